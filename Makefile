@@ -1,0 +1,31 @@
+# threadbox — build, test and run targets. `make test` is the test command CI runs.
+SHELL := /bin/bash
+GO    ?= go
+BIN   := bin
+
+.PHONY: build run test test-short lint bench sandbox-image agent clean
+
+build: agent
+	$(GO) build -o $(BIN)/threadbox ./cmd/threadbox
+
+agent:
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o $(BIN)/threadbox-agent ./cmd/threadbox-agent
+
+run: build
+	$(BIN)/threadbox serve
+
+# The full suite: starts a throwaway PostgreSQL cluster when TEST_DATABASE_URL is unset.
+test: agent
+	./scripts/test.sh
+
+lint:
+	./scripts/lint.sh
+
+bench: build
+	./scripts/bench.sh
+
+sandbox-image: agent
+	./sandbox/build-offline.sh
+
+clean:
+	rm -rf $(BIN)

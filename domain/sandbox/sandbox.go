@@ -1,0 +1,121 @@
+// Package sandbox declares the sandbox port: the few operations every
+// sandbox backend (docker, local, ...) offers, and the values they exchange.
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Sandbox paths inside every sandbox (CONTRACT §2).
+const (
+	WorkspaceDir = "/home/agent/workspace"
+	UploadsDir   = "/mnt/user-data/uploads"
+	OutputsDir   = "/mnt/user-data/outputs"
+	SkillsDir    = "/mnt/skills"
+)
+
+// ErrUnavailable reports that the sandbox could not run the command: it was
+// killed, the backend went away, or it could not be started.
+var ErrUnavailable = errors.New("sandbox unavailable")
+
+// ErrNotFound reports that no sandbox exists for the id.
+var ErrNotFound = errors.New("sandbox not found")
+
+// State is the running state of one sandbox.
+type State string
+
+// The states a sandbox can be in.
+const (
+	StateRunning State = "running"
+	StateStopped State = "stopped"
+	StateMissing State = "missing"
+)
+
+// Mount binds a host folder into the sandbox.
+type Mount struct {
+	Source   string // absolute host path
+	Target   string // absolute sandbox path
+	ReadOnly bool
+}
+
+// Limits bound what one sandbox may use. Zero means the backend default.
+type Limits struct {
+	MemoryBytes int64
+	CPUs        float64
+	Pids        int64
+	NoFile      int64
+	DiskBytes   int64
+	TmpBytes    int64
+}
+
+// Spec describes the sandbox to boot for a container.
+type Spec struct {
+	ID     string // the container id; backends derive their own names from it
+	Mounts []Mount
+	Limits Limits
+	Env    []string // KEY=value pairs set for every command
+}
+
+// Stream names an output stream of a command.
+type Stream int
+
+// The output streams.
+const (
+	Stdout Stream = 1
+	Stderr Stream = 2
+)
+
+// Command is one process to run inside a sandbox.
+type Command struct {
+	Args      []string      // argv; Args[0] is looked up in PATH
+	Dir       string        // working directory; empty means WorkspaceDir
+	Env       []string      // extra KEY=value pairs
+	Timeout   time.Duration // zero means no timeout
+	MaxOutput int           // cap per stream in bytes; zero means the backend default
+	// OutputDir asks for a fresh empty directory exported as $OUTPUT_DIR whose
+	// top-level regular files are moved into OutputsDir when the command ends.
+	OutputDir bool
+	Stdin     []byte
+	// Output, when set, receives output chunks as they are produced (up to
+	// the cap). It must not retain the slice.
+	Output func(s Stream, chunk []byte)
+}
+
+// Result is how a command ended. A non-zero exit code is a result, not an error.
+type Result struct {
+	ExitCode        int
+	Stdout          []byte
+	Stderr          []byte
+	StdoutTruncated bool
+	StderrTruncated bool
+	TimedOut        bool
+	OOMKilled       bool
+	OutputFiles     []string // sandbox paths moved into OutputsDir
+	Duration        time.Duration
+}
+
+// Status describes one sandbox as the backend sees it.
+type Status struct {
+	State     State
+	StartedAt time.Time
+}
+
+// Backend runs sandboxes. Implementations live in infra/docker and infra/local.
+type Backend interface {
+	// Name is the backend's configuration name ("docker", "local").
+	Name() string
+	// Available reports why the backend cannot serve, or nil.
+	Available(ctx context.Context) error
+	// Ensure boots the sandbox for spec.ID unless it is already running.
+	Ensure(ctx context.Context, spec Spec) error
+	// Exec runs cmd in the running sandbox id and waits for it to end.
+	Exec(ctx context.Context, id string, cmd Command) (Result, error)
+	// Stop shuts the sandbox down; its files stay.
+	Stop(ctx context.Context, id string) error
+	// Remove stops the sandbox and forgets it; host folders are the caller's.
+	Remove(ctx context.Context, id string) error
+	// Status reports the sandbox's state.
+	Status(ctx context.Context, id string) (Status, error)
+}
