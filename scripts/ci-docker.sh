@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# ci-docker: makes a Docker daemon with the gVisor runtime available on this
+# Debian host. Installs docker.io and runsc from Debian's packages when they
+# are missing, registers runsc with the daemon (runtime argument
+# --network=none, plus --ignore-cgroups where runsc cannot drive the host's
+# cgroups), starts dockerd in the background when it is not running and waits
+# until it answers. Safe to run again: every step checks before it acts.
+set -euo pipefail
+
+log() { echo "ci-docker: $*" >&2; }
+SUDO=""
+if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
+
+# 1. Packages.
+missing=()
+command -v dockerd >/dev/null 2>&1 || missing+=(docker.io)
+command -v runsc >/dev/null 2>&1 || missing+=(runsc)
+if [ ${#missing[@]} -gt 0 ]; then
+  log "installing ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}"
+fi
+
+# 2. Register runsc in /etc/docker/daemon.json (merged, not overwritten).
+RUNSC_PATH="$(command -v runsc)"
+RUNSC_ARGS='["--network=none"]'
+if [ "${RUNSC_IGNORE_CGROUPS:-auto}" = true ] || { [ "${RUNSC_IGNORE_CGROUPS:-auto}" = auto ] && [ ! -f /sys/fs/cgroup/cgroup.controllers ]; }; then
+  # cgroup v1 or hybrid hierarchy (Firecracker VMs, older hosts): runsc's
+  # own cgroup setup fails there; the daemon's limits still apply to the
+  # sandbox process through runc-style cgroups created by containerd-shim.
+  RUNSC_ARGS='["--network=none","--ignore-cgroups"]'
+fi
+$SUDO mkdir -p /etc/docker
+cfg=/etc/docker/daemon.json
+want=$(RUNSC_PATH="$RUNSC_PATH" RUNSC_ARGS="$RUNSC_ARGS" python3 - "$cfg" <<'PY'
+import json, os, sys
+path = sys.argv[1]
+try:
+    with open(path) as f:
+        cfg = json.load(f)
+except FileNotFoundError:
+    cfg = {}
+cfg.setdefault("runtimes", {})["runsc"] = {
+    "path": os.environ["RUNSC_PATH"],
+    "runtimeArgs": json.loads(os.environ["RUNSC_ARGS"]),
+}
+print(json.dumps(cfg, indent=2, sort_keys=True))
+PY
+)
+changed=false
+if [ ! -f "$cfg" ] || [ "$(cat "$cfg")" != "$want" ]; then
+  log "writing $cfg"
+  echo "$want" | $SUDO tee "$cfg" >/dev/null
+  changed=true
+fi
+
+# 3. Start (or reload) dockerd.
+running() { docker info >/dev/null 2>&1; }
+if running; then
+  if [ "$changed" = true ]; then
+    log "reloading dockerd for the new runtime configuration"
+    $SUDO kill -HUP "$(cat /var/run/docker.pid)" || true
+    sleep 1
+  fi
+else
+  if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
+    log "starting docker.service"
+    $SUDO systemctl start docker || true
+  fi
+  if ! running; then
+    log "starting dockerd in the background (log: /var/log/dockerd.log)"
+    $SUDO rm -f /var/run/docker.pid
+    # setsid: the daemon outlives this script and the shell that ran it.
+    $SUDO setsid nohup dockerd >>/var/log/dockerd.log 2>&1 </dev/null &
+  fi
+fi
+for i in $(seq 1 60); do
+  if running; then break; fi
+  sleep 1
+done
+if ! running; then
+  log "dockerd did not come up; last log lines:"
+  tail -n 30 /var/log/dockerd.log >&2 || true
+  exit 1
+fi
+if ! docker info --format '{{json .Runtimes}}' | grep -q runsc; then
+  log "runsc is not registered with the daemon"
+  exit 1
+fi
+log "dockerd is up ($(docker version --format '{{.Server.Version}} API {{.Server.APIVersion}}'); runtimes: $(docker info --format '{{range $k, $v := .Runtimes}}{{$k}} {{end}}'))"
