@@ -1,0 +1,320 @@
+// Package hostdirs lays out each container's folders on the host:
+// DATA_DIR/containers/<safe id>/{workspace,uploads,outputs,skills}. Sandbox
+// backends bind these into the sandbox at the CONTRACT §2 paths, and the
+// Files API reads and writes them. With a disk quota the container's folder
+// is an ext4 file system in a sparse image file (DATA_DIR/disks/<safe id>.ext4)
+// loop-mounted by the host, so writes past the quota fail with ENOSPC for the
+// sandbox and the host alike.
+package hostdirs
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+
+	"threadbox/domain/sandbox"
+)
+
+// SandboxUID and SandboxGID own the writable folders: the sandbox user.
+const (
+	SandboxUID = 1000
+	SandboxGID = 1000
+)
+
+// QuotaMode selects how the per-container disk quota is enforced.
+type QuotaMode string
+
+// The quota modes.
+const (
+	// QuotaNone keeps plain folders: no disk limit.
+	QuotaNone QuotaMode = "none"
+	// QuotaLoop puts each container's folders on its own loop-mounted ext4
+	// image of the quota's size (needs root, mkfs.ext4 and mount).
+	QuotaLoop QuotaMode = "loop"
+)
+
+// Options configure a Layout.
+type Options struct {
+	Quota     QuotaMode // empty means QuotaNone
+	DiskBytes int64     // quota per container; zero means 5 GiB
+}
+
+// DefaultDiskBytes is the default quota per container (CONTRACT §2).
+const DefaultDiskBytes int64 = 5 << 30
+
+// Dirs are the host folders of one container.
+type Dirs struct {
+	Root      string // the container's folder (the quota's mount point)
+	Workspace string
+	Uploads   string
+	Outputs   string
+	Skills    string
+}
+
+// Mounts returns the §2 bind mounts for these folders: uploads and skills
+// read-only inside the sandbox.
+func (d Dirs) Mounts() []sandbox.Mount {
+	return []sandbox.Mount{
+		{Source: d.Workspace, Target: sandbox.WorkspaceDir},
+		{Source: d.Uploads, Target: sandbox.UploadsDir, ReadOnly: true},
+		{Source: d.Outputs, Target: sandbox.OutputsDir},
+		{Source: d.Skills, Target: sandbox.SkillsDir, ReadOnly: true},
+	}
+}
+
+// Layout maps container ids to host folders under one data directory.
+type Layout struct {
+	containers string
+	disks      string
+	opts       Options
+
+	mu    sync.Mutex
+	locks map[string]*sync.Mutex
+}
+
+// New returns the layout under dataDir.
+func New(dataDir string, opts Options) *Layout {
+	if opts.Quota == "" {
+		opts.Quota = QuotaNone
+	}
+	if opts.DiskBytes <= 0 {
+		opts.DiskBytes = DefaultDiskBytes
+	}
+	return &Layout{
+		containers: filepath.Join(dataDir, "containers"),
+		disks:      filepath.Join(dataDir, "disks"),
+		opts:       opts,
+		locks:      map[string]*sync.Mutex{},
+	}
+}
+
+var safePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$`)
+var unsafeChars = regexp.MustCompile(`[^A-Za-z0-9_.-]+`)
+
+// SafeID maps a container id to a name usable as a folder and as a Docker
+// container name. Ids that already are such names map to themselves; others
+// keep a readable prefix and gain a hash of the whole id, so distinct ids
+// never share a name.
+func SafeID(id string) string {
+	if safePattern.MatchString(id) && !strings.Contains(id, "..") {
+		return id
+	}
+	sum := sha256.Sum256([]byte(id))
+	prefix := strings.Trim(unsafeChars.ReplaceAllString(id, "_"), "._-")
+	prefix = strings.ReplaceAll(prefix, "..", "_")
+	if len(prefix) > 48 {
+		prefix = prefix[:48]
+	}
+	if prefix == "" {
+		prefix = "c"
+	}
+	return prefix + "-" + hex.EncodeToString(sum[:6])
+}
+
+// Dirs returns the folders of container id without touching the disk.
+func (l *Layout) Dirs(id string) Dirs {
+	root := filepath.Join(l.containers, SafeID(id))
+	return Dirs{
+		Root:      root,
+		Workspace: filepath.Join(root, "workspace"),
+		Uploads:   filepath.Join(root, "uploads"),
+		Outputs:   filepath.Join(root, "outputs"),
+		Skills:    filepath.Join(root, "skills"),
+	}
+}
+
+// DiskImage returns the path of the container's quota image (QuotaLoop).
+func (l *Layout) DiskImage(id string) string {
+	return filepath.Join(l.disks, SafeID(id)+".ext4")
+}
+
+func (l *Layout) lock(id string) func() {
+	l.mu.Lock()
+	m, ok := l.locks[id]
+	if !ok {
+		m = &sync.Mutex{}
+		l.locks[id] = m
+	}
+	l.mu.Unlock()
+	m.Lock()
+	return m.Unlock
+}
+
+// Prepare creates the container's folders (mounting its quota file system
+// first when quotas are on) and returns them. It is cheap when they exist;
+// call it before any access to a container's files.
+func (l *Layout) Prepare(ctx context.Context, id string) (Dirs, error) {
+	defer l.lock(id)()
+	d := l.Dirs(id)
+	if err := os.MkdirAll(d.Root, 0o755); err != nil {
+		return Dirs{}, fmt.Errorf("hostdirs: %w", err)
+	}
+	if l.opts.Quota == QuotaLoop {
+		if err := l.mountQuota(ctx, id, d.Root); err != nil {
+			return Dirs{}, err
+		}
+	}
+	for _, dir := range []struct {
+		path     string
+		writable bool
+	}{{d.Workspace, true}, {d.Uploads, false}, {d.Outputs, true}, {d.Skills, false}} {
+		if err := os.Mkdir(dir.path, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+			return Dirs{}, fmt.Errorf("hostdirs: %w", err)
+		}
+		if dir.writable {
+			if err := os.Chown(dir.path, SandboxUID, SandboxGID); err != nil {
+				// Not root: let the sandbox user write anyway.
+				if err := os.Chmod(dir.path, 0o777); err != nil {
+					return Dirs{}, fmt.Errorf("hostdirs: %w", err)
+				}
+			}
+		}
+	}
+	return d, nil
+}
+
+// Release unmounts the container's quota file system, keeping its files in
+// the image; the next Prepare mounts it again. Without quotas it does nothing.
+func (l *Layout) Release(ctx context.Context, id string) error {
+	defer l.lock(id)()
+	return l.unmount(ctx, l.Dirs(id).Root)
+}
+
+// Remove deletes the container's folders and quota image.
+func (l *Layout) Remove(ctx context.Context, id string) error {
+	defer l.lock(id)()
+	d := l.Dirs(id)
+	if err := l.unmount(ctx, d.Root); err != nil {
+		return err
+	}
+	if err := os.RemoveAll(d.Root); err != nil {
+		return fmt.Errorf("hostdirs: remove: %w", err)
+	}
+	if err := os.Remove(l.DiskImage(id)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("hostdirs: remove: %w", err)
+	}
+	return nil
+}
+
+func (l *Layout) mountQuota(ctx context.Context, id, root string) error {
+	mounted, err := isMountPoint(root)
+	if err != nil {
+		return err
+	}
+	if mounted {
+		return nil
+	}
+	img := l.DiskImage(id)
+	if _, err := os.Stat(img); errors.Is(err, os.ErrNotExist) {
+		if err := l.makeImage(ctx, img); err != nil {
+			return err
+		}
+	} else if err != nil {
+		return fmt.Errorf("hostdirs: quota image: %w", err)
+	}
+	if err := run(ctx, "mount", "-o", "loop,nosuid,nodev", img, root); err != nil {
+		return fmt.Errorf("hostdirs: mount quota image: %w", err)
+	}
+	return nil
+}
+
+func (l *Layout) makeImage(ctx context.Context, img string) error {
+	if err := os.MkdirAll(l.disks, 0o700); err != nil {
+		return fmt.Errorf("hostdirs: %w", err)
+	}
+	tmp := img + ".tmp"
+	f, err := os.Create(tmp)
+	if err != nil {
+		return fmt.Errorf("hostdirs: quota image: %w", err)
+	}
+	err = f.Truncate(l.opts.DiskBytes) // sparse: takes no space until written
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("hostdirs: quota image: %w", err)
+	}
+	// -m 0: no blocks reserved for root, the quota is all the sandbox's.
+	if err := run(ctx, "mkfs.ext4", "-q", "-F", "-m", "0", "-E", "lazy_itable_init=1,lazy_journal_init=1", tmp); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("hostdirs: format quota image: %w", err)
+	}
+	if err := os.Rename(tmp, img); err != nil {
+		return fmt.Errorf("hostdirs: quota image: %w", err)
+	}
+	return nil
+}
+
+func (l *Layout) unmount(ctx context.Context, root string) error {
+	mounted, err := isMountPoint(root)
+	if err != nil || !mounted {
+		return err
+	}
+	if err := run(ctx, "umount", root); err != nil {
+		return fmt.Errorf("hostdirs: unmount: %w", err)
+	}
+	return nil
+}
+
+// isMountPoint reports whether path is a mount point, from /proc/self/mountinfo.
+func isMountPoint(path string) (bool, error) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return false, fmt.Errorf("hostdirs: %w", err)
+	}
+	if real, err := filepath.EvalSymlinks(abs); err == nil {
+		abs = real
+	}
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return false, fmt.Errorf("hostdirs: %w", err)
+	}
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) > 4 && unescapeMount(f[4]) == abs {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// unescapeMount decodes the octal escapes (\040 for space) of mountinfo.
+func unescapeMount(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+func run(ctx context.Context, name string, args ...string) error {
+	out, err := exec.CommandContext(ctx, name, args...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%s: %w: %s", name, err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}

@@ -1,0 +1,143 @@
+package hostdirs
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"threadbox/domain/sandbox"
+)
+
+func TestSafeID(t *testing.T) {
+	tests := []struct {
+		id       string
+		same     bool   // maps to itself
+		contains string // readable prefix kept
+	}{
+		{"thread-123", true, ""},
+		{"u1--my-container", true, ""},
+		{"0f8e2c1a-6c1b-4c5e-9d4e-1b2c3d4e5f60", true, ""},
+		{"../etc", false, "etc"},
+		{"a/b", false, "a_b"},
+		{"..", false, ""},
+		{".hidden", false, "hidden"},
+		{"", false, ""},
+		{"with space", false, "with_space"},
+		{strings.Repeat("x", 101), false, strings.Repeat("x", 48)},
+	}
+	for _, tt := range tests {
+		got := SafeID(tt.id)
+		if tt.same != (got == tt.id) {
+			t.Errorf("SafeID(%q) = %q, same=%v", tt.id, got, tt.same)
+		}
+		if !safePattern.MatchString(got) || strings.Contains(got, "..") || strings.Contains(got, "/") {
+			t.Errorf("SafeID(%q) = %q is not a safe name", tt.id, got)
+		}
+		if !strings.Contains(got, tt.contains) {
+			t.Errorf("SafeID(%q) = %q lost its prefix %q", tt.id, got, tt.contains)
+		}
+	}
+	if SafeID("a/b") == SafeID("a_b") || SafeID("a/b") == SafeID("a:b") {
+		t.Error("distinct ids share a safe name")
+	}
+}
+
+func TestPrepareLayout(t *testing.T) {
+	ctx := context.Background()
+	data := t.TempDir()
+	l := New(data, Options{})
+	d, err := l.Prepare(ctx, "thread-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Root != filepath.Join(data, "containers", "thread-1") {
+		t.Errorf("root = %s", d.Root)
+	}
+	for _, p := range []string{d.Workspace, d.Uploads, d.Outputs, d.Skills} {
+		if fi, err := os.Stat(p); err != nil || !fi.IsDir() {
+			t.Errorf("%s: not a folder (%v)", p, err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(d.Workspace, "f"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Prepare(ctx, "thread-1"); err != nil {
+		t.Fatalf("second prepare: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(d.Workspace, "f")); err != nil {
+		t.Errorf("prepare lost a file: %v", err)
+	}
+	m := d.Mounts()
+	want := map[string]bool{sandbox.WorkspaceDir: false, sandbox.UploadsDir: true, sandbox.OutputsDir: false, sandbox.SkillsDir: true}
+	if len(m) != len(want) {
+		t.Fatalf("mounts = %v", m)
+	}
+	for _, mt := range m {
+		if ro, ok := want[mt.Target]; !ok || ro != mt.ReadOnly {
+			t.Errorf("mount %+v: want read-only=%v", mt, ro)
+		}
+	}
+	if err := l.Remove(ctx, "thread-1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(d.Root); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("root still there: %v", err)
+	}
+}
+
+func TestQuotaLoopStopsWrites(t *testing.T) {
+	if os.Getuid() != 0 || exec.Command("mkfs.ext4", "-V").Run() != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("loop quota needs root and mkfs.ext4")
+		}
+		t.Skip("loop quota needs root and mkfs.ext4")
+	}
+	ctx := context.Background()
+	l := New(t.TempDir(), Options{Quota: QuotaLoop, DiskBytes: 32 << 20})
+	t.Cleanup(func() { _ = l.Remove(context.Background(), "q") })
+	d, err := l.Prepare(ctx, "q")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, _ := isMountPoint(d.Root); !ok {
+		t.Fatal("quota file system not mounted")
+	}
+	f, err := os.Create(filepath.Join(d.Workspace, "fill"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 1<<20)
+	written := 0
+	for written < 64<<20 {
+		n, err := f.Write(buf)
+		written += n
+		if err != nil {
+			if !errors.Is(err, syscall.ENOSPC) {
+				t.Fatalf("write error %v, want ENOSPC", err)
+			}
+			break
+		}
+	}
+	f.Close()
+	if written >= 64<<20 || written < 16<<20 {
+		t.Fatalf("wrote %d bytes into a 32 MiB quota", written)
+	}
+	// Release and Prepare keep the files (a remount, as after a host reboot).
+	if err := l.Release(ctx, "q"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(d.Workspace, "fill")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("file visible while unmounted: %v", err)
+	}
+	if _, err := l.Prepare(ctx, "q"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(d.Workspace, "fill")); err != nil {
+		t.Fatalf("file lost across remount: %v", err)
+	}
+}
