@@ -1,0 +1,27 @@
+package file
+
+import (
+	"errors"
+	"time"
+)
+
+// The errors of file access. infra/fsroot returns them (wrapped); app and web
+// map them to statuses.
+var (
+	ErrNotFound   = errors.New("file not found")
+	ErrNotRegular = errors.New("not a regular file")
+	ErrSymlink    = errors.New("symbolic link refused")
+	ErrTooLarge   = errors.New("file exceeds the size limit")
+	ErrReadOnly   = errors.New("read-only folder")
+	ErrInvalidRel = errors.New("invalid path within mount")
+)
+
+// Info describes one file (or folder) found within a mount.
+type Info struct {
+	Rel      string // slash-separated path within the mount
+	Size     int64
+	Dir      bool
+	Created  time.Time // birth time where the filesystem keeps it, else Modified
+	Modified time.Time
+	Inode    uint64
+}
