@@ -32,7 +32,7 @@ func TestDecodeIDRoundTrip(t *testing.T) {
 }
 
 func TestDecodeIDRefusesNonCanonical(t *testing.T) {
-	std := base64.StdEncoding.EncodeToString([]byte("/a/b>>?"))   // contains + or /
+	std := base64.StdEncoding.EncodeToString([]byte("/a/b>>?"))    // contains + or /
 	stdRaw := base64.RawStdEncoding.EncodeToString([]byte("/??>")) // alphabet differs
 	valid := EncodeID("/mnt/user-data/uploads/a.csv")
 	tests := []struct{ name, id string }{
