@@ -1,0 +1,199 @@
+package messages
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// upstreamHistory translates a history that may hold server_tool_use and
+// result blocks into plain tool_use/tool_result pairs a model understands:
+// an assistant message is split after each run of result blocks, the results
+// become a user message of tool_result blocks, and consecutive messages of
+// one role are merged (tool results first). container_upload blocks become
+// a text note naming the file's sandbox path.
+func upstreamHistory(in []Message) []Message {
+	var out []Message
+	add := func(role string, blocks ...ContentBlock) {
+		if len(blocks) == 0 {
+			return
+		}
+		if n := len(out); n > 0 && out[n-1].Role == role {
+			out[n-1].Content = append(out[n-1].Content, blocks...)
+			return
+		}
+		out = append(out, Message{Role: role, Content: blocks})
+	}
+	for _, m := range in {
+		var cur []ContentBlock
+		flushAs := m.Role
+		for _, b := range m.Content {
+			switch b.Type {
+			case BlockServerToolUse:
+				b.Type = BlockToolUse
+				b.Raw = nil
+				cur = append(cur, b)
+			case BlockBashResult, BlockTextEditorResult:
+				add(flushAs, cur...)
+				cur = nil
+				if b.Result != nil {
+					add(RoleUser, upstreamResult(b.ToolUseID, b.Result))
+				}
+			case BlockContainerUpload:
+				p, err := uploadPath(b.FileID)
+				if err != nil {
+					p = b.FileID
+				}
+				cur = append(cur, ContentBlock{Type: BlockText, Text: fmt.Sprintf("[The file %s is available in the container at %s]", b.FileID, p)})
+			default:
+				cur = append(cur, b)
+			}
+		}
+		add(flushAs, cur...)
+	}
+	return out
+}
+
+// upstreamResult renders a sub-tool result as the tool_result the model reads.
+func upstreamResult(id string, r *ToolResult) ContentBlock {
+	text, err := json.Marshal(r)
+	if err != nil {
+		text = []byte(`{"type":"error"}`)
+	}
+	content, _ := json.Marshal(string(text))
+	return ContentBlock{Type: BlockToolResult, ToolUseID: id, Content: content, IsError: r.IsError()}
+}
+
+// uploadPath decodes a file id (base64url of the absolute sandbox path).
+func uploadPath(fileID string) (string, error) {
+	b, err := base64.RawURLEncoding.DecodeString(strings.TrimRight(fileID, "="))
+	if err != nil || len(b) == 0 || b[0] != '/' {
+		return "", errors.New("not a file id of this server")
+	}
+	return string(b), nil
+}
+
+// SubToolDefinitions returns the two code-execution sub-tools as the model
+// sees them.
+func SubToolDefinitions() []ToolDefinition {
+	return []ToolDefinition{
+		{
+			Name: SubToolBash,
+			Description: "Run a shell command in the sandbox. Each call runs in a new bash shell in /home/agent/workspace; " +
+				"files persist between calls, cd and environment variables do not. Files written to $OUTPUT_DIR are saved " +
+				"to /mnt/user-data/outputs/ as downloadable deliverables. Uploaded files are in /mnt/user-data/uploads/ (read-only). " +
+				"No internet access.",
+			InputSchema: json.RawMessage(`{"type":"object","properties":{` +
+				`"command":{"type":"string","description":"The shell command to run."},` +
+				`"timeout":{"type":"integer","description":"Timeout in seconds (default 60).","minimum":1},` +
+				`"restart":{"type":"boolean","description":"Restart the sandbox before running the command."}},` +
+				`"required":["command"]}`),
+		},
+		{
+			Name: SubToolTextEditor,
+			Description: "View, create and edit files in the sandbox. Relative paths resolve in /home/agent/workspace. " +
+				"view shows a file (optionally view_range [start, end], 1-based, -1 = end of file) or lists a directory; " +
+				"create writes file_text; str_replace replaces old_str, which must occur exactly once, with new_str; " +
+				"insert adds insert_text after line insert_line (0 = start of file).",
+			InputSchema: json.RawMessage(`{"type":"object","properties":{` +
+				`"command":{"type":"string","enum":["view","create","str_replace","insert"]},` +
+				`"path":{"type":"string","description":"File or directory path."},` +
+				`"view_range":{"type":"array","items":{"type":"integer"},"minItems":2,"maxItems":2},` +
+				`"file_text":{"type":"string"},"old_str":{"type":"string"},"new_str":{"type":"string"},` +
+				`"insert_line":{"type":"integer","minimum":0},"insert_text":{"type":"string"}},` +
+				`"required":["command","path"]}`),
+		},
+	}
+}
+
+// Collector is a Sink that builds the complete response from the events of
+// a turn, for non-streaming requests.
+type Collector struct {
+	resp    Response
+	partial map[int]*strings.Builder
+}
+
+// Send folds one event into the response.
+func (c *Collector) Send(ev Event) error {
+	switch ev.Type {
+	case EventMessageStart:
+		if ev.Message != nil {
+			c.resp = *ev.Message
+			c.resp.Content = []ContentBlock{}
+		}
+	case EventContentBlockStart:
+		if ev.ContentBlock == nil {
+			return errors.New("messages: content_block_start without block")
+		}
+		for len(c.resp.Content) <= ev.Index {
+			c.resp.Content = append(c.resp.Content, ContentBlock{})
+		}
+		c.resp.Content[ev.Index] = *ev.ContentBlock
+	case EventContentBlockDelta:
+		if ev.Delta == nil || ev.Index >= len(c.resp.Content) {
+			return errors.New("messages: delta for an unknown block")
+		}
+		b := &c.resp.Content[ev.Index]
+		switch ev.Delta.Type {
+		case DeltaText:
+			b.Text += ev.Delta.Text
+		case DeltaThinking:
+			b.Thinking += ev.Delta.Thinking
+		case DeltaSignature:
+			b.Signature += ev.Delta.Signature
+		case DeltaInputJSON:
+			if c.partial == nil {
+				c.partial = map[int]*strings.Builder{}
+			}
+			sb := c.partial[ev.Index]
+			if sb == nil {
+				sb = &strings.Builder{}
+				c.partial[ev.Index] = sb
+			}
+			sb.WriteString(ev.Delta.PartialJSON)
+		}
+	case EventContentBlockStop:
+		if sb := c.partial[ev.Index]; sb != nil && ev.Index < len(c.resp.Content) {
+			if s := strings.TrimSpace(sb.String()); s != "" {
+				c.resp.Content[ev.Index].Input = json.RawMessage(s)
+			}
+			delete(c.partial, ev.Index)
+		}
+	case EventMessageDelta:
+		if ev.MessageDelta != nil {
+			c.resp.StopReason = ev.MessageDelta.StopReason
+			c.resp.StopSequence = ev.MessageDelta.StopSequence
+			c.resp.Container = ev.MessageDelta.Container
+		}
+		if ev.Usage != nil {
+			c.resp.Usage = *ev.Usage
+		}
+	}
+	return nil
+}
+
+// Response returns the response built so far.
+func (c *Collector) Response() *Response {
+	r := c.resp
+	return &r
+}
+
+// MarshalJSON writes stop_reason as null while it is unknown.
+func (r Response) MarshalJSON() ([]byte, error) {
+	type plain Response
+	var stop *string
+	if r.StopReason != "" {
+		stop = &r.StopReason
+	}
+	content := r.Content
+	if content == nil {
+		content = []ContentBlock{}
+	}
+	return json.Marshal(struct {
+		plain
+		Content    []ContentBlock `json:"content"`
+		StopReason *string        `json:"stop_reason"`
+	}{plain(r), content, stop})
+}

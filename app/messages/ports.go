@@ -1,0 +1,133 @@
+// Package messages is the Messages API use case: the wire-independent tool
+// loop that asks a Model for the next step, runs the code-execution sub-tools
+// in the container's sandbox through a ToolExecutor, feeds the results back
+// and reports everything as a stream of Events. It also holds the JSON data
+// model of the API (requests, content blocks, responses, stream events).
+package messages
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+)
+
+// Model is one language model behind the loop. It knows nothing of server
+// tools: the loop sends it plain tool definitions and tool_use/tool_result
+// history, and it answers with text, thinking and tool_use blocks.
+type Model interface {
+	// Step returns the assistant's next content blocks for the conversation.
+	Step(ctx context.Context, req StepRequest) (*StepResult, error)
+	// StreamStep is Step that reports the blocks as they arrive through
+	// emit. An error returned by emit aborts the step and is returned.
+	StreamStep(ctx context.Context, req StepRequest, emit func(StepEvent) error) (*StepResult, error)
+}
+
+// StepRequest is the conversation sent to the model for one step. Messages
+// hold only text, image, document, thinking, tool_use and tool_result blocks.
+type StepRequest struct {
+	Model         string
+	MaxTokens     int
+	System        json.RawMessage // a JSON string or an array of text blocks; may be empty
+	Messages      []Message
+	Tools         []ToolDefinition
+	ToolChoice    json.RawMessage
+	Temperature   *float64
+	TopP          *float64
+	TopK          *int
+	StopSequences []string
+	Metadata      json.RawMessage
+	Thinking      json.RawMessage
+	Extra         map[string]json.RawMessage // other request fields, for Anthropic upstreams
+}
+
+// ToolDefinition is a tool as the model sees it. Raw, when set, is the
+// client's own tool JSON and is sent as is to upstreams that understand it.
+type ToolDefinition struct {
+	Name        string
+	Description string
+	InputSchema json.RawMessage
+	Raw         json.RawMessage
+}
+
+// StepResult is the model's answer for one step.
+type StepResult struct {
+	Content      []ContentBlock
+	StopReason   string
+	StopSequence *string
+	Usage        Usage
+}
+
+// StepEventKind says what a StepEvent reports.
+type StepEventKind int
+
+// The kinds of step events.
+const (
+	// StepBlockStart opens block Index; Block holds its type and, for
+	// tool_use, id and name (input empty).
+	StepBlockStart StepEventKind = iota + 1
+	// StepBlockDelta extends block Index with Delta.
+	StepBlockDelta
+	// StepBlockStop closes block Index.
+	StepBlockStop
+)
+
+// StepEvent is one streamed piece of a model step. Indexes count from 0
+// within the step.
+type StepEvent struct {
+	Kind  StepEventKind
+	Index int
+	Block ContentBlock
+	Delta BlockDelta
+}
+
+// ToolCall is one sub-tool call to run in a container.
+type ToolCall struct {
+	ID          string // srvtoolu_ id
+	Name        string // bash_code_execution or text_editor_code_execution
+	Input       json.RawMessage
+	ContainerID string // the container's storage id
+}
+
+// ToolExecutor runs server sub-tool calls in a container's sandbox. Execute
+// returns the result block's content; a tool that cannot run gives an error
+// result (with Detail filled in), not an error. An error is returned only
+// when ctx ends.
+type ToolExecutor interface {
+	Execute(ctx context.Context, call ToolCall) (*ToolResult, error)
+}
+
+// Sink receives the events of a turn as they happen. An error from Send
+// (say, the client went away) stops the turn and is returned by Run.
+type Sink interface {
+	Send(ev Event) error
+}
+
+// SinkFunc adapts a function to Sink.
+type SinkFunc func(Event) error
+
+// Send calls f.
+func (f SinkFunc) Send(ev Event) error { return f(ev) }
+
+// ToolHook is called after each sub-tool call has run and its result block
+// has been sent, so the workspace layer can capture artifacts.
+type ToolHook func(ctx context.Context, call ToolCall, result *ToolResult)
+
+// ErrUpstreamUnavailable reports that the model's upstream could not be
+// reached; the web layer answers 503.
+var ErrUpstreamUnavailable = errors.New("model upstream unavailable")
+
+// UpstreamError is an error answer of the model's upstream.
+type UpstreamError struct {
+	StatusCode int    // HTTP status of the upstream, 0 when it came mid-stream
+	Type       string // Anthropic error type, e.g. "overloaded_error"
+	Message    string
+}
+
+// Error describes the upstream failure.
+func (e *UpstreamError) Error() string {
+	if e.StatusCode != 0 {
+		return fmt.Sprintf("model upstream: %d %s: %s", e.StatusCode, e.Type, e.Message)
+	}
+	return fmt.Sprintf("model upstream: %s: %s", e.Type, e.Message)
+}

@@ -1,0 +1,516 @@
+package messages
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"threadbox/domain/fault"
+)
+
+// Defaults of Config.
+const (
+	DefaultMaxToolIterations = 20
+	DefaultTurnTimeout       = 10 * time.Minute
+)
+
+// NotConfiguredMessage is the explanation of the error block a sub-tool call
+// gets when no code-execution provider (sandbox) is configured.
+const NotConfiguredMessage = "code_execution provider is not configured."
+
+// Config tunes the loop. Zero values mean the defaults.
+type Config struct {
+	// MaxToolIterations is how many rounds of sub-tool calls one request
+	// may run before the turn is paused with stop_reason pause_turn.
+	MaxToolIterations int
+	// TurnTimeout is how long one request may keep calling tools before
+	// the turn is paused.
+	TurnTimeout time.Duration
+	// Now returns the current time; nil means time.Now.
+	Now func() time.Time
+}
+
+// Service runs Messages API turns.
+type Service struct {
+	model Model
+	tools ToolExecutor
+	cfg   Config
+}
+
+// New returns a Service asking model for steps and running sub-tools with
+// tools. A nil tools makes every sub-tool call answer
+// "code_execution provider is not configured.".
+func New(model Model, tools ToolExecutor, cfg Config) *Service {
+	if cfg.MaxToolIterations <= 0 {
+		cfg.MaxToolIterations = DefaultMaxToolIterations
+	}
+	if cfg.TurnTimeout <= 0 {
+		cfg.TurnTimeout = DefaultTurnTimeout
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Service{model: model, tools: tools, cfg: cfg}
+}
+
+// RunOptions carries what the caller resolved for a request.
+type RunOptions struct {
+	// ContainerID is the storage id of the container sub-tools run in.
+	ContainerID string
+	// Container is the container to report on the response; nil reports none.
+	Container *Container
+	// ReportContainer reports Container even when no code ran (the
+	// request named it). Otherwise it is reported only once code ran.
+	ReportContainer bool
+	// OnToolCall, when set, is called after each sub-tool call.
+	OnToolCall ToolHook
+}
+
+// Plan is what a request would do, as found by Validate.
+type Plan struct {
+	// CodeExecution is true when the request enables the code-execution tool.
+	CodeExecution bool `json:"code_execution"`
+	// ToolType is the code-execution tool type asked for, if any.
+	ToolType string `json:"tool_type,omitempty"`
+	// ServerTools are the sub-tools the model may call.
+	ServerTools []string `json:"server_tools"`
+	// ClientTools are the tools returned to the client.
+	ClientTools []string `json:"client_tools"`
+	// ContainerUploads are the file ids of container_upload blocks.
+	ContainerUploads []string `json:"container_uploads"`
+}
+
+// Validate checks a request without running anything and says what it
+// would do. Errors are fault.Invalid.
+func (s *Service) Validate(req *Request) (*Plan, error) {
+	return plan(req)
+}
+
+func plan(req *Request) (*Plan, error) {
+	if req.MaxTokens < 1 {
+		return nil, fault.New(fault.Invalid, "max_tokens: must be at least 1")
+	}
+	if len(req.Messages) == 0 {
+		return nil, fault.New(fault.Invalid, "messages: at least one message is required")
+	}
+	p := &Plan{ServerTools: []string{}, ClientTools: []string{}, ContainerUploads: []string{}}
+	for i, m := range req.Messages {
+		if m.Role != RoleUser && m.Role != RoleAssistant {
+			return nil, fault.Errorf(fault.Invalid, "messages.%d.role: must be \"user\" or \"assistant\"", i)
+		}
+		for j, b := range m.Content {
+			if b.Type == BlockContainerUpload {
+				if _, err := uploadPath(b.FileID); err != nil {
+					return nil, fault.Errorf(fault.Invalid, "messages.%d.content.%d.file_id: %v", i, j, err)
+				}
+				p.ContainerUploads = append(p.ContainerUploads, b.FileID)
+			}
+		}
+	}
+	seen := map[string]bool{}
+	for i, t := range req.Tools {
+		switch {
+		case isCodeExecutionType(t.Type):
+			if t.Name != "code_execution" {
+				return nil, fault.Errorf(fault.Invalid, "tools.%d.name: the %s tool must be named \"code_execution\"", i, t.Type)
+			}
+			if p.CodeExecution {
+				return nil, fault.Errorf(fault.Invalid, "tools.%d: code execution is enabled twice", i)
+			}
+			p.CodeExecution, p.ToolType = true, t.Type
+			p.ServerTools = append(p.ServerTools, SubToolBash, SubToolTextEditor)
+		case t.Type == ToolTypeSandboxV1:
+			// Extension point: the sandbox_v1 tools (CONTRACT §4) expand here
+			// into their own sub-tools once app/tools executes them.
+			return nil, fault.Errorf(fault.Invalid, "tools.%d.type: %s is not available yet", i, t.Type)
+		default:
+			if t.Name == "" {
+				return nil, fault.Errorf(fault.Invalid, "tools.%d.name: required", i)
+			}
+			if t.Type == "" && len(t.InputSchema) == 0 {
+				return nil, fault.Errorf(fault.Invalid, "tools.%d.input_schema: required", i)
+			}
+			if seen[t.Name] || t.Name == SubToolBash || t.Name == SubToolTextEditor {
+				return nil, fault.Errorf(fault.Invalid, "tools.%d.name: %q is used twice or reserved", i, t.Name)
+			}
+			seen[t.Name] = true
+			p.ClientTools = append(p.ClientTools, t.Name)
+		}
+	}
+	return p, nil
+}
+
+func isCodeExecutionType(t string) bool {
+	switch t {
+	case ToolTypeCodeExecutionV1, ToolTypeCodeExecution2508, ToolTypeCodeExecution2601, ToolTypeCodeExecution2605:
+		return true
+	}
+	return false
+}
+
+// Create runs a turn and returns the whole response.
+func (s *Service) Create(ctx context.Context, req *Request, opts RunOptions) (*Response, error) {
+	var c Collector
+	if err := s.Run(ctx, req, opts, &c); err != nil {
+		return nil, err
+	}
+	return c.Response(), nil
+}
+
+// Run runs one turn of req, sending its events to sink as they happen: the
+// model streams when req.Stream is set. On error the events sent so far are
+// not followed by message_stop; the caller reports the error (ErrorEvent).
+func (s *Service) Run(ctx context.Context, req *Request, opts RunOptions, sink Sink) error {
+	p, err := plan(req)
+	if err != nil {
+		return err
+	}
+	t := &turn{s: s, req: req, plan: p, opts: opts, sink: sink, start: s.cfg.Now()}
+	return t.run(ctx)
+}
+
+// turn is the state of one running request.
+type turn struct {
+	s     *Service
+	req   *Request
+	plan  *Plan
+	opts  RunOptions
+	sink  Sink
+	start time.Time
+
+	next    int // index of the next content block
+	usage   Usage
+	calls   int
+	codeRan bool
+}
+
+func (t *turn) send(ev Event) error {
+	if err := t.sink.Send(ev); err != nil {
+		return fmt.Errorf("messages: send: %w", err)
+	}
+	return nil
+}
+
+func (t *turn) run(ctx context.Context) error {
+	msg := &Response{ID: "msg_" + rand.Text(), Type: "message", Role: RoleAssistant, Model: t.req.Model, Content: []ContentBlock{}}
+	if err := t.send(Event{Type: EventMessageStart, Message: msg}); err != nil {
+		return err
+	}
+	history := cloneMessages(t.req.Messages)
+	if err := t.resolvePending(ctx, history); err != nil {
+		return err
+	}
+	step := StepRequest{
+		Model: t.req.Model, MaxTokens: t.req.MaxTokens, System: t.req.System,
+		Messages: upstreamHistory(history), Tools: t.toolDefinitions(), ToolChoice: t.req.ToolChoice,
+		Temperature: t.req.Temperature, TopP: t.req.TopP, TopK: t.req.TopK, StopSequences: t.req.StopSequences,
+		Metadata: t.req.Metadata, Thinking: t.req.Thinking, Extra: t.req.Extra,
+	}
+	for iter := 1; ; iter++ {
+		res, srvIDs, err := t.step(ctx, step)
+		if err != nil {
+			return err
+		}
+		t.usage.InputTokens += res.Usage.InputTokens
+		t.usage.OutputTokens += res.Usage.OutputTokens
+		t.usage.CacheCreationInputTokens += res.Usage.CacheCreationInputTokens
+		t.usage.CacheReadInputTokens += res.Usage.CacheReadInputTokens
+
+		var server []ToolCall
+		client := false
+		for i, b := range res.Content {
+			if b.Type != BlockToolUse {
+				continue
+			}
+			if id, ok := srvIDs[i]; ok {
+				server = append(server, ToolCall{ID: id, Name: b.Name, Input: b.Input, ContainerID: t.opts.ContainerID})
+			} else {
+				client = true
+			}
+		}
+		if res.StopReason != StopToolUse || client || len(server) == 0 {
+			// Client tools (possibly beside server calls, whose results come
+			// with the next request) or a final answer end the turn.
+			return t.finish(res.StopReason, res.StopSequence)
+		}
+		assistant := Message{Role: RoleAssistant}
+		for i, b := range res.Content {
+			if id, ok := srvIDs[i]; ok {
+				b.ID = id
+			}
+			assistant.Content = append(assistant.Content, b)
+		}
+		results := Message{Role: RoleUser}
+		for _, call := range server {
+			r, err := t.execute(ctx, call)
+			if err != nil {
+				return err
+			}
+			results.Content = append(results.Content, upstreamResult(call.ID, r))
+		}
+		step.Messages = append(step.Messages, assistant, results)
+		if iter >= t.s.cfg.MaxToolIterations || t.s.cfg.Now().Sub(t.start) >= t.s.cfg.TurnTimeout {
+			return t.finish(StopPauseTurn, nil)
+		}
+	}
+}
+
+// step asks the model for one step and sends its blocks. It returns, by
+// step block index, the srvtoolu_ ids given to server sub-tool calls.
+func (t *turn) step(ctx context.Context, req StepRequest) (*StepResult, map[int]string, error) {
+	base := t.next
+	srvIDs := map[int]string{}
+	startBlock := func(i int, b ContentBlock) ContentBlock {
+		if b.Type == BlockToolUse && t.isServerTool(b.Name) {
+			id := "srvtoolu_" + rand.Text()
+			srvIDs[i] = id
+			b.Type, b.ID = BlockServerToolUse, id
+		}
+		return b
+	}
+	if t.req.Stream {
+		res, err := t.s.model.StreamStep(ctx, req, func(ev StepEvent) error {
+			switch ev.Kind {
+			case StepBlockStart:
+				b := startBlock(ev.Index, ev.Block)
+				return t.send(Event{Type: EventContentBlockStart, Index: base + ev.Index, ContentBlock: &b})
+			case StepBlockDelta:
+				d := ev.Delta
+				return t.send(Event{Type: EventContentBlockDelta, Index: base + ev.Index, Delta: &d})
+			case StepBlockStop:
+				return t.send(Event{Type: EventContentBlockStop, Index: base + ev.Index})
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, nil, fmt.Errorf("messages: model step: %w", err)
+		}
+		t.next = base + len(res.Content)
+		return res, srvIDs, nil
+	}
+	res, err := t.s.model.Step(ctx, req)
+	if err != nil {
+		return nil, nil, fmt.Errorf("messages: model step: %w", err)
+	}
+	for i, b := range res.Content {
+		b = startBlock(i, b)
+		if err := t.sendBlock(b); err != nil {
+			return nil, nil, err
+		}
+	}
+	return res, srvIDs, nil
+}
+
+// sendBlock sends a complete block as start, deltas and stop, the way the
+// Anthropic API streams it.
+func (t *turn) sendBlock(b ContentBlock) error {
+	idx := t.next
+	t.next++
+	start := b
+	var delta *BlockDelta
+	switch b.Type {
+	case BlockText:
+		start.Text, start.Citations = "", nil
+		if b.Text != "" {
+			delta = &BlockDelta{Type: DeltaText, Text: b.Text}
+		}
+	case BlockToolUse, BlockServerToolUse:
+		start.Input = json.RawMessage(`{}`)
+		if len(b.Input) > 0 {
+			delta = &BlockDelta{Type: DeltaInputJSON, PartialJSON: string(b.Input)}
+		}
+	case BlockThinking:
+		start.Thinking, start.Signature = "", ""
+		if b.Thinking != "" {
+			delta = &BlockDelta{Type: DeltaThinking, Thinking: b.Thinking}
+		}
+	}
+	if err := t.send(Event{Type: EventContentBlockStart, Index: idx, ContentBlock: &start}); err != nil {
+		return err
+	}
+	if delta != nil {
+		if err := t.send(Event{Type: EventContentBlockDelta, Index: idx, Delta: delta}); err != nil {
+			return err
+		}
+	}
+	if b.Type == BlockThinking && b.Signature != "" {
+		if err := t.send(Event{Type: EventContentBlockDelta, Index: idx, Delta: &BlockDelta{Type: DeltaSignature, Signature: b.Signature}}); err != nil {
+			return err
+		}
+	}
+	return t.send(Event{Type: EventContentBlockStop, Index: idx})
+}
+
+func (t *turn) isServerTool(name string) bool {
+	return t.plan.CodeExecution && (name == SubToolBash || name == SubToolTextEditor)
+}
+
+// execute runs one sub-tool call and sends its result block.
+func (t *turn) execute(ctx context.Context, call ToolCall) (*ToolResult, error) {
+	var r *ToolResult
+	if t.s.tools == nil {
+		r = ErrorResult(call.Name, CodeUnavailable, NotConfiguredMessage)
+	} else {
+		var err error
+		r, err = t.s.tools.Execute(ctx, call)
+		if err != nil {
+			return nil, fmt.Errorf("messages: %s: %w", call.Name, err)
+		}
+		t.codeRan = true
+	}
+	t.calls++
+	blockType := BlockBashResult
+	if call.Name == SubToolTextEditor {
+		blockType = BlockTextEditorResult
+	}
+	shown := *r
+	if t.plan.ToolType != ToolTypeCodeExecutionV1 {
+		shown.Detail = nil
+	}
+	if err := t.send(Event{Type: EventContentBlockStart, Index: t.next, ContentBlock: &ContentBlock{Type: blockType, ToolUseID: call.ID, Result: &shown}}); err != nil {
+		return nil, err
+	}
+	if err := t.send(Event{Type: EventContentBlockStop, Index: t.next}); err != nil {
+		return nil, err
+	}
+	t.next++
+	if t.opts.OnToolCall != nil {
+		t.opts.OnToolCall(ctx, call, r)
+	}
+	return r, nil
+}
+
+// ErrorResult returns the error result of a sub-tool call, with the detail
+// that the product's own tool type shows.
+func ErrorResult(subTool, code, explanation string) *ToolResult {
+	typ := ResultBashError
+	if subTool == SubToolTextEditor {
+		typ = ResultEditorError
+	}
+	return &ToolResult{Type: typ, ErrorCode: code, Detail: &ErrorDetail{Code: code, Explanation: explanation}}
+}
+
+// resolvePending runs the server calls that the last assistant message left
+// without results (it also called client tools) and appends their results
+// to it. Unanswered calls of older messages get an unavailable error.
+func (t *turn) resolvePending(ctx context.Context, history []Message) error {
+	last := -1
+	for i := range history {
+		if history[i].Role == RoleAssistant {
+			last = i
+		}
+	}
+	for i := range history {
+		if history[i].Role != RoleAssistant {
+			continue
+		}
+		answered := map[string]bool{}
+		for _, b := range history[i].Content {
+			if b.Type == BlockBashResult || b.Type == BlockTextEditorResult {
+				answered[b.ToolUseID] = true
+			}
+		}
+		var added []ContentBlock
+		for _, b := range history[i].Content {
+			if b.Type != BlockServerToolUse || answered[b.ID] {
+				continue
+			}
+			var r *ToolResult
+			if i == last && t.isServerTool(b.Name) {
+				var err error
+				r, err = t.execute(ctx, ToolCall{ID: b.ID, Name: b.Name, Input: b.Input, ContainerID: t.opts.ContainerID})
+				if err != nil {
+					return err
+				}
+			} else {
+				r = ErrorResult(b.Name, CodeUnavailable, "The call was not run.")
+			}
+			typ := BlockBashResult
+			if b.Name == SubToolTextEditor {
+				typ = BlockTextEditorResult
+			}
+			added = append(added, ContentBlock{Type: typ, ToolUseID: b.ID, Result: r})
+		}
+		history[i].Content = append(history[i].Content, added...)
+	}
+	return nil
+}
+
+func (t *turn) finish(stopReason string, stopSequence *string) error {
+	d := &MessageDelta{StopReason: stopReason, StopSequence: stopSequence}
+	if t.opts.Container != nil && (t.opts.ReportContainer || t.codeRan) {
+		c := *t.opts.Container
+		d.Container = &c
+	}
+	u := t.usage
+	if t.calls > 0 || t.plan.CodeExecution {
+		u.ServerToolUse = &ServerToolUse{CodeExecutionRequests: t.calls}
+	}
+	if err := t.send(Event{Type: EventMessageDelta, MessageDelta: d, Usage: &u}); err != nil {
+		return err
+	}
+	return t.send(Event{Type: EventMessageStop})
+}
+
+func (t *turn) toolDefinitions() []ToolDefinition {
+	var defs []ToolDefinition
+	if t.plan.CodeExecution {
+		defs = append(defs, SubToolDefinitions()...)
+	}
+	for _, tool := range t.req.Tools {
+		if isCodeExecutionType(tool.Type) {
+			continue
+		}
+		defs = append(defs, ToolDefinition{Name: tool.Name, Description: tool.Description, InputSchema: tool.InputSchema, Raw: tool.Raw})
+	}
+	return defs
+}
+
+// ErrorEvent returns the error event that ends a stream broken by err.
+func ErrorEvent(err error) Event {
+	_, body := ErrorStatus(err)
+	return Event{Type: EventError, Error: &body}
+}
+
+// ErrorStatus maps an error of Run to an HTTP status and the Anthropic error
+// body.
+func ErrorStatus(err error) (int, ErrorBody) {
+	var up *UpstreamError
+	switch {
+	case errors.Is(err, ErrUpstreamUnavailable):
+		return 503, ErrorBody{Type: "overloaded_error", Message: "The model upstream is unavailable."}
+	case errors.As(err, &up):
+		status := up.StatusCode
+		typ := up.Type
+		switch {
+		case status == 429:
+			typ = "rate_limit_error"
+		case status == 0 || status >= 500:
+			status = 502
+			if typ == "" {
+				typ = "api_error"
+			}
+		case status == 400 || status == 413 || status == 404:
+			typ = "invalid_request_error"
+		default:
+			status, typ = 502, "api_error"
+		}
+		return status, ErrorBody{Type: typ, Message: up.Message}
+	case fault.Is(err, fault.Invalid):
+		return 400, ErrorBody{Type: "invalid_request_error", Message: fault.MessageOf(err)}
+	case errors.Is(err, context.DeadlineExceeded):
+		return 504, ErrorBody{Type: "api_error", Message: "The request timed out."}
+	}
+	return 500, ErrorBody{Type: "api_error", Message: "Internal server error."}
+}
+
+func cloneMessages(in []Message) []Message {
+	out := make([]Message, len(in))
+	for i, m := range in {
+		out[i] = Message{Role: m.Role, Content: append([]ContentBlock(nil), m.Content...)}
+	}
+	return out
+}

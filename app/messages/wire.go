@@ -1,0 +1,701 @@
+package messages
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// Roles of a message.
+const (
+	RoleUser      = "user"
+	RoleAssistant = "assistant"
+)
+
+// Stop reasons of a turn.
+const (
+	StopEndTurn   = "end_turn"
+	StopToolUse   = "tool_use"
+	StopMaxTokens = "max_tokens"
+	StopSequence  = "stop_sequence"
+	StopPauseTurn = "pause_turn"
+	StopRefusal   = "refusal"
+)
+
+// Content block types this package understands. Any other type is kept as
+// raw JSON and passed on untouched.
+const (
+	BlockText                 = "text"
+	BlockThinking             = "thinking"
+	BlockRedactedThinking     = "redacted_thinking"
+	BlockToolUse              = "tool_use"
+	BlockToolResult           = "tool_result"
+	BlockServerToolUse        = "server_tool_use"
+	BlockBashResult           = "bash_code_execution_tool_result"
+	BlockTextEditorResult     = "text_editor_code_execution_tool_result"
+	BlockContainerUpload      = "container_upload"
+	BlockImage                = "image"
+	BlockDocument             = "document"
+	ResultBash                = "bash_code_execution_result"
+	ResultBashError           = "bash_code_execution_tool_result_error"
+	ResultBashOutput          = "bash_code_execution_output"
+	ResultEditorView          = "text_editor_code_execution_view_result"
+	ResultEditorCreate        = "text_editor_code_execution_create_result"
+	ResultEditorStrReplace    = "text_editor_code_execution_str_replace_result"
+	ResultEditorError         = "text_editor_code_execution_tool_result_error"
+	SubToolBash               = "bash_code_execution"
+	SubToolTextEditor         = "text_editor_code_execution"
+	ToolTypeCodeExecutionV1   = "code_execution_v1"
+	ToolTypeCodeExecution2508 = "code_execution_20250825"
+	ToolTypeCodeExecution2601 = "code_execution_20260120"
+	ToolTypeCodeExecution2605 = "code_execution_20260521"
+	ToolTypeSandboxV1         = "sandbox_v1"
+)
+
+// Error codes of sub-tool error blocks (CONTRACT §3).
+const (
+	CodeUnavailable           = "unavailable"
+	CodeExecutionTimeExceeded = "execution_time_exceeded"
+	CodeInvalidToolInput      = "invalid_tool_input"
+	CodeTooManyRequests       = "too_many_requests"
+	CodeOutputFileTooLarge    = "output_file_too_large"
+	CodeFileNotFound          = "file_not_found"
+)
+
+// Request is the body of POST /v1/messages. Fields the product does not
+// interpret are kept in Extra and passed on to the model.
+type Request struct {
+	Model         string          `json:"model"`
+	MaxTokens     int             `json:"max_tokens"`
+	Messages      []Message       `json:"messages"`
+	System        json.RawMessage `json:"system,omitempty"` // a string or an array of text blocks
+	Tools         []Tool          `json:"tools,omitempty"`
+	ToolChoice    json.RawMessage `json:"tool_choice,omitempty"`
+	Stream        bool            `json:"stream,omitempty"`
+	Container     *ContainerParam `json:"container,omitempty"`
+	Temperature   *float64        `json:"temperature,omitempty"`
+	TopP          *float64        `json:"top_p,omitempty"`
+	TopK          *int            `json:"top_k,omitempty"`
+	StopSequences []string        `json:"stop_sequences,omitempty"`
+	Metadata      json.RawMessage `json:"metadata,omitempty"`
+	Thinking      json.RawMessage `json:"thinking,omitempty"`
+	// Extra holds every other top-level field, passed on to Anthropic
+	// upstreams as is.
+	Extra map[string]json.RawMessage `json:"-"`
+}
+
+var requestFields = map[string]bool{
+	"model": true, "max_tokens": true, "messages": true, "system": true, "tools": true,
+	"tool_choice": true, "stream": true, "container": true, "temperature": true, "top_p": true,
+	"top_k": true, "stop_sequences": true, "metadata": true, "thinking": true,
+}
+
+// UnmarshalJSON decodes a request, keeping unknown fields in Extra.
+func (r *Request) UnmarshalJSON(data []byte) error {
+	type plain Request
+	var p plain
+	if err := json.Unmarshal(data, &p); err != nil {
+		return err
+	}
+	var all map[string]json.RawMessage
+	if err := json.Unmarshal(data, &all); err != nil {
+		return err
+	}
+	for k, v := range all {
+		if !requestFields[k] {
+			if p.Extra == nil {
+				p.Extra = map[string]json.RawMessage{}
+			}
+			p.Extra[k] = v
+		}
+	}
+	*r = Request(p)
+	return nil
+}
+
+// MarshalJSON encodes a request with its Extra fields.
+func (r Request) MarshalJSON() ([]byte, error) {
+	type plain Request
+	b, err := json.Marshal(plain(r))
+	if err != nil || len(r.Extra) == 0 {
+		return b, err
+	}
+	var all map[string]json.RawMessage
+	if err := json.Unmarshal(b, &all); err != nil {
+		return nil, err
+	}
+	for k, v := range r.Extra {
+		if _, known := all[k]; !known {
+			all[k] = v
+		}
+	}
+	return json.Marshal(all)
+}
+
+// ContainerParam is the request's container: a string id or an object with
+// an optional id and skills.
+type ContainerParam struct {
+	ID     string       `json:"id,omitempty"`
+	Skills []SkillParam `json:"skills,omitempty"`
+}
+
+// SkillParam names a skill to load into the container.
+type SkillParam struct {
+	Type    string `json:"type"`
+	SkillID string `json:"skill_id"`
+	Version string `json:"version,omitempty"`
+}
+
+// UnmarshalJSON accepts a string id or an object.
+func (c *ContainerParam) UnmarshalJSON(data []byte) error {
+	data = bytes.TrimSpace(data)
+	if len(data) > 0 && data[0] == '"' {
+		return json.Unmarshal(data, &c.ID)
+	}
+	type plain ContainerParam
+	var p plain
+	if err := json.Unmarshal(data, &p); err != nil {
+		return err
+	}
+	*c = ContainerParam(p)
+	return nil
+}
+
+// Message is one turn of the conversation. Content is a string or an array
+// of blocks on the wire; it is always decoded into blocks.
+type Message struct {
+	Role    string         `json:"role"`
+	Content []ContentBlock `json:"content"`
+}
+
+// UnmarshalJSON accepts string content as a single text block.
+func (m *Message) UnmarshalJSON(data []byte) error {
+	var aux struct {
+		Role    string          `json:"role"`
+		Content json.RawMessage `json:"content"`
+	}
+	if err := json.Unmarshal(data, &aux); err != nil {
+		return err
+	}
+	m.Role = aux.Role
+	m.Content = nil
+	c := bytes.TrimSpace(aux.Content)
+	switch {
+	case len(c) == 0 || string(c) == "null":
+	case c[0] == '"':
+		var s string
+		if err := json.Unmarshal(c, &s); err != nil {
+			return err
+		}
+		m.Content = []ContentBlock{{Type: BlockText, Text: s}}
+	default:
+		if err := json.Unmarshal(c, &m.Content); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Tool is one entry of the request's tools: a client tool (name,
+// description, input_schema) or a typed server tool (type, name).
+type Tool struct {
+	Type        string          `json:"type,omitempty"`
+	Name        string          `json:"name"`
+	Description string          `json:"description,omitempty"`
+	InputSchema json.RawMessage `json:"input_schema,omitempty"`
+	// Raw is the tool exactly as the client sent it.
+	Raw json.RawMessage `json:"-"`
+}
+
+// UnmarshalJSON keeps the raw tool beside the decoded fields.
+func (t *Tool) UnmarshalJSON(data []byte) error {
+	type plain Tool
+	var p plain
+	if err := json.Unmarshal(data, &p); err != nil {
+		return err
+	}
+	*t = Tool(p)
+	t.Raw = append(json.RawMessage(nil), data...)
+	return nil
+}
+
+// MarshalJSON writes the raw tool when there is one.
+func (t Tool) MarshalJSON() ([]byte, error) {
+	if len(t.Raw) > 0 {
+		return t.Raw, nil
+	}
+	type plain Tool
+	return json.Marshal(plain(t))
+}
+
+// ContentBlock is one block of a message. Only the fields of its Type are
+// meaningful; blocks of unknown types keep their JSON in Raw.
+type ContentBlock struct {
+	Type string
+
+	Text      string          // text
+	Citations json.RawMessage // text, optional
+
+	Thinking  string // thinking
+	Signature string // thinking
+	Data      string // redacted_thinking
+
+	ID    string          // tool_use, server_tool_use
+	Name  string          // tool_use, server_tool_use
+	Input json.RawMessage // tool_use, server_tool_use
+
+	ToolUseID string          // tool_result, *_tool_result
+	Content   json.RawMessage // tool_result: string or blocks
+	IsError   bool            // tool_result
+	Result    *ToolResult     // bash/text-editor result blocks
+
+	FileID string // container_upload
+
+	// Raw is the block as received, used for types not listed above and
+	// re-emitted unchanged.
+	Raw json.RawMessage
+}
+
+// MarshalJSON writes the block in the shape of its type.
+func (b ContentBlock) MarshalJSON() ([]byte, error) {
+	switch b.Type {
+	case BlockText:
+		return json.Marshal(struct {
+			Type      string          `json:"type"`
+			Text      string          `json:"text"`
+			Citations json.RawMessage `json:"citations,omitempty"`
+		}{b.Type, b.Text, b.Citations})
+	case BlockThinking:
+		return json.Marshal(struct {
+			Type      string `json:"type"`
+			Thinking  string `json:"thinking"`
+			Signature string `json:"signature"`
+		}{b.Type, b.Thinking, b.Signature})
+	case BlockRedactedThinking:
+		return json.Marshal(struct {
+			Type string `json:"type"`
+			Data string `json:"data"`
+		}{b.Type, b.Data})
+	case BlockToolUse, BlockServerToolUse:
+		in := b.Input
+		if len(bytes.TrimSpace(in)) == 0 {
+			in = json.RawMessage(`{}`)
+		}
+		return json.Marshal(struct {
+			Type  string          `json:"type"`
+			ID    string          `json:"id"`
+			Name  string          `json:"name"`
+			Input json.RawMessage `json:"input"`
+		}{b.Type, b.ID, b.Name, in})
+	case BlockToolResult:
+		return json.Marshal(struct {
+			Type      string          `json:"type"`
+			ToolUseID string          `json:"tool_use_id"`
+			Content   json.RawMessage `json:"content,omitempty"`
+			IsError   bool            `json:"is_error,omitempty"`
+		}{b.Type, b.ToolUseID, b.Content, b.IsError})
+	case BlockBashResult, BlockTextEditorResult:
+		if b.Result == nil {
+			return nil, fmt.Errorf("messages: %s block without result", b.Type)
+		}
+		return json.Marshal(struct {
+			Type      string      `json:"type"`
+			ToolUseID string      `json:"tool_use_id"`
+			Content   *ToolResult `json:"content"`
+		}{b.Type, b.ToolUseID, b.Result})
+	case BlockContainerUpload:
+		return json.Marshal(struct {
+			Type   string `json:"type"`
+			FileID string `json:"file_id"`
+		}{b.Type, b.FileID})
+	}
+	if len(b.Raw) > 0 {
+		return b.Raw, nil
+	}
+	return json.Marshal(struct {
+		Type string `json:"type"`
+	}{b.Type})
+}
+
+// UnmarshalJSON decodes a block of any type.
+func (b *ContentBlock) UnmarshalJSON(data []byte) error {
+	var aux struct {
+		Type      string          `json:"type"`
+		Text      string          `json:"text"`
+		Citations json.RawMessage `json:"citations"`
+		Thinking  string          `json:"thinking"`
+		Signature string          `json:"signature"`
+		Data      string          `json:"data"`
+		ID        string          `json:"id"`
+		Name      string          `json:"name"`
+		Input     json.RawMessage `json:"input"`
+		ToolUseID string          `json:"tool_use_id"`
+		Content   json.RawMessage `json:"content"`
+		IsError   bool            `json:"is_error"`
+		FileID    string          `json:"file_id"`
+	}
+	if err := json.Unmarshal(data, &aux); err != nil {
+		return err
+	}
+	if aux.Type == "" {
+		return fmt.Errorf("messages: content block without type")
+	}
+	*b = ContentBlock{
+		Type: aux.Type, Text: aux.Text, Thinking: aux.Thinking, Signature: aux.Signature, Data: aux.Data,
+		ID: aux.ID, Name: aux.Name, ToolUseID: aux.ToolUseID, IsError: aux.IsError, FileID: aux.FileID,
+		Raw: append(json.RawMessage(nil), data...),
+	}
+	if len(aux.Citations) > 0 && string(aux.Citations) != "null" {
+		b.Citations = aux.Citations
+	}
+	if len(aux.Input) > 0 && string(aux.Input) != "null" {
+		b.Input = aux.Input
+	}
+	switch aux.Type {
+	case BlockBashResult, BlockTextEditorResult:
+		var r ToolResult
+		if err := json.Unmarshal(aux.Content, &r); err != nil {
+			return fmt.Errorf("messages: %s content: %w", aux.Type, err)
+		}
+		b.Result = &r
+	default:
+		if len(aux.Content) > 0 && string(aux.Content) != "null" {
+			b.Content = aux.Content
+		}
+	}
+	return nil
+}
+
+// OutputFile is an entry of a bash result's content: a file the command left
+// in $OUTPUT_DIR.
+type OutputFile struct {
+	Type   string `json:"type"`
+	FileID string `json:"file_id"`
+}
+
+// ErrorDetail is this product's extension of error blocks.
+type ErrorDetail struct {
+	Code        string `json:"code"`
+	Explanation string `json:"explanation"`
+}
+
+// ToolResult is the content of a bash or text-editor result block. Only the
+// fields of its Type are written.
+type ToolResult struct {
+	Type string
+
+	// bash_code_execution_result
+	Stdout     string
+	Stderr     string
+	ReturnCode int
+	Files      []OutputFile
+
+	// text_editor_code_execution_view_result
+	FileType    string
+	FileContent string
+	NumLines    int
+	StartLine   int
+	TotalLines  int
+
+	// text_editor_code_execution_create_result
+	IsFileUpdate bool
+
+	// text_editor_code_execution_str_replace_result
+	OldStart int
+	OldLines int
+	NewStart int
+	NewLines int
+	Lines    []string
+
+	// *_tool_result_error
+	ErrorCode string
+	Detail    *ErrorDetail
+}
+
+// IsError reports whether the result is an error block.
+func (r *ToolResult) IsError() bool {
+	return r.Type == ResultBashError || r.Type == ResultEditorError
+}
+
+// MarshalJSON writes the result in the shape of its type.
+func (r ToolResult) MarshalJSON() ([]byte, error) {
+	switch r.Type {
+	case ResultBash:
+		files := r.Files
+		if files == nil {
+			files = []OutputFile{}
+		}
+		return json.Marshal(struct {
+			Type       string       `json:"type"`
+			Stdout     string       `json:"stdout"`
+			Stderr     string       `json:"stderr"`
+			ReturnCode int          `json:"return_code"`
+			Content    []OutputFile `json:"content"`
+		}{r.Type, r.Stdout, r.Stderr, r.ReturnCode, files})
+	case ResultEditorView:
+		return json.Marshal(struct {
+			Type       string `json:"type"`
+			FileType   string `json:"file_type"`
+			Content    string `json:"content"`
+			NumLines   int    `json:"num_lines"`
+			StartLine  int    `json:"start_line"`
+			TotalLines int    `json:"total_lines"`
+		}{r.Type, r.FileType, r.FileContent, r.NumLines, r.StartLine, r.TotalLines})
+	case ResultEditorCreate:
+		return json.Marshal(struct {
+			Type         string `json:"type"`
+			IsFileUpdate bool   `json:"is_file_update"`
+		}{r.Type, r.IsFileUpdate})
+	case ResultEditorStrReplace:
+		lines := r.Lines
+		if lines == nil {
+			lines = []string{}
+		}
+		return json.Marshal(struct {
+			Type     string   `json:"type"`
+			OldStart int      `json:"old_start"`
+			OldLines int      `json:"old_lines"`
+			NewStart int      `json:"new_start"`
+			NewLines int      `json:"new_lines"`
+			Lines    []string `json:"lines"`
+		}{r.Type, r.OldStart, r.OldLines, r.NewStart, r.NewLines, lines})
+	case ResultBashError, ResultEditorError:
+		return json.Marshal(struct {
+			Type      string       `json:"type"`
+			ErrorCode string       `json:"error_code"`
+			Detail    *ErrorDetail `json:"detail,omitempty"`
+		}{r.Type, r.ErrorCode, r.Detail})
+	}
+	return nil, fmt.Errorf("messages: unknown tool result type %q", r.Type)
+}
+
+// UnmarshalJSON decodes a result of any known type.
+func (r *ToolResult) UnmarshalJSON(data []byte) error {
+	var aux struct {
+		Type         string          `json:"type"`
+		Stdout       string          `json:"stdout"`
+		Stderr       string          `json:"stderr"`
+		ReturnCode   int             `json:"return_code"`
+		Content      json.RawMessage `json:"content"`
+		FileType     string          `json:"file_type"`
+		NumLines     int             `json:"num_lines"`
+		StartLine    int             `json:"start_line"`
+		TotalLines   int             `json:"total_lines"`
+		IsFileUpdate bool            `json:"is_file_update"`
+		OldStart     int             `json:"old_start"`
+		OldLines     int             `json:"old_lines"`
+		NewStart     int             `json:"new_start"`
+		NewLines     int             `json:"new_lines"`
+		Lines        []string        `json:"lines"`
+		ErrorCode    string          `json:"error_code"`
+		Detail       *ErrorDetail    `json:"detail"`
+	}
+	if err := json.Unmarshal(data, &aux); err != nil {
+		return err
+	}
+	*r = ToolResult{
+		Type: aux.Type, Stdout: aux.Stdout, Stderr: aux.Stderr, ReturnCode: aux.ReturnCode,
+		FileType: aux.FileType, NumLines: aux.NumLines, StartLine: aux.StartLine, TotalLines: aux.TotalLines,
+		IsFileUpdate: aux.IsFileUpdate, OldStart: aux.OldStart, OldLines: aux.OldLines,
+		NewStart: aux.NewStart, NewLines: aux.NewLines, Lines: aux.Lines,
+		ErrorCode: aux.ErrorCode, Detail: aux.Detail,
+	}
+	c := bytes.TrimSpace(aux.Content)
+	switch {
+	case len(c) == 0 || string(c) == "null":
+	case c[0] == '"':
+		return json.Unmarshal(c, &r.FileContent)
+	case c[0] == '[':
+		return json.Unmarshal(c, &r.Files)
+	}
+	return nil
+}
+
+// Usage counts tokens and server tool calls of a response.
+type Usage struct {
+	InputTokens              int            `json:"input_tokens"`
+	OutputTokens             int            `json:"output_tokens"`
+	CacheCreationInputTokens int            `json:"cache_creation_input_tokens"`
+	CacheReadInputTokens     int            `json:"cache_read_input_tokens"`
+	ServerToolUse            *ServerToolUse `json:"server_tool_use,omitempty"`
+}
+
+// ServerToolUse counts server tool calls.
+type ServerToolUse struct {
+	CodeExecutionRequests int `json:"code_execution_requests"`
+}
+
+// Container is the container a response ran in.
+type Container struct {
+	ID        string    `json:"id"`
+	ExpiresAt time.Time `json:"expires_at"`
+}
+
+// Response is a complete Messages API response.
+type Response struct {
+	ID           string         `json:"id"`
+	Type         string         `json:"type"` // "message"
+	Role         string         `json:"role"`
+	Model        string         `json:"model"`
+	Content      []ContentBlock `json:"content"`
+	StopReason   string         `json:"stop_reason"`
+	StopSequence *string        `json:"stop_sequence"`
+	Usage        Usage          `json:"usage"`
+	Container    *Container     `json:"container,omitempty"`
+}
+
+// Event types of a stream.
+const (
+	EventMessageStart      = "message_start"
+	EventContentBlockStart = "content_block_start"
+	EventContentBlockDelta = "content_block_delta"
+	EventContentBlockStop  = "content_block_stop"
+	EventMessageDelta      = "message_delta"
+	EventMessageStop       = "message_stop"
+	EventPing              = "ping"
+	EventError             = "error"
+)
+
+// Delta types of content_block_delta events.
+const (
+	DeltaText      = "text_delta"
+	DeltaInputJSON = "input_json_delta"
+	DeltaThinking  = "thinking_delta"
+	DeltaSignature = "signature_delta"
+	DeltaCitations = "citations_delta"
+)
+
+// Event is one event of a response stream; its Type says which fields are
+// set. The SSE event name is Type.
+type Event struct {
+	Type         string
+	Message      *Response     // message_start
+	Index        int           // content_block_*
+	ContentBlock *ContentBlock // content_block_start
+	Delta        *BlockDelta   // content_block_delta
+	MessageDelta *MessageDelta // message_delta
+	Usage        *Usage        // message_delta
+	Error        *ErrorBody    // error
+}
+
+// BlockDelta is the delta of a content_block_delta event.
+type BlockDelta struct {
+	Type        string          `json:"type"`
+	Text        string          `json:"text,omitempty"`
+	PartialJSON string          `json:"partial_json,omitempty"`
+	Thinking    string          `json:"thinking,omitempty"`
+	Signature   string          `json:"signature,omitempty"`
+	Citation    json.RawMessage `json:"citation,omitempty"`
+}
+
+// MarshalJSON always writes the field that carries the delta's payload.
+func (d BlockDelta) MarshalJSON() ([]byte, error) {
+	switch d.Type {
+	case DeltaText:
+		return json.Marshal(struct {
+			Type string `json:"type"`
+			Text string `json:"text"`
+		}{d.Type, d.Text})
+	case DeltaInputJSON:
+		return json.Marshal(struct {
+			Type        string `json:"type"`
+			PartialJSON string `json:"partial_json"`
+		}{d.Type, d.PartialJSON})
+	case DeltaThinking:
+		return json.Marshal(struct {
+			Type     string `json:"type"`
+			Thinking string `json:"thinking"`
+		}{d.Type, d.Thinking})
+	case DeltaSignature:
+		return json.Marshal(struct {
+			Type      string `json:"type"`
+			Signature string `json:"signature"`
+		}{d.Type, d.Signature})
+	}
+	type plain BlockDelta
+	return json.Marshal(plain(d))
+}
+
+// MessageDelta is the delta of a message_delta event.
+type MessageDelta struct {
+	StopReason   string     `json:"stop_reason"`
+	StopSequence *string    `json:"stop_sequence"`
+	Container    *Container `json:"container"`
+}
+
+// ErrorBody is the error of an error event and of the error envelope.
+type ErrorBody struct {
+	Type    string `json:"type"`
+	Message string `json:"message"`
+}
+
+// MarshalJSON writes the event's data payload.
+func (e Event) MarshalJSON() ([]byte, error) {
+	switch e.Type {
+	case EventMessageStart:
+		return json.Marshal(struct {
+			Type    string    `json:"type"`
+			Message *Response `json:"message"`
+		}{e.Type, e.Message})
+	case EventContentBlockStart:
+		return json.Marshal(struct {
+			Type         string        `json:"type"`
+			Index        int           `json:"index"`
+			ContentBlock *ContentBlock `json:"content_block"`
+		}{e.Type, e.Index, e.ContentBlock})
+	case EventContentBlockDelta:
+		return json.Marshal(struct {
+			Type  string      `json:"type"`
+			Index int         `json:"index"`
+			Delta *BlockDelta `json:"delta"`
+		}{e.Type, e.Index, e.Delta})
+	case EventContentBlockStop:
+		return json.Marshal(struct {
+			Type  string `json:"type"`
+			Index int    `json:"index"`
+		}{e.Type, e.Index})
+	case EventMessageDelta:
+		return json.Marshal(struct {
+			Type  string        `json:"type"`
+			Delta *MessageDelta `json:"delta"`
+			Usage *Usage        `json:"usage"`
+		}{e.Type, e.MessageDelta, e.Usage})
+	case EventError:
+		return json.Marshal(struct {
+			Type  string     `json:"type"`
+			Error *ErrorBody `json:"error"`
+		}{e.Type, e.Error})
+	}
+	return json.Marshal(struct {
+		Type string `json:"type"`
+	}{e.Type})
+}
+
+// UnmarshalJSON decodes an event's data payload.
+func (e *Event) UnmarshalJSON(data []byte) error {
+	var aux struct {
+		Type         string          `json:"type"`
+		Message      *Response       `json:"message"`
+		Index        int             `json:"index"`
+		ContentBlock *ContentBlock   `json:"content_block"`
+		Delta        json.RawMessage `json:"delta"`
+		Usage        *Usage          `json:"usage"`
+		Error        *ErrorBody      `json:"error"`
+	}
+	if err := json.Unmarshal(data, &aux); err != nil {
+		return err
+	}
+	*e = Event{Type: aux.Type, Message: aux.Message, Index: aux.Index, ContentBlock: aux.ContentBlock, Usage: aux.Usage, Error: aux.Error}
+	if len(aux.Delta) > 0 && string(aux.Delta) != "null" {
+		switch aux.Type {
+		case EventContentBlockDelta:
+			e.Delta = &BlockDelta{}
+			return json.Unmarshal(aux.Delta, e.Delta)
+		case EventMessageDelta:
+			e.MessageDelta = &MessageDelta{}
+			return json.Unmarshal(aux.Delta, e.MessageDelta)
+		}
+	}
+	return nil
+}
