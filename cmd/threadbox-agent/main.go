@@ -1,0 +1,185 @@
+// Command threadbox-agent is the init process of a threadbox sandbox. The host
+// starts it as PID 1 of a container (or as the child of bubblewrap) and talks
+// to it over its stdin and stdout with the framed protocol of
+// threadbox/infra/agent/protocol: it runs commands, streams their output,
+// enforces timeouts and output caps, collects $OUTPUT_DIR files and reaps
+// every orphaned process reparented to it. Stdout carries protocol frames
+// only; the agent's own logs go to stderr.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// config holds the agent's settings. Every path is a path inside the
+// sandbox; tests point them at temporary folders.
+type config struct {
+	workspace string        // default working directory
+	outputs   string        // where $OUTPUT_DIR files are moved
+	tmpRoot   string        // parent of the per-command $OUTPUT_DIR folders
+	oomEvents string        // the memory cgroup's memory.events file
+	grace     time.Duration // SIGTERM to SIGKILL delay on timeout
+	drain     time.Duration // how long to wait for output pipes after exit
+	logLevel  slog.Level
+}
+
+// envPrefix starts every environment variable that configures the agent;
+// such variables are not passed on to commands.
+const envPrefix = "THREADBOX_AGENT_"
+
+// parseConfig reads flags, falling back to THREADBOX_AGENT_* variables and
+// then to the sandbox defaults.
+func parseConfig(args []string, getenv func(string) string) (config, error) {
+	def := func(key, fallback string) string {
+		if v := getenv(envPrefix + key); v != "" {
+			return v
+		}
+		return fallback
+	}
+	fs := flag.NewFlagSet("threadbox-agent", flag.ContinueOnError)
+	var cfg config
+	fs.StringVar(&cfg.workspace, "workspace", def("WORKSPACE", "/home/agent/workspace"), "default working directory (env THREADBOX_AGENT_WORKSPACE)")
+	fs.StringVar(&cfg.outputs, "outputs", def("OUTPUTS", "/mnt/user-data/outputs"), "folder receiving $OUTPUT_DIR files (env THREADBOX_AGENT_OUTPUTS)")
+	fs.StringVar(&cfg.tmpRoot, "tmp", def("TMP", "/tmp/outputs"), "parent of per-command $OUTPUT_DIR folders (env THREADBOX_AGENT_TMP)")
+	fs.StringVar(&cfg.oomEvents, "oom-events", def("OOM_EVENTS", "/sys/fs/cgroup/memory.events"), "memory cgroup events file for OOM hints (env THREADBOX_AGENT_OOM_EVENTS)")
+	grace := fs.String("grace", def("GRACE", "2s"), "delay between SIGTERM and SIGKILL on timeout (env THREADBOX_AGENT_GRACE)")
+	drain := fs.String("drain", def("DRAIN", "1s"), "how long to wait for output after a command exits (env THREADBOX_AGENT_DRAIN)")
+	level := fs.String("log-level", def("LOG_LEVEL", "info"), "log level: debug, info, warn, error (env THREADBOX_AGENT_LOG_LEVEL)")
+	if err := fs.Parse(args); err != nil {
+		return config{}, fmt.Errorf("agent: flags: %w", err)
+	}
+	var err error
+	if cfg.grace, err = time.ParseDuration(*grace); err != nil || cfg.grace < 0 {
+		return config{}, fmt.Errorf("agent: bad grace %q", *grace)
+	}
+	if cfg.drain, err = time.ParseDuration(*drain); err != nil || cfg.drain < 0 {
+		return config{}, fmt.Errorf("agent: bad drain %q", *drain)
+	}
+	if err := cfg.logLevel.UnmarshalText([]byte(*level)); err != nil {
+		return config{}, fmt.Errorf("agent: bad log level %q: %w", *level, err)
+	}
+	return cfg, nil
+}
+
+func main() {
+	cfg, err := parseConfig(os.Args[1:], os.Getenv)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: cfg.logLevel}))
+	in, out, err := takeStdio()
+	if err != nil {
+		log.Error("agent: take stdio", "err", err)
+		os.Exit(1)
+	}
+	os.Exit(run(cfg, in, out, log))
+}
+
+// run serves the protocol until the host closes the connection or the
+// agent is told to stop, then kills every command left.
+func run(cfg config, in io.Reader, out io.Writer, log *slog.Logger) int {
+	// Orphans of commands are reparented to the agent even when it is not
+	// PID 1 (as under bubblewrap or in tests), so that it reaps them.
+	if err := setChildSubreaper(); err != nil {
+		log.Warn("agent: cannot become a child subreaper", "err", err)
+	}
+	if err := os.MkdirAll(cfg.workspace, 0o755); err != nil {
+		log.Warn("agent: workspace", "err", err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	rp := newReaper(log)
+	go rp.loop(ctx)
+
+	srv := newServer(cfg, out, rp, environ(os.Environ()), log)
+	term := make(chan os.Signal, 1)
+	signal.Notify(term, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	done := make(chan error, 1)
+	go func() { done <- srv.serve(in) }()
+	log.Debug("agent: serving", "pid", os.Getpid())
+	code := 0
+	select {
+	case err := <-done:
+		if err != nil {
+			log.Error("agent: connection", "err", err)
+			code = 1
+		}
+	case sig := <-term:
+		log.Info("agent: stopping", "signal", sig)
+	}
+	srv.killAll()
+	return code
+}
+
+// environ returns the environment passed on to commands: the agent's own
+// without its configuration variables, with a PATH when none is set.
+func environ(env []string) []string {
+	out := make([]string, 0, len(env)+1)
+	hasPath := false
+	for _, kv := range env {
+		if strings.HasPrefix(kv, envPrefix) {
+			continue
+		}
+		if strings.HasPrefix(kv, "PATH=") {
+			hasPath = true
+		}
+		out = append(out, kv)
+	}
+	if !hasPath {
+		out = append(out, "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+	}
+	return out
+}
+
+// takeStdio moves the protocol's stdin and stdout to private descriptors and
+// points fds 0 and 1 at /dev/null and stderr, so that a stray write to
+// stdout can never corrupt the frame stream.
+func takeStdio() (in, out *os.File, err error) {
+	inFD, err := dupCloexec(0)
+	if err != nil {
+		return nil, nil, fmt.Errorf("agent: dup stdin: %w", err)
+	}
+	outFD, err := dupCloexec(1)
+	if err != nil {
+		return nil, nil, fmt.Errorf("agent: dup stdout: %w", err)
+	}
+	null, err := os.Open(os.DevNull)
+	if err != nil {
+		return nil, nil, fmt.Errorf("agent: open null: %w", err)
+	}
+	defer null.Close()
+	if err := syscall.Dup3(int(null.Fd()), 0, 0); err != nil {
+		return nil, nil, fmt.Errorf("agent: redirect stdin: %w", err)
+	}
+	if err := syscall.Dup3(2, 1, 0); err != nil {
+		return nil, nil, fmt.Errorf("agent: redirect stdout: %w", err)
+	}
+	return os.NewFile(uintptr(inFD), "protocol-in"), os.NewFile(uintptr(outFD), "protocol-out"), nil
+}
+
+func dupCloexec(fd int) (int, error) {
+	n, _, errno := syscall.Syscall(syscall.SYS_FCNTL, uintptr(fd), syscall.F_DUPFD_CLOEXEC, 3)
+	if errno != 0 {
+		return -1, errno
+	}
+	return int(n), nil
+}
+
+// setChildSubreaper marks the agent as the reaper of its descendants' orphans.
+func setChildSubreaper() error {
+	const prSetChildSubreaper = 36
+	if _, _, errno := syscall.RawSyscall(syscall.SYS_PRCTL, prSetChildSubreaper, 1, 0); errno != 0 {
+		return errno
+	}
+	return nil
+}

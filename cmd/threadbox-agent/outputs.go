@@ -1,0 +1,102 @@
+package main
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// moveOutputs moves the top-level regular files of src into dst, replacing
+// files of the same name, and returns their new paths. Folders, symlinks
+// and special files stay behind (and are removed with src). It moves what
+// it can and reports the files it could not move.
+func moveOutputs(src, dst string) ([]string, error) {
+	entries, err := os.ReadDir(src)
+	if err != nil {
+		return nil, fmt.Errorf("outputs: read %s: %w", src, err)
+	}
+	var moved []string
+	var errs []error
+	for _, e := range entries {
+		if !e.Type().IsRegular() {
+			continue
+		}
+		if len(moved) == 0 && len(errs) == 0 {
+			if err := os.MkdirAll(dst, 0o755); err != nil {
+				return nil, fmt.Errorf("outputs: %w", err)
+			}
+		}
+		from, to := filepath.Join(src, e.Name()), filepath.Join(dst, e.Name())
+		if err := moveFile(from, to); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		moved = append(moved, to)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return moved, fmt.Errorf("outputs: %w", err)
+	}
+	return moved, nil
+}
+
+// moveFile renames from to to, copying when they are on different file
+// systems (the outputs folder is usually a bind mount).
+func moveFile(from, to string) error {
+	err := os.Rename(from, to)
+	if err == nil || !errors.Is(err, syscall.EXDEV) {
+		return err
+	}
+	in, err := os.OpenFile(from, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	info, err := in.Stat()
+	if err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(to), ".tmp-"+filepath.Base(to)+"-")
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(tmp, in); err != nil {
+		_ = tmp.Close()
+		_ = os.Remove(tmp.Name())
+		return err
+	}
+	_ = tmp.Chmod(info.Mode().Perm())
+	if err := tmp.Close(); err != nil {
+		_ = os.Remove(tmp.Name())
+		return err
+	}
+	if err := os.Rename(tmp.Name(), to); err != nil {
+		_ = os.Remove(tmp.Name())
+		return err
+	}
+	return os.Remove(from)
+}
+
+// readOOMKills returns the oom_kill counter of a cgroup v2 memory.events
+// file, and false when it cannot be read.
+func readOOMKills(path string) (int64, bool) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, false
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		k, v, ok := strings.Cut(sc.Text(), " ")
+		if ok && k == "oom_kill" {
+			n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			return n, err == nil
+		}
+	}
+	return 0, false
+}

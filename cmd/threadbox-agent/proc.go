@@ -1,0 +1,442 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/creack/pty"
+
+	"threadbox/infra/agent/protocol"
+)
+
+// proc is one running command. Its pid is also its process group id: plain
+// commands start with Setpgid, terminal ones with Setsid.
+type proc struct {
+	s      *server
+	id     uint32
+	req    protocol.Exec
+	cap    int
+	pid    int
+	status <-chan syscall.WaitStatus
+	begun  time.Time
+
+	tty    *os.File    // terminal master, nil without a terminal
+	stdout *os.File    // read ends of the output pipes, nil with a terminal
+	stderr *os.File    //
+	stdin  *stdinQueue // nil when stdin is /dev/null
+	outDir string      // the command's $OUTPUT_DIR, "" when not asked for
+
+	oomBefore int64
+	oomKnown  bool
+
+	mu       sync.Mutex
+	exited   bool
+	timedOut bool
+}
+
+// startProc starts the command of req and registers it with the reaper.
+func startProc(s *server, id uint32, req protocol.Exec) (p *proc, err error) {
+	if len(req.Args) == 0 {
+		return nil, errors.New("exec: empty argv")
+	}
+	p = &proc{s: s, id: id, req: req, cap: req.MaxOutput}
+	if p.cap <= 0 {
+		p.cap = protocol.DefaultMaxOutput
+	}
+	dir := req.Dir
+	if dir == "" {
+		dir = s.cfg.workspace
+	} else if !filepath.IsAbs(dir) {
+		dir = filepath.Join(s.cfg.workspace, dir)
+	}
+	env := append(slices.Clone(s.env), req.Env...)
+	if req.OutputDir {
+		if err := os.MkdirAll(s.cfg.tmpRoot, 0o755); err != nil {
+			return nil, fmt.Errorf("exec: output dir: %w", err)
+		}
+		d, err := os.MkdirTemp(s.cfg.tmpRoot, fmt.Sprintf("%d-", id))
+		if err != nil {
+			return nil, fmt.Errorf("exec: output dir: %w", err)
+		}
+		p.outDir = d
+		env = append(env, "OUTPUT_DIR="+d)
+		defer func() {
+			if err != nil {
+				_ = os.RemoveAll(d)
+			}
+		}()
+	}
+	if req.TTY != nil && !hasEnv(env, "TERM") {
+		env = append(env, "TERM=xterm-256color")
+	}
+	cmd := exec.Command(req.Args[0], req.Args[1:]...)
+	cmd.Dir = dir
+	cmd.Env = env
+	p.oomBefore, p.oomKnown = readOOMKills(s.cfg.oomEvents)
+
+	if req.TTY != nil {
+		err = p.startTTY(cmd)
+	} else {
+		err = p.startPipes(cmd)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("exec: start %q: %w", req.Args[0], err)
+	}
+	p.begun = time.Now()
+	// The reaper collects the status; the handle is not needed.
+	_ = cmd.Process.Release()
+	return p, nil
+}
+
+func (p *proc) startPipes(cmd *exec.Cmd) error {
+	var files []*os.File
+	closeAll := func() {
+		for _, f := range files {
+			_ = f.Close()
+		}
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	files = append(files, outR, outW)
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		closeAll()
+		return err
+	}
+	files = append(files, errR, errW)
+	var inR, inW *os.File
+	if p.req.OpenStdin {
+		if inR, inW, err = os.Pipe(); err != nil {
+			closeAll()
+			return err
+		}
+		files = append(files, inR, inW)
+		cmd.Stdin = inR
+	}
+	cmd.Stdout = outW
+	cmd.Stderr = errW
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	pid, status, err := p.s.reaper.start(func() (int, error) {
+		if err := cmd.Start(); err != nil {
+			return 0, err
+		}
+		return cmd.Process.Pid, nil
+	})
+	if err != nil {
+		closeAll()
+		return err
+	}
+	// The child has its own copies of its ends.
+	_ = outW.Close()
+	_ = errW.Close()
+	if inR != nil {
+		_ = inR.Close()
+		p.stdin = newStdinQueue(inW, false)
+	}
+	p.pid, p.status, p.stdout, p.stderr = pid, status, outR, errR
+	return nil
+}
+
+func (p *proc) startTTY(cmd *exec.Cmd) error {
+	size := &pty.Winsize{Rows: p.req.TTY.Rows, Cols: p.req.TTY.Cols}
+	if size.Rows == 0 {
+		size.Rows = 24
+	}
+	if size.Cols == 0 {
+		size.Cols = 80
+	}
+	var master *os.File
+	pid, status, err := p.s.reaper.start(func() (int, error) {
+		var err error
+		master, err = pty.StartWithAttrs(cmd, size, &syscall.SysProcAttr{Setsid: true, Setctty: true})
+		if err != nil {
+			return 0, err
+		}
+		return cmd.Process.Pid, nil
+	})
+	if err != nil {
+		return err
+	}
+	p.pid, p.status, p.tty = pid, status, master
+	p.stdin = newStdinQueue(master, true)
+	return nil
+}
+
+// run streams the command's output until it ends, then kills what is left
+// of its process group, collects $OUTPUT_DIR and sends the Exit frame.
+func (p *proc) run() {
+	var wg sync.WaitGroup
+	var outTrunc, errTrunc bool
+	var readers []*os.File
+	if p.tty != nil {
+		readers = []*os.File{p.tty}
+		wg.Go(func() { outTrunc = p.pump(p.tty, protocol.TypeStdout) })
+	} else {
+		readers = []*os.File{p.stdout, p.stderr}
+		wg.Go(func() { outTrunc = p.pump(p.stdout, protocol.TypeStdout) })
+		wg.Go(func() { errTrunc = p.pump(p.stderr, protocol.TypeStderr) })
+	}
+	if p.stdin != nil {
+		go p.stdin.run()
+	}
+	var timer *time.Timer
+	if p.req.TimeoutMillis > 0 {
+		timer = time.AfterFunc(time.Duration(p.req.TimeoutMillis)*time.Millisecond, p.timeout)
+	}
+
+	ws := <-p.status
+	elapsed := time.Since(p.begun)
+	p.mu.Lock()
+	p.exited = true
+	timedOut := p.timedOut
+	p.mu.Unlock()
+	if timer != nil {
+		timer.Stop()
+	}
+	// Background children must not outlive the command.
+	_ = syscall.Kill(-p.pid, syscall.SIGKILL)
+
+	drained := make(chan struct{})
+	go func() { wg.Wait(); close(drained) }()
+	select {
+	case <-drained:
+	case <-time.After(p.s.cfg.drain):
+		// A process that left the group still holds the output open.
+		p.s.log.Warn("agent: output still open after exit; closing", "id", p.id, "pid", p.pid)
+		for _, f := range readers {
+			_ = f.Close()
+		}
+		<-drained
+	}
+	if p.stdin != nil {
+		p.stdin.stop()
+	}
+	for _, f := range readers {
+		_ = f.Close()
+	}
+
+	exit := protocol.Exit{
+		ExitCode:        ws.ExitStatus(),
+		TimedOut:        timedOut,
+		StdoutTruncated: outTrunc,
+		StderrTruncated: errTrunc,
+		DurationMillis:  elapsed.Milliseconds(),
+	}
+	if ws.Signaled() {
+		exit.ExitCode = -1
+		exit.Signal = int(ws.Signal())
+		if ws.Signal() == syscall.SIGKILL && p.oomKnown {
+			if n, ok := readOOMKills(p.s.cfg.oomEvents); ok && n > p.oomBefore {
+				exit.OOMHint = true
+			}
+		}
+	}
+	if p.outDir != "" {
+		files, err := moveOutputs(p.outDir, p.s.cfg.outputs)
+		exit.OutputFiles = files
+		if err != nil {
+			exit.Warning = err.Error()
+			p.s.log.Warn("agent: output files", "id", p.id, "err", err)
+		}
+		if err := os.RemoveAll(p.outDir); err != nil {
+			p.s.log.Warn("agent: remove output dir", "id", p.id, "err", err)
+		}
+	}
+	p.s.remove(p.id)
+	p.s.sendJSON(protocol.TypeExit, p.id, exit)
+}
+
+// pump streams f as frames of type t up to the cap, then keeps reading and
+// dropping so that the command never blocks on a full pipe. It reports
+// whether anything was dropped.
+func (p *proc) pump(f *os.File, t protocol.Type) (truncated bool) {
+	buf := make([]byte, protocol.MaxChunk)
+	sent := 0
+	for {
+		n, err := f.Read(buf)
+		if n > 0 {
+			keep := n
+			if sent+n > p.cap {
+				keep = p.cap - sent
+				truncated = true
+			}
+			if keep > 0 {
+				p.s.send(t, p.id, buf[:keep])
+				sent += keep
+			}
+		}
+		if err != nil {
+			return truncated
+		}
+	}
+}
+
+// timeout ends a command that ran too long: SIGTERM to its group, then
+// SIGKILL after the grace period if it is still running.
+func (p *proc) timeout() {
+	p.mu.Lock()
+	if p.exited {
+		p.mu.Unlock()
+		return
+	}
+	p.timedOut = true
+	p.mu.Unlock()
+	_ = syscall.Kill(-p.pid, syscall.SIGTERM)
+	time.AfterFunc(p.s.cfg.grace, func() {
+		p.mu.Lock()
+		exited := p.exited
+		p.mu.Unlock()
+		if !exited {
+			_ = syscall.Kill(-p.pid, syscall.SIGKILL)
+		}
+	})
+}
+
+// control applies a Stdin, CloseStdin, Resize or Signal frame.
+func (p *proc) control(f protocol.Frame) error {
+	switch f.Type {
+	case protocol.TypeStdin:
+		if p.stdin == nil {
+			return errors.New("stdin is not open")
+		}
+		return p.stdin.push(f.Payload)
+	case protocol.TypeCloseStdin:
+		if p.stdin == nil {
+			return nil
+		}
+		p.stdin.close()
+		return nil
+	case protocol.TypeResize:
+		var r protocol.Resize
+		if err := protocol.Decode(f.Payload, &r); err != nil {
+			return err
+		}
+		if p.tty == nil {
+			return errors.New("resize: no terminal")
+		}
+		return pty.Setsize(p.tty, &pty.Winsize{Rows: r.Rows, Cols: r.Cols})
+	case protocol.TypeSignal:
+		var sg protocol.Signal
+		if err := protocol.Decode(f.Payload, &sg); err != nil {
+			return err
+		}
+		if sg.Signal <= 0 || sg.Signal > 64 {
+			return fmt.Errorf("signal %d out of range", sg.Signal)
+		}
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if p.exited {
+			return nil
+		}
+		return syscall.Kill(-p.pid, syscall.Signal(sg.Signal))
+	}
+	return fmt.Errorf("unexpected frame %s", f.Type)
+}
+
+func hasEnv(env []string, key string) bool {
+	for _, kv := range env {
+		if strings.HasPrefix(kv, key+"=") {
+			return true
+		}
+	}
+	return false
+}
+
+// errStdinClosed reports stdin bytes that arrive after CloseStdin or exit.
+var errStdinClosed = errors.New("stdin is closed")
+
+// stdinQueue feeds a command's stdin from frames without ever blocking the
+// frame reader: bytes are queued and written by their own goroutine.
+type stdinQueue struct {
+	w    *os.File
+	tty  bool // w is a terminal master: closing sends EOT and keeps w open
+	wake chan struct{}
+
+	mu      sync.Mutex
+	chunks  [][]byte
+	closed  bool
+	stopped bool
+}
+
+func newStdinQueue(w *os.File, tty bool) *stdinQueue {
+	return &stdinQueue{w: w, tty: tty, wake: make(chan struct{}, 1)}
+}
+
+func (q *stdinQueue) signal() {
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (q *stdinQueue) push(b []byte) error {
+	q.mu.Lock()
+	if q.closed || q.stopped {
+		q.mu.Unlock()
+		return errStdinClosed
+	}
+	q.chunks = append(q.chunks, b)
+	q.mu.Unlock()
+	q.signal()
+	return nil
+}
+
+func (q *stdinQueue) close() {
+	q.mu.Lock()
+	q.closed = true
+	q.mu.Unlock()
+	q.signal()
+}
+
+// stop ends the writer when the command has exited.
+func (q *stdinQueue) stop() {
+	q.mu.Lock()
+	q.stopped = true
+	q.mu.Unlock()
+	q.signal()
+	if !q.tty {
+		_ = q.w.Close() // unblocks a pending write
+	}
+}
+
+func (q *stdinQueue) run() {
+	for {
+		q.mu.Lock()
+		chunks, closed, stopped := q.chunks, q.closed, q.stopped
+		q.chunks = nil
+		q.mu.Unlock()
+		if stopped {
+			return
+		}
+		for _, c := range chunks {
+			if _, err := q.w.Write(c); err != nil {
+				q.mu.Lock()
+				q.stopped = true
+				q.mu.Unlock()
+				if !q.tty {
+					_ = q.w.Close()
+				}
+				return
+			}
+		}
+		if closed {
+			if q.tty {
+				_, _ = q.w.Write([]byte{0x04})
+			} else {
+				_ = q.w.Close()
+			}
+			return
+		}
+		<-q.wake
+	}
+}

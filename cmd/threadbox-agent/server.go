@@ -1,0 +1,142 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"syscall"
+
+	"threadbox/infra/agent/protocol"
+)
+
+// server reads frames from the host, runs commands and writes their frames
+// back. Writes from every command go through one lock, one frame per Write.
+type server struct {
+	cfg    config
+	log    *slog.Logger
+	reaper *reaper
+	env    []string
+
+	outMu     sync.Mutex
+	out       io.Writer
+	outBroken bool
+
+	mu    sync.Mutex
+	procs map[uint32]*proc
+}
+
+func newServer(cfg config, out io.Writer, rp *reaper, env []string, log *slog.Logger) *server {
+	return &server{cfg: cfg, log: log, reaper: rp, env: env, out: out, procs: map[uint32]*proc{}}
+}
+
+// send writes one frame to the host. After the first write error the
+// connection is considered gone and later frames are dropped.
+func (s *server) send(t protocol.Type, id uint32, payload []byte) {
+	s.outMu.Lock()
+	defer s.outMu.Unlock()
+	if s.outBroken {
+		return
+	}
+	if err := protocol.WriteFrame(s.out, t, id, payload); err != nil {
+		s.outBroken = true
+		s.log.Error("agent: write to host", "err", err)
+	}
+}
+
+// sendJSON writes one frame with a JSON payload.
+func (s *server) sendJSON(t protocol.Type, id uint32, v any) {
+	b, err := protocol.Encode(v)
+	if err != nil {
+		s.log.Error("agent: encode", "type", t, "err", err)
+		return
+	}
+	s.send(t, id, b)
+}
+
+// sendError answers request id with an Error frame.
+func (s *server) sendError(id uint32, format string, args ...any) {
+	s.sendJSON(protocol.TypeError, id, protocol.Error{Message: fmt.Sprintf(format, args...)})
+}
+
+// serve handles frames until in ends. It returns nil on a clean end of
+// input and an error for a broken or malformed stream.
+func (s *server) serve(in io.Reader) error {
+	for {
+		f, err := protocol.ReadFrame(in)
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("agent: read frame: %w", err)
+		}
+		s.handle(f)
+	}
+}
+
+// handle dispatches one frame. It never blocks on a command: stdin bytes
+// are queued, and a command is started synchronously so that the frames
+// that follow its Exec find it.
+func (s *server) handle(f protocol.Frame) {
+	switch f.Type {
+	case protocol.TypePing:
+		s.send(protocol.TypePong, f.ID, f.Payload)
+	case protocol.TypeExec:
+		var req protocol.Exec
+		if err := protocol.Decode(f.Payload, &req); err != nil {
+			s.sendError(f.ID, "exec: %v", err)
+			return
+		}
+		s.mu.Lock()
+		_, busy := s.procs[f.ID]
+		s.mu.Unlock()
+		if busy {
+			s.sendError(f.ID, "exec: id %d is in use", f.ID)
+			return
+		}
+		p, err := startProc(s, f.ID, req)
+		if err != nil {
+			s.sendError(f.ID, "%v", err)
+			return
+		}
+		s.mu.Lock()
+		s.procs[f.ID] = p
+		s.mu.Unlock()
+		s.sendJSON(protocol.TypeStarted, f.ID, protocol.Started{PID: p.pid})
+		go p.run()
+	case protocol.TypeStdin, protocol.TypeCloseStdin, protocol.TypeResize, protocol.TypeSignal:
+		p := s.proc(f.ID)
+		if p == nil {
+			// The command may have just ended; late frames are harmless.
+			s.log.Debug("agent: frame for no command", "type", f.Type, "id", f.ID)
+			return
+		}
+		if err := p.control(f); err != nil {
+			s.log.Debug("agent: control", "type", f.Type, "id", f.ID, "err", err)
+		}
+	default:
+		s.sendError(f.ID, "unsupported frame type %s", f.Type)
+	}
+}
+
+func (s *server) proc(id uint32) *proc {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.procs[id]
+}
+
+func (s *server) remove(id uint32) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.procs, id)
+}
+
+// killAll sends SIGKILL to the process group of every running command.
+func (s *server) killAll() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, p := range s.procs {
+		_ = syscall.Kill(-p.pid, syscall.SIGKILL)
+	}
+}
