@@ -1,0 +1,650 @@
+// Package docker runs sandboxes as Docker containers through the Engine API.
+// Each sandbox is one container whose init process is the threadbox agent
+// (bind-mounted read-only from the host); commands travel over the
+// container's attached stdio through the agent protocol, never through
+// `docker exec`. Containers carry the labels threadbox.managed=true,
+// threadbox.instance and threadbox.container so Reconcile only ever touches
+// its own.
+package docker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/client"
+	"github.com/docker/docker/errdefs"
+	"github.com/docker/docker/pkg/stdcopy"
+
+	"threadbox/domain/sandbox"
+	"threadbox/infra/hostdirs"
+)
+
+// Labels put on every container this backend creates.
+const (
+	LabelManaged   = "threadbox.managed"
+	LabelInstance  = "threadbox.instance"
+	LabelContainer = "threadbox.container"
+)
+
+// AgentPath is where the agent binary is bind-mounted inside the sandbox.
+const AgentPath = "/opt/threadbox/agent"
+
+// Defaults applied to zero fields of Config and sandbox.Limits.
+const (
+	DefaultImage       = "threadbox-sandbox:latest"
+	DefaultRuntime     = "runc"
+	DefaultInstance    = "default"
+	DefaultMemoryBytes = int64(5 << 30)
+	DefaultCPUs        = 1.0
+	DefaultPids        = int64(512)
+	DefaultNoFile      = int64(4096)
+	DefaultTmpBytes    = int64(512 << 20)
+	DefaultBootTimeout = 30 * time.Second
+)
+
+// Agent is the host side of the in-sandbox agent over one stdio stream
+// (infra/agent's *Client satisfies it).
+type Agent interface {
+	Exec(ctx context.Context, cmd sandbox.Command) (sandbox.Result, error)
+	Ping(ctx context.Context) error
+}
+
+// Config configures a Backend.
+type Config struct {
+	// Image is the sandbox image; default DefaultImage.
+	Image string
+	// Runtime is the OCI runtime ("runc", or "runsc" for gVisor).
+	Runtime string
+	// AgentBin is the host path of the static threadbox-agent binary.
+	AgentBin string
+	// NewAgent wraps a sandbox's attached stdio in an agent client.
+	NewAgent func(rw io.ReadWriteCloser) Agent
+	// Dirs, when set, prepares each container's host folders (and disk
+	// quota) before boot; a Spec without Mounts then gets Dirs' mounts.
+	Dirs *hostdirs.Layout
+	// Instance separates several threadbox servers (or test runs) on one
+	// daemon: names and Reconcile are scoped to it. Default DefaultInstance.
+	Instance string
+	// Limits are the defaults for zero fields of a Spec's Limits.
+	Limits sandbox.Limits
+	// BootTimeout bounds a boot up to the agent's first answer.
+	BootTimeout time.Duration
+	// Logger receives lifecycle events and the agent's stderr; default discards.
+	Logger *slog.Logger
+}
+
+// Backend runs sandboxes as Docker containers. It implements sandbox.Backend.
+type Backend struct {
+	cli *client.Client
+	cfg Config
+	log *slog.Logger
+
+	mu    sync.Mutex
+	boxes map[string]*box         // running sandboxes by container id
+	locks map[string]*sync.Mutex  // per container id: boot, stop
+}
+
+// box is one running sandbox and its agent connection.
+type box struct {
+	id        string
+	name      string
+	dockerID  string
+	agent     Agent
+	conn      io.Closer
+	done      chan struct{} // closed when the attach stream ends
+	startedAt time.Time
+
+	mu       sync.Mutex
+	lastUsed time.Time
+	active   int
+}
+
+// New connects to the daemon named by the environment (DOCKER_HOST, ...),
+// negotiating the API version.
+func New(cfg Config) (*Backend, error) {
+	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+	if err != nil {
+		return nil, fmt.Errorf("docker: client: %w", err)
+	}
+	return NewWithClient(cli, cfg), nil
+}
+
+// NewWithClient uses an existing Engine API client.
+func NewWithClient(cli *client.Client, cfg Config) *Backend {
+	if cfg.Image == "" {
+		cfg.Image = DefaultImage
+	}
+	if cfg.Runtime == "" {
+		cfg.Runtime = DefaultRuntime
+	}
+	if cfg.Instance == "" {
+		cfg.Instance = DefaultInstance
+	}
+	if cfg.BootTimeout <= 0 {
+		cfg.BootTimeout = DefaultBootTimeout
+	}
+	l := cfg.Limits
+	if l.MemoryBytes <= 0 {
+		l.MemoryBytes = DefaultMemoryBytes
+	}
+	if l.CPUs <= 0 {
+		l.CPUs = DefaultCPUs
+	}
+	if l.Pids <= 0 {
+		l.Pids = DefaultPids
+	}
+	if l.NoFile <= 0 {
+		l.NoFile = DefaultNoFile
+	}
+	if l.TmpBytes <= 0 {
+		l.TmpBytes = DefaultTmpBytes
+	}
+	cfg.Limits = l
+	lg := cfg.Logger
+	if lg == nil {
+		lg = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return &Backend{cli: cli, cfg: cfg, log: lg, boxes: map[string]*box{}, locks: map[string]*sync.Mutex{}}
+}
+
+// Close closes the agent connections and the client; containers keep running
+// (a later Reconcile adopts them).
+func (b *Backend) Close() error {
+	b.mu.Lock()
+	for _, bx := range b.boxes {
+		bx.conn.Close()
+	}
+	b.boxes = map[string]*box{}
+	b.mu.Unlock()
+	return b.cli.Close()
+}
+
+// Name returns "docker".
+func (b *Backend) Name() string { return "docker" }
+
+// Available checks the daemon, the image, the runtime and the agent binary.
+func (b *Backend) Available(ctx context.Context) error {
+	if _, err := b.cli.Ping(ctx); err != nil {
+		return fmt.Errorf("docker: daemon: %w", err)
+	}
+	if _, err := b.cli.ImageInspect(ctx, b.cfg.Image); err != nil {
+		return fmt.Errorf("docker: image %s (build it with `make sandbox-image`): %w", b.cfg.Image, err)
+	}
+	if b.cfg.Runtime != DefaultRuntime {
+		info, err := b.cli.Info(ctx)
+		if err != nil {
+			return fmt.Errorf("docker: info: %w", err)
+		}
+		if _, ok := info.Runtimes[b.cfg.Runtime]; !ok {
+			return fmt.Errorf("docker: runtime %q is not registered with the daemon (scripts/ci-docker.sh registers runsc)", b.cfg.Runtime)
+		}
+	}
+	if fi, err := os.Stat(b.cfg.AgentBin); err != nil {
+		return fmt.Errorf("docker: agent binary (build it with `make agent`): %w", err)
+	} else if fi.Mode()&0o111 == 0 {
+		return fmt.Errorf("docker: agent binary %s is not executable", b.cfg.AgentBin)
+	}
+	if b.cfg.NewAgent == nil {
+		return errors.New("docker: no agent client configured")
+	}
+	return nil
+}
+
+// ContainerName returns the Docker container name of a container id.
+func (b *Backend) ContainerName(id string) string {
+	return "threadbox-" + b.cfg.Instance + "-" + hostdirs.SafeID(id)
+}
+
+func (b *Backend) lock(id string) func() {
+	b.mu.Lock()
+	m, ok := b.locks[id]
+	if !ok {
+		m = &sync.Mutex{}
+		b.locks[id] = m
+	}
+	b.mu.Unlock()
+	m.Lock()
+	return m.Unlock
+}
+
+// live returns the running box of id, or nil.
+func (b *Backend) live(id string) *box {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	bx := b.boxes[id]
+	if bx == nil {
+		return nil
+	}
+	select {
+	case <-bx.done:
+		delete(b.boxes, id)
+		return nil
+	default:
+		return bx
+	}
+}
+
+// Ensure boots the sandbox for spec.ID unless it is already running. A
+// sandbox that died (killed, out of memory, daemon restart) is replaced by a
+// fresh one over the same host folders.
+func (b *Backend) Ensure(ctx context.Context, spec sandbox.Spec) error {
+	if spec.ID == "" {
+		return errors.New("docker: ensure: empty container id")
+	}
+	defer b.lock(spec.ID)()
+	if b.live(spec.ID) != nil {
+		return nil
+	}
+	if b.cfg.Dirs != nil {
+		d, err := b.cfg.Dirs.Prepare(ctx, spec.ID)
+		if err != nil {
+			return fmt.Errorf("docker: ensure %s: %w: %w", spec.ID, sandbox.ErrUnavailable, err)
+		}
+		if len(spec.Mounts) == 0 {
+			spec.Mounts = d.Mounts()
+		}
+	}
+	bx, err := b.boot(ctx, spec)
+	if err != nil {
+		return fmt.Errorf("docker: ensure %s: %w: %w", spec.ID, sandbox.ErrUnavailable, err)
+	}
+	b.mu.Lock()
+	b.boxes[spec.ID] = bx
+	b.mu.Unlock()
+	return nil
+}
+
+// hostConfig builds the hardened host configuration of one sandbox.
+func (b *Backend) hostConfig(spec sandbox.Spec) *container.HostConfig {
+	l := spec.Limits
+	d := b.cfg.Limits
+	pick := func(v, def int64) int64 {
+		if v > 0 {
+			return v
+		}
+		return def
+	}
+	mem := pick(l.MemoryBytes, d.MemoryBytes)
+	pids := pick(l.Pids, d.Pids)
+	nofile := pick(l.NoFile, d.NoFile)
+	tmp := pick(l.TmpBytes, d.TmpBytes)
+	cpus := l.CPUs
+	if cpus <= 0 {
+		cpus = d.CPUs
+	}
+	binds := []string{b.cfg.AgentBin + ":" + AgentPath + ":ro"}
+	for _, m := range spec.Mounts {
+		mode := "rw"
+		if m.ReadOnly {
+			mode = "ro"
+		}
+		binds = append(binds, m.Source+":"+m.Target+":"+mode)
+	}
+	return &container.HostConfig{
+		Binds:          binds,
+		NetworkMode:    "none",
+		CapDrop:        []string{"ALL"},
+		SecurityOpt:    []string{"no-new-privileges"},
+		ReadonlyRootfs: true,
+		Tmpfs:          map[string]string{"/tmp": fmt.Sprintf("rw,nosuid,nodev,size=%d,mode=1777", tmp)},
+		IpcMode:        "private",
+		Runtime:        b.cfg.Runtime,
+		Init:           new(false), // the agent is init
+		LogConfig:      container.LogConfig{Type: "none"},
+		Resources: container.Resources{
+			Memory:     mem,
+			MemorySwap: mem,
+			NanoCPUs:   int64(cpus * 1e9),
+			PidsLimit:  &pids,
+			Ulimits:    []*container.Ulimit{{Name: "nofile", Soft: nofile, Hard: nofile}},
+		},
+	}
+}
+
+func (b *Backend) boot(ctx context.Context, spec sandbox.Spec) (*box, error) {
+	if b.cfg.NewAgent == nil {
+		return nil, errors.New("no agent client configured")
+	}
+	name := b.ContainerName(spec.ID)
+	// A leftover container of that name (stopped, orphaned, dead) goes first.
+	if err := b.cli.ContainerRemove(ctx, name, container.RemoveOptions{Force: true}); err != nil && !errdefs.IsNotFound(err) {
+		return nil, fmt.Errorf("remove stale %s: %w", name, err)
+	}
+	cfg := &container.Config{
+		Image:        b.cfg.Image,
+		Entrypoint:   []string{AgentPath},
+		Cmd:          []string{},
+		User:         fmt.Sprintf("%d:%d", hostdirs.SandboxUID, hostdirs.SandboxGID),
+		WorkingDir:   sandbox.WorkspaceDir,
+		Env:          spec.Env,
+		OpenStdin:    true,
+		AttachStdin:  true,
+		AttachStdout: true,
+		AttachStderr: true,
+		StdinOnce:    false,
+		Tty:          false,
+		Labels: map[string]string{
+			LabelManaged:   "true",
+			LabelInstance:  b.cfg.Instance,
+			LabelContainer: spec.ID,
+		},
+	}
+	created, err := b.cli.ContainerCreate(ctx, cfg, b.hostConfig(spec), nil, nil, name)
+	if err != nil {
+		return nil, fmt.Errorf("create: %w", err)
+	}
+	fail := func(err error) (*box, error) {
+		rmCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		_ = b.cli.ContainerRemove(rmCtx, created.ID, container.RemoveOptions{Force: true})
+		return nil, err
+	}
+	// Attach before start, so not one byte of the agent's output is lost.
+	bx, err := b.attach(ctx, spec.ID, name, created.ID)
+	if err != nil {
+		return fail(err)
+	}
+	if err := b.cli.ContainerStart(ctx, created.ID, container.StartOptions{}); err != nil {
+		bx.conn.Close()
+		return fail(fmt.Errorf("start: %w", err))
+	}
+	bx.startedAt = time.Now()
+	if err := b.handshake(ctx, bx); err != nil {
+		bx.conn.Close()
+		return fail(err)
+	}
+	b.log.Info("sandbox booted", "id", spec.ID, "container", name, "runtime", b.cfg.Runtime)
+	return bx, nil
+}
+
+// handshake waits for the agent's first Pong.
+func (b *Backend) handshake(ctx context.Context, bx *box) error {
+	pctx, cancel := context.WithTimeout(ctx, b.cfg.BootTimeout)
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() { errc <- bx.agent.Ping(pctx) }()
+	select {
+	case err := <-errc:
+		if err != nil {
+			return fmt.Errorf("agent handshake: %w%s", err, b.deathReason(bx))
+		}
+		return nil
+	case <-bx.done:
+		return fmt.Errorf("agent exited during boot%s", b.deathReason(bx))
+	}
+}
+
+// attach opens the container's stdio and wraps it in an agent client.
+func (b *Backend) attach(ctx context.Context, id, name, dockerID string) (*box, error) {
+	hj, err := b.cli.ContainerAttach(ctx, dockerID, container.AttachOptions{Stream: true, Stdin: true, Stdout: true, Stderr: true})
+	if err != nil {
+		return nil, fmt.Errorf("attach: %w", err)
+	}
+	pr, pw := io.Pipe()
+	stderr := &logWriter{log: b.log, id: id}
+	bx := &box{id: id, name: name, dockerID: dockerID, done: make(chan struct{}), lastUsed: time.Now()}
+	rw := &stdio{r: pr, w: hj.Conn, close: func() error {
+		pr.Close()
+		return hj.Conn.Close()
+	}}
+	bx.conn = rw
+	go func() {
+		_, err := stdcopy.StdCopy(pw, stderr, hj.Reader)
+		if err == nil {
+			err = io.EOF
+		}
+		pw.CloseWithError(fmt.Errorf("sandbox stream ended: %w", err))
+		hj.Conn.Close()
+		close(bx.done)
+	}()
+	bx.agent = b.cfg.NewAgent(rw)
+	return bx, nil
+}
+
+// deathReason describes why a sandbox's container ended, from inspect.
+func (b *Backend) deathReason(bx *box) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	in, err := b.cli.ContainerInspect(ctx, bx.dockerID)
+	if err != nil {
+		if errdefs.IsNotFound(err) {
+			return ": container removed"
+		}
+		return ""
+	}
+	if in.State == nil || in.State.Running {
+		return ""
+	}
+	var parts []string
+	if in.State.OOMKilled {
+		parts = append(parts, "out of memory")
+	}
+	parts = append(parts, fmt.Sprintf("exit code %d", in.State.ExitCode))
+	if in.State.Error != "" {
+		parts = append(parts, in.State.Error)
+	}
+	return ": container ended (" + strings.Join(parts, ", ") + ")"
+}
+
+// Exec runs cmd through the sandbox's agent. When the sandbox dies before
+// the command ends, the error wraps sandbox.ErrUnavailable and the next
+// Ensure boots a fresh sandbox.
+func (b *Backend) Exec(ctx context.Context, id string, cmd sandbox.Command) (sandbox.Result, error) {
+	bx := b.live(id)
+	if bx == nil {
+		st, err := b.Status(ctx, id)
+		if err == nil && st.State == sandbox.StateMissing {
+			return sandbox.Result{}, fmt.Errorf("docker: exec %s: %w", id, sandbox.ErrNotFound)
+		}
+		return sandbox.Result{}, fmt.Errorf("docker: exec %s: %w: sandbox is not running", id, sandbox.ErrUnavailable)
+	}
+	bx.touch(+1)
+	defer bx.touch(-1)
+	res, err := bx.agent.Exec(ctx, cmd)
+	if err == nil {
+		return res, nil
+	}
+	if ctx.Err() != nil {
+		return res, fmt.Errorf("docker: exec %s: %w", id, err)
+	}
+	// Did the sandbox die under the command? The stream ends a moment after.
+	select {
+	case <-bx.done:
+	case <-time.After(500 * time.Millisecond):
+	}
+	select {
+	case <-bx.done:
+		return res, fmt.Errorf("docker: exec %s: %w%s", id, sandbox.ErrUnavailable, b.deathReason(bx))
+	default:
+	}
+	if errors.Is(err, sandbox.ErrUnavailable) {
+		return res, fmt.Errorf("docker: exec %s: %w", id, err)
+	}
+	return res, fmt.Errorf("docker: exec %s: %w", id, err)
+}
+
+func (bx *box) touch(delta int) {
+	bx.mu.Lock()
+	bx.active += delta
+	bx.lastUsed = time.Now()
+	bx.mu.Unlock()
+}
+
+// Stop shuts the sandbox down and removes its Docker container; the host
+// folders stay.
+func (b *Backend) Stop(ctx context.Context, id string) error {
+	defer b.lock(id)()
+	b.mu.Lock()
+	bx := b.boxes[id]
+	delete(b.boxes, id)
+	b.mu.Unlock()
+	if bx != nil {
+		bx.conn.Close()
+	}
+	err := b.cli.ContainerRemove(ctx, b.ContainerName(id), container.RemoveOptions{Force: true})
+	if err != nil && !errdefs.IsNotFound(err) {
+		return fmt.Errorf("docker: stop %s: %w", id, err)
+	}
+	if bx != nil {
+		b.log.Info("sandbox stopped", "id", id, "container", bx.name)
+	}
+	return nil
+}
+
+// Remove stops the sandbox and forgets it. Host folders are the caller's
+// (hostdirs.Layout.Remove).
+func (b *Backend) Remove(ctx context.Context, id string) error {
+	if err := b.Stop(ctx, id); err != nil {
+		return err
+	}
+	b.mu.Lock()
+	delete(b.locks, id)
+	b.mu.Unlock()
+	return nil
+}
+
+// Status reports the sandbox's state from this backend and the daemon.
+func (b *Backend) Status(ctx context.Context, id string) (sandbox.Status, error) {
+	if bx := b.live(id); bx != nil {
+		return sandbox.Status{State: sandbox.StateRunning, StartedAt: bx.startedAt}, nil
+	}
+	in, err := b.cli.ContainerInspect(ctx, b.ContainerName(id))
+	if errdefs.IsNotFound(err) {
+		return sandbox.Status{State: sandbox.StateMissing}, nil
+	}
+	if err != nil {
+		return sandbox.Status{}, fmt.Errorf("docker: status %s: %w", id, err)
+	}
+	// A container without a live agent connection cannot serve: stopped.
+	st := sandbox.Status{State: sandbox.StateStopped}
+	if in.State != nil {
+		st.StartedAt, _ = time.Parse(time.RFC3339Nano, in.State.StartedAt)
+	}
+	return st, nil
+}
+
+// Reconcile runs at start: it adopts this instance's running sandboxes whose
+// agent answers and removes its other containers. Containers without this
+// instance's labels are never touched.
+func (b *Backend) Reconcile(ctx context.Context) (adopted, removed []string, err error) {
+	list, err := b.cli.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(
+		filters.Arg("label", LabelManaged+"=true"),
+		filters.Arg("label", LabelInstance+"="+b.cfg.Instance),
+	)})
+	if err != nil {
+		return nil, nil, fmt.Errorf("docker: reconcile: %w", err)
+	}
+	for _, c := range list {
+		id := c.Labels[LabelContainer]
+		if id != "" && c.State == "running" && b.adopt(ctx, id, c.ID) {
+			adopted = append(adopted, id)
+			continue
+		}
+		if err := b.cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true}); err != nil && !errdefs.IsNotFound(err) {
+			return adopted, removed, fmt.Errorf("docker: reconcile: remove %s: %w", c.ID, err)
+		}
+		removed = append(removed, id)
+	}
+	b.log.Info("sandboxes reconciled", "adopted", len(adopted), "removed", len(removed))
+	return adopted, removed, nil
+}
+
+// adopt re-attaches to a running sandbox and keeps it when its agent answers.
+func (b *Backend) adopt(ctx context.Context, id, dockerID string) bool {
+	defer b.lock(id)()
+	if b.live(id) != nil {
+		return true
+	}
+	in, err := b.cli.ContainerInspect(ctx, dockerID)
+	if err != nil || in.Config == nil || in.Config.Image != b.cfg.Image || in.HostConfig == nil || in.HostConfig.Runtime != b.cfg.Runtime {
+		return false
+	}
+	bx, err := b.attach(ctx, id, strings.TrimPrefix(in.Name, "/"), dockerID)
+	if err != nil {
+		return false
+	}
+	pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	if err := bx.agent.Ping(pctx); err != nil {
+		bx.conn.Close()
+		return false
+	}
+	bx.startedAt, _ = time.Parse(time.RFC3339Nano, in.State.StartedAt)
+	b.mu.Lock()
+	b.boxes[id] = bx
+	b.mu.Unlock()
+	return true
+}
+
+// StopIdle stops the running sandboxes unused for at least idle (and running
+// no command) and returns their ids; files stay.
+func (b *Backend) StopIdle(ctx context.Context, idle time.Duration) ([]string, error) {
+	b.mu.Lock()
+	var ids []string
+	for id, bx := range b.boxes {
+		bx.mu.Lock()
+		if bx.active == 0 && time.Since(bx.lastUsed) >= idle {
+			ids = append(ids, id)
+		}
+		bx.mu.Unlock()
+	}
+	b.mu.Unlock()
+	var errs []error
+	for _, id := range ids {
+		errs = append(errs, b.Stop(ctx, id))
+	}
+	return ids, errors.Join(errs...)
+}
+
+// stdio is the agent's end of an attached container: reads demultiplexed
+// stdout, writes stdin.
+type stdio struct {
+	r     io.Reader
+	w     io.Writer
+	close func() error
+	once  sync.Once
+	err   error
+}
+
+func (s *stdio) Read(p []byte) (int, error)  { return s.r.Read(p) }
+func (s *stdio) Write(p []byte) (int, error) { return s.w.Write(p) }
+
+func (s *stdio) Close() error {
+	s.once.Do(func() { s.err = s.close() })
+	return s.err
+}
+
+// logWriter forwards the agent's stderr to the logger line by line.
+type logWriter struct {
+	log *slog.Logger
+	id  string
+	buf []byte
+}
+
+func (w *logWriter) Write(p []byte) (int, error) {
+	w.buf = append(w.buf, p...)
+	for {
+		i := strings.IndexByte(string(w.buf), '\n')
+		if i < 0 {
+			break
+		}
+		w.log.Info("agent", "id", w.id, "line", string(w.buf[:i]))
+		w.buf = w.buf[i+1:]
+	}
+	if len(w.buf) > 4096 {
+		w.log.Info("agent", "id", w.id, "line", string(w.buf))
+		w.buf = w.buf[:0]
+	}
+	return len(p), nil
+}
+
+var _ sandbox.Backend = (*Backend)(nil)
