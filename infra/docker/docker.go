@@ -89,8 +89,8 @@ type Backend struct {
 	log *slog.Logger
 
 	mu    sync.Mutex
-	boxes map[string]*box         // running sandboxes by container id
-	locks map[string]*sync.Mutex  // per container id: boot, stop
+	boxes map[string]*box        // running sandboxes by container id
+	locks map[string]*sync.Mutex // per container id: boot, stop
 }
 
 // box is one running sandbox and its agent connection.
