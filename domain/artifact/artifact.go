@@ -1,0 +1,32 @@
+// Package artifact holds artifacts: copies of generated output files saved
+// into a thread's project, kept after the thread's sandbox is gone.
+package artifact
+
+import (
+	"context"
+	"time"
+)
+
+// Artifact is one version of a generated file.
+type Artifact struct {
+	ID        string
+	OrgID     string
+	ProjectID string
+	ThreadID  string
+	ToolUseID string
+	Path      string // sandbox path it was produced at
+	Name      string
+	MimeType  string
+	SizeBytes int64
+	SHA256    string
+	Version   int
+	CreatedAt time.Time
+}
+
+// Repository stores artifacts, scoped by org.
+type Repository interface {
+	CreateArtifact(ctx context.Context, a Artifact) error
+	Artifact(ctx context.Context, orgID, id string) (Artifact, error)
+	ArtifactsByProject(ctx context.Context, orgID, projectID string) ([]Artifact, error)
+	LatestArtifact(ctx context.Context, projectID, threadID, path string) (Artifact, error)
+}

@@ -1,0 +1,139 @@
+// Package container holds named sandbox scopes: their ids, owners and
+// expiry rules. A container's files persist for its whole life; at most one
+// sandbox runs for it at a time.
+package container
+
+import (
+	"context"
+	"regexp"
+	"strings"
+	"time"
+
+	"threadbox/domain/fault"
+)
+
+// DefaultClientID names the container used by requests that name none.
+const DefaultClientID = "default"
+
+// State is the lifecycle state recorded for a container.
+type State string
+
+// The recorded states.
+const (
+	Idle    State = "idle"    // no sandbox running; files kept
+	Running State = "running" // a sandbox is up
+	Removed State = "removed" // past its maximum age or deleted; files gone
+)
+
+var clientIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
+
+// Container is a named sandbox scope owned by a user or by a thread.
+type Container struct {
+	id           string
+	clientID     string
+	orgID        string
+	ownerID      string
+	threadID     string
+	state        State
+	createdAt    time.Time
+	lastActiveAt time.Time
+}
+
+// ValidateClientID checks an id given by an API client.
+func ValidateClientID(id string) error {
+	if !clientIDPattern.MatchString(id) || strings.Contains(id, "--") {
+		return fault.Errorf(fault.Invalid, "invalid container id %q: use 1 to 64 letters, digits, '.', '_' or '-'", id)
+	}
+	return nil
+}
+
+// UserScopedID namespaces a client-given id per user, so two users who both
+// say "my-container" get two containers.
+func UserScopedID(ownerID, clientID string) string { return ownerID + "--" + clientID }
+
+// NewForUser returns a user-scoped container for a client-given id.
+func NewForUser(orgID, ownerID, clientID string, now time.Time) (Container, error) {
+	if err := ValidateClientID(clientID); err != nil {
+		return Container{}, err
+	}
+	if orgID == "" || ownerID == "" {
+		return Container{}, fault.New(fault.Invalid, "container org and owner are required")
+	}
+	now = now.UTC()
+	return Container{id: UserScopedID(ownerID, clientID), clientID: clientID, orgID: orgID, ownerID: ownerID, state: Idle, createdAt: now, lastActiveAt: now}, nil
+}
+
+// NewForThread returns the container of a thread: its id is the thread id.
+func NewForThread(orgID, ownerID, threadID string, now time.Time) (Container, error) {
+	if orgID == "" || ownerID == "" || threadID == "" {
+		return Container{}, fault.New(fault.Invalid, "container org, owner and thread are required")
+	}
+	now = now.UTC()
+	return Container{id: threadID, clientID: threadID, orgID: orgID, ownerID: ownerID, threadID: threadID, state: Idle, createdAt: now, lastActiveAt: now}, nil
+}
+
+// Restore rebuilds a container from storage.
+func Restore(id, clientID, orgID, ownerID, threadID string, state State, createdAt, lastActiveAt time.Time) Container {
+	return Container{id, clientID, orgID, ownerID, threadID, state, createdAt, lastActiveAt}
+}
+
+// ID returns the storage id, unique across users.
+func (c Container) ID() string { return c.id }
+
+// ClientID returns the id as the API shows it to its owner.
+func (c Container) ClientID() string { return c.clientID }
+
+// OrgID returns the owning org.
+func (c Container) OrgID() string { return c.orgID }
+
+// OwnerID returns the owning user.
+func (c Container) OwnerID() string { return c.ownerID }
+
+// ThreadID returns the thread that owns the container, or "".
+func (c Container) ThreadID() string { return c.threadID }
+
+// State returns the recorded state.
+func (c Container) State() State { return c.state }
+
+// CreatedAt returns when the container was created.
+func (c Container) CreatedAt() time.Time { return c.createdAt }
+
+// LastActiveAt returns when the container was last used.
+func (c Container) LastActiveAt() time.Time { return c.lastActiveAt }
+
+// Touch returns the container used at now.
+func (c Container) Touch(now time.Time) Container { c.lastActiveAt = now.UTC(); return c }
+
+// WithState returns the container in state s.
+func (c Container) WithState(s State) Container { c.state = s; return c }
+
+// Expired reports whether the container has passed its maximum age.
+func (c Container) Expired(now time.Time, maxAge time.Duration) bool {
+	return maxAge > 0 && !now.Before(c.createdAt.Add(maxAge))
+}
+
+// ExpiresAt is the rolling expiry shown to clients: when the running
+// sandbox will be shut down for idleness, never past the maximum age.
+func (c Container) ExpiresAt(idle, maxAge time.Duration) time.Time {
+	t := c.lastActiveAt.Add(idle)
+	if maxAge > 0 {
+		if hard := c.createdAt.Add(maxAge); hard.Before(t) {
+			t = hard
+		}
+	}
+	return t
+}
+
+// AccessibleBy reports whether user userID of org orgID may use the container.
+func (c Container) AccessibleBy(orgID, userID string) bool {
+	return c.orgID == orgID && c.ownerID == userID
+}
+
+// Repository stores containers.
+type Repository interface {
+	CreateContainer(ctx context.Context, c Container) error
+	Container(ctx context.Context, id string) (Container, error)
+	UpdateContainer(ctx context.Context, c Container) error
+	DeleteContainer(ctx context.Context, id string) error
+	ContainersIdleSince(ctx context.Context, before time.Time) ([]Container, error)
+}

@@ -1,0 +1,77 @@
+// Package fault gives errors a kind that the edges map to statuses, so that
+// use cases can say "not found" or "forbidden" without knowing about HTTP.
+package fault
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Kind classifies an error for the edges.
+type Kind string
+
+// The kinds of errors.
+const (
+	Invalid         Kind = "invalid"
+	Unauthenticated Kind = "unauthenticated"
+	Forbidden       Kind = "forbidden"
+	NotFound        Kind = "not_found"
+	Conflict        Kind = "conflict"
+	TooLarge        Kind = "too_large"
+	RateLimited     Kind = "rate_limited"
+	Unavailable     Kind = "unavailable"
+	Internal        Kind = "internal"
+)
+
+// Error is an error with a kind and a message safe to show to the caller.
+type Error struct {
+	Kind    Kind
+	Message string
+	Err     error // optional cause, never shown
+}
+
+// Error returns the message, with the cause when there is one.
+func (e *Error) Error() string {
+	if e.Err != nil {
+		return e.Message + ": " + e.Err.Error()
+	}
+	return e.Message
+}
+
+// Unwrap returns the cause.
+func (e *Error) Unwrap() error { return e.Err }
+
+// New returns an error of kind k with a caller-safe message.
+func New(k Kind, msg string) error { return &Error{Kind: k, Message: msg} }
+
+// Errorf returns an error of kind k with a formatted caller-safe message.
+func Errorf(k Kind, format string, args ...any) error {
+	return &Error{Kind: k, Message: fmt.Sprintf(format, args...)}
+}
+
+// Wrap returns an error of kind k with a caller-safe message and a hidden cause.
+func Wrap(k Kind, msg string, cause error) error { return &Error{Kind: k, Message: msg, Err: cause} }
+
+// KindOf returns the kind of the first *Error in err's chain, or Internal.
+func KindOf(err error) Kind {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Kind
+	}
+	return Internal
+}
+
+// MessageOf returns the caller-safe message of err, or a generic one.
+func MessageOf(err error) string {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Message
+	}
+	return "internal server error"
+}
+
+// Is reports whether err has kind k.
+func Is(err error, k Kind) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Kind == k
+}

@@ -1,0 +1,96 @@
+package org
+
+import "threadbox/domain/fault"
+
+// Feature names one switch of the policy.
+type Feature string
+
+// The features an org admin can switch.
+const (
+	CodeExecution      Feature = "codeExecution"
+	Uploads            Feature = "uploads"
+	DownloadsGenerated Feature = "downloads.generated"
+	DownloadsUploaded  Feature = "downloads.uploaded"
+)
+
+// DefaultMaxUploadBytes is the default upload size cap (100 MiB).
+const DefaultMaxUploadBytes int64 = 100 << 20
+
+// Policy is the org's feature policy, a value object.
+type Policy struct {
+	codeExecution      bool
+	uploads            bool
+	maxUploadBytes     int64
+	downloadsGenerated bool
+	downloadsUploaded  bool
+}
+
+// DefaultPolicy has every feature on.
+func DefaultPolicy() Policy {
+	return Policy{codeExecution: true, uploads: true, maxUploadBytes: DefaultMaxUploadBytes, downloadsGenerated: true, downloadsUploaded: true}
+}
+
+// NewPolicy builds a policy, refusing a non-positive upload cap.
+func NewPolicy(codeExecution, uploads bool, maxUploadBytes int64, downloadsGenerated, downloadsUploaded bool) (Policy, error) {
+	if maxUploadBytes <= 0 {
+		return Policy{}, fault.New(fault.Invalid, "uploads.maxBytes must be a positive number of bytes")
+	}
+	return Policy{codeExecution, uploads, maxUploadBytes, downloadsGenerated, downloadsUploaded}, nil
+}
+
+// Allows reports whether feature f is on.
+func (p Policy) Allows(f Feature) bool {
+	switch f {
+	case CodeExecution:
+		return p.codeExecution
+	case Uploads:
+		return p.uploads
+	case DownloadsGenerated:
+		return p.downloadsGenerated
+	case DownloadsUploaded:
+		return p.downloadsUploaded
+	}
+	return false
+}
+
+// MaxUploadBytes returns the upload size cap.
+func (p Policy) MaxUploadBytes() int64 { return p.maxUploadBytes }
+
+// PolicyPatch is a partial policy: nil fields are left as they are (a JSON
+// merge patch decoded by the edge).
+type PolicyPatch struct {
+	CodeExecution      *bool
+	Uploads            *bool
+	MaxUploadBytes     *int64
+	DownloadsGenerated *bool
+	DownloadsUploaded  *bool
+}
+
+// Patch returns the policy with the patch applied.
+func (p Policy) Patch(pp PolicyPatch) (Policy, error) {
+	n := p
+	if pp.CodeExecution != nil {
+		n.codeExecution = *pp.CodeExecution
+	}
+	if pp.Uploads != nil {
+		n.uploads = *pp.Uploads
+	}
+	if pp.MaxUploadBytes != nil {
+		if *pp.MaxUploadBytes <= 0 {
+			return p, fault.New(fault.Invalid, "uploads.maxBytes must be a positive number of bytes")
+		}
+		n.maxUploadBytes = *pp.MaxUploadBytes
+	}
+	if pp.DownloadsGenerated != nil {
+		n.downloadsGenerated = *pp.DownloadsGenerated
+	}
+	if pp.DownloadsUploaded != nil {
+		n.downloadsUploaded = *pp.DownloadsUploaded
+	}
+	return n, nil
+}
+
+// Refusal returns the Forbidden error for a refused feature, naming it.
+func Refusal(f Feature) error {
+	return fault.Errorf(fault.Forbidden, "feature %q is disabled by your organization's policy", string(f))
+}

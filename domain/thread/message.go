@@ -1,0 +1,87 @@
+package thread
+
+import (
+	"context"
+	"time"
+
+	"threadbox/domain/fault"
+)
+
+// Role says who wrote a message.
+type Role string
+
+// The message roles.
+const (
+	User      Role = "user"
+	Assistant Role = "assistant"
+)
+
+// Message is one stored turn of a thread. Content is the JSON array of
+// content blocks as on the wire. An assistant message is complete only once
+// its turn has ended; a crash mid-turn leaves it incomplete.
+type Message struct {
+	id        string
+	threadID  string
+	seq       int64
+	role      Role
+	content   []byte
+	usage     []byte
+	complete  bool
+	createdAt time.Time
+}
+
+// NewMessage returns a valid message.
+func NewMessage(id, threadID string, role Role, content []byte, complete bool, now time.Time) (Message, error) {
+	if id == "" || threadID == "" {
+		return Message{}, fault.New(fault.Invalid, "message id and thread are required")
+	}
+	if role != User && role != Assistant {
+		return Message{}, fault.New(fault.Invalid, "message role must be user or assistant")
+	}
+	if len(content) == 0 {
+		return Message{}, fault.New(fault.Invalid, "message content is required")
+	}
+	return Message{id: id, threadID: threadID, role: role, content: content, complete: complete, createdAt: now.UTC()}, nil
+}
+
+// RestoreMessage rebuilds a message from storage.
+func RestoreMessage(id, threadID string, seq int64, role Role, content, usage []byte, complete bool, createdAt time.Time) Message {
+	return Message{id, threadID, seq, role, content, usage, complete, createdAt}
+}
+
+// ID returns the message id.
+func (m Message) ID() string { return m.id }
+
+// ThreadID returns the thread the message belongs to.
+func (m Message) ThreadID() string { return m.threadID }
+
+// Seq returns the message's position in its thread.
+func (m Message) Seq() int64 { return m.seq }
+
+// Role returns who wrote the message.
+func (m Message) Role() Role { return m.role }
+
+// Content returns the JSON array of content blocks.
+func (m Message) Content() []byte { return m.content }
+
+// Usage returns the JSON usage object, if any.
+func (m Message) Usage() []byte { return m.usage }
+
+// Complete reports whether the turn that wrote the message ended.
+func (m Message) Complete() bool { return m.complete }
+
+// CreatedAt returns when the message was stored.
+func (m Message) CreatedAt() time.Time { return m.createdAt }
+
+// Finish returns the message with its final content and usage, complete.
+func (m Message) Finish(content, usage []byte) Message {
+	m.content, m.usage, m.complete = content, usage, true
+	return m
+}
+
+// MessageRepository stores messages of threads.
+type MessageRepository interface {
+	AppendMessage(ctx context.Context, m Message) (Message, error)
+	UpdateMessage(ctx context.Context, m Message) error
+	Messages(ctx context.Context, threadID string) ([]Message, error)
+}

@@ -1,0 +1,98 @@
+// Package thread holds chat threads and their messages. A thread owns one
+// sandbox: its container id is the thread's own id.
+package thread
+
+import (
+	"context"
+	"strings"
+	"time"
+
+	"threadbox/domain/fault"
+)
+
+// Thread is a chat conversation in a project, private to its owner.
+type Thread struct {
+	id        string
+	orgID     string
+	projectID string
+	ownerID   string
+	title     string
+	createdAt time.Time
+	updatedAt time.Time
+}
+
+// New returns a valid thread. An empty title becomes "New thread".
+func New(id, orgID, projectID, ownerID, title string, now time.Time) (Thread, error) {
+	if id == "" || orgID == "" || projectID == "" || ownerID == "" {
+		return Thread{}, fault.New(fault.Invalid, "thread id, org, project and owner are required")
+	}
+	t := Thread{id: id, orgID: orgID, projectID: projectID, ownerID: ownerID, createdAt: now.UTC()}
+	if strings.TrimSpace(title) == "" {
+		title = "New thread"
+	}
+	return t.Retitle(title, now)
+}
+
+// Restore rebuilds a thread from storage.
+func Restore(id, orgID, projectID, ownerID, title string, createdAt, updatedAt time.Time) Thread {
+	return Thread{id, orgID, projectID, ownerID, title, createdAt, updatedAt}
+}
+
+// Retitle returns the thread with a new, validated title.
+func (t Thread) Retitle(title string, now time.Time) (Thread, error) {
+	title = strings.TrimSpace(title)
+	if title == "" || len(title) > 500 {
+		return Thread{}, fault.New(fault.Invalid, "thread title must be 1 to 500 characters")
+	}
+	t.title = title
+	t.updatedAt = now.UTC()
+	return t, nil
+}
+
+// Touch returns the thread marked as changed at now.
+func (t Thread) Touch(now time.Time) Thread { t.updatedAt = now.UTC(); return t }
+
+// ID returns the thread's id, which is also its container's id.
+func (t Thread) ID() string { return t.id }
+
+// ContainerID returns the id of the thread's container.
+func (t Thread) ContainerID() string { return t.id }
+
+// OrgID returns the owning org.
+func (t Thread) OrgID() string { return t.orgID }
+
+// ProjectID returns the project the thread is in.
+func (t Thread) ProjectID() string { return t.projectID }
+
+// OwnerID returns the user who owns the thread.
+func (t Thread) OwnerID() string { return t.ownerID }
+
+// Title returns the thread's title.
+func (t Thread) Title() string { return t.title }
+
+// CreatedAt returns when the thread was created.
+func (t Thread) CreatedAt() time.Time { return t.createdAt }
+
+// UpdatedAt returns when the thread last changed.
+func (t Thread) UpdatedAt() time.Time { return t.updatedAt }
+
+// AccessibleBy reports whether user userID of org orgID may use the thread.
+func (t Thread) AccessibleBy(orgID, userID string) bool {
+	return t.orgID == orgID && t.ownerID == userID
+}
+
+// Page asks for one page of a listing, newest first.
+type Page struct {
+	Limit  int
+	Before string // a thread id: list threads older than it
+}
+
+// Repository stores threads. Lookups are scoped by org and owner: another
+// user's thread is not found.
+type Repository interface {
+	CreateThread(ctx context.Context, t Thread) error
+	Thread(ctx context.Context, orgID, ownerID, id string) (Thread, error)
+	Threads(ctx context.Context, orgID, ownerID, projectID string, p Page) ([]Thread, error)
+	UpdateThread(ctx context.Context, t Thread) error
+	DeleteThread(ctx context.Context, orgID, ownerID, id string) error
+}

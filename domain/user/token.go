@@ -1,0 +1,103 @@
+package user
+
+import (
+	"context"
+	"strings"
+	"time"
+
+	"threadbox/domain/fault"
+)
+
+// TokenKind tells long-lived API tokens from short session tokens.
+type TokenKind string
+
+// The token kinds.
+const (
+	APIToken     TokenKind = "api"
+	SessionToken TokenKind = "session"
+	SandboxToken TokenKind = "sandbox"
+)
+
+// Token is the record of an issued bearer token; its id is the JWT's jti.
+type Token struct {
+	id         string
+	userID     string
+	orgID      string
+	name       string
+	kind       TokenKind
+	createdAt  time.Time
+	expiresAt  time.Time
+	revokedAt  *time.Time
+	lastUsedAt *time.Time
+}
+
+// NewToken returns a valid token record.
+func NewToken(id, userID, orgID, name string, kind TokenKind, now time.Time, ttl time.Duration) (Token, error) {
+	name = strings.TrimSpace(name)
+	if id == "" || userID == "" || orgID == "" {
+		return Token{}, fault.New(fault.Invalid, "token id, user and org are required")
+	}
+	if len(name) > 200 {
+		return Token{}, fault.New(fault.Invalid, "token name must be at most 200 characters")
+	}
+	if ttl <= 0 {
+		return Token{}, fault.New(fault.Invalid, "token lifetime must be positive")
+	}
+	now = now.UTC()
+	return Token{id: id, userID: userID, orgID: orgID, name: name, kind: kind, createdAt: now, expiresAt: now.Add(ttl)}, nil
+}
+
+// RestoreToken rebuilds a token record from storage.
+func RestoreToken(id, userID, orgID, name string, kind TokenKind, createdAt, expiresAt time.Time, revokedAt, lastUsedAt *time.Time) Token {
+	return Token{id, userID, orgID, name, kind, createdAt, expiresAt, revokedAt, lastUsedAt}
+}
+
+// ID returns the token id (the jti).
+func (t Token) ID() string { return t.id }
+
+// UserID returns the owner.
+func (t Token) UserID() string { return t.userID }
+
+// OrgID returns the owner's org.
+func (t Token) OrgID() string { return t.orgID }
+
+// Name returns the label given at creation.
+func (t Token) Name() string { return t.name }
+
+// Kind returns the token kind.
+func (t Token) Kind() TokenKind { return t.kind }
+
+// CreatedAt returns when the token was issued.
+func (t Token) CreatedAt() time.Time { return t.createdAt }
+
+// ExpiresAt returns when the token stops working.
+func (t Token) ExpiresAt() time.Time { return t.expiresAt }
+
+// RevokedAt returns when the token was revoked, or nil.
+func (t Token) RevokedAt() *time.Time { return t.revokedAt }
+
+// LastUsedAt returns when the token was last seen, or nil.
+func (t Token) LastUsedAt() *time.Time { return t.lastUsedAt }
+
+// Usable reports whether the token may authenticate at now.
+func (t Token) Usable(now time.Time) bool {
+	return t.revokedAt == nil && now.Before(t.expiresAt)
+}
+
+// Revoke returns the token revoked at now; revoking twice keeps the first time.
+func (t Token) Revoke(now time.Time) Token {
+	if t.revokedAt == nil {
+		n := now.UTC()
+		t.revokedAt = &n
+	}
+	return t
+}
+
+// TokenRepository stores token records.
+type TokenRepository interface {
+	CreateToken(ctx context.Context, t Token) error
+	Token(ctx context.Context, id string) (Token, error)
+	TokensByUser(ctx context.Context, userID string) ([]Token, error)
+	RevokeToken(ctx context.Context, id string, at time.Time) error
+	TouchToken(ctx context.Context, id string, at time.Time) error
+}

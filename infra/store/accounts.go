@@ -1,0 +1,205 @@
+package store
+
+import (
+	"context"
+	"time"
+
+	"threadbox/domain/org"
+	"threadbox/domain/user"
+)
+
+type orgRow struct {
+	ID                        string `gorm:"primaryKey"`
+	Name                      string
+	Disabled                  bool
+	FeatureCodeExecution      bool
+	FeatureUploads            bool
+	FeatureUploadsMaxBytes    int64
+	FeatureDownloadsGenerated bool
+	FeatureDownloadsUploaded  bool
+	CreatedAt                 time.Time
+}
+
+func (orgRow) TableName() string { return "orgs" }
+
+func toOrgRow(o org.Org) orgRow {
+	p := o.Policy()
+	return orgRow{ID: o.ID(), Name: o.Name(), Disabled: o.Disabled(),
+		FeatureCodeExecution: p.Allows(org.CodeExecution), FeatureUploads: p.Allows(org.Uploads),
+		FeatureUploadsMaxBytes: p.MaxUploadBytes(), FeatureDownloadsGenerated: p.Allows(org.DownloadsGenerated),
+		FeatureDownloadsUploaded: p.Allows(org.DownloadsUploaded), CreatedAt: o.CreatedAt()}
+}
+
+func (r orgRow) domain() org.Org {
+	p, err := org.NewPolicy(r.FeatureCodeExecution, r.FeatureUploads, r.FeatureUploadsMaxBytes, r.FeatureDownloadsGenerated, r.FeatureDownloadsUploaded)
+	if err != nil {
+		p = org.DefaultPolicy()
+	}
+	return org.Restore(r.ID, r.Name, r.Disabled, p, r.CreatedAt.UTC())
+}
+
+// CreateOrg stores a new org.
+func (s *Store) CreateOrg(ctx context.Context, o org.Org) error {
+	r := toOrgRow(o)
+	return translate(s.q(ctx).Create(&r).Error, "org")
+}
+
+// Org returns the org with id.
+func (s *Store) Org(ctx context.Context, id string) (org.Org, error) {
+	var r orgRow
+	if err := s.q(ctx).Where("id = ?", id).Take(&r).Error; err != nil {
+		return org.Org{}, translate(err, "org")
+	}
+	return r.domain(), nil
+}
+
+// OrgByName returns the org named name.
+func (s *Store) OrgByName(ctx context.Context, name string) (org.Org, error) {
+	var r orgRow
+	if err := s.q(ctx).Where("name = ?", name).Take(&r).Error; err != nil {
+		return org.Org{}, translate(err, "org")
+	}
+	return r.domain(), nil
+}
+
+// UpdateOrg saves the org's name, switch and policy.
+func (s *Store) UpdateOrg(ctx context.Context, o org.Org) error {
+	r := toOrgRow(o)
+	return one(s.q(ctx).Model(&orgRow{}).Where("id = ?", r.ID).Select("*").Omit("id", "created_at").Updates(&r), "org")
+}
+
+type userRow struct {
+	ID           string `gorm:"primaryKey"`
+	OrgID        string
+	Email        string
+	Role         string
+	Disabled     bool
+	PasswordHash string
+	CreatedAt    time.Time
+}
+
+func (userRow) TableName() string { return "users" }
+
+func toUserRow(u user.User) userRow {
+	return userRow{ID: u.ID(), OrgID: u.OrgID(), Email: u.Email(), Role: string(u.Role()), Disabled: u.Disabled(), PasswordHash: u.PasswordHash(), CreatedAt: u.CreatedAt()}
+}
+
+func (r userRow) domain() user.User {
+	return user.Restore(r.ID, r.OrgID, r.Email, user.Role(r.Role), r.Disabled, r.PasswordHash, r.CreatedAt.UTC())
+}
+
+// CreateUser stores a new user.
+func (s *Store) CreateUser(ctx context.Context, u user.User) error {
+	r := toUserRow(u)
+	return translate(s.q(ctx).Create(&r).Error, "user")
+}
+
+// User returns the user with id.
+func (s *Store) User(ctx context.Context, id string) (user.User, error) {
+	var r userRow
+	if err := s.q(ctx).Where("id = ?", id).Take(&r).Error; err != nil {
+		return user.User{}, translate(err, "user")
+	}
+	return r.domain(), nil
+}
+
+// UserByEmail returns the user with the (lower-case) email.
+func (s *Store) UserByEmail(ctx context.Context, email string) (user.User, error) {
+	var r userRow
+	if err := s.q(ctx).Where("email = ?", email).Take(&r).Error; err != nil {
+		return user.User{}, translate(err, "user")
+	}
+	return r.domain(), nil
+}
+
+// UsersByOrg lists an org's users by creation time.
+func (s *Store) UsersByOrg(ctx context.Context, orgID string) ([]user.User, error) {
+	var rows []userRow
+	if err := s.q(ctx).Where("org_id = ?", orgID).Order("created_at, id").Find(&rows).Error; err != nil {
+		return nil, translate(err, "users")
+	}
+	out := make([]user.User, len(rows))
+	for i, r := range rows {
+		out[i] = r.domain()
+	}
+	return out, nil
+}
+
+// UpdateUser saves the user's role, switch and password hash.
+func (s *Store) UpdateUser(ctx context.Context, u user.User) error {
+	r := toUserRow(u)
+	return one(s.q(ctx).Model(&userRow{}).Where("id = ? AND org_id = ?", r.ID, r.OrgID).
+		Updates(map[string]any{"role": r.Role, "disabled": r.Disabled, "password_hash": r.PasswordHash}), "user")
+}
+
+type tokenRow struct {
+	ID         string `gorm:"primaryKey"`
+	UserID     string
+	OrgID      string
+	Name       string
+	Kind       string
+	CreatedAt  time.Time
+	ExpiresAt  time.Time
+	RevokedAt  *time.Time
+	LastUsedAt *time.Time
+}
+
+func (tokenRow) TableName() string { return "api_tokens" }
+
+func (r tokenRow) domain() user.Token {
+	return user.RestoreToken(r.ID, r.UserID, r.OrgID, r.Name, user.TokenKind(r.Kind), r.CreatedAt.UTC(), r.ExpiresAt.UTC(), utcPtr(r.RevokedAt), utcPtr(r.LastUsedAt))
+}
+
+func utcPtr(t *time.Time) *time.Time {
+	if t == nil {
+		return nil
+	}
+	u := t.UTC()
+	return &u
+}
+
+// CreateToken stores a token record.
+func (s *Store) CreateToken(ctx context.Context, t user.Token) error {
+	r := tokenRow{ID: t.ID(), UserID: t.UserID(), OrgID: t.OrgID(), Name: t.Name(), Kind: string(t.Kind()), CreatedAt: t.CreatedAt(), ExpiresAt: t.ExpiresAt(), RevokedAt: t.RevokedAt(), LastUsedAt: t.LastUsedAt()}
+	return translate(s.q(ctx).Create(&r).Error, "token")
+}
+
+// Token returns the token record with id (the jti).
+func (s *Store) Token(ctx context.Context, id string) (user.Token, error) {
+	var r tokenRow
+	if err := s.q(ctx).Where("id = ?", id).Take(&r).Error; err != nil {
+		return user.Token{}, translate(err, "token")
+	}
+	return r.domain(), nil
+}
+
+// TokensByUser lists a user's API tokens, newest first.
+func (s *Store) TokensByUser(ctx context.Context, userID string) ([]user.Token, error) {
+	var rows []tokenRow
+	if err := s.q(ctx).Where("user_id = ? AND kind = ?", userID, string(user.APIToken)).Order("created_at DESC, id").Find(&rows).Error; err != nil {
+		return nil, translate(err, "tokens")
+	}
+	out := make([]user.Token, len(rows))
+	for i, r := range rows {
+		out[i] = r.domain()
+	}
+	return out, nil
+}
+
+// RevokeToken marks a token revoked; revoking twice keeps the first time.
+func (s *Store) RevokeToken(ctx context.Context, id string, at time.Time) error {
+	res := s.q(ctx).Model(&tokenRow{}).Where("id = ?", id).Where("revoked_at IS NULL").Update("revoked_at", at.UTC())
+	if res.Error != nil {
+		return translate(res.Error, "token")
+	}
+	if res.RowsAffected == 0 {
+		_, err := s.Token(ctx, id)
+		return err
+	}
+	return nil
+}
+
+// TouchToken records a use of the token.
+func (s *Store) TouchToken(ctx context.Context, id string, at time.Time) error {
+	return translate(s.q(ctx).Model(&tokenRow{}).Where("id = ?", id).Update("last_used_at", at.UTC()).Error, "token")
+}

@@ -1,0 +1,166 @@
+// Package store persists the domain aggregates through GORM, on PostgreSQL
+// or on an embedded pure-Go SQLite file. The schema comes only from the
+// versioned SQL in migrations/, applied with goose.
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/glebarez/sqlite"
+	"github.com/pressly/goose/v3"
+	"gorm.io/driver/postgres"
+	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
+
+	"threadbox/domain/fault"
+	"threadbox/migrations"
+)
+
+// Store implements the repositories of the domain packages.
+type Store struct {
+	db      *gorm.DB
+	sqlDB   *sql.DB
+	dialect string
+}
+
+// Open connects to PostgreSQL when url is set, else to the SQLite file
+// threadbox.db in dataDir. It does not migrate.
+func Open(ctx context.Context, url, dataDir string) (*Store, error) {
+	cfg := &gorm.Config{Logger: logger.Discard, TranslateError: true, NowFunc: func() time.Time { return time.Now().UTC() }}
+	var (
+		db      *gorm.DB
+		err     error
+		dialect string
+	)
+	if url != "" {
+		dialect = "postgres"
+		db, err = gorm.Open(postgres.Open(url), cfg)
+	} else {
+		dialect = "sqlite"
+		if err := os.MkdirAll(dataDir, 0o700); err != nil {
+			return nil, fmt.Errorf("store: data dir: %w", err)
+		}
+		dsn := "file:" + filepath.Join(dataDir, "threadbox.db") + "?_pragma=foreign_keys(1)&_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)&_pragma=synchronous(NORMAL)"
+		db, err = gorm.Open(sqlite.Open(dsn), cfg)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("store: open %s: %w", dialect, err)
+	}
+	sqlDB, err := db.DB()
+	if err != nil {
+		return nil, fmt.Errorf("store: %w", err)
+	}
+	if dialect == "sqlite" {
+		// One writer at a time; readers share the WAL.
+		sqlDB.SetMaxOpenConns(1)
+	} else {
+		sqlDB.SetMaxOpenConns(20)
+		sqlDB.SetMaxIdleConns(10)
+	}
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := sqlDB.PingContext(pctx); err != nil {
+		sqlDB.Close()
+		return nil, fmt.Errorf("store: connect %s: %w", dialect, err)
+	}
+	return &Store{db: db, sqlDB: sqlDB, dialect: dialect}, nil
+}
+
+// Dialect returns "postgres" or "sqlite".
+func (s *Store) Dialect() string { return s.dialect }
+
+// Close closes the connection pool.
+func (s *Store) Close() error { return s.sqlDB.Close() }
+
+func (s *Store) provider() (*goose.Provider, error) {
+	var (
+		d    goose.Dialect
+		fsys fs.FS
+		err  error
+	)
+	if s.dialect == "postgres" {
+		d = goose.DialectPostgres
+		fsys, err = fs.Sub(migrations.Postgres, "postgres")
+	} else {
+		d = goose.DialectSQLite3
+		fsys, err = fs.Sub(migrations.SQLite, "sqlite")
+	}
+	if err != nil {
+		return nil, err
+	}
+	return goose.NewProvider(d, s.sqlDB, fsys)
+}
+
+// Migrate applies every pending migration and returns the schema version.
+func (s *Store) Migrate(ctx context.Context) (int64, error) {
+	p, err := s.provider()
+	if err != nil {
+		return 0, fmt.Errorf("store: migrations: %w", err)
+	}
+	if _, err := p.Up(ctx); err != nil {
+		return 0, fmt.Errorf("store: migrate: %w", err)
+	}
+	return p.GetDBVersion(ctx)
+}
+
+// Ready reports nil when the database answers and has no pending migration.
+func (s *Store) Ready(ctx context.Context) error {
+	if err := s.sqlDB.PingContext(ctx); err != nil {
+		return fmt.Errorf("store: ping: %w", err)
+	}
+	p, err := s.provider()
+	if err != nil {
+		return fmt.Errorf("store: migrations: %w", err)
+	}
+	pending, err := p.HasPending(ctx)
+	if err != nil {
+		return fmt.Errorf("store: migration status: %w", err)
+	}
+	if pending {
+		return errors.New("store: migrations pending")
+	}
+	return nil
+}
+
+// InTx runs fn with a Store bound to one transaction.
+func (s *Store) InTx(ctx context.Context, fn func(tx *Store) error) error {
+	return s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		return fn(&Store{db: tx, sqlDB: s.sqlDB, dialect: s.dialect})
+	})
+}
+
+// translate maps GORM errors onto fault kinds.
+func translate(err error, what string) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, gorm.ErrRecordNotFound):
+		return fault.Errorf(fault.NotFound, "%s not found", what)
+	case errors.Is(err, gorm.ErrDuplicatedKey), strings.Contains(err.Error(), "UNIQUE constraint failed"):
+		return fault.Wrap(fault.Conflict, what+" already exists", err)
+	case errors.Is(err, gorm.ErrForeignKeyViolated), strings.Contains(err.Error(), "FOREIGN KEY constraint failed"):
+		return fault.Wrap(fault.Invalid, what+" refers to something that does not exist", err)
+	}
+	return fmt.Errorf("store: %s: %w", what, err)
+}
+
+// one checks that exactly one row was affected.
+func one(res *gorm.DB, what string) error {
+	if res.Error != nil {
+		return translate(res.Error, what)
+	}
+	if res.RowsAffected == 0 {
+		return fault.Errorf(fault.NotFound, "%s not found", what)
+	}
+	return nil
+}
+
+func (s *Store) q(ctx context.Context) *gorm.DB { return s.db.WithContext(ctx) }

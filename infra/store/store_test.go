@@ -1,0 +1,265 @@
+package store_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"threadbox/domain/audit"
+	"threadbox/domain/container"
+	"threadbox/domain/fault"
+	"threadbox/domain/org"
+	"threadbox/domain/project"
+	"threadbox/domain/thread"
+	"threadbox/domain/user"
+	"threadbox/infra/store"
+	"threadbox/infra/store/storetest"
+)
+
+// TestRepositories runs one suite against SQLite and PostgreSQL.
+func TestRepositories(t *testing.T) {
+	t.Run("sqlite", func(t *testing.T) {
+		s, err := store.Open(context.Background(), "", t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		suite(t, s)
+	})
+	t.Run("postgres", func(t *testing.T) {
+		s := storetest.Postgres(t)
+		suite(t, s)
+	})
+}
+
+func id(prefix string) string {
+	b := make([]byte, 6)
+	rand.Read(b)
+	return prefix + "_" + hex.EncodeToString(b)
+}
+
+func suite(t *testing.T, s *store.Store) {
+	ctx := context.Background()
+	v, err := s.Migrate(ctx)
+	if err != nil || v < 1 {
+		t.Fatalf("migrate: v=%d err=%v", v, err)
+	}
+	if v2, err := s.Migrate(ctx); err != nil || v2 != v {
+		t.Fatalf("second migrate: v=%d err=%v", v2, err)
+	}
+	if err := s.Ready(ctx); err != nil {
+		t.Fatalf("ready: %v", err)
+	}
+	now := time.Now().UTC().Truncate(time.Millisecond)
+
+	// Orgs and their policy.
+	o, _ := org.New(id("org"), "acme-"+id("n"), now)
+	if err := s.CreateOrg(ctx, o); err != nil {
+		t.Fatal(err)
+	}
+	dup, _ := org.New(id("org"), o.Name(), now)
+	if err := s.CreateOrg(ctx, dup); !fault.Is(err, fault.Conflict) {
+		t.Fatalf("duplicate org name: want conflict, got %v", err)
+	}
+	got, err := s.Org(ctx, o.ID())
+	if err != nil || got.Name() != o.Name() || !got.Policy().Allows(org.CodeExecution) || got.Policy().MaxUploadBytes() != org.DefaultMaxUploadBytes {
+		t.Fatalf("org round trip: %+v %v", got, err)
+	}
+	f := false
+	mb := int64(1234)
+	p, _ := got.Policy().Patch(org.PolicyPatch{DownloadsGenerated: &f, MaxUploadBytes: &mb})
+	if err := s.UpdateOrg(ctx, got.WithPolicy(p).WithDisabled(true)); err != nil {
+		t.Fatal(err)
+	}
+	got, _ = s.OrgByName(ctx, o.Name())
+	if got.Policy().Allows(org.DownloadsGenerated) || !got.Policy().Allows(org.DownloadsUploaded) || got.Policy().MaxUploadBytes() != 1234 || !got.Disabled() {
+		t.Fatalf("policy not saved: %+v", got)
+	}
+	if _, err := s.Org(ctx, "missing"); !fault.Is(err, fault.NotFound) {
+		t.Fatalf("missing org: %v", err)
+	}
+	o2, _ := org.New(id("org"), "other-"+id("n"), now)
+	if err := s.CreateOrg(ctx, o2); err != nil {
+		t.Fatal(err)
+	}
+
+	// Users.
+	email := id("u") + "@acme.test"
+	u, err := user.New(id("usr"), o.ID(), email, user.Admin, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CreateUser(ctx, u.WithPasswordHash("h1")); err != nil {
+		t.Fatal(err)
+	}
+	u2, _ := user.New(id("usr"), o.ID(), email, user.Member, now)
+	if err := s.CreateUser(ctx, u2); !fault.Is(err, fault.Conflict) {
+		t.Fatalf("duplicate email: want conflict, got %v", err)
+	}
+	bad, _ := user.New(id("usr"), "no-such-org", id("x")+"@acme.test", user.Member, now)
+	if err := s.CreateUser(ctx, bad); err == nil {
+		t.Fatal("user in a missing org was stored")
+	}
+	gu, err := s.UserByEmail(ctx, email)
+	if err != nil || gu.ID() != u.ID() || gu.PasswordHash() != "h1" || !gu.IsAdmin() {
+		t.Fatalf("user round trip: %+v %v", gu, err)
+	}
+	if err := s.UpdateUser(ctx, gu.WithRole(user.Member).WithDisabled(true)); err != nil {
+		t.Fatal(err)
+	}
+	gu, _ = s.User(ctx, u.ID())
+	if gu.IsAdmin() || !gu.Disabled() {
+		t.Fatalf("user update lost: %+v", gu)
+	}
+	other, _ := user.New(id("usr"), o2.ID(), id("o")+"@other.test", user.Member, now)
+	if err := s.CreateUser(ctx, other); err != nil {
+		t.Fatal(err)
+	}
+	us, _ := s.UsersByOrg(ctx, o.ID())
+	if len(us) != 1 || us[0].ID() != u.ID() {
+		t.Fatalf("users by org leaked or lost: %d", len(us))
+	}
+
+	// Tokens.
+	tok, _ := user.NewToken(id("tok"), u.ID(), o.ID(), "ci", user.APIToken, now, time.Hour)
+	if err := s.CreateToken(ctx, tok); err != nil {
+		t.Fatal(err)
+	}
+	sess, _ := user.NewToken(id("tok"), u.ID(), o.ID(), "", user.SessionToken, now, time.Hour)
+	s.CreateToken(ctx, sess)
+	ts, _ := s.TokensByUser(ctx, u.ID())
+	if len(ts) != 1 || ts[0].ID() != tok.ID() || !ts[0].Usable(now) {
+		t.Fatalf("tokens by user: %+v", ts)
+	}
+	if err := s.TouchToken(ctx, tok.ID(), now.Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RevokeToken(ctx, tok.ID(), now.Add(2*time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RevokeToken(ctx, tok.ID(), now.Add(3*time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	gt, _ := s.Token(ctx, tok.ID())
+	if gt.Usable(now) || gt.RevokedAt() == nil || !gt.RevokedAt().Equal(now.Add(2*time.Minute)) || gt.LastUsedAt() == nil {
+		t.Fatalf("revoke: %+v", gt)
+	}
+	if err := s.RevokeToken(ctx, "nope", now); !fault.Is(err, fault.NotFound) {
+		t.Fatalf("revoke missing: %v", err)
+	}
+
+	// Projects are scoped by org.
+	pr, _ := project.New(id("prj"), o.ID(), u.ID(), "Research", now)
+	if err := s.CreateProject(ctx, pr); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Project(ctx, o2.ID(), pr.ID()); !fault.Is(err, fault.NotFound) {
+		t.Fatalf("cross-org project: %v", err)
+	}
+	if err := s.DeleteProject(ctx, o2.ID(), pr.ID()); !fault.Is(err, fault.NotFound) {
+		t.Fatalf("cross-org delete: %v", err)
+	}
+	renamed, _ := pr.Rename("Renamed", now.Add(time.Second))
+	if err := s.UpdateProject(ctx, renamed); err != nil {
+		t.Fatal(err)
+	}
+	gp, _ := s.Project(ctx, o.ID(), pr.ID())
+	if gp.Name() != "Renamed" {
+		t.Fatalf("rename lost: %q", gp.Name())
+	}
+
+	// Threads are scoped by org and owner, paged newest first.
+	var ids []string
+	for i := 0; i < 5; i++ {
+		th, _ := thread.New(id("thr"), o.ID(), pr.ID(), u.ID(), fmt.Sprintf("t%d", i), now.Add(time.Duration(i)*time.Second))
+		if err := s.CreateThread(ctx, th); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, th.ID())
+	}
+	page, _ := s.Threads(ctx, o.ID(), u.ID(), "", thread.Page{Limit: 2})
+	if len(page) != 2 || page[0].ID() != ids[4] || page[1].ID() != ids[3] {
+		t.Fatalf("page 1: %v", page)
+	}
+	page, _ = s.Threads(ctx, o.ID(), u.ID(), pr.ID(), thread.Page{Limit: 10, Before: page[1].ID()})
+	if len(page) != 3 || page[0].ID() != ids[2] {
+		t.Fatalf("page 2: %v", page)
+	}
+	if _, err := s.Thread(ctx, o.ID(), other.ID(), ids[0]); !fault.Is(err, fault.NotFound) {
+		t.Fatalf("other user's thread: %v", err)
+	}
+	if err := s.DeleteThread(ctx, o2.ID(), other.ID(), ids[0]); !fault.Is(err, fault.NotFound) {
+		t.Fatalf("other org deletes thread: %v", err)
+	}
+
+	// Messages keep their order; an incomplete turn is visible as such.
+	m1, _ := thread.NewMessage(id("msg"), ids[0], thread.User, []byte(`[{"type":"text","text":"hi"}]`), true, now)
+	m1, err = s.AppendMessage(ctx, m1)
+	if err != nil || m1.Seq() != 1 {
+		t.Fatalf("append: %v %d", err, m1.Seq())
+	}
+	m2, _ := thread.NewMessage(id("msg"), ids[0], thread.Assistant, []byte(`[]`), false, now)
+	m2, _ = s.AppendMessage(ctx, m2)
+	if err := s.UpdateMessage(ctx, m2.Finish([]byte(`[{"type":"text","text":"yo"}]`), []byte(`{"input_tokens":1}`))); err != nil {
+		t.Fatal(err)
+	}
+	ms, _ := s.Messages(ctx, ids[0])
+	if len(ms) != 2 || ms[1].Seq() != 2 || !ms[1].Complete() || !strings.Contains(string(ms[1].Content()), "yo") {
+		t.Fatalf("messages: %+v", ms)
+	}
+
+	// Deleting a project removes its threads and their messages.
+	if err := s.DeleteProject(ctx, o.ID(), pr.ID()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Thread(ctx, o.ID(), u.ID(), ids[0]); !fault.Is(err, fault.NotFound) {
+		t.Fatalf("thread survived its project: %v", err)
+	}
+	if ms, _ := s.Messages(ctx, ids[0]); len(ms) != 0 {
+		t.Fatalf("messages survived: %d", len(ms))
+	}
+
+	// Containers.
+	c, _ := container.NewForUser(o.ID(), u.ID(), "my-container", now)
+	if err := s.CreateContainer(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CreateContainer(ctx, c); !fault.Is(err, fault.Conflict) {
+		t.Fatalf("duplicate container: %v", err)
+	}
+	s.UpdateContainer(ctx, c.WithState(container.Running).Touch(now.Add(-time.Hour)))
+	idle, _ := s.ContainersIdleSince(ctx, now.Add(-time.Minute))
+	found := false
+	for _, ic := range idle {
+		found = found || ic.ID() == c.ID()
+	}
+	if !found {
+		t.Fatal("idle container not listed")
+	}
+	gc, _ := s.Container(ctx, c.ID())
+	if gc.ClientID() != "my-container" || gc.State() != container.Running {
+		t.Fatalf("container: %+v", gc)
+	}
+	if err := s.DeleteContainer(ctx, c.ID()); err != nil {
+		t.Fatal(err)
+	}
+
+	// Audit events are per org, newest first.
+	for i := 0; i < 3; i++ {
+		e := audit.Event{ID: id("aud"), OrgID: o.ID(), ActorID: u.ID(), Action: "org.features.update", Before: []byte(`{}`), After: []byte(fmt.Sprintf(`{"n":%d}`, i)), At: now.Add(time.Duration(i) * time.Second)}
+		if err := s.AppendEvent(ctx, e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	evs, _ := s.Events(ctx, o.ID(), 10)
+	if len(evs) != 3 || string(evs[0].After) != `{"n":2}` {
+		t.Fatalf("events: %+v", evs)
+	}
+	if evs, _ := s.Events(ctx, o2.ID(), 10); len(evs) != 0 {
+		t.Fatal("audit events leaked across orgs")
+	}
+}

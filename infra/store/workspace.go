@@ -1,0 +1,286 @@
+package store
+
+import (
+	"context"
+	"time"
+
+	"gorm.io/gorm"
+
+	"threadbox/domain/audit"
+	"threadbox/domain/container"
+	"threadbox/domain/project"
+	"threadbox/domain/thread"
+)
+
+type projectRow struct {
+	ID        string `gorm:"primaryKey"`
+	OrgID     string
+	OwnerID   string
+	Name      string
+	CreatedAt time.Time
+	UpdatedAt time.Time
+}
+
+func (projectRow) TableName() string { return "projects" }
+
+func (r projectRow) domain() project.Project {
+	return project.Restore(r.ID, r.OrgID, r.OwnerID, r.Name, r.CreatedAt.UTC(), r.UpdatedAt.UTC())
+}
+
+// CreateProject stores a new project.
+func (s *Store) CreateProject(ctx context.Context, p project.Project) error {
+	r := projectRow{p.ID(), p.OrgID(), p.OwnerID(), p.Name(), p.CreatedAt(), p.UpdatedAt()}
+	return translate(s.q(ctx).Create(&r).Error, "project")
+}
+
+// Project returns the org's project with id.
+func (s *Store) Project(ctx context.Context, orgID, id string) (project.Project, error) {
+	var r projectRow
+	if err := s.q(ctx).Where("id = ? AND org_id = ?", id, orgID).Take(&r).Error; err != nil {
+		return project.Project{}, translate(err, "project")
+	}
+	return r.domain(), nil
+}
+
+// ProjectsByOrg lists the org's projects by creation time.
+func (s *Store) ProjectsByOrg(ctx context.Context, orgID string) ([]project.Project, error) {
+	var rows []projectRow
+	if err := s.q(ctx).Where("org_id = ?", orgID).Order("created_at, id").Find(&rows).Error; err != nil {
+		return nil, translate(err, "projects")
+	}
+	out := make([]project.Project, len(rows))
+	for i, r := range rows {
+		out[i] = r.domain()
+	}
+	return out, nil
+}
+
+// UpdateProject saves the project's name.
+func (s *Store) UpdateProject(ctx context.Context, p project.Project) error {
+	return one(s.q(ctx).Model(&projectRow{}).Where("id = ? AND org_id = ?", p.ID(), p.OrgID()).
+		Updates(map[string]any{"name": p.Name(), "updated_at": p.UpdatedAt()}), "project")
+}
+
+// DeleteProject deletes the org's project; its threads and messages go with it.
+func (s *Store) DeleteProject(ctx context.Context, orgID, id string) error {
+	return one(s.q(ctx).Where("id = ? AND org_id = ?", id, orgID).Delete(&projectRow{}), "project")
+}
+
+type threadRow struct {
+	ID        string `gorm:"primaryKey"`
+	OrgID     string
+	ProjectID string
+	OwnerID   string
+	Title     string
+	CreatedAt time.Time
+	UpdatedAt time.Time
+}
+
+func (threadRow) TableName() string { return "threads" }
+
+func (r threadRow) domain() thread.Thread {
+	return thread.Restore(r.ID, r.OrgID, r.ProjectID, r.OwnerID, r.Title, r.CreatedAt.UTC(), r.UpdatedAt.UTC())
+}
+
+// CreateThread stores a new thread.
+func (s *Store) CreateThread(ctx context.Context, t thread.Thread) error {
+	r := threadRow{t.ID(), t.OrgID(), t.ProjectID(), t.OwnerID(), t.Title(), t.CreatedAt(), t.UpdatedAt()}
+	return translate(s.q(ctx).Create(&r).Error, "thread")
+}
+
+// Thread returns the owner's thread with id.
+func (s *Store) Thread(ctx context.Context, orgID, ownerID, id string) (thread.Thread, error) {
+	var r threadRow
+	if err := s.q(ctx).Where("id = ? AND org_id = ? AND owner_id = ?", id, orgID, ownerID).Take(&r).Error; err != nil {
+		return thread.Thread{}, translate(err, "thread")
+	}
+	return r.domain(), nil
+}
+
+// Threads lists the owner's threads newest first, optionally in one project.
+func (s *Store) Threads(ctx context.Context, orgID, ownerID, projectID string, p thread.Page) ([]thread.Thread, error) {
+	q := s.q(ctx).Where("org_id = ? AND owner_id = ?", orgID, ownerID)
+	if projectID != "" {
+		q = q.Where("project_id = ?", projectID)
+	}
+	if p.Before != "" {
+		var cur threadRow
+		if err := s.q(ctx).Where("id = ? AND org_id = ? AND owner_id = ?", p.Before, orgID, ownerID).Take(&cur).Error; err != nil {
+			return nil, translate(err, "thread")
+		}
+		q = q.Where("created_at < ? OR (created_at = ? AND id < ?)", cur.CreatedAt, cur.CreatedAt, cur.ID)
+	}
+	limit := p.Limit
+	if limit <= 0 {
+		limit = 20
+	}
+	var rows []threadRow
+	if err := q.Order("created_at DESC, id DESC").Limit(limit).Find(&rows).Error; err != nil {
+		return nil, translate(err, "threads")
+	}
+	out := make([]thread.Thread, len(rows))
+	for i, r := range rows {
+		out[i] = r.domain()
+	}
+	return out, nil
+}
+
+// UpdateThread saves the thread's title and update time.
+func (s *Store) UpdateThread(ctx context.Context, t thread.Thread) error {
+	return one(s.q(ctx).Model(&threadRow{}).Where("id = ? AND org_id = ? AND owner_id = ?", t.ID(), t.OrgID(), t.OwnerID()).
+		Updates(map[string]any{"title": t.Title(), "updated_at": t.UpdatedAt()}), "thread")
+}
+
+// DeleteThread deletes the owner's thread and its messages.
+func (s *Store) DeleteThread(ctx context.Context, orgID, ownerID, id string) error {
+	return one(s.q(ctx).Where("id = ? AND org_id = ? AND owner_id = ?", id, orgID, ownerID).Delete(&threadRow{}), "thread")
+}
+
+type messageRow struct {
+	ID        string `gorm:"primaryKey"`
+	ThreadID  string
+	Seq       int64
+	Role      string
+	Content   string
+	Usage     string
+	Complete  bool
+	CreatedAt time.Time
+}
+
+func (messageRow) TableName() string { return "messages" }
+
+func (r messageRow) domain() thread.Message {
+	var usage []byte
+	if r.Usage != "" {
+		usage = []byte(r.Usage)
+	}
+	return thread.RestoreMessage(r.ID, r.ThreadID, r.Seq, thread.Role(r.Role), []byte(r.Content), usage, r.Complete, r.CreatedAt.UTC())
+}
+
+// AppendMessage stores m as the thread's next message and returns it with its seq.
+func (s *Store) AppendMessage(ctx context.Context, m thread.Message) (thread.Message, error) {
+	var out thread.Message
+	err := s.q(ctx).Transaction(func(tx *gorm.DB) error {
+		var max struct{ N int64 }
+		if err := tx.Model(&messageRow{}).Select("COALESCE(MAX(seq), 0) AS n").Where("thread_id = ?", m.ThreadID()).Scan(&max).Error; err != nil {
+			return err
+		}
+		r := messageRow{ID: m.ID(), ThreadID: m.ThreadID(), Seq: max.N + 1, Role: string(m.Role()), Content: string(m.Content()), Usage: string(m.Usage()), Complete: m.Complete(), CreatedAt: m.CreatedAt()}
+		if err := tx.Create(&r).Error; err != nil {
+			return err
+		}
+		out = r.domain()
+		return nil
+	})
+	return out, translate(err, "message")
+}
+
+// UpdateMessage saves a message's content, usage and completeness.
+func (s *Store) UpdateMessage(ctx context.Context, m thread.Message) error {
+	return one(s.q(ctx).Model(&messageRow{}).Where("id = ?", m.ID()).
+		Updates(map[string]any{"content": string(m.Content()), "usage": string(m.Usage()), "complete": m.Complete()}), "message")
+}
+
+// Messages returns a thread's messages in order.
+func (s *Store) Messages(ctx context.Context, threadID string) ([]thread.Message, error) {
+	var rows []messageRow
+	if err := s.q(ctx).Where("thread_id = ?", threadID).Order("seq").Find(&rows).Error; err != nil {
+		return nil, translate(err, "messages")
+	}
+	out := make([]thread.Message, len(rows))
+	for i, r := range rows {
+		out[i] = r.domain()
+	}
+	return out, nil
+}
+
+type containerRow struct {
+	ID           string `gorm:"primaryKey"`
+	ClientID     string
+	OrgID        string
+	OwnerID      string
+	ThreadID     string
+	State        string
+	CreatedAt    time.Time
+	LastActiveAt time.Time
+}
+
+func (containerRow) TableName() string { return "containers" }
+
+func (r containerRow) domain() container.Container {
+	return container.Restore(r.ID, r.ClientID, r.OrgID, r.OwnerID, r.ThreadID, container.State(r.State), r.CreatedAt.UTC(), r.LastActiveAt.UTC())
+}
+
+// CreateContainer stores a new container.
+func (s *Store) CreateContainer(ctx context.Context, c container.Container) error {
+	r := containerRow{c.ID(), c.ClientID(), c.OrgID(), c.OwnerID(), c.ThreadID(), string(c.State()), c.CreatedAt(), c.LastActiveAt()}
+	return translate(s.q(ctx).Create(&r).Error, "container")
+}
+
+// Container returns the container with id.
+func (s *Store) Container(ctx context.Context, id string) (container.Container, error) {
+	var r containerRow
+	if err := s.q(ctx).Where("id = ?", id).Take(&r).Error; err != nil {
+		return container.Container{}, translate(err, "container")
+	}
+	return r.domain(), nil
+}
+
+// UpdateContainer saves the container's state and last use.
+func (s *Store) UpdateContainer(ctx context.Context, c container.Container) error {
+	return one(s.q(ctx).Model(&containerRow{}).Where("id = ?", c.ID()).
+		Updates(map[string]any{"state": string(c.State()), "last_active_at": c.LastActiveAt()}), "container")
+}
+
+// DeleteContainer forgets a container.
+func (s *Store) DeleteContainer(ctx context.Context, id string) error {
+	return one(s.q(ctx).Where("id = ?", id).Delete(&containerRow{}), "container")
+}
+
+// ContainersIdleSince lists running containers last used before t.
+func (s *Store) ContainersIdleSince(ctx context.Context, before time.Time) ([]container.Container, error) {
+	var rows []containerRow
+	if err := s.q(ctx).Where("state = ? AND last_active_at < ?", string(container.Running), before.UTC()).Find(&rows).Error; err != nil {
+		return nil, translate(err, "containers")
+	}
+	out := make([]container.Container, len(rows))
+	for i, r := range rows {
+		out[i] = r.domain()
+	}
+	return out, nil
+}
+
+type auditRow struct {
+	ID      string `gorm:"primaryKey"`
+	OrgID   string
+	ActorID string
+	Action  string
+	Target  string
+	Before  string
+	After   string
+	At      time.Time
+}
+
+func (auditRow) TableName() string { return "audit_events" }
+
+// AppendEvent records an audit event.
+func (s *Store) AppendEvent(ctx context.Context, e audit.Event) error {
+	r := auditRow{e.ID, e.OrgID, e.ActorID, e.Action, e.Target, string(e.Before), string(e.After), e.At.UTC()}
+	return translate(s.q(ctx).Create(&r).Error, "audit event")
+}
+
+// Events lists the org's audit events, newest first.
+func (s *Store) Events(ctx context.Context, orgID string, limit int) ([]audit.Event, error) {
+	if limit <= 0 || limit > 1000 {
+		limit = 100
+	}
+	var rows []auditRow
+	if err := s.q(ctx).Where("org_id = ?", orgID).Order("at DESC, id DESC").Limit(limit).Find(&rows).Error; err != nil {
+		return nil, translate(err, "audit events")
+	}
+	out := make([]audit.Event, len(rows))
+	for i, r := range rows {
+		out[i] = audit.Event{ID: r.ID, OrgID: r.OrgID, ActorID: r.ActorID, Action: r.Action, Target: r.Target, Before: []byte(r.Before), After: []byte(r.After), At: r.At.UTC()}
+	}
+	return out, nil
+}
