@@ -1,0 +1,31 @@
+// Package agent is the host side of the threadbox agent protocol: a client
+// that runs commands in a sandbox through the threadbox-agent process that
+// is the sandbox's init. Both sandbox backends use it: infra/docker over the
+// container's attached stdin and (demultiplexed) stdout, infra/local over
+// the pipes of the bubblewrap child.
+//
+// The protocol (package protocol) is a stream of frames in both directions.
+// A frame is a 9-byte header — type (1 byte), id (uint32 big endian),
+// payload length (uint32 big endian) — and a payload: JSON for control
+// frames, raw bytes for data. The host numbers its requests; one id names
+// one command from its Exec frame to the agent's Exit (or Error) frame, so
+// any number of commands run concurrently over one connection:
+//
+//	host  -> agent  Ping, Exec{args,dir,env,timeout,max_output,output_dir,open_stdin,tty},
+//	                Stdin(bytes), CloseStdin, Resize{rows,cols}, Signal{signal}
+//	agent -> host   Pong, Started{pid}, Stdout(bytes), Stderr(bytes),
+//	                Exit{exit_code,signal,timed_out,*_truncated,oom_hint,output_files}, Error{message}
+//
+// Frame types 0x30-0x33 are reserved for byte streams to loopback listeners
+// inside the sandbox. The agent writes nothing but frames to its stdout and
+// never sends a frame unasked, so the host may attach at any time before its
+// first request.
+//
+// The agent caps each output stream at the command's MaxOutput and sends
+// nothing beyond it, so the host holds at most two caps per command. Exec
+// and Wait return the text the API shows: a truncated stream is the first
+// cap bytes followed by "...[truncated]" (RenderOutput), and a command that
+// timed out has exit code 124 and a stderr that ends with the line
+// "Command timed out after Ns." (appended to what the command wrote before
+// it was stopped, on a line of its own).
+package agent
