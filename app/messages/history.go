@@ -1,11 +1,12 @@
 package messages
 
 import (
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
+
+	"threadbox/domain/file"
 )
 
 // upstreamHistory translates a history that may hold server_tool_use and
@@ -68,11 +69,11 @@ func upstreamResult(id string, r *ToolResult) ContentBlock {
 
 // uploadPath decodes a file id (base64url of the absolute sandbox path).
 func uploadPath(fileID string) (string, error) {
-	b, err := base64.RawURLEncoding.DecodeString(strings.TrimRight(fileID, "="))
-	if err != nil || len(b) == 0 || b[0] != '/' {
-		return "", errors.New("not a file id of this server")
+	p, err := file.DecodeID(fileID)
+	if err != nil {
+		return "", fmt.Errorf("not a file id of this server: %w", err)
 	}
-	return string(b), nil
+	return p, nil
 }
 
 // SubToolDefinitions returns the two code-execution sub-tools as the model

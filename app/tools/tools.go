@@ -1,0 +1,239 @@
+// Package tools executes the code-execution sub-tools (bash_code_execution
+// and text_editor_code_execution) of the Messages API in a container's
+// sandbox, over the sandbox and file ports it declares.
+package tools
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"threadbox/app/messages"
+	"threadbox/domain/file"
+	"threadbox/domain/sandbox"
+)
+
+// Sandbox runs commands in the sandbox of a container, booting it on demand.
+type Sandbox interface {
+	// Exec runs cmd in the container's sandbox and waits for it to end.
+	Exec(ctx context.Context, containerID string, cmd sandbox.Command) (sandbox.Result, error)
+	// Restart stops the container's sandbox and boots a fresh one; files stay.
+	Restart(ctx context.Context, containerID string) error
+}
+
+// Files reads and writes a container's files by absolute, clean sandbox
+// path; the caller has already checked the path against the mount table.
+// Errors wrap file.ErrNotFound when the path does not exist.
+type Files interface {
+	// ReadFile returns the file's bytes, at most limit of them (limit > 0).
+	ReadFile(ctx context.Context, containerID, sandboxPath string, limit int64) ([]byte, error)
+	// WriteFile creates or replaces the file, creating missing parents.
+	WriteFile(ctx context.Context, containerID, sandboxPath string, data []byte) error
+	// Stat describes the file or folder.
+	Stat(ctx context.Context, containerID, sandboxPath string) (file.Info, error)
+	// List returns the entries directly inside the folder.
+	List(ctx context.Context, containerID, sandboxPath string) ([]file.Info, error)
+}
+
+// Defaults of Config.
+const (
+	DefaultMaxOutput     = 1 << 20
+	DefaultTimeout       = 60 * time.Second
+	DefaultMaxTimeout    = time.Hour
+	DefaultFileOpTimeout = 30 * time.Second
+	DefaultMaxFileBytes  = 16 << 20
+)
+
+// Truncated ends every output cut at the size limit.
+const Truncated = "...[truncated]"
+
+// Config tunes the executors. Zero values mean the defaults.
+type Config struct {
+	MaxOutput     int           // cap per output stream and per view, in bytes
+	MaxTimeout    time.Duration // the largest bash timeout a call may ask for
+	FileOpTimeout time.Duration // limit of one text-editor operation
+	MaxFileBytes  int64         // largest file the text editor reads or edits
+	Mounts        file.Table    // nil means file.DefaultTable()
+}
+
+// Executor runs sub-tool calls. It implements messages.ToolExecutor.
+type Executor struct {
+	sb    Sandbox
+	files Files
+	cfg   Config
+}
+
+// New returns an Executor over the sandbox and file ports. A nil port makes
+// its sub-tool answer "code_execution provider is not configured.".
+func New(sb Sandbox, files Files, cfg Config) *Executor {
+	if cfg.MaxOutput <= 0 {
+		cfg.MaxOutput = DefaultMaxOutput
+	}
+	if cfg.MaxTimeout <= 0 {
+		cfg.MaxTimeout = DefaultMaxTimeout
+	}
+	if cfg.FileOpTimeout <= 0 {
+		cfg.FileOpTimeout = DefaultFileOpTimeout
+	}
+	if cfg.MaxFileBytes <= 0 {
+		cfg.MaxFileBytes = DefaultMaxFileBytes
+	}
+	if cfg.Mounts == nil {
+		cfg.Mounts = file.DefaultTable()
+	}
+	return &Executor{sb: sb, files: files, cfg: cfg}
+}
+
+// Execute runs one sub-tool call. It returns an error only when ctx ends.
+func (e *Executor) Execute(ctx context.Context, call messages.ToolCall) (*messages.ToolResult, error) {
+	var r *messages.ToolResult
+	switch call.Name {
+	case messages.SubToolBash:
+		r = e.bash(ctx, call)
+	case messages.SubToolTextEditor:
+		r = e.editor(ctx, call)
+	default:
+		r = messages.ErrorResult(call.Name, messages.CodeInvalidToolInput, fmt.Sprintf("Unknown tool %q.", call.Name))
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("tools: %s: %w", call.Name, err)
+	}
+	return r, nil
+}
+
+// bashInput is the input of bash_code_execution.
+type bashInput struct {
+	Command *string  `json:"command"`
+	Timeout *float64 `json:"timeout"`
+	Restart bool     `json:"restart"`
+}
+
+func (e *Executor) bash(ctx context.Context, call messages.ToolCall) *messages.ToolResult {
+	fail := func(code, msg string) *messages.ToolResult {
+		return messages.ErrorResult(messages.SubToolBash, code, msg)
+	}
+	if e.sb == nil {
+		return fail(messages.CodeUnavailable, messages.NotConfiguredMessage)
+	}
+	var in bashInput
+	if err := decodeInput(call.Input, &in); err != nil {
+		return fail(messages.CodeInvalidToolInput, err.Error())
+	}
+	if in.Command == nil && !in.Restart {
+		return fail(messages.CodeInvalidToolInput, "Invalid input: 'command' is required.")
+	}
+	timeout := DefaultTimeout
+	if in.Timeout != nil {
+		if *in.Timeout <= 0 {
+			return fail(messages.CodeInvalidToolInput, "Invalid input: 'timeout' must be a positive number of seconds.")
+		}
+		timeout = min(time.Duration(*in.Timeout*float64(time.Second)), e.cfg.MaxTimeout)
+	}
+	if in.Restart {
+		if err := e.sb.Restart(ctx, call.ContainerID); err != nil {
+			return fail(messages.CodeUnavailable, "The sandbox could not be restarted: "+err.Error())
+		}
+		if in.Command == nil || strings.TrimSpace(*in.Command) == "" {
+			return &messages.ToolResult{Type: messages.ResultBash, Stdout: "Sandbox restarted.\n"}
+		}
+	}
+	res, err := e.sb.Exec(ctx, call.ContainerID, sandbox.Command{
+		Args:      []string{"bash", "-c", *in.Command},
+		Dir:       sandbox.WorkspaceDir,
+		Timeout:   timeout,
+		MaxOutput: e.cfg.MaxOutput,
+		OutputDir: true,
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			return fail(messages.CodeUnavailable, "The request was cancelled.")
+		}
+		return fail(messages.CodeUnavailable, "The sandbox is unavailable: "+err.Error())
+	}
+	out := &messages.ToolResult{
+		Type:       messages.ResultBash,
+		Stdout:     capOutput(res.Stdout, res.StdoutTruncated, e.cfg.MaxOutput),
+		Stderr:     capOutput(res.Stderr, res.StderrTruncated, e.cfg.MaxOutput),
+		ReturnCode: res.ExitCode,
+		Files:      []messages.OutputFile{},
+	}
+	if res.TimedOut {
+		out.ReturnCode = 124
+		msg := fmt.Sprintf("Command timed out after %ss.", seconds(timeout))
+		if out.Stderr != "" && !strings.HasSuffix(out.Stderr, "\n") {
+			out.Stderr += "\n"
+		}
+		out.Stderr += msg
+	}
+	for _, p := range res.OutputFiles {
+		out.Files = append(out.Files, messages.OutputFile{Type: messages.ResultBashOutput, FileID: file.EncodeID(p)})
+	}
+	return out
+}
+
+// seconds formats a duration as whole seconds when it is one, else with
+// the needed decimals.
+func seconds(d time.Duration) string {
+	if d%time.Second == 0 {
+		return fmt.Sprint(int64(d / time.Second))
+	}
+	return fmt.Sprint(d.Seconds())
+}
+
+// capOutput returns b as valid UTF-8, cut to limit bytes and marked when it
+// was cut here or by the backend.
+func capOutput(b []byte, truncated bool, limit int) string {
+	if len(b) > limit {
+		b = b[:limit]
+		truncated = true
+	}
+	s := string(b)
+	if truncated {
+		// Do not leave half a rune behind at the cut.
+		for i := 0; i < utf8.UTFMax-1 && len(s) > 0; i++ {
+			if r, size := utf8.DecodeLastRuneInString(s); r != utf8.RuneError || size != 1 {
+				break
+			}
+			s = s[:len(s)-1]
+		}
+	}
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	if truncated {
+		s += Truncated
+	}
+	return s
+}
+
+// decodeInput decodes a tool input object strictly enough to report bad
+// field types.
+func decodeInput(raw json.RawMessage, v any) error {
+	if len(raw) == 0 {
+		raw = json.RawMessage(`{}`)
+	}
+	if err := json.Unmarshal(raw, v); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) && te.Field != "" {
+			return fmt.Errorf("Invalid input: '%s' must be of type %s.", te.Field, jsonType(te.Type.Kind().String()))
+		}
+		return fmt.Errorf("Invalid input: %v.", err)
+	}
+	return nil
+}
+
+func jsonType(kind string) string {
+	switch kind {
+	case "ptr", "string":
+		return "string"
+	case "bool":
+		return "boolean"
+	case "slice", "array":
+		return "array"
+	case "int", "int64", "float64":
+		return "number"
+	}
+	return kind
+}
