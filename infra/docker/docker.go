@@ -102,6 +102,7 @@ type box struct {
 	conn      io.Closer
 	done      chan struct{} // closed when the attach stream ends
 	startedAt time.Time
+	oom       oomCounter
 
 	mu       sync.Mutex
 	lastUsed time.Time
@@ -362,6 +363,9 @@ func (b *Backend) boot(ctx context.Context, spec sandbox.Spec) (*box, error) {
 		bx.conn.Close()
 		return fail(err)
 	}
+	if in, err := b.cli.ContainerInspect(ctx, created.ID); err == nil && in.State != nil {
+		bx.oom = newOOMCounter(in.State.Pid, "/sys/fs/cgroup")
+	}
 	b.log.Info("sandbox booted", "id", spec.ID, "container", name, "runtime", b.cfg.Runtime)
 	return bx, nil
 }
@@ -449,8 +453,14 @@ func (b *Backend) Exec(ctx context.Context, id string, cmd sandbox.Command) (san
 	}
 	bx.touch(+1)
 	defer bx.touch(-1)
+	oomBefore, oomKnown := bx.oom.read()
 	res, err := bx.agent.Exec(ctx, cmd)
 	if err == nil {
+		if res.ExitCode != 0 && !res.OOMKilled && oomKnown {
+			if n, ok := bx.oom.read(); ok && n > oomBefore {
+				res.OOMKilled = true
+			}
+		}
 		return res, nil
 	}
 	if ctx.Err() != nil {
@@ -465,9 +475,6 @@ func (b *Backend) Exec(ctx context.Context, id string, cmd sandbox.Command) (san
 	case <-bx.done:
 		return res, fmt.Errorf("docker: exec %s: %w%s", id, sandbox.ErrUnavailable, b.deathReason(bx))
 	default:
-	}
-	if errors.Is(err, sandbox.ErrUnavailable) {
-		return res, fmt.Errorf("docker: exec %s: %w", id, err)
 	}
 	return res, fmt.Errorf("docker: exec %s: %w", id, err)
 }
@@ -579,6 +586,7 @@ func (b *Backend) adopt(ctx context.Context, id, dockerID string) bool {
 		return false
 	}
 	bx.startedAt, _ = time.Parse(time.RFC3339Nano, in.State.StartedAt)
+	bx.oom = newOOMCounter(in.State.Pid, "/sys/fs/cgroup")
 	b.mu.Lock()
 	b.boxes[id] = bx
 	b.mu.Unlock()

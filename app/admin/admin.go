@@ -1,0 +1,222 @@
+// Package admin holds the org administration use cases: users, the feature
+// policy and its audit log.
+package admin
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"threadbox/domain/audit"
+	"threadbox/domain/fault"
+	"threadbox/domain/id"
+	"threadbox/domain/org"
+	"threadbox/domain/user"
+)
+
+// Store is the persistence admin needs.
+type Store interface {
+	org.Repository
+	user.Repository
+	audit.Repository
+	InTxAdmin(ctx context.Context, fn func(Store) error) error
+}
+
+// PasswordHasher hashes new passwords.
+type PasswordHasher func(password string) (string, error)
+
+// Service is the admin use cases.
+type Service struct {
+	store Store
+	hash  PasswordHasher
+	now   func() time.Time
+}
+
+// New returns the admin service.
+func New(store Store, hash PasswordHasher) *Service {
+	return &Service{store: store, hash: hash, now: time.Now}
+}
+
+func requireAdmin(p user.Principal) error {
+	if !p.IsAdmin() {
+		return fault.New(fault.Forbidden, "only organization admins may do this")
+	}
+	return nil
+}
+
+// Policy returns the caller's org policy; admins only.
+func (s *Service) Policy(ctx context.Context, p user.Principal) (org.Policy, error) {
+	if err := requireAdmin(p); err != nil {
+		return org.Policy{}, err
+	}
+	o, err := s.store.Org(ctx, p.OrgID)
+	if err != nil {
+		return org.Policy{}, err
+	}
+	return o.Policy(), nil
+}
+
+// OrgPolicy returns any caller's org policy, for enforcement.
+func (s *Service) OrgPolicy(ctx context.Context, orgID string) (org.Policy, error) {
+	o, err := s.store.Org(ctx, orgID)
+	if err != nil {
+		return org.Policy{}, err
+	}
+	return o.Policy(), nil
+}
+
+// PolicyView renders a policy as the wire shape of CONTRACT §7; used for the
+// audit log's before and after.
+type PolicyView struct {
+	CodeExecution struct {
+		Enabled bool `json:"enabled"`
+	} `json:"codeExecution"`
+	Uploads struct {
+		Enabled  bool  `json:"enabled"`
+		MaxBytes int64 `json:"maxBytes"`
+	} `json:"uploads"`
+	Downloads struct {
+		Generated bool `json:"generated"`
+		Uploaded  bool `json:"uploaded"`
+	} `json:"downloads"`
+}
+
+// ViewOf returns the wire view of a policy.
+func ViewOf(p org.Policy) PolicyView {
+	var v PolicyView
+	v.CodeExecution.Enabled = p.Allows(org.CodeExecution)
+	v.Uploads.Enabled = p.Allows(org.Uploads)
+	v.Uploads.MaxBytes = p.MaxUploadBytes()
+	v.Downloads.Generated = p.Allows(org.DownloadsGenerated)
+	v.Downloads.Uploaded = p.Allows(org.DownloadsUploaded)
+	return v
+}
+
+// PatchPolicy applies a merge patch to the caller's org policy and records
+// who changed what in the audit log, in one transaction; admins only.
+func (s *Service) PatchPolicy(ctx context.Context, p user.Principal, patch org.PolicyPatch) (org.Policy, error) {
+	if err := requireAdmin(p); err != nil {
+		return org.Policy{}, err
+	}
+	var out org.Policy
+	err := s.store.InTxAdmin(ctx, func(tx Store) error {
+		o, err := tx.Org(ctx, p.OrgID)
+		if err != nil {
+			return err
+		}
+		np, err := o.Policy().Patch(patch)
+		if err != nil {
+			return err
+		}
+		if err := tx.UpdateOrg(ctx, o.WithPolicy(np)); err != nil {
+			return err
+		}
+		before, _ := json.Marshal(ViewOf(o.Policy()))
+		after, _ := json.Marshal(ViewOf(np))
+		out = np
+		return tx.AppendEvent(ctx, audit.Event{ID: id.New("aud"), OrgID: p.OrgID, ActorID: p.UserID, Action: "org.features.update", Target: p.OrgID, Before: before, After: after, At: s.now().UTC()})
+	})
+	if err != nil {
+		return org.Policy{}, fmt.Errorf("admin: patch policy: %w", err)
+	}
+	return out, nil
+}
+
+// AuditEvents lists the caller's org audit log, newest first; admins only.
+func (s *Service) AuditEvents(ctx context.Context, p user.Principal, limit int) ([]audit.Event, error) {
+	if err := requireAdmin(p); err != nil {
+		return nil, err
+	}
+	return s.store.Events(ctx, p.OrgID, limit)
+}
+
+// Users lists the caller's org users; admins only.
+func (s *Service) Users(ctx context.Context, p user.Principal) ([]user.User, error) {
+	if err := requireAdmin(p); err != nil {
+		return nil, err
+	}
+	return s.store.UsersByOrg(ctx, p.OrgID)
+}
+
+// NewUser asks for a user to be created in the caller's org.
+type NewUser struct {
+	Email    string
+	Role     user.Role
+	Password string // optional; without it the user signs in with API tokens only
+}
+
+// CreateUser creates a user in the caller's org; admins only.
+func (s *Service) CreateUser(ctx context.Context, p user.Principal, nu NewUser) (user.User, error) {
+	if err := requireAdmin(p); err != nil {
+		return user.User{}, err
+	}
+	if nu.Role == "" {
+		nu.Role = user.Member
+	}
+	u, err := user.New(id.New("usr"), p.OrgID, nu.Email, nu.Role, s.now())
+	if err != nil {
+		return user.User{}, err
+	}
+	if nu.Password != "" {
+		h, err := s.hash(nu.Password)
+		if err != nil {
+			return user.User{}, err
+		}
+		u = u.WithPasswordHash(h)
+	}
+	if err := s.store.CreateUser(ctx, u); err != nil {
+		return user.User{}, err
+	}
+	_ = s.store.AppendEvent(ctx, audit.Event{ID: id.New("aud"), OrgID: p.OrgID, ActorID: p.UserID, Action: "org.users.create", Target: u.ID(), After: []byte(fmt.Sprintf(`{"email":%q,"role":%q}`, u.Email(), u.Role())), At: s.now().UTC()})
+	return u, nil
+}
+
+// UserChange is a partial update of a user.
+type UserChange struct {
+	Role     *user.Role
+	Disabled *bool
+	Password *string
+}
+
+// UpdateUser changes a user of the caller's org; admins only. An admin cannot
+// disable or demote themselves, so an org always keeps an admin.
+func (s *Service) UpdateUser(ctx context.Context, p user.Principal, userID string, ch UserChange) (user.User, error) {
+	if err := requireAdmin(p); err != nil {
+		return user.User{}, err
+	}
+	u, err := s.store.User(ctx, userID)
+	if err != nil || u.OrgID() != p.OrgID {
+		return user.User{}, fault.New(fault.NotFound, "user not found")
+	}
+	before := fmt.Sprintf(`{"role":%q,"disabled":%t}`, u.Role(), u.Disabled())
+	if ch.Role != nil {
+		r, err := user.ParseRole(string(*ch.Role))
+		if err != nil {
+			return user.User{}, err
+		}
+		if u.ID() == p.UserID && r != user.Admin {
+			return user.User{}, fault.New(fault.Invalid, "you cannot remove your own admin role")
+		}
+		u = u.WithRole(r)
+	}
+	if ch.Disabled != nil {
+		if u.ID() == p.UserID && *ch.Disabled {
+			return user.User{}, fault.New(fault.Invalid, "you cannot disable yourself")
+		}
+		u = u.WithDisabled(*ch.Disabled)
+	}
+	if ch.Password != nil {
+		h, err := s.hash(*ch.Password)
+		if err != nil {
+			return user.User{}, err
+		}
+		u = u.WithPasswordHash(h)
+	}
+	if err := s.store.UpdateUser(ctx, u); err != nil {
+		return user.User{}, err
+	}
+	after := fmt.Sprintf(`{"role":%q,"disabled":%t}`, u.Role(), u.Disabled())
+	_ = s.store.AppendEvent(ctx, audit.Event{ID: id.New("aud"), OrgID: p.OrgID, ActorID: p.UserID, Action: "org.users.update", Target: u.ID(), Before: []byte(before), After: []byte(after), At: s.now().UTC()})
+	return u, nil
+}

@@ -1,0 +1,296 @@
+// Package auth authenticates callers: it issues and verifies bearer tokens,
+// logs users in with a password, and bootstraps the first org admin.
+package auth
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"golang.org/x/crypto/bcrypt"
+
+	"threadbox/domain/fault"
+	"threadbox/domain/id"
+	"threadbox/domain/org"
+	"threadbox/domain/user"
+)
+
+// Claims are what a signed token says.
+type Claims struct {
+	TokenID     string
+	UserID      string
+	OrgID       string
+	Role        user.Role
+	Kind        user.TokenKind
+	ContainerID string
+	IssuedAt    time.Time
+	ExpiresAt   time.Time
+}
+
+// Codec signs and verifies tokens (infra/jwt).
+type Codec interface {
+	Sign(c Claims) (string, error)
+	Verify(token string) (Claims, error)
+}
+
+// Store is the persistence auth needs.
+type Store interface {
+	org.Repository
+	user.Repository
+	user.TokenRepository
+}
+
+// Config tunes token lifetimes.
+type Config struct {
+	SessionTTL  time.Duration // password-login tokens
+	APITokenTTL time.Duration // default for API tokens
+}
+
+// Service is the auth use cases.
+type Service struct {
+	store Store
+	codec Codec
+	cfg   Config
+	now   func() time.Time
+}
+
+// New returns the auth service.
+func New(store Store, codec Codec, cfg Config) *Service {
+	if cfg.SessionTTL <= 0 {
+		cfg.SessionTTL = 12 * time.Hour
+	}
+	if cfg.APITokenTTL <= 0 {
+		cfg.APITokenTTL = 365 * 24 * time.Hour
+	}
+	return &Service{store: store, codec: codec, cfg: cfg, now: time.Now}
+}
+
+var errUnauthenticated = fault.New(fault.Unauthenticated, "invalid or expired authentication token")
+
+// Authenticate verifies a bearer token and returns the caller. The token's
+// record, user and org are looked up on every call, so a revoked token, a
+// disabled user or a disabled org is refused on the very next request.
+func (s *Service) Authenticate(ctx context.Context, bearer string) (user.Principal, error) {
+	if bearer == "" {
+		return user.Principal{}, fault.New(fault.Unauthenticated, "missing bearer token: send Authorization: Bearer <token>")
+	}
+	c, err := s.codec.Verify(bearer)
+	if err != nil {
+		return user.Principal{}, fault.Wrap(fault.Unauthenticated, "invalid or expired authentication token", err)
+	}
+	now := s.now()
+	tok, err := s.store.Token(ctx, c.TokenID)
+	if fault.Is(err, fault.NotFound) {
+		return user.Principal{}, errUnauthenticated
+	} else if err != nil {
+		return user.Principal{}, fmt.Errorf("auth: token: %w", err)
+	}
+	if !tok.Usable(now) || tok.UserID() != c.UserID || tok.OrgID() != c.OrgID {
+		return user.Principal{}, errUnauthenticated
+	}
+	u, err := s.store.User(ctx, c.UserID)
+	if err != nil || u.Disabled() || u.OrgID() != c.OrgID {
+		return user.Principal{}, fault.New(fault.Unauthenticated, "this user is disabled or no longer exists")
+	}
+	o, err := s.store.Org(ctx, u.OrgID())
+	if err != nil || o.Disabled() {
+		return user.Principal{}, fault.New(fault.Unauthenticated, "this organization is disabled")
+	}
+	if last := tok.LastUsedAt(); last == nil || now.Sub(*last) > time.Minute {
+		if err := s.store.TouchToken(ctx, tok.ID(), now); err != nil {
+			return user.Principal{}, fmt.Errorf("auth: touch token: %w", err)
+		}
+	}
+	// The role comes from the user record, so a demotion takes effect at once.
+	return user.Principal{UserID: u.ID(), OrgID: u.OrgID(), Role: u.Role(), TokenID: tok.ID(), Kind: tok.Kind(), ContainerID: c.ContainerID}, nil
+}
+
+// Issued is a freshly signed token and its record.
+type Issued struct {
+	Token  string
+	Record user.Token
+}
+
+func (s *Service) issue(ctx context.Context, u user.User, kind user.TokenKind, name, containerID string, ttl time.Duration) (Issued, error) {
+	now := s.now()
+	rec, err := user.NewToken(id.New("tok"), u.ID(), u.OrgID(), name, kind, now, ttl)
+	if err != nil {
+		return Issued{}, err
+	}
+	signed, err := s.codec.Sign(Claims{TokenID: rec.ID(), UserID: u.ID(), OrgID: u.OrgID(), Role: u.Role(), Kind: kind, ContainerID: containerID, IssuedAt: rec.CreatedAt(), ExpiresAt: rec.ExpiresAt()})
+	if err != nil {
+		return Issued{}, fmt.Errorf("auth: sign: %w", err)
+	}
+	if err := s.store.CreateToken(ctx, rec); err != nil {
+		return Issued{}, fmt.Errorf("auth: store token: %w", err)
+	}
+	return Issued{Token: signed, Record: rec}, nil
+}
+
+// Login checks an email and password and returns a short-lived session token.
+func (s *Service) Login(ctx context.Context, email, password string) (Issued, error) {
+	bad := fault.New(fault.Unauthenticated, "invalid email or password")
+	u, err := s.store.UserByEmail(ctx, strings.ToLower(strings.TrimSpace(email)))
+	if err != nil || u.PasswordHash() == "" || len(password) > 1024 {
+		// Spend the same time as a real check so the answer does not tell
+		// whether the email exists.
+		bcrypt.CompareHashAndPassword(dummyHash, []byte(password))
+		return Issued{}, bad
+	}
+	if bcrypt.CompareHashAndPassword([]byte(u.PasswordHash()), []byte(password)) != nil {
+		return Issued{}, bad
+	}
+	if u.Disabled() {
+		return Issued{}, fault.New(fault.Unauthenticated, "this user is disabled")
+	}
+	if o, err := s.store.Org(ctx, u.OrgID()); err != nil || o.Disabled() {
+		return Issued{}, fault.New(fault.Unauthenticated, "this organization is disabled")
+	}
+	return s.issue(ctx, u, user.SessionToken, "session", "", s.cfg.SessionTTL)
+}
+
+var dummyHash, _ = bcrypt.GenerateFromPassword([]byte("threadbox-dummy"), bcrypt.DefaultCost)
+
+// HashPassword returns a bcrypt hash, refusing passwords shorter than 8 bytes.
+func HashPassword(password string) (string, error) {
+	if len(password) < 8 {
+		return "", fault.New(fault.Invalid, "password must be at least 8 characters")
+	}
+	if len(password) > 72 {
+		return "", fault.New(fault.Invalid, "password must be at most 72 bytes")
+	}
+	h, err := bcrypt.GenerateFromPassword([]byte(password), bcrypt.DefaultCost)
+	if err != nil {
+		return "", fmt.Errorf("auth: hash: %w", err)
+	}
+	return string(h), nil
+}
+
+// CreateAPIToken issues a long-lived API token for the caller.
+func (s *Service) CreateAPIToken(ctx context.Context, p user.Principal, name string, ttl time.Duration) (Issued, error) {
+	u, err := s.store.User(ctx, p.UserID)
+	if err != nil {
+		return Issued{}, err
+	}
+	return s.CreateAPITokenFor(ctx, u.Email(), name, ttl)
+}
+
+// CreateAPITokenFor issues an API token for the user with email (operator CLI).
+func (s *Service) CreateAPITokenFor(ctx context.Context, email, name string, ttl time.Duration) (Issued, error) {
+	u, err := s.store.UserByEmail(ctx, strings.ToLower(strings.TrimSpace(email)))
+	if err != nil {
+		return Issued{}, err
+	}
+	if ttl == 0 {
+		ttl = s.cfg.APITokenTTL
+	}
+	if ttl < time.Minute || ttl > 10*365*24*time.Hour {
+		return Issued{}, fault.New(fault.Invalid, "token lifetime must be between 1 minute and 10 years")
+	}
+	return s.issue(ctx, u, user.APIToken, name, "", ttl)
+}
+
+// CreateSandboxToken issues a short-lived token acting as the caller, usable
+// only for the given container.
+func (s *Service) CreateSandboxToken(ctx context.Context, p user.Principal, containerID string, ttl time.Duration) (Issued, error) {
+	u, err := s.store.User(ctx, p.UserID)
+	if err != nil {
+		return Issued{}, err
+	}
+	return s.issue(ctx, u, user.SandboxToken, "sandbox", containerID, ttl)
+}
+
+// Tokens lists the API tokens of the user with email (operator CLI) or, when
+// p is set, of the caller.
+func (s *Service) Tokens(ctx context.Context, userID string) ([]user.Token, error) {
+	return s.store.TokensByUser(ctx, userID)
+}
+
+// TokensByEmail lists the API tokens of the user with email.
+func (s *Service) TokensByEmail(ctx context.Context, email string) ([]user.Token, error) {
+	u, err := s.store.UserByEmail(ctx, strings.ToLower(strings.TrimSpace(email)))
+	if err != nil {
+		return nil, err
+	}
+	return s.store.TokensByUser(ctx, u.ID())
+}
+
+// RevokeOwn revokes one of the caller's tokens; another user's is not found.
+func (s *Service) RevokeOwn(ctx context.Context, p user.Principal, tokenID string) error {
+	t, err := s.store.Token(ctx, tokenID)
+	if err != nil {
+		return err
+	}
+	if t.UserID() != p.UserID || t.OrgID() != p.OrgID {
+		return fault.New(fault.NotFound, "token not found")
+	}
+	return s.store.RevokeToken(ctx, tokenID, s.now())
+}
+
+// Revoke revokes any token by id (operator CLI).
+func (s *Service) Revoke(ctx context.Context, tokenID string) error {
+	return s.store.RevokeToken(ctx, tokenID, s.now())
+}
+
+// Bootstrap creates the org and its admin when missing, sets the password
+// when one is given, and returns a new API token for the admin. Running it
+// again is harmless.
+func (s *Service) Bootstrap(ctx context.Context, orgName, email, password string) (Issued, bool, error) {
+	now := s.now()
+	created := false
+	o, err := s.store.OrgByName(ctx, strings.TrimSpace(orgName))
+	if fault.Is(err, fault.NotFound) {
+		if o, err = org.New(id.New("org"), orgName, now); err != nil {
+			return Issued{}, false, err
+		}
+		if err := s.store.CreateOrg(ctx, o); err != nil {
+			return Issued{}, false, fmt.Errorf("auth: create org: %w", err)
+		}
+		created = true
+	} else if err != nil {
+		return Issued{}, false, err
+	}
+	u, err := s.store.UserByEmail(ctx, strings.ToLower(strings.TrimSpace(email)))
+	switch {
+	case fault.Is(err, fault.NotFound):
+		if u, err = user.New(id.New("usr"), o.ID(), email, user.Admin, now); err != nil {
+			return Issued{}, false, err
+		}
+		if password != "" {
+			h, err := HashPassword(password)
+			if err != nil {
+				return Issued{}, false, err
+			}
+			u = u.WithPasswordHash(h)
+		}
+		if err := s.store.CreateUser(ctx, u); err != nil {
+			return Issued{}, false, fmt.Errorf("auth: create admin: %w", err)
+		}
+		created = true
+	case err != nil:
+		return Issued{}, false, err
+	default:
+		if u.OrgID() != o.ID() {
+			return Issued{}, false, fault.Errorf(fault.Conflict, "%s already belongs to another organization", u.Email())
+		}
+		if password != "" {
+			h, err := HashPassword(password)
+			if err != nil {
+				return Issued{}, false, err
+			}
+			u = u.WithPasswordHash(h)
+		}
+		u = u.WithRole(user.Admin).WithDisabled(false)
+		if err := s.store.UpdateUser(ctx, u); err != nil {
+			return Issued{}, false, err
+		}
+	}
+	iss, err := s.issue(ctx, u, user.APIToken, "bootstrap", "", s.cfg.APITokenTTL)
+	return iss, created, err
+}
+
+// LogValue keeps tokens out of logs.
+func (i Issued) LogValue() slog.Value { return slog.StringValue("token " + i.Record.ID()) }
+

@@ -1,0 +1,124 @@
+// Package workspace holds the chat workspace use cases: projects, threads
+// and (later) their turns, files and artifacts.
+package workspace
+
+import (
+	"context"
+	"time"
+
+	"threadbox/domain/fault"
+	"threadbox/domain/id"
+	"threadbox/domain/project"
+	"threadbox/domain/thread"
+	"threadbox/domain/user"
+)
+
+// Store is the persistence the workspace needs.
+type Store interface {
+	project.Repository
+	thread.Repository
+	thread.MessageRepository
+}
+
+// Service is the workspace use cases.
+type Service struct {
+	store Store
+	now   func() time.Time
+}
+
+// New returns the workspace service.
+func New(store Store) *Service {
+	return &Service{store: store, now: time.Now}
+}
+
+// CreateProject makes a project in the caller's org.
+func (s *Service) CreateProject(ctx context.Context, p user.Principal, name string) (project.Project, error) {
+	pr, err := project.New(id.New("prj"), p.OrgID, p.UserID, name, s.now())
+	if err != nil {
+		return project.Project{}, err
+	}
+	return pr, s.store.CreateProject(ctx, pr)
+}
+
+// Projects lists the caller's org projects.
+func (s *Service) Projects(ctx context.Context, p user.Principal) ([]project.Project, error) {
+	return s.store.ProjectsByOrg(ctx, p.OrgID)
+}
+
+// Project returns a project of the caller's org.
+func (s *Service) Project(ctx context.Context, p user.Principal, projectID string) (project.Project, error) {
+	return s.store.Project(ctx, p.OrgID, projectID)
+}
+
+// RenameProject renames a project of the caller's org.
+func (s *Service) RenameProject(ctx context.Context, p user.Principal, projectID, name string) (project.Project, error) {
+	pr, err := s.store.Project(ctx, p.OrgID, projectID)
+	if err != nil {
+		return project.Project{}, err
+	}
+	if pr, err = pr.Rename(name, s.now()); err != nil {
+		return project.Project{}, err
+	}
+	return pr, s.store.UpdateProject(ctx, pr)
+}
+
+// DeleteProject deletes a project of the caller's org: its owner or an
+// admin only.
+func (s *Service) DeleteProject(ctx context.Context, p user.Principal, projectID string) error {
+	pr, err := s.store.Project(ctx, p.OrgID, projectID)
+	if err != nil {
+		return err
+	}
+	if pr.OwnerID() != p.UserID && !p.IsAdmin() {
+		return fault.New(fault.Forbidden, "only the project's owner or an admin may delete it")
+	}
+	return s.store.DeleteProject(ctx, p.OrgID, projectID)
+}
+
+// CreateThread makes a thread for the caller in a project of their org.
+func (s *Service) CreateThread(ctx context.Context, p user.Principal, projectID, title string) (thread.Thread, error) {
+	if projectID == "" {
+		return thread.Thread{}, fault.New(fault.Invalid, "project is required")
+	}
+	if _, err := s.store.Project(ctx, p.OrgID, projectID); err != nil {
+		return thread.Thread{}, err
+	}
+	t, err := thread.New(id.New("thr"), p.OrgID, projectID, p.UserID, title, s.now())
+	if err != nil {
+		return thread.Thread{}, err
+	}
+	return t, s.store.CreateThread(ctx, t)
+}
+
+// Threads lists the caller's threads, newest first.
+func (s *Service) Threads(ctx context.Context, p user.Principal, projectID string, page thread.Page) ([]thread.Thread, error) {
+	if page.Limit <= 0 {
+		page.Limit = 20
+	}
+	if page.Limit > 100 {
+		return nil, fault.New(fault.Invalid, "limit must be between 1 and 100")
+	}
+	return s.store.Threads(ctx, p.OrgID, p.UserID, projectID, page)
+}
+
+// Thread returns one of the caller's threads.
+func (s *Service) Thread(ctx context.Context, p user.Principal, threadID string) (thread.Thread, error) {
+	return s.store.Thread(ctx, p.OrgID, p.UserID, threadID)
+}
+
+// RetitleThread renames one of the caller's threads.
+func (s *Service) RetitleThread(ctx context.Context, p user.Principal, threadID, title string) (thread.Thread, error) {
+	t, err := s.store.Thread(ctx, p.OrgID, p.UserID, threadID)
+	if err != nil {
+		return thread.Thread{}, err
+	}
+	if t, err = t.Retitle(title, s.now()); err != nil {
+		return thread.Thread{}, err
+	}
+	return t, s.store.UpdateThread(ctx, t)
+}
+
+// DeleteThread deletes one of the caller's threads and its messages.
+func (s *Service) DeleteThread(ctx context.Context, p user.Principal, threadID string) error {
+	return s.store.DeleteThread(ctx, p.OrgID, p.UserID, threadID)
+}

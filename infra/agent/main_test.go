@@ -1,0 +1,144 @@
+package agent_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"threadbox/infra/agent"
+)
+
+// agentBin is the threadbox-agent binary the tests run: $THREADBOX_AGENT_BIN
+// when it names a file, else one built by TestMain.
+var agentBin string
+
+func TestMain(m *testing.M) {
+	os.Exit(runMain(m))
+}
+
+func runMain(m *testing.M) int {
+	if bin := os.Getenv("THREADBOX_AGENT_BIN"); bin != "" {
+		if _, err := os.Stat(bin); err == nil {
+			agentBin = bin
+			return m.Run()
+		}
+	}
+	dir, err := os.MkdirTemp("", "threadbox-agent-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	agentBin = filepath.Join(dir, "threadbox-agent")
+	build := exec.Command("go", "build", "-o", agentBin, "threadbox/cmd/threadbox-agent")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build agent:", err)
+		return 1
+	}
+	return m.Run()
+}
+
+// sandboxDirs are the folders one test agent uses in place of the sandbox's.
+type sandboxDirs struct {
+	workspace, outputs, tmp string
+}
+
+// testAgent is one agent process and the client talking to it.
+type testAgent struct {
+	client *agent.Client
+	cmd    *exec.Cmd
+	dirs   sandboxDirs
+	stderr *syncBuffer
+}
+
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// startAgent runs the agent over pipes with temporary folders. extraEnv
+// adds THREADBOX_AGENT_* settings.
+func startAgent(t testing.TB, extraEnv []string, opts ...agent.Option) *testAgent {
+	t.Helper()
+	root := t.TempDir()
+	d := sandboxDirs{
+		workspace: filepath.Join(root, "workspace"),
+		outputs:   filepath.Join(root, "outputs"),
+		tmp:       filepath.Join(root, "tmp"),
+	}
+	cmd := exec.Command(agentBin)
+	cmd.Env = append(os.Environ(),
+		"THREADBOX_AGENT_WORKSPACE="+d.workspace,
+		"THREADBOX_AGENT_OUTPUTS="+d.outputs,
+		"THREADBOX_AGENT_TMP="+d.tmp,
+		"THREADBOX_AGENT_OOM_EVENTS="+filepath.Join(root, "no-memory.events"),
+		"THREADBOX_AGENT_LOG_LEVEL=debug",
+	)
+	cmd.Env = append(cmd.Env, extraEnv...)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stderr := &syncBuffer{}
+	cmd.Stderr = stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	rw := agent.NewConn(stdout, stdin, func() error {
+		_ = stdout.(io.Closer).Close()
+		return stdin.Close()
+	})
+	c := agent.NewClient(rw, opts...)
+	ta := &testAgent{client: c, cmd: cmd, dirs: d, stderr: stderr}
+	t.Cleanup(func() {
+		_ = c.Close()
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+		if t.Failed() {
+			t.Logf("agent stderr:\n%s", stderr.String())
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := c.Ping(ctx); err != nil {
+		t.Fatalf("ping a fresh agent: %v\nstderr: %s", err, stderr.String())
+	}
+	return ta
+}
+
+func testCtx(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}

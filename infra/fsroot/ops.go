@@ -1,0 +1,446 @@
+package fsroot
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"threadbox/domain/file"
+)
+
+// Open opens the regular file rel of mount m for reading. A symlink anywhere
+// on the path fails with ErrSymlink; a folder, FIFO, socket or device fails
+// with ErrNotRegular at once, without blocking.
+func (f *FS) Open(ctx context.Context, m file.Mount, rel string) (*os.File, file.Info, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, file.Info{}, err
+	}
+	parent, name, err := f.openParent(m, rel)
+	if err != nil {
+		return nil, file.Info{}, err
+	}
+	defer unix.Close(parent)
+	// O_NONBLOCK: opening a FIFO with no writer must not hang; cleared below.
+	fd, err := unix.Openat(parent, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, file.Info{}, mapErrno("open "+rel, err)
+	}
+	st, err := statxAt(fd, "")
+	if err != nil {
+		unix.Close(fd)
+		return nil, file.Info{}, mapErrno("stat "+rel, err)
+	}
+	if fileType(&st) != unix.S_IFREG {
+		unix.Close(fd)
+		return nil, file.Info{}, fmt.Errorf("fsroot: open %s: %w", rel, ErrNotRegular)
+	}
+	if err := unix.SetNonblock(fd, false); err != nil {
+		unix.Close(fd)
+		return nil, file.Info{}, fmt.Errorf("fsroot: open %s: %w", rel, err)
+	}
+	return os.NewFile(uintptr(fd), rel), infoOf(rel, &st), nil
+}
+
+// Stat describes the regular file or folder rel of mount m ("." is the
+// mount's folder). Symlinks fail with ErrSymlink, other kinds with
+// ErrNotRegular.
+func (f *FS) Stat(ctx context.Context, m file.Mount, rel string) (file.Info, error) {
+	if err := ctx.Err(); err != nil {
+		return file.Info{}, err
+	}
+	comps, err := splitRel(rel)
+	if err != nil {
+		return file.Info{}, err
+	}
+	root, err := f.openMount(m)
+	if err != nil {
+		return file.Info{}, err
+	}
+	defer unix.Close(root)
+	var st unix.Statx_t
+	if len(comps) == 0 {
+		st, err = statxAt(root, "")
+		rel = "."
+	} else {
+		var parent int
+		parent, err = f.openDir(root, comps[:len(comps)-1])
+		if err != nil {
+			return file.Info{}, err
+		}
+		st, err = statxAt(parent, comps[len(comps)-1])
+		unix.Close(parent)
+	}
+	if err != nil {
+		return file.Info{}, mapErrno("stat "+rel, err)
+	}
+	switch fileType(&st) {
+	case unix.S_IFREG, unix.S_IFDIR:
+		return infoOf(rel, &st), nil
+	case unix.S_IFLNK:
+		return file.Info{}, fmt.Errorf("fsroot: stat %s: %w", rel, ErrSymlink)
+	}
+	return file.Info{}, fmt.Errorf("fsroot: stat %s: %w", rel, ErrNotRegular)
+}
+
+// ReadDir lists the regular files and folders directly in folder rel of
+// mount m, sorted by name. Symlinks and special files are left out.
+func (f *FS) ReadDir(ctx context.Context, m file.Mount, rel string) ([]file.Info, error) {
+	var out []file.Info
+	err := f.walk(ctx, m, rel, 1, func(info file.Info, _ int) error {
+		out = append(out, info)
+		return nil
+	}, nil)
+	return out, err
+}
+
+// List returns every regular file under folder rel of mount m ("." for the
+// whole mount), recursively, without following symlinks and at most
+// MaxDepth folders deep. Rel fields are relative to the mount.
+func (f *FS) List(ctx context.Context, m file.Mount, rel string) ([]file.Info, error) {
+	var out []file.Info
+	err := f.walk(ctx, m, rel, MaxDepth, func(info file.Info, _ int) error {
+		if !info.Dir {
+			out = append(out, info)
+		}
+		return nil
+	}, nil)
+	return out, err
+}
+
+// visitFunc sees each regular file or folder; dirfd is its parent folder.
+type visitFunc func(info file.Info, dirfd int) error
+
+// walk calls visit for the regular files and folders under folder rel, in
+// name order, descending depth levels; after a folder's contents, leave is
+// called for it (when not nil).
+func (f *FS) walk(ctx context.Context, m file.Mount, rel string, depth int, visit, leave visitFunc) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	comps, err := splitRel(rel)
+	if err != nil {
+		return err
+	}
+	root, err := f.openMount(m)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(root)
+	dir, err := f.openDir(root, comps)
+	if err != nil {
+		return err
+	}
+	count := 0
+	return f.walkDir(ctx, dir, strings.Join(comps, "/"), depth, &count, visit, leave)
+}
+
+// walkDir walks the open folder dir (and closes it).
+func (f *FS) walkDir(ctx context.Context, dir int, rel string, depth int, count *int, visit, leave visitFunc) error {
+	d := os.NewFile(uintptr(dir), rel)
+	defer d.Close()
+	names, err := d.Readdirnames(-1)
+	if err != nil {
+		return fmt.Errorf("fsroot: read folder %q: %w", rel, err)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if strings.HasPrefix(name, tempPrefix) {
+			continue
+		}
+		st, err := statxAt(dir, name)
+		if err != nil {
+			if errors.Is(err, unix.ENOENT) {
+				continue // removed meanwhile
+			}
+			return mapErrno("stat "+joinRel(rel, name), err)
+		}
+		t := fileType(&st)
+		if t != unix.S_IFREG && t != unix.S_IFDIR {
+			continue
+		}
+		if *count++; *count > MaxEntries {
+			return fmt.Errorf("fsroot: more than %d entries: %w", MaxEntries, ErrTooLarge)
+		}
+		info := infoOf(joinRel(rel, name), &st)
+		if err := visit(info, dir); err != nil {
+			return err
+		}
+		if t != unix.S_IFDIR || depth <= 1 {
+			continue
+		}
+		sub, err := unix.Openat(dir, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) {
+				continue // swapped or removed meanwhile: never followed
+			}
+			return mapErrno("open "+info.Rel, err)
+		}
+		if err := f.walkDir(ctx, sub, info.Rel, depth-1, count, visit, leave); err != nil {
+			return err
+		}
+		if leave != nil {
+			if err := leave(info, dir); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// Write stores what r yields at rel in mount m atomically: parents are
+// created, the bytes go to a temporary file in the same folder, which is
+// synced and renamed over rel, and the folder is synced. More than limit
+// bytes (limit < 0: no limit) fail with ErrTooLarge and leave rel as it was.
+// A symlink at rel is replaced, never followed; a symlink among the parents
+// fails with ErrSymlink. The skills mount is read-only (ErrReadOnly).
+func (f *FS) Write(ctx context.Context, m file.Mount, rel string, r io.Reader, limit int64) (file.Info, error) {
+	if err := ctx.Err(); err != nil {
+		return file.Info{}, err
+	}
+	if m == file.Skills {
+		return file.Info{}, fmt.Errorf("fsroot: write %s: %w", rel, ErrReadOnly)
+	}
+	comps, err := splitRel(rel)
+	if err != nil {
+		return file.Info{}, err
+	}
+	if len(comps) == 0 {
+		return file.Info{}, fmt.Errorf("fsroot: write the mount folder: %w", ErrNotRegular)
+	}
+	root, err := f.openMount(m)
+	if err != nil {
+		return file.Info{}, err
+	}
+	defer unix.Close(root)
+	parent, err := f.mkdirAll(root, comps[:len(comps)-1])
+	if err != nil {
+		return file.Info{}, err
+	}
+	defer unix.Close(parent)
+	name := comps[len(comps)-1]
+
+	tmp, err := tempName()
+	if err != nil {
+		return file.Info{}, err
+	}
+	fd, err := unix.Openat(parent, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o644)
+	if err != nil {
+		return file.Info{}, mapErrno("create "+rel, err)
+	}
+	out := os.NewFile(uintptr(fd), tmp)
+	committed := false
+	defer func() {
+		if !committed {
+			out.Close()
+			_ = unix.Unlinkat(parent, tmp, 0)
+		}
+	}()
+	src := &ctxReader{ctx: ctx, r: r}
+	var n int64
+	if limit < 0 {
+		n, err = io.Copy(out, src)
+	} else {
+		n, err = io.Copy(out, io.LimitReader(src, limit+1))
+	}
+	if err != nil {
+		return file.Info{}, mapErrno("write "+rel, err)
+	}
+	if limit >= 0 && n > limit {
+		return file.Info{}, fmt.Errorf("fsroot: write %s: more than %d bytes: %w", rel, limit, ErrTooLarge)
+	}
+	if o := f.opts.Owner; o != nil {
+		if err := unix.Fchown(fd, o.UID, o.GID); err != nil {
+			return file.Info{}, fmt.Errorf("fsroot: chown %s: %w", rel, err)
+		}
+	}
+	if err := out.Sync(); err != nil {
+		return file.Info{}, mapErrno("sync "+rel, err)
+	}
+	if err := out.Close(); err != nil {
+		return file.Info{}, mapErrno("close "+rel, err)
+	}
+	if err := unix.Renameat2(parent, tmp, parent, name, 0); err != nil {
+		return file.Info{}, mapErrno("rename "+rel, err)
+	}
+	committed = true
+	if err := unix.Fsync(parent); err != nil {
+		return file.Info{}, fmt.Errorf("fsroot: sync folder of %s: %w", rel, err)
+	}
+	st, err := statxAt(parent, name)
+	if err != nil {
+		return file.Info{}, mapErrno("stat "+rel, err)
+	}
+	return infoOf(rel, &st), nil
+}
+
+// mkdirAll opens (creating as needed) the folder comps beneath root without
+// following symlinks, and returns its descriptor.
+func (f *FS) mkdirAll(root int, comps []string) (int, error) {
+	cur, err := unix.Dup(root)
+	if err != nil {
+		return -1, fmt.Errorf("fsroot: dup: %w", err)
+	}
+	unix.CloseOnExec(cur)
+	for i, c := range comps {
+		created := false
+		if err := unix.Mkdirat(cur, c, 0o755); err == nil {
+			created = true
+		} else if !errors.Is(err, unix.EEXIST) {
+			unix.Close(cur)
+			return -1, mapErrno("mkdir "+strings.Join(comps[:i+1], "/"), err)
+		}
+		if created && f.opts.Owner != nil {
+			if err := unix.Fchownat(cur, c, f.opts.Owner.UID, f.opts.Owner.GID, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+				unix.Close(cur)
+				return -1, fmt.Errorf("fsroot: chown %s: %w", strings.Join(comps[:i+1], "/"), err)
+			}
+		}
+		next, err := unix.Openat(cur, c, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			err = componentErr(cur, c, strings.Join(comps[:i+1], "/"), err)
+		}
+		unix.Close(cur)
+		if err != nil {
+			return -1, err
+		}
+		cur = next
+	}
+	return cur, nil
+}
+
+func tempName() (string, error) {
+	var b [12]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("fsroot: temp name: %w", err)
+	}
+	return tempPrefix + hex.EncodeToString(b[:]), nil
+}
+
+// ctxReader stops a copy when its context ends.
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c *ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(p)
+}
+
+// Remove deletes the file rel of mount m: a regular file, or a symlink or
+// special file (the link itself, never its target). Folders fail with
+// ErrNotRegular; the skills mount is read-only.
+func (f *FS) Remove(ctx context.Context, m file.Mount, rel string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if m == file.Skills {
+		return fmt.Errorf("fsroot: remove %s: %w", rel, ErrReadOnly)
+	}
+	parent, name, err := f.openParent(m, rel)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(parent)
+	// unlinkat without AT_REMOVEDIR refuses a folder with EISDIR.
+	if err := unix.Unlinkat(parent, name, 0); err != nil {
+		return mapErrno("remove "+rel, err)
+	}
+	return nil
+}
+
+// RemovePrefix deletes every regular file of mount m whose path within the
+// mount starts with prefix (a plain string prefix: "data/20" matches
+// "data/2026/a.csv" and "data/20.txt"), then the folders under the prefix
+// left empty. It returns how many files it deleted.
+func (f *FS) RemovePrefix(ctx context.Context, m file.Mount, prefix string) (int, error) {
+	if m == file.Skills {
+		return 0, fmt.Errorf("fsroot: remove %s*: %w", prefix, ErrReadOnly)
+	}
+	if prefix == "" {
+		return 0, fmt.Errorf("fsroot: remove: empty prefix: %w", ErrInvalidRel)
+	}
+	// Walk from the deepest folder the prefix fully names.
+	dir := "."
+	if i := strings.LastIndexByte(prefix, '/'); i > 0 {
+		dir = prefix[:i]
+	}
+	removed := 0
+	err := f.walk(ctx, m, dir, MaxDepth, func(info file.Info, parent int) error {
+		if info.Dir || !strings.HasPrefix(info.Rel, prefix) {
+			return nil
+		}
+		if err := unix.Unlinkat(parent, baseName(info.Rel), 0); err != nil {
+			if errors.Is(err, unix.ENOENT) {
+				return nil
+			}
+			return mapErrno("remove "+info.Rel, err)
+		}
+		removed++
+		return nil
+	}, func(info file.Info, parent int) error {
+		if strings.HasPrefix(info.Rel+"/", prefix) {
+			_ = unix.Unlinkat(parent, baseName(info.Rel), unix.AT_REMOVEDIR) // only if empty
+		}
+		return nil
+	})
+	if errors.Is(err, ErrNotFound) && removed == 0 {
+		return 0, nil
+	}
+	if err != nil {
+		return removed, err
+	}
+	if dir != "." && strings.HasPrefix(dir+"/", prefix) {
+		if parent, name, err := f.openParent(m, dir); err == nil {
+			_ = unix.Unlinkat(parent, name, unix.AT_REMOVEDIR) // only if empty
+			unix.Close(parent)
+		}
+	}
+	return removed, nil
+}
+
+func baseName(rel string) string {
+	return rel[strings.LastIndexByte(rel, '/')+1:]
+}
+
+// ReadFile returns the whole regular file rel of mount m; files larger than
+// max bytes fail with ErrTooLarge.
+func (f *FS) ReadFile(ctx context.Context, m file.Mount, rel string, max int64) ([]byte, error) {
+	fh, info, err := f.Open(ctx, m, rel)
+	if err != nil {
+		return nil, err
+	}
+	defer fh.Close()
+	if info.Size > max {
+		return nil, fmt.Errorf("fsroot: read %s: %d bytes: %w", rel, info.Size, ErrTooLarge)
+	}
+	var buf bytes.Buffer
+	buf.Grow(int(info.Size))
+	n, err := buf.ReadFrom(io.LimitReader(fh, max+1))
+	if err != nil {
+		return nil, fmt.Errorf("fsroot: read %s: %w", rel, err)
+	}
+	if n > max {
+		return nil, fmt.Errorf("fsroot: read %s: %w", rel, ErrTooLarge)
+	}
+	return buf.Bytes(), nil
+}
+
+// WriteFile stores data at rel in mount m, atomically, as Write does.
+func (f *FS) WriteFile(ctx context.Context, m file.Mount, rel string, data []byte) (file.Info, error) {
+	return f.Write(ctx, m, rel, bytes.NewReader(data), int64(len(data)))
+}
