@@ -2,8 +2,9 @@
 # ci-docker: makes a Docker daemon with the gVisor runtime available on this
 # Debian host. Installs docker.io and runsc from Debian's packages when they
 # are missing, registers runsc with the daemon (runtime argument
-# --network=none, plus --ignore-cgroups where runsc cannot drive the host's
-# cgroups), starts dockerd in the background when it is not running and waits
+# --network=none; RUNSC_IGNORE_CGROUPS=true adds --ignore-cgroups for hosts
+# where runsc cannot drive cgroups, at the price of no limits), starts
+# dockerd in the background when it is not running and waits
 # until it answers. Safe to run again: every step checks before it acts.
 set -euo pipefail
 
@@ -24,10 +25,9 @@ fi
 # 2. Register runsc in /etc/docker/daemon.json (merged, not overwritten).
 RUNSC_PATH="$(command -v runsc)"
 RUNSC_ARGS='["--network=none"]'
-if [ "${RUNSC_IGNORE_CGROUPS:-auto}" = true ] || { [ "${RUNSC_IGNORE_CGROUPS:-auto}" = auto ] && [ ! -f /sys/fs/cgroup/cgroup.controllers ]; }; then
-  # cgroup v1 or hybrid hierarchy (Firecracker VMs, older hosts): runsc's
-  # own cgroup setup fails there; the daemon's limits still apply to the
-  # sandbox process through runc-style cgroups created by containerd-shim.
+if [ "${RUNSC_IGNORE_CGROUPS:-false}" = true ]; then
+  # Only for hosts where runsc cannot drive the cgroups at all: the sandbox
+  # then runs WITHOUT memory, CPU and pids limits (runsc ignores them).
   RUNSC_ARGS='["--network=none","--ignore-cgroups"]'
 fi
 $SUDO mkdir -p /etc/docker
