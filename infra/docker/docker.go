@@ -25,6 +25,7 @@ import (
 	"github.com/docker/docker/pkg/stdcopy"
 
 	"threadbox/domain/sandbox"
+	"threadbox/infra/agent"
 	"threadbox/infra/hostdirs"
 )
 
@@ -66,7 +67,8 @@ type Config struct {
 	Runtime string
 	// AgentBin is the host path of the static threadbox-agent binary.
 	AgentBin string
-	// NewAgent wraps a sandbox's attached stdio in an agent client.
+	// NewAgent wraps a sandbox's attached stdio in an agent client; default
+	// agent.NewClient with a keepalive.
 	NewAgent func(rw io.ReadWriteCloser) Agent
 	// Dirs, when set, prepares each container's host folders (and disk
 	// quota) before boot; a Spec without Mounts then gets Dirs' mounts.
@@ -132,6 +134,11 @@ func NewWithClient(cli *client.Client, cfg Config) *Backend {
 	}
 	if cfg.BootTimeout <= 0 {
 		cfg.BootTimeout = DefaultBootTimeout
+	}
+	if cfg.NewAgent == nil {
+		cfg.NewAgent = func(rw io.ReadWriteCloser) Agent {
+			return agent.NewClient(rw, agent.WithKeepalive(15*time.Second, 10*time.Second))
+		}
 	}
 	l := cfg.Limits
 	if l.MemoryBytes <= 0 {
@@ -230,8 +237,18 @@ func (b *Backend) live(id string) *box {
 		delete(b.boxes, id)
 		return nil
 	default:
-		return bx
 	}
+	// The agent client may give up first (keepalive): the sandbox is hung.
+	if d, ok := bx.agent.(interface{ Done() <-chan struct{} }); ok {
+		select {
+		case <-d.Done():
+			delete(b.boxes, id)
+			bx.conn.Close()
+			return nil
+		default:
+		}
+	}
+	return bx
 }
 
 // Ensure boots the sandbox for spec.ID unless it is already running. A
@@ -396,10 +413,10 @@ func (b *Backend) attach(ctx context.Context, id, name, dockerID string) (*box, 
 	pr, pw := io.Pipe()
 	stderr := &logWriter{log: b.log, id: id}
 	bx := &box{id: id, name: name, dockerID: dockerID, done: make(chan struct{}), lastUsed: time.Now()}
-	rw := &stdio{r: pr, w: hj.Conn, close: func() error {
+	rw := agent.NewConn(pr, hj.Conn, func() error {
 		pr.Close()
 		return hj.Conn.Close()
-	}}
+	})
 	bx.conn = rw
 	go func() {
 		_, err := stdcopy.StdCopy(pw, stderr, hj.Reader)
@@ -611,24 +628,6 @@ func (b *Backend) StopIdle(ctx context.Context, idle time.Duration) ([]string, e
 		errs = append(errs, b.Stop(ctx, id))
 	}
 	return ids, errors.Join(errs...)
-}
-
-// stdio is the agent's end of an attached container: reads demultiplexed
-// stdout, writes stdin.
-type stdio struct {
-	r     io.Reader
-	w     io.Writer
-	close func() error
-	once  sync.Once
-	err   error
-}
-
-func (s *stdio) Read(p []byte) (int, error)  { return s.r.Read(p) }
-func (s *stdio) Write(p []byte) (int, error) { return s.w.Write(p) }
-
-func (s *stdio) Close() error {
-	s.once.Do(func() { s.err = s.close() })
-	return s.err
 }
 
 // logWriter forwards the agent's stderr to the logger line by line.
