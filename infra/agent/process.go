@@ -163,7 +163,10 @@ func (p *Process) deliver() {
 		for _, ch := range q {
 			p.output(ch.stream, ch.data)
 		}
-		if fin && len(q) == 0 {
+		if len(q) > 0 {
+			continue // more may have arrived meanwhile
+		}
+		if fin {
 			return
 		}
 		select {
