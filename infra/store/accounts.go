@@ -203,3 +203,10 @@ func (s *Store) RevokeToken(ctx context.Context, id string, at time.Time) error 
 func (s *Store) TouchToken(ctx context.Context, id string, at time.Time) error {
 	return translate(s.q(ctx).Model(&tokenRow{}).Where("id = ?", id).Update("last_used_at", at.UTC()).Error, "token")
 }
+
+// OrgCount returns how many orgs exist (zero on a fresh install).
+func (s *Store) OrgCount(ctx context.Context) (int64, error) {
+	var n int64
+	err := s.q(ctx).Model(&orgRow{}).Count(&n).Error
+	return n, translate(err, "orgs")
+}

@@ -1,0 +1,143 @@
+package main
+
+import (
+	"fmt"
+	"net"
+	"net/url"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Config is every setting, loaded once from the environment.
+type Config struct {
+	ListenAddr     string
+	DataDir        string
+	DatabaseURL    string
+	PublicURL      string
+	JWTIssuer      string
+	JWTAudience    string
+	JWTKeyFile     string
+	SessionTTL     time.Duration
+	ShutdownGrace  time.Duration
+	LogLevel       string
+	SandboxBackend []string
+	SandboxRuntime string
+	SandboxImage   string
+	SandboxIdle    time.Duration
+	ContainerMax   time.Duration
+	AgentBin       string
+	ModelProvider  string
+	ModelBaseURL   string
+	ModelAPIKey    string
+	ModelName      string
+	MaxToolIters   int
+	MaxUploadBytes int64
+}
+
+// configError is a bad setting; main prints it on one line and exits 2.
+type configError struct{ name, msg string }
+
+func (e *configError) Error() string { return fmt.Sprintf("config: %s: %s", e.name, e.msg) }
+
+// loadConfig reads the environment through getenv.
+func loadConfig(getenv func(string) string) (Config, error) {
+	env := func(name, def string) string {
+		if v := strings.TrimSpace(getenv(name)); v != "" {
+			return v
+		}
+		return def
+	}
+	var err error
+	dur := func(name, def string) time.Duration {
+		v := env(name, def)
+		d, perr := time.ParseDuration(v)
+		if (perr != nil || d <= 0) && err == nil {
+			err = &configError{name, fmt.Sprintf("%q is not a positive duration such as 5m", v)}
+		}
+		return d
+	}
+	num := func(name string, def int64) int64 {
+		v := env(name, strconv.FormatInt(def, 10))
+		n, perr := strconv.ParseInt(v, 10, 64)
+		if (perr != nil || n <= 0) && err == nil {
+			err = &configError{name, fmt.Sprintf("%q is not a positive whole number", v)}
+		}
+		return n
+	}
+	c := Config{
+		ListenAddr:     env("LISTEN_ADDR", "127.0.0.1:8080"),
+		DataDir:        env("DATA_DIR", "./data"),
+		DatabaseURL:    env("DATABASE_URL", ""),
+		JWTIssuer:      env("JWT_ISSUER", "threadbox"),
+		JWTAudience:    env("JWT_AUDIENCE", "threadbox-api"),
+		SessionTTL:     dur("SESSION_TTL", "12h"),
+		ShutdownGrace:  dur("SHUTDOWN_GRACE", "20s"),
+		LogLevel:       env("LOG_LEVEL", "info"),
+		SandboxRuntime: env("SANDBOX_RUNTIME", "runc"),
+		SandboxImage:   env("SANDBOX_IMAGE", "threadbox-sandbox:latest"),
+		SandboxIdle:    dur("SANDBOX_IDLE", "5m"),
+		ContainerMax:   dur("CONTAINER_MAX_AGE", "720h"),
+		AgentBin:       env("THREADBOX_AGENT_BIN", ""),
+		ModelProvider:  env("MODEL_PROVIDER", ""),
+		ModelBaseURL:   env("MODEL_BASE_URL", ""),
+		ModelAPIKey:    env("MODEL_API_KEY", ""),
+		ModelName:      env("MODEL_NAME", ""),
+		MaxToolIters:   int(num("MAX_TOOL_ITERATIONS", 25)),
+		MaxUploadBytes: num("MAX_UPLOAD_BYTES", 5<<30),
+	}
+	if err != nil {
+		return Config{}, err
+	}
+	if _, _, e := net.SplitHostPort(c.ListenAddr); e != nil {
+		return Config{}, &configError{"LISTEN_ADDR", fmt.Sprintf("%q is not host:port", c.ListenAddr)}
+	}
+	if c.DatabaseURL != "" {
+		u, e := url.Parse(c.DatabaseURL)
+		if e != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
+			return Config{}, &configError{"DATABASE_URL", "must be a postgres:// URL, or empty for the embedded SQLite"}
+		}
+	}
+	abs, e := filepath.Abs(c.DataDir)
+	if e != nil {
+		return Config{}, &configError{"DATA_DIR", e.Error()}
+	}
+	c.DataDir = abs
+	c.JWTKeyFile = env("JWT_KEY_FILE", filepath.Join(c.DataDir, "jwt-ed25519.pem"))
+	c.PublicURL = env("PUBLIC_URL", "http://"+c.ListenAddr)
+	if u, e := url.Parse(c.PublicURL); e != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return Config{}, &configError{"PUBLIC_URL", fmt.Sprintf("%q is not an http(s) URL", c.PublicURL)}
+	}
+	for _, b := range strings.Split(env("SANDBOX_BACKEND", "docker,local"), ",") {
+		b = strings.TrimSpace(b)
+		switch b {
+		case "docker", "local", "kubernetes", "e2b", "firecracker":
+			c.SandboxBackend = append(c.SandboxBackend, b)
+		case "":
+		default:
+			return Config{}, &configError{"SANDBOX_BACKEND", fmt.Sprintf("unknown backend %q (docker, local, kubernetes, e2b, firecracker)", b)}
+		}
+	}
+	switch c.SandboxRuntime {
+	case "runc", "runsc":
+	default:
+		return Config{}, &configError{"SANDBOX_RUNTIME", fmt.Sprintf("%q is not runc or runsc", c.SandboxRuntime)}
+	}
+	switch c.ModelProvider {
+	case "":
+		c.ModelProvider = "runner"
+		if c.ModelBaseURL != "" {
+			c.ModelProvider = "anthropic"
+		}
+	case "anthropic", "openai", "runner":
+	default:
+		return Config{}, &configError{"MODEL_PROVIDER", fmt.Sprintf("%q is not anthropic, openai or runner", c.ModelProvider)}
+	}
+	switch c.LogLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		return Config{}, &configError{"LOG_LEVEL", fmt.Sprintf("%q is not debug, info, warn or error", c.LogLevel)}
+	}
+	return c, nil
+}

@@ -1,0 +1,347 @@
+// Command threadbox is the threadbox server and its operator commands.
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"threadbox/app/admin"
+	"threadbox/app/auth"
+	"threadbox/app/workspace"
+	"threadbox/infra/jwt"
+	"threadbox/infra/store"
+	"threadbox/web"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	var ce *configError
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+	case errors.As(err, &ce), errors.Is(err, errUsage):
+		fmt.Fprintln(os.Stderr, "threadbox:", err)
+		os.Exit(2)
+	default:
+		fmt.Fprintln(os.Stderr, "threadbox:", err)
+		os.Exit(1)
+	}
+}
+
+var errUsage = errors.New("usage")
+
+const usage = `threadbox — a self-hosted backend for AI chat workspaces
+
+Usage:
+  threadbox serve                      serve the HTTP API (and migrate first)
+  threadbox migrate                    apply database migrations and exit
+  threadbox admin bootstrap --org NAME --email EMAIL [--password-file F]
+  threadbox token create --email EMAIL [--name NAME] [--ttl DURATION]
+  threadbox token revoke ID
+  threadbox token list --email EMAIL
+
+Every command takes --help. Settings come from the environment (see README).
+`
+
+// run is the whole program; main only wires the process to it.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		fmt.Fprint(stdout, usage)
+		if len(args) == 0 {
+			return fmt.Errorf("%w: no command given", errUsage)
+		}
+		return nil
+	}
+	cmd, rest := args[0], args[1:]
+	switch cmd {
+	case "serve":
+		return cmdServe(ctx, rest, getenv, stdout, stderr)
+	case "migrate":
+		return cmdMigrate(ctx, rest, getenv, stdout, stderr)
+	case "admin":
+		return cmdAdmin(ctx, rest, getenv, stdout, stderr)
+	case "token":
+		return cmdToken(ctx, rest, getenv, stdout, stderr)
+	}
+	fmt.Fprint(stderr, usage)
+	return fmt.Errorf("%w: unknown command %q", errUsage, cmd)
+}
+
+func newFlags(name, synopsis string, stdout io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stdout)
+	fs.Usage = func() {
+		fmt.Fprintf(stdout, "Usage: threadbox %s\n", synopsis)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	return nil
+}
+
+func newLogger(cfg Config, w io.Writer) *slog.Logger {
+	var lvl slog.Level
+	_ = lvl.UnmarshalText([]byte(cfg.LogLevel))
+	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: lvl}))
+}
+
+// openStore opens and migrates the database.
+func openStore(ctx context.Context, cfg Config) (*store.Store, error) {
+	st, err := store.Open(ctx, cfg.DatabaseURL, cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := st.Migrate(ctx); err != nil {
+		st.Close()
+		return nil, err
+	}
+	return st, nil
+}
+
+func newAuth(cfg Config, st *store.Store) (*auth.Service, error) {
+	key, _, err := jwt.LoadOrCreateKey(cfg.JWTKeyFile)
+	if err != nil {
+		return nil, err
+	}
+	return auth.New(st, jwt.New(key, cfg.JWTIssuer, cfg.JWTAudience), auth.Config{SessionTTL: cfg.SessionTTL}), nil
+}
+
+func cmdMigrate(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs := newFlags("migrate", "migrate", stdout)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	cfg, err := loadConfig(getenv)
+	if err != nil {
+		return err
+	}
+	st, err := store.Open(ctx, cfg.DatabaseURL, cfg.DataDir)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	v, err := st.Migrate(ctx)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "database %s at schema version %d\n", st.Dialect(), v)
+	return nil
+}
+
+func cmdAdmin(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || args[0] != "bootstrap" {
+		if len(args) > 0 && (args[0] == "--help" || args[0] == "-h") {
+			fmt.Fprintln(stdout, "Usage: threadbox admin bootstrap --org NAME --email EMAIL [--password-file F]")
+			return nil
+		}
+		return fmt.Errorf("%w: threadbox admin bootstrap --org NAME --email EMAIL [--password-file F]", errUsage)
+	}
+	fs := newFlags("admin bootstrap", "admin bootstrap --org NAME --email EMAIL [--password-file F]\n\nCreates the org and an admin user when missing (idempotent), then prints a new API token for that user.", stdout)
+	orgName := fs.String("org", "", "organization name (required)")
+	email := fs.String("email", "", "admin email (required)")
+	pwFile := fs.String("password-file", "", "file holding the admin's password for the web login")
+	if err := parseFlags(fs, args[1:]); err != nil {
+		return err
+	}
+	if *orgName == "" || *email == "" {
+		return fmt.Errorf("%w: --org and --email are required", errUsage)
+	}
+	var password string
+	if *pwFile != "" {
+		b, err := os.ReadFile(*pwFile)
+		if err != nil {
+			return fmt.Errorf("admin bootstrap: %w", err)
+		}
+		password = strings.TrimRight(string(b), "\r\n")
+	}
+	cfg, err := loadConfig(getenv)
+	if err != nil {
+		return err
+	}
+	st, err := openStore(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	a, err := newAuth(cfg, st)
+	if err != nil {
+		return err
+	}
+	iss, created, err := a.Bootstrap(ctx, *orgName, *email, password)
+	if err != nil {
+		return fmt.Errorf("admin bootstrap: %w", err)
+	}
+	if created {
+		fmt.Fprintf(stderr, "created org %q and admin %s\n", *orgName, *email)
+	}
+	fmt.Fprintln(stdout, iss.Token)
+	return nil
+}
+
+func cmdToken(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		return fmt.Errorf("%w: threadbox token create|revoke|list", errUsage)
+	}
+	sub, rest := args[0], args[1:]
+	if sub == "--help" || sub == "-h" {
+		fmt.Fprintln(stdout, "Usage: threadbox token create --email EMAIL [--name NAME] [--ttl DURATION] | token revoke ID | token list --email EMAIL")
+		return nil
+	}
+	var (
+		fs    *flag.FlagSet
+		email *string
+		name  *string
+		ttl   *time.Duration
+	)
+	switch sub {
+	case "create":
+		fs = newFlags("token create", "token create --email EMAIL [--name NAME] [--ttl DURATION]", stdout)
+		email = fs.String("email", "", "the user's email (required)")
+		name = fs.String("name", "cli", "a label for the token")
+		ttl = fs.Duration("ttl", 0, "lifetime such as 720h (default one year)")
+	case "list":
+		fs = newFlags("token list", "token list --email EMAIL", stdout)
+		email = fs.String("email", "", "the user's email (required)")
+	case "revoke":
+		fs = newFlags("token revoke", "token revoke ID", stdout)
+	default:
+		return fmt.Errorf("%w: unknown token command %q", errUsage, sub)
+	}
+	if err := parseFlags(fs, rest); err != nil {
+		return err
+	}
+	if (sub == "create" || sub == "list") && *email == "" {
+		return fmt.Errorf("%w: --email is required", errUsage)
+	}
+	if sub == "revoke" && fs.NArg() != 1 {
+		return fmt.Errorf("%w: threadbox token revoke ID", errUsage)
+	}
+	cfg, err := loadConfig(getenv)
+	if err != nil {
+		return err
+	}
+	st, err := openStore(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	a, err := newAuth(cfg, st)
+	if err != nil {
+		return err
+	}
+	switch sub {
+	case "create":
+		iss, err := a.CreateAPITokenFor(ctx, *email, *name, *ttl)
+		if err != nil {
+			return fmt.Errorf("token create: %w", err)
+		}
+		fmt.Fprintln(stdout, iss.Token)
+	case "list":
+		ts, err := a.TokensByEmail(ctx, *email)
+		if err != nil {
+			return fmt.Errorf("token list: %w", err)
+		}
+		fmt.Fprintf(stdout, "%-32s %-16s %-25s %s\n", "ID", "NAME", "EXPIRES", "STATE")
+		for _, t := range ts {
+			state := "active"
+			if t.RevokedAt() != nil {
+				state = "revoked"
+			} else if !t.Usable(time.Now()) {
+				state = "expired"
+			}
+			fmt.Fprintf(stdout, "%-32s %-16s %-25s %s\n", t.ID(), t.Name(), t.ExpiresAt().Format(time.RFC3339), state)
+		}
+	case "revoke":
+		if err := a.Revoke(ctx, fs.Arg(0)); err != nil {
+			return fmt.Errorf("token revoke: %w", err)
+		}
+		fmt.Fprintf(stdout, "revoked %s\n", fs.Arg(0))
+	}
+	return nil
+}
+
+func cmdServe(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs := newFlags("serve", "serve\n\nServes the HTTP API on LISTEN_ADDR; migrates the database first.", stdout)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	cfg, err := loadConfig(getenv)
+	if err != nil {
+		return err
+	}
+	log := newLogger(cfg, stderr)
+	st, err := openStore(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	a, err := newAuth(cfg, st)
+	if err != nil {
+		return err
+	}
+	if err := firstStart(ctx, st, a, cfg, stdout); err != nil {
+		return err
+	}
+	srv := web.New(web.Services{
+		Auth:      a,
+		Admin:     admin.New(st, auth.HashPassword),
+		Workspace: workspace.New(st),
+		Ready:     st.Ready,
+	}, log, web.Options{})
+
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Listen(cfg.ListenAddr) }()
+	log.Info("threadbox serving", "addr", cfg.ListenAddr, "database", st.Dialect(), "data_dir", cfg.DataDir)
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	log.Info("shutting down", "grace", cfg.ShutdownGrace.String())
+	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownGrace)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		return fmt.Errorf("serve: shutdown: %w", err)
+	}
+	return nil
+}
+
+// firstStart bootstraps an admin on an empty database and tells the operator
+// how to log in.
+func firstStart(ctx context.Context, st *store.Store, a *auth.Service, cfg Config, stdout io.Writer) error {
+	n, err := st.OrgCount(ctx)
+	if err != nil || n > 0 {
+		return err
+	}
+	b := make([]byte, 12)
+	rand.Read(b)
+	password := base64.RawURLEncoding.EncodeToString(b)
+	const email = "admin@threadbox.local"
+	iss, _, err := a.Bootstrap(ctx, "default", email, password)
+	if err != nil {
+		return fmt.Errorf("first start: %w", err)
+	}
+	fmt.Fprintf(stdout, "threadbox: first start — created org \"default\" with an admin.\n  web login: %s  email: %s  password: %s\n  API token: %s\n  (shown once; more with: threadbox token create --email %s)\n",
+		cfg.PublicURL, email, password, iss.Token, email)
+	return nil
+}

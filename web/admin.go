@@ -1,0 +1,160 @@
+package web
+
+import (
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+
+	"threadbox/app/admin"
+	"threadbox/domain/org"
+	"threadbox/domain/user"
+)
+
+// policyPatch is the JSON merge patch body of PATCH /org/features.
+type policyPatch struct {
+	CodeExecution *struct {
+		Enabled *bool `json:"enabled"`
+	} `json:"codeExecution"`
+	Uploads *struct {
+		Enabled  *bool  `json:"enabled"`
+		MaxBytes *int64 `json:"maxBytes"`
+	} `json:"uploads"`
+	Downloads *struct {
+		Generated *bool `json:"generated"`
+		Uploaded  *bool `json:"uploaded"`
+	} `json:"downloads"`
+}
+
+func (pp policyPatch) domain() org.PolicyPatch {
+	var out org.PolicyPatch
+	if pp.CodeExecution != nil {
+		out.CodeExecution = pp.CodeExecution.Enabled
+	}
+	if pp.Uploads != nil {
+		out.Uploads, out.MaxUploadBytes = pp.Uploads.Enabled, pp.Uploads.MaxBytes
+	}
+	if pp.Downloads != nil {
+		out.DownloadsGenerated, out.DownloadsUploaded = pp.Downloads.Generated, pp.Downloads.Uploaded
+	}
+	return out
+}
+
+func (s *Server) getFeatures(c *fiber.Ctx) error {
+	p, err := s.svc.Admin.Policy(c.UserContext(), principal(c))
+	if err != nil {
+		return err
+	}
+	return c.JSON(admin.ViewOf(p))
+}
+
+func (s *Server) patchFeatures(c *fiber.Ctx) error {
+	var pp policyPatch
+	if err := parseJSON(c, &pp); err != nil {
+		return err
+	}
+	p, err := s.svc.Admin.PatchPolicy(c.UserContext(), principal(c), pp.domain())
+	if err != nil {
+		return err
+	}
+	return c.JSON(admin.ViewOf(p))
+}
+
+type auditView struct {
+	ID      string    `json:"id"`
+	ActorID string    `json:"actor_id"`
+	Action  string    `json:"action"`
+	Target  string    `json:"target"`
+	Before  rawJSON   `json:"before"`
+	After   rawJSON   `json:"after"`
+	At      time.Time `json:"at"`
+}
+
+// rawJSON embeds stored JSON as is, or null when empty.
+type rawJSON []byte
+
+// MarshalJSON returns the stored JSON, or null.
+func (r rawJSON) MarshalJSON() ([]byte, error) {
+	if len(r) == 0 {
+		return []byte("null"), nil
+	}
+	return r, nil
+}
+
+func (s *Server) listAudit(c *fiber.Ctx) error {
+	evs, err := s.svc.Admin.AuditEvents(c.UserContext(), principal(c), c.QueryInt("limit", 100))
+	if err != nil {
+		return err
+	}
+	out := make([]auditView, len(evs))
+	for i, e := range evs {
+		out[i] = auditView{e.ID, e.ActorID, e.Action, e.Target, rawJSON(e.Before), rawJSON(e.After), e.At}
+	}
+	return c.JSON(listResponse[auditView]{Data: out})
+}
+
+type userView struct {
+	ID        string    `json:"id"`
+	Email     string    `json:"email"`
+	Role      string    `json:"role"`
+	Disabled  bool      `json:"disabled"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+func viewUser(u user.User) userView {
+	return userView{u.ID(), u.Email(), string(u.Role()), u.Disabled(), u.CreatedAt()}
+}
+
+func (s *Server) listUsers(c *fiber.Ctx) error {
+	us, err := s.svc.Admin.Users(c.UserContext(), principal(c))
+	if err != nil {
+		return err
+	}
+	out := make([]userView, len(us))
+	for i, u := range us {
+		out[i] = viewUser(u)
+	}
+	return c.JSON(listResponse[userView]{Data: out})
+}
+
+type userRequest struct {
+	Email    string  `json:"email"`
+	Role     *string `json:"role"`
+	Password *string `json:"password"`
+	Disabled *bool   `json:"disabled"`
+}
+
+func (s *Server) createUser(c *fiber.Ctx) error {
+	var req userRequest
+	if err := parseJSON(c, &req); err != nil {
+		return err
+	}
+	nu := admin.NewUser{Email: req.Email}
+	if req.Role != nil {
+		nu.Role = user.Role(*req.Role)
+	}
+	if req.Password != nil {
+		nu.Password = *req.Password
+	}
+	u, err := s.svc.Admin.CreateUser(c.UserContext(), principal(c), nu)
+	if err != nil {
+		return err
+	}
+	return c.Status(fiber.StatusCreated).JSON(viewUser(u))
+}
+
+func (s *Server) patchUser(c *fiber.Ctx) error {
+	var req userRequest
+	if err := parseJSON(c, &req); err != nil {
+		return err
+	}
+	ch := admin.UserChange{Disabled: req.Disabled, Password: req.Password}
+	if req.Role != nil {
+		r := user.Role(*req.Role)
+		ch.Role = &r
+	}
+	u, err := s.svc.Admin.UpdateUser(c.UserContext(), principal(c), c.Params("id"), ch)
+	if err != nil {
+		return err
+	}
+	return c.JSON(viewUser(u))
+}

@@ -1,0 +1,138 @@
+package web
+
+import (
+	"strings"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+
+	"threadbox/domain/fault"
+	"threadbox/domain/user"
+)
+
+const principalKey = "threadbox.principal"
+
+// authenticate requires a valid bearer token and stores the principal for
+// the handler. Sandbox tokens only reach the Messages API.
+func (s *Server) authenticate(c *fiber.Ctx) error {
+	h := c.Get(fiber.HeaderAuthorization)
+	token, ok := strings.CutPrefix(h, "Bearer ")
+	if !ok {
+		if xk := c.Get("X-Api-Key"); xk != "" {
+			token, ok = xk, true
+		}
+	}
+	if !ok || strings.TrimSpace(token) == "" {
+		return fault.New(fault.Unauthenticated, "missing bearer token: send Authorization: Bearer <token>")
+	}
+	p, err := s.svc.Auth.Authenticate(c.UserContext(), strings.TrimSpace(token))
+	if err != nil {
+		return err
+	}
+	if p.Kind == user.SandboxToken && !strings.HasPrefix(c.Path(), "/api/gpt/") {
+		return fault.New(fault.Forbidden, "sandbox tokens may only call the Messages API")
+	}
+	c.Locals(principalKey, p)
+	return c.Next()
+}
+
+// principal returns the caller set by authenticate.
+func principal(c *fiber.Ctx) user.Principal {
+	p, _ := c.Locals(principalKey).(user.Principal)
+	return p
+}
+
+type loginRequest struct {
+	Email    string `json:"email"`
+	Password string `json:"password"`
+}
+
+type tokenResponse struct {
+	Token     string    `json:"token"`
+	ID        string    `json:"id"`
+	ExpiresAt time.Time `json:"expires_at"`
+}
+
+func (s *Server) login(c *fiber.Ctx) error {
+	var req loginRequest
+	if err := parseJSON(c, &req); err != nil {
+		return err
+	}
+	iss, err := s.svc.Auth.Login(c.UserContext(), req.Email, req.Password)
+	if err != nil {
+		return err
+	}
+	return c.JSON(tokenResponse{Token: iss.Token, ID: iss.Record.ID(), ExpiresAt: iss.Record.ExpiresAt()})
+}
+
+type meResponse struct {
+	UserID string `json:"user_id"`
+	OrgID  string `json:"org_id"`
+	Role   string `json:"role"`
+	Email  string `json:"email,omitempty"`
+}
+
+func (s *Server) me(c *fiber.Ctx) error {
+	p := principal(c)
+	return c.JSON(meResponse{UserID: p.UserID, OrgID: p.OrgID, Role: string(p.Role)})
+}
+
+type tokenView struct {
+	ID         string     `json:"id"`
+	Name       string     `json:"name"`
+	CreatedAt  time.Time  `json:"created_at"`
+	ExpiresAt  time.Time  `json:"expires_at"`
+	RevokedAt  *time.Time `json:"revoked_at"`
+	LastUsedAt *time.Time `json:"last_used_at"`
+}
+
+func viewToken(t user.Token) tokenView {
+	return tokenView{ID: t.ID(), Name: t.Name(), CreatedAt: t.CreatedAt(), ExpiresAt: t.ExpiresAt(), RevokedAt: t.RevokedAt(), LastUsedAt: t.LastUsedAt()}
+}
+
+type createTokenRequest struct {
+	Name string `json:"name"`
+	TTL  string `json:"ttl"` // a Go duration such as "720h"; empty means the default
+}
+
+func (s *Server) createToken(c *fiber.Ctx) error {
+	var req createTokenRequest
+	if err := parseJSON(c, &req); err != nil {
+		return err
+	}
+	var ttl time.Duration
+	if req.TTL != "" {
+		d, err := time.ParseDuration(req.TTL)
+		if err != nil {
+			return fault.New(fault.Invalid, "ttl must be a duration such as 720h")
+		}
+		ttl = d
+	}
+	iss, err := s.svc.Auth.CreateAPIToken(c.UserContext(), principal(c), req.Name, ttl)
+	if err != nil {
+		return err
+	}
+	return c.Status(fiber.StatusCreated).JSON(struct {
+		tokenView
+		Token string `json:"token"`
+	}{viewToken(iss.Record), iss.Token})
+}
+
+func (s *Server) listTokens(c *fiber.Ctx) error {
+	ts, err := s.svc.Auth.Tokens(c.UserContext(), principal(c).UserID)
+	if err != nil {
+		return err
+	}
+	out := make([]tokenView, len(ts))
+	for i, t := range ts {
+		out[i] = viewToken(t)
+	}
+	return c.JSON(listResponse[tokenView]{Data: out})
+}
+
+func (s *Server) revokeToken(c *fiber.Ctx) error {
+	if err := s.svc.Auth.RevokeOwn(c.UserContext(), principal(c), c.Params("id")); err != nil {
+		return err
+	}
+	return c.SendStatus(fiber.StatusNoContent)
+}

@@ -1,0 +1,66 @@
+package web
+
+import (
+	"encoding/json"
+	"io"
+
+	"github.com/gofiber/fiber/v2"
+
+	"threadbox/domain/fault"
+)
+
+// maxJSONBody caps JSON request bodies read whole.
+const maxJSONBody = 32 << 20
+
+// body reads the request body whole, up to limit bytes.
+func body(c *fiber.Ctx, limit int64) ([]byte, error) {
+	if r := c.Context().RequestBodyStream(); r != nil {
+		b, err := io.ReadAll(io.LimitReader(r, limit+1))
+		if err != nil {
+			return nil, fault.Wrap(fault.Invalid, "could not read the request body", err)
+		}
+		if int64(len(b)) > limit {
+			return nil, fault.Errorf(fault.TooLarge, "request body is larger than %d bytes", limit)
+		}
+		return b, nil
+	}
+	b := c.Body()
+	if int64(len(b)) > limit {
+		return nil, fault.Errorf(fault.TooLarge, "request body is larger than %d bytes", limit)
+	}
+	return b, nil
+}
+
+// parseJSON decodes a JSON body into v; unknown fields are ignored.
+func parseJSON(c *fiber.Ctx, v any) error {
+	b, err := body(c, maxJSONBody)
+	if err != nil {
+		return err
+	}
+	if len(b) == 0 {
+		return fault.New(fault.Invalid, "request body must be a JSON object")
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		return fault.Errorf(fault.Invalid, "invalid JSON body: %s", jsonErr(err))
+	}
+	return nil
+}
+
+func jsonErr(err error) string {
+	switch e := err.(type) {
+	case *json.SyntaxError:
+		return e.Error()
+	case *json.UnmarshalTypeError:
+		if e.Field != "" {
+			return "field " + e.Field + " must be " + e.Type.String()
+		}
+		return "wrong type: want " + e.Type.String()
+	}
+	return "malformed"
+}
+
+type listResponse[T any] struct {
+	Data    []T    `json:"data"`
+	HasMore bool   `json:"has_more"`
+	LastID  string `json:"last_id,omitempty"`
+}

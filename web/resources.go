@@ -1,0 +1,169 @@
+package web
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+
+	"threadbox/domain/fault"
+	"threadbox/domain/project"
+	"threadbox/domain/thread"
+)
+
+type projectView struct {
+	ID        string    `json:"id"`
+	Name      string    `json:"name"`
+	OwnerID   string    `json:"owner_id"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
+}
+
+func viewProject(p project.Project) projectView {
+	return projectView{p.ID(), p.Name(), p.OwnerID(), p.CreatedAt(), p.UpdatedAt()}
+}
+
+type projectRequest struct {
+	Name string `json:"name"`
+}
+
+func (s *Server) createProject(c *fiber.Ctx) error {
+	var req projectRequest
+	if err := parseJSON(c, &req); err != nil {
+		return err
+	}
+	p, err := s.svc.Workspace.CreateProject(c.UserContext(), principal(c), req.Name)
+	if err != nil {
+		return err
+	}
+	return c.Status(fiber.StatusCreated).JSON(viewProject(p))
+}
+
+func (s *Server) listProjects(c *fiber.Ctx) error {
+	ps, err := s.svc.Workspace.Projects(c.UserContext(), principal(c))
+	if err != nil {
+		return err
+	}
+	out := make([]projectView, len(ps))
+	for i, p := range ps {
+		out[i] = viewProject(p)
+	}
+	return c.JSON(listResponse[projectView]{Data: out})
+}
+
+func (s *Server) getProject(c *fiber.Ctx) error {
+	p, err := s.svc.Workspace.Project(c.UserContext(), principal(c), c.Params("id"))
+	if err != nil {
+		return err
+	}
+	return c.JSON(viewProject(p))
+}
+
+func (s *Server) patchProject(c *fiber.Ctx) error {
+	var req projectRequest
+	if err := parseJSON(c, &req); err != nil {
+		return err
+	}
+	p, err := s.svc.Workspace.RenameProject(c.UserContext(), principal(c), c.Params("id"), req.Name)
+	if err != nil {
+		return err
+	}
+	return c.JSON(viewProject(p))
+}
+
+func (s *Server) deleteProject(c *fiber.Ctx) error {
+	if err := s.svc.Workspace.DeleteProject(c.UserContext(), principal(c), c.Params("id")); err != nil {
+		return err
+	}
+	return c.SendStatus(fiber.StatusNoContent)
+}
+
+type threadView struct {
+	ID          string    `json:"id"`
+	ProjectID   string    `json:"project_id"`
+	Title       string    `json:"title"`
+	ContainerID string    `json:"container_id"`
+	CreatedAt   time.Time `json:"created_at"`
+	UpdatedAt   time.Time `json:"updated_at"`
+}
+
+func viewThread(t thread.Thread) threadView {
+	return threadView{t.ID(), t.ProjectID(), t.Title(), t.ContainerID(), t.CreatedAt(), t.UpdatedAt()}
+}
+
+type threadRequest struct {
+	ProjectID string `json:"project_id"`
+	Project   string `json:"project"`
+	Title     string `json:"title"`
+}
+
+func (s *Server) createThread(c *fiber.Ctx) error {
+	var req threadRequest
+	if err := parseJSON(c, &req); err != nil {
+		return err
+	}
+	if req.ProjectID == "" {
+		req.ProjectID = req.Project
+	}
+	t, err := s.svc.Workspace.CreateThread(c.UserContext(), principal(c), req.ProjectID, req.Title)
+	if err != nil {
+		return err
+	}
+	return c.Status(fiber.StatusCreated).JSON(viewThread(t))
+}
+
+func (s *Server) listThreads(c *fiber.Ctx) error {
+	limit := 20
+	if v := c.Query("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 100 {
+			return fault.New(fault.Invalid, "limit must be between 1 and 100")
+		}
+		limit = n
+	}
+	page := thread.Page{Limit: limit + 1, Before: c.Query("before")}
+	ts, err := s.svc.Workspace.Threads(c.UserContext(), principal(c), c.Query("project_id"), page)
+	if err != nil {
+		return err
+	}
+	more := len(ts) > limit
+	if more {
+		ts = ts[:limit]
+	}
+	out := make([]threadView, len(ts))
+	for i, t := range ts {
+		out[i] = viewThread(t)
+	}
+	resp := listResponse[threadView]{Data: out, HasMore: more}
+	if len(out) > 0 {
+		resp.LastID = out[len(out)-1].ID
+	}
+	return c.JSON(resp)
+}
+
+func (s *Server) getThread(c *fiber.Ctx) error {
+	t, err := s.svc.Workspace.Thread(c.UserContext(), principal(c), c.Params("id"))
+	if err != nil {
+		return err
+	}
+	return c.JSON(viewThread(t))
+}
+
+func (s *Server) patchThread(c *fiber.Ctx) error {
+	var req threadRequest
+	if err := parseJSON(c, &req); err != nil {
+		return err
+	}
+	t, err := s.svc.Workspace.RetitleThread(c.UserContext(), principal(c), c.Params("id"), req.Title)
+	if err != nil {
+		return err
+	}
+	return c.JSON(viewThread(t))
+}
+
+func (s *Server) deleteThread(c *fiber.Ctx) error {
+	if err := s.svc.Workspace.DeleteThread(c.UserContext(), principal(c), c.Params("id")); err != nil {
+		return err
+	}
+	return c.SendStatus(fiber.StatusNoContent)
+}

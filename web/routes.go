@@ -1,0 +1,53 @@
+package web
+
+import (
+	"github.com/gofiber/fiber/v2"
+
+	"threadbox/domain/fault"
+)
+
+// routes registers every route of the server.
+func (s *Server) routes() {
+	a := s.app
+	a.Get("/healthz", func(c *fiber.Ctx) error { return c.JSON(fiber.Map{"status": "ok"}) })
+	a.Get("/readyz", s.readyz)
+
+	a.Post("/api/v1/app/auth/login", s.login)
+
+	app := a.Group("/api/v1/app", s.authenticate)
+	app.Get("/me", s.me)
+
+	app.Post("/project", s.createProject)
+	app.Get("/project", s.listProjects)
+	app.Get("/project/:id", s.getProject)
+	app.Patch("/project/:id", s.patchProject)
+	app.Delete("/project/:id", s.deleteProject)
+
+	app.Post("/thread", s.createThread)
+	app.Get("/thread", s.listThreads)
+	app.Get("/thread/:id", s.getThread)
+	app.Patch("/thread/:id", s.patchThread)
+	app.Delete("/thread/:id", s.deleteThread)
+
+	app.Get("/org/features", s.getFeatures)
+	app.Patch("/org/features", s.patchFeatures)
+	app.Get("/org/audit", s.listAudit)
+	app.Get("/org/users", s.listUsers)
+	app.Post("/org/users", s.createUser)
+	app.Patch("/org/users/:id", s.patchUser)
+
+	app.Post("/tokens", s.createToken)
+	app.Get("/tokens", s.listTokens)
+	app.Delete("/tokens/:id", s.revokeToken)
+
+	a.Group("/api/gpt", s.authenticate)
+
+	a.Use(func(c *fiber.Ctx) error { return fault.New(fault.NotFound, "no route for "+c.Method()+" "+c.Path()) })
+}
+
+func (s *Server) readyz(c *fiber.Ctx) error {
+	if err := s.svc.Ready(c.UserContext()); err != nil {
+		return fault.Wrap(fault.Unavailable, "not ready: database unreachable or not migrated", err)
+	}
+	return c.JSON(fiber.Map{"status": "ready"})
+}

@@ -1,0 +1,70 @@
+// Package web is threadbox's HTTP edge: Fiber handlers that parse requests,
+// call the app use cases and map results and errors to responses.
+package web
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+
+	"threadbox/app/admin"
+	"threadbox/app/auth"
+	"threadbox/app/workspace"
+)
+
+// Services are the use cases the handlers call.
+type Services struct {
+	Auth      *auth.Service
+	Admin     *admin.Service
+	Workspace *workspace.Service
+	// Ready reports whether the database answers and is migrated.
+	Ready func(ctx context.Context) error
+}
+
+// Options tune the HTTP server.
+type Options struct {
+	// BodyLimit caps request bodies that are read whole (JSON).
+	BodyLimit int
+	// Classifiers map errors of packages that do not use fault.
+	Classifiers []Classifier
+}
+
+// Server is the HTTP edge.
+type Server struct {
+	svc         Services
+	log         *slog.Logger
+	app         *fiber.App
+	classifiers []Classifier
+}
+
+// New builds the Fiber app with every route.
+func New(svc Services, log *slog.Logger, opt Options) *Server {
+	if opt.BodyLimit <= 0 {
+		opt.BodyLimit = 32 << 20
+	}
+	s := &Server{svc: svc, log: log, classifiers: opt.Classifiers}
+	s.app = fiber.New(fiber.Config{
+		AppName:               "threadbox",
+		DisableStartupMessage: true,
+		ErrorHandler:          s.errorHandler,
+		BodyLimit:             opt.BodyLimit,
+		ReadBufferSize:        16 << 10, // bounds header size: larger headers get 431
+		ReadTimeout:           5 * time.Minute,
+		IdleTimeout:           2 * time.Minute,
+		StreamRequestBody:     true,
+	})
+	s.routes()
+	return s
+}
+
+// App returns the Fiber app, for tests and for serving.
+func (s *Server) App() *fiber.App { return s.app }
+
+// Listen serves on addr until Shutdown.
+func (s *Server) Listen(addr string) error { return s.app.Listen(addr) }
+
+// Shutdown stops accepting requests and waits up to the context's deadline
+// for in-flight ones.
+func (s *Server) Shutdown(ctx context.Context) error { return s.app.ShutdownWithContext(ctx) }
