@@ -101,4 +101,3 @@ func writeError(c *fiber.Ctx, status int, msg string) error {
 	}
 	return c.JSON(envelope{Type: "error", Error: envelopeBody{Type: typeOf(status), Message: msg}})
 }
-
