@@ -1,0 +1,468 @@
+package docker
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/client"
+
+	"threadbox/domain/sandbox"
+	"threadbox/infra/hostdirs"
+)
+
+// These tests run real sandboxes against the Docker daemon. Under CI=true a
+// missing daemon, image or runtime fails them; otherwise they skip. They run
+// under every runtime of SANDBOX_TEST_RUNTIMES (default "runc"; CI sets
+// "runc,runsc").
+
+var (
+	agentOnce sync.Once
+	agentBin  string
+	agentErr  error
+)
+
+// need fails (CI) or skips the test when the service is missing.
+func need(t *testing.T, format string, args ...any) {
+	t.Helper()
+	if os.Getenv("CI") == "true" {
+		t.Fatalf(format, args...)
+	}
+	t.Skipf(format, args...)
+}
+
+// testAgent returns the agent binary: THREADBOX_AGENT_BIN, else a fresh
+// static build of cmd/threadbox-agent.
+func testAgent(t *testing.T) string {
+	t.Helper()
+	agentOnce.Do(func() {
+		if p := os.Getenv("THREADBOX_AGENT_BIN"); p != "" {
+			if _, err := os.Stat(p); err == nil {
+				agentBin = p
+				return
+			}
+		}
+		dir, err := os.MkdirTemp("", "threadbox-agent-")
+		if err != nil {
+			agentErr = err
+			return
+		}
+		agentBin = filepath.Join(dir, "threadbox-agent")
+		cmd := exec.Command("go", "build", "-trimpath", "-o", agentBin, "threadbox/cmd/threadbox-agent")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			agentErr = fmt.Errorf("build agent: %w: %s", err, out)
+		}
+	})
+	if agentErr != nil {
+		t.Fatal(agentErr)
+	}
+	return agentBin
+}
+
+func runtimes() []string {
+	v := os.Getenv("SANDBOX_TEST_RUNTIMES")
+	if v == "" {
+		v = "runc"
+	}
+	var out []string
+	for _, r := range strings.Split(v, ",") {
+		if r = strings.TrimSpace(r); r != "" {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// env is one test's backend on a private data dir and instance label.
+type env struct {
+	t       *testing.T
+	runtime string
+	data    string
+	dirs    *hostdirs.Layout
+	be      *Backend
+	cfg     Config
+}
+
+type envOpts struct {
+	limits    sandbox.Limits
+	diskBytes int64
+}
+
+func newEnv(t *testing.T, runtime string, o envOpts) *env {
+	t.Helper()
+	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+	if err != nil {
+		need(t, "docker client: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := cli.Ping(ctx); err != nil {
+		cli.Close()
+		need(t, "docker daemon not reachable (scripts/ci-docker.sh starts it): %v", err)
+	}
+	quota := hostdirs.QuotaNone
+	if os.Getuid() == 0 {
+		quota = hostdirs.QuotaLoop
+	}
+	if o.diskBytes == 0 {
+		o.diskBytes = 256 << 20
+	}
+	data := t.TempDir()
+	dirs := hostdirs.New(data, hostdirs.Options{Quota: quota, DiskBytes: o.diskBytes})
+	cfg := Config{
+		Image:    DefaultImage,
+		Runtime:  runtime,
+		AgentBin: testAgent(t),
+		Dirs:     dirs,
+		Instance: fmt.Sprintf("test%d", time.Now().UnixNano()),
+		Limits:   o.limits,
+	}
+	e := &env{t: t, runtime: runtime, data: data, dirs: dirs, cfg: cfg}
+	e.be = NewWithClient(cli, cfg)
+	if err := e.be.Available(ctx); err != nil {
+		cli.Close()
+		need(t, "docker backend not available: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx := context.Background()
+		// Remove every container of this instance, then the quota mounts.
+		e.be.Reconcile(ctx) // adopts live ones…
+		e.be.mu.Lock()
+		var ids []string
+		for id := range e.be.boxes {
+			ids = append(ids, id)
+		}
+		e.be.mu.Unlock()
+		for _, id := range ids {
+			e.be.Remove(ctx, id)
+		}
+		e.be.Close()
+		entries, _ := os.ReadDir(filepath.Join(data, "containers"))
+		for _, en := range entries {
+			// Dirs' names are safe ids; Release takes the id, which equals it here.
+			dirs.Release(ctx, en.Name())
+		}
+	})
+	return e
+}
+
+// reopen returns a second Backend on the same data and instance, as after a
+// threadbox restart.
+func (e *env) reopen() *Backend {
+	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return NewWithClient(cli, e.cfg)
+}
+
+func (e *env) ensure(id string, limits sandbox.Limits) {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := e.be.Ensure(ctx, sandbox.Spec{ID: id, Limits: limits}); err != nil {
+		e.t.Fatalf("ensure %s: %v", id, err)
+	}
+}
+
+func sh(script string, timeout time.Duration) sandbox.Command {
+	return sandbox.Command{Args: []string{"bash", "-c", script}, Timeout: timeout}
+}
+
+func (e *env) run(id, script string) sandbox.Result {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	res, err := e.be.Exec(ctx, id, sh(script, 30*time.Second))
+	if err != nil {
+		e.t.Fatalf("exec %q in %s: %v", script, id, err)
+	}
+	return res
+}
+
+func forRuntimes(t *testing.T, fn func(t *testing.T, runtime string)) {
+	for _, rt := range runtimes() {
+		t.Run(rt, func(t *testing.T) { fn(t, rt) })
+	}
+}
+
+func TestHardeningProbes(t *testing.T) {
+	forRuntimes(t, func(t *testing.T, rt string) {
+		e := newEnv(t, rt, envOpts{})
+		e.ensure("probe", sandbox.Limits{})
+		tests := []struct {
+			name   string
+			script string
+			ok     func(r sandbox.Result) bool
+		}{
+			{"no capabilities", "grep CapEff /proc/self/status", func(r sandbox.Result) bool {
+				return r.ExitCode == 0 && strings.Fields(string(r.Stdout))[1] == "0000000000000000"
+			}},
+			{"not root", "id -u", func(r sandbox.Result) bool {
+				return r.ExitCode == 0 && strings.TrimSpace(string(r.Stdout)) != "0" && strings.TrimSpace(string(r.Stdout)) != ""
+			}},
+			{"read-only root", "touch /etc/x", func(r sandbox.Result) bool { return r.ExitCode != 0 }},
+			{"read-only uploads", "touch /mnt/user-data/uploads/x", func(r sandbox.Result) bool { return r.ExitCode != 0 }},
+			{"read-only skills", "touch /mnt/skills/x", func(r sandbox.Result) bool { return r.ExitCode != 0 }},
+			{"writable workspace and outputs", "touch /home/agent/workspace/w /mnt/user-data/outputs/o /tmp/t && echo ok", func(r sandbox.Result) bool {
+				return r.ExitCode == 0 && strings.TrimSpace(string(r.Stdout)) == "ok"
+			}},
+			{"only loopback", `python3 -c "import socket; print(' '.join(n for _, n in socket.if_nameindex()))"`, func(r sandbox.Result) bool {
+				return r.ExitCode == 0 && strings.TrimSpace(string(r.Stdout)) == "lo"
+			}},
+			{"no docker socket", "test -e /var/run/docker.sock || test -e /run/docker.sock", func(r sandbox.Result) bool { return r.ExitCode == 1 }},
+			{"no new privileges", "grep NoNewPrivs /proc/self/status", func(r sandbox.Result) bool {
+				// gVisor does not report the field; runc must say 1.
+				return r.ExitCode != 0 && rt != "runc" || strings.Fields(string(r.Stdout))[1] == "1"
+			}},
+			{"nofile limit", "ulimit -n", func(r sandbox.Result) bool {
+				return strings.TrimSpace(string(r.Stdout)) == fmt.Sprint(DefaultNoFile)
+			}},
+			{"tmp is small tmpfs", "df -B1 --output=size /tmp | tail -1", func(r sandbox.Result) bool {
+				var n int64
+				fmt.Sscan(string(r.Stdout), &n)
+				return n > 0 && n <= DefaultTmpBytes
+			}},
+		}
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				r := e.run("probe", tt.script)
+				if !tt.ok(r) {
+					t.Errorf("%s: exit %d stdout %q stderr %q", tt.script, r.ExitCode, r.Stdout, r.Stderr)
+				}
+			})
+		}
+	})
+}
+
+func TestTimeoutKillsProcessGroup(t *testing.T) {
+	forRuntimes(t, func(t *testing.T, rt string) {
+		e := newEnv(t, rt, envOpts{})
+		e.ensure("slow", sandbox.Limits{})
+		start := time.Now()
+		res, err := e.be.Exec(context.Background(), "slow", sh("(sleep 1000 &); sleep 1000", 2*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		took := time.Since(start)
+		if res.ExitCode != 124 || !res.TimedOut {
+			t.Errorf("exit %d timed out %v, want 124", res.ExitCode, res.TimedOut)
+		}
+		if string(res.Stderr) != "Command timed out after 2s." && !strings.HasSuffix(string(res.Stderr), "\nCommand timed out after 2s.") {
+			t.Errorf("stderr %q", res.Stderr)
+		}
+		if took < 2*time.Second || took > 6*time.Second {
+			t.Errorf("took %v, want about 2s", took)
+		}
+		// The sandbox keeps answering and the background sleep is gone.
+		r := e.run("slow", "pgrep -x sleep || echo none")
+		if strings.TrimSpace(string(r.Stdout)) != "none" {
+			t.Errorf("left-over sleep processes: %q", r.Stdout)
+		}
+	})
+}
+
+func TestForkBombContained(t *testing.T) {
+	forRuntimes(t, func(t *testing.T, rt string) {
+		e := newEnv(t, rt, envOpts{limits: sandbox.Limits{Pids: 128}})
+		e.ensure("bomb", sandbox.Limits{})
+		e.ensure("bystander", sandbox.Limits{})
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		start := time.Now()
+		res, err := e.be.Exec(ctx, "bomb", sh(`bomb() { bomb | bomb & }; bomb; sleep 3`, 8*time.Second))
+		if err != nil && !errors.Is(err, sandbox.ErrUnavailable) {
+			t.Fatalf("fork bomb: %v", err)
+		}
+		t.Logf("fork bomb ended after %v: exit %d, err %v", time.Since(start), res.ExitCode, err)
+		if r := e.run("bystander", "echo alive"); strings.TrimSpace(string(r.Stdout)) != "alive" {
+			t.Errorf("other sandbox: %q", r.Stdout)
+		}
+		// The bombed sandbox answers again (booted anew if it had to die).
+		e.ensure("bomb", sandbox.Limits{})
+		if r := e.run("bomb", "echo alive"); strings.TrimSpace(string(r.Stdout)) != "alive" {
+			t.Errorf("bombed sandbox: %q", r.Stdout)
+		}
+	})
+}
+
+func TestMemoryHogReportedAsOOM(t *testing.T) {
+	forRuntimes(t, func(t *testing.T, rt string) {
+		e := newEnv(t, rt, envOpts{limits: sandbox.Limits{MemoryBytes: 192 << 20}})
+		e.ensure("hog", sandbox.Limits{})
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		res, err := e.be.Exec(ctx, "hog", sh(`python3 -c "
+b = []
+for i in range(64):
+    b.append(bytearray(32 << 20))
+print('survived')"`, 40*time.Second))
+		switch {
+		case err == nil:
+			if !res.OOMKilled || res.ExitCode == 0 {
+				t.Errorf("exit %d, OOMKilled %v, stdout %q stderr %q; want killed for memory", res.ExitCode, res.OOMKilled, res.Stdout, res.Stderr)
+			}
+		case errors.Is(err, sandbox.ErrUnavailable):
+			// The whole sandbox went down (gVisor's kernel is in the cgroup).
+			if !strings.Contains(err.Error(), "out of memory") {
+				t.Errorf("sandbox died, but not reported as out of memory: %v", err)
+			}
+		default:
+			t.Fatal(err)
+		}
+		e.ensure("hog", sandbox.Limits{})
+		if r := e.run("hog", "echo alive"); strings.TrimSpace(string(r.Stdout)) != "alive" {
+			t.Errorf("after the hog: %q", r.Stdout)
+		}
+	})
+}
+
+func TestDiskFillStopsAtQuota(t *testing.T) {
+	if os.Getuid() != 0 {
+		need(t, "the loop-mounted disk quota needs root")
+	}
+	forRuntimes(t, func(t *testing.T, rt string) {
+		e := newEnv(t, rt, envOpts{diskBytes: 64 << 20})
+		e.ensure("fill", sandbox.Limits{})
+		res := e.run("fill", "dd if=/dev/zero of=big bs=1M count=200 2>&1; echo; stat -c %s big")
+		out := string(res.Stdout)
+		if !strings.Contains(out, "No space left on device") {
+			t.Errorf("dd output %q: want ENOSPC", out)
+		}
+		lines := strings.Fields(out)
+		var size int64
+		fmt.Sscan(lines[len(lines)-1], &size)
+		if size <= 0 || size > 64<<20 {
+			t.Errorf("file size %d past a 64 MiB quota", size)
+		}
+		// Freeing space makes writes work again.
+		if r := e.run("fill", "rm big && echo x > small && cat small"); strings.TrimSpace(string(r.Stdout)) != "x" {
+			t.Errorf("after freeing: %q %q", r.Stdout, r.Stderr)
+		}
+	})
+}
+
+func TestFilesPersistAndStayApart(t *testing.T) {
+	forRuntimes(t, func(t *testing.T, rt string) {
+		ctx := context.Background()
+		e := newEnv(t, rt, envOpts{})
+		e.ensure("a", sandbox.Limits{})
+		e.ensure("b", sandbox.Limits{})
+		e.run("a", "echo secret-a > note.txt && echo out > /mnt/user-data/outputs/o.txt")
+		e.run("b", "echo secret-b > note.txt")
+
+		// Two containers never see each other's files.
+		if r := e.run("b", "cat note.txt; ls /mnt/user-data/outputs"); string(r.Stdout) != "secret-b\n" {
+			t.Errorf("b sees %q", r.Stdout)
+		}
+		if r := e.run("b", "grep -rs secret-a / --include=note.txt -l 2>/dev/null | head -1"); len(bytes.TrimSpace(r.Stdout)) != 0 {
+			t.Errorf("b reaches a's file at %q", r.Stdout)
+		}
+
+		// Idle shutdown (Stop) and a new boot keep the files.
+		if err := e.be.Stop(ctx, "a"); err != nil {
+			t.Fatal(err)
+		}
+		if st, err := e.be.Status(ctx, "a"); err != nil || st.State != sandbox.StateMissing {
+			t.Errorf("status after stop = %+v, %v", st, err)
+		}
+		if _, err := e.be.Exec(ctx, "a", sh("true", time.Second)); !errors.Is(err, sandbox.ErrNotFound) && !errors.Is(err, sandbox.ErrUnavailable) {
+			t.Errorf("exec on a stopped sandbox: %v", err)
+		}
+		e.ensure("a", sandbox.Limits{})
+		if r := e.run("a", "cat note.txt /mnt/user-data/outputs/o.txt"); string(r.Stdout) != "secret-a\nout\n" {
+			t.Errorf("after restart a has %q %q", r.Stdout, r.Stderr)
+		}
+
+		// A threadbox restart: a new Backend adopts the running sandboxes.
+		e.run("b", "echo before > live.txt")
+		e.be.Close()
+		be2 := e.reopen()
+		e.be = be2
+		adopted, removed, err := be2.Reconcile(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(adopted) != 2 || len(removed) != 0 {
+			t.Errorf("reconcile adopted %v removed %v, want a and b adopted", adopted, removed)
+		}
+		if r := e.run("b", "cat live.txt note.txt"); string(r.Stdout) != "before\nsecret-b\n" {
+			t.Errorf("after threadbox restart b has %q %q", r.Stdout, r.Stderr)
+		}
+	})
+}
+
+func TestKilledMidCommandIsUnavailable(t *testing.T) {
+	forRuntimes(t, func(t *testing.T, rt string) {
+		ctx := context.Background()
+		e := newEnv(t, rt, envOpts{})
+		e.ensure("victim", sandbox.Limits{})
+		e.run("victim", "echo kept > kept.txt")
+		errc := make(chan error, 1)
+		go func() {
+			_, err := e.be.Exec(ctx, "victim", sh("sleep 60", 120*time.Second))
+			errc <- err
+		}()
+		time.Sleep(500 * time.Millisecond)
+		if err := e.be.cli.ContainerKill(ctx, e.be.ContainerName("victim"), "SIGKILL"); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-errc:
+			if !errors.Is(err, sandbox.ErrUnavailable) {
+				t.Fatalf("exec after kill: %v, want ErrUnavailable", err)
+			}
+		case <-time.After(15 * time.Second):
+			t.Fatal("exec hangs after the sandbox was killed")
+		}
+		e.ensure("victim", sandbox.Limits{})
+		if r := e.run("victim", "cat kept.txt"); string(r.Stdout) != "kept\n" {
+			t.Errorf("next command: %q %q", r.Stdout, r.Stderr)
+		}
+	})
+}
+
+func TestReconcileLeavesOthersAlone(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, "runc", envOpts{})
+	// A stray container of this instance (as left by a crash) and two that
+	// are not this instance's.
+	mk := func(name string, labels map[string]string) string {
+		c, err := e.be.cli.ContainerCreate(ctx, &container.Config{Image: DefaultImage, Cmd: []string{"sleep", "60"}, Labels: labels},
+			&container.HostConfig{NetworkMode: "none"}, nil, nil, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { e.be.cli.ContainerRemove(context.Background(), c.ID, container.RemoveOptions{Force: true}) })
+		return c.ID
+	}
+	suffix := fmt.Sprint(time.Now().UnixNano())
+	stray := mk("tb-stray-"+suffix, map[string]string{LabelManaged: "true", LabelInstance: e.cfg.Instance, LabelContainer: "stray"})
+	other := mk("tb-other-"+suffix, map[string]string{LabelManaged: "true", LabelInstance: "someone-else", LabelContainer: "x"})
+	plain := mk("tb-plain-"+suffix, nil)
+	_, removed, err := e.be.Reconcile(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(removed) != 1 || removed[0] != "stray" {
+		t.Errorf("removed %v, want [stray]", removed)
+	}
+	if _, err := e.be.cli.ContainerInspect(ctx, stray); err == nil {
+		t.Error("stray container still there")
+	}
+	for _, id := range []string{other, plain} {
+		if _, err := e.be.cli.ContainerInspect(ctx, id); err != nil {
+			t.Errorf("reconcile touched a foreign container: %v", err)
+		}
+	}
+}
