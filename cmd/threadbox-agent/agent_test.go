@@ -1,0 +1,244 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"syscall"
+	"testing"
+	"time"
+
+	"threadbox/infra/agent/protocol"
+)
+
+func TestParseConfig(t *testing.T) {
+	env := map[string]string{"THREADBOX_AGENT_OUTPUTS": "/env/out", "THREADBOX_AGENT_GRACE": "3s"}
+	cfg, err := parseConfig([]string{"-workspace", "/flag/ws"}, func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.workspace != "/flag/ws" || cfg.outputs != "/env/out" || cfg.tmpRoot != "/tmp/outputs" || cfg.grace != 3*time.Second || cfg.drain != time.Second {
+		t.Fatalf("config %+v", cfg)
+	}
+	defaults, err := parseConfig(nil, func(string) string { return "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if defaults.workspace != "/home/agent/workspace" || defaults.outputs != "/mnt/user-data/outputs" || defaults.grace != 2*time.Second {
+		t.Fatalf("defaults %+v", defaults)
+	}
+	for _, args := range [][]string{{"-grace", "soon"}, {"-drain", "-1s"}, {"-log-level", "loud"}, {"-no-such-flag"}} {
+		if _, err := parseConfig(args, func(string) string { return "" }); err == nil {
+			t.Errorf("parseConfig(%q) accepted", args)
+		}
+	}
+}
+
+func TestEnviron(t *testing.T) {
+	got := environ([]string{"HOME=/h", "THREADBOX_AGENT_TMP=/x", "LANG=C"})
+	want := []string{"HOME=/h", "LANG=C", "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("environ = %q, want %q", got, want)
+	}
+	if got := environ([]string{"PATH=/bin"}); !slices.Equal(got, []string{"PATH=/bin"}) {
+		t.Fatalf("an existing PATH was changed: %q", got)
+	}
+}
+
+func TestMoveOutputs(t *testing.T) {
+	// The destination on another file system, when there is one, exercises
+	// the copying fallback.
+	dstRoots := []string{t.TempDir()}
+	if st, err := os.Stat("/dev/shm"); err == nil && st.IsDir() {
+		if d, err := os.MkdirTemp("/dev/shm", "agent-test-"); err == nil {
+			t.Cleanup(func() { _ = os.RemoveAll(d) })
+			dstRoots = append(dstRoots, d)
+		}
+	}
+	for _, root := range dstRoots {
+		t.Run(root, func(t *testing.T) {
+			src := t.TempDir()
+			dst := filepath.Join(root, "outputs")
+			must(t, os.MkdirAll(dst, 0o755))
+			must(t, os.WriteFile(filepath.Join(dst, "a.txt"), []byte("old"), 0o644))
+			must(t, os.WriteFile(filepath.Join(src, "a.txt"), []byte("new"), 0o600))
+			must(t, os.WriteFile(filepath.Join(src, "b.bin"), []byte{0, 1}, 0o644))
+			must(t, os.Mkdir(filepath.Join(src, "dir"), 0o755))
+			must(t, os.WriteFile(filepath.Join(src, "dir", "c.txt"), []byte("c"), 0o644))
+			must(t, os.Symlink("/etc/passwd", filepath.Join(src, "link")))
+			must(t, syscall.Mkfifo(filepath.Join(src, "fifo"), 0o644))
+
+			moved, err := moveOutputs(src, dst)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := []string{filepath.Join(dst, "a.txt"), filepath.Join(dst, "b.bin")}
+			if !slices.Equal(moved, want) {
+				t.Fatalf("moved %q, want %q", moved, want)
+			}
+			if b, _ := os.ReadFile(filepath.Join(dst, "a.txt")); string(b) != "new" {
+				t.Fatalf("a.txt = %q", b)
+			}
+			if st, err := os.Stat(filepath.Join(dst, "a.txt")); err != nil || st.Mode().Perm() != 0o600 {
+				t.Fatalf("a.txt mode: %v %v", st.Mode(), err)
+			}
+			for _, name := range []string{"dir", "link", "fifo"} {
+				if _, err := os.Lstat(filepath.Join(dst, name)); !errors.Is(err, os.ErrNotExist) {
+					t.Errorf("%s was moved: %v", name, err)
+				}
+			}
+			if _, err := os.Stat(filepath.Join(src, "a.txt")); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("source a.txt still there: %v", err)
+			}
+		})
+	}
+}
+
+func TestMoveOutputsReportsFailures(t *testing.T) {
+	src, dst := t.TempDir(), t.TempDir()
+	must(t, os.WriteFile(filepath.Join(src, "ok.txt"), []byte("x"), 0o644))
+	must(t, os.WriteFile(filepath.Join(src, "taken"), []byte("x"), 0o644))
+	// A folder of the same name cannot be replaced by a file.
+	must(t, os.MkdirAll(filepath.Join(dst, "taken", "inner"), 0o755))
+	moved, err := moveOutputs(src, dst)
+	if err == nil {
+		t.Fatal("no error for a file that could not be moved")
+	}
+	if !slices.Equal(moved, []string{filepath.Join(dst, "ok.txt")}) {
+		t.Fatalf("moved %q", moved)
+	}
+}
+
+func TestReadOOMKills(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "memory.events")
+	must(t, os.WriteFile(p, []byte("low 0\nhigh 0\nmax 4\noom 2\noom_kill 3\noom_group_kill 0\n"), 0o644))
+	if n, ok := readOOMKills(p); !ok || n != 3 {
+		t.Fatalf("got %d %v, want 3 true", n, ok)
+	}
+	if _, ok := readOOMKills(filepath.Join(dir, "missing")); ok {
+		t.Fatal("missing file read as ok")
+	}
+	must(t, os.WriteFile(p, []byte("low 0\n"), 0o644))
+	if _, ok := readOOMKills(p); ok {
+		t.Fatal("file without oom_kill read as ok")
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// inProcess runs a server in the test process over pipes and returns the
+// host's ends.
+func inProcess(t *testing.T) (w io.Writer, frames <-chan protocol.Frame) {
+	t.Helper()
+	root := t.TempDir()
+	cfg := config{
+		workspace: filepath.Join(root, "ws"), outputs: filepath.Join(root, "out"), tmpRoot: filepath.Join(root, "tmp"),
+		oomEvents: filepath.Join(root, "none"), grace: time.Second, drain: time.Second,
+	}
+	must(t, os.MkdirAll(cfg.workspace, 0o755))
+	hostR, agentW := io.Pipe()
+	agentR, hostW := io.Pipe()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	ctx, cancel := context.WithCancel(context.Background())
+	rp := newReaper(log)
+	go rp.loop(ctx)
+	srv := newServer(cfg, agentW, rp, environ(os.Environ()), log)
+	served := make(chan error, 1)
+	go func() { served <- srv.serve(agentR) }()
+	ch := make(chan protocol.Frame, 64)
+	go func() {
+		defer close(ch)
+		for {
+			f, err := protocol.ReadFrame(hostR)
+			if err != nil {
+				return
+			}
+			ch <- f
+		}
+	}()
+	t.Cleanup(func() {
+		_ = hostW.Close()
+		if err := <-served; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+		srv.killAll()
+		cancel()
+		_ = hostR.Close()
+	})
+	return hostW, ch
+}
+
+func next(t *testing.T, frames <-chan protocol.Frame) protocol.Frame {
+	t.Helper()
+	select {
+	case f, ok := <-frames:
+		if !ok {
+			t.Fatal("connection closed")
+		}
+		return f
+	case <-time.After(10 * time.Second):
+		t.Fatal("no frame")
+	}
+	return protocol.Frame{}
+}
+
+func TestServerControlFrames(t *testing.T) {
+	w, frames := inProcess(t)
+	send := func(ty protocol.Type, id uint32, payload string) {
+		t.Helper()
+		must(t, protocol.WriteFrame(w, ty, id, []byte(payload)))
+	}
+	// Ping echoes its payload.
+	send(protocol.TypePing, 5, "abc")
+	if f := next(t, frames); f.Type != protocol.TypePong || f.ID != 5 || string(f.Payload) != "abc" {
+		t.Fatalf("got %v %d %q", f.Type, f.ID, f.Payload)
+	}
+	// Reserved and unknown types get an Error frame.
+	for _, ty := range []protocol.Type{protocol.TypeStreamOpen, protocol.Type(0x99)} {
+		send(ty, 6, "")
+		if f := next(t, frames); f.Type != protocol.TypeError || f.ID != 6 {
+			t.Fatalf("type %v answered with %v %d", ty, f.Type, f.ID)
+		}
+	}
+	// Bad Exec payloads and empty argv get an Error frame.
+	for _, payload := range []string{"{", `{"args":[]}`} {
+		send(protocol.TypeExec, 7, payload)
+		if f := next(t, frames); f.Type != protocol.TypeError || f.ID != 7 {
+			t.Fatalf("exec %q answered with %v", payload, f.Type)
+		}
+	}
+	// Frames for unknown commands are ignored; the connection stays up.
+	send(protocol.TypeStdin, 99, "x")
+	send(protocol.TypeSignal, 99, `{"signal":9}`)
+	// A running id cannot be reused.
+	send(protocol.TypeExec, 8, `{"args":["sleep","10"],"open_stdin":true}`)
+	if f := next(t, frames); f.Type != protocol.TypeStarted || f.ID != 8 {
+		t.Fatalf("exec answered with %v %d %q", f.Type, f.ID, f.Payload)
+	}
+	send(protocol.TypeExec, 8, `{"args":["true"]}`)
+	if f := next(t, frames); f.Type != protocol.TypeError || f.ID != 8 {
+		t.Fatalf("duplicate id answered with %v", f.Type)
+	}
+	// An out-of-range signal is ignored; SIGKILL ends the command.
+	send(protocol.TypeSignal, 8, `{"signal":1000}`)
+	send(protocol.TypeSignal, 8, `{"signal":9}`)
+	f := next(t, frames)
+	if f.Type != protocol.TypeExit || f.ID != 8 {
+		t.Fatalf("got %v %d", f.Type, f.ID)
+	}
+	var e protocol.Exit
+	must(t, protocol.Decode(f.Payload, &e))
+	if e.Signal != int(syscall.SIGKILL) || e.ExitCode != -1 || e.TimedOut {
+		t.Fatalf("exit %+v", e)
+	}
+}
