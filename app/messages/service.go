@@ -210,46 +210,56 @@ func (t *turn) run(ctx context.Context) error {
 		Metadata: t.req.Metadata, Thinking: t.req.Thinking, Extra: t.req.Extra,
 	}
 	for iter := 1; ; iter++ {
-		res, srvIDs, err := t.step(ctx, step)
+		st, err := t.step(ctx, step)
 		if err != nil {
 			return err
 		}
+		res := st.res
 		t.usage.InputTokens += res.Usage.InputTokens
 		t.usage.OutputTokens += res.Usage.OutputTokens
 		t.usage.CacheCreationInputTokens += res.Usage.CacheCreationInputTokens
 		t.usage.CacheReadInputTokens += res.Usage.CacheReadInputTokens
 
-		var server []ToolCall
-		client := false
+		client, server := false, 0
 		for i, b := range res.Content {
 			if b.Type != BlockToolUse {
 				continue
 			}
-			if id, ok := srvIDs[i]; ok {
-				server = append(server, ToolCall{ID: id, Name: b.Name, Input: b.Input, ContainerID: t.opts.ContainerID})
+			if _, ok := st.srvIDs[i]; ok {
+				server++
 			} else {
 				client = true
 			}
 		}
-		if res.StopReason != StopToolUse || client || len(server) == 0 {
-			// Client tools (possibly beside server calls, whose results come
-			// with the next request) or a final answer end the turn.
+		if res.StopReason != StopToolUse || client || server == 0 {
+			// A final answer, or client tools (possibly beside server calls,
+			// whose results come with the next request), end the turn.
+			if err := st.flushAll(); err != nil {
+				return err
+			}
 			return t.finish(res.StopReason, res.StopSequence)
 		}
+		// Each server call is followed by its result: blocks held back
+		// during the step are sent once the calls before them have run.
 		assistant := Message{Role: RoleAssistant}
+		results := Message{Role: RoleUser}
 		for i, b := range res.Content {
-			if id, ok := srvIDs[i]; ok {
+			if err := st.flush(i); err != nil {
+				return err
+			}
+			id, ok := st.srvIDs[i]
+			if ok {
 				b.ID = id
 			}
 			assistant.Content = append(assistant.Content, b)
-		}
-		results := Message{Role: RoleUser}
-		for _, call := range server {
-			r, err := t.execute(ctx, call)
+			if !ok {
+				continue
+			}
+			r, err := t.execute(ctx, ToolCall{ID: id, Name: b.Name, Input: b.Input, ContainerID: t.opts.ContainerID})
 			if err != nil {
 				return err
 			}
-			results.Content = append(results.Content, upstreamResult(call.ID, r))
+			results.Content = append(results.Content, upstreamResult(id, r))
 		}
 		step.Messages = append(step.Messages, assistant, results)
 		if iter >= t.s.cfg.MaxToolIterations || t.s.cfg.Now().Sub(t.start) >= t.s.cfg.TurnTimeout {
@@ -258,90 +268,134 @@ func (t *turn) run(ctx context.Context) error {
 	}
 }
 
-// step asks the model for one step and sends its blocks. It returns, by
-// step block index, the srvtoolu_ ids given to server sub-tool calls.
-func (t *turn) step(ctx context.Context, req StepRequest) (*StepResult, map[int]string, error) {
-	base := t.next
-	srvIDs := map[int]string{}
+// stepOutput is a finished model step and the events of its blocks that
+// were held back.
+type stepOutput struct {
+	t      *turn
+	res    *StepResult
+	srvIDs map[int]string // srvtoolu_ ids of server calls, by step block index
+	held   map[int][]Event
+}
+
+// flush sends the held-back events of step block i under a new index.
+func (o *stepOutput) flush(i int) error {
+	evs, ok := o.held[i]
+	if !ok {
+		return nil
+	}
+	delete(o.held, i)
+	idx := o.t.next
+	o.t.next++
+	for _, ev := range evs {
+		ev.Index = idx
+		if err := o.t.send(ev); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (o *stepOutput) flushAll() error {
+	for i := range o.res.Content {
+		if err := o.flush(i); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// step asks the model for one step. Streamed blocks are sent as they arrive
+// until the first server call; later blocks are held back so that the
+// call's result can follow it directly.
+func (t *turn) step(ctx context.Context, req StepRequest) (*stepOutput, error) {
+	o := &stepOutput{t: t, srvIDs: map[int]string{}, held: map[int][]Event{}}
+	live := map[int]int{} // step index -> response index
+	holding := false
 	startBlock := func(i int, b ContentBlock) ContentBlock {
 		if b.Type == BlockToolUse && t.isServerTool(b.Name) {
 			id := "srvtoolu_" + rand.Text()
-			srvIDs[i] = id
+			o.srvIDs[i] = id
 			b.Type, b.ID = BlockServerToolUse, id
 		}
 		return b
 	}
 	if t.req.Stream {
 		res, err := t.s.model.StreamStep(ctx, req, func(ev StepEvent) error {
+			var out Event
 			switch ev.Kind {
 			case StepBlockStart:
 				b := startBlock(ev.Index, ev.Block)
-				return t.send(Event{Type: EventContentBlockStart, Index: base + ev.Index, ContentBlock: &b})
+				if b.Type == BlockToolUse || b.Type == BlockServerToolUse {
+					b.Input = json.RawMessage(`{}`)
+				}
+				out = Event{Type: EventContentBlockStart, ContentBlock: &b}
+				if !holding {
+					live[ev.Index] = t.next
+					t.next++
+					holding = b.Type == BlockServerToolUse
+				}
 			case StepBlockDelta:
 				d := ev.Delta
-				return t.send(Event{Type: EventContentBlockDelta, Index: base + ev.Index, Delta: &d})
+				out = Event{Type: EventContentBlockDelta, Delta: &d}
 			case StepBlockStop:
-				return t.send(Event{Type: EventContentBlockStop, Index: base + ev.Index})
+				out = Event{Type: EventContentBlockStop}
+			default:
+				return nil
 			}
+			if idx, ok := live[ev.Index]; ok {
+				out.Index = idx
+				return t.send(out)
+			}
+			o.held[ev.Index] = append(o.held[ev.Index], out)
 			return nil
 		})
 		if err != nil {
-			return nil, nil, fmt.Errorf("messages: model step: %w", err)
+			return nil, fmt.Errorf("messages: model step: %w", err)
 		}
-		t.next = base + len(res.Content)
-		return res, srvIDs, nil
+		o.res = res
+		return o, nil
 	}
 	res, err := t.s.model.Step(ctx, req)
 	if err != nil {
-		return nil, nil, fmt.Errorf("messages: model step: %w", err)
+		return nil, fmt.Errorf("messages: model step: %w", err)
 	}
+	o.res = res
 	for i, b := range res.Content {
-		b = startBlock(i, b)
-		if err := t.sendBlock(b); err != nil {
-			return nil, nil, err
-		}
+		o.held[i] = blockEvents(startBlock(i, b))
 	}
-	return res, srvIDs, nil
+	return o, nil
 }
 
-// sendBlock sends a complete block as start, deltas and stop, the way the
-// Anthropic API streams it.
-func (t *turn) sendBlock(b ContentBlock) error {
-	idx := t.next
-	t.next++
+// blockEvents returns a complete block as start, deltas and stop events,
+// the way the Anthropic API streams it (indexes left zero).
+func blockEvents(b ContentBlock) []Event {
 	start := b
-	var delta *BlockDelta
+	var deltas []BlockDelta
 	switch b.Type {
 	case BlockText:
 		start.Text, start.Citations = "", nil
 		if b.Text != "" {
-			delta = &BlockDelta{Type: DeltaText, Text: b.Text}
+			deltas = append(deltas, BlockDelta{Type: DeltaText, Text: b.Text})
 		}
 	case BlockToolUse, BlockServerToolUse:
 		start.Input = json.RawMessage(`{}`)
 		if len(b.Input) > 0 {
-			delta = &BlockDelta{Type: DeltaInputJSON, PartialJSON: string(b.Input)}
+			deltas = append(deltas, BlockDelta{Type: DeltaInputJSON, PartialJSON: string(b.Input)})
 		}
 	case BlockThinking:
 		start.Thinking, start.Signature = "", ""
 		if b.Thinking != "" {
-			delta = &BlockDelta{Type: DeltaThinking, Thinking: b.Thinking}
+			deltas = append(deltas, BlockDelta{Type: DeltaThinking, Thinking: b.Thinking})
+		}
+		if b.Signature != "" {
+			deltas = append(deltas, BlockDelta{Type: DeltaSignature, Signature: b.Signature})
 		}
 	}
-	if err := t.send(Event{Type: EventContentBlockStart, Index: idx, ContentBlock: &start}); err != nil {
-		return err
+	evs := []Event{{Type: EventContentBlockStart, ContentBlock: &start}}
+	for i := range deltas {
+		evs = append(evs, Event{Type: EventContentBlockDelta, Delta: &deltas[i]})
 	}
-	if delta != nil {
-		if err := t.send(Event{Type: EventContentBlockDelta, Index: idx, Delta: delta}); err != nil {
-			return err
-		}
-	}
-	if b.Type == BlockThinking && b.Signature != "" {
-		if err := t.send(Event{Type: EventContentBlockDelta, Index: idx, Delta: &BlockDelta{Type: DeltaSignature, Signature: b.Signature}}); err != nil {
-			return err
-		}
-	}
-	return t.send(Event{Type: EventContentBlockStop, Index: idx})
+	return append(evs, Event{Type: EventContentBlockStop})
 }
 
 func (t *turn) isServerTool(name string) bool {

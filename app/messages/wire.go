@@ -524,6 +524,8 @@ type Usage struct {
 // ServerToolUse counts server tool calls.
 type ServerToolUse struct {
 	CodeExecutionRequests int `json:"code_execution_requests"`
+	WebSearchRequests     int `json:"web_search_requests"`
+	WebFetchRequests      int `json:"web_fetch_requests"`
 }
 
 // Container is the container a response ran in.

@@ -1,0 +1,560 @@
+package messages
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"threadbox/domain/fault"
+)
+
+// fakeModel answers steps from a script and records the requests.
+type fakeModel struct {
+	mu    sync.Mutex
+	steps []*StepResult
+	reqs  []StepRequest
+	err   error
+}
+
+func (m *fakeModel) next(req StepRequest) (*StepResult, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.reqs = append(m.reqs, req)
+	if m.err != nil {
+		return nil, m.err
+	}
+	if len(m.steps) == 0 {
+		return nil, errors.New("fake model: script exhausted")
+	}
+	r := m.steps[0]
+	m.steps = m.steps[1:]
+	return r, nil
+}
+
+func (m *fakeModel) Step(ctx context.Context, req StepRequest) (*StepResult, error) {
+	return m.next(req)
+}
+
+// StreamStep streams text in two halves and tool input in two pieces.
+func (m *fakeModel) StreamStep(ctx context.Context, req StepRequest, emit func(StepEvent) error) (*StepResult, error) {
+	r, err := m.next(req)
+	if err != nil {
+		return nil, err
+	}
+	for i, b := range r.Content {
+		start := b
+		start.Text, start.Input = "", nil
+		if err := emit(StepEvent{Kind: StepBlockStart, Index: i, Block: start}); err != nil {
+			return nil, err
+		}
+		var parts []BlockDelta
+		switch b.Type {
+		case BlockText:
+			h := len(b.Text) / 2
+			parts = []BlockDelta{{Type: DeltaText, Text: b.Text[:h]}, {Type: DeltaText, Text: b.Text[h:]}}
+		case BlockToolUse:
+			h := len(b.Input) / 2
+			parts = []BlockDelta{{Type: DeltaInputJSON, PartialJSON: string(b.Input[:h])}, {Type: DeltaInputJSON, PartialJSON: string(b.Input[h:])}}
+		}
+		for _, d := range parts {
+			if err := emit(StepEvent{Kind: StepBlockDelta, Index: i, Delta: d}); err != nil {
+				return nil, err
+			}
+		}
+		if err := emit(StepEvent{Kind: StepBlockStop, Index: i}); err != nil {
+			return nil, err
+		}
+	}
+	return r, nil
+}
+
+// fakeTools answers bash with the command echoed and the editor with a
+// create result.
+type fakeTools struct {
+	mu    sync.Mutex
+	calls []ToolCall
+	block bool
+}
+
+func (f *fakeTools) Execute(ctx context.Context, call ToolCall) (*ToolResult, error) {
+	f.mu.Lock()
+	f.calls = append(f.calls, call)
+	f.mu.Unlock()
+	if f.block {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	if call.Name == SubToolTextEditor {
+		return &ToolResult{Type: ResultEditorCreate}, nil
+	}
+	var in struct{ Command string }
+	_ = json.Unmarshal(call.Input, &in)
+	if in.Command == "missing" {
+		return ErrorResult(call.Name, CodeUnavailable, "File not found: /home/agent/workspace/missing.txt"), nil
+	}
+	return &ToolResult{Type: ResultBash, Stdout: "ran " + in.Command}, nil
+}
+
+func text(s string) ContentBlock { return ContentBlock{Type: BlockText, Text: s} }
+
+func toolUse(id, name, input string) ContentBlock {
+	return ContentBlock{Type: BlockToolUse, ID: id, Name: name, Input: json.RawMessage(input)}
+}
+
+func step(stop string, blocks ...ContentBlock) *StepResult {
+	return &StepResult{Content: blocks, StopReason: stop, Usage: Usage{InputTokens: 10, OutputTokens: 5}}
+}
+
+func request(toolType string, msgs ...Message) *Request {
+	r := &Request{Model: "default", MaxTokens: 100, Messages: msgs}
+	if toolType != "" {
+		r.Tools = []Tool{{Type: toolType, Name: "code_execution"}}
+	}
+	return r
+}
+
+func user(s string) Message { return Message{Role: RoleUser, Content: []ContentBlock{text(s)}} }
+
+var testContainer = &Container{ID: "my-box", ExpiresAt: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+
+// runBoth runs the request non-streaming and streaming against the same
+// script and checks both give the same response.
+func runBoth(t *testing.T, cfg Config, script func() []*StepResult, req *Request, opts RunOptions) (*Response, *fakeModel, *fakeTools, []Event) {
+	t.Helper()
+	var first, last *Response
+	var model *fakeModel
+	var tools *fakeTools
+	var events []Event
+	for _, stream := range []bool{false, true} {
+		model = &fakeModel{steps: script()}
+		tools = &fakeTools{}
+		svc := New(model, tools, cfg)
+		r := *req
+		r.Stream = stream
+		events = nil
+		var c Collector
+		err := svc.Run(context.Background(), &r, opts, SinkFunc(func(ev Event) error {
+			events = append(events, ev)
+			return c.Send(ev)
+		}))
+		if err != nil {
+			t.Fatalf("Run(stream=%v): %v", stream, err)
+		}
+		resp := c.Response()
+		if first == nil {
+			first = resp
+			continue
+		}
+		last = resp
+		a, _ := json.Marshal(first)
+		b, _ := json.Marshal(resp)
+		// ids differ between runs; compare shapes with ids masked.
+		if mask(string(a)) != mask(string(b)) {
+			t.Fatalf("streaming and non-streaming differ:\n%s\n%s", a, b)
+		}
+	}
+	return last, model, tools, events
+}
+
+func mask(s string) string {
+	var out strings.Builder
+	for {
+		i := strings.Index(s, `_`)
+		j := -1
+		for _, p := range []string{"srvtoolu_", "msg_"} {
+			if k := strings.Index(s, p); k >= 0 && (j < 0 || k < j) {
+				j = k
+				i = k + len(p)
+			}
+		}
+		if j < 0 {
+			out.WriteString(s)
+			return out.String()
+		}
+		out.WriteString(s[:i])
+		s = s[i:]
+		end := strings.IndexAny(s, `"`)
+		if end < 0 {
+			end = len(s)
+		}
+		out.WriteString("X")
+		s = s[end:]
+	}
+}
+
+func TestMultiStepLoop(t *testing.T) {
+	script := func() []*StepResult {
+		return []*StepResult{
+			step(StopToolUse, text("Let me check."), toolUse("toolu_a", SubToolBash, `{"command":"ls"}`)),
+			step(StopToolUse, toolUse("toolu_b", SubToolTextEditor, `{"command":"create","path":"a.txt","file_text":"x"}`)),
+			step(StopEndTurn, text("Done.")),
+		}
+	}
+	var hooked []string
+	opts := RunOptions{ContainerID: "u1--my-box", Container: testContainer, OnToolCall: func(ctx context.Context, c ToolCall, r *ToolResult) {
+		hooked = append(hooked, c.Name+":"+r.Type)
+	}}
+	resp, model, tools, events := runBoth(t, Config{}, script, request(ToolTypeCodeExecution2508, user("list files")), opts)
+
+	wantTypes := []string{BlockText, BlockServerToolUse, BlockBashResult, BlockServerToolUse, BlockTextEditorResult, BlockText}
+	if len(resp.Content) != len(wantTypes) {
+		t.Fatalf("content = %+v", resp.Content)
+	}
+	for i, w := range wantTypes {
+		if resp.Content[i].Type != w {
+			t.Fatalf("block %d type %s, want %s", i, resp.Content[i].Type, w)
+		}
+	}
+	srv := resp.Content[1]
+	if !strings.HasPrefix(srv.ID, "srvtoolu_") || srv.Name != SubToolBash || string(srv.Input) != `{"command":"ls"}` {
+		t.Fatalf("server_tool_use = %+v", srv)
+	}
+	if resp.Content[2].ToolUseID != srv.ID || resp.Content[2].Result.Stdout != "ran ls" {
+		t.Fatalf("result = %+v", resp.Content[2])
+	}
+	if resp.Content[4].ToolUseID != resp.Content[3].ID || resp.Content[3].ID == srv.ID {
+		t.Fatalf("editor ids: %q %q", resp.Content[3].ID, resp.Content[4].ToolUseID)
+	}
+	if resp.StopReason != StopEndTurn || resp.Usage.ServerToolUse == nil || resp.Usage.ServerToolUse.CodeExecutionRequests != 2 {
+		t.Fatalf("stop %q usage %+v", resp.StopReason, resp.Usage)
+	}
+	if resp.Usage.InputTokens != 30 || resp.Usage.OutputTokens != 15 {
+		t.Fatalf("usage = %+v", resp.Usage)
+	}
+	if resp.Container == nil || resp.Container.ID != "my-box" {
+		t.Fatalf("container = %+v", resp.Container)
+	}
+	if len(tools.calls) != 2 || tools.calls[0].ContainerID != "u1--my-box" || tools.calls[0].ID != srv.ID {
+		t.Fatalf("tool calls = %+v", tools.calls)
+	}
+	if len(hooked) != 4 || hooked[0] != "bash_code_execution:bash_code_execution_result" {
+		t.Fatalf("hook calls = %v", hooked)
+	}
+	// The model saw the sub-tools and, on step 2, its own call and the result.
+	if len(model.reqs) != 3 {
+		t.Fatalf("model steps = %d", len(model.reqs))
+	}
+	if n := len(model.reqs[0].Tools); n != 2 || model.reqs[0].Tools[0].Name != SubToolBash || model.reqs[0].Tools[1].Name != SubToolTextEditor {
+		t.Fatalf("tools sent = %+v", model.reqs[0].Tools)
+	}
+	h := model.reqs[1].Messages
+	if len(h) != 3 || h[1].Role != RoleAssistant || h[2].Role != RoleUser {
+		t.Fatalf("step 2 history = %+v", h)
+	}
+	if tu := h[1].Content[1]; tu.Type != BlockToolUse || tu.ID != tools.calls[0].ID {
+		t.Fatalf("step 2 tool_use = %+v", tu)
+	}
+	if tr := h[2].Content[0]; tr.Type != BlockToolResult || tr.ToolUseID != tools.calls[0].ID || !strings.Contains(string(tr.Content), "ran ls") {
+		t.Fatalf("step 2 tool_result = %+v", tr)
+	}
+	// Stream shape: message_start first, message_delta then message_stop last,
+	// the server call's input as input_json_delta, the result in one start.
+	if events[0].Type != EventMessageStart || events[len(events)-1].Type != EventMessageStop || events[len(events)-2].Type != EventMessageDelta {
+		t.Fatalf("event order: first %s, last %s", events[0].Type, events[len(events)-1].Type)
+	}
+	var sawInput, sawResult bool
+	for i, ev := range events {
+		if ev.Type == EventContentBlockDelta && ev.Index == 1 && ev.Delta.Type == DeltaInputJSON {
+			sawInput = true
+		}
+		if ev.Type == EventContentBlockStart && ev.Index == 2 {
+			sawResult = ev.ContentBlock.Type == BlockBashResult && ev.ContentBlock.Result != nil && events[i+1].Type == EventContentBlockStop
+		}
+	}
+	if !sawInput || !sawResult {
+		t.Fatalf("input_json_delta seen %v, result in one start %v", sawInput, sawResult)
+	}
+	if events[len(events)-2].MessageDelta.Container == nil {
+		t.Fatal("message_delta lacks delta.container")
+	}
+}
+
+func TestPauseTurnAndContinue(t *testing.T) {
+	loop := func() []*StepResult {
+		return []*StepResult{
+			step(StopToolUse, toolUse("a", SubToolBash, `{"command":"one"}`)),
+			step(StopToolUse, toolUse("b", SubToolBash, `{"command":"two"}`)),
+		}
+	}
+	cfg := Config{MaxToolIterations: 2}
+	req := request(ToolTypeCodeExecutionV1, user("work"))
+	resp, model, _, _ := runBoth(t, cfg, loop, req, RunOptions{Container: testContainer})
+	if resp.StopReason != StopPauseTurn || len(resp.Content) != 4 || resp.Content[3].Type != BlockBashResult {
+		t.Fatalf("paused response: stop %q content %+v", resp.StopReason, resp.Content)
+	}
+	if len(model.reqs) != 2 {
+		t.Fatalf("model called %d times, want 2", len(model.reqs))
+	}
+
+	// Send the paused response back as the assistant turn: the model gets the
+	// whole history as tool_use/tool_result pairs ending in a tool result.
+	raw, _ := json.Marshal(resp)
+	var back Response
+	if err := json.Unmarshal(raw, &back); err != nil {
+		t.Fatal(err)
+	}
+	cont := request(ToolTypeCodeExecutionV1, user("work"), Message{Role: RoleAssistant, Content: back.Content})
+	finish := func() []*StepResult { return []*StepResult{step(StopEndTurn, text("All done."))} }
+	resp2, model2, tools2, _ := runBoth(t, cfg, finish, cont, RunOptions{})
+	if resp2.StopReason != StopEndTurn || len(resp2.Content) != 1 || resp2.Content[0].Text != "All done." {
+		t.Fatalf("continued response = %+v", resp2)
+	}
+	if len(tools2.calls) != 0 {
+		t.Fatalf("continuation re-ran tools: %+v", tools2.calls)
+	}
+	h := model2.reqs[0].Messages
+	roles := []string{}
+	for _, m := range h {
+		roles = append(roles, m.Role)
+	}
+	if strings.Join(roles, ",") != "user,assistant,user,assistant,user" {
+		t.Fatalf("history roles = %v", roles)
+	}
+	last := h[len(h)-1].Content[0]
+	if last.Type != BlockToolResult || last.ToolUseID != back.Content[2].ID || !strings.Contains(string(last.Content), "ran two") {
+		t.Fatalf("last upstream block = %+v", last)
+	}
+	if h[3].Content[0].Type != BlockToolUse || h[3].Content[0].Name != SubToolBash {
+		t.Fatalf("server_tool_use not translated: %+v", h[3].Content[0])
+	}
+}
+
+func TestPauseOnTurnTime(t *testing.T) {
+	now := time.Unix(0, 0)
+	cfg := Config{TurnTimeout: time.Minute, Now: func() time.Time { now = now.Add(70 * time.Second); return now }}
+	script := func() []*StepResult {
+		return []*StepResult{
+			step(StopToolUse, toolUse("a", SubToolBash, `{"command":"one"}`)),
+			step(StopToolUse, toolUse("b", SubToolBash, `{"command":"two"}`)),
+			step(StopEndTurn, text("never")),
+		}
+	}
+	resp, model, _, _ := runBoth(t, cfg, script, request(ToolTypeCodeExecution2605, user("x")), RunOptions{})
+	if resp.StopReason != StopPauseTurn || len(model.reqs) != 1 {
+		t.Fatalf("stop %q after %d steps", resp.StopReason, len(model.reqs))
+	}
+}
+
+func TestClientToolsMixedWithServerTools(t *testing.T) {
+	weather := Tool{Name: "get_weather", Description: "Weather", InputSchema: json.RawMessage(`{"type":"object"}`)}
+	script := func() []*StepResult {
+		return []*StepResult{step(StopToolUse,
+			toolUse("x", SubToolBash, `{"command":"date"}`),
+			toolUse("toolu_client", "get_weather", `{"city":"Oslo"}`))}
+	}
+	req := request(ToolTypeCodeExecution2508, user("weather and date"))
+	req.Tools = append(req.Tools, weather)
+	resp, model, tools, _ := runBoth(t, Config{}, script, req, RunOptions{})
+	if resp.StopReason != StopToolUse || len(resp.Content) != 2 || resp.Content[0].Type != BlockServerToolUse ||
+		resp.Content[1].Type != BlockToolUse || resp.Content[1].ID != "toolu_client" {
+		t.Fatalf("response = %+v", resp)
+	}
+	if len(tools.calls) != 0 {
+		t.Fatalf("server call ran before the client answered: %+v", tools.calls)
+	}
+	if len(model.reqs[0].Tools) != 3 || model.reqs[0].Tools[2].Name != "get_weather" {
+		t.Fatalf("tools sent = %+v", model.reqs[0].Tools)
+	}
+
+	// The client answers its tool; the pending server call runs first and
+	// its result opens the new response.
+	srvID := resp.Content[0].ID
+	next := request(ToolTypeCodeExecution2508, user("weather and date"),
+		Message{Role: RoleAssistant, Content: resp.Content},
+		Message{Role: RoleUser, Content: []ContentBlock{{Type: BlockToolResult, ToolUseID: "toolu_client", Content: json.RawMessage(`"sunny"`)}}})
+	next.Tools = append(next.Tools, weather)
+	finish := func() []*StepResult { return []*StepResult{step(StopEndTurn, text("Sunny, and the date."))} }
+	resp2, model2, tools2, _ := runBoth(t, Config{}, finish, next, RunOptions{})
+	if len(tools2.calls) != 1 || tools2.calls[0].ID != srvID {
+		t.Fatalf("pending call not run: %+v", tools2.calls)
+	}
+	if len(resp2.Content) != 2 || resp2.Content[0].Type != BlockBashResult || resp2.Content[0].ToolUseID != srvID || resp2.Content[1].Type != BlockText {
+		t.Fatalf("response = %+v", resp2.Content)
+	}
+	if resp2.Usage.ServerToolUse.CodeExecutionRequests != 1 {
+		t.Fatalf("usage = %+v", resp2.Usage)
+	}
+	h := model2.reqs[0].Messages
+	if len(h) != 3 {
+		t.Fatalf("history = %+v", h)
+	}
+	results := h[2].Content
+	if len(results) != 2 || results[0].ToolUseID != srvID || results[1].ToolUseID != "toolu_client" {
+		t.Fatalf("tool results = %+v", results)
+	}
+}
+
+func TestNotConfiguredAndDetail(t *testing.T) {
+	for _, tc := range []struct {
+		toolType   string
+		wantDetail bool
+	}{{ToolTypeCodeExecutionV1, true}, {ToolTypeCodeExecution2508, false}, {ToolTypeCodeExecution2601, false}} {
+		t.Run(tc.toolType, func(t *testing.T) {
+			model := &fakeModel{steps: []*StepResult{
+				step(StopToolUse, toolUse("a", SubToolBash, `{"command":"ls"}`)),
+				step(StopEndTurn, text("no sandbox")),
+			}}
+			svc := New(model, nil, Config{})
+			resp, err := svc.Create(context.Background(), request(tc.toolType, user("x")), RunOptions{Container: testContainer})
+			if err != nil {
+				t.Fatal(err)
+			}
+			raw, _ := json.Marshal(resp.Content[1])
+			want := `{"type":"bash_code_execution_tool_result","tool_use_id":"` + resp.Content[0].ID + `","content":{"type":"bash_code_execution_tool_result_error","error_code":"unavailable"`
+			if tc.wantDetail {
+				want += `,"detail":{"code":"unavailable","explanation":"code_execution provider is not configured."}}}`
+			} else {
+				want += `}}`
+			}
+			if string(raw) != want {
+				t.Fatalf("got  %s\nwant %s", raw, want)
+			}
+			// The model always reads the explanation.
+			tr := model.reqs[1].Messages[2].Content[0]
+			if !tr.IsError || !strings.Contains(string(tr.Content), "not configured") {
+				t.Fatalf("model saw %+v", tr)
+			}
+			// No code ran and the container was not named: no container.
+			if resp.Container != nil {
+				t.Fatalf("container = %+v", resp.Container)
+			}
+		})
+	}
+}
+
+func TestValidate(t *testing.T) {
+	svc := New(&fakeModel{}, nil, Config{})
+	tests := []struct {
+		name string
+		body string
+		want string // error message, empty for success
+	}{
+		{"ok", `{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"hi"}],"tools":[{"type":"code_execution_20250825","name":"code_execution"}]}`, ""},
+		{"no max_tokens", `{"model":"m","messages":[{"role":"user","content":"hi"}]}`, "max_tokens: must be at least 1"},
+		{"no messages", `{"model":"m","max_tokens":5,"messages":[]}`, "messages: at least one message is required"},
+		{"bad role", `{"model":"m","max_tokens":5,"messages":[{"role":"system","content":"hi"}]}`, `messages.0.role: must be "user" or "assistant"`},
+		{"misnamed", `{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"hi"}],"tools":[{"type":"code_execution_v1","name":"run"}]}`, `tools.0.name: the code_execution_v1 tool must be named "code_execution"`},
+		{"sandbox later", `{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"hi"}],"tools":[{"type":"sandbox_v1","name":"sandbox"}]}`, "tools.0.type: sandbox_v1 is not available yet"},
+		{"schema missing", `{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"hi"}],"tools":[{"name":"f"}]}`, "tools.0.input_schema: required"},
+		{"bad upload", `{"model":"m","max_tokens":5,"messages":[{"role":"user","content":[{"type":"container_upload","file_id":"!!"}]}]}`, "messages.0.content.0.file_id: not a file id of this server: invalid file id"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var req Request
+			if err := json.Unmarshal([]byte(tc.body), &req); err != nil {
+				t.Fatal(err)
+			}
+			p, err := svc.Validate(&req)
+			if tc.want == "" {
+				if err != nil || !p.CodeExecution || len(p.ServerTools) != 2 {
+					t.Fatalf("plan %+v err %v", p, err)
+				}
+				return
+			}
+			if !fault.Is(err, fault.Invalid) || fault.MessageOf(err) != tc.want {
+				t.Fatalf("err = %v, want %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestContainerUploadBecomesNote(t *testing.T) {
+	model := &fakeModel{steps: []*StepResult{step(StopEndTurn, text("ok"))}}
+	svc := New(model, &fakeTools{}, Config{})
+	id := "L21udC91c2VyLWRhdGEvdXBsb2Fkcy9zYWxlcy5jc3Y" // /mnt/user-data/uploads/sales.csv
+	req := request(ToolTypeCodeExecution2508, Message{Role: RoleUser, Content: []ContentBlock{{Type: BlockContainerUpload, FileID: id}, text("analyse")}})
+	if _, err := svc.Create(context.Background(), req, RunOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	got := model.reqs[0].Messages[0].Content[0]
+	if got.Type != BlockText || !strings.Contains(got.Text, "/mnt/user-data/uploads/sales.csv") {
+		t.Fatalf("upload became %+v", got)
+	}
+}
+
+func TestSinkErrorAndCancel(t *testing.T) {
+	t.Run("sink error stops the turn", func(t *testing.T) {
+		tools := &fakeTools{}
+		model := &fakeModel{steps: []*StepResult{step(StopToolUse, toolUse("a", SubToolBash, `{"command":"ls"}`))}}
+		gone := errors.New("client gone")
+		n := 0
+		err := New(model, tools, Config{}).Run(context.Background(), request(ToolTypeCodeExecution2508, user("x")), RunOptions{}, SinkFunc(func(Event) error {
+			n++
+			if n > 2 {
+				return gone
+			}
+			return nil
+		}))
+		if !errors.Is(err, gone) || len(tools.calls) != 0 {
+			t.Fatalf("err %v, calls %d", err, len(tools.calls))
+		}
+	})
+	t.Run("cancel stops a running command", func(t *testing.T) {
+		tools := &fakeTools{block: true}
+		model := &fakeModel{steps: []*StepResult{step(StopToolUse, toolUse("a", SubToolBash, `{"command":"sleep"}`))}}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() {
+			_, err := New(model, tools, Config{}).Create(ctx, request(ToolTypeCodeExecution2508, user("x")), RunOptions{})
+			done <- err
+		}()
+		for {
+			tools.mu.Lock()
+			started := len(tools.calls) > 0
+			tools.mu.Unlock()
+			if started {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+		cancel()
+		select {
+		case err := <-done:
+			if !errors.Is(err, context.Canceled) {
+				t.Fatalf("err = %v", err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("Run did not return after cancel")
+		}
+	})
+	t.Run("model error is returned without message_stop", func(t *testing.T) {
+		model := &fakeModel{err: &UpstreamError{StatusCode: 529, Type: "overloaded_error", Message: "Overloaded"}}
+		var last Event
+		err := New(model, nil, Config{}).Run(context.Background(), request("", user("x")), RunOptions{}, SinkFunc(func(ev Event) error { last = ev; return nil }))
+		if err == nil || last.Type == EventMessageStop {
+			t.Fatalf("err %v last %s", err, last.Type)
+		}
+		status, body := ErrorStatus(err)
+		if status != 502 || body.Type != "overloaded_error" {
+			t.Fatalf("status %d body %+v", status, body)
+		}
+		if ev := ErrorEvent(err); ev.Type != EventError || ev.Error.Type != "overloaded_error" {
+			t.Fatalf("error event %+v", ev)
+		}
+	})
+}
+
+func TestErrorStatus(t *testing.T) {
+	tests := []struct {
+		err    error
+		status int
+		typ    string
+	}{
+		{ErrUpstreamUnavailable, 503, "overloaded_error"},
+		{&UpstreamError{StatusCode: 429, Type: "rate_limit_error"}, 429, "rate_limit_error"},
+		{&UpstreamError{StatusCode: 400, Type: "invalid_request_error"}, 400, "invalid_request_error"},
+		{&UpstreamError{Type: "api_error"}, 502, "api_error"},
+		{fault.New(fault.Invalid, "bad"), 400, "invalid_request_error"},
+		{errors.New("boom"), 500, "api_error"},
+	}
+	for _, tc := range tests {
+		status, body := ErrorStatus(tc.err)
+		if status != tc.status || body.Type != tc.typ {
+			t.Errorf("%v: got %d %s, want %d %s", tc.err, status, body.Type, tc.status, tc.typ)
+		}
+	}
+}
