@@ -14,6 +14,8 @@ var (
 	ErrTooLarge   = errors.New("file exceeds the size limit")
 	ErrReadOnly   = errors.New("read-only folder")
 	ErrInvalidRel = errors.New("invalid path within mount")
+	// ErrNotDir comes with ErrNotFound when a parent on the path is a file.
+	ErrNotDir = errors.New("a path component is not a folder")
 )
 
 // Info describes one file (or folder) found within a mount.

@@ -206,7 +206,7 @@ func mapErrno(op string, err error) error {
 	case errors.Is(err, unix.ELOOP), errors.Is(err, unix.EXDEV):
 		return fmt.Errorf("fsroot: %s: %w", op, ErrSymlink)
 	case errors.Is(err, unix.ENOTDIR):
-		return fmt.Errorf("fsroot: %s: a path component is not a folder: %w", op, ErrNotFound)
+		return fmt.Errorf("fsroot: %s: %w: %w", op, file.ErrNotDir, ErrNotFound)
 	case errors.Is(err, unix.EISDIR), errors.Is(err, unix.ENXIO):
 		return fmt.Errorf("fsroot: %s: %w", op, ErrNotRegular)
 	case errors.Is(err, unix.ENOSPC), errors.Is(err, unix.EDQUOT):

@@ -1,0 +1,69 @@
+// Package files holds the Files API use cases (CONTRACT §5): uploads, keyed
+// puts, listing, metadata, downloads under the org policy, and deletes, over
+// a container's files addressed by file id (the base64url of the sandbox
+// path). The same use cases serve the Workspace API's thread file routes,
+// whose scope is the thread id.
+package files
+
+import (
+	"context"
+	"io"
+	"time"
+
+	"threadbox/domain/file"
+	"threadbox/domain/org"
+	"threadbox/domain/user"
+)
+
+// Store reads and writes container files by container storage id and
+// absolute sandbox path. Errors wrap the file package's values
+// (file.ErrNotFound, file.ErrTooLarge, file.ErrSymlink, file.ErrNotRegular,
+// file.ErrReadOnly) or a *file.MountError. Info.Rel is relative to the mount
+// that holds the path. infra/fsroot.Containers implements it.
+type Store interface {
+	// Stat describes the regular file or folder at sandboxPath.
+	Stat(ctx context.Context, containerID, sandboxPath string) (file.Info, error)
+	// Open opens the regular file at sandboxPath for reading.
+	Open(ctx context.Context, containerID, sandboxPath string) (io.ReadSeekCloser, file.Info, error)
+	// Walk returns every regular file under the folder at sandboxPath.
+	Walk(ctx context.Context, containerID, sandboxPath string) ([]file.Info, error)
+	// Write stores r at sandboxPath atomically, at most limit bytes,
+	// creating parents and replacing what was there.
+	Write(ctx context.Context, containerID, sandboxPath string, r io.Reader, limit int64) (file.Info, error)
+	// Remove deletes the file at sandboxPath.
+	Remove(ctx context.Context, containerID, sandboxPath string) error
+	// RemovePrefix deletes the regular files of mount m whose path within
+	// the mount starts with prefix, and returns how many.
+	RemovePrefix(ctx context.Context, containerID string, m file.Mount, prefix string) (int, error)
+}
+
+// Containers maps a Files API scope_id (a container id the client chose, or
+// a thread id) to the storage id of the container the caller may use.
+type Containers interface {
+	// Container returns the storage id of the container scopeID names for
+	// p. With create it makes the container (and its host folders) when it
+	// does not exist yet; without, an unknown one is a fault.NotFound. A
+	// container p may not use is a fault.NotFound too.
+	Container(ctx context.Context, p user.Principal, scopeID string, create bool) (string, error)
+}
+
+// Policies returns an org's feature policy (app/admin.Service has this
+// method).
+type Policies interface {
+	OrgPolicy(ctx context.Context, orgID string) (org.Policy, error)
+}
+
+// Saved is the remembered outcome of an upload made with an Idempotency-Key.
+type Saved struct {
+	Fingerprint string // what the request asked for; a reuse must match it
+	File        File
+	At          time.Time
+}
+
+// Idempotency remembers uploads by Idempotency-Key for a while.
+type Idempotency interface {
+	// Lookup returns what was saved under key, if it is still remembered.
+	Lookup(ctx context.Context, key string) (Saved, bool, error)
+	// Save remembers s under key.
+	Save(ctx context.Context, key string, s Saved) error
+}
