@@ -29,6 +29,7 @@ type Store struct {
 	db      *gorm.DB
 	sqlDB   *sql.DB
 	dialect string
+	url     string
 }
 
 // Open connects to PostgreSQL when url is set, else to the SQLite file
@@ -71,8 +72,11 @@ func Open(ctx context.Context, url, dataDir string) (*Store, error) {
 		sqlDB.Close()
 		return nil, fmt.Errorf("store: connect %s: %w", dialect, err)
 	}
-	return &Store{db: db, sqlDB: sqlDB, dialect: dialect}, nil
+	return &Store{db: db, sqlDB: sqlDB, dialect: dialect, url: url}, nil
 }
+
+// URL returns the PostgreSQL URL the store was opened with, or "" for SQLite.
+func (s *Store) URL() string { return s.url }
 
 // Dialect returns "postgres" or "sqlite".
 func (s *Store) Dialect() string { return s.dialect }

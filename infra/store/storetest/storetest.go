@@ -57,3 +57,12 @@ func Postgres(t testing.TB) *store.Store {
 	})
 	return s
 }
+
+// PostgresURL creates a fresh, empty database and returns its URL; it is
+// dropped when the test ends. Without TEST_DATABASE_URL it fails under
+// CI=true and skips otherwise.
+func PostgresURL(t testing.TB) string {
+	t.Helper()
+	s := Postgres(t)
+	return s.URL()
+}

@@ -1,0 +1,275 @@
+package main
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/x509"
+	"encoding/pem"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	gojwt "github.com/golang-jwt/jwt/v5"
+
+	"threadbox/domain/org"
+	"threadbox/infra/jwt"
+	"threadbox/infra/store"
+)
+
+func TestFirstStartAndHealth(t *testing.T) {
+	s := startServer(t, "", nil)
+	out := s.stdout.String()
+	if !strings.Contains(out, "admin@threadbox.local") || !strings.Contains(out, "API token: ey") {
+		t.Fatalf("first start did not say how to log in: %q", out)
+	}
+	if r := s.do("GET", "/readyz", "", nil); r.status != 200 {
+		t.Fatalf("readyz: %d %s", r.status, r.body)
+	}
+	key, err := os.Stat(filepath.Join(s.dataDir, "jwt-ed25519.pem"))
+	if err != nil || key.Mode().Perm() != 0o600 {
+		t.Fatalf("signing key not generated with 0600: %v %v", err, key)
+	}
+	// The printed token works.
+	tok := out[strings.Index(out, "API token: ")+len("API token: "):]
+	tok = strings.Fields(tok)[0]
+	if r := s.do("GET", "/api/v1/app/thread", tok, nil); r.status != 200 {
+		t.Fatalf("printed token refused: %d %s", r.status, r.body)
+	}
+}
+
+func TestBootstrapIsIdempotentAndTokensCLI(t *testing.T) {
+	databases(t, func(t *testing.T, db string) {
+		s := startServer(t, db, nil)
+		t1 := s.bootstrap("acme", "admin@acme.test")
+		t2 := s.bootstrap("acme", "admin@acme.test")
+		if t1 == t2 || strings.Count(t1, ".") != 2 || strings.Contains(t1, "\n") {
+			t.Fatalf("bootstrap must print exactly one new token: %q %q", t1, t2)
+		}
+		for _, tok := range []string{t1, t2} {
+			if r := s.do("GET", "/api/v1/app/thread", tok, nil); r.status != 200 {
+				t.Fatalf("bootstrap token refused: %d", r.status)
+			}
+		}
+		t3, err := s.cli("token", "create", "--email", "admin@acme.test", "--name", "ci", "--ttl", "1h")
+		if err != nil {
+			t.Fatal(err)
+		}
+		list, err := s.cli("token", "list", "--email", "admin@acme.test")
+		if err != nil || strings.Count(list, "active") != 3 || !strings.Contains(list, "ci") {
+			t.Fatalf("token list: %v\n%s", err, list)
+		}
+		claims, _, _ := gojwt.NewParser().ParseUnverified(t3, gojwt.MapClaims{})
+		jti := claims.Claims.(gojwt.MapClaims)["jti"].(string)
+		if _, err := s.cli("token", "revoke", jti); err != nil {
+			t.Fatal(err)
+		}
+		if r := s.do("GET", "/api/v1/app/thread", t3, nil); r.status != 401 {
+			t.Fatalf("revoked token accepted: %d", r.status)
+		}
+		if _, err := s.cli("token", "create", "--email", "nobody@acme.test"); err == nil {
+			t.Fatal("token for an unknown user")
+		}
+		if _, err := s.cli("admin", "bootstrap", "--org", "acme"); err == nil {
+			t.Fatal("bootstrap without --email accepted")
+		}
+		for _, args := range [][]string{{"serve", "--help"}, {"migrate", "--help"}, {"admin", "bootstrap", "--help"}, {"token", "create", "--help"}, {"token", "list", "--help"}, {"token", "revoke", "--help"}} {
+			out, err := s.cli(args...)
+			if (err != nil && err.Error() != "flag: help requested") || !strings.Contains(out, "Usage") {
+				t.Fatalf("%v: %v %q", args, err, out)
+			}
+		}
+	})
+}
+
+func TestBadConfigNamesTheVariable(t *testing.T) {
+	cases := map[string]string{
+		"LISTEN_ADDR":     "nonsense",
+		"DATABASE_URL":    "mysql://x",
+		"SANDBOX_IDLE":    "soon",
+		"SANDBOX_BACKEND": "docker,vmware",
+		"MODEL_PROVIDER":  "gemini",
+		"PUBLIC_URL":      "ftp://x",
+	}
+	for name, val := range cases {
+		env := map[string]string{"DATA_DIR": t.TempDir(), name: val}
+		err := run(context.Background(), []string{"migrate"}, func(k string) string { return env[k] }, &strings.Builder{}, &strings.Builder{})
+		ce, ok := err.(*configError)
+		if !ok || ce.name != name || strings.Contains(err.Error(), "\n") {
+			t.Errorf("%s=%q: want one-line config error naming it, got %v", name, val, err)
+		}
+	}
+}
+
+// forge signs arbitrary claims and headers, for the attack table.
+type forge struct {
+	priv ed25519.PrivateKey
+	kid  string
+	pub  []byte // PEM of the public key
+}
+
+func loadForge(t *testing.T, s *server) forge {
+	b, err := os.ReadFile(filepath.Join(s.dataDir, "jwt-ed25519.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	priv, _, err := jwt.ParseKey(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, _ := x509.MarshalPKIXPublicKey(priv.Public())
+	return forge{priv: priv, kid: jwt.New(priv, "", "").KeyID(), pub: pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der})}
+}
+
+func TestAuthAttacks(t *testing.T) {
+	databases(t, func(t *testing.T, db string) {
+		s := startServer(t, db, nil)
+		good := s.bootstrap("acme", "admin@acme.test")
+		f := loadForge(t, s)
+		parsed, _, _ := gojwt.NewParser().ParseUnverified(good, gojwt.MapClaims{})
+		base := parsed.Claims.(gojwt.MapClaims)
+		claims := func(edit func(gojwt.MapClaims)) gojwt.MapClaims {
+			c := gojwt.MapClaims{}
+			for k, v := range base {
+				c[k] = v
+			}
+			edit(c)
+			return c
+		}
+		sign := func(c gojwt.MapClaims, kid string) string {
+			tk := gojwt.NewWithClaims(gojwt.SigningMethodEdDSA, c)
+			tk.Header["kid"] = kid
+			out, err := tk.SignedString(f.priv)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return out
+		}
+		none := func() string {
+			tk := gojwt.NewWithClaims(gojwt.SigningMethodNone, base)
+			tk.Header["kid"] = f.kid
+			out, _ := tk.SignedString(gojwt.UnsafeAllowNoneSignatureType)
+			return out
+		}
+		hs := func() string {
+			tk := gojwt.NewWithClaims(gojwt.SigningMethodHS256, base)
+			tk.Header["kid"] = f.kid
+			out, _ := tk.SignedString(f.pub)
+			return out
+		}
+		// Control: a correctly re-signed copy of the real claims works.
+		if r := s.do("GET", "/api/v1/app/project", sign(base, f.kid), nil); r.status != 200 {
+			t.Fatalf("control token refused: %d %s", r.status, r.body)
+		}
+		attacks := map[string]string{
+			"alg none":            none(),
+			"HS256 with pub key":  hs(),
+			"no exp":              sign(claims(func(c gojwt.MapClaims) { delete(c, "exp") }), f.kid),
+			"expired":             sign(claims(func(c gojwt.MapClaims) { c["exp"] = time.Now().Add(-time.Hour).Unix() }), f.kid),
+			"wrong iss":           sign(claims(func(c gojwt.MapClaims) { c["iss"] = "evil" }), f.kid),
+			"wrong aud":           sign(claims(func(c gojwt.MapClaims) { c["aud"] = []string{"other"} }), f.kid),
+			"unknown kid":         sign(base, "0123456789abcdef"),
+			"unknown jti":         sign(claims(func(c gojwt.MapClaims) { c["jti"] = "tok_nope" }), f.kid),
+			"garbage":             "not.a.jwt",
+			"empty":               "",
+			"tampered signature":  good[:len(good)-4] + "AAAA",
+			"other user in sub":   sign(claims(func(c gojwt.MapClaims) { c["sub"] = "usr_other" }), f.kid),
+			"no bearer prefix":    "Basic " + good,
+		}
+		for name, tok := range attacks {
+			req, _ := http.NewRequest("GET", s.base+"/api/v1/app/project", nil)
+			if name == "no bearer prefix" {
+				req.Header.Set("Authorization", tok)
+			} else {
+				req.Header.Set("Authorization", "Bearer "+tok)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != 401 {
+				t.Errorf("%s: want 401, got %d", name, resp.StatusCode)
+			}
+		}
+		// A 1 MB Authorization header is refused without reading it whole:
+		// the server answers 431 or drops the connection, and keeps serving.
+		for _, n := range []int{20 << 10, 1 << 20} {
+			req, _ := http.NewRequest("GET", s.base+"/api/v1/app/project", nil)
+			req.Header.Set("Authorization", "Bearer "+strings.Repeat("A", n))
+			resp, err := http.DefaultClient.Do(req)
+			if err == nil {
+				resp.Body.Close()
+				if resp.StatusCode != 401 && resp.StatusCode != 431 {
+					t.Errorf("%d-byte header: want 401 or 431, got %d", n, resp.StatusCode)
+				}
+			} else if n < 1<<20 {
+				t.Errorf("%d-byte header: %v", n, err)
+			}
+		}
+		if r := s.do("GET", "/api/v1/app/project", good, nil); r.status != 200 {
+			t.Fatalf("server unwell after a huge header: %d", r.status)
+		}
+
+		// Revoked token, disabled user, disabled org: refused on the next request.
+		r := s.do("POST", "/api/v1/app/tokens", good, map[string]any{"name": "x"})
+		tok := r.json(t)["token"].(string)
+		tid := r.json(t)["id"].(string)
+		if r := s.do("GET", "/api/v1/app/project", tok, nil); r.status != 200 {
+			t.Fatalf("new token: %d", r.status)
+		}
+		if r := s.do("DELETE", "/api/v1/app/tokens/"+tid, good, nil); r.status != 204 {
+			t.Fatalf("revoke: %d %s", r.status, r.body)
+		}
+		if r := s.do("GET", "/api/v1/app/project", tok, nil); r.status != 401 || r.errorType(t) != "authentication_error" {
+			t.Fatalf("revoked token: %d %s", r.status, r.body)
+		}
+
+		r = s.do("POST", "/api/v1/app/org/users", good, map[string]any{"email": "m@acme.test", "role": "member", "password": "member-password"})
+		if r.status != 201 {
+			t.Fatalf("create user: %d %s", r.status, r.body)
+		}
+		uid := r.json(t)["id"].(string)
+		mtok := login(t, s, "m@acme.test", "member-password")
+		if r := s.do("GET", "/api/v1/app/project", mtok, nil); r.status != 200 {
+			t.Fatalf("member session: %d", r.status)
+		}
+		if r := s.do("PATCH", "/api/v1/app/org/users/"+uid, good, map[string]any{"disabled": true}); r.status != 200 {
+			t.Fatalf("disable: %d %s", r.status, r.body)
+		}
+		if r := s.do("GET", "/api/v1/app/project", mtok, nil); r.status != 401 {
+			t.Fatalf("disabled user: %d", r.status)
+		}
+		if r := s.do("POST", "/api/v1/app/auth/login", "", map[string]any{"email": "m@acme.test", "password": "member-password"}); r.status != 401 {
+			t.Fatalf("disabled user login: %d", r.status)
+		}
+
+		st, err := store.Open(context.Background(), db, s.dataDir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer st.Close()
+		o, err := st.OrgByName(context.Background(), "acme")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := st.UpdateOrg(context.Background(), o.WithDisabled(true)); err != nil {
+			t.Fatal(err)
+		}
+		if r := s.do("GET", "/api/v1/app/project", good, nil); r.status != 401 {
+			t.Fatalf("disabled org: %d", r.status)
+		}
+		_ = org.CodeExecution
+	})
+}
+
+func login(t *testing.T, s *server, email, password string) string {
+	t.Helper()
+	r := s.do("POST", "/api/v1/app/auth/login", "", map[string]any{"email": email, "password": password})
+	if r.status != 200 {
+		t.Fatalf("login %s: %d %s", email, r.status, r.body)
+	}
+	return r.json(t)["token"].(string)
+}

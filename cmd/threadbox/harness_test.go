@@ -1,0 +1,189 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"threadbox/infra/store/storetest"
+)
+
+// server is a threadbox started through run() for one test.
+type server struct {
+	t       *testing.T
+	base    string
+	dataDir string
+	env     map[string]string
+	stdout  *syncBuffer
+	stop    func()
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func freeAddr(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// databases lists the databases every API test runs on.
+func databases(t *testing.T, fn func(t *testing.T, dbURL string)) {
+	t.Run("sqlite", func(t *testing.T) { fn(t, "") })
+	t.Run("postgres", func(t *testing.T) { fn(t, storetest.PostgresURL(t)) })
+}
+
+func startServer(t *testing.T, dbURL string, extra map[string]string) *server {
+	t.Helper()
+	dir := t.TempDir()
+	addr := freeAddr(t)
+	env := map[string]string{
+		"LISTEN_ADDR":     addr,
+		"DATA_DIR":        filepath.Join(dir, "data"),
+		"DATABASE_URL":    dbURL,
+		"SANDBOX_BACKEND": "local",
+		"LOG_LEVEL":       "error",
+	}
+	for k, v := range extra {
+		env[k] = v
+	}
+	s := &server{t: t, base: "http://" + addr, dataDir: env["DATA_DIR"], env: env, stdout: &syncBuffer{}}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, []string{"serve"}, s.getenv, s.stdout, io.Discard) }()
+	s.stop = func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("serve returned %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Error("serve did not stop within 30s of cancel")
+		}
+	}
+	t.Cleanup(s.stop)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		resp, err := http.Get(s.base + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			break
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("serve exited: %v", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("server did not come up")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return s
+}
+
+func (s *server) getenv(k string) string { return s.env[k] }
+
+// cli runs a threadbox subcommand against the same data and database.
+func (s *server) cli(args ...string) (string, error) {
+	var out bytes.Buffer
+	err := run(context.Background(), args, s.getenv, &out, io.Discard)
+	return strings.TrimSpace(out.String()), err
+}
+
+// bootstrap creates an org with an admin and returns the admin's token.
+func (s *server) bootstrap(org, email string) string {
+	s.t.Helper()
+	tok, err := s.cli("admin", "bootstrap", "--org", org, "--email", email)
+	if err != nil {
+		s.t.Fatalf("bootstrap: %v", err)
+	}
+	return tok
+}
+
+type response struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+func (r response) json(t *testing.T) map[string]any {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal(r.body, &m); err != nil {
+		t.Fatalf("not JSON (%d): %s", r.status, r.body)
+	}
+	return m
+}
+
+// errorType returns error.type of an error envelope, checking its shape.
+func (r response) errorType(t *testing.T) string {
+	t.Helper()
+	m := r.json(t)
+	e, _ := m["error"].(map[string]any)
+	if m["type"] != "error" || e == nil || e["message"] == "" {
+		t.Fatalf("not an error envelope: %s", r.body)
+	}
+	return e["type"].(string)
+}
+
+func (s *server) do(method, path, token string, body any, hdr ...string) response {
+	s.t.Helper()
+	var rd io.Reader
+	switch b := body.(type) {
+	case nil:
+	case string:
+		rd = strings.NewReader(b)
+	case []byte:
+		rd = bytes.NewReader(b)
+	default:
+		j, _ := json.Marshal(b)
+		rd = bytes.NewReader(j)
+	}
+	req, err := http.NewRequest(method, s.base+path, rd)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	if rd != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		s.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return response{resp.StatusCode, resp.Header, b}
+}
