@@ -164,19 +164,19 @@ func TestAuthAttacks(t *testing.T) {
 			t.Fatalf("control token refused: %d %s", r.status, r.body)
 		}
 		attacks := map[string]string{
-			"alg none":            none(),
-			"HS256 with pub key":  hs(),
-			"no exp":              sign(claims(func(c gojwt.MapClaims) { delete(c, "exp") }), f.kid),
-			"expired":             sign(claims(func(c gojwt.MapClaims) { c["exp"] = time.Now().Add(-time.Hour).Unix() }), f.kid),
-			"wrong iss":           sign(claims(func(c gojwt.MapClaims) { c["iss"] = "evil" }), f.kid),
-			"wrong aud":           sign(claims(func(c gojwt.MapClaims) { c["aud"] = []string{"other"} }), f.kid),
-			"unknown kid":         sign(base, "0123456789abcdef"),
-			"unknown jti":         sign(claims(func(c gojwt.MapClaims) { c["jti"] = "tok_nope" }), f.kid),
-			"garbage":             "not.a.jwt",
-			"empty":               "",
-			"tampered signature":  good[:len(good)-4] + "AAAA",
-			"other user in sub":   sign(claims(func(c gojwt.MapClaims) { c["sub"] = "usr_other" }), f.kid),
-			"no bearer prefix":    "Basic " + good,
+			"alg none":           none(),
+			"HS256 with pub key": hs(),
+			"no exp":             sign(claims(func(c gojwt.MapClaims) { delete(c, "exp") }), f.kid),
+			"expired":            sign(claims(func(c gojwt.MapClaims) { c["exp"] = time.Now().Add(-time.Hour).Unix() }), f.kid),
+			"wrong iss":          sign(claims(func(c gojwt.MapClaims) { c["iss"] = "evil" }), f.kid),
+			"wrong aud":          sign(claims(func(c gojwt.MapClaims) { c["aud"] = []string{"other"} }), f.kid),
+			"unknown kid":        sign(base, "0123456789abcdef"),
+			"unknown jti":        sign(claims(func(c gojwt.MapClaims) { c["jti"] = "tok_nope" }), f.kid),
+			"garbage":            "not.a.jwt",
+			"empty":              "",
+			"tampered signature": good[:len(good)-4] + "AAAA",
+			"other user in sub":  sign(claims(func(c gojwt.MapClaims) { c["sub"] = "usr_other" }), f.kid),
+			"no bearer prefix":   "Basic " + good,
 		}
 		for name, tok := range attacks {
 			req, _ := http.NewRequest("GET", s.base+"/api/v1/app/project", nil)
