@@ -1,0 +1,450 @@
+// Package fakeupstream is a scripted model server on loopback for tests and
+// benchmarks. It speaks the Anthropic Messages wire format (POST
+// /v1/messages, JSON or SSE) and the OpenAI chat-completions format (POST
+// /v1/chat/completions, JSON or SSE with tool calls), answering each request
+// with the next scripted Reply.
+package fakeupstream
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"sync"
+	"time"
+
+	"threadbox/app/messages"
+)
+
+// Format names a wire format.
+type Format string
+
+// The wire formats served.
+const (
+	Anthropic Format = "anthropic"
+	OpenAI    Format = "openai"
+)
+
+// Reply is one scripted answer.
+type Reply struct {
+	// Status, when not 0 or 200, answers with an error of that status.
+	Status int
+	// Header is added to the answer (e.g. "retry-after").
+	Header map[string]string
+	// ErrorType and ErrorMessage describe an error answer or a mid-stream
+	// error; ErrorType defaults from Status.
+	ErrorType    string
+	ErrorMessage string
+	// Content is the assistant's turn: text and tool_use blocks.
+	Content []messages.ContentBlock
+	// StopReason defaults to tool_use when Content calls a tool, else end_turn.
+	StopReason string
+	// Usage is reported as is.
+	Usage messages.Usage
+	// FailAfter, when positive, ends a streamed answer with an error after
+	// that many events (Anthropic: an error event; OpenAI: an error chunk).
+	FailAfter int
+	// CutAfter, when positive, drops the connection after that many events.
+	CutAfter int
+	// EventDelay is slept before each streamed event.
+	EventDelay time.Duration
+}
+
+// Request is one request the server received.
+type Request struct {
+	Format Format
+	Stream bool
+	Header http.Header
+	Body   json.RawMessage
+}
+
+// Server is a running fake upstream.
+type Server struct {
+	srv *httptest.Server
+
+	mu       sync.Mutex
+	script   []Reply
+	requests []Request
+	fallback func(Format, json.RawMessage) Reply
+}
+
+// New starts a server answering with the scripted replies in order.
+func New(replies ...Reply) *Server {
+	s := &Server{script: replies}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/messages", func(w http.ResponseWriter, r *http.Request) { s.serve(Anthropic, w, r) })
+	mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { s.serve(OpenAI, w, r) })
+	s.srv = httptest.NewServer(mux)
+	return s
+}
+
+// URL returns the server's base URL (no /v1).
+func (s *Server) URL() string { return s.srv.URL }
+
+// Close stops the server.
+func (s *Server) Close() { s.srv.Close() }
+
+// Push appends replies to the script.
+func (s *Server) Push(replies ...Reply) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.script = append(s.script, replies...)
+}
+
+// SetFallback sets how to answer once the script is exhausted; without one
+// the server answers with the text "ok".
+func (s *Server) SetFallback(f func(Format, json.RawMessage) Reply) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.fallback = f
+}
+
+// Requests returns the requests received so far.
+func (s *Server) Requests() []Request {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]Request(nil), s.requests...)
+}
+
+func (s *Server) serve(f Format, w http.ResponseWriter, r *http.Request) {
+	var body json.RawMessage
+	if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
+		http.Error(w, `{"type":"error","error":{"type":"invalid_request_error","message":"bad json"}}`, http.StatusBadRequest)
+		return
+	}
+	var head struct {
+		Stream bool `json:"stream"`
+	}
+	_ = json.Unmarshal(body, &head)
+	s.mu.Lock()
+	s.requests = append(s.requests, Request{Format: f, Stream: head.Stream, Header: r.Header.Clone(), Body: body})
+	var rep Reply
+	switch {
+	case len(s.script) > 0:
+		rep = s.script[0]
+		s.script = s.script[1:]
+	case s.fallback != nil:
+		rep = s.fallback(f, body)
+	default:
+		rep = Reply{Content: []messages.ContentBlock{{Type: messages.BlockText, Text: "ok"}}}
+	}
+	s.mu.Unlock()
+
+	for k, v := range rep.Header {
+		w.Header().Set(k, v)
+	}
+	if rep.Status != 0 && rep.Status != http.StatusOK {
+		writeError(f, w, rep)
+		return
+	}
+	if rep.StopReason == "" {
+		rep.StopReason = messages.StopEndTurn
+		for _, b := range rep.Content {
+			if b.Type == messages.BlockToolUse {
+				rep.StopReason = messages.StopToolUse
+			}
+		}
+	}
+	switch {
+	case f == Anthropic && head.Stream:
+		streamAnthropic(w, rep)
+	case f == Anthropic:
+		writeJSON(w, anthropicMessage(rep, rep.Content))
+	case head.Stream:
+		streamOpenAI(w, rep)
+	default:
+		writeJSON(w, openAICompletion(rep))
+	}
+}
+
+func errorType(rep Reply) string {
+	if rep.ErrorType != "" {
+		return rep.ErrorType
+	}
+	switch {
+	case rep.Status == 429:
+		return "rate_limit_error"
+	case rep.Status == 529:
+		return "overloaded_error"
+	case rep.Status >= 500:
+		return "api_error"
+	case rep.Status == 401:
+		return "authentication_error"
+	}
+	return "invalid_request_error"
+}
+
+func writeError(f Format, w http.ResponseWriter, rep Reply) {
+	msg := rep.ErrorMessage
+	if msg == "" {
+		msg = http.StatusText(rep.Status)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(rep.Status)
+	if f == OpenAI {
+		_ = json.NewEncoder(w).Encode(map[string]any{"error": map[string]any{"message": msg, "type": errorType(rep), "code": nil}})
+		return
+	}
+	_ = json.NewEncoder(w).Encode(map[string]any{"type": "error", "error": map[string]any{"type": errorType(rep), "message": msg}})
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func anthropicMessage(rep Reply, content []messages.ContentBlock) *messages.Response {
+	if content == nil {
+		content = []messages.ContentBlock{}
+	}
+	return &messages.Response{
+		ID: "msg_fake", Type: "message", Role: messages.RoleAssistant, Model: "fake-model",
+		Content: content, StopReason: rep.StopReason, Usage: rep.Usage,
+	}
+}
+
+// sse writes events and counts them for FailAfter and CutAfter.
+type sse struct {
+	w     http.ResponseWriter
+	rep   Reply
+	n     int
+	ended bool
+}
+
+func newSSE(w http.ResponseWriter, rep Reply) *sse {
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	return &sse{w: w, rep: rep}
+}
+
+// event writes one event; it reports false once the stream was ended.
+func (s *sse) event(name string, data any, fail func()) bool {
+	if s.ended {
+		return false
+	}
+	if s.rep.CutAfter > 0 && s.n >= s.rep.CutAfter {
+		s.ended = true
+		if hj, ok := s.w.(http.Hijacker); ok {
+			if conn, _, err := hj.Hijack(); err == nil {
+				_ = conn.Close()
+			}
+		}
+		return false
+	}
+	if s.rep.FailAfter > 0 && s.n >= s.rep.FailAfter {
+		s.ended = true
+		fail()
+		return false
+	}
+	if s.rep.EventDelay > 0 {
+		time.Sleep(s.rep.EventDelay)
+	}
+	b, _ := json.Marshal(data)
+	if name != "" {
+		fmt.Fprintf(s.w, "event: %s\n", name)
+	}
+	fmt.Fprintf(s.w, "data: %s\n\n", b)
+	if fl, ok := s.w.(http.Flusher); ok {
+		fl.Flush()
+	}
+	s.n++
+	return true
+}
+
+func (s *sse) raw(text string) {
+	fmt.Fprint(s.w, text)
+	if fl, ok := s.w.(http.Flusher); ok {
+		fl.Flush()
+	}
+}
+
+// chunks splits s into pieces of at most n bytes.
+func chunks(s string, n int) []string {
+	var out []string
+	for len(s) > n {
+		out = append(out, s[:n])
+		s = s[n:]
+	}
+	return append(out, s)
+}
+
+func streamAnthropic(w http.ResponseWriter, rep Reply) {
+	s := newSSE(w, rep)
+	fail := func() {
+		b, _ := json.Marshal(map[string]any{"type": "error", "error": map[string]any{"type": errorType(Reply{Status: 529, ErrorType: rep.ErrorType}), "message": orDefault(rep.ErrorMessage, "Overloaded")}})
+		s.raw("event: error\ndata: " + string(b) + "\n\n")
+	}
+	start := anthropicMessage(rep, nil)
+	start.StopReason = ""
+	start.Usage = messages.Usage{InputTokens: rep.Usage.InputTokens}
+	if !s.event(messages.EventMessageStart, messages.Event{Type: messages.EventMessageStart, Message: start}, fail) {
+		return
+	}
+	for i, b := range rep.Content {
+		st := b
+		var deltas []messages.BlockDelta
+		switch b.Type {
+		case messages.BlockText:
+			st.Text = ""
+			for _, c := range chunks(b.Text, 16) {
+				deltas = append(deltas, messages.BlockDelta{Type: messages.DeltaText, Text: c})
+			}
+		case messages.BlockToolUse:
+			st.Input = json.RawMessage(`{}`)
+			for _, c := range chunks(string(b.Input), 16) {
+				deltas = append(deltas, messages.BlockDelta{Type: messages.DeltaInputJSON, PartialJSON: c})
+			}
+		}
+		if !s.event(messages.EventContentBlockStart, messages.Event{Type: messages.EventContentBlockStart, Index: i, ContentBlock: &st}, fail) {
+			return
+		}
+		for _, d := range deltas {
+			if !s.event(messages.EventContentBlockDelta, messages.Event{Type: messages.EventContentBlockDelta, Index: i, Delta: &d}, fail) {
+				return
+			}
+		}
+		if !s.event(messages.EventContentBlockStop, messages.Event{Type: messages.EventContentBlockStop, Index: i}, fail) {
+			return
+		}
+	}
+	u := rep.Usage
+	if !s.event(messages.EventMessageDelta, messages.Event{Type: messages.EventMessageDelta, MessageDelta: &messages.MessageDelta{StopReason: rep.StopReason}, Usage: &u}, fail) {
+		return
+	}
+	s.event(messages.EventMessageStop, messages.Event{Type: messages.EventMessageStop}, fail)
+}
+
+func orDefault(s, d string) string {
+	if s == "" {
+		return d
+	}
+	return s
+}
+
+// OpenAI wire shapes.
+type (
+	oaFunction struct {
+		Name      string `json:"name,omitempty"`
+		Arguments string `json:"arguments"`
+	}
+	oaToolCall struct {
+		Index    *int       `json:"index,omitempty"`
+		ID       string     `json:"id,omitempty"`
+		Type     string     `json:"type,omitempty"`
+		Function oaFunction `json:"function"`
+	}
+	oaMessage struct {
+		Role      string       `json:"role,omitempty"`
+		Content   *string      `json:"content"`
+		ToolCalls []oaToolCall `json:"tool_calls,omitempty"`
+	}
+	oaChoice struct {
+		Index        int        `json:"index"`
+		Message      *oaMessage `json:"message,omitempty"`
+		Delta        *oaMessage `json:"delta,omitempty"`
+		FinishReason *string    `json:"finish_reason"`
+	}
+	oaUsage struct {
+		PromptTokens     int `json:"prompt_tokens"`
+		CompletionTokens int `json:"completion_tokens"`
+		TotalTokens      int `json:"total_tokens"`
+	}
+	oaCompletion struct {
+		ID      string     `json:"id"`
+		Object  string     `json:"object"`
+		Created int64      `json:"created"`
+		Model   string     `json:"model"`
+		Choices []oaChoice `json:"choices"`
+		Usage   *oaUsage   `json:"usage,omitempty"`
+	}
+)
+
+func finishReason(stop string) string {
+	switch stop {
+	case messages.StopToolUse:
+		return "tool_calls"
+	case messages.StopMaxTokens:
+		return "length"
+	}
+	return "stop"
+}
+
+func openAICompletion(rep Reply) *oaCompletion {
+	msg := &oaMessage{Role: "assistant"}
+	text := ""
+	for _, b := range rep.Content {
+		switch b.Type {
+		case messages.BlockText:
+			text += b.Text
+		case messages.BlockToolUse:
+			msg.ToolCalls = append(msg.ToolCalls, oaToolCall{ID: b.ID, Type: "function", Function: oaFunction{Name: b.Name, Arguments: string(b.Input)}})
+		}
+	}
+	if text != "" || len(msg.ToolCalls) == 0 {
+		msg.Content = &text
+	}
+	fr := finishReason(rep.StopReason)
+	u := rep.Usage
+	return &oaCompletion{
+		ID: "chatcmpl-fake", Object: "chat.completion", Created: time.Now().Unix(), Model: "fake-model",
+		Choices: []oaChoice{{Message: msg, FinishReason: &fr}},
+		Usage:   &oaUsage{PromptTokens: u.InputTokens, CompletionTokens: u.OutputTokens, TotalTokens: u.InputTokens + u.OutputTokens},
+	}
+}
+
+func streamOpenAI(w http.ResponseWriter, rep Reply) {
+	s := newSSE(w, rep)
+	fail := func() {
+		b, _ := json.Marshal(map[string]any{"error": map[string]any{"message": orDefault(rep.ErrorMessage, "upstream failed"), "type": orDefault(rep.ErrorType, "server_error")}})
+		s.raw("data: " + string(b) + "\n\n")
+	}
+	chunk := func(delta *oaMessage, finish *string) oaCompletion {
+		return oaCompletion{ID: "chatcmpl-fake", Object: "chat.completion.chunk", Created: time.Now().Unix(), Model: "fake-model",
+			Choices: []oaChoice{{Delta: delta, FinishReason: finish}}}
+	}
+	empty := ""
+	if !s.event("", chunk(&oaMessage{Role: "assistant", Content: &empty}, nil), fail) {
+		return
+	}
+	tool := 0
+	for _, b := range rep.Content {
+		switch b.Type {
+		case messages.BlockText:
+			for _, c := range chunks(b.Text, 16) {
+				c := c
+				if !s.event("", chunk(&oaMessage{Content: &c}, nil), fail) {
+					return
+				}
+			}
+		case messages.BlockToolUse:
+			idx := tool
+			tool++
+			if !s.event("", chunk(&oaMessage{ToolCalls: []oaToolCall{{Index: &idx, ID: b.ID, Type: "function", Function: oaFunction{Name: b.Name}}}}, nil), fail) {
+				return
+			}
+			for _, c := range chunks(string(b.Input), 16) {
+				if !s.event("", chunk(&oaMessage{ToolCalls: []oaToolCall{{Index: &idx, Function: oaFunction{Arguments: c}}}}, nil), fail) {
+					return
+				}
+			}
+		}
+	}
+	fr := finishReason(rep.StopReason)
+	if !s.event("", chunk(&oaMessage{}, &fr), fail) {
+		return
+	}
+	u := rep.Usage
+	final := oaCompletion{ID: "chatcmpl-fake", Object: "chat.completion.chunk", Created: time.Now().Unix(), Model: "fake-model", Choices: []oaChoice{},
+		Usage: &oaUsage{PromptTokens: u.InputTokens, CompletionTokens: u.OutputTokens, TotalTokens: u.InputTokens + u.OutputTokens}}
+	if !s.event("", final, fail) {
+		return
+	}
+	s.raw("data: [DONE]\n\n")
+}
+
+// RetryAfter returns a Header map asking the client to wait d.
+func RetryAfter(d time.Duration) map[string]string {
+	return map[string]string{"retry-after-ms": strconv.FormatInt(d.Milliseconds(), 10), "retry-after": strconv.Itoa(int(d.Seconds()))}
+}
