@@ -242,3 +242,26 @@ func TestServerControlFrames(t *testing.T) {
 		t.Fatalf("exit %+v", e)
 	}
 }
+
+func TestLookPath(t *testing.T) {
+	dir := t.TempDir()
+	prog := filepath.Join(dir, "myprog")
+	must(t, os.WriteFile(prog, []byte("#!/bin/sh\n"), 0o755))
+	must(t, os.WriteFile(filepath.Join(dir, "noexec"), []byte(""), 0o644))
+	tests := []struct {
+		name string
+		env  []string
+		want string
+	}{
+		{"myprog", []string{"PATH=/nope:" + dir}, prog},
+		{"myprog", []string{"PATH=" + dir, "PATH=/nope"}, "myprog"},
+		{"noexec", []string{"PATH=" + dir}, "noexec"},
+		{"./myprog", []string{"PATH=" + dir}, "./myprog"},
+		{"myprog", []string{"PATH=relative"}, "myprog"},
+	}
+	for _, tt := range tests {
+		if got := lookPath(tt.name, tt.env); got != tt.want {
+			t.Errorf("lookPath(%q, %q) = %q, want %q", tt.name, tt.env, got, tt.want)
+		}
+	}
+}

@@ -102,6 +102,10 @@ func run(cfg config, in io.Reader, out io.Writer, log *slog.Logger) int {
 	go rp.loop(ctx)
 
 	srv := newServer(cfg, out, rp, environ(os.Environ()), log)
+	// Handling SIGPIPE (rather than ignoring it, which commands would
+	// inherit) keeps a closed stderr from killing the agent.
+	pipe := make(chan os.Signal, 1)
+	signal.Notify(pipe, syscall.SIGPIPE)
 	term := make(chan os.Signal, 1)
 	signal.Notify(term, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 	done := make(chan error, 1)

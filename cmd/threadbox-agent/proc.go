@@ -77,7 +77,8 @@ func startProc(s *server, id uint32, req protocol.Exec) (p *proc, err error) {
 	if req.TTY != nil && !hasEnv(env, "TERM") {
 		env = append(env, "TERM=xterm-256color")
 	}
-	cmd := exec.Command(req.Args[0], req.Args[1:]...)
+	cmd := exec.Command(lookPath(req.Args[0], env), req.Args[1:]...)
+	cmd.Args[0] = req.Args[0]
 	cmd.Dir = dir
 	cmd.Env = env
 	p.oomBefore, p.oomKnown = readOOMKills(s.cfg.oomEvents)
@@ -341,6 +342,31 @@ func (p *proc) control(f protocol.Frame) error {
 		return syscall.Kill(-p.pid, syscall.Signal(sg.Signal))
 	}
 	return fmt.Errorf("unexpected frame %s", f.Type)
+}
+
+// lookPath finds a program without a slash in its name in the PATH of the
+// command's environment (which may differ from the agent's). It returns
+// name unchanged when nothing is found, so that exec reports the error.
+func lookPath(name string, env []string) string {
+	if name == "" || strings.Contains(name, "/") {
+		return name
+	}
+	path := ""
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			path = v // the last one wins, as in exec
+		}
+	}
+	for _, dir := range filepath.SplitList(path) {
+		if dir == "" || !filepath.IsAbs(dir) {
+			continue
+		}
+		p := filepath.Join(dir, name)
+		if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() && st.Mode().Perm()&0o111 != 0 {
+			return p
+		}
+	}
+	return name
 }
 
 func hasEnv(env []string, key string) bool {

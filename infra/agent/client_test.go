@@ -85,6 +85,12 @@ func TestExecDirAndEnv(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(a.dirs.workspace, "sub"), 0o755); err != nil {
 		t.Fatal(err)
 	}
+	binDir := t.TempDir()
+	for _, f := range []string{filepath.Join(a.dirs.workspace, "sub", "run.sh"), filepath.Join(binDir, "only-here")} {
+		if err := os.WriteFile(f, []byte("#!/bin/sh\necho \"ran $0\"\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
 	tests := []struct {
 		name string
 		cmd  sandbox.Command
@@ -95,6 +101,8 @@ func TestExecDirAndEnv(t *testing.T) {
 		{"absolute dir", sandbox.Command{Args: []string{"pwd"}, Dir: a.dirs.outputs[:len(a.dirs.outputs)-len("/outputs")]}, filepath.Dir(a.dirs.outputs) + "\n"},
 		{"extra env", sandbox.Command{Args: sh(`echo "$FOO"`), Env: []string{"FOO=bar baz"}}, "bar baz\n"},
 		{"agent settings are not passed on", sandbox.Command{Args: sh(`echo "${THREADBOX_AGENT_WORKSPACE-unset}"`)}, "unset\n"},
+		{"relative program resolves against dir", sandbox.Command{Args: []string{"./run.sh"}, Dir: "sub"}, "ran ./run.sh\n"},
+		{"program found in the command's PATH", sandbox.Command{Args: []string{"only-here"}, Env: []string{"PATH=" + binDir + ":/usr/bin:/bin"}}, "ran " + filepath.Join(binDir, "only-here") + "\n"},
 		{"no OUTPUT_DIR unless asked", sandbox.Command{Args: sh(`echo "${OUTPUT_DIR-unset}"`)}, "unset\n"},
 	}
 	for _, tt := range tests {

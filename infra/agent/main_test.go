@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -81,13 +82,21 @@ func (b *syncBuffer) String() string {
 // adds THREADBOX_AGENT_* settings.
 func startAgent(t testing.TB, extraEnv []string, opts ...agent.Option) *testAgent {
 	t.Helper()
+	return startAgentWrapped(t, nil, extraEnv, opts...)
+}
+
+// startAgentWrapped runs the agent as the last argument of wrapper (such as
+// unshare), or directly when wrapper is empty.
+func startAgentWrapped(t testing.TB, wrapper []string, extraEnv []string, opts ...agent.Option) *testAgent {
+	t.Helper()
 	root := t.TempDir()
 	d := sandboxDirs{
 		workspace: filepath.Join(root, "workspace"),
 		outputs:   filepath.Join(root, "outputs"),
 		tmp:       filepath.Join(root, "tmp"),
 	}
-	cmd := exec.Command(agentBin)
+	argv := append(slices.Clone(wrapper), agentBin)
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = append(os.Environ(),
 		"THREADBOX_AGENT_WORKSPACE="+d.workspace,
 		"THREADBOX_AGENT_OUTPUTS="+d.outputs,
@@ -141,4 +150,14 @@ func testCtx(t testing.TB, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// requireService fails the test under CI=true and skips it otherwise: the
+// house rule for tests that need something the machine may lack.
+func requireService(t testing.TB, what string, err error) {
+	t.Helper()
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("%s unavailable: %v", what, err)
+	}
+	t.Skipf("%s unavailable: %v", what, err)
 }
