@@ -312,6 +312,15 @@ func TestNotFound(t *testing.T) {
 	if n, err := fx.fs.RemovePrefix(ctx, file.Uploads, "none/"); n != 0 || err != nil {
 		t.Errorf("RemovePrefix = %d, %v", n, err)
 	}
+	if _, err := fx.fs.WriteFile(ctx, file.Uploads, "f", []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fx.fs.WriteFile(ctx, file.Uploads, "f/g", []byte("x")); !errors.Is(err, file.ErrNotDir) {
+		t.Errorf("WriteFile under a file = %v, want ErrNotDir", err)
+	}
+	if _, _, err := fx.fs.Open(ctx, file.Uploads, "f/g"); !errors.Is(err, ErrNotFound) || !errors.Is(err, file.ErrNotDir) {
+		t.Errorf("Open under a file = %v, want ErrNotFound and ErrNotDir", err)
+	}
 	missing := New(Dirs{Uploads: filepath.Join(t.TempDir(), "gone")}, Options{})
 	if _, err := missing.List(ctx, file.Uploads, "."); !errors.Is(err, ErrNotFound) {
 		t.Errorf("List of a missing folder = %v", err)

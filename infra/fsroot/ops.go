@@ -29,6 +29,15 @@ func (f *FS) Open(ctx context.Context, m file.Mount, rel string) (*os.File, file
 		return nil, file.Info{}, err
 	}
 	defer unix.Close(parent)
+	// Refuse what is plainly not a regular file before opening it, so a
+	// device node is never opened; the fstat below catches a swap since.
+	if st, err := statxAt(parent, name); err != nil {
+		return nil, file.Info{}, mapErrno("stat "+rel, err)
+	} else if t := fileType(&st); t == unix.S_IFLNK {
+		return nil, file.Info{}, fmt.Errorf("fsroot: open %s: %w", rel, ErrSymlink)
+	} else if t != unix.S_IFREG {
+		return nil, file.Info{}, fmt.Errorf("fsroot: open %s: %w", rel, ErrNotRegular)
+	}
 	// O_NONBLOCK: opening a FIFO with no writer must not hang; cleared below.
 	fd, err := unix.Openat(parent, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
 	if err != nil {
