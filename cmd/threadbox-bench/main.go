@@ -1,0 +1,260 @@
+// Command threadbox-bench measures the Docker sandbox backend in one running
+// sandbox and prints a table (`make bench`): a warm `true` through the agent
+// vs through `docker exec` (Engine API) vs a host fork/exec of /bin/true,
+// 8 concurrent commands through the agent, and a cold boot to the first
+// command's result vs `docker run --rm IMAGE true`.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/client"
+	"github.com/docker/docker/pkg/stdcopy"
+
+	"threadbox/domain/sandbox"
+	"threadbox/infra/docker"
+	"threadbox/infra/hostdirs"
+)
+
+func main() {
+	if err := run(context.Background(), os.Args[1:], os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "threadbox-bench:", err)
+		os.Exit(1)
+	}
+}
+
+type opts struct {
+	agentBin string
+	image    string
+	runtime  string
+	n        int
+	nDocker  int
+	nCold    int
+}
+
+func run(ctx context.Context, args []string, out io.Writer) error {
+	fs := flag.NewFlagSet("threadbox-bench", flag.ContinueOnError)
+	var o opts
+	fs.StringVar(&o.agentBin, "agent", envOr("THREADBOX_AGENT_BIN", "bin/threadbox-agent"), "host path of the agent binary")
+	fs.StringVar(&o.image, "image", envOr("SANDBOX_IMAGE", docker.DefaultImage), "sandbox image")
+	fs.StringVar(&o.runtime, "runtime", envOr("SANDBOX_RUNTIME", docker.DefaultRuntime), "OCI runtime: runc or runsc")
+	fs.IntVar(&o.n, "n", 300, "warm round trips per method")
+	fs.IntVar(&o.nDocker, "n-docker", 40, "docker exec round trips")
+	fs.IntVar(&o.nCold, "n-cold", 5, "cold boots per method")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	agentBin, err := filepath.Abs(o.agentBin)
+	if err != nil {
+		return err
+	}
+	data, err := os.MkdirTemp("", "threadbox-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(data)
+	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+	if err != nil {
+		return fmt.Errorf("docker client: %w", err)
+	}
+	defer cli.Close()
+	be := docker.NewWithClient(cli, docker.Config{
+		Image: o.image, Runtime: o.runtime, AgentBin: agentBin,
+		Dirs:     hostdirs.New(data, hostdirs.Options{Quota: hostdirs.QuotaNone}),
+		Instance: fmt.Sprintf("bench%d", os.Getpid()),
+	})
+	if err := be.Available(ctx); err != nil {
+		return err
+	}
+	const id = "bench"
+	if err := be.Ensure(ctx, sandbox.Spec{ID: id}); err != nil {
+		return err
+	}
+	defer be.Remove(context.WithoutCancel(ctx), id)
+	trueCmd := sandbox.Command{Args: []string{"true"}}
+	agentTrue := func() error {
+		res, err := be.Exec(ctx, id, trueCmd)
+		if err == nil && res.ExitCode != 0 {
+			err = fmt.Errorf("true exited %d", res.ExitCode)
+		}
+		return err
+	}
+	// Warm up every path once.
+	for range 5 {
+		if err := agentTrue(); err != nil {
+			return err
+		}
+	}
+	type row struct {
+		name     string
+		n        int
+		p50, p99 time.Duration
+	}
+	var rows []row
+	add := func(name string, d []time.Duration) {
+		p50, p99 := percentiles(d)
+		rows = append(rows, row{name, len(d), p50, p99})
+	}
+
+	fmt.Fprintf(os.Stderr, "bench: agent round trips (%d)\n", o.n)
+	d, err := measure(o.n, agentTrue)
+	if err != nil {
+		return err
+	}
+	add("agent: true (warm)", d)
+
+	fmt.Fprintf(os.Stderr, "bench: docker exec round trips (%d)\n", o.nDocker)
+	name := be.ContainerName(id)
+	d, err = measure(o.nDocker, func() error { return dockerExec(ctx, cli, name) })
+	if err != nil {
+		return err
+	}
+	add("docker exec: true (Engine API)", d)
+
+	fmt.Fprintf(os.Stderr, "bench: host fork/exec (%d)\n", o.n)
+	d, err = measure(o.n, func() error { return exec.Command("/bin/true").Run() })
+	if err != nil {
+		return err
+	}
+	add("host fork/exec /bin/true", d)
+
+	fmt.Fprintln(os.Stderr, "bench: 8 concurrent agent commands")
+	d, err = concurrent(8, o.n/4, agentTrue)
+	if err != nil {
+		return err
+	}
+	add("agent: true, 8 concurrent", d)
+
+	fmt.Fprintf(os.Stderr, "bench: cold boots (%d)\n", o.nCold)
+	d, err = measure(o.nCold, func() error {
+		cid := fmt.Sprintf("cold-%d", time.Now().UnixNano())
+		defer be.Remove(context.WithoutCancel(ctx), cid)
+		if err := be.Ensure(ctx, sandbox.Spec{ID: cid}); err != nil {
+			return err
+		}
+		_, err := be.Exec(ctx, cid, trueCmd)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	add("cold boot to first result", d)
+
+	d, err = measure(o.nCold, func() error {
+		c := exec.Command("docker", "run", "--rm", "--network", "none", "--runtime", o.runtime, o.image, "true")
+		if b, err := c.CombinedOutput(); err != nil {
+			return fmt.Errorf("docker run: %w: %s", err, b)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	add("docker run --rm IMAGE true", d)
+
+	fmt.Fprintf(out, "runtime %s, image %s, %s\n\n", o.runtime, o.image, time.Now().UTC().Format(time.RFC3339))
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "measurement\tn\tp50\tp99\t")
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t\n", r.name, r.n, ms(r.p50), ms(r.p99))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	agent50, exec50, host50 := rows[0].p50, rows[1].p50, rows[2].p50
+	fmt.Fprintf(out, "\nagent p50 / host fork p50 = %.2fx (target <= 2x)\n", float64(agent50)/float64(host50))
+	fmt.Fprintf(out, "docker exec p50 / agent p50 = %.1fx (target >= 20x)\n", float64(exec50)/float64(agent50))
+	fmt.Fprintf(out, "cold boot p50 / docker run p50 = %.2fx (target <= 1x)\n", float64(rows[4].p50)/float64(rows[5].p50))
+	return nil
+}
+
+// dockerExec runs `true` through the Engine API's exec endpoints and waits
+// for its exit.
+func dockerExec(ctx context.Context, cli *client.Client, name string) error {
+	ex, err := cli.ContainerExecCreate(ctx, name, container.ExecOptions{Cmd: []string{"true"}, AttachStdout: true, AttachStderr: true})
+	if err != nil {
+		return fmt.Errorf("exec create: %w", err)
+	}
+	hj, err := cli.ContainerExecAttach(ctx, ex.ID, container.ExecAttachOptions{})
+	if err != nil {
+		return fmt.Errorf("exec attach: %w", err)
+	}
+	_, err = stdcopy.StdCopy(io.Discard, io.Discard, hj.Reader)
+	hj.Close()
+	if err != nil {
+		return fmt.Errorf("exec output: %w", err)
+	}
+	in, err := cli.ContainerExecInspect(ctx, ex.ID)
+	if err != nil {
+		return fmt.Errorf("exec inspect: %w", err)
+	}
+	if in.ExitCode != 0 {
+		return fmt.Errorf("docker exec true exited %d", in.ExitCode)
+	}
+	return nil
+}
+
+func measure(n int, fn func() error) ([]time.Duration, error) {
+	d := make([]time.Duration, 0, n)
+	for range n {
+		t := time.Now()
+		if err := fn(); err != nil {
+			return nil, err
+		}
+		d = append(d, time.Since(t))
+	}
+	return d, nil
+}
+
+func concurrent(workers, each int, fn func() error) ([]time.Duration, error) {
+	var mu sync.Mutex
+	var all []time.Duration
+	var first error
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			d, err := measure(each, fn)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil && first == nil {
+				first = err
+			}
+			all = append(all, d...)
+		}()
+	}
+	wg.Wait()
+	return all, first
+}
+
+// percentiles returns the nearest-rank p50 and p99.
+func percentiles(d []time.Duration) (time.Duration, time.Duration) {
+	s := append([]time.Duration(nil), d...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	at := func(p float64) time.Duration {
+		i := int(p*float64(len(s))+0.999999) - 1
+		return s[max(0, min(i, len(s)-1))]
+	}
+	return at(0.50), at(0.99)
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d.Microseconds())/1000) }
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}
