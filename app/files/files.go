@@ -224,8 +224,8 @@ func (s *Service) List(ctx context.Context, p user.Principal, scopeID string, lp
 			if !strings.HasPrefix(key, lp.Prefix) {
 				continue
 			}
-			p, _ := s.table.Path(m, info.Rel)
-			all = append(all, entry{mount: m, info: info, id: file.EncodeID(p)})
+			sp, _ := s.table.Path(m, info.Rel)
+			all = append(all, entry{mount: m, info: info, id: file.EncodeID(sp)})
 		}
 	}
 	slices.SortFunc(all, func(a, b entry) int {
@@ -262,8 +262,8 @@ func (s *Service) List(ctx context.Context, p user.Principal, scopeID string, lp
 	}
 	page := Page{Data: []File{}, HasMore: hasMore}
 	for _, e := range all[start:end] {
-		p, _ := s.table.Path(e.mount, e.info.Rel)
-		page.Data = append(page.Data, s.fileOf(scopeID, e.mount, e.info, s.sniff(ctx, cid, p)))
+		sp, _ := s.table.Path(e.mount, e.info.Rel)
+		page.Data = append(page.Data, s.fileOf(scopeID, e.mount, e.info, s.sniff(ctx, cid, sp)))
 	}
 	if n := len(page.Data); n > 0 {
 		page.FirstID, page.LastID = page.Data[0].ID, page.Data[n-1].ID
