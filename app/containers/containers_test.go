@@ -1,0 +1,252 @@
+package containers
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"threadbox/domain/container"
+	"threadbox/domain/fault"
+	"threadbox/domain/sandbox"
+	"threadbox/domain/user"
+)
+
+type memStore struct {
+	mu sync.Mutex
+	m  map[string]container.Container
+}
+
+func (s *memStore) CreateContainer(_ context.Context, c container.Container) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.m[c.ID()]; ok {
+		return fault.New(fault.Conflict, "exists")
+	}
+	s.m[c.ID()] = c
+	return nil
+}
+func (s *memStore) Container(_ context.Context, id string) (container.Container, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, ok := s.m[id]
+	if !ok {
+		return c, fault.New(fault.NotFound, "container not found")
+	}
+	return c, nil
+}
+func (s *memStore) UpdateContainer(_ context.Context, c container.Container) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.m[c.ID()] = c
+	return nil
+}
+func (s *memStore) DeleteContainer(_ context.Context, id string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.m, id)
+	return nil
+}
+func (s *memStore) ContainersIdleSince(context.Context, time.Time) ([]container.Container, error) {
+	return nil, nil
+}
+
+// fakeBackend records what it was asked and fails on demand.
+type fakeBackend struct {
+	name        string
+	unavailable error
+	ensureErr   error
+	execErr     error
+	mu          sync.Mutex
+	booted      map[string]int
+	stopped     []string
+	removed     []string
+}
+
+func (b *fakeBackend) Name() string                    { return b.name }
+func (b *fakeBackend) Available(context.Context) error { return b.unavailable }
+func (b *fakeBackend) Status(context.Context, string) (sandbox.Status, error) {
+	return sandbox.Status{}, nil
+}
+func (b *fakeBackend) Ensure(_ context.Context, spec sandbox.Spec) error {
+	if b.ensureErr != nil {
+		return b.ensureErr
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.booted[spec.ID]++
+	return nil
+}
+func (b *fakeBackend) Exec(_ context.Context, id string, cmd sandbox.Command) (sandbox.Result, error) {
+	if b.execErr != nil {
+		return sandbox.Result{}, b.execErr
+	}
+	return sandbox.Result{Stdout: []byte(b.name + ":" + id)}, nil
+}
+func (b *fakeBackend) Stop(_ context.Context, id string) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.stopped = append(b.stopped, id)
+	return nil
+}
+func (b *fakeBackend) Remove(_ context.Context, id string) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.removed = append(b.removed, id)
+	return nil
+}
+
+type fakeFolders struct{ removed []string }
+
+func (f *fakeFolders) Prepare(_ context.Context, id string) ([]sandbox.Mount, error) {
+	return []sandbox.Mount{{Source: "/host/" + id, Target: sandbox.WorkspaceDir}}, nil
+}
+func (f *fakeFolders) Remove(_ context.Context, id string) error {
+	f.removed = append(f.removed, id)
+	return nil
+}
+
+func newFake(name string) *fakeBackend { return &fakeBackend{name: name, booted: map[string]int{}} }
+
+var alice = user.Principal{UserID: "usr_alice", OrgID: "org_a"}
+var bob = user.Principal{UserID: "usr_bob", OrgID: "org_a"}
+
+func newService(backends ...sandbox.Backend) (*Service, *memStore, *fakeFolders) {
+	st := &memStore{m: map[string]container.Container{}}
+	ff := &fakeFolders{}
+	return New(st, backends, ff, Config{Idle: time.Minute, MaxAge: time.Hour}, nil), st, ff
+}
+
+func TestFallbackToTheNextBackend(t *testing.T) {
+	ctx := context.Background()
+	cases := []struct {
+		name  string
+		first *fakeBackend
+		want  string
+	}{
+		{"first serves", newFake("docker"), "docker"},
+		{"first unavailable", &fakeBackend{name: "docker", unavailable: errors.New("daemon down"), booted: map[string]int{}}, "local"},
+		{"first cannot start", &fakeBackend{name: "docker", ensureErr: errors.New("no image"), booted: map[string]int{}}, "local"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			s, _, _ := newService(tc.first, newFake("local"))
+			c, err := s.ForUser(ctx, alice, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			res, err := s.Exec(ctx, c.ID(), sandbox.Command{Args: []string{"true"}})
+			if err != nil || string(res.Stdout) != tc.want+":"+c.ID() {
+				t.Fatalf("served by %q, err %v; want %s", res.Stdout, err, tc.want)
+			}
+		})
+	}
+	s, _, _ := newService(&fakeBackend{name: "docker", unavailable: errors.New("down")})
+	c, _ := s.ForUser(ctx, alice, "x")
+	if _, err := s.Exec(ctx, c.ID(), sandbox.Command{}); !errors.Is(err, sandbox.ErrUnavailable) {
+		t.Fatalf("no backend could start: %v", err)
+	}
+	s, _, _ = newService()
+	if _, err := s.Exec(ctx, c.ID(), sandbox.Command{}); !errors.Is(err, ErrNoBackend) || err.Error() != "code_execution provider is not configured." {
+		t.Fatalf("no backend configured: %v", err)
+	}
+}
+
+func TestNamespacingAndAccess(t *testing.T) {
+	ctx := context.Background()
+	s, _, _ := newService(newFake("docker"))
+	a, _ := s.ForUser(ctx, alice, "my-container")
+	b, _ := s.ForUser(ctx, bob, "my-container")
+	if a.ID() == b.ID() || a.ClientID() != "my-container" || b.ClientID() != "my-container" {
+		t.Fatalf("two users share a container: %s %s", a.ID(), b.ID())
+	}
+	again, _ := s.ForUser(ctx, alice, "my-container")
+	if again.ID() != a.ID() {
+		t.Fatal("same id resolved to another container")
+	}
+	if _, err := s.Lookup(ctx, bob, a.ID()); !fault.Is(err, fault.NotFound) {
+		t.Fatalf("bob reached alice's container: %v", err)
+	}
+	if _, err := s.ForUser(ctx, alice, "../etc"); !fault.Is(err, fault.Invalid) {
+		t.Fatalf("bad id: %v", err)
+	}
+	th, _ := s.ForThread(ctx, alice, "thr_1")
+	if th.ID() != "thr_1" || th.ThreadID() != "thr_1" {
+		t.Fatalf("thread container: %+v", th)
+	}
+	if _, err := s.ForThread(ctx, bob, "thr_1"); !fault.Is(err, fault.NotFound) {
+		t.Fatalf("bob reached alice's thread container: %v", err)
+	}
+}
+
+func TestIdleShutdownKeepsTheContainer(t *testing.T) {
+	ctx := context.Background()
+	fb := newFake("docker")
+	s, st, _ := newService(fb)
+	now := time.Now()
+	s.now = func() time.Time { return now }
+	c, _ := s.ForUser(ctx, alice, "")
+	s.Exec(ctx, c.ID(), sandbox.Command{})
+	if got, _ := st.Container(ctx, c.ID()); got.State() != container.Running || !s.Running(c.ID()) {
+		t.Fatalf("not running after exec: %v", got.State())
+	}
+	if stopped := s.StopIdle(ctx); len(stopped) != 0 {
+		t.Fatalf("stopped a fresh sandbox: %v", stopped)
+	}
+	now = now.Add(2 * time.Minute)
+	if stopped := s.StopIdle(ctx); len(stopped) != 1 || stopped[0] != c.ID() {
+		t.Fatalf("idle sandbox not stopped: %v", stopped)
+	}
+	if got, _ := st.Container(ctx, c.ID()); got.State() != container.Idle || s.Running(c.ID()) {
+		t.Fatalf("state after idle stop: %v", got.State())
+	}
+	s.Exec(ctx, c.ID(), sandbox.Command{})
+	if fb.booted[c.ID()] != 2 {
+		t.Fatalf("next use did not boot again: %d", fb.booted[c.ID()])
+	}
+}
+
+func TestMaximumAge(t *testing.T) {
+	ctx := context.Background()
+	fb := newFake("docker")
+	s, _, ff := newService(fb)
+	now := time.Now()
+	s.now = func() time.Time { return now }
+	named, _ := s.ForUser(ctx, alice, "named")
+	def, _ := s.ForUser(ctx, alice, "")
+	if exp := s.ExpiresAt(named); !exp.Equal(now.Add(time.Minute).UTC()) {
+		t.Fatalf("expires_at: %v", exp)
+	}
+	now = now.Add(2 * time.Hour)
+	if _, err := s.ForUser(ctx, alice, "named"); !fault.Is(err, fault.NotFound) {
+		t.Fatalf("expired named container: %v", err)
+	}
+	fresh, err := s.ForUser(ctx, alice, "")
+	if err != nil || !fresh.CreatedAt().Equal(now.UTC()) || fresh.ID() != def.ID() {
+		t.Fatalf("default container not made anew: %v %v", fresh, err)
+	}
+	if len(ff.removed) != 2 {
+		t.Fatalf("expired folders not removed: %v", ff.removed)
+	}
+	// Named again after expiry: a new container.
+	if c, err := s.ForUser(ctx, alice, "named"); err != nil || !c.CreatedAt().Equal(now.UTC()) {
+		t.Fatalf("re-created named: %v", err)
+	}
+}
+
+func TestDeadSandboxIsForgottenAndRebooted(t *testing.T) {
+	ctx := context.Background()
+	fb := newFake("docker")
+	s, _, _ := newService(fb)
+	c, _ := s.ForUser(ctx, alice, "")
+	s.Exec(ctx, c.ID(), sandbox.Command{})
+	fb.execErr = errors.Join(sandbox.ErrUnavailable, errors.New("killed"))
+	if _, err := s.Exec(ctx, c.ID(), sandbox.Command{}); !errors.Is(err, sandbox.ErrUnavailable) {
+		t.Fatalf("dead sandbox: %v", err)
+	}
+	fb.execErr = nil
+	if _, err := s.Exec(ctx, c.ID(), sandbox.Command{}); err != nil || fb.booted[c.ID()] != 2 {
+		t.Fatalf("not rebooted: %v %d", err, fb.booted[c.ID()])
+	}
+}
