@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"threadbox/app/admin"
 	"threadbox/domain/fault"
 	"threadbox/domain/file"
 	"threadbox/domain/org"
@@ -19,8 +20,12 @@ import (
 	"threadbox/infra/fsroot"
 )
 
-// Compile-time check: the real confined store serves this package's port.
-var _ Store = (*fsroot.Containers)(nil)
+// Compile-time checks: the real confined store and the org policy source
+// serve this package's ports.
+var (
+	_ Store    = (*fsroot.Containers)(nil)
+	_ Policies = (*admin.Service)(nil)
+)
 
 // fakeContainers lets user "u1" use any scope, mapped to "c-"+scope, and
 // records whether each call asked to create.
