@@ -8,6 +8,7 @@ package fakeupstream
 import (
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -67,6 +68,7 @@ type Server struct {
 	script   []Reply
 	requests []Request
 	fallback func(Format, json.RawMessage) Reply
+	conns    int
 }
 
 // New starts a server answering with the scripted replies in order.
@@ -75,7 +77,15 @@ func New(replies ...Reply) *Server {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/messages", func(w http.ResponseWriter, r *http.Request) { s.serve(Anthropic, w, r) })
 	mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { s.serve(OpenAI, w, r) })
-	s.srv = httptest.NewServer(mux)
+	s.srv = httptest.NewUnstartedServer(mux)
+	s.srv.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		if st == http.StateNew {
+			s.mu.Lock()
+			s.conns++
+			s.mu.Unlock()
+		}
+	}
+	s.srv.Start()
 	return s
 }
 
@@ -98,6 +108,13 @@ func (s *Server) SetFallback(f func(Format, json.RawMessage) Reply) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.fallback = f
+}
+
+// Conns returns how many connections clients opened so far.
+func (s *Server) Conns() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.conns
 }
 
 // Requests returns the requests received so far.

@@ -1,0 +1,265 @@
+// Package anthropic is the Model adapter for Anthropic-compatible upstreams,
+// through the official Anthropic Go SDK. Requests are sent in the Messages
+// wire format as the client wrote them (minus the product's own fields), so
+// every field the upstream understands reaches it.
+package anthropic
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	sdk "github.com/anthropics/anthropic-sdk-go/v2"
+	"github.com/anthropics/anthropic-sdk-go/v2/option"
+
+	"threadbox/app/messages"
+)
+
+// DefaultMaxRetries is how often a failed request is retried (429, 408,
+// 409, 5xx and 529, or a connection error) before the stream starts.
+const DefaultMaxRetries = 3
+
+// Config configures the adapter.
+type Config struct {
+	BaseURL    string // e.g. http://127.0.0.1:8080; empty means the SDK default
+	APIKey     string
+	Model      string // what "default" (or an empty model) resolves to
+	MaxRetries int    // 0 means DefaultMaxRetries; negative disables retries
+	// HTTPClient, when nil, is a keep-alive client owned by the adapter.
+	HTTPClient *http.Client
+}
+
+// Model asks an Anthropic-compatible upstream for steps. It implements
+// messages.Model.
+type Model struct {
+	client sdk.Client
+	model  string
+}
+
+// New returns a Model using one HTTP client (and so one pool of kept-alive
+// connections) for all requests.
+func New(cfg Config) *Model {
+	hc := cfg.HTTPClient
+	if hc == nil {
+		hc = &http.Client{Transport: NewTransport()}
+	}
+	retries := cfg.MaxRetries
+	switch {
+	case retries == 0:
+		retries = DefaultMaxRetries
+	case retries < 0:
+		retries = 0
+	}
+	opts := []option.RequestOption{option.WithHTTPClient(hc), option.WithMaxRetries(retries)}
+	if cfg.BaseURL != "" {
+		opts = append(opts, option.WithBaseURL(strings.TrimSuffix(cfg.BaseURL, "/")+"/"))
+	}
+	if cfg.APIKey != "" {
+		// Both header styles: Anthropic reads x-api-key, many compatible
+		// servers read the bearer token.
+		opts = append(opts, option.WithAPIKey(cfg.APIKey), option.WithHeader("x-api-key", cfg.APIKey))
+	} else {
+		opts = append(opts, option.WithAPIKey("none"))
+	}
+	return &Model{client: sdk.NewClient(opts...), model: cfg.Model}
+}
+
+// NewTransport returns an HTTP transport tuned for many requests to one
+// upstream: kept-alive connections, a bounded dial.
+func NewTransport() *http.Transport {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConns = 256
+	t.MaxIdleConnsPerHost = 256
+	t.IdleConnTimeout = 90 * time.Second
+	t.DialContext = (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+	return t
+}
+
+// body builds the upstream request body.
+func (m *Model) body(req messages.StepRequest, stream bool) ([]byte, error) {
+	out := map[string]any{}
+	for k, v := range req.Extra {
+		out[k] = v
+	}
+	model := req.Model
+	if model == "" || model == "default" {
+		model = m.model
+	}
+	out["model"] = model
+	out["max_tokens"] = req.MaxTokens
+	out["messages"] = req.Messages
+	if len(req.System) > 0 {
+		out["system"] = req.System
+	}
+	if len(req.Tools) > 0 {
+		tools := make([]json.RawMessage, 0, len(req.Tools))
+		for _, t := range req.Tools {
+			if len(t.Raw) > 0 {
+				tools = append(tools, t.Raw)
+				continue
+			}
+			b, err := json.Marshal(struct {
+				Name        string          `json:"name"`
+				Description string          `json:"description,omitempty"`
+				InputSchema json.RawMessage `json:"input_schema"`
+			}{t.Name, t.Description, t.InputSchema})
+			if err != nil {
+				return nil, err
+			}
+			tools = append(tools, b)
+		}
+		out["tools"] = tools
+	}
+	set := func(k string, v json.RawMessage) {
+		if len(v) > 0 {
+			out[k] = v
+		}
+	}
+	set("tool_choice", req.ToolChoice)
+	set("metadata", req.Metadata)
+	set("thinking", req.Thinking)
+	if req.Temperature != nil {
+		out["temperature"] = *req.Temperature
+	}
+	if req.TopP != nil {
+		out["top_p"] = *req.TopP
+	}
+	if req.TopK != nil {
+		out["top_k"] = *req.TopK
+	}
+	if len(req.StopSequences) > 0 {
+		out["stop_sequences"] = req.StopSequences
+	}
+	if stream {
+		out["stream"] = true
+	} else {
+		delete(out, "stream")
+	}
+	b, err := json.Marshal(out)
+	if err != nil {
+		return nil, fmt.Errorf("anthropic: encode request: %w", err)
+	}
+	return b, nil
+}
+
+// reply is the part of an upstream message the loop needs.
+type reply struct {
+	Content      []messages.ContentBlock `json:"content"`
+	StopReason   string                  `json:"stop_reason"`
+	StopSequence *string                 `json:"stop_sequence"`
+	Usage        messages.Usage          `json:"usage"`
+}
+
+// Step asks the upstream for one message.
+func (m *Model) Step(ctx context.Context, req messages.StepRequest) (*messages.StepResult, error) {
+	body, err := m.body(req, false)
+	if err != nil {
+		return nil, err
+	}
+	msg, err := m.client.Messages.New(ctx, sdk.MessageNewParams{}, option.WithRequestBody("application/json", body))
+	if err != nil {
+		return nil, upstreamError(ctx, err, true)
+	}
+	var r reply
+	if err := json.Unmarshal([]byte(msg.RawJSON()), &r); err != nil {
+		return nil, fmt.Errorf("anthropic: decode response: %w", err)
+	}
+	return &messages.StepResult{Content: r.Content, StopReason: r.StopReason, StopSequence: r.StopSequence, Usage: r.Usage}, nil
+}
+
+// StreamStep asks the upstream for one message as a stream. Retries happen
+// only before the first event; an error after it ends the step.
+func (m *Model) StreamStep(ctx context.Context, req messages.StepRequest, emit func(messages.StepEvent) error) (*messages.StepResult, error) {
+	body, err := m.body(req, true)
+	if err != nil {
+		return nil, err
+	}
+	stream := m.client.Messages.NewStreaming(ctx, sdk.MessageNewParams{}, option.WithRequestBody("application/json", body))
+	defer stream.Close()
+	res := &messages.StepResult{}
+	var acc messages.Collector
+	started, stopped := false, false
+	for stream.Next() {
+		cur := stream.Current()
+		var ev messages.Event
+		if err := json.Unmarshal([]byte(cur.RawJSON()), &ev); err != nil {
+			return nil, fmt.Errorf("anthropic: decode event: %w", err)
+		}
+		started = true
+		if err := acc.Send(ev); err != nil {
+			return nil, fmt.Errorf("anthropic: event: %w", err)
+		}
+		var out *messages.StepEvent
+		switch ev.Type {
+		case messages.EventMessageStart:
+			if ev.Message != nil {
+				res.Usage = ev.Message.Usage
+			}
+		case messages.EventContentBlockStart:
+			out = &messages.StepEvent{Kind: messages.StepBlockStart, Index: ev.Index, Block: *ev.ContentBlock}
+		case messages.EventContentBlockDelta:
+			out = &messages.StepEvent{Kind: messages.StepBlockDelta, Index: ev.Index, Delta: *ev.Delta}
+		case messages.EventContentBlockStop:
+			out = &messages.StepEvent{Kind: messages.StepBlockStop, Index: ev.Index}
+		case messages.EventMessageDelta:
+			if ev.MessageDelta != nil {
+				res.StopReason = ev.MessageDelta.StopReason
+				res.StopSequence = ev.MessageDelta.StopSequence
+			}
+			if ev.Usage != nil {
+				res.Usage.OutputTokens = ev.Usage.OutputTokens
+				if ev.Usage.InputTokens > 0 {
+					res.Usage.InputTokens = ev.Usage.InputTokens
+				}
+			}
+		case messages.EventMessageStop:
+			stopped = true
+		}
+		if out != nil {
+			if err := emit(*out); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if err := stream.Err(); err != nil {
+		return nil, upstreamError(ctx, err, !started)
+	}
+	if !stopped {
+		return nil, &messages.UpstreamError{Type: "api_error", Message: "The model upstream ended the stream early."}
+	}
+	res.Content = acc.Response().Content
+	return res, nil
+}
+
+// upstreamError maps an SDK error. beforeStream tells whether the upstream
+// had answered with an HTTP status (as opposed to failing mid-stream).
+func upstreamError(ctx context.Context, err error, beforeStream bool) error {
+	if ctx.Err() != nil {
+		return fmt.Errorf("anthropic: %w", ctx.Err())
+	}
+	var apiErr *sdk.Error
+	if errors.As(err, &apiErr) {
+		status := apiErr.StatusCode
+		if !beforeStream {
+			status = 0
+		}
+		typ := string(apiErr.Type())
+		if typ == "" {
+			typ = "api_error"
+		}
+		msg := apiErr.Message
+		if msg == "" {
+			msg = http.StatusText(apiErr.StatusCode)
+		}
+		return &messages.UpstreamError{StatusCode: status, Type: typ, Message: msg}
+	}
+	if !beforeStream {
+		return &messages.UpstreamError{Type: "api_error", Message: "The model upstream stream failed."}
+	}
+	return fmt.Errorf("anthropic: %w: %v", messages.ErrUpstreamUnavailable, err)
+}

@@ -1,0 +1,293 @@
+package anthropic
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"threadbox/app/messages"
+	"threadbox/infra/llm/fakeupstream"
+)
+
+func stepRequest() messages.StepRequest {
+	return messages.StepRequest{
+		Model:     "default",
+		MaxTokens: 100,
+		System:    json.RawMessage(`"be brief"`),
+		Messages:  []messages.Message{{Role: messages.RoleUser, Content: []messages.ContentBlock{{Type: messages.BlockText, Text: "hi"}}}},
+		Tools:     messages.SubToolDefinitions(),
+		Extra:     map[string]json.RawMessage{"service_tier": json.RawMessage(`"auto"`)},
+	}
+}
+
+var toolReply = fakeupstream.Reply{
+	Content: []messages.ContentBlock{
+		{Type: messages.BlockText, Text: "I will list the files for you now."},
+		{Type: messages.BlockToolUse, ID: "toolu_1", Name: "bash_code_execution", Input: json.RawMessage(`{"command":"ls -la /home/agent/workspace"}`)},
+	},
+	Usage: messages.Usage{InputTokens: 12, OutputTokens: 7},
+}
+
+func checkToolStep(t *testing.T, res *messages.StepResult) {
+	t.Helper()
+	if res.StopReason != messages.StopToolUse || len(res.Content) != 2 {
+		t.Fatalf("result = %+v", res)
+	}
+	if res.Content[0].Text != "I will list the files for you now." {
+		t.Fatalf("text = %q", res.Content[0].Text)
+	}
+	tu := res.Content[1]
+	if tu.Type != messages.BlockToolUse || tu.ID != "toolu_1" || tu.Name != "bash_code_execution" {
+		t.Fatalf("tool_use = %+v", tu)
+	}
+	var in map[string]string
+	if err := json.Unmarshal(tu.Input, &in); err != nil || in["command"] != "ls -la /home/agent/workspace" {
+		t.Fatalf("input = %s (%v)", tu.Input, err)
+	}
+	if res.Usage.InputTokens != 12 || res.Usage.OutputTokens != 7 {
+		t.Fatalf("usage = %+v", res.Usage)
+	}
+}
+
+func TestStep(t *testing.T) {
+	up := fakeupstream.New(toolReply)
+	defer up.Close()
+	m := New(Config{BaseURL: up.URL(), APIKey: "k", Model: "claude-test"})
+	res, err := m.Step(context.Background(), stepRequest())
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkToolStep(t, res)
+	reqs := up.Requests()
+	if len(reqs) != 1 || reqs[0].Stream {
+		t.Fatalf("requests = %+v", reqs)
+	}
+	var body struct {
+		Model       string `json:"model"`
+		MaxTokens   int    `json:"max_tokens"`
+		System      string `json:"system"`
+		ServiceTier string `json:"service_tier"`
+		Tools       []struct {
+			Name        string          `json:"name"`
+			InputSchema json.RawMessage `json:"input_schema"`
+		} `json:"tools"`
+	}
+	if err := json.Unmarshal(reqs[0].Body, &body); err != nil {
+		t.Fatal(err)
+	}
+	if body.Model != "claude-test" || body.MaxTokens != 100 || body.System != "be brief" || body.ServiceTier != "auto" ||
+		len(body.Tools) != 2 || body.Tools[1].Name != "text_editor_code_execution" || len(body.Tools[0].InputSchema) == 0 {
+		t.Fatalf("body = %s", reqs[0].Body)
+	}
+	if got := reqs[0].Header.Get("X-Api-Key"); got != "k" {
+		t.Fatalf("x-api-key header = %q", got)
+	}
+	if got := reqs[0].Header.Get("Authorization"); got != "Bearer k" {
+		t.Fatalf("authorization header = %q", got)
+	}
+}
+
+func TestStreamStep(t *testing.T) {
+	up := fakeupstream.New(toolReply)
+	defer up.Close()
+	m := New(Config{BaseURL: up.URL(), Model: "claude-test"})
+	var evs []messages.StepEvent
+	res, err := m.StreamStep(context.Background(), stepRequest(), func(ev messages.StepEvent) error {
+		evs = append(evs, ev)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkToolStep(t, res)
+	if !up.Requests()[0].Stream {
+		t.Fatal("upstream request was not streamed")
+	}
+	var text, input strings.Builder
+	var kinds []messages.StepEventKind
+	for _, ev := range evs {
+		if ev.Kind != messages.StepBlockDelta {
+			kinds = append(kinds, ev.Kind)
+		}
+		if ev.Kind == messages.StepBlockStart && ev.Index == 1 && (ev.Block.Name != "bash_code_execution" || ev.Block.ID != "toolu_1") {
+			t.Fatalf("tool block start = %+v", ev.Block)
+		}
+		if ev.Kind == messages.StepBlockDelta {
+			text.WriteString(ev.Delta.Text)
+			input.WriteString(ev.Delta.PartialJSON)
+		}
+	}
+	if len(evs) < 6 || text.String() != toolReply.Content[0].Text || input.String() != string(toolReply.Content[1].Input) {
+		t.Fatalf("%d events, text %q, input %q", len(evs), text.String(), input.String())
+	}
+	want := []messages.StepEventKind{messages.StepBlockStart, messages.StepBlockStop, messages.StepBlockStart, messages.StepBlockStop}
+	if len(kinds) != 4 || kinds[0] != want[0] || kinds[1] != want[1] || kinds[2] != want[2] || kinds[3] != want[3] {
+		t.Fatalf("kinds = %v", kinds)
+	}
+}
+
+func TestRetries(t *testing.T) {
+	ok := fakeupstream.Reply{Content: []messages.ContentBlock{{Type: messages.BlockText, Text: "fine"}}}
+	tests := []struct {
+		name    string
+		replies []fakeupstream.Reply
+		stream  bool
+		calls   int
+		status  int // expected UpstreamError status, 0 for success
+		minWait time.Duration
+	}{
+		{"429 waits for retry-after", []fakeupstream.Reply{{Status: 429, Header: fakeupstream.RetryAfter(300 * time.Millisecond)}, ok}, false, 2, 0, 300 * time.Millisecond},
+		{"529 retried", []fakeupstream.Reply{{Status: 529, Header: fakeupstream.RetryAfter(time.Millisecond)}, ok}, true, 2, 0, 0},
+		{"500 retried with backoff", []fakeupstream.Reply{{Status: 500}, ok}, false, 2, 0, 200 * time.Millisecond},
+		{"bounded", []fakeupstream.Reply{
+			{Status: 503, Header: fakeupstream.RetryAfter(time.Millisecond)}, {Status: 503, Header: fakeupstream.RetryAfter(time.Millisecond)},
+			{Status: 503, Header: fakeupstream.RetryAfter(time.Millisecond)}, ok}, false, 3, 503, 0},
+		{"400 not retried", []fakeupstream.Reply{{Status: 400, ErrorMessage: "bad field"}, ok}, true, 1, 400, 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			up := fakeupstream.New(tc.replies...)
+			defer up.Close()
+			m := New(Config{BaseURL: up.URL(), Model: "m", MaxRetries: 2})
+			start := time.Now()
+			var err error
+			if tc.stream {
+				_, err = m.StreamStep(context.Background(), stepRequest(), func(messages.StepEvent) error { return nil })
+			} else {
+				_, err = m.Step(context.Background(), stepRequest())
+			}
+			if n := len(up.Requests()); n != tc.calls {
+				t.Fatalf("upstream saw %d requests, want %d", n, tc.calls)
+			}
+			if waited := time.Since(start); waited < tc.minWait {
+				t.Fatalf("returned after %v, want at least %v", waited, tc.minWait)
+			}
+			if tc.status == 0 {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			var ue *messages.UpstreamError
+			if !errors.As(err, &ue) || ue.StatusCode != tc.status {
+				t.Fatalf("err = %v, want upstream status %d", err, tc.status)
+			}
+			if tc.status == 400 && ue.Message != "bad field" {
+				t.Fatalf("message = %q", ue.Message)
+			}
+		})
+	}
+}
+
+func TestMidStreamFailureIsNotRetried(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		rep  fakeupstream.Reply
+	}{
+		{"error event", fakeupstream.Reply{Content: toolReply.Content, FailAfter: 3, ErrorType: "overloaded_error", ErrorMessage: "Overloaded"}},
+		{"connection cut", fakeupstream.Reply{Content: toolReply.Content, CutAfter: 3}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			up := fakeupstream.New(tc.rep, toolReply)
+			defer up.Close()
+			m := New(Config{BaseURL: up.URL(), Model: "m"})
+			n := 0
+			_, err := m.StreamStep(context.Background(), stepRequest(), func(messages.StepEvent) error { n++; return nil })
+			var ue *messages.UpstreamError
+			if !errors.As(err, &ue) || ue.StatusCode != 0 {
+				t.Fatalf("err = %v", err)
+			}
+			if tc.rep.ErrorType != "" && (ue.Type != "overloaded_error" || ue.Message != "Overloaded") {
+				t.Fatalf("upstream error = %+v", ue)
+			}
+			if n == 0 {
+				t.Fatal("no events were delivered before the failure")
+			}
+			if len(up.Requests()) != 1 {
+				t.Fatalf("retried after the stream started: %d requests", len(up.Requests()))
+			}
+		})
+	}
+}
+
+func TestEmitErrorAborts(t *testing.T) {
+	up := fakeupstream.New(toolReply)
+	defer up.Close()
+	m := New(Config{BaseURL: up.URL(), Model: "m"})
+	gone := errors.New("client gone")
+	_, err := m.StreamStep(context.Background(), stepRequest(), func(messages.StepEvent) error { return gone })
+	if !errors.Is(err, gone) {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestUnreachable(t *testing.T) {
+	up := fakeupstream.New()
+	url := up.URL()
+	up.Close()
+	m := New(Config{BaseURL: url, Model: "m", MaxRetries: -1})
+	_, err := m.Step(context.Background(), stepRequest())
+	if !errors.Is(err, messages.ErrUpstreamUnavailable) {
+		t.Fatalf("err = %v", err)
+	}
+	if status, _ := messages.ErrorStatus(err); status != 503 {
+		t.Fatalf("status = %d", status)
+	}
+	_, err = m.StreamStep(context.Background(), stepRequest(), func(messages.StepEvent) error { return nil })
+	if !errors.Is(err, messages.ErrUpstreamUnavailable) {
+		t.Fatalf("stream err = %v", err)
+	}
+}
+
+func TestConnectionsAreReused(t *testing.T) {
+	up := fakeupstream.New()
+	defer up.Close()
+	m := New(Config{BaseURL: up.URL(), Model: "m"})
+	for i := 0; i < 5; i++ {
+		if _, err := m.Step(context.Background(), stepRequest()); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := m.StreamStep(context.Background(), stepRequest(), func(messages.StepEvent) error { return nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := up.Conns(); n != 1 {
+		t.Fatalf("opened %d connections for 10 sequential requests, want 1", n)
+	}
+}
+
+// TestLoopOverHTTP runs the messages loop with this adapter end to end.
+func TestLoopOverHTTP(t *testing.T) {
+	up := fakeupstream.New(toolReply, fakeupstream.Reply{Content: []messages.ContentBlock{{Type: messages.BlockText, Text: "Two files."}}})
+	defer up.Close()
+	svc := messages.New(New(Config{BaseURL: up.URL(), Model: "m"}), toolsFunc(func(ctx context.Context, c messages.ToolCall) (*messages.ToolResult, error) {
+		return &messages.ToolResult{Type: messages.ResultBash, Stdout: "a\nb\n"}, nil
+	}), messages.Config{})
+	for _, stream := range []bool{false, true} {
+		up.Push(toolReply, fakeupstream.Reply{Content: []messages.ContentBlock{{Type: messages.BlockText, Text: "Two files."}}})
+		req := &messages.Request{Model: "default", MaxTokens: 50, Stream: stream,
+			Messages: []messages.Message{{Role: messages.RoleUser, Content: []messages.ContentBlock{{Type: messages.BlockText, Text: "ls"}}}},
+			Tools:    []messages.Tool{{Type: messages.ToolTypeCodeExecution2508, Name: "code_execution"}}}
+		resp, err := svc.Create(context.Background(), req, messages.RunOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(resp.Content) != 4 || resp.Content[1].Type != messages.BlockServerToolUse || resp.Content[2].Result.Stdout != "a\nb\n" || resp.Content[3].Text != "Two files." {
+			t.Fatalf("stream=%v response = %+v", stream, resp.Content)
+		}
+	}
+	// The second upstream call carried the tool result.
+	reqs := up.Requests()
+	if !strings.Contains(string(reqs[1].Body), `"tool_result"`) || !strings.Contains(string(reqs[1].Body), `srvtoolu_`) {
+		t.Fatalf("second upstream body = %s", reqs[1].Body)
+	}
+}
+
+type toolsFunc func(context.Context, messages.ToolCall) (*messages.ToolResult, error)
+
+func (f toolsFunc) Execute(ctx context.Context, c messages.ToolCall) (*messages.ToolResult, error) {
+	return f(ctx, c)
+}
