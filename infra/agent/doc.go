@@ -27,5 +27,22 @@
 // cap bytes followed by "...[truncated]" (RenderOutput), and a command that
 // timed out has exit code 124 and a stderr that ends with the line
 // "Command timed out after Ns." (appended to what the command wrote before
-// it was stopped, on a line of its own).
+// it was stopped, on a line of its own). Output passed to Command.Output is
+// the raw capped bytes as they arrive, plus that timeout line.
+//
+// Every command runs in its own process group (its own session with a
+// terminal). When the command's main process exits, or its timeout expires
+// (SIGTERM, then SIGKILL after the agent's grace period), or its ctx is
+// cancelled, the whole group is killed: background children never outlive
+// the command.
+//
+// Wiring: for a pipe-based sandbox pass NewConn(stdout, stdin, close). For
+// Docker, create the container with OpenStdin, AttachStdin/Stdout/Stderr and
+// Tty false, attach (stream, stdin, stdout, stderr) before starting it, then
+// run stdcopy.StdCopy(pipeWriter, stderrLog, hijacked.Reader) in a goroutine
+// and close pipeWriter with StdCopy's error when it returns, so that a
+// broken attach reaches the client as a read error; pass
+// NewConn(pipeReader, hijacked.Conn, closeFn) where closeFn closes the
+// hijacked connection and the pipe. The agent exits (killing its commands)
+// when its stdin ends.
 package agent
