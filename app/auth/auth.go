@@ -293,4 +293,3 @@ func (s *Service) Bootstrap(ctx context.Context, orgName, email, password string
 
 // LogValue keeps tokens out of logs.
 func (i Issued) LogValue() slog.Value { return slog.StringValue("token " + i.Record.ID()) }
-
