@@ -5,6 +5,18 @@
 // enforces timeouts and output caps, collects $OUTPUT_DIR files and reaps
 // every orphaned process reparented to it. Stdout carries protocol frames
 // only; the agent's own logs go to stderr.
+//
+// Settings (flag, or environment variable, then default):
+//
+//	-workspace   THREADBOX_AGENT_WORKSPACE   /home/agent/workspace
+//	-outputs     THREADBOX_AGENT_OUTPUTS     /mnt/user-data/outputs
+//	-tmp         THREADBOX_AGENT_TMP         /tmp/outputs (parent of each $OUTPUT_DIR)
+//	-oom-events  THREADBOX_AGENT_OOM_EVENTS  /sys/fs/cgroup/memory.events
+//	-grace       THREADBOX_AGENT_GRACE       2s (SIGTERM to SIGKILL on timeout)
+//	-drain       THREADBOX_AGENT_DRAIN       1s (wait for output after exit)
+//	-log-level   THREADBOX_AGENT_LOG_LEVEL   info
+//
+// THREADBOX_AGENT_* variables are not passed on to commands.
 package main
 
 import (
