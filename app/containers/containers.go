@@ -41,6 +41,7 @@ type Service struct {
 	store    container.Repository
 	backends []sandbox.Backend
 	folders  Folders
+	threads  Threads
 	cfg      Config
 	log      *slog.Logger
 	now      func() time.Time

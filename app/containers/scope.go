@@ -1,0 +1,62 @@
+package containers
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"threadbox/domain/container"
+	"threadbox/domain/fault"
+	"threadbox/domain/thread"
+	"threadbox/domain/user"
+)
+
+// Threads finds the threads a caller may access.
+type Threads interface {
+	Thread(ctx context.Context, orgID, ownerID, id string) (thread.Thread, error)
+}
+
+// SetThreads lets scope ids name threads. Call it once while wiring.
+func (s *Service) SetThreads(t Threads) { s.threads = t }
+
+// Scope resolves a scope id — the id of a thread the caller may access, or a
+// container id the caller chose — to its container, and makes sure its host
+// folders exist. Without create, an unknown container is not found.
+func (s *Service) Scope(ctx context.Context, p user.Principal, scopeID string, create bool) (container.Container, error) {
+	if scopeID == "" {
+		return container.Container{}, fault.New(fault.Invalid, "scope_id is required")
+	}
+	var (
+		c   container.Container
+		err error
+	)
+	if s.threads != nil && strings.HasPrefix(scopeID, "thr_") {
+		t, terr := s.threads.Thread(ctx, p.OrgID, p.UserID, scopeID)
+		if terr != nil {
+			return container.Container{}, fault.New(fault.NotFound, "container not found")
+		}
+		c, err = s.ForThread(ctx, p, t.ID())
+	} else if create {
+		c, err = s.ForUser(ctx, p, scopeID)
+	} else {
+		if verr := container.ValidateClientID(scopeID); verr != nil {
+			return container.Container{}, fault.New(fault.NotFound, "container not found")
+		}
+		if c, err = s.Lookup(ctx, p, container.UserScopedID(p.UserID, scopeID)); err == nil && c.Expired(s.now(), s.cfg.MaxAge) {
+			c, err = s.ForUser(ctx, p, scopeID)
+		}
+	}
+	if err != nil {
+		return container.Container{}, err
+	}
+	if _, err := s.folders.Prepare(ctx, c.ID()); err != nil {
+		return container.Container{}, fmt.Errorf("containers: folders: %w", err)
+	}
+	return c, nil
+}
+
+// Container is Scope returning the storage id (the Files API's port).
+func (s *Service) Container(ctx context.Context, p user.Principal, scopeID string, create bool) (string, error) {
+	c, err := s.Scope(ctx, p, scopeID, create)
+	return c.ID(), err
+}
