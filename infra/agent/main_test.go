@@ -37,6 +37,10 @@ func runMain(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
+	if err := os.Chmod(dir, 0o755); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
 	agentBin = filepath.Join(dir, "threadbox-agent")
 	build := exec.Command("go", "build", "-o", agentBin, "threadbox/cmd/threadbox-agent")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
@@ -90,6 +94,13 @@ func startAgent(t testing.TB, extraEnv []string, opts ...agent.Option) *testAgen
 func startAgentWrapped(t testing.TB, wrapper []string, extraEnv []string, opts ...agent.Option) *testAgent {
 	t.Helper()
 	root := t.TempDir()
+	// World-accessible, so that an agent running as another user (see
+	// TestAgentAsNonRoot) can use the folders.
+	for _, d := range []string{root, filepath.Dir(root)} {
+		if err := os.Chmod(d, 0o777); err != nil {
+			t.Fatal(err)
+		}
+	}
 	d := sandboxDirs{
 		workspace: filepath.Join(root, "workspace"),
 		outputs:   filepath.Join(root, "outputs"),
