@@ -11,6 +11,7 @@ import (
 
 	"threadbox/app/admin"
 	"threadbox/app/auth"
+	"threadbox/app/files"
 	"threadbox/app/workspace"
 )
 
@@ -19,6 +20,7 @@ type Services struct {
 	Auth      *auth.Service
 	Admin     *admin.Service
 	Workspace *workspace.Service
+	Files     *files.Service
 	// Ready reports whether the database answers and is migrated.
 	Ready func(ctx context.Context) error
 }

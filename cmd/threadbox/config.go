@@ -26,6 +26,12 @@ type Config struct {
 	SandboxRuntime string
 	SandboxImage   string
 	SandboxIdle    time.Duration
+	SandboxQuota   string
+	SandboxMemory  int64
+	SandboxCPUs    float64
+	SandboxPids    int64
+	SandboxDisk    int64
+	Instance       string
 	ContainerMax   time.Duration
 	AgentBin       string
 	ModelProvider  string
@@ -78,6 +84,11 @@ func loadConfig(getenv func(string) string) (Config, error) {
 		SandboxRuntime: env("SANDBOX_RUNTIME", "runc"),
 		SandboxImage:   env("SANDBOX_IMAGE", "threadbox-sandbox:latest"),
 		SandboxIdle:    dur("SANDBOX_IDLE", "5m"),
+		SandboxQuota:   env("SANDBOX_DISK_QUOTA", "auto"),
+		SandboxMemory:  num("SANDBOX_MEMORY_BYTES", 5<<30),
+		SandboxPids:    num("SANDBOX_PIDS", 512),
+		SandboxDisk:    num("SANDBOX_DISK_BYTES", 5<<30),
+		Instance:       env("THREADBOX_INSTANCE", "default"),
 		ContainerMax:   dur("CONTAINER_MAX_AGE", "720h"),
 		AgentBin:       env("THREADBOX_AGENT_BIN", ""),
 		ModelProvider:  env("MODEL_PROVIDER", ""),
@@ -118,6 +129,16 @@ func loadConfig(getenv func(string) string) (Config, error) {
 		default:
 			return Config{}, &configError{"SANDBOX_BACKEND", fmt.Sprintf("unknown backend %q (docker, local, kubernetes, e2b, firecracker)", b)}
 		}
+	}
+	cpus, perr := strconv.ParseFloat(env("SANDBOX_CPUS", "1"), 64)
+	if perr != nil || cpus <= 0 || cpus > 64 {
+		return Config{}, &configError{"SANDBOX_CPUS", "must be a number of CPUs such as 1 or 0.5"}
+	}
+	c.SandboxCPUs = cpus
+	switch c.SandboxQuota {
+	case "auto", "loop", "none":
+	default:
+		return Config{}, &configError{"SANDBOX_DISK_QUOTA", fmt.Sprintf("%q is not auto, loop or none", c.SandboxQuota)}
 	}
 	switch c.SandboxRuntime {
 	case "runc", "runsc":

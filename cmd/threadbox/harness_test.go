@@ -63,11 +63,12 @@ func startServer(t *testing.T, dbURL string, extra map[string]string) *server {
 	dir := t.TempDir()
 	addr := freeAddr(t)
 	env := map[string]string{
-		"LISTEN_ADDR":     addr,
-		"DATA_DIR":        filepath.Join(dir, "data"),
-		"DATABASE_URL":    dbURL,
-		"SANDBOX_BACKEND": "local",
-		"LOG_LEVEL":       "error",
+		"LISTEN_ADDR":        addr,
+		"DATA_DIR":           filepath.Join(dir, "data"),
+		"DATABASE_URL":       dbURL,
+		"SANDBOX_BACKEND":    "local",
+		"LOG_LEVEL":          "error",
+		"SANDBOX_DISK_QUOTA": "none",
 	}
 	for k, v := range extra {
 		env[k] = v

@@ -16,9 +16,8 @@ import (
 	"syscall"
 	"time"
 
-	"threadbox/app/admin"
 	"threadbox/app/auth"
-	"threadbox/app/workspace"
+	"threadbox/domain/sandbox"
 	"threadbox/infra/jwt"
 	"threadbox/infra/store"
 	"threadbox/web"
@@ -290,28 +289,29 @@ func cmdServe(ctx context.Context, args []string, getenv func(string) string, st
 		return err
 	}
 	log := newLogger(cfg, stderr)
-	st, err := openStore(ctx, cfg)
+	sys, err := wire(ctx, cfg, log)
 	if err != nil {
 		return err
 	}
-	defer st.Close()
-	a, err := newAuth(cfg, st)
-	if err != nil {
+	defer sys.Close()
+	if err := firstStart(ctx, sys.store, sys.auth, cfg, stdout); err != nil {
 		return err
 	}
-	if err := firstStart(ctx, st, a, cfg, stdout); err != nil {
-		return err
-	}
+	reconcile(ctx, sys.backends, log)
+	bgctx, stopBackground := context.WithCancel(context.Background())
+	defer stopBackground()
+	go sys.containers.Run(bgctx)
 	srv := web.New(web.Services{
-		Auth:      a,
-		Admin:     admin.New(st, auth.HashPassword),
-		Workspace: workspace.New(st),
-		Ready:     st.Ready,
+		Auth:      sys.auth,
+		Admin:     sys.admin,
+		Workspace: sys.workspace,
+		Files:     sys.files,
+		Ready:     sys.store.Ready,
 	}, log, web.Options{})
 
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Listen(cfg.ListenAddr) }()
-	log.Info("threadbox serving", "addr", cfg.ListenAddr, "database", st.Dialect(), "data_dir", cfg.DataDir)
+	log.Info("threadbox serving", "addr", cfg.ListenAddr, "database", sys.store.Dialect(), "sandbox_backends", len(sys.backends), "data_dir", cfg.DataDir)
 	select {
 	case err := <-errc:
 		return fmt.Errorf("serve: %w", err)
@@ -344,4 +344,25 @@ func firstStart(ctx context.Context, st *store.Store, a *auth.Service, cfg Confi
 	fmt.Fprintf(stdout, "threadbox: first start — created org \"default\" with an admin.\n  web login: %s  email: %s  password: %s\n  API token: %s\n  (shown once; more with: threadbox token create --email %s)\n",
 		cfg.PublicURL, email, password, iss.Token, email)
 	return nil
+}
+
+// reconciler is a backend that can adopt or remove the sandboxes a previous
+// run left behind.
+type reconciler interface {
+	Reconcile(ctx context.Context) (adopted, removed []string, err error)
+}
+
+func reconcile(ctx context.Context, backends []sandbox.Backend, log *slog.Logger) {
+	for _, b := range backends {
+		r, ok := b.(reconciler)
+		if !ok || b.Available(ctx) != nil {
+			continue
+		}
+		adopted, removed, err := r.Reconcile(ctx)
+		if err != nil {
+			log.Warn("reconcile failed", "backend", b.Name(), "err", err.Error())
+			continue
+		}
+		log.Info("reconciled sandboxes", "backend", b.Name(), "adopted", len(adopted), "removed", len(removed))
+	}
 }

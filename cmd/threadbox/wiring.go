@@ -1,0 +1,145 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+
+	"threadbox/app/admin"
+	"threadbox/app/auth"
+	"threadbox/app/containers"
+	"threadbox/app/files"
+	"threadbox/app/workspace"
+	"threadbox/domain/sandbox"
+	"threadbox/infra/docker"
+	"threadbox/infra/fsroot"
+	"threadbox/infra/hostdirs"
+	"threadbox/infra/store"
+)
+
+// system is every wired part of a running server.
+type system struct {
+	store      *store.Store
+	auth       *auth.Service
+	admin      *admin.Service
+	workspace  *workspace.Service
+	containers *containers.Service
+	files      *files.Service
+	backends   []sandbox.Backend
+	closers    []func() error
+}
+
+// Close releases what the system holds.
+func (s *system) Close() {
+	for i := len(s.closers) - 1; i >= 0; i-- {
+		_ = s.closers[i]()
+	}
+}
+
+// agentBin finds the static in-sandbox agent: the setting, else next to
+// this binary, else bin/threadbox-agent of a checkout.
+func agentBin(cfg Config) string {
+	if cfg.AgentBin != "" {
+		return cfg.AgentBin
+	}
+	if exe, err := os.Executable(); err == nil {
+		p := filepath.Join(filepath.Dir(exe), "threadbox-agent")
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	return filepath.Join("bin", "threadbox-agent")
+}
+
+// quotaMode picks loop-mounted disk quotas when this process can make them.
+func quotaMode(cfg Config) hostdirs.QuotaMode {
+	switch cfg.SandboxQuota {
+	case "loop":
+		return hostdirs.QuotaLoop
+	case "none":
+		return hostdirs.QuotaNone
+	}
+	if os.Geteuid() == 0 {
+		if _, err := exec.LookPath("mkfs.ext4"); err == nil {
+			return hostdirs.QuotaLoop
+		}
+	}
+	return hostdirs.QuotaNone
+}
+
+// folders adapts hostdirs to the container manager's port.
+type folders struct{ l *hostdirs.Layout }
+
+func (f folders) Prepare(ctx context.Context, id string) ([]sandbox.Mount, error) {
+	d, err := f.l.Prepare(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return d.Mounts(), nil
+}
+
+func (f folders) Remove(ctx context.Context, id string) error { return f.l.Remove(ctx, id) }
+
+// newBackends builds the configured sandbox backends in order.
+func newBackends(cfg Config, log *slog.Logger) ([]sandbox.Backend, []func() error) {
+	var (
+		out     []sandbox.Backend
+		closers []func() error
+	)
+	limits := sandbox.Limits{MemoryBytes: cfg.SandboxMemory, CPUs: cfg.SandboxCPUs, Pids: cfg.SandboxPids, DiskBytes: cfg.SandboxDisk}
+	for _, name := range cfg.SandboxBackend {
+		switch name {
+		case "docker":
+			b, err := docker.New(docker.Config{Image: cfg.SandboxImage, Runtime: cfg.SandboxRuntime, AgentBin: agentBin(cfg), Limits: limits, Logger: log.With("backend", "docker"), Instance: cfg.Instance})
+			if err != nil {
+				log.Warn("sandbox backend disabled", "backend", name, "reason", err.Error())
+				continue
+			}
+			out = append(out, b)
+			closers = append(closers, b.Close)
+		default:
+			if b := otherBackend(name, cfg, limits, log); b != nil {
+				out = append(out, b)
+			}
+		}
+	}
+	return out, closers
+}
+
+// wire builds the system from the configuration.
+func wire(ctx context.Context, cfg Config, log *slog.Logger) (*system, error) {
+	st, err := openStore(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	sys := &system{store: st, closers: []func() error{st.Close}}
+	if sys.auth, err = newAuth(cfg, st); err != nil {
+		sys.Close()
+		return nil, err
+	}
+	sys.admin = admin.New(st, auth.HashPassword)
+	sys.workspace = workspace.New(st)
+
+	layout := hostdirs.New(cfg.DataDir, hostdirs.Options{Quota: quotaMode(cfg), DiskBytes: cfg.SandboxDisk})
+	var closers []func() error
+	sys.backends, closers = newBackends(cfg, log)
+	sys.closers = append(sys.closers, closers...)
+	sys.containers = containers.New(st, sys.backends, folders{layout}, containers.Config{
+		Idle: cfg.SandboxIdle, MaxAge: cfg.ContainerMax,
+		Limits: sandbox.Limits{MemoryBytes: cfg.SandboxMemory, CPUs: cfg.SandboxCPUs, Pids: cfg.SandboxPids, DiskBytes: cfg.SandboxDisk},
+	}, log.With("component", "containers"))
+	sys.containers.SetThreads(st)
+
+	var owner *fsroot.Owner
+	if os.Geteuid() == 0 {
+		owner = &fsroot.Owner{UID: hostdirs.SandboxUID, GID: hostdirs.SandboxGID}
+	}
+	fs := fsroot.NewContainers(func(id string) fsroot.Dirs {
+		d := layout.Dirs(id)
+		return fsroot.Dirs{Workspace: d.Workspace, Uploads: d.Uploads, Outputs: d.Outputs, Skills: d.Skills}
+	}, fsroot.Options{Owner: owner})
+	sys.files = files.New(files.Deps{Store: fs, Containers: sys.containers, Policies: sys.admin})
+	return sys, nil
+}
