@@ -105,6 +105,7 @@ type box struct {
 	done      chan struct{} // closed when the attach stream ends
 	startedAt time.Time
 	oom       oomCounter
+	oomReady  chan struct{} // closed once oom is known (or unknowable)
 
 	mu       sync.Mutex
 	lastUsed time.Time
@@ -333,10 +334,6 @@ func (b *Backend) boot(ctx context.Context, spec sandbox.Spec) (*box, error) {
 		return nil, errors.New("no agent client configured")
 	}
 	name := b.ContainerName(spec.ID)
-	// A leftover container of that name (stopped, orphaned, dead) goes first.
-	if err := b.cli.ContainerRemove(ctx, name, container.RemoveOptions{Force: true}); err != nil && !errdefs.IsNotFound(err) {
-		return nil, fmt.Errorf("remove stale %s: %w", name, err)
-	}
 	cfg := &container.Config{
 		Image:        b.cfg.Image,
 		Entrypoint:   []string{AgentPath},
@@ -356,7 +353,15 @@ func (b *Backend) boot(ctx context.Context, spec sandbox.Spec) (*box, error) {
 			LabelContainer: spec.ID,
 		},
 	}
-	created, err := b.cli.ContainerCreate(ctx, cfg, b.hostConfig(spec), nil, nil, name)
+	hc := b.hostConfig(spec)
+	created, err := b.cli.ContainerCreate(ctx, cfg, hc, nil, nil, name)
+	if errdefs.IsConflict(err) {
+		// A leftover container of that name (stopped, orphaned, dead).
+		if err := b.cli.ContainerRemove(ctx, name, container.RemoveOptions{Force: true}); err != nil && !errdefs.IsNotFound(err) {
+			return nil, fmt.Errorf("remove stale %s: %w", name, err)
+		}
+		created, err = b.cli.ContainerCreate(ctx, cfg, hc, nil, nil, name)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("create: %w", err)
 	}
@@ -376,12 +381,18 @@ func (b *Backend) boot(ctx context.Context, spec sandbox.Spec) (*box, error) {
 		return fail(fmt.Errorf("start: %w", err))
 	}
 	bx.startedAt = time.Now()
+	// The OOM counter needs the init's pid; find it while the agent starts.
+	go func() {
+		defer close(bx.oomReady)
+		ictx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if in, err := b.cli.ContainerInspect(ictx, created.ID); err == nil && in.State != nil {
+			bx.setOOM(newOOMCounter(in.State.Pid, "/sys/fs/cgroup"))
+		}
+	}()
 	if err := b.handshake(ctx, bx); err != nil {
 		bx.conn.Close()
 		return fail(err)
-	}
-	if in, err := b.cli.ContainerInspect(ctx, created.ID); err == nil && in.State != nil {
-		bx.oom = newOOMCounter(in.State.Pid, "/sys/fs/cgroup")
 	}
 	b.log.Info("sandbox booted", "id", spec.ID, "container", name, "runtime", b.cfg.Runtime)
 	return bx, nil
@@ -412,7 +423,7 @@ func (b *Backend) attach(ctx context.Context, id, name, dockerID string) (*box, 
 	}
 	pr, pw := io.Pipe()
 	stderr := &logWriter{log: b.log, id: id}
-	bx := &box{id: id, name: name, dockerID: dockerID, done: make(chan struct{}), lastUsed: time.Now()}
+	bx := &box{id: id, name: name, dockerID: dockerID, done: make(chan struct{}), oomReady: make(chan struct{}), lastUsed: time.Now()}
 	rw := agent.NewConn(pr, hj.Conn, func() error {
 		pr.Close()
 		return hj.Conn.Close()
@@ -470,11 +481,12 @@ func (b *Backend) Exec(ctx context.Context, id string, cmd sandbox.Command) (san
 	}
 	bx.touch(+1)
 	defer bx.touch(-1)
-	oomBefore, oomKnown := bx.oom.read()
+	oom := bx.oomCounter()
+	oomBefore, oomKnown := oom.read()
 	res, err := bx.agent.Exec(ctx, cmd)
 	if err == nil {
 		if res.ExitCode != 0 && !res.OOMKilled && oomKnown {
-			if n, ok := bx.oom.read(); ok && n > oomBefore {
+			if n, ok := oom.read(); ok && n > oomBefore {
 				res.OOMKilled = true
 			}
 		}
@@ -494,6 +506,22 @@ func (b *Backend) Exec(ctx context.Context, id string, cmd sandbox.Command) (san
 	default:
 	}
 	return res, fmt.Errorf("docker: exec %s: %w", id, err)
+}
+
+func (bx *box) setOOM(c oomCounter) {
+	bx.mu.Lock()
+	bx.oom = c
+	bx.mu.Unlock()
+}
+
+func (bx *box) oomCounter() oomCounter {
+	select {
+	case <-bx.oomReady:
+	case <-time.After(5 * time.Second):
+	}
+	bx.mu.Lock()
+	defer bx.mu.Unlock()
+	return bx.oom
 }
 
 func (bx *box) touch(delta int) {
@@ -603,7 +631,8 @@ func (b *Backend) adopt(ctx context.Context, id, dockerID string) bool {
 		return false
 	}
 	bx.startedAt, _ = time.Parse(time.RFC3339Nano, in.State.StartedAt)
-	bx.oom = newOOMCounter(in.State.Pid, "/sys/fs/cgroup")
+	bx.setOOM(newOOMCounter(in.State.Pid, "/sys/fs/cgroup"))
+	close(bx.oomReady)
 	b.mu.Lock()
 	b.boxes[id] = bx
 	b.mu.Unlock()
