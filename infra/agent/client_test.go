@@ -690,10 +690,17 @@ func TestConnectionLossFailsPendingCalls(t *testing.T) {
 	a := startAgent(t, nil)
 	const n = 4
 	errc := make(chan error, n+1)
-	for range n {
+	for i := range n {
 		go func() {
 			// sleep 5 ends by itself, so no orphan outlives the test for long.
-			_, err := a.client.Exec(context.Background(), sandbox.Command{Args: []string{"sleep", "5"}})
+			cmd := sandbox.Command{Args: []string{"sleep", "5"}}
+			if i%2 == 0 {
+				cmd.Output = func(sandbox.Stream, []byte) {}
+			}
+			res, err := a.client.Exec(context.Background(), cmd)
+			if err == nil {
+				err = fmt.Errorf("got a result %+v", res)
+			}
 			errc <- err
 		}()
 	}

@@ -197,6 +197,12 @@ func (p *Process) Wait(ctx context.Context) (sandbox.Result, error) {
 	case <-ctx.Done():
 		return sandbox.Result{}, fmt.Errorf("agent: wait: %w", ctx.Err())
 	}
+	select {
+	case <-p.finished:
+	default:
+		// Delivery stopped because the connection went away first.
+		return sandbox.Result{}, fmt.Errorf("agent: wait: %w", p.c.err)
+	}
 	if p.startErr != nil {
 		return sandbox.Result{}, p.startErr
 	}
