@@ -1,0 +1,289 @@
+package openai
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"threadbox/app/messages"
+	"threadbox/infra/llm/fakeupstream"
+)
+
+func stepRequest() messages.StepRequest {
+	return messages.StepRequest{
+		Model:     "default",
+		MaxTokens: 100,
+		System:    json.RawMessage(`[{"type":"text","text":"be brief"}]`),
+		Messages: []messages.Message{
+			{Role: messages.RoleUser, Content: []messages.ContentBlock{{Type: messages.BlockText, Text: "count files"}}},
+			{Role: messages.RoleAssistant, Content: []messages.ContentBlock{
+				{Type: messages.BlockText, Text: "Running."},
+				{Type: messages.BlockToolUse, ID: "srvtoolu_A", Name: "bash_code_execution", Input: json.RawMessage(`{"command":"ls"}`)},
+			}},
+			{Role: messages.RoleUser, Content: []messages.ContentBlock{
+				{Type: messages.BlockToolResult, ToolUseID: "srvtoolu_A", Content: json.RawMessage(`"a b"`)},
+				{Type: messages.BlockText, Text: "and?"},
+			}},
+		},
+		Tools:      messages.SubToolDefinitions(),
+		ToolChoice: json.RawMessage(`{"type":"any"}`),
+	}
+}
+
+var toolReply = fakeupstream.Reply{
+	Content: []messages.ContentBlock{
+		{Type: messages.BlockText, Text: "Let me look at the workspace files."},
+		{Type: messages.BlockToolUse, ID: "call_1", Name: "bash_code_execution", Input: json.RawMessage(`{"command":"ls -la /home/agent/workspace | wc -l"}`)},
+		{Type: messages.BlockToolUse, ID: "call_2", Name: "text_editor_code_execution", Input: json.RawMessage(`{"command":"view","path":"notes.md"}`)},
+	},
+	Usage: messages.Usage{InputTokens: 20, OutputTokens: 9},
+}
+
+func checkToolStep(t *testing.T, res *messages.StepResult) {
+	t.Helper()
+	if res.StopReason != messages.StopToolUse || len(res.Content) != 3 {
+		t.Fatalf("result = %+v", res)
+	}
+	if res.Content[0].Type != messages.BlockText || res.Content[0].Text != "Let me look at the workspace files." {
+		t.Fatalf("text = %+v", res.Content[0])
+	}
+	for i, want := range toolReply.Content[1:] {
+		got := res.Content[i+1]
+		if got.Type != messages.BlockToolUse || got.ID != want.ID || got.Name != want.Name || string(got.Input) != string(want.Input) {
+			t.Fatalf("tool_use %d = %+v (input %s)", i, got, got.Input)
+		}
+	}
+	if res.Usage.InputTokens != 20 || res.Usage.OutputTokens != 9 {
+		t.Fatalf("usage = %+v", res.Usage)
+	}
+}
+
+func checkBody(t *testing.T, raw json.RawMessage, stream bool) {
+	t.Helper()
+	var body struct {
+		Model      string          `json:"model"`
+		MaxTokens  int             `json:"max_tokens"`
+		Stream     bool            `json:"stream"`
+		ToolChoice json.RawMessage `json:"tool_choice"`
+		Messages   []struct {
+			Role       string          `json:"role"`
+			Content    json.RawMessage `json:"content"`
+			ToolCallID string          `json:"tool_call_id"`
+			ToolCalls  []struct {
+				ID       string `json:"id"`
+				Function struct {
+					Name      string `json:"name"`
+					Arguments string `json:"arguments"`
+				} `json:"function"`
+			} `json:"tool_calls"`
+		} `json:"messages"`
+		Tools []struct {
+			Type     string `json:"type"`
+			Function struct {
+				Name       string          `json:"name"`
+				Parameters json.RawMessage `json:"parameters"`
+			} `json:"function"`
+		} `json:"tools"`
+	}
+	if err := json.Unmarshal(raw, &body); err != nil {
+		t.Fatal(err)
+	}
+	if body.Model != "qwen" || body.MaxTokens != 100 || body.Stream != stream || string(body.ToolChoice) != `"required"` {
+		t.Fatalf("body = %s", raw)
+	}
+	roles := []string{}
+	for _, m := range body.Messages {
+		roles = append(roles, m.Role)
+	}
+	if strings.Join(roles, ",") != "system,user,assistant,tool,user" {
+		t.Fatalf("roles = %v in %s", roles, raw)
+	}
+	a := body.Messages[2]
+	if string(a.Content) != `"Running."` || len(a.ToolCalls) != 1 || a.ToolCalls[0].ID != "srvtoolu_A" || a.ToolCalls[0].Function.Arguments != `{"command":"ls"}` {
+		t.Fatalf("assistant = %+v", a)
+	}
+	if tm := body.Messages[3]; tm.ToolCallID != "srvtoolu_A" || string(tm.Content) != `"a b"` {
+		t.Fatalf("tool message = %+v", tm)
+	}
+	if len(body.Tools) != 2 || body.Tools[0].Type != "function" || body.Tools[0].Function.Name != "bash_code_execution" || len(body.Tools[0].Function.Parameters) == 0 {
+		t.Fatalf("tools = %+v", body.Tools)
+	}
+}
+
+func TestStep(t *testing.T) {
+	up := fakeupstream.New(toolReply)
+	defer up.Close()
+	m := New(Config{BaseURL: up.URL() + "/v1", APIKey: "k", Model: "qwen"})
+	res, err := m.Step(context.Background(), stepRequest())
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkToolStep(t, res)
+	reqs := up.Requests()
+	if len(reqs) != 1 || reqs[0].Format != fakeupstream.OpenAI || reqs[0].Header.Get("Authorization") != "Bearer k" {
+		t.Fatalf("requests = %+v", reqs)
+	}
+	checkBody(t, reqs[0].Body, false)
+}
+
+func TestStreamStep(t *testing.T) {
+	up := fakeupstream.New(toolReply)
+	defer up.Close()
+	m := New(Config{BaseURL: up.URL() + "/v1", Model: "qwen"})
+	var evs []messages.StepEvent
+	res, err := m.StreamStep(context.Background(), stepRequest(), func(ev messages.StepEvent) error {
+		evs = append(evs, ev)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkToolStep(t, res)
+	checkBody(t, up.Requests()[0].Body, true)
+	// Blocks open and close in order; deltas rebuild text and inputs.
+	var got [3]strings.Builder
+	open := -1
+	for _, ev := range evs {
+		switch ev.Kind {
+		case messages.StepBlockStart:
+			if open != -1 || ev.Index != len(got) && ev.Index > 2 {
+				t.Fatalf("block %d opened while %d open", ev.Index, open)
+			}
+			open = ev.Index
+			if ev.Index == 2 && (ev.Block.ID != "call_2" || ev.Block.Name != "text_editor_code_execution") {
+				t.Fatalf("tool start = %+v", ev.Block)
+			}
+		case messages.StepBlockDelta:
+			if ev.Index != open {
+				t.Fatalf("delta for %d while %d open", ev.Index, open)
+			}
+			got[ev.Index].WriteString(ev.Delta.Text + ev.Delta.PartialJSON)
+		case messages.StepBlockStop:
+			if ev.Index != open {
+				t.Fatalf("stop for %d while %d open", ev.Index, open)
+			}
+			open = -1
+		}
+	}
+	if open != -1 || got[0].String() != toolReply.Content[0].Text || got[1].String() != string(toolReply.Content[1].Input) {
+		t.Fatalf("deltas: %q %q (open %d)", got[0].String(), got[1].String(), open)
+	}
+}
+
+func TestTextOnlyAndLength(t *testing.T) {
+	up := fakeupstream.New(fakeupstream.Reply{Content: []messages.ContentBlock{{Type: messages.BlockText, Text: "cut"}}, StopReason: messages.StopMaxTokens})
+	defer up.Close()
+	m := New(Config{BaseURL: up.URL() + "/v1", Model: "qwen"})
+	res, err := m.StreamStep(context.Background(), stepRequest(), func(messages.StepEvent) error { return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.StopReason != messages.StopMaxTokens || len(res.Content) != 1 || res.Content[0].Text != "cut" {
+		t.Fatalf("result = %+v", res)
+	}
+}
+
+func TestRetriesAndErrors(t *testing.T) {
+	ok := fakeupstream.Reply{Content: []messages.ContentBlock{{Type: messages.BlockText, Text: "fine"}}}
+	tests := []struct {
+		name    string
+		replies []fakeupstream.Reply
+		stream  bool
+		calls   int
+		status  int
+		minWait time.Duration
+	}{
+		{"429 waits for retry-after", []fakeupstream.Reply{{Status: 429, Header: fakeupstream.RetryAfter(300 * time.Millisecond)}, ok}, true, 2, 0, 300 * time.Millisecond},
+		{"502 retried with backoff", []fakeupstream.Reply{{Status: 502}, ok}, false, 2, 0, 200 * time.Millisecond},
+		{"bounded", []fakeupstream.Reply{{Status: 500, Header: fakeupstream.RetryAfter(time.Millisecond)}, {Status: 500, Header: fakeupstream.RetryAfter(time.Millisecond)}, ok}, false, 2, 500, 0},
+		{"400 not retried", []fakeupstream.Reply{{Status: 400, ErrorMessage: "bad"}, ok}, false, 1, 400, 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			up := fakeupstream.New(tc.replies...)
+			defer up.Close()
+			m := New(Config{BaseURL: up.URL() + "/v1", Model: "qwen", MaxRetries: 1})
+			start := time.Now()
+			var err error
+			if tc.stream {
+				_, err = m.StreamStep(context.Background(), stepRequest(), func(messages.StepEvent) error { return nil })
+			} else {
+				_, err = m.Step(context.Background(), stepRequest())
+			}
+			if n := len(up.Requests()); n != tc.calls {
+				t.Fatalf("upstream saw %d requests, want %d", n, tc.calls)
+			}
+			if waited := time.Since(start); waited < tc.minWait {
+				t.Fatalf("returned after %v, want at least %v", waited, tc.minWait)
+			}
+			if tc.status == 0 {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			var ue *messages.UpstreamError
+			if !errors.As(err, &ue) || ue.StatusCode != tc.status {
+				t.Fatalf("err = %v, want status %d", err, tc.status)
+			}
+		})
+	}
+}
+
+func TestMidStreamFailure(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		rep  fakeupstream.Reply
+	}{
+		{"error chunk", fakeupstream.Reply{Content: toolReply.Content, FailAfter: 3, ErrorMessage: "engine died"}},
+		{"connection cut", fakeupstream.Reply{Content: toolReply.Content, CutAfter: 3}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			up := fakeupstream.New(tc.rep, toolReply)
+			defer up.Close()
+			m := New(Config{BaseURL: up.URL() + "/v1", Model: "qwen"})
+			n := 0
+			_, err := m.StreamStep(context.Background(), stepRequest(), func(messages.StepEvent) error { n++; return nil })
+			var ue *messages.UpstreamError
+			if !errors.As(err, &ue) || ue.StatusCode != 0 || n == 0 || len(up.Requests()) != 1 {
+				t.Fatalf("err %v, %d events, %d requests", err, n, len(up.Requests()))
+			}
+			if tc.rep.ErrorMessage != "" && !strings.Contains(ue.Message, "engine died") {
+				t.Fatalf("message = %q", ue.Message)
+			}
+		})
+	}
+}
+
+func TestUnreachable(t *testing.T) {
+	up := fakeupstream.New()
+	url := up.URL()
+	up.Close()
+	m := New(Config{BaseURL: url + "/v1", Model: "qwen", MaxRetries: -1})
+	if _, err := m.Step(context.Background(), stepRequest()); !errors.Is(err, messages.ErrUpstreamUnavailable) {
+		t.Fatalf("err = %v", err)
+	}
+	if _, err := m.StreamStep(context.Background(), stepRequest(), func(messages.StepEvent) error { return nil }); !errors.Is(err, messages.ErrUpstreamUnavailable) {
+		t.Fatalf("stream err = %v", err)
+	}
+}
+
+func TestConnectionsAreReused(t *testing.T) {
+	up := fakeupstream.New()
+	defer up.Close()
+	m := New(Config{BaseURL: up.URL() + "/v1", Model: "qwen"})
+	for i := 0; i < 5; i++ {
+		if _, err := m.Step(context.Background(), stepRequest()); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := m.StreamStep(context.Background(), stepRequest(), func(messages.StepEvent) error { return nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := up.Conns(); n != 1 {
+		t.Fatalf("opened %d connections, want 1", n)
+	}
+}
