@@ -1,0 +1,205 @@
+package local
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"threadbox/domain/sandbox"
+	"threadbox/infra/hostdirs"
+)
+
+// v1Controllers are the cgroup v1 hierarchies a jail joins.
+var v1Controllers = []string{"memory", "pids", "cpu"}
+
+// parentDir is the folder of this backend's cgroups inside one hierarchy.
+func parentDir(hierarchy, instance string) string {
+	return filepath.Join(hierarchy, "threadbox-local", hostdirs.SafeID(instance))
+}
+
+// detectMode finds out whether this process can make child cgroups (and
+// makes their parent folders), falling back to rlimits with the reason.
+func detectMode(cfg Config) (LimitMode, string) {
+	if cfg.NoCgroups {
+		return LimitRlimits, "cgroups disabled by configuration"
+	}
+	root := cfg.CgroupRoot
+	if _, err := os.Stat(filepath.Join(root, "cgroup.controllers")); err == nil {
+		if err := prepareV2(root, cfg.Instance); err != nil {
+			return LimitRlimits, "cgroup v2: " + err.Error()
+		}
+		return LimitCgroupV2, ""
+	}
+	for _, c := range v1Controllers {
+		dir := parentDir(filepath.Join(root, c), cfg.Instance)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return LimitRlimits, "cgroup v1 " + c + ": " + err.Error()
+		}
+	}
+	return LimitCgroupV1, ""
+}
+
+// prepareV2 makes the parent cgroup and delegates the memory, pids and cpu
+// controllers down to it.
+func prepareV2(root, instance string) error {
+	dir := parentDir(root, instance)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for d := root; ; {
+		if err := os.WriteFile(filepath.Join(d, "cgroup.subtree_control"), []byte("+memory +pids +cpu"), 0o644); err != nil {
+			return fmt.Errorf("enable controllers in %s: %w", d, err)
+		}
+		if d == dir {
+			return nil
+		}
+		rel, _ := filepath.Rel(d, dir)
+		d = filepath.Join(d, strings.Split(rel, string(filepath.Separator))[0])
+	}
+}
+
+// cgroup is the set of cgroup folders of one jail. A nil *cgroup (rlimits)
+// does nothing.
+type cgroup struct {
+	mode LimitMode
+	dirs []string // one per v1 hierarchy, or the one v2 folder
+	oom  string   // file holding the oom_kill counter
+}
+
+// newCgroup makes the jail's cgroups, writes its limits and lets uid join them.
+func newCgroup(cfg Config, mode LimitMode, id string, l sandbox.Limits, uid int) (*cgroup, error) {
+	name := fmt.Sprintf("%s-%d", hostdirs.SafeID(id), time.Now().UnixNano())
+	cg := &cgroup{mode: mode}
+	type setting struct{ file, value string }
+	quota := int64(l.CPUs * 100000)
+	var plan map[string][]setting
+	if mode == LimitCgroupV2 {
+		dir := filepath.Join(parentDir(cfg.CgroupRoot, cfg.Instance), name)
+		plan = map[string][]setting{dir: {
+			{"memory.max", strconv.FormatInt(l.MemoryBytes, 10)},
+			{"memory.swap.max", "0"},
+			{"pids.max", strconv.FormatInt(l.Pids, 10)},
+			{"cpu.max", fmt.Sprintf("%d 100000", quota)},
+		}}
+		cg.dirs = []string{dir}
+		cg.oom = filepath.Join(dir, "memory.events")
+	} else {
+		plan = map[string][]setting{}
+		for _, c := range v1Controllers {
+			dir := filepath.Join(parentDir(filepath.Join(cfg.CgroupRoot, c), cfg.Instance), name)
+			cg.dirs = append(cg.dirs, dir)
+			switch c {
+			case "memory":
+				plan[dir] = []setting{
+					{"memory.limit_in_bytes", strconv.FormatInt(l.MemoryBytes, 10)},
+					{"memory.memsw.limit_in_bytes", strconv.FormatInt(l.MemoryBytes, 10)},
+				}
+				cg.oom = filepath.Join(dir, "memory.oom_control")
+			case "pids":
+				plan[dir] = []setting{{"pids.max", strconv.FormatInt(l.Pids, 10)}}
+			case "cpu":
+				plan[dir] = []setting{{"cpu.cfs_period_us", "100000"}, {"cpu.cfs_quota_us", strconv.FormatInt(quota, 10)}}
+			}
+		}
+	}
+	for _, dir := range cg.dirs {
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			cg.remove()
+			return nil, fmt.Errorf("cgroup: %w", err)
+		}
+		for _, s := range plan[dir] {
+			err := os.WriteFile(filepath.Join(dir, s.file), []byte(s.value), 0o644)
+			// Swap accounting may be off: the memory limit still holds.
+			if err != nil && !strings.Contains(s.file, "swap") && !strings.Contains(s.file, "memsw") {
+				cg.remove()
+				return nil, fmt.Errorf("cgroup: %s: %w", s.file, err)
+			}
+		}
+		for _, f := range []string{"cgroup.procs", "tasks"} {
+			err := os.Chown(filepath.Join(dir, f), uid, -1)
+			if err != nil && !errors.Is(err, os.ErrNotExist) {
+				cg.remove()
+				return nil, fmt.Errorf("cgroup: delegate %s: %w", f, err)
+			}
+		}
+	}
+	return cg, nil
+}
+
+// procsFiles are the cgroup.procs files the jail's wrapper writes its pid to.
+func (c *cgroup) procsFiles() []string {
+	if c == nil {
+		return nil
+	}
+	out := make([]string, len(c.dirs))
+	for i, d := range c.dirs {
+		out[i] = filepath.Join(d, "cgroup.procs")
+	}
+	return out
+}
+
+// killAll sends SIGKILL to every process in the jail's cgroups.
+func (c *cgroup) killAll() {
+	if c == nil {
+		return
+	}
+	for _, d := range c.dirs {
+		if c.mode == LimitCgroupV2 {
+			if os.WriteFile(filepath.Join(d, "cgroup.kill"), []byte("1"), 0o644) == nil {
+				continue
+			}
+		}
+		data, err := os.ReadFile(filepath.Join(d, "cgroup.procs"))
+		if err != nil {
+			continue
+		}
+		for _, f := range strings.Fields(string(data)) {
+			if pid, err := strconv.Atoi(f); err == nil && pid > 0 {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+	}
+}
+
+// remove kills what is left and deletes the cgroups, retrying while the
+// killed processes exit.
+func (c *cgroup) remove() {
+	if c == nil {
+		return
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for _, d := range c.dirs {
+		for {
+			err := os.Remove(d)
+			if err == nil || errors.Is(err, os.ErrNotExist) || time.Now().After(deadline) {
+				break
+			}
+			c.killAll()
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+}
+
+// oomKills returns the jail's oom_kill counter, and false when unknown.
+func (c *cgroup) oomKills() (int64, bool) {
+	if c == nil || c.oom == "" {
+		return 0, false
+	}
+	data, err := os.ReadFile(c.oom)
+	if err != nil {
+		return 0, false
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 2 && f[0] == "oom_kill" {
+			n, err := strconv.ParseInt(f[1], 10, 64)
+			return n, err == nil
+		}
+	}
+	return 0, false
+}

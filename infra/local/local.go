@@ -1,0 +1,623 @@
+// Package local runs sandboxes as bubblewrap jails on this host: one bwrap
+// process per sandbox over the sandbox image's root filesystem folder
+// (read-only), in new user, pid, ipc, net, uts and mount namespaces, with
+// the CONTRACT §2 folders bound in and the threadbox agent as the jail's
+// init speaking the agent protocol over the bwrap process's stdin and
+// stdout. Limits go through a cgroup per jail where the host lets this
+// process create one, otherwise through rlimits.
+//
+// A jail shares the host kernel and is meant for trusted self-hosting and
+// development only: it is not a sandbox for untrusted input.
+package local
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"threadbox/domain/sandbox"
+	"threadbox/infra/agent"
+	"threadbox/infra/hostdirs"
+)
+
+// AgentPath is where the agent binary appears inside the jail.
+const AgentPath = "/opt/threadbox/agent"
+
+// Defaults applied to zero fields of Config and sandbox.Limits.
+const (
+	DefaultMemoryBytes = int64(5 << 30)
+	DefaultCPUs        = 1.0
+	DefaultPids        = int64(512)
+	DefaultNoFile      = int64(4096)
+	DefaultTmpBytes    = int64(512 << 20)
+	DefaultBootTimeout = 30 * time.Second
+	DefaultCgroupRoot  = "/sys/fs/cgroup"
+	DefaultInstance    = "default"
+)
+
+// Warning is logged when a Backend is made.
+const Warning = "the local sandbox backend is a bubblewrap process jail on this host: it is for trusted self-hosting and development, not a sandbox for untrusted input"
+
+// LimitMode says how a Backend enforces limits.
+type LimitMode string
+
+// The limit modes.
+const (
+	// LimitCgroupV1 puts each jail in its own memory, pids and cpu cgroups (v1 hierarchies).
+	LimitCgroupV1 LimitMode = "cgroup v1"
+	// LimitCgroupV2 puts each jail in its own cgroup of the unified hierarchy.
+	LimitCgroupV2 LimitMode = "cgroup v2"
+	// LimitRlimits sets RLIMIT_AS, RLIMIT_NPROC and RLIMIT_NOFILE on the jail.
+	LimitRlimits LimitMode = "rlimits"
+)
+
+// Config configures a Backend.
+type Config struct {
+	// RootFS is the host folder holding the sandbox image's root filesystem
+	// (sandbox/build-offline.sh --rootfs-only keeps it in
+	// $CACHE/sandbox-rootfs/current). Required.
+	RootFS string
+	// AgentBin is the host path of the static threadbox-agent binary. Required.
+	AgentBin string
+	// Bwrap is the bubblewrap binary; default "bwrap" looked up in PATH.
+	Bwrap string
+	// Dirs, when set, prepares each container's host folders before boot; a
+	// Spec without Mounts then gets Dirs' mounts.
+	Dirs *hostdirs.Layout
+	// DiskQuota tells that Dirs enforces a per-container disk quota.
+	DiskQuota bool
+	// Limits are the defaults for zero fields of a Spec's Limits.
+	Limits sandbox.Limits
+	// CgroupRoot is where the cgroup hierarchies are mounted; default
+	// DefaultCgroupRoot.
+	CgroupRoot string
+	// NoCgroups forces rlimits even where cgroups could be used.
+	NoCgroups bool
+	// Instance separates several servers (or test runs) on one host: cgroup
+	// names are scoped to it. Default DefaultInstance.
+	Instance string
+	// UID and GID are the host ids a jail runs as when this process is root
+	// (the sandbox user of hostdirs by default). Otherwise the jail runs as
+	// this process's user.
+	UID, GID int
+	// BootTimeout bounds a boot up to the agent's first answer.
+	BootTimeout time.Duration
+	// Logger receives lifecycle events and the jail's stderr; default discards.
+	Logger *slog.Logger
+}
+
+// Backend runs sandboxes as bubblewrap jails. It implements sandbox.Backend.
+type Backend struct {
+	cfg Config
+	log *slog.Logger
+
+	modeOnce sync.Once
+	mode     LimitMode
+	modeWhy  string
+
+	availMu sync.Mutex
+	availAt time.Time // last successful probe
+
+	mu    sync.Mutex
+	boxes map[string]*jail
+	known map[string]bool // ids booted at least once by this backend
+	locks map[string]*sync.Mutex
+}
+
+// jail is one running sandbox.
+type jail struct {
+	id        string
+	cmd       *exec.Cmd
+	client    *agent.Client
+	cg        *cgroup // nil with rlimits
+	done      chan struct{}
+	startedAt time.Time
+	stderr    *tailWriter
+}
+
+// New returns a local backend and logs that it is not a sandbox for
+// untrusted input.
+func New(cfg Config) (*Backend, error) {
+	if cfg.RootFS == "" {
+		return nil, errors.New("local: no root filesystem folder configured")
+	}
+	if cfg.AgentBin == "" {
+		return nil, errors.New("local: no agent binary configured")
+	}
+	if cfg.Bwrap == "" {
+		cfg.Bwrap = "bwrap"
+	}
+	if cfg.CgroupRoot == "" {
+		cfg.CgroupRoot = DefaultCgroupRoot
+	}
+	if cfg.Instance == "" {
+		cfg.Instance = DefaultInstance
+	}
+	if cfg.UID == 0 {
+		cfg.UID = hostdirs.SandboxUID
+	}
+	if cfg.GID == 0 {
+		cfg.GID = hostdirs.SandboxGID
+	}
+	if cfg.BootTimeout <= 0 {
+		cfg.BootTimeout = DefaultBootTimeout
+	}
+	l := &cfg.Limits
+	if l.MemoryBytes <= 0 {
+		l.MemoryBytes = DefaultMemoryBytes
+	}
+	if l.CPUs <= 0 {
+		l.CPUs = DefaultCPUs
+	}
+	if l.Pids <= 0 {
+		l.Pids = DefaultPids
+	}
+	if l.NoFile <= 0 {
+		l.NoFile = DefaultNoFile
+	}
+	if l.TmpBytes <= 0 {
+		l.TmpBytes = DefaultTmpBytes
+	}
+	lg := cfg.Logger
+	if lg == nil {
+		lg = slog.New(slog.DiscardHandler)
+	}
+	lg.Warn(Warning, "backend", "local")
+	return &Backend{cfg: cfg, log: lg, boxes: map[string]*jail{}, known: map[string]bool{}, locks: map[string]*sync.Mutex{}}, nil
+}
+
+// Name returns "local".
+func (b *Backend) Name() string { return "local" }
+
+// Isolation returns the isolation level of a jail.
+func (b *Backend) Isolation() string { return "process jail" }
+
+// LimitMode returns how limits are enforced on this host, and why cgroups
+// are not used when they are not.
+func (b *Backend) LimitMode() (LimitMode, string) {
+	b.modeOnce.Do(func() { b.mode, b.modeWhy = detectMode(b.cfg) })
+	return b.mode, b.modeWhy
+}
+
+// EnforcedLimits names the limits a jail enforces on this host ("memory",
+// "cpu", "pids", "nofile", "tmp", "disk") and the mechanism behind them.
+func (b *Backend) EnforcedLimits(ctx context.Context) ([]string, string) {
+	mode, _ := b.LimitMode()
+	var out []string
+	switch mode {
+	case LimitCgroupV1, LimitCgroupV2:
+		out = []string{"memory", "cpu", "pids", "nofile", "tmp"}
+	default:
+		// RLIMIT_AS bounds address space, RLIMIT_NPROC the processes of
+		// the jail's user: approximations of memory and pids.
+		out = []string{"memory", "pids", "nofile", "tmp"}
+	}
+	if b.cfg.DiskQuota {
+		out = append(out, "disk")
+	}
+	return out, string(mode)
+}
+
+// Available checks bubblewrap, user namespaces, the root filesystem and the
+// agent binary by starting a throwaway jail. A success is remembered for a
+// few seconds.
+func (b *Backend) Available(ctx context.Context) error {
+	b.availMu.Lock()
+	defer b.availMu.Unlock()
+	if !b.availAt.IsZero() && time.Since(b.availAt) < 10*time.Second {
+		return nil
+	}
+	bw, err := exec.LookPath(b.cfg.Bwrap)
+	if err != nil {
+		return fmt.Errorf("local: bubblewrap (install the Debian package bubblewrap): %w", err)
+	}
+	if fi, err := os.Stat(filepath.Join(b.cfg.RootFS, "bin", "bash")); err != nil || fi.IsDir() {
+		return fmt.Errorf("local: root filesystem %s has no /bin/bash (build it with `sandbox/build-offline.sh --rootfs-only`)", b.cfg.RootFS)
+	}
+	if fi, err := os.Stat(b.cfg.AgentBin); err != nil {
+		return fmt.Errorf("local: agent binary (build it with `make agent`): %w", err)
+	} else if fi.Mode()&0o111 == 0 {
+		return fmt.Errorf("local: agent binary %s is not executable", b.cfg.AgentBin)
+	}
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(pctx, bw, "--unshare-user", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
+		"--die-with-parent", "--uid", strconv.Itoa(hostdirs.SandboxUID), "--gid", strconv.Itoa(hostdirs.SandboxGID),
+		"--ro-bind", b.cfg.RootFS, "/", "--tmpfs", "/opt/threadbox", "--ro-bind", b.cfg.AgentBin, AgentPath,
+		AgentPath, "-h")
+	cmd.SysProcAttr = b.procAttr()
+	out, err := cmd.CombinedOutput()
+	// The agent prints its usage and exits 0 for -h; bwrap fails first when
+	// namespaces or mounts are refused.
+	if err != nil && !strings.Contains(string(out), "Usage of threadbox-agent") {
+		return fmt.Errorf("local: bubblewrap cannot start a jail (user namespaces allowed? root filesystem and agent readable by uid %d?): %w: %s",
+			b.jailUID(), err, strings.TrimSpace(string(out)))
+	}
+	b.availAt = time.Now()
+	return nil
+}
+
+// jailUID is the host uid a jail runs as.
+func (b *Backend) jailUID() int {
+	if os.Geteuid() == 0 {
+		return b.cfg.UID
+	}
+	return os.Geteuid()
+}
+
+// procAttr drops root to the jail's host user, so that uid 1000 inside is
+// uid 1000 outside and owns the workspace as it does under Docker.
+func (b *Backend) procAttr() *syscall.SysProcAttr {
+	a := &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if os.Geteuid() == 0 {
+		a.Credential = &syscall.Credential{Uid: uint32(b.cfg.UID), Gid: uint32(b.cfg.GID), Groups: []uint32{}}
+	}
+	return a
+}
+
+func (b *Backend) lock(id string) func() {
+	b.mu.Lock()
+	m, ok := b.locks[id]
+	if !ok {
+		m = &sync.Mutex{}
+		b.locks[id] = m
+	}
+	b.mu.Unlock()
+	m.Lock()
+	return m.Unlock
+}
+
+// live returns the running jail of id, or nil.
+func (b *Backend) live(id string) *jail {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	j := b.boxes[id]
+	if j == nil {
+		return nil
+	}
+	select {
+	case <-j.done:
+		delete(b.boxes, id)
+		return nil
+	case <-j.client.Done():
+		delete(b.boxes, id)
+		go j.kill()
+		return nil
+	default:
+	}
+	return j
+}
+
+// Ensure boots the jail for spec.ID unless it is running. A jail that died
+// is replaced by a fresh one over the same host folders.
+func (b *Backend) Ensure(ctx context.Context, spec sandbox.Spec) error {
+	if spec.ID == "" {
+		return errors.New("local: ensure: empty container id")
+	}
+	defer b.lock(spec.ID)()
+	if b.live(spec.ID) != nil {
+		return nil
+	}
+	if b.cfg.Dirs != nil {
+		d, err := b.cfg.Dirs.Prepare(ctx, spec.ID)
+		if err != nil {
+			return fmt.Errorf("local: ensure %s: %w: %w", spec.ID, sandbox.ErrUnavailable, err)
+		}
+		if len(spec.Mounts) == 0 {
+			spec.Mounts = d.Mounts()
+		}
+	}
+	j, err := b.boot(ctx, spec)
+	if err != nil {
+		return fmt.Errorf("local: ensure %s: %w: %w", spec.ID, sandbox.ErrUnavailable, err)
+	}
+	b.mu.Lock()
+	b.boxes[spec.ID] = j
+	b.known[spec.ID] = true
+	b.mu.Unlock()
+	return nil
+}
+
+// limits fills the zero fields of l from the backend's defaults.
+func (b *Backend) limits(l sandbox.Limits) sandbox.Limits {
+	d := b.cfg.Limits
+	if l.MemoryBytes <= 0 {
+		l.MemoryBytes = d.MemoryBytes
+	}
+	if l.CPUs <= 0 {
+		l.CPUs = d.CPUs
+	}
+	if l.Pids <= 0 {
+		l.Pids = d.Pids
+	}
+	if l.NoFile <= 0 {
+		l.NoFile = d.NoFile
+	}
+	if l.TmpBytes <= 0 {
+		l.TmpBytes = d.TmpBytes
+	}
+	return l
+}
+
+// bwrapArgs builds the bubblewrap command line of one jail.
+func (b *Backend) bwrapArgs(spec sandbox.Spec, l sandbox.Limits) []string {
+	args := []string{
+		"--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
+		"--uid", strconv.Itoa(hostdirs.SandboxUID), "--gid", strconv.Itoa(hostdirs.SandboxGID),
+		"--hostname", "sandbox",
+		"--new-session", "--die-with-parent", "--cap-drop", "ALL",
+		"--ro-bind", b.cfg.RootFS, "/",
+		"--proc", "/proc",
+		"--dev", "/dev",
+		"--perms", "1777", "--size", strconv.FormatInt(l.TmpBytes, 10), "--tmpfs", "/tmp",
+		"--tmpfs", "/opt/threadbox",
+		"--ro-bind", b.cfg.AgentBin, AgentPath,
+		"--remount-ro", "/opt/threadbox",
+	}
+	for _, m := range spec.Mounts {
+		flag := "--bind"
+		if m.ReadOnly {
+			flag = "--ro-bind"
+		}
+		args = append(args, flag, m.Source, m.Target)
+	}
+	args = append(args, "--chdir", sandbox.WorkspaceDir, "--clearenv")
+	env := append([]string{
+		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+		"HOME=/home/agent", "USER=agent", "LOGNAME=agent", "SHELL=/bin/bash", "LANG=C.UTF-8",
+		"THREADBOX_AGENT_OOM_EVENTS=/nonexistent",
+	}, spec.Env...)
+	for _, kv := range env {
+		k, v, ok := strings.Cut(kv, "=")
+		if ok && k != "" {
+			args = append(args, "--setenv", k, v)
+		}
+	}
+	return append(args, AgentPath)
+}
+
+// wrapper joins the jail's cgroups, sets its rlimits and becomes bwrap.
+// $1.. are the cgroup.procs files to join; "--" ends them.
+const wrapper = `set -e
+while [ "$1" != "--" ]; do echo $$ > "$1"; shift; done
+shift
+ulimit -n "$TB_NOFILE"
+if [ -n "$TB_AS" ]; then ulimit -v "$TB_AS"; fi
+if [ -n "$TB_NPROC" ]; then ulimit -u "$TB_NPROC" 2>/dev/null || ulimit -p "$TB_NPROC"; fi
+unset TB_NOFILE TB_AS TB_NPROC
+exec "$@"
+`
+
+func (b *Backend) boot(ctx context.Context, spec sandbox.Spec) (*jail, error) {
+	bw, err := exec.LookPath(b.cfg.Bwrap)
+	if err != nil {
+		return nil, fmt.Errorf("bubblewrap: %w", err)
+	}
+	l := b.limits(spec.Limits)
+	j := &jail{id: spec.ID, done: make(chan struct{}), stderr: &tailWriter{log: b.log, id: spec.ID}}
+	mode, _ := b.LimitMode()
+	shArgs := []string{"-c", wrapper, "threadbox-local"}
+	env := []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "TB_NOFILE=" + strconv.FormatInt(l.NoFile, 10)}
+	if mode == LimitCgroupV1 || mode == LimitCgroupV2 {
+		cg, err := newCgroup(b.cfg, mode, spec.ID, l, b.jailUID())
+		if err != nil {
+			return nil, err
+		}
+		j.cg = cg
+		shArgs = append(shArgs, cg.procsFiles()...)
+	} else {
+		env = append(env, "TB_AS="+strconv.FormatInt(l.MemoryBytes/1024, 10), "TB_NPROC="+strconv.FormatInt(l.Pids, 10))
+	}
+	shArgs = append(shArgs, "--", bw)
+	shArgs = append(shArgs, b.bwrapArgs(spec, l)...)
+	cmd := exec.Command("/bin/sh", shArgs...)
+	cmd.Env = env
+	cmd.Dir = "/"
+	cmd.SysProcAttr = b.procAttr()
+	cmd.Stderr = j.stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		j.cg.remove()
+		return nil, fmt.Errorf("stdin pipe: %w", err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		j.cg.remove()
+		return nil, fmt.Errorf("stdout pipe: %w", err)
+	}
+	if err := cmd.Start(); err != nil {
+		j.cg.remove()
+		return nil, fmt.Errorf("start bubblewrap: %w", err)
+	}
+	j.cmd = cmd
+	j.startedAt = time.Now()
+	rw := agent.NewConn(stdout, stdin, stdin.Close)
+	j.client = agent.NewClient(rw, agent.WithKeepalive(15*time.Second, 10*time.Second))
+	go func() {
+		_ = cmd.Wait()
+		j.client.Close()
+		j.cg.remove()
+		close(j.done)
+	}()
+	pctx, cancel := context.WithTimeout(ctx, b.cfg.BootTimeout)
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() { errc <- j.client.Ping(pctx) }()
+	select {
+	case err = <-errc:
+	case <-j.done:
+		err = errors.New("jail exited during boot")
+	}
+	if err != nil {
+		j.kill()
+		<-j.done
+		return nil, fmt.Errorf("agent handshake: %w: %s", err, j.stderr.tail())
+	}
+	b.log.Info("sandbox booted", "id", spec.ID, "backend", "local", "limits", string(mode))
+	return j, nil
+}
+
+// kill ends the jail: its connection, the bwrap process group and, with
+// cgroups, every process left in its cgroup.
+func (j *jail) kill() {
+	j.client.Close()
+	if j.cmd != nil && j.cmd.Process != nil {
+		_ = syscall.Kill(-j.cmd.Process.Pid, syscall.SIGKILL)
+	}
+	j.cg.killAll()
+}
+
+// Exec runs cmd through the jail's agent. When the jail dies before the
+// command ends, the error wraps sandbox.ErrUnavailable and the next Ensure
+// boots a fresh jail.
+func (b *Backend) Exec(ctx context.Context, id string, cmd sandbox.Command) (sandbox.Result, error) {
+	j := b.live(id)
+	if j == nil {
+		b.mu.Lock()
+		known := b.known[id]
+		b.mu.Unlock()
+		if !known {
+			return sandbox.Result{}, fmt.Errorf("local: exec %s: %w", id, sandbox.ErrNotFound)
+		}
+		return sandbox.Result{}, fmt.Errorf("local: exec %s: %w: sandbox is not running", id, sandbox.ErrUnavailable)
+	}
+	oomBefore, oomKnown := j.cg.oomKills()
+	res, err := j.client.Exec(ctx, cmd)
+	if err == nil {
+		if res.ExitCode != 0 && !res.OOMKilled && oomKnown {
+			if n, ok := j.cg.oomKills(); ok && n > oomBefore {
+				res.OOMKilled = true
+			}
+		}
+		return res, nil
+	}
+	if ctx.Err() != nil {
+		return res, fmt.Errorf("local: exec %s: %w", id, err)
+	}
+	if errors.Is(err, sandbox.ErrUnavailable) {
+		return res, fmt.Errorf("local: exec %s: %w", id, err)
+	}
+	select {
+	case <-j.done:
+		return res, fmt.Errorf("local: exec %s: %w: jail ended: %w", id, sandbox.ErrUnavailable, err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	return res, fmt.Errorf("local: exec %s: %w", id, err)
+}
+
+// Stop kills the jail; its files stay.
+func (b *Backend) Stop(ctx context.Context, id string) error {
+	defer b.lock(id)()
+	b.mu.Lock()
+	j := b.boxes[id]
+	delete(b.boxes, id)
+	b.mu.Unlock()
+	if j == nil {
+		return nil
+	}
+	j.kill()
+	select {
+	case <-j.done:
+	case <-ctx.Done():
+		return fmt.Errorf("local: stop %s: %w", id, ctx.Err())
+	}
+	b.log.Info("sandbox stopped", "id", id, "backend", "local")
+	return nil
+}
+
+// Remove stops the jail and forgets it. Host folders are the caller's.
+func (b *Backend) Remove(ctx context.Context, id string) error {
+	if err := b.Stop(ctx, id); err != nil {
+		return err
+	}
+	b.mu.Lock()
+	delete(b.locks, id)
+	delete(b.known, id)
+	b.mu.Unlock()
+	return nil
+}
+
+// Status reports the jail's state: running, stopped (booted before by this
+// backend) or missing.
+func (b *Backend) Status(ctx context.Context, id string) (sandbox.Status, error) {
+	if j := b.live(id); j != nil {
+		return sandbox.Status{State: sandbox.StateRunning, StartedAt: j.startedAt}, nil
+	}
+	b.mu.Lock()
+	known := b.known[id]
+	b.mu.Unlock()
+	if known {
+		return sandbox.Status{State: sandbox.StateStopped}, nil
+	}
+	return sandbox.Status{State: sandbox.StateMissing}, nil
+}
+
+// Close kills every jail of this backend.
+func (b *Backend) Close() error {
+	b.mu.Lock()
+	var ids []string
+	for id := range b.boxes {
+		ids = append(ids, id)
+	}
+	b.mu.Unlock()
+	var errs []error
+	for _, id := range ids {
+		errs = append(errs, b.Stop(context.Background(), id))
+	}
+	return errors.Join(errs...)
+}
+
+// tailWriter logs the jail's stderr line by line and keeps its last bytes
+// for boot errors.
+type tailWriter struct {
+	log *slog.Logger
+	id  string
+
+	mu   sync.Mutex
+	buf  []byte
+	last []byte
+}
+
+func (w *tailWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.last = append(w.last, p...)
+	if len(w.last) > 2048 {
+		w.last = w.last[len(w.last)-2048:]
+	}
+	w.buf = append(w.buf, p...)
+	for {
+		i := strings.IndexByte(string(w.buf), '\n')
+		if i < 0 {
+			break
+		}
+		w.log.Info("jail", "id", w.id, "line", string(w.buf[:i]))
+		w.buf = w.buf[i+1:]
+	}
+	if len(w.buf) > 4096 {
+		w.log.Info("jail", "id", w.id, "line", string(w.buf))
+		w.buf = w.buf[:0]
+	}
+	return len(p), nil
+}
+
+func (w *tailWriter) tail() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return strings.TrimSpace(string(w.last))
+}
+
+var (
+	_ sandbox.Backend = (*Backend)(nil)
+	_ io.Writer       = (*tailWriter)(nil)
+)

@@ -1,0 +1,311 @@
+package local
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"threadbox/domain/sandbox"
+	"threadbox/infra/sandboxtest"
+)
+
+// These tests run real bubblewrap jails. They need root (for the jail's
+// cgroups and the loop-mounted disk quota), bwrap and the sandbox root
+// filesystem. Under CI=true a missing prerequisite fails them; otherwise
+// they skip.
+
+// need fails (CI) or skips the test when a prerequisite is missing.
+func need(t *testing.T, format string, args ...any) {
+	t.Helper()
+	if os.Getenv("CI") == "true" {
+		t.Fatalf(format, args...)
+	}
+	t.Skipf(format, args...)
+}
+
+var (
+	agentOnce sync.Once
+	agentBin  string
+	agentErr  error
+
+	rootOnce sync.Once
+	rootDir  string
+	rootErr  error
+)
+
+// testAgent returns THREADBOX_AGENT_BIN, else a fresh static build of the agent.
+func testAgent(t *testing.T) string {
+	t.Helper()
+	agentOnce.Do(func() {
+		if p := os.Getenv("THREADBOX_AGENT_BIN"); p != "" {
+			if _, err := os.Stat(p); err == nil {
+				agentBin, agentErr = filepath.Abs(p)
+				return
+			}
+		}
+		dir, err := os.MkdirTemp("", "threadbox-agent-")
+		if err != nil {
+			agentErr = err
+			return
+		}
+		// The jail's unprivileged user must reach the binary.
+		if err := os.Chmod(dir, 0o755); err != nil {
+			agentErr = err
+			return
+		}
+		agentBin = filepath.Join(dir, "threadbox-agent")
+		cmd := exec.Command("go", "build", "-trimpath", "-o", agentBin, "threadbox/cmd/threadbox-agent")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			agentErr = fmt.Errorf("build agent: %w: %s", err, out)
+		}
+	})
+	if agentErr != nil {
+		t.Fatal(agentErr)
+	}
+	return agentBin
+}
+
+// cacheDir mirrors sandbox/build-offline.sh: $THREADBOX_CACHE_DIR, else
+// $DATA_DIR/cache, else /var/cache/threadbox.
+func cacheDir() string {
+	if v := os.Getenv("THREADBOX_CACHE_DIR"); v != "" {
+		return v
+	}
+	if v := os.Getenv("DATA_DIR"); v != "" {
+		return filepath.Join(v, "cache")
+	}
+	return "/var/cache/threadbox"
+}
+
+// testRootFS finds the sandbox root filesystem: THREADBOX_ROOTFS, else the
+// cache of build-offline.sh; under CI=true it builds it when missing.
+func testRootFS(t *testing.T) string {
+	t.Helper()
+	rootOnce.Do(func() {
+		candidates := []string{os.Getenv("THREADBOX_ROOTFS"), filepath.Join(cacheDir(), "sandbox-rootfs", "current")}
+		for _, c := range candidates {
+			if c == "" {
+				continue
+			}
+			if _, err := os.Stat(filepath.Join(c, "bin", "bash")); err == nil {
+				rootDir, rootErr = filepath.EvalSymlinks(c)
+				return
+			}
+		}
+		if os.Getenv("CI") != "true" {
+			rootErr = fmt.Errorf("no sandbox root filesystem (set THREADBOX_ROOTFS or run sandbox/build-offline.sh --rootfs-only)")
+			return
+		}
+		script, err := filepath.Abs("../../sandbox/build-offline.sh")
+		if err != nil {
+			rootErr = err
+			return
+		}
+		cmd := exec.Command(script, "--rootfs-only")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			rootErr = fmt.Errorf("build root filesystem: %w: %s", err, out)
+			return
+		}
+		rootDir, rootErr = filepath.EvalSymlinks(candidates[1])
+	})
+	if rootErr != nil {
+		need(t, "%v", rootErr)
+	}
+	return rootDir
+}
+
+// prerequisites fails or skips the test unless jails can run here.
+func prerequisites(t *testing.T) (rootfs, agentBin string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		need(t, "local backend tests need root (cgroups, loop quota)")
+	}
+	if _, err := exec.LookPath("bwrap"); err != nil {
+		need(t, "bubblewrap not installed: %v", err)
+	}
+	return testRootFS(t), testAgent(t)
+}
+
+// newTestBackend returns a backend with its own cgroup instance, stopped
+// at the end of the test.
+func newTestBackend(t *testing.T, cfg Config) *Backend {
+	t.Helper()
+	rootfs, bin := prerequisites(t)
+	if cfg.RootFS == "" {
+		cfg.RootFS = rootfs
+	}
+	if cfg.AgentBin == "" {
+		cfg.AgentBin = bin
+	}
+	if cfg.Instance == "" {
+		cfg.Instance = fmt.Sprintf("test%d", time.Now().UnixNano())
+	}
+	b, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := b.Available(ctx); err != nil {
+		need(t, "local backend not available: %v", err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return b
+}
+
+// capsOf states what the backend enforces on this host.
+func capsOf(b *Backend) sandboxtest.Capabilities {
+	mode, _ := b.LimitMode()
+	c := sandboxtest.Capabilities{Disk: true, Pids: true, Memory: sandboxtest.MemoryAllocFails}
+	if mode != LimitRlimits {
+		c.Memory = sandboxtest.MemoryOOMKill
+	}
+	return c
+}
+
+func TestConformance(t *testing.T) {
+	newBackend := func(t *testing.T) sandbox.Backend { return newTestBackend(t, Config{}) }
+	probe := newTestBackend(t, Config{})
+	sandboxtest.Run(t, newBackend, capsOf(probe))
+}
+
+func TestConformanceRlimits(t *testing.T) {
+	if testing.Short() {
+		t.Skip("short")
+	}
+	newBackend := func(t *testing.T) sandbox.Backend { return newTestBackend(t, Config{NoCgroups: true}) }
+	probe := newTestBackend(t, Config{NoCgroups: true})
+	caps := capsOf(probe)
+	// RLIMIT_NPROC counts every process of the jail's host user: it holds a
+	// fork bomb but is shared with the other jails, so the bystander case
+	// does not apply.
+	caps.Pids = false
+	sandboxtest.Run(t, newBackend, caps)
+}
+
+func TestWarnsAtConstruction(t *testing.T) {
+	var buf strings.Builder
+	_, err := New(Config{RootFS: "/nonexistent", AgentBin: "/nonexistent", Logger: slog.New(slog.NewTextHandler(&buf, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(buf.String(), "level=WARN") || !strings.Contains(buf.String(), "not a sandbox for untrusted input") {
+		t.Errorf("log %q: want a warning that local is not for untrusted input", buf.String())
+	}
+}
+
+func TestUnavailableSaysWhy(t *testing.T) {
+	tests := []struct {
+		name string
+		cfg  Config
+		want string
+	}{
+		{"no bwrap", Config{RootFS: "/", AgentBin: "/bin/true", Bwrap: "/nonexistent/bwrap"}, "bubblewrap"},
+		{"no rootfs", Config{RootFS: t.TempDir(), AgentBin: "/bin/true", Bwrap: "/bin/true"}, "root filesystem"},
+		{"no agent", Config{RootFS: "/", AgentBin: "/nonexistent/agent", Bwrap: "/bin/true"}, "agent binary"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b, err := New(tt.cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = b.Available(context.Background())
+			if err == nil || !strings.Contains(err.Error(), tt.want) || !strings.HasPrefix(err.Error(), "local: ") {
+				t.Errorf("Available: %v, want an error naming %q", err, tt.want)
+			}
+		})
+	}
+	if _, err := New(Config{AgentBin: "/bin/true"}); err == nil {
+		t.Error("New without a root filesystem succeeded")
+	}
+}
+
+func TestJailCommandLine(t *testing.T) {
+	b, err := New(Config{RootFS: "/srv/rootfs", AgentBin: "/opt/agent"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := sandbox.Spec{ID: "x", Env: []string{"A=b=c"}, Mounts: []sandbox.Mount{
+		{Source: "/d/ws", Target: sandbox.WorkspaceDir},
+		{Source: "/d/up", Target: sandbox.UploadsDir, ReadOnly: true},
+	}}
+	args := strings.Join(b.bwrapArgs(spec, b.limits(sandbox.Limits{TmpBytes: 1234})), " ")
+	for _, want := range []string{
+		"--unshare-user --unshare-pid --unshare-ipc --unshare-net --unshare-uts",
+		"--uid 1000 --gid 1000",
+		"--new-session --die-with-parent --cap-drop ALL",
+		"--ro-bind /srv/rootfs /",
+		"--proc /proc", "--dev /dev",
+		"--size 1234 --tmpfs /tmp",
+		"--ro-bind /opt/agent " + AgentPath, "--remount-ro /opt/threadbox",
+		"--bind /d/ws " + sandbox.WorkspaceDir,
+		"--ro-bind /d/up " + sandbox.UploadsDir,
+		"--chdir " + sandbox.WorkspaceDir,
+		"--clearenv", "--setenv A b=c",
+	} {
+		if !strings.Contains(args, want) {
+			t.Errorf("bwrap args lack %q:\n%s", want, args)
+		}
+	}
+	if !strings.HasSuffix(args, " "+AgentPath) {
+		t.Errorf("the agent is not the jail's command: %s", args)
+	}
+}
+
+func TestCgroupLimitsWritten(t *testing.T) {
+	b := newTestBackend(t, Config{})
+	if mode, why := b.LimitMode(); mode != LimitCgroupV1 && mode != LimitCgroupV2 {
+		need(t, "no cgroups on this host: %s", why)
+	}
+	lim := sandbox.Limits{MemoryBytes: 300 << 20, Pids: 77, CPUs: 0.5}
+	if err := b.Ensure(context.Background(), sandbox.Spec{ID: "cg", Limits: lim}); err != nil {
+		t.Fatal(err)
+	}
+	j := b.live("cg")
+	if j == nil || j.cg == nil {
+		t.Fatal("jail without cgroup")
+	}
+	read := func(suffix string) string {
+		for _, d := range j.cg.dirs {
+			if data, err := os.ReadFile(filepath.Join(d, suffix)); err == nil {
+				return strings.TrimSpace(string(data))
+			}
+		}
+		return ""
+	}
+	mode, _ := b.LimitMode()
+	if mode == LimitCgroupV1 {
+		if got := read("memory.limit_in_bytes"); got != fmt.Sprint(300<<20) {
+			t.Errorf("memory limit %q", got)
+		}
+		if got := read("cpu.cfs_quota_us"); got != "50000" {
+			t.Errorf("cpu quota %q", got)
+		}
+	}
+	if got := read("pids.max"); got != "77" {
+		t.Errorf("pids.max %q", got)
+	}
+	// Every process of the jail is in its cgroup.
+	procs := read("cgroup.procs")
+	if len(strings.Fields(procs)) < 2 {
+		t.Errorf("cgroup.procs %q: want bwrap and the agent", procs)
+	}
+	dirs := j.cg.dirs
+	if err := b.Stop(context.Background(), "cg"); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range dirs {
+		if _, err := os.Stat(d); !os.IsNotExist(err) {
+			t.Errorf("cgroup %s left after stop: %v", d, err)
+		}
+	}
+}

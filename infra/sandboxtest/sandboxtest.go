@@ -1,0 +1,614 @@
+// Package sandboxtest is the conformance suite every sandbox backend passes:
+// one set of tests of CONTRACT §2, §3 and §6 run against a sandbox.Backend
+// (docker with runc, docker with runsc, local). Backends differ only where
+// Capabilities says so: which limits they enforce on the running host.
+//
+// The suite owns the containers' host folders: it lays them out with
+// infra/hostdirs in a data folder of its own (loop-mounted disk quotas when
+// the backend enforces disk) and hands every sandbox explicit §2 mounts, so
+// backends under test need no Dirs of their own.
+package sandboxtest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"threadbox/domain/sandbox"
+	"threadbox/infra/hostdirs"
+)
+
+// MemoryEnforcement says what happens to a command that goes past the
+// sandbox's memory limit.
+type MemoryEnforcement int
+
+// The memory enforcements.
+const (
+	// MemoryNone: no memory limit; the memory case is not run.
+	MemoryNone MemoryEnforcement = iota
+	// MemoryOOMKill: a cgroup limit; the command is killed and the result
+	// says OOMKilled (or the whole sandbox dies of it, reported as out of
+	// memory).
+	MemoryOOMKill
+	// MemoryAllocFails: an address-space rlimit; the allocation fails and
+	// the command exits non-zero.
+	MemoryAllocFails
+)
+
+// String names the enforcement.
+func (m MemoryEnforcement) String() string {
+	switch m {
+	case MemoryOOMKill:
+		return "oom-kill"
+	case MemoryAllocFails:
+		return "alloc-fails"
+	default:
+		return "none"
+	}
+}
+
+// Capabilities is the one explicit place where backends may differ: the
+// limits the backend enforces on this host. Every other test is the same
+// for every backend.
+type Capabilities struct {
+	Memory MemoryEnforcement
+	// Disk: writes stop at the container's disk quota (hostdirs' loop
+	// quota, which needs root).
+	Disk bool
+	// Pids: a per-sandbox process limit contains a fork bomb.
+	Pids bool
+}
+
+// Limits the suite's sandboxes run with.
+const (
+	MemoryBytes = int64(512 << 20)
+	HogMemory   = int64(192 << 20)
+	Pids        = int64(128)
+	DiskBytes   = int64(64 << 20)
+	MaxOutput   = 1000
+)
+
+// suite is one run against one backend.
+type suite struct {
+	newBackend func(t *testing.T) sandbox.Backend
+	caps       Capabilities
+	data       string
+	dirs       *hostdirs.Layout
+	be         sandbox.Backend
+
+	mu   sync.Mutex
+	used map[string]bool
+}
+
+// Run runs the conformance suite against the backends newBackend returns.
+// newBackend is called once for the suite and again where a test needs a
+// fresh backend instance (as after a server restart); every instance must
+// serve the same sandboxes and clean up after itself (t.Cleanup).
+func Run(t *testing.T, newBackend func(t *testing.T) sandbox.Backend, caps Capabilities) {
+	s := newSuite(t, newBackend, caps)
+	t.Logf("backend %s enforces: memory %s, disk %v, pids %v", s.be.Name(), caps.Memory, caps.Disk, caps.Pids)
+	t.Run("Layout", s.testLayout)
+	t.Run("BashSemantics", s.testBashSemantics)
+	t.Run("Timeout", s.testTimeout)
+	t.Run("OutputCaps", s.testOutputCaps)
+	t.Run("OutputDir", s.testOutputDir)
+	t.Run("Persistence", s.testPersistence)
+	t.Run("KilledMidCommand", s.testKilledMidCommand)
+	t.Run("Isolation", s.testIsolation)
+	t.Run("ForkBomb", s.testForkBomb)
+	t.Run("OutputFlood", s.testOutputFlood)
+	t.Run("MemoryHog", s.testMemoryHog)
+	t.Run("DiskFill", s.testDiskFill)
+}
+
+func newSuite(t *testing.T, newBackend func(t *testing.T) sandbox.Backend, caps Capabilities) *suite {
+	t.Helper()
+	quota := hostdirs.QuotaNone
+	if caps.Disk {
+		if os.Geteuid() != 0 {
+			t.Fatal("sandboxtest: Capabilities.Disk needs root for the loop-mounted quota")
+		}
+		quota = hostdirs.QuotaLoop
+	}
+	// Bubblewrap jails run as an unprivileged host user: every folder on
+	// the way to the mounts must be traversable.
+	data, err := os.MkdirTemp("", "threadbox-sandboxtest-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	s := &suite{
+		newBackend: newBackend,
+		caps:       caps,
+		data:       data,
+		dirs:       hostdirs.New(data, hostdirs.Options{Quota: quota, DiskBytes: DiskBytes}),
+		used:       map[string]bool{},
+	}
+	t.Cleanup(func() {
+		ctx := context.Background()
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		for id := range s.used {
+			_ = s.dirs.Remove(ctx, id)
+		}
+		_ = os.RemoveAll(data)
+	})
+	s.be = newBackend(t)
+	t.Cleanup(func() {
+		ctx := context.Background()
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		for id := range s.used {
+			_ = s.be.Remove(ctx, id)
+		}
+	})
+	return s
+}
+
+// spec prepares the host folders of id and returns its sandbox spec.
+func (s *suite) spec(t *testing.T, id string, l sandbox.Limits) sandbox.Spec {
+	t.Helper()
+	s.mu.Lock()
+	s.used[id] = true
+	s.mu.Unlock()
+	d, err := s.dirs.Prepare(context.Background(), id)
+	if err != nil {
+		t.Fatalf("prepare %s: %v", id, err)
+	}
+	if l.MemoryBytes == 0 {
+		l.MemoryBytes = MemoryBytes
+	}
+	if l.Pids == 0 {
+		l.Pids = Pids
+	}
+	return sandbox.Spec{ID: id, Mounts: d.Mounts(), Limits: l}
+}
+
+// boot ensures the sandbox id on be.
+func (s *suite) boot(t *testing.T, be sandbox.Backend, id string, l sandbox.Limits) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	if err := be.Ensure(ctx, s.spec(t, id, l)); err != nil {
+		t.Fatalf("ensure %s: %v", id, err)
+	}
+}
+
+// uniq returns a container id unique to this test.
+func uniq(name string) string {
+	return fmt.Sprintf("st-%s-%d", name, time.Now().UnixNano()%1e9)
+}
+
+// Sh is the command the bash tool sends for script (CONTRACT §3).
+func Sh(script string, timeout time.Duration) sandbox.Command {
+	return sandbox.Command{Args: []string{"bash", "-c", script}, Timeout: timeout}
+}
+
+func (s *suite) exec(t *testing.T, be sandbox.Backend, id string, cmd sandbox.Command) (sandbox.Result, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	return be.Exec(ctx, id, cmd)
+}
+
+// run runs script in id and fails the test when it cannot run.
+func (s *suite) run(t *testing.T, id, script string) sandbox.Result {
+	t.Helper()
+	res, err := s.exec(t, s.be, id, Sh(script, 30*time.Second))
+	if err != nil {
+		t.Fatalf("exec %q in %s: %v", script, id, err)
+	}
+	return res
+}
+
+func out(r sandbox.Result) string { return strings.TrimSpace(string(r.Stdout)) }
+
+func (s *suite) testLayout(t *testing.T) {
+	id := uniq("layout")
+	s.boot(t, s.be, id, sandbox.Limits{})
+	d := s.dirs.Dirs(id)
+	if err := os.WriteFile(filepath.Join(d.Uploads, "in.csv"), []byte("a,b\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(d.Skills, "pdf"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(d.Skills, "pdf", "SKILL.md"), []byte("# pdf\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name, script, want string
+	}{
+		{"working directory", "pwd", sandbox.WorkspaceDir},
+		{"sandbox user", "id -u; id -g", "1000\n1000"},
+		{"home", "echo $HOME", "/home/agent"},
+		{"upload readable", "cat /mnt/user-data/uploads/in.csv", "a,b"},
+		{"skill readable", "cat /mnt/skills/pdf/SKILL.md", "# pdf"},
+		{"workspace writable", "echo w > /home/agent/workspace/w && cat w", "w"},
+		{"outputs writable", "echo o > /mnt/user-data/outputs/o && cat /mnt/user-data/outputs/o", "o"},
+		{"tmp writable", "echo t > /tmp/t && cat /tmp/t", "t"},
+		{"uploads read-only", "touch /mnt/user-data/uploads/x 2>&1; echo $?", "touch: cannot touch '/mnt/user-data/uploads/x': Read-only file system\n1"},
+		{"skills read-only", "mkdir /mnt/skills/x 2>/dev/null; echo $?", "1"},
+		{"etc read-only", "touch /etc/x 2>/dev/null; echo $?", "1"},
+		{"root read-only", "mkdir /x 2>/dev/null; echo $?", "1"},
+		{"python", "python3 -c 'import pandas, numpy; print(1)'", "1"},
+		{"tools", "command -v unzip 7z bc rg fd sqlite3 | wc -l", "6"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := s.run(t, id, tt.script)
+			if out(r) != tt.want {
+				t.Errorf("%s: stdout %q (exit %d, stderr %q), want %q", tt.script, r.Stdout, r.ExitCode, r.Stderr, tt.want)
+			}
+		})
+	}
+	// Files the sandbox writes are the sandbox user's on the host too.
+	fi, err := os.Stat(filepath.Join(d.Workspace, "w"))
+	if err != nil {
+		t.Fatalf("workspace file not on the host: %v", err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(d.Workspace, "w")); string(b) != "w\n" {
+		t.Errorf("host sees %q", b)
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && os.Geteuid() == 0 && st.Uid != hostdirs.SandboxUID {
+		t.Errorf("workspace file owned by host uid %d, want %d", st.Uid, hostdirs.SandboxUID)
+	}
+}
+
+func (s *suite) testBashSemantics(t *testing.T) {
+	id := uniq("bash")
+	s.boot(t, s.be, id, sandbox.Limits{})
+	r := s.run(t, id, "cd /tmp && export FOO=bar && echo kept > /home/agent/workspace/f && echo $FOO $(pwd)")
+	if out(r) != "bar /tmp" {
+		t.Fatalf("first call: %q", r.Stdout)
+	}
+	r = s.run(t, id, `echo "${FOO:-unset} $(pwd) $(cat f)"`)
+	if out(r) != "unset "+sandbox.WorkspaceDir+" kept" {
+		t.Errorf("second call: %q, want a new shell in the workspace with the file kept", r.Stdout)
+	}
+	r = s.run(t, id, "echo out; echo err >&2; exit 3")
+	if r.ExitCode != 3 || out(r) != "out" || strings.TrimSpace(string(r.Stderr)) != "err" {
+		t.Errorf("exit %d stdout %q stderr %q, want 3 out err", r.ExitCode, r.Stdout, r.Stderr)
+	}
+	res, err := s.exec(t, s.be, id, sandbox.Command{Args: []string{"bash", "-c", "cat; echo $EXTRA"}, Stdin: []byte("in\n"), Env: []string{"EXTRA=x"}})
+	if err != nil || string(res.Stdout) != "in\nx\n" {
+		t.Errorf("stdin and env: %q %v", res.Stdout, err)
+	}
+}
+
+func (s *suite) testTimeout(t *testing.T) {
+	id := uniq("timeout")
+	s.boot(t, s.be, id, sandbox.Limits{})
+	start := time.Now()
+	res, err := s.exec(t, s.be, id, Sh("echo before; sleep 1000 & sleep 1000", 2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(start)
+	if res.ExitCode != 124 || !res.TimedOut {
+		t.Errorf("exit %d timed out %v, want 124", res.ExitCode, res.TimedOut)
+	}
+	if msg := string(res.Stderr); msg != "Command timed out after 2s." && !strings.HasSuffix(msg, "\nCommand timed out after 2s.") {
+		t.Errorf("stderr %q", msg)
+	}
+	if out(res) != "before" {
+		t.Errorf("output before the timeout lost: %q", res.Stdout)
+	}
+	if took < 2*time.Second || took > 8*time.Second {
+		t.Errorf("took %v, want about 2s", took)
+	}
+	if r := s.run(t, id, "pgrep -x sleep || echo none"); out(r) != "none" {
+		t.Errorf("background children left: %q", r.Stdout)
+	}
+}
+
+func (s *suite) testOutputCaps(t *testing.T) {
+	id := uniq("caps")
+	s.boot(t, s.be, id, sandbox.Limits{})
+	const marker = "...[truncated]"
+	tests := []struct {
+		name      string
+		script    string
+		n         int
+		truncated bool
+	}{
+		{"cap-1", fmt.Sprintf("head -c %d /dev/zero | tr '\\0' a", MaxOutput-1), MaxOutput - 1, false},
+		{"cap", fmt.Sprintf("head -c %d /dev/zero | tr '\\0' a", MaxOutput), MaxOutput, false},
+		{"cap+1", fmt.Sprintf("head -c %d /dev/zero | tr '\\0' a", MaxOutput+1), MaxOutput, true},
+		{"1-byte writes", fmt.Sprintf("for i in $(seq %d); do printf a; done", MaxOutput+50), MaxOutput, true},
+	}
+	for _, tt := range tests {
+		for _, stream := range []string{"stdout", "stderr"} {
+			t.Run(tt.name+"/"+stream, func(t *testing.T) {
+				script := tt.script
+				if stream == "stderr" {
+					script = "{ " + script + "; } >&2"
+				}
+				cmd := Sh(script, 30*time.Second)
+				cmd.MaxOutput = MaxOutput
+				res, err := s.exec(t, s.be, id, cmd)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got, trunc := res.Stdout, res.StdoutTruncated
+				if stream == "stderr" {
+					got, trunc = res.Stderr, res.StderrTruncated
+				}
+				want := strings.Repeat("a", tt.n)
+				if tt.truncated {
+					want += marker
+				}
+				if string(got) != want || trunc != tt.truncated {
+					t.Errorf("got %d bytes (suffix %q), truncated %v; want %d bytes, truncated %v",
+						len(got), got[max(0, len(got)-20):], trunc, len(want), tt.truncated)
+				}
+			})
+		}
+	}
+}
+
+func (s *suite) testOutputDir(t *testing.T) {
+	id := uniq("outdir")
+	s.boot(t, s.be, id, sandbox.Limits{})
+	cmd := Sh(`test -d "$OUTPUT_DIR" && test -z "$(ls -A "$OUTPUT_DIR")" || exit 9
+echo chart > "$OUTPUT_DIR/chart.txt"; mkdir "$OUTPUT_DIR/sub"; echo deep > "$OUTPUT_DIR/sub/x"`, 30*time.Second)
+	cmd.OutputDir = true
+	res, err := s.exec(t, s.be, id, cmd)
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("exit %d err %v stderr %q", res.ExitCode, err, res.Stderr)
+	}
+	want := []string{sandbox.OutputsDir + "/chart.txt"}
+	if !slices.Equal(res.OutputFiles, want) {
+		t.Errorf("output files %q, want %q (top-level regular files only)", res.OutputFiles, want)
+	}
+	b, err := os.ReadFile(filepath.Join(s.dirs.Dirs(id).Outputs, "chart.txt"))
+	if err != nil || string(b) != "chart\n" {
+		t.Errorf("host outputs/chart.txt: %q %v", b, err)
+	}
+	// The next call gets a fresh, empty folder.
+	cmd = Sh(`ls -A "$OUTPUT_DIR" | wc -l`, 30*time.Second)
+	cmd.OutputDir = true
+	if res, err := s.exec(t, s.be, id, cmd); err != nil || out(res) != "0" || len(res.OutputFiles) != 0 {
+		t.Errorf("second call: %q %v %v", res.Stdout, res.OutputFiles, err)
+	}
+}
+
+func (s *suite) testPersistence(t *testing.T) {
+	ctx := context.Background()
+	id := uniq("persist")
+	s.boot(t, s.be, id, sandbox.Limits{})
+	s.run(t, id, "echo one > keep.txt; mkdir -p sub && echo two > sub/deep.txt; (sleep 1000 &) ; true")
+	if err := s.be.Stop(ctx, id); err != nil {
+		t.Fatalf("stop: %v", err)
+	}
+	if st, err := s.be.Status(ctx, id); err != nil || st.State == sandbox.StateRunning {
+		t.Errorf("status after stop: %+v %v", st, err)
+	}
+	if _, err := s.exec(t, s.be, id, Sh("true", time.Second)); !errors.Is(err, sandbox.ErrUnavailable) && !errors.Is(err, sandbox.ErrNotFound) {
+		t.Errorf("exec on a stopped sandbox: %v, want unavailable or not found", err)
+	}
+	s.boot(t, s.be, id, sandbox.Limits{})
+	if st, err := s.be.Status(ctx, id); err != nil || st.State != sandbox.StateRunning {
+		t.Errorf("status after boot: %+v %v", st, err)
+	}
+	r := s.run(t, id, "cat keep.txt sub/deep.txt; pgrep -x sleep || echo no-processes")
+	if out(r) != "one\ntwo\nno-processes" {
+		t.Errorf("after restart: %q, want files kept and processes gone", r.Stdout)
+	}
+	if err := s.be.Stop(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	// A new backend instance (a server restart) serves the same files.
+	be2 := s.newBackend(t)
+	s.boot(t, be2, id, sandbox.Limits{})
+	res, err := s.exec(t, be2, id, Sh("cat keep.txt", 10*time.Second))
+	if err != nil || out(res) != "one" {
+		t.Errorf("new backend instance: %q %v", res.Stdout, err)
+	}
+	if err := be2.Stop(ctx, id); err != nil {
+		t.Error(err)
+	}
+}
+
+func (s *suite) testKilledMidCommand(t *testing.T) {
+	ctx := context.Background()
+	id := uniq("killed")
+	s.boot(t, s.be, id, sandbox.Limits{})
+	errc := make(chan error, 1)
+	go func() {
+		_, err := s.be.Exec(ctx, id, Sh("sleep 60", 90*time.Second))
+		errc <- err
+	}()
+	time.Sleep(time.Second)
+	if err := s.be.Stop(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-errc:
+		if !errors.Is(err, sandbox.ErrUnavailable) {
+			t.Errorf("pending exec: %v, want sandbox.ErrUnavailable", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("pending exec did not return after stop")
+	}
+	s.boot(t, s.be, id, sandbox.Limits{})
+	if r := s.run(t, id, "echo again"); out(r) != "again" {
+		t.Errorf("after reboot: %q", r.Stdout)
+	}
+}
+
+func (s *suite) testIsolation(t *testing.T) {
+	a, b := uniq("iso-a"), uniq("iso-b")
+	s.boot(t, s.be, a, sandbox.Limits{})
+	s.boot(t, s.be, b, sandbox.Limits{})
+	s.run(t, a, "echo secret > secret-of-a.txt; sleep 300 >/dev/null 2>&1 &")
+	tests := []struct {
+		name   string
+		script string
+		ok     func(r sandbox.Result) bool
+	}{
+		{"only loopback", `python3 -c "import socket; print(' '.join(n for _, n in socket.if_nameindex()))"`,
+			func(r sandbox.Result) bool { return out(r) == "lo" }},
+		{"no route out", `python3 -c "
+import socket
+s = socket.socket(); s.settimeout(3)
+try:
+    s.connect(('1.1.1.1', 53)); print('connected')
+except OSError:
+    print('refused')"`, func(r sandbox.Result) bool { return out(r) == "refused" }},
+		{"no capabilities", "grep CapEff /proc/self/status", func(r sandbox.Result) bool {
+			f := strings.Fields(out(r))
+			return len(f) == 2 && f[1] == "0000000000000000"
+		}},
+		{"not root", "id -u", func(r sandbox.Result) bool { return out(r) != "0" && out(r) != "" }},
+		{"uploads read-only", "touch /mnt/user-data/uploads/x", func(r sandbox.Result) bool { return r.ExitCode != 0 }},
+		{"skills read-only", "touch /mnt/skills/x", func(r sandbox.Result) bool { return r.ExitCode != 0 }},
+		{"etc not writable", "echo x >> /etc/passwd", func(r sandbox.Result) bool { return r.ExitCode != 0 }},
+		{"other container's files invisible", "find / -xdev -name secret-of-a.txt 2>/dev/null; find /home /mnt /tmp -name secret-of-a.txt 2>/dev/null; echo end",
+			func(r sandbox.Result) bool { return out(r) == "end" }},
+		{"other container's processes invisible", "pgrep -x sleep || echo none", func(r sandbox.Result) bool { return out(r) == "none" }},
+		{"host data folder invisible", "ls " + s.data + " 2>/dev/null | wc -l", func(r sandbox.Result) bool { return out(r) == "0" }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := s.run(t, b, tt.script)
+			if !tt.ok(r) {
+				t.Errorf("%s: exit %d stdout %q stderr %q", tt.script, r.ExitCode, r.Stdout, r.Stderr)
+			}
+		})
+	}
+}
+
+func (s *suite) testForkBomb(t *testing.T) {
+	if !s.caps.Pids {
+		t.Skip("backend enforces no per-sandbox process limit (Capabilities.Pids)")
+	}
+	bomb, bystander := uniq("bomb"), uniq("bystander")
+	s.boot(t, s.be, bomb, sandbox.Limits{})
+	s.boot(t, s.be, bystander, sandbox.Limits{})
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.exec(t, s.be, bomb, Sh(`bomb() { bomb | bomb & }; bomb; sleep 5`, 10*time.Second))
+		done <- err
+	}()
+	time.Sleep(2 * time.Second)
+	start := time.Now()
+	res, err := s.exec(t, s.be, bystander, Sh("echo alive", 10*time.Second))
+	if err != nil || out(res) != "alive" {
+		t.Errorf("other sandbox during the bomb: %q %v", res.Stdout, err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("other sandbox took %v to answer during the bomb", d)
+	}
+	select {
+	case err := <-done:
+		if err != nil && !errors.Is(err, sandbox.ErrUnavailable) {
+			t.Errorf("fork bomb: %v", err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("fork bomb command never returned")
+	}
+	// The bombed sandbox answers again (booted anew if it had to die).
+	s.boot(t, s.be, bomb, sandbox.Limits{})
+	if r := s.run(t, bomb, "echo alive"); out(r) != "alive" {
+		t.Errorf("bombed sandbox: %q", r.Stdout)
+	}
+	_ = s.be.Stop(context.Background(), bomb)
+}
+
+func (s *suite) testOutputFlood(t *testing.T) {
+	id := uniq("flood")
+	s.boot(t, s.be, id, sandbox.Limits{})
+	start := time.Now()
+	var streamed int
+	cmd := Sh("head -c 200000000 /dev/zero; head -c 200000000 /dev/zero >&2", 60*time.Second)
+	cmd.Output = func(_ sandbox.Stream, chunk []byte) { streamed += len(chunk) }
+	res, err := s.exec(t, s.be, id, cmd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const limit = 1 << 20 // the default cap
+	if !res.StdoutTruncated || !res.StderrTruncated ||
+		!bytes.HasSuffix(res.Stdout, []byte("...[truncated]")) || len(res.Stdout) != limit+len("...[truncated]") || len(res.Stderr) != limit+len("...[truncated]") {
+		t.Errorf("stdout %d bytes truncated %v, stderr %d bytes truncated %v; want each capped at %d",
+			len(res.Stdout), res.StdoutTruncated, len(res.Stderr), res.StderrTruncated, limit)
+	}
+	if streamed > 2*limit {
+		t.Errorf("streamed %d bytes, more than two caps", streamed)
+	}
+	t.Logf("400 MB flood took %v", time.Since(start))
+	if r := s.run(t, id, "echo alive"); out(r) != "alive" {
+		t.Errorf("after the flood: %q", r.Stdout)
+	}
+}
+
+func (s *suite) testMemoryHog(t *testing.T) {
+	if s.caps.Memory == MemoryNone {
+		t.Skip("backend enforces no memory limit (Capabilities.Memory)")
+	}
+	id := uniq("hog")
+	s.boot(t, s.be, id, sandbox.Limits{MemoryBytes: HogMemory})
+	res, err := s.exec(t, s.be, id, Sh(`python3 -c "
+b = []
+for i in range(64):
+    b.append(bytearray(32 << 20))
+print('survived')"`, 60*time.Second))
+	switch {
+	case err == nil:
+		if res.ExitCode == 0 || strings.Contains(string(res.Stdout), "survived") {
+			t.Errorf("hog survived: exit %d stdout %q", res.ExitCode, res.Stdout)
+		}
+		if s.caps.Memory == MemoryOOMKill && !res.OOMKilled {
+			t.Errorf("exit %d, OOMKilled false, stderr %q; want killed for memory", res.ExitCode, res.Stderr)
+		}
+		if s.caps.Memory == MemoryAllocFails && !strings.Contains(string(res.Stderr), "MemoryError") {
+			t.Errorf("exit %d stderr %q; want a failed allocation", res.ExitCode, res.Stderr)
+		}
+	case s.caps.Memory == MemoryOOMKill && errors.Is(err, sandbox.ErrUnavailable):
+		// The whole sandbox went down (gVisor's kernel is in the cgroup).
+		if !strings.Contains(err.Error(), "out of memory") {
+			t.Errorf("sandbox died, but not reported as out of memory: %v", err)
+		}
+	default:
+		t.Fatal(err)
+	}
+	s.boot(t, s.be, id, sandbox.Limits{MemoryBytes: HogMemory})
+	if r := s.run(t, id, "echo alive"); out(r) != "alive" {
+		t.Errorf("after the hog: %q", r.Stdout)
+	}
+	_ = s.be.Stop(context.Background(), id)
+}
+
+func (s *suite) testDiskFill(t *testing.T) {
+	if !s.caps.Disk {
+		t.Skip("backend enforces no disk quota (Capabilities.Disk)")
+	}
+	id := uniq("fill")
+	s.boot(t, s.be, id, sandbox.Limits{})
+	r := s.run(t, id, "dd if=/dev/zero of=big bs=1M count=200 2>&1; echo; wc -c < big")
+	text := string(r.Stdout)
+	if !strings.Contains(text, "No space left on device") {
+		t.Errorf("dd output %q: want ENOSPC", text)
+	}
+	var size int64
+	if f := strings.Fields(text); len(f) > 0 {
+		fmt.Sscan(f[len(f)-1], &size)
+	}
+	if size <= 0 || size > DiskBytes {
+		t.Errorf("file size %d past the %d-byte quota", size, DiskBytes)
+	}
+	if r := s.run(t, id, "rm big && echo x > small && cat small"); out(r) != "x" {
+		t.Errorf("after freeing: %q %q", r.Stdout, r.Stderr)
+	}
+}
