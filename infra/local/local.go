@@ -57,7 +57,8 @@ const (
 	LimitCgroupV1 LimitMode = "cgroup v1"
 	// LimitCgroupV2 puts each jail in its own cgroup of the unified hierarchy.
 	LimitCgroupV2 LimitMode = "cgroup v2"
-	// LimitRlimits sets RLIMIT_AS, RLIMIT_NPROC and RLIMIT_NOFILE on the jail.
+	// LimitRlimits sets RLIMIT_DATA (per process, not per jail), RLIMIT_NPROC
+	// and RLIMIT_NOFILE on the jail.
 	LimitRlimits LimitMode = "rlimits"
 )
 
@@ -198,8 +199,8 @@ func (b *Backend) EnforcedLimits(ctx context.Context) ([]string, string) {
 	case LimitCgroupV1, LimitCgroupV2:
 		out = []string{"memory", "cpu", "pids", "nofile", "tmp"}
 	default:
-		// RLIMIT_AS bounds address space, RLIMIT_NPROC the processes of
-		// the jail's user: approximations of memory and pids.
+		// RLIMIT_DATA bounds each process's heap, RLIMIT_NPROC the
+		// processes of the jail's user: approximations of memory and pids.
 		out = []string{"memory", "pids", "nofile", "tmp"}
 	}
 	if b.cfg.DiskQuota {
@@ -392,9 +393,9 @@ const wrapper = `set -e
 while [ "$1" != "--" ]; do echo $$ > "$1"; shift; done
 shift
 ulimit -n "$TB_NOFILE"
-if [ -n "$TB_AS" ]; then ulimit -v "$TB_AS"; fi
+if [ -n "$TB_DATA" ]; then ulimit -d "$TB_DATA"; fi
 if [ -n "$TB_NPROC" ]; then ulimit -u "$TB_NPROC" 2>/dev/null || ulimit -p "$TB_NPROC"; fi
-unset TB_NOFILE TB_AS TB_NPROC
+unset TB_NOFILE TB_DATA TB_NPROC
 exec "$@"
 `
 
@@ -416,7 +417,7 @@ func (b *Backend) boot(ctx context.Context, spec sandbox.Spec) (*jail, error) {
 		j.cg = cg
 		shArgs = append(shArgs, cg.procsFiles()...)
 	} else {
-		env = append(env, "TB_AS="+strconv.FormatInt(l.MemoryBytes/1024, 10), "TB_NPROC="+strconv.FormatInt(l.Pids, 10))
+		env = append(env, "TB_DATA="+strconv.FormatInt(l.MemoryBytes/1024, 10), "TB_NPROC="+strconv.FormatInt(l.Pids, 10))
 	}
 	shArgs = append(shArgs, "--", bw)
 	shArgs = append(shArgs, b.bwrapArgs(spec, l)...)
