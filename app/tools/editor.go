@@ -88,9 +88,13 @@ func (e *Executor) editor(ctx context.Context, call messages.ToolCall) *messages
 	case ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded):
 		return fail(messages.CodeExecutionTimeExceeded, fmt.Sprintf("The file operation timed out after %ss.", seconds(e.cfg.FileOpTimeout)))
 	case errors.Is(err, file.ErrTooLarge):
-		return fail(messages.CodeInvalidToolInput, fmt.Sprintf("File %s is larger than %d bytes; use bash_code_execution to work with it.", ed.abs, e.cfg.MaxFileBytes))
-	case errors.Is(err, file.ErrSymlink), errors.Is(err, file.ErrNotRegular), errors.Is(err, file.ErrReadOnly):
-		return fail(messages.CodeInvalidToolInput, fmt.Sprintf("Cannot use %s: %v.", ed.abs, err))
+		return fail(messages.CodeUnavailable, fmt.Sprintf("Writing %s failed: the container's disk is full.", ed.abs))
+	case errors.Is(err, file.ErrSymlink):
+		return fail(messages.CodeInvalidToolInput, fmt.Sprintf("Path %s is a symbolic link, which the editor does not follow.", ed.abs))
+	case errors.Is(err, file.ErrNotRegular):
+		return fail(messages.CodeInvalidToolInput, fmt.Sprintf("Path %s is not a regular file.", ed.abs))
+	case errors.Is(err, file.ErrReadOnly):
+		return fail(messages.CodeInvalidToolInput, fmt.Sprintf("Path '%s' is in a read-only mount", ed.given))
 	}
 	return fail(messages.CodeUnavailable, fmt.Sprintf("The file operation on %s failed.", ed.abs))
 }
@@ -131,15 +135,16 @@ func (ed *edit) readText() (string, error) {
 	if fi.Dir {
 		return "", invalid("Path %s is a directory.", ed.abs)
 	}
+	tooLarge := invalid("File %s is larger than %d bytes; use bash_code_execution to work with it.", ed.abs, ed.e.cfg.MaxFileBytes)
 	if fi.Size > ed.e.cfg.MaxFileBytes {
-		return "", file.ErrTooLarge
+		return "", tooLarge
 	}
-	b, err := ed.e.files.ReadFile(ed.ctx, ed.container, ed.abs, ed.e.cfg.MaxFileBytes+1)
+	b, err := ed.e.files.ReadFile(ed.ctx, ed.container, ed.abs, ed.e.cfg.MaxFileBytes)
+	if errors.Is(err, file.ErrTooLarge) || int64(len(b)) > ed.e.cfg.MaxFileBytes {
+		return "", tooLarge
+	}
 	if err != nil {
 		return "", err
-	}
-	if int64(len(b)) > ed.e.cfg.MaxFileBytes {
-		return "", file.ErrTooLarge
 	}
 	if !utf8.Valid(b) || slices.Contains(b, 0) {
 		return "", invalid("File %s is not a text file; use bash_code_execution to inspect it.", ed.abs)

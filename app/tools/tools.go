@@ -12,6 +12,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"threadbox/app/containers"
 	"threadbox/app/messages"
 	"threadbox/domain/file"
 	"threadbox/domain/sandbox"
@@ -59,6 +60,8 @@ type Config struct {
 	MaxFileBytes  int64         // largest file the text editor reads or edits
 	Mounts        file.Table    // nil means file.DefaultTable()
 }
+
+var _ messages.ToolExecutor = (*Executor)(nil)
 
 // Executor runs sub-tool calls. It implements messages.ToolExecutor.
 type Executor struct {
@@ -134,7 +137,7 @@ func (e *Executor) bash(ctx context.Context, call messages.ToolCall) *messages.T
 		timeout = min(time.Duration(*in.Timeout*float64(time.Second)), e.cfg.MaxTimeout)
 	}
 	if in.Restart {
-		if err := e.sb.Restart(ctx, call.ContainerID); err != nil {
+		if err := e.sb.Restart(ctx, call.ContainerID); err != nil && !errors.Is(err, sandbox.ErrNotFound) {
 			return fail(messages.CodeUnavailable, "The sandbox could not be restarted: "+err.Error())
 		}
 		if in.Command == nil || strings.TrimSpace(*in.Command) == "" {
@@ -151,6 +154,9 @@ func (e *Executor) bash(ctx context.Context, call messages.ToolCall) *messages.T
 	if err != nil {
 		if ctx.Err() != nil {
 			return fail(messages.CodeUnavailable, "The request was cancelled.")
+		}
+		if errors.Is(err, containers.ErrNoBackend) {
+			return fail(messages.CodeUnavailable, messages.NotConfiguredMessage)
 		}
 		return fail(messages.CodeUnavailable, "The sandbox is unavailable: "+err.Error())
 	}

@@ -1,0 +1,84 @@
+package tools
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"threadbox/app/containers"
+	"threadbox/app/messages"
+	"threadbox/infra/fsroot"
+)
+
+// The real implementations serve these ports.
+var (
+	_ Sandbox = (*containers.Service)(nil)
+	_ Files   = (*fsroot.Containers)(nil)
+)
+
+// TestEditorOnRealFiles runs the editor over infra/fsroot on a temp folder.
+func TestEditorOnRealFiles(t *testing.T) {
+	root := t.TempDir()
+	dirs := fsroot.Dirs{}
+	for _, d := range []struct {
+		dst  *string
+		name string
+	}{{&dirs.Workspace, "workspace"}, {&dirs.Uploads, "uploads"}, {&dirs.Outputs, "outputs"}, {&dirs.Skills, "skills"}} {
+		*d.dst = filepath.Join(root, d.name)
+		if err := os.MkdirAll(*d.dst, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dirs.Uploads, "in.csv"), []byte("a,b\n1,2\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/etc/passwd", filepath.Join(dirs.Workspace, "link")); err != nil {
+		t.Fatal(err)
+	}
+	fs := fsroot.NewContainers(func(string) fsroot.Dirs { return dirs }, fsroot.Options{})
+	e := New(nil, fs, Config{})
+
+	steps := []struct {
+		input string
+		check func(r *messages.ToolResult) bool
+	}{
+		{`{"command":"create","path":"src/app.py","file_text":"x = 1\ny = 2\n"}`, func(r *messages.ToolResult) bool {
+			return r.Type == messages.ResultEditorCreate && !r.IsFileUpdate
+		}},
+		{`{"command":"create","path":"src/app.py","file_text":"x = 1\ny = 2\n"}`, func(r *messages.ToolResult) bool { return r.IsFileUpdate }},
+		{`{"command":"str_replace","path":"src/app.py","old_str":"y = 2","new_str":"y = 3"}`, func(r *messages.ToolResult) bool {
+			return r.OldStart == 2 && len(r.Lines) == 2 && r.Lines[1] == "+y = 3"
+		}},
+		{`{"command":"insert","path":"/home/agent/workspace/src/app.py","insert_line":0,"insert_text":"import os"}`, func(r *messages.ToolResult) bool {
+			return r.NewStart == 1 && r.NewLines == 1
+		}},
+		{`{"command":"view","path":"src/app.py","view_range":[2,-1]}`, func(r *messages.ToolResult) bool {
+			return r.FileContent == "x = 1\ny = 3" && r.TotalLines == 3 && r.StartLine == 2
+		}},
+		{`{"command":"view","path":"/home/agent/workspace"}`, func(r *messages.ToolResult) bool {
+			return r.Type == messages.ResultEditorView && r.FileContent == "src/"
+		}},
+		{`{"command":"view","path":"/mnt/user-data/uploads/in.csv"}`, func(r *messages.ToolResult) bool { return r.FileContent == "a,b\n1,2" }},
+		{`{"command":"create","path":"/mnt/user-data/uploads/in.csv","file_text":""}`, func(r *messages.ToolResult) bool {
+			return r.Detail != nil && r.Detail.Explanation == "Path '/mnt/user-data/uploads/in.csv' is in a read-only mount"
+		}},
+		{`{"command":"view","path":"nope.txt"}`, func(r *messages.ToolResult) bool {
+			return r.ErrorCode == messages.CodeFileNotFound && r.Detail.Explanation == "File not found: /home/agent/workspace/nope.txt"
+		}},
+		{`{"command":"view","path":"link"}`, func(r *messages.ToolResult) bool { return r.IsError() }},
+		{`{"command":"create","path":"/mnt/user-data/outputs/r.txt","file_text":"done"}`, func(r *messages.ToolResult) bool { return r.Type == messages.ResultEditorCreate }},
+	}
+	for _, s := range steps {
+		r := run(t, e, messages.SubToolTextEditor, s.input)
+		if !s.check(r) {
+			t.Fatalf("%s: got %+v (detail %+v)", s.input, r, r.Detail)
+		}
+	}
+	got, err := os.ReadFile(filepath.Join(dirs.Workspace, "src", "app.py"))
+	if err != nil || string(got) != "import os\nx = 1\ny = 3\n" {
+		t.Fatalf("app.py = %q, %v", got, err)
+	}
+	if got, _ := os.ReadFile(filepath.Join(dirs.Outputs, "r.txt")); string(got) != "done" {
+		t.Fatalf("r.txt = %q", got)
+	}
+}
