@@ -558,3 +558,72 @@ func TestErrorStatus(t *testing.T) {
 		}
 	}
 }
+
+// loopModel calls bash n times, then ends the turn; it answers at once so a
+// benchmark measures only the loop.
+type loopModel struct{ n int }
+
+func (m loopModel) Step(ctx context.Context, req StepRequest) (*StepResult, error) {
+	if (len(req.Messages)-1)/2 < m.n {
+		return step(StopToolUse, toolUse("t", SubToolBash, `{"command":"true"}`)), nil
+	}
+	return step(StopEndTurn, text("done")), nil
+}
+
+func (m loopModel) StreamStep(ctx context.Context, req StepRequest, emit func(StepEvent) error) (*StepResult, error) {
+	r, _ := m.Step(ctx, req)
+	for i, b := range r.Content {
+		for _, ev := range blockEventsForStep(i, b) {
+			if err := emit(ev); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return r, nil
+}
+
+func blockEventsForStep(i int, b ContentBlock) []StepEvent {
+	var out []StepEvent
+	for _, ev := range blockEvents(b) {
+		se := StepEvent{Index: i}
+		switch ev.Type {
+		case EventContentBlockStart:
+			se.Kind, se.Block = StepBlockStart, *ev.ContentBlock
+		case EventContentBlockDelta:
+			se.Kind, se.Delta = StepBlockDelta, *ev.Delta
+		default:
+			se.Kind = StepBlockStop
+		}
+		out = append(out, se)
+	}
+	return out
+}
+
+// BenchmarkLoopIteration measures the loop's own overhead per tool
+// iteration (model and command time excluded: both answer at once), with
+// every event encoded as JSON as the web layer would.
+func BenchmarkLoopIteration(b *testing.B) {
+	const iterations = 10
+	for _, stream := range []bool{false, true} {
+		name := "nonstream"
+		if stream {
+			name = "stream"
+		}
+		b.Run(name, func(b *testing.B) {
+			svc := New(loopModel{n: iterations}, &fakeTools{}, Config{MaxToolIterations: iterations + 1})
+			sink := SinkFunc(func(ev Event) error {
+				_, err := json.Marshal(ev)
+				return err
+			})
+			b.ReportAllocs()
+			for b.Loop() {
+				req := request(ToolTypeCodeExecution2508, user("go"))
+				req.Stream = stream
+				if err := svc.Run(context.Background(), req, RunOptions{}, sink); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N)/iterations, "µs/iteration")
+		})
+	}
+}
