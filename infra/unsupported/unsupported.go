@@ -1,0 +1,77 @@
+// Package unsupported holds the sandbox backends the contract names but this
+// build cannot run (kubernetes, e2b, firecracker). Each one is a
+// sandbox.Backend whose every call fails with an error naming the backend
+// and what it needs, so a SANDBOX_BACKEND list that names one falls through
+// to the next with a clear log line.
+package unsupported
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"threadbox/domain/sandbox"
+)
+
+// needs says, per backend name, what the backend would need to run.
+var needs = map[string]struct{ isolation, needs string }{
+	"kubernetes":  {"namespaces", "a Kubernetes cluster reachable from threadbox with a gVisor RuntimeClass and a NetworkPolicy controller; the kubernetes backend is not built yet"},
+	"e2b":         {"microVM", "an E2B account and API key and outbound network access to E2B; the e2b backend is not built yet"},
+	"firecracker": {"microVM", "KVM (/dev/kvm), the firecracker binary, a guest kernel and a root filesystem image; the firecracker backend is not built yet"},
+}
+
+// ErrUnsupported is wrapped by every error of an unsupported backend.
+var ErrUnsupported = errors.New("sandbox backend not supported on this server")
+
+// Backend is a named backend that cannot serve.
+type Backend struct {
+	name string
+	err  error
+}
+
+// New returns the placeholder for name ("kubernetes", "e2b", "firecracker").
+func New(name string) (*Backend, error) {
+	n, ok := needs[name]
+	if !ok {
+		return nil, fmt.Errorf("unsupported: unknown backend %q", name)
+	}
+	return &Backend{name: name, err: fmt.Errorf("%s: %w: it needs %s", name, ErrUnsupported, n.needs)}, nil
+}
+
+// Names lists the backends this package stands in for.
+func Names() []string { return []string{"kubernetes", "e2b", "firecracker"} }
+
+// Name returns the backend's configuration name.
+func (b *Backend) Name() string { return b.name }
+
+// Isolation returns the isolation level the backend would give.
+func (b *Backend) Isolation() string { return needs[b.name].isolation }
+
+// EnforcedLimits reports that no limit is enforced: the backend cannot run.
+func (b *Backend) EnforcedLimits(context.Context) ([]string, string) { return nil, "" }
+
+// Available returns why the backend cannot serve.
+func (b *Backend) Available(context.Context) error { return b.err }
+
+// Ensure fails: no sandbox can be started.
+func (b *Backend) Ensure(context.Context, sandbox.Spec) error {
+	return fmt.Errorf("%w: %w", sandbox.ErrUnavailable, b.err)
+}
+
+// Exec fails: no sandbox runs.
+func (b *Backend) Exec(context.Context, string, sandbox.Command) (sandbox.Result, error) {
+	return sandbox.Result{}, fmt.Errorf("%w: %w", sandbox.ErrUnavailable, b.err)
+}
+
+// Stop does nothing: no sandbox runs.
+func (b *Backend) Stop(context.Context, string) error { return nil }
+
+// Remove does nothing: no sandbox runs.
+func (b *Backend) Remove(context.Context, string) error { return nil }
+
+// Status reports every sandbox missing.
+func (b *Backend) Status(context.Context, string) (sandbox.Status, error) {
+	return sandbox.Status{State: sandbox.StateMissing}, nil
+}
+
+var _ sandbox.Backend = (*Backend)(nil)

@@ -1,0 +1,48 @@
+package unsupported
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"threadbox/domain/sandbox"
+)
+
+func TestErrorsNameBackendAndNeeds(t *testing.T) {
+	tests := []struct{ name, need string }{
+		{"kubernetes", "RuntimeClass"},
+		{"e2b", "API key"},
+		{"firecracker", "/dev/kvm"},
+	}
+	ctx := context.Background()
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b, err := New(tt.name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if b.Name() != tt.name {
+				t.Errorf("name %q", b.Name())
+			}
+			for what, err := range map[string]error{
+				"available": b.Available(ctx),
+				"ensure":    b.Ensure(ctx, sandbox.Spec{ID: "x"}),
+			} {
+				if err == nil || !strings.HasPrefix(err.Error(), tt.name+": ") && !strings.Contains(err.Error(), ": "+tt.name+": ") ||
+					!strings.Contains(err.Error(), tt.need) || !errors.Is(err, ErrUnsupported) {
+					t.Errorf("%s: %v, want an error naming %s and %q", what, err, tt.name, tt.need)
+				}
+			}
+			if err := b.Ensure(ctx, sandbox.Spec{ID: "x"}); !errors.Is(err, sandbox.ErrUnavailable) {
+				t.Errorf("ensure: %v, want sandbox.ErrUnavailable", err)
+			}
+			if _, err := b.Exec(ctx, "x", sandbox.Command{}); !errors.Is(err, sandbox.ErrUnavailable) {
+				t.Errorf("exec: %v", err)
+			}
+		})
+	}
+	if _, err := New("docker"); err == nil {
+		t.Error("New(docker) succeeded")
+	}
+}
