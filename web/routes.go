@@ -43,6 +43,16 @@ func (s *Server) routes() {
 
 	a.Group("/api/gpt", s.authenticate)
 
+	// Files API (CONTRACT §5); authenticated by the /api/gpt group above.
+	// Per-file routes read the id or key from the raw path (web/files.go).
+	a.Get(filesPrefix, s.listFiles)
+	a.Post(filesPrefix, s.uploadFile)
+	a.Delete(filesPrefix, s.deletePrefix)
+	a.Put(filesPrefix+"/*", s.putFile)
+	a.Head(filesPrefix+"/*", s.fileRoute)
+	a.Get(filesPrefix+"/*", s.fileRoute)
+	a.Delete(filesPrefix+"/*", s.fileRoute)
+
 	a.Use(func(c *fiber.Ctx) error { return fault.New(fault.NotFound, "no route for "+c.Method()+" "+c.Path()) })
 }
 

@@ -31,6 +31,9 @@ type Options struct {
 	BodyLimit int
 	// Classifiers map errors of packages that do not use fault.
 	Classifiers []Classifier
+	// MaxUploadBytes caps streamed uploads (Files API); the org policy's
+	// cap applies too. Zero means DefaultMaxUploadBytes.
+	MaxUploadBytes int64
 }
 
 // Server is the HTTP edge.
@@ -39,6 +42,7 @@ type Server struct {
 	log         *slog.Logger
 	app         *fiber.App
 	classifiers []Classifier
+	maxUpload   int64
 }
 
 // New builds the Fiber app with every route.
@@ -46,7 +50,10 @@ func New(svc Services, log *slog.Logger, opt Options) *Server {
 	if opt.BodyLimit <= 0 {
 		opt.BodyLimit = 32 << 20
 	}
-	s := &Server{svc: svc, log: log, classifiers: opt.Classifiers}
+	if opt.MaxUploadBytes <= 0 {
+		opt.MaxUploadBytes = DefaultMaxUploadBytes
+	}
+	s := &Server{svc: svc, log: log, classifiers: opt.Classifiers, maxUpload: opt.MaxUploadBytes}
 	s.app = fiber.New(fiber.Config{
 		AppName:               "threadbox",
 		DisableStartupMessage: true,
@@ -56,6 +63,9 @@ func New(svc Services, log *slog.Logger, opt Options) *Server {
 		ReadTimeout:           5 * time.Minute,
 		IdleTimeout:           2 * time.Minute,
 		StreamRequestBody:     true,
+		// Multipart bodies are read as streams by the handlers, never
+		// pre-parsed into memory or temporary files.
+		DisablePreParseMultipartForm: true,
 	})
 	s.routes()
 	return s

@@ -307,7 +307,7 @@ func cmdServe(ctx context.Context, args []string, getenv func(string) string, st
 		Workspace: sys.workspace,
 		Files:     sys.files,
 		Ready:     sys.store.Ready,
-	}, log, web.Options{})
+	}, log, web.Options{MaxUploadBytes: cfg.MaxUploadBytes})
 
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Listen(cfg.ListenAddr) }()

@@ -1,0 +1,482 @@
+package web
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"mime/multipart"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+
+	"threadbox/app/files"
+	"threadbox/domain/fault"
+	"threadbox/domain/file"
+)
+
+// DefaultMaxUploadBytes is the server's upload cap when Options leave it
+// unset (the org policy's cap applies too).
+const DefaultMaxUploadBytes int64 = 5 << 30
+
+// filesPrefix is the Files API's base path; the key of a PUT and the file
+// id of the per-file routes are read from the raw path after it.
+const filesPrefix = "/api/gpt/v1/files"
+
+// contentCSP is sent with every file content response: a downloaded file
+// never runs script or loads anything in the server's origin.
+const contentCSP = "sandbox; default-src 'none'"
+
+// fileScope is the scope of a file object.
+type fileScope struct {
+	ID   string `json:"id"`
+	Type string `json:"type"`
+}
+
+// fileObject is the Files API's file object (CONTRACT §5).
+type fileObject struct {
+	ID           string    `json:"id"`
+	CreatedAt    time.Time `json:"created_at"`
+	Filename     string    `json:"filename"`
+	MIMEType     string    `json:"mime_type"`
+	SizeBytes    int64     `json:"size_bytes"`
+	Type         string    `json:"type"`
+	Downloadable bool      `json:"downloadable"`
+	ETag         string    `json:"etag"`
+	Namespace    string    `json:"namespace"`
+	Scope        fileScope `json:"scope"`
+}
+
+func viewFile(f files.File) fileObject {
+	return fileObject{
+		ID: f.ID, CreatedAt: f.CreatedAt, Filename: f.Filename, MIMEType: f.MIMEType,
+		SizeBytes: f.SizeBytes, Type: "file", Downloadable: f.Downloadable, ETag: f.ETag,
+		Namespace: "session", Scope: fileScope{ID: f.ScopeID, Type: "session"},
+	}
+}
+
+// filePage is a page of the file listing.
+type filePage struct {
+	Data    []fileObject `json:"data"`
+	FirstID *string      `json:"first_id"`
+	LastID  *string      `json:"last_id"`
+	HasMore bool         `json:"has_more"`
+}
+
+type fileDeleted struct {
+	ID   string `json:"id"`
+	Type string `json:"type"`
+}
+
+type prefixDeleted struct {
+	Prefix       string `json:"prefix"`
+	DeletedCount int    `json:"deleted_count"`
+	Type         string `json:"type"`
+}
+
+// rawTail returns the raw (undecoded) request path after the Files API's
+// base path and its slash: Fiber's route matching is case-insensitive and
+// its parameters are not what the client sent byte for byte, so keys and
+// ids are always taken from the original path.
+func rawTail(c *fiber.Ctx) (string, bool) {
+	raw := string(c.Request().URI().PathOriginal())
+	if len(raw) <= len(filesPrefix) || !strings.EqualFold(raw[:len(filesPrefix)], filesPrefix) || raw[len(filesPrefix)] != '/' {
+		return "", false
+	}
+	return raw[len(filesPrefix)+1:], true
+}
+
+// bodyReader returns the request body as a stream (the server streams
+// request bodies), or the buffered body when there is no stream.
+func bodyReader(c *fiber.Ctx) io.Reader {
+	if r := c.Context().RequestBodyStream(); r != nil {
+		return r
+	}
+	return bytes.NewReader(c.Body())
+}
+
+// uploadFile is POST /files: a multipart body whose "file" part is stored
+// at the key in "path" (query or a form field before the file) or at its
+// file name, read as a stream.
+func (s *Server) uploadFile(c *fiber.Ctx) error {
+	mt, params, err := mime.ParseMediaType(c.Get(fiber.HeaderContentType))
+	if err != nil || mt != fiber.MIMEMultipartForm || params["boundary"] == "" {
+		return fault.New(fault.Invalid, "the request must be multipart/form-data with a 'file' field")
+	}
+	key, keyGiven := c.Query("path"), c.Request().URI().QueryArgs().Has("path")
+	mr := multipart.NewReader(bodyReader(c), params["boundary"])
+	var (
+		stored   files.File
+		uploaded bool
+	)
+	for {
+		part, err := mr.NextPart()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			c.Context().SetConnectionClose()
+			return fault.Wrap(fault.Invalid, "malformed multipart body", err)
+		}
+		switch name := part.FormName(); {
+		case name == "path":
+			v, err := io.ReadAll(io.LimitReader(part, file.MaxKeyLen+1))
+			if err != nil {
+				c.Context().SetConnectionClose()
+				return fault.Wrap(fault.Invalid, "malformed multipart body", err)
+			}
+			if len(v) > file.MaxKeyLen {
+				return fault.Errorf(fault.Invalid, "path is longer than %d bytes", file.MaxKeyLen)
+			}
+			if uploaded {
+				// The file was stored before its key arrived: undo it,
+				// unless an Idempotency-Key remembers it.
+				if c.Get("Idempotency-Key") == "" {
+					_, _ = s.svc.Files.Delete(c.UserContext(), principal(c), stored.ScopeID, stored.ID)
+				}
+				return fault.New(fault.Invalid, "the 'path' field must come before the 'file' field")
+			}
+			if keyGiven && string(v) != key {
+				return fault.New(fault.Invalid, "path was given twice with different values")
+			}
+			key, keyGiven = string(v), true
+		case name == "file" && !uploaded:
+			filename := partFilename(part)
+			if !keyGiven && (filename == "" || strings.ContainsAny(filename, "/\\")) {
+				return fault.Errorf(fault.Invalid, "invalid file name %q: give a plain file name or a 'path'", filename)
+			}
+			stored, err = s.svc.Files.Upload(c.UserContext(), principal(c), files.UploadRequest{
+				ScopeID:        c.Query("scope_id"),
+				Key:            key,
+				Filename:       filename,
+				Body:           part,
+				Limit:          s.maxUpload,
+				IdempotencyKey: c.Get("Idempotency-Key"),
+			})
+			if err != nil {
+				// The rest of the body is not read: do not reuse the connection.
+				c.Context().SetConnectionClose()
+				return err
+			}
+			uploaded = true
+		default:
+			if _, err := io.Copy(io.Discard, part); err != nil {
+				c.Context().SetConnectionClose()
+				return fault.Wrap(fault.Invalid, "malformed multipart body", err)
+			}
+		}
+	}
+	if !uploaded {
+		return fault.New(fault.Invalid, "multipart field 'file' is required")
+	}
+	return c.JSON(viewFile(stored))
+}
+
+// partFilename returns the file name a multipart part declares, as sent
+// (multipart.Part.FileName would silently strip folders).
+func partFilename(p *multipart.Part) string {
+	_, params, err := mime.ParseMediaType(p.Header.Get("Content-Disposition"))
+	if err != nil {
+		return ""
+	}
+	return params["filename"]
+}
+
+// putFile is PUT /files/{key}: the raw body stored at key, S3-style. The
+// key is the raw path, so percent-encoded separators and dots reach the
+// key validator as sent.
+func (s *Server) putFile(c *fiber.Ctx) error {
+	key, ok := rawTail(c)
+	if !ok || key == "" {
+		return fault.New(fault.Invalid, "a key is required: PUT /api/gpt/v1/files/{key}")
+	}
+	f, err := s.svc.Files.Put(c.UserContext(), principal(c), c.Query("scope_id"), key, bodyReader(c), s.maxUpload)
+	if err != nil {
+		c.Context().SetConnectionClose()
+		return err
+	}
+	return c.JSON(viewFile(f))
+}
+
+// listFiles is GET /files.
+func (s *Server) listFiles(c *fiber.Ctx) error {
+	lp := files.ListParams{AfterID: c.Query("after_id"), BeforeID: c.Query("before_id"), Prefix: c.Query("prefix")}
+	if v := c.Query("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > files.MaxListLimit {
+			return fault.Errorf(fault.Invalid, "limit must be between 1 and %d", files.MaxListLimit)
+		}
+		lp.Limit = n
+	}
+	page, err := s.svc.Files.List(c.UserContext(), principal(c), c.Query("scope_id"), lp)
+	if err != nil {
+		return err
+	}
+	out := filePage{Data: make([]fileObject, len(page.Data)), HasMore: page.HasMore}
+	for i, f := range page.Data {
+		out.Data[i] = viewFile(f)
+	}
+	if len(out.Data) > 0 {
+		out.FirstID, out.LastID = &page.FirstID, &page.LastID
+	}
+	return c.JSON(out)
+}
+
+// fileRoute dispatches GET, HEAD and DELETE /files/{file_id}[/content] on
+// the raw path: an id holding '/' (the standard base64 alphabet) is a 400,
+// not an unknown route.
+func (s *Server) fileRoute(c *fiber.Ctx) error {
+	tail, _ := rawTail(c)
+	id, content := tail, false
+	if head, ok := strings.CutSuffix(tail, "/content"); ok && !strings.Contains(head, "/") {
+		id, content = head, true
+	}
+	if _, err := file.DecodeID(id); err != nil {
+		return fault.Errorf(fault.Invalid, "invalid file id %q: file ids are the unpadded base64url of the file's path", id)
+	}
+	switch {
+	case content && c.Method() != fiber.MethodDelete:
+		return s.fileContent(c, id)
+	case content:
+		return fault.New(fault.Invalid, "DELETE a file with /api/gpt/v1/files/{file_id}")
+	case c.Method() == fiber.MethodHead:
+		return s.fileHead(c, id)
+	case c.Method() == fiber.MethodDelete:
+		return s.deleteFile(c, id)
+	}
+	return s.fileMetadata(c, id)
+}
+
+func (s *Server) fileMetadata(c *fiber.Ctx, id string) error {
+	f, err := s.svc.Files.Metadata(c.UserContext(), principal(c), c.Query("scope_id"), id)
+	if err != nil {
+		return err
+	}
+	return c.JSON(viewFile(f))
+}
+
+// fileHead is HEAD /files/{file_id}: the file object in X-File-* headers.
+func (s *Server) fileHead(c *fiber.Ctx, id string) error {
+	f, err := s.svc.Files.Metadata(c.UserContext(), principal(c), c.Query("scope_id"), id)
+	if err != nil {
+		return err
+	}
+	o := viewFile(f)
+	c.Set("X-File-Id", o.ID)
+	c.Set("X-File-Created-At", o.CreatedAt.Format(time.RFC3339Nano))
+	c.Set("X-File-Filename", encodeExtValue(o.Filename)) // percent-encoded UTF-8
+	c.Set("X-File-Mime-Type", o.MIMEType)
+	c.Set("X-File-Size-Bytes", strconv.FormatInt(o.SizeBytes, 10))
+	c.Set("X-File-Type", o.Type)
+	c.Set("X-File-Downloadable", strconv.FormatBool(o.Downloadable))
+	c.Set("X-File-Etag", o.ETag)
+	c.Set("X-File-Namespace", o.Namespace)
+	c.Set("X-File-Scope-Id", encodeExtValue(o.Scope.ID))
+	c.Set("X-File-Scope-Type", o.Scope.Type)
+	c.Set(fiber.HeaderETag, strconv.Quote(o.ETag))
+	return c.SendStatus(fiber.StatusOK)
+}
+
+func (s *Server) deleteFile(c *fiber.Ctx, id string) error {
+	id, err := s.svc.Files.Delete(c.UserContext(), principal(c), c.Query("scope_id"), id)
+	if err != nil {
+		return err
+	}
+	return c.JSON(fileDeleted{ID: id, Type: "file_deleted"})
+}
+
+// deletePrefix is DELETE /files?prefix=: every uploaded file under prefix.
+func (s *Server) deletePrefix(c *fiber.Ctx) error {
+	prefix := c.Query("prefix")
+	n, err := s.svc.Files.DeletePrefix(c.UserContext(), principal(c), c.Query("scope_id"), prefix)
+	if err != nil {
+		return err
+	}
+	return c.JSON(prefixDeleted{Prefix: prefix, DeletedCount: n, Type: "prefix_deleted"})
+}
+
+// fileContent is GET /files/{file_id}/content: the bytes, streamed from the
+// open file (sendfile where the connection allows), with a single byte
+// range when asked.
+func (s *Server) fileContent(c *fiber.Ctx, id string) error {
+	disp := c.Query("disposition", "attachment")
+	if disp != "attachment" && disp != "inline" {
+		return fault.New(fault.Invalid, "disposition must be 'inline' or 'attachment'")
+	}
+	ct, err := s.svc.Files.Open(c.UserContext(), principal(c), c.Query("scope_id"), id)
+	if err != nil {
+		return err
+	}
+	f := ct.File
+	if disp == "inline" && !f.Inline {
+		disp = "attachment" // HTML, SVG, XML and the like are never shown inline
+	}
+	c.Set(fiber.HeaderContentType, f.MIMEType)
+	c.Set(fiber.HeaderXContentTypeOptions, "nosniff")
+	c.Set(fiber.HeaderContentSecurityPolicy, contentCSP)
+	c.Set(fiber.HeaderContentDisposition, contentDisposition(disp, f.Filename))
+	c.Set(fiber.HeaderETag, strconv.Quote(f.ETag))
+	c.Set(fiber.HeaderCacheControl, "private, no-cache")
+	c.Set(fiber.HeaderAcceptRanges, "bytes")
+
+	start, length, status := int64(0), f.SizeBytes, fiber.StatusOK
+	if rh := c.Get(fiber.HeaderRange); rh != "" && ifRangeMatches(c.Get(fiber.HeaderIfRange), f.ETag) {
+		st, n, ok, satisfiable := parseRange(rh, f.SizeBytes)
+		switch {
+		case ok && !satisfiable:
+			ct.Body.Close()
+			c.Set(fiber.HeaderContentRange, "bytes */"+strconv.FormatInt(f.SizeBytes, 10))
+			c.Set(fiber.HeaderContentDisposition, "")
+			return writeError(c, fiber.StatusRequestedRangeNotSatisfiable, fmt.Sprintf("range %q is outside the file's %d bytes", rh, f.SizeBytes))
+		case ok:
+			start, length, status = st, n, fiber.StatusPartialContent
+			c.Set(fiber.HeaderContentRange, "bytes "+strconv.FormatInt(st, 10)+"-"+strconv.FormatInt(st+n-1, 10)+"/"+strconv.FormatInt(f.SizeBytes, 10))
+		}
+	}
+	if start > 0 {
+		if _, err := ct.Body.Seek(start, io.SeekStart); err != nil {
+			ct.Body.Close()
+			return fault.Wrap(fault.Internal, "file storage error", err)
+		}
+	}
+	c.Status(status)
+	// fasthttp closes the stream once the response is written (or skipped
+	// for HEAD).
+	c.Context().SetBodyStream(newSendStream(ct.Body, length), int(length))
+	return nil
+}
+
+// sendStream sends length bytes of an open file. Its WriteTo hands an
+// io.LimitedReader over the file to the connection's buffered writer, so
+// on a TCP connection the kernel copies with sendfile; the limit keeps a
+// file growing under the download from overrunning Content-Length.
+type sendStream struct {
+	c  io.Closer
+	lr io.LimitedReader
+}
+
+func newSendStream(f io.ReadSeekCloser, length int64) *sendStream {
+	var r io.Reader = f
+	if osf, ok := f.(*os.File); ok {
+		r = osf // a syscall.Conn: sendfile-capable
+	}
+	return &sendStream{c: f, lr: io.LimitedReader{R: r, N: length}}
+}
+
+// Read reads from the file up to the length.
+func (s *sendStream) Read(p []byte) (int, error) { return s.lr.Read(p) }
+
+// WriteTo copies the rest of the length to w, zero-copy when w allows.
+func (s *sendStream) WriteTo(w io.Writer) (int64, error) { return io.Copy(w, &s.lr) }
+
+// Close closes the file.
+func (s *sendStream) Close() error { return s.c.Close() }
+
+// parseRange parses a Range header for a file of size bytes. ok is false
+// when the header is to be ignored (not a single well-formed byte range:
+// the whole file is sent); satisfiable is false for a 416.
+func parseRange(h string, size int64) (start, length int64, ok, satisfiable bool) {
+	spec, found := strings.CutPrefix(h, "bytes=")
+	if !found || strings.Contains(spec, ",") {
+		return 0, 0, false, false
+	}
+	first, last, found := strings.Cut(strings.TrimSpace(spec), "-")
+	if !found {
+		return 0, 0, false, false
+	}
+	num := func(s string) (int64, bool) {
+		if s == "" || strings.TrimLeft(s, "0123456789") != "" {
+			return 0, false
+		}
+		n, err := strconv.ParseInt(s, 10, 64)
+		return n, err == nil
+	}
+	if first == "" { // suffix: the last N bytes
+		n, valid := num(last)
+		if !valid {
+			return 0, 0, false, false
+		}
+		if n == 0 || size == 0 {
+			return 0, 0, true, false
+		}
+		n = min(n, size)
+		return size - n, n, true, true
+	}
+	st, valid := num(first)
+	if !valid {
+		return 0, 0, false, false
+	}
+	end := size - 1
+	if last != "" {
+		e, valid := num(last)
+		if !valid || e < st {
+			return 0, 0, false, false
+		}
+		end = min(e, size-1)
+	}
+	if st >= size {
+		return 0, 0, true, false
+	}
+	return st, end - st + 1, true, true
+}
+
+// ifRangeMatches reports whether a Range may be honoured under If-Range:
+// absent, or the file's current strong ETag.
+func ifRangeMatches(ifRange, etag string) bool {
+	return ifRange == "" || ifRange == strconv.Quote(etag)
+}
+
+// contentDisposition builds an RFC 6266 header: an ASCII fallback name
+// (quotes, backslashes, percent signs, controls and non-ASCII replaced)
+// and the exact name as RFC 8187 filename*.
+func contentDisposition(kind, name string) string {
+	return kind + `; filename="` + asciiFallback(name) + `"; filename*=UTF-8''` + encodeExtValue(name)
+}
+
+func asciiFallback(name string) string {
+	var b strings.Builder
+	for i := 0; i < len(name); i++ {
+		ch := name[i]
+		if ch < 0x20 || ch >= 0x7f || ch == '"' || ch == '\\' || ch == '%' {
+			// One '_' per UTF-8 sequence rather than per byte.
+			if ch >= 0xc0 || ch < 0x80 {
+				b.WriteByte('_')
+			}
+			continue
+		}
+		b.WriteByte(ch)
+	}
+	if b.Len() == 0 {
+		return "download"
+	}
+	return b.String()
+}
+
+// encodeExtValue percent-encodes every byte outside RFC 8187's attr-char.
+func encodeExtValue(s string) string {
+	const hex = "0123456789ABCDEF"
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		ch := s[i]
+		if isAttrChar(ch) {
+			b.WriteByte(ch)
+			continue
+		}
+		b.WriteByte('%')
+		b.WriteByte(hex[ch>>4])
+		b.WriteByte(hex[ch&0xf])
+	}
+	return b.String()
+}
+
+func isAttrChar(ch byte) bool {
+	switch {
+	case 'a' <= ch && ch <= 'z', 'A' <= ch && ch <= 'Z', '0' <= ch && ch <= '9':
+		return true
+	}
+	return strings.IndexByte("!#$&+-.^_`|~", ch) >= 0
+}
