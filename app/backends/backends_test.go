@@ -1,0 +1,75 @@
+package backends
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+
+	"threadbox/domain/fault"
+	"threadbox/domain/sandbox"
+	"threadbox/domain/user"
+)
+
+// fakeBackend is a sandbox.Backend whose availability the test sets.
+type fakeBackend struct {
+	sandbox.Backend // nil: calls other than these panic
+	name            string
+	err             error
+}
+
+func (f fakeBackend) Name() string                        { return f.name }
+func (f fakeBackend) Available(ctx context.Context) error { return f.err }
+
+// describedBackend also describes itself.
+type describedBackend struct {
+	fakeBackend
+	isolation string
+	limits    []string
+	mechanism string
+}
+
+func (d describedBackend) Isolation() string { return d.isolation }
+func (d describedBackend) EnforcedLimits(context.Context) ([]string, string) {
+	return d.limits, d.mechanism
+}
+
+var admin = user.Principal{UserID: "u1", OrgID: "o1", Role: user.Admin}
+
+func TestMatrix(t *testing.T) {
+	down := errors.New("docker: daemon: connection refused")
+	svc := New([]sandbox.Backend{
+		describedBackend{fakeBackend{name: "docker", err: down}, IsolationNamespaces, nil, ""},
+		describedBackend{fakeBackend{name: "local"}, IsolationProcessJail, []string{"memory", "pids"}, "cgroup v1"},
+		fakeBackend{name: "mystery"},
+	})
+	got, err := svc.Matrix(context.Background(), admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Entry{
+		{Name: "docker", Primary: true, Available: false, Reason: down.Error(), Isolation: IsolationNamespaces, Limits: []string{}},
+		{Name: "local", Available: true, Isolation: IsolationProcessJail, Limits: []string{"memory", "pids"}, Mechanism: "cgroup v1"},
+		{Name: "mystery", Available: true, Isolation: IsolationUnknown, Limits: []string{}},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("got %d entries, want %d", len(got), len(want))
+	}
+	for i := range want {
+		g, w := got[i], want[i]
+		if g.Name != w.Name || g.Primary != w.Primary || g.Available != w.Available || g.Reason != w.Reason ||
+			g.Isolation != w.Isolation || !slices.Equal(g.Limits, w.Limits) || g.Mechanism != w.Mechanism {
+			t.Errorf("entry %d: got %+v, want %+v", i, g, w)
+		}
+	}
+}
+
+func TestMatrixAdminsOnly(t *testing.T) {
+	svc := New([]sandbox.Backend{fakeBackend{name: "local"}})
+	member := admin
+	member.Role = user.Member
+	_, err := svc.Matrix(context.Background(), member)
+	if fault.KindOf(err) != fault.Forbidden {
+		t.Errorf("member: %v, want forbidden", err)
+	}
+}
