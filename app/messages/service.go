@@ -199,6 +199,9 @@ func (t *turn) run(ctx context.Context) error {
 	if err := t.send(Event{Type: EventMessageStart, Message: msg}); err != nil {
 		return err
 	}
+	if err := t.send(Event{Type: EventPing}); err != nil {
+		return err
+	}
 	history := cloneMessages(t.req.Messages)
 	if err := t.resolvePending(ctx, history); err != nil {
 		return err

@@ -175,6 +175,12 @@ func (e *Executor) bash(ctx context.Context, call messages.ToolCall) *messages.T
 		}
 		out.Stderr += msg
 	}
+	if res.OOMKilled {
+		if out.Stderr != "" && !strings.HasSuffix(out.Stderr, "\n") {
+			out.Stderr += "\n"
+		}
+		out.Stderr += "The command was killed: the sandbox ran out of memory."
+	}
 	for _, p := range res.OutputFiles {
 		out.Files = append(out.Files, messages.OutputFile{Type: messages.ResultBashOutput, FileID: file.EncodeID(p)})
 	}

@@ -89,6 +89,12 @@ func TestBash(t *testing.T) {
 			want:   &messages.ToolResult{Type: messages.ResultBash, Stdout: big[:64] + "...[truncated]", Stderr: "e...[truncated]", Files: []messages.OutputFile{}},
 		},
 		{
+			name:   "out of memory is said in stderr",
+			input:  `{"command":"hog"}`,
+			result: sandbox.Result{ExitCode: 137, OOMKilled: true},
+			want:   &messages.ToolResult{Type: messages.ResultBash, Stderr: "The command was killed: the sandbox ran out of memory.", ReturnCode: 137, Files: []messages.OutputFile{}},
+		},
+		{
 			name:   "output files are listed by file id",
 			input:  `{"command":"make"}`,
 			result: sandbox.Result{OutputFiles: []string{"/mnt/user-data/outputs/chart.png"}},

@@ -299,6 +299,9 @@ func streamAnthropic(w http.ResponseWriter, rep Reply) {
 	if !s.event(messages.EventMessageStart, messages.Event{Type: messages.EventMessageStart, Message: start}, fail) {
 		return
 	}
+	if !s.event(messages.EventPing, messages.Event{Type: messages.EventPing}, fail) {
+		return
+	}
 	for i, b := range rep.Content {
 		st := b
 		var deltas []messages.BlockDelta
