@@ -1,0 +1,61 @@
+package container
+
+import (
+	"testing"
+	"time"
+)
+
+func TestClientIDs(t *testing.T) {
+	for _, tc := range []struct {
+		id string
+		ok bool
+	}{
+		{"my-container", true}, {"a", true}, {"A.b_c-1", true}, {"", false}, {"-x", false},
+		{"../etc", false}, {"a/b", false}, {"a b", false}, {"a--b", false}, {string(make([]byte, 65)), false},
+		{"x\x00", false}, {"é", false},
+	} {
+		if err := ValidateClientID(tc.id); (err == nil) != tc.ok {
+			t.Errorf("%q: ok=%v err=%v", tc.id, tc.ok, err)
+		}
+	}
+	now := time.Now()
+	a, _ := NewForUser("org", "usr_a", "box", now)
+	b, _ := NewForUser("org", "usr_b", "box", now)
+	if a.ID() == b.ID() || a.ClientID() != "box" || !a.AccessibleBy("org", "usr_a") || a.AccessibleBy("org", "usr_b") || a.AccessibleBy("other", "usr_a") {
+		t.Fatalf("namespacing: %s %s", a.ID(), b.ID())
+	}
+	th, _ := NewForThread("org", "usr_a", "thr_1", now)
+	if th.ID() != "thr_1" || th.ThreadID() != "thr_1" {
+		t.Fatalf("thread container: %+v", th)
+	}
+}
+
+func TestExpiry(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	c, _ := NewForUser("org", "usr", "x", t0)
+	cases := []struct {
+		name    string
+		used    time.Duration // after creation
+		idle    time.Duration
+		maxAge  time.Duration
+		wantExp time.Duration // after creation
+		checkAt time.Duration
+		expired bool
+	}{
+		{"rolls with use", 10 * time.Minute, 5 * time.Minute, time.Hour, 15 * time.Minute, 20 * time.Minute, false},
+		{"capped by max age", 58 * time.Minute, 5 * time.Minute, time.Hour, time.Hour, 59 * time.Minute, false},
+		{"past max age", 0, 5 * time.Minute, time.Hour, 5 * time.Minute, time.Hour, true},
+		{"no max age", 0, 5 * time.Minute, 0, 5 * time.Minute, 1000 * time.Hour, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			u := c.Touch(t0.Add(tc.used))
+			if got := u.ExpiresAt(tc.idle, tc.maxAge); !got.Equal(t0.Add(tc.wantExp)) {
+				t.Errorf("expires_at %v, want %v", got, t0.Add(tc.wantExp))
+			}
+			if got := u.Expired(t0.Add(tc.checkAt), tc.maxAge); got != tc.expired {
+				t.Errorf("expired=%v", got)
+			}
+		})
+	}
+}

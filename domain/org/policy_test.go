@@ -1,0 +1,64 @@
+package org
+
+import (
+	"testing"
+
+	"threadbox/domain/fault"
+)
+
+func ptr[T any](v T) *T { return &v }
+
+func TestPolicyAllowsAndPatch(t *testing.T) {
+	def := DefaultPolicy()
+	for _, f := range []Feature{CodeExecution, Uploads, DownloadsGenerated, DownloadsUploaded} {
+		if !def.Allows(f) {
+			t.Errorf("default policy refuses %s", f)
+		}
+	}
+	if def.Allows("teleport") {
+		t.Error("unknown feature allowed")
+	}
+	cases := []struct {
+		name    string
+		patch   PolicyPatch
+		off     []Feature
+		max     int64
+		wantErr bool
+	}{
+		{"empty patch changes nothing", PolicyPatch{}, nil, DefaultMaxUploadBytes, false},
+		{"code execution off", PolicyPatch{CodeExecution: ptr(false)}, []Feature{CodeExecution}, DefaultMaxUploadBytes, false},
+		{"downloads off", PolicyPatch{DownloadsGenerated: ptr(false), DownloadsUploaded: ptr(false)}, []Feature{DownloadsGenerated, DownloadsUploaded}, DefaultMaxUploadBytes, false},
+		{"uploads off with a cap", PolicyPatch{Uploads: ptr(false), MaxUploadBytes: ptr(int64(10))}, []Feature{Uploads}, 10, false},
+		{"zero cap refused", PolicyPatch{MaxUploadBytes: ptr(int64(0))}, nil, DefaultMaxUploadBytes, true},
+		{"negative cap refused, nothing else applied", PolicyPatch{CodeExecution: ptr(false), MaxUploadBytes: ptr(int64(-5))}, nil, DefaultMaxUploadBytes, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := def.Patch(tc.patch)
+			if tc.wantErr {
+				if !fault.Is(err, fault.Invalid) || got != def {
+					t.Fatalf("want invalid and the policy unchanged, got %v %+v", err, got)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			off := map[Feature]bool{}
+			for _, f := range tc.off {
+				off[f] = true
+			}
+			for _, f := range []Feature{CodeExecution, Uploads, DownloadsGenerated, DownloadsUploaded} {
+				if got.Allows(f) == off[f] {
+					t.Errorf("%s: allows=%v", f, got.Allows(f))
+				}
+			}
+			if got.MaxUploadBytes() != tc.max {
+				t.Errorf("max=%d want %d", got.MaxUploadBytes(), tc.max)
+			}
+		})
+	}
+	if err := Refusal(DownloadsGenerated); !fault.Is(err, fault.Forbidden) || fault.MessageOf(err) != `feature "downloads.generated" is disabled by your organization's policy` {
+		t.Fatalf("refusal: %v", err)
+	}
+}

@@ -1,0 +1,39 @@
+package thread
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestThreadRules(t *testing.T) {
+	now := time.Now()
+	th, err := New("thr_1", "org", "prj", "usr", "  ", now)
+	if err != nil || th.Title() != "New thread" || th.ContainerID() != "thr_1" {
+		t.Fatalf("default title: %v %q", err, th.Title())
+	}
+	for _, tc := range []struct {
+		title string
+		ok    bool
+	}{{"Plot sales", true}, {"", false}, {strings.Repeat("x", 501), false}} {
+		if _, err := th.Retitle(tc.title, now); (err == nil) != tc.ok {
+			t.Errorf("%q: %v", tc.title, err)
+		}
+	}
+	if !th.AccessibleBy("org", "usr") || th.AccessibleBy("org", "other") || th.AccessibleBy("other", "usr") {
+		t.Fatal("access")
+	}
+	if _, err := New("", "org", "prj", "usr", "x", now); err == nil {
+		t.Fatal("missing id accepted")
+	}
+	m, err := NewMessage("msg_1", "thr_1", Assistant, []byte("[]"), false, now)
+	if err != nil || m.Complete() {
+		t.Fatal(err)
+	}
+	if f := m.Finish([]byte(`[{"type":"text","text":"x"}]`), nil); !f.Complete() {
+		t.Fatal("finish")
+	}
+	if _, err := NewMessage("msg_2", "thr_1", "system", []byte("[]"), true, now); err == nil {
+		t.Fatal("bad role accepted")
+	}
+}
