@@ -42,6 +42,7 @@ func (s *Server) routes() {
 	app.Delete("/tokens/:id", s.revokeToken)
 
 	a.Group("/api/gpt", s.authenticate)
+	a.Get("/api/gpt/v1/sandbox/backends", s.authenticate, s.sandboxBackends)
 
 	// Files API (CONTRACT §5); authenticated by the /api/gpt group above.
 	// Per-file routes read the id or key from the raw path (web/files.go).

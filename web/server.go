@@ -11,6 +11,7 @@ import (
 
 	"threadbox/app/admin"
 	"threadbox/app/auth"
+	"threadbox/app/backends"
 	"threadbox/app/files"
 	"threadbox/app/workspace"
 )
@@ -21,6 +22,8 @@ type Services struct {
 	Admin     *admin.Service
 	Workspace *workspace.Service
 	Files     *files.Service
+	// Backends is the sandbox capability matrix; nil lists no backends.
+	Backends *backends.Service
 	// Ready reports whether the database answers and is migrated.
 	Ready func(ctx context.Context) error
 }

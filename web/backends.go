@@ -1,0 +1,45 @@
+package web
+
+import (
+	"github.com/gofiber/fiber/v2"
+
+	"threadbox/app/backends"
+	"threadbox/domain/fault"
+	"threadbox/domain/user"
+)
+
+// backendView is one row of GET /api/gpt/v1/sandbox/backends.
+type backendView struct {
+	Name           string   `json:"name"`
+	Primary        bool     `json:"primary"`
+	Available      bool     `json:"available"`
+	Reason         string   `json:"reason,omitempty"`
+	Isolation      string   `json:"isolation"`
+	Limits         []string `json:"limits"`
+	LimitMechanism string   `json:"limit_mechanism,omitempty"`
+}
+
+// sandboxBackends serves the capability matrix to org admins.
+func (s *Server) sandboxBackends(c *fiber.Ctx) error {
+	p := principal(c)
+	if p.Kind == user.SandboxToken {
+		return fault.New(fault.Forbidden, "sandbox tokens may not view the sandbox backends")
+	}
+	svc := s.svc.Backends
+	if svc == nil {
+		svc = backends.New(nil)
+	}
+	entries, err := svc.Matrix(c.UserContext(), p)
+	if err != nil {
+		return err
+	}
+	out := make([]backendView, len(entries))
+	for i, e := range entries {
+		out[i] = backendView{Name: e.Name, Primary: e.Primary, Available: e.Available, Reason: e.Reason,
+			Isolation: e.Isolation, Limits: e.Limits, LimitMechanism: e.Mechanism}
+		if out[i].Limits == nil {
+			out[i].Limits = []string{}
+		}
+	}
+	return c.JSON(fiber.Map{"data": out})
+}

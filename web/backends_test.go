@@ -1,0 +1,89 @@
+package web
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/gofiber/fiber/v2"
+
+	"threadbox/app/backends"
+	"threadbox/domain/sandbox"
+	"threadbox/domain/user"
+)
+
+// stubBackend is a sandbox.Backend that only names itself and answers
+// Available; the matrix calls nothing else.
+type stubBackend struct {
+	sandbox.Backend
+	name string
+	err  error
+}
+
+func (b stubBackend) Name() string                    { return b.name }
+func (b stubBackend) Available(context.Context) error { return b.err }
+func (b stubBackend) Isolation() string               { return backends.IsolationProcessJail }
+func (b stubBackend) EnforcedLimits(context.Context) ([]string, string) {
+	return []string{"memory", "pids"}, "cgroup v1"
+}
+
+func TestSandboxBackendsHandler(t *testing.T) {
+	srv := &Server{log: slog.New(slog.DiscardHandler), svc: Services{Backends: backends.New([]sandbox.Backend{
+		stubBackend{name: "docker", err: errors.New("docker: daemon: down")},
+		stubBackend{name: "local"},
+	})}}
+	tests := []struct {
+		name   string
+		p      user.Principal
+		status int
+		errTyp string
+	}{
+		{"admin", user.Principal{UserID: "u", OrgID: "o", Role: user.Admin}, 200, ""},
+		{"member", user.Principal{UserID: "u", OrgID: "o", Role: user.Member}, 403, "permission_error"},
+		{"sandbox token of an admin", user.Principal{UserID: "u", OrgID: "o", Role: user.Admin, Kind: user.SandboxToken}, 403, "permission_error"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			app := fiber.New(fiber.Config{ErrorHandler: srv.errorHandler})
+			app.Get("/b", func(c *fiber.Ctx) error { c.Locals(principalKey, tt.p); return c.Next() }, srv.sandboxBackends)
+			resp, err := app.Test(httptest.NewRequest("GET", "/b", nil))
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			if resp.StatusCode != tt.status {
+				t.Fatalf("status %d body %s, want %d", resp.StatusCode, body, tt.status)
+			}
+			if tt.errTyp != "" {
+				var e struct {
+					Type  string                `json:"type"`
+					Error struct{ Type string } `json:"error"`
+				}
+				if err := json.Unmarshal(body, &e); err != nil || e.Type != "error" || e.Error.Type != tt.errTyp {
+					t.Errorf("body %s, want a %s envelope", body, tt.errTyp)
+				}
+				return
+			}
+			var got struct {
+				Data []map[string]any `json:"data"`
+			}
+			if err := json.Unmarshal(body, &got); err != nil || len(got.Data) != 2 {
+				t.Fatalf("body %s: %v", body, err)
+			}
+			d, l := got.Data[0], got.Data[1]
+			if d["name"] != "docker" || d["primary"] != true || d["available"] != false || d["reason"] != "docker: daemon: down" {
+				t.Errorf("docker row %v", d)
+			}
+			if l["name"] != "local" || l["available"] != true || l["isolation"] != "process jail" || l["limit_mechanism"] != "cgroup v1" || len(l["limits"].([]any)) != 2 {
+				t.Errorf("local row %v", l)
+			}
+			if _, ok := l["reason"]; ok {
+				t.Errorf("available backend has a reason: %v", l)
+			}
+		})
+	}
+}
