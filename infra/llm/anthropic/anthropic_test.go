@@ -291,3 +291,22 @@ type toolsFunc func(context.Context, messages.ToolCall) (*messages.ToolResult, e
 func (f toolsFunc) Execute(ctx context.Context, c messages.ToolCall) (*messages.ToolResult, error) {
 	return f(ctx, c)
 }
+
+func TestLongRetryAfterIsNotWaited(t *testing.T) {
+	ok := fakeupstream.Reply{Content: []messages.ContentBlock{{Type: messages.BlockText, Text: "fine"}}}
+	up := fakeupstream.New(fakeupstream.Reply{Status: 429, Header: fakeupstream.RetryAfter(time.Hour)}, ok)
+	defer up.Close()
+	m := New(Config{BaseURL: up.URL(), Model: "m", MaxRetryWait: time.Second})
+	start := time.Now()
+	_, err := m.Step(context.Background(), stepRequest())
+	var ue *messages.UpstreamError
+	if !errors.As(err, &ue) || ue.StatusCode != 429 || ue.Type != "rate_limit_error" {
+		t.Fatalf("err = %v", err)
+	}
+	if n := len(up.Requests()); n != 1 || time.Since(start) > 5*time.Second {
+		t.Fatalf("%d requests in %v", n, time.Since(start))
+	}
+	if status, _ := messages.ErrorStatus(err); status != 429 {
+		t.Fatalf("status = %d", status)
+	}
+}

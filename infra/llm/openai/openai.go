@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -26,12 +27,18 @@ import (
 // 409, 5xx, or a connection error) before the stream starts.
 const DefaultMaxRetries = 3
 
+// DefaultMaxRetryWait is the longest retry-after waited for by default.
+const DefaultMaxRetryWait = 30 * time.Second
+
 // Config configures the adapter.
 type Config struct {
 	BaseURL    string // the API root including /v1, e.g. http://127.0.0.1:8000/v1
 	APIKey     string
 	Model      string // what "default" (or an empty model) resolves to
 	MaxRetries int    // 0 means DefaultMaxRetries; negative disables retries
+	// MaxRetryWait is the longest retry-after the adapter waits for; a
+	// longer one fails at once. 0 means DefaultMaxRetryWait.
+	MaxRetryWait time.Duration
 	// HTTPClient, when nil, is a keep-alive client owned by the adapter.
 	HTTPClient *http.Client
 }
@@ -64,7 +71,8 @@ func New(cfg Config) *Model {
 	if key == "" {
 		key = "none"
 	}
-	opts := []option.RequestOption{option.WithHTTPClient(hc), option.WithMaxRetries(retries), option.WithAPIKey(key)}
+	opts := []option.RequestOption{option.WithHTTPClient(hc), option.WithMaxRetries(retries),
+		option.WithMiddleware(capRetryAfter(cfg.MaxRetryWait)), option.WithAPIKey(key)}
 	if cfg.BaseURL != "" {
 		opts = append(opts, option.WithBaseURL(strings.TrimSuffix(cfg.BaseURL, "/")+"/"))
 	}
@@ -483,4 +491,42 @@ func upstreamError(ctx context.Context, err error, beforeStream bool) error {
 		return &messages.UpstreamError{Type: "api_error", Message: msg}
 	}
 	return fmt.Errorf("openai: %w: %v", messages.ErrUpstreamUnavailable, err)
+}
+
+// capRetryAfter returns a middleware that stops the SDK from retrying when
+// the upstream asks to wait longer than limit.
+func capRetryAfter(limit time.Duration) option.Middleware {
+	if limit <= 0 {
+		limit = DefaultMaxRetryWait
+	}
+	return func(req *http.Request, next option.MiddlewareNext) (*http.Response, error) {
+		res, err := next(req)
+		if err != nil || res == nil || (res.StatusCode != http.StatusTooManyRequests && res.StatusCode < 500) {
+			return res, err
+		}
+		if d, ok := retryAfter(res.Header); ok && d > limit {
+			res.Header.Set("x-should-retry", "false")
+		}
+		return res, nil
+	}
+}
+
+// retryAfter reads retry-after-ms or retry-after (seconds or a date).
+func retryAfter(h http.Header) (time.Duration, bool) {
+	if v := h.Get("retry-after-ms"); v != "" {
+		if ms, err := strconv.ParseFloat(v, 64); err == nil {
+			return time.Duration(ms * float64(time.Millisecond)), true
+		}
+	}
+	v := h.Get("retry-after")
+	if v == "" {
+		return 0, false
+	}
+	if sec, err := strconv.ParseFloat(v, 64); err == nil {
+		return time.Duration(sec * float64(time.Second)), true
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		return time.Until(t), true
+	}
+	return 0, false
 }
