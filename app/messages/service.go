@@ -208,7 +208,7 @@ func (t *turn) run(ctx context.Context) error {
 	}
 	step := StepRequest{
 		Model: t.req.Model, MaxTokens: t.req.MaxTokens, System: t.req.System,
-		Messages: upstreamHistory(history), Tools: t.toolDefinitions(), ToolChoice: t.req.ToolChoice,
+		Messages: upstreamHistory(history), Tools: t.toolDefinitions(), ToolChoice: t.toolChoice(),
 		Temperature: t.req.Temperature, TopP: t.req.TopP, TopK: t.req.TopK, StopSequences: t.req.StopSequences,
 		Metadata: t.req.Metadata, Thinking: t.req.Thinking, Extra: t.req.Extra,
 	}
@@ -510,6 +510,22 @@ func (t *turn) finish(stopReason string, stopSequence *string) error {
 		return err
 	}
 	return t.send(Event{Type: EventMessageStop})
+}
+
+// toolChoice passes the client's tool_choice on; one naming the
+// code-execution tool becomes "any", as the model knows only its sub-tools.
+func (t *turn) toolChoice() json.RawMessage {
+	var tc struct {
+		Type string `json:"type"`
+		Name string `json:"name"`
+	}
+	if len(t.req.ToolChoice) == 0 || json.Unmarshal(t.req.ToolChoice, &tc) != nil {
+		return t.req.ToolChoice
+	}
+	if tc.Type == "tool" && tc.Name == "code_execution" && t.plan.CodeExecution {
+		return json.RawMessage(`{"type":"any"}`)
+	}
+	return t.req.ToolChoice
 }
 
 func (t *turn) toolDefinitions() []ToolDefinition {

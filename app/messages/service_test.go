@@ -627,3 +627,21 @@ func BenchmarkLoopIteration(b *testing.B) {
 		})
 	}
 }
+
+func TestToolChoiceNamingCodeExecution(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{`{"type":"tool","name":"code_execution"}`, `{"type":"any"}`},
+		{`{"type":"tool","name":"get_weather"}`, `{"type":"tool","name":"get_weather"}`},
+		{`{"type":"auto"}`, `{"type":"auto"}`},
+	} {
+		model := &fakeModel{steps: []*StepResult{step(StopEndTurn, text("ok"))}}
+		req := request(ToolTypeCodeExecution2508, user("x"))
+		req.ToolChoice = json.RawMessage(tc.in)
+		if _, err := New(model, nil, Config{}).Create(context.Background(), req, RunOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if got := string(model.reqs[0].ToolChoice); got != tc.want {
+			t.Fatalf("tool_choice %s became %s, want %s", tc.in, got, tc.want)
+		}
+	}
+}
