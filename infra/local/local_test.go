@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"threadbox/app/backends"
 	"threadbox/domain/sandbox"
 	"threadbox/infra/sandboxtest"
 )
@@ -307,5 +308,43 @@ func TestCgroupLimitsWritten(t *testing.T) {
 		if _, err := os.Stat(d); !os.IsNotExist(err) {
 			t.Errorf("cgroup %s left after stop: %v", d, err)
 		}
+	}
+}
+
+// The local backend describes itself for the capability matrix.
+var _ backends.Describer = (*Backend)(nil)
+
+func TestEnforcedLimitsFollowMode(t *testing.T) {
+	tests := []struct {
+		name  string
+		cfg   Config
+		quota bool
+		want  []string
+		mech  LimitMode
+	}{
+		{"rlimits", Config{NoCgroups: true}, false, []string{"memory", "pids", "nofile", "tmp"}, LimitRlimits},
+		{"rlimits with disk quota", Config{NoCgroups: true, DiskQuota: true}, true, []string{"memory", "pids", "nofile", "tmp", "disk"}, LimitRlimits},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tt.cfg.RootFS, tt.cfg.AgentBin = "/", "/bin/true"
+			b, err := New(tt.cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, mech := b.EnforcedLimits(context.Background())
+			if strings.Join(got, ",") != strings.Join(tt.want, ",") || mech != string(tt.mech) {
+				t.Errorf("got %q %q, want %q %q", got, mech, tt.want, tt.mech)
+			}
+			if b.Isolation() != backends.IsolationProcessJail {
+				t.Errorf("isolation %q", b.Isolation())
+			}
+		})
+	}
+	// A cgroup root that is not a cgroup file system falls back to rlimits
+	// and says why.
+	b, _ := New(Config{RootFS: "/", AgentBin: "/bin/true", CgroupRoot: "/proc/nonexistent"})
+	if mode, why := b.LimitMode(); mode != LimitRlimits || why == "" {
+		t.Errorf("mode %q (%q), want rlimits with a reason", mode, why)
 	}
 }
