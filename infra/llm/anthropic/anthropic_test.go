@@ -310,3 +310,24 @@ func TestLongRetryAfterIsNotWaited(t *testing.T) {
 		t.Fatalf("status = %d", status)
 	}
 }
+
+func TestCancelMidStream(t *testing.T) {
+	slow := toolReply
+	slow.EventDelay = 50 * time.Millisecond
+	up := fakeupstream.New(slow)
+	defer up.Close()
+	m := New(Config{BaseURL: up.URL(), Model: "m"})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	start := time.Now()
+	_, err := m.StreamStep(ctx, stepRequest(), func(messages.StepEvent) error {
+		cancel()
+		return nil
+	})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("err = %v", err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("took %v to stop", d)
+	}
+}
