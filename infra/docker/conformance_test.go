@@ -1,0 +1,114 @@
+package docker_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"threadbox/domain/sandbox"
+	"threadbox/infra/docker"
+	"threadbox/infra/sandboxtest"
+)
+
+// TestConformance runs the backend conformance suite (infra/sandboxtest)
+// against the Docker backend under every runtime of SANDBOX_TEST_RUNTIMES
+// (default "runc"; CI sets "runc,runsc"). Under CI=true a missing daemon,
+// image or runtime fails it; otherwise it skips.
+func TestConformance(t *testing.T) {
+	if testing.Short() {
+		t.Skip("short")
+	}
+	for _, rt := range conformanceRuntimes() {
+		t.Run(rt, func(t *testing.T) {
+			newBackend := func(t *testing.T) sandbox.Backend { return conformanceBackend(t, rt) }
+			// Docker enforces memory and pids through cgroups on every
+			// runtime; the disk quota is the loop-mounted host folder.
+			caps := sandboxtest.Capabilities{Memory: sandboxtest.MemoryOOMKill, Pids: true, Disk: os.Geteuid() == 0}
+			sandboxtest.Run(t, newBackend, caps)
+		})
+	}
+}
+
+func conformanceRuntimes() []string {
+	v := os.Getenv("SANDBOX_TEST_RUNTIMES")
+	if v == "" {
+		v = "runc"
+	}
+	var out []string
+	for _, r := range strings.Split(v, ",") {
+		if r = strings.TrimSpace(r); r != "" {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+func conformanceNeed(t *testing.T, format string, args ...any) {
+	t.Helper()
+	if os.Getenv("CI") == "true" {
+		t.Fatalf(format, args...)
+	}
+	t.Skipf(format, args...)
+}
+
+var (
+	conformanceAgentOnce sync.Once
+	conformanceAgentBin  string
+	conformanceAgentErr  error
+)
+
+// conformanceAgent returns THREADBOX_AGENT_BIN, else a fresh static build.
+func conformanceAgent(t *testing.T) string {
+	t.Helper()
+	conformanceAgentOnce.Do(func() {
+		if p := os.Getenv("THREADBOX_AGENT_BIN"); p != "" {
+			if _, err := os.Stat(p); err == nil {
+				conformanceAgentBin, conformanceAgentErr = filepath.Abs(p)
+				return
+			}
+		}
+		dir, err := os.MkdirTemp("", "threadbox-agent-")
+		if err != nil {
+			conformanceAgentErr = err
+			return
+		}
+		conformanceAgentBin = filepath.Join(dir, "threadbox-agent")
+		cmd := exec.Command("go", "build", "-trimpath", "-o", conformanceAgentBin, "threadbox/cmd/threadbox-agent")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			conformanceAgentErr = fmt.Errorf("build agent: %w: %s", err, out)
+		}
+	})
+	if conformanceAgentErr != nil {
+		t.Fatal(conformanceAgentErr)
+	}
+	return conformanceAgentBin
+}
+
+// conformanceBackend returns a Docker backend on its own instance label.
+// The suite hands it explicit mounts, so it has no Dirs of its own.
+func conformanceBackend(t *testing.T, runtime string) sandbox.Backend {
+	t.Helper()
+	be, err := docker.New(docker.Config{
+		Runtime:  runtime,
+		AgentBin: conformanceAgent(t),
+		Instance: fmt.Sprintf("conf%d", time.Now().UnixNano()),
+	})
+	if err != nil {
+		conformanceNeed(t, "docker client: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := be.Available(ctx); err != nil {
+		be.Close()
+		conformanceNeed(t, "docker backend (%s) not available: %v", runtime, err)
+	}
+	t.Cleanup(func() { be.Close() })
+	return be
+}
