@@ -7,6 +7,7 @@ import (
 	"io"
 	"mime"
 	"mime/multipart"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -90,13 +91,58 @@ func rawTail(c *fiber.Ctx) (string, bool) {
 	return raw[len(filesPrefix)+1:], true
 }
 
-// bodyReader returns the request body as a stream (the server streams
-// request bodies), or the buffered body when there is no stream.
-func bodyReader(c *fiber.Ctx) io.Reader {
+// Draining bounds: what is left of a refused or finished upload body is
+// read and discarded up to these, so that the client (still sending) reads
+// the response instead of a connection reset, and the connection can serve
+// another request; past them the connection is closed after the response.
+const (
+	drainMax  = 1 << 30
+	drainTime = 10 * time.Second
+)
+
+// requestBody is the request body as a stream (the server streams request
+// bodies), or the buffered body when there is none. It remembers the end:
+// fasthttp's chunked stream must not be read past it.
+type requestBody struct {
+	r   io.Reader
+	eof bool
+}
+
+func bodyReader(c *fiber.Ctx) *requestBody {
 	if r := c.Context().RequestBodyStream(); r != nil {
-		return r
+		return &requestBody{r: r}
 	}
-	return bytes.NewReader(c.Body())
+	return &requestBody{r: bytes.NewReader(c.Body())}
+}
+
+// Read reads the body until its end.
+func (b *requestBody) Read(p []byte) (int, error) {
+	if b.eof {
+		return 0, io.EOF
+	}
+	n, err := b.r.Read(p)
+	if errors.Is(err, io.EOF) {
+		b.eof = true
+	}
+	return n, err
+}
+
+// finish discards what is left of the body (within the draining bounds),
+// or marks the connection to be closed after the response.
+func (b *requestBody) finish(c *fiber.Ctx) {
+	deadline := time.Now().Add(drainTime)
+	buf := make([]byte, 32<<10)
+	for n := int64(0); n < drainMax && time.Now().Before(deadline); {
+		m, err := b.Read(buf)
+		n += int64(m)
+		if b.eof {
+			return
+		}
+		if err != nil {
+			break
+		}
+	}
+	c.Context().SetConnectionClose()
 }
 
 // uploadFile is POST /files: a multipart body whose "file" part is stored
@@ -107,8 +153,10 @@ func (s *Server) uploadFile(c *fiber.Ctx) error {
 	if err != nil || mt != fiber.MIMEMultipartForm || params["boundary"] == "" {
 		return fault.New(fault.Invalid, "the request must be multipart/form-data with a 'file' field")
 	}
+	body := bodyReader(c)
+	defer body.finish(c)
 	key, keyGiven := c.Query("path"), c.Request().URI().QueryArgs().Has("path")
-	mr := multipart.NewReader(bodyReader(c), params["boundary"])
+	mr := multipart.NewReader(body, params["boundary"])
 	var (
 		stored   files.File
 		uploaded bool
@@ -119,14 +167,12 @@ func (s *Server) uploadFile(c *fiber.Ctx) error {
 			break
 		}
 		if err != nil {
-			c.Context().SetConnectionClose()
 			return fault.Wrap(fault.Invalid, "malformed multipart body", err)
 		}
 		switch name := part.FormName(); {
 		case name == "path":
 			v, err := io.ReadAll(io.LimitReader(part, file.MaxKeyLen+1))
 			if err != nil {
-				c.Context().SetConnectionClose()
 				return fault.Wrap(fault.Invalid, "malformed multipart body", err)
 			}
 			if len(v) > file.MaxKeyLen {
@@ -158,14 +204,11 @@ func (s *Server) uploadFile(c *fiber.Ctx) error {
 				IdempotencyKey: c.Get("Idempotency-Key"),
 			})
 			if err != nil {
-				// The rest of the body is not read: do not reuse the connection.
-				c.Context().SetConnectionClose()
 				return err
 			}
 			uploaded = true
 		default:
 			if _, err := io.Copy(io.Discard, part); err != nil {
-				c.Context().SetConnectionClose()
 				return fault.Wrap(fault.Invalid, "malformed multipart body", err)
 			}
 		}
@@ -190,13 +233,25 @@ func partFilename(p *multipart.Part) string {
 // key is the raw path, so percent-encoded separators and dots reach the
 // key validator as sent.
 func (s *Server) putFile(c *fiber.Ctx) error {
-	key, ok := rawTail(c)
-	if !ok || key == "" {
+	raw, ok := rawTail(c)
+	if !ok || raw == "" {
 		return fault.New(fault.Invalid, "a key is required: PUT /api/gpt/v1/files/{key}")
 	}
-	f, err := s.svc.Files.Put(c.UserContext(), principal(c), c.Query("scope_id"), key, bodyReader(c), s.maxUpload)
+	// The raw key is checked first, so that encoded separators, dots and
+	// NULs are refused rather than decoded into a valid-looking key; then
+	// it is unescaped once, as any URL path is ("my%20file.txt"). A '%'
+	// that escapes nothing stays literal.
+	if err := file.ValidateKey(raw); err != nil {
+		return fault.Errorf(fault.Invalid, "invalid file path %q: keys are relative, contain no '..' or empty segments, no backslash, and do not end in '/'", raw)
+	}
+	key, err := url.PathUnescape(raw)
 	if err != nil {
-		c.Context().SetConnectionClose()
+		key = raw
+	}
+	body := bodyReader(c)
+	defer body.finish(c)
+	f, err := s.svc.Files.Put(c.UserContext(), principal(c), c.Query("scope_id"), key, body, s.maxUpload)
+	if err != nil {
 		return err
 	}
 	return c.JSON(viewFile(f))
