@@ -912,3 +912,292 @@ func TestFilesAPIHostileFilenames(t *testing.T) {
 		t.Fatalf("CR/LF name upload: %d %s", r.status, r.body)
 	}
 }
+
+func TestFilesAPIAccessOtherUsersAndOrgs(t *testing.T) {
+	databases(t, func(t *testing.T, db string) {
+		s := startServer(t, db, nil)
+		a := s.bootstrap("acme", "admin@acme.test")
+		other := s.bootstrap("globex", "admin@globex.test")
+		mustStatus(t, "create member", s.do("POST", "/api/v1/app/org/users", a, map[string]any{"email": "m@acme.test", "role": "member", "password": "member-password"}), 201)
+		m := login(t, s, "m@acme.test", "member-password")
+
+		pid := s.do("POST", "/api/v1/app/project", a, map[string]any{"name": "P"}).json(t)["id"].(string)
+		tid := s.do("POST", "/api/v1/app/thread", a, map[string]any{"project_id": pid, "title": "T"}).json(t)["id"].(string)
+		for _, scope := range []string{"shared-name", tid} {
+			mustStatus(t, "seed upload", s.put(a, scope, "secret.txt", "a's secret"), 200)
+			mustStatus(t, "seed output", s.put(a, scope, "outputs/out.txt", "a's output"), 200)
+		}
+		state := func(scope string) string {
+			d := s.hostDirs(a, scope)
+			var b strings.Builder
+			filepath.Walk(d.Root, func(p string, fi os.FileInfo, err error) error {
+				if err == nil && !fi.IsDir() {
+					c, _ := os.ReadFile(p)
+					fmt.Fprintf(&b, "%s=%s\n", strings.TrimPrefix(p, d.Root), c)
+				}
+				return nil
+			})
+			return b.String()
+		}
+		before := map[string]string{"shared-name": state("shared-name"), tid: state(tid)}
+		up, out := fileID("/mnt/user-data/uploads/secret.txt"), fileID("/mnt/user-data/outputs/out.txt")
+
+		for who, tok := range map[string]string{"member of the org": m, "admin of another org": other} {
+			// A thread of someone else: every endpoint is a 404, uploads included.
+			q := "?scope_id=" + tid
+			for _, c := range []struct {
+				method, path string
+				body         any
+			}{
+				{"GET", filesAPI + q, nil}, {"GET", filesAPI + "/" + up + q, nil}, {"HEAD", filesAPI + "/" + up + q, nil},
+				{"GET", filesAPI + "/" + up + "/content" + q, nil}, {"GET", filesAPI + "/" + out + "/content" + q, nil},
+				{"DELETE", filesAPI + "/" + up + q, nil}, {"DELETE", filesAPI + q + "&prefix=s", nil},
+				{"PUT", filesAPI + "/secret.txt" + q, "overwritten"},
+			} {
+				r := s.do(c.method, c.path, tok, c.body)
+				if r.status != 404 || (c.method != "HEAD" && r.errorType(t) != "not_found_error") {
+					t.Fatalf("%s: %s %s: %d %s", who, c.method, c.path, r.status, r.body)
+				}
+			}
+			if r := s.upload(tok, tid, "", "secret.txt", "overwritten"); r.status != 404 {
+				t.Fatalf("%s: upload into another's thread: %d %s", who, r.status, r.body)
+			}
+			// The same client-chosen container name is another container.
+			q = "?scope_id=shared-name"
+			mustStatus(t, who+": list own unused container", s.do("GET", filesAPI+q, tok, nil), 404)
+			mustStatus(t, who+": metadata", s.do("GET", filesAPI+"/"+up+q, tok, nil), 404)
+			mustStatus(t, who+": content", s.do("GET", filesAPI+"/"+up+"/content"+q, tok, nil), 404)
+			mustStatus(t, who+": delete", s.do("DELETE", filesAPI+"/"+up+q, tok, nil), 404)
+			r := s.put(tok, "shared-name", "secret.txt", "mine")
+			mustStatus(t, who+": put into own namesake", r, 200)
+			if ids := listIDs(t, s.do("GET", filesAPI+q, tok, nil)); len(ids) != 1 {
+				t.Fatalf("%s sees %v", who, ids)
+			}
+			mustStatus(t, who+": delete own", s.do("DELETE", filesAPI+q+"&prefix=s", tok, nil), 200)
+			// Another org's scope: a container id of another user is not a
+			// way in either.
+			me := s.do("GET", "/api/v1/app/me", a, nil).json(t)
+			storage := container.UserScopedID(me["user_id"].(string), "shared-name")
+			mustStatus(t, who+": storage id as scope", s.do("GET", filesAPI+"/"+up+"?scope_id="+url.QueryEscape(storage), tok, nil), 404)
+		}
+		for scope, want := range before {
+			if got := state(scope); got != want {
+				t.Fatalf("%s changed:\n%s\nwant\n%s", scope, got, want)
+			}
+		}
+		// The owner still reads both.
+		r := s.do("GET", filesAPI+"/"+up+"/content?scope_id="+tid, a, nil)
+		if r.status != 200 || string(r.body) != "a's secret" {
+			t.Fatalf("owner: %d %s", r.status, r.body)
+		}
+	})
+}
+
+func TestFilesAPIPolicySwitches(t *testing.T) {
+	databases(t, func(t *testing.T, db string) {
+		s := startServer(t, db, nil)
+		a := s.bootstrap("acme", "admin@acme.test")
+		mustStatus(t, "create member", s.do("POST", "/api/v1/app/org/users", a, map[string]any{"email": "m@acme.test", "role": "member", "password": "member-password"}), 201)
+		m := login(t, s, "m@acme.test", "member-password")
+		const scope = "pol"
+		q := "?scope_id=" + scope
+		mustStatus(t, "seed upload", s.put(m, scope, "in.txt", "uploaded"), 200)
+		mustStatus(t, "seed output", s.put(m, scope, "outputs/out.txt", "generated"), 200)
+		must(t, os.WriteFile(filepath.Join(s.hostDirs(m, scope).Workspace, "w.txt"), []byte("workspace"), 0o644))
+		up, out, ws := fileID("/mnt/user-data/uploads/in.txt"), fileID("/mnt/user-data/outputs/out.txt"), fileID("/home/agent/workspace/w.txt")
+		patch := func(body map[string]any) {
+			t.Helper()
+			mustStatus(t, "patch features", s.do("PATCH", "/api/v1/app/org/features", a, body), 200)
+		}
+		refused := func(what string, r response, feature string) {
+			t.Helper()
+			if r.status != 403 || r.errorType(t) != "permission_error" || !strings.Contains(r.json(t)["error"].(map[string]any)["message"].(string), feature) {
+				t.Fatalf("%s: want 403 naming %s, got %d %s", what, feature, r.status, r.body)
+			}
+		}
+		uploads := map[string]func() response{
+			"POST":         func() response { return s.upload(m, scope, "", "new.txt", "n") },
+			"POST path=":   func() response { return s.upload(m, scope, "path=outputs/new.txt", "x", "n") },
+			"PUT":          func() response { return s.put(m, scope, "new2.txt", "n") },
+			"PUT outputs":  func() response { return s.put(m, scope, "outputs/new2.txt", "n") },
+			"chunked PUT":  func() response { return s.streamUpload(m, scope, "new3.txt", "", 1<<20) },
+			"chunked POST": func() response { return s.streamUpload(m, scope, "new4.txt", "new4.txt", 1<<20) },
+			"POST idem-key": func() response {
+				return s.upload(m, scope, "", "new5.txt", "n", "Idempotency-Key", "k-"+fmt.Sprint(time.Now().UnixNano()))
+			},
+		}
+		content := func(id string) response { return s.do("GET", filesAPI+"/"+id+"/content"+q, m, nil) }
+		unaffected := func(what string) {
+			t.Helper()
+			mustStatus(t, what+": list", s.do("GET", filesAPI+q, m, nil), 200)
+			mustStatus(t, what+": metadata", s.do("GET", filesAPI+"/"+up+q, m, nil), 200)
+			mustStatus(t, what+": head", s.do("HEAD", filesAPI+"/"+out+q, m, nil), 200)
+		}
+
+		// uploads.enabled off: every upload path is refused and stores nothing.
+		patch(map[string]any{"uploads": map[string]any{"enabled": false}})
+		for name, fn := range uploads {
+			refused("uploads off: "+name, fn(), `"uploads"`)
+		}
+		if ids := listIDs(t, s.do("GET", filesAPI+q, m, nil)); len(ids) != 2 {
+			t.Fatalf("refused uploads stored files: %v", ids)
+		}
+		for _, id := range []string{up, out, ws} {
+			mustStatus(t, "uploads off: download", content(id), 200)
+		}
+		unaffected("uploads off")
+		patch(map[string]any{"uploads": map[string]any{"enabled": true}})
+		for name, fn := range uploads {
+			mustStatus(t, "uploads on: "+name, fn(), 200)
+		}
+
+		// downloads.generated off: outputs and workspace files, not uploads.
+		patch(map[string]any{"downloads": map[string]any{"generated": false}})
+		refused("generated off: output", content(out), `"downloads.generated"`)
+		refused("generated off: workspace", content(ws), `"downloads.generated"`)
+		refused("generated off: output inline", s.do("GET", filesAPI+"/"+out+"/content"+q+"&disposition=inline", m, nil), `"downloads.generated"`)
+		if r := s.do("HEAD", filesAPI+"/"+out+"/content"+q, m, nil); r.status != 403 {
+			t.Fatalf("generated off: HEAD content: %d", r.status)
+		}
+		if r := content(up); r.status != 200 || string(r.body) != "uploaded" {
+			t.Fatalf("generated off: upload download: %d %s", r.status, r.body)
+		}
+		unaffected("generated off")
+		patch(map[string]any{"downloads": map[string]any{"generated": true}})
+		if r := content(out); r.status != 200 || string(r.body) != "generated" {
+			t.Fatalf("generated on: %d %s", r.status, r.body)
+		}
+
+		// downloads.uploaded off: uploads only.
+		patch(map[string]any{"downloads": map[string]any{"uploaded": false}})
+		refused("uploaded off: upload", content(up), `"downloads.uploaded"`)
+		refused("uploaded off: ranged", s.do("GET", filesAPI+"/"+up+"/content"+q, m, nil, "Range", "bytes=0-1"), `"downloads.uploaded"`)
+		mustStatus(t, "uploaded off: output", content(out), 200)
+		mustStatus(t, "uploaded off: workspace", content(ws), 200)
+		unaffected("uploaded off")
+		patch(map[string]any{"downloads": map[string]any{"uploaded": true}})
+		mustStatus(t, "uploaded on", content(up), 200)
+
+		// Deletes are not gated.
+		patch(map[string]any{"uploads": map[string]any{"enabled": false}, "downloads": map[string]any{"generated": false, "uploaded": false}})
+		mustStatus(t, "delete with everything off", s.do("DELETE", filesAPI+"/"+up+q, m, nil), 200)
+		mustStatus(t, "delete prefix with everything off", s.do("DELETE", filesAPI+q+"&prefix=new", m, nil), 200)
+	})
+}
+
+func TestFilesAPIRangesAndIdempotency(t *testing.T) {
+	s := startServer(t, "", nil)
+	a := s.bootstrap("acme", "admin@acme.test")
+	const scope = "rng"
+	q := "?scope_id=" + scope
+	data := make([]byte, 1000)
+	for i := range data {
+		data[i] = byte('A' + i%26)
+	}
+	r := s.put(a, scope, "outputs/data.bin", string(data))
+	mustStatus(t, "put", r, 200)
+	etag := r.json(t)["etag"].(string)
+	path := filesAPI + "/" + fileID("/mnt/user-data/outputs/data.bin") + "/content" + q
+	for _, c := range []struct {
+		rng, ifRange string
+		status       int
+		from, to     int // the bytes served, [from, to)
+	}{
+		{"bytes=0-9", "", 206, 0, 10},
+		{"bytes=990-", "", 206, 990, 1000},
+		{"bytes=-5", "", 206, 995, 1000},
+		{"bytes=-5000", "", 206, 0, 1000},
+		{"bytes=995-2000", "", 206, 995, 1000},
+		{"bytes=999-999", "", 206, 999, 1000},
+		{"bytes=0-9", `"` + etag + `"`, 206, 0, 10},
+		{"bytes=0-9", `"stale"`, 200, 0, 1000},
+		{"bytes=5-2", "", 200, 0, 1000},
+		{"bytes=0-1,5-6", "", 200, 0, 1000},
+		{"items=0-1", "", 200, 0, 1000},
+		{"bytes=x-1", "", 200, 0, 1000},
+		{"bytes=1000-", "", 416, 0, 0},
+		{"bytes=5000-6000", "", 416, 0, 0},
+		{"bytes=-0", "", 416, 0, 0},
+	} {
+		hdr := []string{"Range", c.rng}
+		if c.ifRange != "" {
+			hdr = append(hdr, "If-Range", c.ifRange)
+		}
+		r := s.do("GET", path, a, nil, hdr...)
+		if r.status != c.status {
+			t.Fatalf("%s (If-Range %s): %d %s", c.rng, c.ifRange, r.status, r.body)
+		}
+		switch c.status {
+		case 206:
+			want := fmt.Sprintf("bytes %d-%d/1000", c.from, c.to-1)
+			if !bytes.Equal(r.body, data[c.from:c.to]) || r.header.Get("Content-Range") != want || r.header.Get("Content-Length") != fmt.Sprint(c.to-c.from) {
+				t.Fatalf("%s: %v %q", c.rng, r.header, r.body)
+			}
+		case 200:
+			if !bytes.Equal(r.body, data) {
+				t.Fatalf("%s: body of %d bytes", c.rng, len(r.body))
+			}
+		case 416:
+			if r.header.Get("Content-Range") != "bytes */1000" || r.errorType(t) != "invalid_request_error" {
+				t.Fatalf("%s: %v %s", c.rng, r.header, r.body)
+			}
+		}
+		if r.header.Get("Accept-Ranges") != "bytes" && c.status != 416 {
+			t.Fatalf("no Accept-Ranges: %v", r.header)
+		}
+	}
+	// HEAD of the content: the headers, no body.
+	r = s.do("HEAD", path, a, nil)
+	if r.status != 200 || len(r.body) != 0 || r.header.Get("Content-Length") != "1000" || r.header.Get("X-Content-Type-Options") != "nosniff" {
+		t.Fatalf("HEAD content: %d %v", r.status, r.header)
+	}
+	// Several downloads on one keep-alive connection: the stream is
+	// exactly Content-Length long each time.
+	for i := 0; i < 5; i++ {
+		if r := s.do("GET", path, a, nil); !bytes.Equal(r.body, data) {
+			t.Fatalf("download %d: %d bytes", i, len(r.body))
+		}
+	}
+	// An empty file.
+	mustStatus(t, "empty", s.put(a, scope, "outputs/empty.txt", ""), 200)
+	r = s.do("GET", filesAPI+"/"+fileID("/mnt/user-data/outputs/empty.txt")+"/content"+q, a, nil)
+	if r.status != 200 || len(r.body) != 0 || r.header.Get("Content-Length") != "0" {
+		t.Fatalf("empty: %d %v", r.status, r.header)
+	}
+	mustStatus(t, "range of empty", s.do("GET", filesAPI+"/"+fileID("/mnt/user-data/outputs/empty.txt")+"/content"+q, a, nil, "Range", "bytes=0-"), 416)
+
+	// Idempotency-Key: a retry returns the first result and stores nothing.
+	first := s.upload(a, scope, "", "once.txt", "first", "Idempotency-Key", "key-1")
+	mustStatus(t, "first", first, 200)
+	again := s.upload(a, scope, "", "once.txt", "second", "Idempotency-Key", "key-1")
+	mustStatus(t, "retry", again, 200)
+	if string(again.body) != string(first.body) {
+		t.Fatalf("retry returned another object:\n%s\n%s", first.body, again.body)
+	}
+	if r := s.do("GET", filesAPI+"/"+fileID("/mnt/user-data/uploads/once.txt")+"/content"+q, a, nil); string(r.body) != "first" {
+		t.Fatalf("the retry stored again: %q", r.body)
+	}
+	if r := s.upload(a, scope, "", "other.txt", "x", "Idempotency-Key", "key-1"); r.status != 409 {
+		t.Fatalf("key reused for another file: %d %s", r.status, r.body)
+	}
+	if r := s.upload(a, "other-scope", "", "once.txt", "x", "Idempotency-Key", "key-1"); r.status != 409 {
+		t.Fatalf("key reused for another scope: %d %s", r.status, r.body)
+	}
+	if r := s.upload(a, scope, "", "once.txt", "third", "Idempotency-Key", "key-2"); r.status != 200 {
+		t.Fatalf("a new key: %d %s", r.status, r.body)
+	}
+	if r := s.do("GET", filesAPI+"/"+fileID("/mnt/user-data/uploads/once.txt")+"/content"+q, a, nil); string(r.body) != "third" {
+		t.Fatalf("a new key did not store: %q", r.body)
+	}
+	// Another user's identical key is theirs alone.
+	mustStatus(t, "create member", s.do("POST", "/api/v1/app/org/users", a, map[string]any{"email": "m@acme.test", "role": "member", "password": "member-password"}), 201)
+	m := login(t, s, "m@acme.test", "member-password")
+	if r := s.upload(m, scope, "", "once.txt", "member's", "Idempotency-Key", "key-1"); r.status != 200 || r.json(t)["size_bytes"] != float64(8) {
+		t.Fatalf("member with the same key: %d %s", r.status, r.body)
+	}
+	// A large retried upload is answered and the connection stays usable.
+	for i := 0; i < 2; i++ {
+		r := s.streamUpload(a, scope, "outputs/idem.bin", "", 4<<20)
+		mustStatus(t, "streamed put", r, 200)
+	}
+}
