@@ -3,6 +3,7 @@ package docker_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -99,6 +100,7 @@ func conformanceBackend(t *testing.T, runtime string) sandbox.Backend {
 		Runtime:  runtime,
 		AgentBin: conformanceAgent(t),
 		Instance: fmt.Sprintf("conf%d", time.Now().UnixNano()),
+		Logger:   slog.New(slog.NewTextHandler(newTLog(t), nil)),
 	})
 	if err != nil {
 		conformanceNeed(t, "docker client: %v", err)
@@ -111,4 +113,31 @@ func conformanceBackend(t *testing.T, runtime string) sandbox.Backend {
 	}
 	t.Cleanup(func() { be.Close() })
 	return be
+}
+
+// tlog sends the backend's log (and the agent's stderr) to the test log
+// until the test ends.
+type tlog struct {
+	mu   sync.Mutex
+	t    *testing.T
+	done bool
+}
+
+func newTLog(t *testing.T) *tlog {
+	w := &tlog{t: t}
+	t.Cleanup(func() {
+		w.mu.Lock()
+		w.done = true
+		w.mu.Unlock()
+	})
+	return w
+}
+
+func (w *tlog) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.done {
+		w.t.Log(strings.TrimRight(string(p), "\n"))
+	}
+	return len(p), nil
 }
