@@ -1,9 +1,13 @@
-// Package workspace holds the chat workspace use cases: projects, threads
-// and (later) their turns, files and artifacts.
+// Package workspace holds the chat workspace use cases (CONTRACT §7):
+// projects and threads, the thread's files, the chat turn with its
+// code-execution injection rules and skills, artifact capture, and the
+// thread lifecycle (fork, delete).
 package workspace
 
 import (
 	"context"
+	"log/slog"
+	"sync"
 	"time"
 
 	"threadbox/domain/fault"
@@ -13,9 +17,11 @@ import (
 	"threadbox/domain/user"
 )
 
-// Store is the persistence the workspace needs.
-type Store interface {
+type projectStore interface {
 	project.Repository
+}
+
+type threadStore interface {
 	thread.Repository
 	thread.MessageRepository
 }
@@ -23,12 +29,27 @@ type Store interface {
 // Service is the workspace use cases.
 type Service struct {
 	store Store
+	d     Deps
 	now   func() time.Time
+	log   *slog.Logger
+
+	mu      sync.Mutex
+	running map[string]bool              // threads with a turn in progress
+	seen    map[string]map[string]stamp // per thread: outputs already captured
 }
 
-// New returns the workspace service.
-func New(store Store) *Service {
-	return &Service{store: store, now: time.Now}
+// New returns the workspace service. Deps may be left zero for the
+// projects and threads use cases alone; the turn, file, skill and artifact
+// use cases need them.
+func New(store Store, d Deps) *Service {
+	if d.Now == nil {
+		d.Now = time.Now
+	}
+	log := d.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Service{store: store, d: d, now: d.Now, log: log, running: map[string]bool{}, seen: map[string]map[string]stamp{}}
 }
 
 // CreateProject makes a project in the caller's org.
@@ -118,7 +139,3 @@ func (s *Service) RetitleThread(ctx context.Context, p user.Principal, threadID,
 	return t, s.store.UpdateThread(ctx, t)
 }
 
-// DeleteThread deletes one of the caller's threads and its messages.
-func (s *Service) DeleteThread(ctx context.Context, p user.Principal, threadID string) error {
-	return s.store.DeleteThread(ctx, p.OrgID, p.UserID, threadID)
-}

@@ -120,7 +120,6 @@ func wire(ctx context.Context, cfg Config, log *slog.Logger) (*system, error) {
 		return nil, err
 	}
 	sys.admin = admin.New(st, auth.HashPassword)
-	sys.workspace = workspace.New(st)
 
 	layout := hostdirs.New(cfg.DataDir, hostdirs.Options{Quota: quotaMode(cfg), DiskBytes: cfg.SandboxDisk})
 	var closers []func() error
@@ -141,5 +140,6 @@ func wire(ctx context.Context, cfg Config, log *slog.Logger) (*system, error) {
 		return fsroot.Dirs{Workspace: d.Workspace, Uploads: d.Uploads, Outputs: d.Outputs, Skills: d.Skills}
 	}, fsroot.Options{Owner: owner})
 	sys.files = files.New(files.Deps{Store: fs, Containers: sys.containers, Policies: sys.admin})
+	sys.workspace = newWorkspace(cfg, sys, layout, fs, log)
 	return sys, nil
 }

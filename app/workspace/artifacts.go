@@ -1,0 +1,203 @@
+package workspace
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"path"
+	"time"
+
+	"threadbox/app/files"
+	"threadbox/app/messages"
+	"threadbox/domain/artifact"
+	"threadbox/domain/fault"
+	"threadbox/domain/file"
+	"threadbox/domain/id"
+	"threadbox/domain/org"
+	"threadbox/domain/sandbox"
+	"threadbox/domain/thread"
+	"threadbox/domain/user"
+)
+
+// stamp is what changes when an output file is rewritten.
+type stamp struct {
+	size  int64
+	mod   time.Time
+	inode uint64
+}
+
+func stampOf(i file.Info) stamp { return stamp{i.Size, i.Modified, i.Inode} }
+
+// ArtifactURL returns the download URL of an artifact's content.
+func ArtifactURL(artifactID string) string {
+	return "/api/v1/app/artifact/" + artifactID + "/content"
+}
+
+// Resource is the resource of a zylon-resource block (CONTRACT §7).
+type Resource struct {
+	ArtifactID  string `json:"artifact_id"`
+	FileID      string `json:"file_id"`
+	Name        string `json:"name"`
+	Path        string `json:"path"`
+	MimeType    string `json:"mime_type"`
+	SizeBytes   int64  `json:"size_bytes"`
+	SHA256      string `json:"sha256"`
+	DownloadURL string `json:"download_url"`
+	PreviewURL  string `json:"preview_url"`
+}
+
+// ResourceOf returns the zylon-resource view of an artifact.
+func ResourceOf(a artifact.Artifact) Resource {
+	return Resource{
+		ArtifactID: a.ID, FileID: file.EncodeID(a.Path), Name: a.Name, Path: a.Path, MimeType: a.MimeType,
+		SizeBytes: a.SizeBytes, SHA256: a.SHA256,
+		DownloadURL: ArtifactURL(a.ID), PreviewURL: ArtifactURL(a.ID) + "?disposition=inline",
+	}
+}
+
+// resourceBlock is the content block announcing an artifact.
+func resourceBlock(a artifact.Artifact) messages.ContentBlock {
+	raw, _ := json.Marshal(struct {
+		Type     string   `json:"type"`
+		Resource Resource `json:"resource"`
+	}{BlockResource, ResourceOf(a)})
+	return messages.ContentBlock{Type: BlockResource, Raw: raw}
+}
+
+// capture saves every new or changed file of the container's outputs as an
+// artifact of the thread's project, and returns the new artifacts. A file
+// is hashed only when its size, modification time or inode changed since
+// it was last seen; it becomes a new version only when its content did.
+// Failures are logged: a tool call is not undone by them.
+func (s *Service) capture(ctx context.Context, th thread.Thread, containerID, toolUseID string) []artifact.Artifact {
+	if s.d.Container == nil || s.d.Blobs == nil {
+		return nil
+	}
+	infos, err := s.d.Container.Walk(ctx, containerID, sandbox.OutputsDir)
+	if err != nil {
+		if !errors.Is(err, file.ErrNotFound) {
+			s.log.Warn("artifact capture: list outputs", "thread", th.ID(), "err", err)
+		}
+		return nil
+	}
+	s.mu.Lock()
+	seen := s.seen[th.ID()]
+	if seen == nil {
+		seen = map[string]stamp{}
+		s.seen[th.ID()] = seen
+	}
+	s.mu.Unlock()
+	var out []artifact.Artifact
+	for _, info := range infos {
+		if info.Dir {
+			continue
+		}
+		p := path.Join(sandbox.OutputsDir, info.Rel)
+		s.mu.Lock()
+		prev, ok := seen[p]
+		s.mu.Unlock()
+		if ok && prev == stampOf(info) {
+			continue
+		}
+		a, changed, err := s.saveArtifact(ctx, th, containerID, toolUseID, p)
+		if err != nil {
+			s.log.Warn("artifact capture", "thread", th.ID(), "path", p, "err", err)
+			continue
+		}
+		s.mu.Lock()
+		seen[p] = stampOf(info)
+		s.mu.Unlock()
+		if changed {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// saveArtifact copies one output file into the blob store and records a
+// new version unless its content equals the latest version's.
+func (s *Service) saveArtifact(ctx context.Context, th thread.Thread, containerID, toolUseID, p string) (artifact.Artifact, bool, error) {
+	f, info, err := s.d.Container.Open(ctx, containerID, p)
+	if err != nil {
+		return artifact.Artifact{}, false, fmt.Errorf("open: %w", err)
+	}
+	defer f.Close()
+	head := make([]byte, file.SniffLen)
+	n, err := io.ReadFull(f, head)
+	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
+		return artifact.Artifact{}, false, fmt.Errorf("read: %w", err)
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return artifact.Artifact{}, false, fmt.Errorf("rewind: %w", err)
+	}
+	sum, size, err := s.d.Blobs.Put(ctx, f)
+	if err != nil {
+		return artifact.Artifact{}, false, err
+	}
+	latest, err := s.store.LatestArtifact(ctx, th.ProjectID(), th.ID(), p)
+	version := 1
+	switch {
+	case err == nil && latest.SHA256 == sum:
+		return latest, false, nil
+	case err == nil:
+		version = latest.Version + 1
+	case !fault.Is(err, fault.NotFound):
+		return artifact.Artifact{}, false, err
+	}
+	name := path.Base(info.Rel)
+	a := artifact.Artifact{
+		ID: id.New("art"), OrgID: th.OrgID(), ProjectID: th.ProjectID(), ThreadID: th.ID(), ToolUseID: toolUseID,
+		Path: p, Name: name, MimeType: file.Detect(name, head[:n]).MIME, SizeBytes: size, SHA256: sum,
+		Version: version, CreatedAt: s.now().UTC(),
+	}
+	if err := s.store.CreateArtifact(ctx, a); err != nil {
+		return artifact.Artifact{}, false, err
+	}
+	return a, true, nil
+}
+
+// Artifacts lists the artifacts of a project of the caller's org.
+func (s *Service) Artifacts(ctx context.Context, p user.Principal, projectID string) ([]artifact.Artifact, error) {
+	if _, err := s.store.Project(ctx, p.OrgID, projectID); err != nil {
+		return nil, err
+	}
+	return s.store.ArtifactsByProject(ctx, p.OrgID, projectID)
+}
+
+// Artifact returns an artifact of a project of the caller's org.
+func (s *Service) Artifact(ctx context.Context, p user.Principal, artifactID string) (artifact.Artifact, error) {
+	return s.store.Artifact(ctx, p.OrgID, artifactID)
+}
+
+// ArtifactContent opens an artifact's content for download, under the
+// org's downloads.generated switch. The caller closes Body.
+func (s *Service) ArtifactContent(ctx context.Context, p user.Principal, artifactID string) (files.Content, error) {
+	a, err := s.store.Artifact(ctx, p.OrgID, artifactID)
+	if err != nil {
+		return files.Content{}, err
+	}
+	if err := s.policyAllows(ctx, p.OrgID, org.DownloadsGenerated); err != nil {
+		return files.Content{}, err
+	}
+	body, err := s.d.Blobs.Open(ctx, a.SHA256)
+	if err != nil {
+		return files.Content{}, err
+	}
+	head := make([]byte, file.SniffLen)
+	n, err := io.ReadFull(body, head)
+	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
+		body.Close()
+		return files.Content{}, fmt.Errorf("workspace: read artifact: %w", err)
+	}
+	if _, err := body.Seek(0, io.SeekStart); err != nil {
+		body.Close()
+		return files.Content{}, fmt.Errorf("workspace: rewind artifact: %w", err)
+	}
+	t := file.Detect(a.Name, head[:n])
+	return files.Content{File: files.File{
+		ID: file.EncodeID(a.Path), Path: a.Path, CreatedAt: a.CreatedAt, Filename: a.Name, MIMEType: t.MIME,
+		SizeBytes: a.SizeBytes, Downloadable: true, ETag: a.SHA256, ScopeID: a.ThreadID, Inline: t.Inline,
+	}, Body: body}, nil
+}

@@ -1,0 +1,88 @@
+package workspace
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+
+	"threadbox/app/messages"
+	"threadbox/domain/fault"
+	"threadbox/domain/org"
+)
+
+// codeExecutionTool is the tool the pipeline adds: the product's own type,
+// whose error blocks carry detail.
+var codeExecutionTool = messages.Tool{Type: messages.ToolTypeCodeExecutionV1, Name: "code_execution"}
+
+// AskedTool is one entry of a turn's pgpt.tools: a tool name
+// ("code_execution") or a Messages API tool spec.
+type AskedTool struct {
+	messages.Tool
+}
+
+// UnmarshalJSON accepts a name or a tool object.
+func (a *AskedTool) UnmarshalJSON(data []byte) error {
+	data = bytes.TrimSpace(data)
+	if len(data) > 0 && data[0] == '"' {
+		var name string
+		if err := json.Unmarshal(data, &name); err != nil {
+			return err
+		}
+		a.Tool = messages.Tool{Name: name}
+		return nil
+	}
+	return json.Unmarshal(data, &a.Tool)
+}
+
+// isCodeExecution reports whether t asks for code execution: by name or by
+// one of the code-execution tool types.
+func isCodeExecution(t messages.Tool) bool {
+	switch t.Type {
+	case messages.ToolTypeCodeExecutionV1, messages.ToolTypeCodeExecution2508,
+		messages.ToolTypeCodeExecution2601, messages.ToolTypeCodeExecution2605:
+		return true
+	case "":
+		return t.Name == "code_execution"
+	}
+	return false
+}
+
+// TurnTools applies the injection rules of CONTRACT §7 to a workspace
+// turn: the tools asked for in pgpt.tools, plus code execution when the
+// turn uses skills and the org's codeExecution feature is on; with the
+// feature off every code-execution tool is removed, explicit ones included.
+// It returns the tools to send and whether code execution is among them.
+// Tools other than code execution are refused: the workspace has no client
+// to hand tool calls back to.
+func TurnTools(asked []AskedTool, usesSkills bool, policy org.Policy) ([]messages.Tool, bool, error) {
+	allowed := policy.Allows(org.CodeExecution)
+	want := usesSkills
+	var out []messages.Tool
+	for i, t := range asked {
+		if !isCodeExecution(t.Tool) {
+			return nil, false, fault.Errorf(fault.Invalid, "pgpt.tools.%d: %q is not a workspace tool (only code_execution is)", i, toolLabel(t.Tool))
+		}
+		if len(out) > 0 {
+			continue // asked for twice
+		}
+		want = true
+		if t.Type == "" {
+			t.Tool = codeExecutionTool
+		}
+		out = append(out, messages.Tool{Type: t.Type, Name: "code_execution"})
+	}
+	if !allowed || !want {
+		return nil, false, nil
+	}
+	if len(out) == 0 {
+		out = append(out, codeExecutionTool)
+	}
+	return out, true, nil
+}
+
+func toolLabel(t messages.Tool) string {
+	if t.Name != "" {
+		return t.Name
+	}
+	return fmt.Sprintf("type %s", t.Type)
+}

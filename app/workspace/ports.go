@@ -1,0 +1,110 @@
+package workspace
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"time"
+
+	"threadbox/app/files"
+	"threadbox/app/messages"
+	"threadbox/domain/artifact"
+	"threadbox/domain/container"
+	"threadbox/domain/file"
+	"threadbox/domain/org"
+	"threadbox/domain/skill"
+	"threadbox/domain/user"
+)
+
+// Store is the persistence the workspace needs.
+type Store interface {
+	projectStore
+	threadStore
+	artifact.Repository
+	skill.Repository
+}
+
+// Engine runs one Messages API turn (app/messages.Service).
+type Engine interface {
+	Run(ctx context.Context, req *messages.Request, opts messages.RunOptions, sink messages.Sink) error
+}
+
+// Containers resolves and manages thread containers (app/containers.Service).
+type Containers interface {
+	// Scope resolves a thread id the caller may access to its container,
+	// creating it and preparing its folders.
+	Scope(ctx context.Context, p user.Principal, scopeID string, create bool) (container.Container, error)
+	// ExpiresAt is the container's rolling expiry shown to clients.
+	ExpiresAt(c container.Container) time.Time
+	// Remove stops the container's sandbox and deletes its files and record.
+	Remove(ctx context.Context, containerID string) error
+}
+
+// ThreadFiles are the Files API use cases, with the thread id as scope
+// (app/files.Service).
+type ThreadFiles interface {
+	Upload(ctx context.Context, p user.Principal, req files.UploadRequest) (files.File, error)
+	Put(ctx context.Context, p user.Principal, scopeID, key string, body io.Reader, limit int64) (files.File, error)
+	OpenPath(ctx context.Context, p user.Principal, scopeID, sandboxPath string) (files.Content, error)
+}
+
+// ContainerFiles reads and writes a container's files by storage id and
+// absolute sandbox path, confined to its folders (infra/fsroot.Containers).
+type ContainerFiles interface {
+	// Walk returns every regular file under the folder at sandboxPath;
+	// Info.Rel is relative to the mount.
+	Walk(ctx context.Context, containerID, sandboxPath string) ([]file.Info, error)
+	// Open opens the regular file at sandboxPath.
+	Open(ctx context.Context, containerID, sandboxPath string) (io.ReadSeekCloser, file.Info, error)
+	// Write stores r at sandboxPath, at most limit bytes (negative: no limit).
+	Write(ctx context.Context, containerID, sandboxPath string, r io.Reader, limit int64) (file.Info, error)
+}
+
+// Blobs is the content-addressed artifact store (infra/blob.Store).
+type Blobs interface {
+	// Put stores r and returns its hex SHA-256 and size.
+	Put(ctx context.Context, r io.Reader) (string, int64, error)
+	// Open opens the content with the given SHA-256.
+	Open(ctx context.Context, sha256 string) (io.ReadSeekCloser, error)
+}
+
+// SkillLoad is one skill version to load into a container.
+type SkillLoad struct {
+	OrgID   string
+	Name    string
+	Version int
+}
+
+// SkillFiles keeps skill versions' files and loads them into containers
+// (infra/skillfs.Store, adapted).
+type SkillFiles interface {
+	// Save writes one version's files, all or nothing.
+	Save(ctx context.Context, orgID, name string, version int, files []skill.File) error
+	// Delete removes every version's files of a skill.
+	Delete(ctx context.Context, orgID, name string) error
+	// Sync makes the container's /mnt/skills hold exactly loads.
+	Sync(ctx context.Context, containerID string, loads []SkillLoad) error
+}
+
+// Policies returns an org's feature policy (app/admin.Service).
+type Policies interface {
+	OrgPolicy(ctx context.Context, orgID string) (org.Policy, error)
+}
+
+// Deps are the ports of the turn, file, skill and artifact use cases.
+type Deps struct {
+	Engine      Engine
+	Containers  Containers
+	Files       ThreadFiles
+	Container   ContainerFiles
+	Blobs       Blobs
+	Skills      SkillFiles
+	Policies    Policies
+	SkillLimits skill.Limits // zero means skill.DefaultLimits()
+	// DefaultModel names the model of turns that do not name one.
+	DefaultModel string
+	// MaxTokens caps each model step of a turn (default 4096).
+	MaxTokens int
+	Now       func() time.Time
+	Log       *slog.Logger
+}

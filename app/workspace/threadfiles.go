@@ -1,0 +1,189 @@
+package workspace
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+
+	"threadbox/app/files"
+	"threadbox/domain/fault"
+	"threadbox/domain/file"
+	"threadbox/domain/id"
+	"threadbox/domain/sandbox"
+	"threadbox/domain/thread"
+	"threadbox/domain/user"
+)
+
+// The thread file use cases are the Files API's (app/files) with the thread
+// id as scope: the same key rules, streaming and policy (uploads need
+// uploads.enabled, outputs need downloads.generated, uploads need
+// downloads.uploaded). The thread is looked up first, so another user's
+// thread is not found before anything is read or written.
+
+func (s *Service) ownThread(ctx context.Context, p user.Principal, threadID string) (thread.Thread, error) {
+	if s.d.Files == nil {
+		return thread.Thread{}, fault.New(fault.Unavailable, "thread files are not configured")
+	}
+	return s.store.Thread(ctx, p.OrgID, p.UserID, threadID)
+}
+
+// UploadFile stores an upload into the thread's container: at its key (the
+// optional path) or its file name, under /mnt/user-data/uploads/ (a key
+// starting "outputs/" lands in outputs). The request's scope is the thread.
+func (s *Service) UploadFile(ctx context.Context, p user.Principal, threadID string, req files.UploadRequest) (files.File, error) {
+	th, err := s.ownThread(ctx, p, threadID)
+	if err != nil {
+		return files.File{}, err
+	}
+	req.ScopeID = th.ID()
+	return s.d.Files.Upload(ctx, p, req)
+}
+
+// PutFile stores a raw body at key in the thread's container.
+func (s *Service) PutFile(ctx context.Context, p user.Principal, threadID, key string, body io.Reader, limit int64) (files.File, error) {
+	th, err := s.ownThread(ctx, p, threadID)
+	if err != nil {
+		return files.File{}, err
+	}
+	return s.d.Files.Put(ctx, p, th.ID(), key, body, limit)
+}
+
+// DownloadFile opens a file of the thread's container by sandbox path.
+// Only uploads and outputs are served; any other path is refused.
+func (s *Service) DownloadFile(ctx context.Context, p user.Principal, threadID, sandboxPath string) (files.Content, error) {
+	th, err := s.ownThread(ctx, p, threadID)
+	if err != nil {
+		return files.Content{}, err
+	}
+	loc, err := file.DefaultTable().Resolve(sandboxPath)
+	if err != nil || (loc.Mount != file.Uploads && loc.Mount != file.Outputs) || loc.Rel == "." {
+		return files.Content{}, fault.Errorf(fault.Invalid,
+			"path %q is refused: download-file serves files under %s/ and %s/ only", sandboxPath, sandbox.UploadsDir, sandbox.OutputsDir)
+	}
+	return s.d.Files.OpenPath(ctx, p, th.ID(), loc.Path)
+}
+
+// DeleteThread deletes one of the caller's threads and its messages, stops
+// its sandbox and deletes its files. Its artifacts stay in the project.
+func (s *Service) DeleteThread(ctx context.Context, p user.Principal, threadID string) error {
+	th, err := s.store.Thread(ctx, p.OrgID, p.UserID, threadID)
+	if err != nil {
+		return err
+	}
+	if s.d.Containers != nil {
+		if err := s.d.Containers.Remove(ctx, th.ContainerID()); err != nil {
+			return fmt.Errorf("workspace: remove the thread's container: %w", err)
+		}
+	}
+	s.mu.Lock()
+	delete(s.seen, th.ID())
+	s.mu.Unlock()
+	return s.store.DeleteThread(ctx, p.OrgID, p.UserID, th.ID())
+}
+
+// forkMounts are the folders a fork copies.
+var forkMounts = []string{sandbox.WorkspaceDir, sandbox.UploadsDir, sandbox.OutputsDir}
+
+// ForkThread makes a new thread in the same project with a copy of one of
+// the caller's threads: its complete messages and its files (workspace,
+// uploads and outputs). Artifacts are not copied: they belong to the
+// project already.
+func (s *Service) ForkThread(ctx context.Context, p user.Principal, threadID string) (thread.Thread, error) {
+	src, err := s.store.Thread(ctx, p.OrgID, p.UserID, threadID)
+	if err != nil {
+		return thread.Thread{}, err
+	}
+	title := "Fork of " + src.Title()
+	if len(title) > 500 {
+		title = title[:500]
+	}
+	dst, err := thread.New(id.New("thr"), p.OrgID, src.ProjectID(), p.UserID, title, s.now())
+	if err != nil {
+		return thread.Thread{}, err
+	}
+	msgs, err := s.store.Messages(ctx, src.ID())
+	if err != nil {
+		return thread.Thread{}, err
+	}
+	if err := s.store.CreateThread(ctx, dst); err != nil {
+		return thread.Thread{}, err
+	}
+	fail := func(err error) (thread.Thread, error) {
+		_ = s.DeleteThread(context.WithoutCancel(ctx), p, dst.ID())
+		return thread.Thread{}, err
+	}
+	for _, m := range msgs {
+		if !m.Complete() {
+			continue
+		}
+		c, err := thread.NewMessage(id.New("msg"), dst.ID(), m.Role(), m.Content(), true, m.CreatedAt())
+		if err != nil {
+			return fail(err)
+		}
+		c = thread.RestoreMessage(c.ID(), c.ThreadID(), 0, c.Role(), c.Content(), m.Usage(), true, c.CreatedAt())
+		if _, err := s.store.AppendMessage(ctx, c); err != nil {
+			return fail(err)
+		}
+	}
+	if s.d.Containers != nil && s.d.Container != nil {
+		if err := s.copyFiles(ctx, p, src, dst); err != nil {
+			return fail(err)
+		}
+	}
+	return dst, nil
+}
+
+// copyFiles copies the source thread's files into the fork's container.
+func (s *Service) copyFiles(ctx context.Context, p user.Principal, src, dst thread.Thread) error {
+	from, err := s.d.Containers.Scope(ctx, p, src.ID(), true)
+	if err != nil {
+		return err
+	}
+	to, err := s.d.Containers.Scope(ctx, p, dst.ID(), true)
+	if err != nil {
+		return err
+	}
+	table := file.DefaultTable()
+	for _, dir := range forkMounts {
+		infos, err := s.d.Container.Walk(ctx, from.ID(), dir)
+		if errors.Is(err, file.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("workspace: fork: list %s: %w", dir, err)
+		}
+		loc, err := table.Resolve(dir)
+		if err != nil {
+			return fmt.Errorf("workspace: fork: %w", err)
+		}
+		for _, info := range infos {
+			if info.Dir {
+				continue
+			}
+			p, ok := table.Path(loc.Mount, info.Rel)
+			if !ok {
+				continue
+			}
+			if err := s.copyFile(ctx, from.ID(), to.ID(), p); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (s *Service) copyFile(ctx context.Context, from, to, p string) error {
+	r, _, err := s.d.Container.Open(ctx, from, p)
+	if errors.Is(err, file.ErrNotFound) {
+		return nil // removed meanwhile
+	}
+	if err != nil {
+		return fmt.Errorf("workspace: fork: open %s: %w", p, err)
+	}
+	defer r.Close()
+	if _, err := s.d.Container.Write(ctx, to, p, r, -1); err != nil {
+		return fmt.Errorf("workspace: fork: write %s: %w", p, err)
+	}
+	return nil
+}

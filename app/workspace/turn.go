@@ -1,0 +1,344 @@
+package workspace
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"threadbox/app/messages"
+	"threadbox/domain/fault"
+	"threadbox/domain/id"
+	"threadbox/domain/org"
+	"threadbox/domain/skill"
+	"threadbox/domain/thread"
+	"threadbox/domain/user"
+)
+
+// DefaultMaxTokens caps each model step of a turn unless Deps say otherwise.
+const DefaultMaxTokens = 4096
+
+// BlockResource is the type of the content block that announces an artifact.
+const BlockResource = "zylon-resource"
+
+// TurnRequest is the body of a chat turn.
+type TurnRequest struct {
+	Content []messages.ContentBlock // the user's content
+	Skills  []string                // skill names or ids
+	Tools   []AskedTool             // pgpt.tools
+	Model   string                  // "" means the default model
+	Stream  bool
+}
+
+// Turn is a chat turn that has been checked and is ready to run.
+type Turn struct {
+	s       *Service
+	p       user.Principal
+	thread  thread.Thread
+	req     *messages.Request
+	opts    messages.RunOptions
+	content []messages.ContentBlock
+	done    bool
+}
+
+// userBlocks are the block types a user turn may hold.
+var userBlocks = map[string]bool{
+	messages.BlockText: true, messages.BlockImage: true, messages.BlockDocument: true, messages.BlockContainerUpload: true,
+}
+
+// StartTurn checks a turn on one of the caller's threads and prepares it:
+// the thread's history from the database, the tools after the injection
+// rules, the skills loaded into the thread's container. Only one turn runs
+// per thread at a time. The caller must Run (or Abort) the turn it gets.
+func (s *Service) StartTurn(ctx context.Context, p user.Principal, threadID string, tr TurnRequest) (*Turn, error) {
+	if s.d.Engine == nil || s.d.Containers == nil || s.d.Policies == nil {
+		return nil, fault.New(fault.Unavailable, "the chat pipeline is not configured")
+	}
+	th, err := s.store.Thread(ctx, p.OrgID, p.UserID, threadID)
+	if err != nil {
+		return nil, err
+	}
+	if len(tr.Content) == 0 {
+		return nil, fault.New(fault.Invalid, "content: required (a string or an array of content blocks)")
+	}
+	for i, b := range tr.Content {
+		if !userBlocks[b.Type] {
+			return nil, fault.Errorf(fault.Invalid, "content.%d.type: %q is not allowed in a user turn", i, b.Type)
+		}
+	}
+	policy, err := s.d.Policies.OrgPolicy(ctx, p.OrgID)
+	if err != nil {
+		return nil, fmt.Errorf("workspace: policy: %w", err)
+	}
+	skills, err := s.resolveSkills(ctx, p.OrgID, tr.Skills)
+	if err != nil {
+		return nil, err
+	}
+	tools, codeExec, err := TurnTools(tr.Tools, len(skills) > 0, policy)
+	if err != nil {
+		return nil, err
+	}
+	history, err := s.history(ctx, th.ID())
+	if err != nil {
+		return nil, err
+	}
+	c, err := s.d.Containers.Scope(ctx, p, th.ID(), true)
+	if err != nil {
+		return nil, err
+	}
+	if codeExec && s.d.Skills != nil {
+		loads := make([]SkillLoad, len(skills))
+		for i, sk := range skills {
+			loads[i] = SkillLoad{OrgID: sk.OrgID, Name: sk.Name, Version: sk.Version}
+		}
+		if err := s.d.Skills.Sync(ctx, c.ID(), loads); err != nil {
+			return nil, fmt.Errorf("workspace: load skills: %w", err)
+		}
+	}
+	model := tr.Model
+	if model == "" {
+		model = s.d.DefaultModel
+	}
+	maxTokens := s.d.MaxTokens
+	if maxTokens <= 0 {
+		maxTokens = DefaultMaxTokens
+	}
+	req := &messages.Request{
+		Model: model, MaxTokens: maxTokens, Tools: tools, Stream: tr.Stream,
+		Messages: append(history, messages.Message{Role: messages.RoleUser, Content: tr.Content}),
+	}
+	if sys := skillsPrompt(skills, codeExec); sys != "" {
+		req.System, _ = json.Marshal(sys)
+	}
+	if !s.claim(th.ID()) {
+		return nil, fault.New(fault.Conflict, "a turn is already running in this thread")
+	}
+	t := &Turn{s: s, p: p, thread: th, req: req, content: tr.Content}
+	t.opts = messages.RunOptions{
+		ContainerID: c.ID(),
+		Container:   &messages.Container{ID: th.ContainerID(), ExpiresAt: s.d.Containers.ExpiresAt(c)},
+	}
+	return t, nil
+}
+
+// claim marks a thread as running a turn; false if it already is.
+func (s *Service) claim(threadID string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.running[threadID] {
+		return false
+	}
+	s.running[threadID] = true
+	return true
+}
+
+func (s *Service) unclaim(threadID string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.running, threadID)
+}
+
+// Abort releases a turn that will not run.
+func (t *Turn) Abort() {
+	if !t.done {
+		t.done = true
+		t.s.unclaim(t.thread.ID())
+	}
+}
+
+// Thread returns the turn's thread.
+func (t *Turn) Thread() thread.Thread { return t.thread }
+
+// Run runs the turn, sending its events to sink as they happen (with one
+// zylon-resource block after each tool result that produced an artifact),
+// and stores it: the user message first, then the assistant message,
+// written as incomplete and marked complete only when the turn has ended,
+// so a crash mid-turn never leaves an assistant message that looks whole.
+// On error the events sent so far are not followed by message_stop.
+func (t *Turn) Run(ctx context.Context, sink messages.Sink) (*messages.Response, error) {
+	if t.done {
+		return nil, fault.New(fault.Conflict, "the turn has already run")
+	}
+	defer t.Abort()
+	s := t.s
+	// The turn's writes outlive a client that goes away mid-turn.
+	dbctx := context.WithoutCancel(ctx)
+	userJSON, err := json.Marshal(t.content)
+	if err != nil {
+		return nil, fmt.Errorf("workspace: user content: %w", err)
+	}
+	um, err := thread.NewMessage(id.New("msg"), t.thread.ID(), thread.User, userJSON, true, s.now())
+	if err != nil {
+		return nil, err
+	}
+	if _, err := s.store.AppendMessage(dbctx, um); err != nil {
+		return nil, fmt.Errorf("workspace: store user message: %w", err)
+	}
+	am, err := thread.NewMessage(id.New("msg"), t.thread.ID(), thread.Assistant, []byte("[]"), false, s.now())
+	if err != nil {
+		return nil, err
+	}
+	if am, err = s.store.AppendMessage(dbctx, am); err != nil {
+		return nil, fmt.Errorf("workspace: store assistant message: %w", err)
+	}
+	rs := &resourceSink{out: sink, last: -1}
+	opts := t.opts
+	opts.OnToolCall = func(hctx context.Context, call messages.ToolCall, _ *messages.ToolResult) {
+		for _, a := range s.capture(context.WithoutCancel(hctx), t.thread, call.ContainerID, call.ID) {
+			rs.inject(resourceBlock(a))
+		}
+		// Keep the partial turn, still incomplete, after each tool call.
+		if content, err := json.Marshal(rs.col.Response().Content); err == nil {
+			_ = s.store.UpdateMessage(dbctx, thread.RestoreMessage(am.ID(), am.ThreadID(), am.Seq(), thread.Assistant, content, nil, false, am.CreatedAt()))
+		}
+	}
+	runErr := s.d.Engine.Run(ctx, t.req, opts, rs)
+	if runErr == nil {
+		runErr = rs.err
+	}
+	resp := rs.col.Response()
+	if resp.Content == nil {
+		resp.Content = []messages.ContentBlock{}
+	}
+	content, err := json.Marshal(resp.Content)
+	if err != nil {
+		return nil, fmt.Errorf("workspace: assistant content: %w", err)
+	}
+	if runErr != nil {
+		// Keep what was produced, marked incomplete.
+		_ = s.store.UpdateMessage(dbctx, thread.RestoreMessage(am.ID(), am.ThreadID(), am.Seq(), thread.Assistant, content, nil, false, am.CreatedAt()))
+		return nil, runErr
+	}
+	usage, _ := json.Marshal(resp.Usage)
+	if err := s.store.UpdateMessage(dbctx, am.Finish(content, usage)); err != nil {
+		return nil, fmt.Errorf("workspace: finish assistant message: %w", err)
+	}
+	_ = s.store.UpdateThread(dbctx, t.thread.Touch(s.now()))
+	return resp, nil
+}
+
+// history returns the thread's complete messages as the model's
+// conversation; incomplete assistant messages (a turn that crashed) and
+// zylon-resource blocks are left out.
+func (s *Service) history(ctx context.Context, threadID string) ([]messages.Message, error) {
+	stored, err := s.store.Messages(ctx, threadID)
+	if err != nil {
+		return nil, err
+	}
+	var out []messages.Message
+	for _, m := range stored {
+		if !m.Complete() {
+			continue
+		}
+		var blocks []messages.ContentBlock
+		if err := json.Unmarshal(m.Content(), &blocks); err != nil {
+			return nil, fmt.Errorf("workspace: stored message %s: %w", m.ID(), err)
+		}
+		kept := blocks[:0]
+		for _, b := range blocks {
+			if b.Type != BlockResource {
+				kept = append(kept, b)
+			}
+		}
+		if len(kept) == 0 {
+			continue
+		}
+		out = append(out, messages.Message{Role: string(m.Role()), Content: kept})
+	}
+	return out, nil
+}
+
+// Messages returns one of the caller's threads' stored messages in order.
+func (s *Service) Messages(ctx context.Context, p user.Principal, threadID string) ([]thread.Message, error) {
+	th, err := s.store.Thread(ctx, p.OrgID, p.UserID, threadID)
+	if err != nil {
+		return nil, err
+	}
+	return s.store.Messages(ctx, th.ID())
+}
+
+// skillsPrompt tells the model which skills the turn loaded.
+func skillsPrompt(skills []skill.Skill, codeExec bool) string {
+	if len(skills) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	if codeExec {
+		b.WriteString("Skills are loaded read-only in the sandbox, one folder each at /mnt/skills/<name>/. " +
+			"Before using a skill, read its /mnt/skills/<name>/SKILL.md with the code execution tools.\nAvailable skills:\n")
+	} else {
+		b.WriteString("The user asked for these skills, but code execution is disabled by the organization's policy, " +
+			"so their files cannot be read in this conversation:\n")
+	}
+	for _, sk := range skills {
+		fmt.Fprintf(&b, "- %s: %s\n", sk.Name, sk.Description)
+	}
+	return strings.TrimRight(b.String(), "\n")
+}
+
+// policyAllows reports whether the org's policy allows f.
+func (s *Service) policyAllows(ctx context.Context, orgID string, f org.Feature) error {
+	if s.d.Policies == nil {
+		return fault.New(fault.Unavailable, "policies are not configured")
+	}
+	pol, err := s.d.Policies.OrgPolicy(ctx, orgID)
+	if err != nil {
+		return fmt.Errorf("workspace: policy: %w", err)
+	}
+	if !pol.Allows(f) {
+		return org.Refusal(f)
+	}
+	return nil
+}
+
+// resourceSink passes a turn's events on, shifting block indexes to make
+// room for the zylon-resource blocks it injects, and collects the response.
+type resourceSink struct {
+	out   messages.Sink
+	col   messages.Collector
+	shift int
+	last  int // highest block index sent
+	err   error
+}
+
+func (r *resourceSink) Send(ev messages.Event) error {
+	if r.err != nil {
+		return r.err
+	}
+	switch ev.Type {
+	case messages.EventContentBlockStart, messages.EventContentBlockDelta, messages.EventContentBlockStop:
+		ev.Index += r.shift
+		r.last = max(r.last, ev.Index)
+	}
+	if err := r.col.Send(ev); err != nil {
+		return err
+	}
+	if r.out == nil {
+		return nil
+	}
+	if err := r.out.Send(ev); err != nil {
+		r.err = err
+		return err
+	}
+	return nil
+}
+
+// inject sends a complete block right after the last one. The loop calls
+// its tool hook once the result block is closed and before any later block
+// starts, so no block is open here.
+func (r *resourceSink) inject(b messages.ContentBlock) {
+	idx := r.last + 1
+	r.shift++
+	for _, ev := range []messages.Event{
+		{Type: messages.EventContentBlockStart, Index: idx, ContentBlock: &b},
+		{Type: messages.EventContentBlockStop, Index: idx},
+	} {
+		_ = r.col.Send(ev)
+		if r.out != nil && r.err == nil {
+			if err := r.out.Send(ev); err != nil {
+				r.err = err
+			}
+		}
+	}
+	r.last = idx
+}

@@ -1,0 +1,72 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"path/filepath"
+
+	"threadbox/app/messages"
+	"threadbox/app/tools"
+	"threadbox/app/workspace"
+	"threadbox/domain/skill"
+	"threadbox/infra/blob"
+	"threadbox/infra/fsroot"
+	"threadbox/infra/hostdirs"
+	"threadbox/infra/llm/anthropic"
+	"threadbox/infra/llm/openai"
+	"threadbox/infra/llm/runner"
+	"threadbox/infra/skillfs"
+)
+
+// chatModel returns the configured model: an Anthropic- or
+// OpenAI-compatible upstream, or the offline runner.
+func chatModel(cfg Config) messages.Model {
+	switch cfg.ModelProvider {
+	case "anthropic":
+		return anthropic.New(anthropic.Config{BaseURL: cfg.ModelBaseURL, APIKey: cfg.ModelAPIKey, Model: cfg.ModelName})
+	case "openai":
+		return openai.New(openai.Config{BaseURL: cfg.ModelBaseURL, APIKey: cfg.ModelAPIKey, Model: cfg.ModelName})
+	}
+	return runner.New()
+}
+
+// skillFiles adapts infra/skillfs to the workspace's port.
+type skillFiles struct{ s *skillfs.Store }
+
+func (f skillFiles) Save(ctx context.Context, orgID, name string, version int, files []skill.File) error {
+	return f.s.Save(ctx, orgID, name, version, files)
+}
+
+func (f skillFiles) Delete(ctx context.Context, orgID, name string) error {
+	return f.s.Delete(ctx, orgID, name)
+}
+
+func (f skillFiles) Sync(ctx context.Context, containerID string, loads []workspace.SkillLoad) error {
+	out := make([]skillfs.Load, len(loads))
+	for i, l := range loads {
+		out[i] = skillfs.Load{OrgID: l.OrgID, Name: l.Name, Version: l.Version}
+	}
+	return f.s.Sync(ctx, containerID, out)
+}
+
+// newWorkspace wires the Workspace API (CONTRACT §7): the chat pipeline
+// over the Messages tool loop, thread files over the Files API use cases,
+// the artifact store and the skill store under DATA_DIR.
+func newWorkspace(cfg Config, sys *system, layout *hostdirs.Layout, fs *fsroot.Containers, log *slog.Logger) *workspace.Service {
+	model := cfg.ModelName
+	if model == "" {
+		model = "default"
+	}
+	engine := messages.New(chatModel(cfg), tools.New(sys.containers, fs, tools.Config{}), messages.Config{})
+	return workspace.New(sys.store, workspace.Deps{
+		Engine:       engine,
+		Containers:   sys.containers,
+		Files:        sys.files,
+		Container:    fs,
+		Blobs:        blob.New(filepath.Join(cfg.DataDir, "artifacts")),
+		Skills:       skillFiles{skillfs.New(filepath.Join(cfg.DataDir, "skills"), func(id string) string { return layout.Dirs(id).Skills })},
+		Policies:     sys.admin,
+		DefaultModel: model,
+		Log:          log.With("component", "workspace"),
+	})
+}

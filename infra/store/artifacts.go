@@ -1,0 +1,72 @@
+package store
+
+import (
+	"context"
+	"time"
+
+	"threadbox/domain/artifact"
+)
+
+type artifactRow struct {
+	ID        string `gorm:"primaryKey"`
+	OrgID     string
+	ProjectID string
+	ThreadID  string
+	ToolUseID string
+	Path      string
+	Name      string
+	MimeType  string
+	SizeBytes int64
+	SHA256    string `gorm:"column:sha256"`
+	Version   int
+	CreatedAt time.Time
+}
+
+func (artifactRow) TableName() string { return "artifacts" }
+
+func (r artifactRow) domain() artifact.Artifact {
+	return artifact.Artifact{
+		ID: r.ID, OrgID: r.OrgID, ProjectID: r.ProjectID, ThreadID: r.ThreadID, ToolUseID: r.ToolUseID,
+		Path: r.Path, Name: r.Name, MimeType: r.MimeType, SizeBytes: r.SizeBytes, SHA256: r.SHA256,
+		Version: r.Version, CreatedAt: r.CreatedAt.UTC(),
+	}
+}
+
+// CreateArtifact stores a new artifact version; a second artifact with the
+// same project, thread, path and version is a conflict.
+func (s *Store) CreateArtifact(ctx context.Context, a artifact.Artifact) error {
+	r := artifactRow{a.ID, a.OrgID, a.ProjectID, a.ThreadID, a.ToolUseID, a.Path, a.Name, a.MimeType, a.SizeBytes, a.SHA256, a.Version, a.CreatedAt.UTC()}
+	return translate(s.q(ctx).Create(&r).Error, "artifact")
+}
+
+// Artifact returns the org's artifact with id.
+func (s *Store) Artifact(ctx context.Context, orgID, id string) (artifact.Artifact, error) {
+	var r artifactRow
+	if err := s.q(ctx).Where("id = ? AND org_id = ?", id, orgID).Take(&r).Error; err != nil {
+		return artifact.Artifact{}, translate(err, "artifact")
+	}
+	return r.domain(), nil
+}
+
+// ArtifactsByProject lists the artifacts of the org's project, oldest first.
+func (s *Store) ArtifactsByProject(ctx context.Context, orgID, projectID string) ([]artifact.Artifact, error) {
+	var rows []artifactRow
+	if err := s.q(ctx).Where("org_id = ? AND project_id = ?", orgID, projectID).Order("created_at, id").Find(&rows).Error; err != nil {
+		return nil, translate(err, "artifacts")
+	}
+	out := make([]artifact.Artifact, len(rows))
+	for i, r := range rows {
+		out[i] = r.domain()
+	}
+	return out, nil
+}
+
+// LatestArtifact returns the highest version saved for a thread's path.
+func (s *Store) LatestArtifact(ctx context.Context, projectID, threadID, path string) (artifact.Artifact, error) {
+	var r artifactRow
+	if err := s.q(ctx).Where("project_id = ? AND thread_id = ? AND path = ?", projectID, threadID, path).
+		Order("version DESC").Take(&r).Error; err != nil {
+		return artifact.Artifact{}, translate(err, "artifact")
+	}
+	return r.domain(), nil
+}

@@ -1,0 +1,85 @@
+package store
+
+import (
+	"context"
+	"time"
+
+	"threadbox/domain/skill"
+)
+
+type skillRow struct {
+	ID          string `gorm:"primaryKey"`
+	OrgID       string
+	Name        string
+	Description string
+	Version     int
+	SHA256      string `gorm:"column:sha256"`
+	CreatedAt   time.Time
+}
+
+func (skillRow) TableName() string { return "skills" }
+
+func (r skillRow) domain() skill.Skill {
+	return skill.Skill{ID: r.ID, OrgID: r.OrgID, Name: r.Name, Description: r.Description, Version: r.Version, SHA256: r.SHA256, CreatedAt: r.CreatedAt.UTC()}
+}
+
+// CreateSkill stores a new skill version; a taken (org, name, version) is a
+// conflict.
+func (s *Store) CreateSkill(ctx context.Context, sk skill.Skill) error {
+	r := skillRow{sk.ID, sk.OrgID, sk.Name, sk.Description, sk.Version, sk.SHA256, sk.CreatedAt.UTC()}
+	return translate(s.q(ctx).Create(&r).Error, "skill")
+}
+
+// Skill returns the org's skill version with id.
+func (s *Store) Skill(ctx context.Context, orgID, id string) (skill.Skill, error) {
+	var r skillRow
+	if err := s.q(ctx).Where("id = ? AND org_id = ?", id, orgID).Take(&r).Error; err != nil {
+		return skill.Skill{}, translate(err, "skill")
+	}
+	return r.domain(), nil
+}
+
+// SkillsByOrg lists every version of the org's skills by name and version.
+func (s *Store) SkillsByOrg(ctx context.Context, orgID string) ([]skill.Skill, error) {
+	var rows []skillRow
+	if err := s.q(ctx).Where("org_id = ?", orgID).Order("name, version").Find(&rows).Error; err != nil {
+		return nil, translate(err, "skills")
+	}
+	out := make([]skill.Skill, len(rows))
+	for i, r := range rows {
+		out[i] = r.domain()
+	}
+	return out, nil
+}
+
+// DeleteSkill deletes one of the org's skill versions.
+func (s *Store) DeleteSkill(ctx context.Context, orgID, id string) error {
+	return one(s.q(ctx).Where("id = ? AND org_id = ?", id, orgID).Delete(&skillRow{}), "skill")
+}
+
+// LatestSkill returns the newest version of the org's skill name.
+func (s *Store) LatestSkill(ctx context.Context, orgID, name string) (skill.Skill, error) {
+	var r skillRow
+	if err := s.q(ctx).Where("org_id = ? AND name = ?", orgID, name).Order("version DESC").Take(&r).Error; err != nil {
+		return skill.Skill{}, translate(err, "skill")
+	}
+	return r.domain(), nil
+}
+
+// SkillVersion returns one version of the org's skill name.
+func (s *Store) SkillVersion(ctx context.Context, orgID, name string, version int) (skill.Skill, error) {
+	var r skillRow
+	if err := s.q(ctx).Where("org_id = ? AND name = ? AND version = ?", orgID, name, version).Take(&r).Error; err != nil {
+		return skill.Skill{}, translate(err, "skill")
+	}
+	return r.domain(), nil
+}
+
+// DeleteSkillVersions deletes every version of the org's skill name.
+func (s *Store) DeleteSkillVersions(ctx context.Context, orgID, name string) (int, error) {
+	res := s.q(ctx).Where("org_id = ? AND name = ?", orgID, name).Delete(&skillRow{})
+	if res.Error != nil {
+		return 0, translate(res.Error, "skill")
+	}
+	return int(res.RowsAffected), nil
+}
