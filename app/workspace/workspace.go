@@ -34,7 +34,7 @@ type Service struct {
 	log   *slog.Logger
 
 	mu      sync.Mutex
-	running map[string]bool              // threads with a turn in progress
+	running map[string]bool             // threads with a turn in progress
 	seen    map[string]map[string]stamp // per thread: outputs already captured
 }
 
@@ -138,4 +138,3 @@ func (s *Service) RetitleThread(ctx context.Context, p user.Principal, threadID,
 	}
 	return t, s.store.UpdateThread(ctx, t)
 }
-
