@@ -41,6 +41,8 @@ type opts struct {
 	n        int
 	nDocker  int
 	nCold    int
+
+	rootfs string // the local backend's root filesystem; "" skips its rows
 }
 
 func run(ctx context.Context, args []string, out io.Writer) error {
@@ -52,6 +54,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.IntVar(&o.n, "n", 300, "warm round trips per method")
 	fs.IntVar(&o.nDocker, "n-docker", 40, "docker exec round trips")
 	fs.IntVar(&o.nCold, "n-cold", 5, "cold boots per method")
+	fs.StringVar(&o.rootfs, "rootfs", envOr("THREADBOX_ROOTFS", defaultRootFS()), "root filesystem of the local backend (empty skips its rows)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -170,6 +173,16 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		return err
 	}
 	add("docker run --rm IMAGE true", d)
+
+	if o.rootfs != "" {
+		lr, err := benchLocal(ctx, o.rootfs, agentBin, o.n, o.nCold)
+		if err != nil {
+			return fmt.Errorf("local: %w", err)
+		}
+		for _, r := range lr {
+			add(r.name, r.d)
+		}
+	}
 
 	fmt.Fprintf(out, "runtime %s, image %s, %s\n\n", o.runtime, o.image, time.Now().UTC().Format(time.RFC3339))
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
