@@ -41,6 +41,8 @@ type opts struct {
 	n        int
 	nDocker  int
 	nCold    int
+	only     string    // "sandbox", "files" or "" for every section
+	files    filesOpts // the Files API section (files.go)
 
 	rootfs string // the local backend's root filesystem; "" skips its rows
 }
@@ -55,8 +57,20 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.IntVar(&o.nDocker, "n-docker", 40, "docker exec round trips")
 	fs.IntVar(&o.nCold, "n-cold", 5, "cold boots per method")
 	fs.StringVar(&o.rootfs, "rootfs", envOr("THREADBOX_ROOTFS", defaultRootFS()), "root filesystem of the local backend (empty skips its rows)")
+	fs.StringVar(&o.only, "only", "", "run one section: sandbox or files")
+	fs.StringVar(&o.files.threadboxBin, "threadbox", "bin/threadbox", "the threadbox server binary (files section)")
+	fs.Int64Var(&o.files.size, "files-size", 256<<20, "bytes per Files API transfer")
+	fs.IntVar(&o.files.runs, "files-runs", 3, "Files API transfers per row")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if o.only != "sandbox" {
+		if err := benchFiles(ctx, o.files, out); err != nil {
+			return fmt.Errorf("files: %w", err)
+		}
+		if o.only == "files" {
+			return nil
+		}
 	}
 	agentBin, err := filepath.Abs(o.agentBin)
 	if err != nil {
