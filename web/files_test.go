@@ -1,0 +1,103 @@
+package web
+
+import (
+	"bytes"
+	"io"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestParseRange(t *testing.T) {
+	tests := []struct {
+		h               string
+		size            int64
+		start, length   int64
+		ok, satisfiable bool
+	}{
+		{"bytes=0-9", 100, 0, 10, true, true},
+		{"bytes=90-", 100, 90, 10, true, true},
+		{"bytes=-10", 100, 90, 10, true, true},
+		{"bytes=-1000", 100, 0, 100, true, true},
+		{"bytes=50-1000", 100, 50, 50, true, true},
+		{"bytes=99-99", 100, 99, 1, true, true},
+		{"bytes=100-", 100, 0, 0, true, false},
+		{"bytes=-0", 100, 0, 0, true, false},
+		{"bytes=0-", 0, 0, 0, true, false},
+		{"bytes=-5", 0, 0, 0, true, false},
+		{"bytes=9-3", 100, 0, 0, false, false},
+		{"bytes=0-1,3-4", 100, 0, 0, false, false},
+		{"bytes=+1-2", 100, 0, 0, false, false},
+		{"bytes= 1-2", 100, 1, 2, true, true},
+		{"bytes=1", 100, 0, 0, false, false},
+		{"bytes=a-b", 100, 0, 0, false, false},
+		{"items=0-1", 100, 0, 0, false, false},
+		{"bytes=99999999999999999999-", 100, 0, 0, false, false},
+	}
+	for _, tc := range tests {
+		start, length, ok, sat := parseRange(tc.h, tc.size)
+		if start != tc.start || length != tc.length || ok != tc.ok || sat != tc.satisfiable {
+			t.Errorf("parseRange(%q, %d) = %d, %d, %v, %v; want %d, %d, %v, %v", tc.h, tc.size, start, length, ok, sat, tc.start, tc.length, tc.ok, tc.satisfiable)
+		}
+	}
+}
+
+func TestContentDisposition(t *testing.T) {
+	tests := []struct{ kind, name, want string }{
+		{"attachment", "report.txt", `attachment; filename="report.txt"; filename*=UTF-8''report.txt`},
+		{"inline", "a b.png", `inline; filename="a b.png"; filename*=UTF-8''a%20b.png`},
+		{"attachment", `x"; filename="evil.html`, `attachment; filename="x_; filename=_evil.html"; filename*=UTF-8''x%22%3B%20filename%3D%22evil.html`},
+		{"attachment", "a\r\nSet-Cookie: x", `attachment; filename="a__Set-Cookie: x"; filename*=UTF-8''a%0D%0ASet-Cookie%3A%20x`},
+		{"attachment", "отчёт.csv", `attachment; filename="_____.csv"; filename*=UTF-8''%D0%BE%D1%82%D1%87%D1%91%D1%82.csv`},
+		{"attachment", `back\slash%41.txt`, `attachment; filename="back_slash_41.txt"; filename*=UTF-8''back%5Cslash%2541.txt`},
+		{"attachment", "\xff\xfe", `attachment; filename="__"; filename*=UTF-8''%FF%FE`},
+		{"attachment", "", `attachment; filename="download"; filename*=UTF-8''`},
+	}
+	for _, tc := range tests {
+		got := contentDisposition(tc.kind, tc.name)
+		if got != tc.want {
+			t.Errorf("contentDisposition(%q) = %q, want %q", tc.name, got, tc.want)
+		}
+		if strings.ContainsAny(got, "\r\n") {
+			t.Errorf("CR/LF in %q", got)
+		}
+		_, ext, _ := strings.Cut(got, "filename*=UTF-8''")
+		if dec, err := url.PathUnescape(ext); err != nil || dec != tc.name {
+			t.Errorf("filename* of %q decodes to %q, %v", tc.name, dec, err)
+		}
+	}
+}
+
+// TestSendStream checks that a ranged stream of an open file sends exactly
+// its length, through WriteTo and through Read, and closes the file.
+func TestSendStream(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "f")
+	if err := os.WriteFile(p, []byte("0123456789"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, viaWriteTo := range []bool{true, false} {
+		f, err := os.Open(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.Seek(3, io.SeekStart)
+		s := newSendStream(f, 4)
+		var b bytes.Buffer
+		if viaWriteTo {
+			_, err = s.WriteTo(&b)
+		} else {
+			_, err = io.Copy(&b, struct{ io.Reader }{s})
+		}
+		if err != nil || b.String() != "3456" {
+			t.Fatalf("writeTo=%v: %q %v", viaWriteTo, b.String(), err)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.Read(make([]byte, 1)); err == nil {
+			t.Fatal("file not closed")
+		}
+	}
+}
