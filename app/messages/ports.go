@@ -1,8 +1,3 @@
-// Package messages is the Messages API use case: the wire-independent tool
-// loop that asks a Model for the next step, runs the code-execution sub-tools
-// in the container's sandbox through a ToolExecutor, feeds the results back
-// and reports everything as a stream of Events. It also holds the JSON data
-// model of the API (requests, content blocks, responses, stream events).
 package messages
 
 import (

@@ -1,6 +1,3 @@
-// Package tools executes the code-execution sub-tools (bash_code_execution
-// and text_editor_code_execution) of the Messages API in a container's
-// sandbox, over the sandbox and file ports it declares.
 package tools
 
 import (

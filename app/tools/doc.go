@@ -1,0 +1,19 @@
+// Package tools executes the code-execution sub-tools (bash_code_execution
+// and text_editor_code_execution) of the Messages API in a container's
+// sandbox, over the Sandbox and Files ports it declares (served by
+// app/containers and infra/fsroot).
+//
+// Decisions where the contract is silent:
+//
+//   - A timed-out command's stderr keeps what the command wrote and ends in
+//     "Command timed out after Ns."; a command killed for memory gets a note.
+//   - The text editor answers a missing file with error code file_not_found
+//     ("File not found: <absolute path>"), a path refused by the mount table
+//     with invalid_tool_input and the contract's exact string, and an
+//     absent or repeated old_str with invalid_tool_input.
+//   - insert answers with a text_editor_code_execution_str_replace_result
+//     whose lines are the inserted lines ("+..."), old_lines 0.
+//   - Viewing a directory lists its entries one a line, folders ending in
+//     "/", as file_type "text"; binary files are refused.
+//   - str_replace's diff covers the whole lines the replacement touched.
+package tools
