@@ -372,19 +372,26 @@ func (b *Backend) bwrapArgs(spec sandbox.Spec, l sandbox.Limits) []string {
 		}
 		args = append(args, flag, m.Source, m.Target)
 	}
-	args = append(args, "--chdir", sandbox.WorkspaceDir, "--clearenv")
-	env := append([]string{
+	args = append(args, "--chdir", sandbox.WorkspaceDir)
+	return append(args, AgentPath)
+}
+
+// jailEnv is the environment of the jail's agent and so of every command:
+// passed through the wrapper's environment rather than bwrap's command
+// line, where other host users could read it.
+func jailEnv(spec sandbox.Spec) []string {
+	env := []string{
 		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
 		"HOME=/home/agent", "USER=agent", "LOGNAME=agent", "SHELL=/bin/bash", "LANG=C.UTF-8",
+		// The host reads the jail's OOM counter; the agent cannot see it.
 		"THREADBOX_AGENT_OOM_EVENTS=/nonexistent",
-	}, spec.Env...)
-	for _, kv := range env {
-		k, v, ok := strings.Cut(kv, "=")
-		if ok && k != "" {
-			args = append(args, "--setenv", k, v)
+	}
+	for _, kv := range spec.Env {
+		if k, _, ok := strings.Cut(kv, "="); ok && k != "" && !strings.HasPrefix(k, "TB_") {
+			env = append(env, kv)
 		}
 	}
-	return append(args, AgentPath)
+	return env
 }
 
 // wrapper joins the jail's cgroups, sets its rlimits and becomes bwrap.
@@ -408,7 +415,7 @@ func (b *Backend) boot(ctx context.Context, spec sandbox.Spec) (*jail, error) {
 	j := &jail{id: spec.ID, done: make(chan struct{}), stderr: &tailWriter{log: b.log, id: spec.ID}}
 	mode, _ := b.LimitMode()
 	shArgs := []string{"-c", wrapper, "threadbox-local"}
-	env := []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "TB_NOFILE=" + strconv.FormatInt(l.NoFile, 10)}
+	env := append(jailEnv(spec), "TB_NOFILE="+strconv.FormatInt(l.NoFile, 10))
 	if mode == LimitCgroupV1 || mode == LimitCgroupV2 {
 		cg, err := newCgroup(b.cfg, mode, spec.ID, l, b.jailUID())
 		if err != nil {

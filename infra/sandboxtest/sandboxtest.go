@@ -172,7 +172,7 @@ func (s *suite) spec(t *testing.T, id string, l sandbox.Limits) sandbox.Spec {
 	if l.Pids == 0 {
 		l.Pids = Pids
 	}
-	return sandbox.Spec{ID: id, Mounts: d.Mounts(), Limits: l}
+	return sandbox.Spec{ID: id, Mounts: d.Mounts(), Limits: l, Env: []string{"SPEC_ENV=from spec"}}
 }
 
 // boot ensures the sandbox id on be.
@@ -281,8 +281,8 @@ func (s *suite) testBashSemantics(t *testing.T) {
 	if r.ExitCode != 3 || out(r) != "out" || strings.TrimSpace(string(r.Stderr)) != "err" {
 		t.Errorf("exit %d stdout %q stderr %q, want 3 out err", r.ExitCode, r.Stdout, r.Stderr)
 	}
-	res, err := s.exec(t, s.be, id, sandbox.Command{Args: []string{"bash", "-c", "cat; echo $EXTRA"}, Stdin: []byte("in\n"), Env: []string{"EXTRA=x"}})
-	if err != nil || string(res.Stdout) != "in\nx\n" {
+	res, err := s.exec(t, s.be, id, sandbox.Command{Args: []string{"bash", "-c", "cat; echo $EXTRA; echo $SPEC_ENV"}, Stdin: []byte("in\n"), Env: []string{"EXTRA=x"}})
+	if err != nil || string(res.Stdout) != "in\nx\nfrom spec\n" {
 		t.Errorf("stdin and env: %q %v", res.Stdout, err)
 	}
 }
