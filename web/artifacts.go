@@ -1,0 +1,74 @@
+package web
+
+import (
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+
+	"threadbox/app/workspace"
+	"threadbox/domain/artifact"
+	"threadbox/domain/fault"
+)
+
+type artifactView struct {
+	ID          string    `json:"id"`
+	Type        string    `json:"type"`
+	ProjectID   string    `json:"project_id"`
+	ThreadID    string    `json:"thread_id"`
+	ToolUseID   string    `json:"tool_use_id"`
+	FileID      string    `json:"file_id"`
+	Path        string    `json:"path"`
+	Name        string    `json:"name"`
+	MimeType    string    `json:"mime_type"`
+	SizeBytes   int64     `json:"size_bytes"`
+	SHA256      string    `json:"sha256"`
+	Version     int       `json:"version"`
+	DownloadURL string    `json:"download_url"`
+	PreviewURL  string    `json:"preview_url"`
+	CreatedAt   time.Time `json:"created_at"`
+}
+
+func viewArtifact(a artifact.Artifact) artifactView {
+	r := workspace.ResourceOf(a)
+	return artifactView{
+		ID: a.ID, Type: "artifact", ProjectID: a.ProjectID, ThreadID: a.ThreadID, ToolUseID: a.ToolUseID,
+		FileID: r.FileID, Path: a.Path, Name: a.Name, MimeType: a.MimeType, SizeBytes: a.SizeBytes,
+		SHA256: a.SHA256, Version: a.Version, DownloadURL: r.DownloadURL, PreviewURL: r.PreviewURL, CreatedAt: a.CreatedAt,
+	}
+}
+
+// projectArtifacts is GET /project/{id}/artifacts.
+func (s *Server) projectArtifacts(c *fiber.Ctx) error {
+	as, err := s.svc.Workspace.Artifacts(c.UserContext(), principal(c), c.Params("id"))
+	if err != nil {
+		return err
+	}
+	out := make([]artifactView, len(as))
+	for i, a := range as {
+		out[i] = viewArtifact(a)
+	}
+	return c.JSON(listResponse[artifactView]{Data: out})
+}
+
+// getArtifact is GET /artifact/{id}.
+func (s *Server) getArtifact(c *fiber.Ctx) error {
+	a, err := s.svc.Workspace.Artifact(c.UserContext(), principal(c), c.Params("id"))
+	if err != nil {
+		return err
+	}
+	return c.JSON(viewArtifact(a))
+}
+
+// artifactContent is GET /artifact/{id}/content, gated by
+// downloads.generated, served like a Files API download.
+func (s *Server) artifactContent(c *fiber.Ctx) error {
+	disp := c.Query("disposition", "attachment")
+	if disp != "attachment" && disp != "inline" {
+		return fault.New(fault.Invalid, "disposition must be 'inline' or 'attachment'")
+	}
+	ct, err := s.svc.Workspace.ArtifactContent(c.UserContext(), principal(c), c.Params("id"))
+	if err != nil {
+		return err
+	}
+	return sendContent(c, ct, disp)
+}

@@ -1,0 +1,164 @@
+package web
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+
+	"threadbox/app/files"
+	"threadbox/app/messages"
+	"threadbox/app/workspace"
+	"threadbox/domain/fault"
+	"threadbox/domain/thread"
+)
+
+// threadUpload is POST /thread/{threadId}/upload-file: multipart "file",
+// optional "path", into the thread's container.
+func (s *Server) threadUpload(c *fiber.Ctx) error {
+	threadID := c.Params("id")
+	return s.receiveUpload(c, func(req files.UploadRequest) (files.File, error) {
+		req.Limit = s.maxUpload
+		return s.svc.Workspace.UploadFile(c.UserContext(), principal(c), threadID, req)
+	})
+}
+
+// threadPut is PUT /thread/{threadId}/put-file/{path}: the raw body at the
+// key, taken from the raw request path.
+func (s *Server) threadPut(c *fiber.Ctx) error {
+	raw := string(c.Request().URI().PathOriginal())
+	_, key, ok := strings.Cut(raw, "/put-file/")
+	if !ok || key == "" {
+		return fault.New(fault.Invalid, "a path is required: PUT /api/v1/app/thread/{threadId}/put-file/{path}")
+	}
+	f, err := s.svc.Workspace.PutFile(c.UserContext(), principal(c), c.Params("id"), key, bodyReader(c), s.maxUpload)
+	if err != nil {
+		c.Context().SetConnectionClose()
+		return err
+	}
+	return c.JSON(viewFile(f))
+}
+
+// threadDownload is GET /thread/{threadId}/download-file?path=<sandbox path>.
+func (s *Server) threadDownload(c *fiber.Ctx) error {
+	disp := c.Query("disposition", "attachment")
+	if disp != "attachment" && disp != "inline" {
+		return fault.New(fault.Invalid, "disposition must be 'inline' or 'attachment'")
+	}
+	if c.Query("path") == "" {
+		return fault.New(fault.Invalid, "path is required: the file's sandbox path, e.g. /mnt/user-data/outputs/chart.png")
+	}
+	ct, err := s.svc.Workspace.DownloadFile(c.UserContext(), principal(c), c.Params("id"), c.Query("path"))
+	if err != nil {
+		return err
+	}
+	return sendContent(c, ct, disp)
+}
+
+// forkThread is POST /thread/{threadId}/fork.
+func (s *Server) forkThread(c *fiber.Ctx) error {
+	t, err := s.svc.Workspace.ForkThread(c.UserContext(), principal(c), c.Params("id"))
+	if err != nil {
+		return err
+	}
+	return c.Status(fiber.StatusCreated).JSON(viewThread(t))
+}
+
+type messageView struct {
+	ID        string          `json:"id"`
+	ThreadID  string          `json:"thread_id"`
+	Seq       int64           `json:"seq"`
+	Role      string          `json:"role"`
+	Content   json.RawMessage `json:"content"`
+	Usage     rawJSON         `json:"usage"`
+	Complete  bool            `json:"complete"`
+	CreatedAt time.Time       `json:"created_at"`
+}
+
+func viewMessage(m thread.Message) messageView {
+	return messageView{m.ID(), m.ThreadID(), m.Seq(), string(m.Role()), m.Content(), m.Usage(), m.Complete(), m.CreatedAt()}
+}
+
+// threadMessages is GET /thread/{threadId}/messages: the stored history.
+// An assistant message whose turn never ended has complete false.
+func (s *Server) threadMessages(c *fiber.Ctx) error {
+	ms, err := s.svc.Workspace.Messages(c.UserContext(), principal(c), c.Params("id"))
+	if err != nil {
+		return err
+	}
+	out := make([]messageView, len(ms))
+	for i, m := range ms {
+		out[i] = viewMessage(m)
+	}
+	return c.JSON(listResponse[messageView]{Data: out})
+}
+
+// turnBody is the body of POST /thread/{threadId}/messages.
+type turnBody struct {
+	Content json.RawMessage `json:"content"`
+	Skills  []string        `json:"skills"`
+	Pgpt    *struct {
+		Tools []workspace.AskedTool `json:"tools"`
+	} `json:"pgpt"`
+	Stream bool   `json:"stream"`
+	Model  string `json:"model"`
+}
+
+// threadTurn is POST /thread/{threadId}/messages: one chat turn, answered
+// as a Messages API response or, with stream, as its event stream.
+func (s *Server) threadTurn(c *fiber.Ctx) error {
+	var b turnBody
+	if err := parseJSON(c, &b); err != nil {
+		return err
+	}
+	var um messages.Message
+	if len(b.Content) == 0 {
+		return fault.New(fault.Invalid, "content: required (a string or an array of content blocks)")
+	}
+	if err := json.Unmarshal([]byte(`{"role":"user","content":`+string(b.Content)+`}`), &um); err != nil {
+		return fault.Errorf(fault.Invalid, "content: must be a string or an array of content blocks: %s", jsonErr(err))
+	}
+	tr := workspace.TurnRequest{Content: um.Content, Skills: b.Skills, Model: b.Model, Stream: b.Stream}
+	if b.Pgpt != nil {
+		tr.Tools = b.Pgpt.Tools
+	}
+	turn, err := s.svc.Workspace.StartTurn(c.UserContext(), principal(c), c.Params("id"), tr)
+	if err != nil {
+		return err
+	}
+	if !b.Stream {
+		resp, err := turn.Run(c.UserContext(), nil)
+		if err != nil {
+			return s.turnError(c, err)
+		}
+		return c.JSON(resp)
+	}
+	log := s.log
+	streamSSE(c, func(ctx context.Context, w *sseWriter) {
+		_, err := turn.Run(ctx, messages.SinkFunc(func(ev messages.Event) error { return w.Event(ev.Type, ev) }))
+		if err != nil && ctx.Err() == nil {
+			log.Warn("thread turn failed mid-stream", "thread", turn.Thread().ID(), "err", err)
+			ev := messages.ErrorEvent(err)
+			if k := fault.KindOf(err); k != fault.Internal {
+				ev.Error = &messages.ErrorBody{Type: typeOf(statusOf(k)), Message: fault.MessageOf(err)}
+			}
+			_ = w.Event(ev.Type, ev)
+		}
+	})
+	return nil
+}
+
+// turnError answers a turn that failed before any byte was sent: model
+// upstream errors as the Messages API maps them, the rest as usual.
+func (s *Server) turnError(c *fiber.Ctx, err error) error {
+	if fault.KindOf(err) != fault.Internal {
+		return err
+	}
+	status, body := messages.ErrorStatus(err)
+	if status >= 500 {
+		s.log.Error("thread turn failed", "path", c.Path(), "status", status, "err", err)
+	}
+	return c.Status(status).JSON(envelope{Type: "error", Error: envelopeBody{Type: body.Type, Message: body.Message}})
+}
