@@ -48,6 +48,10 @@ func upstreamHistory(in []Message) []Message {
 					p = b.FileID
 				}
 				cur = append(cur, ContentBlock{Type: BlockText, Text: fmt.Sprintf("[The file %s is available in the container at %s]", b.FileID, p)})
+			case BlockText:
+				if b.Text != "" { // upstreams refuse empty text blocks
+					cur = append(cur, b)
+				}
 			default:
 				cur = append(cur, b)
 			}

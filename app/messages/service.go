@@ -254,7 +254,9 @@ func (t *turn) run(ctx context.Context) error {
 			if ok {
 				b.ID = id
 			}
-			assistant.Content = append(assistant.Content, b)
+			if b.Type != BlockText || b.Text != "" {
+				assistant.Content = append(assistant.Content, b)
+			}
 			if !ok {
 				continue
 			}
