@@ -185,9 +185,9 @@ func (c *Collector) Response() *Response {
 	return &r
 }
 
-// MarshalJSON writes stop_reason as null while it is unknown.
+// MarshalJSON writes stop_reason as null while it is unknown, fields in the
+// Anthropic API's order.
 func (r Response) MarshalJSON() ([]byte, error) {
-	type plain Response
 	var stop *string
 	if r.StopReason != "" {
 		stop = &r.StopReason
@@ -197,8 +197,14 @@ func (r Response) MarshalJSON() ([]byte, error) {
 		content = []ContentBlock{}
 	}
 	return json.Marshal(struct {
-		plain
-		Content    []ContentBlock `json:"content"`
-		StopReason *string        `json:"stop_reason"`
-	}{plain(r), content, stop})
+		ID           string         `json:"id"`
+		Type         string         `json:"type"`
+		Role         string         `json:"role"`
+		Model        string         `json:"model"`
+		Content      []ContentBlock `json:"content"`
+		StopReason   *string        `json:"stop_reason"`
+		StopSequence *string        `json:"stop_sequence"`
+		Usage        Usage          `json:"usage"`
+		Container    *Container     `json:"container,omitempty"`
+	}{r.ID, r.Type, r.Role, r.Model, content, stop, r.StopSequence, r.Usage, r.Container})
 }
