@@ -412,7 +412,7 @@ func sendContent(c *fiber.Ctx, ct files.Content, disp string) error {
 		case ok && !satisfiable:
 			ct.Body.Close()
 			c.Set(fiber.HeaderContentRange, "bytes */"+strconv.FormatInt(f.SizeBytes, 10))
-			c.Set(fiber.HeaderContentDisposition, "")
+			c.Response().Header.Del(fiber.HeaderContentDisposition)
 			return writeError(c, fiber.StatusRequestedRangeNotSatisfiable, fmt.Sprintf("range %q is outside the file's %d bytes", rh, f.SizeBytes))
 		case ok:
 			start, length, status = st, n, fiber.StatusPartialContent
