@@ -30,7 +30,7 @@ const DefaultMaxRetryWait = 30 * time.Second
 
 // Config configures the adapter.
 type Config struct {
-	BaseURL    string // e.g. http://127.0.0.1:8080; empty means the SDK default
+	BaseURL    string // e.g. http://127.0.0.1:8080 (a trailing /v1 is ignored); empty means the SDK default
 	APIKey     string
 	Model      string // what "default" (or an empty model) resolves to
 	MaxRetries int    // 0 means DefaultMaxRetries; negative disables retries
@@ -65,7 +65,9 @@ func New(cfg Config) *Model {
 	opts := []option.RequestOption{option.WithHTTPClient(hc), option.WithMaxRetries(retries),
 		option.WithMiddleware(capRetryAfter(cfg.MaxRetryWait))}
 	if cfg.BaseURL != "" {
-		opts = append(opts, option.WithBaseURL(strings.TrimSuffix(cfg.BaseURL, "/")+"/"))
+		// The SDK adds v1/messages; accept a base URL given with /v1 too.
+		base := strings.TrimSuffix(strings.TrimSuffix(cfg.BaseURL, "/"), "/v1")
+		opts = append(opts, option.WithBaseURL(base+"/"))
 	}
 	if cfg.APIKey != "" {
 		// Both header styles: Anthropic reads x-api-key, many compatible

@@ -55,7 +55,7 @@ func checkToolStep(t *testing.T, res *messages.StepResult) {
 func TestStep(t *testing.T) {
 	up := fakeupstream.New(toolReply)
 	defer up.Close()
-	m := New(Config{BaseURL: up.URL(), APIKey: "k", Model: "claude-test"})
+	m := New(Config{BaseURL: up.URL() + "/v1/", APIKey: "k", Model: "claude-test"})
 	res, err := m.Step(context.Background(), stepRequest())
 	if err != nil {
 		t.Fatal(err)
