@@ -20,19 +20,7 @@ type benchRow struct {
 
 // defaultRootFS is the local backend's root filesystem as
 // sandbox/build-offline.sh leaves it, or "" when there is none.
-func defaultRootFS() string {
-	cache := "/var/cache/threadbox"
-	if v := os.Getenv("THREADBOX_CACHE_DIR"); v != "" {
-		cache = v
-	} else if v := os.Getenv("DATA_DIR"); v != "" {
-		cache = filepath.Join(v, "cache")
-	}
-	p := filepath.Join(cache, "sandbox-rootfs", "current")
-	if _, err := os.Stat(filepath.Join(p, "bin", "bash")); err != nil {
-		return ""
-	}
-	return p
-}
+func defaultRootFS() string { return local.FindRootFS(os.Getenv) }
 
 // benchLocal measures the local (bubblewrap) backend beside docker's rows:
 // a warm `true` through the jail's agent and a cold boot to the first

@@ -629,3 +629,25 @@ var (
 	_ sandbox.Backend = (*Backend)(nil)
 	_ io.Writer       = (*tailWriter)(nil)
 )
+
+// FindRootFS returns the root filesystem folder to use: $THREADBOX_ROOTFS,
+// else the folder sandbox/build-offline.sh keeps in its cache
+// ($THREADBOX_CACHE_DIR, else $DATA_DIR/cache, else /var/cache/threadbox,
+// then sandbox-rootfs/current). It returns "" when neither holds /bin/bash.
+func FindRootFS(getenv func(string) string) string {
+	cache := "/var/cache/threadbox"
+	if v := getenv("THREADBOX_CACHE_DIR"); v != "" {
+		cache = v
+	} else if v := getenv("DATA_DIR"); v != "" {
+		cache = filepath.Join(v, "cache")
+	}
+	for _, c := range []string{getenv("THREADBOX_ROOTFS"), filepath.Join(cache, "sandbox-rootfs", "current")} {
+		if c == "" {
+			continue
+		}
+		if fi, err := os.Stat(filepath.Join(c, "bin", "bash")); err == nil && !fi.IsDir() {
+			return c
+		}
+	}
+	return ""
+}

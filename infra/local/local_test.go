@@ -2,6 +2,7 @@ package local
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -74,32 +75,14 @@ func testAgent(t *testing.T) string {
 	return agentBin
 }
 
-// cacheDir mirrors sandbox/build-offline.sh: $THREADBOX_CACHE_DIR, else
-// $DATA_DIR/cache, else /var/cache/threadbox.
-func cacheDir() string {
-	if v := os.Getenv("THREADBOX_CACHE_DIR"); v != "" {
-		return v
-	}
-	if v := os.Getenv("DATA_DIR"); v != "" {
-		return filepath.Join(v, "cache")
-	}
-	return "/var/cache/threadbox"
-}
-
 // testRootFS finds the sandbox root filesystem: THREADBOX_ROOTFS, else the
 // cache of build-offline.sh; under CI=true it builds it when missing.
 func testRootFS(t *testing.T) string {
 	t.Helper()
 	rootOnce.Do(func() {
-		candidates := []string{os.Getenv("THREADBOX_ROOTFS"), filepath.Join(cacheDir(), "sandbox-rootfs", "current")}
-		for _, c := range candidates {
-			if c == "" {
-				continue
-			}
-			if _, err := os.Stat(filepath.Join(c, "bin", "bash")); err == nil {
-				rootDir, rootErr = filepath.EvalSymlinks(c)
-				return
-			}
+		if c := FindRootFS(os.Getenv); c != "" {
+			rootDir, rootErr = filepath.EvalSymlinks(c)
+			return
 		}
 		if os.Getenv("CI") != "true" {
 			rootErr = fmt.Errorf("no sandbox root filesystem (set THREADBOX_ROOTFS or run sandbox/build-offline.sh --rootfs-only)")
@@ -115,7 +98,11 @@ func testRootFS(t *testing.T) string {
 			rootErr = fmt.Errorf("build root filesystem: %w: %s", err, out)
 			return
 		}
-		rootDir, rootErr = filepath.EvalSymlinks(candidates[1])
+		if c := FindRootFS(os.Getenv); c != "" {
+			rootDir, rootErr = filepath.EvalSymlinks(c)
+		} else {
+			rootErr = errors.New("sandbox/build-offline.sh --rootfs-only left no root filesystem")
+		}
 	})
 	if rootErr != nil {
 		need(t, "%v", rootErr)
@@ -353,5 +340,34 @@ func TestEnforcedLimitsFollowMode(t *testing.T) {
 	b, _ := New(Config{RootFS: "/", AgentBin: "/bin/true", CgroupRoot: "/proc/nonexistent"})
 	if mode, why := b.LimitMode(); mode != LimitRlimits || why == "" {
 		t.Errorf("mode %q (%q), want rlimits with a reason", mode, why)
+	}
+}
+
+func TestFindRootFS(t *testing.T) {
+	cache := t.TempDir()
+	rootfs := filepath.Join(cache, "sandbox-rootfs", "current")
+	if err := os.MkdirAll(filepath.Join(rootfs, "bin"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(rootfs, "bin", "bash"), nil, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	env := func(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+	tests := []struct {
+		name string
+		env  map[string]string
+		want string
+	}{
+		{"cache dir", map[string]string{"THREADBOX_CACHE_DIR": cache}, rootfs},
+		{"explicit wins", map[string]string{"THREADBOX_ROOTFS": rootfs, "THREADBOX_CACHE_DIR": "/nonexistent"}, rootfs},
+		{"explicit without bash falls back", map[string]string{"THREADBOX_ROOTFS": cache, "THREADBOX_CACHE_DIR": cache}, rootfs},
+		{"nothing", map[string]string{"THREADBOX_CACHE_DIR": t.TempDir()}, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := FindRootFS(env(tt.env)); got != tt.want {
+				t.Errorf("got %q, want %q", got, tt.want)
+			}
+		})
 	}
 }
