@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -369,5 +370,55 @@ func TestFindRootFS(t *testing.T) {
 				t.Errorf("got %q, want %q", got, tt.want)
 			}
 		})
+	}
+}
+
+// A jail killed from outside (not through Stop) fails the pending command
+// with sandbox.ErrUnavailable, and the next Ensure boots a fresh one.
+func TestJailKilledFromOutside(t *testing.T) {
+	b := newTestBackend(t, Config{})
+	ctx := context.Background()
+	spec := sandbox.Spec{ID: "victim"}
+	if err := b.Ensure(ctx, spec); err != nil {
+		t.Fatal(err)
+	}
+	j := b.live("victim")
+	errc := make(chan error, 1)
+	go func() {
+		_, err := b.Exec(ctx, "victim", sandboxtest.Sh("sleep 60", time.Minute))
+		errc <- err
+	}()
+	time.Sleep(500 * time.Millisecond)
+	if err := syscall.Kill(j.cmd.Process.Pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-errc:
+		if !errors.Is(err, sandbox.ErrUnavailable) {
+			t.Errorf("pending exec: %v, want sandbox.ErrUnavailable", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("pending exec did not return")
+	}
+	<-j.done
+	if j.cg != nil {
+		for _, d := range j.cg.dirs {
+			if _, err := os.Stat(d); !os.IsNotExist(err) {
+				t.Errorf("cgroup %s of the killed jail left: %v", d, err)
+			}
+		}
+	}
+	if st, _ := b.Status(ctx, "victim"); st.State != sandbox.StateStopped {
+		t.Errorf("status %q after the kill, want stopped", st.State)
+	}
+	if err := b.Ensure(ctx, spec); err != nil {
+		t.Fatal(err)
+	}
+	if j2 := b.live("victim"); j2 == nil || j2 == j {
+		t.Fatal("no fresh jail after the kill")
+	}
+	res, err := b.Exec(ctx, "victim", sandboxtest.Sh("echo back", 10*time.Second))
+	if err != nil || strings.TrimSpace(string(res.Stdout)) != "back" {
+		t.Errorf("fresh jail: %q %v", res.Stdout, err)
 	}
 }
