@@ -1,0 +1,131 @@
+package store_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"threadbox/domain/artifact"
+	"threadbox/domain/fault"
+	"threadbox/domain/org"
+	"threadbox/domain/project"
+	"threadbox/domain/skill"
+	"threadbox/domain/thread"
+	"threadbox/domain/user"
+	"threadbox/infra/store"
+	"threadbox/infra/store/storetest"
+)
+
+// TestArtifactAndSkillRepositories runs the artifact and skill repositories
+// against SQLite and PostgreSQL.
+func TestArtifactAndSkillRepositories(t *testing.T) {
+	t.Run("sqlite", func(t *testing.T) {
+		s, err := store.Open(context.Background(), "", t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		artifactSkillSuite(t, s)
+	})
+	t.Run("postgres", func(t *testing.T) { artifactSkillSuite(t, storetest.Postgres(t)) })
+}
+
+func artifactSkillSuite(t *testing.T, s *store.Store) {
+	ctx := context.Background()
+	if _, err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	o, _ := org.New(id("org"), "acme-"+id("n"), now)
+	other, _ := org.New(id("org"), "globex-"+id("n"), now)
+	for _, x := range []org.Org{o, other} {
+		if err := s.CreateOrg(ctx, x); err != nil {
+			t.Fatal(err)
+		}
+	}
+	u, _ := user.New(id("usr"), o.ID(), id("u")+"@acme.test", user.Member, now)
+	if err := s.CreateUser(ctx, u); err != nil {
+		t.Fatal(err)
+	}
+	pr, _ := project.New(id("prj"), o.ID(), u.ID(), "Research", now)
+	if err := s.CreateProject(ctx, pr); err != nil {
+		t.Fatal(err)
+	}
+	th, _ := thread.New(id("thr"), o.ID(), pr.ID(), u.ID(), "t", now)
+	if err := s.CreateThread(ctx, th); err != nil {
+		t.Fatal(err)
+	}
+
+	// Artifacts: versions per path, org-scoped lookups, outliving the thread.
+	if _, err := s.LatestArtifact(ctx, pr.ID(), th.ID(), "/mnt/user-data/outputs/a.png"); !fault.Is(err, fault.NotFound) {
+		t.Fatalf("latest of nothing: %v", err)
+	}
+	mk := func(v int, sum string, at time.Time) artifact.Artifact {
+		return artifact.Artifact{ID: id("art"), OrgID: o.ID(), ProjectID: pr.ID(), ThreadID: th.ID(), ToolUseID: "srvtoolu_1",
+			Path: "/mnt/user-data/outputs/a.png", Name: "a.png", MimeType: "image/png", SizeBytes: 10, SHA256: sum, Version: v, CreatedAt: at}
+	}
+	a1, a2 := mk(1, "aa", now), mk(2, "bb", now.Add(time.Second))
+	for _, a := range []artifact.Artifact{a1, a2} {
+		if err := s.CreateArtifact(ctx, a); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.CreateArtifact(ctx, mk(2, "cc", now)); !fault.Is(err, fault.Conflict) {
+		t.Fatalf("duplicate version: %v", err)
+	}
+	latest, err := s.LatestArtifact(ctx, pr.ID(), th.ID(), a1.Path)
+	if err != nil || latest.ID != a2.ID || latest.Version != 2 || latest.SHA256 != "bb" || !latest.CreatedAt.Equal(a2.CreatedAt) {
+		t.Fatalf("latest: %+v %v", latest, err)
+	}
+	if got, err := s.Artifact(ctx, o.ID(), a1.ID); err != nil || got != a1 {
+		t.Fatalf("round trip: %+v %v want %+v", got, err, a1)
+	}
+	if _, err := s.Artifact(ctx, other.ID(), a1.ID); !fault.Is(err, fault.NotFound) {
+		t.Fatalf("another org's artifact: %v", err)
+	}
+	if list, _ := s.ArtifactsByProject(ctx, other.ID(), pr.ID()); len(list) != 0 {
+		t.Fatalf("another org lists the project's artifacts: %v", list)
+	}
+	if err := s.DeleteThread(ctx, o.ID(), u.ID(), th.ID()); err != nil {
+		t.Fatal(err)
+	}
+	list, err := s.ArtifactsByProject(ctx, o.ID(), pr.ID())
+	if err != nil || len(list) != 2 || list[0].ID != a1.ID || list[1].ID != a2.ID {
+		t.Fatalf("artifacts after the thread was deleted: %v %v", list, err)
+	}
+
+	// Skills: versions by name, org-scoped, deleted together.
+	sk := func(org string, v int) skill.Skill {
+		return skill.Skill{ID: id("skl"), OrgID: org, Name: "pdf", Description: "PDFs", Version: v, SHA256: "ff", CreatedAt: now}
+	}
+	s1, s2, s3 := sk(o.ID(), 1), sk(o.ID(), 2), sk(other.ID(), 1)
+	for _, x := range []skill.Skill{s1, s2, s3} {
+		if err := s.CreateSkill(ctx, x); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.CreateSkill(ctx, sk(o.ID(), 2)); !fault.Is(err, fault.Conflict) {
+		t.Fatalf("duplicate skill version: %v", err)
+	}
+	if got, err := s.LatestSkill(ctx, o.ID(), "pdf"); err != nil || got.ID != s2.ID {
+		t.Fatalf("latest skill: %+v %v", got, err)
+	}
+	if got, err := s.SkillVersion(ctx, o.ID(), "pdf", 1); err != nil || got.ID != s1.ID {
+		t.Fatalf("skill version: %+v %v", got, err)
+	}
+	if _, err := s.Skill(ctx, other.ID(), s1.ID); !fault.Is(err, fault.NotFound) {
+		t.Fatalf("another org's skill: %v", err)
+	}
+	if n, err := s.DeleteSkillVersions(ctx, o.ID(), "pdf"); err != nil || n != 2 {
+		t.Fatalf("delete versions: %d %v", n, err)
+	}
+	if list, _ := s.SkillsByOrg(ctx, o.ID()); len(list) != 0 {
+		t.Fatalf("skills left: %v", list)
+	}
+	if list, _ := s.SkillsByOrg(ctx, other.ID()); len(list) != 1 {
+		t.Fatalf("another org's skill deleted: %v", list)
+	}
+	if err := s.DeleteSkill(ctx, other.ID(), s3.ID); err != nil {
+		t.Fatal(err)
+	}
+}
