@@ -9,9 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
 
@@ -19,6 +17,7 @@ import (
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
 
 	"threadbox/app/messages"
+	"threadbox/infra/llm/upstream"
 )
 
 // DefaultMaxRetries is how often a failed request is retried (429, 408,
@@ -53,7 +52,7 @@ type Model struct {
 func New(cfg Config) *Model {
 	hc := cfg.HTTPClient
 	if hc == nil {
-		hc = &http.Client{Transport: NewTransport()}
+		hc = &http.Client{Transport: upstream.NewTransport()}
 	}
 	retries := cfg.MaxRetries
 	switch {
@@ -77,17 +76,6 @@ func New(cfg Config) *Model {
 		opts = append(opts, option.WithAPIKey("none"))
 	}
 	return &Model{client: sdk.NewClient(opts...), model: cfg.Model}
-}
-
-// NewTransport returns an HTTP transport tuned for many requests to one
-// upstream: kept-alive connections, a bounded dial.
-func NewTransport() *http.Transport {
-	t := http.DefaultTransport.(*http.Transport).Clone()
-	t.MaxIdleConns = 256
-	t.MaxIdleConnsPerHost = 256
-	t.IdleConnTimeout = 90 * time.Second
-	t.DialContext = (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext
-	return t
 }
 
 // body builds the upstream request body.
@@ -282,32 +270,9 @@ func capRetryAfter(limit time.Duration) option.Middleware {
 	}
 	return func(req *http.Request, next option.MiddlewareNext) (*http.Response, error) {
 		res, err := next(req)
-		if err != nil || res == nil || (res.StatusCode != http.StatusTooManyRequests && res.StatusCode < 500) {
-			return res, err
+		if err == nil {
+			upstream.CapRetryAfter(res, limit)
 		}
-		if d, ok := retryAfter(res.Header); ok && d > limit {
-			res.Header.Set("x-should-retry", "false")
-		}
-		return res, nil
+		return res, err
 	}
-}
-
-// retryAfter reads retry-after-ms or retry-after (seconds or a date).
-func retryAfter(h http.Header) (time.Duration, bool) {
-	if v := h.Get("retry-after-ms"); v != "" {
-		if ms, err := strconv.ParseFloat(v, 64); err == nil {
-			return time.Duration(ms * float64(time.Millisecond)), true
-		}
-	}
-	v := h.Get("retry-after")
-	if v == "" {
-		return 0, false
-	}
-	if sec, err := strconv.ParseFloat(v, 64); err == nil {
-		return time.Duration(sec * float64(time.Second)), true
-	}
-	if t, err := http.ParseTime(v); err == nil {
-		return time.Until(t), true
-	}
-	return 0, false
 }

@@ -9,6 +9,7 @@ import (
 
 	"threadbox/app/messages"
 	"threadbox/infra/llm/fakeupstream"
+	"threadbox/infra/llm/upstream"
 )
 
 // BenchmarkStep compares a raw HTTP call to the fake upstream with the
@@ -24,7 +25,7 @@ func BenchmarkStep(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Run("direct", func(b *testing.B) {
-		hc := &http.Client{Transport: NewTransport()}
+		hc := &http.Client{Transport: upstream.NewTransport()}
 		for b.Loop() {
 			res, err := hc.Post(up.URL()+"/v1/messages", "application/json", bytes.NewReader(body))
 			if err != nil {

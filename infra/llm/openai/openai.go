@@ -10,9 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
 
@@ -21,6 +19,7 @@ import (
 	"github.com/openai/openai-go/v3/packages/ssestream"
 
 	"threadbox/app/messages"
+	"threadbox/infra/llm/upstream"
 )
 
 // DefaultMaxRetries is how often a failed request is retried (429, 408,
@@ -55,10 +54,7 @@ type Model struct {
 func New(cfg Config) *Model {
 	hc := cfg.HTTPClient
 	if hc == nil {
-		t := http.DefaultTransport.(*http.Transport).Clone()
-		t.MaxIdleConns, t.MaxIdleConnsPerHost, t.IdleConnTimeout = 256, 256, 90*time.Second
-		t.DialContext = (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext
-		hc = &http.Client{Transport: t}
+		hc = &http.Client{Transport: upstream.NewTransport()}
 	}
 	retries := cfg.MaxRetries
 	switch {
@@ -501,32 +497,9 @@ func capRetryAfter(limit time.Duration) option.Middleware {
 	}
 	return func(req *http.Request, next option.MiddlewareNext) (*http.Response, error) {
 		res, err := next(req)
-		if err != nil || res == nil || (res.StatusCode != http.StatusTooManyRequests && res.StatusCode < 500) {
-			return res, err
+		if err == nil {
+			upstream.CapRetryAfter(res, limit)
 		}
-		if d, ok := retryAfter(res.Header); ok && d > limit {
-			res.Header.Set("x-should-retry", "false")
-		}
-		return res, nil
+		return res, err
 	}
-}
-
-// retryAfter reads retry-after-ms or retry-after (seconds or a date).
-func retryAfter(h http.Header) (time.Duration, bool) {
-	if v := h.Get("retry-after-ms"); v != "" {
-		if ms, err := strconv.ParseFloat(v, 64); err == nil {
-			return time.Duration(ms * float64(time.Millisecond)), true
-		}
-	}
-	v := h.Get("retry-after")
-	if v == "" {
-		return 0, false
-	}
-	if sec, err := strconv.ParseFloat(v, 64); err == nil {
-		return time.Duration(sec * float64(time.Second)), true
-	}
-	if t, err := http.ParseTime(v); err == nil {
-		return time.Until(t), true
-	}
-	return 0, false
 }

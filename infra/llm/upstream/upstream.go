@@ -1,0 +1,53 @@
+// Package upstream holds what the model adapters share about talking to an
+// upstream over HTTP: a kept-alive transport and the retry-after rules.
+package upstream
+
+import (
+	"net"
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// NewTransport returns an HTTP transport tuned for many requests to one
+// upstream: kept-alive connections, a bounded dial.
+func NewTransport() *http.Transport {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConns = 256
+	t.MaxIdleConnsPerHost = 256
+	t.IdleConnTimeout = 90 * time.Second
+	t.DialContext = (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+	return t
+}
+
+// RetryAfter reads retry-after-ms or retry-after (seconds or a date).
+func RetryAfter(h http.Header) (time.Duration, bool) {
+	if v := h.Get("retry-after-ms"); v != "" {
+		if ms, err := strconv.ParseFloat(v, 64); err == nil {
+			return time.Duration(ms * float64(time.Millisecond)), true
+		}
+	}
+	v := h.Get("retry-after")
+	if v == "" {
+		return 0, false
+	}
+	if sec, err := strconv.ParseFloat(v, 64); err == nil {
+		return time.Duration(sec * float64(time.Second)), true
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		return time.Until(t), true
+	}
+	return 0, false
+}
+
+// CapRetryAfter marks a retryable answer (429 or 5xx) as not to be retried
+// when the upstream asks to wait longer than limit, so a request fails fast
+// instead of hanging; the official SDKs honour x-should-retry.
+func CapRetryAfter(res *http.Response, limit time.Duration) {
+	if res == nil || (res.StatusCode != http.StatusTooManyRequests && res.StatusCode < 500) {
+		return
+	}
+	if d, ok := RetryAfter(res.Header); ok && d > limit {
+		res.Header.Set("x-should-retry", "false")
+	}
+}
