@@ -1,0 +1,199 @@
+package workspace
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"threadbox/app/messages"
+	"threadbox/domain/container"
+	"threadbox/domain/file"
+	"threadbox/domain/org"
+	"threadbox/domain/thread"
+	"threadbox/domain/user"
+	"threadbox/infra/blob"
+	"threadbox/infra/store"
+)
+
+// scriptEngine plays a fixed turn: a text block, a server call with its
+// result (calling the tool hook), then fails or finishes.
+type scriptEngine struct {
+	fail error
+}
+
+func (e scriptEngine) Run(ctx context.Context, req *messages.Request, opts messages.RunOptions, sink messages.Sink) error {
+	send := func(evs ...messages.Event) error {
+		for _, ev := range evs {
+			if err := sink.Send(ev); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	text := messages.ContentBlock{Type: messages.BlockText, Text: "Running."}
+	call := messages.ContentBlock{Type: messages.BlockServerToolUse, ID: "srvtoolu_1", Name: messages.SubToolBash, Input: []byte(`{"command":"x"}`)}
+	res := messages.ContentBlock{Type: messages.BlockBashResult, ToolUseID: "srvtoolu_1", Result: &messages.ToolResult{Type: messages.ResultBash}}
+	if err := send(messages.Event{Type: messages.EventMessageStart, Message: &messages.Response{ID: "msg_1", Type: "message", Role: "assistant"}},
+		messages.Event{Type: messages.EventContentBlockStart, Index: 0, ContentBlock: &text},
+		messages.Event{Type: messages.EventContentBlockStop, Index: 0},
+		messages.Event{Type: messages.EventContentBlockStart, Index: 1, ContentBlock: &call},
+		messages.Event{Type: messages.EventContentBlockStop, Index: 1},
+		messages.Event{Type: messages.EventContentBlockStart, Index: 2, ContentBlock: &res},
+		messages.Event{Type: messages.EventContentBlockStop, Index: 2}); err != nil {
+		return err
+	}
+	opts.OnToolCall(ctx, messages.ToolCall{ID: "srvtoolu_1", Name: messages.SubToolBash, ContainerID: opts.ContainerID}, res.Result)
+	if e.fail != nil {
+		return e.fail
+	}
+	done := messages.ContentBlock{Type: messages.BlockText, Text: "Done."}
+	return send(messages.Event{Type: messages.EventContentBlockStart, Index: 3, ContentBlock: &done},
+		messages.Event{Type: messages.EventContentBlockStop, Index: 3},
+		messages.Event{Type: messages.EventMessageDelta, MessageDelta: &messages.MessageDelta{StopReason: "end_turn"}, Usage: &messages.Usage{}},
+		messages.Event{Type: messages.EventMessageStop})
+}
+
+type oneContainer struct{}
+
+func (oneContainer) Scope(_ context.Context, p user.Principal, id string, _ bool) (container.Container, error) {
+	return container.NewForThread(p.OrgID, p.UserID, id, time.Now())
+}
+func (oneContainer) ExpiresAt(container.Container) time.Time { return time.Now().Add(time.Hour) }
+func (oneContainer) Remove(context.Context, string) error    { return nil }
+func (oneContainer) OrgPolicy(context.Context, string) (org.Policy, error) {
+	return org.DefaultPolicy(), nil
+}
+
+// outputs is a container with one output file.
+type outputs struct{ data string }
+
+func (o *outputs) Walk(context.Context, string, string) ([]file.Info, error) {
+	return []file.Info{{Rel: "chart.png", Size: int64(len(o.data)), Modified: time.Unix(int64(len(o.data)), 0)}}, nil
+}
+func (o *outputs) Open(context.Context, string, string) (io.ReadSeekCloser, file.Info, error) {
+	return nopCloser{strings.NewReader(o.data)}, file.Info{Rel: "chart.png", Size: int64(len(o.data))}, nil
+}
+func (o *outputs) Write(context.Context, string, string, io.Reader, int64) (file.Info, error) {
+	return file.Info{}, errors.New("read-only fake")
+}
+
+type nopCloser struct{ io.ReadSeeker }
+
+func (nopCloser) Close() error { return nil }
+
+func setup(t *testing.T, eng Engine) (*Service, *store.Store, user.Principal, thread.Thread) {
+	t.Helper()
+	ctx := context.Background()
+	st, err := store.Open(ctx, "", t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	if _, err := st.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	o, _ := org.New("org_1", "acme", time.Now())
+	u, _ := user.New("usr_1", o.ID(), "a@acme.test", user.Member, time.Now())
+	if err := st.CreateOrg(ctx, o); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.CreateUser(ctx, u); err != nil {
+		t.Fatal(err)
+	}
+	p := user.Principal{OrgID: o.ID(), UserID: u.ID(), Role: user.Member}
+	svc := New(st, Deps{Engine: eng, Containers: oneContainer{}, Policies: oneContainer{}, Container: &outputs{data: "\x89PNG\r\n\x1a\nv1"}, Blobs: blob.New(t.TempDir())})
+	pr, err := svc.CreateProject(ctx, p, "P")
+	if err != nil {
+		t.Fatal(err)
+	}
+	th, err := svc.CreateThread(ctx, p, pr.ID(), "T")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return svc, st, p, th
+}
+
+func TestTurnInjectsResourceAfterToolResult(t *testing.T) {
+	ctx := context.Background()
+	svc, st, p, th := setup(t, scriptEngine{})
+	turn, err := svc.StartTurn(ctx, p, th.ID(), TurnRequest{Content: []messages.ContentBlock{{Type: "text", Text: "go"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var starts []string
+	var idx []int
+	resp, err := turn.Run(ctx, messages.SinkFunc(func(ev messages.Event) error {
+		if ev.Type == messages.EventContentBlockStart {
+			starts = append(starts, ev.ContentBlock.Type)
+			idx = append(idx, ev.Index)
+		}
+		return nil
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"text", "server_tool_use", "bash_code_execution_tool_result", BlockResource, "text"}
+	if strings.Join(starts, ",") != strings.Join(want, ",") {
+		t.Fatalf("blocks %v, want %v", starts, want)
+	}
+	for i, n := range idx {
+		if n != i {
+			t.Fatalf("indexes %v are not 0..n", idx)
+		}
+	}
+	if len(resp.Content) != 5 || resp.Content[3].Type != BlockResource {
+		t.Fatalf("response content: %+v", resp.Content)
+	}
+	ms, _ := st.Messages(ctx, th.ID())
+	if len(ms) != 2 || !ms[1].Complete() || !bytes.Contains(ms[1].Content(), []byte(`"zylon-resource"`)) {
+		t.Fatalf("stored: %d messages", len(ms))
+	}
+	arts, _ := svc.Artifacts(ctx, p, th.ProjectID())
+	if len(arts) != 1 || arts[0].Version != 1 || arts[0].ToolUseID != "srvtoolu_1" || arts[0].MimeType != "image/png" {
+		t.Fatalf("artifacts: %+v", arts)
+	}
+	// The same file unchanged in a second turn is no new artifact; the
+	// next turn's history leaves the resource block out.
+	h, err := svc.history(ctx, th.ID())
+	if err != nil || len(h) != 2 {
+		t.Fatalf("history: %v %v", h, err)
+	}
+	for _, b := range h[1].Content {
+		if b.Type == BlockResource {
+			t.Fatal("resource block sent to the model")
+		}
+	}
+}
+
+func TestTurnCrashLeavesAssistantIncomplete(t *testing.T) {
+	ctx := context.Background()
+	svc, st, p, th := setup(t, scriptEngine{fail: errors.New("upstream broke")})
+	turn, err := svc.StartTurn(ctx, p, th.ID(), TurnRequest{Content: []messages.ContentBlock{{Type: "text", Text: "go"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.StartTurn(ctx, p, th.ID(), TurnRequest{Content: []messages.ContentBlock{{Type: "text", Text: "again"}}}); err == nil {
+		t.Fatal("a second turn started while one runs")
+	}
+	if _, err := turn.Run(ctx, nil); err == nil {
+		t.Fatal("the failure was not reported")
+	}
+	ms, _ := st.Messages(ctx, th.ID())
+	if len(ms) != 2 || !ms[0].Complete() || ms[1].Complete() || !bytes.Contains(ms[1].Content(), []byte("Running.")) {
+		t.Fatalf("stored after a failed turn: %d messages, assistant complete=%v %s", len(ms), len(ms) > 1 && ms[1].Complete(), ms[len(ms)-1].Content())
+	}
+	h, _ := svc.history(ctx, th.ID())
+	if len(h) != 1 || h[0].Role != "user" {
+		t.Fatalf("the incomplete assistant message reached the history: %+v", h)
+	}
+	// The thread is free again.
+	next, err := svc.StartTurn(ctx, p, th.ID(), TurnRequest{Content: []messages.ContentBlock{{Type: "text", Text: "again"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	next.Abort()
+}
