@@ -171,6 +171,28 @@ func TestWorkspaceTurnArtifacts(t *testing.T) {
 	}
 	f.patchFeatures(t, map[string]any{"downloads": map[string]any{"generated": true}})
 
+	// A turn naming a skill gets code execution added and the skill
+	// read-only at /mnt/skills/<name>/.
+	arch := wsZip(t, wsEntry{name: "csv-report/SKILL.md", body: wsManifest("csv-report", "Summarise CSV files")})
+	if r := s.do("POST", appAPI+"/skills", a, arch, "Content-Type", "application/zip"); r.status != 201 {
+		t.Fatalf("upload skill: %d %s", r.status, r.body)
+	}
+	r = s.do("POST", appAPI+"/thread/"+tid+"/messages", a, map[string]any{
+		"content": "```bash\ncat /mnt/skills/csv-report/SKILL.md\ntouch /mnt/skills/csv-report/x && echo WROTE || echo READONLY\n```",
+		"skills":  []string{"csv-report"},
+	})
+	stdout := ""
+	if r.status == 200 {
+		for _, b := range r.json(t)["content"].([]any) {
+			if b := b.(map[string]any); b["type"] == "bash_code_execution_tool_result" {
+				stdout, _ = b["content"].(map[string]any)["stdout"].(string)
+			}
+		}
+	}
+	if !strings.Contains(stdout, "Summarise CSV files") || !strings.HasSuffix(stdout, "READONLY\n") {
+		t.Fatalf("turn with a skill: %d %s", r.status, r.body)
+	}
+
 	// Artifacts outlive the thread.
 	if r := s.do("DELETE", appAPI+"/thread/"+tid, a, nil); r.status != 204 {
 		t.Fatalf("delete thread: %d %s", r.status, r.body)
