@@ -58,6 +58,10 @@ func (s *Server) routes() {
 	a.Group("/api/gpt", s.authenticate)
 	a.Get("/api/gpt/v1/sandbox/backends", s.authenticate, s.sandboxBackends)
 
+	// Messages API (CONTRACT §3); authenticated by the /api/gpt group above.
+	a.Post("/api/gpt/v1/messages", s.createMessage)
+	a.Post("/api/gpt/v1/messages/validate", s.validateMessage)
+
 	// Files API (CONTRACT §5); authenticated by the /api/gpt group above.
 	// Per-file routes read the id or key from the raw path (web/files.go).
 	a.Get(filesPrefix, s.listFiles)

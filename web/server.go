@@ -24,6 +24,8 @@ type Services struct {
 	Files     *files.Service
 	// Backends is the sandbox capability matrix; nil lists no backends.
 	Backends *backends.Service
+	// Messages serves the Messages API; nil answers 503.
+	Messages *MessagesAPI
 	// Ready reports whether the database answers and is migrated.
 	Ready func(ctx context.Context) error
 }

@@ -5,27 +5,39 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sync"
+	"time"
 
 	"github.com/gofiber/fiber/v2"
 )
 
 // sseWriter writes Server-Sent Events and flushes each one as it is
 // written. Once a write fails (the client went away) it cancels the
-// stream's context and every later write fails at once.
+// stream's context and every later write fails at once. It is safe for
+// concurrent use, so a keep-alive may write beside the stream's producer.
 type sseWriter struct {
 	w      *bufio.Writer
 	cancel context.CancelFunc
-	err    error
+
+	mu   sync.Mutex
+	err  error
+	last time.Time // when the last event was written
 }
 
 // Event writes one event named name whose data is v as JSON, and flushes it.
 func (s *sseWriter) Event(name string, v any) error {
-	if s.err != nil {
-		return s.err
-	}
 	data, err := json.Marshal(v)
 	if err != nil {
 		return fmt.Errorf("sse: encode %s: %w", name, err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.writeLocked(name, data)
+}
+
+func (s *sseWriter) writeLocked(name string, data []byte) error {
+	if s.err != nil {
+		return s.err
 	}
 	if _, err := fmt.Fprintf(s.w, "event: %s\ndata: %s\n\n", name, data); err != nil {
 		return s.fail(err)
@@ -33,6 +45,7 @@ func (s *sseWriter) Event(name string, v any) error {
 	if err := s.w.Flush(); err != nil {
 		return s.fail(err)
 	}
+	s.last = time.Now()
 	return nil
 }
 
@@ -42,19 +55,63 @@ func (s *sseWriter) fail(err error) error {
 	return s.err
 }
 
-// streamSSE answers with an event stream: fn runs once the handler has
-// returned, writing events through w; ctx ends when the client goes away.
-// Everything fn needs from the request must be read before streamSSE is
-// called: the fiber.Ctx is not valid inside fn.
-func streamSSE(c *fiber.Ctx, fn func(ctx context.Context, w *sseWriter)) {
+// keepAlive writes the event named name with data v whenever the stream has
+// been silent for every, until stop is called or a write fails. The writes
+// also notice a client that went away while nothing else is sent (a long
+// command): the failed write cancels the stream's context. stop waits for
+// the keep-alive to end; call it before the stream writer returns.
+func (s *sseWriter) keepAlive(every time.Duration, name string, v any) (stop func()) {
+	data, err := json.Marshal(v)
+	if err != nil || every <= 0 {
+		return func() {}
+	}
+	quit, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(every / 2)
+		defer t.Stop()
+		for {
+			select {
+			case <-quit:
+				return
+			case <-t.C:
+			}
+			s.mu.Lock()
+			var werr error
+			if time.Since(s.last) >= every {
+				werr = s.writeLocked(name, data)
+			}
+			s.mu.Unlock()
+			if werr != nil {
+				return
+			}
+		}
+	}()
+	var once sync.Once
+	return func() {
+		once.Do(func() { close(quit) })
+		<-done
+	}
+}
+
+// sseHeaders sets the headers of an event stream answer.
+func sseHeaders(c *fiber.Ctx) {
 	c.Set(fiber.HeaderContentType, "text/event-stream; charset=utf-8")
 	c.Set(fiber.HeaderCacheControl, "no-cache")
 	c.Set(fiber.HeaderConnection, "keep-alive")
 	c.Set("X-Accel-Buffering", "no")
 	c.Status(fiber.StatusOK)
+}
+
+// streamSSE answers with an event stream: fn runs once the handler has
+// returned, writing events through w; ctx ends when the client goes away.
+// Everything fn needs from the request must be read before streamSSE is
+// called: the fiber.Ctx is not valid inside fn.
+func streamSSE(c *fiber.Ctx, fn func(ctx context.Context, w *sseWriter)) {
+	sseHeaders(c)
 	c.Context().SetBodyStreamWriter(func(bw *bufio.Writer) {
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		fn(ctx, &sseWriter{w: bw, cancel: cancel})
+		fn(ctx, &sseWriter{w: bw, cancel: cancel, last: time.Now()})
 	})
 }

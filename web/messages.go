@@ -1,0 +1,520 @@
+package web
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+
+	"threadbox/app/messages"
+	"threadbox/domain/container"
+	"threadbox/domain/fault"
+	"threadbox/domain/user"
+)
+
+// DefaultPingInterval is how long a Messages API stream may stay silent
+// before a ping event is sent.
+const DefaultPingInterval = 2 * time.Second
+
+// touchEvery is how stale a container's last use may be before a request
+// records a new one; closer uses share one write.
+const touchEvery = time.Second
+
+// MessageContainers resolves the containers of Messages API requests
+// (app/containers.Service).
+type MessageContainers interface {
+	// ForUser resolves the caller's container named clientID ("" is the
+	// default container, made anew past its maximum age), creating it.
+	ForUser(ctx context.Context, p user.Principal, clientID string) (container.Container, error)
+	// Scope resolves a thread id the caller may access or a container id
+	// the caller chose, preparing its folders; without create an unknown
+	// container is not found.
+	Scope(ctx context.Context, p user.Principal, scopeID string, create bool) (container.Container, error)
+	// Touch records a use of the container now.
+	Touch(ctx context.Context, c container.Container) (container.Container, error)
+	// ExpiresAt is the container's rolling expiry shown to clients.
+	ExpiresAt(c container.Container) time.Time
+}
+
+// MessagesAPI is what the Messages API handlers (CONTRACT §3) call.
+type MessagesAPI struct {
+	// Engine runs turns (app/messages.Service).
+	Engine *messages.Service
+	// Containers resolves request containers.
+	Containers MessageContainers
+	// DefaultModel is what the model "default" (or none) resolves to; empty
+	// leaves it to the model adapter.
+	DefaultModel string
+	// PingInterval is how long a stream may stay silent before a ping; zero
+	// means DefaultPingInterval. Pings also detect clients that went away
+	// while a long command runs.
+	PingInterval time.Duration
+}
+
+func (m *MessagesAPI) pingInterval() time.Duration {
+	if m.PingInterval > 0 {
+		return m.PingInterval
+	}
+	return DefaultPingInterval
+}
+
+// parseMessagesRequest decodes a Messages API body.
+func parseMessagesRequest(c *fiber.Ctx) (*messages.Request, error) {
+	b, err := body(c, maxJSONBody)
+	if err != nil {
+		return nil, err
+	}
+	if len(b) == 0 {
+		return nil, fault.New(fault.Invalid, "request body must be a JSON object")
+	}
+	var req messages.Request
+	if err := json.Unmarshal(b, &req); err != nil {
+		msg := jsonErr(err)
+		if msg == "malformed" {
+			msg = err.Error()
+		}
+		return nil, fault.Errorf(fault.Invalid, "invalid request body: %s", msg)
+	}
+	return &req, nil
+}
+
+func (s *Server) messagesAPI() (*MessagesAPI, error) {
+	m := s.svc.Messages
+	if m == nil || m.Engine == nil || m.Containers == nil {
+		return nil, fault.New(fault.Unavailable, "the Messages API is not configured on this server")
+	}
+	return m, nil
+}
+
+// resolveModel replaces "default" (or no model) with the configured model.
+func (m *MessagesAPI) resolveModel(req *messages.Request) {
+	if (req.Model == "" || req.Model == "default") && m.DefaultModel != "" {
+		req.Model = m.DefaultModel
+	}
+	if req.Model == "" {
+		req.Model = "default"
+	}
+}
+
+// needsContainer reports whether a request can touch a container: it
+// enables code execution, names a container or refers to container files.
+func needsContainer(req *messages.Request, plan *messages.Plan) bool {
+	return plan.CodeExecution || (req.Container != nil && (req.Container.ID != "" || len(req.Container.Skills) > 0)) || len(plan.ContainerUploads) > 0
+}
+
+// containerOf resolves the request's container: the one it names (a new id
+// creates it; a thread id the caller can access names the thread's), or the
+// caller's default container.
+func (s *Server) containerOf(ctx context.Context, m *MessagesAPI, p user.Principal, req *messages.Request) (container.Container, error) {
+	if req.Container != nil && req.Container.ID != "" {
+		return m.Containers.Scope(ctx, p, req.Container.ID, true)
+	}
+	c, err := m.Containers.ForUser(ctx, p, "")
+	if err != nil {
+		return container.Container{}, err
+	}
+	// Scope prepares the container's folders (ForUser does not).
+	return m.Containers.Scope(ctx, p, c.ClientID(), true)
+}
+
+// checkUploads makes sure every container_upload block names an existing
+// file of the container.
+func (s *Server) checkUploads(ctx context.Context, p user.Principal, scopeID string, req *messages.Request) error {
+	for i, msg := range req.Messages {
+		for j, b := range msg.Content {
+			if b.Type != messages.BlockContainerUpload {
+				continue
+			}
+			if s.svc.Files == nil {
+				return fault.New(fault.Unavailable, "container files are not configured on this server")
+			}
+			if _, err := s.svc.Files.Metadata(ctx, p, scopeID, b.FileID); err != nil {
+				if fault.Is(err, fault.NotFound) || fault.Is(err, fault.Invalid) {
+					return fault.Errorf(fault.Invalid, "messages.%d.content.%d.file_id: no file %q in container %q", i, j, b.FileID, scopeID)
+				}
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// withSkillsPrompt appends text to the request's system prompt (a string
+// or an array of text blocks).
+func withSkillsPrompt(system json.RawMessage, text string) (json.RawMessage, error) {
+	sys := strings.TrimSpace(string(system))
+	switch {
+	case sys == "" || sys == "null":
+		return json.Marshal(text)
+	case strings.HasPrefix(sys, `"`):
+		var s string
+		if err := json.Unmarshal(system, &s); err != nil {
+			return nil, fault.Errorf(fault.Invalid, "system: %s", jsonErr(err))
+		}
+		return json.Marshal(s + "\n\n" + text)
+	case strings.HasPrefix(sys, "["):
+		var blocks []json.RawMessage
+		if err := json.Unmarshal(system, &blocks); err != nil {
+			return nil, fault.Errorf(fault.Invalid, "system: %s", jsonErr(err))
+		}
+		tb, err := json.Marshal(map[string]string{"type": "text", "text": text})
+		if err != nil {
+			return nil, fmt.Errorf("messages: system: %w", err)
+		}
+		return json.Marshal(append(blocks, tb))
+	}
+	return nil, fault.New(fault.Invalid, "system: must be a string or an array of text blocks")
+}
+
+// prepare resolves what a request runs with: the model name, the container
+// (touched, so its expiry rolls forward), its skills and uploads.
+func (s *Server) prepare(ctx context.Context, m *MessagesAPI, p user.Principal, req *messages.Request) (messages.RunOptions, error) {
+	m.resolveModel(req)
+	plan, err := m.Engine.Validate(req)
+	if err != nil {
+		return messages.RunOptions{}, err
+	}
+	if !needsContainer(req, plan) {
+		return messages.RunOptions{}, nil
+	}
+	c, err := s.containerOf(ctx, m, p, req)
+	if err != nil {
+		return messages.RunOptions{}, err
+	}
+	if err := s.checkUploads(ctx, p, c.ClientID(), req); err != nil {
+		return messages.RunOptions{}, err
+	}
+	if req.Container != nil && len(req.Container.Skills) > 0 {
+		if s.svc.Workspace == nil {
+			return messages.RunOptions{}, fault.New(fault.Unavailable, "skills are not configured on this server")
+		}
+		text, err := s.svc.Workspace.PrepareSkills(ctx, p, c.ID(), req.Container.Skills)
+		if err != nil {
+			return messages.RunOptions{}, err
+		}
+		if text != "" {
+			if req.System, err = withSkillsPrompt(req.System, text); err != nil {
+				return messages.RunOptions{}, err
+			}
+		}
+	}
+	if time.Since(c.LastActiveAt()) >= touchEvery {
+		if c, err = m.Containers.Touch(ctx, c); err != nil {
+			return messages.RunOptions{}, fmt.Errorf("messages: touch container: %w", err)
+		}
+	}
+	return messages.RunOptions{
+		ContainerID:     c.ID(),
+		Container:       &messages.Container{ID: c.ClientID(), ExpiresAt: m.Containers.ExpiresAt(c).UTC()},
+		ReportContainer: req.Container != nil && req.Container.ID != "",
+	}, nil
+}
+
+// createMessage is POST /api/gpt/v1/messages: one turn of the tool loop,
+// answered as a Messages response or, with stream, as its event stream.
+func (s *Server) createMessage(c *fiber.Ctx) error {
+	m, err := s.messagesAPI()
+	if err != nil {
+		return err
+	}
+	req, err := parseMessagesRequest(c)
+	if err != nil {
+		return err
+	}
+	p := principal(c)
+	opts, err := s.prepare(c.UserContext(), m, p, req)
+	if err != nil {
+		return err
+	}
+	if req.Stream {
+		return s.streamMessage(c, m, req, opts)
+	}
+	resp, err := m.Engine.Create(c.UserContext(), req, opts)
+	if err != nil {
+		return s.messageError(c, err)
+	}
+	return c.JSON(resp)
+}
+
+// messageError answers a turn that failed before any byte was sent:
+// upstream and loop errors as app/messages maps them, the rest as usual.
+func (s *Server) messageError(c *fiber.Ctx, err error) error {
+	if fault.KindOf(err) != fault.Internal {
+		return err
+	}
+	status, body := messages.ErrorStatus(err)
+	if status >= 500 {
+		s.log.Error("messages: turn failed", "status", status, "err", err)
+	}
+	return c.Status(status).JSON(envelope{Type: "error", Error: envelopeBody{Type: body.Type, Message: body.Message}})
+}
+
+// errorEvent returns the event that ends a stream broken by err.
+func errorEvent(err error) messages.Event {
+	ev := messages.ErrorEvent(err)
+	if k := fault.KindOf(err); k != fault.Internal {
+		ev.Error = &messages.ErrorBody{Type: typeOf(statusOf(k)), Message: fault.MessageOf(err)}
+	}
+	return ev
+}
+
+// streamMessage runs the turn in its own goroutine and answers with its
+// events. The stream's preamble (message_start, ping) is held until the
+// model's first output, a ping interval, or an error: an error before then
+// is answered as a plain HTTP error (503 for an unreachable upstream).
+// Afterwards each event is written and flushed before the turn goes on; a
+// failed write (the client went away) cancels the turn's context, which
+// stops the model call and kills a running command.
+func (s *Server) streamMessage(c *fiber.Ctx, m *MessagesAPI, req *messages.Request, opts messages.RunOptions) error {
+	ctx, cancel := context.WithCancel(context.Background())
+	st := newEventStream(ctx)
+	go func() {
+		err := m.Engine.Run(ctx, req, opts, st)
+		st.finish(err)
+	}()
+	wait := time.NewTimer(m.pingInterval())
+	defer wait.Stop()
+	select {
+	case <-st.committed:
+	case err := <-st.early:
+		cancel()
+		return s.messageError(c, err)
+	case <-wait.C:
+		if !st.commit() {
+			cancel()
+			return s.messageError(c, <-st.early)
+		}
+	}
+	every, log := m.pingInterval(), s.log
+	sseHeaders(c)
+	c.Context().SetBodyStreamWriter(func(bw *bufio.Writer) {
+		defer cancel()
+		w := &sseWriter{w: bw, cancel: cancel, last: time.Now()}
+		stop := w.keepAlive(every, messages.EventPing, messages.Event{Type: messages.EventPing})
+		defer stop()
+		for _, ev := range st.preamble() {
+			if w.Event(ev.Type, ev) != nil {
+				return
+			}
+		}
+		for {
+			select {
+			case ev := <-st.out:
+				err := w.Event(ev.Type, ev)
+				st.ack <- err
+				if err != nil {
+					return
+				}
+			case err := <-st.end:
+				if err != nil && ctx.Err() == nil {
+					log.Warn("messages: turn failed mid-stream", "err", err)
+					ev := errorEvent(err)
+					_ = w.Event(ev.Type, ev)
+				}
+				return
+			}
+		}
+	})
+	return nil
+}
+
+// eventStream is the Sink of a streamed turn: it holds the preamble until
+// the stream is committed, then hands each event to the writer and waits
+// for it to be written.
+type eventStream struct {
+	ctx context.Context
+
+	mu       sync.Mutex
+	isCommit bool
+	finished bool
+	pre      []messages.Event
+
+	committed chan struct{}       // closed on commit
+	out       chan messages.Event // events after commit, to the writer
+	ack       chan error          // the writer's result for each event of out
+	end       chan error          // Run's result, once committed
+	early     chan error          // Run's result, when it ended before commit
+}
+
+func newEventStream(ctx context.Context) *eventStream {
+	return &eventStream{
+		ctx: ctx, committed: make(chan struct{}), out: make(chan messages.Event),
+		ack: make(chan error, 1), end: make(chan error, 1), early: make(chan error, 1),
+	}
+}
+
+// commit opens the stream unless the turn already ended uncommitted; it
+// reports whether the stream is committed.
+func (e *eventStream) commit() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.commitLocked()
+}
+
+func (e *eventStream) commitLocked() bool {
+	if e.isCommit {
+		return true
+	}
+	if e.finished {
+		return false
+	}
+	e.isCommit = true
+	close(e.committed)
+	return true
+}
+
+// preamble returns the events held before commit.
+func (e *eventStream) preamble() []messages.Event {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	pre := e.pre
+	e.pre = nil
+	return pre
+}
+
+// Send holds the preamble, then passes each event to the writer and returns
+// once it was written.
+func (e *eventStream) Send(ev messages.Event) error {
+	e.mu.Lock()
+	if !e.isCommit && (ev.Type == messages.EventMessageStart || ev.Type == messages.EventPing) {
+		e.pre = append(e.pre, ev)
+		e.mu.Unlock()
+		return nil
+	}
+	e.commitLocked()
+	e.mu.Unlock()
+	select {
+	case e.out <- ev:
+	case <-e.ctx.Done():
+		return fmt.Errorf("messages: stream: %w", e.ctx.Err())
+	}
+	select {
+	case err := <-e.ack:
+		return err
+	case <-e.ctx.Done():
+		return fmt.Errorf("messages: stream: %w", e.ctx.Err())
+	}
+}
+
+// finish reports Run's result to the writer, or to the handler when the
+// stream was never committed.
+func (e *eventStream) finish(err error) {
+	e.mu.Lock()
+	e.finished = true
+	committed := e.isCommit
+	e.mu.Unlock()
+	if committed {
+		e.end <- err
+		return
+	}
+	e.early <- err
+}
+
+// validateResult is the answer of POST /api/gpt/v1/messages/validate.
+type validateResult struct {
+	Type  string `json:"type"` // "message_validation"
+	Valid bool   `json:"valid"`
+	Model string `json:"model"`
+	*messages.Plan
+	Stream    bool               `json:"stream"`
+	Container *validateContainer `json:"container"`
+	Skills    []string           `json:"skills"`
+}
+
+type validateContainer struct {
+	ID        string     `json:"id"`
+	Exists    bool       `json:"exists"`
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+}
+
+// validateMessage is POST /api/gpt/v1/messages/validate: the same body,
+// checked (tool specs, container access and age, container files, skills)
+// without running a model or code or creating anything.
+func (s *Server) validateMessage(c *fiber.Ctx) error {
+	m, err := s.messagesAPI()
+	if err != nil {
+		return err
+	}
+	req, err := parseMessagesRequest(c)
+	if err != nil {
+		return err
+	}
+	m.resolveModel(req)
+	plan, err := m.Engine.Validate(req)
+	if err != nil {
+		return err
+	}
+	ctx, p := c.UserContext(), principal(c)
+	out := validateResult{Type: "message_validation", Valid: true, Model: req.Model, Plan: plan, Stream: req.Stream, Skills: []string{}}
+	if needsContainer(req, plan) {
+		id := container.DefaultClientID
+		if req.Container != nil && req.Container.ID != "" {
+			id = req.Container.ID
+			if !strings.HasPrefix(id, "thr_") {
+				if err := container.ValidateClientID(id); err != nil {
+					return err
+				}
+			}
+		}
+		vc := &validateContainer{ID: id}
+		ctr, err := m.Containers.Scope(ctx, p, id, false)
+		switch {
+		case err == nil:
+			vc.Exists, vc.ID = true, ctr.ClientID()
+			exp := m.Containers.ExpiresAt(ctr).UTC()
+			vc.ExpiresAt = &exp
+		case fault.Is(err, fault.NotFound) && strings.HasPrefix(id, "thr_"):
+			return err
+		case !fault.Is(err, fault.NotFound):
+			return err
+		}
+		if len(plan.ContainerUploads) > 0 {
+			if !vc.Exists {
+				return fault.Errorf(fault.Invalid, "container_upload: container %q does not exist yet, so it has no files", id)
+			}
+			if err := s.checkUploads(ctx, p, vc.ID, req); err != nil {
+				return err
+			}
+		}
+		out.Container = vc
+	}
+	if req.Container != nil && len(req.Container.Skills) > 0 {
+		if s.svc.Workspace == nil {
+			return fault.New(fault.Unavailable, "skills are not configured on this server")
+		}
+		names, err := s.checkSkills(ctx, p, req.Container.Skills)
+		if err != nil {
+			return err
+		}
+		out.Skills = names
+	}
+	return c.JSON(out)
+}
+
+// checkSkills finds each skill a request names among the org's skills.
+func (s *Server) checkSkills(ctx context.Context, p user.Principal, refs []messages.SkillParam) ([]string, error) {
+	all, err := s.svc.Workspace.Skills(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	names := []string{}
+	for i, r := range refs {
+		found := ""
+		for _, sk := range all {
+			if sk.ID == r.SkillID || sk.Name == r.SkillID {
+				found = sk.Name
+				break
+			}
+		}
+		if found == "" {
+			return nil, fault.Errorf(fault.NotFound, "container.skills.%d: skill not found: %s", i, r.SkillID)
+		}
+		names = append(names, found)
+	}
+	return names, nil
+}
