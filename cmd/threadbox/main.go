@@ -306,6 +306,7 @@ func cmdServe(ctx context.Context, args []string, getenv func(string) string, st
 		Admin:     sys.admin,
 		Workspace: sys.workspace,
 		Files:     sys.files,
+		Messages:  messagesAPI(cfg, sys),
 		Ready:     sys.store.Ready,
 	}, log, web.Options{MaxUploadBytes: cfg.MaxUploadBytes})
 

@@ -11,6 +11,7 @@ import (
 	"threadbox/app/auth"
 	"threadbox/app/containers"
 	"threadbox/app/files"
+	"threadbox/app/messages"
 	"threadbox/app/workspace"
 	"threadbox/domain/sandbox"
 	"threadbox/infra/docker"
@@ -27,6 +28,7 @@ type system struct {
 	workspace  *workspace.Service
 	containers *containers.Service
 	files      *files.Service
+	messages   *messages.Service // the Messages API's tool loop
 	backends   []sandbox.Backend
 	closers    []func() error
 }
@@ -140,6 +142,7 @@ func wire(ctx context.Context, cfg Config, log *slog.Logger) (*system, error) {
 		return fsroot.Dirs{Workspace: d.Workspace, Uploads: d.Uploads, Outputs: d.Outputs, Skills: d.Skills}
 	}, fsroot.Options{Owner: owner})
 	sys.files = files.New(files.Deps{Store: fs, Containers: sys.containers, Policies: sys.admin})
+	sys.messages = newMessages(cfg, sys, fs)
 	sys.workspace = newWorkspace(cfg, sys, layout, fs, log)
 	return sys, nil
 }

@@ -1,0 +1,52 @@
+package main
+
+import (
+	"net/url"
+	"strings"
+
+	"threadbox/app/messages"
+	"threadbox/app/tools"
+	"threadbox/infra/fsroot"
+	"threadbox/infra/llm/anthropic"
+	"threadbox/infra/llm/openai"
+	"threadbox/infra/llm/runner"
+	"threadbox/web"
+)
+
+// newModel returns the model adapter MODEL_PROVIDER names: an
+// Anthropic-compatible upstream through the official SDK, an
+// OpenAI-compatible chat-completions server, or the offline runner (the
+// default when no upstream is configured). Each upstream adapter keeps one
+// pool of kept-alive connections.
+func newModel(cfg Config) messages.Model {
+	switch cfg.ModelProvider {
+	case "anthropic":
+		return anthropic.New(anthropic.Config{BaseURL: cfg.ModelBaseURL, APIKey: cfg.ModelAPIKey, Model: cfg.ModelName})
+	case "openai":
+		return openai.New(openai.Config{BaseURL: openAIBaseURL(cfg.ModelBaseURL), APIKey: cfg.ModelAPIKey, Model: cfg.ModelName})
+	}
+	return runner.New()
+}
+
+// openAIBaseURL adds the /v1 API root to a bare server address
+// (http://host:port), as vLLM, Ollama and llama.cpp serve it there; a URL
+// with a path is kept as given.
+func openAIBaseURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || raw == "" || strings.Trim(u.Path, "/") != "" {
+		return raw
+	}
+	return strings.TrimRight(raw, "/") + "/v1"
+}
+
+// newMessages builds the Messages API tool loop: the configured model and
+// the code-execution sub-tools running in the containers' sandboxes, with
+// host-side file access through the file jail.
+func newMessages(cfg Config, sys *system, fs *fsroot.Containers) *messages.Service {
+	return messages.New(newModel(cfg), tools.New(sys.containers, fs, tools.Config{}), messages.Config{MaxToolIterations: cfg.MaxToolIters})
+}
+
+// messagesAPI is what the Messages API handlers are served with.
+func messagesAPI(cfg Config, sys *system) *web.MessagesAPI {
+	return &web.MessagesAPI{Engine: sys.messages, Containers: sys.containers, DefaultModel: cfg.ModelName}
+}
