@@ -72,6 +72,11 @@ func (s *Server) routes() {
 	a.Get(filesPrefix+"/*", s.fileRoute)
 	a.Delete(filesPrefix+"/*", s.fileRoute)
 
+	// Frontend (issue 8): the page at / and its assets under /ui/; every
+	// other path keeps its API route or the JSON 404 below.
+	a.Get("/", s.uiIndex)
+	a.Get("/ui/*", s.uiAsset)
+
 	a.Use(func(c *fiber.Ctx) error { return fault.New(fault.NotFound, "no route for "+c.Method()+" "+c.Path()) })
 }
 

@@ -1,0 +1,156 @@
+// admin.js: the org admin page: feature switches that take effect at
+// once, users management and the audit log.
+
+import { h, append, replace, formatTime, ask } from './dom.js';
+import { api, explain, featureLabel } from './api.js';
+import { notify } from './notice.js';
+
+const SWITCHES = [
+  { id: 'f-code', feature: 'codeExecution', get: (p) => p.codeExecution.enabled, patch: (v) => ({ codeExecution: { enabled: v } }) },
+  { id: 'f-uploads', feature: 'uploads', get: (p) => p.uploads.enabled, patch: (v) => ({ uploads: { enabled: v } }) },
+  { id: 'f-generated', feature: 'downloads.generated', get: (p) => p.downloads.generated, patch: (v) => ({ downloads: { generated: v } }) },
+  { id: 'f-uploaded', feature: 'downloads.uploaded', get: (p) => p.downloads.uploaded, patch: (v) => ({ downloads: { uploaded: v } }) },
+];
+
+/** renderAdmin shows the admin page in main. ctx: {me, onPolicy(p)}. */
+export async function renderAdmin(main, ctx) {
+  const status = h('p', { class: 'saved', role: 'status', 'aria-live': 'polite' });
+  const featureBox = h('div', { class: 'switches' });
+  const users = h('tbody');
+  const audit = h('tbody');
+  const page = h('div', { class: 'admin' },
+    h('h1', {}, 'Organization admin'),
+    h('section', { 'aria-labelledby': 'features-h', class: 'panel' },
+      h('h2', { id: 'features-h' }, 'Features'),
+      h('p', { class: 'hint' }, 'Changes take effect immediately for everyone in the organization.'),
+      featureBox, status),
+    h('section', { 'aria-labelledby': 'users-h', class: 'panel' },
+      h('h2', { id: 'users-h' }, 'Users'),
+      newUserForm(users),
+      h('div', { class: 'table-wrap', role: 'region', 'aria-label': 'Users', tabindex: '0' },
+        h('table', {}, h('thead', {}, h('tr', {},
+          h('th', { scope: 'col' }, 'Email'), h('th', { scope: 'col' }, 'Role'), h('th', { scope: 'col' }, 'Active'),
+          h('th', { scope: 'col' }, 'Created'), h('th', { scope: 'col' }, 'Password'))), users))),
+    h('section', { 'aria-labelledby': 'audit-h', class: 'panel' },
+      h('div', { class: 'side-head' }, h('h2', { id: 'audit-h' }, 'Audit log'),
+        h('button', { type: 'button', onclick: () => loadAudit(audit) }, 'Refresh')),
+      h('div', { class: 'table-wrap', role: 'region', 'aria-label': 'Audit log', tabindex: '0' },
+        h('table', {}, h('thead', {}, h('tr', {},
+          h('th', { scope: 'col' }, 'When'), h('th', { scope: 'col' }, 'Action'), h('th', { scope: 'col' }, 'Actor'), h('th', { scope: 'col' }, 'Change'))), audit))));
+  replace(main, page);
+  const policy = await api('GET', '/org/features');
+  renderSwitches(featureBox, policy, status, ctx, audit);
+  await Promise.all([loadUsers(users, ctx), loadAudit(audit)]);
+}
+
+function renderSwitches(box, policy, status, ctx, audit) {
+  const apply = async (patch, what) => {
+    status.textContent = 'Saving…';
+    try {
+      const p = await api('PATCH', '/org/features', patch);
+      ctx.onPolicy(p);
+      renderSwitches(box, p, status, ctx, audit);
+      status.textContent = `Saved: ${what}.`;
+      loadAudit(audit);
+    } catch (err) {
+      status.textContent = '';
+      notify(explain(err));
+      renderSwitches(box, policy, status, ctx, audit);
+    }
+  };
+  const rows = SWITCHES.map((s) => {
+    const on = s.get(policy);
+    const input = h('input', {
+      type: 'checkbox', id: s.id, role: 'switch', checked: on, 'data-feature': s.feature,
+      onchange: (e) => apply(s.patch(e.target.checked), `${featureLabel(s.feature)} ${e.target.checked ? 'on' : 'off'}`),
+    });
+    return h('div', { class: 'switch-row' }, input,
+      h('label', { for: s.id }, featureLabel(s.feature).replace(/^./, (c) => c.toUpperCase()),
+        h('span', { class: 'meta' }, ` (${s.feature}) — ${on ? 'on' : 'off'}`)));
+  });
+  const mb = h('input', { type: 'number', id: 'f-maxbytes', min: '1', step: '1', value: String(Math.round(policy.uploads.maxBytes / (1 << 20))) });
+  const size = h('form', { class: 'row', onsubmit: (e) => {
+    e.preventDefault();
+    const n = Number(mb.value);
+    if (!(n > 0)) { notify('The upload limit must be a positive number of MiB.'); return; }
+    apply({ uploads: { maxBytes: Math.round(n * (1 << 20)) } }, `upload limit ${n} MiB`);
+  } },
+  h('label', { for: 'f-maxbytes' }, 'Largest upload (MiB)'), mb, h('button', { type: 'submit' }, 'Save limit'));
+  replace(box, rows, size);
+}
+
+function newUserForm(users) {
+  const email = h('input', { type: 'email', id: 'nu-email', required: true, autocomplete: 'off' });
+  const role = h('select', { id: 'nu-role' }, h('option', { value: 'member' }, 'member'), h('option', { value: 'admin' }, 'admin'));
+  const pw = h('input', { type: 'password', id: 'nu-password', autocomplete: 'new-password', minlength: '8' });
+  const form = h('form', { class: 'new-user', 'aria-label': 'Add a user' },
+    h('span', { class: 'field' }, h('label', { for: 'nu-email' }, 'Email'), email),
+    h('span', { class: 'field' }, h('label', { for: 'nu-role' }, 'Role'), role),
+    h('span', { class: 'field' }, h('label', { for: 'nu-password' }, 'Password (optional)'), pw),
+    h('button', { type: 'submit', class: 'primary' }, 'Add user'));
+  form.addEventListener('submit', async (e) => {
+    e.preventDefault();
+    const body = { email: email.value.trim(), role: role.value };
+    if (pw.value) body.password = pw.value;
+    try {
+      await api('POST', '/org/users', body);
+      form.reset();
+      notify(`Added ${body.email}.`, 'info');
+      loadUsers(users);
+    } catch (err) { notify(explain(err)); }
+  });
+  return form;
+}
+
+async function loadUsers(tbody, ctx) {
+  try {
+    const res = await api('GET', '/org/users');
+    replace(tbody, res.data.map((u) => userRow(u, tbody, ctx)));
+  } catch (err) {
+    replace(tbody, h('tr', {}, h('td', { colspan: '5', class: 'inline-error' }, explain(err))));
+  }
+}
+
+function userRow(u, tbody, ctx) {
+  const patch = async (body) => {
+    try { await api('PATCH', '/org/users/' + encodeURIComponent(u.id), body); } catch (err) { notify(explain(err)); }
+    loadUsers(tbody, ctx);
+  };
+  const rid = 'role-' + u.id;
+  const aid = 'active-' + u.id;
+  const role = h('select', { id: rid, 'aria-label': `Role of ${u.email}`, onchange: (e) => patch({ role: e.target.value }) },
+    ['member', 'admin'].map((r) => h('option', { value: r, selected: r === u.role }, r)));
+  const active = h('input', { type: 'checkbox', id: aid, 'aria-label': `${u.email} may sign in`, checked: !u.disabled, onchange: (e) => patch({ disabled: !e.target.checked }) });
+  const setPw = h('button', { type: 'button', 'aria-label': `Set password of ${u.email}`, onclick: async () => {
+    const v = await ask({ title: `Set password of ${u.email}`, label: 'New password', ok: 'Set password' });
+    if (v) patch({ password: v });
+  } }, 'Set…');
+  return h('tr', { 'data-user-id': u.id }, h('td', {}, u.email), h('td', {}, role), h('td', {}, active),
+    h('td', {}, formatTime(u.created_at)), h('td', {}, setPw));
+}
+
+async function loadAudit(tbody) {
+  try {
+    const res = await api('GET', '/org/audit?limit=50');
+    replace(tbody, res.data.length ? null : h('tr', {}, h('td', { colspan: '4' }, 'Nothing yet.')));
+    for (const e of res.data) {
+      append(tbody, [h('tr', {}, h('td', {}, formatTime(e.at)), h('td', {}, e.action), h('td', {}, h('code', {}, e.actor_id)),
+        h('td', {}, h('code', { class: 'diff' }, diff(e.before, e.after))))]);
+    }
+  } catch (err) {
+    replace(tbody, h('tr', {}, h('td', { colspan: '4', class: 'inline-error' }, explain(err))));
+  }
+}
+
+/** diff lists the leaves that changed between two JSON objects. */
+function diff(before, after, prefix = '') {
+  if (!before || !after || typeof before !== 'object') return JSON.stringify(after);
+  const out = [];
+  for (const k of Object.keys(after)) {
+    const a = after[k];
+    const b = before[k];
+    if (a && typeof a === 'object') { const d = diff(b || {}, a, prefix + k + '.'); if (d) out.push(d); }
+    else if (a !== b) out.push(`${prefix}${k}: ${JSON.stringify(b)} → ${JSON.stringify(a)}`);
+  }
+  return out.join(', ');
+}

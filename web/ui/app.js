@@ -1,0 +1,256 @@
+// app.js: threadbox's web frontend: sign-in, the projects and threads
+// sidebar, and the router between the chat and admin pages.
+
+import { h, replace, ask } from './dom.js';
+import { api, login, logout, session, onSessionExpired, explain } from './api.js';
+import { renderThread } from './chat.js';
+import { renderAdmin } from './admin.js';
+import { notify, dismiss } from './notice.js';
+
+const THREAD_PAGE = 50;
+
+const state = {
+  me: null,
+  projects: [],
+  open: new Set(), // expanded project ids
+  threads: new Map(), // project id -> {items, hasMore}
+  currentThread: null,
+  policy: null, // admins only
+};
+
+const $ = (id) => document.getElementById(id);
+const main = $('main');
+const sidebar = $('sidebar');
+const narrow = window.matchMedia('(max-width: 899px)');
+
+function navigate(hash) {
+  if (location.hash === hash) route();
+  else location.hash = hash;
+}
+
+/** features returns the org policy for admins (fresh), null for members. */
+async function features() {
+  if (!state.me || state.me.role !== 'admin') return null;
+  try { state.policy = await api('GET', '/org/features'); } catch { /* keep the last one */ }
+  return state.policy;
+}
+
+function showSignedIn(on) {
+  $('topnav').hidden = !on;
+  $('logout').hidden = !on;
+  $('menu').hidden = !on;
+  sidebar.hidden = !on || (narrow.matches && $('menu').getAttribute('aria-expanded') !== 'true');
+  $('nav-admin').hidden = !(on && state.me && state.me.role === 'admin');
+  $('who').textContent = on && state.me ? `${state.me.email || state.me.user_id} (${state.me.role})` : '';
+  document.body.classList.toggle('signed-in', on);
+}
+
+function setMenu(open) {
+  $('menu').setAttribute('aria-expanded', String(open));
+  sidebar.hidden = narrow.matches ? !open : false;
+}
+
+function renderLogin(message = '', kind = 'error') {
+  state.me = null;
+  showSignedIn(false);
+  const err = h('p', { class: 'login-error', role: 'alert', id: 'login-error' }, message);
+  if (kind === 'info') err.classList.add('info');
+  const email = h('input', { type: 'email', id: 'email', name: 'email', autocomplete: 'username', required: true });
+  const pw = h('input', { type: 'password', id: 'password', name: 'password', autocomplete: 'current-password', required: true });
+  const btn = h('button', { type: 'submit', class: 'primary', id: 'login' }, 'Sign in');
+  const form = h('form', { class: 'login', 'aria-labelledby': 'login-h' },
+    h('h1', { id: 'login-h' }, 'Sign in to threadbox'),
+    h('label', { for: 'email' }, 'Email'), email,
+    h('label', { for: 'password' }, 'Password'), pw,
+    err, btn);
+  form.addEventListener('submit', async (e) => {
+    e.preventDefault();
+    btn.disabled = true;
+    err.textContent = '';
+    err.classList.remove('info');
+    try {
+      await login(email.value.trim(), pw.value);
+      dismiss();
+      if (!location.hash || location.hash === '#/login') location.hash = '#/';
+      await start();
+    } catch (ex) {
+      err.textContent = ex.status === 401 ? 'Wrong email or password.' : explain(ex);
+      pw.focus();
+    } finally {
+      btn.disabled = false;
+    }
+  });
+  replace(main, h('div', { class: 'login-wrap' }, form));
+  email.focus();
+}
+
+/** start loads the signed-in user and shows the page the hash names. */
+async function start() {
+  if (!session.get()) { renderLogin(); return; }
+  try {
+    const me = await api('GET', '/me');
+    const s = session.get();
+    state.me = { ...me, email: s && s.email };
+  } catch (err) {
+    if (session.get()) renderLogin(explain(err));
+    return;
+  }
+  showSignedIn(true);
+  session.watch();
+  await loadProjects();
+  await route();
+}
+
+async function route() {
+  if (!state.me) return;
+  const hash = location.hash || '#/';
+  document.querySelectorAll('#topnav a').forEach((a) => a.removeAttribute('aria-current'));
+  try {
+    if (hash.startsWith('#/thread/')) {
+      $('nav-chat').setAttribute('aria-current', 'page');
+      const id = decodeURIComponent(hash.slice('#/thread/'.length));
+      state.currentThread = id;
+      const th = await renderThread(main, id, { me: state.me, navigate, refresh: loadProjects, features });
+      if (!state.open.has(th.project_id)) { state.open.add(th.project_id); await loadThreads(th.project_id); }
+      renderSidebar();
+      if (narrow.matches) setMenu(false);
+      document.title = `${th.title} — threadbox`;
+    } else if (hash === '#/admin') {
+      $('nav-admin').setAttribute('aria-current', 'page');
+      state.currentThread = null;
+      renderSidebar();
+      document.title = 'Admin — threadbox';
+      await renderAdmin(main, { me: state.me, onPolicy: (p) => { state.policy = p; } });
+    } else {
+      $('nav-chat').setAttribute('aria-current', 'page');
+      state.currentThread = null;
+      renderSidebar();
+      document.title = 'threadbox';
+      renderHome();
+    }
+  } catch (err) {
+    replace(main, h('div', { class: 'panel' }, h('h1', {}, 'Something went wrong'), h('p', { class: 'inline-error', role: 'alert' }, explain(err))));
+  }
+}
+
+function renderHome() {
+  const n = state.projects.length;
+  replace(main, h('div', { class: 'home panel' },
+    h('h1', {}, 'Welcome'),
+    h('p', {}, n ? 'Pick a thread in the sidebar, or start a new one in a project.' : 'Create a project in the sidebar to start your first thread.'),
+    h('p', { class: 'hint' }, 'Messages run their fenced ```python and ```bash blocks in the thread\'s own sandbox. Files you upload land in /mnt/user-data/uploads/; files your code writes to /mnt/user-data/outputs/ become artifacts of the project.')));
+}
+
+async function loadProjects() {
+  try {
+    const res = await api('GET', '/project');
+    state.projects = res.data;
+    await Promise.all([...state.open].filter((id) => res.data.some((p) => p.id === id)).map(loadThreads));
+  } catch (err) {
+    notify(explain(err));
+  }
+  renderSidebar();
+}
+
+async function loadThreads(projectID, more = false) {
+  const prev = state.threads.get(projectID);
+  let q = `/thread?project_id=${encodeURIComponent(projectID)}&limit=${THREAD_PAGE}`;
+  if (more && prev && prev.items.length) q += '&before=' + encodeURIComponent(prev.items[prev.items.length - 1].id);
+  const res = await api('GET', q);
+  const items = more && prev ? prev.items.concat(res.data) : res.data;
+  state.threads.set(projectID, { items, hasMore: res.has_more });
+}
+
+function renderSidebar() {
+  const name = h('input', { id: 'new-project', name: 'name', required: true, autocomplete: 'off', placeholder: 'Project name' });
+  const create = h('form', { class: 'new-project' },
+    h('label', { for: 'new-project' }, 'New project'),
+    h('div', { class: 'row' }, name, h('button', { type: 'submit' }, 'Create')));
+  create.addEventListener('submit', async (e) => {
+    e.preventDefault();
+    try {
+      const p = await api('POST', '/project', { name: name.value.trim() });
+      state.open.add(p.id);
+      await loadProjects();
+      const b = sidebar.querySelector(`[data-project-id="${p.id}"] .new-thread`);
+      if (b) b.focus();
+    } catch (err) { notify(explain(err)); }
+  });
+  const list = h('ul', { class: 'projects' }, state.projects.map(projectItem));
+  replace(sidebar, h('h2', { class: 'side-title' }, 'Projects'), create,
+    state.projects.length ? list : h('p', { class: 'empty' }, 'No projects yet.'));
+}
+
+function projectItem(p) {
+  const open = state.open.has(p.id);
+  const threads = state.threads.get(p.id) || { items: [], hasMore: false };
+  const listID = 'threads-' + p.id;
+  const toggle = h('button', {
+    type: 'button', class: 'project-name', 'aria-expanded': String(open), 'aria-controls': listID,
+    onclick: async () => {
+      if (state.open.has(p.id)) state.open.delete(p.id);
+      else { state.open.add(p.id); try { await loadThreads(p.id); } catch (err) { notify(explain(err)); } }
+      renderSidebar();
+      const again = sidebar.querySelector(`[data-project-id="${p.id}"] .project-name`);
+      if (again) again.focus();
+    },
+  }, h('span', { class: 'caret', 'aria-hidden': 'true' }, open ? '▾' : '▸'), p.name);
+  const rename = h('button', { type: 'button', class: 'small', 'aria-label': `Rename project ${p.name}`, onclick: async () => {
+    const v = await ask({ title: 'Rename project', label: 'Project name', value: p.name, ok: 'Rename' });
+    if (!v) return;
+    try { await api('PATCH', '/project/' + p.id, { name: v }); await loadProjects(); } catch (err) { notify(explain(err)); }
+  } }, 'Rename');
+  const del = h('button', { type: 'button', class: 'small danger', 'aria-label': `Delete project ${p.name}`, onclick: async () => {
+    const yes = await ask({ title: 'Delete project?', text: `"${p.name}", its threads and their files will be deleted.`, ok: 'Delete' });
+    if (!yes) return;
+    try {
+      await api('DELETE', '/project/' + p.id);
+      state.open.delete(p.id);
+      state.threads.delete(p.id);
+      const cur = state.currentThread;
+      await loadProjects();
+      if (cur && !state.projects.some((x) => (state.threads.get(x.id) || { items: [] }).items.some((t) => t.id === cur))) navigate('#/');
+    } catch (err) { notify(explain(err)); }
+  } }, 'Delete');
+  const newThread = h('button', { type: 'button', class: 'new-thread small', 'aria-label': `New thread in ${p.name}`, onclick: async () => {
+    const title = await ask({ title: `New thread in ${p.name}`, label: 'Thread title', value: 'New thread', ok: 'Create' });
+    if (!title) return;
+    try {
+      const t = await api('POST', '/thread', { project_id: p.id, title });
+      state.open.add(p.id);
+      await loadThreads(p.id);
+      navigate('#/thread/' + t.id);
+    } catch (err) { notify(explain(err)); }
+  } }, '+ New thread');
+  return h('li', { class: 'project', 'data-project-id': p.id },
+    h('div', { class: 'project-head' }, toggle, h('span', { class: 'project-actions' }, rename, del)),
+    open ? h('div', { class: 'project-body' },
+      h('ul', { class: 'threads', id: listID, 'aria-label': `Threads of ${p.name}` },
+        threads.items.map((t) => h('li', {}, h('a', {
+          href: '#/thread/' + t.id, 'data-thread-id': t.id, 'aria-current': t.id === state.currentThread ? 'page' : null,
+        }, t.title || 'Untitled')))),
+      threads.hasMore ? h('button', { type: 'button', class: 'small', onclick: async () => {
+        try { await loadThreads(p.id, true); renderSidebar(); } catch (err) { notify(explain(err)); }
+      } }, 'More threads') : null,
+      newThread) : null);
+}
+
+function boot() {
+  onSessionExpired((message) => {
+    state.me = null;
+    renderLogin(message);
+  });
+  $('logout').addEventListener('click', async () => {
+    await logout();
+    dismiss();
+    location.hash = '#/';
+    renderLogin('You have signed out.', 'info');
+  });
+  $('notice-close').addEventListener('click', dismiss);
+  $('menu').addEventListener('click', () => setMenu($('menu').getAttribute('aria-expanded') !== 'true'));
+  narrow.addEventListener('change', () => { if (state.me) setMenu(false); });
+  window.addEventListener('hashchange', () => { dismiss(); route(); });
+  start();
+}
+
+boot();

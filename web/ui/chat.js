@@ -1,0 +1,449 @@
+// chat.js: the thread view: history, the live assistant turn (text, code
+// execution cards, artifacts), uploads, and the thread's files.
+
+import { h, append, replace, humanSize, ask, formatTime } from './dom.js';
+import { api, stream, upload, explain, decodeFileID, ApiError, APP } from './api.js';
+import { resourceCard, downloadButton } from './artifacts.js';
+import { notify } from './notice.js';
+
+const LONG_LINES = 20;
+const LONG_CHARS = 4000;
+
+/**
+ * renderThread shows thread threadID in main. ctx: {me, navigate(hash),
+ * refresh() (the sidebar), features() (admin only, else null)}.
+ */
+export async function renderThread(main, threadID, ctx) {
+  const th = await api('GET', '/thread/' + encodeURIComponent(threadID));
+  const title = h('h1', { id: 'thread-title' }, th.title || 'Untitled thread');
+  const log = h('ol', { class: 'messages', role: 'log', 'aria-live': 'polite', 'aria-label': 'Messages', 'aria-relevant': 'additions text' });
+  const policyNote = h('p', { class: 'policy-note', role: 'status', hidden: true });
+  const files = h('ul', { class: 'file-list', 'aria-label': 'Thread files' });
+  const artifacts = h('ul', { class: 'file-list', 'aria-label': 'Project artifacts' });
+  const view = { th, log, files, artifacts, policyNote, ctx };
+
+  const actions = h('div', { class: 'actions' },
+    h('button', { type: 'button', onclick: () => renameThread(view, title) }, 'Rename'),
+    h('button', { type: 'button', onclick: () => forkThread(view) }, 'Fork'),
+    h('button', { type: 'button', class: 'danger', onclick: () => deleteThread(view) }, 'Delete'));
+
+  replace(main,
+    h('div', { class: 'thread-view' },
+      h('section', { class: 'conversation', 'aria-labelledby': 'thread-title' },
+        h('header', { class: 'thread-head' }, title, actions),
+        policyNote,
+        log,
+        composer(view)),
+      h('aside', { class: 'side', 'aria-label': 'Files and artifacts' },
+        h('section', { 'aria-labelledby': 'files-h' },
+          h('div', { class: 'side-head' }, h('h2', { id: 'files-h' }, 'Thread files'),
+            h('button', { type: 'button', onclick: () => loadFiles(view) }, 'Refresh')),
+          files),
+        h('section', { 'aria-labelledby': 'artifacts-h' },
+          h('div', { class: 'side-head' }, h('h2', { id: 'artifacts-h' }, 'Project artifacts'),
+            h('button', { type: 'button', onclick: () => loadArtifacts(view) }, 'Refresh')),
+          artifacts))));
+
+  await Promise.all([loadHistory(view), loadFiles(view), loadArtifacts(view), showPolicy(view)]);
+  return th;
+}
+
+async function renameThread(view, title) {
+  const name = await ask({ title: 'Rename thread', label: 'Thread title', value: view.th.title, ok: 'Rename' });
+  if (!name) return;
+  try {
+    view.th = await api('PATCH', '/thread/' + view.th.id, { title: name });
+    title.textContent = view.th.title;
+    view.ctx.refresh();
+  } catch (err) { notify(explain(err)); }
+}
+
+async function forkThread(view) {
+  try {
+    const t = await api('POST', '/thread/' + view.th.id + '/fork');
+    await view.ctx.refresh();
+    view.ctx.navigate('#/thread/' + t.id);
+  } catch (err) { notify(explain(err)); }
+}
+
+async function deleteThread(view) {
+  const yes = await ask({ title: 'Delete thread?', text: `"${view.th.title}" and its files will be deleted. Artifacts stay in the project.`, ok: 'Delete' });
+  if (!yes) return;
+  try {
+    await api('DELETE', '/thread/' + view.th.id);
+    await view.ctx.refresh();
+    view.ctx.navigate('#/');
+  } catch (err) { notify(explain(err)); }
+}
+
+/** showPolicy tells an admin when code execution is switched off. */
+async function showPolicy(view) {
+  const f = await view.ctx.features();
+  if (f && f.codeExecution && f.codeExecution.enabled === false) {
+    view.policyNote.textContent = "Code execution is switched off by your organization's admin (codeExecution): code blocks will not run.";
+    view.policyNote.hidden = false;
+  } else {
+    view.policyNote.hidden = true;
+  }
+  return f;
+}
+
+async function loadHistory(view) {
+  try {
+    const res = await api('GET', '/thread/' + view.th.id + '/messages');
+    replace(view.log);
+    for (const m of res.data) {
+      const blocks = typeof m.content === 'string' ? [{ type: 'text', text: m.content }] : (m.content || []);
+      const t = new TurnView(messageItem(view.log, m.role));
+      for (const b of blocks) { t.start(b); t.stop(); }
+      if (m.role === 'assistant' && !m.complete) t.error('This turn did not finish.');
+      t.done();
+    }
+    if (res.data.length === 0) view.log.append(h('li', { class: 'empty' }, 'No messages yet. Write one below; fenced ```python or ```bash blocks run in this thread\'s sandbox.'));
+  } catch (err) {
+    replace(view.log, h('li', { class: 'inline-error' }, explain(err)));
+  }
+}
+
+async function loadFiles(view) {
+  try {
+    const res = await api('GET', `/api/gpt/v1/files?scope_id=${encodeURIComponent(view.th.id)}&limit=1000`);
+    replace(view.files, res.data.length ? null : h('li', { class: 'empty' }, 'No files yet.'));
+    for (const f of res.data) {
+      const path = decodeFileID(f.id);
+      const kind = path.startsWith('/mnt/user-data/outputs/') ? 'output' : path.startsWith('/mnt/user-data/uploads/') ? 'upload' : 'workspace';
+      const url = `${APP}/thread/${encodeURIComponent(view.th.id)}/download-file?path=${encodeURIComponent(path)}`;
+      view.files.append(h('li', { 'data-path': path },
+        h('span', { class: 'file-name' }, f.filename),
+        h('span', { class: 'meta' }, `${kind} · ${f.mime_type} · ${humanSize(f.size_bytes)}`),
+        downloadButton(url, f.filename)));
+    }
+  } catch (err) {
+    replace(view.files, h('li', { class: 'inline-error' }, explain(err)));
+  }
+}
+
+async function loadArtifacts(view) {
+  try {
+    const res = await api('GET', '/project/' + view.th.project_id + '/artifacts');
+    replace(view.artifacts, res.data.length ? null : h('li', { class: 'empty' }, 'No artifacts yet.'));
+    for (const a of res.data.slice().reverse()) {
+      view.artifacts.append(h('li', { 'data-artifact-id': a.id },
+        h('span', { class: 'file-name' }, a.name),
+        h('span', { class: 'meta' }, `v${a.version} · ${a.mime_type} · ${humanSize(a.size_bytes)} · ${formatTime(a.created_at)}`),
+        downloadButton(a.download_url, a.name)));
+    }
+  } catch (err) {
+    replace(view.artifacts, h('li', { class: 'inline-error' }, explain(err)));
+  }
+}
+
+function messageItem(log, role) {
+  const empty = log.querySelector('.empty');
+  if (empty) empty.remove();
+  const li = h('li', { class: 'msg ' + role },
+    h('h2', { class: 'who-said' }, role === 'user' ? 'You' : 'Assistant'));
+  log.append(li);
+  return li;
+}
+
+/** composer is the message form with the file picker and drop zone. */
+function composer(view) {
+  const text = h('textarea', { id: 'message', name: 'message', rows: '4', required: true, placeholder: 'Write a message. Ctrl+Enter sends.' });
+  const runCode = h('input', { type: 'checkbox', id: 'run-code', checked: true });
+  const send = h('button', { type: 'submit', class: 'primary', id: 'send' }, 'Send');
+  const stop = h('button', { type: 'button', id: 'stop', hidden: true }, 'Stop');
+  const picker = h('input', { type: 'file', id: 'file-input', multiple: true });
+  const uploads = h('ul', { class: 'uploads', 'aria-live': 'polite', 'aria-label': 'Uploads' });
+  const form = h('form', { class: 'composer', 'aria-label': 'Send a message' },
+    h('label', { for: 'message' }, 'Message'),
+    text,
+    h('div', { class: 'row wrap' },
+      h('span', { class: 'check' }, runCode, h('label', { for: 'run-code' }, 'Run code blocks in the sandbox')),
+      h('span', { class: 'attach' }, h('label', { for: 'file-input' }, 'Attach files'), picker)),
+    h('p', { class: 'hint', id: 'drop-hint' }, 'Or drop files anywhere on this box to upload them to /mnt/user-data/uploads/.'),
+    uploads,
+    h('div', { class: 'row end' }, stop, send));
+
+  let controller = null;
+  form.addEventListener('submit', async (e) => {
+    e.preventDefault();
+    const content = text.value;
+    if (!content.trim() || controller) return;
+    controller = new AbortController();
+    send.disabled = true; stop.hidden = false;
+    try {
+      await runTurn(view, content, runCode.checked, controller.signal);
+      text.value = '';
+    } finally {
+      controller = null;
+      send.disabled = false; stop.hidden = true;
+      text.focus();
+    }
+  });
+  stop.addEventListener('click', () => controller && controller.abort());
+  text.addEventListener('keydown', (e) => {
+    if (e.key === 'Enter' && (e.ctrlKey || e.metaKey)) { e.preventDefault(); form.requestSubmit(); }
+  });
+  picker.addEventListener('change', () => { uploadAll(view, [...picker.files], uploads); picker.value = ''; });
+  form.addEventListener('dragover', (e) => { e.preventDefault(); form.classList.add('dragging'); });
+  form.addEventListener('dragleave', (e) => { if (!form.contains(e.relatedTarget)) form.classList.remove('dragging'); });
+  form.addEventListener('drop', (e) => {
+    e.preventDefault();
+    form.classList.remove('dragging');
+    if (e.dataTransfer && e.dataTransfer.files.length) uploadAll(view, [...e.dataTransfer.files], uploads);
+  });
+  return form;
+}
+
+async function uploadAll(view, list, box) {
+  const url = `${APP}/thread/${encodeURIComponent(view.th.id)}/upload-file`;
+  await Promise.all(list.map(async (file) => {
+    const bar = h('progress', { max: String(file.size || 1), value: '0', 'aria-label': `Uploading ${file.name}` });
+    const status = h('span', { class: 'meta' }, `0% of ${humanSize(file.size)}`);
+    const li = h('li', { class: 'upload', 'data-name': file.name }, h('span', { class: 'file-name' }, file.name), bar, status);
+    box.append(li);
+    try {
+      const f = await upload(url, file, (loaded, total) => {
+        bar.max = total; bar.value = loaded;
+        status.textContent = `${Math.floor((100 * loaded) / total)}% of ${humanSize(total)}`;
+      });
+      bar.remove();
+      li.classList.add('done');
+      status.textContent = `Uploaded to ${decodeFileID(f.id) || '/mnt/user-data/uploads/' + f.filename}`;
+    } catch (err) {
+      bar.remove();
+      li.classList.add('failed');
+      status.textContent = explain(err);
+      status.setAttribute('role', 'alert');
+    }
+  }));
+  loadFiles(view);
+}
+
+/** runTurn sends one message and renders the streamed answer. */
+async function runTurn(view, content, runCode, signal) {
+  const mine = new TurnView(messageItem(view.log, 'user'));
+  mine.start({ type: 'text', text: content }); mine.stop(); mine.done();
+  const turn = new TurnView(messageItem(view.log, 'assistant'));
+  turn.busy();
+  const body = { content, stream: true };
+  if (runCode) body.pgpt = { tools: ['code_execution'] };
+  try {
+    for await (const { data } of stream(`${APP}/thread/${encodeURIComponent(view.th.id)}/messages`, body, signal)) {
+      turn.event(data);
+    }
+    if (!turn.finished && !turn.failed) turn.error('The answer stopped before it was complete.');
+  } catch (err) {
+    if (err.name === 'AbortError') turn.error('Stopped.');
+    else { turn.error(explain(err)); notify(explain(err)); }
+  }
+  turn.done();
+  if (runCode && /```/.test(content) && turn.codeRuns === 0 && !turn.failed) {
+    const f = await showPolicy(view);
+    const off = f && f.codeExecution && f.codeExecution.enabled === false;
+    turn.note(off || !f
+      ? (off ? "Code was not run: your organization's admin has switched off code execution (codeExecution)."
+        : 'No code ran in this turn. If you expected it to, your organization\'s admin may have switched off code execution (codeExecution).')
+      : 'No code ran in this turn.');
+  }
+  if (turn.codeRuns > 0 || turn.resources > 0) await Promise.all([loadFiles(view), loadArtifacts(view)]);
+}
+
+/**
+ * TurnView renders one message's content blocks, from history (start and
+ * stop per block) or live from stream events (event per event).
+ */
+class TurnView {
+  constructor(li) {
+    this.li = li;
+    this.body = h('div', { class: 'blocks' });
+    li.append(this.body);
+    this.blocks = new Map(); // index -> {block, el, text, json}
+    this.cards = new Map(); // tool_use_id -> card
+    this.current = null;
+    this.codeRuns = 0;
+    this.resources = 0;
+    this.finished = false;
+    this.failed = false;
+  }
+
+  busy() {
+    this.li.setAttribute('aria-busy', 'true');
+    this.spinner = h('p', { class: 'working', role: 'status' }, 'Working…');
+    this.li.append(this.spinner);
+  }
+
+  done() {
+    this.li.removeAttribute('aria-busy');
+    if (this.spinner) { this.spinner.remove(); this.spinner = null; }
+  }
+
+  event(ev) {
+    switch (ev.type) {
+      case 'content_block_start': this.start(ev.content_block, ev.index); break;
+      case 'content_block_delta': this.delta(ev.index, ev.delta); break;
+      case 'content_block_stop': this.stop(ev.index); break;
+      case 'message_delta':
+        if (ev.delta && ev.delta.stop_reason === 'pause_turn') this.note('The turn paused (it ran long); send another message to continue.');
+        if (ev.delta && ev.delta.stop_reason === 'max_tokens') this.note('The answer reached its length limit.');
+        break;
+      case 'message_stop': this.finished = true; break;
+      case 'error': this.error(explain(new ApiError(0, ev.error && ev.error.type, (ev.error && ev.error.message) || 'The turn failed.'))); break;
+      default: break;
+    }
+  }
+
+  start(block, index = this.blocks.size) {
+    const st = { block, el: null, text: '', json: '' };
+    this.blocks.set(index, st);
+    this.current = index;
+    switch (block.type) {
+      case 'text':
+        st.text = block.text || '';
+        st.el = h('div', { class: 'text' });
+        st.el.textContent = st.text;
+        this.body.append(st.el);
+        break;
+      case 'server_tool_use':
+      case 'tool_use': {
+        const card = codeCard(block);
+        this.cards.set(block.id, card);
+        st.el = card.el;
+        if (block.input && Object.keys(block.input).length) card.setInput(block.input);
+        this.body.append(card.el);
+        break;
+      }
+      case 'zylon-resource':
+        this.resources++;
+        st.el = resourceCard(block.resource || {});
+        this.body.append(st.el);
+        break;
+      case 'image':
+        st.el = h('p', { class: 'meta' }, '[image]');
+        this.body.append(st.el);
+        break;
+      case 'container_upload':
+        st.el = h('p', { class: 'meta' }, `Attached file: ${decodeFileID(block.file_id)}`);
+        this.body.append(st.el);
+        break;
+      default:
+        if (/_tool_result(_error)?$/.test(block.type)) {
+          let card = this.cards.get(block.tool_use_id);
+          if (!card) {
+            card = codeCard({ id: block.tool_use_id, name: block.type.replace(/_tool_result(_error)?$/, '') });
+            this.body.append(card.el);
+          }
+          card.setResult(block);
+          this.codeRuns++;
+          st.el = card.el;
+        }
+    }
+  }
+
+  delta(index, d) {
+    const st = this.blocks.get(index);
+    if (!st || !d) return;
+    if (d.type === 'text_delta') {
+      st.text += d.text;
+      st.el.textContent = st.text;
+    } else if (d.type === 'input_json_delta') {
+      st.json += d.partial_json;
+      const card = this.cards.get(st.block.id);
+      if (card) card.setPartial(st.json);
+    }
+  }
+
+  stop(index = this.current) {
+    const st = this.blocks.get(index);
+    if (!st) return;
+    if (st.block.type === 'text') replace(st.el, formatText(st.text));
+    if (st.json) {
+      try { this.cards.get(st.block.id).setInput(JSON.parse(st.json)); } catch { /* keep the partial text */ }
+    }
+  }
+
+  error(message) {
+    this.failed = true;
+    this.li.append(h('p', { class: 'turn-error', role: 'alert' }, message));
+  }
+
+  note(message) {
+    this.li.append(h('p', { class: 'turn-note', role: 'status' }, message));
+  }
+}
+
+/** formatText renders text with its fenced code blocks as <pre>. */
+export function formatText(text) {
+  const out = [];
+  const re = /```([^\n`]*)\n([\s\S]*?)```/g;
+  let at = 0;
+  let m;
+  while ((m = re.exec(text)) !== null) {
+    if (m.index > at) out.push(h('p', {}, text.slice(at, m.index).replace(/^\n+|\n+$/g, '')));
+    out.push(h('pre', { class: 'code', tabindex: '0', 'aria-label': `${m[1] || 'code'} block` }, h('code', {}, m[2].replace(/\n$/, ''))));
+    at = re.lastIndex;
+  }
+  if (at < text.length) out.push(h('p', {}, text.slice(at).replace(/^\n+|\n+$/g, '')));
+  return out.filter((el) => el.tagName !== 'P' || el.textContent !== '');
+}
+
+/** codeCard is a code execution: its command, then its outputs. */
+function codeCard(block) {
+  const kind = block.name === 'text_editor_code_execution' ? 'file editor' : 'bash';
+  const status = h('span', { class: 'exec-status', role: 'status' }, 'running…');
+  const command = h('pre', { class: 'command', tabindex: '0' }, h('code', {}, ''));
+  const outputs = h('div', { class: 'outputs' });
+  const el = h('article', { class: 'exec running', 'aria-label': `Code execution (${kind})`, 'data-tool-use-id': block.id || '' },
+    h('header', {}, h('span', { class: 'badge' }, kind), status),
+    h('div', { class: 'label' }, 'Command'),
+    command,
+    outputs);
+  return {
+    el,
+    setPartial(json) { command.firstChild.textContent = json; },
+    setInput(input) {
+      let cmd = input.command || '';
+      if (block.name === 'text_editor_code_execution') cmd = `${input.command} ${input.path || ''}`.trim();
+      command.firstChild.textContent = cmd || JSON.stringify(input, null, 2);
+    },
+    setResult(res) {
+      el.classList.remove('running');
+      const c = res.content || {};
+      if (res.type.endsWith('_error') || c.type && c.type.endsWith('_error') || c.error_code || res.error_code) {
+        const code = c.error_code || res.error_code || 'error';
+        const why = (c.detail && c.detail.explanation) || (res.detail && res.detail.explanation) || '';
+        el.classList.add('failed');
+        status.textContent = 'could not run';
+        replace(outputs, h('p', { class: 'turn-error' }, `Could not run (${code})${why ? ': ' + why : ''}`));
+        return;
+      }
+      if (c.type === 'bash_code_execution_result') {
+        const rc = c.return_code;
+        el.classList.add(rc === 0 ? 'ok' : 'nonzero');
+        status.textContent = `exit code ${rc}`;
+        replace(outputs,
+          c.stdout ? output('stdout', c.stdout) : null,
+          c.stderr ? output('stderr', c.stderr) : null,
+          !c.stdout && !c.stderr ? h('p', { class: 'meta' }, 'No output.') : null,
+          h('p', { class: 'exit-code' }, `Exit code: ${rc}`));
+        return;
+      }
+      status.textContent = 'done';
+      el.classList.add('ok');
+      if (typeof c.content === 'string') replace(outputs, output('file', c.content));
+      else if (Array.isArray(c.lines)) replace(outputs, output('changes', c.lines.join('\n')));
+      else replace(outputs, h('p', { class: 'meta' }, c.is_file_update ? 'File updated.' : c.type === 'text_editor_code_execution_create_result' ? 'File created.' : 'Done.'));
+    },
+  };
+}
+
+/** output shows one stream of a run, collapsed when long. */
+function output(name, text) {
+  const lines = text.replace(/\n$/, '').split('\n').length;
+  const long = lines > LONG_LINES || text.length > LONG_CHARS;
+  const summary = h('summary', {}, `${name}${long ? ` — ${lines} lines, collapsed (show)` : ''}`);
+  return h('details', { class: 'output ' + name, open: !long },
+    summary,
+    h('pre', { tabindex: '0', 'aria-label': name }, h('code', {}, text)));
+}
