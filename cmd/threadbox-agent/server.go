@@ -25,6 +25,7 @@ type server struct {
 
 	mu    sync.Mutex
 	procs map[uint32]*proc
+	st    *streams // loopback listeners and their connections, made on first use
 }
 
 func newServer(cfg config, out io.Writer, rp *reaper, env []string, log *slog.Logger) *server {
@@ -115,6 +116,8 @@ func (s *server) handle(f protocol.Frame) {
 		if err := p.control(f); err != nil {
 			s.log.Debug("agent: control", "type", f.Type, "id", f.ID, "err", err)
 		}
+	case protocol.TypeStreamOpen, protocol.TypeStreamData, protocol.TypeStreamClose:
+		s.handleStream(f)
 	default:
 		s.sendError(f.ID, "unsupported frame type %s", f.Type)
 	}
@@ -132,8 +135,10 @@ func (s *server) remove(id uint32) {
 	delete(s.procs, id)
 }
 
-// killAll sends SIGKILL to the process group of every running command.
+// killAll sends SIGKILL to the process group of every running command and
+// closes every loopback listener and connection.
 func (s *server) killAll() {
+	s.closeAllStreams()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, p := range s.procs {

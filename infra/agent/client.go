@@ -42,6 +42,9 @@ func TimeoutMessage(timeout time.Duration) string {
 	return fmt.Sprintf("Command timed out after %ds.", int64(math.Ceil(timeout.Seconds())))
 }
 
+// streamMaxOutput is the output cap of a streamed command: no cap.
+const streamMaxOutput = 1 << 62
+
 // Option configures a Client.
 type Option func(*Client)
 
@@ -82,6 +85,7 @@ type Client struct {
 	mu     sync.Mutex
 	procs  map[uint32]*Process
 	pings  map[uint32]chan struct{}
+	st     streams // loopback listeners and their connections (stream.go)
 }
 
 // NewClient starts a client on rw, which carries the agent's stdout as its
@@ -160,6 +164,7 @@ func (c *Client) fail(cause error) {
 		c.err = fmt.Errorf("%w: agent connection: %w", sandbox.ErrUnavailable, cause)
 		close(c.done)
 		_ = c.rw.Close()
+		c.closeStreams()
 	})
 }
 
@@ -212,6 +217,11 @@ func (c *Client) keepalive() {
 
 // dispatch routes one frame from the agent. It never blocks on a caller.
 func (c *Client) dispatch(f protocol.Frame) {
+	if (f.Type >= protocol.TypeStreamOpen && f.Type <= protocol.TypeStreamClose) || f.Type == protocol.TypeError {
+		if c.dispatchStream(f) {
+			return
+		}
+	}
 	switch f.Type {
 	case protocol.TypePong:
 		c.mu.Lock()
@@ -312,6 +322,10 @@ type StartOptions struct {
 	// TTY, when set, runs the command on a pseudo-terminal; its output then
 	// arrives as sandbox.Stdout only.
 	TTY *TTY
+	// Stream makes the output unbounded and passes it only to cmd.Output:
+	// the Process keeps none of it (its Result has empty Stdout and
+	// Stderr), so a long-lived command may print without limit.
+	Stream bool
 }
 
 // Start starts cmd and returns once the agent reports it running. Unlike
@@ -319,6 +333,9 @@ type StartOptions struct {
 // cancelling ctx after Start returns does not affect the command. Output
 // streams to cmd.Output as it arrives.
 func (c *Client) Start(ctx context.Context, cmd sandbox.Command, opts StartOptions) (*Process, error) {
+	if opts.Stream {
+		cmd.MaxOutput = streamMaxOutput
+	}
 	p, err := c.launch(ctx, cmd, opts.TTY, true)
 	if err != nil {
 		return nil, err

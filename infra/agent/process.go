@@ -20,6 +20,7 @@ type Process struct {
 	timeout time.Duration
 	output  func(sandbox.Stream, []byte)
 	begun   time.Time
+	stream  bool // output goes to output only and is not kept (StartOptions.Stream)
 
 	started   chan struct{} // closed on Started or Error
 	finished  chan struct{} // closed on Exit or Error
@@ -49,6 +50,7 @@ type chunk struct {
 func newProcess(c *Client, id uint32, limit int, cmd sandbox.Command) *Process {
 	p := &Process{
 		c: c, id: id, limit: limit, timeout: cmd.Timeout, output: cmd.Output, begun: time.Now(),
+		stream:   cmd.MaxOutput == streamMaxOutput,
 		started:  make(chan struct{}),
 		finished: make(chan struct{}),
 		wake:     make(chan struct{}, 1),
@@ -95,6 +97,14 @@ func (p *Process) onFrame(f protocol.Frame) {
 		// The agent enforces the cap; the client enforces it too so that a
 		// misbehaving agent cannot grow host memory.
 		data := f.Payload
+		if p.stream {
+			if p.output != nil && len(data) > 0 {
+				p.queue = append(p.queue, chunk{stream, data})
+			}
+			p.mu.Unlock()
+			p.signal()
+			return
+		}
 		if room := p.limit - len(*buf); len(data) > room {
 			data = data[:max(room, 0)]
 			*trunc = true

@@ -75,9 +75,8 @@ const (
 	TypeError Type = 0x24
 )
 
-// Reserved frame types for later channel kinds, such as a byte stream to a
-// loopback listener inside the sandbox (to proxy the product's API). They
-// are not implemented: the agent answers them with an Error frame.
+// Frame types of byte streams to loopback listeners inside the sandbox
+// (used to serve the product's API to the sandbox); see stream.go.
 const (
 	TypeStreamOpen   Type = 0x30
 	TypeStreamOpened Type = 0x31

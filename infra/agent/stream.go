@@ -1,0 +1,323 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	"threadbox/infra/agent/protocol"
+)
+
+// maxStreamQueue bounds the bytes from the agent queued for one connection
+// whose host-side reader is slow; beyond it the connection is cut.
+const maxStreamQueue = 8 << 20
+
+// streams is the client's table of loopback listeners and connections.
+type streams struct {
+	mu        sync.Mutex
+	listeners map[uint32]*Listener
+	conns     map[uint32]*streamConn
+}
+
+// Listener is a loopback listener inside the sandbox. Accept returns the
+// host end of each connection the agent accepts. It implements
+// net.Listener; it ends when Close is called or the connection to the
+// agent is lost.
+type Listener struct {
+	c      *Client
+	id     uint32
+	addr   string
+	opened chan protocol.Opened
+	failed chan string
+	accept chan net.Conn
+	closed chan struct{}
+	once   sync.Once
+}
+
+// Listen asks the agent to listen on addr (a loopback host:port inside the
+// sandbox) and returns once it does.
+func (c *Client) Listen(ctx context.Context, addr string) (*Listener, error) {
+	l := &Listener{
+		c: c, id: c.newID(),
+		opened: make(chan protocol.Opened, 1), failed: make(chan string, 1),
+		accept: make(chan net.Conn, 16), closed: make(chan struct{}),
+	}
+	c.st.mu.Lock()
+	if c.st.listeners == nil {
+		c.st.listeners, c.st.conns = map[uint32]*Listener{}, map[uint32]*streamConn{}
+	}
+	c.st.listeners[l.id] = l
+	c.st.mu.Unlock()
+	if err := c.sendJSON(ctx, protocol.TypeStreamOpen, l.id, protocol.Listen{Addr: addr}); err != nil {
+		l.forget()
+		return nil, fmt.Errorf("agent: listen: %w", err)
+	}
+	select {
+	case o := <-l.opened:
+		l.addr = o.Addr
+		go l.watch()
+		return l, nil
+	case msg := <-l.failed:
+		l.forget()
+		return nil, fmt.Errorf("agent: listen %s: %s", addr, msg)
+	case <-c.done:
+		l.forget()
+		return nil, fmt.Errorf("agent: listen: %w", c.err)
+	case <-ctx.Done():
+		_ = l.Close()
+		return nil, fmt.Errorf("agent: listen: %w", ctx.Err())
+	}
+}
+
+// watch closes the listener when the agent connection ends.
+func (l *Listener) watch() {
+	select {
+	case <-l.c.done:
+		l.forget()
+	case <-l.closed:
+	}
+}
+
+func (l *Listener) forget() {
+	l.once.Do(func() {
+		close(l.closed)
+		l.c.st.mu.Lock()
+		delete(l.c.st.listeners, l.id)
+		l.c.st.mu.Unlock()
+	})
+}
+
+// Accept waits for the next connection.
+func (l *Listener) Accept() (net.Conn, error) {
+	select {
+	case nc := <-l.accept:
+		return nc, nil
+	case <-l.closed:
+		return nil, fmt.Errorf("agent: accept: %w", net.ErrClosed)
+	}
+}
+
+// Close stops listening; accepted connections stay open.
+func (l *Listener) Close() error {
+	select {
+	case <-l.closed:
+		return nil
+	default:
+	}
+	l.forget()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = l.c.send(ctx, protocol.TypeStreamClose, l.id, nil)
+	return nil
+}
+
+// Addr is the address listened on inside the sandbox.
+func (l *Listener) Addr() net.Addr { return streamAddr(l.addr) }
+
+// Done is closed when the listener has ended.
+func (l *Listener) Done() <-chan struct{} { return l.closed }
+
+// streamAddr is an address inside the sandbox.
+type streamAddr string
+
+func (a streamAddr) Network() string { return "sandbox" }
+func (a streamAddr) String() string  { return string(a) }
+
+// streamConn is the host's view of one accepted connection: a net.Pipe
+// whose far end is fed from StreamData frames and read into StreamData
+// frames.
+type streamConn struct {
+	net.Conn // the end handed to the caller
+	far      net.Conn
+	local    net.Addr
+	remote   net.Addr
+	wake     chan struct{}
+
+	mu      sync.Mutex
+	queue   [][]byte
+	queued  int
+	closing bool
+}
+
+func (s *streamConn) LocalAddr() net.Addr  { return s.local }
+func (s *streamConn) RemoteAddr() net.Addr { return s.remote }
+
+// dispatchStream routes a stream frame (or an Error for a pending listen).
+// It reports whether the frame was a stream frame.
+func (c *Client) dispatchStream(f protocol.Frame) bool {
+	c.st.mu.Lock()
+	l := c.st.listeners[f.ID]
+	sc := c.st.conns[f.ID]
+	c.st.mu.Unlock()
+	switch f.Type {
+	case protocol.TypeError:
+		if l == nil {
+			return false
+		}
+		var e protocol.Error
+		_ = protocol.Decode(f.Payload, &e)
+		select {
+		case l.failed <- e.Message:
+		default:
+		}
+		return true
+	case protocol.TypeStreamOpened:
+		var o protocol.Opened
+		_ = protocol.Decode(f.Payload, &o)
+		if f.ID&protocol.AgentIDBit == 0 {
+			if l != nil {
+				select {
+				case l.opened <- o:
+				default:
+				}
+			}
+			return true
+		}
+		c.st.mu.Lock()
+		parent := c.st.listeners[o.Listener]
+		c.st.mu.Unlock()
+		if parent == nil {
+			c.sendAsync(protocol.TypeStreamClose, f.ID)
+			return true
+		}
+		near, far := net.Pipe()
+		sc := &streamConn{Conn: near, far: far, local: streamAddr(parent.addr), remote: streamAddr(o.Addr), wake: make(chan struct{}, 1)}
+		c.st.mu.Lock()
+		c.st.conns[f.ID] = sc
+		c.st.mu.Unlock()
+		go c.pumpOut(f.ID, sc)
+		go sc.writeLoop()
+		select {
+		case parent.accept <- sc:
+		default:
+			// Nobody is accepting fast enough: refuse the connection.
+			c.closeConn(f.ID, true)
+		}
+		return true
+	case protocol.TypeStreamData:
+		if sc != nil && !sc.push(f.Payload) {
+			c.closeConn(f.ID, true)
+		}
+		return true
+	case protocol.TypeStreamClose:
+		if sc != nil {
+			c.st.mu.Lock()
+			delete(c.st.conns, f.ID)
+			c.st.mu.Unlock()
+			sc.finish()
+		}
+		return true
+	}
+	return false
+}
+
+// sendAsync sends a frame without a payload without blocking the caller.
+func (c *Client) sendAsync(t protocol.Type, id uint32) {
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = c.send(ctx, t, id, nil)
+	}()
+}
+
+// pumpOut carries what the caller writes to the agent until the pipe ends.
+func (c *Client) pumpOut(id uint32, sc *streamConn) {
+	buf := make([]byte, protocol.MaxChunk)
+	for {
+		n, err := sc.far.Read(buf)
+		if n > 0 {
+			if serr := c.send(context.Background(), protocol.TypeStreamData, id, buf[:n]); serr != nil {
+				err = serr
+			}
+		}
+		if err != nil {
+			c.closeConn(id, true)
+			return
+		}
+	}
+}
+
+// closeConn forgets connection id and closes it; tell sends StreamClose.
+func (c *Client) closeConn(id uint32, tell bool) {
+	c.st.mu.Lock()
+	sc := c.st.conns[id]
+	delete(c.st.conns, id)
+	c.st.mu.Unlock()
+	if sc != nil {
+		_ = sc.far.Close()
+		sc.mu.Lock()
+		sc.closing, sc.queue = true, nil
+		sc.mu.Unlock()
+		sc.signal()
+	}
+	if tell && sc != nil {
+		c.sendAsync(protocol.TypeStreamClose, id)
+	}
+}
+
+// closeStreams ends every listener and connection; called once the agent
+// connection is lost.
+func (c *Client) closeStreams() {
+	c.st.mu.Lock()
+	cs := c.st.conns
+	c.st.conns = map[uint32]*streamConn{}
+	c.st.mu.Unlock()
+	for _, sc := range cs {
+		_ = sc.far.Close()
+	}
+}
+
+func (s *streamConn) signal() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (s *streamConn) push(b []byte) bool {
+	s.mu.Lock()
+	defer s.signal()
+	defer s.mu.Unlock()
+	if s.closing {
+		return true
+	}
+	if s.queued+len(b) > maxStreamQueue {
+		return false
+	}
+	s.queue = append(s.queue, b)
+	s.queued += len(b)
+	return true
+}
+
+func (s *streamConn) finish() {
+	s.mu.Lock()
+	s.closing = true
+	s.mu.Unlock()
+	s.signal()
+}
+
+// writeLoop feeds the caller's end with the queued bytes, then closes it
+// once the agent closed the connection.
+func (s *streamConn) writeLoop() {
+	for {
+		s.mu.Lock()
+		q, closing := s.queue, s.closing
+		s.queue, s.queued = nil, 0
+		s.mu.Unlock()
+		for _, b := range q {
+			if _, err := s.far.Write(b); err != nil {
+				_ = s.far.Close()
+				return
+			}
+		}
+		if closing && len(q) == 0 {
+			_ = s.far.Close()
+			return
+		}
+		if len(q) == 0 {
+			<-s.wake
+		}
+	}
+}

@@ -1,0 +1,67 @@
+package docker
+
+import (
+	"context"
+	"fmt"
+	"net"
+
+	"threadbox/domain/sandbox"
+	"threadbox/infra/agent"
+)
+
+var (
+	_ sandbox.Sessions  = (*Backend)(nil)
+	_ sandbox.Forwarder = (*Backend)(nil)
+)
+
+// sessionAgent is what an agent connection offers beyond Agent for
+// long-lived commands and loopback listeners; *agent.Client has it.
+type sessionAgent interface {
+	Start(ctx context.Context, cmd sandbox.Command, opts agent.StartOptions) (*agent.Process, error)
+	Listen(ctx context.Context, addr string) (*agent.Listener, error)
+}
+
+func (b *Backend) sessionAgent(id string) (sessionAgent, error) {
+	bx := b.live(id)
+	if bx == nil {
+		return nil, fmt.Errorf("docker: %s: %w: sandbox is not running", id, sandbox.ErrUnavailable)
+	}
+	sa, ok := bx.agent.(sessionAgent)
+	if !ok {
+		return nil, fmt.Errorf("docker: %s: %w: the agent connection cannot start sessions", id, sandbox.ErrUnavailable)
+	}
+	return sa, nil
+}
+
+// Start starts a long-lived command whose output is streamed to
+// cmd.Output and not kept. It implements sandbox.Sessions.
+func (b *Backend) Start(ctx context.Context, id string, cmd sandbox.Command, tty *sandbox.TTY) (sandbox.Session, error) {
+	sa, err := b.sessionAgent(id)
+	if err != nil {
+		return nil, err
+	}
+	opts := agent.StartOptions{Stream: true}
+	if tty != nil {
+		opts.TTY = &agent.TTY{Rows: tty.Rows, Cols: tty.Cols}
+	}
+	cmd.Timeout = 0
+	p, err := sa.Start(ctx, cmd, opts)
+	if err != nil {
+		return nil, fmt.Errorf("docker: start in %s: %w", id, err)
+	}
+	return p, nil
+}
+
+// Listen listens on a loopback address inside the sandbox and hands each
+// connection to the host. It implements sandbox.Forwarder.
+func (b *Backend) Listen(ctx context.Context, id, addr string) (net.Listener, error) {
+	sa, err := b.sessionAgent(id)
+	if err != nil {
+		return nil, err
+	}
+	l, err := sa.Listen(ctx, addr)
+	if err != nil {
+		return nil, fmt.Errorf("docker: listen in %s: %w", id, err)
+	}
+	return l, nil
+}

@@ -1,0 +1,49 @@
+package local
+
+import (
+	"context"
+	"fmt"
+	"net"
+
+	"threadbox/domain/sandbox"
+	"threadbox/infra/agent"
+)
+
+var (
+	_ sandbox.Sessions  = (*Backend)(nil)
+	_ sandbox.Forwarder = (*Backend)(nil)
+)
+
+// Start starts a long-lived command in the jail whose output is streamed
+// to cmd.Output and not kept. It implements sandbox.Sessions.
+func (b *Backend) Start(ctx context.Context, id string, cmd sandbox.Command, tty *sandbox.TTY) (sandbox.Session, error) {
+	j := b.live(id)
+	if j == nil {
+		return nil, fmt.Errorf("local: start in %s: %w: sandbox is not running", id, sandbox.ErrUnavailable)
+	}
+	opts := agent.StartOptions{Stream: true}
+	if tty != nil {
+		opts.TTY = &agent.TTY{Rows: tty.Rows, Cols: tty.Cols}
+	}
+	cmd.Timeout = 0
+	p, err := j.client.Start(ctx, cmd, opts)
+	if err != nil {
+		return nil, fmt.Errorf("local: start in %s: %w", id, err)
+	}
+	return p, nil
+}
+
+// Listen listens on a loopback address inside the jail (its own network
+// namespace) and hands each connection to the host. It implements
+// sandbox.Forwarder.
+func (b *Backend) Listen(ctx context.Context, id, addr string) (net.Listener, error) {
+	j := b.live(id)
+	if j == nil {
+		return nil, fmt.Errorf("local: listen in %s: %w: sandbox is not running", id, sandbox.ErrUnavailable)
+	}
+	l, err := j.client.Listen(ctx, addr)
+	if err != nil {
+		return nil, fmt.Errorf("local: listen in %s: %w", id, err)
+	}
+	return l, nil
+}
