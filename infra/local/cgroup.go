@@ -63,6 +63,20 @@ func prepareV2(root, instance string) error {
 	}
 }
 
+// removeParents deletes this instance's parent cgroups where they are empty.
+func removeParents(cfg Config) {
+	roots := []string{cfg.CgroupRoot}
+	if _, err := os.Stat(filepath.Join(cfg.CgroupRoot, "cgroup.controllers")); err != nil {
+		roots = roots[:0]
+		for _, c := range v1Controllers {
+			roots = append(roots, filepath.Join(cfg.CgroupRoot, c))
+		}
+	}
+	for _, r := range roots {
+		_ = os.Remove(parentDir(r, cfg.Instance))
+	}
+}
+
 // cgroup is the set of cgroup folders of one jail. A nil *cgroup (rlimits)
 // does nothing.
 type cgroup struct {

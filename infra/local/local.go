@@ -570,7 +570,8 @@ func (b *Backend) Status(ctx context.Context, id string) (sandbox.Status, error)
 	return sandbox.Status{State: sandbox.StateMissing}, nil
 }
 
-// Close kills every jail of this backend.
+// Close kills every jail of this backend and removes its (then empty)
+// cgroup folders.
 func (b *Backend) Close() error {
 	b.mu.Lock()
 	var ids []string
@@ -581,6 +582,9 @@ func (b *Backend) Close() error {
 	var errs []error
 	for _, id := range ids {
 		errs = append(errs, b.Stop(context.Background(), id))
+	}
+	if mode, _ := b.LimitMode(); mode != LimitRlimits {
+		removeParents(b.cfg)
 	}
 	return errors.Join(errs...)
 }

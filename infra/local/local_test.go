@@ -304,6 +304,12 @@ func TestCgroupLimitsWritten(t *testing.T) {
 			t.Errorf("cgroup %s left after stop: %v", d, err)
 		}
 	}
+	b.Close()
+	for _, d := range dirs {
+		if _, err := os.Stat(filepath.Dir(d)); !os.IsNotExist(err) {
+			t.Errorf("instance cgroup %s left after close: %v", filepath.Dir(d), err)
+		}
+	}
 }
 
 // The local backend describes itself for the capability matrix.
