@@ -21,6 +21,11 @@ import (
 // before a ping event is sent.
 const DefaultPingInterval = 2 * time.Second
 
+// maxHold is how long a stream's preamble may be held waiting for the
+// model's first output, so that an upstream that fails (after the adapter's
+// retries) is answered with its HTTP status rather than an error event.
+const maxHold = 10 * time.Second
+
 // touchEvery is how stale a container's last use may be before a request
 // records a new one; closer uses share one write.
 const touchEvery = time.Second
@@ -265,7 +270,7 @@ func errorEvent(err error) messages.Event {
 
 // streamMessage runs the turn in its own goroutine and answers with its
 // events. The stream's preamble (message_start, ping) is held until the
-// model's first output, a ping interval, or an error: an error before then
+// model's first output, an error or maxHold: an error before then
 // is answered as a plain HTTP error (503 for an unreachable upstream).
 // Afterwards each event is written and flushed before the turn goes on; a
 // failed write (the client went away) cancels the turn's context, which
@@ -277,7 +282,7 @@ func (s *Server) streamMessage(c *fiber.Ctx, m *MessagesAPI, req *messages.Reque
 		err := m.Engine.Run(ctx, req, opts, st)
 		st.finish(err)
 	}()
-	wait := time.NewTimer(m.pingInterval())
+	wait := time.NewTimer(maxHold)
 	defer wait.Stop()
 	select {
 	case <-st.committed:
