@@ -36,7 +36,7 @@ func upstreamHistory(in []Message) []Message {
 				b.Type = BlockToolUse
 				b.Raw = nil
 				cur = append(cur, b)
-			case BlockBashResult, BlockTextEditorResult:
+			case BlockBashResult, BlockTextEditorResult, BlockSandboxResult:
 				add(flushAs, cur...)
 				cur = nil
 				if b.Result != nil {

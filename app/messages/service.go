@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"threadbox/domain/fault"
@@ -75,6 +77,8 @@ type Plan struct {
 	CodeExecution bool `json:"code_execution"`
 	// ToolType is the code-execution tool type asked for, if any.
 	ToolType string `json:"tool_type,omitempty"`
+	// Sandbox is true when the request enables sandbox_v1 tools (CONTRACT §4).
+	Sandbox bool `json:"sandbox"`
 	// ServerTools are the sub-tools the model may call.
 	ServerTools []string `json:"server_tools"`
 	// ClientTools are the tools returned to the client.
@@ -123,9 +127,19 @@ func plan(req *Request) (*Plan, error) {
 			p.CodeExecution, p.ToolType = true, t.Type
 			p.ServerTools = append(p.ServerTools, SubToolBash, SubToolTextEditor)
 		case t.Type == ToolTypeSandboxV1:
-			// Extension point: the sandbox_v1 tools (CONTRACT §4) expand here
-			// into their own sub-tools once app/tools executes them.
-			return nil, fault.Errorf(fault.Invalid, "tools.%d.type: %s is not available yet", i, t.Type)
+			names := []string{t.Name}
+			switch {
+			case t.Name == SandboxToolName:
+				names = SandboxTools
+			case !IsSandboxTool(t.Name):
+				return nil, fault.Errorf(fault.Invalid, "tools.%d.name: a %s tool is named \"sandbox\" or one of %s", i, t.Type, strings.Join(SandboxTools, ", "))
+			}
+			p.Sandbox = true
+			for _, n := range names {
+				if !slices.Contains(p.ServerTools, n) {
+					p.ServerTools = append(p.ServerTools, n)
+				}
+			}
 		default:
 			if t.Name == "" {
 				return nil, fault.Errorf(fault.Invalid, "tools.%d.name: required", i)
@@ -138,6 +152,11 @@ func plan(req *Request) (*Plan, error) {
 			}
 			seen[t.Name] = true
 			p.ClientTools = append(p.ClientTools, t.Name)
+		}
+	}
+	for _, n := range p.ClientTools {
+		if slices.Contains(p.ServerTools, n) {
+			return nil, fault.Errorf(fault.Invalid, "tools: %q is used twice or reserved", n)
 		}
 	}
 	return p, nil
@@ -404,6 +423,9 @@ func blockEvents(b ContentBlock) []Event {
 }
 
 func (t *turn) isServerTool(name string) bool {
+	if IsSandboxTool(name) {
+		return t.plan.Sandbox && slices.Contains(t.plan.ServerTools, name)
+	}
 	return t.plan.CodeExecution && (name == SubToolBash || name == SubToolTextEditor)
 }
 
@@ -421,12 +443,9 @@ func (t *turn) execute(ctx context.Context, call ToolCall) (*ToolResult, error) 
 		t.codeRan = true
 	}
 	t.calls++
-	blockType := BlockBashResult
-	if call.Name == SubToolTextEditor {
-		blockType = BlockTextEditorResult
-	}
+	blockType := resultBlockType(call.Name)
 	shown := *r
-	if t.plan.ToolType != ToolTypeCodeExecutionV1 {
+	if t.plan.ToolType != ToolTypeCodeExecutionV1 && !IsSandboxTool(call.Name) {
 		shown.Detail = nil
 	}
 	if err := t.send(Event{Type: EventContentBlockStart, Index: t.next, ContentBlock: &ContentBlock{Type: blockType, ToolUseID: call.ID, Result: &shown}}); err != nil {
@@ -446,8 +465,11 @@ func (t *turn) execute(ctx context.Context, call ToolCall) (*ToolResult, error) 
 // that the product's own tool type shows.
 func ErrorResult(subTool, code, explanation string) *ToolResult {
 	typ := ResultBashError
-	if subTool == SubToolTextEditor {
+	switch {
+	case subTool == SubToolTextEditor:
 		typ = ResultEditorError
+	case IsSandboxTool(subTool):
+		typ = ResultSandboxError
 	}
 	return &ToolResult{Type: typ, ErrorCode: code, Detail: &ErrorDetail{Code: code, Explanation: explanation}}
 }
@@ -468,7 +490,7 @@ func (t *turn) resolvePending(ctx context.Context, history []Message) error {
 		}
 		answered := map[string]bool{}
 		for _, b := range history[i].Content {
-			if b.Type == BlockBashResult || b.Type == BlockTextEditorResult {
+			if isResultBlock(b.Type) {
 				answered[b.ToolUseID] = true
 			}
 		}
@@ -487,10 +509,7 @@ func (t *turn) resolvePending(ctx context.Context, history []Message) error {
 			} else {
 				r = ErrorResult(b.Name, CodeUnavailable, "The call was not run.")
 			}
-			typ := BlockBashResult
-			if b.Name == SubToolTextEditor {
-				typ = BlockTextEditorResult
-			}
+			typ := resultBlockType(b.Name)
 			added = append(added, ContentBlock{Type: typ, ToolUseID: b.ID, Result: r})
 		}
 		history[i].Content = append(history[i].Content, added...)
@@ -535,8 +554,11 @@ func (t *turn) toolDefinitions() []ToolDefinition {
 	if t.plan.CodeExecution {
 		defs = append(defs, SubToolDefinitions()...)
 	}
+	if t.plan.Sandbox {
+		defs = append(defs, SandboxToolDefinitions(t.plan.ServerTools)...)
+	}
 	for _, tool := range t.req.Tools {
-		if isCodeExecutionType(tool.Type) {
+		if isCodeExecutionType(tool.Type) || tool.Type == ToolTypeSandboxV1 {
 			continue
 		}
 		defs = append(defs, ToolDefinition{Name: tool.Name, Description: tool.Description, InputSchema: tool.InputSchema, Raw: tool.Raw})

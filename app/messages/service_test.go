@@ -438,7 +438,8 @@ func TestValidate(t *testing.T) {
 		{"no messages", `{"model":"m","max_tokens":5,"messages":[]}`, "messages: at least one message is required"},
 		{"bad role", `{"model":"m","max_tokens":5,"messages":[{"role":"system","content":"hi"}]}`, `messages.0.role: must be "user" or "assistant"`},
 		{"misnamed", `{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"hi"}],"tools":[{"type":"code_execution_v1","name":"run"}]}`, `tools.0.name: the code_execution_v1 tool must be named "code_execution"`},
-		{"sandbox later", `{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"hi"}],"tools":[{"type":"sandbox_v1","name":"sandbox"}]}`, "tools.0.type: sandbox_v1 is not available yet"},
+		{"sandbox misnamed", `{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"hi"}],"tools":[{"type":"sandbox_v1","name":"shell"}]}`, `tools.0.name: a sandbox_v1 tool is named "sandbox" or one of sandbox_bash, repl_execute, exec_command, write_stdin, edit_file, bsl_check`},
+		{"sandbox tool name taken", `{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"hi"}],"tools":[{"type":"sandbox_v1","name":"sandbox"},{"name":"edit_file","input_schema":{"type":"object"}}]}`, `tools: "edit_file" is used twice or reserved`},
 		{"schema missing", `{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"hi"}],"tools":[{"name":"f"}]}`, "tools.0.input_schema: required"},
 		{"bad upload", `{"model":"m","max_tokens":5,"messages":[{"role":"user","content":[{"type":"container_upload","file_id":"!!"}]}]}`, "messages.0.content.0.file_id: not a file id of this server: invalid file id"},
 	}

@@ -295,7 +295,7 @@ func (b ContentBlock) MarshalJSON() ([]byte, error) {
 			Content   json.RawMessage `json:"content,omitempty"`
 			IsError   bool            `json:"is_error,omitempty"`
 		}{b.Type, b.ToolUseID, b.Content, b.IsError})
-	case BlockBashResult, BlockTextEditorResult:
+	case BlockBashResult, BlockTextEditorResult, BlockSandboxResult:
 		if b.Result == nil {
 			return nil, fmt.Errorf("messages: %s block without result", b.Type)
 		}
@@ -353,6 +353,12 @@ func (b *ContentBlock) UnmarshalJSON(data []byte) error {
 		b.Input = aux.Input
 	}
 	switch aux.Type {
+	case BlockSandboxResult:
+		r, err := sandboxResultOf(aux.Content)
+		if err != nil {
+			return fmt.Errorf("messages: %s content: %w", aux.Type, err)
+		}
+		b.Result = r
 	case BlockBashResult, BlockTextEditorResult:
 		var r ToolResult
 		if err := json.Unmarshal(aux.Content, &r); err != nil {
@@ -411,11 +417,15 @@ type ToolResult struct {
 	// *_tool_result_error
 	ErrorCode string
 	Detail    *ErrorDetail
+
+	// Body is the whole content object of a sandbox_v1 result
+	// (ResultSandboxBody), written as is.
+	Body json.RawMessage
 }
 
 // IsError reports whether the result is an error block.
 func (r *ToolResult) IsError() bool {
-	return r.Type == ResultBashError || r.Type == ResultEditorError
+	return r.Type == ResultBashError || r.Type == ResultEditorError || r.Type == ResultSandboxError
 }
 
 // MarshalJSON writes the result in the shape of its type.
@@ -460,7 +470,12 @@ func (r ToolResult) MarshalJSON() ([]byte, error) {
 			NewLines int      `json:"new_lines"`
 			Lines    []string `json:"lines"`
 		}{r.Type, r.OldStart, r.OldLines, r.NewStart, r.NewLines, lines})
-	case ResultBashError, ResultEditorError:
+	case ResultSandboxBody:
+		if len(r.Body) == 0 {
+			return nil, fmt.Errorf("messages: sandbox result without body")
+		}
+		return r.Body, nil
+	case ResultBashError, ResultEditorError, ResultSandboxError:
 		return json.Marshal(struct {
 			Type      string       `json:"type"`
 			ErrorCode string       `json:"error_code"`
