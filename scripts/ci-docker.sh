@@ -22,6 +22,28 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}"
 fi
 
+# 1b. gVisor new enough for bookworm's userland. Debian 12's runsc
+# (gVisor 2022-12-19) fails every statx with AT_NO_AUTOMOUNT, which bookworm's
+# coreutils `ls` uses: `ls /` answers "Invalid argument" in the sandbox. The
+# runsc of Debian 13 (trixie) works; it is one static binary with no
+# dependencies, so it is taken from Debian's trixie suite with a private apt
+# state that leaves this host's sources untouched.
+RUNSC_MIN=20240729
+runsc_version() { dpkg-query -W -f '${Version}' runsc 2>/dev/null | sed -E 's/^0\.0~([0-9]{8}).*/\1/'; }
+if [ "$(runsc_version)" \< "$RUNSC_MIN" ]; then
+  log "runsc $(runsc_version) is older than $RUNSC_MIN: installing Debian trixie's runsc"
+  mirror=$(grep -rhoE 'https?://[^ ]+/debian/?( |$)' /etc/apt/sources.list /etc/apt/sources.list.d/ 2>/dev/null | head -1 | tr -d ' ' || true)
+  mirror=${mirror:-http://deb.debian.org/debian}
+  st=$(mktemp -d)
+  mkdir -p "$st/lists/partial" "$st/cache/archives/partial"
+  echo "deb ${mirror%/} trixie main" > "$st/sources.list"
+  aptopts=(-o "Dir::Etc::sourcelist=$st/sources.list" -o "Dir::Etc::sourceparts=-" -o "Dir::State::Lists=$st/lists" -o "Dir::Cache=$st/cache" -o "APT::Sandbox::User=root")
+  $SUDO apt-get "${aptopts[@]}" update -qq
+  (cd "$st" && $SUDO apt-get "${aptopts[@]}" download runsc)
+  $SUDO dpkg -i "$st"/runsc_*.deb
+  rm -rf "$st"
+fi
+
 # 2. Register runsc in /etc/docker/daemon.json (merged, not overwritten).
 RUNSC_PATH="$(command -v runsc)"
 RUNSC_ARGS='["--network=none"]'
