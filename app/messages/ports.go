@@ -82,6 +82,9 @@ type ToolCall struct {
 	Name        string // bash_code_execution or text_editor_code_execution
 	Input       json.RawMessage
 	ContainerID string // the container's storage id
+	// Env holds KEY=value pairs for every command the call runs (the
+	// ANTHROPIC_* variables of the turn, RunOptions.Env).
+	Env []string
 }
 
 // ToolExecutor runs server sub-tool calls in a container's sandbox. Execute

@@ -69,6 +69,8 @@ type RunOptions struct {
 	ReportContainer bool
 	// OnToolCall, when set, is called after each sub-tool call.
 	OnToolCall ToolHook
+	// Env holds KEY=value pairs passed to every sub-tool call (ToolCall.Env).
+	Env []string
 }
 
 // Plan is what a request would do, as found by Validate.
@@ -279,7 +281,7 @@ func (t *turn) run(ctx context.Context) error {
 			if !ok {
 				continue
 			}
-			r, err := t.execute(ctx, ToolCall{ID: id, Name: b.Name, Input: b.Input, ContainerID: t.opts.ContainerID})
+			r, err := t.execute(ctx, ToolCall{ID: id, Name: b.Name, Input: b.Input, ContainerID: t.opts.ContainerID, Env: t.opts.Env})
 			if err != nil {
 				return err
 			}
@@ -502,7 +504,7 @@ func (t *turn) resolvePending(ctx context.Context, history []Message) error {
 			var r *ToolResult
 			if i == last && t.isServerTool(b.Name) {
 				var err error
-				r, err = t.execute(ctx, ToolCall{ID: b.ID, Name: b.Name, Input: b.Input, ContainerID: t.opts.ContainerID})
+				r, err = t.execute(ctx, ToolCall{ID: b.ID, Name: b.Name, Input: b.Input, ContainerID: t.opts.ContainerID, Env: t.opts.Env})
 				if err != nil {
 					return err
 				}

@@ -144,6 +144,7 @@ func (e *Executor) bash(ctx context.Context, call messages.ToolCall) *messages.T
 	res, err := e.sb.Exec(ctx, call.ContainerID, sandbox.Command{
 		Args:      []string{"bash", "-c", *in.Command},
 		Dir:       sandbox.WorkspaceDir,
+		Env:       call.Env,
 		Timeout:   timeout,
 		MaxOutput: e.cfg.MaxOutput,
 		OutputDir: true,
