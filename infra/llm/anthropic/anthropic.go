@@ -272,6 +272,7 @@ func capRetryAfter(limit time.Duration) option.Middleware {
 		res, err := next(req)
 		if err == nil {
 			upstream.CapRetryAfter(res, limit)
+			upstream.DrainOnClose(res)
 		}
 		return res, err
 	}

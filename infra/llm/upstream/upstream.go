@@ -3,6 +3,7 @@
 package upstream
 
 import (
+	"io"
 	"net"
 	"net/http"
 	"strconv"
@@ -50,4 +51,20 @@ func CapRetryAfter(res *http.Response, limit time.Duration) {
 	if d, ok := RetryAfter(res.Header); ok && d > limit {
 		res.Header.Set("x-should-retry", "false")
 	}
+}
+
+// DrainOnClose makes closing the response body first read what is left of
+// it (a little), so a stream that ended at its last event still hands its
+// kept-alive connection back for reuse.
+func DrainOnClose(res *http.Response) {
+	if res != nil && res.Body != nil {
+		res.Body = drainCloser{res.Body}
+	}
+}
+
+type drainCloser struct{ io.ReadCloser }
+
+func (d drainCloser) Close() error {
+	_, _ = io.Copy(io.Discard, io.LimitReader(d.ReadCloser, 4<<10))
+	return d.ReadCloser.Close()
 }
