@@ -1,0 +1,370 @@
+package sandboxtools
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"path"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"threadbox/app/messages"
+	"threadbox/domain/file"
+	"threadbox/domain/sandbox"
+)
+
+// Sandbox runs commands in a container's sandbox, booting it on demand
+// (app/containers.Service).
+type Sandbox interface {
+	// Exec runs cmd in the container's sandbox and waits for it to end.
+	Exec(ctx context.Context, containerID string, cmd sandbox.Command) (sandbox.Result, error)
+	// Backend returns the backend serving the container's sandbox, booted,
+	// and a release function to call when done with it.
+	Backend(ctx context.Context, containerID string) (sandbox.Backend, func(), error)
+}
+
+// Files reads and writes a container's files by absolute, clean sandbox
+// path (infra/fsroot). Errors wrap file.ErrNotFound when the path does not
+// exist.
+type Files interface {
+	// ReadFile returns the file's bytes, at most limit of them (limit > 0).
+	ReadFile(ctx context.Context, containerID, sandboxPath string, limit int64) ([]byte, error)
+	// WriteFile creates or replaces the file, creating missing parents.
+	WriteFile(ctx context.Context, containerID, sandboxPath string, data []byte) error
+}
+
+// Bridger makes the product's API reachable from a container's sandbox
+// before a command runs (Bridge).
+type Bridger interface {
+	Ensure(ctx context.Context, containerID string) error
+}
+
+// Defaults of Config.
+const (
+	DefaultMaxOutput       = 1 << 20
+	DefaultTimeout         = 60 * time.Second
+	MaxTimeoutSeconds      = 3600
+	DefaultMaxFileBytes    = 16 << 20
+	DefaultMaxSessions     = 8
+	DefaultSessionBuffer   = 1 << 20
+	DefaultGrace           = 2 * time.Second
+	DefaultWait            = time.Second
+	MaxWait                = 60 * time.Second
+	DefaultMaxListedFiles  = 200
+	DefaultBSLCommand      = "bsl-language-server"
+	DefaultBSLTimeout      = 10 * time.Minute
+	defaultFileOpTimeout   = 30 * time.Second
+	truncatedMarker        = "...[truncated]"
+	unavailableNoSessionsM = "This sandbox backend cannot run terminal sessions."
+)
+
+// Config tunes the executor. Zero values mean the defaults.
+type Config struct {
+	MaxOutput     int     // cap per output stream, in bytes
+	MaxFileBytes  int64   // largest file edit_file edits
+	NearThreshold float64 // least similarity of an edit_file near match (0-1)
+	MaxSessions   int     // live exec_command sessions per container
+	SessionBuffer int     // output bytes kept per session (older bytes are dropped)
+	MaxListed     int     // files listed by sandbox_bash
+	Mounts        file.Table
+	// BSLCommand is the bsl-language-server launcher looked up in the
+	// sandbox's PATH.
+	BSLCommand string
+}
+
+var _ messages.ToolExecutor = (*Executor)(nil)
+
+// Executor runs sandbox_v1 tool calls. It implements messages.ToolExecutor.
+type Executor struct {
+	sb     Sandbox
+	files  Files
+	bridge Bridger
+	cfg    Config
+	repls  *repls
+	terms  *terminals
+}
+
+// New returns an Executor over the sandbox and file ports. bridge may be
+// nil (the product's API is then not reachable from the sandbox).
+func New(sb Sandbox, files Files, bridge Bridger, cfg Config) *Executor {
+	if cfg.MaxOutput <= 0 {
+		cfg.MaxOutput = DefaultMaxOutput
+	}
+	if cfg.MaxFileBytes <= 0 {
+		cfg.MaxFileBytes = DefaultMaxFileBytes
+	}
+	if cfg.NearThreshold <= 0 || cfg.NearThreshold > 1 {
+		cfg.NearThreshold = DefaultNearThreshold
+	}
+	if cfg.MaxSessions <= 0 {
+		cfg.MaxSessions = DefaultMaxSessions
+	}
+	if cfg.SessionBuffer <= 0 {
+		cfg.SessionBuffer = DefaultSessionBuffer
+	}
+	if cfg.MaxListed <= 0 {
+		cfg.MaxListed = DefaultMaxListedFiles
+	}
+	if cfg.Mounts == nil {
+		cfg.Mounts = file.DefaultTable()
+	}
+	if cfg.BSLCommand == "" {
+		cfg.BSLCommand = DefaultBSLCommand
+	}
+	e := &Executor{sb: sb, files: files, bridge: bridge, cfg: cfg}
+	e.repls = newRepls(e)
+	e.terms = newTerminals(e)
+	return e
+}
+
+// toolError is a failure shown to the model as an error block.
+type toolError struct {
+	code string
+	msg  string
+}
+
+func (e *toolError) Error() string { return e.msg }
+
+func fail(code, format string, args ...any) error {
+	return &toolError{code: code, msg: fmt.Sprintf(format, args...)}
+}
+
+func invalidInput(format string, args ...any) error {
+	return fail(messages.CodeInvalidToolInput, format, args...)
+}
+
+// Execute runs one sandbox_v1 call. It returns an error only when ctx ends.
+func (e *Executor) Execute(ctx context.Context, call messages.ToolCall) (*messages.ToolResult, error) {
+	var (
+		body any
+		err  error
+	)
+	if e.sb == nil {
+		err = fail(messages.CodeUnavailable, messages.NotConfiguredMessage)
+	} else {
+		switch call.Name {
+		case messages.ToolSandboxBash:
+			body, err = e.bash(ctx, call)
+		case messages.ToolReplExecute:
+			body, err = e.repl(ctx, call)
+		case messages.ToolExecCommand:
+			body, err = e.execCommand(ctx, call)
+		case messages.ToolWriteStdin:
+			body, err = e.writeStdin(ctx, call)
+		case messages.ToolEditFile:
+			body, err = e.editFile(ctx, call)
+		case messages.ToolBSLCheck:
+			body, err = e.bslCheck(ctx, call)
+		default:
+			err = invalidInput("Unknown tool %q.", call.Name)
+		}
+	}
+	if cerr := ctx.Err(); cerr != nil {
+		return nil, fmt.Errorf("sandboxtools: %s: %w", call.Name, cerr)
+	}
+	if err != nil {
+		var te *toolError
+		if !errors.As(err, &te) {
+			te = &toolError{code: messages.CodeUnavailable, msg: sandboxMessage(err)}
+		}
+		return messages.ErrorResult(call.Name, te.code, te.msg), nil
+	}
+	b, merr := json.Marshal(body)
+	if merr != nil {
+		return messages.ErrorResult(call.Name, messages.CodeUnavailable, "The result could not be encoded: "+merr.Error()), nil
+	}
+	return messages.SandboxResult(b), nil
+}
+
+// sandboxMessage explains a sandbox failure.
+func sandboxMessage(err error) string {
+	if err.Error() == messages.NotConfiguredMessage {
+		return messages.NotConfiguredMessage
+	}
+	return "The sandbox is unavailable: " + err.Error()
+}
+
+// decode decodes a tool input, naming the field of a type mismatch.
+func decode(raw json.RawMessage, v any) error {
+	if len(raw) == 0 {
+		raw = json.RawMessage(`{}`)
+	}
+	if err := json.Unmarshal(raw, v); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) && te.Field != "" {
+			return invalidInput("Invalid input: '%s' must be of type %s.", te.Field, jsonKind(te.Type.Kind().String()))
+		}
+		return invalidInput("Invalid input: %v.", err)
+	}
+	return nil
+}
+
+func jsonKind(kind string) string {
+	switch kind {
+	case "ptr", "string":
+		return "string"
+	case "bool":
+		return "boolean"
+	case "int", "int64", "float64":
+		return "number"
+	}
+	return kind
+}
+
+// prepare makes the product's API reachable from the sandbox before a
+// command runs; a failure is logged into the command's view only.
+func (e *Executor) prepare(ctx context.Context, containerID string) {
+	if e.bridge != nil {
+		_ = e.bridge.Ensure(ctx, containerID)
+	}
+}
+
+// text returns b as valid UTF-8 cut to limit bytes, marked when cut here or
+// before.
+func text(b []byte, truncated bool, limit int) string {
+	if len(b) > limit {
+		b, truncated = b[:limit], true
+	}
+	s := string(b)
+	if truncated {
+		for i := 0; i < utf8.UTFMax-1 && len(s) > 0; i++ {
+			if r, size := utf8.DecodeLastRuneInString(s); r != utf8.RuneError || size != 1 {
+				break
+			}
+			s = s[:len(s)-1]
+		}
+	}
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	if truncated {
+		s += truncatedMarker
+	}
+	return s
+}
+
+// bashInput is the input of sandbox_bash.
+type bashInput struct {
+	Command        *string  `json:"command"`
+	Description    string   `json:"description"`
+	TimeoutSeconds *float64 `json:"timeout_seconds"`
+	Cwd            string   `json:"cwd"`
+}
+
+// BashFile is a file a sandbox_bash command created or changed in the
+// workspace.
+type BashFile struct {
+	Path   string `json:"path"`
+	FileID string `json:"file_id"`
+	Size   int64  `json:"size_bytes"`
+}
+
+// BashResult is the content of a sandbox_bash result.
+type BashResult struct {
+	Type        string            `json:"type"`
+	Description string            `json:"description,omitempty"`
+	Stdout      string            `json:"stdout"`
+	Stderr      string            `json:"stderr"`
+	ExitCode    int               `json:"exit_code"`
+	Truncated   bool              `json:"truncated"`
+	Files       []BashFile        `json:"files"`
+	FileCount   int               `json:"file_count"`
+	LocalPaths  map[string]string `json:"local_paths"`
+}
+
+// listScript prints the regular files under the workspace changed after
+// the time in $1 (seconds since the epoch), with their sizes, skipping
+// hidden folders.
+const listScript = `find "$2" -xdev \( -name '.*' -prune \) -o -type f -newermt "@$1" -printf '%s\t%p\n' 2>/dev/null | head -n "$3"`
+
+func (e *Executor) bash(ctx context.Context, call messages.ToolCall) (any, error) {
+	var in bashInput
+	if err := decode(call.Input, &in); err != nil {
+		return nil, err
+	}
+	if in.Command == nil || strings.TrimSpace(*in.Command) == "" {
+		return nil, invalidInput("Invalid input: 'command' is required.")
+	}
+	timeout := DefaultTimeout
+	if in.TimeoutSeconds != nil {
+		t := *in.TimeoutSeconds
+		if t < 1 || t > MaxTimeoutSeconds || t != math.Trunc(t) {
+			return nil, invalidInput("Invalid input: 'timeout_seconds' must be a whole number from 1 to %d.", MaxTimeoutSeconds)
+		}
+		timeout = time.Duration(t) * time.Second
+	}
+	dir := sandbox.WorkspaceDir
+	if in.Cwd != "" {
+		dir = in.Cwd
+		if !path.IsAbs(dir) {
+			dir = path.Join(sandbox.WorkspaceDir, dir)
+		}
+		dir = path.Clean(dir)
+	}
+	e.prepare(ctx, call.ContainerID)
+	start := time.Now().Add(-10 * time.Millisecond)
+	res, err := e.sb.Exec(ctx, call.ContainerID, sandbox.Command{
+		Args:      []string{"bash", "-c", *in.Command},
+		Dir:       dir,
+		Env:       call.Env,
+		Timeout:   timeout,
+		MaxOutput: e.cfg.MaxOutput,
+	})
+	if err != nil {
+		if errors.Is(err, sandbox.ErrUnavailable) || ctx.Err() != nil {
+			return nil, err
+		}
+		// The command could not start: most often a cwd that does not exist.
+		return nil, invalidInput("The command could not start in %s: %v", dir, err)
+	}
+	out := BashResult{
+		Type:        "sandbox_bash_result",
+		Description: in.Description,
+		Stdout:      text(res.Stdout, res.StdoutTruncated, e.cfg.MaxOutput),
+		Stderr:      text(res.Stderr, res.StderrTruncated, e.cfg.MaxOutput),
+		ExitCode:    res.ExitCode,
+		Truncated:   res.StdoutTruncated || res.StderrTruncated,
+		Files:       []BashFile{},
+		LocalPaths:  map[string]string{},
+	}
+	if res.TimedOut {
+		out.ExitCode = 124
+		if out.Stderr != "" && !strings.HasSuffix(out.Stderr, "\n") {
+			out.Stderr += "\n"
+		}
+		out.Stderr += fmt.Sprintf("Command timed out after %ds.", int64(timeout/time.Second))
+	}
+	out.Files = e.changedFiles(ctx, call, start)
+	out.FileCount = len(out.Files)
+	for _, f := range out.Files {
+		out.LocalPaths[f.Path] = "/api/gpt/v1/files/" + f.FileID + "/content"
+	}
+	return out, nil
+}
+
+// changedFiles lists the workspace files modified since start.
+func (e *Executor) changedFiles(ctx context.Context, call messages.ToolCall, start time.Time) []BashFile {
+	epoch := strconv.FormatFloat(float64(start.UnixNano())/1e9, 'f', 3, 64)
+	res, err := e.sb.Exec(ctx, call.ContainerID, sandbox.Command{
+		Args:      []string{"bash", "-c", listScript, "list", epoch, sandbox.WorkspaceDir, strconv.Itoa(e.cfg.MaxListed)},
+		Timeout:   defaultFileOpTimeout,
+		MaxOutput: 1 << 20,
+	})
+	files := []BashFile{}
+	if err != nil || res.ExitCode != 0 {
+		return files
+	}
+	for ln := range strings.SplitSeq(strings.TrimSpace(string(res.Stdout)), "\n") {
+		size, p, ok := strings.Cut(ln, "\t")
+		if !ok {
+			continue
+		}
+		n, _ := strconv.ParseInt(size, 10, 64)
+		files = append(files, BashFile{Path: p, FileID: file.EncodeID(p), Size: n})
+	}
+	sort.Slice(files, func(i, j int) bool { return files[i].Path < files[j].Path })
+	return files
+}

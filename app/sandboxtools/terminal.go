@@ -1,0 +1,336 @@
+package sandboxtools
+
+import (
+	"context"
+	"crypto/rand"
+	"math"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"threadbox/app/messages"
+	"threadbox/domain/sandbox"
+)
+
+// quiet is how long output must pause before a read returns early.
+const quiet = 200 * time.Millisecond
+
+// terminals keeps the exec_command sessions of every container.
+type terminals struct {
+	e  *Executor
+	mu sync.Mutex
+	by map[string]map[string]*terminal // container id -> session id -> session
+}
+
+func newTerminals(e *Executor) *terminals {
+	return &terminals{e: e, by: map[string]map[string]*terminal{}}
+}
+
+// terminal is one PTY session. Its output is kept in a window of the last
+// SessionBuffer bytes; cursors count every byte ever written, so a reader
+// that fell behind the window learns how much it missed.
+type terminal struct {
+	id   string
+	pid  int
+	sess sandbox.Session
+	max  int
+	done chan struct{}
+
+	mu       sync.Mutex
+	buf      []byte
+	total    int64 // bytes ever received; the cursor after the last one
+	exitCode *int
+	lost     string // why the session ended without an exit code
+	wake     chan struct{}
+}
+
+func (t *terminal) output(_ sandbox.Stream, b []byte) {
+	t.mu.Lock()
+	t.total += int64(len(b))
+	if len(b) >= t.max {
+		t.buf = append(t.buf[:0], b[len(b)-t.max:]...)
+	} else {
+		if over := len(t.buf) + len(b) - t.max; over > 0 {
+			t.buf = append(t.buf[:0], t.buf[over:]...)
+		}
+		t.buf = append(t.buf, b...)
+	}
+	t.mu.Unlock()
+	select {
+	case t.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (t *terminal) alive() bool {
+	select {
+	case <-t.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// read returns the output after since, the new cursor and how many bytes
+// after since were dropped from the window.
+func (t *terminal) read(since int64) (string, int64, int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	base := t.total - int64(len(t.buf))
+	var dropped int64
+	if since < base {
+		dropped, since = base-since, base
+	}
+	if since > t.total {
+		since = t.total
+	}
+	return strings.ToValidUTF8(string(t.buf[since-base:]), "\uFFFD"), t.total, dropped
+}
+
+func (t *terminal) cursor() int64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.total
+}
+
+// wait waits until the session ends, deadline passes, or (when early) new
+// output after since arrived and then paused for quiet.
+func (t *terminal) wait(ctx context.Context, since int64, d time.Duration, early bool) {
+	deadline := time.NewTimer(d)
+	defer deadline.Stop()
+	for {
+		var pause <-chan time.Time
+		if early && t.cursor() > since {
+			pause = time.After(quiet)
+		}
+		select {
+		case <-t.done:
+			return
+		case <-deadline.C:
+			return
+		case <-ctx.Done():
+			return
+		case <-t.wake:
+		case <-pause:
+			return
+		}
+	}
+}
+
+// TerminalResult is the content of exec_command and write_stdin results.
+type TerminalResult struct {
+	Type      string `json:"type"`
+	SessionID string `json:"session_id,omitempty"`
+	PID       int    `json:"pid"`
+	Stdout    string `json:"stdout"`
+	Cursor    int64  `json:"cursor"`
+	// Status is "running", "exited", or "lost" (the sandbox went away).
+	Status   string `json:"status"`
+	ExitCode *int   `json:"exit_code"`
+	Alive    bool   `json:"alive"`
+	// Dropped counts output bytes after since that no longer fit the
+	// session's buffer and were lost.
+	Dropped int64 `json:"dropped_bytes,omitempty"`
+}
+
+func (t *terminal) result(typ string, since int64) TerminalResult {
+	out, cur, dropped := t.read(since)
+	r := TerminalResult{Type: typ, SessionID: t.id, PID: t.pid, Stdout: out, Cursor: cur, Status: "running", Alive: true, Dropped: dropped}
+	if !t.alive() {
+		t.mu.Lock()
+		r.Alive, r.ExitCode, r.Status = false, t.exitCode, "exited"
+		if t.lost != "" {
+			r.Status = "lost"
+		}
+		t.mu.Unlock()
+	}
+	return r
+}
+
+// execInput is the input of exec_command.
+type execInput struct {
+	Command      *string  `json:"command"`
+	Rows         *int     `json:"rows"`
+	Cols         *int     `json:"cols"`
+	GraceSeconds *float64 `json:"grace_seconds"`
+}
+
+func (e *Executor) execCommand(ctx context.Context, call messages.ToolCall) (any, error) {
+	var in execInput
+	if err := decode(call.Input, &in); err != nil {
+		return nil, err
+	}
+	if in.Command == nil || strings.TrimSpace(*in.Command) == "" {
+		return nil, invalidInput("Invalid input: 'command' is required.")
+	}
+	size := sandbox.TTY{Rows: 24, Cols: 80}
+	for name, v := range map[string]*int{"rows": in.Rows, "cols": in.Cols} {
+		if v == nil {
+			continue
+		}
+		if *v < 1 || *v > 1000 {
+			return nil, invalidInput("Invalid input: '%s' must be from 1 to 1000.", name)
+		}
+		if name == "rows" {
+			size.Rows = uint16(*v)
+		} else {
+			size.Cols = uint16(*v)
+		}
+	}
+	grace := DefaultGrace
+	if in.GraceSeconds != nil {
+		g := *in.GraceSeconds
+		if g < 0 || math.IsNaN(g) || g > MaxWait.Seconds() {
+			return nil, invalidInput("Invalid input: 'grace_seconds' must be from 0 to %d.", int(MaxWait.Seconds()))
+		}
+		grace = time.Duration(g * float64(time.Second))
+	}
+	if err := e.terms.room(call.ContainerID); err != nil {
+		return nil, err
+	}
+	e.prepare(ctx, call.ContainerID)
+	starter, release, err := e.sessions(ctx, call.ContainerID)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	t := &terminal{id: "sess_" + rand.Text()[:16], max: e.cfg.SessionBuffer, done: make(chan struct{}), wake: make(chan struct{}, 1)}
+	sess, err := starter.Start(ctx, call.ContainerID, sandbox.Command{
+		Args:   []string{"bash", "-c", *in.Command},
+		Dir:    sandbox.WorkspaceDir,
+		Env:    call.Env,
+		Output: t.output,
+	}, &size)
+	if err != nil {
+		return nil, err
+	}
+	t.sess, t.pid = sess, sess.PID()
+	go func() {
+		res, err := sess.Wait(context.Background())
+		t.mu.Lock()
+		if err != nil {
+			t.lost = err.Error()
+		} else {
+			code := res.ExitCode
+			t.exitCode = &code
+		}
+		t.mu.Unlock()
+		close(t.done)
+	}()
+	t.wait(ctx, 0, grace, false)
+	if !t.alive() {
+		r := t.result("exec_command_result", 0)
+		r.SessionID = ""
+		return r, nil
+	}
+	e.terms.add(call.ContainerID, t)
+	return t.result("exec_command_result", 0), nil
+}
+
+// room makes sure another session fits in the container, forgetting
+// sessions that ended.
+func (ts *terminals) room(containerID string) error {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	live := 0
+	m := ts.by[containerID]
+	for id, t := range m {
+		if t.alive() {
+			live++
+		} else if len(m) >= ts.e.cfg.MaxSessions {
+			// Ended sessions wait for a last read only while there is room.
+			delete(m, id)
+		}
+	}
+	if live >= ts.e.cfg.MaxSessions {
+		return fail(messages.CodeTooManyRequests, "%d terminal sessions are running in this container, the most allowed; end one (exit it, or send Ctrl-C \\u0003 or Ctrl-D \\u0004 with write_stdin) first.", live)
+	}
+	return nil
+}
+
+func (ts *terminals) add(containerID string, t *terminal) {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	m := ts.by[containerID]
+	if m == nil {
+		m = map[string]*terminal{}
+		ts.by[containerID] = m
+	}
+	m[t.id] = t
+}
+
+func (ts *terminals) get(containerID, id string) *terminal {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	return ts.by[containerID][id]
+}
+
+func (ts *terminals) forget(containerID, id string) {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	delete(ts.by[containerID], id)
+}
+
+// writeInput is the input of write_stdin.
+type writeInput struct {
+	SessionID   *string  `json:"session_id"`
+	Input       *string  `json:"input"`
+	Since       *int64   `json:"since"`
+	WaitSeconds *float64 `json:"wait_seconds"`
+}
+
+func (e *Executor) writeStdin(ctx context.Context, call messages.ToolCall) (any, error) {
+	var in writeInput
+	if err := decode(call.Input, &in); err != nil {
+		return nil, err
+	}
+	if in.SessionID == nil || *in.SessionID == "" {
+		return nil, invalidInput("Invalid input: 'session_id' is required.")
+	}
+	if in.Input == nil {
+		return nil, invalidInput("Invalid input: 'input' is required.")
+	}
+	wait := DefaultWait
+	if in.WaitSeconds != nil {
+		w := *in.WaitSeconds
+		if w < 0 || math.IsNaN(w) || w > MaxWait.Seconds() {
+			return nil, invalidInput("Invalid input: 'wait_seconds' must be from 0 to %d.", int(MaxWait.Seconds()))
+		}
+		wait = time.Duration(w * float64(time.Second))
+	}
+	t := e.terms.get(call.ContainerID, *in.SessionID)
+	if t == nil {
+		return nil, invalidInput("No session %s in this container: it never existed, or it ended and its last output was read.", *in.SessionID)
+	}
+	since := t.cursor()
+	if in.Since != nil {
+		if *in.Since < 0 {
+			return nil, invalidInput("Invalid input: 'since' must not be negative.")
+		}
+		since = *in.Since
+	}
+	if *in.Input != "" {
+		if !t.alive() {
+			r := t.result("write_stdin_result", since)
+			e.terms.forget(call.ContainerID, t.id)
+			return nil, invalidInput("Session %s has ended (exit code %s); its input was not sent. Last output:\n%s", t.id, exitText(r.ExitCode), r.Stdout)
+		}
+		if _, err := t.sess.Write([]byte(*in.Input)); err != nil {
+			return nil, err
+		}
+	}
+	t.wait(ctx, since, wait, true)
+	r := t.result("write_stdin_result", since)
+	if !r.Alive {
+		e.terms.forget(call.ContainerID, t.id)
+	}
+	return r, nil
+}
+
+func exitText(code *int) string {
+	if code == nil {
+		return "unknown"
+	}
+	return strconv.Itoa(*code)
+}
