@@ -28,14 +28,14 @@ export async function renderAdmin(main, ctx) {
       h('h2', { id: 'users-h' }, 'Users'),
       newUserForm(users),
       h('div', { class: 'table-wrap', role: 'region', 'aria-label': 'Users', tabindex: '0' },
-        h('table', {}, h('thead', {}, h('tr', {},
+        h('table', { id: 'users' }, h('thead', {}, h('tr', {},
           h('th', { scope: 'col' }, 'Email'), h('th', { scope: 'col' }, 'Role'), h('th', { scope: 'col' }, 'Active'),
           h('th', { scope: 'col' }, 'Created'), h('th', { scope: 'col' }, 'Password'))), users))),
     h('section', { 'aria-labelledby': 'audit-h', class: 'panel' },
       h('div', { class: 'side-head' }, h('h2', { id: 'audit-h' }, 'Audit log'),
         h('button', { type: 'button', onclick: () => loadAudit(audit) }, 'Refresh')),
       h('div', { class: 'table-wrap', role: 'region', 'aria-label': 'Audit log', tabindex: '0' },
-        h('table', {}, h('thead', {}, h('tr', {},
+        h('table', { id: 'audit' }, h('thead', {}, h('tr', {},
           h('th', { scope: 'col' }, 'When'), h('th', { scope: 'col' }, 'Action'), h('th', { scope: 'col' }, 'Actor'), h('th', { scope: 'col' }, 'Change'))), audit))));
   replace(main, page);
   const policy = await api('GET', '/org/features');

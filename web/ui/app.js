@@ -161,24 +161,33 @@ async function loadThreads(projectID, more = false) {
   state.threads.set(projectID, { items, hasMore: res.has_more });
 }
 
+let sidebarList = null;
+
+/** renderSidebar draws the project list; the new-project form stays put,
+ * so what the user is typing there survives a refresh. */
 function renderSidebar() {
-  const name = h('input', { id: 'new-project', name: 'name', required: true, autocomplete: 'off', placeholder: 'Project name' });
-  const create = h('form', { class: 'new-project' },
-    h('label', { for: 'new-project' }, 'New project'),
-    h('div', { class: 'row' }, name, h('button', { type: 'submit' }, 'Create')));
-  create.addEventListener('submit', async (e) => {
-    e.preventDefault();
-    try {
-      const p = await api('POST', '/project', { name: name.value.trim() });
-      state.open.add(p.id);
-      await loadProjects();
-      const b = sidebar.querySelector(`[data-project-id="${p.id}"] .new-thread`);
-      if (b) b.focus();
-    } catch (err) { notify(explain(err)); }
-  });
-  const list = h('ul', { class: 'projects' }, state.projects.map(projectItem));
-  replace(sidebar, h('h2', { class: 'side-title' }, 'Projects'), create,
-    state.projects.length ? list : h('p', { class: 'empty' }, 'No projects yet.'));
+  if (!sidebarList) {
+    const name = h('input', { id: 'new-project', name: 'name', required: true, autocomplete: 'off', placeholder: 'Project name' });
+    const create = h('form', { class: 'new-project' },
+      h('label', { for: 'new-project' }, 'New project'),
+      h('div', { class: 'row' }, name, h('button', { type: 'submit' }, 'Create')));
+    create.addEventListener('submit', async (e) => {
+      e.preventDefault();
+      try {
+        const p = await api('POST', '/project', { name: name.value.trim() });
+        name.value = '';
+        state.open.add(p.id);
+        await loadProjects();
+        const b = sidebar.querySelector(`[data-project-id="${p.id}"] .new-thread`);
+        if (b) b.focus();
+      } catch (err) { notify(explain(err)); }
+    });
+    sidebarList = h('div', { class: 'project-list' });
+    replace(sidebar, h('h2', { class: 'side-title' }, 'Projects'), create, sidebarList);
+  }
+  replace(sidebarList, state.projects.length
+    ? h('ul', { class: 'projects' }, state.projects.map(projectItem))
+    : h('p', { class: 'empty' }, 'No projects yet.'));
 }
 
 function projectItem(p) {

@@ -1,0 +1,243 @@
+package main
+
+// End-to-end tests of the web frontend (issue 8) in headless Chromium.
+//
+// They live in package main, beside harness_test.go, so that the server is
+// started in-process through run() exactly as the API tests start it: no
+// binary to build first, the same data folder for the admin CLI, and one
+// process to stop. Chromium missing: t.Fatal under CI=true, skip otherwise
+// (e2e.NeedChromium); the chat test also needs Docker and the sandbox image
+// (needDocker).
+
+import (
+	"bytes"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"threadbox/e2e"
+)
+
+const (
+	e2eEmail    = "admin@acme.test"
+	e2ePassword = "correct horse battery staple"
+)
+
+// e2eServer starts a server with extra settings and an org "acme" whose
+// admin has the password e2ePassword, set through the admin CLI.
+func e2eServer(t *testing.T, extra map[string]string) *server {
+	t.Helper()
+	s := startServer(t, "", extra)
+	pw := filepath.Join(t.TempDir(), "password")
+	if err := os.WriteFile(pw, []byte(e2ePassword+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := s.cli("admin", "bootstrap", "--org", "acme", "--email", e2eEmail, "--password-file", pw); err != nil {
+		t.Fatalf("bootstrap: %v %s", err, out)
+	}
+	return s
+}
+
+// apiLogin returns a session token for email, through the API.
+func apiLogin(t *testing.T, s *server, email, password string) string {
+	t.Helper()
+	r := s.do("POST", appAPI+"/auth/login", "", map[string]string{"email": email, "password": password})
+	if r.status != 200 {
+		t.Fatalf("login %s: %d %s", email, r.status, r.body)
+	}
+	return r.json(t)["token"].(string)
+}
+
+// uiLogin signs in through the login page and waits for the sidebar.
+func uiLogin(b *e2e.Browser, base, email, password string) {
+	b.Do("open the login page",
+		chromedp.Navigate(base+"/"),
+		chromedp.WaitVisible(chromedp.ID("email")),
+		chromedp.SendKeys(chromedp.ID("email"), email),
+		chromedp.SendKeys(chromedp.ID("password"), password),
+		chromedp.Click(chromedp.ID("login")),
+		chromedp.WaitVisible(chromedp.ID("new-project")))
+}
+
+// shoot saves a screenshot that the test keeps (for the docs and for a
+// look), logging where.
+func shoot(t *testing.T, b *e2e.Browser, name string) {
+	t.Helper()
+	path, err := b.Screenshot(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot: %s", path)
+}
+
+// noHorizontalOverflow fails when the page is wider than the viewport.
+func noHorizontalOverflow(t *testing.T, b *e2e.Browser, width int) {
+	t.Helper()
+	got := e2e.Eval[int](b, "page width", `document.documentElement.scrollWidth`)
+	if got > width {
+		wide := e2e.Eval[string](b, "widest elements", fmt.Sprintf(`[...document.querySelectorAll('body *')]
+			.filter(e => e.getBoundingClientRect().right > %d + 1).slice(0, 5)
+			.map(e => e.tagName + '.' + e.className + ' ' + Math.round(e.getBoundingClientRect().right)).join('; ')`, width))
+		t.Errorf("at %d px the page is %d px wide (scrolls sideways): %s", width, got, wide)
+	}
+}
+
+const salesCSV = "month,sales\nJan,12\nFeb,19\nMar,7\nApr,23\n"
+
+// plotMessage is the user's message: prose and a python block that reads
+// the uploaded CSV, prints it, pauses so the live stream can be seen, and
+// plots it into outputs.
+const plotMessage = "Plot the sales.\n```python\n" +
+	"import time, sys\n" +
+	"import pandas as pd\n" +
+	"import matplotlib\n" +
+	"matplotlib.use('Agg')\n" +
+	"import matplotlib.pyplot as plt\n" +
+	"df = pd.read_csv('/mnt/user-data/uploads/sales.csv')\n" +
+	"print('rows', len(df), 'total', int(df['sales'].sum()))\n" +
+	"print('plotting', file=sys.stderr)\n" +
+	"sys.stdout.flush()\n" +
+	"time.sleep(2)\n" +
+	"df.plot(x='month', y='sales', kind='bar')\n" +
+	"plt.savefig('/mnt/user-data/outputs/sales.png')\n" +
+	"```"
+
+// TestE2EChat is issue 8's scenario: log in; create a project and a
+// thread; upload a CSV with the file picker; send a python block that plots
+// it; watch the turn stream (the code card shows before its result); see
+// stdout, stderr, the exit code and the image preview; download the image
+// and compare its bytes with the sandbox's; then, as admin, switch off
+// generated downloads and see the download refused with a message naming
+// the feature; switch off code execution and see a turn answered without
+// running code. Screenshots at 1440 and 375 px wide are kept.
+func TestE2EChat(t *testing.T) {
+	e2e.NeedChromium(t)
+	agent := needDocker(t)
+	s := e2eServer(t, map[string]string{"SANDBOX_BACKEND": "docker", "THREADBOX_AGENT_BIN": agent, "MODEL_PROVIDER": "runner"})
+	token := apiLogin(t, s, e2eEmail, e2ePassword)
+	b := e2e.Start(t, 1440, 1000)
+	uiLogin(b, s.base, e2eEmail, e2ePassword)
+
+	// A project and a thread, through the sidebar and the dialog.
+	b.Do("create a project",
+		chromedp.SendKeys(chromedp.ID("new-project"), "Sales"),
+		chromedp.Click(chromedp.CSS(".new-project button[type=submit]")),
+		chromedp.WaitVisible(chromedp.CSS(".project .new-thread")),
+		chromedp.Click(chromedp.CSS(".project .new-thread")),
+		chromedp.WaitVisible(chromedp.ID("dialog-input")),
+		chromedp.SetValue(chromedp.ID("dialog-input"), "Monthly sales"),
+		chromedp.Click(chromedp.ID("dialog-ok")),
+		chromedp.WaitVisible(chromedp.ID("message")))
+	b.WaitText("#thread-title", "Monthly sales", 10*time.Second)
+	loc := e2e.Run(b, "location", chromedp.Location())
+	tid := loc[strings.Index(loc, "#/thread/")+len("#/thread/"):]
+	if th := s.do("GET", appAPI+"/thread/"+tid, token, nil); th.status != 200 || th.json(t)["title"] != "Monthly sales" {
+		t.Fatalf("the thread the page shows is not stored: %d %s", th.status, th.body)
+	}
+	b.WaitText(fmt.Sprintf(`.threads a[data-thread-id=%q]`, tid), "Monthly sales", 5*time.Second)
+
+	// Upload a CSV with the file picker.
+	csvPath := filepath.Join(t.TempDir(), "sales.csv")
+	if err := os.WriteFile(csvPath, []byte(salesCSV), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	b.Do("pick the CSV", chromedp.SetUploadFiles(chromedp.ID("file-input"), []string{csvPath}))
+	b.WaitText(`.upload[data-name="sales.csv"]`, "Uploaded to /mnt/user-data/uploads/sales.csv", 30*time.Second)
+	b.WaitText(`.file-list li[data-path="/mnt/user-data/uploads/sales.csv"]`, "sales.csv", 10*time.Second)
+	up := s.do("GET", appAPI+"/thread/"+tid+"/download-file?path="+url.QueryEscape("/mnt/user-data/uploads/sales.csv"), token, nil)
+	if up.status != 200 || string(up.body) != salesCSV {
+		t.Fatalf("uploaded CSV in the sandbox: %d %q", up.status, up.body)
+	}
+
+	// Send the message; the code card shows while the code runs.
+	b.Do("send the message",
+		chromedp.SetValue(chromedp.ID("message"), plotMessage),
+		chromedp.Click(chromedp.ID("send")))
+	b.WaitTrue("the code card while the code runs (a live stream)",
+		`document.querySelector('.msg.assistant .exec.running') && document.querySelector('.msg.assistant .exec .command').textContent.includes("read_csv('/mnt/user-data/uploads/sales.csv')")`,
+		60*time.Second)
+	if got := e2e.Eval[string](b, "streamed text", `document.querySelector('.msg.assistant .text').textContent`); !strings.Contains(got, "Running block 1 of 1 (python)") {
+		t.Errorf("the text before the code card: %q", got)
+	}
+	b.WaitText(".msg.assistant .exec .exit-code", "Exit code: 0", 90*time.Second)
+	if got := e2e.Eval[string](b, "stdout", `document.querySelector('.msg.assistant .exec .output.stdout pre').textContent`); got != "rows 4 total 61\n" {
+		t.Errorf("stdout shown: %q", got)
+	}
+	if got := e2e.Eval[string](b, "stderr", `document.querySelector('.msg.assistant .exec .output.stderr pre').textContent`); !strings.Contains(got, "plotting") {
+		t.Errorf("stderr shown: %q", got)
+	}
+	b.WaitTrue("the image preview", `(() => { const i = document.querySelector('.artifact[data-name="sales.png"] img.image-preview'); return i && i.complete && i.naturalWidth > 100; })()`, 30*time.Second)
+	b.WaitTrue("the end of the turn", `!document.querySelector('.msg.assistant[aria-busy]') && document.querySelectorAll('.msg.assistant .text').length >= 2`, 30*time.Second)
+	if got := e2e.Eval[string](b, "summary", `[...document.querySelectorAll('.msg.assistant .text')].pop().textContent`); !strings.Contains(got, "Ran 1 code block(s)") {
+		t.Errorf("final text: %q", got)
+	}
+	b.WaitText(".file-list", "sales.png", 10*time.Second)
+	b.WaitText(`ul[aria-label="Project artifacts"]`, "sales.png", 10*time.Second)
+
+	// Download the image and compare its bytes with the sandbox's file.
+	want := s.do("GET", appAPI+"/thread/"+tid+"/download-file?path="+url.QueryEscape("/mnt/user-data/outputs/sales.png"), token, nil)
+	if want.status != 200 || !bytes.HasPrefix(want.body, []byte("\x89PNG\r\n\x1a\n")) {
+		t.Fatalf("sandbox's sales.png: %d %q", want.status, want.body[:min(len(want.body), 64)])
+	}
+	b.Do("download the image", chromedp.Click(chromedp.CSS(`.artifact[data-name="sales.png"] button.download`)))
+	if got := b.WaitDownload("sales.png", 30*time.Second); !bytes.Equal(got, want.body) {
+		t.Fatalf("downloaded %d bytes, the sandbox holds %d: they differ", len(got), len(want.body))
+	}
+
+	shoot(t, b, "thread-1440")
+	b.SetViewport(375, 812)
+	b.WaitTrue("the narrow layout", `document.getElementById('menu').offsetParent !== null`, 5*time.Second)
+	noHorizontalOverflow(t, b, 375)
+	shoot(t, b, "thread-375")
+	b.SetViewport(1440, 1000)
+
+	// As admin, switch off generated downloads: the download is refused
+	// with a message naming the feature.
+	b.Do("open the admin page", chromedp.Click(chromedp.ID("nav-admin")), chromedp.WaitVisible(chromedp.ID("f-generated")))
+	b.Do("switch off generated downloads", chromedp.Click(chromedp.ID("f-generated")))
+	b.WaitText(".admin .saved", "downloads of generated files off", 10*time.Second)
+	if f := s.do("GET", appAPI+"/org/features", token, nil).json(t); f["downloads"].(map[string]any)["generated"] != false {
+		t.Fatalf("policy after the switch: %v", f)
+	}
+	b.WaitText("#audit", "org.features.update", 10*time.Second)
+	shoot(t, b, "admin-1440")
+	b.Do("back to the thread",
+		chromedp.Click(chromedp.CSS(fmt.Sprintf(`.threads a[data-thread-id=%q]`, tid))),
+		chromedp.WaitVisible(chromedp.CSS(`.artifact[data-name="sales.png"] button.download`)))
+	b.Do("download again", chromedp.Click(chromedp.CSS(`.artifact[data-name="sales.png"] button.download`)))
+	msg := b.WaitText(`.artifact[data-name="sales.png"] .download-wrap .inline-error`, "downloads.generated", 10*time.Second)
+	if !strings.Contains(msg, "switched off downloads of generated files") {
+		t.Errorf("refusal shown: %q", msg)
+	}
+	b.WaitText("#notice-text", "downloads.generated", 5*time.Second)
+
+	// Switch off code execution: the next turn is answered without running
+	// code, and the page says why.
+	b.Do("open the admin page", chromedp.Click(chromedp.ID("nav-admin")), chromedp.WaitVisible(chromedp.ID("f-code")))
+	b.Do("switch off code execution", chromedp.Click(chromedp.ID("f-code")))
+	b.WaitText(".admin .saved", "code execution off", 10*time.Second)
+	b.Do("back to the thread",
+		chromedp.Click(chromedp.CSS(fmt.Sprintf(`.threads a[data-thread-id=%q]`, tid))),
+		chromedp.WaitVisible(chromedp.ID("message")))
+	b.WaitText(".policy-note", "switched off by your organization's admin (codeExecution)", 10*time.Second)
+	runsBefore := e2e.Eval[int](b, "code cards", `document.querySelectorAll('.exec').length`)
+	b.Do("send a message with code",
+		chromedp.SetValue(chromedp.ID("message"), "```python\nopen('/mnt/user-data/outputs/should-not-exist.txt', 'w').write('x')\n```"),
+		chromedp.Click(chromedp.ID("send")))
+	b.WaitText(".msg.assistant:last-child .turn-note", "switched off code execution (codeExecution)", 60*time.Second)
+	if got := e2e.Eval[string](b, "answer", `document.querySelector('.msg.assistant:last-child .text').textContent`); !strings.Contains(got, "code execution is not enabled") {
+		t.Errorf("answer without code execution: %q", got)
+	}
+	if n := e2e.Eval[int](b, "code cards", `document.querySelectorAll('.exec').length`); n != runsBefore {
+		t.Errorf("a code card appeared with code execution off: %d before, %d after", runsBefore, n)
+	}
+	if r := s.do("GET", "/api/gpt/v1/files?limit=1000&scope_id="+tid, token, nil); r.status != 200 || strings.Contains(string(r.body), "should-not-exist") {
+		t.Errorf("the code ran anyway (or the files are not listed): %d %s", r.status, r.body)
+	}
+}

@@ -1,0 +1,275 @@
+// Package e2e drives a headless Chromium for end-to-end tests of the web
+// frontend: it starts a fresh browser per test, runs chromedp actions with
+// timeouts, takes screenshots, and keeps a screenshot and the page's
+// console when a test fails.
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/browser"
+	"github.com/chromedp/chromedp"
+)
+
+// DefaultChromium is the browser the tests drive unless THREADBOX_CHROMIUM
+// names another.
+const DefaultChromium = "/usr/bin/chromium"
+
+// DefaultTimeout bounds each step of a test.
+const DefaultTimeout = 60 * time.Second
+
+// NeedChromium returns the Chromium executable, failing the test under
+// CI=true and skipping it otherwise when it is missing.
+func NeedChromium(t testing.TB) string {
+	t.Helper()
+	path := os.Getenv("THREADBOX_CHROMIUM")
+	if path == "" {
+		path = DefaultChromium
+	}
+	if _, err := os.Stat(path); err != nil {
+		msg := fmt.Sprintf("chromium missing (apt-get install chromium chromium-driver): %v", err)
+		if os.Getenv("CI") == "true" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	return path
+}
+
+// Browser is one headless Chromium with one tab, for one test.
+type Browser struct {
+	t         testing.TB
+	ctx       context.Context
+	downloads string
+
+	mu      sync.Mutex
+	console []string
+}
+
+// Start launches Chromium with a fresh profile and a tab of width×height
+// CSS pixels. When the test fails, a screenshot of the tab is saved under
+// test-artifacts/ at the repository's root and its path logged, with the
+// page's console messages.
+func Start(t testing.TB, width, height int) *Browser {
+	t.Helper()
+	exe := NeedChromium(t)
+	profile := t.TempDir()
+	opts := []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(exe),
+		chromedp.Headless,
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.NoFirstRun,
+		chromedp.NoDefaultBrowserCheck,
+		chromedp.UserDataDir(profile),
+		chromedp.WindowSize(width, height),
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.Flag("disable-extensions", true),
+		chromedp.Flag("disable-default-apps", true),
+		chromedp.Flag("password-store", "basic"),
+	}
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancelTab := chromedp.NewContext(actx)
+	b := &Browser{t: t, ctx: ctx, downloads: t.TempDir()}
+	t.Cleanup(func() {
+		cancelTab()
+		cancelAlloc()
+	})
+	// The first action starts the browser and opens the tab; it must get
+	// the tab's own context, since ending that context ends the browser.
+	if err := chromedp.Do(ctx, chromedp.EmulateViewport(int64(width), int64(height))); err != nil {
+		t.Fatalf("e2e: start chromium: %v", err)
+	}
+	start, cancel := context.WithTimeout(ctx, DefaultTimeout)
+	defer cancel()
+	_, err := chromedp.CallBrowser(start, browser.SetDownloadBehavior, browser.SetDownloadBehaviorParams{
+		Behavior: browser.SetDownloadBehaviorBehaviorAllow, DownloadPath: b.downloads,
+	})
+	if err != nil {
+		t.Fatalf("e2e: download folder: %v", err)
+	}
+	go b.collectConsole()
+	// Registered after the browser's cleanup, so it runs first, while the
+	// tab is still there.
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		if path, err := b.Screenshot("failure"); err != nil {
+			t.Logf("e2e: no failure screenshot: %v", err)
+		} else {
+			t.Logf("e2e: screenshot of the failure: %s", path)
+		}
+		if c := b.Console(); len(c) > 0 {
+			t.Logf("e2e: browser console:\n%s", strings.Join(c, "\n"))
+		}
+	})
+	return b
+}
+
+func (b *Browser) collectConsole() {
+	for m, err := range chromedp.Console(b.ctx) {
+		if err != nil {
+			return
+		}
+		b.mu.Lock()
+		b.console = append(b.console, fmt.Sprintf("[%s] %s", m.Type, m.Text))
+		b.mu.Unlock()
+	}
+}
+
+// Console returns the page's console messages and uncaught exceptions so far.
+func (b *Browser) Console() []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]string(nil), b.console...)
+}
+
+// Context returns the tab's context, for chromedp calls the helpers lack.
+func (b *Browser) Context() context.Context { return b.ctx }
+
+// Downloads returns the folder the browser saves downloads into.
+func (b *Browser) Downloads() string { return b.downloads }
+
+// Do runs steps in order within DefaultTimeout, failing the test at the
+// first error with what was being done.
+func (b *Browser) Do(what string, steps ...chromedp.Action[chromedp.Void]) {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, DefaultTimeout)
+	defer cancel()
+	if err := chromedp.Do(ctx, steps...); err != nil {
+		b.t.Fatalf("e2e: %s: %v", what, err)
+	}
+}
+
+// Run runs one action that returns a value, within DefaultTimeout,
+// failing the test on error.
+func Run[T any](b *Browser, what string, a chromedp.Action[T]) T {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, DefaultTimeout)
+	defer cancel()
+	v, err := chromedp.Run(ctx, a)
+	if err != nil {
+		b.t.Fatalf("e2e: %s: %v", what, err)
+	}
+	return v
+}
+
+// Eval evaluates a JavaScript expression and returns its value.
+func Eval[T any](b *Browser, what, expr string) T {
+	b.t.Helper()
+	return Run(b, what, chromedp.Evaluate[T](expr, chromedp.EvalAwaitPromise))
+}
+
+// WaitTrue polls a JavaScript expression until it is true, failing the test
+// with what when timeout passes first.
+func (b *Browser) WaitTrue(what, expr string, timeout time.Duration) {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, timeout+5*time.Second)
+	defer cancel()
+	_, err := chromedp.Run(ctx, chromedp.Poll[bool]("!!("+expr+")",
+		chromedp.WithPollingTimeout(timeout), chromedp.WithPollingInterval(100*time.Millisecond)))
+	if err != nil {
+		b.t.Fatalf("e2e: waiting for %s: %v", what, err)
+	}
+}
+
+// WaitText waits until the text of the first element matching the CSS
+// selector contains want, and returns that text.
+func (b *Browser) WaitText(selector, want string, timeout time.Duration) string {
+	b.t.Helper()
+	expr := fmt.Sprintf(`(() => { const el = document.querySelector(%q); return !!el && el.textContent.includes(%q); })()`, selector, want)
+	b.WaitTrue(fmt.Sprintf("%s to contain %q", selector, want), expr, timeout)
+	return Eval[string](b, "read "+selector, fmt.Sprintf(`document.querySelector(%q).textContent`, selector))
+}
+
+// SetViewport resizes the tab to width×height CSS pixels.
+func (b *Browser) SetViewport(width, height int) {
+	b.t.Helper()
+	b.Do(fmt.Sprintf("viewport %dx%d", width, height), chromedp.EmulateViewport(int64(width), int64(height)))
+}
+
+// Screenshot saves a PNG of the whole page under test-artifacts/ as
+// <test name>-<name>.png and returns its path.
+func (b *Browser) Screenshot(name string) (string, error) {
+	dir, err := ArtifactsDir()
+	if err != nil {
+		return "", err
+	}
+	ctx, cancel := context.WithTimeout(b.ctx, 20*time.Second)
+	defer cancel()
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		return "", fmt.Errorf("e2e: screenshot: %w", err)
+	}
+	path := filepath.Join(dir, safeName(b.t.Name()+"-"+name)+".png")
+	if err := os.WriteFile(path, png, 0o644); err != nil {
+		return "", fmt.Errorf("e2e: screenshot: %w", err)
+	}
+	return path, nil
+}
+
+// WaitDownload waits until the browser has finished saving a download
+// named name and returns its bytes.
+func (b *Browser) WaitDownload(name string, timeout time.Duration) []byte {
+	b.t.Helper()
+	path := filepath.Join(b.downloads, name)
+	deadline := time.Now().Add(timeout)
+	for {
+		if data, err := os.ReadFile(path); err == nil {
+			if _, err := os.Stat(path + ".crdownload"); errors.Is(err, os.ErrNotExist) {
+				return data
+			}
+		}
+		if time.Now().After(deadline) {
+			entries, _ := os.ReadDir(b.downloads)
+			var names []string
+			for _, e := range entries {
+				names = append(names, e.Name())
+			}
+			b.t.Fatalf("e2e: download %s did not arrive within %s (folder holds %v)", name, timeout, names)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+var unsafeChars = regexp.MustCompile(`[^A-Za-z0-9._-]+`)
+
+func safeName(s string) string { return unsafeChars.ReplaceAllString(s, "_") }
+
+// ArtifactsDir returns test-artifacts/ at the repository's root (the
+// folder holding go.mod), creating it.
+func ArtifactsDir() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", fmt.Errorf("e2e: artifacts dir: %w", err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			break
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("e2e: artifacts dir: no go.mod above the working directory")
+		}
+		dir = parent
+	}
+	out := filepath.Join(dir, "test-artifacts")
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return "", fmt.Errorf("e2e: artifacts dir: %w", err)
+	}
+	return out, nil
+}
