@@ -1,0 +1,328 @@
+package sandboxtools
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"threadbox/domain/sandbox"
+	"threadbox/domain/user"
+)
+
+// DefaultAPIPort is the loopback port inside every sandbox on which the
+// product's API answers; services of SANDBOX_ALLOW_SERVICES take the ports
+// after it, in the order listed.
+const DefaultAPIPort = 47800
+
+// APIPath is the path prefix of the product's API, the one the Anthropic
+// SDKs take as their base URL.
+const APIPath = "/api/gpt"
+
+// Service is an internal service operators expose inside every sandbox
+// (SANDBOX_ALLOW_SERVICES): connections to its loopback port inside the
+// sandbox are carried to Addr, dialled from the threadbox host.
+type Service struct {
+	Name string // [a-z0-9_-]; the variable SANDBOX_SERVICE_<NAME> holds its address inside
+	Addr string // host:port as seen from the threadbox host
+}
+
+var serviceName = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_-]{0,62}$`)
+
+// ParseServices parses SANDBOX_ALLOW_SERVICES: a comma-separated list of
+// name=host:port.
+func ParseServices(s string) ([]Service, error) {
+	var out []Service
+	seen := map[string]bool{}
+	for item := range strings.SplitSeq(s, ",") {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			continue
+		}
+		name, addr, ok := strings.Cut(item, "=")
+		name, addr = strings.TrimSpace(name), strings.TrimSpace(addr)
+		if !ok || !serviceName.MatchString(name) {
+			return nil, fmt.Errorf("sandboxtools: services: %q is not name=host:port", item)
+		}
+		if _, port, err := net.SplitHostPort(addr); err != nil || port == "" {
+			return nil, fmt.Errorf("sandboxtools: services: %q: the address must be host:port", item)
+		}
+		key := strings.ToUpper(name)
+		if seen[key] {
+			return nil, fmt.Errorf("sandboxtools: services: %q is listed twice", name)
+		}
+		seen[key] = true
+		out = append(out, Service{Name: name, Addr: addr})
+	}
+	return out, nil
+}
+
+// ServeFunc serves one connection made inside the container's sandbox to
+// the product's API port (web.Server.ServeSandboxConn). It returns when
+// the connection is done.
+type ServeFunc func(conn net.Conn, containerID string)
+
+// BridgeConfig tunes a Bridge.
+type BridgeConfig struct {
+	// APIPort is the product API's port inside the sandbox; 0 means
+	// DefaultAPIPort.
+	APIPort int
+	// Services are further internal services to expose.
+	Services []Service
+	// Dial connects to a service from the host; nil means net.Dialer.
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// Logger receives bridge events; nil discards them.
+	Logger *slog.Logger
+}
+
+// Bridge makes the product's API (and the allowed services) reachable from
+// inside sandboxes that have no network: it asks each sandbox's agent to
+// listen on loopback and serves the connections it carries over. Nothing
+// else is reachable.
+type Bridge struct {
+	sb    Sandbox
+	serve ServeFunc
+	cfg   BridgeConfig
+	log   *slog.Logger
+
+	mu   sync.Mutex
+	live map[string]*bridged
+}
+
+// bridged is the set of listeners inside one sandbox.
+type bridged struct {
+	listeners []net.Listener
+	dead      chan struct{}
+	once      sync.Once
+}
+
+func (b *bridged) kill() {
+	b.once.Do(func() {
+		close(b.dead)
+		for _, l := range b.listeners {
+			_ = l.Close()
+		}
+	})
+}
+
+func (b *bridged) alive() bool {
+	select {
+	case <-b.dead:
+		return false
+	default:
+		return true
+	}
+}
+
+// NewBridge returns a Bridge serving API connections with serve.
+func NewBridge(sb Sandbox, serve ServeFunc, cfg BridgeConfig) *Bridge {
+	if cfg.APIPort <= 0 {
+		cfg.APIPort = DefaultAPIPort
+	}
+	if cfg.Dial == nil {
+		var d net.Dialer
+		cfg.Dial = d.DialContext
+	}
+	lg := cfg.Logger
+	if lg == nil {
+		lg = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return &Bridge{sb: sb, serve: serve, cfg: cfg, log: lg, live: map[string]*bridged{}}
+}
+
+// BaseURL is ANTHROPIC_BASE_URL inside every sandbox.
+func (b *Bridge) BaseURL() string {
+	return "http://127.0.0.1:" + strconv.Itoa(b.cfg.APIPort) + APIPath
+}
+
+// Env returns the variables set for every command of a turn: the product
+// API's address, the turn's token and model, and each service's address.
+func (b *Bridge) Env(token, model string) []string {
+	env := []string{"ANTHROPIC_BASE_URL=" + b.BaseURL(), "ANTHROPIC_AUTH_TOKEN=" + token}
+	if model != "" {
+		env = append(env, "ANTHROPIC_MODEL="+model)
+	}
+	for i, s := range b.cfg.Services {
+		key := strings.ToUpper(strings.ReplaceAll(s.Name, "-", "_"))
+		env = append(env, "SANDBOX_SERVICE_"+key+"=127.0.0.1:"+strconv.Itoa(b.cfg.APIPort+1+i))
+	}
+	return env
+}
+
+// Ensure makes the listeners exist in the container's running sandbox,
+// booting it when needed. A sandbox whose backend cannot forward gets none.
+func (b *Bridge) Ensure(ctx context.Context, containerID string) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if e := b.live[containerID]; e != nil {
+		if e.alive() {
+			return nil
+		}
+		delete(b.live, containerID)
+	}
+	backend, release, err := b.sb.Backend(ctx, containerID)
+	if err != nil {
+		return fmt.Errorf("sandboxtools: bridge: %w", err)
+	}
+	defer release()
+	fw, ok := backend.(sandbox.Forwarder)
+	if !ok {
+		return fmt.Errorf("sandboxtools: bridge: the %s backend cannot forward connections", backend.Name())
+	}
+	e := &bridged{dead: make(chan struct{})}
+	listen := func(port int) (net.Listener, error) {
+		l, err := fw.Listen(ctx, containerID, "127.0.0.1:"+strconv.Itoa(port))
+		if err != nil {
+			e.kill()
+			return nil, fmt.Errorf("sandboxtools: bridge: %w", err)
+		}
+		e.listeners = append(e.listeners, l)
+		return l, nil
+	}
+	api, err := listen(b.cfg.APIPort)
+	if err != nil {
+		return err
+	}
+	go b.accept(e, api, func(c net.Conn) { b.serve(c, containerID) })
+	for i, s := range b.cfg.Services {
+		l, err := listen(b.cfg.APIPort + 1 + i)
+		if err != nil {
+			return err
+		}
+		go b.accept(e, l, func(c net.Conn) { b.forward(c, s) })
+	}
+	b.live[containerID] = e
+	return nil
+}
+
+// accept hands each connection to handle until the listener ends, which
+// marks the whole set dead so that the next Ensure listens anew.
+func (b *Bridge) accept(e *bridged, l net.Listener, handle func(net.Conn)) {
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			if !errors.Is(err, net.ErrClosed) {
+				b.log.Debug("bridge: accept", "err", err)
+			}
+			e.kill()
+			return
+		}
+		go handle(c)
+	}
+}
+
+// forward pipes a connection to an allowed service.
+func (b *Bridge) forward(c net.Conn, s Service) {
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	up, err := b.cfg.Dial(ctx, "tcp", s.Addr)
+	cancel()
+	if err != nil {
+		b.log.Warn("bridge: service unreachable", "service", s.Name, "err", err)
+		return
+	}
+	defer up.Close()
+	done := make(chan struct{}, 2)
+	go func() { _, _ = io.Copy(up, c); closeWrite(up); done <- struct{}{} }()
+	go func() { _, _ = io.Copy(c, up); done <- struct{}{} }()
+	<-done
+	<-done
+}
+
+func closeWrite(c net.Conn) {
+	if cw, ok := c.(interface{ CloseWrite() error }); ok {
+		_ = cw.CloseWrite()
+	}
+}
+
+// Close stops every listener.
+func (b *Bridge) Close() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for id, e := range b.live {
+		e.kill()
+		delete(b.live, id)
+	}
+	return nil
+}
+
+// Tokens issues and revokes the short-lived sandbox tokens of turns
+// (app/auth.Service, adapted).
+type Tokens interface {
+	// IssueSandboxToken returns a token acting as p, accepted only on the
+	// product's API and only from the container's sandbox, and its id.
+	IssueSandboxToken(ctx context.Context, p user.Principal, containerID string, ttl time.Duration) (token, tokenID string, err error)
+	// Revoke ends the token at once.
+	Revoke(ctx context.Context, tokenID string) error
+}
+
+// DefaultTokenTTL bounds a turn's sandbox token even when its revocation
+// at the turn's end is missed.
+const DefaultTokenTTL = 30 * time.Minute
+
+// TurnEnv gives each turn its sandbox variables.
+type TurnEnv struct {
+	tokens Tokens
+	bridge *Bridge
+	ttl    time.Duration
+}
+
+// NewTurnEnv returns a TurnEnv issuing tokens valid for ttl (0 means
+// DefaultTokenTTL).
+func NewTurnEnv(tokens Tokens, bridge *Bridge, ttl time.Duration) *TurnEnv {
+	if ttl <= 0 {
+		ttl = DefaultTokenTTL
+	}
+	return &TurnEnv{tokens: tokens, bridge: bridge, ttl: ttl}
+}
+
+// Begin issues the turn's token for p in the container and returns the
+// variables every command of the turn gets, and end, which revokes the
+// token; call it when the turn is over.
+func (t *TurnEnv) Begin(ctx context.Context, p user.Principal, containerID, model string) ([]string, func(), error) {
+	tok, id, err := t.tokens.IssueSandboxToken(ctx, p, containerID, t.ttl)
+	if err != nil {
+		return nil, nil, fmt.Errorf("sandboxtools: turn token: %w", err)
+	}
+	end := func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = t.tokens.Revoke(ctx, id)
+	}
+	return t.bridge.Env(tok, model), end, nil
+}
+
+// BridgedSandbox is a Sandbox whose commands can reach the product's API:
+// Exec ensures the bridge first. Wrap app/containers.Service with it for
+// the code-execution tools.
+type BridgedSandbox struct {
+	Sandbox
+	Bridge Bridger
+	// Restarter, when set, is used by Restart.
+	Restarter interface {
+		Restart(ctx context.Context, containerID string) error
+	}
+}
+
+// Exec ensures the bridge, then runs cmd.
+func (s BridgedSandbox) Exec(ctx context.Context, containerID string, cmd sandbox.Command) (sandbox.Result, error) {
+	if s.Bridge != nil {
+		_ = s.Bridge.Ensure(ctx, containerID)
+	}
+	return s.Sandbox.Exec(ctx, containerID, cmd)
+}
+
+// Restart restarts the container's sandbox.
+func (s BridgedSandbox) Restart(ctx context.Context, containerID string) error {
+	if s.Restarter == nil {
+		return errors.New("sandboxtools: restart is not supported")
+	}
+	return s.Restarter.Restart(ctx, containerID)
+}
