@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"threadbox/infra/local"
 )
 
 // Config is every setting, loaded once from the environment.
@@ -27,6 +29,7 @@ type Config struct {
 	SandboxImage   string
 	SandboxIdle    time.Duration
 	SandboxQuota   string
+	RootFS         string
 	SandboxMemory  int64
 	SandboxCPUs    float64
 	SandboxPids    int64
@@ -85,6 +88,7 @@ func loadConfig(getenv func(string) string) (Config, error) {
 		SandboxImage:   env("SANDBOX_IMAGE", "threadbox-sandbox:latest"),
 		SandboxIdle:    dur("SANDBOX_IDLE", "5m"),
 		SandboxQuota:   env("SANDBOX_DISK_QUOTA", "auto"),
+		RootFS:         env("THREADBOX_ROOTFS", ""),
 		SandboxMemory:  num("SANDBOX_MEMORY_BYTES", 5<<30),
 		SandboxPids:    num("SANDBOX_PIDS", 512),
 		SandboxDisk:    num("SANDBOX_DISK_BYTES", 5<<30),
@@ -115,6 +119,19 @@ func loadConfig(getenv func(string) string) (Config, error) {
 		return Config{}, &configError{"DATA_DIR", e.Error()}
 	}
 	c.DataDir = abs
+	if c.RootFS == "" {
+		// The offline image build keeps the root filesystem in a cache
+		// folder: THREADBOX_CACHE_DIR, else DATA_DIR/cache, else /var/cache/threadbox.
+		c.RootFS = local.FindRootFS(getenv)
+		if c.RootFS == "" {
+			c.RootFS = local.FindRootFS(func(k string) string {
+				if k == "DATA_DIR" {
+					return ""
+				}
+				return getenv(k)
+			})
+		}
+	}
 	c.JWTKeyFile = env("JWT_KEY_FILE", filepath.Join(c.DataDir, "jwt-ed25519.pem"))
 	c.PublicURL = env("PUBLIC_URL", "http://"+c.ListenAddr)
 	if u, e := url.Parse(c.PublicURL); e != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"threadbox/app/auth"
+	"threadbox/app/backends"
 	"threadbox/domain/sandbox"
 	"threadbox/infra/jwt"
 	"threadbox/infra/store"
@@ -307,6 +308,7 @@ func cmdServe(ctx context.Context, args []string, getenv func(string) string, st
 		Workspace: sys.workspace,
 		Files:     sys.files,
 		Messages:  messagesAPI(cfg, sys),
+		Backends:  backends.New(sys.backends),
 		Ready:     sys.store.Ready,
 	}, log, web.Options{MaxUploadBytes: cfg.MaxUploadBytes})
 

@@ -14,7 +14,6 @@ import (
 	"threadbox/app/messages"
 	"threadbox/app/workspace"
 	"threadbox/domain/sandbox"
-	"threadbox/infra/docker"
 	"threadbox/infra/fsroot"
 	"threadbox/infra/hostdirs"
 	"threadbox/infra/store"
@@ -84,32 +83,6 @@ func (f folders) Prepare(ctx context.Context, id string) ([]sandbox.Mount, error
 
 func (f folders) Remove(ctx context.Context, id string) error { return f.l.Remove(ctx, id) }
 
-// newBackends builds the configured sandbox backends in order.
-func newBackends(cfg Config, log *slog.Logger) ([]sandbox.Backend, []func() error) {
-	var (
-		out     []sandbox.Backend
-		closers []func() error
-	)
-	limits := sandbox.Limits{MemoryBytes: cfg.SandboxMemory, CPUs: cfg.SandboxCPUs, Pids: cfg.SandboxPids, DiskBytes: cfg.SandboxDisk}
-	for _, name := range cfg.SandboxBackend {
-		switch name {
-		case "docker":
-			b, err := docker.New(docker.Config{Image: cfg.SandboxImage, Runtime: cfg.SandboxRuntime, AgentBin: agentBin(cfg), Limits: limits, Logger: log.With("backend", "docker"), Instance: cfg.Instance})
-			if err != nil {
-				log.Warn("sandbox backend disabled", "backend", name, "reason", err.Error())
-				continue
-			}
-			out = append(out, b)
-			closers = append(closers, b.Close)
-		default:
-			if b := otherBackend(name, cfg, limits, log); b != nil {
-				out = append(out, b)
-			}
-		}
-	}
-	return out, closers
-}
-
 // wire builds the system from the configuration.
 func wire(ctx context.Context, cfg Config, log *slog.Logger) (*system, error) {
 	st, err := openStore(ctx, cfg)
@@ -125,7 +98,7 @@ func wire(ctx context.Context, cfg Config, log *slog.Logger) (*system, error) {
 
 	layout := hostdirs.New(cfg.DataDir, hostdirs.Options{Quota: quotaMode(cfg), DiskBytes: cfg.SandboxDisk})
 	var closers []func() error
-	sys.backends, closers = newBackends(cfg, log)
+	sys.backends, closers = newBackends(cfg, layout, log)
 	sys.closers = append(sys.closers, closers...)
 	sys.containers = containers.New(st, sys.backends, folders{layout}, containers.Config{
 		Idle: cfg.SandboxIdle, MaxAge: cfg.ContainerMax,
