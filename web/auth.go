@@ -32,6 +32,9 @@ func (s *Server) authenticate(c *fiber.Ctx) error {
 	if p.Kind == user.SandboxToken && !strings.HasPrefix(c.Path(), "/api/gpt/") {
 		return fault.New(fault.Forbidden, "sandbox tokens may only call the Messages API")
 	}
+	if err := checkSandboxConn(c, p); err != nil {
+		return err
+	}
 	c.Locals(principalKey, p)
 	return c.Next()
 }

@@ -55,6 +55,9 @@ type MessagesAPI struct {
 	// DefaultModel is what the model "default" (or none) resolves to; empty
 	// leaves it to the model adapter.
 	DefaultModel string
+	// SandboxEnv, when set, gives each turn that may run commands its
+	// ANTHROPIC_* variables and short-lived sandbox token.
+	SandboxEnv SandboxEnv
 	// PingInterval is how long a stream may stay silent before a ping; zero
 	// means DefaultPingInterval. Pings also detect clients that went away
 	// while a long command runs.
@@ -109,7 +112,7 @@ func (m *MessagesAPI) resolveModel(req *messages.Request) {
 // needsContainer reports whether a request can touch a container: it
 // enables code execution, names a container or refers to container files.
 func needsContainer(req *messages.Request, plan *messages.Plan) bool {
-	return plan.CodeExecution || (req.Container != nil && (req.Container.ID != "" || len(req.Container.Skills) > 0)) || len(plan.ContainerUploads) > 0
+	return plan.CodeExecution || plan.Sandbox || (req.Container != nil && (req.Container.ID != "" || len(req.Container.Skills) > 0)) || len(plan.ContainerUploads) > 0
 }
 
 // containerOf resolves the request's container: the one it names (a new id
@@ -236,9 +239,14 @@ func (s *Server) createMessage(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	if req.Stream {
-		return s.streamMessage(c, m, req, opts)
+	end, err := m.beginSandboxTurn(c.UserContext(), p, req, &opts)
+	if err != nil {
+		return err
 	}
+	if req.Stream {
+		return s.streamMessage(c, m, req, opts, end)
+	}
+	defer end()
 	resp, err := m.Engine.Create(c.UserContext(), req, opts)
 	if err != nil {
 		return s.messageError(c, err)
@@ -275,11 +283,12 @@ func errorEvent(err error) messages.Event {
 // Afterwards each event is written and flushed before the turn goes on; a
 // failed write (the client went away) cancels the turn's context, which
 // stops the model call and kills a running command.
-func (s *Server) streamMessage(c *fiber.Ctx, m *MessagesAPI, req *messages.Request, opts messages.RunOptions) error {
+func (s *Server) streamMessage(c *fiber.Ctx, m *MessagesAPI, req *messages.Request, opts messages.RunOptions, end func()) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	st := newEventStream(ctx)
 	go func() {
 		err := m.Engine.Run(ctx, req, opts, st)
+		end() // the turn is over: its sandbox token stops working
 		st.finish(err)
 	}()
 	wait := time.NewTimer(maxHold)

@@ -1,0 +1,92 @@
+package web
+
+import (
+	"bytes"
+	"context"
+	"net"
+
+	"github.com/gofiber/fiber/v2"
+	"github.com/valyala/fasthttp"
+
+	"threadbox/app/messages"
+	"threadbox/domain/fault"
+	"threadbox/domain/user"
+)
+
+// sandboxAPIPrefix is the only path prefix served to connections made from
+// inside a sandbox.
+const sandboxAPIPrefix = "/api/gpt/"
+
+// sandboxConn is a connection made from inside a container's sandbox to
+// the product's API (app/sandboxtools.Bridge).
+type sandboxConn struct {
+	net.Conn
+	containerID string
+}
+
+// SandboxEnv gives a turn the variables its sandbox commands get
+// (app/sandboxtools.TurnEnv).
+type SandboxEnv interface {
+	// Begin issues the turn's short-lived token and returns the variables,
+	// and end, which revokes the token when the turn is over.
+	Begin(ctx context.Context, p user.Principal, containerID, model string) (env []string, end func(), err error)
+}
+
+// ServeSandboxConn serves one connection from inside the container's
+// sandbox: only the product's API (/api/gpt/), only with a sandbox token
+// issued for that container. It returns when the connection is done.
+func (s *Server) ServeSandboxConn(conn net.Conn, containerID string) {
+	_ = s.sandboxServer().ServeConn(&sandboxConn{Conn: conn, containerID: containerID})
+}
+
+// sandboxServer returns an HTTP server for sandbox connections: the app's
+// handler behind a path filter, with the app's limits.
+func (s *Server) sandboxServer() *fasthttp.Server {
+	h := s.app.Handler()
+	base := s.app.Server()
+	return &fasthttp.Server{
+		Handler: func(ctx *fasthttp.RequestCtx) {
+			if !bytes.HasPrefix(ctx.Path(), []byte(sandboxAPIPrefix)) {
+				ctx.SetStatusCode(fiber.StatusNotFound)
+				ctx.SetContentType(fiber.MIMEApplicationJSON)
+				ctx.SetBodyString(`{"type":"error","error":{"type":"not_found_error","message":"Only the product's API (/api/gpt/) is served inside the sandbox."}}`)
+				return
+			}
+			h(ctx)
+		},
+		Name:                         "threadbox",
+		ReadBufferSize:               base.ReadBufferSize,
+		MaxRequestBodySize:           base.MaxRequestBodySize,
+		StreamRequestBody:            base.StreamRequestBody,
+		DisablePreParseMultipartForm: base.DisablePreParseMultipartForm,
+		ReadTimeout:                  base.ReadTimeout,
+		IdleTimeout:                  base.IdleTimeout,
+	}
+}
+
+// checkSandboxConn refuses, on a connection from inside a sandbox, any
+// token but a sandbox token issued for that sandbox's container.
+func checkSandboxConn(c *fiber.Ctx, p user.Principal) error {
+	sc, ok := c.Context().Conn().(*sandboxConn)
+	if !ok {
+		return nil
+	}
+	if p.Kind != user.SandboxToken || p.ContainerID != sc.containerID {
+		return fault.New(fault.Forbidden, "this token is not valid from this sandbox")
+	}
+	return nil
+}
+
+// beginSandboxTurn gives opts the turn's sandbox variables when the turn
+// can run commands; the returned function ends them (revokes the token).
+func (m *MessagesAPI) beginSandboxTurn(ctx context.Context, p user.Principal, req *messages.Request, opts *messages.RunOptions) (func(), error) {
+	if m.SandboxEnv == nil || opts.ContainerID == "" {
+		return func() {}, nil
+	}
+	env, end, err := m.SandboxEnv.Begin(ctx, p, opts.ContainerID, req.Model)
+	if err != nil {
+		return nil, err
+	}
+	opts.Env = append(opts.Env, env...)
+	return end, nil
+}
