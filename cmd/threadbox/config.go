@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"threadbox/app/sandboxtools"
 	"threadbox/infra/local"
 )
 
@@ -43,6 +44,11 @@ type Config struct {
 	ModelName      string
 	MaxToolIters   int
 	MaxUploadBytes int64
+	// SandboxServices are the internal services exposed inside sandboxes
+	// (SANDBOX_ALLOW_SERVICES, name=host:port,...).
+	SandboxServices []sandboxtools.Service
+	// SandboxAPIPort is the product API's loopback port inside sandboxes.
+	SandboxAPIPort int
 }
 
 // configError is a bad setting; main prints it on one line and exits 2.
@@ -147,6 +153,16 @@ func loadConfig(getenv func(string) string) (Config, error) {
 			return Config{}, &configError{"SANDBOX_BACKEND", fmt.Sprintf("unknown backend %q (docker, local, kubernetes, e2b, firecracker)", b)}
 		}
 	}
+	svcs, serr := sandboxtools.ParseServices(env("SANDBOX_ALLOW_SERVICES", ""))
+	if serr != nil {
+		return Config{}, &configError{"SANDBOX_ALLOW_SERVICES", serr.Error()}
+	}
+	c.SandboxServices = svcs
+	port, perr := strconv.Atoi(env("SANDBOX_API_PORT", strconv.Itoa(sandboxtools.DefaultAPIPort)))
+	if perr != nil || port < 1 || port+len(svcs) > 65535 {
+		return Config{}, &configError{"SANDBOX_API_PORT", "must be a port number, with room after it for each allowed service"}
+	}
+	c.SandboxAPIPort = port
 	cpus, perr := strconv.ParseFloat(env("SANDBOX_CPUS", "1"), 64)
 	if perr != nil || cpus <= 0 || cpus > 64 {
 		return Config{}, &configError{"SANDBOX_CPUS", "must be a number of CPUs such as 1 or 0.5"}

@@ -311,6 +311,7 @@ func cmdServe(ctx context.Context, args []string, getenv func(string) string, st
 		Backends:  backends.New(sys.backends),
 		Ready:     sys.store.Ready,
 	}, log, web.Options{MaxUploadBytes: cfg.MaxUploadBytes})
+	sys.sandbox.setServe(srv.ServeSandboxConn)
 
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Listen(cfg.ListenAddr) }()

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"threadbox/app/messages"
+	"threadbox/app/sandboxtools"
 	"threadbox/app/tools"
 	"threadbox/infra/fsroot"
 	"threadbox/infra/llm/anthropic"
@@ -43,10 +44,11 @@ func openAIBaseURL(raw string) string {
 // the code-execution sub-tools running in the containers' sandboxes, with
 // host-side file access through the file jail.
 func newMessages(cfg Config, sys *system, fs *fsroot.Containers) *messages.Service {
-	return messages.New(newModel(cfg), tools.New(sys.containers, fs, tools.Config{}), messages.Config{MaxToolIterations: cfg.MaxToolIters})
+	code := tools.New(sandboxtools.BridgedSandbox{Sandbox: sys.containers, Bridge: sys.sandbox.bridge, Restarter: sys.containers}, fs, tools.Config{})
+	return messages.New(newModel(cfg), toolRouter{code: code, sandbox: sys.sandbox.exec}, messages.Config{MaxToolIterations: cfg.MaxToolIters})
 }
 
 // messagesAPI is what the Messages API handlers are served with.
 func messagesAPI(cfg Config, sys *system) *web.MessagesAPI {
-	return &web.MessagesAPI{Engine: sys.messages, Containers: sys.containers, DefaultModel: cfg.ModelName}
+	return &web.MessagesAPI{Engine: sys.messages, Containers: sys.containers, DefaultModel: cfg.ModelName, SandboxEnv: sys.sandbox.env}
 }

@@ -28,6 +28,7 @@ type system struct {
 	containers *containers.Service
 	files      *files.Service
 	messages   *messages.Service // the Messages API's tool loop
+	sandbox    *sandboxWiring    // the sandbox_v1 tools and the API bridge
 	backends   []sandbox.Backend
 	closers    []func() error
 }
@@ -115,6 +116,8 @@ func wire(ctx context.Context, cfg Config, log *slog.Logger) (*system, error) {
 		return fsroot.Dirs{Workspace: d.Workspace, Uploads: d.Uploads, Outputs: d.Outputs, Skills: d.Skills}
 	}, fsroot.Options{Owner: owner})
 	sys.files = files.New(files.Deps{Store: fs, Containers: sys.containers, Policies: sys.admin})
+	sys.sandbox = newSandboxWiring(cfg, sys.containers, sys.auth, fs, log)
+	sys.closers = append(sys.closers, sys.sandbox.bridge.Close)
 	sys.messages = newMessages(cfg, sys, fs)
 	sys.workspace = newWorkspace(cfg, sys, layout, fs, log)
 	return sys, nil

@@ -57,7 +57,7 @@ func newWorkspace(cfg Config, sys *system, layout *hostdirs.Layout, fs *fsroot.C
 	if model == "" {
 		model = "default"
 	}
-	engine := messages.New(chatModel(cfg), tools.New(sys.containers, fs, tools.Config{}), messages.Config{})
+	engine := messages.New(chatModel(cfg), toolRouter{code: tools.New(sys.containers, fs, tools.Config{}), sandbox: sys.sandbox.exec}, messages.Config{})
 	return workspace.New(sys.store, workspace.Deps{
 		Engine:       engine,
 		Containers:   sys.containers,
