@@ -69,7 +69,7 @@ function renderSwitches(box, policy, status, ctx, audit) {
         h('span', { class: 'meta' }, ` (${s.feature}) — ${on ? 'on' : 'off'}`)));
   });
   const mb = h('input', { type: 'number', id: 'f-maxbytes', min: '1', step: '1', value: String(Math.round(policy.uploads.maxBytes / (1 << 20))) });
-  const size = h('form', { class: 'row', onsubmit: (e) => {
+  const size = h('form', { class: 'row size-limit', onsubmit: (e) => {
     e.preventDefault();
     const n = Number(mb.value);
     if (!(n > 0)) { notify('The upload limit must be a positive number of MiB.'); return; }

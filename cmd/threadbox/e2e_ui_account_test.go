@@ -1,0 +1,168 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"threadbox/e2e"
+)
+
+// TestE2EAccountsAndThreads drives everything but code execution, so it
+// needs no sandbox: keyboard-only sign-in with a visible focus ring, a
+// wrong password, projects and threads created, renamed, forked and
+// deleted, a user added on the admin page, sign-out revoking the token, a
+// member who gets no admin page, and a session that expires by its clock
+// or is refused by the server; layouts checked at 375 px.
+func TestE2EAccountsAndThreads(t *testing.T) {
+	e2e.NeedChromium(t)
+	s := e2eServer(t, nil)
+	token := apiLogin(t, s, e2eEmail, e2ePassword)
+	b := e2e.Start(t, 1440, 900)
+
+	// Keyboard only: the form focuses the email field, Tab moves on with a
+	// visible focus ring, Enter submits.
+	b.Do("open the login page", chromedp.Navigate(s.base+"/"), chromedp.WaitVisible(chromedp.ID("email")))
+	b.WaitTrue("focus on the email field", `document.activeElement && document.activeElement.id === 'email'`, 5*time.Second)
+	b.Do("type a wrong password", chromedp.KeyEvent(e2eEmail), chromedp.KeyEvent("\t"))
+	if id := e2e.Eval[string](b, "focused", `document.activeElement.id`); id != "password" {
+		t.Fatalf("Tab from the email field went to %q", id)
+	}
+	ring := e2e.Eval[string](b, "focus ring", `(() => { const s = getComputedStyle(document.activeElement); return s.outlineStyle + ' ' + s.outlineWidth; })()`)
+	if !strings.HasPrefix(ring, "solid") || ring == "solid 0px" {
+		t.Errorf("keyboard focus has no visible ring: outline %q", ring)
+	}
+	b.Do("submit", chromedp.KeyEvent("not the password"), chromedp.KeyEvent("\r"))
+	b.WaitText("#login-error", "Wrong email or password.", 10*time.Second)
+	noHorizontalOverflow(t, b, 1440)
+	b.SetViewport(375, 700)
+	noHorizontalOverflow(t, b, 375)
+	shoot(t, b, "login-375")
+	b.SetViewport(1440, 900)
+	b.Do("the right password",
+		chromedp.Evaluate[chromedp.Void](`document.getElementById('password').value = ''`),
+		chromedp.Focus(chromedp.ID("password")),
+		chromedp.KeyEvent(e2ePassword+"\r"),
+		chromedp.WaitVisible(chromedp.ID("new-project")))
+	if got := e2e.Eval[string](b, "who", `document.getElementById('who').textContent`); got != e2eEmail+" (admin)" {
+		t.Errorf("signed-in user shown as %q", got)
+	}
+
+	// A project, created from the keyboard, and renamed.
+	b.Do("create a project", chromedp.Focus(chromedp.ID("new-project")), chromedp.KeyEvent("Alpha\r"))
+	b.WaitText(".project .project-name", "Alpha", 10*time.Second)
+	b.Do("rename the project",
+		chromedp.Click(chromedp.CSS(`.project button[aria-label="Rename project Alpha"]`)),
+		chromedp.WaitVisible(chromedp.ID("dialog-input")),
+		chromedp.SetValue(chromedp.ID("dialog-input"), "Beta"),
+		chromedp.Click(chromedp.ID("dialog-ok")))
+	b.WaitText(".project .project-name", "Beta", 10*time.Second)
+	projects := s.do("GET", appAPI+"/project", token, nil).json(t)["data"].([]any)
+	if len(projects) != 1 || projects[0].(map[string]any)["name"] != "Beta" {
+		t.Fatalf("projects after the rename: %v", projects)
+	}
+	pid := projects[0].(map[string]any)["id"].(string)
+
+	// A thread: created, renamed, forked, the fork deleted.
+	b.Do("create a thread",
+		chromedp.Click(chromedp.CSS(".project .new-thread")),
+		chromedp.WaitVisible(chromedp.ID("dialog-input")),
+		chromedp.SetValue(chromedp.ID("dialog-input"), "First"),
+		chromedp.Click(chromedp.ID("dialog-ok")))
+	b.WaitText("#thread-title", "First", 10*time.Second)
+	b.Do("rename the thread",
+		chromedp.Click(chromedp.CSS(".thread-head .actions button:nth-child(1)")),
+		chromedp.WaitVisible(chromedp.ID("dialog-input")),
+		chromedp.SetValue(chromedp.ID("dialog-input"), "Renamed thread"),
+		chromedp.Click(chromedp.ID("dialog-ok")))
+	b.WaitText("#thread-title", "Renamed thread", 10*time.Second)
+	b.WaitText(".threads", "Renamed thread", 10*time.Second)
+	threads := func() []any {
+		return s.do("GET", appAPI+"/thread?project_id="+pid, token, nil).json(t)["data"].([]any)
+	}
+	if ts := threads(); len(ts) != 1 || ts[0].(map[string]any)["title"] != "Renamed thread" {
+		t.Fatalf("threads after the rename: %v", ts)
+	}
+	first := threads()[0].(map[string]any)["id"].(string)
+	b.Do("fork the thread", chromedp.Click(chromedp.CSS(".thread-head .actions button:nth-child(2)")))
+	b.WaitTrue("the fork's page", fmt.Sprintf(`location.hash.startsWith('#/thread/') && location.hash !== '#/thread/%s'`, first), 10*time.Second)
+	b.WaitTrue("two threads in the sidebar", `document.querySelectorAll('.threads a').length === 2`, 10*time.Second)
+	if ts := threads(); len(ts) != 2 {
+		t.Fatalf("threads after the fork: %v", ts)
+	}
+	loc := e2e.Run(b, "location", chromedp.Location())
+	fork := loc[strings.Index(loc, "#/thread/")+len("#/thread/"):]
+	b.Do("delete the fork",
+		chromedp.Click(chromedp.CSS(".thread-head .actions button.danger")),
+		chromedp.WaitVisible(chromedp.ID("dialog-ok")),
+		chromedp.Click(chromedp.ID("dialog-ok")))
+	b.WaitTrue("back home with one thread", `location.hash === '#/' && document.querySelectorAll('.threads a').length === 1`, 10*time.Second)
+	if r := s.do("GET", appAPI+"/thread/"+fork, token, nil); r.status != 404 {
+		t.Fatalf("the deleted fork: %d %s", r.status, r.body)
+	}
+	// Cancelling the dialog deletes nothing.
+	b.Do("open the thread and cancel a delete",
+		chromedp.Click(chromedp.CSS(fmt.Sprintf(`.threads a[data-thread-id=%q]`, first))),
+		chromedp.WaitVisible(chromedp.CSS(".thread-head .actions button.danger")),
+		chromedp.Click(chromedp.CSS(".thread-head .actions button.danger")),
+		chromedp.WaitVisible(chromedp.ID("dialog-cancel")),
+		chromedp.Click(chromedp.ID("dialog-cancel")))
+	if r := s.do("GET", appAPI+"/thread/"+first, token, nil); r.status != 200 {
+		t.Fatalf("a cancelled delete deleted the thread: %d", r.status)
+	}
+
+	// The admin page adds a member.
+	b.Do("add a member",
+		chromedp.Click(chromedp.ID("nav-admin")),
+		chromedp.WaitVisible(chromedp.ID("nu-email")),
+		chromedp.SendKeys(chromedp.ID("nu-email"), "bob@acme.test"),
+		chromedp.SendKeys(chromedp.ID("nu-password"), "bob-password-1"),
+		chromedp.Click(chromedp.CSS(".new-user button[type=submit]")))
+	b.WaitText("#users", "bob@acme.test", 10*time.Second)
+	if users := s.do("GET", appAPI+"/org/users", token, nil); !strings.Contains(string(users.body), `"email":"bob@acme.test","role":"member"`) {
+		t.Fatalf("users after the add: %s", users.body)
+	}
+	b.SetViewport(375, 800)
+	noHorizontalOverflow(t, b, 375)
+	shoot(t, b, "admin-375")
+	b.SetViewport(1440, 900)
+
+	// Signing out revokes the session's token.
+	session := e2e.Eval[string](b, "session", `JSON.parse(sessionStorage.getItem('threadbox.session')).token`)
+	b.Do("sign out", chromedp.Click(chromedp.ID("logout")))
+	b.WaitText("#login-error", "You have signed out.", 10*time.Second)
+	if r := s.do("GET", appAPI+"/me", session, nil); r.status != 401 {
+		t.Errorf("the signed-out token still works: %d %s", r.status, r.body)
+	}
+
+	// A member has no admin page.
+	b.Do("sign in as the member",
+		chromedp.SendKeys(chromedp.ID("email"), "bob@acme.test"),
+		chromedp.SendKeys(chromedp.ID("password"), "bob-password-1"),
+		chromedp.Click(chromedp.ID("login")),
+		chromedp.WaitVisible(chromedp.ID("new-project")))
+	if visible := e2e.Eval[bool](b, "admin link", `!document.getElementById('nav-admin').hidden`); visible {
+		t.Error("a member sees the admin link")
+	}
+	b.Do("open the admin page by hand", chromedp.Navigate(s.base+"/#/admin"))
+	b.WaitText("main", "only organization admins may do this", 10*time.Second)
+
+	// The session ends when its token expires, with a clear message.
+	b.Do("a session that expires in a second", chromedp.Evaluate[chromedp.Void](`(() => {
+		const s = JSON.parse(sessionStorage.getItem('threadbox.session'));
+		s.expires_at = new Date(Date.now() + 1500).toISOString();
+		sessionStorage.setItem('threadbox.session', JSON.stringify(s));
+	})()`), chromedp.Reload(), chromedp.WaitVisible(chromedp.ID("new-project")))
+	b.WaitText("#login-error", "Your session has expired. Please sign in again.", 10*time.Second)
+	// A token the server refuses (revoked, or signed with an old key).
+	b.Do("a token the server refuses", chromedp.Evaluate[chromedp.Void](`sessionStorage.setItem('threadbox.session',
+		JSON.stringify({token: 'not-a-token', id: 'tok_x', expires_at: new Date(Date.now() + 3600e3).toISOString()}))`),
+		chromedp.Reload())
+	b.WaitText("#login-error", "Your session has expired or was revoked. Please sign in again.", 10*time.Second)
+	if got := e2e.Eval[string](b, "stored session", `String(sessionStorage.getItem('threadbox.session'))`); got != "null" {
+		t.Errorf("the refused session is still stored: %s", got)
+	}
+}
