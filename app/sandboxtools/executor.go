@@ -331,11 +331,8 @@ func (e *Executor) bash(ctx context.Context, call messages.ToolCall) (any, error
 		LocalPaths:  map[string]string{},
 	}
 	if res.TimedOut {
+		// The backend ended stderr with "Command timed out after Ns.".
 		out.ExitCode = 124
-		if out.Stderr != "" && !strings.HasSuffix(out.Stderr, "\n") {
-			out.Stderr += "\n"
-		}
-		out.Stderr += fmt.Sprintf("Command timed out after %ds.", int64(timeout/time.Second))
 	}
 	out.Files = e.changedFiles(ctx, call, start)
 	out.FileCount = len(out.Files)
