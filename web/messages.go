@@ -304,11 +304,11 @@ func (s *Server) streamMessage(c *fiber.Ctx, m *MessagesAPI, req *messages.Reque
 			return s.messageError(c, <-st.early)
 		}
 	}
-	every, log := m.pingInterval(), s.log
+	every, log, peer := m.pingInterval(), s.log, c.Context().Conn()
 	sseHeaders(c)
 	c.Context().SetBodyStreamWriter(func(bw *bufio.Writer) {
 		defer cancel()
-		w := &sseWriter{w: bw, cancel: cancel, last: time.Now()}
+		w := &sseWriter{w: bw, cancel: cancel, last: time.Now(), peer: peer}
 		stop := w.keepAlive(every, messages.EventPing, messages.Event{Type: messages.EventPing})
 		defer stop()
 		for _, ev := range st.preamble() {

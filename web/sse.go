@@ -4,7 +4,9 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"net"
 	"sync"
 	"time"
 
@@ -18,6 +20,10 @@ import (
 type sseWriter struct {
 	w      *bufio.Writer
 	cancel context.CancelFunc
+	// peer, when set, is the client's connection: the keep-alive also
+	// checks whether the client closed it, without waiting for a write
+	// to fail.
+	peer net.Conn
 
 	mu   sync.Mutex
 	err  error
@@ -55,11 +61,16 @@ func (s *sseWriter) fail(err error) error {
 	return s.err
 }
 
+// errPeerClosed reports a client that closed its connection.
+var errPeerClosed = errors.New("the client closed the connection")
+
 // keepAlive writes the event named name with data v whenever the stream has
 // been silent for every, until stop is called or a write fails. The writes
 // also notice a client that went away while nothing else is sent (a long
-// command): the failed write cancels the stream's context. stop waits for
-// the keep-alive to end; call it before the stream writer returns.
+// command): the failed write cancels the stream's context; with a peer
+// connection, a client that closed it is noticed within every/2. stop
+// waits for the keep-alive to end; call it before the stream writer
+// returns.
 func (s *sseWriter) keepAlive(every time.Duration, name string, v any) (stop func()) {
 	data, err := json.Marshal(v)
 	if err != nil || every <= 0 {
@@ -78,7 +89,12 @@ func (s *sseWriter) keepAlive(every time.Duration, name string, v any) (stop fun
 			}
 			s.mu.Lock()
 			var werr error
-			if time.Since(s.last) >= every {
+			switch {
+			case s.err != nil:
+				werr = s.err
+			case s.peer != nil && peerClosed(s.peer):
+				werr = s.fail(errPeerClosed)
+			case time.Since(s.last) >= every:
 				werr = s.writeLocked(name, data)
 			}
 			s.mu.Unlock()

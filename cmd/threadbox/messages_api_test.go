@@ -93,19 +93,22 @@ func textStep(text string) fakeupstream.Reply {
 	return fakeupstream.Reply{Content: []messages.ContentBlock{{Type: messages.BlockText, Text: text}}}
 }
 
-// codeExecRequests reads usage.server_tool_use.code_execution_requests,
-// which the SDK keeps as an extra field.
-func codeExecRequests(t *testing.T, u anthropic.Usage) int {
+// codeExecRequests reads usage.server_tool_use.code_execution_requests
+// from a message's JSON (the SDK keeps it as an extra field; an accumulated
+// stream has it in the merged raw JSON).
+func codeExecRequests(t *testing.T, m *anthropic.Message) int {
 	t.Helper()
 	var v struct {
-		ServerToolUse *struct {
-			CodeExecutionRequests int `json:"code_execution_requests"`
-		} `json:"server_tool_use"`
+		Usage struct {
+			ServerToolUse *struct {
+				CodeExecutionRequests int `json:"code_execution_requests"`
+			} `json:"server_tool_use"`
+		} `json:"usage"`
 	}
-	if err := json.Unmarshal([]byte(u.RawJSON()), &v); err != nil || v.ServerToolUse == nil {
-		t.Fatalf("usage without server_tool_use: %s", u.RawJSON())
+	if err := json.Unmarshal([]byte(m.RawJSON()), &v); err != nil || v.Usage.ServerToolUse == nil {
+		t.Fatalf("usage without server_tool_use: %s", m.RawJSON())
 	}
-	return v.ServerToolUse.CodeExecutionRequests
+	return v.Usage.ServerToolUse.CodeExecutionRequests
 }
 
 // bashResult checks that blocks i and i+1 are a bash call and its result
@@ -214,7 +217,7 @@ func TestMessagesAPIAnthropicSDK(t *testing.T) {
 		if msg.Container.ID != "box1" || !msg.Container.ExpiresAt.After(time.Now()) {
 			t.Fatalf("container %+v", msg.Container)
 		}
-		if n := codeExecRequests(t, msg.Usage); n != 1 {
+		if n := codeExecRequests(t, msg); n != 1 {
 			t.Fatalf("code_execution_requests %d", n)
 		}
 		// The model saw both sub-tools with schemas, then the result.
@@ -237,8 +240,6 @@ func TestMessagesAPIAnthropicSDK(t *testing.T) {
 				call("text_editor_code_execution", map[string]any{"command": "view", "path": "notes.txt", "view_range": []int{2, -1}}),
 				call("text_editor_code_execution", map[string]any{"command": "create", "path": "notes.txt", "file_text": "one\ntwo\n"}),
 				call("text_editor_code_execution", map[string]any{"command": "insert", "path": "notes.txt", "insert_line": 0, "insert_text": "zero"}),
-			),
-			steps(
 				call("bash_code_execution", map[string]any{"command": "cat notes.txt; cat /mnt/user-data/outputs/out.txt"}),
 				call("text_editor_code_execution", map[string]any{"command": "view", "path": "/home/agent/workspace"}),
 			),
@@ -271,7 +272,7 @@ func TestMessagesAPIAnthropicSDK(t *testing.T) {
 		if !strings.Contains(dir.Content, "notes.txt") {
 			t.Fatalf("directory view %+v", dir)
 		}
-		if n := codeExecRequests(t, msg.Usage); n != 7 || msg.StopReason != anthropic.StopReasonEndTurn || msg.Content[14].AsText().Text != "edited" {
+		if n := codeExecRequests(t, msg); n != 7 || msg.StopReason != anthropic.StopReasonEndTurn || msg.Content[14].AsText().Text != "edited" {
 			t.Fatalf("requests %d stop %s content %v", n, msg.StopReason, blockTypes(msg.Content))
 		}
 	})
@@ -341,7 +342,7 @@ func TestMessagesAPIAnthropicSDK(t *testing.T) {
 		if r.Stdout != "before\nafter\n" || acc.Content[2].AsText().Text != "streamed" || acc.StopReason != anthropic.StopReasonEndTurn {
 			t.Fatalf("accumulated %v %s", blockTypes(acc.Content), acc.StopReason)
 		}
-		if acc.Container.ID != "box1" || codeExecRequests(t, acc.Usage) != 1 {
+		if acc.Container.ID != "box1" || codeExecRequests(t, &acc) != 1 {
 			t.Fatalf("accumulated container %+v usage %s", acc.Container, acc.Usage.RawJSON())
 		}
 	})
@@ -397,7 +398,7 @@ func TestMessagesAPIAnthropicSDK(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if msg.StopReason != anthropic.StopReasonToolUse || strings.Join(blockTypes(msg.Content), ",") != "server_tool_use,tool_use" || codeExecRequests(t, msg.Usage) != 0 {
+		if msg.StopReason != anthropic.StopReasonToolUse || strings.Join(blockTypes(msg.Content), ",") != "server_tool_use,tool_use" || codeExecRequests(t, msg) != 0 {
 			t.Fatalf("mixed: %s %v %s", msg.StopReason, blockTypes(msg.Content), msg.Usage.RawJSON())
 		}
 		srv := msg.Content[0].ID
@@ -421,7 +422,7 @@ func TestMessagesAPIAnthropicSDK(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if msg.StopReason != anthropic.StopReasonPauseTurn || len(msg.Content) != 6 || codeExecRequests(t, msg.Usage) != 3 {
+		if msg.StopReason != anthropic.StopReasonPauseTurn || len(msg.Content) != 6 || codeExecRequests(t, msg) != 3 {
 			t.Fatalf("paused: %s %v %s", msg.StopReason, blockTypes(msg.Content), msg.Usage.RawJSON())
 		}
 		for i := 0; i < 6; i += 2 {
@@ -621,15 +622,17 @@ func TestMessagesAPIAnthropicSDK(t *testing.T) {
 	})
 
 	t.Run("client disconnect kills the command", func(t *testing.T) {
-		// Warm up so that pools and workers exist before counting.
-		fake.Push(textStep("warm"))
+		// Warm up so that the sandbox, its agent connection and the
+		// connection pools exist before counting.
+		fake.Push(bashStep("true"), textStep("warm"))
 		if _, err := cl.Messages.New(ctx, msgParams("box1", userText("warm"), codeExecTool...)); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(200 * time.Millisecond)
 		base := runtime.NumGoroutine()
 
-		fake.Push(bashStep("rm -f /home/agent/workspace/done; sleep 8; touch /home/agent/workspace/done"), textStep("never"))
+		// No reply follows: the turn ends with the client.
+		fake.Push(bashStep("rm -f /home/agent/workspace/done; sleep 8; touch /home/agent/workspace/done"))
 		start := time.Now()
 		sctx, cancel := context.WithCancel(ctx)
 		stream := cl.Messages.NewStreaming(sctx, msgParams("box1", userText("slow"), codeExecTool...))
@@ -641,28 +644,35 @@ func TestMessagesAPIAnthropicSDK(t *testing.T) {
 		cancel()
 		stream.Close()
 
-		deadline := time.Now().Add(15 * time.Second)
-		n := runtime.NumGoroutine()
-		for n > base+2 && time.Now().Before(deadline) {
-			time.Sleep(100 * time.Millisecond)
-			n = runtime.NumGoroutine()
+		// The server notices the failed writes of its pings and kills the
+		// command: no sleep runs any more.
+		gone := false
+		for deadline := time.Now().Add(15 * time.Second); !gone && time.Now().Before(deadline); {
+			fake.Push(bashStep("pgrep -x sleep || echo no-sleep"), textStep("checked"))
+			msg, err := cl.Messages.New(ctx, msgParams("box1", userText("check"), codeExecTool...))
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, r := bashResult(t, msg.Content, 0)
+			if gone = r.Stdout == "no-sleep\n"; !gone {
+				time.Sleep(500 * time.Millisecond)
+			}
 		}
-		if n > base+2 {
+		if !gone || time.Since(start) > 8*time.Second {
+			t.Fatalf("the command still ran %v after the client left", time.Since(start))
+		}
+		// Every goroutine of the broken stream ended.
+		n := runtime.NumGoroutine()
+		for deadline := time.Now().Add(5 * time.Second); n > base+1 && time.Now().Before(deadline); n = runtime.NumGoroutine() {
+			time.Sleep(100 * time.Millisecond)
+		}
+		if n > base+1 {
 			buf := make([]byte, 1<<20)
 			t.Fatalf("goroutines %d, %d before the request:\n%s", n, base, buf[:runtime.Stack(buf, true)])
 		}
-		// The command is gone: no sleep runs, and done never appears.
-		fake.Push(bashStep("pgrep -x sleep || echo no-sleep"), textStep("checked"))
-		msg, err := cl.Messages.New(ctx, msgParams("box1", userText("check"), codeExecTool...))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, r := bashResult(t, msg.Content, 0); r.Stdout != "no-sleep\n" {
-			t.Fatalf("the command still runs: %+v", r)
-		}
 		time.Sleep(time.Until(start.Add(9 * time.Second)))
 		fake.Push(bashStep("test -e /home/agent/workspace/done && echo present || echo absent"), textStep("checked"))
-		msg, err = cl.Messages.New(ctx, msgParams("box1", userText("check"), codeExecTool...))
+		msg, err := cl.Messages.New(ctx, msgParams("box1", userText("check"), codeExecTool...))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -678,7 +688,7 @@ func TestMessagesAPIAnthropicSDK(t *testing.T) {
 func TestMessagesAPIWithoutSandbox(t *testing.T) {
 	fake := fakeupstream.New()
 	s := startServer(t, "", map[string]string{
-		"SANDBOX_BACKEND": "e2b", "CONTAINER_MAX_AGE": "2s",
+		"SANDBOX_BACKEND": ",", "CONTAINER_MAX_AGE": "2s", // no backend at all
 		"MODEL_PROVIDER": "anthropic", "MODEL_BASE_URL": fake.URL(),
 	})
 	tok := s.bootstrap("acme", "admin@acme.test")
@@ -806,7 +816,7 @@ func TestMessagesAPIOpenAIProvider(t *testing.T) {
 	if err := stream.Err(); err != nil {
 		t.Fatal(err)
 	}
-	if v := editorResult(t, acc.Content, 0).AsResponseTextEditorCodeExecutionViewResultBlock(); v.Content != "from-openai\n" || acc.Container.ID != "oa" || acc.StopReason != anthropic.StopReasonEndTurn {
+	if v := editorResult(t, acc.Content, 0).AsResponseTextEditorCodeExecutionViewResultBlock(); v.Content != "from-openai" || acc.Container.ID != "oa" || acc.StopReason != anthropic.StopReasonEndTurn {
 		t.Fatalf("openai stream: %+v %+v %s", v, acc.Container, acc.StopReason)
 	}
 }
@@ -824,10 +834,15 @@ func TestMessagesAPIRunner(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, r1 := bashResult(t, msg.Content, 0)
-	_, r2 := bashResult(t, msg.Content, 2)
-	if r1.Stdout != "from-runner\n" || r2.Stdout != "42\n" || msg.Content[len(msg.Content)-1].Type != "text" || msg.StopReason != anthropic.StopReasonEndTurn {
-		t.Fatalf("runner: %+v %+v %v", r1, r2, blockTypes(msg.Content))
+	var outs []string
+	for i, b := range msg.Content {
+		if b.Type == "server_tool_use" {
+			_, r := bashResult(t, msg.Content, i)
+			outs = append(outs, r.Stdout)
+		}
+	}
+	if strings.Join(outs, "|") != "from-runner\n|42\n" || msg.Content[len(msg.Content)-1].Type != "text" || msg.StopReason != anthropic.StopReasonEndTurn {
+		t.Fatalf("runner: %q %v", outs, blockTypes(msg.Content))
 	}
 
 	stream := cl.Messages.NewStreaming(ctx, msgParams("", userText("just chatting"), codeExecTool...))
