@@ -38,7 +38,7 @@ func newBackends(cfg Config, layout *hostdirs.Layout, log *slog.Logger) ([]sandb
 			}
 			out = append(out, probe)
 		case "local":
-			b, err := local.New(local.Config{RootFS: cfg.RootFS, AgentBin: agentBin(cfg), DiskQuota: quota, Limits: limits, Instance: cfg.Instance, Logger: log.With("backend", "local")})
+			b, err := local.New(local.Config{RootFS: cfg.RootFS, AgentBin: agentBin(cfg), DiskQuota: quota, Limits: limits, Instance: cfg.Instance, Logger: log})
 			if err != nil {
 				log.Warn("sandbox backend left out", "backend", name, "reason", err.Error())
 				continue
