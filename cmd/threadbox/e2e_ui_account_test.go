@@ -95,6 +95,7 @@ func TestE2EAccountsAndThreads(t *testing.T) {
 	}
 	loc := e2e.Run(b, "location", chromedp.Location())
 	fork := loc[strings.Index(loc, "#/thread/")+len("#/thread/"):]
+	b.WaitTrue("the fork's view", fmt.Sprintf(`document.querySelector('.thread-view[data-thread-id=%q]')`, fork), 10*time.Second)
 	b.Do("delete the fork",
 		chromedp.Click(chromedp.CSS(".thread-head .actions button.danger")),
 		chromedp.WaitVisible(chromedp.ID("dialog-ok")),
@@ -112,6 +113,35 @@ func TestE2EAccountsAndThreads(t *testing.T) {
 		chromedp.Click(chromedp.ID("dialog-cancel")))
 	if r := s.do("GET", appAPI+"/thread/"+first, token, nil); r.status != 200 {
 		t.Fatalf("a cancelled delete deleted the thread: %d", r.status)
+	}
+
+	// Files dropped on the composer are uploaded, with progress shown while
+	// a large one is on its way; the small one downloads from the files
+	// panel byte for byte.
+	b.Do("drop two files", chromedp.Evaluate[chromedp.Void](`(() => {
+		window.progressSeen = [];
+		new MutationObserver((ms) => {
+			for (const m of ms) if (m.target.tagName === 'PROGRESS') window.progressSeen.push([Number(m.target.value), Number(m.target.max)]);
+		}).observe(document.querySelector('.uploads'), { subtree: true, attributes: true, attributeFilter: ['value'] });
+		const big = new Uint8Array(48 << 20);
+		for (let i = 0; i < big.length; i += 4096) big[i] = i & 255;
+		const dt = new DataTransfer();
+		dt.items.add(new File(['hello from a drop\n'], 'notes.txt', { type: 'text/plain' }));
+		dt.items.add(new File([big], 'big.bin', { type: 'application/octet-stream' }));
+		const form = document.querySelector('form.composer');
+		form.dispatchEvent(new DragEvent('dragover', { dataTransfer: dt, bubbles: true, cancelable: true }));
+		form.dispatchEvent(new DragEvent('drop', { dataTransfer: dt, bubbles: true, cancelable: true }));
+	})()`))
+	b.WaitText(`.upload[data-name="notes.txt"]`, "Uploaded to /mnt/user-data/uploads/notes.txt", 30*time.Second)
+	b.WaitText(`.upload[data-name="big.bin"]`, "Uploaded to /mnt/user-data/uploads/big.bin", 60*time.Second)
+	if partial := e2e.Eval[int](b, "progress", `window.progressSeen.filter(([v, max]) => v > 0 && v < max && max >= 48 << 20).length`); partial == 0 {
+		t.Errorf("no progress shown between 0 and the whole file: %v", e2e.Eval[any](b, "progress", `window.progressSeen`))
+	}
+	b.Do("download the dropped file",
+		chromedp.WaitVisible(chromedp.CSS(`.file-list li[data-path="/mnt/user-data/uploads/notes.txt"] button.download`)),
+		chromedp.Click(chromedp.CSS(`.file-list li[data-path="/mnt/user-data/uploads/notes.txt"] button.download`)))
+	if got := b.WaitDownload("notes.txt", 20*time.Second); string(got) != "hello from a drop\n" {
+		t.Errorf("downloaded notes.txt: %q", got)
 	}
 
 	// The admin page adds a member.

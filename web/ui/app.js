@@ -110,6 +110,8 @@ async function route() {
       $('nav-chat').setAttribute('aria-current', 'page');
       const id = decodeURIComponent(hash.slice('#/thread/'.length));
       state.currentThread = id;
+      // Nothing of the previous thread stays clickable while this one loads.
+      replace(main, h('p', { class: 'loading', role: 'status' }, 'Loading the thread…'));
       const th = await renderThread(main, id, { me: state.me, navigate, refresh: loadProjects, features });
       if (!state.open.has(th.project_id)) { state.open.add(th.project_id); await loadThreads(th.project_id); }
       renderSidebar();

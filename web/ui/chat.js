@@ -28,7 +28,7 @@ export async function renderThread(main, threadID, ctx) {
     h('button', { type: 'button', class: 'danger', onclick: () => deleteThread(view) }, 'Delete'));
 
   replace(main,
-    h('div', { class: 'thread-view' },
+    h('div', { class: 'thread-view', 'data-thread-id': th.id },
       h('section', { class: 'conversation', 'aria-labelledby': 'thread-title' },
         h('header', { class: 'thread-head' }, title, actions),
         policyNote,
