@@ -6,6 +6,10 @@
 # The local (bubblewrap) backend's rows, warm exec and cold boot, are measured
 # in the same run when its root filesystem exists (THREADBOX_ROOTFS, else the
 # cache of sandbox/build-offline.sh --rootfs-only); -rootfs '' skips them.
+# The Messages API rows (-only messages) start a scripted fake model upstream
+# on loopback and a threadbox using it with docker sandboxes: added latency
+# over calling the upstream directly (p50/p99, streaming time to first byte,
+# concurrency 1 and 16) and the tool loop's overhead per iteration.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -x bin/threadbox-agent ] || CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o bin/threadbox-agent ./cmd/threadbox-agent

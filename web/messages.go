@@ -62,6 +62,11 @@ type MessagesAPI struct {
 	// means DefaultPingInterval. Pings also detect clients that went away
 	// while a long command runs.
 	PingInterval time.Duration
+
+	// prepared remembers the containers whose folders this server made,
+	// by storage id and creation time (a container removed past its
+	// maximum age and made anew is another one).
+	prepared sync.Map
 }
 
 func (m *MessagesAPI) pingInterval() time.Duration {
@@ -117,17 +122,30 @@ func needsContainer(req *messages.Request, plan *messages.Plan) bool {
 
 // containerOf resolves the request's container: the one it names (a new id
 // creates it; a thread id the caller can access names the thread's), or the
-// caller's default container.
+// caller's default container. Its folders are prepared the first time this
+// server sees it.
 func (s *Server) containerOf(ctx context.Context, m *MessagesAPI, p user.Principal, req *messages.Request) (container.Container, error) {
-	if req.Container != nil && req.Container.ID != "" {
-		return m.Containers.Scope(ctx, p, req.Container.ID, true)
+	id := ""
+	if req.Container != nil {
+		id = req.Container.ID
 	}
-	c, err := m.Containers.ForUser(ctx, p, "")
+	if strings.HasPrefix(id, "thr_") {
+		return m.Containers.Scope(ctx, p, id, true)
+	}
+	c, err := m.Containers.ForUser(ctx, p, id)
 	if err != nil {
 		return container.Container{}, err
 	}
+	key := c.ID() + "@" + c.CreatedAt().UTC().Format(time.RFC3339Nano)
+	if _, ok := m.prepared.Load(key); ok {
+		return c, nil
+	}
 	// Scope prepares the container's folders (ForUser does not).
-	return m.Containers.Scope(ctx, p, c.ClientID(), true)
+	if c, err = m.Containers.Scope(ctx, p, c.ClientID(), true); err != nil {
+		return container.Container{}, err
+	}
+	m.prepared.Store(key, struct{}{})
+	return c, nil
 }
 
 // checkUploads makes sure every container_upload block names an existing

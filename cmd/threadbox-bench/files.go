@@ -185,7 +185,9 @@ type threadboxProc struct {
 	stop  func()
 }
 
-func startThreadbox(ctx context.Context, bin, work string) (*threadboxProc, error) {
+// startThreadbox starts the server with a fresh data folder and SQLite;
+// extra holds more KEY=value settings (later ones win).
+func startThreadbox(ctx context.Context, bin, work string, extra ...string) (*threadboxProc, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
@@ -194,6 +196,7 @@ func startThreadbox(ctx context.Context, bin, work string) (*threadboxProc, erro
 	l.Close()
 	env := append(os.Environ(), "LISTEN_ADDR="+addr, "DATA_DIR="+filepath.Join(work, "data"), "DATABASE_URL=",
 		"SANDBOX_BACKEND=local", "SANDBOX_DISK_QUOTA=none", "LOG_LEVEL=error")
+	env = append(env, extra...)
 	boot := exec.CommandContext(ctx, bin, "admin", "bootstrap", "--org", "bench", "--email", "bench@bench.test")
 	boot.Env = env
 	tok, err := boot.Output()

@@ -41,8 +41,9 @@ type opts struct {
 	n        int
 	nDocker  int
 	nCold    int
-	only     string    // "sandbox", "files" or "" for every section
-	files    filesOpts // the Files API section (files.go)
+	only     string       // "sandbox", "files" or "" for every section
+	files    filesOpts    // the Files API section (files.go)
+	messages messagesOpts // the Messages API section (messages.go)
 
 	rootfs string // the local backend's root filesystem; "" skips its rows
 }
@@ -57,12 +58,23 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.IntVar(&o.nDocker, "n-docker", 40, "docker exec round trips")
 	fs.IntVar(&o.nCold, "n-cold", 5, "cold boots per method")
 	fs.StringVar(&o.rootfs, "rootfs", envOr("THREADBOX_ROOTFS", defaultRootFS()), "root filesystem of the local backend (empty skips its rows)")
-	fs.StringVar(&o.only, "only", "", "run one section: sandbox or files")
+	fs.StringVar(&o.only, "only", "", "run one section: sandbox, files or messages")
 	fs.StringVar(&o.files.threadboxBin, "threadbox", "bin/threadbox", "the threadbox server binary (files section)")
 	fs.Int64Var(&o.files.size, "files-size", 256<<20, "bytes per Files API transfer")
 	fs.IntVar(&o.files.runs, "files-runs", 3, "Files API transfers per row")
+	fs.IntVar(&o.messages.n, "messages-n", 400, "requests per Messages API latency row")
+	fs.IntVar(&o.messages.loops, "messages-loops", 20, "requests per Messages API tool-loop row")
+	fs.IntVar(&o.messages.iters, "messages-iters", 5, "tool iterations per tool-loop request")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if o.only == "" || o.only == "messages" {
+		if err := benchMessages(ctx, o, out); err != nil {
+			return fmt.Errorf("messages: %w", err)
+		}
+		if o.only == "messages" {
+			return nil
+		}
 	}
 	if o.only != "sandbox" {
 		if err := benchFiles(ctx, o.files, out); err != nil {

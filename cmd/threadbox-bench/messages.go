@@ -1,0 +1,350 @@
+package main
+
+// The Messages API section (issue 5): the latency threadbox adds to a model
+// call, measured against calling the same fake upstream directly on
+// loopback, and the tool loop's own overhead per iteration.
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/docker/docker/client"
+
+	"threadbox/app/messages"
+	"threadbox/domain/sandbox"
+	"threadbox/infra/docker"
+	"threadbox/infra/hostdirs"
+	"threadbox/infra/llm/fakeupstream"
+)
+
+// messagesOpts configure the Messages API section.
+type messagesOpts struct {
+	n     int // requests per latency row
+	loops int // requests per tool-loop row
+	iters int // tool iterations per tool-loop request
+}
+
+// latencyRow compares threadbox with the direct call.
+type latencyRow struct {
+	name            string
+	n               int
+	direct, through []time.Duration
+	target50        time.Duration // target for the added p50
+	target99        time.Duration // target for the added p99; 0 = none
+}
+
+var loopPrompt = regexp.MustCompile(`loop (\d+)`)
+
+// benchReply answers the bench's requests: "loop N" asks for N rounds of
+// `true` through bash_code_execution, anything else gets a short text.
+func benchReply(_ fakeupstream.Format, body json.RawMessage) fakeupstream.Reply {
+	text := fakeupstream.Reply{Content: []messages.ContentBlock{{Type: messages.BlockText, Text: "ok, done."}}, Usage: messages.Usage{InputTokens: 12, OutputTokens: 3}}
+	m := loopPrompt.FindSubmatch(body)
+	if m == nil {
+		return text
+	}
+	want, _ := strconv.Atoi(string(m[1]))
+	if bytes.Count(body, []byte(`"tool_result"`)) >= want {
+		return text
+	}
+	return fakeupstream.Reply{Content: []messages.ContentBlock{{
+		Type: messages.BlockToolUse, ID: fmt.Sprintf("toolu_%d", time.Now().UnixNano()),
+		Name: messages.SubToolBash, Input: json.RawMessage(`{"command":"true"}`),
+	}}}
+}
+
+// benchMessages starts the fake upstream and a threadbox using it (docker
+// sandboxes for the tool loop) and prints the Messages API table.
+func benchMessages(ctx context.Context, o opts, out io.Writer) error {
+	mo := o.messages
+	up := fakeupstream.New()
+	defer up.Close()
+	up.SetFallback(benchReply)
+
+	work, err := os.MkdirTemp("", "threadbox-bench-messages-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(work)
+	bin, err := threadboxBinary(ctx, o.files.threadboxBin, work)
+	if err != nil {
+		return err
+	}
+	agentBin, err := filepath.Abs(o.agentBin)
+	if err != nil {
+		return err
+	}
+	srv, err := startThreadbox(ctx, bin, work,
+		"SANDBOX_BACKEND=docker", "THREADBOX_AGENT_BIN="+agentBin, "SANDBOX_IMAGE="+o.image, "SANDBOX_RUNTIME="+o.runtime,
+		"MODEL_PROVIDER=anthropic", "MODEL_BASE_URL="+up.URL(), "MODEL_NAME=bench-model", "MAX_TOOL_ITERATIONS=100")
+	if err != nil {
+		return err
+	}
+	defer srv.stop()
+
+	hc := &http.Client{Transport: &http.Transport{MaxIdleConns: 64, MaxIdleConnsPerHost: 64, IdleConnTimeout: time.Minute}}
+	upBody := `{"model":"bench-model","max_tokens":64,"messages":[{"role":"user","content":"hello"}]}`
+	upStream := `{"model":"bench-model","max_tokens":64,"stream":true,"messages":[{"role":"user","content":"hello"}]}`
+	tbBody := `{"model":"default","max_tokens":64,"messages":[{"role":"user","content":"hello"}]}`
+	tbStream := `{"model":"default","max_tokens":64,"stream":true,"messages":[{"role":"user","content":"hello"}]}`
+	tbTool := `{"model":"default","max_tokens":64,"container":"bench","tools":[{"type":"code_execution_20250825","name":"code_execution"}],"messages":[{"role":"user","content":"hello"}]}`
+	direct := func(body string) func() (time.Duration, error) {
+		return func() (time.Duration, error) { return post(hc, up.URL()+"/v1/messages", "", body) }
+	}
+	through := func(body string) func() (time.Duration, error) {
+		return func() (time.Duration, error) { return post(hc, srv.base+"/api/gpt/v1/messages", srv.token, body) }
+	}
+	// Warm up: connections, the container record, the code paths.
+	for range 20 {
+		for _, f := range []func() (time.Duration, error){direct(upBody), through(tbBody), through(tbTool), direct(upStream), through(tbStream)} {
+			if _, err := f(); err != nil {
+				return err
+			}
+		}
+	}
+
+	var rows []latencyRow
+	for _, c := range []int{1, 16} {
+		for _, r := range []struct {
+			name     string
+			up, tb   string
+			t50, t99 time.Duration
+		}{
+			{"non-streaming, full response", upBody, tbBody, 500 * time.Microsecond, 2 * time.Millisecond},
+			{"non-streaming, code_execution tool offered (container resolved)", upBody, tbTool, 500 * time.Microsecond, 2 * time.Millisecond},
+			{"streaming, time to first byte", upStream, tbStream, time.Millisecond, 0},
+		} {
+			fmt.Fprintf(os.Stderr, "bench: messages %s, concurrency %d\n", r.name, c)
+			d, err := timedConcurrent(c, mo.n, direct(r.up))
+			if err != nil {
+				return fmt.Errorf("direct: %w", err)
+			}
+			t, err := timedConcurrent(c, mo.n, through(r.tb))
+			if err != nil {
+				return fmt.Errorf("threadbox: %w", err)
+			}
+			rows = append(rows, latencyRow{fmt.Sprintf("%s, concurrency %d", r.name, c), len(t), d, t, r.t50, r.t99})
+		}
+	}
+
+	// Tool-loop overhead: a request with k rounds of `true` minus one with
+	// none is k × (model call + command + loop overhead); the model call is
+	// the direct upstream p50 and the command the agent's own round trip.
+	fmt.Fprintln(os.Stderr, "bench: messages tool loop")
+	loop0 := `{"model":"default","max_tokens":64,"container":"bench","tools":[{"type":"code_execution_20250825","name":"code_execution"}],"messages":[{"role":"user","content":"loop 0"}]}`
+	loopK := strings.Replace(loop0, "loop 0", "loop "+strconv.Itoa(mo.iters), 1)
+	for range 3 {
+		if _, err := through(loopK)(); err != nil {
+			return err
+		}
+	}
+	t0, err := timedConcurrent(1, mo.loops, through(loop0))
+	if err != nil {
+		return err
+	}
+	tk, err := timedConcurrent(1, mo.loops, through(loopK))
+	if err != nil {
+		return err
+	}
+	model, err := timedConcurrent(1, mo.n, direct(upBody))
+	if err != nil {
+		return err
+	}
+	cmd, err := agentRoundTrip(ctx, o, agentBin, mo.n)
+	if err != nil {
+		return fmt.Errorf("agent round trip: %w", err)
+	}
+	p0, _ := percentiles(t0)
+	pk, _ := percentiles(tk)
+	pm, _ := percentiles(model)
+	pc, _ := percentiles(cmd)
+	perIter := (pk-p0)/time.Duration(mo.iters) - pm - pc
+
+	// Where the added time goes: the HTTP edge alone, and with the bearer
+	// token's verification (JWT and the token, user and org lookups).
+	get := func(path, token string) func() (time.Duration, error) {
+		return func() (time.Duration, error) {
+			req, _ := http.NewRequest("GET", srv.base+path, nil)
+			if token != "" {
+				req.Header.Set("Authorization", "Bearer "+token)
+			}
+			start := time.Now()
+			resp, err := hc.Do(req)
+			if err != nil {
+				return 0, err
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			return time.Since(start), nil
+		}
+	}
+	health, err := timedConcurrent(1, mo.n, get("/healthz", ""))
+	if err != nil {
+		return err
+	}
+	me, err := timedConcurrent(1, mo.n, get("/api/v1/app/me", srv.token))
+	if err != nil {
+		return err
+	}
+
+	fmt.Fprintf(out, "\n### Messages API over the fake upstream on loopback (n=%d per row), %s\n\n", mo.n, time.Now().UTC().Format(time.RFC3339))
+	fmt.Fprintln(out, "| measurement | direct p50 | direct p99 | threadbox p50 | threadbox p99 | added p50 | added p99 | target | ratio p50 | ratio p99 |")
+	fmt.Fprintln(out, "|---|---:|---:|---:|---:|---:|---:|---|---:|---:|")
+	for _, r := range rows {
+		d50, d99 := percentiles(r.direct)
+		t50, t99 := percentiles(r.through)
+		a50, a99 := t50-d50, t99-d99
+		target, ratio99 := "added p50 ≤ "+ms(r.target50), "—"
+		if r.target99 > 0 {
+			target += ", p99 ≤ " + ms(r.target99)
+			ratio99 = fmt.Sprintf("%.2f", float64(a99)/float64(r.target99))
+		}
+		fmt.Fprintf(out, "| %s | %s | %s | %s | %s | %s | %s | %s | %.2f | %s |\n", r.name, ms(d50), ms(d99), ms(t50), ms(t99), ms(a50), ms(a99), target, float64(a50)/float64(r.target50), ratio99)
+	}
+	h50, _ := percentiles(health)
+	m50, _ := percentiles(me)
+	fmt.Fprintf(out, "\nAttribution at concurrency 1: GET /healthz p50 %s (HTTP edge), GET /api/v1/app/me p50 %s (edge + bearer token checks).\n", ms(h50), ms(m50))
+	fmt.Fprintf(out, "\n| tool loop (%d iterations of `true`, n=%d) | value |\n|---|---:|\n", mo.iters, mo.loops)
+	fmt.Fprintf(out, "| request p50, no tool call | %s |\n| request p50, %d tool calls | %s |\n", ms(p0), mo.iters, ms(pk))
+	fmt.Fprintf(out, "| model call p50 (direct) | %s |\n| command p50 (agent round trip of bash -c true) | %s |\n", ms(pm), ms(pc))
+	fmt.Fprintf(out, "| loop overhead per iteration, p50 (target ≤ 5.00 ms) | %s (ratio %.2f) |\n", ms(perIter), float64(perIter)/float64(5*time.Millisecond))
+	return nil
+}
+
+// threadboxBinary returns the server binary, building it when missing.
+func threadboxBinary(ctx context.Context, bin, work string) (string, error) {
+	if _, err := os.Stat(bin); err == nil {
+		return bin, nil
+	}
+	bin = filepath.Join(work, "threadbox")
+	fmt.Fprintln(os.Stderr, "bench: building threadbox")
+	if b, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/threadbox").CombinedOutput(); err != nil {
+		return "", fmt.Errorf("build threadbox: %w: %s", err, b)
+	}
+	return bin, nil
+}
+
+// post sends one request and returns the time to the first byte of a
+// stream, or to the end of a whole response.
+func post(hc *http.Client, url, token, body string) (time.Duration, error) {
+	req, err := http.NewRequest("POST", url, strings.NewReader(body))
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	start := time.Now()
+	resp, err := hc.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(resp.Body)
+		return 0, fmt.Errorf("POST %s: %d %s", url, resp.StatusCode, bytes.TrimSpace(b))
+	}
+	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		br := bufio.NewReader(resp.Body)
+		if _, err := br.Peek(1); err != nil {
+			return 0, err
+		}
+		ttfb := time.Since(start)
+		rest, err := io.ReadAll(br)
+		if err != nil {
+			return 0, err
+		}
+		if !bytes.Contains(rest, []byte("message_stop")) {
+			return 0, fmt.Errorf("stream from %s did not finish: %s", url, rest)
+		}
+		return ttfb, nil
+	}
+	if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+		return 0, err
+	}
+	return time.Since(start), nil
+}
+
+// timedConcurrent runs n calls of fn over workers goroutines and collects
+// the durations fn reports.
+func timedConcurrent(workers, n int, fn func() (time.Duration, error)) ([]time.Duration, error) {
+	each := max(1, n/workers)
+	var (
+		mu    sync.Mutex
+		all   []time.Duration
+		first error
+		wg    sync.WaitGroup
+	)
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			d := make([]time.Duration, 0, each)
+			var err error
+			for range each {
+				var t time.Duration
+				if t, err = fn(); err != nil {
+					break
+				}
+				d = append(d, t)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			all = append(all, d...)
+			if err != nil && first == nil {
+				first = err
+			}
+		}()
+	}
+	wg.Wait()
+	return all, first
+}
+
+// agentRoundTrip measures `bash -c true` through the agent of a docker
+// sandbox: the command's own run time in the tool loop.
+func agentRoundTrip(ctx context.Context, o opts, agentBin string, n int) ([]time.Duration, error) {
+	data, err := os.MkdirTemp("", "threadbox-bench-msgagent-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(data)
+	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+	if err != nil {
+		return nil, err
+	}
+	defer cli.Close()
+	be := docker.NewWithClient(cli, docker.Config{
+		Image: o.image, Runtime: o.runtime, AgentBin: agentBin,
+		Dirs:     hostdirs.New(data, hostdirs.Options{Quota: hostdirs.QuotaNone}),
+		Instance: fmt.Sprintf("benchmsg%d", os.Getpid()),
+	})
+	const id = "bench-msg"
+	if err := be.Ensure(ctx, sandbox.Spec{ID: id}); err != nil {
+		return nil, err
+	}
+	defer be.Remove(context.WithoutCancel(ctx), id)
+	run := func() error {
+		_, err := be.Exec(ctx, id, sandbox.Command{Args: []string{"bash", "-c", "true"}})
+		return err
+	}
+	for range 5 {
+		if err := run(); err != nil {
+			return nil, err
+		}
+	}
+	return measure(n, run)
+}
