@@ -106,6 +106,10 @@ const plotMessage = "Plot the sales.\n```python\n" +
 	"time.sleep(2)\n" +
 	"df.plot(x='month', y='sales', kind='bar')\n" +
 	"plt.savefig('/mnt/user-data/outputs/sales.png')\n" +
+	"```\nThen a summary, a binary file and a long listing.\n```bash\n" +
+	"printf 'region,total\\nNorth,40\\nSouth,21\\n' > /mnt/user-data/outputs/summary.csv\n" +
+	"head -c 3000 /dev/zero > /mnt/user-data/outputs/blob.bin\n" +
+	"seq 1 500\n" +
 	"```"
 
 // TestE2EChat is issue 8's scenario: log in; create a project and a
@@ -162,7 +166,7 @@ func TestE2EChat(t *testing.T) {
 	b.WaitTrue("the code card while the code runs (a live stream)",
 		`document.querySelector('.msg.assistant .exec.running') && document.querySelector('.msg.assistant .exec .command').textContent.includes("read_csv('/mnt/user-data/uploads/sales.csv')")`,
 		60*time.Second)
-	if got := e2e.Eval[string](b, "streamed text", `document.querySelector('.msg.assistant .text').textContent`); !strings.Contains(got, "Running block 1 of 1 (python)") {
+	if got := e2e.Eval[string](b, "streamed text", `document.querySelector('.msg.assistant .text').textContent`); !strings.Contains(got, "Running block 1 of 2 (python)") {
 		t.Errorf("the text before the code card: %q", got)
 	}
 	b.WaitText(".msg.assistant .exec .exit-code", "Exit code: 0", 90*time.Second)
@@ -174,8 +178,21 @@ func TestE2EChat(t *testing.T) {
 	}
 	b.WaitTrue("the image preview", `(() => { const i = document.querySelector('.artifact[data-name="sales.png"] img.image-preview'); return i && i.complete && i.naturalWidth > 100; })()`, 30*time.Second)
 	b.WaitTrue("the end of the turn", `!document.querySelector('.msg.assistant[aria-busy]') && document.querySelectorAll('.msg.assistant .text').length >= 2`, 30*time.Second)
-	if got := e2e.Eval[string](b, "summary", `[...document.querySelectorAll('.msg.assistant .text')].pop().textContent`); !strings.Contains(got, "Ran 1 code block(s)") {
+	if got := e2e.Eval[string](b, "summary", `[...document.querySelectorAll('.msg.assistant .text')].pop().textContent`); !strings.Contains(got, "Ran 2 code block(s)") {
 		t.Errorf("final text: %q", got)
+	}
+	// The CSV output previews as a table, the binary one as a download
+	// card with name, type and size, and 500 lines of stdout are collapsed.
+	b.WaitText(`.artifact[data-name="summary.csv"] table tbody`, "North40South21", 20*time.Second)
+	if got := e2e.Eval[string](b, "csv header", `document.querySelector('.artifact[data-name="summary.csv"] table thead').textContent`); got != "regiontotal" {
+		t.Errorf("CSV preview header: %q", got)
+	}
+	if got := e2e.Eval[string](b, "binary card", `document.querySelector('.artifact[data-name="blob.bin"] figcaption').textContent`); !strings.Contains(got, "blob.bin") ||
+		!strings.Contains(got, "application/octet-stream") || !strings.Contains(got, "2.9 KB") || !strings.Contains(got, "Download") {
+		t.Errorf("download card of blob.bin: %q", got)
+	}
+	if got := e2e.Eval[string](b, "long output", `(() => { const d = document.querySelectorAll('.msg.assistant .exec')[1].querySelector('details.output.stdout'); return (d.open ? 'open ' : 'closed ') + d.querySelector('summary').textContent; })()`); got != "closed stdout — 500 lines, collapsed (show)" {
+		t.Errorf("long stdout: %q", got)
 	}
 	b.WaitText(".file-list", "sales.png", 10*time.Second)
 	b.WaitText(`ul[aria-label="Project artifacts"]`, "sales.png", 10*time.Second)
