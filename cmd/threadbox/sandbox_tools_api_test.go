@@ -376,9 +376,9 @@ func TestSandboxToolsAPI(t *testing.T) {
 		curl := `curl -sS -m 20 -o resp.json -w '%{http_code}' -H "Authorization: Bearer ${TOK:-$ANTHROPIC_AUTH_TOKEN}" -H 'content-type: application/json' ` +
 			`-d "{\"model\":\"$ANTHROPIC_MODEL\",\"max_tokens\":20,\"messages\":[{\"role\":\"user\",\"content\":\"inner question\"}]}" "$ANTHROPIC_BASE_URL/v1/messages"; echo; cat resp.json`
 		fake.Push(
-			steps(call("sandbox_bash", map[string]any{"command": "echo $ANTHROPIC_BASE_URL $ANTHROPIC_MODEL; echo -n $ANTHROPIC_AUTH_TOKEN > /home/agent/workspace/tok; " + curl})),
+			steps(call("sandbox_bash", map[string]any{"command": "echo $ANTHROPIC_BASE_URL $ANTHROPIC_MODEL; echo -n $ANTHROPIC_AUTH_TOKEN > /home/agent/workspace/tok; echo hi > /mnt/user-data/outputs/inside.txt; " + curl})),
 			textStep("inner answer"), // the request made from inside the sandbox
-			steps(call("sandbox_bash", map[string]any{"command": `curl -sS -m 10 -H "Authorization: Bearer $ANTHROPIC_AUTH_TOKEN" "$ANTHROPIC_BASE_URL/v1/files?scope_id=` + box + `&limit=1000" | grep -o 'calc.py' | head -1; ` +
+			steps(call("sandbox_bash", map[string]any{"command": `curl -sS -m 10 -H "Authorization: Bearer $ANTHROPIC_AUTH_TOKEN" "$ANTHROPIC_BASE_URL/v1/files?scope_id=` + box + `&limit=1000" | grep -o 'inside.txt' | head -1; ` +
 				`curl -sS -m 10 -o /dev/null -w '%{http_code}\n' "http://127.0.0.1:47800/healthz"; ` +
 				`curl -sS -m 10 -o /dev/null -w '%{http_code}\n' -H "Authorization: Bearer $ANTHROPIC_AUTH_TOKEN" "http://127.0.0.1:47800/api/v1/app/me"; ` +
 				`curl -sS -m 10 -o /dev/null -w '%{http_code}\n' -H "Authorization: Bearer ` + tok + `" "$ANTHROPIC_BASE_URL/v1/files?scope_id=` + box + `"`})),
@@ -397,7 +397,7 @@ func TestSandboxToolsAPI(t *testing.T) {
 		// As the requesting user: that user's container files are listed;
 		// nothing but /api/gpt/ is served; the user's own API token is not
 		// accepted from inside.
-		if got := calls[1].str("stdout"); got != "calc.py\n404\n404\n403\n" {
+		if got := calls[1].str("stdout"); got != "inside.txt\n404\n404\n403\n" {
 			t.Fatalf("second call %q (stderr %q)", got, calls[1].str("stderr"))
 		}
 		if msg.Content[len(msg.Content)-1].AsText().Text != "outer done" {
@@ -413,10 +413,10 @@ func TestSandboxToolsAPI(t *testing.T) {
 	})
 
 	t.Run("a token from another container is refused; nothing else is reachable", func(t *testing.T) {
-		// Turn A (box1 = tools1) keeps its token alive while it sleeps and
+		// Turn A (in tools1) keeps its token alive while its command waits and
 		// leaves the token in an output file; turn B (another container)
 		// tries it.
-		fake.Push(steps(call("sandbox_bash", map[string]any{"command": "echo -n $ANTHROPIC_AUTH_TOKEN > /mnt/user-data/outputs/live-token; sleep 20"})))
+		fake.Push(steps(call("sandbox_bash", map[string]any{"command": "echo -n $ANTHROPIC_AUTH_TOKEN > /mnt/user-data/outputs/live-token; for i in $(seq 600); do [ -f /mnt/user-data/uploads/release ] && break; sleep 0.1; done"})))
 		var wg sync.WaitGroup
 		var errA error
 		wg.Go(func() {
@@ -448,6 +448,17 @@ func TestSandboxToolsAPI(t *testing.T) {
 		calls, _ := sandboxTurn(t, cl, "tools2")
 		if got := calls[0].str("stdout"); got != "403\nunreachable-internet\nunreachable-host\nunreachable-port\n" {
 			t.Fatalf("from another container: %q (stderr %q)", got, calls[0].str("stderr"))
+		}
+		// Let turn A end: its command waits for this upload.
+		req, _ := http.NewRequest("PUT", s.base+"/api/gpt/v1/files/release?scope_id="+box, strings.NewReader("go"))
+		req.Header.Set("Authorization", "Bearer "+tok)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode/100 != 2 {
+			t.Fatalf("release upload: %d", resp.StatusCode)
 		}
 		wg.Wait()
 		if errA != nil {
