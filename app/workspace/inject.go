@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"slices"
 
 	"threadbox/app/messages"
 	"threadbox/domain/fault"
@@ -58,9 +59,18 @@ func TurnTools(asked []AskedTool, usesSkills bool, policy org.Policy) ([]message
 	allowed := policy.Allows(org.CodeExecution)
 	want := usesSkills
 	var out []messages.Tool
+	var sandboxTools []messages.Tool
 	for i, t := range asked {
+		if st, ok := sandboxTool(t.Tool); ok {
+			// The sandbox_v1 tools (CONTRACT §4) run code too: the same
+			// feature gates them.
+			if !slices.ContainsFunc(sandboxTools, func(x messages.Tool) bool { return x.Name == st.Name }) {
+				sandboxTools = append(sandboxTools, st)
+			}
+			continue
+		}
 		if !isCodeExecution(t.Tool) {
-			return nil, false, fault.Errorf(fault.Invalid, "pgpt.tools.%d: %q is not a workspace tool (only code_execution is)", i, toolLabel(t.Tool))
+			return nil, false, fault.Errorf(fault.Invalid, "pgpt.tools.%d: %q is not a workspace tool (only code_execution and the sandbox_v1 tools are)", i, toolLabel(t.Tool))
 		}
 		if len(out) > 0 {
 			continue // asked for twice
@@ -71,13 +81,27 @@ func TurnTools(asked []AskedTool, usesSkills bool, policy org.Policy) ([]message
 		}
 		out = append(out, messages.Tool{Type: t.Type, Name: "code_execution"})
 	}
-	if !allowed || !want {
+	if !allowed {
 		return nil, false, nil
+	}
+	if !want {
+		return sandboxTools, false, nil
 	}
 	if len(out) == 0 {
 		out = append(out, codeExecutionTool)
 	}
-	return out, true, nil
+	return append(out, sandboxTools...), true, nil
+}
+
+// sandboxTool recognises a sandbox_v1 tool asked for by spec or by name.
+func sandboxTool(t messages.Tool) (messages.Tool, bool) {
+	switch {
+	case t.Type == messages.ToolTypeSandboxV1:
+		return messages.Tool{Type: t.Type, Name: t.Name}, true
+	case t.Type == "" && (t.Name == messages.SandboxToolName || messages.IsSandboxTool(t.Name)):
+		return messages.Tool{Type: messages.ToolTypeSandboxV1, Name: t.Name}, true
+	}
+	return messages.Tool{}, false
 }
 
 func toolLabel(t messages.Tool) string {

@@ -2,6 +2,7 @@ package workspace
 
 import (
 	"encoding/json"
+	"slices"
 	"testing"
 
 	"threadbox/app/messages"
@@ -71,6 +72,56 @@ func TestTurnToolsInjectionRules(t *testing.T) {
 			req := &messages.Request{MaxTokens: 1, Tools: tools, Messages: []messages.Message{{Role: "user", Content: []messages.ContentBlock{{Type: "text", Text: "x"}}}}}
 			p, err := messages.New(nil, nil, messages.Config{}).Validate(req)
 			if err != nil || !p.CodeExecution {
+				t.Fatalf("plan: %+v %v", p, err)
+			}
+		})
+	}
+}
+
+func TestTurnToolsSandboxTools(t *testing.T) {
+	on := org.DefaultPolicy()
+	f := false
+	off, err := on.Patch(org.PolicyPatch{CodeExecution: &f})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name      string
+		asked     string
+		skills    bool
+		policy    org.Policy
+		wantNames []string
+		wantCode  bool
+	}{
+		{"by spec", `[{"type":"sandbox_v1","name":"sandbox"}]`, false, on, []string{"sandbox"}, false},
+		{"by tool name, twice", `["repl_execute","edit_file","repl_execute"]`, false, on, []string{"repl_execute", "edit_file"}, false},
+		{"beside code execution", `["code_execution","sandbox"]`, false, on, []string{"code_execution", "sandbox"}, true},
+		{"skills add code execution first", `["exec_command"]`, true, on, []string{"code_execution", "exec_command"}, true},
+		{"removed when the feature is off", `[{"type":"sandbox_v1","name":"sandbox"}]`, false, off, nil, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var asked []AskedTool
+			if err := json.Unmarshal([]byte(tc.asked), &asked); err != nil {
+				t.Fatal(err)
+			}
+			tools, code, err := TurnTools(asked, tc.skills, tc.policy)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var names []string
+			for _, tl := range tools {
+				names = append(names, tl.Name)
+			}
+			if code != tc.wantCode || !slices.Equal(names, tc.wantNames) {
+				t.Fatalf("tools %v code %v, want %v %v", names, code, tc.wantNames, tc.wantCode)
+			}
+			if len(tools) == 0 {
+				return
+			}
+			req := &messages.Request{MaxTokens: 1, Tools: tools, Messages: []messages.Message{{Role: "user", Content: []messages.ContentBlock{{Type: "text", Text: "x"}}}}}
+			p, err := messages.New(nil, nil, messages.Config{}).Validate(req)
+			if err != nil || !p.Sandbox || p.CodeExecution != tc.wantCode {
 				t.Fatalf("plan: %+v %v", p, err)
 			}
 		})

@@ -91,6 +91,12 @@ type Policies interface {
 	OrgPolicy(ctx context.Context, orgID string) (org.Policy, error)
 }
 
+// SandboxEnv issues a turn's sandbox variables (app/sandboxtools.TurnEnv).
+type SandboxEnv interface {
+	// Begin returns the variables and end, which revokes the turn's token.
+	Begin(ctx context.Context, p user.Principal, containerID, model string) (env []string, end func(), err error)
+}
+
 // Deps are the ports of the turn, file, skill and artifact use cases.
 type Deps struct {
 	Engine      Engine
@@ -105,6 +111,9 @@ type Deps struct {
 	DefaultModel string
 	// MaxTokens caps each model step of a turn (default 4096).
 	MaxTokens int
+	// SandboxEnv, when set, gives each turn that may run commands its
+	// ANTHROPIC_* variables and short-lived sandbox token.
+	SandboxEnv SandboxEnv
 	Now       func() time.Time
 	Log       *slog.Logger
 }

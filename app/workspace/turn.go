@@ -192,6 +192,14 @@ func (t *Turn) Run(ctx context.Context, sink messages.Sink) (*messages.Response,
 			_ = s.store.UpdateMessage(dbctx, thread.RestoreMessage(am.ID(), am.ThreadID(), am.Seq(), thread.Assistant, content, nil, false, am.CreatedAt()))
 		}
 	}
+	if s.d.SandboxEnv != nil && len(t.req.Tools) > 0 {
+		env, end, err := s.d.SandboxEnv.Begin(ctx, t.p, opts.ContainerID, t.req.Model)
+		if err != nil {
+			return nil, err
+		}
+		defer end()
+		opts.Env = append(opts.Env, env...)
+	}
 	runErr := s.d.Engine.Run(ctx, t.req, opts, rs)
 	if runErr == nil {
 		runErr = rs.err

@@ -67,6 +67,7 @@ func newWorkspace(cfg Config, sys *system, layout *hostdirs.Layout, fs *fsroot.C
 		Skills:       skillFiles{skillfs.New(filepath.Join(cfg.DataDir, "skills"), func(id string) string { return layout.Dirs(id).Skills })},
 		Policies:     sys.admin,
 		DefaultModel: model,
+		SandboxEnv:   sys.sandbox.env,
 		Log:          log.With("component", "workspace"),
 	})
 }
