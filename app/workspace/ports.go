@@ -114,6 +114,6 @@ type Deps struct {
 	// SandboxEnv, when set, gives each turn that may run commands its
 	// ANTHROPIC_* variables and short-lived sandbox token.
 	SandboxEnv SandboxEnv
-	Now       func() time.Time
-	Log       *slog.Logger
+	Now        func() time.Time
+	Log        *slog.Logger
 }
