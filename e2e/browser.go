@@ -102,6 +102,10 @@ func Start(t testing.TB, width, height int) *Browser {
 		t.Fatalf("e2e: download folder: %v", err)
 	}
 	go b.collectConsole()
+	// A failure screenshot of an earlier run must not pass for this one's.
+	if dir, err := ArtifactsDir(); err == nil {
+		_ = os.Remove(filepath.Join(dir, safeName(t.Name()+"-failure")+".png"))
+	}
 	// Registered after the browser's cleanup, so it runs first, while the
 	// tab is still there.
 	t.Cleanup(func() {
