@@ -1,0 +1,139 @@
+package web
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"threadbox/app/messages"
+)
+
+func TestWithSkillsPrompt(t *testing.T) {
+	tests := []struct {
+		name, system string
+		want         string // JSON
+		wantErr      bool
+	}{
+		{"no system", ``, `"SKILLS"`, false},
+		{"null", `null`, `"SKILLS"`, false},
+		{"string", `"Be brief."`, `"Be brief.\n\nSKILLS"`, false},
+		{"blocks", `[{"type":"text","text":"Be brief.","cache_control":{"type":"ephemeral"}}]`,
+			`[{"type":"text","text":"Be brief.","cache_control":{"type":"ephemeral"}},{"text":"SKILLS","type":"text"}]`, false},
+		{"a number", `42`, ``, true},
+		{"broken string", `"abc`, ``, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := withSkillsPrompt(json.RawMessage(tc.system), "SKILLS")
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("err %v, want error %v", err, tc.wantErr)
+			}
+			if !tc.wantErr && string(got) != tc.want {
+				t.Fatalf("got %s, want %s", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestEventStreamHoldsPreamble checks the stream's hand-off: message_start
+// and ping wait for the first real event; a turn that fails before it is
+// reported to the handler; afterwards each Send returns the write's result.
+func TestEventStreamHoldsPreamble(t *testing.T) {
+	start := messages.Event{Type: messages.EventMessageStart}
+	ping := messages.Event{Type: messages.EventPing}
+	block := messages.Event{Type: messages.EventContentBlockStart}
+
+	t.Run("error before output", func(t *testing.T) {
+		e := newEventStream(context.Background())
+		for _, ev := range []messages.Event{start, ping} {
+			if err := e.Send(ev); err != nil {
+				t.Fatal(err)
+			}
+		}
+		boom := errors.New("upstream unreachable")
+		e.finish(boom)
+		select {
+		case <-e.committed:
+			t.Fatal("committed without output")
+		case err := <-e.early:
+			if err != boom {
+				t.Fatalf("early %v", err)
+			}
+		}
+		if e.commit() {
+			t.Fatal("a finished uncommitted stream was committed")
+		}
+	})
+
+	t.Run("output commits and each send waits for its write", func(t *testing.T) {
+		e := newEventStream(context.Background())
+		_ = e.Send(start)
+		_ = e.Send(ping)
+		writeErr := errors.New("client gone")
+		sent := make(chan error, 1)
+		go func() { sent <- e.Send(block) }()
+		select {
+		case <-e.committed:
+		case <-time.After(5 * time.Second):
+			t.Fatal("not committed by the first block")
+		}
+		if pre := e.preamble(); len(pre) != 2 || pre[0].Type != messages.EventMessageStart {
+			t.Fatalf("preamble %v", pre)
+		}
+		if ev := <-e.out; ev.Type != messages.EventContentBlockStart {
+			t.Fatalf("out %v", ev.Type)
+		}
+		select {
+		case <-sent:
+			t.Fatal("Send returned before the write")
+		case <-time.After(20 * time.Millisecond):
+		}
+		e.ack <- writeErr
+		if err := <-sent; err != writeErr {
+			t.Fatalf("Send returned %v", err)
+		}
+		e.finish(nil)
+		if err := <-e.end; err != nil {
+			t.Fatalf("end %v", err)
+		}
+	})
+
+	t.Run("cancelled stream does not block", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		e := newEventStream(ctx)
+		cancel()
+		if err := e.Send(block); !errors.Is(err, context.Canceled) {
+			t.Fatalf("Send on a cancelled stream: %v", err)
+		}
+	})
+}
+
+func TestSSEKeepAlive(t *testing.T) {
+	var buf bytes.Buffer
+	w := &sseWriter{w: bufio.NewWriter(&buf), cancel: func() {}, last: time.Now()}
+	stop := w.keepAlive(40*time.Millisecond, "ping", map[string]string{"type": "ping"})
+	time.Sleep(200 * time.Millisecond)
+	stop()
+	n := strings.Count(buf.String(), "event: ping\ndata: {\"type\":\"ping\"}\n\n")
+	if n < 2 || n > 6 {
+		t.Fatalf("%d pings in 200ms at a 40ms interval: %q", n, buf.String())
+	}
+	// Writes reset the silence: no ping while events flow.
+	buf.Reset()
+	stop = w.keepAlive(100*time.Millisecond, "ping", map[string]string{"type": "ping"})
+	for range 10 {
+		if err := w.Event("x", 1); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	stop()
+	if strings.Contains(buf.String(), "ping") {
+		t.Fatalf("ping between events: %q", buf.String())
+	}
+}
