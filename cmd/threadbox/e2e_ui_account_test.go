@@ -128,9 +128,12 @@ func TestE2EAccountsAndThreads(t *testing.T) {
 		const dt = new DataTransfer();
 		dt.items.add(new File(['hello from a drop\n'], 'notes.txt', { type: 'text/plain' }));
 		dt.items.add(new File([big], 'big.bin', { type: 'application/octet-stream' }));
-		const form = document.querySelector('form.composer');
-		form.dispatchEvent(new DragEvent('dragover', { dataTransfer: dt, bubbles: true, cancelable: true }));
-		form.dispatchEvent(new DragEvent('drop', { dataTransfer: dt, bubbles: true, cancelable: true }));
+		window.dropFiles = (dt) => {
+			const form = document.querySelector('form.composer');
+			form.dispatchEvent(new DragEvent('dragover', { dataTransfer: dt, bubbles: true, cancelable: true }));
+			form.dispatchEvent(new DragEvent('drop', { dataTransfer: dt, bubbles: true, cancelable: true }));
+		};
+		window.dropFiles(dt);
 	})()`))
 	b.WaitText(`.upload[data-name="notes.txt"]`, "Uploaded to /mnt/user-data/uploads/notes.txt", 30*time.Second)
 	b.WaitText(`.upload[data-name="big.bin"]`, "Uploaded to /mnt/user-data/uploads/big.bin", 60*time.Second)
@@ -142,6 +145,33 @@ func TestE2EAccountsAndThreads(t *testing.T) {
 		chromedp.Click(chromedp.CSS(`.file-list li[data-path="/mnt/user-data/uploads/notes.txt"] button.download`)))
 	if got := b.WaitDownload("notes.txt", 20*time.Second); string(got) != "hello from a drop\n" {
 		t.Errorf("downloaded notes.txt: %q", got)
+	}
+
+	// With uploads switched off by the admin, a drop is refused with a
+	// message that names the feature.
+	if r := s.do("PATCH", appAPI+"/org/features", token, map[string]any{"uploads": map[string]any{"enabled": false}}); r.status != 200 {
+		t.Fatalf("switch off uploads: %d %s", r.status, r.body)
+	}
+	b.Do("drop a file with uploads off", chromedp.Evaluate[chromedp.Void](`(() => {
+		const dt = new DataTransfer();
+		dt.items.add(new File(['late'], 'late.txt', { type: 'text/plain' }));
+		window.dropFiles(dt);
+	})()`))
+	b.WaitText(`.upload.failed[data-name="late.txt"]`, "Refused: your organization's admin has switched off file uploads (uploads).", 20*time.Second)
+	if r := s.do("PATCH", appAPI+"/org/features", token, map[string]any{"uploads": map[string]any{"enabled": true}}); r.status != 200 {
+		t.Fatalf("switch uploads back on: %d %s", r.status, r.body)
+	}
+
+	// A second project, deleted from the sidebar.
+	b.Do("create a second project", chromedp.Focus(chromedp.ID("new-project")), chromedp.KeyEvent("Gamma\r"))
+	b.WaitTrue("two projects", `document.querySelectorAll('.project').length === 2`, 10*time.Second)
+	b.Do("delete it",
+		chromedp.Click(chromedp.CSS(`.project button[aria-label="Delete project Gamma"]`)),
+		chromedp.WaitVisible(chromedp.ID("dialog-ok")),
+		chromedp.Click(chromedp.ID("dialog-ok")))
+	b.WaitTrue("one project", `document.querySelectorAll('.project').length === 1`, 10*time.Second)
+	if ps := s.do("GET", appAPI+"/project", token, nil).json(t)["data"].([]any); len(ps) != 1 || ps[0].(map[string]any)["name"] != "Beta" {
+		t.Fatalf("projects after the delete: %v", ps)
 	}
 
 	// The admin page adds a member.
