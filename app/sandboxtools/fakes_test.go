@@ -1,0 +1,196 @@
+package sandboxtools
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"threadbox/app/messages"
+	"threadbox/domain/file"
+	"threadbox/domain/sandbox"
+)
+
+// fakeSandbox is the Sandbox port over a fakeBackend; Exec answers with
+// execFn.
+type fakeSandbox struct {
+	backend *fakeBackend
+	execFn  func(cmd sandbox.Command) (sandbox.Result, error)
+
+	mu    sync.Mutex
+	execs []sandbox.Command
+}
+
+func (f *fakeSandbox) Exec(_ context.Context, _ string, cmd sandbox.Command) (sandbox.Result, error) {
+	f.mu.Lock()
+	f.execs = append(f.execs, cmd)
+	f.mu.Unlock()
+	if f.execFn == nil {
+		return sandbox.Result{}, nil
+	}
+	return f.execFn(cmd)
+}
+
+func (f *fakeSandbox) Backend(context.Context, string) (sandbox.Backend, func(), error) {
+	return f.backend, func() {}, nil
+}
+
+// fakeBackend starts fakeSessions and listens on the host's loopback.
+type fakeBackend struct {
+	sandbox.Backend // only Name is called
+
+	onStart func(s *fakeSession) // runs before Start returns
+	onWrite func(s *fakeSession, b []byte)
+
+	mu       sync.Mutex
+	started  []*fakeSession
+	listened []string
+	nextPID  int
+}
+
+func (b *fakeBackend) Name() string { return "fake" }
+
+func (b *fakeBackend) Start(_ context.Context, _ string, cmd sandbox.Command, tty *sandbox.TTY) (sandbox.Session, error) {
+	b.mu.Lock()
+	b.nextPID++
+	s := &fakeSession{b: b, cmd: cmd, tty: tty, pid: 100 + b.nextPID, done: make(chan struct{})}
+	b.started = append(b.started, s)
+	b.mu.Unlock()
+	if b.onStart != nil {
+		b.onStart(s)
+	}
+	return s, nil
+}
+
+func (b *fakeBackend) Listen(_ context.Context, _ string, addr string) (net.Listener, error) {
+	b.mu.Lock()
+	b.listened = append(b.listened, addr)
+	b.mu.Unlock()
+	return net.Listen("tcp", "127.0.0.1:0")
+}
+
+// fakeSession is a command the test drives: emit writes output, end ends it.
+type fakeSession struct {
+	b    *fakeBackend
+	cmd  sandbox.Command
+	tty  *sandbox.TTY
+	pid  int
+	done chan struct{}
+
+	mu    sync.Mutex
+	input strings.Builder
+	res   sandbox.Result
+	err   error
+	once  sync.Once
+}
+
+func (s *fakeSession) PID() int { return s.pid }
+
+func (s *fakeSession) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	s.input.Write(p)
+	s.mu.Unlock()
+	if s.b.onWrite != nil {
+		s.b.onWrite(s, p)
+	}
+	return len(p), nil
+}
+
+func (s *fakeSession) Resize(uint16, uint16) error { return nil }
+func (s *fakeSession) Kill() error                 { s.end(137, nil); return nil }
+func (s *fakeSession) Done() <-chan struct{}       { return s.done }
+
+func (s *fakeSession) Wait(ctx context.Context) (sandbox.Result, error) {
+	select {
+	case <-s.done:
+	case <-ctx.Done():
+		return sandbox.Result{}, ctx.Err()
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.res, s.err
+}
+
+func (s *fakeSession) emit(text string) { s.cmd.Output(sandbox.Stdout, []byte(text)) }
+
+func (s *fakeSession) end(code int, err error) {
+	s.once.Do(func() {
+		s.mu.Lock()
+		s.res, s.err = sandbox.Result{ExitCode: code}, err
+		s.mu.Unlock()
+		close(s.done)
+	})
+}
+
+// fakeFiles is the Files port over a map of sandbox paths.
+type fakeFiles struct {
+	mu    sync.Mutex
+	files map[string]string
+}
+
+func (f *fakeFiles) ReadFile(_ context.Context, _, p string, limit int64) ([]byte, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s, ok := f.files[p]
+	if !ok {
+		return nil, file.ErrNotFound
+	}
+	if int64(len(s)) > limit {
+		return nil, file.ErrTooLarge
+	}
+	return []byte(s), nil
+}
+
+func (f *fakeFiles) WriteFile(_ context.Context, _, p string, data []byte) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.files[p] = string(data)
+	return nil
+}
+
+// run executes one call and returns its content object (or error fields).
+func run(t *testing.T, e *Executor, name string, input any) map[string]any {
+	t.Helper()
+	b, _ := json.Marshal(input)
+	r, err := e.Execute(context.Background(), messages.ToolCall{ID: "srvtoolu_x", Name: name, Input: b, ContainerID: "c1", Env: []string{"ANTHROPIC_MODEL=m"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out map[string]any
+	if err := json.Unmarshal(raw, &out); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// errorCode returns the error code and explanation of an error result.
+func errorCode(out map[string]any) (string, string) {
+	if out["type"] != messages.ResultSandboxError {
+		return "", ""
+	}
+	d, _ := out["detail"].(map[string]any)
+	code, _ := out["error_code"].(string)
+	expl, _ := d["explanation"].(string)
+	return code, expl
+}
+
+// eventually waits for cond.
+func eventually(t *testing.T, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if cond() {
+			return
+		}
+	}
+	t.Fatal("condition not met within 5s")
+}
+
+var errLost = errors.New("sandbox unavailable: agent connection lost")
