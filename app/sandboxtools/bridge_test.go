@@ -1,0 +1,224 @@
+package sandboxtools
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"threadbox/domain/sandbox"
+	"threadbox/domain/user"
+)
+
+func TestParseServices(t *testing.T) {
+	tests := []struct {
+		in   string
+		want []Service
+		bad  bool
+	}{
+		{in: "", want: nil},
+		{in: "search=10.0.0.5:9200", want: []Service{{"search", "10.0.0.5:9200"}}},
+		{in: " db = db.internal:5432 , cache=127.0.0.1:6379,", want: []Service{{"db", "db.internal:5432"}, {"cache", "127.0.0.1:6379"}}},
+		{in: "noaddr", bad: true},
+		{in: "x=host", bad: true},
+		{in: "1bad=h:1", bad: true},
+		{in: "a=h:1,A=h:2", bad: true},
+	}
+	for _, tc := range tests {
+		got, err := ParseServices(tc.in)
+		if tc.bad {
+			if err == nil {
+				t.Errorf("ParseServices(%q) accepted", tc.in)
+			}
+			continue
+		}
+		if err != nil || !slices.Equal(got, tc.want) {
+			t.Errorf("ParseServices(%q) = %v, %v; want %v", tc.in, got, err, tc.want)
+		}
+	}
+}
+
+func TestBridgeEnv(t *testing.T) {
+	b := NewBridge(&fakeSandbox{}, nil, BridgeConfig{APIPort: 5000, Services: []Service{{"search-db", "h:1"}, {"cache", "h:2"}}})
+	got := b.Env("tok", "claude")
+	want := []string{
+		"ANTHROPIC_BASE_URL=http://127.0.0.1:5000/api/gpt", "ANTHROPIC_AUTH_TOKEN=tok", "ANTHROPIC_MODEL=claude",
+		"SANDBOX_SERVICE_SEARCH_DB=127.0.0.1:5001", "SANDBOX_SERVICE_CACHE=127.0.0.1:5002",
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("env %v", got)
+	}
+}
+
+// dial connects to a listener of the fake backend (a real loopback
+// listener on the host).
+func dial(t *testing.T, l net.Listener) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// recordingBackend is a fakeBackend that keeps the listeners it made.
+type recordingBackend struct {
+	*fakeBackend
+	mu        sync.Mutex
+	listeners []net.Listener
+}
+
+func (r *recordingBackend) Listen(ctx context.Context, id, addr string) (net.Listener, error) {
+	l, err := r.fakeBackend.Listen(ctx, id, addr)
+	if err == nil {
+		r.mu.Lock()
+		r.listeners = append(r.listeners, l)
+		r.mu.Unlock()
+	}
+	return l, err
+}
+
+func TestBridgeServesAndForwards(t *testing.T) {
+	// An allowed service on the host: answers each line upper-cased.
+	svc, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer svc.Close()
+	go func() {
+		for {
+			c, err := svc.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				line, _ := bufio.NewReader(c).ReadString('\n')
+				_, _ = io.WriteString(c, strings.ToUpper(line))
+			}()
+		}
+	}()
+	rb := &recordingBackend{fakeBackend: &fakeBackend{}}
+	served := make(chan string, 4)
+	serve := func(c net.Conn, containerID string) {
+		defer c.Close()
+		line, _ := bufio.NewReader(c).ReadString('\n')
+		_, _ = io.WriteString(c, containerID+":"+line)
+		served <- containerID
+	}
+	b := NewBridge(bridgeSandbox{rb}, serve, BridgeConfig{APIPort: 47800, Services: []Service{{"upper", svc.Addr().String()}}})
+	defer b.Close()
+	ctx := context.Background()
+	if err := b.Ensure(ctx, "c1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Ensure(ctx, "c1"); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(rb.listened, []string{"127.0.0.1:47800", "127.0.0.1:47801"}) {
+		t.Fatalf("listened on %v (a second Ensure must not listen again)", rb.listened)
+	}
+	api := dial(t, rb.listeners[0])
+	_, _ = io.WriteString(api, "GET\n")
+	if got, _ := bufio.NewReader(api).ReadString('\n'); got != "c1:GET\n" {
+		t.Fatalf("API connection answered %q", got)
+	}
+	up := dial(t, rb.listeners[1])
+	_, _ = io.WriteString(up, "hello\n")
+	if got, _ := bufio.NewReader(up).ReadString('\n'); got != "HELLO\n" {
+		t.Fatalf("service connection answered %q", got)
+	}
+	// The sandbox went away (its listener ended): the next Ensure listens anew.
+	_ = rb.listeners[0].Close()
+	eventually(t, func() bool {
+		_ = b.Ensure(ctx, "c1")
+		return len(rb.listened) == 4
+	})
+}
+
+// bridgeSandbox serves a recordingBackend as the container's backend.
+type bridgeSandbox struct{ rb *recordingBackend }
+
+func (s bridgeSandbox) Exec(context.Context, string, sandbox.Command) (sandbox.Result, error) {
+	return sandbox.Result{}, nil
+}
+
+func (s bridgeSandbox) Backend(context.Context, string) (sandbox.Backend, func(), error) {
+	return s.rb, func() {}, nil
+}
+
+// plainBackend cannot forward connections.
+type plainBackend struct{ sandbox.Backend }
+
+func (plainBackend) Name() string { return "plain" }
+
+type plainSandbox struct{ fakeSandbox }
+
+func (*plainSandbox) Backend(context.Context, string) (sandbox.Backend, func(), error) {
+	return plainBackend{}, func() {}, nil
+}
+
+func TestBridgeWithoutForwarder(t *testing.T) {
+	b := NewBridge(&plainSandbox{}, nil, BridgeConfig{})
+	if err := b.Ensure(context.Background(), "c1"); err == nil || !strings.Contains(err.Error(), "plain backend cannot forward") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+// fakeTokens records issued and revoked tokens.
+type fakeTokens struct {
+	mu      sync.Mutex
+	issued  []string // containerID/userID
+	revoked []string
+	fail    bool
+}
+
+func (f *fakeTokens) IssueSandboxToken(_ context.Context, p user.Principal, containerID string, ttl time.Duration) (string, string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.fail {
+		return "", "", errors.New("store down")
+	}
+	if ttl != DefaultTokenTTL {
+		return "", "", errors.New("unexpected ttl")
+	}
+	f.issued = append(f.issued, containerID+"/"+p.UserID)
+	return "jwt-" + containerID, "tok_1", nil
+}
+
+func (f *fakeTokens) Revoke(_ context.Context, id string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.revoked = append(f.revoked, id)
+	return nil
+}
+
+func TestTurnEnv(t *testing.T) {
+	tokens := &fakeTokens{}
+	te := NewTurnEnv(tokens, NewBridge(&fakeSandbox{}, nil, BridgeConfig{}), 0)
+	env, end, err := te.Begin(context.Background(), user.Principal{UserID: "u1"}, "c9", "claude-x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(env, "ANTHROPIC_AUTH_TOKEN=jwt-c9") || !slices.Contains(env, "ANTHROPIC_MODEL=claude-x") || !slices.Equal(tokens.issued, []string{"c9/u1"}) {
+		t.Fatalf("env %v issued %v", env, tokens.issued)
+	}
+	if len(tokens.revoked) != 0 {
+		t.Fatal("revoked before the turn ended")
+	}
+	end()
+	if !slices.Equal(tokens.revoked, []string{"tok_1"}) {
+		t.Fatalf("revoked %v", tokens.revoked)
+	}
+	tokens.fail = true
+	if _, _, err := te.Begin(context.Background(), user.Principal{UserID: "u1"}, "c9", ""); err == nil {
+		t.Fatal("a failed issue gave an env")
+	}
+}
