@@ -149,7 +149,7 @@ func TestSessionLimitAndLoss(t *testing.T) {
 func TestEditFileTool(t *testing.T) {
 	const src = "alpha = 1\nbeta  =  2\ngamma = 3\ngamma = 3\n"
 	files := &fakeFiles{files: map[string]string{
-		"/home/agent/workspace/a.txt": src,
+		"/home/agent/workspace/a.txt":  src,
 		"/mnt/user-data/uploads/u.txt": "upload",
 	}}
 	e := New(&fakeSandbox{backend: &fakeBackend{}}, files, nil, Config{})
