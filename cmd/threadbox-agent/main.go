@@ -3,7 +3,9 @@
 // to it over its stdin and stdout with the framed protocol of
 // threadbox/infra/agent/protocol: it runs commands, streams their output,
 // enforces timeouts and output caps, collects $OUTPUT_DIR files and reaps
-// every orphaned process reparented to it. Stdout carries protocol frames
+// every orphaned process reparented to it. On the host's request it also
+// listens on loopback addresses inside the sandbox and carries each accepted
+// connection over the frame stream (stream.go). Stdout carries protocol frames
 // only; the agent's own logs go to stderr.
 //
 // Settings (flag, or environment variable, then default):

@@ -16,10 +16,17 @@
 //	agent -> host   Pong, Started{pid}, Stdout(bytes), Stderr(bytes),
 //	                Exit{exit_code,signal,timed_out,*_truncated,oom_hint,output_files}, Error{message}
 //
-// Frame types 0x30-0x33 are reserved for byte streams to loopback listeners
-// inside the sandbox. The agent writes nothing but frames to its stdout and
-// never sends a frame unasked, so the host may attach at any time before its
-// first request.
+// Frame types 0x30-0x33 carry byte streams to loopback listeners inside the
+// sandbox (Client.Listen; see protocol/stream.go): the host asks the agent to
+// listen, and the agent carries each connection it accepts, so that programs
+// in a sandbox without a network reach what the host serves. The agent
+// writes nothing but frames to its stdout and sends no frame unasked (an
+// accepted connection answers an earlier Listen), so the host may attach at
+// any time before its first request.
+//
+// Start with StartOptions.Stream runs a long-lived command whose output is
+// not capped and not kept: it goes only to Command.Output (terminal
+// sessions, REPLs).
 //
 // The agent caps each output stream at the command's MaxOutput and sends
 // nothing beyond it, so the host holds at most two caps per command. Exec
