@@ -188,7 +188,20 @@ func TestE2EAccountsAndThreads(t *testing.T) {
 	b.SetViewport(375, 800)
 	noHorizontalOverflow(t, b, 375)
 	shoot(t, b, "admin-375")
+	// At 375 px the sidebar folds behind the Projects button, opens with
+	// it, and folds again once a thread is chosen.
+	if e2e.Eval[bool](b, "sidebar", `!document.getElementById('sidebar').hidden`) {
+		t.Error("at 375 px the sidebar is open before the Projects button is pressed")
+	}
+	b.Do("open the sidebar", chromedp.Click(chromedp.ID("menu")), chromedp.WaitVisible(chromedp.CSS(`.threads a`)))
+	if got := e2e.Eval[string](b, "menu state", `document.getElementById('menu').getAttribute('aria-expanded')`); got != "true" {
+		t.Errorf("Projects button aria-expanded %q after opening", got)
+	}
+	b.Do("choose a thread", chromedp.Click(chromedp.CSS(`.threads a`)), chromedp.WaitVisible(chromedp.ID("message")))
+	b.WaitTrue("the sidebar folded", `document.getElementById('sidebar').hidden && document.getElementById('menu').getAttribute('aria-expanded') === 'false'`, 5*time.Second)
+	noHorizontalOverflow(t, b, 375)
 	b.SetViewport(1440, 900)
+	b.WaitTrue("the sidebar back at 1440 px", `!document.getElementById('sidebar').hidden`, 5*time.Second)
 
 	// Signing out revokes the session's token.
 	session := e2e.Eval[string](b, "session", `JSON.parse(sessionStorage.getItem('threadbox.session')).token`)

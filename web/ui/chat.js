@@ -240,14 +240,19 @@ async function runTurn(view, content, runCode, signal) {
   }
   turn.done();
   if (runCode && /```/.test(content) && turn.codeRuns === 0 && !turn.failed) {
-    const f = await showPolicy(view);
-    const off = f && f.codeExecution && f.codeExecution.enabled === false;
-    turn.note(off || !f
-      ? (off ? "Code was not run: your organization's admin has switched off code execution (codeExecution)."
-        : 'No code ran in this turn. If you expected it to, your organization\'s admin may have switched off code execution (codeExecution).')
-      : 'No code ran in this turn.');
+    turn.note(noCodeNote(await showPolicy(view)));
   }
   if (turn.codeRuns > 0 || turn.resources > 0) await Promise.all([loadFiles(view), loadArtifacts(view)]);
+}
+
+/**
+ * noCodeNote explains a turn whose code blocks did not run. Admins can read
+ * the policy (f) and get a definite answer; members (f null) cannot.
+ */
+function noCodeNote(f) {
+  if (!f) return "No code ran in this turn. If you expected it to, your organization's admin may have switched off code execution (codeExecution).";
+  if (f.codeExecution && f.codeExecution.enabled === false) return "Code was not run: your organization's admin has switched off code execution (codeExecution).";
+  return 'No code ran in this turn.';
 }
 
 /**
