@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -465,4 +466,33 @@ func TestSandboxToolsAPI(t *testing.T) {
 			t.Fatal(errA)
 		}
 	})
+}
+
+// TestSandboxAllowedServices exposes a host HTTP service inside the
+// sandbox through SANDBOX_ALLOW_SERVICES.
+func TestSandboxAllowedServices(t *testing.T) {
+	bin := msgDocker(t)
+	svc := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, "internal says hi to "+r.URL.Path)
+	})}
+	addr := freeAddr(t)
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = svc.Serve(l) }()
+	defer svc.Close()
+	fake := fakeupstream.New()
+	defer fake.Close()
+	s := startServer(t, "", map[string]string{
+		"SANDBOX_BACKEND": "docker", "THREADBOX_AGENT_BIN": bin,
+		"MODEL_PROVIDER": "anthropic", "MODEL_BASE_URL": fake.URL(), "MODEL_NAME": "fake-model",
+		"SANDBOX_API_PORT": "48000", "SANDBOX_ALLOW_SERVICES": "wiki=" + addr,
+	})
+	cl := msgClient(s, s.bootstrap("acme", "admin@acme.test"))
+	fake.Push(steps(call("sandbox_bash", map[string]any{"command": `echo $SANDBOX_SERVICE_WIKI $ANTHROPIC_BASE_URL; curl -sS -m 10 "http://$SANDBOX_SERVICE_WIKI/page"`})), textStep("ok"))
+	calls, _ := sandboxTurn(t, cl, "svc1")
+	if got := calls[0].str("stdout"); got != "127.0.0.1:48001 http://127.0.0.1:48000/api/gpt\ninternal says hi to /page" {
+		t.Fatalf("service from inside: %q (stderr %q)", got, calls[0].str("stderr"))
+	}
 }
