@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
 
 	"threadbox/e2e"
 )
@@ -60,6 +61,17 @@ func TestE2EAccountsAndThreads(t *testing.T) {
 		chromedp.SetValue(chromedp.ID("dialog-input"), "Beta"),
 		chromedp.Click(chromedp.ID("dialog-ok")))
 	b.WaitText(".project .project-name", "Beta", 10*time.Second)
+	// Escape closes a dialog without a change and focus returns to the
+	// button that opened it.
+	b.Do("open the rename dialog and press Escape",
+		chromedp.Click(chromedp.CSS(`.project button[aria-label="Rename project Beta"]`)),
+		chromedp.WaitVisible(chromedp.ID("dialog-input")),
+		chromedp.SetValue(chromedp.ID("dialog-input"), "Not this"),
+		chromedp.KeyEvent(kb.Escape),
+		chromedp.WaitNotVisible(chromedp.ID("dialog-input")))
+	if got := e2e.Eval[string](b, "focus after Escape", `document.activeElement.getAttribute('aria-label')`); got != "Rename project Beta" {
+		t.Errorf("focus after Escape is on %q", got)
+	}
 	projects := s.do("GET", appAPI+"/project", token, nil).json(t)["data"].([]any)
 	if len(projects) != 1 || projects[0].(map[string]any)["name"] != "Beta" {
 		t.Fatalf("projects after the rename: %v", projects)

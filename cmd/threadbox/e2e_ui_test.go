@@ -76,6 +76,23 @@ func shoot(t *testing.T, b *e2e.Browser, name string) {
 	t.Logf("screenshot: %s", path)
 }
 
+// shootViewport saves what the viewport shows with the element matching
+// selector scrolled to its middle: the size of the screenshots in docs/.
+func shootViewport(t *testing.T, b *e2e.Browser, name, selector string) {
+	t.Helper()
+	b.Do("scroll to "+selector, chromedp.Evaluate[chromedp.Void](fmt.Sprintf(`document.querySelector(%q).scrollIntoView({block: 'center'})`, selector)))
+	png := e2e.Run(b, "screenshot", chromedp.CaptureScreenshot())
+	dir, err := e2e.ArtifactsDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, t.Name()+"-"+name+".png")
+	if err := os.WriteFile(path, png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot: %s", path)
+}
+
 // noHorizontalOverflow fails when the page is wider than the viewport.
 func noHorizontalOverflow(t *testing.T, b *e2e.Browser, width int) {
 	t.Helper()
@@ -208,10 +225,12 @@ func TestE2EChat(t *testing.T) {
 	}
 
 	shoot(t, b, "thread-1440")
+	shootViewport(t, b, "view-1440", `.artifact[data-name="sales.png"]`)
 	b.SetViewport(375, 812)
 	b.WaitTrue("the narrow layout", `document.getElementById('menu').offsetParent !== null`, 5*time.Second)
 	noHorizontalOverflow(t, b, 375)
 	shoot(t, b, "thread-375")
+	shootViewport(t, b, "view-375", `.msg.assistant .exec`)
 	b.SetViewport(1440, 1000)
 
 	// As admin, switch off generated downloads: the download is refused
@@ -227,6 +246,10 @@ func TestE2EChat(t *testing.T) {
 	b.Do("back to the thread",
 		chromedp.Click(chromedp.CSS(fmt.Sprintf(`.threads a[data-thread-id=%q]`, tid))),
 		chromedp.WaitVisible(chromedp.CSS(`.artifact[data-name="sales.png"] button.download`)))
+	// The history shows the stored turn: its code card, and the preview
+	// refused like the download.
+	b.WaitText(".msg.assistant .exec .exit-code", "Exit code: 0", 10*time.Second)
+	b.WaitText(`.artifact[data-name="sales.png"] .preview`, "No preview: Refused: your organization's admin has switched off downloads of generated files (downloads.generated).", 10*time.Second)
 	b.Do("download again", chromedp.Click(chromedp.CSS(`.artifact[data-name="sales.png"] button.download`)))
 	msg := b.WaitText(`.artifact[data-name="sales.png"] .download-wrap .inline-error`, "downloads.generated", 10*time.Second)
 	if !strings.Contains(msg, "switched off downloads of generated files") {
