@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"strings"
 	"sync"
 	"time"
@@ -265,11 +266,45 @@ func (s *Server) createMessage(c *fiber.Ctx) error {
 		return s.streamMessage(c, m, req, opts, end)
 	}
 	defer end()
-	resp, err := m.Engine.Create(c.UserContext(), req, opts)
+	ctx, cancel := context.WithCancel(c.UserContext())
+	defer cancel()
+	defer watchPeer(c.Context().Conn(), m.pingInterval()/2, cancel)()
+	resp, err := m.Engine.Create(ctx, req, opts)
 	if err != nil {
 		return s.messageError(c, err)
 	}
 	return c.JSON(resp)
+}
+
+// watchPeer cancels a non-streamed turn when its client closes the
+// connection (checked every interval; nothing is written), so that the
+// model call and a running command stop. The returned function ends the
+// watch and waits for it.
+func watchPeer(conn net.Conn, every time.Duration, cancel context.CancelFunc) (stop func()) {
+	if conn == nil || every <= 0 {
+		return func() {}
+	}
+	quit, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-quit:
+				return
+			case <-t.C:
+				if peerClosed(conn) {
+					cancel()
+					return
+				}
+			}
+		}
+	}()
+	return func() {
+		close(quit)
+		<-done
+	}
 }
 
 // messageError answers a turn that failed before any byte was sent:

@@ -185,7 +185,10 @@ func TestMessagesAPIAnthropicSDK(t *testing.T) {
 	tok := s.bootstrap("acme", "admin@acme.test")
 	cl := msgClient(s, tok)
 	ctx := context.Background()
-	var outputID string
+	var (
+		outputID    string
+		firstExpiry time.Time
+	)
 
 	t.Run("bash", func(t *testing.T) {
 		fake.Push(bashStep("echo hello; echo oops >&2; echo report > $OUTPUT_DIR/out.txt; exit 3"), textStep("done"))
@@ -217,6 +220,7 @@ func TestMessagesAPIAnthropicSDK(t *testing.T) {
 		if msg.Container.ID != "box1" || !msg.Container.ExpiresAt.After(time.Now()) {
 			t.Fatalf("container %+v", msg.Container)
 		}
+		firstExpiry = msg.Container.ExpiresAt
 		if n := codeExecRequests(t, msg); n != 1 {
 			t.Fatalf("code_execution_requests %d", n)
 		}
@@ -422,6 +426,9 @@ func TestMessagesAPIAnthropicSDK(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		if !msg.Container.ExpiresAt.After(firstExpiry) {
+			t.Fatalf("expires_at did not roll forward: %v, first %v", msg.Container.ExpiresAt, firstExpiry)
+		}
 		if msg.StopReason != anthropic.StopReasonPauseTurn || len(msg.Content) != 6 || codeExecRequests(t, msg) != 3 {
 			t.Fatalf("paused: %s %v %s", msg.StopReason, blockTypes(msg.Content), msg.Usage.RawJSON())
 		}
@@ -622,6 +629,20 @@ func TestMessagesAPIAnthropicSDK(t *testing.T) {
 		}
 	})
 
+	t.Run("non-streaming client that leaves", func(t *testing.T) {
+		fake.Push(bashStep("true"), textStep("booted"))
+		if _, err := cl.Messages.New(ctx, msgParams("box1", userText("boot"), codeExecTool...)); err != nil {
+			t.Fatal(err)
+		}
+		fake.Push(bashStep("sleep 20"))
+		lctx, cancel := context.WithTimeout(ctx, 1500*time.Millisecond)
+		defer cancel()
+		if _, err := cl.Messages.New(lctx, msgParams("box1", userText("slow"), codeExecTool...)); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("the request did not time out: %v", err)
+		}
+		noSleepWithin(t, cl, fake, 3*time.Second)
+	})
+
 	t.Run("client disconnect kills the command", func(t *testing.T) {
 		// Warm up so that the sandbox, its agent connection and the
 		// connection pools exist before counting.
@@ -681,6 +702,26 @@ func TestMessagesAPIAnthropicSDK(t *testing.T) {
 			t.Fatalf("the command finished after the client left: %+v", r)
 		}
 	})
+}
+
+// noSleepWithin polls the container until no sleep process runs, failing
+// when one still runs at the deadline.
+func noSleepWithin(t *testing.T, cl anthropic.Client, fake *fakeupstream.Server, d time.Duration) {
+	t.Helper()
+	for deadline := time.Now().Add(d); ; {
+		fake.Push(bashStep("pgrep -x sleep || echo no-sleep"), textStep("checked"))
+		msg, err := cl.Messages.New(context.Background(), msgParams("box1", userText("check"), codeExecTool...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, r := bashResult(t, msg.Content, 0); r.Stdout == "no-sleep\n" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a sleep still runs %v after the client left", d)
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
 }
 
 // TestMessagesAPIWithoutSandbox covers what needs no sandbox: the
