@@ -16,7 +16,9 @@ const LONG_CHARS = 4000;
 export async function renderThread(main, threadID, ctx) {
   const th = await api('GET', '/thread/' + encodeURIComponent(threadID));
   const title = h('h1', { id: 'thread-title' }, th.title || 'Untitled thread');
-  const log = h('ol', { class: 'messages', role: 'log', 'aria-live': 'polite', 'aria-label': 'Messages', 'aria-relevant': 'additions text' });
+  // The live region wraps the list, so the list keeps its list semantics.
+  const log = h('ol', { class: 'messages' });
+  const logRegion = h('div', { role: 'log', 'aria-live': 'polite', 'aria-label': 'Messages', 'aria-relevant': 'additions text' }, log);
   const policyNote = h('p', { class: 'policy-note', role: 'status', hidden: true });
   const files = h('ul', { class: 'file-list', 'aria-label': 'Thread files' });
   const artifacts = h('ul', { class: 'file-list', 'aria-label': 'Project artifacts' });
@@ -32,7 +34,7 @@ export async function renderThread(main, threadID, ctx) {
       h('section', { class: 'conversation', 'aria-labelledby': 'thread-title' },
         h('header', { class: 'thread-head' }, title, actions),
         policyNote,
-        log,
+        logRegion,
         composer(view)),
       h('aside', { class: 'side', 'aria-label': 'Files and artifacts' },
         h('section', { 'aria-labelledby': 'files-h' },
