@@ -346,6 +346,9 @@ func (s *Server) streamMessage(c *fiber.Ctx, m *MessagesAPI, req *messages.Reque
 	}()
 	wait := time.NewTimer(maxHold)
 	defer wait.Stop()
+	// Nothing is written while the preamble is held: watch the connection.
+	stopWatch := watchPeer(c.Context().Conn(), m.pingInterval()/2, cancel)
+	defer stopWatch()
 	select {
 	case <-st.committed:
 	case err := <-st.early:
