@@ -777,6 +777,19 @@ func TestMessagesAPIWithoutSandbox(t *testing.T) {
 		if st, body := apiStatus(t, err); st != 400 || !strings.Contains(body, "prompt is too long") || !strings.Contains(body, "invalid_request_error") {
 			t.Fatalf("upstream 400: %d %s", st, body)
 		}
+		// Overloaded and rate-limited upstreams are retried (after retry-after).
+		fake.Push(fakeupstream.Reply{Status: 529}, textStep("after an overload"))
+		if msg, err := cl.Messages.New(ctx, msgParams("", userText("x"))); err != nil || msg.Content[0].AsText().Text != "after an overload" {
+			t.Fatalf("529 not retried: %v", err)
+		}
+		fake.Push(fakeupstream.Reply{Status: 429, Header: map[string]string{"retry-after": "1"}}, textStep("after a wait"))
+		start := time.Now()
+		if msg, err := cl.Messages.New(ctx, msgParams("", userText("x"))); err != nil || msg.Content[0].AsText().Text != "after a wait" {
+			t.Fatalf("429 not retried: %v", err)
+		}
+		if waited := time.Since(start); waited < 900*time.Millisecond {
+			t.Fatalf("retry-after not honoured: answered after %v", waited)
+		}
 		// Streaming: an error before any output is a plain HTTP error.
 		fake.Push(fakeupstream.Reply{Status: 400, ErrorMessage: "bad stream request"})
 		stream := cl.Messages.NewStreaming(ctx, msgParams("", userText("x")))
