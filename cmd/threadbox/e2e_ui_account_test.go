@@ -38,6 +38,7 @@ func TestE2EAccountsAndThreads(t *testing.T) {
 	}
 	b.Do("submit", chromedp.KeyEvent("not the password"), chromedp.KeyEvent("\r"))
 	b.WaitText("#login-error", "Wrong email or password.", 10*time.Second)
+	everyControlLabelled(t, b, "login page")
 	noHorizontalOverflow(t, b, 1440)
 	b.SetViewport(375, 700)
 	noHorizontalOverflow(t, b, 375)
@@ -194,6 +195,7 @@ func TestE2EAccountsAndThreads(t *testing.T) {
 		chromedp.SendKeys(chromedp.ID("nu-password"), "bob-password-1"),
 		chromedp.Click(chromedp.CSS(".new-user button[type=submit]")))
 	b.WaitText("#users", "bob@acme.test", 10*time.Second)
+	everyControlLabelled(t, b, "admin page")
 	if users := s.do("GET", appAPI+"/org/users", token, nil); !strings.Contains(string(users.body), `"email":"bob@acme.test","role":"member"`) {
 		t.Fatalf("users after the add: %s", users.body)
 	}

@@ -93,6 +93,29 @@ func shootViewport(t *testing.T, b *e2e.Browser, name, selector string) {
 	t.Logf("screenshot: %s", path)
 }
 
+// everyControlLabelled fails for a control of the page with no accessible
+// name: a form field without a label or aria-label, a button without text
+// or aria-label. Controls in a closed dialog or a hidden part are not
+// exposed and not checked.
+func everyControlLabelled(t *testing.T, b *e2e.Browser, page string) {
+	t.Helper()
+	bad := e2e.Eval[[]string](b, "unlabelled controls", `[...document.querySelectorAll('input, select, textarea, button')]
+		.filter(el => {
+			if (el.closest('dialog:not([open]), [hidden]')) return false; // not shown, not exposed
+			if (el.getAttribute('aria-label') || el.getAttribute('aria-labelledby')) return false;
+			if (el.tagName === 'BUTTON') return el.textContent.trim() === '';
+			return !el.labels || el.labels.length === 0 || [...el.labels].every(l => l.textContent.trim() === '');
+		})
+		.map(el => el.outerHTML.slice(0, 120))`)
+	if len(bad) > 0 {
+		t.Errorf("%s: controls without a label: %v", page, bad)
+	}
+	n := e2e.Eval[int](b, "landmarks", `['header', 'nav', 'main'].filter(s => document.querySelector(s)).length`)
+	if n != 3 {
+		t.Errorf("%s: %d of the landmarks header, nav, main", page, n)
+	}
+}
+
 // noHorizontalOverflow fails when the page is wider than the viewport.
 func noHorizontalOverflow(t *testing.T, b *e2e.Browser, width int) {
 	t.Helper()
@@ -212,6 +235,7 @@ func TestE2EChat(t *testing.T) {
 		t.Errorf("long stdout: %q", got)
 	}
 	b.WaitText(".file-list", "sales.png", 10*time.Second)
+	everyControlLabelled(t, b, "thread page")
 	b.WaitText(`ul[aria-label="Project artifacts"]`, "sales.png", 10*time.Second)
 
 	// Download the image and compare its bytes with the sandbox's file.
