@@ -200,7 +200,11 @@ func benchMessages(ctx context.Context, o opts, out io.Writer) error {
 		return err
 	}
 
-	fmt.Fprintf(out, "\n### Messages API over the fake upstream on loopback (n=%d per row), %s\n\n", mo.n, time.Now().UTC().Format(time.RFC3339))
+	load, _ := os.ReadFile("/proc/loadavg")
+	fmt.Fprintf(out, "\n### Messages API over the fake upstream on loopback (n=%d per row), %s, load average %s\n\n",
+		mo.n, time.Now().UTC().Format(time.RFC3339), strings.Join(strings.Fields(string(load))[:min(3, len(strings.Fields(string(load))))], " "))
+	fmt.Fprintln(out, "The bench client, the fake upstream and threadbox share this machine's cores: at concurrency 16 the added latency is mostly queueing for CPU.")
+	fmt.Fprintln(out)
 	fmt.Fprintln(out, "| measurement | direct p50 | direct p99 | threadbox p50 | threadbox p99 | added p50 | added p99 | target | ratio p50 | ratio p99 |")
 	fmt.Fprintln(out, "|---|---:|---:|---:|---:|---:|---:|---|---:|---:|")
 	for _, r := range rows {
