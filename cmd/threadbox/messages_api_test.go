@@ -728,8 +728,13 @@ func noSleepWithin(t *testing.T, cl anthropic.Client, fake *fakeupstream.Server,
 // not-configured error block, container maximum age, upstream errors
 // before and during a stream, and an unreachable upstream.
 func TestMessagesAPIWithoutSandbox(t *testing.T) {
+	databases(t, testMessagesWithoutSandbox)
+}
+
+func testMessagesWithoutSandbox(t *testing.T, dbURL string) {
 	fake := fakeupstream.New()
-	s := startServer(t, "", map[string]string{
+	defer fake.Close()
+	s := startServer(t, dbURL, map[string]string{
 		"SANDBOX_BACKEND": ",", "CONTAINER_MAX_AGE": "2s", // no backend at all
 		"MODEL_PROVIDER": "anthropic", "MODEL_BASE_URL": fake.URL(),
 	})
