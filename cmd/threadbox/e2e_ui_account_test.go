@@ -187,6 +187,32 @@ func TestE2EAccountsAndThreads(t *testing.T) {
 		t.Fatalf("projects after the delete: %v", ps)
 	}
 
+	// A plain message gets the offline model's answer, streamed; a turn
+	// the server refuses (its thread deleted meanwhile) shows the error and
+	// gives the text back to the composer.
+	scratch := s.do("POST", appAPI+"/thread", token, map[string]string{"project_id": pid, "title": "Scratch"})
+	if scratch.status != 201 {
+		t.Fatalf("create a thread: %d %s", scratch.status, scratch.body)
+	}
+	sid := scratch.json(t)["id"].(string)
+	b.Do("open the scratch thread", chromedp.Navigate(s.base+"/#/thread/"+sid), chromedp.WaitVisible(chromedp.ID("message")))
+	b.WaitTrue("the scratch thread's view", fmt.Sprintf(`document.querySelector('.thread-view[data-thread-id=%q]')`, sid), 10*time.Second)
+	b.Do("send a plain message", chromedp.Focus(chromedp.ID("message")), chromedp.KeyEvent("hello"),
+		chromedp.KeyEvent("\r", chromedp.KeyModifiers(kb.ModifierCtrl)))
+	b.WaitText(".msg.assistant .text", "offline runner model", 30*time.Second)
+	if got := e2e.Eval[string](b, "composer", `document.getElementById('message').value`); got != "" {
+		t.Errorf("the composer still holds %q after a sent message", got)
+	}
+	if r := s.do("DELETE", appAPI+"/thread/"+sid, token, nil); r.status != 204 {
+		t.Fatalf("delete the scratch thread: %d %s", r.status, r.body)
+	}
+	b.Do("send to the deleted thread", chromedp.SetValue(chromedp.ID("message"), "again"), chromedp.Click(chromedp.ID("send")))
+	b.WaitTrue("the refusal", `document.querySelectorAll('.msg.assistant .turn-error').length === 1`, 20*time.Second)
+	if got := e2e.Eval[string](b, "composer", `document.getElementById('message').value`); got != "again" {
+		t.Errorf("the refused message was not given back: composer holds %q", got)
+	}
+	b.Do("back home", chromedp.Navigate(s.base+"/#/"), chromedp.WaitVisible(chromedp.ID("new-project")))
+
 	// The admin page adds a member.
 	b.Do("add a member",
 		chromedp.Click(chromedp.ID("nav-admin")),

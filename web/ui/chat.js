@@ -174,9 +174,9 @@ function composer(view) {
     if (!content.trim() || controller) return;
     controller = new AbortController();
     send.disabled = true; stop.hidden = false;
+    text.value = ''; // the message shows in the conversation from now on
     try {
-      await runTurn(view, content, runCode.checked, controller.signal);
-      text.value = '';
+      if (!await runTurn(view, content, runCode.checked, controller.signal) && !text.value) text.value = content;
     } finally {
       controller = null;
       send.disabled = false; stop.hidden = true;
@@ -223,7 +223,11 @@ async function uploadAll(view, list, box) {
   loadFiles(view);
 }
 
-/** runTurn sends one message and renders the streamed answer. */
+/**
+ * runTurn sends one message and renders the streamed answer. It returns
+ * false when the server refused the turn before running it, so the
+ * composer can give the text back.
+ */
 async function runTurn(view, content, runCode, signal) {
   const mine = new TurnView(messageItem(view.log, 'user'));
   mine.start({ type: 'text', text: content }); mine.stop(); mine.done();
@@ -239,12 +243,14 @@ async function runTurn(view, content, runCode, signal) {
   } catch (err) {
     if (err.name === 'AbortError') turn.error('Stopped.');
     else { turn.error(explain(err)); notify(explain(err)); }
+    if (err instanceof ApiError && err.status >= 400) { turn.done(); return false; } // refused before it ran
   }
   turn.done();
   if (runCode && /```/.test(content) && turn.codeRuns === 0 && !turn.failed) {
     turn.note(noCodeNote(await showPolicy(view)));
   }
   if (turn.codeRuns > 0 || turn.resources > 0) await Promise.all([loadFiles(view), loadArtifacts(view)]);
+  return true;
 }
 
 /**
