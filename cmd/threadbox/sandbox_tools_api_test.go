@@ -8,7 +8,9 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -18,6 +20,7 @@ import (
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
 
 	"threadbox/infra/llm/fakeupstream"
+	"threadbox/infra/local"
 )
 
 // sandboxToolsOpt enables every sandbox_v1 tool on a request.
@@ -514,5 +517,62 @@ func TestSandboxAllowedServices(t *testing.T) {
 	calls, _ := sandboxTurn(t, cl, "svc1")
 	if got := calls[0].str("stdout"); got != "127.0.0.1:48001 http://127.0.0.1:48000/api/gpt\ninternal says hi to /page" {
 		t.Fatalf("service from inside: %q (stderr %q)", got, calls[0].str("stderr"))
+	}
+}
+
+// TestSandboxToolsLocal runs the session tools and the API bridge in the
+// local (bubblewrap) backend: its jail has its own network namespace with
+// only loopback, like a Docker sandbox with network none.
+func TestSandboxToolsLocal(t *testing.T) {
+	bin := msgDocker(t) // the agent binary; Docker itself is not used
+	miss := func(format string, args ...any) {
+		t.Helper()
+		if os.Getenv("CI") == "true" {
+			t.Fatalf(format, args...)
+		}
+		t.Skipf(format, args...)
+	}
+	if _, err := exec.LookPath("bwrap"); err != nil {
+		miss("bubblewrap is missing: %v", err)
+	}
+	if local.FindRootFS(os.Getenv) == "" {
+		miss("no sandbox root filesystem (make sandbox-image)")
+	}
+	fake := fakeupstream.New()
+	defer fake.Close()
+	s := startServer(t, "", map[string]string{
+		"SANDBOX_BACKEND": "local", "THREADBOX_AGENT_BIN": bin,
+		"MODEL_PROVIDER": "anthropic", "MODEL_BASE_URL": fake.URL(), "MODEL_NAME": "fake-model",
+	})
+	// The jail's user must reach the container folders under the test's
+	// private temporary folder.
+	_ = os.MkdirAll(filepath.Join(s.dataDir, "containers"), 0o755)
+	for d := filepath.Join(s.dataDir, "containers"); d != os.TempDir() && d != "/"; d = filepath.Dir(d) {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cl := msgClient(s, s.bootstrap("acme", "admin@acme.test"))
+	fake.Push(steps(
+		call("repl_execute", map[string]any{"code": "n = 5"}),
+		call("repl_execute", map[string]any{"code": "n * 2"}),
+		call("exec_command", map[string]any{"command": "python3 -i -q", "grace_seconds": 0.5}),
+		call("sandbox_bash", map[string]any{"command": `curl -sS -m 20 -H "Authorization: Bearer $ANTHROPIC_AUTH_TOKEN" -H 'content-type: application/json' -d '{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}' "$ANTHROPIC_BASE_URL/v1/messages"`}),
+	), textStep("from inside the jail"), textStep("ok"))
+	calls, _ := sandboxTurn(t, cl, "local1")
+	if calls[1].str("value") != "10" {
+		t.Fatalf("repl state: %v / %v", calls[0].Content, calls[1].Content)
+	}
+	sid := calls[2].str("session_id")
+	if sid == "" || calls[2].Content["alive"] != true {
+		t.Fatalf("python session %v", calls[2].Content)
+	}
+	if out := calls[3].str("stdout"); !strings.Contains(out, "from inside the jail") {
+		t.Fatalf("curl from the jail: %q (stderr %q)", out, calls[3].str("stderr"))
+	}
+	fake.Push(steps(call("write_stdin", map[string]any{"session_id": sid, "input": "print(6 * 7)\n", "since": calls[2].num("cursor"), "wait_seconds": 5})), textStep("ok"))
+	calls, _ = sandboxTurn(t, cl, "local1")
+	if !strings.Contains(calls[0].str("stdout"), "42") {
+		t.Fatalf("write_stdin: %v", calls[0].Content)
 	}
 }
