@@ -263,6 +263,29 @@ func TestE2EAccountsAndThreads(t *testing.T) {
 	b.Do("open the admin page by hand", chromedp.Navigate(s.base+"/#/admin"))
 	b.WaitText("main", "only organization admins may do this", 10*time.Second)
 
+	// With code execution switched off, a member's code blocks do not run,
+	// and the page names the feature that may be off (a member cannot read
+	// the policy).
+	if r := s.do("PATCH", appAPI+"/org/features", token, map[string]any{"codeExecution": map[string]any{"enabled": false}}); r.status != 200 {
+		t.Fatalf("switch off code execution: %d %s", r.status, r.body)
+	}
+	b.Do("a member's thread",
+		chromedp.Navigate(s.base+"/#/"),
+		chromedp.WaitVisible(chromedp.ID("new-project")),
+		chromedp.Focus(chromedp.ID("new-project")),
+		chromedp.KeyEvent("Bob's\r"),
+		chromedp.WaitVisible(chromedp.CSS(".project .new-thread")),
+		chromedp.Click(chromedp.CSS(".project .new-thread")),
+		chromedp.WaitVisible(chromedp.ID("dialog-ok")),
+		chromedp.Click(chromedp.ID("dialog-ok")),
+		chromedp.WaitVisible(chromedp.ID("message")),
+		chromedp.SetValue(chromedp.ID("message"), "```python\nprint(6 * 7)\n```"),
+		chromedp.Click(chromedp.ID("send")))
+	b.WaitText(".msg.assistant .turn-note", "your organization's admin may have switched off code execution (codeExecution)", 30*time.Second)
+	if n := e2e.Eval[int](b, "code cards", `document.querySelectorAll('.exec').length`); n != 0 {
+		t.Errorf("%d code cards with code execution off", n)
+	}
+
 	// The session ends when its token expires, with a clear message.
 	b.Do("a session that expires in a second", chromedp.Evaluate[chromedp.Void](`(() => {
 		const s = JSON.parse(sessionStorage.getItem('threadbox.session'));
