@@ -78,9 +78,10 @@ func checkSandboxConn(c *fiber.Ctx, p user.Principal) error {
 }
 
 // beginSandboxTurn gives opts the turn's sandbox variables when the turn
-// can run commands; the returned function ends them (revokes the token).
+// can run commands (it has a container and server tools may be among its
+// tools); the returned function ends them (revokes the token).
 func (m *MessagesAPI) beginSandboxTurn(ctx context.Context, p user.Principal, req *messages.Request, opts *messages.RunOptions) (func(), error) {
-	if m.SandboxEnv == nil || opts.ContainerID == "" {
+	if m.SandboxEnv == nil || opts.ContainerID == "" || len(req.Tools) == 0 {
 		return func() {}, nil
 	}
 	env, end, err := m.SandboxEnv.Begin(ctx, p, opts.ContainerID, req.Model)

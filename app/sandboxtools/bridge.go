@@ -92,8 +92,9 @@ type Bridge struct {
 	cfg   BridgeConfig
 	log   *slog.Logger
 
-	mu   sync.Mutex
-	live map[string]*bridged
+	mu    sync.Mutex
+	live  map[string]*bridged
+	locks map[string]*sync.Mutex // per container: one Ensure at a time
 }
 
 // bridged is the set of listeners inside one sandbox.
@@ -134,7 +135,7 @@ func NewBridge(sb Sandbox, serve ServeFunc, cfg BridgeConfig) *Bridge {
 	if lg == nil {
 		lg = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	return &Bridge{sb: sb, serve: serve, cfg: cfg, log: lg, live: map[string]*bridged{}}
+	return &Bridge{sb: sb, serve: serve, cfg: cfg, log: lg, live: map[string]*bridged{}, locks: map[string]*sync.Mutex{}}
 }
 
 // BaseURL is ANTHROPIC_BASE_URL inside every sandbox.
@@ -160,12 +161,28 @@ func (b *Bridge) Env(token, model string) []string {
 // booting it when needed. A sandbox whose backend cannot forward gets none.
 func (b *Bridge) Ensure(ctx context.Context, containerID string) error {
 	b.mu.Lock()
-	defer b.mu.Unlock()
-	if e := b.live[containerID]; e != nil {
-		if e.alive() {
-			return nil
-		}
+	lock := b.locks[containerID]
+	if lock == nil {
+		lock = &sync.Mutex{}
+		b.locks[containerID] = lock
+	}
+	e := b.live[containerID]
+	b.mu.Unlock()
+	if e != nil && e.alive() {
+		return nil
+	}
+	// Booting a sandbox takes a while: other containers do not wait for it.
+	lock.Lock()
+	defer lock.Unlock()
+	b.mu.Lock()
+	e = b.live[containerID]
+	if e != nil && !e.alive() {
 		delete(b.live, containerID)
+		e = nil
+	}
+	b.mu.Unlock()
+	if e != nil {
+		return nil
 	}
 	backend, release, err := b.sb.Backend(ctx, containerID)
 	if err != nil {
@@ -176,7 +193,7 @@ func (b *Bridge) Ensure(ctx context.Context, containerID string) error {
 	if !ok {
 		return fmt.Errorf("sandboxtools: bridge: the %s backend cannot forward connections", backend.Name())
 	}
-	e := &bridged{dead: make(chan struct{})}
+	e = &bridged{dead: make(chan struct{})}
 	listen := func(port int) (net.Listener, error) {
 		l, err := fw.Listen(ctx, containerID, "127.0.0.1:"+strconv.Itoa(port))
 		if err != nil {
@@ -198,7 +215,9 @@ func (b *Bridge) Ensure(ctx context.Context, containerID string) error {
 		}
 		go b.accept(e, l, func(c net.Conn) { b.forward(c, s) })
 	}
+	b.mu.Lock()
 	b.live[containerID] = e
+	b.mu.Unlock()
 	return nil
 }
 
