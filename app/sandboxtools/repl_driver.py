@@ -5,6 +5,11 @@
 import ast, io, json, os, re, sys, traceback, contextlib, urllib.request
 
 _out = sys.stdout
+# Requests come on the original stdin; the code and its subprocesses get
+# /dev/null, so that input() or a child reading stdin cannot eat a request.
+_in = os.fdopen(os.dup(0), "r")
+os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+sys.stdin = open(os.devnull)
 _ns = {"__name__": "__main__"}
 _final = {}
 
@@ -104,7 +109,7 @@ def _run(code):
 
 
 def _main():
-    for line in sys.stdin:
+    for line in _in:
         if not line.strip():
             continue
         req = json.loads(line)
