@@ -168,10 +168,14 @@ func (e *Executor) bash(ctx context.Context, call messages.ToolCall) *messages.T
 	if res.TimedOut {
 		out.ReturnCode = 124
 		msg := fmt.Sprintf("Command timed out after %ss.", seconds(timeout))
-		if out.Stderr != "" && !strings.HasSuffix(out.Stderr, "\n") {
-			out.Stderr += "\n"
+		// The agent's client already ends stderr with this line; add it only
+		// for backends that do not.
+		if !strings.HasSuffix(out.Stderr, msg) {
+			if out.Stderr != "" && !strings.HasSuffix(out.Stderr, "\n") {
+				out.Stderr += "\n"
+			}
+			out.Stderr += msg
 		}
-		out.Stderr += msg
 	}
 	if res.OOMKilled {
 		if out.Stderr != "" && !strings.HasSuffix(out.Stderr, "\n") {

@@ -212,6 +212,10 @@ func TestSandboxToolsAPI(t *testing.T) {
 		if r.str("stdout") != want || r.str("final") != "82" || r.Content["restarted"] != false {
 			t.Fatalf("third %v", r.Content)
 		}
+		// The code's stdin is empty: input() cannot swallow the next request.
+		if r = repl(map[string]any{"code": "input()"}); !strings.Contains(r.str("error"), "EOFError") {
+			t.Fatalf("input() %v", r.Content)
+		}
 		if r = repl(map[string]any{"code": "1/0"}); !strings.Contains(r.str("error"), "ZeroDivisionError") {
 			t.Fatalf("exception %v", r.Content)
 		}
