@@ -273,11 +273,14 @@ func TestE2EAccountsAndThreads(t *testing.T) {
 		chromedp.Navigate(s.base+"/#/"),
 		chromedp.WaitVisible(chromedp.ID("new-project")),
 		chromedp.Focus(chromedp.ID("new-project")),
-		chromedp.KeyEvent("Bob's\r"),
-		chromedp.WaitVisible(chromedp.CSS(".project .new-thread")),
-		chromedp.Click(chromedp.CSS(".project .new-thread")),
-		chromedp.WaitVisible(chromedp.ID("dialog-ok")),
-		chromedp.Click(chromedp.ID("dialog-ok")),
+		chromedp.KeyEvent("Bob's\r"))
+	// The new project's "New thread" button takes the focus; Enter presses
+	// it, and Enter in the dialog's field means OK.
+	b.WaitTrue("focus on New thread", `document.activeElement.classList.contains('new-thread')`, 10*time.Second)
+	b.Do("new thread from the keyboard",
+		chromedp.KeyEvent("\r"),
+		chromedp.WaitVisible(chromedp.ID("dialog-input")),
+		chromedp.KeyEvent("\r"),
 		chromedp.WaitVisible(chromedp.ID("message")),
 		chromedp.SetValue(chromedp.ID("message"), "```python\nprint(6 * 7)\n```"),
 		chromedp.Click(chromedp.ID("send")))

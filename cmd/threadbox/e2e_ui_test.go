@@ -171,8 +171,11 @@ func TestE2EChat(t *testing.T) {
 	// A project and a thread, through the sidebar and the dialog.
 	b.Do("create a project",
 		chromedp.SendKeys(chromedp.ID("new-project"), "Sales"),
-		chromedp.Click(chromedp.CSS(".new-project button[type=submit]")),
-		chromedp.WaitVisible(chromedp.CSS(".project .new-thread")),
+		chromedp.Click(chromedp.CSS(".new-project button[type=submit]")))
+	// The sidebar is drawn again when the project arrives; the new
+	// project's "New thread" button then takes the focus.
+	b.WaitTrue("focus on New thread", `document.activeElement.classList.contains('new-thread')`, 10*time.Second)
+	b.Do("create a thread",
 		chromedp.Click(chromedp.CSS(".project .new-thread")),
 		chromedp.WaitVisible(chromedp.ID("dialog-input")),
 		chromedp.SetValue(chromedp.ID("dialog-input"), "Monthly sales"),

@@ -74,7 +74,12 @@ export function ask({ title, text = '', label = '', value = '', ok = 'OK' }) {
     document.getElementById('dialog-ok').textContent = ok;
     const opener = document.activeElement;
     dlg.returnValue = '';
+    // Cancel is not a submit button, so Enter in the field means OK.
+    const cancel = document.getElementById('dialog-cancel');
+    const onCancel = () => dlg.close('');
+    cancel.addEventListener('click', onCancel);
     dlg.addEventListener('close', () => {
+      cancel.removeEventListener('click', onCancel);
       const yes = dlg.returnValue === 'ok';
       if (opener && opener.isConnected) opener.focus();
       if (label) resolve(yes && input.value.trim() ? input.value.trim() : null);
