@@ -440,6 +440,22 @@ func TestSandboxToolsAPI(t *testing.T) {
 		}
 	})
 
+	t.Run("llm_query from the REPL", func(t *testing.T) {
+		fake.Push(
+			steps(call("repl_execute", map[string]any{"code": "answer = llm_query('what is 2+2?', max_tokens=50)\nFINAL(answer)"})),
+			textStep("four"), // the REPL's request
+			textStep("done"),
+		)
+		calls, _ := sandboxTurn(t, cl, box)
+		if r := calls[0]; r.str("final") != "four" || r.Content["error"] != nil {
+			t.Fatalf("llm_query %v", r.Content)
+		}
+		inner := lastUpstream(t, fake, 2)
+		if !strings.Contains(inner, "what is 2+2?") || !strings.Contains(inner, `"model":"fake-model"`) {
+			t.Fatalf("the upstream saw %s", inner)
+		}
+	})
+
 	t.Run("a token from another container is refused; nothing else is reachable", func(t *testing.T) {
 		// Turn A (in tools1) keeps its token alive while its command waits and
 		// leaves the token in an output file; turn B (another container)
