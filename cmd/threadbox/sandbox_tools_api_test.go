@@ -375,7 +375,7 @@ func TestSandboxToolsAPI(t *testing.T) {
 	})
 
 	t.Run("streaming", func(t *testing.T) {
-		fake.Push(steps(call("sandbox_bash", map[string]any{"command": "echo streamed"})), textStep("fin"))
+		fake.Push(steps(call("sandbox_bash", map[string]any{"command": "echo -n $ANTHROPIC_AUTH_TOKEN > stream-tok; echo streamed"})), textStep("fin"))
 		stream := cl.Messages.NewStreaming(context.Background(), msgParams(box, userText("go")), sandboxToolsOpt)
 		var acc anthropic.Message
 		var startResult string
@@ -397,6 +397,11 @@ func TestSandboxToolsAPI(t *testing.T) {
 		calls := sandboxCalls(t, acc.Content)
 		if len(calls) != 1 || calls[0].str("stdout") != "streamed\n" || acc.Content[len(acc.Content)-1].AsText().Text != "fin" {
 			t.Fatalf("accumulated %v", blockTypes(acc.Content))
+		}
+		// The streamed turn's token ended with it.
+		fake.Push(steps(call("sandbox_bash", map[string]any{"command": `curl -sS -m 10 -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $(cat stream-tok)" "$ANTHROPIC_BASE_URL/v1/files?scope_id=` + box + `"`})), textStep("ok"))
+		if after, _ := sandboxTurn(t, cl, box); after[0].str("stdout") != "401" {
+			t.Fatalf("the streamed turn's token after the turn: %q", after[0].str("stdout"))
 		}
 	})
 
