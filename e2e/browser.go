@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/chromedp/cdproto/browser"
+	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 )
 
@@ -198,6 +199,25 @@ func (b *Browser) WaitText(selector, want string, timeout time.Duration) string 
 	expr := fmt.Sprintf(`(() => { const el = document.querySelector(%q); return !!el && el.textContent.includes(%q); })()`, selector, want)
 	b.WaitTrue(fmt.Sprintf("%s to contain %q", selector, want), expr, timeout)
 	return Eval[string](b, "read "+selector, fmt.Sprintf(`document.querySelector(%q).textContent`, selector))
+}
+
+// ThrottleUploads caps the tab's upload speed at bytesPerSecond, so that
+// progress can be watched on a fast machine; zero or less lifts the cap.
+func (b *Browser) ThrottleUploads(bytesPerSecond float64) {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, DefaultTimeout)
+	defer cancel()
+	if _, err := chromedp.Call(ctx, network.Enable, network.EnableParams{}); err != nil {
+		b.t.Fatalf("e2e: throttle uploads: %v", err)
+	}
+	conds := []*network.Conditions{}
+	if bytesPerSecond > 0 {
+		conds = append(conds, &network.Conditions{UploadThroughput: bytesPerSecond, DownloadThroughput: -1})
+	}
+	_, err := chromedp.Call(ctx, network.EmulateNetworkConditionsByRule, network.EmulateNetworkConditionsByRuleParams{MatchedNetworkConditions: conds})
+	if err != nil {
+		b.t.Fatalf("e2e: throttle uploads: %v", err)
+	}
 }
 
 // SetViewport resizes the tab to width×height CSS pixels.

@@ -131,6 +131,7 @@ func TestE2EAccountsAndThreads(t *testing.T) {
 	// Files dropped on the composer are uploaded, with progress shown while
 	// a large one is on its way; the small one downloads from the files
 	// panel byte for byte.
+	b.ThrottleUploads(24 << 20) // the big file takes about two seconds
 	b.Do("drop two files", chromedp.Evaluate[chromedp.Void](`(() => {
 		window.progressSeen = [];
 		new MutationObserver((ms) => {
@@ -150,6 +151,7 @@ func TestE2EAccountsAndThreads(t *testing.T) {
 	})()`))
 	b.WaitText(`.upload[data-name="notes.txt"]`, "Uploaded to /mnt/user-data/uploads/notes.txt", 30*time.Second)
 	b.WaitText(`.upload[data-name="big.bin"]`, "Uploaded to /mnt/user-data/uploads/big.bin", 60*time.Second)
+	b.ThrottleUploads(0)
 	if partial := e2e.Eval[int](b, "progress", `window.progressSeen.filter(([v, max]) => v > 0 && v < max && max >= 48 << 20).length`); partial == 0 {
 		t.Errorf("no progress shown between 0 and the whole file: %v", e2e.Eval[any](b, "progress", `window.progressSeen`))
 	}
