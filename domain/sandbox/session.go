@@ -23,10 +23,11 @@ type Session interface {
 	Resize(rows, cols uint16) error
 	// Kill ends the command's whole process group.
 	Kill() error
-	// Done is closed when the command has ended or the sandbox went away.
+	// Done is closed when the command has ended.
 	Done() <-chan struct{}
-	// Wait waits for the end and returns how the command ended; its Stdout
-	// and Stderr are empty.
+	// Wait waits for the end and returns how the command ended (its Stdout
+	// and Stderr are empty); when the sandbox goes away first it returns an
+	// error wrapping ErrUnavailable.
 	Wait(ctx context.Context) (Result, error)
 }
 
