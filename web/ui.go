@@ -24,14 +24,22 @@ var uiFiles embed.FS
 const uiCSP = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' blob:; " +
 	"connect-src 'self'; font-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
 
-// uiTypes maps asset extensions to content types; fixed here so the answer
-// never depends on the host's MIME tables.
-var uiTypes = map[string]string{
-	".html": "text/html; charset=utf-8",
-	".js":   "text/javascript; charset=utf-8",
-	".css":  "text/css; charset=utf-8",
-	".svg":  "image/svg+xml",
-	".png":  "image/png",
+// uiType returns the content type of an asset by its extension; fixed
+// here so the answer never depends on the host's MIME tables.
+func uiType(ext string) (string, bool) {
+	switch ext {
+	case ".html":
+		return "text/html; charset=utf-8", true
+	case ".js":
+		return "text/javascript; charset=utf-8", true
+	case ".css":
+		return "text/css; charset=utf-8", true
+	case ".svg":
+		return "image/svg+xml", true
+	case ".png":
+		return "image/png", true
+	}
+	return "", false
 }
 
 // uiIndex is GET /: the single page of the frontend.
@@ -47,7 +55,7 @@ func (s *Server) uiAsset(c *fiber.Ctx) error {
 // sendUIAsset answers with the embedded asset name, revalidated by ETag on
 // every use (the names carry no version, so nothing is cached blindly).
 func sendUIAsset(c *fiber.Ctx, name string) error {
-	ct, ok := uiTypes[path.Ext(name)]
+	ct, ok := uiType(path.Ext(name))
 	if !ok || !fs.ValidPath(name) || strings.HasPrefix(path.Base(name), ".") {
 		return fault.New(fault.NotFound, "no asset "+name)
 	}

@@ -5,6 +5,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/http/httptest"
+	"path"
 	"regexp"
 	"strings"
 	"testing"
@@ -131,11 +132,11 @@ func TestUIAssetsSelfContained(t *testing.T) {
 	refs := regexp.MustCompile(`(?:src|href)="/ui/([^"]+)"`)
 	external := regexp.MustCompile(`(?i)(?:https?:)?//[a-z0-9.-]+\.[a-z]{2,}/`)
 	cssLoads := regexp.MustCompile(`@import|url\(`)
-	err := fs.WalkDir(uiFiles, "ui", func(path string, d fs.DirEntry, err error) error {
+	err := fs.WalkDir(uiFiles, "ui", func(file string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
 			return err
 		}
-		b, err := fs.ReadFile(uiFiles, path)
+		b, err := fs.ReadFile(uiFiles, file)
 		if err != nil {
 			return err
 		}
@@ -149,23 +150,23 @@ func TestUIAssetsSelfContained(t *testing.T) {
 		}
 		for _, n := range names {
 			if _, err := fs.Stat(uiFiles, "ui/"+n); err != nil {
-				t.Errorf("%s names %s, which is not embedded", path, n)
+				t.Errorf("%s names %s, which is not embedded", file, n)
 			}
-			if _, ok := uiTypes[n[strings.LastIndex(n, "."):]]; !ok {
-				t.Errorf("%s names %s, whose type is not served", path, n)
+			if _, ok := uiType(path.Ext(n)); !ok {
+				t.Errorf("%s names %s, whose type is not served", file, n)
 			}
 		}
-		if strings.HasSuffix(path, ".svg") {
+		if strings.HasSuffix(file, ".svg") {
 			src = strings.ReplaceAll(src, `xmlns="http://www.w3.org/2000/svg"`, "")
 		}
 		if m := external.FindString(src); m != "" {
-			t.Errorf("%s refers to another origin: %q", path, m)
+			t.Errorf("%s refers to another origin: %q", file, m)
 		}
-		if m := cssLoads.FindString(src); m != "" && strings.HasSuffix(path, ".css") {
-			t.Errorf("%s loads a resource: %q", path, m)
+		if m := cssLoads.FindString(src); m != "" && strings.HasSuffix(file, ".css") {
+			t.Errorf("%s loads a resource: %q", file, m)
 		}
 		if strings.Contains(src, ".innerHTML") {
-			t.Errorf("%s sets innerHTML: build elements with h() so text from the server is never parsed as markup", path)
+			t.Errorf("%s sets innerHTML: build elements with h() so text from the server is never parsed as markup", file)
 		}
 		return nil
 	})
