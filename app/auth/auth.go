@@ -40,6 +40,8 @@ type Store interface {
 	org.Repository
 	user.Repository
 	user.TokenRepository
+	// Credentials returns a token record with its user and org at once.
+	Credentials(ctx context.Context, tokenID string) (user.Token, user.User, org.Org, error)
 }
 
 // Config tunes token lifetimes.
@@ -81,7 +83,7 @@ func (s *Service) Authenticate(ctx context.Context, bearer string) (user.Princip
 		return user.Principal{}, fault.Wrap(fault.Unauthenticated, "invalid or expired authentication token", err)
 	}
 	now := s.now()
-	tok, err := s.store.Token(ctx, c.TokenID)
+	tok, u, o, err := s.store.Credentials(ctx, c.TokenID)
 	if fault.Is(err, fault.NotFound) {
 		return user.Principal{}, errUnauthenticated
 	} else if err != nil {
@@ -90,12 +92,10 @@ func (s *Service) Authenticate(ctx context.Context, bearer string) (user.Princip
 	if !tok.Usable(now) || tok.UserID() != c.UserID || tok.OrgID() != c.OrgID {
 		return user.Principal{}, errUnauthenticated
 	}
-	u, err := s.store.User(ctx, c.UserID)
-	if err != nil || u.Disabled() || u.OrgID() != c.OrgID {
+	if u.Disabled() || u.OrgID() != c.OrgID {
 		return user.Principal{}, fault.New(fault.Unauthenticated, "this user is disabled or no longer exists")
 	}
-	o, err := s.store.Org(ctx, u.OrgID())
-	if err != nil || o.Disabled() {
+	if o.Disabled() {
 		return user.Principal{}, fault.New(fault.Unauthenticated, "this organization is disabled")
 	}
 	if last := tok.LastUsedAt(); last == nil || now.Sub(*last) > time.Minute {

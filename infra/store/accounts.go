@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"threadbox/domain/fault"
 	"threadbox/domain/org"
 	"threadbox/domain/user"
 )
@@ -209,4 +210,56 @@ func (s *Store) OrgCount(ctx context.Context) (int64, error) {
 	var n int64
 	err := s.q(ctx).Model(&orgRow{}).Count(&n).Error
 	return n, translate(err, "orgs")
+}
+
+// credentialsRow is one token with its user and org, read in one query.
+type credentialsRow struct {
+	TID           string
+	TUserID       string
+	TOrgID        string
+	TName         string
+	TKind         string
+	TCreatedAt    time.Time
+	TExpiresAt    time.Time
+	TRevokedAt    *time.Time
+	TLastUsedAt   *time.Time
+	UOrgID        string
+	UEmail        string
+	URole         string
+	UDisabled     bool
+	UPasswordHash string
+	UCreatedAt    time.Time
+	OName         string
+	ODisabled     bool
+	OCode         bool
+	OUploads      bool
+	OMaxBytes     int64
+	OGenerated    bool
+	OUploaded     bool
+	OCreatedAt    time.Time
+}
+
+// Credentials returns a token record with its user and org in one query, for
+// authenticating a request.
+func (s *Store) Credentials(ctx context.Context, tokenID string) (user.Token, user.User, org.Org, error) {
+	var rows []credentialsRow
+	err := s.q(ctx).Raw(`SELECT t.id AS t_id, t.user_id AS t_user_id, t.org_id AS t_org_id, t.name AS t_name, t.kind AS t_kind, t.created_at AS t_created_at,
+		t.expires_at AS t_expires_at, t.revoked_at AS t_revoked_at, t.last_used_at AS t_last_used_at,
+		u.org_id AS u_org_id, u.email AS u_email, u.role AS u_role, u.disabled AS u_disabled, u.password_hash AS u_password_hash, u.created_at AS u_created_at,
+		o.name AS o_name, o.disabled AS o_disabled, o.feature_code_execution AS o_code, o.feature_uploads AS o_uploads,
+		o.feature_uploads_max_bytes AS o_max_bytes, o.feature_downloads_generated AS o_generated,
+		o.feature_downloads_uploaded AS o_uploaded, o.created_at AS o_created_at
+		FROM api_tokens t JOIN users u ON u.id = t.user_id JOIN orgs o ON o.id = u.org_id WHERE t.id = ?`, tokenID).Scan(&rows).Error
+	if err != nil {
+		return user.Token{}, user.User{}, org.Org{}, translate(err, "token")
+	}
+	if len(rows) == 0 {
+		return user.Token{}, user.User{}, org.Org{}, fault.New(fault.NotFound, "token not found")
+	}
+	r := rows[0]
+	t := tokenRow{ID: r.TID, UserID: r.TUserID, OrgID: r.TOrgID, Name: r.TName, Kind: r.TKind, CreatedAt: r.TCreatedAt, ExpiresAt: r.TExpiresAt, RevokedAt: r.TRevokedAt, LastUsedAt: r.TLastUsedAt}
+	u := userRow{ID: r.TUserID, OrgID: r.UOrgID, Email: r.UEmail, Role: r.URole, Disabled: r.UDisabled, PasswordHash: r.UPasswordHash, CreatedAt: r.UCreatedAt}
+	o := orgRow{ID: r.UOrgID, Name: r.OName, Disabled: r.ODisabled, FeatureCodeExecution: r.OCode, FeatureUploads: r.OUploads,
+		FeatureUploadsMaxBytes: r.OMaxBytes, FeatureDownloadsGenerated: r.OGenerated, FeatureDownloadsUploaded: r.OUploaded, CreatedAt: r.OCreatedAt}
+	return t.domain(), u.domain(), o.domain(), nil
 }

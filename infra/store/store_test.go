@@ -148,6 +148,13 @@ func suite(t *testing.T, s *store.Store) {
 	if gt.Usable(now) || gt.RevokedAt() == nil || !gt.RevokedAt().Equal(now.Add(2*time.Minute)) || gt.LastUsedAt() == nil {
 		t.Fatalf("revoke: %+v", gt)
 	}
+	ct, cu, co, err := s.Credentials(ctx, tok.ID())
+	if err != nil || ct.ID() != tok.ID() || ct.Usable(now) || cu.ID() != u.ID() || !cu.Disabled() || co.ID() != o.ID() || !co.Disabled() || co.Policy().MaxUploadBytes() != 1234 {
+		t.Fatalf("credentials: %+v %+v %+v %v", ct, cu, co, err)
+	}
+	if _, _, _, err := s.Credentials(ctx, "tok_missing"); !fault.Is(err, fault.NotFound) {
+		t.Fatalf("credentials of a missing token: %v", err)
+	}
 	if err := s.RevokeToken(ctx, "nope", now); !fault.Is(err, fault.NotFound) {
 		t.Fatalf("revoke missing: %v", err)
 	}
