@@ -5,30 +5,13 @@ import (
 	"log/slog"
 	"path/filepath"
 
-	"threadbox/app/messages"
-	"threadbox/app/tools"
 	"threadbox/app/workspace"
 	"threadbox/domain/skill"
 	"threadbox/infra/blob"
 	"threadbox/infra/fsroot"
 	"threadbox/infra/hostdirs"
-	"threadbox/infra/llm/anthropic"
-	"threadbox/infra/llm/openai"
-	"threadbox/infra/llm/runner"
 	"threadbox/infra/skillfs"
 )
-
-// chatModel returns the configured model: an Anthropic- or
-// OpenAI-compatible upstream, or the offline runner.
-func chatModel(cfg Config) messages.Model {
-	switch cfg.ModelProvider {
-	case "anthropic":
-		return anthropic.New(anthropic.Config{BaseURL: cfg.ModelBaseURL, APIKey: cfg.ModelAPIKey, Model: cfg.ModelName})
-	case "openai":
-		return openai.New(openai.Config{BaseURL: cfg.ModelBaseURL, APIKey: cfg.ModelAPIKey, Model: cfg.ModelName})
-	}
-	return runner.New()
-}
 
 // skillFiles adapts infra/skillfs to the workspace's port.
 type skillFiles struct{ s *skillfs.Store }
@@ -57,9 +40,10 @@ func newWorkspace(cfg Config, sys *system, layout *hostdirs.Layout, fs *fsroot.C
 	if model == "" {
 		model = "default"
 	}
-	engine := messages.New(chatModel(cfg), toolRouter{code: tools.New(sys.containers, fs, tools.Config{}), sandbox: sys.sandbox.exec}, messages.Config{})
+	// The chat pipeline shares the Messages API's tool loop: one model
+	// client (one connection pool), the same tools and iteration limit.
 	return workspace.New(sys.store, workspace.Deps{
-		Engine:       engine,
+		Engine:       sys.messages,
 		Containers:   sys.containers,
 		Files:        sys.files,
 		Container:    fs,
