@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	gojwt "github.com/golang-jwt/jwt/v5"
@@ -23,6 +24,8 @@ import (
 
 // Codec implements auth.Codec with one Ed25519 key.
 type Codec struct {
+	verified verifiedCache
+	now      func() time.Time
 	priv     ed25519.PrivateKey
 	pub      ed25519.PublicKey
 	kid      string
@@ -43,17 +46,20 @@ type claims struct {
 func New(key ed25519.PrivateKey, issuer, audience string) *Codec {
 	pub := key.Public().(ed25519.PublicKey)
 	sum := sha256.Sum256(pub)
-	return &Codec{
+	c := &Codec{
+		now:  time.Now,
 		priv: key, pub: pub, kid: hex.EncodeToString(sum[:8]), issuer: issuer, audience: audience,
-		parser: gojwt.NewParser(
-			gojwt.WithValidMethods([]string{gojwt.SigningMethodEdDSA.Alg()}),
-			gojwt.WithIssuer(issuer),
-			gojwt.WithAudience(audience),
-			gojwt.WithExpirationRequired(),
-			gojwt.WithIssuedAt(),
-			gojwt.WithLeeway(30*time.Second),
-		),
 	}
+	c.parser = gojwt.NewParser(
+		gojwt.WithValidMethods([]string{gojwt.SigningMethodEdDSA.Alg()}),
+		gojwt.WithIssuer(issuer),
+		gojwt.WithAudience(audience),
+		gojwt.WithExpirationRequired(),
+		gojwt.WithIssuedAt(),
+		gojwt.WithLeeway(leeway),
+		gojwt.WithTimeFunc(func() time.Time { return c.now() }),
+	)
+	return c
 }
 
 // KeyID returns the id of the signing key, sent as the kid header.
@@ -89,6 +95,15 @@ func (c *Codec) Verify(token string) (auth.Claims, error) {
 	if len(token) > maxTokenLen {
 		return auth.Claims{}, errors.New("jwt: token too long")
 	}
+	// A token string whose signature, algorithm, key, issuer and audience
+	// were verified stays so; only time can make it invalid, and exp is
+	// checked on every use. Revocation is the caller's lookup of the jti.
+	if out, ok := c.verified.get(token); ok {
+		if c.now().After(out.ExpiresAt.Add(leeway)) {
+			return auth.Claims{}, errors.New("jwt: token has expired")
+		}
+		return out, nil
+	}
 	var cl claims
 	_, err := c.parser.ParseWithClaims(token, &cl, func(t *gojwt.Token) (any, error) {
 		if kid, _ := t.Header["kid"].(string); kid != c.kid {
@@ -107,7 +122,36 @@ func (c *Codec) Verify(token string) (auth.Claims, error) {
 		out.IssuedAt = cl.IssuedAt.Time
 	}
 	out.ExpiresAt = cl.ExpiresAt.Time
+	c.verified.put(token, out)
 	return out, nil
+}
+
+// leeway is the clock skew allowed on exp, iat and nbf.
+const leeway = 30 * time.Second
+
+// verifiedCache remembers the claims of recently verified token strings,
+// bounded in size.
+type verifiedCache struct {
+	mu sync.Mutex
+	m  map[string]auth.Claims
+}
+
+const verifiedCacheSize = 4096
+
+func (v *verifiedCache) get(token string) (auth.Claims, bool) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	c, ok := v.m[token]
+	return c, ok
+}
+
+func (v *verifiedCache) put(token string, c auth.Claims) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.m == nil || len(v.m) >= verifiedCacheSize {
+		v.m = make(map[string]auth.Claims, 64)
+	}
+	v.m[token] = c
 }
 
 // LoadOrCreateKey reads an Ed25519 private key (PKCS#8 PEM) from path, or

@@ -35,7 +35,9 @@ type Store struct {
 // Open connects to PostgreSQL when url is set, else to the SQLite file
 // threadbox.db in dataDir. It does not migrate.
 func Open(ctx context.Context, url, dataDir string) (*Store, error) {
-	cfg := &gorm.Config{Logger: logger.Discard, TranslateError: true, NowFunc: func() time.Time { return time.Now().UTC() }}
+	// PrepareStmt caches prepared statements per connection, so hot queries
+	// (authentication runs one per request) are parsed once.
+	cfg := &gorm.Config{Logger: logger.Discard, TranslateError: true, PrepareStmt: true, NowFunc: func() time.Time { return time.Now().UTC() }}
 	var (
 		db      *gorm.DB
 		err     error
