@@ -33,7 +33,10 @@ runsc_version() { dpkg-query -W -f '${Version}' runsc 2>/dev/null | sed -E 's/^0
 if [ "$(runsc_version)" \< "$RUNSC_MIN" ]; then
   log "runsc $(runsc_version) is older than $RUNSC_MIN: installing Debian trixie's runsc"
   mirror=$(grep -rhoE 'https?://[^ ]+/debian/?( |$)' /etc/apt/sources.list /etc/apt/sources.list.d/ 2>/dev/null | head -1 | tr -d ' ' || true)
-  mirror=${mirror:-http://deb.debian.org/debian}
+  if [ -z "$mirror" ]; then
+    echo "ci-docker: no Debian mirror in this host's apt sources; cannot fetch a newer runsc" >&2
+    exit 1
+  fi
   st=$(mktemp -d)
   mkdir -p "$st/lists/partial" "$st/cache/archives/partial"
   echo "deb ${mirror%/} trixie main" > "$st/sources.list"
