@@ -7,6 +7,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -187,4 +189,35 @@ func (s *server) do(method, path, token string, body any, hdr ...string) respons
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return response{resp.StatusCode, resp.Header, b}
+}
+
+// missing reports a missing service: a failure under CI=true, where every
+// service the tests need is installed by .ci/run, and a skip elsewhere.
+func missing(t *testing.T, format string, args ...any) {
+	t.Helper()
+	if os.Getenv("CI") == "true" {
+		t.Fatalf(format, args...)
+	}
+	t.Skipf(format, args...)
+}
+
+// needDocker returns the agent binary for a docker-backed server, after
+// checking that Docker answers and the sandbox image is built.
+func needDocker(t *testing.T) string {
+	t.Helper()
+	if out, err := exec.Command("docker", "image", "inspect", "--format", "{{.Id}}", "threadbox-sandbox:latest").CombinedOutput(); err != nil {
+		missing(t, "docker or the image threadbox-sandbox:latest is missing (make sandbox-image): %v %s", err, out)
+	}
+	bin := os.Getenv("THREADBOX_AGENT_BIN")
+	if bin == "" {
+		bin = filepath.Join("..", "..", "bin", "threadbox-agent")
+	}
+	abs, err := filepath.Abs(bin)
+	if err == nil {
+		_, err = os.Stat(abs)
+	}
+	if err != nil {
+		missing(t, "agent binary missing (make agent): %v", err)
+	}
+	return abs
 }

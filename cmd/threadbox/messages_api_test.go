@@ -6,9 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
@@ -21,35 +18,6 @@ import (
 	"threadbox/infra/llm/fakeupstream"
 	"threadbox/infra/llm/runner"
 )
-
-// msgDocker returns the agent binary for a docker-backed server, failing
-// under CI=true and skipping otherwise when Docker or the sandbox image is
-// missing.
-func msgDocker(t *testing.T) string {
-	t.Helper()
-	miss := func(format string, args ...any) {
-		t.Helper()
-		if os.Getenv("CI") == "true" {
-			t.Fatalf(format, args...)
-		}
-		t.Skipf(format, args...)
-	}
-	if out, err := exec.Command("docker", "image", "inspect", "--format", "{{.Id}}", "threadbox-sandbox:latest").CombinedOutput(); err != nil {
-		miss("docker or the image threadbox-sandbox:latest is missing (make sandbox-image): %v %s", err, out)
-	}
-	bin := os.Getenv("THREADBOX_AGENT_BIN")
-	if bin == "" {
-		bin = filepath.Join("..", "..", "bin", "threadbox-agent")
-	}
-	abs, err := filepath.Abs(bin)
-	if err == nil {
-		_, err = os.Stat(abs)
-	}
-	if err != nil {
-		miss("agent binary missing (make agent): %v", err)
-	}
-	return abs
-}
 
 // msgClient is the official SDK pointed at the server's Messages API.
 func msgClient(s *server, token string, opts ...option.RequestOption) anthropic.Client {
@@ -174,7 +142,7 @@ func apiStatus(t *testing.T, err error) (int, string) {
 // Anthropic Go SDK against a threadbox whose model is the scripted fake
 // upstream in the Anthropic format, with code running in Docker sandboxes.
 func TestMessagesAPIAnthropicSDK(t *testing.T) {
-	bin := msgDocker(t)
+	bin := needDocker(t)
 	fake := fakeupstream.New()
 	defer fake.Close()
 	s := startServer(t, "", map[string]string{
@@ -842,7 +810,7 @@ func testMessagesWithoutSandbox(t *testing.T, dbURL string) {
 // TestMessagesAPIOpenAIProvider runs the same SDK calls against a
 // threadbox whose model speaks the OpenAI chat-completions format.
 func TestMessagesAPIOpenAIProvider(t *testing.T) {
-	bin := msgDocker(t)
+	bin := needDocker(t)
 	fake := fakeupstream.New()
 	defer fake.Close()
 	s := startServer(t, "", map[string]string{
@@ -884,7 +852,7 @@ func TestMessagesAPIOpenAIProvider(t *testing.T) {
 // TestMessagesAPIRunner uses the offline runner model: the fenced code of
 // the last user message runs in the sandbox.
 func TestMessagesAPIRunner(t *testing.T) {
-	bin := msgDocker(t)
+	bin := needDocker(t)
 	s := startServer(t, "", map[string]string{"SANDBOX_BACKEND": "docker", "THREADBOX_AGENT_BIN": bin, "MODEL_PROVIDER": "runner"})
 	cl := msgClient(s, s.bootstrap("acme", "admin@acme.test"))
 	ctx := context.Background()

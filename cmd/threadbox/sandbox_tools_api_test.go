@@ -122,7 +122,7 @@ func sandboxTurn(t *testing.T, cl anthropic.Client, container string) ([]sandbox
 // Messages API with the official SDK, the scripted fake upstream as the
 // model and Docker sandboxes.
 func TestSandboxToolsAPI(t *testing.T) {
-	bin := msgDocker(t)
+	bin := needDocker(t)
 	fake := fakeupstream.New()
 	defer fake.Close()
 	s := startServer(t, "", map[string]string{
@@ -519,7 +519,7 @@ func TestSandboxToolsAPI(t *testing.T) {
 // TestSandboxAllowedServices exposes a host HTTP service inside the
 // sandbox through SANDBOX_ALLOW_SERVICES.
 func TestSandboxAllowedServices(t *testing.T) {
-	bin := msgDocker(t)
+	bin := needDocker(t)
 	svc := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.WriteString(w, "internal says hi to "+r.URL.Path)
 	})}
@@ -549,19 +549,12 @@ func TestSandboxAllowedServices(t *testing.T) {
 // local (bubblewrap) backend: its jail has its own network namespace with
 // only loopback, like a Docker sandbox with network none.
 func TestSandboxToolsLocal(t *testing.T) {
-	bin := msgDocker(t) // the agent binary; Docker itself is not used
-	miss := func(format string, args ...any) {
-		t.Helper()
-		if os.Getenv("CI") == "true" {
-			t.Fatalf(format, args...)
-		}
-		t.Skipf(format, args...)
-	}
+	bin := needDocker(t) // the agent binary; Docker itself is not used
 	if _, err := exec.LookPath("bwrap"); err != nil {
-		miss("bubblewrap is missing: %v", err)
+		missing(t, "bubblewrap is missing: %v", err)
 	}
 	if local.FindRootFS(os.Getenv) == "" {
-		miss("no sandbox root filesystem (make sandbox-image)")
+		missing(t, "no sandbox root filesystem (make sandbox-image)")
 	}
 	fake := fakeupstream.New()
 	defer fake.Close()

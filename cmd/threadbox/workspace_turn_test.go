@@ -4,37 +4,9 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 )
-
-// needDocker returns the agent binary for a docker-backed server, failing
-// under CI=true and skipping otherwise when Docker or the sandbox image is
-// missing.
-func needDocker(t *testing.T) string {
-	t.Helper()
-	miss := func(format string, args ...any) {
-		t.Helper()
-		if os.Getenv("CI") == "true" {
-			t.Fatalf(format, args...)
-		}
-		t.Skipf(format, args...)
-	}
-	if out, err := exec.Command("docker", "image", "inspect", "--format", "{{.Id}}", "threadbox-sandbox:latest").CombinedOutput(); err != nil {
-		miss("docker or the image threadbox-sandbox:latest is missing (make sandbox-image): %v %s", err, out)
-	}
-	bin := os.Getenv("THREADBOX_AGENT_BIN")
-	if bin == "" {
-		bin, _ = filepath.Abs(filepath.Join("..", "..", "bin", "threadbox-agent"))
-	}
-	if _, err := os.Stat(bin); err != nil {
-		miss("agent binary missing (make agent): %v", err)
-	}
-	return bin
-}
 
 type sseEvent struct {
 	name string
