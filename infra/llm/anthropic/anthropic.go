@@ -20,25 +20,8 @@ import (
 	"threadbox/infra/llm/upstream"
 )
 
-// DefaultMaxRetries is how often a failed request is retried (429, 408,
-// 409, 5xx and 529, or a connection error) before the stream starts.
-const DefaultMaxRetries = 3
-
-// DefaultMaxRetryWait is the longest retry-after waited for by default.
-const DefaultMaxRetryWait = 30 * time.Second
-
-// Config configures the adapter.
-type Config struct {
-	BaseURL    string // e.g. http://127.0.0.1:8080 (a trailing /v1 is ignored); empty means the SDK default
-	APIKey     string
-	Model      string // what "default" (or an empty model) resolves to
-	MaxRetries int    // 0 means DefaultMaxRetries; negative disables retries
-	// MaxRetryWait is the longest retry-after the adapter waits for; a
-	// longer one fails at once. 0 means DefaultMaxRetryWait.
-	MaxRetryWait time.Duration
-	// HTTPClient, when nil, is a keep-alive client owned by the adapter.
-	HTTPClient *http.Client
-}
+// Config configures the adapter. BaseURL is e.g. http://127.0.0.1:8080 (a trailing /v1 is ignored); empty means the SDK default.
+type Config = upstream.Config
 
 // Model asks an Anthropic-compatible upstream for steps. It implements
 // messages.Model.
@@ -50,19 +33,8 @@ type Model struct {
 // New returns a Model using one HTTP client (and so one pool of kept-alive
 // connections) for all requests.
 func New(cfg Config) *Model {
-	hc := cfg.HTTPClient
-	if hc == nil {
-		hc = &http.Client{Transport: upstream.NewTransport()}
-	}
-	retries := cfg.MaxRetries
-	switch {
-	case retries == 0:
-		retries = DefaultMaxRetries
-	case retries < 0:
-		retries = 0
-	}
-	opts := []option.RequestOption{option.WithHTTPClient(hc), option.WithMaxRetries(retries),
-		option.WithMiddleware(capRetryAfter(cfg.MaxRetryWait))}
+	opts := []option.RequestOption{option.WithHTTPClient(cfg.Client()), option.WithMaxRetries(cfg.Retries()),
+		option.WithMiddleware(capRetryAfter(cfg.RetryWait()))}
 	if cfg.BaseURL != "" {
 		// The SDK adds v1/messages; accept a base URL given with /v1 too.
 		base := strings.TrimSuffix(strings.TrimSuffix(cfg.BaseURL, "/"), "/v1")
@@ -265,9 +237,6 @@ func upstreamError(ctx context.Context, err error, beforeStream bool) error {
 // capRetryAfter returns a middleware that stops the SDK from retrying when
 // the upstream asks to wait longer than limit.
 func capRetryAfter(limit time.Duration) option.Middleware {
-	if limit <= 0 {
-		limit = DefaultMaxRetryWait
-	}
 	return func(req *http.Request, next option.MiddlewareNext) (*http.Response, error) {
 		res, err := next(req)
 		if err == nil {

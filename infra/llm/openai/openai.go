@@ -22,25 +22,8 @@ import (
 	"threadbox/infra/llm/upstream"
 )
 
-// DefaultMaxRetries is how often a failed request is retried (429, 408,
-// 409, 5xx, or a connection error) before the stream starts.
-const DefaultMaxRetries = 3
-
-// DefaultMaxRetryWait is the longest retry-after waited for by default.
-const DefaultMaxRetryWait = 30 * time.Second
-
-// Config configures the adapter.
-type Config struct {
-	BaseURL    string // the API root including /v1, e.g. http://127.0.0.1:8000/v1
-	APIKey     string
-	Model      string // what "default" (or an empty model) resolves to
-	MaxRetries int    // 0 means DefaultMaxRetries; negative disables retries
-	// MaxRetryWait is the longest retry-after the adapter waits for; a
-	// longer one fails at once. 0 means DefaultMaxRetryWait.
-	MaxRetryWait time.Duration
-	// HTTPClient, when nil, is a keep-alive client owned by the adapter.
-	HTTPClient *http.Client
-}
+// Config configures the adapter. BaseURL is the API root including /v1, e.g. http://127.0.0.1:8000/v1.
+type Config = upstream.Config
 
 // Model asks an OpenAI-compatible server for steps. It implements
 // messages.Model.
@@ -52,23 +35,12 @@ type Model struct {
 // New returns a Model using one HTTP client (one pool of kept-alive
 // connections) for all requests.
 func New(cfg Config) *Model {
-	hc := cfg.HTTPClient
-	if hc == nil {
-		hc = &http.Client{Transport: upstream.NewTransport()}
-	}
-	retries := cfg.MaxRetries
-	switch {
-	case retries == 0:
-		retries = DefaultMaxRetries
-	case retries < 0:
-		retries = 0
-	}
 	key := cfg.APIKey
 	if key == "" {
 		key = "none"
 	}
-	opts := []option.RequestOption{option.WithHTTPClient(hc), option.WithMaxRetries(retries),
-		option.WithMiddleware(capRetryAfter(cfg.MaxRetryWait)), option.WithAPIKey(key)}
+	opts := []option.RequestOption{option.WithHTTPClient(cfg.Client()), option.WithMaxRetries(cfg.Retries()),
+		option.WithMiddleware(capRetryAfter(cfg.RetryWait())), option.WithAPIKey(key)}
 	if cfg.BaseURL != "" {
 		opts = append(opts, option.WithBaseURL(strings.TrimSuffix(cfg.BaseURL, "/")+"/"))
 	}
@@ -492,9 +464,6 @@ func upstreamError(ctx context.Context, err error, beforeStream bool) error {
 // capRetryAfter returns a middleware that stops the SDK from retrying when
 // the upstream asks to wait longer than limit.
 func capRetryAfter(limit time.Duration) option.Middleware {
-	if limit <= 0 {
-		limit = DefaultMaxRetryWait
-	}
 	return func(req *http.Request, next option.MiddlewareNext) (*http.Response, error) {
 		res, err := next(req)
 		if err == nil {

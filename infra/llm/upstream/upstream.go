@@ -68,3 +68,50 @@ func (d drainCloser) Close() error {
 	_, _ = io.Copy(io.Discard, io.LimitReader(d.ReadCloser, 4<<10))
 	return d.ReadCloser.Close()
 }
+
+// DefaultMaxRetries is how often a failed request is retried (429, 408,
+// 409, 5xx, or a connection error) before a stream starts.
+const DefaultMaxRetries = 3
+
+// DefaultMaxRetryWait is the longest retry-after waited for by default.
+const DefaultMaxRetryWait = 30 * time.Second
+
+// Config configures a model adapter's connection to its upstream.
+type Config struct {
+	BaseURL    string // the upstream's address; each adapter says what it expects
+	APIKey     string
+	Model      string // what "default" (or an empty model) resolves to
+	MaxRetries int    // 0 means DefaultMaxRetries; negative disables retries
+	// MaxRetryWait is the longest retry-after the adapter waits for; a
+	// longer one fails at once. 0 means DefaultMaxRetryWait.
+	MaxRetryWait time.Duration
+	// HTTPClient, when nil, is a keep-alive client owned by the adapter.
+	HTTPClient *http.Client
+}
+
+// Client returns the configured HTTP client, or a new kept-alive one.
+func (c Config) Client() *http.Client {
+	if c.HTTPClient != nil {
+		return c.HTTPClient
+	}
+	return &http.Client{Transport: NewTransport()}
+}
+
+// Retries returns how often to retry.
+func (c Config) Retries() int {
+	switch {
+	case c.MaxRetries == 0:
+		return DefaultMaxRetries
+	case c.MaxRetries < 0:
+		return 0
+	}
+	return c.MaxRetries
+}
+
+// RetryWait returns the longest retry-after to wait for.
+func (c Config) RetryWait() time.Duration {
+	if c.MaxRetryWait <= 0 {
+		return DefaultMaxRetryWait
+	}
+	return c.MaxRetryWait
+}

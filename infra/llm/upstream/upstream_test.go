@@ -39,3 +39,17 @@ func TestRetryAfter(t *testing.T) {
 		t.Fatal("non-retryable status touched")
 	}
 }
+
+func TestConfigDefaults(t *testing.T) {
+	var c Config
+	if c.Retries() != DefaultMaxRetries || c.RetryWait() != DefaultMaxRetryWait || c.Client() == nil {
+		t.Fatalf("defaults: %d %v", c.Retries(), c.RetryWait())
+	}
+	c = Config{MaxRetries: -1, MaxRetryWait: time.Second, HTTPClient: http.DefaultClient}
+	if c.Retries() != 0 || c.RetryWait() != time.Second || c.Client() != http.DefaultClient {
+		t.Fatalf("set: %d %v", c.Retries(), c.RetryWait())
+	}
+	if (Config{MaxRetries: 5}).Retries() != 5 {
+		t.Fatal("explicit retries")
+	}
+}
