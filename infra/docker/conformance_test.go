@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -50,66 +48,24 @@ func conformanceRuntimes() []string {
 	return out
 }
 
-func conformanceNeed(t *testing.T, format string, args ...any) {
-	t.Helper()
-	if os.Getenv("CI") == "true" {
-		t.Fatalf(format, args...)
-	}
-	t.Skipf(format, args...)
-}
-
-var (
-	conformanceAgentOnce sync.Once
-	conformanceAgentBin  string
-	conformanceAgentErr  error
-)
-
-// conformanceAgent returns THREADBOX_AGENT_BIN, else a fresh static build.
-func conformanceAgent(t *testing.T) string {
-	t.Helper()
-	conformanceAgentOnce.Do(func() {
-		if p := os.Getenv("THREADBOX_AGENT_BIN"); p != "" {
-			if _, err := os.Stat(p); err == nil {
-				conformanceAgentBin, conformanceAgentErr = filepath.Abs(p)
-				return
-			}
-		}
-		dir, err := os.MkdirTemp("", "threadbox-agent-")
-		if err != nil {
-			conformanceAgentErr = err
-			return
-		}
-		conformanceAgentBin = filepath.Join(dir, "threadbox-agent")
-		cmd := exec.Command("go", "build", "-trimpath", "-o", conformanceAgentBin, "threadbox/cmd/threadbox-agent")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			conformanceAgentErr = fmt.Errorf("build agent: %w: %s", err, out)
-		}
-	})
-	if conformanceAgentErr != nil {
-		t.Fatal(conformanceAgentErr)
-	}
-	return conformanceAgentBin
-}
-
 // conformanceBackend returns a Docker backend on its own instance label.
 // The suite hands it explicit mounts, so it has no Dirs of its own.
 func conformanceBackend(t *testing.T, runtime string) sandbox.Backend {
 	t.Helper()
 	be, err := docker.New(docker.Config{
 		Runtime:  runtime,
-		AgentBin: conformanceAgent(t),
+		AgentBin: sandboxtest.AgentBin(t),
 		Instance: fmt.Sprintf("conf%d", time.Now().UnixNano()),
 		Logger:   slog.New(slog.NewTextHandler(newTLog(t), nil)),
 	})
 	if err != nil {
-		conformanceNeed(t, "docker client: %v", err)
+		sandboxtest.Need(t, "docker client: %v", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	if err := be.Available(ctx); err != nil {
 		be.Close()
-		conformanceNeed(t, "docker backend (%s) not available: %v", runtime, err)
+		sandboxtest.Need(t, "docker backend (%s) not available: %v", runtime, err)
 	}
 	t.Cleanup(func() { be.Close() })
 	return be

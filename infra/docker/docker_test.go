@@ -6,10 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,56 +16,13 @@ import (
 
 	"threadbox/domain/sandbox"
 	"threadbox/infra/hostdirs"
+	"threadbox/infra/sandboxtest"
 )
 
 // These tests run real sandboxes against the Docker daemon. Under CI=true a
 // missing daemon, image or runtime fails them; otherwise they skip. They run
 // under every runtime of SANDBOX_TEST_RUNTIMES (default "runc"; CI sets
 // "runc,runsc").
-
-var (
-	agentOnce sync.Once
-	agentBin  string
-	agentErr  error
-)
-
-// need fails (CI) or skips the test when the service is missing.
-func need(t *testing.T, format string, args ...any) {
-	t.Helper()
-	if os.Getenv("CI") == "true" {
-		t.Fatalf(format, args...)
-	}
-	t.Skipf(format, args...)
-}
-
-// testAgent returns the agent binary: THREADBOX_AGENT_BIN, else a fresh
-// static build of cmd/threadbox-agent.
-func testAgent(t *testing.T) string {
-	t.Helper()
-	agentOnce.Do(func() {
-		if p := os.Getenv("THREADBOX_AGENT_BIN"); p != "" {
-			if _, err := os.Stat(p); err == nil {
-				agentBin = p
-				return
-			}
-		}
-		dir, err := os.MkdirTemp("", "threadbox-agent-")
-		if err != nil {
-			agentErr = err
-			return
-		}
-		agentBin = filepath.Join(dir, "threadbox-agent")
-		cmd := exec.Command("go", "build", "-trimpath", "-o", agentBin, "threadbox/cmd/threadbox-agent")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			agentErr = fmt.Errorf("build agent: %w: %s", err, out)
-		}
-	})
-	if agentErr != nil {
-		t.Fatal(agentErr)
-	}
-	return agentBin
-}
 
 func runtimes() []string {
 	v := os.Getenv("SANDBOX_TEST_RUNTIMES")
@@ -102,13 +57,13 @@ func newEnv(t *testing.T, runtime string, o envOpts) *env {
 	t.Helper()
 	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
 	if err != nil {
-		need(t, "docker client: %v", err)
+		sandboxtest.Need(t, "docker client: %v", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if _, err := cli.Ping(ctx); err != nil {
 		cli.Close()
-		need(t, "docker daemon not reachable (scripts/ci-docker.sh starts it): %v", err)
+		sandboxtest.Need(t, "docker daemon not reachable (scripts/ci-docker.sh starts it): %v", err)
 	}
 	quota := hostdirs.QuotaNone
 	if os.Getuid() == 0 {
@@ -122,7 +77,7 @@ func newEnv(t *testing.T, runtime string, o envOpts) *env {
 	cfg := Config{
 		Image:    DefaultImage,
 		Runtime:  runtime,
-		AgentBin: testAgent(t),
+		AgentBin: sandboxtest.AgentBin(t),
 		Dirs:     dirs,
 		Instance: fmt.Sprintf("test%d", time.Now().UnixNano()),
 		Limits:   o.limits,
@@ -131,7 +86,7 @@ func newEnv(t *testing.T, runtime string, o envOpts) *env {
 	e.be = NewWithClient(cli, cfg)
 	if err := e.be.Available(ctx); err != nil {
 		cli.Close()
-		need(t, "docker backend not available: %v", err)
+		sandboxtest.Need(t, "docker backend not available: %v", err)
 	}
 	t.Cleanup(func() {
 		ctx := context.Background()
@@ -329,7 +284,7 @@ print('survived')"`, 40*time.Second))
 
 func TestDiskFillStopsAtQuota(t *testing.T) {
 	if os.Getuid() != 0 {
-		need(t, "the loop-mounted disk quota needs root")
+		sandboxtest.Need(t, "the loop-mounted disk quota needs root")
 	}
 	forRuntimes(t, func(t *testing.T, rt string) {
 		e := newEnv(t, rt, envOpts{diskBytes: 64 << 20})

@@ -24,57 +24,11 @@ import (
 // filesystem. Under CI=true a missing prerequisite fails them; otherwise
 // they skip.
 
-// need fails (CI) or skips the test when a prerequisite is missing.
-func need(t *testing.T, format string, args ...any) {
-	t.Helper()
-	if os.Getenv("CI") == "true" {
-		t.Fatalf(format, args...)
-	}
-	t.Skipf(format, args...)
-}
-
 var (
-	agentOnce sync.Once
-	agentBin  string
-	agentErr  error
-
 	rootOnce sync.Once
 	rootDir  string
 	rootErr  error
 )
-
-// testAgent returns THREADBOX_AGENT_BIN, else a fresh static build of the agent.
-func testAgent(t *testing.T) string {
-	t.Helper()
-	agentOnce.Do(func() {
-		if p := os.Getenv("THREADBOX_AGENT_BIN"); p != "" {
-			if _, err := os.Stat(p); err == nil {
-				agentBin, agentErr = filepath.Abs(p)
-				return
-			}
-		}
-		dir, err := os.MkdirTemp("", "threadbox-agent-")
-		if err != nil {
-			agentErr = err
-			return
-		}
-		// The jail's unprivileged user must reach the binary.
-		if err := os.Chmod(dir, 0o755); err != nil {
-			agentErr = err
-			return
-		}
-		agentBin = filepath.Join(dir, "threadbox-agent")
-		cmd := exec.Command("go", "build", "-trimpath", "-o", agentBin, "threadbox/cmd/threadbox-agent")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			agentErr = fmt.Errorf("build agent: %w: %s", err, out)
-		}
-	})
-	if agentErr != nil {
-		t.Fatal(agentErr)
-	}
-	return agentBin
-}
 
 // testRootFS finds the sandbox root filesystem: THREADBOX_ROOTFS, else the
 // cache of build-offline.sh; under CI=true it builds it when missing.
@@ -106,7 +60,7 @@ func testRootFS(t *testing.T) string {
 		}
 	})
 	if rootErr != nil {
-		need(t, "%v", rootErr)
+		sandboxtest.Need(t, "%v", rootErr)
 	}
 	return rootDir
 }
@@ -115,12 +69,12 @@ func testRootFS(t *testing.T) string {
 func prerequisites(t *testing.T) (rootfs, agentBin string) {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		need(t, "local backend tests need root (cgroups, loop quota)")
+		sandboxtest.Need(t, "local backend tests need root (cgroups, loop quota)")
 	}
 	if _, err := exec.LookPath("bwrap"); err != nil {
-		need(t, "bubblewrap not installed: %v", err)
+		sandboxtest.Need(t, "bubblewrap not installed: %v", err)
 	}
-	return testRootFS(t), testAgent(t)
+	return testRootFS(t), sandboxtest.AgentBin(t)
 }
 
 // newTestBackend returns a backend with its own cgroup instance, stopped
@@ -144,7 +98,7 @@ func newTestBackend(t *testing.T, cfg Config) *Backend {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := b.Available(ctx); err != nil {
-		need(t, "local backend not available: %v", err)
+		sandboxtest.Need(t, "local backend not available: %v", err)
 	}
 	t.Cleanup(func() { b.Close() })
 	return b
@@ -260,7 +214,7 @@ func TestJailCommandLine(t *testing.T) {
 func TestCgroupLimitsWritten(t *testing.T) {
 	b := newTestBackend(t, Config{})
 	if mode, why := b.LimitMode(); mode != LimitCgroupV1 && mode != LimitCgroupV2 {
-		need(t, "no cgroups on this host: %s", why)
+		sandboxtest.Need(t, "no cgroups on this host: %s", why)
 	}
 	lim := sandbox.Limits{MemoryBytes: 300 << 20, Pids: 77, CPUs: 0.5}
 	if err := b.Ensure(context.Background(), sandbox.Spec{ID: "cg", Limits: lim}); err != nil {

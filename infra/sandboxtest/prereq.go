@@ -1,0 +1,55 @@
+package sandboxtest
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+)
+
+// Need reports a missing prerequisite: a failure under CI=true, where
+// .ci/run installs every service the tests need, and a skip elsewhere.
+func Need(t testing.TB, format string, args ...any) {
+	t.Helper()
+	if os.Getenv("CI") == "true" {
+		t.Fatalf(format, args...)
+	}
+	t.Skipf(format, args...)
+}
+
+var (
+	agentOnce sync.Once
+	agentBin  string
+	agentErr  error
+)
+
+// AgentBin returns the absolute path of $THREADBOX_AGENT_BIN, or else of a
+// fresh static build of cmd/threadbox-agent made once per test binary.
+func AgentBin(t testing.TB) string {
+	t.Helper()
+	agentOnce.Do(func() {
+		if p := os.Getenv("THREADBOX_AGENT_BIN"); p != "" {
+			if _, err := os.Stat(p); err == nil {
+				agentBin, agentErr = filepath.Abs(p)
+				return
+			}
+		}
+		dir, err := os.MkdirTemp("", "threadbox-agent-")
+		if err != nil {
+			agentErr = err
+			return
+		}
+		agentBin = filepath.Join(dir, "threadbox-agent")
+		cmd := exec.Command("go", "build", "-trimpath", "-o", agentBin, "threadbox/cmd/threadbox-agent")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			agentErr = fmt.Errorf("build agent: %w: %s", err, out)
+		}
+	})
+	if agentErr != nil {
+		t.Fatal(agentErr)
+	}
+	return agentBin
+}
