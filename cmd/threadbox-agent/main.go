@@ -17,6 +17,13 @@
 //	-grace       THREADBOX_AGENT_GRACE       2s (SIGTERM to SIGKILL on timeout)
 //	-drain       THREADBOX_AGENT_DRAIN       1s (wait for output after exit)
 //	-log-level   THREADBOX_AGENT_LOG_LEVEL   info
+//	-dial        THREADBOX_AGENT_DIAL        "" (serve stdin/stdout)
+//
+// With -dial the agent connects to that unix socket (the host's, bind-mounted
+// into the sandbox) and serves the protocol there instead of on its stdio,
+// which spares every frame the hops through the container engine. When the
+// connection ends (the host restarted) it kills what it was running and dials
+// again, so a new host can adopt the sandbox.
 //
 // THREADBOX_AGENT_* variables are not passed on to commands.
 package main
@@ -44,6 +51,7 @@ type config struct {
 	grace     time.Duration // SIGTERM to SIGKILL delay on timeout
 	drain     time.Duration // how long to wait for output pipes after exit
 	logLevel  slog.Level
+	dial      string // unix socket of the host to serve; "" serves stdio
 }
 
 // envPrefix starts every environment variable that configures the agent;
@@ -68,6 +76,7 @@ func parseConfig(args []string, getenv func(string) string) (config, error) {
 	grace := fs.String("grace", def("GRACE", "2s"), "delay between SIGTERM and SIGKILL on timeout (env THREADBOX_AGENT_GRACE)")
 	drain := fs.String("drain", def("DRAIN", "1s"), "how long to wait for output after a command exits (env THREADBOX_AGENT_DRAIN)")
 	level := fs.String("log-level", def("LOG_LEVEL", "info"), "log level: debug, info, warn, error (env THREADBOX_AGENT_LOG_LEVEL)")
+	fs.StringVar(&cfg.dial, "dial", def("DIAL", ""), "unix socket to connect to and serve instead of stdio (env THREADBOX_AGENT_DIAL)")
 	if err := fs.Parse(args); err != nil {
 		return config{}, fmt.Errorf("agent: flags: %w", err)
 	}
@@ -115,16 +124,26 @@ func run(cfg config, in io.Reader, out io.Writer, log *slog.Logger) int {
 	rp := newReaper(log)
 	go rp.loop(ctx)
 
-	srv := newServer(cfg, out, rp, environ(os.Environ()), log)
 	// Handling SIGPIPE (rather than ignoring it, which commands would
 	// inherit) keeps a closed stderr from killing the agent.
 	pipe := make(chan os.Signal, 1)
 	signal.Notify(pipe, syscall.SIGPIPE)
 	term := make(chan os.Signal, 1)
 	signal.Notify(term, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	env := environ(os.Environ())
+	dctx, dstop := context.WithCancel(ctx)
+	defer dstop()
 	done := make(chan error, 1)
-	go func() { done <- srv.serve(in) }()
-	log.Debug("agent: serving", "pid", os.Getpid())
+	var srv *server
+	var d *dialer
+	if cfg.dial == "" {
+		srv = newServer(cfg, out, rp, env, log)
+		go func() { done <- srv.serve(in) }()
+	} else {
+		d = &dialer{cfg: cfg, reaper: rp, env: env, log: log}
+		go func() { done <- d.loop(dctx) }()
+	}
+	log.Debug("agent: serving", "pid", os.Getpid(), "dial", cfg.dial)
 	code := 0
 	select {
 	case err := <-done:
@@ -135,7 +154,13 @@ func run(cfg config, in io.Reader, out io.Writer, log *slog.Logger) int {
 	case sig := <-term:
 		log.Info("agent: stopping", "signal", sig)
 	}
-	srv.killAll()
+	if d != nil {
+		dstop()
+		srv = d.current()
+	}
+	if srv != nil {
+		srv.killAll()
+	}
 	return code
 }
 

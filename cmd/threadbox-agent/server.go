@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"sync"
 	"syscall"
+	"time"
 
 	"threadbox/infra/agent/protocol"
 )
@@ -143,5 +144,23 @@ func (s *server) killAll() {
 	defer s.mu.Unlock()
 	for _, p := range s.procs {
 		_ = syscall.Kill(-p.pid, syscall.SIGKILL)
+	}
+}
+
+// drain waits up to d for every command of this server to finish and
+// reports whether they did.
+func (s *server) drain(d time.Duration) bool {
+	deadline := time.Now().Add(d)
+	for {
+		s.mu.Lock()
+		n := len(s.procs)
+		s.mu.Unlock()
+		if n == 0 {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }

@@ -100,8 +100,9 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	defer cli.Close()
 	be := docker.NewWithClient(cli, docker.Config{
 		Image: o.image, Runtime: o.runtime, AgentBin: agentBin,
-		Dirs:     hostdirs.New(data, hostdirs.Options{Quota: hostdirs.QuotaNone}),
-		Instance: fmt.Sprintf("bench%d", os.Getpid()),
+		Dirs:      hostdirs.New(data, hostdirs.Options{Quota: hostdirs.QuotaNone}),
+		SocketDir: filepath.Join(data, "run"),
+		Instance:  fmt.Sprintf("bench%d", os.Getpid()),
 	})
 	if err := be.Available(ctx); err != nil {
 		return err

@@ -2,6 +2,7 @@ package main
 
 import (
 	"log/slog"
+	"path/filepath"
 
 	"threadbox/domain/sandbox"
 	"threadbox/infra/docker"
@@ -25,7 +26,7 @@ func newBackends(cfg Config, layout *hostdirs.Layout, log *slog.Logger) ([]sandb
 	for _, name := range cfg.SandboxBackend {
 		switch name {
 		case "docker":
-			b, err := docker.New(docker.Config{Image: cfg.SandboxImage, Runtime: cfg.SandboxRuntime, AgentBin: agentBin(cfg), Limits: limits, Logger: log.With("backend", "docker"), Instance: cfg.Instance})
+			b, err := docker.New(docker.Config{Image: cfg.SandboxImage, Runtime: cfg.SandboxRuntime, AgentBin: agentBin(cfg), SocketDir: filepath.Join(cfg.DataDir, "run"), Limits: limits, Logger: log.With("backend", "docker"), Instance: cfg.Instance})
 			if err != nil {
 				log.Warn("sandbox backend left out", "backend", name, "reason", err.Error())
 				continue

@@ -53,10 +53,11 @@ func conformanceRuntimes() []string {
 func conformanceBackend(t *testing.T, runtime string) sandbox.Backend {
 	t.Helper()
 	be, err := docker.New(docker.Config{
-		Runtime:  runtime,
-		AgentBin: sandboxtest.AgentBin(t),
-		Instance: fmt.Sprintf("conf%d", time.Now().UnixNano()),
-		Logger:   slog.New(slog.NewTextHandler(newTLog(t), nil)),
+		Runtime:   runtime,
+		AgentBin:  sandboxtest.AgentBin(t),
+		SocketDir: t.TempDir(),
+		Instance:  fmt.Sprintf("conf%d", time.Now().UnixNano()),
+		Logger:    slog.New(slog.NewTextHandler(newTLog(t), nil)),
 	})
 	if err != nil {
 		sandboxtest.Need(t, "docker client: %v", err)

@@ -1,8 +1,8 @@
 // Package docker runs sandboxes as Docker containers through the Engine API.
 // Each sandbox is one container whose init process is the threadbox agent
-// (bind-mounted read-only from the host); commands travel over the
-// container's attached stdio through the agent protocol, never through
-// `docker exec`. Containers carry the labels threadbox.managed=true,
+// (bind-mounted read-only from the host); commands travel through the agent
+// protocol, never through `docker exec`: over a unix socket the agent dials
+// (Config.SocketDir, runc) or else over the container's attached stdio. Containers carry the labels threadbox.managed=true,
 // threadbox.instance and threadbox.container so Reconcile only ever touches
 // its own.
 package docker
@@ -13,7 +13,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -52,7 +54,7 @@ const (
 	DefaultBootTimeout = 30 * time.Second
 )
 
-// Agent is the host side of the in-sandbox agent over one stdio stream
+// Agent is the host side of the in-sandbox agent over one connection
 // (infra/agent's *Client satisfies it).
 type Agent interface {
 	Exec(ctx context.Context, cmd sandbox.Command) (sandbox.Result, error)
@@ -67,9 +69,15 @@ type Config struct {
 	Runtime string
 	// AgentBin is the host path of the static threadbox-agent binary.
 	AgentBin string
-	// NewAgent wraps a sandbox's attached stdio in an agent client; default
+	// NewAgent wraps a sandbox's agent connection in a client; default
 	// agent.NewClient with a keepalive.
 	NewAgent func(rw io.ReadWriteCloser) Agent
+	// SocketDir, when set, is a host folder for the agents' unix sockets:
+	// with the runc runtime each sandbox's agent dials a socket in its own
+	// subfolder (mounted read-only at SocketMount) and the protocol skips the
+	// daemon's attach stream, which then carries only the agent's log. It
+	// must be a path the daemon can bind-mount (like Dirs' folders).
+	SocketDir string
 	// Dirs, when set, prepares each container's host folders (and disk
 	// quota) before boot; a Spec without Mounts then gets Dirs' mounts.
 	Dirs *hostdirs.Layout
@@ -101,7 +109,7 @@ type box struct {
 	name      string
 	dockerID  string
 	agent     Agent
-	conn      io.Closer
+	conn      io.Closer     // the agent connection and the attach stream
 	done      chan struct{} // closed when the attach stream ends
 	startedAt time.Time
 	oom       oomCounter
@@ -354,6 +362,16 @@ func (b *Backend) boot(ctx context.Context, spec sandbox.Spec) (*box, error) {
 		},
 	}
 	hc := b.hostConfig(spec)
+	var ln *net.UnixListener
+	if dir := b.socketDir(spec.ID); dir != "" {
+		var err error
+		if ln, err = listenAgent(dir); err != nil {
+			return nil, err
+		}
+		defer ln.Close()
+		cfg.Env = append(slices.Clone(cfg.Env), "THREADBOX_AGENT_DIAL="+SocketMount+"/"+socketName)
+		hc.Binds = append(hc.Binds, dir+":"+SocketMount+":ro")
+	}
 	created, err := b.cli.ContainerCreate(ctx, cfg, hc, nil, nil, name)
 	if errdefs.IsConflict(err) {
 		// A leftover container of that name (stopped, orphaned, dead).
@@ -372,7 +390,7 @@ func (b *Backend) boot(ctx context.Context, spec sandbox.Spec) (*box, error) {
 		return nil, err
 	}
 	// Attach before start, so not one byte of the agent's output is lost.
-	bx, err := b.attach(ctx, spec.ID, name, created.ID)
+	bx, err := b.attach(ctx, spec.ID, name, created.ID, ln == nil)
 	if err != nil {
 		return fail(err)
 	}
@@ -381,15 +399,34 @@ func (b *Backend) boot(ctx context.Context, spec sandbox.Spec) (*box, error) {
 		return fail(fmt.Errorf("start: %w", err))
 	}
 	bx.startedAt = time.Now()
-	// The OOM counter needs the init's pid; find it while the agent starts.
+	// The OOM counter (and the socket's peer check) need the init's pid;
+	// find it while the agent starts.
+	initPid := make(chan int, 1)
 	go func() {
 		defer close(bx.oomReady)
+		defer close(initPid)
 		ictx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		if in, err := b.cli.ContainerInspect(ictx, created.ID); err == nil && in.State != nil {
 			bx.setOOM(newOOMCounter(in.State.Pid, "/sys/fs/cgroup"))
+			initPid <- in.State.Pid
 		}
 	}()
+	if ln != nil {
+		actx, cancel := context.WithTimeout(ctx, b.cfg.BootTimeout)
+		conn, err := acceptAgent(actx, ln, bx.done, func() (int, error) {
+			if pid, ok := <-initPid; ok {
+				return pid, nil
+			}
+			return 0, errors.New("cannot inspect the container for its init pid")
+		}, true)
+		cancel()
+		if err != nil {
+			bx.conn.Close()
+			return fail(fmt.Errorf("%w%s", err, b.deathReason(bx)))
+		}
+		b.useSocket(bx, conn)
+	}
 	if err := b.handshake(ctx, bx); err != nil {
 		bx.conn.Close()
 		return fail(err)
@@ -415,31 +452,50 @@ func (b *Backend) handshake(ctx context.Context, bx *box) error {
 	}
 }
 
-// attach opens the container's stdio and wraps it in an agent client.
-func (b *Backend) attach(ctx context.Context, id, name, dockerID string) (*box, error) {
-	hj, err := b.cli.ContainerAttach(ctx, dockerID, container.AttachOptions{Stream: true, Stdin: true, Stdout: true, Stderr: true})
+// attach opens the container's attached stream, whose end tells that the
+// container ended. With stdio it is also the agent's connection (stdin and
+// stdout) and gets the agent client; otherwise it carries only the agent's
+// log and useSocket adds the client.
+func (b *Backend) attach(ctx context.Context, id, name, dockerID string, stdio bool) (*box, error) {
+	hj, err := b.cli.ContainerAttach(ctx, dockerID, container.AttachOptions{Stream: true, Stdin: stdio, Stdout: true, Stderr: true})
 	if err != nil {
 		return nil, fmt.Errorf("attach: %w", err)
 	}
-	pr, pw := io.Pipe()
 	stderr := &logWriter{log: b.log, id: id}
 	bx := &box{id: id, name: name, dockerID: dockerID, done: make(chan struct{}), oomReady: make(chan struct{}), lastUsed: time.Now()}
-	rw := agent.NewConn(pr, hj.Conn, func() error {
-		pr.Close()
-		return hj.Conn.Close()
-	})
-	bx.conn = rw
+	var stdout io.Writer = stderr
+	var pw *io.PipeWriter
+	if stdio {
+		var pr *io.PipeReader
+		pr, pw = io.Pipe()
+		stdout = pw
+		rw := agent.NewConn(pr, hj.Conn, func() error {
+			pr.Close()
+			return hj.Conn.Close()
+		})
+		bx.conn = rw
+		bx.agent = b.cfg.NewAgent(rw)
+	} else {
+		bx.conn = hj.Conn
+	}
 	go func() {
-		_, err := stdcopy.StdCopy(pw, stderr, hj.Reader)
+		_, err := stdcopy.StdCopy(stdout, stderr, hj.Reader)
 		if err == nil {
 			err = io.EOF
 		}
-		pw.CloseWithError(fmt.Errorf("sandbox stream ended: %w", err))
+		if pw != nil {
+			pw.CloseWithError(fmt.Errorf("sandbox stream ended: %w", err))
+		}
 		hj.Conn.Close()
 		close(bx.done)
 	}()
-	bx.agent = b.cfg.NewAgent(rw)
 	return bx, nil
+}
+
+// useSocket makes conn, from the agent socket, bx's agent connection.
+func (b *Backend) useSocket(bx *box, conn *net.UnixConn) {
+	bx.conn = closers{conn, bx.conn}
+	bx.agent = b.cfg.NewAgent(conn)
 }
 
 // deathReason describes why a sandbox's container ended, from inspect.
@@ -546,6 +602,9 @@ func (b *Backend) Stop(ctx context.Context, id string) error {
 	if err != nil && !errdefs.IsNotFound(err) {
 		return fmt.Errorf("docker: stop %s: %w", id, err)
 	}
+	if dir := b.socketDir(id); dir != "" {
+		_ = os.RemoveAll(dir)
+	}
 	if bx != nil {
 		b.log.Info("sandbox stopped", "id", id, "container", bx.name)
 	}
@@ -620,12 +679,30 @@ func (b *Backend) adopt(ctx context.Context, id, dockerID string) bool {
 	if err != nil || in.Config == nil || in.Config.Image != b.cfg.Image || in.HostConfig == nil || in.HostConfig.Runtime != b.cfg.Runtime {
 		return false
 	}
-	bx, err := b.attach(ctx, id, strings.TrimPrefix(in.Name, "/"), dockerID)
+	dir := socketSource(in)
+	bx, err := b.attach(ctx, id, strings.TrimPrefix(in.Name, "/"), dockerID, dir == "")
 	if err != nil {
 		return false
 	}
 	pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
+	if dir != "" {
+		// The agent dials again once its old host is gone; only the
+		// container's init may take the socket (fresh is false: commands
+		// are running in there).
+		ln, err := listenAgent(dir)
+		if err != nil {
+			bx.conn.Close()
+			return false
+		}
+		conn, err := acceptAgent(pctx, ln, bx.done, func() (int, error) { return in.State.Pid, nil }, false)
+		if err != nil {
+			b.log.Warn("sandbox not adopted", "id", id, "err", err)
+			bx.conn.Close()
+			return false
+		}
+		b.useSocket(bx, conn)
+	}
 	if err := bx.agent.Ping(pctx); err != nil {
 		bx.conn.Close()
 		return false

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -75,12 +76,13 @@ func newEnv(t *testing.T, runtime string, o envOpts) *env {
 	data := t.TempDir()
 	dirs := hostdirs.New(data, hostdirs.Options{Quota: quota, DiskBytes: o.diskBytes})
 	cfg := Config{
-		Image:    DefaultImage,
-		Runtime:  runtime,
-		AgentBin: sandboxtest.AgentBin(t),
-		Dirs:     dirs,
-		Instance: fmt.Sprintf("test%d", time.Now().UnixNano()),
-		Limits:   o.limits,
+		Image:     DefaultImage,
+		Runtime:   runtime,
+		AgentBin:  sandboxtest.AgentBin(t),
+		Dirs:      dirs,
+		SocketDir: filepath.Join(data, "run"),
+		Instance:  fmt.Sprintf("test%d", time.Now().UnixNano()),
+		Limits:    o.limits,
 	}
 	e := &env{t: t, runtime: runtime, data: data, dirs: dirs, cfg: cfg}
 	e.be = NewWithClient(cli, cfg)
@@ -419,5 +421,63 @@ func TestReconcileLeavesOthersAlone(t *testing.T) {
 		if _, err := e.be.cli.ContainerInspect(ctx, id); err != nil {
 			t.Errorf("reconcile touched a foreign container: %v", err)
 		}
+	}
+}
+
+// TestAgentSocket: under runc the agent talks over its own unix socket. The
+// socket's folder is read-only in the sandbox and empty once the agent is
+// connected; after a threadbox restart a process of the sandbox that races
+// the agent to the new socket is refused and the agent is adopted.
+func TestAgentSocket(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, DefaultRuntime, envOpts{})
+	e.ensure("a", sandbox.Limits{})
+	r := e.run("a", `ls -A `+SocketMount+`; touch `+SocketMount+`/x 2>&1; echo "dial=$THREADBOX_AGENT_DIAL"`)
+	if out := string(r.Stdout); !strings.Contains(out, "Read-only file system") || strings.Contains(out, socketName) || !strings.HasSuffix(out, "dial=\n") {
+		t.Fatalf("socket folder from inside: %q", out)
+	}
+	if st := e.be.live("a"); st == nil {
+		t.Fatal("no live box")
+	} else if _, ok := st.conn.(closers); !ok {
+		t.Fatalf("agent connection is %T, want the socket", st.conn)
+	}
+
+	// An impostor in its own session (so it outlives its command) dials
+	// the agent's socket every millisecond and counts its connections.
+	imp := `import socket, time
+n = 0
+while True:
+    s = socket.socket(socket.AF_UNIX)
+    try:
+        s.connect("` + SocketMount + "/" + socketName + `")
+        n += 1
+        open("/tmp/impostor", "w").write(str(n))
+        s.recv(1)
+    except OSError:
+        pass
+    s.close()
+    time.sleep(0.001)
+`
+	e.run("a", "printf '%s' '"+imp+"' > /tmp/imp.py && setsid python3 /tmp/imp.py </dev/null >/dev/null 2>&1 & sleep 0.2")
+
+	e.be.Close()
+	be2 := e.reopen()
+	e.be = be2
+	adopted, _, err := be2.Reconcile(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(adopted, "a") {
+		t.Fatalf("adopted %v, want a", adopted)
+	}
+	r = e.run("a", "cat /tmp/impostor 2>/dev/null; echo; echo alive")
+	if !strings.HasSuffix(string(r.Stdout), "alive\n") {
+		t.Fatalf("after adoption: %q %q", r.Stdout, r.Stderr)
+	}
+	// The impostor dials every millisecond, the agent at most every 250 ms:
+	// it reaches the new socket first (and was refused, or the agent would
+	// not have been adopted).
+	if n := strings.TrimSpace(strings.TrimSuffix(string(r.Stdout), "alive\n")); n == "" || n == "0" {
+		t.Errorf("the impostor never reached the socket (%q): the refusal went untested", n)
 	}
 }
