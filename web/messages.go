@@ -258,10 +258,7 @@ func (s *Server) createMessage(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	end, err := m.beginSandboxTurn(c.UserContext(), p, req, &opts)
-	if err != nil {
-		return err
-	}
+	end := m.beginSandboxTurn(p, req, &opts)
 	if req.Stream {
 		return s.streamMessage(c, m, req, opts, end)
 	}

@@ -27,9 +27,10 @@ type sandboxConn struct {
 // SandboxEnv gives a turn the variables its sandbox commands get
 // (app/sandboxtools.TurnEnv).
 type SandboxEnv interface {
-	// Begin issues the turn's short-lived token and returns the variables,
-	// and end, which revokes the token when the turn is over.
-	Begin(ctx context.Context, p user.Principal, containerID, model string) (env []string, end func(), err error)
+	// Begin returns env, which issues the turn's short-lived token at its
+	// first call and returns the variables, and end, which revokes the
+	// token (if issued) when the turn is over.
+	Begin(p user.Principal, containerID, model string) (env func(context.Context) ([]string, error), end func())
 }
 
 // ServeSandboxConn serves one connection from inside the container's
@@ -80,14 +81,11 @@ func checkSandboxConn(c *fiber.Ctx, p user.Principal) error {
 // beginSandboxTurn gives opts the turn's sandbox variables when the turn
 // can run commands (it has a container and server tools may be among its
 // tools); the returned function ends them (revokes the token).
-func (m *MessagesAPI) beginSandboxTurn(ctx context.Context, p user.Principal, req *messages.Request, opts *messages.RunOptions) (func(), error) {
+func (m *MessagesAPI) beginSandboxTurn(p user.Principal, req *messages.Request, opts *messages.RunOptions) func() {
 	if m.SandboxEnv == nil || opts.ContainerID == "" || len(req.Tools) == 0 {
-		return func() {}, nil
+		return func() {}
 	}
-	env, end, err := m.SandboxEnv.Begin(ctx, p, opts.ContainerID, req.Model)
-	if err != nil {
-		return nil, err
-	}
-	opts.Env = append(opts.Env, env...)
-	return end, nil
+	env, end := m.SandboxEnv.Begin(p, opts.ContainerID, req.Model)
+	opts.EnvFunc = env
+	return end
 }

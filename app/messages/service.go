@@ -71,6 +71,10 @@ type RunOptions struct {
 	OnToolCall ToolHook
 	// Env holds KEY=value pairs passed to every sub-tool call (ToolCall.Env).
 	Env []string
+	// EnvFunc, when set, is called at the turn's first sub-tool call; the
+	// variables it returns follow Env in every call. A turn that calls no
+	// sub-tool never calls it.
+	EnvFunc func(ctx context.Context) ([]string, error)
 }
 
 // Plan is what a request would do, as found by Validate.
@@ -206,6 +210,25 @@ type turn struct {
 	usage   Usage
 	calls   int
 	codeRan bool
+	env     []string // Env and EnvFunc's variables, once a sub-tool ran
+}
+
+// toolEnv returns the variables of the turn's sub-tool calls, calling
+// EnvFunc the first time.
+func (t *turn) toolEnv(ctx context.Context) ([]string, error) {
+	if t.env != nil {
+		return t.env, nil
+	}
+	env := append([]string{}, t.opts.Env...) // not nil: asked once
+	if t.opts.EnvFunc != nil {
+		more, err := t.opts.EnvFunc(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("messages: tool env: %w", err)
+		}
+		env = append(env, more...)
+	}
+	t.env = env
+	return env, nil
 }
 
 func (t *turn) send(ev Event) error {
@@ -281,7 +304,11 @@ func (t *turn) run(ctx context.Context) error {
 			if !ok {
 				continue
 			}
-			r, err := t.execute(ctx, ToolCall{ID: id, Name: b.Name, Input: b.Input, ContainerID: t.opts.ContainerID, Env: t.opts.Env})
+			env, err := t.toolEnv(ctx)
+			if err != nil {
+				return err
+			}
+			r, err := t.execute(ctx, ToolCall{ID: id, Name: b.Name, Input: b.Input, ContainerID: t.opts.ContainerID, Env: env})
 			if err != nil {
 				return err
 			}
@@ -503,8 +530,11 @@ func (t *turn) resolvePending(ctx context.Context, history []Message) error {
 			}
 			var r *ToolResult
 			if i == last && t.isServerTool(b.Name) {
-				var err error
-				r, err = t.execute(ctx, ToolCall{ID: b.ID, Name: b.Name, Input: b.Input, ContainerID: t.opts.ContainerID, Env: t.opts.Env})
+				env, err := t.toolEnv(ctx)
+				if err != nil {
+					return err
+				}
+				r, err = t.execute(ctx, ToolCall{ID: b.ID, Name: b.Name, Input: b.Input, ContainerID: t.opts.ContainerID, Env: env})
 				if err != nil {
 					return err
 				}

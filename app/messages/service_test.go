@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -644,5 +645,45 @@ func TestToolChoiceNamingCodeExecution(t *testing.T) {
 		if got := string(model.reqs[0].ToolChoice); got != tc.want {
 			t.Fatalf("tool_choice %s became %s, want %s", tc.in, got, tc.want)
 		}
+	}
+}
+
+// TestEnvFuncOnFirstToolCall: EnvFunc runs once, at the first sub-tool call,
+// and its variables follow Env in every call; a turn without sub-tool calls
+// never runs it, and its failure fails the turn.
+func TestEnvFuncOnFirstToolCall(t *testing.T) {
+	calls := 0
+	opts := RunOptions{ContainerID: "u1--box", Env: []string{"A=1"}, EnvFunc: func(context.Context) ([]string, error) {
+		calls++
+		return []string{"TOKEN=t"}, nil
+	}}
+	script := func() []*StepResult {
+		return []*StepResult{
+			step(StopToolUse, toolUse("toolu_a", SubToolBash, `{"command":"ls"}`)),
+			step(StopToolUse, toolUse("toolu_b", SubToolBash, `{"command":"pwd"}`)),
+			step(StopEndTurn, text("Done.")),
+		}
+	}
+	_, _, tools, _ := runBoth(t, Config{}, script, request(ToolTypeCodeExecution2508, user("go")), opts)
+	if calls != 2 { // once per run: runBoth runs non-streaming and streaming
+		t.Fatalf("EnvFunc called %d times over two turns", calls)
+	}
+	for _, c := range tools.calls {
+		if !slices.Equal(c.Env, []string{"A=1", "TOKEN=t"}) {
+			t.Fatalf("call env %v", c.Env)
+		}
+	}
+
+	calls = 0
+	runBoth(t, Config{}, func() []*StepResult { return []*StepResult{step(StopEndTurn, text("hi"))} }, request(ToolTypeCodeExecution2508, user("hi")), opts)
+	if calls != 0 {
+		t.Fatalf("EnvFunc called %d times without a tool call", calls)
+	}
+
+	failing := RunOptions{ContainerID: "u1--box", EnvFunc: func(context.Context) ([]string, error) { return nil, errors.New("store down") }}
+	svc := New(&fakeModel{steps: script()}, &fakeTools{}, Config{})
+	err := svc.Run(context.Background(), request(ToolTypeCodeExecution2508, user("go")), failing, SinkFunc(func(Event) error { return nil }))
+	if err == nil || !strings.Contains(err.Error(), "store down") {
+		t.Fatalf("run with a failing EnvFunc: %v", err)
 	}
 }

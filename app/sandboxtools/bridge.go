@@ -302,20 +302,46 @@ func NewTurnEnv(tokens Tokens, bridge *Bridge, ttl time.Duration) *TurnEnv {
 	return &TurnEnv{tokens: tokens, bridge: bridge, ttl: ttl}
 }
 
-// Begin issues the turn's token for p in the container and returns the
-// variables every command of the turn gets, and end, which revokes the
-// token; call it when the turn is over.
-func (t *TurnEnv) Begin(ctx context.Context, p user.Principal, containerID, model string) ([]string, func(), error) {
-	tok, id, err := t.tokens.IssueSandboxToken(ctx, p, containerID, t.ttl)
-	if err != nil {
-		return nil, nil, fmt.Errorf("sandboxtools: turn token: %w", err)
+// Begin prepares the variables every command of p's turn in the container
+// gets. env issues the turn's token on its first call (a turn that runs no
+// command writes nothing) and returns the same variables on later ones; end
+// revokes the token if it was issued. Call end when the turn is over.
+func (t *TurnEnv) Begin(p user.Principal, containerID, model string) (env func(context.Context) ([]string, error), end func()) {
+	var (
+		mu     sync.Mutex
+		vars   []string
+		id     string
+		closed bool
+	)
+	env = func(ctx context.Context) ([]string, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if closed {
+			return nil, errors.New("sandboxtools: turn is over")
+		}
+		if vars != nil {
+			return vars, nil
+		}
+		tok, tid, err := t.tokens.IssueSandboxToken(ctx, p, containerID, t.ttl)
+		if err != nil {
+			return nil, fmt.Errorf("sandboxtools: turn token: %w", err)
+		}
+		vars, id = t.bridge.Env(tok, model), tid
+		return vars, nil
 	}
-	end := func() {
+	end = func() {
+		mu.Lock()
+		defer mu.Unlock()
+		closed = true
+		if id == "" {
+			return
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		_ = t.tokens.Revoke(ctx, id)
+		id = ""
 	}
-	return t.bridge.Env(tok, model), end, nil
+	return env, end
 }
 
 // BridgedSandbox is a Sandbox whose commands can reach the product's API:

@@ -203,12 +203,26 @@ func (f *fakeTokens) Revoke(_ context.Context, id string) error {
 func TestTurnEnv(t *testing.T) {
 	tokens := &fakeTokens{}
 	te := NewTurnEnv(tokens, NewBridge(&fakeSandbox{}, nil, BridgeConfig{}), 0)
-	env, end, err := te.Begin(context.Background(), user.Principal{UserID: "u1"}, "c9", "claude-x")
+	ctx := context.Background()
+
+	// A turn that runs no command issues no token and revokes nothing.
+	_, end := te.Begin(user.Principal{UserID: "u1"}, "c9", "claude-x")
+	end()
+	if len(tokens.issued) != 0 || len(tokens.revoked) != 0 {
+		t.Fatalf("idle turn: issued %v revoked %v", tokens.issued, tokens.revoked)
+	}
+
+	// The first command issues the token; later ones reuse it.
+	env, end := te.Begin(user.Principal{UserID: "u1"}, "c9", "claude-x")
+	vars, err := env(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Contains(env, "ANTHROPIC_AUTH_TOKEN=jwt-c9") || !slices.Contains(env, "ANTHROPIC_MODEL=claude-x") || !slices.Equal(tokens.issued, []string{"c9/u1"}) {
-		t.Fatalf("env %v issued %v", env, tokens.issued)
+	if !slices.Contains(vars, "ANTHROPIC_AUTH_TOKEN=jwt-c9") || !slices.Contains(vars, "ANTHROPIC_MODEL=claude-x") || !slices.Equal(tokens.issued, []string{"c9/u1"}) {
+		t.Fatalf("env %v issued %v", vars, tokens.issued)
+	}
+	if again, err := env(ctx); err != nil || !slices.Equal(again, vars) || len(tokens.issued) != 1 {
+		t.Fatalf("second call: %v %v, issued %v", again, err, tokens.issued)
 	}
 	if len(tokens.revoked) != 0 {
 		t.Fatal("revoked before the turn ended")
@@ -217,8 +231,14 @@ func TestTurnEnv(t *testing.T) {
 	if !slices.Equal(tokens.revoked, []string{"tok_1"}) {
 		t.Fatalf("revoked %v", tokens.revoked)
 	}
+	if _, err := env(ctx); err == nil {
+		t.Fatal("env after the turn ended")
+	}
+
 	tokens.fail = true
-	if _, _, err := te.Begin(context.Background(), user.Principal{UserID: "u1"}, "c9", ""); err == nil {
+	env, end = te.Begin(user.Principal{UserID: "u1"}, "c9", "")
+	defer end()
+	if _, err := env(ctx); err == nil {
 		t.Fatal("a failed issue gave an env")
 	}
 }

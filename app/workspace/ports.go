@@ -93,8 +93,9 @@ type Policies interface {
 
 // SandboxEnv issues a turn's sandbox variables (app/sandboxtools.TurnEnv).
 type SandboxEnv interface {
-	// Begin returns the variables and end, which revokes the turn's token.
-	Begin(ctx context.Context, p user.Principal, containerID, model string) (env []string, end func(), err error)
+	// Begin returns env, which issues the turn's token at its first call
+	// and returns the variables, and end, which revokes the token.
+	Begin(p user.Principal, containerID, model string) (env func(context.Context) ([]string, error), end func())
 }
 
 // Deps are the ports of the turn, file, skill and artifact use cases.

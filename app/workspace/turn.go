@@ -193,12 +193,9 @@ func (t *Turn) Run(ctx context.Context, sink messages.Sink) (*messages.Response,
 		}
 	}
 	if s.d.SandboxEnv != nil && len(t.req.Tools) > 0 {
-		env, end, err := s.d.SandboxEnv.Begin(ctx, t.p, opts.ContainerID, t.req.Model)
-		if err != nil {
-			return nil, err
-		}
+		env, end := s.d.SandboxEnv.Begin(t.p, opts.ContainerID, t.req.Model)
 		defer end()
-		opts.Env = append(opts.Env, env...)
+		opts.EnvFunc = env
 	}
 	runErr := s.d.Engine.Run(ctx, t.req, opts, rs)
 	if runErr == nil {

@@ -44,6 +44,7 @@ type latencyRow struct {
 	direct, through []time.Duration
 	target50        time.Duration // target for the added p50
 	target99        time.Duration // target for the added p99; 0 = none
+	cpu             time.Duration // threadbox's CPU time per request
 }
 
 var loopPrompt = regexp.MustCompile(`loop (\d+)`)
@@ -132,11 +133,13 @@ func benchMessages(ctx context.Context, o opts, out io.Writer) error {
 			if err != nil {
 				return fmt.Errorf("direct: %w", err)
 			}
+			cpu0 := procCPU(srv.cmd.Process.Pid)
 			t, err := timedConcurrent(c, mo.n, through(r.tb))
 			if err != nil {
 				return fmt.Errorf("threadbox: %w", err)
 			}
-			rows = append(rows, latencyRow{fmt.Sprintf("%s, concurrency %d", r.name, c), len(t), d, t, r.t50, r.t99})
+			cpu := (procCPU(srv.cmd.Process.Pid) - cpu0) / time.Duration(max(1, len(t)))
+			rows = append(rows, latencyRow{fmt.Sprintf("%s, concurrency %d", r.name, c), len(t), d, t, r.t50, r.t99, cpu})
 		}
 	}
 
@@ -205,8 +208,8 @@ func benchMessages(ctx context.Context, o opts, out io.Writer) error {
 		mo.n, time.Now().UTC().Format(time.RFC3339), strings.Join(strings.Fields(string(load))[:min(3, len(strings.Fields(string(load))))], " "))
 	fmt.Fprintln(out, "The bench client, the fake upstream and threadbox share this machine's cores: at concurrency 16 the added latency is mostly queueing for CPU.")
 	fmt.Fprintln(out)
-	fmt.Fprintln(out, "| measurement | direct p50 | direct p99 | threadbox p50 | threadbox p99 | added p50 | added p99 | target | ratio p50 | ratio p99 |")
-	fmt.Fprintln(out, "|---|---:|---:|---:|---:|---:|---:|---|---:|---:|")
+	fmt.Fprintln(out, "| measurement | direct p50 | direct p99 | threadbox p50 | threadbox p99 | added p50 | added p99 | target | ratio p50 | ratio p99 | threadbox CPU per request |")
+	fmt.Fprintln(out, "|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|")
 	for _, r := range rows {
 		d50, d99 := percentiles(r.direct)
 		t50, t99 := percentiles(r.through)
@@ -216,7 +219,7 @@ func benchMessages(ctx context.Context, o opts, out io.Writer) error {
 			target += ", p99 ≤ " + ms(r.target99)
 			ratio99 = fmt.Sprintf("%.2f", float64(a99)/float64(r.target99))
 		}
-		fmt.Fprintf(out, "| %s | %s | %s | %s | %s | %s | %s | %s | %.2f | %s |\n", r.name, ms(d50), ms(d99), ms(t50), ms(t99), ms(a50), ms(a99), target, float64(a50)/float64(r.target50), ratio99)
+		fmt.Fprintf(out, "| %s | %s | %s | %s | %s | %s | %s | %s | %.2f | %s | %s |\n", r.name, ms(d50), ms(d99), ms(t50), ms(t99), ms(a50), ms(a99), target, float64(a50)/float64(r.target50), ratio99, ms(r.cpu))
 	}
 	h50, _ := percentiles(health)
 	m50, _ := percentiles(me)
@@ -333,8 +336,9 @@ func agentRoundTrip(ctx context.Context, o opts, agentBin string, n int) ([]time
 	defer cli.Close()
 	be := docker.NewWithClient(cli, docker.Config{
 		Image: o.image, Runtime: o.runtime, AgentBin: agentBin,
-		Dirs:     hostdirs.New(data, hostdirs.Options{Quota: hostdirs.QuotaNone}),
-		Instance: fmt.Sprintf("benchmsg%d", os.Getpid()),
+		Dirs:      hostdirs.New(data, hostdirs.Options{Quota: hostdirs.QuotaNone}),
+		SocketDir: filepath.Join(data, "run"),
+		Instance:  fmt.Sprintf("benchmsg%d", os.Getpid()),
 	})
 	const id = "bench-msg"
 	if err := be.Ensure(ctx, sandbox.Spec{ID: id}); err != nil {
@@ -351,4 +355,23 @@ func agentRoundTrip(ctx context.Context, o opts, agentBin string, n int) ([]time
 		}
 	}
 	return measure(n, run)
+}
+
+// procCPU returns the CPU time all threads of process pid have used so far
+// (the first field of each thread's schedstat, in nanoseconds), or 0 when
+// /proc does not tell.
+func procCPU(pid int) time.Duration {
+	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/schedstat", pid))
+	var total time.Duration
+	for _, t := range tasks {
+		b, err := os.ReadFile(t)
+		if err != nil {
+			continue
+		}
+		if f := strings.Fields(string(b)); len(f) > 0 {
+			n, _ := strconv.ParseInt(f[0], 10, 64)
+			total += time.Duration(n)
+		}
+	}
+	return total
 }

@@ -12,9 +12,10 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
-	"github.com/glebarez/sqlite"
+	"github.com/libtnb/sqlite"
 	"github.com/pressly/goose/v3"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
@@ -26,8 +27,13 @@ import (
 
 // Store implements the repositories of the domain packages.
 type Store struct {
-	db      *gorm.DB
-	sqlDB   *sql.DB
+	db    *gorm.DB
+	sqlDB *sql.DB
+
+	credOnce sync.Once // prepares credStmt on first use
+	credStmt *sql.Stmt
+	credErr  error
+
 	dialect string
 	url     string
 }
@@ -84,7 +90,13 @@ func (s *Store) URL() string { return s.url }
 func (s *Store) Dialect() string { return s.dialect }
 
 // Close closes the connection pool.
-func (s *Store) Close() error { return s.sqlDB.Close() }
+func (s *Store) Close() error {
+	s.credOnce.Do(func() {}) // orders the read of credStmt after its write
+	if s.credStmt != nil {
+		_ = s.credStmt.Close()
+	}
+	return s.sqlDB.Close()
+}
 
 func (s *Store) provider() (*goose.Provider, error) {
 	var (

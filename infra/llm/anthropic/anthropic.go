@@ -131,13 +131,13 @@ func (m *Model) Step(ctx context.Context, req messages.StepRequest) (*messages.S
 	if err != nil {
 		return nil, err
 	}
-	msg, err := m.client.Messages.New(ctx, sdk.MessageNewParams{}, option.WithRequestBody("application/json", body))
+	// The SDK sends, retries and reads the reply; it decodes the body
+	// straight into reply, the part the loop needs, instead of its own
+	// Message (which would be decoded a second time).
+	var r reply
+	_, err = m.client.Messages.New(ctx, sdk.MessageNewParams{}, option.WithRequestBody("application/json", body), option.WithResponseBodyInto(&r))
 	if err != nil {
 		return nil, upstreamError(ctx, err, true)
-	}
-	var r reply
-	if err := json.Unmarshal([]byte(msg.RawJSON()), &r); err != nil {
-		return nil, fmt.Errorf("anthropic: decode response: %w", err)
 	}
 	return &messages.StepResult{Content: r.Content, StopReason: r.StopReason, StopSequence: r.StopSequence, Usage: r.Usage}, nil
 }
