@@ -281,26 +281,33 @@ func watchPeer(conn net.Conn, every time.Duration, cancel context.CancelFunc) (s
 	if conn == nil || every <= 0 {
 		return func() {}
 	}
-	quit, done := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(done)
-		t := time.NewTicker(every)
-		defer t.Stop()
-		for {
-			select {
-			case <-quit:
-				return
-			case <-t.C:
-				if peerClosed(conn) {
-					cancel()
-					return
-				}
-			}
+	// A timer rather than a goroutine: a turn that ends before the first
+	// check costs no goroutine and no wake-up. mu keeps a check from
+	// touching conn once stop has returned.
+	var (
+		mu      sync.Mutex
+		stopped bool
+		t       *time.Timer
+	)
+	mu.Lock()
+	defer mu.Unlock()
+	t = time.AfterFunc(every, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if stopped {
+			return
 		}
-	}()
+		if peerClosed(conn) {
+			cancel()
+			return
+		}
+		t.Reset(every)
+	})
 	return func() {
-		close(quit)
-		<-done
+		mu.Lock()
+		defer mu.Unlock()
+		stopped = true
+		t.Stop()
 	}
 }
 

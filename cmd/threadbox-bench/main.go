@@ -65,6 +65,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.IntVar(&o.messages.n, "messages-n", 400, "requests per Messages API latency row")
 	fs.IntVar(&o.messages.loops, "messages-loops", 20, "requests per Messages API tool-loop row")
 	fs.IntVar(&o.messages.iters, "messages-iters", 5, "tool iterations per tool-loop request")
+	fs.StringVar(&o.messages.procs, "messages-procs", "", "THREADBOX_PROCS of the Messages API server (default: its own)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

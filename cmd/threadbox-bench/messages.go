@@ -16,6 +16,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -32,9 +33,10 @@ import (
 
 // messagesOpts configure the Messages API section.
 type messagesOpts struct {
-	n     int // requests per latency row
-	loops int // requests per tool-loop row
-	iters int // tool iterations per tool-loop request
+	n     int    // requests per latency row
+	loops int    // requests per tool-loop row
+	iters int    // tool iterations per tool-loop request
+	procs string // THREADBOX_PROCS of the server; "" is its default
 }
 
 // latencyRow compares threadbox with the direct call.
@@ -48,6 +50,9 @@ type latencyRow struct {
 }
 
 var loopPrompt = regexp.MustCompile(`loop (\d+)`)
+
+// rounds is how many turns direct and threadbox requests take in a row.
+const rounds = 8
 
 // benchReply answers the bench's requests: "loop N" asks for N rounds of
 // `true` through bash_code_execution, anything else gets a short text.
@@ -90,7 +95,7 @@ func benchMessages(ctx context.Context, o opts, out io.Writer) error {
 	}
 	srv, err := startThreadbox(ctx, bin, work,
 		"SANDBOX_BACKEND=docker", "THREADBOX_AGENT_BIN="+agentBin, "SANDBOX_IMAGE="+o.image, "SANDBOX_RUNTIME="+o.runtime,
-		"MODEL_PROVIDER=anthropic", "MODEL_BASE_URL="+up.URL(), "MODEL_NAME=bench-model", "MAX_TOOL_ITERATIONS=100")
+		"MODEL_PROVIDER=anthropic", "MODEL_BASE_URL="+up.URL(), "MODEL_NAME=bench-model", "MAX_TOOL_ITERATIONS=100", "THREADBOX_PROCS="+mo.procs)
 	if err != nil {
 		return err
 	}
@@ -129,16 +134,24 @@ func benchMessages(ctx context.Context, o opts, out io.Writer) error {
 			{"streaming, time to first byte", upStream, tbStream, time.Millisecond, 0},
 		} {
 			fmt.Fprintf(os.Stderr, "bench: messages %s, concurrency %d\n", r.name, c)
-			d, err := timedConcurrent(c, mo.n, direct(r.up))
-			if err != nil {
-				return fmt.Errorf("direct: %w", err)
+			// Direct and threadbox requests take turns in rounds, so that
+			// the machine's drift over the row weighs on both alike.
+			var d, t []time.Duration
+			var cpu time.Duration
+			for range rounds {
+				dd, err := timedConcurrent(c, mo.n/rounds, direct(r.up))
+				if err != nil {
+					return fmt.Errorf("direct: %w", err)
+				}
+				cpu0 := procCPU(srv.cmd.Process.Pid)
+				tt, err := timedConcurrent(c, mo.n/rounds, through(r.tb))
+				if err != nil {
+					return fmt.Errorf("threadbox: %w", err)
+				}
+				cpu += procCPU(srv.cmd.Process.Pid) - cpu0
+				d, t = append(d, dd...), append(t, tt...)
 			}
-			cpu0 := procCPU(srv.cmd.Process.Pid)
-			t, err := timedConcurrent(c, mo.n, through(r.tb))
-			if err != nil {
-				return fmt.Errorf("threadbox: %w", err)
-			}
-			cpu := (procCPU(srv.cmd.Process.Pid) - cpu0) / time.Duration(max(1, len(t)))
+			cpu /= time.Duration(max(1, len(t)))
 			rows = append(rows, latencyRow{fmt.Sprintf("%s, concurrency %d", r.name, c), len(t), d, t, r.t50, r.t99, cpu})
 		}
 	}
@@ -206,7 +219,11 @@ func benchMessages(ctx context.Context, o opts, out io.Writer) error {
 	load, _ := os.ReadFile("/proc/loadavg")
 	fmt.Fprintf(out, "\n### Messages API over the fake upstream on loopback (n=%d per row), %s, load average %s\n\n",
 		mo.n, time.Now().UTC().Format(time.RFC3339), strings.Join(strings.Fields(string(load))[:min(3, len(strings.Fields(string(load))))], " "))
-	fmt.Fprintln(out, "The bench client, the fake upstream and threadbox share this machine's cores: at concurrency 16 the added latency is mostly queueing for CPU.")
+	procs := mo.procs
+	if procs == "" {
+		procs = "auto"
+	}
+	fmt.Fprintf(out, "threadbox with THREADBOX_PROCS=%s (%d CPUs here). The bench client, the fake upstream and threadbox share this machine's cores: at concurrency 16 the added latency is mostly queueing for CPU.\n", procs, runtime.NumCPU())
 	fmt.Fprintln(out)
 	fmt.Fprintln(out, "| measurement | direct p50 | direct p99 | threadbox p50 | threadbox p99 | added p50 | added p99 | target | ratio p50 | ratio p99 | threadbox CPU per request |")
 	fmt.Fprintln(out, "|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|")

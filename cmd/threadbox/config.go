@@ -49,6 +49,9 @@ type Config struct {
 	SandboxServices []sandboxtools.Service
 	// SandboxAPIPort is the product API's loopback port inside sandboxes.
 	SandboxAPIPort int
+	// Procs is THREADBOX_PROCS: how many threads run the server's Go code
+	// at once; 0 means half the CPUs (see serveProcs).
+	Procs int
 }
 
 // configError is a bad setting; main prints it on one line and exits 2.
@@ -109,6 +112,9 @@ func loadConfig(getenv func(string) string) (Config, error) {
 		MaxUploadBytes: num("MAX_UPLOAD_BYTES", 5<<30),
 	}
 	if err != nil {
+		return Config{}, err
+	}
+	if c.Procs, err = parseProcs(getenv("THREADBOX_PROCS")); err != nil {
 		return Config{}, err
 	}
 	if _, _, e := net.SplitHostPort(c.ListenAddr); e != nil {
@@ -194,4 +200,38 @@ func loadConfig(getenv func(string) string) (Config, error) {
 		return Config{}, &configError{"LOG_LEVEL", fmt.Sprintf("%q is not debug, info, warn or error", c.LogLevel)}
 	}
 	return c, nil
+}
+
+// parseProcs reads THREADBOX_PROCS: empty or "auto" is 0.
+func parseProcs(v string) (int, error) {
+	v = strings.TrimSpace(v)
+	if v == "" || v == "auto" {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n <= 0 {
+		return 0, &configError{"THREADBOX_PROCS", fmt.Sprintf("%q is not a positive whole number or auto", v)}
+	}
+	return n, nil
+}
+
+// serveProcs returns the scheduler size (GOMAXPROCS) for serve, given the
+// runtime's own choice: THREADBOX_PROCS when set, else half of the
+// runtime's (at least one). The server mostly waits on sockets, the
+// database and sandboxes; the other cores are left to the sandboxes it
+// runs. On small machines it also spares the cross-thread wake-ups that
+// dominate a request's cost (README, Benchmarks). A GOMAXPROCS variable
+// wins over both: serveProcs then returns current.
+func serveProcs(getenv func(string) string, current int) int {
+	if strings.TrimSpace(getenv("GOMAXPROCS")) != "" {
+		return current
+	}
+	n, err := parseProcs(getenv("THREADBOX_PROCS"))
+	if err != nil {
+		return current // run reports the bad value
+	}
+	if n == 0 {
+		n = max(1, current/2)
+	}
+	return n
 }

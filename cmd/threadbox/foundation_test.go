@@ -92,6 +92,7 @@ func TestBadConfigNamesTheVariable(t *testing.T) {
 		"SANDBOX_BACKEND": "docker,vmware",
 		"MODEL_PROVIDER":  "gemini",
 		"PUBLIC_URL":      "ftp://x",
+		"THREADBOX_PROCS": "0",
 	}
 	for name, val := range cases {
 		env := map[string]string{"DATA_DIR": t.TempDir(), name: val}
@@ -99,6 +100,26 @@ func TestBadConfigNamesTheVariable(t *testing.T) {
 		ce, ok := err.(*configError)
 		if !ok || ce.name != name || strings.Contains(err.Error(), "\n") {
 			t.Errorf("%s=%q: want one-line config error naming it, got %v", name, val, err)
+		}
+	}
+}
+
+func TestServeProcs(t *testing.T) {
+	cases := []struct {
+		env           map[string]string
+		current, want int
+	}{
+		{nil, 2, 1},  // half the CPUs, leaving the rest to sandboxes
+		{nil, 1, 1},  // never zero
+		{nil, 16, 8}, //
+		{map[string]string{"THREADBOX_PROCS": "auto"}, 8, 4},
+		{map[string]string{"THREADBOX_PROCS": "3"}, 8, 3},
+		{map[string]string{"GOMAXPROCS": "6", "THREADBOX_PROCS": "3"}, 6, 6}, // the runtime's own variable wins
+		{map[string]string{"THREADBOX_PROCS": "many"}, 8, 8},                 // run reports it
+	}
+	for _, c := range cases {
+		if got := serveProcs(func(k string) string { return c.env[k] }, c.current); got != c.want {
+			t.Errorf("env %v, runtime %d: procs %d, want %d", c.env, c.current, got, c.want)
 		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime"
 	"strings"
 	"syscall"
 	"time"
@@ -27,6 +28,11 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// The scheduler's size is the process's, so main sets it, not run
+	// (which the tests call in their own process).
+	if len(os.Args) > 1 && os.Args[1] == "serve" {
+		runtime.GOMAXPROCS(serveProcs(os.Getenv, runtime.GOMAXPROCS(0)))
+	}
 	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
 	var ce *configError
 	switch {
@@ -315,7 +321,7 @@ func cmdServe(ctx context.Context, args []string, getenv func(string) string, st
 
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Listen(cfg.ListenAddr) }()
-	log.Info("threadbox serving", "addr", cfg.ListenAddr, "database", sys.store.Dialect(), "sandbox_backends", len(sys.backends), "data_dir", cfg.DataDir)
+	log.Info("threadbox serving", "addr", cfg.ListenAddr, "database", sys.store.Dialect(), "sandbox_backends", len(sys.backends), "data_dir", cfg.DataDir, "procs", runtime.GOMAXPROCS(0))
 	select {
 	case err := <-errc:
 		return fmt.Errorf("serve: %w", err)

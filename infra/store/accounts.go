@@ -260,7 +260,10 @@ func (s *Store) Credentials(ctx context.Context, tokenID string) (user.Token, us
 		return user.Token{}, user.User{}, org.Org{}, fmt.Errorf("store: prepare credentials: %w", s.credErr)
 	}
 	var r credentialsRow
-	err := s.credStmt.QueryRowContext(ctx, tokenID).Scan(&r.TID, &r.TUserID, &r.TOrgID, &r.TName, &r.TKind, &r.TCreatedAt, &r.TExpiresAt, &r.TRevokedAt, &r.TLastUsedAt,
+	// Without ctx's cancellation: a cancellable context costs database/sql
+	// and the driver a watcher goroutine each, and this indexed lookup is
+	// over in microseconds.
+	err := s.credStmt.QueryRowContext(context.WithoutCancel(ctx), tokenID).Scan(&r.TID, &r.TUserID, &r.TOrgID, &r.TName, &r.TKind, &r.TCreatedAt, &r.TExpiresAt, &r.TRevokedAt, &r.TLastUsedAt,
 		&r.UOrgID, &r.UEmail, &r.URole, &r.UDisabled, &r.UPasswordHash, &r.UCreatedAt,
 		&r.OName, &r.ODisabled, &r.OCode, &r.OUploads, &r.OMaxBytes, &r.OGenerated, &r.OUploaded, &r.OCreatedAt)
 	if errors.Is(err, sql.ErrNoRows) {
