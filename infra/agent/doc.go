@@ -1,8 +1,9 @@
 // Package agent is the host side of the threadbox agent protocol: a client
 // that runs commands in a sandbox through the threadbox-agent process that
-// is the sandbox's init. Both sandbox backends use it: infra/docker over the
-// container's attached stdin and (demultiplexed) stdout, infra/local over
-// the pipes of the bubblewrap child.
+// is the sandbox's init. Both sandbox backends use it: infra/docker over a
+// unix socket the agent dials (runc) or the container's attached stdin and
+// (demultiplexed) stdout (gVisor), infra/local over the pipes of the
+// bubblewrap child.
 //
 // The protocol (package protocol) is a stream of frames in both directions.
 // A frame is a 9-byte header — type (1 byte), id (uint32 big endian),
