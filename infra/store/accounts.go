@@ -252,18 +252,20 @@ const credentialsSQL = `SELECT t.id, t.user_id, t.org_id, t.name, t.kind, t.crea
 
 // Credentials returns a token record with its user and org in one query, for
 // authenticating a request. It runs on every authenticated request, so it
-// skips GORM: one statement prepared once (SQLite keeps it compiled) and
-// scanned straight into the row.
+// skips GORM: one statement prepared once (SQLite keeps it compiled), run on
+// the read pool (never queued behind a write) and scanned straight into the
+// row.
 func (s *Store) Credentials(ctx context.Context, tokenID string) (user.Token, user.User, org.Org, error) {
-	s.credOnce.Do(func() { s.credStmt, s.credErr = s.sqlDB.PrepareContext(context.WithoutCancel(ctx), credentialsSQL) })
-	if s.credErr != nil {
-		return user.Token{}, user.User{}, org.Org{}, fmt.Errorf("store: prepare credentials: %w", s.credErr)
+	rd := s.reads
+	rd.once.Do(func() { rd.cred, rd.err = rd.db.PrepareContext(context.WithoutCancel(ctx), credentialsSQL) })
+	if rd.err != nil {
+		return user.Token{}, user.User{}, org.Org{}, fmt.Errorf("store: prepare credentials: %w", rd.err)
 	}
 	var r credentialsRow
 	// Without ctx's cancellation: a cancellable context costs database/sql
 	// and the driver a watcher goroutine each, and this indexed lookup is
 	// over in microseconds.
-	err := s.credStmt.QueryRowContext(context.WithoutCancel(ctx), tokenID).Scan(&r.TID, &r.TUserID, &r.TOrgID, &r.TName, &r.TKind, &r.TCreatedAt, &r.TExpiresAt, &r.TRevokedAt, &r.TLastUsedAt,
+	err := rd.cred.QueryRowContext(context.WithoutCancel(ctx), tokenID).Scan(&r.TID, &r.TUserID, &r.TOrgID, &r.TName, &r.TKind, &r.TCreatedAt, &r.TExpiresAt, &r.TRevokedAt, &r.TLastUsedAt,
 		&r.UOrgID, &r.UEmail, &r.URole, &r.UDisabled, &r.UPasswordHash, &r.UCreatedAt,
 		&r.OName, &r.ODisabled, &r.OCode, &r.OUploads, &r.OMaxBytes, &r.OGenerated, &r.OUploaded, &r.OCreatedAt)
 	if errors.Is(err, sql.ErrNoRows) {

@@ -30,9 +30,7 @@ type Store struct {
 	db    *gorm.DB
 	sqlDB *sql.DB
 
-	credOnce sync.Once // prepares credStmt on first use
-	credStmt *sql.Stmt
-	credErr  error
+	reads   *reads // shared by the Stores of InTx
 
 	dialect string
 	url     string
@@ -48,6 +46,7 @@ func Open(ctx context.Context, url, dataDir string) (*Store, error) {
 		db      *gorm.DB
 		err     error
 		dialect string
+		dsn     string
 	)
 	if url != "" {
 		dialect = "postgres"
@@ -57,7 +56,7 @@ func Open(ctx context.Context, url, dataDir string) (*Store, error) {
 		if err := os.MkdirAll(dataDir, 0o700); err != nil {
 			return nil, fmt.Errorf("store: data dir: %w", err)
 		}
-		dsn := "file:" + filepath.Join(dataDir, "threadbox.db") + "?_pragma=foreign_keys(1)&_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)&_pragma=synchronous(NORMAL)"
+		dsn = "file:" + filepath.Join(dataDir, "threadbox.db") + "?_pragma=foreign_keys(1)&_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)&_pragma=synchronous(NORMAL)"
 		db, err = gorm.Open(sqlite.Open(dsn), cfg)
 	}
 	if err != nil {
@@ -80,8 +79,31 @@ func Open(ctx context.Context, url, dataDir string) (*Store, error) {
 		sqlDB.Close()
 		return nil, fmt.Errorf("store: connect %s: %w", dialect, err)
 	}
-	return &Store{db: db, sqlDB: sqlDB, dialect: dialect, url: url}, nil
+	readDB := sqlDB
+	if dialect == "sqlite" {
+		// Opened after the writer, which set journal_mode(WAL) on the file.
+		if readDB, err = sql.Open("sqlite", dsn+"&_pragma=query_only(1)"); err != nil {
+			sqlDB.Close()
+			return nil, fmt.Errorf("store: open sqlite readers: %w", err)
+		}
+		readDB.SetMaxOpenConns(sqliteReaders)
+		readDB.SetMaxIdleConns(sqliteReaders)
+	}
+	return &Store{db: db, sqlDB: sqlDB, reads: &reads{db: readDB}, dialect: dialect, url: url}, nil
 }
+
+// reads serves the per-request credentials lookup: for SQLite from a small
+// pool of read-only connections beside the single writer (WAL readers never
+// wait for it), for PostgreSQL from the main pool.
+type reads struct {
+	db   *sql.DB
+	once sync.Once // prepares cred on first use
+	cred *sql.Stmt
+	err  error
+}
+
+// sqliteReaders is the size of the SQLite read-only pool.
+const sqliteReaders = 4
 
 // URL returns the PostgreSQL URL the store was opened with, or "" for SQLite.
 func (s *Store) URL() string { return s.url }
@@ -91,9 +113,13 @@ func (s *Store) Dialect() string { return s.dialect }
 
 // Close closes the connection pool.
 func (s *Store) Close() error {
-	s.credOnce.Do(func() {}) // orders the read of credStmt after its write
-	if s.credStmt != nil {
-		_ = s.credStmt.Close()
+	r := s.reads
+	r.once.Do(func() {}) // orders the read of cred after its write
+	if r.cred != nil {
+		_ = r.cred.Close()
+	}
+	if r.db != s.sqlDB {
+		_ = r.db.Close()
 	}
 	return s.sqlDB.Close()
 }
@@ -151,7 +177,7 @@ func (s *Store) Ready(ctx context.Context) error {
 // InTx runs fn with a Store bound to one transaction.
 func (s *Store) InTx(ctx context.Context, fn func(tx *Store) error) error {
 	return s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		return fn(&Store{db: tx, sqlDB: s.sqlDB, dialect: s.dialect})
+		return fn(&Store{db: tx, sqlDB: s.sqlDB, reads: s.reads, dialect: s.dialect})
 	})
 }
 

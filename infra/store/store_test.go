@@ -270,3 +270,79 @@ func suite(t *testing.T, s *store.Store) {
 		t.Fatal("audit events leaked across orgs")
 	}
 }
+
+// TestCredentialsDoNotWaitForWriters: the per-request token lookup is
+// answered while a write transaction is open (SQLite has one writer
+// connection; the lookup has its own readers) and sees a revocation as
+// soon as it commits.
+func TestCredentialsDoNotWaitForWriters(t *testing.T) {
+	for _, db := range []string{"sqlite", "postgres"} {
+		t.Run(db, func(t *testing.T) {
+			ctx := context.Background()
+			var s *store.Store
+			if db == "sqlite" {
+				var err error
+				if s, err = store.Open(ctx, "", t.TempDir()); err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { s.Close() })
+			} else {
+				s = storetest.Postgres(t)
+			}
+			if _, err := s.Migrate(ctx); err != nil {
+				t.Fatal(err)
+			}
+			now := time.Now().UTC()
+			o, _ := org.New(id("org"), "w-"+id("n"), now)
+			u, _ := user.New(id("usr"), o.ID(), id("w")+"@acme.test", user.Member, now)
+			tok, _ := user.NewToken(id("tok"), u.ID(), o.ID(), "w", user.APIToken, now, time.Hour)
+			if err := s.CreateOrg(ctx, o); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.CreateUser(ctx, u); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.CreateToken(ctx, tok); err != nil {
+				t.Fatal(err)
+			}
+
+			inTx, release := make(chan struct{}), make(chan struct{})
+			txDone := make(chan error, 1)
+			go func() {
+				txDone <- s.InTx(ctx, func(tx *store.Store) error {
+					if err := tx.RevokeToken(ctx, tok.ID(), now); err != nil {
+						return err
+					}
+					close(inTx)
+					<-release
+					return nil
+				})
+			}()
+			<-inTx
+			got := make(chan error, 1)
+			go func() {
+				ct, _, _, err := s.Credentials(ctx, tok.ID())
+				if err == nil && !ct.Usable(now.Add(time.Second)) {
+					err = fmt.Errorf("saw the uncommitted revocation")
+				}
+				got <- err
+			}()
+			select {
+			case err := <-got:
+				if err != nil {
+					t.Fatal(err)
+				}
+			case <-time.After(5 * time.Second):
+				close(release)
+				t.Fatal("the credentials lookup waited for the write transaction")
+			}
+			close(release)
+			if err := <-txDone; err != nil {
+				t.Fatal(err)
+			}
+			if ct, _, _, err := s.Credentials(ctx, tok.ID()); err != nil || ct.Usable(now.Add(time.Second)) {
+				t.Fatalf("after commit: usable=%v err=%v", ct.Usable(now.Add(time.Second)), err)
+			}
+		})
+	}
+}
