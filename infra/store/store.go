@@ -30,7 +30,7 @@ type Store struct {
 	db    *gorm.DB
 	sqlDB *sql.DB
 
-	reads   *reads // shared by the Stores of InTx
+	reads *reads // shared by the Stores of InTx
 
 	dialect string
 	url     string
