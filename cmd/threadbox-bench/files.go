@@ -23,6 +23,12 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/client"
+
+	"threadbox/infra/docker"
 )
 
 // filesOpts configure the Files API section.
@@ -194,8 +200,11 @@ func startThreadbox(ctx context.Context, bin, work string, extra ...string) (*th
 	}
 	addr := l.Addr().String()
 	l.Close()
+	// Its own instance label, so that it never adopts or removes the
+	// sandboxes of a threadbox running on the same daemon.
+	instance := fmt.Sprintf("bench%d-%d", os.Getpid(), time.Now().UnixNano())
 	env := append(os.Environ(), "LISTEN_ADDR="+addr, "DATA_DIR="+filepath.Join(work, "data"), "DATABASE_URL=",
-		"SANDBOX_BACKEND=local", "SANDBOX_DISK_QUOTA=none", "LOG_LEVEL=error")
+		"SANDBOX_BACKEND=local", "SANDBOX_DISK_QUOTA=none", "LOG_LEVEL=error", "THREADBOX_INSTANCE="+instance)
 	env = append(env, extra...)
 	boot := exec.CommandContext(ctx, bin, "admin", "bootstrap", "--org", "bench", "--email", "bench@bench.test")
 	boot.Env = env
@@ -220,6 +229,7 @@ func startThreadbox(ctx context.Context, bin, work string, extra ...string) (*th
 			cmd.Process.Kill()
 			<-done
 		}
+		removeInstance(context.WithoutCancel(ctx), instance)
 	}
 	for deadline := time.Now().Add(20 * time.Second); ; {
 		if resp, err := http.Get(p.base + "/healthz"); err == nil {
@@ -389,4 +399,22 @@ func uploadBaseline(src, dst string, o filesOpts) (float64, error) {
 		speeds = append(speeds, float64(o.size)/1e6/time.Since(t).Seconds())
 	}
 	return median(speeds), nil
+}
+
+// removeInstance removes the Docker sandboxes a bench server left (threadbox
+// keeps them across restarts); without a daemon there are none.
+func removeInstance(ctx context.Context, instance string) {
+	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+	if err != nil {
+		return
+	}
+	defer cli.Close()
+	list, err := cli.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(
+		filters.Arg("label", docker.LabelManaged+"=true"), filters.Arg("label", docker.LabelInstance+"="+instance))})
+	if err != nil {
+		return
+	}
+	for _, c := range list {
+		_ = cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true})
+	}
 }
