@@ -1,6 +1,7 @@
 package web
 
 import (
+	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
@@ -165,7 +166,9 @@ func (s *Server) receiveUpload(c *fiber.Ctx, store func(files.UploadRequest) (fi
 	body := bodyReader(c)
 	defer body.finish(c)
 	key, keyGiven := c.Query("path"), c.Request().URI().QueryArgs().Has("path")
-	mr := multipart.NewReader(body, params["boundary"])
+	// multipart reads in 4 KiB steps; the buffer in between turns those
+	// into few large reads of the connection.
+	mr := multipart.NewReader(bufio.NewReaderSize(body, multipartBuffer), params["boundary"])
 	var (
 		stored   files.File
 		uploaded bool
@@ -226,6 +229,9 @@ func (s *Server) receiveUpload(c *fiber.Ctx, store func(files.UploadRequest) (fi
 	}
 	return c.JSON(viewFile(stored))
 }
+
+// multipartBuffer is the read buffer under a multipart upload.
+const multipartBuffer = 256 << 10
 
 // fillReader fills each read as far as it can: a multipart part returns a
 // few KiB per read, and fuller reads mean fewer, larger file writes.
