@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"fmt"
 	"time"
 
 	"threadbox/domain/fault"
@@ -256,16 +255,12 @@ const credentialsSQL = `SELECT t.id, t.user_id, t.org_id, t.name, t.kind, t.crea
 // the read pool (never queued behind a write) and scanned straight into the
 // row.
 func (s *Store) Credentials(ctx context.Context, tokenID string) (user.Token, user.User, org.Org, error) {
-	rd := s.reads
-	rd.once.Do(func() { rd.cred, rd.err = rd.db.PrepareContext(context.WithoutCancel(ctx), credentialsSQL) })
-	if rd.err != nil {
-		return user.Token{}, user.User{}, org.Org{}, fmt.Errorf("store: prepare credentials: %w", rd.err)
+	row, err := s.reads.queryRow(ctx, credentialsSQL, tokenID)
+	if err != nil {
+		return user.Token{}, user.User{}, org.Org{}, err
 	}
 	var r credentialsRow
-	// Without ctx's cancellation: a cancellable context costs database/sql
-	// and the driver a watcher goroutine each, and this indexed lookup is
-	// over in microseconds.
-	err := rd.cred.QueryRowContext(context.WithoutCancel(ctx), tokenID).Scan(&r.TID, &r.TUserID, &r.TOrgID, &r.TName, &r.TKind, &r.TCreatedAt, &r.TExpiresAt, &r.TRevokedAt, &r.TLastUsedAt,
+	err = row.Scan(&r.TID, &r.TUserID, &r.TOrgID, &r.TName, &r.TKind, &r.TCreatedAt, &r.TExpiresAt, &r.TRevokedAt, &r.TLastUsedAt,
 		&r.UOrgID, &r.UEmail, &r.URole, &r.UDisabled, &r.UPasswordHash, &r.UCreatedAt,
 		&r.OName, &r.ODisabled, &r.OCode, &r.OUploads, &r.OMaxBytes, &r.OGenerated, &r.OUploaded, &r.OCreatedAt)
 	if errors.Is(err, sql.ErrNoRows) {

@@ -31,6 +31,7 @@ type Store struct {
 	sqlDB *sql.DB
 
 	reads *reads // shared by the Stores of InTx
+	inTx  bool   // bound to a transaction: every read goes through it
 
 	dialect string
 	url     string
@@ -92,14 +93,60 @@ func Open(ctx context.Context, url, dataDir string) (*Store, error) {
 	return &Store{db: db, sqlDB: sqlDB, reads: &reads{db: readDB}, dialect: dialect, url: url}, nil
 }
 
-// reads serves the per-request credentials lookup: for SQLite from a small
-// pool of read-only connections beside the single writer (WAL readers never
-// wait for it), for PostgreSQL from the main pool.
+// reads serves the lookups every request makes (credentials, the
+// Messages API's container) as statements prepared once: for SQLite on a
+// small pool of read-only connections beside the single writer (WAL readers
+// never wait for it), for PostgreSQL on the main pool.
 type reads struct {
-	db   *sql.DB
-	once sync.Once // prepares cred on first use
-	cred *sql.Stmt
-	err  error
+	db *sql.DB
+
+	mu     sync.Mutex
+	stmts  map[string]*sql.Stmt
+	closed bool
+}
+
+// stmt returns query prepared, preparing it on first use.
+func (r *reads) stmt(ctx context.Context, query string) (*sql.Stmt, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return nil, errors.New("store: closed")
+	}
+	if st := r.stmts[query]; st != nil {
+		return st, nil
+	}
+	st, err := r.db.PrepareContext(context.WithoutCancel(ctx), query)
+	if err != nil {
+		return nil, fmt.Errorf("store: prepare: %w", err)
+	}
+	if r.stmts == nil {
+		r.stmts = map[string]*sql.Stmt{}
+	}
+	r.stmts[query] = st
+	return st, nil
+}
+
+// queryRow runs a prepared lookup. It does not pass ctx's cancellation on:
+// a cancellable context costs database/sql and the driver a watcher
+// goroutine each, and these indexed lookups are over in microseconds.
+func (r *reads) queryRow(ctx context.Context, query string, args ...any) (*sql.Row, error) {
+	st, err := r.stmt(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	return st.QueryRowContext(context.WithoutCancel(ctx), args...), nil
+}
+
+func (r *reads) close(main *sql.DB) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.closed = true
+	for _, st := range r.stmts {
+		_ = st.Close()
+	}
+	if r.db != main {
+		_ = r.db.Close()
+	}
 }
 
 // sqliteReaders is the size of the SQLite read-only pool.
@@ -113,14 +160,7 @@ func (s *Store) Dialect() string { return s.dialect }
 
 // Close closes the connection pool.
 func (s *Store) Close() error {
-	r := s.reads
-	r.once.Do(func() {}) // orders the read of cred after its write
-	if r.cred != nil {
-		_ = r.cred.Close()
-	}
-	if r.db != s.sqlDB {
-		_ = r.db.Close()
-	}
+	s.reads.close(s.sqlDB)
 	return s.sqlDB.Close()
 }
 
@@ -177,7 +217,7 @@ func (s *Store) Ready(ctx context.Context) error {
 // InTx runs fn with a Store bound to one transaction.
 func (s *Store) InTx(ctx context.Context, fn func(tx *Store) error) error {
 	return s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		return fn(&Store{db: tx, sqlDB: s.sqlDB, reads: s.reads, dialect: s.dialect})
+		return fn(&Store{db: tx, sqlDB: s.sqlDB, reads: s.reads, inTx: true, dialect: s.dialect})
 	})
 }
 

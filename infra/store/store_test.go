@@ -247,12 +247,17 @@ func suite(t *testing.T, s *store.Store) {
 	if !found {
 		t.Fatal("idle container not listed")
 	}
-	gc, _ := s.Container(ctx, c.ID())
-	if gc.ClientID() != "my-container" || gc.State() != container.Running {
-		t.Fatalf("container: %+v", gc)
+	gc, err := s.Container(ctx, c.ID())
+	if err != nil || gc.ID() != c.ID() || gc.ClientID() != "my-container" || gc.State() != container.Running ||
+		gc.OrgID() != c.OrgID() || gc.OwnerID() != c.OwnerID() || gc.ThreadID() != c.ThreadID() ||
+		!gc.CreatedAt().Equal(c.CreatedAt()) || !gc.LastActiveAt().Equal(now.Add(-time.Hour)) {
+		t.Fatalf("container: %+v %v", gc, err)
 	}
 	if err := s.DeleteContainer(ctx, c.ID()); err != nil {
 		t.Fatal(err)
+	}
+	if _, err := s.Container(ctx, c.ID()); !fault.Is(err, fault.NotFound) {
+		t.Fatalf("deleted container: %v", err)
 	}
 
 	// Audit events are per org, newest first.

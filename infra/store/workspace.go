@@ -2,12 +2,15 @@ package store
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"time"
 
 	"gorm.io/gorm"
 
 	"threadbox/domain/audit"
 	"threadbox/domain/container"
+	"threadbox/domain/fault"
 	"threadbox/domain/project"
 	"threadbox/domain/thread"
 )
@@ -217,10 +220,29 @@ func (s *Store) CreateContainer(ctx context.Context, c container.Container) erro
 	return translate(s.q(ctx).Create(&r).Error, "container")
 }
 
-// Container returns the container with id.
+// containerSQL reads one container (the Messages API resolves one per
+// request); $1 binds on both dialects.
+const containerSQL = `SELECT id, client_id, org_id, owner_id, thread_id, state, created_at, last_active_at FROM containers WHERE id = $1`
+
+// Container returns the container with id. Outside a transaction it is a
+// prepared lookup on the read pool.
 func (s *Store) Container(ctx context.Context, id string) (container.Container, error) {
 	var r containerRow
-	if err := s.q(ctx).Where("id = ?", id).Take(&r).Error; err != nil {
+	if s.inTx {
+		if err := s.q(ctx).Where("id = ?", id).Take(&r).Error; err != nil {
+			return container.Container{}, translate(err, "container")
+		}
+		return r.domain(), nil
+	}
+	row, err := s.reads.queryRow(ctx, containerSQL, id)
+	if err != nil {
+		return container.Container{}, err
+	}
+	err = row.Scan(&r.ID, &r.ClientID, &r.OrgID, &r.OwnerID, &r.ThreadID, &r.State, &r.CreatedAt, &r.LastActiveAt)
+	if errors.Is(err, sql.ErrNoRows) {
+		return container.Container{}, fault.New(fault.NotFound, "container not found")
+	}
+	if err != nil {
 		return container.Container{}, translate(err, "container")
 	}
 	return r.domain(), nil
