@@ -47,17 +47,7 @@ func TestDialModeServesAndRedials(t *testing.T) {
 	}
 	t.Cleanup(func() {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
-		done := make(chan error, 1)
-		go func() { done <- cmd.Wait() }()
-		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-		if t.Failed() {
-			t.Logf("agent stderr:\n%s", stderr.String())
-		}
+		reapAgent(t, cmd, stderr)
 	})
 
 	accept := func() *agent.Client {

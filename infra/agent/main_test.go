@@ -137,17 +137,7 @@ func startAgentWrapped(t testing.TB, wrapper []string, extraEnv []string, opts .
 	ta := &testAgent{client: c, cmd: cmd, dirs: d, stderr: stderr}
 	t.Cleanup(func() {
 		_ = c.Close()
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-		if t.Failed() {
-			t.Logf("agent stderr:\n%s", stderr.String())
-		}
+		reapAgent(t, cmd, stderr)
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -155,6 +145,22 @@ func startAgentWrapped(t testing.TB, wrapper []string, extraEnv []string, opts .
 		t.Fatalf("ping a fresh agent: %v\nstderr: %s", err, stderr.String())
 	}
 	return ta
+}
+
+// reapAgent waits up to 5 s for an agent told to end, kills it after that,
+// and logs its stderr when the test failed.
+func reapAgent(t testing.TB, cmd *exec.Cmd, stderr *syncBuffer) {
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		_ = cmd.Process.Kill()
+		<-done
+	}
+	if t.Failed() {
+		t.Logf("agent stderr:\n%s", stderr.String())
+	}
 }
 
 func testCtx(t testing.TB, d time.Duration) context.Context {
