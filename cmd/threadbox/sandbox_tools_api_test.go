@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
 	"io"
@@ -90,24 +89,6 @@ func (b sandboxBlock) num(key string) float64 {
 	return f
 }
 
-// dockerInstance returns a THREADBOX_INSTANCE of the test's own, and
-// removes the test's sandbox containers when it ends (the server keeps
-// them running for a later adoption otherwise).
-func dockerInstance(t *testing.T) string {
-	t.Helper()
-	inst := "st" + strings.ToLower(rand.Text()[:10])
-	t.Cleanup(func() {
-		out, err := exec.Command("docker", "ps", "-aq", "--filter", "name=^threadbox-"+inst+"-").Output()
-		if err != nil {
-			return
-		}
-		if ids := strings.Fields(string(out)); len(ids) > 0 {
-			_ = exec.Command("docker", append([]string{"rm", "-f"}, ids...)...).Run()
-		}
-	})
-	return inst
-}
-
 // sandboxTurn runs one turn in container and returns its sandbox calls.
 func sandboxTurn(t *testing.T, cl anthropic.Client, container string) ([]sandboxBlock, *anthropic.Message) {
 	t.Helper()
@@ -126,7 +107,7 @@ func TestSandboxToolsAPI(t *testing.T) {
 	fake := fakeupstream.New()
 	defer fake.Close()
 	s := startServer(t, "", map[string]string{
-		"SANDBOX_BACKEND": "docker", "THREADBOX_AGENT_BIN": bin, "THREADBOX_INSTANCE": dockerInstance(t),
+		"SANDBOX_BACKEND": "docker", "THREADBOX_AGENT_BIN": bin,
 		"MODEL_PROVIDER": "anthropic", "MODEL_BASE_URL": fake.URL(), "MODEL_NAME": "fake-model",
 	})
 	tok := s.bootstrap("acme", "admin@acme.test")
@@ -533,7 +514,7 @@ func TestSandboxAllowedServices(t *testing.T) {
 	fake := fakeupstream.New()
 	defer fake.Close()
 	s := startServer(t, "", map[string]string{
-		"SANDBOX_BACKEND": "docker", "THREADBOX_AGENT_BIN": bin, "THREADBOX_INSTANCE": dockerInstance(t),
+		"SANDBOX_BACKEND": "docker", "THREADBOX_AGENT_BIN": bin,
 		"MODEL_PROVIDER": "anthropic", "MODEL_BASE_URL": fake.URL(), "MODEL_NAME": "fake-model",
 		"SANDBOX_API_PORT": "48000", "SANDBOX_ALLOW_SERVICES": "wiki=" + addr,
 	})
