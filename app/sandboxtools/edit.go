@@ -156,7 +156,7 @@ func (e *Executor) bslCheck(ctx context.Context, call messages.ToolCall) (any, e
 	}
 	report := strings.TrimSpace(string(res.Stdout))
 	if report == "" {
-		return nil, fail(messages.CodeUnavailable, "bsl-language-server produced no report for %s: %s", loc.Path, text(res.Stderr, res.StderrTruncated, 4096))
+		return nil, fail(messages.CodeUnavailable, "bsl-language-server produced no report for %s: %s", loc.Path, messages.CapOutput(res.Stderr, res.StderrTruncated, 4096))
 	}
 	diags, n := bslDiagnostics([]byte(report))
 	return BSLResult{Type: "bsl_check_result", Path: loc.Path, Diagnostics: diags, Count: n}, nil

@@ -11,7 +11,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"threadbox/app/messages"
 	"threadbox/domain/file"
@@ -59,7 +58,6 @@ const (
 	DefaultBSLCommand      = "bsl-language-server"
 	DefaultBSLTimeout      = 10 * time.Minute
 	defaultFileOpTimeout   = 30 * time.Second
-	truncatedMarker        = "...[truncated]"
 	unavailableNoSessionsM = "This sandbox backend cannot run terminal sessions."
 )
 
@@ -224,28 +222,6 @@ func (e *Executor) prepare(ctx context.Context, containerID string) {
 	}
 }
 
-// text returns b as valid UTF-8 cut to limit bytes, marked when cut here or
-// before.
-func text(b []byte, truncated bool, limit int) string {
-	if len(b) > limit {
-		b, truncated = b[:limit], true
-	}
-	s := string(b)
-	if truncated {
-		for i := 0; i < utf8.UTFMax-1 && len(s) > 0; i++ {
-			if r, size := utf8.DecodeLastRuneInString(s); r != utf8.RuneError || size != 1 {
-				break
-			}
-			s = s[:len(s)-1]
-		}
-	}
-	s = strings.ToValidUTF8(s, "\uFFFD")
-	if truncated {
-		s += truncatedMarker
-	}
-	return s
-}
-
 // bashInput is the input of sandbox_bash.
 type bashInput struct {
 	Command        *string  `json:"command"`
@@ -323,8 +299,8 @@ func (e *Executor) bash(ctx context.Context, call messages.ToolCall) (any, error
 	out := BashResult{
 		Type:        "sandbox_bash_result",
 		Description: in.Description,
-		Stdout:      text(res.Stdout, res.StdoutTruncated, e.cfg.MaxOutput),
-		Stderr:      text(res.Stderr, res.StderrTruncated, e.cfg.MaxOutput),
+		Stdout:      messages.CapOutput(res.Stdout, res.StdoutTruncated, e.cfg.MaxOutput),
+		Stderr:      messages.CapOutput(res.Stderr, res.StderrTruncated, e.cfg.MaxOutput),
 		ExitCode:    res.ExitCode,
 		Truncated:   res.StdoutTruncated || res.StderrTruncated,
 		Files:       []BashFile{},

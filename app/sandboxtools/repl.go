@@ -201,7 +201,7 @@ func (r *repls) ask(ctx context.Context, call messages.ToolCall, p *replProc, co
 			p.mu.Lock()
 			out := p.out
 			p.mu.Unlock()
-			return nil, fail(messages.CodeUnavailable, "The Python REPL ended while running the code (it crashed or was killed); its state is lost and the next call starts a clean one. Output before the end:\n%s", text(out, false, 8192))
+			return nil, fail(messages.CodeUnavailable, "The Python REPL ended while running the code (it crashed or was killed); its state is lost and the next call starts a clean one. Output before the end:\n%s", messages.CapOutput(out, false, 8192))
 		case <-timer.C:
 			_ = p.sess.Kill()
 			return nil, fail(messages.CodeExecutionTimeExceeded, "The code ran longer than %ds; the REPL was stopped and its state is lost.", int64(timeout/time.Second))
@@ -233,8 +233,8 @@ func (r *repls) answer(raw, line []byte, id string) (*ReplResult, error) {
 	out := string(raw) + a.Stdout
 	return &ReplResult{
 		Type:   "repl_execute_result",
-		Stdout: text([]byte(out), false, limit),
-		Stderr: text([]byte(a.Stderr), false, limit),
+		Stdout: messages.CapOutput([]byte(out), false, limit),
+		Stderr: messages.CapOutput([]byte(a.Stderr), false, limit),
 		Value:  a.Value, Error: a.Error, Final: a.Final,
 	}, nil
 }

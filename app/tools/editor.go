@@ -203,7 +203,7 @@ func (ed *edit) view(in editorInput) (*messages.ToolResult, error) {
 	return &messages.ToolResult{
 		Type:        messages.ResultEditorView,
 		FileType:    "text",
-		FileContent: capOutput([]byte(strings.Join(shown, "\n")), false, ed.e.cfg.MaxOutput),
+		FileContent: messages.CapOutput([]byte(strings.Join(shown, "\n")), false, ed.e.cfg.MaxOutput),
 		NumLines:    len(shown),
 		StartLine:   start,
 		TotalLines:  total,
@@ -228,7 +228,7 @@ func (ed *edit) list() (*messages.ToolResult, error) {
 	return &messages.ToolResult{
 		Type:        messages.ResultEditorView,
 		FileType:    "text",
-		FileContent: capOutput([]byte(strings.Join(names, "\n")), false, ed.e.cfg.MaxOutput),
+		FileContent: messages.CapOutput([]byte(strings.Join(names, "\n")), false, ed.e.cfg.MaxOutput),
 		NumLines:    len(names),
 		StartLine:   1,
 		TotalLines:  len(names),

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"threadbox/app/containers"
 	"threadbox/app/messages"
@@ -45,9 +44,6 @@ const (
 	DefaultFileOpTimeout = 30 * time.Second
 	DefaultMaxFileBytes  = 16 << 20
 )
-
-// Truncated ends every output cut at the size limit.
-const Truncated = "...[truncated]"
 
 // Config tunes the executors. Zero values mean the defaults.
 type Config struct {
@@ -160,8 +156,8 @@ func (e *Executor) bash(ctx context.Context, call messages.ToolCall) *messages.T
 	}
 	out := &messages.ToolResult{
 		Type:       messages.ResultBash,
-		Stdout:     capOutput(res.Stdout, res.StdoutTruncated, e.cfg.MaxOutput),
-		Stderr:     capOutput(res.Stderr, res.StderrTruncated, e.cfg.MaxOutput),
+		Stdout:     messages.CapOutput(res.Stdout, res.StdoutTruncated, e.cfg.MaxOutput),
+		Stderr:     messages.CapOutput(res.Stderr, res.StderrTruncated, e.cfg.MaxOutput),
 		ReturnCode: res.ExitCode,
 		Files:      []messages.OutputFile{},
 	}
@@ -196,30 +192,6 @@ func seconds(d time.Duration) string {
 		return fmt.Sprint(int64(d / time.Second))
 	}
 	return fmt.Sprint(d.Seconds())
-}
-
-// capOutput returns b as valid UTF-8, cut to limit bytes and marked when it
-// was cut here or by the backend.
-func capOutput(b []byte, truncated bool, limit int) string {
-	if len(b) > limit {
-		b = b[:limit]
-		truncated = true
-	}
-	s := string(b)
-	if truncated {
-		// Do not leave half a rune behind at the cut.
-		for i := 0; i < utf8.UTFMax-1 && len(s) > 0; i++ {
-			if r, size := utf8.DecodeLastRuneInString(s); r != utf8.RuneError || size != 1 {
-				break
-			}
-			s = s[:len(s)-1]
-		}
-	}
-	s = strings.ToValidUTF8(s, "\uFFFD")
-	if truncated {
-		s += Truncated
-	}
-	return s
 }
 
 // decodeInput decodes a tool input object strictly enough to report bad

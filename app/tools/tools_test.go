@@ -383,11 +383,3 @@ func TestEditorViewTruncates(t *testing.T) {
 		t.Fatalf("content = %q", r.FileContent)
 	}
 }
-
-func TestCapOutputKeepsRunes(t *testing.T) {
-	// "é" is two bytes; a cut in its middle must not leave half of it.
-	got := capOutput([]byte("aé"), false, 2)
-	if got != "a...[truncated]" {
-		t.Fatalf("got %q", got)
-	}
-}
