@@ -360,6 +360,22 @@ func (c *Client) Start(ctx context.Context, cmd sandbox.Command, opts StartOptio
 	return p, nil
 }
 
+// Session starts cmd as a long-lived sandbox.Session: no timeout, output
+// streamed to cmd.Output and not kept, on a terminal when tty is set. Both
+// backends' sandbox.Sessions are this.
+func (c *Client) Session(ctx context.Context, cmd sandbox.Command, tty *sandbox.TTY) (sandbox.Session, error) {
+	opts := StartOptions{Stream: true}
+	if tty != nil {
+		opts.TTY = &TTY{Rows: tty.Rows, Cols: tty.Cols}
+	}
+	cmd.Timeout = 0
+	p, err := c.Start(ctx, cmd, opts)
+	if err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
 // Exec runs cmd to its end and returns how it ended; see the package doc for
 // how the output text is rendered. Output streams to cmd.Output as it
 // arrives. Cancelling ctx kills the command's process group in the sandbox

@@ -17,7 +17,7 @@ var (
 // sessionAgent is what an agent connection offers beyond Agent for
 // long-lived commands and loopback listeners; *agent.Client has it.
 type sessionAgent interface {
-	Start(ctx context.Context, cmd sandbox.Command, opts agent.StartOptions) (*agent.Process, error)
+	Session(ctx context.Context, cmd sandbox.Command, tty *sandbox.TTY) (sandbox.Session, error)
 	Listen(ctx context.Context, addr string) (*agent.Listener, error)
 }
 
@@ -40,12 +40,7 @@ func (b *Backend) Start(ctx context.Context, id string, cmd sandbox.Command, tty
 	if err != nil {
 		return nil, err
 	}
-	opts := agent.StartOptions{Stream: true}
-	if tty != nil {
-		opts.TTY = &agent.TTY{Rows: tty.Rows, Cols: tty.Cols}
-	}
-	cmd.Timeout = 0
-	p, err := sa.Start(ctx, cmd, opts)
+	p, err := sa.Session(ctx, cmd, tty)
 	if err != nil {
 		return nil, fmt.Errorf("docker: start in %s: %w", id, err)
 	}

@@ -6,7 +6,6 @@ import (
 	"net"
 
 	"threadbox/domain/sandbox"
-	"threadbox/infra/agent"
 )
 
 var (
@@ -21,12 +20,7 @@ func (b *Backend) Start(ctx context.Context, id string, cmd sandbox.Command, tty
 	if j == nil {
 		return nil, fmt.Errorf("local: start in %s: %w: sandbox is not running", id, sandbox.ErrUnavailable)
 	}
-	opts := agent.StartOptions{Stream: true}
-	if tty != nil {
-		opts.TTY = &agent.TTY{Rows: tty.Rows, Cols: tty.Cols}
-	}
-	cmd.Timeout = 0
-	p, err := j.client.Start(ctx, cmd, opts)
+	p, err := j.client.Session(ctx, cmd, tty)
 	if err != nil {
 		return nil, fmt.Errorf("local: start in %s: %w", id, err)
 	}
