@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -22,6 +23,7 @@ import (
 	"github.com/docker/docker/client"
 
 	"threadbox/infra/docker"
+	"threadbox/infra/llm/fakeupstream"
 	"threadbox/infra/store/storetest"
 )
 
@@ -125,6 +127,18 @@ func startServer(t *testing.T, dbURL string, extra map[string]string) *server {
 		time.Sleep(20 * time.Millisecond)
 	}
 	return s
+}
+
+// modelServer starts a threadbox whose model is a scripted fake upstream
+// in provider's wire format (closed when the test ends); settings add to
+// the model settings or override them.
+func modelServer(t *testing.T, dbURL, provider string, settings map[string]string) (*server, *fakeupstream.Server) {
+	t.Helper()
+	fake := fakeupstream.New()
+	t.Cleanup(fake.Close)
+	env := map[string]string{"MODEL_PROVIDER": provider, "MODEL_BASE_URL": fake.URL(), "MODEL_NAME": "fake-model"}
+	maps.Copy(env, settings)
+	return startServer(t, dbURL, env), fake
 }
 
 func (s *server) getenv(k string) string { return s.env[k] }

@@ -143,12 +143,8 @@ func apiStatus(t *testing.T, err error) (int, string) {
 // upstream in the Anthropic format, with code running in Docker sandboxes.
 func TestMessagesAPIAnthropicSDK(t *testing.T) {
 	bin := needDocker(t)
-	fake := fakeupstream.New()
-	defer fake.Close()
-	s := startServer(t, "", map[string]string{
-		"SANDBOX_BACKEND": "docker", "THREADBOX_AGENT_BIN": bin,
-		"MODEL_PROVIDER": "anthropic", "MODEL_BASE_URL": fake.URL(), "MODEL_NAME": "fake-model",
-		"MAX_TOOL_ITERATIONS": "3",
+	s, fake := modelServer(t, "", "anthropic", map[string]string{
+		"SANDBOX_BACKEND": "docker", "THREADBOX_AGENT_BIN": bin, "MAX_TOOL_ITERATIONS": "3",
 	})
 	tok := s.bootstrap("acme", "admin@acme.test")
 	cl := msgClient(s, tok)
@@ -700,11 +696,9 @@ func TestMessagesAPIWithoutSandbox(t *testing.T) {
 }
 
 func testMessagesWithoutSandbox(t *testing.T, dbURL string) {
-	fake := fakeupstream.New()
-	defer fake.Close()
-	s := startServer(t, dbURL, map[string]string{
+	s, fake := modelServer(t, dbURL, "anthropic", map[string]string{
 		"SANDBOX_BACKEND": ",", "CONTAINER_MAX_AGE": "2s", // no backend at all
-		"MODEL_PROVIDER": "anthropic", "MODEL_BASE_URL": fake.URL(),
+		"MODEL_NAME": "",
 	})
 	tok := s.bootstrap("acme", "admin@acme.test")
 	cl := msgClient(s, tok)
@@ -811,11 +805,8 @@ func testMessagesWithoutSandbox(t *testing.T, dbURL string) {
 // threadbox whose model speaks the OpenAI chat-completions format.
 func TestMessagesAPIOpenAIProvider(t *testing.T) {
 	bin := needDocker(t)
-	fake := fakeupstream.New()
-	defer fake.Close()
-	s := startServer(t, "", map[string]string{
-		"SANDBOX_BACKEND": "docker", "THREADBOX_AGENT_BIN": bin,
-		"MODEL_PROVIDER": "openai", "MODEL_BASE_URL": fake.URL(), "MODEL_NAME": "local-llm",
+	s, fake := modelServer(t, "", "openai", map[string]string{
+		"SANDBOX_BACKEND": "docker", "THREADBOX_AGENT_BIN": bin, "MODEL_NAME": "local-llm",
 	})
 	cl := msgClient(s, s.bootstrap("acme", "admin@acme.test"))
 	ctx := context.Background()

@@ -18,7 +18,6 @@ import (
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
 
-	"threadbox/infra/llm/fakeupstream"
 	"threadbox/infra/local"
 )
 
@@ -104,12 +103,7 @@ func sandboxTurn(t *testing.T, cl anthropic.Client, container string) ([]sandbox
 // model and Docker sandboxes.
 func TestSandboxToolsAPI(t *testing.T) {
 	bin := needDocker(t)
-	fake := fakeupstream.New()
-	defer fake.Close()
-	s := startServer(t, "", map[string]string{
-		"SANDBOX_BACKEND": "docker", "THREADBOX_AGENT_BIN": bin,
-		"MODEL_PROVIDER": "anthropic", "MODEL_BASE_URL": fake.URL(), "MODEL_NAME": "fake-model",
-	})
+	s, fake := modelServer(t, "", "anthropic", map[string]string{"SANDBOX_BACKEND": "docker", "THREADBOX_AGENT_BIN": bin})
 	tok := s.bootstrap("acme", "admin@acme.test")
 	cl := msgClient(s, tok)
 	const box = "tools1"
@@ -511,11 +505,8 @@ func TestSandboxAllowedServices(t *testing.T) {
 	}
 	go func() { _ = svc.Serve(l) }()
 	defer svc.Close()
-	fake := fakeupstream.New()
-	defer fake.Close()
-	s := startServer(t, "", map[string]string{
+	s, fake := modelServer(t, "", "anthropic", map[string]string{
 		"SANDBOX_BACKEND": "docker", "THREADBOX_AGENT_BIN": bin,
-		"MODEL_PROVIDER": "anthropic", "MODEL_BASE_URL": fake.URL(), "MODEL_NAME": "fake-model",
 		"SANDBOX_API_PORT": "48000", "SANDBOX_ALLOW_SERVICES": "wiki=" + addr,
 	})
 	cl := msgClient(s, s.bootstrap("acme", "admin@acme.test"))
@@ -537,12 +528,7 @@ func TestSandboxToolsLocal(t *testing.T) {
 	if local.FindRootFS(os.Getenv) == "" {
 		missing(t, "no sandbox root filesystem (make sandbox-image)")
 	}
-	fake := fakeupstream.New()
-	defer fake.Close()
-	s := startServer(t, "", map[string]string{
-		"SANDBOX_BACKEND": "local", "THREADBOX_AGENT_BIN": bin,
-		"MODEL_PROVIDER": "anthropic", "MODEL_BASE_URL": fake.URL(), "MODEL_NAME": "fake-model",
-	})
+	s, fake := modelServer(t, "", "anthropic", map[string]string{"SANDBOX_BACKEND": "local", "THREADBOX_AGENT_BIN": bin})
 	// The jail's user must reach the container folders under the test's
 	// private temporary folder.
 	_ = os.MkdirAll(filepath.Join(s.dataDir, "containers"), 0o755)
