@@ -222,6 +222,19 @@ func (e *Executor) prepare(ctx context.Context, containerID string) {
 	}
 }
 
+// timeoutOf reads an optional timeout_seconds: a whole number of seconds
+// from 1 to MaxTimeoutSeconds, DefaultTimeout when absent.
+func timeoutOf(secs *float64) (time.Duration, error) {
+	if secs == nil {
+		return DefaultTimeout, nil
+	}
+	t := *secs
+	if t < 1 || t > MaxTimeoutSeconds || t != math.Trunc(t) {
+		return 0, invalidInput("Invalid input: 'timeout_seconds' must be a whole number from 1 to %d.", MaxTimeoutSeconds)
+	}
+	return time.Duration(t) * time.Second, nil
+}
+
 // bashInput is the input of sandbox_bash.
 type bashInput struct {
 	Command        *string  `json:"command"`
@@ -264,13 +277,9 @@ func (e *Executor) bash(ctx context.Context, call messages.ToolCall) (any, error
 	if in.Command == nil || strings.TrimSpace(*in.Command) == "" {
 		return nil, invalidInput("Invalid input: 'command' is required.")
 	}
-	timeout := DefaultTimeout
-	if in.TimeoutSeconds != nil {
-		t := *in.TimeoutSeconds
-		if t < 1 || t > MaxTimeoutSeconds || t != math.Trunc(t) {
-			return nil, invalidInput("Invalid input: 'timeout_seconds' must be a whole number from 1 to %d.", MaxTimeoutSeconds)
-		}
-		timeout = time.Duration(t) * time.Second
+	timeout, err := timeoutOf(in.TimeoutSeconds)
+	if err != nil {
+		return nil, err
 	}
 	dir := sandbox.WorkspaceDir
 	if in.Cwd != "" {

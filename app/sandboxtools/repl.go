@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"strings"
 	"sync"
 	"time"
@@ -95,13 +94,9 @@ func (e *Executor) repl(ctx context.Context, call messages.ToolCall) (any, error
 	if in.Code == nil {
 		return nil, invalidInput("Invalid input: 'code' is required.")
 	}
-	timeout := DefaultTimeout
-	if in.TimeoutSeconds != nil {
-		t := *in.TimeoutSeconds
-		if t < 1 || t > MaxTimeoutSeconds || t != math.Trunc(t) {
-			return nil, invalidInput("Invalid input: 'timeout_seconds' must be a whole number from 1 to %d.", MaxTimeoutSeconds)
-		}
-		timeout = time.Duration(t) * time.Second
+	timeout, err := timeoutOf(in.TimeoutSeconds)
+	if err != nil {
+		return nil, err
 	}
 	e.prepare(ctx, call.ContainerID)
 	p, fresh, err := e.repls.get(ctx, call, in.Restart)
