@@ -24,10 +24,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/api/types/filters"
-	"github.com/docker/docker/client"
-
 	"threadbox/infra/docker"
 )
 
@@ -229,7 +225,7 @@ func startThreadbox(ctx context.Context, bin, work string, extra ...string) (*th
 			cmd.Process.Kill()
 			<-done
 		}
-		removeInstance(context.WithoutCancel(ctx), instance)
+		_ = docker.RemoveInstance(context.WithoutCancel(ctx), instance) // without a daemon there are none
 	}
 	for deadline := time.Now().Add(20 * time.Second); ; {
 		if resp, err := http.Get(p.base + "/healthz"); err == nil {
@@ -399,22 +395,4 @@ func uploadBaseline(src, dst string, o filesOpts) (float64, error) {
 		speeds = append(speeds, float64(o.size)/1e6/time.Since(t).Seconds())
 	}
 	return median(speeds), nil
-}
-
-// removeInstance removes the Docker sandboxes a bench server left (threadbox
-// keeps them across restarts); without a daemon there are none.
-func removeInstance(ctx context.Context, instance string) {
-	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
-	if err != nil {
-		return
-	}
-	defer cli.Close()
-	list, err := cli.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(
-		filters.Arg("label", docker.LabelManaged+"=true"), filters.Arg("label", docker.LabelInstance+"="+instance))})
-	if err != nil {
-		return
-	}
-	for _, c := range list {
-		_ = cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true})
-	}
 }

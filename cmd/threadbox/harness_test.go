@@ -18,10 +18,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/api/types/filters"
-	"github.com/docker/docker/client"
-
 	"threadbox/infra/docker"
 	"threadbox/infra/llm/fakeupstream"
 	"threadbox/infra/store/storetest"
@@ -92,7 +88,7 @@ func startServer(t *testing.T, dbURL string, extra map[string]string) *server {
 		env["THREADBOX_INSTANCE"] = "test" + hex.EncodeToString(sum[:6])
 	}
 	instance := env["THREADBOX_INSTANCE"]
-	t.Cleanup(func() { removeSandboxes(instance) })
+	t.Cleanup(func() { _ = docker.RemoveInstance(context.Background(), instance) }) // without a daemon there are none
 	s := &server{t: t, base: "http://" + addr, dataDir: env["DATA_DIR"], env: env, stdout: &syncBuffer{}}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -142,26 +138,6 @@ func modelServer(t *testing.T, dbURL, provider string, settings map[string]strin
 }
 
 func (s *server) getenv(k string) string { return s.env[k] }
-
-// removeSandboxes removes the Docker sandboxes of a test server's instance
-// (threadbox keeps them when it stops); without a daemon there are none.
-func removeSandboxes(instance string) {
-	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
-	if err != nil {
-		return
-	}
-	defer cli.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	list, err := cli.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(
-		filters.Arg("label", docker.LabelManaged+"=true"), filters.Arg("label", docker.LabelInstance+"="+instance))})
-	if err != nil {
-		return
-	}
-	for _, c := range list {
-		_ = cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true})
-	}
-}
 
 // cli runs a threadbox subcommand against the same data and database.
 func (s *server) cli(args ...string) (string, error) {

@@ -761,3 +761,27 @@ func (w *logWriter) Write(p []byte) (int, error) {
 }
 
 var _ sandbox.Backend = (*Backend)(nil)
+
+// RemoveInstance removes every container of instance from the daemon that
+// the environment names. threadbox keeps its sandboxes when it stops (a
+// restart adopts them); this is for servers that must leave nothing behind,
+// such as those of tests and benchmarks.
+func RemoveInstance(ctx context.Context, instance string) error {
+	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+	if err != nil {
+		return fmt.Errorf("docker: client: %w", err)
+	}
+	defer cli.Close()
+	list, err := cli.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(
+		filters.Arg("label", LabelManaged+"=true"), filters.Arg("label", LabelInstance+"="+instance))})
+	if err != nil {
+		return fmt.Errorf("docker: list %s: %w", instance, err)
+	}
+	var errs []error
+	for _, c := range list {
+		if err := cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true}); err != nil && !errdefs.IsNotFound(err) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}

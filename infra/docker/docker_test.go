@@ -422,6 +422,21 @@ func TestReconcileLeavesOthersAlone(t *testing.T) {
 			t.Errorf("reconcile touched a foreign container: %v", err)
 		}
 	}
+
+	// RemoveInstance takes a whole instance, running sandboxes too, and
+	// nothing else.
+	e.ensure("live", sandbox.Limits{})
+	if err := RemoveInstance(ctx, e.cfg.Instance); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.be.cli.ContainerInspect(ctx, e.be.ContainerName("live")); err == nil {
+		t.Error("RemoveInstance left a sandbox of its instance")
+	}
+	for _, id := range []string{other, plain} {
+		if _, err := e.be.cli.ContainerInspect(ctx, id); err != nil {
+			t.Errorf("RemoveInstance touched a foreign container: %v", err)
+		}
+	}
 }
 
 // TestAgentSocket: under runc the agent talks over its own unix socket. The
