@@ -89,30 +89,12 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	data, err := os.MkdirTemp("", "threadbox-bench-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(data)
-	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
-	if err != nil {
-		return fmt.Errorf("docker client: %w", err)
-	}
-	defer cli.Close()
-	be := docker.NewWithClient(cli, docker.Config{
-		Image: o.image, Runtime: o.runtime, AgentBin: agentBin,
-		Dirs:      hostdirs.New(data, hostdirs.Options{Quota: hostdirs.QuotaNone}),
-		SocketDir: filepath.Join(data, "run"),
-		Instance:  fmt.Sprintf("bench%d", os.Getpid()),
-	})
-	if err := be.Available(ctx); err != nil {
-		return err
-	}
 	const id = "bench"
-	if err := be.Ensure(ctx, sandbox.Spec{ID: id}); err != nil {
+	be, cli, done, err := benchSandbox(ctx, o, agentBin, id)
+	if err != nil {
 		return err
 	}
-	defer be.Remove(context.WithoutCancel(ctx), id)
+	defer done()
 	trueCmd := sandbox.Command{Args: []string{"true"}}
 	agentTrue := func() error {
 		res, err := be.Exec(ctx, id, trueCmd)
@@ -226,6 +208,42 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fmt.Fprintf(out, "docker exec p50 / agent p50 = %.1fx (target >= 20x)\n", float64(exec50)/float64(agent50))
 	fmt.Fprintf(out, "cold boot p50 / docker run p50 = %.2fx (target <= 1x)\n", float64(rows[4].p50)/float64(rows[5].p50))
 	return nil
+}
+
+// benchSandbox boots sandbox id on the docker backend set up as threadbox
+// sets it up (host folders and the agent socket in a temporary data folder,
+// an instance of the bench's own) and returns it with its Engine API client;
+// done removes the sandbox and the folder.
+func benchSandbox(ctx context.Context, o opts, agentBin, id string) (be *docker.Backend, cli *client.Client, done func(), err error) {
+	data, err := os.MkdirTemp("", "threadbox-bench-")
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	cli, err = client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+	if err != nil {
+		os.RemoveAll(data)
+		return nil, nil, nil, fmt.Errorf("docker client: %w", err)
+	}
+	be = docker.NewWithClient(cli, docker.Config{
+		Image: o.image, Runtime: o.runtime, AgentBin: agentBin,
+		Dirs:      hostdirs.New(data, hostdirs.Options{Quota: hostdirs.QuotaNone}),
+		SocketDir: filepath.Join(data, "run"),
+		Instance:  fmt.Sprintf("bench%d-%s", os.Getpid(), id),
+	})
+	done = func() {
+		be.Remove(context.WithoutCancel(ctx), id)
+		cli.Close()
+		os.RemoveAll(data)
+	}
+	if err := be.Available(ctx); err != nil {
+		done()
+		return nil, nil, nil, err
+	}
+	if err := be.Ensure(ctx, sandbox.Spec{ID: id}); err != nil {
+		done()
+		return nil, nil, nil, err
+	}
+	return be, cli, done, nil
 }
 
 // dockerExec runs `true` through the Engine API's exec endpoints and waits

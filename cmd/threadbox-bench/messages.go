@@ -22,12 +22,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/docker/docker/client"
-
 	"threadbox/app/messages"
 	"threadbox/domain/sandbox"
-	"threadbox/infra/docker"
-	"threadbox/infra/hostdirs"
 	"threadbox/infra/llm/fakeupstream"
 )
 
@@ -341,27 +337,12 @@ func timedConcurrent(workers, n int, fn func() (time.Duration, error)) ([]time.D
 // agentRoundTrip measures `bash -c true` through the agent of a docker
 // sandbox: the command's own run time in the tool loop.
 func agentRoundTrip(ctx context.Context, o opts, agentBin string, n int) ([]time.Duration, error) {
-	data, err := os.MkdirTemp("", "threadbox-bench-msgagent-")
-	if err != nil {
-		return nil, err
-	}
-	defer os.RemoveAll(data)
-	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
-	if err != nil {
-		return nil, err
-	}
-	defer cli.Close()
-	be := docker.NewWithClient(cli, docker.Config{
-		Image: o.image, Runtime: o.runtime, AgentBin: agentBin,
-		Dirs:      hostdirs.New(data, hostdirs.Options{Quota: hostdirs.QuotaNone}),
-		SocketDir: filepath.Join(data, "run"),
-		Instance:  fmt.Sprintf("benchmsg%d", os.Getpid()),
-	})
 	const id = "bench-msg"
-	if err := be.Ensure(ctx, sandbox.Spec{ID: id}); err != nil {
+	be, _, done, err := benchSandbox(ctx, o, agentBin, id)
+	if err != nil {
 		return nil, err
 	}
-	defer be.Remove(context.WithoutCancel(ctx), id)
+	defer done()
 	run := func() error {
 		_, err := be.Exec(ctx, id, sandbox.Command{Args: []string{"bash", "-c", "true"}})
 		return err
