@@ -10,6 +10,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"testing/iotest"
 	"time"
 
 	"threadbox/domain/file"
@@ -436,5 +437,56 @@ func TestCanceledContext(t *testing.T) {
 	}
 	if _, err := fx.fs.List(ctx, file.Outputs, "."); !errors.Is(err, context.Canceled) {
 		t.Errorf("List = %v", err)
+	}
+}
+
+// endless is a reader that never ends.
+type endless struct{}
+
+func (endless) Read(p []byte) (int, error) { return len(p), nil }
+
+func TestCopyLarge(t *testing.T) {
+	dir := t.TempDir()
+	out, err := os.Create(filepath.Join(dir, "f"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	// Several buffers' worth, not a multiple of the buffer, arrives whole
+	// and in order.
+	want := make([]byte, 3*copyBufferSize+12345)
+	for i := range want {
+		want[i] = byte(i * 7)
+	}
+	n, err := copyLarge(out, bytes.NewReader(want))
+	if err != nil || n != int64(len(want)) {
+		t.Fatalf("copied %d, %v", n, err)
+	}
+	got, _ := os.ReadFile(out.Name())
+	if !bytes.Equal(got, want) {
+		t.Fatal("copy differs from its source")
+	}
+
+	// A failing write ends the copy with its error instead of reading on.
+	ro, err := os.Open(out.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	done := make(chan error, 1)
+	go func() { _, err := copyLarge(ro, endless{}); done <- err }()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("writing to a read-only file succeeded")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the copy kept reading after its write failed")
+	}
+
+	// A failing read ends it with the read's error.
+	boom := errors.New("boom")
+	if _, err := copyLarge(out, io.MultiReader(bytes.NewReader(want[:10]), iotest.ErrReader(boom))); !errors.Is(err, boom) {
+		t.Fatalf("read error: %v", err)
 	}
 }

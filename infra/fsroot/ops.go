@@ -256,13 +256,11 @@ func (f *FS) Write(ctx context.Context, m file.Mount, rel string, r io.Reader, l
 			_ = unix.Unlinkat(parent, tmp, 0)
 		}
 	}()
-	src := &ctxReader{ctx: ctx, r: r}
-	var n int64
-	if limit < 0 {
-		n, err = io.Copy(out, src)
-	} else {
-		n, err = io.Copy(out, io.LimitReader(src, limit+1))
+	var src io.Reader = &ctxReader{ctx: ctx, r: r}
+	if limit >= 0 {
+		src = io.LimitReader(src, limit+1)
 	}
+	n, err := copyLarge(out, src)
 	if err != nil {
 		return file.Info{}, mapErrno("write "+rel, err)
 	}
@@ -452,4 +450,66 @@ func (f *FS) ReadFile(ctx context.Context, m file.Mount, rel string, max int64) 
 // WriteFile stores data at rel in mount m, atomically, as Write does.
 func (f *FS) WriteFile(ctx context.Context, m file.Mount, rel string, data []byte) (file.Info, error) {
 	return f.Write(ctx, m, rel, bytes.NewReader(data), int64(len(data)))
+}
+
+// copyBufferSize is the size of the reads and writes of a file upload:
+// io.Copy's 32 KiB would mean eight times as many system calls.
+const copyBufferSize = 256 << 10
+
+// copyLarge copies src to out in copyBufferSize steps through two buffers:
+// one is filled from src while the other is written to out, so reading the
+// request and writing the file overlap even on one scheduler thread (a
+// goroutine in a write system call leaves the thread to the reader).
+func copyLarge(out *os.File, src io.Reader) (int64, error) {
+	type chunk struct {
+		b []byte
+		n int
+	}
+	free := make(chan []byte, 2)
+	free <- make([]byte, copyBufferSize)
+	free <- make([]byte, copyBufferSize)
+	full := make(chan chunk, 1)
+	werr := make(chan error, 1)
+	failed := make(chan struct{}) // closed when a write fails: stop reading
+	go func() {
+		var err error
+		for c := range full {
+			if err == nil {
+				if _, err = out.Write(c.b[:c.n]); err != nil {
+					close(failed)
+				}
+			}
+			free <- c.b
+		}
+		werr <- err
+	}()
+	var total int64
+	var rerr error
+	for {
+		var b []byte
+		select {
+		case b = <-free:
+		case <-failed:
+		}
+		if b == nil {
+			break
+		}
+		n, err := io.ReadFull(src, b)
+		if n > 0 {
+			full <- chunk{b, n}
+			total += int64(n)
+		}
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			break
+		}
+		if err != nil {
+			rerr = err
+			break
+		}
+	}
+	close(full)
+	if err := <-werr; err != nil {
+		return total, err
+	}
+	return total, rerr
 }
