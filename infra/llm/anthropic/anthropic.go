@@ -33,8 +33,10 @@ type Model struct {
 // New returns a Model using one HTTP client (and so one pool of kept-alive
 // connections) for all requests.
 func New(cfg Config) *Model {
+	// threadbox registers no OpenTelemetry provider: the SDK's spans would
+	// be built per call for nothing (a few % of a request's CPU).
 	opts := []option.RequestOption{option.WithHTTPClient(cfg.Client()), option.WithMaxRetries(cfg.Retries()),
-		option.WithMiddleware(capRetryAfter(cfg.RetryWait()))}
+		option.WithMiddleware(capRetryAfter(cfg.RetryWait())), option.WithoutOpenTelemetry()}
 	if cfg.BaseURL != "" {
 		// The SDK adds v1/messages; accept a base URL given with /v1 too.
 		base := strings.TrimSuffix(strings.TrimSuffix(cfg.BaseURL, "/"), "/v1")

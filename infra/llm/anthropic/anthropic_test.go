@@ -5,8 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"threadbox/app/messages"
 	"threadbox/infra/llm/fakeupstream"
@@ -329,5 +334,37 @@ func TestCancelMidStream(t *testing.T) {
 	}
 	if d := time.Since(start); d > 2*time.Second {
 		t.Fatalf("took %v to stop", d)
+	}
+}
+
+// countingProvider counts the tracers asked of it.
+type countingProvider struct {
+	noop.TracerProvider
+	n atomic.Int32
+}
+
+func (p *countingProvider) Tracer(name string, opts ...trace.TracerOption) trace.Tracer {
+	p.n.Add(1)
+	return p.TracerProvider.Tracer(name, opts...)
+}
+
+// TestNoSpans: threadbox exports no traces, so the SDK must not build a
+// span per call even when a provider is registered.
+func TestNoSpans(t *testing.T) {
+	p := &countingProvider{}
+	prev := otel.GetTracerProvider()
+	otel.SetTracerProvider(p)
+	t.Cleanup(func() { otel.SetTracerProvider(prev) })
+	up := fakeupstream.New(toolReply, toolReply)
+	defer up.Close()
+	m := New(Config{BaseURL: up.URL(), Model: "m"})
+	if _, err := m.Step(context.Background(), stepRequest()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.StreamStep(context.Background(), stepRequest(), func(messages.StepEvent) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if n := p.n.Load(); n != 0 {
+		t.Fatalf("the SDK asked for %d tracers", n)
 	}
 }
