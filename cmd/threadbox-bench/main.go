@@ -66,8 +66,12 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.IntVar(&o.messages.loops, "messages-loops", 20, "requests per Messages API tool-loop row")
 	fs.IntVar(&o.messages.iters, "messages-iters", 5, "tool iterations per tool-loop request")
 	fs.StringVar(&o.messages.procs, "messages-procs", "", "THREADBOX_PROCS of the Messages API server (default: its own)")
+	floorAddr := fs.String("floor-proxy", "", "run as the Messages API section's bare proxy on this address (internal)")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *floorAddr != "" {
+		return serveFloorProxy(*floorAddr)
 	}
 	if o.only == "" || o.only == "messages" {
 		if err := benchMessages(ctx, o, out); err != nil {

@@ -40,9 +40,11 @@ type latencyRow struct {
 	name            string
 	n               int
 	direct, through []time.Duration
-	target50        time.Duration // target for the added p50
-	target99        time.Duration // target for the added p99; 0 = none
-	cpu             time.Duration // threadbox's CPU time per request
+	floor           []time.Duration // through the bare proxy (floor.go)
+	target50        time.Duration   // target for the added p50
+	target99        time.Duration   // target for the added p99; 0 = none
+	cpu             time.Duration   // threadbox's CPU time per request
+	floorCPU        time.Duration   // the bare proxy's
 }
 
 var loopPrompt = regexp.MustCompile(`loop (\d+)`)
@@ -50,10 +52,20 @@ var loopPrompt = regexp.MustCompile(`loop (\d+)`)
 // rounds is how many turns direct and threadbox requests take in a row.
 const rounds = 8
 
+// modelTime is how long the paced rows' model takes to answer: well under
+// any real model's time to first token, long enough that 16 requests in
+// flight leave the CPUs mostly idle.
+const modelTime = 20 * time.Millisecond
+
 // benchReply answers the bench's requests: "loop N" asks for N rounds of
-// `true` through bash_code_execution, anything else gets a short text.
+// `true` through bash_code_execution, "paced" a short text after
+// modelTime, anything else a short text at once.
 func benchReply(_ fakeupstream.Format, body json.RawMessage) fakeupstream.Reply {
 	text := fakeupstream.Reply{Content: []messages.ContentBlock{{Type: messages.BlockText, Text: "ok, done."}}, Usage: messages.Usage{InputTokens: 12, OutputTokens: 3}}
+	if bytes.Contains(body, []byte(`"paced"`)) {
+		text.Delay = modelTime
+		return text
+	}
 	m := loopPrompt.FindSubmatch(body)
 	if m == nil {
 		return text
@@ -96,6 +108,11 @@ func benchMessages(ctx context.Context, o opts, out io.Writer) error {
 		return err
 	}
 	defer srv.stop()
+	floor, err := startFloorProxy(ctx, up.URL(), serverProcs(mo.procs))
+	if err != nil {
+		return err
+	}
+	defer floor.stop()
 
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConns: 64, MaxIdleConnsPerHost: 64, IdleConnTimeout: time.Minute}}
 	upBody := `{"model":"bench-model","max_tokens":64,"messages":[{"role":"user","content":"hello"}]}`
@@ -109,36 +126,58 @@ func benchMessages(ctx context.Context, o opts, out io.Writer) error {
 	through := func(body string) func() (time.Duration, error) {
 		return func() (time.Duration, error) { return post(hc, srv.base+"/api/gpt/v1/messages", srv.token, body) }
 	}
+	proxied := func(body string) func() (time.Duration, error) {
+		return func() (time.Duration, error) { return post(hc, floor.base+"/v1/messages", "", body) }
+	}
 	// Warm up: connections, the container record, the code paths.
 	for range 20 {
-		for _, f := range []func() (time.Duration, error){direct(upBody), through(tbBody), through(tbTool), direct(upStream), through(tbStream)} {
+		for _, f := range []func() (time.Duration, error){direct(upBody), proxied(upBody), through(tbBody), through(tbTool), direct(upStream), proxied(upStream), through(tbStream)} {
 			if _, err := f(); err != nil {
 				return err
 			}
 		}
 	}
 
+	paced := func(body string) string { return strings.Replace(body, `"hello"`, `"paced"`, 1) }
+	type rowSpec struct {
+		name     string
+		up, tb   string
+		t50, t99 time.Duration
+	}
+	var (
+		full   = rowSpec{"non-streaming, full response", upBody, tbBody, 500 * time.Microsecond, 2 * time.Millisecond}
+		tool   = rowSpec{"non-streaming, code_execution tool offered (container resolved)", upBody, tbTool, 500 * time.Microsecond, 2 * time.Millisecond}
+		stream = rowSpec{"streaming, time to first byte", upStream, tbStream, time.Millisecond, 0}
+		// With a model that takes its time, 16 requests are in flight at
+		// once without the CPUs being saturated by them.
+		pacedFull   = rowSpec{fmt.Sprintf("non-streaming, model answering in %s", modelTime), paced(upBody), paced(tbBody), 500 * time.Microsecond, 2 * time.Millisecond}
+		pacedStream = rowSpec{fmt.Sprintf("streaming, time to first byte, model answering in %s", modelTime), paced(upStream), paced(tbStream), time.Millisecond, 0}
+	)
 	var rows []latencyRow
 	for _, c := range []int{1, 16} {
-		for _, r := range []struct {
-			name     string
-			up, tb   string
-			t50, t99 time.Duration
-		}{
-			{"non-streaming, full response", upBody, tbBody, 500 * time.Microsecond, 2 * time.Millisecond},
-			{"non-streaming, code_execution tool offered (container resolved)", upBody, tbTool, 500 * time.Microsecond, 2 * time.Millisecond},
-			{"streaming, time to first byte", upStream, tbStream, time.Millisecond, 0},
-		} {
+		specs := []rowSpec{full, tool, stream}
+		if c > 1 {
+			specs = append(specs, pacedFull, pacedStream)
+		}
+		for _, r := range specs {
 			fmt.Fprintf(os.Stderr, "bench: messages %s, concurrency %d\n", r.name, c)
-			// Direct and threadbox requests take turns in rounds, so that
-			// the machine's drift over the row weighs on both alike.
-			var d, t []time.Duration
-			var cpu time.Duration
+			// Direct, bare-proxy and threadbox requests take turns in
+			// rounds, so that the machine's drift over the row weighs on
+			// all alike.
+			var d, f, t []time.Duration
+			var cpu, fcpu time.Duration
 			for range rounds {
 				dd, err := timedConcurrent(c, mo.n/rounds, direct(r.up))
 				if err != nil {
 					return fmt.Errorf("direct: %w", err)
 				}
+				fcpu0 := procCPU(floor.cmd.Process.Pid)
+				ff, err := timedConcurrent(c, mo.n/rounds, proxied(r.up))
+				if err != nil {
+					return fmt.Errorf("bare proxy: %w", err)
+				}
+				fcpu += procCPU(floor.cmd.Process.Pid) - fcpu0
+				f = append(f, ff...)
 				cpu0 := procCPU(srv.cmd.Process.Pid)
 				tt, err := timedConcurrent(c, mo.n/rounds, through(r.tb))
 				if err != nil {
@@ -148,7 +187,8 @@ func benchMessages(ctx context.Context, o opts, out io.Writer) error {
 				d, t = append(d, dd...), append(t, tt...)
 			}
 			cpu /= time.Duration(max(1, len(t)))
-			rows = append(rows, latencyRow{fmt.Sprintf("%s, concurrency %d", r.name, c), len(t), d, t, r.t50, r.t99, cpu})
+			fcpu /= time.Duration(max(1, len(f)))
+			rows = append(rows, latencyRow{fmt.Sprintf("%s, concurrency %d", r.name, c), len(t), d, t, f, r.t50, r.t99, cpu, fcpu})
 		}
 	}
 
@@ -221,18 +261,19 @@ func benchMessages(ctx context.Context, o opts, out io.Writer) error {
 	}
 	fmt.Fprintf(out, "threadbox with THREADBOX_PROCS=%s (%d CPUs here). The bench client, the fake upstream and threadbox share this machine's cores: at concurrency 16 the added latency is mostly queueing for CPU.\n", procs, runtime.NumCPU())
 	fmt.Fprintln(out)
-	fmt.Fprintln(out, "| measurement | direct p50 | direct p99 | threadbox p50 | threadbox p99 | added p50 | added p99 | target | ratio p50 | ratio p99 | threadbox CPU per request |")
-	fmt.Fprintln(out, "|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|")
+	fmt.Fprintln(out, "| measurement | direct p50 | direct p99 | threadbox p50 | threadbox p99 | added p50 | added p99 | target | ratio p50 | ratio p99 | threadbox CPU per request | bare proxy added p50 | bare proxy added p99 | bare proxy CPU per request |")
+	fmt.Fprintln(out, "|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|")
 	for _, r := range rows {
 		d50, d99 := percentiles(r.direct)
 		t50, t99 := percentiles(r.through)
+		f50, f99 := percentiles(r.floor)
 		a50, a99 := t50-d50, t99-d99
 		target, ratio99 := "added p50 ≤ "+ms(r.target50), "—"
 		if r.target99 > 0 {
 			target += ", p99 ≤ " + ms(r.target99)
 			ratio99 = fmt.Sprintf("%.2f", float64(a99)/float64(r.target99))
 		}
-		fmt.Fprintf(out, "| %s | %s | %s | %s | %s | %s | %s | %s | %.2f | %s | %s |\n", r.name, ms(d50), ms(d99), ms(t50), ms(t99), ms(a50), ms(a99), target, float64(a50)/float64(r.target50), ratio99, ms(r.cpu))
+		fmt.Fprintf(out, "| %s | %s | %s | %s | %s | %s | %s | %s | %.2f | %s | %s | %s | %s | %s |\n", r.name, ms(d50), ms(d99), ms(t50), ms(t99), ms(a50), ms(a99), target, float64(a50)/float64(r.target50), ratio99, ms(r.cpu), ms(f50-d50), ms(f99-d99), ms(r.floorCPU))
 	}
 	h50, _ := percentiles(health)
 	m50, _ := percentiles(me)
@@ -242,6 +283,16 @@ func benchMessages(ctx context.Context, o opts, out io.Writer) error {
 	fmt.Fprintf(out, "| model call p50 (direct) | %s |\n| command p50 (agent round trip of bash -c true) | %s |\n", ms(pm), ms(pc))
 	fmt.Fprintf(out, "| loop overhead per iteration, p50 (target ≤ 5.00 ms) | %s (ratio %.2f) |\n", ms(perIter), float64(perIter)/float64(5*time.Millisecond))
 	return nil
+}
+
+// serverProcs is the scheduler size threadbox runs with given
+// THREADBOX_PROCS (its default is half the CPUs, at least one); the bare
+// proxy gets the same.
+func serverProcs(procs string) int {
+	if n, err := strconv.Atoi(procs); err == nil && n > 0 {
+		return n
+	}
+	return max(1, runtime.NumCPU()/2)
 }
 
 // threadboxBinary returns the server binary, building it when missing.

@@ -50,6 +50,9 @@ type Reply struct {
 	CutAfter int
 	// EventDelay is slept before each streamed event.
 	EventDelay time.Duration
+	// Delay is slept before the answer starts, as a model takes its time
+	// to the first token; the request's end cuts it short.
+	Delay time.Duration
 }
 
 // Request is one request the server received.
@@ -148,6 +151,15 @@ func (s *Server) serve(f Format, w http.ResponseWriter, r *http.Request) {
 	}
 	s.mu.Unlock()
 
+	if rep.Delay > 0 {
+		t := time.NewTimer(rep.Delay)
+		select {
+		case <-t.C:
+		case <-r.Context().Done():
+			t.Stop()
+			return
+		}
+	}
 	for k, v := range rep.Header {
 		w.Header().Set(k, v)
 	}
