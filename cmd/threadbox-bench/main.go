@@ -7,6 +7,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -15,10 +16,12 @@ import (
 	"path/filepath"
 	"sort"
 	"sync"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
 	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/client"
 	"github.com/docker/docker/pkg/stdcopy"
 
@@ -73,6 +76,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	if *floorAddr != "" {
 		return serveFloorProxy(*floorAddr)
 	}
+	removeStaleSandboxes(ctx)
 	if o.only == "" || o.only == "messages" {
 		if err := benchMessages(ctx, o, out); err != nil {
 			return fmt.Errorf("messages: %w", err)
@@ -334,4 +338,35 @@ func envOr(key, def string) string {
 		return v
 	}
 	return def
+}
+
+// removeStaleSandboxes removes the sandboxes that earlier benches left when
+// they were killed: those of instances named bench<pid>-… whose process is
+// gone. Without a daemon there are none.
+func removeStaleSandboxes(ctx context.Context) {
+	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+	if err != nil {
+		return
+	}
+	defer cli.Close()
+	list, err := cli.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", docker.LabelManaged+"=true"))})
+	if err != nil {
+		return
+	}
+	stale := map[string]bool{}
+	for _, c := range list {
+		inst := c.Labels[docker.LabelInstance]
+		var pid int
+		if _, err := fmt.Sscanf(inst, "bench%d-", &pid); err != nil || pid <= 0 || pid == os.Getpid() {
+			continue
+		}
+		if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+			stale[inst] = true
+		}
+	}
+	for inst := range stale {
+		if err := docker.RemoveInstance(ctx, inst); err != nil {
+			fmt.Fprintln(os.Stderr, "bench: removing sandboxes of an earlier bench:", err)
+		}
+	}
 }
