@@ -74,10 +74,20 @@ func (t Token) CreatedAt() time.Time { return t.createdAt }
 func (t Token) ExpiresAt() time.Time { return t.expiresAt }
 
 // RevokedAt returns when the token was revoked, or nil.
-func (t Token) RevokedAt() *time.Time { return t.revokedAt }
+func (t Token) RevokedAt() *time.Time { return copyTime(t.revokedAt) }
 
 // LastUsedAt returns when the token was last seen, or nil.
-func (t Token) LastUsedAt() *time.Time { return t.lastUsedAt }
+func (t Token) LastUsedAt() *time.Time { return copyTime(t.lastUsedAt) }
+
+// copyTime returns a copy of *p, so that a caller cannot change a record
+// through a getter (records are shared, as by the store's memo).
+func copyTime(p *time.Time) *time.Time {
+	if p == nil {
+		return nil
+	}
+	v := *p
+	return &v
+}
 
 // Usable reports whether the token may authenticate at now.
 func (t Token) Usable(now time.Time) bool {

@@ -253,25 +253,37 @@ const credentialsSQL = `SELECT t.id, t.user_id, t.org_id, t.name, t.kind, t.crea
 // authenticating a request. It runs on every authenticated request, so it
 // skips GORM: one statement prepared once (SQLite keeps it compiled), run on
 // the read pool (never queued behind a write) and scanned straight into the
-// row.
+// row; on SQLite its result is kept until the next commit (memo.go).
 func (s *Store) Credentials(ctx context.Context, tokenID string) (user.Token, user.User, org.Org, error) {
+	c, err := lookup(ctx, s.reads.memo, "credentials\x00"+tokenID, func() (credentials, error) { return s.credentials(ctx, tokenID) })
+	return c.t, c.u, c.o, err
+}
+
+// credentials is what Credentials returns.
+type credentials struct {
+	t user.Token
+	u user.User
+	o org.Org
+}
+
+func (s *Store) credentials(ctx context.Context, tokenID string) (credentials, error) {
 	row, err := s.reads.queryRow(ctx, credentialsSQL, tokenID)
 	if err != nil {
-		return user.Token{}, user.User{}, org.Org{}, err
+		return credentials{}, err
 	}
 	var r credentialsRow
 	err = row.Scan(&r.TID, &r.TUserID, &r.TOrgID, &r.TName, &r.TKind, &r.TCreatedAt, &r.TExpiresAt, &r.TRevokedAt, &r.TLastUsedAt,
 		&r.UOrgID, &r.UEmail, &r.URole, &r.UDisabled, &r.UPasswordHash, &r.UCreatedAt,
 		&r.OName, &r.ODisabled, &r.OCode, &r.OUploads, &r.OMaxBytes, &r.OGenerated, &r.OUploaded, &r.OCreatedAt)
 	if errors.Is(err, sql.ErrNoRows) {
-		return user.Token{}, user.User{}, org.Org{}, fault.New(fault.NotFound, "token not found")
+		return credentials{}, fault.New(fault.NotFound, "token not found")
 	}
 	if err != nil {
-		return user.Token{}, user.User{}, org.Org{}, translate(err, "token")
+		return credentials{}, translate(err, "token")
 	}
 	t := tokenRow{ID: r.TID, UserID: r.TUserID, OrgID: r.TOrgID, Name: r.TName, Kind: r.TKind, CreatedAt: r.TCreatedAt, ExpiresAt: r.TExpiresAt, RevokedAt: r.TRevokedAt, LastUsedAt: r.TLastUsedAt}
 	u := userRow{ID: r.TUserID, OrgID: r.UOrgID, Email: r.UEmail, Role: r.URole, Disabled: r.UDisabled, PasswordHash: r.UPasswordHash, CreatedAt: r.UCreatedAt}
 	o := orgRow{ID: r.UOrgID, Name: r.OName, Disabled: r.ODisabled, FeatureCodeExecution: r.OCode, FeatureUploads: r.OUploads,
 		FeatureUploadsMaxBytes: r.OMaxBytes, FeatureDownloadsGenerated: r.OGenerated, FeatureDownloadsUploaded: r.OUploaded, CreatedAt: r.OCreatedAt}
-	return t.domain(), u.domain(), o.domain(), nil
+	return credentials{t.domain(), u.domain(), o.domain()}, nil
 }

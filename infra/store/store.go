@@ -90,7 +90,11 @@ func Open(ctx context.Context, url, dataDir string) (*Store, error) {
 		readDB.SetMaxOpenConns(sqliteReaders)
 		readDB.SetMaxIdleConns(sqliteReaders)
 	}
-	return &Store{db: db, sqlDB: sqlDB, reads: &reads{db: readDB}, dialect: dialect, url: url}, nil
+	rd := &reads{db: readDB}
+	if dialect == "sqlite" {
+		rd.memo = &memo{db: readDB}
+	}
+	return &Store{db: db, sqlDB: sqlDB, reads: rd, dialect: dialect, url: url}, nil
 }
 
 // reads serves the lookups every request makes (credentials, the
@@ -98,7 +102,8 @@ func Open(ctx context.Context, url, dataDir string) (*Store, error) {
 // small pool of read-only connections beside the single writer (WAL readers
 // never wait for it), for PostgreSQL on the main pool.
 type reads struct {
-	db *sql.DB
+	db   *sql.DB
+	memo *memo // SQLite only (memo.go)
 
 	mu     sync.Mutex
 	stmts  map[string]*sql.Stmt
@@ -141,6 +146,9 @@ func (r *reads) close(main *sql.DB) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.closed = true
+	if r.memo != nil {
+		r.memo.close()
+	}
 	for _, st := range r.stmts {
 		_ = st.Close()
 	}
@@ -149,8 +157,9 @@ func (r *reads) close(main *sql.DB) {
 	}
 }
 
-// sqliteReaders is the size of the SQLite read-only pool.
-const sqliteReaders = 4
+// sqliteReaders is the size of the SQLite read-only pool: four for the
+// lookups and one the memo holds.
+const sqliteReaders = 5
 
 // URL returns the PostgreSQL URL the store was opened with, or "" for SQLite.
 func (s *Store) URL() string { return s.url }

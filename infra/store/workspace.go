@@ -225,7 +225,8 @@ func (s *Store) CreateContainer(ctx context.Context, c container.Container) erro
 const containerSQL = `SELECT id, client_id, org_id, owner_id, thread_id, state, created_at, last_active_at FROM containers WHERE id = $1`
 
 // Container returns the container with id. Outside a transaction it is a
-// prepared lookup on the read pool.
+// prepared lookup on the read pool, kept on SQLite until the next commit
+// (memo.go).
 func (s *Store) Container(ctx context.Context, id string) (container.Container, error) {
 	var r containerRow
 	if s.inTx {
@@ -234,18 +235,20 @@ func (s *Store) Container(ctx context.Context, id string) (container.Container, 
 		}
 		return r.domain(), nil
 	}
-	row, err := s.reads.queryRow(ctx, containerSQL, id)
-	if err != nil {
-		return container.Container{}, err
-	}
-	err = row.Scan(&r.ID, &r.ClientID, &r.OrgID, &r.OwnerID, &r.ThreadID, &r.State, &r.CreatedAt, &r.LastActiveAt)
-	if errors.Is(err, sql.ErrNoRows) {
-		return container.Container{}, fault.New(fault.NotFound, "container not found")
-	}
-	if err != nil {
-		return container.Container{}, translate(err, "container")
-	}
-	return r.domain(), nil
+	return lookup(ctx, s.reads.memo, "container\x00"+id, func() (container.Container, error) {
+		row, err := s.reads.queryRow(ctx, containerSQL, id)
+		if err != nil {
+			return container.Container{}, err
+		}
+		err = row.Scan(&r.ID, &r.ClientID, &r.OrgID, &r.OwnerID, &r.ThreadID, &r.State, &r.CreatedAt, &r.LastActiveAt)
+		if errors.Is(err, sql.ErrNoRows) {
+			return container.Container{}, fault.New(fault.NotFound, "container not found")
+		}
+		if err != nil {
+			return container.Container{}, translate(err, "container")
+		}
+		return r.domain(), nil
+	})
 }
 
 // UpdateContainer saves the container's state and last use.
