@@ -139,20 +139,35 @@ func benchMessages(ctx context.Context, o opts, out io.Writer) error {
 	}
 
 	paced := func(body string) string { return strings.Replace(body, `"hello"`, `"paced"`, 1) }
+	// The direct call of each row sends the very body threadbox sends
+	// upstream for its request (model resolved, sub-tool definitions
+	// included), so that the upstream has the same work on both sides.
+	sent := func(tb string) (string, error) {
+		if _, err := through(tb)(); err != nil {
+			return "", err
+		}
+		reqs := up.Requests()
+		return string(reqs[len(reqs)-1].Body), nil
+	}
 	type rowSpec struct {
 		name     string
 		up, tb   string
 		t50, t99 time.Duration
 	}
 	var (
-		full   = rowSpec{"non-streaming, full response", upBody, tbBody, 500 * time.Microsecond, 2 * time.Millisecond}
-		tool   = rowSpec{"non-streaming, code_execution tool offered (container resolved)", upBody, tbTool, 500 * time.Microsecond, 2 * time.Millisecond}
-		stream = rowSpec{"streaming, time to first byte", upStream, tbStream, time.Millisecond, 0}
+		full   = rowSpec{"non-streaming, full response", "", tbBody, 500 * time.Microsecond, 2 * time.Millisecond}
+		tool   = rowSpec{"non-streaming, code_execution tool offered (container resolved)", "", tbTool, 500 * time.Microsecond, 2 * time.Millisecond}
+		stream = rowSpec{"streaming, time to first byte", "", tbStream, time.Millisecond, 0}
 		// With a model that takes its time, 16 requests are in flight at
 		// once without the CPUs being saturated by them.
-		pacedFull   = rowSpec{fmt.Sprintf("non-streaming, model answering in %s", modelTime), paced(upBody), paced(tbBody), 500 * time.Microsecond, 2 * time.Millisecond}
-		pacedStream = rowSpec{fmt.Sprintf("streaming, time to first byte, model answering in %s", modelTime), paced(upStream), paced(tbStream), time.Millisecond, 0}
+		pacedFull   = rowSpec{fmt.Sprintf("non-streaming, model answering in %s", modelTime), "", paced(tbBody), 500 * time.Microsecond, 2 * time.Millisecond}
+		pacedStream = rowSpec{fmt.Sprintf("streaming, time to first byte, model answering in %s", modelTime), "", paced(tbStream), time.Millisecond, 0}
 	)
+	for _, r := range []*rowSpec{&full, &tool, &stream, &pacedFull, &pacedStream} {
+		if r.up, err = sent(r.tb); err != nil {
+			return err
+		}
+	}
 	var rows []latencyRow
 	for _, c := range []int{1, 16} {
 		specs := []rowSpec{full, tool, stream}
