@@ -2,7 +2,8 @@ package main
 
 // The Messages API section (issue 5): the latency threadbox adds to a model
 // call, measured against calling the same fake upstream directly on
-// loopback, and the tool loop's own overhead per iteration.
+// loopback and against a bare proxy (floor.go), and the tool loop's own
+// overhead per iteration.
 
 import (
 	"bufio"
@@ -274,7 +275,8 @@ func benchMessages(ctx context.Context, o opts, out io.Writer) error {
 	if procs == "" {
 		procs = "auto"
 	}
-	fmt.Fprintf(out, "threadbox with THREADBOX_PROCS=%s (%d CPUs here). The bench client, the fake upstream and threadbox share this machine's cores: at concurrency 16 the added latency is mostly queueing for CPU.\n", procs, runtime.NumCPU())
+	fmt.Fprintf(out, "threadbox with THREADBOX_PROCS=%s (%d CPUs here). The bench client, the fake upstream and threadbox share this machine's cores: at concurrency 16 the added latency is mostly queueing for CPU. "+
+		"Each direct call sends the body threadbox sends upstream. The bare proxy (a Fiber server forwarding through net/http, no work of its own, same scheduler size) is the floor of one more HTTP hop on this machine.\n", procs, runtime.NumCPU())
 	fmt.Fprintln(out)
 	fmt.Fprintln(out, "| measurement | direct p50 | direct p99 | threadbox p50 | threadbox p99 | added p50 | added p99 | target | ratio p50 | ratio p99 | threadbox CPU per request | bare proxy added p50 | bare proxy added p99 | bare proxy CPU per request |")
 	fmt.Fprintln(out, "|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|")
