@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"threadbox/domain/file"
@@ -82,35 +83,52 @@ func uploadPath(fileID string) (string, error) {
 
 // SubToolDefinitions returns the two code-execution sub-tools as the model
 // sees them.
-func SubToolDefinitions() []ToolDefinition {
-	return []ToolDefinition{
-		{
-			Name: SubToolBash,
-			Description: "Run a shell command in the sandbox. Each call runs in a new bash shell in /home/agent/workspace; " +
-				"files persist between calls, cd and environment variables do not. Files written to $OUTPUT_DIR are saved " +
-				"to /mnt/user-data/outputs/ as downloadable deliverables. Uploaded files are in /mnt/user-data/uploads/ (read-only). " +
-				"No internet access.",
-			InputSchema: json.RawMessage(`{"type":"object","properties":{` +
-				`"command":{"type":"string","description":"The shell command to run."},` +
-				`"timeout":{"type":"integer","description":"Timeout in seconds (default 60).","minimum":1},` +
-				`"restart":{"type":"boolean","description":"Restart the sandbox before running the command."}},` +
-				`"required":["command"]}`),
-		},
-		{
-			Name: SubToolTextEditor,
-			Description: "View, create and edit files in the sandbox. Relative paths resolve in /home/agent/workspace. " +
-				"view shows a file (optionally view_range [start, end], 1-based, -1 = end of file) or lists a directory; " +
-				"create writes file_text; str_replace replaces old_str, which must occur exactly once, with new_str; " +
-				"insert adds insert_text after line insert_line (0 = start of file).",
-			InputSchema: json.RawMessage(`{"type":"object","properties":{` +
-				`"command":{"type":"string","enum":["view","create","str_replace","insert"]},` +
-				`"path":{"type":"string","description":"File or directory path."},` +
-				`"view_range":{"type":"array","items":{"type":"integer"},"minItems":2,"maxItems":2},` +
-				`"file_text":{"type":"string"},"old_str":{"type":"string"},"new_str":{"type":"string"},` +
-				`"insert_line":{"type":"integer","minimum":0},"insert_text":{"type":"string"}},` +
-				`"required":["command","path"]}`),
-		},
+func SubToolDefinitions() []ToolDefinition { return slices.Clone(subTools) }
+
+// subTools are encoded once (Raw), not per request.
+var subTools = encoded([]ToolDefinition{
+	{
+		Name: SubToolBash,
+		Description: "Run a shell command in the sandbox. Each call runs in a new bash shell in /home/agent/workspace; " +
+			"files persist between calls, cd and environment variables do not. Files written to $OUTPUT_DIR are saved " +
+			"to /mnt/user-data/outputs/ as downloadable deliverables. Uploaded files are in /mnt/user-data/uploads/ (read-only). " +
+			"No internet access.",
+		InputSchema: json.RawMessage(`{"type":"object","properties":{` +
+			`"command":{"type":"string","description":"The shell command to run."},` +
+			`"timeout":{"type":"integer","description":"Timeout in seconds (default 60).","minimum":1},` +
+			`"restart":{"type":"boolean","description":"Restart the sandbox before running the command."}},` +
+			`"required":["command"]}`),
+	},
+	{
+		Name: SubToolTextEditor,
+		Description: "View, create and edit files in the sandbox. Relative paths resolve in /home/agent/workspace. " +
+			"view shows a file (optionally view_range [start, end], 1-based, -1 = end of file) or lists a directory; " +
+			"create writes file_text; str_replace replaces old_str, which must occur exactly once, with new_str; " +
+			"insert adds insert_text after line insert_line (0 = start of file).",
+		InputSchema: json.RawMessage(`{"type":"object","properties":{` +
+			`"command":{"type":"string","enum":["view","create","str_replace","insert"]},` +
+			`"path":{"type":"string","description":"File or directory path."},` +
+			`"view_range":{"type":"array","items":{"type":"integer"},"minItems":2,"maxItems":2},` +
+			`"file_text":{"type":"string"},"old_str":{"type":"string"},"new_str":{"type":"string"},` +
+			`"insert_line":{"type":"integer","minimum":0},"insert_text":{"type":"string"}},` +
+			`"required":["command","path"]}`),
+	},
+})
+
+// encoded sets the Raw form of the product's own tool definitions.
+func encoded(defs []ToolDefinition) []ToolDefinition {
+	for i, d := range defs {
+		raw, err := json.Marshal(struct {
+			Name        string          `json:"name"`
+			Description string          `json:"description,omitempty"`
+			InputSchema json.RawMessage `json:"input_schema"`
+		}{d.Name, d.Description, d.InputSchema})
+		if err != nil {
+			panic("messages: tool definition " + d.Name + ": " + err.Error()) // a constant: caught by any test
+		}
+		defs[i].Raw = raw
 	}
+	return defs
 }
 
 // Collector is a Sink that builds the complete response from the events of

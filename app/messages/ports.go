@@ -42,7 +42,9 @@ type ToolDefinition struct {
 	Name        string
 	Description string
 	InputSchema json.RawMessage
-	Raw         json.RawMessage
+	// Raw, when set, is the definition as the Anthropic API takes it: a
+	// client's tool as sent, or the product's own tools encoded once.
+	Raw json.RawMessage
 }
 
 // StepResult is the model's answer for one step.

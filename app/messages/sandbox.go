@@ -68,12 +68,21 @@ func isResultBlock(t string) bool {
 func SandboxToolDefinitions(names []string) []ToolDefinition {
 	var out []ToolDefinition
 	for _, n := range names {
-		if d, ok := sandboxDefs[n]; ok {
-			out = append(out, ToolDefinition{Name: n, Description: d.desc, InputSchema: json.RawMessage(d.schema)})
+		if d, ok := sandboxTools[n]; ok {
+			out = append(out, d)
 		}
 	}
 	return out
 }
+
+// sandboxTools are sandboxDefs encoded once.
+var sandboxTools = func() map[string]ToolDefinition {
+	out := map[string]ToolDefinition{}
+	for n, d := range sandboxDefs {
+		out[n] = encoded([]ToolDefinition{{Name: n, Description: d.desc, InputSchema: json.RawMessage(d.schema)}})[0]
+	}
+	return out
+}()
 
 var sandboxDefs = map[string]struct{ desc, schema string }{
 	ToolSandboxBash: {

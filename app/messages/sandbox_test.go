@@ -3,6 +3,7 @@ package messages
 import (
 	"context"
 	"encoding/json"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -123,4 +124,34 @@ func (f *scriptedTools) Execute(_ context.Context, call ToolCall) (*ToolResult, 
 	r := f.results[0]
 	f.results = f.results[1:]
 	return r, nil
+}
+
+// TestOwnToolsEncodedOnce: the product's tool definitions carry their
+// Anthropic form, which says what their fields say.
+func TestOwnToolsEncodedOnce(t *testing.T) {
+	var names []string
+	for n := range sandboxDefs {
+		names = append(names, n)
+	}
+	defs := append(SubToolDefinitions(), SandboxToolDefinitions(names)...)
+	if len(defs) != 2+len(sandboxDefs) {
+		t.Fatalf("%d definitions", len(defs))
+	}
+	for _, d := range defs {
+		var got struct {
+			Name        string          `json:"name"`
+			Description string          `json:"description"`
+			InputSchema json.RawMessage `json:"input_schema"`
+		}
+		if err := json.Unmarshal(d.Raw, &got); err != nil {
+			t.Fatalf("%s: raw %q: %v", d.Name, d.Raw, err)
+		}
+		var schema, want any
+		if json.Unmarshal(got.InputSchema, &schema) != nil || json.Unmarshal(d.InputSchema, &want) != nil {
+			t.Fatalf("%s: schemas %s / %s", d.Name, got.InputSchema, d.InputSchema)
+		}
+		if got.Name != d.Name || got.Description != d.Description || d.Description == "" || !reflect.DeepEqual(schema, want) {
+			t.Fatalf("%s: raw %s", d.Name, d.Raw)
+		}
+	}
 }

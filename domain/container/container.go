@@ -5,7 +5,6 @@ package container
 
 import (
 	"context"
-	"regexp"
 	"strings"
 	"time"
 
@@ -25,8 +24,6 @@ const (
 	Removed State = "removed" // past its maximum age or deleted; files gone
 )
 
-var clientIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
-
 // Container is a named sandbox scope owned by a user or by a thread.
 type Container struct {
 	id           string
@@ -41,10 +38,26 @@ type Container struct {
 
 // ValidateClientID checks an id given by an API client.
 func ValidateClientID(id string) error {
-	if !clientIDPattern.MatchString(id) || strings.Contains(id, "--") {
+	if !validClientID(id) || strings.Contains(id, "--") {
 		return fault.Errorf(fault.Invalid, "invalid container id %q: use 1 to 64 letters, digits, '.', '_' or '-'", id)
 	}
 	return nil
+}
+
+// validClientID matches ^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$ (checked on every
+// Messages API request, so without a regexp).
+func validClientID(id string) bool {
+	if len(id) == 0 || len(id) > 64 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		alnum := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
+		if !alnum && (i == 0 || c != '_' && c != '.' && c != '-') {
+			return false
+		}
+	}
+	return true
 }
 
 // UserScopedID namespaces a client-given id per user, so two users who both

@@ -1,9 +1,29 @@
 package container
 
 import (
+	"math/rand/v2"
+	"regexp"
+	"strings"
 	"testing"
 	"time"
 )
+
+// TestClientIDMatchesPattern: the hand-written check accepts exactly what
+// the documented pattern does.
+func TestClientIDMatchesPattern(t *testing.T) {
+	pattern := regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
+	const alphabet = "aZ09_.-/ \x00é"
+	r := rand.New(rand.NewPCG(1, 2))
+	for range 20000 {
+		b := make([]byte, r.IntN(70))
+		for i := range b {
+			b[i] = alphabet[r.IntN(len(alphabet))]
+		}
+		if id := string(b); validClientID(id) != pattern.MatchString(id) {
+			t.Fatalf("%q: check %v, pattern %v", id, validClientID(id), pattern.MatchString(id))
+		}
+	}
+}
 
 func TestClientIDs(t *testing.T) {
 	for _, tc := range []struct {
@@ -12,7 +32,8 @@ func TestClientIDs(t *testing.T) {
 	}{
 		{"my-container", true}, {"a", true}, {"A.b_c-1", true}, {"", false}, {"-x", false},
 		{"../etc", false}, {"a/b", false}, {"a b", false}, {"a--b", false}, {string(make([]byte, 65)), false},
-		{"x\x00", false}, {"é", false},
+		{"x\x00", false}, {"é", false}, {strings.Repeat("a", 64), true}, {strings.Repeat("a", 65), false},
+		{".x", false}, {"_x", false}, {"x.", true}, {"0", true}, {"a\n", false},
 	} {
 		if err := ValidateClientID(tc.id); (err == nil) != tc.ok {
 			t.Errorf("%q: ok=%v err=%v", tc.id, tc.ok, err)
