@@ -86,8 +86,10 @@ func parseMessagesRequest(c *fiber.Ctx) (*messages.Request, error) {
 	if len(b) == 0 {
 		return nil, fault.New(fault.Invalid, "request body must be a JSON object")
 	}
+	// Its own UnmarshalJSON validates the whole body; json.Unmarshal would
+	// scan it once more first.
 	var req messages.Request
-	if err := json.Unmarshal(b, &req); err != nil {
+	if err := req.UnmarshalJSON(b); err != nil {
 		msg := jsonErr(err)
 		if msg == "malformed" {
 			msg = err.Error()

@@ -91,27 +91,120 @@ var requestFields = map[string]bool{
 	"top_k": true, "stop_sequences": true, "metadata": true, "thinking": true,
 }
 
-// UnmarshalJSON decodes a request, keeping unknown fields in Extra.
+// UnmarshalJSON decodes a request, keeping unknown fields in Extra. The
+// messages, the bulk of a request, are decoded in the request's own pass
+// (wireMessage), and the unknown fields are found by a scan of the
+// top-level keys rather than a second decode: a long history is read a
+// few times, not a dozen.
 func (r *Request) UnmarshalJSON(data []byte) error {
 	type plain Request
-	var p plain
+	var p struct {
+		plain
+		Messages []wireMessage `json:"messages"`
+	}
 	if err := json.Unmarshal(data, &p); err != nil {
 		return err
 	}
-	var all map[string]json.RawMessage
-	if err := json.Unmarshal(data, &all); err != nil {
-		return err
+	if p.Messages != nil {
+		p.plain.Messages = make([]Message, len(p.Messages))
+		for i, m := range p.Messages {
+			p.plain.Messages[i] = Message{Role: m.Role, Content: m.Content}
+		}
 	}
-	for k, v := range all {
+	objectMembers(data, func(k string, v []byte) {
 		if !requestFields[k] {
 			if p.Extra == nil {
 				p.Extra = map[string]json.RawMessage{}
 			}
-			p.Extra[k] = v
+			p.Extra[k] = append(json.RawMessage(nil), v...)
+		}
+	})
+	*r = Request(p.plain)
+	return nil
+}
+
+// objectMembers calls fn with each member of the JSON object data, in
+// order: its key (unescaped) and its value as written. data must be valid
+// JSON, as json.Unmarshal checked; anything but an object has no members.
+func objectMembers(data []byte, fn func(key string, value []byte)) {
+	i := skipSpace(data, 0)
+	if i >= len(data) || data[i] != '{' {
+		return
+	}
+	for i++; ; {
+		i = skipSpace(data, i)
+		if i >= len(data) || data[i] != '"' {
+			return // '}' (or invalid)
+		}
+		end := skipString(data, i)
+		rawKey := data[i:end]
+		key := string(rawKey[1 : len(rawKey)-1])
+		if bytes.IndexByte(rawKey, '\\') >= 0 {
+			if json.Unmarshal(rawKey, &key) != nil {
+				return
+			}
+		}
+		i = skipSpace(data, end) + 1 // past ':'
+		i = skipSpace(data, i)
+		start := i
+		i = skipValue(data, i)
+		fn(key, data[start:i])
+		i = skipSpace(data, i)
+		if i >= len(data) || data[i] != ',' {
+			return
+		}
+		i++
+	}
+}
+
+func skipSpace(data []byte, i int) int {
+	for i < len(data) && (data[i] == ' ' || data[i] == '\t' || data[i] == '\n' || data[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// skipString returns the index just past the string that starts at i.
+func skipString(data []byte, i int) int {
+	for i++; i < len(data); i++ {
+		switch data[i] {
+		case '\\':
+			i++
+		case '"':
+			return i + 1
 		}
 	}
-	*r = Request(p)
-	return nil
+	return len(data)
+}
+
+// skipValue returns the index just past the value that starts at i.
+func skipValue(data []byte, i int) int {
+	depth := 0
+	for i < len(data) {
+		switch c := data[i]; c {
+		case '"':
+			i = skipString(data, i)
+			if depth == 0 {
+				return i
+			}
+			continue
+		case '{', '[':
+			depth++
+		case '}', ']':
+			if depth == 0 {
+				return i // the end of the object around a literal
+			}
+			if depth--; depth == 0 {
+				return i + 1
+			}
+		case ',', ' ', '\t', '\n', '\r':
+			if depth == 0 {
+				return i
+			}
+		}
+		i++
+	}
+	return i
 }
 
 // MarshalJSON encodes a request with its Extra fields.
@@ -171,28 +264,41 @@ type Message struct {
 
 // UnmarshalJSON accepts string content as a single text block.
 func (m *Message) UnmarshalJSON(data []byte) error {
-	var aux struct {
-		Role    string          `json:"role"`
-		Content json.RawMessage `json:"content"`
-	}
-	if err := json.Unmarshal(data, &aux); err != nil {
+	var w wireMessage
+	if err := json.Unmarshal(data, &w); err != nil {
 		return err
 	}
-	m.Role = aux.Role
-	m.Content = nil
-	c := bytes.TrimSpace(aux.Content)
+	m.Role, m.Content = w.Role, w.Content
+	return nil
+}
+
+// wireMessage is a message as decoded: content may be a string.
+type wireMessage struct {
+	Role    string      `json:"role"`
+	Content wireContent `json:"content"`
+}
+
+// wireContent is a message's content: an array of blocks, or a string that
+// stands for one text block.
+type wireContent []ContentBlock
+
+func (c *wireContent) UnmarshalJSON(data []byte) error {
+	data = bytes.TrimSpace(data)
 	switch {
-	case len(c) == 0 || string(c) == "null":
-	case c[0] == '"':
+	case len(data) == 0 || string(data) == "null":
+		*c = nil
+	case data[0] == '"':
 		var s string
-		if err := json.Unmarshal(c, &s); err != nil {
+		if err := json.Unmarshal(data, &s); err != nil {
 			return err
 		}
-		m.Content = []ContentBlock{{Type: BlockText, Text: s}}
+		*c = wireContent{{Type: BlockText, Text: s}}
 	default:
-		if err := json.Unmarshal(c, &m.Content); err != nil {
+		var blocks []ContentBlock
+		if err := json.Unmarshal(data, &blocks); err != nil {
 			return err
 		}
+		*c = blocks
 	}
 	return nil
 }

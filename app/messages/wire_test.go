@@ -3,6 +3,9 @@ package messages
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
@@ -105,5 +108,56 @@ func TestRequestRoundTrip(t *testing.T) {
 	var obj ContainerParam
 	if err := json.Unmarshal([]byte(`{"id":"b","skills":[{"type":"custom","skill_id":"s1","version":"latest"}]}`), &obj); err != nil || obj.ID != "b" || obj.Skills[0].SkillID != "s1" {
 		t.Fatalf("container object = %+v, %v", obj, err)
+	}
+}
+
+// TestObjectMembers: the top-level scan finds what a decode into a map
+// finds, in order.
+func TestObjectMembers(t *testing.T) {
+	for _, in := range []string{
+		`{}`, ` { } `, `null`, `[1,2]`, `"x"`,
+		`{"a":1}`,
+		` {"a" : 1 , "b":[1,{"c":"]}"}], "d":{"e":{"f":[[]]}},"g":"q\"uote\\","h":true,"i":null,"j":-1.5e+3 } `,
+		`{"k\u0065y":"v","k\\ey":{"x":"}{"},"tab\t":[]}`,
+		"{\n\t\"msgs\": [{\"role\":\"user\",\"content\":\"a, b } ] \\\" c\"}],\n\t\"n\": 0\n}",
+	} {
+		var want map[string]json.RawMessage
+		_ = json.Unmarshal([]byte(in), &want)
+		got := map[string]json.RawMessage{}
+		var order []string
+		objectMembers([]byte(in), func(k string, v []byte) {
+			got[k] = append(json.RawMessage(nil), v...)
+			order = append(order, k)
+		})
+		if len(got) != len(want) || len(order) != len(want) {
+			t.Fatalf("%s: got %q, want %q", in, order, want)
+		}
+		for k, w := range want {
+			var a, b any
+			if json.Unmarshal(got[k], &a) != nil || json.Unmarshal(w, &b) != nil || !reflect.DeepEqual(a, b) {
+				t.Fatalf("%s: member %q = %s, want %s", in, k, got[k], w)
+			}
+		}
+	}
+}
+
+// BenchmarkDecodeLongHistory decodes a request carrying a 110 KB history
+// of fifty messages, as a long conversation sends on every turn.
+func BenchmarkDecodeLongHistory(b *testing.B) {
+	var msgs []string
+	for i := range 50 {
+		role := RoleUser
+		if i%2 == 1 {
+			role = RoleAssistant
+		}
+		msgs = append(msgs, fmt.Sprintf(`{"role":%q,"content":[{"type":"text","text":%q}]}`, role, strings.Repeat("lorem ipsum dolor sit amet ", 80)))
+	}
+	body := []byte(`{"model":"default","max_tokens":1024,"service_tier":"auto","messages":[` + strings.Join(msgs, ",") + `]}`)
+	b.SetBytes(int64(len(body)))
+	for b.Loop() {
+		var r Request
+		if err := r.UnmarshalJSON(body); err != nil || len(r.Messages) != 50 || len(r.Extra) != 1 {
+			b.Fatal(err, len(r.Messages), r.Extra)
+		}
 	}
 }
