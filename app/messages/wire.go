@@ -272,6 +272,41 @@ func (m *Message) UnmarshalJSON(data []byte) error {
 	return nil
 }
 
+// MarshalMessages encodes msgs as json.Marshal does (but for HTML
+// escaping), without json.Marshal's second scan of every block's encoding:
+// the history goes upstream on every step of a turn.
+func MarshalMessages(msgs []Message) ([]byte, error) {
+	buf := make([]byte, 0, 512*len(msgs)+2)
+	buf = append(buf, '[')
+	for i, m := range msgs {
+		if i > 0 {
+			buf = append(buf, ',')
+		}
+		role, err := json.Marshal(m.Role)
+		if err != nil {
+			return nil, err
+		}
+		buf = append(append(append(buf, `{"role":`...), role...), `,"content":`...)
+		if m.Content == nil {
+			buf = append(buf, "null}"...)
+			continue
+		}
+		buf = append(buf, '[')
+		for j, b := range m.Content {
+			if j > 0 {
+				buf = append(buf, ',')
+			}
+			enc, err := b.MarshalJSON()
+			if err != nil {
+				return nil, err
+			}
+			buf = append(buf, enc...)
+		}
+		buf = append(buf, "]}"...)
+	}
+	return append(buf, ']'), nil
+}
+
 // wireMessage is a message as decoded: content may be a string.
 type wireMessage struct {
 	Role    string      `json:"role"`

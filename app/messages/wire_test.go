@@ -161,3 +161,50 @@ func BenchmarkDecodeLongHistory(b *testing.B) {
 		}
 	}
 }
+
+// TestMarshalMessages: the history's own encoder says what json.Marshal
+// says.
+func TestMarshalMessages(t *testing.T) {
+	var req Request
+	in := `{"model":"m","max_tokens":1,"messages":[
+		{"role":"user","content":"plain <b>&</b> \"text\"\n"},
+		{"role":"assistant","content":[{"type":"text","text":"a"},{"type":"tool_use","id":"toolu_1","name":"f","input":{"x":[1,2]}},
+			{"type":"mystery_block","payload":{"deep":[true,null]}}]},
+		{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_1","content":[{"type":"text","text":"ok"}],"is_error":true}]},
+		{"role":"assistant"}]}`
+	if err := req.UnmarshalJSON([]byte(in)); err != nil {
+		t.Fatal(err)
+	}
+	for _, msgs := range [][]Message{req.Messages, nil, {}} {
+		got, err := MarshalMessages(msgs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, _ := json.Marshal(msgs)
+		var g, w any
+		if err := json.Unmarshal(got, &g); err != nil {
+			t.Fatalf("invalid JSON %s: %v", got, err)
+		}
+		_ = json.Unmarshal(want, &w)
+		if w == nil {
+			w = []any{} // json.Marshal says null for no messages; an empty array is as good
+		}
+		if !reflect.DeepEqual(g, w) {
+			t.Fatalf("got  %s\nwant %s", got, want)
+		}
+	}
+}
+
+// BenchmarkEncodeLongHistory encodes the history BenchmarkDecodeLongHistory
+// decodes, as every step sends it upstream.
+func BenchmarkEncodeLongHistory(b *testing.B) {
+	msgs := make([]Message, 51)
+	for i := range msgs {
+		msgs[i] = Message{Role: RoleUser, Content: []ContentBlock{{Type: BlockText, Text: strings.Repeat("lorem ipsum dolor sit amet ", 80)}}}
+	}
+	for b.Loop() {
+		if _, err := MarshalMessages(msgs); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

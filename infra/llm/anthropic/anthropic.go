@@ -64,7 +64,6 @@ func (m *Model) body(req messages.StepRequest, stream bool) ([]byte, error) {
 	}
 	out["model"] = model
 	out["max_tokens"] = req.MaxTokens
-	out["messages"] = req.Messages
 	if len(req.System) > 0 {
 		out["system"] = req.System
 	}
@@ -112,11 +111,20 @@ func (m *Model) body(req messages.StepRequest, stream bool) ([]byte, error) {
 	} else {
 		delete(out, "stream")
 	}
+	delete(out, "messages") // an Extra field cannot stand in for them
 	b, err := json.Marshal(out)
 	if err != nil {
 		return nil, fmt.Errorf("anthropic: encode request: %w", err)
 	}
-	return b, nil
+	// The history, the bulk of the body, is encoded on its own and put
+	// first: json.Marshal would scan every block's encoding once more.
+	msgs, err := messages.MarshalMessages(req.Messages)
+	if err != nil {
+		return nil, fmt.Errorf("anthropic: encode messages: %w", err)
+	}
+	body := make([]byte, 0, len(b)+len(msgs)+16)
+	body = append(append(append(body, `{"messages":`...), msgs...), ',')
+	return append(body, b[1:]...), nil // b is never empty: it has model and max_tokens
 }
 
 // reply is the part of an upstream message the loop needs.
