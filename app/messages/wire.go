@@ -276,7 +276,14 @@ func (m *Message) UnmarshalJSON(data []byte) error {
 // escaping), without json.Marshal's second scan of every block's encoding:
 // the history goes upstream on every step of a turn.
 func MarshalMessages(msgs []Message) ([]byte, error) {
-	buf := make([]byte, 0, 512*len(msgs)+2)
+	size := 2
+	for _, m := range msgs {
+		size += 64
+		for _, b := range m.Content {
+			size += 96 + len(b.Text) + len(b.Raw) + len(b.Input) + len(b.Thinking) + len(b.Data) + len(b.Citations)
+		}
+	}
+	buf := make([]byte, 0, size+size/8) // room for escapes
 	buf = append(buf, '[')
 	for i, m := range msgs {
 		if i > 0 {
