@@ -15,6 +15,7 @@ import (
 
 	sdk "github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
+	"github.com/anthropics/anthropic-sdk-go/v2/packages/ssestream"
 
 	"threadbox/app/messages"
 	"threadbox/infra/llm/upstream"
@@ -159,17 +160,18 @@ func (m *Model) StreamStep(ctx context.Context, req messages.StepRequest, emit f
 	if err != nil {
 		return nil, err
 	}
-	stream := m.client.Messages.NewStreaming(ctx, sdk.MessageNewParams{}, option.WithRequestBody("application/json", body))
+	// The SDK sends and retries the request and splits the event stream
+	// (as Messages.NewStreaming does); each event is decoded once, into the
+	// loop's own type, not first into the SDK's event union.
+	var raw *http.Response
+	err = m.client.Post(ctx, "v1/messages", nil, &raw, option.WithRequestBody("application/json", body))
+	stream := ssestream.NewStream[messages.Event](ssestream.NewDecoder(raw), err)
 	defer stream.Close()
 	res := &messages.StepResult{}
 	var acc messages.Collector
 	started, stopped := false, false
 	for stream.Next() {
-		cur := stream.Current()
-		var ev messages.Event
-		if err := json.Unmarshal([]byte(cur.RawJSON()), &ev); err != nil {
-			return nil, fmt.Errorf("anthropic: decode event: %w", err)
-		}
+		ev := stream.Current()
 		started = true
 		if err := acc.Send(ev); err != nil {
 			return nil, fmt.Errorf("anthropic: event: %w", err)
