@@ -136,17 +136,21 @@ type reply struct {
 	Usage        messages.Usage          `json:"usage"`
 }
 
+// nonStreamingTimeout bounds each attempt of a non-streamed step: what the
+// SDK's Messages.New sets when max_tokens allows a non-streamed answer.
+const nonStreamingTimeout = 10 * time.Minute
+
 // Step asks the upstream for one message.
 func (m *Model) Step(ctx context.Context, req messages.StepRequest) (*messages.StepResult, error) {
 	body, err := m.body(req, false)
 	if err != nil {
 		return nil, err
 	}
-	// The SDK sends, retries and reads the reply; it decodes the body
-	// straight into reply, the part the loop needs, instead of its own
-	// Message (which would be decoded a second time).
+	// The SDK sends, retries and reads the reply, as Messages.New does with
+	// the same ten-minute limit per attempt; it decodes the body straight
+	// into reply, the part the loop needs, not into its own Message first.
 	var r reply
-	_, err = m.client.Messages.New(ctx, sdk.MessageNewParams{}, option.WithRequestBody("application/json", body), option.WithResponseBodyInto(&r))
+	err = m.client.Post(ctx, "v1/messages", nil, &r, option.WithRequestBody("application/json", body), option.WithRequestTimeout(nonStreamingTimeout))
 	if err != nil {
 		return nil, upstreamError(ctx, err, true)
 	}
