@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"time"
 )
 
@@ -335,12 +336,28 @@ func (c *wireContent) UnmarshalJSON(data []byte) error {
 			return err
 		}
 		*c = wireContent{{Type: BlockText, Text: s}}
-	default:
+	case data[0] == '[':
+		// The request's decode checked the whole body, so the array is
+		// split here and each block decoded on its own: json.Unmarshal of
+		// the array would check and scan it twice more.
 		var blocks []ContentBlock
-		if err := json.Unmarshal(data, &blocks); err != nil {
-			return err
+		for i := skipSpace(data, 1); i < len(data) && data[i] != ']'; {
+			end := skipValue(data, i)
+			var b ContentBlock
+			if err := b.UnmarshalJSON(data[i:end]); err != nil {
+				return err
+			}
+			blocks = append(blocks, b)
+			if i = skipSpace(data, end); i < len(data) && data[i] == ',' {
+				i = skipSpace(data, i+1)
+			}
+		}
+		if blocks == nil {
+			blocks = []ContentBlock{}
 		}
 		*c = blocks
+	default:
+		return &json.UnmarshalTypeError{Value: "non-array content", Type: reflect.TypeFor[[]ContentBlock]()}
 	}
 	return nil
 }

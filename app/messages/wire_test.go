@@ -208,3 +208,46 @@ func BenchmarkEncodeLongHistory(b *testing.B) {
 		}
 	}
 }
+
+// TestMessageContentShapes: content as a string, an array (split by hand
+// after the request's own check), null, or anything else (refused).
+func TestMessageContentShapes(t *testing.T) {
+	for _, tc := range []struct {
+		content string
+		want    []string // block types; nil = no content
+		bad     bool
+	}{
+		{`"hi"`, []string{BlockText}, false},
+		{`[]`, []string{}, false},
+		{` [ {"type":"text","text":"a, ] }"} ,
+		   {"type":"tool_result","tool_use_id":"t","content":[{"type":"text","text":"x"}]} ] `, []string{BlockText, BlockToolResult}, false},
+		{`null`, nil, false},
+		{`[{"type":"mystery","x":[1,{"y":"]"}]}]`, []string{"mystery"}, false},
+		{`12`, nil, true},
+		{`{"type":"text","text":"a"}`, nil, true},
+		{`[{"text":"no type"}]`, nil, true},
+		{`[null]`, nil, true},
+	} {
+		var r Request
+		err := r.UnmarshalJSON([]byte(`{"model":"m","max_tokens":1,"messages":[{"role":"user","content":` + tc.content + `}]}`))
+		if tc.bad {
+			if err == nil {
+				t.Errorf("%s: accepted", tc.content)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", tc.content, err)
+		}
+		var got []string
+		if c := r.Messages[0].Content; c != nil {
+			got = []string{}
+			for _, b := range c {
+				got = append(got, b.Type)
+			}
+		}
+		if !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("%s: blocks %q, want %q", tc.content, got, tc.want)
+		}
+	}
+}
