@@ -1201,3 +1201,31 @@ func TestFilesAPIRangesAndIdempotency(t *testing.T) {
 		mustStatus(t, "streamed put", r, 200)
 	}
 }
+
+// TestIdempotencyKeySurvivesRestart: an upload retried with its
+// Idempotency-Key after the server restarted (a retry after a crash or a
+// deploy) gets the first answer and stores nothing, on both databases.
+func TestIdempotencyKeySurvivesRestart(t *testing.T) {
+	databases(t, func(t *testing.T, dbURL string) {
+		s := startServer(t, dbURL, nil)
+		a := s.bootstrap("acme", "admin@acme.test")
+		const scope = "idem"
+		first := s.upload(a, scope, "", "once.txt", "first", "Idempotency-Key", "retry-me")
+		mustStatus(t, "first", first, 200)
+		s.stop()
+
+		s2 := startServer(t, dbURL, map[string]string{"DATA_DIR": s.dataDir, "THREADBOX_INSTANCE": s.env["THREADBOX_INSTANCE"]})
+		again := s2.upload(a, scope, "", "once.txt", "second", "Idempotency-Key", "retry-me")
+		mustStatus(t, "retry after restart", again, 200)
+		if string(again.body) != string(first.body) {
+			t.Fatalf("retry after restart answered another object:\n%s\n%s", first.body, again.body)
+		}
+		r := s2.do("GET", filesAPI+"/"+fileID("/mnt/user-data/uploads/once.txt")+"/content?scope_id="+scope, a, nil)
+		if string(r.body) != "first" {
+			t.Fatalf("the retry stored again: %d %q", r.status, r.body)
+		}
+		if r := s2.upload(a, scope, "", "other.txt", "x", "Idempotency-Key", "retry-me"); r.status != 409 {
+			t.Fatalf("key reused for another file after restart: %d %s", r.status, r.body)
+		}
+	})
+}

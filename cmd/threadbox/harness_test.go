@@ -93,16 +93,19 @@ func startServer(t *testing.T, dbURL string, extra map[string]string) *server {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- run(ctx, []string{"serve"}, s.getenv, s.stdout, io.Discard) }()
+	var once sync.Once // a test may stop the server before the cleanup does
 	s.stop = func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("serve returned %v", err)
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("serve returned %v", err)
+				}
+			case <-time.After(30 * time.Second):
+				t.Error("serve did not stop within 30s of cancel")
 			}
-		case <-time.After(30 * time.Second):
-			t.Error("serve did not stop within 30s of cancel")
-		}
+		})
 	}
 	t.Cleanup(s.stop)
 	deadline := time.Now().Add(20 * time.Second)

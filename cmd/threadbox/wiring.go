@@ -115,7 +115,7 @@ func wire(ctx context.Context, cfg Config, log *slog.Logger) (*system, error) {
 		d := layout.Dirs(id)
 		return fsroot.Dirs{Workspace: d.Workspace, Uploads: d.Uploads, Outputs: d.Outputs, Skills: d.Skills}
 	}, fsroot.Options{Owner: owner})
-	sys.files = files.New(files.Deps{Store: fs, Containers: sys.containers, Policies: sys.admin})
+	sys.files = files.New(files.Deps{Store: fs, Containers: sys.containers, Policies: sys.admin, Idempotency: st.UploadKeys(0)})
 	sys.sandbox = newSandboxWiring(cfg, sys.containers, sys.auth, fs, log)
 	sys.closers = append(sys.closers, sys.sandbox.bridge.Close)
 	sys.messages = newMessages(cfg, sys, fs)

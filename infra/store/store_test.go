@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"threadbox/app/files"
 	"threadbox/domain/audit"
 	"threadbox/domain/container"
 	"threadbox/domain/fault"
@@ -273,6 +274,48 @@ func suite(t *testing.T, s *store.Store) {
 	}
 	if evs, _ := s.Events(ctx, o2.ID(), 10); len(evs) != 0 {
 		t.Fatal("audit events leaked across orgs")
+	}
+
+	// Idempotency-Keys of uploads: kept a day, keys and fingerprints as
+	// given (NUL separators included), the file object whole.
+	keys := s.UploadKeys(24 * time.Hour)
+	k1 := o.ID() + "\x00" + u.ID() + "\x00" + id("idem")
+	fo := files.File{ID: "file_x", Path: "/mnt/user-data/uploads/a.txt", Key: "a.txt", CreatedAt: now, Filename: "a.txt", MIMEType: "text/plain", SizeBytes: 5, ETag: `"e"`, ScopeID: "s1", Inline: true}
+	if _, ok, err := keys.Lookup(ctx, k1); ok || err != nil {
+		t.Fatalf("unknown key: %v %v", ok, err)
+	}
+	if err := keys.Save(ctx, k1, files.Saved{Fingerprint: "s1\x00a.txt", File: fo, At: now}); err != nil {
+		t.Fatal(err)
+	}
+	saved, ok, err := keys.Lookup(ctx, k1)
+	if err != nil || !ok || saved.Fingerprint != "s1\x00a.txt" || saved.File != fo || !saved.At.Equal(now) {
+		t.Fatalf("upload key: %+v %v %v", saved, ok, err)
+	}
+	if _, ok, _ := keys.Lookup(ctx, k1+"x"); ok {
+		t.Fatal("another key found the entry")
+	}
+	// An entry older than the ttl is forgotten, and saving over it works.
+	k2 := o.ID() + "\x00" + u.ID() + "\x00" + id("idem")
+	if err := keys.Save(ctx, k2, files.Saved{Fingerprint: "old", File: fo, At: now.Add(-25 * time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, _ := keys.Lookup(ctx, k2); ok {
+		t.Fatal("an expired entry was found")
+	}
+	if err := keys.Save(ctx, k2, files.Saved{Fingerprint: "new", File: fo, At: now}); err != nil {
+		t.Fatal(err)
+	}
+	if got, ok, _ := keys.Lookup(ctx, k2); !ok || got.Fingerprint != "new" {
+		t.Fatalf("saved over an expired entry: %+v %v", got, ok)
+	}
+	// With a shorter memory, both entries are past it, and the next save
+	// forgets them.
+	short := s.UploadKeys(time.Nanosecond)
+	if err := short.Save(ctx, id("idem"), files.Saved{Fingerprint: "x", File: fo, At: now.Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, _ := keys.Lookup(ctx, k1); ok {
+		t.Fatal("an entry past the ttl was kept")
 	}
 }
 
