@@ -118,11 +118,7 @@ var subTools = encoded([]ToolDefinition{
 // encoded sets the Raw form of the product's own tool definitions.
 func encoded(defs []ToolDefinition) []ToolDefinition {
 	for i, d := range defs {
-		raw, err := json.Marshal(struct {
-			Name        string          `json:"name"`
-			Description string          `json:"description,omitempty"`
-			InputSchema json.RawMessage `json:"input_schema"`
-		}{d.Name, d.Description, d.InputSchema})
+		raw, err := d.MarshalJSON()
 		if err != nil {
 			panic("messages: tool definition " + d.Name + ": " + err.Error()) // a constant: caught by any test
 		}

@@ -36,8 +36,7 @@ type StepRequest struct {
 	Extra         map[string]json.RawMessage // other request fields, for Anthropic upstreams
 }
 
-// ToolDefinition is a tool as the model sees it. Raw, when set, is the
-// client's own tool JSON and is sent as is to upstreams that understand it.
+// ToolDefinition is a tool as the model sees it.
 type ToolDefinition struct {
 	Name        string
 	Description string
@@ -45,6 +44,19 @@ type ToolDefinition struct {
 	// Raw, when set, is the definition as the Anthropic API takes it: a
 	// client's tool as sent, or the product's own tools encoded once.
 	Raw json.RawMessage
+}
+
+// MarshalJSON encodes the definition as the Anthropic API takes it: Raw
+// when set, else name, description and input_schema.
+func (d ToolDefinition) MarshalJSON() ([]byte, error) {
+	if len(d.Raw) > 0 {
+		return d.Raw, nil
+	}
+	return json.Marshal(struct {
+		Name        string          `json:"name"`
+		Description string          `json:"description,omitempty"`
+		InputSchema json.RawMessage `json:"input_schema"`
+	}{d.Name, d.Description, d.InputSchema})
 }
 
 // StepResult is the model's answer for one step.

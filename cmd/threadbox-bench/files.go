@@ -187,15 +187,24 @@ type threadboxProc struct {
 	stop  func()
 }
 
+// freeAddr returns a loopback address with a free port for a server the
+// bench starts.
+func freeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
 // startThreadbox starts the server with a fresh data folder and SQLite;
 // extra holds more KEY=value settings (later ones win).
 func startThreadbox(ctx context.Context, bin, work string, extra ...string) (*threadboxProc, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := freeAddr()
 	if err != nil {
 		return nil, err
 	}
-	addr := l.Addr().String()
-	l.Close()
 	// Its own instance label, so that it never adopts or removes the
 	// sandboxes of a threadbox running on the same daemon.
 	instance := fmt.Sprintf("bench%d-%d", os.Getpid(), time.Now().UnixNano())

@@ -37,12 +37,10 @@ type floorProc struct {
 // startFloorProxy starts this binary as the floor proxy in front of
 // upstream, with GOMAXPROCS set to procs.
 func startFloorProxy(ctx context.Context, upstream string, procs int) (*floorProc, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := freeAddr()
 	if err != nil {
 		return nil, err
 	}
-	addr := l.Addr().String()
-	l.Close()
 	self, err := os.Executable()
 	if err != nil {
 		return nil, err

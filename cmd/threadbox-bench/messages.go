@@ -166,7 +166,7 @@ func benchMessages(ctx context.Context, o opts, out io.Writer) error {
 		pacedStream = rowSpec{fmt.Sprintf("streaming, time to first byte, model answering in %s", modelTime), "", paced(tbStream), time.Millisecond, 0}
 		// A long conversation resends its history every turn; the issue
 		// sets no target for it.
-		long = rowSpec{fmt.Sprintf("non-streaming, %d KiB history of 51 messages", len(longHistory)>>10), "", longHistory, 0, 0}
+		long = rowSpec{fmt.Sprintf("non-streaming, %d KiB history of %d messages", len(longHistory)>>10, longMessages), "", longHistory, 0, 0}
 	)
 	for _, r := range []*rowSpec{&full, &tool, &stream, &pacedFull, &pacedStream, &long} {
 		if r.up, err = sent(r.tb); err != nil {
@@ -312,9 +312,14 @@ func benchMessages(ctx context.Context, o opts, out io.Writer) error {
 	return nil
 }
 
-// longHistoryBody is a request carrying 51 messages of ~2 KiB each.
+// longMessages is how many messages the long-history row's request
+// carries, user first and last.
+const longMessages = 51
+
+// longHistoryBody is a request carrying longMessages messages of ~2 KiB
+// each.
 func longHistoryBody() string {
-	msgs := make([]string, 51) // user first and last
+	msgs := make([]string, longMessages)
 	for i := range msgs {
 		role := "user"
 		if i%2 == 1 {

@@ -69,23 +69,7 @@ func (m *Model) body(req messages.StepRequest, stream bool) ([]byte, error) {
 		out["system"] = req.System
 	}
 	if len(req.Tools) > 0 {
-		tools := make([]json.RawMessage, 0, len(req.Tools))
-		for _, t := range req.Tools {
-			if len(t.Raw) > 0 {
-				tools = append(tools, t.Raw)
-				continue
-			}
-			b, err := json.Marshal(struct {
-				Name        string          `json:"name"`
-				Description string          `json:"description,omitempty"`
-				InputSchema json.RawMessage `json:"input_schema"`
-			}{t.Name, t.Description, t.InputSchema})
-			if err != nil {
-				return nil, err
-			}
-			tools = append(tools, b)
-		}
-		out["tools"] = tools
+		out["tools"] = req.Tools // messages.ToolDefinition encodes itself
 	}
 	set := func(k string, v json.RawMessage) {
 		if len(v) > 0 {
