@@ -114,9 +114,8 @@ func New(d Deps) *Service {
 // Upload stores an uploaded file at its key (or its file name) and returns
 // its file object. With an IdempotencyKey, a repeat of the same request
 // returns the first result without storing again, and a reuse of the key
-// for another file or scope is a conflict. Two concurrent first requests
-// with one key may both store; they write the same key, so the outcome is
-// the same.
+// for another file or scope is a conflict, as is a repeat while the first
+// upload is still running.
 func (s *Service) Upload(ctx context.Context, p user.Principal, req UploadRequest) (File, error) {
 	key := req.Key
 	if key == "" {
@@ -130,21 +129,30 @@ func (s *Service) Upload(ctx context.Context, p user.Principal, req UploadReques
 	}
 	idemKey := p.OrgID + "\x00" + p.UserID + "\x00" + req.IdempotencyKey
 	fingerprint := req.ScopeID + "\x00" + key
-	saved, ok, err := s.idem.Lookup(ctx, idemKey)
+	saved, claimed, err := s.idem.Claim(ctx, idemKey, fingerprint)
 	if err != nil {
-		return File{}, fmt.Errorf("files: idempotency lookup: %w", err)
+		return File{}, fmt.Errorf("files: idempotency claim: %w", err)
 	}
-	if ok {
-		if saved.Fingerprint != fingerprint {
-			return File{}, fault.New(fault.Conflict, "Idempotency-Key was already used for a different upload")
-		}
+	switch {
+	case claimed:
+	case saved.Fingerprint != fingerprint:
+		return File{}, fault.New(fault.Conflict, "Idempotency-Key was already used for a different upload")
+	case saved.Pending:
+		return File{}, fault.New(fault.Conflict, "an upload with this Idempotency-Key is still in progress; retry it when that one has finished")
+	default:
 		return saved.File, nil
 	}
+	// The claim is settled even when the client has gone: a claim left
+	// behind would hold the key until ClaimTTL.
+	settle := context.WithoutCancel(ctx)
 	f, err := s.put(ctx, p, req.ScopeID, key, req.Body, req.Limit)
 	if err != nil {
+		if rerr := s.idem.Release(settle, idemKey); rerr != nil {
+			return File{}, errors.Join(err, fmt.Errorf("files: idempotency release: %w", rerr))
+		}
 		return File{}, err
 	}
-	if err := s.idem.Save(ctx, idemKey, Saved{Fingerprint: fingerprint, File: f, At: s.now()}); err != nil {
+	if err := s.idem.Save(settle, idemKey, Saved{Fingerprint: fingerprint, File: f, At: s.now()}); err != nil {
 		return File{}, fmt.Errorf("files: idempotency save: %w", err)
 	}
 	return f, nil

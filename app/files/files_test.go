@@ -249,6 +249,58 @@ func TestUploadIdempotency(t *testing.T) {
 	}
 }
 
+// TestUploadIdempotencyRace: a key is held from the start of its first
+// upload, so a repeat while it runs is refused instead of storing again, and
+// a failed upload frees its key for the retry.
+func TestUploadIdempotencyRace(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	pr, pw := io.Pipe()
+	type result struct {
+		f   File
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		f, err := e.svc.Upload(ctx, alice, UploadRequest{ScopeID: "s1", Filename: "a.txt", Body: pr, Limit: 100, IdempotencyKey: "k"})
+		done <- result{f, err}
+	}()
+	// The first bytes are read: the first upload is storing.
+	if _, err := pw.Write([]byte("fir")); err != nil {
+		t.Fatal(err)
+	}
+	_, err := e.svc.Upload(ctx, alice, UploadRequest{ScopeID: "s1", Filename: "a.txt", Body: failReader{t}, Limit: 100, IdempotencyKey: "k"})
+	wantKind(t, err, fault.Conflict)
+	if !strings.Contains(err.Error(), "in progress") {
+		t.Errorf("repeat during the upload: %v", err)
+	}
+	_, err = e.svc.Upload(ctx, alice, UploadRequest{ScopeID: "s1", Filename: "b.txt", Body: failReader{t}, Limit: 100, IdempotencyKey: "k"})
+	wantKind(t, err, fault.Conflict)
+	if !strings.Contains(err.Error(), "different upload") {
+		t.Errorf("another file during the upload: %v", err)
+	}
+	if _, err := os.Stat(e.host("uploads", "b.txt")); !os.IsNotExist(err) {
+		t.Errorf("the refused upload stored: %v", err)
+	}
+	pw.Write([]byte("st"))
+	pw.Close()
+	first := <-done
+	if first.err != nil || first.f.SizeBytes != 5 {
+		t.Fatalf("first upload = %+v, %v", first.f, first.err)
+	}
+	again, err := e.svc.Upload(ctx, alice, UploadRequest{ScopeID: "s1", Filename: "a.txt", Body: failReader{t}, Limit: 100, IdempotencyKey: "k"})
+	if err != nil || again != first.f {
+		t.Fatalf("retry after the upload = %+v, %v; want %+v", again, err, first.f)
+	}
+
+	// A failed upload (too large) leaves its key free.
+	_, err = e.svc.Upload(ctx, alice, UploadRequest{ScopeID: "s1", Filename: "c.txt", Body: strings.NewReader("123456"), Limit: 5, IdempotencyKey: "k2"})
+	wantKind(t, err, fault.TooLarge)
+	if f, err := e.svc.Upload(ctx, alice, UploadRequest{ScopeID: "s1", Filename: "c.txt", Body: strings.NewReader("1234"), Limit: 5, IdempotencyKey: "k2"}); err != nil || f.SizeBytes != 4 {
+		t.Fatalf("retry after a failed upload = %+v, %v", f, err)
+	}
+}
+
 func TestList(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()

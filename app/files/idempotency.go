@@ -6,8 +6,13 @@ import (
 	"time"
 )
 
-// DefaultIdempotencyTTL is how long MemoryIdempotency remembers an upload.
+// DefaultIdempotencyTTL is how long a finished upload is remembered.
 const DefaultIdempotencyTTL = 24 * time.Hour
+
+// ClaimTTL is how long a claimed Idempotency-Key stays held without its
+// upload finishing: past it (a server that died mid-upload) a retry may
+// claim the key again.
+const ClaimTTL = 10 * time.Minute
 
 // MemoryIdempotency is an in-process Idempotency with a time to live. It
 // suits a single server; several servers need a shared store.
@@ -31,34 +36,50 @@ func NewMemoryIdempotency(ttl time.Duration, now func() time.Time) *MemoryIdempo
 	return &MemoryIdempotency{ttl: ttl, now: now, entries: map[string]Saved{}}
 }
 
-// Lookup returns the entry under key unless it has expired.
-func (m *MemoryIdempotency) Lookup(_ context.Context, key string) (Saved, bool, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	s, ok := m.entries[key]
-	if !ok {
-		return Saved{}, false, nil
+// lapsed reports whether e is no longer remembered at now.
+func lapsed(e Saved, now time.Time, ttl time.Duration) bool {
+	if e.Pending {
+		ttl = min(ttl, ClaimTTL)
 	}
-	if m.now().Sub(s.At) >= m.ttl {
-		delete(m.entries, key)
-		return Saved{}, false, nil
-	}
-	return s, true, nil
+	return now.Sub(e.At) >= ttl
 }
 
-// Save stores s under key and drops expired entries.
+// Claim holds key for the caller unless a live entry holds it.
+func (m *MemoryIdempotency) Claim(_ context.Context, key, fingerprint string) (Saved, bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.now()
+	if e, ok := m.entries[key]; ok && !lapsed(e, now, m.ttl) {
+		return e, false, nil
+	}
+	m.entries[key] = Saved{Fingerprint: fingerprint, At: now, Pending: true}
+	return Saved{}, true, nil
+}
+
+// Save stores s under key and drops lapsed entries.
 func (m *MemoryIdempotency) Save(_ context.Context, key string, s Saved) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := m.now()
 	for k, e := range m.entries {
-		if now.Sub(e.At) >= m.ttl {
+		if lapsed(e, now, m.ttl) {
 			delete(m.entries, k)
 		}
 	}
 	if s.At.IsZero() {
 		s.At = now
 	}
+	s.Pending = false
 	m.entries[key] = s
+	return nil
+}
+
+// Release forgets key's claim; a finished entry stays.
+func (m *MemoryIdempotency) Release(_ context.Context, key string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if e, ok := m.entries[key]; ok && e.Pending {
+		delete(m.entries, key)
+	}
 	return nil
 }

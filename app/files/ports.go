@@ -56,14 +56,22 @@ type Policies interface {
 // Saved is the remembered outcome of an upload made with an Idempotency-Key.
 type Saved struct {
 	Fingerprint string // what the request asked for; a reuse must match it
-	File        File
+	File        File   // the answer; zero while Pending
 	At          time.Time
+	Pending     bool // the upload holding the key has not finished
 }
 
-// Idempotency remembers uploads by Idempotency-Key for a while.
+// Idempotency remembers uploads by Idempotency-Key for a while. A key is
+// claimed before its upload runs, so two requests with one key never both
+// store: the later one sees the first in progress.
 type Idempotency interface {
-	// Lookup returns what was saved under key, if it is still remembered.
-	Lookup(ctx context.Context, key string) (Saved, bool, error)
-	// Save remembers s under key.
+	// Claim reserves key for an upload asking for fingerprint and reports
+	// true; the caller then Saves or Releases it. When the key is held, by
+	// a finished upload or by one in progress, Claim returns that entry and
+	// false. A claim lapses after ClaimTTL, a finished entry after its TTL.
+	Claim(ctx context.Context, key, fingerprint string) (Saved, bool, error)
+	// Save remembers the finished upload s under a claimed key.
 	Save(ctx context.Context, key string, s Saved) error
+	// Release gives up a claim whose upload failed, so a retry may run.
+	Release(ctx context.Context, key string) error
 }

@@ -6,6 +6,8 @@ import (
 	"encoding/hex"
 	"fmt"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -276,45 +278,89 @@ func suite(t *testing.T, s *store.Store) {
 		t.Fatal("audit events leaked across orgs")
 	}
 
-	// Idempotency-Keys of uploads: kept a day, keys and fingerprints as
-	// given (NUL separators included), the file object whole.
+	// Idempotency-Keys of uploads: claimed before the upload, kept a day
+	// when it finished, keys and fingerprints as given (NUL separators
+	// included), the file object whole.
 	keys := s.UploadKeys(24 * time.Hour)
+	claim := func(k *store.UploadKeys, key, fp string) (files.Saved, bool) {
+		t.Helper()
+		saved, ok, err := k.Claim(ctx, key, fp)
+		if err != nil {
+			t.Fatalf("claim: %v", err)
+		}
+		return saved, ok
+	}
 	k1 := o.ID() + "\x00" + u.ID() + "\x00" + id("idem")
 	fo := files.File{ID: "file_x", Path: "/mnt/user-data/uploads/a.txt", Key: "a.txt", CreatedAt: now, Filename: "a.txt", MIMEType: "text/plain", SizeBytes: 5, ETag: `"e"`, ScopeID: "s1", Inline: true}
-	if _, ok, err := keys.Lookup(ctx, k1); ok || err != nil {
-		t.Fatalf("unknown key: %v %v", ok, err)
+	if _, ok := claim(keys, k1, "s1\x00a.txt"); !ok {
+		t.Fatal("a free key was not claimed")
+	}
+	if held, ok := claim(keys, k1, "s1\x00b.txt"); ok || !held.Pending || held.Fingerprint != "s1\x00a.txt" {
+		t.Fatalf("claim of a claimed key: %+v %v", held, ok)
+	}
+	// A released claim frees the key.
+	if err := keys.Release(ctx, k1); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := claim(keys, k1, "s1\x00a.txt"); !ok {
+		t.Fatal("a released key was not claimed")
 	}
 	if err := keys.Save(ctx, k1, files.Saved{Fingerprint: "s1\x00a.txt", File: fo, At: now}); err != nil {
 		t.Fatal(err)
 	}
-	saved, ok, err := keys.Lookup(ctx, k1)
-	if err != nil || !ok || saved.Fingerprint != "s1\x00a.txt" || saved.File != fo || !saved.At.Equal(now) {
-		t.Fatalf("upload key: %+v %v %v", saved, ok, err)
+	if err := keys.Release(ctx, k1); err != nil {
+		t.Fatal(err)
 	}
-	if _, ok, _ := keys.Lookup(ctx, k1+"x"); ok {
-		t.Fatal("another key found the entry")
+	saved, ok := claim(keys, k1, "s1\x00a.txt")
+	if ok || saved.Pending || saved.Fingerprint != "s1\x00a.txt" || saved.File != fo || !saved.At.Equal(now) {
+		t.Fatalf("finished upload key: %+v %v", saved, ok)
 	}
-	// An entry older than the ttl is forgotten, and saving over it works.
+	if _, ok := claim(keys, k1+"x", "f"); !ok {
+		t.Fatal("another key was held by the entry")
+	}
+	// An entry older than the ttl is forgotten: the key is claimed again.
 	k2 := o.ID() + "\x00" + u.ID() + "\x00" + id("idem")
 	if err := keys.Save(ctx, k2, files.Saved{Fingerprint: "old", File: fo, At: now.Add(-25 * time.Hour)}); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok, _ := keys.Lookup(ctx, k2); ok {
-		t.Fatal("an expired entry was found")
+	if _, ok := claim(keys, k2, "new"); !ok {
+		t.Fatal("an expired entry held its key")
 	}
 	if err := keys.Save(ctx, k2, files.Saved{Fingerprint: "new", File: fo, At: now}); err != nil {
 		t.Fatal(err)
 	}
-	if got, ok, _ := keys.Lookup(ctx, k2); !ok || got.Fingerprint != "new" {
+	if got, ok := claim(keys, k2, "new"); ok || got.Fingerprint != "new" {
 		t.Fatalf("saved over an expired entry: %+v %v", got, ok)
 	}
-	// With a shorter memory, both entries are past it, and the next save
-	// forgets them.
+	// Many claims of one key at once: exactly one holds it.
+	k3 := id("idem")
+	var wg sync.WaitGroup
+	var won atomic.Int32
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, ok, err := keys.Claim(ctx, k3, "f"); err != nil {
+				t.Errorf("concurrent claim: %v", err)
+			} else if ok {
+				won.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	if won.Load() != 1 {
+		t.Fatalf("%d concurrent claims held the key, want 1", won.Load())
+	}
+	// With a shorter memory, all entries are past it (the claims past
+	// it too), and the next save forgets them.
 	short := s.UploadKeys(time.Nanosecond)
+	if _, ok := claim(short, k3, "f"); !ok {
+		t.Fatal("a claim past the ttl held its key")
+	}
 	if err := short.Save(ctx, id("idem"), files.Saved{Fingerprint: "x", File: fo, At: now.Add(time.Hour)}); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok, _ := keys.Lookup(ctx, k1); ok {
+	if _, ok := claim(keys, k1, "s1\x00a.txt"); !ok {
 		t.Fatal("an entry past the ttl was kept")
 	}
 }

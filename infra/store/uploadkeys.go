@@ -49,29 +49,63 @@ func uploadKeyID(key string) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// Lookup returns what was saved under key unless it is older than the ttl.
-func (k *UploadKeys) Lookup(ctx context.Context, key string) (files.Saved, bool, error) {
-	var r uploadKeyRow
-	err := k.s.q(ctx).Where("id = ? AND created_at > ?", uploadKeyID(key), time.Now().UTC().Add(-k.ttl)).Take(&r).Error
-	if errors.Is(err, gorm.ErrRecordNotFound) {
-		return files.Saved{}, false, nil
-	}
-	if err != nil {
-		return files.Saved{}, false, fmt.Errorf("store: upload key: %w", err)
-	}
-	fp, err := base64.StdEncoding.DecodeString(r.Fingerprint)
-	if err != nil {
-		return files.Saved{}, false, fmt.Errorf("store: upload key fingerprint: %w", err)
-	}
-	var f files.File
-	if err := json.Unmarshal([]byte(r.File), &f); err != nil {
-		return files.Saved{}, false, fmt.Errorf("store: upload key file: %w", err)
-	}
-	return files.Saved{Fingerprint: string(fp), File: f, At: r.CreatedAt}, true, nil
+// pendingFile marks a claimed key whose upload has not finished: a finished
+// entry always holds a JSON object.
+const pendingFile = ""
+
+// lapsedRows selects the entries no longer remembered at now: finished ones
+// past the ttl, claims past files.ClaimTTL.
+func (k *UploadKeys) lapsedRows(q *gorm.DB, now time.Time) *gorm.DB {
+	return q.Where("(created_at <= ? OR (file = ? AND created_at <= ?))", now.Add(-k.ttl), pendingFile, now.Add(-min(k.ttl, files.ClaimTTL)))
 }
 
-// Save stores s under key, replacing an expired entry, and forgets the
-// entries older than the ttl.
+// Claim inserts a pending entry for key unless a live one holds it, which
+// it then returns. Two servers claiming at once meet on the primary key.
+func (k *UploadKeys) Claim(ctx context.Context, key, fingerprint string) (files.Saved, bool, error) {
+	id := uploadKeyID(key)
+	for range 3 {
+		now := time.Now().UTC()
+		if err := k.lapsedRows(k.s.q(ctx).Where("id = ?", id), now).Delete(&uploadKeyRow{}).Error; err != nil {
+			return files.Saved{}, false, fmt.Errorf("store: forget upload key: %w", err)
+		}
+		row := uploadKeyRow{ID: id, Fingerprint: base64.StdEncoding.EncodeToString([]byte(fingerprint)), File: pendingFile, CreatedAt: now}
+		res := k.s.q(ctx).Clauses(clause.OnConflict{DoNothing: true}).Create(&row)
+		if res.Error != nil {
+			return files.Saved{}, false, fmt.Errorf("store: claim upload key: %w", res.Error)
+		}
+		if res.RowsAffected == 1 {
+			return files.Saved{}, true, nil
+		}
+		var held uploadKeyRow
+		err := k.s.q(ctx).Where("id = ?", id).Take(&held).Error
+		if errors.Is(err, gorm.ErrRecordNotFound) {
+			continue // released meanwhile: claim again
+		}
+		if err != nil {
+			return files.Saved{}, false, fmt.Errorf("store: upload key: %w", err)
+		}
+		saved, err := held.saved()
+		return saved, false, err
+	}
+	return files.Saved{}, false, errors.New("store: claim upload key: released and taken three times over")
+}
+
+func (r uploadKeyRow) saved() (files.Saved, error) {
+	fp, err := base64.StdEncoding.DecodeString(r.Fingerprint)
+	if err != nil {
+		return files.Saved{}, fmt.Errorf("store: upload key fingerprint: %w", err)
+	}
+	s := files.Saved{Fingerprint: string(fp), At: r.CreatedAt, Pending: r.File == pendingFile}
+	if !s.Pending {
+		if err := json.Unmarshal([]byte(r.File), &s.File); err != nil {
+			return files.Saved{}, fmt.Errorf("store: upload key file: %w", err)
+		}
+	}
+	return s, nil
+}
+
+// Save stores the finished upload s under key, and forgets the entries no
+// longer remembered.
 func (k *UploadKeys) Save(ctx context.Context, key string, s files.Saved) error {
 	file, err := json.Marshal(s.File)
 	if err != nil {
@@ -82,11 +116,22 @@ func (k *UploadKeys) Save(ctx context.Context, key string, s files.Saved) error 
 		at = time.Now().UTC()
 	}
 	row := uploadKeyRow{ID: uploadKeyID(key), Fingerprint: base64.StdEncoding.EncodeToString([]byte(s.Fingerprint)), File: string(file), CreatedAt: at}
-	if err := k.s.q(ctx).Where("created_at <= ?", time.Now().UTC().Add(-k.ttl)).Delete(&uploadKeyRow{}).Error; err != nil {
+	if err := k.lapsedRows(k.s.q(ctx), time.Now().UTC()).Delete(&uploadKeyRow{}).Error; err != nil {
 		return fmt.Errorf("store: forget upload keys: %w", err)
 	}
-	if err := k.s.q(ctx).Clauses(clause.OnConflict{UpdateAll: true}).Create(&row).Error; err != nil {
+	if err := k.s.q(ctx).Clauses(clause.OnConflict{
+		Columns:   []clause.Column{{Name: "id"}},
+		DoUpdates: clause.AssignmentColumns([]string{"fingerprint", "file", "created_at"}), // UpdateAll would keep the claim's created_at
+	}).Create(&row).Error; err != nil {
 		return fmt.Errorf("store: save upload key: %w", err)
+	}
+	return nil
+}
+
+// Release deletes key's claim; a finished entry stays.
+func (k *UploadKeys) Release(ctx context.Context, key string) error {
+	if err := k.s.q(ctx).Where("id = ? AND file = ?", uploadKeyID(key), pendingFile).Delete(&uploadKeyRow{}).Error; err != nil {
+		return fmt.Errorf("store: release upload key: %w", err)
 	}
 	return nil
 }
