@@ -50,6 +50,29 @@ type Limits struct {
 	TmpBytes    int64
 }
 
+// Or returns l with each zero (or negative) field taken from d.
+func (l Limits) Or(d Limits) Limits {
+	if l.MemoryBytes <= 0 {
+		l.MemoryBytes = d.MemoryBytes
+	}
+	if l.CPUs <= 0 {
+		l.CPUs = d.CPUs
+	}
+	if l.Pids <= 0 {
+		l.Pids = d.Pids
+	}
+	if l.NoFile <= 0 {
+		l.NoFile = d.NoFile
+	}
+	if l.DiskBytes <= 0 {
+		l.DiskBytes = d.DiskBytes
+	}
+	if l.TmpBytes <= 0 {
+		l.TmpBytes = d.TmpBytes
+	}
+	return l
+}
+
 // Spec describes the sandbox to boot for a container.
 type Spec struct {
 	ID     string // the container id; backends derive their own names from it

@@ -28,6 +28,7 @@ import (
 
 	"threadbox/domain/sandbox"
 	"threadbox/infra/agent"
+	"threadbox/infra/boxes"
 	"threadbox/infra/hostdirs"
 )
 
@@ -98,9 +99,7 @@ type Backend struct {
 	cfg Config
 	log *slog.Logger
 
-	mu    sync.Mutex
-	boxes map[string]*box        // running sandboxes by container id
-	locks map[string]*sync.Mutex // per container id: boot, stop
+	boxes *boxes.Set[*box]
 }
 
 // box is one running sandbox and its agent connection.
@@ -170,18 +169,15 @@ func NewWithClient(cli *client.Client, cfg Config) *Backend {
 	if lg == nil {
 		lg = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	return &Backend{cli: cli, cfg: cfg, log: lg, boxes: map[string]*box{}, locks: map[string]*sync.Mutex{}}
+	return &Backend{cli: cli, cfg: cfg, log: lg, boxes: boxes.New(boxEnded)}
 }
 
 // Close closes the agent connections and the client; containers keep running
 // (a later Reconcile adopts them).
 func (b *Backend) Close() error {
-	b.mu.Lock()
-	for _, bx := range b.boxes {
+	for _, bx := range b.boxes.TakeAll() {
 		bx.conn.Close()
 	}
-	b.boxes = map[string]*box{}
-	b.mu.Unlock()
 	return b.cli.Close()
 }
 
@@ -221,43 +217,29 @@ func (b *Backend) ContainerName(id string) string {
 	return "threadbox-" + b.cfg.Instance + "-" + hostdirs.SafeID(id)
 }
 
-func (b *Backend) lock(id string) func() {
-	b.mu.Lock()
-	m, ok := b.locks[id]
-	if !ok {
-		m = &sync.Mutex{}
-		b.locks[id] = m
-	}
-	b.mu.Unlock()
-	m.Lock()
-	return m.Unlock
-}
-
 // live returns the running box of id, or nil.
 func (b *Backend) live(id string) *box {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	bx := b.boxes[id]
-	if bx == nil {
-		return nil
-	}
+	bx, _ := b.boxes.Live(id)
+	return bx
+}
+
+// boxEnded reports a box whose container ended, or whose agent client gave
+// up (keepalive: the sandbox is hung), closing its connection then.
+func boxEnded(bx *box) bool {
 	select {
 	case <-bx.done:
-		delete(b.boxes, id)
-		return nil
+		return true
 	default:
 	}
-	// The agent client may give up first (keepalive): the sandbox is hung.
 	if d, ok := bx.agent.(interface{ Done() <-chan struct{} }); ok {
 		select {
 		case <-d.Done():
-			delete(b.boxes, id)
 			bx.conn.Close()
-			return nil
+			return true
 		default:
 		}
 	}
-	return bx
+	return false
 }
 
 // Ensure boots the sandbox for spec.ID unless it is already running. A
@@ -267,47 +249,16 @@ func (b *Backend) Ensure(ctx context.Context, spec sandbox.Spec) error {
 	if spec.ID == "" {
 		return errors.New("docker: ensure: empty container id")
 	}
-	defer b.lock(spec.ID)()
-	if b.live(spec.ID) != nil {
-		return nil
+	if err := b.boxes.Ensure(ctx, spec, b.cfg.Dirs, b.boot); err != nil {
+		return fmt.Errorf("docker: %w", err)
 	}
-	if b.cfg.Dirs != nil {
-		d, err := b.cfg.Dirs.Prepare(ctx, spec.ID)
-		if err != nil {
-			return fmt.Errorf("docker: ensure %s: %w: %w", spec.ID, sandbox.ErrUnavailable, err)
-		}
-		if len(spec.Mounts) == 0 {
-			spec.Mounts = d.Mounts()
-		}
-	}
-	bx, err := b.boot(ctx, spec)
-	if err != nil {
-		return fmt.Errorf("docker: ensure %s: %w: %w", spec.ID, sandbox.ErrUnavailable, err)
-	}
-	b.mu.Lock()
-	b.boxes[spec.ID] = bx
-	b.mu.Unlock()
 	return nil
 }
 
 // hostConfig builds the hardened host configuration of one sandbox.
 func (b *Backend) hostConfig(spec sandbox.Spec) *container.HostConfig {
-	l := spec.Limits
-	d := b.cfg.Limits
-	pick := func(v, def int64) int64 {
-		if v > 0 {
-			return v
-		}
-		return def
-	}
-	mem := pick(l.MemoryBytes, d.MemoryBytes)
-	pids := pick(l.Pids, d.Pids)
-	nofile := pick(l.NoFile, d.NoFile)
-	tmp := pick(l.TmpBytes, d.TmpBytes)
-	cpus := l.CPUs
-	if cpus <= 0 {
-		cpus = d.CPUs
-	}
+	l := spec.Limits.Or(b.cfg.Limits)
+	mem, pids, nofile, tmp, cpus := l.MemoryBytes, l.Pids, l.NoFile, l.TmpBytes, l.CPUs
 	binds := []string{b.cfg.AgentBin + ":" + AgentPath + ":ro"}
 	for _, m := range spec.Mounts {
 		mode := "rw"
@@ -590,11 +541,8 @@ func (bx *box) touch(delta int) {
 // Stop shuts the sandbox down and removes its Docker container; the host
 // folders stay.
 func (b *Backend) Stop(ctx context.Context, id string) error {
-	defer b.lock(id)()
-	b.mu.Lock()
-	bx := b.boxes[id]
-	delete(b.boxes, id)
-	b.mu.Unlock()
+	defer b.boxes.Lock(id)()
+	bx, _ := b.boxes.Take(id)
 	if bx != nil {
 		bx.conn.Close()
 	}
@@ -617,9 +565,7 @@ func (b *Backend) Remove(ctx context.Context, id string) error {
 	if err := b.Stop(ctx, id); err != nil {
 		return err
 	}
-	b.mu.Lock()
-	delete(b.locks, id)
-	b.mu.Unlock()
+	b.boxes.Forget(id)
 	return nil
 }
 
@@ -671,7 +617,7 @@ func (b *Backend) Reconcile(ctx context.Context) (adopted, removed []string, err
 
 // adopt re-attaches to a running sandbox and keeps it when its agent answers.
 func (b *Backend) adopt(ctx context.Context, id, dockerID string) bool {
-	defer b.lock(id)()
+	defer b.boxes.Lock(id)()
 	if b.live(id) != nil {
 		return true
 	}
@@ -710,25 +656,18 @@ func (b *Backend) adopt(ctx context.Context, id, dockerID string) bool {
 	bx.startedAt, _ = time.Parse(time.RFC3339Nano, in.State.StartedAt)
 	bx.setOOM(newOOMCounter(in.State.Pid, "/sys/fs/cgroup"))
 	close(bx.oomReady)
-	b.mu.Lock()
-	b.boxes[id] = bx
-	b.mu.Unlock()
+	b.boxes.Put(id, bx)
 	return true
 }
 
 // StopIdle stops the running sandboxes unused for at least idle (and running
 // no command) and returns their ids; files stay.
 func (b *Backend) StopIdle(ctx context.Context, idle time.Duration) ([]string, error) {
-	b.mu.Lock()
-	var ids []string
-	for id, bx := range b.boxes {
+	ids := b.boxes.IDs(func(bx *box) bool {
 		bx.mu.Lock()
-		if bx.active == 0 && time.Since(bx.lastUsed) >= idle {
-			ids = append(ids, id)
-		}
-		bx.mu.Unlock()
-	}
-	b.mu.Unlock()
+		defer bx.mu.Unlock()
+		return bx.active == 0 && time.Since(bx.lastUsed) >= idle
+	})
 	var errs []error
 	for _, id := range ids {
 		errs = append(errs, b.Stop(ctx, id))

@@ -94,13 +94,7 @@ func newEnv(t *testing.T, runtime string, o envOpts) *env {
 		ctx := context.Background()
 		// Remove every container of this instance, then the quota mounts.
 		e.be.Reconcile(ctx) // adopts live ones…
-		e.be.mu.Lock()
-		var ids []string
-		for id := range e.be.boxes {
-			ids = append(ids, id)
-		}
-		e.be.mu.Unlock()
-		for _, id := range ids {
+		for _, id := range e.be.boxes.IDs(nil) {
 			e.be.Remove(ctx, id)
 		}
 		e.be.Close()

@@ -27,6 +27,7 @@ import (
 
 	"threadbox/domain/sandbox"
 	"threadbox/infra/agent"
+	"threadbox/infra/boxes"
 	"threadbox/infra/hostdirs"
 )
 
@@ -109,10 +110,7 @@ type Backend struct {
 	availMu sync.Mutex
 	availAt time.Time // last successful probe
 
-	mu    sync.Mutex
-	boxes map[string]*jail
-	known map[string]bool // ids booted at least once by this backend
-	locks map[string]*sync.Mutex
+	boxes *boxes.Set[*jail]
 }
 
 // jail is one running sandbox.
@@ -174,7 +172,7 @@ func New(cfg Config) (*Backend, error) {
 		lg = slog.New(slog.DiscardHandler)
 	}
 	lg.Warn(Warning, "backend", "local")
-	return &Backend{cfg: cfg, log: lg, boxes: map[string]*jail{}, known: map[string]bool{}, locks: map[string]*sync.Mutex{}}, nil
+	return &Backend{cfg: cfg, log: lg, boxes: boxes.New(jailEnded)}, nil
 }
 
 // Name returns "local".
@@ -266,37 +264,24 @@ func (b *Backend) procAttr() *syscall.SysProcAttr {
 	return a
 }
 
-func (b *Backend) lock(id string) func() {
-	b.mu.Lock()
-	m, ok := b.locks[id]
-	if !ok {
-		m = &sync.Mutex{}
-		b.locks[id] = m
-	}
-	b.mu.Unlock()
-	m.Lock()
-	return m.Unlock
-}
-
 // live returns the running jail of id, or nil.
 func (b *Backend) live(id string) *jail {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	j := b.boxes[id]
-	if j == nil {
-		return nil
-	}
+	j, _ := b.boxes.Live(id)
+	return j
+}
+
+// jailEnded reports a jail that exited, or whose agent client gave up
+// (keepalive: the jail is hung), killing it then.
+func jailEnded(j *jail) bool {
 	select {
 	case <-j.done:
-		delete(b.boxes, id)
-		return nil
+		return true
 	case <-j.client.Done():
-		delete(b.boxes, id)
 		go j.kill()
-		return nil
+		return true
 	default:
+		return false
 	}
-	return j
 }
 
 // Ensure boots the jail for spec.ID unless it is running. A jail that died
@@ -305,50 +290,14 @@ func (b *Backend) Ensure(ctx context.Context, spec sandbox.Spec) error {
 	if spec.ID == "" {
 		return errors.New("local: ensure: empty container id")
 	}
-	defer b.lock(spec.ID)()
-	if b.live(spec.ID) != nil {
-		return nil
+	if err := b.boxes.Ensure(ctx, spec, b.cfg.Dirs, b.boot); err != nil {
+		return fmt.Errorf("local: %w", err)
 	}
-	if b.cfg.Dirs != nil {
-		d, err := b.cfg.Dirs.Prepare(ctx, spec.ID)
-		if err != nil {
-			return fmt.Errorf("local: ensure %s: %w: %w", spec.ID, sandbox.ErrUnavailable, err)
-		}
-		if len(spec.Mounts) == 0 {
-			spec.Mounts = d.Mounts()
-		}
-	}
-	j, err := b.boot(ctx, spec)
-	if err != nil {
-		return fmt.Errorf("local: ensure %s: %w: %w", spec.ID, sandbox.ErrUnavailable, err)
-	}
-	b.mu.Lock()
-	b.boxes[spec.ID] = j
-	b.known[spec.ID] = true
-	b.mu.Unlock()
 	return nil
 }
 
 // limits fills the zero fields of l from the backend's defaults.
-func (b *Backend) limits(l sandbox.Limits) sandbox.Limits {
-	d := b.cfg.Limits
-	if l.MemoryBytes <= 0 {
-		l.MemoryBytes = d.MemoryBytes
-	}
-	if l.CPUs <= 0 {
-		l.CPUs = d.CPUs
-	}
-	if l.Pids <= 0 {
-		l.Pids = d.Pids
-	}
-	if l.NoFile <= 0 {
-		l.NoFile = d.NoFile
-	}
-	if l.TmpBytes <= 0 {
-		l.TmpBytes = d.TmpBytes
-	}
-	return l
-}
+func (b *Backend) limits(l sandbox.Limits) sandbox.Limits { return l.Or(b.cfg.Limits) }
 
 // bwrapArgs builds the bubblewrap command line of one jail.
 func (b *Backend) bwrapArgs(spec sandbox.Spec, l sandbox.Limits) []string {
@@ -491,10 +440,7 @@ func (j *jail) kill() {
 func (b *Backend) Exec(ctx context.Context, id string, cmd sandbox.Command) (sandbox.Result, error) {
 	j := b.live(id)
 	if j == nil {
-		b.mu.Lock()
-		known := b.known[id]
-		b.mu.Unlock()
-		if !known {
+		if !b.boxes.Known(id) {
 			return sandbox.Result{}, fmt.Errorf("local: exec %s: %w", id, sandbox.ErrNotFound)
 		}
 		return sandbox.Result{}, fmt.Errorf("local: exec %s: %w: sandbox is not running", id, sandbox.ErrUnavailable)
@@ -525,11 +471,8 @@ func (b *Backend) Exec(ctx context.Context, id string, cmd sandbox.Command) (san
 
 // Stop kills the jail; its files stay.
 func (b *Backend) Stop(ctx context.Context, id string) error {
-	defer b.lock(id)()
-	b.mu.Lock()
-	j := b.boxes[id]
-	delete(b.boxes, id)
-	b.mu.Unlock()
+	defer b.boxes.Lock(id)()
+	j, _ := b.boxes.Take(id)
 	if j == nil {
 		return nil
 	}
@@ -548,10 +491,7 @@ func (b *Backend) Remove(ctx context.Context, id string) error {
 	if err := b.Stop(ctx, id); err != nil {
 		return err
 	}
-	b.mu.Lock()
-	delete(b.locks, id)
-	delete(b.known, id)
-	b.mu.Unlock()
+	b.boxes.Forget(id)
 	return nil
 }
 
@@ -561,10 +501,7 @@ func (b *Backend) Status(ctx context.Context, id string) (sandbox.Status, error)
 	if j := b.live(id); j != nil {
 		return sandbox.Status{State: sandbox.StateRunning, StartedAt: j.startedAt}, nil
 	}
-	b.mu.Lock()
-	known := b.known[id]
-	b.mu.Unlock()
-	if known {
+	if b.boxes.Known(id) {
 		return sandbox.Status{State: sandbox.StateStopped}, nil
 	}
 	return sandbox.Status{State: sandbox.StateMissing}, nil
@@ -573,14 +510,8 @@ func (b *Backend) Status(ctx context.Context, id string) (sandbox.Status, error)
 // Close kills every jail of this backend and removes its (then empty)
 // cgroup folders.
 func (b *Backend) Close() error {
-	b.mu.Lock()
-	var ids []string
-	for id := range b.boxes {
-		ids = append(ids, id)
-	}
-	b.mu.Unlock()
 	var errs []error
-	for _, id := range ids {
+	for _, id := range b.boxes.IDs(nil) {
 		errs = append(errs, b.Stop(context.Background(), id))
 	}
 	if mode, _ := b.LimitMode(); mode != LimitRlimits {

@@ -41,6 +41,11 @@ func AgentBin(t testing.TB) string {
 			agentErr = err
 			return
 		}
+		// Jails run as uid 1000 and bind the agent from here.
+		if err := os.Chmod(dir, 0o755); err != nil {
+			agentErr = err
+			return
+		}
 		agentBin = filepath.Join(dir, "threadbox-agent")
 		cmd := exec.Command("go", "build", "-trimpath", "-o", agentBin, "threadbox/cmd/threadbox-agent")
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")

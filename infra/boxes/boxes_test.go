@@ -1,0 +1,99 @@
+package boxes
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"threadbox/domain/sandbox"
+)
+
+type fakeBox struct {
+	n     int
+	ended atomic.Bool
+}
+
+func TestEnsureBootsOnceAndAgainAfterAnEnd(t *testing.T) {
+	ctx := context.Background()
+	released := 0
+	s := New(func(b *fakeBox) bool {
+		if b.ended.Load() {
+			released++
+			return true
+		}
+		return false
+	})
+	var boots atomic.Int32
+	boot := func(_ context.Context, spec sandbox.Spec) (*fakeBox, error) {
+		return &fakeBox{n: int(boots.Add(1))}, nil
+	}
+	// Concurrent Ensures of one id boot one box.
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := s.Ensure(ctx, sandbox.Spec{ID: "a"}, nil, boot); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	b, ok := s.Live("a")
+	if boots.Load() != 1 || !ok || b.n != 1 {
+		t.Fatalf("boots %d, live %v %+v", boots.Load(), ok, b)
+	}
+	// An ended box is dropped (and released once); the next Ensure boots anew.
+	b.ended.Store(true)
+	if _, ok := s.Live("a"); ok || released != 1 {
+		t.Fatalf("ended box still live (%v) or released %d times", ok, released)
+	}
+	if !s.Known("a") {
+		t.Error("a box that ended is no longer known")
+	}
+	if err := s.Ensure(ctx, sandbox.Spec{ID: "a"}, nil, boot); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := s.Live("a"); b == nil || b.n != 2 {
+		t.Fatalf("after an end: %+v", b)
+	}
+}
+
+func TestEnsureFailureAndBookkeeping(t *testing.T) {
+	ctx := context.Background()
+	s := New(func(*fakeBox) bool { return false })
+	boom := errors.New("boom")
+	err := s.Ensure(ctx, sandbox.Spec{ID: "x"}, nil, func(context.Context, sandbox.Spec) (*fakeBox, error) { return nil, boom })
+	if !errors.Is(err, sandbox.ErrUnavailable) || !errors.Is(err, boom) {
+		t.Fatalf("failed boot: %v", err)
+	}
+	if _, ok := s.Live("x"); ok || s.Known("x") {
+		t.Fatal("a failed boot was kept")
+	}
+	s.Put("a", &fakeBox{n: 1})
+	s.Put("b", &fakeBox{n: 2})
+	ids := s.IDs(nil)
+	slices.Sort(ids)
+	if !slices.Equal(ids, []string{"a", "b"}) {
+		t.Errorf("IDs = %v", ids)
+	}
+	if ids := s.IDs(func(b *fakeBox) bool { return b.n == 2 }); !slices.Equal(ids, []string{"b"}) {
+		t.Errorf("IDs(n==2) = %v", ids)
+	}
+	if b, ok := s.Take("a"); !ok || b.n != 1 {
+		t.Errorf("Take = %+v %v", b, ok)
+	}
+	if _, ok := s.Live("a"); ok || !s.Known("a") {
+		t.Error("a taken box is live, or forgotten")
+	}
+	s.Forget("a")
+	if s.Known("a") {
+		t.Error("Forget kept a")
+	}
+	if all := s.TakeAll(); len(all) != 1 || all[0].n != 2 || len(s.IDs(nil)) != 0 {
+		t.Errorf("TakeAll = %v, left %v", all, s.IDs(nil))
+	}
+}
