@@ -5,6 +5,7 @@ package boxes
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 
@@ -119,6 +120,9 @@ func (s *Set[B]) Forget(id string) {
 // With dirs, the host folders are prepared first and, when spec names no
 // mounts, mounted. A failure wraps sandbox.ErrUnavailable.
 func (s *Set[B]) Ensure(ctx context.Context, spec sandbox.Spec, dirs *hostdirs.Layout, boot func(context.Context, sandbox.Spec) (B, error)) error {
+	if spec.ID == "" {
+		return errors.New("ensure: empty container id")
+	}
 	defer s.Lock(spec.ID)()
 	if _, ok := s.Live(spec.ID); ok {
 		return nil

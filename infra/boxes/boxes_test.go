@@ -73,6 +73,9 @@ func TestEnsureFailureAndBookkeeping(t *testing.T) {
 	if _, ok := s.Live("x"); ok || s.Known("x") {
 		t.Fatal("a failed boot was kept")
 	}
+	if err := s.Ensure(ctx, sandbox.Spec{}, nil, nil); err == nil || errors.Is(err, sandbox.ErrUnavailable) {
+		t.Errorf("empty id: %v", err)
+	}
 	s.Put("a", &fakeBox{n: 1})
 	s.Put("b", &fakeBox{n: 2})
 	ids := s.IDs(nil)

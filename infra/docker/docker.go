@@ -246,9 +246,6 @@ func boxEnded(bx *box) bool {
 // sandbox that died (killed, out of memory, daemon restart) is replaced by a
 // fresh one over the same host folders.
 func (b *Backend) Ensure(ctx context.Context, spec sandbox.Spec) error {
-	if spec.ID == "" {
-		return errors.New("docker: ensure: empty container id")
-	}
 	if err := b.boxes.Ensure(ctx, spec, b.cfg.Dirs, b.boot); err != nil {
 		return fmt.Errorf("docker: %w", err)
 	}

@@ -287,9 +287,6 @@ func jailEnded(j *jail) bool {
 // Ensure boots the jail for spec.ID unless it is running. A jail that died
 // is replaced by a fresh one over the same host folders.
 func (b *Backend) Ensure(ctx context.Context, spec sandbox.Spec) error {
-	if spec.ID == "" {
-		return errors.New("local: ensure: empty container id")
-	}
 	if err := b.boxes.Ensure(ctx, spec, b.cfg.Dirs, b.boot); err != nil {
 		return fmt.Errorf("local: %w", err)
 	}
