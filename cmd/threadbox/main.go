@@ -124,6 +124,25 @@ func openStore(ctx context.Context, cfg Config) (*store.Store, error) {
 	return st, nil
 }
 
+// openAuth loads the config and opens the store and the auth use cases over
+// it, for the admin commands; the caller closes the store.
+func openAuth(ctx context.Context, getenv func(string) string) (*auth.Service, func() error, error) {
+	cfg, err := loadConfig(getenv)
+	if err != nil {
+		return nil, nil, err
+	}
+	st, err := openStore(ctx, cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	a, err := newAuth(cfg, st)
+	if err != nil {
+		st.Close()
+		return nil, nil, err
+	}
+	return a, st.Close, nil
+}
+
 func newAuth(cfg Config, st *store.Store) (*auth.Service, error) {
 	key, _, err := jwt.LoadOrCreateKey(cfg.JWTKeyFile)
 	if err != nil {
@@ -180,19 +199,11 @@ func cmdAdmin(ctx context.Context, args []string, getenv func(string) string, st
 		}
 		password = strings.TrimRight(string(b), "\r\n")
 	}
-	cfg, err := loadConfig(getenv)
+	a, closeStore, err := openAuth(ctx, getenv)
 	if err != nil {
 		return err
 	}
-	st, err := openStore(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-	a, err := newAuth(cfg, st)
-	if err != nil {
-		return err
-	}
+	defer closeStore()
 	iss, created, err := a.Bootstrap(ctx, *orgName, *email, password)
 	if err != nil {
 		return fmt.Errorf("admin bootstrap: %w", err)
@@ -242,19 +253,11 @@ func cmdToken(ctx context.Context, args []string, getenv func(string) string, st
 	if sub == "revoke" && fs.NArg() != 1 {
 		return fmt.Errorf("%w: threadbox token revoke ID", errUsage)
 	}
-	cfg, err := loadConfig(getenv)
+	a, closeStore, err := openAuth(ctx, getenv)
 	if err != nil {
 		return err
 	}
-	st, err := openStore(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-	a, err := newAuth(cfg, st)
-	if err != nil {
-		return err
-	}
+	defer closeStore()
 	switch sub {
 	case "create":
 		iss, err := a.CreateAPITokenFor(ctx, *email, *name, *ttl)
