@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"reflect"
 	"time"
+	"unicode/utf8"
 )
 
 // Roles of a message.
@@ -140,7 +141,8 @@ func objectMembers(data []byte, fn func(key string, value []byte)) {
 		end := skipString(data, i)
 		rawKey := data[i:end]
 		key := string(rawKey[1 : len(rawKey)-1])
-		if bytes.IndexByte(rawKey, '\\') >= 0 {
+		if bytes.IndexByte(rawKey, '\\') >= 0 || !utf8.Valid(rawKey) {
+			// Escapes, and invalid UTF-8 (U+FFFD, as json.Unmarshal reads it).
 			if json.Unmarshal(rawKey, &key) != nil {
 				return
 			}

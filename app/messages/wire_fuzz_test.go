@@ -1,0 +1,64 @@
+package messages
+
+import (
+	"bytes"
+	"encoding/json"
+	"testing"
+)
+
+// FuzzRequestUnmarshalJSON: no body panics the decoder; a body it accepts
+// is valid JSON whose unknown members are kept byte for byte in Extra, and
+// the request encodes to a body that decodes to the same encoding.
+func FuzzRequestUnmarshalJSON(f *testing.F) {
+	for _, s := range []string{
+		`{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}`,
+		`{"model":"m","max_tokens":5,"service_tier":"auto","x":{"a":[1,"]",{"b":"}"}]},"messages":[{"role":"user","content":[{"type":"text","text":"a\"b"}]}]}`,
+		`{"messages":[{"role":"assistant","content":[{"type":"server_tool_use","id":"srvtoolu_1","name":"bash_code_execution","input":{"command":"ls"}},{"type":"bash_code_execution_tool_result","tool_use_id":"srvtoolu_1","content":{"type":"bash_code_execution_result","stdout":"","stderr":"","return_code":0,"content":[]}}]}]}`,
+		`{"messages":[{"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":[{"type":"text","text":"x"}],"is_error":true}]}],"container":"container_01"}`,
+		`{"tools":[{"type":"code_execution_20250825","name":"code_execution"},{"name":"f","description":"d","input_schema":{"type":"object"}}],"tool_choice":{"type":"auto"}}`,
+		`{"\u006dodel":"m","a\"b":1,"a":1,"a":2}`,
+		`{"Model":"m","model":"n"}`,
+		`{"system":[{"type":"text","text":"s"}],"stream":true,"metadata":{"user_id":"u"},"thinking":{"type":"enabled","budget_tokens":1024}}`,
+		` { "messages" : [ ] , "z" : null } `,
+		`[]`, `null`, `{}`, `{"messages":{}}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var r Request
+		if err := r.UnmarshalJSON(data); err != nil {
+			return
+		}
+		if !json.Valid(data) {
+			t.Fatalf("accepted invalid JSON %q", data)
+		}
+		var members map[string]json.RawMessage
+		if json.Unmarshal(data, &members) == nil {
+			for k, v := range members {
+				if requestFields[k] {
+					continue
+				}
+				if got, ok := r.Extra[k]; !ok || !bytes.Equal(got, v) {
+					t.Fatalf("unknown member %q = %s kept as %s (%v) from %q", k, v, got, ok, data)
+				}
+			}
+			for k := range r.Extra {
+				if _, ok := members[k]; !ok || requestFields[k] {
+					t.Fatalf("Extra has %q, not an unknown member of %q", k, data)
+				}
+			}
+		}
+		enc, err := r.MarshalJSON()
+		if err != nil {
+			return // a decoded value the encoder refuses (say, a block of no known type) is refused
+		}
+		var r2 Request
+		if err := r2.UnmarshalJSON(enc); err != nil {
+			t.Fatalf("re-decode of %s (from %q): %v", enc, data, err)
+		}
+		enc2, err := r2.MarshalJSON()
+		if err != nil || !bytes.Equal(enc, enc2) {
+			t.Fatalf("round trip of %q:\n%s\n%s (%v)", data, enc, enc2, err)
+		}
+	})
+}
