@@ -3,6 +3,7 @@ package containers
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -215,6 +216,7 @@ func TestMaximumAge(t *testing.T) {
 	s.now = func() time.Time { return now }
 	named, _ := s.ForUser(ctx, alice, "named")
 	def, _ := s.ForUser(ctx, alice, "")
+	th, _ := s.ForThread(ctx, alice, "thr_old")
 	if exp := s.ExpiresAt(named); !exp.Equal(now.Add(time.Minute).UTC()) {
 		t.Fatalf("expires_at: %v", exp)
 	}
@@ -228,6 +230,14 @@ func TestMaximumAge(t *testing.T) {
 	}
 	if len(ff.removed) != 2 {
 		t.Fatalf("expired folders not removed: %v", ff.removed)
+	}
+	// A thread's container has no maximum age: its files live as long as
+	// the thread.
+	if c, err := s.ForThread(ctx, alice, "thr_old"); err != nil || !c.CreatedAt().Equal(th.CreatedAt()) {
+		t.Fatalf("thread container after the maximum age: %v %v", c, err)
+	}
+	if slices.Contains(ff.removed, "thr_old") {
+		t.Fatal("a thread's files were removed at the maximum age")
 	}
 	// Named again after expiry: a new container.
 	if c, err := s.ForUser(ctx, alice, "named"); err != nil || !c.CreatedAt().Equal(now.UTC()) {

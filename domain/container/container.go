@@ -120,16 +120,18 @@ func (c Container) Touch(now time.Time) Container { c.lastActiveAt = now.UTC(); 
 // WithState returns the container in state s.
 func (c Container) WithState(s State) Container { c.state = s; return c }
 
-// Expired reports whether the container has passed its maximum age.
+// Expired reports whether the container has passed its maximum age. A
+// thread's container has none: its files live as long as the thread.
 func (c Container) Expired(now time.Time, maxAge time.Duration) bool {
-	return maxAge > 0 && !now.Before(c.createdAt.Add(maxAge))
+	return maxAge > 0 && c.threadID == "" && !now.Before(c.createdAt.Add(maxAge))
 }
 
 // ExpiresAt is the rolling expiry shown to clients: when the running
-// sandbox will be shut down for idleness, never past the maximum age.
+// sandbox will be shut down for idleness, never past the maximum age (of
+// a container that has one).
 func (c Container) ExpiresAt(idle, maxAge time.Duration) time.Time {
 	t := c.lastActiveAt.Add(idle)
-	if maxAge > 0 {
+	if maxAge > 0 && c.threadID == "" {
 		if hard := c.createdAt.Add(maxAge); hard.Before(t) {
 			t = hard
 		}

@@ -54,8 +54,10 @@ func TestClientIDs(t *testing.T) {
 func TestExpiry(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	c, _ := NewForUser("org", "usr", "x", t0)
+	th, _ := NewForThread("org", "usr", "thr_1", t0)
 	cases := []struct {
 		name    string
+		thread  bool
 		used    time.Duration // after creation
 		idle    time.Duration
 		maxAge  time.Duration
@@ -63,14 +65,20 @@ func TestExpiry(t *testing.T) {
 		checkAt time.Duration
 		expired bool
 	}{
-		{"rolls with use", 10 * time.Minute, 5 * time.Minute, time.Hour, 15 * time.Minute, 20 * time.Minute, false},
-		{"capped by max age", 58 * time.Minute, 5 * time.Minute, time.Hour, time.Hour, 59 * time.Minute, false},
-		{"past max age", 0, 5 * time.Minute, time.Hour, 5 * time.Minute, time.Hour, true},
-		{"no max age", 0, 5 * time.Minute, 0, 5 * time.Minute, 1000 * time.Hour, false},
+		{"rolls with use", false, 10 * time.Minute, 5 * time.Minute, time.Hour, 15 * time.Minute, 20 * time.Minute, false},
+		{"capped by max age", false, 58 * time.Minute, 5 * time.Minute, time.Hour, time.Hour, 59 * time.Minute, false},
+		{"past max age", false, 0, 5 * time.Minute, time.Hour, 5 * time.Minute, time.Hour, true},
+		{"no max age", false, 0, 5 * time.Minute, 0, 5 * time.Minute, 1000 * time.Hour, false},
+		{"a thread's lives as long as the thread", true, 0, 5 * time.Minute, time.Hour, 5 * time.Minute, 1000 * time.Hour, false},
+		{"a thread's rolls past max age", true, 58 * time.Minute, 5 * time.Minute, time.Hour, 63 * time.Minute, 2 * time.Hour, false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			u := c.Touch(t0.Add(tc.used))
+			u := c
+			if tc.thread {
+				u = th
+			}
+			u = u.Touch(t0.Add(tc.used))
 			if got := u.ExpiresAt(tc.idle, tc.maxAge); !got.Equal(t0.Add(tc.wantExp)) {
 				t.Errorf("expires_at %v, want %v", got, t0.Add(tc.wantExp))
 			}
