@@ -263,16 +263,9 @@ func (s *Server) putFile(c *fiber.Ctx) error {
 	if !ok || raw == "" {
 		return fault.New(fault.Invalid, "a key is required: PUT /api/gpt/v1/files/{key}")
 	}
-	// The raw key is checked first, so that encoded separators, dots and
-	// NULs are refused rather than decoded into a valid-looking key; then
-	// it is unescaped once, as any URL path is ("my%20file.txt"). A '%'
-	// that escapes nothing stays literal.
-	if err := file.ValidateKey(raw); err != nil {
-		return fault.Errorf(fault.Invalid, "invalid file path %q: keys are relative, contain no '..' or empty segments, no backslash, and do not end in '/'", raw)
-	}
-	key, err := url.PathUnescape(raw)
+	key, err := pathKey(raw)
 	if err != nil {
-		key = raw
+		return err
 	}
 	body := bodyReader(c)
 	defer body.finish(c)
@@ -281,6 +274,22 @@ func (s *Server) putFile(c *fiber.Ctx) error {
 		return err
 	}
 	return c.JSON(viewFile(f))
+}
+
+// pathKey returns the upload key a raw URL path tail names. The raw key is
+// checked first, so that encoded separators, dots and NULs are refused
+// rather than decoded into a valid-looking key; then it is unescaped once,
+// as any URL path is ("my%20file.txt"). A '%' that escapes nothing stays
+// literal.
+func pathKey(raw string) (string, error) {
+	if err := file.ValidateKey(raw); err != nil {
+		return "", fault.Errorf(fault.Invalid, "invalid file path %q: keys are relative, contain no '..' or empty segments, no backslash, and do not end in '/'", raw)
+	}
+	key, err := url.PathUnescape(raw)
+	if err != nil {
+		return raw, nil
+	}
+	return key, nil
 }
 
 // listFiles is GET /files.

@@ -29,13 +29,18 @@ func (s *Server) threadUpload(c *fiber.Ctx) error {
 // key, taken from the raw request path.
 func (s *Server) threadPut(c *fiber.Ctx) error {
 	raw := string(c.Request().URI().PathOriginal())
-	_, key, ok := strings.Cut(raw, "/put-file/")
-	if !ok || key == "" {
+	_, tail, ok := strings.Cut(raw, "/put-file/")
+	if !ok || tail == "" {
 		return fault.New(fault.Invalid, "a path is required: PUT /api/v1/app/thread/{threadId}/put-file/{path}")
 	}
-	f, err := s.svc.Workspace.PutFile(c.UserContext(), principal(c), c.Params("id"), key, bodyReader(c), s.maxUpload)
+	key, err := pathKey(tail)
 	if err != nil {
-		c.Context().SetConnectionClose()
+		return err
+	}
+	body := bodyReader(c)
+	defer body.finish(c)
+	f, err := s.svc.Workspace.PutFile(c.UserContext(), principal(c), c.Params("id"), key, body, s.maxUpload)
+	if err != nil {
 		return err
 	}
 	return c.JSON(viewFile(f))

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io/fs"
 	"mime/multipart"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -158,6 +159,13 @@ func TestWorkspaceThreadsFilesSkillsIsolation(t *testing.T) {
 		}
 		if r := s.do("PUT", appAPI+"/thread/"+tid+"/put-file/..%2f..%2fescape", a, "x"); r.status != 400 {
 			t.Errorf("put-file traversal: %d %s", r.status, r.body)
+		}
+		// The key is a URL path: unescaped once, as the Files API's PUT does.
+		if r := s.do("PUT", appAPI+"/thread/"+tid+"/put-file/my%20r%C3%A9sum%C3%A9.txt", a, "cv"); r.status != 200 || r.json(t)["filename"] != "my résumé.txt" {
+			t.Errorf("put-file with an escaped key: %d %s", r.status, r.body)
+		}
+		if r := f.download(a, tid, url.QueryEscape("/mnt/user-data/uploads/my résumé.txt")); r.status != 200 || string(r.body) != "cv" {
+			t.Errorf("download of the escaped key: %d %q", r.status, r.body)
 		}
 
 		// A turn without code answers and is stored, complete.
