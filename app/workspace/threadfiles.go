@@ -29,12 +29,20 @@ func (s *Service) ownThread(ctx context.Context, p user.Principal, threadID stri
 }
 
 // UploadFile stores an upload into the thread's container: at its key (the
-// optional path) or its file name, under /mnt/user-data/uploads/ (a key
-// starting "outputs/" lands in outputs). The request's scope is the thread.
+// optional path) or its file name, under /mnt/user-data/uploads/ (§7). A
+// key naming the outputs folder is refused: outputs are what code made
+// (put-file may write there). The request's scope is the thread.
 func (s *Service) UploadFile(ctx context.Context, p user.Principal, threadID string, req files.UploadRequest) (files.File, error) {
 	th, err := s.ownThread(ctx, p, threadID)
 	if err != nil {
 		return files.File{}, err
+	}
+	key := req.Key
+	if key == "" {
+		key = req.Filename
+	}
+	if m, _, err := file.KeyLocation(key); err == nil && m != file.Uploads {
+		return files.File{}, fault.Errorf(fault.Invalid, "upload-file stores into /mnt/user-data/uploads/: path %q names the outputs folder (put-file writes there)", key)
 	}
 	req.ScopeID = th.ID()
 	return s.d.Files.Upload(ctx, p, req)

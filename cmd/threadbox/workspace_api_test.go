@@ -142,6 +142,13 @@ func TestWorkspaceThreadsFilesSkillsIsolation(t *testing.T) {
 		if r := f.upload(t, a, tid, "", "plain.txt", "plain"); r.status != 200 || r.json(t)["filename"] != "plain.txt" {
 			t.Fatalf("upload-file by name: %d %s", r.status, r.body)
 		}
+		// upload-file stores into uploads (§7); outputs are what code made.
+		if r := f.upload(t, a, tid, "outputs/fake.txt", "fake.txt", "x"); r.status != 400 || !strings.Contains(string(r.body), "/mnt/user-data/uploads/") {
+			t.Fatalf("upload-file into outputs: %d %s", r.status, r.body)
+		}
+		if r := f.download(a, tid, "/mnt/user-data/outputs/fake.txt"); r.status != 404 {
+			t.Fatalf("a refused upload-file stored: %d %s", r.status, r.body)
+		}
 		if r := s.do("PUT", appAPI+"/thread/"+tid+"/put-file/outputs/report.txt", a, "report body"); r.status != 200 || r.json(t)["downloadable"] != true {
 			t.Fatalf("put-file: %d %s", r.status, r.body)
 		}
