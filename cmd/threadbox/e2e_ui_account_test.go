@@ -286,7 +286,8 @@ func TestE2EAccountsAndThreads(t *testing.T) {
 		chromedp.WaitVisible(chromedp.ID("message")),
 		chromedp.SetValue(chromedp.ID("message"), "```python\nprint(6 * 7)\n```"),
 		chromedp.Click(chromedp.ID("send")))
-	b.WaitText(".msg.assistant .turn-note", "your organization's admin may have switched off code execution (codeExecution)", 30*time.Second)
+	b.WaitText(".msg.assistant .turn-note", "Code was not run: your organization's admin has switched off code execution (codeExecution)", 30*time.Second)
+	b.WaitText(".policy-note", "switched off by your organization's admin (codeExecution)", 10*time.Second)
 	if n := e2e.Eval[int](b, "code cards", `document.querySelectorAll('.exec').length`); n != 0 {
 		t.Errorf("%d code cards with code execution off", n)
 	}

@@ -37,10 +37,13 @@ export async function renderAdmin(main, ctx) {
       h('div', { class: 'table-wrap', role: 'region', 'aria-label': 'Audit log', tabindex: '0' },
         h('table', { id: 'audit' }, h('thead', {}, h('tr', {},
           h('th', { scope: 'col' }, 'When'), h('th', { scope: 'col' }, 'Action'), h('th', { scope: 'col' }, 'Actor'), h('th', { scope: 'col' }, 'Change'))), audit))));
+  // Members may read the policy but not the users: both are fetched before
+  // the page shows, so a member meets the server's refusal, not the page.
+  const [policy, list] = await Promise.all([api('GET', '/org/features'), api('GET', '/org/users')]);
   replace(main, page);
-  const policy = await api('GET', '/org/features');
   renderSwitches(featureBox, policy, status, ctx, audit);
-  await Promise.all([loadUsers(users, ctx), loadAudit(audit)]);
+  replace(users, list.data.map((u) => userRow(u, users, ctx)));
+  await loadAudit(audit);
 }
 
 function renderSwitches(box, policy, status, ctx, audit) {

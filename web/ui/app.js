@@ -15,7 +15,7 @@ const state = {
   open: new Set(), // expanded project ids
   threads: new Map(), // project id -> {items, hasMore}
   currentThread: null,
-  policy: null, // admins only
+  policy: null, // the org policy, last read
 };
 
 const $ = (id) => document.getElementById(id);
@@ -28,9 +28,9 @@ function navigate(hash) {
   else location.hash = hash;
 }
 
-/** features returns the org policy for admins (fresh), null for members. */
+/** features returns the org policy (fresh), which every member may read. */
 async function features() {
-  if (!state.me || state.me.role !== 'admin') return null;
+  if (!state.me) return null;
   try { state.policy = await api('GET', '/org/features'); } catch { /* keep the last one */ }
   return state.policy;
 }

@@ -11,7 +11,7 @@ const LONG_CHARS = 4000;
 
 /**
  * renderThread shows thread threadID in main. ctx: {me, navigate(hash),
- * refresh() (the sidebar), features() (admin only, else null)}.
+ * refresh() (the sidebar), features() (the org policy)}.
  */
 export async function renderThread(main, threadID, ctx) {
   const th = await api('GET', '/thread/' + encodeURIComponent(threadID));
@@ -78,7 +78,7 @@ async function deleteThread(view) {
   } catch (err) { notify(explain(err)); }
 }
 
-/** showPolicy tells an admin when code execution is switched off. */
+/** showPolicy tells the user when code execution is switched off. */
 async function showPolicy(view) {
   const f = await view.ctx.features();
   if (f && f.codeExecution && f.codeExecution.enabled === false) {
@@ -254,8 +254,8 @@ async function runTurn(view, content, runCode, signal) {
 }
 
 /**
- * noCodeNote explains a turn whose code blocks did not run. Admins can read
- * the policy (f) and get a definite answer; members (f null) cannot.
+ * noCodeNote explains a turn whose code blocks did not run, from the org
+ * policy (f; null when it could not be read).
  */
 function noCodeNote(f) {
   if (!f) return "No code ran in this turn. If you expected it to, your organization's admin may have switched off code execution (codeExecution).";
