@@ -41,6 +41,9 @@ type MessageContainers interface {
 	// the caller chose, preparing its folders; without create an unknown
 	// container is not found.
 	Scope(ctx context.Context, p user.Principal, scopeID string, create bool) (container.Container, error)
+	// Peek finds the container a scope id names without changing anything:
+	// ok false when there is none yet, expired past its maximum age.
+	Peek(ctx context.Context, p user.Principal, scopeID string) (c container.Container, ok, expired bool, err error)
 	// Touch records a use of the container now.
 	Touch(ctx context.Context, c container.Container) (container.Container, error)
 	// ExpiresAt is the container's rolling expiry shown to clients.
@@ -538,17 +541,20 @@ func (s *Server) validateMessage(c *fiber.Ctx) error {
 			}
 		}
 		vc := &validateContainer{ID: id}
-		ctr, err := m.Containers.Scope(ctx, p, id, false)
+		ctr, ok, expired, err := m.Containers.Peek(ctx, p, id)
 		switch {
-		case err == nil:
+		case err != nil:
+			return err
+		case ok && expired && id != container.DefaultClientID:
+			// What the request itself would answer (it would also remove
+			// the container, which validate does not).
+			return fault.Errorf(fault.NotFound, "container %q has passed its maximum age; a request naming it removes it with its files and fails: send the request without a container to get a new one", id)
+		case ok && !expired:
 			vc.Exists, vc.ID = true, ctr.ClientID()
 			exp := m.Containers.ExpiresAt(ctr).UTC()
 			vc.ExpiresAt = &exp
-		case fault.Is(err, fault.NotFound) && strings.HasPrefix(id, "thr_"):
-			return err
-		case !fault.Is(err, fault.NotFound):
-			return err
 		}
+		// Otherwise the request makes it (the default container anew).
 		if len(plan.ContainerUploads) > 0 {
 			if !vc.Exists {
 				return fault.Errorf(fault.Invalid, "container_upload: container %q does not exist yet, so it has no files", id)

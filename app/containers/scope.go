@@ -55,6 +55,31 @@ func (s *Service) Scope(ctx context.Context, p user.Principal, scopeID string, c
 	return c, nil
 }
 
+// Peek returns the container a scope id names, as Scope does, but changes
+// nothing: no container is made, none past its maximum age is removed, no
+// folder is prepared. ok is false when there is none yet; expired tells that
+// it has passed its maximum age (a request naming it would remove it).
+func (s *Service) Peek(ctx context.Context, p user.Principal, scopeID string) (c container.Container, ok, expired bool, err error) {
+	id := ""
+	if s.threads != nil && strings.HasPrefix(scopeID, "thr_") {
+		t, terr := s.threads.Thread(ctx, p.OrgID, p.UserID, scopeID)
+		if terr != nil {
+			return container.Container{}, false, false, fault.New(fault.NotFound, "container not found")
+		}
+		id = t.ID()
+	} else {
+		if err := container.ValidateClientID(scopeID); err != nil {
+			return container.Container{}, false, false, err
+		}
+		id = container.UserScopedID(p.UserID, scopeID)
+	}
+	c, err = s.Lookup(ctx, p, id)
+	if err != nil {
+		return container.Container{}, false, false, nil
+	}
+	return c, true, c.Expired(s.now(), s.cfg.MaxAge), nil
+}
+
 // Container is Scope returning the storage id (the Files API's port).
 func (s *Service) Container(ctx context.Context, p user.Principal, scopeID string, create bool) (string, error) {
 	c, err := s.Scope(ctx, p, scopeID, create)

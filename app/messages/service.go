@@ -605,12 +605,13 @@ func ErrorEvent(err error) Event {
 }
 
 // ErrorStatus maps an error of Run to an HTTP status and the Anthropic error
-// body.
+// body. The types are those of CONTRACT §8: an upstream's own 5xx type
+// (Anthropic's "overloaded_error") becomes api_error, its message kept.
 func ErrorStatus(err error) (int, ErrorBody) {
 	var up *UpstreamError
 	switch {
 	case errors.Is(err, ErrUpstreamUnavailable):
-		return 503, ErrorBody{Type: "overloaded_error", Message: "The model upstream is unavailable."}
+		return 503, ErrorBody{Type: "api_error", Message: "The model upstream is unavailable."}
 	case errors.As(err, &up):
 		status := up.StatusCode
 		typ := up.Type
@@ -618,10 +619,7 @@ func ErrorStatus(err error) (int, ErrorBody) {
 		case status == 429:
 			typ = "rate_limit_error"
 		case status == 0 || status >= 500:
-			status = 502
-			if typ == "" {
-				typ = "api_error"
-			}
+			status, typ = 502, "api_error"
 		case status == 400 || status == 413 || status == 404:
 			typ = "invalid_request_error"
 		default:

@@ -531,10 +531,10 @@ func TestSinkErrorAndCancel(t *testing.T) {
 			t.Fatalf("err %v last %s", err, last.Type)
 		}
 		status, body := ErrorStatus(err)
-		if status != 502 || body.Type != "overloaded_error" {
+		if status != 502 || body.Type != "api_error" || body.Message != "Overloaded" {
 			t.Fatalf("status %d body %+v", status, body)
 		}
-		if ev := ErrorEvent(err); ev.Type != EventError || ev.Error.Type != "overloaded_error" {
+		if ev := ErrorEvent(err); ev.Type != EventError || ev.Error.Type != "api_error" {
 			t.Fatalf("error event %+v", ev)
 		}
 	})
@@ -546,7 +546,8 @@ func TestErrorStatus(t *testing.T) {
 		status int
 		typ    string
 	}{
-		{ErrUpstreamUnavailable, 503, "overloaded_error"},
+		{ErrUpstreamUnavailable, 503, "api_error"},
+		{&UpstreamError{StatusCode: 529, Type: "overloaded_error"}, 502, "api_error"},
 		{&UpstreamError{StatusCode: 429, Type: "rate_limit_error"}, 429, "rate_limit_error"},
 		{&UpstreamError{StatusCode: 400, Type: "invalid_request_error"}, 400, "invalid_request_error"},
 		{&UpstreamError{Type: "api_error"}, 502, "api_error"},

@@ -728,6 +728,13 @@ func testMessagesWithoutSandbox(t *testing.T, dbURL string) {
 			t.Fatalf("container %+v", msg.Container)
 		}
 		time.Sleep(2200 * time.Millisecond)
+		// validate answers what the request would, and removes nothing.
+		vbody := `{"model":"x","max_tokens":10,"container":"old","tools":[{"type":"code_execution_20250825","name":"code_execution"}],"messages":[{"role":"user","content":"hi"}]}`
+		for range 2 {
+			if r := s.do("POST", "/api/gpt/v1/messages/validate", tok, vbody); r.status != 404 || !strings.Contains(string(r.body), "maximum age") {
+				t.Fatalf("validate of an expired container: %d %s", r.status, r.body)
+			}
+		}
 		_, err = cl.Messages.New(ctx, msgParams("old", userText("again"), codeExecTool...))
 		if st, body := apiStatus(t, err); st != 404 || !strings.Contains(body, "maximum age") {
 			t.Fatalf("expired container: %d %s", st, body)
