@@ -569,7 +569,7 @@ func (s *Server) validateMessage(c *fiber.Ctx) error {
 		if s.svc.Workspace == nil {
 			return fault.New(fault.Unavailable, "skills are not configured on this server")
 		}
-		names, err := s.checkSkills(ctx, p, req.Container.Skills)
+		names, err := s.svc.Workspace.ResolveSkills(ctx, p, req.Container.Skills)
 		if err != nil {
 			return err
 		}
@@ -578,25 +578,3 @@ func (s *Server) validateMessage(c *fiber.Ctx) error {
 	return c.JSON(out)
 }
 
-// checkSkills finds each skill a request names among the org's skills.
-func (s *Server) checkSkills(ctx context.Context, p user.Principal, refs []messages.SkillParam) ([]string, error) {
-	all, err := s.svc.Workspace.Skills(ctx, p)
-	if err != nil {
-		return nil, err
-	}
-	names := []string{}
-	for i, r := range refs {
-		found := ""
-		for _, sk := range all {
-			if sk.ID == r.SkillID || sk.Name == r.SkillID {
-				found = sk.Name
-				break
-			}
-		}
-		if found == "" {
-			return nil, fault.Errorf(fault.NotFound, "container.skills.%d: skill not found: %s", i, r.SkillID)
-		}
-		names = append(names, found)
-	}
-	return names, nil
-}

@@ -292,6 +292,9 @@ func (s *Service) resolveSkillParams(ctx context.Context, orgID string, refs []m
 		if ref == "" {
 			return nil, fault.Errorf(fault.Invalid, "skills.%d: a skill name or id is required", i)
 		}
+		if r.Type != "" && r.Type != "custom" && r.Type != "anthropic" {
+			return nil, fault.Errorf(fault.Invalid, "skills.%d.type: %q is not \"custom\" or \"anthropic\"", i, r.Type)
+		}
 		var (
 			sk  skill.Skill
 			err error
@@ -315,6 +318,9 @@ func (s *Service) resolveSkillParams(ctx context.Context, orgID string, refs []m
 			}
 		}
 		if fault.Is(err, fault.NotFound) {
+			if r.Type == "anthropic" {
+				return nil, fault.Errorf(fault.NotFound, "skill not found: %s (Anthropic's pre-built skills are not on this server; an org admin can upload a skill of that name: POST /api/v1/app/skills)", r.SkillID)
+			}
 			return nil, fault.Errorf(fault.NotFound, "skill not found: %s", r.SkillID)
 		}
 		if err != nil {
@@ -326,6 +332,21 @@ func (s *Service) resolveSkillParams(ctx context.Context, orgID string, refs []m
 		}
 	}
 	return out, nil
+}
+
+// ResolveSkills returns the names of the skills a Messages API request
+// names (container.skills), found as PrepareSkills finds them (type,
+// version and all) but loaded nowhere: what validate answers.
+func (s *Service) ResolveSkills(ctx context.Context, p user.Principal, refs []messages.SkillParam) ([]string, error) {
+	skills, err := s.resolveSkillParams(ctx, p.OrgID, refs)
+	if err != nil {
+		return nil, err
+	}
+	names := make([]string, len(skills))
+	for i, sk := range skills {
+		names[i] = sk.Name
+	}
+	return names, nil
 }
 
 // PrepareSkills loads the skills a Messages API request names

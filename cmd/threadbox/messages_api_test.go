@@ -499,6 +499,27 @@ func TestMessagesAPIAnthropicSDK(t *testing.T) {
 		if st, body := apiStatus(t, err); st != 404 || !strings.Contains(body, "no-such-skill") {
 			t.Fatalf("unknown skill: %d %s", st, body)
 		}
+		// validate finds skills as the request does: type and version too.
+		validate := func(skills string) response {
+			return s.do("POST", "/api/gpt/v1/messages/validate", tok, `{"model":"x","max_tokens":10,"container":{"id":"box1","skills":`+skills+`},"messages":[{"role":"user","content":"hi"}]}`)
+		}
+		if r := validate(`[{"type":"custom","skill_id":"pdf-helper","version":"1"}]`); r.status != 200 || !strings.Contains(string(r.body), `"skills":["pdf-helper"]`) {
+			t.Fatalf("validate of a skill version: %d %s", r.status, r.body)
+		}
+		if r := validate(`[{"type":"custom","skill_id":"pdf-helper","version":"99"}]`); r.status != 404 {
+			t.Fatalf("validate of a missing skill version: %d %s", r.status, r.body)
+		}
+		if r := validate(`[{"type":"bogus","skill_id":"pdf-helper"}]`); r.status != 400 || !strings.Contains(string(r.body), "bogus") {
+			t.Fatalf("validate of a skill type: %d %s", r.status, r.body)
+		}
+		// An Anthropic skill is one the org uploaded under that name, or a
+		// clear 404.
+		if r := validate(`[{"type":"anthropic","skill_id":"pdf-helper"}]`); r.status != 200 {
+			t.Fatalf("validate of an anthropic skill the org has: %d %s", r.status, r.body)
+		}
+		if r := validate(`[{"type":"anthropic","skill_id":"xlsx"}]`); r.status != 404 || !strings.Contains(string(r.body), "pre-built skills are not on this server") {
+			t.Fatalf("validate of an anthropic skill the org lacks: %d %s", r.status, r.body)
+		}
 	})
 
 	t.Run("default container and namespacing", func(t *testing.T) {
