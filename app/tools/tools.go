@@ -124,10 +124,16 @@ func (e *Executor) bash(ctx context.Context, call messages.ToolCall) *messages.T
 	}
 	timeout := DefaultTimeout
 	if in.Timeout != nil {
-		if *in.Timeout <= 0 {
+		secs := *in.Timeout
+		if !(secs > 0) {
 			return fail(messages.CodeInvalidToolInput, "Invalid input: 'timeout' must be a positive number of seconds.")
 		}
-		timeout = min(time.Duration(*in.Timeout*float64(time.Second)), e.cfg.MaxTimeout)
+		// In seconds first: a huge value would overflow a Duration (and a
+		// tiny one round to zero), and a timeout <= 0 means none at all.
+		timeout = e.cfg.MaxTimeout
+		if secs < timeout.Seconds() {
+			timeout = max(time.Duration(secs*float64(time.Second)), time.Millisecond)
+		}
 	}
 	if in.Restart {
 		if err := e.sb.Restart(ctx, call.ContainerID); err != nil && !errors.Is(err, sandbox.ErrNotFound) {
