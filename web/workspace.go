@@ -133,15 +133,23 @@ func (s *Server) threadTurn(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
+	// A client that leaves ends the turn (fasthttp does not cancel the
+	// handler): watched while nothing is written, noticed by the pings of a
+	// silent stream.
 	if !b.Stream {
-		resp, err := turn.Run(c.UserContext(), nil)
+		ctx, cancel := context.WithCancel(c.UserContext())
+		defer cancel()
+		defer watchPeer(c.Context().Conn(), DefaultPingInterval/2, cancel)()
+		resp, err := turn.Run(ctx, nil)
 		if err != nil {
 			return s.turnError(c, err)
 		}
 		return c.JSON(resp)
 	}
-	log := s.log
+	log, peer := s.log, c.Context().Conn()
 	streamSSE(c, func(ctx context.Context, w *sseWriter) {
+		w.peer = peer
+		defer w.keepAlive(DefaultPingInterval, messages.EventPing, messages.Event{Type: messages.EventPing})()
 		_, err := turn.Run(ctx, messages.SinkFunc(func(ev messages.Event) error { return w.Event(ev.Type, ev) }))
 		if err != nil && ctx.Err() == nil {
 			log.Warn("thread turn failed mid-stream", "thread", turn.Thread().ID(), "err", err)

@@ -3,16 +3,20 @@ package main
 import (
 	"archive/zip"
 	"bytes"
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"io"
 	"io/fs"
 	"mime/multipart"
+	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 const appAPI = "/api/v1/app"
@@ -420,5 +424,65 @@ func TestWorkspacePolicySwitches(t *testing.T) {
 	first := last["data"].([]any)[0].(map[string]any)["after"].(map[string]any)
 	if first["codeExecution"].(map[string]any)["enabled"] != false {
 		t.Fatalf("newest audit event is not the last change: %v", first)
+	}
+}
+
+// TestWorkspaceTurnEndsWithItsClient: a chat turn whose client leaves while
+// a command runs ends (fasthttp does not cancel the handler: the server
+// watches the connection), so the thread takes its next turn at once
+// instead of answering 409 until the command is done.
+func TestWorkspaceTurnEndsWithItsClient(t *testing.T) {
+	bin := needDocker(t)
+	s := startServer(t, "", map[string]string{"SANDBOX_BACKEND": "docker", "THREADBOX_AGENT_BIN": bin, "MODEL_PROVIDER": "runner"})
+	f := newWSFixture(t, s)
+	for _, stream := range []bool{false, true} {
+		t.Run(fmt.Sprintf("stream=%v", stream), func(t *testing.T) {
+			tid := f.thread(t, f.admin, f.pid)
+			body, _ := json.Marshal(map[string]any{"content": "```bash\nsleep 60\n```", "stream": stream, "pgpt": map[string]any{"tools": []any{"code_execution"}}})
+			req, _ := http.NewRequest("POST", s.base+appAPI+"/thread/"+tid+"/messages", bytes.NewReader(body))
+			req.Header.Set("Authorization", "Bearer "+f.admin)
+			req.Header.Set("Content-Type", "application/json")
+			ctx, cancel := context.WithCancel(context.Background())
+			if !stream {
+				time.AfterFunc(3*time.Second, cancel) // leave while the command runs
+			}
+			resp, err := http.DefaultClient.Do(req.WithContext(ctx))
+			if stream {
+				// Leave once the command has started.
+				if err != nil {
+					t.Fatal(err)
+				}
+				buf := make([]byte, 4096)
+				var seen []byte
+				for !bytes.Contains(seen, []byte(`"server_tool_use"`)) {
+					n, rerr := resp.Body.Read(buf)
+					seen = append(seen, buf[:n]...)
+					if rerr != nil {
+						t.Fatalf("stream ended before the command: %v %s", rerr, seen)
+					}
+				}
+				time.Sleep(500 * time.Millisecond)
+				cancel()
+				resp.Body.Close()
+			} else {
+				if err == nil {
+					b, _ := io.ReadAll(resp.Body)
+					resp.Body.Close()
+					t.Fatalf("the turn answered %d before the client left: %s", resp.StatusCode, b)
+				}
+			}
+			left := time.Now()
+			for {
+				r := s.do("POST", appAPI+"/thread/"+tid+"/messages", f.admin, map[string]any{"content": "hello"})
+				if r.status == 200 {
+					break
+				}
+				if r.status != 409 || time.Since(left) > 15*time.Second {
+					t.Fatalf("next turn %v after the client left: %d %s", time.Since(left), r.status, r.body)
+				}
+				time.Sleep(250 * time.Millisecond)
+			}
+			cancel()
+		})
 	}
 }
