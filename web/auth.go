@@ -29,6 +29,9 @@ func (s *Server) authenticate(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
+	// A sandbox token is valid only on its sandbox's connection, and only
+	// for /api/gpt/: checked here on the path Fiber routes by, as well as
+	// by the connection's filter on fasthttp's normalised one.
 	if p.Kind == user.SandboxToken && !strings.HasPrefix(c.Path(), "/api/gpt/") {
 		return fault.New(fault.Forbidden, "sandbox tokens may only call the Messages API")
 	}

@@ -66,13 +66,15 @@ func (s *Server) sandboxServer() *fasthttp.Server {
 }
 
 // checkSandboxConn refuses, on a connection from inside a sandbox, any
-// token but a sandbox token issued for that sandbox's container.
+// token but a sandbox token issued for that sandbox's container, and a
+// sandbox token anywhere else: one that leaked (printed into an output
+// file, say) is of no use outside.
 func checkSandboxConn(c *fiber.Ctx, p user.Principal) error {
-	sc, ok := c.Context().Conn().(*sandboxConn)
-	if !ok {
-		return nil
-	}
-	if p.Kind != user.SandboxToken || p.ContainerID != sc.containerID {
+	sc, inside := c.Context().Conn().(*sandboxConn)
+	switch {
+	case !inside && p.Kind == user.SandboxToken:
+		return fault.New(fault.Forbidden, "sandbox tokens are valid only from inside their sandbox")
+	case inside && (p.Kind != user.SandboxToken || p.ContainerID != sc.containerID):
 		return fault.New(fault.Forbidden, "this token is not valid from this sandbox")
 	}
 	return nil

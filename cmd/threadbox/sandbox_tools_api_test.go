@@ -465,6 +465,11 @@ func TestSandboxToolsAPI(t *testing.T) {
 		if live == "" {
 			t.Fatal("turn A never wrote its token")
 		}
+		// A live sandbox token that leaked (here through an output file) is
+		// refused outside its sandbox.
+		if r := s.do("GET", "/api/gpt/v1/files?scope_id="+box, live, nil); r.status != 403 || !strings.Contains(string(r.body), "only from inside their sandbox") {
+			t.Fatalf("a live sandbox token from outside: %d %s", r.status, r.body)
+		}
 		fake.Push(steps(call("sandbox_bash", map[string]any{"command": `curl -sS -m 10 -o /dev/null -w '%{http_code}\n' -H "Authorization: Bearer ` + live + `" "$ANTHROPIC_BASE_URL/v1/files?scope_id=` + box + `"; ` +
 			`curl -sS -m 5 -o /dev/null http://1.1.1.1/ || echo unreachable-internet; ` +
 			`curl -sS -m 5 -o /dev/null http://172.17.0.1:2375/ || echo unreachable-host; ` +
