@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 )
 
@@ -165,6 +166,25 @@ func TestFeaturesPolicyChangedByAdminsOnlyAndAudited(t *testing.T) {
 		after := feat[0]["after"].(map[string]any)["downloads"].(map[string]any)["generated"]
 		if before != true || after != false {
 			t.Fatalf("audit before/after: %v", feat[0])
+		}
+		// Any address the server accepts keeps the audit log readable (Go's
+		// %q once wrote \U000e0001, which is not JSON).
+		odd := "tag\U000E0001@acme.test"
+		if r := s.do("POST", "/api/v1/app/org/users", a, map[string]any{"email": odd}); r.status != 201 {
+			t.Fatalf("create %q: %d %s", odd, r.status, r.body)
+		}
+		r = s.do("GET", "/api/v1/app/org/audit", a, nil)
+		if r.status != 200 || !strings.Contains(string(r.body), `"org.users.create"`) {
+			t.Fatalf("audit after an odd address: %d %s", r.status, r.body)
+		}
+		found := false
+		for _, e := range r.json(t)["data"].([]any) {
+			if e := e.(map[string]any); e["action"] == "org.users.create" && e["after"].(map[string]any)["email"] == odd {
+				found = true
+			}
+		}
+		if !found {
+			t.Fatalf("the audit entry lost the address: %s", r.body)
 		}
 	})
 }
