@@ -201,7 +201,7 @@ func (f *FS) openParent(m file.Mount, rel string) (int, string, error) {
 // mapErrno turns a system error into one of the package's errors.
 func mapErrno(op string, err error) error {
 	switch {
-	case errors.Is(err, unix.ENOENT):
+	case errors.Is(err, unix.ENOENT), errors.Is(err, unix.ENAMETOOLONG): // no such name can exist
 		return fmt.Errorf("fsroot: %s: %w", op, ErrNotFound)
 	case errors.Is(err, unix.ELOOP), errors.Is(err, unix.EXDEV):
 		return fmt.Errorf("fsroot: %s: %w", op, ErrSymlink)

@@ -307,6 +307,14 @@ func TestNotFound(t *testing.T) {
 	if _, err := fx.fs.Stat(ctx, file.Uploads, "a/b/c"); !errors.Is(err, ErrNotFound) {
 		t.Errorf("Stat = %v", err)
 	}
+	// A name longer than any file system takes (a file id may say so).
+	long := strings.Repeat("a", 300)
+	if _, _, err := fx.fs.Open(ctx, file.Uploads, long); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Open of a 300-byte name = %v", err)
+	}
+	if _, err := fx.fs.Stat(ctx, file.Uploads, "d/"+long+"/x"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Stat under a 300-byte name = %v", err)
+	}
 	if err := fx.fs.Remove(ctx, file.Uploads, "nope.txt"); !errors.Is(err, ErrNotFound) {
 		t.Errorf("Remove = %v", err)
 	}
