@@ -4,8 +4,10 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"time"
@@ -348,10 +350,18 @@ func errorEvent(err error) messages.Event {
 func (s *Server) streamMessage(c *fiber.Ctx, m *MessagesAPI, req *messages.Request, opts messages.RunOptions, end func()) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	st := newEventStream(ctx)
+	log := s.log
 	go func() {
-		err := m.Engine.Run(ctx, req, opts, st)
-		end() // the turn is over: its sandbox token stops working
-		st.finish(err)
+		var err error
+		defer func() {
+			if r := recover(); r != nil { // a panic fails the turn, not the server
+				log.Error("panic in a streamed turn", "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+				err = errors.New("internal error")
+			}
+			end() // the turn is over: its sandbox token stops working
+			st.finish(err)
+		}()
+		err = m.Engine.Run(ctx, req, opts, st)
 	}()
 	wait := time.NewTimer(maxHold)
 	defer wait.Stop()
@@ -369,9 +379,10 @@ func (s *Server) streamMessage(c *fiber.Ctx, m *MessagesAPI, req *messages.Reque
 			return s.messageError(c, <-st.early)
 		}
 	}
-	every, log, peer := m.pingInterval(), s.log, c.Context().Conn()
+	every, peer := m.pingInterval(), c.Context().Conn()
 	sseHeaders(c)
 	c.Context().SetBodyStreamWriter(func(bw *bufio.Writer) {
+		defer s.survive("a stream writer")
 		defer cancel()
 		w := &sseWriter{w: bw, cancel: cancel, last: time.Now(), peer: peer}
 		stop := w.keepAlive(every, messages.EventPing, messages.Event{Type: messages.EventPing})
@@ -577,4 +588,3 @@ func (s *Server) validateMessage(c *fiber.Ctx) error {
 	}
 	return c.JSON(out)
 }
-

@@ -2,6 +2,7 @@ package web
 
 import (
 	"fmt"
+	"runtime/debug"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
@@ -17,6 +18,15 @@ func (s *Server) recoverPanics(c *fiber.Ctx) (err error) {
 		}
 	}()
 	return c.Next()
+}
+
+// survive, deferred directly in a goroutine a handler started (a stream
+// writer), logs a panic there instead of letting it end the process; the
+// middleware above sees only the handler's own goroutine.
+func (s *Server) survive(what string) {
+	if r := recover(); r != nil {
+		s.log.Error("panic in "+what, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+	}
 }
 
 // accessLog logs one structured line per request.

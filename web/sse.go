@@ -123,9 +123,10 @@ func sseHeaders(c *fiber.Ctx) {
 // returned, writing events through w; ctx ends when the client goes away.
 // Everything fn needs from the request must be read before streamSSE is
 // called: the fiber.Ctx is not valid inside fn.
-func streamSSE(c *fiber.Ctx, fn func(ctx context.Context, w *sseWriter)) {
+func (s *Server) streamSSE(c *fiber.Ctx, fn func(ctx context.Context, w *sseWriter)) {
 	sseHeaders(c)
 	c.Context().SetBodyStreamWriter(func(bw *bufio.Writer) {
+		defer s.survive("a stream writer")
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		fn(ctx, &sseWriter{w: bw, cancel: cancel, last: time.Now()})

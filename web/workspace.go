@@ -147,7 +147,7 @@ func (s *Server) threadTurn(c *fiber.Ctx) error {
 		return c.JSON(resp)
 	}
 	log, peer := s.log, c.Context().Conn()
-	streamSSE(c, func(ctx context.Context, w *sseWriter) {
+	s.streamSSE(c, func(ctx context.Context, w *sseWriter) {
 		w.peer = peer
 		defer w.keepAlive(DefaultPingInterval, messages.EventPing, messages.Event{Type: messages.EventPing})()
 		_, err := turn.Run(ctx, messages.SinkFunc(func(ev messages.Event) error { return w.Event(ev.Type, ev) }))
