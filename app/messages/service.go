@@ -505,8 +505,11 @@ func ErrorResult(subTool, code, explanation string) *ToolResult {
 
 // resolvePending runs the server calls that the last assistant message left
 // without results (it also called client tools) and appends their results
-// to it. Unanswered calls of older messages get an unavailable error.
+// to it, at most MaxToolIterations of them (the history is the client's to
+// write). Unanswered calls of older messages, and those past the bound,
+// get an unavailable error.
 func (t *turn) resolvePending(ctx context.Context, history []Message) error {
+	runs := 0
 	last := -1
 	for i := range history {
 		if history[i].Role == RoleAssistant {
@@ -529,7 +532,11 @@ func (t *turn) resolvePending(ctx context.Context, history []Message) error {
 				continue
 			}
 			var r *ToolResult
-			if i == last && t.isServerTool(b.Name) {
+			switch {
+			case i == last && t.isServerTool(b.Name) && runs >= t.s.cfg.MaxToolIterations:
+				r = ErrorResult(b.Name, CodeUnavailable, fmt.Sprintf("The call was not run: a request runs at most %d pending calls.", t.s.cfg.MaxToolIterations))
+			case i == last && t.isServerTool(b.Name):
+				runs++
 				env, err := t.toolEnv(ctx)
 				if err != nil {
 					return err
@@ -538,7 +545,7 @@ func (t *turn) resolvePending(ctx context.Context, history []Message) error {
 				if err != nil {
 					return err
 				}
-			} else {
+			default:
 				r = ErrorResult(b.Name, CodeUnavailable, "The call was not run.")
 			}
 			typ := resultBlockType(b.Name)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -686,5 +687,29 @@ func TestEnvFuncOnFirstToolCall(t *testing.T) {
 	err := svc.Run(context.Background(), request(ToolTypeCodeExecution2508, user("go")), failing, SinkFunc(func(Event) error { return nil }))
 	if err == nil || !strings.Contains(err.Error(), "store down") {
 		t.Fatalf("run with a failing EnvFunc: %v", err)
+	}
+}
+
+// TestPendingCallsBounded: a client-written history with many unanswered
+// server calls runs at most MaxToolIterations of them; the rest are
+// answered "not run".
+func TestPendingCallsBounded(t *testing.T) {
+	var blocks []ContentBlock
+	for i := range 5 {
+		blocks = append(blocks, ContentBlock{Type: BlockServerToolUse, ID: fmt.Sprintf("srvtoolu_%d", i), Name: SubToolBash, Input: json.RawMessage(`{"command":"true"}`)})
+	}
+	blocks = append(blocks, ContentBlock{Type: BlockToolUse, ID: "toolu_client", Name: "get_weather", Input: json.RawMessage(`{}`)})
+	req := request(ToolTypeCodeExecution2508, user("go"),
+		Message{Role: RoleAssistant, Content: blocks},
+		Message{Role: RoleUser, Content: []ContentBlock{{Type: BlockToolResult, ToolUseID: "toolu_client", Content: json.RawMessage(`"ok"`)}}})
+	req.Tools = append(req.Tools, Tool{Name: "get_weather", InputSchema: json.RawMessage(`{"type":"object"}`)})
+	finish := func() []*StepResult { return []*StepResult{step(StopEndTurn, text("done"))} }
+	_, model, tools, _ := runBoth(t, Config{MaxToolIterations: 2}, finish, req, RunOptions{})
+	if len(tools.calls) != 2 {
+		t.Fatalf("%d pending calls ran, want 2", len(tools.calls))
+	}
+	sent, _ := json.Marshal(model.reqs[0].Messages)
+	if n := strings.Count(string(sent), "at most 2 pending calls"); n != 3 {
+		t.Fatalf("%d calls answered as not run, want 3: %s", n, sent)
 	}
 }

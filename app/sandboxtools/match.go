@@ -27,6 +27,11 @@ const nearTie = 0.02
 // maxNearBytes bounds the text searched for near matches.
 const maxNearBytes = 2 << 20
 
+// nearWork bounds the edit-distance cells one search for a near match may
+// fill (well under a second of CPU): a pathological file and old_str give up
+// rather than take the host's CPU for minutes.
+const nearWork = 200_000_000
+
 // Match is where edit_file replaces: text[Start:End].
 type Match struct {
 	Start, End int
@@ -41,11 +46,15 @@ type MatchError struct {
 	Kind      MatchKind // the kind of match that was ambiguous
 	Best      float64   // the best near similarity seen, when not found
 	BestLine  int       // its 1-based line
+	GaveUp    bool      // the search for a near match ran out of its work bound
 }
 
 func (e *MatchError) Error() string {
 	if e.Ambiguous {
 		return fmt.Sprintf("old_str matches %d places (%s match); include more surrounding lines to pick one", e.Count, e.Kind)
+	}
+	if e.GaveUp {
+		return "old_str was not found, not even with whitespace differences, and the file and old_str are too large to search for a similar text; give the exact text"
 	}
 	if e.BestLine > 0 {
 		return fmt.Sprintf("old_str was not found, not even with whitespace differences; the closest text (line %d) is only %.0f%% similar", e.BestLine, e.Best*100)
@@ -168,10 +177,14 @@ func nearMatch(text, old string, threshold float64) (Match, error) {
 	}
 	var all []cand
 	best := cand{sim: -1}
+	work := nearWork
 	for w := max(k-1, 1); w <= k+1; w++ {
 		for i := 0; i+w <= len(lines); i++ {
 			span := text[lines[i].start:lines[i+w-1].end]
-			sim := similarity(normalize(span), target, threshold)
+			sim := similarity(normalize(span), target, threshold, &work)
+			if work < 0 {
+				return Match{}, &MatchError{GaveUp: true}
+			}
 			if sim < 0 {
 				continue
 			}
@@ -207,8 +220,9 @@ func nearMatch(text, old string, threshold float64) (Match, error) {
 func closest(text string, lines []line, k int, target []rune) (float64, int) {
 	best, at := 0.0, 0
 	k = max(k, 1)
-	for i := 0; i+k <= len(lines) && i < 20000; i++ {
-		s := similarity(normalize(text[lines[i].start:lines[i+k-1].end]), target, 0)
+	work := nearWork
+	for i := 0; i+k <= len(lines) && i < 20000 && work >= 0; i++ {
+		s := similarity(normalize(text[lines[i].start:lines[i+k-1].end]), target, 0, &work)
 		if s > best {
 			best, at = s, i+1
 		}
@@ -217,8 +231,10 @@ func closest(text string, lines []line, k int, target []rune) (float64, int) {
 }
 
 // similarity is 1 - the edit distance over the longer length. When floor
-// is above 0 it returns -1 as soon as the result must fall below floor.
-func similarity(a, b []rune, floor float64) float64 {
+// is above 0 it returns -1 as soon as the result must fall below floor. It
+// takes the cells it fills from *work and returns -1 when they run out
+// (*work < 0 then).
+func similarity(a, b []rune, floor float64, work *int) float64 {
 	n := max(len(a), len(b))
 	if n == 0 {
 		return 1
@@ -230,7 +246,7 @@ func similarity(a, b []rune, floor float64) float64 {
 			return -1
 		}
 	}
-	d := boundedDistance(a, b, limit)
+	d := boundedDistance(a, b, limit, work)
 	if d < 0 {
 		return -1
 	}
@@ -238,9 +254,13 @@ func similarity(a, b []rune, floor float64) float64 {
 }
 
 // boundedDistance is the Levenshtein distance of a and b, or -1 when it
-// exceeds limit; it fills only the band of width limit around the diagonal.
-func boundedDistance(a, b []rune, limit int) int {
+// exceeds limit or *work runs out; it fills only the band of width limit
+// around the diagonal, taking each cell from *work.
+func boundedDistance(a, b []rune, limit int, work *int) int {
 	const inf = 1 << 30
+	if d := len(a) - len(b); d > limit || -d > limit {
+		return -1 // the distance is at least the difference in length
+	}
 	prev := make([]int, len(b)+1)
 	cur := make([]int, len(b)+1)
 	for j := range prev {
@@ -252,11 +272,16 @@ func boundedDistance(a, b []rune, limit int) int {
 	}
 	for i := 1; i <= len(a); i++ {
 		lo, hi := max(1, i-limit), min(len(b), i+limit)
-		for j := range cur {
-			cur[j] = inf
+		if *work -= hi - lo + 1; *work < 0 {
+			return -1
 		}
+		// Only the band is read: its edges are made infinite, not the row.
+		cur[0] = inf
 		if i <= limit {
 			cur[0] = i
+		}
+		if lo > 1 {
+			cur[lo-1] = inf
 		}
 		rowMin := cur[0]
 		for j := lo; j <= hi; j++ {
@@ -275,6 +300,9 @@ func boundedDistance(a, b []rune, limit int) int {
 			if v < rowMin {
 				rowMin = v
 			}
+		}
+		if hi < len(b) {
+			cur[hi+1] = inf
 		}
 		if rowMin > limit {
 			return -1

@@ -2,6 +2,7 @@ package sandboxtools
 
 import (
 	"errors"
+	"math/rand/v2"
 	"strings"
 	"testing"
 )
@@ -99,8 +100,69 @@ func TestSimilarity(t *testing.T) {
 		{"", "", 0, 1},
 	}
 	for _, tc := range tests {
-		if got := similarity([]rune(tc.a), []rune(tc.b), tc.floor); got < tc.want-1e-9 || got > tc.want+1e-9 {
+		if got := similarity([]rune(tc.a), []rune(tc.b), tc.floor, new(int(nearWork))); got < tc.want-1e-9 || got > tc.want+1e-9 {
 			t.Errorf("similarity(%q, %q, %v) = %v, want %v", tc.a, tc.b, tc.floor, got, tc.want)
 		}
+	}
+}
+
+// levenshtein is the plain full-matrix edit distance, the reference for
+// the banded one.
+func levenshtein(a, b []rune) int {
+	prev := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur := make([]int, len(b)+1)
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j-1]+cost, prev[j]+1, cur[j-1]+1)
+		}
+		prev = cur
+	}
+	return prev[len(b)]
+}
+
+// TestBoundedDistanceMatchesLevenshtein: the band (whose edges alone are
+// reset between rows) gives the full distance whenever it is within the
+// limit, and -1 otherwise.
+func TestBoundedDistanceMatchesLevenshtein(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	word := func() []rune {
+		r := make([]rune, rng.IntN(30))
+		for i := range r {
+			r[i] = rune('a' + rng.IntN(3))
+		}
+		return r
+	}
+	for range 5000 {
+		a, b := word(), word()
+		limit := rng.IntN(35)
+		want := levenshtein(a, b)
+		if want > limit {
+			want = -1
+		}
+		work := nearWork
+		if got := boundedDistance(a, b, limit, &work); got != want {
+			t.Fatalf("boundedDistance(%q, %q, %d) = %d, want %d", string(a), string(b), limit, got, want)
+		}
+	}
+}
+
+// TestNearMatchGivesUp: a file and old_str whose near search would fill
+// trillions of cells (a 2 MiB line that old_str nearly equals) give up
+// within the work bound instead of holding a CPU for most of an hour.
+func TestNearMatchGivesUp(t *testing.T) {
+	text := strings.Repeat("a", 2<<20)
+	old := "b" + text[1:]
+	_, err := FindMatch(text, old, DefaultNearThreshold)
+	var me *MatchError
+	if !errors.As(err, &me) || !me.GaveUp || !strings.Contains(err.Error(), "give the exact text") {
+		t.Fatalf("FindMatch = %v", err)
 	}
 }
