@@ -71,9 +71,9 @@ func TestBash(t *testing.T) {
 			},
 		},
 		{
-			name:   "a huge timeout is the maximum, not an overflow to none",
-			input:  `{"command":"true","timeout":1e10}`,
-			want:   &messages.ToolResult{Type: messages.ResultBash, Files: []messages.OutputFile{}},
+			name:  "a huge timeout is the maximum, not an overflow to none",
+			input: `{"command":"true","timeout":1e10}`,
+			want:  &messages.ToolResult{Type: messages.ResultBash, Files: []messages.OutputFile{}},
 			wantCmd: func(t *testing.T, c sandbox.Command) {
 				if c.Timeout != DefaultMaxTimeout {
 					t.Fatalf("timeout = %v", c.Timeout)
@@ -81,9 +81,9 @@ func TestBash(t *testing.T) {
 			},
 		},
 		{
-			name:   "a tiny timeout is a millisecond, not zero (none)",
-			input:  `{"command":"true","timeout":1e-10}`,
-			want:   &messages.ToolResult{Type: messages.ResultBash, Files: []messages.OutputFile{}},
+			name:  "a tiny timeout is a millisecond, not zero (none)",
+			input: `{"command":"true","timeout":1e-10}`,
+			want:  &messages.ToolResult{Type: messages.ResultBash, Files: []messages.OutputFile{}},
 			wantCmd: func(t *testing.T, c sandbox.Command) {
 				if c.Timeout != time.Millisecond {
 					t.Fatalf("timeout = %v", c.Timeout)
