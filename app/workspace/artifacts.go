@@ -101,6 +101,15 @@ func (s *Service) capture(ctx context.Context, th thread.Thread, containerID, to
 		if ok && prev == stampOf(info) {
 			continue
 		}
+		if info.Size > s.d.MaxArtifactBytes {
+			// Too large to copy to the host's disk (a sparse file, say): it
+			// stays in outputs, downloadable, but is not kept as an artifact.
+			s.log.Warn("artifact capture: output too large", "thread", th.ID(), "path", p, "size", info.Size, "max", s.d.MaxArtifactBytes)
+			s.mu.Lock()
+			seen[p] = stampOf(info)
+			s.mu.Unlock()
+			continue
+		}
 		a, changed, err := s.saveArtifact(ctx, th, containerID, toolUseID, p)
 		if err != nil {
 			s.log.Warn("artifact capture", "thread", th.ID(), "path", p, "err", err)
@@ -115,6 +124,9 @@ func (s *Service) capture(ctx context.Context, th thread.Thread, containerID, to
 	}
 	return out
 }
+
+// DefaultMaxArtifactBytes is the largest output file kept as an artifact.
+const DefaultMaxArtifactBytes = 1 << 30
 
 // saveArtifact copies one output file into the blob store and records a
 // new version unless its content equals the latest version's.
@@ -132,9 +144,13 @@ func (s *Service) saveArtifact(ctx context.Context, th thread.Thread, containerI
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		return artifact.Artifact{}, false, fmt.Errorf("rewind: %w", err)
 	}
-	sum, size, err := s.d.Blobs.Put(ctx, f)
+	// The file may grow after it was listed: never copy more than the cap.
+	sum, size, err := s.d.Blobs.Put(ctx, io.LimitReader(f, s.d.MaxArtifactBytes+1))
 	if err != nil {
 		return artifact.Artifact{}, false, err
+	}
+	if size > s.d.MaxArtifactBytes {
+		return artifact.Artifact{}, false, fmt.Errorf("output grew past %d bytes while it was copied", s.d.MaxArtifactBytes)
 	}
 	latest, err := s.store.LatestArtifact(ctx, th.ProjectID(), th.ID(), p)
 	version := 1

@@ -112,6 +112,10 @@ type Deps struct {
 	DefaultModel string
 	// MaxTokens caps each model step of a turn (default 4096).
 	MaxTokens int
+	// MaxArtifactBytes caps the output files kept as artifacts (default
+	// DefaultMaxArtifactBytes): the artifact store is on the host's disk,
+	// outside every container's quota.
+	MaxArtifactBytes int64
 	// SandboxEnv, when set, gives each turn that may run commands its
 	// ANTHROPIC_* variables and short-lived sandbox token.
 	SandboxEnv SandboxEnv

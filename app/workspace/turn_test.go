@@ -197,3 +197,51 @@ func TestTurnCrashLeavesAssistantIncomplete(t *testing.T) {
 	}
 	next.Abort()
 }
+
+// bigOutputs lists one output file of the given apparent size whose
+// content never ends (a sparse file, or one still growing).
+type bigOutputs struct{ size int64 }
+
+func (o bigOutputs) Walk(context.Context, string, string) ([]file.Info, error) {
+	return []file.Info{{Rel: "huge.bin", Size: o.size, Modified: time.Unix(1, 0)}}, nil
+}
+func (o bigOutputs) Open(context.Context, string, string) (io.ReadSeekCloser, file.Info, error) {
+	return endless{}, file.Info{Rel: "huge.bin", Size: o.size}, nil
+}
+func (o bigOutputs) Write(context.Context, string, string, io.Reader, int64) (file.Info, error) {
+	return file.Info{}, errors.New("read-only fake")
+}
+
+type endless struct{}
+
+func (endless) Read(p []byte) (int, error)     { clear(p); return len(p), nil }
+func (endless) Seek(int64, int) (int64, error) { return 0, nil }
+func (endless) Close() error                   { return nil }
+
+// TestArtifactCaptureIsBounded: an output past MaxArtifactBytes (listed so,
+// or growing while it is copied) is not copied to the host's artifact
+// store; the turn completes without an artifact.
+func TestArtifactCaptureIsBounded(t *testing.T) {
+	for _, size := range []int64{15 << 40, 10} { // listed huge; listed small but endless
+		ctx := context.Background()
+		svc, _, p, th := setup(t, scriptEngine{})
+		svc.d.Container = bigOutputs{size: size}
+		svc.d.MaxArtifactBytes = 1 << 10
+		turn, err := svc.StartTurn(ctx, p, th.ID(), TurnRequest{Content: []messages.ContentBlock{{Type: "text", Text: "go"}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := turn.Run(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, b := range resp.Content {
+			if b.Type == BlockResource {
+				t.Fatalf("size %d: an artifact block for an output past the cap", size)
+			}
+		}
+		if arts, _ := svc.Artifacts(ctx, p, th.ProjectID()); len(arts) != 0 {
+			t.Fatalf("size %d: artifacts %+v", size, arts)
+		}
+	}
+}

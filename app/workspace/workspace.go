@@ -45,6 +45,9 @@ func New(store Store, d Deps) *Service {
 	if d.Now == nil {
 		d.Now = time.Now
 	}
+	if d.MaxArtifactBytes <= 0 {
+		d.MaxArtifactBytes = DefaultMaxArtifactBytes
+	}
 	log := d.Log
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)

@@ -44,6 +44,8 @@ type Config struct {
 	ModelName      string
 	MaxToolIters   int
 	MaxUploadBytes int64
+	// MaxArtifactBytes caps the output files kept as artifacts.
+	MaxArtifactBytes int64
 	// SandboxServices are the internal services exposed inside sandboxes
 	// (SANDBOX_ALLOW_SERVICES, name=host:port,...).
 	SandboxServices []sandboxtools.Service
@@ -85,31 +87,32 @@ func loadConfig(getenv func(string) string) (Config, error) {
 		return n
 	}
 	c := Config{
-		ListenAddr:     env("LISTEN_ADDR", "127.0.0.1:8080"),
-		DataDir:        env("DATA_DIR", "./data"),
-		DatabaseURL:    env("DATABASE_URL", ""),
-		JWTIssuer:      env("JWT_ISSUER", "threadbox"),
-		JWTAudience:    env("JWT_AUDIENCE", "threadbox-api"),
-		SessionTTL:     dur("SESSION_TTL", "12h"),
-		ShutdownGrace:  dur("SHUTDOWN_GRACE", "20s"),
-		LogLevel:       env("LOG_LEVEL", "info"),
-		SandboxRuntime: env("SANDBOX_RUNTIME", "runc"),
-		SandboxImage:   env("SANDBOX_IMAGE", "threadbox-sandbox:latest"),
-		SandboxIdle:    dur("SANDBOX_IDLE", "5m"),
-		SandboxQuota:   env("SANDBOX_DISK_QUOTA", "auto"),
-		RootFS:         env("THREADBOX_ROOTFS", ""),
-		SandboxMemory:  num("SANDBOX_MEMORY_BYTES", 5<<30),
-		SandboxPids:    num("SANDBOX_PIDS", 512),
-		SandboxDisk:    num("SANDBOX_DISK_BYTES", 5<<30),
-		Instance:       env("THREADBOX_INSTANCE", "default"),
-		ContainerMax:   dur("CONTAINER_MAX_AGE", "720h"),
-		AgentBin:       env("THREADBOX_AGENT_BIN", ""),
-		ModelProvider:  env("MODEL_PROVIDER", ""),
-		ModelBaseURL:   env("MODEL_BASE_URL", ""),
-		ModelAPIKey:    env("MODEL_API_KEY", ""),
-		ModelName:      env("MODEL_NAME", ""),
-		MaxToolIters:   int(num("MAX_TOOL_ITERATIONS", 25)),
-		MaxUploadBytes: num("MAX_UPLOAD_BYTES", 5<<30),
+		ListenAddr:       env("LISTEN_ADDR", "127.0.0.1:8080"),
+		DataDir:          env("DATA_DIR", "./data"),
+		DatabaseURL:      env("DATABASE_URL", ""),
+		JWTIssuer:        env("JWT_ISSUER", "threadbox"),
+		JWTAudience:      env("JWT_AUDIENCE", "threadbox-api"),
+		SessionTTL:       dur("SESSION_TTL", "12h"),
+		ShutdownGrace:    dur("SHUTDOWN_GRACE", "20s"),
+		LogLevel:         env("LOG_LEVEL", "info"),
+		SandboxRuntime:   env("SANDBOX_RUNTIME", "runc"),
+		SandboxImage:     env("SANDBOX_IMAGE", "threadbox-sandbox:latest"),
+		SandboxIdle:      dur("SANDBOX_IDLE", "5m"),
+		SandboxQuota:     env("SANDBOX_DISK_QUOTA", "auto"),
+		RootFS:           env("THREADBOX_ROOTFS", ""),
+		SandboxMemory:    num("SANDBOX_MEMORY_BYTES", 5<<30),
+		SandboxPids:      num("SANDBOX_PIDS", 512),
+		SandboxDisk:      num("SANDBOX_DISK_BYTES", 5<<30),
+		Instance:         env("THREADBOX_INSTANCE", "default"),
+		ContainerMax:     dur("CONTAINER_MAX_AGE", "720h"),
+		AgentBin:         env("THREADBOX_AGENT_BIN", ""),
+		ModelProvider:    env("MODEL_PROVIDER", ""),
+		ModelBaseURL:     env("MODEL_BASE_URL", ""),
+		ModelAPIKey:      env("MODEL_API_KEY", ""),
+		ModelName:        env("MODEL_NAME", ""),
+		MaxToolIters:     int(num("MAX_TOOL_ITERATIONS", 25)),
+		MaxUploadBytes:   num("MAX_UPLOAD_BYTES", 5<<30),
+		MaxArtifactBytes: num("ARTIFACT_MAX_BYTES", 1<<30),
 	}
 	if err != nil {
 		return Config{}, err

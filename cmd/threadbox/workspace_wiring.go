@@ -43,15 +43,16 @@ func newWorkspace(cfg Config, sys *system, layout *hostdirs.Layout, fs *fsroot.C
 	// The chat pipeline shares the Messages API's tool loop: one model
 	// client (one connection pool), the same tools and iteration limit.
 	return workspace.New(sys.store, workspace.Deps{
-		Engine:       sys.messages,
-		Containers:   sys.containers,
-		Files:        sys.files,
-		Container:    fs,
-		Blobs:        blob.New(filepath.Join(cfg.DataDir, "artifacts")),
-		Skills:       skillFiles{skillfs.New(filepath.Join(cfg.DataDir, "skills"), func(id string) string { return layout.Dirs(id).Skills })},
-		Policies:     sys.admin,
-		DefaultModel: model,
-		SandboxEnv:   sys.sandbox.env,
-		Log:          log.With("component", "workspace"),
+		Engine:           sys.messages,
+		Containers:       sys.containers,
+		Files:            sys.files,
+		Container:        fs,
+		Blobs:            blob.New(filepath.Join(cfg.DataDir, "artifacts")),
+		Skills:           skillFiles{skillfs.New(filepath.Join(cfg.DataDir, "skills"), func(id string) string { return layout.Dirs(id).Skills })},
+		Policies:         sys.admin,
+		DefaultModel:     model,
+		MaxArtifactBytes: cfg.MaxArtifactBytes,
+		SandboxEnv:       sys.sandbox.env,
+		Log:              log.With("component", "workspace"),
 	})
 }
