@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -243,5 +244,40 @@ func TestArtifactCaptureIsBounded(t *testing.T) {
 		if arts, _ := svc.Artifacts(ctx, p, th.ProjectID()); len(arts) != 0 {
 			t.Fatalf("size %d: artifacts %+v", size, arts)
 		}
+	}
+}
+
+// removals records the containers removed.
+type removals struct {
+	oneContainer
+	ids []string
+}
+
+func (r *removals) Remove(_ context.Context, id string) error { r.ids = append(r.ids, id); return nil }
+
+// TestDeleteProjectRemovesThreadContainers: deleting a project removes the
+// containers (sandboxes and files) of all its threads, other members'
+// private threads too; the database alone would leave them on the host.
+func TestDeleteProjectRemovesThreadContainers(t *testing.T) {
+	ctx := context.Background()
+	svc, st, p, th := setup(t, scriptEngine{})
+	mate, _ := user.New("usr_2", p.OrgID, "b@acme.test", user.Member, time.Now())
+	if err := st.CreateUser(ctx, mate); err != nil {
+		t.Fatal(err)
+	}
+	theirs, err := svc.CreateThread(ctx, user.Principal{OrgID: p.OrgID, UserID: mate.ID(), Role: user.Member}, th.ProjectID(), "theirs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &removals{}
+	svc.d.Containers = rec
+	if err := svc.DeleteProject(ctx, p, th.ProjectID()); err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(rec.ids)
+	want := []string{th.ContainerID(), theirs.ContainerID()}
+	slices.Sort(want)
+	if !slices.Equal(rec.ids, want) {
+		t.Fatalf("removed %v, want %v", rec.ids, want)
 	}
 }

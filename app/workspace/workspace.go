@@ -6,6 +6,7 @@ package workspace
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -95,6 +96,22 @@ func (s *Service) DeleteProject(ctx context.Context, p user.Principal, projectID
 	}
 	if pr.OwnerID() != p.UserID && !p.IsAdmin() {
 		return fault.New(fault.Forbidden, "only the project's owner or an admin may delete it")
+	}
+	// The threads go with the project (the database cascades); their
+	// containers, sandboxes and files too, whoever owns them.
+	ths, err := s.store.ProjectThreads(ctx, p.OrgID, projectID)
+	if err != nil {
+		return err
+	}
+	for _, th := range ths {
+		if s.d.Containers != nil {
+			if err := s.d.Containers.Remove(ctx, th.ContainerID()); err != nil {
+				return fmt.Errorf("workspace: remove the container of thread %s: %w", th.ID(), err)
+			}
+		}
+		s.mu.Lock()
+		delete(s.seen, th.ID())
+		s.mu.Unlock()
 	}
 	return s.store.DeleteProject(ctx, p.OrgID, projectID)
 }

@@ -95,4 +95,7 @@ type Repository interface {
 	Threads(ctx context.Context, orgID, ownerID, projectID string, p Page) ([]Thread, error)
 	UpdateThread(ctx context.Context, t Thread) error
 	DeleteThread(ctx context.Context, orgID, ownerID, id string) error
+	// ProjectThreads returns every thread of a project of the org, whoever
+	// owns it (for deleting the project).
+	ProjectThreads(ctx context.Context, orgID, projectID string) ([]Thread, error)
 }

@@ -222,6 +222,23 @@ func suite(t *testing.T, s *store.Store) {
 		t.Fatalf("messages: %+v", ms)
 	}
 
+	// A project's threads, whoever owns them, for deleting it; none from
+	// another org.
+	mate, _ := user.New(id("usr"), o.ID(), id("m")+"@acme.test", user.Member, now)
+	if err := s.CreateUser(ctx, mate); err != nil {
+		t.Fatal(err)
+	}
+	mt, _ := thread.New(id("thr"), o.ID(), pr.ID(), mate.ID(), "mate's", now)
+	if err := s.CreateThread(ctx, mt); err != nil {
+		t.Fatal(err)
+	}
+	if all, err := s.ProjectThreads(ctx, o.ID(), pr.ID()); err != nil || len(all) != 6 {
+		t.Fatalf("project threads: %d %v", len(all), err)
+	}
+	if all, err := s.ProjectThreads(ctx, o2.ID(), pr.ID()); err != nil || len(all) != 0 {
+		t.Fatalf("project threads seen from another org: %d %v", len(all), err)
+	}
+
 	// Deleting a project removes its threads and their messages.
 	if err := s.DeleteProject(ctx, o.ID(), pr.ID()); err != nil {
 		t.Fatal(err)

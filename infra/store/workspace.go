@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"time"
 
 	"gorm.io/gorm"
@@ -67,6 +68,19 @@ func (s *Store) UpdateProject(ctx context.Context, p project.Project) error {
 // DeleteProject deletes the org's project; its threads and messages go with it.
 func (s *Store) DeleteProject(ctx context.Context, orgID, id string) error {
 	return one(s.q(ctx).Where("id = ? AND org_id = ?", id, orgID).Delete(&projectRow{}), "project")
+}
+
+// ProjectThreads returns every thread of a project of the org.
+func (s *Store) ProjectThreads(ctx context.Context, orgID, projectID string) ([]thread.Thread, error) {
+	var rows []threadRow
+	if err := s.q(ctx).Where("org_id = ? AND project_id = ?", orgID, projectID).Order("id").Find(&rows).Error; err != nil {
+		return nil, fmt.Errorf("store: project threads: %w", err)
+	}
+	out := make([]thread.Thread, len(rows))
+	for i, r := range rows {
+		out[i] = r.domain()
+	}
+	return out, nil
 }
 
 type threadRow struct {
