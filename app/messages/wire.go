@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"strings"
 	"time"
 	"unicode/utf8"
 )
@@ -113,14 +114,26 @@ func (r *Request) UnmarshalJSON(data []byte) error {
 			p.plain.Messages[i] = Message{Role: m.Role, Content: m.Content}
 		}
 	}
+	var ferr error
 	objectMembers(data, func(k string, v []byte) {
-		if !requestFields[k] {
-			if p.Extra == nil {
-				p.Extra = map[string]json.RawMessage{}
-			}
-			p.Extra[k] = append(json.RawMessage(nil), v...)
+		if requestFields[k] {
+			return
 		}
+		// encoding/json matched it to a field regardless of case ("Model"
+		// set the model); the Messages API's names are case-sensitive.
+		for f := range requestFields {
+			if ferr == nil && strings.EqualFold(k, f) {
+				ferr = fmt.Errorf("unknown field %q: field names are case-sensitive (did you mean %q?)", k, f)
+			}
+		}
+		if p.Extra == nil {
+			p.Extra = map[string]json.RawMessage{}
+		}
+		p.Extra[k] = append(json.RawMessage(nil), v...)
 	})
+	if ferr != nil {
+		return ferr
+	}
 	*r = Request(p.plain)
 	return nil
 }

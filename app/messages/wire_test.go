@@ -251,3 +251,20 @@ func TestMessageContentShapes(t *testing.T) {
 		}
 	}
 }
+
+// TestRequestFieldNamesAreCaseSensitive: encoding/json would take "Model"
+// for "model"; the request names its fields exactly, as the Anthropic API
+// does, and says which one was meant.
+func TestRequestFieldNamesAreCaseSensitive(t *testing.T) {
+	for _, body := range []string{`{"Model":"x","max_tokens":1,"messages":[]}`, `{"model":"x","STREAM":true,"messages":[]}`, `{"model":"x","max_Tokens":5}`} {
+		var r Request
+		err := r.UnmarshalJSON([]byte(body))
+		if err == nil || !strings.Contains(err.Error(), "case-sensitive") {
+			t.Errorf("%s: %v (%+v)", body, err, r)
+		}
+	}
+	var r Request
+	if err := r.UnmarshalJSON([]byte(`{"model":"x","max_tokens":1,"service_tier":"auto","Other":1}`)); err != nil || len(r.Extra) != 2 {
+		t.Fatalf("unknown fields: %v %v", err, r.Extra)
+	}
+}
