@@ -133,7 +133,9 @@ func (s *Service) issue(ctx context.Context, u user.User, kind user.TokenKind, n
 func (s *Service) Login(ctx context.Context, email, password string) (Issued, error) {
 	bad := fault.New(fault.Unauthenticated, "invalid email or password")
 	u, err := s.store.UserByEmail(ctx, strings.ToLower(strings.TrimSpace(email)))
-	if err != nil || u.PasswordHash() == "" || len(password) > 1024 {
+	// bcrypt reads 72 bytes at most: a longer password (never set, see
+	// HashPassword) would match on its first 72 alone.
+	if err != nil || u.PasswordHash() == "" || len(password) > 72 {
 		// Spend the same time as a real check so the answer does not tell
 		// whether the email exists.
 		bcrypt.CompareHashAndPassword(dummyHash, []byte(password))

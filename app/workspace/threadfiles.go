@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"unicode/utf8"
 
 	"threadbox/app/files"
 	"threadbox/domain/fault"
@@ -103,8 +104,8 @@ func (s *Service) ForkThread(ctx context.Context, p user.Principal, threadID str
 		return thread.Thread{}, err
 	}
 	title := "Fork of " + src.Title()
-	if len(title) > 500 {
-		title = title[:500]
+	for len(title) > 500 || !utf8.ValidString(title) { // cut at a character's start
+		title = title[:min(len(title), 500)-1]
 	}
 	dst, err := thread.New(id.New("thr"), p.OrgID, src.ProjectID(), p.UserID, title, s.now())
 	if err != nil {

@@ -136,7 +136,8 @@ func (s *Service) Threads(ctx context.Context, p user.Principal, projectID strin
 	if page.Limit <= 0 {
 		page.Limit = 20
 	}
-	if page.Limit > 100 {
+	// 100 a page, and one more to tell whether another page follows.
+	if page.Limit > 101 {
 		return nil, fault.New(fault.Invalid, "limit must be between 1 and 100")
 	}
 	return s.store.Threads(ctx, p.OrgID, p.UserID, projectID, page)

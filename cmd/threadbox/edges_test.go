@@ -1,0 +1,50 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"unicode/utf8"
+)
+
+// TestInputEdges covers edges a review found: a login password past
+// bcrypt's 72 bytes, the largest thread page, a fork's title cut inside a
+// character.
+func TestInputEdges(t *testing.T) {
+	s := startServer(t, "", nil)
+	f := newWSFixture(t, s)
+	a := f.admin
+
+	// bcrypt reads 72 bytes: the right 72 plus more must not log in.
+	long := strings.Repeat("p", 72)
+	r := s.do("POST", appAPI+"/org/users", a, map[string]any{"email": "long@acme.test", "password": long})
+	if r.status != 201 {
+		t.Fatalf("create user: %d %s", r.status, r.body)
+	}
+	login(t, s, "long@acme.test", long)
+	if r := s.do("POST", appAPI+"/auth/login", "", map[string]any{"email": "long@acme.test", "password": long + "EXTRA"}); r.status != 401 {
+		t.Fatalf("login with 72 right bytes and more: %d %s", r.status, r.body)
+	}
+
+	// A page of 100 threads is allowed, as the message says.
+	if r := s.do("GET", appAPI+"/thread?limit=100", a, nil); r.status != 200 {
+		t.Fatalf("limit=100: %d %s", r.status, r.body)
+	}
+	if r := s.do("GET", appAPI+"/thread?limit=101", a, nil); r.status != 400 {
+		t.Fatalf("limit=101: %d %s", r.status, r.body)
+	}
+
+	// "Fork of " + a 500-byte title is cut at a character's start.
+	title := strings.Repeat("a", 491) + "é"
+	r = s.do("POST", appAPI+"/thread", a, map[string]any{"project_id": f.pid, "title": title})
+	if r.status != 201 {
+		t.Fatalf("thread: %d %s", r.status, r.body)
+	}
+	r = s.do("POST", appAPI+"/thread/"+r.json(t)["id"].(string)+"/fork", a, nil)
+	if r.status != 201 && r.status != 200 {
+		t.Fatalf("fork: %d %s", r.status, r.body)
+	}
+	got := r.json(t)["title"].(string)
+	if !utf8.ValidString(got) || len(got) > 500 || strings.ContainsRune(got, utf8.RuneError) || !strings.HasPrefix(got, "Fork of aaa") {
+		t.Fatalf("fork title %q (%d bytes)", got, len(got))
+	}
+}
