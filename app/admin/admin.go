@@ -21,6 +21,8 @@ type Store interface {
 	user.Repository
 	audit.Repository
 	InTxAdmin(ctx context.Context, fn func(Store) error) error
+	// RevokeUserTokens revokes every live token of a user.
+	RevokeUserTokens(ctx context.Context, userID string, at time.Time) error
 }
 
 // PasswordHasher hashes new passwords.
@@ -213,6 +215,14 @@ func (s *Service) UpdateUser(ctx context.Context, p user.Principal, userID strin
 	}
 	if err := s.store.UpdateUser(ctx, u); err != nil {
 		return user.User{}, err
+	}
+	// A new password or a disabled account ends every session and token
+	// of the user: an admin resetting a compromised account locks the
+	// intruder out, and re-enabling it brings no old token back.
+	if ch.Password != nil || (ch.Disabled != nil && *ch.Disabled) {
+		if err := s.store.RevokeUserTokens(ctx, u.ID(), s.now()); err != nil {
+			return user.User{}, fmt.Errorf("admin: revoke the user's tokens: %w", err)
+		}
 	}
 	after := userJSON(map[string]any{"role": u.Role(), "disabled": u.Disabled()})
 	_ = s.store.AppendEvent(ctx, audit.Event{ID: id.New("aud"), OrgID: p.OrgID, ActorID: p.UserID, Action: "org.users.update", Target: u.ID(), Before: before, After: after, At: s.now().UTC()})

@@ -25,6 +25,35 @@ func TestInputEdges(t *testing.T) {
 		t.Fatalf("login with 72 right bytes and more: %d %s", r.status, r.body)
 	}
 
+	// A password reset by an admin ends the user's sessions and API
+	// tokens; so does disabling, and re-enabling brings none back.
+	uid := r.json(t)["id"].(string)
+	for _, change := range []map[string]any{{"password": "a-new-password"}, {"disabled": true}} {
+		pw := long // the password before this change
+		if change["disabled"] != nil {
+			pw = "a-new-password"
+		}
+		session := login(t, s, "long@acme.test", pw)
+		r := s.do("POST", appAPI+"/tokens", session, map[string]any{"name": "laptop"})
+		if r.status != 201 {
+			t.Fatalf("api token: %d %s", r.status, r.body)
+		}
+		api := r.json(t)["token"].(string)
+		if r := s.do("PATCH", appAPI+"/org/users/"+uid, a, change); r.status != 200 {
+			t.Fatalf("change %v: %d %s", change, r.status, r.body)
+		}
+		if change["disabled"] != nil {
+			if r := s.do("PATCH", appAPI+"/org/users/"+uid, a, map[string]any{"disabled": false}); r.status != 200 {
+				t.Fatalf("enable: %d %s", r.status, r.body)
+			}
+		}
+		for name, tok := range map[string]string{"session": session, "api token": api} {
+			if r := s.do("GET", appAPI+"/me", tok, nil); r.status != 401 {
+				t.Fatalf("%s after %v: %d %s", name, change, r.status, r.body)
+			}
+		}
+	}
+
 	// A page of 100 threads is allowed, as the message says.
 	if r := s.do("GET", appAPI+"/thread?limit=100", a, nil); r.status != 200 {
 		t.Fatalf("limit=100: %d %s", r.status, r.body)

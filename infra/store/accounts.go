@@ -202,6 +202,13 @@ func (s *Store) RevokeToken(ctx context.Context, id string, at time.Time) error 
 	return nil
 }
 
+// RevokeUserTokens revokes every live token of a user (sessions, API and
+// sandbox tokens).
+func (s *Store) RevokeUserTokens(ctx context.Context, userID string, at time.Time) error {
+	err := s.q(ctx).Model(&tokenRow{}).Where("user_id = ? AND revoked_at IS NULL", userID).Update("revoked_at", at.UTC()).Error
+	return translate(err, "tokens")
+}
+
 // TouchToken records a use of the token.
 func (s *Store) TouchToken(ctx context.Context, id string, at time.Time) error {
 	return translate(s.q(ctx).Model(&tokenRow{}).Where("id = ?", id).Update("last_used_at", at.UTC()).Error, "token")

@@ -161,6 +161,17 @@ func suite(t *testing.T, s *store.Store) {
 	if err := s.RevokeToken(ctx, "nope", now); !fault.Is(err, fault.NotFound) {
 		t.Fatalf("revoke missing: %v", err)
 	}
+	// Revoking all of a user's tokens ends the live ones and keeps the
+	// time of those already revoked.
+	if err := s.RevokeUserTokens(ctx, u.ID(), now.Add(5*time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if gs, _ := s.Token(ctx, sess.ID()); gs.Usable(now) || gs.RevokedAt() == nil || !gs.RevokedAt().Equal(now.Add(5*time.Minute)) {
+		t.Fatalf("session after revoking all: %+v", gs)
+	}
+	if gt, _ := s.Token(ctx, tok.ID()); !gt.RevokedAt().Equal(now.Add(2 * time.Minute)) {
+		t.Fatalf("an earlier revocation was rewritten: %+v", gt)
+	}
 
 	// Projects are scoped by org.
 	pr, _ := project.New(id("prj"), o.ID(), u.ID(), "Research", now)
