@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"path"
 	"strconv"
 	"strings"
 
@@ -70,6 +71,10 @@ func (s *Service) UploadSkill(ctx context.Context, p user.Principal, archive io.
 	if err != nil {
 		return skill.Skill{}, err
 	}
+	// One upload at a time picks the next version and writes it: two at
+	// once would take the same number.
+	s.skillMu.Lock()
+	defer s.skillMu.Unlock()
 	version := 1
 	latest, err := s.store.LatestSkill(ctx, p.OrgID, m.Name)
 	switch {
@@ -115,7 +120,24 @@ func ReadSkillArchive(raw []byte, lim skill.Limits) ([]skill.File, error) {
 	if err != nil {
 		return nil, err
 	}
-	return stripTop(files), nil
+	files = stripTop(files)
+	// Each path once, and none both a file and a folder ("a" and "a/b"):
+	// such an archive cannot be written out.
+	paths := make(map[string]bool, len(files))
+	for _, f := range files {
+		if paths[f.Path] {
+			return nil, fault.Errorf(fault.Invalid, "skill archive: %q appears twice", f.Path)
+		}
+		paths[f.Path] = true
+	}
+	for _, f := range files {
+		for dir := path.Dir(f.Path); dir != "." && dir != "/"; dir = path.Dir(dir) {
+			if paths[dir] {
+				return nil, fault.Errorf(fault.Invalid, "skill archive: %q is a file and also a folder of %q", dir, f.Path)
+			}
+		}
+	}
+	return files, nil
 }
 
 // stripTop removes a single top-level folder holding SKILL.md.

@@ -95,6 +95,8 @@ func TestReadSkillArchive(t *testing.T) {
 		{"tar hard link", tarOf(t, false, entry{name: "SKILL.md", body: manifest}, entry{name: "l", typ: tar.TypeLink, link: "SKILL.md"}), nil, fault.Invalid},
 		{"tar device", tarOf(t, false, entry{name: "dev", typ: tar.TypeChar}), nil, fault.Invalid},
 		{"tar traversal", tarOf(t, false, entry{name: "../../x", body: "x"}), nil, fault.Invalid},
+		{"a file that is also a folder", tarOf(t, false, entry{name: "SKILL.md", body: manifest}, entry{name: "a", body: "x"}, entry{name: "a/b", body: "y"}), nil, fault.Invalid},
+		{"a path twice", zipOf(t, entry{name: "SKILL.md", body: manifest}, entry{name: "x", body: "1"}, entry{name: "x", body: "2"}), nil, fault.Invalid},
 		{"too many entries", zipOf(t, entry{name: "1"}, entry{name: "2"}, entry{name: "3"}, entry{name: "4"}, entry{name: "5"}, entry{name: "6"}), nil, fault.Invalid},
 		{"file too large", zipOf(t, entry{name: "big", body: strings.Repeat("x", 101)}), nil, fault.TooLarge},
 		{"total too large", zipOf(t, entry{name: "a", body: strings.Repeat("x", 80)}, entry{name: "b", body: strings.Repeat("x", 80)}), nil, fault.TooLarge},

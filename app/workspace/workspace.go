@@ -37,6 +37,7 @@ type Service struct {
 	mu      sync.Mutex
 	running map[string]bool             // threads with a turn in progress
 	seen    map[string]map[string]stamp // per thread: outputs already captured
+	skillMu sync.Mutex                  // one skill upload at a time
 }
 
 // New returns the workspace service. Deps may be left zero for the

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"unicode/utf8"
 )
@@ -75,5 +77,33 @@ func TestInputEdges(t *testing.T) {
 	got := r.json(t)["title"].(string)
 	if !utf8.ValidString(got) || len(got) > 500 || strings.ContainsRune(got, utf8.RuneError) || !strings.HasPrefix(got, "Fork of aaa") {
 		t.Fatalf("fork title %q (%d bytes)", got, len(got))
+	}
+}
+
+// TestSkillUploadsAtOnce: uploads of one skill at the same time each get
+// their own version (two took the same number, and one failed with 500).
+func TestSkillUploadsAtOnce(t *testing.T) {
+	s := startServer(t, "", nil)
+	a := s.bootstrap("acme", "admin@acme.test")
+	arch := wsZip(t, wsEntry{name: "SKILL.md", body: wsManifest("race", "Runs")})
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var versions []int
+	for range 6 {
+		wg.Go(func() {
+			r := s.do("POST", appAPI+"/skills", a, arch, "Content-Type", "application/zip")
+			mu.Lock()
+			defer mu.Unlock()
+			if r.status != 201 {
+				t.Errorf("upload: %d %s", r.status, r.body)
+				return
+			}
+			versions = append(versions, int(r.json(t)["version"].(float64)))
+		})
+	}
+	wg.Wait()
+	slices.Sort(versions)
+	if !slices.Equal(versions, []int{1, 2, 3, 4, 5, 6}) {
+		t.Fatalf("versions %v", versions)
 	}
 }
