@@ -52,10 +52,11 @@ type Config struct {
 
 // Service is the auth use cases.
 type Service struct {
-	store Store
-	codec Codec
-	cfg   Config
-	now   func() time.Time
+	store  Store
+	codec  Codec
+	cfg    Config
+	now    func() time.Time
+	logins throttle
 }
 
 // New returns the auth service.
@@ -132,18 +133,25 @@ func (s *Service) issue(ctx context.Context, u user.User, kind user.TokenKind, n
 // Login checks an email and password and returns a short-lived session token.
 func (s *Service) Login(ctx context.Context, email, password string) (Issued, error) {
 	bad := fault.New(fault.Unauthenticated, "invalid email or password")
-	u, err := s.store.UserByEmail(ctx, strings.ToLower(strings.TrimSpace(email)))
+	email = strings.ToLower(strings.TrimSpace(email))
+	if d := s.logins.wait(email, s.now()); d > 0 {
+		return Issued{}, refusal(d)
+	}
+	u, err := s.store.UserByEmail(ctx, email)
 	// bcrypt reads 72 bytes at most: a longer password (never set, see
 	// HashPassword) would match on its first 72 alone.
 	if err != nil || u.PasswordHash() == "" || len(password) > 72 {
 		// Spend the same time as a real check so the answer does not tell
 		// whether the email exists.
 		bcrypt.CompareHashAndPassword(dummyHash, []byte(password))
+		s.logins.failed(email, s.now())
 		return Issued{}, bad
 	}
 	if bcrypt.CompareHashAndPassword([]byte(u.PasswordHash()), []byte(password)) != nil {
+		s.logins.failed(email, s.now())
 		return Issued{}, bad
 	}
+	s.logins.succeeded(email)
 	if u.Disabled() {
 		return Issued{}, fault.New(fault.Unauthenticated, "this user is disabled")
 	}

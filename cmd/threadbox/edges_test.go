@@ -56,6 +56,19 @@ func TestInputEdges(t *testing.T) {
 		}
 	}
 
+	// Failed logins in a row for one email are throttled (429), not
+	// answered without end.
+	for i := range 6 {
+		r := s.do("POST", appAPI+"/auth/login", "", map[string]any{"email": "admin@acme.test", "password": "a wrong guess"})
+		want := 401
+		if i == 5 {
+			want = 429
+		}
+		if r.status != want || (want == 429 && !strings.Contains(string(r.body), "too many failed logins")) {
+			t.Fatalf("failed login %d: %d %s", i+1, r.status, r.body)
+		}
+	}
+
 	// A page of 100 threads is allowed, as the message says.
 	if r := s.do("GET", appAPI+"/thread?limit=100", a, nil); r.status != 200 {
 		t.Fatalf("limit=100: %d %s", r.status, r.body)
