@@ -44,8 +44,9 @@ type MessageContainers interface {
 	// container is not found.
 	Scope(ctx context.Context, p user.Principal, scopeID string, create bool) (container.Container, error)
 	// Peek finds the container a scope id names without changing anything:
-	// ok false when there is none yet, expired past its maximum age.
-	Peek(ctx context.Context, p user.Principal, scopeID string) (c container.Container, ok, expired bool, err error)
+	// ok false when a request would make it; a named one past its maximum
+	// age is the request's error.
+	Peek(ctx context.Context, p user.Principal, scopeID string) (c container.Container, ok bool, err error)
 	// Touch records a use of the container now.
 	Touch(ctx context.Context, c container.Container) (container.Container, error)
 	// ExpiresAt is the container's rolling expiry shown to clients.
@@ -545,27 +546,17 @@ func (s *Server) validateMessage(c *fiber.Ctx) error {
 		id := container.DefaultClientID
 		if req.Container != nil && req.Container.ID != "" {
 			id = req.Container.ID
-			if !strings.HasPrefix(id, "thr_") {
-				if err := container.ValidateClientID(id); err != nil {
-					return err
-				}
-			}
 		}
 		vc := &validateContainer{ID: id}
-		ctr, ok, expired, err := m.Containers.Peek(ctx, p, id)
-		switch {
-		case err != nil:
+		ctr, ok, err := m.Containers.Peek(ctx, p, id)
+		if err != nil {
 			return err
-		case ok && expired && id != container.DefaultClientID:
-			// What the request itself would answer (it would also remove
-			// the container, which validate does not).
-			return fault.Errorf(fault.NotFound, "container %q has passed its maximum age; a request naming it removes it with its files and fails: send the request without a container to get a new one", id)
-		case ok && !expired:
+		}
+		if ok {
 			vc.Exists, vc.ID = true, ctr.ClientID()
 			exp := m.Containers.ExpiresAt(ctr).UTC()
 			vc.ExpiresAt = &exp
 		}
-		// Otherwise the request makes it (the default container anew).
 		if len(plan.ContainerUploads) > 0 {
 			if !vc.Exists {
 				return fault.Errorf(fault.Invalid, "container_upload: container %q does not exist yet, so it has no files", id)

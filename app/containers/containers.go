@@ -141,7 +141,7 @@ func (s *Service) resolve(ctx context.Context, id string, recreate bool, mk func
 			return container.Container{}, err
 		}
 		if !recreate {
-			return container.Container{}, fault.Errorf(fault.NotFound, "container %q has passed its maximum age and was removed with its files; send the request without a container to get a new one", c.ClientID())
+			return container.Container{}, errExpired(c.ClientID())
 		}
 		if c, err = mk(); err != nil {
 			return container.Container{}, err
@@ -151,6 +151,12 @@ func (s *Service) resolve(ctx context.Context, id string, recreate bool, mk func
 		}
 	}
 	return c, nil
+}
+
+// errExpired is the answer to a request naming a container past its
+// maximum age (which removes it with its files).
+func errExpired(clientID string) error {
+	return fault.Errorf(fault.NotFound, "container %q has passed its maximum age and is removed with its files; send the request without a container to get a new one", clientID)
 }
 
 // Touch records a use of the container now, rolling its expiry forward.

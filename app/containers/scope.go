@@ -26,16 +26,13 @@ func (s *Service) Scope(ctx context.Context, p user.Principal, scopeID string, c
 	if scopeID == "" {
 		return container.Container{}, fault.New(fault.Invalid, "scope_id is required")
 	}
-	var (
-		c   container.Container
-		err error
-	)
-	if s.threads != nil && strings.HasPrefix(scopeID, "thr_") {
-		t, terr := s.threads.Thread(ctx, p.OrgID, p.UserID, scopeID)
-		if terr != nil {
-			return container.Container{}, fault.New(fault.NotFound, "container not found")
-		}
-		c, err = s.ForThread(ctx, p, t.ID())
+	threadID, isThread, err := s.threadOf(ctx, p, scopeID)
+	if err != nil {
+		return container.Container{}, err
+	}
+	var c container.Container
+	if isThread {
+		c, err = s.ForThread(ctx, p, threadID)
 	} else if create {
 		c, err = s.ForUser(ctx, p, scopeID)
 	} else {
@@ -57,27 +54,44 @@ func (s *Service) Scope(ctx context.Context, p user.Principal, scopeID string, c
 
 // Peek returns the container a scope id names, as Scope does, but changes
 // nothing: no container is made, none past its maximum age is removed, no
-// folder is prepared. ok is false when there is none yet; expired tells that
-// it has passed its maximum age (a request naming it would remove it).
-func (s *Service) Peek(ctx context.Context, p user.Principal, scopeID string) (c container.Container, ok, expired bool, err error) {
-	id := ""
-	if s.threads != nil && strings.HasPrefix(scopeID, "thr_") {
-		t, terr := s.threads.Thread(ctx, p.OrgID, p.UserID, scopeID)
-		if terr != nil {
-			return container.Container{}, false, false, fault.New(fault.NotFound, "container not found")
-		}
-		id = t.ID()
-	} else {
+// folder is prepared. ok is false when there is none yet, or when the
+// default container is past its maximum age (a request makes it anew); a
+// named one past it is the request's error.
+func (s *Service) Peek(ctx context.Context, p user.Principal, scopeID string) (c container.Container, ok bool, err error) {
+	id, isThread, err := s.threadOf(ctx, p, scopeID)
+	if err != nil {
+		return container.Container{}, false, err
+	}
+	if !isThread {
 		if err := container.ValidateClientID(scopeID); err != nil {
-			return container.Container{}, false, false, err
+			return container.Container{}, false, err
 		}
 		id = container.UserScopedID(p.UserID, scopeID)
 	}
 	c, err = s.Lookup(ctx, p, id)
-	if err != nil {
-		return container.Container{}, false, false, nil
+	switch {
+	case err != nil:
+		return container.Container{}, false, nil
+	case !c.Expired(s.now(), s.cfg.MaxAge):
+		return c, true, nil
+	case scopeID == container.DefaultClientID:
+		return container.Container{}, false, nil
 	}
-	return c, true, c.Expired(s.now(), s.cfg.MaxAge), nil
+	return container.Container{}, false, errExpired(c.ClientID())
+}
+
+// threadOf resolves a scope id naming a thread the caller may access to
+// the thread's id; isThread is false for any other scope id. Another
+// user's thread is not found, like a missing one.
+func (s *Service) threadOf(ctx context.Context, p user.Principal, scopeID string) (id string, isThread bool, err error) {
+	if s.threads == nil || !strings.HasPrefix(scopeID, "thr_") {
+		return "", false, nil
+	}
+	t, err := s.threads.Thread(ctx, p.OrgID, p.UserID, scopeID)
+	if err != nil {
+		return "", true, fault.New(fault.NotFound, "container not found")
+	}
+	return t.ID(), true, nil
 }
 
 // Container is Scope returning the storage id (the Files API's port).

@@ -104,8 +104,11 @@ func (s *Service) ForkThread(ctx context.Context, p user.Principal, threadID str
 		return thread.Thread{}, err
 	}
 	title := "Fork of " + src.Title()
-	for len(title) > 500 || !utf8.ValidString(title) { // cut at a character's start
-		title = title[:min(len(title), 500)-1]
+	if len(title) > 500 {
+		title = title[:500]
+		for !utf8.ValidString(title) { // cut at a character's start
+			title = title[:len(title)-1]
+		}
 	}
 	dst, err := thread.New(id.New("thr"), p.OrgID, src.ProjectID(), p.UserID, title, s.now())
 	if err != nil {
