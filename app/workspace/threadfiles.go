@@ -80,15 +80,25 @@ func (s *Service) DeleteThread(ctx context.Context, p user.Principal, threadID s
 	if err != nil {
 		return err
 	}
+	if err := s.removeSandbox(ctx, th); err != nil {
+		return err
+	}
+	return s.store.DeleteThread(ctx, p.OrgID, p.UserID, th.ID())
+}
+
+// removeSandbox removes a thread's container (its sandbox and files) and
+// what the service remembers of its outputs; the thread is the caller's to
+// delete.
+func (s *Service) removeSandbox(ctx context.Context, th thread.Thread) error {
 	if s.d.Containers != nil {
 		if err := s.d.Containers.Remove(ctx, th.ContainerID()); err != nil {
-			return fmt.Errorf("workspace: remove the thread's container: %w", err)
+			return fmt.Errorf("workspace: remove the container of thread %s: %w", th.ID(), err)
 		}
 	}
 	s.mu.Lock()
 	delete(s.seen, th.ID())
 	s.mu.Unlock()
-	return s.store.DeleteThread(ctx, p.OrgID, p.UserID, th.ID())
+	return nil
 }
 
 // forkMounts are the folders a fork copies.

@@ -6,7 +6,6 @@ package workspace
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -105,14 +104,9 @@ func (s *Service) DeleteProject(ctx context.Context, p user.Principal, projectID
 		return err
 	}
 	for _, th := range ths {
-		if s.d.Containers != nil {
-			if err := s.d.Containers.Remove(ctx, th.ContainerID()); err != nil {
-				return fmt.Errorf("workspace: remove the container of thread %s: %w", th.ID(), err)
-			}
+		if err := s.removeSandbox(ctx, th); err != nil {
+			return err
 		}
-		s.mu.Lock()
-		delete(s.seen, th.ID())
-		s.mu.Unlock()
 	}
 	return s.store.DeleteProject(ctx, p.OrgID, projectID)
 }
