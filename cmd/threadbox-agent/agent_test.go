@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"threadbox/infra/agent/protocol"
+	"threadbox/infra/sandbox/agent/protocol"
 )
 
 func TestParseConfig(t *testing.T) {

@@ -1,7 +1,7 @@
 // Command threadbox-agent is the init process of a threadbox sandbox. The host
 // starts it as PID 1 of a container (or as the child of bubblewrap) and talks
 // to it over its stdin and stdout with the framed protocol of
-// threadbox/infra/agent/protocol: it runs commands, streams their output,
+// threadbox/infra/sandbox/agent/protocol: it runs commands, streams their output,
 // enforces timeouts and output caps, collects $OUTPUT_DIR files and reaps
 // every orphaned process reparented to it. On the host's request it also
 // listens on loopback addresses inside the sandbox and carries each accepted

@@ -14,7 +14,7 @@ import (
 
 	"github.com/creack/pty"
 
-	"threadbox/infra/agent/protocol"
+	"threadbox/infra/sandbox/agent/protocol"
 )
 
 // proc is one running command. Its pid is also its process group id: plain

@@ -9,7 +9,7 @@ import (
 	"syscall"
 	"time"
 
-	"threadbox/infra/agent/protocol"
+	"threadbox/infra/sandbox/agent/protocol"
 )
 
 // server reads frames from the host, runs commands and writes their frames

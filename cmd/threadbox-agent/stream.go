@@ -6,7 +6,7 @@ import (
 	"net"
 	"sync"
 
-	"threadbox/infra/agent/protocol"
+	"threadbox/infra/sandbox/agent/protocol"
 )
 
 // maxStreamQueue bounds the bytes from the host queued for one connection

@@ -24,7 +24,7 @@ import (
 	"strings"
 	"time"
 
-	"threadbox/infra/docker"
+	"threadbox/infra/sandbox/docker"
 )
 
 // filesOpts configure the Files API section.

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"threadbox/domain/sandbox"
-	"threadbox/infra/hostdirs"
-	"threadbox/infra/local"
+	"threadbox/infra/sandbox/hostdirs"
+	"threadbox/infra/sandbox/local"
 )
 
 // benchRow is one measured row of the table.

@@ -26,8 +26,8 @@ import (
 	"github.com/docker/docker/pkg/stdcopy"
 
 	"threadbox/domain/sandbox"
-	"threadbox/infra/docker"
-	"threadbox/infra/hostdirs"
+	"threadbox/infra/sandbox/docker"
+	"threadbox/infra/sandbox/hostdirs"
 )
 
 func main() {

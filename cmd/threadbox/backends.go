@@ -5,11 +5,10 @@ import (
 	"path/filepath"
 
 	"threadbox/domain/sandbox"
-	"threadbox/infra/docker"
-	"threadbox/infra/dockerprobe"
-	"threadbox/infra/hostdirs"
-	"threadbox/infra/local"
-	"threadbox/infra/unsupported"
+	"threadbox/infra/sandbox/docker"
+	"threadbox/infra/sandbox/hostdirs"
+	"threadbox/infra/sandbox/local"
+	"threadbox/infra/sandbox/unsupported"
 )
 
 // newBackends builds the configured sandbox backends, in the order of
@@ -26,18 +25,13 @@ func newBackends(cfg Config, layout *hostdirs.Layout, log *slog.Logger) ([]sandb
 	for _, name := range cfg.SandboxBackend {
 		switch name {
 		case "docker":
-			b, err := docker.New(docker.Config{Image: cfg.SandboxImage, Runtime: cfg.SandboxRuntime, AgentBin: agentBin(cfg), SocketDir: filepath.Join(cfg.DataDir, "run"), Limits: limits, Logger: log.With("backend", "docker"), Instance: cfg.Instance})
+			b, err := docker.New(docker.Config{Image: cfg.SandboxImage, Runtime: cfg.SandboxRuntime, AgentBin: agentBin(cfg), SocketDir: filepath.Join(cfg.DataDir, "run"), Limits: limits, DiskQuota: quota, Logger: log.With("backend", "docker"), Instance: cfg.Instance})
 			if err != nil {
 				log.Warn("sandbox backend left out", "backend", name, "reason", err.Error())
 				continue
 			}
 			closers = append(closers, b.Close)
-			probe, err := dockerprobe.New(b, cfg.SandboxRuntime, quota)
-			if err != nil {
-				out = append(out, b)
-				continue
-			}
-			out = append(out, probe)
+			out = append(out, b)
 		case "local":
 			b, err := local.New(local.Config{RootFS: cfg.RootFS, AgentBin: agentBin(cfg), DiskQuota: quota, Limits: limits, Instance: cfg.Instance, Logger: log})
 			if err != nil {

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"threadbox/app/sandboxtools"
-	"threadbox/infra/local"
+	"threadbox/infra/sandbox/local"
 )
 
 // Config is every setting, loaded once from the environment.

@@ -22,7 +22,7 @@ import (
 	"time"
 
 	"threadbox/domain/container"
-	"threadbox/infra/hostdirs"
+	"threadbox/infra/sandbox/hostdirs"
 )
 
 const filesAPI = "/api/gpt/v1/files"

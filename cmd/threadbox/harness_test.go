@@ -18,8 +18,8 @@ import (
 	"testing"
 	"time"
 
-	"threadbox/infra/docker"
 	"threadbox/infra/llm/fakeupstream"
+	"threadbox/infra/sandbox/docker"
 	"threadbox/infra/store/storetest"
 )
 

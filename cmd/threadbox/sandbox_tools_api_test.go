@@ -18,7 +18,7 @@ import (
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
 
-	"threadbox/infra/local"
+	"threadbox/infra/sandbox/local"
 )
 
 // sandboxToolsOpt enables every sandbox_v1 tool on a request.

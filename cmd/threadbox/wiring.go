@@ -15,7 +15,7 @@ import (
 	"threadbox/app/workspace"
 	"threadbox/domain/sandbox"
 	"threadbox/infra/fsroot"
-	"threadbox/infra/hostdirs"
+	"threadbox/infra/sandbox/hostdirs"
 	"threadbox/infra/store"
 )
 

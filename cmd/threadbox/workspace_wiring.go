@@ -9,7 +9,7 @@ import (
 	"threadbox/domain/skill"
 	"threadbox/infra/blob"
 	"threadbox/infra/fsroot"
-	"threadbox/infra/hostdirs"
+	"threadbox/infra/sandbox/hostdirs"
 	"threadbox/infra/skillfs"
 )
 

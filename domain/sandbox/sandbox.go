@@ -125,7 +125,7 @@ type Status struct {
 	StartedAt time.Time
 }
 
-// Backend runs sandboxes. Implementations live in infra/docker and infra/local.
+// Backend runs sandboxes. Implementations live in infra/sandbox/docker and infra/local.
 type Backend interface {
 	// Name is the backend's configuration name ("docker", "local").
 	Name() string

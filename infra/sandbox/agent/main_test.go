@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"threadbox/infra/agent"
+	"threadbox/infra/sandbox/agent"
 )
 
 // agentBin is the threadbox-agent binary the tests run: $THREADBOX_AGENT_BIN

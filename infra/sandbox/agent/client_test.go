@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"threadbox/domain/sandbox"
-	"threadbox/infra/agent"
+	"threadbox/infra/sandbox/agent"
 )
 
 func sh(script string, args ...string) []string {

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"threadbox/domain/sandbox"
-	"threadbox/infra/docker"
-	"threadbox/infra/sandboxtest"
+	"threadbox/infra/sandbox/docker"
+	"threadbox/infra/sandbox/sandboxtest"
 )
 
 // TestConformance runs the backend conformance suite (infra/sandboxtest)

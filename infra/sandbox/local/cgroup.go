@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"threadbox/domain/sandbox"
-	"threadbox/infra/hostdirs"
+	"threadbox/infra/sandbox/hostdirs"
 )
 
 // v1Controllers are the cgroup v1 hierarchies a jail joins.

@@ -14,7 +14,7 @@ import (
 
 	"github.com/docker/docker/api/types/container"
 
-	"threadbox/infra/hostdirs"
+	"threadbox/infra/sandbox/hostdirs"
 )
 
 // SocketMount is where a sandbox sees the host folder of its agent socket

@@ -27,9 +27,9 @@ import (
 	"github.com/docker/docker/pkg/stdcopy"
 
 	"threadbox/domain/sandbox"
-	"threadbox/infra/agent"
-	"threadbox/infra/boxes"
-	"threadbox/infra/hostdirs"
+	"threadbox/infra/sandbox/agent"
+	"threadbox/infra/sandbox/boxes"
+	"threadbox/infra/sandbox/hostdirs"
 )
 
 // Labels put on every container this backend creates.
@@ -87,6 +87,9 @@ type Config struct {
 	Instance string
 	// Limits are the defaults for zero fields of a Spec's Limits.
 	Limits sandbox.Limits
+	// DiskQuota tells that the host folders carry a disk quota (for the
+	// capability matrix).
+	DiskQuota bool
 	// BootTimeout bounds a boot up to the agent's first answer.
 	BootTimeout time.Duration
 	// Logger receives lifecycle events and the agent's stderr; default discards.
@@ -95,9 +98,10 @@ type Config struct {
 
 // Backend runs sandboxes as Docker containers. It implements sandbox.Backend.
 type Backend struct {
-	cli *client.Client
-	cfg Config
-	log *slog.Logger
+	cli  *client.Client
+	info Info
+	cfg  Config
+	log  *slog.Logger
 
 	boxes *boxes.Set[*box]
 }
@@ -169,7 +173,7 @@ func NewWithClient(cli *client.Client, cfg Config) *Backend {
 	if lg == nil {
 		lg = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	return &Backend{cli: cli, cfg: cfg, log: lg, boxes: boxes.New(boxEnded)}
+	return &Backend{cli: cli, info: cli, cfg: cfg, log: lg, boxes: boxes.New(boxEnded)}
 }
 
 // Close closes the agent connections and the client; containers keep running

@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"threadbox/infra/agent/protocol"
+	"threadbox/infra/sandbox/agent/protocol"
 )
 
 // maxStreamQueue bounds the bytes from the agent queued for one connection

@@ -26,9 +26,9 @@ import (
 	"time"
 
 	"threadbox/domain/sandbox"
-	"threadbox/infra/agent"
-	"threadbox/infra/boxes"
-	"threadbox/infra/hostdirs"
+	"threadbox/infra/sandbox/agent"
+	"threadbox/infra/sandbox/boxes"
+	"threadbox/infra/sandbox/hostdirs"
 )
 
 // AgentPath is where the agent binary appears inside the jail.

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"threadbox/domain/sandbox"
-	"threadbox/infra/agent"
+	"threadbox/infra/sandbox/agent"
 )
 
 // echoServe answers each line read from conn with "echo: " and the line.

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"threadbox/domain/sandbox"
-	"threadbox/infra/agent"
+	"threadbox/infra/sandbox/agent"
 )
 
 // TestAgentAsNonRoot runs the agent as nobody, as in a sandbox, and checks

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"threadbox/domain/sandbox"
-	"threadbox/infra/agent/protocol"
+	"threadbox/infra/sandbox/agent/protocol"
 )
 
 // Process is a command started in the sandbox. Its methods are safe for

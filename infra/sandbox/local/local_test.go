@@ -16,7 +16,7 @@ import (
 
 	"threadbox/app/backends"
 	"threadbox/domain/sandbox"
-	"threadbox/infra/sandboxtest"
+	"threadbox/infra/sandbox/sandboxtest"
 )
 
 // These tests run real bubblewrap jails. They need root (for the jail's

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"threadbox/domain/sandbox"
-	"threadbox/infra/agent/protocol"
+	"threadbox/infra/sandbox/agent/protocol"
 )
 
 // TruncatedMarker ends the text of an output stream that exceeded its cap.

@@ -16,8 +16,8 @@ import (
 	"github.com/docker/docker/client"
 
 	"threadbox/domain/sandbox"
-	"threadbox/infra/hostdirs"
-	"threadbox/infra/sandboxtest"
+	"threadbox/infra/sandbox/hostdirs"
+	"threadbox/infra/sandbox/sandboxtest"
 )
 
 // These tests run real sandboxes against the Docker daemon. Under CI=true a

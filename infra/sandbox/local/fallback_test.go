@@ -14,8 +14,8 @@ import (
 	"threadbox/domain/container"
 	"threadbox/domain/fault"
 	"threadbox/domain/sandbox"
-	"threadbox/infra/docker"
-	"threadbox/infra/hostdirs"
+	"threadbox/infra/sandbox/docker"
+	"threadbox/infra/sandbox/hostdirs"
 )
 
 // memStore is an in-memory container.Repository.

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"threadbox/domain/sandbox"
-	"threadbox/infra/agent"
-	"threadbox/infra/agent/protocol"
+	"threadbox/infra/sandbox/agent"
+	"threadbox/infra/sandbox/agent/protocol"
 )
 
 // frames encodes frames for the seeds: type, id, payload.

@@ -1,4 +1,4 @@
-package dockerprobe
+package docker
 
 import (
 	"context"
@@ -7,9 +7,6 @@ import (
 	"testing"
 
 	"github.com/docker/docker/api/types/system"
-
-	"threadbox/app/backends"
-	"threadbox/domain/sandbox"
 )
 
 type fakeInfo struct {
@@ -18,10 +15,6 @@ type fakeInfo struct {
 }
 
 func (f fakeInfo) Info(context.Context) (system.Info, error) { return f.info, f.err }
-
-type nopBackend struct{ sandbox.Backend }
-
-var _ backends.Describer = (*Backend)(nil)
 
 func TestDescribe(t *testing.T) {
 	full := system.Info{MemoryLimit: true, CPUCfsQuota: true, PidsLimit: true, CgroupVersion: "1"}
@@ -36,16 +29,16 @@ func TestDescribe(t *testing.T) {
 	}{
 		{"runc", "runc", fakeInfo{info: full}, true, "namespaces", []string{"memory", "cpu", "pids", "nofile", "tmp", "disk"}, "cgroup v1"},
 		{"runsc", "runsc", fakeInfo{info: full}, false, "application kernel", []string{"memory", "cpu", "pids", "nofile", "tmp"}, "cgroup v1 (gVisor)"},
-		{"no pids controller", "", fakeInfo{info: system.Info{MemoryLimit: true, CgroupVersion: "2"}}, false, "namespaces", []string{"memory", "nofile", "tmp"}, "cgroup v2"},
+		{"kata", "kata-qemu", fakeInfo{info: full}, false, "microVM", []string{"memory", "cpu", "pids", "nofile", "tmp"}, "cgroup v1"},
+		{"no pids controller", "runc", fakeInfo{info: system.Info{MemoryLimit: true, CgroupVersion: "2"}}, false, "namespaces", []string{"memory", "nofile", "tmp"}, "cgroup v2"},
 		{"daemon down", "runc", fakeInfo{err: errors.New("down")}, true, "namespaces", nil, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			b := NewWithInfo(nopBackend{}, tt.info, tt.runtime, tt.quota)
-			if b.Isolation() != tt.isolation {
-				t.Errorf("isolation %q, want %q", b.Isolation(), tt.isolation)
+			if got := isolation(tt.runtime); got != tt.isolation {
+				t.Errorf("isolation %q, want %q", got, tt.isolation)
 			}
-			l, m := b.EnforcedLimits(context.Background())
+			l, m := enforcedLimits(context.Background(), tt.info, tt.runtime, tt.quota)
 			if !slices.Equal(l, tt.limits) || m != tt.mech {
 				t.Errorf("limits %q %q, want %q %q", l, m, tt.limits, tt.mech)
 			}

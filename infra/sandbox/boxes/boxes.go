@@ -10,7 +10,7 @@ import (
 	"sync"
 
 	"threadbox/domain/sandbox"
-	"threadbox/infra/hostdirs"
+	"threadbox/infra/sandbox/hostdirs"
 )
 
 // Set holds the running boxes of type B of one backend. The zero value is

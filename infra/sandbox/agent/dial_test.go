@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"threadbox/domain/sandbox"
-	"threadbox/infra/agent"
+	"threadbox/infra/sandbox/agent"
 )
 
 // TestDialModeServesAndRedials runs the agent with THREADBOX_AGENT_DIAL: it

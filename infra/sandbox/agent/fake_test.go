@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"threadbox/domain/sandbox"
-	"threadbox/infra/agent"
-	"threadbox/infra/agent/protocol"
+	"threadbox/infra/sandbox/agent"
+	"threadbox/infra/sandbox/agent/protocol"
 )
 
 // fakeAgent plays the agent's side of a connection in the test.

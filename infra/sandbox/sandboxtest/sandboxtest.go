@@ -24,7 +24,7 @@ import (
 	"time"
 
 	"threadbox/domain/sandbox"
-	"threadbox/infra/hostdirs"
+	"threadbox/infra/sandbox/hostdirs"
 )
 
 // MemoryEnforcement says what happens to a command that goes past the

@@ -6,7 +6,7 @@ import (
 	"net"
 
 	"threadbox/domain/sandbox"
-	"threadbox/infra/agent"
+	"threadbox/infra/sandbox/agent"
 )
 
 var (
