@@ -1,7 +1,14 @@
-// Package containers manages named sandbox scopes: it resolves the container
-// a request names (namespaced per user, or a thread's), boots its sandbox on
-// first use on the first backend that can serve, shuts idle sandboxes down
-// (files stay), and removes containers past their maximum age.
+// Package containers is the one owner of sandboxes' lives: it resolves the
+// container a request names (namespaced per user, or a thread's), boots its
+// sandbox on first use on the first backend that can serve, runs commands,
+// sessions and listeners in it by container id, and stops, restarts,
+// expires and removes it. Its decisions are recorded in the database: each
+// container's state, backend and holding server process, and a lease per
+// running sandbox that the holder renews, so no two processes on one
+// database boot, stop or remove one sandbox at once. A sweeper idle-stops
+// sandboxes, removes containers past their maximum age, adopts or removes
+// the sandboxes an earlier process left, and releases the disk quota mounts
+// of containers not in use.
 package containers
 
 import (
@@ -9,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"strings"
 	"sync"
 	"time"
@@ -21,57 +29,123 @@ import (
 
 // Folders prepares and removes a container's host folders.
 type Folders interface {
-	// Prepare makes the folders exist and returns their §2 mounts.
+	// Prepare makes the folders exist (mounting a disk quota) and returns
+	// their §2 mounts.
 	Prepare(ctx context.Context, containerID string) ([]sandbox.Mount, error)
-	// Remove deletes the container's folders.
+	// Remove deletes the container's folders and disk image.
 	Remove(ctx context.Context, containerID string) error
+	// Release unmounts the disk quotas of containers whose folders were not
+	// prepared within idle, except those busy names; it returns the
+	// container ids (or folder names) released.
+	Release(ctx context.Context, idle time.Duration, busy func(containerID string) bool) ([]string, error)
 }
 
-// Config tunes the manager.
+// Leases are the database leases of this process (app/lease.Keeper).
+type Leases interface {
+	// Holder names this process.
+	Holder() string
+	// Acquire takes the named lease; false when another live process has it.
+	Acquire(ctx context.Context, name string) (bool, error)
+	// Release gives the named lease back.
+	Release(ctx context.Context, name string) error
+	// Holds reports whether this process (mine) or another live one (other)
+	// holds the named lease.
+	Holds(ctx context.Context, name string) (mine, other bool, err error)
+}
+
+// Quota checks an org's quotas before a container is made or a sandbox
+// boots; an error is the request's answer.
+type Quota interface {
+	BeforeCreate(ctx context.Context, orgID, userID string) error
+	BeforeBoot(ctx context.Context, orgID, userID string) error
+}
+
+// BootHook runs after a sandbox of the container booted or was adopted (the
+// in-sandbox API bridge listens in it). An error is logged; the sandbox
+// serves anyway.
+type BootHook func(ctx context.Context, containerID string) error
+
+// Config tunes the owner.
 type Config struct {
 	Idle   time.Duration // idle time before a sandbox is shut down (default 5m)
 	MaxAge time.Duration // hard maximum age of a container (default 30 days)
+	Sweep  time.Duration // the sweeper's interval (default 30s)
 	Limits sandbox.Limits
 	Env    []string // set for every sandbox
 }
 
-// Service is the container manager. It implements the sandbox executor the
+// Service is the owner of sandboxes. It implements the sandbox executor the
 // tool loop consumes.
 type Service struct {
 	store    container.Repository
 	backends []sandbox.Backend
 	folders  Folders
+	leases   Leases
 	threads  Threads
+	quota    Quota
+	hooks    []BootHook
 	cfg      Config
 	log      *slog.Logger
 	now      func() time.Time
 
 	mu      sync.Mutex
-	running map[string]*live // by container id
-	locks   map[string]*sync.Mutex
+	running map[string]*live // the sandboxes this process holds, by container id
+	locks   map[string]*idLock
 }
 
-// live is a booted sandbox and the backend that serves it.
+// live is a sandbox this process holds and the backend that serves it.
 type live struct {
 	backend  sandbox.Backend
 	lastUsed time.Time
 	active   int
 }
 
-// New returns a manager over backends, tried in order.
-func New(store container.Repository, backends []sandbox.Backend, folders Folders, cfg Config, log *slog.Logger) *Service {
+// idLock orders the decisions about one container within this process.
+type idLock struct {
+	mu    sync.Mutex
+	users int
+}
+
+// New returns an owner over backends, tried in order. leases may be nil
+// for a process that shares its database with no other (tests).
+func New(store container.Repository, backends []sandbox.Backend, folders Folders, leases Leases, cfg Config, log *slog.Logger) *Service {
 	if cfg.Idle <= 0 {
 		cfg.Idle = 5 * time.Minute
 	}
 	if cfg.MaxAge <= 0 {
 		cfg.MaxAge = 30 * 24 * time.Hour
 	}
+	if cfg.Sweep <= 0 {
+		cfg.Sweep = 30 * time.Second
+	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Service{store: store, backends: backends, folders: folders, cfg: cfg, log: log, now: time.Now,
-		running: map[string]*live{}, locks: map[string]*sync.Mutex{}}
+	if leases == nil {
+		leases = soleLeases{}
+	}
+	return &Service{store: store, backends: backends, folders: folders, leases: leases, cfg: cfg, log: log, now: time.Now,
+		running: map[string]*live{}, locks: map[string]*idLock{}}
 }
+
+// soleLeases are the leases of a process alone on its database: it always
+// holds them.
+type soleLeases struct{}
+
+func (soleLeases) Holder() string                                    { return "sole" }
+func (soleLeases) Acquire(context.Context, string) (bool, error)     { return true, nil }
+func (soleLeases) Release(context.Context, string) error             { return nil }
+func (soleLeases) Holds(context.Context, string) (bool, bool, error) { return false, false, nil }
+
+// SetQuota makes every new container and every boot pass q's checks. Call
+// it once while wiring.
+func (s *Service) SetQuota(q Quota) { s.quota = q }
+
+// OnBoot adds a hook run after each boot or adoption. Call it while wiring.
+func (s *Service) OnBoot(h BootHook) { s.hooks = append(s.hooks, h) }
+
+// sandboxLease names the lease of a container's running sandbox.
+func sandboxLease(id string) string { return "sandbox:" + id }
 
 // Idle returns the idle shutdown period.
 func (s *Service) Idle() time.Duration { return s.cfg.Idle }
@@ -123,13 +197,7 @@ func (s *Service) resolve(ctx context.Context, id string, recreate bool, mk func
 	c, err := s.store.Container(ctx, id)
 	switch {
 	case fault.Is(err, fault.NotFound):
-		if c, err = mk(); err != nil {
-			return container.Container{}, err
-		}
-		if err := s.store.CreateContainer(ctx, c); err != nil {
-			return container.Container{}, fmt.Errorf("containers: create: %w", err)
-		}
-		return c, nil
+		return s.create(ctx, mk)
 	case err != nil:
 		return container.Container{}, fmt.Errorf("containers: %w", err)
 	}
@@ -143,12 +211,24 @@ func (s *Service) resolve(ctx context.Context, id string, recreate bool, mk func
 		if !recreate {
 			return container.Container{}, errExpired(c.ClientID())
 		}
-		if c, err = mk(); err != nil {
+		return s.create(ctx, mk)
+	}
+	return c, nil
+}
+
+// create records a new container, within the org's quota.
+func (s *Service) create(ctx context.Context, mk func() (container.Container, error)) (container.Container, error) {
+	c, err := mk()
+	if err != nil {
+		return container.Container{}, err
+	}
+	if s.quota != nil {
+		if err := s.quota.BeforeCreate(ctx, c.OrgID(), c.OwnerID()); err != nil {
 			return container.Container{}, err
 		}
-		if err := s.store.CreateContainer(ctx, c); err != nil {
-			return container.Container{}, fmt.Errorf("containers: create: %w", err)
-		}
+	}
+	if err := s.store.CreateContainer(ctx, c); err != nil {
+		return container.Container{}, fmt.Errorf("containers: create: %w", err)
 	}
 	return c, nil
 }
@@ -159,26 +239,43 @@ func errExpired(clientID string) error {
 	return fault.Errorf(fault.NotFound, "container %q has passed its maximum age and is removed with its files; send the request without a container to get a new one", clientID)
 }
 
+// errElsewhere is the answer when another server process holds the
+// container's sandbox.
+func errElsewhere(id string) error {
+	return fault.Errorf(fault.Unavailable, "the sandbox of container %q is held by another threadbox server; try again shortly", id)
+}
+
 // Touch records a use of the container now, rolling its expiry forward.
 func (s *Service) Touch(ctx context.Context, c container.Container) (container.Container, error) {
 	c = c.Touch(s.now())
 	return c, s.store.UpdateContainer(ctx, c)
 }
 
+// lock takes the container's lock within this process; the entry goes when
+// its last user leaves, so the map holds only containers in use.
 func (s *Service) lock(id string) func() {
 	s.mu.Lock()
-	m, ok := s.locks[id]
+	l, ok := s.locks[id]
 	if !ok {
-		m = &sync.Mutex{}
-		s.locks[id] = m
+		l = &idLock{}
+		s.locks[id] = l
 	}
+	l.users++
 	s.mu.Unlock()
-	m.Lock()
-	return m.Unlock
+	l.mu.Lock()
+	return func() {
+		l.mu.Unlock()
+		s.mu.Lock()
+		if l.users--; l.users == 0 {
+			delete(s.locks, id)
+		}
+		s.mu.Unlock()
+	}
 }
 
-// ensure boots the container's sandbox unless one runs, trying each backend
-// in order, and marks it in use.
+// ensure boots the container's sandbox unless this process holds one,
+// trying each backend in order, and marks it in use. The boot is taken under
+// the container's lease, so no other process boots it at once.
 func (s *Service) ensure(ctx context.Context, id string) (*live, error) {
 	defer s.lock(id)()
 	s.mu.Lock()
@@ -194,8 +291,38 @@ func (s *Service) ensure(ctx context.Context, id string) (*live, error) {
 	if len(s.backends) == 0 {
 		return nil, ErrNoBackend
 	}
+	c, err := s.store.Container(ctx, id)
+	if err != nil {
+		// Nothing runs without a record.
+		return nil, fmt.Errorf("containers: boot %s: %w", id, err)
+	}
+	if s.quota != nil {
+		if err := s.quota.BeforeBoot(ctx, c.OrgID(), c.OwnerID()); err != nil {
+			return nil, err
+		}
+	}
+	ok, err := s.leases.Acquire(ctx, sandboxLease(id))
+	if err != nil {
+		return nil, fmt.Errorf("containers: boot %s: %w", id, err)
+	}
+	if !ok {
+		return nil, errElsewhere(c.ClientID())
+	}
+	l, err = s.boot(ctx, c)
+	if err != nil {
+		s.giveBack(id)
+		return nil, err
+	}
+	return l, nil
+}
+
+// boot starts the sandbox of c on the first backend that can, records it
+// and runs the boot hooks; the caller holds the lock and the lease.
+func (s *Service) boot(ctx context.Context, c container.Container) (*live, error) {
+	id := c.ID()
 	mounts, err := s.folders.Prepare(ctx, id)
 	if err != nil {
+		s.log.Error("sandbox boot failed", "container", id, "cause", err.Error())
 		return nil, fmt.Errorf("containers: folders: %w", err)
 	}
 	spec := sandbox.Spec{ID: id, Mounts: mounts, Limits: s.cfg.Limits, Env: s.cfg.Env}
@@ -213,22 +340,41 @@ func (s *Service) ensure(ctx context.Context, id string) (*live, error) {
 				return nil, ctx.Err()
 			}
 			reasons = append(reasons, b.Name()+": "+err.Error())
-			if i+1 < len(s.backends) {
-				s.log.Warn("sandbox backend could not start a sandbox, trying the next", "backend", b.Name(), "next", s.backends[i+1].Name(), "container", id, "reason", err.Error())
-			}
+			s.log.Error("sandbox boot failed", "container", id, "backend", b.Name(), "cause", err.Error())
 			continue
 		}
-		l = &live{backend: b, lastUsed: s.now(), active: 1}
-		s.mu.Lock()
-		s.running[id] = l
-		s.mu.Unlock()
-		c, err := s.store.Container(ctx, id)
-		if err == nil {
-			_ = s.store.UpdateContainer(ctx, c.WithState(container.Running).Touch(s.now()))
-		}
-		return l, nil
+		return s.hold(ctx, c, b, 1), nil
 	}
-	return nil, fmt.Errorf("%w: no sandbox backend could start a sandbox (%s)", sandbox.ErrUnavailable, strings.Join(reasons, "; "))
+	err = fmt.Errorf("%w: no sandbox backend could start a sandbox (%s)", sandbox.ErrUnavailable, strings.Join(reasons, "; "))
+	s.log.Error("sandbox boot failed", "container", id, "cause", err.Error())
+	return nil, err
+}
+
+// hold records that this process holds c's running sandbox on b, then runs
+// the boot hooks.
+func (s *Service) hold(ctx context.Context, c container.Container, b sandbox.Backend, active int) *live {
+	l := &live{backend: b, lastUsed: s.now(), active: active}
+	s.mu.Lock()
+	s.running[c.ID()] = l
+	s.mu.Unlock()
+	if err := s.store.UpdateContainer(ctx, c.Booted(b.Name(), s.leases.Holder(), s.now())); err != nil {
+		s.log.Error("container record not updated", "container", c.ID(), "cause", err.Error())
+	}
+	for _, h := range s.hooks {
+		if err := h(ctx, c.ID()); err != nil {
+			s.log.Warn("sandbox boot hook failed", "container", c.ID(), "backend", b.Name(), "cause", err.Error())
+		}
+	}
+	return l
+}
+
+// giveBack releases the container's sandbox lease.
+func (s *Service) giveBack(id string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := s.leases.Release(ctx, sandboxLease(id)); err != nil {
+		s.log.Warn("lease not released", "container", id, "cause", err.Error())
+	}
 }
 
 func (s *Service) release(l *live) {
@@ -251,27 +397,73 @@ func (s *Service) Exec(ctx context.Context, containerID string, cmd sandbox.Comm
 	}
 	res, err := l.backend.Exec(ctx, containerID, cmd)
 	s.release(l)
-	if err != nil && (errors.Is(err, sandbox.ErrUnavailable) || errors.Is(err, sandbox.ErrNotFound)) {
-		s.forget(containerID, l)
+	if err != nil {
+		s.failed(containerID, l, "exec", err)
 	}
 	return res, err
 }
 
-// Backend returns the backend serving the container's sandbox, booting it.
-func (s *Service) Backend(ctx context.Context, containerID string) (sandbox.Backend, func(), error) {
+// Start starts a long-lived command in the container's sandbox, booting it
+// when needed; sandbox.ErrUnsupported when its backend cannot.
+func (s *Service) Start(ctx context.Context, containerID string, cmd sandbox.Command, tty *sandbox.TTY) (sandbox.Session, error) {
 	l, err := s.ensure(ctx, containerID)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	return l.backend, func() { s.release(l) }, nil
+	defer s.release(l)
+	sess, err := l.backend.Start(ctx, containerID, cmd, tty)
+	if err != nil {
+		s.failed(containerID, l, "start", err)
+	}
+	return sess, err
 }
 
-func (s *Service) forget(id string, l *live) {
+// Listen listens on a loopback address inside the container's running
+// sandbox, booting it when needed; sandbox.ErrUnsupported when its backend
+// cannot forward.
+func (s *Service) Listen(ctx context.Context, containerID, addr string) (net.Listener, error) {
 	s.mu.Lock()
-	if s.running[id] == l {
+	l := s.running[containerID]
+	s.mu.Unlock()
+	if l == nil {
+		var err error
+		if l, err = s.ensure(ctx, containerID); err != nil {
+			return nil, err
+		}
+		defer s.release(l)
+	}
+	ln, err := l.backend.Listen(ctx, containerID, addr)
+	if err != nil {
+		s.failed(containerID, l, "listen", err)
+	}
+	return ln, err
+}
+
+// failed logs a failed operation and, when the sandbox is gone (killed,
+// daemon restarted), forgets it so the next use boots a fresh one.
+func (s *Service) failed(id string, l *live, op string, err error) {
+	if errors.Is(err, sandbox.ErrUnsupported) || errors.Is(err, context.Canceled) {
+		return
+	}
+	s.log.Error("sandbox "+op+" failed", "container", id, "backend", l.backend.Name(), "cause", err.Error())
+	if !errors.Is(err, sandbox.ErrUnavailable) && !errors.Is(err, sandbox.ErrNotFound) {
+		return
+	}
+	s.mu.Lock()
+	gone := s.running[id] == l
+	if gone {
 		delete(s.running, id)
 	}
 	s.mu.Unlock()
+	if !gone {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if c, err := s.store.Container(ctx, id); err == nil && c.Holder() == s.leases.Holder() {
+		_ = s.store.UpdateContainer(ctx, c.Stopped())
+	}
+	s.giveBack(id)
 }
 
 // Restart stops the container's sandbox; the next use boots a fresh one with
@@ -286,18 +478,46 @@ func (s *Service) Stop(ctx context.Context, containerID string) error {
 	return s.stopLocked(ctx, containerID)
 }
 
-func (s *Service) stopLocked(ctx context.Context, id string) error {
+// take makes sure this process holds the container's lease before a stop or
+// a removal: one this process runs is its own; otherwise the lease is taken,
+// and another live holder is the request's error.
+func (s *Service) take(ctx context.Context, id string) (*live, error) {
 	s.mu.Lock()
 	l := s.running[id]
+	s.mu.Unlock()
+	if l != nil {
+		return l, nil
+	}
+	ok, err := s.leases.Acquire(ctx, sandboxLease(id))
+	if err != nil {
+		return nil, fmt.Errorf("containers: %w", err)
+	}
+	if !ok {
+		return nil, errElsewhere(id)
+	}
+	return nil, nil
+}
+
+func (s *Service) stopLocked(ctx context.Context, id string) error {
+	l, err := s.take(ctx, id)
+	if err != nil {
+		return err
+	}
+	defer s.giveBack(id)
+	s.mu.Lock()
 	delete(s.running, id)
 	s.mu.Unlock()
 	if l != nil {
 		if err := l.backend.Stop(ctx, id); err != nil && !errors.Is(err, sandbox.ErrNotFound) {
 			return fmt.Errorf("containers: stop: %w", err)
 		}
+	} else {
+		for _, b := range s.backends {
+			_ = b.Stop(ctx, id)
+		}
 	}
 	if c, err := s.store.Container(ctx, id); err == nil && c.State() == container.Running {
-		_ = s.store.UpdateContainer(ctx, c.WithState(container.Idle))
+		_ = s.store.UpdateContainer(ctx, c.Stopped())
 	}
 	return nil
 }
@@ -309,8 +529,12 @@ func (s *Service) Remove(ctx context.Context, containerID string) error {
 }
 
 func (s *Service) removeLocked(ctx context.Context, id string) error {
+	l, err := s.take(ctx, id)
+	if err != nil {
+		return err
+	}
+	defer s.giveBack(id)
 	s.mu.Lock()
-	l := s.running[id]
 	delete(s.running, id)
 	s.mu.Unlock()
 	if l != nil {
@@ -329,15 +553,16 @@ func (s *Service) removeLocked(ctx context.Context, id string) error {
 	return nil
 }
 
-// Running reports whether the container has a booted sandbox.
+// Running reports whether this process holds a booted sandbox of the
+// container.
 func (s *Service) Running(containerID string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.running[containerID] != nil
 }
 
-// StopIdle shuts down every sandbox unused for the idle period and not
-// running a command; it returns the container ids stopped.
+// StopIdle shuts down every sandbox this process holds that was unused for
+// the idle period and runs no command; it returns the container ids stopped.
 func (s *Service) StopIdle(ctx context.Context) []string {
 	cutoff := s.now().Add(-s.cfg.Idle)
 	s.mu.Lock()
@@ -363,27 +588,4 @@ func (s *Service) StopIdle(ctx context.Context) []string {
 		unlock()
 	}
 	return stopped
-}
-
-// Run stops idle sandboxes periodically until ctx ends, then stops them all.
-func (s *Service) Run(ctx context.Context) {
-	every := s.cfg.Idle / 5
-	if every > 30*time.Second {
-		every = 30 * time.Second
-	}
-	if every < 100*time.Millisecond {
-		every = 100 * time.Millisecond
-	}
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			for _, id := range s.StopIdle(ctx) {
-				s.log.Info("sandbox stopped for idleness; files kept", "container", id)
-			}
-		}
-	}
 }

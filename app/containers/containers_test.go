@@ -3,6 +3,7 @@ package containers
 import (
 	"context"
 	"errors"
+	"net"
 	"slices"
 	"sync"
 	"testing"
@@ -49,8 +50,79 @@ func (s *memStore) DeleteContainer(_ context.Context, id string) error {
 	delete(s.m, id)
 	return nil
 }
-func (s *memStore) ContainersIdleSince(context.Context, time.Time) ([]container.Container, error) {
-	return nil, nil
+func (s *memStore) ContainersCreatedBefore(_ context.Context, t time.Time) ([]container.Container, error) {
+	return s.list(func(c container.Container) bool { return c.ThreadID() == "" && c.CreatedAt().Before(t) }), nil
+}
+func (s *memStore) ContainersInState(_ context.Context, st container.State) ([]container.Container, error) {
+	return s.list(func(c container.Container) bool { return c.State() == st }), nil
+}
+func (s *memStore) list(keep func(container.Container) bool) []container.Container {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []container.Container
+	for _, c := range s.m {
+		if keep(c) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// memLeases are leases shared by the "processes" of a test, each a holder.
+type memLeases struct {
+	mu    sync.Mutex
+	by    map[string]string // lease name → holder
+	alive map[string]bool   // holders whose process lives
+}
+
+func newLeases() *memLeases { return &memLeases{by: map[string]string{}, alive: map[string]bool{}} }
+
+// process returns the leases of one process named holder.
+func (m *memLeases) process(holder string) *procLeases {
+	m.mu.Lock()
+	m.alive[holder] = true
+	m.mu.Unlock()
+	return &procLeases{m: m, holder: holder}
+}
+
+// die ends holder's process: its leases lapse.
+func (m *memLeases) die(holder string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.alive[holder] = false
+}
+
+type procLeases struct {
+	m      *memLeases
+	holder string
+}
+
+func (p *procLeases) Holder() string { return p.holder }
+func (p *procLeases) Acquire(_ context.Context, name string) (bool, error) {
+	p.m.mu.Lock()
+	defer p.m.mu.Unlock()
+	if h, ok := p.m.by[name]; ok && h != p.holder && p.m.alive[h] {
+		return false, nil
+	}
+	p.m.by[name] = p.holder
+	return true, nil
+}
+func (p *procLeases) Release(_ context.Context, name string) error {
+	p.m.mu.Lock()
+	defer p.m.mu.Unlock()
+	if p.m.by[name] == p.holder {
+		delete(p.m.by, name)
+	}
+	return nil
+}
+func (p *procLeases) Holds(_ context.Context, name string) (bool, bool, error) {
+	p.m.mu.Lock()
+	defer p.m.mu.Unlock()
+	h, ok := p.m.by[name]
+	if !ok || !p.m.alive[h] {
+		return false, false, nil
+	}
+	return h == p.holder, h != p.holder, nil
 }
 
 // fakeBackend records what it was asked and fails on demand.
@@ -63,10 +135,47 @@ type fakeBackend struct {
 	booted      map[string]int
 	stopped     []string
 	removed     []string
+	listened    []string
+	found       []string // sandboxes this process did not boot
 }
 
 func (b *fakeBackend) Name() string                    { return b.name }
 func (b *fakeBackend) Available(context.Context) error { return b.unavailable }
+func (b *fakeBackend) Isolation() string               { return "namespaces" }
+func (b *fakeBackend) EnforcedLimits(context.Context) ([]string, string) {
+	return nil, ""
+}
+func (b *fakeBackend) Start(context.Context, string, sandbox.Command, *sandbox.TTY) (sandbox.Session, error) {
+	return nil, sandbox.ErrUnsupported
+}
+func (b *fakeBackend) Listen(_ context.Context, id, _ string) (net.Listener, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.listened = append(b.listened, id)
+	return nil, sandbox.ErrUnsupported
+}
+
+// Reconcile offers the sandboxes in found (left by an earlier process) to
+// decide and does what it says.
+func (b *fakeBackend) Reconcile(_ context.Context, decide func(string) sandbox.Verdict) (adopted, removed []string, err error) {
+	b.mu.Lock()
+	found := slices.Clone(b.found)
+	b.mu.Unlock()
+	for _, id := range found {
+		switch decide(id) {
+		case sandbox.Adopt:
+			adopted = append(adopted, id)
+		case sandbox.Drop:
+			removed = append(removed, id)
+		default:
+			continue
+		}
+		b.mu.Lock()
+		b.found = slices.DeleteFunc(b.found, func(f string) bool { return f == id })
+		b.mu.Unlock()
+	}
+	return adopted, removed, nil
+}
 func (b *fakeBackend) Status(context.Context, string) (sandbox.Status, error) {
 	return sandbox.Status{}, nil
 }
@@ -98,7 +207,20 @@ func (b *fakeBackend) Remove(_ context.Context, id string) error {
 	return nil
 }
 
-type fakeFolders struct{ removed []string }
+type fakeFolders struct {
+	removed  []string
+	released []string
+}
+
+func (f *fakeFolders) Release(_ context.Context, _ time.Duration, busy func(string) bool) ([]string, error) {
+	f.released = nil
+	for _, id := range []string{"mounted-1", "mounted-2"} {
+		if !busy(id) {
+			f.released = append(f.released, id)
+		}
+	}
+	return f.released, nil
+}
 
 func (f *fakeFolders) Prepare(_ context.Context, id string) ([]sandbox.Mount, error) {
 	return []sandbox.Mount{{Source: "/host/" + id, Target: sandbox.WorkspaceDir}}, nil
@@ -116,7 +238,7 @@ var bob = user.Principal{UserID: "usr_bob", OrgID: "org_a"}
 func newService(backends ...sandbox.Backend) (*Service, *memStore, *fakeFolders) {
 	st := &memStore{m: map[string]container.Container{}}
 	ff := &fakeFolders{}
-	return New(st, backends, ff, Config{Idle: time.Minute, MaxAge: time.Hour}, nil), st, ff
+	return New(st, backends, ff, nil, Config{Idle: time.Minute, MaxAge: time.Hour}, nil), st, ff
 }
 
 func TestFallbackToTheNextBackend(t *testing.T) {

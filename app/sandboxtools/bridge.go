@@ -83,47 +83,25 @@ type BridgeConfig struct {
 }
 
 // Bridge makes the product's API (and the allowed services) reachable from
-// inside sandboxes that have no network: it asks each sandbox's agent to
-// listen on loopback and serves the connections it carries over. Nothing
-// else is reachable.
+// inside sandboxes that have no network: as a boot hook of the sandbox owner
+// it asks each sandbox, once booted (or adopted), to listen on loopback and
+// serves the connections it carries over. The listeners end with their
+// sandbox; nothing else is reachable.
 type Bridge struct {
-	sb    Sandbox
+	sb    Listener
 	serve ServeFunc
 	cfg   BridgeConfig
 	log   *slog.Logger
-
-	mu    sync.Mutex
-	live  map[string]*bridged
-	locks map[string]*sync.Mutex // per container: one Ensure at a time
 }
 
-// bridged is the set of listeners inside one sandbox.
-type bridged struct {
-	listeners []net.Listener
-	dead      chan struct{}
-	once      sync.Once
-}
-
-func (b *bridged) kill() {
-	b.once.Do(func() {
-		close(b.dead)
-		for _, l := range b.listeners {
-			_ = l.Close()
-		}
-	})
-}
-
-func (b *bridged) alive() bool {
-	select {
-	case <-b.dead:
-		return false
-	default:
-		return true
-	}
+// Listener listens inside a container's running sandbox
+// (app/containers.Service).
+type Listener interface {
+	Listen(ctx context.Context, containerID, addr string) (net.Listener, error)
 }
 
 // NewBridge returns a Bridge serving API connections with serve.
-func NewBridge(sb Sandbox, serve ServeFunc, cfg BridgeConfig) *Bridge {
+func NewBridge(sb Listener, serve ServeFunc, cfg BridgeConfig) *Bridge {
 	if cfg.APIPort <= 0 {
 		cfg.APIPort = DefaultAPIPort
 	}
@@ -135,7 +113,7 @@ func NewBridge(sb Sandbox, serve ServeFunc, cfg BridgeConfig) *Bridge {
 	if lg == nil {
 		lg = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	return &Bridge{sb: sb, serve: serve, cfg: cfg, log: lg, live: map[string]*bridged{}, locks: map[string]*sync.Mutex{}}
+	return &Bridge{sb: sb, serve: serve, cfg: cfg, log: lg}
 }
 
 // BaseURL is ANTHROPIC_BASE_URL inside every sandbox.
@@ -157,80 +135,53 @@ func (b *Bridge) Env(token, model string) []string {
 	return env
 }
 
-// Ensure makes the listeners exist in the container's running sandbox,
-// booting it when needed. A sandbox whose backend cannot forward gets none.
-func (b *Bridge) Ensure(ctx context.Context, containerID string) error {
-	b.mu.Lock()
-	lock := b.locks[containerID]
-	if lock == nil {
-		lock = &sync.Mutex{}
-		b.locks[containerID] = lock
-	}
-	e := b.live[containerID]
-	b.mu.Unlock()
-	if e != nil && e.alive() {
-		return nil
-	}
-	// Booting a sandbox takes a while: other containers do not wait for it.
-	lock.Lock()
-	defer lock.Unlock()
-	b.mu.Lock()
-	e = b.live[containerID]
-	if e != nil && !e.alive() {
-		delete(b.live, containerID)
-		e = nil
-	}
-	b.mu.Unlock()
-	if e != nil {
-		return nil
-	}
-	backend, release, err := b.sb.Backend(ctx, containerID)
-	if err != nil {
-		return fmt.Errorf("sandboxtools: bridge: %w", err)
-	}
-	defer release()
-	fw, ok := backend.(sandbox.Forwarder)
-	if !ok {
-		return fmt.Errorf("sandboxtools: bridge: the %s backend cannot forward connections", backend.Name())
-	}
-	e = &bridged{dead: make(chan struct{})}
-	listen := func(port int) (net.Listener, error) {
-		l, err := fw.Listen(ctx, containerID, "127.0.0.1:"+strconv.Itoa(port))
-		if err != nil {
-			e.kill()
-			return nil, fmt.Errorf("sandboxtools: bridge: %w", err)
+// Boot makes the listeners in the container's sandbox, just booted or
+// adopted (a boot hook of app/containers). A backend that cannot forward
+// gets none.
+func (b *Bridge) Boot(ctx context.Context, containerID string) error {
+	var listeners []net.Listener
+	stop := func() {
+		for _, l := range listeners {
+			_ = l.Close()
 		}
-		e.listeners = append(e.listeners, l)
+	}
+	listen := func(port int) (net.Listener, error) {
+		l, err := b.sb.Listen(ctx, containerID, "127.0.0.1:"+strconv.Itoa(port))
+		if err != nil {
+			stop()
+			return nil, err
+		}
+		listeners = append(listeners, l)
 		return l, nil
 	}
 	api, err := listen(b.cfg.APIPort)
+	if errors.Is(err, sandbox.ErrUnsupported) {
+		return nil
+	}
 	if err != nil {
-		return err
+		return fmt.Errorf("sandboxtools: bridge: %w", err)
 	}
-	go b.accept(e, api, func(c net.Conn) { b.serve(c, containerID) })
-	for i, s := range b.cfg.Services {
-		l, err := listen(b.cfg.APIPort + 1 + i)
-		if err != nil {
-			return err
+	for i := range b.cfg.Services {
+		if _, err := listen(b.cfg.APIPort + 1 + i); err != nil {
+			return fmt.Errorf("sandboxtools: bridge: %w", err)
 		}
-		go b.accept(e, l, func(c net.Conn) { b.forward(c, s) })
 	}
-	b.mu.Lock()
-	b.live[containerID] = e
-	b.mu.Unlock()
+	go b.accept(api, func(c net.Conn) { b.serve(c, containerID) })
+	for i, s := range b.cfg.Services {
+		go b.accept(listeners[1+i], func(c net.Conn) { b.forward(c, s) })
+	}
 	return nil
 }
 
-// accept hands each connection to handle until the listener ends, which
-// marks the whole set dead so that the next Ensure listens anew.
-func (b *Bridge) accept(e *bridged, l net.Listener, handle func(net.Conn)) {
+// accept hands each connection to handle until the listener ends with its
+// sandbox.
+func (b *Bridge) accept(l net.Listener, handle func(net.Conn)) {
 	for {
 		c, err := l.Accept()
 		if err != nil {
 			if !errors.Is(err, net.ErrClosed) {
 				b.log.Debug("bridge: accept", "err", err)
 			}
-			e.kill()
 			return
 		}
 		go handle(c)
@@ -259,17 +210,6 @@ func closeWrite(c net.Conn) {
 	if cw, ok := c.(interface{ CloseWrite() error }); ok {
 		_ = cw.CloseWrite()
 	}
-}
-
-// Close stops every listener.
-func (b *Bridge) Close() error {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	for id, e := range b.live {
-		e.kill()
-		delete(b.live, id)
-	}
-	return nil
 }
 
 // Tokens issues and revokes the short-lived sandbox tokens of turns
@@ -342,32 +282,4 @@ func (t *TurnEnv) Begin(p user.Principal, containerID, model string) (env func(c
 		id = ""
 	}
 	return env, end
-}
-
-// BridgedSandbox is a Sandbox whose commands can reach the product's API:
-// Exec ensures the bridge first. Wrap app/containers.Service with it for
-// the code-execution tools.
-type BridgedSandbox struct {
-	Sandbox
-	Bridge Bridger
-	// Restarter, when set, is used by Restart.
-	Restarter interface {
-		Restart(ctx context.Context, containerID string) error
-	}
-}
-
-// Exec ensures the bridge, then runs cmd.
-func (s BridgedSandbox) Exec(ctx context.Context, containerID string, cmd sandbox.Command) (sandbox.Result, error) {
-	if s.Bridge != nil {
-		_ = s.Bridge.Ensure(ctx, containerID)
-	}
-	return s.Sandbox.Exec(ctx, containerID, cmd)
-}
-
-// Restart restarts the container's sandbox.
-func (s BridgedSandbox) Restart(ctx context.Context, containerID string) error {
-	if s.Restarter == nil {
-		return errors.New("sandboxtools: restart is not supported")
-	}
-	return s.Restarter.Restart(ctx, containerID)
 }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"slices"
@@ -45,7 +46,7 @@ func TestParseServices(t *testing.T) {
 }
 
 func TestBridgeEnv(t *testing.T) {
-	b := NewBridge(&fakeSandbox{}, nil, BridgeConfig{APIPort: 5000, Services: []Service{{"search-db", "h:1"}, {"cache", "h:2"}}})
+	b := NewBridge(&fakeBackend{}, nil, BridgeConfig{APIPort: 5000, Services: []Service{{"search-db", "h:1"}, {"cache", "h:2"}}})
 	got := b.Env("tok", "claude")
 	want := []string{
 		"ANTHROPIC_BASE_URL=http://127.0.0.1:5000/api/gpt", "ANTHROPIC_AUTH_TOKEN=tok", "ANTHROPIC_MODEL=claude",
@@ -113,18 +114,19 @@ func TestBridgeServesAndForwards(t *testing.T) {
 		_, _ = io.WriteString(c, containerID+":"+line)
 		served <- containerID
 	}
-	b := NewBridge(bridgeSandbox{rb}, serve, BridgeConfig{APIPort: 47800, Services: []Service{{"upper", svc.Addr().String()}}})
-	defer b.Close()
+	b := NewBridge(rb, serve, BridgeConfig{APIPort: 47800, Services: []Service{{"upper", svc.Addr().String()}}})
 	ctx := context.Background()
-	if err := b.Ensure(ctx, "c1"); err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Ensure(ctx, "c1"); err != nil {
+	if err := b.Boot(ctx, "c1"); err != nil {
 		t.Fatal(err)
 	}
 	if !slices.Equal(rb.listened, []string{"127.0.0.1:47800", "127.0.0.1:47801"}) {
-		t.Fatalf("listened on %v (a second Ensure must not listen again)", rb.listened)
+		t.Fatalf("listened on %v", rb.listened)
 	}
+	defer func() {
+		for _, l := range rb.listeners {
+			l.Close()
+		}
+	}()
 	api := dial(t, rb.listeners[0])
 	_, _ = io.WriteString(api, "GET\n")
 	if got, _ := bufio.NewReader(api).ReadString('\n'); got != "c1:GET\n" {
@@ -135,40 +137,36 @@ func TestBridgeServesAndForwards(t *testing.T) {
 	if got, _ := bufio.NewReader(up).ReadString('\n'); got != "HELLO\n" {
 		t.Fatalf("service connection answered %q", got)
 	}
-	// The sandbox went away (its listener ended): the next Ensure listens anew.
-	_ = rb.listeners[0].Close()
-	eventually(t, func() bool {
-		_ = b.Ensure(ctx, "c1")
-		return len(rb.listened) == 4
-	})
-}
-
-// bridgeSandbox serves a recordingBackend as the container's backend.
-type bridgeSandbox struct{ rb *recordingBackend }
-
-func (s bridgeSandbox) Exec(context.Context, string, sandbox.Command) (sandbox.Result, error) {
-	return sandbox.Result{}, nil
-}
-
-func (s bridgeSandbox) Backend(context.Context, string) (sandbox.Backend, func(), error) {
-	return s.rb, func() {}, nil
 }
 
 // plainBackend cannot forward connections.
-type plainBackend struct{ sandbox.Backend }
+type plainBackend struct{ fakeBackend }
 
-func (plainBackend) Name() string { return "plain" }
-
-type plainSandbox struct{ fakeSandbox }
-
-func (*plainSandbox) Backend(context.Context, string) (sandbox.Backend, func(), error) {
-	return plainBackend{}, func() {}, nil
+func (*plainBackend) Listen(context.Context, string, string) (net.Listener, error) {
+	return nil, fmt.Errorf("plain: %w", sandbox.ErrUnsupported)
 }
 
-func TestBridgeWithoutForwarder(t *testing.T) {
-	b := NewBridge(&plainSandbox{}, nil, BridgeConfig{})
-	if err := b.Ensure(context.Background(), "c1"); err == nil || !strings.Contains(err.Error(), "plain backend cannot forward") {
-		t.Fatalf("err = %v", err)
+// failingBackend fails its second listen: the first listener is closed.
+type failingBackend struct{ recordingBackend }
+
+func (f *failingBackend) Listen(ctx context.Context, id, addr string) (net.Listener, error) {
+	if len(f.listeners) == 1 {
+		return nil, errors.New("no room")
+	}
+	return f.recordingBackend.Listen(ctx, id, addr)
+}
+
+func TestBridgeBootWithoutForwarding(t *testing.T) {
+	if err := NewBridge(&plainBackend{}, nil, BridgeConfig{}).Boot(context.Background(), "c1"); err != nil {
+		t.Fatalf("a backend that cannot forward: %v, want no error (and no listener)", err)
+	}
+	fb := &failingBackend{recordingBackend{fakeBackend: &fakeBackend{}}}
+	err := NewBridge(fb, nil, BridgeConfig{Services: []Service{{"x", "h:1"}}}).Boot(context.Background(), "c1")
+	if err == nil || !strings.Contains(err.Error(), "no room") {
+		t.Fatalf("failed listen: %v", err)
+	}
+	if _, aerr := fb.listeners[0].Accept(); !errors.Is(aerr, net.ErrClosed) {
+		t.Fatalf("the first listener stayed open after a failed boot: %v", aerr)
 	}
 }
 
@@ -202,7 +200,7 @@ func (f *fakeTokens) Revoke(_ context.Context, id string) error {
 
 func TestTurnEnv(t *testing.T) {
 	tokens := &fakeTokens{}
-	te := NewTurnEnv(tokens, NewBridge(&fakeSandbox{}, nil, BridgeConfig{}), 0)
+	te := NewTurnEnv(tokens, NewBridge(&fakeBackend{}, nil, BridgeConfig{}), 0)
 	ctx := context.Background()
 
 	// A turn that runs no command issues no token and revokes nothing.

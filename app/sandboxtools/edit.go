@@ -138,7 +138,6 @@ func (e *Executor) bslCheck(ctx context.Context, call messages.ToolCall) (any, e
 		return nil, invalidInput("%s", err.Error())
 	}
 	ext := strings.ToLower(path.Ext(loc.Path))
-	e.prepare(ctx, call.ContainerID)
 	res, err := e.sb.Exec(ctx, call.ContainerID, sandbox.Command{
 		Args:      []string{"bash", "-c", bslScript, "bsl_check", e.cfg.BSLCommand, loc.Path},
 		Env:       call.Env,

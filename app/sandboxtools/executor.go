@@ -18,13 +18,13 @@ import (
 )
 
 // Sandbox runs commands in a container's sandbox, booting it on demand
-// (app/containers.Service).
+// (app/containers.Service, the owner of sandboxes).
 type Sandbox interface {
 	// Exec runs cmd in the container's sandbox and waits for it to end.
 	Exec(ctx context.Context, containerID string, cmd sandbox.Command) (sandbox.Result, error)
-	// Backend returns the backend serving the container's sandbox, booted,
-	// and a release function to call when done with it.
-	Backend(ctx context.Context, containerID string) (sandbox.Backend, func(), error)
+	// Start starts a long-lived command in the container's sandbox;
+	// sandbox.ErrUnsupported when its backend cannot.
+	Start(ctx context.Context, containerID string, cmd sandbox.Command, tty *sandbox.TTY) (sandbox.Session, error)
 }
 
 // Files reads and writes a container's files by absolute, clean sandbox
@@ -35,12 +35,6 @@ type Files interface {
 	ReadFile(ctx context.Context, containerID, sandboxPath string, limit int64) ([]byte, error)
 	// WriteFile creates or replaces the file, creating missing parents.
 	WriteFile(ctx context.Context, containerID, sandboxPath string, data []byte) error
-}
-
-// Bridger makes the product's API reachable from a container's sandbox
-// before a command runs (Bridge).
-type Bridger interface {
-	Ensure(ctx context.Context, containerID string) error
 }
 
 // Defaults of Config.
@@ -79,17 +73,15 @@ var _ messages.ToolExecutor = (*Executor)(nil)
 
 // Executor runs sandbox_v1 tool calls. It implements messages.ToolExecutor.
 type Executor struct {
-	sb     Sandbox
-	files  Files
-	bridge Bridger
-	cfg    Config
-	repls  *repls
-	terms  *terminals
+	sb    Sandbox
+	files Files
+	cfg   Config
+	repls *repls
+	terms *terminals
 }
 
-// New returns an Executor over the sandbox and file ports. bridge may be
-// nil (the product's API is then not reachable from the sandbox).
-func New(sb Sandbox, files Files, bridge Bridger, cfg Config) *Executor {
+// New returns an Executor over the sandbox and file ports.
+func New(sb Sandbox, files Files, cfg Config) *Executor {
 	if cfg.MaxOutput <= 0 {
 		cfg.MaxOutput = DefaultMaxOutput
 	}
@@ -114,7 +106,7 @@ func New(sb Sandbox, files Files, bridge Bridger, cfg Config) *Executor {
 	if cfg.BSLCommand == "" {
 		cfg.BSLCommand = DefaultBSLCommand
 	}
-	e := &Executor{sb: sb, files: files, bridge: bridge, cfg: cfg}
+	e := &Executor{sb: sb, files: files, cfg: cfg}
 	e.repls = newRepls(e)
 	e.terms = newTerminals(e)
 	return e
@@ -214,14 +206,6 @@ func jsonKind(kind string) string {
 	return kind
 }
 
-// prepare makes the product's API reachable from the sandbox before a
-// command runs; a failure is logged into the command's view only.
-func (e *Executor) prepare(ctx context.Context, containerID string) {
-	if e.bridge != nil {
-		_ = e.bridge.Ensure(ctx, containerID)
-	}
-}
-
 // timeoutOf reads an optional timeout_seconds: a whole number of seconds
 // from 1 to MaxTimeoutSeconds, DefaultTimeout when absent.
 func timeoutOf(secs *float64) (time.Duration, error) {
@@ -289,7 +273,6 @@ func (e *Executor) bash(ctx context.Context, call messages.ToolCall) (any, error
 		}
 		dir = path.Clean(dir)
 	}
-	e.prepare(ctx, call.ContainerID)
 	start := time.Now().Add(-10 * time.Millisecond)
 	res, err := e.sb.Exec(ctx, call.ContainerID, sandbox.Command{
 		Args:      []string{"bash", "-c", *in.Command},

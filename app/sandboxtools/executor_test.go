@@ -10,7 +10,7 @@ import (
 
 func newTerminalExecutor(cfg Config) (*Executor, *fakeBackend) {
 	b := &fakeBackend{}
-	return New(&fakeSandbox{backend: b}, nil, nil, cfg), b
+	return New(&fakeSandbox{backend: b}, nil, cfg), b
 }
 
 func TestExecCommand(t *testing.T) {
@@ -152,7 +152,7 @@ func TestEditFileTool(t *testing.T) {
 		"/home/agent/workspace/a.txt":  src,
 		"/mnt/user-data/uploads/u.txt": "upload",
 	}}
-	e := New(&fakeSandbox{backend: &fakeBackend{}}, files, nil, Config{})
+	e := New(&fakeSandbox{backend: &fakeBackend{}}, files, Config{})
 	tests := []struct {
 		name     string
 		input    map[string]any
@@ -204,7 +204,7 @@ func TestSandboxBashInput(t *testing.T) {
 		}
 		return sandbox.Result{ExitCode: 124, TimedOut: true, Stdout: []byte("x"), Stderr: []byte("Command timed out after 5s.")}, nil
 	}}
-	e := New(sb, nil, nil, Config{})
+	e := New(sb, nil, Config{})
 	out := run(t, e, messages.ToolSandboxBash, map[string]any{"command": "sleep 9", "timeout_seconds": 5, "cwd": "sub", "description": "wait"})
 	if out["exit_code"] != 124.0 || out["stderr"] != "Command timed out after 5s." || out["file_count"] != 2.0 || out["description"] != "wait" {
 		t.Fatalf("result %v", out)
@@ -231,7 +231,7 @@ func TestBSLCheckUnavailableAndDiagnostics(t *testing.T) {
 		}
 		return sandbox.Result{Stdout: []byte(`{"date":"x","fileinfos":[{"path":"file:///w/M.bsl","diagnostics":[{"range":{"start":{"line":1}},"severity":"Warning","code":"LineLength","message":"too long"}]}]}`)}, nil
 	}}
-	e := New(sb, nil, nil, Config{})
+	e := New(sb, nil, Config{})
 	code, expl := errorCode(run(t, e, messages.ToolBSLCheck, map[string]any{"path": "M.bsl"}))
 	if code != messages.CodeUnavailable || expl != BSLUnavailable {
 		t.Fatalf("%s %q", code, expl)

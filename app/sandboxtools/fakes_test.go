@@ -35,8 +35,8 @@ func (f *fakeSandbox) Exec(_ context.Context, _ string, cmd sandbox.Command) (sa
 	return f.execFn(cmd)
 }
 
-func (f *fakeSandbox) Backend(context.Context, string) (sandbox.Backend, func(), error) {
-	return f.backend, func() {}, nil
+func (f *fakeSandbox) Start(ctx context.Context, id string, cmd sandbox.Command, tty *sandbox.TTY) (sandbox.Session, error) {
+	return f.backend.Start(ctx, id, cmd, tty)
 }
 
 // fakeBackend starts fakeSessions and listens on the host's loopback.

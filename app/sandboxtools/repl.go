@@ -98,7 +98,6 @@ func (e *Executor) repl(ctx context.Context, call messages.ToolCall) (any, error
 	if err != nil {
 		return nil, err
 	}
-	e.prepare(ctx, call.ContainerID)
 	p, fresh, err := e.repls.get(ctx, call, in.Restart)
 	if err != nil {
 		return nil, err
@@ -126,13 +125,8 @@ func (r *repls) get(ctx context.Context, call messages.ToolCall, restart bool) (
 		_ = p.sess.Kill()
 		delete(r.by, call.ContainerID)
 	}
-	starter, release, err := r.e.sessions(ctx, call.ContainerID)
-	if err != nil {
-		return nil, false, err
-	}
-	defer release()
 	p = &replProc{done: make(chan struct{}), wake: make(chan struct{}, 1)}
-	sess, err := starter.Start(ctx, call.ContainerID, sandbox.Command{
+	sess, err := r.e.start(ctx, call.ContainerID, sandbox.Command{
 		Args:   []string{"python3", "-u", "-c", replDriver},
 		Env:    call.Env,
 		Output: p.output,
@@ -234,16 +228,12 @@ func (r *repls) answer(raw, line []byte, id string) (*ReplResult, error) {
 	}, nil
 }
 
-// sessions returns the container's backend as a session starter.
-func (e *Executor) sessions(ctx context.Context, containerID string) (sandbox.Sessions, func(), error) {
-	b, release, err := e.sb.Backend(ctx, containerID)
-	if err != nil {
-		return nil, nil, err
+// start starts a session in the container's sandbox; a backend without
+// sessions is the tool's unavailable error.
+func (e *Executor) start(ctx context.Context, containerID string, cmd sandbox.Command, tty *sandbox.TTY) (sandbox.Session, error) {
+	s, err := e.sb.Start(ctx, containerID, cmd, tty)
+	if errors.Is(err, sandbox.ErrUnsupported) {
+		return nil, fail(messages.CodeUnavailable, "%s", unavailableNoSessionsM)
 	}
-	s, ok := b.(sandbox.Sessions)
-	if !ok {
-		release()
-		return nil, nil, fail(messages.CodeUnavailable, "%s", unavailableNoSessionsM)
-	}
-	return s, release, nil
+	return s, err
 }

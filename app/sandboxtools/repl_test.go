@@ -42,7 +42,7 @@ func TestReplHostSide(t *testing.T) {
 			replAnswer(s, p, "", "'"+req.Code+"'")
 		}
 	}
-	e := New(&fakeSandbox{backend: b}, nil, nil, Config{})
+	e := New(&fakeSandbox{backend: b}, nil, Config{})
 	out := run(t, e, messages.ToolReplExecute, map[string]any{"code": "a"})
 	if out["type"] != "repl_execute_result" || out["value"] != "'a'" || out["restarted"] != true {
 		t.Fatalf("first call %v", out)

@@ -189,14 +189,8 @@ func (e *Executor) execCommand(ctx context.Context, call messages.ToolCall) (any
 	if err := e.terms.room(call.ContainerID); err != nil {
 		return nil, err
 	}
-	e.prepare(ctx, call.ContainerID)
-	starter, release, err := e.sessions(ctx, call.ContainerID)
-	if err != nil {
-		return nil, err
-	}
-	defer release()
 	t := &terminal{id: "sess_" + rand.Text()[:16], max: e.cfg.SessionBuffer, done: make(chan struct{}), wake: make(chan struct{}, 1)}
-	sess, err := starter.Start(ctx, call.ContainerID, sandbox.Command{
+	sess, err := e.start(ctx, call.ContainerID, sandbox.Command{
 		Args:   []string{"bash", "-c", *in.Command},
 		Dir:    sandbox.WorkspaceDir,
 		Env:    call.Env,

@@ -119,6 +119,20 @@ type Deps struct {
 	// SandboxEnv, when set, gives each turn that may run commands its
 	// ANTHROPIC_* variables and short-lived sandbox token.
 	SandboxEnv SandboxEnv
-	Now        func() time.Time
-	Log        *slog.Logger
+	// Leases, when set, are the database leases of this process
+	// (app/lease.Keeper): a thread's turn runs under one, so two servers on
+	// one database never run two turns of a thread at once. Without it the
+	// lock is this process's alone.
+	Leases Leases
+	Now    func() time.Time
+	Log    *slog.Logger
+}
+
+// Leases take and give back named leases shared by every server process on
+// the database.
+type Leases interface {
+	// Acquire takes the named lease; false when another holder has it.
+	Acquire(ctx context.Context, name string) (bool, error)
+	// Release gives the named lease back.
+	Release(ctx context.Context, name string) error
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"time"
 
 	"threadbox/app/messages"
 	"threadbox/domain/fault"
@@ -110,7 +111,11 @@ func (s *Service) StartTurn(ctx context.Context, p user.Principal, threadID stri
 	if sys := skillsPrompt(skills, codeExec); sys != "" {
 		req.System, _ = json.Marshal(sys)
 	}
-	if !s.claim(th.ID()) {
+	ok, err := s.d.Leases.Acquire(ctx, turnLease(th.ID()))
+	if err != nil {
+		return nil, fmt.Errorf("workspace: turn lease: %w", err)
+	}
+	if !ok {
 		return nil, fault.New(fault.Conflict, "a turn is already running in this thread")
 	}
 	t := &Turn{s: s, p: p, thread: th, req: req, content: tr.Content}
@@ -121,28 +126,18 @@ func (s *Service) StartTurn(ctx context.Context, p user.Principal, threadID stri
 	return t, nil
 }
 
-// claim marks a thread as running a turn; false if it already is.
-func (s *Service) claim(threadID string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.running[threadID] {
-		return false
-	}
-	s.running[threadID] = true
-	return true
-}
-
-func (s *Service) unclaim(threadID string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	delete(s.running, threadID)
-}
+// turnLease names the lease a thread's turn runs under.
+func turnLease(threadID string) string { return "turn:" + threadID }
 
 // Abort releases a turn that will not run.
 func (t *Turn) Abort() {
 	if !t.done {
 		t.done = true
-		t.s.unclaim(t.thread.ID())
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := t.s.d.Leases.Release(ctx, turnLease(t.thread.ID())); err != nil {
+			t.s.log.Warn("turn lease not released", "thread", t.thread.ID(), "cause", err.Error())
+		}
 	}
 }
 

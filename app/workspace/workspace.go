@@ -34,7 +34,6 @@ type Service struct {
 	log   *slog.Logger
 
 	mu      sync.Mutex
-	running map[string]bool             // threads with a turn in progress
 	seen    map[string]map[string]stamp // per thread: outputs already captured
 	skillMu sync.Mutex                  // one skill upload at a time
 }
@@ -53,7 +52,10 @@ func New(store Store, d Deps) *Service {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Service{store: store, d: d, now: d.Now, log: log, running: map[string]bool{}, seen: map[string]map[string]stamp{}}
+	if d.Leases == nil {
+		d.Leases = &processLeases{held: map[string]bool{}}
+	}
+	return &Service{store: store, d: d, now: d.Now, log: log, seen: map[string]map[string]stamp{}}
 }
 
 // CreateProject makes a project in the caller's org.
@@ -153,4 +155,27 @@ func (s *Service) RetitleThread(ctx context.Context, p user.Principal, threadID,
 		return thread.Thread{}, err
 	}
 	return t, s.store.UpdateThread(ctx, t)
+}
+
+// processLeases are leases of one process alone on its database.
+type processLeases struct {
+	mu   sync.Mutex
+	held map[string]bool
+}
+
+func (l *processLeases) Acquire(_ context.Context, name string) (bool, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.held[name] {
+		return false, nil
+	}
+	l.held[name] = true
+	return true, nil
+}
+
+func (l *processLeases) Release(_ context.Context, name string) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.held, name)
+	return nil
 }

@@ -37,6 +37,8 @@ type Config struct {
 	SandboxDisk    int64
 	Instance       string
 	ContainerMax   time.Duration
+	SweepInterval  time.Duration
+	LeaseTTL       time.Duration
 	AgentBin       string
 	ModelProvider  string
 	ModelBaseURL   string
@@ -105,6 +107,8 @@ func loadConfig(getenv func(string) string) (Config, error) {
 		SandboxDisk:      num("SANDBOX_DISK_BYTES", 5<<30),
 		Instance:         env("THREADBOX_INSTANCE", "default"),
 		ContainerMax:     dur("CONTAINER_MAX_AGE", "720h"),
+		SweepInterval:    dur("SWEEP_INTERVAL", "30s"),
+		LeaseTTL:         dur("LEASE_TTL", "30s"),
 		AgentBin:         env("THREADBOX_AGENT_BIN", ""),
 		ModelProvider:    env("MODEL_PROVIDER", ""),
 		ModelBaseURL:     env("MODEL_BASE_URL", ""),

@@ -14,12 +14,12 @@ import (
 	"os/signal"
 	"runtime"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
 	"threadbox/app/auth"
 	"threadbox/app/backends"
-	"threadbox/domain/sandbox"
 	"threadbox/infra/jwt"
 	"threadbox/infra/store"
 	"threadbox/web"
@@ -307,10 +307,25 @@ func cmdServe(ctx context.Context, args []string, getenv func(string) string, st
 	if err := firstStart(ctx, sys.store, sys.auth, cfg, stdout); err != nil {
 		return err
 	}
-	reconcile(ctx, sys.backends, log)
+	// The background work: leases renewed while this process lives (and
+	// given back when it stops, so the next start takes over at once), and
+	// the sweeper, whose first sweep adopts or removes what an earlier
+	// process left.
 	bgctx, stopBackground := context.WithCancel(context.Background())
-	defer stopBackground()
-	go sys.containers.Run(bgctx)
+	var bg sync.WaitGroup
+	defer func() {
+		stopBackground()
+		bg.Wait()
+	}()
+	bg.Add(2)
+	go func() {
+		defer bg.Done()
+		sys.leases.Run(bgctx, func(err error) { log.Error("leases", "cause", err.Error()) })
+	}()
+	go func() {
+		defer bg.Done()
+		sys.containers.Run(bgctx)
+	}()
 	srv := web.New(web.Services{
 		Auth:      sys.auth,
 		Admin:     sys.admin,
@@ -357,25 +372,4 @@ func firstStart(ctx context.Context, st *store.Store, a *auth.Service, cfg Confi
 	fmt.Fprintf(stdout, "threadbox: first start — created org \"default\" with an admin.\n  web login: %s  email: %s  password: %s\n  API token: %s\n  (shown once; more with: threadbox token create --email %s)\n",
 		cfg.PublicURL, email, password, iss.Token, email)
 	return nil
-}
-
-// reconciler is a backend that can adopt or remove the sandboxes a previous
-// run left behind.
-type reconciler interface {
-	Reconcile(ctx context.Context) (adopted, removed []string, err error)
-}
-
-func reconcile(ctx context.Context, backends []sandbox.Backend, log *slog.Logger) {
-	for _, b := range backends {
-		r, ok := b.(reconciler)
-		if !ok || b.Available(ctx) != nil {
-			continue
-		}
-		adopted, removed, err := r.Reconcile(ctx)
-		if err != nil {
-			log.Warn("reconcile failed", "backend", b.Name(), "err", err.Error())
-			continue
-		}
-		log.Info("reconciled sandboxes", "backend", b.Name(), "adopted", len(adopted), "removed", len(removed))
-	}
 }

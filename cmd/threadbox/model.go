@@ -5,7 +5,6 @@ import (
 	"strings"
 
 	"threadbox/app/messages"
-	"threadbox/app/sandboxtools"
 	"threadbox/app/tools"
 	"threadbox/infra/fsroot"
 	"threadbox/infra/llm/anthropic"
@@ -44,7 +43,7 @@ func openAIBaseURL(raw string) string {
 // the code-execution sub-tools running in the containers' sandboxes, with
 // host-side file access through the file jail.
 func newMessages(cfg Config, sys *system, fs *fsroot.Containers) *messages.Service {
-	code := tools.New(sandboxtools.BridgedSandbox{Sandbox: sys.containers, Bridge: sys.sandbox.bridge, Restarter: sys.containers}, fs, tools.Config{})
+	code := tools.New(sys.containers, fs, tools.Config{})
 	return messages.New(newModel(cfg), toolRouter{code: code, sandbox: sys.sandbox.exec}, messages.Config{MaxToolIterations: cfg.MaxToolIters})
 }
 

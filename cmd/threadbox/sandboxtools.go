@@ -34,8 +34,9 @@ func newSandboxWiring(cfg Config, ctrs *containers.Service, a *auth.Service, fs 
 	w.bridge = sandboxtools.NewBridge(ctrs, w.serveConn, sandboxtools.BridgeConfig{
 		APIPort: cfg.SandboxAPIPort, Services: cfg.SandboxServices, Logger: log.With("component", "bridge"),
 	})
+	ctrs.OnBoot(w.bridge.Boot)
 	w.env = sandboxtools.NewTurnEnv(authTokens{a}, w.bridge, 0)
-	w.exec = sandboxtools.New(ctrs, fs, w.bridge, sandboxtools.Config{})
+	w.exec = sandboxtools.New(ctrs, fs, sandboxtools.Config{})
 	return w
 }
 

@@ -6,11 +6,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"time"
 
 	"threadbox/app/admin"
 	"threadbox/app/auth"
 	"threadbox/app/containers"
 	"threadbox/app/files"
+	"threadbox/app/lease"
 	"threadbox/app/messages"
 	"threadbox/app/workspace"
 	"threadbox/domain/sandbox"
@@ -26,6 +28,7 @@ type system struct {
 	admin      *admin.Service
 	workspace  *workspace.Service
 	containers *containers.Service
+	leases     *lease.Keeper // this process's database leases
 	files      *files.Service
 	messages   *messages.Service // the Messages API's tool loop
 	sandbox    *sandboxWiring    // the sandbox_v1 tools and the API bridge
@@ -84,6 +87,10 @@ func (f folders) Prepare(ctx context.Context, id string) ([]sandbox.Mount, error
 
 func (f folders) Remove(ctx context.Context, id string) error { return f.l.Remove(ctx, id) }
 
+func (f folders) Release(ctx context.Context, idle time.Duration, busy func(string) bool) ([]string, error) {
+	return f.l.ReleaseUnused(ctx, idle, busy)
+}
+
 // wire builds the system from the configuration.
 func wire(ctx context.Context, cfg Config, log *slog.Logger) (*system, error) {
 	st, err := openStore(ctx, cfg)
@@ -101,8 +108,9 @@ func wire(ctx context.Context, cfg Config, log *slog.Logger) (*system, error) {
 	var closers []func() error
 	sys.backends, closers = newBackends(cfg, layout, log)
 	sys.closers = append(sys.closers, closers...)
-	sys.containers = containers.New(st, sys.backends, folders{layout}, containers.Config{
-		Idle: cfg.SandboxIdle, MaxAge: cfg.ContainerMax,
+	sys.leases = lease.New(st, cfg.Instance, cfg.LeaseTTL)
+	sys.containers = containers.New(st, sys.backends, folders{layout}, sys.leases, containers.Config{
+		Idle: cfg.SandboxIdle, MaxAge: cfg.ContainerMax, Sweep: cfg.SweepInterval,
 		Limits: sandbox.Limits{MemoryBytes: cfg.SandboxMemory, CPUs: cfg.SandboxCPUs, Pids: cfg.SandboxPids, DiskBytes: cfg.SandboxDisk},
 	}, log.With("component", "containers"))
 	sys.containers.SetThreads(st)
@@ -117,7 +125,6 @@ func wire(ctx context.Context, cfg Config, log *slog.Logger) (*system, error) {
 	}, fsroot.Options{Owner: owner})
 	sys.files = files.New(files.Deps{Store: fs, Containers: sys.containers, Policies: sys.admin, Idempotency: st.UploadKeys(0)})
 	sys.sandbox = newSandboxWiring(cfg, sys.containers, sys.auth, fs, log)
-	sys.closers = append(sys.closers, sys.sandbox.bridge.Close)
 	sys.messages = newMessages(cfg, sys, fs)
 	sys.workspace = newWorkspace(cfg, sys, layout, fs, log)
 	return sys, nil

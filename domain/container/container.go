@@ -32,6 +32,8 @@ type Container struct {
 	ownerID      string
 	threadID     string
 	state        State
+	backend      string // the backend serving its sandbox, while one runs
+	holder       string // the server process holding its sandbox, while one runs
 	createdAt    time.Time
 	lastActiveAt time.Time
 }
@@ -86,8 +88,8 @@ func NewForThread(orgID, ownerID, threadID string, now time.Time) (Container, er
 }
 
 // Restore rebuilds a container from storage.
-func Restore(id, clientID, orgID, ownerID, threadID string, state State, createdAt, lastActiveAt time.Time) Container {
-	return Container{id, clientID, orgID, ownerID, threadID, state, createdAt, lastActiveAt}
+func Restore(id, clientID, orgID, ownerID, threadID string, state State, backend, holder string, createdAt, lastActiveAt time.Time) Container {
+	return Container{id, clientID, orgID, ownerID, threadID, state, backend, holder, createdAt, lastActiveAt}
 }
 
 // ID returns the storage id, unique across users.
@@ -120,6 +122,26 @@ func (c Container) Touch(now time.Time) Container { c.lastActiveAt = now.UTC(); 
 // WithState returns the container in state s.
 func (c Container) WithState(s State) Container { c.state = s; return c }
 
+// Backend names the backend serving the running sandbox ("" when none runs).
+func (c Container) Backend() string { return c.backend }
+
+// Holder names the server process holding the running sandbox ("" when
+// none runs).
+func (c Container) Holder() string { return c.holder }
+
+// Booted returns the container with a sandbox of backend running, held by
+// the server process holder, used at now.
+func (c Container) Booted(backend, holder string, now time.Time) Container {
+	c.state, c.backend, c.holder = Running, backend, holder
+	return c.Touch(now)
+}
+
+// Stopped returns the container with no sandbox running; its files stay.
+func (c Container) Stopped() Container {
+	c.state, c.backend, c.holder = Idle, "", ""
+	return c
+}
+
 // Expired reports whether the container has passed its maximum age. A
 // thread's container has none: its files live as long as the thread.
 func (c Container) Expired(now time.Time, maxAge time.Duration) bool {
@@ -150,5 +172,9 @@ type Repository interface {
 	Container(ctx context.Context, id string) (Container, error)
 	UpdateContainer(ctx context.Context, c Container) error
 	DeleteContainer(ctx context.Context, id string) error
-	ContainersIdleSince(ctx context.Context, before time.Time) ([]Container, error)
+	// ContainersCreatedBefore lists the containers that may expire (not a
+	// thread's) created before t.
+	ContainersCreatedBefore(ctx context.Context, t time.Time) ([]Container, error)
+	// ContainersInState lists the containers recorded in state s.
+	ContainersInState(ctx context.Context, s State) ([]Container, error)
 }

@@ -5,6 +5,7 @@ package sandbox
 import (
 	"context"
 	"errors"
+	"net"
 	"time"
 )
 
@@ -22,6 +23,25 @@ var ErrUnavailable = errors.New("sandbox unavailable")
 
 // ErrNotFound reports that no sandbox exists for the id.
 var ErrNotFound = errors.New("sandbox not found")
+
+// ErrUnsupported reports that the backend does not offer the operation
+// (sessions, forwarding): the capability is stated by the answer, never by
+// a type check that a wrapper could hide.
+var ErrUnsupported = errors.New("not supported by this sandbox backend")
+
+// Verdict is what the owner decides about a sandbox a backend found running
+// that this process did not boot (Reconcile).
+type Verdict int
+
+// The verdicts.
+const (
+	// Leave keeps the sandbox as it is: another live process holds it.
+	Leave Verdict = iota
+	// Adopt takes the sandbox over: its record is live and nobody holds it.
+	Adopt
+	// Drop removes the sandbox: no live record claims it.
+	Drop
+)
 
 // State is the running state of one sandbox.
 type State string
@@ -125,20 +145,42 @@ type Status struct {
 	StartedAt time.Time
 }
 
-// Backend runs sandboxes. Implementations live in infra/sandbox/docker and infra/local.
+// Backend runs sandboxes. Implementations live in infra/sandbox/docker and
+// infra/sandbox/local; the owner of sandboxes' lives is app/containers, the
+// only caller.
 type Backend interface {
 	// Name is the backend's configuration name ("docker", "local").
 	Name() string
 	// Available reports why the backend cannot serve, or nil.
 	Available(ctx context.Context) error
+	// Isolation names the isolation level ("namespaces", "application
+	// kernel", "microVM", "process jail").
+	Isolation() string
+	// EnforcedLimits names the limits enforced on this host ("memory",
+	// "cpu", "pids", "nofile", "tmp", "disk") and the mechanism behind them;
+	// nil when it cannot tell.
+	EnforcedLimits(ctx context.Context) (limits []string, mechanism string)
 	// Ensure boots the sandbox for spec.ID unless it is already running.
 	Ensure(ctx context.Context, spec Spec) error
 	// Exec runs cmd in the running sandbox id and waits for it to end.
 	Exec(ctx context.Context, id string, cmd Command) (Result, error)
+	// Start starts a long-lived cmd in the running sandbox id and returns
+	// once it runs; a nil tty runs it on pipes. cmd.Timeout and
+	// cmd.MaxOutput are ignored. ErrUnsupported when the backend cannot.
+	Start(ctx context.Context, id string, cmd Command, tty *TTY) (Session, error)
+	// Listen listens on addr (a loopback host:port) inside the sandbox id
+	// and hands each accepted connection to the host; the listener ends
+	// with the sandbox. ErrUnsupported when the backend cannot.
+	Listen(ctx context.Context, id, addr string) (net.Listener, error)
 	// Stop shuts the sandbox down; its files stay.
 	Stop(ctx context.Context, id string) error
 	// Remove stops the sandbox and forgets it; host folders are the caller's.
 	Remove(ctx context.Context, id string) error
 	// Status reports the sandbox's state.
 	Status(ctx context.Context, id string) (Status, error)
+	// Reconcile finds the sandboxes of this backend's instance that this
+	// process does not run (left by an earlier process, or run by another)
+	// and does with each what decide says. Backends whose sandboxes end
+	// with the process find none.
+	Reconcile(ctx context.Context, decide func(id string) Verdict) (adopted, removed []string, err error)
 }

@@ -1,9 +1,6 @@
 package sandbox
 
-import (
-	"context"
-	"net"
-)
+import "context"
 
 // TTY is the size of a pseudo-terminal.
 type TTY struct {
@@ -29,20 +26,4 @@ type Session interface {
 	// and Stderr are empty); when the sandbox goes away first it returns an
 	// error wrapping ErrUnavailable.
 	Wait(ctx context.Context) (Result, error)
-}
-
-// Sessions is implemented by backends that can start long-lived commands,
-// optionally on a pseudo-terminal. Sessions end with their sandbox.
-type Sessions interface {
-	// Start starts cmd in the running sandbox id and returns once it runs.
-	// A nil tty runs it on pipes. cmd.Timeout and cmd.MaxOutput are ignored.
-	Start(ctx context.Context, id string, cmd Command, tty *TTY) (Session, error)
-}
-
-// Forwarder is implemented by backends that can listen on a loopback
-// address inside the sandbox and hand each accepted connection to the host.
-// The listener ends with the sandbox.
-type Forwarder interface {
-	// Listen listens on addr (a loopback host:port) inside the sandbox id.
-	Listen(ctx context.Context, id, addr string) (net.Listener, error)
 }

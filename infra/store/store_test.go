@@ -269,14 +269,21 @@ func suite(t *testing.T, s *store.Store) {
 	if err := s.CreateContainer(ctx, c); !fault.Is(err, fault.Conflict) {
 		t.Fatalf("duplicate container: %v", err)
 	}
-	s.UpdateContainer(ctx, c.WithState(container.Running).Touch(now.Add(-time.Hour)))
-	idle, _ := s.ContainersIdleSince(ctx, now.Add(-time.Minute))
-	found := false
-	for _, ic := range idle {
-		found = found || ic.ID() == c.ID()
+	th, _ := container.NewForThread(o.ID(), u.ID(), id("thr"), now.Add(-2*time.Hour))
+	if err := s.CreateContainer(ctx, th); err != nil {
+		t.Fatal(err)
 	}
-	if !found {
-		t.Fatal("idle container not listed")
+	s.UpdateContainer(ctx, c.Booted("docker", "proc-1", now.Add(-time.Hour)))
+	if running, _ := s.ContainersInState(ctx, container.Running); len(running) != 1 || running[0].ID() != c.ID() ||
+		running[0].Backend() != "docker" || running[0].Holder() != "proc-1" {
+		t.Fatalf("running containers: %+v", running)
+	}
+	// Expiry candidates: made before the cut, never a thread's.
+	if old, _ := s.ContainersCreatedBefore(ctx, now.Add(time.Second)); len(old) != 1 || old[0].ID() != c.ID() {
+		t.Fatalf("created before: %+v", old)
+	}
+	if old, _ := s.ContainersCreatedBefore(ctx, now.Add(-time.Second)); len(old) != 0 {
+		t.Fatalf("created before an earlier cut: %+v", old)
 	}
 	gc, err := s.Container(ctx, c.ID())
 	if err != nil || gc.ID() != c.ID() || gc.ClientID() != "my-container" || gc.State() != container.Running ||
@@ -284,11 +291,72 @@ func suite(t *testing.T, s *store.Store) {
 		!gc.CreatedAt().Equal(c.CreatedAt()) || !gc.LastActiveAt().Equal(now.Add(-time.Hour)) {
 		t.Fatalf("container: %+v %v", gc, err)
 	}
+	if err := s.UpdateContainer(ctx, gc.Stopped()); err != nil {
+		t.Fatal(err)
+	}
+	if gc, _ := s.Container(ctx, c.ID()); gc.State() != container.Idle || gc.Backend() != "" || gc.Holder() != "" {
+		t.Fatalf("stopped container: %+v", gc)
+	}
 	if err := s.DeleteContainer(ctx, c.ID()); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Container(ctx, c.ID()); !fault.Is(err, fault.NotFound) {
 		t.Fatalf("deleted container: %v", err)
+	}
+
+	// Leases: one holder at a time; a lapsed lease goes to the next taker.
+	if ok, err := s.AcquireLease(ctx, "turn:x", "p1", now.Add(time.Minute), now); !ok || err != nil {
+		t.Fatalf("first acquire: %v %v", ok, err)
+	}
+	if ok, _ := s.AcquireLease(ctx, "turn:x", "p2", now.Add(time.Minute), now); ok {
+		t.Fatal("a live lease was taken by another holder")
+	}
+	if ok, _ := s.AcquireLease(ctx, "turn:x", "p1", now.Add(2*time.Minute), now); !ok {
+		t.Fatal("the holder could not take its own lease again")
+	}
+	if h, _ := s.LeaseHolder(ctx, "turn:x", now); h != "p1" {
+		t.Fatalf("holder %q", h)
+	}
+	if h, _ := s.LeaseHolder(ctx, "turn:x", now.Add(3*time.Minute)); h != "" {
+		t.Fatalf("a lapsed lease still has holder %q", h)
+	}
+	if ok, _ := s.AcquireLease(ctx, "turn:x", "p2", now.Add(4*time.Minute), now.Add(3*time.Minute)); !ok {
+		t.Fatal("a lapsed lease could not be taken")
+	}
+	s.AcquireLease(ctx, "box:y", "p2", now.Add(time.Minute), now)
+	if err := s.RenewLeases(ctx, "p2", now.Add(10*time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if h, _ := s.LeaseHolder(ctx, "box:y", now.Add(5*time.Minute)); h != "p2" {
+		t.Fatalf("renewed lease holder %q", h)
+	}
+	s.ReleaseLease(ctx, "turn:x", "p1") // not p1's any more: nothing happens
+	if h, _ := s.LeaseHolder(ctx, "turn:x", now); h != "p2" {
+		t.Fatalf("another holder released p2's lease: %q", h)
+	}
+	s.ReleaseLease(ctx, "turn:x", "p2")
+	if h, _ := s.LeaseHolder(ctx, "turn:x", now); h != "" {
+		t.Fatalf("released lease held by %q", h)
+	}
+	s.ReleaseLeases(ctx, "p2")
+	if h, _ := s.LeaseHolder(ctx, "box:y", now); h != "" {
+		t.Fatalf("released leases: box:y held by %q", h)
+	}
+	// Racing takers: exactly one wins.
+	var wins atomic.Int32
+	var race sync.WaitGroup
+	for i := range 8 {
+		race.Add(1)
+		go func() {
+			defer race.Done()
+			if ok, err := s.AcquireLease(ctx, "race", fmt.Sprint("r", i), now.Add(time.Minute), now); ok && err == nil {
+				wins.Add(1)
+			}
+		}()
+	}
+	race.Wait()
+	if wins.Load() != 1 {
+		t.Fatalf("%d racing takers won one lease", wins.Load())
 	}
 
 	// Audit events are per org, newest first.

@@ -218,6 +218,8 @@ type containerRow struct {
 	OwnerID      string
 	ThreadID     string
 	State        string
+	Backend      string
+	Holder       string
 	CreatedAt    time.Time
 	LastActiveAt time.Time
 }
@@ -225,18 +227,18 @@ type containerRow struct {
 func (containerRow) TableName() string { return "containers" }
 
 func (r containerRow) domain() container.Container {
-	return container.Restore(r.ID, r.ClientID, r.OrgID, r.OwnerID, r.ThreadID, container.State(r.State), r.CreatedAt.UTC(), r.LastActiveAt.UTC())
+	return container.Restore(r.ID, r.ClientID, r.OrgID, r.OwnerID, r.ThreadID, container.State(r.State), r.Backend, r.Holder, r.CreatedAt.UTC(), r.LastActiveAt.UTC())
 }
 
 // CreateContainer stores a new container.
 func (s *Store) CreateContainer(ctx context.Context, c container.Container) error {
-	r := containerRow{c.ID(), c.ClientID(), c.OrgID(), c.OwnerID(), c.ThreadID(), string(c.State()), c.CreatedAt(), c.LastActiveAt()}
+	r := containerRow{c.ID(), c.ClientID(), c.OrgID(), c.OwnerID(), c.ThreadID(), string(c.State()), c.Backend(), c.Holder(), c.CreatedAt(), c.LastActiveAt()}
 	return translate(s.q(ctx).Create(&r).Error, "container")
 }
 
 // containerSQL reads one container (the Messages API resolves one per
 // request); $1 binds on both dialects.
-const containerSQL = `SELECT id, client_id, org_id, owner_id, thread_id, state, created_at, last_active_at FROM containers WHERE id = $1`
+const containerSQL = `SELECT id, client_id, org_id, owner_id, thread_id, state, backend, holder, created_at, last_active_at FROM containers WHERE id = $1`
 
 // Container returns the container with id. Outside a transaction it is a
 // prepared lookup on the read pool, kept on SQLite until the next commit
@@ -254,7 +256,7 @@ func (s *Store) Container(ctx context.Context, id string) (container.Container, 
 		if err != nil {
 			return container.Container{}, err
 		}
-		err = row.Scan(&r.ID, &r.ClientID, &r.OrgID, &r.OwnerID, &r.ThreadID, &r.State, &r.CreatedAt, &r.LastActiveAt)
+		err = row.Scan(&r.ID, &r.ClientID, &r.OrgID, &r.OwnerID, &r.ThreadID, &r.State, &r.Backend, &r.Holder, &r.CreatedAt, &r.LastActiveAt)
 		if errors.Is(err, sql.ErrNoRows) {
 			return container.Container{}, fault.New(fault.NotFound, "container not found")
 		}
@@ -268,7 +270,7 @@ func (s *Store) Container(ctx context.Context, id string) (container.Container, 
 // UpdateContainer saves the container's state and last use.
 func (s *Store) UpdateContainer(ctx context.Context, c container.Container) error {
 	return one(s.q(ctx).Model(&containerRow{}).Where("id = ?", c.ID()).
-		Updates(map[string]any{"state": string(c.State()), "last_active_at": c.LastActiveAt()}), "container")
+		Updates(map[string]any{"state": string(c.State()), "backend": c.Backend(), "holder": c.Holder(), "last_active_at": c.LastActiveAt()}), "container")
 }
 
 // DeleteContainer forgets a container.
@@ -276,10 +278,20 @@ func (s *Store) DeleteContainer(ctx context.Context, id string) error {
 	return one(s.q(ctx).Where("id = ?", id).Delete(&containerRow{}), "container")
 }
 
-// ContainersIdleSince lists running containers last used before t.
-func (s *Store) ContainersIdleSince(ctx context.Context, before time.Time) ([]container.Container, error) {
+// ContainersCreatedBefore lists the containers that are not a thread's
+// created before t.
+func (s *Store) ContainersCreatedBefore(ctx context.Context, t time.Time) ([]container.Container, error) {
+	return s.containers(ctx, s.q(ctx).Where("thread_id = '' AND created_at < ?", t.UTC()))
+}
+
+// ContainersInState lists the containers recorded in state st.
+func (s *Store) ContainersInState(ctx context.Context, st container.State) ([]container.Container, error) {
+	return s.containers(ctx, s.q(ctx).Where("state = ?", string(st)))
+}
+
+func (s *Store) containers(ctx context.Context, q *gorm.DB) ([]container.Container, error) {
 	var rows []containerRow
-	if err := s.q(ctx).Where("state = ? AND last_active_at < ?", string(container.Running), before.UTC()).Find(&rows).Error; err != nil {
+	if err := q.Order("id").Find(&rows).Error; err != nil {
 		return nil, translate(err, "containers")
 	}
 	out := make([]container.Container, len(rows))

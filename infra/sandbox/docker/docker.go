@@ -590,10 +590,12 @@ func (b *Backend) Status(ctx context.Context, id string) (sandbox.Status, error)
 	return st, nil
 }
 
-// Reconcile runs at start: it adopts this instance's running sandboxes whose
-// agent answers and removes its other containers. Containers without this
-// instance's labels are never touched.
-func (b *Backend) Reconcile(ctx context.Context) (adopted, removed []string, err error) {
+// Reconcile finds this instance's containers that this process does not
+// run and does what decide says with each: adopt a running one (kept when
+// its agent answers; otherwise removed), remove it, or leave it to the
+// process that holds it. Containers without this instance's labels are never
+// touched; a stopped container is removed unless left.
+func (b *Backend) Reconcile(ctx context.Context, decide func(id string) sandbox.Verdict) (adopted, removed []string, err error) {
 	list, err := b.cli.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(
 		filters.Arg("label", LabelManaged+"=true"),
 		filters.Arg("label", LabelInstance+"="+b.cfg.Instance),
@@ -603,16 +605,33 @@ func (b *Backend) Reconcile(ctx context.Context) (adopted, removed []string, err
 	}
 	for _, c := range list {
 		id := c.Labels[LabelContainer]
-		if id != "" && c.State == "running" && b.adopt(ctx, id, c.ID) {
+		if id != "" && b.live(id) != nil {
+			continue
+		}
+		v := sandbox.Drop
+		if id != "" {
+			v = decide(id)
+		}
+		if v == sandbox.Leave {
+			continue
+		}
+		if v == sandbox.Adopt && c.State == "running" && b.adopt(ctx, id, c.ID) {
 			adopted = append(adopted, id)
 			continue
 		}
 		if err := b.cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true}); err != nil && !errdefs.IsNotFound(err) {
 			return adopted, removed, fmt.Errorf("docker: reconcile: remove %s: %w", c.ID, err)
 		}
+		if id != "" {
+			if dir := b.socketDir(id); dir != "" {
+				_ = os.RemoveAll(dir)
+			}
+		}
 		removed = append(removed, id)
 	}
-	b.log.Info("sandboxes reconciled", "adopted", len(adopted), "removed", len(removed))
+	if len(adopted)+len(removed) > 0 {
+		b.log.Info("sandboxes reconciled", "adopted", len(adopted), "removed", len(removed))
+	}
 	return adopted, removed, nil
 }
 
@@ -659,21 +678,6 @@ func (b *Backend) adopt(ctx context.Context, id, dockerID string) bool {
 	close(bx.oomReady)
 	b.boxes.Put(id, bx)
 	return true
-}
-
-// StopIdle stops the running sandboxes unused for at least idle (and running
-// no command) and returns their ids; files stay.
-func (b *Backend) StopIdle(ctx context.Context, idle time.Duration) ([]string, error) {
-	ids := b.boxes.IDs(func(bx *box) bool {
-		bx.mu.Lock()
-		defer bx.mu.Unlock()
-		return bx.active == 0 && time.Since(bx.lastUsed) >= idle
-	})
-	var errs []error
-	for _, id := range ids {
-		errs = append(errs, b.Stop(ctx, id))
-	}
-	return ids, errors.Join(errs...)
 }
 
 // logWriter forwards the agent's stderr to the logger line by line.

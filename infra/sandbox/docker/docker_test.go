@@ -93,7 +93,7 @@ func newEnv(t *testing.T, runtime string, o envOpts) *env {
 	t.Cleanup(func() {
 		ctx := context.Background()
 		// Remove every container of this instance, then the quota mounts.
-		e.be.Reconcile(ctx) // adopts live ones…
+		e.be.Reconcile(ctx, adoptAll) // adopts live ones…
 		for _, id := range e.be.boxes.IDs(nil) {
 			e.be.Remove(ctx, id)
 		}
@@ -340,7 +340,7 @@ func TestFilesPersistAndStayApart(t *testing.T) {
 		e.be.Close()
 		be2 := e.reopen()
 		e.be = be2
-		adopted, removed, err := be2.Reconcile(ctx)
+		adopted, removed, err := be2.Reconcile(ctx, adoptAll)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -401,7 +401,7 @@ func TestReconcileLeavesOthersAlone(t *testing.T) {
 	stray := mk("tb-stray-"+suffix, map[string]string{LabelManaged: "true", LabelInstance: e.cfg.Instance, LabelContainer: "stray"})
 	other := mk("tb-other-"+suffix, map[string]string{LabelManaged: "true", LabelInstance: "someone-else", LabelContainer: "x"})
 	plain := mk("tb-plain-"+suffix, nil)
-	_, removed, err := e.be.Reconcile(ctx)
+	_, removed, err := e.be.Reconcile(ctx, adoptAll)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -486,7 +486,7 @@ while True:
 		time.Sleep(600 * time.Millisecond)
 		be2 := e.reopen()
 		e.be = be2
-		adopted, _, err := be2.Reconcile(ctx)
+		adopted, _, err := be2.Reconcile(ctx, adoptAll)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -506,3 +506,6 @@ while True:
 		t.Errorf("the impostor never reached the socket in five restarts (%q): the refusal went untested", n)
 	}
 }
+
+// adoptAll is the verdict of an owner whose records claim every sandbox.
+func adoptAll(string) sandbox.Verdict { return sandbox.Adopt }

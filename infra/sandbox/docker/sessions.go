@@ -10,8 +10,7 @@ import (
 )
 
 var (
-	_ sandbox.Sessions  = (*Backend)(nil)
-	_ sandbox.Forwarder = (*Backend)(nil)
+	_ sandbox.Backend = (*Backend)(nil)
 )
 
 // sessionAgent is what an agent connection offers beyond Agent for
@@ -34,7 +33,7 @@ func (b *Backend) sessionAgent(id string) (sessionAgent, error) {
 }
 
 // Start starts a long-lived command whose output is streamed to
-// cmd.Output and not kept. It implements sandbox.Sessions.
+// cmd.Output and not kept.
 func (b *Backend) Start(ctx context.Context, id string, cmd sandbox.Command, tty *sandbox.TTY) (sandbox.Session, error) {
 	sa, err := b.sessionAgent(id)
 	if err != nil {
@@ -48,7 +47,7 @@ func (b *Backend) Start(ctx context.Context, id string, cmd sandbox.Command, tty
 }
 
 // Listen listens on a loopback address inside the sandbox and hands each
-// connection to the host. It implements sandbox.Forwarder.
+// connection to the host.
 func (b *Backend) Listen(ctx context.Context, id, addr string) (net.Listener, error) {
 	sa, err := b.sessionAgent(id)
 	if err != nil {

@@ -22,6 +22,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"threadbox/domain/sandbox"
 )
@@ -81,6 +82,13 @@ type Layout struct {
 
 	mu    sync.Mutex
 	locks map[string]*sync.Mutex
+	used  map[string]use // by folder name: the last Prepare
+}
+
+// use is the last Prepare of a container's folders.
+type use struct {
+	id string
+	at time.Time
 }
 
 // New returns the layout under dataDir.
@@ -96,6 +104,7 @@ func New(dataDir string, opts Options) *Layout {
 		disks:      filepath.Join(dataDir, "disks"),
 		opts:       opts,
 		locks:      map[string]*sync.Mutex{},
+		used:       map[string]use{},
 	}
 }
 
@@ -157,6 +166,9 @@ func (l *Layout) lock(id string) func() {
 func (l *Layout) Prepare(ctx context.Context, id string) (Dirs, error) {
 	defer l.lock(id)()
 	d := l.Dirs(id)
+	l.mu.Lock()
+	l.used[filepath.Base(d.Root)] = use{id: id, at: time.Now()}
+	l.mu.Unlock()
 	if err := os.MkdirAll(d.Root, 0o755); err != nil {
 		return Dirs{}, fmt.Errorf("hostdirs: %w", err)
 	}
@@ -191,10 +203,61 @@ func (l *Layout) Release(ctx context.Context, id string) error {
 	return l.unmount(ctx, l.Dirs(id).Root)
 }
 
+// ReleaseUnused unmounts the quota file systems (and so frees the loop
+// devices) of containers whose folders were not prepared within idle and
+// that busy does not claim; it returns the ids released (a folder's name
+// for one this process never prepared). A file system still in use stays
+// mounted (umount refuses it). Without quotas it does nothing.
+func (l *Layout) ReleaseUnused(ctx context.Context, idle time.Duration, busy func(id string) bool) ([]string, error) {
+	if l.opts.Quota != QuotaLoop {
+		return nil, nil
+	}
+	roots, err := mountsUnder(l.containers)
+	if err != nil {
+		return nil, err
+	}
+	var released []string
+	for _, root := range roots {
+		name := filepath.Base(root)
+		l.mu.Lock()
+		u, ok := l.used[name]
+		l.mu.Unlock()
+		id := name
+		if ok {
+			id = u.id
+			if time.Since(u.at) < idle {
+				continue
+			}
+		}
+		if busy != nil && busy(id) {
+			continue
+		}
+		unlock := l.lock(id)
+		l.mu.Lock()
+		again := l.used[name]
+		l.mu.Unlock()
+		if ok && again.at.After(u.at) {
+			unlock()
+			continue
+		}
+		if err := run(ctx, "umount", root); err == nil {
+			released = append(released, id)
+			l.mu.Lock()
+			delete(l.used, name)
+			l.mu.Unlock()
+		}
+		unlock()
+	}
+	return released, nil
+}
+
 // Remove deletes the container's folders and quota image.
 func (l *Layout) Remove(ctx context.Context, id string) error {
 	defer l.lock(id)()
 	d := l.Dirs(id)
+	l.mu.Lock()
+	delete(l.used, filepath.Base(d.Root))
+	l.mu.Unlock()
 	if err := l.unmount(ctx, d.Root); err != nil {
 		return err
 	}
@@ -266,6 +329,34 @@ func (l *Layout) unmount(ctx context.Context, root string) error {
 		return fmt.Errorf("hostdirs: unmount: %w", err)
 	}
 	return nil
+}
+
+// mountsUnder lists the mount points directly inside dir, from
+// /proc/self/mountinfo.
+func mountsUnder(dir string) ([]string, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, fmt.Errorf("hostdirs: %w", err)
+	}
+	if real, err := filepath.EvalSymlinks(abs); err == nil {
+		abs = real
+	}
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil, fmt.Errorf("hostdirs: %w", err)
+	}
+	var out []string
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) > 4 {
+			if p := unescapeMount(f[4]); filepath.Dir(p) == abs {
+				out = append(out, p)
+			}
+		}
+	}
+	return out, nil
 }
 
 // isMountPoint reports whether path is a mount point, from /proc/self/mountinfo.

@@ -52,7 +52,11 @@ func (s *memStore) DeleteContainer(_ context.Context, id string) error {
 	return nil
 }
 
-func (s *memStore) ContainersIdleSince(context.Context, time.Time) ([]container.Container, error) {
+func (s *memStore) ContainersCreatedBefore(context.Context, time.Time) ([]container.Container, error) {
+	return nil, nil
+}
+
+func (s *memStore) ContainersInState(context.Context, container.State) ([]container.Container, error) {
 	return nil, nil
 }
 
@@ -68,6 +72,10 @@ func (f layoutFolders) Prepare(ctx context.Context, id string) ([]sandbox.Mount,
 }
 
 func (f layoutFolders) Remove(ctx context.Context, id string) error { return f.l.Remove(ctx, id) }
+
+func (f layoutFolders) Release(ctx context.Context, idle time.Duration, busy func(string) bool) ([]string, error) {
+	return f.l.ReleaseUnused(ctx, idle, busy)
+}
 
 // syncBuffer is a log sink safe for concurrent writes.
 type syncBuffer struct {
@@ -115,8 +123,11 @@ func TestDockerDownServesFromLocal(t *testing.T) {
 	if err := os.Chmod(data, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	mgr := containers.New(&memStore{m: map[string]container.Container{}}, []sandbox.Backend{dk, lc},
-		layoutFolders{hostdirs.New(data, hostdirs.Options{})}, containers.Config{}, log)
+	st := &memStore{m: map[string]container.Container{}}
+	mgr := containers.New(st, []sandbox.Backend{dk, lc},
+		layoutFolders{hostdirs.New(data, hostdirs.Options{})}, nil, containers.Config{}, log)
+	rec, _ := container.NewForThread("org_1", "usr_1", "fallback", time.Now())
+	st.CreateContainer(context.Background(), rec)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -128,13 +139,8 @@ func TestDockerDownServesFromLocal(t *testing.T) {
 	if !strings.Contains(string(res.Stdout), "1000") {
 		t.Errorf("stdout %q", res.Stdout)
 	}
-	be, release, err := mgr.Backend(ctx, "fallback")
-	if err != nil {
-		t.Fatal(err)
-	}
-	release()
-	if be.Name() != "local" {
-		t.Errorf("served by %q, want local", be.Name())
+	if rec, _ := st.Container(ctx, "fallback"); rec.Backend() != "local" {
+		t.Errorf("served by %q, want local", rec.Backend())
 	}
 	if st, _ := lc.Status(ctx, "fallback"); st.State != sandbox.StateRunning {
 		t.Errorf("local status %q, want running", st.State)

@@ -9,12 +9,11 @@ import (
 )
 
 var (
-	_ sandbox.Sessions  = (*Backend)(nil)
-	_ sandbox.Forwarder = (*Backend)(nil)
+	_ sandbox.Backend = (*Backend)(nil)
 )
 
 // Start starts a long-lived command in the jail whose output is streamed
-// to cmd.Output and not kept. It implements sandbox.Sessions.
+// to cmd.Output and not kept.
 func (b *Backend) Start(ctx context.Context, id string, cmd sandbox.Command, tty *sandbox.TTY) (sandbox.Session, error) {
 	j := b.live(id)
 	if j == nil {
@@ -28,8 +27,7 @@ func (b *Backend) Start(ctx context.Context, id string, cmd sandbox.Command, tty
 }
 
 // Listen listens on a loopback address inside the jail (its own network
-// namespace) and hands each connection to the host. It implements
-// sandbox.Forwarder.
+// namespace) and hands each connection to the host.
 func (b *Backend) Listen(ctx context.Context, id, addr string) (net.Listener, error) {
 	j := b.live(id)
 	if j == nil {
@@ -40,4 +38,10 @@ func (b *Backend) Listen(ctx context.Context, id, addr string) (net.Listener, er
 		return nil, fmt.Errorf("local: listen in %s: %w", id, err)
 	}
 	return l, nil
+}
+
+// Reconcile finds nothing: a jail is a child of this process and ends with
+// it, so no earlier process leaves one behind.
+func (b *Backend) Reconcile(context.Context, func(string) sandbox.Verdict) (adopted, removed []string, err error) {
+	return nil, nil, nil
 }

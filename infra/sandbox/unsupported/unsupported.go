@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 
 	"threadbox/domain/sandbox"
 )
@@ -61,6 +62,21 @@ func (b *Backend) Ensure(context.Context, sandbox.Spec) error {
 // Exec fails: no sandbox runs.
 func (b *Backend) Exec(context.Context, string, sandbox.Command) (sandbox.Result, error) {
 	return sandbox.Result{}, fmt.Errorf("%w: %w", sandbox.ErrUnavailable, b.err)
+}
+
+// Start fails: no sandbox runs.
+func (b *Backend) Start(context.Context, string, sandbox.Command, *sandbox.TTY) (sandbox.Session, error) {
+	return nil, fmt.Errorf("%w: %w", sandbox.ErrUnavailable, b.err)
+}
+
+// Listen fails: no sandbox runs.
+func (b *Backend) Listen(context.Context, string, string) (net.Listener, error) {
+	return nil, fmt.Errorf("%w: %w", sandbox.ErrUnavailable, b.err)
+}
+
+// Reconcile finds nothing: no sandbox ever ran.
+func (b *Backend) Reconcile(context.Context, func(string) sandbox.Verdict) (adopted, removed []string, err error) {
+	return nil, nil, nil
 }
 
 // Stop does nothing: no sandbox runs.

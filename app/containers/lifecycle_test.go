@@ -1,0 +1,217 @@
+package containers
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"threadbox/domain/container"
+	"threadbox/domain/fault"
+	"threadbox/domain/sandbox"
+)
+
+// process is one threadbox process of a test: its owner over a store and
+// leases shared with the others.
+func process(st *memStore, leases *memLeases, holder string, b *fakeBackend) (*Service, *fakeFolders) {
+	ff := &fakeFolders{}
+	return New(st, []sandbox.Backend{b}, ff, leases.process(holder), Config{Idle: time.Minute, MaxAge: time.Hour}, nil), ff
+}
+
+func TestBootIsRecordedAndLeased(t *testing.T) {
+	ctx := context.Background()
+	st := &memStore{m: map[string]container.Container{}}
+	leases := newLeases()
+	b1, b2 := newFake("docker"), newFake("docker")
+	p1, _ := process(st, leases, "p1", b1)
+	p2, _ := process(st, leases, "p2", b2)
+	var hooked []string
+	p1.OnBoot(func(_ context.Context, id string) error {
+		hooked = append(hooked, id)
+		return errors.New("hooks fail softly")
+	})
+
+	c, _ := p1.ForUser(ctx, alice, "")
+	if _, err := p1.Exec(ctx, c.ID(), sandbox.Command{}); err != nil {
+		t.Fatal(err)
+	}
+	rec, _ := st.Container(ctx, c.ID())
+	if rec.State() != container.Running || rec.Backend() != "docker" || rec.Holder() != "p1" {
+		t.Fatalf("record after boot: state %q backend %q holder %q", rec.State(), rec.Backend(), rec.Holder())
+	}
+	if !slices.Equal(hooked, []string{c.ID()}) {
+		t.Fatalf("boot hooks ran for %v", hooked)
+	}
+	// Another process on the same database never boots it while p1 holds it.
+	if _, err := p2.Exec(ctx, c.ID(), sandbox.Command{}); !fault.Is(err, fault.Unavailable) {
+		t.Fatalf("second process: %v, want unavailable", err)
+	}
+	if err := p2.Stop(ctx, c.ID()); !fault.Is(err, fault.Unavailable) {
+		t.Fatalf("second process stopped p1's sandbox: %v", err)
+	}
+	if err := p2.Remove(ctx, c.ID()); !fault.Is(err, fault.Unavailable) {
+		t.Fatalf("second process removed p1's sandbox: %v", err)
+	}
+	if b2.booted[c.ID()] != 0 || len(b2.stopped)+len(b2.removed) != 0 {
+		t.Fatalf("second process touched the sandbox: booted %d stopped %v removed %v", b2.booted[c.ID()], b2.stopped, b2.removed)
+	}
+	// Once p1 stops it, the record says so and p2 may boot it.
+	if err := p1.Stop(ctx, c.ID()); err != nil {
+		t.Fatal(err)
+	}
+	if rec, _ := st.Container(ctx, c.ID()); rec.State() != container.Idle || rec.Holder() != "" || rec.Backend() != "" {
+		t.Fatalf("record after stop: %q %q %q", rec.State(), rec.Holder(), rec.Backend())
+	}
+	if _, err := p2.Exec(ctx, c.ID(), sandbox.Command{}); err != nil || b2.booted[c.ID()] != 1 {
+		t.Fatalf("p2 after p1's stop: %v, booted %d", err, b2.booted[c.ID()])
+	}
+	// Nothing runs without a record.
+	if _, err := p1.Exec(ctx, "usr_x--nobody", sandbox.Command{}); err == nil || b1.booted["usr_x--nobody"] != 0 {
+		t.Fatalf("a sandbox booted without a record: %v", err)
+	}
+}
+
+func TestADeadSandboxClearsItsRecord(t *testing.T) {
+	ctx := context.Background()
+	st := &memStore{m: map[string]container.Container{}}
+	leases := newLeases()
+	b := newFake("docker")
+	p1, _ := process(st, leases, "p1", b)
+	p2, _ := process(st, leases, "p2", newFake("docker"))
+	c, _ := p1.ForUser(ctx, alice, "")
+	p1.Exec(ctx, c.ID(), sandbox.Command{})
+	b.execErr = errors.Join(sandbox.ErrUnavailable, errors.New("killed from outside"))
+	if _, err := p1.Exec(ctx, c.ID(), sandbox.Command{}); !errors.Is(err, sandbox.ErrUnavailable) {
+		t.Fatal(err)
+	}
+	if rec, _ := st.Container(ctx, c.ID()); rec.State() != container.Idle || rec.Holder() != "" {
+		t.Fatalf("record of a dead sandbox: %q held by %q", rec.State(), rec.Holder())
+	}
+	if _, err := p2.Exec(ctx, c.ID(), sandbox.Command{}); err != nil {
+		t.Fatalf("the lease of a dead sandbox was kept: %v", err)
+	}
+}
+
+func TestSweep(t *testing.T) {
+	ctx := context.Background()
+	st := &memStore{m: map[string]container.Container{}}
+	leases := newLeases()
+	now := time.Now()
+	b1 := newFake("docker")
+	p1, _ := process(st, leases, "p1", b1)
+	p1.now = func() time.Time { return now }
+
+	// p1 runs a user's container and a thread's, then dies (kill -9).
+	c, _ := p1.ForUser(ctx, alice, "")
+	th, _ := p1.ForThread(ctx, alice, "thr_1")
+	gone, _ := p1.ForUser(ctx, alice, "gone")
+	for _, id := range []string{c.ID(), th.ID(), gone.ID()} {
+		if _, err := p1.Exec(ctx, id, sandbox.Command{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A third live process holds a sandbox of its own.
+	p3, _ := process(st, leases, "p3", newFake("docker"))
+	held, _ := p3.ForUser(ctx, bob, "")
+	p3.Exec(ctx, held.ID(), sandbox.Command{})
+	leases.die("p1")
+
+	// The next process finds p1's sandboxes (not "gone": killed with the
+	// daemon) and one nobody has a record of, and p3's.
+	b2 := newFake("docker")
+	b2.found = []string{c.ID(), th.ID(), "orphan", held.ID()}
+	p2, ff := process(st, leases, "p2", b2)
+	var hooked []string
+	p2.OnBoot(func(_ context.Context, id string) error { hooked = append(hooked, id); return nil })
+	r, err := p2.Sweep(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(r.Adopted)
+	want := []string{th.ID(), c.ID()}
+	slices.Sort(want)
+	if !slices.Equal(r.Adopted, want) || !slices.Equal(r.Dropped, []string{"orphan"}) {
+		t.Fatalf("adopted %v dropped %v, want %v and [orphan]", r.Adopted, r.Dropped, want)
+	}
+	if !slices.Equal(b2.found, []string{held.ID()}) {
+		t.Fatalf("the sandbox a live process holds was touched: left %v", b2.found)
+	}
+	if !slices.Equal(r.Cleared, []string{gone.ID()}) {
+		t.Fatalf("cleared %v, want the record of the sandbox that is gone", r.Cleared)
+	}
+	if rec, _ := st.Container(ctx, gone.ID()); rec.State() != container.Idle {
+		t.Fatalf("record of a vanished sandbox: %q", rec.State())
+	}
+	if rec, _ := st.Container(ctx, c.ID()); rec.Holder() != "p2" || rec.State() != container.Running {
+		t.Fatalf("adopted record: %q %q", rec.Holder(), rec.State())
+	}
+	slices.Sort(hooked)
+	if !slices.Equal(hooked, want) || !p2.Running(c.ID()) {
+		t.Fatalf("adopted sandboxes not held or not hooked: %v", hooked)
+	}
+	if !slices.Equal(ff.released, []string{"mounted-1", "mounted-2"}) {
+		t.Fatalf("released %v", ff.released)
+	}
+	if rec, _ := st.Container(ctx, held.ID()); rec.Holder() != "p3" {
+		t.Fatalf("p3's record taken: %q", rec.Holder())
+	}
+
+	// Adopted sandboxes idle-stop like any other; a user's container past
+	// its maximum age goes with its files, a thread's does not.
+	later := time.Now().Add(2 * time.Hour)
+	p2.now = func() time.Time { return later }
+	r, err = p2.Sweep(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(r.Stopped)
+	if !slices.Equal(r.Stopped, want) {
+		t.Fatalf("idle-stopped %v, want %v", r.Stopped, want)
+	}
+	slices.Sort(r.Expired)
+	wantExp := []string{c.ID(), gone.ID()}
+	slices.Sort(wantExp)
+	if !slices.Equal(r.Expired, wantExp) {
+		t.Fatalf("expired %v, want %v (held by a live process: %s, kept)", r.Expired, wantExp, held.ID())
+	}
+	if _, err := st.Container(ctx, c.ID()); !fault.Is(err, fault.NotFound) {
+		t.Fatalf("expired record kept: %v", err)
+	}
+	if !slices.Contains(ff.removed, c.ID()) || slices.Contains(ff.removed, th.ID()) {
+		t.Fatalf("folders removed %v", ff.removed)
+	}
+	if _, err := st.Container(ctx, held.ID()); err != nil {
+		t.Fatalf("a container in use by a live process was expired: %v", err)
+	}
+}
+
+// quota refuses what its fields say.
+type quota struct{ create, boot error }
+
+func (q quota) BeforeCreate(context.Context, string, string) error { return q.create }
+func (q quota) BeforeBoot(context.Context, string, string) error   { return q.boot }
+
+func TestQuotaChecks(t *testing.T) {
+	ctx := context.Background()
+	fb := newFake("docker")
+	s, st, _ := newService(fb)
+	s.SetQuota(quota{create: fault.New(fault.Forbidden, "containers per user")})
+	if _, err := s.ForUser(ctx, alice, "x"); !fault.Is(err, fault.Forbidden) {
+		t.Fatalf("create over quota: %v", err)
+	}
+	if len(st.m) != 0 {
+		t.Fatal("a refused container was recorded")
+	}
+	s.SetQuota(quota{boot: fault.New(fault.RateLimited, "running sandboxes")})
+	c, err := s.ForUser(ctx, alice, "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Exec(ctx, c.ID(), sandbox.Command{}); !fault.Is(err, fault.RateLimited) || fb.booted[c.ID()] != 0 {
+		t.Fatalf("boot over quota: %v, booted %d", err, fb.booted[c.ID()])
+	}
+	if rec, _ := st.Container(ctx, c.ID()); rec.State() != container.Idle {
+		t.Fatalf("refused boot left state %q", rec.State())
+	}
+}

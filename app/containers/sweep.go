@@ -1,0 +1,167 @@
+package containers
+
+import (
+	"context"
+	"time"
+
+	"threadbox/domain/container"
+	"threadbox/domain/fault"
+	"threadbox/domain/sandbox"
+)
+
+// SweepReport is what one sweep did.
+type SweepReport struct {
+	Stopped  []string // sandboxes idle-stopped (files kept)
+	Expired  []string // containers past their maximum age, removed with their files
+	Adopted  []string // sandboxes of an earlier process taken over
+	Dropped  []string // sandboxes no live record claims, removed
+	Cleared  []string // records that claimed a sandbox nobody runs, set idle
+	Released []string // disk quota mounts released
+}
+
+// Empty reports whether the sweep did nothing.
+func (r SweepReport) Empty() bool {
+	return len(r.Stopped)+len(r.Expired)+len(r.Adopted)+len(r.Dropped)+len(r.Cleared)+len(r.Released) == 0
+}
+
+// Sweep does, once, what keeps the sandboxes honest: it stops sandboxes
+// idle past the idle period, removes containers past their maximum age,
+// adopts the running sandboxes of an earlier process whose records are
+// live and whose leases lapsed (and removes those no record claims), sets
+// idle the records that claim a sandbox nobody runs, and releases the disk
+// quota mounts of containers not in use.
+func (s *Service) Sweep(ctx context.Context) (SweepReport, error) {
+	var r SweepReport
+	r.Stopped = s.StopIdle(ctx)
+	expired, err := s.store.ContainersCreatedBefore(ctx, s.now().Add(-s.cfg.MaxAge))
+	if err != nil {
+		return r, err
+	}
+	for _, c := range expired {
+		if err := s.Remove(ctx, c.ID()); err != nil {
+			if !fault.Is(err, fault.Unavailable) {
+				s.log.Error("expired container not removed", "container", c.ID(), "cause", err.Error())
+			}
+			continue
+		}
+		r.Expired = append(r.Expired, c.ID())
+	}
+	r.Adopted, r.Dropped = s.reconcile(ctx)
+	if r.Cleared, err = s.clear(ctx); err != nil {
+		return r, err
+	}
+	r.Released, err = s.folders.Release(ctx, s.cfg.Idle, s.Running)
+	return r, err
+}
+
+// reconcile asks each available backend for the sandboxes this process does
+// not run and decides about each: adopt it when its record is live and no
+// other process holds its lease, leave it to a live holder, remove it
+// otherwise.
+func (s *Service) reconcile(ctx context.Context) (adopted, dropped []string) {
+	for _, b := range s.backends {
+		if b.Available(ctx) != nil {
+			continue
+		}
+		taken := map[string]container.Container{}
+		decide := func(id string) sandbox.Verdict {
+			if s.Running(id) {
+				return sandbox.Leave
+			}
+			// A lease held by this process is a boot under way; one held by
+			// another is that process's sandbox.
+			if mine, other, err := s.leases.Holds(ctx, sandboxLease(id)); err != nil || mine || other {
+				return sandbox.Leave
+			}
+			c, err := s.store.Container(ctx, id)
+			if fault.Is(err, fault.NotFound) {
+				if ok, _ := s.leases.Acquire(ctx, sandboxLease(id)); ok {
+					taken[id] = container.Container{}
+					return sandbox.Drop
+				}
+				return sandbox.Leave
+			}
+			if err != nil {
+				return sandbox.Leave
+			}
+			ok, err := s.leases.Acquire(ctx, sandboxLease(id))
+			if err != nil || !ok {
+				return sandbox.Leave
+			}
+			taken[id] = c
+			if c.State() != container.Running {
+				return sandbox.Drop
+			}
+			return sandbox.Adopt
+		}
+		a, d, err := b.Reconcile(ctx, decide)
+		if err != nil {
+			s.log.Error("reconcile failed", "backend", b.Name(), "cause", err.Error())
+		}
+		for _, id := range a {
+			unlock := s.lock(id)
+			s.hold(ctx, taken[id], b, 0)
+			unlock()
+			delete(taken, id)
+		}
+		// Leases taken for sandboxes not adopted go back; their records (if
+		// any) say no sandbox runs.
+		for id, c := range taken {
+			if c.ID() != "" && c.State() == container.Running {
+				_ = s.store.UpdateContainer(ctx, c.Stopped())
+			}
+			s.giveBack(id)
+		}
+		adopted, dropped = append(adopted, a...), append(dropped, d...)
+	}
+	return adopted, dropped
+}
+
+// clear sets idle every record that claims a running sandbox which no
+// live process holds: its holder died and nothing could adopt it.
+func (s *Service) clear(ctx context.Context) ([]string, error) {
+	running, err := s.store.ContainersInState(ctx, container.Running)
+	if err != nil {
+		return nil, err
+	}
+	var cleared []string
+	for _, c := range running {
+		if s.Running(c.ID()) {
+			continue
+		}
+		unlock := s.lock(c.ID())
+		ok, err := s.leases.Acquire(ctx, sandboxLease(c.ID()))
+		if err == nil && ok && !s.Running(c.ID()) {
+			if cur, err := s.store.Container(ctx, c.ID()); err == nil && cur.State() == container.Running {
+				if s.store.UpdateContainer(ctx, cur.Stopped()) == nil {
+					cleared = append(cleared, c.ID())
+				}
+			}
+			s.giveBack(c.ID())
+		}
+		unlock()
+	}
+	return cleared, nil
+}
+
+// Run sweeps at once and then every sweep interval until ctx ends, logging
+// what each sweep did.
+func (s *Service) Run(ctx context.Context) {
+	t := time.NewTicker(s.cfg.Sweep)
+	defer t.Stop()
+	for {
+		r, err := s.Sweep(ctx)
+		if err != nil && ctx.Err() == nil {
+			s.log.Error("sweep failed", "cause", err.Error())
+		}
+		if !r.Empty() {
+			s.log.Info("swept sandboxes", "stopped", r.Stopped, "expired", r.Expired, "adopted", r.Adopted,
+				"dropped", r.Dropped, "cleared", r.Cleared, "released", r.Released)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}

@@ -1,0 +1,123 @@
+// Package lease hands out named, expiring leases kept in the database, so
+// that a decision taken by one threadbox process (booting a sandbox,
+// running a thread's turn) is never taken twice at once by another process
+// on the same database. A holder renews its leases while it lives; the
+// leases of a process that died lapse after their time to live.
+package lease
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"time"
+)
+
+// Store keeps leases (infra/store).
+type Store interface {
+	// AcquireLease takes name for holder until the given time, unless
+	// another holder has it until after now; it reports whether holder has
+	// it now.
+	AcquireLease(ctx context.Context, name, holder string, until, now time.Time) (bool, error)
+	// RenewLeases moves every lease of holder forward to until.
+	RenewLeases(ctx context.Context, holder string, until time.Time) error
+	// ReleaseLease gives name back if holder has it.
+	ReleaseLease(ctx context.Context, name, holder string) error
+	// ReleaseLeases gives back every lease of holder.
+	ReleaseLeases(ctx context.Context, holder string) error
+	// LeaseHolder returns who holds name after now ("" for nobody).
+	LeaseHolder(ctx context.Context, name string, now time.Time) (string, error)
+}
+
+// DefaultTTL is how long a lease outlives its holder's last renewal.
+const DefaultTTL = 30 * time.Second
+
+// Keeper takes leases for one process.
+type Keeper struct {
+	store  Store
+	holder string
+	ttl    time.Duration
+	now    func() time.Time
+}
+
+// New returns a keeper for this process: holder names it (a fresh random id
+// is appended, so a restarted process never mistakes the leases of its
+// predecessor for its own), ttl bounds how long its leases outlive it (0
+// means DefaultTTL).
+func New(store Store, holder string, ttl time.Duration) *Keeper {
+	if ttl <= 0 {
+		ttl = DefaultTTL
+	}
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	if holder == "" {
+		holder = "threadbox"
+	}
+	return &Keeper{store: store, holder: holder + "/" + hex.EncodeToString(b), ttl: ttl, now: time.Now}
+}
+
+// Holder names this process in the leases it holds.
+func (k *Keeper) Holder() string { return k.holder }
+
+// TTL returns how long a lease outlives its last renewal.
+func (k *Keeper) TTL() time.Duration { return k.ttl }
+
+// Acquire takes the lease name for this process; false when another live
+// process holds it. Taking a lease this process holds again succeeds.
+func (k *Keeper) Acquire(ctx context.Context, name string) (bool, error) {
+	now := k.now().UTC()
+	ok, err := k.store.AcquireLease(ctx, name, k.holder, now.Add(k.ttl), now)
+	if err != nil {
+		return false, fmt.Errorf("lease %s: %w", name, err)
+	}
+	return ok, nil
+}
+
+// Release gives the lease name back, if this process holds it.
+func (k *Keeper) Release(ctx context.Context, name string) error {
+	if err := k.store.ReleaseLease(ctx, name, k.holder); err != nil {
+		return fmt.Errorf("lease %s: release: %w", name, err)
+	}
+	return nil
+}
+
+// Holds reports who holds name: mine when this process does, other when
+// another live process does (both false: nobody).
+func (k *Keeper) Holds(ctx context.Context, name string) (mine, other bool, err error) {
+	h, err := k.store.LeaseHolder(ctx, name, k.now().UTC())
+	if err != nil {
+		return false, false, fmt.Errorf("lease %s: %w", name, err)
+	}
+	return h == k.holder, h != "" && h != k.holder, nil
+}
+
+// Renew moves every lease of this process forward by the time to live.
+func (k *Keeper) Renew(ctx context.Context) error {
+	if err := k.store.RenewLeases(ctx, k.holder, k.now().UTC().Add(k.ttl)); err != nil {
+		return fmt.Errorf("lease: renew: %w", err)
+	}
+	return nil
+}
+
+// Run renews this process's leases every third of their time to live until
+// ctx ends, then gives them all back (a graceful stop: the next process
+// takes over at once instead of waiting for them to lapse).
+func (k *Keeper) Run(ctx context.Context, onError func(error)) {
+	t := time.NewTicker(k.ttl / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := k.store.ReleaseLeases(rctx, k.holder); err != nil && onError != nil {
+				onError(fmt.Errorf("lease: release all: %w", err))
+			}
+			return
+		case <-t.C:
+			if err := k.Renew(ctx); err != nil && onError != nil && ctx.Err() == nil {
+				onError(err)
+			}
+		}
+	}
+}
