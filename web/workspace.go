@@ -79,23 +79,35 @@ type messageView struct {
 	Content   json.RawMessage `json:"content"`
 	Usage     rawJSON         `json:"usage"`
 	Complete  bool            `json:"complete"`
+	Status    string          `json:"status"` // complete, running or failed
 	CreatedAt time.Time       `json:"created_at"`
 }
 
-func viewMessage(m thread.Message) messageView {
-	return messageView{m.ID(), m.ThreadID(), m.Seq(), string(m.Role()), m.Content(), m.Usage(), m.Complete(), m.CreatedAt()}
+// viewMessage shows m; running tells that an incomplete m's turn still runs.
+func viewMessage(m thread.Message, running bool) messageView {
+	status := "complete"
+	switch {
+	case m.Complete():
+	case running:
+		status = "running"
+	default:
+		status = "failed"
+	}
+	return messageView{m.ID(), m.ThreadID(), m.Seq(), string(m.Role()), m.Content(), m.Usage(), m.Complete(), status, m.CreatedAt()}
 }
 
 // threadMessages is GET /thread/{threadId}/messages: the stored history.
-// An assistant message whose turn never ended has complete false.
+// An assistant message whose turn never ended has complete false, and
+// status running while its turn runs (on any server), failed once it
+// cannot end any more (the turn failed, or its server stopped or died).
 func (s *Server) threadMessages(c *fiber.Ctx) error {
-	ms, err := s.svc.Workspace.Messages(c.UserContext(), principal(c), c.Params("id"))
+	ms, running, err := s.svc.Workspace.Messages(c.UserContext(), principal(c), c.Params("id"))
 	if err != nil {
 		return err
 	}
 	out := make([]messageView, len(ms))
 	for i, m := range ms {
-		out[i] = viewMessage(m)
+		out[i] = viewMessage(m, running && i == len(ms)-1)
 	}
 	return c.JSON(listResponse[messageView]{Data: out})
 }

@@ -135,4 +135,7 @@ type Leases interface {
 	Acquire(ctx context.Context, name string) (bool, error)
 	// Release gives the named lease back.
 	Release(ctx context.Context, name string) error
+	// Holds reports whether this process (mine) or another live one
+	// (other) holds the named lease.
+	Holds(ctx context.Context, name string) (mine, other bool, err error)
 }

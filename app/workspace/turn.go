@@ -249,12 +249,24 @@ func (s *Service) history(ctx context.Context, threadID string) ([]messages.Mess
 }
 
 // Messages returns one of the caller's threads' stored messages in order.
-func (s *Service) Messages(ctx context.Context, p user.Principal, threadID string) ([]thread.Message, error) {
+//
+// running tells whether a turn of the thread runs now (on any server): an
+// incomplete assistant message is then that turn's; otherwise its turn
+// failed (the server stopped or died mid-turn, or the turn ended in an
+// error) and it stays incomplete for good.
+func (s *Service) Messages(ctx context.Context, p user.Principal, threadID string) (msgs []thread.Message, running bool, err error) {
 	th, err := s.store.Thread(ctx, p.OrgID, p.UserID, threadID)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	return s.store.Messages(ctx, th.ID())
+	if msgs, err = s.store.Messages(ctx, th.ID()); err != nil {
+		return nil, false, err
+	}
+	mine, other, err := s.d.Leases.Holds(ctx, turnLease(th.ID()))
+	if err != nil {
+		return nil, false, fmt.Errorf("workspace: turn lease: %w", err)
+	}
+	return msgs, mine || other, nil
 }
 
 // skillsPrompt tells the model which skills the turn loaded.

@@ -179,3 +179,9 @@ func (l *processLeases) Release(_ context.Context, name string) error {
 	delete(l.held, name)
 	return nil
 }
+
+func (l *processLeases) Holds(_ context.Context, name string) (bool, bool, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.held[name], false, nil
+}
