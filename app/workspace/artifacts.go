@@ -144,6 +144,10 @@ func (s *Service) saveArtifact(ctx context.Context, th thread.Thread, containerI
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		return artifact.Artifact{}, false, fmt.Errorf("rewind: %w", err)
 	}
+	// From writing the blob to committing its row, no deletion of
+	// artifacts may remove the blob as unreferenced (releaseBlobs).
+	s.blobMu.RLock()
+	defer s.blobMu.RUnlock()
 	// The file may grow after it was listed: never copy more than the cap.
 	sum, size, err := s.d.Blobs.Put(ctx, io.LimitReader(f, s.d.MaxArtifactBytes+1))
 	if err != nil {

@@ -21,6 +21,7 @@ type Store interface {
 	projectStore
 	threadStore
 	artifact.Repository
+	artifactRefs
 	skill.Repository
 }
 
@@ -62,10 +63,18 @@ type ContainerFiles interface {
 
 // Blobs is the content-addressed artifact store (infra/blob.Store).
 type Blobs interface {
-	// Put stores r and returns its hex SHA-256 and size.
+	// Put stores r and returns its hex SHA-256 and size. Storing content
+	// that is there already restarts its write time.
 	Put(ctx context.Context, r io.Reader) (string, int64, error)
 	// Open opens the content with the given SHA-256.
 	Open(ctx context.Context, sha256 string) (io.ReadSeekCloser, error)
+	// Walk calls fn with every stored blob's SHA-256 and last write time,
+	// stopping at fn's first error.
+	Walk(ctx context.Context, fn func(sha256 string, written time.Time) error) error
+	// Remove deletes a blob if it was last written before writtenBefore
+	// (zero: whatever its age) and reports whether it did; a missing blob
+	// is not an error. The age is checked atomically with respect to Put.
+	Remove(ctx context.Context, sha256 string, writtenBefore time.Time) (bool, error)
 }
 
 // SkillLoad is one skill version to load into a container.
@@ -116,6 +125,9 @@ type Deps struct {
 	// DefaultMaxArtifactBytes): the artifact store is on the host's disk,
 	// outside every container's quota.
 	MaxArtifactBytes int64
+	// BlobGrace is how long CollectArtifactBlobs keeps a blob that no
+	// artifact references (default DefaultBlobGrace).
+	BlobGrace time.Duration
 	// SandboxEnv, when set, gives each turn that may run commands its
 	// ANTHROPIC_* variables and short-lived sandbox token.
 	SandboxEnv SandboxEnv

@@ -36,6 +36,9 @@ type Service struct {
 	mu      sync.Mutex
 	seen    map[string]map[string]stamp // per thread: outputs already captured
 	skillMu sync.Mutex                  // one skill upload at a time
+	// blobMu is held shared by each artifact save, from writing its blob
+	// to committing its row, and exclusively by releaseBlobs.
+	blobMu sync.RWMutex
 }
 
 // New returns the workspace service. Deps may be left zero for the
@@ -47,6 +50,9 @@ func New(store Store, d Deps) *Service {
 	}
 	if d.MaxArtifactBytes <= 0 {
 		d.MaxArtifactBytes = DefaultMaxArtifactBytes
+	}
+	if d.BlobGrace <= 0 {
+		d.BlobGrace = DefaultBlobGrace
 	}
 	log := d.Log
 	if log == nil {
@@ -90,7 +96,8 @@ func (s *Service) RenameProject(ctx context.Context, p user.Principal, projectID
 }
 
 // DeleteProject deletes a project of the caller's org: its owner or an
-// admin only.
+// admin only. Its threads and artifacts go with it, and so do the artifact
+// blobs that no other project's artifact shares.
 func (s *Service) DeleteProject(ctx context.Context, p user.Principal, projectID string) error {
 	pr, err := s.store.Project(ctx, p.OrgID, projectID)
 	if err != nil {
@@ -98,6 +105,10 @@ func (s *Service) DeleteProject(ctx context.Context, p user.Principal, projectID
 	}
 	if pr.OwnerID() != p.UserID && !p.IsAdmin() {
 		return fault.New(fault.Forbidden, "only the project's owner or an admin may delete it")
+	}
+	sums, err := s.store.ProjectArtifactHashes(ctx, p.OrgID, projectID)
+	if err != nil {
+		return err
 	}
 	// The threads go with the project (the database cascades); their
 	// containers, sandboxes and files too, whoever owns them.
@@ -110,7 +121,13 @@ func (s *Service) DeleteProject(ctx context.Context, p user.Principal, projectID
 			return err
 		}
 	}
-	return s.store.DeleteProject(ctx, p.OrgID, projectID)
+	// The artifacts go with the project (the database cascades); then
+	// their blobs, unless another artifact shares them.
+	if err := s.store.DeleteProject(ctx, p.OrgID, projectID); err != nil {
+		return err
+	}
+	s.releaseBlobs(ctx, sums)
+	return nil
 }
 
 // CreateThread makes a thread for the caller in a project of their org.

@@ -1,6 +1,12 @@
 // Package blob is the content-addressed artifact store: files kept under a
 // root folder by the hex SHA-256 of their content (root/ab/abcdef...), so
 // the same content is stored once and never changes once written.
+//
+// A blob's modification time is when it was last written: a Put of content
+// already stored sets it to now. Remove can spare blobs written after a
+// cutoff, and it decides under the same lock as Put's last step, so a
+// collector that only removes blobs older than a grace period never removes
+// one that a Put has just handed back to its caller.
 package blob
 
 import (
@@ -13,6 +19,8 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"sync"
+	"time"
 
 	"threadbox/domain/fault"
 )
@@ -20,6 +28,8 @@ import (
 // Store keeps blobs under one folder.
 type Store struct {
 	root string
+	// mu orders the end of a Put (install or touch) against Remove.
+	mu sync.Mutex
 }
 
 // New returns the store rooted at root (created on first write).
@@ -59,13 +69,88 @@ func (s *Store) Put(ctx context.Context, r io.Reader) (string, int64, error) {
 	if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
 		return "", 0, fmt.Errorf("blob: %w", err)
 	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if _, err := os.Stat(dst); err == nil {
+		// Stored already: its age restarts, as a new write's would.
+		now := time.Now()
+		if err := os.Chtimes(dst, now, now); err != nil {
+			return "", 0, fmt.Errorf("blob: touch: %w", err)
+		}
 		return sum, n, nil
 	}
 	if err := os.Rename(tmp.Name(), dst); err != nil {
 		return "", 0, fmt.Errorf("blob: store: %w", err)
 	}
 	return sum, n, nil
+}
+
+// Walk calls fn with the SHA-256 and the last write time of every stored
+// blob, one two-character folder at a time (partial writes are skipped).
+// It stops at fn's first error and returns it.
+func (s *Store) Walk(ctx context.Context, fn func(sum string, written time.Time) error) error {
+	shards, err := os.ReadDir(s.root)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("blob: list: %w", err)
+	}
+	for _, sh := range shards {
+		if !sh.IsDir() || len(sh.Name()) != 2 {
+			continue
+		}
+		entries, err := os.ReadDir(filepath.Join(s.root, sh.Name()))
+		if err != nil {
+			return fmt.Errorf("blob: list: %w", err)
+		}
+		for _, e := range entries {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			sum := e.Name()
+			if !e.Type().IsRegular() || !digest.MatchString(sum) || sum[:2] != sh.Name() {
+				continue
+			}
+			info, err := e.Info()
+			if errors.Is(err, os.ErrNotExist) {
+				continue // removed meanwhile
+			}
+			if err != nil {
+				return fmt.Errorf("blob: list: %w", err)
+			}
+			if err := fn(sum, info.ModTime()); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// Remove deletes the blob with the given SHA-256 if it was last written
+// before writtenBefore, and reports whether it did; a zero writtenBefore
+// removes it whatever its age. A missing blob is not an error.
+func (s *Store) Remove(_ context.Context, sum string, writtenBefore time.Time) (bool, error) {
+	if !digest.MatchString(sum) {
+		return false, fault.New(fault.Invalid, "blob: not a sha256 digest")
+	}
+	p := s.path(sum)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	info, err := os.Stat(p)
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("blob: remove: %w", err)
+	}
+	if !writtenBefore.IsZero() && !info.ModTime().Before(writtenBefore) {
+		return false, nil
+	}
+	if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return false, fmt.Errorf("blob: remove: %w", err)
+	}
+	return true, nil
 }
 
 // Open opens the blob with the given SHA-256.

@@ -2,6 +2,8 @@ package store
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"time"
 
 	"threadbox/domain/artifact"
@@ -69,4 +71,34 @@ func (s *Store) LatestArtifact(ctx context.Context, projectID, threadID, path st
 		return artifact.Artifact{}, translate(err, "artifact")
 	}
 	return r.domain(), nil
+}
+
+// ProjectArtifactHashes returns the distinct content hashes of the
+// artifacts of the org's project.
+func (s *Store) ProjectArtifactHashes(ctx context.Context, orgID, projectID string) ([]string, error) {
+	var sums []string
+	if err := s.q(ctx).Model(&artifactRow{}).Where("org_id = ? AND project_id = ?", orgID, projectID).
+		Distinct("sha256").Order("sha256").Pluck("sha256", &sums).Error; err != nil {
+		return nil, fmt.Errorf("store: project artifact hashes: %w", err)
+	}
+	return sums, nil
+}
+
+// hashBatch bounds the bound parameters of one IN list (SQLite allows
+// 32766, older builds 999).
+const hashBatch = 500
+
+// ReferencedArtifactHashes returns those of sums that at least one
+// artifact, of any org, references; in no particular order.
+func (s *Store) ReferencedArtifactHashes(ctx context.Context, sums []string) ([]string, error) {
+	var out []string
+	for batch := range slices.Chunk(sums, hashBatch) {
+		var found []string
+		if err := s.q(ctx).Model(&artifactRow{}).Where("sha256 IN ?", batch).
+			Distinct("sha256").Pluck("sha256", &found).Error; err != nil {
+			return nil, fmt.Errorf("store: referenced artifact hashes: %w", err)
+		}
+		out = append(out, found...)
+	}
+	return out, nil
 }

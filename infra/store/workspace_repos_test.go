@@ -2,6 +2,9 @@ package store_test
 
 import (
 	"context"
+	"fmt"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -127,5 +130,130 @@ func artifactSkillSuite(t *testing.T, s *store.Store) {
 	}
 	if err := s.DeleteSkill(ctx, other.ID(), s3.ID); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestArtifactHashReferences runs the queries behind artifact blob
+// collection against SQLite and PostgreSQL: a project's distinct hashes,
+// and which of a set of hashes any artifact still references.
+func TestArtifactHashReferences(t *testing.T) {
+	t.Run("sqlite", func(t *testing.T) {
+		s, err := store.Open(context.Background(), "", t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		hashReferenceSuite(t, s)
+	})
+	t.Run("postgres", func(t *testing.T) { hashReferenceSuite(t, storetest.Postgres(t)) })
+}
+
+func hashReferenceSuite(t *testing.T, s *store.Store) {
+	ctx := context.Background()
+	if _, err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	type place struct{ org, project, thread string }
+	var acme, globex place
+	for _, pl := range []*place{&acme, &globex} {
+		o, _ := org.New(id("org"), "org-"+id("n"), now)
+		u, _ := user.New(id("usr"), o.ID(), id("u")+"@x.test", user.Admin, now)
+		if err := s.CreateOrg(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.CreateUser(ctx, u); err != nil {
+			t.Fatal(err)
+		}
+		pr, _ := project.New(id("prj"), o.ID(), u.ID(), "P", now)
+		if err := s.CreateProject(ctx, pr); err != nil {
+			t.Fatal(err)
+		}
+		*pl = place{o.ID(), pr.ID(), id("thr")}
+	}
+	// A second project of acme, owned by acme's first project's owner.
+	first, err := s.Project(ctx, acme.org, acme.project)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr2, _ := project.New(id("prj"), acme.org, first.OwnerID(), "Q", now)
+	if err := s.CreateProject(ctx, pr2); err != nil {
+		t.Fatal(err)
+	}
+	acme2 := place{acme.org, pr2.ID(), id("thr")}
+	sum := func(c string) string { return strings.Repeat(c, 64) }
+	v := 0
+	add := func(pl place, path, sha string) {
+		t.Helper()
+		v++
+		a := artifact.Artifact{ID: id("art"), OrgID: pl.org, ProjectID: pl.project, ThreadID: pl.thread, Path: path, Name: "x",
+			MimeType: "text/plain", SizeBytes: 1, SHA256: sha, Version: v, CreatedAt: now}
+		if err := s.CreateArtifact(ctx, a); err != nil {
+			t.Fatal(err)
+		}
+	}
+	add(acme, "/mnt/user-data/outputs/a", sum("a"))
+	add(acme, "/mnt/user-data/outputs/a", sum("b"))
+	add(acme, "/mnt/user-data/outputs/c", sum("a")) // the same content twice in one project
+	add(acme2, "/mnt/user-data/outputs/a", sum("a"))
+	add(acme2, "/mnt/user-data/outputs/a", sum("c"))
+	add(globex, "/mnt/user-data/outputs/a", sum("d"))
+
+	for _, tt := range []struct {
+		name        string
+		org, projID string
+		want        []string
+	}{
+		{"distinct and sorted", acme.org, acme.project, []string{sum("a"), sum("b")}},
+		{"another project", acme.org, acme2.project, []string{sum("a"), sum("c")}},
+		{"another org's project", globex.org, acme.project, nil},
+		{"no such project", acme.org, "prj_missing", nil},
+	} {
+		got, err := s.ProjectArtifactHashes(ctx, tt.org, tt.projID)
+		if err != nil || !slices.Equal(got, tt.want) {
+			t.Errorf("ProjectArtifactHashes %s = %v, %v; want %v", tt.name, got, err, tt.want)
+		}
+	}
+
+	// More hashes than one IN list holds: the referenced one at the end.
+	many := make([]string, 0, 1300)
+	for i := range 1299 {
+		many = append(many, fmt.Sprintf("%064x", i+1))
+	}
+	many = append(many, sum("d"))
+	referenced := func(sums []string) []string {
+		t.Helper()
+		got, err := s.ReferencedArtifactHashes(ctx, sums)
+		if err != nil {
+			t.Fatal(err)
+		}
+		slices.Sort(got)
+		return got
+	}
+	for _, tt := range []struct {
+		name string
+		sums []string
+		want []string
+	}{
+		{"none asked", nil, nil},
+		{"any org's, each once", []string{sum("a"), sum("b"), sum("c"), sum("d"), sum("e"), sum("a")}, []string{sum("a"), sum("b"), sum("c"), sum("d")}},
+		{"unreferenced", []string{sum("e"), sum("f")}, nil},
+		{"past one batch", many, []string{sum("d")}},
+	} {
+		if got := referenced(tt.sums); !slices.Equal(got, tt.want) {
+			t.Errorf("ReferencedArtifactHashes %s = %v, want %v", tt.name, got, tt.want)
+		}
+	}
+
+	// Deleting a project drops its references; shared content stays
+	// referenced by the other project.
+	if err := s.DeleteProject(ctx, acme.org, acme.project); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.ProjectArtifactHashes(ctx, acme.org, acme.project); err != nil || len(got) != 0 {
+		t.Fatalf("hashes of a deleted project: %v %v", got, err)
+	}
+	if got, want := referenced([]string{sum("a"), sum("b")}), []string{sum("a")}; !slices.Equal(got, want) {
+		t.Fatalf("referenced after the project was deleted = %v, want %v", got, want)
 	}
 }
