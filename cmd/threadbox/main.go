@@ -317,7 +317,7 @@ func cmdServe(ctx context.Context, args []string, getenv func(string) string, st
 		stopBackground()
 		bg.Wait()
 	}()
-	bg.Add(2)
+	bg.Add(3)
 	go func() {
 		defer bg.Done()
 		sys.leases.Run(bgctx, func(err error) { log.Error("leases", "cause", err.Error()) })
@@ -325,6 +325,10 @@ func cmdServe(ctx context.Context, args []string, getenv func(string) string, st
 	go func() {
 		defer bg.Done()
 		sys.containers.Run(bgctx)
+	}()
+	go func() {
+		defer bg.Done()
+		collectBlobs(bgctx, sys, cfg.SweepInterval, log)
 	}()
 	srv := web.New(web.Services{
 		Auth:      sys.auth,
@@ -372,4 +376,25 @@ func firstStart(ctx context.Context, st *store.Store, a *auth.Service, cfg Confi
 	fmt.Fprintf(stdout, "threadbox: first start — created org \"default\" with an admin.\n  web login: %s  email: %s  password: %s\n  API token: %s\n  (shown once; more with: threadbox token create --email %s)\n",
 		cfg.PublicURL, email, password, iss.Token, email)
 	return nil
+}
+
+// collectBlobs deletes, every interval until ctx ends, the artifact blobs
+// no artifact references any more (past the workspace's grace period).
+func collectBlobs(ctx context.Context, sys *system, every time.Duration, log *slog.Logger) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		n, err := sys.workspace.CollectArtifactBlobs(ctx)
+		if err != nil && ctx.Err() == nil {
+			log.Error("artifact blob collection failed", "cause", err.Error())
+		}
+		if n > 0 {
+			log.Info("artifact blobs collected", "removed", n)
+		}
+	}
 }
