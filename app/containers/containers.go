@@ -42,6 +42,7 @@ type Service struct {
 	backends []sandbox.Backend
 	folders  Folders
 	threads  Threads
+	quota    Quota // optional (SetQuota)
 	cfg      Config
 	log      *slog.Logger
 	now      func() time.Time
@@ -126,6 +127,9 @@ func (s *Service) resolve(ctx context.Context, id string, recreate bool, mk func
 		if c, err = mk(); err != nil {
 			return container.Container{}, err
 		}
+		if err := s.beforeCreate(ctx, c); err != nil {
+			return container.Container{}, err
+		}
 		if err := s.store.CreateContainer(ctx, c); err != nil {
 			return container.Container{}, fmt.Errorf("containers: create: %w", err)
 		}
@@ -146,11 +150,55 @@ func (s *Service) resolve(ctx context.Context, id string, recreate bool, mk func
 		if c, err = mk(); err != nil {
 			return container.Container{}, err
 		}
+		if err := s.beforeCreate(ctx, c); err != nil {
+			return container.Container{}, err
+		}
 		if err := s.store.CreateContainer(ctx, c); err != nil {
 			return container.Container{}, fmt.Errorf("containers: create: %w", err)
 		}
 	}
 	return c, nil
+}
+
+// Quota checks the org policy's quotas (app/quota.Service). A refusal is
+// returned as is: it names the quota and has its fault kind.
+type Quota interface {
+	// BeforeCreate refuses a new container for the user.
+	BeforeCreate(ctx context.Context, orgID, userID string) error
+	// BeforeBoot refuses booting one more sandbox for the user.
+	BeforeBoot(ctx context.Context, orgID, userID string) error
+}
+
+// SetQuota makes the manager ask q before it records a new container and
+// before it boots a sandbox. Call it once while wiring.
+func (s *Service) SetQuota(q Quota) { s.quota = q }
+
+// beforeCreate asks the quota whether c's owner may have one more container.
+func (s *Service) beforeCreate(ctx context.Context, c container.Container) error {
+	if s.quota == nil {
+		return nil
+	}
+	return s.quota.BeforeCreate(ctx, c.OrgID(), c.OwnerID())
+}
+
+// beforeBoot asks the quota whether the owner of container id may boot one
+// more sandbox. A record still saying running (its sandbox died, or the
+// server restarted) is set idle first: no sandbox of this manager runs for
+// it, and it must not count against its own boot.
+func (s *Service) beforeBoot(ctx context.Context, id string) error {
+	if s.quota == nil {
+		return nil
+	}
+	c, err := s.store.Container(ctx, id)
+	if err != nil {
+		return fmt.Errorf("containers: quota: %w", err)
+	}
+	if c.State() == container.Running {
+		if err := s.store.UpdateContainer(ctx, c.WithState(container.Idle)); err != nil {
+			return fmt.Errorf("containers: quota: %w", err)
+		}
+	}
+	return s.quota.BeforeBoot(ctx, c.OrgID(), c.OwnerID())
 }
 
 // errExpired is the answer to a request naming a container past its
@@ -193,6 +241,9 @@ func (s *Service) ensure(ctx context.Context, id string) (*live, error) {
 	}
 	if len(s.backends) == 0 {
 		return nil, ErrNoBackend
+	}
+	if err := s.beforeBoot(ctx, id); err != nil {
+		return nil, err
 	}
 	mounts, err := s.folders.Prepare(ctx, id)
 	if err != nil {
