@@ -53,6 +53,7 @@ func newWorkspace(cfg Config, sys *system, layout *hostdirs.Layout, fs *fsroot.C
 		DefaultModel:     model,
 		MaxArtifactBytes: cfg.MaxArtifactBytes,
 		SandboxEnv:       sys.sandbox.env,
+		Quota:            sys.quota,
 		Log:              log.With("component", "workspace"),
 	})
 }
