@@ -1,6 +1,8 @@
 package web
 
 import (
+	"bytes"
+	"encoding/json"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
@@ -23,6 +25,35 @@ type policyPatch struct {
 		Generated *bool `json:"generated"`
 		Uploaded  *bool `json:"uploaded"`
 	} `json:"downloads"`
+	Quotas quotasPatch `json:"quotas"`
+}
+
+// quotasPatch is the "quotas" member of a policy merge patch: each quota
+// named is set, null restoring its default (0, unlimited), and "quotas":
+// null restores them all. A name that is no quota is refused by the policy.
+type quotasPatch map[org.Quota]int64
+
+// UnmarshalJSON decodes the member, null included.
+func (q *quotasPatch) UnmarshalJSON(b []byte) error {
+	if bytes.Equal(bytes.TrimSpace(b), []byte("null")) {
+		*q = quotasPatch{}
+		for _, name := range org.AllQuotas {
+			(*q)[name] = 0
+		}
+		return nil
+	}
+	var raw map[string]*int64
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return err
+	}
+	*q = make(quotasPatch, len(raw))
+	for name, v := range raw {
+		(*q)[org.Quota(name)] = 0
+		if v != nil {
+			(*q)[org.Quota(name)] = *v
+		}
+	}
+	return nil
 }
 
 func (pp policyPatch) domain() org.PolicyPatch {
@@ -36,6 +67,7 @@ func (pp policyPatch) domain() org.PolicyPatch {
 	if pp.Downloads != nil {
 		out.DownloadsGenerated, out.DownloadsUploaded = pp.Downloads.Generated, pp.Downloads.Uploaded
 	}
+	out.Quotas = pp.Quotas
 	return out
 }
 

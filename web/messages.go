@@ -53,6 +53,15 @@ type MessageContainers interface {
 	ExpiresAt(c container.Container) time.Time
 }
 
+// RunQuota checks the running-sandbox quotas (app/quota.Service).
+type RunQuota interface {
+	// BeforeRun refuses (fault.RateLimited, naming the quota) a request
+	// that may boot the sandbox of the container with storage id
+	// containerID ("" when the request would make it) when the user or the
+	// org has as many running as the policy allows.
+	BeforeRun(ctx context.Context, orgID, userID, containerID string) error
+}
+
 // MessagesAPI is what the Messages API handlers (CONTRACT §3) call.
 type MessagesAPI struct {
 	// Engine runs turns (app/messages.Service).
@@ -69,6 +78,9 @@ type MessagesAPI struct {
 	// means DefaultPingInterval. Pings also detect clients that went away
 	// while a long command runs.
 	PingInterval time.Duration
+	// Quota, when set, refuses requests that may boot a sandbox past the
+	// org policy's running-sandbox quotas (app/quota.Service).
+	Quota RunQuota
 
 	// prepared remembers the containers whose folders this server made,
 	// by storage id and creation time (a container removed past its
@@ -157,6 +169,27 @@ func (s *Server) containerOf(ctx context.Context, m *MessagesAPI, p user.Princip
 	return c, nil
 }
 
+// beforeRun refuses a request that may run code when booting its sandbox
+// would pass a running-sandbox quota, before the request makes its
+// container: a refused request leaves nothing behind. A request to a
+// container whose sandbox runs is not refused.
+func (s *Server) beforeRun(ctx context.Context, m *MessagesAPI, p user.Principal, req *messages.Request, plan *messages.Plan) error {
+	if m.Quota == nil || !(plan.CodeExecution || plan.Sandbox) {
+		return nil
+	}
+	scope := container.DefaultClientID
+	if req.Container != nil && req.Container.ID != "" {
+		scope = req.Container.ID
+	}
+	id := ""
+	// A scope that names nothing yet, or nothing the caller may use, is
+	// left to containerOf to make or refuse.
+	if c, ok, err := m.Containers.Peek(ctx, p, scope); err == nil && ok {
+		id = c.ID()
+	}
+	return m.Quota.BeforeRun(ctx, p.OrgID, p.UserID, id)
+}
+
 // checkUploads makes sure every container_upload block names an existing
 // file of the container.
 func (s *Server) checkUploads(ctx context.Context, p user.Principal, scopeID string, req *messages.Request) error {
@@ -216,6 +249,9 @@ func (s *Server) prepare(ctx context.Context, m *MessagesAPI, p user.Principal, 
 	}
 	if !needsContainer(req, plan) {
 		return messages.RunOptions{}, nil
+	}
+	if err := s.beforeRun(ctx, m, p, req, plan); err != nil {
+		return messages.RunOptions{}, err
 	}
 	c, err := s.containerOf(ctx, m, p, req)
 	if err != nil {

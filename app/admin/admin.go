@@ -80,6 +80,13 @@ type PolicyView struct {
 		Generated bool `json:"generated"`
 		Uploaded  bool `json:"uploaded"`
 	} `json:"downloads"`
+	// Quotas are the resource limits; 0 is unlimited.
+	Quotas struct {
+		RunningSandboxesPerUser int64 `json:"runningSandboxesPerUser"`
+		RunningSandboxesPerOrg  int64 `json:"runningSandboxesPerOrg"`
+		ContainersPerUser       int64 `json:"containersPerUser"`
+		StorageBytesPerOrg      int64 `json:"storageBytesPerOrg"`
+	} `json:"quotas"`
 }
 
 // ViewOf returns the wire view of a policy.
@@ -90,6 +97,11 @@ func ViewOf(p org.Policy) PolicyView {
 	v.Uploads.MaxBytes = p.MaxUploadBytes()
 	v.Downloads.Generated = p.Allows(org.DownloadsGenerated)
 	v.Downloads.Uploaded = p.Allows(org.DownloadsUploaded)
+	q := p.Quotas()
+	v.Quotas.RunningSandboxesPerUser = q.Limit(org.RunningSandboxesPerUser)
+	v.Quotas.RunningSandboxesPerOrg = q.Limit(org.RunningSandboxesPerOrg)
+	v.Quotas.ContainersPerUser = q.Limit(org.ContainersPerUser)
+	v.Quotas.StorageBytesPerOrg = q.Limit(org.StorageBytesPerOrg)
 	return v
 }
 

@@ -25,18 +25,6 @@ const (
 	defaultAvailableDeadline = 10 * time.Second
 )
 
-// Describer is implemented by backends that can tell their isolation level
-// and the limits they enforce on the running host. A backend without it is
-// listed with an unknown isolation and no limits.
-type Describer interface {
-	// Isolation returns one of the Isolation* levels.
-	Isolation() string
-	// EnforcedLimits names the limits enforced here ("memory", "cpu",
-	// "pids", "nofile", "tmp", "disk") and the mechanism behind them
-	// ("cgroup v1", "rlimits", ...).
-	EnforcedLimits(ctx context.Context) (limits []string, mechanism string)
-}
-
 // Entry is one row of the matrix.
 type Entry struct {
 	Name      string
@@ -87,11 +75,11 @@ func (s *Service) describe(ctx context.Context, b sandbox.Backend) Entry {
 	} else {
 		e.Available = true
 	}
-	if d, ok := b.(Describer); ok {
-		e.Isolation = d.Isolation()
-		if l, m := d.EnforcedLimits(ctx); l != nil {
-			e.Limits, e.Mechanism = l, m
-		}
+	if iso := b.Isolation(); iso != "" {
+		e.Isolation = iso
+	}
+	if l, m := b.EnforcedLimits(ctx); l != nil {
+		e.Limits, e.Mechanism = l, m
 	}
 	return e
 }

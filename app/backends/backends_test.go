@@ -20,6 +20,10 @@ type fakeBackend struct {
 
 func (f fakeBackend) Name() string                        { return f.name }
 func (f fakeBackend) Available(ctx context.Context) error { return f.err }
+func (f fakeBackend) Isolation() string                   { return "" }
+func (f fakeBackend) EnforcedLimits(context.Context) ([]string, string) {
+	return nil, ""
+}
 
 // describedBackend also describes itself.
 type describedBackend struct {

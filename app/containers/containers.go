@@ -296,17 +296,28 @@ func (s *Service) ensure(ctx context.Context, id string) (*live, error) {
 		// Nothing runs without a record.
 		return nil, fmt.Errorf("containers: boot %s: %w", id, err)
 	}
-	if s.quota != nil {
-		if err := s.quota.BeforeBoot(ctx, c.OrgID(), c.OwnerID()); err != nil {
-			return nil, err
-		}
-	}
 	ok, err := s.leases.Acquire(ctx, sandboxLease(id))
 	if err != nil {
 		return nil, fmt.Errorf("containers: boot %s: %w", id, err)
 	}
 	if !ok {
 		return nil, errElsewhere(c.ClientID())
+	}
+	if c.State() == container.Running {
+		// With its lease, a record still saying running is stale (its
+		// sandbox died, or its server did): it must not count against its
+		// own boot.
+		c = c.Stopped()
+		if err := s.store.UpdateContainer(ctx, c); err != nil {
+			s.giveBack(id)
+			return nil, fmt.Errorf("containers: boot %s: %w", id, err)
+		}
+	}
+	if s.quota != nil {
+		if err := s.quota.BeforeBoot(ctx, c.OrgID(), c.OwnerID()); err != nil {
+			s.giveBack(id)
+			return nil, err
+		}
 	}
 	l, err = s.boot(ctx, c)
 	if err != nil {

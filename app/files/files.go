@@ -80,6 +80,7 @@ type Deps struct {
 	Containers  Containers
 	Policies    Policies
 	Idempotency Idempotency      // nil means an in-memory map kept one day
+	Quota       Quota            // nil means no storage quota is checked
 	Now         func() time.Time // nil means time.Now
 }
 
@@ -89,6 +90,7 @@ type Service struct {
 	containers Containers
 	policies   Policies
 	idem       Idempotency
+	quota      Quota
 	now        func() time.Time
 	table      file.Table
 }
@@ -106,6 +108,7 @@ func New(d Deps) *Service {
 		containers: d.Containers,
 		policies:   d.Policies,
 		idem:       d.Idempotency,
+		quota:      d.Quota,
 		now:        d.Now,
 		table:      file.DefaultTable(),
 	}
@@ -179,6 +182,19 @@ func (s *Service) put(ctx context.Context, p user.Principal, scopeID, key string
 	if max := policy.MaxUploadBytes(); max > 0 && (limit <= 0 || max < limit) {
 		limit = max
 	}
+	// The org's storage quota caps the upload at what is left, checked
+	// before the container is made: a refused upload leaves nothing.
+	storage, left := policy.Quotas().Limit(org.StorageBytesPerOrg), int64(-1)
+	if storage > 0 && s.quota != nil {
+		if left, err = s.quota.StorageLeft(ctx, p.OrgID); err != nil {
+			return File{}, err
+		}
+		if left >= 0 && (limit <= 0 || left < limit) {
+			limit = left
+		} else {
+			left = -1 // the upload cap is the smaller: it is the one named
+		}
+	}
 	cid, err := s.containers.Container(ctx, p, scopeID, true)
 	if err != nil {
 		return File{}, err
@@ -186,6 +202,9 @@ func (s *Service) put(ctx context.Context, p user.Principal, scopeID, key string
 	head := &headReader{r: body}
 	info, err := s.store.Write(ctx, cid, sandboxPath, head, limit)
 	if err != nil {
+		if errors.Is(err, file.ErrTooLarge) && left >= 0 {
+			return File{}, fault.Wrap(fault.TooLarge, fault.MessageOf(org.StorageExceeded(storage, storage-left, 0)), err)
+		}
 		if errors.Is(err, file.ErrTooLarge) {
 			return File{}, fault.Wrap(fault.TooLarge, fmt.Sprintf("file exceeds the upload limit of %d bytes", limit), err)
 		}

@@ -53,6 +53,14 @@ type Policies interface {
 	OrgPolicy(ctx context.Context, orgID string) (org.Policy, error)
 }
 
+// Quota bounds what an org stores (app/quota.Service).
+type Quota interface {
+	// StorageLeft returns how many more bytes the org may store, or -1
+	// without a storage quota; an org with nothing left is refused with a
+	// fault.TooLarge naming the quota.
+	StorageLeft(ctx context.Context, orgID string) (int64, error)
+}
+
 // Saved is the remembered outcome of an upload made with an Idempotency-Key.
 type Saved struct {
 	Fingerprint string // what the request asked for; a reuse must match it

@@ -70,7 +70,9 @@ func resourceBlock(a artifact.Artifact) messages.ContentBlock {
 // artifact of the thread's project, and returns the new artifacts. A file
 // is hashed only when its size, modification time or inode changed since
 // it was last seen; it becomes a new version only when its content did.
-// Failures are logged: a tool call is not undone by them.
+// Failures are logged: a tool call is not undone by them. The org's storage
+// quota is measured once, at the first file to copy; a file that does not
+// fit what is left stays in outputs, downloadable, but is not kept.
 func (s *Service) capture(ctx context.Context, th thread.Thread, containerID, toolUseID string) []artifact.Artifact {
 	if s.d.Container == nil || s.d.Blobs == nil {
 		return nil
@@ -90,6 +92,7 @@ func (s *Service) capture(ctx context.Context, th thread.Thread, containerID, to
 	}
 	s.mu.Unlock()
 	var out []artifact.Artifact
+	left, measured := int64(-1), s.d.Quota == nil
 	for _, info := range infos {
 		if info.Dir {
 			continue
@@ -110,6 +113,23 @@ func (s *Service) capture(ctx context.Context, th thread.Thread, containerID, to
 			s.mu.Unlock()
 			continue
 		}
+		if !measured {
+			measured = true
+			if left, err = s.d.Quota.StorageLeft(ctx, th.OrgID()); err != nil {
+				if fault.KindOf(err) != fault.TooLarge {
+					s.log.Warn("artifact capture: storage quota", "thread", th.ID(), "err", err)
+					return out
+				}
+				left = 0
+			}
+		}
+		if left >= 0 && info.Size > left {
+			s.log.Warn("artifact capture: output does not fit the org's storage quota", "thread", th.ID(), "path", p, "size", info.Size, "left", left, "quota", string(org.StorageBytesPerOrg))
+			s.mu.Lock()
+			seen[p] = stampOf(info)
+			s.mu.Unlock()
+			continue
+		}
 		a, changed, err := s.saveArtifact(ctx, th, containerID, toolUseID, p)
 		if err != nil {
 			s.log.Warn("artifact capture", "thread", th.ID(), "path", p, "err", err)
@@ -120,6 +140,9 @@ func (s *Service) capture(ctx context.Context, th thread.Thread, containerID, to
 		s.mu.Unlock()
 		if changed {
 			out = append(out, a)
+			if left >= 0 {
+				left = max(left-a.SizeBytes, 0)
+			}
 		}
 	}
 	return out

@@ -100,6 +100,18 @@ type Policies interface {
 	OrgPolicy(ctx context.Context, orgID string) (org.Policy, error)
 }
 
+// Quota checks the org policy's quotas (app/quota.Service).
+type Quota interface {
+	// BeforeRun refuses (fault.RateLimited, naming the quota) a turn
+	// that may boot the sandbox of container containerID when the user or
+	// the org has as many sandboxes running as the policy allows; nothing
+	// is refused while that container's sandbox runs.
+	BeforeRun(ctx context.Context, orgID, userID, containerID string) error
+	// StorageLeft returns how many more bytes the org may store, or -1
+	// without a storage quota; an org with nothing left is refused.
+	StorageLeft(ctx context.Context, orgID string) (int64, error)
+}
+
 // SandboxEnv issues a turn's sandbox variables (app/sandboxtools.TurnEnv).
 type SandboxEnv interface {
 	// Begin returns env, which issues the turn's token at its first call
@@ -136,8 +148,11 @@ type Deps struct {
 	// one database never run two turns of a thread at once. Without it the
 	// lock is this process's alone.
 	Leases Leases
-	Now    func() time.Time
-	Log    *slog.Logger
+	// Quota, when set, refuses turns past the running-sandbox quotas and
+	// keeps artifacts within the storage quota.
+	Quota Quota
+	Now   func() time.Time
+	Log   *slog.Logger
 }
 
 // Leases take and give back named leases shared by every server process on

@@ -83,6 +83,14 @@ func (s *Service) StartTurn(ctx context.Context, p user.Principal, threadID stri
 	if err != nil {
 		return nil, err
 	}
+	// A turn that may run code may boot the thread's sandbox: past the
+	// running-sandbox quota it is refused before anything is made or
+	// stored (the thread's container id is the thread id).
+	if codeExec && s.d.Quota != nil {
+		if err := s.d.Quota.BeforeRun(ctx, p.OrgID, p.UserID, th.ID()); err != nil {
+			return nil, err
+		}
+	}
 	c, err := s.d.Containers.Scope(ctx, p, th.ID(), true)
 	if err != nil {
 		return nil, err

@@ -49,5 +49,5 @@ func newMessages(cfg Config, sys *system, fs *fsroot.Containers) *messages.Servi
 
 // messagesAPI is what the Messages API handlers are served with.
 func messagesAPI(cfg Config, sys *system) *web.MessagesAPI {
-	return &web.MessagesAPI{Engine: sys.messages, Containers: sys.containers, DefaultModel: cfg.ModelName, SandboxEnv: sys.sandbox.env}
+	return &web.MessagesAPI{Engine: sys.messages, Containers: sys.containers, DefaultModel: cfg.ModelName, SandboxEnv: sys.sandbox.env, Quota: sys.quota}
 }

@@ -14,6 +14,7 @@ import (
 	"threadbox/app/files"
 	"threadbox/app/lease"
 	"threadbox/app/messages"
+	"threadbox/app/quota"
 	"threadbox/app/workspace"
 	"threadbox/domain/sandbox"
 	"threadbox/infra/fsroot"
@@ -26,6 +27,7 @@ type system struct {
 	store      *store.Store
 	auth       *auth.Service
 	admin      *admin.Service
+	quota      *quota.Service // the org policy's quotas
 	workspace  *workspace.Service
 	containers *containers.Service
 	leases     *lease.Keeper // this process's database leases
@@ -114,6 +116,8 @@ func wire(ctx context.Context, cfg Config, log *slog.Logger) (*system, error) {
 		Limits: sandbox.Limits{MemoryBytes: cfg.SandboxMemory, CPUs: cfg.SandboxCPUs, Pids: cfg.SandboxPids, DiskBytes: cfg.SandboxDisk},
 	}, log.With("component", "containers"))
 	sys.containers.SetThreads(st)
+	sys.quota = quota.New(st, layout, sys.admin)
+	sys.containers.SetQuota(sys.quota)
 
 	var owner *fsroot.Owner
 	if os.Geteuid() == 0 {
@@ -123,7 +127,7 @@ func wire(ctx context.Context, cfg Config, log *slog.Logger) (*system, error) {
 		d := layout.Dirs(id)
 		return fsroot.Dirs{Workspace: d.Workspace, Uploads: d.Uploads, Outputs: d.Outputs, Skills: d.Skills}
 	}, fsroot.Options{Owner: owner})
-	sys.files = files.New(files.Deps{Store: fs, Containers: sys.containers, Policies: sys.admin, Idempotency: st.UploadKeys(0)})
+	sys.files = files.New(files.Deps{Store: fs, Containers: sys.containers, Policies: sys.admin, Idempotency: st.UploadKeys(0), Quota: sys.quota})
 	sys.sandbox = newSandboxWiring(cfg, sys.containers, sys.auth, fs, log)
 	sys.messages = newMessages(cfg, sys, fs)
 	sys.workspace = newWorkspace(cfg, sys, layout, fs, log)

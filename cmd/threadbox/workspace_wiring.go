@@ -54,6 +54,7 @@ func newWorkspace(cfg Config, sys *system, layout *hostdirs.Layout, fs *fsroot.C
 		MaxArtifactBytes: cfg.MaxArtifactBytes,
 		SandboxEnv:       sys.sandbox.env,
 		Leases:           sys.leases,
+		Quota:            sys.quota,
 		Log:              log.With("component", "workspace"),
 	})
 }

@@ -1,6 +1,10 @@
 package org
 
-import "threadbox/domain/fault"
+import (
+	"slices"
+
+	"threadbox/domain/fault"
+)
 
 // Feature names one switch of the policy.
 type Feature string
@@ -16,16 +20,18 @@ const (
 // DefaultMaxUploadBytes is the default upload size cap (100 MiB).
 const DefaultMaxUploadBytes int64 = 100 << 20
 
-// Policy is the org's feature policy, a value object.
+// Policy is the org's feature policy, a value object: the feature switches,
+// the upload cap and the resource quotas.
 type Policy struct {
 	codeExecution      bool
 	uploads            bool
 	maxUploadBytes     int64
 	downloadsGenerated bool
 	downloadsUploaded  bool
+	quotas             Quotas
 }
 
-// DefaultPolicy has every feature on.
+// DefaultPolicy has every feature on and no quota.
 func DefaultPolicy() Policy {
 	return Policy{codeExecution: true, uploads: true, maxUploadBytes: DefaultMaxUploadBytes, downloadsGenerated: true, downloadsUploaded: true}
 }
@@ -35,8 +41,14 @@ func NewPolicy(codeExecution, uploads bool, maxUploadBytes int64, downloadsGener
 	if maxUploadBytes <= 0 {
 		return Policy{}, fault.New(fault.Invalid, "uploads.maxBytes must be a positive number of bytes")
 	}
-	return Policy{codeExecution, uploads, maxUploadBytes, downloadsGenerated, downloadsUploaded}, nil
+	return Policy{codeExecution, uploads, maxUploadBytes, downloadsGenerated, downloadsUploaded, Quotas{}}, nil
 }
+
+// WithQuotas returns the policy with quotas q.
+func (p Policy) WithQuotas(q Quotas) Policy { p.quotas = q; return p }
+
+// Quotas returns the policy's resource quotas.
+func (p Policy) Quotas() Quotas { return p.quotas }
 
 // Allows reports whether feature f is on.
 func (p Policy) Allows(f Feature) bool {
@@ -64,9 +76,13 @@ type PolicyPatch struct {
 	MaxUploadBytes     *int64
 	DownloadsGenerated *bool
 	DownloadsUploaded  *bool
+	// Quotas sets the named quotas (0 is unlimited, which is also what a
+	// merge patch's null restores); quotas not named are left as they are.
+	Quotas map[Quota]int64
 }
 
-// Patch returns the policy with the patch applied.
+// Patch returns the policy with the patch applied, or the policy unchanged
+// and a fault.Invalid when any part of the patch is refused.
 func (p Policy) Patch(pp PolicyPatch) (Policy, error) {
 	n := p
 	if pp.CodeExecution != nil {
@@ -86,6 +102,18 @@ func (p Policy) Patch(pp PolicyPatch) (Policy, error) {
 	}
 	if pp.DownloadsUploaded != nil {
 		n.downloadsUploaded = *pp.DownloadsUploaded
+	}
+	for _, name := range AllQuotas {
+		if v, ok := pp.Quotas[name]; ok {
+			if err := n.quotas.set(name, v); err != nil {
+				return p, err
+			}
+		}
+	}
+	for name := range pp.Quotas {
+		if !slices.Contains(AllQuotas, name) {
+			return p, fault.Errorf(fault.Invalid, "unknown quota %q", string(name))
+		}
 	}
 	return n, nil
 }

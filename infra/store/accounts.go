@@ -12,15 +12,19 @@ import (
 )
 
 type orgRow struct {
-	ID                        string `gorm:"primaryKey"`
-	Name                      string
-	Disabled                  bool
-	FeatureCodeExecution      bool
-	FeatureUploads            bool
-	FeatureUploadsMaxBytes    int64
-	FeatureDownloadsGenerated bool
-	FeatureDownloadsUploaded  bool
-	CreatedAt                 time.Time
+	ID                           string `gorm:"primaryKey"`
+	Name                         string
+	Disabled                     bool
+	FeatureCodeExecution         bool
+	FeatureUploads               bool
+	FeatureUploadsMaxBytes       int64
+	FeatureDownloadsGenerated    bool
+	FeatureDownloadsUploaded     bool
+	QuotaRunningSandboxesPerUser int64
+	QuotaRunningSandboxesPerOrg  int64
+	QuotaContainersPerUser       int64
+	QuotaStorageBytesPerOrg      int64
+	CreatedAt                    time.Time
 }
 
 func (orgRow) TableName() string { return "orgs" }
@@ -30,13 +34,28 @@ func toOrgRow(o org.Org) orgRow {
 	return orgRow{ID: o.ID(), Name: o.Name(), Disabled: o.Disabled(),
 		FeatureCodeExecution: p.Allows(org.CodeExecution), FeatureUploads: p.Allows(org.Uploads),
 		FeatureUploadsMaxBytes: p.MaxUploadBytes(), FeatureDownloadsGenerated: p.Allows(org.DownloadsGenerated),
-		FeatureDownloadsUploaded: p.Allows(org.DownloadsUploaded), CreatedAt: o.CreatedAt()}
+		FeatureDownloadsUploaded:     p.Allows(org.DownloadsUploaded),
+		QuotaRunningSandboxesPerUser: p.Quotas().Limit(org.RunningSandboxesPerUser),
+		QuotaRunningSandboxesPerOrg:  p.Quotas().Limit(org.RunningSandboxesPerOrg),
+		QuotaContainersPerUser:       p.Quotas().Limit(org.ContainersPerUser),
+		QuotaStorageBytesPerOrg:      p.Quotas().Limit(org.StorageBytesPerOrg),
+		CreatedAt:                    o.CreatedAt()}
 }
 
 func (r orgRow) domain() org.Org {
 	p, err := org.NewPolicy(r.FeatureCodeExecution, r.FeatureUploads, r.FeatureUploadsMaxBytes, r.FeatureDownloadsGenerated, r.FeatureDownloadsUploaded)
 	if err != nil {
 		p = org.DefaultPolicy()
+	}
+	// A negative limit (written by hand) reads as no quota rather than
+	// failing every request of the org.
+	if q, err := org.NewQuotas(map[org.Quota]int64{
+		org.RunningSandboxesPerUser: max(r.QuotaRunningSandboxesPerUser, 0),
+		org.RunningSandboxesPerOrg:  max(r.QuotaRunningSandboxesPerOrg, 0),
+		org.ContainersPerUser:       max(r.QuotaContainersPerUser, 0),
+		org.StorageBytesPerOrg:      max(r.QuotaStorageBytesPerOrg, 0),
+	}); err == nil {
+		p = p.WithQuotas(q)
 	}
 	return org.Restore(r.ID, r.Name, r.Disabled, p, r.CreatedAt.UTC())
 }
@@ -245,6 +264,7 @@ type credentialsRow struct {
 	OMaxBytes     int64
 	OGenerated    bool
 	OUploaded     bool
+	OQuotas       [4]int64
 	OCreatedAt    time.Time
 }
 
@@ -253,7 +273,8 @@ type credentialsRow struct {
 const credentialsSQL = `SELECT t.id, t.user_id, t.org_id, t.name, t.kind, t.created_at, t.expires_at, t.revoked_at, t.last_used_at,
 	u.org_id, u.email, u.role, u.disabled, u.password_hash, u.created_at,
 	o.name, o.disabled, o.feature_code_execution, o.feature_uploads, o.feature_uploads_max_bytes,
-	o.feature_downloads_generated, o.feature_downloads_uploaded, o.created_at
+	o.feature_downloads_generated, o.feature_downloads_uploaded, o.quota_running_sandboxes_per_user,
+	o.quota_running_sandboxes_per_org, o.quota_containers_per_user, o.quota_storage_bytes_per_org, o.created_at
 	FROM api_tokens t JOIN users u ON u.id = t.user_id JOIN orgs o ON o.id = u.org_id WHERE t.id = $1`
 
 // Credentials returns a token record with its user and org in one query, for
@@ -281,7 +302,8 @@ func (s *Store) credentials(ctx context.Context, tokenID string) (credentials, e
 	var r credentialsRow
 	err = row.Scan(&r.TID, &r.TUserID, &r.TOrgID, &r.TName, &r.TKind, &r.TCreatedAt, &r.TExpiresAt, &r.TRevokedAt, &r.TLastUsedAt,
 		&r.UOrgID, &r.UEmail, &r.URole, &r.UDisabled, &r.UPasswordHash, &r.UCreatedAt,
-		&r.OName, &r.ODisabled, &r.OCode, &r.OUploads, &r.OMaxBytes, &r.OGenerated, &r.OUploaded, &r.OCreatedAt)
+		&r.OName, &r.ODisabled, &r.OCode, &r.OUploads, &r.OMaxBytes, &r.OGenerated, &r.OUploaded,
+		&r.OQuotas[0], &r.OQuotas[1], &r.OQuotas[2], &r.OQuotas[3], &r.OCreatedAt)
 	if errors.Is(err, sql.ErrNoRows) {
 		return credentials{}, fault.New(fault.NotFound, "token not found")
 	}
@@ -291,6 +313,8 @@ func (s *Store) credentials(ctx context.Context, tokenID string) (credentials, e
 	t := tokenRow{ID: r.TID, UserID: r.TUserID, OrgID: r.TOrgID, Name: r.TName, Kind: r.TKind, CreatedAt: r.TCreatedAt, ExpiresAt: r.TExpiresAt, RevokedAt: r.TRevokedAt, LastUsedAt: r.TLastUsedAt}
 	u := userRow{ID: r.TUserID, OrgID: r.UOrgID, Email: r.UEmail, Role: r.URole, Disabled: r.UDisabled, PasswordHash: r.UPasswordHash, CreatedAt: r.UCreatedAt}
 	o := orgRow{ID: r.UOrgID, Name: r.OName, Disabled: r.ODisabled, FeatureCodeExecution: r.OCode, FeatureUploads: r.OUploads,
-		FeatureUploadsMaxBytes: r.OMaxBytes, FeatureDownloadsGenerated: r.OGenerated, FeatureDownloadsUploaded: r.OUploaded, CreatedAt: r.OCreatedAt}
+		FeatureUploadsMaxBytes: r.OMaxBytes, FeatureDownloadsGenerated: r.OGenerated, FeatureDownloadsUploaded: r.OUploaded,
+		QuotaRunningSandboxesPerUser: r.OQuotas[0], QuotaRunningSandboxesPerOrg: r.OQuotas[1], QuotaContainersPerUser: r.OQuotas[2], QuotaStorageBytesPerOrg: r.OQuotas[3],
+		CreatedAt: r.OCreatedAt}
 	return credentials{t.domain(), u.domain(), o.domain()}, nil
 }

@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"threadbox/app/backends"
 	"threadbox/domain/sandbox"
 	"threadbox/infra/sandbox/sandboxtest"
 )
@@ -266,8 +265,6 @@ func TestCgroupLimitsWritten(t *testing.T) {
 	}
 }
 
-// The local backend describes itself for the capability matrix.
-var _ backends.Describer = (*Backend)(nil)
 
 func TestEnforcedLimitsFollowMode(t *testing.T) {
 	tests := []struct {

@@ -1,0 +1,111 @@
+package containers
+
+import (
+	"context"
+	"testing"
+
+	"threadbox/domain/container"
+	"threadbox/domain/fault"
+	"threadbox/domain/sandbox"
+)
+
+// fakeQuota records the checks and refuses those named.
+type fakeQuota struct {
+	st                       *memStore
+	refuseCreate, refuseBoot bool
+	creates, boots           []string // "org/user"
+	stateAtBoot              []container.State
+}
+
+func (q *fakeQuota) BeforeCreate(_ context.Context, orgID, userID string) error {
+	q.creates = append(q.creates, orgID+"/"+userID)
+	if q.refuseCreate {
+		return fault.New(fault.Forbidden, `quota "containersPerUser" reached`)
+	}
+	return nil
+}
+
+func (q *fakeQuota) BeforeBoot(_ context.Context, orgID, userID string) error {
+	q.boots = append(q.boots, orgID+"/"+userID)
+	for _, c := range q.st.m {
+		q.stateAtBoot = append(q.stateAtBoot, c.State())
+	}
+	if q.refuseBoot {
+		return fault.New(fault.RateLimited, `quota "runningSandboxesPerUser" reached`)
+	}
+	return nil
+}
+
+func TestQuotaBeforeCreate(t *testing.T) {
+	s, st, _ := newService(newFake("a"))
+	q := &fakeQuota{st: st}
+	s.SetQuota(q)
+	ctx := context.Background()
+	if _, err := s.ForUser(ctx, alice, "box"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.ForUser(ctx, alice, "box"); err != nil { // exists: not checked again
+		t.Fatal(err)
+	}
+	if _, err := s.ForThread(ctx, bob, "thr_1"); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"org_a/usr_alice", "org_a/usr_bob"}; len(q.creates) != 2 || q.creates[0] != want[0] || q.creates[1] != want[1] {
+		t.Fatalf("checks %v, want %v", q.creates, want)
+	}
+	q.refuseCreate = true
+	_, err := s.ForUser(ctx, alice, "other")
+	if !fault.Is(err, fault.Forbidden) || fault.MessageOf(err) != `quota "containersPerUser" reached` {
+		t.Fatalf("refused create: %v", err)
+	}
+	if _, err := st.Container(ctx, container.UserScopedID(alice.UserID, "other")); !fault.Is(err, fault.NotFound) {
+		t.Fatalf("a refused container was recorded: %v", err)
+	}
+}
+
+func TestQuotaBeforeBoot(t *testing.T) {
+	b := newFake("a")
+	s, st, _ := newService(b)
+	q := &fakeQuota{st: st}
+	ctx := context.Background()
+	c, err := s.ForUser(ctx, alice, "box")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.SetQuota(q)
+	q.refuseBoot = true
+	_, err = s.Exec(ctx, c.ID(), sandbox.Command{Args: []string{"true"}})
+	if !fault.Is(err, fault.RateLimited) {
+		t.Fatalf("refused boot: %v", err)
+	}
+	if b.booted[c.ID()] != 0 || s.Running(c.ID()) {
+		t.Fatalf("a refused sandbox booted: %v", b.booted)
+	}
+	if got, _ := st.Container(ctx, c.ID()); got.State() != container.Idle {
+		t.Fatalf("state %s after a refused boot", got.State())
+	}
+	q.refuseBoot = false
+	for range 2 { // the second runs in the booted sandbox: no check
+		if _, err := s.Exec(ctx, c.ID(), sandbox.Command{Args: []string{"true"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(q.boots) != 2 || q.boots[1] != "org_a/usr_alice" || b.booted[c.ID()] != 1 {
+		t.Fatalf("checks %v, boots %v", q.boots, b.booted)
+	}
+	// A record left running by a sandbox this manager no longer has (it
+	// died, or the server restarted) does not count against its own boot.
+	s.mu.Lock()
+	delete(s.running, c.ID())
+	s.mu.Unlock()
+	q.stateAtBoot = nil
+	if _, err := s.Exec(ctx, c.ID(), sandbox.Command{Args: []string{"true"}}); err != nil {
+		t.Fatal(err)
+	}
+	if len(q.stateAtBoot) != 1 || q.stateAtBoot[0] != container.Idle {
+		t.Fatalf("states seen by the check: %v", q.stateAtBoot)
+	}
+	if got, _ := st.Container(ctx, c.ID()); got.State() != container.Running {
+		t.Fatalf("state %s after the boot", got.State())
+	}
+}

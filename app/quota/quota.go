@@ -1,0 +1,183 @@
+// Package quota enforces the resource quotas of the org policy: running
+// sandboxes per user and per org, containers per user and storage bytes per
+// org. The container manager calls BeforeCreate and BeforeBoot; the
+// requests that may boot a sandbox call BeforeRun before they create
+// anything; uploads and artifact saving ask StorageLeft or BeforeStore
+// before they write. Each refusal names its quota (org.Quotas.Admit).
+package quota
+
+import (
+	"context"
+	"fmt"
+
+	"threadbox/domain/container"
+	"threadbox/domain/org"
+)
+
+// Store reads the counts the quotas bound (infra/store.Store).
+type Store interface {
+	// RunningSandboxes counts the containers recorded with a running
+	// sandbox: the user's in the org, or the org's when userID is "".
+	RunningSandboxes(ctx context.Context, orgID, userID string) (int64, error)
+	// UserContainers counts the containers the user owns in the org.
+	UserContainers(ctx context.Context, orgID, userID string) (int64, error)
+	// OrgContainerIDs lists the storage ids of the org's containers.
+	OrgContainerIDs(ctx context.Context, orgID string) ([]string, error)
+	// ArtifactBytes sums the sizes of the org's artifact versions.
+	ArtifactBytes(ctx context.Context, orgID string) (int64, error)
+	// Container returns the container with storage id.
+	Container(ctx context.Context, id string) (container.Container, error)
+}
+
+// Disks measures the bytes a container's files use on the host
+// (infra/sandbox/hostdirs.Layout).
+type Disks interface {
+	Usage(ctx context.Context, containerID string) (int64, error)
+}
+
+// Policies returns an org's policy (app/admin.Service).
+type Policies interface {
+	OrgPolicy(ctx context.Context, orgID string) (org.Policy, error)
+}
+
+// Service checks the quotas. The checks count what is recorded when they
+// run, so two boots (or creations) racing for the last slot may both pass:
+// a quota bounds steady use, not a burst of simultaneous requests.
+type Service struct {
+	store    Store
+	disks    Disks
+	policies Policies
+}
+
+// New returns the quota checks; disks may be nil (container files then
+// count nothing toward the storage quota).
+func New(store Store, disks Disks, policies Policies) *Service {
+	return &Service{store: store, disks: disks, policies: policies}
+}
+
+func (s *Service) quotas(ctx context.Context, orgID string) (org.Quotas, error) {
+	p, err := s.policies.OrgPolicy(ctx, orgID)
+	if err != nil {
+		return org.Quotas{}, fmt.Errorf("quota: policy: %w", err)
+	}
+	return p.Quotas(), nil
+}
+
+// BeforeCreate refuses (fault.Forbidden, naming containersPerUser) a new
+// container for a user who owns as many as the org allows. The container
+// manager calls it just before it records a new container.
+func (s *Service) BeforeCreate(ctx context.Context, orgID, userID string) error {
+	q, err := s.quotas(ctx, orgID)
+	if err != nil || q.Limit(org.ContainersPerUser) == 0 {
+		return err
+	}
+	n, err := s.store.UserContainers(ctx, orgID, userID)
+	if err != nil {
+		return fmt.Errorf("quota: count containers: %w", err)
+	}
+	return q.Admit(org.ContainersPerUser, n)
+}
+
+// BeforeBoot refuses (fault.RateLimited, naming the quota) booting one more
+// sandbox for a user of the org when the user, or the org, has as many
+// running as the policy allows. The container manager calls it just before
+// it boots a container's sandbox; the container itself must not be
+// recorded as running then.
+func (s *Service) BeforeBoot(ctx context.Context, orgID, userID string) error {
+	q, err := s.quotas(ctx, orgID)
+	if err != nil {
+		return err
+	}
+	for _, c := range []struct {
+		quota org.Quota
+		user  string
+	}{{org.RunningSandboxesPerUser, userID}, {org.RunningSandboxesPerOrg, ""}} {
+		if q.Limit(c.quota) == 0 {
+			continue
+		}
+		n, err := s.store.RunningSandboxes(ctx, orgID, c.user)
+		if err != nil {
+			return fmt.Errorf("quota: count running sandboxes: %w", err)
+		}
+		if err := q.Admit(c.quota, n); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// BeforeRun is BeforeBoot for a request that may run code in the
+// container with storage id containerID ("" or an unknown id when the
+// request would create it): nothing is refused while that container's
+// sandbox runs. Requests call it before they create or store anything, so
+// a refused one leaves nothing behind.
+func (s *Service) BeforeRun(ctx context.Context, orgID, userID, containerID string) error {
+	if containerID != "" {
+		// The recorded state: a cheap lookup on the request path, where
+		// the sandbox usually runs already.
+		if c, err := s.store.Container(ctx, containerID); err == nil && c.State() == container.Running {
+			return nil
+		}
+	}
+	return s.BeforeBoot(ctx, orgID, userID)
+}
+
+// StorageUsed returns the bytes the org stores: its artifacts, and the
+// files of its containers as the host measures them.
+func (s *Service) StorageUsed(ctx context.Context, orgID string) (int64, error) {
+	total, err := s.store.ArtifactBytes(ctx, orgID)
+	if err != nil {
+		return 0, fmt.Errorf("quota: artifact bytes: %w", err)
+	}
+	if s.disks == nil {
+		return total, nil
+	}
+	ids, err := s.store.OrgContainerIDs(ctx, orgID)
+	if err != nil {
+		return 0, fmt.Errorf("quota: containers: %w", err)
+	}
+	for _, id := range ids {
+		n, err := s.disks.Usage(ctx, id)
+		if err != nil {
+			return 0, fmt.Errorf("quota: disk usage of %s: %w", id, err)
+		}
+		total += n
+	}
+	return total, nil
+}
+
+// StorageLeft returns how many more bytes the org may store, or -1 when it
+// has no storage quota. An org with nothing left is refused
+// (fault.TooLarge, naming storageBytesPerOrg). Uploads, whose size is not
+// known before they arrive, call it before writing and cap the write at
+// the answer.
+func (s *Service) StorageLeft(ctx context.Context, orgID string) (int64, error) {
+	q, err := s.quotas(ctx, orgID)
+	if err != nil || q.Limit(org.StorageBytesPerOrg) == 0 {
+		return -1, err
+	}
+	used, err := s.StorageUsed(ctx, orgID)
+	if err != nil {
+		return 0, err
+	}
+	left := q.BytesLeft(used)
+	if left == 0 {
+		return 0, org.StorageExceeded(q.Limit(org.StorageBytesPerOrg), used, 0)
+	}
+	return left, nil
+}
+
+// BeforeStore refuses (fault.TooLarge, naming storageBytesPerOrg) storing
+// n more bytes that would take the org past its storage quota. Artifact
+// saving calls it before it copies an output.
+func (s *Service) BeforeStore(ctx context.Context, orgID string, n int64) error {
+	q, err := s.quotas(ctx, orgID)
+	if err != nil || q.Limit(org.StorageBytesPerOrg) == 0 {
+		return err
+	}
+	used, err := s.StorageUsed(ctx, orgID)
+	if err != nil {
+		return err
+	}
+	return q.AdmitBytes(used, n)
+}

@@ -1,0 +1,154 @@
+package store_test
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"threadbox/domain/artifact"
+	"threadbox/domain/container"
+	"threadbox/domain/org"
+	"threadbox/domain/project"
+	"threadbox/domain/user"
+	"threadbox/infra/store"
+	"threadbox/infra/store/storetest"
+)
+
+// TestQuotaStorage runs the policy quotas' storage and counts against
+// SQLite and PostgreSQL.
+func TestQuotaStorage(t *testing.T) {
+	t.Run("sqlite", func(t *testing.T) {
+		s, err := store.Open(context.Background(), "", t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		quotaSuite(t, s)
+	})
+	t.Run("postgres", func(t *testing.T) { quotaSuite(t, storetest.Postgres(t)) })
+}
+
+func quotaSuite(t *testing.T, s *store.Store) {
+	ctx := context.Background()
+	if _, err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	o, _ := org.New(id("org"), "q-"+id("n"), now)
+	other, _ := org.New(id("org"), "q-"+id("n"), now)
+	for _, x := range []org.Org{o, other} {
+		if err := s.CreateOrg(ctx, x); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// The quotas are saved with the policy, and read back by both paths.
+	q, _ := org.NewQuotas(map[org.Quota]int64{org.RunningSandboxesPerUser: 1, org.RunningSandboxesPerOrg: 2, org.ContainersPerUser: 3, org.StorageBytesPerOrg: 5 << 30})
+	if err := s.UpdateOrg(ctx, o.WithPolicy(o.Policy().WithQuotas(q))); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Org(ctx, o.ID())
+	if err != nil || got.Policy().Quotas() != q || !got.Policy().Allows(org.CodeExecution) {
+		t.Fatalf("quotas round trip: %+v %v", got.Policy(), err)
+	}
+	u1, _ := user.New(id("usr"), o.ID(), id("a")+"@acme.test", user.Member, now)
+	u2, _ := user.New(id("usr"), o.ID(), id("b")+"@acme.test", user.Member, now)
+	u3, _ := user.New(id("usr"), other.ID(), id("c")+"@other.test", user.Member, now)
+	for _, u := range []user.User{u1, u2, u3} {
+		if err := s.CreateUser(ctx, u); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tok, _ := user.NewToken(id("tok"), u1.ID(), o.ID(), "ci", user.APIToken, now, time.Hour)
+	if err := s.CreateToken(ctx, tok); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, co, err := s.Credentials(ctx, tok.ID()); err != nil || co.Policy().Quotas() != q {
+		t.Fatalf("credentials' org quotas: %+v %v", co.Policy().Quotas(), err)
+	}
+
+	// Counts: u1 has two containers, one running; u2 one, running; the
+	// other org's user one, running.
+	mk := func(orgID, owner, client string, running bool) container.Container {
+		c, err := container.NewForUser(orgID, owner, client, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.CreateContainer(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+		if running {
+			c = c.WithState(container.Running)
+			if err := s.UpdateContainer(ctx, c); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return c
+	}
+	a := mk(o.ID(), u1.ID(), "a", true)
+	b := mk(o.ID(), u1.ID(), "b", false)
+	c := mk(o.ID(), u2.ID(), "c", true)
+	mk(other.ID(), u3.ID(), "d", true)
+	counts := []struct {
+		name string
+		fn   func() (int64, error)
+		want int64
+	}{
+		{"u1 running", func() (int64, error) { return s.RunningSandboxes(ctx, o.ID(), u1.ID()) }, 1},
+		{"u2 running", func() (int64, error) { return s.RunningSandboxes(ctx, o.ID(), u2.ID()) }, 1},
+		{"org running", func() (int64, error) { return s.RunningSandboxes(ctx, o.ID(), "") }, 2},
+		{"u1 containers", func() (int64, error) { return s.UserContainers(ctx, o.ID(), u1.ID()) }, 2},
+		{"u2 containers", func() (int64, error) { return s.UserContainers(ctx, o.ID(), u2.ID()) }, 1},
+		{"u1 in the other org", func() (int64, error) { return s.UserContainers(ctx, other.ID(), u1.ID()) }, 0},
+		{"no artifacts yet", func() (int64, error) { return s.ArtifactBytes(ctx, o.ID()) }, 0},
+	}
+	for _, tc := range counts {
+		if n, err := tc.fn(); err != nil || n != tc.want {
+			t.Errorf("%s: %d %v, want %d", tc.name, n, err, tc.want)
+		}
+	}
+	ids, err := s.OrgContainerIDs(ctx, o.ID())
+	want := []string{a.ID(), b.ID(), c.ID()}
+	slices.Sort(want)
+	if err != nil || !slices.Equal(ids, want) {
+		t.Fatalf("org containers %v %v, want %v", ids, err, want)
+	}
+
+	// Stopping one and deleting another change the counts at once.
+	if err := s.UpdateContainer(ctx, a.WithState(container.Idle)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteContainer(ctx, b.ID()); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s.RunningSandboxes(ctx, o.ID(), u1.ID()); err != nil || n != 0 {
+		t.Fatalf("u1 running after stop: %d %v", n, err)
+	}
+	if n, err := s.UserContainers(ctx, o.ID(), u1.ID()); err != nil || n != 1 {
+		t.Fatalf("u1 containers after delete: %d %v", n, err)
+	}
+
+	// Artifact bytes: every version of the org's artifacts, whole.
+	pr, _ := project.New(id("prj"), o.ID(), u1.ID(), "P", now)
+	pr2, _ := project.New(id("prj"), other.ID(), u3.ID(), "P", now)
+	for _, p := range []project.Project{pr, pr2} {
+		if err := s.CreateProject(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, ar := range []artifact.Artifact{
+		{OrgID: o.ID(), ProjectID: pr.ID(), Path: "/mnt/user-data/outputs/a.csv", Version: 1, SizeBytes: 1000},
+		{OrgID: o.ID(), ProjectID: pr.ID(), Path: "/mnt/user-data/outputs/a.csv", Version: 2, SizeBytes: 1000},
+		{OrgID: o.ID(), ProjectID: pr.ID(), Path: "/mnt/user-data/outputs/b.png", Version: 1, SizeBytes: 7 << 30},
+		{OrgID: other.ID(), ProjectID: pr2.ID(), Path: "/mnt/user-data/outputs/c", Version: 1, SizeBytes: 5},
+	} {
+		ar.ID, ar.ThreadID, ar.Name, ar.MimeType, ar.SHA256, ar.CreatedAt = id("art"), "thr_x", "f", "text/plain", "00", now.Add(time.Duration(i))
+		if err := s.CreateArtifact(ctx, ar); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, err := s.ArtifactBytes(ctx, o.ID()); err != nil || n != 2000+7<<30 {
+		t.Fatalf("artifact bytes %d %v", n, err)
+	}
+}
