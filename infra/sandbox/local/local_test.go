@@ -265,7 +265,6 @@ func TestCgroupLimitsWritten(t *testing.T) {
 	}
 }
 
-
 func TestEnforcedLimitsFollowMode(t *testing.T) {
 	tests := []struct {
 		name  string
@@ -288,7 +287,7 @@ func TestEnforcedLimitsFollowMode(t *testing.T) {
 			if strings.Join(got, ",") != strings.Join(tt.want, ",") || mech != string(tt.mech) {
 				t.Errorf("got %q %q, want %q %q", got, mech, tt.want, tt.mech)
 			}
-			if b.Isolation() != backends.IsolationProcessJail {
+			if b.Isolation() != "process jail" {
 				t.Errorf("isolation %q", b.Isolation())
 			}
 		})
