@@ -146,14 +146,14 @@ func needsContainer(req *messages.Request, plan *messages.Plan) bool {
 // caller's default container. Its folders are prepared the first time this
 // server sees it.
 func (s *Server) containerOf(ctx context.Context, m *MessagesAPI, p user.Principal, req *messages.Request) (container.Container, error) {
-	id := ""
+	var ref container.Ref
 	if req.Container != nil {
-		id = req.Container.ID
+		ref = container.ParseRef(req.Container.ID)
 	}
-	if strings.HasPrefix(id, "thr_") {
-		return m.Containers.Scope(ctx, p, id, true)
+	if threadID, ok := ref.Thread(); ok {
+		return m.Containers.Scope(ctx, p, threadID, true)
 	}
-	c, err := m.Containers.ForUser(ctx, p, id)
+	c, err := m.Containers.ForUser(ctx, p, ref.ClientID())
 	if err != nil {
 		return container.Container{}, err
 	}

@@ -3,7 +3,6 @@ package containers
 import (
 	"context"
 	"fmt"
-	"strings"
 
 	"threadbox/domain/container"
 	"threadbox/domain/fault"
@@ -84,10 +83,11 @@ func (s *Service) Peek(ctx context.Context, p user.Principal, scopeID string) (c
 // the thread's id; isThread is false for any other scope id. Another
 // user's thread is not found, like a missing one.
 func (s *Service) threadOf(ctx context.Context, p user.Principal, scopeID string) (id string, isThread bool, err error) {
-	if s.threads == nil || !strings.HasPrefix(scopeID, "thr_") {
+	threadID, isThread := container.ParseRef(scopeID).Thread()
+	if s.threads == nil || !isThread {
 		return "", false, nil
 	}
-	t, err := s.threads.Thread(ctx, p.OrgID, p.UserID, scopeID)
+	t, err := s.threads.Thread(ctx, p.OrgID, p.UserID, threadID)
 	if err != nil {
 		return "", true, fault.New(fault.NotFound, "container not found")
 	}

@@ -62,6 +62,34 @@ func validClientID(id string) bool {
 	return true
 }
 
+// Ref is a container as a request names it, parsed once: the id of a
+// thread (its container is the thread's) or an id the client chose.
+type Ref struct {
+	raw    string
+	thread bool
+}
+
+// ThreadIDPrefix starts every thread id (and so every thread's container id).
+const ThreadIDPrefix = "thr_"
+
+// ParseRef reads a container reference; "" names the default container.
+func ParseRef(s string) Ref { return Ref{raw: s, thread: strings.HasPrefix(s, ThreadIDPrefix)} }
+
+// Thread returns the thread id the reference names, if it names one.
+func (r Ref) Thread() (string, bool) { return r.raw, r.thread }
+
+// ClientID returns the id the client chose ("" for the default container);
+// empty for a thread's reference.
+func (r Ref) ClientID() string {
+	if r.thread {
+		return ""
+	}
+	return r.raw
+}
+
+// String returns the reference as given.
+func (r Ref) String() string { return r.raw }
+
 // UserScopedID namespaces a client-given id per user, so two users who both
 // say "my-container" get two containers.
 func UserScopedID(ownerID, clientID string) string { return ownerID + "--" + clientID }

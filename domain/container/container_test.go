@@ -88,3 +88,18 @@ func TestExpiry(t *testing.T) {
 		})
 	}
 }
+
+func TestParseRef(t *testing.T) {
+	for _, tc := range []struct {
+		in       string
+		thread   bool
+		clientID string
+	}{
+		{"thr_abc", true, ""}, {"my-box", false, "my-box"}, {"", false, ""}, {"thr", false, "thr"}, {"xthr_a", false, "xthr_a"},
+	} {
+		r := ParseRef(tc.in)
+		if id, ok := r.Thread(); ok != tc.thread || (ok && id != tc.in) || r.ClientID() != tc.clientID || r.String() != tc.in {
+			t.Errorf("%q: thread %v %q, client id %q", tc.in, ok, id, r.ClientID())
+		}
+	}
+}
