@@ -70,6 +70,13 @@ type Limits struct {
 	TmpBytes    int64
 }
 
+// DefaultLimits are the limits of a sandbox whose settings name none
+// (CONTRACT §2: 5 GiB of memory, 1 CPU, 5 GiB of files, a bounded number
+// of processes), the same for every backend.
+func DefaultLimits() Limits {
+	return Limits{MemoryBytes: 5 << 30, CPUs: 1, Pids: 512, NoFile: 4096, DiskBytes: 5 << 30, TmpBytes: 512 << 20}
+}
+
 // Or returns l with each zero (or negative) field taken from d.
 func (l Limits) Or(d Limits) Limits {
 	if l.MemoryBytes <= 0 {

@@ -42,16 +42,12 @@ const (
 // AgentPath is where the agent binary is bind-mounted inside the sandbox.
 const AgentPath = "/opt/threadbox/agent"
 
-// Defaults applied to zero fields of Config and sandbox.Limits.
+// Defaults applied to zero fields of Config (sandbox.DefaultLimits fills
+// the zero limits).
 const (
 	DefaultImage       = "threadbox-sandbox:latest"
 	DefaultRuntime     = "runc"
 	DefaultInstance    = "default"
-	DefaultMemoryBytes = int64(5 << 30)
-	DefaultCPUs        = 1.0
-	DefaultPids        = int64(512)
-	DefaultNoFile      = int64(4096)
-	DefaultTmpBytes    = int64(512 << 20)
 	DefaultBootTimeout = 30 * time.Second
 )
 
@@ -152,23 +148,7 @@ func NewWithClient(cli *client.Client, cfg Config) *Backend {
 			return agent.NewClient(rw, agent.WithKeepalive(15*time.Second, 10*time.Second))
 		}
 	}
-	l := cfg.Limits
-	if l.MemoryBytes <= 0 {
-		l.MemoryBytes = DefaultMemoryBytes
-	}
-	if l.CPUs <= 0 {
-		l.CPUs = DefaultCPUs
-	}
-	if l.Pids <= 0 {
-		l.Pids = DefaultPids
-	}
-	if l.NoFile <= 0 {
-		l.NoFile = DefaultNoFile
-	}
-	if l.TmpBytes <= 0 {
-		l.TmpBytes = DefaultTmpBytes
-	}
-	cfg.Limits = l
+	cfg.Limits = cfg.Limits.Or(sandbox.DefaultLimits())
 	lg := cfg.Logger
 	if lg == nil {
 		lg = slog.New(slog.NewTextHandler(io.Discard, nil))

@@ -177,12 +177,12 @@ func TestHardeningProbes(t *testing.T) {
 				return r.ExitCode != 0 && rt != "runc" || strings.Fields(string(r.Stdout))[1] == "1"
 			}},
 			{"nofile limit", "ulimit -n", func(r sandbox.Result) bool {
-				return strings.TrimSpace(string(r.Stdout)) == fmt.Sprint(DefaultNoFile)
+				return strings.TrimSpace(string(r.Stdout)) == fmt.Sprint(sandbox.DefaultLimits().NoFile)
 			}},
 			{"tmp is small tmpfs", "df -B1 --output=size /tmp | tail -1", func(r sandbox.Result) bool {
 				var n int64
 				fmt.Sscan(string(r.Stdout), &n)
-				return n > 0 && n <= DefaultTmpBytes
+				return n > 0 && n <= sandbox.DefaultLimits().TmpBytes
 			}},
 		}
 		for _, tt := range tests {

@@ -34,13 +34,9 @@ import (
 // AgentPath is where the agent binary appears inside the jail.
 const AgentPath = "/opt/threadbox/agent"
 
-// Defaults applied to zero fields of Config and sandbox.Limits.
+// Defaults applied to zero fields of Config (sandbox.DefaultLimits fills
+// the zero limits).
 const (
-	DefaultMemoryBytes = int64(5 << 30)
-	DefaultCPUs        = 1.0
-	DefaultPids        = int64(512)
-	DefaultNoFile      = int64(4096)
-	DefaultTmpBytes    = int64(512 << 20)
 	DefaultBootTimeout = 30 * time.Second
 	DefaultCgroupRoot  = "/sys/fs/cgroup"
 	DefaultInstance    = "default"
@@ -151,22 +147,7 @@ func New(cfg Config) (*Backend, error) {
 	if cfg.BootTimeout <= 0 {
 		cfg.BootTimeout = DefaultBootTimeout
 	}
-	l := &cfg.Limits
-	if l.MemoryBytes <= 0 {
-		l.MemoryBytes = DefaultMemoryBytes
-	}
-	if l.CPUs <= 0 {
-		l.CPUs = DefaultCPUs
-	}
-	if l.Pids <= 0 {
-		l.Pids = DefaultPids
-	}
-	if l.NoFile <= 0 {
-		l.NoFile = DefaultNoFile
-	}
-	if l.TmpBytes <= 0 {
-		l.TmpBytes = DefaultTmpBytes
-	}
+	cfg.Limits = cfg.Limits.Or(sandbox.DefaultLimits())
 	lg := cfg.Logger
 	if lg == nil {
 		lg = slog.New(slog.DiscardHandler)
