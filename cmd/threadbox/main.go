@@ -307,7 +307,8 @@ func cmdServe(ctx context.Context, args []string, getenv func(string) string, st
 	if err := firstStart(ctx, sys.store, sys.auth, cfg, stdout); err != nil {
 		return err
 	}
-	reconcile(ctx, sys.backends, log)
+	available := checkBackends(ctx, sys.backends, log)
+	reconcile(ctx, available, log)
 	bgctx, stopBackground := context.WithCancel(context.Background())
 	defer stopBackground()
 	go sys.containers.Run(bgctx)
@@ -324,7 +325,7 @@ func cmdServe(ctx context.Context, args []string, getenv func(string) string, st
 
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Listen(cfg.ListenAddr) }()
-	log.Info("threadbox serving", "addr", cfg.ListenAddr, "database", sys.store.Dialect(), "sandbox_backends", len(sys.backends), "data_dir", cfg.DataDir, "procs", runtime.GOMAXPROCS(0))
+	log.Info("threadbox serving", "addr", cfg.ListenAddr, "database", sys.store.Dialect(), "sandbox_backends", len(sys.backends), "sandbox_backends_available", len(available), "data_dir", cfg.DataDir, "procs", runtime.GOMAXPROCS(0))
 	select {
 	case err := <-errc:
 		return fmt.Errorf("serve: %w", err)
@@ -365,10 +366,11 @@ type reconciler interface {
 	Reconcile(ctx context.Context) (adopted, removed []string, err error)
 }
 
-func reconcile(ctx context.Context, backends []sandbox.Backend, log *slog.Logger) {
-	for _, b := range backends {
+// reconcile runs each available backend's Reconcile once at start.
+func reconcile(ctx context.Context, available []sandbox.Backend, log *slog.Logger) {
+	for _, b := range available {
 		r, ok := b.(reconciler)
-		if !ok || b.Available(ctx) != nil {
+		if !ok {
 			continue
 		}
 		adopted, removed, err := r.Reconcile(ctx)

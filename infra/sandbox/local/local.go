@@ -7,7 +7,8 @@
 // process create one, otherwise through rlimits.
 //
 // A jail shares the host kernel and is meant for trusted self-hosting and
-// development only: it is not a sandbox for untrusted input.
+// development only: it is a development jail, not a sandbox for untrusted
+// code, and it is never a fallback unless SANDBOX_BACKEND lists it.
 package local
 
 import (
@@ -46,8 +47,9 @@ const (
 	DefaultInstance    = "default"
 )
 
-// Warning is logged when a Backend is made.
-const Warning = "the local sandbox backend is a bubblewrap process jail on this host: it is for trusted self-hosting and development, not a sandbox for untrusted input"
+// Warning says what the local backend is not; Backend.Warning returns it,
+// for the start-up log and the capability matrix.
+const Warning = "development jail: bubblewrap on this host's kernel, for trusted self-hosting and development, not a sandbox for untrusted code"
 
 // LimitMode says how a Backend enforces limits.
 type LimitMode string
@@ -124,15 +126,10 @@ type jail struct {
 	stderr    *tailWriter
 }
 
-// New returns a local backend and logs that it is not a sandbox for
-// untrusted input.
+// New returns a local backend. A missing root filesystem or agent binary
+// is not an error here: Available reports it, so that the backend stays
+// listed, unavailable with the reason, where SANDBOX_BACKEND names it.
 func New(cfg Config) (*Backend, error) {
-	if cfg.RootFS == "" {
-		return nil, errors.New("local: no root filesystem folder configured")
-	}
-	if cfg.AgentBin == "" {
-		return nil, errors.New("local: no agent binary configured")
-	}
 	if cfg.Bwrap == "" {
 		cfg.Bwrap = "bwrap"
 	}
@@ -171,12 +168,15 @@ func New(cfg Config) (*Backend, error) {
 	if lg == nil {
 		lg = slog.New(slog.DiscardHandler)
 	}
-	lg.Warn(Warning, "backend", "local")
 	return &Backend{cfg: cfg, log: lg, boxes: boxes.New(jailEnded)}, nil
 }
 
 // Name returns "local".
 func (b *Backend) Name() string { return "local" }
+
+// Warning returns Warning: a jail is a development jail, not a sandbox for
+// untrusted code. The caller logs it at start and shows it to admins.
+func (b *Backend) Warning() string { return Warning }
 
 // Isolation returns the isolation level of a jail.
 func (b *Backend) Isolation() string { return "process jail" }
@@ -220,8 +220,14 @@ func (b *Backend) Available(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("local: bubblewrap (install the Debian package bubblewrap): %w", err)
 	}
+	if b.cfg.RootFS == "" {
+		return errors.New("local: no root filesystem (set THREADBOX_ROOTFS, or build it with `sandbox/build-offline.sh --rootfs-only`)")
+	}
 	if fi, err := os.Stat(filepath.Join(b.cfg.RootFS, "bin", "bash")); err != nil || fi.IsDir() {
 		return fmt.Errorf("local: root filesystem %s has no /bin/bash (build it with `sandbox/build-offline.sh --rootfs-only`)", b.cfg.RootFS)
+	}
+	if b.cfg.AgentBin == "" {
+		return errors.New("local: no agent binary configured (build it with `make agent`)")
 	}
 	if fi, err := os.Stat(b.cfg.AgentBin); err != nil {
 		return fmt.Errorf("local: agent binary (build it with `make agent`): %w", err)
