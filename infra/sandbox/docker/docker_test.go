@@ -558,3 +558,23 @@ func TestAvailableSaysWhy(t *testing.T) {
 		})
 	}
 }
+
+// TestEngineExecAndInstances covers what the benchmark asks of the Docker
+// SDK through this package: an exec through the Engine API, bypassing the
+// agent, and the instances that have sandboxes.
+func TestEngineExecAndInstances(t *testing.T) {
+	e := newEnv(t, DefaultRuntime, envOpts{})
+	e.ensure("engine", sandbox.Limits{})
+	ctx := context.Background()
+	code, err := e.be.EngineExec(ctx, "engine", "sh", "-c", "exit 3")
+	if err != nil || code != 3 {
+		t.Errorf("EngineExec: %d %v, want exit code 3", code, err)
+	}
+	if _, err := e.be.EngineExec(ctx, "no-such-sandbox", "true"); err == nil {
+		t.Error("EngineExec in a missing sandbox succeeded")
+	}
+	got, err := Instances(ctx)
+	if err != nil || !slices.Contains(got, e.cfg.Instance) {
+		t.Errorf("Instances: %q %v, want it to hold %q", got, err, e.cfg.Instance)
+	}
+}
