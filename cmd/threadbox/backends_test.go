@@ -1,10 +1,16 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	"threadbox/infra/sandbox/local"
 )
 
 func TestSandboxBackendSetting(t *testing.T) {
@@ -158,5 +164,56 @@ func TestReadyWithoutSandboxBackends(t *testing.T) {
 		if l.Level == "ERROR" {
 			t.Errorf("error logged: %+v", l)
 		}
+	}
+}
+
+// TestLocalBackendAsRootPrivateDataDir runs commands in the local backend
+// with threadbox as root and a DATA_DIR it creates itself (mode 0700) under
+// a 0700 folder: the jail's user (uid 1000) cannot traverse either, yet the
+// jail reaches its folders, and the operator's folders keep their modes.
+func TestLocalBackendAsRootPrivateDataDir(t *testing.T) {
+	if os.Geteuid() != 0 {
+		missing(t, "this case needs root (threadbox as root, jails as uid 1000)")
+	}
+	if _, err := exec.LookPath("bwrap"); err != nil {
+		missing(t, "bubblewrap is missing: %v", err)
+	}
+	if local.FindRootFS(os.Getenv) == "" {
+		missing(t, "no sandbox root filesystem (sandbox/build-offline.sh --rootfs-only)")
+	}
+	bin := needAgent(t)
+	private := filepath.Join(t.TempDir(), "private")
+	if err := os.Mkdir(private, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	data := filepath.Join(private, "data") // threadbox creates it
+	s := startServer(t, "", map[string]string{
+		"SANDBOX_BACKEND": "local", "THREADBOX_AGENT_BIN": bin, "MODEL_PROVIDER": "runner", "DATA_DIR": data,
+	})
+	tok := s.bootstrap("acme", "admin@acme.test")
+	cl := msgClient(s, tok)
+	prompt := "```bash\nid -u\necho kept > notes.txt && cat notes.txt\nls /mnt/user-data\necho out > $OUTPUT_DIR/r.txt\n```\n"
+	msg, err := cl.Messages.New(context.Background(), msgParams("", userText(prompt), codeExecTool...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(msg.Content) < 3 || msg.Content[2].Type != "bash_code_execution_tool_result" ||
+		msg.Content[2].AsBashCodeExecutionToolResult().Content.Type != "bash_code_execution_result" {
+		t.Fatalf("the command did not run: %v\nlog:\n%s", msg.Content, s.stderr.String())
+	}
+	_, r := bashResult(t, msg.Content, 1) // after the runner's opening text
+	if r.Stdout != "1000\nkept\noutputs\nuploads\n" || r.ReturnCode != 0 {
+		t.Fatalf("in the jail: stdout %q stderr %q code %d", r.Stdout, r.Stderr, r.ReturnCode)
+	}
+	if len(r.Content) != 1 {
+		t.Errorf("output files %v, want r.txt", r.Content)
+	}
+	for dir, want := range map[string]os.FileMode{private: 0o700, data: 0o700} {
+		if fi, err := os.Stat(dir); err != nil || fi.Mode().Perm() != want {
+			t.Errorf("%s: %v %v, want mode %o", dir, fi.Mode(), err, want)
+		}
+	}
+	if r := s.do("GET", "/readyz", "", nil); r.status != 200 {
+		t.Errorf("readyz %d %s", r.status, r.body)
 	}
 }

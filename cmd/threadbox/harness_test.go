@@ -238,6 +238,13 @@ func needDocker(t *testing.T) string {
 	if out, err := exec.Command("docker", "image", "inspect", "--format", "{{.Id}}", "threadbox-sandbox:latest").CombinedOutput(); err != nil {
 		missing(t, "docker or the image threadbox-sandbox:latest is missing (make sandbox-image): %v %s", err, out)
 	}
+	return needAgent(t)
+}
+
+// needAgent returns the absolute path of the agent binary:
+// $THREADBOX_AGENT_BIN, else the checkout's bin/threadbox-agent.
+func needAgent(t *testing.T) string {
+	t.Helper()
 	bin := os.Getenv("THREADBOX_AGENT_BIN")
 	if bin == "" {
 		bin = filepath.Join("..", "..", "bin", "threadbox-agent")
