@@ -11,8 +11,13 @@ build: agent
 agent:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o $(BIN)/threadbox-agent ./cmd/threadbox-agent
 
+# A single-user development run: it lists the local development jail as a
+# fallback explicitly (serve's default is docker alone) and says so.
+# SANDBOX_BACKEND in the environment wins.
 run: build
-	$(BIN)/threadbox serve
+	@b="$${SANDBOX_BACKEND:-docker,local}"; \
+	echo "make run: SANDBOX_BACKEND=$$b (a single-user development run; the local backend is a development jail, not for untrusted code)"; \
+	SANDBOX_BACKEND="$$b" exec $(BIN)/threadbox serve
 
 # The full suite: starts a throwaway PostgreSQL cluster when TEST_DATABASE_URL is unset.
 test: agent

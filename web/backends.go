@@ -17,6 +17,9 @@ type backendView struct {
 	Isolation      string   `json:"isolation"`
 	Limits         []string `json:"limits"`
 	LimitMechanism string   `json:"limit_mechanism,omitempty"`
+	// Warning says what the backend must not be used for: the local
+	// backend's row says it is a development jail, not for untrusted code.
+	Warning string `json:"warning,omitempty"`
 }
 
 // sandboxBackends serves the capability matrix to org admins.
@@ -36,7 +39,7 @@ func (s *Server) sandboxBackends(c *fiber.Ctx) error {
 	out := make([]backendView, len(entries))
 	for i, e := range entries {
 		out[i] = backendView{Name: e.Name, Primary: e.Primary, Available: e.Available, Reason: e.Reason,
-			Isolation: e.Isolation, Limits: e.Limits, LimitMechanism: e.Mechanism}
+			Isolation: e.Isolation, Limits: e.Limits, LimitMechanism: e.Mechanism, Warning: e.Warning}
 		if out[i].Limits == nil {
 			out[i].Limits = []string{}
 		}

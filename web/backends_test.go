@@ -20,10 +20,12 @@ import (
 // Available; the matrix calls nothing else.
 type stubBackend struct {
 	sandbox.Backend
-	name string
-	err  error
+	name    string
+	err     error
+	warning string
 }
 
+func (b stubBackend) Warning() string                 { return b.warning }
 func (b stubBackend) Name() string                    { return b.name }
 func (b stubBackend) Available(context.Context) error { return b.err }
 func (b stubBackend) Isolation() string               { return backends.IsolationProcessJail }
@@ -34,7 +36,7 @@ func (b stubBackend) EnforcedLimits(context.Context) ([]string, string) {
 func TestSandboxBackendsHandler(t *testing.T) {
 	srv := &Server{log: slog.New(slog.DiscardHandler), svc: Services{Backends: backends.New([]sandbox.Backend{
 		stubBackend{name: "docker", err: errors.New("docker: daemon: down")},
-		stubBackend{name: "local"},
+		stubBackend{name: "local", warning: "development jail: not a sandbox for untrusted code"},
 	})}}
 	tests := []struct {
 		name   string
@@ -84,6 +86,59 @@ func TestSandboxBackendsHandler(t *testing.T) {
 			if _, ok := l["reason"]; ok {
 				t.Errorf("available backend has a reason: %v", l)
 			}
+			if l["warning"] != "development jail: not a sandbox for untrusted code" {
+				t.Errorf("local row %v: want its warning", l)
+			}
+			if _, ok := d["warning"]; ok {
+				t.Errorf("docker row %v has a warning", d)
+			}
 		})
 	}
+}
+
+func TestReadyz(t *testing.T) {
+	dbDown := func(context.Context) error { return errors.New("dial tcp: connection refused") }
+	dbUp := func(context.Context) error { return nil }
+	noImage := errors.New("docker: image threadbox-sandbox:latest (build it with `make sandbox-image`): no such image")
+	tests := []struct {
+		name     string
+		ready    func(context.Context) error
+		backends []sandbox.Backend
+		status   int
+		body     string
+	}{
+		{"database and a backend up", dbUp, []sandbox.Backend{stubBackend{name: "docker"}}, 200,
+			`{"status":"ready","database":"ok","sandbox_backends":[{"name":"docker","available":true}]}`},
+		{"no backend configured: code execution off", dbUp, nil, 200,
+			`{"status":"ready","database":"ok","sandbox_backends":[]}`},
+		{"the only backend down", dbUp, []sandbox.Backend{stubBackend{name: "docker", err: noImage}}, 503,
+			`{"status":"not ready","database":"ok","sandbox_backends":[{"name":"docker","available":false,"reason":` + quote(noImage.Error()) + `}]}`},
+		{"primary down, fallback up", dbUp, []sandbox.Backend{stubBackend{name: "docker", err: noImage}, stubBackend{name: "local"}}, 200,
+			`{"status":"ready","database":"ok","sandbox_backends":[{"name":"docker","available":false,"reason":` + quote(noImage.Error()) + `},{"name":"local","available":true}]}`},
+		{"database down", dbDown, []sandbox.Backend{stubBackend{name: "docker"}}, 503,
+			`{"status":"not ready","database":"unreachable or not migrated","sandbox_backends":[{"name":"docker","available":true}]}`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			svc := Services{Ready: tt.ready}
+			if tt.backends != nil {
+				svc.Backends = backends.New(tt.backends)
+			}
+			srv := New(svc, slog.New(slog.DiscardHandler), Options{})
+			resp, err := srv.App().Test(httptest.NewRequest("GET", "/readyz", nil))
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			if resp.StatusCode != tt.status || string(body) != tt.body {
+				t.Errorf("got %d %s\nwant %d %s", resp.StatusCode, body, tt.status, tt.body)
+			}
+		})
+	}
+}
+
+// quote returns s as a JSON string.
+func quote(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
 }

@@ -80,9 +80,44 @@ func (s *Server) routes() {
 	a.Use(func(c *fiber.Ctx) error { return fault.New(fault.NotFound, "no route for "+c.Method()+" "+c.Path()) })
 }
 
+// readyView is the body of GET /readyz, whatever its status.
+type readyView struct {
+	Status          string              `json:"status"`   // "ready" or "not ready"
+	Database        string              `json:"database"` // "ok" or why not
+	SandboxBackends []backendStatusView `json:"sandbox_backends"`
+}
+
+// backendStatusView is one configured sandbox backend in readyView.
+type backendStatusView struct {
+	Name      string `json:"name"`
+	Available bool   `json:"available"`
+	Reason    string `json:"reason,omitempty"`
+}
+
+// readyz answers 200 when the database answers and is migrated and, when
+// sandbox backends are configured, at least one of them can serve (code
+// execution is core); 503 otherwise. Either way the body says what was
+// checked and why a check failed (docs/backends.md).
 func (s *Server) readyz(c *fiber.Ctx) error {
-	if err := s.svc.Ready(c.UserContext()); err != nil {
-		return fault.Wrap(fault.Unavailable, "not ready: database unreachable or not migrated", err)
+	ctx := c.UserContext()
+	v := readyView{Status: "ready", Database: "ok", SandboxBackends: []backendStatusView{}}
+	if s.svc.Ready != nil {
+		if err := s.svc.Ready(ctx); err != nil {
+			s.log.Error("not ready: database", "err", err.Error())
+			v.Status, v.Database = "not ready", "unreachable or not migrated"
+		}
 	}
-	return c.JSON(fiber.Map{"status": "ready"})
+	if s.svc.Backends != nil {
+		statuses, ok := s.svc.Backends.Check(ctx)
+		for _, st := range statuses {
+			v.SandboxBackends = append(v.SandboxBackends, backendStatusView{Name: st.Name, Available: st.Available, Reason: st.Reason})
+		}
+		if !ok {
+			v.Status = "not ready"
+		}
+	}
+	if v.Status != "ready" {
+		return c.Status(fiber.StatusServiceUnavailable).JSON(v)
+	}
+	return c.JSON(v)
 }

@@ -25,6 +25,13 @@ const (
 	defaultAvailableDeadline = 10 * time.Second
 )
 
+// Warner is implemented by backends that must not run untrusted code (the
+// local development jail). Warning says so in one sentence; the matrix
+// shows it in the backend's row and the server logs it at start.
+type Warner interface {
+	Warning() string
+}
+
 // Entry is one row of the matrix.
 type Entry struct {
 	Name      string
@@ -34,6 +41,14 @@ type Entry struct {
 	Isolation string
 	Limits    []string
 	Mechanism string
+	Warning   string // what the backend must not be used for (Warner), or empty
+}
+
+// Status is whether one configured backend can serve now, and why not.
+type Status struct {
+	Name      string
+	Available bool
+	Reason    string
 }
 
 // Service computes the matrix over the configured backends.
@@ -66,14 +81,49 @@ func (s *Service) Matrix(ctx context.Context, p user.Principal) ([]Entry, error)
 	return out, nil
 }
 
-func (s *Service) describe(ctx context.Context, b sandbox.Backend) Entry {
+// Check asks every configured backend, at once, whether it can serve, for
+// the readiness probe; it needs no principal and describes nothing else.
+// ready is false only when backends are configured and none is available:
+// code execution is core, and a server with no backend cannot run any.
+// With no backend configured (code execution off) it is true.
+func (s *Service) Check(ctx context.Context) (statuses []Status, ready bool) {
+	out := make([]Status, len(s.backends))
+	var wg sync.WaitGroup
+	for i, b := range s.backends {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out[i] = s.status(ctx, b)
+		}()
+	}
+	wg.Wait()
+	ready = len(out) == 0
+	for _, st := range out {
+		ready = ready || st.Available
+	}
+	return out, ready
+}
+
+// status asks one backend, within the service's deadline.
+func (s *Service) status(ctx context.Context, b sandbox.Backend) Status {
 	ctx, cancel := context.WithTimeout(ctx, s.deadline)
 	defer cancel()
-	e := Entry{Name: b.Name(), Isolation: IsolationUnknown, Limits: []string{}}
+	st := Status{Name: b.Name()}
 	if err := b.Available(ctx); err != nil {
-		e.Reason = err.Error()
+		st.Reason = err.Error()
 	} else {
-		e.Available = true
+		st.Available = true
+	}
+	return st
+}
+
+func (s *Service) describe(ctx context.Context, b sandbox.Backend) Entry {
+	st := s.status(ctx, b)
+	ctx, cancel := context.WithTimeout(ctx, s.deadline)
+	defer cancel()
+	e := Entry{Name: st.Name, Available: st.Available, Reason: st.Reason, Isolation: IsolationUnknown, Limits: []string{}}
+	if w, ok := b.(Warner); ok {
+		e.Warning = w.Warning()
 	}
 	if iso := b.Isolation(); iso != "" {
 		e.Isolation = iso

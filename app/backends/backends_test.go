@@ -38,13 +38,21 @@ func (d describedBackend) EnforcedLimits(context.Context) ([]string, string) {
 	return d.limits, d.mechanism
 }
 
+// warnedBackend is a described backend that must not run untrusted code.
+type warnedBackend struct {
+	describedBackend
+	warning string
+}
+
+func (w warnedBackend) Warning() string { return w.warning }
+
 var admin = user.Principal{UserID: "u1", OrgID: "o1", Role: user.Admin}
 
 func TestMatrix(t *testing.T) {
 	down := errors.New("docker: daemon: connection refused")
 	svc := New([]sandbox.Backend{
 		describedBackend{fakeBackend{name: "docker", err: down}, IsolationNamespaces, nil, ""},
-		describedBackend{fakeBackend{name: "local"}, IsolationProcessJail, []string{"memory", "pids"}, "cgroup v1"},
+		warnedBackend{describedBackend{fakeBackend{name: "local"}, IsolationProcessJail, []string{"memory", "pids"}, "cgroup v1"}, "development jail"},
 		fakeBackend{name: "mystery"},
 	})
 	got, err := svc.Matrix(context.Background(), admin)
@@ -53,7 +61,7 @@ func TestMatrix(t *testing.T) {
 	}
 	want := []Entry{
 		{Name: "docker", Primary: true, Available: false, Reason: down.Error(), Isolation: IsolationNamespaces, Limits: []string{}},
-		{Name: "local", Available: true, Isolation: IsolationProcessJail, Limits: []string{"memory", "pids"}, Mechanism: "cgroup v1"},
+		{Name: "local", Available: true, Isolation: IsolationProcessJail, Limits: []string{"memory", "pids"}, Mechanism: "cgroup v1", Warning: "development jail"},
 		{Name: "mystery", Available: true, Isolation: IsolationUnknown, Limits: []string{}},
 	}
 	if len(got) != len(want) {
@@ -62,7 +70,7 @@ func TestMatrix(t *testing.T) {
 	for i := range want {
 		g, w := got[i], want[i]
 		if g.Name != w.Name || g.Primary != w.Primary || g.Available != w.Available || g.Reason != w.Reason ||
-			g.Isolation != w.Isolation || !slices.Equal(g.Limits, w.Limits) || g.Mechanism != w.Mechanism {
+			g.Isolation != w.Isolation || !slices.Equal(g.Limits, w.Limits) || g.Mechanism != w.Mechanism || g.Warning != w.Warning {
 			t.Errorf("entry %d: got %+v, want %+v", i, g, w)
 		}
 	}
@@ -75,5 +83,33 @@ func TestMatrixAdminsOnly(t *testing.T) {
 	_, err := svc.Matrix(context.Background(), member)
 	if fault.KindOf(err) != fault.Forbidden {
 		t.Errorf("member: %v, want forbidden", err)
+	}
+}
+
+func TestCheck(t *testing.T) {
+	down := errors.New("docker: image threadbox-sandbox:latest: no such image")
+	noRoot := errors.New("local: no root filesystem")
+	tests := []struct {
+		name      string
+		backends  []sandbox.Backend
+		want      []Status
+		wantReady bool
+	}{
+		{"none configured: code execution is off, nothing to wait for", nil, []Status{}, true},
+		{"the only one is up", []sandbox.Backend{fakeBackend{name: "docker"}}, []Status{{Name: "docker", Available: true}}, true},
+		{"the only one is down", []sandbox.Backend{fakeBackend{name: "docker", err: down}},
+			[]Status{{Name: "docker", Reason: down.Error()}}, false},
+		{"every one is down", []sandbox.Backend{fakeBackend{name: "docker", err: down}, fakeBackend{name: "local", err: noRoot}},
+			[]Status{{Name: "docker", Reason: down.Error()}, {Name: "local", Reason: noRoot.Error()}}, false},
+		{"a fallback is up", []sandbox.Backend{fakeBackend{name: "docker", err: down}, fakeBackend{name: "local"}},
+			[]Status{{Name: "docker", Reason: down.Error()}, {Name: "local", Available: true}}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, ready := New(tt.backends).Check(context.Background())
+			if ready != tt.wantReady || !slices.Equal(got, tt.want) {
+				t.Errorf("Check = %+v, %v; want %+v, %v", got, ready, tt.want, tt.wantReady)
+			}
+		})
 	}
 }

@@ -8,9 +8,14 @@ import (
 	"strings"
 	"sync"
 
+	"threadbox/app/containers"
 	"threadbox/domain/file"
 	"threadbox/domain/sandbox"
 )
+
+// The container manager serves the Sandbox port (infra/fsroot's tests
+// check that it serves the Files port: app tests never import infra).
+var _ Sandbox = (*containers.Service)(nil)
 
 // fakeSandbox records commands and answers with a scripted result.
 type fakeSandbox struct {

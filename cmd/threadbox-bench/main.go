@@ -20,11 +20,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/api/types/filters"
-	"github.com/docker/docker/client"
-	"github.com/docker/docker/pkg/stdcopy"
-
 	"threadbox/domain/sandbox"
 	"threadbox/infra/sandbox/docker"
 	"threadbox/infra/sandbox/hostdirs"
@@ -98,7 +93,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		return err
 	}
 	const id = "bench"
-	be, cli, done, err := benchSandbox(ctx, o, agentBin, id)
+	be, done, err := benchSandbox(ctx, o, agentBin, id)
 	if err != nil {
 		return err
 	}
@@ -136,8 +131,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	add("agent: true (warm)", d)
 
 	fmt.Fprintf(os.Stderr, "bench: docker exec round trips (%d)\n", o.nDocker)
-	name := be.ContainerName(id)
-	d, err = measure(o.nDocker, func() error { return dockerExec(ctx, cli, name) })
+	d, err = measure(o.nDocker, func() error { return dockerExec(ctx, be, id) })
 	if err != nil {
 		return err
 	}
@@ -220,62 +214,47 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 
 // benchSandbox boots sandbox id on the docker backend set up as threadbox
 // sets it up (host folders and the agent socket in a temporary data folder,
-// an instance of the bench's own) and returns it with its Engine API client;
-// done removes the sandbox and the folder.
-func benchSandbox(ctx context.Context, o opts, agentBin, id string) (be *docker.Backend, cli *client.Client, done func(), err error) {
+// an instance of the bench's own); done removes the sandbox and the folder.
+func benchSandbox(ctx context.Context, o opts, agentBin, id string) (be *docker.Backend, done func(), err error) {
 	data, err := os.MkdirTemp("", "threadbox-bench-")
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, err
 	}
-	cli, err = client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
-	if err != nil {
-		os.RemoveAll(data)
-		return nil, nil, nil, fmt.Errorf("docker client: %w", err)
-	}
-	be = docker.NewWithClient(cli, docker.Config{
+	be, err = docker.New(docker.Config{
 		Image: o.image, Runtime: o.runtime, AgentBin: agentBin,
 		Dirs:      hostdirs.New(data, hostdirs.Options{Quota: hostdirs.QuotaNone}),
 		SocketDir: filepath.Join(data, "run"),
 		Instance:  fmt.Sprintf("bench%d-%s", os.Getpid(), id),
 	})
+	if err != nil {
+		os.RemoveAll(data)
+		return nil, nil, err
+	}
 	done = func() {
 		be.Remove(context.WithoutCancel(ctx), id)
-		cli.Close()
+		be.Close()
 		os.RemoveAll(data)
 	}
 	if err := be.Available(ctx); err != nil {
 		done()
-		return nil, nil, nil, err
+		return nil, nil, err
 	}
 	if err := be.Ensure(ctx, sandbox.Spec{ID: id}); err != nil {
 		done()
-		return nil, nil, nil, err
+		return nil, nil, err
 	}
-	return be, cli, done, nil
+	return be, done, nil
 }
 
-// dockerExec runs `true` through the Engine API's exec endpoints and waits
-// for its exit.
-func dockerExec(ctx context.Context, cli *client.Client, name string) error {
-	ex, err := cli.ContainerExecCreate(ctx, name, container.ExecOptions{Cmd: []string{"true"}, AttachStdout: true, AttachStderr: true})
+// dockerExec runs `true` in sandbox id through the Engine API's exec
+// endpoints and waits for its exit.
+func dockerExec(ctx context.Context, be *docker.Backend, id string) error {
+	code, err := be.EngineExec(ctx, id, "true")
 	if err != nil {
-		return fmt.Errorf("exec create: %w", err)
+		return err
 	}
-	hj, err := cli.ContainerExecAttach(ctx, ex.ID, container.ExecAttachOptions{})
-	if err != nil {
-		return fmt.Errorf("exec attach: %w", err)
-	}
-	_, err = stdcopy.StdCopy(io.Discard, io.Discard, hj.Reader)
-	hj.Close()
-	if err != nil {
-		return fmt.Errorf("exec output: %w", err)
-	}
-	in, err := cli.ContainerExecInspect(ctx, ex.ID)
-	if err != nil {
-		return fmt.Errorf("exec inspect: %w", err)
-	}
-	if in.ExitCode != 0 {
-		return fmt.Errorf("docker exec true exited %d", in.ExitCode)
+	if code != 0 {
+		return fmt.Errorf("docker exec true exited %d", code)
 	}
 	return nil
 }
@@ -344,27 +323,18 @@ func envOr(key, def string) string {
 // they were killed: those of instances named bench<pid>-… whose process is
 // gone. Without a daemon there are none.
 func removeStaleSandboxes(ctx context.Context) {
-	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+	instances, err := docker.Instances(ctx)
 	if err != nil {
 		return
 	}
-	defer cli.Close()
-	list, err := cli.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", docker.LabelManaged+"=true"))})
-	if err != nil {
-		return
-	}
-	stale := map[string]bool{}
-	for _, c := range list {
-		inst := c.Labels[docker.LabelInstance]
+	for _, inst := range instances {
 		var pid int
 		if _, err := fmt.Sscanf(inst, "bench%d-", &pid); err != nil || pid <= 0 || pid == os.Getpid() {
 			continue
 		}
-		if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
-			stale[inst] = true
+		if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+			continue
 		}
-	}
-	for inst := range stale {
 		if err := docker.RemoveInstance(ctx, inst); err != nil {
 			fmt.Fprintln(os.Stderr, "bench: removing sandboxes of an earlier bench:", err)
 		}

@@ -434,7 +434,7 @@ func timedConcurrent(workers, n int, fn func() (time.Duration, error)) ([]time.D
 // sandbox: the command's own run time in the tool loop.
 func agentRoundTrip(ctx context.Context, o opts, agentBin string, n int) ([]time.Duration, error) {
 	const id = "bench-msg"
-	be, _, done, err := benchSandbox(ctx, o, agentBin, id)
+	be, done, err := benchSandbox(ctx, o, agentBin, id)
 	if err != nil {
 		return nil, err
 	}

@@ -1,9 +1,12 @@
 package main
 
 import (
+	"context"
 	"log/slog"
 	"path/filepath"
+	"time"
 
+	"threadbox/app/backends"
 	"threadbox/domain/sandbox"
 	"threadbox/infra/sandbox/docker"
 	"threadbox/infra/sandbox/hostdirs"
@@ -12,9 +15,11 @@ import (
 )
 
 // newBackends builds the configured sandbox backends, in the order of
-// SANDBOX_BACKEND. A backend that cannot even be built is left out with a
-// logged reason; one that is built but unavailable stays in the list, so the
-// container manager falls back past it and the capability matrix shows why.
+// SANDBOX_BACKEND. Every configured backend stays in the list: one that
+// cannot even be set up is an unsupported.Broken stand-in, and one whose
+// prerequisites are missing answers Available with the reason, so the
+// container manager falls back past it and the capability matrix, the
+// readiness probe and the start-up log (checkBackends) say why.
 func newBackends(cfg Config, layout *hostdirs.Layout, log *slog.Logger) ([]sandbox.Backend, []func() error) {
 	var (
 		out     []sandbox.Backend
@@ -27,15 +32,15 @@ func newBackends(cfg Config, layout *hostdirs.Layout, log *slog.Logger) ([]sandb
 		case "docker":
 			b, err := docker.New(docker.Config{Image: cfg.SandboxImage, Runtime: cfg.SandboxRuntime, AgentBin: agentBin(cfg), SocketDir: filepath.Join(cfg.DataDir, "run"), Limits: limits, DiskQuota: quota, Logger: log.With("backend", "docker"), Instance: cfg.Instance})
 			if err != nil {
-				log.Warn("sandbox backend left out", "backend", name, "reason", err.Error())
+				out = append(out, unsupported.Broken(name, err))
 				continue
 			}
 			closers = append(closers, b.Close)
 			out = append(out, b)
 		case "local":
-			b, err := local.New(local.Config{RootFS: cfg.RootFS, AgentBin: agentBin(cfg), DiskQuota: quota, Limits: limits, Instance: cfg.Instance, Logger: log})
+			b, err := local.New(local.Config{RootFS: cfg.RootFS, AgentBin: agentBin(cfg), DiskQuota: quota, Limits: limits, Instance: cfg.Instance, Logger: log.With("backend", "local")})
 			if err != nil {
-				log.Warn("sandbox backend left out", "backend", name, "reason", err.Error())
+				out = append(out, unsupported.Broken(name, err))
 				continue
 			}
 			closers = append(closers, b.Close)
@@ -43,11 +48,36 @@ func newBackends(cfg Config, layout *hostdirs.Layout, log *slog.Logger) ([]sandb
 		default:
 			b, err := unsupported.New(name)
 			if err != nil {
-				log.Warn("sandbox backend left out", "backend", name, "reason", err.Error())
+				out = append(out, unsupported.Broken(name, err))
 				continue
 			}
 			out = append(out, b)
 		}
 	}
 	return out, closers
+}
+
+// availableDeadline bounds each backend's availability check at start.
+const availableDeadline = 10 * time.Second
+
+// checkBackends runs once at start. It logs each configured backend's
+// warning (the local development jail's) as one warning line, and each
+// unavailable backend once, as an error line with the reason; it returns
+// the backends that can serve now, in configured order.
+func checkBackends(ctx context.Context, bs []sandbox.Backend, log *slog.Logger) []sandbox.Backend {
+	var ok []sandbox.Backend
+	for _, b := range bs {
+		if w, isWarner := b.(backends.Warner); isWarner && w.Warning() != "" {
+			log.Warn("sandbox backend "+b.Name()+": "+w.Warning(), "backend", b.Name())
+		}
+		actx, cancel := context.WithTimeout(ctx, availableDeadline)
+		err := b.Available(actx)
+		cancel()
+		if err != nil {
+			log.Error("sandbox backend unavailable", "backend", b.Name(), "reason", err.Error())
+			continue
+		}
+		ok = append(ok, b)
+	}
+	return ok
 }

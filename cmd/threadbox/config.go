@@ -58,6 +58,9 @@ type Config struct {
 	Procs int
 }
 
+// DefaultSandboxBackend is SANDBOX_BACKEND when the variable is unset.
+const DefaultSandboxBackend = "docker"
+
 // configError is a bad setting; main prints it on one line and exits 2.
 type configError struct{ name, msg string }
 
@@ -156,7 +159,9 @@ func loadConfig(getenv func(string) string) (Config, error) {
 	if u, e := url.Parse(c.PublicURL); e != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return Config{}, &configError{"PUBLIC_URL", fmt.Sprintf("%q is not an http(s) URL", c.PublicURL)}
 	}
-	for _, b := range strings.Split(env("SANDBOX_BACKEND", "docker,local"), ",") {
+	// The default is docker alone: the local backend is a development jail,
+	// never a silent fallback; it serves only where SANDBOX_BACKEND lists it.
+	for _, b := range strings.Split(env("SANDBOX_BACKEND", DefaultSandboxBackend), ",") {
 		b = strings.TrimSpace(b)
 		switch b {
 		case "docker", "local", "kubernetes", "e2b", "firecracker":

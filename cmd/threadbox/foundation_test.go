@@ -20,7 +20,9 @@ import (
 )
 
 func TestFirstStartAndHealth(t *testing.T) {
-	s := startServer(t, "", nil)
+	// No sandbox backend: ready needs only the database (TestUnavailableBackendsSayWhy
+	// covers readiness with backends).
+	s := startServer(t, "", map[string]string{"SANDBOX_BACKEND": ","})
 	out := s.stdout.String()
 	if !strings.Contains(out, "admin@threadbox.local") || !strings.Contains(out, "API token: ey") {
 		t.Fatalf("first start did not say how to log in: %q", out)

@@ -30,6 +30,7 @@ type server struct {
 	dataDir string
 	env     map[string]string
 	stdout  *syncBuffer
+	stderr  *syncBuffer // the JSON log
 	stop    func()
 }
 
@@ -89,10 +90,10 @@ func startServer(t *testing.T, dbURL string, extra map[string]string) *server {
 	}
 	instance := env["THREADBOX_INSTANCE"]
 	t.Cleanup(func() { _ = docker.RemoveInstance(context.Background(), instance) }) // without a daemon there are none
-	s := &server{t: t, base: "http://" + addr, dataDir: env["DATA_DIR"], env: env, stdout: &syncBuffer{}}
+	s := &server{t: t, base: "http://" + addr, dataDir: env["DATA_DIR"], env: env, stdout: &syncBuffer{}, stderr: &syncBuffer{}}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- run(ctx, []string{"serve"}, s.getenv, s.stdout, io.Discard) }()
+	go func() { done <- run(ctx, []string{"serve"}, s.getenv, s.stdout, s.stderr) }()
 	var once sync.Once // a test may stop the server before the cleanup does
 	s.stop = func() {
 		once.Do(func() {
@@ -237,6 +238,13 @@ func needDocker(t *testing.T) string {
 	if out, err := exec.Command("docker", "image", "inspect", "--format", "{{.Id}}", "threadbox-sandbox:latest").CombinedOutput(); err != nil {
 		missing(t, "docker or the image threadbox-sandbox:latest is missing (make sandbox-image): %v %s", err, out)
 	}
+	return needAgent(t)
+}
+
+// needAgent returns the absolute path of the agent binary:
+// $THREADBOX_AGENT_BIN, else the checkout's bin/threadbox-agent.
+func needAgent(t *testing.T) string {
+	t.Helper()
 	bin := os.Getenv("THREADBOX_AGENT_BIN")
 	if bin == "" {
 		bin = filepath.Join("..", "..", "bin", "threadbox-agent")

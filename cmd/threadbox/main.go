@@ -307,6 +307,7 @@ func cmdServe(ctx context.Context, args []string, getenv func(string) string, st
 	if err := firstStart(ctx, sys.store, sys.auth, cfg, stdout); err != nil {
 		return err
 	}
+	checkBackends(ctx, sys.backends, log)
 	// The background work: leases renewed while this process lives (and
 	// given back when it stops, so the next start takes over at once), and
 	// the sweeper, whose first sweep adopts or removes what an earlier

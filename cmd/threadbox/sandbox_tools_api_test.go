@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -534,14 +533,8 @@ func TestSandboxToolsLocal(t *testing.T) {
 		missing(t, "no sandbox root filesystem (make sandbox-image)")
 	}
 	s, fake := modelServer(t, "", "anthropic", map[string]string{"SANDBOX_BACKEND": "local", "THREADBOX_AGENT_BIN": bin})
-	// The jail's user must reach the container folders under the test's
-	// private temporary folder.
-	_ = os.MkdirAll(filepath.Join(s.dataDir, "containers"), 0o755)
-	for d := filepath.Join(s.dataDir, "containers"); d != os.TempDir() && d != "/"; d = filepath.Dir(d) {
-		if err := os.Chmod(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
+	// The container folders sit under the test's private (0700) temporary
+	// folder: as root the jail binds them from its stage (local.Config.StageDir).
 	cl := msgClient(s, s.bootstrap("acme", "admin@acme.test"))
 	fake.Push(steps(
 		call("repl_execute", map[string]any{"code": "n = 5"}),

@@ -168,13 +168,23 @@ func (b *Backend) Close() error {
 // Name returns "docker".
 func (b *Backend) Name() string { return "docker" }
 
-// Available checks the daemon, the image, the runtime and the agent binary.
+// Available checks every prerequisite of a sandbox, naming the first one
+// missing: the daemon, the agent binary, the runtime (registered with the
+// daemon) and the image.
 func (b *Backend) Available(ctx context.Context) error {
 	if _, err := b.cli.Ping(ctx); err != nil {
 		return fmt.Errorf("docker: daemon: %w", err)
 	}
-	if _, err := b.cli.ImageInspect(ctx, b.cfg.Image); err != nil {
-		return fmt.Errorf("docker: image %s (build it with `make sandbox-image`): %w", b.cfg.Image, err)
+	if b.cfg.AgentBin == "" {
+		return errors.New("docker: no agent binary configured (build it with `make agent`)")
+	}
+	if fi, err := os.Stat(b.cfg.AgentBin); err != nil {
+		return fmt.Errorf("docker: agent binary (build it with `make agent`): %w", err)
+	} else if fi.Mode()&0o111 == 0 {
+		return fmt.Errorf("docker: agent binary %s is not executable", b.cfg.AgentBin)
+	}
+	if b.cfg.NewAgent == nil {
+		return errors.New("docker: no agent client configured")
 	}
 	if b.cfg.Runtime != DefaultRuntime {
 		info, err := b.cli.Info(ctx)
@@ -185,13 +195,8 @@ func (b *Backend) Available(ctx context.Context) error {
 			return fmt.Errorf("docker: runtime %q is not registered with the daemon (scripts/ci-docker.sh registers runsc)", b.cfg.Runtime)
 		}
 	}
-	if fi, err := os.Stat(b.cfg.AgentBin); err != nil {
-		return fmt.Errorf("docker: agent binary (build it with `make agent`): %w", err)
-	} else if fi.Mode()&0o111 == 0 {
-		return fmt.Errorf("docker: agent binary %s is not executable", b.cfg.AgentBin)
-	}
-	if b.cfg.NewAgent == nil {
-		return errors.New("docker: no agent client configured")
+	if _, err := b.cli.ImageInspect(ctx, b.cfg.Image); err != nil {
+		return fmt.Errorf("docker: image %s (build it with `make sandbox-image`): %w", b.cfg.Image, err)
 	}
 	return nil
 }

@@ -509,3 +509,75 @@ while True:
 
 // adoptAll is the verdict of an owner whose records claim every sandbox.
 func adoptAll(string) sandbox.Verdict { return sandbox.Adopt }
+
+// TestAvailableSaysWhy: each missing prerequisite of a sandbox makes the
+// backend unavailable with a reason naming it.
+func TestAvailableSaysWhy(t *testing.T) {
+	agent := filepath.Join(t.TempDir(), "agent")
+	if err := os.WriteFile(agent, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	notExec := filepath.Join(t.TempDir(), "agent")
+	if err := os.WriteFile(notExec, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name   string
+		host   string // empty: the daemon of the environment
+		cfg    Config
+		reason string
+	}{
+		{"no daemon", "unix:///nonexistent/threadbox-test/docker.sock", Config{AgentBin: agent}, "docker: daemon"},
+		{"no agent binary", "", Config{AgentBin: "/nonexistent/threadbox-agent"}, "docker: agent binary"},
+		{"agent not executable", "", Config{AgentBin: notExec}, "is not executable"},
+		{"agent unset", "", Config{}, "docker: no agent binary"},
+		{"runtime not registered", "", Config{AgentBin: agent, Runtime: "threadbox-no-such-runtime"}, `runtime "threadbox-no-such-runtime" is not registered`},
+		{"no image", "", Config{AgentBin: agent, Image: "threadbox-no-such-image:none"}, "docker: image threadbox-no-such-image:none"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			opts := []client.Opt{client.FromEnv, client.WithAPIVersionNegotiation()}
+			if tt.host != "" {
+				opts = append(opts, client.WithHost(tt.host))
+			}
+			cli, err := client.NewClientWithOpts(opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if tt.host == "" {
+				if _, err := cli.Ping(ctx); err != nil {
+					cli.Close()
+					sandboxtest.Need(t, "docker daemon not reachable (scripts/ci-docker.sh starts it): %v", err)
+				}
+			}
+			be := NewWithClient(cli, tt.cfg)
+			defer be.Close()
+			err = be.Available(ctx)
+			if err == nil || !strings.Contains(err.Error(), tt.reason) {
+				t.Errorf("Available: %v, want a reason naming %q", err, tt.reason)
+			}
+		})
+	}
+}
+
+// TestEngineExecAndInstances covers what the benchmark asks of the Docker
+// SDK through this package: an exec through the Engine API, bypassing the
+// agent, and the instances that have sandboxes.
+func TestEngineExecAndInstances(t *testing.T) {
+	e := newEnv(t, DefaultRuntime, envOpts{})
+	e.ensure("engine", sandbox.Limits{})
+	ctx := context.Background()
+	code, err := e.be.EngineExec(ctx, "engine", "sh", "-c", "exit 3")
+	if err != nil || code != 3 {
+		t.Errorf("EngineExec: %d %v, want exit code 3", code, err)
+	}
+	if _, err := e.be.EngineExec(ctx, "no-such-sandbox", "true"); err == nil {
+		t.Error("EngineExec in a missing sandbox succeeded")
+	}
+	got, err := Instances(ctx)
+	if err != nil || !slices.Contains(got, e.cfg.Instance) {
+		t.Errorf("Instances: %q %v, want it to hold %q", got, err, e.cfg.Instance)
+	}
+}

@@ -7,7 +7,8 @@
 // process create one, otherwise through rlimits.
 //
 // A jail shares the host kernel and is meant for trusted self-hosting and
-// development only: it is not a sandbox for untrusted input.
+// development only: it is a development jail, not a sandbox for untrusted
+// code, and it is never a fallback unless SANDBOX_BACKEND lists it.
 package local
 
 import (
@@ -40,10 +41,12 @@ const (
 	DefaultBootTimeout = 30 * time.Second
 	DefaultCgroupRoot  = "/sys/fs/cgroup"
 	DefaultInstance    = "default"
+	DefaultStageDir    = "/run/threadbox-local"
 )
 
-// Warning is logged when a Backend is made.
-const Warning = "the local sandbox backend is a bubblewrap process jail on this host: it is for trusted self-hosting and development, not a sandbox for untrusted input"
+// Warning says what the local backend is not; Backend.Warning returns it,
+// for the start-up log and the capability matrix.
+const Warning = "development jail: bubblewrap on this host's kernel, for trusted self-hosting and development, not a sandbox for untrusted code"
 
 // LimitMode says how a Backend enforces limits.
 type LimitMode string
@@ -88,6 +91,16 @@ type Config struct {
 	// (the sandbox user of hostdirs by default). Otherwise the jail runs as
 	// this process's user.
 	UID, GID int
+	// StageDir matters when this process is root. Each jail's wrapper then
+	// runs as root in a mount namespace of its own, mounts a small tmpfs on
+	// this folder, binds the jail's host paths (root filesystem, agent, the
+	// §2 folders) into it and only then becomes the jail's user and bwrap,
+	// which binds them from there. So the jail's user needs no access to
+	// the folders on the way to them: threadbox creates DATA_DIR with mode
+	// 0700. The folder itself is created empty (0755) when missing; nothing
+	// is mounted on it outside the jails' namespaces, which end with them.
+	// Default DefaultStageDir.
+	StageDir string
 	// BootTimeout bounds a boot up to the agent's first answer.
 	BootTimeout time.Duration
 	// Logger receives lifecycle events and the jail's stderr; default discards.
@@ -120,15 +133,10 @@ type jail struct {
 	stderr    *tailWriter
 }
 
-// New returns a local backend and logs that it is not a sandbox for
-// untrusted input.
+// New returns a local backend. A missing root filesystem or agent binary
+// is not an error here: Available reports it, so that the backend stays
+// listed, unavailable with the reason, where SANDBOX_BACKEND names it.
 func New(cfg Config) (*Backend, error) {
-	if cfg.RootFS == "" {
-		return nil, errors.New("local: no root filesystem folder configured")
-	}
-	if cfg.AgentBin == "" {
-		return nil, errors.New("local: no agent binary configured")
-	}
 	if cfg.Bwrap == "" {
 		cfg.Bwrap = "bwrap"
 	}
@@ -147,17 +155,23 @@ func New(cfg Config) (*Backend, error) {
 	if cfg.BootTimeout <= 0 {
 		cfg.BootTimeout = DefaultBootTimeout
 	}
+	if cfg.StageDir == "" {
+		cfg.StageDir = DefaultStageDir
+	}
 	cfg.Limits = cfg.Limits.Or(sandbox.DefaultLimits())
 	lg := cfg.Logger
 	if lg == nil {
 		lg = slog.New(slog.DiscardHandler)
 	}
-	lg.Warn(Warning, "backend", "local")
 	return &Backend{cfg: cfg, log: lg, boxes: boxes.New(jailEnded)}, nil
 }
 
 // Name returns "local".
 func (b *Backend) Name() string { return "local" }
+
+// Warning returns Warning: a jail is a development jail, not a sandbox for
+// untrusted code. The caller logs it at start and shows it to admins.
+func (b *Backend) Warning() string { return Warning }
 
 // Isolation returns the isolation level of a jail.
 func (b *Backend) Isolation() string { return "process jail" }
@@ -201,21 +215,31 @@ func (b *Backend) Available(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("local: bubblewrap (install the Debian package bubblewrap): %w", err)
 	}
+	if b.cfg.RootFS == "" {
+		return errors.New("local: no root filesystem (set THREADBOX_ROOTFS, or build it with `sandbox/build-offline.sh --rootfs-only`)")
+	}
 	if fi, err := os.Stat(filepath.Join(b.cfg.RootFS, "bin", "bash")); err != nil || fi.IsDir() {
 		return fmt.Errorf("local: root filesystem %s has no /bin/bash (build it with `sandbox/build-offline.sh --rootfs-only`)", b.cfg.RootFS)
+	}
+	if b.cfg.AgentBin == "" {
+		return errors.New("local: no agent binary configured (build it with `make agent`)")
 	}
 	if fi, err := os.Stat(b.cfg.AgentBin); err != nil {
 		return fmt.Errorf("local: agent binary (build it with `make agent`): %w", err)
 	} else if fi.Mode()&0o111 == 0 {
 		return fmt.Errorf("local: agent binary %s is not executable", b.cfg.AgentBin)
 	}
+	st, err := b.newStage()
+	if err != nil {
+		return fmt.Errorf("local: %w", err)
+	}
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(pctx, bw, "--unshare-user", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
+	args := []string{"--unshare-user", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
 		"--die-with-parent", "--uid", strconv.Itoa(hostdirs.SandboxUID), "--gid", strconv.Itoa(hostdirs.SandboxGID),
-		"--ro-bind", b.cfg.RootFS, "/", "--tmpfs", "/opt/threadbox", "--ro-bind", b.cfg.AgentBin, AgentPath,
-		AgentPath, "-h")
-	cmd.SysProcAttr = b.procAttr()
+		"--ro-bind", st.path(b.cfg.RootFS), "/", "--tmpfs", "/opt/threadbox", "--ro-bind", st.path(b.cfg.AgentBin), AgentPath,
+		AgentPath, "-h"}
+	cmd := b.command(pctx, bw, nil, st, args, []string{"PATH=" + jailPath})
 	out, err := cmd.CombinedOutput()
 	// The agent prints its usage and exits 0 for -h; bwrap fails first when
 	// namespaces or mounts are refused.
@@ -235,14 +259,88 @@ func (b *Backend) jailUID() int {
 	return os.Geteuid()
 }
 
-// procAttr drops root to the jail's host user, so that uid 1000 inside is
-// uid 1000 outside and owns the workspace as it does under Docker.
+// staged reports whether jails stage their host paths (Config.StageDir):
+// when this process is root.
+func staged() bool { return os.Geteuid() == 0 }
+
+// procAttr puts the wrapper in a process group of its own that dies with
+// this process; as root, also in a mount namespace of its own (Go makes its
+// mounts private), where it stages the jail's paths before it drops to the
+// jail's user, so that uid 1000 inside is uid 1000 outside and owns the
+// workspace as it does under Docker.
 func (b *Backend) procAttr() *syscall.SysProcAttr {
 	a := &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if os.Geteuid() == 0 {
-		a.Credential = &syscall.Credential{Uid: uint32(b.cfg.UID), Gid: uint32(b.cfg.GID), Groups: []uint32{}}
+	if staged() {
+		a.Unshareflags = syscall.CLONE_NEWNS
 	}
 	return a
+}
+
+// stage maps the host paths a jail binds to the paths bwrap binds them
+// from: as root, fresh names in the stage folder, which the wrapper binds
+// them to (Config.StageDir); otherwise the paths themselves.
+type stage struct {
+	dir            string         // "" when not staging
+	mount, setpriv string         // the tools the wrapper stages with
+	specs          []string       // what the wrapper binds, in order: "d:<path>" or "f:<path>"
+	index          map[string]int // host path -> position in specs
+}
+
+// newStage returns the stage of one jail, checking what staging needs.
+func (b *Backend) newStage() (*stage, error) {
+	if !staged() {
+		return &stage{}, nil
+	}
+	st := &stage{dir: b.cfg.StageDir, index: map[string]int{}}
+	var err error
+	if st.mount, err = exec.LookPath("mount"); err != nil {
+		return nil, fmt.Errorf("stage: mount (util-linux): %w", err)
+	}
+	if st.setpriv, err = exec.LookPath("setpriv"); err != nil {
+		return nil, fmt.Errorf("stage: setpriv (util-linux): %w", err)
+	}
+	if err := os.MkdirAll(st.dir, 0o755); err != nil {
+		return nil, fmt.Errorf("stage: %w", err)
+	}
+	return st, nil
+}
+
+// path returns where bwrap finds host path src.
+func (s *stage) path(src string) string {
+	if s.dir == "" {
+		return src
+	}
+	i, ok := s.index[src]
+	if !ok {
+		kind := "d:"
+		if fi, err := os.Stat(src); err == nil && !fi.IsDir() {
+			kind = "f:"
+		}
+		i = len(s.specs)
+		s.specs = append(s.specs, kind+src)
+		s.index[src] = i
+	}
+	return s.dir + "/" + strconv.Itoa(i)
+}
+
+// command returns the process that starts a jail: /bin/sh running wrapper,
+// which joins the cgroup.procs files procs, stages st's paths, sets the
+// rlimits env asks for and becomes bwrap with args (as the jail's user).
+func (b *Backend) command(ctx context.Context, bw string, procs []string, st *stage, args, env []string) *exec.Cmd {
+	shArgs := append([]string{"-c", wrapper, "threadbox-local"}, procs...)
+	shArgs = append(shArgs, "--")
+	shArgs = append(shArgs, st.specs...)
+	shArgs = append(shArgs, "--", bw)
+	shArgs = append(shArgs, args...)
+	cmd := exec.CommandContext(ctx, "/bin/sh", shArgs...)
+	if st.dir != "" {
+		env = append(env, "TB_STAGE="+st.dir, "TB_MOUNT="+st.mount, "TB_SETPRIV="+st.setpriv,
+			"TB_UID="+strconv.Itoa(b.cfg.UID), "TB_GID="+strconv.Itoa(b.cfg.GID))
+	}
+	cmd.Env = env
+	cmd.Dir = "/"
+	cmd.SysProcAttr = b.procAttr()
+	return cmd
 }
 
 // live returns the running jail of id, or nil.
@@ -277,19 +375,20 @@ func (b *Backend) Ensure(ctx context.Context, spec sandbox.Spec) error {
 // limits fills the zero fields of l from the backend's defaults.
 func (b *Backend) limits(l sandbox.Limits) sandbox.Limits { return l.Or(b.cfg.Limits) }
 
-// bwrapArgs builds the bubblewrap command line of one jail.
-func (b *Backend) bwrapArgs(spec sandbox.Spec, l sandbox.Limits) []string {
+// bwrapArgs builds the bubblewrap command line of one jail; path maps each
+// host path to where bwrap finds it (stage.path).
+func (b *Backend) bwrapArgs(spec sandbox.Spec, l sandbox.Limits, path func(string) string) []string {
 	args := []string{
 		"--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
 		"--uid", strconv.Itoa(hostdirs.SandboxUID), "--gid", strconv.Itoa(hostdirs.SandboxGID),
 		"--hostname", "sandbox",
 		"--new-session", "--die-with-parent", "--cap-drop", "ALL",
-		"--ro-bind", b.cfg.RootFS, "/",
+		"--ro-bind", path(b.cfg.RootFS), "/",
 		"--proc", "/proc",
 		"--dev", "/dev",
 		"--perms", "1777", "--size", strconv.FormatInt(l.TmpBytes, 10), "--tmpfs", "/tmp",
 		"--tmpfs", "/opt/threadbox",
-		"--ro-bind", b.cfg.AgentBin, AgentPath,
+		"--ro-bind", path(b.cfg.AgentBin), AgentPath,
 		"--remount-ro", "/opt/threadbox",
 	}
 	for _, m := range spec.Mounts {
@@ -297,7 +396,7 @@ func (b *Backend) bwrapArgs(spec sandbox.Spec, l sandbox.Limits) []string {
 		if m.ReadOnly {
 			flag = "--ro-bind"
 		}
-		args = append(args, flag, m.Source, m.Target)
+		args = append(args, flag, path(m.Source), m.Target)
 	}
 	args = append(args, "--chdir", sandbox.WorkspaceDir)
 	return append(args, AgentPath)
@@ -308,7 +407,7 @@ func (b *Backend) bwrapArgs(spec sandbox.Spec, l sandbox.Limits) []string {
 // line, where other host users could read it.
 func jailEnv(spec sandbox.Spec) []string {
 	env := []string{
-		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+		"PATH=" + jailPath,
 		"HOME=/home/agent", "USER=agent", "LOGNAME=agent", "SHELL=/bin/bash", "LANG=C.UTF-8",
 		// The host reads the jail's OOM counter; the agent cannot see it.
 		"THREADBOX_AGENT_OOM_EVENTS=/nonexistent",
@@ -321,15 +420,42 @@ func jailEnv(spec sandbox.Spec) []string {
 	return env
 }
 
-// wrapper joins the jail's cgroups, sets its rlimits and becomes bwrap.
-// $1.. are the cgroup.procs files to join; "--" ends them.
+// jailPath is PATH inside the jail.
+const jailPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// wrapper joins the jail's cgroups, stages its host paths, sets its rlimits
+// and becomes bwrap. Its arguments: the cgroup.procs files to join, "--",
+// the paths to stage ("d:<folder>" or "f:<file>", bound to $TB_STAGE/0, 1,
+// ... in order), "--", then bwrap's command line. With $TB_STAGE set it runs
+// as root in a mount namespace of its own (procAttr): it mounts a tmpfs
+// there, binds the paths into it and drops to $TB_UID:$TB_GID (setpriv,
+// which also clears the supplementary groups and capabilities) as it
+// becomes bwrap.
 const wrapper = `set -e
 while [ "$1" != "--" ]; do echo $$ > "$1"; shift; done
 shift
-ulimit -n "$TB_NOFILE"
+if [ -n "$TB_STAGE" ]; then
+	"$TB_MOUNT" -t tmpfs -o mode=0755,size=64k,nosuid,nodev threadbox-stage "$TB_STAGE"
+fi
+i=0
+while [ "$1" != "--" ]; do
+	case "$1" in
+	f:*) : > "$TB_STAGE/$i" ;;
+	*) mkdir "$TB_STAGE/$i" ;;
+	esac
+	"$TB_MOUNT" --bind "${1#?:}" "$TB_STAGE/$i"
+	i=$((i + 1))
+	shift
+done
+shift
+if [ -n "$TB_NOFILE" ]; then ulimit -n "$TB_NOFILE"; fi
 if [ -n "$TB_DATA" ]; then ulimit -d "$TB_DATA"; fi
 if [ -n "$TB_NPROC" ]; then ulimit -u "$TB_NPROC" 2>/dev/null || ulimit -p "$TB_NPROC"; fi
-unset TB_NOFILE TB_DATA TB_NPROC
+uid=$TB_UID gid=$TB_GID setpriv=$TB_SETPRIV
+unset TB_NOFILE TB_DATA TB_NPROC TB_STAGE TB_MOUNT TB_SETPRIV TB_UID TB_GID
+if [ -n "$uid" ]; then
+	exec "$setpriv" --reuid="$uid" --regid="$gid" --clear-groups --inh-caps=-all -- "$@"
+fi
 exec "$@"
 `
 
@@ -341,7 +467,11 @@ func (b *Backend) boot(ctx context.Context, spec sandbox.Spec) (*jail, error) {
 	l := b.limits(spec.Limits)
 	j := &jail{id: spec.ID, done: make(chan struct{}), stderr: &tailWriter{log: b.log, id: spec.ID}}
 	mode, _ := b.LimitMode()
-	shArgs := []string{"-c", wrapper, "threadbox-local"}
+	st, err := b.newStage()
+	if err != nil {
+		return nil, err
+	}
+	var procs []string
 	env := append(jailEnv(spec), "TB_NOFILE="+strconv.FormatInt(l.NoFile, 10))
 	if mode == LimitCgroupV1 || mode == LimitCgroupV2 {
 		cg, err := newCgroup(b.cfg, mode, spec.ID, l, b.jailUID())
@@ -349,16 +479,12 @@ func (b *Backend) boot(ctx context.Context, spec sandbox.Spec) (*jail, error) {
 			return nil, err
 		}
 		j.cg = cg
-		shArgs = append(shArgs, cg.procsFiles()...)
+		procs = cg.procsFiles()
 	} else {
 		env = append(env, "TB_DATA="+strconv.FormatInt(l.MemoryBytes/1024, 10), "TB_NPROC="+strconv.FormatInt(l.Pids, 10))
 	}
-	shArgs = append(shArgs, "--", bw)
-	shArgs = append(shArgs, b.bwrapArgs(spec, l)...)
-	cmd := exec.Command("/bin/sh", shArgs...)
-	cmd.Env = env
-	cmd.Dir = "/"
-	cmd.SysProcAttr = b.procAttr()
+	// The jail lives past ctx (a request's): Stop and kill end it.
+	cmd := b.command(context.WithoutCancel(ctx), bw, procs, st, b.bwrapArgs(spec, l, st.path), env)
 	cmd.Stderr = j.stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {

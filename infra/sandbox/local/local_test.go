@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"threadbox/domain/sandbox"
+	"threadbox/infra/sandbox/hostdirs"
 	"threadbox/infra/sandbox/sandboxtest"
 )
 
@@ -133,14 +134,19 @@ func TestConformanceRlimits(t *testing.T) {
 	sandboxtest.Run(t, newBackend, caps)
 }
 
-func TestWarnsAtConstruction(t *testing.T) {
+// The backend says it is a development jail; the server, not New, logs it
+// (once, at start).
+func TestWarning(t *testing.T) {
 	var buf strings.Builder
-	_, err := New(Config{RootFS: "/nonexistent", AgentBin: "/nonexistent", Logger: slog.New(slog.NewTextHandler(&buf, nil))})
+	b, err := New(Config{RootFS: "/nonexistent", AgentBin: "/nonexistent", Logger: slog.New(slog.NewTextHandler(&buf, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(buf.String(), "level=WARN") || !strings.Contains(buf.String(), "not a sandbox for untrusted input") {
-		t.Errorf("log %q: want a warning that local is not for untrusted input", buf.String())
+	if w := b.Warning(); !strings.Contains(w, "development jail") || !strings.Contains(w, "not a sandbox for untrusted code") {
+		t.Errorf("Warning() = %q: want it to say development jail, not for untrusted code", w)
+	}
+	if buf.Len() != 0 {
+		t.Errorf("New logged %q; the server logs the warning once", buf.String())
 	}
 }
 
@@ -152,6 +158,8 @@ func TestUnavailableSaysWhy(t *testing.T) {
 	}{
 		{"no bwrap", Config{RootFS: "/", AgentBin: "/bin/true", Bwrap: "/nonexistent/bwrap"}, "bubblewrap"},
 		{"no rootfs", Config{RootFS: t.TempDir(), AgentBin: "/bin/true", Bwrap: "/bin/true"}, "root filesystem"},
+		{"rootfs not found", Config{AgentBin: "/bin/true", Bwrap: "/bin/true"}, "no root filesystem"},
+		{"agent not found", Config{RootFS: "/", Bwrap: "/bin/true"}, "no agent binary"},
 		{"no agent", Config{RootFS: "/", AgentBin: "/nonexistent/agent", Bwrap: "/bin/true"}, "agent binary"},
 	}
 	for _, tt := range tests {
@@ -166,9 +174,6 @@ func TestUnavailableSaysWhy(t *testing.T) {
 			}
 		})
 	}
-	if _, err := New(Config{AgentBin: "/bin/true"}); err == nil {
-		t.Error("New without a root filesystem succeeded")
-	}
 }
 
 func TestJailCommandLine(t *testing.T) {
@@ -180,7 +185,7 @@ func TestJailCommandLine(t *testing.T) {
 		{Source: "/d/ws", Target: sandbox.WorkspaceDir},
 		{Source: "/d/up", Target: sandbox.UploadsDir, ReadOnly: true},
 	}}
-	args := strings.Join(b.bwrapArgs(spec, b.limits(sandbox.Limits{TmpBytes: 1234})), " ")
+	args := strings.Join(b.bwrapArgs(spec, b.limits(sandbox.Limits{TmpBytes: 1234}), func(p string) string { return p }), " ")
 	for _, want := range []string{
 		"--unshare-user --unshare-pid --unshare-ipc --unshare-net --unshare-uts",
 		"--uid 1000 --gid 1000",
@@ -207,6 +212,44 @@ func TestJailCommandLine(t *testing.T) {
 	env := strings.Join(jailEnv(spec), " ")
 	if !strings.Contains(env, "A=b=c") || !strings.Contains(env, "HOME=/home/agent") {
 		t.Errorf("jail env %q", env)
+	}
+}
+
+// As root, a jail binds its host paths from the stage folder, where its
+// wrapper binds them first (folders and files told apart), each path once.
+func TestJailCommandLineStaged(t *testing.T) {
+	dir := t.TempDir()
+	agentBin := filepath.Join(dir, "agent")
+	if err := os.WriteFile(agentBin, nil, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	b, err := New(Config{RootFS: dir, AgentBin: agentBin})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := &stage{dir: "/run/stage", index: map[string]int{}}
+	spec := sandbox.Spec{ID: "x", Mounts: []sandbox.Mount{
+		{Source: "/d/ws", Target: sandbox.WorkspaceDir},
+		{Source: "/d/up", Target: sandbox.UploadsDir, ReadOnly: true},
+		{Source: "/d/ws", Target: "/mnt/again"},
+	}}
+	args := strings.Join(b.bwrapArgs(spec, b.limits(sandbox.Limits{}), st.path), " ")
+	for _, want := range []string{
+		"--ro-bind /run/stage/0 /",
+		"--ro-bind /run/stage/1 " + AgentPath,
+		"--bind /run/stage/2 " + sandbox.WorkspaceDir,
+		"--ro-bind /run/stage/3 " + sandbox.UploadsDir,
+		"--bind /run/stage/2 /mnt/again",
+	} {
+		if !strings.Contains(args, want) {
+			t.Errorf("bwrap args lack %q:\n%s", want, args)
+		}
+	}
+	if strings.Contains(args, "/d/") || strings.Contains(args, dir) {
+		t.Errorf("a host path is bound directly: %s", args)
+	}
+	if want := []string{"d:" + dir, "f:" + agentBin, "d:/d/ws", "d:/d/up"}; strings.Join(st.specs, " ") != strings.Join(want, " ") {
+		t.Errorf("staged %q, want %q", st.specs, want)
 	}
 }
 
@@ -376,5 +419,70 @@ func TestJailKilledFromOutside(t *testing.T) {
 	res, err := b.Exec(ctx, "victim", sandboxtest.Sh("echo back", 10*time.Second))
 	if err != nil || strings.TrimSpace(string(res.Stdout)) != "back" {
 		t.Errorf("fresh jail: %q %v", res.Stdout, err)
+	}
+}
+
+// TestPrivateFoldersAsRoot: as root, with the data folder (made 0700, as
+// threadbox makes DATA_DIR), the agent and the root filesystem all behind
+// folders the jail's user (uid 1000) cannot traverse, a jail still boots,
+// reads and writes its folders as uid 1000, and leaves no mount behind.
+func TestPrivateFoldersAsRoot(t *testing.T) {
+	rootfs, bin := prerequisites(t)
+	private := filepath.Join(t.TempDir(), "private")
+	if err := os.Mkdir(private, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	agentBin := filepath.Join(private, "agent")
+	src, err := os.ReadFile(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(agentBin, src, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(private, "rootfs")
+	if err := os.Symlink(rootfs, link); err != nil {
+		t.Fatal(err)
+	}
+	data := filepath.Join(private, "data")
+	if err := os.Mkdir(data, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	b := newTestBackend(t, Config{RootFS: link, AgentBin: agentBin, Dirs: hostdirs.New(data, hostdirs.Options{})})
+	ctx := context.Background()
+	if err := b.Ensure(ctx, sandbox.Spec{ID: "private"}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := b.Exec(ctx, "private", sandboxtest.Sh("id -u; echo kept > notes.txt; cat notes.txt; echo out > /mnt/user-data/outputs/r.txt; touch /mnt/user-data/uploads/no 2>&1 || true", 10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := string(res.Stdout); !strings.HasPrefix(got, "1000\nkept\n") || !strings.Contains(got, "Read-only file system") {
+		t.Errorf("stdout %q stderr %q: want uid 1000, the workspace written, uploads read-only", got, res.Stderr)
+	}
+	d := hostdirs.New(data, hostdirs.Options{}).Dirs("private")
+	for _, p := range []string{filepath.Join(d.Workspace, "notes.txt"), filepath.Join(d.Outputs, "r.txt")} {
+		fi, err := os.Stat(p)
+		if err != nil {
+			t.Fatalf("%s: %v", p, err)
+		}
+		if st := fi.Sys().(*syscall.Stat_t); st.Uid != hostdirs.SandboxUID {
+			t.Errorf("%s owned by uid %d, want %d", p, st.Uid, hostdirs.SandboxUID)
+		}
+	}
+	for p, want := range map[string]os.FileMode{private: 0o700, data: 0o700} {
+		if fi, err := os.Stat(p); err != nil || fi.Mode().Perm() != want {
+			t.Errorf("%s: mode %v %v, want %o", p, fi.Mode(), err, want)
+		}
+	}
+	if err := b.Stop(ctx, "private"); err != nil {
+		t.Fatal(err)
+	}
+	mounts, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(mounts), "threadbox-stage") || strings.Contains(string(mounts), private) {
+		t.Errorf("mounts left on the host:\n%s", mounts)
 	}
 }

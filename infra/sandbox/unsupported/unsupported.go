@@ -1,8 +1,10 @@
 // Package unsupported holds the sandbox backends the contract names but this
-// build cannot run (kubernetes, e2b, firecracker). Each one is a
+// build cannot run (kubernetes, e2b, firecracker), and stands in for a
+// configured backend that could not even be set up (Broken). Each one is a
 // sandbox.Backend whose every call fails with an error naming the backend
 // and what it needs, so a SANDBOX_BACKEND list that names one falls through
-// to the next with a clear log line.
+// to the next with a clear log line, and the capability matrix and the
+// readiness probe list it as unavailable with that reason.
 package unsupported
 
 import (
@@ -39,14 +41,27 @@ func New(name string) (*Backend, error) {
 	return &Backend{name: name, err: fmt.Errorf("%s: %w: it needs %s", name, ErrUnsupported, n.needs)}, nil
 }
 
+// Broken returns a stand-in for the configured backend name that could not
+// be set up (a Docker client that cannot be made, say): unavailable, every
+// call failing with err, which should name the backend.
+func Broken(name string, err error) *Backend {
+	return &Backend{name: name, err: err}
+}
+
 // Names lists the backends this package stands in for.
 func Names() []string { return []string{"kubernetes", "e2b", "firecracker"} }
 
 // Name returns the backend's configuration name.
 func (b *Backend) Name() string { return b.name }
 
-// Isolation returns the isolation level the backend would give.
-func (b *Backend) Isolation() string { return needs[b.name].isolation }
+// Isolation returns the isolation level the backend would give ("unknown"
+// for a Broken one).
+func (b *Backend) Isolation() string {
+	if n, ok := needs[b.name]; ok {
+		return n.isolation
+	}
+	return "unknown"
+}
 
 // EnforcedLimits reports that no limit is enforced: the backend cannot run.
 func (b *Backend) EnforcedLimits(context.Context) ([]string, string) { return nil, "" }

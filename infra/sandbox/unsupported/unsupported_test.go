@@ -46,3 +46,18 @@ func TestErrorsNameBackendAndNeeds(t *testing.T) {
 		t.Error("New(docker) succeeded")
 	}
 }
+
+func TestBroken(t *testing.T) {
+	cause := errors.New("docker: client: unable to parse docker host `nonsense`")
+	b := Broken("docker", cause)
+	ctx := context.Background()
+	if b.Name() != "docker" || b.Isolation() != "unknown" {
+		t.Errorf("name %q isolation %q", b.Name(), b.Isolation())
+	}
+	if err := b.Available(ctx); !errors.Is(err, cause) {
+		t.Errorf("available: %v, want %v", err, cause)
+	}
+	if err := b.Ensure(ctx, sandbox.Spec{ID: "x"}); !errors.Is(err, sandbox.ErrUnavailable) || !errors.Is(err, cause) {
+		t.Errorf("ensure: %v, want sandbox.ErrUnavailable and the cause", err)
+	}
+}

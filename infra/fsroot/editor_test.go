@@ -1,25 +1,31 @@
-package tools
+package fsroot
 
 import (
+	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"testing"
 
-	"threadbox/app/containers"
 	"threadbox/app/messages"
-	"threadbox/infra/fsroot"
+	"threadbox/app/tools"
 )
 
-// The real implementations serve these ports.
-var (
-	_ Sandbox = (*containers.Service)(nil)
-	_ Files   = (*fsroot.Containers)(nil)
-)
+// runTool executes one sub-tool call in container c1.
+func runTool(t *testing.T, e *tools.Executor, name, input string) *messages.ToolResult {
+	t.Helper()
+	r, err := e.Execute(context.Background(), messages.ToolCall{ID: "srvtoolu_1", Name: name, Input: json.RawMessage(input), ContainerID: "c1"})
+	if err != nil {
+		t.Fatalf("Execute: %v", err)
+	}
+	return r
+}
 
-// TestEditorOnRealFiles runs the editor over infra/fsroot on a temp folder.
+// TestEditorOnRealFiles runs app/tools' text editor over Containers on a
+// temp folder (moved here from app/tools: app tests never import infra).
 func TestEditorOnRealFiles(t *testing.T) {
 	root := t.TempDir()
-	dirs := fsroot.Dirs{}
+	dirs := Dirs{}
 	for _, d := range []struct {
 		dst  *string
 		name string
@@ -35,8 +41,8 @@ func TestEditorOnRealFiles(t *testing.T) {
 	if err := os.Symlink("/etc/passwd", filepath.Join(dirs.Workspace, "link")); err != nil {
 		t.Fatal(err)
 	}
-	fs := fsroot.NewContainers(func(string) fsroot.Dirs { return dirs }, fsroot.Options{})
-	e := New(nil, fs, Config{})
+	fs := NewContainers(func(string) Dirs { return dirs }, Options{})
+	e := tools.New(nil, fs, tools.Config{})
 
 	steps := []struct {
 		input string
@@ -69,7 +75,7 @@ func TestEditorOnRealFiles(t *testing.T) {
 		{`{"command":"create","path":"/mnt/user-data/outputs/r.txt","file_text":"done"}`, func(r *messages.ToolResult) bool { return r.Type == messages.ResultEditorCreate }},
 	}
 	for _, s := range steps {
-		r := run(t, e, messages.SubToolTextEditor, s.input)
+		r := runTool(t, e, messages.SubToolTextEditor, s.input)
 		if !s.check(r) {
 			t.Fatalf("%s: got %+v (detail %+v)", s.input, r, r.Detail)
 		}

@@ -1,4 +1,4 @@
-package files
+package fsroot_test
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"threadbox/app/files"
 	"threadbox/domain/fault"
 	"threadbox/domain/org"
 )
@@ -51,15 +52,14 @@ func TestUploadUnderTheStorageQuota(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			e := newEnv(t)
 			q := tc.quota
-			e.svc.quota = &q
+			e := newEnvWith(t, &q)
 			qs, err := org.NewQuotas(map[org.Quota]int64{org.StorageBytesPerOrg: tc.storage})
 			if err != nil {
 				t.Fatal(err)
 			}
 			e.policies.policy = org.DefaultPolicy().WithQuotas(qs)
-			_, err = e.svc.Upload(context.Background(), alice, UploadRequest{ScopeID: "s1", Key: "data.bin", Body: strings.NewReader(tc.body), Limit: tc.limit})
+			_, err = e.svc.Upload(context.Background(), alice, files.UploadRequest{ScopeID: "s1", Key: "data.bin", Body: strings.NewReader(tc.body), Limit: tc.limit})
 			if q.calls != tc.calls {
 				t.Fatalf("StorageLeft called %d times, want %d", q.calls, tc.calls)
 			}
