@@ -340,7 +340,7 @@ func (s *Service) boot(ctx context.Context, c container.Container) (*live, error
 	var reasons []string
 	for i, b := range s.backends {
 		if err := b.Available(ctx); err != nil {
-			reasons = append(reasons, b.Name()+": "+err.Error())
+			reasons = append(reasons, reason(b, err))
 			if i+1 < len(s.backends) {
 				s.log.Warn("sandbox backend unavailable, trying the next", "backend", b.Name(), "next", s.backends[i+1].Name(), "reason", err.Error())
 			}
@@ -350,7 +350,7 @@ func (s *Service) boot(ctx context.Context, c container.Container) (*live, error
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
 			}
-			reasons = append(reasons, b.Name()+": "+err.Error())
+			reasons = append(reasons, reason(b, err))
 			s.log.Error("sandbox boot failed", "container", id, "backend", b.Name(), "cause", err.Error())
 			continue
 		}
@@ -359,6 +359,14 @@ func (s *Service) boot(ctx context.Context, c container.Container) (*live, error
 	err = fmt.Errorf("%w: no sandbox backend could start a sandbox (%s)", sandbox.ErrUnavailable, strings.Join(reasons, "; "))
 	s.log.Error("sandbox boot failed", "container", id, "cause", err.Error())
 	return nil, err
+}
+
+// reason names the backend before its error, unless the error does.
+func reason(b sandbox.Backend, err error) string {
+	if msg := err.Error(); strings.HasPrefix(msg, b.Name()+":") {
+		return msg
+	}
+	return b.Name() + ": " + err.Error()
 }
 
 // hold records that this process holds c's running sandbox on b, then runs
