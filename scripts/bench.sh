@@ -12,7 +12,12 @@
 # streaming time to first byte, concurrency 1 and 16, and at 16 with a model
 # that takes 20 ms), beside the same figures for a bare pass-through proxy
 # (the floor of one more HTTP hop here), and the tool loop's overhead per
-# iteration.
+# iteration. The lifecycle rows (-only lifecycle) start a threadbox with
+# docker sandboxes, loop-mounted disk quotas when root, the runner model and
+# CONTAINER_MAX_AGE of 5 s, make -lifecycle-n containers (300) through the
+# Messages API, run one command in each, and print the host resources
+# (containers, mounts, loop devices, disk, the server's RSS, threads and fds)
+# before, at the peak and after the sweeper expired them all.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -x bin/threadbox-agent ] || CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o bin/threadbox-agent ./cmd/threadbox-agent

@@ -22,6 +22,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 	"time"
 
 	"threadbox/infra/sandbox/docker"
@@ -181,10 +183,17 @@ func writeSource(path string, size int64) error {
 
 // threadboxProc is a threadbox server started for the bench.
 type threadboxProc struct {
-	cmd   *exec.Cmd
-	base  string
-	token string
-	stop  func()
+	cmd      *exec.Cmd
+	base     string
+	token    string
+	instance string // THREADBOX_INSTANCE: the label of its sandboxes
+	data     string // DATA_DIR
+	// term sends SIGTERM and waits for the process to end (SIGKILL after
+	// 10 s); later calls wait for the same end.
+	term func()
+	// stop ends the process as term does and removes the instance's
+	// sandboxes.
+	stop func()
 }
 
 // freeAddr returns a loopback address with a free port for a server the
@@ -208,7 +217,8 @@ func startThreadbox(ctx context.Context, bin, work string, extra ...string) (*th
 	// Its own instance label, so that it never adopts or removes the
 	// sandboxes of a threadbox running on the same daemon.
 	instance := fmt.Sprintf("bench%d-%d", os.Getpid(), time.Now().UnixNano())
-	env := append(os.Environ(), "LISTEN_ADDR="+addr, "DATA_DIR="+filepath.Join(work, "data"), "DATABASE_URL=",
+	data := filepath.Join(work, "data")
+	env := append(os.Environ(), "LISTEN_ADDR="+addr, "DATA_DIR="+data, "DATABASE_URL=",
 		"SANDBOX_BACKEND=local", "SANDBOX_DISK_QUOTA=none", "LOG_LEVEL=error", "THREADBOX_INSTANCE="+instance)
 	env = append(env, extra...)
 	boot := exec.CommandContext(ctx, bin, "admin", "bootstrap", "--org", "bench", "--email", "bench@bench.test")
@@ -223,17 +233,23 @@ func startThreadbox(ctx context.Context, bin, work string, extra ...string) (*th
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	p := &threadboxProc{cmd: cmd, base: "http://" + addr, token: strings.TrimSpace(string(tok))}
+	p := &threadboxProc{cmd: cmd, base: "http://" + addr, token: strings.TrimSpace(string(tok)), instance: instance, data: data}
+	var once sync.Once
+	p.term = func() {
+		once.Do(func() {
+			cmd.Process.Signal(syscall.SIGTERM)
+			done := make(chan struct{})
+			go func() { cmd.Wait(); close(done) }()
+			select {
+			case <-done:
+			case <-time.After(10 * time.Second):
+				cmd.Process.Kill()
+				<-done
+			}
+		})
+	}
 	p.stop = func() {
-		cmd.Process.Signal(os.Interrupt)
-		done := make(chan struct{})
-		go func() { cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			cmd.Process.Kill()
-			<-done
-		}
+		p.term()
 		_ = docker.RemoveInstance(context.WithoutCancel(ctx), instance) // without a daemon there are none
 	}
 	for deadline := time.Now().Add(20 * time.Second); ; {

@@ -2,7 +2,9 @@
 // sandbox and prints a table (`make bench`): a warm `true` through the agent
 // vs through `docker exec` (Engine API) vs a host fork/exec of /bin/true,
 // 8 concurrent commands through the agent, and a cold boot to the first
-// command's result vs `docker run --rm IMAGE true`.
+// command's result vs `docker run --rm IMAGE true`. The Messages API
+// (messages.go), Files API (files.go) and lifecycle (lifecycle.go) sections
+// print their own tables; -only runs one section.
 package main
 
 import (
@@ -33,15 +35,16 @@ func main() {
 }
 
 type opts struct {
-	agentBin string
-	image    string
-	runtime  string
-	n        int
-	nDocker  int
-	nCold    int
-	only     string       // "sandbox", "files" or "" for every section
-	files    filesOpts    // the Files API section (files.go)
-	messages messagesOpts // the Messages API section (messages.go)
+	agentBin  string
+	image     string
+	runtime   string
+	n         int
+	nDocker   int
+	nCold     int
+	only      string        // "sandbox", "files", "messages", "lifecycle" or "" for every section
+	files     filesOpts     // the Files API section (files.go)
+	messages  messagesOpts  // the Messages API section (messages.go)
+	lifecycle lifecycleOpts // the lifecycle section (lifecycle.go)
 
 	rootfs string // the local backend's root filesystem; "" skips its rows
 }
@@ -56,7 +59,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.IntVar(&o.nDocker, "n-docker", 40, "docker exec round trips")
 	fs.IntVar(&o.nCold, "n-cold", 5, "cold boots per method")
 	fs.StringVar(&o.rootfs, "rootfs", envOr("THREADBOX_ROOTFS", defaultRootFS()), "root filesystem of the local backend (empty skips its rows)")
-	fs.StringVar(&o.only, "only", "", "run one section: sandbox, files or messages")
+	fs.StringVar(&o.only, "only", "", "run one section: sandbox, files, messages or lifecycle")
 	fs.StringVar(&o.files.threadboxBin, "threadbox", "bin/threadbox", "the threadbox server binary (files section)")
 	fs.Int64Var(&o.files.size, "files-size", 256<<20, "bytes per Files API transfer")
 	fs.IntVar(&o.files.runs, "files-runs", 3, "Files API transfers per row")
@@ -64,6 +67,13 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.IntVar(&o.messages.loops, "messages-loops", 20, "requests per Messages API tool-loop row")
 	fs.IntVar(&o.messages.iters, "messages-iters", 5, "tool iterations per tool-loop request")
 	fs.StringVar(&o.messages.procs, "messages-procs", "", "THREADBOX_PROCS of the Messages API server (default: its own)")
+	fs.IntVar(&o.lifecycle.n, "lifecycle-n", 300, "containers created, used once and expired in the lifecycle section")
+	fs.IntVar(&o.lifecycle.concurrency, "lifecycle-concurrency", 4, "lifecycle requests in flight at once")
+	fs.DurationVar(&o.lifecycle.maxAge, "lifecycle-max-age", 5*time.Second, "CONTAINER_MAX_AGE of the lifecycle server")
+	fs.DurationVar(&o.lifecycle.sweep, "lifecycle-sweep", 500*time.Millisecond, "SWEEP_INTERVAL of the lifecycle server")
+	fs.DurationVar(&o.lifecycle.idle, "lifecycle-idle", time.Second, "SANDBOX_IDLE of the lifecycle server")
+	fs.Int64Var(&o.lifecycle.diskBytes, "lifecycle-disk", 64<<20, "SANDBOX_DISK_BYTES of the lifecycle server")
+	fs.DurationVar(&o.lifecycle.timeout, "lifecycle-timeout", 20*time.Minute, "bound of the whole lifecycle section")
 	floorAddr := fs.String("floor-proxy", "", "run as the Messages API section's bare proxy on this address (internal)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -71,22 +81,30 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	if *floorAddr != "" {
 		return serveFloorProxy(*floorAddr)
 	}
+	switch o.only {
+	case "", "sandbox", "files", "messages", "lifecycle":
+	default:
+		return fmt.Errorf("-only %q is not sandbox, files, messages or lifecycle", o.only)
+	}
+	want := func(section string) bool { return o.only == "" || o.only == section }
 	removeStaleSandboxes(ctx)
-	if o.only == "" || o.only == "messages" {
+	if want("messages") {
 		if err := benchMessages(ctx, o, out); err != nil {
 			return fmt.Errorf("messages: %w", err)
 		}
-		if o.only == "messages" {
-			return nil
+	}
+	if want("lifecycle") {
+		if err := benchLifecycle(ctx, o, out); err != nil {
+			return fmt.Errorf("lifecycle: %w", err)
 		}
 	}
-	if o.only != "sandbox" {
+	if want("files") {
 		if err := benchFiles(ctx, o.files, out); err != nil {
 			return fmt.Errorf("files: %w", err)
 		}
-		if o.only == "files" {
-			return nil
-		}
+	}
+	if !want("sandbox") {
+		return nil
 	}
 	agentBin, err := filepath.Abs(o.agentBin)
 	if err != nil {

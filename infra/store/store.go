@@ -57,7 +57,7 @@ func Open(ctx context.Context, url, dataDir string) (*Store, error) {
 		if err := os.MkdirAll(dataDir, 0o700); err != nil {
 			return nil, fmt.Errorf("store: data dir: %w", err)
 		}
-		dsn = "file:" + filepath.Join(dataDir, "threadbox.db") + "?_pragma=foreign_keys(1)&_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)&_pragma=synchronous(NORMAL)"
+		dsn = "file:" + filepath.Join(dataDir, "threadbox.db") + "?_pragma=foreign_keys(1)&_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)&_pragma=synchronous(NORMAL)&_pragma=journal_size_limit(1048576)"
 		db, err = gorm.Open(sqlite.Open(dsn), cfg)
 	}
 	if err != nil {
