@@ -81,8 +81,15 @@ type Layout struct {
 	opts       Options
 
 	mu    sync.Mutex
-	locks map[string]*sync.Mutex
-	used  map[string]use // by folder name: the last Prepare
+	locks map[string]*idLock // held or awaited, by container id
+	used  map[string]use     // by folder name: the last Prepare
+}
+
+// idLock orders the work on one container's folders; it is dropped when
+// its last user leaves, so the map holds only containers in use.
+type idLock struct {
+	mu    sync.Mutex
+	users int
 }
 
 // use is the last Prepare of a container's folders.
@@ -103,7 +110,7 @@ func New(dataDir string, opts Options) *Layout {
 		containers: filepath.Join(dataDir, "containers"),
 		disks:      filepath.Join(dataDir, "disks"),
 		opts:       opts,
-		locks:      map[string]*sync.Mutex{},
+		locks:      map[string]*idLock{},
 		used:       map[string]use{},
 	}
 }
@@ -152,12 +159,20 @@ func (l *Layout) lock(id string) func() {
 	l.mu.Lock()
 	m, ok := l.locks[id]
 	if !ok {
-		m = &sync.Mutex{}
+		m = &idLock{}
 		l.locks[id] = m
 	}
+	m.users++
 	l.mu.Unlock()
-	m.Lock()
-	return m.Unlock
+	m.mu.Lock()
+	return func() {
+		m.mu.Unlock()
+		l.mu.Lock()
+		if m.users--; m.users == 0 {
+			delete(l.locks, id)
+		}
+		l.mu.Unlock()
+	}
 }
 
 // Prepare creates the container's folders (mounting its quota file system

@@ -3,6 +3,7 @@ package hostdirs
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -139,5 +140,26 @@ func TestQuotaLoopStopsWrites(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(d.Workspace, "fill")); err != nil {
 		t.Fatalf("file lost across remount: %v", err)
+	}
+}
+
+// TestLocksAreDropped: the per-container locks live only while in use.
+func TestLocksAreDropped(t *testing.T) {
+	l := New(t.TempDir(), Options{})
+	ctx := context.Background()
+	for i := range 50 {
+		id := fmt.Sprint("c", i)
+		if _, err := l.Prepare(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Remove(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l.mu.Lock()
+	n := len(l.locks)
+	l.mu.Unlock()
+	if n != 0 {
+		t.Fatalf("%d locks kept after every container was removed", n)
 	}
 }
