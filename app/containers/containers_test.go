@@ -208,6 +208,7 @@ func (b *fakeBackend) Remove(_ context.Context, id string) error {
 }
 
 type fakeFolders struct {
+	mu       sync.Mutex
 	removed  []string
 	released []string
 }
@@ -226,6 +227,8 @@ func (f *fakeFolders) Prepare(_ context.Context, id string) ([]sandbox.Mount, er
 	return []sandbox.Mount{{Source: "/host/" + id, Target: sandbox.WorkspaceDir}}, nil
 }
 func (f *fakeFolders) Remove(_ context.Context, id string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	f.removed = append(f.removed, id)
 	return nil
 }

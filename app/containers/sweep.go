@@ -2,12 +2,16 @@ package containers
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"threadbox/domain/container"
 	"threadbox/domain/fault"
 	"threadbox/domain/sandbox"
 )
+
+// sweepWorkers bounds the removals one sweep runs at once.
+const sweepWorkers = 4
 
 // SweepReport is what one sweep did.
 type SweepReport struct {
@@ -37,15 +41,29 @@ func (s *Service) Sweep(ctx context.Context) (SweepReport, error) {
 	if err != nil {
 		return r, err
 	}
+	// A few at once: a removal mostly waits on the Docker daemon and umount.
+	var (
+		mu   sync.Mutex
+		wg   sync.WaitGroup
+		slot = make(chan struct{}, sweepWorkers)
+	)
 	for _, c := range expired {
-		if err := s.Remove(ctx, c.ID()); err != nil {
-			if !fault.Is(err, fault.Unavailable) {
-				s.log.Error("expired container not removed", "container", c.ID(), "cause", err.Error())
+		wg.Add(1)
+		slot <- struct{}{}
+		go func() {
+			defer func() { <-slot; wg.Done() }()
+			if err := s.Remove(ctx, c.ID()); err != nil {
+				if !fault.Is(err, fault.Unavailable) {
+					s.log.Error("expired container not removed", "container", c.ID(), "cause", err.Error())
+				}
+				return
 			}
-			continue
-		}
-		r.Expired = append(r.Expired, c.ID())
+			mu.Lock()
+			r.Expired = append(r.Expired, c.ID())
+			mu.Unlock()
+		}()
 	}
+	wg.Wait()
 	r.Adopted, r.Dropped = s.reconcile(ctx)
 	if r.Cleared, err = s.clear(ctx); err != nil {
 		return r, err
