@@ -1,6 +1,7 @@
 package messages
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,21 +13,26 @@ import (
 
 // upstreamHistory translates a history that may hold server_tool_use and
 // result blocks into plain tool_use/tool_result pairs a model understands:
-// an assistant message is split after each run of result blocks, the results
-// become a user message of tool_result blocks, and consecutive messages of
-// one role are merged (tool results first). container_upload blocks become
-// a text note naming the file's sandbox path.
+// an assistant message is split after each run of result blocks, and the
+// results become a user message of tool_result blocks, merged at the start
+// of the user message that follows (where providers want a call's result).
+// Consecutive assistant messages are merged; two user messages of the
+// client are not (each stays the prompt it was). container_upload blocks
+// become a text note naming the file's sandbox path.
 func upstreamHistory(in []Message) []Message {
 	var out []Message
-	add := func(role string, blocks ...ContentBlock) {
+	synthetic := false // the last message holds only results made here
+	add := func(role string, results bool, blocks ...ContentBlock) {
 		if len(blocks) == 0 {
 			return
 		}
-		if n := len(out); n > 0 && out[n-1].Role == role {
+		if n := len(out); n > 0 && out[n-1].Role == role && (role == RoleAssistant || results || synthetic) {
 			out[n-1].Content = append(out[n-1].Content, blocks...)
+			synthetic = synthetic && results
 			return
 		}
 		out = append(out, Message{Role: role, Content: blocks})
+		synthetic = results
 	}
 	for _, m := range in {
 		var cur []ContentBlock
@@ -38,10 +44,10 @@ func upstreamHistory(in []Message) []Message {
 				b.Raw = nil
 				cur = append(cur, b)
 			case BlockBashResult, BlockTextEditorResult, BlockSandboxResult:
-				add(flushAs, cur...)
+				add(flushAs, false, cur...)
 				cur = nil
 				if b.Result != nil {
-					add(RoleUser, upstreamResult(b.ToolUseID, b.Result))
+					add(RoleUser, true, upstreamResult(b.ToolUseID, b.Result))
 				}
 			case BlockContainerUpload:
 				p, err := uploadPath(b.FileID)
@@ -57,9 +63,89 @@ func upstreamHistory(in []Message) []Message {
 				cur = append(cur, b)
 			}
 		}
-		add(flushAs, cur...)
+		add(flushAs, false, cur...)
 	}
 	return out
+}
+
+// readableHistory keeps a history valid for a request that does not offer
+// the tools it used: providers refuse tool_use and tool_result blocks whose
+// tool the request does not define (Anthropic: "Requests which include
+// tool_use or tool_result blocks must define tools"; OpenAI-compatible
+// servers likewise for tool_calls and tool messages). Each such call and
+// its result become text the model can still read; calls of offered tools
+// stay as they are.
+func readableHistory(in []Message, tools []ToolDefinition) []Message {
+	offered := make(map[string]bool, len(tools))
+	for _, t := range tools {
+		offered[t.Name] = true
+	}
+	names := map[string]string{} // ids of calls of tools not offered → tool name
+	for _, m := range in {
+		for _, b := range m.Content {
+			if b.Type == BlockToolUse && !offered[b.Name] {
+				names[b.ID] = b.Name
+			}
+		}
+	}
+	if len(names) == 0 {
+		return in
+	}
+	out := make([]Message, len(in))
+	for i, m := range in {
+		blocks := make([]ContentBlock, 0, len(m.Content))
+		for _, b := range m.Content {
+			switch name, textual := names[b.ID]; {
+			case b.Type == BlockToolUse && textual:
+				blocks = append(blocks, ContentBlock{Type: BlockText, Text: fmt.Sprintf("[Called the tool %s (no longer offered) with input %s]", name, compactJSON(b.Input))})
+			case b.Type == BlockToolResult && names[b.ToolUseID] != "":
+				blocks = append(blocks, ContentBlock{Type: BlockText, Text: fmt.Sprintf("[Result of %s: %s]", names[b.ToolUseID], resultText(b))})
+			default:
+				blocks = append(blocks, b)
+			}
+		}
+		out[i] = Message{Role: m.Role, Content: blocks}
+	}
+	return out
+}
+
+// compactJSON returns raw without insignificant space, or as is.
+func compactJSON(raw json.RawMessage) string {
+	if len(raw) == 0 {
+		return "{}"
+	}
+	var buf bytes.Buffer
+	if json.Compact(&buf, raw) != nil {
+		return string(raw)
+	}
+	return buf.String()
+}
+
+// resultText is a tool_result's content as text: a JSON string's value,
+// the text of text blocks, or the raw JSON.
+func resultText(b ContentBlock) string {
+	prefix := ""
+	if b.IsError {
+		prefix = "error: "
+	}
+	var s string
+	if json.Unmarshal(b.Content, &s) == nil {
+		return prefix + s
+	}
+	var parts []struct {
+		Type string `json:"type"`
+		Text string `json:"text"`
+	}
+	if json.Unmarshal(b.Content, &parts) == nil {
+		var texts []string
+		for _, p := range parts {
+			if p.Type == BlockText {
+				texts = append(texts, p.Text)
+			}
+		}
+		return prefix + strings.Join(texts, "\n")
+	}
+	return prefix + compactJSON(b.Content)
 }
 
 // upstreamResult renders a sub-tool result as the tool_result the model reads.

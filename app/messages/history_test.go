@@ -57,6 +57,16 @@ func TestUpstreamHistory(t *testing.T) {
 			want: "user:[text] assistant:[tool_use(s1),tool_use(c1)] user:[tool_result(s1),tool_result(c1),text]",
 		},
 		{
+			name: "two user messages of the client stay two prompts",
+			in:   []Message{user("first, interrupted"), user("second")},
+			want: "user:[text] user:[text]",
+		},
+		{
+			name: "a paused turn's results lead the next user message",
+			in:   []Message{user("go"), {Role: RoleAssistant, Content: []ContentBlock{srv("s1"), res("s1")}}, user("more")},
+			want: "user:[text] assistant:[tool_use(s1)] user:[tool_result(s1),text]",
+		},
+		{
 			name: "empty text is dropped, each call and its result form a pair",
 			in:   []Message{user("go"), {Role: RoleAssistant, Content: []ContentBlock{text(""), srv("s1"), res("s1"), srv("s2"), res("s2")}}},
 			want: "user:[text] assistant:[tool_use(s1)] user:[tool_result(s1)] assistant:[tool_use(s2)] user:[tool_result(s2)]",
@@ -69,4 +79,43 @@ func TestUpstreamHistory(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestReadableHistory(t *testing.T) {
+	hist := []Message{
+		user("run it"),
+		{Role: RoleAssistant, Content: []ContentBlock{text("running"), toolUse("s1", SubToolBash, `{ "command": "ls" }`), toolUse("c1", "lookup", `{}`)}},
+		{Role: RoleUser, Content: []ContentBlock{
+			{Type: BlockToolResult, ToolUseID: "s1", Content: json.RawMessage(`"{\"stdout\":\"a.txt\"}"`)},
+			{Type: BlockToolResult, ToolUseID: "c1", Content: json.RawMessage(`[{"type":"text","text":"found"}]`), IsError: true},
+		}},
+		{Role: RoleAssistant, Content: []ContentBlock{text("done")}},
+		user("next"),
+	}
+	t.Run("tools no longer offered become text", func(t *testing.T) {
+		got := readableHistory(hist, nil)
+		if s := shape(got); s != "user:[text] assistant:[text,text,text] user:[text,text] assistant:[text] user:[text]" {
+			t.Fatalf("shape %s", s)
+		}
+		if got[1].Content[1].Text != `[Called the tool bash_code_execution (no longer offered) with input {"command":"ls"}]` ||
+			got[2].Content[0].Text != `[Result of bash_code_execution: {"stdout":"a.txt"}]` ||
+			got[2].Content[1].Text != `[Result of lookup: error: found]` {
+			t.Fatalf("text: %q %q %q", got[1].Content[1].Text, got[2].Content[0].Text, got[2].Content[1].Text)
+		}
+		if hist[1].Content[1].Type != BlockToolUse {
+			t.Fatal("the input history was changed")
+		}
+	})
+	t.Run("offered tools stay calls", func(t *testing.T) {
+		got := readableHistory(hist, []ToolDefinition{{Name: "lookup"}})
+		if s := shape(got); s != "user:[text] assistant:[text,text,tool_use(c1)] user:[text,tool_result(c1)] assistant:[text] user:[text]" {
+			t.Fatalf("shape %s", s)
+		}
+	})
+	t.Run("all offered: unchanged", func(t *testing.T) {
+		got := readableHistory(hist, []ToolDefinition{{Name: "lookup"}, {Name: SubToolBash}})
+		if shape(got) != shape(hist) {
+			t.Fatalf("shape %s", shape(got))
+		}
+	})
 }

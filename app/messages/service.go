@@ -250,9 +250,10 @@ func (t *turn) run(ctx context.Context) error {
 	if err := t.resolvePending(ctx, history); err != nil {
 		return err
 	}
+	tools := t.toolDefinitions()
 	step := StepRequest{
 		Model: t.req.Model, MaxTokens: t.req.MaxTokens, System: t.req.System,
-		Messages: upstreamHistory(history), Tools: t.toolDefinitions(), ToolChoice: t.toolChoice(),
+		Messages: readableHistory(upstreamHistory(history), tools), Tools: tools, ToolChoice: t.toolChoice(),
 		Temperature: t.req.Temperature, TopP: t.req.TopP, TopK: t.req.TopK, StopSequences: t.req.StopSequences,
 		Metadata: t.req.Metadata, Thinking: t.req.Thinking, Extra: t.req.Extra,
 	}

@@ -225,9 +225,13 @@ func (t *Turn) Run(ctx context.Context, sink messages.Sink) (*messages.Response,
 	return resp, nil
 }
 
-// history returns the thread's complete messages as the model's
-// conversation; incomplete assistant messages (a turn that crashed) and
-// zylon-resource blocks are left out.
+// history returns the thread's messages as the model's conversation,
+// zylon-resource blocks left out. An incomplete assistant message (its turn
+// was stopped, interrupted or failed: history is read under the thread's
+// turn lease, so no turn of it runs) keeps its place, so the request before
+// it is never merged into the next one nor run again: what it produced is
+// kept, a call that never got its result becomes a note, and a last note
+// tells the model that the turn was interrupted.
 func (s *Service) history(ctx context.Context, threadID string) ([]messages.Message, error) {
 	stored, err := s.store.Messages(ctx, threadID)
 	if err != nil {
@@ -235,9 +239,6 @@ func (s *Service) history(ctx context.Context, threadID string) ([]messages.Mess
 	}
 	var out []messages.Message
 	for _, m := range stored {
-		if !m.Complete() {
-			continue
-		}
 		var blocks []messages.ContentBlock
 		if err := json.Unmarshal(m.Content(), &blocks); err != nil {
 			return nil, fmt.Errorf("workspace: stored message %s: %w", m.ID(), err)
@@ -248,12 +249,38 @@ func (s *Service) history(ctx context.Context, threadID string) ([]messages.Mess
 				kept = append(kept, b)
 			}
 		}
+		if !m.Complete() && m.Role() == thread.Assistant {
+			kept = append(interrupted(kept), messages.ContentBlock{Type: messages.BlockText, Text: InterruptedNote})
+		}
 		if len(kept) == 0 {
 			continue
 		}
 		out = append(out, messages.Message{Role: string(m.Role()), Content: kept})
 	}
 	return out, nil
+}
+
+// InterruptedNote ends an interrupted turn in the history the model reads.
+const InterruptedNote = "[This answer was interrupted before it finished (stopped, or the server ended the turn): the request before it was not completed, and nothing of it runs again unless asked anew.]"
+
+// interrupted replaces each server call of an interrupted turn that never
+// got its result with a note naming it, so the history stays valid.
+func interrupted(blocks []messages.ContentBlock) []messages.ContentBlock {
+	answered := map[string]bool{}
+	for _, b := range blocks {
+		if b.ToolUseID != "" {
+			answered[b.ToolUseID] = true
+		}
+	}
+	out := blocks[:0:0]
+	for _, b := range blocks {
+		if b.Type == messages.BlockServerToolUse && !answered[b.ID] {
+			out = append(out, messages.ContentBlock{Type: messages.BlockText, Text: fmt.Sprintf("[The call %s with input %s was interrupted before it ended; its result is unknown.]", b.Name, string(b.Input))})
+			continue
+		}
+		out = append(out, b)
+	}
+	return out
 }
 
 // Messages returns one of the caller's threads' stored messages in order.

@@ -187,9 +187,15 @@ func TestTurnCrashLeavesAssistantIncomplete(t *testing.T) {
 	if len(ms) != 2 || !ms[0].Complete() || ms[1].Complete() || !bytes.Contains(ms[1].Content(), []byte("Running.")) {
 		t.Fatalf("stored after a failed turn: %d messages, assistant complete=%v %s", len(ms), len(ms) > 1 && ms[1].Complete(), ms[len(ms)-1].Content())
 	}
+	// The failed turn keeps its place: what it produced, then the note
+	// that it was interrupted; the next request is never merged into it.
 	h, _ := svc.history(ctx, th.ID())
-	if len(h) != 1 || h[0].Role != "user" {
-		t.Fatalf("the incomplete assistant message reached the history: %+v", h)
+	if len(h) != 2 || h[0].Role != "user" || h[1].Role != "assistant" {
+		t.Fatalf("history after a failed turn: %+v", h)
+	}
+	last := h[1].Content
+	if last[0].Text != "Running." || last[len(last)-1].Text != InterruptedNote {
+		t.Fatalf("the interrupted turn in the history: %+v", last)
 	}
 	// The thread is free again.
 	next, err := svc.StartTurn(ctx, p, th.ID(), TurnRequest{Content: []messages.ContentBlock{{Type: "text", Text: "again"}}})
@@ -279,5 +285,22 @@ func TestDeleteProjectRemovesThreadContainers(t *testing.T) {
 	slices.Sort(want)
 	if !slices.Equal(rec.ids, want) {
 		t.Fatalf("removed %v, want %v", rec.ids, want)
+	}
+}
+
+func TestInterruptedCallsBecomeNotes(t *testing.T) {
+	blocks := []messages.ContentBlock{
+		{Type: messages.BlockText, Text: "Running."},
+		{Type: messages.BlockServerToolUse, ID: "s1", Name: messages.SubToolBash, Input: []byte(`{"command":"ls"}`)},
+		{Type: messages.BlockBashResult, ToolUseID: "s1", Result: &messages.ToolResult{Type: messages.ResultBash}},
+		{Type: messages.BlockServerToolUse, ID: "s2", Name: messages.SubToolBash, Input: []byte(`{"command":"sleep 20"}`)},
+	}
+	got := interrupted(blocks)
+	if len(got) != 4 || got[1].Type != messages.BlockServerToolUse || got[3].Type != messages.BlockText ||
+		got[3].Text != `[The call bash_code_execution with input {"command":"sleep 20"} was interrupted before it ended; its result is unknown.]` {
+		t.Fatalf("got %+v", got)
+	}
+	if blocks[3].Type != messages.BlockServerToolUse {
+		t.Fatal("the stored blocks were changed")
 	}
 }

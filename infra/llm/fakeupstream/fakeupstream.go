@@ -2,7 +2,8 @@
 // benchmarks. It speaks the Anthropic Messages wire format (POST
 // /v1/messages, JSON or SSE) and the OpenAI chat-completions format (POST
 // /v1/chat/completions, JSON or SSE with tool calls), answering each request
-// with the next scripted Reply.
+// with the next scripted Reply. Like the real providers, it refuses a
+// request that breaks their documented rules (strict.go) with a 400.
 package fakeupstream
 
 import (
@@ -72,6 +73,7 @@ type Server struct {
 	requests []Request
 	fallback func(Format, json.RawMessage) Reply
 	conns    int
+	refused  []string // why requests a real provider would refuse were refused
 }
 
 // New starts a server answering with the scripted replies in order.
@@ -120,6 +122,14 @@ func (s *Server) Conns() int {
 	return s.conns
 }
 
+// Refused returns why the requests a real provider would have refused were
+// refused (400 invalid_request_error), in order.
+func (s *Server) Refused() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.refused...)
+}
+
 // Requests returns the requests received so far.
 func (s *Server) Requests() []Request {
 	s.mu.Lock()
@@ -139,6 +149,16 @@ func (s *Server) serve(f Format, w http.ResponseWriter, r *http.Request) {
 	_ = json.Unmarshal(body, &head)
 	s.mu.Lock()
 	s.requests = append(s.requests, Request{Format: f, Stream: head.Stream, Header: r.Header.Clone(), Body: body})
+	refusal := refuseAnthropic(body)
+	if f == OpenAI {
+		refusal = refuseOpenAI(body)
+	}
+	if refusal != "" {
+		s.refused = append(s.refused, refusal)
+		s.mu.Unlock()
+		writeError(f, w, Reply{Status: http.StatusBadRequest, ErrorType: "invalid_request_error", ErrorMessage: refusal})
+		return
+	}
 	var rep Reply
 	switch {
 	case len(s.script) > 0:

@@ -1,0 +1,226 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"threadbox/app/messages"
+	"threadbox/app/workspace"
+	"threadbox/infra/llm/fakeupstream"
+)
+
+// upstreamMessages decodes the messages of an upstream request in either
+// wire format: role and, per message, its blocks as "type:text" strings
+// (tool calls as the type alone).
+func upstreamMessages(t *testing.T, req fakeupstream.Request) (roles []string, texts [][]string) {
+	t.Helper()
+	var body struct {
+		Messages []struct {
+			Role      string          `json:"role"`
+			Content   json.RawMessage `json:"content"`
+			ToolCalls []any           `json:"tool_calls"`
+		} `json:"messages"`
+	}
+	if err := json.Unmarshal(req.Body, &body); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range body.Messages {
+		if m.Role == "system" {
+			continue
+		}
+		roles = append(roles, m.Role)
+		var parts []string
+		var s string
+		var blocks []struct {
+			Type string `json:"type"`
+			Text string `json:"text"`
+		}
+		switch {
+		case json.Unmarshal(m.Content, &s) == nil:
+			parts = append(parts, "text:"+s)
+		case json.Unmarshal(m.Content, &blocks) == nil:
+			for _, b := range blocks {
+				parts = append(parts, b.Type+":"+b.Text)
+			}
+		}
+		for range m.ToolCalls {
+			parts = append(parts, "tool_call:")
+		}
+		texts = append(texts, parts)
+	}
+	return roles, texts
+}
+
+// toolsOf counts the tools an upstream request offers.
+func toolsOf(t *testing.T, req fakeupstream.Request) int {
+	t.Helper()
+	var body struct {
+		Tools []json.RawMessage `json:"tools"`
+	}
+	if err := json.Unmarshal(req.Body, &body); err != nil {
+		t.Fatal(err)
+	}
+	return len(body.Tools)
+}
+
+// TestCodeExecutionSwitchedOffMidThread: a thread ran code; the admin
+// switches code execution off; the next turn sends no tools, so the
+// history's calls reach the strict upstream as text it accepts (both wire
+// formats); switched on again, calls work as before.
+func TestCodeExecutionSwitchedOffMidThread(t *testing.T) {
+	for _, provider := range []string{"anthropic", "openai"} {
+		t.Run(provider, func(t *testing.T) {
+			databases(t, func(t *testing.T, dbURL string) {
+				s, fake := modelServer(t, dbURL, provider, nil)
+				f := newWSFixture(t, s)
+				turn := func(content string, code bool) response {
+					body := map[string]any{"content": content}
+					if code {
+						body["pgpt"] = map[string]any{"tools": []any{"code_execution"}}
+					}
+					return s.do("POST", appAPI+"/thread/"+f.tid+"/messages", f.admin, body)
+				}
+				create := func(name string) messages.ContentBlock {
+					return call(messages.SubToolTextEditor, map[string]any{"command": "create", "path": "/mnt/user-data/outputs/" + name, "file_text": "x"})
+				}
+				fake.Push(steps(create("a.txt")), textStep("saved a"))
+				if r := turn("save a", true); r.status != 200 || !strings.Contains(string(r.body), "saved a") {
+					t.Fatalf("first turn: %d %s", r.status, r.body)
+				}
+				setFeatures := func(on bool) {
+					if r := s.do("PATCH", appAPI+"/org/features", f.admin, map[string]any{"codeExecution": map[string]any{"enabled": on}}); r.status != 200 {
+						t.Fatalf("policy: %d %s", r.status, r.body)
+					}
+				}
+				setFeatures(false)
+				fake.Push(textStep("no code now"))
+				if r := turn("and now?", true); r.status != 200 || !strings.Contains(string(r.body), "no code now") {
+					t.Fatalf("turn with code execution off: %d %s (refused upstream: %v)", r.status, r.body, fake.Refused())
+				}
+				reqs := fake.Requests()
+				last := reqs[len(reqs)-1]
+				if toolsOf(t, last) != 0 {
+					t.Fatalf("tools offered while code execution is off: %s", last.Body)
+				}
+				if !strings.Contains(string(last.Body), "no longer offered") {
+					t.Fatalf("the earlier call is not in the history as text: %s", last.Body)
+				}
+				setFeatures(true)
+				fake.Push(steps(create("b.txt")), textStep("saved b"))
+				if r := turn("save b", true); r.status != 200 || !strings.Contains(string(r.body), "saved b") {
+					t.Fatalf("turn with code execution on again: %d %s", r.status, r.body)
+				}
+				if refused := fake.Refused(); len(refused) != 0 {
+					t.Fatalf("the upstream refused requests a real provider would refuse: %v", refused)
+				}
+			})
+		})
+	}
+}
+
+// TestMessagesAPIContinuedWithoutTools: a client continues a Messages API
+// conversation whose history holds code-execution calls and results, with
+// no tools this time; the strict upstream accepts what threadbox sends.
+func TestMessagesAPIContinuedWithoutTools(t *testing.T) {
+	for _, provider := range []string{"anthropic", "openai"} {
+		t.Run(provider, func(t *testing.T) {
+			s, fake := modelServer(t, "", provider, nil)
+			tok := s.bootstrap("acme", "admin@acme.test")
+			fake.Push(steps(call(messages.SubToolTextEditor, map[string]any{"command": "create", "path": "/mnt/user-data/outputs/r.txt", "file_text": "x"})), textStep("created"))
+			first := map[string]any{"model": "default", "max_tokens": 256, "container": "conv",
+				"tools":    []any{map[string]any{"type": "code_execution_20250825", "name": "code_execution"}},
+				"messages": []any{map[string]any{"role": "user", "content": "make a file"}}}
+			r := s.do("POST", "/api/gpt/v1/messages", tok, first)
+			if r.status != 200 {
+				t.Fatalf("first request: %d %s", r.status, r.body)
+			}
+			var resp struct {
+				Content []json.RawMessage `json:"content"`
+			}
+			if err := json.Unmarshal(r.body, &resp); err != nil || len(resp.Content) < 3 {
+				t.Fatalf("first answer: %s", r.body)
+			}
+			fake.Push(textStep("you are welcome"))
+			next := map[string]any{"model": "default", "max_tokens": 256, "container": "conv",
+				"messages": []any{
+					map[string]any{"role": "user", "content": "make a file"},
+					map[string]any{"role": "assistant", "content": resp.Content},
+					map[string]any{"role": "user", "content": "thanks"},
+				}}
+			r = s.do("POST", "/api/gpt/v1/messages", tok, next)
+			if r.status != 200 || !strings.Contains(string(r.body), "you are welcome") {
+				t.Fatalf("continued without tools: %d %s (refused upstream: %v)", r.status, r.body, fake.Refused())
+			}
+			if refused := fake.Refused(); len(refused) != 0 {
+				t.Fatalf("refused upstream: %v", refused)
+			}
+		})
+	}
+}
+
+// TestStoppedTurnKeepsItsPlace: a turn stopped while its command runs
+// (the client leaves) is not run again by the next message; the model's
+// next request shows the interruption between the two user messages,
+// which are not merged.
+func TestStoppedTurnKeepsItsPlace(t *testing.T) {
+	bin := needDocker(t)
+	s, fake := modelServer(t, "", "anthropic", map[string]string{"SANDBOX_BACKEND": "docker", "THREADBOX_AGENT_BIN": bin})
+	f := newWSFixture(t, s)
+	fake.Push(bashStep("sleep 30; echo late > /mnt/user-data/outputs/late.txt"))
+	body, _ := json.Marshal(map[string]any{"content": "write it late", "stream": true, "pgpt": map[string]any{"tools": []any{"code_execution"}}})
+	req, _ := http.NewRequest("POST", s.base+appAPI+"/thread/"+f.tid+"/messages", bytes.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+f.admin)
+	req.Header.Set("Content-Type", "application/json")
+	ctx, cancel := context.WithCancel(context.Background())
+	resp, err := http.DefaultClient.Do(req.WithContext(ctx))
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 4096)
+	var seen []byte
+	for !bytes.Contains(seen, []byte(`"server_tool_use"`)) {
+		n, rerr := resp.Body.Read(buf)
+		seen = append(seen, buf[:n]...)
+		if rerr != nil {
+			t.Fatalf("stream ended before the command: %v %s", rerr, seen)
+		}
+	}
+	time.Sleep(time.Second)
+	cancel() // Stop
+	resp.Body.Close()
+	waitFor(t, 15*time.Second, func() bool { return lastStatus(s, f.admin, f.tid) == "assistant failed" },
+		func() string { return "the stopped turn shows as " + lastStatus(s, f.admin, f.tid) })
+
+	fake.Push(textStep("hi back"))
+	r := s.do("POST", appAPI+"/thread/"+f.tid+"/messages", f.admin, map[string]any{"content": "echo hi", "pgpt": map[string]any{"tools": []any{"code_execution"}}})
+	if r.status != 200 || !strings.Contains(string(r.body), "hi back") {
+		t.Fatalf("next turn: %d %s (refused: %v)", r.status, r.body, fake.Refused())
+	}
+	reqs := fake.Requests()
+	roles, texts := upstreamMessages(t, reqs[len(reqs)-1])
+	if strings.Join(roles, ",") != "user,assistant,user" {
+		t.Fatalf("roles of the next request: %v %v", roles, texts)
+	}
+	if strings.Join(texts[0], "|") != "text:write it late" || strings.Join(texts[2], "|") != "text:echo hi" {
+		t.Fatalf("the user messages were merged or changed: %v", texts)
+	}
+	interrupted := strings.Join(texts[1], "|")
+	if !strings.Contains(interrupted, "was interrupted before it ended") || !strings.Contains(interrupted, workspace.InterruptedNote) ||
+		strings.Contains(interrupted, "tool_use") {
+		t.Fatalf("the interruption as the model sees it: %v", texts[1])
+	}
+	if got := len(fake.Requests()); got != len(reqs) {
+		t.Fatalf("the stopped command's turn asked the model again: %d requests", got)
+	}
+	if dl := s.do("GET", appAPI+"/thread/"+f.tid+"/download-file?path=/mnt/user-data/outputs/late.txt", f.admin, nil); dl.status == 200 {
+		t.Fatalf("the stopped command ran on: late.txt is %q", dl.body)
+	}
+	if refused := fake.Refused(); len(refused) != 0 {
+		t.Fatalf("refused upstream: %v", refused)
+	}
+}
