@@ -170,6 +170,9 @@ func (s *Service) ForUser(ctx context.Context, p user.Principal, clientID string
 	if err := container.ValidateClientID(clientID); err != nil {
 		return container.Container{}, err
 	}
+	if err := confine(p, container.UserScopedID(p.UserID, clientID)); err != nil {
+		return container.Container{}, err
+	}
 	return s.resolve(ctx, container.UserScopedID(p.UserID, clientID), isDefault, func() (container.Container, error) {
 		return container.NewForUser(p.OrgID, p.UserID, clientID, s.now())
 	}, p)
@@ -178,6 +181,9 @@ func (s *Service) ForUser(ctx context.Context, p user.Principal, clientID string
 // ForThread resolves the container of a thread the caller may access (the
 // caller has checked that), creating it when new.
 func (s *Service) ForThread(ctx context.Context, p user.Principal, threadID string) (container.Container, error) {
+	if err := confine(p, threadID); err != nil {
+		return container.Container{}, err
+	}
 	return s.resolve(ctx, threadID, false, func() (container.Container, error) {
 		return container.NewForThread(p.OrgID, p.UserID, threadID, s.now())
 	}, p)
@@ -185,6 +191,9 @@ func (s *Service) ForThread(ctx context.Context, p user.Principal, threadID stri
 
 // Lookup returns the container with storage id if the caller may use it.
 func (s *Service) Lookup(ctx context.Context, p user.Principal, id string) (container.Container, error) {
+	if err := confine(p, id); err != nil {
+		return container.Container{}, err
+	}
 	c, err := s.store.Container(ctx, id)
 	if err != nil || !c.AccessibleBy(p.OrgID, p.UserID) {
 		return container.Container{}, fault.New(fault.NotFound, "container not found")

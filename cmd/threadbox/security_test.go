@@ -1,0 +1,90 @@
+package main
+
+import (
+	"context"
+	"encoding/base64"
+	"strings"
+	"testing"
+)
+
+// TestSandboxTokenScope: the token handed to code in a sandbox acts only on
+// that sandbox's container (issue 21, item 1). Code running in one
+// container of a user can neither read, write nor delete the files of the
+// user's other containers and threads, nor run code in them; its own
+// container stays open to it, and a request naming no container uses it.
+func TestSandboxTokenScope(t *testing.T) {
+	bin := needDocker(t)
+	s := startServer(t, "", map[string]string{"SANDBOX_BACKEND": "docker", "THREADBOX_AGENT_BIN": bin, "MODEL_PROVIDER": "runner"})
+	f := newWSFixture(t, s)
+	if r := s.put(f.admin, "victim", "secret.txt", "victim's secret"); r.status != 200 && r.status != 201 {
+		t.Fatalf("put into victim: %d %s", r.status, r.body)
+	}
+	if r := f.upload(t, f.admin, f.tid, "", "thread-secret.txt", "thread's secret"); r.status != 200 && r.status != 201 {
+		t.Fatalf("upload into thread: %d %s", r.status, r.body)
+	}
+	secretID := base64.RawURLEncoding.EncodeToString([]byte("/mnt/user-data/uploads/secret.txt"))
+	threadSecretID := base64.RawURLEncoding.EncodeToString([]byte("/mnt/user-data/uploads/thread-secret.txt"))
+
+	// Each line of the script is one request from inside the sandbox of
+	// container "attacker", answered by its status.
+	const codeTool = `"tools":[{"type":"code_execution_20250825","name":"code_execution"}]`
+	msg := func(container string) string {
+		c := ""
+		if container != "" {
+			c = `"container":"` + container + `",`
+		}
+		return `'{"model":"m","max_tokens":5,` + c + codeTool + `,"messages":[{"role":"user","content":"hi"}]}'`
+	}
+	cases := []struct {
+		name, args, want string
+	}{
+		{"list another container's files", `"$B/files?scope_id=victim"`, "403"},
+		{"read another container's file", `"$B/files/` + secretID + `/content?scope_id=victim"`, "403"},
+		{"delete another container's file", `-X DELETE "$B/files/` + secretID + `?scope_id=victim"`, "403"},
+		{"delete by prefix in another container", `-X DELETE "$B/files?scope_id=victim&prefix=s"`, "403"},
+		{"read a thread's file", `"$B/files/` + threadSecretID + `/content?scope_id=` + f.tid + `"`, "403"},
+		{"write into a thread", `-X PUT --data-binary evil "$B/files/evil.txt?scope_id=` + f.tid + `"`, "403"},
+		{"run code in another container", `-H 'content-type: application/json' -d ` + msg("victim") + ` "$B/messages"`, "403"},
+		{"run code in a thread", `-H 'content-type: application/json' -d ` + msg(f.tid) + ` "$B/messages"`, "403"},
+		{"validate another container", `-H 'content-type: application/json' -d ` + msg("victim") + ` "$B/messages/validate"`, "403"},
+		{"the default container is another", `-H 'content-type: application/json' -d ` + msg("default") + ` "$B/messages"`, "403"},
+		{"the backends matrix", `"$B/sandbox/backends"`, "403"},
+		{"list its own files", `"$B/files?scope_id=attacker"`, "200"},
+		{"write its own files", `-X PUT --data-binary mine "$B/files/mine.txt?scope_id=attacker"`, "200"},
+		{"a request naming no container uses its own", `-H 'content-type: application/json' -d ` + msg("") + ` "$B/messages"`, "200"},
+	}
+	var script strings.Builder
+	script.WriteString("```bash\nB=$ANTHROPIC_BASE_URL/v1\n")
+	for _, c := range cases {
+		script.WriteString(`curl -sS -m 30 -o /dev/null -w '%{http_code}\n' -H "Authorization: Bearer $ANTHROPIC_AUTH_TOKEN" ` + c.args + "\n")
+	}
+	script.WriteString("```\n")
+
+	cl := msgClient(s, f.admin)
+	res, err := cl.Messages.New(context.Background(), msgParams("attacker", userText(script.String()), codeExecTool...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := 0
+	for first < len(res.Content) && res.Content[first].Type != "server_tool_use" {
+		first++
+	}
+	_, out := bashResult(t, res.Content, first)
+	got := strings.Split(strings.TrimSuffix(out.Stdout, "\n"), "\n")
+	if len(got) != len(cases) {
+		t.Fatalf("%d answers for %d requests: %q (stderr %q)", len(got), len(cases), out.Stdout, out.Stderr)
+	}
+	for i, c := range cases {
+		if got[i] != c.want {
+			t.Errorf("%s: %s, want %s", c.name, got[i], c.want)
+		}
+	}
+
+	// The other containers are untouched.
+	if r := s.do("GET", filesAPI+"/"+secretID+"/content?scope_id=victim", f.admin, nil); r.status != 200 || string(r.body) != "victim's secret" {
+		t.Errorf("victim's file after the attack: %d %q", r.status, r.body)
+	}
+	if r := s.do("GET", filesAPI+"?scope_id="+f.tid, f.admin, nil); r.status != 200 || strings.Contains(string(r.body), "evil.txt") || !strings.Contains(string(r.body), "thread-secret.txt") {
+		t.Errorf("thread's files after the attack: %d %s", r.status, r.body)
+	}
+}
