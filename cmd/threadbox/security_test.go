@@ -88,3 +88,71 @@ func TestSandboxTokenScope(t *testing.T) {
 		t.Errorf("thread's files after the attack: %d %s", r.status, r.body)
 	}
 }
+
+// errorMessage returns error.message of an error envelope.
+func errorMessage(t *testing.T, r response) string {
+	t.Helper()
+	e, _ := r.json(t)["error"].(map[string]any)
+	msg, _ := e["message"].(string)
+	return msg
+}
+
+// featureChanges counts the org.features.update events of the audit log.
+func featureChanges(t *testing.T, s *server, tok string) int {
+	t.Helper()
+	r := s.do("GET", appAPI+"/org/audit", tok, nil)
+	if r.status != 200 {
+		t.Fatalf("audit: %d %s", r.status, r.body)
+	}
+	n := 0
+	for _, e := range r.json(t)["data"].([]any) {
+		if e.(map[string]any)["action"] == "org.features.update" {
+			n++
+		}
+	}
+	return n
+}
+
+// TestPolicyPatchUnknownKeys: a policy patch with a key the policy does not
+// have, or a value of the wrong type, is a 400 naming the key; nothing is
+// changed or audited (issue 21, item 6).
+func TestPolicyPatchUnknownKeys(t *testing.T) {
+	databases(t, func(t *testing.T, dbURL string) {
+		s := startServer(t, dbURL, nil)
+		a := s.bootstrap("acme", "admin@acme.test")
+		before := s.do("GET", appAPI+"/org/features", a, nil)
+		cases := []struct {
+			name, body, names string
+		}{
+			{"a mistyped member", `{"codeExecution":{"enable":false}}`, `"codeExecution.enable"`},
+			{"a mistyped section", `{"codeExecutions":{"enabled":false}}`, `"codeExecutions"`},
+			{"a known and an unknown member", `{"uploads":{"enabled":false,"maxbytes":5}}`, `"uploads.maxbytes"`},
+			{"an unknown quota", `{"quotas":{"gpus":1}}`, `"gpus"`},
+			{"a value of the wrong type", `{"downloads":{"generated":"no"}}`, "generated"},
+			{"a section that is no object", `{"codeExecution":false}`, "codeExecution"},
+			{"not an object", `[]`, "JSON object"},
+		}
+		for _, tc := range cases {
+			t.Run(tc.name, func(t *testing.T) {
+				r := s.do("PATCH", appAPI+"/org/features", a, tc.body)
+				if r.status != 400 || r.errorType(t) != "invalid_request_error" || !strings.Contains(errorMessage(t, r), tc.names) {
+					t.Fatalf("%s: %d %s, want 400 naming %s", tc.body, r.status, r.body, tc.names)
+				}
+			})
+		}
+		if after := s.do("GET", appAPI+"/org/features", a, nil); string(after.body) != string(before.body) {
+			t.Errorf("refused patches changed the policy: %s, was %s", after.body, before.body)
+		}
+		if n := featureChanges(t, s, a); n != 0 {
+			t.Errorf("refused patches wrote %d audit events", n)
+		}
+		// A correct patch still applies and is audited.
+		r := s.do("PATCH", appAPI+"/org/features", a, `{"codeExecution":{"enabled":false},"codeExecution":null,"quotas":{"containersPerUser":3}}`)
+		if r.status != 200 || !strings.Contains(string(r.body), `"containersPerUser":3`) {
+			t.Fatalf("a correct patch: %d %s", r.status, r.body)
+		}
+		if n := featureChanges(t, s, a); n != 1 {
+			t.Errorf("a correct patch wrote %d audit events, want 1", n)
+		}
+	})
+}
