@@ -156,3 +156,84 @@ func TestPolicyPatchUnknownKeys(t *testing.T) {
 		}
 	})
 }
+
+// auditEvents returns the audit log's events of one action, newest first.
+func auditEvents(t *testing.T, s *server, tok, action string) []map[string]any {
+	t.Helper()
+	r := s.do("GET", appAPI+"/org/audit", tok, nil)
+	if r.status != 200 {
+		t.Fatalf("audit: %d %s", r.status, r.body)
+	}
+	var out []map[string]any
+	for _, e := range r.json(t)["data"].([]any) {
+		if ev := e.(map[string]any); ev["action"] == action {
+			out = append(out, ev)
+		}
+	}
+	return out
+}
+
+// TestProjectManagement: a project is managed (renamed, deleted) by its
+// owner or an admin; renames and deletions are audited; a member who owns
+// a project may delete it with every thread in it, but not another
+// member's single thread (issue 21, item 7).
+func TestProjectManagement(t *testing.T) {
+	databases(t, func(t *testing.T, dbURL string) {
+		s := startServer(t, dbURL, nil)
+		f := newWSFixture(t, s)
+		if r := s.do("POST", appAPI+"/org/users", f.admin, map[string]any{"email": "m2@acme.test", "role": "member", "password": "member-password"}); r.status != 201 && r.status != 200 {
+			t.Fatalf("create member: %d %s", r.status, r.body)
+		}
+		owner, other := f.member, login(t, s, "m2@acme.test", "member-password")
+		mkProject := func(tok, name string) string {
+			r := s.do("POST", appAPI+"/project", tok, map[string]any{"name": name})
+			if r.status != 201 {
+				t.Fatalf("project: %d %s", r.status, r.body)
+			}
+			return r.json(t)["id"].(string)
+		}
+		pid, otherPid := mkProject(owner, "Owned"), mkProject(other, "Other's")
+		ownerThread, otherThread := f.thread(t, owner, pid), f.thread(t, other, pid)
+
+		steps := []struct {
+			name, method, path, tok string
+			body                    any
+			want                    int
+		}{
+			{"another member renames the project", "PATCH", "/project/" + pid, other, map[string]any{"name": "Hijacked"}, 403},
+			{"another member deletes the project", "DELETE", "/project/" + pid, other, nil, 403},
+			{"the owner renames it", "PATCH", "/project/" + pid, owner, map[string]any{"name": "Renamed"}, 200},
+			{"an admin renames a member's project", "PATCH", "/project/" + otherPid, f.admin, map[string]any{"name": "Admin's name"}, 200},
+			{"the project's owner deletes another member's thread", "DELETE", "/thread/" + otherThread, owner, nil, 404},
+			{"the thread's owner still has it", "GET", "/thread/" + otherThread, other, nil, 200},
+			{"the owner deletes their own thread", "DELETE", "/thread/" + ownerThread, owner, nil, 204},
+		}
+		for _, st := range steps {
+			if r := s.do(st.method, appAPI+st.path, st.tok, st.body); r.status != st.want {
+				t.Fatalf("%s: %d %s, want %d", st.name, r.status, r.body, st.want)
+			}
+		}
+		if r := s.do("GET", appAPI+"/project/"+pid, other, nil); r.status != 200 || r.json(t)["name"] != "Renamed" {
+			t.Fatalf("project after the refused rename: %d %s", r.status, r.body)
+		}
+		renames := auditEvents(t, s, f.admin, "project.rename")
+		if len(renames) != 2 {
+			t.Fatalf("%d rename events, want 2: %v", len(renames), renames)
+		}
+		first := renames[1] // newest first
+		if first["target"] != pid || first["before"].(map[string]any)["name"] != "Owned" || first["after"].(map[string]any)["name"] != "Renamed" || first["actor_id"] == "" {
+			t.Errorf("owner's rename event: %v", first)
+		}
+
+		// The owner's decision: the project goes with every thread in it.
+		if r := s.do("DELETE", appAPI+"/project/"+pid, owner, nil); r.status != 204 {
+			t.Fatalf("owner deletes the project: %d %s", r.status, r.body)
+		}
+		if r := s.do("GET", appAPI+"/thread/"+otherThread, other, nil); r.status != 404 {
+			t.Errorf("a thread of the deleted project: %d %s", r.status, r.body)
+		}
+		if dels := auditEvents(t, s, f.admin, "project.delete"); len(dels) != 1 || dels[0]["target"] != pid {
+			t.Errorf("delete events: %v", dels)
+		}
+	})
+}
