@@ -237,3 +237,53 @@ func TestProjectManagement(t *testing.T) {
 		}
 	})
 }
+
+// TestArtifactsShowTheirMaker: artifacts belong to the project (CONTRACT
+// §1), so a member's private thread's outputs are listed and downloadable
+// by every member of the project — and each says which thread and which
+// user made it, also after the thread is gone (issue 21, item 10).
+func TestArtifactsShowTheirMaker(t *testing.T) {
+	bin := needDocker(t)
+	s := startServer(t, "", map[string]string{"SANDBOX_BACKEND": "docker", "THREADBOX_AGENT_BIN": bin, "MODEL_PROVIDER": "runner"})
+	f := newWSFixture(t, s)
+	memberID := s.do("GET", appAPI+"/me", f.member, nil).json(t)["user_id"].(string)
+	if r := s.do("POST", appAPI+"/org/users", f.admin, map[string]any{"email": "m2@acme.test", "role": "member", "password": "member-password"}); r.status != 201 && r.status != 200 {
+		t.Fatalf("create member: %d %s", r.status, r.body)
+	}
+	other := login(t, s, "m2@acme.test", "member-password") // neither the thread's nor the project's owner
+	tid := f.thread(t, f.member, f.pid)
+	r := s.do("POST", appAPI+"/thread/"+tid+"/messages", f.member, map[string]any{
+		"content": "```bash\necho made by a member > /mnt/user-data/outputs/report.txt\n```", "pgpt": map[string]any{"tools": []any{"code_execution"}},
+	})
+	if r.status != 200 {
+		t.Fatalf("member's turn: %d %s", r.status, r.body)
+	}
+	check := func(t *testing.T) {
+		t.Helper()
+		r := s.do("GET", appAPI+"/project/"+f.pid+"/artifacts", other, nil)
+		if r.status != 200 {
+			t.Fatalf("artifacts: %d %s", r.status, r.body)
+		}
+		data := r.json(t)["data"].([]any)
+		if len(data) != 1 {
+			t.Fatalf("artifacts: %s", r.body)
+		}
+		a := data[0].(map[string]any)
+		by, _ := a["created_by"].(map[string]any)
+		if a["thread_id"] != tid || by["user_id"] != memberID || by["email"] != "m@acme.test" {
+			t.Fatalf("artifact's maker: thread %v, created_by %v", a["thread_id"], a["created_by"])
+		}
+		one := s.do("GET", appAPI+"/artifact/"+a["id"].(string), other, nil)
+		if one.status != 200 || !strings.Contains(string(one.body), `"created_by":{"user_id":"`+memberID+`","email":"m@acme.test"}`) {
+			t.Fatalf("one artifact: %d %s", one.status, one.body)
+		}
+		if dl := s.do("GET", a["download_url"].(string), other, nil); dl.status != 200 || string(dl.body) != "made by a member\n" {
+			t.Fatalf("download by another member of the project: %d %s", dl.status, dl.body)
+		}
+	}
+	t.Run("listed with its thread and maker", check)
+	if r := s.do("DELETE", appAPI+"/thread/"+tid, f.member, nil); r.status != 204 {
+		t.Fatalf("delete thread: %d %s", r.status, r.body)
+	}
+	t.Run("after its thread is deleted", check)
+}
