@@ -20,13 +20,13 @@ type Artifact struct {
 	// for display ("" when unknown); never stored.
 	CreatorEmail string
 	ToolUseID    string
-	Path      string // sandbox path it was produced at
-	Name      string
-	MimeType  string
-	SizeBytes int64
-	SHA256    string
-	Version   int
-	CreatedAt time.Time
+	Path         string // sandbox path it was produced at
+	Name         string
+	MimeType     string
+	SizeBytes    int64
+	SHA256       string
+	Version      int
+	CreatedAt    time.Time
 }
 
 // Repository stores artifacts, scoped by org.
