@@ -17,6 +17,7 @@ import (
 	"threadbox/app/messages"
 	"threadbox/domain/container"
 	"threadbox/domain/fault"
+	"threadbox/domain/id"
 	"threadbox/domain/user"
 )
 
@@ -373,7 +374,9 @@ func (s *Server) messageError(c *fiber.Ctx, err error) error {
 	}
 	status, body := messages.ErrorStatus(err)
 	if status >= 500 {
-		s.log.Error("messages: turn failed", "status", status, "err", err)
+		eid := id.New("err")
+		s.log.Error("messages: turn failed", "status", status, "error_id", eid, "err", err)
+		body.Message = withErrorID(body.Message, eid)
 	}
 	return c.Status(status).JSON(envelope{Type: "error", Error: envelopeBody{Type: body.Type, Message: body.Message}})
 }
@@ -449,8 +452,12 @@ func (s *Server) streamMessage(c *fiber.Ctx, m *MessagesAPI, req *messages.Reque
 				}
 			case err := <-st.end:
 				if err != nil && ctx.Err() == nil {
-					log.Warn("messages: turn failed mid-stream", "err", err)
+					eid := id.New("err")
+					log.Warn("messages: turn failed mid-stream", "error_id", eid, "err", err)
 					ev := errorEvent(err)
+					if st, _ := messages.ErrorStatus(err); st >= 500 && fault.KindOf(err) == fault.Internal {
+						ev.Error.Message = withErrorID(ev.Error.Message, eid)
+					}
 					_ = w.Event(ev.Type, ev)
 				}
 				return

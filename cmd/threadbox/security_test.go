@@ -3,6 +3,9 @@ package main
 import (
 	"context"
 	"encoding/base64"
+	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -286,4 +289,52 @@ func TestArtifactsShowTheirMaker(t *testing.T) {
 		t.Fatalf("delete thread: %d %s", r.status, r.body)
 	}
 	t.Run("after its thread is deleted", check)
+}
+
+// TestSandboxErrorsHideHostDetails: when a sandbox cannot start, the tool
+// result shows a stable message and an error id, never the backend's error
+// with its host paths; the server's log has the cause under that id
+// (issue 21, item 5).
+func TestSandboxErrorsHideHostDetails(t *testing.T) {
+	bin := needDocker(t)
+	s := startServer(t, "", map[string]string{"SANDBOX_BACKEND": "docker", "THREADBOX_AGENT_BIN": bin, "MODEL_PROVIDER": "runner"})
+	a := s.bootstrap("acme", "admin@acme.test")
+	if r := s.put(a, "broken", "x.txt", "x"); r.status != 200 && r.status != 201 {
+		t.Fatalf("put: %d %s", r.status, r.body)
+	}
+	// The container's workspace folder becomes a file: Docker cannot mount
+	// it, and says so with the host path.
+	roots, _ := filepath.Glob(filepath.Join(s.dataDir, "containers", "*broken*"))
+	if len(roots) != 1 {
+		t.Fatalf("container folders: %v", roots)
+	}
+	ws := filepath.Join(roots[0], "workspace")
+	if err := os.RemoveAll(ws); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(ws, []byte("not a folder"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// code_execution_v1: its error blocks carry detail.explanation.
+	r := s.do("POST", "/api/gpt/v1/messages", a, map[string]any{
+		"model": "default", "max_tokens": 100, "container": "broken",
+		"tools":    []any{map[string]any{"name": "code_execution", "type": "code_execution_v1"}},
+		"messages": []any{map[string]any{"role": "user", "content": "```bash\necho hi\n```"}},
+	})
+	expl := string(r.body)
+	if r.status != 200 || !strings.Contains(expl, "bash_code_execution_tool_result_error") {
+		t.Fatalf("turn: %d %s", r.status, expl)
+	}
+	eid := regexp.MustCompile(`err_[0-9a-z]+`).FindString(expl)
+	for _, leak := range []string{s.dataDir, "/containers/", "docker", "daemon", "mount"} {
+		if strings.Contains(strings.ToLower(expl), strings.ToLower(leak)) {
+			t.Errorf("the tool result shows %q: %s", leak, expl)
+		}
+	}
+	if eid == "" || !strings.Contains(expl, "unavailable") {
+		t.Fatalf("the tool result has no error id: %s", expl)
+	}
+	if logs := s.stderr.String(); !strings.Contains(logs, eid) || !strings.Contains(logs, roots[0]) {
+		t.Errorf("the log lacks the error id %s with the cause: %s", eid, logs)
+	}
 }
