@@ -3,11 +3,15 @@ package web
 import (
 	"bytes"
 	"encoding/json"
+	"maps"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
 
 	"threadbox/app/admin"
+	"threadbox/domain/fault"
 	"threadbox/domain/org"
 	"threadbox/domain/user"
 )
@@ -79,9 +83,57 @@ func (s *Server) getFeatures(c *fiber.Ctx) error {
 	return c.JSON(admin.ViewOf(p))
 }
 
-func (s *Server) patchFeatures(c *fiber.Ctx) error {
+// policyKeys lists the members of each object of a policy patch; quotas
+// holds quota names, which the policy checks.
+var policyKeys = map[string][]string{
+	"codeExecution": {"enabled"},
+	"uploads":       {"enabled", "maxBytes"},
+	"downloads":     {"generated", "uploaded"},
+	"quotas":        nil,
+}
+
+// parsePolicyPatch decodes a policy merge patch, refusing a key the
+// policy does not have (a typo such as "enable" must not answer 200 and
+// change nothing): the error names it by its path.
+func parsePolicyPatch(b []byte) (policyPatch, error) {
 	var pp policyPatch
-	if err := parseJSON(c, &pp); err != nil {
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(b, &top); err != nil || top == nil {
+		return pp, fault.New(fault.Invalid, "request body must be a JSON object")
+	}
+	for _, key := range slices.Sorted(maps.Keys(top)) {
+		members, known := policyKeys[key]
+		if !known {
+			return pp, fault.Errorf(fault.Invalid, "unknown policy key %q: the policy has codeExecution, uploads, downloads and quotas", key)
+		}
+		if members == nil {
+			continue
+		}
+		var obj map[string]json.RawMessage
+		if err := json.Unmarshal(top[key], &obj); err != nil {
+			return pp, fault.Errorf(fault.Invalid, "%s must be an object", key)
+		}
+		for _, m := range slices.Sorted(maps.Keys(obj)) {
+			if !slices.Contains(members, m) {
+				return pp, fault.Errorf(fault.Invalid, "unknown policy key %q: %s has %s", key+"."+m, key, strings.Join(members, " and "))
+			}
+		}
+	}
+	if err := json.Unmarshal(b, &pp); err != nil {
+		return pp, fault.Errorf(fault.Invalid, "invalid JSON body: %s", jsonErr(err))
+	}
+	return pp, nil
+}
+
+// patchFeatures is PATCH /org/features: a JSON merge patch of the policy,
+// audited; a key the policy does not have is a 400 and changes nothing.
+func (s *Server) patchFeatures(c *fiber.Ctx) error {
+	b, err := body(c, maxJSONBody)
+	if err != nil {
+		return err
+	}
+	pp, err := parsePolicyPatch(b)
+	if err != nil {
 		return err
 	}
 	p, err := s.svc.Admin.PatchPolicy(c.UserContext(), principal(c), pp.domain())

@@ -15,6 +15,7 @@ type artifactView struct {
 	Type        string    `json:"type"`
 	ProjectID   string    `json:"project_id"`
 	ThreadID    string    `json:"thread_id"`
+	CreatedBy   creator   `json:"created_by"`
 	ToolUseID   string    `json:"tool_use_id"`
 	FileID      string    `json:"file_id"`
 	Path        string    `json:"path"`
@@ -28,10 +29,17 @@ type artifactView struct {
 	CreatedAt   time.Time `json:"created_at"`
 }
 
+// creator is the user whose thread made an artifact; the email is empty
+// when the user is unknown (an artifact saved before this was recorded).
+type creator struct {
+	UserID string `json:"user_id"`
+	Email  string `json:"email"`
+}
+
 func viewArtifact(a artifact.Artifact) artifactView {
 	r := workspace.ResourceOf(a)
 	return artifactView{
-		ID: a.ID, Type: "artifact", ProjectID: a.ProjectID, ThreadID: a.ThreadID, ToolUseID: a.ToolUseID,
+		ID: a.ID, Type: "artifact", ProjectID: a.ProjectID, ThreadID: a.ThreadID, CreatedBy: creator{a.CreatedBy, a.CreatorEmail}, ToolUseID: a.ToolUseID,
 		FileID: r.FileID, Path: a.Path, Name: a.Name, MimeType: a.MimeType, SizeBytes: a.SizeBytes,
 		SHA256: a.SHA256, Version: a.Version, DownloadURL: r.DownloadURL, PreviewURL: r.PreviewURL, CreatedAt: a.CreatedAt,
 	}

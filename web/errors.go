@@ -3,10 +3,12 @@ package web
 import (
 	"errors"
 	"net/http"
+	"strings"
 
 	"github.com/gofiber/fiber/v2"
 
 	"threadbox/domain/fault"
+	"threadbox/domain/id"
 )
 
 // envelope is the Anthropic error envelope of CONTRACT §8.
@@ -65,13 +67,26 @@ func typeOf(status int) string {
 // status and a caller-safe message; ok is false when it does not know err.
 type Classifier func(err error) (status int, msg string, ok bool)
 
-// errorHandler is the one place that turns errors into responses.
+// errorHandler is the one place that turns errors into responses. A
+// server error is logged with a new error id, and an internal one (whose
+// cause may name host paths, the database or the Docker daemon) shows the
+// caller only a stable message and that id.
 func (s *Server) errorHandler(c *fiber.Ctx, err error) error {
 	status, msg := s.classify(err)
 	if status >= 500 {
-		s.log.Error("request failed", "method", c.Method(), "path", c.Path(), "status", status, "err", err)
+		eid := id.New("err")
+		s.log.Error("request failed", "method", c.Method(), "path", c.Path(), "status", status, "error_id", eid, "err", err)
+		if fault.KindOf(err) == fault.Internal {
+			msg = withErrorID(msg, eid)
+		}
 	}
 	return writeError(c, status, msg)
+}
+
+// withErrorID adds an error id to a stable message shown for a failure
+// whose cause only the server's log has.
+func withErrorID(msg, eid string) string {
+	return strings.TrimSuffix(msg, ".") + " (error id " + eid + ")"
 }
 
 func (s *Server) classify(err error) (int, string) {

@@ -17,6 +17,7 @@ import (
 	"threadbox/app/messages"
 	"threadbox/domain/container"
 	"threadbox/domain/fault"
+	"threadbox/domain/id"
 	"threadbox/domain/user"
 )
 
@@ -141,14 +142,27 @@ func needsContainer(req *messages.Request, plan *messages.Plan) bool {
 	return plan.CodeExecution || plan.Sandbox || (req.Container != nil && (req.Container.ID != "" || len(req.Container.Skills) > 0)) || len(plan.ContainerUploads) > 0
 }
 
+// requestScope is the container a request names: its container's id, or
+// when it names none the caller's default container — for a sandbox token
+// the container of its own sandbox, the only one it may use.
+func requestScope(p user.Principal, req *messages.Request) string {
+	switch {
+	case req.Container != nil && req.Container.ID != "":
+		return req.Container.ID
+	case p.Kind == user.SandboxToken:
+		return container.RefFor(p.ContainerID, p.UserID)
+	}
+	return container.DefaultClientID
+}
+
 // containerOf resolves the request's container: the one it names (a new id
 // creates it; a thread id the caller can access names the thread's), or the
 // caller's default container. Its folders are prepared the first time this
 // server sees it.
 func (s *Server) containerOf(ctx context.Context, m *MessagesAPI, p user.Principal, req *messages.Request) (container.Container, error) {
-	var ref container.Ref
-	if req.Container != nil {
-		ref = container.ParseRef(req.Container.ID)
+	ref := container.ParseRef("") // the caller's default container
+	if (req.Container != nil && req.Container.ID != "") || p.Kind == user.SandboxToken {
+		ref = container.ParseRef(requestScope(p, req))
 	}
 	if threadID, ok := ref.Thread(); ok {
 		return m.Containers.Scope(ctx, p, threadID, true)
@@ -177,10 +191,7 @@ func (s *Server) beforeRun(ctx context.Context, m *MessagesAPI, p user.Principal
 	if m.Quota == nil || !(plan.CodeExecution || plan.Sandbox) {
 		return nil
 	}
-	scope := container.DefaultClientID
-	if req.Container != nil && req.Container.ID != "" {
-		scope = req.Container.ID
-	}
+	scope := requestScope(p, req)
 	id := ""
 	// A scope that names nothing yet, or nothing the caller may use, is
 	// left to containerOf to make or refuse.
@@ -363,7 +374,9 @@ func (s *Server) messageError(c *fiber.Ctx, err error) error {
 	}
 	status, body := messages.ErrorStatus(err)
 	if status >= 500 {
-		s.log.Error("messages: turn failed", "status", status, "err", err)
+		eid := id.New("err")
+		s.log.Error("messages: turn failed", "status", status, "error_id", eid, "err", err)
+		body.Message = withErrorID(body.Message, eid)
 	}
 	return c.Status(status).JSON(envelope{Type: "error", Error: envelopeBody{Type: body.Type, Message: body.Message}})
 }
@@ -439,8 +452,12 @@ func (s *Server) streamMessage(c *fiber.Ctx, m *MessagesAPI, req *messages.Reque
 				}
 			case err := <-st.end:
 				if err != nil && ctx.Err() == nil {
-					log.Warn("messages: turn failed mid-stream", "err", err)
+					eid := id.New("err")
+					log.Warn("messages: turn failed mid-stream", "error_id", eid, "err", err)
 					ev := errorEvent(err)
+					if st, _ := messages.ErrorStatus(err); st >= 500 && fault.KindOf(err) == fault.Internal {
+						ev.Error.Message = withErrorID(ev.Error.Message, eid)
+					}
 					_ = w.Event(ev.Type, ev)
 				}
 				return
@@ -579,10 +596,7 @@ func (s *Server) validateMessage(c *fiber.Ctx) error {
 	ctx, p := c.UserContext(), principal(c)
 	out := validateResult{Type: "message_validation", Valid: true, Model: req.Model, Plan: plan, Stream: req.Stream, Skills: []string{}}
 	if needsContainer(req, plan) {
-		id := container.DefaultClientID
-		if req.Container != nil && req.Container.ID != "" {
-			id = req.Container.ID
-		}
+		id := requestScope(p, req)
 		vc := &validateContainer{ID: id}
 		ctr, ok, err := m.Containers.Peek(ctx, p, id)
 		if err != nil {

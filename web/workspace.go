@@ -12,6 +12,7 @@ import (
 	"threadbox/app/messages"
 	"threadbox/app/workspace"
 	"threadbox/domain/fault"
+	"threadbox/domain/id"
 	"threadbox/domain/thread"
 )
 
@@ -164,8 +165,12 @@ func (s *Server) threadTurn(c *fiber.Ctx) error {
 		defer w.keepAlive(DefaultPingInterval, messages.EventPing, messages.Event{Type: messages.EventPing})()
 		_, err := turn.Run(ctx, messages.SinkFunc(func(ev messages.Event) error { return w.Event(ev.Type, ev) }))
 		if err != nil && ctx.Err() == nil {
-			log.Warn("thread turn failed mid-stream", "thread", turn.Thread().ID(), "err", err)
+			eid := id.New("err")
+			log.Warn("thread turn failed mid-stream", "thread", turn.Thread().ID(), "error_id", eid, "err", err)
 			ev := messages.ErrorEvent(err)
+			if st, _ := messages.ErrorStatus(err); st >= 500 && fault.KindOf(err) == fault.Internal {
+				ev.Error.Message = withErrorID(ev.Error.Message, eid)
+			}
 			if k := fault.KindOf(err); k != fault.Internal {
 				ev.Error = &messages.ErrorBody{Type: typeOf(statusOf(k)), Message: fault.MessageOf(err)}
 			}
@@ -183,7 +188,9 @@ func (s *Server) turnError(c *fiber.Ctx, err error) error {
 	}
 	status, body := messages.ErrorStatus(err)
 	if status >= 500 {
-		s.log.Error("thread turn failed", "path", c.Path(), "status", status, "err", err)
+		eid := id.New("err")
+		s.log.Error("thread turn failed", "path", c.Path(), "status", status, "error_id", eid, "err", err)
+		body.Message = withErrorID(body.Message, eid)
 	}
 	return c.Status(status).JSON(envelope{Type: "error", Error: envelopeBody{Type: body.Type, Message: body.Message}})
 }

@@ -170,6 +170,9 @@ func (s *Service) ForUser(ctx context.Context, p user.Principal, clientID string
 	if err := container.ValidateClientID(clientID); err != nil {
 		return container.Container{}, err
 	}
+	if err := confine(p, container.UserScopedID(p.UserID, clientID)); err != nil {
+		return container.Container{}, err
+	}
 	return s.resolve(ctx, container.UserScopedID(p.UserID, clientID), isDefault, func() (container.Container, error) {
 		return container.NewForUser(p.OrgID, p.UserID, clientID, s.now())
 	}, p)
@@ -178,6 +181,9 @@ func (s *Service) ForUser(ctx context.Context, p user.Principal, clientID string
 // ForThread resolves the container of a thread the caller may access (the
 // caller has checked that), creating it when new.
 func (s *Service) ForThread(ctx context.Context, p user.Principal, threadID string) (container.Container, error) {
+	if err := confine(p, threadID); err != nil {
+		return container.Container{}, err
+	}
 	return s.resolve(ctx, threadID, false, func() (container.Container, error) {
 		return container.NewForThread(p.OrgID, p.UserID, threadID, s.now())
 	}, p)
@@ -185,6 +191,9 @@ func (s *Service) ForThread(ctx context.Context, p user.Principal, threadID stri
 
 // Lookup returns the container with storage id if the caller may use it.
 func (s *Service) Lookup(ctx context.Context, p user.Principal, id string) (container.Container, error) {
+	if err := confine(p, id); err != nil {
+		return container.Container{}, err
+	}
 	c, err := s.store.Container(ctx, id)
 	if err != nil || !c.AccessibleBy(p.OrgID, p.UserID) {
 		return container.Container{}, fault.New(fault.NotFound, "container not found")
@@ -294,11 +303,11 @@ func (s *Service) ensure(ctx context.Context, id string) (*live, error) {
 	c, err := s.store.Container(ctx, id)
 	if err != nil {
 		// Nothing runs without a record.
-		return nil, fmt.Errorf("containers: boot %s: %w", id, err)
+		return nil, s.hide(id, "boot", fmt.Errorf("containers: boot %s: %w", id, err))
 	}
 	ok, err := s.leases.Acquire(ctx, sandboxLease(id))
 	if err != nil {
-		return nil, fmt.Errorf("containers: boot %s: %w", id, err)
+		return nil, s.hide(id, "boot", fmt.Errorf("containers: boot %s: %w", id, err))
 	}
 	if !ok {
 		return nil, errElsewhere(c.ClientID())
@@ -310,7 +319,7 @@ func (s *Service) ensure(ctx context.Context, id string) (*live, error) {
 		c = c.Stopped()
 		if err := s.store.UpdateContainer(ctx, c); err != nil {
 			s.giveBack(id)
-			return nil, fmt.Errorf("containers: boot %s: %w", id, err)
+			return nil, s.hide(id, "boot", fmt.Errorf("containers: boot %s: %w", id, err))
 		}
 	}
 	if s.quota != nil {
@@ -322,7 +331,7 @@ func (s *Service) ensure(ctx context.Context, id string) (*live, error) {
 	l, err = s.boot(ctx, c)
 	if err != nil {
 		s.giveBack(id)
-		return nil, err
+		return nil, s.hide(id, "boot", err)
 	}
 	return l, nil
 }
@@ -333,8 +342,7 @@ func (s *Service) boot(ctx context.Context, c container.Container) (*live, error
 	id := c.ID()
 	mounts, err := s.folders.Prepare(ctx, id)
 	if err != nil {
-		s.log.Error("sandbox boot failed", "container", id, "cause", err.Error())
-		return nil, fmt.Errorf("containers: folders: %w", err)
+		return nil, fmt.Errorf("containers: folders: %w", err) // logged by hide
 	}
 	spec := sandbox.Spec{ID: id, Mounts: mounts, Limits: s.cfg.Limits, Env: s.cfg.Env}
 	var reasons []string
@@ -356,9 +364,7 @@ func (s *Service) boot(ctx context.Context, c container.Container) (*live, error
 		}
 		return s.hold(ctx, c, b, 1), nil
 	}
-	err = fmt.Errorf("%w: no sandbox backend could start a sandbox (%s)", sandbox.ErrUnavailable, strings.Join(reasons, "; "))
-	s.log.Error("sandbox boot failed", "container", id, "cause", err.Error())
-	return nil, err
+	return nil, fmt.Errorf("%w: no sandbox backend could start a sandbox (%s)", sandbox.ErrUnavailable, strings.Join(reasons, "; ")) // logged by hide
 }
 
 // reason names the backend before its error, unless the error does.
@@ -417,7 +423,7 @@ func (s *Service) Exec(ctx context.Context, containerID string, cmd sandbox.Comm
 	res, err := l.backend.Exec(ctx, containerID, cmd)
 	s.release(l)
 	if err != nil {
-		s.failed(containerID, l, "exec", err)
+		err = s.failed(containerID, l, "exec", err)
 	}
 	return res, err
 }
@@ -432,9 +438,9 @@ func (s *Service) Start(ctx context.Context, containerID string, cmd sandbox.Com
 	defer s.release(l)
 	sess, err := l.backend.Start(ctx, containerID, cmd, tty)
 	if err != nil {
-		s.failed(containerID, l, "start", err)
+		return nil, s.failed(containerID, l, "start", err)
 	}
-	return sess, err
+	return sess, nil
 }
 
 // Listen listens on a loopback address inside the container's running
@@ -453,21 +459,28 @@ func (s *Service) Listen(ctx context.Context, containerID, addr string) (net.Lis
 	}
 	ln, err := l.backend.Listen(ctx, containerID, addr)
 	if err != nil {
-		s.failed(containerID, l, "listen", err)
+		return nil, s.failed(containerID, l, "listen", err)
 	}
-	return ln, err
+	return ln, nil
 }
 
-// failed logs a failed operation and, when the sandbox is gone (killed,
-// daemon restarted), forgets it so the next use boots a fresh one.
-func (s *Service) failed(id string, l *live, op string, err error) {
+// failed logs a failed operation with an error id and returns the error
+// the caller may see (hide) and, when the sandbox is gone (killed, daemon
+// restarted), forgets it so the next use boots a fresh one.
+func (s *Service) failed(id string, l *live, op string, err error) error {
 	if errors.Is(err, sandbox.ErrUnsupported) || errors.Is(err, context.Canceled) {
-		return
+		return err
 	}
-	s.log.Error("sandbox "+op+" failed", "container", id, "backend", l.backend.Name(), "cause", err.Error())
-	if !errors.Is(err, sandbox.ErrUnavailable) && !errors.Is(err, sandbox.ErrNotFound) {
-		return
+	shown := s.hide(id, op, err, "backend", l.backend.Name())
+	if errors.Is(err, sandbox.ErrUnavailable) || errors.Is(err, sandbox.ErrNotFound) {
+		s.forget(id, l)
 	}
+	return shown
+}
+
+// forget drops this process's hold of a sandbox that is gone: its record
+// says idle and its lease is given back.
+func (s *Service) forget(id string, l *live) {
 	s.mu.Lock()
 	gone := s.running[id] == l
 	if gone {
@@ -488,7 +501,7 @@ func (s *Service) failed(id string, l *live, op string, err error) {
 // Restart stops the container's sandbox; the next use boots a fresh one with
 // the same files.
 func (s *Service) Restart(ctx context.Context, containerID string) error {
-	return s.Stop(ctx, containerID)
+	return s.hide(containerID, "restart", s.Stop(ctx, containerID))
 }
 
 // Stop shuts the container's sandbox down; its files stay.

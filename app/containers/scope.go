@@ -67,6 +67,9 @@ func (s *Service) Peek(ctx context.Context, p user.Principal, scopeID string) (c
 		}
 		id = container.UserScopedID(p.UserID, scopeID)
 	}
+	if err := confine(p, id); err != nil {
+		return container.Container{}, false, err
+	}
 	c, err = s.Lookup(ctx, p, id)
 	switch {
 	case err != nil:
@@ -98,4 +101,14 @@ func (s *Service) threadOf(ctx context.Context, p user.Principal, scopeID string
 func (s *Service) Container(ctx context.Context, p user.Principal, scopeID string, create bool) (string, error) {
 	c, err := s.Scope(ctx, p, scopeID, create)
 	return c.ID(), err
+}
+
+// confine refuses a sandbox token every container but the one it was
+// issued for: code in one sandbox never reaches another container's files
+// or sandbox, even one of the same user (docs/sandbox-tools.md).
+func confine(p user.Principal, id string) error {
+	if p.Kind != user.SandboxToken || id == p.ContainerID {
+		return nil
+	}
+	return fault.New(fault.Forbidden, "a sandbox token acts only on the container of its own sandbox")
 }

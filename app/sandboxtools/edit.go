@@ -64,7 +64,7 @@ func (e *Executor) editFile(ctx context.Context, call messages.ToolCall) (any, e
 	case errors.Is(err, file.ErrTooLarge) || (err == nil && int64(len(b)) > e.cfg.MaxFileBytes):
 		return nil, invalidInput("File %s is larger than %d bytes; edit it with sandbox_bash.", abs, e.cfg.MaxFileBytes)
 	case err != nil:
-		return nil, fail(messages.CodeUnavailable, "File %s could not be read: %v", abs, err)
+		return nil, fail(messages.CodeUnavailable, "File %s could not be read: %s", abs, messages.Explain(e.cfg.Log, err))
 	}
 	if !utf8.Valid(b) || slices.Contains(b, 0) {
 		return nil, invalidInput("File %s is not a text file.", abs)
@@ -76,7 +76,7 @@ func (e *Executor) editFile(ctx context.Context, call messages.ToolCall) (any, e
 	}
 	updated := content[:m.Start] + *in.NewStr + content[m.End:]
 	if err := e.files.WriteFile(ctx, call.ContainerID, abs, []byte(updated)); err != nil {
-		return nil, fail(messages.CodeUnavailable, "File %s could not be written: %v", abs, err)
+		return nil, fail(messages.CodeUnavailable, "File %s could not be written: %s", abs, messages.Explain(e.cfg.Log, err))
 	}
 	replaced := content[m.Start:m.End]
 	return EditResult{

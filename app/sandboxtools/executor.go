@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"path"
 	"sort"
@@ -67,6 +68,9 @@ type Config struct {
 	// BSLCommand is the bsl-language-server launcher looked up in the
 	// sandbox's PATH.
 	BSLCommand string
+	// Log receives the causes of failures that tool results show only by
+	// an error id (messages.Explain); nil discards them.
+	Log *slog.Logger
 }
 
 var _ messages.ToolExecutor = (*Executor)(nil)
@@ -160,7 +164,7 @@ func (e *Executor) Execute(ctx context.Context, call messages.ToolCall) (*messag
 	if err != nil {
 		var te *toolError
 		if !errors.As(err, &te) {
-			te = &toolError{code: messages.CodeUnavailable, msg: sandboxMessage(err)}
+			te = &toolError{code: messages.CodeUnavailable, msg: e.sandboxMessage(err)}
 		}
 		return messages.ErrorResult(call.Name, te.code, te.msg), nil
 	}
@@ -171,12 +175,13 @@ func (e *Executor) Execute(ctx context.Context, call messages.ToolCall) (*messag
 	return messages.SandboxResult(b), nil
 }
 
-// sandboxMessage explains a sandbox failure.
-func sandboxMessage(err error) string {
+// sandboxMessage explains a sandbox failure without its host details
+// (messages.Explain).
+func (e *Executor) sandboxMessage(err error) string {
 	if err.Error() == messages.NotConfiguredMessage {
 		return messages.NotConfiguredMessage
 	}
-	return "The sandbox is unavailable: " + err.Error()
+	return "The sandbox is unavailable: " + messages.Explain(e.cfg.Log, err)
 }
 
 // decode decodes a tool input, naming the field of a type mismatch.

@@ -96,7 +96,7 @@ func (e *Executor) editor(ctx context.Context, call messages.ToolCall) *messages
 	case errors.Is(err, file.ErrReadOnly):
 		return fail(messages.CodeInvalidToolInput, fmt.Sprintf("Path '%s' is in a read-only mount", ed.given))
 	}
-	return fail(messages.CodeUnavailable, fmt.Sprintf("The file operation on %s failed.", ed.abs))
+	return fail(messages.CodeUnavailable, fmt.Sprintf("The file operation on %s failed (%s).", ed.abs, messages.Explain(e.cfg.Log, err)))
 }
 
 // edit is one text-editor operation on one path.

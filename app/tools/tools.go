@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -52,6 +53,9 @@ type Config struct {
 	FileOpTimeout time.Duration // limit of one text-editor operation
 	MaxFileBytes  int64         // largest file the text editor reads or edits
 	Mounts        file.Table    // nil means file.DefaultTable()
+	// Log receives the causes of failures that tool results show only by
+	// an error id (messages.Explain); nil discards them.
+	Log *slog.Logger
 }
 
 var _ messages.ToolExecutor = (*Executor)(nil)
@@ -137,7 +141,7 @@ func (e *Executor) bash(ctx context.Context, call messages.ToolCall) *messages.T
 	}
 	if in.Restart {
 		if err := e.sb.Restart(ctx, call.ContainerID); err != nil && !errors.Is(err, sandbox.ErrNotFound) {
-			return fail(messages.CodeUnavailable, "The sandbox could not be restarted: "+err.Error())
+			return fail(messages.CodeUnavailable, "The sandbox could not be restarted: "+messages.Explain(e.cfg.Log, err))
 		}
 		if in.Command == nil || strings.TrimSpace(*in.Command) == "" {
 			return &messages.ToolResult{Type: messages.ResultBash, Stdout: "Sandbox restarted.\n"}
@@ -158,7 +162,7 @@ func (e *Executor) bash(ctx context.Context, call messages.ToolCall) *messages.T
 		if errors.Is(err, containers.ErrNoBackend) {
 			return fail(messages.CodeUnavailable, messages.NotConfiguredMessage)
 		}
-		return fail(messages.CodeUnavailable, "The sandbox is unavailable: "+err.Error())
+		return fail(messages.CodeUnavailable, "The sandbox is unavailable: "+messages.Explain(e.cfg.Log, err))
 	}
 	out := &messages.ToolResult{
 		Type:       messages.ResultBash,

@@ -1,15 +1,19 @@
 package tools
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	"threadbox/app/messages"
+	"threadbox/domain/fault"
 	"threadbox/domain/file"
 	"threadbox/domain/sandbox"
 )
@@ -125,8 +129,8 @@ func TestBash(t *testing.T) {
 		{
 			name:  "sandbox failure is unavailable",
 			input: `{"command":"ls"}`,
-			err:   sandbox.ErrUnavailable,
-			want:  messages.ErrorResult(messages.SubToolBash, messages.CodeUnavailable, "The sandbox is unavailable: sandbox unavailable"),
+			err:   fault.Wrap(fault.Unavailable, "sandbox exec failed (error id err_1)", sandbox.ErrUnavailable),
+			want:  messages.ErrorResult(messages.SubToolBash, messages.CodeUnavailable, "The sandbox is unavailable: sandbox exec failed (error id err_1)"),
 		},
 		{
 			name:  "missing command",
@@ -401,5 +405,23 @@ func TestEditorViewTruncates(t *testing.T) {
 	r := run(t, e, messages.SubToolTextEditor, `{"command":"view","path":"big.txt"}`)
 	if r.FileContent != "aaaaaaaaaa...[truncated]" {
 		t.Fatalf("content = %q", r.FileContent)
+	}
+}
+
+// TestBashHidesHostDetails: a sandbox error that is not written for the
+// caller (a backend's, naming host paths) reaches the tool result only as
+// an error id, and the log gets the cause with that id.
+func TestBashHidesHostDetails(t *testing.T) {
+	var logged bytes.Buffer
+	cause := errors.New("docker: mount /srv/threadbox/data/containers/thr_1/workspace: not a directory (unix:///var/run/docker.sock)")
+	e := New(&fakeSandbox{err: cause}, newFakeFiles(), Config{Log: slog.New(slog.NewTextHandler(&logged, nil))})
+	got := run(t, e, messages.SubToolBash, `{"command":"ls"}`)
+	expl := got.Detail.Explanation
+	eid := regexp.MustCompile(`err_[0-9a-z]+`).FindString(expl)
+	if got.ErrorCode != messages.CodeUnavailable || strings.Contains(expl, "/srv") || strings.Contains(expl, "docker") || eid == "" {
+		t.Fatalf("explanation %q", expl)
+	}
+	if !strings.Contains(logged.String(), eid) || !strings.Contains(logged.String(), "/srv/threadbox") {
+		t.Fatalf("log %q lacks the id %s or the cause", logged.String(), eid)
 	}
 }

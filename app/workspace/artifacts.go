@@ -191,7 +191,7 @@ func (s *Service) saveArtifact(ctx context.Context, th thread.Thread, containerI
 	}
 	name := path.Base(info.Rel)
 	a := artifact.Artifact{
-		ID: id.New("art"), OrgID: th.OrgID(), ProjectID: th.ProjectID(), ThreadID: th.ID(), ToolUseID: toolUseID,
+		ID: id.New("art"), OrgID: th.OrgID(), ProjectID: th.ProjectID(), ThreadID: th.ID(), CreatedBy: th.OwnerID(), ToolUseID: toolUseID,
 		Path: p, Name: name, MimeType: file.Detect(name, head[:n]).MIME, SizeBytes: size, SHA256: sum,
 		Version: version, CreatedAt: s.now().UTC(),
 	}

@@ -9,6 +9,7 @@ import (
 	"threadbox/app/files"
 	"threadbox/app/messages"
 	"threadbox/domain/artifact"
+	"threadbox/domain/audit"
 	"threadbox/domain/container"
 	"threadbox/domain/file"
 	"threadbox/domain/org"
@@ -151,8 +152,16 @@ type Deps struct {
 	// Quota, when set, refuses turns past the running-sandbox quotas and
 	// keeps artifacts within the storage quota.
 	Quota Quota
+	// Audit, when set, records project renames and deletions in the org's
+	// audit log.
+	Audit Auditor
 	Now   func() time.Time
 	Log   *slog.Logger
+}
+
+// Auditor appends events to the org's audit log (audit.Repository).
+type Auditor interface {
+	AppendEvent(ctx context.Context, e audit.Event) error
 }
 
 // Leases take and give back named leases shared by every server process on

@@ -6,10 +6,13 @@ package workspace
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
 
+	"threadbox/domain/audit"
 	"threadbox/domain/fault"
 	"threadbox/domain/id"
 	"threadbox/domain/project"
@@ -83,16 +86,47 @@ func (s *Service) Project(ctx context.Context, p user.Principal, projectID strin
 	return s.store.Project(ctx, p.OrgID, projectID)
 }
 
-// RenameProject renames a project of the caller's org.
+// RenameProject renames a project of the caller's org: its owner or an
+// admin only. The rename is in the audit log ("project.rename", the names
+// before and after).
 func (s *Service) RenameProject(ctx context.Context, p user.Principal, projectID, name string) (project.Project, error) {
 	pr, err := s.store.Project(ctx, p.OrgID, projectID)
 	if err != nil {
 		return project.Project{}, err
 	}
+	if !pr.ManageableBy(p.UserID, p.IsAdmin()) {
+		return project.Project{}, fault.New(fault.Forbidden, "only the project's owner or an admin may rename it")
+	}
+	before := pr.Name()
 	if pr, err = pr.Rename(name, s.now()); err != nil {
 		return project.Project{}, err
 	}
-	return pr, s.store.UpdateProject(ctx, pr)
+	if err := s.store.UpdateProject(ctx, pr); err != nil {
+		return project.Project{}, err
+	}
+	if err := s.audit(ctx, p, "project.rename", pr.ID(), map[string]string{"name": before}, map[string]string{"name": pr.Name()}); err != nil {
+		return project.Project{}, err
+	}
+	return pr, nil
+}
+
+// audit records a change made by p in the org's audit log, when the
+// service has one.
+func (s *Service) audit(ctx context.Context, p user.Principal, action, target string, before, after any) error {
+	if s.d.Audit == nil {
+		return nil
+	}
+	e := audit.Event{ID: id.New("aud"), OrgID: p.OrgID, ActorID: p.UserID, Action: action, Target: target, At: s.now().UTC()}
+	if before != nil {
+		e.Before, _ = json.Marshal(before)
+	}
+	if after != nil {
+		e.After, _ = json.Marshal(after)
+	}
+	if err := s.d.Audit.AppendEvent(ctx, e); err != nil {
+		return fmt.Errorf("workspace: audit %s: %w", action, err)
+	}
+	return nil
 }
 
 // DeleteProject deletes a project of the caller's org: its owner or an
@@ -103,7 +137,7 @@ func (s *Service) DeleteProject(ctx context.Context, p user.Principal, projectID
 	if err != nil {
 		return err
 	}
-	if pr.OwnerID() != p.UserID && !p.IsAdmin() {
+	if !pr.ManageableBy(p.UserID, p.IsAdmin()) {
 		return fault.New(fault.Forbidden, "only the project's owner or an admin may delete it")
 	}
 	sums, err := s.store.ProjectArtifactHashes(ctx, p.OrgID, projectID)
@@ -127,7 +161,7 @@ func (s *Service) DeleteProject(ctx context.Context, p user.Principal, projectID
 		return err
 	}
 	s.releaseBlobs(ctx, sums)
-	return nil
+	return s.audit(ctx, p, "project.delete", pr.ID(), map[string]any{"name": pr.Name(), "owner_id": pr.OwnerID(), "threads": len(ths)}, nil)
 }
 
 // CreateThread makes a thread for the caller in a project of their org.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"log/slog"
 	"net/url"
 	"strings"
 
@@ -42,8 +43,8 @@ func openAIBaseURL(raw string) string {
 // newMessages builds the Messages API tool loop: the configured model and
 // the code-execution sub-tools running in the containers' sandboxes, with
 // host-side file access through the file jail.
-func newMessages(cfg Config, sys *system, fs *fsroot.Containers) *messages.Service {
-	code := tools.New(sys.containers, fs, tools.Config{})
+func newMessages(cfg Config, sys *system, fs *fsroot.Containers, log *slog.Logger) *messages.Service {
+	code := tools.New(sys.containers, fs, tools.Config{Log: log.With("component", "tools")})
 	return messages.New(newModel(cfg), toolRouter{code: code, sandbox: sys.sandbox.exec}, messages.Config{MaxToolIterations: cfg.MaxToolIters})
 }
 

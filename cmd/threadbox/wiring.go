@@ -129,7 +129,7 @@ func wire(ctx context.Context, cfg Config, log *slog.Logger) (*system, error) {
 	}, fsroot.Options{Owner: owner})
 	sys.files = files.New(files.Deps{Store: fs, Containers: sys.containers, Policies: sys.admin, Idempotency: st.UploadKeys(0), Quota: sys.quota})
 	sys.sandbox = newSandboxWiring(cfg, sys.containers, sys.auth, fs, log)
-	sys.messages = newMessages(cfg, sys, fs)
+	sys.messages = newMessages(cfg, sys, fs, log)
 	sys.workspace = newWorkspace(cfg, sys, layout, fs, log)
 	return sys, nil
 }

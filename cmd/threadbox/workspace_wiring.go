@@ -55,6 +55,7 @@ func newWorkspace(cfg Config, sys *system, layout *hostdirs.Layout, fs *fsroot.C
 		SandboxEnv:       sys.sandbox.env,
 		Leases:           sys.leases,
 		Quota:            sys.quota,
+		Audit:            sys.store,
 		Log:              log.With("component", "workspace"),
 	})
 }

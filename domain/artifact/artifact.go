@@ -13,14 +13,20 @@ type Artifact struct {
 	OrgID     string
 	ProjectID string
 	ThreadID  string
-	ToolUseID string
-	Path      string // sandbox path it was produced at
-	Name      string
-	MimeType  string
-	SizeBytes int64
-	SHA256    string
-	Version   int
-	CreatedAt time.Time
+	// CreatedBy is the user whose thread made the artifact (the thread's
+	// owner), kept after the thread is deleted.
+	CreatedBy string
+	// CreatorEmail is CreatedBy's email, filled when artifacts are read
+	// for display ("" when unknown); never stored.
+	CreatorEmail string
+	ToolUseID    string
+	Path         string // sandbox path it was produced at
+	Name         string
+	MimeType     string
+	SizeBytes    int64
+	SHA256       string
+	Version      int
+	CreatedAt    time.Time
 }
 
 // Repository stores artifacts, scoped by org.

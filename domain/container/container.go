@@ -94,6 +94,16 @@ func (r Ref) String() string { return r.raw }
 // say "my-container" get two containers.
 func UserScopedID(ownerID, clientID string) string { return ownerID + "--" + clientID }
 
+// RefFor returns the reference by which its owner names the container
+// with storage id id: the client's id of a user-scoped container, or the
+// thread's id of a thread's container.
+func RefFor(id, ownerID string) string {
+	if clientID, ok := strings.CutPrefix(id, UserScopedID(ownerID, "")); ok {
+		return clientID
+	}
+	return id
+}
+
 // NewForUser returns a user-scoped container for a client-given id.
 func NewForUser(orgID, ownerID, clientID string, now time.Time) (Container, error) {
 	if err := ValidateClientID(clientID); err != nil {

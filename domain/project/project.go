@@ -53,6 +53,13 @@ func (p Project) OrgID() string { return p.orgID }
 // OwnerID returns the creating user.
 func (p Project) OwnerID() string { return p.ownerID }
 
+// ManageableBy reports whether a user may rename or delete the project:
+// its owner, or an admin of its org. Other members use it (make threads
+// in it, see its artifacts) but do not manage it.
+func (p Project) ManageableBy(userID string, isAdmin bool) bool {
+	return isAdmin || (userID != "" && userID == p.ownerID)
+}
+
 // Name returns the project's name.
 func (p Project) Name() string { return p.name }
 

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"time"
 
+	"gorm.io/gorm"
+
 	"threadbox/domain/artifact"
 )
 
@@ -14,6 +16,7 @@ type artifactRow struct {
 	OrgID     string
 	ProjectID string
 	ThreadID  string
+	CreatedBy string
 	ToolUseID string
 	Path      string
 	Name      string
@@ -22,13 +25,22 @@ type artifactRow struct {
 	SHA256    string `gorm:"column:sha256"`
 	Version   int
 	CreatedAt time.Time
+	// CreatorEmail is read from the users table (artifactsWithCreator),
+	// never written.
+	CreatorEmail string `gorm:"->;-:migration"`
 }
 
 func (artifactRow) TableName() string { return "artifacts" }
 
+// artifactsWithCreator selects artifacts with their creator's email.
+func (s *Store) artifactsWithCreator(ctx context.Context) *gorm.DB {
+	return s.q(ctx).Model(&artifactRow{}).Select("artifacts.*, COALESCE(users.email, '') AS creator_email").
+		Joins("LEFT JOIN users ON users.id = artifacts.created_by")
+}
+
 func (r artifactRow) domain() artifact.Artifact {
 	return artifact.Artifact{
-		ID: r.ID, OrgID: r.OrgID, ProjectID: r.ProjectID, ThreadID: r.ThreadID, ToolUseID: r.ToolUseID,
+		ID: r.ID, OrgID: r.OrgID, ProjectID: r.ProjectID, ThreadID: r.ThreadID, CreatedBy: r.CreatedBy, CreatorEmail: r.CreatorEmail, ToolUseID: r.ToolUseID,
 		Path: r.Path, Name: r.Name, MimeType: r.MimeType, SizeBytes: r.SizeBytes, SHA256: r.SHA256,
 		Version: r.Version, CreatedAt: r.CreatedAt.UTC(),
 	}
@@ -37,14 +49,15 @@ func (r artifactRow) domain() artifact.Artifact {
 // CreateArtifact stores a new artifact version; a second artifact with the
 // same project, thread, path and version is a conflict.
 func (s *Store) CreateArtifact(ctx context.Context, a artifact.Artifact) error {
-	r := artifactRow{a.ID, a.OrgID, a.ProjectID, a.ThreadID, a.ToolUseID, a.Path, a.Name, a.MimeType, a.SizeBytes, a.SHA256, a.Version, a.CreatedAt.UTC()}
+	r := artifactRow{ID: a.ID, OrgID: a.OrgID, ProjectID: a.ProjectID, ThreadID: a.ThreadID, CreatedBy: a.CreatedBy, ToolUseID: a.ToolUseID,
+		Path: a.Path, Name: a.Name, MimeType: a.MimeType, SizeBytes: a.SizeBytes, SHA256: a.SHA256, Version: a.Version, CreatedAt: a.CreatedAt.UTC()}
 	return translate(s.q(ctx).Create(&r).Error, "artifact")
 }
 
 // Artifact returns the org's artifact with id.
 func (s *Store) Artifact(ctx context.Context, orgID, id string) (artifact.Artifact, error) {
 	var r artifactRow
-	if err := s.q(ctx).Where("id = ? AND org_id = ?", id, orgID).Take(&r).Error; err != nil {
+	if err := s.artifactsWithCreator(ctx).Where("artifacts.id = ? AND artifacts.org_id = ?", id, orgID).Take(&r).Error; err != nil {
 		return artifact.Artifact{}, translate(err, "artifact")
 	}
 	return r.domain(), nil
@@ -53,7 +66,8 @@ func (s *Store) Artifact(ctx context.Context, orgID, id string) (artifact.Artifa
 // ArtifactsByProject lists the artifacts of the org's project, oldest first.
 func (s *Store) ArtifactsByProject(ctx context.Context, orgID, projectID string) ([]artifact.Artifact, error) {
 	var rows []artifactRow
-	if err := s.q(ctx).Where("org_id = ? AND project_id = ?", orgID, projectID).Order("created_at, id").Find(&rows).Error; err != nil {
+	if err := s.artifactsWithCreator(ctx).Where("artifacts.org_id = ? AND artifacts.project_id = ?", orgID, projectID).
+		Order("artifacts.created_at, artifacts.id").Find(&rows).Error; err != nil {
 		return nil, translate(err, "artifacts")
 	}
 	out := make([]artifact.Artifact, len(rows))
