@@ -27,10 +27,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/api/types/filters"
-	"github.com/docker/docker/client"
-
 	"threadbox/infra/sandbox/docker"
 )
 
@@ -78,7 +74,6 @@ func (s *lifeSample) peak(o lifeSample) {
 
 // lifeProbe reads the resources of one server.
 type lifeProbe struct {
-	cli      *client.Client
 	instance string
 	data     string // DATA_DIR, symbolic links resolved
 	pid      int
@@ -87,11 +82,11 @@ type lifeProbe struct {
 // sample reads every figure once.
 func (p *lifeProbe) sample(ctx context.Context) (lifeSample, error) {
 	var s lifeSample
-	list, err := p.cli.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", docker.LabelInstance+"="+p.instance))})
+	n, err := docker.CountInstance(ctx, p.instance)
 	if err != nil {
 		return s, fmt.Errorf("list containers: %w", err)
 	}
-	s.containers = len(list)
+	s.containers = n
 	mounts, err := mountsUnderDir(p.data)
 	if err != nil {
 		return s, err
@@ -252,12 +247,7 @@ func benchLifecycle(ctx context.Context, o opts, out io.Writer) (err error) {
 		}
 		fmt.Fprintf(out, "\nAfter SIGTERM: %s.\n", cleaned)
 	}()
-	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
-	if err != nil {
-		return fmt.Errorf("docker client: %w", err)
-	}
-	defer cli.Close()
-	probe := &lifeProbe{cli: cli, instance: srv.instance, data: srv.data, pid: srv.cmd.Process.Pid}
+	probe := &lifeProbe{instance: srv.instance, data: srv.data, pid: srv.cmd.Process.Pid}
 
 	rctx, cancel := context.WithTimeout(ctx, lo.timeout)
 	defer cancel()
@@ -448,13 +438,8 @@ func cleanLifecycle(ctx context.Context, srv *threadboxProc) (string, error) {
 	srv.term()
 	ctx = context.WithoutCancel(ctx)
 	var left []string
-	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
-	if err == nil {
-		list, lerr := cli.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", docker.LabelInstance+"="+srv.instance))})
-		cli.Close()
-		if lerr == nil && len(list) > 0 {
-			left = append(left, fmt.Sprintf("%d Docker containers removed", len(list)))
-		}
+	if n, err := docker.CountInstance(ctx, srv.instance); err == nil && n > 0 {
+		left = append(left, fmt.Sprintf("%d Docker containers removed", n))
 	}
 	srv.stop()
 	var errs []error

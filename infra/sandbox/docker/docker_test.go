@@ -580,4 +580,7 @@ func TestEngineExecAndInstances(t *testing.T) {
 	if err != nil || !slices.Contains(got, e.cfg.Instance) {
 		t.Errorf("Instances: %q %v, want it to hold %q", got, err, e.cfg.Instance)
 	}
+	if n, err := CountInstance(ctx, e.cfg.Instance); err != nil || n != 1 {
+		t.Errorf("CountInstance: %d %v, want 1", n, err)
+	}
 }

@@ -61,3 +61,19 @@ func Instances(ctx context.Context) ([]string, error) {
 	sort.Strings(out)
 	return out, nil
 }
+
+// CountInstance counts the containers of instance, running or not, on the
+// daemon the environment names.
+func CountInstance(ctx context.Context, instance string) (int, error) {
+	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+	if err != nil {
+		return 0, fmt.Errorf("docker: client: %w", err)
+	}
+	defer cli.Close()
+	list, err := cli.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(
+		filters.Arg("label", LabelManaged+"=true"), filters.Arg("label", LabelInstance+"="+instance))})
+	if err != nil {
+		return 0, fmt.Errorf("docker: list %s: %w", instance, err)
+	}
+	return len(list), nil
+}
