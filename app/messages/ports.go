@@ -96,6 +96,9 @@ type ToolCall struct {
 	Name        string // bash_code_execution or text_editor_code_execution
 	Input       json.RawMessage
 	ContainerID string // the container's storage id
+	// ScopeID is the container's id as the client names it (the Files
+	// API's scope_id); empty when the turn names none.
+	ScopeID string
 	// Env holds KEY=value pairs for every command the call runs (the
 	// ANTHROPIC_* variables of the turn, RunOptions.Env).
 	Env []string

@@ -231,6 +231,14 @@ func (t *turn) toolEnv(ctx context.Context) ([]string, error) {
 	return env, nil
 }
 
+// scopeID is the turn's container as the client names it.
+func (t *turn) scopeID() string {
+	if t.opts.Container != nil {
+		return t.opts.Container.ID
+	}
+	return ""
+}
+
 func (t *turn) send(ev Event) error {
 	if err := t.sink.Send(ev); err != nil {
 		return fmt.Errorf("messages: send: %w", err)
@@ -309,7 +317,7 @@ func (t *turn) run(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
-			r, err := t.execute(ctx, ToolCall{ID: id, Name: b.Name, Input: b.Input, ContainerID: t.opts.ContainerID, Env: env})
+			r, err := t.execute(ctx, ToolCall{ID: id, Name: b.Name, Input: b.Input, ContainerID: t.opts.ContainerID, ScopeID: t.scopeID(), Env: env})
 			if err != nil {
 				return err
 			}
@@ -542,7 +550,7 @@ func (t *turn) resolvePending(ctx context.Context, history []Message) error {
 				if err != nil {
 					return err
 				}
-				r, err = t.execute(ctx, ToolCall{ID: b.ID, Name: b.Name, Input: b.Input, ContainerID: t.opts.ContainerID, Env: env})
+				r, err = t.execute(ctx, ToolCall{ID: b.ID, Name: b.Name, Input: b.Input, ContainerID: t.opts.ContainerID, ScopeID: t.scopeID(), Env: env})
 				if err != nil {
 					return err
 				}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"net/url"
 	"path"
 	"sort"
 	"strconv"
@@ -310,9 +311,19 @@ func (e *Executor) bash(ctx context.Context, call messages.ToolCall) (any, error
 	out.Files = e.changedFiles(ctx, call, start)
 	out.FileCount = len(out.Files)
 	for _, f := range out.Files {
-		out.LocalPaths[f.Path] = "/api/gpt/v1/files/" + f.FileID + "/content"
+		out.LocalPaths[f.Path] = contentURL(f.FileID, call.ScopeID)
 	}
 	return out, nil
+}
+
+// contentURL is the Files API address of a file's bytes: it names the
+// container (scope_id), without which the Files API cannot find it.
+func contentURL(fileID, scopeID string) string {
+	u := "/api/gpt/v1/files/" + fileID + "/content"
+	if scopeID != "" {
+		u += "?scope_id=" + url.QueryEscape(scopeID)
+	}
+	return u
 }
 
 // changedFiles lists the workspace files modified since start.

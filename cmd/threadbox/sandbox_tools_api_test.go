@@ -135,8 +135,13 @@ func TestSandboxToolsAPI(t *testing.T) {
 			t.Fatalf("file %v", f)
 		}
 		lp, _ := c.Content["local_paths"].(map[string]any)
-		if lp["/home/agent/workspace/sub/made.txt"] != "/api/gpt/v1/files/"+id+"/content" {
+		link := "/api/gpt/v1/files/" + id + "/content?scope_id=" + box
+		if lp["/home/agent/workspace/sub/made.txt"] != link {
 			t.Fatalf("local_paths %v", lp)
+		}
+		// The link works as it stands.
+		if r := s.do("GET", link, tok, nil); r.status != 200 || string(r.body) != "data\n" {
+			t.Fatalf("following local_paths: %d %q", r.status, r.body)
 		}
 		if calls[1].str("stdout") != "/home/agent/workspace/sub\n" || calls[1].num("file_count") != 0 {
 			t.Fatalf("cwd call %v", calls[1].Content)
