@@ -293,6 +293,7 @@ func (s *Server) prepare(ctx context.Context, m *MessagesAPI, p user.Principal, 
 	return messages.RunOptions{
 		ContainerID:     c.ID(),
 		Container:       &messages.Container{ID: c.ClientID(), ExpiresAt: m.Containers.ExpiresAt(c).UTC()},
+		ExpiresAt:       func() time.Time { return m.Containers.ExpiresAt(c.Touch(time.Now())) },
 		ReportContainer: req.Container != nil && req.Container.ID != "",
 	}, nil
 }

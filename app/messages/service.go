@@ -67,6 +67,9 @@ type RunOptions struct {
 	// ReportContainer reports Container even when no code ran (the
 	// request named it). Otherwise it is reported only once code ran.
 	ReportContainer bool
+	// ExpiresAt, when set, gives the container's expiry when the turn
+	// ends (a long turn moves it on); otherwise Container's is reported.
+	ExpiresAt func() time.Time
 	// OnToolCall, when set, is called after each sub-tool call.
 	OnToolCall ToolHook
 	// Env holds KEY=value pairs passed to every sub-tool call (ToolCall.Env).
@@ -569,6 +572,9 @@ func (t *turn) finish(stopReason string, stopSequence *string) error {
 	d := &MessageDelta{StopReason: stopReason, StopSequence: stopSequence}
 	if t.opts.Container != nil && (t.opts.ReportContainer || t.codeRan) {
 		c := *t.opts.Container
+		if t.opts.ExpiresAt != nil {
+			c.ExpiresAt = t.opts.ExpiresAt().UTC()
+		}
 		d.Container = &c
 	}
 	u := t.usage

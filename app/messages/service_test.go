@@ -197,9 +197,10 @@ func TestMultiStepLoop(t *testing.T) {
 		}
 	}
 	var hooked []string
+	endExpiry := time.Date(2026, 1, 2, 0, 0, 0, 0, time.UTC) // the turn's end moves the expiry on
 	opts := RunOptions{ContainerID: "u1--my-box", Container: testContainer, OnToolCall: func(ctx context.Context, c ToolCall, r *ToolResult) {
 		hooked = append(hooked, c.Name+":"+r.Type)
-	}}
+	}, ExpiresAt: func() time.Time { return endExpiry }}
 	resp, model, tools, events := runBoth(t, Config{}, script, request(ToolTypeCodeExecution2508, user("list files")), opts)
 
 	wantTypes := []string{BlockText, BlockServerToolUse, BlockBashResult, BlockServerToolUse, BlockTextEditorResult, BlockText}
@@ -227,10 +228,13 @@ func TestMultiStepLoop(t *testing.T) {
 	if resp.Usage.InputTokens != 30 || resp.Usage.OutputTokens != 15 {
 		t.Fatalf("usage = %+v", resp.Usage)
 	}
-	if resp.Container == nil || resp.Container.ID != "my-box" {
+	if resp.Container == nil || resp.Container.ID != "my-box" || !resp.Container.ExpiresAt.Equal(endExpiry) {
 		t.Fatalf("container = %+v", resp.Container)
 	}
-	if len(tools.calls) != 2 || tools.calls[0].ContainerID != "u1--my-box" || tools.calls[0].ID != srv.ID {
+	if testContainer.ExpiresAt.Equal(endExpiry) {
+		t.Fatal("the options' container was changed")
+	}
+	if len(tools.calls) != 2 || tools.calls[0].ContainerID != "u1--my-box" || tools.calls[0].ID != srv.ID || tools.calls[0].ScopeID != "my-box" {
 		t.Fatalf("tool calls = %+v", tools.calls)
 	}
 	if len(hooked) != 4 || hooked[0] != "bash_code_execution:bash_code_execution_result" {

@@ -130,6 +130,7 @@ func (s *Service) StartTurn(ctx context.Context, p user.Principal, threadID stri
 	t.opts = messages.RunOptions{
 		ContainerID: c.ID(),
 		Container:   &messages.Container{ID: th.ContainerID(), ExpiresAt: s.d.Containers.ExpiresAt(c)},
+		ExpiresAt:   func() time.Time { return s.d.Containers.ExpiresAt(c.Touch(s.now())) },
 	}
 	return t, nil
 }
