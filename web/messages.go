@@ -271,11 +271,16 @@ func (s *Server) prepare(ctx context.Context, m *MessagesAPI, p user.Principal, 
 	if err := s.checkUploads(ctx, p, c.ClientID(), req); err != nil {
 		return messages.RunOptions{}, err
 	}
-	if req.Container != nil && len(req.Container.Skills) > 0 {
-		if s.svc.Workspace == nil {
-			return messages.RunOptions{}, fault.New(fault.Unavailable, "skills are not configured on this server")
-		}
-		text, err := s.svc.Workspace.PrepareSkills(ctx, p, c.ID(), req.Container.Skills)
+	var refs []messages.SkillParam
+	if req.Container != nil {
+		refs = req.Container.Skills
+	}
+	if len(refs) > 0 && s.svc.Workspace == nil {
+		return messages.RunOptions{}, fault.New(fault.Unavailable, "skills are not configured on this server")
+	}
+	if s.svc.Workspace != nil {
+		// Without skills too: a request sees only the skills it asks for.
+		text, err := s.svc.Workspace.PrepareSkills(ctx, p, c.ID(), refs)
 		if err != nil {
 			return messages.RunOptions{}, err
 		}

@@ -378,6 +378,13 @@ func (s *Service) ResolveSkills(ctx context.Context, p user.Principal, refs []me
 // another org are not found.
 func (s *Service) PrepareSkills(ctx context.Context, p user.Principal, containerID string, refs []messages.SkillParam) (string, error) {
 	if len(refs) == 0 {
+		// A request without skills sees none: those of an earlier request
+		// leave /mnt/skills.
+		if s.d.Skills != nil {
+			if err := s.d.Skills.Sync(ctx, containerID, nil); err != nil {
+				return "", fmt.Errorf("workspace: unload skills: %w", err)
+			}
+		}
 		return "", nil
 	}
 	skills, err := s.resolveSkillParams(ctx, p.OrgID, refs)

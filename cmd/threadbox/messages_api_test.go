@@ -494,6 +494,16 @@ func TestMessagesAPIAnthropicSDK(t *testing.T) {
 		if !strings.Contains(lastUpstream(t, fake, 2), "pdf-helper: Helps with PDFs") {
 			t.Fatalf("the model was not told of the skill: %s", lastUpstream(t, fake, 2))
 		}
+		// A later request in the same container that asks for no skill
+		// sees none.
+		fake.Push(bashStep("ls -A /mnt/skills; echo end"), textStep("listed"))
+		later, err := cl.Messages.New(ctx, msgParams("box1", userText("list skills"), codeExecTool...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, r := bashResult(t, later.Content, 0); r.Stdout != "end\n" {
+			t.Fatalf("skills left for a request that did not ask for them: %q", r.Stdout)
+		}
 		p.Container.OfContainers.Skills[0].SkillID = "no-such-skill"
 		_, err = cl.Messages.New(ctx, p)
 		if st, body := apiStatus(t, err); st != 404 || !strings.Contains(body, "no-such-skill") {
