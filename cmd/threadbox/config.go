@@ -45,6 +45,8 @@ type Config struct {
 	ModelAPIKey    string
 	ModelName      string
 	MaxToolIters   int
+	TurnTimeout    time.Duration
+	ToolMaxOutput  int64
 	MaxUploadBytes int64
 	// MaxArtifactBytes caps the output files kept as artifacts.
 	MaxArtifactBytes int64
@@ -118,6 +120,8 @@ func loadConfig(getenv func(string) string) (Config, error) {
 		ModelAPIKey:      env("MODEL_API_KEY", ""),
 		ModelName:        env("MODEL_NAME", ""),
 		MaxToolIters:     int(num("MAX_TOOL_ITERATIONS", 25)),
+		TurnTimeout:      dur("TURN_TIMEOUT", "10m"),
+		ToolMaxOutput:    num("TOOL_MAX_OUTPUT_BYTES", 1<<20),
 		MaxUploadBytes:   num("MAX_UPLOAD_BYTES", 5<<30),
 		MaxArtifactBytes: num("ARTIFACT_MAX_BYTES", 1<<30),
 	}

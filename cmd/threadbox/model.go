@@ -44,8 +44,8 @@ func openAIBaseURL(raw string) string {
 // the code-execution sub-tools running in the containers' sandboxes, with
 // host-side file access through the file jail.
 func newMessages(cfg Config, sys *system, fs *fsroot.Containers, log *slog.Logger) *messages.Service {
-	code := tools.New(sys.containers, fs, tools.Config{Log: log.With("component", "tools")})
-	return messages.New(newModel(cfg), toolRouter{code: code, sandbox: sys.sandbox.exec}, messages.Config{MaxToolIterations: cfg.MaxToolIters})
+	code := tools.New(sys.containers, fs, tools.Config{MaxOutput: int(cfg.ToolMaxOutput), Log: log.With("component", "tools")})
+	return messages.New(newModel(cfg), toolRouter{code: code, sandbox: sys.sandbox.exec}, messages.Config{MaxToolIterations: cfg.MaxToolIters, TurnTimeout: cfg.TurnTimeout})
 }
 
 // messagesAPI is what the Messages API handlers are served with.

@@ -36,7 +36,7 @@ func newSandboxWiring(cfg Config, ctrs *containers.Service, a *auth.Service, fs 
 	})
 	ctrs.OnBoot(w.bridge.Boot)
 	w.env = sandboxtools.NewTurnEnv(authTokens{a}, w.bridge, 0)
-	w.exec = sandboxtools.New(ctrs, fs, sandboxtools.Config{Log: log.With("component", "sandboxtools")})
+	w.exec = sandboxtools.New(ctrs, fs, sandboxtools.Config{MaxOutput: int(cfg.ToolMaxOutput), Log: log.With("component", "sandboxtools")})
 	return w
 }
 

@@ -224,3 +224,47 @@ func TestStoppedTurnKeepsItsPlace(t *testing.T) {
 		t.Fatalf("refused upstream: %v", refused)
 	}
 }
+
+// TestToolOutputCapSetting: TOOL_MAX_OUTPUT_BYTES bounds what a tool shows
+// the model (here a text editor view of a larger file).
+func TestToolOutputCapSetting(t *testing.T) {
+	s, fake := modelServer(t, "", "anthropic", map[string]string{"TOOL_MAX_OUTPUT_BYTES": "1000"})
+	tok := s.bootstrap("acme", "admin@acme.test")
+	big := strings.Repeat("0123456789\n", 500)
+	fake.Push(steps(call(messages.SubToolTextEditor, map[string]any{"command": "create", "path": "big.txt", "file_text": big})),
+		steps(call(messages.SubToolTextEditor, map[string]any{"command": "view", "path": "big.txt"})), textStep("seen"))
+	r := s.do("POST", "/api/gpt/v1/messages", tok, map[string]any{"model": "default", "max_tokens": 256, "container": "cap",
+		"tools":    []any{map[string]any{"type": "code_execution_20250825", "name": "code_execution"}},
+		"messages": []any{map[string]any{"role": "user", "content": "look"}}})
+	if r.status != 200 {
+		t.Fatalf("request: %d %s", r.status, r.body)
+	}
+	var resp struct {
+		Content []struct {
+			Type    string `json:"type"`
+			Content struct {
+				Content string `json:"content"`
+			} `json:"content"`
+		} `json:"content"`
+	}
+	if err := json.Unmarshal(r.body, &resp); err != nil {
+		t.Fatal(err)
+	}
+	var view string
+	for _, b := range resp.Content {
+		if b.Type == "text_editor_code_execution_tool_result" && b.Content.Content != "" {
+			view = b.Content.Content
+		}
+	}
+	if view == "" || len(view) > 1200 || len(view) < 500 {
+		t.Fatalf("a view under a 1000-byte cap is %d bytes: %s", len(view), r.body)
+	}
+	if _, err := loadConfig(func(k string) string {
+		if k == "TOOL_MAX_OUTPUT_BYTES" {
+			return "0"
+		}
+		return ""
+	}); err == nil || !strings.Contains(err.Error(), "TOOL_MAX_OUTPUT_BYTES") {
+		t.Fatalf("a zero cap: %v", err)
+	}
+}
