@@ -600,6 +600,10 @@ func (s *Server) validateMessage(c *fiber.Ctx) error {
 		return err
 	}
 	ctx, p := c.UserContext(), principal(c)
+	// The org policy's quotas refuse validation as they would the request.
+	if err := s.beforeRun(ctx, m, p, req, plan); err != nil {
+		return err
+	}
 	out := validateResult{Type: "message_validation", Valid: true, Model: req.Model, Plan: plan, Stream: req.Stream, Skills: []string{}}
 	if needsContainer(req, plan) {
 		id := requestScope(p, req)

@@ -221,6 +221,12 @@ func TestRunningSandboxesQuota(t *testing.T) {
 
 	perUser := []string{`quota "runningSandboxesPerUser" reached`, "allows 1 running sandbox per user and you have 1 running"}
 	refused(t, "second sandbox", run(a, "box-b", "two"), 429, "rate_limit_error", perUser...)
+	validate := s.do("POST", "/api/gpt/v1/messages/validate", a, map[string]any{
+		"model": "default", "max_tokens": 100, "container": "box-b",
+		"tools":    []any{map[string]any{"type": "code_execution_20250825", "name": "code_execution"}},
+		"messages": []any{map[string]any{"role": "user", "content": "hi"}},
+	})
+	refused(t, "validation of a request past the quota", validate, 429, "rate_limit_error", perUser...)
 	mustStatus(t, "no record of the refused container", s.do("GET", filesAPI+"?scope_id=box-b", a, nil), 404)
 	noFolder(t, s, a, "box-b")
 	body := map[string]any{"content": "```bash\necho three\n```", "pgpt": map[string]any{"tools": []any{"code_execution"}}}
