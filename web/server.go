@@ -4,7 +4,9 @@ package web
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"net"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
@@ -79,8 +81,15 @@ func New(svc Services, log *slog.Logger, opt Options) *Server {
 // App returns the Fiber app, for tests and for serving.
 func (s *Server) App() *fiber.App { return s.app }
 
-// Listen serves on addr until Shutdown.
-func (s *Server) Listen(addr string) error { return s.app.Listen(addr) }
+// Listen serves on addr until Shutdown; connections close with a linger
+// (linger.go).
+func (s *Server) Listen(addr string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("web: listen: %w", err)
+	}
+	return s.app.Listener(lingerListener{ln})
+}
 
 // Shutdown stops accepting requests and waits up to the context's deadline
 // for in-flight ones.
