@@ -61,6 +61,9 @@ func (s *Server) routes() {
 	// Messages API (CONTRACT §3); authenticated by the /api/gpt group above.
 	a.Post("/api/gpt/v1/messages", s.createMessage)
 	a.Post("/api/gpt/v1/messages/validate", s.validateMessage)
+	a.Post("/api/gpt/v1/messages/count_tokens", s.countTokens)
+	a.Get("/api/gpt/v1/models", s.listModels)
+	a.Get("/api/gpt/v1/models/:id", s.getModel)
 
 	// Files API (CONTRACT §5); authenticated by the /api/gpt group above.
 	// Per-file routes read the id or key from the raw path (web/files.go).

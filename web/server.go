@@ -50,6 +50,7 @@ type Server struct {
 	app         *fiber.App
 	classifiers []Classifier
 	maxUpload   int64
+	started     time.Time // shown as the models' created_at
 }
 
 // New builds the Fiber app with every route.
@@ -60,7 +61,7 @@ func New(svc Services, log *slog.Logger, opt Options) *Server {
 	if opt.MaxUploadBytes <= 0 {
 		opt.MaxUploadBytes = DefaultMaxUploadBytes
 	}
-	s := &Server{svc: svc, log: log, classifiers: opt.Classifiers, maxUpload: opt.MaxUploadBytes}
+	s := &Server{svc: svc, log: log, classifiers: opt.Classifiers, maxUpload: opt.MaxUploadBytes, started: time.Now().UTC().Truncate(time.Second)}
 	s.app = fiber.New(fiber.Config{
 		AppName:               "threadbox",
 		DisableStartupMessage: true,

@@ -20,10 +20,20 @@ func (s *Service) SetThreads(t Threads) { s.threads = t }
 
 // Scope resolves a scope id — the id of a thread the caller may access, or a
 // container id the caller chose — to its container, and makes sure its host
-// folders exist. Without create, an unknown container is not found.
+// folders exist. Without create, an unknown container is not found. No
+// scope id (the official SDKs' Files calls send none) names the caller's
+// default container, made when new — for a sandbox token, its own.
 func (s *Service) Scope(ctx context.Context, p user.Principal, scopeID string, create bool) (container.Container, error) {
 	if scopeID == "" {
-		return container.Container{}, fault.New(fault.Invalid, "scope_id is required")
+		if p.Kind == user.SandboxToken {
+			c, err := s.store.Container(ctx, p.ContainerID)
+			if err != nil || !c.AccessibleBy(p.OrgID, p.UserID) {
+				return container.Container{}, fault.New(fault.NotFound, "container not found")
+			}
+			scopeID = c.ClientID()
+		} else {
+			scopeID, create = container.DefaultClientID, true
+		}
 	}
 	threadID, isThread, err := s.threadOf(ctx, p, scopeID)
 	if err != nil {

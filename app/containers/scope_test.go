@@ -45,7 +45,11 @@ func TestScope(t *testing.T) {
 	if _, err := s.Container(ctx, bob, "mine", false); !fault.Is(err, fault.NotFound) {
 		t.Fatalf("bob sees alice's container: %v", err)
 	}
-	for _, bad := range []string{"", "../x", "a/b", "x\x00"} {
+	// No scope id: the caller's default container, made when new.
+	if def, err := s.Scope(ctx, alice, "", false); err != nil || def.ClientID() != "default" || def.OwnerID() != alice.UserID {
+		t.Fatalf("no scope id: %+v %v", def, err)
+	}
+	for _, bad := range []string{"../x", "a/b", "x\x00"} {
 		if _, err := s.Scope(ctx, alice, bad, true); err == nil {
 			t.Errorf("scope %q accepted", bad)
 		}

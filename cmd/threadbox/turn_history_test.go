@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/anthropics/anthropic-sdk-go/v2"
+
 	"threadbox/app/messages"
 	"threadbox/app/workspace"
 	"threadbox/infra/llm/fakeupstream"
@@ -266,5 +268,62 @@ func TestToolOutputCapSetting(t *testing.T) {
 		return ""
 	}); err == nil || !strings.Contains(err.Error(), "TOOL_MAX_OUTPUT_BYTES") {
 		t.Fatalf("a zero cap: %v", err)
+	}
+}
+
+// TestSDKSurface: what the official SDK calls beside Messages works here:
+// the models, the token count (an estimate, marked as such) and the Files
+// API without scope_id (the caller's default container), so a file
+// uploaded with client.Beta.Files.Upload is a container_upload of the next
+// request unchanged.
+func TestSDKSurface(t *testing.T) {
+	s, fake := modelServer(t, "", "anthropic", nil)
+	tok := s.bootstrap("acme", "admin@acme.test")
+	cl := msgClient(s, tok)
+	ctx := context.Background()
+
+	page, err := cl.Models.List(ctx, anthropic.ModelListParams{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, m := range page.Data {
+		ids = append(ids, m.ID)
+	}
+	if strings.Join(ids, ",") != "fake-model,default" {
+		t.Fatalf("models %v", ids)
+	}
+	if m, err := cl.Models.Get(ctx, "default", anthropic.ModelGetParams{}); err != nil || m.ID != "default" || m.Type != "model" {
+		t.Fatalf("model default: %+v %v", m, err)
+	}
+	if _, err := cl.Models.Get(ctx, "no-such-model", anthropic.ModelGetParams{}); err == nil {
+		t.Fatal("an unknown model was found")
+	} else if st, body := apiStatus(t, err); st != 404 || !strings.Contains(body, "not_found_error") {
+		t.Fatalf("unknown model: %d %s", st, body)
+	}
+
+	short, err := cl.Messages.CountTokens(ctx, anthropic.MessageCountTokensParams{Model: "default", Messages: userText("hi")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	long, err := cl.Messages.CountTokens(ctx, anthropic.MessageCountTokensParams{Model: "default", Messages: userText(strings.Repeat("many words ", 100))})
+	if err != nil || short.InputTokens <= 0 || long.InputTokens <= short.InputTokens+200 || !strings.Contains(long.RawJSON(), `"estimated":true`) {
+		t.Fatalf("counts %+v %+v %v", short, long, err)
+	}
+	if r := s.do("POST", "/api/gpt/v1/messages/count_tokens", tok, map[string]any{"model": "default"}); r.status != 400 || r.errorType(t) != "invalid_request_error" {
+		t.Fatalf("count without messages: %d %s", r.status, r.body)
+	}
+
+	f, err := cl.Beta.Files.Upload(ctx, anthropic.BetaFileUploadParams{File: anthropic.File(strings.NewReader("uploaded bytes"), "notes.txt", "text/plain")})
+	if err != nil {
+		t.Fatalf("SDK upload without scope_id: %v", err)
+	}
+	fake.Push(steps(call(messages.SubToolTextEditor, map[string]any{"command": "view", "path": "/mnt/user-data/uploads/notes.txt"})), textStep("read it"))
+	msg, err := cl.Messages.New(ctx, msgParams("", []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("read"), anthropic.NewContainerUploadBlock(f.ID))}, codeExecTool...))
+	if err != nil {
+		t.Fatalf("a container_upload of the uploaded file: %v", err)
+	}
+	if v := editorResult(t, msg.Content, 0); !strings.Contains(v.Content, "uploaded bytes") {
+		t.Fatalf("the file in the default container: %+v", v)
 	}
 }
