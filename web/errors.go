@@ -13,8 +13,9 @@ import (
 
 // envelope is the Anthropic error envelope of CONTRACT §8.
 type envelope struct {
-	Type  string       `json:"type"`
-	Error envelopeBody `json:"error"`
+	Type      string       `json:"type"`
+	Error     envelopeBody `json:"error"`
+	RequestID string       `json:"request_id,omitempty"` // as Anthropic's errors carry it
 }
 
 type envelopeBody struct {
@@ -75,7 +76,7 @@ func (s *Server) errorHandler(c *fiber.Ctx, err error) error {
 	status, msg := s.classify(err)
 	if status >= 500 {
 		eid := id.New("err")
-		s.log.Error("request failed", "method", c.Method(), "path", c.Path(), "status", status, "error_id", eid, "err", err)
+		s.log.Error("request failed", "method", c.Method(), "path", c.Path(), "status", status, "error_id", eid, "request_id", requestID(c), "err", err)
 		if fault.KindOf(err) == fault.Internal {
 			msg = withErrorID(msg, eid)
 		}
@@ -114,5 +115,5 @@ func writeError(c *fiber.Ctx, status int, msg string) error {
 	if c.Method() == fiber.MethodHead {
 		return nil
 	}
-	return c.JSON(envelope{Type: "error", Error: envelopeBody{Type: typeOf(status), Message: msg}})
+	return c.JSON(envelope{Type: "error", Error: envelopeBody{Type: typeOf(status), Message: msg}, RequestID: requestID(c)})
 }

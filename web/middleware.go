@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/gofiber/fiber/v2"
+
+	"threadbox/domain/id"
 )
 
 // recoverPanics turns a panic in a handler into a 500 in the error envelope,
@@ -29,14 +31,28 @@ func (s *Server) survive(what string) {
 	}
 }
 
-// accessLog logs one structured line per request.
+// accessLog gives each request an id — the request-id header of the
+// answer, as Anthropic's API sends it, and request_id in error bodies — and
+// logs one structured line per request with it.
 func (s *Server) accessLog(c *fiber.Ctx) error {
 	start := time.Now()
+	rid := id.New("req")
+	c.Locals(requestIDKey{}, rid)
+	c.Set("request-id", rid)
 	err := c.Next()
 	status := c.Response().StatusCode()
 	if err != nil {
 		status, _ = s.classify(err)
 	}
-	s.log.Info("request", "method", c.Method(), "path", c.Path(), "status", status, "duration_ms", float64(time.Since(start).Microseconds())/1000)
+	s.log.Info("request", "method", c.Method(), "path", c.Path(), "status", status, "request_id", rid, "duration_ms", float64(time.Since(start).Microseconds())/1000)
 	return err
+}
+
+// requestIDKey keys the request's id in the context's locals.
+type requestIDKey struct{}
+
+// requestID is the id accessLog gave the request ("" outside it).
+func requestID(c *fiber.Ctx) string {
+	rid, _ := c.Locals(requestIDKey{}).(string)
+	return rid
 }

@@ -327,3 +327,20 @@ func TestSDKSurface(t *testing.T) {
 		t.Fatalf("the file in the default container: %+v", v)
 	}
 }
+
+// TestRequestIDs: every answer carries a request-id header, and an error
+// body names the same id (request_id), as Anthropic's API does.
+func TestRequestIDs(t *testing.T) {
+	s := startServer(t, "", map[string]string{"LOG_LEVEL": "info"})
+	tok := s.bootstrap("acme", "admin@acme.test")
+	ok := s.do("GET", appAPI+"/project", tok, nil)
+	bad := s.do("GET", appAPI+"/project/prj_missing", tok, nil)
+	again := s.do("GET", appAPI+"/project", tok, nil)
+	rid := bad.header.Get("request-id")
+	if !strings.HasPrefix(ok.header.Get("request-id"), "req_") || !strings.HasPrefix(rid, "req_") || ok.header.Get("request-id") == again.header.Get("request-id") {
+		t.Fatalf("request ids %q %q %q", ok.header.Get("request-id"), rid, again.header.Get("request-id"))
+	}
+	if bad.status != 404 || bad.json(t)["request_id"] != rid {
+		t.Fatalf("error body %d %s, header %q", bad.status, bad.body, rid)
+	}
+}
