@@ -3,6 +3,7 @@ package web
 import (
 	"fmt"
 	"runtime/debug"
+	"strings"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
@@ -44,7 +45,12 @@ func (s *Server) accessLog(c *fiber.Ctx) error {
 	if err != nil {
 		status, _ = s.classify(err)
 	}
-	s.log.Info("request", "method", c.Method(), "path", c.Path(), "status", status, "request_id", rid, "duration_ms", float64(time.Since(start).Microseconds())/1000)
+	d := time.Since(start)
+	s.log.Info("request", "method", c.Method(), "path", c.Path(), "status", status, "request_id", rid, "duration_ms", float64(d.Microseconds())/1000)
+	if o := s.opt.Observer; o != nil {
+		// fasthttp reuses the method's bytes: the observer may keep it.
+		o.ObserveRequest(c.Route().Path, strings.Clone(c.Method()), status, d)
+	}
 	return err
 }
 

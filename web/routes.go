@@ -12,6 +12,7 @@ func (s *Server) routes() {
 	a.Use(s.recoverPanics, s.accessLog)
 	a.Get("/healthz", func(c *fiber.Ctx) error { return c.JSON(fiber.Map{"status": "ok"}) })
 	a.Get("/readyz", s.readyz)
+	a.Get("/metrics", s.metrics)
 
 	a.Post("/api/v1/app/auth/login", s.login)
 

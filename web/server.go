@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
@@ -41,6 +42,18 @@ type Options struct {
 	// MaxUploadBytes caps streamed uploads (Files API); the org policy's
 	// cap applies too. Zero means DefaultMaxUploadBytes.
 	MaxUploadBytes int64
+	// Observer, when set, is told of every request (metrics).
+	Observer RequestObserver
+	// Metrics, when set with MetricsToken, is served at GET /metrics to
+	// a scraper presenting the token as a bearer token.
+	Metrics      http.Handler
+	MetricsToken string
+}
+
+// RequestObserver is told of each request: its route pattern (bounded),
+// method, status and duration (infra/metrics).
+type RequestObserver interface {
+	ObserveRequest(route, method string, status int, d time.Duration)
 }
 
 // Server is the HTTP edge.
@@ -50,6 +63,7 @@ type Server struct {
 	app         *fiber.App
 	classifiers []Classifier
 	maxUpload   int64
+	opt         Options
 	started     time.Time // shown as the models' created_at
 }
 
@@ -61,7 +75,7 @@ func New(svc Services, log *slog.Logger, opt Options) *Server {
 	if opt.MaxUploadBytes <= 0 {
 		opt.MaxUploadBytes = DefaultMaxUploadBytes
 	}
-	s := &Server{svc: svc, log: log, classifiers: opt.Classifiers, maxUpload: opt.MaxUploadBytes, started: time.Now().UTC().Truncate(time.Second)}
+	s := &Server{svc: svc, log: log, classifiers: opt.Classifiers, maxUpload: opt.MaxUploadBytes, opt: opt, started: time.Now().UTC().Truncate(time.Second)}
 	s.app = fiber.New(fiber.Config{
 		AppName:               "threadbox",
 		DisableStartupMessage: true,

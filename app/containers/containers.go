@@ -84,6 +84,8 @@ type Service struct {
 	threads  Threads
 	quota    Quota
 	hooks    []BootHook
+	started  []func(adopted bool)
+	swept    []func(SweepReport)
 	cfg      Config
 	log      *slog.Logger
 	now      func() time.Time
@@ -143,6 +145,25 @@ func (s *Service) SetQuota(q Quota) { s.quota = q }
 
 // OnBoot adds a hook run after each boot or adoption. Call it while wiring.
 func (s *Service) OnBoot(h BootHook) { s.hooks = append(s.hooks, h) }
+
+// OnStart adds an observer told of each sandbox this process starts
+// holding, booted or adopted (metrics). Call it while wiring.
+func (s *Service) OnStart(f func(adopted bool)) { s.started = append(s.started, f) }
+
+// OnSweep adds an observer told of what each sweep did (metrics). Call it
+// while wiring.
+func (s *Service) OnSweep(f func(SweepReport)) { s.swept = append(s.swept, f) }
+
+// RunningByBackend counts the sandboxes this process holds, per backend.
+func (s *Service) RunningByBackend() map[string]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := map[string]int{}
+	for _, l := range s.running {
+		out[l.backend.Name()]++
+	}
+	return out
+}
 
 // sandboxLease names the lease of a container's running sandbox.
 func sandboxLease(id string) string { return "sandbox:" + id }
@@ -362,7 +383,7 @@ func (s *Service) boot(ctx context.Context, c container.Container) (*live, error
 			s.log.Error("sandbox boot failed", "container", id, "backend", b.Name(), "cause", err.Error())
 			continue
 		}
-		return s.hold(ctx, c, b, 1), nil
+		return s.hold(ctx, c, b, 1, false), nil
 	}
 	return nil, fmt.Errorf("%w: no sandbox backend could start a sandbox (%s)", sandbox.ErrUnavailable, strings.Join(reasons, "; ")) // logged by hide
 }
@@ -375,15 +396,18 @@ func reason(b sandbox.Backend, err error) string {
 	return b.Name() + ": " + err.Error()
 }
 
-// hold records that this process holds c's running sandbox on b, then runs
-// the boot hooks.
-func (s *Service) hold(ctx context.Context, c container.Container, b sandbox.Backend, active int) *live {
+// hold records that this process holds c's running sandbox on b, booted
+// or adopted, then runs the boot hooks.
+func (s *Service) hold(ctx context.Context, c container.Container, b sandbox.Backend, active int, adopted bool) *live {
 	l := &live{backend: b, lastUsed: s.now(), active: active}
 	s.mu.Lock()
 	s.running[c.ID()] = l
 	s.mu.Unlock()
 	if err := s.store.UpdateContainer(ctx, c.Booted(b.Name(), s.leases.Holder(), s.now())); err != nil {
 		s.log.Error("container record not updated", "container", c.ID(), "cause", err.Error())
+	}
+	for _, f := range s.started {
+		f(adopted)
 	}
 	for _, h := range s.hooks {
 		if err := h(ctx, c.ID()); err != nil {

@@ -118,7 +118,7 @@ func (s *Service) reconcile(ctx context.Context) (adopted, dropped []string) {
 		}
 		for _, id := range a {
 			unlock := s.lock(id)
-			s.hold(ctx, taken[id], b, 0)
+			s.hold(ctx, taken[id], b, 0, true)
 			unlock()
 			delete(taken, id)
 		}
@@ -171,6 +171,9 @@ func (s *Service) Run(ctx context.Context) {
 		r, err := s.Sweep(ctx)
 		if err != nil && ctx.Err() == nil {
 			s.log.Error("sweep failed", "cause", err.Error())
+		}
+		for _, f := range s.swept {
+			f(r)
 		}
 		if !r.Empty() {
 			s.log.Info("swept sandboxes", "stopped", r.Stopped, "expired", r.Expired, "adopted", r.Adopted,

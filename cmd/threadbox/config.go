@@ -46,6 +46,7 @@ type Config struct {
 	ModelName      string
 	MaxToolIters   int
 	TurnTimeout    time.Duration
+	MetricsToken   string
 	ToolMaxOutput  int64
 	MaxUploadBytes int64
 	// MaxArtifactBytes caps the output files kept as artifacts.
@@ -121,6 +122,7 @@ func loadConfig(getenv func(string) string) (Config, error) {
 		ModelName:        env("MODEL_NAME", ""),
 		MaxToolIters:     int(num("MAX_TOOL_ITERATIONS", 25)),
 		TurnTimeout:      dur("TURN_TIMEOUT", "10m"),
+		MetricsToken:     env("METRICS_TOKEN", ""),
 		ToolMaxOutput:    num("TOOL_MAX_OUTPUT_BYTES", 1<<20),
 		MaxUploadBytes:   num("MAX_UPLOAD_BYTES", 5<<30),
 		MaxArtifactBytes: num("ARTIFACT_MAX_BYTES", 1<<30),

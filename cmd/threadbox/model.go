@@ -45,7 +45,13 @@ func openAIBaseURL(raw string) string {
 // host-side file access through the file jail.
 func newMessages(cfg Config, sys *system, fs *fsroot.Containers, log *slog.Logger) *messages.Service {
 	code := tools.New(sys.containers, fs, tools.Config{MaxOutput: int(cfg.ToolMaxOutput), Log: log.With("component", "tools")})
-	return messages.New(newModel(cfg), toolRouter{code: code, sandbox: sys.sandbox.exec}, messages.Config{MaxToolIterations: cfg.MaxToolIters, TurnTimeout: cfg.TurnTimeout})
+	provider := cfg.ModelProvider
+	if provider == "" {
+		provider = "runner"
+	}
+	model := sys.metrics.Model(newModel(cfg), provider)
+	tools := sys.metrics.Tools(toolRouter{code: code, sandbox: sys.sandbox.exec})
+	return messages.New(model, tools, messages.Config{MaxToolIterations: cfg.MaxToolIters, TurnTimeout: cfg.TurnTimeout})
 }
 
 // messagesAPI is what the Messages API handlers are served with.

@@ -18,6 +18,7 @@ import (
 	"threadbox/app/workspace"
 	"threadbox/domain/sandbox"
 	"threadbox/infra/fsroot"
+	"threadbox/infra/metrics"
 	"threadbox/infra/sandbox/hostdirs"
 	"threadbox/infra/store"
 )
@@ -31,6 +32,7 @@ type system struct {
 	workspace  *workspace.Service
 	containers *containers.Service
 	leases     *lease.Keeper // this process's database leases
+	metrics    *metrics.Registry
 	files      *files.Service
 	messages   *messages.Service // the Messages API's tool loop
 	sandbox    *sandboxWiring    // the sandbox_v1 tools and the API bridge
@@ -99,7 +101,7 @@ func wire(ctx context.Context, cfg Config, log *slog.Logger) (*system, error) {
 	if err != nil {
 		return nil, err
 	}
-	sys := &system{store: st, closers: []func() error{st.Close}}
+	sys := &system{store: st, closers: []func() error{st.Close}, metrics: metrics.New()}
 	if sys.auth, err = newAuth(cfg, st); err != nil {
 		sys.Close()
 		return nil, err
@@ -116,6 +118,11 @@ func wire(ctx context.Context, cfg Config, log *slog.Logger) (*system, error) {
 		Limits: sandbox.Limits{MemoryBytes: cfg.SandboxMemory, CPUs: cfg.SandboxCPUs, Pids: cfg.SandboxPids, DiskBytes: cfg.SandboxDisk},
 	}, log.With("component", "containers"))
 	sys.containers.SetThreads(st)
+	names := make([]string, len(sys.backends))
+	for i, b := range sys.backends {
+		names[i] = b.Name()
+	}
+	sys.metrics.WatchSandboxes(sys.containers, names)
 	sys.quota = quota.New(st, layout, sys.admin)
 	sys.containers.SetQuota(sys.quota)
 

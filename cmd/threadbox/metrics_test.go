@@ -1,0 +1,88 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"threadbox/app/messages"
+)
+
+// TestMetrics: /metrics needs the scrape token, parses with Prometheus'
+// own text parser, and its counters move after a chat turn with code.
+func TestMetrics(t *testing.T) {
+	s, fake := modelServer(t, "", "anthropic", map[string]string{"METRICS_TOKEN": "scrape-secret"})
+	f := newWSFixture(t, s)
+	if r := s.do("GET", "/metrics", "", nil); r.status != 401 || r.errorType(t) != "authentication_error" {
+		t.Fatalf("metrics without the token: %d %s", r.status, r.body)
+	}
+	if r := s.do("GET", "/metrics", "wrong", nil); r.status != 401 {
+		t.Fatalf("metrics with a wrong token: %d", r.status)
+	}
+	fake.Push(steps(call(messages.SubToolTextEditor, map[string]any{"command": "create", "path": "/mnt/user-data/outputs/m.txt", "file_text": "x"})), textStep("done"))
+	if r := s.do("POST", appAPI+"/thread/"+f.tid+"/messages", f.admin, map[string]any{"content": "go", "pgpt": map[string]any{"tools": []any{"code_execution"}}}); r.status != 200 {
+		t.Fatalf("turn: %d %s", r.status, r.body)
+	}
+	r := s.do("GET", "/metrics", "scrape-secret", nil)
+	if r.status != 200 {
+		t.Fatalf("metrics: %d %s", r.status, r.body)
+	}
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := p.TextToMetricFamilies(bytes.NewReader(r.body))
+	if err != nil {
+		t.Fatalf("the metrics do not parse: %v", err)
+	}
+	value := func(name string, labels map[string]string) float64 {
+		fam := families[name]
+		if fam == nil {
+			return -1
+		}
+		var sum float64
+	next:
+		for _, m := range fam.GetMetric() {
+			got := map[string]string{}
+			for _, l := range m.GetLabel() {
+				got[l.GetName()] = l.GetValue()
+			}
+			for k, v := range labels {
+				if got[k] != v {
+					continue next
+				}
+			}
+			switch {
+			case m.GetCounter() != nil:
+				sum += m.GetCounter().GetValue()
+			case m.GetGauge() != nil:
+				sum += m.GetGauge().GetValue()
+			case m.GetHistogram() != nil:
+				sum += float64(m.GetHistogram().GetSampleCount())
+			}
+		}
+		return sum
+	}
+	checks := []struct {
+		name   string
+		labels map[string]string
+		least  float64
+	}{
+		{"threadbox_http_requests_total", map[string]string{"route": "/api/v1/app/thread/:id/messages", "method": "POST", "status": "200"}, 1},
+		{"threadbox_http_request_duration_seconds", map[string]string{"route": "/api/v1/app/thread/:id/messages"}, 1},
+		{"threadbox_model_calls_total", map[string]string{"provider": "anthropic", "outcome": "ok"}, 2},
+		{"threadbox_tool_calls_total", map[string]string{"tool": messages.SubToolTextEditor, "outcome": "ok"}, 1},
+		{"threadbox_sandboxes_running", map[string]string{"backend": "local"}, 0},
+		{"go_goroutines", nil, 1},
+		{"process_open_fds", nil, 1},
+	}
+	for _, c := range checks {
+		if v := value(c.name, c.labels); v < c.least {
+			t.Errorf("%s%v = %v, want at least %v", c.name, c.labels, v, c.least)
+		}
+	}
+	// No id ever becomes a label value.
+	if strings.Contains(string(r.body), f.tid) || strings.Contains(string(r.body), "usr_") {
+		t.Error("an id in the metrics' labels")
+	}
+}

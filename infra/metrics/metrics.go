@@ -1,0 +1,167 @@
+// Package metrics exports threadbox's Prometheus metrics with the official
+// client library: HTTP requests by route, model calls by provider, tool
+// calls by tool, sandbox boots and the sandboxes running per backend,
+// sweeper actions, and the Go runtime and process. Labels take only
+// bounded values (route patterns, names, outcomes), never ids.
+package metrics
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"threadbox/app/containers"
+	"threadbox/app/messages"
+)
+
+// Registry holds threadbox's metrics.
+type Registry struct {
+	reg *prometheus.Registry
+
+	requests     *prometheus.CounterVec
+	requestTime  *prometheus.HistogramVec
+	modelCalls   *prometheus.CounterVec
+	modelTime    *prometheus.HistogramVec
+	modelTokens  *prometheus.CounterVec
+	toolCalls    *prometheus.CounterVec
+	toolTime     *prometheus.HistogramVec
+	boots        *prometheus.CounterVec
+	sweepActions *prometheus.CounterVec
+}
+
+// New returns a registry with every metric and the Go runtime and process
+// collectors.
+func New() *Registry {
+	r := &Registry{reg: prometheus.NewRegistry()}
+	f := func(c prometheus.Collector) { r.reg.MustRegister(c) }
+	f(collectors.NewGoCollector())
+	f(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	r.requests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "threadbox_http_requests_total", Help: "HTTP requests by route pattern, method and status."}, []string{"route", "method", "status"})
+	r.requestTime = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "threadbox_http_request_duration_seconds", Help: "HTTP request latency by route pattern and method.", Buckets: prometheus.ExponentialBuckets(0.0005, 4, 10)}, []string{"route", "method"})
+	r.modelCalls = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "threadbox_model_calls_total", Help: "Model steps by provider and outcome (ok, error)."}, []string{"provider", "outcome"})
+	r.modelTime = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "threadbox_model_call_duration_seconds", Help: "Model step latency by provider.", Buckets: prometheus.ExponentialBuckets(0.01, 3, 9)}, []string{"provider"})
+	r.modelTokens = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "threadbox_model_tokens_total", Help: "Tokens the model reported, by provider and direction (input, output)."}, []string{"provider", "direction"})
+	r.toolCalls = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "threadbox_tool_calls_total", Help: "Server tool calls by tool and outcome (ok, error)."}, []string{"tool", "outcome"})
+	r.toolTime = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "threadbox_tool_call_duration_seconds", Help: "Server tool call duration by tool.", Buckets: prometheus.ExponentialBuckets(0.005, 3, 10)}, []string{"tool"})
+	r.boots = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "threadbox_sandbox_starts_total", Help: "Sandboxes this process started holding, by how (boot, adopt)."}, []string{"how"})
+	r.sweepActions = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "threadbox_sweeper_actions_total", Help: "What the sweeper did, by action (stopped, expired, adopted, dropped, cleared, released)."}, []string{"action"})
+	for _, c := range []prometheus.Collector{r.requests, r.requestTime, r.modelCalls, r.modelTime, r.modelTokens, r.toolCalls, r.toolTime, r.boots, r.sweepActions} {
+		f(c)
+	}
+	return r
+}
+
+// Handler serves the metrics in the Prometheus text format.
+func (r *Registry) Handler() http.Handler {
+	return promhttp.HandlerFor(r.reg, promhttp.HandlerOpts{})
+}
+
+// ObserveRequest records one HTTP request (web's request observer).
+func (r *Registry) ObserveRequest(route, method string, status int, d time.Duration) {
+	r.requests.WithLabelValues(route, method, strconv.Itoa(status)).Inc()
+	r.requestTime.WithLabelValues(route, method).Observe(d.Seconds())
+}
+
+// Sandboxes reports the sandboxes a process holds per backend, read at
+// each scrape (app/containers.Service).
+type Sandboxes interface {
+	RunningByBackend() map[string]int
+}
+
+// WatchSandboxes exports the sandboxes owner holds, per backend, as the
+// gauge threadbox_sandboxes_running, and counts its boots and adoptions
+// and what its sweeps do.
+func (r *Registry) WatchSandboxes(owner *containers.Service, backends []string) {
+	for _, b := range backends {
+		r.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "threadbox_sandboxes_running", Help: "Sandboxes this process holds, by backend.", ConstLabels: prometheus.Labels{"backend": b},
+		}, func() float64 { return float64(owner.RunningByBackend()[b]) }))
+	}
+	owner.OnStart(func(adopted bool) {
+		how := "boot"
+		if adopted {
+			how = "adopt"
+		}
+		r.boots.WithLabelValues(how).Inc()
+	})
+	owner.OnSweep(func(rep containers.SweepReport) {
+		for action, ids := range map[string][]string{"stopped": rep.Stopped, "expired": rep.Expired, "adopted": rep.Adopted,
+			"dropped": rep.Dropped, "cleared": rep.Cleared, "released": rep.Released} {
+			if len(ids) > 0 {
+				r.sweepActions.WithLabelValues(action).Add(float64(len(ids)))
+			}
+		}
+	})
+}
+
+// Model counts and times the steps of a model (messages.Model).
+func (r *Registry) Model(m messages.Model, provider string) messages.Model {
+	return model{m: m, provider: provider, r: r}
+}
+
+type model struct {
+	m        messages.Model
+	provider string
+	r        *Registry
+}
+
+func (m model) Step(ctx context.Context, req messages.StepRequest) (*messages.StepResult, error) {
+	start := time.Now()
+	res, err := m.m.Step(ctx, req)
+	m.observe(start, res, err)
+	return res, err
+}
+
+func (m model) StreamStep(ctx context.Context, req messages.StepRequest, emit func(messages.StepEvent) error) (*messages.StepResult, error) {
+	start := time.Now()
+	res, err := m.m.StreamStep(ctx, req, emit)
+	m.observe(start, res, err)
+	return res, err
+}
+
+func (m model) observe(start time.Time, res *messages.StepResult, err error) {
+	outcome := "ok"
+	if err != nil {
+		outcome = "error"
+	}
+	m.r.modelCalls.WithLabelValues(m.provider, outcome).Inc()
+	m.r.modelTime.WithLabelValues(m.provider).Observe(time.Since(start).Seconds())
+	if res != nil {
+		m.r.modelTokens.WithLabelValues(m.provider, "input").Add(float64(res.Usage.InputTokens))
+		m.r.modelTokens.WithLabelValues(m.provider, "output").Add(float64(res.Usage.OutputTokens))
+	}
+}
+
+// Tools counts and times the server tool calls of an executor.
+func (r *Registry) Tools(t messages.ToolExecutor) messages.ToolExecutor {
+	return tools{t: t, r: r}
+}
+
+type tools struct {
+	t messages.ToolExecutor
+	r *Registry
+}
+
+// known bounds the tool label: the product's tool names, "other" else.
+var known = map[string]bool{messages.SubToolBash: true, messages.SubToolTextEditor: true}
+
+func (t tools) Execute(ctx context.Context, call messages.ToolCall) (*messages.ToolResult, error) {
+	start := time.Now()
+	res, err := t.t.Execute(ctx, call)
+	name := call.Name
+	if !known[name] && !messages.IsSandboxTool(name) {
+		name = "other"
+	}
+	outcome := "ok"
+	if err != nil || res == nil || res.IsError() {
+		outcome = "error"
+	}
+	t.r.toolCalls.WithLabelValues(name, outcome).Inc()
+	t.r.toolTime.WithLabelValues(name).Observe(time.Since(start).Seconds())
+	return res, err
+}
