@@ -15,37 +15,42 @@ import (
 
 // Config is every setting, loaded once from the environment.
 type Config struct {
-	ListenAddr     string
-	DataDir        string
-	DatabaseURL    string
-	PublicURL      string
-	JWTIssuer      string
-	JWTAudience    string
-	JWTKeyFile     string
-	SessionTTL     time.Duration
-	ShutdownGrace  time.Duration
-	LogLevel       string
-	SandboxBackend []string
-	SandboxRuntime string
-	SandboxImage   string
-	SandboxIdle    time.Duration
-	SandboxQuota   string
-	RootFS         string
-	SandboxMemory  int64
-	SandboxCPUs    float64
-	SandboxPids    int64
-	SandboxDisk    int64
-	Instance       string
-	ContainerMax   time.Duration
-	SweepInterval  time.Duration
-	LeaseTTL       time.Duration
-	AgentBin       string
-	ModelProvider  string
-	ModelBaseURL   string
-	ModelAPIKey    string
-	ModelName      string
-	MaxToolIters   int
-	MaxUploadBytes int64
+	ListenAddr  string
+	DataDir     string
+	DatabaseURL string
+	PublicURL   string
+	JWTIssuer   string
+	JWTAudience string
+	JWTKeyFile  string
+	SessionTTL  time.Duration
+	// Login throttling (app/auth): attempts per window per email and per
+	// client address, and the window.
+	LoginEmailLimit int
+	LoginAddrLimit  int
+	LoginWindow     time.Duration
+	ShutdownGrace   time.Duration
+	LogLevel        string
+	SandboxBackend  []string
+	SandboxRuntime  string
+	SandboxImage    string
+	SandboxIdle     time.Duration
+	SandboxQuota    string
+	RootFS          string
+	SandboxMemory   int64
+	SandboxCPUs     float64
+	SandboxPids     int64
+	SandboxDisk     int64
+	Instance        string
+	ContainerMax    time.Duration
+	SweepInterval   time.Duration
+	LeaseTTL        time.Duration
+	AgentBin        string
+	ModelProvider   string
+	ModelBaseURL    string
+	ModelAPIKey     string
+	ModelName       string
+	MaxToolIters    int
+	MaxUploadBytes  int64
 	// MaxArtifactBytes caps the output files kept as artifacts.
 	MaxArtifactBytes int64
 	// SandboxServices are the internal services exposed inside sandboxes
@@ -98,6 +103,9 @@ func loadConfig(getenv func(string) string) (Config, error) {
 		JWTIssuer:        env("JWT_ISSUER", "threadbox"),
 		JWTAudience:      env("JWT_AUDIENCE", "threadbox-api"),
 		SessionTTL:       dur("SESSION_TTL", "12h"),
+		LoginEmailLimit:  int(num("LOGIN_EMAIL_LIMIT", 10)),
+		LoginAddrLimit:   int(num("LOGIN_ADDR_LIMIT", 50)),
+		LoginWindow:      dur("LOGIN_WINDOW", "15m"),
 		ShutdownGrace:    dur("SHUTDOWN_GRACE", "20s"),
 		LogLevel:         env("LOG_LEVEL", "info"),
 		SandboxRuntime:   env("SANDBOX_RUNTIME", "runc"),

@@ -148,7 +148,12 @@ func newAuth(cfg Config, st *store.Store) (*auth.Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	return auth.New(st, jwt.New(key, cfg.JWTIssuer, cfg.JWTAudience), auth.Config{SessionTTL: cfg.SessionTTL}), nil
+	return auth.New(st, jwt.New(key, cfg.JWTIssuer, cfg.JWTAudience), auth.Config{
+		SessionTTL:      cfg.SessionTTL,
+		EmailLoginLimit: cfg.LoginEmailLimit,
+		AddrLoginLimit:  cfg.LoginAddrLimit,
+		LoginWindow:     cfg.LoginWindow,
+	}), nil
 }
 
 func cmdMigrate(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
