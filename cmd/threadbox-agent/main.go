@@ -116,6 +116,15 @@ func run(cfg config, in io.Reader, out io.Writer, log *slog.Logger) int {
 	if err := setChildSubreaper(); err != nil {
 		log.Warn("agent: cannot become a child subreaper", "err", err)
 	}
+	// Commands run as the agent's own user: keep them out of the agent.
+	// A process that is not dumpable has its /proc/<pid> files (fd, mem,
+	// environ, ...) owned by root and refuses ptrace to anyone without
+	// CAP_SYS_PTRACE, so code cannot write into the agent's descriptors
+	// (the channel to the host) or read its memory. Commands are dumpable
+	// again: execve resets it.
+	if err := setNotDumpable(); err != nil {
+		log.Warn("agent: cannot make itself non-dumpable", "err", err)
+	}
 	if err := os.MkdirAll(cfg.workspace, 0o755); err != nil {
 		log.Warn("agent: workspace", "err", err)
 	}
@@ -129,7 +138,19 @@ func run(cfg config, in io.Reader, out io.Writer, log *slog.Logger) int {
 	pipe := make(chan os.Signal, 1)
 	signal.Notify(pipe, syscall.SIGPIPE)
 	term := make(chan os.Signal, 1)
-	signal.Notify(term, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	if os.Getpid() == 1 {
+		// As the sandbox's init, the agent takes no signal as an order:
+		// code in the sandbox may send any. Every catchable signal is
+		// handled (and dropped), so that none takes the Go runtime's default
+		// action (SIGQUIT, SIGABRT, SIGUSR1, ...: exit); the kernel drops
+		// SIGKILL and SIGSTOP sent to a namespace's init from inside it.
+		// The host stops a sandbox by killing it from outside, or by
+		// closing the agent's connection. Handled signals are reset for
+		// commands by execve (ignored ones would be inherited).
+		dropSignals(log)
+	} else {
+		signal.Notify(term, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	}
 	env := environ(os.Environ())
 	dctx, dstop := context.WithCancel(ctx)
 	defer dstop()
@@ -219,6 +240,28 @@ func dupCloexec(fd int) (int, error) {
 }
 
 // setChildSubreaper marks the agent as the reaper of its descendants' orphans.
+// setNotDumpable clears the process's dumpable flag (PR_SET_DUMPABLE 0).
+func setNotDumpable() error {
+	if _, _, errno := syscall.RawSyscall(syscall.SYS_PRCTL, syscall.PR_SET_DUMPABLE, 0, 0); errno != 0 {
+		return errno
+	}
+	return nil
+}
+
+// dropSignals handles every signal sent to the agent from now on, and
+// drops it.
+func dropSignals(log *slog.Logger) {
+	c := make(chan os.Signal, 16)
+	signal.Notify(c)
+	go func() {
+		for sig := range c {
+			if sig != syscall.SIGCHLD && sig != syscall.SIGURG && sig != syscall.SIGPIPE {
+				log.Debug("agent: signal dropped", "signal", sig)
+			}
+		}
+	}()
+}
+
 func setChildSubreaper() error {
 	const prSetChildSubreaper = 36
 	if _, _, errno := syscall.RawSyscall(syscall.SYS_PRCTL, prSetChildSubreaper, 1, 0); errno != 0 {
