@@ -36,6 +36,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -52,6 +53,7 @@ type config struct {
 	drain     time.Duration // how long to wait for output pipes after exit
 	logLevel  slog.Level
 	dial      string // unix socket of the host to serve; "" serves stdio
+	runAs     string // uid:gid commands run as when the agent runs as root; "" keeps the agent's
 }
 
 // envPrefix starts every environment variable that configures the agent;
@@ -77,6 +79,7 @@ func parseConfig(args []string, getenv func(string) string) (config, error) {
 	drain := fs.String("drain", def("DRAIN", "1s"), "how long to wait for output after a command exits (env THREADBOX_AGENT_DRAIN)")
 	level := fs.String("log-level", def("LOG_LEVEL", "info"), "log level: debug, info, warn, error (env THREADBOX_AGENT_LOG_LEVEL)")
 	fs.StringVar(&cfg.dial, "dial", def("DIAL", ""), "unix socket to connect to and serve instead of stdio (env THREADBOX_AGENT_DIAL)")
+	fs.StringVar(&cfg.runAs, "run-as", def("RUN_AS", ""), "uid:gid to run commands as when the agent runs as root (env THREADBOX_AGENT_RUN_AS)")
 	if err := fs.Parse(args); err != nil {
 		return config{}, fmt.Errorf("agent: flags: %w", err)
 	}
@@ -113,6 +116,10 @@ func main() {
 func run(cfg config, in io.Reader, out io.Writer, log *slog.Logger) int {
 	// Orphans of commands are reparented to the agent even when it is not
 	// PID 1 (as under bubblewrap or in tests), so that it reaps them.
+	if err := setCommandUser(cfg.runAs); err != nil {
+		log.Error("agent: run-as", "err", err)
+		return 2
+	}
 	if err := setChildSubreaper(); err != nil {
 		log.Warn("agent: cannot become a child subreaper", "err", err)
 	}
@@ -240,6 +247,37 @@ func dupCloexec(fd int) (int, error) {
 }
 
 // setChildSubreaper marks the agent as the reaper of its descendants' orphans.
+// commandUser is the user commands run as, set when the agent runs as root
+// with a run-as user (gVisor: there the sandbox's root is not the host's,
+// and only another uid keeps code out of the agent); nil runs them as the
+// agent's own user.
+var commandUser *syscall.Credential
+
+// setCommandUser sets commandUser from "uid:gid" when the agent runs as
+// root; a root agent without one refuses to start, so that no command ever
+// runs as root.
+func setCommandUser(runAs string) error {
+	if os.Getuid() != 0 {
+		return nil
+	}
+	u, g, ok := strings.Cut(runAs, ":")
+	uid, err1 := strconv.ParseUint(u, 10, 32)
+	gid, err2 := strconv.ParseUint(g, 10, 32)
+	if !ok || err1 != nil || err2 != nil || uid == 0 {
+		return fmt.Errorf("running as root needs a non-root run-as uid:gid, got %q", runAs)
+	}
+	commandUser = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{}}
+	return nil
+}
+
+// own gives a file or folder the agent created to the commands' user.
+func own(path string) error {
+	if commandUser == nil {
+		return nil
+	}
+	return os.Lchown(path, int(commandUser.Uid), int(commandUser.Gid))
+}
+
 // setNotDumpable clears the process's dumpable flag (PR_SET_DUMPABLE 0).
 func setNotDumpable() error {
 	if _, _, errno := syscall.RawSyscall(syscall.SYS_PRCTL, syscall.PR_SET_DUMPABLE, 0, 0); errno != 0 {
