@@ -50,7 +50,10 @@ type Config struct {
 	ModelAPIKey     string
 	ModelName       string
 	MaxToolIters    int
-	MaxUploadBytes  int64
+	// AllowToolTypes are typed tools passed to the model as sent
+	// (ALLOW_TOOL_TYPES, comma-separated).
+	AllowToolTypes []string
+	MaxUploadBytes int64
 	// MaxArtifactBytes caps the output files kept as artifacts.
 	MaxArtifactBytes int64
 	// SandboxServices are the internal services exposed inside sandboxes
@@ -131,6 +134,11 @@ func loadConfig(getenv func(string) string) (Config, error) {
 	}
 	if err != nil {
 		return Config{}, err
+	}
+	for t := range strings.SplitSeq(getenv("ALLOW_TOOL_TYPES"), ",") {
+		if t = strings.TrimSpace(t); t != "" {
+			c.AllowToolTypes = append(c.AllowToolTypes, t)
+		}
 	}
 	if c.Procs, err = parseProcs(getenv("THREADBOX_PROCS")); err != nil {
 		return Config{}, err

@@ -44,7 +44,7 @@ func openAIBaseURL(raw string) string {
 // host-side file access through the file jail.
 func newMessages(cfg Config, sys *system, fs *fsroot.Containers) *messages.Service {
 	code := tools.New(sys.containers, fs, tools.Config{})
-	return messages.New(newModel(cfg), toolRouter{code: code, sandbox: sys.sandbox.exec}, messages.Config{MaxToolIterations: cfg.MaxToolIters})
+	return messages.New(newModel(cfg), toolRouter{code: code, sandbox: sys.sandbox.exec}, messages.Config{MaxToolIterations: cfg.MaxToolIters, AllowedToolTypes: cfg.AllowToolTypes})
 }
 
 // messagesAPI is what the Messages API handlers are served with.
