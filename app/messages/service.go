@@ -39,6 +39,9 @@ type Config struct {
 	// request with a typed tool not listed is refused (400). Client tools
 	// (no type, or "custom") are always allowed.
 	AllowedToolTypes []string
+	// URLs fetches the images and documents requests name by URL, which
+	// are then sent to the model as data; nil refuses such blocks.
+	URLs URLFetcher
 }
 
 // Service runs Messages API turns.
@@ -200,6 +203,9 @@ func (s *Service) Create(ctx context.Context, req *Request, opts RunOptions) (*R
 func (s *Service) Run(ctx context.Context, req *Request, opts RunOptions, sink Sink) error {
 	p, err := plan(req, s.cfg.AllowedToolTypes)
 	if err != nil {
+		return err
+	}
+	if err := inlineURLs(ctx, req, s.cfg.URLs); err != nil {
 		return err
 	}
 	t := &turn{s: s, req: req, plan: p, opts: opts, sink: sink, start: s.cfg.Now()}

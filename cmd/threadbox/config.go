@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"net"
+	"net/netip"
 	"net/url"
 	"path/filepath"
 	"strconv"
@@ -11,6 +12,7 @@ import (
 
 	"threadbox/app/sandboxtools"
 	"threadbox/infra/sandbox/local"
+	"threadbox/infra/webfetch"
 )
 
 // Config is every setting, loaded once from the environment.
@@ -53,7 +55,12 @@ type Config struct {
 	// AllowToolTypes are typed tools passed to the model as sent
 	// (ALLOW_TOOL_TYPES, comma-separated).
 	AllowToolTypes []string
-	MaxUploadBytes int64
+	// URLFetchAllow are internal addresses URL images and documents may be
+	// fetched from all the same (URL_FETCH_ALLOW); URLFetchMaxBytes caps one
+	// (URL_FETCH_MAX_BYTES).
+	URLFetchAllow    []netip.Prefix
+	URLFetchMaxBytes int64
+	MaxUploadBytes   int64
 	// MaxArtifactBytes caps the output files kept as artifacts.
 	MaxArtifactBytes int64
 	// SandboxServices are the internal services exposed inside sandboxes
@@ -129,11 +136,15 @@ func loadConfig(getenv func(string) string) (Config, error) {
 		ModelAPIKey:      env("MODEL_API_KEY", ""),
 		ModelName:        env("MODEL_NAME", ""),
 		MaxToolIters:     int(num("MAX_TOOL_ITERATIONS", 25)),
+		URLFetchMaxBytes: num("URL_FETCH_MAX_BYTES", webfetch.DefaultMaxBytes),
 		MaxUploadBytes:   num("MAX_UPLOAD_BYTES", 5<<30),
 		MaxArtifactBytes: num("ARTIFACT_MAX_BYTES", 1<<30),
 	}
 	if err != nil {
 		return Config{}, err
+	}
+	if c.URLFetchAllow, err = webfetch.ParseAllow(getenv("URL_FETCH_ALLOW")); err != nil {
+		return Config{}, &configError{"URL_FETCH_ALLOW", err.Error()}
 	}
 	for t := range strings.SplitSeq(getenv("ALLOW_TOOL_TYPES"), ",") {
 		if t = strings.TrimSpace(t); t != "" {

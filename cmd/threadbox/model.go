@@ -10,6 +10,7 @@ import (
 	"threadbox/infra/llm/anthropic"
 	"threadbox/infra/llm/openai"
 	"threadbox/infra/llm/runner"
+	"threadbox/infra/webfetch"
 	"threadbox/web"
 )
 
@@ -44,7 +45,12 @@ func openAIBaseURL(raw string) string {
 // host-side file access through the file jail.
 func newMessages(cfg Config, sys *system, fs *fsroot.Containers) *messages.Service {
 	code := tools.New(sys.containers, fs, tools.Config{})
-	return messages.New(newModel(cfg), toolRouter{code: code, sandbox: sys.sandbox.exec}, messages.Config{MaxToolIterations: cfg.MaxToolIters, AllowedToolTypes: cfg.AllowToolTypes})
+	urls := webfetch.New(webfetch.Config{MaxBytes: cfg.URLFetchMaxBytes, Allow: cfg.URLFetchAllow})
+	return messages.New(newModel(cfg), toolRouter{code: code, sandbox: sys.sandbox.exec}, messages.Config{
+		MaxToolIterations: cfg.MaxToolIters,
+		AllowedToolTypes:  cfg.AllowToolTypes,
+		URLs:              urls,
+	})
 }
 
 // messagesAPI is what the Messages API handlers are served with.

@@ -1,7 +1,13 @@
 package main
 
 import (
+	"bytes"
+	"encoding/base64"
+	"net"
+	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 )
 
@@ -53,6 +59,97 @@ func TestUnknownToolTypes(t *testing.T) {
 			}
 			if len(reqs) != 1 || !strings.Contains(string(reqs[0].Body), tc.message) {
 				t.Fatalf("upstream requests %d, want one carrying %s", len(reqs), tc.message)
+			}
+		})
+	}
+}
+
+// TestURLSourcesFetched: an image named by URL is fetched by threadbox and
+// sent to the model as data, never as the URL; a URL of a loopback or
+// private address, directly or through a redirect, is refused with a 400
+// and never dialled, as are oversized and non-image answers.
+func TestURLSourcesFetched(t *testing.T) {
+	png := append([]byte("\x89PNG\r\n\x1a\n"), bytes.Repeat([]byte{7}, 2000)...)
+	// The "internal" service: loopback, never to be reached.
+	var internalHits atomic.Int32
+	internal := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		internalHits.Add(1)
+		w.Header().Set("Content-Type", "image/png")
+		_, _ = w.Write(png)
+	}))
+	defer internal.Close()
+	// The "public" image host: on 127.0.0.2, which the server is told to
+	// allow (URL_FETCH_ALLOW), standing for an address on the internet.
+	l, err := net.Listen("tcp", "127.0.0.2:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	public := &httptest.Server{Listener: l, Config: &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/cat.png":
+			w.Header().Set("Content-Type", "image/png")
+			_, _ = w.Write(png)
+		case "/unlabelled":
+			_, _ = w.Write(png) // sniffed as image/png
+		case "/to-internal":
+			http.Redirect(w, r, internal.URL+"/secret.png", http.StatusFound)
+		case "/big.png":
+			w.Header().Set("Content-Type", "image/png")
+			_, _ = w.Write(append(png, make([]byte, 64<<10)...))
+		case "/page":
+			w.Header().Set("Content-Type", "text/html")
+			_, _ = w.Write([]byte("<html></html>"))
+		}
+	})}}
+	public.Start()
+	defer public.Close()
+
+	for _, provider := range []string{"openai", "anthropic"} {
+		t.Run(provider, func(t *testing.T) {
+			s, fake := modelServer(t, "", provider, map[string]string{"URL_FETCH_ALLOW": "127.0.0.2/32", "URL_FETCH_MAX_BYTES": "32768"})
+			tok := s.bootstrap("acme", "admin@acme.test")
+			image := func(u string) string {
+				return `{"model":"m","max_tokens":10,"messages":[{"role":"user","content":[{"type":"text","text":"what is this"},{"type":"image","source":{"type":"url","url":"` + u + `"}}]}]}`
+			}
+			data := base64.StdEncoding.EncodeToString(png)
+			tests := []struct {
+				name, url string
+				status    int
+				message   string
+			}{
+				{"a public image is sent as data", public.URL + "/cat.png", 200, ""},
+				{"an unlabelled image is sniffed", public.URL + "/unlabelled", 200, ""},
+				{"loopback refused", internal.URL + "/secret.png", 400, "private, loopback or otherwise internal address"},
+				{"a redirect inside refused", public.URL + "/to-internal", 400, "private, loopback or otherwise internal address"},
+				{"localhost by name refused", strings.Replace(internal.URL, "127.0.0.1", "localhost", 1) + "/secret.png", 400, "internal address"},
+				{"metadata address refused", "http://169.254.169.254/latest/meta-data/", 400, "internal address"},
+				{"too large refused", public.URL + "/big.png", 400, "larger than 32768 bytes"},
+				{"not an image refused", public.URL + "/page", 400, `"text/html"`},
+				{"other schemes refused", "file:///etc/passwd", 400, "only http and https"},
+			}
+			for _, tc := range tests {
+				before := len(fake.Requests())
+				r := s.do("POST", "/api/gpt/v1/messages", tok, image(tc.url))
+				if r.status != tc.status {
+					t.Fatalf("%s: %d %s", tc.name, r.status, r.body)
+				}
+				reqs := fake.Requests()[before:]
+				if tc.status != 200 {
+					msg, _ := r.json(t)["error"].(map[string]any)["message"].(string)
+					if r.errorType(t) != "invalid_request_error" || !strings.Contains(msg, tc.message) || !strings.Contains(msg, "messages.0.content.1.source") {
+						t.Fatalf("%s: %s, want an invalid_request_error saying %q", tc.name, r.body, tc.message)
+					}
+					if len(reqs) != 0 {
+						t.Fatalf("%s: the model got the request: %s", tc.name, reqs[0].Body)
+					}
+					continue
+				}
+				if len(reqs) != 1 || !strings.Contains(string(reqs[0].Body), data) || strings.Contains(string(reqs[0].Body), public.URL) {
+					t.Fatalf("%s: the model should get the image as data and not its URL: %d requests", tc.name, len(reqs))
+				}
+			}
+			if n := internalHits.Load(); n != 0 {
+				t.Fatalf("the internal service was reached %d times", n)
 			}
 		})
 	}
