@@ -76,7 +76,7 @@ func (s *Server) login(c *fiber.Ctx) error {
 	if err := parseJSONLimit(c, &req, maxLoginBody); err != nil {
 		return err
 	}
-	iss, err := s.svc.Auth.Login(c.UserContext(), req.Email, req.Password, c.IP())
+	iss, err := s.svc.Auth.Login(c.UserContext(), req.Email, req.Password, s.clientAddr(c))
 	if err != nil {
 		return err
 	}

@@ -5,6 +5,7 @@ package web
 import (
 	"context"
 	"log/slog"
+	"net/netip"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
@@ -39,6 +40,9 @@ type Options struct {
 	// MaxUploadBytes caps streamed uploads (Files API); the org policy's
 	// cap applies too. Zero means DefaultMaxUploadBytes.
 	MaxUploadBytes int64
+	// TrustedProxies are the reverse proxies whose X-Forwarded-For names
+	// the client (login throttling counts per client address).
+	TrustedProxies []netip.Prefix
 }
 
 // Server is the HTTP edge.
@@ -48,6 +52,7 @@ type Server struct {
 	app         *fiber.App
 	classifiers []Classifier
 	maxUpload   int64
+	trusted     []netip.Prefix
 }
 
 // New builds the Fiber app with every route.
@@ -58,7 +63,7 @@ func New(svc Services, log *slog.Logger, opt Options) *Server {
 	if opt.MaxUploadBytes <= 0 {
 		opt.MaxUploadBytes = DefaultMaxUploadBytes
 	}
-	s := &Server{svc: svc, log: log, classifiers: opt.Classifiers, maxUpload: opt.MaxUploadBytes}
+	s := &Server{svc: svc, log: log, classifiers: opt.Classifiers, maxUpload: opt.MaxUploadBytes, trusted: opt.TrustedProxies}
 	s.app = fiber.New(fiber.Config{
 		AppName:               "threadbox",
 		DisableStartupMessage: true,

@@ -58,7 +58,10 @@ type Config struct {
 	// URLFetchAllow are internal addresses URL images and documents may be
 	// fetched from all the same (URL_FETCH_ALLOW); URLFetchMaxBytes caps one
 	// (URL_FETCH_MAX_BYTES).
-	URLFetchAllow    []netip.Prefix
+	URLFetchAllow []netip.Prefix
+	// TrustedProxies are reverse proxies whose X-Forwarded-For is believed
+	// (TRUSTED_PROXIES).
+	TrustedProxies   []netip.Prefix
 	URLFetchMaxBytes int64
 	MaxUploadBytes   int64
 	// MaxArtifactBytes caps the output files kept as artifacts.
@@ -142,6 +145,9 @@ func loadConfig(getenv func(string) string) (Config, error) {
 	}
 	if err != nil {
 		return Config{}, err
+	}
+	if c.TrustedProxies, err = webfetch.ParseAllow(getenv("TRUSTED_PROXIES")); err != nil {
+		return Config{}, &configError{"TRUSTED_PROXIES", err.Error()}
 	}
 	if c.URLFetchAllow, err = webfetch.ParseAllow(getenv("URL_FETCH_ALLOW")); err != nil {
 		return Config{}, &configError{"URL_FETCH_ALLOW", err.Error()}

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -123,4 +124,40 @@ func TestLoginThrottle(t *testing.T) {
 			t.Fatalf("a 64 KiB login body: %d %s", st, body)
 		}
 	})
+}
+
+// TestLoginThrottleBehindProxy: behind a trusted proxy each client is
+// counted under the address the proxy appended to X-Forwarded-For (what a
+// client wrote to its left changes nothing); a peer that is not a trusted
+// proxy is counted under its own address whatever it says.
+func TestLoginThrottleBehindProxy(t *testing.T) {
+	post := func(s *server, xff, email string) int {
+		t.Helper()
+		return s.do("POST", appAPI+"/auth/login", "", loginJSON(email, "a wrong guess"), "X-Forwarded-For", xff).status
+	}
+	proxied := startServer(t, "", map[string]string{"LOGIN_ADDR_LIMIT": "3", "TRUSTED_PROXIES": "127.0.0.1"})
+	direct := startServer(t, "", map[string]string{"LOGIN_ADDR_LIMIT": "3"})
+	tests := []struct {
+		name   string
+		s      *server
+		xff    string
+		status int
+	}{
+		{"client 1, first", proxied, "203.0.113.1", 401},
+		{"client 1, second", proxied, "203.0.113.1", 401},
+		{"client 1, third", proxied, "203.0.113.1", 401},
+		{"client 1, over its limit", proxied, "203.0.113.1", 429},
+		{"client 1 writing another address to the left", proxied, "198.51.100.9, 203.0.113.1", 429},
+		{"client 2 is counted apart", proxied, "203.0.113.2", 401},
+		{"an untrusted peer: its own address", direct, "203.0.113.1", 401},
+		{"an untrusted peer, second", direct, "203.0.113.2", 401},
+		{"an untrusted peer, third", direct, "203.0.113.3", 401},
+		{"an untrusted peer over its limit, whatever it says", direct, "203.0.113.4", 429},
+	}
+	for i, tc := range tests {
+		// A new email each time, so only the address counter can refuse.
+		if got := post(tc.s, tc.xff, "user"+strconv.Itoa(i)+"@acme.test"); got != tc.status {
+			t.Fatalf("%s: %d, want %d", tc.name, got, tc.status)
+		}
+	}
 }

@@ -344,7 +344,7 @@ func cmdServe(ctx context.Context, args []string, getenv func(string) string, st
 		Messages:  messagesAPI(cfg, sys),
 		Backends:  backends.New(sys.backends),
 		Ready:     sys.store.Ready,
-	}, log, web.Options{MaxUploadBytes: cfg.MaxUploadBytes})
+	}, log, web.Options{MaxUploadBytes: cfg.MaxUploadBytes, TrustedProxies: cfg.TrustedProxies})
 	sys.sandbox.setServe(srv.ServeSandboxConn)
 
 	errc := make(chan error, 1)
