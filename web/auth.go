@@ -1,6 +1,7 @@
 package web
 
 import (
+	"mime"
 	"strings"
 	"time"
 
@@ -59,12 +60,23 @@ type tokenResponse struct {
 	ExpiresAt time.Time `json:"expires_at"`
 }
 
+// maxLoginBody caps a login request's body: an email and a password of at
+// most 72 bytes fit many times over.
+const maxLoginBody = 4 << 10
+
+// login exchanges an email and password for a session token. It takes only
+// application/json, a type an HTML form of another site cannot send
+// without a CORS preflight this server never grants, so other sites cannot
+// make visitors' browsers log in (or spend the login throttle) for them.
 func (s *Server) login(c *fiber.Ctx) error {
+	if mt, _, _ := mime.ParseMediaType(c.Get(fiber.HeaderContentType)); mt != fiber.MIMEApplicationJSON {
+		return fiber.NewError(fiber.StatusUnsupportedMediaType, "login requires Content-Type: application/json")
+	}
 	var req loginRequest
-	if err := parseJSON(c, &req); err != nil {
+	if err := parseJSONLimit(c, &req, maxLoginBody); err != nil {
 		return err
 	}
-	iss, err := s.svc.Auth.Login(c.UserContext(), req.Email, req.Password)
+	iss, err := s.svc.Auth.Login(c.UserContext(), req.Email, req.Password, s.clientAddr(c))
 	if err != nil {
 		return err
 	}

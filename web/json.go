@@ -33,7 +33,12 @@ func body(c *fiber.Ctx, limit int64) ([]byte, error) {
 
 // parseJSON decodes a JSON body into v; unknown fields are ignored.
 func parseJSON(c *fiber.Ctx, v any) error {
-	b, err := body(c, maxJSONBody)
+	return parseJSONLimit(c, v, maxJSONBody)
+}
+
+// parseJSONLimit decodes a JSON body of at most limit bytes into v.
+func parseJSONLimit(c *fiber.Ctx, v any, limit int64) error {
+	b, err := body(c, limit)
 	if err != nil {
 		return err
 	}

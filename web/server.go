@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
@@ -42,6 +43,9 @@ type Options struct {
 	// MaxUploadBytes caps streamed uploads (Files API); the org policy's
 	// cap applies too. Zero means DefaultMaxUploadBytes.
 	MaxUploadBytes int64
+	// TrustedProxies are the reverse proxies whose X-Forwarded-For names
+	// the client (login throttling counts per client address).
+	TrustedProxies []netip.Prefix
 	// Observer, when set, is told of every request (metrics).
 	Observer RequestObserver
 	// Metrics, when set with MetricsToken, is served at GET /metrics to
@@ -65,6 +69,7 @@ type Server struct {
 	maxUpload   int64
 	opt         Options
 	started     time.Time // shown as the models' created_at
+	trusted     []netip.Prefix
 }
 
 // New builds the Fiber app with every route.
@@ -75,7 +80,7 @@ func New(svc Services, log *slog.Logger, opt Options) *Server {
 	if opt.MaxUploadBytes <= 0 {
 		opt.MaxUploadBytes = DefaultMaxUploadBytes
 	}
-	s := &Server{svc: svc, log: log, classifiers: opt.Classifiers, maxUpload: opt.MaxUploadBytes, opt: opt, started: time.Now().UTC().Truncate(time.Second)}
+	s := &Server{svc: svc, log: log, classifiers: opt.Classifiers, maxUpload: opt.MaxUploadBytes, trusted: opt.TrustedProxies, opt: opt, started: time.Now().UTC().Truncate(time.Second)}
 	s.app = fiber.New(fiber.Config{
 		AppName:               "threadbox",
 		DisableStartupMessage: true,

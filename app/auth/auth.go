@@ -40,14 +40,25 @@ type Store interface {
 	org.Repository
 	user.Repository
 	user.TokenRepository
+	LoginAttempts
 	// Credentials returns a token record with its user and org at once.
 	Credentials(ctx context.Context, tokenID string) (user.Token, user.User, org.Org, error)
 }
 
-// Config tunes token lifetimes.
+// Config tunes token lifetimes and login throttling; zero values take the
+// defaults of throttle.go.
 type Config struct {
 	SessionTTL  time.Duration // password-login tokens
 	APITokenTTL time.Duration // default for API tokens
+	// EmailLoginLimit is the attempts per window for one email (and for one
+	// email from one address).
+	EmailLoginLimit int
+	// AddrLoginLimit is the attempts per window from one client address.
+	AddrLoginLimit int
+	// LoginWindow is the throttling window.
+	LoginWindow time.Duration
+	// KnownAddressTTL is how long an address that logged in stays known.
+	KnownAddressTTL time.Duration
 }
 
 // Service is the auth use cases.
@@ -56,7 +67,7 @@ type Service struct {
 	codec  Codec
 	cfg    Config
 	now    func() time.Time
-	logins throttle
+	logins *limiter
 }
 
 // New returns the auth service.
@@ -67,7 +78,20 @@ func New(store Store, codec Codec, cfg Config) *Service {
 	if cfg.APITokenTTL <= 0 {
 		cfg.APITokenTTL = 365 * 24 * time.Hour
 	}
-	return &Service{store: store, codec: codec, cfg: cfg, now: time.Now}
+	if cfg.EmailLoginLimit <= 0 {
+		cfg.EmailLoginLimit = defaultEmailLimit
+	}
+	if cfg.AddrLoginLimit <= 0 {
+		cfg.AddrLoginLimit = defaultAddrLimit
+	}
+	if cfg.LoginWindow <= 0 {
+		cfg.LoginWindow = defaultLoginWindow
+	}
+	if cfg.KnownAddressTTL <= 0 {
+		cfg.KnownAddressTTL = defaultKnownAddressTTL
+	}
+	l := &limiter{store: store, email: cfg.EmailLoginLimit, addr: cfg.AddrLoginLimit, window: cfg.LoginWindow, knownTTL: cfg.KnownAddressTTL}
+	return &Service{store: store, codec: codec, cfg: cfg, now: time.Now, logins: l}
 }
 
 var errUnauthenticated = fault.New(fault.Unauthenticated, "invalid or expired authentication token")
@@ -130,12 +154,15 @@ func (s *Service) issue(ctx context.Context, u user.User, kind user.TokenKind, n
 	return Issued{Token: signed, Record: rec}, nil
 }
 
-// Login checks an email and password and returns a short-lived session token.
-func (s *Service) Login(ctx context.Context, email, password string) (Issued, error) {
+// Login checks an email and password sent from the client address addr and
+// returns a short-lived session token. Attempts are throttled per email and
+// per address before the password is checked (throttle.go).
+func (s *Service) Login(ctx context.Context, email, password, addr string) (Issued, error) {
 	bad := fault.New(fault.Unauthenticated, "invalid email or password")
 	email = strings.ToLower(strings.TrimSpace(email))
-	if d := s.logins.wait(email, s.now()); d > 0 {
-		return Issued{}, refusal(d)
+	addr = clientKey(addr)
+	if err := s.logins.take(ctx, email, addr, s.now()); err != nil {
+		return Issued{}, err
 	}
 	u, err := s.store.UserByEmail(ctx, email)
 	// bcrypt reads 72 bytes at most: a longer password (never set, see
@@ -144,14 +171,14 @@ func (s *Service) Login(ctx context.Context, email, password string) (Issued, er
 		// Spend the same time as a real check so the answer does not tell
 		// whether the email exists.
 		bcrypt.CompareHashAndPassword(dummyHash, []byte(password))
-		s.logins.failed(email, s.now())
 		return Issued{}, bad
 	}
 	if bcrypt.CompareHashAndPassword([]byte(u.PasswordHash()), []byte(password)) != nil {
-		s.logins.failed(email, s.now())
 		return Issued{}, bad
 	}
-	s.logins.succeeded(email)
+	if err := s.logins.succeeded(ctx, email, addr, s.now()); err != nil {
+		return Issued{}, err
+	}
 	if u.Disabled() {
 		return Issued{}, fault.New(fault.Unauthenticated, "this user is disabled")
 	}

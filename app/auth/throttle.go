@@ -1,78 +1,147 @@
 package auth
 
 import (
+	"context"
 	"fmt"
-	"sync"
+	"net/netip"
+	"sync/atomic"
 	"time"
 
 	"threadbox/domain/fault"
 )
 
-// Login throttling: after freeLogins failed logins in a row for one email,
-// each further attempt must wait, twice as long after every failure, up to
-// maxLoginWait. A success clears the count. The wait bounds online password
-// guessing (and the bcrypt CPU it costs) without locking the owner out for
-// long.
+// Login throttling. Every attempt takes one unit from up to three counters
+// before its password is checked, each in one atomic statement of the
+// database (so concurrent bursts and several replicas share one count):
+//
+//   - the client address (an IPv6 address counts as its /64), AddrLimit
+//     attempts per window: bounds password spraying over many emails;
+//   - the email, EmailLimit attempts per window: bounds guessing one
+//     account's password from many addresses;
+//   - the pair of email and address, EmailLimit attempts per window.
+//
+// An attempt whose address or pair counter is spent is refused. An attempt
+// whose email counter is spent is refused too, unless it comes from an
+// address that logged into that email successfully before (within
+// KnownAddressTTL): an attacker who keeps an account's email counter spent
+// cannot lock its owner out of the places the owner logs in from, while
+// the owner's own address is still bounded by the pair counter.
+//
+// A success clears the email's and the pair's counters, gives the address
+// counter its unit back and records the address as known for the email;
+// a failure keeps the units taken. Counters start over when their window
+// (LoginWindow) has passed since their first attempt.
 const (
-	freeLogins   = 5
-	firstWait    = time.Second
-	maxLoginWait = 5 * time.Minute
-	// forgetAfter drops the count of an email left alone this long.
-	forgetAfter = 15 * time.Minute
+	defaultEmailLimit      = 10
+	defaultAddrLimit       = 50
+	defaultLoginWindow     = 15 * time.Minute
+	defaultKnownAddressTTL = 90 * 24 * time.Hour
+	// pruneEvery is how many logins pass between deletions of stale counters.
+	pruneEvery = 500
 )
 
-// throttle counts failed logins per email, in memory (one server).
-type throttle struct {
-	mu    sync.Mutex
-	fails map[string]failures
+// LoginAttempts is the shared state of login throttling (infra/store).
+type LoginAttempts interface {
+	// TakeLoginAttempt adds one attempt to the counter name unless it holds
+	// limit attempts already in a window that started after windowStart
+	// (an older window starts over at now). It reports whether it did.
+	TakeLoginAttempt(ctx context.Context, name string, limit int, now, windowStart time.Time) (bool, error)
+	// ReturnLoginAttempt takes one attempt back from the counter name.
+	ReturnLoginAttempt(ctx context.Context, name string) error
+	// ClearLoginAttempts deletes the counter name.
+	ClearLoginAttempts(ctx context.Context, name string) error
+	// PruneLoginAttempts deletes the counters whose window started before
+	// windowStart and the known addresses last seen before seenBefore.
+	PruneLoginAttempts(ctx context.Context, windowStart, seenBefore time.Time) error
+	// KnownLoginAddress reports whether addr logged into email
+	// successfully after since.
+	KnownLoginAddress(ctx context.Context, email, addr string, since time.Time) (bool, error)
+	// RememberLoginAddress records a successful login of email from addr.
+	RememberLoginAddress(ctx context.Context, email, addr string, now time.Time) error
 }
 
-type failures struct {
-	n    int
-	last time.Time
+// limiter applies the throttling rules above.
+type limiter struct {
+	store    LoginAttempts
+	email    int
+	addr     int
+	window   time.Duration
+	knownTTL time.Duration
+	logins   atomic.Uint64
 }
 
-// wait returns how long email must still wait before another attempt.
-func (t *throttle) wait(email string, now time.Time) time.Duration {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	f, ok := t.fails[email]
-	if !ok || f.n < freeLogins {
-		return 0
+// counter names.
+func addrCounter(addr string) string        { return "addr:" + addr }
+func emailCounter(email string) string      { return "email:" + email }
+func pairCounter(email, addr string) string { return "pair:" + email + "|" + addr }
+
+// clientKey is the address a client is counted under: the address itself,
+// or its /64 for IPv6 (one subscriber's usual allocation); "" stays "".
+func clientKey(addr string) string {
+	a, err := netip.ParseAddr(addr)
+	if err != nil {
+		return addr
 	}
-	d := firstWait << min(f.n-freeLogins, 20)
-	return max(min(d, maxLoginWait)-now.Sub(f.last), 0)
+	a = a.Unmap()
+	if a.Is6() {
+		p, _ := a.Prefix(64)
+		return p.String()
+	}
+	return a.String()
 }
 
-// failed records a failed login of email.
-func (t *throttle) failed(email string, now time.Time) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.fails == nil {
-		t.fails = map[string]failures{}
-	}
-	if len(t.fails) > 10000 { // many emails tried: drop the stale ones
-		for k, f := range t.fails {
-			if now.Sub(f.last) > forgetAfter {
-				delete(t.fails, k)
-			}
+// take counts an attempt of email from addr and returns nil when it may go
+// on, or the refusal.
+func (l *limiter) take(ctx context.Context, email, addr string, now time.Time) error {
+	if l.logins.Add(1)%pruneEvery == 0 {
+		if err := l.store.PruneLoginAttempts(ctx, now.Add(-l.window), now.Add(-l.knownTTL)); err != nil {
+			return fmt.Errorf("auth: prune login attempts: %w", err)
 		}
 	}
-	f := t.fails[email]
-	if now.Sub(f.last) > forgetAfter {
-		f.n = 0
+	start := now.Add(-l.window)
+	ok, err := l.store.TakeLoginAttempt(ctx, addrCounter(addr), l.addr, now, start)
+	if err != nil {
+		return fmt.Errorf("auth: login attempts: %w", err)
 	}
-	t.fails[email] = failures{n: f.n + 1, last: now}
+	if !ok {
+		return refusal("this address", l.window)
+	}
+	if ok, err = l.store.TakeLoginAttempt(ctx, pairCounter(email, addr), l.email, now, start); err != nil {
+		return fmt.Errorf("auth: login attempts: %w", err)
+	} else if !ok {
+		return refusal("this email", l.window)
+	}
+	if ok, err = l.store.TakeLoginAttempt(ctx, emailCounter(email), l.email, now, start); err != nil {
+		return fmt.Errorf("auth: login attempts: %w", err)
+	} else if ok {
+		return nil
+	}
+	known, err := l.store.KnownLoginAddress(ctx, email, addr, now.Add(-l.knownTTL))
+	if err != nil {
+		return fmt.Errorf("auth: known login address: %w", err)
+	}
+	if !known {
+		return refusal("this email", l.window)
+	}
+	return nil
 }
 
-// succeeded clears the count of email.
-func (t *throttle) succeeded(email string) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	delete(t.fails, email)
+// succeeded records a successful login of email from addr.
+func (l *limiter) succeeded(ctx context.Context, email, addr string, now time.Time) error {
+	for _, err := range []error{
+		l.store.ClearLoginAttempts(ctx, emailCounter(email)),
+		l.store.ClearLoginAttempts(ctx, pairCounter(email, addr)),
+		l.store.ReturnLoginAttempt(ctx, addrCounter(addr)),
+		l.store.RememberLoginAddress(ctx, email, addr, now),
+	} {
+		if err != nil {
+			return fmt.Errorf("auth: login attempts: %w", err)
+		}
+	}
+	return nil
 }
 
-// refusal is the answer to an attempt that must wait d.
-func refusal(d time.Duration) error {
-	return fault.New(fault.RateLimited, fmt.Sprintf("too many failed logins for this email: try again in %d s", int(d.Seconds()+0.999)))
+// refusal is the answer to an attempt over one of the limits.
+func refusal(what string, window time.Duration) error {
+	return fault.New(fault.RateLimited, fmt.Sprintf("too many failed logins for %s: try again within %d minutes", what, int(window.Minutes()+0.999)))
 }

@@ -1,56 +1,174 @@
 package auth
 
 import (
+	"context"
+	"sync"
 	"testing"
 	"time"
+
+	"threadbox/domain/fault"
 )
 
-func TestThrottle(t *testing.T) {
+// fakeAttempts is an in-memory LoginAttempts with the store's semantics.
+type fakeAttempts struct {
+	mu       sync.Mutex
+	counters map[string]fakeCounter
+	known    map[string]time.Time
+}
+
+type fakeCounter struct {
+	n     int
+	start time.Time
+}
+
+func (f *fakeAttempts) TakeLoginAttempt(_ context.Context, name string, limit int, now, windowStart time.Time) (bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.counters == nil {
+		f.counters = map[string]fakeCounter{}
+	}
+	c, ok := f.counters[name]
+	switch {
+	case !ok || !c.start.After(windowStart):
+		f.counters[name] = fakeCounter{1, now}
+	case c.n < limit:
+		f.counters[name] = fakeCounter{c.n + 1, c.start}
+	default:
+		return false, nil
+	}
+	return true, nil
+}
+
+func (f *fakeAttempts) ReturnLoginAttempt(_ context.Context, name string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if c, ok := f.counters[name]; ok && c.n > 0 {
+		f.counters[name] = fakeCounter{c.n - 1, c.start}
+	}
+	return nil
+}
+
+func (f *fakeAttempts) ClearLoginAttempts(_ context.Context, name string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.counters, name)
+	return nil
+}
+
+func (f *fakeAttempts) PruneLoginAttempts(context.Context, time.Time, time.Time) error { return nil }
+
+func (f *fakeAttempts) KnownLoginAddress(_ context.Context, email, addr string, since time.Time) (bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	t, ok := f.known[email+"|"+addr]
+	return ok && t.After(since), nil
+}
+
+func (f *fakeAttempts) RememberLoginAddress(_ context.Context, email, addr string, now time.Time) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.known == nil {
+		f.known = map[string]time.Time{}
+	}
+	f.known[email+"|"+addr] = now
+	return nil
+}
+
+func TestLimiter(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	var th throttle
-	for i := range freeLogins {
-		if d := th.wait("a@x", t0); d != 0 {
-			t.Fatalf("attempt %d waits %v", i+1, d)
-		}
-		th.failed("a@x", t0)
+	ctx := context.Background()
+	// Each step is one attempt: who, when, whether it succeeds (when let
+	// through), and whether it must be refused.
+	type step struct {
+		email, addr string
+		at          time.Duration
+		success     bool
+		refused     bool
 	}
-	// Past the free attempts each failure doubles the wait, up to the cap.
-	steps := []struct {
-		after time.Duration
-		want  time.Duration
+	repeat := func(n int, s step) []step {
+		out := make([]step, n)
+		for i := range out {
+			out[i] = s
+		}
+		return out
+	}
+	cat := func(parts ...[]step) []step {
+		var out []step
+		for _, p := range parts {
+			out = append(out, p...)
+		}
+		return out
+	}
+	tests := []struct {
+		name  string
+		steps []step
 	}{
-		{0, time.Second},
-		{time.Second, 0},
+		{"an email's failures stop at the limit", cat(
+			repeat(3, step{email: "a@x", addr: "1.1.1.1"}),
+			repeat(2, step{email: "a@x", addr: "2.2.2.2"}),
+			[]step{{email: "a@x", addr: "3.3.3.3", refused: true}},
+		)},
+		{"the owner's known address gets through a spent email counter", cat(
+			[]step{{email: "a@x", addr: "9.9.9.9", success: true}},
+			repeat(5, step{email: "a@x", addr: "6.6.6.6"}),
+			[]step{{email: "a@x", addr: "7.7.7.7", refused: true}},
+			[]step{{email: "a@x", addr: "9.9.9.9", success: true}},
+		)},
+		{"the known address is bounded by its own counter", cat(
+			[]step{{email: "a@x", addr: "9.9.9.9", success: true}},
+			repeat(5, step{email: "a@x", addr: "6.6.6.6"}),
+			repeat(5, step{email: "a@x", addr: "9.9.9.9"}),
+			[]step{{email: "a@x", addr: "9.9.9.9", success: true, refused: true}},
+		)},
+		{"one address spraying many emails stops at its limit", cat(
+			[]step{{email: "a@x", addr: "1.1.1.1"}, {email: "b@x", addr: "1.1.1.1"}, {email: "c@x", addr: "1.1.1.1"},
+				{email: "d@x", addr: "1.1.1.1"}, {email: "e@x", addr: "1.1.1.1"}, {email: "f@x", addr: "1.1.1.1"},
+				{email: "g@x", addr: "1.1.1.1"}, {email: "h@x", addr: "1.1.1.1", refused: true}},
+			[]step{{email: "h@x", addr: "1.1.1.2"}},
+		)},
+		{"a window that passed starts over", cat(
+			repeat(5, step{email: "a@x", addr: "1.1.1.1"}),
+			[]step{{email: "a@x", addr: "2.2.2.2", refused: true}},
+			[]step{{email: "a@x", addr: "2.2.2.2", at: 16 * time.Minute}},
+		)},
+		{"a success clears the email's count", cat(
+			repeat(4, step{email: "a@x", addr: "1.1.1.1"}),
+			[]step{{email: "a@x", addr: "1.1.1.1", success: true}},
+			repeat(5, step{email: "a@x", addr: "2.2.2.2"}),
+		)},
 	}
-	for _, s := range steps {
-		if d := th.wait("a@x", t0.Add(s.after)); d != s.want {
-			t.Fatalf("wait after %v = %v, want %v", s.after, d, s.want)
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			l := &limiter{store: &fakeAttempts{}, email: 5, addr: 7, window: 15 * time.Minute, knownTTL: 24 * time.Hour}
+			for i, s := range tc.steps {
+				now := t0.Add(s.at)
+				err := l.take(ctx, s.email, s.addr, now)
+				if got := err != nil; got != s.refused {
+					t.Fatalf("step %d (%s from %s): refused=%v (%v), want %v", i, s.email, s.addr, got, err, s.refused)
+				}
+				if err != nil && !fault.Is(err, fault.RateLimited) {
+					t.Fatalf("step %d: refusal is %v, want rate_limited", i, err)
+				}
+				if err == nil && s.success {
+					if err := l.succeeded(ctx, s.email, s.addr, now); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+		})
+	}
+}
+
+func TestClientKey(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"192.0.2.7", "192.0.2.7"},
+		{"::ffff:192.0.2.7", "192.0.2.7"},
+		{"2001:db8:1:2:3:4:5:6", "2001:db8:1:2::/64"},
+		{"2001:db8:1:2:ffff::1", "2001:db8:1:2::/64"},
+		{"", ""},
+	} {
+		if got := clientKey(tc.in); got != tc.want {
+			t.Errorf("clientKey(%q) = %q, want %q", tc.in, got, tc.want)
 		}
-	}
-	th.failed("a@x", t0)
-	if d := th.wait("a@x", t0); d != 2*time.Second {
-		t.Fatalf("after another failure: %v", d)
-	}
-	for range 30 {
-		th.failed("a@x", t0)
-	}
-	if d := th.wait("a@x", t0); d != maxLoginWait {
-		t.Fatalf("capped wait = %v", d)
-	}
-	// Other emails are not held back; a success clears the count; a count
-	// left alone long enough starts over.
-	if d := th.wait("b@x", t0); d != 0 {
-		t.Fatalf("another email waits %v", d)
-	}
-	th.succeeded("a@x")
-	if d := th.wait("a@x", t0); d != 0 {
-		t.Fatalf("after a success: %v", d)
-	}
-	for range freeLogins + 3 {
-		th.failed("c@x", t0)
-	}
-	th.failed("c@x", t0.Add(forgetAfter+time.Minute))
-	if d := th.wait("c@x", t0.Add(forgetAfter+time.Minute)); d != 0 {
-		t.Fatalf("a stale count was kept: %v", d)
 	}
 }

@@ -27,7 +27,7 @@ func TestSandboxPlan(t *testing.T) {
 			if err := json.Unmarshal([]byte(body), &req); err != nil {
 				t.Fatal(err)
 			}
-			p, err := plan(&req)
+			p, err := plan(&req, nil)
 			if err != nil {
 				t.Fatal(err)
 			}

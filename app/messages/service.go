@@ -33,6 +33,15 @@ type Config struct {
 	TurnTimeout time.Duration
 	// Now returns the current time; nil means time.Now.
 	Now func() time.Time
+	// AllowedToolTypes are the typed tools besides code execution and
+	// sandbox_v1 (an Anthropic web search, say) that a request may carry;
+	// they go to the model as sent, with the operator's upstream key. A
+	// request with a typed tool not listed is refused (400). Client tools
+	// (no type, or "custom") are always allowed.
+	AllowedToolTypes []string
+	// URLs fetches the images and documents requests name by URL, which
+	// are then sent to the model as data; nil refuses such blocks.
+	URLs URLFetcher
 }
 
 // Service runs Messages API turns.
@@ -99,10 +108,10 @@ type Plan struct {
 // Validate checks a request without running anything and says what it
 // would do. Errors are fault.Invalid.
 func (s *Service) Validate(req *Request) (*Plan, error) {
-	return plan(req)
+	return plan(req, s.cfg.AllowedToolTypes)
 }
 
-func plan(req *Request) (*Plan, error) {
+func plan(req *Request, allowedTypes []string) (*Plan, error) {
 	if req.MaxTokens < 1 {
 		return nil, fault.New(fault.Invalid, "max_tokens: must be at least 1")
 	}
@@ -150,10 +159,13 @@ func plan(req *Request) (*Plan, error) {
 				}
 			}
 		default:
+			if t.Type != "" && t.Type != ToolTypeCustom && !slices.Contains(allowedTypes, t.Type) {
+				return nil, fault.Errorf(fault.Invalid, "tools.%d.type: %q is not a tool type this server accepts: client tools have no type (or \"custom\"); code_execution and sandbox_v1 tools run here; an operator can allow further server tool types (ALLOW_TOOL_TYPES)", i, t.Type)
+			}
 			if t.Name == "" {
 				return nil, fault.Errorf(fault.Invalid, "tools.%d.name: required", i)
 			}
-			if t.Type == "" && len(t.InputSchema) == 0 {
+			if (t.Type == "" || t.Type == ToolTypeCustom) && len(t.InputSchema) == 0 {
 				return nil, fault.Errorf(fault.Invalid, "tools.%d.input_schema: required", i)
 			}
 			if seen[t.Name] || t.Name == SubToolBash || t.Name == SubToolTextEditor {
@@ -192,8 +204,11 @@ func (s *Service) Create(ctx context.Context, req *Request, opts RunOptions) (*R
 // model streams when req.Stream is set. On error the events sent so far are
 // not followed by message_stop; the caller reports the error (ErrorEvent).
 func (s *Service) Run(ctx context.Context, req *Request, opts RunOptions, sink Sink) error {
-	p, err := plan(req)
+	p, err := plan(req, s.cfg.AllowedToolTypes)
 	if err != nil {
+		return err
+	}
+	if err := inlineURLs(ctx, req, s.cfg.URLs); err != nil {
 		return err
 	}
 	t := &turn{s: s, req: req, plan: p, opts: opts, sink: sink, start: s.cfg.Now()}

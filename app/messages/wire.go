@@ -54,6 +54,8 @@ const (
 	ToolTypeCodeExecution2601 = "code_execution_20260120"
 	ToolTypeCodeExecution2605 = "code_execution_20260521"
 	ToolTypeSandboxV1         = "sandbox_v1"
+	// ToolTypeCustom is the explicit type of a client tool.
+	ToolTypeCustom = "custom"
 )
 
 // Error codes of sub-tool error blocks (CONTRACT §3).

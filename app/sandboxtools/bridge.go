@@ -80,7 +80,17 @@ type BridgeConfig struct {
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 	// Logger receives bridge events; nil discards them.
 	Logger *slog.Logger
+	// MaxConns bounds the connections open at once from one sandbox (to the
+	// API and the services together); a connection beyond it is closed at
+	// once. 0 means DefaultMaxConns.
+	MaxConns int
 }
+
+// DefaultMaxConns is the default bound on a sandbox's open bridge
+// connections. With the agent protocol's flow-control window (256 KiB of
+// unread bytes per connection at most) it bounds what one sandbox can make
+// the host buffer to about 16 MiB, besides what the handlers hold.
+const DefaultMaxConns = 64
 
 // Bridge makes the product's API (and the allowed services) reachable from
 // inside sandboxes that have no network: as a boot hook of the sandbox owner
@@ -104,6 +114,9 @@ type Listener interface {
 func NewBridge(sb Listener, serve ServeFunc, cfg BridgeConfig) *Bridge {
 	if cfg.APIPort <= 0 {
 		cfg.APIPort = DefaultAPIPort
+	}
+	if cfg.MaxConns <= 0 {
+		cfg.MaxConns = DefaultMaxConns
 	}
 	if cfg.Dial == nil {
 		var d net.Dialer
@@ -166,25 +179,44 @@ func (b *Bridge) Boot(ctx context.Context, containerID string) error {
 			return fmt.Errorf("sandboxtools: bridge: %w", err)
 		}
 	}
-	go b.accept(api, func(c net.Conn) { b.serve(c, containerID) })
+	slots := make(chan struct{}, b.cfg.MaxConns) // shared by the sandbox's listeners
+	go b.accept(containerID, api, slots, func(c net.Conn) { b.serve(c, containerID) })
 	for i, s := range b.cfg.Services {
-		go b.accept(listeners[1+i], func(c net.Conn) { b.forward(c, s) })
+		go b.accept(containerID, listeners[1+i], slots, func(c net.Conn) { b.forward(c, s) })
 	}
 	return nil
 }
 
 // accept hands each connection to handle until the listener ends with its
-// sandbox.
-func (b *Bridge) accept(l net.Listener, handle func(net.Conn)) {
+// sandbox, while the sandbox has a free slot; a connection beyond the
+// sandbox's MaxConns is closed at once.
+func (b *Bridge) accept(containerID string, l net.Listener, slots chan struct{}, handle func(net.Conn)) {
+	refused := 0
 	for {
 		c, err := l.Accept()
 		if err != nil {
 			if !errors.Is(err, net.ErrClosed) {
 				b.log.Debug("bridge: accept", "err", err)
 			}
+			if refused > 0 {
+				b.log.Warn("bridge: connections refused over the limit", "container", containerID, "refused", refused, "limit", cap(slots))
+			}
 			return
 		}
-		go handle(c)
+		select {
+		case slots <- struct{}{}:
+		default:
+			if refused++; refused == 1 || refused%1000 == 0 {
+				b.log.Warn("bridge: too many connections from a sandbox; refusing", "container", containerID, "limit", cap(slots), "refused", refused)
+			}
+			_ = c.Close()
+			continue
+		}
+		go func() {
+			defer func() { <-slots }()
+			defer c.Close()
+			handle(c)
+		}()
 	}
 }
 

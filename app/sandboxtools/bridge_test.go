@@ -240,3 +240,67 @@ func TestTurnEnv(t *testing.T) {
 		t.Fatal("a failed issue gave an env")
 	}
 }
+
+// TestBridgeConnectionLimit: past MaxConns open connections of a sandbox
+// (API and services together) a new one is closed at once; once one ends,
+// the next is served again.
+func TestBridgeConnectionLimit(t *testing.T) {
+	rb := &recordingBackend{fakeBackend: &fakeBackend{}}
+	release := make(chan struct{})
+	var mu sync.Mutex
+	busy := 0
+	serve := func(c net.Conn, _ string) {
+		mu.Lock()
+		busy++
+		mu.Unlock()
+		_, _ = io.WriteString(c, "served\n")
+		<-release
+	}
+	b := NewBridge(rb, serve, BridgeConfig{APIPort: 47800, MaxConns: 3})
+	if err := b.Boot(context.Background(), "c1"); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		for _, l := range rb.listeners {
+			l.Close()
+		}
+	}()
+	read := func(c net.Conn) string {
+		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		line, err := bufio.NewReader(c).ReadString('\n')
+		if err != nil {
+			return "closed"
+		}
+		return line
+	}
+	tests := []struct {
+		name string
+		want string
+	}{
+		{"first", "served\n"},
+		{"second", "served\n"},
+		{"third", "served\n"},
+		{"fourth, over the limit", "closed"},
+		{"fifth, over the limit", "closed"},
+	}
+	for _, tc := range tests {
+		if got := read(dial(t, rb.listeners[0])); got != tc.want {
+			t.Fatalf("%s: %q, want %q", tc.name, got, tc.want)
+		}
+	}
+	close(release) // the three served connections end
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if got := read(dial(t, rb.listeners[0])); got == "served\n" {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("after the busy connections ended: %q", got)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if busy != 4 {
+		t.Fatalf("%d connections were served, want 4", busy)
+	}
+}

@@ -36,6 +36,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -52,6 +53,7 @@ type config struct {
 	drain     time.Duration // how long to wait for output pipes after exit
 	logLevel  slog.Level
 	dial      string // unix socket of the host to serve; "" serves stdio
+	runAs     string // uid:gid commands run as when the agent runs as root; "" keeps the agent's
 }
 
 // envPrefix starts every environment variable that configures the agent;
@@ -77,6 +79,7 @@ func parseConfig(args []string, getenv func(string) string) (config, error) {
 	drain := fs.String("drain", def("DRAIN", "1s"), "how long to wait for output after a command exits (env THREADBOX_AGENT_DRAIN)")
 	level := fs.String("log-level", def("LOG_LEVEL", "info"), "log level: debug, info, warn, error (env THREADBOX_AGENT_LOG_LEVEL)")
 	fs.StringVar(&cfg.dial, "dial", def("DIAL", ""), "unix socket to connect to and serve instead of stdio (env THREADBOX_AGENT_DIAL)")
+	fs.StringVar(&cfg.runAs, "run-as", def("RUN_AS", ""), "uid:gid to run commands as when the agent runs as root (env THREADBOX_AGENT_RUN_AS)")
 	if err := fs.Parse(args); err != nil {
 		return config{}, fmt.Errorf("agent: flags: %w", err)
 	}
@@ -113,8 +116,21 @@ func main() {
 func run(cfg config, in io.Reader, out io.Writer, log *slog.Logger) int {
 	// Orphans of commands are reparented to the agent even when it is not
 	// PID 1 (as under bubblewrap or in tests), so that it reaps them.
+	if err := setCommandUser(cfg.runAs); err != nil {
+		log.Error("agent: run-as", "err", err)
+		return 2
+	}
 	if err := setChildSubreaper(); err != nil {
 		log.Warn("agent: cannot become a child subreaper", "err", err)
+	}
+	// Commands run as the agent's own user: keep them out of the agent.
+	// A process that is not dumpable has its /proc/<pid> files (fd, mem,
+	// environ, ...) owned by root and refuses ptrace to anyone without
+	// CAP_SYS_PTRACE, so code cannot write into the agent's descriptors
+	// (the channel to the host) or read its memory. Commands are dumpable
+	// again: execve resets it.
+	if err := setNotDumpable(); err != nil {
+		log.Warn("agent: cannot make itself non-dumpable", "err", err)
 	}
 	if err := os.MkdirAll(cfg.workspace, 0o755); err != nil {
 		log.Warn("agent: workspace", "err", err)
@@ -129,7 +145,19 @@ func run(cfg config, in io.Reader, out io.Writer, log *slog.Logger) int {
 	pipe := make(chan os.Signal, 1)
 	signal.Notify(pipe, syscall.SIGPIPE)
 	term := make(chan os.Signal, 1)
-	signal.Notify(term, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	if os.Getpid() == 1 {
+		// As the sandbox's init, the agent takes no signal as an order:
+		// code in the sandbox may send any. Every catchable signal is
+		// handled (and dropped), so that none takes the Go runtime's default
+		// action (SIGQUIT, SIGABRT, SIGUSR1, ...: exit); the kernel drops
+		// SIGKILL and SIGSTOP sent to a namespace's init from inside it.
+		// The host stops a sandbox by killing it from outside, or by
+		// closing the agent's connection. Handled signals are reset for
+		// commands by execve (ignored ones would be inherited).
+		dropSignals(log)
+	} else {
+		signal.Notify(term, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	}
 	env := environ(os.Environ())
 	dctx, dstop := context.WithCancel(ctx)
 	defer dstop()
@@ -219,6 +247,59 @@ func dupCloexec(fd int) (int, error) {
 }
 
 // setChildSubreaper marks the agent as the reaper of its descendants' orphans.
+// commandUser is the user commands run as, set when the agent runs as root
+// with a run-as user (gVisor: there the sandbox's root is not the host's,
+// and only another uid keeps code out of the agent); nil runs them as the
+// agent's own user.
+var commandUser *syscall.Credential
+
+// setCommandUser sets commandUser from "uid:gid" when the agent runs as
+// root. A root agent without one runs commands as itself (tests and
+// development hosts; no backend starts it so).
+func setCommandUser(runAs string) error {
+	if os.Getuid() != 0 || runAs == "" {
+		return nil
+	}
+	u, g, ok := strings.Cut(runAs, ":")
+	uid, err1 := strconv.ParseUint(u, 10, 32)
+	gid, err2 := strconv.ParseUint(g, 10, 32)
+	if !ok || err1 != nil || err2 != nil || uid == 0 {
+		return fmt.Errorf("running as root needs a non-root run-as uid:gid, got %q", runAs)
+	}
+	commandUser = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{}}
+	return nil
+}
+
+// own gives a file or folder the agent created to the commands' user.
+func own(path string) error {
+	if commandUser == nil {
+		return nil
+	}
+	return os.Lchown(path, int(commandUser.Uid), int(commandUser.Gid))
+}
+
+// setNotDumpable clears the process's dumpable flag (PR_SET_DUMPABLE 0).
+func setNotDumpable() error {
+	if _, _, errno := syscall.RawSyscall(syscall.SYS_PRCTL, syscall.PR_SET_DUMPABLE, 0, 0); errno != 0 {
+		return errno
+	}
+	return nil
+}
+
+// dropSignals handles every signal sent to the agent from now on, and
+// drops it.
+func dropSignals(log *slog.Logger) {
+	c := make(chan os.Signal, 16)
+	signal.Notify(c)
+	go func() {
+		for sig := range c {
+			if sig != syscall.SIGCHLD && sig != syscall.SIGURG && sig != syscall.SIGPIPE {
+				log.Debug("agent: signal dropped", "signal", sig)
+			}
+		}
+	}()
+}
+
 func setChildSubreaper() error {
 	const prSetChildSubreaper = 36
 	if _, _, errno := syscall.RawSyscall(syscall.SYS_PRCTL, prSetChildSubreaper, 1, 0); errno != 0 {

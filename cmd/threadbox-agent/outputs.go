@@ -31,6 +31,9 @@ func moveOutputs(src, dst string) ([]string, error) {
 			if err := os.MkdirAll(dst, 0o755); err != nil {
 				return nil, fmt.Errorf("outputs: %w", err)
 			}
+			if err := own(dst); err != nil {
+				return nil, fmt.Errorf("outputs: %w", err)
+			}
 		}
 		from, to := filepath.Join(src, e.Name()), filepath.Join(dst, e.Name())
 		if err := moveFile(from, to); err != nil {
@@ -71,6 +74,9 @@ func moveFile(from, to string) error {
 		return err
 	}
 	_ = tmp.Chmod(info.Mode().Perm())
+	if commandUser != nil {
+		_ = tmp.Chown(int(commandUser.Uid), int(commandUser.Gid))
+	}
 	if err := tmp.Close(); err != nil {
 		_ = os.Remove(tmp.Name())
 		return err

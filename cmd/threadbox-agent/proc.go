@@ -62,8 +62,15 @@ func startProc(s *server, id uint32, req protocol.Exec) (p *proc, err error) {
 		if err := os.MkdirAll(s.cfg.tmpRoot, 0o755); err != nil {
 			return nil, fmt.Errorf("exec: output dir: %w", err)
 		}
+		if err := own(s.cfg.tmpRoot); err != nil {
+			return nil, fmt.Errorf("exec: output dir: %w", err)
+		}
 		d, err := os.MkdirTemp(s.cfg.tmpRoot, fmt.Sprintf("%d-", id))
 		if err != nil {
+			return nil, fmt.Errorf("exec: output dir: %w", err)
+		}
+		if err := own(d); err != nil {
+			_ = os.RemoveAll(d)
 			return nil, fmt.Errorf("exec: output dir: %w", err)
 		}
 		p.outDir = d
@@ -126,7 +133,7 @@ func (p *proc) startPipes(cmd *exec.Cmd) error {
 	}
 	cmd.Stdout = outW
 	cmd.Stderr = errW
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: commandUser}
 	pid, status, err := p.s.reaper.start(func() (int, error) {
 		if err := cmd.Start(); err != nil {
 			return 0, err
@@ -159,7 +166,7 @@ func (p *proc) startTTY(cmd *exec.Cmd) error {
 	var master *os.File
 	pid, status, err := p.s.reaper.start(func() (int, error) {
 		var err error
-		master, err = pty.StartWithAttrs(cmd, size, &syscall.SysProcAttr{Setsid: true, Setctty: true})
+		master, err = pty.StartWithAttrs(cmd, size, &syscall.SysProcAttr{Setsid: true, Setctty: true, Credential: commandUser})
 		if err != nil {
 			return 0, err
 		}

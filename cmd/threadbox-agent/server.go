@@ -117,7 +117,7 @@ func (s *server) handle(f protocol.Frame) {
 		if err := p.control(f); err != nil {
 			s.log.Debug("agent: control", "type", f.Type, "id", f.ID, "err", err)
 		}
-	case protocol.TypeStreamOpen, protocol.TypeStreamData, protocol.TypeStreamClose:
+	case protocol.TypeStreamOpen, protocol.TypeStreamData, protocol.TypeStreamClose, protocol.TypeStreamAck:
 		s.handleStream(f)
 	default:
 		s.sendError(f.ID, "unsupported frame type %s", f.Type)

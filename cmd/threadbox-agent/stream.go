@@ -23,15 +23,18 @@ type streams struct {
 }
 
 // streamConn is one accepted connection. Bytes from the host are queued and
-// written by their own goroutine, so the frame reader never blocks.
+// written by their own goroutine, so the frame reader never blocks. Bytes
+// to the host keep to the flow-control window (protocol.StreamWindow).
 type streamConn struct {
-	c    net.Conn
-	wake chan struct{}
+	c      net.Conn
+	wake   chan struct{}
+	credit chan struct{} // signalled when acks arrive or the connection closes
 
 	mu      sync.Mutex
 	queue   [][]byte
 	queued  int
 	closing bool
+	unacked int // bytes sent to the host and not acknowledged
 }
 
 func (s *server) streamTable() *streams {
@@ -76,6 +79,17 @@ func (s *server) handleStream(f protocol.Frame) {
 		if c != nil && !c.push(f.Payload) {
 			s.closeStream(st, f.ID, true)
 		}
+	case protocol.TypeStreamAck:
+		var a protocol.Ack
+		if protocol.Decode(f.Payload, &a) != nil {
+			return
+		}
+		st.mu.Lock()
+		c := st.conns[f.ID]
+		st.mu.Unlock()
+		if c != nil {
+			c.acked(a.Bytes)
+		}
 	case protocol.TypeStreamClose:
 		st.mu.Lock()
 		l := st.listeners[f.ID]
@@ -117,24 +131,29 @@ func (s *server) accept(st *streams, lid uint32, l net.Listener) {
 			}
 			return
 		}
-		c := &streamConn{c: nc, wake: make(chan struct{}, 1)}
+		c := &streamConn{c: nc, wake: make(chan struct{}, 1), credit: make(chan struct{}, 1)}
 		st.mu.Lock()
 		st.next++
 		id := protocol.AgentIDBit | (st.next &^ protocol.AgentIDBit)
 		st.conns[id] = c
 		st.mu.Unlock()
-		s.sendJSON(protocol.TypeStreamOpened, id, protocol.Opened{Listener: lid, Addr: nc.RemoteAddr().String()})
+		s.sendJSON(protocol.TypeStreamOpened, id, protocol.Opened{Listener: lid, Addr: nc.RemoteAddr().String(), Window: protocol.StreamWindow})
 		go c.writeLoop()
 		go s.readStream(st, id, c)
 	}
 }
 
-// readStream carries the connection's bytes to the host until it ends.
+// readStream carries the connection's bytes to the host until it ends,
+// never more than the window ahead of the host's acks.
 func (s *server) readStream(st *streams, id uint32, c *streamConn) {
 	buf := make([]byte, protocol.MaxChunk)
 	for {
-		n, err := c.c.Read(buf)
+		room := c.room()
+		n, err := c.c.Read(buf[:min(room, len(buf))])
 		if n > 0 {
+			c.mu.Lock()
+			c.unacked += n
+			c.mu.Unlock()
 			s.send(protocol.TypeStreamData, id, buf[:n])
 		}
 		if err != nil {
@@ -159,6 +178,7 @@ func (s *server) closeStream(st *streams, id uint32, tell bool) {
 	c.closing, c.queue = true, nil
 	c.mu.Unlock()
 	c.signal()
+	c.signalCredit()
 	if tell {
 		s.send(protocol.TypeStreamClose, id, nil)
 	}
@@ -186,6 +206,39 @@ func (c *streamConn) signal() {
 	}
 }
 
+func (c *streamConn) signalCredit() {
+	select {
+	case c.credit <- struct{}{}:
+	default:
+	}
+}
+
+// room waits until the window has room (or the connection is closing) and
+// returns how many bytes may be sent; at least 1 once closing, so that the
+// reader sees the end of the connection.
+func (c *streamConn) room() int {
+	for {
+		c.mu.Lock()
+		r, closing := protocol.StreamWindow-c.unacked, c.closing
+		c.mu.Unlock()
+		if r > 0 {
+			return r
+		}
+		if closing {
+			return 1
+		}
+		<-c.credit
+	}
+}
+
+// acked gives n bytes of the window back.
+func (c *streamConn) acked(n int) {
+	c.mu.Lock()
+	c.unacked = max(c.unacked-n, 0)
+	c.mu.Unlock()
+	c.signalCredit()
+}
+
 // push queues bytes for the connection; false means the queue is full.
 func (c *streamConn) push(b []byte) bool {
 	c.mu.Lock()
@@ -208,6 +261,7 @@ func (c *streamConn) finish() {
 	c.closing = true
 	c.mu.Unlock()
 	c.signal()
+	c.signalCredit()
 }
 
 func (c *streamConn) writeLoop() {

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"net"
+	"net/netip"
 	"net/url"
 	"path/filepath"
 	"strconv"
@@ -11,44 +12,61 @@ import (
 
 	"threadbox/app/sandboxtools"
 	"threadbox/infra/sandbox/local"
+	"threadbox/infra/webfetch"
 )
 
 // Config is every setting, loaded once from the environment.
 type Config struct {
-	ListenAddr     string
-	DataDir        string
-	DatabaseURL    string
-	PublicURL      string
-	JWTIssuer      string
-	JWTAudience    string
-	JWTKeyFile     string
-	SessionTTL     time.Duration
-	ShutdownGrace  time.Duration
-	LogLevel       string
-	SandboxBackend []string
-	SandboxRuntime string
-	SandboxImage   string
-	SandboxIdle    time.Duration
-	SandboxQuota   string
-	RootFS         string
-	SandboxMemory  int64
-	SandboxCPUs    float64
-	SandboxPids    int64
-	SandboxDisk    int64
-	Instance       string
-	ContainerMax   time.Duration
-	SweepInterval  time.Duration
-	LeaseTTL       time.Duration
-	AgentBin       string
-	ModelProvider  string
-	ModelBaseURL   string
-	ModelAPIKey    string
-	ModelName      string
-	MaxToolIters   int
-	TurnTimeout    time.Duration
-	MetricsToken   string
-	ToolMaxOutput  int64
-	MaxUploadBytes int64
+	ListenAddr  string
+	DataDir     string
+	DatabaseURL string
+	PublicURL   string
+	JWTIssuer   string
+	JWTAudience string
+	JWTKeyFile  string
+	SessionTTL  time.Duration
+	// Login throttling (app/auth): attempts per window per email and per
+	// client address, and the window.
+	LoginEmailLimit int
+	LoginAddrLimit  int
+	LoginWindow     time.Duration
+	ShutdownGrace   time.Duration
+	LogLevel        string
+	SandboxBackend  []string
+	SandboxRuntime  string
+	SandboxImage    string
+	SandboxIdle     time.Duration
+	SandboxQuota    string
+	RootFS          string
+	SandboxMemory   int64
+	SandboxCPUs     float64
+	SandboxPids     int64
+	SandboxDisk     int64
+	Instance        string
+	ContainerMax    time.Duration
+	SweepInterval   time.Duration
+	LeaseTTL        time.Duration
+	AgentBin        string
+	ModelProvider   string
+	ModelBaseURL    string
+	ModelAPIKey     string
+	ModelName       string
+	MaxToolIters    int
+	TurnTimeout     time.Duration
+	MetricsToken    string
+	ToolMaxOutput   int64
+	// AllowToolTypes are typed tools passed to the model as sent
+	// (ALLOW_TOOL_TYPES, comma-separated).
+	AllowToolTypes []string
+	// URLFetchAllow are internal addresses URL images and documents may be
+	// fetched from all the same (URL_FETCH_ALLOW); URLFetchMaxBytes caps one
+	// (URL_FETCH_MAX_BYTES).
+	URLFetchAllow []netip.Prefix
+	// TrustedProxies are reverse proxies whose X-Forwarded-For is believed
+	// (TRUSTED_PROXIES).
+	TrustedProxies   []netip.Prefix
+	URLFetchMaxBytes int64
+	MaxUploadBytes   int64
 	// MaxArtifactBytes caps the output files kept as artifacts.
 	MaxArtifactBytes int64
 	// SandboxServices are the internal services exposed inside sandboxes
@@ -101,6 +119,9 @@ func loadConfig(getenv func(string) string) (Config, error) {
 		JWTIssuer:        env("JWT_ISSUER", "threadbox"),
 		JWTAudience:      env("JWT_AUDIENCE", "threadbox-api"),
 		SessionTTL:       dur("SESSION_TTL", "12h"),
+		LoginEmailLimit:  int(num("LOGIN_EMAIL_LIMIT", 10)),
+		LoginAddrLimit:   int(num("LOGIN_ADDR_LIMIT", 50)),
+		LoginWindow:      dur("LOGIN_WINDOW", "15m"),
 		ShutdownGrace:    dur("SHUTDOWN_GRACE", "20s"),
 		LogLevel:         env("LOG_LEVEL", "info"),
 		SandboxRuntime:   env("SANDBOX_RUNTIME", "runc"),
@@ -124,11 +145,23 @@ func loadConfig(getenv func(string) string) (Config, error) {
 		TurnTimeout:      dur("TURN_TIMEOUT", "10m"),
 		MetricsToken:     env("METRICS_TOKEN", ""),
 		ToolMaxOutput:    num("TOOL_MAX_OUTPUT_BYTES", 1<<20),
+		URLFetchMaxBytes: num("URL_FETCH_MAX_BYTES", webfetch.DefaultMaxBytes),
 		MaxUploadBytes:   num("MAX_UPLOAD_BYTES", 5<<30),
 		MaxArtifactBytes: num("ARTIFACT_MAX_BYTES", 1<<30),
 	}
 	if err != nil {
 		return Config{}, err
+	}
+	if c.TrustedProxies, err = webfetch.ParseAllow(getenv("TRUSTED_PROXIES")); err != nil {
+		return Config{}, &configError{"TRUSTED_PROXIES", err.Error()}
+	}
+	if c.URLFetchAllow, err = webfetch.ParseAllow(getenv("URL_FETCH_ALLOW")); err != nil {
+		return Config{}, &configError{"URL_FETCH_ALLOW", err.Error()}
+	}
+	for t := range strings.SplitSeq(getenv("ALLOW_TOOL_TYPES"), ",") {
+		if t = strings.TrimSpace(t); t != "" {
+			c.AllowToolTypes = append(c.AllowToolTypes, t)
+		}
 	}
 	if c.Procs, err = parseProcs(getenv("THREADBOX_PROCS")); err != nil {
 		return Config{}, err

@@ -58,10 +58,10 @@ func TestInputEdges(t *testing.T) {
 
 	// Failed logins in a row for one email are throttled (429), not
 	// answered without end.
-	for i := range 6 {
+	for i := range 11 {
 		r := s.do("POST", appAPI+"/auth/login", "", map[string]any{"email": "admin@acme.test", "password": "a wrong guess"})
 		want := 401
-		if i == 5 {
+		if i == 10 {
 			want = 429
 		}
 		if r.status != want || (want == 429 && !strings.Contains(string(r.body), "too many failed logins")) {

@@ -148,7 +148,12 @@ func newAuth(cfg Config, st *store.Store) (*auth.Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	return auth.New(st, jwt.New(key, cfg.JWTIssuer, cfg.JWTAudience), auth.Config{SessionTTL: cfg.SessionTTL}), nil
+	return auth.New(st, jwt.New(key, cfg.JWTIssuer, cfg.JWTAudience), auth.Config{
+		SessionTTL:      cfg.SessionTTL,
+		EmailLoginLimit: cfg.LoginEmailLimit,
+		AddrLoginLimit:  cfg.LoginAddrLimit,
+		LoginWindow:     cfg.LoginWindow,
+	}), nil
 }
 
 func cmdMigrate(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
@@ -339,7 +344,7 @@ func cmdServe(ctx context.Context, args []string, getenv func(string) string, st
 		Messages:  messagesAPI(cfg, sys),
 		Backends:  backends.New(sys.backends),
 		Ready:     sys.store.Ready,
-	}, log, web.Options{MaxUploadBytes: cfg.MaxUploadBytes, Observer: sys.metrics, Metrics: sys.metrics.Handler(), MetricsToken: cfg.MetricsToken})
+	}, log, web.Options{MaxUploadBytes: cfg.MaxUploadBytes, TrustedProxies: cfg.TrustedProxies, Observer: sys.metrics, Metrics: sys.metrics.Handler(), MetricsToken: cfg.MetricsToken})
 	sys.sandbox.setServe(srv.ServeSandboxConn)
 
 	errc := make(chan error, 1)

@@ -11,6 +11,7 @@ import (
 	"threadbox/infra/llm/anthropic"
 	"threadbox/infra/llm/openai"
 	"threadbox/infra/llm/runner"
+	"threadbox/infra/webfetch"
 	"threadbox/web"
 )
 
@@ -45,13 +46,19 @@ func openAIBaseURL(raw string) string {
 // host-side file access through the file jail.
 func newMessages(cfg Config, sys *system, fs *fsroot.Containers, log *slog.Logger) *messages.Service {
 	code := tools.New(sys.containers, fs, tools.Config{MaxOutput: int(cfg.ToolMaxOutput), Log: log.With("component", "tools")})
+	urls := webfetch.New(webfetch.Config{MaxBytes: cfg.URLFetchMaxBytes, Allow: cfg.URLFetchAllow})
 	provider := cfg.ModelProvider
 	if provider == "" {
 		provider = "runner"
 	}
 	model := sys.metrics.Model(newModel(cfg), provider)
-	tools := sys.metrics.Tools(toolRouter{code: code, sandbox: sys.sandbox.exec})
-	return messages.New(model, tools, messages.Config{MaxToolIterations: cfg.MaxToolIters, TurnTimeout: cfg.TurnTimeout})
+	executor := sys.metrics.Tools(toolRouter{code: code, sandbox: sys.sandbox.exec})
+	return messages.New(model, executor, messages.Config{
+		MaxToolIterations: cfg.MaxToolIters,
+		TurnTimeout:       cfg.TurnTimeout,
+		AllowedToolTypes:  cfg.AllowToolTypes,
+		URLs:              urls,
+	})
 }
 
 // messagesAPI is what the Messages API handlers are served with.

@@ -217,7 +217,7 @@ func (c *Client) keepalive() {
 
 // dispatch routes one frame from the agent. It never blocks on a caller.
 func (c *Client) dispatch(f protocol.Frame) {
-	if (f.Type >= protocol.TypeStreamOpen && f.Type <= protocol.TypeStreamClose) || f.Type == protocol.TypeError {
+	if (f.Type >= protocol.TypeStreamOpen && f.Type <= protocol.TypeStreamAck) || f.Type == protocol.TypeError {
 		if c.dispatchStream(f) {
 			return
 		}

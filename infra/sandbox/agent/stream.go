@@ -11,8 +11,13 @@ import (
 )
 
 // maxStreamQueue bounds the bytes from the agent queued for one connection
-// whose host-side reader is slow; beyond it the connection is cut.
-const maxStreamQueue = 8 << 20
+// whose host-side reader is slow; beyond it the connection is cut. An agent
+// that keeps to flow control never gets there (protocol.StreamWindow).
+const maxStreamQueue = protocol.StreamWindow
+
+// ackEvery is how many consumed bytes the host acknowledges at once; it is
+// below the window, so the agent always gets room back.
+const ackEvery = protocol.StreamWindow / 4
 
 // streams is the client's table of loopback listeners and connections.
 type streams struct {
@@ -135,6 +140,10 @@ type streamConn struct {
 	remote   net.Addr
 	wake     chan struct{}
 
+	// ack acknowledges consumed bytes to an agent that keeps to flow
+	// control; nil for one that does not.
+	ack func(n int)
+
 	mu      sync.Mutex
 	queue   [][]byte
 	queued  int
@@ -184,6 +193,14 @@ func (c *Client) dispatchStream(f protocol.Frame) bool {
 		}
 		near, far := net.Pipe()
 		sc := &streamConn{Conn: near, far: far, local: streamAddr(parent.addr), remote: streamAddr(o.Addr), wake: make(chan struct{}, 1)}
+		if o.Window > 0 {
+			id := f.ID
+			sc.ack = func(n int) {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				_ = c.sendJSON(ctx, protocol.TypeStreamAck, id, protocol.Ack{Bytes: n})
+			}
+		}
 		c.st.mu.Lock()
 		c.st.conns[f.ID] = sc
 		c.st.mu.Unlock()
@@ -298,9 +315,11 @@ func (s *streamConn) finish() {
 	s.signal()
 }
 
-// writeLoop feeds the caller's end with the queued bytes, then closes it
-// once the agent closed the connection.
+// writeLoop feeds the caller's end with the queued bytes, acknowledging
+// them as the caller reads, then closes it once the agent closed the
+// connection.
 func (s *streamConn) writeLoop() {
+	consumed := 0
 	for {
 		s.mu.Lock()
 		q, closing := s.queue, s.closing
@@ -310,6 +329,10 @@ func (s *streamConn) writeLoop() {
 			if _, err := s.far.Write(b); err != nil {
 				_ = s.far.Close()
 				return
+			}
+			if consumed += len(b); s.ack != nil && consumed >= ackEvery {
+				s.ack(consumed)
+				consumed = 0
 			}
 		}
 		if closing && len(q) == 0 {

@@ -241,6 +241,15 @@ func (b *Backend) Ensure(ctx context.Context, spec sandbox.Spec) error {
 	return nil
 }
 
+// agentAsRoot reports whether the agent runs as the sandbox's root and its
+// commands as the sandbox user. Under gVisor the sandbox's root is the
+// application kernel's, not the host's, and a uid of its own is the only way
+// to keep code out of the agent: gVisor lets a process of the same uid open
+// a non-dumpable process's descriptors and SIGKILL the namespace's init.
+// Under runc the agent shares the sandbox user (a root agent would be the
+// host's root), made unreachable by the kernel (not dumpable, init).
+func (b *Backend) agentAsRoot() bool { return b.cfg.Runtime == "runsc" }
+
 // hostConfig builds the hardened host configuration of one sandbox.
 func (b *Backend) hostConfig(spec sandbox.Spec) *container.HostConfig {
 	l := spec.Limits.Or(b.cfg.Limits)
@@ -253,10 +262,18 @@ func (b *Backend) hostConfig(spec sandbox.Spec) *container.HostConfig {
 		}
 		binds = append(binds, m.Source+":"+m.Target+":"+mode)
 	}
+	var capAdd []string
+	if b.agentAsRoot() {
+		// The agent's powers over the commands it runs as the sandbox user:
+		// becoming it, killing its processes, handing it the folders it
+		// makes and cleaning them up. Commands lose them with the uid.
+		capAdd = []string{"SETUID", "SETGID", "KILL", "CHOWN", "DAC_OVERRIDE"}
+	}
 	return &container.HostConfig{
 		Binds:          binds,
 		NetworkMode:    "none",
 		CapDrop:        []string{"ALL"},
+		CapAdd:         capAdd,
 		SecurityOpt:    []string{"no-new-privileges"},
 		ReadonlyRootfs: true,
 		Tmpfs:          map[string]string{"/tmp": fmt.Sprintf("rw,nosuid,nodev,size=%d,mode=1777", tmp)},
@@ -279,13 +296,18 @@ func (b *Backend) boot(ctx context.Context, spec sandbox.Spec) (*box, error) {
 		return nil, errors.New("no agent client configured")
 	}
 	name := b.ContainerName(spec.ID)
+	user, env := fmt.Sprintf("%d:%d", hostdirs.SandboxUID, hostdirs.SandboxGID), spec.Env
+	if b.agentAsRoot() {
+		user = "0:0"
+		env = append(slices.Clone(spec.Env), fmt.Sprintf("THREADBOX_AGENT_RUN_AS=%d:%d", hostdirs.SandboxUID, hostdirs.SandboxGID))
+	}
 	cfg := &container.Config{
 		Image:        b.cfg.Image,
 		Entrypoint:   []string{AgentPath},
 		Cmd:          []string{},
-		User:         fmt.Sprintf("%d:%d", hostdirs.SandboxUID, hostdirs.SandboxGID),
+		User:         user,
 		WorkingDir:   sandbox.WorkspaceDir,
-		Env:          spec.Env,
+		Env:          env,
 		OpenStdin:    true,
 		AttachStdin:  true,
 		AttachStdout: true,

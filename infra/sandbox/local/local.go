@@ -383,6 +383,11 @@ func (b *Backend) bwrapArgs(spec sandbox.Spec, l sandbox.Limits, path func(strin
 		"--uid", strconv.Itoa(hostdirs.SandboxUID), "--gid", strconv.Itoa(hostdirs.SandboxGID),
 		"--hostname", "sandbox",
 		"--new-session", "--die-with-parent", "--cap-drop", "ALL",
+		// The agent is the jail's init (PID 1), not a child of bwrap's: the
+		// kernel drops the signals that code in the jail sends to its
+		// namespace's init unless init handles them, and the agent drops
+		// those it handles, so code cannot stop it.
+		"--as-pid-1",
 		"--ro-bind", path(b.cfg.RootFS), "/",
 		"--proc", "/proc",
 		"--dev", "/dev",

@@ -106,6 +106,7 @@ func Run(t *testing.T, newBackend func(t *testing.T) sandbox.Backend, caps Capab
 	t.Run("Persistence", s.testPersistence)
 	t.Run("KilledMidCommand", s.testKilledMidCommand)
 	t.Run("Isolation", s.testIsolation)
+	t.Run("AgentUnreachable", s.testAgentUnreachable)
 	t.Run("ForkBomb", s.testForkBomb)
 	t.Run("OutputFlood", s.testOutputFlood)
 	t.Run("MemoryHog", s.testMemoryHog)
@@ -490,6 +491,58 @@ except OSError:
 				t.Errorf("%s: exit %d stdout %q stderr %q", tt.script, r.ExitCode, r.Stdout, r.Stderr)
 			}
 		})
+	}
+}
+
+// agentProbe finds the agent among the sandbox's processes, tries to open
+// its descriptors and memory, and sends it every signal that
+// could stop it; it prints the agent's pid and what got through.
+const agentProbe = `
+import os, signal, time
+agent = [int(p) for p in os.listdir("/proc") if p.isdigit() and b"/opt/threadbox/agent" in open("/proc/%s/cmdline" % p, "rb").read().split(b"\0")[0]]
+if len(agent) != 1:
+    print("agents", agent); raise SystemExit(1)
+pid, got = agent[0], []
+def opens(path, flags):
+    try:
+        os.close(os.open(path, flags)); return True
+    except OSError:
+        return False
+# A descriptor counts when it opens through /proc and is not a file the
+# code could open by its path anyway (/dev/null, a world-readable file):
+# pipes and sockets, such as the channel of the agent to the host.
+for fd in range(64):
+    for flags in (os.O_WRONLY, os.O_RDONLY):
+        path = "/proc/%d/fd/%d" % (pid, fd)
+        if opens(path, flags):
+            target = os.readlink(path)
+            if not (target.startswith("/") and opens(target, flags)):
+                got.append("fd%d:%s" % (fd, target))
+if opens("/proc/%d/mem" % pid, os.O_RDONLY):
+    got.append("mem")
+for sig in ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGABRT", "SIGALRM", "SIGSEGV", "SIGSTOP", "SIGKILL"):
+    try:
+        os.kill(pid, getattr(signal, sig))
+    except OSError:
+        pass
+    time.sleep(0.05)
+print(pid, " ".join(got) or "nothing")
+`
+
+// testAgentUnreachable: code in the sandbox cannot open the agent's
+// descriptors (its channel to the host), read its memory, or stop it with
+// a signal.
+func (s *suite) testAgentUnreachable(t *testing.T) {
+	id := uniq("agent")
+	s.boot(t, s.be, id, sandbox.Limits{})
+	r := s.run(t, id, "python3 -c '"+agentProbe+"'")
+	f := strings.Fields(out(r))
+	if r.ExitCode != 0 || len(f) != 2 || f[1] != "nothing" {
+		t.Fatalf("probing the agent: exit %d stdout %q stderr %q (want its pid and \"nothing\")", r.ExitCode, r.Stdout, r.Stderr)
+	}
+	time.Sleep(500 * time.Millisecond)
+	if r := s.run(t, id, "cat /proc/"+f[0]+"/cmdline | tr '\\0' ' '"); !strings.Contains(out(r), "/opt/threadbox/agent") {
+		t.Fatalf("after the signals the agent is gone or replaced: %q", r.Stdout)
 	}
 }
 

@@ -82,6 +82,7 @@ const (
 	TypeStreamOpened Type = 0x31
 	TypeStreamData   Type = 0x32
 	TypeStreamClose  Type = 0x33
+	TypeStreamAck    Type = 0x34
 )
 
 // String names the frame type.
@@ -111,7 +112,7 @@ func (t Type) String() string {
 		return "exit"
 	case TypeError:
 		return "error"
-	case TypeStreamOpen, TypeStreamOpened, TypeStreamData, TypeStreamClose:
+	case TypeStreamOpen, TypeStreamOpened, TypeStreamData, TypeStreamClose, TypeStreamAck:
 		return fmt.Sprintf("stream(0x%02x)", byte(t))
 	}
 	return fmt.Sprintf("unknown(0x%02x)", byte(t))

@@ -12,9 +12,22 @@ package protocol
 //	both            StreamData    id C  raw bytes
 //	both            StreamClose   id C  (none)                the sender closed C
 //	host  -> agent  StreamClose   id L  (none)                stop listening on L
+//	host  -> agent  StreamAck     id C  Ack{bytes}            the host consumed bytes of C
+//
+// Flow control: an agent that says Window in a connection's Opened sends at
+// most Window bytes of that connection that the host has not acknowledged
+// with StreamAck; it stops reading the connection's socket until acks
+// come, so a slow reader on the host leaves the backlog in the sandbox's
+// own socket buffers. The host cuts a connection whose unread backlog goes
+// past StreamWindow whatever the agent says (an older agent, or one that
+// does not keep to it), so a sandbox cannot make the host buffer more.
 //
 // The ids of accepted connections are picked by the agent and have
 // AgentIDBit set, so they never meet the host's request ids.
+
+// StreamWindow is the window of flow control: the most bytes of one
+// accepted connection the agent sends before the host acknowledges them.
+const StreamWindow = 256 << 10
 
 // AgentIDBit is set in the ids the agent picks for accepted connections.
 const AgentIDBit uint32 = 1 << 31
@@ -32,4 +45,13 @@ type Listen struct {
 type Opened struct {
 	Listener uint32 `json:"listener,omitempty"`
 	Addr     string `json:"addr"`
+	// Window, on an accepted connection, says the agent keeps to flow
+	// control with this window (StreamWindow); zero means it does not.
+	Window int `json:"window,omitempty"`
+}
+
+// Ack is the payload of a StreamAck frame: how many more bytes of the
+// connection the host has consumed.
+type Ack struct {
+	Bytes int `json:"bytes"`
 }
