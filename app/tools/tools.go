@@ -189,6 +189,12 @@ func (e *Executor) bash(ctx context.Context, call messages.ToolCall) *messages.T
 		}
 		out.Stderr += "The command was killed: the sandbox ran out of memory."
 	}
+	if res.Warning != "" {
+		if out.Stderr != "" && !strings.HasSuffix(out.Stderr, "\n") {
+			out.Stderr += "\n"
+		}
+		out.Stderr += "[threadbox] " + res.Warning
+	}
 	for _, p := range res.OutputFiles {
 		out.Files = append(out.Files, messages.OutputFile{Type: messages.ResultBashOutput, FileID: file.EncodeID(p)})
 	}

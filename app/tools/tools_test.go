@@ -119,6 +119,12 @@ func TestBash(t *testing.T) {
 			want:   &messages.ToolResult{Type: messages.ResultBash, Stderr: "The command was killed: the sandbox ran out of memory.", ReturnCode: 137, Files: []messages.OutputFile{}},
 		},
 		{
+			name:   "a warning of the sandbox is said in stderr",
+			input:  `{"command":"make"}`,
+			result: sandbox.Result{Stderr: []byte("e"), Warning: "outputs: rename x: is a directory; the files not moved are kept in /tmp/o/1-2"},
+			want:   &messages.ToolResult{Type: messages.ResultBash, Stderr: "e\n[threadbox] outputs: rename x: is a directory; the files not moved are kept in /tmp/o/1-2", Files: []messages.OutputFile{}},
+		},
+		{
 			name:   "output files are listed by file id",
 			input:  `{"command":"make"}`,
 			result: sandbox.Result{OutputFiles: []string{"/mnt/user-data/outputs/chart.png"}},

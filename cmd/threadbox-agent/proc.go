@@ -253,10 +253,11 @@ func (p *proc) run() {
 		files, err := moveOutputs(p.outDir, p.s.cfg.outputs)
 		exit.OutputFiles = files
 		if err != nil {
-			exit.Warning = err.Error()
+			// What could not be moved stays where the command left it,
+			// and the command's result says so.
+			exit.Warning = fmt.Sprintf("%v; the files not moved are kept in %s", err, p.outDir)
 			p.s.log.Warn("agent: output files", "id", p.id, "err", err)
-		}
-		if err := os.RemoveAll(p.outDir); err != nil {
+		} else if err := os.RemoveAll(p.outDir); err != nil {
 			p.s.log.Warn("agent: remove output dir", "id", p.id, "err", err)
 		}
 	}

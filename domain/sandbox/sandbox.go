@@ -143,7 +143,10 @@ type Result struct {
 	TimedOut        bool
 	OOMKilled       bool
 	OutputFiles     []string // sandbox paths moved into OutputsDir
-	Duration        time.Duration
+	// Warning describes a non-fatal problem, such as output files that
+	// could not be moved into OutputsDir (they are kept where it says).
+	Warning  string
+	Duration time.Duration
 }
 
 // Status describes one sandbox as the backend sees it.

@@ -488,6 +488,23 @@ echo hidden > .hidden`
 	if len(res2.OutputFiles) != 0 {
 		t.Fatalf("empty OUTPUT_DIR produced %q", res2.OutputFiles)
 	}
+
+	// A file that cannot be moved (a folder of its name is in the way) is
+	// kept, and the result says where.
+	if err := os.Mkdir(filepath.Join(a.dirs.outputs, "taken"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	res3, err := a.client.Exec(testCtx(t, 10*time.Second), sandbox.Command{Args: sh(`echo keep > "$OUTPUT_DIR/taken"; echo ok > "$OUTPUT_DIR/fine.txt"; echo "$OUTPUT_DIR"`), OutputDir: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept := strings.TrimSpace(string(res3.Stdout))
+	if !strings.Contains(res3.Warning, "taken") || !strings.Contains(res3.Warning, kept) || len(res3.OutputFiles) != 1 {
+		t.Fatalf("warning %q, files %q", res3.Warning, res3.OutputFiles)
+	}
+	if b, err := os.ReadFile(filepath.Join(kept, "taken")); err != nil || string(b) != "keep\n" {
+		t.Fatalf("the file not moved was not kept: %q %v", b, err)
+	}
 }
 
 func TestExecStdin(t *testing.T) {

@@ -231,6 +231,7 @@ func (p *Process) result() sandbox.Result {
 		TimedOut:        e.TimedOut,
 		OOMKilled:       e.OOMHint,
 		OutputFiles:     e.OutputFiles,
+		Warning:         e.Warning,
 		Duration:        time.Since(p.begun),
 	}
 	switch {
