@@ -44,6 +44,9 @@ const (
 	DefaultMaxTimeout    = time.Hour
 	DefaultFileOpTimeout = 30 * time.Second
 	DefaultMaxFileBytes  = 16 << 20
+	// DefaultMaxOutputFileBytes is ARTIFACT_MAX_BYTES' default: an output
+	// file past it cannot become an artifact either.
+	DefaultMaxOutputFileBytes = 1 << 30
 )
 
 // Config tunes the executors. Zero values mean the defaults.
@@ -52,7 +55,11 @@ type Config struct {
 	MaxTimeout    time.Duration // the largest bash timeout a call may ask for
 	FileOpTimeout time.Duration // limit of one text-editor operation
 	MaxFileBytes  int64         // largest file the text editor reads or edits
-	Mounts        file.Table    // nil means file.DefaultTable()
+	// MaxOutputFileBytes is the largest file a bash call may hand back as
+	// an output file ($OUTPUT_DIR); a larger one answers
+	// output_file_too_large (the file stays in the outputs folder).
+	MaxOutputFileBytes int64
+	Mounts             file.Table // nil means file.DefaultTable()
 	// Log receives the causes of failures that tool results show only by
 	// an error id (messages.Explain); nil discards them.
 	Log *slog.Logger
@@ -81,6 +88,9 @@ func New(sb Sandbox, files Files, cfg Config) *Executor {
 	}
 	if cfg.MaxFileBytes <= 0 {
 		cfg.MaxFileBytes = DefaultMaxFileBytes
+	}
+	if cfg.MaxOutputFileBytes <= 0 {
+		cfg.MaxOutputFileBytes = DefaultMaxOutputFileBytes
 	}
 	if cfg.Mounts == nil {
 		cfg.Mounts = file.DefaultTable()
@@ -196,6 +206,9 @@ func (e *Executor) bash(ctx context.Context, call messages.ToolCall) *messages.T
 		out.Stderr += "[threadbox] " + res.Warning
 	}
 	for _, p := range res.OutputFiles {
+		if fi, err := e.files.Stat(ctx, call.ContainerID, p); err == nil && fi.Size > e.cfg.MaxOutputFileBytes {
+			return fail(messages.CodeOutputFileTooLarge, fmt.Sprintf("The output file %s is %d bytes, more than the %d bytes a result may hand back; it stays in the outputs folder.", p, fi.Size, e.cfg.MaxOutputFileBytes))
+		}
 		out.Files = append(out.Files, messages.OutputFile{Type: messages.ResultBashOutput, FileID: file.EncodeID(p)})
 	}
 	return out

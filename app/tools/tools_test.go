@@ -431,3 +431,18 @@ func TestBashHidesHostDetails(t *testing.T) {
 		t.Fatalf("log %q lacks the id %s or the cause", logged.String(), eid)
 	}
 }
+
+func TestBashOutputFileTooLarge(t *testing.T) {
+	files := newFakeFiles()
+	files.files["/mnt/user-data/outputs/big.bin"] = strings.Repeat("x", 100)
+	files.files["/mnt/user-data/outputs/small.txt"] = "ok"
+	sb := &fakeSandbox{result: sandbox.Result{OutputFiles: []string{"/mnt/user-data/outputs/small.txt", "/mnt/user-data/outputs/big.bin"}}}
+	e := New(sb, files, Config{MaxOutputFileBytes: 10})
+	r := run(t, e, messages.SubToolBash, `{"command":"make"}`)
+	wantError(t, r, "bash_code_execution_tool_result_error", messages.CodeOutputFileTooLarge,
+		"The output file /mnt/user-data/outputs/big.bin is 100 bytes, more than the 10 bytes a result may hand back; it stays in the outputs folder.")
+	sb.result.OutputFiles = sb.result.OutputFiles[:1]
+	if r := run(t, e, messages.SubToolBash, `{"command":"make"}`); r.IsError() || len(r.Files) != 1 {
+		t.Fatalf("a small output file: %+v", r)
+	}
+}
