@@ -14,9 +14,16 @@ agent:
 # A single-user development run: it lists the local development jail as a
 # fallback explicitly (serve's default is docker alone) and says so.
 # SANDBOX_BACKEND in the environment wins.
+# With a Docker daemon and no sandbox image, the image is built first (the
+# offline build, once); `threadbox doctor` then says what else is missing.
 run: build
+	@if command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1 && ! docker image inspect "$${SANDBOX_IMAGE:-threadbox-sandbox:latest}" >/dev/null 2>&1; then \
+	  echo "make run: no sandbox image yet: building it from Debian's packages (once; about 10 minutes)"; \
+	  $(MAKE) sandbox-image; \
+	fi
 	@b="$${SANDBOX_BACKEND:-docker,local}"; \
 	echo "make run: SANDBOX_BACKEND=$$b (a single-user development run; the local backend is a development jail, not for untrusted code)"; \
+	SANDBOX_BACKEND="$$b" $(BIN)/threadbox doctor || true; \
 	SANDBOX_BACKEND="$$b" exec $(BIN)/threadbox serve
 
 # The full suite: starts a throwaway PostgreSQL cluster when TEST_DATABASE_URL is unset.

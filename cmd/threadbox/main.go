@@ -53,6 +53,7 @@ const usage = `threadbox — a self-hosted backend for AI chat workspaces
 Usage:
   threadbox serve                      serve the HTTP API (and migrate first)
   threadbox migrate                    apply database migrations and exit
+  threadbox doctor                     check what serve needs and say how to fix it
   threadbox admin bootstrap --org NAME --email EMAIL [--password-file F]
   threadbox token create --email EMAIL [--name NAME] [--ttl DURATION]
   threadbox token revoke ID
@@ -76,6 +77,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return cmdServe(ctx, rest, getenv, stdout, stderr)
 	case "migrate":
 		return cmdMigrate(ctx, rest, getenv, stdout, stderr)
+	case "doctor":
+		return cmdDoctor(ctx, rest, getenv, stdout, stderr)
 	case "admin":
 		return cmdAdmin(ctx, rest, getenv, stdout, stderr)
 	case "token":

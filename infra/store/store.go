@@ -218,10 +218,14 @@ func (s *Store) Ready(ctx context.Context) error {
 		return fmt.Errorf("store: migration status: %w", err)
 	}
 	if pending {
-		return errors.New("store: migrations pending")
+		return ErrPending
 	}
 	return nil
 }
+
+// ErrPending is Ready's answer for a database that answers but has
+// migrations to apply (serve applies them at start).
+var ErrPending = errors.New("store: migrations pending")
 
 // InTx runs fn with a Store bound to one transaction.
 func (s *Store) InTx(ctx context.Context, fn func(tx *Store) error) error {
@@ -257,3 +261,16 @@ func one(res *gorm.DB, what string) error {
 }
 
 func (s *Store) q(ctx context.Context) *gorm.DB { return s.db.WithContext(ctx) }
+
+// Now is the database's clock: PostgreSQL's now(); the embedded SQLite's
+// is this host's.
+func (s *Store) Now(ctx context.Context) (time.Time, error) {
+	if s.dialect != "postgres" {
+		return time.Now(), nil
+	}
+	var t time.Time
+	if err := s.sqlDB.QueryRowContext(ctx, "SELECT now()").Scan(&t); err != nil {
+		return time.Time{}, fmt.Errorf("store: now: %w", err)
+	}
+	return t, nil
+}
