@@ -115,6 +115,15 @@ type Load struct {
 // versions, each at <name>/: other skill folders are removed.
 func (s *Store) Sync(ctx context.Context, containerID string, loads []Load) error {
 	target := s.containerSkills(containerID)
+	if len(loads) == 0 {
+		// The common case of a request without skills: one read of the
+		// folder, which is empty or missing unless an earlier request
+		// loaded some.
+		entries, err := os.ReadDir(target)
+		if errors.Is(err, os.ErrNotExist) || err == nil && len(entries) == 0 {
+			return nil
+		}
+	}
 	if err := os.MkdirAll(target, 0o755); err != nil {
 		return fmt.Errorf("skillfs: %w", err)
 	}

@@ -67,12 +67,20 @@ func (s *Store) CreateOrg(ctx context.Context, o org.Org) error {
 }
 
 // Org returns the org with id.
+// Outside a transaction it is kept on SQLite until the next commit by
+// anyone (memo.go): the policy is read on every request that may run code.
 func (s *Store) Org(ctx context.Context, id string) (org.Org, error) {
-	var r orgRow
-	if err := s.q(ctx).Where("id = ?", id).Take(&r).Error; err != nil {
-		return org.Org{}, translate(err, "org")
+	load := func() (org.Org, error) {
+		var r orgRow
+		if err := s.q(ctx).Where("id = ?", id).Take(&r).Error; err != nil {
+			return org.Org{}, translate(err, "org")
+		}
+		return r.domain(), nil
 	}
-	return r.domain(), nil
+	if s.inTx {
+		return load()
+	}
+	return lookup(ctx, s.reads.memo, "org\x00"+id, load)
 }
 
 // OrgByName returns the org named name.
