@@ -188,6 +188,14 @@ func (s *Service) saveArtifact(ctx context.Context, th thread.Thread, containerI
 		version = latest.Version + 1
 	case !fault.Is(err, fault.NotFound):
 		return artifact.Artifact{}, false, err
+	default:
+		// The thread's first version of the path: a copy of one the
+		// project has (a fork copies its source's outputs) is not new.
+		if same, err := s.store.ArtifactWithContent(ctx, th.ProjectID(), p, sum); err == nil {
+			return same, false, nil
+		} else if !fault.Is(err, fault.NotFound) {
+			return artifact.Artifact{}, false, err
+		}
 	}
 	name := path.Base(info.Rel)
 	a := artifact.Artifact{

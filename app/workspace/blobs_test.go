@@ -79,6 +79,10 @@ func (f *refStore) ReferencedArtifactHashes(_ context.Context, sums []string) ([
 	return out, nil
 }
 
+func (f *refStore) ArtifactWithContent(context.Context, string, string, string) (artifact.Artifact, error) {
+	return artifact.Artifact{}, fault.New(fault.NotFound, "artifact not found")
+}
+
 func (f *refStore) LatestArtifact(context.Context, string, string, string) (artifact.Artifact, error) {
 	return artifact.Artifact{}, fault.New(fault.NotFound, "artifact not found")
 }

@@ -344,3 +344,30 @@ func TestRequestIDs(t *testing.T) {
 		t.Fatalf("error body %d %s, header %q", bad.status, bad.body, rid)
 	}
 }
+
+// TestForkDoesNotReportCopiedOutputs: the first turn in a forked thread
+// does not report the outputs the fork copied as new artifacts; a file it
+// writes is one.
+func TestForkDoesNotReportCopiedOutputs(t *testing.T) {
+	s, fake := modelServer(t, "", "anthropic", nil)
+	f := newWSFixture(t, s)
+	editorTurn(t, s, fake, f.admin, f.pid, f.tid, map[string]string{"chart.csv": "a,b\n1,2\n"})
+	count := func() int { return len(s.do("GET", appAPI+"/project/"+f.pid+"/artifacts", f.admin, nil).json(t)["data"].([]any)) }
+	before := count()
+	r := s.do("POST", appAPI+"/thread/"+f.tid+"/fork", f.admin, nil)
+	if r.status != 201 {
+		t.Fatalf("fork: %d %s", r.status, r.body)
+	}
+	fork := r.json(t)["id"].(string)
+	fake.Push(steps(call(messages.SubToolTextEditor, map[string]any{"command": "create", "path": "/mnt/user-data/outputs/new.txt", "file_text": "new"})), textStep("made"))
+	r = s.do("POST", appAPI+"/thread/"+fork+"/messages", f.admin, map[string]any{"content": "make one", "pgpt": map[string]any{"tools": []any{"code_execution"}}})
+	if r.status != 200 {
+		t.Fatalf("turn in the fork: %d %s", r.status, r.body)
+	}
+	if strings.Contains(string(r.body), "chart.csv") || !strings.Contains(string(r.body), "new.txt") {
+		t.Fatalf("the fork's turn reported: %s", r.body)
+	}
+	if got := count(); got != before+1 {
+		t.Fatalf("artifacts %d after the fork's turn, want %d", got, before+1)
+	}
+}

@@ -35,4 +35,7 @@ type Repository interface {
 	Artifact(ctx context.Context, orgID, id string) (Artifact, error)
 	ArtifactsByProject(ctx context.Context, orgID, projectID string) ([]Artifact, error)
 	LatestArtifact(ctx context.Context, projectID, threadID, path string) (Artifact, error)
+	// ArtifactWithContent returns an artifact of the project at path with
+	// that content (sha256), the newest, or a not-found error.
+	ArtifactWithContent(ctx context.Context, projectID, path, sha256 string) (Artifact, error)
 }

@@ -87,6 +87,17 @@ func (s *Store) LatestArtifact(ctx context.Context, projectID, threadID, path st
 	return r.domain(), nil
 }
 
+// ArtifactWithContent returns the project's newest artifact at path with
+// that content.
+func (s *Store) ArtifactWithContent(ctx context.Context, projectID, path, sha256 string) (artifact.Artifact, error) {
+	var r artifactRow
+	if err := s.q(ctx).Where("project_id = ? AND path = ? AND sha256 = ?", projectID, path, sha256).
+		Order("created_at DESC").Take(&r).Error; err != nil {
+		return artifact.Artifact{}, translate(err, "artifact")
+	}
+	return r.domain(), nil
+}
+
 // ProjectArtifactHashes returns the distinct content hashes of the
 // artifacts of the org's project.
 func (s *Store) ProjectArtifactHashes(ctx context.Context, orgID, projectID string) ([]string, error) {

@@ -80,6 +80,12 @@ func artifactSkillSuite(t *testing.T, s *store.Store) {
 	if err != nil || latest.ID != a2.ID || latest.Version != 2 || latest.SHA256 != "bb" || !latest.CreatedAt.Equal(a2.CreatedAt) {
 		t.Fatalf("latest: %+v %v", latest, err)
 	}
+	if same, err := s.ArtifactWithContent(ctx, pr.ID(), a1.Path, "aa"); err != nil || same.ID != a1.ID {
+		t.Fatalf("artifact with content: %+v %v", same, err)
+	}
+	if _, err := s.ArtifactWithContent(ctx, pr.ID(), a1.Path, "zz"); !fault.Is(err, fault.NotFound) {
+		t.Fatalf("artifact with other content: %v", err)
+	}
 	if got, err := s.Artifact(ctx, o.ID(), a1.ID); err != nil || got != a1 {
 		t.Fatalf("round trip: %+v %v want %+v", got, err, a1)
 	}
