@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -105,4 +106,43 @@ func readOOMKills(path string) (int64, bool) {
 		}
 	}
 	return 0, false
+}
+
+// outputsState is what the outputs folder's top-level regular files were
+// (size and modification time) when a command started.
+type outputsState map[string][2]int64
+
+// snapshotOutputs reads the top-level regular files of dir (the first
+// 1000 entries).
+func snapshotOutputs(dir string) outputsState {
+	st := outputsState{}
+	f, err := os.Open(dir)
+	if err != nil {
+		return st
+	}
+	defer f.Close()
+	entries, _ := f.ReadDir(1000)
+	for _, e := range entries {
+		if !e.Type().IsRegular() {
+			continue
+		}
+		if info, err := e.Info(); err == nil {
+			st[e.Name()] = [2]int64{info.Size(), info.ModTime().UnixNano()}
+		}
+	}
+	return st
+}
+
+// writtenSince lists the top-level regular files of dir that are new or
+// changed against before, except those in skip.
+func writtenSince(dir string, before outputsState, skip []string) []string {
+	var out []string
+	for name, now := range snapshotOutputs(dir) {
+		p := filepath.Join(dir, name)
+		if was, ok := before[name]; (!ok || was != now) && !slices.Contains(skip, p) {
+			out = append(out, p)
+		}
+	}
+	slices.Sort(out)
+	return out
 }

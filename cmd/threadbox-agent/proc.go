@@ -33,6 +33,9 @@ type proc struct {
 	stderr *os.File    //
 	stdin  *stdinQueue // nil when stdin is /dev/null
 	outDir string      // the command's $OUTPUT_DIR, "" when not asked for
+	// outBefore is the outputs folder when the command started (with
+	// outDir), to tell the files it wrote there straight.
+	outBefore outputsState
 
 	oomBefore int64
 	oomKnown  bool
@@ -74,6 +77,7 @@ func startProc(s *server, id uint32, req protocol.Exec) (p *proc, err error) {
 			return nil, fmt.Errorf("exec: output dir: %w", err)
 		}
 		p.outDir = d
+		p.outBefore = snapshotOutputs(s.cfg.outputs)
 		env = append(env, "OUTPUT_DIR="+d)
 		defer func() {
 			if err != nil {
@@ -251,7 +255,9 @@ func (p *proc) run() {
 	}
 	if p.outDir != "" {
 		files, err := moveOutputs(p.outDir, p.s.cfg.outputs)
-		exit.OutputFiles = files
+		// Files the command wrote straight into the outputs folder are
+		// its outputs too.
+		exit.OutputFiles = append(files, writtenSince(p.s.cfg.outputs, p.outBefore, files)...)
 		if err != nil {
 			// What could not be moved stays where the command left it,
 			// and the command's result says so.

@@ -505,6 +505,16 @@ echo hidden > .hidden`
 	if b, err := os.ReadFile(filepath.Join(kept, "taken")); err != nil || string(b) != "keep\n" {
 		t.Fatalf("the file not moved was not kept: %q %v", b, err)
 	}
+
+	// A file written straight into the outputs folder is an output too;
+	// older ones are not.
+	res4, err := a.client.Exec(testCtx(t, 10*time.Second), sandbox.Command{Args: sh(`echo direct > ` + a.dirs.outputs + `/direct.txt`), OutputDir: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(res4.OutputFiles, []string{filepath.Join(a.dirs.outputs, "direct.txt")}) {
+		t.Fatalf("output files of a direct write: %q", res4.OutputFiles)
+	}
 }
 
 func TestExecStdin(t *testing.T) {
