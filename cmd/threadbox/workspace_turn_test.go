@@ -113,6 +113,10 @@ func TestWorkspaceTurnArtifacts(t *testing.T) {
 	if r.status != 200 || !strings.Contains(string(r.body), `"zylon-resource"`) {
 		t.Fatalf("second turn: %d %s", r.status, r.body)
 	}
+	// The runner's summary tells of the file written straight into outputs.
+	if !strings.Contains(string(r.body), "Files saved to /mnt/user-data/outputs/: /mnt/user-data/outputs/chart.png") {
+		t.Fatalf("the summary misses the output: %s", r.body)
+	}
 	list := s.do("GET", appAPI+"/project/"+f.pid+"/artifacts", a, nil).json(t)["data"].([]any)
 	if len(list) != 2 {
 		t.Fatalf("artifacts: %v", list)
