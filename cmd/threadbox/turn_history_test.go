@@ -352,7 +352,9 @@ func TestForkDoesNotReportCopiedOutputs(t *testing.T) {
 	s, fake := modelServer(t, "", "anthropic", nil)
 	f := newWSFixture(t, s)
 	editorTurn(t, s, fake, f.admin, f.pid, f.tid, map[string]string{"chart.csv": "a,b\n1,2\n"})
-	count := func() int { return len(s.do("GET", appAPI+"/project/"+f.pid+"/artifacts", f.admin, nil).json(t)["data"].([]any)) }
+	count := func() int {
+		return len(s.do("GET", appAPI+"/project/"+f.pid+"/artifacts", f.admin, nil).json(t)["data"].([]any))
+	}
 	before := count()
 	r := s.do("POST", appAPI+"/thread/"+f.tid+"/fork", f.admin, nil)
 	if r.status != 201 {
