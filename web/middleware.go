@@ -49,7 +49,11 @@ func (s *Server) accessLog(c *fiber.Ctx) error {
 	s.log.Info("request", "method", c.Method(), "path", c.Path(), "status", status, "request_id", rid, "duration_ms", float64(d.Microseconds())/1000)
 	if o := s.opt.Observer; o != nil {
 		// fasthttp reuses the method's bytes: the observer may keep it.
-		o.ObserveRequest(c.Route().Path, strings.Clone(c.Method()), status, d)
+		out := int64(c.Response().Header.ContentLength())
+		if !c.Response().IsBodyStream() {
+			out = int64(len(c.Response().Body()))
+		}
+		o.ObserveRequest(c.Route().Path, strings.Clone(c.Method()), status, d, int64(c.Request().Header.ContentLength()), out)
 	}
 	return err
 }

@@ -55,9 +55,10 @@ type Options struct {
 }
 
 // RequestObserver is told of each request: its route pattern (bounded),
-// method, status and duration (infra/metrics).
+// method, status, duration, and the body bytes its request and response
+// declared (negative when unknown) (infra/metrics).
 type RequestObserver interface {
-	ObserveRequest(route, method string, status int, d time.Duration)
+	ObserveRequest(route, method string, status int, d time.Duration, in, out int64)
 }
 
 // Server is the HTTP edge.

@@ -73,6 +73,7 @@ func TestMetrics(t *testing.T) {
 		{"threadbox_model_calls_total", map[string]string{"provider": "anthropic", "outcome": "ok"}, 2},
 		{"threadbox_tool_calls_total", map[string]string{"tool": messages.SubToolTextEditor, "outcome": "ok"}, 1},
 		{"threadbox_sandboxes_running", map[string]string{"backend": "local"}, 0},
+		{"threadbox_http_response_bytes_total", map[string]string{"route": "/api/v1/app/thread/:id/messages"}, 100},
 		{"go_goroutines", nil, 1},
 		{"process_open_fds", nil, 1},
 	}

@@ -25,6 +25,8 @@ type Registry struct {
 
 	requests     *prometheus.CounterVec
 	requestTime  *prometheus.HistogramVec
+	bytesIn      *prometheus.CounterVec
+	bytesOut     *prometheus.CounterVec
 	modelCalls   *prometheus.CounterVec
 	modelTime    *prometheus.HistogramVec
 	modelTokens  *prometheus.CounterVec
@@ -43,6 +45,8 @@ func New() *Registry {
 	f(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	r.requests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "threadbox_http_requests_total", Help: "HTTP requests by route pattern, method and status."}, []string{"route", "method", "status"})
 	r.requestTime = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "threadbox_http_request_duration_seconds", Help: "HTTP request latency by route pattern and method.", Buckets: prometheus.ExponentialBuckets(0.0005, 4, 10)}, []string{"route", "method"})
+	r.bytesIn = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "threadbox_http_request_bytes_total", Help: "Request body bytes (uploads among them) by route pattern, as declared by Content-Length."}, []string{"route"})
+	r.bytesOut = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "threadbox_http_response_bytes_total", Help: "Response body bytes (downloads among them) by route pattern, as declared by Content-Length."}, []string{"route"})
 	r.modelCalls = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "threadbox_model_calls_total", Help: "Model steps by provider and outcome (ok, error)."}, []string{"provider", "outcome"})
 	r.modelTime = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "threadbox_model_call_duration_seconds", Help: "Model step latency by provider.", Buckets: prometheus.ExponentialBuckets(0.01, 3, 9)}, []string{"provider"})
 	r.modelTokens = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "threadbox_model_tokens_total", Help: "Tokens the model reported, by provider and direction (input, output)."}, []string{"provider", "direction"})
@@ -50,7 +54,7 @@ func New() *Registry {
 	r.toolTime = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "threadbox_tool_call_duration_seconds", Help: "Server tool call duration by tool.", Buckets: prometheus.ExponentialBuckets(0.005, 3, 10)}, []string{"tool"})
 	r.boots = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "threadbox_sandbox_starts_total", Help: "Sandboxes this process started holding, by how (boot, adopt)."}, []string{"how"})
 	r.sweepActions = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "threadbox_sweeper_actions_total", Help: "What the sweeper did, by action (stopped, expired, adopted, dropped, cleared, released)."}, []string{"action"})
-	for _, c := range []prometheus.Collector{r.requests, r.requestTime, r.modelCalls, r.modelTime, r.modelTokens, r.toolCalls, r.toolTime, r.boots, r.sweepActions} {
+	for _, c := range []prometheus.Collector{r.requests, r.requestTime, r.bytesIn, r.bytesOut, r.modelCalls, r.modelTime, r.modelTokens, r.toolCalls, r.toolTime, r.boots, r.sweepActions} {
 		f(c)
 	}
 	return r
@@ -61,10 +65,17 @@ func (r *Registry) Handler() http.Handler {
 	return promhttp.HandlerFor(r.reg, promhttp.HandlerOpts{})
 }
 
-// ObserveRequest records one HTTP request (web's request observer).
-func (r *Registry) ObserveRequest(route, method string, status int, d time.Duration) {
+// ObserveRequest records one HTTP request (web's request observer): in and
+// out are the body bytes its headers declared (negative when unknown).
+func (r *Registry) ObserveRequest(route, method string, status int, d time.Duration, in, out int64) {
 	r.requests.WithLabelValues(route, method, strconv.Itoa(status)).Inc()
 	r.requestTime.WithLabelValues(route, method).Observe(d.Seconds())
+	if in > 0 {
+		r.bytesIn.WithLabelValues(route).Add(float64(in))
+	}
+	if out > 0 {
+		r.bytesOut.WithLabelValues(route).Add(float64(out))
+	}
 }
 
 // Sandboxes reports the sandboxes a process holds per backend, read at
