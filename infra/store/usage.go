@@ -12,6 +12,11 @@ import (
 // UTC day, each addition one upsert so that concurrent commands and several
 // servers on one database never lose a count.
 
+var (
+	_ usage.Store      = (*Store)(nil)
+	_ usage.Containers = (*Store)(nil)
+)
+
 const addUsageSQL = `INSERT INTO usage_daily (org_id, user_id, day, commands, wall_ms, cpu_ms, input_tokens, output_tokens)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (org_id, user_id, day) DO UPDATE SET
