@@ -319,6 +319,7 @@ func (s *Server) createMessage(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
+	opts.OrgID, opts.UserID = p.OrgID, p.UserID
 	end := m.beginSandboxTurn(p, req, &opts)
 	if req.Stream {
 		return s.streamMessage(c, m, req, opts, end)

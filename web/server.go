@@ -17,6 +17,7 @@ import (
 	"threadbox/app/auth"
 	"threadbox/app/backends"
 	"threadbox/app/files"
+	"threadbox/app/usage"
 	"threadbox/app/workspace"
 )
 
@@ -32,6 +33,8 @@ type Services struct {
 	Messages *MessagesAPI
 	// Ready reports whether the database answers and is migrated.
 	Ready func(ctx context.Context) error
+	// Usage reports the org's metered usage; nil answers 503.
+	Usage *usage.Service
 }
 
 // Options tune the HTTP server.

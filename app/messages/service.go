@@ -42,6 +42,15 @@ type Config struct {
 	// URLs fetches the images and documents requests name by URL, which
 	// are then sent to the model as data; nil refuses such blocks.
 	URLs URLFetcher
+	// Tokens, when set, records the model tokens of every step.
+	Tokens TokenMeter
+}
+
+// TokenMeter records the model tokens of one step of a turn for the user
+// of RunOptions, or, when it names none, for the owner of the turn's
+// container (app/usage.Service).
+type TokenMeter interface {
+	Tokens(ctx context.Context, orgID, userID, containerID string, input, output int)
 }
 
 // Service runs Messages API turns.
@@ -87,6 +96,9 @@ type RunOptions struct {
 	// variables it returns follow Env in every call. A turn that calls no
 	// sub-tool never calls it.
 	EnvFunc func(ctx context.Context) ([]string, error)
+	// OrgID and UserID name who the turn runs for, whose usage the
+	// tokens count to (Config.Tokens).
+	OrgID, UserID string
 }
 
 // Plan is what a request would do, as found by Validate.
@@ -293,6 +305,9 @@ func (t *turn) run(ctx context.Context) error {
 		t.usage.OutputTokens += res.Usage.OutputTokens
 		t.usage.CacheCreationInputTokens += res.Usage.CacheCreationInputTokens
 		t.usage.CacheReadInputTokens += res.Usage.CacheReadInputTokens
+		if m := t.s.cfg.Tokens; m != nil {
+			m.Tokens(ctx, t.opts.OrgID, t.opts.UserID, t.opts.ContainerID, res.Usage.InputTokens, res.Usage.OutputTokens)
+		}
 
 		client, server := false, 0
 		for i, b := range res.Content {

@@ -717,3 +717,38 @@ func TestPendingCallsBounded(t *testing.T) {
 		t.Fatalf("%d calls answered as not run, want 3: %s", n, sent)
 	}
 }
+
+// fakeTokenMeter records the tokens metered, one string per step.
+type fakeTokenMeter struct {
+	mu    sync.Mutex
+	steps []string
+}
+
+func (m *fakeTokenMeter) Tokens(ctx context.Context, orgID, userID, containerID string, input, output int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.steps = append(m.steps, fmt.Sprintf("%s/%s/%s in=%d out=%d", orgID, userID, containerID, input, output))
+}
+
+// TestTokensMeteredPerStep checks that the model tokens of every step are
+// metered for the turn's user and container, streaming or not.
+func TestTokensMeteredPerStep(t *testing.T) {
+	script := func() []*StepResult {
+		return []*StepResult{
+			step(StopToolUse, toolUse("toolu_a", SubToolBash, `{"command":"ls"}`)),
+			step(StopEndTurn, text("Done.")),
+		}
+	}
+	m := &fakeTokenMeter{}
+	opts := RunOptions{ContainerID: "u1--box", Container: testContainer, OrgID: "o1", UserID: "u1"}
+	runBoth(t, Config{Tokens: m}, script, request(ToolTypeCodeExecution2508, user("list files")), opts)
+	want := "o1/u1/u1--box in=10 out=5"
+	if len(m.steps) != 4 { // two steps, run twice (streaming and not)
+		t.Fatalf("metered %v, want 4 steps", m.steps)
+	}
+	for _, s := range m.steps {
+		if s != want {
+			t.Fatalf("metered %v, want each %q", m.steps, want)
+		}
+	}
+}

@@ -72,6 +72,14 @@ type Config struct {
 	// Log receives the causes of failures that tool results show only by
 	// an error id (messages.Explain); nil discards them.
 	Log *slog.Logger
+	// Meter, when set, records every sandbox_bash command that ran.
+	Meter Meter
+}
+
+// Meter records the wall and CPU time of a command that ran in a
+// container (app/usage.Service).
+type Meter interface {
+	Command(ctx context.Context, containerID string, res sandbox.Result)
 }
 
 var _ messages.ToolExecutor = (*Executor)(nil)
@@ -293,6 +301,9 @@ func (e *Executor) bash(ctx context.Context, call messages.ToolCall) (any, error
 		}
 		// The command could not start: most often a cwd that does not exist.
 		return nil, invalidInput("The command could not start in %s: %v", dir, err)
+	}
+	if e.cfg.Meter != nil {
+		e.cfg.Meter.Command(ctx, call.ContainerID, res)
 	}
 	out := BashResult{
 		Type:        "sandbox_bash_result",

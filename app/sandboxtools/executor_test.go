@@ -1,8 +1,11 @@
 package sandboxtools
 
 import (
+	"context"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"threadbox/app/messages"
 	"threadbox/domain/sandbox"
@@ -244,5 +247,43 @@ func TestBSLCheckUnavailableAndDiagnostics(t *testing.T) {
 	}
 	if code, _ := errorCode(run(t, e, messages.ToolBSLCheck, map[string]any{"path": "notes.txt"})); code != messages.CodeInvalidToolInput {
 		t.Fatal("a .txt file was analysed")
+	}
+}
+
+// fakeMeter records the commands metered.
+type fakeMeter struct {
+	mu      sync.Mutex
+	results []sandbox.Result
+}
+
+func (m *fakeMeter) Command(_ context.Context, _ string, res sandbox.Result) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.results = append(m.results, res)
+}
+
+// TestSandboxBashMetered checks that the user's sandbox_bash command is
+// metered once with its CPU time, not the file listing that follows it,
+// and that a refused input is not metered.
+func TestSandboxBashMetered(t *testing.T) {
+	sb := &fakeSandbox{backend: &fakeBackend{}, execFn: func(cmd sandbox.Command) (sandbox.Result, error) {
+		return sandbox.Result{Duration: 2 * time.Second, CPUTime: 1500 * time.Millisecond}, nil
+	}}
+	tests := []struct {
+		name  string
+		input map[string]any
+		want  int
+	}{
+		{"ran", map[string]any{"command": "true"}, 1},
+		{"refused", map[string]any{"command": " "}, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := &fakeMeter{}
+			run(t, New(sb, nil, Config{Meter: m}), messages.ToolSandboxBash, tt.input)
+			if len(m.results) != tt.want || (tt.want == 1 && m.results[0].CPUTime != 1500*time.Millisecond) {
+				t.Fatalf("metered %+v, want %d commands", m.results, tt.want)
+			}
+		})
 	}
 }

@@ -37,6 +37,12 @@ type Files interface {
 	List(ctx context.Context, containerID, sandboxPath string) ([]file.Info, error)
 }
 
+// Meter records the wall and CPU time of a command that ran in a
+// container (app/usage.Service).
+type Meter interface {
+	Command(ctx context.Context, containerID string, res sandbox.Result)
+}
+
 // Defaults of Config.
 const (
 	DefaultMaxOutput     = 1 << 20
@@ -63,6 +69,8 @@ type Config struct {
 	// Log receives the causes of failures that tool results show only by
 	// an error id (messages.Explain); nil discards them.
 	Log *slog.Logger
+	// Meter, when set, records every bash command that ran.
+	Meter Meter
 }
 
 var _ messages.ToolExecutor = (*Executor)(nil)
@@ -173,6 +181,9 @@ func (e *Executor) bash(ctx context.Context, call messages.ToolCall) *messages.T
 			return fail(messages.CodeUnavailable, messages.NotConfiguredMessage)
 		}
 		return fail(messages.CodeUnavailable, "The sandbox is unavailable: "+messages.Explain(e.cfg.Log, err))
+	}
+	if e.cfg.Meter != nil {
+		e.cfg.Meter.Command(ctx, call.ContainerID, res)
 	}
 	out := &messages.ToolResult{
 		Type:       messages.ResultBash,

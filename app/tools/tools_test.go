@@ -446,3 +446,48 @@ func TestBashOutputFileTooLarge(t *testing.T) {
 		t.Fatalf("a small output file: %+v", r)
 	}
 }
+
+// fakeMeter records the commands metered.
+type fakeMeter struct {
+	containers []string
+	results    []sandbox.Result
+}
+
+func (m *fakeMeter) Command(ctx context.Context, containerID string, res sandbox.Result) {
+	m.containers = append(m.containers, containerID)
+	m.results = append(m.results, res)
+}
+
+// TestBashMetersCommands checks that a bash command that ran is metered
+// with its container and result (CPU time included), and that one that
+// could not run or was refused is not.
+func TestBashMetersCommands(t *testing.T) {
+	ran := sandbox.Result{Stdout: []byte("ok"), Duration: 3 * time.Second, CPUTime: 2 * time.Second}
+	tests := []struct {
+		name  string
+		input string
+		exit  int
+		err   error
+		want  int
+	}{
+		{"ran", `{"command":"true"}`, 0, nil, 1},
+		{"non-zero exit still ran", `{"command":"false"}`, 1, nil, 1},
+		{"sandbox unavailable", `{"command":"true"}`, 0, errors.New("boom"), 0},
+		{"invalid input", `{"timeout":1}`, 0, nil, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := &fakeMeter{}
+			res := ran
+			res.ExitCode = tt.exit
+			e := New(&fakeSandbox{result: res, err: tt.err}, newFakeFiles(), Config{Meter: m})
+			run(t, e, messages.SubToolBash, tt.input)
+			if len(m.results) != tt.want {
+				t.Fatalf("metered %d commands, want %d", len(m.results), tt.want)
+			}
+			if tt.want == 1 && (m.containers[0] != call("", "").ContainerID || m.results[0].CPUTime != ran.CPUTime || m.results[0].Duration != ran.Duration) {
+				t.Fatalf("metered %v %+v", m.containers, m.results)
+			}
+		})
+	}
+}

@@ -131,6 +131,8 @@ func (s *Service) StartTurn(ctx context.Context, p user.Principal, threadID stri
 		ContainerID: c.ID(),
 		Container:   &messages.Container{ID: th.ContainerID(), ExpiresAt: s.d.Containers.ExpiresAt(c)},
 		ExpiresAt:   func() time.Time { return s.d.Containers.ExpiresAt(c.Touch(s.now())) },
+		OrgID:       p.OrgID,
+		UserID:      p.UserID,
 	}
 	return t, nil
 }

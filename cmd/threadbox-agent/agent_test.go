@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
@@ -263,5 +264,44 @@ func TestLookPath(t *testing.T) {
 		if got := lookPath(tt.name, tt.env); got != tt.want {
 			t.Errorf("lookPath(%q, %q) = %q, want %q", tt.name, tt.env, got, tt.want)
 		}
+	}
+}
+
+// TestExitReportsCPUTime checks that the Exit frame carries the CPU time of
+// the command and of the children it waited for, and no CPU time for a
+// command that only sleeps.
+func TestExitReportsCPUTime(t *testing.T) {
+	tests := []struct {
+		name     string
+		script   string
+		min, max time.Duration
+	}{
+		{"busy loop in a waited-for child", `timeout 0.6 sh -c 'while :; do :; done'; exit 0`, 400 * time.Millisecond, 5 * time.Second},
+		{"sleep", `sleep 0.3`, 0, 150 * time.Millisecond},
+	}
+	w, frames := inProcess(t)
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			id := uint32(20 + i)
+			req, err := json.Marshal(protocol.Exec{Args: []string{"sh", "-c", tt.script}})
+			must(t, err)
+			must(t, protocol.WriteFrame(w, protocol.TypeExec, id, req))
+			for {
+				f := next(t, frames)
+				if f.ID != id || f.Type != protocol.TypeExit {
+					if f.Type == protocol.TypeError {
+						t.Fatalf("exec failed: %s", f.Payload)
+					}
+					continue
+				}
+				var e protocol.Exit
+				must(t, protocol.Decode(f.Payload, &e))
+				cpu := time.Duration(e.CPUMillis) * time.Millisecond
+				if e.ExitCode != 0 || cpu < tt.min || cpu > tt.max {
+					t.Fatalf("exit %+v: cpu %v, want [%v, %v]", e, cpu, tt.min, tt.max)
+				}
+				return
+			}
+		})
 	}
 }

@@ -25,7 +25,7 @@ type proc struct {
 	req    protocol.Exec
 	cap    int
 	pid    int
-	status <-chan syscall.WaitStatus
+	status <-chan exited
 	begun  time.Time
 
 	tty    *os.File    // terminal master, nil without a terminal
@@ -206,7 +206,8 @@ func (p *proc) run() {
 		timer = time.AfterFunc(time.Duration(p.req.TimeoutMillis)*time.Millisecond, p.timeout)
 	}
 
-	ws := <-p.status
+	ex := <-p.status
+	ws := ex.status
 	elapsed := time.Since(p.begun)
 	p.mu.Lock()
 	p.exited = true
@@ -243,6 +244,7 @@ func (p *proc) run() {
 		StdoutTruncated: outTrunc,
 		StderrTruncated: errTrunc,
 		DurationMillis:  elapsed.Milliseconds(),
+		CPUMillis:       ex.cpu.Milliseconds(),
 	}
 	if ws.Signaled() {
 		exit.ExitCode = -1

@@ -20,12 +20,20 @@ type reaper struct {
 	sig chan os.Signal
 
 	mu      sync.Mutex
-	waiting map[int]chan syscall.WaitStatus
+	waiting map[int]chan exited
 	orphans int // orphans reaped so far, for logs and tests
 }
 
+// exited is how a registered child ended: its wait status and the CPU time
+// (user plus system) of the child and of the descendants it waited for, from
+// the rusage of wait4.
+type exited struct {
+	status syscall.WaitStatus
+	cpu    time.Duration
+}
+
 func newReaper(log *slog.Logger) *reaper {
-	r := &reaper{log: log, sig: make(chan os.Signal, 1), waiting: map[int]chan syscall.WaitStatus{}}
+	r := &reaper{log: log, sig: make(chan os.Signal, 1), waiting: map[int]chan exited{}}
 	// Notify before any child starts so that no SIGCHLD is missed.
 	signal.Notify(r.sig, syscall.SIGCHLD)
 	return r
@@ -35,14 +43,14 @@ func newReaper(log *slog.Logger) *reaper {
 // and registers the pid. The lock held across both keeps the loop from
 // dropping the status of a child that exits before it is registered: the
 // loop looks the pid up under the same lock.
-func (r *reaper) start(spawn func() (int, error)) (int, <-chan syscall.WaitStatus, error) {
+func (r *reaper) start(spawn func() (int, error)) (int, <-chan exited, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	pid, err := spawn()
 	if err != nil {
 		return 0, nil, err
 	}
-	ch := make(chan syscall.WaitStatus, 1)
+	ch := make(chan exited, 1)
 	r.waiting[pid] = ch
 	return pid, ch, nil
 }
@@ -67,7 +75,8 @@ func (r *reaper) loop(ctx context.Context) {
 func (r *reaper) reap() {
 	for {
 		var ws syscall.WaitStatus
-		pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
+		var ru syscall.Rusage
+		pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, &ru)
 		if errors.Is(err, syscall.EINTR) {
 			continue
 		}
@@ -82,7 +91,7 @@ func (r *reaper) reap() {
 		}
 		r.mu.Unlock()
 		if ok {
-			ch <- ws
+			ch <- exited{status: ws, cpu: time.Duration(ru.Utime.Nano() + ru.Stime.Nano())}
 		} else {
 			r.log.Debug("agent: reaped orphan", "pid", pid, "status", int(ws))
 		}

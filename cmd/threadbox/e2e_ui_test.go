@@ -269,6 +269,10 @@ func TestE2EChat(t *testing.T) {
 		t.Fatalf("policy after the switch: %v", f)
 	}
 	b.WaitText("#audit", "org.features.update", 10*time.Second)
+	// The usage panel counts the turn's command for the admin, and today's
+	// bar of the chart is drawn.
+	b.WaitText("#usage", e2eEmail, 10*time.Second)
+	b.WaitTrue("today's usage bar", `(() => { const bars = document.querySelectorAll('#usage-chart .bar'); return bars.length === 30 && bars[29].dataset.day === new Date().toISOString().slice(0, 10); })()`, 5*time.Second)
 	shoot(t, b, "admin-1440")
 	b.Do("back to the thread",
 		chromedp.Click(chromedp.CSS(fmt.Sprintf(`.threads a[data-thread-id=%q]`, tid))),

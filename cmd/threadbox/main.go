@@ -347,6 +347,7 @@ func cmdServe(ctx context.Context, args []string, getenv func(string) string, st
 		Messages:  messagesAPI(cfg, sys),
 		Backends:  backends.New(sys.backends),
 		Ready:     sys.store.Ready,
+		Usage:     sys.usage,
 	}, log, web.Options{MaxUploadBytes: cfg.MaxUploadBytes, TrustedProxies: cfg.TrustedProxies, Observer: sys.metrics, Metrics: sys.metrics.Handler(), MetricsToken: cfg.MetricsToken})
 	sys.sandbox.setServe(srv.ServeSandboxConn)
 

@@ -29,14 +29,14 @@ type sandboxWiring struct {
 }
 
 // newSandboxWiring builds the bridge and executor over the containers.
-func newSandboxWiring(cfg Config, ctrs *containers.Service, a *auth.Service, fs *fsroot.Containers, log *slog.Logger) *sandboxWiring {
+func newSandboxWiring(cfg Config, ctrs *containers.Service, a *auth.Service, fs *fsroot.Containers, meter sandboxtools.Meter, log *slog.Logger) *sandboxWiring {
 	w := &sandboxWiring{}
 	w.bridge = sandboxtools.NewBridge(ctrs, w.serveConn, sandboxtools.BridgeConfig{
 		APIPort: cfg.SandboxAPIPort, Services: cfg.SandboxServices, Logger: log.With("component", "bridge"),
 	})
 	ctrs.OnBoot(w.bridge.Boot)
 	w.env = sandboxtools.NewTurnEnv(authTokens{a}, w.bridge, 0)
-	w.exec = sandboxtools.New(ctrs, fs, sandboxtools.Config{MaxOutput: int(cfg.ToolMaxOutput), Log: log.With("component", "sandboxtools")})
+	w.exec = sandboxtools.New(ctrs, fs, sandboxtools.Config{MaxOutput: int(cfg.ToolMaxOutput), Log: log.With("component", "sandboxtools"), Meter: meter})
 	return w
 }
 

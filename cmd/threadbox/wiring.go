@@ -15,6 +15,7 @@ import (
 	"threadbox/app/lease"
 	"threadbox/app/messages"
 	"threadbox/app/quota"
+	metering "threadbox/app/usage"
 	"threadbox/app/workspace"
 	"threadbox/domain/sandbox"
 	"threadbox/infra/fsroot"
@@ -36,6 +37,7 @@ type system struct {
 	files      *files.Service
 	messages   *messages.Service // the Messages API's tool loop
 	sandbox    *sandboxWiring    // the sandbox_v1 tools and the API bridge
+	usage      *metering.Service // usage metering: commands and model tokens per org, user and day
 	backends   []sandbox.Backend
 	closers    []func() error
 }
@@ -135,7 +137,8 @@ func wire(ctx context.Context, cfg Config, log *slog.Logger) (*system, error) {
 		return fsroot.Dirs{Workspace: d.Workspace, Uploads: d.Uploads, Outputs: d.Outputs, Skills: d.Skills}
 	}, fsroot.Options{Owner: owner})
 	sys.files = files.New(files.Deps{Store: fs, Containers: sys.containers, Policies: sys.admin, Idempotency: st.UploadKeys(0), Quota: sys.quota})
-	sys.sandbox = newSandboxWiring(cfg, sys.containers, sys.auth, fs, log)
+	sys.usage = metering.New(st, st, log.With("component", "usage"))
+	sys.sandbox = newSandboxWiring(cfg, sys.containers, sys.auth, fs, sys.usage, log)
 	sys.messages = newMessages(cfg, sys, fs, log)
 	sys.workspace = newWorkspace(cfg, sys, layout, fs, log)
 	return sys, nil

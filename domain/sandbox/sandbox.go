@@ -147,6 +147,9 @@ type Result struct {
 	// could not be moved into OutputsDir (they are kept where it says).
 	Warning  string
 	Duration time.Duration
+	// CPUTime is the command's CPU time (user plus system) as the sandbox
+	// measured it; zero when the backend or an older agent does not report it.
+	CPUTime time.Duration
 }
 
 // Status describes one sandbox as the backend sees it.

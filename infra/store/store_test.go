@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"threadbox/app/files"
+	"threadbox/app/usage"
 	"threadbox/domain/audit"
 	"threadbox/domain/container"
 	"threadbox/domain/fault"
@@ -459,6 +460,7 @@ func suite(t *testing.T, s *store.Store) {
 	if _, ok := claim(keys, k1, "s1\x00a.txt"); !ok {
 		t.Fatal("an entry past the ttl was kept")
 	}
+	usageSuite(t, s, o.ID(), o2.ID(), u, mate)
 }
 
 // TestCredentialsDoNotWaitForWriters: the per-request token lookup is
@@ -534,5 +536,67 @@ func TestCredentialsDoNotWaitForWriters(t *testing.T) {
 				t.Fatalf("after commit: usable=%v err=%v", ct.Usable(now.Add(time.Second)), err)
 			}
 		})
+	}
+}
+
+// usageSuite checks that usage additions add up by upsert, concurrent ones
+// too, and that reports sum them per day or per user within the org and the
+// span asked for.
+func usageSuite(t *testing.T, s *store.Store, orgID, otherOrgID string, admin, mate user.User) {
+	ctx := context.Background()
+	adds := []usage.Usage{
+		{OrgID: orgID, UserID: admin.ID(), Day: "2026-03-01", Commands: 1, Wall: 1500 * time.Millisecond, CPU: 700 * time.Millisecond},
+		{OrgID: orgID, UserID: admin.ID(), Day: "2026-03-01", InputTokens: 10, OutputTokens: 4},
+		{OrgID: orgID, UserID: mate.ID(), Day: "2026-03-01", Commands: 2, Wall: time.Second, CPU: 2 * time.Second},
+		{OrgID: orgID, UserID: admin.ID(), Day: "2026-03-02", Commands: 1, Wall: 250 * time.Millisecond, InputTokens: 5},
+		{OrgID: orgID, UserID: admin.ID(), Day: "2026-03-04", Commands: 9},      // past the span below
+		{OrgID: otherOrgID, UserID: admin.ID(), Day: "2026-03-01", Commands: 7}, // another org
+	}
+	for _, u := range adds {
+		if err := s.AddUsage(ctx, u); err != nil {
+			t.Fatalf("add usage %+v: %v", u, err)
+		}
+	}
+	// Concurrent additions to one row all count.
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			if err := s.AddUsage(ctx, usage.Usage{OrgID: orgID, UserID: mate.ID(), Day: "2026-03-02", Commands: 1, CPU: 10 * time.Millisecond}); err != nil {
+				t.Errorf("concurrent add: %v", err)
+			}
+		})
+	}
+	wg.Wait()
+	tests := []struct {
+		name string
+		by   usage.GroupBy
+		want []usage.Row
+	}{
+		{"by day", usage.ByDay, []usage.Row{
+			{Day: "2026-03-01", Commands: 3, Wall: 2500 * time.Millisecond, CPU: 2700 * time.Millisecond, InputTokens: 10, OutputTokens: 4},
+			{Day: "2026-03-02", Commands: 9, Wall: 250 * time.Millisecond, CPU: 80 * time.Millisecond, InputTokens: 5},
+		}},
+		{"by user", usage.ByUser, func() []usage.Row {
+			a := usage.Row{UserID: admin.ID(), Email: admin.Email(), Commands: 2, Wall: 1750 * time.Millisecond, CPU: 700 * time.Millisecond, InputTokens: 15, OutputTokens: 4}
+			m := usage.Row{UserID: mate.ID(), Email: mate.Email(), Commands: 10, Wall: time.Second, CPU: 2080 * time.Millisecond}
+			if m.UserID < a.UserID {
+				return []usage.Row{m, a}
+			}
+			return []usage.Row{a, m}
+		}()},
+	}
+	for _, tt := range tests {
+		t.Run("usage "+tt.name, func(t *testing.T) {
+			got, err := s.UsageReport(ctx, orgID, "2026-03-01", "2026-03-03", tt.by)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fmt.Sprint(got) != fmt.Sprint(tt.want) {
+				t.Fatalf("report:\n got %+v\nwant %+v", got, tt.want)
+			}
+		})
+	}
+	if got, err := s.UsageReport(ctx, orgID, "2025-01-01", "2025-12-31", usage.ByDay); err != nil || len(got) != 0 {
+		t.Fatalf("empty span: %+v %v", got, err)
 	}
 }

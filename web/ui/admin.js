@@ -1,5 +1,6 @@
 // admin.js: the org admin page: feature switches that take effect at
-// once, users management and the audit log.
+// once, users management, the org's usage (a chart of the last 30 days and
+// a table per user) and the audit log.
 
 import { h, append, replace, formatTime, ask } from './dom.js';
 import { api, explain, featureLabel } from './api.js';
@@ -18,6 +19,8 @@ export async function renderAdmin(main, ctx) {
   const featureBox = h('div', { class: 'switches' });
   const users = h('tbody');
   const audit = h('tbody');
+  const chart = h('div', { id: 'usage-chart', class: 'usage-chart', role: 'img', 'aria-label': 'CPU seconds per day' });
+  const usage = h('tbody');
   const page = h('div', { class: 'admin' },
     h('h1', {}, 'Organization admin'),
     h('section', { 'aria-labelledby': 'features-h', class: 'panel' },
@@ -31,6 +34,15 @@ export async function renderAdmin(main, ctx) {
         h('table', { id: 'users' }, h('thead', {}, h('tr', {},
           h('th', { scope: 'col' }, 'Email'), h('th', { scope: 'col' }, 'Role'), h('th', { scope: 'col' }, 'Active'),
           h('th', { scope: 'col' }, 'Created'), h('th', { scope: 'col' }, 'Password'))), users))),
+    h('section', { 'aria-labelledby': 'usage-h', class: 'panel' },
+      h('div', { class: 'side-head' }, h('h2', { id: 'usage-h' }, 'Usage, last 30 days'),
+        h('button', { type: 'button', onclick: () => loadUsage(chart, usage) }, 'Refresh')),
+      h('p', { class: 'hint' }, 'Sandbox CPU seconds per day (UTC); commands, wall and CPU time and model tokens per user below.'),
+      chart,
+      h('div', { class: 'table-wrap', role: 'region', 'aria-label': 'Usage per user', tabindex: '0' },
+        h('table', { id: 'usage' }, h('thead', {}, h('tr', {},
+          h('th', { scope: 'col' }, 'User'), h('th', { scope: 'col' }, 'Commands'), h('th', { scope: 'col' }, 'Wall s'),
+          h('th', { scope: 'col' }, 'CPU s'), h('th', { scope: 'col' }, 'Input tokens'), h('th', { scope: 'col' }, 'Output tokens'))), usage))),
     h('section', { 'aria-labelledby': 'audit-h', class: 'panel' },
       h('div', { class: 'side-head' }, h('h2', { id: 'audit-h' }, 'Audit log'),
         h('button', { type: 'button', onclick: () => loadAudit(audit) }, 'Refresh')),
@@ -43,7 +55,40 @@ export async function renderAdmin(main, ctx) {
   replace(main, page);
   renderSwitches(featureBox, policy, status, ctx, audit);
   replace(users, list.data.map((u) => userRow(u, users, ctx)));
-  await loadAudit(audit);
+  await Promise.all([loadAudit(audit), loadUsage(chart, usage)]);
+}
+
+/** day formats a Date as its UTC calendar date, YYYY-MM-DD. */
+function day(d) { return d.toISOString().slice(0, 10); }
+
+/** loadUsage fills the chart (CPU seconds per day) and the per-user table. */
+async function loadUsage(chart, tbody) {
+  const to = new Date();
+  const from = new Date(to.getTime() - 29 * 86400000);
+  const span = `from=${day(from)}&to=${day(to)}`;
+  try {
+    const [byDay, byUser] = await Promise.all([api('GET', `/org/usage?${span}&group_by=day`), api('GET', `/org/usage?${span}&group_by=user`)]);
+    const cpu = new Map(byDay.data.map((r) => [r.day, r.cpu_seconds]));
+    const days = [];
+    for (let t = from.getTime(); day(new Date(t)) <= day(to); t += 86400000) days.push(day(new Date(t)));
+    const top = Math.max(1, ...days.map((d) => cpu.get(d) || 0));
+    replace(chart, days.map((d) => {
+      const v = cpu.get(d) || 0;
+      // Set through the CSSOM: the page's CSP refuses style attributes.
+      const fill = h('span');
+      fill.style.height = `${Math.round((v / top) * 100)}%`;
+      return h('div', { class: 'bar', 'data-day': d, title: `${d}: ${v.toFixed(1)} CPU s` }, fill);
+    }));
+    chart.setAttribute('aria-label', `CPU seconds per day, ${days[0]} to ${days[days.length - 1]}; at most ${top.toFixed(1)}`);
+    replace(tbody, byUser.data.length ? null : h('tr', {}, h('td', { colspan: '6' }, 'Nothing yet.')));
+    for (const r of byUser.data) {
+      append(tbody, [h('tr', { 'data-user-id': r.user_id }, h('td', {}, r.email || r.user_id), h('td', {}, r.commands),
+        h('td', {}, r.wall_seconds.toFixed(1)), h('td', {}, r.cpu_seconds.toFixed(1)), h('td', {}, r.input_tokens), h('td', {}, r.output_tokens))]);
+    }
+  } catch (err) {
+    replace(chart);
+    replace(tbody, h('tr', {}, h('td', { colspan: '6', class: 'inline-error' }, explain(err))));
+  }
 }
 
 function renderSwitches(box, policy, status, ctx, audit) {

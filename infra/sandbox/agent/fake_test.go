@@ -207,3 +207,37 @@ func TestClientPingAndContext(t *testing.T) {
 		t.Fatalf("Err = %v on a live connection", c.Err())
 	}
 }
+
+// TestClientCPUTime checks that the Exit frame's cpu_ms becomes the
+// result's CPUTime, and that an older agent's Exit frame without it gives
+// zero.
+func TestClientCPUTime(t *testing.T) {
+	tests := []struct {
+		name string
+		exit string
+		want time.Duration
+	}{
+		{"reported", `{"exit_code":0,"duration_ms":3000,"cpu_ms":2150}`, 2150 * time.Millisecond},
+		{"older agent", `{"exit_code":0,"duration_ms":3000}`, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, f := newFake(t)
+			type out struct {
+				res sandbox.Result
+				err error
+			}
+			done := make(chan out, 1)
+			go func() {
+				res, err := c.Exec(context.Background(), sandbox.Command{Args: []string{"x"}})
+				done <- out{res, err}
+			}()
+			fr := f.next()
+			f.send(protocol.TypeExit, fr.ID, []byte(tt.exit))
+			o := <-done
+			if o.err != nil || o.res.CPUTime != tt.want || o.res.ExitCode != 0 {
+				t.Fatalf("result %+v (%v), want CPU time %v", o.res, o.err, tt.want)
+			}
+		})
+	}
+}

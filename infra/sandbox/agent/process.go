@@ -233,6 +233,7 @@ func (p *Process) result() sandbox.Result {
 		OutputFiles:     e.OutputFiles,
 		Warning:         e.Warning,
 		Duration:        time.Since(p.begun),
+		CPUTime:         time.Duration(e.CPUMillis) * time.Millisecond,
 	}
 	switch {
 	case e.TimedOut:

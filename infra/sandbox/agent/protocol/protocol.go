@@ -230,6 +230,10 @@ type Exit struct {
 	OutputFiles []string `json:"output_files,omitempty"`
 	// DurationMillis is the time from start to exit, measured by the agent.
 	DurationMillis int64 `json:"duration_ms"`
+	// CPUMillis is the command's CPU time (user plus system) in
+	// milliseconds: the rusage of the command's process and of the
+	// descendants it waited for. Agents before it was added omit it (zero).
+	CPUMillis int64 `json:"cpu_ms,omitempty"`
 	// Warning describes a non-fatal problem, such as an output file that
 	// could not be moved.
 	Warning string `json:"warning,omitempty"`

@@ -1,0 +1,181 @@
+// Package usage meters what users spend: the commands they run in sandboxes
+// (count, wall time and CPU time) and the model tokens of their requests,
+// added to durable counters per org, user and UTC day, and reported to the
+// org's admins.
+package usage
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"threadbox/domain/container"
+	"threadbox/domain/fault"
+	"threadbox/domain/sandbox"
+	"threadbox/domain/user"
+)
+
+// DayLayout is the format of a day: a UTC calendar date.
+const DayLayout = "2006-01-02"
+
+// MaxDays is the longest span one report covers.
+const MaxDays = 366
+
+// Usage is an amount to add to the counters of an org's user on a day.
+type Usage struct {
+	OrgID  string
+	UserID string
+	// Day is the UTC calendar date the usage counts on (YYYY-MM-DD).
+	Day          string
+	Commands     int64
+	Wall         time.Duration
+	CPU          time.Duration
+	InputTokens  int64
+	OutputTokens int64
+}
+
+// GroupBy is how a report groups its rows.
+type GroupBy string
+
+// The groupings of a report.
+const (
+	ByDay  GroupBy = "day"
+	ByUser GroupBy = "user"
+)
+
+// Row is one row of a report: the sums of a day (Day set) or of a user
+// (UserID and Email set) over the report's span.
+type Row struct {
+	Day          string
+	UserID       string
+	Email        string
+	Commands     int64
+	Wall         time.Duration
+	CPU          time.Duration
+	InputTokens  int64
+	OutputTokens int64
+}
+
+// Store keeps the daily counters.
+type Store interface {
+	// AddUsage adds u to the counters of (u.OrgID, u.UserID, u.Day),
+	// creating them at zero first.
+	AddUsage(ctx context.Context, u Usage) error
+	// UsageReport sums the org's counters of the days from..to (inclusive,
+	// YYYY-MM-DD) grouped by day or user, ordered by day or user id.
+	UsageReport(ctx context.Context, orgID, from, to string, by GroupBy) ([]Row, error)
+}
+
+// Containers looks a container up by its storage id.
+type Containers interface {
+	Container(ctx context.Context, id string) (container.Container, error)
+}
+
+// Service records usage and reports it.
+type Service struct {
+	store      Store
+	containers Containers
+	now        func() time.Time
+	log        *slog.Logger
+}
+
+// New returns a Service over the counters and the container records; a nil
+// log discards the failures of recording.
+func New(store Store, containers Containers, log *slog.Logger) *Service {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Service{store: store, containers: containers, now: time.Now, log: log}
+}
+
+// SetClock replaces the clock (tests).
+func (s *Service) SetClock(now func() time.Time) { s.now = now }
+
+// Record adds u to its counters; an empty Day means today (UTC).
+func (s *Service) Record(ctx context.Context, u Usage) error {
+	if u.OrgID == "" || u.UserID == "" {
+		return fault.New(fault.Invalid, "usage: org and user are required")
+	}
+	if u.Day == "" {
+		u.Day = s.now().UTC().Format(DayLayout)
+	}
+	if err := s.store.AddUsage(ctx, u); err != nil {
+		return fmt.Errorf("usage: record: %w", err)
+	}
+	return nil
+}
+
+// Command records one command that ran in the container: its wall time
+// and CPU time count for the container's org and owner. Failures are
+// logged, never returned: metering never fails a command.
+func (s *Service) Command(ctx context.Context, containerID string, res sandbox.Result) {
+	s.forContainer(ctx, containerID, Usage{Commands: 1, Wall: res.Duration, CPU: res.CPUTime})
+}
+
+// Tokens records the model tokens of one request of the user, or, when
+// orgID or userID is empty, of the owner of the container containerID.
+// Failures are logged, never returned.
+func (s *Service) Tokens(ctx context.Context, orgID, userID, containerID string, input, output int) {
+	if input == 0 && output == 0 {
+		return
+	}
+	u := Usage{OrgID: orgID, UserID: userID, InputTokens: int64(input), OutputTokens: int64(output)}
+	if orgID != "" && userID != "" {
+		s.record(ctx, u)
+		return
+	}
+	s.forContainer(ctx, containerID, u)
+}
+
+func (s *Service) forContainer(ctx context.Context, containerID string, u Usage) {
+	if containerID == "" {
+		return
+	}
+	// A command that ended with its request still counts.
+	ctx = context.WithoutCancel(ctx)
+	c, err := s.containers.Container(ctx, containerID)
+	if err != nil {
+		s.log.Warn("usage not recorded: container lookup", "container", containerID, "cause", err.Error())
+		return
+	}
+	u.OrgID, u.UserID = c.OrgID(), c.OwnerID()
+	s.record(ctx, u)
+}
+
+func (s *Service) record(ctx context.Context, u Usage) {
+	if err := s.Record(context.WithoutCancel(ctx), u); err != nil {
+		s.log.Warn("usage not recorded", "org", u.OrgID, "user", u.UserID, "cause", err.Error())
+	}
+}
+
+// Report sums the usage of the caller's org over the days from..to
+// (inclusive, YYYY-MM-DD), grouped by day or user. Only the org's admins
+// may read it.
+func (s *Service) Report(ctx context.Context, p user.Principal, from, to string, by GroupBy) ([]Row, error) {
+	if !p.IsAdmin() {
+		return nil, fault.New(fault.Forbidden, "only org admins can read the org's usage")
+	}
+	if by != ByDay && by != ByUser {
+		return nil, fault.Errorf(fault.Invalid, "group_by must be %q or %q", ByUser, ByDay)
+	}
+	f, err := time.Parse(DayLayout, from)
+	if err != nil {
+		return nil, fault.New(fault.Invalid, "from must be a date, YYYY-MM-DD")
+	}
+	t, err := time.Parse(DayLayout, to)
+	if err != nil {
+		return nil, fault.New(fault.Invalid, "to must be a date, YYYY-MM-DD")
+	}
+	if t.Before(f) {
+		return nil, fault.New(fault.Invalid, "to must not be before from")
+	}
+	if t.Sub(f) >= MaxDays*24*time.Hour {
+		return nil, fault.Errorf(fault.Invalid, "a report covers at most %d days", MaxDays)
+	}
+	rows, err := s.store.UsageReport(ctx, p.OrgID, from, to, by)
+	if err != nil {
+		return nil, fmt.Errorf("usage: report: %w", err)
+	}
+	return rows, nil
+}

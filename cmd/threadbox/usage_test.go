@@ -1,0 +1,87 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// burnScript makes the runner model run a python block that spins until it
+// has used 2.2 s of CPU time (process_time), so that a busy machine, which
+// gives it less CPU per wall second, still meters at least 2 s.
+const burnScript = "```python\nimport time\nwhile time.process_time() < 2.2:\n    pass\nprint('burnt')\n```"
+
+// TestOrgUsage: a chat turn of the runner model runs a command in a Docker
+// sandbox that burns 2.2 s of CPU; the org's usage report then shows, for
+// that user and today, the command, its CPU time (from the agent's rusage)
+// and wall time, and the model's output tokens. Members get 403 and bad
+// parameters 400.
+func TestOrgUsage(t *testing.T) {
+	bin := needDocker(t)
+	databases(t, func(t *testing.T, dbURL string) {
+		s := startServer(t, dbURL, map[string]string{"SANDBOX_BACKEND": "docker", "THREADBOX_AGENT_BIN": bin, "MODEL_PROVIDER": "runner"})
+		f := newWSFixture(t, s)
+		today := time.Now().UTC().Format("2006-01-02")
+		span := "from=" + today + "&to=" + today
+
+		if r := s.do("GET", appAPI+"/org/usage?"+span, f.admin, nil); r.status != 200 || len(r.json(t)["data"].([]any)) != 0 {
+			t.Fatalf("usage before any turn: %d %s", r.status, r.body)
+		}
+		r := s.do("POST", appAPI+"/thread/"+f.tid+"/messages", f.admin, map[string]any{
+			"content": burnScript, "pgpt": map[string]any{"tools": []any{"code_execution"}},
+		})
+		if r.status != 200 || !strings.Contains(string(r.body), "burnt") {
+			t.Fatalf("turn: %d %s", r.status, r.body)
+		}
+
+		row := func(t *testing.T, groupBy string) map[string]any {
+			t.Helper()
+			r := s.do("GET", appAPI+"/org/usage?"+span+"&group_by="+groupBy, f.admin, nil)
+			if r.status != 200 {
+				t.Fatalf("usage by %s: %d %s", groupBy, r.status, r.body)
+			}
+			data := r.json(t)["data"].([]any)
+			if len(data) != 1 {
+				t.Fatalf("usage by %s: want one row, got %s", groupBy, r.body)
+			}
+			return data[0].(map[string]any)
+		}
+		for _, tt := range []struct {
+			groupBy, key, want string
+		}{
+			{"day", "day", today},
+			{"user", "email", "admin@acme.test"},
+		} {
+			t.Run("by "+tt.groupBy, func(t *testing.T) {
+				u := row(t, tt.groupBy)
+				if u[tt.key] != tt.want {
+					t.Fatalf("%s = %v, want %s: %v", tt.key, u[tt.key], tt.want, u)
+				}
+				if cpu := u["cpu_seconds"].(float64); cpu < 2 || cpu > 60 {
+					t.Fatalf("cpu_seconds %v, want >= 2 (the command burnt 2.2 s): %v", cpu, u)
+				}
+				if u["commands"].(float64) != 1 || u["wall_seconds"].(float64) < u["cpu_seconds"].(float64)/2 || u["output_tokens"].(float64) <= 0 {
+					t.Fatalf("usage row: %v", u)
+				}
+			})
+		}
+		// Another org's report has none of it.
+		if r := s.do("GET", appAPI+"/org/usage?"+span, f.out, nil); r.status != 200 || len(r.json(t)["data"].([]any)) != 0 {
+			t.Fatalf("another org's usage: %d %s", r.status, r.body)
+		}
+		for _, tt := range []struct {
+			name, token, query string
+			status             int
+		}{
+			{"member", f.member, span, 403},
+			{"bad group_by", f.admin, span + "&group_by=thread", 400},
+			{"bad date", f.admin, "from=yesterday&to=" + today, 400},
+			{"to before from", f.admin, "from=" + today + "&to=2020-01-01", 400},
+			{"default span", f.admin, "", 200},
+		} {
+			if r := s.do("GET", appAPI+"/org/usage?"+tt.query, tt.token, nil); r.status != tt.status {
+				t.Errorf("%s: %d %s, want %d", tt.name, r.status, r.body, tt.status)
+			}
+		}
+	})
+}
