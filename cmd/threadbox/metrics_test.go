@@ -2,6 +2,10 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -85,5 +89,44 @@ func TestMetrics(t *testing.T) {
 	// No id ever becomes a label value.
 	if strings.Contains(string(r.body), f.tid) || strings.Contains(string(r.body), "usr_") {
 		t.Error("an id in the metrics' labels")
+	}
+}
+
+// TestGrafanaDashboard: every metric the sample dashboard (docs/) plots is
+// one threadbox exports, so the dashboard cannot drift from the code.
+func TestGrafanaDashboard(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join("..", "..", "docs", "grafana-threadbox.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash struct {
+		Panels []struct {
+			Title   string `json:"title"`
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	if err := json.Unmarshal(raw, &dash); err != nil || len(dash.Panels) == 0 {
+		t.Fatalf("dashboard: %v", err)
+	}
+	// threadbox's own metrics are named in infra/metrics; the Go runtime
+	// and process ones are in every scrape.
+	src, err := os.ReadFile(filepath.Join("..", "..", "infra", "metrics", "metrics.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := startServer(t, "", map[string]string{"METRICS_TOKEN": "t"})
+	body := string(s.do("GET", "/metrics", "t", nil).body) + string(src)
+	name := regexp.MustCompile(`\b(threadbox_[a-z_]+|process_[a-z_]+|go_[a-z_]+)`)
+	for _, p := range dash.Panels {
+		for _, tg := range p.Targets {
+			for _, m := range name.FindAllString(tg.Expr, -1) {
+				base := strings.TrimSuffix(strings.TrimSuffix(strings.TrimSuffix(m, "_bucket"), "_sum"), "_count")
+				if !strings.Contains(body, "# TYPE "+base+" ") && !strings.Contains(body, `Name: "`+base+`"`) {
+					t.Errorf("panel %q plots %s, which threadbox does not export", p.Title, m)
+				}
+			}
+		}
 	}
 }
