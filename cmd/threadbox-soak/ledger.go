@@ -25,6 +25,8 @@ type threadEntry struct {
 	files   map[string]string // sandbox path → sha256 of acknowledged uploads
 	gone    map[string]bool   // paths whose deletion was acknowledged
 	deleted bool
+	fork    bool // made by a fork
+	turns   int  // acknowledged turns run in it by the soak
 }
 
 // artifactEntry is an artifact an acknowledged turn announced.
@@ -141,7 +143,7 @@ func (l *ledger) randomFile(r *mrand.Rand) (*threadEntry, string, string) {
 func (l *ledger) forked(src *threadEntry, id string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	t := &threadEntry{id: id, files: map[string]string{}, gone: map[string]bool{}, markers: append([]string(nil), src.markers...)}
+	t := &threadEntry{id: id, files: map[string]string{}, gone: map[string]bool{}, markers: append([]string(nil), src.markers...), fork: true}
 	for p, h := range src.files {
 		t.files[p] = h
 	}

@@ -346,3 +346,57 @@ func (s *server) tailString(n int64) string {
 }
 
 var _ = io.Discard
+
+// fdKinds counts the process's open files by kind (socket, pipe, a path).
+func fdKinds(pid int) map[string]int {
+	out := map[string]int{}
+	fds, _ := filepath.Glob(fmt.Sprintf("/proc/%d/fd/*", pid))
+	for _, fd := range fds {
+		t, err := os.Readlink(fd)
+		if err != nil {
+			continue
+		}
+		switch {
+		case strings.HasPrefix(t, "socket:"):
+			t = "socket"
+		case strings.HasPrefix(t, "pipe:"):
+			t = "pipe"
+		}
+		out[t]++
+	}
+	return out
+}
+
+// sockets describes the process's sockets from /proc/PID/net, counted by
+// kind, state and remote address (unix sockets by path).
+func sockets(pid int) string {
+	inodes := map[string]bool{}
+	fds, _ := filepath.Glob(fmt.Sprintf("/proc/%d/fd/*", pid))
+	for _, fd := range fds {
+		if t, err := os.Readlink(fd); err == nil && strings.HasPrefix(t, "socket:[") {
+			inodes[strings.TrimSuffix(strings.TrimPrefix(t, "socket:["), "]")] = true
+		}
+	}
+	n := map[string]int{}
+	for _, kind := range []string{"tcp", "tcp6", "unix"} {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/net/%s", pid, kind))
+		for _, line := range strings.Split(string(b), "\n")[1:] {
+			f := strings.Fields(line)
+			switch {
+			case kind == "unix" && len(f) >= 7 && inodes[f[6]]:
+				path := ""
+				if len(f) > 7 {
+					path = f[7]
+				}
+				n["unix state "+f[5]+" "+path]++
+			case kind != "unix" && len(f) >= 10 && inodes[f[9]]:
+				n[kind+" state "+f[3]+" local "+f[1]+" remote "+f[2]]++
+			}
+		}
+	}
+	var out []string
+	for k, c := range n {
+		out = append(out, fmt.Sprintf("    %d× %s", c, k))
+	}
+	return strings.Join(out, "\n")
+}

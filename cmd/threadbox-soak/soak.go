@@ -37,7 +37,20 @@ type soak struct {
 	skill    [2]string
 	samples  []sample
 	procBase sample
+	baseFds  map[string]int
 	sigterm  []string
+	findings map[string]int
+}
+
+// finding records something the run saw that is not an invariant broken
+// but worth reporting.
+func (s *soak) finding(what string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.findings == nil {
+		s.findings = map[string]int{}
+	}
+	s.findings[what]++
 }
 
 // faultGrace is how long after a fault an error it explains may still come.
@@ -294,7 +307,7 @@ func (s *soak) restart(ctx context.Context) error {
 	_, _ = s.admin.do(context.WithoutCancel(ctx), "GET", "/api/v1/app/me", nil, "")
 	if smp, err := s.srv.probe(ctx); err == nil {
 		s.mu.Lock()
-		s.procBase = smp
+		s.procBase, s.baseFds = smp, fdKinds(smp.pid)
 		s.mu.Unlock()
 	}
 	return nil
@@ -370,6 +383,7 @@ func run(ctx context.Context, cfg config, out io.Writer) (ok bool, err error) {
 	if s.procBase, err = s.srv.probe(ctx); err != nil {
 		return false, err
 	}
+	s.baseFds = fdKinds(s.procBase.pid)
 
 	// The load.
 	loadStart := time.Now()
@@ -440,12 +454,16 @@ func run(ctx context.Context, cfg config, out io.Writer) (ok bool, err error) {
 		}
 		time.Sleep(time.Second)
 	}
-	// One more sweep for what the last one released.
+	// One more sweep for what the last one released; the soak's own
+	// idle connections are closed so that they do not count as the
+	// server's open files.
+	hc.CloseIdleConnections()
 	time.Sleep(2 * cfg.sweep)
 	if final, err = s.srv.probe(ctx); err != nil {
 		return false, err
 	}
 	settleTook := time.Since(settled)
+	finalFds, finalSockets := fdKinds(final.pid), sockets(final.pid)
 	stopSampling()
 	<-sampled
 
@@ -496,6 +514,17 @@ func run(ctx context.Context, cfg config, out io.Writer) (ok bool, err error) {
 	}
 	for _, l := range lost {
 		fmt.Fprintln(out, "  lost:", l)
+	}
+	for f, n := range s.findings {
+		fmt.Fprintf(out, "  finding (%d×): %s\n", n, f)
+	}
+	if final.fds > procBase.fds+fdSlack {
+		fmt.Fprintf(out, "  sockets of threadbox after the sweeps:\n%s\n", finalSockets)
+		for k, n := range finalFds {
+			if n != s.baseFds[k] {
+				fmt.Fprintf(out, "  open files %s: %d → %d\n", k, s.baseFds[k], n)
+			}
+		}
 	}
 	if !ok {
 		fmt.Fprintf(out, "\nthreadbox log tail:\n%s\n", s.srv.tailString(4000))

@@ -165,7 +165,10 @@ func (u *user) thread(ctx context.Context) (*threadEntry, error) {
 }
 
 func (u *user) makeThread(ctx context.Context) (*threadEntry, error) {
-	var t struct{ ID, ProjectID string }
+	var t struct {
+		ID        string `json:"id"`
+		ProjectID string `json:"project_id"`
+	}
 	if err := u.c.json(ctx, "POST", "/api/v1/app/thread", map[string]string{"project_id": u.project, "title": "soak"}, &t); err != nil {
 		return nil, err
 	}
@@ -310,11 +313,27 @@ func (u *user) turn(ctx context.Context, stream bool) error {
 		return wrongf("turn stdout %q, want %q", f.stdouts, marker+"\n")
 	}
 	want := sha([]byte(content))
-	if len(f.resources) != 1 || f.resources[0].SHA256 != want || f.resources[0].ArtifactID == "" || !strings.HasSuffix(f.resources[0].Path, "/"+name) {
+	var mine []resource
+	for _, r := range f.resources {
+		if strings.HasSuffix(r.Path, "/"+name) {
+			mine = append(mine, r)
+		}
+	}
+	if len(mine) != 1 || mine[0].SHA256 != want || mine[0].ArtifactID == "" {
 		return wrongf("turn resources %+v, want one for %s with sha256 %s", f.resources, name, want)
 	}
+	first := t.turns == 0
+	t.turns++
+	if len(f.resources) > 1 {
+		// A fork's first turn announces the outputs the fork copied
+		// as artifacts it made (reported as a finding).
+		if !(t.fork && first) {
+			return wrongf("turn resources %+v, want only the one for %s", f.resources, name)
+		}
+		u.s.finding(fmt.Sprintf("the first turn of a fork announced %d artifact(s) for outputs it did not write (copied by the fork)", len(f.resources)-1))
+	}
 	u.led.turnAcked(t, marker, true)
-	u.led.addArtifact(artifactEntry{id: f.resources[0].ArtifactID, sha: want, project: u.project})
+	u.led.addArtifact(artifactEntry{id: mine[0].ArtifactID, sha: want, project: u.project})
 	return nil
 }
 
@@ -342,7 +361,7 @@ func (u *user) skillTurn(ctx context.Context) error {
 		return errSkip
 	}
 	defer t.turnMu.Unlock()
-	body := map[string]any{"content": "```bash\ngrep -o 'soak-skill-[0-9a-f]*' /mnt/skills/" + name + "/SKILL.md\n```", "skills": []string{name}}
+	body := map[string]any{"content": "```bash\ntail -n 1 /mnt/skills/" + name + "/SKILL.md\n```", "skills": []string{name}}
 	start := time.Now()
 	var f found
 	var v any
@@ -366,7 +385,7 @@ func (u *user) messages(ctx context.Context, stream bool) error {
 	u.sessions++
 	box := fmt.Sprintf("soak-u%d-s%d", u.n, u.sessions)
 	cl := anthropic.NewClient(option.WithBaseURL(u.s.srv.base+"/api/gpt"), option.WithAuthToken(u.currentToken()),
-		option.WithMaxRetries(0), option.WithRequestTimeout(2*time.Minute))
+		option.WithMaxRetries(0), option.WithRequestTimeout(2*time.Minute), option.WithHTTPClient(u.c.hc))
 	marker := "msg-" + randHex(6)
 	tools := []anthropic.ToolUnionParam{{OfCodeExecutionTool20250825: &anthropic.CodeExecutionTool20250825Param{}}}
 	ask := func(script string) (string, error) {
@@ -618,7 +637,7 @@ func (u *user) rotateToken(ctx context.Context) error {
 	u.token, u.tokenID = tok.Token, tok.ID
 	u.tokMu.Unlock()
 	if _, err := u.c.do(ctx, "DELETE", "/api/v1/app/tokens/"+oldID, nil, ""); err != nil {
-		return err
+		return fmt.Errorf("revoke %s with the new token %s: %w", oldID, tok.ID, err)
 	}
 	_, err := u.c.doToken(ctx, old, "GET", "/api/v1/app/me", nil, "")
 	if ae := asAPIError(err); ae == nil || ae.Status != 401 || ae.Type != "authentication_error" {
