@@ -41,6 +41,10 @@ type config struct {
 	maxAge       time.Duration
 	upstreamURL  string // set when model is fake
 	settle       time.Duration
+
+	// Hooks of the tests that plant what the invariants must catch.
+	plantBeforeVerify func(*soak)
+	plantBeforeFinal  func(*soak)
 }
 
 // allFaults are the faults -chaos injects by default; docker-restart is

@@ -414,6 +414,9 @@ func run(ctx context.Context, cfg config, out io.Writer) (ok bool, err error) {
 	}
 	fmt.Fprintf(os.Stderr, "soak: load done after %v; verifying\n", loadEnd.Sub(loadStart).Round(time.Second))
 
+	if cfg.plantBeforeVerify != nil {
+		cfg.plantBeforeVerify(s)
+	}
 	// Turns interrupted by faults end failed once their leases expire.
 	var lost, running []string
 	for deadline := time.Now().Add(40 * time.Second); ; {
@@ -459,6 +462,9 @@ func run(ctx context.Context, cfg config, out io.Writer) (ok bool, err error) {
 	// server's open files.
 	hc.CloseIdleConnections()
 	time.Sleep(2 * cfg.sweep)
+	if cfg.plantBeforeFinal != nil {
+		cfg.plantBeforeFinal(s)
+	}
 	if final, err = s.srv.probe(ctx); err != nil {
 		return false, err
 	}
