@@ -77,7 +77,9 @@ func (s *soak) policyOff(start, end time.Time, kind string) bool {
 	return overlaps(s.policy, start, end, time.Second, kind)
 }
 
-func (s *soak) codeOffDuring(start, end time.Time) bool { return s.policyOff(start, end, "codeExecution") }
+func (s *soak) codeOffDuring(start, end time.Time) bool {
+	return s.policyOff(start, end, "codeExecution")
+}
 
 func (s *soak) currentSkill() (string, string) {
 	s.mu.Lock()
@@ -108,6 +110,10 @@ func (s *soak) account(name string, start time.Time, err error) {
 func (s *soak) designedKind(name string, start, end time.Time, err error) (string, bool) {
 	if errors.Is(err, errPolicyText) {
 		return "no code (policy off)", true
+	}
+	var te *toolError
+	if errors.As(err, &te) {
+		return "command could not run during fault", s.cfg.chaos && s.inFault(start, end)
 	}
 	var se *streamError
 	if errors.As(err, &se) {

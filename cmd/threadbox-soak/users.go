@@ -200,6 +200,7 @@ type found struct {
 	texts     []string
 	stopped   bool // message_stop seen (streams) or a complete JSON message
 	errEvent  string
+	toolErrs  []string // error codes and explanations of tool error blocks
 }
 
 type resource struct {
@@ -214,6 +215,8 @@ func (f *found) walk(v any) {
 	switch x := v.(type) {
 	case map[string]any:
 		switch x["type"] {
+		case "bash_code_execution_tool_result_error", "text_editor_code_execution_tool_result_error":
+			f.toolErrs = append(f.toolErrs, fmt.Sprint(x["error_code"], " ", x["detail"]))
 		case "bash_code_execution_result":
 			s, _ := x["stdout"].(string)
 			f.stdouts = append(f.stdouts, s)
@@ -309,6 +312,9 @@ func (u *user) turn(ctx context.Context, stream bool) error {
 		u.led.turnAcked(t, marker, false)
 		return errPolicyText
 	}
+	if len(f.stdouts) == 0 && len(f.toolErrs) > 0 {
+		return &toolError{strings.Join(f.toolErrs, "; ")}
+	}
 	if len(f.stdouts) != 1 || f.stdouts[0] != marker+"\n" {
 		return wrongf("turn stdout %q, want %q", f.stdouts, marker+"\n")
 	}
@@ -340,6 +346,11 @@ func (u *user) turn(ctx context.Context, stream bool) error {
 // errPolicyText is a turn answered without code because the policy
 // switched code execution off meanwhile: designed.
 var errPolicyText = errors.New("answered without code: code execution switched off")
+
+// toolError is a turn whose command could not run (an error block).
+type toolError struct{ msg string }
+
+func (e *toolError) Error() string { return "the command could not run: " + e.msg }
 
 // streamError is an error event inside a 200 stream.
 type streamError struct{ msg string }
