@@ -104,9 +104,9 @@ const (
 // requestBody is the request body as a stream (the server streams request
 // bodies), or the buffered body when there is none. It remembers the end:
 // fasthttp's chunked stream must not be read past it. A body that ends
-// before its Content-Length is an unexpected EOF: fasthttp's stream reports
-// a client that left mid-upload as a plain EOF, which would store the
-// torn upload as if it were complete.
+// before its Content-Length is errTornBody: fasthttp's stream reports a
+// client that left mid-upload as a plain EOF, which would store the torn
+// upload as if it were complete.
 type requestBody struct {
 	r    io.Reader
 	eof  bool
@@ -130,12 +130,17 @@ func (b *requestBody) Read(p []byte) (int, error) {
 	b.got += int64(n)
 	if errors.Is(err, io.EOF) {
 		if b.want >= 0 && b.got < b.want {
-			return n, io.ErrUnexpectedEOF
+			return n, errTornBody
 		}
 		b.eof = true
 	}
 	return n, err
 }
+
+// errTornBody is a request body that ended before its Content-Length. It
+// is not io.EOF nor io.ErrUnexpectedEOF, which copy loops (io.ReadFull)
+// take for the end of the input.
+var errTornBody = errors.New("the request body ended before its Content-Length (the client left)")
 
 // finish discards what is left of the body (within the draining bounds),
 // or marks the connection to be closed after the response.
