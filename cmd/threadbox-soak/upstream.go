@@ -14,13 +14,12 @@ import (
 
 // upstream is the fake model server the soak points threadbox at: it
 // answers as the offline runner does (running the fenced code blocks of
-// the user's message) unless a fault is armed, then with that fault.
+// the user's message), altered by the next armed fault if any.
 type upstream struct {
 	srv *fakeupstream.Server
 
-	mu     sync.Mutex
-	armed  []fakeupstream.Reply
-	served int
+	mu    sync.Mutex
+	armed []string
 }
 
 // newUpstream starts the fake upstream.
@@ -28,15 +27,6 @@ func newUpstream() *upstream {
 	u := &upstream{srv: fakeupstream.New()}
 	model := runner.New()
 	u.srv.SetFallback(func(_ fakeupstream.Format, body json.RawMessage) fakeupstream.Reply {
-		u.mu.Lock()
-		u.served++
-		if len(u.armed) > 0 {
-			r := u.armed[0]
-			u.armed = u.armed[1:]
-			u.mu.Unlock()
-			return r
-		}
-		u.mu.Unlock()
 		var req struct {
 			Messages []messages.Message
 			Tools    []messages.ToolDefinition
@@ -48,35 +38,41 @@ func newUpstream() *upstream {
 		if err != nil {
 			return fakeupstream.Reply{Status: http.StatusInternalServerError, ErrorMessage: err.Error()}
 		}
-		return fakeupstream.Reply{Content: res.Content, StopReason: res.StopReason}
+		r := fakeupstream.Reply{Content: res.Content, StopReason: res.StopReason}
+		u.mu.Lock()
+		defer u.mu.Unlock()
+		if len(u.armed) == 0 {
+			return r
+		}
+		kind := u.armed[0]
+		u.armed = u.armed[1:]
+		switch kind {
+		case "429":
+			return fakeupstream.Reply{Status: 429, Header: fakeupstream.RetryAfter(time.Second)}
+		case "529":
+			return fakeupstream.Reply{Status: 529, ErrorType: "overloaded_error", ErrorMessage: "Overloaded"}
+		case "500":
+			return fakeupstream.Reply{Status: 500}
+		case "hang":
+			r.Delay = 20 * time.Second
+		case "cut":
+			r.CutAfter = 2 // streamed answers only
+		default:
+			r.FailAfter = 2 // streamed answers only
+		}
+		return r
 	})
 	return u
 }
 
 // arm makes the next n answers fail as kind says: "429", "529", "500",
-// "hang" (no answer for 20 s), "cut" (the stream is dropped after two
-// events) or "fail" (an error event after two events).
+// "hang" (the answer comes after 20 s), "cut" (a streamed answer is
+// dropped after two events) or "fail" (an error event after two events).
 func (u *upstream) arm(kind string, n int) {
-	var r fakeupstream.Reply
-	text := []messages.ContentBlock{{Type: messages.BlockText, Text: "a reply that will not arrive whole"}}
-	switch kind {
-	case "429":
-		r = fakeupstream.Reply{Status: 429, Header: fakeupstream.RetryAfter(time.Second)}
-	case "529":
-		r = fakeupstream.Reply{Status: 529, ErrorType: "overloaded_error", ErrorMessage: "Overloaded"}
-	case "500":
-		r = fakeupstream.Reply{Status: 500}
-	case "hang":
-		r = fakeupstream.Reply{Delay: 20 * time.Second, Content: text}
-	case "cut":
-		r = fakeupstream.Reply{CutAfter: 2, Content: text}
-	default:
-		r = fakeupstream.Reply{FailAfter: 2, Content: text}
-	}
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	for i := 0; i < n; i++ {
-		u.armed = append(u.armed, r)
+		u.armed = append(u.armed, kind)
 	}
 }
 
