@@ -241,6 +241,12 @@ func (s *soak) faultLoop(ctx context.Context, rnd *mrand.Rand) {
 		}
 		kind := s.cfg.faults[rnd.IntN(len(s.cfg.faults))]
 		start := time.Now()
+		// The window opens before the fault, so that the errors it causes
+		// meanwhile are known as its own.
+		s.mu.Lock()
+		i := len(s.faults)
+		s.faults = append(s.faults, window{kind: kind, start: start, end: start.Add(time.Hour)})
+		s.mu.Unlock()
 		desc, err := s.inject(ctx, kind, rnd)
 		w := window{kind: kind + desc, start: start, end: time.Now()}
 		if strings.HasPrefix(kind, "upstream-") {
@@ -251,7 +257,7 @@ func (s *soak) faultLoop(ctx context.Context, rnd *mrand.Rand) {
 			w.kind = kind + " (failed)"
 		}
 		s.mu.Lock()
-		s.faults = append(s.faults, w)
+		s.faults[i] = w
 		s.mu.Unlock()
 		fmt.Fprintf(os.Stderr, "soak: %s fault %s%s\n", start.Format("15:04:05"), kind, desc)
 	}
