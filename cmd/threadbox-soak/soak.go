@@ -10,6 +10,7 @@ import (
 	mrand "math/rand/v2"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -292,7 +293,22 @@ func (s *soak) inject(ctx context.Context, kind string, rnd *mrand.Rand) (string
 		}
 		return "", nil
 	case "pg-restart":
-		out, err := exec.CommandContext(ctx, "su", "-s", "/bin/sh", "postgres", "-c", "pg_ctl -D "+s.cfg.pgData+" restart -m fast -w").CombinedOutput()
+		pgctl, err := exec.LookPath("pg_ctl")
+		if err != nil {
+			m, _ := filepath.Glob("/usr/lib/postgresql/*/bin/pg_ctl")
+			if len(m) == 0 {
+				return "", fmt.Errorf("no pg_ctl: %w", err)
+			}
+			pgctl = m[len(m)-1]
+		}
+		cmd := pgctl + " -D " + s.cfg.pgData + " restart -m fast -w"
+		var c *exec.Cmd
+		if os.Geteuid() == 0 {
+			c = exec.CommandContext(ctx, "su", "-s", "/bin/sh", "postgres", "-c", cmd)
+		} else {
+			c = exec.CommandContext(ctx, "sh", "-c", cmd)
+		}
+		out, err := c.CombinedOutput()
 		if err != nil {
 			return "", fmt.Errorf("pg_ctl restart: %w: %s", err, out)
 		}
