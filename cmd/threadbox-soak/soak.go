@@ -301,7 +301,8 @@ func (s *soak) inject(ctx context.Context, kind string, rnd *mrand.Rand) (string
 			}
 			pgctl = m[len(m)-1]
 		}
-		cmd := pgctl + " -D " + s.cfg.pgData + " restart -m fast -w"
+		// A log file, so that the server does not keep our output pipe open.
+		cmd := pgctl + " -D " + s.cfg.pgData + " -l " + filepath.Join(filepath.Dir(s.cfg.pgData), "pg.log") + " restart -m fast -w"
 		var c *exec.Cmd
 		if os.Geteuid() == 0 {
 			c = exec.CommandContext(ctx, "su", "-s", "/bin/sh", "postgres", "-c", cmd)
