@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"net"
 	"net/http"
@@ -344,8 +343,6 @@ func (s *server) tailString(n int64) string {
 	}
 	return string(bytes.TrimSpace(b))
 }
-
-var _ = io.Discard
 
 // fdKinds counts the process's open files by kind (socket, pipe, a path).
 func fdKinds(pid int) map[string]int {
