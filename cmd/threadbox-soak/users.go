@@ -383,6 +383,9 @@ func (u *user) skillTurn(ctx context.Context) error {
 	if len(f.stdouts) == 0 && strings.Contains(strings.Join(f.texts, ""), codeOff) && u.s.codeOffDuring(start, time.Now()) {
 		return errPolicyText
 	}
+	if len(f.stdouts) == 0 && len(f.toolErrs) > 0 {
+		return &toolError{strings.Join(f.toolErrs, "; ")}
+	}
 	if len(f.stdouts) != 1 || strings.TrimSpace(f.stdouts[0]) != marker {
 		return wrongf("skill turn stdout %q, want %q", f.stdouts, marker)
 	}
