@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/gofiber/fiber/v2"
+
+	"threadbox/domain/fault"
 )
 
 func TestParseRange(t *testing.T) {
@@ -149,5 +151,10 @@ func TestBodyReaderTornUpload(t *testing.T) {
 	}
 	if err := send(256<<10, 256<<10); err != nil {
 		t.Fatalf("a whole body read with %v", err)
+	}
+	// The store wraps it as its own failure; it is still the client's.
+	stored := fault.Wrap(fault.Internal, "file storage error", fmt.Errorf("fsroot: write x: %w", errTornBody))
+	if st, _ := (&Server{}).classify(stored); st != 400 {
+		t.Fatalf("a torn upload answered %d, want 400", st)
 	}
 }
