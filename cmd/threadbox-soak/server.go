@@ -66,7 +66,8 @@ func newServer(cfg config, work string) (*server, error) {
 
 // bootstrap makes the org and its admin and returns the admin's API token.
 func (s *server) bootstrap(ctx context.Context) (string, error) {
-	boot := exec.CommandContext(ctx, s.bin, "admin", "bootstrap", "--org", "soak", "--email", "admin@soak.test")
+	// Names of their own, so that runs can share a PostgreSQL database.
+	boot := exec.CommandContext(ctx, s.bin, "admin", "bootstrap", "--org", s.instance, "--email", "admin@"+s.instance+".test")
 	boot.Env = s.env
 	boot.Stderr = s.logf
 	tok, err := boot.Output()

@@ -68,7 +68,7 @@ func fileID(path string) string { return base64.RawURLEncoding.EncodeToString([]
 
 // setUp creates the user, logs it in, makes its API token and project.
 func (u *user) setUp(ctx context.Context, admin *client) error {
-	email := fmt.Sprintf("user%d@soak.test", u.n)
+	email := fmt.Sprintf("user%d@%s.test", u.n, u.s.srv.instance)
 	pw := "soak-pass-" + randHex(4)
 	if err := admin.json(ctx, "POST", "/api/v1/app/org/users", map[string]any{"email": email, "role": "member", "password": pw}, nil); err != nil {
 		return fmt.Errorf("create user: %w", err)
