@@ -455,11 +455,11 @@ func (u *user) messages(ctx context.Context, stream bool) error {
 func sdkError(err error) error {
 	var ae *anthropic.Error
 	if errors.As(err, &ae) {
-		e := parseError(ae.StatusCode, []byte(ae.RawJSON()))
-		if e.Type == "" && ae.StatusCode == 0 {
+		if ae.StatusCode < 400 {
+			// An error event inside a 200 stream.
 			return &streamError{ae.Error()}
 		}
-		return e
+		return parseError(ae.StatusCode, []byte(ae.RawJSON()))
 	}
 	if strings.Contains(err.Error(), "connection") || strings.Contains(err.Error(), "EOF") {
 		return &apiError{Transport: err}
