@@ -16,7 +16,7 @@ type outcome struct {
 	baseline   sample   // host resources before the load
 	final      sample   // after the load, the clean-up and the sweeps
 	procBase   sample   // the last threadbox process's own baseline
-	rssHalf    []int64  // RSS samples of the last half of the run (one process)
+	rssHalf    []int64  // RSS samples of the last half of the run (of the process that served longest in it)
 	sigterm    []string // SIGTERMs that did not stop threadbox within its grace
 	left       []string // what the soak had to remove after threadbox stopped
 }
@@ -63,8 +63,9 @@ func invariants(o outcome) []check {
 	return cs
 }
 
-// rssGrowth compares the mean RSS of the last quarter of the run with the
-// third quarter's.
+// rssGrowth compares the mean RSS of the second half of the samples with
+// the first half's (the last quarter of the run with the third, when one
+// process served the whole last half).
 func rssGrowth(s []int64) (bool, string) {
 	if len(s) < 8 {
 		return false, fmt.Sprintf("%d samples of one process: too few to judge", len(s))
@@ -79,7 +80,7 @@ func rssGrowth(s []int64) (bool, string) {
 	h := len(s) / 2
 	a, b := mean(s[:h]), mean(s[h:])
 	grew := b-a > rssSlack && b-a > a/5
-	return grew, fmt.Sprintf("mean %s in the third quarter, %s in the last (%d samples; limit +%s and +20%%)", kib(a), kib(b), len(s), kib(rssSlack))
+	return grew, fmt.Sprintf("mean %s in the first half of the samples, %s in the second (%d samples of one process in the run's last half; limit +%s and +20%%)", kib(a), kib(b), len(s), kib(rssSlack))
 }
 
 func first(xs []string) string {

@@ -503,12 +503,20 @@ func run(ctx context.Context, cfg config, out io.Writer) (ok bool, err error) {
 	<-sampled
 
 	s.mu.Lock()
-	var rssHalf []int64
+	// RSS growth is judged over the last half of the run, on the process
+	// that served longest in it (a restart starts a new one).
+	byPid := map[int][]int64{}
 	peak := baseline
 	for _, smp := range s.samples {
 		peak = peakOf(peak, smp)
-		if smp.pid == final.pid && smp.at.After(loadStart.Add(cfg.duration/2)) && smp.at.Before(loadEnd) {
-			rssHalf = append(rssHalf, smp.rss)
+		if smp.pid != 0 && smp.at.After(loadStart.Add(cfg.duration/2)) && smp.at.Before(loadEnd) {
+			byPid[smp.pid] = append(byPid[smp.pid], smp.rss)
+		}
+	}
+	var rssHalf []int64
+	for _, rs := range byPid {
+		if len(rs) > len(rssHalf) {
+			rssHalf = rs
 		}
 	}
 	procBase := s.procBase
