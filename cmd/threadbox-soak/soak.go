@@ -57,6 +57,9 @@ func (s *soak) finding(what string) {
 // faultGrace is how long after a fault an error it explains may still come.
 const faultGrace = 30 * time.Second
 
+// hangLimit is the longest an operation may take before it counts as hung.
+const hangLimit = 90 * time.Second
+
 func overlaps(ws []window, start, end time.Time, grace time.Duration, kind string) bool {
 	for _, w := range ws {
 		if (kind == "" || strings.HasPrefix(w.kind, kind)) && !w.start.After(end) && !w.end.Add(grace).Before(start) {
@@ -92,6 +95,16 @@ func (s *soak) currentSkill() (string, string) {
 // ones and the rest.
 func (s *soak) account(name string, start time.Time, err error) {
 	end := time.Now()
+	if d := end.Sub(start); d > hangLimit {
+		// Whatever its answer, an operation this slow hung: no fault
+		// explains it (the longest designed wait is a 20 s upstream hang
+		// per model step).
+		if err == nil {
+			err = errors.New("no error")
+		}
+		s.st.bad(name, fmt.Errorf("hung for %v: %w", d.Round(time.Second), err))
+		return
+	}
 	if err == nil {
 		s.st.ok(name, end.Sub(start))
 		return
