@@ -3,7 +3,7 @@ SHELL := /bin/bash
 GO    ?= go
 BIN   := bin
 
-.PHONY: build run test test-short lint bench sandbox-image agent clean
+.PHONY: build run test test-short lint bench soak chaos sandbox-image agent clean
 
 build: agent
 	$(GO) build -o $(BIN)/threadbox ./cmd/threadbox
@@ -35,6 +35,18 @@ lint:
 
 bench: build
 	./scripts/bench.sh
+
+# Reliability (issue 24), not part of `make test`: simulated users over
+# a threadbox on Docker; SOAK_FLAGS adds flags (-users, -duration, -seed,
+# -database-url, -pg-data, -faults, ...). See README, Reliability.
+SOAK_FLAGS ?=
+soak: build
+	$(GO) build -o $(BIN)/threadbox-soak ./cmd/threadbox-soak
+	$(BIN)/threadbox-soak $(SOAK_FLAGS)
+
+chaos: build
+	$(GO) build -o $(BIN)/threadbox-soak ./cmd/threadbox-soak
+	$(BIN)/threadbox-soak -chaos $(SOAK_FLAGS)
 
 sandbox-image: agent
 	./sandbox/build-offline.sh

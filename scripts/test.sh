@@ -31,8 +31,8 @@ export THREADBOX_AGENT_BIN="${THREADBOX_AGENT_BIN:-$PWD/bin/threadbox-agent}"
 # backend run as the host's uid 1000, and the local backend's rlimit mode
 # counts that uid's processes host-wide, so a Docker fork-bomb test running
 # beside it would starve it. Everything else runs two packages at a time.
-serial=(./infra/sandbox/docker ./infra/sandbox/local ./cmd/threadbox)
-parallel=$(go list ./... | grep -v -x -e threadbox/infra/sandbox/docker -e threadbox/infra/sandbox/local -e threadbox/cmd/threadbox)
+serial=(./infra/sandbox/docker ./infra/sandbox/local ./cmd/threadbox ./cmd/threadbox-soak)
+parallel=$(go list ./... | grep -v -x -e threadbox/infra/sandbox/docker -e threadbox/infra/sandbox/local -e threadbox/cmd/threadbox -e threadbox/cmd/threadbox-soak)
 status=0
 go test -count=1 -p 2 -timeout 20m "$@" $parallel || status=1
 go test -count=1 -p 1 -timeout 40m "$@" "${serial[@]}" || status=1

@@ -101,6 +101,9 @@ func (s *Server) classify(err error) (int, string) {
 		return fe.Code, msg
 	case fault.KindOf(err) != fault.Internal:
 		return statusOf(fault.KindOf(err)), fault.MessageOf(err)
+	case errors.Is(err, errTornBody):
+		// The client left mid-upload: its request, not the server, failed.
+		return http.StatusBadRequest, errTornBody.Error()
 	}
 	for _, cl := range s.classifiers {
 		if st, msg, ok := cl(err); ok {

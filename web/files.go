@@ -103,17 +103,22 @@ const (
 
 // requestBody is the request body as a stream (the server streams request
 // bodies), or the buffered body when there is none. It remembers the end:
-// fasthttp's chunked stream must not be read past it.
+// fasthttp's chunked stream must not be read past it. A body that ends
+// before its Content-Length is errTornBody: fasthttp's stream reports a
+// client that left mid-upload as a plain EOF, which would store the torn
+// upload as if it were complete.
 type requestBody struct {
-	r   io.Reader
-	eof bool
+	r    io.Reader
+	eof  bool
+	want int64 // the declared Content-Length; negative when none
+	got  int64
 }
 
 func bodyReader(c *fiber.Ctx) *requestBody {
 	if r := c.Context().RequestBodyStream(); r != nil {
-		return &requestBody{r: r}
+		return &requestBody{r: r, want: int64(c.Request().Header.ContentLength())}
 	}
-	return &requestBody{r: bytes.NewReader(c.Body())}
+	return &requestBody{r: bytes.NewReader(c.Body()), want: -1}
 }
 
 // Read reads the body until its end.
@@ -122,11 +127,20 @@ func (b *requestBody) Read(p []byte) (int, error) {
 		return 0, io.EOF
 	}
 	n, err := b.r.Read(p)
+	b.got += int64(n)
 	if errors.Is(err, io.EOF) {
+		if b.want >= 0 && b.got < b.want {
+			return n, errTornBody
+		}
 		b.eof = true
 	}
 	return n, err
 }
+
+// errTornBody is a request body that ended before its Content-Length. It
+// is not io.EOF nor io.ErrUnexpectedEOF, which copy loops (io.ReadFull)
+// take for the end of the input.
+var errTornBody = errors.New("the request body ended before its Content-Length (the client left)")
 
 // finish discards what is left of the body (within the draining bounds),
 // or marks the connection to be closed after the response.

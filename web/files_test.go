@@ -2,12 +2,20 @@ package web
 
 import (
 	"bytes"
+	"errors"
+	"fmt"
 	"io"
+	"net"
 	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+
+	"threadbox/domain/fault"
 )
 
 func TestParseRange(t *testing.T) {
@@ -99,5 +107,54 @@ func TestSendStream(t *testing.T) {
 		if _, err := f.Read(make([]byte, 1)); err == nil {
 			t.Fatal("file not closed")
 		}
+	}
+}
+
+// TestBodyReaderTornUpload: a client that leaves before sending its whole
+// Content-Length must not look like a complete body (fasthttp's stream
+// reports the closed connection as a plain EOF).
+func TestBodyReaderTornUpload(t *testing.T) {
+	got := make(chan error, 1)
+	app := fiber.New(fiber.Config{StreamRequestBody: true, DisableStartupMessage: true})
+	app.Put("/up", func(c *fiber.Ctx) error {
+		_, err := io.Copy(io.Discard, bodyReader(c))
+		got <- err
+		return c.SendStatus(fiber.StatusNoContent)
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = app.Listener(ln) }()
+	defer app.Shutdown()
+	send := func(declared, sent int) error {
+		conn, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		fmt.Fprintf(conn, "PUT /up HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n", declared)
+		// More than the server prefetches with the headers, so that the
+		// body is streamed.
+		_, _ = conn.Write(bytes.Repeat([]byte("a"), sent))
+		_ = conn.(*net.TCPConn).CloseWrite()
+		select {
+		case err := <-got:
+			return err
+		case <-time.After(10 * time.Second):
+			t.Fatal("the handler did not finish")
+		}
+		return nil
+	}
+	if err := send(1<<20, 256<<10); !errors.Is(err, errTornBody) || errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Fatalf("a body cut at 256 KiB of 1 MiB read with %v, want errTornBody (and no EOF, which copy loops take for the end)", err)
+	}
+	if err := send(256<<10, 256<<10); err != nil {
+		t.Fatalf("a whole body read with %v", err)
+	}
+	// The store wraps it as its own failure; it is still the client's.
+	stored := fault.Wrap(fault.Internal, "file storage error", fmt.Errorf("fsroot: write x: %w", errTornBody))
+	if st, _ := (&Server{}).classify(stored); st != 400 {
+		t.Fatalf("a torn upload answered %d, want 400", st)
 	}
 }

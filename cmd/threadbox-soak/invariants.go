@@ -1,0 +1,124 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strings"
+)
+
+// outcome is what the end of a run found, the input of the invariants.
+type outcome struct {
+	lost       []string // acknowledged writes missing or changed
+	running    []string // threads with a turn still running at the end
+	undesigned []string // errors outside the designed ones (a sample)
+	nUndesign  int
+	refused    []string // requests the strict fake upstream refused
+	baseline   sample   // host resources before the load
+	final      sample   // after the load, the clean-up and the sweeps
+	procBase   sample   // the last threadbox process's own baseline
+	rssHalf    []int64  // RSS samples of the last half of the run (of the process that served longest in it)
+	sigterm    []string // SIGTERMs that did not stop threadbox within its grace
+	left       []string // what the soak had to remove after threadbox stopped
+}
+
+// check is one invariant and whether it held.
+type check struct {
+	name   string
+	held   bool
+	detail string
+}
+
+// Slack allowed for the process's own figures: the Go runtime keeps
+// parked OS threads, and a pool may keep a database connection more.
+const (
+	threadSlack = 8
+	fdSlack     = 4
+	rssSlack    = 16 << 20
+)
+
+// invariants evaluates every invariant of the run.
+func invariants(o outcome) []check {
+	var cs []check
+	add := func(name string, held bool, format string, a ...any) {
+		cs = append(cs, check{name, held, fmt.Sprintf(format, a...)})
+	}
+	add("no acknowledged write lost", len(o.lost) == 0, "%d lost%s", len(o.lost), first(o.lost))
+	add("no turn left running", len(o.running) == 0, "%d running%s", len(o.running), first(o.running))
+	add("no error outside the designed ones", o.nUndesign == 0, "%d%s", o.nUndesign, first(o.undesigned))
+	add("no request the providers refuse", len(o.refused) == 0, "%d refused by the strict upstream%s", len(o.refused), first(o.refused))
+	b, f := o.baseline, o.final
+	add("containers back to baseline", f.containers <= b.containers, "%d → %d", b.containers, f.containers)
+	add("mounts back to baseline", f.mounts <= b.mounts, "%d → %d", b.mounts, f.mounts)
+	add("loop devices back to baseline", f.loops <= b.loops, "%d → %d", b.loops, f.loops)
+	add("container folders and disk images back to baseline", f.entries <= b.entries, "%d → %d", b.entries, f.entries)
+	add("disk under DATA_DIR/{containers,disks,run} back to baseline", f.diskBytes <= b.diskBytes+256<<10,
+		"%s → %s (slack 256 KiB: ext4 folders do not shrink)", kib(b.diskBytes), kib(f.diskBytes))
+	p := o.procBase
+	add("threadbox OS threads back to baseline", f.threads <= p.threads+threadSlack, "%d → %d (slack %d)", p.threads, f.threads, threadSlack)
+	add("threadbox open fds back to baseline", f.fds <= p.fds+fdSlack, "%d → %d (slack %d)", p.fds, f.fds, fdSlack)
+	grew, desc := rssGrowth(o.rssHalf)
+	add("RSS without growth over the last half", !grew, "%s", desc)
+	add("SIGTERM stops threadbox within its grace", len(o.sigterm) == 0, "%d did not%s", len(o.sigterm), first(o.sigterm))
+	add("nothing left after threadbox stopped", len(o.left) == 0, "%s", orNone(o.left))
+	return cs
+}
+
+// rssGrowth compares the mean RSS of the second half of the samples with
+// the first half's (the last quarter of the run with the third, when one
+// process served the whole last half).
+func rssGrowth(s []int64) (bool, string) {
+	if len(s) < 8 {
+		return false, fmt.Sprintf("%d samples of one process: too few to judge", len(s))
+	}
+	mean := func(xs []int64) int64 {
+		var t int64
+		for _, x := range xs {
+			t += x
+		}
+		return t / int64(len(xs))
+	}
+	h := len(s) / 2
+	a, b := mean(s[:h]), mean(s[h:])
+	grew := b-a > rssSlack && b-a > a/5
+	return grew, fmt.Sprintf("mean %s in the first half of the samples, %s in the second (%d samples of one process in the run's last half; limit +%s and +20%%)", kib(a), kib(b), len(s), kib(rssSlack))
+}
+
+func first(xs []string) string {
+	if len(xs) == 0 {
+		return ""
+	}
+	more := ""
+	if len(xs) > 1 {
+		more = fmt.Sprintf(" (+%d more)", len(xs)-1)
+	}
+	return ": " + xs[0] + more
+}
+
+func orNone(xs []string) string {
+	if len(xs) == 0 {
+		return "nothing"
+	}
+	return strings.Join(xs, ", ")
+}
+
+func kib(b int64) string {
+	if b >= 10<<20 {
+		return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20))
+	}
+	return fmt.Sprintf("%d KiB", b>>10)
+}
+
+// printChecks prints the invariants as a table and reports whether all held.
+func printChecks(w io.Writer, cs []check) bool {
+	ok := true
+	fmt.Fprintln(w, "| invariant | held | detail |")
+	fmt.Fprintln(w, "|---|---|---|")
+	for _, c := range cs {
+		h := "yes"
+		if !c.held {
+			h, ok = "**NO**", false
+		}
+		fmt.Fprintf(w, "| %s | %s | %s |\n", c.name, h, strings.ReplaceAll(c.detail, "|", "\\|"))
+	}
+	return ok
+}

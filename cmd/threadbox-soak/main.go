@@ -1,0 +1,131 @@
+// Command threadbox-soak drives a threadbox server with simulated users
+// over the Workspace API and, through the official Anthropic SDK, the
+// Messages API, optionally injecting faults (kill -9, SIGTERM, sandboxes
+// killed from outside, a failing model upstream, clients that leave,
+// PostgreSQL restarts), then checks that no acknowledged write was lost,
+// no turn is left running, no error fell outside the designed ones and
+// the host's resources came back. It prints tables and exits 1 when an
+// invariant broke.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// config is the soak's configuration, from flags.
+type config struct {
+	users        int
+	duration     time.Duration
+	think        time.Duration
+	seed         uint64
+	chaos        bool
+	faults       []string // kinds of fault to inject
+	faultEvery   time.Duration
+	model        string // runner or fake
+	databaseURL  string
+	pgData       string // PostgreSQL data folder, to restart it
+	threadboxBin string
+	agentBin     string
+	diskQuota    string
+	idle         time.Duration
+	sweep        time.Duration
+	maxAge       time.Duration
+	upstreamURL  string // set when model is fake
+	settle       time.Duration
+
+	// Hooks of the tests that plant what the invariants must catch.
+	plantBeforeVerify func(*soak)
+	plantBeforeFinal  func(*soak)
+}
+
+// allFaults are the faults -chaos injects by default; docker-restart is
+// never among them (it restarts a daemon other users may share).
+var allFaults = []string{"kill9", "sigterm", "docker-kill", "upstream-429", "upstream-529", "upstream-500", "upstream-hang", "upstream-cut", "upstream-fail", "pg-restart"}
+
+func parseFlags(args []string, stderr io.Writer) (config, error) {
+	fs := flag.NewFlagSet("threadbox-soak", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var c config
+	var faults string
+	fs.IntVar(&c.users, "users", 20, "simulated users")
+	fs.DurationVar(&c.duration, "duration", 10*time.Minute, "how long the load runs")
+	fs.DurationVar(&c.think, "think", 2*time.Second, "mean think time between a user's operations")
+	fs.Uint64Var(&c.seed, "seed", 0, "random seed (0: from the clock; printed at start)")
+	fs.BoolVar(&c.chaos, "chaos", false, "inject faults")
+	fs.StringVar(&faults, "faults", strings.Join(allFaults, ","), "faults injected with -chaos (docker-restart is also known, never default: it restarts the Docker daemon)")
+	fs.DurationVar(&c.faultEvery, "fault-every", 30*time.Second, "mean time between faults")
+	fs.StringVar(&c.model, "model", "", "runner (threadbox's offline model) or fake (the fake upstream running the same code blocks; needed for upstream faults); default fake with -chaos, else runner")
+	fs.StringVar(&c.databaseURL, "database-url", "", "postgres:// URL; empty is SQLite")
+	fs.StringVar(&c.pgData, "pg-data", "", "PostgreSQL data folder; with it the pg-restart fault restarts the cluster with pg_ctl")
+	fs.StringVar(&c.threadboxBin, "threadbox", "bin/threadbox", "threadbox binary")
+	fs.StringVar(&c.agentBin, "agent", "bin/threadbox-agent", "in-sandbox agent binary")
+	fs.StringVar(&c.diskQuota, "disk-quota", "auto", "SANDBOX_DISK_QUOTA of the server")
+	fs.DurationVar(&c.idle, "idle", 15*time.Second, "SANDBOX_IDLE of the server")
+	fs.DurationVar(&c.sweep, "sweep", 2*time.Second, "SWEEP_INTERVAL of the server")
+	fs.DurationVar(&c.maxAge, "max-age", 45*time.Second, "CONTAINER_MAX_AGE of the server (Messages API containers)")
+	fs.DurationVar(&c.settle, "settle", 3*time.Minute, "longest wait for the sweeps after the load")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if c.users < 1 || c.duration <= 0 {
+		return c, fmt.Errorf("need at least one user and a positive duration")
+	}
+	if c.seed == 0 {
+		c.seed = uint64(time.Now().UnixNano())
+	}
+	if c.model == "" {
+		c.model = "runner"
+		if c.chaos {
+			c.model = "fake"
+		}
+	}
+	if c.model != "runner" && c.model != "fake" {
+		return c, fmt.Errorf("-model must be runner or fake")
+	}
+	if c.chaos {
+		for _, f := range strings.Split(faults, ",") {
+			f = strings.TrimSpace(f)
+			switch {
+			case f == "":
+			case strings.HasPrefix(f, "upstream-") && c.model != "fake":
+			case f == "pg-restart" && c.pgData == "":
+			default:
+				c.faults = append(c.faults, f)
+			}
+		}
+	}
+	for _, p := range []*string{&c.threadboxBin, &c.agentBin} {
+		abs, err := filepath.Abs(*p)
+		if err != nil {
+			return c, err
+		}
+		*p = abs
+	}
+	return c, nil
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	cfg, err := parseFlags(os.Args[1:], os.Stderr)
+	if err != nil {
+		os.Exit(2)
+	}
+	ok, err := run(ctx, cfg, os.Stdout)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "threadbox-soak:", err)
+		os.Exit(1)
+	}
+	if !ok {
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,400 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// server is a threadbox process the soak started, and restarts after the
+// faults that end it.
+type server struct {
+	bin      string
+	env      []string
+	base     string
+	instance string
+	data     string
+	logf     *os.File
+
+	mu    sync.Mutex
+	cmd   *exec.Cmd
+	done  chan struct{}
+	start time.Time // when the running process started
+}
+
+// newServer prepares (without starting) a threadbox serving from work.
+func newServer(cfg config, work string) (*server, error) {
+	addr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	instance := fmt.Sprintf("soak%d-%d", os.Getpid(), time.Now().UnixNano()%1e6)
+	data := filepath.Join(work, "data")
+	if err := os.MkdirAll(data, 0o755); err != nil {
+		return nil, err
+	}
+	logf, err := os.Create(filepath.Join(work, "threadbox.log"))
+	if err != nil {
+		return nil, err
+	}
+	env := append(os.Environ(),
+		"LISTEN_ADDR="+addr, "DATA_DIR="+data, "DATABASE_URL="+cfg.databaseURL,
+		"SANDBOX_BACKEND=docker", "THREADBOX_INSTANCE="+instance, "THREADBOX_AGENT_BIN="+cfg.agentBin,
+		"SANDBOX_DISK_QUOTA="+cfg.diskQuota, "SANDBOX_DISK_BYTES=67108864",
+		"SANDBOX_IDLE="+cfg.idle.String(), "SWEEP_INTERVAL="+cfg.sweep.String(), "LEASE_TTL=6s",
+		"CONTAINER_MAX_AGE="+cfg.maxAge.String(), "SHUTDOWN_GRACE=5s", "LOG_LEVEL=warn",
+		"SANDBOX_MEMORY_BYTES=268435456")
+	if cfg.upstreamURL != "" {
+		env = append(env, "MODEL_PROVIDER=anthropic", "MODEL_BASE_URL="+cfg.upstreamURL, "MODEL_API_KEY=soak", "MODEL_NAME=soak-model")
+	} else {
+		env = append(env, "MODEL_PROVIDER=runner")
+	}
+	return &server{bin: cfg.threadboxBin, env: env, base: "http://" + addr, instance: instance, data: data, logf: logf}, nil
+}
+
+// bootstrap makes the org and its admin and returns the admin's API token.
+func (s *server) bootstrap(ctx context.Context) (string, error) {
+	// Names of their own, so that runs can share a PostgreSQL database.
+	boot := exec.CommandContext(ctx, s.bin, "admin", "bootstrap", "--org", s.instance, "--email", "admin@"+s.instance+".test")
+	boot.Env = s.env
+	boot.Stderr = s.logf
+	tok, err := boot.Output()
+	if err != nil {
+		return "", fmt.Errorf("bootstrap: %w", err)
+	}
+	return strings.TrimSpace(string(tok)), nil
+}
+
+// run starts the process and waits until it answers /healthz.
+func (s *server) run(ctx context.Context) error {
+	cmd := exec.Command(s.bin, "serve")
+	cmd.Env = s.env
+	cmd.Stdout, cmd.Stderr = s.logf, s.logf
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start threadbox: %w", err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	s.mu.Lock()
+	s.cmd, s.done, s.start = cmd, done, time.Now()
+	s.mu.Unlock()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		if resp, err := http.Get(s.base + "/healthz"); err == nil {
+			resp.Body.Close()
+			return nil
+		}
+		select {
+		case <-done:
+			return fmt.Errorf("threadbox exited at start (see %s)", s.logf.Name())
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return errors.New("threadbox did not answer within 60s")
+		}
+	}
+}
+
+// pid returns the running process's id, 0 when none runs.
+func (s *server) pid() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		return 0
+	}
+	select {
+	case <-s.done:
+		return 0
+	default:
+		return s.cmd.Process.Pid
+	}
+}
+
+// started returns when the running process started.
+func (s *server) started() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.start
+}
+
+// kill ends the process with SIGKILL and waits for it.
+func (s *server) kill() {
+	s.signal(syscall.SIGKILL, 0)
+}
+
+// term ends the process with SIGTERM, then SIGKILL after grace, and
+// reports whether it stopped by itself.
+func (s *server) term(grace time.Duration) bool {
+	return s.signal(syscall.SIGTERM, grace)
+}
+
+func (s *server) signal(sig syscall.Signal, grace time.Duration) bool {
+	s.mu.Lock()
+	cmd, done := s.cmd, s.done
+	s.mu.Unlock()
+	if cmd == nil {
+		return true
+	}
+	_ = cmd.Process.Signal(sig)
+	if sig == syscall.SIGKILL {
+		<-done
+		return false
+	}
+	select {
+	case <-done:
+		return true
+	case <-time.After(grace):
+		_ = cmd.Process.Kill()
+		<-done
+		return false
+	}
+}
+
+func freeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", fmt.Errorf("free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+// sample is one reading of the host resources of the soak's threadbox.
+type sample struct {
+	at         time.Time
+	containers int   // Docker containers of the instance
+	mounts     int   // mount points under DATA_DIR
+	loops      int   // loop devices backed under DATA_DIR
+	entries    int   // entries in DATA_DIR/containers and DATA_DIR/disks
+	diskBytes  int64 // bytes used under DATA_DIR/{containers,disks,run}
+	rss        int64 // VmRSS of the process
+	threads    int   // its OS threads
+	fds        int   // its open file descriptors
+	pid        int
+}
+
+// probe reads a sample.
+func (s *server) probe(ctx context.Context) (sample, error) {
+	out := sample{at: time.Now(), pid: s.pid()}
+	b, err := exec.CommandContext(ctx, "docker", "ps", "-aq", "--filter", "label=threadbox.instance="+s.instance).Output()
+	if err != nil {
+		return out, fmt.Errorf("docker ps: %w", err)
+	}
+	out.containers = len(strings.Fields(string(b)))
+	mounts, err := mountsUnder(s.data)
+	if err != nil {
+		return out, err
+	}
+	out.mounts = len(mounts)
+	out.loops = len(loopsUnder(s.data))
+	for _, d := range []string{"containers", "disks"} {
+		ents, _ := os.ReadDir(filepath.Join(s.data, d))
+		out.entries += len(ents)
+	}
+	out.diskBytes = diskUsed(s.data)
+	if out.pid != 0 {
+		out.rss, _ = statusField(out.pid, "VmRSS")
+		th, _ := statusField(out.pid, "Threads")
+		out.threads = int(th)
+		fds, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", out.pid))
+		out.fds = len(fds)
+	}
+	return out, nil
+}
+
+// statusField reads a number of /proc/PID/status (kB fields in bytes).
+func statusField(pid int, field string) (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, fmt.Errorf("process status: %w", err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
+			f := strings.Fields(v)
+			n, err := strconv.ParseInt(f[0], 10, 64)
+			if len(f) > 1 && f[1] == "kB" {
+				n <<= 10
+			}
+			return n, err
+		}
+	}
+	return 0, fmt.Errorf("no %s in /proc/%d/status", field, pid)
+}
+
+// mountsUnder lists the mount points at or below dir.
+func mountsUnder(dir string) ([]string, error) {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil, fmt.Errorf("mountinfo: %w", err)
+	}
+	var out []string
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 5 {
+			continue
+		}
+		mp := strings.ReplaceAll(f[4], `\040`, " ")
+		if mp == dir || strings.HasPrefix(mp, dir+"/") {
+			out = append(out, mp)
+		}
+	}
+	return out, nil
+}
+
+// loopsUnder lists the loop devices backed by files below dir.
+func loopsUnder(dir string) []string {
+	files, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
+	var out []string
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		back := strings.TrimSuffix(strings.TrimSpace(string(b)), " (deleted)")
+		if strings.HasPrefix(back, dir+"/") {
+			out = append(out, "/dev/"+filepath.Base(filepath.Dir(filepath.Dir(f))))
+		}
+	}
+	return out
+}
+
+// diskUsed returns the bytes used under DATA_DIR's containers/, disks/ and
+// run/, not crossing into mounted file systems.
+func diskUsed(dir string) int64 {
+	var root syscall.Stat_t
+	if syscall.Lstat(dir, &root) != nil {
+		return 0
+	}
+	var n int64
+	for _, top := range []string{"containers", "disks", "run"} {
+		_ = filepath.WalkDir(filepath.Join(dir, top), func(path string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return nil
+			}
+			var st syscall.Stat_t
+			if syscall.Lstat(path, &st) != nil {
+				return nil
+			}
+			if st.Dev != root.Dev {
+				if d.IsDir() {
+					return filepath.SkipDir
+				}
+				return nil
+			}
+			n += st.Blocks * 512
+			return nil
+		})
+	}
+	return n
+}
+
+// cleanUp stops the server and removes whatever it left on the host: the
+// instance's Docker containers, mounts and loop devices under DATA_DIR.
+// It returns what it had to remove.
+func (s *server) cleanUp() []string {
+	s.term(15 * time.Second)
+	var left []string
+	ctx := context.Background()
+	if b, err := exec.CommandContext(ctx, "docker", "ps", "-aq", "--filter", "label=threadbox.instance="+s.instance).Output(); err == nil {
+		if ids := strings.Fields(string(b)); len(ids) > 0 {
+			_ = exec.CommandContext(ctx, "docker", append([]string{"rm", "-f"}, ids...)...).Run()
+			left = append(left, fmt.Sprintf("%d containers", len(ids)))
+		}
+	}
+	mounts, _ := mountsUnder(s.data)
+	for i := len(mounts) - 1; i >= 0; i-- {
+		_ = exec.CommandContext(ctx, "umount", "-l", mounts[i]).Run()
+	}
+	if len(mounts) > 0 {
+		left = append(left, fmt.Sprintf("%d mounts", len(mounts)))
+	}
+	loops := loopsUnder(s.data)
+	for _, dev := range loops {
+		_ = exec.CommandContext(ctx, "losetup", "-d", dev).Run()
+	}
+	if len(loops) > 0 {
+		left = append(left, fmt.Sprintf("%d loop devices", len(loops)))
+	}
+	s.logf.Close()
+	return left
+}
+
+// tail returns the last n bytes of the server's log.
+func (s *server) tailString(n int64) string {
+	b, err := os.ReadFile(s.logf.Name())
+	if err != nil {
+		return ""
+	}
+	if int64(len(b)) > n {
+		b = b[int64(len(b))-n:]
+	}
+	return string(bytes.TrimSpace(b))
+}
+
+// fdKinds counts the process's open files by kind (socket, pipe, a path).
+func fdKinds(pid int) map[string]int {
+	out := map[string]int{}
+	fds, _ := filepath.Glob(fmt.Sprintf("/proc/%d/fd/*", pid))
+	for _, fd := range fds {
+		t, err := os.Readlink(fd)
+		if err != nil {
+			continue
+		}
+		switch {
+		case strings.HasPrefix(t, "socket:"):
+			t = "socket"
+		case strings.HasPrefix(t, "pipe:"):
+			t = "pipe"
+		}
+		out[t]++
+	}
+	return out
+}
+
+// sockets describes the process's sockets from /proc/PID/net, counted by
+// kind, state and remote address (unix sockets by path).
+func sockets(pid int) string {
+	inodes := map[string]bool{}
+	fds, _ := filepath.Glob(fmt.Sprintf("/proc/%d/fd/*", pid))
+	for _, fd := range fds {
+		if t, err := os.Readlink(fd); err == nil && strings.HasPrefix(t, "socket:[") {
+			inodes[strings.TrimSuffix(strings.TrimPrefix(t, "socket:["), "]")] = true
+		}
+	}
+	n := map[string]int{}
+	for _, kind := range []string{"tcp", "tcp6", "unix"} {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/net/%s", pid, kind))
+		for _, line := range strings.Split(string(b), "\n")[1:] {
+			f := strings.Fields(line)
+			switch {
+			case kind == "unix" && len(f) >= 7 && inodes[f[6]]:
+				path := ""
+				if len(f) > 7 {
+					path = f[7]
+				}
+				n["unix state "+f[5]+" "+path]++
+			case kind != "unix" && len(f) >= 10 && inodes[f[9]]:
+				n[kind+" state "+f[3]+" local "+f[1]+" remote "+f[2]]++
+			}
+		}
+	}
+	var out []string
+	for k, c := range n {
+		out = append(out, fmt.Sprintf("    %d× %s", c, k))
+	}
+	return strings.Join(out, "\n")
+}

@@ -1,0 +1,150 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// needDocker fails under CI=true, and skips otherwise, when Docker or the
+// sandbox image is missing.
+func needDocker(t *testing.T) {
+	t.Helper()
+	if err := exec.Command("docker", "image", "inspect", "threadbox-sandbox:latest").Run(); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("Docker with the image threadbox-sandbox:latest is required under CI=true: %v", err)
+		}
+		t.Skipf("no Docker or no sandbox image: %v", err)
+	}
+}
+
+// binaries builds threadbox and its agent into a temporary folder.
+func binaries(t *testing.T) (string, string) {
+	t.Helper()
+	dir := t.TempDir()
+	tb, agent := filepath.Join(dir, "threadbox"), filepath.Join(dir, "threadbox-agent")
+	if out, err := exec.Command("go", "build", "-o", tb, "threadbox/cmd/threadbox").CombinedOutput(); err != nil {
+		t.Fatalf("build threadbox: %v\n%s", err, out)
+	}
+	build := exec.Command("go", "build", "-trimpath", "-o", agent, "threadbox/cmd/threadbox-agent")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build agent: %v\n%s", err, out)
+	}
+	return tb, agent
+}
+
+func shortConfig(t *testing.T, users int, d time.Duration, chaos bool) config {
+	t.Helper()
+	tb, agent := binaries(t)
+	args := []string{"-users", itoa(users), "-duration", d.String(), "-think", "1s", "-max-age", "20s",
+		"-threadbox", tb, "-agent", agent, "-settle", "2m"}
+	if chaos {
+		args = append(args, "-chaos", "-fault-every", "20s", "-faults", "kill9,sigterm,docker-kill,upstream-529,upstream-cut,upstream-429")
+	}
+	var errb bytes.Buffer
+	cfg, err := parseFlags(args, &errb)
+	if err != nil {
+		t.Fatalf("flags: %v %s", err, errb.String())
+	}
+	return cfg
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }
+
+// TestShortChaos is the short soak of make test: about a minute, four
+// users, a few faults; every invariant must hold.
+func TestShortChaos(t *testing.T) {
+	needDocker(t)
+	cfg := shortConfig(t, 4, time.Minute, true)
+	var out bytes.Buffer
+	ok, err := run(context.Background(), cfg, &out)
+	t.Logf("\n%s", out.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ok {
+		t.Fatal("an invariant broke (table above)")
+	}
+	if !strings.Contains(out.String(), "Faults injected: ") || strings.Contains(out.String(), "Faults injected: none") {
+		t.Fatal("no fault was injected")
+	}
+}
+
+// TestCheckerCatchesPlanted plants a lost write (an acknowledged upload
+// the server never got) and a leaked sandbox container of the instance,
+// and sees the checker report both.
+func TestCheckerCatchesPlanted(t *testing.T) {
+	needDocker(t)
+	cfg := shortConfig(t, 2, 20*time.Second, false)
+	cfg.plantBeforeVerify = func(s *soak) {
+		u := s.users[0]
+		th := u.led.liveThreads()
+		if len(th) == 0 {
+			th = []*threadEntry{u.led.addThread("thr_planted")}
+		}
+		u.led.fileAcked(th[0], "/mnt/user-data/uploads/planted-lost.bin", sha([]byte("never sent")))
+	}
+	cfg.plantBeforeFinal = func(s *soak) {
+		out, err := exec.Command("docker", "run", "-d", "--label", "threadbox.instance="+s.srv.instance,
+			"--entrypoint", "sleep", "threadbox-sandbox:latest", "600").CombinedOutput()
+		if err != nil {
+			t.Errorf("plant a container: %v %s", err, out)
+		}
+	}
+	var out bytes.Buffer
+	ok, err := run(context.Background(), cfg, &out)
+	t.Logf("\n%s", out.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok {
+		t.Fatal("the run passed with a lost write and a leaked container planted")
+	}
+	for _, want := range []string{
+		"| no acknowledged write lost | **NO** | 1 lost: thread ",
+		"planted-lost.bin",
+		"| containers back to baseline | **NO** | 0 → 1 |",
+		"| nothing left after threadbox stopped | **NO** | 1 containers |",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("report lacks %q", want)
+		}
+	}
+}
+
+// TestInvariants checks the invariants' arithmetic on planted outcomes.
+func TestInvariants(t *testing.T) {
+	held := func(cs []check) map[string]bool {
+		m := map[string]bool{}
+		for _, c := range cs {
+			m[c.name] = c.held
+		}
+		return m
+	}
+	clean := held(invariants(outcome{rssHalf: []int64{50 << 20, 50 << 20, 51 << 20, 50 << 20, 50 << 20, 51 << 20, 50 << 20, 51 << 20}}))
+	for name, ok := range clean {
+		if !ok {
+			t.Errorf("%s broke on a clean outcome", name)
+		}
+	}
+	grow := make([]int64, 16)
+	for i := range grow {
+		grow[i] = int64(50+i*4) << 20
+	}
+	bad := held(invariants(outcome{lost: []string{"x"}, running: []string{"thr"}, nUndesign: 1,
+		final: sample{containers: 1, mounts: 1, loops: 1, fds: 30}, procBase: sample{fds: 20}, rssHalf: grow}))
+	for _, name := range []string{"no acknowledged write lost", "no turn left running", "no error outside the designed ones",
+		"containers back to baseline", "mounts back to baseline", "loop devices back to baseline",
+		"threadbox open fds back to baseline", "RSS without growth over the last half"} {
+		if bad[name] {
+			t.Errorf("%s held on a planted outcome", name)
+		}
+	}
+}
