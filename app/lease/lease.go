@@ -99,20 +99,23 @@ func (k *Keeper) Renew(ctx context.Context) error {
 	return nil
 }
 
+// ReleaseAll gives back every lease of this process (a graceful stop: the
+// next process takes over at once instead of waiting for them to lapse).
+func (k *Keeper) ReleaseAll(ctx context.Context) error {
+	if err := k.store.ReleaseLeases(ctx, k.holder); err != nil {
+		return fmt.Errorf("lease: release all: %w", err)
+	}
+	return nil
+}
+
 // Run renews this process's leases every third of their time to live until
-// ctx ends, then gives them all back (a graceful stop: the next process
-// takes over at once instead of waiting for them to lapse).
+// ctx ends; ReleaseAll gives them back.
 func (k *Keeper) Run(ctx context.Context, onError func(error)) {
 	t := time.NewTicker(k.ttl / 3)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			if err := k.store.ReleaseLeases(rctx, k.holder); err != nil && onError != nil {
-				onError(fmt.Errorf("lease: release all: %w", err))
-			}
 			return
 		case <-t.C:
 			if err := k.Renew(ctx); err != nil && onError != nil && ctx.Err() == nil {

@@ -351,6 +351,13 @@ func TestCrashAndRestart(t *testing.T) {
 		if r.status != 200 || !strings.Contains(string(r.body), `kept\n`) {
 			t.Fatalf("command after a graceful restart: %d %s", r.status, r.body)
 		}
+		// The product's API answers inside the adopted sandbox (its bridge
+		// listens again: the old server let go of the agent first).
+		api := `python3 -c "import os,urllib.request as u; print('api', u.urlopen(u.Request(os.environ['ANTHROPIC_BASE_URL']+'/v1/models', headers={'Authorization': 'Bearer '+os.environ['ANTHROPIC_AUTH_TOKEN']})).status)"`
+		r = third.do("POST", appAPI+"/thread/"+kept+"/messages", f.admin, codeTurn(api))
+		if r.status != 200 || !strings.Contains(string(r.body), `api 200`) {
+			t.Fatalf("the API from inside the adopted sandbox: %d %s", r.status, r.body)
+		}
 		third.term(t)
 	})
 }

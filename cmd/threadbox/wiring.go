@@ -104,6 +104,15 @@ func wire(ctx context.Context, cfg Config, log *slog.Logger) (*system, error) {
 		return nil, err
 	}
 	sys := &system{store: st, closers: []func() error{st.Close}, metrics: metrics.New()}
+	// This process's leases go back after the backends have closed their
+	// agent connections (closers run in reverse): a process that adopts
+	// the sandboxes at once finds their agents free.
+	sys.leases = lease.New(st, cfg.Instance, cfg.LeaseTTL)
+	sys.closers = append(sys.closers, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		return sys.leases.ReleaseAll(ctx)
+	})
 	if sys.auth, err = newAuth(cfg, st); err != nil {
 		sys.Close()
 		return nil, err
@@ -114,7 +123,6 @@ func wire(ctx context.Context, cfg Config, log *slog.Logger) (*system, error) {
 	var closers []func() error
 	sys.backends, closers = newBackends(cfg, layout, log)
 	sys.closers = append(sys.closers, closers...)
-	sys.leases = lease.New(st, cfg.Instance, cfg.LeaseTTL)
 	sys.containers = containers.New(st, sys.backends, folders{layout}, sys.leases, containers.Config{
 		Idle: cfg.SandboxIdle, MaxAge: cfg.ContainerMax, Sweep: cfg.SweepInterval,
 		Limits: sandbox.Limits{MemoryBytes: cfg.SandboxMemory, CPUs: cfg.SandboxCPUs, Pids: cfg.SandboxPids, DiskBytes: cfg.SandboxDisk},
