@@ -45,6 +45,10 @@ func shortConfig(t *testing.T, users int, d time.Duration, chaos bool) config {
 	tb, agent := binaries(t)
 	args := []string{"-users", itoa(users), "-duration", d.String(), "-think", "1s", "-max-age", "20s",
 		"-threadbox", tb, "-agent", agent, "-settle", "2m"}
+	// On the suite's PostgreSQL when there is one (make test starts it).
+	if url := os.Getenv("TEST_DATABASE_URL"); url != "" {
+		args = append(args, "-database-url", url)
+	}
 	if chaos {
 		args = append(args, "-chaos", "-fault-every", "20s", "-faults", "kill9,sigterm,docker-kill,upstream-529,upstream-cut,upstream-429")
 	}
