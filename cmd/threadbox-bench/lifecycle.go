@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"threadbox/infra/sandbox/docker"
+	"threadbox/infra/sandbox/hostdirs"
 )
 
 // lifecycleOpts configure the lifecycle section.
@@ -87,12 +88,12 @@ func (p *lifeProbe) sample(ctx context.Context) (lifeSample, error) {
 		return s, fmt.Errorf("list containers: %w", err)
 	}
 	s.containers = n
-	mounts, err := mountsUnderDir(p.data)
+	mounts, err := hostdirs.MountsBelow(p.data)
 	if err != nil {
 		return s, err
 	}
 	s.mounts = len(mounts)
-	s.loops = len(loopsBackedUnder(p.data))
+	s.loops = len(hostdirs.LoopsBelow(p.data))
 	s.sandboxBytes, s.otherBytes = diskUsed(p.data)
 	for _, d := range []string{"containers", "disks"} {
 		ents, _ := os.ReadDir(filepath.Join(p.data, d))
@@ -443,7 +444,7 @@ func cleanLifecycle(ctx context.Context, srv *threadboxProc) (string, error) {
 	}
 	srv.stop()
 	var errs []error
-	mounts, err := mountsUnderDir(srv.data)
+	mounts, err := hostdirs.MountsBelow(srv.data)
 	errs = append(errs, err)
 	// The deepest first.
 	for i := len(mounts) - 1; i >= 0; i-- {
@@ -454,7 +455,7 @@ func cleanLifecycle(ctx context.Context, srv *threadboxProc) (string, error) {
 	if len(mounts) > 0 {
 		left = append(left, fmt.Sprintf("%d mounts unmounted", len(mounts)))
 	}
-	loops := loopsBackedUnder(srv.data)
+	loops := hostdirs.LoopsBelow(srv.data)
 	for _, dev := range loops {
 		if b, err := exec.CommandContext(ctx, "losetup", "-d", dev).CombinedOutput(); err != nil {
 			errs = append(errs, fmt.Errorf("losetup -d %s: %w: %s", dev, err, bytes.TrimSpace(b)))
@@ -467,64 +468,6 @@ func cleanLifecycle(ctx context.Context, srv *threadboxProc) (string, error) {
 		return "", errors.Join(errs...)
 	}
 	return "left behind and cleaned by the bench: " + strings.Join(left, ", "), errors.Join(errs...)
-}
-
-// mountsUnderDir lists the mount points at or below dir, in the order of
-// /proc/self/mountinfo (a mount before those stacked on it).
-func mountsUnderDir(dir string) ([]string, error) {
-	b, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return nil, fmt.Errorf("mountinfo: %w", err)
-	}
-	var out []string
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 5 {
-			continue
-		}
-		mp := unescapeOctal(f[4])
-		if mp == dir || strings.HasPrefix(mp, dir+"/") {
-			out = append(out, mp)
-		}
-	}
-	return out, nil
-}
-
-// unescapeOctal decodes the \ooo escapes of mountinfo (\040 is a space).
-func unescapeOctal(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+4 <= len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
-
-// loopsBackedUnder lists the loop devices whose backing file is (or was,
-// before its deletion) below dir.
-func loopsBackedUnder(dir string) []string {
-	files, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
-	var out []string
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			continue
-		}
-		back := strings.TrimSuffix(strings.TrimSpace(string(b)), " (deleted)")
-		if strings.HasPrefix(back, dir+"/") {
-			out = append(out, "/dev/"+filepath.Base(filepath.Dir(filepath.Dir(f))))
-		}
-	}
-	return out
 }
 
 // diskUsed walks dir as `du -x` does (st_blocks, not crossing into other

@@ -16,6 +16,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"threadbox/infra/sandbox/hostdirs"
 )
 
 // server is a threadbox process the soak started, and restarts after the
@@ -195,12 +197,12 @@ func (s *server) probe(ctx context.Context) (sample, error) {
 		return out, fmt.Errorf("docker ps: %w", err)
 	}
 	out.containers = len(strings.Fields(string(b)))
-	mounts, err := mountsUnder(s.data)
+	mounts, err := hostdirs.MountsBelow(s.data)
 	if err != nil {
 		return out, err
 	}
 	out.mounts = len(mounts)
-	out.loops = len(loopsUnder(s.data))
+	out.loops = len(hostdirs.LoopsBelow(s.data))
 	for _, d := range []string{"containers", "disks"} {
 		ents, _ := os.ReadDir(filepath.Join(s.data, d))
 		out.entries += len(ents)
@@ -233,43 +235,6 @@ func statusField(pid int, field string) (int64, error) {
 		}
 	}
 	return 0, fmt.Errorf("no %s in /proc/%d/status", field, pid)
-}
-
-// mountsUnder lists the mount points at or below dir.
-func mountsUnder(dir string) ([]string, error) {
-	b, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return nil, fmt.Errorf("mountinfo: %w", err)
-	}
-	var out []string
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 5 {
-			continue
-		}
-		mp := strings.ReplaceAll(f[4], `\040`, " ")
-		if mp == dir || strings.HasPrefix(mp, dir+"/") {
-			out = append(out, mp)
-		}
-	}
-	return out, nil
-}
-
-// loopsUnder lists the loop devices backed by files below dir.
-func loopsUnder(dir string) []string {
-	files, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
-	var out []string
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			continue
-		}
-		back := strings.TrimSuffix(strings.TrimSpace(string(b)), " (deleted)")
-		if strings.HasPrefix(back, dir+"/") {
-			out = append(out, "/dev/"+filepath.Base(filepath.Dir(filepath.Dir(f))))
-		}
-	}
-	return out
 }
 
 // diskUsed returns the bytes used under DATA_DIR's containers/, disks/ and
@@ -315,14 +280,14 @@ func (s *server) cleanUp() []string {
 			left = append(left, fmt.Sprintf("%d containers", len(ids)))
 		}
 	}
-	mounts, _ := mountsUnder(s.data)
+	mounts, _ := hostdirs.MountsBelow(s.data)
 	for i := len(mounts) - 1; i >= 0; i-- {
 		_ = exec.CommandContext(ctx, "umount", "-l", mounts[i]).Run()
 	}
 	if len(mounts) > 0 {
 		left = append(left, fmt.Sprintf("%d mounts", len(mounts)))
 	}
-	loops := loopsUnder(s.data)
+	loops := hostdirs.LoopsBelow(s.data)
 	for _, dev := range loops {
 		_ = exec.CommandContext(ctx, "losetup", "-d", dev).Run()
 	}

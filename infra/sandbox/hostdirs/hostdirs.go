@@ -346,9 +346,12 @@ func (l *Layout) unmount(ctx context.Context, root string) error {
 	return nil
 }
 
-// mountsUnder lists the mount points directly inside dir, from
-// /proc/self/mountinfo.
+// mountsUnder lists the mount points directly inside dir.
 func mountsUnder(dir string) ([]string, error) {
+	all, err := MountsBelow(dir)
+	if err != nil || len(all) == 0 {
+		return nil, err
+	}
 	abs, err := filepath.Abs(dir)
 	if err != nil {
 		return nil, fmt.Errorf("hostdirs: %w", err)
@@ -356,19 +359,10 @@ func mountsUnder(dir string) ([]string, error) {
 	if real, err := filepath.EvalSymlinks(abs); err == nil {
 		abs = real
 	}
-	data, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return nil, fmt.Errorf("hostdirs: %w", err)
-	}
 	var out []string
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) > 4 {
-			if p := unescapeMount(f[4]); filepath.Dir(p) == abs {
-				out = append(out, p)
-			}
+	for _, p := range all {
+		if filepath.Dir(p) == abs {
+			out = append(out, p)
 		}
 	}
 	return out, nil

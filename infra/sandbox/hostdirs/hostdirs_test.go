@@ -10,6 +10,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"threadbox/domain/sandbox"
 )
@@ -140,6 +141,27 @@ func TestQuotaLoopStopsWrites(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(d.Workspace, "fill")); err != nil {
 		t.Fatalf("file lost across remount: %v", err)
+	}
+	// The host's view of what is mounted and attached below the data
+	// folder: one mount and its loop device, then nothing once removed.
+	data := filepath.Dir(filepath.Dir(d.Root))
+	if m, err := MountsBelow(data); err != nil || len(m) != 1 || m[0] != d.Root {
+		t.Fatalf("mounts below %s: %v %v", data, m, err)
+	}
+	if loops := LoopsBelow(data); len(loops) != 1 {
+		t.Fatalf("loop devices below %s: %v", data, loops)
+	}
+	if err := l.Remove(ctx, "q"); err != nil {
+		t.Fatal(err)
+	}
+	if m, _ := MountsBelow(data); len(m) != 0 {
+		t.Fatalf("mounts after removal: %v", m)
+	}
+	// The kernel detaches an autoclear loop device on its last close.
+	for deadline := time.Now().Add(5 * time.Second); len(LoopsBelow(data)) != 0; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("loop devices after removal: %v", LoopsBelow(data))
+		}
 	}
 }
 
