@@ -547,7 +547,7 @@ func run(ctx context.Context, cfg config, out io.Writer) (ok bool, err error) {
 	left = s.srv.cleanUp()
 	cleaned = true
 
-	o := outcome{lost: lost, running: running, undesigned: s.st.undesigned, nUndesign: s.st.nUndesign,
+	o := outcome{poolSlack: poolSlack(cfg), lost: lost, running: running, undesigned: s.st.undesigned, nUndesign: s.st.nUndesign,
 		baseline: baseline, final: final, procBase: procBase, rssHalf: rssHalf, sigterm: sigterm, left: left}
 	if s.up != nil {
 		o.refused = s.up.refused()
@@ -622,4 +622,13 @@ func dbName(cfg config) string {
 		return "postgresql"
 	}
 	return "sqlite"
+}
+
+// poolSlack is the idle database connections the server may keep: the
+// store keeps up to 10 to PostgreSQL (infra/store), none for SQLite.
+func poolSlack(cfg config) int {
+	if cfg.databaseURL != "" {
+		return 10
+	}
+	return 0
 }

@@ -144,6 +144,13 @@ func TestInvariants(t *testing.T) {
 	}
 	bad := held(invariants(outcome{lost: []string{"x"}, running: []string{"thr"}, nUndesign: 1,
 		final: sample{containers: 1, mounts: 1, loops: 1, fds: 30}, procBase: sample{fds: 20}, rssHalf: grow}))
+	// Idle database connections are allowed, no more.
+	if !held(invariants(outcome{final: sample{fds: 30}, procBase: sample{fds: 20}, poolSlack: 10}))["threadbox open fds back to baseline"] {
+		t.Error("a pool's idle connections broke the fd invariant")
+	}
+	if held(invariants(outcome{final: sample{fds: 40}, procBase: sample{fds: 20}, poolSlack: 10}))["threadbox open fds back to baseline"] {
+		t.Error("fds past the pool's idle connections held")
+	}
 	for _, name := range []string{"no acknowledged write lost", "no turn left running", "no error outside the designed ones",
 		"containers back to baseline", "mounts back to baseline", "loop devices back to baseline",
 		"threadbox open fds back to baseline", "RSS without growth over the last half"} {
