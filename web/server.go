@@ -89,11 +89,16 @@ func New(svc Services, log *slog.Logger, opt Options) *Server {
 		AppName:               "threadbox",
 		DisableStartupMessage: true,
 		ErrorHandler:          s.errorHandler,
-		BodyLimit:             opt.BodyLimit,
-		ReadBufferSize:        16 << 10, // bounds header size: larger headers get 431
-		ReadTimeout:           5 * time.Minute,
-		IdleTimeout:           2 * time.Minute,
-		StreamRequestBody:     true,
+		// Every string a handler reads from the request is its own copy:
+		// fasthttp reuses request buffers once a handler returns, and a
+		// value kept longer (a cache key, a goroutine's argument) would
+		// change under it.
+		Immutable:         true,
+		BodyLimit:         opt.BodyLimit,
+		ReadBufferSize:    16 << 10, // bounds header size: larger headers get 431
+		ReadTimeout:       5 * time.Minute,
+		IdleTimeout:       2 * time.Minute,
+		StreamRequestBody: true,
 		// Multipart bodies are read as streams by the handlers, never
 		// pre-parsed into memory or temporary files.
 		DisablePreParseMultipartForm: true,

@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"threadbox/app/messages"
@@ -91,6 +92,7 @@ type Executor struct {
 	cfg   Config
 	repls *repls
 	terms *terminals
+	ended callEnds
 }
 
 // New returns an Executor over the sandbox and file ports.
@@ -167,6 +169,7 @@ func (e *Executor) Execute(ctx context.Context, call messages.ToolCall) (*messag
 			err = invalidInput("Unknown tool %q.", call.Name)
 		}
 	}
+	e.ended.mark(call.ContainerID, time.Now())
 	if cerr := ctx.Err(); cerr != nil {
 		return nil, fmt.Errorf("sandboxtools: %s: %w", call.Name, cerr)
 	}
@@ -287,7 +290,7 @@ func (e *Executor) bash(ctx context.Context, call messages.ToolCall) (any, error
 		}
 		dir = path.Clean(dir)
 	}
-	start := time.Now().Add(-10 * time.Millisecond)
+	start := e.ended.listFrom(call.ContainerID, time.Now())
 	res, err := e.sb.Exec(ctx, call.ContainerID, sandbox.Command{
 		Args:      []string{"bash", "-c", *in.Command},
 		Dir:       dir,
@@ -337,9 +340,52 @@ func contentURL(fileID, scopeID string) string {
 	return u
 }
 
-// changedFiles lists the workspace files modified since start.
+// listSlack is how far before a command's start sandbox_bash looks for
+// files it wrote: a file's mtime comes from the kernel's coarse clock, a
+// tick (up to 10 ms) behind the clock the start is read from.
+const listSlack = 10 * time.Millisecond
+
+// callEnds remembers when the last tool call in each container ended, for
+// as long as it matters: a file written by the call before is no file of
+// the next one, even when the next starts within listSlack of it (a model
+// answering at machine speed).
+type callEnds struct {
+	mu sync.Mutex
+	at map[string]time.Time
+}
+
+// mark records that a call in the container ended at t, and forgets the
+// ends that no longer matter.
+func (c *callEnds) mark(containerID string, t time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for id, at := range c.at {
+		if t.Sub(at) > listSlack {
+			delete(c.at, id)
+		}
+	}
+	if c.at == nil {
+		c.at = map[string]time.Time{}
+	}
+	c.at[containerID] = t
+}
+
+// listFrom returns the time after which a file modified in the container
+// counts as written by a command starting at start: listSlack before it,
+// but never before the end of the container's previous call.
+func (c *callEnds) listFrom(containerID string, start time.Time) time.Time {
+	from := start.Add(-listSlack)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if at, ok := c.at[containerID]; ok && at.After(from) {
+		from = at
+	}
+	return from
+}
+
+// changedFiles lists the workspace files modified after start.
 func (e *Executor) changedFiles(ctx context.Context, call messages.ToolCall, start time.Time) []BashFile {
-	epoch := strconv.FormatFloat(float64(start.UnixNano())/1e9, 'f', 3, 64)
+	epoch := fmt.Sprintf("%d.%09d", start.Unix(), start.Nanosecond())
 	res, err := e.sb.Exec(ctx, call.ContainerID, sandbox.Command{
 		Args:      []string{"bash", "-c", listScript, "list", epoch, sandbox.WorkspaceDir, strconv.Itoa(e.cfg.MaxListed)},
 		Timeout:   defaultFileOpTimeout,

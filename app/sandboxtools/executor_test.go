@@ -2,6 +2,7 @@ package sandboxtools
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -285,5 +286,47 @@ func TestSandboxBashMetered(t *testing.T) {
 				t.Fatalf("metered %+v, want %d commands", m.results, tt.want)
 			}
 		})
+	}
+}
+
+// TestSandboxBashListsOnlyItsOwnFiles: the files a command wrote are those
+// modified after its start, less a coarse-clock tick, but never those of
+// the call before it in the container, however soon this one follows. A
+// fast model once saw the previous command's file listed again.
+func TestSandboxBashListsOnlyItsOwnFiles(t *testing.T) {
+	var (
+		mu    sync.Mutex
+		since []time.Time // the listing's -newermt, one per call
+		ends  []time.Time // when each call's command returned
+	)
+	sb := &fakeSandbox{backend: &fakeBackend{}, execFn: func(cmd sandbox.Command) (sandbox.Result, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(cmd.Args) > 2 && cmd.Args[2] == listScript {
+			sec, frac, _ := strings.Cut(cmd.Args[4], ".")
+			s, _ := strconv.ParseInt(sec, 10, 64)
+			ns, _ := strconv.ParseInt(frac, 10, 64)
+			if len(frac) != 9 {
+				t.Errorf("epoch %q: want nanoseconds", cmd.Args[4])
+			}
+			since = append(since, time.Unix(s, ns))
+		} else {
+			ends = append(ends, time.Now())
+		}
+		return sandbox.Result{}, nil
+	}}
+	e := New(sb, nil, Config{})
+	before := time.Now()
+	run(t, e, messages.ToolSandboxBash, map[string]any{"command": "echo data > made.txt"})
+	run(t, e, messages.ToolSandboxBash, map[string]any{"command": "pwd"})
+	if len(since) != 2 || len(ends) != 2 {
+		t.Fatalf("%d listings, %d commands", len(since), len(ends))
+	}
+	// The first call lists from listSlack before its start.
+	if since[0].Before(before.Add(-listSlack)) || since[0].After(ends[0].Add(-listSlack)) {
+		t.Fatalf("first call lists from %v; it ran from %v to %v", since[0], before, ends[0])
+	}
+	if !since[1].After(ends[0]) {
+		t.Fatalf("second call lists from %v, before the first call's command ended at %v", since[1], ends[0])
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -122,7 +123,10 @@ func (c *Codec) Verify(token string) (auth.Claims, error) {
 		out.IssuedAt = cl.IssuedAt.Time
 	}
 	out.ExpiresAt = cl.ExpiresAt.Time
-	c.verified.put(token, out)
+	// The key is copied: a caller's string may share memory that is reused
+	// after the call (fasthttp's request buffers), and a key changed in
+	// place would give one token another token's claims.
+	c.verified.put(strings.Clone(token), out)
 	return out, nil
 }
 
