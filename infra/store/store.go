@@ -29,6 +29,14 @@ import (
 type Store struct {
 	db    *gorm.DB
 	sqlDB *sql.DB
+	// txdb runs transactions: the same connections without GORM's
+	// prepared-statement cache. A request for a statement being prepared
+	// waits for it holding the cache's read lock, and the preparation may
+	// wait for the connection a transaction holds; were the transaction
+	// to prepare a new statement it would need the cache's write lock, and
+	// all three would wait for ever (SQLite's single writer connection made
+	// it happen after a restart, the cache cold).
+	txdb *gorm.DB
 
 	reads *reads // shared by the Stores of InTx
 	inTx  bool   // bound to a transaction: every read goes through it
@@ -42,7 +50,10 @@ type Store struct {
 func Open(ctx context.Context, url, dataDir string) (*Store, error) {
 	// PrepareStmt caches prepared statements per connection, so hot queries
 	// (authentication runs one per request) are parsed once.
-	cfg := &gorm.Config{Logger: logger.Discard, TranslateError: true, PrepareStmt: true, NowFunc: func() time.Time { return time.Now().UTC() }}
+	// Single writes run without GORM's default transaction (the store has
+	// no hooks or associations for one to cover): a transaction must not
+	// prepare through this cache (see txdb).
+	cfg := &gorm.Config{Logger: logger.Discard, TranslateError: true, PrepareStmt: true, SkipDefaultTransaction: true, NowFunc: func() time.Time { return time.Now().UTC() }}
 	var (
 		db      *gorm.DB
 		err     error
@@ -90,11 +101,21 @@ func Open(ctx context.Context, url, dataDir string) (*Store, error) {
 		readDB.SetMaxOpenConns(sqliteReaders)
 		readDB.SetMaxIdleConns(sqliteReaders)
 	}
+	txCfg := &gorm.Config{Logger: logger.Discard, TranslateError: true, NowFunc: cfg.NowFunc}
+	var txDialector gorm.Dialector = sqlite.Dialector{Conn: sqlDB}
+	if dialect == "postgres" {
+		txDialector = postgres.New(postgres.Config{Conn: sqlDB})
+	}
+	txdb, err := gorm.Open(txDialector, txCfg)
+	if err != nil {
+		sqlDB.Close()
+		return nil, fmt.Errorf("store: open %s for transactions: %w", dialect, err)
+	}
 	rd := &reads{db: readDB}
 	if dialect == "sqlite" {
 		rd.memo = &memo{db: readDB}
 	}
-	return &Store{db: db, sqlDB: sqlDB, reads: rd, dialect: dialect, url: url}, nil
+	return &Store{db: db, sqlDB: sqlDB, txdb: txdb, reads: rd, dialect: dialect, url: url}, nil
 }
 
 // reads serves the lookups every request makes (credentials, the
@@ -229,7 +250,7 @@ var ErrPending = errors.New("store: migrations pending")
 
 // InTx runs fn with a Store bound to one transaction.
 func (s *Store) InTx(ctx context.Context, fn func(tx *Store) error) error {
-	return s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+	return s.txq(ctx).Transaction(func(tx *gorm.DB) error {
 		return fn(&Store{db: tx, sqlDB: s.sqlDB, reads: s.reads, inTx: true, dialect: s.dialect})
 	})
 }
@@ -273,4 +294,13 @@ func (s *Store) Now(ctx context.Context) (time.Time, error) {
 		return time.Time{}, fmt.Errorf("store: now: %w", err)
 	}
 	return t, nil
+}
+
+// txq is where a transaction begins: txdb, or in a Store of InTx the
+// transaction itself (a nested one is a savepoint).
+func (s *Store) txq(ctx context.Context) *gorm.DB {
+	if s.txdb == nil {
+		return s.db.WithContext(ctx)
+	}
+	return s.txdb.WithContext(ctx)
 }

@@ -177,7 +177,7 @@ func (r messageRow) domain() thread.Message {
 // AppendMessage stores m as the thread's next message and returns it with its seq.
 func (s *Store) AppendMessage(ctx context.Context, m thread.Message) (thread.Message, error) {
 	var out thread.Message
-	err := s.q(ctx).Transaction(func(tx *gorm.DB) error {
+	err := s.txq(ctx).Transaction(func(tx *gorm.DB) error {
 		var max struct{ N int64 }
 		if err := tx.Model(&messageRow{}).Select("COALESCE(MAX(seq), 0) AS n").Where("thread_id = ?", m.ThreadID()).Scan(&max).Error; err != nil {
 			return err
