@@ -12,7 +12,6 @@ import (
 	"threadbox/app/messages"
 	"threadbox/app/workspace"
 	"threadbox/domain/fault"
-	"threadbox/domain/id"
 	"threadbox/domain/thread"
 )
 
@@ -146,51 +145,8 @@ func (s *Server) threadTurn(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	// A client that leaves ends the turn (fasthttp does not cancel the
-	// handler): watched while nothing is written, noticed by the pings of a
-	// silent stream.
-	if !b.Stream {
-		ctx, cancel := context.WithCancel(c.UserContext())
-		defer cancel()
-		defer watchPeer(c.Context().Conn(), DefaultPingInterval/2, cancel)()
-		resp, err := turn.Run(ctx, nil)
-		if err != nil {
-			return s.turnError(c, err)
-		}
-		return c.JSON(resp)
-	}
-	log, peer := s.log, c.Context().Conn()
-	s.streamSSE(c, func(ctx context.Context, w *sseWriter) {
-		w.peer = peer
-		defer w.keepAlive(DefaultPingInterval, messages.EventPing, messages.Event{Type: messages.EventPing})()
-		_, err := turn.Run(ctx, messages.SinkFunc(func(ev messages.Event) error { return w.Event(ev.Type, ev) }))
-		if err != nil && ctx.Err() == nil {
-			eid := id.New("err")
-			log.Warn("thread turn failed mid-stream", "thread", turn.Thread().ID(), "error_id", eid, "err", err)
-			ev := messages.ErrorEvent(err)
-			if st, _ := messages.ErrorStatus(err); st >= 500 && fault.KindOf(err) == fault.Internal {
-				ev.Error.Message = withErrorID(ev.Error.Message, eid)
-			}
-			if k := fault.KindOf(err); k != fault.Internal {
-				ev.Error = &messages.ErrorBody{Type: typeOf(statusOf(k)), Message: fault.MessageOf(err)}
-			}
-			_ = w.Event(ev.Type, ev)
-		}
-	})
-	return nil
-}
-
-// turnError answers a turn that failed before any byte was sent: model
-// upstream errors as the Messages API maps them, the rest as usual.
-func (s *Server) turnError(c *fiber.Ctx, err error) error {
-	if fault.KindOf(err) != fault.Internal {
+	return s.answerTurn(c, b.Stream, func(ctx context.Context, sink messages.Sink) error {
+		_, err := turn.Run(ctx, sink)
 		return err
-	}
-	status, body := messages.ErrorStatus(err)
-	if status >= 500 {
-		eid := id.New("err")
-		s.log.Error("thread turn failed", "path", c.Path(), "status", status, "error_id", eid, "err", err)
-		body.Message = withErrorID(body.Message, eid)
-	}
-	return c.Status(status).JSON(envelope{Type: "error", Error: envelopeBody{Type: body.Type, Message: body.Message}})
+	}, "chat")
 }

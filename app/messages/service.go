@@ -99,6 +99,9 @@ type RunOptions struct {
 	// OrgID and UserID name who the turn runs for, whose usage the
 	// tokens count to (Config.Tokens).
 	OrgID, UserID string
+	// Plan, when set, is what Validate found for this very request: Run
+	// does not check the request again.
+	Plan *Plan
 }
 
 // Plan is what a request would do, as found by Validate.
@@ -216,9 +219,12 @@ func (s *Service) Create(ctx context.Context, req *Request, opts RunOptions) (*R
 // model streams when req.Stream is set. On error the events sent so far are
 // not followed by message_stop; the caller reports the error (ErrorEvent).
 func (s *Service) Run(ctx context.Context, req *Request, opts RunOptions, sink Sink) error {
-	p, err := plan(req, s.cfg.AllowedToolTypes)
-	if err != nil {
-		return err
+	p := opts.Plan
+	if p == nil {
+		var err error
+		if p, err = plan(req, s.cfg.AllowedToolTypes); err != nil {
+			return err
+		}
 	}
 	if err := inlineURLs(ctx, req, s.cfg.URLs); err != nil {
 		return err

@@ -26,7 +26,16 @@ type scriptEngine struct {
 	fail error
 }
 
-func (e scriptEngine) Run(ctx context.Context, req *messages.Request, opts messages.RunOptions, sink messages.Sink) error {
+// Model resolves no name to "default", as the front door without a
+// configured model does.
+func (scriptEngine) Model(name string) string {
+	if name == "" {
+		return "default"
+	}
+	return name
+}
+
+func (e scriptEngine) Run(ctx context.Context, _ user.Principal, req *messages.Request, opts messages.RunOptions, sink messages.Sink) error {
 	send := func(evs ...messages.Event) error {
 		for _, ev := range evs {
 			if err := sink.Send(ev); err != nil {
@@ -86,7 +95,7 @@ type nopCloser struct{ io.ReadSeeker }
 
 func (nopCloser) Close() error { return nil }
 
-func setup(t *testing.T, eng Engine) (*Service, *store.Store, user.Principal, thread.Thread) {
+func setup(t *testing.T, eng Turns) (*Service, *store.Store, user.Principal, thread.Thread) {
 	t.Helper()
 	ctx := context.Background()
 	st, err := store.Open(ctx, "", t.TempDir())
@@ -106,7 +115,7 @@ func setup(t *testing.T, eng Engine) (*Service, *store.Store, user.Principal, th
 		t.Fatal(err)
 	}
 	p := user.Principal{OrgID: o.ID(), UserID: u.ID(), Role: user.Member}
-	svc := New(st, Deps{Engine: eng, Containers: oneContainer{}, Policies: oneContainer{}, Container: &outputs{data: "\x89PNG\r\n\x1a\nv1"}, Blobs: blob.New(t.TempDir())})
+	svc := New(st, Deps{Turns: eng, Containers: oneContainer{}, Policies: oneContainer{}, Container: &outputs{data: "\x89PNG\r\n\x1a\nv1"}, Blobs: blob.New(t.TempDir())})
 	pr, err := svc.CreateProject(ctx, p, "P")
 	if err != nil {
 		t.Fatal(err)
