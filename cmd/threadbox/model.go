@@ -52,8 +52,8 @@ func newMessages(cfg Config, sys *system, fs *fsroot.Containers, log *slog.Logge
 		provider = "runner"
 	}
 	model := sys.metrics.Model(newModel(cfg), provider)
-	executor := sys.metrics.Tools(toolRouter{code: code, sandbox: sys.sandbox.exec})
-	return messages.New(model, executor, messages.Config{
+	executors := messages.Tools{CodeExecution: sys.metrics.Tools(code), Sandbox: sys.metrics.Tools(sys.sandbox.exec)}
+	return messages.New(model, executors, messages.Config{
 		MaxToolIterations: cfg.MaxToolIters,
 		TurnTimeout:       cfg.TurnTimeout,
 		AllowedToolTypes:  cfg.AllowToolTypes,
