@@ -72,15 +72,18 @@ func (s *Server) forkThread(c *fiber.Ctx) error {
 }
 
 type messageView struct {
-	ID        string          `json:"id"`
-	ThreadID  string          `json:"thread_id"`
-	Seq       int64           `json:"seq"`
-	Role      string          `json:"role"`
-	Content   json.RawMessage `json:"content"`
-	Usage     rawJSON         `json:"usage"`
-	Complete  bool            `json:"complete"`
-	Status    string          `json:"status"` // complete, running or failed
-	CreatedAt time.Time       `json:"created_at"`
+	ID       string          `json:"id"`
+	ThreadID string          `json:"thread_id"`
+	Seq      int64           `json:"seq"`
+	Role     string          `json:"role"`
+	Content  json.RawMessage `json:"content"`
+	Usage    rawJSON         `json:"usage"`
+	Complete bool            `json:"complete"`
+	Status   string          `json:"status"` // complete, running, stopped or failed
+	// EndDetail says why a failed turn failed ("" when not known: its
+	// server stopped or died mid-turn).
+	EndDetail string    `json:"end_detail,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
 }
 
 // viewMessage shows m; running tells that an incomplete m's turn still runs.
@@ -90,16 +93,19 @@ func viewMessage(m thread.Message, running bool) messageView {
 	case m.Complete():
 	case running:
 		status = "running"
+	case m.Ended().Reason == thread.Stopped:
+		status = "stopped"
 	default:
 		status = "failed"
 	}
-	return messageView{m.ID(), m.ThreadID(), m.Seq(), string(m.Role()), m.Content(), m.Usage(), m.Complete(), status, m.CreatedAt()}
+	return messageView{m.ID(), m.ThreadID(), m.Seq(), string(m.Role()), m.Content(), m.Usage(), m.Complete(), status, m.Ended().Detail, m.CreatedAt()}
 }
 
 // threadMessages is GET /thread/{threadId}/messages: the stored history.
 // An assistant message whose turn never ended has complete false, and
-// status running while its turn runs (on any server), failed once it
-// cannot end any more (the turn failed, or its server stopped or died).
+// status running while its turn runs (on any server), stopped when the
+// user stopped it (or went away), failed once it cannot end any more (the
+// turn failed, with end_detail saying why, or its server stopped or died).
 func (s *Server) threadMessages(c *fiber.Ctx) error {
 	ms, running, err := s.svc.Workspace.Messages(c.UserContext(), principal(c), c.Params("id"))
 	if err != nil {

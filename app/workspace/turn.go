@@ -193,7 +193,7 @@ func (t *Turn) Run(ctx context.Context, sink messages.Sink) (*messages.Response,
 		}
 		// Keep the partial turn, still incomplete, after each tool call.
 		if content, err := json.Marshal(rs.col.Response().Content); err == nil {
-			_ = s.store.UpdateMessage(dbctx, thread.RestoreMessage(am.ID(), am.ThreadID(), am.Seq(), thread.Assistant, content, nil, false, am.CreatedAt()))
+			_ = s.store.UpdateMessage(dbctx, am.Progress(content))
 		}
 	}
 	runErr := s.d.Turns.Run(ctx, t.p, t.req, opts, rs)
@@ -209,8 +209,8 @@ func (t *Turn) Run(ctx context.Context, sink messages.Sink) (*messages.Response,
 		return nil, fmt.Errorf("workspace: assistant content: %w", err)
 	}
 	if runErr != nil {
-		// Keep what was produced, marked incomplete.
-		_ = s.store.UpdateMessage(dbctx, thread.RestoreMessage(am.ID(), am.ThreadID(), am.Seq(), thread.Assistant, content, nil, false, am.CreatedAt()))
+		// Keep what was produced, incomplete for good, and why.
+		_ = s.store.UpdateMessage(dbctx, am.Interrupt(content, ending(ctx, runErr)))
 		return nil, runErr
 	}
 	usage, _ := json.Marshal(resp.Usage)
@@ -246,7 +246,7 @@ func (s *Service) history(ctx context.Context, threadID string) ([]messages.Mess
 			}
 		}
 		if !m.Complete() && m.Role() == thread.Assistant {
-			kept = append(interrupted(kept), messages.ContentBlock{Type: messages.BlockText, Text: InterruptedNote})
+			kept = append(interrupted(kept), messages.ContentBlock{Type: messages.BlockText, Text: InterruptedNote(m.Ended())})
 		}
 		if len(kept) == 0 {
 			continue
@@ -256,8 +256,32 @@ func (s *Service) history(ctx context.Context, threadID string) ([]messages.Mess
 	return out, nil
 }
 
-// InterruptedNote ends an interrupted turn in the history the model reads.
-const InterruptedNote = "[This answer was interrupted before it finished (stopped, or the server ended the turn): the request before it was not completed, and nothing of it runs again unless asked anew.]"
+// InterruptedNote ends an interrupted turn in the history the model reads:
+// what ended it, and that nothing of it runs again unless asked anew.
+func InterruptedNote(why thread.Ending) string {
+	const rest = ": the request before it was not completed, and nothing of it runs again unless asked anew.]"
+	switch why.Reason {
+	case thread.Stopped:
+		return "[This answer was stopped by the user before it finished" + rest
+	case thread.Failed:
+		return "[This answer failed before it finished (" + why.Detail + ")" + rest
+	}
+	return "[This answer was interrupted before it finished (the server ended the turn)" + rest
+}
+
+// ending says why a turn ended with err: stopped when its context ended
+// (the client stopped it or went away), else failed, with the error as the
+// client is told it.
+func ending(ctx context.Context, err error) thread.Ending {
+	if ctx.Err() != nil {
+		return thread.Ending{Reason: thread.Stopped}
+	}
+	if fault.KindOf(err) != fault.Internal {
+		return thread.Ending{Reason: thread.Failed, Detail: fault.MessageOf(err)}
+	}
+	_, body := messages.ErrorStatus(err)
+	return thread.Ending{Reason: thread.Failed, Detail: body.Message}
+}
 
 // interrupted replaces each server call of an interrupted turn that never
 // got its result with a note naming it, so the history stays valid.
