@@ -12,8 +12,8 @@ import (
 
 	"threadbox/app/messages"
 	"threadbox/domain/container"
-	"threadbox/domain/file"
 	"threadbox/domain/fault"
+	"threadbox/domain/file"
 	"threadbox/domain/org"
 	"threadbox/domain/thread"
 	"threadbox/domain/user"
