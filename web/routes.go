@@ -37,6 +37,8 @@ func (s *Server) routes() {
 	app.Get("/thread/:id/download-file", s.threadDownload)
 	app.Post("/thread/:id/messages", s.threadTurn)
 	app.Get("/thread/:id/messages", s.threadMessages)
+	app.Get("/thread/:id/turns/:turn/events", s.turnEvents)
+	app.Post("/thread/:id/turns/:turn/stop", s.stopTurn)
 	app.Post("/thread/:id/fork", s.forkThread)
 	app.Post("/skills", s.uploadSkill)
 	app.Get("/skills", s.listSkills)

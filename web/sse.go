@@ -132,3 +132,17 @@ func (s *Server) streamSSE(c *fiber.Ctx, fn func(ctx context.Context, w *sseWrit
 		fn(ctx, &sseWriter{w: bw, cancel: cancel, last: time.Now()})
 	})
 }
+
+// raw writes one event whose data is already JSON, numbered id (the
+// client's Last-Event-ID when it reconnects), and flushes it.
+func (s *sseWriter) raw(id int64, name string, data []byte) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil {
+		return s.err
+	}
+	if _, err := fmt.Fprintf(s.w, "id: %d\n", id); err != nil {
+		return s.fail(err)
+	}
+	return s.writeLocked(name, data)
+}

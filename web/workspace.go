@@ -3,6 +3,8 @@ package web
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -13,6 +15,7 @@ import (
 	"threadbox/app/workspace"
 	"threadbox/domain/fault"
 	"threadbox/domain/thread"
+	turnpkg "threadbox/domain/turn"
 )
 
 // threadUpload is POST /thread/{threadId}/upload-file: multipart "file",
@@ -115,7 +118,20 @@ func (s *Server) threadMessages(c *fiber.Ctx) error {
 	for i, m := range ms {
 		out[i] = viewMessage(m, running && i == len(ms)-1)
 	}
-	return c.JSON(listResponse[messageView]{Data: out})
+	resp := threadMessagesResponse{listResponse: listResponse[messageView]{Data: out}}
+	if running {
+		if t, err := s.svc.Workspace.RunningTurn(c.UserContext(), principal(c), c.Params("id")); err == nil {
+			resp.RunningTurnID = t.ID()
+		}
+	}
+	return c.JSON(resp)
+}
+
+// threadMessagesResponse is the thread's messages and, while a turn runs,
+// its id: a client reattaches to it (…/turns/{turn_id}/events).
+type threadMessagesResponse struct {
+	listResponse[messageView]
+	RunningTurnID string `json:"running_turn_id,omitempty"`
 }
 
 // turnBody is the body of POST /thread/{threadId}/messages.
@@ -147,12 +163,106 @@ func (s *Server) threadTurn(c *fiber.Ctx) error {
 	if b.Pgpt != nil {
 		tr.Tools = b.Pgpt.Tools
 	}
-	turn, err := s.svc.Workspace.StartTurn(c.UserContext(), principal(c), c.Params("id"), tr)
+	ctx, p, threadID := c.UserContext(), principal(c), c.Params("id")
+	turn, err := s.svc.Workspace.StartTurn(ctx, p, threadID, tr)
 	if err != nil {
 		return err
 	}
-	return s.answerTurn(c, b.Stream, func(ctx context.Context, sink messages.Sink) error {
-		_, err := turn.Run(ctx, sink)
+	// The turn runs in the server from now on; this request follows its
+	// log as any client may (GET …/turns/{turn_id}/events), and a client
+	// that goes away leaves it running.
+	turnID, err := turn.Detach(ctx)
+	if err != nil {
 		return err
+	}
+	c.Set(TurnIDHeader, turnID)
+	ws := s.svc.Workspace
+	return s.answerTurn(c, b.Stream, func(ctx context.Context, sink messages.Sink) error {
+		end, err := ws.FollowTurn(ctx, p, threadID, turnID, 0, func(ev turnpkg.Event) error {
+			var me messages.Event
+			if err := me.UnmarshalJSON(ev.Data); err != nil {
+				return fmt.Errorf("web: turn event %d: %w", ev.Seq, err)
+			}
+			return sink.Send(me)
+		})
+		if err != nil {
+			return err
+		}
+		return end.Err
 	}, "chat")
+}
+
+// TurnIDHeader names the header that gives a chat turn's id, with which a
+// client follows (…/turns/{turn_id}/events) or stops it.
+const TurnIDHeader = "Threadbox-Turn-Id"
+
+// turnEvents is GET /thread/{threadId}/turns/{turnId}/events: the turn's
+// event log as Server-Sent Events, each with its number as the event id,
+// replayed after Last-Event-ID (or ?after=) and then followed live until
+// the turn ends: a failed turn's stream ends with an error event, a
+// stopped one's with a stopped event. A number beyond the log replays
+// nothing.
+func (s *Server) turnEvents(c *fiber.Ctx) error {
+	after, err := lastEventID(c)
+	if err != nil {
+		return err
+	}
+	p, threadID, turnID := principal(c), c.Params("id"), c.Params("turn")
+	ws := s.svc.Workspace
+	// An unknown turn is a plain 404, before the stream begins.
+	if _, err := ws.Turn(c.UserContext(), p, threadID, turnID); err != nil {
+		return err
+	}
+	peer := c.Context().Conn()
+	s.streamSSE(c, func(ctx context.Context, w *sseWriter) {
+		w.peer = peer
+		defer w.keepAlive(DefaultPingInterval, messages.EventPing, messages.Event{Type: messages.EventPing})()
+		end, err := ws.FollowTurn(ctx, p, threadID, turnID, after, func(ev turnpkg.Event) error {
+			return w.raw(ev.Seq, ev.Type, ev.Data)
+		})
+		switch {
+		case err != nil:
+			return // the client went away, or the log could not be read
+		case end.Err != nil:
+			ev := s.errorEvent("chat", end.Err)
+			_ = w.Event(ev.Type, ev)
+		}
+	})
+	return nil
+}
+
+// lastEventID reads where a follower resumes: the Last-Event-ID header
+// or the after query parameter, 0 (the start) when neither is given.
+func lastEventID(c *fiber.Ctx) (int64, error) {
+	v := c.Get("Last-Event-ID")
+	if v == "" {
+		v = c.Query("after")
+	}
+	if v == "" {
+		return 0, nil
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 0 {
+		return 0, fault.Errorf(fault.Invalid, "Last-Event-ID: %q is not an event number", v)
+	}
+	return n, nil
+}
+
+type turnView struct {
+	Type     string    `json:"type"` // "turn"
+	ID       string    `json:"id"`
+	ThreadID string    `json:"thread_id"`
+	State    string    `json:"state"`
+	Created  time.Time `json:"created_at"`
+}
+
+// stopTurn is POST /thread/{threadId}/turns/{turnId}/stop: the running
+// command is killed, what the turn produced is kept, its log ends with a
+// stopped event. A turn that already ended is answered as it is.
+func (s *Server) stopTurn(c *fiber.Ctx) error {
+	t, err := s.svc.Workspace.StopTurn(c.UserContext(), principal(c), c.Params("id"), c.Params("turn"))
+	if err != nil {
+		return err
+	}
+	return c.JSON(turnView{Type: "turn", ID: t.ID(), ThreadID: t.ThreadID(), State: string(t.State()), Created: t.CreatedAt()})
 }

@@ -688,8 +688,13 @@ func ErrorEvent(err error) Event {
 // body. The types are those of CONTRACT §8: an upstream's own 5xx type
 // (Anthropic's "overloaded_error") becomes api_error, its message kept.
 func ErrorStatus(err error) (int, ErrorBody) {
-	var up *UpstreamError
+	var (
+		up *UpstreamError
+		se *StatusError
+	)
 	switch {
+	case errors.As(err, &se):
+		return se.Status, se.Body
 	case errors.Is(err, ErrUpstreamUnavailable):
 		return 503, ErrorBody{Type: "api_error", Message: "The model upstream is unavailable."}
 	case errors.As(err, &up):
@@ -712,6 +717,18 @@ func ErrorStatus(err error) (int, ErrorBody) {
 		return 504, ErrorBody{Type: "api_error", Message: "The request timed out."}
 	}
 	return 500, ErrorBody{Type: "api_error", Message: "Internal server error."}
+}
+
+// StatusError is a turn's failure as its client was told it: a status and
+// an error body (a failure read back from a detached turn's log).
+type StatusError struct {
+	Status int
+	Body   ErrorBody
+}
+
+// Error describes the failure.
+func (e *StatusError) Error() string {
+	return fmt.Sprintf("turn failed: %d %s: %s", e.Status, e.Body.Type, e.Body.Message)
 }
 
 func cloneMessages(in []Message) []Message {

@@ -14,6 +14,7 @@ import (
 	"threadbox/domain/file"
 	"threadbox/domain/org"
 	"threadbox/domain/skill"
+	"threadbox/domain/turn"
 	"threadbox/domain/user"
 )
 
@@ -23,6 +24,7 @@ type Store interface {
 	threadStore
 	artifact.Repository
 	artifactRefs
+	turn.Repository
 }
 
 // Turns is the front door every turn runs through (app/turns.Service).
@@ -135,6 +137,9 @@ type Deps struct {
 	// Quota, when set, refuses turns past the running-sandbox quotas and
 	// keeps artifacts within the storage quota.
 	Quota Quota
+	// TurnLogRetention is how long the event log of an ended turn is kept
+	// (default DefaultTurnLogRetention).
+	TurnLogRetention time.Duration
 	// Audit, when set, records project renames and deletions in the org's
 	// audit log.
 	Audit Auditor

@@ -3,6 +3,7 @@ package workspace
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -160,10 +161,15 @@ func (t *Turn) Thread() thread.Thread { return t.thread }
 // so a crash mid-turn never leaves an assistant message that looks whole.
 // On error the events sent so far are not followed by message_stop.
 func (t *Turn) Run(ctx context.Context, sink messages.Sink) (*messages.Response, error) {
+	defer t.Abort()
+	return t.run(ctx, sink)
+}
+
+// run is Run without releasing the thread's turn lease.
+func (t *Turn) run(ctx context.Context, sink messages.Sink) (*messages.Response, error) {
 	if t.done {
 		return nil, fault.New(fault.Conflict, "the turn has already run")
 	}
-	defer t.Abort()
 	s := t.s
 	// The turn's writes outlive a client that goes away mid-turn.
 	dbctx := context.WithoutCancel(ctx)
@@ -273,6 +279,9 @@ func InterruptedNote(why thread.Ending) string {
 // (the client stopped it or went away), else failed, with the error as the
 // client is told it.
 func ending(ctx context.Context, err error) thread.Ending {
+	if errors.Is(context.Cause(ctx), errServerStopping) {
+		return thread.Ending{}
+	}
 	if ctx.Err() != nil {
 		return thread.Ending{Reason: thread.Stopped}
 	}

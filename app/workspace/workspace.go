@@ -41,6 +41,8 @@ type Service struct {
 	// blobMu is held shared by each artifact save, from writing its blob
 	// to committing its row, and exclusively by releaseBlobs.
 	blobMu sync.RWMutex
+	// detached are the turns running in this process (detached.go).
+	detached detachedTurns
 }
 
 // New returns the workspace service. Deps may be left zero for the
@@ -55,6 +57,9 @@ func New(store Store, d Deps) *Service {
 	}
 	if d.BlobGrace <= 0 {
 		d.BlobGrace = DefaultBlobGrace
+	}
+	if d.TurnLogRetention <= 0 {
+		d.TurnLogRetention = DefaultTurnLogRetention
 	}
 	log := d.Log
 	if log == nil {

@@ -363,6 +363,12 @@ func cmdServe(ctx context.Context, args []string, getenv func(string) string, st
 	log.Info("shutting down", "grace", cfg.ShutdownGrace.String())
 	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownGrace)
 	defer cancel()
+	// Detached chat turns get most of the grace to end; those still
+	// running then end as failed ("the server stopped"), and their
+	// followers' streams end with them.
+	dctx, dcancel := context.WithTimeout(sctx, cfg.ShutdownGrace*3/4)
+	sys.workspace.StopDetached(dctx)
+	dcancel()
 	if err := srv.Shutdown(sctx); err != nil {
 		return fmt.Errorf("serve: shutdown: %w", err)
 	}
@@ -390,7 +396,8 @@ func firstStart(ctx context.Context, st *store.Store, a *auth.Service, cfg Confi
 }
 
 // collectBlobs deletes, every interval until ctx ends, the artifact blobs
-// no artifact references any more (past the workspace's grace period).
+// no artifact references any more (past the workspace's grace period), and
+// the event logs of turns past their retention.
 func collectBlobs(ctx context.Context, sys *system, every time.Duration, log *slog.Logger) {
 	t := time.NewTicker(every)
 	defer t.Stop()
@@ -406,6 +413,11 @@ func collectBlobs(ctx context.Context, sys *system, every time.Duration, log *sl
 		}
 		if n > 0 {
 			log.Info("artifact blobs collected", "removed", n)
+		}
+		if n, err := sys.workspace.PruneTurns(ctx); err != nil && ctx.Err() == nil {
+			log.Error("turn logs not pruned", "cause", err.Error())
+		} else if n > 0 {
+			log.Info("turn logs pruned", "turns", n)
 		}
 	}
 }

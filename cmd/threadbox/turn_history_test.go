@@ -1,19 +1,14 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"net/http"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
 
 	"threadbox/app/messages"
-	"threadbox/app/workspace"
-	"threadbox/domain/thread"
 	"threadbox/infra/llm/fakeupstream"
 )
 
@@ -163,68 +158,6 @@ func TestMessagesAPIContinuedWithoutTools(t *testing.T) {
 				t.Fatalf("refused upstream: %v", refused)
 			}
 		})
-	}
-}
-
-// TestStoppedTurnKeepsItsPlace: a turn stopped while its command runs
-// (the client leaves) is not run again by the next message; the model's
-// next request shows the interruption between the two user messages,
-// which are not merged.
-func TestStoppedTurnKeepsItsPlace(t *testing.T) {
-	bin := needDocker(t)
-	s, fake := modelServer(t, "", "anthropic", map[string]string{"SANDBOX_BACKEND": "docker", "THREADBOX_AGENT_BIN": bin})
-	f := newWSFixture(t, s)
-	fake.Push(bashStep("sleep 30; echo late > /mnt/user-data/outputs/late.txt"))
-	body, _ := json.Marshal(map[string]any{"content": "write it late", "stream": true, "pgpt": map[string]any{"tools": []any{"code_execution"}}})
-	req, _ := http.NewRequest("POST", s.base+appAPI+"/thread/"+f.tid+"/messages", bytes.NewReader(body))
-	req.Header.Set("Authorization", "Bearer "+f.admin)
-	req.Header.Set("Content-Type", "application/json")
-	ctx, cancel := context.WithCancel(context.Background())
-	resp, err := http.DefaultClient.Do(req.WithContext(ctx))
-	if err != nil {
-		t.Fatal(err)
-	}
-	buf := make([]byte, 4096)
-	var seen []byte
-	for !bytes.Contains(seen, []byte(`"server_tool_use"`)) {
-		n, rerr := resp.Body.Read(buf)
-		seen = append(seen, buf[:n]...)
-		if rerr != nil {
-			t.Fatalf("stream ended before the command: %v %s", rerr, seen)
-		}
-	}
-	time.Sleep(time.Second)
-	cancel() // Stop
-	resp.Body.Close()
-	waitFor(t, 15*time.Second, func() bool { return lastStatus(s, f.admin, f.tid) == "assistant stopped" },
-		func() string { return "the stopped turn shows as " + lastStatus(s, f.admin, f.tid) })
-
-	fake.Push(textStep("hi back"))
-	r := s.do("POST", appAPI+"/thread/"+f.tid+"/messages", f.admin, map[string]any{"content": "echo hi", "pgpt": map[string]any{"tools": []any{"code_execution"}}})
-	if r.status != 200 || !strings.Contains(string(r.body), "hi back") {
-		t.Fatalf("next turn: %d %s (refused: %v)", r.status, r.body, fake.Refused())
-	}
-	reqs := fake.Requests()
-	roles, texts := upstreamMessages(t, reqs[len(reqs)-1])
-	if strings.Join(roles, ",") != "user,assistant,user" {
-		t.Fatalf("roles of the next request: %v %v", roles, texts)
-	}
-	if strings.Join(texts[0], "|") != "text:write it late" || strings.Join(texts[2], "|") != "text:echo hi" {
-		t.Fatalf("the user messages were merged or changed: %v", texts)
-	}
-	interrupted := strings.Join(texts[1], "|")
-	if !strings.Contains(interrupted, "was interrupted before it ended") || !strings.Contains(interrupted, workspace.InterruptedNote(thread.Ending{Reason: thread.Stopped})) ||
-		strings.Contains(interrupted, "tool_use") {
-		t.Fatalf("the interruption as the model sees it: %v", texts[1])
-	}
-	if got := len(fake.Requests()); got != len(reqs) {
-		t.Fatalf("the stopped command's turn asked the model again: %d requests", got)
-	}
-	if dl := s.do("GET", appAPI+"/thread/"+f.tid+"/download-file?path=/mnt/user-data/outputs/late.txt", f.admin, nil); dl.status == 200 {
-		t.Fatalf("the stopped command ran on: late.txt is %q", dl.body)
-	}
-	if refused := fake.Refused(); len(refused) != 0 {
-		t.Fatalf("refused upstream: %v", refused)
 	}
 }
 

@@ -169,16 +169,18 @@ export function upload(url, file, onProgress) {
 }
 
 /**
- * stream posts body to url and yields the Server-Sent Events of the answer
- * as {event, data} with data parsed from JSON, as each one arrives.
+ * stream posts body to url (or, with no body, gets url) and yields the
+ * Server-Sent Events of the answer as {event, data} with data parsed from
+ * JSON, as each one arrives; onOpen, when given, gets the response once
+ * its headers arrived (a chat turn's id is one of them).
  */
-export async function* stream(url, body, signal) {
-  const resp = await fetch(url, {
-    method: 'POST', signal,
-    headers: authHeaders({ 'Content-Type': 'application/json', Accept: 'text/event-stream' }),
-    body: JSON.stringify(body),
-  });
+export async function* stream(url, body, signal, onOpen) {
+  const init = body == null
+    ? { method: 'GET', signal, headers: authHeaders({ Accept: 'text/event-stream' }) }
+    : { method: 'POST', signal, headers: authHeaders({ 'Content-Type': 'application/json', Accept: 'text/event-stream' }), body: JSON.stringify(body) };
+  const resp = await fetch(url, init);
   if (!resp.ok) throw await failure(resp);
+  if (onOpen) onOpen(resp);
   const reader = resp.body.getReader();
   const dec = new TextDecoder();
   let buf = '';

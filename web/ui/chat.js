@@ -94,7 +94,11 @@ async function loadHistory(view) {
   try {
     const res = await api('GET', '/thread/' + view.th.id + '/messages');
     replace(view.log);
-    for (const m of res.data) {
+    // A turn that still runs is reattached: its answer is replayed from
+    // the turn's log and followed live instead of shown as stored.
+    const running = res.running_turn_id;
+    const shown = running && res.data.length && res.data[res.data.length - 1].status === 'running' ? res.data.slice(0, -1) : res.data;
+    for (const m of shown) {
       const blocks = typeof m.content === 'string' ? [{ type: 'text', text: m.content }] : (m.content || []);
       const t = new TurnView(messageItem(view.log, m.role));
       for (const b of blocks) { t.start(b); t.stop(); }
@@ -104,6 +108,7 @@ async function loadHistory(view) {
       t.done();
     }
     if (res.data.length === 0) view.log.append(h('li', { class: 'empty' }, 'No messages yet. Write one below; fenced ```python or ```bash blocks run in this thread\'s sandbox.'));
+    if (running && view.reattach) view.reattach(running);
   } catch (err) {
     replace(view.log, h('li', { class: 'inline-error' }, explain(err)));
   }
@@ -170,22 +175,51 @@ function composer(view) {
     h('div', { class: 'row end' }, stop, send));
 
   let controller = null;
+  const running = (on) => {
+    send.disabled = on; stop.hidden = !on;
+    send.title = on ? 'A turn is running in this thread; stop it or wait for its end.' : '';
+  };
   form.addEventListener('submit', async (e) => {
     e.preventDefault();
     const content = text.value;
     if (!content.trim() || controller) return;
     controller = new AbortController();
-    send.disabled = true; stop.hidden = false;
+    running(true);
     text.value = ''; // the message shows in the conversation from now on
     try {
       if (!await runTurn(view, content, runCode.checked, controller.signal) && !text.value) text.value = content;
     } finally {
-      controller = null;
-      send.disabled = false; stop.hidden = true;
+      controller = null; view.turnID = null;
+      running(false);
       text.focus();
     }
   });
-  stop.addEventListener('click', () => controller && controller.abort());
+  // A turn runs in the server, not in this page: Stop asks the server to
+  // stop it (its stream then ends with a stopped event); leaving the page
+  // leaves it running, and coming back reattaches to it.
+  stop.addEventListener('click', async () => {
+    if (view.turnID) {
+      try {
+        await api('POST', `/thread/${encodeURIComponent(view.th.id)}/turns/${encodeURIComponent(view.turnID)}/stop`);
+        return;
+      } catch (err) {
+        notify(explain(err));
+      }
+    }
+    if (controller) controller.abort();
+  });
+  view.reattach = async (turnID) => {
+    if (controller) return;
+    controller = new AbortController();
+    view.turnID = turnID;
+    running(true);
+    try {
+      await followTurn(view, turnID, controller.signal);
+    } finally {
+      controller = null; view.turnID = null;
+      running(false);
+    }
+  };
   text.addEventListener('keydown', (e) => {
     if (e.key === 'Enter' && (e.ctrlKey || e.metaKey)) { e.preventDefault(); form.requestSubmit(); }
   });
@@ -238,7 +272,8 @@ async function runTurn(view, content, runCode, signal) {
   const body = { content, stream: true };
   if (runCode) body.pgpt = { tools: ['code_execution'] };
   try {
-    for await (const { data } of stream(`${APP}/thread/${encodeURIComponent(view.th.id)}/messages`, body, signal)) {
+    const opened = (resp) => { view.turnID = resp.headers.get('Threadbox-Turn-Id'); };
+    for await (const { data } of stream(`${APP}/thread/${encodeURIComponent(view.th.id)}/messages`, body, signal, opened)) {
       turn.event(data);
     }
     if (!turn.finished && !turn.failed) turn.error('The answer stopped before it was complete.');
@@ -253,6 +288,24 @@ async function runTurn(view, content, runCode, signal) {
   }
   if (turn.codeRuns > 0 || turn.resources > 0) await Promise.all([loadFiles(view), loadArtifacts(view)]);
   return true;
+}
+
+/**
+ * followTurn replays a running turn's answer from its log and follows it
+ * live until it ends (a reload, or coming back to the thread).
+ */
+async function followTurn(view, turnID, signal) {
+  const turn = new TurnView(messageItem(view.log, 'assistant'));
+  turn.busy();
+  try {
+    const url = `${APP}/thread/${encodeURIComponent(view.th.id)}/turns/${encodeURIComponent(turnID)}/events`;
+    for await (const { data } of stream(url, null, signal)) turn.event(data);
+    if (!turn.finished && !turn.failed) turn.error('The answer stopped before it was complete.');
+  } catch (err) {
+    if (err.name !== 'AbortError') turn.error(explain(err));
+  }
+  turn.done();
+  if (turn.codeRuns > 0 || turn.resources > 0) await Promise.all([loadFiles(view), loadArtifacts(view)]);
 }
 
 /**
@@ -304,6 +357,7 @@ class TurnView {
         if (ev.delta && ev.delta.stop_reason === 'max_tokens') this.note('The answer reached its length limit.');
         break;
       case 'message_stop': this.finished = true; break;
+      case 'stopped': this.error('Stopped.'); break;
       case 'error': this.error(explain(new ApiError(0, ev.error && ev.error.type, (ev.error && ev.error.message) || 'The turn failed.'))); break;
       default: break;
     }

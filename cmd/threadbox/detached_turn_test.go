@@ -1,0 +1,238 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"threadbox/app/workspace"
+	"threadbox/domain/thread"
+)
+
+// liveEvent is one event of a Server-Sent Events stream, as it arrived.
+type liveEvent struct {
+	id   int64 // 0 when the event has none
+	name string
+	data string
+	at   time.Time
+}
+
+// readSSE reads events from r, sending each to out until the stream ends
+// or stop returns true; it closes out.
+func readSSE(r *bufio.Reader, out chan<- liveEvent) {
+	defer close(out)
+	var ev liveEvent
+	for {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			return
+		}
+		line = strings.TrimRight(line, "\r\n")
+		switch {
+		case line == "":
+			if ev.name != "" {
+				ev.at = time.Now()
+				out <- ev
+			}
+			ev = liveEvent{}
+		case strings.HasPrefix(line, "id: "):
+			ev.id, _ = strconv.ParseInt(strings.TrimPrefix(line, "id: "), 10, 64)
+		case strings.HasPrefix(line, "event: "):
+			ev.name = strings.TrimPrefix(line, "event: ")
+		case strings.HasPrefix(line, "data: "):
+			ev.data = strings.TrimPrefix(line, "data: ")
+		}
+	}
+}
+
+// openSSE starts a request whose answer is an event stream, with its
+// events on the returned channel; cancel ends it (the client goes away).
+func openSSE(t *testing.T, method, url, tok string, body []byte, hdr ...string) (*http.Response, <-chan liveEvent, context.CancelFunc) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, method, url, bytes.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+tok)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	evs := make(chan liveEvent, 1024)
+	go readSSE(bufio.NewReader(resp.Body), evs)
+	t.Cleanup(func() { cancel(); resp.Body.Close() })
+	return resp, evs, func() { cancel(); resp.Body.Close() }
+}
+
+// nextEvent waits for the stream's next event (ok false when it ended).
+func nextEvent(t *testing.T, evs <-chan liveEvent, within time.Duration) (liveEvent, bool) {
+	t.Helper()
+	select {
+	case ev, ok := <-evs:
+		return ev, ok
+	case <-time.After(within):
+		t.Fatalf("no event within %s", within)
+	}
+	return liveEvent{}, false
+}
+
+// TestDetachedTurnReattachAndStop: a chat turn runs in the server, not in
+// its request. Its client goes away mid-command and the command goes on;
+// a follower reattaches with Last-Event-ID and gets the rest, each event
+// once and in order, the output line by line as it is produced; the owner
+// stops it and the turn ends at once with its partial output kept, a
+// stopped event and the stopped state after a reload; the next message
+// does not run the stopped command again and shows the model the
+// interruption. Another user's or thread's turn is not found, and a
+// Last-Event-ID beyond the log replays nothing.
+func TestDetachedTurnReattachAndStop(t *testing.T) {
+	bin := needDocker(t)
+	s, fake := modelServer(t, "", "anthropic", map[string]string{"SANDBOX_BACKEND": "docker", "THREADBOX_AGENT_BIN": bin})
+	f := newWSFixture(t, s)
+	fake.Push(bashStep("for i in 1 2 3; do echo $i; sleep 1; done; sleep 30; echo late > /mnt/user-data/outputs/late.txt"))
+	body, _ := json.Marshal(map[string]any{"content": "count, then write it late", "stream": true, "pgpt": map[string]any{"tools": []any{"code_execution"}}})
+	resp, evs, leave := openSSE(t, "POST", s.base+appAPI+"/thread/"+f.tid+"/messages", f.admin, body)
+	turnID := resp.Header.Get("Threadbox-Turn-Id")
+	if resp.StatusCode != 200 || !strings.HasPrefix(turnID, "trn_") {
+		t.Fatalf("start: %d, turn id %q", resp.StatusCode, turnID)
+	}
+	var first []liveEvent
+	for {
+		ev, ok := nextEvent(t, evs, 30*time.Second)
+		if !ok {
+			t.Fatalf("the stream ended before the command: %+v", first)
+		}
+		first = append(first, ev)
+		if strings.Contains(ev.data, `"server_tool_use"`) {
+			break
+		}
+	}
+	leave() // the client goes away mid-command
+
+	// The turn runs on: the thread says so and names it.
+	time.Sleep(300 * time.Millisecond)
+	r := s.do("GET", appAPI+"/thread/"+f.tid+"/messages", f.admin, nil)
+	var listing struct {
+		RunningTurnID string `json:"running_turn_id"`
+	}
+	if json.Unmarshal(r.body, &listing); listing.RunningTurnID != turnID || lastStatus(s, f.admin, f.tid) != "assistant running" {
+		t.Fatalf("after the client left: running turn %q, last message %s", listing.RunningTurnID, lastStatus(s, f.admin, f.tid))
+	}
+
+	// Not found for another user, or under another thread.
+	other := f.thread(t, f.admin, f.pid)
+	for _, c := range []struct{ tok, thread string }{{f.member, f.tid}, {f.out, f.tid}, {f.admin, other}} {
+		if r := s.do("GET", appAPI+"/thread/"+c.thread+"/turns/"+turnID+"/events", c.tok, nil); r.status != 404 {
+			t.Fatalf("events of a turn not the caller's (%s): %d %s", c.thread, r.status, r.body)
+		}
+		if r := s.do("POST", appAPI+"/thread/"+c.thread+"/turns/"+turnID+"/stop", c.tok, nil); r.status != 404 {
+			t.Fatalf("stop of a turn not the caller's: %d %s", r.status, r.body)
+		}
+	}
+
+	// Reattach from the start: the events the first client saw, the same
+	// and in order, then the output as it is produced.
+	_, follow, _ := openSSE(t, "GET", s.base+appAPI+"/thread/"+f.tid+"/turns/"+turnID+"/events", f.admin, nil, "Last-Event-ID", "0")
+	var replay []liveEvent
+	for len(replay) < len(first) {
+		ev, ok := nextEvent(t, follow, 10*time.Second)
+		if !ok {
+			t.Fatal("the replay ended early")
+		}
+		replay = append(replay, ev)
+	}
+	for i := range first {
+		if replay[i].name != first[i].name || replay[i].data != first[i].data || replay[i].id != int64(i+1) {
+			t.Fatalf("replayed event %d: %s #%d %s, first seen as %s %s", i, replay[i].name, replay[i].id, replay[i].data, first[i].name, first[i].data)
+		}
+	}
+	// Reattach after the events seen so far: nothing is repeated.
+	_, resumed, _ := openSSE(t, "GET", s.base+appAPI+"/thread/"+f.tid+"/turns/"+turnID+"/events", f.admin, nil, "Last-Event-ID", strconv.Itoa(len(first)))
+
+	time.Sleep(1500 * time.Millisecond)
+	stopAt := time.Now()
+	if r := s.do("POST", appAPI+"/thread/"+f.tid+"/turns/"+turnID+"/stop", f.admin, nil); r.status != 200 {
+		t.Fatalf("stop: %d %s", r.status, r.body)
+	}
+	var rest []liveEvent
+	for {
+		ev, ok := nextEvent(t, resumed, 10*time.Second)
+		if !ok {
+			break
+		}
+		rest = append(rest, ev)
+	}
+	if took := time.Since(stopAt); took > 2*time.Second {
+		t.Fatalf("the stopped turn's stream ended %s after the stop", took)
+	}
+	if len(rest) == 0 || rest[0].id != int64(len(first)+1) || rest[len(rest)-1].name != workspace.StoppedEvent {
+		t.Fatalf("the resumed stream: %+v", rest)
+	}
+	for i := 1; i < len(rest); i++ {
+		if rest[i].id != rest[i-1].id+1 {
+			t.Fatalf("events %d and %d follow each other in the resumed stream", rest[i-1].id, rest[i].id)
+		}
+	}
+	// The first follower saw the same events as the second.
+	var all []liveEvent
+	for {
+		ev, ok := nextEvent(t, follow, 10*time.Second)
+		if !ok {
+			break
+		}
+		all = append(all, ev)
+	}
+	if len(all) != len(rest) || all[len(all)-1].name != workspace.StoppedEvent {
+		t.Fatalf("two followers saw %d and %d events after the replay", len(all), len(rest))
+	}
+	waitFor(t, 10*time.Second, func() bool { return lastStatus(s, f.admin, f.tid) == "assistant stopped" },
+		func() string { return "the stopped turn shows as " + lastStatus(s, f.admin, f.tid) })
+	// Stopping again changes nothing; a Last-Event-ID beyond the log
+	// replays nothing and ends.
+	if r := s.do("POST", appAPI+"/thread/"+f.tid+"/turns/"+turnID+"/stop", f.admin, nil); r.status != 200 || !strings.Contains(string(r.body), `"state":"stopped"`) {
+		t.Fatalf("stop again: %d %s", r.status, r.body)
+	}
+	_, beyond, _ := openSSE(t, "GET", s.base+appAPI+"/thread/"+f.tid+"/turns/"+turnID+"/events", f.admin, nil, "Last-Event-ID", "100000")
+	if ev, ok := nextEvent(t, beyond, 5*time.Second); ok {
+		t.Fatalf("a replay beyond the log sent %+v", ev)
+	}
+	if r := s.do("GET", appAPI+"/thread/"+f.tid+"/turns/"+turnID+"/events?after=x", f.admin, nil); r.status != 400 {
+		t.Fatalf("a bad Last-Event-ID: %d %s", r.status, r.body)
+	}
+
+	fake.Push(textStep("hi back"))
+	r = s.do("POST", appAPI+"/thread/"+f.tid+"/messages", f.admin, map[string]any{"content": "echo hi", "pgpt": map[string]any{"tools": []any{"code_execution"}}})
+	if r.status != 200 || !strings.Contains(string(r.body), "hi back") {
+		t.Fatalf("next turn: %d %s (refused: %v)", r.status, r.body, fake.Refused())
+	}
+	reqs := fake.Requests()
+	roles, texts := upstreamMessages(t, reqs[len(reqs)-1])
+	if strings.Join(roles, ",") != "user,assistant,user" {
+		t.Fatalf("roles of the next request: %v %v", roles, texts)
+	}
+	if strings.Join(texts[0], "|") != "text:count, then write it late" || strings.Join(texts[2], "|") != "text:echo hi" {
+		t.Fatalf("the user messages were merged or changed: %v", texts)
+	}
+	interrupted := strings.Join(texts[1], "|")
+	if !strings.Contains(interrupted, "was interrupted before it ended") || !strings.Contains(interrupted, workspace.InterruptedNote(thread.Ending{Reason: thread.Stopped})) ||
+		strings.Contains(interrupted, "tool_use") {
+		t.Fatalf("the interruption as the model sees it: %v", texts[1])
+	}
+	if dl := s.do("GET", appAPI+"/thread/"+f.tid+"/download-file?path=/mnt/user-data/outputs/late.txt", f.admin, nil); dl.status == 200 {
+		t.Fatalf("the stopped command ran on: late.txt is %q", dl.body)
+	}
+	if refused := fake.Refused(); len(refused) != 0 {
+		t.Fatalf("refused upstream: %v", refused)
+	}
+}
