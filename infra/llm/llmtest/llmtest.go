@@ -1,0 +1,900 @@
+// Package llmtest is the conformance suite every model adapter passes: one
+// set of tests of what the tool loop (app/messages) needs from a
+// messages.Model, run against each adapter (anthropic, openai, runner) as a
+// row, the way infra/sandbox/sandboxtest runs each sandbox backend.
+//
+// Adapters with an upstream talk to a strict fake upstream
+// (infra/llm/fakeupstream) in their own wire format, scripted with the
+// answers the case needs; the runner has no upstream and answers from the
+// code blocks of the prompt. The scripts are written to be what the runner
+// answers to the same prompts, so one case asserts the same content for
+// every row. Every case also checks that no request was one a real provider
+// refuses: the fake upstream's strict rules on the wire, and the same
+// Anthropic rules on each step request the adapter was handed, so the
+// runner's row is held to them too.
+//
+// Rows differ only where Row.Cannot says so, each time with the reason; a
+// case needing a capability the row lacks is skipped with that reason.
+package llmtest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"threadbox/app/messages"
+	"threadbox/infra/llm/fakeupstream"
+	"threadbox/infra/llm/runner"
+	"threadbox/infra/llm/upstream"
+)
+
+// Capability is something a model adapter may be unable to do.
+type Capability string
+
+// The capabilities a row may lack.
+const (
+	// Upstream: the adapter talks to an upstream over HTTP, so it has
+	// upstream errors to report and failed requests to retry.
+	Upstream Capability = "upstream errors and retries"
+	// ClientTools: the model may call the client's own tools, alone or
+	// beside server tools.
+	ClientTools Capability = "client tool calls"
+	// UpstreamPauseTurn: the upstream itself may end a step with
+	// stop_reason pause_turn (its own server tools ran long), which the
+	// adapter must pass on.
+	UpstreamPauseTurn Capability = "pause_turn from the upstream"
+	// MaxTokens: an answer cut at max_tokens says so (stop_reason
+	// max_tokens).
+	MaxTokens Capability = "answers cut at max_tokens"
+)
+
+// Row is one model adapter under test.
+type Row struct {
+	// Format is the wire format the adapter speaks to its upstream; empty
+	// for a model without an upstream (the runner).
+	Format fakeupstream.Format
+	// New returns the adapter. cfg.BaseURL is the fake upstream's address
+	// without /v1; New adds what the adapter expects.
+	New func(cfg upstream.Config) messages.Model
+	// Cannot names what the adapter cannot do and why. The suite skips
+	// the cases that need it, saying so with the reason.
+	Cannot map[Capability]string
+}
+
+// Suite-wide constants: the prompts, and the runner's answers to them that
+// the scripts repeat.
+const (
+	// oneBlock is a prompt the runner answers with one bash call.
+	oneBlock = "Please run this:\n```bash\necho hi\n```\n"
+	// twoBlocks is a prompt the runner answers with two bash calls.
+	twoBlocks = "Run both:\n```bash\necho one\n```\n```bash\necho two\n```\n"
+	// scriptedFinal is the scripted rows' closing text after code ran.
+	scriptedFinal = "The command printed hi."
+)
+
+// Run runs the suite against the adapter of row.
+func Run(t *testing.T, row Row) {
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			for _, need := range c.needs {
+				if why, ok := row.Cannot[need]; ok {
+					t.Skipf("the adapter cannot do %s: %s", need, why)
+				}
+			}
+			for _, stream := range []bool{false, true} {
+				mode := "step"
+				if stream {
+					mode = "stream"
+				}
+				t.Run(mode, func(t *testing.T) {
+					e := newEnv(t, row, stream)
+					c.run(e)
+					e.checkValid()
+				})
+			}
+		})
+	}
+}
+
+// A case is one behaviour, run once without streaming and once streamed.
+type testCase struct {
+	name  string
+	needs []Capability
+	run   func(e *env)
+}
+
+var cases = []testCase{
+	{name: "text", run: testText},
+	{name: "tool_use", run: testToolUse},
+	{name: "tool_history", run: testToolHistory},
+	{name: "max_tokens", needs: []Capability{MaxTokens}, run: testMaxTokens},
+	{name: "server_tools", run: testServerTools},
+	{name: "client_tools_mixed", needs: []Capability{ClientTools}, run: testClientToolsMixed},
+	{name: "loop_pause_turn", run: testLoopPauseTurn},
+	{name: "upstream_pause_turn", needs: []Capability{UpstreamPauseTurn}, run: testUpstreamPauseTurn},
+	{name: "history_without_its_tools", run: testHistoryWithoutTools},
+	{name: "retries", needs: []Capability{Upstream}, run: testRetries},
+	{name: "upstream_errors", needs: []Capability{Upstream}, run: testUpstreamErrors},
+	{name: "cancelled", run: testCancelled},
+}
+
+// env is one case's model, fake upstream and sandbox.
+type env struct {
+	t      *testing.T
+	row    Row
+	stream bool
+	up     *fakeupstream.Server // nil for a row without an upstream
+	model  *recorder
+	exec   *executor
+}
+
+func newEnv(t *testing.T, row Row, stream bool) *env {
+	e := &env{t: t, row: row, stream: stream, exec: &executor{}}
+	if row.Format != "" {
+		e.up = fakeupstream.New()
+		t.Cleanup(e.up.Close)
+	}
+	e.model = &recorder{m: e.adapter(upstream.Config{MaxRetries: 2})}
+	return e
+}
+
+// adapter returns a new adapter talking to the case's fake upstream.
+func (e *env) adapter(cfg upstream.Config) messages.Model {
+	if e.up != nil {
+		cfg.BaseURL = e.up.URL()
+	}
+	cfg.APIKey, cfg.Model = "test-key", "fake-model"
+	if cfg.MaxRetryWait == 0 {
+		cfg.MaxRetryWait = 5 * time.Second
+	}
+	return e.row.New(cfg)
+}
+
+// scripted tells whether the model's answers are the scripted replies.
+func (e *env) scripted() bool { return e.up != nil }
+
+// script queues the upstream's next answers; a row without an upstream
+// answers by itself.
+func (e *env) script(replies ...fakeupstream.Reply) {
+	if e.up != nil {
+		e.up.Push(replies...)
+	}
+}
+
+// step asks the model for one step, streamed or not.
+func (e *env) step(ctx context.Context, m messages.Model, req messages.StepRequest) (*messages.StepResult, error) {
+	if e.stream {
+		return m.StreamStep(ctx, req, func(messages.StepEvent) error { return nil })
+	}
+	return m.Step(ctx, req)
+}
+
+// loop returns the tool loop over the case's model and sandbox.
+func (e *env) loop(cfg messages.Config) *messages.Service {
+	return messages.New(e.model, e.exec, cfg)
+}
+
+// create runs one Messages API request through the loop.
+func (e *env) create(svc *messages.Service, req *messages.Request) *messages.Response {
+	e.t.Helper()
+	req.Stream = e.stream
+	if req.Model == "" {
+		req.Model = "default"
+	}
+	if req.MaxTokens == 0 {
+		req.MaxTokens = 1024
+	}
+	resp, err := svc.Create(context.Background(), req, messages.RunOptions{ContainerID: "container-1"})
+	if err != nil {
+		e.t.Fatalf("loop: %v", err)
+	}
+	return resp
+}
+
+// checkValid fails the case when a request was one a provider refuses.
+func (e *env) checkValid() {
+	e.t.Helper()
+	if e.up != nil {
+		if r := e.up.Refused(); len(r) > 0 {
+			e.t.Errorf("the strict upstream refused %d request(s): %q", len(r), r)
+		}
+	}
+	for _, v := range e.model.problems() {
+		e.t.Error(v)
+	}
+}
+
+// upstreamRequests returns the number of requests the upstream received.
+func (e *env) upstreamRequests() int {
+	if e.up == nil {
+		return 0
+	}
+	return len(e.up.Requests())
+}
+
+// recorder is the adapter under test as the loop sees it: it keeps each
+// step request, checks it against the providers' rules, and checks that a
+// streamed step's events add up to its result.
+type recorder struct {
+	m messages.Model
+
+	mu       sync.Mutex
+	requests []messages.StepRequest
+	problem  []string
+}
+
+func (r *recorder) record(req messages.StepRequest) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.requests = append(r.requests, req)
+	if why := refusal(req); why != "" {
+		r.problem = append(r.problem, fmt.Sprintf("step request %d breaks the providers' rules: %s", len(r.requests), why))
+	}
+}
+
+func (r *recorder) fail(format string, args ...any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.problem = append(r.problem, fmt.Sprintf(format, args...))
+}
+
+func (r *recorder) problems() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.problem)
+}
+
+// Requests returns the step requests the adapter was handed.
+func (r *recorder) Requests() []messages.StepRequest {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.requests)
+}
+
+// Step records req and asks the adapter.
+func (r *recorder) Step(ctx context.Context, req messages.StepRequest) (*messages.StepResult, error) {
+	r.record(req)
+	return r.m.Step(ctx, req)
+}
+
+// StreamStep records req, asks the adapter and checks the events.
+func (r *recorder) StreamStep(ctx context.Context, req messages.StepRequest, emit func(messages.StepEvent) error) (*messages.StepResult, error) {
+	r.record(req)
+	var evs []messages.StepEvent
+	res, err := r.m.StreamStep(ctx, req, func(ev messages.StepEvent) error {
+		evs = append(evs, ev)
+		return emit(ev)
+	})
+	if err == nil {
+		if why := streamMismatch(evs, res); why != "" {
+			r.fail("streamed events do not add up to the step's result: %s", why)
+		}
+	}
+	return res, err
+}
+
+// refusal checks a step request against the Anthropic rules the fake
+// upstream enforces (the loop's requests are in that model whatever the
+// adapter's wire format).
+func refusal(req messages.StepRequest) string {
+	msgs, err := messages.MarshalMessages(req.Messages)
+	if err != nil {
+		return fmt.Sprintf("encode messages: %v", err)
+	}
+	tools, err := json.Marshal(req.Tools)
+	if err != nil {
+		return fmt.Sprintf("encode tools: %v", err)
+	}
+	if len(req.Tools) == 0 {
+		tools = []byte("[]")
+	}
+	body := fmt.Sprintf(`{"messages":%s,"tools":%s}`, msgs, tools)
+	return fakeupstream.Refusal(fakeupstream.Anthropic, json.RawMessage(body))
+}
+
+// streamMismatch returns how the events of a streamed step disagree with
+// its result, or "": blocks start in order from 0, deltas and stops come
+// only for open blocks, every block stops, and the deltas add up to each
+// block's text and input.
+func streamMismatch(evs []messages.StepEvent, res *messages.StepResult) string {
+	if res == nil {
+		return "no result"
+	}
+	open := map[int]bool{}
+	stopped := map[int]bool{}
+	text := map[int]*strings.Builder{}
+	input := map[int]*strings.Builder{}
+	started := 0
+	for n, ev := range evs {
+		switch ev.Kind {
+		case messages.StepBlockStart:
+			if ev.Index != started {
+				return fmt.Sprintf("event %d starts block %d, want %d", n, ev.Index, started)
+			}
+			if ev.Index >= len(res.Content) {
+				return fmt.Sprintf("event %d starts block %d, the result has %d", n, ev.Index, len(res.Content))
+			}
+			want := res.Content[ev.Index]
+			if ev.Block.Type != want.Type || ev.Block.ID != want.ID || ev.Block.Name != want.Name {
+				return fmt.Sprintf("block %d started as %s %q %q, the result has %s %q %q", ev.Index, ev.Block.Type, ev.Block.ID, ev.Block.Name, want.Type, want.ID, want.Name)
+			}
+			open[ev.Index] = true
+			text[ev.Index], input[ev.Index] = &strings.Builder{}, &strings.Builder{}
+			text[ev.Index].WriteString(ev.Block.Text)
+			started++
+		case messages.StepBlockDelta:
+			if !open[ev.Index] {
+				return fmt.Sprintf("event %d: a delta for block %d, which is not open", n, ev.Index)
+			}
+			text[ev.Index].WriteString(ev.Delta.Text)
+			input[ev.Index].WriteString(ev.Delta.PartialJSON)
+		case messages.StepBlockStop:
+			if !open[ev.Index] {
+				return fmt.Sprintf("event %d stops block %d, which is not open", n, ev.Index)
+			}
+			open[ev.Index] = false
+			stopped[ev.Index] = true
+		}
+	}
+	if started != len(res.Content) {
+		return fmt.Sprintf("%d blocks started, the result has %d", started, len(res.Content))
+	}
+	for i, b := range res.Content {
+		if !stopped[i] {
+			return fmt.Sprintf("block %d never stopped", i)
+		}
+		switch b.Type {
+		case messages.BlockText:
+			if got := text[i].String(); got != b.Text {
+				return fmt.Sprintf("block %d: the deltas say %q, the result %q", i, got, b.Text)
+			}
+		case messages.BlockToolUse:
+			if !sameJSON(input[i].String(), string(b.Input)) {
+				return fmt.Sprintf("block %d: the deltas give the input %s, the result %s", i, input[i].String(), b.Input)
+			}
+		}
+	}
+	return ""
+}
+
+// sameJSON tells whether a and b are the same JSON value (empty is {}).
+func sameJSON(a, b string) bool {
+	var va, vb any
+	if strings.TrimSpace(a) == "" {
+		a = "{}"
+	}
+	if strings.TrimSpace(b) == "" {
+		b = "{}"
+	}
+	if json.Unmarshal([]byte(a), &va) != nil || json.Unmarshal([]byte(b), &vb) != nil {
+		return false
+	}
+	return reflect.DeepEqual(va, vb)
+}
+
+// executor is the sandbox: it runs nothing and answers each bash call with
+// "out: <command>\n", recording the commands.
+type executor struct {
+	mu       sync.Mutex
+	commands []string
+}
+
+// Execute records the call and answers it.
+func (x *executor) Execute(_ context.Context, call messages.ToolCall) (*messages.ToolResult, error) {
+	var in struct {
+		Command string `json:"command"`
+	}
+	_ = json.Unmarshal(call.Input, &in)
+	x.mu.Lock()
+	x.commands = append(x.commands, in.Command)
+	x.mu.Unlock()
+	return &messages.ToolResult{Type: messages.ResultBash, Stdout: "out: " + in.Command + "\n"}, nil
+}
+
+func (x *executor) ran() []string {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return slices.Clone(x.commands)
+}
+
+// Building blocks of requests and scripts.
+
+func userText(s string) messages.Message {
+	return messages.Message{Role: messages.RoleUser, Content: []messages.ContentBlock{textBlock(s)}}
+}
+
+func textBlock(s string) messages.ContentBlock {
+	return messages.ContentBlock{Type: messages.BlockText, Text: s}
+}
+
+func toolUse(id, name, input string) messages.ContentBlock {
+	return messages.ContentBlock{Type: messages.BlockToolUse, ID: id, Name: name, Input: json.RawMessage(input)}
+}
+
+// runnerCall is the runner's n-th call: a text saying so and the bash call.
+func runnerCall(n, of int, command string) []messages.ContentBlock {
+	in, _ := json.Marshal(map[string]string{"command": command})
+	return []messages.ContentBlock{
+		textBlock(fmt.Sprintf("Running block %d of %d (bash).", n, of)),
+		toolUse(fmt.Sprintf("toolu_runner_%d", n), messages.SubToolBash, string(in)),
+	}
+}
+
+func reply(blocks ...messages.ContentBlock) fakeupstream.Reply {
+	return fakeupstream.Reply{Content: blocks, Usage: messages.Usage{InputTokens: 11, OutputTokens: 5}}
+}
+
+var (
+	codeExecution = messages.Tool{Type: messages.ToolTypeCodeExecution2508, Name: "code_execution"}
+	weatherTool   = messages.Tool{Name: "get_weather", Description: "The weather in a city.",
+		InputSchema: json.RawMessage(`{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}`)}
+)
+
+func stepRequest(tools []messages.ToolDefinition, msgs ...messages.Message) messages.StepRequest {
+	return messages.StepRequest{Model: "default", MaxTokens: 256, Messages: msgs, Tools: tools}
+}
+
+// checkBlocks fails unless got has the types, names and inputs of want
+// (ids are not compared: the loop gives server calls its own).
+func checkBlocks(t *testing.T, what string, got, want []messages.ContentBlock) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%s: %d blocks %s, want %d %s", what, len(got), describe(got), len(want), describe(want))
+	}
+	for i := range want {
+		g, w := got[i], want[i]
+		ok := g.Type == w.Type && g.Name == w.Name
+		switch w.Type {
+		case messages.BlockText:
+			ok = ok && (g.Text == w.Text || w.Text == "*" && strings.TrimSpace(g.Text) != "")
+		case messages.BlockToolUse, messages.BlockServerToolUse:
+			ok = ok && sameJSON(string(g.Input), string(w.Input)) && g.ID != ""
+		}
+		if !ok {
+			t.Fatalf("%s: block %d is %s, want %s", what, i, describe(got[i:i+1]), describe(want[i:i+1]))
+		}
+	}
+}
+
+func describe(blocks []messages.ContentBlock) string {
+	var parts []string
+	for _, b := range blocks {
+		switch b.Type {
+		case messages.BlockText:
+			parts = append(parts, fmt.Sprintf("text %q", b.Text))
+		case messages.BlockToolUse, messages.BlockServerToolUse:
+			parts = append(parts, fmt.Sprintf("%s %s %s %s", b.Type, b.ID, b.Name, b.Input))
+		default:
+			parts = append(parts, b.Type+" for "+b.ToolUseID)
+		}
+	}
+	return "[" + strings.Join(parts, "; ") + "]"
+}
+
+// final is the closing text after code ran: the script's, or any text for
+// the runner (its summary).
+func (e *env) final() string {
+	if e.scripted() {
+		return scriptedFinal
+	}
+	return "*"
+}
+
+// The cases.
+
+// testText: a plain question gets a text answer with end_turn.
+func testText(e *env) {
+	e.script(reply(textBlock(runner.ConfigureHint)))
+	res, err := e.step(context.Background(), e.model, stepRequest(nil, userText("Hello, who are you?")))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	checkBlocks(e.t, "answer", res.Content, []messages.ContentBlock{textBlock(runner.ConfigureHint)})
+	if res.StopReason != messages.StopEndTurn {
+		e.t.Errorf("stop_reason = %q, want end_turn", res.StopReason)
+	}
+	if res.Usage.OutputTokens <= 0 {
+		e.t.Errorf("usage = %+v: no output tokens", res.Usage)
+	}
+	if e.scripted() && (res.Usage.InputTokens != 11 || res.Usage.OutputTokens != 5) {
+		e.t.Errorf("usage = %+v, want the upstream's 11 in, 5 out", res.Usage)
+	}
+	if n := e.upstreamRequests(); e.scripted() && n != 1 {
+		e.t.Errorf("%d upstream requests, want 1", n)
+	}
+}
+
+// testToolUse: a step calling a tool ends with tool_use and the call's
+// id, name and input.
+func testToolUse(e *env) {
+	call := runnerCall(1, 1, "echo hi")
+	e.script(reply(call...))
+	res, err := e.step(context.Background(), e.model, stepRequest(messages.SubToolDefinitions(), userText(oneBlock)))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	checkBlocks(e.t, "answer", res.Content, call)
+	if res.StopReason != messages.StopToolUse {
+		e.t.Errorf("stop_reason = %q, want tool_use", res.StopReason)
+	}
+	if e.scripted() && res.Content[1].ID != call[1].ID {
+		e.t.Errorf("tool_use id = %q, want the upstream's %q", res.Content[1].ID, call[1].ID)
+	}
+}
+
+// testToolHistory: a history of a call and its result reaches the model as
+// a call and a result the provider accepts, and the model answers.
+func testToolHistory(e *env) {
+	call := runnerCall(1, 1, "echo hi")
+	result, _ := json.Marshal(`{"type":"bash_code_execution_result","stdout":"hi\n","stderr":"","return_code":0,"content":[]}`)
+	msgs := []messages.Message{
+		userText(oneBlock),
+		{Role: messages.RoleAssistant, Content: call},
+		{Role: messages.RoleUser, Content: []messages.ContentBlock{{Type: messages.BlockToolResult, ToolUseID: call[1].ID, Content: result}}},
+	}
+	e.script(reply(textBlock(scriptedFinal)))
+	res, err := e.step(context.Background(), e.model, stepRequest(messages.SubToolDefinitions(), msgs...))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	checkBlocks(e.t, "answer", res.Content, []messages.ContentBlock{textBlock(e.final())})
+	if res.StopReason != messages.StopEndTurn {
+		e.t.Errorf("stop_reason = %q, want end_turn", res.StopReason)
+	}
+	if e.scripted() {
+		body := string(e.up.Requests()[0].Body)
+		if n := strings.Count(body, call[1].ID); n != 2 {
+			e.t.Errorf("the upstream request names the call %s %d times, want 2 (call and result): %s", call[1].ID, n, body)
+		}
+	}
+}
+
+// testMaxTokens: an answer cut at max_tokens says so.
+func testMaxTokens(e *env) {
+	e.script(fakeupstream.Reply{Content: []messages.ContentBlock{textBlock("The answer is cut")}, StopReason: messages.StopMaxTokens})
+	res, err := e.step(context.Background(), e.model, stepRequest(nil, userText("Write a long essay.")))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	checkBlocks(e.t, "answer", res.Content, []messages.ContentBlock{textBlock("The answer is cut")})
+	if res.StopReason != messages.StopMaxTokens {
+		e.t.Errorf("stop_reason = %q, want max_tokens", res.StopReason)
+	}
+}
+
+// testServerTools: through the loop, a bash call runs in the sandbox, its
+// result is shown right after it and fed back, and the model closes.
+func testServerTools(e *env) {
+	e.script(reply(runnerCall(1, 1, "echo hi")...), reply(textBlock(scriptedFinal)))
+	resp := e.create(e.loop(messages.Config{}), &messages.Request{
+		Messages: []messages.Message{userText(oneBlock)}, Tools: []messages.Tool{codeExecution}})
+	checkBlocks(e.t, "response", resp.Content, []messages.ContentBlock{
+		textBlock("Running block 1 of 1 (bash)."),
+		{Type: messages.BlockServerToolUse, Name: messages.SubToolBash, Input: json.RawMessage(`{"command":"echo hi"}`)},
+		{Type: messages.BlockBashResult},
+		textBlock(e.final()),
+	})
+	use, res := resp.Content[1], resp.Content[2]
+	if !strings.HasPrefix(use.ID, "srvtoolu_") || res.ToolUseID != use.ID || res.Result == nil || res.Result.Stdout != "out: echo hi\n" {
+		e.t.Errorf("server_tool_use %s answered by %s with %+v", use.ID, res.ToolUseID, res.Result)
+	}
+	if resp.StopReason != messages.StopEndTurn {
+		e.t.Errorf("stop_reason = %q, want end_turn", resp.StopReason)
+	}
+	if resp.Usage.ServerToolUse == nil || resp.Usage.ServerToolUse.CodeExecutionRequests != 1 {
+		e.t.Errorf("usage = %+v, want one code execution request", resp.Usage)
+	}
+	if got := e.exec.ran(); !slices.Equal(got, []string{"echo hi"}) {
+		e.t.Errorf("the sandbox ran %q, want [echo hi]", got)
+	}
+	reqs := e.model.Requests()
+	if len(reqs) != 2 {
+		e.t.Fatalf("%d model steps, want 2", len(reqs))
+	}
+	for i, r := range reqs {
+		if !offers(r, messages.SubToolBash, messages.SubToolTextEditor) {
+			e.t.Errorf("step %d offers %q, want the code-execution sub-tools", i+1, toolNames(r))
+		}
+	}
+	last := reqs[1].Messages[len(reqs[1].Messages)-1]
+	if last.Role != messages.RoleUser || last.Content[0].Type != messages.BlockToolResult || last.Content[0].ToolUseID != use.ID ||
+		!strings.Contains(string(last.Content[0].Content), "out: echo hi") {
+		e.t.Errorf("the second step ends with %s, want the call's result", describe(last.Content))
+	}
+	if n := e.upstreamRequests(); e.scripted() && n != 2 {
+		e.t.Errorf("%d upstream requests, want 2", n)
+	}
+}
+
+// testClientToolsMixed: a step calling a client tool beside a server call
+// ends the turn with both calls; the next request, with the client's
+// result, runs the server call first and gives the model both results.
+func testClientToolsMixed(e *env) {
+	e.script(reply(textBlock("Checking."), toolUse("toolu_srv", messages.SubToolBash, `{"command":"date"}`),
+		toolUse("toolu_weather", "get_weather", `{"city":"Paris"}`)))
+	svc := e.loop(messages.Config{})
+	tools := []messages.Tool{codeExecution, weatherTool}
+	first := e.create(svc, &messages.Request{Messages: []messages.Message{userText("What is the date and the weather in Paris?")}, Tools: tools})
+	checkBlocks(e.t, "first response", first.Content, []messages.ContentBlock{
+		textBlock("Checking."),
+		{Type: messages.BlockServerToolUse, Name: messages.SubToolBash, Input: json.RawMessage(`{"command":"date"}`)},
+		toolUse("toolu_weather", "get_weather", `{"city":"Paris"}`),
+	})
+	if first.StopReason != messages.StopToolUse || first.Content[2].ID != "toolu_weather" {
+		e.t.Fatalf("stop_reason %q, client call %q: want tool_use and the model's id", first.StopReason, first.Content[2].ID)
+	}
+	if got := e.exec.ran(); len(got) != 0 {
+		e.t.Fatalf("the sandbox ran %q before the client answered", got)
+	}
+
+	e.script(reply(textBlock(scriptedFinal)))
+	answer, _ := json.Marshal("sunny, 21 °C")
+	second := e.create(svc, &messages.Request{Tools: tools, Messages: []messages.Message{
+		userText("What is the date and the weather in Paris?"),
+		{Role: messages.RoleAssistant, Content: first.Content},
+		{Role: messages.RoleUser, Content: []messages.ContentBlock{{Type: messages.BlockToolResult, ToolUseID: "toolu_weather", Content: answer}}},
+	}})
+	checkBlocks(e.t, "second response", second.Content, []messages.ContentBlock{{Type: messages.BlockBashResult}, textBlock(scriptedFinal)})
+	if second.Content[0].ToolUseID != first.Content[1].ID || second.StopReason != messages.StopEndTurn {
+		e.t.Errorf("second response: result for %q, stop %q; want the pending call %q, end_turn", second.Content[0].ToolUseID, second.StopReason, first.Content[1].ID)
+	}
+	if got := e.exec.ran(); !slices.Equal(got, []string{"date"}) {
+		e.t.Errorf("the sandbox ran %q, want [date]", got)
+	}
+	reqs := e.model.Requests()
+	last := reqs[len(reqs)-1]
+	if !offers(last, messages.SubToolBash, "get_weather") {
+		e.t.Errorf("the last step offers %q", toolNames(last))
+	}
+	results := map[string]string{}
+	for _, b := range last.Messages[len(last.Messages)-1].Content {
+		if b.Type == messages.BlockToolResult {
+			results[b.ToolUseID] = string(b.Content)
+		}
+	}
+	if len(results) != 2 || !strings.Contains(results[first.Content[1].ID], "out: date") || !strings.Contains(results["toolu_weather"], "sunny") {
+		e.t.Errorf("the last step's results = %v, want the server's and the client's", results)
+	}
+}
+
+// testLoopPauseTurn: past MaxToolIterations the loop pauses right after a
+// result; sending the paused turn back continues it, without running a
+// command twice, until the model is done.
+func testLoopPauseTurn(e *env) {
+	e.script(reply(runnerCall(1, 2, "echo one")...), reply(runnerCall(2, 2, "echo two")...), reply(textBlock(scriptedFinal)))
+	svc := e.loop(messages.Config{MaxToolIterations: 1})
+	history := []messages.Message{userText(twoBlocks)}
+	var assistant []messages.ContentBlock
+	for i, want := range []string{"echo one", "echo two"} {
+		resp := e.create(svc, &messages.Request{Messages: history, Tools: []messages.Tool{codeExecution}})
+		if resp.StopReason != messages.StopPauseTurn {
+			e.t.Fatalf("request %d: stop_reason %q, want pause_turn", i+1, resp.StopReason)
+		}
+		in, _ := json.Marshal(map[string]string{"command": want})
+		checkBlocks(e.t, fmt.Sprintf("response %d", i+1), resp.Content, []messages.ContentBlock{
+			textBlock(fmt.Sprintf("Running block %d of 2 (bash).", i+1)),
+			{Type: messages.BlockServerToolUse, Name: messages.SubToolBash, Input: in},
+			{Type: messages.BlockBashResult},
+		})
+		assistant = append(assistant, resp.Content...)
+		history = []messages.Message{userText(twoBlocks), {Role: messages.RoleAssistant, Content: assistant}}
+	}
+	resp := e.create(svc, &messages.Request{Messages: history, Tools: []messages.Tool{codeExecution}})
+	checkBlocks(e.t, "last response", resp.Content, []messages.ContentBlock{textBlock(e.final())})
+	if resp.StopReason != messages.StopEndTurn {
+		e.t.Errorf("stop_reason = %q, want end_turn", resp.StopReason)
+	}
+	if got := e.exec.ran(); !slices.Equal(got, []string{"echo one", "echo two"}) {
+		e.t.Errorf("the sandbox ran %q, want [echo one echo two], each once", got)
+	}
+}
+
+// testUpstreamPauseTurn: an upstream's own pause_turn is passed on, by the
+// adapter and by the loop.
+func testUpstreamPauseTurn(e *env) {
+	e.script(fakeupstream.Reply{Content: []messages.ContentBlock{textBlock("Still searching.")}, StopReason: messages.StopPauseTurn})
+	res, err := e.step(context.Background(), e.model, stepRequest(nil, userText("Search the web.")))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if res.StopReason != messages.StopPauseTurn {
+		e.t.Errorf("adapter: stop_reason = %q, want pause_turn", res.StopReason)
+	}
+	e.script(fakeupstream.Reply{Content: []messages.ContentBlock{textBlock("Still searching.")}, StopReason: messages.StopPauseTurn})
+	resp := e.create(e.loop(messages.Config{}), &messages.Request{Messages: []messages.Message{userText("Search the web.")}})
+	checkBlocks(e.t, "response", resp.Content, []messages.ContentBlock{textBlock("Still searching.")})
+	if resp.StopReason != messages.StopPauseTurn {
+		e.t.Errorf("loop: stop_reason = %q, want pause_turn", resp.StopReason)
+	}
+}
+
+// testHistoryWithoutTools: a history holding tool blocks of tools the
+// request no longer offers (code execution switched off, a client tool
+// dropped) still reaches the model as a request the provider accepts, with
+// the calls readable as text.
+func testHistoryWithoutTools(e *env) {
+	srv := "srvtoolu_earlier"
+	earlier, _ := json.Marshal("sunny")
+	histories := []struct {
+		name    string
+		msgs    []messages.Message
+		mention string
+	}{
+		{"code execution off", []messages.Message{
+			userText(oneBlock),
+			{Role: messages.RoleAssistant, Content: []messages.ContentBlock{
+				textBlock("Running block 1 of 1 (bash)."),
+				{Type: messages.BlockServerToolUse, ID: srv, Name: messages.SubToolBash, Input: json.RawMessage(`{"command":"echo hi"}`)},
+				{Type: messages.BlockBashResult, ToolUseID: srv, Result: &messages.ToolResult{Type: messages.ResultBash, Stdout: "hi\n"}},
+				textBlock("It printed hi."),
+			}},
+			userText("Thanks. And who are you?"),
+		}, "echo hi"},
+		{"a client tool dropped", []messages.Message{
+			userText("Weather in Paris?"),
+			{Role: messages.RoleAssistant, Content: []messages.ContentBlock{toolUse("toolu_w", "get_weather", `{"city":"Paris"}`)}},
+			{Role: messages.RoleUser, Content: []messages.ContentBlock{{Type: messages.BlockToolResult, ToolUseID: "toolu_w", Content: earlier}}},
+			{Role: messages.RoleAssistant, Content: []messages.ContentBlock{textBlock("It is sunny.")}},
+			userText("Thanks. And who are you?"),
+		}, "get_weather"},
+	}
+	svc := e.loop(messages.Config{})
+	for _, h := range histories {
+		e.script(reply(textBlock(runner.ConfigureHint)))
+		resp := e.create(svc, &messages.Request{Messages: h.msgs})
+		checkBlocks(e.t, h.name, resp.Content, []messages.ContentBlock{textBlock(runner.ConfigureHint)})
+		if resp.StopReason != messages.StopEndTurn {
+			e.t.Errorf("%s: stop_reason = %q, want end_turn", h.name, resp.StopReason)
+		}
+		reqs := e.model.Requests()
+		sent, err := messages.MarshalMessages(reqs[len(reqs)-1].Messages)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		if s := string(sent); strings.Contains(s, `"tool_use"`) || strings.Contains(s, `"tool_result"`) || !strings.Contains(s, h.mention) {
+			e.t.Errorf("%s: the model was sent %s, want the calls as text naming %q", h.name, s, h.mention)
+		}
+	}
+}
+
+// testRetries: an upstream's 429, 529 and 5xx are retried (after its
+// retry-after), up to MaxRetries; then the error is reported with its kind.
+func testRetries(e *env) {
+	wait := fakeupstream.RetryAfter(time.Millisecond)
+	ok := reply(textBlock("ok"))
+	fail := func(status int) fakeupstream.Reply {
+		return fakeupstream.Reply{Status: status, Header: wait, ErrorMessage: fmt.Sprintf("scripted %d", status)}
+	}
+	tests := []struct {
+		name     string
+		replies  []fakeupstream.Reply
+		requests int
+		status   int    // of the UpstreamError; 0 means the step succeeds
+		reported int    // the status messages.ErrorStatus answers the client with
+		kind     string // and its error type
+	}{
+		{"429 then ok", []fakeupstream.Reply{fail(429), ok}, 2, 0, 0, ""},
+		{"529 then ok", []fakeupstream.Reply{fail(529), ok}, 2, 0, 0, ""},
+		{"500 then ok", []fakeupstream.Reply{fail(500), ok}, 2, 0, 0, ""},
+		{"503 twice then ok", []fakeupstream.Reply{fail(503), fail(503), ok}, 3, 0, 0, ""},
+		{"429 past the retries", []fakeupstream.Reply{fail(429), fail(429), fail(429), ok}, 3, 429, 429, "rate_limit_error"},
+		{"529 past the retries", []fakeupstream.Reply{fail(529), fail(529), fail(529), ok}, 3, 529, 502, "api_error"},
+		{"500 past the retries", []fakeupstream.Reply{fail(500), fail(500), fail(500), ok}, 3, 500, 502, "api_error"},
+		{"400 is not retried", []fakeupstream.Reply{fail(400), ok}, 1, 400, 400, "invalid_request_error"},
+		{"401 is not retried", []fakeupstream.Reply{fail(401), ok}, 1, 401, 502, "api_error"},
+	}
+	for _, tc := range tests {
+		e.t.Run(tc.name, func(t *testing.T) {
+			up := fakeupstream.New(tc.replies...)
+			defer up.Close()
+			sub := &env{t: t, row: e.row, stream: e.stream, up: up}
+			m := sub.adapter(upstream.Config{MaxRetries: 2})
+			res, err := sub.step(context.Background(), m, stepRequest(nil, userText("hi")))
+			if n := len(up.Requests()); n != tc.requests {
+				t.Errorf("%d upstream requests, want %d", n, tc.requests)
+			}
+			if tc.status == 0 {
+				if err != nil {
+					t.Fatal(err)
+				}
+				checkBlocks(t, "answer", res.Content, []messages.ContentBlock{textBlock("ok")})
+				return
+			}
+			checkUpstreamError(t, err, tc.status, fmt.Sprintf("scripted %d", tc.status), tc.reported, tc.kind)
+			if r := up.Refused(); len(r) > 0 {
+				t.Errorf("refused: %q", r)
+			}
+		})
+	}
+}
+
+// checkUpstreamError fails unless err is the upstream's error of status
+// (0: mid-stream), with its message, reported to the client as
+// reported/kind.
+func checkUpstreamError(t *testing.T, err error, status int, message string, reported int, kind string) {
+	t.Helper()
+	var ue *messages.UpstreamError
+	if !errors.As(err, &ue) {
+		t.Fatalf("error = %v (%T), want a *messages.UpstreamError", err, err)
+	}
+	if ue.StatusCode != status || message != "" && !strings.Contains(ue.Message, message) {
+		t.Errorf("error = %+v, want status %d and the message %q", ue, status, message)
+	}
+	if got, body := messages.ErrorStatus(err); got != reported || body.Type != kind {
+		t.Errorf("reported as %d %s, want %d %s", got, body.Type, reported, kind)
+	}
+}
+
+// testUpstreamErrors: failures that are not retried — a stream that fails
+// or is cut after it started, an upstream that cannot be reached.
+func testUpstreamErrors(e *env) {
+	if e.stream {
+		for _, tc := range []struct {
+			name  string
+			reply fakeupstream.Reply
+		}{
+			{"an error event mid-stream", fakeupstream.Reply{Content: []messages.ContentBlock{textBlock("a long answer that fails")}, FailAfter: 3, ErrorMessage: "scripted failure"}},
+			{"the connection cut mid-stream", fakeupstream.Reply{Content: []messages.ContentBlock{textBlock("a long answer that is cut")}, CutAfter: 3}},
+		} {
+			e.t.Run(tc.name, func(t *testing.T) {
+				up := fakeupstream.New(tc.reply, reply(textBlock("ok")))
+				defer up.Close()
+				sub := &env{t: t, row: e.row, stream: true, up: up}
+				_, err := sub.step(context.Background(), sub.adapter(upstream.Config{MaxRetries: 2}), stepRequest(nil, userText("hi")))
+				if n := len(up.Requests()); n != 1 {
+					t.Errorf("%d upstream requests, want 1: a started stream is not retried", n)
+				}
+				checkUpstreamError(t, err, 0, "", 502, "api_error")
+			})
+		}
+	}
+	e.t.Run("unreachable", func(t *testing.T) {
+		up := fakeupstream.New()
+		up.Close() // its address now refuses connections
+		sub := &env{t: t, row: e.row, stream: e.stream, up: up}
+		_, err := sub.step(context.Background(), sub.adapter(upstream.Config{MaxRetries: -1}), stepRequest(nil, userText("hi")))
+		if !errors.Is(err, messages.ErrUpstreamUnavailable) {
+			t.Fatalf("error = %v, want ErrUpstreamUnavailable", err)
+		}
+		if status, body := messages.ErrorStatus(err); status != 503 || body.Type != "api_error" {
+			t.Errorf("reported as %d %s, want 503 api_error", status, body.Type)
+		}
+	})
+}
+
+// testCancelled: a step whose request has ended fails with the context's
+// error, whatever the adapter.
+func testCancelled(e *env) {
+	e.script(fakeupstream.Reply{Content: []messages.ContentBlock{textBlock("late")}, Delay: 10 * time.Second})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := e.step(ctx, e.model, stepRequest(nil, userText("hi")))
+	if !errors.Is(err, context.Canceled) {
+		e.t.Fatalf("error = %v, want context.Canceled", err)
+	}
+}
+
+func offers(r messages.StepRequest, names ...string) bool {
+	have := toolNames(r)
+	for _, n := range names {
+		if !slices.Contains(have, n) {
+			return false
+		}
+	}
+	return true
+}
+
+func toolNames(r messages.StepRequest) []string {
+	var out []string
+	for _, t := range r.Tools {
+		out = append(out, t.Name)
+	}
+	return out
+}
