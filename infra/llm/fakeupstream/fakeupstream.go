@@ -42,6 +42,9 @@ type Reply struct {
 	Content []messages.ContentBlock
 	// StopReason defaults to tool_use when Content calls a tool, else end_turn.
 	StopReason string
+	// StopSequence is the stop sequence that ended the answer, for
+	// StopReason stop_sequence (the OpenAI format has no place for it).
+	StopSequence string
 	// Usage is reported as is.
 	Usage messages.Usage
 	// FailAfter, when positive, ends a streamed answer with an error after
@@ -247,9 +250,13 @@ func anthropicMessage(rep Reply, content []messages.ContentBlock) *messages.Resp
 	if content == nil {
 		content = []messages.ContentBlock{}
 	}
+	var seq *string
+	if rep.StopSequence != "" {
+		seq = &rep.StopSequence
+	}
 	return &messages.Response{
 		ID: "msg_fake", Type: "message", Role: messages.RoleAssistant, Model: "fake-model",
-		Content: content, StopReason: rep.StopReason, Usage: rep.Usage,
+		Content: content, StopReason: rep.StopReason, StopSequence: seq, Usage: rep.Usage,
 	}
 }
 
@@ -326,7 +333,7 @@ func streamAnthropic(w http.ResponseWriter, rep Reply) {
 		s.raw("event: error\ndata: " + string(b) + "\n\n")
 	}
 	start := anthropicMessage(rep, nil)
-	start.StopReason = ""
+	start.StopReason, start.StopSequence = "", nil
 	start.Usage = messages.Usage{InputTokens: rep.Usage.InputTokens}
 	if !s.event(messages.EventMessageStart, messages.Event{Type: messages.EventMessageStart, Message: start}, fail) {
 		return
@@ -343,7 +350,8 @@ func streamAnthropic(w http.ResponseWriter, rep Reply) {
 			for _, c := range chunks(b.Text, 16) {
 				deltas = append(deltas, messages.BlockDelta{Type: messages.DeltaText, Text: c})
 			}
-		case messages.BlockToolUse:
+		case messages.BlockToolUse, messages.BlockServerToolUse:
+			// As Anthropic streams them: the input comes in deltas.
 			st.Input = json.RawMessage(`{}`)
 			for _, c := range chunks(string(b.Input), 16) {
 				deltas = append(deltas, messages.BlockDelta{Type: messages.DeltaInputJSON, PartialJSON: c})
@@ -362,7 +370,7 @@ func streamAnthropic(w http.ResponseWriter, rep Reply) {
 		}
 	}
 	u := rep.Usage
-	if !s.event(messages.EventMessageDelta, messages.Event{Type: messages.EventMessageDelta, MessageDelta: &messages.MessageDelta{StopReason: rep.StopReason}, Usage: &u}, fail) {
+	if !s.event(messages.EventMessageDelta, messages.Event{Type: messages.EventMessageDelta, MessageDelta: &messages.MessageDelta{StopReason: rep.StopReason, StopSequence: anthropicMessage(rep, nil).StopSequence}, Usage: &u}, fail) {
 		return
 	}
 	s.event(messages.EventMessageStop, messages.Event{Type: messages.EventMessageStop}, fail)

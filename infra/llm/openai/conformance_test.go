@@ -22,6 +22,8 @@ func TestConformance(t *testing.T) {
 		Cannot: map[llmtest.Capability]string{
 			llmtest.UpstreamPauseTurn: "chat completions has no pause_turn: its finish reasons are stop, length, " +
 				"tool_calls, content_filter and function_call, and such servers run no tools of their own that could pause",
+			llmtest.StopSequence:        "chat completions reports a stop sequence as finish_reason stop, without saying which one matched",
+			llmtest.UpstreamServerTools: "chat-completions servers run no typed server tools of their own; the adapter offers only function tools",
 		},
 	})
 }
