@@ -38,6 +38,9 @@ type Reply struct {
 	// error; ErrorType defaults from Status.
 	ErrorType    string
 	ErrorMessage string
+	// ErrorBody, when set, is an error answer's body as is, in place of
+	// the provider's JSON error (a proxy's HTML page, a plain-text 404).
+	ErrorBody string
 	// Content is the assistant's turn: text and tool_use blocks.
 	Content []messages.ContentBlock
 	// StopReason defaults to tool_use when Content calls a tool, else end_turn.
@@ -228,6 +231,12 @@ func errorType(rep Reply) string {
 }
 
 func writeError(f Format, w http.ResponseWriter, rep Reply) {
+	if rep.ErrorBody != "" {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		w.WriteHeader(rep.Status)
+		_, _ = fmt.Fprint(w, rep.ErrorBody)
+		return
+	}
 	msg := rep.ErrorMessage
 	if msg == "" {
 		msg = http.StatusText(rep.Status)

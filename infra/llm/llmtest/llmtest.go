@@ -899,6 +899,31 @@ func testUpstreamErrors(e *env) {
 			})
 		}
 	}
+	for _, tc := range []struct {
+		name     string
+		reply    fakeupstream.Reply
+		requests int
+		reported int
+		kind     string
+	}{
+		{"a proxy's HTML error page", fakeupstream.Reply{Status: 502, Header: fakeupstream.RetryAfter(time.Millisecond),
+			ErrorBody: "<html><body><h1>502 Bad Gateway</h1></body></html>"}, 3, 502, "api_error"},
+		{"a plain-text 404 of a wrong base URL", fakeupstream.Reply{Status: 404, ErrorBody: "404 page not found\n"}, 1, 404, "invalid_request_error"},
+	} {
+		e.t.Run(tc.name, func(t *testing.T) {
+			up := fakeupstream.New(tc.reply, tc.reply, tc.reply)
+			defer up.Close()
+			sub := &env{t: t, row: e.row, stream: e.stream, up: up}
+			_, err := sub.step(context.Background(), sub.adapter(upstream.Config{MaxRetries: 2}), stepRequest(nil, userText("hi")))
+			if n := len(up.Requests()); n != tc.requests {
+				t.Errorf("%d upstream requests, want %d", n, tc.requests)
+			}
+			checkUpstreamError(t, err, tc.reply.Status, "", tc.reported, tc.kind)
+			if _, body := messages.ErrorStatus(err); strings.TrimSpace(body.Message) == "" {
+				t.Errorf("the client is told %+v: an error without a message", body)
+			}
+		})
+	}
 	e.t.Run("unreachable", func(t *testing.T) {
 		up := fakeupstream.New()
 		up.Close() // its address now refuses connections

@@ -448,7 +448,14 @@ func upstreamError(ctx context.Context, err error, beforeStream bool) error {
 		case typ == "":
 			typ = "invalid_request_error"
 		}
-		return &messages.UpstreamError{StatusCode: apiErr.StatusCode, Type: typ, Message: apiErr.Message}
+		msg := apiErr.Message
+		if msg == "" {
+			// The body was not an OpenAI error (a proxy's page, a plain
+			// 404 of a wrong base URL): the client gets the status's
+			// text, never an error without a message.
+			msg = http.StatusText(apiErr.StatusCode)
+		}
+		return &messages.UpstreamError{StatusCode: apiErr.StatusCode, Type: typ, Message: msg}
 	}
 	if !beforeStream {
 		msg := "The model upstream stream failed."
