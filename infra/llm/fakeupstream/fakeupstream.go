@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"threadbox/app/messages"
 )
@@ -325,12 +326,21 @@ func (s *sse) raw(text string) {
 	}
 }
 
-// chunks splits s into pieces of at most n bytes.
+// chunks splits s into pieces of at most n bytes (more for a rune that
+// does not fit), never inside a UTF-8 sequence: each piece is a JSON
+// string of its own, as a provider sends it.
 func chunks(s string, n int) []string {
 	var out []string
 	for len(s) > n {
-		out = append(out, s[:n])
-		s = s[n:]
+		cut := n
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		if cut == 0 {
+			_, cut = utf8.DecodeRuneInString(s)
+		}
+		out = append(out, s[:cut])
+		s = s[cut:]
 	}
 	return append(out, s)
 }
@@ -358,6 +368,14 @@ func streamAnthropic(w http.ResponseWriter, rep Reply) {
 			st.Text = ""
 			for _, c := range chunks(b.Text, 16) {
 				deltas = append(deltas, messages.BlockDelta{Type: messages.DeltaText, Text: c})
+			}
+		case messages.BlockThinking:
+			st.Thinking, st.Signature = "", ""
+			for _, c := range chunks(b.Thinking, 16) {
+				deltas = append(deltas, messages.BlockDelta{Type: messages.DeltaThinking, Thinking: c})
+			}
+			if b.Signature != "" {
+				deltas = append(deltas, messages.BlockDelta{Type: messages.DeltaSignature, Signature: b.Signature})
 			}
 		case messages.BlockToolUse, messages.BlockServerToolUse:
 			// As Anthropic streams them: the input comes in deltas.

@@ -60,6 +60,12 @@ const (
 	// (an operator's ALLOW_TOOL_TYPES, e.g. Anthropic's web search), whose
 	// server_tool_use and result blocks pass through threadbox both ways.
 	UpstreamServerTools Capability = "the upstream's own server tools"
+	// Thinking: the model's thinking blocks (with their signatures) come
+	// back, streamed as thinking and signature deltas, and go back to the
+	// model unchanged with the tool calls they led to.
+	Thinking Capability = "thinking blocks"
+	// ParallelCalls: one step may call several tools at once.
+	ParallelCalls Capability = "several tool calls in one step"
 )
 
 // knownBugs are cases that fail today for a reason outside the adapters,
@@ -93,7 +99,8 @@ const (
 	// twoBlocks is a prompt the runner answers with two bash calls.
 	twoBlocks = "Run both:\n```bash\necho one\n```\n```bash\necho two\n```\n"
 	// scriptedFinal is the scripted rows' closing text after code ran.
-	scriptedFinal = "The command printed hi."
+	// Its runes of two to four bytes are split across stream chunks.
+	scriptedFinal = "The command printed hi — ✓, Grüße aus 東京 🌸."
 )
 
 // Run runs the suite against the adapter of row.
@@ -134,6 +141,8 @@ var cases = []testCase{
 	{name: "max_tokens", needs: []Capability{MaxTokens}, run: testMaxTokens},
 	{name: "stop_sequence", needs: []Capability{StopSequence}, run: testStopSequence},
 	{name: "server_tools", run: testServerTools},
+	{name: "parallel_server_calls", needs: []Capability{ParallelCalls}, run: testParallelServerCalls},
+	{name: "thinking", needs: []Capability{Thinking}, run: testThinking},
 	{name: "client_tools_mixed", needs: []Capability{ClientTools}, run: testClientToolsMixed},
 	{name: "loop_pause_turn", run: testLoopPauseTurn},
 	{name: "upstream_pause_turn", needs: []Capability{UpstreamPauseTurn}, run: testUpstreamPauseTurn},
@@ -330,6 +339,8 @@ func streamMismatch(evs []messages.StepEvent, res *messages.StepResult) string {
 	stopped := map[int]bool{}
 	text := map[int]*strings.Builder{}
 	input := map[int]*strings.Builder{}
+	thinking := map[int]*strings.Builder{}
+	signature := map[int]*strings.Builder{}
 	started := 0
 	for n, ev := range evs {
 		switch ev.Kind {
@@ -346,7 +357,10 @@ func streamMismatch(evs []messages.StepEvent, res *messages.StepResult) string {
 			}
 			open[ev.Index] = true
 			text[ev.Index], input[ev.Index] = &strings.Builder{}, &strings.Builder{}
+			thinking[ev.Index], signature[ev.Index] = &strings.Builder{}, &strings.Builder{}
 			text[ev.Index].WriteString(ev.Block.Text)
+			thinking[ev.Index].WriteString(ev.Block.Thinking)
+			signature[ev.Index].WriteString(ev.Block.Signature)
 			started++
 		case messages.StepBlockDelta:
 			if !open[ev.Index] {
@@ -354,6 +368,8 @@ func streamMismatch(evs []messages.StepEvent, res *messages.StepResult) string {
 			}
 			text[ev.Index].WriteString(ev.Delta.Text)
 			input[ev.Index].WriteString(ev.Delta.PartialJSON)
+			thinking[ev.Index].WriteString(ev.Delta.Thinking)
+			signature[ev.Index].WriteString(ev.Delta.Signature)
 		case messages.StepBlockStop:
 			if !open[ev.Index] {
 				return fmt.Sprintf("event %d stops block %d, which is not open", n, ev.Index)
@@ -373,6 +389,10 @@ func streamMismatch(evs []messages.StepEvent, res *messages.StepResult) string {
 		case messages.BlockText:
 			if got := text[i].String(); got != b.Text {
 				return fmt.Sprintf("block %d: the deltas say %q, the result %q", i, got, b.Text)
+			}
+		case messages.BlockThinking:
+			if thinking[i].String() != b.Thinking || signature[i].String() != b.Signature {
+				return fmt.Sprintf("block %d: the deltas think %q signed %q, the result %q signed %q", i, thinking[i].String(), signature[i].String(), b.Thinking, b.Signature)
 			}
 		case messages.BlockToolUse:
 			if !sameJSON(input[i].String(), string(b.Input)) {
@@ -647,6 +667,70 @@ func testServerTools(e *env) {
 	}
 	if n := e.upstreamRequests(); e.scripted() && n != 2 {
 		e.t.Errorf("%d upstream requests, want 2", n)
+	}
+}
+
+// testParallelServerCalls: a step calling two sub-tools at once runs both,
+// in order, each result right after its call; the model then gets both
+// results in one message.
+func testParallelServerCalls(e *env) {
+	e.script(reply(textBlock("Both at once."), toolUse("toolu_a", messages.SubToolBash, `{"command":"echo a"}`),
+		toolUse("toolu_b", messages.SubToolBash, `{"command":"echo b"}`)), reply(textBlock(scriptedFinal)))
+	resp := e.create(e.loop(messages.Config{}), &messages.Request{
+		Messages: []messages.Message{userText("Run echo a and echo b.")}, Tools: []messages.Tool{codeExecution}})
+	checkBlocks(e.t, "response", resp.Content, []messages.ContentBlock{
+		textBlock("Both at once."),
+		{Type: messages.BlockServerToolUse, Name: messages.SubToolBash, Input: json.RawMessage(`{"command":"echo a"}`)},
+		{Type: messages.BlockBashResult},
+		{Type: messages.BlockServerToolUse, Name: messages.SubToolBash, Input: json.RawMessage(`{"command":"echo b"}`)},
+		{Type: messages.BlockBashResult},
+		textBlock(scriptedFinal),
+	})
+	for i, command := range map[int]string{1: "echo a", 3: "echo b"} {
+		if use, res := resp.Content[i], resp.Content[i+1]; res.ToolUseID != use.ID || res.Result == nil || res.Result.Stdout != "out: "+command+"\n" {
+			e.t.Errorf("block %d: %s answered by %s", i, describe([]messages.ContentBlock{use}), describe([]messages.ContentBlock{res}))
+		}
+	}
+	if got := e.exec.ran(); !slices.Equal(got, []string{"echo a", "echo b"}) {
+		e.t.Errorf("the sandbox ran %q, want [echo a echo b]", got)
+	}
+	reqs := e.model.Requests()
+	last := reqs[len(reqs)-1].Messages
+	results := last[len(last)-1].Content
+	if len(results) != 2 || results[0].ToolUseID != resp.Content[1].ID || results[1].ToolUseID != resp.Content[3].ID {
+		e.t.Errorf("the model was given %s, want both results in order", describe(results))
+	}
+}
+
+// testThinking: thinking blocks and their signatures stream through, and
+// go back to the model unchanged before the tool call they led to, as
+// providers with extended thinking require.
+func testThinking(e *env) {
+	think := messages.ContentBlock{Type: messages.BlockThinking, Thinking: "The user wants the output of echo hi; I will run it — 東京.", Signature: "sig-EqQBCgIYAhIM1gbcDa9GJwZA"}
+	e.script(reply(think, toolUse("toolu_t", messages.SubToolBash, `{"command":"echo hi"}`)), reply(textBlock(scriptedFinal)))
+	resp := e.create(e.loop(messages.Config{}), &messages.Request{Thinking: json.RawMessage(`{"type":"enabled","budget_tokens":1024}`),
+		Messages: []messages.Message{userText(oneBlock)}, Tools: []messages.Tool{codeExecution}})
+	checkBlocks(e.t, "response", resp.Content, []messages.ContentBlock{
+		{Type: messages.BlockThinking},
+		{Type: messages.BlockServerToolUse, Name: messages.SubToolBash, Input: json.RawMessage(`{"command":"echo hi"}`)},
+		{Type: messages.BlockBashResult},
+		textBlock(scriptedFinal),
+	})
+	if got := resp.Content[0]; got.Thinking != think.Thinking || got.Signature != think.Signature {
+		e.t.Errorf("thinking %q signed %q, want the model's", got.Thinking, got.Signature)
+	}
+	reqs := e.model.Requests()
+	if len(reqs) != 2 {
+		e.t.Fatalf("%d model steps, want 2", len(reqs))
+	}
+	msgs := reqs[1].Messages
+	sent := msgs[len(msgs)-2]
+	if sent.Role != messages.RoleAssistant || len(sent.Content) < 2 || sent.Content[0].Type != messages.BlockThinking ||
+		sent.Content[0].Thinking != think.Thinking || sent.Content[0].Signature != think.Signature || sent.Content[1].Type != messages.BlockToolUse {
+		e.t.Errorf("the second step's assistant message is %s, want the thinking block unchanged, then the call", describe(sent.Content))
+	}
+	if body := string(e.up.Requests()[1].Body); !strings.Contains(body, `"budget_tokens":1024`) || !strings.Contains(body, think.Signature) {
+		e.t.Errorf("the upstream was not sent the thinking setting and block: %s", body)
 	}
 }
 

@@ -24,6 +24,7 @@ func TestConformance(t *testing.T) {
 				"tool_calls, content_filter and function_call, and such servers run no tools of their own that could pause",
 			llmtest.StopSequence:        "chat completions reports a stop sequence as finish_reason stop, without saying which one matched",
 			llmtest.UpstreamServerTools: "chat-completions servers run no typed server tools of their own; the adapter offers only function tools",
+			llmtest.Thinking:            "chat completions has no thinking blocks: the adapter sends none and reads none (servers' reasoning_content is not mapped)",
 		},
 	})
 }

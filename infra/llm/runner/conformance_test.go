@@ -23,6 +23,8 @@ func TestConformance(t *testing.T) {
 			llmtest.MaxTokens:           "the runner's answers are short summaries it never cuts at max_tokens",
 			llmtest.StopSequence:        "the runner's answers are summaries it never ends at a stop sequence",
 			llmtest.UpstreamServerTools: "the runner has no upstream to run server tools of its own",
+			llmtest.Thinking:            "the runner does not think",
+			llmtest.ParallelCalls:       "the runner runs one code block per step, waiting for its result before the next",
 		},
 	})
 }
