@@ -103,8 +103,16 @@ const (
 	scriptedFinal = "The command printed hi — ✓, Grüße aus 東京 🌸."
 )
 
+// capabilities are those a case may need.
+var capabilities = []Capability{Upstream, ClientTools, UpstreamPauseTurn, MaxTokens, StopSequence, UpstreamServerTools, Thinking, ParallelCalls}
+
 // Run runs the suite against the adapter of row.
 func Run(t *testing.T, row Row) {
+	for c, why := range row.Cannot {
+		if !slices.Contains(capabilities, c) || strings.TrimSpace(why) == "" {
+			t.Fatalf("Row.Cannot[%q] = %q: a row names a capability of the suite and says why it lacks it", c, why)
+		}
+	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			for _, need := range c.needs {
@@ -163,6 +171,8 @@ type env struct {
 	exec   *executor
 }
 
+// newEnv returns a case's environment: a fake upstream of its own when the
+// row has one, the adapter (two retries) behind a recorder, a new sandbox.
 func newEnv(t *testing.T, row Row, stream bool) *env {
 	e := &env{t: t, row: row, stream: stream, exec: &executor{}}
 	if row.Format != "" {
@@ -258,6 +268,7 @@ type recorder struct {
 	problem  []string
 }
 
+// record keeps req and notes it when a provider would refuse it.
 func (r *recorder) record(req messages.StepRequest) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -267,12 +278,14 @@ func (r *recorder) record(req messages.StepRequest) {
 	}
 }
 
+// fail notes a problem the case reports at its end.
 func (r *recorder) fail(format string, args ...any) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.problem = append(r.problem, fmt.Sprintf(format, args...))
 }
 
+// problems returns the problems noted so far.
 func (r *recorder) problems() []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -437,6 +450,7 @@ func (x *executor) Execute(_ context.Context, call messages.ToolCall) (*messages
 	return &messages.ToolResult{Type: messages.ResultBash, Stdout: "out: " + in.Command + "\n"}, nil
 }
 
+// ran returns the commands run so far, in order.
 func (x *executor) ran() []string {
 	x.mu.Lock()
 	defer x.mu.Unlock()
@@ -445,14 +459,17 @@ func (x *executor) ran() []string {
 
 // Building blocks of requests and scripts.
 
+// userText returns a user message of one text block.
 func userText(s string) messages.Message {
 	return messages.Message{Role: messages.RoleUser, Content: []messages.ContentBlock{textBlock(s)}}
 }
 
+// textBlock returns a text block.
 func textBlock(s string) messages.ContentBlock {
 	return messages.ContentBlock{Type: messages.BlockText, Text: s}
 }
 
+// toolUse returns a tool_use block; input is JSON.
 func toolUse(id, name, input string) messages.ContentBlock {
 	return messages.ContentBlock{Type: messages.BlockToolUse, ID: id, Name: name, Input: json.RawMessage(input)}
 }
@@ -466,6 +483,7 @@ func runnerCall(n, of int, command string) []messages.ContentBlock {
 	}
 }
 
+// reply returns a scripted answer of blocks, with usage 11 in, 5 out.
 func reply(blocks ...messages.ContentBlock) fakeupstream.Reply {
 	return fakeupstream.Reply{Content: blocks, Usage: messages.Usage{InputTokens: 11, OutputTokens: 5}}
 }
@@ -476,6 +494,7 @@ var (
 		InputSchema: json.RawMessage(`{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}`)}
 )
 
+// stepRequest returns a step request of msgs offering tools.
 func stepRequest(tools []messages.ToolDefinition, msgs ...messages.Message) messages.StepRequest {
 	return messages.StepRequest{Model: "default", MaxTokens: 256, Messages: msgs, Tools: tools}
 }
@@ -502,6 +521,7 @@ func checkBlocks(t *testing.T, what string, got, want []messages.ContentBlock) {
 	}
 }
 
+// describe renders blocks for a failure message.
 func describe(blocks []messages.ContentBlock) string {
 	var parts []string
 	for _, b := range blocks {
@@ -1119,6 +1139,7 @@ func testUpstreamServerTools(e *env) {
 	}
 }
 
+// offers tells whether a step request offers every tool named.
 func offers(r messages.StepRequest, names ...string) bool {
 	have := toolNames(r)
 	for _, n := range names {
@@ -1129,6 +1150,7 @@ func offers(r messages.StepRequest, names ...string) bool {
 	return true
 }
 
+// toolNames returns the names of the tools a step request offers.
 func toolNames(r messages.StepRequest) []string {
 	var out []string
 	for _, t := range r.Tools {
