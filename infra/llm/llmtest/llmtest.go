@@ -615,7 +615,8 @@ func testToolHistory(e *env) {
 	}
 }
 
-// testMaxTokens: an answer cut at max_tokens says so.
+// testMaxTokens: an answer cut at max_tokens says so, and a call cut at
+// max_tokens is not run.
 func testMaxTokens(e *env) {
 	e.script(fakeupstream.Reply{Content: []messages.ContentBlock{textBlock("The answer is cut")}, StopReason: messages.StopMaxTokens})
 	res, err := e.step(context.Background(), e.model, stepRequest(nil, userText("Write a long essay.")))
@@ -625,6 +626,17 @@ func testMaxTokens(e *env) {
 	checkBlocks(e.t, "answer", res.Content, []messages.ContentBlock{textBlock("The answer is cut")})
 	if res.StopReason != messages.StopMaxTokens {
 		e.t.Errorf("stop_reason = %q, want max_tokens", res.StopReason)
+	}
+
+	// Cut in the middle of a call: the loop must not run what may be half
+	// a command, and the client learns why the turn ended.
+	e.script(fakeupstream.Reply{Content: runnerCall(1, 1, "echo hi"), StopReason: messages.StopMaxTokens})
+	resp := e.create(e.loop(messages.Config{}), &messages.Request{Messages: []messages.Message{userText(oneBlock)}, Tools: []messages.Tool{codeExecution}})
+	if resp.StopReason != messages.StopMaxTokens {
+		e.t.Errorf("a call cut at max_tokens: stop_reason = %q, want max_tokens", resp.StopReason)
+	}
+	if got := e.exec.ran(); len(got) != 0 {
+		e.t.Errorf("the sandbox ran %q, a call cut at max_tokens", got)
 	}
 }
 

@@ -262,14 +262,20 @@ func convertMessage(msg messages.Message) []chatMessage {
 	return out
 }
 
+// stopReason maps a finish reason to a stop reason. An answer cut at
+// max_tokens says so even in the middle of a call (whose arguments are then
+// incomplete: the loop must not run it); calls make tool_use whatever the
+// finish reason (some servers say "stop" after them); and tool_calls naming
+// no call (a server whose tool parser failed) is an end of turn, since
+// tool_use promises a tool_use block.
 func stopReason(finish string, calledTools bool) string {
 	switch {
-	case calledTools || finish == "tool_calls" || finish == "function_call":
-		return messages.StopToolUse
 	case finish == "length":
 		return messages.StopMaxTokens
 	case finish == "content_filter":
 		return messages.StopRefusal
+	case calledTools:
+		return messages.StopToolUse
 	}
 	return messages.StopEndTurn
 }
