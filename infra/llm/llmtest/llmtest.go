@@ -127,8 +127,8 @@ func Run(t *testing.T, row Row) {
 				}
 				t.Run(mode, func(t *testing.T) {
 					e := newEnv(t, row, stream)
+					defer e.checkValid() // also after a case's Fatal
 					c.run(e)
-					e.checkValid()
 				})
 			}
 		})
@@ -169,6 +169,8 @@ type env struct {
 	up     *fakeupstream.Server // nil for a row without an upstream
 	model  *recorder
 	exec   *executor
+
+	checked bool // checkValid ran
 }
 
 // newEnv returns a case's environment: a fake upstream of its own when the
@@ -236,9 +238,14 @@ func (e *env) create(svc *messages.Service, req *messages.Request) *messages.Res
 	return resp
 }
 
-// checkValid fails the case when a request was one a provider refuses.
+// checkValid fails the case when a request was one a provider refuses or
+// a stream did not add up; once per case.
 func (e *env) checkValid() {
 	e.t.Helper()
+	if e.checked {
+		return
+	}
+	e.checked = true
 	if e.up != nil {
 		if r := e.up.Refused(); len(r) > 0 {
 			e.t.Errorf("the strict upstream refused %d request(s): %q", len(r), r)
