@@ -931,8 +931,9 @@ func testHistoryWithoutTools(e *env) {
 	}
 }
 
-// testRetries: an upstream's 429, 529 and 5xx are retried (after its
-// retry-after), up to MaxRetries; then the error is reported with its kind.
+// testRetries: an upstream's 408, 409, 429, 529 and 5xx are retried (after
+// its retry-after), up to MaxRetries; then the error is reported with its
+// kind. A retry-after past MaxRetryWait fails at once.
 func testRetries(e *env) {
 	wait := fakeupstream.RetryAfter(time.Millisecond)
 	ok := reply(textBlock("ok"))
@@ -951,6 +952,9 @@ func testRetries(e *env) {
 		{"529 then ok", []fakeupstream.Reply{fail(529), ok}, 2, 0, 0, ""},
 		{"500 then ok", []fakeupstream.Reply{fail(500), ok}, 2, 0, 0, ""},
 		{"503 twice then ok", []fakeupstream.Reply{fail(503), fail(503), ok}, 3, 0, 0, ""},
+		{"408 then ok", []fakeupstream.Reply{fail(408), ok}, 2, 0, 0, ""},
+		{"409 then ok", []fakeupstream.Reply{fail(409), ok}, 2, 0, 0, ""},
+		{"429 asking to wait past MaxRetryWait", []fakeupstream.Reply{{Status: 429, Header: fakeupstream.RetryAfter(time.Hour), ErrorMessage: "scripted 429"}, ok}, 1, 429, 429, "rate_limit_error"},
 		{"429 past the retries", []fakeupstream.Reply{fail(429), fail(429), fail(429), ok}, 3, 429, 429, "rate_limit_error"},
 		{"529 past the retries", []fakeupstream.Reply{fail(529), fail(529), fail(529), ok}, 3, 529, 502, "api_error"},
 		{"500 past the retries", []fakeupstream.Reply{fail(500), fail(500), fail(500), ok}, 3, 500, 502, "api_error"},
@@ -962,8 +966,12 @@ func testRetries(e *env) {
 			up := fakeupstream.New(tc.replies...)
 			defer up.Close()
 			sub := &env{t: t, row: e.row, stream: e.stream, up: up}
-			m := sub.adapter(upstream.Config{MaxRetries: 2})
+			m := sub.adapter(upstream.Config{MaxRetries: 2, MaxRetryWait: time.Second})
+			start := time.Now()
 			res, err := sub.step(context.Background(), m, stepRequest(nil, userText("hi")))
+			if took := time.Since(start); took > 5*time.Second {
+				t.Errorf("the step took %v: a retry waited too long", took)
+			}
 			if n := len(up.Requests()); n != tc.requests {
 				t.Errorf("%d upstream requests, want %d", n, tc.requests)
 			}
