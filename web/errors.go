@@ -7,6 +7,7 @@ import (
 
 	"github.com/gofiber/fiber/v2"
 
+	"threadbox/app/messages"
 	"threadbox/domain/fault"
 	"threadbox/domain/id"
 )
@@ -119,4 +120,37 @@ func writeError(c *fiber.Ctx, status int, msg string) error {
 		return nil
 	}
 	return c.JSON(envelope{Type: "error", Error: envelopeBody{Type: typeOf(status), Message: msg}, RequestID: requestID(c)})
+}
+
+// turnError answers a turn that failed before any byte was sent: model
+// upstream and tool-loop errors as app/messages maps them (an upstream's
+// own status), the rest as every other error. what names the turn's kind
+// in the log.
+func (s *Server) turnError(c *fiber.Ctx, what string, err error) error {
+	if fault.KindOf(err) != fault.Internal {
+		return err
+	}
+	status, body := messages.ErrorStatus(err)
+	if status >= 500 {
+		eid := id.New("err")
+		s.log.Error("turn failed", "turn", what, "path", c.Path(), "status", status, "error_id", eid, "request_id", requestID(c), "err", err)
+		body.Message = withErrorID(body.Message, eid)
+	}
+	return c.Status(status).JSON(envelope{Type: "error", Error: envelopeBody{Type: body.Type, Message: body.Message}, RequestID: requestID(c)})
+}
+
+// errorEvent returns the event that ends a stream broken by err, mapped as
+// turnError maps errors before the stream began.
+func (s *Server) errorEvent(what string, err error) messages.Event {
+	ev := messages.ErrorEvent(err)
+	if k := fault.KindOf(err); k != fault.Internal {
+		ev.Error = &messages.ErrorBody{Type: typeOf(statusOf(k)), Message: fault.MessageOf(err)}
+		return ev
+	}
+	eid := id.New("err")
+	s.log.Warn("turn failed mid-stream", "turn", what, "error_id", eid, "err", err)
+	if st, _ := messages.ErrorStatus(err); st >= 500 {
+		ev.Error.Message = withErrorID(ev.Error.Message, eid)
+	}
+	return ev
 }

@@ -34,8 +34,8 @@ type modelList struct {
 // "default", which means it.
 func (s *Server) models() []modelView {
 	var out []modelView
-	if m := s.svc.Messages; m != nil && m.DefaultModel != "" && m.DefaultModel != "default" {
-		out = append(out, modelView{Type: "model", ID: m.DefaultModel, DisplayName: m.DefaultModel, CreatedAt: s.started})
+	if t := s.svc.Turns; t != nil && t.DefaultModel() != "" && t.DefaultModel() != "default" {
+		out = append(out, modelView{Type: "model", ID: t.DefaultModel(), DisplayName: t.DefaultModel(), CreatedAt: s.started})
 	}
 	return append(out, modelView{Type: "model", ID: "default", DisplayName: "The server's configured model", CreatedAt: s.started})
 }

@@ -2,13 +2,11 @@ package web
 
 import (
 	"bytes"
-	"context"
 	"net"
 
 	"github.com/gofiber/fiber/v2"
 	"github.com/valyala/fasthttp"
 
-	"threadbox/app/messages"
 	"threadbox/domain/fault"
 	"threadbox/domain/user"
 )
@@ -22,15 +20,6 @@ const sandboxAPIPrefix = "/api/gpt/"
 type sandboxConn struct {
 	net.Conn
 	containerID string
-}
-
-// SandboxEnv gives a turn the variables its sandbox commands get
-// (app/sandboxtools.TurnEnv).
-type SandboxEnv interface {
-	// Begin returns env, which issues the turn's short-lived token at its
-	// first call and returns the variables, and end, which revokes the
-	// token (if issued) when the turn is over.
-	Begin(p user.Principal, containerID, model string) (env func(context.Context) ([]string, error), end func())
 }
 
 // ServeSandboxConn serves one connection from inside the container's
@@ -78,16 +67,4 @@ func checkSandboxConn(c *fiber.Ctx, p user.Principal) error {
 		return fault.New(fault.Forbidden, "this token is not valid from this sandbox")
 	}
 	return nil
-}
-
-// beginSandboxTurn gives opts the turn's sandbox variables when the turn
-// can run commands (it has a container and server tools may be among its
-// tools); the returned function ends them (revokes the token).
-func (m *MessagesAPI) beginSandboxTurn(p user.Principal, req *messages.Request, opts *messages.RunOptions) func() {
-	if m.SandboxEnv == nil || opts.ContainerID == "" || len(req.Tools) == 0 {
-		return func() {}
-	}
-	env, end := m.SandboxEnv.Begin(p, opts.ContainerID, req.Model)
-	opts.EnvFunc = env
-	return end
 }

@@ -17,6 +17,8 @@ import (
 	"threadbox/app/auth"
 	"threadbox/app/backends"
 	"threadbox/app/files"
+	"threadbox/app/skills"
+	"threadbox/app/turns"
 	"threadbox/app/usage"
 	"threadbox/app/workspace"
 )
@@ -29,8 +31,11 @@ type Services struct {
 	Files     *files.Service
 	// Backends is the sandbox capability matrix; nil lists no backends.
 	Backends *backends.Service
-	// Messages serves the Messages API; nil answers 503.
-	Messages *MessagesAPI
+	// Turns is the front door of Messages API requests and chat turns;
+	// nil answers the Messages API with 503.
+	Turns *turns.Service
+	// Skills keeps the org's skills.
+	Skills *skills.Service
 	// Ready reports whether the database answers and is migrated.
 	Ready func(ctx context.Context) error
 	// Usage reports the org's metered usage; nil answers 503.

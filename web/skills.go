@@ -48,7 +48,7 @@ func (s *Server) uploadSkill(c *fiber.Ctx) error {
 			}
 		}
 	}
-	sk, err := s.svc.Workspace.UploadSkill(c.UserContext(), principal(c), archive)
+	sk, err := s.svc.Skills.Upload(c.UserContext(), principal(c), archive)
 	if err != nil {
 		c.Context().SetConnectionClose()
 		return err
@@ -58,7 +58,7 @@ func (s *Server) uploadSkill(c *fiber.Ctx) error {
 
 // listSkills is GET /skills: every version of the org's skills.
 func (s *Server) listSkills(c *fiber.Ctx) error {
-	sks, err := s.svc.Workspace.Skills(c.UserContext(), principal(c))
+	sks, err := s.svc.Skills.List(c.UserContext(), principal(c))
 	if err != nil {
 		return err
 	}
@@ -71,7 +71,7 @@ func (s *Server) listSkills(c *fiber.Ctx) error {
 
 // deleteSkill is DELETE /skills/{id}: the skill, every version of it.
 func (s *Server) deleteSkill(c *fiber.Ctx) error {
-	sk, err := s.svc.Workspace.DeleteSkill(c.UserContext(), principal(c), c.Params("id"))
+	sk, err := s.svc.Skills.Delete(c.UserContext(), principal(c), c.Params("id"))
 	if err != nil {
 		return err
 	}

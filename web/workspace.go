@@ -12,7 +12,6 @@ import (
 	"threadbox/app/messages"
 	"threadbox/app/workspace"
 	"threadbox/domain/fault"
-	"threadbox/domain/id"
 	"threadbox/domain/thread"
 )
 
@@ -73,15 +72,18 @@ func (s *Server) forkThread(c *fiber.Ctx) error {
 }
 
 type messageView struct {
-	ID        string          `json:"id"`
-	ThreadID  string          `json:"thread_id"`
-	Seq       int64           `json:"seq"`
-	Role      string          `json:"role"`
-	Content   json.RawMessage `json:"content"`
-	Usage     rawJSON         `json:"usage"`
-	Complete  bool            `json:"complete"`
-	Status    string          `json:"status"` // complete, running or failed
-	CreatedAt time.Time       `json:"created_at"`
+	ID       string          `json:"id"`
+	ThreadID string          `json:"thread_id"`
+	Seq      int64           `json:"seq"`
+	Role     string          `json:"role"`
+	Content  json.RawMessage `json:"content"`
+	Usage    rawJSON         `json:"usage"`
+	Complete bool            `json:"complete"`
+	Status   string          `json:"status"` // complete, running, stopped or failed
+	// EndDetail says why a failed turn failed ("" when not known: its
+	// server stopped or died mid-turn).
+	EndDetail string    `json:"end_detail,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
 }
 
 // viewMessage shows m; running tells that an incomplete m's turn still runs.
@@ -91,16 +93,19 @@ func viewMessage(m thread.Message, running bool) messageView {
 	case m.Complete():
 	case running:
 		status = "running"
+	case m.Ended().Reason == thread.Stopped:
+		status = "stopped"
 	default:
 		status = "failed"
 	}
-	return messageView{m.ID(), m.ThreadID(), m.Seq(), string(m.Role()), m.Content(), m.Usage(), m.Complete(), status, m.CreatedAt()}
+	return messageView{m.ID(), m.ThreadID(), m.Seq(), string(m.Role()), m.Content(), m.Usage(), m.Complete(), status, m.Ended().Detail, m.CreatedAt()}
 }
 
 // threadMessages is GET /thread/{threadId}/messages: the stored history.
 // An assistant message whose turn never ended has complete false, and
-// status running while its turn runs (on any server), failed once it
-// cannot end any more (the turn failed, or its server stopped or died).
+// status running while its turn runs (on any server), stopped when the
+// user stopped it (or went away), failed once it cannot end any more (the
+// turn failed, with end_detail saying why, or its server stopped or died).
 func (s *Server) threadMessages(c *fiber.Ctx) error {
 	ms, running, err := s.svc.Workspace.Messages(c.UserContext(), principal(c), c.Params("id"))
 	if err != nil {
@@ -146,51 +151,8 @@ func (s *Server) threadTurn(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	// A client that leaves ends the turn (fasthttp does not cancel the
-	// handler): watched while nothing is written, noticed by the pings of a
-	// silent stream.
-	if !b.Stream {
-		ctx, cancel := context.WithCancel(c.UserContext())
-		defer cancel()
-		defer watchPeer(c.Context().Conn(), DefaultPingInterval/2, cancel)()
-		resp, err := turn.Run(ctx, nil)
-		if err != nil {
-			return s.turnError(c, err)
-		}
-		return c.JSON(resp)
-	}
-	log, peer := s.log, c.Context().Conn()
-	s.streamSSE(c, func(ctx context.Context, w *sseWriter) {
-		w.peer = peer
-		defer w.keepAlive(DefaultPingInterval, messages.EventPing, messages.Event{Type: messages.EventPing})()
-		_, err := turn.Run(ctx, messages.SinkFunc(func(ev messages.Event) error { return w.Event(ev.Type, ev) }))
-		if err != nil && ctx.Err() == nil {
-			eid := id.New("err")
-			log.Warn("thread turn failed mid-stream", "thread", turn.Thread().ID(), "error_id", eid, "err", err)
-			ev := messages.ErrorEvent(err)
-			if st, _ := messages.ErrorStatus(err); st >= 500 && fault.KindOf(err) == fault.Internal {
-				ev.Error.Message = withErrorID(ev.Error.Message, eid)
-			}
-			if k := fault.KindOf(err); k != fault.Internal {
-				ev.Error = &messages.ErrorBody{Type: typeOf(statusOf(k)), Message: fault.MessageOf(err)}
-			}
-			_ = w.Event(ev.Type, ev)
-		}
-	})
-	return nil
-}
-
-// turnError answers a turn that failed before any byte was sent: model
-// upstream errors as the Messages API maps them, the rest as usual.
-func (s *Server) turnError(c *fiber.Ctx, err error) error {
-	if fault.KindOf(err) != fault.Internal {
+	return s.answerTurn(c, b.Stream, func(ctx context.Context, sink messages.Sink) error {
+		_, err := turn.Run(ctx, sink)
 		return err
-	}
-	status, body := messages.ErrorStatus(err)
-	if status >= 500 {
-		eid := id.New("err")
-		s.log.Error("thread turn failed", "path", c.Path(), "status", status, "error_id", eid, "err", err)
-		body.Message = withErrorID(body.Message, eid)
-	}
-	return c.Status(status).JSON(envelope{Type: "error", Error: envelopeBody{Type: body.Type, Message: body.Message}})
+	}, "chat")
 }

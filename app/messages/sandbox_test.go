@@ -49,7 +49,7 @@ func TestSandboxToolRunsAsServerTool(t *testing.T) {
 		SandboxResult(json.RawMessage(`{"type":"sandbox_bash_result","stdout":"hi\n","exit_code":0}`)),
 		ErrorResult(ToolEditFile, CodeInvalidToolInput, "old_str: required"),
 	}}
-	svc := New(model, tools, Config{})
+	svc := New(model, allTools(tools), Config{})
 	var req Request
 	if err := json.Unmarshal([]byte(`{"model":"m","max_tokens":50,"messages":[{"role":"user","content":"go"}],"tools":[{"type":"sandbox_v1","name":"sandbox"}]}`), &req); err != nil {
 		t.Fatal(err)

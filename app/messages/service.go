@@ -56,14 +56,26 @@ type TokenMeter interface {
 // Service runs Messages API turns.
 type Service struct {
 	model Model
-	tools ToolExecutor
+	tools Tools
 	cfg   Config
 }
 
-// New returns a Service asking model for steps and running sub-tools with
-// tools. A nil tools makes every sub-tool call answer
+// Tools registers the executors of the server tools by family. The loop
+// decides once, for each tool_use the model makes, whether it is a server
+// tool (which family's, given what the request enabled) or the client's;
+// a family without an executor answers each of its calls
 // "code_execution provider is not configured.".
-func New(model Model, tools ToolExecutor, cfg Config) *Service {
+type Tools struct {
+	// CodeExecution runs the code-execution sub-tools
+	// (bash_code_execution, text_editor_code_execution).
+	CodeExecution ToolExecutor
+	// Sandbox runs the sandbox_v1 tools (CONTRACT §4).
+	Sandbox ToolExecutor
+}
+
+// New returns a Service asking model for steps and running server tools
+// with the executors of tools.
+func New(model Model, tools Tools, cfg Config) *Service {
 	if cfg.MaxToolIterations <= 0 {
 		cfg.MaxToolIterations = DefaultMaxToolIterations
 	}
@@ -99,6 +111,9 @@ type RunOptions struct {
 	// OrgID and UserID name who the turn runs for, whose usage the
 	// tokens count to (Config.Tokens).
 	OrgID, UserID string
+	// Plan, when set, is what Validate found for this very request: Run
+	// does not check the request again.
+	Plan *Plan
 }
 
 // Plan is what a request would do, as found by Validate.
@@ -216,9 +231,12 @@ func (s *Service) Create(ctx context.Context, req *Request, opts RunOptions) (*R
 // model streams when req.Stream is set. On error the events sent so far are
 // not followed by message_stop; the caller reports the error (ErrorEvent).
 func (s *Service) Run(ctx context.Context, req *Request, opts RunOptions, sink Sink) error {
-	p, err := plan(req, s.cfg.AllowedToolTypes)
-	if err != nil {
-		return err
+	p := opts.Plan
+	if p == nil {
+		var err error
+		if p, err = plan(req, s.cfg.AllowedToolTypes); err != nil {
+			return err
+		}
 	}
 	if err := inlineURLs(ctx, req, s.cfg.URLs); err != nil {
 		return err
@@ -493,21 +511,31 @@ func blockEvents(b ContentBlock) []Event {
 	return append(evs, Event{Type: EventContentBlockStop})
 }
 
-func (t *turn) isServerTool(name string) bool {
-	if IsSandboxTool(name) {
-		return t.plan.Sandbox && slices.Contains(t.plan.ServerTools, name)
+// route decides who runs a tool_use named name: a server tool's executor
+// (nil when its family has none) with server true, or the client.
+func (t *turn) route(name string) (exec ToolExecutor, server bool) {
+	switch {
+	case IsSandboxTool(name):
+		return t.s.tools.Sandbox, t.plan.Sandbox && slices.Contains(t.plan.ServerTools, name)
+	case name == SubToolBash || name == SubToolTextEditor:
+		return t.s.tools.CodeExecution, t.plan.CodeExecution
 	}
-	return t.plan.CodeExecution && (name == SubToolBash || name == SubToolTextEditor)
+	return nil, false
+}
+
+func (t *turn) isServerTool(name string) bool {
+	_, server := t.route(name)
+	return server
 }
 
 // execute runs one sub-tool call and sends its result block.
 func (t *turn) execute(ctx context.Context, call ToolCall) (*ToolResult, error) {
 	var r *ToolResult
-	if t.s.tools == nil {
+	if exec, _ := t.route(call.Name); exec == nil {
 		r = ErrorResult(call.Name, CodeUnavailable, NotConfiguredMessage)
 	} else {
 		var err error
-		r, err = t.s.tools.Execute(ctx, call)
+		r, err = exec.Execute(ctx, call)
 		if err != nil {
 			return nil, fmt.Errorf("messages: %s: %w", call.Name, err)
 		}

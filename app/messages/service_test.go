@@ -134,7 +134,7 @@ func runBoth(t *testing.T, cfg Config, script func() []*StepResult, req *Request
 	for _, stream := range []bool{false, true} {
 		model = &fakeModel{steps: script()}
 		tools = &fakeTools{}
-		svc := New(model, tools, cfg)
+		svc := New(model, allTools(tools), cfg)
 		r := *req
 		r.Stream = stream
 		events = nil
@@ -404,7 +404,7 @@ func TestNotConfiguredAndDetail(t *testing.T) {
 				step(StopToolUse, toolUse("a", SubToolBash, `{"command":"ls"}`)),
 				step(StopEndTurn, text("no sandbox")),
 			}}
-			svc := New(model, nil, Config{})
+			svc := New(model, Tools{}, Config{})
 			resp, err := svc.Create(context.Background(), request(tc.toolType, user("x")), RunOptions{Container: testContainer})
 			if err != nil {
 				t.Fatal(err)
@@ -433,7 +433,7 @@ func TestNotConfiguredAndDetail(t *testing.T) {
 }
 
 func TestValidate(t *testing.T) {
-	svc := New(&fakeModel{}, nil, Config{})
+	svc := New(&fakeModel{}, Tools{}, Config{})
 	tests := []struct {
 		name string
 		body string
@@ -471,7 +471,7 @@ func TestValidate(t *testing.T) {
 
 func TestContainerUploadBecomesNote(t *testing.T) {
 	model := &fakeModel{steps: []*StepResult{step(StopEndTurn, text("ok"))}}
-	svc := New(model, &fakeTools{}, Config{})
+	svc := New(model, allTools(&fakeTools{}), Config{})
 	id := "L21udC91c2VyLWRhdGEvdXBsb2Fkcy9zYWxlcy5jc3Y" // /mnt/user-data/uploads/sales.csv
 	req := request(ToolTypeCodeExecution2508, Message{Role: RoleUser, Content: []ContentBlock{{Type: BlockContainerUpload, FileID: id}, text("analyse")}})
 	if _, err := svc.Create(context.Background(), req, RunOptions{}); err != nil {
@@ -489,7 +489,7 @@ func TestSinkErrorAndCancel(t *testing.T) {
 		model := &fakeModel{steps: []*StepResult{step(StopToolUse, toolUse("a", SubToolBash, `{"command":"ls"}`))}}
 		gone := errors.New("client gone")
 		n := 0
-		err := New(model, tools, Config{}).Run(context.Background(), request(ToolTypeCodeExecution2508, user("x")), RunOptions{}, SinkFunc(func(Event) error {
+		err := New(model, allTools(tools), Config{}).Run(context.Background(), request(ToolTypeCodeExecution2508, user("x")), RunOptions{}, SinkFunc(func(Event) error {
 			n++
 			if n > 2 {
 				return gone
@@ -506,7 +506,7 @@ func TestSinkErrorAndCancel(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		go func() {
-			_, err := New(model, tools, Config{}).Create(ctx, request(ToolTypeCodeExecution2508, user("x")), RunOptions{})
+			_, err := New(model, allTools(tools), Config{}).Create(ctx, request(ToolTypeCodeExecution2508, user("x")), RunOptions{})
 			done <- err
 		}()
 		for {
@@ -531,7 +531,7 @@ func TestSinkErrorAndCancel(t *testing.T) {
 	t.Run("model error is returned without message_stop", func(t *testing.T) {
 		model := &fakeModel{err: &UpstreamError{StatusCode: 529, Type: "overloaded_error", Message: "Overloaded"}}
 		var last Event
-		err := New(model, nil, Config{}).Run(context.Background(), request("", user("x")), RunOptions{}, SinkFunc(func(ev Event) error { last = ev; return nil }))
+		err := New(model, Tools{}, Config{}).Run(context.Background(), request("", user("x")), RunOptions{}, SinkFunc(func(ev Event) error { last = ev; return nil }))
 		if err == nil || last.Type == EventMessageStop {
 			t.Fatalf("err %v last %s", err, last.Type)
 		}
@@ -618,7 +618,7 @@ func BenchmarkLoopIteration(b *testing.B) {
 			name = "stream"
 		}
 		b.Run(name, func(b *testing.B) {
-			svc := New(loopModel{n: iterations}, &fakeTools{}, Config{MaxToolIterations: iterations + 1})
+			svc := New(loopModel{n: iterations}, allTools(&fakeTools{}), Config{MaxToolIterations: iterations + 1})
 			sink := SinkFunc(func(ev Event) error {
 				_, err := json.Marshal(ev)
 				return err
@@ -645,7 +645,7 @@ func TestToolChoiceNamingCodeExecution(t *testing.T) {
 		model := &fakeModel{steps: []*StepResult{step(StopEndTurn, text("ok"))}}
 		req := request(ToolTypeCodeExecution2508, user("x"))
 		req.ToolChoice = json.RawMessage(tc.in)
-		if _, err := New(model, nil, Config{}).Create(context.Background(), req, RunOptions{}); err != nil {
+		if _, err := New(model, Tools{}, Config{}).Create(context.Background(), req, RunOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		if got := string(model.reqs[0].ToolChoice); got != tc.want {
@@ -687,7 +687,7 @@ func TestEnvFuncOnFirstToolCall(t *testing.T) {
 	}
 
 	failing := RunOptions{ContainerID: "u1--box", EnvFunc: func(context.Context) ([]string, error) { return nil, errors.New("store down") }}
-	svc := New(&fakeModel{steps: script()}, &fakeTools{}, Config{})
+	svc := New(&fakeModel{steps: script()}, allTools(&fakeTools{}), Config{})
 	err := svc.Run(context.Background(), request(ToolTypeCodeExecution2508, user("go")), failing, SinkFunc(func(Event) error { return nil }))
 	if err == nil || !strings.Contains(err.Error(), "store down") {
 		t.Fatalf("run with a failing EnvFunc: %v", err)
@@ -752,3 +752,6 @@ func TestTokensMeteredPerStep(t *testing.T) {
 		}
 	}
 }
+
+// allTools registers e for every tool family.
+func allTools(e ToolExecutor) Tools { return Tools{CodeExecution: e, Sandbox: e} }

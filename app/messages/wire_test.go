@@ -19,7 +19,7 @@ func TestSDKParsesResponse(t *testing.T) {
 			toolUse("b", SubToolTextEditor, `{"command":"create","path":"x","file_text":"y"}`)),
 		step(StopEndTurn, text("Done.")),
 	}}
-	svc := New(model, &fakeTools{}, Config{})
+	svc := New(model, allTools(&fakeTools{}), Config{})
 	req := request(ToolTypeCodeExecution2508, user("go"))
 	req.Stream = true
 	var events []Event

@@ -70,7 +70,7 @@ func TestTurnToolsInjectionRules(t *testing.T) {
 			}
 			// The Messages loop accepts what the rules produce.
 			req := &messages.Request{MaxTokens: 1, Tools: tools, Messages: []messages.Message{{Role: "user", Content: []messages.ContentBlock{{Type: "text", Text: "x"}}}}}
-			p, err := messages.New(nil, nil, messages.Config{}).Validate(req)
+			p, err := messages.New(nil, messages.Tools{}, messages.Config{}).Validate(req)
 			if err != nil || !p.CodeExecution {
 				t.Fatalf("plan: %+v %v", p, err)
 			}
@@ -120,7 +120,7 @@ func TestTurnToolsSandboxTools(t *testing.T) {
 				return
 			}
 			req := &messages.Request{MaxTokens: 1, Tools: tools, Messages: []messages.Message{{Role: "user", Content: []messages.ContentBlock{{Type: "text", Text: "x"}}}}}
-			p, err := messages.New(nil, nil, messages.Config{}).Validate(req)
+			p, err := messages.New(nil, messages.Tools{}, messages.Config{}).Validate(req)
 			if err != nil || !p.Sandbox || p.CodeExecution != tc.wantCode {
 				t.Fatalf("plan: %+v %v", p, err)
 			}

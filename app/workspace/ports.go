@@ -23,12 +23,16 @@ type Store interface {
 	threadStore
 	artifact.Repository
 	artifactRefs
-	skill.Repository
 }
 
-// Engine runs one Messages API turn (app/messages.Service).
-type Engine interface {
-	Run(ctx context.Context, req *messages.Request, opts messages.RunOptions, sink messages.Sink) error
+// Turns is the front door every turn runs through (app/turns.Service).
+type Turns interface {
+	// Model resolves a requested model name ("" or "default" is the
+	// configured model).
+	Model(name string) string
+	// Run checks and runs req for p with opts, sending its events to sink;
+	// a turn that offers tools gets its sandbox variables for the run.
+	Run(ctx context.Context, p user.Principal, req *messages.Request, opts messages.RunOptions, sink messages.Sink) error
 }
 
 // Containers resolves and manages thread containers (app/containers.Service).
@@ -78,22 +82,14 @@ type Blobs interface {
 	Remove(ctx context.Context, sha256 string, writtenBefore time.Time) (bool, error)
 }
 
-// SkillLoad is one skill version to load into a container.
-type SkillLoad struct {
-	OrgID   string
-	Name    string
-	Version int
-}
-
-// SkillFiles keeps skill versions' files and loads them into containers
-// (infra/skillfs.Store, adapted).
-type SkillFiles interface {
-	// Save writes one version's files, all or nothing.
-	Save(ctx context.Context, orgID, name string, version int, files []skill.File) error
-	// Delete removes every version's files of a skill.
-	Delete(ctx context.Context, orgID, name string) error
-	// Sync makes the container's /mnt/skills hold exactly loads.
-	Sync(ctx context.Context, containerID string, loads []SkillLoad) error
+// Skills finds skills by name and loads them into containers
+// (app/skills.Service).
+type Skills interface {
+	// ByName finds the latest version of each named skill (a name or a
+	// version id) of the org.
+	ByName(ctx context.Context, orgID string, refs []string) ([]skill.Skill, error)
+	// Load makes the container hold exactly skills at /mnt/skills.
+	Load(ctx context.Context, containerID string, skills []skill.Skill) error
 }
 
 // Policies returns an org's feature policy (app/admin.Service).
@@ -113,25 +109,15 @@ type Quota interface {
 	StorageLeft(ctx context.Context, orgID string) (int64, error)
 }
 
-// SandboxEnv issues a turn's sandbox variables (app/sandboxtools.TurnEnv).
-type SandboxEnv interface {
-	// Begin returns env, which issues the turn's token at its first call
-	// and returns the variables, and end, which revokes the token.
-	Begin(p user.Principal, containerID, model string) (env func(context.Context) ([]string, error), end func())
-}
-
 // Deps are the ports of the turn, file, skill and artifact use cases.
 type Deps struct {
-	Engine      Engine
-	Containers  Containers
-	Files       ThreadFiles
-	Container   ContainerFiles
-	Blobs       Blobs
-	Skills      SkillFiles
-	Policies    Policies
-	SkillLimits skill.Limits // zero means skill.DefaultLimits()
-	// DefaultModel names the model of turns that do not name one.
-	DefaultModel string
+	Turns      Turns
+	Containers Containers
+	Files      ThreadFiles
+	Container  ContainerFiles
+	Blobs      Blobs
+	Skills     Skills
+	Policies   Policies
 	// MaxTokens caps each model step of a turn (default 4096).
 	MaxTokens int
 	// MaxArtifactBytes caps the output files kept as artifacts (default
@@ -141,9 +127,6 @@ type Deps struct {
 	// BlobGrace is how long CollectArtifactBlobs keeps a blob that no
 	// artifact references (default DefaultBlobGrace).
 	BlobGrace time.Duration
-	// SandboxEnv, when set, gives each turn that may run commands its
-	// ANTHROPIC_* variables and short-lived sandbox token.
-	SandboxEnv SandboxEnv
 	// Leases, when set, are the database leases of this process
 	// (app/lease.Keeper): a thread's turn runs under one, so two servers on
 	// one database never run two turns of a thread at once. Without it the

@@ -135,15 +135,14 @@ func (s *Service) ForkThread(ctx context.Context, p user.Principal, threadID str
 		_ = s.DeleteThread(context.WithoutCancel(ctx), p, dst.ID())
 		return thread.Thread{}, err
 	}
+	// Every message is copied as it is, an interrupted answer too (with
+	// why it ended): dropping it would leave two user messages in a row.
 	for _, m := range msgs {
-		if !m.Complete() {
-			continue
-		}
-		c, err := thread.NewMessage(id.New("msg"), dst.ID(), m.Role(), m.Content(), true, m.CreatedAt())
+		c, err := thread.NewMessage(id.New("msg"), dst.ID(), m.Role(), m.Content(), m.Complete(), m.CreatedAt())
 		if err != nil {
 			return fail(err)
 		}
-		c = thread.RestoreMessage(c.ID(), c.ThreadID(), 0, c.Role(), c.Content(), m.Usage(), true, c.CreatedAt())
+		c = thread.RestoreMessage(c.ID(), c.ThreadID(), 0, c.Role(), c.Content(), m.Usage(), m.Complete(), c.CreatedAt(), m.Ended())
 		if _, err := s.store.AppendMessage(ctx, c); err != nil {
 			return fail(err)
 		}

@@ -4,10 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"strings"
 	"time"
 
 	"threadbox/app/messages"
+	"threadbox/app/skills"
 	"threadbox/domain/fault"
 	"threadbox/domain/id"
 	"threadbox/domain/org"
@@ -52,7 +52,7 @@ var userBlocks = map[string]bool{
 // rules, the skills loaded into the thread's container. Only one turn runs
 // per thread at a time. The caller must Run (or Abort) the turn it gets.
 func (s *Service) StartTurn(ctx context.Context, p user.Principal, threadID string, tr TurnRequest) (*Turn, error) {
-	if s.d.Engine == nil || s.d.Containers == nil || s.d.Policies == nil {
+	if s.d.Turns == nil || s.d.Containers == nil || s.d.Policies == nil {
 		return nil, fault.New(fault.Unavailable, "the chat pipeline is not configured")
 	}
 	th, err := s.store.Thread(ctx, p.OrgID, p.UserID, threadID)
@@ -71,11 +71,16 @@ func (s *Service) StartTurn(ctx context.Context, p user.Principal, threadID stri
 	if err != nil {
 		return nil, fmt.Errorf("workspace: policy: %w", err)
 	}
-	skills, err := s.resolveSkills(ctx, p.OrgID, tr.Skills)
-	if err != nil {
-		return nil, err
+	var found []skill.Skill
+	if len(tr.Skills) > 0 {
+		if s.d.Skills == nil {
+			return nil, fault.New(fault.Unavailable, "skills are not configured on this server")
+		}
+		if found, err = s.d.Skills.ByName(ctx, p.OrgID, tr.Skills); err != nil {
+			return nil, err
+		}
 	}
-	tools, codeExec, err := TurnTools(tr.Tools, len(skills) > 0, policy)
+	tools, codeExec, err := TurnTools(tr.Tools, len(found) > 0, policy)
 	if err != nil {
 		return nil, err
 	}
@@ -96,18 +101,11 @@ func (s *Service) StartTurn(ctx context.Context, p user.Principal, threadID stri
 		return nil, err
 	}
 	if codeExec && s.d.Skills != nil {
-		loads := make([]SkillLoad, len(skills))
-		for i, sk := range skills {
-			loads[i] = SkillLoad{OrgID: sk.OrgID, Name: sk.Name, Version: sk.Version}
-		}
-		if err := s.d.Skills.Sync(ctx, c.ID(), loads); err != nil {
-			return nil, fmt.Errorf("workspace: load skills: %w", err)
+		if err := s.d.Skills.Load(ctx, c.ID(), found); err != nil {
+			return nil, err
 		}
 	}
-	model := tr.Model
-	if model == "" {
-		model = s.d.DefaultModel
-	}
+	model := s.d.Turns.Model(tr.Model)
 	maxTokens := s.d.MaxTokens
 	if maxTokens <= 0 {
 		maxTokens = DefaultMaxTokens
@@ -116,7 +114,7 @@ func (s *Service) StartTurn(ctx context.Context, p user.Principal, threadID stri
 		Model: model, MaxTokens: maxTokens, Tools: tools, Stream: tr.Stream,
 		Messages: append(history, messages.Message{Role: messages.RoleUser, Content: tr.Content}),
 	}
-	if sys := skillsPrompt(skills, codeExec); sys != "" {
+	if sys := skills.Prompt(found, codeExec); sys != "" {
 		req.System, _ = json.Marshal(sys)
 	}
 	ok, err := s.d.Leases.Acquire(ctx, turnLease(th.ID()))
@@ -195,15 +193,10 @@ func (t *Turn) Run(ctx context.Context, sink messages.Sink) (*messages.Response,
 		}
 		// Keep the partial turn, still incomplete, after each tool call.
 		if content, err := json.Marshal(rs.col.Response().Content); err == nil {
-			_ = s.store.UpdateMessage(dbctx, thread.RestoreMessage(am.ID(), am.ThreadID(), am.Seq(), thread.Assistant, content, nil, false, am.CreatedAt()))
+			_ = s.store.UpdateMessage(dbctx, am.Progress(content))
 		}
 	}
-	if s.d.SandboxEnv != nil && len(t.req.Tools) > 0 {
-		env, end := s.d.SandboxEnv.Begin(t.p, opts.ContainerID, t.req.Model)
-		defer end()
-		opts.EnvFunc = env
-	}
-	runErr := s.d.Engine.Run(ctx, t.req, opts, rs)
+	runErr := s.d.Turns.Run(ctx, t.p, t.req, opts, rs)
 	if runErr == nil {
 		runErr = rs.err
 	}
@@ -216,8 +209,8 @@ func (t *Turn) Run(ctx context.Context, sink messages.Sink) (*messages.Response,
 		return nil, fmt.Errorf("workspace: assistant content: %w", err)
 	}
 	if runErr != nil {
-		// Keep what was produced, marked incomplete.
-		_ = s.store.UpdateMessage(dbctx, thread.RestoreMessage(am.ID(), am.ThreadID(), am.Seq(), thread.Assistant, content, nil, false, am.CreatedAt()))
+		// Keep what was produced, incomplete for good, and why.
+		_ = s.store.UpdateMessage(dbctx, am.Interrupt(content, ending(ctx, runErr)))
 		return nil, runErr
 	}
 	usage, _ := json.Marshal(resp.Usage)
@@ -253,7 +246,7 @@ func (s *Service) history(ctx context.Context, threadID string) ([]messages.Mess
 			}
 		}
 		if !m.Complete() && m.Role() == thread.Assistant {
-			kept = append(interrupted(kept), messages.ContentBlock{Type: messages.BlockText, Text: InterruptedNote})
+			kept = append(interrupted(kept), messages.ContentBlock{Type: messages.BlockText, Text: InterruptedNote(m.Ended())})
 		}
 		if len(kept) == 0 {
 			continue
@@ -263,8 +256,32 @@ func (s *Service) history(ctx context.Context, threadID string) ([]messages.Mess
 	return out, nil
 }
 
-// InterruptedNote ends an interrupted turn in the history the model reads.
-const InterruptedNote = "[This answer was interrupted before it finished (stopped, or the server ended the turn): the request before it was not completed, and nothing of it runs again unless asked anew.]"
+// InterruptedNote ends an interrupted turn in the history the model reads:
+// what ended it, and that nothing of it runs again unless asked anew.
+func InterruptedNote(why thread.Ending) string {
+	const rest = ": the request before it was not completed, and nothing of it runs again unless asked anew.]"
+	switch why.Reason {
+	case thread.Stopped:
+		return "[This answer was stopped by the user before it finished" + rest
+	case thread.Failed:
+		return "[This answer failed before it finished (" + why.Detail + ")" + rest
+	}
+	return "[This answer was interrupted before it finished (the server ended the turn)" + rest
+}
+
+// ending says why a turn ended with err: stopped when its context ended
+// (the client stopped it or went away), else failed, with the error as the
+// client is told it.
+func ending(ctx context.Context, err error) thread.Ending {
+	if ctx.Err() != nil {
+		return thread.Ending{Reason: thread.Stopped}
+	}
+	if fault.KindOf(err) != fault.Internal {
+		return thread.Ending{Reason: thread.Failed, Detail: fault.MessageOf(err)}
+	}
+	_, body := messages.ErrorStatus(err)
+	return thread.Ending{Reason: thread.Failed, Detail: body.Message}
+}
 
 // interrupted replaces each server call of an interrupted turn that never
 // got its result with a note naming it, so the history stays valid.
@@ -305,25 +322,6 @@ func (s *Service) Messages(ctx context.Context, p user.Principal, threadID strin
 		return nil, false, fmt.Errorf("workspace: turn lease: %w", err)
 	}
 	return msgs, mine || other, nil
-}
-
-// skillsPrompt tells the model which skills the turn loaded.
-func skillsPrompt(skills []skill.Skill, codeExec bool) string {
-	if len(skills) == 0 {
-		return ""
-	}
-	var b strings.Builder
-	if codeExec {
-		b.WriteString("Skills are loaded read-only in the sandbox, one folder each at /mnt/skills/<name>/. " +
-			"Before using a skill, read its /mnt/skills/<name>/SKILL.md with the code execution tools.\nAvailable skills:\n")
-	} else {
-		b.WriteString("The user asked for these skills, but code execution is disabled by the organization's policy, " +
-			"so their files cannot be read in this conversation:\n")
-	}
-	for _, sk := range skills {
-		fmt.Fprintf(&b, "- %s: %s\n", sk.Name, sk.Description)
-	}
-	return strings.TrimRight(b.String(), "\n")
 }
 
 // policyAllows reports whether the org's policy allows f.

@@ -12,6 +12,7 @@ import (
 
 	"threadbox/app/messages"
 	"threadbox/domain/container"
+	"threadbox/domain/fault"
 	"threadbox/domain/file"
 	"threadbox/domain/org"
 	"threadbox/domain/thread"
@@ -24,9 +25,19 @@ import (
 // result (calling the tool hook), then fails or finishes.
 type scriptEngine struct {
 	fail error
+	stop context.CancelFunc // when set, the turn is stopped (its context ends) instead
 }
 
-func (e scriptEngine) Run(ctx context.Context, req *messages.Request, opts messages.RunOptions, sink messages.Sink) error {
+// Model resolves no name to "default", as the front door without a
+// configured model does.
+func (scriptEngine) Model(name string) string {
+	if name == "" {
+		return "default"
+	}
+	return name
+}
+
+func (e scriptEngine) Run(ctx context.Context, _ user.Principal, req *messages.Request, opts messages.RunOptions, sink messages.Sink) error {
 	send := func(evs ...messages.Event) error {
 		for _, ev := range evs {
 			if err := sink.Send(ev); err != nil {
@@ -48,6 +59,10 @@ func (e scriptEngine) Run(ctx context.Context, req *messages.Request, opts messa
 		return err
 	}
 	opts.OnToolCall(ctx, messages.ToolCall{ID: "srvtoolu_1", Name: messages.SubToolBash, ContainerID: opts.ContainerID}, res.Result)
+	if e.stop != nil {
+		e.stop()
+		return ctx.Err()
+	}
 	if e.fail != nil {
 		return e.fail
 	}
@@ -86,7 +101,7 @@ type nopCloser struct{ io.ReadSeeker }
 
 func (nopCloser) Close() error { return nil }
 
-func setup(t *testing.T, eng Engine) (*Service, *store.Store, user.Principal, thread.Thread) {
+func setup(t *testing.T, eng Turns) (*Service, *store.Store, user.Principal, thread.Thread) {
 	t.Helper()
 	ctx := context.Background()
 	st, err := store.Open(ctx, "", t.TempDir())
@@ -106,7 +121,7 @@ func setup(t *testing.T, eng Engine) (*Service, *store.Store, user.Principal, th
 		t.Fatal(err)
 	}
 	p := user.Principal{OrgID: o.ID(), UserID: u.ID(), Role: user.Member}
-	svc := New(st, Deps{Engine: eng, Containers: oneContainer{}, Policies: oneContainer{}, Container: &outputs{data: "\x89PNG\r\n\x1a\nv1"}, Blobs: blob.New(t.TempDir())})
+	svc := New(st, Deps{Turns: eng, Containers: oneContainer{}, Policies: oneContainer{}, Container: &outputs{data: "\x89PNG\r\n\x1a\nv1"}, Blobs: blob.New(t.TempDir())})
 	pr, err := svc.CreateProject(ctx, p, "P")
 	if err != nil {
 		t.Fatal(err)
@@ -170,39 +185,64 @@ func TestTurnInjectsResourceAfterToolResult(t *testing.T) {
 	}
 }
 
-func TestTurnCrashLeavesAssistantIncomplete(t *testing.T) {
-	ctx := context.Background()
-	svc, st, p, th := setup(t, scriptEngine{fail: errors.New("upstream broke")})
-	turn, err := svc.StartTurn(ctx, p, th.ID(), TurnRequest{Content: []messages.ContentBlock{{Type: "text", Text: "go"}}})
-	if err != nil {
-		t.Fatal(err)
+// TestInterruptedTurnKeepsItsPlace: a turn that fails or is stopped keeps
+// what it produced, incomplete for good, with why it ended; the next
+// turn's history shows the model that, and never merges the next request
+// into it.
+func TestInterruptedTurnKeepsItsPlace(t *testing.T) {
+	tests := []struct {
+		name    string
+		fail    error
+		stop    bool
+		want    thread.Ending
+		noteHas string
+	}{
+		{"failed", fault.New(fault.Unavailable, "the model is overloaded"), false, thread.Ending{Reason: thread.Failed, Detail: "the model is overloaded"}, "failed before it finished (the model is overloaded)"},
+		{"stopped", nil, true, thread.Ending{Reason: thread.Stopped}, "stopped by the user"},
 	}
-	if _, err := svc.StartTurn(ctx, p, th.ID(), TurnRequest{Content: []messages.ContentBlock{{Type: "text", Text: "again"}}}); err == nil {
-		t.Fatal("a second turn started while one runs")
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			eng := scriptEngine{fail: tt.fail}
+			if tt.stop {
+				eng.stop = cancel
+			}
+			svc, st, p, th := setup(t, eng)
+			turn, err := svc.StartTurn(ctx, p, th.ID(), TurnRequest{Content: []messages.ContentBlock{{Type: "text", Text: "go"}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := svc.StartTurn(ctx, p, th.ID(), TurnRequest{Content: []messages.ContentBlock{{Type: "text", Text: "again"}}}); err == nil {
+				t.Fatal("a second turn started while one runs")
+			}
+			if _, err := turn.Run(ctx, nil); err == nil {
+				t.Fatal("the interruption was not reported")
+			}
+			bg := context.Background()
+			ms, _ := st.Messages(bg, th.ID())
+			if len(ms) != 2 || !ms[0].Complete() || ms[1].Complete() || !bytes.Contains(ms[1].Content(), []byte("Running.")) {
+				t.Fatalf("stored after the turn: %d messages, assistant complete=%v %s", len(ms), len(ms) > 1 && ms[1].Complete(), ms[len(ms)-1].Content())
+			}
+			if got := ms[1].Ended(); got != tt.want {
+				t.Fatalf("stored ending %+v, want %+v", got, tt.want)
+			}
+			h, _ := svc.history(bg, th.ID())
+			if len(h) != 2 || h[0].Role != "user" || h[1].Role != "assistant" {
+				t.Fatalf("history after the turn: %+v", h)
+			}
+			last := h[1].Content
+			if note := last[len(last)-1].Text; last[0].Text != "Running." || note != InterruptedNote(tt.want) || !strings.Contains(note, tt.noteHas) {
+				t.Fatalf("the interrupted turn in the history: %+v", last)
+			}
+			// The thread is free again.
+			next, err := svc.StartTurn(bg, p, th.ID(), TurnRequest{Content: []messages.ContentBlock{{Type: "text", Text: "again"}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			next.Abort()
+		})
 	}
-	if _, err := turn.Run(ctx, nil); err == nil {
-		t.Fatal("the failure was not reported")
-	}
-	ms, _ := st.Messages(ctx, th.ID())
-	if len(ms) != 2 || !ms[0].Complete() || ms[1].Complete() || !bytes.Contains(ms[1].Content(), []byte("Running.")) {
-		t.Fatalf("stored after a failed turn: %d messages, assistant complete=%v %s", len(ms), len(ms) > 1 && ms[1].Complete(), ms[len(ms)-1].Content())
-	}
-	// The failed turn keeps its place: what it produced, then the note
-	// that it was interrupted; the next request is never merged into it.
-	h, _ := svc.history(ctx, th.ID())
-	if len(h) != 2 || h[0].Role != "user" || h[1].Role != "assistant" {
-		t.Fatalf("history after a failed turn: %+v", h)
-	}
-	last := h[1].Content
-	if last[0].Text != "Running." || last[len(last)-1].Text != InterruptedNote {
-		t.Fatalf("the interrupted turn in the history: %+v", last)
-	}
-	// The thread is free again.
-	next, err := svc.StartTurn(ctx, p, th.ID(), TurnRequest{Content: []messages.ContentBlock{{Type: "text", Text: "again"}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	next.Abort()
 }
 
 // bigOutputs lists one output file of the given apparent size whose

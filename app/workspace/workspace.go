@@ -36,9 +36,8 @@ type Service struct {
 	now   func() time.Time
 	log   *slog.Logger
 
-	mu      sync.Mutex
-	seen    map[string]map[string]stamp // per thread: outputs already captured
-	skillMu sync.Mutex                  // one skill upload at a time
+	mu   sync.Mutex
+	seen map[string]map[string]stamp // per thread: outputs already captured
 	// blobMu is held shared by each artifact save, from writing its blob
 	// to committing its row, and exclusively by releaseBlobs.
 	blobMu sync.RWMutex

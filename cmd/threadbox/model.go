@@ -7,12 +7,12 @@ import (
 
 	"threadbox/app/messages"
 	"threadbox/app/tools"
+	"threadbox/app/turns"
 	"threadbox/infra/fsroot"
 	"threadbox/infra/llm/anthropic"
 	"threadbox/infra/llm/openai"
 	"threadbox/infra/llm/runner"
 	"threadbox/infra/webfetch"
-	"threadbox/web"
 )
 
 // newModel returns the model adapter MODEL_PROVIDER names: an
@@ -52,8 +52,8 @@ func newMessages(cfg Config, sys *system, fs *fsroot.Containers, log *slog.Logge
 		provider = "runner"
 	}
 	model := sys.metrics.Model(newModel(cfg), provider)
-	executor := sys.metrics.Tools(toolRouter{code: code, sandbox: sys.sandbox.exec})
-	return messages.New(model, executor, messages.Config{
+	executors := messages.Tools{CodeExecution: sys.metrics.Tools(code), Sandbox: sys.metrics.Tools(sys.sandbox.exec)}
+	return messages.New(model, executors, messages.Config{
 		MaxToolIterations: cfg.MaxToolIters,
 		TurnTimeout:       cfg.TurnTimeout,
 		AllowedToolTypes:  cfg.AllowToolTypes,
@@ -62,7 +62,12 @@ func newMessages(cfg Config, sys *system, fs *fsroot.Containers, log *slog.Logge
 	})
 }
 
-// messagesAPI is what the Messages API handlers are served with.
-func messagesAPI(cfg Config, sys *system) *web.MessagesAPI {
-	return &web.MessagesAPI{Engine: sys.messages, Containers: sys.containers, DefaultModel: cfg.ModelName, SandboxEnv: sys.sandbox.env, Quota: sys.quota}
+// newTurns wires the front door of Messages API requests and chat turns:
+// the tool loop, the containers, quotas, skills, container files and the
+// sandbox's API variables, one default model for both.
+func newTurns(cfg Config, sys *system) *turns.Service {
+	return turns.New(turns.Deps{
+		Engine: sys.messages, Containers: sys.containers, Quota: sys.quota, Skills: sys.skills,
+		Files: sys.files, SandboxEnv: sys.sandbox.env, DefaultModel: cfg.ModelName,
+	})
 }

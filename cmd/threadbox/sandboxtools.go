@@ -10,7 +10,6 @@ import (
 
 	"threadbox/app/auth"
 	"threadbox/app/containers"
-	"threadbox/app/messages"
 	"threadbox/app/sandboxtools"
 	"threadbox/domain/user"
 	"threadbox/infra/fsroot"
@@ -71,18 +70,4 @@ func (t authTokens) IssueSandboxToken(ctx context.Context, p user.Principal, con
 
 func (t authTokens) Revoke(ctx context.Context, tokenID string) error {
 	return t.a.Revoke(ctx, tokenID)
-}
-
-// toolRouter sends each server tool call to its executor: the
-// code-execution sub-tools to one, the sandbox_v1 tools to the other.
-type toolRouter struct {
-	code    messages.ToolExecutor
-	sandbox messages.ToolExecutor
-}
-
-func (r toolRouter) Execute(ctx context.Context, call messages.ToolCall) (*messages.ToolResult, error) {
-	if messages.IsSandboxTool(call.Name) {
-		return r.sandbox.Execute(ctx, call)
-	}
-	return r.code.Execute(ctx, call)
 }

@@ -13,6 +13,7 @@ import (
 
 	"threadbox/app/messages"
 	"threadbox/app/workspace"
+	"threadbox/domain/thread"
 	"threadbox/infra/llm/fakeupstream"
 )
 
@@ -195,7 +196,7 @@ func TestStoppedTurnKeepsItsPlace(t *testing.T) {
 	time.Sleep(time.Second)
 	cancel() // Stop
 	resp.Body.Close()
-	waitFor(t, 15*time.Second, func() bool { return lastStatus(s, f.admin, f.tid) == "assistant failed" },
+	waitFor(t, 15*time.Second, func() bool { return lastStatus(s, f.admin, f.tid) == "assistant stopped" },
 		func() string { return "the stopped turn shows as " + lastStatus(s, f.admin, f.tid) })
 
 	fake.Push(textStep("hi back"))
@@ -212,7 +213,7 @@ func TestStoppedTurnKeepsItsPlace(t *testing.T) {
 		t.Fatalf("the user messages were merged or changed: %v", texts)
 	}
 	interrupted := strings.Join(texts[1], "|")
-	if !strings.Contains(interrupted, "was interrupted before it ended") || !strings.Contains(interrupted, workspace.InterruptedNote) ||
+	if !strings.Contains(interrupted, "was interrupted before it ended") || !strings.Contains(interrupted, workspace.InterruptedNote(thread.Ending{Reason: thread.Stopped})) ||
 		strings.Contains(interrupted, "tool_use") {
 		t.Fatalf("the interruption as the model sees it: %v", texts[1])
 	}

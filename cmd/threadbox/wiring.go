@@ -15,12 +15,16 @@ import (
 	"threadbox/app/lease"
 	"threadbox/app/messages"
 	"threadbox/app/quota"
+	"threadbox/app/skills"
+	"threadbox/app/turns"
 	metering "threadbox/app/usage"
 	"threadbox/app/workspace"
 	"threadbox/domain/sandbox"
+	"threadbox/domain/skill"
 	"threadbox/infra/fsroot"
 	"threadbox/infra/metrics"
 	"threadbox/infra/sandbox/hostdirs"
+	"threadbox/infra/skillfs"
 	"threadbox/infra/store"
 )
 
@@ -35,7 +39,9 @@ type system struct {
 	leases     *lease.Keeper // this process's database leases
 	metrics    *metrics.Registry
 	files      *files.Service
-	messages   *messages.Service // the Messages API's tool loop
+	messages   *messages.Service // the tool loop
+	turns      *turns.Service    // the front door of Messages API requests and chat turns
+	skills     *skills.Service
 	sandbox    *sandboxWiring    // the sandbox_v1 tools and the API bridge
 	usage      *metering.Service // usage metering: commands and model tokens per org, user and day
 	backends   []sandbox.Backend
@@ -148,6 +154,8 @@ func wire(ctx context.Context, cfg Config, log *slog.Logger) (*system, error) {
 	sys.usage = metering.New(st, st, log.With("component", "usage"))
 	sys.sandbox = newSandboxWiring(cfg, sys.containers, sys.auth, fs, sys.usage, log)
 	sys.messages = newMessages(cfg, sys, fs, log)
-	sys.workspace = newWorkspace(cfg, sys, layout, fs, log)
+	sys.skills = skills.New(st, skillFiles{skillfs.New(filepath.Join(cfg.DataDir, "skills"), func(id string) string { return layout.Dirs(id).Skills })}, skill.Limits{})
+	sys.turns = newTurns(cfg, sys)
+	sys.workspace = newWorkspace(cfg, sys, fs, log)
 	return sys, nil
 }

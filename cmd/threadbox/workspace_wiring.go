@@ -5,15 +5,15 @@ import (
 	"log/slog"
 	"path/filepath"
 
+	"threadbox/app/skills"
 	"threadbox/app/workspace"
 	"threadbox/domain/skill"
 	"threadbox/infra/blob"
 	"threadbox/infra/fsroot"
-	"threadbox/infra/sandbox/hostdirs"
 	"threadbox/infra/skillfs"
 )
 
-// skillFiles adapts infra/skillfs to the workspace's port.
+// skillFiles adapts infra/skillfs to the skills use case's port.
 type skillFiles struct{ s *skillfs.Store }
 
 func (f skillFiles) Save(ctx context.Context, orgID, name string, version int, files []skill.File) error {
@@ -24,7 +24,7 @@ func (f skillFiles) Delete(ctx context.Context, orgID, name string) error {
 	return f.s.Delete(ctx, orgID, name)
 }
 
-func (f skillFiles) Sync(ctx context.Context, containerID string, loads []workspace.SkillLoad) error {
+func (f skillFiles) Sync(ctx context.Context, containerID string, loads []skills.Load) error {
 	out := make([]skillfs.Load, len(loads))
 	for i, l := range loads {
 		out[i] = skillfs.Load{OrgID: l.OrgID, Name: l.Name, Version: l.Version}
@@ -33,26 +33,18 @@ func (f skillFiles) Sync(ctx context.Context, containerID string, loads []worksp
 }
 
 // newWorkspace wires the Workspace API (CONTRACT §7): the chat pipeline
-// over the Messages tool loop, thread files over the Files API use cases,
-// the artifact store and the skill store under DATA_DIR.
-func newWorkspace(cfg Config, sys *system, layout *hostdirs.Layout, fs *fsroot.Containers, log *slog.Logger) *workspace.Service {
-	model := cfg.ModelName
-	if model == "" {
-		model = "default"
-	}
-	// The chat pipeline shares the Messages API's tool loop: one model
-	// client (one connection pool), the same tools and iteration limit.
+// over the front door every turn goes through, thread files over the Files
+// API use cases, the artifact store under DATA_DIR.
+func newWorkspace(cfg Config, sys *system, fs *fsroot.Containers, log *slog.Logger) *workspace.Service {
 	return workspace.New(sys.store, workspace.Deps{
-		Engine:           sys.messages,
+		Turns:            sys.turns,
 		Containers:       sys.containers,
 		Files:            sys.files,
 		Container:        fs,
 		Blobs:            blob.New(filepath.Join(cfg.DataDir, "artifacts")),
-		Skills:           skillFiles{skillfs.New(filepath.Join(cfg.DataDir, "skills"), func(id string) string { return layout.Dirs(id).Skills })},
+		Skills:           sys.skills,
 		Policies:         sys.admin,
-		DefaultModel:     model,
 		MaxArtifactBytes: cfg.MaxArtifactBytes,
-		SandboxEnv:       sys.sandbox.env,
 		Leases:           sys.leases,
 		Quota:            sys.quota,
 		Audit:            sys.store,

@@ -28,6 +28,26 @@ type Message struct {
 	usage     []byte
 	complete  bool
 	createdAt time.Time
+	ended     Ending
+}
+
+// EndReason says why an assistant message's turn ended before it finished.
+type EndReason string
+
+// Reasons a turn ended unfinished. An incomplete message without a reason
+// was left by a server that stopped or died mid-turn.
+const (
+	// Stopped: the client stopped the turn or went away.
+	Stopped EndReason = "stopped"
+	// Failed: the turn ended in an error (the model upstream, the loop).
+	Failed EndReason = "failed"
+)
+
+// Ending is why an unfinished turn ended: a reason and, for a failure,
+// the error as its client was told it.
+type Ending struct {
+	Reason EndReason
+	Detail string
 }
 
 // NewMessage returns a valid message.
@@ -45,8 +65,8 @@ func NewMessage(id, threadID string, role Role, content []byte, complete bool, n
 }
 
 // RestoreMessage rebuilds a message from storage.
-func RestoreMessage(id, threadID string, seq int64, role Role, content, usage []byte, complete bool, createdAt time.Time) Message {
-	return Message{id, threadID, seq, role, content, usage, complete, createdAt}
+func RestoreMessage(id, threadID string, seq int64, role Role, content, usage []byte, complete bool, createdAt time.Time, ended Ending) Message {
+	return Message{id, threadID, seq, role, content, usage, complete, createdAt, ended}
 }
 
 // ID returns the message id.
@@ -73,9 +93,28 @@ func (m Message) Complete() bool { return m.complete }
 // CreatedAt returns when the message was stored.
 func (m Message) CreatedAt() time.Time { return m.createdAt }
 
+// Ended returns why the message's turn ended unfinished: the zero Ending
+// for a complete message, or for one its server left (it stopped or died
+// mid-turn).
+func (m Message) Ended() Ending { return m.ended }
+
 // Finish returns the message with its final content and usage, complete.
 func (m Message) Finish(content, usage []byte) Message {
-	m.content, m.usage, m.complete = content, usage, true
+	m.content, m.usage, m.complete, m.ended = content, usage, true, Ending{}
+	return m
+}
+
+// Progress returns the message with the content its running turn has
+// produced so far, still incomplete.
+func (m Message) Progress(content []byte) Message {
+	m.content, m.complete = content, false
+	return m
+}
+
+// Interrupt returns the message with what its turn produced, incomplete
+// for good, and why its turn ended.
+func (m Message) Interrupt(content []byte, why Ending) Message {
+	m.content, m.complete, m.ended = content, false, why
 	return m
 }
 

@@ -162,6 +162,8 @@ type messageRow struct {
 	Usage     string
 	Complete  bool
 	CreatedAt time.Time
+	EndReason string
+	EndDetail string
 }
 
 func (messageRow) TableName() string { return "messages" }
@@ -171,7 +173,7 @@ func (r messageRow) domain() thread.Message {
 	if r.Usage != "" {
 		usage = []byte(r.Usage)
 	}
-	return thread.RestoreMessage(r.ID, r.ThreadID, r.Seq, thread.Role(r.Role), []byte(r.Content), usage, r.Complete, r.CreatedAt.UTC())
+	return thread.RestoreMessage(r.ID, r.ThreadID, r.Seq, thread.Role(r.Role), []byte(r.Content), usage, r.Complete, r.CreatedAt.UTC(), thread.Ending{Reason: thread.EndReason(r.EndReason), Detail: r.EndDetail})
 }
 
 // AppendMessage stores m as the thread's next message and returns it with its seq.
@@ -182,7 +184,7 @@ func (s *Store) AppendMessage(ctx context.Context, m thread.Message) (thread.Mes
 		if err := tx.Model(&messageRow{}).Select("COALESCE(MAX(seq), 0) AS n").Where("thread_id = ?", m.ThreadID()).Scan(&max).Error; err != nil {
 			return err
 		}
-		r := messageRow{ID: m.ID(), ThreadID: m.ThreadID(), Seq: max.N + 1, Role: string(m.Role()), Content: string(m.Content()), Usage: string(m.Usage()), Complete: m.Complete(), CreatedAt: m.CreatedAt()}
+		r := messageRow{ID: m.ID(), ThreadID: m.ThreadID(), Seq: max.N + 1, Role: string(m.Role()), Content: string(m.Content()), Usage: string(m.Usage()), Complete: m.Complete(), CreatedAt: m.CreatedAt(), EndReason: string(m.Ended().Reason), EndDetail: m.Ended().Detail}
 		if err := tx.Create(&r).Error; err != nil {
 			return err
 		}
@@ -192,10 +194,11 @@ func (s *Store) AppendMessage(ctx context.Context, m thread.Message) (thread.Mes
 	return out, translate(err, "message")
 }
 
-// UpdateMessage saves a message's content, usage and completeness.
+// UpdateMessage saves a message's content, usage, completeness and why
+// its turn ended.
 func (s *Store) UpdateMessage(ctx context.Context, m thread.Message) error {
 	return one(s.q(ctx).Model(&messageRow{}).Where("id = ?", m.ID()).
-		Updates(map[string]any{"content": string(m.Content()), "usage": string(m.Usage()), "complete": m.Complete()}), "message")
+		Updates(map[string]any{"content": string(m.Content()), "usage": string(m.Usage()), "complete": m.Complete(), "end_reason": string(m.Ended().Reason), "end_detail": m.Ended().Detail}), "message")
 }
 
 // Messages returns a thread's messages in order.

@@ -99,7 +99,8 @@ async function loadHistory(view) {
       const t = new TurnView(messageItem(view.log, m.role));
       for (const b of blocks) { t.start(b); t.stop(); }
       if (m.role === 'assistant' && m.status === 'running') t.error('This turn is still running; reload to see its end.');
-      else if (m.role === 'assistant' && !m.complete) t.error('This turn did not finish.');
+      else if (m.role === 'assistant' && m.status === 'stopped') t.error('Stopped.');
+      else if (m.role === 'assistant' && !m.complete) t.error(m.end_detail ? `This turn failed: ${m.end_detail}` : 'This turn did not finish.');
       t.done();
     }
     if (res.data.length === 0) view.log.append(h('li', { class: 'empty' }, 'No messages yet. Write one below; fenced ```python or ```bash blocks run in this thread\'s sandbox.'));

@@ -268,9 +268,9 @@ func TestConnectionsAreReused(t *testing.T) {
 func TestLoopOverHTTP(t *testing.T) {
 	up := fakeupstream.New(toolReply, fakeupstream.Reply{Content: []messages.ContentBlock{{Type: messages.BlockText, Text: "Two files."}}})
 	defer up.Close()
-	svc := messages.New(New(Config{BaseURL: up.URL(), Model: "m"}), toolsFunc(func(ctx context.Context, c messages.ToolCall) (*messages.ToolResult, error) {
+	svc := messages.New(New(Config{BaseURL: up.URL(), Model: "m"}), messages.Tools{CodeExecution: toolsFunc(func(ctx context.Context, c messages.ToolCall) (*messages.ToolResult, error) {
 		return &messages.ToolResult{Type: messages.ResultBash, Stdout: "a\nb\n"}, nil
-	}), messages.Config{})
+	})}, messages.Config{})
 	for _, stream := range []bool{false, true} {
 		up.Push(toolReply, fakeupstream.Reply{Content: []messages.ContentBlock{{Type: messages.BlockText, Text: "Two files."}}})
 		req := &messages.Request{Model: "default", MaxTokens: 50, Stream: stream,

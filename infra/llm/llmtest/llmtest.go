@@ -74,8 +74,8 @@ const (
 var knownBugs = map[string]string{
 	"upstream_server_tools": "app/messages treats the upstream's own server_tool_use blocks (web_search) in a history as " +
 		"threadbox's: resolvePending (service.go) answers each with a bash_code_execution_tool_result_error " +
-		"\"The call was not run.\", and upstreamHistory (history.go) sends it as a plain tool_use; the fix belongs " +
-		"to the loop's tool registry (issue 15, item 1)",
+		"\"The call was not run.\", and upstreamHistory (history.go) sends it as a plain tool_use; a call no family " +
+		"of the loop's tool registry (messages.Tools) owns should be left to the upstream and sent back as it came",
 }
 
 // Row is one model adapter under test.
@@ -218,7 +218,7 @@ func (e *env) step(ctx context.Context, m messages.Model, req messages.StepReque
 
 // loop returns the tool loop over the case's model and sandbox.
 func (e *env) loop(cfg messages.Config) *messages.Service {
-	return messages.New(e.model, e.exec, cfg)
+	return messages.New(e.model, messages.Tools{CodeExecution: e.exec}, cfg)
 }
 
 // create runs one Messages API request through the loop.

@@ -81,7 +81,7 @@ func TestRunsBlocksInOrder(t *testing.T) {
 	needPython(t)
 	for _, stream := range []bool{false, true} {
 		ex := &localExec{t: t, dir: t.TempDir()}
-		svc := messages.New(New(), ex, messages.Config{})
+		svc := messages.New(New(), messages.Tools{CodeExecution: ex}, messages.Config{})
 		msg := "Please run:\n```bash\necho hello > a.txt && echo report\n```\nand\n```python\nimport sys\nprint(open('a.txt').read().strip().upper())\nsys.exit(3)\n```\n"
 		resp, err := svc.Create(context.Background(), userRequest(msg, stream), messages.RunOptions{})
 		if err != nil {
@@ -114,7 +114,7 @@ func TestRunsBlocksInOrder(t *testing.T) {
 }
 
 func TestNoCodeBlocks(t *testing.T) {
-	resp, err := messages.New(New(), nil, messages.Config{}).Create(context.Background(), userRequest("hello there", false), messages.RunOptions{})
+	resp, err := messages.New(New(), messages.Tools{}, messages.Config{}).Create(context.Background(), userRequest("hello there", false), messages.RunOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,7 +131,7 @@ func TestNoCodeBlocks(t *testing.T) {
 func TestCodeWithoutTool(t *testing.T) {
 	req := userRequest("```bash\nls\n```", false)
 	req.Tools = nil
-	resp, err := messages.New(New(), nil, messages.Config{}).Create(context.Background(), req, messages.RunOptions{})
+	resp, err := messages.New(New(), messages.Tools{}, messages.Config{}).Create(context.Background(), req, messages.RunOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,7 +141,7 @@ func TestCodeWithoutTool(t *testing.T) {
 }
 
 func TestNotConfiguredSandbox(t *testing.T) {
-	resp, err := messages.New(New(), nil, messages.Config{}).Create(context.Background(), userRequest("```sh\nls\n```", false), messages.RunOptions{})
+	resp, err := messages.New(New(), messages.Tools{}, messages.Config{}).Create(context.Background(), userRequest("```sh\nls\n```", false), messages.RunOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package workspace
+package skills
 
 import (
 	"archive/tar"
@@ -75,7 +75,7 @@ func tarOf(t *testing.T, gz bool, es ...entry) []byte {
 	return b.Bytes()
 }
 
-func TestReadSkillArchive(t *testing.T) {
+func TestReadArchive(t *testing.T) {
 	lim := skill.Limits{MaxEntries: 5, MaxFileBytes: 100, MaxTotalBytes: 150}
 	cases := []struct {
 		name    string
@@ -104,7 +104,7 @@ func TestReadSkillArchive(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			files, err := ReadSkillArchive(tc.raw, lim)
+			files, err := ReadArchive(tc.raw, lim)
 			if tc.wantErr != "" {
 				if !fault.Is(err, tc.wantErr) {
 					t.Fatalf("want %s, got %v (%d files)", tc.wantErr, err, len(files))

@@ -1,0 +1,283 @@
+// Package skills keeps an org's skills — versioned folders of files with a
+// SKILL.md — and loads them into containers: uploads checked before
+// anything is written, the latest or a named version found by name or id,
+// and the prompt that tells the model what a turn loaded. The Messages API
+// (container.skills) and the chat (skills of a turn) both use it.
+package skills
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"threadbox/app/messages"
+	"threadbox/domain/fault"
+	"threadbox/domain/id"
+	"threadbox/domain/skill"
+	"threadbox/domain/user"
+)
+
+// manifestName is the file every skill holds.
+const manifestName = "SKILL.md"
+
+// Load is one skill version to load into a container.
+type Load struct {
+	OrgID   string
+	Name    string
+	Version int
+}
+
+// Files keeps skill versions' files and loads them into containers
+// (infra/skillfs.Store, adapted).
+type Files interface {
+	// Save writes one version's files, all or nothing.
+	Save(ctx context.Context, orgID, name string, version int, files []skill.File) error
+	// Delete removes every version's files of a skill.
+	Delete(ctx context.Context, orgID, name string) error
+	// Sync makes the container's /mnt/skills hold exactly loads.
+	Sync(ctx context.Context, containerID string, loads []Load) error
+}
+
+// Service is the skills use case.
+type Service struct {
+	store  skill.Repository
+	files  Files // nil: no skill store configured
+	limits skill.Limits
+	now    func() time.Time
+
+	mu sync.Mutex // one upload at a time picks the next version
+}
+
+// New returns the skills use case over the skill records and their files;
+// a zero limits means skill.DefaultLimits(), a nil files a server without
+// a skill store (uploads and loads answer unavailable).
+func New(store skill.Repository, files Files, limits skill.Limits) *Service {
+	if limits.MaxEntries <= 0 {
+		limits = skill.DefaultLimits()
+	}
+	return &Service{store: store, files: files, limits: limits, now: time.Now}
+}
+
+// Upload stores a new version of a skill from a zip or tar (optionally
+// gzip-compressed) archive holding a SKILL.md whose front matter gives the
+// skill's name and description, at the archive's root or in its single
+// top-level folder. Org admins only. Every entry is checked (no traversal,
+// no links, no special files, size and count caps) before anything is
+// written: a refused archive leaves nothing behind.
+func (s *Service) Upload(ctx context.Context, p user.Principal, archive io.Reader) (skill.Skill, error) {
+	if !p.IsAdmin() {
+		return skill.Skill{}, fault.New(fault.Forbidden, "only org admins may upload skills")
+	}
+	if s.files == nil {
+		return skill.Skill{}, fault.New(fault.Unavailable, "the skill store is not configured")
+	}
+	raw, err := io.ReadAll(io.LimitReader(archive, s.limits.MaxTotalBytes+1))
+	if err != nil {
+		return skill.Skill{}, fault.Wrap(fault.Invalid, "could not read the skill archive", err)
+	}
+	if int64(len(raw)) > s.limits.MaxTotalBytes {
+		return skill.Skill{}, fault.Errorf(fault.TooLarge, "skill archive is larger than %d bytes", s.limits.MaxTotalBytes)
+	}
+	entries, err := ReadArchive(raw, s.limits)
+	if err != nil {
+		return skill.Skill{}, err
+	}
+	var manifest []byte
+	for _, e := range entries {
+		if e.Path == manifestName {
+			manifest = e.Data
+		}
+	}
+	if manifest == nil {
+		return skill.Skill{}, fault.New(fault.Invalid, "skill archive has no SKILL.md at its root or in its single top-level folder")
+	}
+	m, err := skill.ParseManifest(manifest)
+	if err != nil {
+		return skill.Skill{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	version := 1
+	latest, err := s.store.LatestSkill(ctx, p.OrgID, m.Name)
+	switch {
+	case err == nil:
+		version = latest.Version + 1
+	case !fault.Is(err, fault.NotFound):
+		return skill.Skill{}, err
+	}
+	sum := sha256.Sum256(raw)
+	sk := skill.Skill{
+		ID: id.New("skl"), OrgID: p.OrgID, Name: m.Name, Description: m.Description, Version: version,
+		SHA256: hex.EncodeToString(sum[:]), CreatedAt: s.now().UTC(),
+	}
+	if err := s.files.Save(ctx, p.OrgID, sk.Name, sk.Version, entries); err != nil {
+		return skill.Skill{}, fmt.Errorf("skills: save: %w", err)
+	}
+	if err := s.store.CreateSkill(ctx, sk); err != nil {
+		return skill.Skill{}, err
+	}
+	return sk, nil
+}
+
+// List lists every version of the caller's org's skills.
+func (s *Service) List(ctx context.Context, p user.Principal) ([]skill.Skill, error) {
+	return s.store.SkillsByOrg(ctx, p.OrgID)
+}
+
+// Delete deletes the skill that a version id of the caller's org names,
+// every version of it, and its files. Org admins only.
+func (s *Service) Delete(ctx context.Context, p user.Principal, skillID string) (skill.Skill, error) {
+	sk, err := s.store.Skill(ctx, p.OrgID, skillID)
+	if err != nil {
+		return skill.Skill{}, err
+	}
+	if !p.IsAdmin() {
+		return skill.Skill{}, fault.New(fault.Forbidden, "only org admins may delete skills")
+	}
+	if _, err := s.store.DeleteSkillVersions(ctx, p.OrgID, sk.Name); err != nil {
+		return skill.Skill{}, err
+	}
+	if s.files != nil {
+		if err := s.files.Delete(ctx, p.OrgID, sk.Name); err != nil {
+			return skill.Skill{}, fmt.Errorf("skills: delete files: %w", err)
+		}
+	}
+	return sk, nil
+}
+
+// ByName finds the latest version of each named skill (a name or a version
+// id) of the org, as the chat names them; one named twice is loaded once.
+func (s *Service) ByName(ctx context.Context, orgID string, refs []string) ([]skill.Skill, error) {
+	params := make([]messages.SkillParam, len(refs))
+	for i, r := range refs {
+		params[i] = messages.SkillParam{Type: "custom", SkillID: r}
+	}
+	return s.Resolve(ctx, orgID, params)
+}
+
+// Resolve finds the skills a Messages API request names (container.skills:
+// type, id or name, version); one named twice is loaded once. Skills of
+// another org are not found.
+func (s *Service) Resolve(ctx context.Context, orgID string, refs []messages.SkillParam) ([]skill.Skill, error) {
+	var out []skill.Skill
+	seen := map[string]bool{}
+	for i, r := range refs {
+		ref := strings.TrimSpace(r.SkillID)
+		if ref == "" {
+			return nil, fault.Errorf(fault.Invalid, "skills.%d: a skill name or id is required", i)
+		}
+		if r.Type != "" && r.Type != "custom" && r.Type != "anthropic" {
+			return nil, fault.Errorf(fault.Invalid, "skills.%d.type: %q is not \"custom\" or \"anthropic\"", i, r.Type)
+		}
+		var (
+			sk  skill.Skill
+			err error
+		)
+		if strings.HasPrefix(ref, "skl_") {
+			sk, err = s.store.Skill(ctx, orgID, ref)
+			if err == nil && r.Version != "" && r.Version != "latest" {
+				ref = sk.Name
+			}
+		}
+		if !strings.HasPrefix(ref, "skl_") {
+			switch v := r.Version; {
+			case v == "" || v == "latest":
+				sk, err = s.store.LatestSkill(ctx, orgID, ref)
+			default:
+				n, perr := strconv.Atoi(v)
+				if perr != nil || n < 1 {
+					return nil, fault.Errorf(fault.Invalid, "skills.%d.version: %q is not a version number or \"latest\"", i, v)
+				}
+				sk, err = s.store.SkillVersion(ctx, orgID, ref, n)
+			}
+		}
+		if fault.Is(err, fault.NotFound) {
+			if r.Type == "anthropic" {
+				return nil, fault.Errorf(fault.NotFound, "skill not found: %s (Anthropic's pre-built skills are not on this server; an org admin can upload a skill of that name: POST /api/v1/app/skills)", r.SkillID)
+			}
+			return nil, fault.Errorf(fault.NotFound, "skill not found: %s", r.SkillID)
+		}
+		if err != nil {
+			return nil, err
+		}
+		if !seen[sk.Name] {
+			seen[sk.Name] = true
+			out = append(out, sk)
+		}
+	}
+	return out, nil
+}
+
+// Names returns the names of the skills a Messages API request names,
+// found as Prepare finds them but loaded nowhere: what validate answers.
+func (s *Service) Names(ctx context.Context, p user.Principal, refs []messages.SkillParam) ([]string, error) {
+	found, err := s.Resolve(ctx, p.OrgID, refs)
+	if err != nil {
+		return nil, err
+	}
+	names := make([]string, len(found))
+	for i, sk := range found {
+		names[i] = sk.Name
+	}
+	return names, nil
+}
+
+// Load makes the container with storage id containerID hold exactly the
+// given skills, read-only at /mnt/skills/<name>/ (none unloads them all).
+func (s *Service) Load(ctx context.Context, containerID string, skills []skill.Skill) error {
+	if s.files == nil {
+		if len(skills) == 0 {
+			return nil
+		}
+		return fault.New(fault.Unavailable, "the skill store is not configured")
+	}
+	loads := make([]Load, len(skills))
+	for i, sk := range skills {
+		loads[i] = Load{OrgID: sk.OrgID, Name: sk.Name, Version: sk.Version}
+	}
+	if err := s.files.Sync(ctx, containerID, loads); err != nil {
+		return fmt.Errorf("skills: load: %w", err)
+	}
+	return nil
+}
+
+// Prepare loads the skills a Messages API request names (container.skills)
+// into the container with storage id containerID and returns the text that
+// tells the model their names and descriptions ("" when refs is empty: a
+// request without skills sees none, those of an earlier request leave
+// /mnt/skills).
+func (s *Service) Prepare(ctx context.Context, p user.Principal, containerID string, refs []messages.SkillParam) (string, error) {
+	found, err := s.Resolve(ctx, p.OrgID, refs)
+	if err != nil {
+		return "", err
+	}
+	if err := s.Load(ctx, containerID, found); err != nil {
+		return "", err
+	}
+	return Prompt(found, true), nil
+}
+
+// Prompt tells the model which skills the turn loaded.
+func Prompt(skills []skill.Skill, codeExec bool) string {
+	if len(skills) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	if codeExec {
+		b.WriteString("Skills are loaded read-only in the sandbox, one folder each at /mnt/skills/<name>/. " +
+			"Before using a skill, read its /mnt/skills/<name>/SKILL.md with the code execution tools.\nAvailable skills:\n")
+	} else {
+		b.WriteString("The user asked for these skills, but code execution is disabled by the organization's policy, " +
+			"so their files cannot be read in this conversation:\n")
+	}
+	for _, sk := range skills {
+		fmt.Fprintf(&b, "- %s: %s\n", sk.Name, sk.Description)
+	}
+	return strings.TrimRight(b.String(), "\n")
+}

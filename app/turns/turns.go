@@ -1,0 +1,463 @@
+// Package turns is the front door of every model turn. A Messages API
+// request and a chat turn both come through here: the model name is
+// resolved by one rule, the request is checked once (its plan is kept for
+// the run), the container is resolved, touched and prepared, container
+// uploads and skills are checked and loaded, the turn's sandbox token is
+// issued for the run and revoked when it ends, and the tool loop
+// (app/messages) runs it. The chat (app/workspace) adds only what is
+// thread-specific: history, injection rules, persistence and artifacts.
+package turns
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"threadbox/app/files"
+	"threadbox/app/messages"
+	"threadbox/app/skills"
+	"threadbox/domain/container"
+	"threadbox/domain/fault"
+	"threadbox/domain/skill"
+	"threadbox/domain/user"
+)
+
+// Containers resolves the containers of turns (app/containers.Service).
+type Containers interface {
+	// ForUser resolves the caller's container named clientID ("" is the
+	// default container, made anew past its maximum age), creating it.
+	ForUser(ctx context.Context, p user.Principal, clientID string) (container.Container, error)
+	// Scope resolves a thread id the caller may access or a container id
+	// the caller chose, preparing its folders; without create an unknown
+	// container is not found.
+	Scope(ctx context.Context, p user.Principal, scopeID string, create bool) (container.Container, error)
+	// Peek finds the container a scope id names without changing anything:
+	// ok false when a request would make it; a named one past its maximum
+	// age is the request's error.
+	Peek(ctx context.Context, p user.Principal, scopeID string) (c container.Container, ok bool, err error)
+	// Touch records a use of the container now.
+	Touch(ctx context.Context, c container.Container) (container.Container, error)
+	// ExpiresAt is the container's rolling expiry shown to clients.
+	ExpiresAt(c container.Container) time.Time
+}
+
+// Quota checks the running-sandbox quotas (app/quota.Service).
+type Quota interface {
+	// BeforeRun refuses (fault.RateLimited, naming the quota) a turn that
+	// may boot the sandbox of the container with storage id containerID
+	// ("" when the turn would make it) when the user or the org has as
+	// many running as the policy allows.
+	BeforeRun(ctx context.Context, orgID, userID, containerID string) error
+}
+
+// Skills finds and loads skills (app/skills.Service).
+type Skills interface {
+	Resolve(ctx context.Context, orgID string, refs []messages.SkillParam) ([]skill.Skill, error)
+	Load(ctx context.Context, containerID string, skills []skill.Skill) error
+}
+
+// Files finds a container's files (app/files.Service).
+type Files interface {
+	Metadata(ctx context.Context, p user.Principal, scopeID, fileID string) (files.File, error)
+}
+
+// SandboxEnv issues a turn's sandbox variables (app/sandboxtools.TurnEnv).
+type SandboxEnv interface {
+	// Begin returns env, which issues the turn's short-lived token at its
+	// first call and returns the variables, and end, which revokes the
+	// token (if issued) when the turn is over.
+	Begin(p user.Principal, containerID, model string) (env func(context.Context) ([]string, error), end func())
+}
+
+// Deps are the ports of the front door. Only Engine and Containers are
+// required; without Skills or Files a request that needs them is refused
+// as unavailable, without Quota nothing is counted, without SandboxEnv
+// commands run without the product's API variables.
+type Deps struct {
+	Engine     *messages.Service
+	Containers Containers
+	Quota      Quota
+	Skills     Skills
+	Files      Files
+	SandboxEnv SandboxEnv
+	// DefaultModel is what the model "default" (or none) resolves to;
+	// empty leaves "default" to the model adapter.
+	DefaultModel string
+}
+
+// touchEvery is how stale a container's last use may be before a request
+// records a new one; closer uses share one write.
+const touchEvery = time.Second
+
+// Service is the front door.
+type Service struct {
+	d        Deps
+	prepared preparedSet
+}
+
+// New returns the front door over d.
+func New(d Deps) *Service { return &Service{d: d} }
+
+// Ready reports whether the front door can run turns (503 otherwise).
+func (s *Service) Ready() error {
+	if s == nil || s.d.Engine == nil || s.d.Containers == nil {
+		return fault.New(fault.Unavailable, "the Messages API is not configured on this server")
+	}
+	return nil
+}
+
+// DefaultModel names the configured model ("" when none is configured).
+func (s *Service) DefaultModel() string { return s.d.DefaultModel }
+
+// Model resolves a requested model name: "" and "default" are the
+// configured model, or "default" for the adapter when none is configured.
+func (s *Service) Model(name string) string {
+	if (name == "" || name == "default") && s.d.DefaultModel != "" {
+		return s.d.DefaultModel
+	}
+	if name == "" {
+		return "default"
+	}
+	return name
+}
+
+// Turn is a checked turn, ready to run once.
+type Turn struct {
+	s    *Service
+	p    user.Principal
+	req  *messages.Request
+	opts messages.RunOptions
+}
+
+// Request returns the request the turn runs (model resolved, skills'
+// prompt added).
+func (t *Turn) Request() *messages.Request { return t.req }
+
+// Begin makes a turn of a request its caller resolved (the chat: its
+// thread's container, history and tools); its plan is checked here.
+func (s *Service) Begin(p user.Principal, req *messages.Request, opts messages.RunOptions) (*Turn, error) {
+	req.Model = s.Model(req.Model)
+	plan, err := s.d.Engine.Validate(req)
+	if err != nil {
+		return nil, err
+	}
+	opts.Plan = plan
+	opts.OrgID, opts.UserID = p.OrgID, p.UserID
+	return &Turn{s: s, p: p, req: req, opts: opts}, nil
+}
+
+// Run checks and runs a turn its caller resolved (Begin, then Turn.Run).
+func (s *Service) Run(ctx context.Context, p user.Principal, req *messages.Request, opts messages.RunOptions, sink messages.Sink) error {
+	t, err := s.Begin(p, req, opts)
+	if err != nil {
+		return err
+	}
+	return t.Run(ctx, sink)
+}
+
+// Run runs the turn, sending its events to sink as they happen. A turn
+// that offers tools in a container gets its sandbox variables, and its
+// sandbox token stops working when Run returns.
+func (t *Turn) Run(ctx context.Context, sink messages.Sink) error {
+	opts := t.opts
+	if env := t.s.d.SandboxEnv; env != nil && opts.ContainerID != "" && len(t.req.Tools) > 0 {
+		vars, end := env.Begin(t.p, opts.ContainerID, t.req.Model)
+		defer end()
+		opts.EnvFunc = vars
+	}
+	return t.s.d.Engine.Run(ctx, t.req, opts, sink)
+}
+
+// Create runs the turn and returns its whole response.
+func (t *Turn) Create(ctx context.Context) (*messages.Response, error) {
+	var c messages.Collector
+	if err := t.Run(ctx, &c); err != nil {
+		return nil, err
+	}
+	return c.Response(), nil
+}
+
+// Prepare checks a Messages API request and resolves what it runs with:
+// the model, the container (made, prepared and touched, so its expiry
+// rolls forward), its uploads and skills.
+func (s *Service) Prepare(ctx context.Context, p user.Principal, req *messages.Request) (*Turn, error) {
+	if err := s.Ready(); err != nil {
+		return nil, err
+	}
+	req.Model = s.Model(req.Model)
+	plan, err := s.d.Engine.Validate(req)
+	if err != nil {
+		return nil, err
+	}
+	t := &Turn{s: s, p: p, req: req, opts: messages.RunOptions{Plan: plan, OrgID: p.OrgID, UserID: p.UserID}}
+	if !needsContainer(req, plan) {
+		return t, nil
+	}
+	if err := s.beforeRun(ctx, p, req, plan); err != nil {
+		return nil, err
+	}
+	c, err := s.containerOf(ctx, p, req)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.checkUploads(ctx, p, c.ClientID(), req); err != nil {
+		return nil, err
+	}
+	if err := s.loadSkills(ctx, p, c, req); err != nil {
+		return nil, err
+	}
+	if time.Since(c.LastActiveAt()) >= touchEvery {
+		if c, err = s.d.Containers.Touch(ctx, c); err != nil {
+			return nil, fmt.Errorf("turns: touch container: %w", err)
+		}
+	}
+	t.opts.ContainerID = c.ID()
+	t.opts.Container = &messages.Container{ID: c.ClientID(), ExpiresAt: s.d.Containers.ExpiresAt(c).UTC()}
+	t.opts.ExpiresAt = func() time.Time { return s.d.Containers.ExpiresAt(c.Touch(time.Now())) }
+	t.opts.ReportContainer = req.Container != nil && req.Container.ID != ""
+	return t, nil
+}
+
+// loadSkills loads the skills the request names into its container (none
+// unloads those of an earlier request: a request sees only the skills it
+// asks for) and tells the model about them in the system prompt.
+func (s *Service) loadSkills(ctx context.Context, p user.Principal, c container.Container, req *messages.Request) error {
+	var refs []messages.SkillParam
+	if req.Container != nil {
+		refs = req.Container.Skills
+	}
+	if s.d.Skills == nil {
+		if len(refs) > 0 {
+			return fault.New(fault.Unavailable, "skills are not configured on this server")
+		}
+		return nil
+	}
+	found, err := s.d.Skills.Resolve(ctx, p.OrgID, refs)
+	if err != nil {
+		return err
+	}
+	if err := s.d.Skills.Load(ctx, c.ID(), found); err != nil {
+		return err
+	}
+	if text := skills.Prompt(found, true); text != "" {
+		if req.System, err = WithSystemText(req.System, text); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Validation is what POST /v1/messages/validate answers: the request
+// checked as Prepare checks it, without running a model or code or making
+// anything.
+type Validation struct {
+	Model     string
+	Plan      *messages.Plan
+	Container *ValidatedContainer // nil when the request needs none
+	Skills    []string
+}
+
+// ValidatedContainer is the container a validated request would use.
+type ValidatedContainer struct {
+	ID        string
+	Exists    bool
+	ExpiresAt *time.Time
+}
+
+// Validate checks a Messages API request: tool specs, quotas, container
+// access and age, container files and skills.
+func (s *Service) Validate(ctx context.Context, p user.Principal, req *messages.Request) (*Validation, error) {
+	if err := s.Ready(); err != nil {
+		return nil, err
+	}
+	req.Model = s.Model(req.Model)
+	plan, err := s.d.Engine.Validate(req)
+	if err != nil {
+		return nil, err
+	}
+	// The org policy's quotas refuse validation as they would the request.
+	if err := s.beforeRun(ctx, p, req, plan); err != nil {
+		return nil, err
+	}
+	out := &Validation{Model: req.Model, Plan: plan, Skills: []string{}}
+	if needsContainer(req, plan) {
+		id := requestScope(p, req)
+		vc := &ValidatedContainer{ID: id}
+		ctr, ok, err := s.d.Containers.Peek(ctx, p, id)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			vc.Exists, vc.ID = true, ctr.ClientID()
+			exp := s.d.Containers.ExpiresAt(ctr).UTC()
+			vc.ExpiresAt = &exp
+		}
+		if len(plan.ContainerUploads) > 0 {
+			if !vc.Exists {
+				return nil, fault.Errorf(fault.Invalid, "container_upload: container %q does not exist yet, so it has no files", id)
+			}
+			if err := s.checkUploads(ctx, p, vc.ID, req); err != nil {
+				return nil, err
+			}
+		}
+		out.Container = vc
+	}
+	if req.Container != nil && len(req.Container.Skills) > 0 {
+		if s.d.Skills == nil {
+			return nil, fault.New(fault.Unavailable, "skills are not configured on this server")
+		}
+		found, err := s.d.Skills.Resolve(ctx, p.OrgID, req.Container.Skills)
+		if err != nil {
+			return nil, err
+		}
+		for _, sk := range found {
+			out.Skills = append(out.Skills, sk.Name)
+		}
+	}
+	return out, nil
+}
+
+// needsContainer reports whether a request can touch a container: it
+// enables code execution, names a container or refers to container files.
+func needsContainer(req *messages.Request, plan *messages.Plan) bool {
+	return plan.CodeExecution || plan.Sandbox || (req.Container != nil && (req.Container.ID != "" || len(req.Container.Skills) > 0)) || len(plan.ContainerUploads) > 0
+}
+
+// requestScope is the container a request names: its container's id, or
+// when it names none the caller's default container — for a sandbox token
+// the container of its own sandbox, the only one it may use.
+func requestScope(p user.Principal, req *messages.Request) string {
+	switch {
+	case req.Container != nil && req.Container.ID != "":
+		return req.Container.ID
+	case p.Kind == user.SandboxToken:
+		return container.RefFor(p.ContainerID, p.UserID)
+	}
+	return container.DefaultClientID
+}
+
+// containerOf resolves the request's container: the one it names (a new id
+// creates it; a thread id the caller can access names the thread's), or the
+// caller's default container. Its folders are prepared the first time this
+// server sees it.
+func (s *Service) containerOf(ctx context.Context, p user.Principal, req *messages.Request) (container.Container, error) {
+	ref := container.ParseRef("") // the caller's default container
+	if (req.Container != nil && req.Container.ID != "") || p.Kind == user.SandboxToken {
+		ref = container.ParseRef(requestScope(p, req))
+	}
+	if threadID, ok := ref.Thread(); ok {
+		return s.d.Containers.Scope(ctx, p, threadID, true)
+	}
+	c, err := s.d.Containers.ForUser(ctx, p, ref.ClientID())
+	if err != nil {
+		return container.Container{}, err
+	}
+	key := c.ID() + "@" + c.CreatedAt().UTC().Format(time.RFC3339Nano)
+	if s.prepared.has(key) {
+		return c, nil
+	}
+	// Scope prepares the container's folders (ForUser does not).
+	if c, err = s.d.Containers.Scope(ctx, p, c.ClientID(), true); err != nil {
+		return container.Container{}, err
+	}
+	s.prepared.add(key)
+	return c, nil
+}
+
+// preparedSet remembers the containers whose folders this server made, by
+// storage id and creation time (a container removed past its maximum age
+// and made anew is another one). It is bounded: when full it starts over,
+// and a forgotten container is only prepared once more (Scope is
+// idempotent).
+type preparedSet struct {
+	mu sync.Mutex
+	m  map[string]struct{}
+}
+
+// maxPrepared bounds preparedSet.
+const maxPrepared = 4096
+
+func (p *preparedSet) has(key string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	_, ok := p.m[key]
+	return ok
+}
+
+func (p *preparedSet) add(key string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.m == nil || len(p.m) >= maxPrepared {
+		p.m = make(map[string]struct{}, 64)
+	}
+	p.m[key] = struct{}{}
+}
+
+// beforeRun refuses a request that may run code when booting its sandbox
+// would pass a running-sandbox quota, before the request makes its
+// container: a refused request leaves nothing behind. A request to a
+// container whose sandbox runs is not refused.
+func (s *Service) beforeRun(ctx context.Context, p user.Principal, req *messages.Request, plan *messages.Plan) error {
+	if s.d.Quota == nil || !(plan.CodeExecution || plan.Sandbox) {
+		return nil
+	}
+	id := ""
+	// A scope that names nothing yet, or nothing the caller may use, is
+	// left to containerOf to make or refuse.
+	if c, ok, err := s.d.Containers.Peek(ctx, p, requestScope(p, req)); err == nil && ok {
+		id = c.ID()
+	}
+	return s.d.Quota.BeforeRun(ctx, p.OrgID, p.UserID, id)
+}
+
+// checkUploads makes sure every container_upload block names an existing
+// file of the container.
+func (s *Service) checkUploads(ctx context.Context, p user.Principal, scopeID string, req *messages.Request) error {
+	for i, msg := range req.Messages {
+		for j, b := range msg.Content {
+			if b.Type != messages.BlockContainerUpload {
+				continue
+			}
+			if s.d.Files == nil {
+				return fault.New(fault.Unavailable, "container files are not configured on this server")
+			}
+			if _, err := s.d.Files.Metadata(ctx, p, scopeID, b.FileID); err != nil {
+				if fault.Is(err, fault.NotFound) || fault.Is(err, fault.Invalid) {
+					return fault.Errorf(fault.Invalid, "messages.%d.content.%d.file_id: no file %q in container %q", i, j, b.FileID, scopeID)
+				}
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// WithSystemText appends text to a request's system prompt (a string or an
+// array of text blocks).
+func WithSystemText(system json.RawMessage, text string) (json.RawMessage, error) {
+	sys := strings.TrimSpace(string(system))
+	switch {
+	case sys == "" || sys == "null":
+		return json.Marshal(text)
+	case strings.HasPrefix(sys, `"`):
+		var s string
+		if err := json.Unmarshal(system, &s); err != nil {
+			return nil, fault.Errorf(fault.Invalid, "system: %v", err)
+		}
+		return json.Marshal(s + "\n\n" + text)
+	case strings.HasPrefix(sys, "["):
+		var blocks []json.RawMessage
+		if err := json.Unmarshal(system, &blocks); err != nil {
+			return nil, fault.Errorf(fault.Invalid, "system: %v", err)
+		}
+		tb, err := json.Marshal(map[string]string{"type": "text", "text": text})
+		if err != nil {
+			return nil, fmt.Errorf("turns: system: %w", err)
+		}
+		return json.Marshal(append(blocks, tb))
+	}
+	return nil, fault.New(fault.Invalid, "system: must be a string or an array of text blocks")
+}

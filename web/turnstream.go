@@ -1,0 +1,247 @@
+package web
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+
+	"threadbox/app/messages"
+)
+
+// DefaultPingInterval is how long a turn's stream may stay silent before a
+// ping event is sent; pings also detect clients that went away while a
+// long command runs.
+const DefaultPingInterval = 2 * time.Second
+
+// maxHold is how long a stream's preamble may be held waiting for the
+// model's first output, so that an upstream that fails (after the adapter's
+// retries) is answered with its HTTP status rather than an error event.
+const maxHold = 10 * time.Second
+
+// runFunc runs a turn, sending its events to sink.
+type runFunc func(ctx context.Context, sink messages.Sink) error
+
+// answerTurn answers a turn — a Messages API request or a chat turn, the
+// one streaming contract of both — as one JSON response or, with stream,
+// as its event stream. what names the turn's kind in logs.
+//
+// Without stream the turn runs in the handler, cancelled when the client
+// closes its connection (fasthttp does not cancel a handler: watchPeer).
+//
+// With stream the turn runs in its own goroutine. The stream's preamble
+// (message_start, ping) is held until the model's first output, an error
+// or maxHold: an error before then is answered as a plain HTTP error (503
+// for an unreachable upstream). Afterwards each event is written and
+// flushed before the turn goes on; a failed write (the client went away)
+// cancels the turn's context, which stops the model call and kills a
+// running command; an error mid-stream ends it with an error event.
+func (s *Server) answerTurn(c *fiber.Ctx, stream bool, run runFunc, what string) error {
+	if !stream {
+		ctx, cancel := context.WithCancel(c.UserContext())
+		defer cancel()
+		defer watchPeer(c.Context().Conn(), DefaultPingInterval/2, cancel)()
+		var col messages.Collector
+		if err := run(ctx, &col); err != nil {
+			return s.turnError(c, what, err)
+		}
+		return c.JSON(col.Response())
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	st := newEventStream(ctx)
+	log := s.log
+	go func() {
+		var err error
+		defer func() {
+			if r := recover(); r != nil { // a panic fails the turn, not the server
+				log.Error("panic in a streamed turn", "turn", what, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+				err = errors.New("internal error")
+			}
+			st.finish(err)
+		}()
+		err = run(ctx, st)
+	}()
+	wait := time.NewTimer(maxHold)
+	defer wait.Stop()
+	// Nothing is written while the preamble is held: watch the connection.
+	stopWatch := watchPeer(c.Context().Conn(), DefaultPingInterval/2, cancel)
+	defer stopWatch()
+	select {
+	case <-st.committed:
+	case err := <-st.early:
+		cancel()
+		return s.turnError(c, what, err)
+	case <-wait.C:
+		if !st.commit() {
+			cancel()
+			return s.turnError(c, what, <-st.early)
+		}
+	}
+	peer := c.Context().Conn()
+	sseHeaders(c)
+	c.Context().SetBodyStreamWriter(func(bw *bufio.Writer) {
+		defer s.survive("a stream writer")
+		defer cancel()
+		w := &sseWriter{w: bw, cancel: cancel, last: time.Now(), peer: peer}
+		stop := w.keepAlive(DefaultPingInterval, messages.EventPing, messages.Event{Type: messages.EventPing})
+		defer stop()
+		for _, ev := range st.preamble() {
+			if w.Event(ev.Type, ev) != nil {
+				return
+			}
+		}
+		for {
+			select {
+			case ev := <-st.out:
+				err := w.Event(ev.Type, ev)
+				st.ack <- err
+				if err != nil {
+					return
+				}
+			case err := <-st.end:
+				if err != nil && ctx.Err() == nil {
+					ev := s.errorEvent(what, err)
+					_ = w.Event(ev.Type, ev)
+				}
+				return
+			}
+		}
+	})
+	return nil
+}
+
+// watchPeer cancels a non-streamed turn when its client closes the
+// connection (checked every interval; nothing is written), so that the
+// model call and a running command stop. The returned function ends the
+// watch and waits for it.
+func watchPeer(conn net.Conn, every time.Duration, cancel context.CancelFunc) (stop func()) {
+	if conn == nil || every <= 0 {
+		return func() {}
+	}
+	// A timer rather than a goroutine: a turn that ends before the first
+	// check costs no goroutine and no wake-up. mu keeps a check from
+	// touching conn once stop has returned.
+	var (
+		mu      sync.Mutex
+		stopped bool
+		t       *time.Timer
+	)
+	mu.Lock()
+	defer mu.Unlock()
+	t = time.AfterFunc(every, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if stopped {
+			return
+		}
+		if peerClosed(conn) {
+			cancel()
+			return
+		}
+		t.Reset(every)
+	})
+	return func() {
+		mu.Lock()
+		defer mu.Unlock()
+		stopped = true
+		t.Stop()
+	}
+}
+
+// eventStream is the Sink of a streamed turn: it holds the preamble until
+// the stream is committed, then hands each event to the writer and waits
+// for it to be written.
+type eventStream struct {
+	ctx context.Context
+
+	mu       sync.Mutex
+	isCommit bool
+	finished bool
+	pre      []messages.Event
+
+	committed chan struct{}       // closed on commit
+	out       chan messages.Event // events after commit, to the writer
+	ack       chan error          // the writer's result for each event of out
+	end       chan error          // Run's result, once committed
+	early     chan error          // Run's result, when it ended before commit
+}
+
+func newEventStream(ctx context.Context) *eventStream {
+	return &eventStream{
+		ctx: ctx, committed: make(chan struct{}), out: make(chan messages.Event),
+		ack: make(chan error, 1), end: make(chan error, 1), early: make(chan error, 1),
+	}
+}
+
+// commit opens the stream unless the turn already ended uncommitted; it
+// reports whether the stream is committed.
+func (e *eventStream) commit() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.commitLocked()
+}
+
+func (e *eventStream) commitLocked() bool {
+	if e.isCommit {
+		return true
+	}
+	if e.finished {
+		return false
+	}
+	e.isCommit = true
+	close(e.committed)
+	return true
+}
+
+// preamble returns the events held before commit.
+func (e *eventStream) preamble() []messages.Event {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	pre := e.pre
+	e.pre = nil
+	return pre
+}
+
+// Send holds the preamble, then passes each event to the writer and returns
+// once it was written.
+func (e *eventStream) Send(ev messages.Event) error {
+	e.mu.Lock()
+	if !e.isCommit && (ev.Type == messages.EventMessageStart || ev.Type == messages.EventPing) {
+		e.pre = append(e.pre, ev)
+		e.mu.Unlock()
+		return nil
+	}
+	e.commitLocked()
+	e.mu.Unlock()
+	select {
+	case e.out <- ev:
+	case <-e.ctx.Done():
+		return fmt.Errorf("messages: stream: %w", e.ctx.Err())
+	}
+	select {
+	case err := <-e.ack:
+		return err
+	case <-e.ctx.Done():
+		return fmt.Errorf("messages: stream: %w", e.ctx.Err())
+	}
+}
+
+// finish reports Run's result to the writer, or to the handler when the
+// stream was never committed.
+func (e *eventStream) finish(err error) {
+	e.mu.Lock()
+	e.finished = true
+	committed := e.isCommit
+	e.mu.Unlock()
+	if committed {
+		e.end <- err
+		return
+	}
+	e.early <- err
+}
