@@ -66,6 +66,9 @@ const (
 	Thinking Capability = "thinking blocks"
 	// ParallelCalls: one step may call several tools at once.
 	ParallelCalls Capability = "several tool calls in one step"
+	// SandboxTools: the model may call the sandbox_v1 tools (CONTRACT §4)
+	// beside the code-execution sub-tools.
+	SandboxTools Capability = "sandbox_v1 tool calls"
 )
 
 // knownBugs are cases that fail today for a reason outside the adapters,
@@ -104,7 +107,7 @@ const (
 )
 
 // capabilities are those a case may need.
-var capabilities = []Capability{Upstream, ClientTools, UpstreamPauseTurn, MaxTokens, StopSequence, UpstreamServerTools, Thinking, ParallelCalls}
+var capabilities = []Capability{Upstream, ClientTools, UpstreamPauseTurn, MaxTokens, StopSequence, UpstreamServerTools, Thinking, ParallelCalls, SandboxTools}
 
 // Run runs the suite against the adapter of row.
 func Run(t *testing.T, row Row) {
@@ -151,6 +154,7 @@ var cases = []testCase{
 	{name: "server_tools", run: testServerTools},
 	{name: "parallel_server_calls", needs: []Capability{ParallelCalls}, run: testParallelServerCalls},
 	{name: "thinking", needs: []Capability{Thinking}, run: testThinking},
+	{name: "tool_families", needs: []Capability{SandboxTools}, run: testToolFamilies},
 	{name: "client_tools_mixed", needs: []Capability{ClientTools}, run: testClientToolsMixed},
 	{name: "loop_pause_turn", run: testLoopPauseTurn},
 	{name: "upstream_pause_turn", needs: []Capability{UpstreamPauseTurn}, run: testUpstreamPauseTurn},
@@ -168,7 +172,8 @@ type env struct {
 	stream bool
 	up     *fakeupstream.Server // nil for a row without an upstream
 	model  *recorder
-	exec   *executor
+	exec   *executor // the code-execution family
+	box    *executor // the sandbox_v1 family
 
 	checked bool // checkValid ran
 }
@@ -176,7 +181,7 @@ type env struct {
 // newEnv returns a case's environment: a fake upstream of its own when the
 // row has one, the adapter (two retries) behind a recorder, a new sandbox.
 func newEnv(t *testing.T, row Row, stream bool) *env {
-	e := &env{t: t, row: row, stream: stream, exec: &executor{}}
+	e := &env{t: t, row: row, stream: stream, exec: &executor{}, box: &executor{sandbox: true}}
 	if row.Format != "" {
 		e.up = fakeupstream.New()
 		t.Cleanup(e.up.Close)
@@ -218,7 +223,7 @@ func (e *env) step(ctx context.Context, m messages.Model, req messages.StepReque
 
 // loop returns the tool loop over the case's model and sandbox.
 func (e *env) loop(cfg messages.Config) *messages.Service {
-	return messages.New(e.model, messages.Tools{CodeExecution: e.exec}, cfg)
+	return messages.New(e.model, messages.Tools{CodeExecution: e.exec, Sandbox: e.box}, cfg)
 }
 
 // create runs one Messages API request through the loop.
@@ -438,9 +443,11 @@ func sameJSON(a, b string) bool {
 	return reflect.DeepEqual(va, vb)
 }
 
-// executor is the sandbox: it runs nothing and answers each bash call with
-// "out: <command>\n", recording the commands.
+// executor is one family of server tools: it runs nothing and answers
+// each call with "out: <command>\n", recording the commands.
 type executor struct {
+	sandbox bool // answers as a sandbox_v1 tool, not a code-execution one
+
 	mu       sync.Mutex
 	commands []string
 }
@@ -454,6 +461,13 @@ func (x *executor) Execute(_ context.Context, call messages.ToolCall) (*messages
 	x.mu.Lock()
 	x.commands = append(x.commands, in.Command)
 	x.mu.Unlock()
+	if x.sandbox {
+		body, err := json.Marshal(map[string]any{"type": call.Name + "_result", "stdout": "out: " + in.Command + "\n", "stderr": "", "exit_code": 0})
+		if err != nil {
+			return nil, fmt.Errorf("llmtest: encode result: %w", err)
+		}
+		return messages.SandboxResult(body), nil
+	}
 	return &messages.ToolResult{Type: messages.ResultBash, Stdout: "out: " + in.Command + "\n"}, nil
 }
 
@@ -770,6 +784,41 @@ func testThinking(e *env) {
 	}
 	if body := string(e.up.Requests()[1].Body); !strings.Contains(body, `"budget_tokens":1024`) || !strings.Contains(body, think.Signature) {
 		e.t.Errorf("the upstream was not sent the thinking setting and block: %s", body)
+	}
+}
+
+// testToolFamilies: with code execution and the sandbox_v1 tools enabled,
+// each call goes to its own family's executor and comes back in its own
+// result block, and the model is given both results.
+func testToolFamilies(e *env) {
+	e.script(reply(toolUse("toolu_c", messages.SubToolBash, `{"command":"echo c"}`), toolUse("toolu_s", messages.ToolSandboxBash, `{"command":"echo s"}`)),
+		reply(textBlock(scriptedFinal)))
+	resp := e.create(e.loop(messages.Config{}), &messages.Request{Messages: []messages.Message{userText("Run echo c and echo s.")},
+		Tools: []messages.Tool{codeExecution, {Type: messages.ToolTypeSandboxV1, Name: messages.SandboxToolName}}})
+	checkBlocks(e.t, "response", resp.Content, []messages.ContentBlock{
+		{Type: messages.BlockServerToolUse, Name: messages.SubToolBash, Input: json.RawMessage(`{"command":"echo c"}`)},
+		{Type: messages.BlockBashResult},
+		{Type: messages.BlockServerToolUse, Name: messages.ToolSandboxBash, Input: json.RawMessage(`{"command":"echo s"}`)},
+		{Type: messages.BlockSandboxResult},
+		textBlock(scriptedFinal),
+	})
+	if got := e.exec.ran(); !slices.Equal(got, []string{"echo c"}) {
+		e.t.Errorf("code execution ran %q, want [echo c]", got)
+	}
+	if got := e.box.ran(); !slices.Equal(got, []string{"echo s"}) {
+		e.t.Errorf("the sandbox_v1 tools ran %q, want [echo s]", got)
+	}
+	if res := resp.Content[3].Result; resp.Content[3].ToolUseID != resp.Content[2].ID || res == nil || !strings.Contains(string(res.Body), `"type":"sandbox_bash_result"`) {
+		e.t.Errorf("the sandbox_bash call was answered by %s %+v", describe(resp.Content[3:4]), res)
+	}
+	reqs := e.model.Requests()
+	last := reqs[len(reqs)-1]
+	if !offers(last, messages.SubToolBash, messages.SubToolTextEditor, messages.ToolSandboxBash, messages.ToolEditFile) {
+		e.t.Errorf("the model is offered %q", toolNames(last))
+	}
+	results := last.Messages[len(last.Messages)-1].Content
+	if len(results) != 2 || !strings.Contains(string(results[0].Content), "out: echo c") || !strings.Contains(string(results[1].Content), "out: echo s") {
+		e.t.Errorf("the model was given %s, want both results", describe(results))
 	}
 }
 

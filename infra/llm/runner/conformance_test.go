@@ -25,6 +25,7 @@ func TestConformance(t *testing.T) {
 			llmtest.UpstreamServerTools: "the runner has no upstream to run server tools of its own",
 			llmtest.Thinking:            "the runner does not think",
 			llmtest.ParallelCalls:       "the runner runs one code block per step, waiting for its result before the next",
+			llmtest.SandboxTools:        "the runner runs code blocks through bash_code_execution only",
 		},
 	})
 }
