@@ -56,6 +56,9 @@ type Reply struct {
 	FailAfter int
 	// CutAfter, when positive, drops the connection after that many events.
 	CutAfter int
+	// Hangup drops the connection before answering anything, as a server
+	// that crashed or a proxy that reset it.
+	Hangup bool
 	// EventDelay is slept before each streamed event.
 	EventDelay time.Duration
 	// Delay is slept before the answer starts, as a model takes its time
@@ -178,6 +181,15 @@ func (s *Server) serve(f Format, w http.ResponseWriter, r *http.Request) {
 	}
 	s.mu.Unlock()
 
+	if rep.Hangup {
+		if hj, ok := w.(http.Hijacker); ok {
+			if conn, _, err := hj.Hijack(); err == nil {
+				_ = conn.Close()
+				return
+			}
+		}
+		panic(http.ErrAbortHandler) // drops the connection all the same
+	}
 	if rep.Delay > 0 {
 		t := time.NewTimer(rep.Delay)
 		select {

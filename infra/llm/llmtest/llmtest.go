@@ -1003,6 +1003,7 @@ func testRetries(e *env) {
 		{"503 twice then ok", []fakeupstream.Reply{fail(503), fail(503), ok}, 3, 0, 0, ""},
 		{"408 then ok", []fakeupstream.Reply{fail(408), ok}, 2, 0, 0, ""},
 		{"409 then ok", []fakeupstream.Reply{fail(409), ok}, 2, 0, 0, ""},
+		{"a dropped connection then ok", []fakeupstream.Reply{{Hangup: true}, ok}, 2, 0, 0, ""},
 		{"429 asking to wait past MaxRetryWait", []fakeupstream.Reply{{Status: 429, Header: fakeupstream.RetryAfter(time.Hour), ErrorMessage: "scripted 429"}, ok}, 1, 429, 429, "rate_limit_error"},
 		{"429 past the retries", []fakeupstream.Reply{fail(429), fail(429), fail(429), ok}, 3, 429, 429, "rate_limit_error"},
 		{"529 past the retries", []fakeupstream.Reply{fail(529), fail(529), fail(529), ok}, 3, 529, 502, "api_error"},
@@ -1104,6 +1105,21 @@ func testUpstreamErrors(e *env) {
 			}
 		})
 	}
+	e.t.Run("connections dropped past the retries", func(t *testing.T) {
+		up := fakeupstream.New(fakeupstream.Reply{Hangup: true}, fakeupstream.Reply{Hangup: true}, reply(textBlock("ok")))
+		defer up.Close()
+		sub := &env{t: t, row: e.row, stream: e.stream, up: up}
+		_, err := sub.step(context.Background(), sub.adapter(upstream.Config{MaxRetries: 1}), stepRequest(nil, userText("hi")))
+		if n := len(up.Requests()); n != 2 {
+			t.Errorf("%d upstream requests, want 2", n)
+		}
+		if !errors.Is(err, messages.ErrUpstreamUnavailable) {
+			t.Fatalf("error = %v, want ErrUpstreamUnavailable", err)
+		}
+		if status, body := messages.ErrorStatus(err); status != 503 || body.Type != "api_error" {
+			t.Errorf("reported as %d %s, want 503 api_error", status, body.Type)
+		}
+	})
 	e.t.Run("unreachable", func(t *testing.T) {
 		up := fakeupstream.New()
 		up.Close() // its address now refuses connections
