@@ -160,6 +160,7 @@ var cases = []testCase{
 	{name: "upstream_pause_turn", needs: []Capability{UpstreamPauseTurn}, run: testUpstreamPauseTurn},
 	{name: "upstream_server_tools", needs: []Capability{UpstreamServerTools}, run: testUpstreamServerTools},
 	{name: "history_without_its_tools", run: testHistoryWithoutTools},
+	{name: "empty_text", run: testEmptyText},
 	{name: "retries", needs: []Capability{Upstream}, run: testRetries},
 	{name: "upstream_errors", needs: []Capability{Upstream}, run: testUpstreamErrors},
 	{name: "cancelled", run: testCancelled},
@@ -976,6 +977,46 @@ func testHistoryWithoutTools(e *env) {
 		}
 		if s := string(sent); strings.Contains(s, `"tool_use"`) || strings.Contains(s, `"tool_result"`) || !strings.Contains(s, h.mention) {
 			e.t.Errorf("%s: the model was sent %s, want the calls as text naming %q", h.name, s, h.mention)
+		}
+	}
+}
+
+// testEmptyText: providers refuse empty text blocks, so none reaches the
+// model: not from a client's history (an SDK keeps the empty text block a
+// model may open its answer with), and, for rows with an upstream, not
+// from the model's own empty block sent back with its call. The runner
+// never answers with an empty block, so only the history part applies to
+// it.
+func testEmptyText(e *env) {
+	svc := e.loop(messages.Config{})
+	srv := "srvtoolu_earlier"
+	history := []messages.Message{
+		userText(oneBlock),
+		{Role: messages.RoleAssistant, Content: []messages.ContentBlock{
+			textBlock(""),
+			{Type: messages.BlockServerToolUse, ID: srv, Name: messages.SubToolBash, Input: json.RawMessage(`{"command":"echo hi"}`)},
+			{Type: messages.BlockBashResult, ToolUseID: srv, Result: &messages.ToolResult{Type: messages.ResultBash, Stdout: "hi\n"}},
+			textBlock(""),
+		}},
+		userText("Thanks. And who are you?"),
+	}
+	e.script(reply(textBlock(runner.ConfigureHint)))
+	resp := e.create(svc, &messages.Request{Messages: history, Tools: []messages.Tool{codeExecution}})
+	checkBlocks(e.t, "answer to a history with empty text", resp.Content, []messages.ContentBlock{textBlock(runner.ConfigureHint)})
+	if e.scripted() {
+		e.script(reply(textBlock(""), toolUse("toolu_e", messages.SubToolBash, `{"command":"echo hi"}`)), reply(textBlock(scriptedFinal)))
+		resp = e.create(svc, &messages.Request{Messages: []messages.Message{userText(oneBlock)}, Tools: []messages.Tool{codeExecution}})
+		if n := len(resp.Content); n == 0 || resp.Content[n-1].Text != scriptedFinal || resp.StopReason != messages.StopEndTurn {
+			e.t.Errorf("after an empty text block and a call: %q %s", resp.StopReason, describe(resp.Content))
+		}
+	}
+	for i, r := range e.model.Requests() {
+		for j, m := range r.Messages {
+			for _, b := range m.Content {
+				if b.Type == messages.BlockText && b.Text == "" {
+					e.t.Errorf("step %d, message %d: an empty text block reached the model", i+1, j)
+				}
+			}
 		}
 	}
 }
