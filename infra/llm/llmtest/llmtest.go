@@ -152,6 +152,7 @@ var cases = []testCase{
 	{name: "max_tokens", needs: []Capability{MaxTokens}, run: testMaxTokens},
 	{name: "stop_sequence", needs: []Capability{StopSequence}, run: testStopSequence},
 	{name: "server_tools", run: testServerTools},
+	{name: "tool_choice", run: testToolChoice},
 	{name: "parallel_server_calls", needs: []Capability{ParallelCalls}, run: testParallelServerCalls},
 	{name: "thinking", needs: []Capability{Thinking}, run: testThinking},
 	{name: "tool_families", needs: []Capability{SandboxTools}, run: testToolFamilies},
@@ -721,6 +722,40 @@ func testServerTools(e *env) {
 	}
 	if n := e.upstreamRequests(); e.scripted() && n != 2 {
 		e.t.Errorf("%d upstream requests, want 2", n)
+	}
+}
+
+// testToolChoice: a tool_choice naming the code-execution tool reaches
+// the model as "any tool" (the model knows only its sub-tools), one naming
+// a client tool as that tool, in the upstream's own terms.
+func testToolChoice(e *env) {
+	tests := []struct {
+		choice, step string
+		wire         map[fakeupstream.Format]string
+	}{
+		{`{"type":"tool","name":"code_execution"}`, `{"type":"any"}`, map[fakeupstream.Format]string{
+			fakeupstream.Anthropic: `"tool_choice":{"type":"any"}`, fakeupstream.OpenAI: `"tool_choice":"required"`}},
+		{`{"type":"tool","name":"get_weather"}`, `{"type":"tool","name":"get_weather"}`, map[fakeupstream.Format]string{
+			fakeupstream.Anthropic: `"tool_choice":{"type":"tool","name":"get_weather"}`, fakeupstream.OpenAI: `"tool_choice":{"function":{"name":"get_weather"},"type":"function"}`}},
+		{`{"type":"auto"}`, `{"type":"auto"}`, map[fakeupstream.Format]string{
+			fakeupstream.Anthropic: `"tool_choice":{"type":"auto"}`, fakeupstream.OpenAI: `"tool_choice":"auto"`}},
+	}
+	svc := e.loop(messages.Config{})
+	for _, tc := range tests {
+		e.script(reply(textBlock(runner.ConfigureHint)))
+		before := e.upstreamRequests()
+		e.create(svc, &messages.Request{Messages: []messages.Message{userText("Hello.")}, Tools: []messages.Tool{codeExecution, weatherTool},
+			ToolChoice: json.RawMessage(tc.choice)})
+		reqs := e.model.Requests()
+		if got := string(reqs[len(reqs)-1].ToolChoice); !sameJSON(got, tc.step) {
+			e.t.Errorf("tool_choice %s reached the adapter as %s, want %s", tc.choice, got, tc.step)
+		}
+		if e.scripted() {
+			body := string(e.up.Requests()[before].Body)
+			if !strings.Contains(body, tc.wire[e.row.Format]) {
+				e.t.Errorf("tool_choice %s: the upstream was sent %s, want %s in it", tc.choice, body, tc.wire[e.row.Format])
+			}
+		}
 	}
 }
 
