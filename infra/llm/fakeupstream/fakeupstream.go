@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"threadbox/app/messages"
 )
@@ -38,10 +39,16 @@ type Reply struct {
 	// error; ErrorType defaults from Status.
 	ErrorType    string
 	ErrorMessage string
+	// ErrorBody, when set, is an error answer's body as is, in place of
+	// the provider's JSON error (a proxy's HTML page, a plain-text 404).
+	ErrorBody string
 	// Content is the assistant's turn: text and tool_use blocks.
 	Content []messages.ContentBlock
 	// StopReason defaults to tool_use when Content calls a tool, else end_turn.
 	StopReason string
+	// StopSequence is the stop sequence that ended the answer, for
+	// StopReason stop_sequence (the OpenAI format has no place for it).
+	StopSequence string
 	// Usage is reported as is.
 	Usage messages.Usage
 	// FailAfter, when positive, ends a streamed answer with an error after
@@ -49,6 +56,9 @@ type Reply struct {
 	FailAfter int
 	// CutAfter, when positive, drops the connection after that many events.
 	CutAfter int
+	// Hangup drops the connection before answering anything, as a server
+	// that crashed or a proxy that reset it.
+	Hangup bool
 	// EventDelay is slept before each streamed event.
 	EventDelay time.Duration
 	// Delay is slept before the answer starts, as a model takes its time
@@ -171,6 +181,15 @@ func (s *Server) serve(f Format, w http.ResponseWriter, r *http.Request) {
 	}
 	s.mu.Unlock()
 
+	if rep.Hangup {
+		if hj, ok := w.(http.Hijacker); ok {
+			if conn, _, err := hj.Hijack(); err == nil {
+				_ = conn.Close()
+				return
+			}
+		}
+		panic(http.ErrAbortHandler) // drops the connection all the same
+	}
 	if rep.Delay > 0 {
 		t := time.NewTimer(rep.Delay)
 		select {
@@ -225,6 +244,12 @@ func errorType(rep Reply) string {
 }
 
 func writeError(f Format, w http.ResponseWriter, rep Reply) {
+	if rep.ErrorBody != "" {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		w.WriteHeader(rep.Status)
+		_, _ = fmt.Fprint(w, rep.ErrorBody)
+		return
+	}
 	msg := rep.ErrorMessage
 	if msg == "" {
 		msg = http.StatusText(rep.Status)
@@ -247,9 +272,13 @@ func anthropicMessage(rep Reply, content []messages.ContentBlock) *messages.Resp
 	if content == nil {
 		content = []messages.ContentBlock{}
 	}
+	var seq *string
+	if rep.StopSequence != "" {
+		seq = &rep.StopSequence
+	}
 	return &messages.Response{
 		ID: "msg_fake", Type: "message", Role: messages.RoleAssistant, Model: "fake-model",
-		Content: content, StopReason: rep.StopReason, Usage: rep.Usage,
+		Content: content, StopReason: rep.StopReason, StopSequence: seq, Usage: rep.Usage,
 	}
 }
 
@@ -309,12 +338,21 @@ func (s *sse) raw(text string) {
 	}
 }
 
-// chunks splits s into pieces of at most n bytes.
+// chunks splits s into pieces of at most n bytes (more for a rune that
+// does not fit), never inside a UTF-8 sequence: each piece is a JSON
+// string of its own, as a provider sends it.
 func chunks(s string, n int) []string {
 	var out []string
 	for len(s) > n {
-		out = append(out, s[:n])
-		s = s[n:]
+		cut := n
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		if cut == 0 {
+			_, cut = utf8.DecodeRuneInString(s)
+		}
+		out = append(out, s[:cut])
+		s = s[cut:]
 	}
 	return append(out, s)
 }
@@ -326,7 +364,7 @@ func streamAnthropic(w http.ResponseWriter, rep Reply) {
 		s.raw("event: error\ndata: " + string(b) + "\n\n")
 	}
 	start := anthropicMessage(rep, nil)
-	start.StopReason = ""
+	start.StopReason, start.StopSequence = "", nil
 	start.Usage = messages.Usage{InputTokens: rep.Usage.InputTokens}
 	if !s.event(messages.EventMessageStart, messages.Event{Type: messages.EventMessageStart, Message: start}, fail) {
 		return
@@ -343,7 +381,16 @@ func streamAnthropic(w http.ResponseWriter, rep Reply) {
 			for _, c := range chunks(b.Text, 16) {
 				deltas = append(deltas, messages.BlockDelta{Type: messages.DeltaText, Text: c})
 			}
-		case messages.BlockToolUse:
+		case messages.BlockThinking:
+			st.Thinking, st.Signature = "", ""
+			for _, c := range chunks(b.Thinking, 16) {
+				deltas = append(deltas, messages.BlockDelta{Type: messages.DeltaThinking, Thinking: c})
+			}
+			if b.Signature != "" {
+				deltas = append(deltas, messages.BlockDelta{Type: messages.DeltaSignature, Signature: b.Signature})
+			}
+		case messages.BlockToolUse, messages.BlockServerToolUse:
+			// As Anthropic streams them: the input comes in deltas.
 			st.Input = json.RawMessage(`{}`)
 			for _, c := range chunks(string(b.Input), 16) {
 				deltas = append(deltas, messages.BlockDelta{Type: messages.DeltaInputJSON, PartialJSON: c})
@@ -362,7 +409,7 @@ func streamAnthropic(w http.ResponseWriter, rep Reply) {
 		}
 	}
 	u := rep.Usage
-	if !s.event(messages.EventMessageDelta, messages.Event{Type: messages.EventMessageDelta, MessageDelta: &messages.MessageDelta{StopReason: rep.StopReason}, Usage: &u}, fail) {
+	if !s.event(messages.EventMessageDelta, messages.Event{Type: messages.EventMessageDelta, MessageDelta: &messages.MessageDelta{StopReason: rep.StopReason, StopSequence: anthropicMessage(rep, nil).StopSequence}, Usage: &u}, fail) {
 		return
 	}
 	s.event(messages.EventMessageStop, messages.Event{Type: messages.EventMessageStop}, fail)

@@ -4,9 +4,11 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"threadbox/app/messages"
 )
@@ -98,5 +100,34 @@ func TestStrict(t *testing.T) {
 	}
 	if n := len(s.Refused()); n != 9 {
 		t.Errorf("%d refusals recorded, want 9", n)
+	}
+}
+
+// TestChunks: streamed text is split into pieces of at most n bytes that
+// never cut a UTF-8 sequence (a rune longer than n is a piece of its own),
+// and the pieces add up to the text.
+func TestChunks(t *testing.T) {
+	tests := []struct {
+		text string
+		n    int
+		want []string
+	}{
+		{"abcdef", 4, []string{"abcd", "ef"}},
+		{"abc", 4, []string{"abc"}},
+		{"", 4, []string{""}},
+		{"abé", 3, []string{"ab", "é"}},
+		{"東京", 4, []string{"東", "京"}},
+		{"🌸x", 2, []string{"🌸", "x"}},
+	}
+	for _, tc := range tests {
+		got := chunks(tc.text, tc.n)
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("chunks(%q, %d) = %q, want %q", tc.text, tc.n, got, tc.want)
+		}
+		for _, c := range got {
+			if !utf8.ValidString(c) {
+				t.Errorf("chunks(%q, %d): piece %q is not valid UTF-8", tc.text, tc.n, c)
+			}
+		}
 	}
 }

@@ -22,6 +22,17 @@ import (
 // assistant message with tool_calls is followed by one tool message per
 // call; a tool message answers a call of the assistant message before it.
 
+// Refusal returns why a provider speaking format f would refuse a request
+// with this body (400 invalid_request_error), or "" when it would accept
+// it. It is the check the server applies to every request it receives,
+// for models that have no upstream to send the request to (the runner).
+func Refusal(f Format, body json.RawMessage) string {
+	if f == OpenAI {
+		return refuseOpenAI(body)
+	}
+	return refuseAnthropic(body)
+}
+
 // anthropicBody is the part of a Messages request the rules read.
 type anthropicBody struct {
 	Messages []struct {

@@ -262,14 +262,20 @@ func convertMessage(msg messages.Message) []chatMessage {
 	return out
 }
 
+// stopReason maps a finish reason to a stop reason. An answer cut at
+// max_tokens says so even in the middle of a call (whose arguments are then
+// incomplete: the loop must not run it); calls make tool_use whatever the
+// finish reason (some servers say "stop" after them); and tool_calls naming
+// no call (a server whose tool parser failed) is an end of turn, since
+// tool_use promises a tool_use block.
 func stopReason(finish string, calledTools bool) string {
 	switch {
-	case calledTools || finish == "tool_calls" || finish == "function_call":
-		return messages.StopToolUse
 	case finish == "length":
 		return messages.StopMaxTokens
 	case finish == "content_filter":
 		return messages.StopRefusal
+	case calledTools:
+		return messages.StopToolUse
 	}
 	return messages.StopEndTurn
 }
@@ -448,7 +454,14 @@ func upstreamError(ctx context.Context, err error, beforeStream bool) error {
 		case typ == "":
 			typ = "invalid_request_error"
 		}
-		return &messages.UpstreamError{StatusCode: apiErr.StatusCode, Type: typ, Message: apiErr.Message}
+		msg := apiErr.Message
+		if msg == "" {
+			// The body was not an OpenAI error (a proxy's page, a plain
+			// 404 of a wrong base URL): the client gets the status's
+			// text, never an error without a message.
+			msg = http.StatusText(apiErr.StatusCode)
+		}
+		return &messages.UpstreamError{StatusCode: apiErr.StatusCode, Type: typ, Message: msg}
 	}
 	if !beforeStream {
 		msg := "The model upstream stream failed."

@@ -327,3 +327,43 @@ func TestCancelMidStream(t *testing.T) {
 		t.Fatalf("took %v to stop", d)
 	}
 }
+
+// TestFinishReasons: finish reasons and calls map to the stop reason the
+// loop acts on: a call cut at max_tokens is max_tokens (the loop must not
+// run half a command), calls after "stop" are tool_use, and "tool_calls"
+// naming no call (a server whose tool parser failed) is end_turn, since
+// tool_use promises a tool_use block.
+func TestFinishReasons(t *testing.T) {
+	call := messages.ContentBlock{Type: messages.BlockToolUse, ID: "call_1", Name: "bash_code_execution", Input: json.RawMessage(`{"command":"echo hi"}`)}
+	text := messages.ContentBlock{Type: messages.BlockText, Text: "Let me check."}
+	tests := []struct {
+		name  string
+		reply fakeupstream.Reply
+		want  string
+	}{
+		{"a call cut at length", fakeupstream.Reply{Content: []messages.ContentBlock{text, call}, StopReason: messages.StopMaxTokens}, messages.StopMaxTokens},
+		{"calls after stop", fakeupstream.Reply{Content: []messages.ContentBlock{call}, StopReason: messages.StopEndTurn}, messages.StopToolUse},
+		{"tool_calls without a call", fakeupstream.Reply{Content: []messages.ContentBlock{text}, StopReason: messages.StopToolUse}, messages.StopEndTurn},
+		{"text cut at length", fakeupstream.Reply{Content: []messages.ContentBlock{text}, StopReason: messages.StopMaxTokens}, messages.StopMaxTokens},
+	}
+	for _, tc := range tests {
+		for _, stream := range []bool{false, true} {
+			up := fakeupstream.New(tc.reply)
+			m := New(Config{BaseURL: up.URL() + "/v1", Model: "qwen"})
+			var res *messages.StepResult
+			var err error
+			if stream {
+				res, err = m.StreamStep(context.Background(), stepRequest(), func(messages.StepEvent) error { return nil })
+			} else {
+				res, err = m.Step(context.Background(), stepRequest())
+			}
+			up.Close()
+			if err != nil {
+				t.Fatalf("%s (stream %v): %v", tc.name, stream, err)
+			}
+			if res.StopReason != tc.want {
+				t.Errorf("%s (stream %v): stop_reason %q, want %q", tc.name, stream, res.StopReason, tc.want)
+			}
+		}
+	}
+}
