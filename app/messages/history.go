@@ -40,8 +40,13 @@ func upstreamHistory(in []Message) []Message {
 		for _, b := range m.Content {
 			switch b.Type {
 			case BlockServerToolUse:
-				b.Type = BlockToolUse
-				b.Raw = nil
+				// threadbox's own calls reach the model as the tool_use
+				// blocks it made; the upstream's own (web search) go
+				// back as they came, as Anthropic documents.
+				if IsOwnServerTool(b.Name) {
+					b.Type = BlockToolUse
+					b.Raw = nil
+				}
 				cur = append(cur, b)
 			case BlockBashResult, BlockTextEditorResult, BlockSandboxResult:
 				add(flushAs, false, cur...)

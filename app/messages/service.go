@@ -511,6 +511,14 @@ func blockEvents(b ContentBlock) []Event {
 	return append(evs, Event{Type: EventContentBlockStop})
 }
 
+// IsOwnServerTool reports whether a server tool named name is one of
+// threadbox's (the code-execution sub-tools, the sandbox_v1 tools), which
+// the loop runs; any other server_tool_use block in a history is the model
+// upstream's own (web search), run and answered by the upstream.
+func IsOwnServerTool(name string) bool {
+	return name == SubToolBash || name == SubToolTextEditor || IsSandboxTool(name)
+}
+
 // route decides who runs a tool_use named name: a server tool's executor
 // (nil when its family has none) with server true, or the client.
 func (t *turn) route(name string) (exec ToolExecutor, server bool) {
@@ -598,7 +606,9 @@ func (t *turn) resolvePending(ctx context.Context, history []Message) error {
 		}
 		var added []ContentBlock
 		for _, b := range history[i].Content {
-			if b.Type != BlockServerToolUse || answered[b.ID] {
+			// The upstream's own server tools (web search) are the
+			// upstream's to answer, and were: their results follow them.
+			if b.Type != BlockServerToolUse || answered[b.ID] || !IsOwnServerTool(b.Name) {
 				continue
 			}
 			var r *ToolResult

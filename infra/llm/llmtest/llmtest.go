@@ -75,10 +75,6 @@ const (
 // by case name. Such a case is reported as skipped with the reason and
 // what it found; once it passes it fails, so that its entry is removed.
 var knownBugs = map[string]string{
-	"upstream_server_tools": "app/messages treats the upstream's own server_tool_use blocks (web_search) in a history as " +
-		"threadbox's: resolvePending (service.go) answers each with a bash_code_execution_tool_result_error " +
-		"\"The call was not run.\", and upstreamHistory (history.go) sends it as a plain tool_use; a call no family " +
-		"of the loop's tool registry (messages.Tools) owns should be left to the upstream and sent back as it came",
 }
 
 // Row is one model adapter under test.
