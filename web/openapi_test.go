@@ -23,6 +23,8 @@ import (
 // /content is served by the Files API's wildcard route).
 const fiberRouteExtension = "x-fiber-route"
 
+// loadOpenAPI loads web/openapi.json, failing the test when it is not a
+// valid OpenAPI document.
 func loadOpenAPI(t *testing.T) *openapitest.Validator {
 	t.Helper()
 	v, err := openapitest.Load(OpenAPIDocument())

@@ -9,15 +9,15 @@
 // document refuses must be refused by the server too (a 4xx), so the
 // document is never stricter than the server; and every answer, refusals
 // included, must have a documented status and match its documented
-// headers, content type and schema. Event streams and file bytes, whose
-// documented content has no schema, are checked by status and content type
-// only.
+// headers, content type and schema. An event stream read whole is checked
+// event by event against the schema its media type names; file bytes, and
+// a stream passed on unread, by status and content type only.
 package openapitest
 
 import (
 	"bytes"
 	"context"
-	"errors"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -206,11 +206,65 @@ func (v *Validator) Check(ctx context.Context, req *http.Request, reqBody []byte
 		if err := openapi3filter.ValidateResponse(ctx, out); err != nil {
 			problems = append(problems, fmt.Sprintf("the answer (%d) does not match the document: %v", status, err))
 		}
+		if respBody != nil {
+			problems = append(problems, v.checkEvents(route.Operation.Responses.Status(status).Value, resp.Header.Get("Content-Type"), respBody)...)
+		}
 	}
 	if len(problems) == 0 {
 		return nil
 	}
 	return fmt.Errorf("%s %s (operation %s): %s", req.Method, req.URL.Path, route.Operation.OperationID, strings.Join(problems, "; "))
+}
+
+// EventSchemaExtension, on a text/event-stream media type, names the
+// schema of each event's data ("#/components/schemas/Name"): OpenAPI 3.1
+// has no way to describe the events of a stream (3.2's itemSchema does).
+const EventSchemaExtension = "x-threadbox-event-schema"
+
+// checkEvents checks each event of a read event stream against the schema
+// its media type names (EventSchemaExtension): its data must be JSON
+// matching the schema, and its event name the data's type.
+func (v *Validator) checkEvents(r *openapi3.Response, ct string, body []byte) []string {
+	if r == nil || !strings.HasPrefix(ct, "text/event-stream") {
+		return nil
+	}
+	mt := r.Content.Get(ct)
+	if mt == nil {
+		return nil
+	}
+	ref, _ := mt.Extensions[EventSchemaExtension].(string)
+	name, ok := strings.CutPrefix(ref, "#/components/schemas/")
+	sch := v.doc.Components.Schemas[name]
+	if !ok || sch == nil || sch.Value == nil {
+		return []string{fmt.Sprintf("%s %q names no schema of the document", EventSchemaExtension, ref)}
+	}
+	var problems []string
+	for i, ev := range strings.Split(strings.ReplaceAll(string(body), "\r\n", "\n"), "\n\n") {
+		var event, data string
+		for _, line := range strings.Split(ev, "\n") {
+			switch {
+			case strings.HasPrefix(line, "event:"):
+				event = strings.TrimSpace(line[len("event:"):])
+			case strings.HasPrefix(line, "data:"):
+				data += strings.TrimSpace(line[len("data:"):])
+			}
+		}
+		if data == "" {
+			continue // a comment, or the end of the stream
+		}
+		var val any
+		if err := json.Unmarshal([]byte(data), &val); err != nil {
+			problems = append(problems, fmt.Sprintf("event %d (%s): its data is not JSON: %v", i, event, err))
+			continue
+		}
+		if err := sch.Value.VisitJSON(val, openapi3.EnableJSONSchema2020()); err != nil {
+			problems = append(problems, fmt.Sprintf("event %d (%s) does not match %s: %v", i, event, name, err))
+		}
+		if m, _ := val.(map[string]any); event != "" && m["type"] != event {
+			problems = append(problems, fmt.Sprintf("event %d is named %q but its data's type is %v", i, event, m["type"]))
+		}
+	}
+	return problems
 }
 
 // checkContentType checks a response's content type when its body is not
@@ -236,10 +290,4 @@ func withBody(req *http.Request, b []byte) *http.Request {
 		r.Body = http.NoBody
 	}
 	return r
-}
-
-// IsNotFound reports whether err is Find's answer for an undocumented
-// method or path.
-func IsNotFound(err error) bool {
-	return errors.Is(err, routers.ErrPathNotFound) || errors.Is(err, routers.ErrMethodNotAllowed)
 }

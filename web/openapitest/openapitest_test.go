@@ -27,7 +27,7 @@ const testDoc = `{
         }
       },
       "get": {
-        "responses": {"200": {"description": "ok", "content": {"text/event-stream": {}}}}
+        "responses": {"200": {"description": "ok", "content": {"text/event-stream": {"x-threadbox-event-schema": "#/components/schemas/Event"}}}}
       }
     },
     "/files/{key}": {
@@ -41,7 +41,8 @@ const testDoc = `{
         "responses": {"200": {"description": "ok"}, "404": {"description": "none"}}
       }
     }
-  }
+  },
+  "components": {"schemas": {"Event": {"type": "object", "required": ["type"], "properties": {"type": {"enum": ["ping", "done"]}}}}}
 }`
 
 // exchange builds a request and an answer with the given bodies.
@@ -81,7 +82,10 @@ func TestCheck(t *testing.T) {
 		{"wildcard key with slashes", "PUT", "/files/a/b/c.txt", "application/json", "raw bytes", 200, "", "", ""},
 		{"HEAD served by GET", "HEAD", "/files/k", "", "", 200, "", "", ""},
 		{"HEAD with an undocumented status", "HEAD", "/files/k", "", "", 403, "", "", "status 403 is not documented"},
-		{"stream content type", "GET", "/items", "", "", 200, "text/event-stream; charset=utf-8", "event: ping\n\n", ""},
+		{"stream of documented events", "GET", "/items", "", "", 200, "text/event-stream; charset=utf-8", "event: ping\ndata: {\"type\":\"ping\"}\n\nevent: done\ndata: {\"type\":\"done\"}\n\n", ""},
+		{"stream with an undocumented event", "GET", "/items", "", "", 200, "text/event-stream", "event: boom\ndata: {\"type\":\"boom\"}\n\n", "does not match Event"},
+		{"stream event misnamed", "GET", "/items", "", "", 200, "text/event-stream", "event: ping\ndata: {\"type\":\"done\"}\n\n", "is named \"ping\""},
+		{"stream event not JSON", "GET", "/items", "", "", 200, "text/event-stream", "event: ping\ndata: {oops\n\n", "not JSON"},
 		{"undocumented content type", "GET", "/items", "", "", 200, "application/json", `{}`, "does not match the document"},
 	}
 	for _, c := range cases {
