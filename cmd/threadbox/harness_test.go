@@ -257,6 +257,34 @@ func checkOpenAPI(t *testing.T, req *http.Request, reqBody []byte, resp *http.Re
 	if err := v.Check(context.Background(), req, reqBody, resp, respBody); err != nil {
 		t.Errorf("openapi: %v", err)
 	}
+	if file := os.Getenv("THREADBOX_TEST_OPENAPI_OPS"); file != "" {
+		recordOperation(t, v, file, req.Method, req.URL.EscapedPath(), resp.StatusCode)
+	}
+}
+
+// opsMu serialises recordOperation's appends.
+var opsMu sync.Mutex
+
+// recordOperation appends "operationId status" to file for a documented
+// exchange: with THREADBOX_TEST_OPENAPI_OPS set, a run lists the
+// operations and statuses its tests exercised (docs/openapi.md).
+func recordOperation(t *testing.T, v *openapitest.Validator, file, method, path string, status int) {
+	t.Helper()
+	route, _, err := v.Find(method, path)
+	if err != nil {
+		return
+	}
+	opsMu.Lock()
+	defer opsMu.Unlock()
+	f, err := os.OpenFile(file, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		t.Errorf("openapi: record the operation: %v", err)
+		return
+	}
+	defer f.Close()
+	if _, err := fmt.Fprintf(f, "%s %s %d\n", route.Operation.OperationID, method, status); err != nil {
+		t.Errorf("openapi: record the operation: %v", err)
+	}
 }
 
 // openAPITransport checks each exchange of an http.Client against the API
