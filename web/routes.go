@@ -13,6 +13,7 @@ func (s *Server) routes() {
 	a.Get("/healthz", func(c *fiber.Ctx) error { return c.JSON(fiber.Map{"status": "ok"}) })
 	a.Get("/readyz", s.readyz)
 	a.Get("/metrics", s.metrics)
+	a.Get("/api/openapi.json", s.openAPI)
 
 	a.Post("/api/v1/app/auth/login", s.login)
 

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
 	"maps"
 	"net"
@@ -21,6 +22,8 @@ import (
 	"threadbox/infra/llm/fakeupstream"
 	"threadbox/infra/sandbox/docker"
 	"threadbox/infra/store/storetest"
+	"threadbox/web"
+	"threadbox/web/openapitest"
 )
 
 // server is a threadbox started through run() for one test.
@@ -188,16 +191,21 @@ func (r response) errorType(t *testing.T) string {
 
 func (s *server) do(method, path, token string, body any, hdr ...string) response {
 	s.t.Helper()
-	var rd io.Reader
+	var (
+		rd      io.Reader
+		reqBody []byte
+	)
 	switch b := body.(type) {
 	case nil:
 	case string:
-		rd = strings.NewReader(b)
+		reqBody = []byte(b)
 	case []byte:
-		rd = bytes.NewReader(b)
+		reqBody = b
 	default:
-		j, _ := json.Marshal(b)
-		rd = bytes.NewReader(j)
+		reqBody, _ = json.Marshal(b)
+	}
+	if body != nil {
+		rd = bytes.NewReader(reqBody)
 	}
 	req, err := http.NewRequest(method, s.base+path, rd)
 	if err != nil {
@@ -218,7 +226,104 @@ func (s *server) do(method, path, token string, body any, hdr ...string) respons
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
+	checkOpenAPI(s.t, req, reqBody, resp, b)
 	return response{resp.StatusCode, resp.Header, b}
+}
+
+// openAPIDoc is the validator of the API document (web/openapi.json),
+// loaded once for every test.
+var openAPIDoc = sync.OnceValues(func() (*openapitest.Validator, error) {
+	return openapitest.Load(web.OpenAPIDocument())
+})
+
+// checkOpenAPI checks one exchange against the API document: every request
+// s.do sends and the official SDK clients of msgClient send is checked,
+// with its answer, by web/openapitest's rule (docs/openapi.md): a request
+// the document refuses must be refused by the server, and every answer
+// must have a documented status and match its schema; event streams and
+// file bytes by status and content type only. A mismatch fails the test.
+// THREADBOX_TEST_OPENAPI=off switches the check off (to tell a document
+// problem from a server one). respBody is nil when the body was not read.
+func checkOpenAPI(t *testing.T, req *http.Request, reqBody []byte, resp *http.Response, respBody []byte) {
+	t.Helper()
+	if os.Getenv("THREADBOX_TEST_OPENAPI") == "off" {
+		return
+	}
+	v, err := openAPIDoc()
+	if err != nil {
+		t.Errorf("openapi: %v", err)
+		return
+	}
+	if err := v.Check(context.Background(), req, reqBody, resp, respBody); err != nil {
+		t.Errorf("openapi: %v", err)
+	}
+	if file := os.Getenv("THREADBOX_TEST_OPENAPI_OPS"); file != "" {
+		recordOperation(t, v, file, req.Method, req.URL.EscapedPath(), resp.StatusCode)
+	}
+}
+
+// opsMu serialises recordOperation's appends.
+var opsMu sync.Mutex
+
+// recordOperation appends "operationId status" to file for a documented
+// exchange: with THREADBOX_TEST_OPENAPI_OPS set, a run lists the
+// operations and statuses its tests exercised (docs/openapi.md).
+func recordOperation(t *testing.T, v *openapitest.Validator, file, method, path string, status int) {
+	t.Helper()
+	route, _, err := v.Find(method, path)
+	if err != nil {
+		return
+	}
+	opsMu.Lock()
+	defer opsMu.Unlock()
+	f, err := os.OpenFile(file, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		t.Errorf("openapi: record the operation: %v", err)
+		return
+	}
+	defer f.Close()
+	if _, err := fmt.Fprintf(f, "%s %s %d\n", route.Operation.OperationID, method, status); err != nil {
+		t.Errorf("openapi: record the operation: %v", err)
+	}
+}
+
+// openAPITransport checks each exchange of an http.Client against the API
+// document (checkOpenAPI): the transport of the official SDK's clients in
+// the tests. An event stream is checked by its status and content type
+// and passed on unread.
+type openAPITransport struct {
+	t    *testing.T
+	next http.RoundTripper
+}
+
+// RoundTrip sends req and checks the exchange.
+func (o openAPITransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	var reqBody []byte
+	if req.Body != nil && req.Body != http.NoBody {
+		b, err := io.ReadAll(req.Body)
+		req.Body.Close()
+		if err != nil {
+			return nil, fmt.Errorf("openapi transport: read the request body: %w", err)
+		}
+		reqBody = b
+		req = req.Clone(req.Context())
+		req.Body = io.NopCloser(bytes.NewReader(b))
+	}
+	resp, err := o.next.RoundTrip(req)
+	if err != nil {
+		return nil, err
+	}
+	var respBody []byte
+	if req.Method != http.MethodHead && !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		respBody, err = io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			return nil, fmt.Errorf("openapi transport: read the response body: %w", err)
+		}
+		resp.Body = io.NopCloser(bytes.NewReader(respBody))
+	}
+	checkOpenAPI(o.t, req, reqBody, resp, respBody)
+	return resp, nil
 }
 
 // missing reports a missing service: a failure under CI=true, where every

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"runtime"
 	"strings"
 	"testing"
@@ -24,6 +25,8 @@ func msgClient(s *server, token string, opts ...option.RequestOption) anthropic.
 	base := []option.RequestOption{
 		option.WithBaseURL(s.base + "/api/gpt"), option.WithAuthToken(token),
 		option.WithMaxRetries(0), option.WithRequestTimeout(2 * time.Minute),
+		// Every exchange is checked against the API document (harness_test.go).
+		option.WithHTTPClient(&http.Client{Transport: openAPITransport{s.t, http.DefaultTransport}}),
 	}
 	return anthropic.NewClient(append(base, opts...)...)
 }
