@@ -74,8 +74,7 @@ const (
 // knownBugs are cases that fail today for a reason outside the adapters,
 // by case name. Such a case is reported as skipped with the reason and
 // what it found; once it passes it fails, so that its entry is removed.
-var knownBugs = map[string]string{
-}
+var knownBugs = map[string]string{}
 
 // Row is one model adapter under test.
 type Row struct {
