@@ -1,6 +1,7 @@
 package web
 
 import (
+	"strings"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
@@ -55,7 +56,25 @@ func (s *Server) createMessage(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
+	if req.Stream && betaFeature(c, LiveOutputBeta) {
+		turn.LiveOutput()
+	}
 	return s.answerTurn(c, req.Stream, turn.Run, "messages")
+}
+
+// LiveOutputBeta is the threadbox-beta feature that adds the output of
+// running commands to a Messages API stream (docs/messages.md).
+const LiveOutputBeta = "live-output"
+
+// betaFeature reports whether the request's threadbox-beta header (a
+// comma-separated list) names feature.
+func betaFeature(c *fiber.Ctx, feature string) bool {
+	for f := range strings.SplitSeq(c.Get("threadbox-beta"), ",") {
+		if strings.TrimSpace(f) == feature {
+			return true
+		}
+	}
+	return false
 }
 
 // validateResult is the answer of POST /api/gpt/v1/messages/validate.

@@ -102,6 +102,10 @@ type ToolCall struct {
 	// Env holds KEY=value pairs for every command the call runs (the
 	// ANTHROPIC_* variables of the turn, RunOptions.Env).
 	Env []string
+	// Output, when set, takes the call's output while it runs ("stdout"
+	// or "stderr", a chunk it must not retain): the turn asked for live
+	// output. An executor that runs no command leaves it unused.
+	Output func(stream string, chunk []byte)
 }
 
 // ToolExecutor runs server sub-tool calls in a container's sandbox. Execute

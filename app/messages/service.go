@@ -114,6 +114,9 @@ type RunOptions struct {
 	// Plan, when set, is what Validate found for this very request: Run
 	// does not check the request again.
 	Plan *Plan
+	// LiveOutput sends the output of server tool calls while they run, as
+	// EventToolOutput events (live.go).
+	LiveOutput bool
 }
 
 // Plan is what a request would do, as found by Validate.
@@ -542,8 +545,18 @@ func (t *turn) execute(ctx context.Context, call ToolCall) (*ToolResult, error) 
 	if exec, _ := t.route(call.Name); exec == nil {
 		r = ErrorResult(call.Name, CodeUnavailable, NotConfiguredMessage)
 	} else {
-		var err error
+		var (
+			err  error
+			live *liveOutput
+		)
+		if t.opts.LiveOutput {
+			live = newLiveOutput(call.ID, t.send)
+			call.Output = func(s string, chunk []byte) { live.write(s, chunk) }
+		}
 		r, err = exec.Execute(ctx, call)
+		if live != nil {
+			live.close()
+		}
 		if err != nil {
 			return nil, fmt.Errorf("messages: %s: %w", call.Name, err)
 		}

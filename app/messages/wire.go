@@ -776,6 +776,7 @@ type Event struct {
 	MessageDelta *MessageDelta // message_delta
 	Usage        *Usage        // message_delta
 	Error        *ErrorBody    // error
+	Output       *ToolOutput   // threadbox_tool_output (live.go)
 }
 
 // BlockDelta is the delta of a content_block_delta event.
@@ -865,6 +866,11 @@ func (e Event) MarshalJSON() ([]byte, error) {
 			Type  string     `json:"type"`
 			Error *ErrorBody `json:"error"`
 		}{e.Type, e.Error})
+	case EventToolOutput:
+		return json.Marshal(struct {
+			Type string `json:"type"`
+			*ToolOutput
+		}{e.Type, e.Output})
 	}
 	return json.Marshal(struct {
 		Type string `json:"type"`
@@ -886,6 +892,10 @@ func (e *Event) UnmarshalJSON(data []byte) error {
 		return err
 	}
 	*e = Event{Type: aux.Type, Message: aux.Message, Index: aux.Index, ContentBlock: aux.ContentBlock, Usage: aux.Usage, Error: aux.Error}
+	if aux.Type == EventToolOutput {
+		e.Output = &ToolOutput{}
+		return json.Unmarshal(data, e.Output)
+	}
 	if len(aux.Delta) > 0 && string(aux.Delta) != "null" {
 		switch aux.Type {
 		case EventContentBlockDelta:

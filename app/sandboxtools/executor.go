@@ -297,6 +297,7 @@ func (e *Executor) bash(ctx context.Context, call messages.ToolCall) (any, error
 		Env:       call.Env,
 		Timeout:   timeout,
 		MaxOutput: e.cfg.MaxOutput,
+		Output:    sandbox.OutputTo(call.Output),
 	})
 	if err != nil {
 		if errors.Is(err, sandbox.ErrUnavailable) || ctx.Err() != nil {

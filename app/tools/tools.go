@@ -172,6 +172,7 @@ func (e *Executor) bash(ctx context.Context, call messages.ToolCall) *messages.T
 		Timeout:   timeout,
 		MaxOutput: e.cfg.MaxOutput,
 		OutputDir: true,
+		Output:    sandbox.OutputTo(call.Output),
 	})
 	if err != nil {
 		if ctx.Err() != nil {

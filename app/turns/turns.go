@@ -132,6 +132,10 @@ type Turn struct {
 	opts messages.RunOptions
 }
 
+// LiveOutput makes the turn send the output of its server tool calls while
+// they run (messages.EventToolOutput).
+func (t *Turn) LiveOutput() { t.opts.LiveOutput = true }
+
 // Request returns the request the turn runs (model resolved, skills'
 // prompt added).
 func (t *Turn) Request() *messages.Request { return t.req }

@@ -132,6 +132,9 @@ func (s *Service) StartTurn(ctx context.Context, p user.Principal, threadID stri
 		ExpiresAt:   func() time.Time { return s.d.Containers.ExpiresAt(c.Touch(s.now())) },
 		OrgID:       p.OrgID,
 		UserID:      p.UserID,
+		// A chat turn's log carries its commands' output as it is
+		// produced: the chat shows it live, and a reattached page too.
+		LiveOutput: true,
 	}
 	return t, nil
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"threadbox/app/messages"
 	"threadbox/app/workspace"
 	"threadbox/domain/thread"
 )
@@ -90,7 +91,8 @@ func nextEvent(t *testing.T, evs <-chan liveEvent, within time.Duration) (liveEv
 // TestDetachedTurnReattachAndStop: a chat turn runs in the server, not in
 // its request. Its client goes away mid-command and the command goes on;
 // a follower reattaches with Last-Event-ID and gets the rest, each event
-// once and in order, the output line by line as it is produced; the owner
+// once and in order, the command's output line by line as it is produced
+// (threadbox_tool_output events); the owner
 // stops it and the turn ends at once with its partial output kept, a
 // stopped event and the stopped state after a reload; the next message
 // does not run the stopped command again and shows the model the
@@ -160,12 +162,34 @@ func TestDetachedTurnReattachAndStop(t *testing.T) {
 	// Reattach after the events seen so far: nothing is repeated.
 	_, resumed, _ := openSSE(t, "GET", s.base+appAPI+"/thread/"+f.tid+"/turns/"+turnID+"/events", f.admin, nil, "Last-Event-ID", strconv.Itoa(len(first)))
 
-	time.Sleep(1500 * time.Millisecond)
+	// The command's output arrives as it is produced, line by line.
+	var (
+		rest    []liveEvent
+		outputs []messages.ToolOutput
+		lines   strings.Builder
+	)
+	for !strings.Contains(lines.String(), "3\n") {
+		ev, ok := nextEvent(t, resumed, 10*time.Second)
+		if !ok {
+			t.Fatalf("the stream ended before the command's third line: %+v", rest)
+		}
+		rest = append(rest, ev)
+		if ev.name == messages.EventToolOutput {
+			var o messages.ToolOutput
+			if err := json.Unmarshal([]byte(ev.data), &o); err != nil {
+				t.Fatal(err)
+			}
+			outputs = append(outputs, o)
+			lines.WriteString(o.Text)
+		}
+	}
+	if lines.String() != "1\n2\n3\n" || len(outputs) != 3 || outputs[2].ElapsedMs-outputs[0].ElapsedMs < 1500 {
+		t.Fatalf("the output as it came: %+v", outputs)
+	}
 	stopAt := time.Now()
 	if r := s.do("POST", appAPI+"/thread/"+f.tid+"/turns/"+turnID+"/stop", f.admin, nil); r.status != 200 {
 		t.Fatalf("stop: %d %s", r.status, r.body)
 	}
-	var rest []liveEvent
 	for {
 		ev, ok := nextEvent(t, resumed, 10*time.Second)
 		if !ok {

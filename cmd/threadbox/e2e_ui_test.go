@@ -312,3 +312,58 @@ func TestE2EChat(t *testing.T) {
 		t.Errorf("the code ran anyway (or the files are not listed): %d %s", r.status, r.body)
 	}
 }
+
+// TestE2EReattachAndStop: in the browser, a command's output shows in its
+// card as it is produced; a reload during the command reattaches the card
+// to the running turn, which shows the rest of the output; Stop marks the
+// card stopped with its output kept, and a reload shows the turn stopped.
+func TestE2EReattachAndStop(t *testing.T) {
+	e2e.NeedChromium(t)
+	agent := needDocker(t)
+	s := e2eServer(t, map[string]string{"SANDBOX_BACKEND": "docker", "THREADBOX_AGENT_BIN": agent, "MODEL_PROVIDER": "runner"})
+	token := apiLogin(t, s, e2eEmail, e2ePassword)
+	p := s.do("POST", appAPI+"/project", token, map[string]any{"name": "Live"})
+	th := s.do("POST", appAPI+"/thread", token, map[string]any{"project_id": p.json(t)["id"], "title": "Ticks"})
+	if th.status != 201 {
+		t.Fatalf("thread: %d %s", th.status, th.body)
+	}
+	tid := th.json(t)["id"].(string)
+	b := e2e.Start(t, 1440, 1000)
+	uiLogin(b, s.base, e2eEmail, e2ePassword)
+	open := func(what string) {
+		b.Do(what, chromedp.Navigate(s.base+"/#/thread/"+tid), chromedp.WaitVisible(chromedp.ID("message")))
+	}
+	open("open the thread")
+	b.Do("send a slow command",
+		chromedp.SetValue(chromedp.ID("message"), "```bash\nfor i in $(seq 1 30); do echo tick$i; sleep 1; done\n```"),
+		chromedp.Click(chromedp.ID("send")))
+	b.WaitText(".msg.assistant .exec pre.live.stdout", "tick2", 60*time.Second)
+	if got := e2e.Eval[string](b, "status", `document.querySelector('.msg.assistant .exec .exec-status').textContent`); !strings.HasPrefix(got, "running… ") || !strings.HasSuffix(got, " s") {
+		t.Errorf("the running card's status: %q", got)
+	}
+
+	// Reload mid-command: the card reattaches and goes on.
+	b.Do("reload", chromedp.Reload())
+	open("open the thread again")
+	b.WaitText(".msg.assistant:last-child .exec pre.live.stdout", "tick1\ntick2", 20*time.Second)
+	b.WaitText(".msg.assistant:last-child .exec pre.live.stdout", "tick5", 20*time.Second)
+	b.WaitTrue("Stop offered, Send not", `!document.getElementById('stop').hidden && document.getElementById('send').disabled`, 5*time.Second)
+
+	b.Do("stop", chromedp.Click(chromedp.ID("stop")))
+	b.WaitText(".msg.assistant:last-child .turn-error", "Stopped.", 10*time.Second)
+	if got := e2e.Eval[string](b, "stopped card", `(() => { const c = document.querySelector('.msg.assistant:last-child .exec'); return c.className + ' | ' + c.querySelector('.exec-status').textContent + ' | ' + c.querySelector('pre.live.stdout').textContent; })()`); !strings.Contains(got, "stopped | stopped | tick1\ntick2") {
+		t.Errorf("the stopped card: %q", got)
+	}
+	b.WaitTrue("Send offered again", `document.getElementById('stop').hidden && !document.getElementById('send').disabled`, 5*time.Second)
+	n := strings.Count(e2e.Eval[string](b, "output", `document.querySelector('.msg.assistant:last-child .exec pre.live.stdout').textContent`), "tick")
+
+	// After a reload the turn shows as stopped, and the command ran no
+	// further.
+	b.Do("reload after the stop", chromedp.Reload())
+	open("open the thread after the stop")
+	b.WaitText(".msg.assistant:last-child .turn-error", "Stopped.", 10*time.Second)
+	b.WaitText(".msg.assistant:last-child .exec .exec-status", "stopped", 5*time.Second)
+	if n >= 30 {
+		t.Fatalf("the command ran to its end: %d ticks", n)
+	}
+}

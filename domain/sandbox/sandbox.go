@@ -117,6 +117,23 @@ const (
 	Stderr Stream = 2
 )
 
+// String names the stream: "stdout" or "stderr".
+func (s Stream) String() string {
+	if s == Stderr {
+		return "stderr"
+	}
+	return "stdout"
+}
+
+// OutputTo adapts a function taking a stream's name to Command.Output; nil
+// stays nil.
+func OutputTo(f func(stream string, chunk []byte)) func(Stream, []byte) {
+	if f == nil {
+		return nil
+	}
+	return func(s Stream, chunk []byte) { f(s.String(), chunk) }
+}
+
 // Command is one process to run inside a sandbox.
 type Command struct {
 	Args      []string      // argv; Args[0] is looked up in PATH

@@ -103,8 +103,11 @@ async function loadHistory(view) {
       const t = new TurnView(messageItem(view.log, m.role));
       for (const b of blocks) { t.start(b); t.stop(); }
       if (m.role === 'assistant' && m.status === 'running') t.error('This turn is still running; reload to see its end.');
-      else if (m.role === 'assistant' && m.status === 'stopped') t.error('Stopped.');
-      else if (m.role === 'assistant' && !m.complete) t.error(m.end_detail ? `This turn failed: ${m.end_detail}` : 'This turn did not finish.');
+      else if (m.role === 'assistant' && m.status === 'stopped') { t.endCards('stopped'); t.error('Stopped.'); }
+      else if (m.role === 'assistant' && !m.complete) {
+        t.endCards('interrupted');
+        t.error(m.end_detail ? `This turn failed: ${m.end_detail}` : 'This turn did not finish.');
+      }
       t.done();
     }
     if (res.data.length === 0) view.log.append(h('li', { class: 'empty' }, 'No messages yet. Write one below; fenced ```python or ```bash blocks run in this thread\'s sandbox.'));
@@ -357,8 +360,13 @@ class TurnView {
         if (ev.delta && ev.delta.stop_reason === 'max_tokens') this.note('The answer reached its length limit.');
         break;
       case 'message_stop': this.finished = true; break;
-      case 'stopped': this.error('Stopped.'); break;
-      case 'error': this.error(explain(new ApiError(0, ev.error && ev.error.type, (ev.error && ev.error.message) || 'The turn failed.'))); break;
+      case 'stopped': this.endCards('stopped'); this.error('Stopped.'); break;
+      case 'threadbox_tool_output': {
+        const card = this.cards.get(ev.tool_use_id);
+        if (card) card.live(ev);
+        break;
+      }
+      case 'error': this.endCards('interrupted'); this.error(explain(new ApiError(0, ev.error && ev.error.type, (ev.error && ev.error.message) || 'The turn failed.'))); break;
       default: break;
     }
   }
@@ -437,6 +445,11 @@ class TurnView {
     this.li.append(h('p', { class: 'turn-error', role: 'alert' }, message));
   }
 
+  /** endCards marks the commands still shown as running as ended. */
+  endCards(label) {
+    for (const card of this.cards.values()) card.end(label);
+  }
+
   note(message) {
     this.li.append(h('p', { class: 'turn-note', role: 'status' }, message));
   }
@@ -471,6 +484,25 @@ function codeCard(block) {
   return {
     el,
     setPartial(json) { command.firstChild.textContent = json; },
+    // live shows output while the command runs, with the time since it
+    // started; the result replaces it.
+    live(o) {
+      let pre = outputs.querySelector(`pre.live.${o.stream}`);
+      if (!pre) {
+        pre = h('pre', { class: `live ${o.stream}`, tabindex: '0', 'aria-label': `${o.stream} so far`, 'aria-live': 'polite' }, h('code', {}, ''));
+        outputs.append(pre);
+      }
+      pre.firstChild.textContent += o.text;
+      status.textContent = `running… ${(o.elapsed_ms / 1000).toFixed(1)} s`;
+    },
+    // end marks a command that never got its result (stopped, or its turn
+    // failed), keeping the output shown so far.
+    end(label) {
+      if (!el.classList.contains('running')) return;
+      el.classList.remove('running');
+      el.classList.add('stopped');
+      status.textContent = label;
+    },
     setInput(input) {
       let cmd = input.command || '';
       if (block.name === 'text_editor_code_execution') cmd = `${input.command} ${input.path || ''}`.trim();

@@ -1,0 +1,128 @@
+package messages
+
+import (
+	"sync"
+	"time"
+	"unicode/utf8"
+)
+
+// EventToolOutput is threadbox's extension event: output of a server tool
+// call while it runs, sent only when the turn asks for live output
+// (RunOptions.LiveOutput: the chat always, the Messages API with the
+// threadbox-beta: live-output header). The official SDKs pass an event
+// type they do not know by without changing the message they accumulate;
+// the call's result block still carries the whole output.
+const EventToolOutput = "threadbox_tool_output"
+
+// ToolOutput is the data of an EventToolOutput event: text a running call
+// wrote to one stream, in order, and how long after the call's start.
+type ToolOutput struct {
+	ToolUseID string `json:"tool_use_id"`
+	Stream    string `json:"stream"` // "stdout" or "stderr"
+	Text      string `json:"text"`
+	ElapsedMs int64  `json:"elapsed_ms"`
+}
+
+// Limits of live output: chunks are coalesced for up to liveEvery or
+// liveChunk bytes, and a call sends at most liveCap bytes per stream live
+// (its result block has the whole capped output), so a flood of output
+// cannot swamp a stream or a turn's log.
+const (
+	liveEvery = 50 * time.Millisecond
+	liveChunk = 16 << 10
+	liveCap   = 1 << 20
+)
+
+// liveOutput coalesces a running call's output chunks into EventToolOutput
+// events. It is safe for concurrent use; after close it sends nothing.
+type liveOutput struct {
+	id    string
+	start time.Time
+	send  func(Event) error
+
+	mu     sync.Mutex
+	buf    map[string][]byte // per stream, not yet sent
+	sent   map[string]int    // per stream, bytes sent
+	timer  *time.Timer
+	closed bool
+}
+
+func newLiveOutput(toolUseID string, send func(Event) error) *liveOutput {
+	return &liveOutput{id: toolUseID, start: time.Now(), send: send, buf: map[string][]byte{}, sent: map[string]int{}}
+}
+
+// write takes a chunk of stream s; it is sent within liveEvery.
+func (l *liveOutput) write(s string, chunk []byte) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed || l.sent[s]+len(l.buf[s]) >= liveCap {
+		return
+	}
+	room := liveCap - l.sent[s] - len(l.buf[s])
+	l.buf[s] = append(l.buf[s], chunk[:min(len(chunk), room)]...)
+	if len(l.buf[s]) >= liveChunk {
+		l.flushLocked(false)
+		return
+	}
+	if l.timer == nil {
+		l.timer = time.AfterFunc(liveEvery, func() {
+			l.mu.Lock()
+			defer l.mu.Unlock()
+			l.timer = nil
+			l.flushLocked(false)
+		})
+	}
+}
+
+// flushLocked sends what is buffered. Unless final, an incomplete UTF-8
+// sequence at the end of a stream's buffer waits for its next bytes.
+func (l *liveOutput) flushLocked(final bool) {
+	if l.closed {
+		return
+	}
+	for _, s := range []string{"stdout", "stderr"} {
+		b := l.buf[s]
+		n := len(b)
+		if !final {
+			n = completeUTF8(b)
+		}
+		if n == 0 {
+			continue
+		}
+		ev := Event{Type: EventToolOutput, Output: &ToolOutput{ToolUseID: l.id, Stream: s, Text: string(b[:n]), ElapsedMs: time.Since(l.start).Milliseconds()}}
+		l.sent[s] += n
+		l.buf[s] = append(b[:0:0], b[n:]...)
+		if l.send(ev) != nil {
+			l.closed = true // the stream is gone; the turn ends by itself
+			return
+		}
+	}
+}
+
+// close sends what is buffered and stops the live output: the call's
+// result follows.
+func (l *liveOutput) close() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.timer != nil {
+		l.timer.Stop()
+		l.timer = nil
+	}
+	l.flushLocked(true)
+	l.closed = true
+}
+
+// completeUTF8 returns the length of b without an incomplete UTF-8
+// sequence at its end.
+func completeUTF8(b []byte) int {
+	// An incomplete sequence is at most three bytes long.
+	for i := len(b) - 1; i >= 0 && i > len(b)-utf8.UTFMax; i-- {
+		if utf8.RuneStart(b[i]) {
+			if !utf8.FullRune(b[i:]) {
+				return i
+			}
+			break
+		}
+	}
+	return len(b)
+}

@@ -1,0 +1,115 @@
+package messages
+
+import (
+	"strings"
+	"sync"
+	"testing"
+	"time"
+	"unicode/utf8"
+)
+
+// events collects what a liveOutput sends.
+type events struct {
+	mu  sync.Mutex
+	got []Event
+}
+
+func (e *events) send(ev Event) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.got = append(e.got, ev)
+	return nil
+}
+
+func (e *events) all() []Event {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return append([]Event(nil), e.got...)
+}
+
+func TestLiveOutput(t *testing.T) {
+	euro := "€" // three bytes
+	tests := []struct {
+		name   string
+		writes func(l *liveOutput)
+		check  func(t *testing.T, evs []Event)
+	}{
+		{"small chunks are coalesced", func(l *liveOutput) {
+			for range 100 {
+				l.write("stdout", []byte("x"))
+			}
+		}, func(t *testing.T, evs []Event) {
+			if len(evs) != 1 || evs[0].Output.Text != strings.Repeat("x", 100) || evs[0].Output.Stream != "stdout" || evs[0].Output.ToolUseID != "srvtoolu_1" {
+				t.Fatalf("%d events: %+v", len(evs), evs)
+			}
+		}},
+		{"a character split between chunks is sent whole", func(l *liveOutput) {
+			l.write("stdout", []byte("a"+euro[:1]))
+			time.Sleep(2 * liveEvery)
+			l.write("stdout", []byte(euro[1:]+"b"))
+		}, func(t *testing.T, evs []Event) {
+			var b strings.Builder
+			for _, ev := range evs {
+				if !utf8.ValidString(ev.Output.Text) {
+					t.Fatalf("invalid UTF-8 sent: %q", ev.Output.Text)
+				}
+				b.WriteString(ev.Output.Text)
+			}
+			if b.String() != "a"+euro+"b" || len(evs) != 2 || evs[0].Output.Text != "a" {
+				t.Fatalf("sent %+v", evs)
+			}
+		}},
+		{"a flood stops at the cap per stream", func(l *liveOutput) {
+			chunk := []byte(strings.Repeat("y", 64<<10))
+			for range 40 { // 2.5 MiB
+				l.write("stderr", chunk)
+			}
+			l.write("stdout", []byte("still"))
+		}, func(t *testing.T, evs []Event) {
+			n := map[string]int{}
+			for _, ev := range evs {
+				n[ev.Output.Stream] += len(ev.Output.Text)
+				if len(ev.Output.Text) > 64<<10+liveChunk {
+					t.Fatalf("one event of %d bytes", len(ev.Output.Text))
+				}
+			}
+			if n["stderr"] != liveCap || n["stdout"] != len("still") {
+				t.Fatalf("sent %v", n)
+			}
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var e events
+			l := newLiveOutput("srvtoolu_1", e.send)
+			tt.writes(l)
+			l.close()
+			l.write("stdout", []byte("after the result"))
+			time.Sleep(2 * liveEvery)
+			evs := e.all()
+			for _, ev := range evs {
+				if ev.Type != EventToolOutput || ev.Output == nil || strings.Contains(ev.Output.Text, "after the result") {
+					t.Fatalf("event %+v", ev)
+				}
+			}
+			tt.check(t, evs)
+		})
+	}
+}
+
+// TestToolOutputEventRoundTrip: the event's JSON is its data as documented
+// and decodes back to the same event.
+func TestToolOutputEventRoundTrip(t *testing.T) {
+	ev := Event{Type: EventToolOutput, Output: &ToolOutput{ToolUseID: "srvtoolu_1", Stream: "stderr", Text: "oops\n", ElapsedMs: 12}}
+	b, err := ev.MarshalJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(b) != `{"type":"threadbox_tool_output","tool_use_id":"srvtoolu_1","stream":"stderr","text":"oops\n","elapsed_ms":12}` {
+		t.Fatalf("json %s", b)
+	}
+	var back Event
+	if err := back.UnmarshalJSON(b); err != nil || back.Type != EventToolOutput || *back.Output != *ev.Output {
+		t.Fatalf("decoded %+v %v", back, err)
+	}
+}
