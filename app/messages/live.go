@@ -1,6 +1,7 @@
 package messages
 
 import (
+	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -43,12 +44,13 @@ type liveOutput struct {
 	mu     sync.Mutex
 	buf    map[string][]byte // per stream, not yet sent
 	sent   map[string]int    // per stream, bytes sent
+	kept   map[string][]byte // per stream, everything taken (up to liveCap)
 	timer  *time.Timer
 	closed bool
 }
 
 func newLiveOutput(toolUseID string, send func(Event) error) *liveOutput {
-	return &liveOutput{id: toolUseID, start: time.Now(), send: send, buf: map[string][]byte{}, sent: map[string]int{}}
+	return &liveOutput{id: toolUseID, start: time.Now(), send: send, buf: map[string][]byte{}, sent: map[string]int{}, kept: map[string][]byte{}}
 }
 
 // write takes a chunk of stream s; it is sent within liveEvery.
@@ -60,6 +62,7 @@ func (l *liveOutput) write(s string, chunk []byte) {
 	}
 	room := liveCap - l.sent[s] - len(l.buf[s])
 	l.buf[s] = append(l.buf[s], chunk[:min(len(chunk), room)]...)
+	l.kept[s] = append(l.kept[s], chunk[:min(len(chunk), room)]...)
 	if len(l.buf[s]) >= liveChunk {
 		l.flushLocked(false)
 		return
@@ -125,4 +128,30 @@ func completeUTF8(b []byte) int {
 		}
 	}
 	return len(b)
+}
+
+// so far returns what the call wrote to stream s up to now (up to liveCap).
+func (l *liveOutput) soFar(s string) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return string(l.kept[s])
+}
+
+// StoppedNote ends the stderr of a command whose turn was stopped while it
+// ran (its result keeps the output so far, with the timeout's return code,
+// CONTRACT §3).
+const StoppedNote = "Command stopped."
+
+// stoppedResult is the result of a call whose turn ended while it ran: a
+// command keeps what it wrote so far, shaped as a timeout (return code 124)
+// with StoppedNote; another call is an error result saying so.
+func stoppedResult(call ToolCall, live *liveOutput) *ToolResult {
+	if call.Name != SubToolBash || live == nil {
+		return ErrorResult(call.Name, CodeUnavailable, "The call was stopped before it ended.")
+	}
+	stderr := live.soFar("stderr")
+	if stderr != "" && !strings.HasSuffix(stderr, "\n") {
+		stderr += "\n"
+	}
+	return &ToolResult{Type: ResultBash, Stdout: live.soFar("stdout"), Stderr: stderr + StoppedNote, ReturnCode: 124}
 }

@@ -1,6 +1,8 @@
 package messages
 
 import (
+	"context"
+	"errors"
 	"strings"
 	"sync"
 	"testing"
@@ -111,5 +113,51 @@ func TestToolOutputEventRoundTrip(t *testing.T) {
 	var back Event
 	if err := back.UnmarshalJSON(b); err != nil || back.Type != EventToolOutput || *back.Output != *ev.Output {
 		t.Fatalf("decoded %+v %v", back, err)
+	}
+}
+
+// outputThenBlock writes output through the call's live output, then runs
+// until its context ends.
+type outputThenBlock struct{ started chan struct{} }
+
+func (o outputThenBlock) Execute(ctx context.Context, call ToolCall) (*ToolResult, error) {
+	call.Output("stdout", []byte("tick1\n"))
+	call.Output("stderr", []byte("warn"))
+	close(o.started)
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+// TestStoppedCallKeepsItsOutput: a turn stopped while a command runs with
+// live output ends with the call's result, shaped as a timeout with the
+// output so far and StoppedNote, sent to the sink and to the tool hook.
+func TestStoppedCallKeepsItsOutput(t *testing.T) {
+	tools := outputThenBlock{started: make(chan struct{})}
+	model := &fakeModel{steps: []*StepResult{step(StopToolUse, toolUse("a", SubToolBash, `{"command":"sleep"}`))}}
+	ctx, cancel := context.WithCancel(context.Background())
+	var (
+		col    Collector
+		hooked *ToolResult
+	)
+	opts := RunOptions{LiveOutput: true, OnToolCall: func(_ context.Context, _ ToolCall, r *ToolResult) { hooked = r }}
+	done := make(chan error, 1)
+	go func() { done <- New(model, allTools(tools), Config{}).Run(ctx, request(ToolTypeCodeExecution2508, user("x")), opts, &col) }()
+	<-tools.started
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("err %v", err)
+	}
+	var res *ToolResult
+	for _, b := range col.Response().Content {
+		if b.Type == BlockBashResult {
+			res = b.Result
+		}
+	}
+	want := ToolResult{Type: ResultBash, Stdout: "tick1\n", Stderr: "warn\n" + StoppedNote, ReturnCode: 124}
+	if res == nil || res.Type != want.Type || res.Stdout != want.Stdout || res.Stderr != want.Stderr || res.ReturnCode != want.ReturnCode {
+		t.Fatalf("the stopped call's result: %+v", res)
+	}
+	if hooked != res && (hooked == nil || hooked.Stderr != want.Stderr) {
+		t.Fatalf("the tool hook got %+v", hooked)
 	}
 }

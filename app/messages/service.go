@@ -558,6 +558,12 @@ func (t *turn) execute(ctx context.Context, call ToolCall) (*ToolResult, error) 
 			live.close()
 		}
 		if err != nil {
+			if live != nil && ctx.Err() != nil {
+				// The turn was stopped mid-call: the call's result says
+				// so, with the output it produced, for whoever still
+				// listens (a chat turn's log, its stored message).
+				t.stopped(ctx, call, stoppedResult(call, live))
+			}
 			return nil, fmt.Errorf("messages: %s: %w", call.Name, err)
 		}
 		t.codeRan = true
@@ -579,6 +585,18 @@ func (t *turn) execute(ctx context.Context, call ToolCall) (*ToolResult, error) 
 		t.opts.OnToolCall(ctx, call, r)
 	}
 	return r, nil
+}
+
+// stopped sends the result of a call its turn's end cut short and tells
+// the tool hook, as for a call that ended; failures to send are the
+// ended turn's and are not reported.
+func (t *turn) stopped(ctx context.Context, call ToolCall, r *ToolResult) {
+	_ = t.send(Event{Type: EventContentBlockStart, Index: t.next, ContentBlock: &ContentBlock{Type: resultBlockType(call.Name), ToolUseID: call.ID, Result: r}})
+	_ = t.send(Event{Type: EventContentBlockStop, Index: t.next})
+	t.next++
+	if t.opts.OnToolCall != nil {
+		t.opts.OnToolCall(context.WithoutCancel(ctx), call, r)
+	}
 }
 
 // ErrorResult returns the error result of a sub-tool call, with the detail

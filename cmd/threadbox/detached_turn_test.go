@@ -93,16 +93,16 @@ func nextEvent(t *testing.T, evs <-chan liveEvent, within time.Duration) (liveEv
 // a follower reattaches with Last-Event-ID and gets the rest, each event
 // once and in order, the command's output line by line as it is produced
 // (threadbox_tool_output events); the owner
-// stops it and the turn ends at once with its partial output kept, a
-// stopped event and the stopped state after a reload; the next message
-// does not run the stopped command again and shows the model the
-// interruption. Another user's or thread's turn is not found, and a
+// stops it and the turn ends at once with its partial output kept (the
+// call's result, shaped as a timeout), a stopped event and the stopped
+// state after a reload; the next message does not run the stopped command
+// again and shows the model the interruption. Another user's or thread's turn is not found, and a
 // Last-Event-ID beyond the log replays nothing.
 func TestDetachedTurnReattachAndStop(t *testing.T) {
 	bin := needDocker(t)
 	s, fake := modelServer(t, "", "anthropic", map[string]string{"SANDBOX_BACKEND": "docker", "THREADBOX_AGENT_BIN": bin})
 	f := newWSFixture(t, s)
-	fake.Push(bashStep("for i in 1 2 3; do echo $i; sleep 1; done; sleep 30; echo late > /mnt/user-data/outputs/late.txt"))
+	fake.Push(bashStep("for i in 1 2 3; do echo tick$i; sleep 1; done; sleep 30; echo late > /mnt/user-data/outputs/late.txt"))
 	body, _ := json.Marshal(map[string]any{"content": "count, then write it late", "stream": true, "pgpt": map[string]any{"tools": []any{"code_execution"}}})
 	resp, evs, leave := openSSE(t, "POST", s.base+appAPI+"/thread/"+f.tid+"/messages", f.admin, body)
 	turnID := resp.Header.Get("Threadbox-Turn-Id")
@@ -168,7 +168,7 @@ func TestDetachedTurnReattachAndStop(t *testing.T) {
 		outputs []messages.ToolOutput
 		lines   strings.Builder
 	)
-	for !strings.Contains(lines.String(), "3\n") {
+	for !strings.Contains(lines.String(), "tick3\n") {
 		ev, ok := nextEvent(t, resumed, 10*time.Second)
 		if !ok {
 			t.Fatalf("the stream ended before the command's third line: %+v", rest)
@@ -183,7 +183,7 @@ func TestDetachedTurnReattachAndStop(t *testing.T) {
 			lines.WriteString(o.Text)
 		}
 	}
-	if lines.String() != "1\n2\n3\n" || len(outputs) != 3 || outputs[2].ElapsedMs-outputs[0].ElapsedMs < 1500 {
+	if lines.String() != "tick1\ntick2\ntick3\n" || len(outputs) != 3 || outputs[2].ElapsedMs-outputs[0].ElapsedMs < 1500 {
 		t.Fatalf("the output as it came: %+v", outputs)
 	}
 	stopAt := time.Now()
@@ -240,18 +240,26 @@ func TestDetachedTurnReattachAndStop(t *testing.T) {
 	if r.status != 200 || !strings.Contains(string(r.body), "hi back") {
 		t.Fatalf("next turn: %d %s (refused: %v)", r.status, r.body, fake.Refused())
 	}
+	// The model sees the stopped call with its result (the output so far,
+	// shaped as a timeout, CONTRACT §3), then the note that the answer was
+	// stopped; the two user messages stay apart.
 	reqs := fake.Requests()
-	roles, texts := upstreamMessages(t, reqs[len(reqs)-1])
-	if strings.Join(roles, ",") != "user,assistant,user" {
+	last := reqs[len(reqs)-1]
+	roles, texts := upstreamMessages(t, last)
+	if strings.Join(roles, ",") != "user,assistant,user,assistant,user" {
 		t.Fatalf("roles of the next request: %v %v", roles, texts)
 	}
-	if strings.Join(texts[0], "|") != "text:count, then write it late" || strings.Join(texts[2], "|") != "text:echo hi" {
-		t.Fatalf("the user messages were merged or changed: %v", texts)
+	if strings.Join(texts[0], "|") != "text:count, then write it late" || strings.Join(texts[4], "|") != "text:echo hi" ||
+		strings.Join(texts[1], "|") != "tool_use:" || strings.Join(texts[2], "|") != "tool_result:" {
+		t.Fatalf("the next request's messages: %v", texts)
 	}
-	interrupted := strings.Join(texts[1], "|")
-	if !strings.Contains(interrupted, "was interrupted before it ended") || !strings.Contains(interrupted, workspace.InterruptedNote(thread.Ending{Reason: thread.Stopped})) ||
-		strings.Contains(interrupted, "tool_use") {
-		t.Fatalf("the interruption as the model sees it: %v", texts[1])
+	if note := strings.Join(texts[3], "|"); note != "text:"+workspace.InterruptedNote(thread.Ending{Reason: thread.Stopped}) {
+		t.Fatalf("the interruption as the model sees it: %v", note)
+	}
+	for _, want := range []string{"tick1", "tick3", messages.StoppedNote, `124`} {
+		if !strings.Contains(string(last.Body), want) {
+			t.Fatalf("the stopped call's result lacks %q: %s", want, last.Body)
+		}
 	}
 	if dl := s.do("GET", appAPI+"/thread/"+f.tid+"/download-file?path=/mnt/user-data/outputs/late.txt", f.admin, nil); dl.status == 200 {
 		t.Fatalf("the stopped command ran on: late.txt is %q", dl.body)

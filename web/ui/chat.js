@@ -521,8 +521,10 @@ function codeCard(block) {
       }
       if (c.type === 'bash_code_execution_result') {
         const rc = c.return_code;
-        el.classList.add(rc === 0 ? 'ok' : 'nonzero');
-        status.textContent = `exit code ${rc}`;
+        // A command its turn's Stop cut short keeps its output so far.
+        const stopped = rc === 124 && /Command stopped\.$/.test(c.stderr || '');
+        el.classList.add(stopped ? 'stopped' : rc === 0 ? 'ok' : 'nonzero');
+        status.textContent = stopped ? 'stopped' : `exit code ${rc}`;
         replace(outputs,
           c.stdout ? output('stdout', c.stdout) : null,
           c.stderr ? output('stderr', c.stderr) : null,
