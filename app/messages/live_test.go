@@ -141,7 +141,9 @@ func TestStoppedCallKeepsItsOutput(t *testing.T) {
 	)
 	opts := RunOptions{LiveOutput: true, OnToolCall: func(_ context.Context, _ ToolCall, r *ToolResult) { hooked = r }}
 	done := make(chan error, 1)
-	go func() { done <- New(model, allTools(tools), Config{}).Run(ctx, request(ToolTypeCodeExecution2508, user("x")), opts, &col) }()
+	go func() {
+		done <- New(model, allTools(tools), Config{}).Run(ctx, request(ToolTypeCodeExecution2508, user("x")), opts, &col)
+	}()
 	<-tools.started
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
