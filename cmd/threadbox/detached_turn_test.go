@@ -5,7 +5,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"maps"
 	"net/http"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -14,6 +16,7 @@ import (
 	"threadbox/app/messages"
 	"threadbox/app/workspace"
 	"threadbox/domain/thread"
+	"threadbox/infra/store/storetest"
 )
 
 // liveEvent is one event of a Server-Sent Events stream, as it arrived.
@@ -267,4 +270,68 @@ func TestDetachedTurnReattachAndStop(t *testing.T) {
 	if refused := fake.Refused(); len(refused) != 0 {
 		t.Fatalf("refused upstream: %v", refused)
 	}
+}
+
+// TestDetachedTurnAcrossServers: two servers share a PostgreSQL database.
+// A turn runs on the first; a follower on each server sees the same events
+// (the second reads them from the database), and a Stop sent to the second
+// server ends the turn on the first, both streams ending with the stopped
+// event.
+func TestDetachedTurnAcrossServers(t *testing.T) {
+	bin := needDocker(t)
+	dbURL := storetest.PostgresURL(t)
+	env := childEnv(t, dbURL, map[string]string{"SANDBOX_BACKEND": "docker", "THREADBOX_AGENT_BIN": bin, "MODEL_PROVIDER": "runner"})
+	env["JWT_KEY_FILE"] = filepath.Join(filepath.Dir(env["DATA_DIR"]), "jwt.pem")
+	one := startChild(t, env)
+	env2 := maps.Clone(env)
+	env2["LISTEN_ADDR"] = freeAddr(t)
+	two := startChild(t, env2)
+	f := newWSFixture(t, one.server)
+
+	body, _ := json.Marshal(map[string]any{"content": "```bash\nfor i in $(seq 1 30); do echo tick$i; sleep 0.5; done\n```", "stream": true, "pgpt": map[string]any{"tools": []any{"code_execution"}}})
+	resp, _, _ := openSSE(t, "POST", one.base+appAPI+"/thread/"+f.tid+"/messages", f.admin, body)
+	turnID := resp.Header.Get("Threadbox-Turn-Id")
+	if resp.StatusCode != 200 || turnID == "" {
+		t.Fatalf("start: %d %q", resp.StatusCode, turnID)
+	}
+	events := func(base string) <-chan liveEvent {
+		_, evs, _ := openSSE(t, "GET", base+appAPI+"/thread/"+f.tid+"/turns/"+turnID+"/events", f.admin, nil)
+		return evs
+	}
+	here, there := events(one.base), events(two.base)
+	read := func(evs <-chan liveEvent, until func(liveEvent) bool) []liveEvent {
+		var out []liveEvent
+		for {
+			ev, ok := nextEvent(t, evs, 30*time.Second)
+			if !ok {
+				return out
+			}
+			out = append(out, ev)
+			if until != nil && until(ev) {
+				return out
+			}
+		}
+	}
+	// The second server's follower sees the command's output as it comes.
+	seen := read(there, func(ev liveEvent) bool { return strings.Contains(ev.data, "tick3") })
+	stopAt := time.Now()
+	if r := two.do("POST", appAPI+"/thread/"+f.tid+"/turns/"+turnID+"/stop", f.admin, nil); r.status != 200 {
+		t.Fatalf("stop on the other server: %d %s", r.status, r.body)
+	}
+	rest := read(there, nil)
+	all := append(seen, rest...)
+	if took := time.Since(stopAt); took > 3*time.Second || len(rest) == 0 || rest[len(rest)-1].name != workspace.StoppedEvent {
+		t.Fatalf("after a stop on the other server (%s): %+v", took, rest)
+	}
+	mine := read(here, nil)
+	if len(mine) != len(all) {
+		t.Fatalf("the two servers' followers saw %d and %d events", len(mine), len(all))
+	}
+	for i := range mine {
+		if mine[i].id != all[i].id || mine[i].name != all[i].name || mine[i].data != all[i].data {
+			t.Fatalf("event %d differs: %+v and %+v", i, mine[i], all[i])
+		}
+	}
+	waitFor(t, 10*time.Second, func() bool { return lastStatus(two.server, f.admin, f.tid) == "assistant stopped" },
+		func() string { return "the stopped turn shows as " + lastStatus(two.server, f.admin, f.tid) })
 }
