@@ -27,6 +27,14 @@ fi
 
 export THREADBOX_AGENT_BIN="${THREADBOX_AGENT_BIN:-$PWD/bin/threadbox-agent}"
 
+# The official TypeScript SDK, a client in the Messages API tests (its
+# version pinned by the lockfile).
+tssdk=cmd/threadbox/testdata/tssdk
+if [ ! -d "$tssdk/node_modules/@anthropic-ai/sdk" ]; then
+  if command -v npm >/dev/null 2>&1; then npm ci --prefix "$tssdk" --no-audit --no-fund --loglevel=error
+  else echo "test: no npm; the TypeScript SDK tests will $( [ "${CI:-}" = true ] && echo fail || echo skip )" >&2; fi
+fi
+
 # The packages that boot real sandboxes run one at a time: sandboxes of every
 # backend run as the host's uid 1000, and the local backend's rlimit mode
 # counts that uid's processes host-wide, so a Docker fork-bomb test running

@@ -3,6 +3,9 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -16,8 +19,8 @@ import (
 // TestLiveOutputInTheMessagesAPI: with threadbox-beta: live-output a
 // Messages API stream carries a running command's output as it is
 // produced (threadbox_tool_output events, line by line here); without the
-// header it carries none. The official Go SDK accumulates the same final
-// message either way.
+// header it carries none. The official Go and TypeScript SDKs accumulate
+// the same final message either way.
 func TestLiveOutputInTheMessagesAPI(t *testing.T) {
 	bin := needDocker(t)
 	s, fake := modelServer(t, "", "anthropic", map[string]string{"SANDBOX_BACKEND": "docker", "THREADBOX_AGENT_BIN": bin})
@@ -112,7 +115,71 @@ func TestLiveOutputInTheMessagesAPI(t *testing.T) {
 	if with != without || !strings.Contains(with, "line1\nline2\nline3\n") || !strings.HasSuffix(with, "end_turn") {
 		t.Fatalf("accumulated with live output %q, without %q", with, without)
 	}
+
+	// So does the official TypeScript SDK.
+	sdk := tsSDK(t)
+	ts := func(live bool) string {
+		fake.Push(bashStep(count), textStep("counted"))
+		args := []string{filepath.Join(sdk, "stream.mjs")}
+		if live {
+			args = append(args, "live")
+		}
+		cmd := exec.Command("node", args...)
+		cmd.Env = append(os.Environ(), "BASE_URL="+s.base+"/api/gpt", "TOKEN="+tok, "CONTAINER=live")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("the TypeScript SDK (live %v): %v %s", live, err, out)
+		}
+		var got struct {
+			Message struct {
+				Content []struct {
+					Type    string `json:"type"`
+					Text    string `json:"text"`
+					Content struct {
+						Stdout string `json:"stdout"`
+					} `json:"content"`
+				} `json:"content"`
+				StopReason string `json:"stop_reason"`
+			} `json:"message"`
+		}
+		if err := json.Unmarshal(out, &got); err != nil {
+			t.Fatalf("the TypeScript SDK's output: %v %s", err, out)
+		}
+		var parts []string
+		for _, b := range got.Message.Content {
+			p := b.Type
+			switch b.Type {
+			case "text":
+				p += ":" + b.Text
+			case "bash_code_execution_tool_result":
+				p += ":" + b.Content.Stdout
+			}
+			parts = append(parts, p)
+		}
+		return strings.Join(parts, "|") + " " + got.Message.StopReason
+	}
+	if tsWith, tsWithout := ts(true), ts(false); tsWith != tsWithout || tsWith != with {
+		t.Fatalf("the TypeScript SDK accumulated %q with live output, %q without (the Go SDK: %q)", tsWith, tsWithout, with)
+	}
 	if refused := fake.Refused(); len(refused) != 0 {
 		t.Fatalf("refused upstream: %v", refused)
 	}
+}
+
+// tsSDK returns the folder of the official TypeScript SDK's client script
+// (testdata/tssdk, its packages installed by scripts/test.sh); missing node
+// or packages fail under CI.
+func tsSDK(t *testing.T) string {
+	t.Helper()
+	dir, err := filepath.Abs(filepath.Join("testdata", "tssdk"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := exec.LookPath("node"); err != nil {
+		missing(t, "node is missing: the TypeScript SDK cannot run")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "node_modules", "@anthropic-ai", "sdk")); err != nil {
+		missing(t, "the TypeScript SDK is not installed (npm ci --prefix cmd/threadbox/testdata/tssdk): %v", err)
+	}
+	return dir
 }
