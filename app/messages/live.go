@@ -24,8 +24,9 @@ type ToolOutput struct {
 	ElapsedMs int64  `json:"elapsed_ms"`
 }
 
-// Limits of live output: chunks are coalesced for up to liveEvery or
-// liveChunk bytes, and a call sends at most liveCap bytes per stream live
+// Limits of live output: output after a quiet spell goes at once, output
+// within liveEvery of a send is coalesced (up to liveChunk bytes), and a
+// call sends at most liveCap bytes per stream live
 // (its result block has the whole capped output), so a flood of output
 // cannot swamp a stream or a turn's log.
 const (
@@ -46,6 +47,7 @@ type liveOutput struct {
 	sent   map[string]int    // per stream, bytes sent
 	kept   map[string][]byte // per stream, everything taken (up to liveCap)
 	timer  *time.Timer
+	last   time.Time // when the last event was sent
 	closed bool
 }
 
@@ -53,7 +55,10 @@ func newLiveOutput(toolUseID string, send func(Event) error) *liveOutput {
 	return &liveOutput{id: toolUseID, start: time.Now(), send: send, buf: map[string][]byte{}, sent: map[string]int{}, kept: map[string][]byte{}}
 }
 
-// write takes a chunk of stream s; it is sent within liveEvery.
+// write takes a chunk of stream s. Output after a quiet spell is sent at
+// once; output that follows a send within liveEvery is coalesced and sent
+// when that window ends (or when liveChunk bytes are waiting), so a chatty
+// command makes at most one event per stream per window.
 func (l *liveOutput) write(s string, chunk []byte) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -63,12 +68,13 @@ func (l *liveOutput) write(s string, chunk []byte) {
 	room := liveCap - l.sent[s] - len(l.buf[s])
 	l.buf[s] = append(l.buf[s], chunk[:min(len(chunk), room)]...)
 	l.kept[s] = append(l.kept[s], chunk[:min(len(chunk), room)]...)
-	if len(l.buf[s]) >= liveChunk {
+	wait := liveEvery - time.Since(l.last)
+	if len(l.buf[s]) >= liveChunk || (wait <= 0 && l.timer == nil) {
 		l.flushLocked(false)
 		return
 	}
 	if l.timer == nil {
-		l.timer = time.AfterFunc(liveEvery, func() {
+		l.timer = time.AfterFunc(wait, func() {
 			l.mu.Lock()
 			defer l.mu.Unlock()
 			l.timer = nil
@@ -94,6 +100,7 @@ func (l *liveOutput) flushLocked(final bool) {
 		}
 		ev := Event{Type: EventToolOutput, Output: &ToolOutput{ToolUseID: l.id, Stream: s, Text: string(b[:n]), ElapsedMs: time.Since(l.start).Milliseconds()}}
 		l.sent[s] += n
+		l.last = time.Now()
 		l.buf[s] = append(b[:0:0], b[n:]...)
 		if l.send(ev) != nil {
 			l.closed = true // the stream is gone; the turn ends by itself

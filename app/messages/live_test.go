@@ -3,6 +3,7 @@ package messages
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -33,19 +34,32 @@ func TestLiveOutput(t *testing.T) {
 	euro := "€" // three bytes
 	tests := []struct {
 		name   string
-		writes func(l *liveOutput)
+		writes func(l *liveOutput, e *events)
 		check  func(t *testing.T, evs []Event)
 	}{
-		{"small chunks are coalesced", func(l *liveOutput) {
+		{"small chunks are coalesced", func(l *liveOutput, _ *events) {
 			for range 100 {
 				l.write("stdout", []byte("x"))
 			}
 		}, func(t *testing.T, evs []Event) {
-			if len(evs) != 1 || evs[0].Output.Text != strings.Repeat("x", 100) || evs[0].Output.Stream != "stdout" || evs[0].Output.ToolUseID != "srvtoolu_1" {
+			// The first goes at once, the rest in one event.
+			if len(evs) != 2 || evs[0].Output.Text != "x" || evs[1].Output.Text != strings.Repeat("x", 99) || evs[0].Output.Stream != "stdout" || evs[0].Output.ToolUseID != "srvtoolu_1" {
 				t.Fatalf("%d events: %+v", len(evs), evs)
 			}
 		}},
-		{"a character split between chunks is sent whole", func(l *liveOutput) {
+		{"output after a quiet spell goes at once", func(l *liveOutput, e *events) {
+			l.write("stdout", []byte("a"))
+			time.Sleep(2 * liveEvery)
+			l.write("stdout", []byte("b"))
+			if n := len(e.all()); n != 2 {
+				panic(fmt.Sprintf("%d events right after the write, want 2", n))
+			}
+		}, func(t *testing.T, evs []Event) {
+			if len(evs) != 2 || evs[1].Output.Text != "b" || evs[1].Output.ElapsedMs < 2*liveEvery.Milliseconds() {
+				t.Fatalf("%d events: %+v", len(evs), evs)
+			}
+		}},
+		{"a character split between chunks is sent whole", func(l *liveOutput, _ *events) {
 			l.write("stdout", []byte("a"+euro[:1]))
 			time.Sleep(2 * liveEvery)
 			l.write("stdout", []byte(euro[1:]+"b"))
@@ -57,11 +71,11 @@ func TestLiveOutput(t *testing.T) {
 				}
 				b.WriteString(ev.Output.Text)
 			}
-			if b.String() != "a"+euro+"b" || len(evs) != 2 || evs[0].Output.Text != "a" {
+			if b.String() != "a"+euro+"b" || len(evs) != 2 || evs[0].Output.Text != "a" || evs[1].Output.Text != euro+"b" {
 				t.Fatalf("sent %+v", evs)
 			}
 		}},
-		{"a flood stops at the cap per stream", func(l *liveOutput) {
+		{"a flood stops at the cap per stream", func(l *liveOutput, _ *events) {
 			chunk := []byte(strings.Repeat("y", 64<<10))
 			for range 40 { // 2.5 MiB
 				l.write("stderr", chunk)
@@ -84,7 +98,7 @@ func TestLiveOutput(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			var e events
 			l := newLiveOutput("srvtoolu_1", e.send)
-			tt.writes(l)
+			tt.writes(l, &e)
 			l.close()
 			l.write("stdout", []byte("after the result"))
 			time.Sleep(2 * liveEvery)
