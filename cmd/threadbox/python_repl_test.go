@@ -1,0 +1,215 @@
+package main
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/anthropics/anthropic-sdk-go/v2"
+
+	"threadbox/app/messages"
+	"threadbox/app/tools"
+	"threadbox/infra/llm/fakeupstream"
+)
+
+var (
+	codeExec2601 = []anthropic.ToolUnionParam{{OfCodeExecutionTool20260120: &anthropic.CodeExecutionTool20260120Param{}}}
+	codeExec2605 = []anthropic.ToolUnionParam{{OfCodeExecutionTool20260521: &anthropic.CodeExecutionTool20260521Param{}}}
+)
+
+// pyStep is a model step running a Python cell with the code_execution
+// sub-tool.
+func pyStep(code string) messages.ContentBlock {
+	return call(messages.SubToolCodeExecution, map[string]any{"code": code})
+}
+
+// pyResult checks that blocks i and i+1 are a Python cell and its result
+// and returns the result.
+func pyResult(t *testing.T, content []anthropic.ContentBlockUnion, i int) anthropic.CodeExecutionResultBlock {
+	t.Helper()
+	if len(content) < i+2 || content[i].Type != "server_tool_use" || content[i+1].Type != "code_execution_tool_result" {
+		t.Fatalf("blocks %d-%d are not a Python cell and its result: %v", i, i+1, blockTypes(content))
+	}
+	use := content[i].AsServerToolUse()
+	res := content[i+1].AsCodeExecutionToolResult()
+	if !strings.HasPrefix(use.ID, "srvtoolu_") || use.Name != "code_execution" || res.ToolUseID != use.ID {
+		t.Fatalf("call %q %q, result for %q", use.ID, use.Name, res.ToolUseID)
+	}
+	if res.Content.Type != "code_execution_result" {
+		t.Fatalf("Python result is %s: %s", res.Content.Type, res.RawJSON())
+	}
+	return res.Content.AsResponseCodeExecutionResultBlock()
+}
+
+// TestPythonREPL runs the code_execution sub-tool of code_execution_20260120
+// and code_execution_20260521 in a real Docker sandbox, through the official
+// SDK, with a scripted model.
+func TestPythonREPL(t *testing.T) {
+	bin := needDocker(t)
+	s, fake := modelServer(t, "", "anthropic", map[string]string{
+		"SANDBOX_BACKEND": "docker", "THREADBOX_AGENT_BIN": bin, "PYTHON_CELL_TIMEOUT": "3s",
+	})
+	tok := s.bootstrap("acme", "admin@acme.test")
+	cl := msgClient(s, tok)
+	ctx := context.Background()
+
+	t.Run("state survives between requests", func(t *testing.T) {
+		fake.Push(steps(pyStep("import math\nx = 41\nf = open('notes.txt', 'w')")), textStep("set"))
+		msg, err := cl.Messages.New(ctx, msgParams("py1", userText("set x"), codeExec2601...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := pyResult(t, msg.Content, 0)
+		if r.ReturnCode != 0 || r.Stdout != "" || r.Stderr != tools.FirstInterpreterNote {
+			t.Fatalf("first cell %+v", r)
+		}
+		// The model saw the Python sub-tool beside the other two.
+		first := lastUpstream(t, fake, 2)
+		for _, want := range []string{`"name":"code_execution"`, `"name":"bash_code_execution"`, `"name":"text_editor_code_execution"`} {
+			if !strings.Contains(first, want) {
+				t.Fatalf("upstream request lacks %s: %s", want, first)
+			}
+		}
+		if strings.Contains(first, "90-second") {
+			t.Fatalf("code_execution_20260120's description names the cell limit: %s", first)
+		}
+
+		fake.Push(steps(pyStep("print(x + 1)\nf.write('kept open')\nf.close()\nprint(math.sqrt(16))")), textStep("42"))
+		msg, err = cl.Messages.New(ctx, msgParams("py1", userText("print x + 1"), codeExec2601...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		r = pyResult(t, msg.Content, 0)
+		if r.ReturnCode != 0 || r.Stdout != "42\n4.0\n" || r.Stderr != "" {
+			t.Fatalf("second cell %+v", r)
+		}
+		if msg.Container.ID != "py1" || codeExecRequests(t, msg) != 1 {
+			t.Fatalf("container %+v, usage %s", msg.Container, msg.RawJSON())
+		}
+		// The model read the cell's result as its tool_result.
+		if second := lastUpstream(t, fake, 1); !strings.Contains(second, `"tool_result"`) || !strings.Contains(second, `42\\n`) {
+			t.Fatalf("the model did not get the result: %s", second)
+		}
+	})
+
+	t.Run("a sandbox restart starts a new interpreter", func(t *testing.T) {
+		fake.Push(steps(call(messages.SubToolBash, map[string]any{"restart": true})), textStep("restarted"))
+		if _, err := cl.Messages.New(ctx, msgParams("py1", userText("restart"), codeExec2601...)); err != nil {
+			t.Fatal(err)
+		}
+		fake.Push(steps(pyStep("print(open('notes.txt').read())\nprint(x)")), textStep("gone"))
+		msg, err := cl.Messages.New(ctx, msgParams("py1", userText("print x"), codeExec2601...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := pyResult(t, msg.Content, 0)
+		if r.ReturnCode != 1 || r.Stdout != "kept open\n" || !strings.HasPrefix(r.Stderr, tools.NewInterpreterNote) || !strings.Contains(r.Stderr, "NameError: name 'x' is not defined") {
+			t.Fatalf("cell after the restart %+v", r)
+		}
+		// The new interpreter keeps state from here on.
+		fake.Push(steps(pyStep("x = 1")), steps(pyStep("print(x)")), textStep("1"))
+		msg, err = cl.Messages.New(ctx, msgParams("py1", userText("again"), codeExec2601...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r := pyResult(t, msg.Content, 2); r.Stdout != "1\n" || r.Stderr != "" {
+			t.Fatalf("new interpreter %+v", r)
+		}
+	})
+
+	t.Run("a cell over its limit ends with detection_timeout and the next runs", func(t *testing.T) {
+		fake.Push(steps(pyStep("y = 7")), steps(pyStep("import time\nprint('start', flush=True)\ntime.sleep(100)\nprint('never')")), steps(pyStep("print(y * 6)")), textStep("done"))
+		start := time.Now()
+		msg, err := cl.Messages.New(ctx, msgParams("py2", userText("slow"), codeExec2605...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := time.Since(start); d > 60*time.Second {
+			t.Fatalf("the turn took %s: the 3s cell limit did not stop the cell", d)
+		}
+		slow := pyResult(t, msg.Content, 2)
+		if slow.ReturnCode == 0 || slow.Stdout != "start\n" || !strings.Contains(slow.Stderr, "detection_timeout") {
+			t.Fatalf("slow cell %+v", slow)
+		}
+		if next := pyResult(t, msg.Content, 4); next.ReturnCode != 0 || next.Stdout != "42\n" {
+			t.Fatalf("cell after the timeout %+v", next)
+		}
+		if first := lastUpstream(t, fake, 4); !strings.Contains(first, "90-second wall-clock limit") {
+			t.Fatalf("code_execution_20260521's description lacks the cell limit: %s", first)
+		}
+	})
+
+	t.Run("files written to OUTPUT_DIR come back", func(t *testing.T) {
+		fake.Push(steps(pyStep("import os\nwith open(os.path.join(os.environ['OUTPUT_DIR'], 'report.csv'), 'w') as f:\n    f.write('a,b\\n')")), textStep("saved"))
+		msg, err := cl.Messages.New(ctx, msgParams("py2", userText("save"), codeExec2605...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := pyResult(t, msg.Content, 0)
+		if r.ReturnCode != 0 || len(r.Content) != 1 {
+			t.Fatalf("cell %+v", r)
+		}
+		if p, _ := base64.RawURLEncoding.DecodeString(r.Content[0].FileID); string(p) != "/mnt/user-data/outputs/report.csv" || r.Content[0].Type != "code_execution_output" {
+			t.Fatalf("output file %+v = %q", r.Content[0], p)
+		}
+	})
+
+	t.Run("streaming and non-streaming give the same blocks", func(t *testing.T) {
+		script := func() {
+			fake.Push(
+				fakeupstream.Reply{Content: []messages.ContentBlock{{Type: messages.BlockText, Text: "computing"}, pyStep("z = sum(range(10))\nprint(z)")}},
+				steps(pyStep("import sys\nprint('err', file=sys.stderr)\nprint(z * 2)")),
+				textStep("z is 45"),
+			)
+		}
+		script()
+		plain, err := cl.Messages.New(ctx, msgParams("py3", userText("sum"), codeExec2601...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		script()
+		stream := cl.Messages.NewStreaming(ctx, msgParams("py4", userText("sum"), codeExec2601...))
+		var acc anthropic.Message
+		for stream.Next() {
+			if err := acc.Accumulate(stream.Current()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := stream.Err(); err != nil {
+			t.Fatal(err)
+		}
+		if r := pyResult(t, plain.Content, 3); r.Stdout != "90\n" || r.Stderr != "err\n" {
+			t.Fatalf("second cell %+v", r)
+		}
+		a, b := normalBlocks(t, plain.Content), normalBlocks(t, acc.Content)
+		if a != b {
+			t.Fatalf("blocks differ:\nnon-streaming %s\nstreaming     %s", a, b)
+		}
+		if plain.StopReason != acc.StopReason || acc.Container.ID != "py4" {
+			t.Fatalf("stop %s / %s, container %+v", plain.StopReason, acc.StopReason, acc.Container)
+		}
+	})
+}
+
+var blockIDs = regexp.MustCompile(`"(id|tool_use_id)":"[^"]*"`)
+
+// normalBlocks is the content as JSON with the ids of calls left out (each
+// run makes its own).
+func normalBlocks(t *testing.T, content []anthropic.ContentBlockUnion) string {
+	t.Helper()
+	var out []json.RawMessage
+	for _, b := range content {
+		var v any
+		if err := json.Unmarshal([]byte(b.RawJSON()), &v); err != nil {
+			t.Fatalf("block %s: %v", b.RawJSON(), err)
+		}
+		j, _ := json.Marshal(v) // sorted keys, no spacing
+		out = append(out, j)
+	}
+	j, _ := json.Marshal(out)
+	return blockIDs.ReplaceAllString(string(j), `"$1":"…"`)
+}
