@@ -2,7 +2,8 @@
 # container (code_execution_20260120 and later). It reads one JSON request a
 # line on stdin ({"id", "code", "env", "cell_timeout", "max_output",
 # "outputs_dir"}) and answers each with one line "\x00TBPY <json>" on stdout
-# ({"id", "stdout", "stderr", "return_code", "timed_out", "files"}).
+# ({"id", "stdout", "stderr", "return_code", "timed_out", "files",
+# "truncated"}).
 # Variables live in one namespace between requests.
 import io, json, os, shutil, signal, sys, tempfile, traceback, contextlib
 
@@ -70,15 +71,30 @@ def _collect(outdir, dest):
     return moved
 
 
+def _snapshot(dest):
+    """Returns {path: (mtime_ns, size)} of the regular files at the top of dest."""
+    out = {}
+    try:
+        with os.scandir(dest) as it:
+            for e in it:
+                if e.is_file(follow_symlinks=False):
+                    st = e.stat(follow_symlinks=False)
+                    out[e.path] = (st.st_mtime_ns, st.st_size)
+    except OSError:
+        pass
+    return out
+
+
 def _run(req):
     limit = float(req.get("cell_timeout") or 0)
     cap = int(req.get("max_output") or 1 << 20)
     out, err = _Capped(cap), _Capped(cap)
     rc, timed_out = 0, False
-    outdir = None
+    outdir, before = None, {}
     if req.get("outputs_dir"):
         outdir = tempfile.mkdtemp(prefix="threadbox-out-")
         os.environ["OUTPUT_DIR"] = outdir
+        before = _snapshot(req["outputs_dir"])
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             try:
@@ -114,7 +130,14 @@ def _run(req):
     if timed_out:
         rc = 124
     sys.stdout.flush()
-    files = _collect(outdir, req["outputs_dir"]) if outdir else []
+    files = []
+    if outdir:
+        # The files moved from $OUTPUT_DIR, and those the cell wrote straight
+        # into the outputs folder (new or changed at its top level).
+        files = _collect(outdir, req["outputs_dir"])
+        for path, st in sorted(_snapshot(req["outputs_dir"]).items()):
+            if before.get(path) != st and path not in files:
+                files.append(path)
     return {"id": req.get("id"), "stdout": out.value(), "stderr": err.value(), "return_code": rc,
             "timed_out": timed_out, "files": files, "truncated": out.cut or err.cut}
 

@@ -143,18 +143,22 @@ func TestPythonREPL(t *testing.T) {
 		}
 	})
 
-	t.Run("files written to OUTPUT_DIR come back", func(t *testing.T) {
-		fake.Push(steps(pyStep("import os\nwith open(os.path.join(os.environ['OUTPUT_DIR'], 'report.csv'), 'w') as f:\n    f.write('a,b\\n')")), textStep("saved"))
+	t.Run("output files come back", func(t *testing.T) {
+		fake.Push(steps(pyStep("import os\n"+
+			"with open(os.path.join(os.environ['OUTPUT_DIR'], 'report.csv'), 'w') as f:\n    f.write('a,b\\n')\n"+
+			"with open('/mnt/user-data/outputs/direct.txt', 'w') as f:\n    f.write('d')")), textStep("saved"))
 		msg, err := cl.Messages.New(ctx, msgParams("py2", userText("save"), codeExec2605...))
 		if err != nil {
 			t.Fatal(err)
 		}
 		r := pyResult(t, msg.Content, 0)
-		if r.ReturnCode != 0 || len(r.Content) != 1 {
+		if r.ReturnCode != 0 || len(r.Content) != 2 {
 			t.Fatalf("cell %+v", r)
 		}
-		if p, _ := base64.RawURLEncoding.DecodeString(r.Content[0].FileID); string(p) != "/mnt/user-data/outputs/report.csv" || r.Content[0].Type != "code_execution_output" {
-			t.Fatalf("output file %+v = %q", r.Content[0], p)
+		for i, want := range []string{"/mnt/user-data/outputs/report.csv", "/mnt/user-data/outputs/direct.txt"} {
+			if p, _ := base64.RawURLEncoding.DecodeString(r.Content[i].FileID); string(p) != want || r.Content[i].Type != "code_execution_output" {
+				t.Fatalf("output file %d %+v = %q, want %s", i, r.Content[i], p, want)
+			}
 		}
 	})
 
