@@ -26,6 +26,13 @@ type Sessions interface {
 	Start(ctx context.Context, containerID string, cmd sandbox.Command, tty *sandbox.TTY) (sandbox.Session, error)
 }
 
+// idleReporter gives the idle period after which the sandbox's owner stops
+// an unused sandbox (app/containers); a running cell marks its sandbox in
+// use more often than that.
+type idleReporter interface {
+	Idle() time.Duration
+}
+
 // runningReporter says whether this process holds a booted sandbox of a
 // container (app/containers). When the port has it, an interpreter whose
 // sandbox was stopped is known to be gone before a cell is sent to it.
@@ -44,7 +51,8 @@ const (
 	// interpreter is killed and the call answers execution_time_exceeded.
 	DefaultPythonTimeout = 5 * time.Minute
 	// keepAlive is how often a running cell marks its sandbox in use, so
-	// that the idle sweeper does not stop it under the cell.
+	// that the idle sweeper does not stop it under the cell; more often
+	// when the owner's idle period is short (a third of it).
 	keepAlive = 30 * time.Second
 )
 
@@ -100,6 +108,11 @@ func (py *interpreters) slot(containerID string) *slot {
 type interpreter struct {
 	sess sandbox.Session
 	turn chan struct{} // one cell at a time; a buffered slot
+	// ended is closed when the driver has ended or its sandbox went away
+	// (a session's Done is not closed then); endRes and endErr say how.
+	ended  chan struct{}
+	endRes sandbox.Result
+	endErr error
 
 	mu     sync.Mutex
 	stdout []byte // what subprocesses wrote straight to the streams since the last answer
@@ -126,8 +139,18 @@ func (p *interpreter) output(s sandbox.Stream, b []byte) {
 	}
 }
 
+// watch waits for the driver's end; all its output has been delivered then.
+func (p *interpreter) watch() {
+	p.endRes, p.endErr = p.sess.Wait(context.Background())
+	close(p.ended)
+}
+
+// alive reports whether the driver still runs: neither ended (as watch
+// saw) nor reported done by its session.
 func (p *interpreter) alive() bool {
 	select {
+	case <-p.ended:
+		return false
 	case <-p.sess.Done():
 		return false
 	default:
@@ -271,7 +294,7 @@ func (e *Executor) interpreter(ctx context.Context, starter Sessions, call messa
 	if sl.seen {
 		note = NewInterpreterNote
 	}
-	p := &interpreter{turn: make(chan struct{}, 1), wake: make(chan struct{}, 1)}
+	p := &interpreter{turn: make(chan struct{}, 1), wake: make(chan struct{}, 1), ended: make(chan struct{})}
 	sess, err := starter.Start(ctx, call.ContainerID, sandbox.Command{
 		Args:   []string{"python3", "-u", "-c", pythonDriver},
 		Dir:    sandbox.WorkspaceDir,
@@ -282,6 +305,7 @@ func (e *Executor) interpreter(ctx context.Context, starter Sessions, call messa
 		return nil, "", fmt.Errorf("tools: start python: %w", err)
 	}
 	p.sess = sess
+	go p.watch()
 	sl.p, sl.seen = p, true
 	return p, note, nil
 }
@@ -294,6 +318,14 @@ func (e *Executor) touch(ctx context.Context, containerID string) error {
 		return fmt.Errorf("tools: touch sandbox: %w", err)
 	}
 	return nil
+}
+
+// keepAlive is how often a running cell marks its sandbox in use.
+func (e *Executor) keepAlive() time.Duration {
+	if r, ok := e.sb.(idleReporter); ok && r.Idle() > 0 {
+		return max(min(keepAlive, r.Idle()/3), 100*time.Millisecond)
+	}
+	return keepAlive
 }
 
 // errInvocationTimeout reports a call over Config.PythonTimeout.
@@ -329,7 +361,7 @@ func (e *Executor) ask(ctx context.Context, call messages.ToolCall, p *interpret
 	}
 	limit := time.NewTimer(e.cfg.PythonTimeout)
 	defer limit.Stop()
-	tick := time.NewTicker(keepAlive)
+	tick := time.NewTicker(e.keepAlive())
 	defer tick.Stop()
 	var seen []byte // stdout read so far, searched for the answer line
 	answer := func() (*pythonAnswer, bool, error) {
@@ -365,17 +397,16 @@ func (e *Executor) ask(ctx context.Context, call messages.ToolCall, p *interpret
 		case <-p.wake:
 		case <-tick.C:
 			_ = e.touch(ctx, call.ContainerID)
-		case <-p.sess.Done():
+		case <-p.ended:
 			if a, ok, err := answer(); ok {
 				return a, nil, err
 			}
 			e.drop(call.ContainerID, p)
-			res, err := p.sess.Wait(ctx)
-			if err != nil {
-				return nil, nil, fmt.Errorf("tools: python interpreter: %w", err)
+			if p.endErr != nil {
+				return nil, nil, fmt.Errorf("tools: python interpreter: %w", p.endErr)
 			}
 			_, rawErr := p.take()
-			return nil, &endedCell{stdout: seen, stderr: rawErr, code: res.ExitCode}, nil
+			return nil, &endedCell{stdout: seen, stderr: rawErr, code: p.endRes.ExitCode}, nil
 		case <-limit.C:
 			e.drop(call.ContainerID, p)
 			return nil, nil, errInvocationTimeout

@@ -3,11 +3,13 @@ package tools
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"threadbox/app/containers"
 	"threadbox/app/messages"
 	"threadbox/domain/file"
 	"threadbox/domain/sandbox"
@@ -27,6 +29,7 @@ type pyReply struct {
 	raw    string        // written straight to stdout before the answer, as a subprocess would
 	answer *pythonAnswer // nil: no answer
 	exit   *int          // the interpreter ends with this code instead of answering
+	lose   bool          // the sandbox goes away: Wait fails, Done stays open
 }
 
 // fakePython is a Sandbox with sessions whose sessions play the driver:
@@ -45,7 +48,7 @@ func (f *fakePython) Start(_ context.Context, _ string, cmd sandbox.Command, _ *
 	defer f.mu.Unlock()
 	f.starts++
 	f.stopped = false
-	s := &fakePySession{f: f, out: cmd.Output, done: make(chan struct{})}
+	s := &fakePySession{f: f, out: cmd.Output, done: make(chan struct{}), lost: make(chan struct{})}
 	f.sessions = append(f.sessions, s)
 	return s, nil
 }
@@ -62,6 +65,7 @@ type fakePySession struct {
 	out  func(sandbox.Stream, []byte)
 	once sync.Once
 	done chan struct{}
+	lost chan struct{}
 	code int
 	reqs []pyRequest
 }
@@ -81,8 +85,12 @@ func (s *fakePySession) alive() bool {
 }
 
 func (s *fakePySession) Wait(context.Context) (sandbox.Result, error) {
-	<-s.done
-	return sandbox.Result{ExitCode: s.code}, nil
+	select {
+	case <-s.done:
+		return sandbox.Result{ExitCode: s.code}, nil
+	case <-s.lost:
+		return sandbox.Result{}, fmt.Errorf("fake session: %w", sandbox.ErrUnavailable)
+	}
 }
 
 func (s *fakePySession) Write(p []byte) (int, error) {
@@ -97,6 +105,8 @@ func (s *fakePySession) Write(p []byte) (int, error) {
 			s.out(sandbox.Stdout, []byte(r.raw))
 		}
 		switch {
+		case r.lose:
+			close(s.lost)
 		case r.exit != nil:
 			s.end(*r.exit)
 		case r.answer != nil:
@@ -110,6 +120,14 @@ func (s *fakePySession) Write(p []byte) (int, error) {
 	}()
 	return len(p), nil
 }
+
+// The container manager serves the optional ports the Python sub-tool
+// looks for.
+var _ interface {
+	Sessions
+	runningReporter
+	idleReporter
+} = (*containers.Service)(nil)
 
 func newPython(t *testing.T, reply func(pyRequest) pyReply, cfg Config) (*Executor, *fakePython) {
 	t.Helper()
@@ -252,5 +270,23 @@ func TestPythonCancel(t *testing.T) {
 	}
 	if f.sessions[0].alive() {
 		t.Fatal("the cancelled cell's interpreter still runs")
+	}
+}
+
+func TestPythonSandboxGoneInACell(t *testing.T) {
+	e, f := newPython(t, func(req pyRequest) pyReply {
+		if req.Code == "lost()" {
+			return pyReply{lose: true}
+		}
+		return answer(pythonAnswer{Stdout: "ok\n"})
+	}, Config{})
+	r := run(t, e, messages.SubToolCodeExecution, `{"code":"lost()"}`)
+	wantError(t, r, messages.ResultCodeExecutionError, messages.CodeUnavailable, "")
+	if !strings.HasPrefix(r.Detail.Explanation, "The sandbox is unavailable: ") {
+		t.Fatalf("explanation %q", r.Detail.Explanation)
+	}
+	r = run(t, e, messages.SubToolCodeExecution, `{"code":"print(1)"}`)
+	if r.Stdout != "ok\n" || r.Stderr != NewInterpreterNote || f.starts != 2 {
+		t.Fatalf("next cell %+v after %d starts", r, f.starts)
 	}
 }
