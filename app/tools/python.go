@@ -1,7 +1,6 @@
 package tools
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	_ "embed"
@@ -114,28 +113,26 @@ type interpreter struct {
 	endRes sandbox.Result
 	endErr error
 
-	mu     sync.Mutex
-	stdout []byte // what subprocesses wrote straight to the streams since the last answer
-	stderr []byte
-	wake   chan struct{}
+	mu   sync.Mutex
+	cell *cellOutput // the running cell's output; nil between cells
+	wake chan struct{}
 }
 
+// output takes the driver's output: the running cell's, or (between cells,
+// a thread of an earlier cell printing) nobody's, dropped.
 func (p *interpreter) output(s sandbox.Stream, b []byte) {
 	p.mu.Lock()
-	buf := &p.stdout
-	if s == sandbox.Stderr {
-		buf = &p.stderr
+	answered := false
+	if p.cell != nil {
+		p.cell.write(s, b)
+		answered = p.cell.answer != nil
 	}
-	// A runaway print between answers cannot grow host memory without bound.
-	if len(*buf)+len(b) > 4*DefaultMaxOutput {
-		keep := (*buf)[len(*buf)-min(len(*buf), 2*DefaultMaxOutput):]
-		*buf = append([]byte(nil), keep...)
-	}
-	*buf = append(*buf, b...)
 	p.mu.Unlock()
-	select {
-	case p.wake <- struct{}{}:
-	default:
+	if answered {
+		select {
+		case p.wake <- struct{}{}:
+		default:
+		}
 	}
 }
 
@@ -158,15 +155,6 @@ func (p *interpreter) alive() bool {
 	}
 }
 
-// take returns what came straight from subprocesses and empties it.
-func (p *interpreter) take() (stdout, stderr []byte) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	stdout, stderr = p.stdout, p.stderr
-	p.stdout, p.stderr = nil, nil
-	return stdout, stderr
-}
-
 // pythonInput is the input of code_execution.
 type pythonInput struct {
 	Code *string `json:"code"`
@@ -174,13 +162,14 @@ type pythonInput struct {
 
 // pythonAnswer is the driver's answer line.
 type pythonAnswer struct {
-	ID         string   `json:"id"`
-	Stdout     string   `json:"stdout"`
-	Stderr     string   `json:"stderr"`
-	ReturnCode int      `json:"return_code"`
-	TimedOut   bool     `json:"timed_out"`
-	Files      []string `json:"files"`
-	Truncated  bool     `json:"truncated"`
+	ID              string   `json:"id"`
+	Stdout          string   `json:"stdout"`
+	Stderr          string   `json:"stderr"`
+	ReturnCode      int      `json:"return_code"`
+	TimedOut        bool     `json:"timed_out"`
+	Files           []string `json:"files"`
+	StdoutTruncated bool     `json:"stdout_truncated"`
+	StderrTruncated bool     `json:"stderr_truncated"`
 }
 
 // python runs one cell of the code_execution sub-tool.
@@ -213,7 +202,7 @@ func (e *Executor) python(ctx context.Context, call messages.ToolCall) *messages
 	case <-ctx.Done():
 		return fail(messages.CodeUnavailable, "The request was cancelled.")
 	}
-	ans, ended, err := e.ask(ctx, call, p, *in.Code)
+	ans, cell, err := e.ask(ctx, call, p, *in.Code)
 	if e.cfg.Meter != nil {
 		e.cfg.Meter.Command(ctx, call.ContainerID, sandbox.Result{Duration: time.Since(started)})
 	}
@@ -226,20 +215,22 @@ func (e *Executor) python(ctx context.Context, call messages.ToolCall) *messages
 		return e.sandboxFailure(ctx, fail, err)
 	}
 	out := &messages.ToolResult{Type: messages.ResultCodeExecution, Files: []messages.OutputFile{}}
-	if ended != nil {
+	rawOut, outCut, rawErr, errCut := cell.rest()
+	if ans == nil {
 		// The interpreter itself ended (os._exit, killed for memory): its
 		// exit is the cell's result, and the next cell starts a new one.
-		out.Stdout = messages.CapOutput(ended.stdout, false, e.cfg.MaxOutput)
-		out.Stderr = note + messages.CapOutput(ended.stderr, false, e.cfg.MaxOutput)
-		out.ReturnCode = ended.code
+		out.Stdout = messages.CapOutput(rawOut, outCut, e.cfg.MaxOutput)
+		out.Stderr = note + messages.CapOutput(rawErr, errCut, e.cfg.MaxOutput)
+		out.ReturnCode = p.endRes.ExitCode
 		if out.ReturnCode == 0 {
 			out.ReturnCode = 1
 		}
 		out.Stderr = joinLine(out.Stderr, "[threadbox] The Python interpreter ended during this cell; the next cell starts a new one without the earlier variables.")
 		return out
 	}
-	out.Stdout = messages.CapOutput([]byte(ans.Stdout), ans.Truncated && len(ans.Stdout) >= e.cfg.MaxOutput, e.cfg.MaxOutput)
-	out.Stderr = note + messages.CapOutput([]byte(ans.Stderr), ans.Truncated && len(ans.Stderr) >= e.cfg.MaxOutput, e.cfg.MaxOutput)
+	// What subprocesses wrote straight to the streams came first.
+	out.Stdout = messages.CapOutput(append(rawOut, ans.Stdout...), outCut || ans.StdoutTruncated, e.cfg.MaxOutput)
+	out.Stderr = note + messages.CapOutput(append(rawErr, ans.Stderr...), errCut || ans.StderrTruncated, e.cfg.MaxOutput)
 	out.ReturnCode = ans.ReturnCode
 	if ans.TimedOut {
 		out.ReturnCode = cellTimeoutCode
@@ -331,15 +322,10 @@ func (e *Executor) keepAlive() time.Duration {
 // errInvocationTimeout reports a call over Config.PythonTimeout.
 var errInvocationTimeout = errors.New("tools: python call over its time limit")
 
-// endedCell is what a cell left when its interpreter ended under it.
-type endedCell struct {
-	stdout, stderr []byte
-	code           int
-}
-
 // ask sends one cell to the driver and waits for its answer, or for the
-// interpreter's end.
-func (e *Executor) ask(ctx context.Context, call messages.ToolCall, p *interpreter, code string) (*pythonAnswer, *endedCell, error) {
+// interpreter's end (then the answer is nil and the cell's output is what
+// came before it).
+func (e *Executor) ask(ctx context.Context, call messages.ToolCall, p *interpreter, code string) (*pythonAnswer, *cellOutput, error) {
 	env := map[string]string{}
 	for _, kv := range call.Env {
 		if k, v, ok := strings.Cut(kv, "="); ok {
@@ -354,7 +340,15 @@ func (e *Executor) ask(ctx context.Context, call messages.ToolCall, p *interpret
 	if err != nil {
 		return nil, nil, fmt.Errorf("tools: python request: %w", err)
 	}
-	p.take()
+	cell := &cellOutput{id: id, limit: e.cfg.MaxOutput}
+	p.mu.Lock()
+	p.cell = cell
+	p.mu.Unlock()
+	defer func() {
+		p.mu.Lock()
+		p.cell = nil
+		p.mu.Unlock()
+	}()
 	if _, err := p.sess.Write(append(req, '\n')); err != nil {
 		e.drop(call.ContainerID, p)
 		return nil, nil, fmt.Errorf("tools: python request: %w", err)
@@ -363,50 +357,29 @@ func (e *Executor) ask(ctx context.Context, call messages.ToolCall, p *interpret
 	defer limit.Stop()
 	tick := time.NewTicker(e.keepAlive())
 	defer tick.Stop()
-	var seen []byte // stdout read so far, searched for the answer line
-	answer := func() (*pythonAnswer, bool, error) {
+	answer := func() *pythonAnswer {
 		p.mu.Lock()
-		seen = append(seen, p.stdout...)
-		p.stdout = p.stdout[:0]
-		p.mu.Unlock()
-		i := bytes.Index(seen, []byte(pyMarker))
-		if i < 0 {
-			return nil, false, nil
-		}
-		j := bytes.IndexByte(seen[i:], '\n')
-		if j < 0 {
-			return nil, false, nil
-		}
-		var a pythonAnswer
-		if err := json.Unmarshal(seen[i+len(pyMarker):i+j], &a); err != nil {
-			return nil, true, fmt.Errorf("tools: python answer: %w", err)
-		}
-		if a.ID != id {
-			return nil, true, errors.New("tools: python answer to another request")
-		}
-		_, rawErr := p.take()
-		a.Stdout = string(seen[:i]) + a.Stdout
-		a.Stderr = string(rawErr) + a.Stderr
-		return &a, true, nil
+		defer p.mu.Unlock()
+		return cell.answer
 	}
 	for {
-		if a, ok, err := answer(); ok {
-			return a, nil, err
+		if a := answer(); a != nil {
+			return a, cell, nil
 		}
 		select {
 		case <-p.wake:
 		case <-tick.C:
 			_ = e.touch(ctx, call.ContainerID)
 		case <-p.ended:
-			if a, ok, err := answer(); ok {
-				return a, nil, err
+			// All output has been delivered once the end is seen.
+			if a := answer(); a != nil {
+				return a, cell, nil
 			}
 			e.drop(call.ContainerID, p)
 			if p.endErr != nil {
 				return nil, nil, fmt.Errorf("tools: python interpreter: %w", p.endErr)
 			}
-			_, rawErr := p.take()
-			return nil, &endedCell{stdout: seen, stderr: rawErr, code: p.endRes.ExitCode}, nil
+			return nil, cell, nil
 		case <-limit.C:
 			e.drop(call.ContainerID, p)
 			return nil, nil, errInvocationTimeout

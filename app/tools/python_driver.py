@@ -3,11 +3,11 @@
 # line on stdin ({"id", "code", "env", "cell_timeout", "max_output",
 # "outputs_dir"}) and answers each with one line "\x00TBPY <json>" on stdout
 # ({"id", "stdout", "stderr", "return_code", "timed_out", "files",
-# "truncated"}).
+# "stdout_truncated", "stderr_truncated"}).
 # Variables live in one namespace between requests.
 import io, json, os, shutil, signal, sys, tempfile, traceback, contextlib
 
-_out = sys.stdout
+_out = sys.stdout.buffer
 # Requests come on the original stdin; cells and their subprocesses get
 # /dev/null, so that input() or a child reading stdin cannot eat a request.
 _in = os.fdopen(os.dup(0), "r")
@@ -139,7 +139,7 @@ def _run(req):
             if before.get(path) != st and path not in files:
                 files.append(path)
     return {"id": req.get("id"), "stdout": out.value(), "stderr": err.value(), "return_code": rc,
-            "timed_out": timed_out, "files": files, "truncated": out.cut or err.cut}
+            "timed_out": timed_out, "files": files, "stdout_truncated": out.cut, "stderr_truncated": err.cut}
 
 
 def _main():
@@ -153,7 +153,8 @@ def _main():
             res = _run(req)
         except _CellTimeout:
             res = {"id": req.get("id"), "stdout": "", "stderr": "", "return_code": 124, "timed_out": True, "files": []}
-        _out.write("\x00TBPY " + json.dumps(res) + "\n")
+        # UTF-8 whatever the locale; a lone surrogate becomes "?".
+        _out.write(("\x00TBPY " + json.dumps(res, ensure_ascii=False) + "\n").encode("utf-8", "replace"))
         _out.flush()
 
 

@@ -79,13 +79,13 @@ func TestPythonREPL(t *testing.T) {
 			t.Fatalf("code_execution_20260120's description names the cell limit: %s", first)
 		}
 
-		fake.Push(steps(pyStep("print(x + 1)\nf.write('kept open')\nf.close()\nprint(math.sqrt(16))")), textStep("42"))
+		fake.Push(steps(pyStep("print(x + 1)\nf.write('kept open')\nf.close()\nprint(math.sqrt(16))\nprint('héllo ✓')\nimport subprocess\nsubprocess.run(['echo', 'from a child'])")), textStep("42"))
 		msg, err = cl.Messages.New(ctx, msgParams("py1", userText("print x + 1"), codeExec2601...))
 		if err != nil {
 			t.Fatal(err)
 		}
 		r = pyResult(t, msg.Content, 0)
-		if r.ReturnCode != 0 || r.Stdout != "42\n4.0\n" || r.Stderr != "" {
+		if r.ReturnCode != 0 || r.Stdout != "from a child\n42\n4.0\nhéllo ✓\n" || r.Stderr != "" {
 			t.Fatalf("second cell %+v", r)
 		}
 		if msg.Container.ID != "py1" || codeExecRequests(t, msg) != 1 {
