@@ -41,7 +41,7 @@ func TestPythonSubToolOffered(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.toolType, func(t *testing.T) {
 			model := &fakeModel{steps: []*StepResult{step(StopEndTurn, text("hi"))}}
-			svc := New(model, &fakePython{}, Config{})
+			svc := New(model, Tools{CodeExecution: &fakePython{}}, Config{})
 			req := request(tc.toolType, user("hi"))
 			p, err := svc.Validate(req)
 			if err != nil || strings.Join(p.ServerTools, ",") != tc.serverWant {
@@ -80,7 +80,7 @@ func TestPythonCellsInTheLoop(t *testing.T) {
 		tools := &fakePython{}
 		req := request(ToolTypeCodeExecution2601, user("go"))
 		req.Stream = stream
-		resp, err := New(model, tools, Config{}).Create(context.Background(), req, RunOptions{ContainerID: "c1", Container: testContainer})
+		resp, err := New(model, Tools{CodeExecution: tools}, Config{}).Create(context.Background(), req, RunOptions{ContainerID: "c1", Container: testContainer})
 		if err != nil {
 			t.Fatal(err)
 		}
