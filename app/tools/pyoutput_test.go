@@ -2,14 +2,31 @@ package tools
 
 import (
 	"bytes"
+	"encoding/json"
 	"strings"
 	"testing"
 
 	"threadbox/domain/sandbox"
 )
 
+// answerLines is the driver's answer as it writes it: JSON cut into
+// marker lines of at most piece bytes.
+func answerLines(a pythonAnswer, piece int) string {
+	data, _ := json.Marshal(a)
+	var b strings.Builder
+	for i := 0; i < max(len(data), 1); i += piece {
+		end := min(i+piece, len(data))
+		more := "+"
+		if end == len(data) {
+			more = "$"
+		}
+		b.WriteString(pyMarker + a.ID + " " + more + " " + string(data[i:end]) + "\n")
+	}
+	return b.String()
+}
+
 func answerLine(id, stdout string) string {
-	return pyMarker + `{"id":"` + id + `","stdout":"` + stdout + `","stderr":"","return_code":0}` + "\n"
+	return answerLines(pythonAnswer{ID: id, Stdout: stdout}, 3800)
 }
 
 func TestCellOutput(t *testing.T) {
@@ -36,6 +53,13 @@ func TestCellOutput(t *testing.T) {
 		{name: "stderr past the limit is cut", stdout: answerLine("c1", ""), stderr: "0123456789abc", limit: 10, answer: "",
 			stderrOut: "0123456789", stderrCut: true},
 		{name: "output after the answer is not the cell's", stdout: answerLine("c1", "a") + "late\n", answer: "a"},
+		{name: "output between the pieces of an answer", stdout: func() string {
+			lines := strings.SplitAfter(answerLines(pythonAnswer{ID: "c1", Stdout: strings.Repeat("q", 50)}, 10), "\n")
+			return lines[0] + "thread\n" + lines[1] + "child " + strings.Join(lines[2:], "")
+		}(), answer: strings.Repeat("q", 50), raw: "thread\nchild "},
+		{name: "pieces that do not decode", stdout: pyMarker + "c1 + {\"id\n" + pyMarker + "c1 $ x\n", answer: ""},
+		{name: "a marker line without a newline is output", stdout: pyMarker + strings.Repeat("w", 9000), answer: "-",
+			raw: pyMarker + strings.Repeat("w", 9000)},
 	}
 	for _, tc := range tests {
 		for _, size := range []int{1, 3, 7, 1 << 20} { // every split of the stream

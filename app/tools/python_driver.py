@@ -1,13 +1,17 @@
 # threadbox code_execution driver: the persistent Python interpreter of a
 # container (code_execution_20260120 and later). It reads one JSON request a
 # line on stdin ({"id", "code", "env", "cell_timeout", "max_output",
-# "outputs_dir"}) and answers each with one line "\x00TBPY <json>" on stdout
-# ({"id", "stdout", "stderr", "return_code", "timed_out", "files",
-# "stdout_truncated", "stderr_truncated"}).
+# "outputs_dir"}) and answers each on stdout with a JSON object ({"id",
+# "stdout", "stderr", "return_code", "timed_out", "files", "stdout_truncated",
+# "stderr_truncated"}) cut into lines "\x00TBPY <id> + <piece>", the last
+# one "\x00TBPY <id> $ <piece>".
 # Variables live in one namespace between requests.
 import io, json, os, shutil, signal, sys, tempfile, traceback, contextlib
 
-_out = sys.stdout.buffer
+# Answers go to a copy of stdout (a pipe), in lines short enough that no
+# other writer to it (a thread or a subprocess of a cell) can split one.
+_out = os.dup(1)
+_CHUNK = 3800  # an answer line stays under PIPE_BUF (4096 bytes)
 # Requests come on the original stdin; cells and their subprocesses get
 # /dev/null, so that input() or a child reading stdin cannot eat a request.
 _in = os.fdopen(os.dup(0), "r")
@@ -142,6 +146,22 @@ def _run(req):
             "timed_out": timed_out, "files": files, "stdout_truncated": out.cut, "stderr_truncated": err.cut}
 
 
+def _send(res):
+    """Writes the answer as lines NUL "TBPY <id> <+ or $> <piece of its JSON>", $ on the last."""
+    # UTF-8 whatever the locale; a lone surrogate becomes "?". JSON escapes
+    # every control character, so no piece holds a newline or a NUL.
+    data = json.dumps(res, ensure_ascii=False).encode("utf-8", "replace")
+    head = b"\x00TBPY " + str(res.get("id")).encode() + b" "
+    try:
+        sys.stdout.flush()
+    except Exception:
+        pass
+    for i in range(0, max(len(data), 1), _CHUNK):
+        line = head + (b"+ " if i + _CHUNK < len(data) else b"$ ") + data[i:i + _CHUNK] + b"\n"
+        while line:
+            line = line[os.write(_out, line):]
+
+
 def _main():
     for line in _in:
         if not line.strip():
@@ -153,9 +173,7 @@ def _main():
             res = _run(req)
         except _CellTimeout:
             res = {"id": req.get("id"), "stdout": "", "stderr": "", "return_code": 124, "timed_out": True, "files": []}
-        # UTF-8 whatever the locale; a lone surrogate becomes "?".
-        _out.write(("\x00TBPY " + json.dumps(res, ensure_ascii=False) + "\n").encode("utf-8", "replace"))
-        _out.flush()
+        _send(res)
 
 
 _main()

@@ -112,10 +112,13 @@ func (s *fakePySession) Write(p []byte) (int, error) {
 		case r.answer != nil:
 			a := *r.answer
 			a.ID = req.ID
-			line, _ := json.Marshal(a)
-			// In two pieces: the answer line may arrive split.
-			s.out(sandbox.Stdout, []byte(pyMarker))
-			s.out(sandbox.Stdout, append(line, '\n'))
+			// In pieces of 16 bytes, each line in two chunks: the answer
+			// may arrive split anywhere.
+			for _, line := range strings.SplitAfter(answerLines(a, 16), "\n") {
+				h := len(line) / 2
+				s.out(sandbox.Stdout, []byte(line[:h]))
+				s.out(sandbox.Stdout, []byte(line[h:]))
+			}
 		}
 	}()
 	return len(p), nil

@@ -163,6 +163,28 @@ func TestPythonREPL(t *testing.T) {
 		}
 	})
 
+	t.Run("a thread printing between cells does not break their results", func(t *testing.T) {
+		fake.Push(
+			steps(pyStep("import threading, time, subprocess\nstop = False\n"+
+				"def chatter():\n    while not stop:\n        print('thread ' * 40)\n        time.sleep(0.002)\n"+
+				"threading.Thread(target=chatter, daemon=True).start()\n"+
+				"child = subprocess.Popen(['sh', '-c', 'while :; do echo child; sleep 0.003; done'])")),
+			steps(pyStep("big = 'é' * 100000\nprint(big)")),
+			steps(pyStep("stop = True\nchild.kill()\nchild.wait()\nprint(len(big))")),
+			textStep("done"),
+		)
+		msg, err := cl.Messages.New(ctx, msgParams("py5", userText("noisy"), codeExec2601...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r := pyResult(t, msg.Content, 2); r.ReturnCode != 0 || !strings.Contains(r.Stdout, strings.Repeat("é", 100000)) {
+			t.Fatalf("big cell: return code %d, %d bytes of stdout", r.ReturnCode, len(r.Stdout))
+		}
+		if r := pyResult(t, msg.Content, 4); r.ReturnCode != 0 || !strings.HasSuffix(r.Stdout, "100000\n") {
+			t.Fatalf("last cell %+v", r)
+		}
+	})
+
 	t.Run("streaming and non-streaming give the same blocks", func(t *testing.T) {
 		script := func() {
 			fake.Push(
