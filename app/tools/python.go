@@ -192,16 +192,11 @@ func (e *Executor) python(ctx context.Context, call messages.ToolCall) *messages
 		return fail(messages.CodeInvalidToolInput, "Invalid input: 'code' is required.")
 	}
 	started := time.Now()
-	p, note, err := e.interpreter(ctx, starter, call)
+	p, note, err := e.takeTurn(ctx, starter, call)
 	if err != nil {
 		return e.sandboxFailure(ctx, fail, err)
 	}
-	select {
-	case p.turn <- struct{}{}:
-		defer func() { <-p.turn }()
-	case <-ctx.Done():
-		return fail(messages.CodeUnavailable, "The request was cancelled.")
-	}
+	defer func() { <-p.turn }()
 	ans, cell, err := e.ask(ctx, call, p, *in.Code)
 	if e.cfg.Meter != nil {
 		e.cfg.Meter.Command(ctx, call.ContainerID, sandbox.Result{Duration: time.Since(started)})
@@ -243,6 +238,27 @@ func (e *Executor) python(ctx context.Context, call messages.ToolCall) *messages
 		out.Files = append(out.Files, messages.OutputFile{Type: messages.ResultCodeExecutionOutput, FileID: file.EncodeID(path)})
 	}
 	return out
+}
+
+// takeTurn returns the container's interpreter with its turn taken (one
+// cell at a time). When the cell before ended it (its call's time limit),
+// a new one is started.
+func (e *Executor) takeTurn(ctx context.Context, starter Sessions, call messages.ToolCall) (*interpreter, string, error) {
+	for attempt := 0; ; attempt++ {
+		p, note, err := e.interpreter(ctx, starter, call)
+		if err != nil {
+			return nil, "", err
+		}
+		select {
+		case p.turn <- struct{}{}:
+		case <-ctx.Done():
+			return nil, "", fmt.Errorf("tools: python: %w", ctx.Err())
+		}
+		if p.alive() || attempt > 0 {
+			return p, note, nil
+		}
+		<-p.turn
+	}
 }
 
 // sandboxFailure maps an error of the sandbox ports to an error result.

@@ -98,7 +98,9 @@ func (s *fakePySession) Write(p []byte) (int, error) {
 	if err := json.Unmarshal(p, &req); err != nil {
 		return 0, err
 	}
+	s.f.mu.Lock()
 	s.reqs = append(s.reqs, req)
+	s.f.mu.Unlock()
 	r := s.f.reply(req)
 	go func() {
 		if r.raw != "" {
@@ -291,5 +293,33 @@ func TestPythonSandboxGoneInACell(t *testing.T) {
 	r = run(t, e, messages.SubToolCodeExecution, `{"code":"print(1)"}`)
 	if r.Stdout != "ok\n" || r.Stderr != NewInterpreterNote || f.starts != 2 {
 		t.Fatalf("next cell %+v after %d starts", r, f.starts)
+	}
+}
+
+func TestPythonCellWaitsForTheOneBefore(t *testing.T) {
+	e, f := newPython(t, func(req pyRequest) pyReply {
+		if req.Code == "stuck()" {
+			return pyReply{}
+		}
+		return answer(pythonAnswer{Stdout: "ok\n"})
+	}, Config{CellTimeout: 20 * time.Millisecond, PythonTimeout: 200 * time.Millisecond})
+	first := make(chan *messages.ToolResult)
+	go func() {
+		r, _ := e.Execute(context.Background(), call(messages.SubToolCodeExecution, `{"code":"stuck()"}`))
+		first <- r
+	}()
+	for sent := false; !sent; time.Sleep(time.Millisecond) {
+		f.mu.Lock()
+		sent = len(f.sessions) == 1 && len(f.sessions[0].reqs) == 1
+		f.mu.Unlock()
+	}
+	// The second cell waits for the stuck one, whose time limit ends its
+	// interpreter, then runs in a new one.
+	second := run(t, e, messages.SubToolCodeExecution, `{"code":"print(1)"}`)
+	if r := <-first; r.Type != messages.ResultCodeExecutionError || r.ErrorCode != messages.CodeExecutionTimeExceeded {
+		t.Fatalf("stuck cell %+v", r)
+	}
+	if second.Stdout != "ok\n" || second.Stderr != NewInterpreterNote || f.starts != 2 {
+		t.Fatalf("second cell %+v after %d starts", second, f.starts)
 	}
 }
