@@ -59,7 +59,7 @@ const (
 const (
 	// NewInterpreterNote starts the stderr of a cell that ran in a fresh
 	// interpreter of a container whose earlier interpreter ended.
-	NewInterpreterNote = "[threadbox] A new Python interpreter started: the previous one ended (its sandbox stopped or restarted), so variables, imports and open objects of earlier cells are gone; files stay.\n"
+	NewInterpreterNote = "[threadbox] A new Python interpreter started: the previous one ended (its sandbox stopped or restarted, or the interpreter itself ended), so variables, imports and open objects of earlier cells are gone; files stay.\n"
 	// FirstInterpreterNote starts the stderr of the first cell this server
 	// ran for a container.
 	FirstInterpreterNote = "[threadbox] A new Python interpreter started.\n"
@@ -74,10 +74,12 @@ const (
 //go:embed python_driver.py
 var pythonDriver string
 
-// pyMarker starts the driver's answer line.
+// pyMarker starts each line of the driver's answers.
 const pyMarker = "\x00TBPY "
 
-// interpreters keeps one Python interpreter per container.
+// interpreters keeps one Python interpreter per container. A container's
+// slot stays for the process's life (a few words), so that a later
+// interpreter can say an earlier one ended.
 type interpreters struct {
 	mu sync.Mutex
 	by map[string]*slot
