@@ -519,11 +519,12 @@ func blockEvents(b ContentBlock) []Event {
 }
 
 // IsOwnServerTool reports whether a server tool named name is one of
-// threadbox's (the code-execution sub-tools, the sandbox_v1 tools), which
-// the loop runs; any other server_tool_use block in a history is the model
-// upstream's own (web search), run and answered by the upstream.
+// threadbox's (the code-execution sub-tools, code_execution's Python among
+// them, the sandbox_v1 tools), which the loop runs; any other
+// server_tool_use block in a history is the model upstream's own (web
+// search), run and answered by the upstream.
 func IsOwnServerTool(name string) bool {
-	return name == SubToolBash || name == SubToolTextEditor || IsSandboxTool(name)
+	return name == SubToolBash || name == SubToolTextEditor || name == SubToolCodeExecution || IsSandboxTool(name)
 }
 
 // route decides who runs a tool_use named name: a server tool's executor

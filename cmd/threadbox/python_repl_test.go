@@ -80,7 +80,9 @@ func TestPythonREPL(t *testing.T) {
 		}
 
 		fake.Push(steps(pyStep("print(x + 1)\nf.write('kept open')\nf.close()\nprint(math.sqrt(16))\nprint('héllo ✓')\nimport subprocess\nsubprocess.run(['echo', 'from a child'])")), textStep("42"))
-		msg, err = cl.Messages.New(ctx, msgParams("py1", userText("print x + 1"), codeExec2601...))
+		// The client sends the conversation back, the first cell in it.
+		history := append(userText("set x"), msg.ToParam(), anthropic.NewUserMessage(anthropic.NewTextBlock("print x + 1")))
+		msg, err = cl.Messages.New(ctx, msgParams("py1", history, codeExec2601...))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -91,7 +93,11 @@ func TestPythonREPL(t *testing.T) {
 		if msg.Container.ID != "py1" || codeExecRequests(t, msg) != 1 {
 			t.Fatalf("container %+v, usage %s", msg.Container, msg.RawJSON())
 		}
-		// The model read the cell's result as its tool_result.
+		// The model read the earlier cell as its own call and result, and
+		// this cell's result as its tool_result.
+		if before := lastUpstream(t, fake, 2); strings.Contains(before, `"server_tool_use"`) || !strings.Contains(before, `"type":"tool_use"`) || !strings.Contains(before, `x = 41`) {
+			t.Fatalf("the earlier cell did not reach the model as its call: %s", before)
+		}
 		if second := lastUpstream(t, fake, 1); !strings.Contains(second, `"tool_result"`) || !strings.Contains(second, `42\\n`) {
 			t.Fatalf("the model did not get the result: %s", second)
 		}
