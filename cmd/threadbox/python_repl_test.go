@@ -292,3 +292,30 @@ func TestPythonREPLIdleStop(t *testing.T) {
 		t.Fatalf("cell after the idle stop %+v", r)
 	}
 }
+
+// TestPythonREPLProviders keeps a variable between requests whatever the
+// model's wire format: the Python sub-tool is a plain tool to the model.
+func TestPythonREPLProviders(t *testing.T) {
+	bin := needDocker(t)
+	for _, provider := range []string{"anthropic", "openai"} {
+		t.Run(provider, func(t *testing.T) {
+			s, fake := modelServer(t, "", provider, map[string]string{"SANDBOX_BACKEND": "docker", "THREADBOX_AGENT_BIN": bin})
+			cl := msgClient(s, s.bootstrap("acme", "admin@acme.test"))
+			ctx := context.Background()
+			fake.Push(steps(pyStep("x = 41")), textStep("set"))
+			first, err := cl.Messages.New(ctx, msgParams("box", userText("set x"), codeExec2605...))
+			if err != nil {
+				t.Fatal(err)
+			}
+			fake.Push(steps(pyStep("print(x + 1)")), textStep("42"))
+			history := append(userText("set x"), first.ToParam(), anthropic.NewUserMessage(anthropic.NewTextBlock("and now")))
+			msg, err := cl.Messages.New(ctx, msgParams("box", history, codeExec2605...))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r := pyResult(t, msg.Content, 0); r.Stdout != "42\n" || r.ReturnCode != 0 {
+				t.Fatalf("second cell %+v", r)
+			}
+		})
+	}
+}
