@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"os/exec"
 	"regexp"
 	"strings"
@@ -317,5 +318,35 @@ func TestPythonREPLProviders(t *testing.T) {
 				t.Fatalf("second cell %+v", r)
 			}
 		})
+	}
+}
+
+func TestPythonCellTimeoutSetting(t *testing.T) {
+	tests := []struct {
+		value string
+		want  time.Duration // 0: a config error naming the variable
+	}{
+		{"", 90 * time.Second},
+		{"3s", 3 * time.Second},
+		{"soon", 0},
+		{"-1s", 0},
+	}
+	for _, tc := range tests {
+		cfg, err := loadConfig(func(k string) string {
+			if k == "PYTHON_CELL_TIMEOUT" {
+				return tc.value
+			}
+			return ""
+		})
+		if tc.want == 0 {
+			var ce *configError
+			if !errors.As(err, &ce) || ce.name != "PYTHON_CELL_TIMEOUT" {
+				t.Errorf("%q: want a config error naming PYTHON_CELL_TIMEOUT, got %v", tc.value, err)
+			}
+			continue
+		}
+		if err != nil || cfg.PythonCellTimeout != tc.want {
+			t.Errorf("%q: %v, %v", tc.value, cfg.PythonCellTimeout, err)
+		}
 	}
 }
