@@ -48,7 +48,7 @@ func upstreamHistory(in []Message) []Message {
 					b.Raw = nil
 				}
 				cur = append(cur, b)
-			case BlockBashResult, BlockTextEditorResult, BlockSandboxResult:
+			case BlockBashResult, BlockTextEditorResult, BlockSandboxResult, BlockCodeExecutionResult:
 				add(flushAs, false, cur...)
 				cur = nil
 				if b.Result != nil {

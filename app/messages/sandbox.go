@@ -54,13 +54,15 @@ func resultBlockType(name string) string {
 		return BlockTextEditorResult
 	case IsSandboxTool(name):
 		return BlockSandboxResult
+	case name == SubToolCodeExecution:
+		return BlockCodeExecutionResult
 	}
 	return BlockBashResult
 }
 
 // isResultBlock reports whether a block type carries a server tool result.
 func isResultBlock(t string) bool {
-	return t == BlockBashResult || t == BlockTextEditorResult || t == BlockSandboxResult
+	return t == BlockBashResult || t == BlockTextEditorResult || t == BlockSandboxResult || t == BlockCodeExecutionResult
 }
 
 // SandboxToolDefinitions returns the definitions the model sees for the

@@ -67,7 +67,8 @@ type Service struct {
 // "code_execution provider is not configured.".
 type Tools struct {
 	// CodeExecution runs the code-execution sub-tools
-	// (bash_code_execution, text_editor_code_execution).
+	// (bash_code_execution, text_editor_code_execution; code_execution under
+	// code_execution_20260120 and later).
 	CodeExecution ToolExecutor
 	// Sandbox runs the sandbox_v1 tools (CONTRACT §4).
 	Sandbox ToolExecutor
@@ -174,6 +175,9 @@ func plan(req *Request, allowedTypes []string) (*Plan, error) {
 			}
 			p.CodeExecution, p.ToolType = true, t.Type
 			p.ServerTools = append(p.ServerTools, SubToolBash, SubToolTextEditor)
+			if HasPythonREPL(t.Type) {
+				p.ServerTools = append(p.ServerTools, SubToolCodeExecution)
+			}
 		case t.Type == ToolTypeSandboxV1:
 			names := []string{t.Name}
 			switch {
@@ -515,11 +519,12 @@ func blockEvents(b ContentBlock) []Event {
 }
 
 // IsOwnServerTool reports whether a server tool named name is one of
-// threadbox's (the code-execution sub-tools, the sandbox_v1 tools), which
-// the loop runs; any other server_tool_use block in a history is the model
-// upstream's own (web search), run and answered by the upstream.
+// threadbox's (the code-execution sub-tools, code_execution's Python among
+// them, the sandbox_v1 tools), which the loop runs; any other
+// server_tool_use block in a history is the model upstream's own (web
+// search), run and answered by the upstream.
 func IsOwnServerTool(name string) bool {
-	return name == SubToolBash || name == SubToolTextEditor || IsSandboxTool(name)
+	return name == SubToolBash || name == SubToolTextEditor || name == SubToolCodeExecution || IsSandboxTool(name)
 }
 
 // route decides who runs a tool_use named name: a server tool's executor
@@ -528,7 +533,7 @@ func (t *turn) route(name string) (exec ToolExecutor, server bool) {
 	switch {
 	case IsSandboxTool(name):
 		return t.s.tools.Sandbox, t.plan.Sandbox && slices.Contains(t.plan.ServerTools, name)
-	case name == SubToolBash || name == SubToolTextEditor:
+	case name == SubToolBash || name == SubToolTextEditor || name == SubToolCodeExecution && HasPythonREPL(t.plan.ToolType):
 		return t.s.tools.CodeExecution, t.plan.CodeExecution
 	}
 	return nil, false
@@ -606,6 +611,8 @@ func ErrorResult(subTool, code, explanation string) *ToolResult {
 	switch {
 	case subTool == SubToolTextEditor:
 		typ = ResultEditorError
+	case subTool == SubToolCodeExecution:
+		typ = ResultCodeExecutionError
 	case IsSandboxTool(subTool):
 		typ = ResultSandboxError
 	}
@@ -706,6 +713,9 @@ func (t *turn) toolDefinitions() []ToolDefinition {
 	var defs []ToolDefinition
 	if t.plan.CodeExecution {
 		defs = append(defs, SubToolDefinitions()...)
+		if HasPythonREPL(t.plan.ToolType) {
+			defs = append(defs, PythonToolDefinition(t.plan.ToolType))
+		}
 	}
 	if t.plan.Sandbox {
 		defs = append(defs, SandboxToolDefinitions(t.plan.ServerTools)...)

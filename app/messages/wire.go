@@ -477,7 +477,7 @@ func (b ContentBlock) MarshalJSON() ([]byte, error) {
 			Content   json.RawMessage `json:"content,omitempty"`
 			IsError   bool            `json:"is_error,omitempty"`
 		}{b.Type, b.ToolUseID, b.Content, b.IsError})
-	case BlockBashResult, BlockTextEditorResult, BlockSandboxResult:
+	case BlockBashResult, BlockTextEditorResult, BlockSandboxResult, BlockCodeExecutionResult:
 		if b.Result == nil {
 			return nil, fmt.Errorf("messages: %s block without result", b.Type)
 		}
@@ -541,7 +541,7 @@ func (b *ContentBlock) UnmarshalJSON(data []byte) error {
 			return fmt.Errorf("messages: %s content: %w", aux.Type, err)
 		}
 		b.Result = r
-	case BlockBashResult, BlockTextEditorResult:
+	case BlockBashResult, BlockTextEditorResult, BlockCodeExecutionResult:
 		var r ToolResult
 		if err := json.Unmarshal(aux.Content, &r); err != nil {
 			return fmt.Errorf("messages: %s content: %w", aux.Type, err)
@@ -607,13 +607,13 @@ type ToolResult struct {
 
 // IsError reports whether the result is an error block.
 func (r *ToolResult) IsError() bool {
-	return r.Type == ResultBashError || r.Type == ResultEditorError || r.Type == ResultSandboxError
+	return r.Type == ResultBashError || r.Type == ResultEditorError || r.Type == ResultSandboxError || r.Type == ResultCodeExecutionError
 }
 
 // MarshalJSON writes the result in the shape of its type.
 func (r ToolResult) MarshalJSON() ([]byte, error) {
 	switch r.Type {
-	case ResultBash:
+	case ResultBash, ResultCodeExecution:
 		files := r.Files
 		if files == nil {
 			files = []OutputFile{}
@@ -657,7 +657,7 @@ func (r ToolResult) MarshalJSON() ([]byte, error) {
 			return nil, fmt.Errorf("messages: sandbox result without body")
 		}
 		return r.Body, nil
-	case ResultBashError, ResultEditorError, ResultSandboxError:
+	case ResultBashError, ResultEditorError, ResultSandboxError, ResultCodeExecutionError:
 		return json.Marshal(struct {
 			Type      string       `json:"type"`
 			ErrorCode string       `json:"error_code"`

@@ -1,7 +1,8 @@
 // Package tools executes the code-execution sub-tools (bash_code_execution
-// and text_editor_code_execution) of the Messages API in a container's
-// sandbox, over the Sandbox and Files ports it declares (served by
-// app/containers and infra/fsroot).
+// and text_editor_code_execution, and under code_execution_20260120 and
+// later code_execution, Python in a persistent interpreter per container:
+// python.go) of the Messages API in a container's sandbox, over the Sandbox
+// and Files ports it declares (served by app/containers and infra/fsroot).
 //
 // Decisions where the contract is silent:
 //

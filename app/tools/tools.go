@@ -69,8 +69,15 @@ type Config struct {
 	// Log receives the causes of failures that tool results show only by
 	// an error id (messages.Explain); nil discards them.
 	Log *slog.Logger
-	// Meter, when set, records every bash command that ran.
+	// Meter, when set, records every bash command and Python cell that ran.
 	Meter Meter
+	// CellTimeout is the wall-clock limit of one Python cell of the
+	// code_execution sub-tool (DefaultCellTimeout).
+	CellTimeout time.Duration
+	// PythonTimeout is the limit of one whole code_execution call
+	// (DefaultPythonTimeout); one not above CellTimeout becomes
+	// CellTimeout plus 10 s.
+	PythonTimeout time.Duration
 }
 
 var _ messages.ToolExecutor = (*Executor)(nil)
@@ -80,6 +87,7 @@ type Executor struct {
 	sb    Sandbox
 	files Files
 	cfg   Config
+	py    *interpreters
 }
 
 // New returns an Executor over the sandbox and file ports. A nil port makes
@@ -103,7 +111,16 @@ func New(sb Sandbox, files Files, cfg Config) *Executor {
 	if cfg.Mounts == nil {
 		cfg.Mounts = file.DefaultTable()
 	}
-	return &Executor{sb: sb, files: files, cfg: cfg}
+	if cfg.CellTimeout <= 0 {
+		cfg.CellTimeout = DefaultCellTimeout
+	}
+	if cfg.PythonTimeout <= 0 {
+		cfg.PythonTimeout = DefaultPythonTimeout
+	}
+	if cfg.PythonTimeout <= cfg.CellTimeout {
+		cfg.PythonTimeout = cfg.CellTimeout + 10*time.Second
+	}
+	return &Executor{sb: sb, files: files, cfg: cfg, py: &interpreters{by: map[string]*slot{}}}
 }
 
 // Execute runs one sub-tool call. It returns an error only when ctx ends.
@@ -114,6 +131,8 @@ func (e *Executor) Execute(ctx context.Context, call messages.ToolCall) (*messag
 		r = e.bash(ctx, call)
 	case messages.SubToolTextEditor:
 		r = e.editor(ctx, call)
+	case messages.SubToolCodeExecution:
+		r = e.python(ctx, call)
 	default:
 		r = messages.ErrorResult(call.Name, messages.CodeInvalidToolInput, fmt.Sprintf("Unknown tool %q.", call.Name))
 	}

@@ -77,6 +77,9 @@ type Config struct {
 	// Procs is THREADBOX_PROCS: how many threads run the server's Go code
 	// at once; 0 means half the CPUs (see serveProcs).
 	Procs int
+	// PythonCellTimeout is the wall-clock limit of one Python cell of
+	// code_execution_20260120 and later (PYTHON_CELL_TIMEOUT).
+	PythonCellTimeout time.Duration
 }
 
 // DefaultSandboxBackend is SANDBOX_BACKEND when the variable is unset.
@@ -149,6 +152,7 @@ func loadConfig(getenv func(string) string) (Config, error) {
 		MaxUploadBytes:   num("MAX_UPLOAD_BYTES", 5<<30),
 		MaxArtifactBytes: num("ARTIFACT_MAX_BYTES", 1<<30),
 	}
+	c.PythonCellTimeout = dur("PYTHON_CELL_TIMEOUT", "90s")
 	if err != nil {
 		return Config{}, err
 	}

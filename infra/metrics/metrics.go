@@ -159,7 +159,7 @@ type tools struct {
 }
 
 // known bounds the tool label: the product's tool names, "other" else.
-var known = map[string]bool{messages.SubToolBash: true, messages.SubToolTextEditor: true}
+var known = map[string]bool{messages.SubToolBash: true, messages.SubToolTextEditor: true, messages.SubToolCodeExecution: true}
 
 func (t tools) Execute(ctx context.Context, call messages.ToolCall) (*messages.ToolResult, error) {
 	start := time.Now()

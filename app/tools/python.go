@@ -1,0 +1,428 @@
+package tools
+
+import (
+	"context"
+	"crypto/rand"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"threadbox/app/containers"
+	"threadbox/app/messages"
+	"threadbox/domain/file"
+	"threadbox/domain/sandbox"
+)
+
+// Sessions starts long-lived commands in a container's sandbox, booting it
+// on demand (app/containers serves it). The code_execution sub-tool keeps
+// its Python interpreter in one; a Sandbox port without it answers that
+// sub-tool with unavailable.
+type Sessions interface {
+	Start(ctx context.Context, containerID string, cmd sandbox.Command, tty *sandbox.TTY) (sandbox.Session, error)
+}
+
+// idleReporter gives the idle period after which the sandbox's owner stops
+// an unused sandbox (app/containers); a running cell marks its sandbox in
+// use more often than that.
+type idleReporter interface {
+	Idle() time.Duration
+}
+
+// runningReporter says whether this process holds a booted sandbox of a
+// container (app/containers). When the port has it, an interpreter whose
+// sandbox was stopped is known to be gone before a cell is sent to it.
+type runningReporter interface {
+	Running(containerID string) bool
+}
+
+// Defaults of the code_execution sub-tool.
+const (
+	// DefaultCellTimeout is the wall-clock limit of one Python cell: a cell
+	// over it is interrupted and answers detection_timeout, the
+	// interpreter kept.
+	DefaultCellTimeout = 90 * time.Second
+	// DefaultPythonTimeout is the limit of one whole code_execution call:
+	// past it (a cell stuck where Python cannot interrupt it) the
+	// interpreter is killed and the call answers execution_time_exceeded.
+	DefaultPythonTimeout = 5 * time.Minute
+	// keepAlive is how often a running cell marks its sandbox in use, so
+	// that the idle sweeper does not stop it under the cell; more often
+	// when the owner's idle period is short (a third of it).
+	keepAlive = 30 * time.Second
+)
+
+// Messages of the code_execution sub-tool.
+const (
+	// NewInterpreterNote starts the stderr of a cell that ran in a fresh
+	// interpreter of a container whose earlier interpreter ended.
+	NewInterpreterNote = "[threadbox] A new Python interpreter started: the previous one ended (its sandbox stopped or restarted, or the interpreter itself ended), so variables, imports and open objects of earlier cells are gone; files stay.\n"
+	// FirstInterpreterNote starts the stderr of the first cell this server
+	// ran for a container.
+	FirstInterpreterNote = "[threadbox] A new Python interpreter started.\n"
+	// DetectionTimeout names the status of a cell stopped at its limit.
+	DetectionTimeout = "detection_timeout"
+	// cellTimeoutCode is the return code of a cell stopped at its limit
+	// (timeout(1)'s, as bash_code_execution's timed-out commands).
+	cellTimeoutCode   = 124
+	noSessionsMessage = "This sandbox backend cannot keep a Python interpreter running."
+)
+
+//go:embed python_driver.py
+var pythonDriver string
+
+// pyMarker starts each line of the driver's answers.
+const pyMarker = "\x00TBPY "
+
+// interpreters keeps one Python interpreter per container. A container's
+// slot stays for the process's life (a few words), so that a later
+// interpreter can say an earlier one ended.
+type interpreters struct {
+	mu sync.Mutex
+	by map[string]*slot
+}
+
+// slot is a container's place in interpreters; its lock is held while its
+// interpreter is looked at or started, so a slow boot of one sandbox does
+// not hold up the cells of others.
+type slot struct {
+	mu   sync.Mutex
+	p    *interpreter
+	seen bool // the container had an interpreter in this process
+}
+
+func (py *interpreters) slot(containerID string) *slot {
+	py.mu.Lock()
+	defer py.mu.Unlock()
+	s := py.by[containerID]
+	if s == nil {
+		s = &slot{}
+		py.by[containerID] = s
+	}
+	return s
+}
+
+// interpreter is one running driver.
+type interpreter struct {
+	sess sandbox.Session
+	turn chan struct{} // one cell at a time; a buffered slot
+	// ended is closed when the driver has ended or its sandbox went away
+	// (a session's Done is not closed then); endRes and endErr say how.
+	ended  chan struct{}
+	endRes sandbox.Result
+	endErr error
+
+	mu   sync.Mutex
+	cell *cellOutput // the running cell's output; nil between cells
+	wake chan struct{}
+}
+
+// output takes the driver's output: the running cell's, or (between cells,
+// a thread of an earlier cell printing) nobody's, dropped.
+func (p *interpreter) output(s sandbox.Stream, b []byte) {
+	p.mu.Lock()
+	answered := false
+	if p.cell != nil {
+		p.cell.write(s, b)
+		answered = p.cell.answer != nil
+	}
+	p.mu.Unlock()
+	if answered {
+		select {
+		case p.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// watch waits for the driver's end; all its output has been delivered then.
+func (p *interpreter) watch() {
+	p.endRes, p.endErr = p.sess.Wait(context.Background())
+	close(p.ended)
+}
+
+// alive reports whether the driver still runs: neither ended (as watch
+// saw) nor reported done by its session.
+func (p *interpreter) alive() bool {
+	select {
+	case <-p.ended:
+		return false
+	case <-p.sess.Done():
+		return false
+	default:
+		return true
+	}
+}
+
+// pythonInput is the input of code_execution.
+type pythonInput struct {
+	Code *string `json:"code"`
+}
+
+// pythonAnswer is the driver's answer line.
+type pythonAnswer struct {
+	ID              string   `json:"id"`
+	Stdout          string   `json:"stdout"`
+	Stderr          string   `json:"stderr"`
+	ReturnCode      int      `json:"return_code"`
+	TimedOut        bool     `json:"timed_out"`
+	Files           []string `json:"files"`
+	StdoutTruncated bool     `json:"stdout_truncated"`
+	StderrTruncated bool     `json:"stderr_truncated"`
+}
+
+// python runs one cell of the code_execution sub-tool.
+func (e *Executor) python(ctx context.Context, call messages.ToolCall) *messages.ToolResult {
+	fail := func(code, msg string) *messages.ToolResult {
+		return messages.ErrorResult(messages.SubToolCodeExecution, code, msg)
+	}
+	if e.sb == nil {
+		return fail(messages.CodeUnavailable, messages.NotConfiguredMessage)
+	}
+	starter, ok := e.sb.(Sessions)
+	if !ok {
+		return fail(messages.CodeUnavailable, noSessionsMessage)
+	}
+	var in pythonInput
+	if err := decodeInput(call.Input, &in); err != nil {
+		return fail(messages.CodeInvalidToolInput, err.Error())
+	}
+	if in.Code == nil {
+		return fail(messages.CodeInvalidToolInput, "Invalid input: 'code' is required.")
+	}
+	started := time.Now()
+	p, note, err := e.takeTurn(ctx, starter, call)
+	if err != nil {
+		return e.sandboxFailure(ctx, fail, err)
+	}
+	defer func() { <-p.turn }()
+	ans, cell, err := e.ask(ctx, call, p, *in.Code)
+	if e.cfg.Meter != nil {
+		e.cfg.Meter.Command(ctx, call.ContainerID, sandbox.Result{Duration: time.Since(started)})
+	}
+	switch {
+	case ctx.Err() != nil:
+		return fail(messages.CodeUnavailable, "The request was cancelled.")
+	case errors.Is(err, errInvocationTimeout):
+		return fail(messages.CodeExecutionTimeExceeded, fmt.Sprintf("The call ran longer than %ss, where the interpreter could not interrupt it; the interpreter was stopped, so the next cell starts a new one without the earlier variables.", seconds(e.cfg.PythonTimeout)))
+	case err != nil:
+		return e.sandboxFailure(ctx, fail, err)
+	}
+	out := &messages.ToolResult{Type: messages.ResultCodeExecution, Files: []messages.OutputFile{}}
+	rawOut, outCut, rawErr, errCut := cell.rest()
+	if ans == nil {
+		// The interpreter itself ended (os._exit, killed for memory): its
+		// exit is the cell's result, and the next cell starts a new one.
+		out.Stdout = messages.CapOutput(rawOut, outCut, e.cfg.MaxOutput)
+		out.Stderr = note + messages.CapOutput(rawErr, errCut, e.cfg.MaxOutput)
+		out.ReturnCode = p.endRes.ExitCode
+		if out.ReturnCode == 0 {
+			out.ReturnCode = 1
+		}
+		out.Stderr = joinLine(out.Stderr, "[threadbox] The Python interpreter ended during this cell; the next cell starts a new one without the earlier variables.")
+		return out
+	}
+	// What subprocesses wrote straight to the streams came first.
+	out.Stdout = messages.CapOutput(append(rawOut, ans.Stdout...), outCut || ans.StdoutTruncated, e.cfg.MaxOutput)
+	out.Stderr = note + messages.CapOutput(append(rawErr, ans.Stderr...), errCut || ans.StderrTruncated, e.cfg.MaxOutput)
+	out.ReturnCode = ans.ReturnCode
+	if ans.TimedOut {
+		out.ReturnCode = cellTimeoutCode
+		out.Stderr = joinLine(out.Stderr, fmt.Sprintf("%s: the cell ran longer than its %ss wall-clock limit and was stopped; the interpreter and its variables are kept.", DetectionTimeout, seconds(e.cfg.CellTimeout)))
+	}
+	for _, path := range ans.Files {
+		if fi, err := e.files.Stat(ctx, call.ContainerID, path); err == nil && fi.Size > e.cfg.MaxOutputFileBytes {
+			return fail(messages.CodeOutputFileTooLarge, fmt.Sprintf("The output file %s is %d bytes, more than the %d bytes a result may hand back; it stays in the outputs folder.", path, fi.Size, e.cfg.MaxOutputFileBytes))
+		}
+		out.Files = append(out.Files, messages.OutputFile{Type: messages.ResultCodeExecutionOutput, FileID: file.EncodeID(path)})
+	}
+	return out
+}
+
+// takeTurn returns the container's interpreter with its turn taken (one
+// cell at a time). When the cell before ended it (its call's time limit),
+// a new one is started.
+func (e *Executor) takeTurn(ctx context.Context, starter Sessions, call messages.ToolCall) (*interpreter, string, error) {
+	for attempt := 0; ; attempt++ {
+		p, note, err := e.interpreter(ctx, starter, call)
+		if err != nil {
+			return nil, "", err
+		}
+		select {
+		case p.turn <- struct{}{}:
+		case <-ctx.Done():
+			return nil, "", fmt.Errorf("tools: python: %w", ctx.Err())
+		}
+		if p.alive() || attempt > 0 {
+			return p, note, nil
+		}
+		<-p.turn
+	}
+}
+
+// sandboxFailure maps an error of the sandbox ports to an error result.
+func (e *Executor) sandboxFailure(ctx context.Context, fail func(code, msg string) *messages.ToolResult, err error) *messages.ToolResult {
+	switch {
+	case ctx.Err() != nil:
+		return fail(messages.CodeUnavailable, "The request was cancelled.")
+	case errors.Is(err, containers.ErrNoBackend):
+		return fail(messages.CodeUnavailable, messages.NotConfiguredMessage)
+	case errors.Is(err, sandbox.ErrUnsupported):
+		return fail(messages.CodeUnavailable, noSessionsMessage)
+	}
+	return fail(messages.CodeUnavailable, "The sandbox is unavailable: "+messages.Explain(e.cfg.Log, err))
+}
+
+// interpreter returns the container's interpreter, starting one when there
+// is none or it ended, with the note its cell's stderr starts with.
+func (e *Executor) interpreter(ctx context.Context, starter Sessions, call messages.ToolCall) (*interpreter, string, error) {
+	sl := e.py.slot(call.ContainerID)
+	sl.mu.Lock()
+	defer sl.mu.Unlock()
+	if p := sl.p; p != nil {
+		running := true
+		if r, ok := e.sb.(runningReporter); ok {
+			running = r.Running(call.ContainerID)
+		}
+		if running && p.alive() {
+			// Marks the sandbox in use (and so not idle) for this cell.
+			if err := e.touch(ctx, call.ContainerID); err != nil {
+				return nil, "", err
+			}
+			if p.alive() {
+				return p, "", nil
+			}
+		}
+		_ = p.sess.Kill()
+		sl.p = nil
+	}
+	note := FirstInterpreterNote
+	if sl.seen {
+		note = NewInterpreterNote
+	}
+	p := &interpreter{turn: make(chan struct{}, 1), wake: make(chan struct{}, 1), ended: make(chan struct{})}
+	sess, err := starter.Start(ctx, call.ContainerID, sandbox.Command{
+		Args:   []string{"python3", "-u", "-c", pythonDriver},
+		Dir:    sandbox.WorkspaceDir,
+		Env:    call.Env,
+		Output: p.output,
+	}, nil)
+	if err != nil {
+		return nil, "", fmt.Errorf("tools: start python: %w", err)
+	}
+	p.sess = sess
+	go p.watch()
+	sl.p, sl.seen = p, true
+	return p, note, nil
+}
+
+// touch runs a no-op command in the container's sandbox: the owner counts
+// it as a use, so a sandbox whose interpreter runs cells is not idle.
+func (e *Executor) touch(ctx context.Context, containerID string) error {
+	_, err := e.sb.Exec(ctx, containerID, sandbox.Command{Args: []string{"true"}, Timeout: 10 * time.Second})
+	if err != nil {
+		return fmt.Errorf("tools: touch sandbox: %w", err)
+	}
+	return nil
+}
+
+// keepAlive is how often a running cell marks its sandbox in use.
+func (e *Executor) keepAlive() time.Duration {
+	if r, ok := e.sb.(idleReporter); ok && r.Idle() > 0 {
+		return max(min(keepAlive, r.Idle()/3), 100*time.Millisecond)
+	}
+	return keepAlive
+}
+
+// errInvocationTimeout reports a call over Config.PythonTimeout.
+var errInvocationTimeout = errors.New("tools: python call over its time limit")
+
+// ask sends one cell to the driver and waits for its answer, or for the
+// interpreter's end (then the answer is nil and the cell's output is what
+// came before it).
+func (e *Executor) ask(ctx context.Context, call messages.ToolCall, p *interpreter, code string) (*pythonAnswer, *cellOutput, error) {
+	env := map[string]string{}
+	for _, kv := range call.Env {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			env[k] = v
+		}
+	}
+	id := rand.Text()
+	req, err := json.Marshal(map[string]any{
+		"id": id, "code": code, "env": env, "cell_timeout": e.cfg.CellTimeout.Seconds(),
+		"max_output": e.cfg.MaxOutput, "outputs_dir": sandbox.OutputsDir,
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("tools: python request: %w", err)
+	}
+	cell := &cellOutput{id: id, limit: e.cfg.MaxOutput}
+	p.mu.Lock()
+	p.cell = cell
+	p.mu.Unlock()
+	defer func() {
+		p.mu.Lock()
+		p.cell = nil
+		p.mu.Unlock()
+	}()
+	if _, err := p.sess.Write(append(req, '\n')); err != nil {
+		e.drop(call.ContainerID, p)
+		return nil, nil, fmt.Errorf("tools: python request: %w", err)
+	}
+	limit := time.NewTimer(e.cfg.PythonTimeout)
+	defer limit.Stop()
+	tick := time.NewTicker(e.keepAlive())
+	defer tick.Stop()
+	answer := func() *pythonAnswer {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return cell.answer
+	}
+	for {
+		if a := answer(); a != nil {
+			return a, cell, nil
+		}
+		select {
+		case <-p.wake:
+		case <-tick.C:
+			_ = e.touch(ctx, call.ContainerID)
+		case <-p.ended:
+			// All output has been delivered once the end is seen.
+			if a := answer(); a != nil {
+				return a, cell, nil
+			}
+			e.drop(call.ContainerID, p)
+			if p.endErr != nil {
+				return nil, nil, fmt.Errorf("tools: python interpreter: %w", p.endErr)
+			}
+			return nil, cell, nil
+		case <-limit.C:
+			e.drop(call.ContainerID, p)
+			return nil, nil, errInvocationTimeout
+		case <-ctx.Done():
+			e.drop(call.ContainerID, p)
+			return nil, nil, fmt.Errorf("tools: python: %w", ctx.Err())
+		}
+	}
+}
+
+// drop kills the interpreter and forgets it, so the next cell starts anew.
+func (e *Executor) drop(containerID string, p *interpreter) {
+	_ = p.sess.Kill()
+	sl := e.py.slot(containerID)
+	sl.mu.Lock()
+	if sl.p == p {
+		sl.p = nil
+	}
+	sl.mu.Unlock()
+}
+
+// joinLine appends line to s on a line of its own.
+func joinLine(s, line string) string {
+	if s != "" && !strings.HasSuffix(s, "\n") {
+		s += "\n"
+	}
+	return s + line
+}

@@ -1,0 +1,325 @@
+package tools
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"threadbox/app/containers"
+	"threadbox/app/messages"
+	"threadbox/domain/file"
+	"threadbox/domain/sandbox"
+)
+
+// pyRequest is a request the driver reads.
+type pyRequest struct {
+	ID          string            `json:"id"`
+	Code        string            `json:"code"`
+	Env         map[string]string `json:"env"`
+	CellTimeout float64           `json:"cell_timeout"`
+	OutputsDir  string            `json:"outputs_dir"`
+}
+
+// pyReply is how the fake driver answers one cell.
+type pyReply struct {
+	raw    string        // written straight to stdout before the answer, as a subprocess would
+	answer *pythonAnswer // nil: no answer
+	exit   *int          // the interpreter ends with this code instead of answering
+	lose   bool          // the sandbox goes away: Wait fails, Done stays open
+}
+
+// fakePython is a Sandbox with sessions whose sessions play the driver:
+// each cell is answered by reply.
+type fakePython struct {
+	fakeSandbox
+	mu       sync.Mutex
+	starts   int
+	sessions []*fakePySession
+	stopped  bool // Running reports false, as after an idle stop
+	reply    func(req pyRequest) pyReply
+}
+
+func (f *fakePython) Start(_ context.Context, _ string, cmd sandbox.Command, _ *sandbox.TTY) (sandbox.Session, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.starts++
+	f.stopped = false
+	s := &fakePySession{f: f, out: cmd.Output, done: make(chan struct{}), lost: make(chan struct{})}
+	f.sessions = append(f.sessions, s)
+	return s, nil
+}
+
+func (f *fakePython) Running(string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return !f.stopped
+}
+
+// fakePySession is one fake driver.
+type fakePySession struct {
+	f    *fakePython
+	out  func(sandbox.Stream, []byte)
+	once sync.Once
+	done chan struct{}
+	lost chan struct{}
+	code int
+	reqs []pyRequest
+}
+
+func (s *fakePySession) PID() int                 { return 1 }
+func (s *fakePySession) Resize(_, _ uint16) error { return nil }
+func (s *fakePySession) Done() <-chan struct{}    { return s.done }
+func (s *fakePySession) Kill() error              { s.end(137); return nil }
+func (s *fakePySession) end(code int)             { s.once.Do(func() { s.code = code; close(s.done) }) }
+func (s *fakePySession) alive() bool {
+	select {
+	case <-s.done:
+		return false
+	default:
+		return true
+	}
+}
+
+func (s *fakePySession) Wait(context.Context) (sandbox.Result, error) {
+	select {
+	case <-s.done:
+		return sandbox.Result{ExitCode: s.code}, nil
+	case <-s.lost:
+		return sandbox.Result{}, fmt.Errorf("fake session: %w", sandbox.ErrUnavailable)
+	}
+}
+
+func (s *fakePySession) Write(p []byte) (int, error) {
+	var req pyRequest
+	if err := json.Unmarshal(p, &req); err != nil {
+		return 0, err
+	}
+	s.f.mu.Lock()
+	s.reqs = append(s.reqs, req)
+	s.f.mu.Unlock()
+	r := s.f.reply(req)
+	go func() {
+		if r.raw != "" {
+			s.out(sandbox.Stdout, []byte(r.raw))
+		}
+		switch {
+		case r.lose:
+			close(s.lost)
+		case r.exit != nil:
+			s.end(*r.exit)
+		case r.answer != nil:
+			a := *r.answer
+			a.ID = req.ID
+			// In pieces of 16 bytes, each line in two chunks: the answer
+			// may arrive split anywhere.
+			for _, line := range strings.SplitAfter(answerLines(a, 16), "\n") {
+				h := len(line) / 2
+				s.out(sandbox.Stdout, []byte(line[:h]))
+				s.out(sandbox.Stdout, []byte(line[h:]))
+			}
+		}
+	}()
+	return len(p), nil
+}
+
+// The container manager serves the optional ports the Python sub-tool
+// looks for.
+var _ interface {
+	Sessions
+	runningReporter
+	idleReporter
+} = (*containers.Service)(nil)
+
+func newPython(t *testing.T, reply func(pyRequest) pyReply, cfg Config) (*Executor, *fakePython) {
+	t.Helper()
+	f := &fakePython{reply: reply}
+	return New(f, newFakeFiles(), cfg), f
+}
+
+func answer(a pythonAnswer) pyReply { return pyReply{answer: &a} }
+
+func TestPythonResults(t *testing.T) {
+	three := 3
+	tests := []struct {
+		name  string
+		reply pyReply
+		check func(t *testing.T, r *messages.ToolResult)
+	}{
+		{"output and return code", answer(pythonAnswer{Stdout: "42\n", Stderr: "warn\n", ReturnCode: 1}), func(t *testing.T, r *messages.ToolResult) {
+			if r.Stdout != "42\n" || r.Stderr != FirstInterpreterNote+"warn\n" || r.ReturnCode != 1 {
+				t.Fatalf("%+v", r)
+			}
+		}},
+		{"subprocess output first", pyReply{raw: "from ls\n", answer: &pythonAnswer{Stdout: "from print\n"}}, func(t *testing.T, r *messages.ToolResult) {
+			if r.Stdout != "from ls\nfrom print\n" {
+				t.Fatalf("stdout %q", r.Stdout)
+			}
+		}},
+		{"cell over its limit", answer(pythonAnswer{Stdout: "start\n", TimedOut: true, ReturnCode: 124}), func(t *testing.T, r *messages.ToolResult) {
+			if r.Type != messages.ResultCodeExecution || r.ReturnCode != cellTimeoutCode || r.Stdout != "start\n" ||
+				!strings.Contains(r.Stderr, "detection_timeout: the cell ran longer than its 90s wall-clock limit") {
+				t.Fatalf("%+v", r)
+			}
+		}},
+		{"output files", answer(pythonAnswer{Files: []string{"/mnt/user-data/outputs/a.csv"}}), func(t *testing.T, r *messages.ToolResult) {
+			want := messages.OutputFile{Type: messages.ResultCodeExecutionOutput, FileID: file.EncodeID("/mnt/user-data/outputs/a.csv")}
+			if len(r.Files) != 1 || r.Files[0] != want {
+				t.Fatalf("files %+v", r.Files)
+			}
+		}},
+		{"interpreter ends in the cell", pyReply{raw: "bye\n", exit: &three}, func(t *testing.T, r *messages.ToolResult) {
+			if r.Type != messages.ResultCodeExecution || r.ReturnCode != 3 || r.Stdout != "bye\n" || !strings.Contains(r.Stderr, "The Python interpreter ended during this cell") {
+				t.Fatalf("%+v", r)
+			}
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			e, f := newPython(t, func(pyRequest) pyReply { return tc.reply }, Config{})
+			r := run(t, e, messages.SubToolCodeExecution, `{"code":"print(42)"}`)
+			tc.check(t, r)
+			if req := f.sessions[0].reqs[0]; req.Code != "print(42)" || req.CellTimeout != 90 || req.OutputsDir != sandbox.OutputsDir {
+				t.Fatalf("request %+v", req)
+			}
+		})
+	}
+}
+
+func TestPythonInterpreterLifetime(t *testing.T) {
+	ok := func(pyRequest) pyReply { return answer(pythonAnswer{Stdout: "ok\n"}) }
+	tests := []struct {
+		name    string
+		between func(f *fakePython)
+		fresh   bool // the second cell runs in a new interpreter
+	}{
+		{"kept between calls", func(*fakePython) {}, false},
+		{"sandbox stopped (idle or restart)", func(f *fakePython) { f.mu.Lock(); f.stopped = true; f.mu.Unlock() }, true},
+		{"interpreter died", func(f *fakePython) { f.sessions[0].end(1) }, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			e, f := newPython(t, ok, Config{})
+			if r := run(t, e, messages.SubToolCodeExecution, `{"code":"x = 41"}`); r.Stderr != FirstInterpreterNote {
+				t.Fatalf("first cell %+v", r)
+			}
+			tc.between(f)
+			r := run(t, e, messages.SubToolCodeExecution, `{"code":"print(x)"}`)
+			if tc.fresh {
+				if f.starts != 2 || r.Stderr != NewInterpreterNote || f.sessions[0].alive() {
+					t.Fatalf("starts %d, stderr %q, old alive %v", f.starts, r.Stderr, f.sessions[0].alive())
+				}
+				return
+			}
+			if f.starts != 1 || r.Stderr != "" || len(f.sessions[0].reqs) != 2 {
+				t.Fatalf("starts %d, stderr %q", f.starts, r.Stderr)
+			}
+			// The cell marked the sandbox in use.
+			if len(f.cmds) != 1 || f.cmds[0].Args[0] != "true" {
+				t.Fatalf("sandbox commands %+v", f.cmds)
+			}
+		})
+	}
+}
+
+func TestPythonCallOverTimeLimit(t *testing.T) {
+	e, f := newPython(t, func(req pyRequest) pyReply {
+		if req.Code == "stuck()" {
+			return pyReply{} // never answers, as C code Python cannot interrupt
+		}
+		return answer(pythonAnswer{Stdout: "ok\n"})
+	}, Config{CellTimeout: 20 * time.Millisecond, PythonTimeout: 100 * time.Millisecond})
+	r := run(t, e, messages.SubToolCodeExecution, `{"code":"stuck()"}`)
+	wantError(t, r, messages.ResultCodeExecutionError, messages.CodeExecutionTimeExceeded, "")
+	if f.sessions[0].alive() {
+		t.Fatal("the stuck interpreter was not killed")
+	}
+	r = run(t, e, messages.SubToolCodeExecution, `{"code":"print(1)"}`)
+	if r.Stdout != "ok\n" || r.Stderr != NewInterpreterNote || f.starts != 2 {
+		t.Fatalf("next cell %+v after %d starts", r, f.starts)
+	}
+}
+
+func TestPythonRefusals(t *testing.T) {
+	ok := func(pyRequest) pyReply { return answer(pythonAnswer{}) }
+	withSessions, _ := newPython(t, ok, Config{})
+	tests := []struct {
+		name  string
+		e     *Executor
+		input string
+		code  string
+		text  string
+	}{
+		{"no code", withSessions, `{}`, messages.CodeInvalidToolInput, "Invalid input: 'code' is required."},
+		{"code not a string", withSessions, `{"code":1}`, messages.CodeInvalidToolInput, "Invalid input: 'code' must be of type string."},
+		{"backend without sessions", New(&fakeSandbox{}, newFakeFiles(), Config{}), `{"code":"1"}`, messages.CodeUnavailable, noSessionsMessage},
+		{"no sandbox", New(nil, nil, Config{}), `{"code":"1"}`, messages.CodeUnavailable, messages.NotConfiguredMessage},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := run(t, tc.e, messages.SubToolCodeExecution, tc.input)
+			wantError(t, r, messages.ResultCodeExecutionError, tc.code, tc.text)
+		})
+	}
+}
+
+func TestPythonCancel(t *testing.T) {
+	e, f := newPython(t, func(pyRequest) pyReply { return pyReply{} }, Config{})
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if _, err := e.Execute(ctx, call(messages.SubToolCodeExecution, `{"code":"slow()"}`)); err == nil {
+		t.Fatal("a cancelled call returned no error")
+	}
+	if f.sessions[0].alive() {
+		t.Fatal("the cancelled cell's interpreter still runs")
+	}
+}
+
+func TestPythonSandboxGoneInACell(t *testing.T) {
+	e, f := newPython(t, func(req pyRequest) pyReply {
+		if req.Code == "lost()" {
+			return pyReply{lose: true}
+		}
+		return answer(pythonAnswer{Stdout: "ok\n"})
+	}, Config{})
+	r := run(t, e, messages.SubToolCodeExecution, `{"code":"lost()"}`)
+	wantError(t, r, messages.ResultCodeExecutionError, messages.CodeUnavailable, "")
+	if !strings.HasPrefix(r.Detail.Explanation, "The sandbox is unavailable: ") {
+		t.Fatalf("explanation %q", r.Detail.Explanation)
+	}
+	r = run(t, e, messages.SubToolCodeExecution, `{"code":"print(1)"}`)
+	if r.Stdout != "ok\n" || r.Stderr != NewInterpreterNote || f.starts != 2 {
+		t.Fatalf("next cell %+v after %d starts", r, f.starts)
+	}
+}
+
+func TestPythonCellWaitsForTheOneBefore(t *testing.T) {
+	e, f := newPython(t, func(req pyRequest) pyReply {
+		if req.Code == "stuck()" {
+			return pyReply{}
+		}
+		return answer(pythonAnswer{Stdout: "ok\n"})
+	}, Config{CellTimeout: 20 * time.Millisecond, PythonTimeout: 200 * time.Millisecond})
+	first := make(chan *messages.ToolResult)
+	go func() {
+		r, _ := e.Execute(context.Background(), call(messages.SubToolCodeExecution, `{"code":"stuck()"}`))
+		first <- r
+	}()
+	for sent := false; !sent; time.Sleep(time.Millisecond) {
+		f.mu.Lock()
+		sent = len(f.sessions) == 1 && len(f.sessions[0].reqs) == 1
+		f.mu.Unlock()
+	}
+	// The second cell waits for the stuck one, whose time limit ends its
+	// interpreter, then runs in a new one.
+	second := run(t, e, messages.SubToolCodeExecution, `{"code":"print(1)"}`)
+	if r := <-first; r.Type != messages.ResultCodeExecutionError || r.ErrorCode != messages.CodeExecutionTimeExceeded {
+		t.Fatalf("stuck cell %+v", r)
+	}
+	if second.Stdout != "ok\n" || second.Stderr != NewInterpreterNote || f.starts != 2 {
+		t.Fatalf("second cell %+v after %d starts", second, f.starts)
+	}
+}
