@@ -41,10 +41,11 @@ type opts struct {
 	n         int
 	nDocker   int
 	nCold     int
-	only      string        // "sandbox", "files", "messages", "lifecycle" or "" for every section
+	only      string        // "sandbox", "files", "messages", "lifecycle", "live" or "" for every section
 	files     filesOpts     // the Files API section (files.go)
 	messages  messagesOpts  // the Messages API section (messages.go)
 	lifecycle lifecycleOpts // the lifecycle section (lifecycle.go)
+	live      liveOpts      // the live turns section (live.go)
 
 	rootfs string // the local backend's root filesystem; "" skips its rows
 }
@@ -59,7 +60,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.IntVar(&o.nDocker, "n-docker", 40, "docker exec round trips")
 	fs.IntVar(&o.nCold, "n-cold", 5, "cold boots per method")
 	fs.StringVar(&o.rootfs, "rootfs", envOr("THREADBOX_ROOTFS", defaultRootFS()), "root filesystem of the local backend (empty skips its rows)")
-	fs.StringVar(&o.only, "only", "", "run one section: sandbox, files, messages or lifecycle")
+	fs.StringVar(&o.only, "only", "", "run one section: sandbox, files, messages, lifecycle or live")
 	fs.StringVar(&o.files.threadboxBin, "threadbox", "bin/threadbox", "the threadbox server binary (files section)")
 	fs.Int64Var(&o.files.size, "files-size", 256<<20, "bytes per Files API transfer")
 	fs.IntVar(&o.files.runs, "files-runs", 3, "Files API transfers per row")
@@ -74,6 +75,9 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.DurationVar(&o.lifecycle.idle, "lifecycle-idle", time.Second, "SANDBOX_IDLE of the lifecycle server")
 	fs.Int64Var(&o.lifecycle.diskBytes, "lifecycle-disk", 64<<20, "SANDBOX_DISK_BYTES of the lifecycle server")
 	fs.DurationVar(&o.lifecycle.timeout, "lifecycle-timeout", 20*time.Minute, "bound of the whole lifecycle section")
+	fs.IntVar(&o.live.lines, "live-lines", 100, "lines of the live output command, 100 ms apart")
+	fs.IntVar(&o.live.followers, "live-followers", 50, "followers of the live section's flood turn")
+	fs.Int64Var(&o.live.flood, "live-flood", 10<<20, "bytes the live section's flood command prints")
 	floorAddr := fs.String("floor-proxy", "", "run as the Messages API section's bare proxy on this address (internal)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -82,15 +86,20 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		return serveFloorProxy(*floorAddr)
 	}
 	switch o.only {
-	case "", "sandbox", "files", "messages", "lifecycle":
+	case "", "sandbox", "files", "messages", "lifecycle", "live":
 	default:
-		return fmt.Errorf("-only %q is not sandbox, files, messages or lifecycle", o.only)
+		return fmt.Errorf("-only %q is not sandbox, files, messages, lifecycle or live", o.only)
 	}
 	want := func(section string) bool { return o.only == "" || o.only == section }
 	removeStaleSandboxes(ctx)
 	if want("messages") {
 		if err := benchMessages(ctx, o, out); err != nil {
 			return fmt.Errorf("messages: %w", err)
+		}
+	}
+	if want("live") {
+		if err := benchLive(ctx, o, out); err != nil {
+			return fmt.Errorf("live: %w", err)
 		}
 	}
 	if want("lifecycle") {

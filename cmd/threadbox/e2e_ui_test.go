@@ -209,6 +209,10 @@ func TestE2EChat(t *testing.T) {
 	b.WaitTrue("the code card while the code runs (a live stream)",
 		`document.querySelector('.msg.assistant .exec.running') && document.querySelector('.msg.assistant .exec .command').textContent.includes("read_csv('/mnt/user-data/uploads/sales.csv')")`,
 		60*time.Second)
+	// A python block shows as the python it runs, not as its bash wrapper.
+	if got := e2e.Eval[string](b, "python card", `(() => { const c = document.querySelector('.msg.assistant .exec'); return c.querySelector('.badge').textContent + ' | ' + c.querySelector('.command').textContent; })()`); !strings.HasPrefix(got, "python | ") || strings.Contains(got, "THREADBOX_PY_EOF") || strings.Contains(got, "python3 - <<") {
+		t.Errorf("the python block's card: %q", got)
+	}
 	if got := e2e.Eval[string](b, "streamed text", `document.querySelector('.msg.assistant .text').textContent`); !strings.Contains(got, "Running block 1 of 2 (python)") {
 		t.Errorf("the text before the code card: %q", got)
 	}

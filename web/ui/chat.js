@@ -471,13 +471,18 @@ export function formatText(text) {
 }
 
 /** codeCard is a code execution: its command, then its outputs. */
+// pythonHeredoc is how a python block runs through bash_code_execution
+// (the runner model, infra/llm/runner): shown as the python it runs.
+const pythonHeredoc = /^python3 - <<'THREADBOX_PY_EOF'\n([\s\S]*)\nTHREADBOX_PY_EOF\s*$/;
+
 function codeCard(block) {
-  const kind = block.name === 'text_editor_code_execution' ? 'file editor' : 'bash';
+  const kind = block.name === 'text_editor_code_execution' ? 'file editor' : block.name === 'code_execution' ? 'python' : 'bash';
+  const badge = h('span', { class: 'badge' }, kind);
   const status = h('span', { class: 'exec-status', role: 'status' }, 'running…');
   const command = h('pre', { class: 'command', tabindex: '0' }, h('code', {}, ''));
   const outputs = h('div', { class: 'outputs' });
   const el = h('article', { class: 'exec running', 'aria-label': `Code execution (${kind})`, 'data-tool-use-id': block.id || '' },
-    h('header', {}, h('span', { class: 'badge' }, kind), status),
+    h('header', {}, badge, status),
     h('div', { class: 'label' }, 'Command'),
     command,
     outputs);
@@ -504,8 +509,14 @@ function codeCard(block) {
       status.textContent = label;
     },
     setInput(input) {
-      let cmd = input.command || '';
+      let cmd = input.command || input.code || '';
       if (block.name === 'text_editor_code_execution') cmd = `${input.command} ${input.path || ''}`.trim();
+      const py = pythonHeredoc.exec(cmd);
+      if (py) {
+        cmd = py[1];
+        badge.textContent = 'python';
+        el.setAttribute('aria-label', 'Code execution (python)');
+      }
       command.firstChild.textContent = cmd || JSON.stringify(input, null, 2);
     },
     setResult(res) {
