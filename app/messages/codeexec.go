@@ -17,13 +17,7 @@ import "encoding/json"
 //	{"type":"code_execution_tool_result","tool_use_id":"…","content":
 //	  {"type":"code_execution_tool_result_error","error_code":"execution_time_exceeded"}}
 const (
-	SubToolCodeExecution     = "code_execution"
-	BlockCodeExecutionResult = "code_execution_tool_result"
-	ResultCodeExecution      = "code_execution_result"
-	ResultCodeExecutionError = "code_execution_tool_result_error"
-	// ResultCodeExecutionOutput is the type of an entry of a
-	// code_execution_result's content: a file the cell left in $OUTPUT_DIR.
-	ResultCodeExecutionOutput = "code_execution_output"
+	SubToolCodeExecution = "code_execution"
 )
 
 // HasPythonREPL reports whether the code-execution tool type runs the

@@ -289,27 +289,3 @@ func (c *Collector) Response() *Response {
 	r := c.resp
 	return &r
 }
-
-// MarshalJSON writes stop_reason as null while it is unknown, fields in the
-// Anthropic API's order.
-func (r Response) MarshalJSON() ([]byte, error) {
-	var stop *string
-	if r.StopReason != "" {
-		stop = &r.StopReason
-	}
-	content := r.Content
-	if content == nil {
-		content = []ContentBlock{}
-	}
-	return json.Marshal(struct {
-		ID           string         `json:"id"`
-		Type         string         `json:"type"`
-		Role         string         `json:"role"`
-		Model        string         `json:"model"`
-		Content      []ContentBlock `json:"content"`
-		StopReason   *string        `json:"stop_reason"`
-		StopSequence *string        `json:"stop_sequence"`
-		Usage        Usage          `json:"usage"`
-		Container    *Container     `json:"container,omitempty"`
-	}{r.ID, r.Type, r.Role, r.Model, content, stop, r.StopSequence, r.Usage, r.Container})
-}

@@ -7,23 +7,6 @@ import (
 	"unicode/utf8"
 )
 
-// EventToolOutput is threadbox's extension event: output of a server tool
-// call while it runs, sent only when the turn asks for live output
-// (RunOptions.LiveOutput: the chat always, the Messages API with the
-// threadbox-beta: live-output header). The official SDKs pass an event
-// type they do not know by without changing the message they accumulate;
-// the call's result block still carries the whole output.
-const EventToolOutput = "threadbox_tool_output"
-
-// ToolOutput is the data of an EventToolOutput event: text a running call
-// wrote to one stream, in order, and how long after the call's start.
-type ToolOutput struct {
-	ToolUseID string `json:"tool_use_id"`
-	Stream    string `json:"stream"` // "stdout" or "stderr"
-	Text      string `json:"text"`
-	ElapsedMs int64  `json:"elapsed_ms"`
-}
-
 // Limits of live output: output after a quiet spell goes at once, output
 // within liveEvery of a send is coalesced (up to liveChunk bytes), and a
 // call sends at most liveCap bytes per stream live

@@ -19,15 +19,13 @@ import (
 //	{"type":"sandbox_tool_result","tool_use_id":"…","content":
 //	  {"type":"sandbox_tool_result_error","error_code":"unavailable","detail":{"code":…,"explanation":…}}}
 const (
-	SandboxToolName    = "sandbox"
-	ToolSandboxBash    = "sandbox_bash"
-	ToolReplExecute    = "repl_execute"
-	ToolExecCommand    = "exec_command"
-	ToolWriteStdin     = "write_stdin"
-	ToolEditFile       = "edit_file"
-	ToolBSLCheck       = "bsl_check"
-	BlockSandboxResult = "sandbox_tool_result"
-	ResultSandboxError = "sandbox_tool_result_error"
+	SandboxToolName = "sandbox"
+	ToolSandboxBash = "sandbox_bash"
+	ToolReplExecute = "repl_execute"
+	ToolExecCommand = "exec_command"
+	ToolWriteStdin  = "write_stdin"
+	ToolEditFile    = "edit_file"
+	ToolBSLCheck    = "bsl_check"
 )
 
 // SandboxTools lists the sandbox_v1 tools in the order they are offered.
@@ -35,16 +33,6 @@ var SandboxTools = []string{ToolSandboxBash, ToolReplExecute, ToolExecCommand, T
 
 // IsSandboxTool reports whether name is one of the sandbox_v1 tools.
 func IsSandboxTool(name string) bool { return slices.Contains(SandboxTools, name) }
-
-// SandboxResult returns the result of a sandbox_v1 tool call: body is the
-// content object, whose "type" is "<tool>_result".
-func SandboxResult(body json.RawMessage) *ToolResult {
-	return &ToolResult{Type: ResultSandboxBody, Body: body}
-}
-
-// ResultSandboxBody is the ToolResult type of a successful sandbox_v1
-// result; its content is Body, written as is.
-const ResultSandboxBody = "sandbox_tool_result_body"
 
 // resultBlockType is the type of the block carrying the result of a call
 // to tool name.
@@ -140,22 +128,4 @@ var sandboxDefs = map[string]struct{ desc, schema string }{
 		"Run bsl-language-server's analysis on a 1C:Enterprise .bsl/.os file or a configuration folder and return its diagnostics.",
 		`{"type":"object","properties":{"path":{"type":"string"}},"required":["path"]}`,
 	},
-}
-
-// sandboxResultOf decodes the content of a sandbox_tool_result block.
-func sandboxResultOf(content json.RawMessage) (*ToolResult, error) {
-	var head struct {
-		Type string `json:"type"`
-	}
-	if err := json.Unmarshal(content, &head); err != nil {
-		return nil, err
-	}
-	if head.Type == ResultSandboxError {
-		var r ToolResult
-		if err := json.Unmarshal(content, &r); err != nil {
-			return nil, err
-		}
-		return &r, nil
-	}
-	return SandboxResult(append(json.RawMessage(nil), content...)), nil
 }

@@ -168,8 +168,6 @@ func benchLive(ctx context.Context, o opts, out io.Writer) error {
 	return nil
 }
 
-
-
 // settleServer gives the server a moment to settle between rows.
 func settleServer() { time.Sleep(500 * time.Millisecond) }
 

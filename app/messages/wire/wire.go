@@ -1,4 +1,12 @@
-package messages
+// Package wire is the JSON codec of the Anthropic Messages API's wire
+// format as threadbox speaks it: the request (decoded in one pass that also
+// checks it, unknown fields kept and passed on), messages and content
+// blocks of every type the product knows (others kept as they came), the
+// tool results of the code-execution and sandbox_v1 tools, the response and
+// its stream events, threadbox's live output event among them. It knows
+// nothing of the tool loop (app/messages), which uses its types under the
+// same names.
+package wire
 
 import (
 	"bytes"
@@ -907,4 +915,92 @@ func (e *Event) UnmarshalJSON(data []byte) error {
 		}
 	}
 	return nil
+}
+
+// The result blocks of the sandbox_v1 tools (CONTRACT §4, app/messages
+// sandbox.go): a sandbox_tool_result block whose content is the tool's own
+// result object, or an error.
+const (
+	BlockSandboxResult = "sandbox_tool_result"
+	ResultSandboxError = "sandbox_tool_result_error"
+)
+
+// SandboxResult returns the result of a sandbox_v1 tool call: body is the
+// content object, whose "type" is "<tool>_result".
+func SandboxResult(body json.RawMessage) *ToolResult {
+	return &ToolResult{Type: ResultSandboxBody, Body: body}
+}
+
+// ResultSandboxBody is the ToolResult type of a successful sandbox_v1
+// result; its content is Body, written as is.
+const ResultSandboxBody = "sandbox_tool_result_body"
+
+// sandboxResultOf decodes the content of a sandbox_tool_result block.
+func sandboxResultOf(content json.RawMessage) (*ToolResult, error) {
+	var head struct {
+		Type string `json:"type"`
+	}
+	if err := json.Unmarshal(content, &head); err != nil {
+		return nil, err
+	}
+	if head.Type == ResultSandboxError {
+		var r ToolResult
+		if err := json.Unmarshal(content, &r); err != nil {
+			return nil, err
+		}
+		return &r, nil
+	}
+	return SandboxResult(append(json.RawMessage(nil), content...)), nil
+}
+
+// The result blocks of the Python sub-tool of code_execution_20260120 and
+// code_execution_20260521 (app/messages codeexec.go).
+const (
+	BlockCodeExecutionResult = "code_execution_tool_result"
+	ResultCodeExecution      = "code_execution_result"
+	ResultCodeExecutionError = "code_execution_tool_result_error"
+	// ResultCodeExecutionOutput is the type of an entry of a
+	// code_execution_result's content: a file the cell left in $OUTPUT_DIR.
+	ResultCodeExecutionOutput = "code_execution_output"
+)
+
+// EventToolOutput is threadbox's extension event: output of a server tool
+// call while it runs, sent only when the turn asks for live output
+// (RunOptions.LiveOutput: the chat always, the Messages API with the
+// threadbox-beta: live-output header). The official SDKs pass an event
+// type they do not know by without changing the message they accumulate;
+// the call's result block still carries the whole output.
+const EventToolOutput = "threadbox_tool_output"
+
+// ToolOutput is the data of an EventToolOutput event: text a running call
+// wrote to one stream, in order, and how long after the call's start.
+type ToolOutput struct {
+	ToolUseID string `json:"tool_use_id"`
+	Stream    string `json:"stream"` // "stdout" or "stderr"
+	Text      string `json:"text"`
+	ElapsedMs int64  `json:"elapsed_ms"`
+}
+
+// MarshalJSON writes stop_reason as null while it is unknown, fields in the
+// Anthropic API's order.
+func (r Response) MarshalJSON() ([]byte, error) {
+	var stop *string
+	if r.StopReason != "" {
+		stop = &r.StopReason
+	}
+	content := r.Content
+	if content == nil {
+		content = []ContentBlock{}
+	}
+	return json.Marshal(struct {
+		ID           string         `json:"id"`
+		Type         string         `json:"type"`
+		Role         string         `json:"role"`
+		Model        string         `json:"model"`
+		Content      []ContentBlock `json:"content"`
+		StopReason   *string        `json:"stop_reason"`
+		StopSequence *string        `json:"stop_sequence"`
+		Usage        Usage          `json:"usage"`
+		Container    *Container     `json:"container,omitempty"`
+	}{r.ID, r.Type, r.Role, r.Model, content, stop, r.StopSequence, r.Usage, r.Container})
 }

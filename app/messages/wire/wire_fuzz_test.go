@@ -1,4 +1,4 @@
-package messages
+package wire
 
 import (
 	"bytes"
