@@ -218,7 +218,7 @@ func (s *Server) receiveUpload(c *fiber.Ctx, store func(files.UploadRequest) (fi
 			key, keyGiven = string(v), true
 		case name == "file" && !uploaded:
 			filename := partFilename(part)
-			if !keyGiven && (filename == "" || strings.ContainsAny(filename, "/\\")) {
+			if !keyGiven && (filename == "" || strings.ContainsAny(filename, "/\\\r\n")) {
 				return fault.Errorf(fault.Invalid, "invalid file name %q: give a plain file name or a 'path'", filename)
 			}
 			stored, err = store(files.UploadRequest{
@@ -260,14 +260,19 @@ func (f fillReader) Read(p []byte) (int, error) {
 }
 
 // partFilename returns the file name a multipart part declares, as sent
-// (multipart.Part.FileName would silently strip folders).
+// (multipart.Part.FileName would silently strip folders), with the escapes
+// browsers make in it undone: the HTML standard's multipart/form-data
+// encoding sends `"` as %22 and CR and LF as %0D and %0A.
 func partFilename(p *multipart.Part) string {
 	_, params, err := mime.ParseMediaType(p.Header.Get("Content-Disposition"))
 	if err != nil {
 		return ""
 	}
-	return params["filename"]
+	return browserEscapes.Replace(params["filename"])
 }
+
+// browserEscapes undoes the escapes of a browser's multipart file name.
+var browserEscapes = strings.NewReplacer("%22", `"`, "%0D", "\r", "%0A", "\n", "%0d", "\r", "%0a", "\n")
 
 // putFile is PUT /files/{key}: the raw body stored at key, S3-style. The
 // key is the raw path, so percent-encoded separators and dots reach the

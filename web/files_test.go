@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"mime/multipart"
 	"net"
+	"net/textproto"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -156,5 +158,33 @@ func TestBodyReaderTornUpload(t *testing.T) {
 	stored := fault.Wrap(fault.Internal, "file storage error", fmt.Errorf("fsroot: write x: %w", errTornBody))
 	if st, _ := (&Server{}).classify(stored); st != 400 {
 		t.Fatalf("a torn upload answered %d, want 400", st)
+	}
+}
+
+// TestPartFilenameUndoesBrowserEscapes: browsers send a `"` in a file name
+// as %22 (and CR, LF as %0D, %0A); the stored name is the user's. Such
+// names were once stored with "%22" in them.
+func TestPartFilenameUndoesBrowserEscapes(t *testing.T) {
+	tests := []struct{ sent, want string }{
+		{`report.csv`, `report.csv`},
+		{`say %22hi%22.txt`, `say "hi".txt`},
+		{`two%0Alines.txt`, "two\nlines.txt"},
+		{`100%.txt`, `100%.txt`},
+	}
+	for _, tt := range tests {
+		var body bytes.Buffer
+		w := multipart.NewWriter(&body)
+		h := textproto.MIMEHeader{}
+		h.Set("Content-Disposition", `form-data; name="file"; filename="`+tt.sent+`"`)
+		pw, _ := w.CreatePart(h)
+		pw.Write([]byte("x"))
+		w.Close()
+		part, err := multipart.NewReader(&body, w.Boundary()).NextPart()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := partFilename(part); got != tt.want {
+			t.Errorf("sent %q: stored as %q, want %q", tt.sent, got, tt.want)
+		}
 	}
 }
