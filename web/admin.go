@@ -144,13 +144,18 @@ func (s *Server) patchFeatures(c *fiber.Ctx) error {
 }
 
 type auditView struct {
-	ID      string    `json:"id"`
-	ActorID string    `json:"actor_id"`
-	Action  string    `json:"action"`
-	Target  string    `json:"target"`
-	Before  rawJSON   `json:"before"`
-	After   rawJSON   `json:"after"`
-	At      time.Time `json:"at"`
+	ID      string `json:"id"`
+	ActorID string `json:"actor_id"`
+	// ActorEmail and TargetEmail name the org's users the entry's actor
+	// and target ids are ("" for a target that is not a user, or a user
+	// deleted since).
+	ActorEmail  string    `json:"actor_email"`
+	Action      string    `json:"action"`
+	Target      string    `json:"target"`
+	TargetEmail string    `json:"target_email"`
+	Before      rawJSON   `json:"before"`
+	After       rawJSON   `json:"after"`
+	At          time.Time `json:"at"`
 }
 
 // rawJSON embeds stored JSON as is, or null when empty.
@@ -169,23 +174,34 @@ func (s *Server) listAudit(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
+	users, err := s.svc.Admin.Users(c.UserContext(), principal(c))
+	if err != nil {
+		return err
+	}
+	email := make(map[string]string, len(users))
+	for _, u := range users {
+		email[u.ID()] = u.Email()
+	}
 	out := make([]auditView, len(evs))
 	for i, e := range evs {
-		out[i] = auditView{e.ID, e.ActorID, e.Action, e.Target, rawJSON(e.Before), rawJSON(e.After), e.At}
+		out[i] = auditView{e.ID, e.ActorID, email[e.ActorID], e.Action, e.Target, email[e.Target], rawJSON(e.Before), rawJSON(e.After), e.At}
 	}
 	return c.JSON(listResponse[auditView]{Data: out})
 }
 
 type userView struct {
-	ID        string    `json:"id"`
-	Email     string    `json:"email"`
-	Role      string    `json:"role"`
-	Disabled  bool      `json:"disabled"`
-	CreatedAt time.Time `json:"created_at"`
+	ID       string `json:"id"`
+	Email    string `json:"email"`
+	Role     string `json:"role"`
+	Disabled bool   `json:"disabled"`
+	// HasPassword is false for a user created without one: they cannot
+	// sign in until an admin sets it.
+	HasPassword bool      `json:"has_password"`
+	CreatedAt   time.Time `json:"created_at"`
 }
 
 func viewUser(u user.User) userView {
-	return userView{u.ID(), u.Email(), string(u.Role()), u.Disabled(), u.CreatedAt()}
+	return userView{u.ID(), u.Email(), string(u.Role()), u.Disabled(), u.PasswordHash() != "", u.CreatedAt()}
 }
 
 func (s *Server) listUsers(c *fiber.Ctx) error {

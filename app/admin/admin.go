@@ -23,6 +23,9 @@ type Store interface {
 	InTxAdmin(ctx context.Context, fn func(Store) error) error
 	// RevokeUserTokens revokes every live token of a user.
 	RevokeUserTokens(ctx context.Context, userID string, at time.Time) error
+	// RevokeUserSessions revokes a user's sessions and sandbox tokens but
+	// the token except.
+	RevokeUserSessions(ctx context.Context, userID, except string, at time.Time) error
 }
 
 // PasswordHasher hashes new passwords.
@@ -201,7 +204,7 @@ func (s *Service) UpdateUser(ctx context.Context, p user.Principal, userID strin
 	if err != nil || u.OrgID() != p.OrgID {
 		return user.User{}, fault.New(fault.NotFound, "user not found")
 	}
-	before := userJSON(map[string]any{"role": u.Role(), "disabled": u.Disabled()})
+	before := userJSON(map[string]any{"role": u.Role(), "disabled": u.Disabled(), "has_password": u.PasswordHash() != ""})
 	if ch.Role != nil {
 		r, err := user.ParseRole(string(*ch.Role))
 		if err != nil {
@@ -230,13 +233,25 @@ func (s *Service) UpdateUser(ctx context.Context, p user.Principal, userID strin
 	}
 	// A new password or a disabled account ends every session and token
 	// of the user: an admin resetting a compromised account locks the
-	// intruder out, and re-enabling it brings no old token back.
-	if ch.Password != nil || (ch.Disabled != nil && *ch.Disabled) {
+	// intruder out, and re-enabling it brings no old token back. An admin
+	// changing their own password keeps the session they changed it from
+	// and their API tokens (as GitHub and Google do); their other sessions
+	// end.
+	switch {
+	case ch.Password != nil && u.ID() == p.UserID:
+		if err := s.store.RevokeUserSessions(ctx, u.ID(), p.TokenID, s.now()); err != nil {
+			return user.User{}, fmt.Errorf("admin: revoke your other sessions: %w", err)
+		}
+	case ch.Password != nil || (ch.Disabled != nil && *ch.Disabled):
 		if err := s.store.RevokeUserTokens(ctx, u.ID(), s.now()); err != nil {
 			return user.User{}, fmt.Errorf("admin: revoke the user's tokens: %w", err)
 		}
 	}
-	after := userJSON(map[string]any{"role": u.Role(), "disabled": u.Disabled()})
+	afterFields := map[string]any{"role": u.Role(), "disabled": u.Disabled(), "has_password": u.PasswordHash() != ""}
+	if ch.Password != nil {
+		afterFields["password_set"] = true // a reset shows in the log even when a password was set before
+	}
+	after := userJSON(afterFields)
 	_ = s.store.AppendEvent(ctx, audit.Event{ID: id.New("aud"), OrgID: p.OrgID, ActorID: p.UserID, Action: "org.users.update", Target: u.ID(), Before: before, After: after, At: s.now().UTC()})
 	return u, nil
 }

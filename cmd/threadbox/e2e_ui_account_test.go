@@ -308,3 +308,56 @@ func TestE2EAccountsAndThreads(t *testing.T) {
 		t.Errorf("the refused session is still stored: %s", got)
 	}
 }
+
+// TestE2EAdminUsersAndAudit: bugs of the admin page found walking through
+// it (issue 17). A user added without a password is said to be unable to
+// sign in, in the notice and in their row, until one is set; the password
+// dialog hides what is typed; the audit log shows a password reset as a
+// change, with the actor and the user it is about by email; an admin who
+// sets their own password stays signed in, keeps their API tokens, and
+// their other sessions end.
+func TestE2EAdminUsersAndAudit(t *testing.T) {
+	e2e.NeedChromium(t)
+	s := e2eServer(t, nil)
+	other := apiLogin(t, s, e2eEmail, e2ePassword) // another session of the admin
+	api := s.do("POST", appAPI+"/tokens", other, map[string]any{"name": "laptop"}).json(t)["token"].(string)
+	b := e2e.Start(t, 1440, 1000)
+	uiLogin(b, s.base, e2eEmail, e2ePassword)
+	b.Do("open the admin page", chromedp.Click(chromedp.ID("nav-admin")), chromedp.WaitVisible(chromedp.ID("nu-email")))
+
+	b.Do("add a user without a password",
+		chromedp.SendKeys(chromedp.ID("nu-email"), "nopw@acme.test"),
+		chromedp.Click(chromedp.CSS(".new-user button[type=submit]")))
+	b.WaitText("#notice-text", "cannot sign in until you set a password", 10*time.Second)
+	row := `#users tr:has(td:first-child)`
+	b.WaitTrue("the row says so", `[...document.querySelectorAll('`+row+`')].some(r => r.textContent.includes('nopw@acme.test') && r.textContent.includes('No password: cannot sign in'))`, 10*time.Second)
+
+	b.Do("set their password", chromedp.Click(chromedp.CSS(`button[aria-label="Set password of nopw@acme.test"]`)), chromedp.WaitVisible(chromedp.ID("dialog-input")))
+	if typ := e2e.Eval[string](b, "field type", `document.getElementById('dialog-input').type`); typ != "password" {
+		t.Errorf("the password field shows what is typed (type %q)", typ)
+	}
+	b.Do("type it", chromedp.SendKeys(chromedp.ID("dialog-input"), "a-new-password"), chromedp.Click(chromedp.ID("dialog-ok")))
+	b.WaitTrue("the row no longer says so", `[...document.querySelectorAll('`+row+`')].some(r => r.textContent.includes('nopw@acme.test') && !r.textContent.includes('No password'))`, 10*time.Second)
+	apiLogin(t, s, "nopw@acme.test", "a-new-password")
+
+	b.Do("refresh the audit log", chromedp.Click(chromedp.ID("audit-refresh")))
+	b.WaitTrue("the reset in the audit log", `[...document.querySelectorAll('#audit tr')].some(r => r.textContent.includes('org.users.update') && r.querySelector('.actor').textContent === '`+e2eEmail+`' && r.querySelector('.target').textContent === 'nopw@acme.test' && r.textContent.includes('password_set'))`, 10*time.Second)
+
+	// The admin's own password: this session stays, the other one ends,
+	// the API token stays.
+	b.Do("set my own password", chromedp.Click(chromedp.CSS(`button[aria-label="Set password of `+e2eEmail+`"]`)), chromedp.WaitVisible(chromedp.ID("dialog-input")))
+	if note := e2e.Eval[string](b, "warning", `document.getElementById('dialog-text').textContent`); !strings.Contains(note, "other sessions will be signed out") {
+		t.Errorf("setting one's own password warns %q", note)
+	}
+	b.Do("type it", chromedp.SendKeys(chromedp.ID("dialog-input"), "my-new-password"), chromedp.Click(chromedp.ID("dialog-ok")))
+	b.WaitTrue("still on the admin page, signed in", `!!document.getElementById('nu-email') && !document.getElementById('login')`, 10*time.Second)
+	time.Sleep(500 * time.Millisecond)
+	b.Do("reload the users", chromedp.Reload(), chromedp.WaitVisible(chromedp.ID("nav-admin")))
+	if r := s.do("GET", appAPI+"/me", other, nil); r.status != 401 {
+		t.Errorf("the admin's other session after their own password change: %d", r.status)
+	}
+	if r := s.do("GET", appAPI+"/me", api, nil); r.status != 200 {
+		t.Errorf("the admin's API token after their own password change: %d %s", r.status, r.body)
+	}
+	apiLogin(t, s, e2eEmail, "my-new-password")
+}

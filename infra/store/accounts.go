@@ -236,6 +236,14 @@ func (s *Store) RevokeUserTokens(ctx context.Context, userID string, at time.Tim
 	return translate(err, "tokens")
 }
 
+// RevokeUserSessions revokes the live sessions (and sandbox tokens) of a
+// user but the token except; API tokens stay.
+func (s *Store) RevokeUserSessions(ctx context.Context, userID, except string, at time.Time) error {
+	err := s.q(ctx).Model(&tokenRow{}).Where("user_id = ? AND revoked_at IS NULL AND kind IN ? AND id <> ?", userID,
+		[]string{string(user.SessionToken), string(user.SandboxToken)}, except).Update("revoked_at", at.UTC()).Error
+	return translate(err, "tokens")
+}
+
 // TouchToken records a use of the token.
 func (s *Store) TouchToken(ctx context.Context, id string, at time.Time) error {
 	return translate(s.q(ctx).Model(&tokenRow{}).Where("id = ?", id).Update("last_used_at", at.UTC()).Error, "token")

@@ -29,7 +29,7 @@ export async function renderAdmin(main, ctx) {
       featureBox, status),
     h('section', { 'aria-labelledby': 'users-h', class: 'panel' },
       h('h2', { id: 'users-h' }, 'Users'),
-      newUserForm(users),
+      newUserForm(users, ctx),
       h('div', { class: 'table-wrap', role: 'region', 'aria-label': 'Users', tabindex: '0' },
         h('table', { id: 'users' }, h('thead', {}, h('tr', {},
           h('th', { scope: 'col' }, 'Email'), h('th', { scope: 'col' }, 'Role'), h('th', { scope: 'col' }, 'Active'),
@@ -45,10 +45,11 @@ export async function renderAdmin(main, ctx) {
           h('th', { scope: 'col' }, 'CPU s'), h('th', { scope: 'col' }, 'Input tokens'), h('th', { scope: 'col' }, 'Output tokens'))), usage))),
     h('section', { 'aria-labelledby': 'audit-h', class: 'panel' },
       h('div', { class: 'side-head' }, h('h2', { id: 'audit-h' }, 'Audit log'),
-        h('button', { type: 'button', onclick: () => loadAudit(audit) }, 'Refresh')),
+        h('button', { type: 'button', id: 'audit-refresh', onclick: () => loadAudit(audit) }, 'Refresh')),
       h('div', { class: 'table-wrap', role: 'region', 'aria-label': 'Audit log', tabindex: '0' },
         h('table', { id: 'audit' }, h('thead', {}, h('tr', {},
-          h('th', { scope: 'col' }, 'When'), h('th', { scope: 'col' }, 'Action'), h('th', { scope: 'col' }, 'Actor'), h('th', { scope: 'col' }, 'Change'))), audit))));
+          h('th', { scope: 'col' }, 'When'), h('th', { scope: 'col' }, 'Action'), h('th', { scope: 'col' }, 'Actor'),
+          h('th', { scope: 'col' }, 'Target'), h('th', { scope: 'col' }, 'Change'))), audit))));
   // Members may read the policy but not the users: both are fetched before
   // the page shows, so a member meets the server's refusal, not the page.
   const [policy, list] = await Promise.all([api('GET', '/org/features'), api('GET', '/org/users')]);
@@ -127,7 +128,7 @@ function renderSwitches(box, policy, status, ctx, audit) {
   replace(box, rows, size);
 }
 
-function newUserForm(users) {
+function newUserForm(users, ctx) {
   const email = h('input', { type: 'email', id: 'nu-email', required: true, autocomplete: 'off' });
   const role = h('select', { id: 'nu-role' }, h('option', { value: 'member' }, 'member'), h('option', { value: 'admin' }, 'admin'));
   const pw = h('input', { type: 'password', id: 'nu-password', autocomplete: 'new-password', minlength: '8' });
@@ -143,8 +144,8 @@ function newUserForm(users) {
     try {
       await api('POST', '/org/users', body);
       form.reset();
-      notify(`Added ${body.email}.`, 'info');
-      loadUsers(users);
+      notify(body.password ? `Added ${body.email}.` : `Added ${body.email}. They cannot sign in until you set a password for them (Set… in their row).`, 'info');
+      loadUsers(users, ctx);
     } catch (err) { notify(explain(err)); }
   });
   return form;
@@ -169,24 +170,34 @@ function userRow(u, tbody, ctx) {
   const role = h('select', { id: rid, 'aria-label': `Role of ${u.email}`, onchange: (e) => patch({ role: e.target.value }) },
     ['member', 'admin'].map((r) => h('option', { value: r, selected: r === u.role }, r)));
   const active = h('input', { type: 'checkbox', id: aid, 'aria-label': `${u.email} may sign in`, checked: !u.disabled, onchange: (e) => patch({ disabled: !e.target.checked }) });
+  const self = ctx && ctx.me && ctx.me.user_id === u.id;
   const setPw = h('button', { type: 'button', 'aria-label': `Set password of ${u.email}`, onclick: async () => {
-    const v = await ask({ title: `Set password of ${u.email}`, label: 'New password', ok: 'Set password' });
+    const v = await ask({
+      title: `Set password of ${u.email}`, label: 'New password', ok: 'Set password', type: 'password',
+      text: self
+        ? 'Your other sessions will be signed out; this one and your API tokens stay.'
+        : `${u.email} will be signed out everywhere and their API tokens revoked.`,
+    });
     if (v) patch({ password: v });
   } }, 'Set…');
+  const pwCell = h('td', {}, setPw, u.has_password ? null : h('span', { class: 'meta no-password' }, ' No password: cannot sign in until one is set.'));
   return h('tr', { 'data-user-id': u.id }, h('td', {}, u.email), h('td', {}, role), h('td', {}, active),
-    h('td', {}, formatTime(u.created_at)), h('td', {}, setPw));
+    h('td', {}, formatTime(u.created_at)), pwCell);
 }
 
 async function loadAudit(tbody) {
   try {
     const res = await api('GET', '/org/audit?limit=50');
-    replace(tbody, res.data.length ? null : h('tr', {}, h('td', { colspan: '4' }, 'Nothing yet.')));
+    replace(tbody, res.data.length ? null : h('tr', {}, h('td', { colspan: '5' }, 'Nothing yet.')));
+    // People are shown by email; an id is shown only when no user has it.
+    const who = (email, id) => (email ? email : h('code', {}, id || '—'));
     for (const e of res.data) {
-      append(tbody, [h('tr', {}, h('td', {}, formatTime(e.at)), h('td', {}, e.action), h('td', {}, h('code', {}, e.actor_id)),
+      append(tbody, [h('tr', {}, h('td', {}, formatTime(e.at)), h('td', {}, e.action), h('td', { class: 'actor' }, who(e.actor_email, e.actor_id)),
+        h('td', { class: 'target' }, who(e.target_email, e.target)),
         h('td', {}, h('code', { class: 'diff' }, diff(e.before, e.after))))]);
     }
   } catch (err) {
-    replace(tbody, h('tr', {}, h('td', { colspan: '4', class: 'inline-error' }, explain(err))));
+    replace(tbody, h('tr', {}, h('td', { colspan: '5', class: 'inline-error' }, explain(err))));
   }
 }
 

@@ -60,7 +60,7 @@ let dialogBusy = Promise.resolve();
  * resolves to it (trimmed) or null; without one it asks for a yes/no
  * confirmation and resolves to true or false.
  */
-export function ask({ title, text = '', label = '', value = '', ok = 'OK' }) {
+export function ask({ title, text = '', label = '', value = '', ok = 'OK', type = 'text' }) {
   const run = () => new Promise((resolve) => {
     const dlg = document.getElementById('dialog');
     const input = document.getElementById('dialog-input');
@@ -70,6 +70,8 @@ export function ask({ title, text = '', label = '', value = '', ok = 'OK' }) {
     document.getElementById('dialog-label').textContent = label;
     document.getElementById('dialog-field').hidden = !label;
     input.required = !!label;
+    input.type = type; // 'password' hides what is typed
+    input.autocomplete = type === 'password' ? 'new-password' : 'off';
     input.value = value;
     document.getElementById('dialog-ok').textContent = ok;
     const opener = document.activeElement;
