@@ -301,12 +301,17 @@ func TestE2EChat(t *testing.T) {
 		chromedp.Click(chromedp.CSS(fmt.Sprintf(`.threads a[data-thread-id=%q]`, tid))),
 		chromedp.WaitVisible(chromedp.ID("message")))
 	b.WaitText(".policy-note", "switched off by your organization's admin (codeExecution)", 10*time.Second)
+	// The "run code" box says the same: unticked and disabled, and the
+	// note stands by the composer, not at the top of the thread.
+	if got := e2e.Eval[string](b, "run code box", `(() => { const c = document.getElementById('run-code'); const n = document.querySelector('.policy-note'); return c.checked + ' ' + c.disabled + ' ' + (n.nextElementSibling && n.nextElementSibling.classList.contains('composer')); })()`); got != "false true true" {
+		t.Errorf("the run-code box and the note while code execution is off: %q", got)
+	}
 	runsBefore := e2e.Eval[int](b, "code cards", `document.querySelectorAll('.exec').length`)
 	b.Do("send a message with code",
 		chromedp.SetValue(chromedp.ID("message"), "```python\nopen('/mnt/user-data/outputs/should-not-exist.txt', 'w').write('x')\n```"),
 		chromedp.Click(chromedp.ID("send")))
 	b.WaitText(".msg.assistant:last-child .turn-note", "switched off code execution (codeExecution)", 60*time.Second)
-	if got := e2e.Eval[string](b, "answer", `document.querySelector('.msg.assistant:last-child .text').textContent`); !strings.Contains(got, "code execution is not enabled") {
+	if got := e2e.Eval[string](b, "answer", `document.querySelector('.msg.assistant:last-child .text').textContent`); !strings.Contains(got, "code execution is not enabled") || strings.Contains(got, "code_execution_20250825") {
 		t.Errorf("answer without code execution: %q", got)
 	}
 	if n := e2e.Eval[int](b, "code cards", `document.querySelectorAll('.exec').length`); n != runsBefore {

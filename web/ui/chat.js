@@ -33,8 +33,8 @@ export async function renderThread(main, threadID, ctx) {
     h('div', { class: 'thread-view', 'data-thread-id': th.id },
       h('section', { class: 'conversation', 'aria-labelledby': 'thread-title' },
         h('header', { class: 'thread-head' }, title, actions),
-        policyNote,
         logRegion,
+        policyNote, // beside the composer, where it matters, however long the thread
         composer(view)),
       h('aside', { class: 'side', 'aria-label': 'Files and artifacts' },
         h('section', { 'aria-labelledby': 'files-h' },
@@ -84,8 +84,10 @@ async function showPolicy(view) {
   if (f && f.codeExecution && f.codeExecution.enabled === false) {
     view.policyNote.textContent = "Code execution is switched off by your organization's admin (codeExecution): code blocks will not run.";
     view.policyNote.hidden = false;
+    if (view.runCode) { view.runCode.checked = false; view.runCode.disabled = true; view.runCode.title = 'Code execution is switched off by your organization\'s admin.'; }
   } else {
     view.policyNote.hidden = true;
+    if (view.runCode && view.runCode.disabled) { view.runCode.disabled = false; view.runCode.checked = true; view.runCode.title = ''; }
   }
   return f;
 }
@@ -163,6 +165,7 @@ function messageItem(log, role) {
 function composer(view) {
   const text = h('textarea', { id: 'message', name: 'message', rows: '4', required: true, placeholder: 'Write a message. Ctrl+Enter sends.' });
   const runCode = h('input', { type: 'checkbox', id: 'run-code', checked: true });
+  view.runCode = runCode; // showPolicy unticks and disables it while code execution is off
   const send = h('button', { type: 'submit', class: 'primary', id: 'send' }, 'Send');
   const stop = h('button', { type: 'button', id: 'stop', hidden: true }, 'Stop');
   const picker = h('input', { type: 'file', id: 'file-input', multiple: true });
@@ -286,7 +289,8 @@ async function runTurn(view, content, runCode, signal) {
     if (err instanceof ApiError && err.status >= 400) { turn.done(); return false; } // refused before it ran
   }
   turn.done();
-  if (runCode && /```/.test(content) && turn.codeRuns === 0 && !turn.failed) {
+  const codeOff = view.runCode && view.runCode.disabled;
+  if ((runCode || codeOff) && /```/.test(content) && turn.codeRuns === 0 && !turn.failed) {
     turn.note(noCodeNote(await showPolicy(view)));
   }
   if (turn.codeRuns > 0 || turn.resources > 0) await Promise.all([loadFiles(view), loadArtifacts(view)]);

@@ -102,8 +102,9 @@ func plan(req messages.StepRequest) []messages.ContentBlock {
 		}
 	}
 	if !canRun {
-		return []messages.ContentBlock{text(fmt.Sprintf("Your message has %d code block(s), but code execution is not enabled for this request. "+
-			"Add the tool {\"type\": \"code_execution_20250825\", \"name\": \"code_execution\"} to run them.", len(blocks)))}
+		// Plain words: this answer reaches chat users too, who never
+		// see a tool definition.
+		return []messages.ContentBlock{text(fmt.Sprintf("Your message has %d code block(s), but code execution is not enabled for this request, so they were not run.", len(blocks)))}
 	}
 	calls, results := history(req.Messages[prompt+1:])
 	if len(calls) < len(blocks) {
