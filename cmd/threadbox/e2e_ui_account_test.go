@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -360,4 +362,41 @@ func TestE2EAdminUsersAndAudit(t *testing.T) {
 		t.Errorf("the admin's API token after their own password change: %d %s", r.status, r.body)
 	}
 	apiLogin(t, s, e2eEmail, "my-new-password")
+}
+
+// TestE2EUploadLimitsBeforeSending: the chat refuses a file over the org's
+// upload limit before sending a byte (it once sent the whole file to be
+// told so), and its file picker is off while the org has uploads off.
+func TestE2EUploadLimitsBeforeSending(t *testing.T) {
+	e2e.NeedChromium(t)
+	s := e2eServer(t, nil)
+	token := apiLogin(t, s, e2eEmail, e2ePassword)
+	if r := s.do("PATCH", appAPI+"/org/features", token, map[string]any{"uploads": map[string]any{"maxBytes": 1 << 20}}); r.status != 200 {
+		t.Fatalf("limit: %d %s", r.status, r.body)
+	}
+	p := s.do("POST", appAPI+"/project", token, map[string]any{"name": "Limits"})
+	th := s.do("POST", appAPI+"/thread", token, map[string]any{"project_id": p.json(t)["id"], "title": "Big"})
+	tid := th.json(t)["id"].(string)
+	big := filepath.Join(t.TempDir(), "big.bin")
+	if err := os.WriteFile(big, make([]byte, 2<<20), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	b := e2e.Start(t, 1440, 1000)
+	uiLogin(b, s.base, e2eEmail, e2ePassword)
+	open := func() {
+		b.Do("open the thread", chromedp.Navigate(s.base+"/#/thread/"+tid), chromedp.WaitVisible(chromedp.ID("message")))
+	}
+	open()
+	b.Do("pick a file over the limit", chromedp.SetUploadFiles(chromedp.ID("file-input"), []string{big}))
+	b.WaitText(`.upload[data-name="big.bin"]`, "Refused: 2.0 MB is more than the upload limit of 1.0 MB.", 10*time.Second)
+	if r := s.do("GET", "/api/gpt/v1/files?scope_id="+tid, token, nil); r.status != 200 || strings.Contains(string(r.body), "big.bin") {
+		t.Fatalf("the refused file reached the thread: %d %s", r.status, r.body)
+	}
+
+	if r := s.do("PATCH", appAPI+"/org/features", token, map[string]any{"uploads": map[string]any{"enabled": false}}); r.status != 200 {
+		t.Fatalf("uploads off: %d %s", r.status, r.body)
+	}
+	b.Do("reload", chromedp.Reload())
+	open()
+	b.WaitTrue("the picker is off", `document.getElementById('file-input').disabled`, 10*time.Second)
 }

@@ -89,6 +89,11 @@ async function showPolicy(view) {
     view.policyNote.hidden = true;
     if (view.runCode && view.runCode.disabled) { view.runCode.disabled = false; view.runCode.checked = true; view.runCode.title = ''; }
   }
+  // Uploads: the picker is off while the org has uploads off.
+  if (view.picker && f && f.uploads) {
+    view.picker.disabled = f.uploads.enabled === false;
+    view.picker.title = view.picker.disabled ? "Uploads are switched off by your organization's admin (uploads)." : '';
+  }
   return f;
 }
 
@@ -169,6 +174,7 @@ function composer(view) {
   const send = h('button', { type: 'submit', class: 'primary', id: 'send' }, 'Send');
   const stop = h('button', { type: 'button', id: 'stop', hidden: true }, 'Stop');
   const picker = h('input', { type: 'file', id: 'file-input', multiple: true });
+  view.picker = picker; // showPolicy disables it while uploads are off
   const uploads = h('ul', { class: 'uploads', 'aria-live': 'polite', 'aria-label': 'Uploads' });
   const form = h('form', { class: 'composer', 'aria-label': 'Send a message' },
     h('label', { for: 'message' }, 'Message'),
@@ -242,11 +248,24 @@ function composer(view) {
 
 async function uploadAll(view, list, box) {
   const url = `${APP}/thread/${encodeURIComponent(view.th.id)}/upload-file`;
+  const policy = await view.ctx.features();
+  const max = policy && policy.uploads ? policy.uploads.maxBytes : 0;
   await Promise.all(list.map(async (file) => {
     const bar = h('progress', { max: String(file.size || 1), value: '0', 'aria-label': `Uploading ${file.name}` });
     const status = h('span', { class: 'meta' }, `0% of ${humanSize(file.size)}`);
     const li = h('li', { class: 'upload', 'data-name': file.name }, h('span', { class: 'file-name' }, file.name), bar, status);
     box.append(li);
+    // Refused before a byte is sent: the org's policy is known here.
+    const refusal = policy && policy.uploads && policy.uploads.enabled === false
+      ? "Refused: uploads are switched off by your organization's admin (uploads)."
+      : max > 0 && file.size > max ? `Refused: ${humanSize(file.size)} is more than the upload limit of ${humanSize(max)}.` : '';
+    if (refusal) {
+      bar.remove();
+      li.classList.add('failed');
+      status.textContent = refusal;
+      status.setAttribute('role', 'alert');
+      return;
+    }
     try {
       const f = await upload(url, file, (loaded, total) => {
         bar.max = total; bar.value = loaded;
