@@ -255,6 +255,9 @@ func TestE2EAccountsAndThreads(t *testing.T) {
 		t.Errorf("the signed-out token still works: %d %s", r.status, r.body)
 	}
 
+	if r := s.do("POST", appAPI+"/project", token, map[string]any{"name": "Admin's plan"}); r.status != 201 {
+		t.Fatalf("the admin's project: %d %s", r.status, r.body)
+	}
 	// A member has no admin page.
 	b.Do("sign in as the member",
 		chromedp.SendKeys(chromedp.ID("email"), "bob@acme.test"),
@@ -263,6 +266,12 @@ func TestE2EAccountsAndThreads(t *testing.T) {
 		chromedp.WaitVisible(chromedp.ID("new-project")))
 	if visible := e2e.Eval[bool](b, "admin link", `!document.getElementById('nav-admin').hidden`); visible {
 		t.Error("a member sees the admin link")
+	}
+	// Projects are shared, but only their owner or an admin may rename or
+	// delete them: a member is not offered either on the admin's project.
+	b.WaitTrue("the admin's project", `[...document.querySelectorAll('.project')].some(p => p.textContent.includes("Admin's plan"))`, 10*time.Second)
+	if n := e2e.Eval[int](b, "project actions", `[...document.querySelectorAll('.project')].filter(p => p.textContent.includes("Admin's plan") && p.querySelector('.project-actions')).length`); n != 0 {
+		t.Errorf("Rename/Delete offered to a member on the admin's project")
 	}
 	b.Do("open the admin page by hand", chromedp.Navigate(s.base+"/#/admin"))
 	b.WaitText("main", "only organization admins may do this", 10*time.Second)
@@ -285,7 +294,14 @@ func TestE2EAccountsAndThreads(t *testing.T) {
 		chromedp.KeyEvent("\r"),
 		chromedp.WaitVisible(chromedp.ID("dialog-input")),
 		chromedp.KeyEvent("\r"),
-		chromedp.WaitVisible(chromedp.ID("message")),
+		chromedp.WaitVisible(chromedp.ID("message")))
+	// The new thread opens with the composer focused (focus used to fall
+	// to the page's body).
+	b.WaitTrue("focus on the composer", `document.activeElement && document.activeElement.id === 'message'`, 5*time.Second)
+	if n := e2e.Eval[int](b, "own project's actions", `[...document.querySelectorAll('.project')].filter(p => p.textContent.includes("Bob's") && p.querySelector('.project-actions')).length`); n != 1 {
+		t.Errorf("the member's own project offers Rename/Delete %d times", n)
+	}
+	b.Do("send code with code execution off",
 		chromedp.SetValue(chromedp.ID("message"), "```python\nprint(6 * 7)\n```"),
 		chromedp.Click(chromedp.ID("send")))
 	b.WaitText(".msg.assistant .turn-note", "Code was not run: your organization's admin has switched off code execution (codeExecution)", 30*time.Second)

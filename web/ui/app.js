@@ -84,6 +84,11 @@ function renderLogin(message = '', kind = 'error') {
   email.focus();
 }
 
+/** manages reports whether the signed-in user may rename and delete p. */
+function manages(p) {
+  return !!state.me && (state.me.role === 'admin' || p.owner_id === state.me.user_id);
+}
+
 /** start loads the signed-in user and shows the page the hash names. */
 async function start() {
   if (!session.get()) { renderLogin(); return; }
@@ -234,7 +239,9 @@ function projectItem(p) {
     } catch (err) { notify(explain(err)); }
   } }, '+ New thread');
   return h('li', { class: 'project', 'data-project-id': p.id },
-    h('div', { class: 'project-head' }, toggle, h('span', { class: 'project-actions' }, rename, del)),
+    // Only the project's owner and org admins may rename or delete it (the
+    // API enforces it; the buttons are not offered to anyone else).
+    h('div', { class: 'project-head' }, toggle, manages(p) ? h('span', { class: 'project-actions' }, rename, del) : null),
     open ? h('div', { class: 'project-body' },
       h('ul', { class: 'threads', id: listID, 'aria-label': `Threads of ${p.name}` },
         threads.items.map((t) => h('li', {}, h('a', {

@@ -47,6 +47,11 @@ export async function renderThread(main, threadID, ctx) {
           artifacts))));
 
   await Promise.all([loadHistory(view), loadFiles(view), loadArtifacts(view), showPolicy(view)]);
+  // The thread opens at its end with the composer focused, as chat apps
+  // do: the next thing a user does is read the last answer or write.
+  logRegion.scrollTop = logRegion.scrollHeight;
+  const message = document.getElementById('message');
+  if (message) message.focus();
   return th;
 }
 
@@ -257,7 +262,7 @@ async function uploadAll(view, list, box) {
     box.append(li);
     // Refused before a byte is sent: the org's policy is known here.
     const refusal = policy && policy.uploads && policy.uploads.enabled === false
-      ? "Refused: uploads are switched off by your organization's admin (uploads)."
+      ? "Refused: your organization's admin has switched off file uploads (uploads)."
       : max > 0 && file.size > max ? `Refused: ${humanSize(file.size)} is more than the upload limit of ${humanSize(max)}.` : '';
     if (refusal) {
       bar.remove();
