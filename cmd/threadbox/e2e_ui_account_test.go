@@ -350,6 +350,13 @@ func TestE2EAdminUsersAndAudit(t *testing.T) {
 	row := `#users tr:has(td:first-child)`
 	b.WaitTrue("the row says so", `[...document.querySelectorAll('`+row+`')].some(r => r.textContent.includes('nopw@acme.test') && r.textContent.includes('No password: cannot sign in'))`, 10*time.Second)
 
+	// A switch toggled from the keyboard keeps the focus when the page
+	// draws the switches again (it fell to the page's body).
+	b.Do("toggle a switch from the keyboard", chromedp.Focus(chromedp.ID("f-generated")), chromedp.KeyEvent(" "))
+	b.WaitText(".admin .saved", "downloads of generated files off", 10*time.Second)
+	if id := e2e.Eval[string](b, "focus", `document.activeElement ? document.activeElement.id : ''`); id != "f-generated" {
+		t.Errorf("after toggling a switch the focus is on %q", id)
+	}
 	b.Do("set their password", chromedp.Click(chromedp.CSS(`button[aria-label="Set password of nopw@acme.test"]`)), chromedp.WaitVisible(chromedp.ID("dialog-input")))
 	if typ := e2e.Eval[string](b, "field type", `document.getElementById('dialog-input').type`); typ != "password" {
 		t.Errorf("the password field shows what is typed (type %q)", typ)

@@ -95,16 +95,21 @@ async function loadUsage(chart, tbody) {
 function renderSwitches(box, policy, status, ctx, audit) {
   const apply = async (patch, what) => {
     status.textContent = 'Saving…';
+    // The switches are drawn again: the one in use keeps the focus.
+    const focused = document.activeElement && box.contains(document.activeElement) ? document.activeElement.id : '';
+    const refocus = () => { const el = focused && document.getElementById(focused); if (el) el.focus(); };
     try {
       const p = await api('PATCH', '/org/features', patch);
       ctx.onPolicy(p);
       renderSwitches(box, p, status, ctx, audit);
+      refocus();
       status.textContent = `Saved: ${what}.`;
       loadAudit(audit);
     } catch (err) {
       status.textContent = '';
       notify(explain(err));
       renderSwitches(box, policy, status, ctx, audit);
+      refocus();
     }
   };
   const rows = SWITCHES.map((s) => {
