@@ -201,9 +201,20 @@ func TestE2EAccountsAndThreads(t *testing.T) {
 	sid := scratch.json(t)["id"].(string)
 	b.Do("open the scratch thread", chromedp.Navigate(s.base+"/#/thread/"+sid), chromedp.WaitVisible(chromedp.ID("message")))
 	b.WaitTrue("the scratch thread's view", fmt.Sprintf(`document.querySelector('.thread-view[data-thread-id=%q]')`, sid), 10*time.Second)
-	b.Do("send a plain message", chromedp.Focus(chromedp.ID("message")), chromedp.KeyEvent("hello"),
-		chromedp.KeyEvent("\r", chromedp.KeyModifiers(kb.ModifierCtrl)))
+	// Shift+Enter starts a new line; Enter sends.
+	b.Do("write two lines", chromedp.Focus(chromedp.ID("message")), chromedp.KeyEvent("hello"),
+		chromedp.KeyEvent("\r", chromedp.KeyModifiers(kb.ModifierShift)), chromedp.KeyEvent("there"))
+	if got := e2e.Eval[string](b, "composer", `document.getElementById('message').value`); got != "hello\nthere" {
+		t.Errorf("Shift+Enter: the composer holds %q", got)
+	}
+	if n := e2e.Eval[int](b, "messages", `document.querySelectorAll('.msg').length`); n != 0 {
+		t.Errorf("Shift+Enter sent the message (%d messages)", n)
+	}
+	b.Do("send with Enter", chromedp.KeyEvent("\r"))
 	b.WaitText(".msg.assistant .text", "offline runner model", 30*time.Second)
+	if got := e2e.Eval[string](b, "sent", `document.querySelector('.msg.user').textContent`); !strings.Contains(got, "hello\nthere") && !strings.Contains(got, "hellothere") {
+		t.Errorf("the message sent: %q", got)
+	}
 	if got := e2e.Eval[string](b, "composer", `document.getElementById('message').value`); got != "" {
 		t.Errorf("the composer still holds %q after a sent message", got)
 	}

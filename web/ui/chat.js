@@ -173,7 +173,7 @@ function messageItem(log, role) {
 
 /** composer is the message form with the file picker and drop zone. */
 function composer(view) {
-  const text = h('textarea', { id: 'message', name: 'message', rows: '4', required: true, placeholder: 'Write a message. Ctrl+Enter sends.' });
+  const text = h('textarea', { id: 'message', name: 'message', rows: '4', required: true, placeholder: 'Write a message. Enter sends, Shift+Enter starts a new line.' });
   const runCode = h('input', { type: 'checkbox', id: 'run-code', checked: true });
   view.runCode = runCode; // showPolicy unticks and disables it while code execution is off
   const send = h('button', { type: 'submit', class: 'primary', id: 'send' }, 'Send');
@@ -237,8 +237,18 @@ function composer(view) {
       running(false);
     }
   };
+  // Enter sends, Shift+Enter starts a new line (as in Claude.ai and
+  // ChatGPT); Ctrl+Enter sends too. An IME composing text keeps its Enter.
+  let sentByEnter = false;
   text.addEventListener('keydown', (e) => {
-    if (e.key === 'Enter' && (e.ctrlKey || e.metaKey)) { e.preventDefault(); form.requestSubmit(); }
+    sentByEnter = e.key === 'Enter' && !e.shiftKey && !e.isComposing;
+    if (sentByEnter) { e.preventDefault(); form.requestSubmit(); }
+  });
+  // The line break of the Enter that sent the message is not typed into
+  // the emptied composer (some input paths deliver it after keydown).
+  text.addEventListener('beforeinput', (e) => {
+    if (sentByEnter && (e.inputType === 'insertLineBreak' || e.inputType === 'insertParagraph' || e.data === '\n')) e.preventDefault();
+    sentByEnter = false;
   });
   picker.addEventListener('change', () => { uploadAll(view, [...picker.files], uploads); picker.value = ''; });
   form.addEventListener('dragover', (e) => { e.preventDefault(); form.classList.add('dragging'); });
