@@ -377,3 +377,33 @@ func TestE2EReattachAndStop(t *testing.T) {
 		t.Fatalf("the command ran to its end: %d ticks", n)
 	}
 }
+
+// TestE2EArtifactsOfOneName: two threads of a project each write
+// report.txt; the project's artifact list tells the two apart (once they
+// looked the same).
+func TestE2EArtifactsOfOneName(t *testing.T) {
+	e2e.NeedChromium(t)
+	agent := needDocker(t)
+	s := e2eServer(t, map[string]string{"SANDBOX_BACKEND": "docker", "THREADBOX_AGENT_BIN": agent, "MODEL_PROVIDER": "runner"})
+	token := apiLogin(t, s, e2eEmail, e2ePassword)
+	pid := s.do("POST", appAPI+"/project", token, map[string]any{"name": "Reports"}).json(t)["id"]
+	var tids []string
+	for i, title := range []string{"North", "South"} {
+		tid := s.do("POST", appAPI+"/thread", token, map[string]any{"project_id": pid, "title": title}).json(t)["id"].(string)
+		tids = append(tids, tid)
+		r := s.do("POST", appAPI+"/thread/"+tid+"/messages", token, map[string]any{
+			"content": fmt.Sprintf("```bash\necho %d > /mnt/user-data/outputs/report.txt\n```", i), "pgpt": map[string]any{"tools": []any{"code_execution"}}})
+		if r.status != 200 {
+			t.Fatalf("turn in %s: %d %s", title, r.status, r.body)
+		}
+	}
+	b := e2e.Start(t, 1440, 1000)
+	uiLogin(b, s.base, e2eEmail, e2ePassword)
+	b.Do("open South", chromedp.Navigate(s.base+"/#/thread/"+tids[1]), chromedp.WaitVisible(chromedp.ID("message")))
+	b.WaitTrue("two report.txt", `document.querySelectorAll('ul[aria-label="Project artifacts"] li[data-artifact-id]').length === 2`, 20*time.Second)
+	got := e2e.Eval[string](b, "origins", `[...document.querySelectorAll('ul[aria-label="Project artifacts"] li[data-artifact-id]')].map(li => li.querySelector('.file-name').textContent + ': ' + li.querySelector('.origin').textContent).sort().join(' | ')`)
+	want := "report.txt: from another thread by " + e2eEmail + " | report.txt: from this thread by " + e2eEmail
+	if got != want {
+		t.Errorf("the two artifacts: %q, want %q", got, want)
+	}
+}

@@ -152,8 +152,13 @@ async function loadArtifacts(view) {
     const res = await api('GET', '/project/' + view.th.project_id + '/artifacts');
     replace(view.artifacts, res.data.length ? null : h('li', { class: 'empty' }, 'No artifacts yet.'));
     for (const a of res.data.slice().reverse()) {
-      view.artifacts.append(h('li', { 'data-artifact-id': a.id },
+      // Artifacts of one name from different threads are told apart by
+      // where they come from and who made them.
+      const mine = a.thread_id === view.th.id;
+      const by = a.created_by && a.created_by.email ? ` by ${a.created_by.email}` : '';
+      view.artifacts.append(h('li', { 'data-artifact-id': a.id, 'data-thread-id': a.thread_id || '' },
         h('span', { class: 'file-name' }, a.name),
+        h('span', { class: 'meta origin' }, (mine ? 'from this thread' : 'from another thread') + by),
         h('span', { class: 'meta' }, `v${a.version} · ${a.mime_type} · ${humanSize(a.size_bytes)} · ${formatTime(a.created_at)}`),
         downloadButton(a.download_url, a.name)));
     }
