@@ -3,7 +3,7 @@ SHELL := /bin/bash
 GO    ?= go
 BIN   := bin
 
-.PHONY: build run test test-short lint bench soak chaos sandbox-image agent clean
+.PHONY: ui-vendor build run test test-short lint bench soak chaos sandbox-image agent clean
 
 build: agent
 	$(GO) build -o $(BIN)/threadbox ./cmd/threadbox
@@ -32,6 +32,12 @@ test: agent
 
 lint:
 	./scripts/lint.sh
+	./scripts/ui-vendor.sh --check
+
+# The frontend's vendored third-party modules (web/ui/vendor), from the
+# versions pinned in web/uideps.
+ui-vendor:
+	./scripts/ui-vendor.sh
 
 bench: build
 	./scripts/bench.sh

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -8,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/browser"
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
 
@@ -433,4 +435,55 @@ func TestE2EUploadLimitsBeforeSending(t *testing.T) {
 	b.Do("reload", chromedp.Reload())
 	open()
 	b.WaitTrue("the picker is off", `document.getElementById('file-input').disabled`, 10*time.Second)
+}
+
+// TestE2EMarkdown: a message renders as Markdown — a table, a list, a link
+// and a fenced python block as elements, the code highlighted with a copy
+// button that copies it — and what could run script or leave the page
+// quietly is neutralised: an <img onerror> shows as its text, a
+// javascript: link loses its target.
+func TestE2EMarkdown(t *testing.T) {
+	e2e.NeedChromium(t)
+	s := e2eServer(t, nil)
+	token := apiLogin(t, s, e2eEmail, e2ePassword)
+	pid := s.do("POST", appAPI+"/project", token, map[string]any{"name": "Docs"}).json(t)["id"]
+	tid := s.do("POST", appAPI+"/thread", token, map[string]any{"project_id": pid, "title": "Markdown"}).json(t)["id"].(string)
+	msg := "# Totals\n\n| region | total |\n|---|---|\n| North | 40 |\n\n- one\n- two\n\n[docs](https://example.com/docs) and [bad](javascript:alert(1))\n\n" +
+		"<img src=x onerror=\"window.pwned=1\">\n\n```python\nprint('hi')\n```\n"
+	if r := s.do("POST", appAPI+"/thread/"+tid+"/messages", token, map[string]any{"content": msg}); r.status != 200 {
+		t.Fatalf("turn: %d %s", r.status, r.body)
+	}
+	b := e2e.Start(t, 1440, 1000)
+	uiLogin(b, s.base, e2eEmail, e2ePassword)
+	for _, name := range []string{"clipboard-read", "clipboard-write"} {
+		ctx, cancel := context.WithTimeout(b.Context(), 10*time.Second)
+		_, err := chromedp.CallBrowser(ctx, browser.SetPermission, browser.SetPermissionParams{
+			Permission: &browser.PermissionDescriptor{Name: name}, Setting: browser.PermissionSettingGranted, Origin: s.base})
+		cancel()
+		if err != nil {
+			t.Fatalf("grant %s: %v", name, err)
+		}
+	}
+	b.Do("open the thread", chromedp.Navigate(s.base+"/#/thread/"+tid), chromedp.WaitVisible(chromedp.ID("message")))
+	user := `.msg.user .md`
+	b.WaitTrue("the rendered message", `!!document.querySelector('`+user+` table')`, 10*time.Second)
+	got := e2e.Eval[string](b, "elements", `(() => { const m = document.querySelector('`+user+`');
+		return [m.querySelector('h1') && m.querySelector('h1').textContent, m.querySelector('td') && m.querySelector('td').textContent,
+			m.querySelectorAll('li').length, m.querySelector('a[href^="https://example.com"]').rel,
+			!!m.querySelector('a[href^="javascript:"]'), !!m.querySelector('img') || !m.textContent.includes('<img src=x'), String(window.pwned),
+			!!m.querySelector('pre code.hljs .hljs-built_in, pre code.hljs span')].join(' | '); })()`)
+	if got != "Totals | North | 2 | noopener noreferrer | false | false | undefined | true" {
+		t.Errorf("the rendered markdown: %q", got)
+	}
+	b.Do("copy the code", chromedp.Click(chromedp.CSS(user+` button.copy`)))
+	b.WaitText(user+" .copy-status", "Copied", 5*time.Second)
+	if got := e2e.Eval[string](b, "clipboard", `navigator.clipboard.readText()`); got != "print('hi')\n" && got != "print('hi')" {
+		t.Errorf("the clipboard holds %q", got)
+	}
+	// Nothing unsanitized reached the page: the CSP had nothing to refuse.
+	for _, m := range b.Console() {
+		if strings.Contains(m, "Content Security Policy") {
+			t.Errorf("the browser refused something the page inserted: %s", m)
+		}
+	}
 }

@@ -306,6 +306,9 @@ func TestE2EChat(t *testing.T) {
 	if got := e2e.Eval[string](b, "run code box", `(() => { const c = document.getElementById('run-code'); const n = document.querySelector('.policy-note'); return c.checked + ' ' + c.disabled + ' ' + (n.nextElementSibling && n.nextElementSibling.classList.contains('composer')); })()`); got != "false true true" {
 		t.Errorf("the run-code box and the note while code execution is off: %q", got)
 	}
+	// The history (two code cards of the first turn) is drawn beside the
+	// policy note: wait for it before counting.
+	b.WaitTrue("the thread's history", `document.querySelectorAll('.exec').length >= 2`, 10*time.Second)
 	runsBefore := e2e.Eval[int](b, "code cards", `document.querySelectorAll('.exec').length`)
 	b.Do("send a message with code",
 		chromedp.SetValue(chromedp.ID("message"), "```python\nopen('/mnt/user-data/outputs/should-not-exist.txt', 'w').write('x')\n```"),

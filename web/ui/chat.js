@@ -4,6 +4,7 @@
 import { h, append, replace, humanSize, ask, formatTime } from './dom.js';
 import { api, stream, upload, explain, decodeFileID, ApiError, APP } from './api.js';
 import { resourceCard, downloadButton } from './artifacts.js';
+import { renderMarkdown, withCopy } from './markdown.js';
 import { notify } from './notice.js';
 
 const LONG_LINES = 20;
@@ -477,7 +478,7 @@ class TurnView {
   stop(index = this.current) {
     const st = this.blocks.get(index);
     if (!st) return;
-    if (st.block.type === 'text') replace(st.el, formatText(st.text));
+    if (st.block.type === 'text') { replace(st.el, renderMarkdown(st.text)); st.el.classList.add('md'); }
     if (st.json) {
       try { this.cards.get(st.block.id).setInput(JSON.parse(st.json)); } catch { /* keep the partial text */ }
     }
@@ -496,21 +497,6 @@ class TurnView {
   note(message) {
     this.li.append(h('p', { class: 'turn-note', role: 'status' }, message));
   }
-}
-
-/** formatText renders text with its fenced code blocks as <pre>. */
-export function formatText(text) {
-  const out = [];
-  const re = /```([^\n`]*)\n([\s\S]*?)```/g;
-  let at = 0;
-  let m;
-  while ((m = re.exec(text)) !== null) {
-    if (m.index > at) out.push(h('p', {}, text.slice(at, m.index).replace(/^\n+|\n+$/g, '')));
-    out.push(h('pre', { class: 'code', tabindex: '0', 'aria-label': `${m[1] || 'code'} block` }, h('code', {}, m[2].replace(/\n$/, ''))));
-    at = re.lastIndex;
-  }
-  if (at < text.length) out.push(h('p', {}, text.slice(at).replace(/^\n+|\n+$/g, '')));
-  return out.filter((el) => el.tagName !== 'P' || el.textContent !== '');
 }
 
 /** codeCard is a code execution: its command, then its outputs. */
@@ -602,5 +588,5 @@ function output(name, text) {
   const summary = h('summary', {}, `${name}${long ? ` — ${lines} lines, collapsed (show)` : ''}`);
   return h('details', { class: 'output ' + name, open: !long },
     summary,
-    h('pre', { tabindex: '0', 'aria-label': name }, h('code', {}, text)));
+    withCopy(h('pre', { tabindex: '0', 'aria-label': name }, h('code', {}, text)), text, name));
 }

@@ -1,0 +1,73 @@
+// markdown.js renders message text as Markdown (CommonMark with GitHub's
+// tables, task lists and strikethrough) into sanitized elements: marked
+// parses, DOMPurify cleans what it made (scripts, event handlers,
+// javascript: links and the like never reach the page), highlight.js
+// colours fenced code, and every code block gets a copy button. The
+// modules are vendored (scripts/ui-vendor.sh); the page's CSP is unchanged.
+import { marked } from './vendor/marked.js';
+import DOMPurify from './vendor/purify.js';
+import hljs from './vendor/highlight.js';
+import { h } from './dom.js';
+
+marked.setOptions({ gfm: true, breaks: false });
+// Raw HTML in a message is shown as the text it is, as chat apps do: it
+// never reaches the HTML parser (even an inert one reports what it refuses),
+// and Markdown covers what a message needs.
+marked.use({ renderer: { html({ text }) { return escapeHTML(text); } } });
+
+function escapeHTML(s) {
+  return s.replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' }[c]));
+}
+
+/**
+ * renderMarkdown returns a fragment of sanitized elements for text.
+ */
+export function renderMarkdown(text) {
+  const html = marked.parse(text || '', { async: false });
+  const clean = DOMPurify.sanitize(html, {
+    FORBID_TAGS: ['style', 'form', 'input', 'button', 'textarea', 'select', 'iframe', 'img'],
+    FORBID_ATTR: ['style'],
+    ALLOW_DATA_ATTR: false,
+  });
+  // Parsed in an inert template: nothing in it loads or runs.
+  const tpl = document.createElement('template');
+  tpl.innerHTML = clean;
+  const frag = tpl.content;
+  for (const a of frag.querySelectorAll('a[href]')) {
+    // Links leave the app in a new tab that cannot reach back into it.
+    a.setAttribute('target', '_blank');
+    a.setAttribute('rel', 'noopener noreferrer');
+  }
+  for (const img of frag.querySelectorAll('img')) {
+    // A model's or user's image link could fetch from anywhere (and the
+    // CSP would refuse it anyway): shown as its text instead.
+    img.replaceWith(document.createTextNode(img.getAttribute('alt') || '[image]'));
+  }
+  for (const code of frag.querySelectorAll('pre > code')) {
+    const lang = [...code.classList].find((c) => c.startsWith('language-'));
+    if (lang && hljs.getLanguage(lang.slice('language-'.length))) hljs.highlightElement(code);
+    const pre = code.parentElement;
+    const spot = document.createComment('');
+    pre.replaceWith(spot);
+    spot.replaceWith(withCopy(pre, code.textContent, lang ? lang.slice('language-'.length) : 'code'));
+  }
+  return frag;
+}
+
+/**
+ * withCopy wraps a pre element with a button that copies text.
+ */
+export function withCopy(pre, text, what) {
+  const status = h('span', { class: 'copy-status', role: 'status' });
+  const btn = h('button', { type: 'button', class: 'copy small', 'aria-label': `Copy ${what}` }, 'Copy');
+  btn.addEventListener('click', async () => {
+    try {
+      await navigator.clipboard.writeText(text);
+      status.textContent = 'Copied';
+    } catch {
+      status.textContent = 'Copy failed';
+    }
+    setTimeout(() => { status.textContent = ''; }, 2000);
+  });
+  return h('div', { class: 'code-wrap' }, h('div', { class: 'code-tools' }, btn, status), pre);
+}
