@@ -63,7 +63,7 @@ func realHost(path string) devHost {
 			cmd.Stdout, cmd.Stderr = out, out
 			cmd.WaitDelay = 5 * time.Second
 			if err := cmd.Run(); err != nil {
-				return fmt.Errorf("%s %s: %w", path, strings.Join(args, " "), err)
+				return fmt.Errorf("%s: %w", strings.Join(append([]string{path}, args...), " "), err)
 			}
 			return nil
 		},
@@ -134,7 +134,13 @@ func devPrepare(ctx context.Context, cfg Config, getenv func(string) string, rec
 		names[i] = strings.TrimSpace(names[i])
 	}
 	cache := recipeCache(getenv, cfg.DataDir)
+	// The recipe reads its settings from the environment: this run's.
 	env := []string{"DATA_DIR=" + cfg.DataDir, "SANDBOX_IMAGE=" + cfg.SandboxImage}
+	for _, k := range []string{"THREADBOX_CACHE_DIR", "MIRROR"} {
+		if v := getenv(k); v != "" {
+			env = append(env, k+"="+v)
+		}
+	}
 	canBuild := h.root && h.have("debootstrap")
 
 	dockerOK := false

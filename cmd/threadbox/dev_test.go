@@ -28,6 +28,7 @@ type fakeHost struct {
 	image      bool     // the daemon has the image
 	buildFails bool
 	runs       [][]string // the recipe's arguments, one entry per run
+	env        []string   // the recipe's environment additions, of the last run
 }
 
 func (f *fakeHost) host() devHost {
@@ -43,6 +44,7 @@ func (f *fakeHost) host() devHost {
 		hasImage: func(ctx context.Context, image string) bool { return f.image },
 		recipe: func(ctx context.Context, out io.Writer, env []string, args ...string) error {
 			f.runs = append(f.runs, append([]string{}, args...))
+			f.env = env
 			if f.buildFails {
 				return errFake("debootstrap failed")
 			}
@@ -90,7 +92,7 @@ func TestDevPrepare(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			env := map[string]string{"SANDBOX_BACKEND": tt.explicit, "DATA_DIR": t.TempDir()}
+			env := map[string]string{"SANDBOX_BACKEND": tt.explicit, "DATA_DIR": t.TempDir(), "THREADBOX_CACHE_DIR": "/srv/cache"}
 			cfg := Config{DataDir: env["DATA_DIR"], SandboxImage: "threadbox-sandbox:latest", RootFS: tt.rootfs}
 			var out bytes.Buffer
 			h := tt.host
@@ -103,6 +105,10 @@ func TestDevPrepare(t *testing.T) {
 			}
 			if !slices.EqualFunc(h.runs, tt.runs, slices.Equal) {
 				t.Errorf("recipe runs %q, want %q", h.runs, tt.runs)
+			}
+			// The recipe builds where this run looks: its data, cache and image.
+			if want := []string{"DATA_DIR=" + env["DATA_DIR"], "SANDBOX_IMAGE=threadbox-sandbox:latest", "THREADBOX_CACHE_DIR=/srv/cache"}; len(h.runs) > 0 && !slices.Equal(h.env, want) {
+				t.Errorf("recipe environment %q, want %q", h.env, want)
 			}
 			rest := out.String()
 			for _, s := range tt.says {
@@ -242,6 +248,7 @@ func TestDevBuildsMissingImage(t *testing.T) {
 	out := s.stdout.String()
 	for _, want := range []string{
 		"threadbox dev: no sandbox image " + image + ": building it from Debian's packages, about 30 seconds",
+		"==> [1] root filesystem for recipe " + hash[:12] + " is cached at " + cache,
 		"threadbox dev: built in ",
 		"threadbox dev: SANDBOX_BACKEND=docker,local",
 		"ok   backend docker",
