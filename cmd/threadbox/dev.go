@@ -134,8 +134,13 @@ func devPrepare(ctx context.Context, cfg Config, getenv func(string) string, rec
 		names[i] = strings.TrimSpace(names[i])
 	}
 	cache := recipeCache(getenv, cfg.DataDir)
-	// The recipe reads its settings from the environment: this run's.
-	env := []string{"DATA_DIR=" + cfg.DataDir, "SANDBOX_IMAGE=" + cfg.SandboxImage}
+	// The recipe reads its settings from the environment: this run's. Its
+	// cache is where the estimate and the local backend look
+	// (recipeCache, local.FindRootFS): DATA_DIR only when it is set.
+	env := []string{"SANDBOX_IMAGE=" + cfg.SandboxImage}
+	if getenv("DATA_DIR") != "" {
+		env = append(env, "DATA_DIR="+cfg.DataDir)
+	}
 	for _, k := range []string{"THREADBOX_CACHE_DIR", "MIRROR"} {
 		if v := getenv(k); v != "" {
 			env = append(env, k+"="+v)

@@ -107,7 +107,7 @@ func TestDevPrepare(t *testing.T) {
 				t.Errorf("recipe runs %q, want %q", h.runs, tt.runs)
 			}
 			// The recipe builds where this run looks: its data, cache and image.
-			if want := []string{"DATA_DIR=" + env["DATA_DIR"], "SANDBOX_IMAGE=threadbox-sandbox:latest", "THREADBOX_CACHE_DIR=/srv/cache"}; len(h.runs) > 0 && !slices.Equal(h.env, want) {
+			if want := []string{"SANDBOX_IMAGE=threadbox-sandbox:latest", "DATA_DIR=" + env["DATA_DIR"], "THREADBOX_CACHE_DIR=/srv/cache"}; len(h.runs) > 0 && !slices.Equal(h.env, want) {
 				t.Errorf("recipe environment %q, want %q", h.env, want)
 			}
 			rest := out.String()
@@ -174,7 +174,7 @@ func TestDevBuildsMissingImage(t *testing.T) {
 		t.Fatal(err)
 	}
 	hash := recipeHash(recipe)
-	cache := recipeCache(os.Getenv, "")
+	cache := recipeCache(os.Getenv, os.Getenv("DATA_DIR"))
 	if _, err := os.Stat(filepath.Join(cache, "sandbox-rootfs", hash, ".threadbox-complete")); err != nil {
 		missing(t, "the root filesystem of recipe %.12s is not cached in %s (make sandbox-image builds it): %v", hash, cache, err)
 	}
