@@ -11,20 +11,15 @@ build: agent
 agent:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o $(BIN)/threadbox-agent ./cmd/threadbox-agent
 
-# A single-user development run: it lists the local development jail as a
-# fallback explicitly (serve's default is docker alone) and says so.
-# SANDBOX_BACKEND in the environment wins.
-# With a Docker daemon and no sandbox image, the image is built first (the
-# offline build, once); `threadbox doctor` then says what else is missing.
+# A single-user development run (`threadbox dev`, cmd/threadbox/dev.go):
+# unless SANDBOX_BACKEND is set it prepares a sandbox backend — with Docker,
+# the sandbox image when it is missing (the offline build, with its progress
+# and a time estimate); without Docker, as root with debootstrap and
+# bubblewrap, the local development jail's root filesystem — or else serves
+# with code execution off and prints one line saying what to install. Then
+# it runs `threadbox doctor` and serves. See docs/backends.md.
 run: build
-	@if command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1 && ! docker image inspect "$${SANDBOX_IMAGE:-threadbox-sandbox:latest}" >/dev/null 2>&1; then \
-	  echo "make run: no sandbox image yet: building it from Debian's packages (once; about 10 minutes)"; \
-	  $(MAKE) sandbox-image; \
-	fi
-	@b="$${SANDBOX_BACKEND:-docker,local}"; \
-	echo "make run: SANDBOX_BACKEND=$$b (a single-user development run; the local backend is a development jail, not for untrusted code)"; \
-	SANDBOX_BACKEND="$$b" $(BIN)/threadbox doctor || true; \
-	SANDBOX_BACKEND="$$b" exec $(BIN)/threadbox serve
+	exec $(BIN)/threadbox dev
 
 # The full suite: starts a throwaway PostgreSQL cluster when TEST_DATABASE_URL is unset.
 test: agent

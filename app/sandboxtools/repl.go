@@ -36,6 +36,12 @@ type replProc struct {
 	sess sandbox.Session
 	busy sync.Mutex // one request at a time
 	done chan struct{}
+	// endRes and endErr say how the driver ended, once done is closed.
+	endRes sandbox.Result
+	endErr error
+	// metered is the CPU time of this REPL's calls recorded so far (usage
+	// metering); busy guards it.
+	metered time.Duration
 
 	mu   sync.Mutex
 	out  []byte // bytes since the last answer
@@ -84,6 +90,9 @@ type ReplResult struct {
 	// Restarted reports that this call ran in a fresh REPL: asked for, or
 	// the previous one had ended (crashed, killed, sandbox restarted).
 	Restarted bool `json:"restarted"`
+
+	// cpu is the call's CPU time as the driver measured it (usage metering).
+	cpu time.Duration
 }
 
 func (e *Executor) repl(ctx context.Context, call messages.ToolCall) (any, error) {
@@ -104,7 +113,9 @@ func (e *Executor) repl(ctx context.Context, call messages.ToolCall) (any, error
 	}
 	p.busy.Lock()
 	defer p.busy.Unlock()
+	started := time.Now()
 	res, err := e.repls.ask(ctx, call, p, *in.Code, timeout)
+	e.meterCall(ctx, call.ContainerID, p, started, res)
 	if err != nil {
 		return nil, err
 	}
@@ -136,7 +147,7 @@ func (r *repls) get(ctx context.Context, call messages.ToolCall, restart bool) (
 	}
 	p.sess = sess
 	go func() {
-		_, _ = sess.Wait(context.Background())
+		p.endRes, p.endErr = sess.Wait(context.Background())
 		close(p.done)
 	}()
 	r.by[call.ContainerID] = p
@@ -211,6 +222,7 @@ func (r *repls) answer(raw, line []byte, id string) (*ReplResult, error) {
 		Value  *string `json:"value"`
 		Error  *string `json:"error"`
 		Final  *string `json:"final"`
+		CPU    float64 `json:"cpu_seconds"`
 	}
 	if err := json.Unmarshal(line, &a); err != nil {
 		return nil, fail(messages.CodeUnavailable, "The Python REPL answered something unreadable: %v", err)
@@ -225,6 +237,7 @@ func (r *repls) answer(raw, line []byte, id string) (*ReplResult, error) {
 		Stdout: messages.CapOutput([]byte(out), false, limit),
 		Stderr: messages.CapOutput([]byte(a.Stderr), false, limit),
 		Value:  a.Value, Error: a.Error, Final: a.Final,
+		cpu: cpuDuration(a.CPU),
 	}, nil
 }
 
@@ -237,3 +250,43 @@ func (e *Executor) start(ctx context.Context, containerID string, cmd sandbox.Co
 	}
 	return s, err
 }
+
+// meterCall records one repl_execute call for usage metering: its wall
+// time, and its CPU time as the driver measured it (the REPL's and its
+// waited-for children's user and system time) or, when the REPL ended
+// during the call, what its exit accounting (the agent's wait4) holds
+// beyond the calls already counted. p.busy is held.
+func (e *Executor) meterCall(ctx context.Context, containerID string, p *replProc, started time.Time, res *ReplResult) {
+	if e.cfg.Meter == nil {
+		return
+	}
+	u := sandbox.Result{Duration: time.Since(started)}
+	if res != nil {
+		u.CPUTime = res.cpu
+	} else {
+		// A call without an answer ended the interpreter or stopped it:
+		// its exit accounting follows shortly.
+		select {
+		case <-p.done:
+			if p.endErr == nil && p.endRes.CPUTime > p.metered {
+				u.CPUTime = p.endRes.CPUTime - p.metered
+			}
+		case <-time.After(endWait):
+		}
+	}
+	p.metered += u.CPUTime
+	e.cfg.Meter.Command(ctx, containerID, u)
+}
+
+// cpuDuration is a driver's CPU seconds as a duration; a value that is not
+// a finite non-negative number counts as none.
+func cpuDuration(sec float64) time.Duration {
+	if !(sec >= 0) || sec > 1e9 {
+		return 0
+	}
+	return time.Duration(sec * float64(time.Second))
+}
+
+// endWait bounds how long usage metering waits for the exit accounting of
+// a REPL that a call ended or that was stopped during it.
+const endWait = 2 * time.Second

@@ -108,6 +108,18 @@ def _run(code):
     return out.getvalue(), err.getvalue(), value, error
 
 
+# The call's CPU time for usage metering: user and system time of this
+# process and of the children it waited for (what the agent's wait4
+# counts for a command). os.times is taken before any code runs, so code
+# that replaces os.times does not change what is counted.
+_times = os.times
+
+
+def _cpu(t0, t1):
+    return max(0.0, (t1.user - t0.user) + (t1.system - t0.system) +
+               (t1.children_user - t0.children_user) + (t1.children_system - t0.children_system))
+
+
 def _main():
     for line in _in:
         if not line.strip():
@@ -116,8 +128,10 @@ def _main():
         for k, v in (req.get("env") or {}).items():
             os.environ[k] = v
         _final.clear()
+        t0 = _times()
         stdout, stderr, value, error = _run(req.get("code", ""))
         res = {"id": req.get("id"), "stdout": stdout, "stderr": stderr, "value": value, "error": error,
+               "cpu_seconds": _cpu(t0, _times()),
                "final": None if "value" not in _final else (_final["value"] if isinstance(_final["value"], str) else repr(_final["value"]))}
         _out.write("\x00TBREPL " + json.dumps(res) + "\n")
         _out.flush()

@@ -115,9 +115,49 @@ type interpreter struct {
 	endRes sandbox.Result
 	endErr error
 
+	// metered is the CPU time of this interpreter's cells recorded so far
+	// (usage metering); its turn guards it.
+	metered time.Duration
+
 	mu   sync.Mutex
 	cell *cellOutput // the running cell's output; nil between cells
 	wake chan struct{}
+}
+
+// meterCell records one cell for usage metering: its wall time, and its
+// CPU time as the driver measured it (the interpreter's and its waited-for
+// children's user and system time) or, when the interpreter ended during
+// the cell, what the interpreter's exit accounting (the agent's wait4)
+// holds beyond the cells already counted.
+func (e *Executor) meterCell(ctx context.Context, containerID string, p *interpreter, started time.Time, ans *pythonAnswer) {
+	if e.cfg.Meter == nil {
+		return
+	}
+	res := sandbox.Result{Duration: time.Since(started)}
+	if ans != nil {
+		res.CPUTime = cpuDuration(ans.CPUSeconds)
+	} else {
+		// A call without an answer ended the interpreter or stopped it:
+		// its exit accounting follows shortly.
+		select {
+		case <-p.ended:
+			if p.endErr == nil && p.endRes.CPUTime > p.metered {
+				res.CPUTime = p.endRes.CPUTime - p.metered
+			}
+		case <-time.After(endWait):
+		}
+	}
+	p.metered += res.CPUTime
+	e.cfg.Meter.Command(ctx, containerID, res)
+}
+
+// cpuDuration is a driver's CPU seconds as a duration; a value that is not
+// a finite non-negative number counts as none.
+func cpuDuration(sec float64) time.Duration {
+	if !(sec >= 0) || sec > 1e9 {
+		return 0
+	}
+	return time.Duration(sec * float64(time.Second))
 }
 
 // output takes the driver's output: the running cell's, or (between cells,
@@ -172,6 +212,8 @@ type pythonAnswer struct {
 	Files           []string `json:"files"`
 	StdoutTruncated bool     `json:"stdout_truncated"`
 	StderrTruncated bool     `json:"stderr_truncated"`
+	// CPUSeconds is the cell's CPU time as the driver measured it.
+	CPUSeconds float64 `json:"cpu_seconds"`
 }
 
 // python runs one cell of the code_execution sub-tool.
@@ -200,9 +242,7 @@ func (e *Executor) python(ctx context.Context, call messages.ToolCall) *messages
 	}
 	defer func() { <-p.turn }()
 	ans, cell, err := e.ask(ctx, call, p, *in.Code)
-	if e.cfg.Meter != nil {
-		e.cfg.Meter.Command(ctx, call.ContainerID, sandbox.Result{Duration: time.Since(started)})
-	}
+	e.meterCell(ctx, call.ContainerID, p, started, ans)
 	switch {
 	case ctx.Err() != nil:
 		return fail(messages.CodeUnavailable, "The request was cancelled.")
@@ -426,3 +466,7 @@ func joinLine(s, line string) string {
 	}
 	return s + line
 }
+
+// endWait bounds how long usage metering waits for the exit accounting of
+// an interpreter that a cell ended or that was stopped during it.
+const endWait = 2 * time.Second

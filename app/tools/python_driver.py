@@ -162,6 +162,18 @@ def _send(res):
             line = line[os.write(_out, line):]
 
 
+# The cell's CPU time for usage metering: user and system time of this
+# process and of the children it waited for (what the agent's wait4
+# counts for a command). os.times is taken before any cell runs, so a cell
+# that replaces os.times does not change what is counted.
+_times = os.times
+
+
+def _cpu(t0, t1):
+    return max(0.0, (t1.user - t0.user) + (t1.system - t0.system) +
+               (t1.children_user - t0.children_user) + (t1.children_system - t0.children_system))
+
+
 def _main():
     for line in _in:
         if not line.strip():
@@ -169,10 +181,12 @@ def _main():
         req = json.loads(line)
         for k, v in (req.get("env") or {}).items():
             os.environ[k] = v
+        t0 = _times()
         try:
             res = _run(req)
         except _CellTimeout:
             res = {"id": req.get("id"), "stdout": "", "stderr": "", "return_code": 124, "timed_out": True, "files": []}
+        res["cpu_seconds"] = _cpu(t0, _times())
         _send(res)
 
 

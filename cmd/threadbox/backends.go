@@ -60,11 +60,16 @@ func newBackends(cfg Config, layout *hostdirs.Layout, log *slog.Logger) ([]sandb
 // availableDeadline bounds each backend's availability check at start.
 const availableDeadline = 10 * time.Second
 
-// checkBackends runs once at start. It logs each configured backend's
+// checkBackends runs once at start. With no backend configured it logs one
+// warning line saying code execution is off. It logs each configured backend's
 // warning (the local development jail's) as one warning line, and each
 // unavailable backend once, as an error line with the reason; it returns
 // the backends that can serve now, in configured order.
 func checkBackends(ctx context.Context, bs []sandbox.Backend, log *slog.Logger) []sandbox.Backend {
+	if len(bs) == 0 {
+		log.Warn("code execution is off: no sandbox backend is configured (SANDBOX_BACKEND lists none), so every code tool answers \"code_execution provider is not configured.\"; the orgs' policies are unchanged")
+		return nil
+	}
 	var ok []sandbox.Backend
 	for _, b := range bs {
 		if w, isWarner := b.(backends.Warner); isWarner && w.Warning() != "" {

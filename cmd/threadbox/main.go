@@ -54,6 +54,7 @@ Usage:
   threadbox serve                      serve the HTTP API (and migrate first)
   threadbox migrate                    apply database migrations and exit
   threadbox doctor                     check what serve needs and say how to fix it
+  threadbox dev                        a development run (make run): prepare a sandbox backend, doctor, serve
   threadbox admin bootstrap --org NAME --email EMAIL [--password-file F]
   threadbox token create --email EMAIL [--name NAME] [--ttl DURATION]
   threadbox token revoke ID
@@ -79,6 +80,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return cmdMigrate(ctx, rest, getenv, stdout, stderr)
 	case "doctor":
 		return cmdDoctor(ctx, rest, getenv, stdout, stderr)
+	case "dev":
+		return cmdDev(ctx, rest, getenv, stdout, stderr)
 	case "admin":
 		return cmdAdmin(ctx, rest, getenv, stdout, stderr)
 	case "token":

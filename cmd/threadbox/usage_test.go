@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
@@ -84,4 +85,78 @@ func TestOrgUsage(t *testing.T) {
 			}
 		}
 	})
+}
+
+// burnCell is Python that spins until it has used 1.1 s more CPU time
+// than when it started, whatever the interpreter used before.
+const burnCell = "import time\nt0 = time.process_time()\nwhile time.process_time() - t0 < 1.1:\n    pass\nprint(\"burnt\")"
+
+// TestSessionUsage: what runs in sessions is metered like commands. Through
+// the Messages API, with a scripted model and Docker sandboxes, an
+// exec_command session, a repl_execute call and a Python cell of
+// code_execution_20260120 each burn 1.1 s of CPU; after each, the org's
+// usage for the user and day has one command more and at least 1 s more
+// CPU time and wall time.
+func TestSessionUsage(t *testing.T) {
+	bin := needDocker(t)
+	s, fake := modelServer(t, "", "anthropic", map[string]string{"SANDBOX_BACKEND": "docker", "THREADBOX_AGENT_BIN": bin})
+	tok := s.bootstrap("acme", "admin@acme.test")
+	cl := msgClient(s, tok)
+	today := time.Now().UTC().Format("2006-01-02")
+	usage := func(t *testing.T) (commands, cpu, wall float64) {
+		t.Helper()
+		r := s.do("GET", appAPI+"/org/usage?from="+today+"&to="+today+"&group_by=user", tok, nil)
+		if r.status != 200 {
+			t.Fatalf("usage: %d %s", r.status, r.body)
+		}
+		data := r.json(t)["data"].([]any)
+		if len(data) == 0 {
+			return 0, 0, 0
+		}
+		u := data[0].(map[string]any)
+		if len(data) != 1 || u["email"] != "admin@acme.test" {
+			t.Fatalf("usage rows: %s", r.body)
+		}
+		return u["commands"].(float64), u["cpu_seconds"].(float64), u["wall_seconds"].(float64)
+	}
+	for _, tt := range []struct {
+		name string
+		run  func(t *testing.T) string // the call's output
+	}{
+		{"exec_command session", func(t *testing.T) string {
+			fake.Push(steps(call("exec_command", map[string]any{"command": "python3 -c '" + burnCell + "'", "grace_seconds": 30})), textStep("ok"))
+			calls, _ := sandboxTurn(t, cl, "usage1")
+			if len(calls) != 1 || calls[0].Content["alive"] != false {
+				t.Fatalf("the session did not end within its grace: %v", calls)
+			}
+			return calls[0].str("stdout")
+		}},
+		{"repl_execute", func(t *testing.T) string {
+			fake.Push(steps(call("repl_execute", map[string]any{"code": burnCell})), textStep("ok"))
+			calls, _ := sandboxTurn(t, cl, "usage1")
+			if len(calls) != 1 {
+				t.Fatalf("%d calls", len(calls))
+			}
+			return calls[0].str("stdout")
+		}},
+		{"code_execution Python cell", func(t *testing.T) string {
+			fake.Push(steps(pyStep(burnCell)), textStep("ok"))
+			msg, err := cl.Messages.New(context.Background(), msgParams("usage1", userText("burn"), codeExec2601...))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return pyResult(t, msg.Content, 0).Stdout
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			n0, cpu0, wall0 := usage(t)
+			if out := tt.run(t); !strings.Contains(out, "burnt") {
+				t.Fatalf("output %q", out)
+			}
+			n1, cpu1, wall1 := usage(t)
+			if n1 != n0+1 || cpu1-cpu0 < 1 || cpu1-cpu0 > 60 || wall1-wall0 < 1 {
+				t.Fatalf("usage went from %v commands, %v s CPU, %v s wall to %v, %v, %v: want one command and at least 1 s of CPU and wall more", n0, cpu0, wall0, n1, cpu1, wall1)
+			}
+		})
+	}
 }
