@@ -24,15 +24,12 @@ function escapeHTML(s) {
  */
 export function renderMarkdown(text) {
   const html = marked.parse(text || '', { async: false });
-  const clean = DOMPurify.sanitize(html, {
+  const frag = DOMPurify.sanitize(html, {
+    RETURN_DOM_FRAGMENT: true,
     FORBID_TAGS: ['style', 'form', 'input', 'button', 'textarea', 'select', 'iframe', 'img'],
     FORBID_ATTR: ['style'],
     ALLOW_DATA_ATTR: false,
   });
-  // Parsed in an inert template: nothing in it loads or runs.
-  const tpl = document.createElement('template');
-  tpl.innerHTML = clean;
-  const frag = tpl.content;
   for (const a of frag.querySelectorAll('a[href]')) {
     // Links leave the app in a new tab that cannot reach back into it.
     a.setAttribute('target', '_blank');
