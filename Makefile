@@ -27,7 +27,7 @@ test: agent
 
 lint:
 	./scripts/lint.sh
-	./scripts/ui-vendor.sh --check
+	[ ! -x scripts/ui-vendor.sh ] || ./scripts/ui-vendor.sh --check
 
 # The frontend's vendored third-party modules (web/ui/vendor), from the
 # versions pinned in web/uideps.
