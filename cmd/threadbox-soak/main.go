@@ -41,6 +41,8 @@ type config struct {
 	maxAge       time.Duration
 	upstreamURL  string // set when model is fake
 	settle       time.Duration
+	only         map[string]bool // the operations users do; empty is all
+	keepLog      string          // where to copy threadbox's log at the end
 
 	// Hooks of the tests that plant what the invariants must catch.
 	plantBeforeVerify func(*soak)
@@ -55,7 +57,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs := flag.NewFlagSet("threadbox-soak", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var c config
-	var faults string
+	var faults, only string
 	fs.IntVar(&c.users, "users", 20, "simulated users")
 	fs.DurationVar(&c.duration, "duration", 10*time.Minute, "how long the load runs")
 	fs.DurationVar(&c.think, "think", 2*time.Second, "mean think time between a user's operations")
@@ -72,9 +74,19 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.idle, "idle", 15*time.Second, "SANDBOX_IDLE of the server")
 	fs.DurationVar(&c.sweep, "sweep", 2*time.Second, "SWEEP_INTERVAL of the server")
 	fs.DurationVar(&c.maxAge, "max-age", 45*time.Second, "CONTAINER_MAX_AGE of the server (Messages API containers)")
+	fs.StringVar(&only, "ops", "", "comma-separated operations users do (e.g. turn,turn-disconnect); empty is the whole mix")
+	fs.StringVar(&c.keepLog, "keep-log", "", "copy threadbox's log (JSON lines, every start) to this file at the end")
 	fs.DurationVar(&c.settle, "settle", 3*time.Minute, "longest wait for the sweeps after the load")
 	if err := fs.Parse(args); err != nil {
 		return c, err
+	}
+	for _, o := range strings.Split(only, ",") {
+		if o = strings.TrimSpace(o); o != "" {
+			if c.only == nil {
+				c.only = map[string]bool{}
+			}
+			c.only[o] = true
+		}
 	}
 	if c.users < 1 || c.duration <= 0 {
 		return c, fmt.Errorf("need at least one user and a positive duration")

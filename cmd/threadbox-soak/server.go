@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -362,4 +363,42 @@ func sockets(pid int) string {
 		out = append(out, fmt.Sprintf("    %d× %s", c, k))
 	}
 	return strings.Join(out, "\n")
+}
+
+// logLevels counts the server's log lines at level (ERROR, WARN) by
+// message, with the first cause seen for each.
+func (s *server) logLevels(level string) map[string]logCount {
+	out := map[string]logCount{}
+	b, err := os.ReadFile(s.logf.Name())
+	if err != nil {
+		return out
+	}
+	for _, line := range bytes.Split(b, []byte("\n")) {
+		var rec map[string]any
+		if json.Unmarshal(line, &rec) != nil || rec["level"] != level {
+			continue
+		}
+		msg := fmt.Sprint(rec["msg"])
+		c := out[msg]
+		c.n++
+		if c.example == "" {
+			for _, k := range []string{"err", "cause", "error"} {
+				if v, ok := rec[k]; ok {
+					c.example = fmt.Sprint(v)
+					break
+				}
+			}
+			if p, ok := rec["path"]; ok {
+				c.example = fmt.Sprint(rec["method"], " ", p, ": ", c.example)
+			}
+		}
+		out[msg] = c
+	}
+	return out
+}
+
+// logCount is how often a message was logged, with one example.
+type logCount struct {
+	n       int
+	example string
 }

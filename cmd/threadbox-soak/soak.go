@@ -581,6 +581,24 @@ func run(ctx context.Context, cfg config, out io.Writer) (ok bool, err error) {
 	for f, n := range s.findings {
 		fmt.Fprintf(out, "  finding (%d×): %s\n", n, f)
 	}
+	if cfg.keepLog != "" {
+		if b, err := os.ReadFile(s.srv.logf.Name()); err == nil {
+			_ = os.WriteFile(cfg.keepLog, b, 0o644)
+		}
+	}
+	// The server's own account of the run: what it logged at ERROR
+	// (failures it blames on itself) and at WARN.
+	for _, level := range []string{"ERROR", "WARN"} {
+		logged := s.srv.logLevels(level)
+		msgs := make([]string, 0, len(logged))
+		for m := range logged {
+			msgs = append(msgs, m)
+		}
+		sort.Strings(msgs)
+		for _, m := range msgs {
+			fmt.Fprintf(out, "  server log %s (%d×): %s — %.240s\n", level, logged[m].n, m, logged[m].example)
+		}
+	}
 	if final.fds > procBase.fds+fdSlack {
 		fmt.Fprintf(out, "  sockets of threadbox after the sweeps:\n%s\n", finalSockets)
 		for k, n := range finalFds {

@@ -114,11 +114,20 @@ func (u *user) ops() []op {
 		{"fork", 1, u.fork},
 		{"delete-thread", 1, u.deleteThread},
 		{"rotate-token", 1, u.rotateToken},
+		// Detached turns: a client that leaves is an ordinary user.
+		{"turn-disconnect", 1, u.turnDisconnect},
 	}
 	if u.s.cfg.chaos {
-		ops = append(ops,
-			op{"turn-disconnect", 1, u.turnDisconnect},
-			op{"upload-disconnect", 1, u.uploadDisconnect})
+		ops = append(ops, op{"upload-disconnect", 1, u.uploadDisconnect})
+	}
+	if len(u.s.cfg.only) > 0 {
+		var kept []op
+		for _, o := range ops {
+			if u.s.cfg.only[o.name] {
+				kept = append(kept, o)
+			}
+		}
+		ops = kept
 	}
 	return ops
 }
@@ -129,6 +138,9 @@ func (u *user) loop(ctx context.Context) {
 	total := 0
 	for _, o := range ops {
 		total += o.weight
+	}
+	if total == 0 {
+		return // -ops named none of this run's operations
 	}
 	for ctx.Err() == nil {
 		k := u.rnd.IntN(total)
@@ -200,7 +212,9 @@ type found struct {
 	texts     []string
 	stopped   bool // message_stop seen (streams) or a complete JSON message
 	errEvent  string
-	toolErrs  []string // error codes and explanations of tool error blocks
+	// stoppedEvent is the stopped event that ends a stopped turn's log.
+	stoppedEvent bool
+	toolErrs     []string // error codes and explanations of tool error blocks
 }
 
 type resource struct {
@@ -230,6 +244,8 @@ func (f *found) walk(v any) {
 			f.texts = append(f.texts, s)
 		case "message_stop":
 			f.stopped = true
+		case "stopped":
+			f.stoppedEvent = true
 		case "error":
 			if e, ok := x["error"].(map[string]any); ok {
 				f.errEvent = fmt.Sprint(e["type"], ": ", e["message"])
@@ -660,8 +676,16 @@ func (u *user) rotateToken(ctx context.Context) error {
 	return nil
 }
 
-// turnDisconnect starts a streamed turn and leaves after its first event.
-// The turn ends failed; the thread must take the next turn.
+// turnDisconnect starts a streamed turn and leaves after its first bytes.
+// Turns are detached: the turn goes on without its client. The user then
+// does one of three things, chosen at random, and checks the outcome: it
+// stops the turn (POST …/turns/{id}/stop; the log must end with a stopped
+// event and the answer be stored as stopped), follows it again (GET
+// …/turns/{id}/events; it must end complete with the command's marker,
+// which the ledger then holds), or deletes the thread while the turn
+// runs (the thread must be gone, and what the turn held is left to the
+// end's resource checks). The thread's turn lock is held until the turn
+// ended, so that the user's next turn there does not meet it running.
 func (u *user) turnDisconnect(ctx context.Context) error {
 	t, err := u.thread(ctx)
 	if err != nil {
@@ -671,28 +695,162 @@ func (u *user) turnDisconnect(ctx context.Context) error {
 		return errSkip
 	}
 	defer t.turnMu.Unlock()
-	j, _ := json.Marshal(turnBody("gone-"+randHex(4), "gone.txt", "x", true))
+	marker := "gone-" + randHex(4)
+	name := fmt.Sprintf("g%s.txt", randHex(3))
+	content := "gone-out-" + randHex(8)
+	j, _ := json.Marshal(turnBody(marker, name, content, true))
 	// The command sleeps, so the client leaves while it runs.
 	j = bytes.Replace(j, []byte(`echo gone-`), []byte(`sleep 3; echo gone-`), 1)
+	start := time.Now()
+	turnID, err := u.startAndLeave(ctx, t, j)
+	if err != nil {
+		return err
+	}
+	live := u.led.liveThreads()
+	switch k := u.rnd.IntN(3); {
+	case k == 2 && len(live) >= 2:
+		return u.deleteWhileRunning(ctx, t, turnID)
+	case k == 0:
+		return u.stopLeftTurn(ctx, t, turnID)
+	}
+	// Follow it again from the start: it went on without its client.
+	b, err := u.c.do(ctx, "GET", "/api/v1/app/thread/"+t.id+"/turns/"+turnID+"/events", nil, "")
+	if err != nil {
+		return err
+	}
+	f, err := parseAnswer(b, true)
+	if err != nil {
+		return err
+	}
+	if f.errEvent != "" {
+		return &streamError{f.errEvent}
+	}
+	if f.stoppedEvent {
+		return wrongf("a turn its client left was stopped: %.300s", b)
+	}
+	if !f.stopped {
+		return wrongf("the events of a left turn did not end with message_stop: %.300s", b)
+	}
+	if len(f.stdouts) == 0 && strings.Contains(strings.Join(f.texts, ""), codeOff) && u.s.codeOffDuring(start, time.Now()) {
+		return errPolicyText
+	}
+	if len(f.stdouts) == 0 && len(f.toolErrs) > 0 {
+		return &toolError{strings.Join(f.toolErrs, "; ")}
+	}
+	if len(f.stdouts) != 1 || f.stdouts[0] != marker+"\n" {
+		return wrongf("left turn stdout %q, want %q (did it go on without its client?)", f.stdouts, marker+"\n")
+	}
+	want := sha([]byte(content))
+	for _, r := range f.resources {
+		if strings.HasSuffix(r.Path, "/"+name) && r.SHA256 == want && r.ArtifactID != "" {
+			t.turns++
+			u.led.turnAcked(t, marker, true)
+			u.led.addArtifact(artifactEntry{id: r.ArtifactID, sha: want, project: u.project})
+			return nil
+		}
+	}
+	return wrongf("left turn resources %+v, want one for %s with sha256 %s", f.resources, name, want)
+}
+
+// startAndLeave posts a streamed turn, reads its first bytes and leaves;
+// it returns the turn's id from the Threadbox-Turn-Id header.
+func (u *user) startAndLeave(ctx context.Context, t *threadEntry, body []byte) (string, error) {
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	req, _ := http.NewRequestWithContext(cctx, "POST", u.s.srv.base+"/api/v1/app/thread/"+t.id+"/messages", bytes.NewReader(j))
+	req, _ := http.NewRequestWithContext(cctx, "POST", u.s.srv.base+"/api/v1/app/thread/"+t.id+"/messages", bytes.NewReader(body))
 	req.Header.Set("Authorization", "Bearer "+u.currentToken())
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := u.c.hc.Do(req)
 	if err != nil {
-		return &apiError{Transport: err}
+		return "", &apiError{Transport: err}
 	}
+	defer resp.Body.Close()
 	if resp.StatusCode != 200 {
 		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		return parseError(resp.StatusCode, b)
+		return "", parseError(resp.StatusCode, b)
+	}
+	turnID := resp.Header.Get("Threadbox-Turn-Id")
+	if turnID == "" {
+		return "", wrongf("a turn's answer has no Threadbox-Turn-Id header")
 	}
 	buf := make([]byte, 64)
 	_, _ = resp.Body.Read(buf)
-	cancel()
-	resp.Body.Close()
+	return turnID, nil
+}
+
+// stopLeftTurn stops a turn its client left; the turn must end stopped:
+// its log ends with a stopped event, the stop answers it (again) as
+// stopped, and its answer is stored as stopped, not running.
+func (u *user) stopLeftTurn(ctx context.Context, t *threadEntry, turnID string) error {
+	base := "/api/v1/app/thread/" + t.id + "/turns/" + turnID
+	var tv struct{ Type, ID, State string }
+	if err := u.c.json(ctx, "POST", base+"/stop", nil, &tv); err != nil {
+		return err
+	}
+	if tv.Type != "turn" || tv.ID != turnID {
+		return wrongf("stop answered %+v for turn %s", tv, turnID)
+	}
+	b, err := u.c.do(ctx, "GET", base+"/events", nil, "")
+	if err != nil {
+		return err
+	}
+	f, err := parseAnswer(b, true)
+	if err != nil {
+		return err
+	}
+	if f.errEvent != "" {
+		return &streamError{f.errEvent}
+	}
+	if tv.State == "running" && !f.stoppedEvent {
+		// The stop came while it ran (the command sleeps 3 s): it must
+		// end stopped, whatever it did before.
+		return wrongf("a stopped turn's events did not end with a stopped event: %.300s", tailOf(b, 300))
+	}
+	if err := u.c.json(ctx, "POST", base+"/stop", nil, &tv); err != nil {
+		return err
+	}
+	// Its log ended: a second stop answers the turn as it ended.
+	if tv.State == "running" || (f.stoppedEvent && tv.State != "stopped") {
+		return wrongf("a second stop answered state %q after the log ended (stopped event: %v)", tv.State, f.stoppedEvent)
+	}
+	var ms struct {
+		Data []struct {
+			Role   string `json:"role"`
+			Status string `json:"status"`
+		} `json:"data"`
+		RunningTurnID string `json:"running_turn_id"`
+	}
+	if err := u.c.json(ctx, "GET", "/api/v1/app/thread/"+t.id+"/messages", nil, &ms); err != nil {
+		return err
+	}
+	if ms.RunningTurnID != "" {
+		return wrongf("thread %s still names a running turn %s after its turn was stopped", t.id, ms.RunningTurnID)
+	}
+	if n := len(ms.Data); f.stoppedEvent && (n == 0 || ms.Data[n-1].Role != "assistant" || ms.Data[n-1].Status != "stopped") {
+		return wrongf("the stopped turn's answer is not stored as stopped: %+v", ms.Data[max(n-1, 0):])
+	}
 	return nil
+}
+
+// deleteWhileRunning deletes a thread whose turn runs: the delete must be
+// acknowledged, and the thread and its turn gone at once.
+func (u *user) deleteWhileRunning(ctx context.Context, t *threadEntry, turnID string) error {
+	if _, err := u.c.do(ctx, "DELETE", "/api/v1/app/thread/"+t.id, nil, ""); err != nil {
+		return err
+	}
+	u.led.threadDeleted(t)
+	_, err := u.c.do(ctx, "GET", "/api/v1/app/thread/"+t.id+"/turns/"+turnID+"/events", nil, "")
+	if ae := asAPIError(err); ae == nil || ae.Status != 404 {
+		return wrongf("the turn of a deleted thread answers %v, want 404", err)
+	}
+	return nil
+}
+
+func tailOf(b []byte, n int) []byte {
+	if len(b) > n {
+		return b[len(b)-n:]
+	}
+	return b
 }
 
 // uploadDisconnect starts an upload and drops it halfway: nothing of it
