@@ -37,14 +37,15 @@ type server struct {
 	start time.Time // when the running process started
 }
 
-// newServer prepares (without starting) a threadbox serving from work.
-func newServer(cfg config, work string) (*server, error) {
+// newServer prepares (without starting) a threadbox whose log is in work
+// and whose DATA_DIR is dataRoot/data.
+func newServer(cfg config, work, dataRoot string) (*server, error) {
 	addr, err := freeAddr()
 	if err != nil {
 		return nil, err
 	}
 	instance := fmt.Sprintf("soak%d-%d", os.Getpid(), time.Now().UnixNano()%1e6)
-	data := filepath.Join(work, "data")
+	data := filepath.Join(dataRoot, "data")
 	if err := os.MkdirAll(data, 0o755); err != nil {
 		return nil, err
 	}
