@@ -253,7 +253,7 @@ func (s *Store) InTx(ctx context.Context, fn func(tx *Store) error) error {
 	err := s.txq(ctx).Transaction(func(tx *gorm.DB) error {
 		return fn(&Store{db: tx, sqlDB: s.sqlDB, reads: s.reads, inTx: true, dialect: s.dialect})
 	})
-	if unavailable(err) {
+	if unavailable(err) || diskFull(err) {
 		// A transaction that could not begin or commit; fn's own errors
 		// were translated already.
 		return dbError("transaction", err)

@@ -18,6 +18,24 @@ import (
 // answer: the request may succeed if sent again.
 const unavailableMessage = "the database is unavailable (restarting or unreachable); try again shortly"
 
+// diskFullMessage is what a caller is told when the database's disk is
+// full: the request may succeed later, once space was freed.
+const diskFullMessage = "the server's disk is full; try again later"
+
+// diskFull reports whether err says the database could not write for
+// want of disk space (SQLite's SQLITE_FULL, PostgreSQL's disk_full).
+func diskFull(err error) bool {
+	if err == nil || fault.KindOf(err) != fault.Internal {
+		return false
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return pgErr.Code == "53100"
+	}
+	msg := err.Error()
+	return strings.Contains(msg, "SQLITE_FULL") || strings.Contains(msg, "database or disk is full")
+}
+
 // unavailable reports whether err says the database could not be reached
 // or is going away, rather than that the request was wrong: a refused or
 // reset connection, PostgreSQL shutting down, starting up or out of
@@ -47,9 +65,12 @@ func unavailable(err error) bool {
 }
 
 // dbError wraps a database error of the operation what: one that says the
-// database is unavailable becomes fault.Unavailable (answered 503, a
-// retry may help), any other stays an internal error.
+// database is unavailable or its disk full becomes fault.Unavailable
+// (answered 503, a retry may help), any other stays an internal error.
 func dbError(what string, err error) error {
+	if diskFull(err) {
+		return fault.Wrap(fault.Unavailable, diskFullMessage, fmt.Errorf("store: %s: %w", what, err))
+	}
 	if unavailable(err) {
 		return fault.Wrap(fault.Unavailable, unavailableMessage, fmt.Errorf("store: %s: %w", what, err))
 	}

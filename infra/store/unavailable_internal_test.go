@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -16,7 +17,7 @@ import (
 
 // TestTranslateDatabaseUnavailable: errors that say the database cannot
 // answer now — PostgreSQL shutting down or starting, a refused or reset
-// connection, SQLite locked past its busy timeout — are fault.Unavailable
+// connection, SQLite locked past its busy timeout, a disk full — are fault.Unavailable
 // (503, a retry may help) with a message that says so; errors of the
 // request itself keep their kinds, and other failures stay internal.
 func TestTranslateDatabaseUnavailable(t *testing.T) {
@@ -34,6 +35,8 @@ func TestTranslateDatabaseUnavailable(t *testing.T) {
 		{"connection reset", fmt.Errorf("read: %w", syscall.ECONNRESET), fault.Unavailable},
 		{"bad connection", driver.ErrBadConn, fault.Unavailable},
 		{"sqlite busy", errors.New("database is locked (5) (SQLITE_BUSY)"), fault.Unavailable},
+		{"sqlite full", errors.New("database or disk is full (13)"), fault.Unavailable},
+		{"postgres disk full", &pgconn.PgError{Code: "53100"}, fault.Unavailable},
 		{"syntax error", &pgconn.PgError{Code: "42601"}, fault.Internal},
 		{"unique", errors.New("UNIQUE constraint failed: threads.id"), fault.Conflict},
 		{"other", errors.New("disk I/O error"), fault.Internal},
@@ -45,7 +48,11 @@ func TestTranslateDatabaseUnavailable(t *testing.T) {
 			t.Errorf("%s: kind %q, want %q (%v)", c.name, got, c.want, err)
 		}
 		if c.want == fault.Unavailable {
-			if fault.MessageOf(err) != unavailableMessage || !errors.Is(err, c.err) {
+			want := unavailableMessage
+			if strings.Contains(c.name, "full") {
+				want = diskFullMessage
+			}
+			if fault.MessageOf(err) != want || !errors.Is(err, c.err) {
 				t.Errorf("%s: message %q, cause kept %v", c.name, fault.MessageOf(err), errors.Is(err, c.err))
 			}
 		}
