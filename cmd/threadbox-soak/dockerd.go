@@ -63,7 +63,10 @@ func (d *privateDockerd) start(ctx context.Context) error {
 		"--pidfile", filepath.Join(d.dir, "dockerd.pid"), "-H", "unix://"+d.sock(),
 		"--bridge=none", "--iptables=false", "--ip-masq=false", "--ip-forward=false")
 	d.cmd.Stdout, d.cmd.Stderr = logf, logf
-	d.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// A network namespace of its own: a daemon shares the host's links
+	// otherwise, and one started with --bridge=none deletes the host's
+	// docker0 (the host daemon's default bridge) at start.
+	d.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Cloneflags: syscall.CLONE_NEWNET}
 	if err := d.cmd.Start(); err != nil {
 		logf.Close()
 		return fmt.Errorf("start dockerd: %w", err)

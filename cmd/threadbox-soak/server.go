@@ -196,6 +196,10 @@ func (s *server) probe(ctx context.Context) (sample, error) {
 	out := sample{at: time.Now(), pid: s.pid()}
 	b, err := exec.CommandContext(ctx, "docker", "ps", "-aq", "--filter", "label=threadbox.instance="+s.instance).Output()
 	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			return out, fmt.Errorf("docker ps: %w: %s", err, bytes.TrimSpace(ee.Stderr))
+		}
 		return out, fmt.Errorf("docker ps: %w", err)
 	}
 	out.containers = len(strings.Fields(string(b)))
