@@ -446,7 +446,13 @@ func (u *user) messages(ctx context.Context, stream bool) error {
 		}
 		for _, b := range msg.Content {
 			if b.Type == "bash_code_execution_tool_result" {
-				return b.AsBashCodeExecutionToolResult().Content.AsResponseBashCodeExecutionResultBlock().Stdout, nil
+				c := b.AsBashCodeExecutionToolResult().Content
+				if c.Type == "bash_code_execution_tool_result_error" {
+					// The command could not run (its sandbox went away):
+					// the chat's error block, as the Messages API has it.
+					return "", &toolError{string(c.ErrorCode)}
+				}
+				return c.AsResponseBashCodeExecutionResultBlock().Stdout, nil
 			}
 		}
 		return "", wrongf("no bash result in %d blocks", len(msg.Content))
