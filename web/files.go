@@ -104,9 +104,11 @@ const (
 // requestBody is the request body as a stream (the server streams request
 // bodies), or the buffered body when there is none. It remembers the end:
 // fasthttp's chunked stream must not be read past it. A body that ends
-// before its Content-Length is errTornBody: fasthttp's stream reports a
-// client that left mid-upload as a plain EOF, which would store the torn
-// upload as if it were complete.
+// before its Content-Length, or fails to read (a chunked body cut inside
+// a chunk), is errTornBody: fasthttp's stream reports a client that left
+// mid-upload as a plain EOF or an unexpected one, which would store the
+// torn upload as if it were complete, or answer it as the server's
+// failure (500, logged at ERROR).
 type requestBody struct {
 	r    io.Reader
 	eof  bool
@@ -128,11 +130,18 @@ func (b *requestBody) Read(p []byte) (int, error) {
 	}
 	n, err := b.r.Read(p)
 	b.got += int64(n)
-	if errors.Is(err, io.EOF) {
+	switch {
+	case err == nil:
+	case errors.Is(err, io.EOF):
 		if b.want >= 0 && b.got < b.want {
 			return n, errTornBody
 		}
 		b.eof = true
+	default:
+		// A chunked body cut inside a chunk (io.ErrUnexpectedEOF, which
+		// copy loops take for the end), a connection reset: the client
+		// left, its request failed, not the server.
+		return n, fmt.Errorf("%w (%v)", errTornBody, err) // not %w: copy loops take ErrUnexpectedEOF for the end
 	}
 	return n, err
 }

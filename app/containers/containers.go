@@ -369,6 +369,10 @@ func (s *Service) boot(ctx context.Context, c container.Container) (*live, error
 	var reasons []string
 	for i, b := range s.backends {
 		if err := b.Available(ctx); err != nil {
+			if ctx.Err() != nil {
+				// The caller went (a stopped turn): no backend failed.
+				return nil, ctx.Err()
+			}
 			reasons = append(reasons, reason(b, err))
 			if i+1 < len(s.backends) {
 				s.log.Warn("sandbox backend unavailable, trying the next", "backend", b.Name(), "next", s.backends[i+1].Name(), "reason", err.Error())

@@ -10,6 +10,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"sync"
 	"time"
 )
 
@@ -38,6 +39,12 @@ type Keeper struct {
 	holder string
 	ttl    time.Duration
 	now    func() time.Time
+
+	// pending are the leases whose release failed (the database could not
+	// write): Renew would keep them alive for good, so it gives them back
+	// first, until that succeeds.
+	mu      sync.Mutex
+	pending map[string]bool
 }
 
 // New returns a keeper for this process: holder names it (a fresh random id
@@ -65,6 +72,9 @@ func (k *Keeper) TTL() time.Duration { return k.ttl }
 // Acquire takes the lease name for this process; false when another live
 // process holds it. Taking a lease this process holds again succeeds.
 func (k *Keeper) Acquire(ctx context.Context, name string) (bool, error) {
+	k.mu.Lock()
+	delete(k.pending, name) // taken again: not to be given back
+	k.mu.Unlock()
 	now := k.now().UTC()
 	ok, err := k.store.AcquireLease(ctx, name, k.holder, now.Add(k.ttl), now)
 	if err != nil {
@@ -74,9 +84,32 @@ func (k *Keeper) Acquire(ctx context.Context, name string) (bool, error) {
 }
 
 // Release gives the lease name back, if this process holds it.
+// When the database cannot write, the release is retried by Renew until it
+// succeeds (else the lease would be renewed for as long as the process
+// lives).
 func (k *Keeper) Release(ctx context.Context, name string) error {
 	if err := k.store.ReleaseLease(ctx, name, k.holder); err != nil {
-		return fmt.Errorf("lease %s: release: %w", name, err)
+		k.mu.Lock()
+		if k.pending == nil {
+			k.pending = map[string]bool{}
+		}
+		k.pending[name] = true
+		k.mu.Unlock()
+		return fmt.Errorf("lease %s: release (retried at the next renewal): %w", name, err)
+	}
+	return nil
+}
+
+// releasePending gives back the leases whose release failed; the lock
+// keeps an Acquire of the same name from racing the release.
+func (k *Keeper) releasePending(ctx context.Context) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for name := range k.pending {
+		if err := k.store.ReleaseLease(ctx, name, k.holder); err != nil {
+			return fmt.Errorf("lease %s: release: %w", name, err)
+		}
+		delete(k.pending, name)
 	}
 	return nil
 }
@@ -91,8 +124,12 @@ func (k *Keeper) Holds(ctx context.Context, name string) (mine, other bool, err 
 	return h == k.holder, h != "" && h != k.holder, nil
 }
 
-// Renew moves every lease of this process forward by the time to live.
+// Renew gives back the leases whose release failed, then moves every
+// other lease of this process forward by the time to live.
 func (k *Keeper) Renew(ctx context.Context) error {
+	if err := k.releasePending(ctx); err != nil {
+		return fmt.Errorf("lease: renew: %w", err)
+	}
 	if err := k.store.RenewLeases(ctx, k.holder, k.now().UTC().Add(k.ttl)); err != nil {
 		return fmt.Errorf("lease: renew: %w", err)
 	}

@@ -27,6 +27,7 @@ import (
 var (
 	errStopRequested  = errors.New("the turn was stopped by its owner")
 	errServerStopping = errors.New("the server is stopping")
+	errThreadDeleted  = errors.New("the turn's thread was deleted")
 )
 
 // Timings of detached turns.
@@ -74,7 +75,7 @@ func endOf(ctx context.Context, err error) turnEnd {
 	switch {
 	case err == nil:
 		return turnEnd{State: turn.Done}
-	case errors.Is(context.Cause(ctx), errStopRequested):
+	case errors.Is(context.Cause(ctx), errStopRequested), errors.Is(context.Cause(ctx), errThreadDeleted):
 		return turnEnd{State: turn.Stopped}
 	}
 	status, body := messages.ErrorStatus(err)
@@ -235,8 +236,13 @@ func (s *Service) watch(ctx context.Context, l *liveTurn) (stop func()) {
 					s.log.Warn("turn events not stored yet", "turn", l.rec.ID(), "cause", err.Error())
 				}
 			case <-poll.C:
-				if rec, err := s.store.Turn(ctx, l.rec.ThreadID(), l.rec.ID()); err == nil && rec.StopRequested() {
+				rec, err := s.store.Turn(ctx, l.rec.ThreadID(), l.rec.ID())
+				switch {
+				case err == nil && rec.StopRequested():
 					l.cancel(errStopRequested)
+				case fault.Is(err, fault.NotFound):
+					// Its thread was deleted on another server.
+					l.cancel(errThreadDeleted)
 				}
 			}
 		}
@@ -283,6 +289,56 @@ func (s *Service) finish(ctx context.Context, l *liveTurn, runErr error) {
 	l.changed = make(chan struct{})
 	l.mu.Unlock()
 	s.detached.drop(l.rec.ID())
+}
+
+// wait waits until the turn's end is stored, or ctx ends.
+func (l *liveTurn) wait(ctx context.Context) error {
+	for {
+		l.mu.Lock()
+		done, changed := l.done, l.changed
+		l.mu.Unlock()
+		if done {
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// endThreadTurns ends the turn running in a thread about to be deleted,
+// so that it does not go on without its thread (asking the model for the
+// next step, booting the thread's sandbox again, storing what its thread
+// no longer holds): a turn of this process is stopped and awaited, one on
+// another server is asked to stop through the database (it also stops
+// when it finds its record gone).
+func (s *Service) endThreadTurns(ctx context.Context, threadID string) error {
+	var mine []*liveTurn
+	s.detached.mu.Lock()
+	for _, l := range s.detached.live {
+		if l.rec.ThreadID() == threadID {
+			mine = append(mine, l)
+		}
+	}
+	s.detached.mu.Unlock()
+	for _, l := range mine {
+		l.cancel(errThreadDeleted)
+		if err := l.wait(ctx); err != nil {
+			return fmt.Errorf("workspace: the turn of thread %s did not end: %w", threadID, err)
+		}
+	}
+	rec, err := s.store.RunningTurn(ctx, threadID)
+	switch {
+	case fault.Is(err, fault.NotFound):
+		return nil
+	case err != nil:
+		return err
+	case s.detached.get(rec.ID()) == nil:
+		return s.store.RequestStop(ctx, rec.ID())
+	}
+	return nil
 }
 
 // TurnEnding is how a followed turn ended.

@@ -80,6 +80,9 @@ func (s *Service) DeleteThread(ctx context.Context, p user.Principal, threadID s
 	if err != nil {
 		return err
 	}
+	if err := s.endThreadTurns(ctx, th.ID()); err != nil {
+		return err
+	}
 	if err := s.removeSandbox(ctx, th); err != nil {
 		return err
 	}

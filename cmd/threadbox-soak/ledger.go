@@ -211,7 +211,9 @@ func (l *ledger) verify(ctx context.Context, c *client) (lost, running []string,
 				complete.Write(m.Content)
 			case "running":
 				running = append(running, t.id)
-			case "failed":
+			case "failed", "stopped":
+				// An interrupted answer: a turn that failed, or that its
+				// owner stopped (turn-disconnect users do).
 			default:
 				lost = append(lost, fmt.Sprintf("thread %s: a message with status %q", t.id, m.Status))
 			}

@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -41,6 +42,10 @@ type config struct {
 	maxAge       time.Duration
 	upstreamURL  string // set when model is fake
 	settle       time.Duration
+	only         map[string]bool // the operations users do; empty is all
+	keepLog      string          // where to copy threadbox's log at the end
+	dataFS       int64           // size of DATA_DIR's own filesystem; 0 is none
+	dockerd      string          // folder of a Docker daemon of the soak's own; "" is the host's
 
 	// Hooks of the tests that plant what the invariants must catch.
 	plantBeforeVerify func(*soak)
@@ -49,19 +54,21 @@ type config struct {
 
 // allFaults are the faults -chaos injects by default; docker-restart is
 // never among them (it restarts a daemon other users may share).
+// disk-full (DATA_DIR's filesystem filled for a while) is known but not
+// default either: it needs root, and it mounts a filesystem.
 var allFaults = []string{"kill9", "sigterm", "docker-kill", "upstream-429", "upstream-529", "upstream-500", "upstream-hang", "upstream-cut", "upstream-fail", "pg-restart"}
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs := flag.NewFlagSet("threadbox-soak", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var c config
-	var faults string
+	var faults, only string
 	fs.IntVar(&c.users, "users", 20, "simulated users")
 	fs.DurationVar(&c.duration, "duration", 10*time.Minute, "how long the load runs")
 	fs.DurationVar(&c.think, "think", 2*time.Second, "mean think time between a user's operations")
 	fs.Uint64Var(&c.seed, "seed", 0, "random seed (0: from the clock; printed at start)")
 	fs.BoolVar(&c.chaos, "chaos", false, "inject faults")
-	fs.StringVar(&faults, "faults", strings.Join(allFaults, ","), "faults injected with -chaos (docker-restart is also known, never default: it restarts the Docker daemon)")
+	fs.StringVar(&faults, "faults", strings.Join(allFaults, ","), "faults injected with -chaos (also known, never default: docker-restart restarts the Docker daemon, disk-full fills DATA_DIR's own filesystem)")
 	fs.DurationVar(&c.faultEvery, "fault-every", 30*time.Second, "mean time between faults")
 	fs.StringVar(&c.model, "model", "", "runner (threadbox's offline model) or fake (the fake upstream running the same code blocks; needed for upstream faults); default fake with -chaos, else runner")
 	fs.StringVar(&c.databaseURL, "database-url", "", "postgres:// URL; empty is SQLite")
@@ -72,9 +79,29 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.idle, "idle", 15*time.Second, "SANDBOX_IDLE of the server")
 	fs.DurationVar(&c.sweep, "sweep", 2*time.Second, "SWEEP_INTERVAL of the server")
 	fs.DurationVar(&c.maxAge, "max-age", 45*time.Second, "CONTAINER_MAX_AGE of the server (Messages API containers)")
+	fs.StringVar(&only, "ops", "", "comma-separated operations users do (e.g. turn,turn-disconnect); empty is the whole mix")
+	var dataFS string
+	fs.StringVar(&dataFS, "data-fs", "", "put DATA_DIR on a loop-mounted ext4 filesystem of this size (e.g. 1G; needed by the disk-full fault, 1G when it is asked without it)")
+	fs.StringVar(&c.dockerd, "private-dockerd", "", "run the sandboxes on a Docker daemon of the soak's own, keeping its state in this folder (the docker-restart fault then restarts it, not the host's daemon)")
+	fs.StringVar(&c.keepLog, "keep-log", "", "copy threadbox's log (JSON lines, every start) to this file at the end")
 	fs.DurationVar(&c.settle, "settle", 3*time.Minute, "longest wait for the sweeps after the load")
 	if err := fs.Parse(args); err != nil {
 		return c, err
+	}
+	for _, o := range strings.Split(only, ",") {
+		if o = strings.TrimSpace(o); o != "" {
+			if c.only == nil {
+				c.only = map[string]bool{}
+			}
+			c.only[o] = true
+		}
+	}
+	if dataFS != "" {
+		n, err := parseSize(dataFS)
+		if err != nil {
+			return c, fmt.Errorf("-data-fs: %w", err)
+		}
+		c.dataFS = n
 	}
 	if c.users < 1 || c.duration <= 0 {
 		return c, fmt.Errorf("need at least one user and a positive duration")
@@ -101,6 +128,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 			default:
 				c.faults = append(c.faults, f)
 			}
+			if f == "disk-full" && c.dataFS == 0 {
+				c.dataFS = 1 << 30
+			}
 		}
 	}
 	for _, p := range []*string{&c.threadboxBin, &c.agentBin} {
@@ -111,6 +141,24 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		*p = abs
 	}
 	return c, nil
+}
+
+// parseSize reads a size in bytes with an optional K, M or G suffix.
+func parseSize(v string) (int64, error) {
+	mult := int64(1)
+	switch {
+	case strings.HasSuffix(v, "K"):
+		mult, v = 1<<10, strings.TrimSuffix(v, "K")
+	case strings.HasSuffix(v, "M"):
+		mult, v = 1<<20, strings.TrimSuffix(v, "M")
+	case strings.HasSuffix(v, "G"):
+		mult, v = 1<<30, strings.TrimSuffix(v, "G")
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n <= 0 {
+		return 0, fmt.Errorf("%q is not a size", v)
+	}
+	return n * mult, nil
 }
 
 func main() {

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -36,14 +37,15 @@ type server struct {
 	start time.Time // when the running process started
 }
 
-// newServer prepares (without starting) a threadbox serving from work.
-func newServer(cfg config, work string) (*server, error) {
+// newServer prepares (without starting) a threadbox whose log is in work
+// and whose DATA_DIR is dataRoot/data.
+func newServer(cfg config, work, dataRoot string) (*server, error) {
 	addr, err := freeAddr()
 	if err != nil {
 		return nil, err
 	}
 	instance := fmt.Sprintf("soak%d-%d", os.Getpid(), time.Now().UnixNano()%1e6)
-	data := filepath.Join(work, "data")
+	data := filepath.Join(dataRoot, "data")
 	if err := os.MkdirAll(data, 0o755); err != nil {
 		return nil, err
 	}
@@ -194,6 +196,10 @@ func (s *server) probe(ctx context.Context) (sample, error) {
 	out := sample{at: time.Now(), pid: s.pid()}
 	b, err := exec.CommandContext(ctx, "docker", "ps", "-aq", "--filter", "label=threadbox.instance="+s.instance).Output()
 	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			return out, fmt.Errorf("docker ps: %w: %s", err, bytes.TrimSpace(ee.Stderr))
+		}
 		return out, fmt.Errorf("docker ps: %w", err)
 	}
 	out.containers = len(strings.Fields(string(b)))
@@ -362,4 +368,42 @@ func sockets(pid int) string {
 		out = append(out, fmt.Sprintf("    %d× %s", c, k))
 	}
 	return strings.Join(out, "\n")
+}
+
+// logLevels counts the server's log lines at level (ERROR, WARN) by
+// message, with the first cause seen for each.
+func (s *server) logLevels(level string) map[string]logCount {
+	out := map[string]logCount{}
+	b, err := os.ReadFile(s.logf.Name())
+	if err != nil {
+		return out
+	}
+	for _, line := range bytes.Split(b, []byte("\n")) {
+		var rec map[string]any
+		if json.Unmarshal(line, &rec) != nil || rec["level"] != level {
+			continue
+		}
+		msg := fmt.Sprint(rec["msg"])
+		c := out[msg]
+		c.n++
+		if c.example == "" {
+			for _, k := range []string{"err", "cause", "error"} {
+				if v, ok := rec[k]; ok {
+					c.example = fmt.Sprint(v)
+					break
+				}
+			}
+			if p, ok := rec["path"]; ok {
+				c.example = fmt.Sprint(rec["method"], " ", p, ": ", c.example)
+			}
+		}
+		out[msg] = c
+	}
+	return out
+}
+
+// logCount is how often a message was logged, with one example.
+type logCount struct {
+	n       int
+	example string
 }

@@ -27,6 +27,8 @@ type window struct {
 type soak struct {
 	cfg   config
 	srv   *server
+	fs    *dataFS // DATA_DIR's own filesystem (-data-fs), or nil
+	dockd *privateDockerd
 	up    *upstream
 	st    *stats
 	admin *client
@@ -327,7 +329,12 @@ func (s *soak) inject(ctx context.Context, kind string, rnd *mrand.Rand) (string
 			return "", fmt.Errorf("pg_ctl restart: %w: %s", err, out)
 		}
 		return "", nil
+	case "disk-full":
+		return s.diskFull(ctx)
 	case "docker-restart":
+		if s.dockd != nil {
+			return " (the soak's own daemon)", s.dockd.restart(ctx)
+		}
 		out, err := exec.CommandContext(ctx, "systemctl", "restart", "docker").CombinedOutput()
 		if err != nil {
 			return "", fmt.Errorf("restart docker: %w: %s", err, out)
@@ -387,7 +394,31 @@ func run(ctx context.Context, cfg config, out io.Writer) (ok bool, err error) {
 		defer s.up.srv.Close()
 		s.cfg.upstreamURL = s.up.srv.URL()
 	}
-	if s.srv, err = newServer(s.cfg, work); err != nil {
+	if cfg.dockerd != "" {
+		if s.dockd, err = startPrivateDockerd(ctx, cfg.dockerd, "threadbox-sandbox:latest"); err != nil {
+			return false, err
+		}
+		// Stopped after the server's clean-up (deferred later, run first).
+		defer func() {
+			if err := s.dockd.close(); err != nil {
+				fmt.Fprintln(os.Stderr, "soak:", err)
+			}
+		}()
+	}
+	dataRoot := work
+	if cfg.dataFS > 0 {
+		if s.fs, err = newDataFS(ctx, work, cfg.dataFS); err != nil {
+			return false, err
+		}
+		// Unmounted after the server's clean-up (deferred later, run first).
+		defer func() {
+			if err := s.fs.close(); err != nil {
+				fmt.Fprintln(os.Stderr, "soak:", err)
+			}
+		}()
+		dataRoot = s.fs.mount
+	}
+	if s.srv, err = newServer(s.cfg, work, dataRoot); err != nil {
 		return false, err
 	}
 	var left []string
@@ -580,6 +611,24 @@ func run(ctx context.Context, cfg config, out io.Writer) (ok bool, err error) {
 	}
 	for f, n := range s.findings {
 		fmt.Fprintf(out, "  finding (%d×): %s\n", n, f)
+	}
+	if cfg.keepLog != "" {
+		if b, err := os.ReadFile(s.srv.logf.Name()); err == nil {
+			_ = os.WriteFile(cfg.keepLog, b, 0o644)
+		}
+	}
+	// The server's own account of the run: what it logged at ERROR
+	// (failures it blames on itself) and at WARN.
+	for _, level := range []string{"ERROR", "WARN"} {
+		logged := s.srv.logLevels(level)
+		msgs := make([]string, 0, len(logged))
+		for m := range logged {
+			msgs = append(msgs, m)
+		}
+		sort.Strings(msgs)
+		for _, m := range msgs {
+			fmt.Fprintf(out, "  server log %s (%d×): %s — %.240s\n", level, logged[m].n, m, logged[m].example)
+		}
 	}
 	if final.fds > procBase.fds+fdSlack {
 		fmt.Fprintf(out, "  sockets of threadbox after the sweeps:\n%s\n", finalSockets)

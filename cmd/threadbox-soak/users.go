@@ -13,6 +13,7 @@ import (
 	"io"
 	mrand "math/rand/v2"
 	"mime/multipart"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -114,11 +115,20 @@ func (u *user) ops() []op {
 		{"fork", 1, u.fork},
 		{"delete-thread", 1, u.deleteThread},
 		{"rotate-token", 1, u.rotateToken},
+		// Detached turns: a client that leaves is an ordinary user.
+		{"turn-disconnect", 1, u.turnDisconnect},
 	}
 	if u.s.cfg.chaos {
-		ops = append(ops,
-			op{"turn-disconnect", 1, u.turnDisconnect},
-			op{"upload-disconnect", 1, u.uploadDisconnect})
+		ops = append(ops, op{"upload-disconnect", 1, u.uploadDisconnect})
+	}
+	if len(u.s.cfg.only) > 0 {
+		var kept []op
+		for _, o := range ops {
+			if u.s.cfg.only[o.name] {
+				kept = append(kept, o)
+			}
+		}
+		ops = kept
 	}
 	return ops
 }
@@ -129,6 +139,9 @@ func (u *user) loop(ctx context.Context) {
 	total := 0
 	for _, o := range ops {
 		total += o.weight
+	}
+	if total == 0 {
+		return // -ops named none of this run's operations
 	}
 	for ctx.Err() == nil {
 		k := u.rnd.IntN(total)
@@ -200,7 +213,9 @@ type found struct {
 	texts     []string
 	stopped   bool // message_stop seen (streams) or a complete JSON message
 	errEvent  string
-	toolErrs  []string // error codes and explanations of tool error blocks
+	// stoppedEvent is the stopped event that ends a stopped turn's log.
+	stoppedEvent bool
+	toolErrs     []string // error codes and explanations of tool error blocks
 }
 
 type resource struct {
@@ -230,6 +245,8 @@ func (f *found) walk(v any) {
 			f.texts = append(f.texts, s)
 		case "message_stop":
 			f.stopped = true
+		case "stopped":
+			f.stoppedEvent = true
 		case "error":
 			if e, ok := x["error"].(map[string]any); ok {
 				f.errEvent = fmt.Sprint(e["type"], ": ", e["message"])
@@ -429,7 +446,13 @@ func (u *user) messages(ctx context.Context, stream bool) error {
 		}
 		for _, b := range msg.Content {
 			if b.Type == "bash_code_execution_tool_result" {
-				return b.AsBashCodeExecutionToolResult().Content.AsResponseBashCodeExecutionResultBlock().Stdout, nil
+				c := b.AsBashCodeExecutionToolResult().Content
+				if c.Type == "bash_code_execution_tool_result_error" {
+					// The command could not run (its sandbox went away):
+					// the chat's error block, as the Messages API has it.
+					return "", &toolError{string(c.ErrorCode)}
+				}
+				return c.AsResponseBashCodeExecutionResultBlock().Stdout, nil
 			}
 		}
 		return "", wrongf("no bash result in %d blocks", len(msg.Content))
@@ -660,8 +683,16 @@ func (u *user) rotateToken(ctx context.Context) error {
 	return nil
 }
 
-// turnDisconnect starts a streamed turn and leaves after its first event.
-// The turn ends failed; the thread must take the next turn.
+// turnDisconnect starts a streamed turn and leaves after its first bytes.
+// Turns are detached: the turn goes on without its client. The user then
+// does one of three things, chosen at random, and checks the outcome: it
+// stops the turn (POST …/turns/{id}/stop; the log must end with a stopped
+// event and the answer be stored as stopped), follows it again (GET
+// …/turns/{id}/events; it must end complete with the command's marker,
+// which the ledger then holds), or deletes the thread while the turn
+// runs (the thread must be gone, and what the turn held is left to the
+// end's resource checks). The thread's turn lock is held until the turn
+// ended, so that the user's next turn there does not meet it running.
 func (u *user) turnDisconnect(ctx context.Context) error {
 	t, err := u.thread(ctx)
 	if err != nil {
@@ -671,52 +702,196 @@ func (u *user) turnDisconnect(ctx context.Context) error {
 		return errSkip
 	}
 	defer t.turnMu.Unlock()
-	j, _ := json.Marshal(turnBody("gone-"+randHex(4), "gone.txt", "x", true))
+	marker := "gone-" + randHex(4)
+	name := fmt.Sprintf("g%s.txt", randHex(3))
+	content := "gone-out-" + randHex(8)
+	j, _ := json.Marshal(turnBody(marker, name, content, true))
 	// The command sleeps, so the client leaves while it runs.
 	j = bytes.Replace(j, []byte(`echo gone-`), []byte(`sleep 3; echo gone-`), 1)
+	start := time.Now()
+	turnID, err := u.startAndLeave(ctx, t, j)
+	if err != nil {
+		return err
+	}
+	live := u.led.liveThreads()
+	switch k := u.rnd.IntN(3); {
+	case k == 2 && len(live) >= 2:
+		return u.deleteWhileRunning(ctx, t, turnID)
+	case k == 0:
+		return u.stopLeftTurn(ctx, t, turnID)
+	}
+	// Follow it again from the start: it went on without its client.
+	b, err := u.c.do(ctx, "GET", "/api/v1/app/thread/"+t.id+"/turns/"+turnID+"/events", nil, "")
+	if err != nil {
+		return err
+	}
+	f, err := parseAnswer(b, true)
+	if err != nil {
+		return err
+	}
+	if f.errEvent != "" {
+		return &streamError{f.errEvent}
+	}
+	if f.stoppedEvent {
+		return wrongf("a turn its client left was stopped: %.300s", b)
+	}
+	if !f.stopped {
+		return wrongf("the events of a left turn did not end with message_stop: %.300s", b)
+	}
+	if len(f.stdouts) == 0 && strings.Contains(strings.Join(f.texts, ""), codeOff) && u.s.codeOffDuring(start, time.Now()) {
+		return errPolicyText
+	}
+	if len(f.stdouts) == 0 && len(f.toolErrs) > 0 {
+		return &toolError{strings.Join(f.toolErrs, "; ")}
+	}
+	if len(f.stdouts) != 1 || f.stdouts[0] != marker+"\n" {
+		return wrongf("left turn stdout %q, want %q (did it go on without its client?)", f.stdouts, marker+"\n")
+	}
+	want := sha([]byte(content))
+	for _, r := range f.resources {
+		if strings.HasSuffix(r.Path, "/"+name) && r.SHA256 == want && r.ArtifactID != "" {
+			t.turns++
+			u.led.turnAcked(t, marker, true)
+			u.led.addArtifact(artifactEntry{id: r.ArtifactID, sha: want, project: u.project})
+			return nil
+		}
+	}
+	return wrongf("left turn resources %+v, want one for %s with sha256 %s", f.resources, name, want)
+}
+
+// startAndLeave posts a streamed turn, reads its first bytes and leaves;
+// it returns the turn's id from the Threadbox-Turn-Id header.
+func (u *user) startAndLeave(ctx context.Context, t *threadEntry, body []byte) (string, error) {
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	req, _ := http.NewRequestWithContext(cctx, "POST", u.s.srv.base+"/api/v1/app/thread/"+t.id+"/messages", bytes.NewReader(j))
+	req, _ := http.NewRequestWithContext(cctx, "POST", u.s.srv.base+"/api/v1/app/thread/"+t.id+"/messages", bytes.NewReader(body))
 	req.Header.Set("Authorization", "Bearer "+u.currentToken())
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := u.c.hc.Do(req)
 	if err != nil {
-		return &apiError{Transport: err}
+		return "", &apiError{Transport: err}
 	}
+	defer resp.Body.Close()
 	if resp.StatusCode != 200 {
 		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		return parseError(resp.StatusCode, b)
+		return "", parseError(resp.StatusCode, b)
+	}
+	turnID := resp.Header.Get("Threadbox-Turn-Id")
+	if turnID == "" {
+		return "", wrongf("a turn's answer has no Threadbox-Turn-Id header")
 	}
 	buf := make([]byte, 64)
 	_, _ = resp.Body.Read(buf)
-	cancel()
-	resp.Body.Close()
+	return turnID, nil
+}
+
+// stopLeftTurn stops a turn its client left; the turn must end stopped:
+// its log ends with a stopped event, the stop answers it (again) as
+// stopped, and its answer is stored as stopped, not running.
+func (u *user) stopLeftTurn(ctx context.Context, t *threadEntry, turnID string) error {
+	base := "/api/v1/app/thread/" + t.id + "/turns/" + turnID
+	var tv struct{ Type, ID, State string }
+	if err := u.c.json(ctx, "POST", base+"/stop", nil, &tv); err != nil {
+		return err
+	}
+	if tv.Type != "turn" || tv.ID != turnID {
+		return wrongf("stop answered %+v for turn %s", tv, turnID)
+	}
+	b, err := u.c.do(ctx, "GET", base+"/events", nil, "")
+	if err != nil {
+		return err
+	}
+	f, err := parseAnswer(b, true)
+	if err != nil {
+		return err
+	}
+	if f.errEvent != "" {
+		return &streamError{f.errEvent}
+	}
+	if tv.State == "running" && !f.stoppedEvent {
+		// The stop came while it ran (the command sleeps 3 s): it must
+		// end stopped, whatever it did before.
+		return wrongf("a stopped turn's events did not end with a stopped event: %.300s", tailOf(b, 300))
+	}
+	if err := u.c.json(ctx, "POST", base+"/stop", nil, &tv); err != nil {
+		return err
+	}
+	// Its log ended: a second stop answers the turn as it ended.
+	if tv.State == "running" || (f.stoppedEvent && tv.State != "stopped") {
+		return wrongf("a second stop answered state %q after the log ended (stopped event: %v)", tv.State, f.stoppedEvent)
+	}
+	var ms struct {
+		Data []struct {
+			Role   string `json:"role"`
+			Status string `json:"status"`
+		} `json:"data"`
+		RunningTurnID string `json:"running_turn_id"`
+	}
+	if err := u.c.json(ctx, "GET", "/api/v1/app/thread/"+t.id+"/messages", nil, &ms); err != nil {
+		return err
+	}
+	if ms.RunningTurnID != "" {
+		return wrongf("thread %s still names a running turn %s after its turn was stopped", t.id, ms.RunningTurnID)
+	}
+	if n := len(ms.Data); f.stoppedEvent && (n == 0 || ms.Data[n-1].Role != "assistant" || ms.Data[n-1].Status != "stopped") {
+		return wrongf("the stopped turn's answer is not stored as stopped: %+v", ms.Data[max(n-1, 0):])
+	}
 	return nil
 }
 
-// uploadDisconnect starts an upload and drops it halfway: nothing of it
-// may be stored.
+// deleteWhileRunning deletes a thread whose turn runs: the delete must be
+// acknowledged, and the thread and its turn gone at once.
+func (u *user) deleteWhileRunning(ctx context.Context, t *threadEntry, turnID string) error {
+	if _, err := u.c.do(ctx, "DELETE", "/api/v1/app/thread/"+t.id, nil, ""); err != nil {
+		return err
+	}
+	u.led.threadDeleted(t)
+	_, err := u.c.do(ctx, "GET", "/api/v1/app/thread/"+t.id+"/turns/"+turnID+"/events", nil, "")
+	if ae := asAPIError(err); ae == nil || ae.Status != 404 {
+		return wrongf("the turn of a deleted thread answers %v, want 404", err)
+	}
+	return nil
+}
+
+func tailOf(b []byte, n int) []byte {
+	if len(b) > n {
+		return b[len(b)-n:]
+	}
+	return b
+}
+
+// uploadDisconnect starts an upload (with a Content-Length, or chunked)
+// and drops it halfway: nothing of it may be stored.
 func (u *user) uploadDisconnect(ctx context.Context) error {
 	t, err := u.thread(ctx)
 	if err != nil {
 		return err
 	}
 	key := "docs/torn-" + randHex(4) + ".bin"
-	pr, pw := io.Pipe()
-	go func() {
-		_, _ = pw.Write(make([]byte, 256<<10))
-		time.Sleep(200 * time.Millisecond)
-		pw.CloseWithError(errors.New("client left"))
-	}()
-	req, _ := http.NewRequestWithContext(ctx, "PUT", u.s.srv.base+"/api/v1/app/thread/"+t.id+"/put-file/"+key, pr)
-	req.ContentLength = 1 << 20
-	req.Header.Set("Authorization", "Bearer "+u.currentToken())
-	if resp, err := u.c.hc.Do(req); err == nil {
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode < 300 {
-			return wrongf("a torn upload was acknowledged: %d %.200s", resp.StatusCode, b)
+	path := "/api/v1/app/thread/" + t.id + "/put-file/" + key
+	if u.rnd.IntN(2) == 0 {
+		// Chunked, cut inside a chunk (written by hand: Go's client only
+		// ever sends whole chunks). A body cut between chunks cannot be
+		// told from a complete one by the server's HTTP stack (README).
+		if err := tornChunked(ctx, u.s.srv.base, path, u.currentToken()); err != nil {
+			return err
+		}
+	} else {
+		pr, pw := io.Pipe()
+		go func() {
+			_, _ = pw.Write(make([]byte, 256<<10))
+			time.Sleep(200 * time.Millisecond)
+			pw.CloseWithError(errors.New("client left"))
+		}()
+		req, _ := http.NewRequestWithContext(ctx, "PUT", u.s.srv.base+path, pr)
+		req.ContentLength = 1 << 20
+		req.Header.Set("Authorization", "Bearer "+u.currentToken())
+		if resp, err := u.c.hc.Do(req); err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode < 300 {
+				return wrongf("a torn upload was acknowledged: %d %.200s", resp.StatusCode, b)
+			}
 		}
 	}
 	time.Sleep(300 * time.Millisecond)
@@ -728,4 +903,26 @@ func (u *user) uploadDisconnect(ctx context.Context) error {
 		return wrongf("a torn upload left a file at %s", key)
 	}
 	return err
+}
+
+// tornChunked sends a chunked PUT whose first chunk announces 1 MiB and
+// carries 256 KiB, then closes the connection; an answer of 2xx, if one
+// comes, is a torn upload acknowledged.
+func tornChunked(ctx context.Context, base, path, token string) error {
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "tcp", strings.TrimPrefix(base, "http://"))
+	if err != nil {
+		return &apiError{Transport: err}
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "PUT %s HTTP/1.1\r\nHost: soak\r\nAuthorization: Bearer %s\r\nContent-Type: application/octet-stream\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n", path, token, 1<<20)
+	_, _ = conn.Write(make([]byte, 256<<10))
+	time.Sleep(200 * time.Millisecond)
+	_ = conn.(*net.TCPConn).CloseWrite()
+	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	answer, _ := io.ReadAll(conn)
+	if bytes.HasPrefix(answer, []byte("HTTP/1.1 2")) {
+		return wrongf("a torn chunked upload was acknowledged: %.200s", answer)
+	}
+	return nil
 }

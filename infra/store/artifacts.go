@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"time"
 
@@ -104,7 +103,7 @@ func (s *Store) ProjectArtifactHashes(ctx context.Context, orgID, projectID stri
 	var sums []string
 	if err := s.q(ctx).Model(&artifactRow{}).Where("org_id = ? AND project_id = ?", orgID, projectID).
 		Distinct("sha256").Order("sha256").Pluck("sha256", &sums).Error; err != nil {
-		return nil, fmt.Errorf("store: project artifact hashes: %w", err)
+		return nil, dbError("project artifact hashes", err)
 	}
 	return sums, nil
 }
@@ -121,7 +120,7 @@ func (s *Store) ReferencedArtifactHashes(ctx context.Context, sums []string) ([]
 		var found []string
 		if err := s.q(ctx).Model(&artifactRow{}).Where("sha256 IN ?", batch).
 			Distinct("sha256").Pluck("sha256", &found).Error; err != nil {
-			return nil, fmt.Errorf("store: referenced artifact hashes: %w", err)
+			return nil, dbError("referenced artifact hashes", err)
 		}
 		out = append(out, found...)
 	}

@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"fmt"
 	"time"
 )
 
@@ -22,7 +21,7 @@ WHERE leases.holder = excluded.holder OR leases.expires_at <= ?`
 func (s *Store) AcquireLease(ctx context.Context, name, holder string, until, now time.Time) (bool, error) {
 	res := s.q(ctx).Exec(acquireLeaseSQL, name, holder, until.UTC(), now.UTC())
 	if res.Error != nil {
-		return false, fmt.Errorf("store: acquire lease: %w", res.Error)
+		return false, dbError("acquire lease", res.Error)
 	}
 	return res.RowsAffected == 1, nil
 }
@@ -30,7 +29,7 @@ func (s *Store) AcquireLease(ctx context.Context, name, holder string, until, no
 // RenewLeases moves every lease of holder forward to until.
 func (s *Store) RenewLeases(ctx context.Context, holder string, until time.Time) error {
 	if err := s.q(ctx).Exec(`UPDATE leases SET expires_at = ? WHERE holder = ?`, until.UTC(), holder).Error; err != nil {
-		return fmt.Errorf("store: renew leases: %w", err)
+		return dbError("renew leases", err)
 	}
 	return nil
 }
@@ -38,7 +37,7 @@ func (s *Store) RenewLeases(ctx context.Context, holder string, until time.Time)
 // ReleaseLease gives name back if holder has it.
 func (s *Store) ReleaseLease(ctx context.Context, name, holder string) error {
 	if err := s.q(ctx).Exec(`DELETE FROM leases WHERE name = ? AND holder = ?`, name, holder).Error; err != nil {
-		return fmt.Errorf("store: release lease: %w", err)
+		return dbError("release lease", err)
 	}
 	return nil
 }
@@ -46,7 +45,7 @@ func (s *Store) ReleaseLease(ctx context.Context, name, holder string) error {
 // ReleaseLeases gives back every lease of holder.
 func (s *Store) ReleaseLeases(ctx context.Context, holder string) error {
 	if err := s.q(ctx).Exec(`DELETE FROM leases WHERE holder = ?`, holder).Error; err != nil {
-		return fmt.Errorf("store: release leases: %w", err)
+		return dbError("release leases", err)
 	}
 	return nil
 }
@@ -55,7 +54,7 @@ func (s *Store) ReleaseLeases(ctx context.Context, holder string) error {
 func (s *Store) LeaseHolder(ctx context.Context, name string, now time.Time) (string, error) {
 	var holders []string
 	if err := s.q(ctx).Raw(`SELECT holder FROM leases WHERE name = ? AND expires_at > ?`, name, now.UTC()).Scan(&holders).Error; err != nil {
-		return "", fmt.Errorf("store: lease holder: %w", err)
+		return "", dbError("lease holder", err)
 	}
 	if len(holders) == 0 {
 		return "", nil

@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"fmt"
 	"time"
 )
 
@@ -25,7 +24,7 @@ func (s *Store) TakeLoginAttempt(ctx context.Context, name string, limit int, no
 	ws := windowStart.UTC()
 	res := s.q(ctx).Exec(takeLoginSQL, name, now.UTC(), ws, ws, ws, limit)
 	if res.Error != nil {
-		return false, fmt.Errorf("store: take login attempt: %w", res.Error)
+		return false, dbError("take login attempt", res.Error)
 	}
 	return res.RowsAffected == 1, nil
 }
@@ -33,7 +32,7 @@ func (s *Store) TakeLoginAttempt(ctx context.Context, name string, limit int, no
 // ReturnLoginAttempt takes one attempt back from the counter name.
 func (s *Store) ReturnLoginAttempt(ctx context.Context, name string) error {
 	if err := s.q(ctx).Exec(`UPDATE login_attempts SET attempts = attempts - 1 WHERE name = ? AND attempts > 0`, name).Error; err != nil {
-		return fmt.Errorf("store: return login attempt: %w", err)
+		return dbError("return login attempt", err)
 	}
 	return nil
 }
@@ -41,7 +40,7 @@ func (s *Store) ReturnLoginAttempt(ctx context.Context, name string) error {
 // ClearLoginAttempts deletes the counter name.
 func (s *Store) ClearLoginAttempts(ctx context.Context, name string) error {
 	if err := s.q(ctx).Exec(`DELETE FROM login_attempts WHERE name = ?`, name).Error; err != nil {
-		return fmt.Errorf("store: clear login attempts: %w", err)
+		return dbError("clear login attempts", err)
 	}
 	return nil
 }
@@ -50,10 +49,10 @@ func (s *Store) ClearLoginAttempts(ctx context.Context, name string) error {
 // windowStart and known addresses last seen before seenBefore.
 func (s *Store) PruneLoginAttempts(ctx context.Context, windowStart, seenBefore time.Time) error {
 	if err := s.q(ctx).Exec(`DELETE FROM login_attempts WHERE window_start <= ?`, windowStart.UTC()).Error; err != nil {
-		return fmt.Errorf("store: prune login attempts: %w", err)
+		return dbError("prune login attempts", err)
 	}
 	if err := s.q(ctx).Exec(`DELETE FROM login_addresses WHERE seen_at <= ?`, seenBefore.UTC()).Error; err != nil {
-		return fmt.Errorf("store: prune login addresses: %w", err)
+		return dbError("prune login addresses", err)
 	}
 	return nil
 }
@@ -62,7 +61,7 @@ func (s *Store) PruneLoginAttempts(ctx context.Context, windowStart, seenBefore 
 func (s *Store) KnownLoginAddress(ctx context.Context, email, addr string, since time.Time) (bool, error) {
 	var n int64
 	if err := s.q(ctx).Raw(`SELECT COUNT(*) FROM login_addresses WHERE email = ? AND addr = ? AND seen_at > ?`, email, addr, since.UTC()).Scan(&n).Error; err != nil {
-		return false, fmt.Errorf("store: known login address: %w", err)
+		return false, dbError("known login address", err)
 	}
 	return n > 0, nil
 }
@@ -72,7 +71,7 @@ func (s *Store) RememberLoginAddress(ctx context.Context, email, addr string, no
 	err := s.q(ctx).Exec(`INSERT INTO login_addresses (email, addr, seen_at) VALUES (?, ?, ?)
 ON CONFLICT (email, addr) DO UPDATE SET seen_at = excluded.seen_at`, email, addr, now.UTC()).Error
 	if err != nil {
-		return fmt.Errorf("store: remember login address: %w", err)
+		return dbError("remember login address", err)
 	}
 	return nil
 }

@@ -250,9 +250,15 @@ var ErrPending = errors.New("store: migrations pending")
 
 // InTx runs fn with a Store bound to one transaction.
 func (s *Store) InTx(ctx context.Context, fn func(tx *Store) error) error {
-	return s.txq(ctx).Transaction(func(tx *gorm.DB) error {
+	err := s.txq(ctx).Transaction(func(tx *gorm.DB) error {
 		return fn(&Store{db: tx, sqlDB: s.sqlDB, reads: s.reads, inTx: true, dialect: s.dialect})
 	})
+	if unavailable(err) || diskFull(err) {
+		// A transaction that could not begin or commit; fn's own errors
+		// were translated already.
+		return dbError("transaction", err)
+	}
+	return err
 }
 
 // translate maps GORM errors onto fault kinds.
@@ -267,7 +273,7 @@ func translate(err error, what string) error {
 	case errors.Is(err, gorm.ErrForeignKeyViolated), strings.Contains(err.Error(), "FOREIGN KEY constraint failed"):
 		return fault.Wrap(fault.Invalid, what+" refers to something that does not exist", err)
 	}
-	return fmt.Errorf("store: %s: %w", what, err)
+	return dbError(what, err)
 }
 
 // one checks that exactly one row was affected.
@@ -291,7 +297,7 @@ func (s *Store) Now(ctx context.Context) (time.Time, error) {
 	}
 	var t time.Time
 	if err := s.sqlDB.QueryRowContext(ctx, "SELECT now()").Scan(&t); err != nil {
-		return time.Time{}, fmt.Errorf("store: now: %w", err)
+		return time.Time{}, dbError("now", err)
 	}
 	return t, nil
 }

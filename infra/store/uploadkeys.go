@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"time"
 
 	"gorm.io/gorm"
@@ -66,12 +65,12 @@ func (k *UploadKeys) Claim(ctx context.Context, key, fingerprint string) (files.
 	for range 3 {
 		now := time.Now().UTC()
 		if err := k.lapsedRows(k.s.q(ctx).Where("id = ?", id), now).Delete(&uploadKeyRow{}).Error; err != nil {
-			return files.Saved{}, false, fmt.Errorf("store: forget upload key: %w", err)
+			return files.Saved{}, false, dbError("forget upload key", err)
 		}
 		row := uploadKeyRow{ID: id, Fingerprint: base64.StdEncoding.EncodeToString([]byte(fingerprint)), File: pendingFile, CreatedAt: now}
 		res := k.s.q(ctx).Clauses(clause.OnConflict{DoNothing: true}).Create(&row)
 		if res.Error != nil {
-			return files.Saved{}, false, fmt.Errorf("store: claim upload key: %w", res.Error)
+			return files.Saved{}, false, dbError("claim upload key", res.Error)
 		}
 		if res.RowsAffected == 1 {
 			return files.Saved{}, true, nil
@@ -82,7 +81,7 @@ func (k *UploadKeys) Claim(ctx context.Context, key, fingerprint string) (files.
 			continue // released meanwhile: claim again
 		}
 		if err != nil {
-			return files.Saved{}, false, fmt.Errorf("store: upload key: %w", err)
+			return files.Saved{}, false, dbError("upload key", err)
 		}
 		saved, err := held.saved()
 		return saved, false, err
@@ -93,12 +92,12 @@ func (k *UploadKeys) Claim(ctx context.Context, key, fingerprint string) (files.
 func (r uploadKeyRow) saved() (files.Saved, error) {
 	fp, err := base64.StdEncoding.DecodeString(r.Fingerprint)
 	if err != nil {
-		return files.Saved{}, fmt.Errorf("store: upload key fingerprint: %w", err)
+		return files.Saved{}, dbError("upload key fingerprint", err)
 	}
 	s := files.Saved{Fingerprint: string(fp), At: r.CreatedAt, Pending: r.File == pendingFile}
 	if !s.Pending {
 		if err := json.Unmarshal([]byte(r.File), &s.File); err != nil {
-			return files.Saved{}, fmt.Errorf("store: upload key file: %w", err)
+			return files.Saved{}, dbError("upload key file", err)
 		}
 	}
 	return s, nil
@@ -109,7 +108,7 @@ func (r uploadKeyRow) saved() (files.Saved, error) {
 func (k *UploadKeys) Save(ctx context.Context, key string, s files.Saved) error {
 	file, err := json.Marshal(s.File)
 	if err != nil {
-		return fmt.Errorf("store: upload key file: %w", err)
+		return dbError("upload key file", err)
 	}
 	at := s.At.UTC()
 	if s.At.IsZero() {
@@ -117,13 +116,13 @@ func (k *UploadKeys) Save(ctx context.Context, key string, s files.Saved) error 
 	}
 	row := uploadKeyRow{ID: uploadKeyID(key), Fingerprint: base64.StdEncoding.EncodeToString([]byte(s.Fingerprint)), File: string(file), CreatedAt: at}
 	if err := k.lapsedRows(k.s.q(ctx), time.Now().UTC()).Delete(&uploadKeyRow{}).Error; err != nil {
-		return fmt.Errorf("store: forget upload keys: %w", err)
+		return dbError("forget upload keys", err)
 	}
 	if err := k.s.q(ctx).Clauses(clause.OnConflict{
 		Columns:   []clause.Column{{Name: "id"}},
 		DoUpdates: clause.AssignmentColumns([]string{"fingerprint", "file", "created_at"}), // UpdateAll would keep the claim's created_at
 	}).Create(&row).Error; err != nil {
-		return fmt.Errorf("store: save upload key: %w", err)
+		return dbError("save upload key", err)
 	}
 	return nil
 }
@@ -131,7 +130,7 @@ func (k *UploadKeys) Save(ctx context.Context, key string, s files.Saved) error 
 // Release deletes key's claim; a finished entry stays.
 func (k *UploadKeys) Release(ctx context.Context, key string) error {
 	if err := k.s.q(ctx).Where("id = ? AND file = ?", uploadKeyID(key), pendingFile).Delete(&uploadKeyRow{}).Error; err != nil {
-		return fmt.Errorf("store: release upload key: %w", err)
+		return dbError("release upload key", err)
 	}
 	return nil
 }

@@ -31,7 +31,7 @@ func (s *Store) AddUsage(ctx context.Context, u usage.Usage) error {
 	err := s.q(ctx).Exec(addUsageSQL, u.OrgID, u.UserID, u.Day, u.Commands,
 		u.Wall.Milliseconds(), u.CPU.Milliseconds(), u.InputTokens, u.OutputTokens).Error
 	if err != nil {
-		return fmt.Errorf("store: add usage: %w", err)
+		return dbError("add usage", err)
 	}
 	return nil
 }
@@ -68,7 +68,7 @@ WHERE u.org_id = ? AND u.day >= ? AND u.day <= ? GROUP BY u.user_id ORDER BY u.u
 	}
 	var got []usageSum
 	if err := s.q(ctx).Raw(q, orgID, from, to).Scan(&got).Error; err != nil {
-		return nil, fmt.Errorf("store: usage report: %w", err)
+		return nil, dbError("usage report", err)
 	}
 	rows := make([]usage.Row, len(got))
 	for i, g := range got {

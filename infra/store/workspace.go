@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"fmt"
 	"time"
 
 	"gorm.io/gorm"
@@ -74,7 +73,7 @@ func (s *Store) DeleteProject(ctx context.Context, orgID, id string) error {
 func (s *Store) ProjectThreads(ctx context.Context, orgID, projectID string) ([]thread.Thread, error) {
 	var rows []threadRow
 	if err := s.q(ctx).Where("org_id = ? AND project_id = ?", orgID, projectID).Order("id").Find(&rows).Error; err != nil {
-		return nil, fmt.Errorf("store: project threads: %w", err)
+		return nil, dbError("project threads", err)
 	}
 	out := make([]thread.Thread, len(rows))
 	for i, r := range rows {

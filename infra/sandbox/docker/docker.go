@@ -331,13 +331,18 @@ func (b *Backend) boot(ctx context.Context, spec sandbox.Spec) (*box, error) {
 		cfg.Env = append(slices.Clone(cfg.Env), "THREADBOX_AGENT_DIAL="+SocketMount+"/"+socketName)
 		hc.Binds = append(hc.Binds, dir+":"+SocketMount+":ro")
 	}
-	created, err := b.cli.ContainerCreate(ctx, cfg, hc, nil, nil, name)
+	// The create is not cut short by a caller that goes (a stopped turn):
+	// the daemon would finish it after the client left, leaving a
+	// container that a removal just before had not found.
+	cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer ccancel()
+	created, err := b.cli.ContainerCreate(cctx, cfg, hc, nil, nil, name)
 	if errdefs.IsConflict(err) {
 		// A leftover container of that name (stopped, orphaned, dead).
-		if err := b.cli.ContainerRemove(ctx, name, container.RemoveOptions{Force: true}); err != nil && !errdefs.IsNotFound(err) {
+		if err := b.cli.ContainerRemove(cctx, name, container.RemoveOptions{Force: true}); err != nil && !errdefs.IsNotFound(err) {
 			return nil, fmt.Errorf("remove stale %s: %w", name, err)
 		}
-		created, err = b.cli.ContainerCreate(ctx, cfg, hc, nil, nil, name)
+		created, err = b.cli.ContainerCreate(cctx, cfg, hc, nil, nil, name)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("create: %w", err)
@@ -347,6 +352,9 @@ func (b *Backend) boot(ctx context.Context, spec sandbox.Spec) (*box, error) {
 		defer cancel()
 		_ = b.cli.ContainerRemove(rmCtx, created.ID, container.RemoveOptions{Force: true})
 		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return fail(err)
 	}
 	// Attach before start, so not one byte of the agent's output is lost.
 	bx, err := b.attach(ctx, spec.ID, name, created.ID, ln == nil)
