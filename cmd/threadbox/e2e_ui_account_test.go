@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/chromedp/cdproto/browser"
+	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
 
@@ -485,5 +486,37 @@ func TestE2EMarkdown(t *testing.T) {
 		if strings.Contains(m, "Content Security Policy") {
 			t.Errorf("the browser refused something the page inserted: %s", m)
 		}
+	}
+}
+
+// TestE2EDarkThemeAndTimestamps: the page follows the system's dark
+// setting (its own colours, not the light theme's), and every message says
+// when it was sent.
+func TestE2EDarkThemeAndTimestamps(t *testing.T) {
+	e2e.NeedChromium(t)
+	s := e2eServer(t, nil)
+	token := apiLogin(t, s, e2eEmail, e2ePassword)
+	pid := s.do("POST", appAPI+"/project", token, map[string]any{"name": "Night"}).json(t)["id"]
+	tid := s.do("POST", appAPI+"/thread", token, map[string]any{"project_id": pid, "title": "Late"}).json(t)["id"].(string)
+	if r := s.do("POST", appAPI+"/thread/"+tid+"/messages", token, map[string]any{"content": "hello"}); r.status != 200 {
+		t.Fatalf("turn: %d %s", r.status, r.body)
+	}
+	b := e2e.Start(t, 1440, 1000)
+	uiLogin(b, s.base, e2eEmail, e2ePassword)
+	b.Do("open the thread", chromedp.Navigate(s.base+"/#/thread/"+tid), chromedp.WaitVisible(chromedp.ID("message")))
+	b.WaitTrue("two messages", `document.querySelectorAll('.msg').length === 2`, 10*time.Second)
+	if n := e2e.Eval[int](b, "timestamps", `[...document.querySelectorAll('.msg time.sent-at')].filter(t => !isNaN(new Date(t.getAttribute('datetime'))) && t.textContent.length > 4).length`); n != 2 {
+		t.Errorf("%d of 2 messages say when they were sent", n)
+	}
+	light := e2e.Eval[string](b, "light", `getComputedStyle(document.documentElement).backgroundColor`)
+	ctx, cancel := context.WithTimeout(b.Context(), 10*time.Second)
+	_, err := chromedp.Call(ctx, emulation.SetEmulatedMedia, emulation.SetEmulatedMediaParams{Features: []*emulation.MediaFeature{{Name: "prefers-color-scheme", Value: "dark"}}})
+	cancel()
+	if err != nil {
+		t.Fatalf("the system goes dark: %v", err)
+	}
+	dark := e2e.Eval[string](b, "dark", `getComputedStyle(document.documentElement).backgroundColor`)
+	if dark == light || dark != "rgb(21, 24, 29)" {
+		t.Errorf("the page's background: light %s, dark %s", light, dark)
 	}
 }

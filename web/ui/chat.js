@@ -113,7 +113,7 @@ async function loadHistory(view) {
     const shown = running && res.data.length && res.data[res.data.length - 1].status === 'running' ? res.data.slice(0, -1) : res.data;
     for (const m of shown) {
       const blocks = typeof m.content === 'string' ? [{ type: 'text', text: m.content }] : (m.content || []);
-      const t = new TurnView(messageItem(view.log, m.role));
+      const t = new TurnView(messageItem(view.log, m.role, m.created_at));
       for (const b of blocks) { t.start(b); t.stop(); }
       if (m.role === 'assistant' && m.status === 'running') t.error('This turn is still running; reload to see its end.');
       else if (m.role === 'assistant' && m.status === 'stopped') { t.endCards('stopped'); t.error('Stopped.'); }
@@ -168,11 +168,14 @@ async function loadArtifacts(view) {
   }
 }
 
-function messageItem(log, role) {
+/** messageItem adds a message to the log, headed by who said it and when
+ * (at: the stored time; now for a message being written). */
+function messageItem(log, role, at = new Date().toISOString()) {
   const empty = log.querySelector('.empty');
   if (empty) empty.remove();
   const li = h('li', { class: 'msg ' + role },
-    h('h2', { class: 'who-said' }, role === 'user' ? 'You' : 'Assistant'));
+    h('h2', { class: 'who-said' }, role === 'user' ? 'You' : 'Assistant',
+      h('time', { class: 'sent-at', datetime: at }, ' · ' + formatTime(at))));
   log.append(li);
   return li;
 }
