@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"threadbox/app/messages"
@@ -186,6 +187,13 @@ func (t *Turn) run(ctx context.Context, sink messages.Sink) (*messages.Response,
 	}
 	if _, err := s.store.AppendMessage(dbctx, um); err != nil {
 		return nil, fmt.Errorf("workspace: store user message: %w", err)
+	}
+	// A thread still titled by default takes its title from its first
+	// message, as chat apps propose one.
+	if th := t.thread.ProposeTitle(textOf(t.content), s.now()); th.Title() != t.thread.Title() {
+		if err := s.store.UpdateThread(dbctx, th); err == nil {
+			t.thread = th
+		}
 	}
 	am, err := thread.NewMessage(id.New("msg"), t.thread.ID(), thread.Assistant, []byte("[]"), false, s.now())
 	if err != nil {
@@ -401,4 +409,16 @@ func (r *resourceSink) inject(b messages.ContentBlock) {
 		}
 	}
 	r.last = idx
+}
+
+// textOf joins the text blocks of a message.
+func textOf(blocks []messages.ContentBlock) string {
+	var b strings.Builder
+	for _, bl := range blocks {
+		if bl.Type == messages.BlockText {
+			b.WriteString(bl.Text)
+			b.WriteString("\n")
+		}
+	}
+	return b.String()
 }

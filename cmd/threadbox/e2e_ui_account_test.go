@@ -197,7 +197,8 @@ func TestE2EAccountsAndThreads(t *testing.T) {
 	// A plain message gets the offline model's answer, streamed; a turn
 	// the server refuses (its thread deleted meanwhile) shows the error and
 	// gives the text back to the composer.
-	scratch := s.do("POST", appAPI+"/thread", token, map[string]string{"project_id": pid, "title": "Scratch"})
+	// Made with the default title: its first message gives it one.
+	scratch := s.do("POST", appAPI+"/thread", token, map[string]string{"project_id": pid})
 	if scratch.status != 201 {
 		t.Fatalf("create a thread: %d %s", scratch.status, scratch.body)
 	}
@@ -215,6 +216,8 @@ func TestE2EAccountsAndThreads(t *testing.T) {
 	}
 	b.Do("send with Enter", chromedp.KeyEvent("\r"))
 	b.WaitText(".msg.assistant .text", "offline runner model", 30*time.Second)
+	// The thread, made with the default title, takes its first message's.
+	b.WaitText("#thread-title", "hello", 10*time.Second)
 	if got := e2e.Eval[string](b, "sent", `document.querySelector('.msg.user').textContent`); !strings.Contains(got, "hello\nthere") && !strings.Contains(got, "hellothere") {
 		t.Errorf("the message sent: %q", got)
 	}
@@ -255,7 +258,8 @@ func TestE2EAccountsAndThreads(t *testing.T) {
 	if got := e2e.Eval[string](b, "menu state", `document.getElementById('menu').getAttribute('aria-expanded')`); got != "true" {
 		t.Errorf("Projects button aria-expanded %q after opening", got)
 	}
-	b.Do("choose a thread", chromedp.Click(chromedp.CSS(`.threads a`)), chromedp.WaitVisible(chromedp.ID("message")))
+	// Not the scratch thread, deleted meanwhile by another client.
+	b.Do("choose a thread", chromedp.Click(chromedp.CSS(fmt.Sprintf(`.threads a:not([data-thread-id=%q])`, sid))), chromedp.WaitVisible(chromedp.ID("message")))
 	b.WaitTrue("the sidebar folded", `document.getElementById('sidebar').hidden && document.getElementById('menu').getAttribute('aria-expanded') === 'false'`, 5*time.Second)
 	noHorizontalOverflow(t, b, 375)
 	b.SetViewport(1440, 900)

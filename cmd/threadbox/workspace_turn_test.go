@@ -185,3 +185,35 @@ func mustJSON(v any) string {
 	b, _ := json.Marshal(v)
 	return string(b)
 }
+
+// TestThreadTitleFromFirstMessage: a thread made without a title takes one
+// from its first message (its first line, cut at a word); a title someone
+// chose is kept, and later messages change nothing.
+func TestThreadTitleFromFirstMessage(t *testing.T) {
+	s := startServer(t, "", map[string]string{"MODEL_PROVIDER": "runner"})
+	tok := s.bootstrap("acme", "admin@acme.test")
+	pid := s.do("POST", appAPI+"/project", tok, map[string]any{"name": "P"}).json(t)["id"]
+	title := func(tid string) string { return s.do("GET", appAPI+"/thread/"+tid, tok, nil).json(t)["title"].(string) }
+	say := func(tid, text string) {
+		if r := s.do("POST", appAPI+"/thread/"+tid+"/messages", tok, map[string]any{"content": text}); r.status != 200 {
+			t.Fatalf("turn: %d %s", r.status, r.body)
+		}
+	}
+	untitled := s.do("POST", appAPI+"/thread", tok, map[string]any{"project_id": pid}).json(t)["id"].(string)
+	if got := title(untitled); got != "New thread" {
+		t.Fatalf("a thread made without a title: %q", got)
+	}
+	say(untitled, "Plot monthly sales by region\nfrom the uploaded CSV")
+	if got := title(untitled); got != "Plot monthly sales by region" {
+		t.Fatalf("after the first message: %q", got)
+	}
+	say(untitled, "Now by quarter")
+	if got := title(untitled); got != "Plot monthly sales by region" {
+		t.Fatalf("a later message retitled it: %q", got)
+	}
+	named := s.do("POST", appAPI+"/thread", tok, map[string]any{"project_id": pid, "title": "Q3 numbers"}).json(t)["id"].(string)
+	say(named, "Plot monthly sales by region")
+	if got := title(named); got != "Q3 numbers" {
+		t.Fatalf("a chosen title after the first message: %q", got)
+	}
+}

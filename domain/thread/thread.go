@@ -21,14 +21,17 @@ type Thread struct {
 	updatedAt time.Time
 }
 
-// New returns a valid thread. An empty title becomes "New thread".
+// DefaultTitle is the title of a thread made without one.
+const DefaultTitle = "New thread"
+
+// New returns a valid thread. An empty title becomes DefaultTitle.
 func New(id, orgID, projectID, ownerID, title string, now time.Time) (Thread, error) {
 	if id == "" || orgID == "" || projectID == "" || ownerID == "" {
 		return Thread{}, fault.New(fault.Invalid, "thread id, org, project and owner are required")
 	}
 	t := Thread{id: id, orgID: orgID, projectID: projectID, ownerID: ownerID, createdAt: now.UTC()}
 	if strings.TrimSpace(title) == "" {
-		title = "New thread"
+		title = DefaultTitle
 	}
 	return t.Retitle(title, now)
 }
@@ -47,6 +50,37 @@ func (t Thread) Retitle(title string, now time.Time) (Thread, error) {
 	t.title = title
 	t.updatedAt = now.UTC()
 	return t, nil
+}
+
+// maxProposedTitle bounds a title proposed from a message, in characters.
+const maxProposedTitle = 60
+
+// ProposeTitle returns the thread titled after text — its first line that
+// holds anything, cut at a word within maxProposedTitle characters — when
+// the thread still has DefaultTitle; a title someone chose is kept.
+func (t Thread) ProposeTitle(text string, now time.Time) Thread {
+	if t.title != DefaultTitle {
+		return t
+	}
+	var line string
+	for l := range strings.SplitSeq(text, "\n") {
+		if l = strings.Join(strings.Fields(l), " "); l != "" && !strings.HasPrefix(l, "```") {
+			line = l
+			break
+		}
+	}
+	if r := []rune(line); len(r) > maxProposedTitle {
+		cut := string(r[:maxProposedTitle])
+		if i := strings.LastIndex(cut, " "); i > maxProposedTitle/2 {
+			cut = cut[:i]
+		}
+		line = strings.TrimRight(cut, " ,.;:") + "…"
+	}
+	if line == "" {
+		return t
+	}
+	t.title, t.updatedAt = line, now.UTC()
+	return t
 }
 
 // Touch returns the thread marked as changed at now.

@@ -37,3 +37,29 @@ func TestThreadRules(t *testing.T) {
 		t.Fatal("bad role accepted")
 	}
 }
+
+func TestProposeTitle(t *testing.T) {
+	now := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
+	long := "Compare the monthly revenue of every region over the last three fiscal years please"
+	tests := []struct {
+		name, title, text, want string
+	}{
+		{"first line", "", "Plot monthly sales\nby region", "Plot monthly sales"},
+		{"spaces folded", "", "  Plot   monthly\tsales  ", "Plot monthly sales"},
+		{"code fence skipped", "", "```python\nprint(1)\n```", "print(1)"},
+		{"long cut at a word", "", long, "Compare the monthly revenue of every region over the last…"},
+		{"chosen title kept", "Q3 numbers", "Plot monthly sales", "Q3 numbers"},
+		{"nothing to take", "", "  \n ", DefaultTitle},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			th, err := New("thr_1", "org_1", "prj_1", "usr_1", tt.title, now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := th.ProposeTitle(tt.text, now).Title(); got != tt.want {
+				t.Fatalf("title %q, want %q", got, tt.want)
+			}
+		})
+	}
+}

@@ -23,7 +23,7 @@ export async function renderThread(main, threadID, ctx) {
   const policyNote = h('p', { class: 'policy-note', role: 'status', hidden: true });
   const files = h('ul', { class: 'file-list', 'aria-label': 'Thread files' });
   const artifacts = h('ul', { class: 'file-list', 'aria-label': 'Project artifacts' });
-  const view = { th, log, files, artifacts, policyNote, ctx };
+  const view = { th, log, files, artifacts, policyNote, ctx, title };
 
   const actions = h('div', { class: 'actions' },
     h('button', { type: 'button', onclick: () => renameThread(view, title) }, 'Rename'),
@@ -337,6 +337,14 @@ async function runTurn(view, content, runCode, signal) {
     turn.note(noCodeNote(await showPolicy(view)));
   }
   if (turn.codeRuns > 0 || turn.resources > 0) await Promise.all([loadFiles(view), loadArtifacts(view)]);
+  // A thread without a title of its own takes one from its first message.
+  if (view.th.title === 'New thread') {
+    try {
+      view.th = await api('GET', '/thread/' + encodeURIComponent(view.th.id));
+      view.title.textContent = view.th.title;
+      if (view.ctx.refresh) view.ctx.refresh();
+    } catch { /* the old title stays */ }
+  }
   return true;
 }
 
