@@ -210,7 +210,7 @@ func (t *Turn) Detach(ctx context.Context) (string, error) {
 		stopWatch := s.watch(runCtx, l)
 		_, runErr := t.run(runCtx, l)
 		stopWatch()
-		s.finish(runCtx, l, runErr)
+		s.finish(runCtx, t, l, runErr)
 	}()
 	return rec.ID(), nil
 }
@@ -253,38 +253,48 @@ func (s *Service) watch(ctx context.Context, l *liveTurn) (stop func()) {
 	}
 }
 
-// finish ends a detached turn's log: the end event, every event stored,
-// the record's end; then the turn leaves this process's set and its
-// followers read the database.
-func (s *Service) finish(ctx context.Context, l *liveTurn, runErr error) {
+// finish ends a detached turn: every event stored, the record's end, the
+// thread's turn lease given back, and only then the end event, so that a
+// client told the turn ended may start the next one at once (on any
+// server); then the turn leaves this process's set and its followers read
+// the database.
+func (s *Service) finish(ctx context.Context, t *Turn, l *liveTurn, runErr error) {
 	end := endOf(ctx, runErr)
 	if end.State == turn.Stopped {
 		stopped, _ := json.Marshal(messages.Event{Type: StoppedEvent})
 		l.append(StoppedEvent, stopped)
 	}
-	data, _ := json.Marshal(end)
-	l.append(endEvent, data)
 	dbctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	for attempt := 0; ; attempt++ {
-		err := s.flush(dbctx, l)
-		if err == nil {
-			break
+	store := func() {
+		for attempt := 0; ; attempt++ {
+			err := s.flush(dbctx, l)
+			if err == nil {
+				return
+			}
+			if attempt == 5 || dbctx.Err() != nil {
+				s.log.Error("turn events lost", "turn", l.rec.ID(), "cause", err.Error())
+				return
+			}
+			time.Sleep(200 * time.Millisecond)
 		}
-		if attempt == 5 || dbctx.Err() != nil {
-			s.log.Error("turn events lost", "turn", l.rec.ID(), "cause", err.Error())
-			break
-		}
-		time.Sleep(200 * time.Millisecond)
 	}
+	store()
 	if err := s.store.EndTurn(dbctx, l.rec.End(end.State, s.now())); err != nil {
 		s.log.Error("turn end not stored", "turn", l.rec.ID(), "cause", err.Error())
 	}
+	t.Abort()
 	l.mu.Lock()
-	l.done, l.end, l.err = true, end, runErr
+	l.end, l.err = end, runErr
 	if end.State == turn.Stopped {
 		l.err = nil
 	}
+	l.mu.Unlock()
+	data, _ := json.Marshal(end)
+	l.append(endEvent, data)
+	store()
+	l.mu.Lock()
+	l.done = true
 	close(l.changed)
 	l.changed = make(chan struct{})
 	l.mu.Unlock()
