@@ -237,7 +237,7 @@ func (r *repls) answer(raw, line []byte, id string) (*ReplResult, error) {
 		Stdout: messages.CapOutput([]byte(out), false, limit),
 		Stderr: messages.CapOutput([]byte(a.Stderr), false, limit),
 		Value:  a.Value, Error: a.Error, Final: a.Final,
-		cpu: cpuDuration(a.CPU),
+		cpu: sandbox.CPUSeconds(a.CPU),
 	}, nil
 }
 
@@ -276,15 +276,6 @@ func (e *Executor) meterCall(ctx context.Context, containerID string, p *replPro
 	}
 	p.metered += u.CPUTime
 	e.cfg.Meter.Command(ctx, containerID, u)
-}
-
-// cpuDuration is a driver's CPU seconds as a duration; a value that is not
-// a finite non-negative number counts as none.
-func cpuDuration(sec float64) time.Duration {
-	if !(sec >= 0) || sec > 1e9 {
-		return 0
-	}
-	return time.Duration(sec * float64(time.Second))
 }
 
 // endWait bounds how long usage metering waits for the exit accounting of

@@ -135,7 +135,7 @@ func (e *Executor) meterCell(ctx context.Context, containerID string, p *interpr
 	}
 	res := sandbox.Result{Duration: time.Since(started)}
 	if ans != nil {
-		res.CPUTime = cpuDuration(ans.CPUSeconds)
+		res.CPUTime = sandbox.CPUSeconds(ans.CPUSeconds)
 	} else {
 		// A call without an answer ended the interpreter or stopped it:
 		// its exit accounting follows shortly.
@@ -149,15 +149,6 @@ func (e *Executor) meterCell(ctx context.Context, containerID string, p *interpr
 	}
 	p.metered += res.CPUTime
 	e.cfg.Meter.Command(ctx, containerID, res)
-}
-
-// cpuDuration is a driver's CPU seconds as a duration; a value that is not
-// a finite non-negative number counts as none.
-func cpuDuration(sec float64) time.Duration {
-	if !(sec >= 0) || sec > 1e9 {
-		return 0
-	}
-	return time.Duration(sec * float64(time.Second))
 }
 
 // output takes the driver's output: the running cell's, or (between cells,

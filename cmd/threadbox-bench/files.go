@@ -265,6 +265,35 @@ func startThreadbox(ctx context.Context, bin, work string, extra ...string) (*th
 	}
 }
 
+// startDockerThreadbox starts a threadbox in a fresh work folder named
+// after the section, its sandboxes on Docker with the bench's agent,
+// image and runtime; extra holds more settings. done stops it and removes
+// the folder.
+func startDockerThreadbox(ctx context.Context, o opts, section string, extra ...string) (srv *threadboxProc, done func(), err error) {
+	work, err := os.MkdirTemp("", "threadbox-bench-"+section+"-")
+	if err != nil {
+		return nil, nil, err
+	}
+	fail := func(err error) (*threadboxProc, func(), error) {
+		os.RemoveAll(work)
+		return nil, nil, err
+	}
+	bin, err := threadboxBinary(ctx, o.files.threadboxBin, work)
+	if err != nil {
+		return fail(err)
+	}
+	agentBin, err := filepath.Abs(o.agentBin)
+	if err != nil {
+		return fail(err)
+	}
+	srv, err = startThreadbox(ctx, bin, work, append([]string{"SANDBOX_BACKEND=docker", "THREADBOX_AGENT_BIN=" + agentBin,
+		"SANDBOX_IMAGE=" + o.image, "SANDBOX_RUNTIME=" + o.runtime}, extra...)...)
+	if err != nil {
+		return fail(err)
+	}
+	return srv, func() { srv.stop(); os.RemoveAll(work) }, nil
+}
+
 // call sends one request and reads the response to its end.
 func (p *threadboxProc) call(method, path string, body io.Reader, ctype string, length int64) (int, error) {
 	req, err := http.NewRequest(method, p.base+path, body)

@@ -16,7 +16,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -51,25 +50,11 @@ func stampLatencies(text string, at time.Time, out *[]time.Duration) {
 
 func benchLive(ctx context.Context, o opts, out io.Writer) error {
 	lo := o.live
-	work, err := os.MkdirTemp("", "threadbox-bench-live-")
+	srv, done, err := startDockerThreadbox(ctx, o, "live", "MODEL_PROVIDER=runner", "LOG_LEVEL=warn")
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(work)
-	bin, err := threadboxBinary(ctx, o.files.threadboxBin, work)
-	if err != nil {
-		return err
-	}
-	agentBin, err := filepath.Abs(o.agentBin)
-	if err != nil {
-		return err
-	}
-	srv, err := startThreadbox(ctx, bin, work, "SANDBOX_BACKEND=docker", "THREADBOX_AGENT_BIN="+agentBin,
-		"SANDBOX_IMAGE="+o.image, "SANDBOX_RUNTIME="+o.runtime, "MODEL_PROVIDER=runner", "LOG_LEVEL=warn")
-	if err != nil {
-		return err
-	}
-	defer srv.stop()
+	defer done()
 	tid, err := benchThread(srv)
 	if err != nil {
 		return err

@@ -89,26 +89,12 @@ func benchMessages(ctx context.Context, o opts, out io.Writer) error {
 	defer up.Close()
 	up.SetFallback(benchReply)
 
-	work, err := os.MkdirTemp("", "threadbox-bench-messages-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(work)
-	bin, err := threadboxBinary(ctx, o.files.threadboxBin, work)
-	if err != nil {
-		return err
-	}
-	agentBin, err := filepath.Abs(o.agentBin)
-	if err != nil {
-		return err
-	}
-	srv, err := startThreadbox(ctx, bin, work,
-		"SANDBOX_BACKEND=docker", "THREADBOX_AGENT_BIN="+agentBin, "SANDBOX_IMAGE="+o.image, "SANDBOX_RUNTIME="+o.runtime,
+	srv, done, err := startDockerThreadbox(ctx, o, "messages",
 		"MODEL_PROVIDER=anthropic", "MODEL_BASE_URL="+up.URL(), "MODEL_NAME=bench-model", "MAX_TOOL_ITERATIONS=100", "THREADBOX_PROCS="+mo.procs)
 	if err != nil {
 		return err
 	}
-	defer srv.stop()
+	defer done()
 	floor, err := startFloorProxy(ctx, up.URL(), serverProcs(mo.procs))
 	if err != nil {
 		return err
@@ -235,6 +221,10 @@ func benchMessages(ctx context.Context, o opts, out io.Writer) error {
 		return err
 	}
 	model, err := timedConcurrent(1, mo.n, direct(upBody))
+	if err != nil {
+		return err
+	}
+	agentBin, err := filepath.Abs(o.agentBin)
 	if err != nil {
 		return err
 	}

@@ -125,6 +125,16 @@ func (s Stream) String() string {
 	return "stdout"
 }
 
+// CPUSeconds is a CPU time reported in seconds (by an in-sandbox driver)
+// as a duration; a value that is not a finite, non-negative number of
+// plausible size counts as none.
+func CPUSeconds(sec float64) time.Duration {
+	if !(sec >= 0) || sec > 1e9 {
+		return 0
+	}
+	return time.Duration(sec * float64(time.Second))
+}
+
 // OutputTo adapts a function taking a stream's name to Command.Output; nil
 // stays nil.
 func OutputTo(f func(stream string, chunk []byte)) func(Stream, []byte) {

@@ -1,6 +1,10 @@
 package sandbox
 
-import "testing"
+import (
+	"math"
+	"testing"
+	"time"
+)
 
 func TestLimitsOr(t *testing.T) {
 	d := Limits{MemoryBytes: 512, CPUs: 1, Pids: 256, NoFile: 1024, DiskBytes: 1 << 20, TmpBytes: 64}
@@ -19,5 +23,24 @@ func TestLimitsOr(t *testing.T) {
 				t.Errorf("Or = %+v, want %+v", got, tt.want)
 			}
 		})
+	}
+}
+
+func TestCPUSeconds(t *testing.T) {
+	tests := []struct {
+		sec  float64
+		want time.Duration
+	}{
+		{1.5, 1500 * time.Millisecond},
+		{0, 0},
+		{-1, 0},
+		{math.NaN(), 0},
+		{math.Inf(1), 0},
+		{2e9, 0},
+	}
+	for _, tt := range tests {
+		if got := CPUSeconds(tt.sec); got != tt.want {
+			t.Errorf("CPUSeconds(%v) = %v, want %v", tt.sec, got, tt.want)
+		}
 	}
 }
