@@ -14,9 +14,9 @@ const burnScript = "```python\nimport time\nwhile time.process_time() < 2.2:\n  
 
 // TestOrgUsage: a chat turn of the runner model runs a command in a Docker
 // sandbox that burns 2.2 s of CPU; the org's usage report then shows, for
-// that user and today, the command, its CPU time (from the agent's rusage)
-// and wall time, and the model's output tokens. Members get 403 and bad
-// parameters 400.
+// that user, today, the thread and its container, the command, its CPU
+// time (from the agent's rusage) and wall time, and the model's output
+// tokens. Members get 403 and bad parameters 400.
 func TestOrgUsage(t *testing.T) {
 	bin := needDocker(t)
 	databases(t, func(t *testing.T, dbURL string) {
@@ -52,6 +52,8 @@ func TestOrgUsage(t *testing.T) {
 		}{
 			{"day", "day", today},
 			{"user", "email", "admin@acme.test"},
+			{"thread", "thread_id", f.tid},
+			{"container", "thread_id", f.tid},
 		} {
 			t.Run("by "+tt.groupBy, func(t *testing.T) {
 				u := row(t, tt.groupBy)
@@ -75,7 +77,7 @@ func TestOrgUsage(t *testing.T) {
 			status             int
 		}{
 			{"member", f.member, span, 403},
-			{"bad group_by", f.admin, span + "&group_by=thread", 400},
+			{"bad group_by", f.admin, span + "&group_by=project", 400},
 			{"bad date", f.admin, "from=yesterday&to=" + today, 400},
 			{"to before from", f.admin, "from=" + today + "&to=2020-01-01", 400},
 			{"default span", f.admin, "", 200},
