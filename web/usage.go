@@ -28,6 +28,9 @@ type usageView struct {
 	CPUSeconds   float64 `json:"cpu_seconds"`
 	InputTokens  int64   `json:"input_tokens"`
 	OutputTokens int64   `json:"output_tokens"`
+	// Sandbox time: how long sandboxes ran and their control groups' CPU.
+	SandboxSeconds    float64 `json:"sandbox_seconds"`
+	SandboxCPUSeconds float64 `json:"sandbox_cpu_seconds"`
 }
 
 // getUsage is GET /org/usage?from=YYYY-MM-DD&to=YYYY-MM-DD&group_by=day|user|container|thread:
@@ -58,6 +61,7 @@ func (s *Server) getUsage(c *fiber.Ctx) error {
 			Day: r.Day, UserID: r.UserID, Email: r.Email, ClientID: r.ClientID, Title: r.Title,
 			Commands: r.Commands, WallSeconds: r.Wall.Seconds(), CPUSeconds: r.CPU.Seconds(),
 			InputTokens: r.InputTokens, OutputTokens: r.OutputTokens,
+			SandboxSeconds: r.SandboxTime.Seconds(), SandboxCPUSeconds: r.SandboxCPU.Seconds(),
 		}
 		// Per container and per thread, the key is always present: empty
 		// for the usage outside any container or thread.

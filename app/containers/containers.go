@@ -86,6 +86,7 @@ type Service struct {
 	hooks    []BootHook
 	started  []func(adopted bool)
 	swept    []func(SweepReport)
+	meters   []Meter
 	cfg      Config
 	log      *slog.Logger
 	now      func() time.Time
@@ -100,6 +101,7 @@ type live struct {
 	backend  sandbox.Backend
 	lastUsed time.Time
 	active   int
+	meter    metered // guarded by Service.mu
 }
 
 // idLock orders the decisions about one container within this process.
@@ -404,6 +406,7 @@ func reason(b sandbox.Backend, err error) string {
 // or adopted, then runs the boot hooks.
 func (s *Service) hold(ctx context.Context, c container.Container, b sandbox.Backend, active int, adopted bool) *live {
 	l := &live{backend: b, lastUsed: s.now(), active: active}
+	s.startMeter(ctx, c.ID(), l, adopted)
 	s.mu.Lock()
 	s.running[c.ID()] = l
 	s.mu.Unlock()
@@ -520,6 +523,7 @@ func (s *Service) forget(id string, l *live) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
+	s.report(ctx, id, l, true, true)
 	if c, err := s.store.Container(ctx, id); err == nil && c.Holder() == s.leases.Holder() {
 		_ = s.store.UpdateContainer(ctx, c.Stopped())
 	}
@@ -564,6 +568,7 @@ func (s *Service) stopLocked(ctx context.Context, id string) error {
 		return err
 	}
 	defer s.giveBack(id)
+	s.report(ctx, id, l, true, false)
 	s.mu.Lock()
 	delete(s.running, id)
 	s.mu.Unlock()
@@ -594,6 +599,7 @@ func (s *Service) removeLocked(ctx context.Context, id string) error {
 		return err
 	}
 	defer s.giveBack(id)
+	s.report(ctx, id, l, true, false)
 	s.mu.Lock()
 	delete(s.running, id)
 	s.mu.Unlock()

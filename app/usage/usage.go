@@ -1,5 +1,6 @@
 // Package usage meters what users spend: the commands they run in sandboxes
-// (count, wall time and CPU time) and the model tokens of their requests,
+// (count, wall time and CPU time), the time their sandboxes run (and the CPU
+// time those use) and the model tokens of their requests,
 // added to durable counters per org, user, container, thread and UTC day,
 // and reported to the org's admins.
 package usage
@@ -37,6 +38,10 @@ type Usage struct {
 	CPU          time.Duration
 	InputTokens  int64
 	OutputTokens int64
+	// SandboxTime is how long sandboxes ran; SandboxCPU the CPU time their
+	// control groups used (every process in them, idle or not).
+	SandboxTime time.Duration
+	SandboxCPU  time.Duration
 }
 
 // GroupBy is how a report groups its rows.
@@ -69,6 +74,10 @@ type Row struct {
 	CPU          time.Duration
 	InputTokens  int64
 	OutputTokens int64
+	// SandboxTime is how long sandboxes ran; SandboxCPU the CPU time their
+	// control groups used (every process in them, idle or not).
+	SandboxTime time.Duration
+	SandboxCPU  time.Duration
 }
 
 // Store keeps the daily counters.
@@ -126,6 +135,16 @@ func (s *Service) Record(ctx context.Context, u Usage) error {
 // logged, never returned: metering never fails a command.
 func (s *Service) Command(ctx context.Context, containerID string, res sandbox.Result) {
 	s.forContainer(ctx, containerID, Usage{Commands: 1, Wall: res.Duration, CPU: res.CPUTime})
+}
+
+// Sandbox records the sandbox time of the container since its last
+// report: how long its sandbox ran and the CPU time its control group
+// used. Failures are logged, never returned.
+func (s *Service) Sandbox(ctx context.Context, containerID string, up, cpu time.Duration) {
+	if up <= 0 && cpu <= 0 {
+		return
+	}
+	s.forContainer(ctx, containerID, Usage{SandboxTime: up, SandboxCPU: cpu})
 }
 
 // Tokens records the model tokens of one request of the user in the

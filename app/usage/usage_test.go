@@ -64,6 +64,12 @@ func TestCommandAndTokens(t *testing.T) {
 		{"command for the container's owner", func(s *Service) {
 			s.Command(context.Background(), "c1", sandbox.Result{Duration: 3 * time.Second, CPUTime: 2 * time.Second})
 		}, []Usage{{OrgID: "o1", UserID: "u1", Day: day, ContainerID: "c1", Commands: 1, Wall: 3 * time.Second, CPU: 2 * time.Second}}},
+		{"sandbox time counts for the container's owner and thread", func(s *Service) {
+			s.Sandbox(context.Background(), "c2", 30*time.Second, 1500*time.Millisecond)
+		}, []Usage{{OrgID: "o1", UserID: "u1", Day: day, ContainerID: "c2", ThreadID: "t1", SandboxTime: 30 * time.Second, SandboxCPU: 1500 * time.Millisecond}}},
+		{"no sandbox time, nothing recorded", func(s *Service) {
+			s.Sandbox(context.Background(), "c2", 0, 0)
+		}, nil},
 		{"command in a thread's container counts for the thread", func(s *Service) {
 			s.Command(context.Background(), "c2", sandbox.Result{Duration: time.Second})
 		}, []Usage{{OrgID: "o1", UserID: "u1", Day: day, ContainerID: "c2", ThreadID: "t1", Commands: 1, Wall: time.Second}}},

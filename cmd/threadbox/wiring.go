@@ -43,7 +43,7 @@ type system struct {
 	turns      *turns.Service    // the front door of Messages API requests and chat turns
 	skills     *skills.Service
 	sandbox    *sandboxWiring    // the sandbox_v1 tools and the API bridge
-	usage      *metering.Service // usage metering: commands and model tokens per org, user and day
+	usage      *metering.Service // usage metering: commands, sandbox time and model tokens per org, user, container, thread and day
 	backends   []sandbox.Backend
 	closers    []func() error
 }
@@ -152,6 +152,7 @@ func wire(ctx context.Context, cfg Config, log *slog.Logger) (*system, error) {
 	}, fsroot.Options{Owner: owner})
 	sys.files = files.New(files.Deps{Store: fs, Containers: sys.containers, Policies: sys.admin, Idempotency: st.UploadKeys(0), Quota: sys.quota})
 	sys.usage = metering.New(st, st, log.With("component", "usage"))
+	sys.containers.OnMeter(sys.usage.Sandbox)
 	sys.sandbox = newSandboxWiring(cfg, sys.containers, sys.auth, fs, sys.usage, log)
 	sys.messages = newMessages(cfg, sys, fs, log)
 	sys.skills = skills.New(st, skillFiles{skillfs.New(filepath.Join(cfg.DataDir, "skills"), func(id string) string { return layout.Dirs(id).Skills })}, skill.Limits{})

@@ -628,6 +628,8 @@ func usageScopeSuite(t *testing.T, s *store.Store, orgID string, admin user.User
 		{OrgID: orgID, UserID: admin.ID(), Day: day, ContainerID: tc.ID(), ThreadID: th.ID(), Commands: 2, Wall: 3 * time.Second, CPU: time.Second},
 		{OrgID: orgID, UserID: admin.ID(), Day: day, ContainerID: tc.ID(), ThreadID: th.ID(), InputTokens: 100, OutputTokens: 20},
 		{OrgID: orgID, UserID: admin.ID(), Day: day, ContainerID: uc.ID(), Commands: 1, Wall: time.Second},
+		{OrgID: orgID, UserID: admin.ID(), Day: day, ContainerID: uc.ID(), SandboxTime: time.Minute, SandboxCPU: 2 * time.Second},
+		{OrgID: orgID, UserID: admin.ID(), Day: day, ContainerID: uc.ID(), SandboxTime: 30 * time.Second, SandboxCPU: 500 * time.Millisecond},
 		{OrgID: orgID, UserID: admin.ID(), Day: day, InputTokens: 7},
 	}
 	for _, u := range adds {
@@ -638,7 +640,7 @@ func usageScopeSuite(t *testing.T, s *store.Store, orgID string, admin user.User
 	byContainer := []usage.Row{
 		{UserID: admin.ID(), Email: admin.Email(), InputTokens: 7},
 		{UserID: admin.ID(), Email: admin.Email(), ContainerID: tc.ID(), ClientID: tc.ClientID(), ThreadID: th.ID(), Commands: 2, Wall: 3 * time.Second, CPU: time.Second, InputTokens: 100, OutputTokens: 20},
-		{UserID: admin.ID(), Email: admin.Email(), ContainerID: uc.ID(), ClientID: "scratch", Commands: 1, Wall: time.Second},
+		{UserID: admin.ID(), Email: admin.Email(), ContainerID: uc.ID(), ClientID: "scratch", Commands: 1, Wall: time.Second, SandboxTime: 90 * time.Second, SandboxCPU: 2500 * time.Millisecond},
 	}
 	if byContainer[2].ContainerID < byContainer[1].ContainerID {
 		byContainer[1], byContainer[2] = byContainer[2], byContainer[1]
@@ -649,10 +651,10 @@ func usageScopeSuite(t *testing.T, s *store.Store, orgID string, admin user.User
 	}{
 		{usage.ByContainer, byContainer},
 		{usage.ByThread, []usage.Row{
-			{Commands: 1, Wall: time.Second, InputTokens: 7},
+			{Commands: 1, Wall: time.Second, InputTokens: 7, SandboxTime: 90 * time.Second, SandboxCPU: 2500 * time.Millisecond},
 			{UserID: admin.ID(), Email: admin.Email(), ThreadID: th.ID(), Title: "Quarterly numbers", Commands: 2, Wall: 3 * time.Second, CPU: time.Second, InputTokens: 100, OutputTokens: 20},
 		}},
-		{usage.ByDay, []usage.Row{{Day: day, Commands: 3, Wall: 4 * time.Second, CPU: time.Second, InputTokens: 107, OutputTokens: 20}}},
+		{usage.ByDay, []usage.Row{{Day: day, Commands: 3, Wall: 4 * time.Second, CPU: time.Second, InputTokens: 107, OutputTokens: 20, SandboxTime: 90 * time.Second, SandboxCPU: 2500 * time.Millisecond}}},
 	}
 	for _, tt := range tests {
 		t.Run("usage by "+string(tt.by), func(t *testing.T) {

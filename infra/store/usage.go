@@ -17,20 +17,23 @@ var (
 	_ usage.Containers = (*Store)(nil)
 )
 
-const addUsageSQL = `INSERT INTO usage_daily (org_id, user_id, day, container_id, thread_id, commands, wall_ms, cpu_ms, input_tokens, output_tokens)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+const addUsageSQL = `INSERT INTO usage_daily (org_id, user_id, day, container_id, thread_id, commands, wall_ms, cpu_ms, input_tokens, output_tokens, sandbox_ms, sandbox_cpu_ms)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (org_id, user_id, day, container_id, thread_id) DO UPDATE SET
   commands = usage_daily.commands + excluded.commands,
   wall_ms = usage_daily.wall_ms + excluded.wall_ms,
   cpu_ms = usage_daily.cpu_ms + excluded.cpu_ms,
   input_tokens = usage_daily.input_tokens + excluded.input_tokens,
-  output_tokens = usage_daily.output_tokens + excluded.output_tokens`
+  output_tokens = usage_daily.output_tokens + excluded.output_tokens,
+  sandbox_ms = usage_daily.sandbox_ms + excluded.sandbox_ms,
+  sandbox_cpu_ms = usage_daily.sandbox_cpu_ms + excluded.sandbox_cpu_ms`
 
 // AddUsage adds u to the counters of its org, user, day, container and
 // thread.
 func (s *Store) AddUsage(ctx context.Context, u usage.Usage) error {
 	err := s.q(ctx).Exec(addUsageSQL, u.OrgID, u.UserID, u.Day, u.ContainerID, u.ThreadID, u.Commands,
-		u.Wall.Milliseconds(), u.CPU.Milliseconds(), u.InputTokens, u.OutputTokens).Error
+		u.Wall.Milliseconds(), u.CPU.Milliseconds(), u.InputTokens, u.OutputTokens,
+		u.SandboxTime.Milliseconds(), u.SandboxCPU.Milliseconds()).Error
 	if err != nil {
 		return dbError("add usage", err)
 	}
@@ -51,6 +54,8 @@ type usageSum struct {
 	CpuMs        int64
 	InputTokens  int64
 	OutputTokens int64
+	SandboxMs    int64
+	SandboxCpuMs int64
 }
 
 // UsageReport sums the org's counters of the days from..to, grouped by
@@ -60,7 +65,8 @@ type usageSum struct {
 func (s *Store) UsageReport(ctx context.Context, orgID, from, to string, by usage.GroupBy) ([]usage.Row, error) {
 	const sums = `COALESCE(SUM(u.commands), 0) AS commands, COALESCE(SUM(u.wall_ms), 0) AS wall_ms,
   COALESCE(SUM(u.cpu_ms), 0) AS cpu_ms, COALESCE(SUM(u.input_tokens), 0) AS input_tokens,
-  COALESCE(SUM(u.output_tokens), 0) AS output_tokens`
+  COALESCE(SUM(u.output_tokens), 0) AS output_tokens, COALESCE(SUM(u.sandbox_ms), 0) AS sandbox_ms,
+  COALESCE(SUM(u.sandbox_cpu_ms), 0) AS sandbox_cpu_ms`
 	var q string
 	switch by {
 	case usage.ByDay:
@@ -96,6 +102,7 @@ WHERE u.org_id = ? AND u.day >= ? AND u.day <= ? GROUP BY u.thread_id ORDER BY u
 			ThreadID: g.ThreadID, Title: g.Title, Commands: g.Commands,
 			Wall: time.Duration(g.WallMs) * time.Millisecond, CPU: time.Duration(g.CpuMs) * time.Millisecond,
 			InputTokens: g.InputTokens, OutputTokens: g.OutputTokens,
+			SandboxTime: time.Duration(g.SandboxMs) * time.Millisecond, SandboxCPU: time.Duration(g.SandboxCpuMs) * time.Millisecond,
 		}
 	}
 	return rows, nil

@@ -1,9 +1,13 @@
 -- +goose Up
 -- Usage metering per container and thread (issue 22 item 4): the daily
 -- counters gain the container and thread they were spent in ('' when none,
--- for example tokens of a Messages API request without a container).
+-- for example tokens of a Messages API request without a container), and
+-- sandbox time: how long sandboxes ran (sandbox_ms) and the CPU time their
+-- control groups used (sandbox_cpu_ms), what hosted code execution bills.
 ALTER TABLE usage_daily ADD COLUMN container_id TEXT NOT NULL DEFAULT '';
 ALTER TABLE usage_daily ADD COLUMN thread_id TEXT NOT NULL DEFAULT '';
+ALTER TABLE usage_daily ADD COLUMN sandbox_ms BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE usage_daily ADD COLUMN sandbox_cpu_ms BIGINT NOT NULL DEFAULT 0;
 ALTER TABLE usage_daily DROP CONSTRAINT usage_daily_pkey;
 ALTER TABLE usage_daily ADD PRIMARY KEY (org_id, user_id, day, container_id, thread_id);
 

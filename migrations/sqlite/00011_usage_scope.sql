@@ -1,7 +1,9 @@
 -- +goose Up
 -- Usage metering per container and thread (issue 22 item 4): the daily
 -- counters gain the container and thread they were spent in ('' when none,
--- for example tokens of a Messages API request without a container).
+-- for example tokens of a Messages API request without a container), and
+-- sandbox time: how long sandboxes ran (sandbox_ms) and the CPU time their
+-- control groups used (sandbox_cpu_ms), what hosted code execution bills.
 -- SQLite cannot change a primary key in place: the table is rebuilt.
 CREATE TABLE usage_daily_new (
     org_id        TEXT NOT NULL,
@@ -14,6 +16,8 @@ CREATE TABLE usage_daily_new (
     cpu_ms        BIGINT NOT NULL DEFAULT 0,
     input_tokens  BIGINT NOT NULL DEFAULT 0,
     output_tokens BIGINT NOT NULL DEFAULT 0,
+    sandbox_ms     BIGINT NOT NULL DEFAULT 0,
+    sandbox_cpu_ms BIGINT NOT NULL DEFAULT 0,
     PRIMARY KEY (org_id, user_id, day, container_id, thread_id)
 );
 INSERT INTO usage_daily_new (org_id, user_id, day, commands, wall_ms, cpu_ms, input_tokens, output_tokens)

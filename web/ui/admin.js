@@ -42,13 +42,15 @@ export async function renderAdmin(main, ctx) {
     h('section', { 'aria-labelledby': 'usage-h', class: 'panel' },
       h('div', { class: 'side-head' }, h('h2', { id: 'usage-h' }, 'Usage, last 30 days'),
         h('button', { type: 'button', onclick: reload }, 'Refresh')),
-      h('p', { class: 'hint' }, 'Sandbox CPU seconds per day (UTC); commands, wall and CPU time and model tokens per user, thread or container below.'),
+      h('p', { class: 'hint' }, 'Command CPU seconds per day (UTC); commands, their wall and CPU time, sandbox time and model tokens per user, thread or container below.'),
       chart,
       h('label', {}, 'Rows ', usageBy),
       h('div', { class: 'table-wrap', role: 'region', 'aria-label': 'Usage table', tabindex: '0' },
         h('table', { id: 'usage' }, h('thead', {}, h('tr', {},
           usageKey, h('th', { scope: 'col' }, 'Commands'), h('th', { scope: 'col' }, 'Wall s'),
-          h('th', { scope: 'col' }, 'CPU s'), h('th', { scope: 'col' }, 'Input tokens'), h('th', { scope: 'col' }, 'Output tokens'))), usage))),
+          h('th', { scope: 'col' }, 'CPU s'), h('th', { scope: 'col', title: 'How long sandboxes ran, busy or idle' }, 'Sandbox s'),
+          h('th', { scope: 'col', title: "CPU time of the sandboxes' control groups" }, 'Sandbox CPU s'),
+          h('th', { scope: 'col' }, 'Input tokens'), h('th', { scope: 'col' }, 'Output tokens'))), usage))),
     h('section', { 'aria-labelledby': 'audit-h', class: 'panel' },
       h('div', { class: 'side-head' }, h('h2', { id: 'audit-h' }, 'Audit log'),
         h('button', { type: 'button', id: 'audit-refresh', onclick: () => loadAudit(audit) }, 'Refresh')),
@@ -102,15 +104,16 @@ async function loadUsage(chart, tbody, by, key) {
       return h('div', { class: 'bar', 'data-day': d, title: `${d}: ${v.toFixed(1)} CPU s` }, fill);
     }));
     chart.setAttribute('aria-label', `CPU seconds per day, ${days[0]} to ${days[days.length - 1]}; at most ${top.toFixed(1)}`);
-    replace(tbody, byUser.data.length ? null : h('tr', {}, h('td', { colspan: '6' }, 'Nothing yet.')));
+    replace(tbody, byUser.data.length ? null : h('tr', {}, h('td', { colspan: '8' }, 'Nothing yet.')));
     for (const r of byUser.data) {
       append(tbody, [h('tr', { 'data-user-id': r.user_id, 'data-thread-id': r.thread_id || '', 'data-container-id': r.container_id || '' },
         h('td', {}, usageLabel(by, r)), h('td', {}, r.commands),
-        h('td', {}, r.wall_seconds.toFixed(1)), h('td', {}, r.cpu_seconds.toFixed(1)), h('td', {}, r.input_tokens), h('td', {}, r.output_tokens))]);
+        h('td', {}, r.wall_seconds.toFixed(1)), h('td', {}, r.cpu_seconds.toFixed(1)), h('td', {}, r.sandbox_seconds.toFixed(0)),
+        h('td', {}, r.sandbox_cpu_seconds.toFixed(1)), h('td', {}, r.input_tokens), h('td', {}, r.output_tokens))]);
     }
   } catch (err) {
     replace(chart);
-    replace(tbody, h('tr', {}, h('td', { colspan: '6', class: 'inline-error' }, explain(err))));
+    replace(tbody, h('tr', {}, h('td', { colspan: '8', class: 'inline-error' }, explain(err))));
   }
 }
 
