@@ -149,7 +149,7 @@ func wire(ctx context.Context, cfg Config, log *slog.Logger) (*system, error) {
 	fs := fsroot.NewContainers(func(id string) fsroot.Dirs {
 		d := layout.Dirs(id)
 		return fsroot.Dirs{Workspace: d.Workspace, Uploads: d.Uploads, Outputs: d.Outputs, Skills: d.Skills}
-	}, fsroot.Options{Owner: owner})
+	}, fsroot.Options{Owner: owner, SharedDisk: quotaMode(cfg) == hostdirs.QuotaNone})
 	sys.files = files.New(files.Deps{Store: fs, Containers: sys.containers, Policies: sys.admin, Idempotency: st.UploadKeys(0), Quota: sys.quota})
 	sys.usage = metering.New(st, st, log.With("component", "usage"))
 	sys.containers.OnMeter(sys.usage.Sandbox)
