@@ -363,7 +363,7 @@ func (s *Service) ensure(ctx context.Context, id string) (*live, error) {
 // and runs the boot hooks; the caller holds the lock and the lease.
 func (s *Service) boot(ctx context.Context, c container.Container) (*live, error) {
 	id := c.ID()
-	mounts, err := s.folders.Prepare(ctx, id)
+	mounts, err := s.prepareBoot(ctx, id)
 	if err != nil {
 		return nil, fmt.Errorf("containers: folders: %w", err) // logged by hide
 	}

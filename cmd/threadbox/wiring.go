@@ -99,6 +99,8 @@ func (f folders) Prepare(ctx context.Context, id string) ([]sandbox.Mount, error
 
 func (f folders) Remove(ctx context.Context, id string) error { return f.l.Remove(ctx, id) }
 
+func (f folders) Repair(ctx context.Context, id string) error { return f.l.Repair(ctx, id) }
+
 func (f folders) Release(ctx context.Context, idle time.Duration, busy func(string) bool) ([]string, error) {
 	return f.l.ReleaseUnused(ctx, idle, busy)
 }
