@@ -557,17 +557,20 @@ func run(ctx context.Context, cfg config, out io.Writer) (ok bool, err error) {
 	// RSS growth is judged over the last half of the run, on the process
 	// that served longest in it (a restart starts a new one).
 	byPid := map[int][]int64{}
+	threadsByPid := map[int][]int{}
 	peak := baseline
 	for _, smp := range s.samples {
 		peak = peakOf(peak, smp)
 		if smp.pid != 0 && smp.at.After(loadStart.Add(cfg.duration/2)) && smp.at.Before(loadEnd) {
 			byPid[smp.pid] = append(byPid[smp.pid], smp.rss)
+			threadsByPid[smp.pid] = append(threadsByPid[smp.pid], smp.threads)
 		}
 	}
 	var rssHalf []int64
-	for _, rs := range byPid {
+	var threadsHalf []int
+	for pid, rs := range byPid {
 		if len(rs) > len(rssHalf) {
-			rssHalf = rs
+			rssHalf, threadsHalf = rs, threadsByPid[pid]
 		}
 	}
 	procBase := s.procBase
@@ -579,7 +582,7 @@ func run(ctx context.Context, cfg config, out io.Writer) (ok bool, err error) {
 	cleaned = true
 
 	o := outcome{poolSlack: poolSlack(cfg), lost: lost, running: running, undesigned: s.st.undesigned, nUndesign: s.st.nUndesign,
-		baseline: baseline, final: final, procBase: procBase, rssHalf: rssHalf, sigterm: sigterm, left: left}
+		baseline: baseline, final: final, procBase: procBase, rssHalf: rssHalf, threadsHalf: threadsHalf, sigterm: sigterm, left: left}
 	if s.up != nil {
 		o.refused = s.up.refused()
 	}

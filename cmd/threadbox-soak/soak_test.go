@@ -151,6 +151,24 @@ func TestInvariants(t *testing.T) {
 	if held(invariants(outcome{final: sample{fds: 40}, procBase: sample{fds: 20}, poolSlack: 10}))["threadbox open fds back to baseline"] {
 		t.Error("fds past the pool's idle connections held")
 	}
+	// OS threads: back to the baseline, or at the plateau the load reached
+	// (parked by the runtime); a count still rising is a leak.
+	const threads = "threadbox OS threads back to baseline or at their plateau"
+	for _, tt := range []struct {
+		name        string
+		base, final int
+		half        []int
+		held        bool
+	}{
+		{"back to baseline", 7, 12, nil, true},
+		{"at the plateau", 7, 17, []int{15, 17, 17, 16, 17, 17, 17, 17}, true},
+		{"rising", 7, 24, []int{12, 13, 14, 15, 18, 20, 22, 24}, false},
+		{"too few samples", 7, 24, []int{20, 24}, false},
+	} {
+		if got := held(invariants(outcome{final: sample{threads: tt.final}, procBase: sample{threads: tt.base}, threadsHalf: tt.half}))[threads]; got != tt.held {
+			t.Errorf("threads %s: held %v, want %v", tt.name, got, tt.held)
+		}
+	}
 	for _, name := range []string{"no acknowledged write lost", "no turn left running", "no error outside the designed ones",
 		"containers back to baseline", "mounts back to baseline", "loop devices back to baseline",
 		"threadbox open fds back to baseline", "RSS without growth over the last half"} {
