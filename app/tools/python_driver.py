@@ -351,12 +351,21 @@ def _cpu(t0, t1):
                (t1.children_user - t0.children_user) + (t1.children_system - t0.children_system))
 
 
+_injected = {}
+
+
 def _tools(req):
     """Puts the request's client tools into the namespace as async functions."""
     caller = req.get("caller") or "code_execution"
+    # The functions of an earlier request's tools go, unless the cell's code
+    # rebound the name.
+    for name, fn in list(_injected.items()):
+        if _ns.get(name) is fn:
+            del _ns[name]
+    _injected.clear()
     for spec in req.get("tools") or []:
         if spec.get("name", "").isidentifier():
-            _ns[spec["name"]] = _make_tool(spec, caller)
+            _ns[spec["name"]] = _injected[spec["name"]] = _make_tool(spec, caller)
     _ns["ToolError"] = ToolError
     _calls.update(req=req, pending=[], scheduled=False, gone=None)
 
