@@ -330,6 +330,7 @@ func (e *Executor) cellResult(ctx context.Context, call messages.ToolCall, p *in
 		pc.calls = ans.Calls
 		p.paused = pc
 		p.mu.Unlock()
+		go e.holdPaused(call.ContainerID, p, pc)
 		return &messages.ToolResult{Type: messages.ResultCodeExecution, Files: []messages.OutputFile{}, Pending: ans.Calls}
 	}
 	defer func() { <-p.turn }()
@@ -558,6 +559,35 @@ func (e *Executor) wait(ctx context.Context, call messages.ToolCall, p *interpre
 		case <-ctx.Done():
 			e.drop(call.ContainerID, p)
 			return nil, nil, fmt.Errorf("tools: python: %w", ctx.Err())
+		}
+	}
+}
+
+// holdPaused marks the sandbox of a paused cell in use, as a running
+// cell's is, so that the idle sweeper does not stop it (and end the
+// interpreter) while the client works on the calls: until the cell is
+// resumed, abandoned or over, at most ToolResultTimeout and a minute.
+func (e *Executor) holdPaused(containerID string, p *interpreter, pc *pausedCell) {
+	tick := time.NewTicker(e.keepAlive())
+	defer tick.Stop()
+	limit := time.NewTimer(e.cfg.ToolResultTimeout + time.Minute)
+	defer limit.Stop()
+	for {
+		select {
+		case <-tick.C:
+			p.mu.Lock()
+			still := p.paused == pc && pc.cell.answer == nil
+			p.mu.Unlock()
+			if !still {
+				return
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+			_ = e.touch(ctx, containerID)
+			cancel()
+		case <-p.ended:
+			return
+		case <-limit.C:
+			return
 		}
 	}
 }

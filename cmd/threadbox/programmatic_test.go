@@ -379,3 +379,32 @@ func TestProgrammaticToolCalling(t *testing.T) {
 		}
 	})
 }
+
+// TestProgrammaticPauseKeepsSandbox: while a cell waits for the client's
+// results, the idle sweeper leaves its sandbox be (the interpreter would
+// end with it), however short SANDBOX_IDLE is.
+func TestProgrammaticPauseKeepsSandbox(t *testing.T) {
+	bin := needDocker(t)
+	s, fake := modelServer(t, "", "anthropic", map[string]string{
+		"SANDBOX_BACKEND": "docker", "THREADBOX_AGENT_BIN": bin, "SANDBOX_IDLE": "2s", "SWEEP_INTERVAL": "300ms",
+		"PYTHON_TOOL_RESULT_TIMEOUT": "60s",
+	})
+	cl := msgClient(s, s.bootstrap("acme", "admin@acme.test"))
+	ctx := context.Background()
+	echoFinal(fake)
+	tools := ptcTools(codeExec2605)
+	fake.Push(fakeupstream.PythonCell("before = 'kept'\nv = await get_weather(city='Rome')\nprint(before, v['celsius'])"))
+	first, err := cl.Messages.New(ctx, msgParams("idle-ptc", userText("slow client"), tools...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := pendingCalls(t, first)
+	time.Sleep(5 * time.Second) // more than twice SANDBOX_IDLE
+	msg, err := cl.Messages.New(ctx, msgParams("idle-ptc", append(userText("slow client"), first.ToParam(), answer(calls, temperature)), tools...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := cellEnd(t, msg.Content, 0); r.ReturnCode != 0 || r.Stdout != "kept 27\n" {
+		t.Fatalf("cell resumed after the pause %+v", r)
+	}
+}
