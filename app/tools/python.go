@@ -264,19 +264,32 @@ func (e *Executor) python(ctx context.Context, call messages.ToolCall) *messages
 // sandbox stopped, this server restarted, or the request reached another
 // server) answers unavailable, saying so.
 func (e *Executor) resume(ctx context.Context, call messages.ToolCall, fail func(code, msg string) *messages.ToolResult) *messages.ToolResult {
-	gone := fail(messages.CodeUnavailable, fmt.Sprintf("The code of %s is no longer paused on this server, so the tool results cannot resume it: its sandbox stopped (idle shutdown or restart), the server restarted, or the request reached another server. Run the code again.", call.ID))
+	gone := func(why string) *messages.ToolResult {
+		return fail(messages.CodeUnavailable, fmt.Sprintf("The code of %s is no longer paused on this server, so the tool results cannot resume it: %s. Run the code again.", call.ID, why))
+	}
+	const (
+		stopped  = "its sandbox stopped (idle shutdown or restart), and its Python interpreter with it"
+		unknown  = "this server has not run the container's Python since it started (threadbox restarted, or another server ran the code)"
+		replaced = "a later cell in the container abandoned it, or its results were sent already"
+	)
 	sl := e.py.slot(call.ContainerID)
 	sl.mu.Lock()
-	p := sl.p
+	p, seen := sl.p, sl.seen
 	sl.mu.Unlock()
-	if p == nil {
-		return gone
+	switch {
+	case p == nil && seen:
+		return gone(stopped)
+	case p == nil:
+		return gone(unknown)
 	}
 	p.mu.Lock()
 	pc := p.paused
 	if pc == nil || pc.callID != call.ID {
 		p.mu.Unlock()
-		return gone
+		if !p.alive() {
+			return gone(stopped)
+		}
+		return gone(replaced)
 	}
 	p.paused = nil
 	late := pc.cell.answer // the cell went on alone (its wait timed out)
@@ -291,10 +304,14 @@ func (e *Executor) resume(ctx context.Context, call messages.ToolCall, fail func
 		p.mu.Unlock()
 		return e.cellResult(ctx, call, p, pc, late, nil)
 	}
-	if !p.alive() {
+	running := true
+	if r, ok := e.sb.(runningReporter); ok {
+		running = r.Running(call.ContainerID)
+	}
+	if !running || !p.alive() {
 		e.drop(call.ContainerID, p)
 		<-p.turn
-		return gone
+		return gone(stopped)
 	}
 	answers := map[string]messages.ToolAnswer{}
 	for _, a := range call.Resume {

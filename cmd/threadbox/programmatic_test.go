@@ -290,7 +290,7 @@ func TestProgrammaticToolCalling(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		pendingCalls(t, first)
+		calls := pendingCalls(t, first)
 		fake.Push(fakeupstream.PythonCell("print(n)"))
 		msg, err := cl.Messages.New(ctx, msgParams("ptc5", userText("something else"), tools...))
 		if err != nil {
@@ -298,6 +298,14 @@ func TestProgrammaticToolCalling(t *testing.T) {
 		}
 		if r := pyResult(t, msg.Content, 0); r.Stdout != "1\n" {
 			t.Fatalf("cell after the abandoned one %+v", r)
+		}
+		// Results for the abandoned cell come too late, and say so.
+		late, err := cl.Messages.New(ctx, msgParams("ptc5", append(userText("pause"), first.ToParam(), answer(calls, temperature)), tools...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if late.Content[0].AsCodeExecutionToolResult().Content.ErrorCode != "unavailable" || !strings.Contains(lastUpstream(t, fake, 1), "a later cell in the container abandoned it") {
+			t.Fatalf("results for an abandoned cell: %s", late.RawJSON())
 		}
 	})
 
@@ -320,7 +328,7 @@ func TestProgrammaticToolCalling(t *testing.T) {
 		if msg.Content[0].Type != "code_execution_tool_result" || res.Content.Type != "code_execution_tool_result_error" || res.Content.ErrorCode != "unavailable" {
 			t.Fatalf("result for a gone cell: %s", msg.RawJSON())
 		}
-		if last := lastUpstream(t, fake, 1); !strings.Contains(last, "is no longer paused on this server") {
+		if last := lastUpstream(t, fake, 1); !strings.Contains(last, "is no longer paused on this server, so the tool results cannot resume it: its sandbox stopped") {
 			t.Fatalf("the model was not told why: %s", last)
 		}
 	})
