@@ -50,8 +50,8 @@ const (
 	// interpreter is killed and the call answers execution_time_exceeded.
 	DefaultPythonTimeout = 5 * time.Minute
 	// DefaultToolResultTimeout is how long a cell paused on client tool
-	// calls waits for the client's results: about the 4.5 minutes
-	// Anthropic documents for a paused container.
+	// calls waits for the client's results: about 4.5 minutes, the life
+	// Anthropic's page gives a paused container (docs/messages.md).
 	DefaultToolResultTimeout = 270 * time.Second
 	// keepAlive is how often a running cell marks its sandbox in use, so
 	// that the idle sweeper does not stop it under the cell; more often
