@@ -87,6 +87,18 @@ func checkCallers(req *Request, p *Plan) error {
 			return fault.Errorf(fault.Invalid, "tools.%d.allowed_callers: the tool can be called only from code, which needs a code_execution_20260120 or code_execution_20260521 tool in tools", i)
 		}
 	}
+	// A tool only code calls cannot be forced on the model.
+	var tc struct {
+		Type string `json:"type"`
+		Name string `json:"name"`
+	}
+	if len(req.ToolChoice) > 0 && json.Unmarshal(req.ToolChoice, &tc) == nil && tc.Type == "tool" {
+		for _, t := range req.Tools {
+			if t.Name == tc.Name && !isCodeExecutionType(t.Type) && t.Type != ToolTypeSandboxV1 && !directTool(t) {
+				return fault.Errorf(fault.Invalid, "tool_choice: %q can be called only from code (its allowed_callers lacks \"direct\"), so the model cannot be made to call it", tc.Name)
+			}
+		}
+	}
 	return nil
 }
 

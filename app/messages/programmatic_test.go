@@ -29,6 +29,10 @@ func TestProgrammaticPlan(t *testing.T) {
 		{"unknown caller", []Tool{code(ToolTypeCodeExecution2601), client("a", "someone")}, nil, `tools.1.allowed_callers.0: "someone" is not one of`},
 		{"empty", []Tool{code(ToolTypeCodeExecution2601), {Name: "a", InputSchema: schema, AllowedCallers: []string{}}}, nil, "tools.1.allowed_callers: must not be empty"},
 	}
+	forced := &Request{MaxTokens: 10, Messages: user, Tools: []Tool{code(ToolTypeCodeExecution2601), client("a", "code_execution_20260120")}, ToolChoice: json.RawMessage(`{"type":"tool","name":"a"}`)}
+	if _, err := plan(forced, nil); err == nil || !strings.Contains(err.Error(), `tool_choice: "a" can be called only from code`) {
+		t.Errorf("tool_choice forcing a tool only code calls: %v", err)
+	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			p, err := plan(&Request{MaxTokens: 10, Messages: user, Tools: tc.tools}, nil)
