@@ -248,9 +248,10 @@ const CallerType = ToolTypeCodeExecution2601
 // paused on, each with its caller.
 func (t *turn) sendPending(call ToolCall, pending []PendingCall) error {
 	for _, pc := range pending {
-		in := pc.Input
-		if len(in) == 0 {
-			in = json.RawMessage(`{}`)
+		var buf bytes.Buffer
+		in := json.RawMessage(`{}`)
+		if json.Compact(&buf, pc.Input) == nil && buf.Len() > 0 {
+			in = buf.Bytes() // as the model's own inputs stream: no spaces
 		}
 		b := ContentBlock{Type: BlockToolUse, ID: pc.ID, Name: pc.Name, Input: in, Caller: &Caller{Type: CallerType, ToolID: call.ID}}
 		for _, ev := range blockEvents(b) {

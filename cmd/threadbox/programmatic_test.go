@@ -377,6 +377,9 @@ func TestProgrammaticToolCalling(t *testing.T) {
 		if len(plain) != len(streamed) {
 			t.Fatalf("%d responses, %d streamed", len(plain), len(streamed))
 		}
+		if in := string(streamed[0].Content[1].AsToolUse().Input); in != `{"city":"Paris"}` {
+			t.Fatalf("streamed input %s", in)
+		}
 		callers := regexp.MustCompile(`"tool_id":"[^"]*"`)
 		for i := range plain {
 			a := callers.ReplaceAllString(normalBlocks(t, plain[i].Content), `"tool_id":"…"`)
