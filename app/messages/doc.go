@@ -27,6 +27,11 @@
 //     pairs for the model; container_upload blocks become a text note naming
 //     the file's sandbox path.
 //   - A tool_choice naming code_execution becomes {"type":"any"}.
+//   - Programmatic tool calling (programmatic.go): a code_execution cell
+//     that awaits client tools ends the turn with their tool_use blocks
+//     (caller: the cell) and stop_reason tool_use; the client's results in
+//     the next request resume the cell before the model is asked again,
+//     and the model's history never holds those calls.
 //   - pause_turn is given after Config.MaxToolIterations rounds of sub-tool
 //     calls or Config.TurnTimeout, always right after a result block, so
 //     that sending the response back continues the turn.

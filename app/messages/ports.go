@@ -106,6 +106,33 @@ type ToolCall struct {
 	// or "stderr", a chunk it must not retain): the turn asked for live
 	// output. An executor that runs no command leaves it unused.
 	Output func(stream string, chunk []byte)
+	// CodeTools are the request's client tools as the code_execution
+	// sub-tool's Python sees them (programmatic tool calling), and
+	// CallerType the code-execution tool type that names their caller.
+	CodeTools  []CodeTool
+	CallerType string
+	// Resume, when not nil, holds the client's results of the tool calls
+	// the code_execution call ID is paused on: the paused cell goes on
+	// with them, Input is not run anew.
+	Resume []ToolAnswer
+}
+
+// CodeTool is a client tool as code sees it: an async Python function
+// named Name taking the properties of InputSchema. A tool not Allowed
+// (its allowed_callers does not list the request's code-execution tool)
+// raises an error when code calls it.
+type CodeTool struct {
+	Name        string          `json:"name"`
+	Description string          `json:"description,omitempty"`
+	InputSchema json.RawMessage `json:"input_schema,omitempty"`
+	Allowed     bool            `json:"allowed"`
+}
+
+// ToolAnswer is the client's tool_result for a call code made.
+type ToolAnswer struct {
+	ToolUseID string          `json:"tool_use_id"`
+	Content   json.RawMessage `json:"content,omitempty"`
+	IsError   bool            `json:"is_error,omitempty"`
 }
 
 // ToolExecutor runs server sub-tool calls in a container's sandbox. Execute

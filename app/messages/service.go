@@ -132,6 +132,10 @@ type Plan struct {
 	ServerTools []string `json:"server_tools"`
 	// ClientTools are the tools returned to the client.
 	ClientTools []string `json:"client_tools"`
+	// ProgrammaticTools are the client tools the code_execution sub-tool's
+	// Python may call (their allowed_callers list the request's
+	// code-execution tool type).
+	ProgrammaticTools []string `json:"programmatic_tools"`
 	// ContainerUploads are the file ids of container_upload blocks.
 	ContainerUploads []string `json:"container_uploads"`
 }
@@ -149,7 +153,7 @@ func plan(req *Request, allowedTypes []string) (*Plan, error) {
 	if len(req.Messages) == 0 {
 		return nil, fault.New(fault.Invalid, "messages: at least one message is required")
 	}
-	p := &Plan{ServerTools: []string{}, ClientTools: []string{}, ContainerUploads: []string{}}
+	p := &Plan{ServerTools: []string{}, ClientTools: []string{}, ProgrammaticTools: []string{}, ContainerUploads: []string{}}
 	for i, m := range req.Messages {
 		if m.Role != RoleUser && m.Role != RoleAssistant {
 			return nil, fault.Errorf(fault.Invalid, "messages.%d.role: must be \"user\" or \"assistant\"", i)
@@ -202,6 +206,9 @@ func plan(req *Request, allowedTypes []string) (*Plan, error) {
 			if (t.Type == "" || t.Type == ToolTypeCustom) && len(t.InputSchema) == 0 {
 				return nil, fault.Errorf(fault.Invalid, "tools.%d.input_schema: required", i)
 			}
+			if err := checkAllowedCallers(i, t); err != nil {
+				return nil, err
+			}
 			if seen[t.Name] || t.Name == SubToolBash || t.Name == SubToolTextEditor {
 				return nil, fault.Errorf(fault.Invalid, "tools.%d.name: %q is used twice or reserved", i, t.Name)
 			}
@@ -213,6 +220,12 @@ func plan(req *Request, allowedTypes []string) (*Plan, error) {
 		if slices.Contains(p.ServerTools, n) {
 			return nil, fault.Errorf(fault.Invalid, "tools: %q is used twice or reserved", n)
 		}
+	}
+	if err := checkCallers(req, p); err != nil {
+		return nil, err
+	}
+	if err := programmaticHistory(req); err != nil {
+		return nil, err
 	}
 	return p, nil
 }
@@ -266,6 +279,23 @@ type turn struct {
 	calls   int
 	codeRan bool
 	env     []string // Env and EnvFunc's variables, once a sub-tool ran
+
+	// Programmatic tool calling (programmatic.go): the client's results
+	// that resume paused cells, by code_execution call id; the calls whose
+	// code called client tools; paused is set once a cell of this turn
+	// paused on client tool calls, which ends the turn.
+	resume  map[string][]ToolAnswer
+	callers map[string]bool
+	paused  bool
+}
+
+// toolCall returns the call of a server tool.
+func (t *turn) toolCall(id, name string, input json.RawMessage, env []string) ToolCall {
+	c := ToolCall{ID: id, Name: name, Input: input, ContainerID: t.opts.ContainerID, ScopeID: t.scopeID(), Env: env}
+	if name == SubToolCodeExecution {
+		c.CodeTools, c.CallerType = t.codeTools(), t.plan.ToolType
+	}
+	return c
 }
 
 // toolEnv returns the variables of the turn's sub-tool calls, calling
@@ -309,9 +339,14 @@ func (t *turn) run(ctx context.Context) error {
 	if err := t.send(Event{Type: EventPing}); err != nil {
 		return err
 	}
-	history := cloneMessages(t.req.Messages)
+	history, resume, callers := stripProgrammatic(cloneMessages(t.req.Messages))
+	t.resume, t.callers = resume, callers
 	if err := t.resolvePending(ctx, history); err != nil {
 		return err
+	}
+	if t.paused {
+		// The resumed code called client tools again.
+		return t.finish(StopToolUse, nil)
 	}
 	tools := t.toolDefinitions()
 	step := StepRequest{
@@ -368,18 +403,24 @@ func (t *turn) run(ctx context.Context) error {
 			if b.Type != BlockText || b.Text != "" {
 				assistant.Content = append(assistant.Content, b)
 			}
-			if !ok {
+			if !ok || t.paused {
+				// After a cell paused on client tool calls, the step's
+				// other server calls wait, without results, for the
+				// request that resumes it.
 				continue
 			}
 			env, err := t.toolEnv(ctx)
 			if err != nil {
 				return err
 			}
-			r, err := t.execute(ctx, ToolCall{ID: id, Name: b.Name, Input: b.Input, ContainerID: t.opts.ContainerID, ScopeID: t.scopeID(), Env: env})
+			r, err := t.execute(ctx, t.toolCall(id, b.Name, b.Input, env))
 			if err != nil {
 				return err
 			}
 			results.Content = append(results.Content, upstreamResult(id, r))
+		}
+		if t.paused {
+			return t.finish(StopToolUse, nil)
 		}
 		step.Messages = append(step.Messages, assistant, results)
 		if iter >= t.s.cfg.MaxToolIterations || t.s.cfg.Now().Sub(t.start) >= t.s.cfg.TurnTimeout {
@@ -562,6 +603,15 @@ func (t *turn) execute(ctx context.Context, call ToolCall) (*ToolResult, error) 
 		if live != nil {
 			live.close()
 		}
+		if err == nil && len(r.Pending) > 0 {
+			// The code awaits client tool calls: they go to the client,
+			// and the call's result comes once they are answered.
+			t.codeRan, t.paused = true, true
+			if call.Resume == nil {
+				t.calls++
+			}
+			return r, t.sendPending(call, r.Pending)
+		}
 		if err != nil {
 			if live != nil && ctx.Err() != nil {
 				// The turn was stopped mid-call: the call's result says
@@ -573,7 +623,9 @@ func (t *turn) execute(ctx context.Context, call ToolCall) (*ToolResult, error) 
 		}
 		t.codeRan = true
 	}
-	t.calls++
+	if call.Resume == nil {
+		t.calls++
+	}
 	blockType := resultBlockType(call.Name)
 	shown := *r
 	if t.plan.ToolType != ToolTypeCodeExecutionV1 && !IsSandboxTool(call.Name) {
@@ -649,8 +701,27 @@ func (t *turn) resolvePending(ctx context.Context, history []Message) error {
 			if b.Type != BlockServerToolUse || answered[b.ID] || !IsOwnServerTool(b.Name) {
 				continue
 			}
+			if t.paused {
+				break // a resumed cell paused again: the rest waits
+			}
 			var r *ToolResult
 			switch {
+			case i == last && t.isServerTool(b.Name) && t.resume[b.ID] != nil:
+				env, err := t.toolEnv(ctx)
+				if err != nil {
+					return err
+				}
+				call := t.toolCall(b.ID, b.Name, b.Input, env)
+				call.Resume = t.resume[b.ID]
+				r, err = t.execute(ctx, call)
+				if err != nil {
+					return err
+				}
+				if t.paused {
+					continue
+				}
+			case t.callers[b.ID]:
+				r = ErrorResult(b.Name, CodeUnavailable, "The call was not resumed: the tool calls its code made were not answered in this request.")
 			case i == last && t.isServerTool(b.Name) && runs >= t.s.cfg.MaxToolIterations:
 				r = ErrorResult(b.Name, CodeUnavailable, fmt.Sprintf("The call was not run: a request runs at most %d pending calls.", t.s.cfg.MaxToolIterations))
 			case i == last && t.isServerTool(b.Name):
@@ -659,7 +730,7 @@ func (t *turn) resolvePending(ctx context.Context, history []Message) error {
 				if err != nil {
 					return err
 				}
-				r, err = t.execute(ctx, ToolCall{ID: b.ID, Name: b.Name, Input: b.Input, ContainerID: t.opts.ContainerID, ScopeID: t.scopeID(), Env: env})
+				r, err = t.execute(ctx, t.toolCall(b.ID, b.Name, b.Input, env))
 				if err != nil {
 					return err
 				}
@@ -714,17 +785,18 @@ func (t *turn) toolDefinitions() []ToolDefinition {
 	if t.plan.CodeExecution {
 		defs = append(defs, SubToolDefinitions()...)
 		if HasPythonREPL(t.plan.ToolType) {
-			defs = append(defs, PythonToolDefinition(t.plan.ToolType))
+			defs = append(defs, t.pythonDefinition())
 		}
 	}
 	if t.plan.Sandbox {
 		defs = append(defs, SandboxToolDefinitions(t.plan.ServerTools)...)
 	}
 	for _, tool := range t.req.Tools {
-		if isCodeExecutionType(tool.Type) || tool.Type == ToolTypeSandboxV1 {
+		if isCodeExecutionType(tool.Type) || tool.Type == ToolTypeSandboxV1 || !directTool(tool) {
+			// A tool only code may call is the code's, not the model's.
 			continue
 		}
-		defs = append(defs, ToolDefinition{Name: tool.Name, Description: tool.Description, InputSchema: tool.InputSchema, Raw: tool.Raw})
+		defs = append(defs, clientDefinition(tool))
 	}
 	return defs
 }

@@ -29,6 +29,8 @@ type (
 	MessageDelta   = wire.MessageDelta
 	ErrorBody      = wire.ErrorBody
 	ToolOutput     = wire.ToolOutput
+	Caller         = wire.Caller
+	PendingCall    = wire.PendingCall
 )
 
 // Constants of the wire format.
@@ -94,6 +96,7 @@ const (
 	ResultCodeExecutionError  = wire.ResultCodeExecutionError
 	ResultCodeExecutionOutput = wire.ResultCodeExecutionOutput
 	EventToolOutput           = wire.EventToolOutput
+	CallerDirect              = wire.CallerDirect
 )
 
 func MarshalMessages(msgs []Message) ([]byte, error) { return wire.MarshalMessages(msgs) }

@@ -1,8 +1,10 @@
 // Package tools executes the code-execution sub-tools (bash_code_execution
 // and text_editor_code_execution, and under code_execution_20260120 and
 // later code_execution, Python in a persistent interpreter per container:
-// python.go) of the Messages API in a container's sandbox, over the Sandbox
-// and Files ports it declares (served by app/containers and infra/fsroot).
+// python.go; its client tools callable from code, pausing the cell until
+// the client's results resume it) of the Messages API in a container's
+// sandbox, over the Sandbox and Files ports it declares (served by
+// app/containers and infra/fsroot).
 //
 // Decisions where the contract is silent:
 //

@@ -49,6 +49,10 @@ const (
 	// past it (a cell stuck where Python cannot interrupt it) the
 	// interpreter is killed and the call answers execution_time_exceeded.
 	DefaultPythonTimeout = 5 * time.Minute
+	// DefaultToolResultTimeout is how long a cell paused on client tool
+	// calls waits for the client's results: about 4.5 minutes, the life
+	// Anthropic's page gives a paused container (docs/messages.md).
+	DefaultToolResultTimeout = 270 * time.Second
 	// keepAlive is how often a running cell marks its sandbox in use, so
 	// that the idle sweeper does not stop it under the cell; more often
 	// when the owner's idle period is short (a third of it).
@@ -122,6 +126,20 @@ type interpreter struct {
 	mu   sync.Mutex
 	cell *cellOutput // the running cell's output; nil between cells
 	wake chan struct{}
+	// paused is the cell waiting for the client's tool results
+	// (programmatic tool calling); it holds the interpreter's turn.
+	paused *pausedCell
+}
+
+// pausedCell is a cell whose code awaits client tool calls: the request
+// that ran it answered with the calls, and a later request with the same
+// container and the client's results resumes it (Executor.resume).
+type pausedCell struct {
+	callID  string // the code_execution call's srvtoolu_ id
+	cell    *cellOutput
+	calls   []messages.PendingCall
+	note    string // the interpreter note of the cell's first segment
+	started time.Time
 }
 
 // meterCell records one cell for usage metering: its wall time, and its
@@ -205,6 +223,9 @@ type pythonAnswer struct {
 	StderrTruncated bool     `json:"stderr_truncated"`
 	// CPUSeconds is the cell's CPU time as the driver measured it.
 	CPUSeconds float64 `json:"cpu_seconds"`
+	// Calls, when not empty, makes this a pause: the cell awaits these
+	// client tool calls.
+	Calls []messages.PendingCall `json:"calls"`
 }
 
 // python runs one cell of the code_execution sub-tool.
@@ -219,6 +240,9 @@ func (e *Executor) python(ctx context.Context, call messages.ToolCall) *messages
 	if !ok {
 		return fail(messages.CodeUnavailable, noSessionsMessage)
 	}
+	if call.Resume != nil {
+		return e.resume(ctx, call, fail)
+	}
 	var in pythonInput
 	if err := decodeInput(call.Input, &in); err != nil {
 		return fail(messages.CodeInvalidToolInput, err.Error())
@@ -231,8 +255,103 @@ func (e *Executor) python(ctx context.Context, call messages.ToolCall) *messages
 	if err != nil {
 		return e.sandboxFailure(ctx, fail, err)
 	}
-	defer func() { <-p.turn }()
 	ans, cell, err := e.ask(ctx, call, p, *in.Code)
+	return e.cellResult(ctx, call, p, &pausedCell{callID: call.ID, cell: cell, note: note, started: started}, ans, err)
+}
+
+// resume gives a paused cell the client's results of its tool calls and
+// waits for it to end or pause again. A cell that is not paused here (its
+// sandbox stopped, this server restarted, or the request reached another
+// server) answers unavailable, saying so.
+func (e *Executor) resume(ctx context.Context, call messages.ToolCall, fail func(code, msg string) *messages.ToolResult) *messages.ToolResult {
+	gone := func(why string) *messages.ToolResult {
+		return fail(messages.CodeUnavailable, fmt.Sprintf("The code of %s is no longer paused on this server, so the tool results cannot resume it: %s. Run the code again.", call.ID, why))
+	}
+	const (
+		stopped  = "its sandbox stopped (idle shutdown or restart), and its Python interpreter with it"
+		unknown  = "this server has not run the container's Python since it started (threadbox restarted, or another server ran the code)"
+		replaced = "a later cell in the container abandoned it, or its results were sent already"
+	)
+	sl := e.py.slot(call.ContainerID)
+	sl.mu.Lock()
+	p, seen := sl.p, sl.seen
+	sl.mu.Unlock()
+	switch {
+	case p == nil && seen:
+		return gone(stopped)
+	case p == nil:
+		return gone(unknown)
+	}
+	p.mu.Lock()
+	pc := p.paused
+	if pc == nil || pc.callID != call.ID {
+		p.mu.Unlock()
+		if !p.alive() {
+			return gone(stopped)
+		}
+		return gone(replaced)
+	}
+	p.paused = nil
+	late := pc.cell.answer // the cell went on alone (its wait timed out)
+	if late == nil {
+		p.cell = pc.cell
+	}
+	p.mu.Unlock()
+	// The pause's turn is this call's now.
+	if late != nil {
+		p.mu.Lock()
+		p.cell = nil
+		p.mu.Unlock()
+		return e.cellResult(ctx, call, p, pc, late, nil)
+	}
+	running := true
+	if r, ok := e.sb.(runningReporter); ok {
+		running = r.Running(call.ContainerID)
+	}
+	if !running || !p.alive() {
+		e.drop(call.ContainerID, p)
+		<-p.turn
+		return gone(stopped)
+	}
+	answers := map[string]messages.ToolAnswer{}
+	for _, a := range call.Resume {
+		answers[a.ToolUseID] = a
+	}
+	results := []messages.ToolAnswer{}
+	for _, c := range pc.calls {
+		a, ok := answers[c.ID]
+		if !ok {
+			a = messages.ToolAnswer{ToolUseID: c.ID, Content: json.RawMessage(`"The client sent no tool_result for this call."`), IsError: true}
+		}
+		results = append(results, a)
+	}
+	msg, err := json.Marshal(map[string]any{"id": pc.cell.id, "results": results})
+	if err != nil {
+		<-p.turn
+		return fail(messages.CodeUnavailable, "The tool results could not be encoded: "+err.Error())
+	}
+	pc.started = time.Now() // the wait for the client is not the cell's time
+	ans, _, err := e.wait(ctx, call, p, pc.cell, append(msg, '\n'))
+	return e.cellResult(ctx, call, p, pc, ans, err)
+}
+
+// cellResult turns a cell's answer into the call's result and gives the
+// interpreter's turn back, unless the cell paused on client tool calls:
+// then the pause keeps the turn, and the result lists the calls.
+func (e *Executor) cellResult(ctx context.Context, call messages.ToolCall, p *interpreter, pc *pausedCell, ans *pythonAnswer, err error) *messages.ToolResult {
+	fail := func(code, msg string) *messages.ToolResult {
+		return messages.ErrorResult(messages.SubToolCodeExecution, code, msg)
+	}
+	if err == nil && ans != nil && len(ans.Calls) > 0 {
+		p.mu.Lock()
+		pc.calls = ans.Calls
+		p.paused = pc
+		p.mu.Unlock()
+		go e.holdPaused(call.ContainerID, p, pc)
+		return &messages.ToolResult{Type: messages.ResultCodeExecution, Files: []messages.OutputFile{}, Pending: ans.Calls}
+	}
+	defer func() { <-p.turn }()
+	started, note, cell := pc.started, pc.note, pc.cell
 	e.meterCell(ctx, call.ContainerID, p, started, ans)
 	switch {
 	case ctx.Err() != nil:
@@ -282,6 +401,7 @@ func (e *Executor) takeTurn(ctx context.Context, starter Sessions, call messages
 		if err != nil {
 			return nil, "", err
 		}
+		e.abandon(call.ContainerID, p)
 		select {
 		case p.turn <- struct{}{}:
 		case <-ctx.Done():
@@ -371,9 +491,7 @@ func (e *Executor) keepAlive() time.Duration {
 // errInvocationTimeout reports a call over Config.PythonTimeout.
 var errInvocationTimeout = errors.New("tools: python call over its time limit")
 
-// ask sends one cell to the driver and waits for its answer, or for the
-// interpreter's end (then the answer is nil and the cell's output is what
-// came before it).
+// ask sends one cell to the driver and waits for its answer (wait).
 func (e *Executor) ask(ctx context.Context, call messages.ToolCall, p *interpreter, code string) (*pythonAnswer, *cellOutput, error) {
 	env := map[string]string{}
 	for _, kv := range call.Env {
@@ -381,10 +499,15 @@ func (e *Executor) ask(ctx context.Context, call messages.ToolCall, p *interpret
 			env[k] = v
 		}
 	}
+	codeTools := call.CodeTools
+	if codeTools == nil {
+		codeTools = []messages.CodeTool{}
+	}
 	id := rand.Text()
 	req, err := json.Marshal(map[string]any{
 		"id": id, "code": code, "env": env, "cell_timeout": e.cfg.CellTimeout.Seconds(),
 		"max_output": e.cfg.MaxOutput, "outputs_dir": sandbox.OutputsDir,
+		"tools": codeTools, "caller": call.CallerType, "tool_timeout": e.cfg.ToolResultTimeout.Seconds(),
 	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("tools: python request: %w", err)
@@ -393,12 +516,24 @@ func (e *Executor) ask(ctx context.Context, call messages.ToolCall, p *interpret
 	p.mu.Lock()
 	p.cell = cell
 	p.mu.Unlock()
+	return e.wait(ctx, call, p, cell, append(req, '\n'))
+}
+
+// wait writes msg (a cell, or the tool results of a paused one) to the
+// driver and waits for the cell's next answer: its end, or a pause on
+// client tool calls (then the cell stays the interpreter's, to catch what
+// it answers later); or for the interpreter's end (then the answer is nil
+// and the cell's output is what came before it).
+func (e *Executor) wait(ctx context.Context, call messages.ToolCall, p *interpreter, cell *cellOutput, msg []byte) (*pythonAnswer, *cellOutput, error) {
+	paused := false
 	defer func() {
-		p.mu.Lock()
-		p.cell = nil
-		p.mu.Unlock()
+		if !paused {
+			p.mu.Lock()
+			p.cell = nil
+			p.mu.Unlock()
+		}
 	}()
-	if _, err := p.sess.Write(append(req, '\n')); err != nil {
+	if _, err := p.sess.Write(msg); err != nil {
 		e.drop(call.ContainerID, p)
 		return nil, nil, fmt.Errorf("tools: python request: %w", err)
 	}
@@ -409,7 +544,13 @@ func (e *Executor) ask(ctx context.Context, call messages.ToolCall, p *interpret
 	answer := func() *pythonAnswer {
 		p.mu.Lock()
 		defer p.mu.Unlock()
-		return cell.answer
+		a := cell.answer
+		if a != nil && len(a.Calls) > 0 {
+			// A pause: the cell's next answer comes after the results.
+			cell.answer = nil
+			paused = true
+		}
+		return a
 	}
 	for {
 		if a := answer(); a != nil {
@@ -435,6 +576,86 @@ func (e *Executor) ask(ctx context.Context, call messages.ToolCall, p *interpret
 		case <-ctx.Done():
 			e.drop(call.ContainerID, p)
 			return nil, nil, fmt.Errorf("tools: python: %w", ctx.Err())
+		}
+	}
+}
+
+// holdPaused marks the sandbox of a paused cell in use, as a running
+// cell's is, so that the idle sweeper does not stop it (and end the
+// interpreter) while the client works on the calls: until the cell is
+// resumed, abandoned or over, at most ToolResultTimeout and a minute.
+func (e *Executor) holdPaused(containerID string, p *interpreter, pc *pausedCell) {
+	tick := time.NewTicker(e.keepAlive())
+	defer tick.Stop()
+	limit := time.NewTimer(e.cfg.ToolResultTimeout + time.Minute)
+	defer limit.Stop()
+	for {
+		select {
+		case <-tick.C:
+			p.mu.Lock()
+			still := p.paused == pc && pc.cell.answer == nil
+			p.mu.Unlock()
+			if !still {
+				return
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+			_ = e.touch(ctx, containerID)
+			cancel()
+		case <-p.ended:
+			return
+		case <-limit.C:
+			return
+		}
+	}
+}
+
+// abandonWait bounds how long a paused cell that a new cell replaces may
+// take to end once told to.
+const abandonWait = 10 * time.Second
+
+// abandon ends the container's paused cell, if any, before a new cell
+// runs: its pending tool calls raise in its code, whatever it answers is
+// dropped, and the pause's turn is given back. A cell that does not end
+// in time ends with its interpreter.
+func (e *Executor) abandon(containerID string, p *interpreter) {
+	p.mu.Lock()
+	pc := p.paused
+	p.paused = nil
+	done := pc == nil || pc.cell.answer != nil
+	p.mu.Unlock()
+	if pc == nil {
+		return
+	}
+	defer func() {
+		p.mu.Lock()
+		p.cell = nil
+		p.mu.Unlock()
+		<-p.turn
+	}()
+	if done || !p.alive() {
+		return
+	}
+	msg, _ := json.Marshal(map[string]string{"id": pc.cell.id, "cancel": "A new cell started before the client answered this cell's tool calls, so they were abandoned."})
+	if _, err := p.sess.Write(append(msg, '\n')); err != nil {
+		e.drop(containerID, p)
+		return
+	}
+	timer := time.NewTimer(abandonWait)
+	defer timer.Stop()
+	for {
+		p.mu.Lock()
+		ended := pc.cell.answer != nil
+		p.mu.Unlock()
+		if ended {
+			return
+		}
+		select {
+		case <-p.wake:
+		case <-p.ended:
+			return
+		case <-timer.C:
+			e.drop(containerID, p)
+			return
 		}
 	}
 }

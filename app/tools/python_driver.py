@@ -6,7 +6,17 @@
 # "stderr_truncated"}) cut into lines "\x00TBPY <id> + <piece>", the last
 # one "\x00TBPY <id> $ <piece>".
 # Variables live in one namespace between requests.
-import io, json, os, shutil, signal, sys, tempfile, traceback, contextlib
+#
+# Programmatic tool calling: a request may list the client's tools
+# ("tools": [{"name", "input_schema", "allowed"}], "caller", "tool_timeout");
+# each becomes an async function of the namespace. Awaiting one pauses the
+# cell: the driver answers {"id", "calls": [{"id", "name", "input"}]} (the
+# calls made together, as asyncio.gather makes them) and waits on stdin for
+# {"id", "results": [{"tool_use_id", "content", "is_error"}]} (then the cell
+# goes on) or {"id", "cancel": reason}; past tool_timeout seconds the calls
+# raise TimeoutError in the cell. The cell's wall-clock limit does not run
+# while it waits.
+import asyncio, ast, inspect, io, json, os, secrets, select, shutil, signal, sys, tempfile, time, traceback, contextlib
 
 # Answers go to a copy of stdout (a pipe), in lines short enough that no
 # other writer to it (a thread or a subprocess of a cell) can split one.
@@ -14,7 +24,8 @@ _out = os.dup(1)
 _CHUNK = 3800  # an answer line stays under PIPE_BUF (4096 bytes)
 # Requests come on the original stdin; cells and their subprocesses get
 # /dev/null, so that input() or a child reading stdin cannot eat a request.
-_in = os.fdopen(os.dup(0), "r")
+_infd = os.dup(0)
+_inbuf = [b""]
 os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
 sys.stdin = open(os.devnull)
 _ns = {"__name__": "__main__"}
@@ -89,6 +100,170 @@ def _snapshot(dest):
     return out
 
 
+def _readline(timeout=None):
+    """Returns the next request line, None when timeout seconds passed first; EOFError at the end of input."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while b"\n" not in _inbuf[0]:
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([_infd], [], [], left)[0]:
+                return None
+        chunk = os.read(_infd, 1 << 16)
+        if not chunk:
+            raise EOFError()
+        _inbuf[0] += chunk
+    line, _, _inbuf[0] = _inbuf[0].partition(b"\n")
+    return line.decode("utf-8", "replace")
+
+
+class ToolError(Exception):
+    """A client tool answered the call with is_error: its content is the message."""
+
+
+class ToolCallAbandoned(BaseException):
+    """Raised in a paused cell that the server gave up (a new cell came instead of the results)."""
+
+
+# The running cell's programmatic tool calls.
+_calls = {"req": None, "pending": [], "scheduled": False, "gone": None}
+
+
+def _text(content):
+    """The text of a tool_result's content: a string, or the text of its blocks."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(b.get("text", "") for b in content if isinstance(b, dict) and b.get("type") == "text")
+    return "" if content is None else json.dumps(content)
+
+
+def _value(text):
+    """A result's value in the code: its JSON decoded when it is JSON, else the text."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def _make_tool(spec, caller):
+    name = spec.get("name", "")
+    schema = spec.get("input_schema") or {}
+    props = list((schema.get("properties") or {}).keys()) if isinstance(schema, dict) else []
+    allowed = bool(spec.get("allowed"))
+
+    async def tool(*args, **kwargs):
+        if not allowed:
+            raise PermissionError("The tool %r cannot be called from code: its allowed_callers does not list %s; only the model can call it." % (name, caller))
+        if _calls["gone"]:
+            raise _calls["gone"]
+        inp = dict(kwargs)
+        if len(args) > len(props):
+            raise TypeError("%s() takes at most %d positional arguments, the properties of its input_schema (%s); %d given" % (name, len(props), ", ".join(props), len(args)))
+        for k, v in zip(props, args):
+            if k in inp:
+                raise TypeError("%s() got multiple values for argument %r" % (name, k))
+            inp[k] = v
+        json.dumps(inp)  # TypeError now, in the caller, for input JSON cannot carry
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+        _calls["pending"].append(({"id": "toolu_" + secrets.token_hex(12), "name": name, "input": inp}, fut))
+        if not _calls["scheduled"]:
+            _calls["scheduled"] = True
+            loop.call_soon(_flush_soon, loop, 3)
+        return await fut
+
+    tool.__name__ = tool.__qualname__ = name
+    tool.__doc__ = spec.get("description") or None
+    return tool
+
+
+def _flush_soon(loop, n):
+    """Lets the calls made together (asyncio.gather) gather, then pauses for them."""
+    if n > 0:
+        loop.call_soon(_flush_soon, loop, n - 1)
+    else:
+        _flush()
+
+
+def _flush():
+    batch, _calls["pending"], _calls["scheduled"] = _calls["pending"], [], False
+    batch = [(c, f) for c, f in batch if not f.done()]
+    if not batch:
+        return
+    req = _calls["req"]
+    if _calls["gone"]:
+        for _, f in batch:
+            f.set_exception(_calls["gone"])
+        return
+    armed = _armed[0]
+    _armed[0] = False
+    left = signal.setitimer(signal.ITIMER_REAL, 0)[0]  # the cell's clock stops while it waits
+    try:
+        _send({"id": req.get("id"), "calls": [c for c, _ in batch]})
+        wait = float(req.get("tool_timeout") or 270)
+        deadline = time.monotonic() + wait
+        msg = None
+        while msg is None:
+            line = _readline(max(0.0, deadline - time.monotonic()))
+            if line is None:
+                break
+            if not line.strip():
+                continue
+            m = json.loads(line)
+            if m.get("id") == req.get("id"):
+                msg = m
+    finally:
+        _armed[0] = armed
+        if armed:
+            signal.setitimer(signal.ITIMER_REAL, max(left, 0.001), 1.0)
+    if msg is None:
+        _calls["gone"] = TimeoutError("No result for the tool calls within %gs: the client did not answer in time, so the calls were abandoned and this cell cannot call tools any more." % wait)
+        for _, f in batch:
+            f.set_exception(_calls["gone"])
+        return
+    if "cancel" in msg:
+        _calls["gone"] = ToolCallAbandoned(msg.get("cancel") or "The paused cell was abandoned.")
+        for _, f in batch:
+            f.set_exception(_calls["gone"])
+        return
+    results = {r.get("tool_use_id"): r for r in msg.get("results") or []}
+    for c, f in batch:
+        r = results.get(c["id"])
+        if r is None:
+            f.set_exception(ToolError("The client sent no result for the call of %s (%s)." % (c["name"], c["id"])))
+        elif r.get("is_error"):
+            f.set_exception(ToolError(_text(r.get("content"))))
+        else:
+            f.set_result(_value(_text(r.get("content"))))
+
+
+_loop = asyncio.new_event_loop()
+_DRIVER = (lambda: None).__code__.co_filename
+_ASYNCIO = os.path.dirname(asyncio.__file__) + os.sep
+
+
+def _internal(filename):
+    """Reports whether a traceback frame is the driver's or asyncio's, not the cell's."""
+    return filename == _DRIVER or filename.startswith(_ASYNCIO)
+
+
+def _exec(code):
+    """Runs a compiled cell; one with top-level await runs on the driver's event loop."""
+    if not code.co_flags & inspect.CO_COROUTINE:
+        exec(code, _ns)
+        return
+    task = _loop.create_task(eval(code, _ns))
+    try:
+        _loop.run_until_complete(task)
+    finally:
+        if not task.done():
+            task.cancel()
+            try:
+                _loop.run_until_complete(task)
+            except BaseException:
+                pass
+
+
 def _run(req):
     limit = float(req.get("cell_timeout") or 0)
     cap = int(req.get("max_output") or 1 << 20)
@@ -102,13 +277,13 @@ def _run(req):
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             try:
-                code = compile(req.get("code", ""), "<cell>", "exec")
+                code = compile(req.get("code", ""), "<cell>", "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
                 if limit > 0:
                     # Again every second after the limit: a cell that swallows
                     # the exception is interrupted once more.
                     signal.setitimer(signal.ITIMER_REAL, limit, 1.0)
                     _armed[0] = True
-                exec(code, _ns)
+                _exec(code)
             except _CellTimeout:
                 timed_out = True
             except SystemExit as e:
@@ -120,9 +295,11 @@ def _run(req):
                     print(e.code, file=sys.stderr)
                     rc = 1
             except BaseException:
-                # Without the driver's own frame.
+                # Without the driver's own frames, nor asyncio's.
                 t, v, tb = sys.exc_info()
-                traceback.print_exception(t, v, tb.tb_next)
+                te = traceback.TracebackException(t, v, tb.tb_next)
+                te.stack = traceback.StackSummary.from_list([f for f in te.stack if not _internal(f.filename)])
+                sys.stderr.write("".join(te.format()))
                 rc = 1
             finally:
                 _armed[0] = False
@@ -174,11 +351,37 @@ def _cpu(t0, t1):
                (t1.children_user - t0.children_user) + (t1.children_system - t0.children_system))
 
 
+_injected = {}
+
+
+def _tools(req):
+    """Puts the request's client tools into the namespace as async functions."""
+    caller = req.get("caller") or "code_execution"
+    # The functions of an earlier request's tools go, unless the cell's code
+    # rebound the name.
+    for name, fn in list(_injected.items()):
+        if _ns.get(name) is fn:
+            del _ns[name]
+    _injected.clear()
+    for spec in req.get("tools") or []:
+        if spec.get("name", "").isidentifier():
+            _ns[spec["name"]] = _injected[spec["name"]] = _make_tool(spec, caller)
+    _ns["ToolError"] = ToolError
+    _calls.update(req=req, pending=[], scheduled=False, gone=None)
+
+
 def _main():
-    for line in _in:
+    while True:
+        try:
+            line = _readline()
+        except EOFError:
+            return
         if not line.strip():
             continue
         req = json.loads(line)
+        if "code" not in req:
+            continue  # the results or cancel of a cell that is over
+        _tools(req)
         for k, v in (req.get("env") or {}).items():
             os.environ[k] = v
         t0 = _times()

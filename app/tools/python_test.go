@@ -22,6 +22,11 @@ type pyRequest struct {
 	Env         map[string]string `json:"env"`
 	CellTimeout float64           `json:"cell_timeout"`
 	OutputsDir  string            `json:"outputs_dir"`
+	// Programmatic tool calling: the cell's tools, and the messages that
+	// answer a paused cell.
+	Tools   []messages.CodeTool   `json:"tools"`
+	Results []messages.ToolAnswer `json:"results"`
+	Cancel  string                `json:"cancel"`
 }
 
 // pyReply is how the fake driver answers one cell.

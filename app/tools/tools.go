@@ -78,6 +78,10 @@ type Config struct {
 	// (DefaultPythonTimeout); one not above CellTimeout becomes
 	// CellTimeout plus 10 s.
 	PythonTimeout time.Duration
+	// ToolResultTimeout is how long a cell paused on client tool calls
+	// (programmatic tool calling) waits for their results before the
+	// calls raise TimeoutError in its code (DefaultToolResultTimeout).
+	ToolResultTimeout time.Duration
 }
 
 var _ messages.ToolExecutor = (*Executor)(nil)
@@ -116,6 +120,9 @@ func New(sb Sandbox, files Files, cfg Config) *Executor {
 	}
 	if cfg.PythonTimeout <= 0 {
 		cfg.PythonTimeout = DefaultPythonTimeout
+	}
+	if cfg.ToolResultTimeout <= 0 {
+		cfg.ToolResultTimeout = DefaultToolResultTimeout
 	}
 	if cfg.PythonTimeout <= cfg.CellTimeout {
 		cfg.PythonTimeout = cfg.CellTimeout + 10*time.Second

@@ -80,6 +80,9 @@ type Config struct {
 	// PythonCellTimeout is the wall-clock limit of one Python cell of
 	// code_execution_20260120 and later (PYTHON_CELL_TIMEOUT).
 	PythonCellTimeout time.Duration
+	// PythonToolResultTimeout is how long a Python cell paused on client
+	// tool calls waits for their results (PYTHON_TOOL_RESULT_TIMEOUT).
+	PythonToolResultTimeout time.Duration
 }
 
 // DefaultSandboxBackend is SANDBOX_BACKEND when the variable is unset.
@@ -153,6 +156,7 @@ func loadConfig(getenv func(string) string) (Config, error) {
 		MaxArtifactBytes: num("ARTIFACT_MAX_BYTES", 1<<30),
 	}
 	c.PythonCellTimeout = dur("PYTHON_CELL_TIMEOUT", "90s")
+	c.PythonToolResultTimeout = dur("PYTHON_TOOL_RESULT_TIMEOUT", "270s")
 	if err != nil {
 		return Config{}, err
 	}

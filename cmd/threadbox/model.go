@@ -45,7 +45,7 @@ func openAIBaseURL(raw string) string {
 // the code-execution sub-tools running in the containers' sandboxes, with
 // host-side file access through the file jail.
 func newMessages(cfg Config, sys *system, fs *fsroot.Containers, log *slog.Logger) *messages.Service {
-	code := tools.New(sys.containers, fs, tools.Config{MaxOutput: int(cfg.ToolMaxOutput), MaxOutputFileBytes: cfg.MaxArtifactBytes, Log: log.With("component", "tools"), Meter: sys.usage, CellTimeout: cfg.PythonCellTimeout})
+	code := tools.New(sys.containers, fs, tools.Config{MaxOutput: int(cfg.ToolMaxOutput), MaxOutputFileBytes: cfg.MaxArtifactBytes, Log: log.With("component", "tools"), Meter: sys.usage, CellTimeout: cfg.PythonCellTimeout, ToolResultTimeout: cfg.PythonToolResultTimeout})
 	urls := webfetch.New(webfetch.Config{MaxBytes: cfg.URLFetchMaxBytes, Allow: cfg.URLFetchAllow})
 	provider := cfg.ModelProvider
 	if provider == "" {

@@ -394,6 +394,10 @@ type Tool struct {
 	Name        string          `json:"name"`
 	Description string          `json:"description,omitempty"`
 	InputSchema json.RawMessage `json:"input_schema,omitempty"`
+	// AllowedCallers says who may call a client tool: "direct" (the
+	// model, the default when empty) and code-execution tool types
+	// (programmatic tool calling from the sandbox's Python).
+	AllowedCallers []string `json:"allowed_callers,omitempty"`
 	// Raw is the tool exactly as the client sent it.
 	Raw json.RawMessage `json:"-"`
 }
@@ -434,6 +438,10 @@ type ContentBlock struct {
 	ID    string          // tool_use, server_tool_use
 	Name  string          // tool_use, server_tool_use
 	Input json.RawMessage // tool_use, server_tool_use
+	// Caller is who made a tool_use: nil for the model itself ("direct"),
+	// or the code execution call whose Python called the client's tool
+	// (programmatic tool calling).
+	Caller *Caller
 
 	ToolUseID string          // tool_result, *_tool_result
 	Content   json.RawMessage // tool_result: string or blocks
@@ -473,11 +481,12 @@ func (b ContentBlock) MarshalJSON() ([]byte, error) {
 			in = json.RawMessage(`{}`)
 		}
 		return json.Marshal(struct {
-			Type  string          `json:"type"`
-			ID    string          `json:"id"`
-			Name  string          `json:"name"`
-			Input json.RawMessage `json:"input"`
-		}{b.Type, b.ID, b.Name, in})
+			Type   string          `json:"type"`
+			ID     string          `json:"id"`
+			Name   string          `json:"name"`
+			Input  json.RawMessage `json:"input"`
+			Caller *Caller         `json:"caller,omitempty"`
+		}{b.Type, b.ID, b.Name, in, b.Caller})
 	case BlockToolResult:
 		return json.Marshal(struct {
 			Type      string          `json:"type"`
@@ -524,6 +533,7 @@ func (b *ContentBlock) UnmarshalJSON(data []byte) error {
 		Content   json.RawMessage `json:"content"`
 		IsError   bool            `json:"is_error"`
 		FileID    string          `json:"file_id"`
+		Caller    *Caller         `json:"caller"`
 	}
 	if err := json.Unmarshal(data, &aux); err != nil {
 		return err
@@ -535,6 +545,9 @@ func (b *ContentBlock) UnmarshalJSON(data []byte) error {
 		Type: aux.Type, Text: aux.Text, Thinking: aux.Thinking, Signature: aux.Signature, Data: aux.Data,
 		ID: aux.ID, Name: aux.Name, ToolUseID: aux.ToolUseID, IsError: aux.IsError, FileID: aux.FileID,
 		Raw: append(json.RawMessage(nil), data...),
+	}
+	if aux.Type == BlockToolUse && aux.Caller != nil && aux.Caller.Type != CallerDirect {
+		b.Caller = aux.Caller
 	}
 	if len(aux.Citations) > 0 && string(aux.Citations) != "null" {
 		b.Citations = aux.Citations
@@ -561,6 +574,27 @@ func (b *ContentBlock) UnmarshalJSON(data []byte) error {
 		}
 	}
 	return nil
+}
+
+// Caller is the caller of a tool_use block (programmatic tool calling):
+// {"type": "code_execution_20260120", "tool_id": "srvtoolu_…"}, the
+// code-execution tool type and the id of the server_tool_use whose code
+// made the call.
+type Caller struct {
+	Type   string `json:"type"`
+	ToolID string `json:"tool_id,omitempty"`
+}
+
+// CallerDirect is the caller of a tool the model calls itself.
+const CallerDirect = "direct"
+
+// PendingCall is a client tool call that a code execution cell made and
+// waits on (programmatic tool calling): the tool_use block the client
+// gets, with a Caller naming the cell's call.
+type PendingCall struct {
+	ID    string          `json:"id"`
+	Name  string          `json:"name"`
+	Input json.RawMessage `json:"input"`
 }
 
 // OutputFile is an entry of a bash result's content: a file the command left
@@ -611,6 +645,11 @@ type ToolResult struct {
 	// Body is the whole content object of a sandbox_v1 result
 	// (ResultSandboxBody), written as is.
 	Body json.RawMessage
+
+	// Pending, never written, holds the client tool calls a code
+	// execution cell is paused on: the call has no result yet; the
+	// client's tool_results in a later request resume it.
+	Pending []PendingCall
 }
 
 // IsError reports whether the result is an error block.

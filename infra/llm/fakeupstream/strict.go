@@ -13,7 +13,11 @@ import (
 //
 // Anthropic — the first message is the user's; a text block is never empty
 // and no message is without content; a request with tool_use or
-// tool_result blocks defines tools; each tool_use of an assistant message
+// tool_result blocks defines tools; a tool's allowed_callers names only
+// "direct" or a code-execution tool the request defines (a model behind
+// threadbox gets plain tools, so never a code caller); a tool_use with a
+// caller names a server_tool_use of the request; each tool_use of an
+// assistant message
 // is answered by a tool_result at the start of the very next message, a
 // user message; each tool_result answers a tool_use of the assistant
 // message just before it.
@@ -47,6 +51,16 @@ type anthropicBlock struct {
 	Text      *string `json:"text"`
 	ID        string  `json:"id"`
 	ToolUseID string  `json:"tool_use_id"`
+	Caller    *struct {
+		Type   string `json:"type"`
+		ToolID string `json:"tool_id"`
+	} `json:"caller"`
+}
+
+// anthropicTool is the part of a tool definition the rules read.
+type anthropicTool struct {
+	Type           string   `json:"type"`
+	AllowedCallers []string `json:"allowed_callers"`
 }
 
 // refuseAnthropic returns why Anthropic would refuse the request, or "".
@@ -61,6 +75,22 @@ func refuseAnthropic(raw json.RawMessage) string {
 	if body.Messages[0].Role != "user" {
 		return "messages: first message must use the \"user\" role"
 	}
+	types := map[string]bool{}
+	var tools []anthropicTool
+	for _, raw := range body.Tools {
+		var t anthropicTool
+		_ = json.Unmarshal(raw, &t)
+		types[t.Type] = true
+		tools = append(tools, t)
+	}
+	for i, t := range tools {
+		for _, c := range t.AllowedCallers {
+			if c != "direct" && !types[c] {
+				return fmt.Sprintf("tools.%d.allowed_callers: %s is not a tool of this request", i, c)
+			}
+		}
+	}
+	serverUses := map[string]bool{}
 	hasTools := false
 	var pending []string // tool_use ids the next message must answer
 	for i, m := range body.Messages {
@@ -87,8 +117,14 @@ func refuseAnthropic(raw json.RawMessage) string {
 					return fmt.Sprintf("messages.%d.content.%d.text: text content blocks must be non-empty", i, j)
 				}
 				leading = false
+			case "server_tool_use":
+				serverUses[b.ID] = true
+				leading = false
 			case "tool_use":
 				hasTools = true
+				if b.Caller != nil && b.Caller.Type != "direct" && !serverUses[b.Caller.ToolID] {
+					return fmt.Sprintf("messages.%d.content.%d.caller: tool_id %s names no server_tool_use of this conversation", i, j, b.Caller.ToolID)
+				}
 				if m.Role != "assistant" {
 					return fmt.Sprintf("messages.%d.content.%d: tool_use blocks are only allowed in assistant messages", i, j)
 				}

@@ -152,6 +152,7 @@ var cases = []testCase{
 	{name: "thinking", needs: []Capability{Thinking}, run: testThinking},
 	{name: "tool_families", needs: []Capability{SandboxTools}, run: testToolFamilies},
 	{name: "client_tools_mixed", needs: []Capability{ClientTools}, run: testClientToolsMixed},
+	{name: "programmatic_tool_calls", needs: []Capability{ClientTools}, run: testProgrammaticCalls},
 	{name: "loop_pause_turn", run: testLoopPauseTurn},
 	{name: "upstream_pause_turn", needs: []Capability{UpstreamPauseTurn}, run: testUpstreamPauseTurn},
 	{name: "upstream_server_tools", needs: []Capability{UpstreamServerTools}, run: testUpstreamServerTools},

@@ -1,0 +1,115 @@
+package tools
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"threadbox/app/messages"
+)
+
+// TestPythonPauseResume plays the driver's side of programmatic tool
+// calling: a cell pauses on a client call, the results resume it (and are
+// what the driver gets), a new cell abandons a paused one, and results for
+// a cell that is not paused say why.
+func TestPythonPauseResume(t *testing.T) {
+	pause := pythonAnswer{Calls: []messages.PendingCall{{ID: "toolu_1", Name: "f", Input: json.RawMessage(`{"x":1}`)}}}
+	reply := func(req pyRequest) pyReply {
+		switch {
+		case req.Code == "pause":
+			return answer(pause)
+		case req.Results != nil:
+			return answer(pythonAnswer{Stdout: "got " + string(req.Results[0].Content) + "\n"})
+		case req.Cancel != "":
+			return answer(pythonAnswer{Stderr: "ToolCallAbandoned\n", ReturnCode: 1})
+		}
+		return answer(pythonAnswer{Stdout: "ran " + req.Code + "\n"})
+	}
+	resume := func(e *Executor, id string, content string) *messages.ToolResult {
+		t.Helper()
+		c := call(messages.SubToolCodeExecution, `{"code":"pause"}`)
+		c.ID = id
+		c.Resume = []messages.ToolAnswer{{ToolUseID: "toolu_1", Content: json.RawMessage(content)}}
+		r, err := e.Execute(context.Background(), c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	tools := []messages.CodeTool{{Name: "f", Allowed: true}, {Name: "g"}}
+	cell := func(e *Executor, code string) *messages.ToolResult {
+		t.Helper()
+		c := call(messages.SubToolCodeExecution, `{"code":"`+code+`"}`)
+		c.CodeTools, c.CallerType = tools, messages.ToolTypeCodeExecution2601
+		r, err := e.Execute(context.Background(), c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+
+	t.Run("resumed with the results", func(t *testing.T) {
+		e, f := newPython(t, reply, Config{})
+		r := cell(e, "pause")
+		if len(r.Pending) != 1 || r.Pending[0].ID != "toolu_1" || r.Pending[0].Name != "f" {
+			t.Fatalf("paused result %+v", r)
+		}
+		req := f.sessions[0].reqs[0]
+		if len(req.Tools) != 2 || !req.Tools[0].Allowed || req.Tools[1].Allowed {
+			t.Fatalf("tools sent to the driver %+v", req.Tools)
+		}
+		r = resume(e, "srvtoolu_1", `"sunny"`)
+		if len(r.Pending) != 0 || r.Stdout != `got "sunny"`+"\n" || r.Stderr != FirstInterpreterNote {
+			t.Fatalf("resumed result %+v", r)
+		}
+		if got := f.sessions[0].reqs[1]; got.ID != req.ID || len(got.Results) != 1 || got.Results[0].ToolUseID != "toolu_1" {
+			t.Fatalf("results sent %+v, want for cell %s", got, req.ID)
+		}
+		// The turn is free again: the next cell runs at once.
+		if r := cell(e, "next"); r.Stdout != "ran next\n" {
+			t.Fatalf("next cell %+v", r)
+		}
+	})
+
+	t.Run("a new cell abandons a paused one", func(t *testing.T) {
+		e, f := newPython(t, reply, Config{})
+		cell(e, "pause")
+		if r := cell(e, "other"); r.Stdout != "ran other\n" {
+			t.Fatalf("new cell %+v", r)
+		}
+		if reqs := f.sessions[0].reqs; len(reqs) != 3 || !strings.Contains(reqs[1].Cancel, "new cell started") {
+			t.Fatalf("driver got %+v", reqs)
+		}
+		r := resume(e, "srvtoolu_1", `"late"`)
+		if r.ErrorCode != messages.CodeUnavailable || !strings.Contains(r.Detail.Explanation, "a later cell in the container abandoned it") {
+			t.Fatalf("results for the abandoned cell %+v %+v", r, r.Detail)
+		}
+	})
+
+	t.Run("results this server knows nothing of", func(t *testing.T) {
+		e, _ := newPython(t, reply, Config{})
+		r := resume(e, "srvtoolu_9", `"x"`)
+		if r.ErrorCode != messages.CodeUnavailable || !strings.Contains(r.Detail.Explanation, "this server has not run the container's Python since it started") {
+			t.Fatalf("%+v %+v", r, r.Detail)
+		}
+	})
+
+	t.Run("the sandbox stopped under the pause", func(t *testing.T) {
+		e, f := newPython(t, reply, Config{})
+		cell(e, "pause")
+		f.mu.Lock()
+		f.stopped = true
+		f.mu.Unlock()
+		r := resume(e, "srvtoolu_1", `"x"`)
+		if r.ErrorCode != messages.CodeUnavailable || !strings.Contains(r.Detail.Explanation, "its sandbox stopped") {
+			t.Fatalf("%+v %+v", r, r.Detail)
+		}
+		f.mu.Lock()
+		f.stopped = false
+		f.mu.Unlock()
+		if r := cell(e, "again"); r.Stdout != "ran again\n" || !strings.HasPrefix(r.Stderr, NewInterpreterNote) {
+			t.Fatalf("cell after %+v", r)
+		}
+	})
+}
