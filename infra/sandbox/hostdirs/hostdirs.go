@@ -22,6 +22,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -199,18 +200,28 @@ func (l *Layout) Prepare(ctx context.Context, id string) (Dirs, error) {
 		writable bool
 	}{{d.Workspace, true}, {d.Uploads, false}, {d.Outputs, true}, {d.Skills, false}} {
 		if err := os.Mkdir(dir.path, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
-			return Dirs{}, fmt.Errorf("hostdirs: %w", err)
+			return Dirs{}, readOnlyErr(id, fmt.Errorf("hostdirs: %w", err))
 		}
 		if dir.writable {
 			if err := os.Chown(dir.path, SandboxUID, SandboxGID); err != nil {
 				// Not root: let the sandbox user write anyway.
 				if err := os.Chmod(dir.path, 0o777); err != nil {
-					return Dirs{}, fmt.Errorf("hostdirs: %w", err)
+					return Dirs{}, readOnlyErr(id, fmt.Errorf("hostdirs: %w", err))
 				}
 			}
 		}
 	}
 	return d, nil
+}
+
+// readOnlyErr marks err as sandbox.ErrFoldersReadOnly when it is EROFS: an
+// ext4 image whose journal aborted refuses writes so without always
+// flagging its mount read-only.
+func readOnlyErr(id string, err error) error {
+	if errors.Is(err, syscall.EROFS) {
+		return fmt.Errorf("hostdirs: %s: %w: %w", id, sandbox.ErrFoldersReadOnly, err)
+	}
+	return err
 }
 
 // Release unmounts the container's quota file system, keeping its files in

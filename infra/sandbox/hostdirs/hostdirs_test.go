@@ -207,6 +207,14 @@ func TestRepairReadOnlyQuota(t *testing.T) {
 	if m, err := MountsBelow(filepath.Dir(filepath.Dir(d.Root))); err != nil || len(m) != 1 {
 		t.Fatalf("mounts after the repair: %v %v", m, err)
 	}
+	// A journal that aborted refuses writes (EROFS) without always
+	// flagging its mount read-only: that is read-only folders too.
+	if err := readOnlyErr("ro", fmt.Errorf("chmod: %w", syscall.EROFS)); !errors.Is(err, sandbox.ErrFoldersReadOnly) {
+		t.Fatalf("EROFS: %v", err)
+	}
+	if err := readOnlyErr("ro", fmt.Errorf("chmod: %w", syscall.EACCES)); errors.Is(err, sandbox.ErrFoldersReadOnly) {
+		t.Fatalf("EACCES taken for read-only folders: %v", err)
+	}
 	// Without quotas there is nothing to repair.
 	if err := New(t.TempDir(), Options{}).Repair(ctx, "x"); err != nil {
 		t.Fatalf("repair without quotas: %v", err)
