@@ -16,6 +16,8 @@ func (s *Server) routes() {
 	a.Get("/api/openapi.json", s.openAPI)
 
 	a.Post("/api/v1/app/auth/login", s.login)
+	a.Post(refreshPath, s.refreshSession)
+	a.Delete(refreshPath, s.endSession)
 
 	app := a.Group("/api/v1/app", s.authenticate)
 	app.Get("/me", s.me)

@@ -2,7 +2,7 @@
 // sidebar, and the router between the chat and admin pages.
 
 import { h, replace, ask } from './dom.js';
-import { api, login, logout, session, onSessionExpired, explain } from './api.js';
+import { api, login, logout, restore, session, onSessionExpired, explain } from './api.js';
 import { renderThread } from './chat.js';
 import { renderAdmin } from './admin.js';
 import { notify, dismiss } from './notice.js';
@@ -91,17 +91,19 @@ function manages(p) {
 
 /** start loads the signed-in user and shows the page the hash names. */
 async function start() {
-  if (!session.get()) { renderLogin(); return; }
+  // A reload or a new tab has no access token yet: the refresh cookie, when
+  // the browser has one, gives it one.
+  if (!session.get()) {
+    try { await restore(); } catch (err) { renderLogin(explain(err)); return; }
+    if (!session.get()) { renderLogin(); return; }
+  }
   try {
-    const me = await api('GET', '/me');
-    const s = session.get();
-    state.me = { ...me, email: s && s.email };
+    state.me = await api('GET', '/me');
   } catch (err) {
     if (session.get()) renderLogin(explain(err));
     return;
   }
   showSignedIn(true);
-  session.watch();
   await loadProjects();
   await route();
 }
