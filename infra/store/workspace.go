@@ -163,6 +163,7 @@ type messageRow struct {
 	CreatedAt time.Time
 	EndReason string
 	EndDetail string
+	Replaced  bool
 }
 
 func (messageRow) TableName() string { return "messages" }
@@ -172,7 +173,7 @@ func (r messageRow) domain() thread.Message {
 	if r.Usage != "" {
 		usage = []byte(r.Usage)
 	}
-	return thread.RestoreMessage(r.ID, r.ThreadID, r.Seq, thread.Role(r.Role), []byte(r.Content), usage, r.Complete, r.CreatedAt.UTC(), thread.Ending{Reason: thread.EndReason(r.EndReason), Detail: r.EndDetail})
+	return thread.RestoreMessage(r.ID, r.ThreadID, r.Seq, thread.Role(r.Role), []byte(r.Content), usage, r.Complete, r.CreatedAt.UTC(), thread.Ending{Reason: thread.EndReason(r.EndReason), Detail: r.EndDetail}).WithReplaced(r.Replaced)
 }
 
 // AppendMessage stores m as the thread's next message and returns it with its seq.
@@ -183,7 +184,7 @@ func (s *Store) AppendMessage(ctx context.Context, m thread.Message) (thread.Mes
 		if err := tx.Model(&messageRow{}).Select("COALESCE(MAX(seq), 0) AS n").Where("thread_id = ?", m.ThreadID()).Scan(&max).Error; err != nil {
 			return err
 		}
-		r := messageRow{ID: m.ID(), ThreadID: m.ThreadID(), Seq: max.N + 1, Role: string(m.Role()), Content: string(m.Content()), Usage: string(m.Usage()), Complete: m.Complete(), CreatedAt: m.CreatedAt(), EndReason: string(m.Ended().Reason), EndDetail: m.Ended().Detail}
+		r := messageRow{ID: m.ID(), ThreadID: m.ThreadID(), Seq: max.N + 1, Role: string(m.Role()), Content: string(m.Content()), Usage: string(m.Usage()), Complete: m.Complete(), CreatedAt: m.CreatedAt(), EndReason: string(m.Ended().Reason), EndDetail: m.Ended().Detail, Replaced: m.Replaced()}
 		if err := tx.Create(&r).Error; err != nil {
 			return err
 		}
@@ -198,6 +199,15 @@ func (s *Store) AppendMessage(ctx context.Context, m thread.Message) (thread.Mes
 func (s *Store) UpdateMessage(ctx context.Context, m thread.Message) error {
 	return one(s.q(ctx).Model(&messageRow{}).Where("id = ?", m.ID()).
 		Updates(map[string]any{"content": string(m.Content()), "usage": string(m.Usage()), "complete": m.Complete(), "end_reason": string(m.Ended().Reason), "end_detail": m.Ended().Detail}), "message")
+}
+
+// ReplaceMessages marks messages of a thread replaced.
+func (s *Store) ReplaceMessages(ctx context.Context, threadID string, ids []string) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	err := s.q(ctx).Model(&messageRow{}).Where("thread_id = ? AND id IN ?", threadID, ids).Update("replaced", true).Error
+	return translate(err, "messages")
 }
 
 // Messages returns a thread's messages in order.
