@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -126,4 +127,29 @@ func TestE2EEditAndRegenerate(t *testing.T) {
 	if got, want := stored(fork.json(t)["id"].(string)), stored(tid); got != want {
 		t.Errorf("the fork's messages:\n%s\nwant:\n%s", got, want)
 	}
+}
+
+// TestReplaceTurnAPI: regenerate and edit through the API on both
+// databases: the replaced messages are marked and kept, in order.
+func TestReplaceTurnAPI(t *testing.T) {
+	databases(t, func(t *testing.T, dbURL string) {
+		s := startServer(t, dbURL, nil)
+		token := s.bootstrap("acme", "admin@acme.test")
+		pid := s.do("POST", appAPI+"/project", token, map[string]any{"name": "P"}).json(t)["id"]
+		tid := s.do("POST", appAPI+"/thread", token, map[string]any{"project_id": pid, "title": "T"}).json(t)["id"].(string)
+		url := appAPI + "/thread/" + tid + "/messages"
+		for _, body := range []map[string]any{{"content": "one"}, {"replace": "last_answer"}, {"replace": "last_turn", "content": "one, edited"}} {
+			if r := s.do("POST", url, token, body); r.status != 200 {
+				t.Fatalf("turn %v: %d %s", body, r.status, r.body)
+			}
+		}
+		var got []string
+		for _, m := range s.do("GET", url, token, nil).json(t)["data"].([]any) {
+			m := m.(map[string]any)
+			got = append(got, fmt.Sprintf("%s:%v", m["role"], m["replaced"] == true))
+		}
+		if want := "user:true assistant:true assistant:true user:false assistant:false"; strings.Join(got, " ") != want {
+			t.Errorf("stored: %s, want %s", strings.Join(got, " "), want)
+		}
+	})
 }
