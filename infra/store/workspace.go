@@ -3,7 +3,9 @@ package store
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
+	"strings"
 	"time"
 
 	"gorm.io/gorm"
@@ -113,11 +115,22 @@ func (s *Store) Thread(ctx context.Context, orgID, ownerID, id string) (thread.T
 	return r.domain(), nil
 }
 
+// likeEscaper escapes LIKE's wildcards (and its escape character).
+var likeEscaper = strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`)
+
 // Threads lists the owner's threads newest first, optionally in one project.
 func (s *Store) Threads(ctx context.Context, orgID, ownerID, projectID string, p thread.Page) ([]thread.Thread, error) {
 	q := s.q(ctx).Where("org_id = ? AND owner_id = ?", orgID, ownerID)
 	if projectID != "" {
 		q = q.Where("project_id = ?", projectID)
+	}
+	if p.Query != "" {
+		// Messages are JSON: the query is looked for as JSON writes it.
+		lower := strings.ToLower(p.Query)
+		enc, _ := json.Marshal(lower)
+		inTitle := "%" + likeEscaper.Replace(lower) + "%"
+		inJSON := "%" + likeEscaper.Replace(string(enc[1:len(enc)-1])) + "%"
+		q = q.Where(`(LOWER(title) LIKE ? ESCAPE '\' OR EXISTS (SELECT 1 FROM messages m WHERE m.thread_id = threads.id AND LOWER(m.content) LIKE ? ESCAPE '\'))`, inTitle, inJSON)
 	}
 	if p.Before != "" {
 		var cur threadRow
