@@ -25,8 +25,10 @@ type Claims struct {
 	Role        user.Role
 	Kind        user.TokenKind
 	ContainerID string
-	IssuedAt    time.Time
-	ExpiresAt   time.Time
+	// Resource is what a download ticket opens (one URL path and file).
+	Resource  string
+	IssuedAt  time.Time
+	ExpiresAt time.Time
 }
 
 // Codec signs and verifies tokens (infra/jwt).

@@ -138,3 +138,47 @@ func (s *Service) signAccess(u user.User, rec user.Token, now time.Time) (string
 func (s *Service) Me(ctx context.Context, p user.Principal) (user.User, error) {
 	return s.store.User(ctx, p.UserID)
 }
+
+// TicketTTL is how long a download ticket is valid: long enough for the
+// browser to start the download it was asked for.
+const TicketTTL = time.Minute
+
+// DownloadTicket returns a ticket that lets a plain link (no header, no
+// cookie) download resource as the caller, for TicketTTL. It names the
+// caller's token record, so revoking the session or token ends it too.
+func (s *Service) DownloadTicket(p user.Principal, resource string) (string, time.Time, error) {
+	if p.TokenID == "" || resource == "" || p.Kind == user.SandboxToken {
+		return "", time.Time{}, fault.New(fault.Forbidden, "this caller cannot have download tickets")
+	}
+	now := s.now()
+	exp := now.Add(TicketTTL)
+	tok, err := s.codec.Sign(Claims{TokenID: p.TokenID, UserID: p.UserID, OrgID: p.OrgID, Role: p.Role, Kind: user.DownloadTicket, Resource: resource, IssuedAt: now, ExpiresAt: exp})
+	if err != nil {
+		return "", time.Time{}, fmt.Errorf("auth: sign download ticket: %w", err)
+	}
+	return tok, exp, nil
+}
+
+// AuthenticateTicket checks a download ticket for resource and returns
+// the caller it was given to, checked as Authenticate checks a token: its
+// record live, its user and org enabled.
+func (s *Service) AuthenticateTicket(ctx context.Context, ticket, resource string) (user.Principal, error) {
+	bad := fault.New(fault.Unauthenticated, "invalid or expired download ticket: ask for a new download URL")
+	c, err := s.codec.Verify(ticket)
+	if err != nil || c.Kind != user.DownloadTicket || c.Resource != resource {
+		return user.Principal{}, bad
+	}
+	tok, u, o, err := s.store.Credentials(ctx, c.TokenID)
+	if fault.Is(err, fault.NotFound) {
+		return user.Principal{}, bad
+	} else if err != nil {
+		return user.Principal{}, fmt.Errorf("auth: ticket: %w", err)
+	}
+	if !tok.Usable(s.now()) || tok.UserID() != c.UserID || tok.OrgID() != c.OrgID || tok.Kind() == user.SandboxToken {
+		return user.Principal{}, bad
+	}
+	if u.Disabled() || u.OrgID() != c.OrgID || o.Disabled() {
+		return user.Principal{}, fault.New(fault.Unauthenticated, "this user or organization is disabled")
+	}
+	return user.Principal{UserID: u.ID(), OrgID: u.OrgID(), Role: u.Role(), TokenID: tok.ID(), Kind: tok.Kind()}, nil
+}

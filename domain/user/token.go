@@ -20,6 +20,9 @@ const (
 	// it has no record of its own: its jti is its session's record, whose
 	// kind is SessionToken, so it is never accepted as a bearer token.
 	RefreshToken TokenKind = "refresh"
+	// DownloadTicket is the kind of a short-lived download URL's ticket:
+	// its jti is its caller's token record, and it names one resource.
+	DownloadTicket TokenKind = "download"
 )
 
 // Token is the record of an issued bearer token; its id is the JWT's jti.

@@ -226,9 +226,12 @@ export async function fetchBlob(url) {
   return resp.blob();
 }
 
-/** fetchText downloads url as text with the session's token. */
-export async function fetchText(url) {
-  const resp = await authFetch(url);
+/**
+ * fetchText downloads url as text with the session's token; with maxBytes,
+ * only that many first bytes (a Range request), for a preview.
+ */
+export async function fetchText(url, maxBytes = 0) {
+  const resp = await authFetch(url, maxBytes > 0 ? { headers: { Range: `bytes=0-${maxBytes - 1}` } } : {});
   if (!resp.ok) throw await failure(resp);
   return resp.text();
 }

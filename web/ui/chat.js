@@ -3,7 +3,7 @@
 
 import { h, append, replace, humanSize, ask, formatTime } from './dom.js';
 import { api, stream, upload, explain, decodeFileID, ApiError, APP } from './api.js';
-import { resourceCard, downloadButton } from './artifacts.js';
+import { resourceCard, downloadButton, previewInto } from './artifacts.js';
 import { renderMarkdown, withCopy } from './markdown.js';
 import { notify } from './notice.js';
 
@@ -146,14 +146,57 @@ async function loadFiles(view) {
       const path = decodeFileID(f.id);
       const kind = path.startsWith('/mnt/user-data/outputs/') ? 'output' : path.startsWith('/mnt/user-data/uploads/') ? 'upload' : 'workspace';
       const url = `${APP}/thread/${encodeURIComponent(view.th.id)}/download-file?path=${encodeURIComponent(path)}`;
-      view.files.append(h('li', { 'data-path': path },
-        h('span', { class: 'file-name' }, f.filename),
-        h('span', { class: 'meta' }, `${kind} · ${f.mime_type} · ${humanSize(f.size_bytes)}`),
-        downloadButton(url, f.filename)));
+      view.files.append(fileItem(view, f, path, kind, url));
     }
   } catch (err) {
     replace(view.files, h('li', { class: 'inline-error' }, explain(err)));
   }
+}
+
+/** previewable reports whether a thread file can be shown in the page. */
+function previewable(mime, name) {
+  mime = (mime || '').split(';')[0].trim().toLowerCase();
+  return (mime.startsWith('image/') && mime !== 'image/svg+xml') || mime.startsWith('text/') || mime === 'application/json' || /\.(csv|txt|md|json)$/i.test(name);
+}
+
+/**
+ * fileItem is one thread file in the side panel: Preview (images, CSV as
+ * a table, text) unfolds below it; Download saves it to disk; Delete
+ * removes it from the thread after a confirmation.
+ */
+function fileItem(view, f, path, kind, url) {
+  const preview = h('div', { class: 'preview file-preview', id: 'preview-' + f.id, hidden: true });
+  const actions = h('span', { class: 'file-actions' });
+  if (previewable(f.mime_type, f.filename)) {
+    const show = h('button', { type: 'button', class: 'small preview-toggle', 'aria-expanded': 'false', 'aria-controls': preview.id, 'aria-label': `Preview ${f.filename}` }, 'Preview');
+    show.addEventListener('click', () => {
+      const open = show.getAttribute('aria-expanded') !== 'true';
+      show.setAttribute('aria-expanded', String(open));
+      preview.hidden = !open;
+      if (open && !preview.dataset.loaded) {
+        preview.dataset.loaded = '1';
+        previewInto(preview, { mime_type: f.mime_type, download_url: url }, f.filename);
+      }
+    });
+    actions.append(show);
+  }
+  const del = h('button', { type: 'button', class: 'small danger delete-file', 'aria-label': `Delete ${f.filename}` }, 'Delete');
+  del.addEventListener('click', async () => {
+    const yes = await ask({ title: 'Delete file?', text: `${path} will be deleted from this thread's sandbox.`, ok: 'Delete' });
+    if (!yes) return;
+    try {
+      await api('DELETE', `/api/gpt/v1/files/${encodeURIComponent(f.id)}?scope_id=${encodeURIComponent(view.th.id)}`);
+      await loadFiles(view);
+      const h2 = document.getElementById('files-h');
+      if (h2) { h2.setAttribute('tabindex', '-1'); h2.focus(); }
+      notify(`Deleted ${f.filename}.`, 'info');
+    } catch (err) { notify(explain(err)); }
+  });
+  actions.append(downloadButton(url, f.filename), del);
+  return h('li', { 'data-path': path, 'data-file-id': f.id },
+    h('span', { class: 'file-name' }, f.filename),
+    h('span', { class: 'meta' }, `${kind} · ${f.mime_type} · ${humanSize(f.size_bytes)}`),
+    actions, preview);
 }
 
 async function loadArtifacts(view) {
