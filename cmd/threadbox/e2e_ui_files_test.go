@@ -2,11 +2,13 @@ package main
 
 import (
 	"bytes"
+	"encoding/base64"
 	"image"
 	"image/color"
 	"image/png"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -139,4 +141,59 @@ func TestE2EThreadFiles(t *testing.T) {
 	}
 	b.SetViewport(375, 800)
 	noHorizontalOverflow(t, b, 375)
+}
+
+// TestE2EAttachToMessage (issue 17): files uploaded in the composer are
+// attached to the message being written, listed there and removable, and
+// the message sent names them (container_upload blocks before its text),
+// in the page and as stored.
+func TestE2EAttachToMessage(t *testing.T) {
+	e2e.NeedChromium(t)
+	s := e2eServer(t, nil)
+	token := apiLogin(t, s, e2eEmail, e2ePassword)
+	pid := s.do("POST", appAPI+"/project", token, map[string]any{"name": "Attach"}).json(t)["id"]
+	tid := s.do("POST", appAPI+"/thread", token, map[string]any{"project_id": pid, "title": "With attachments"}).json(t)["id"].(string)
+	dir := t.TempDir()
+	var paths []string
+	for _, name := range []string{"sales.csv", "notes.txt"} {
+		p := dir + "/" + name
+		if err := os.WriteFile(p, []byte("data of "+name+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		paths = append(paths, p)
+	}
+	b := e2e.Start(t, 1440, 1000)
+	uiLogin(b, s.base, e2eEmail, e2ePassword)
+	b.Do("open the thread", chromedp.Navigate(s.base+"/#/thread/"+tid), chromedp.WaitVisible(chromedp.ID("message")))
+	b.Do("pick two files", chromedp.SetUploadFiles(chromedp.ID("file-input"), paths))
+	b.WaitTrue("both attached", `document.querySelectorAll('.attachments .attachment').length === 2`, 20*time.Second)
+	everyControlLabelled(t, b, "composer with attachments")
+	b.Do("remove one", chromedp.Click(chromedp.CSS(`.attachments button[aria-label="Remove notes.txt from the message"]`)))
+	b.WaitTrue("one attached", `document.querySelectorAll('.attachments .attachment').length === 1`, 5*time.Second)
+	if id := e2e.Eval[string](b, "focus", `document.activeElement.id`); id != "message" {
+		t.Errorf("after removing an attachment the focus is on %q", id)
+	}
+	b.Do("send", chromedp.Focus(chromedp.ID("message")), chromedp.KeyEvent("Sum the sales\r"))
+	b.WaitText(".msg.assistant .text", "offline runner model", 30*time.Second)
+	if got := e2e.Eval[string](b, "the message", `document.querySelector('.msg.user .blocks').textContent`); !strings.Contains(got, "Attached file: /mnt/user-data/uploads/sales.csv") || !strings.Contains(got, "Sum the sales") || strings.Contains(got, "notes.txt") {
+		t.Errorf("the message shown: %q", got)
+	}
+	if !e2e.Eval[bool](b, "attachments cleared", `document.querySelector('.attachments').hidden && document.querySelectorAll('.uploads .upload.done').length === 0`) {
+		t.Error("the attachments are still shown after the message was sent")
+	}
+	msgs := s.do("GET", appAPI+"/thread/"+tid+"/messages", token, nil).json(t)["data"].([]any)
+	content := msgs[0].(map[string]any)["content"].([]any)
+	var kinds []string
+	for _, c := range content {
+		c := c.(map[string]any)
+		k := c["type"].(string)
+		if id, ok := c["file_id"].(string); ok {
+			raw, _ := base64.RawURLEncoding.DecodeString(id)
+			k += ":" + string(raw)
+		}
+		kinds = append(kinds, k)
+	}
+	if got := strings.Join(kinds, " "); got != "container_upload:/mnt/user-data/uploads/sales.csv text" {
+		t.Errorf("the stored message: %s", got)
+	}
 }

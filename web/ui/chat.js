@@ -341,14 +341,29 @@ function composer(view) {
   const picker = h('input', { type: 'file', id: 'file-input', multiple: true });
   view.picker = picker; // showPolicy disables it while uploads are off
   const uploads = h('ul', { class: 'uploads', 'aria-live': 'polite', 'aria-label': 'Uploads' });
+  // Files uploaded here are attached to the message being written: sent
+  // as container_upload blocks before its text, so the message names them.
+  const attachedList = h('ul', { class: 'attachments', 'aria-label': 'Attached to your message', hidden: true });
+  view.attached = [];
+  view.showAttached = () => {
+    attachedList.hidden = view.attached.length === 0;
+    replace(attachedList, view.attached.map((a) => h('li', { class: 'attachment', 'data-file-id': a.id },
+      h('span', { class: 'file-name' }, a.filename),
+      h('button', { type: 'button', class: 'small', 'aria-label': `Remove ${a.filename} from the message`, onclick: () => {
+        view.attached = view.attached.filter((x) => x.id !== a.id);
+        view.showAttached();
+        text.focus();
+      } }, '×'))));
+  };
   const form = h('form', { class: 'composer', 'aria-label': 'Send a message' },
     h('label', { for: 'message' }, 'Message'),
     text,
     h('div', { class: 'row wrap' },
       h('span', { class: 'check' }, runCode, h('label', { for: 'run-code' }, 'Run code blocks in the sandbox')),
       h('span', { class: 'attach' }, h('label', { for: 'file-input' }, 'Attach files'), picker)),
-    h('p', { class: 'hint', id: 'drop-hint' }, 'Or drop files anywhere on this box to upload them to /mnt/user-data/uploads/.'),
+    h('p', { class: 'hint', id: 'drop-hint' }, 'Or drop files anywhere on this box to upload them to /mnt/user-data/uploads/; they are attached to the message you send next.'),
     uploads,
+    attachedList,
     h('div', { class: 'row end' }, stop, send));
 
   let controller = null;
@@ -360,13 +375,25 @@ function composer(view) {
   };
   form.addEventListener('submit', async (e) => {
     e.preventDefault();
-    const content = text.value;
-    if (!content.trim() || controller) return;
+    const typed = text.value;
+    if (!typed.trim() || controller) return;
     controller = new AbortController();
     running(true);
+    const attached = view.attached;
+    const content = attached.length
+      ? [...attached.map((a) => ({ type: 'container_upload', file_id: a.id })), { type: 'text', text: typed }]
+      : typed;
     text.value = ''; // the message shows in the conversation from now on
+    view.attached = [];
+    view.showAttached();
+    // Their "attached to your next message" rows are done with.
+    if (attached.length) uploads.querySelectorAll('.upload.done').forEach((li) => li.remove());
     try {
-      if (!await runTurn(view, content, runCode.checked, controller.signal) && !text.value) text.value = content;
+      if (!await runTurn(view, content, runCode.checked, controller.signal) && !text.value) {
+        text.value = typed; // refused: the text and its attachments come back
+        view.attached = attached;
+        view.showAttached();
+      }
     } finally {
       controller = null; view.turnID = null;
       running(false);
@@ -465,7 +492,11 @@ async function uploadAll(view, list, box) {
       });
       bar.remove();
       li.classList.add('done');
-      status.textContent = `Uploaded to ${decodeFileID(f.id) || '/mnt/user-data/uploads/' + f.filename}`;
+      status.textContent = `Uploaded to ${decodeFileID(f.id) || '/mnt/user-data/uploads/' + f.filename}, attached to your next message.`;
+      if (view.attached && !view.attached.some((a) => a.id === f.id)) {
+        view.attached.push({ id: f.id, filename: f.filename });
+        view.showAttached();
+      }
     } catch (err) {
       bar.remove();
       li.classList.add('failed');
