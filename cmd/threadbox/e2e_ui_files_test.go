@@ -18,8 +18,12 @@ import (
 	"threadbox/e2e"
 )
 
+// onePagePDF is a minimal one-page PDF.
+const onePagePDF = "%PDF-1.4\n1 0 obj<</Type/Catalog/Pages 2 0 R>>endobj 2 0 obj<</Type/Pages/Kids[3 0 R]/Count 1>>endobj " +
+	"3 0 obj<</Type/Page/Parent 2 0 R/MediaBox[0 0 200 200]>>endobj\ntrailer<</Root 1 0 R>>\n%%EOF\n"
+
 // TestE2EThreadFiles (issue 17): a thread's files can be previewed in the
-// side panel (a CSV as a table, text, an image) and deleted after a
+// side panel (a CSV as a table, text, an image, a PDF) and deleted after a
 // confirmation; a download is saved by the browser from a short-lived
 // ticket URL, not built in page memory (no blob: URL is made), byte for
 // byte. The ticket opens its one file only, is no bearer token, and ends
@@ -38,7 +42,7 @@ func TestE2EThreadFiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	big := bytes.Repeat([]byte("\x00\x01binary\xff\xfe0123456"), 6<<16) // 6 MiB, not text
-	for name, body := range map[string][]byte{"sales.csv": []byte(salesCSV), "notes.txt": []byte("hello from the notes\n"), "pixel.png": pngBuf.Bytes(), "big.bin": big} {
+	for name, body := range map[string][]byte{"sales.csv": []byte(salesCSV), "notes.txt": []byte("hello from the notes\n"), "pixel.png": pngBuf.Bytes(), "big.bin": big, "page.pdf": []byte(onePagePDF)} {
 		if r := s.do("PUT", appAPI+"/thread/"+tid+"/put-file/"+name, token, body, "Content-Type", "application/octet-stream"); r.status != 200 {
 			t.Fatalf("put %s: %d %s", name, r.status, r.body)
 		}
@@ -90,7 +94,7 @@ func TestE2EThreadFiles(t *testing.T) {
 	b := e2e.Start(t, 1440, 1000)
 	uiLogin(b, s.base, e2eEmail, e2ePassword)
 	b.Do("open the thread", chromedp.Navigate(s.base+"/#/thread/"+tid), chromedp.WaitVisible(chromedp.ID("message")))
-	b.WaitTrue("four files", `document.querySelectorAll('.file-list li[data-path]').length === 4`, 10*time.Second)
+	b.WaitTrue("five files", `document.querySelectorAll('.file-list li[data-path]').length === 5`, 10*time.Second)
 	b.Do("count blob URLs", chromedp.Evaluate[chromedp.Void](`(() => {
 		window.blobURLs = 0;
 		const make = URL.createObjectURL;
@@ -120,6 +124,11 @@ func TestE2EThreadFiles(t *testing.T) {
 	b.WaitText(item("notes.txt")+" .file-preview pre", "hello from the notes", 10*time.Second)
 	b.Do("preview the image", chromedp.Click(chromedp.CSS(item("pixel.png")+" button.preview-toggle")))
 	b.WaitTrue("the image", `(() => { const i = document.querySelector('`+item("pixel.png")+` .file-preview img'); return i && i.complete && i.naturalWidth === 4 && i.alt === 'Preview of pixel.png'; })()`, 10*time.Second)
+	// A PDF in the browser's own viewer, loaded as a document (not a
+	// download) from a ticket URL.
+	b.Do("preview the PDF", chromedp.Click(chromedp.CSS(item("page.pdf")+" button.preview-toggle")))
+	b.WaitTrue("the PDF", `(() => { const f = document.querySelector('`+item("page.pdf")+` .file-preview iframe'); try { return f && f.title === 'Preview of page.pdf' && f.src.includes('ticket=') && f.src.includes('disposition=inline') && f.contentDocument && f.contentDocument.contentType === 'application/pdf'; } catch { return false; } })()`, 15*time.Second)
+	shootViewport(t, b, "pdf-preview", item("page.pdf"))
 	b.Do("fold the CSV again", chromedp.Click(chromedp.CSS(item("sales.csv")+" button.preview-toggle")))
 	if !e2e.Eval[bool](b, "folded", `document.querySelector('`+item("sales.csv")+` .file-preview').hidden`) {
 		t.Error("the preview does not fold")
@@ -131,7 +140,7 @@ func TestE2EThreadFiles(t *testing.T) {
 		chromedp.WaitVisible(chromedp.ID("dialog-cancel")), chromedp.Click(chromedp.ID("dialog-cancel")))
 	b.Do("delete notes.txt", chromedp.Click(chromedp.CSS(item("notes.txt")+" button.delete-file")),
 		chromedp.WaitVisible(chromedp.ID("dialog-ok")), chromedp.Click(chromedp.ID("dialog-ok")))
-	b.WaitTrue("three files", `document.querySelectorAll('.file-list li[data-path]').length === 3 && !document.querySelector('`+item("notes.txt")+`')`, 10*time.Second)
+	b.WaitTrue("four files", `document.querySelectorAll('.file-list li[data-path]').length === 4 && !document.querySelector('`+item("notes.txt")+`')`, 10*time.Second)
 	list := s.do("GET", "/api/gpt/v1/files?scope_id="+tid, token, nil)
 	if list.status != 200 || strings.Contains(string(list.body), "notes.txt") || !strings.Contains(string(list.body), "sales.csv") {
 		t.Errorf("the thread's files after the delete: %d %s", list.status, list.body)

@@ -58,7 +58,7 @@ export function resourceCard(r) {
 
 /**
  * previewInto shows a file in el: an image, a CSV file as a table, text as
- * text, anything else as its type's badge. r: {mime_type, download_url
+ * text, a PDF in the browser's viewer, anything else as its type's badge. r: {mime_type, download_url
  * or preview_url}.
  */
 export function previewInto(el, r, name) {
@@ -70,7 +70,13 @@ async function fillPreview(el, r, name) {
   const url = r.preview_url || r.download_url;
   if (!url) return;
   try {
-    if (mime.startsWith('image/') && mime !== 'image/svg+xml') {
+    if (mime === 'application/pdf') {
+      // The browser's own viewer shows it (where it has one), from a
+      // one-minute ticket URL served inline under the server's sandboxing
+      // CSP; the page's CSP allows same-origin frames only.
+      const t = await api('POST', '/download-url', { url: url + (url.includes('?') ? '&' : '?') + 'disposition=inline' });
+      replace(el, h('iframe', { src: t.url, title: `Preview of ${name}`, class: 'pdf-preview', loading: 'lazy' }));
+    } else if (mime.startsWith('image/') && mime !== 'image/svg+xml') {
       const blob = await fetchBlob(url);
       const img = h('img', { alt: `Preview of ${name}`, src: URL.createObjectURL(blob), class: 'image-preview' });
       replace(el, img);
