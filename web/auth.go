@@ -52,12 +52,18 @@ func principal(c *fiber.Ctx) user.Principal {
 type loginRequest struct {
 	Email    string `json:"email"`
 	Password string `json:"password"`
+	// RefreshCookie asks for a browser session (web/session.go): a
+	// refresh cookie and a short-lived access token.
+	RefreshCookie bool `json:"refresh_cookie"`
 }
 
 type tokenResponse struct {
 	Token     string    `json:"token"`
 	ID        string    `json:"id"`
 	ExpiresAt time.Time `json:"expires_at"`
+	// SessionExpiresAt is when a browser session ends (its refresh cookie's
+	// expiry); absent for a plain session token.
+	SessionExpiresAt *time.Time `json:"session_expires_at,omitempty"`
 }
 
 // maxLoginBody caps a login request's body: an email and a password of at
@@ -76,6 +82,14 @@ func (s *Server) login(c *fiber.Ctx) error {
 	if err := parseJSONLimit(c, &req, maxLoginBody); err != nil {
 		return err
 	}
+	if req.RefreshCookie {
+		bs, err := s.svc.Auth.LoginBrowser(c.UserContext(), req.Email, req.Password, s.clientAddr(c))
+		if err != nil {
+			return err
+		}
+		s.setRefreshCookie(c, bs.Refresh, bs.Record.ExpiresAt())
+		return c.JSON(sessionResponse(bs))
+	}
 	iss, err := s.svc.Auth.Login(c.UserContext(), req.Email, req.Password, s.clientAddr(c))
 	if err != nil {
 		return err
@@ -92,7 +106,11 @@ type meResponse struct {
 
 func (s *Server) me(c *fiber.Ctx) error {
 	p := principal(c)
-	return c.JSON(meResponse{UserID: p.UserID, OrgID: p.OrgID, Role: string(p.Role)})
+	u, err := s.svc.Auth.Me(c.UserContext(), p)
+	if err != nil {
+		return err
+	}
+	return c.JSON(meResponse{UserID: p.UserID, OrgID: p.OrgID, Role: string(p.Role), Email: u.Email()})
 }
 
 type tokenView struct {

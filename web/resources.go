@@ -85,10 +85,20 @@ type threadView struct {
 	ContainerID string    `json:"container_id"`
 	CreatedAt   time.Time `json:"created_at"`
 	UpdatedAt   time.Time `json:"updated_at"`
+	// Match says where a search (GET /thread?q=) found the thread.
+	Match *threadMatch `json:"match,omitempty"`
+}
+
+// threadMatch is where a search found a thread: in its title, or in the
+// text of a message, with the text around the match.
+type threadMatch struct {
+	In        string `json:"in"` // "title" or "message"
+	MessageID string `json:"message_id,omitempty"`
+	Snippet   string `json:"snippet,omitempty"`
 }
 
 func viewThread(t thread.Thread) threadView {
-	return threadView{t.ID(), t.ProjectID(), t.Title(), t.ContainerID(), t.CreatedAt(), t.UpdatedAt()}
+	return threadView{ID: t.ID(), ProjectID: t.ProjectID(), Title: t.Title(), ContainerID: t.ContainerID(), CreatedAt: t.CreatedAt(), UpdatedAt: t.UpdatedAt()}
 }
 
 type threadRequest struct {
@@ -121,6 +131,9 @@ func (s *Server) listThreads(c *fiber.Ctx) error {
 		}
 		limit = n
 	}
+	if q := c.Query("q"); q != "" {
+		return s.searchThreads(c, q, limit)
+	}
 	page := thread.Page{Limit: limit + 1, Before: c.Query("before")}
 	ts, err := s.svc.Workspace.Threads(c.UserContext(), principal(c), c.Query("project_id"), page)
 	if err != nil {
@@ -133,6 +146,31 @@ func (s *Server) listThreads(c *fiber.Ctx) error {
 	out := make([]threadView, len(ts))
 	for i, t := range ts {
 		out[i] = viewThread(t)
+	}
+	resp := listResponse[threadView]{Data: out, HasMore: more}
+	if len(out) > 0 {
+		resp.LastID = out[len(out)-1].ID
+	}
+	return c.JSON(resp)
+}
+
+// searchThreads is GET /thread?q=: the caller's threads whose title or a
+// message's text holds q, newest first, each with where it matched.
+func (s *Server) searchThreads(c *fiber.Ctx, q string, limit int) error {
+	if c.Query("before") != "" || c.Query("project_id") != "" {
+		return fault.New(fault.Invalid, "q takes neither before nor project_id: a search covers every thread of the caller, newest first")
+	}
+	found, more, err := s.svc.Workspace.SearchThreads(c.UserContext(), principal(c), q, limit)
+	if err != nil {
+		return err
+	}
+	out := make([]threadView, len(found))
+	for i, f := range found {
+		out[i] = viewThread(f.Thread)
+		out[i].Match = &threadMatch{In: "title"}
+		if f.MessageID != "" {
+			out[i].Match = &threadMatch{In: "message", MessageID: f.MessageID, Snippet: f.Snippet}
+		}
 	}
 	resp := listResponse[threadView]{Data: out, HasMore: more}
 	if len(out) > 0 {

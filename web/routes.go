@@ -16,6 +16,16 @@ func (s *Server) routes() {
 	a.Get("/api/openapi.json", s.openAPI)
 
 	a.Post("/api/v1/app/auth/login", s.login)
+	a.Post(refreshPath, s.refreshSession)
+	a.Delete(refreshPath, s.endSession)
+	// Downloads a plain link may open with a ticket (web/downloads.go),
+	// or with a bearer token as the rest of the API.
+	a.Get("/api/v1/app/thread/:id/download-file", s.ticketAuth(func(c *fiber.Ctx) string {
+		return threadFileResource(c.Params("id"), c.Query("path"))
+	}), s.threadDownload)
+	a.Get("/api/v1/app/artifact/:id/content", s.ticketAuth(func(c *fiber.Ctx) string {
+		return artifactResource(c.Params("id"))
+	}), s.artifactContent)
 
 	app := a.Group("/api/v1/app", s.authenticate)
 	app.Get("/me", s.me)
@@ -35,7 +45,6 @@ func (s *Server) routes() {
 	// Workspace API (CONTRACT §7)
 	app.Post("/thread/:id/upload-file", s.threadUpload)
 	app.Put("/thread/:id/put-file/*", s.threadPut)
-	app.Get("/thread/:id/download-file", s.threadDownload)
 	app.Post("/thread/:id/messages", s.threadTurn)
 	app.Get("/thread/:id/messages", s.threadMessages)
 	app.Get("/thread/:id/turns/:turn/events", s.turnEvents)
@@ -46,7 +55,7 @@ func (s *Server) routes() {
 	app.Delete("/skills/:id", s.deleteSkill)
 	app.Get("/project/:id/artifacts", s.projectArtifacts)
 	app.Get("/artifact/:id", s.getArtifact)
-	app.Get("/artifact/:id/content", s.artifactContent)
+	app.Post("/download-url", s.downloadURL)
 
 	app.Get("/org/features", s.getFeatures)
 	app.Patch("/org/features", s.patchFeatures)

@@ -87,6 +87,9 @@ type messageView struct {
 	// server stopped or died mid-turn).
 	EndDetail string    `json:"end_detail,omitempty"`
 	CreatedAt time.Time `json:"created_at"`
+	// Replaced tells an earlier version: a message a later turn replaced
+	// (edit-and-resend, regenerate), no longer in the model's history.
+	Replaced bool `json:"replaced,omitempty"`
 }
 
 // viewMessage shows m; running tells that an incomplete m's turn still runs.
@@ -101,7 +104,7 @@ func viewMessage(m thread.Message, running bool) messageView {
 	default:
 		status = "failed"
 	}
-	return messageView{m.ID(), m.ThreadID(), m.Seq(), string(m.Role()), m.Content(), m.Usage(), m.Complete(), status, m.Ended().Detail, m.CreatedAt()}
+	return messageView{m.ID(), m.ThreadID(), m.Seq(), string(m.Role()), m.Content(), m.Usage(), m.Complete(), status, m.Ended().Detail, m.CreatedAt(), m.Replaced()}
 }
 
 // threadMessages is GET /thread/{threadId}/messages: the stored history.
@@ -143,6 +146,9 @@ type turnBody struct {
 	} `json:"pgpt"`
 	Stream bool   `json:"stream"`
 	Model  string `json:"model"`
+	// Replace: "last_turn" (edit-and-resend) or "last_answer" (regenerate,
+	// without content); see workspace.TurnRequest.
+	Replace string `json:"replace"`
 }
 
 // threadTurn is POST /thread/{threadId}/messages: one chat turn, answered
@@ -153,13 +159,17 @@ func (s *Server) threadTurn(c *fiber.Ctx) error {
 		return err
 	}
 	var um messages.Message
-	if len(b.Content) == 0 {
+	switch {
+	case len(b.Content) == 0 && b.Replace == workspace.ReplaceLastAnswer:
+		// A regenerate asks the stored last user message again.
+	case len(b.Content) == 0:
 		return fault.New(fault.Invalid, "content: required (a string or an array of content blocks)")
+	default:
+		if err := json.Unmarshal([]byte(`{"role":"user","content":`+string(b.Content)+`}`), &um); err != nil {
+			return fault.Errorf(fault.Invalid, "content: must be a string or an array of content blocks: %s", jsonErr(err))
+		}
 	}
-	if err := json.Unmarshal([]byte(`{"role":"user","content":`+string(b.Content)+`}`), &um); err != nil {
-		return fault.Errorf(fault.Invalid, "content: must be a string or an array of content blocks: %s", jsonErr(err))
-	}
-	tr := workspace.TurnRequest{Content: um.Content, Skills: b.Skills, Model: b.Model, Stream: b.Stream}
+	tr := workspace.TurnRequest{Content: um.Content, Skills: b.Skills, Model: b.Model, Stream: b.Stream, Replace: b.Replace}
 	if b.Pgpt != nil {
 		tr.Tools = b.Pgpt.Tools
 	}

@@ -25,8 +25,10 @@ type Claims struct {
 	Role        user.Role
 	Kind        user.TokenKind
 	ContainerID string
-	IssuedAt    time.Time
-	ExpiresAt   time.Time
+	// Resource is what a download ticket opens (one URL path and file).
+	Resource  string
+	IssuedAt  time.Time
+	ExpiresAt time.Time
 }
 
 // Codec signs and verifies tokens (infra/jwt).
@@ -48,7 +50,9 @@ type Store interface {
 // Config tunes token lifetimes and login throttling; zero values take the
 // defaults of throttle.go.
 type Config struct {
-	SessionTTL  time.Duration // password-login tokens
+	SessionTTL time.Duration // password-login tokens and browser sessions
+	// AccessTTL is the lifetime of a browser session's access tokens.
+	AccessTTL   time.Duration
 	APITokenTTL time.Duration // default for API tokens
 	// EmailLoginLimit is the attempts per window for one email (and for one
 	// email from one address).
@@ -74,6 +78,9 @@ type Service struct {
 func New(store Store, codec Codec, cfg Config) *Service {
 	if cfg.SessionTTL <= 0 {
 		cfg.SessionTTL = 12 * time.Hour
+	}
+	if cfg.AccessTTL <= 0 {
+		cfg.AccessTTL = 10 * time.Minute
 	}
 	if cfg.APITokenTTL <= 0 {
 		cfg.APITokenTTL = 365 * 24 * time.Hour
@@ -114,7 +121,10 @@ func (s *Service) Authenticate(ctx context.Context, bearer string) (user.Princip
 	} else if err != nil {
 		return user.Principal{}, fmt.Errorf("auth: token: %w", err)
 	}
-	if !tok.Usable(now) || tok.UserID() != c.UserID || tok.OrgID() != c.OrgID {
+	// A claim of another kind than its record's is refused: a browser
+	// session's refresh token (kind refresh, record kind session) opens
+	// only the refresh endpoint, never the API.
+	if !tok.Usable(now) || tok.UserID() != c.UserID || tok.OrgID() != c.OrgID || tok.Kind() != c.Kind {
 		return user.Principal{}, errUnauthenticated
 	}
 	if u.Disabled() || u.OrgID() != c.OrgID {
@@ -158,11 +168,20 @@ func (s *Service) issue(ctx context.Context, u user.User, kind user.TokenKind, n
 // returns a short-lived session token. Attempts are throttled per email and
 // per address before the password is checked (throttle.go).
 func (s *Service) Login(ctx context.Context, email, password, addr string) (Issued, error) {
+	u, err := s.checkPassword(ctx, email, password, addr)
+	if err != nil {
+		return Issued{}, err
+	}
+	return s.issue(ctx, u, user.SessionToken, "session", "", s.cfg.SessionTTL)
+}
+
+// checkPassword is Login's check of an email and password.
+func (s *Service) checkPassword(ctx context.Context, email, password, addr string) (user.User, error) {
 	bad := fault.New(fault.Unauthenticated, "invalid email or password")
 	email = strings.ToLower(strings.TrimSpace(email))
 	addr = clientKey(addr)
 	if err := s.logins.take(ctx, email, addr, s.now()); err != nil {
-		return Issued{}, err
+		return user.User{}, err
 	}
 	u, err := s.store.UserByEmail(ctx, email)
 	// bcrypt reads 72 bytes at most: a longer password (never set, see
@@ -171,21 +190,21 @@ func (s *Service) Login(ctx context.Context, email, password, addr string) (Issu
 		// Spend the same time as a real check so the answer does not tell
 		// whether the email exists.
 		bcrypt.CompareHashAndPassword(dummyHash, []byte(password))
-		return Issued{}, bad
+		return user.User{}, bad
 	}
 	if bcrypt.CompareHashAndPassword([]byte(u.PasswordHash()), []byte(password)) != nil {
-		return Issued{}, bad
+		return user.User{}, bad
 	}
 	if err := s.logins.succeeded(ctx, email, addr, s.now()); err != nil {
-		return Issued{}, err
+		return user.User{}, err
 	}
 	if u.Disabled() {
-		return Issued{}, fault.New(fault.Unauthenticated, "this user is disabled")
+		return user.User{}, fault.New(fault.Unauthenticated, "this user is disabled")
 	}
 	if o, err := s.store.Org(ctx, u.OrgID()); err != nil || o.Disabled() {
-		return Issued{}, fault.New(fault.Unauthenticated, "this organization is disabled")
+		return user.User{}, fault.New(fault.Unauthenticated, "this organization is disabled")
 	}
-	return s.issue(ctx, u, user.SessionToken, "session", "", s.cfg.SessionTTL)
+	return u, nil
 }
 
 var dummyHash, _ = bcrypt.GenerateFromPassword([]byte("threadbox-dummy"), bcrypt.DefaultCost)

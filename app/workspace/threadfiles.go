@@ -139,13 +139,14 @@ func (s *Service) ForkThread(ctx context.Context, p user.Principal, threadID str
 		return thread.Thread{}, err
 	}
 	// Every message is copied as it is, an interrupted answer too (with
-	// why it ended): dropping it would leave two user messages in a row.
+	// why it ended): dropping it would leave two user messages in a row;
+	// a replaced one stays replaced.
 	for _, m := range msgs {
 		c, err := thread.NewMessage(id.New("msg"), dst.ID(), m.Role(), m.Content(), m.Complete(), m.CreatedAt())
 		if err != nil {
 			return fail(err)
 		}
-		c = thread.RestoreMessage(c.ID(), c.ThreadID(), 0, c.Role(), c.Content(), m.Usage(), m.Complete(), c.CreatedAt(), m.Ended())
+		c = thread.RestoreMessage(c.ID(), c.ThreadID(), 0, c.Role(), c.Content(), m.Usage(), m.Complete(), c.CreatedAt(), m.Ended()).WithReplaced(m.Replaced())
 		if _, err := s.store.AppendMessage(ctx, c); err != nil {
 			return fail(err)
 		}

@@ -31,7 +31,19 @@ type TurnRequest struct {
 	Tools   []AskedTool             // pgpt.tools
 	Model   string                  // "" means the default model
 	Stream  bool
+	// Replace makes the turn replace the thread's last one: ReplaceLastTurn
+	// (edit-and-resend: Content replaces the last user message, which and
+	// whose answer become earlier versions) or ReplaceLastAnswer
+	// (regenerate: Content must be empty; the last user message is asked
+	// again and its answer becomes an earlier version). "" appends a turn.
+	Replace string
 }
+
+// The ways a turn may replace the last one (TurnRequest.Replace).
+const (
+	ReplaceLastTurn   = "last_turn"
+	ReplaceLastAnswer = "last_answer"
+)
 
 // Turn is a chat turn that has been checked and is ready to run.
 type Turn struct {
@@ -42,6 +54,11 @@ type Turn struct {
 	opts    messages.RunOptions
 	content []messages.ContentBlock
 	done    bool
+	// replace are the ids of the messages the turn replaces, and reask
+	// tells that the user message is the stored one asked again
+	// (regenerate), so none is stored.
+	replace []string
+	reask   bool
 }
 
 // userBlocks are the block types a user turn may hold.
@@ -60,6 +77,24 @@ func (s *Service) StartTurn(ctx context.Context, p user.Principal, threadID stri
 	th, err := s.store.Thread(ctx, p.OrgID, p.UserID, threadID)
 	if err != nil {
 		return nil, err
+	}
+	var (
+		history []messages.Message
+		replace []string
+		reask   bool
+	)
+	switch tr.Replace {
+	case "":
+		if history, err = s.history(ctx, th.ID()); err != nil {
+			return nil, err
+		}
+	case ReplaceLastTurn, ReplaceLastAnswer:
+		if history, replace, tr.Content, err = s.replaced(ctx, th.ID(), tr); err != nil {
+			return nil, err
+		}
+		reask = tr.Replace == ReplaceLastAnswer
+	default:
+		return nil, fault.Errorf(fault.Invalid, "replace: must be %q or %q", ReplaceLastTurn, ReplaceLastAnswer)
 	}
 	if len(tr.Content) == 0 {
 		return nil, fault.New(fault.Invalid, "content: required (a string or an array of content blocks)")
@@ -83,10 +118,6 @@ func (s *Service) StartTurn(ctx context.Context, p user.Principal, threadID stri
 		}
 	}
 	tools, codeExec, err := TurnTools(tr.Tools, len(found) > 0, policy)
-	if err != nil {
-		return nil, err
-	}
-	history, err := s.history(ctx, th.ID())
 	if err != nil {
 		return nil, err
 	}
@@ -126,7 +157,7 @@ func (s *Service) StartTurn(ctx context.Context, p user.Principal, threadID stri
 	if !ok {
 		return nil, fault.New(fault.Conflict, "a turn is already running in this thread")
 	}
-	t := &Turn{s: s, p: p, thread: th, req: req, content: tr.Content}
+	t := &Turn{s: s, p: p, thread: th, req: req, content: tr.Content, replace: replace, reask: reask}
 	t.opts = messages.RunOptions{
 		ContainerID: c.ID(),
 		Container:   &messages.Container{ID: th.ContainerID(), ExpiresAt: s.d.Containers.ExpiresAt(c)},
@@ -177,16 +208,23 @@ func (t *Turn) run(ctx context.Context, sink messages.Sink) (*messages.Response,
 	s := t.s
 	// The turn's writes outlive a client that goes away mid-turn.
 	dbctx := context.WithoutCancel(ctx)
-	userJSON, err := json.Marshal(t.content)
-	if err != nil {
-		return nil, fmt.Errorf("workspace: user content: %w", err)
+	// The turn it replaces becomes an earlier version first, under the
+	// thread's turn lease, so no other turn sees it half replaced.
+	if err := s.store.ReplaceMessages(dbctx, t.thread.ID(), t.replace); err != nil {
+		return nil, fmt.Errorf("workspace: replace the last turn: %w", err)
 	}
-	um, err := thread.NewMessage(id.New("msg"), t.thread.ID(), thread.User, userJSON, true, s.now())
-	if err != nil {
-		return nil, err
-	}
-	if _, err := s.store.AppendMessage(dbctx, um); err != nil {
-		return nil, fmt.Errorf("workspace: store user message: %w", err)
+	if !t.reask {
+		userJSON, err := json.Marshal(t.content)
+		if err != nil {
+			return nil, fmt.Errorf("workspace: user content: %w", err)
+		}
+		um, err := thread.NewMessage(id.New("msg"), t.thread.ID(), thread.User, userJSON, true, s.now())
+		if err != nil {
+			return nil, err
+		}
+		if _, err := s.store.AppendMessage(dbctx, um); err != nil {
+			return nil, fmt.Errorf("workspace: store user message: %w", err)
+		}
 	}
 	// A thread still titled by default takes its title from its first
 	// message, as chat apps propose one.
@@ -250,8 +288,17 @@ func (s *Service) history(ctx context.Context, threadID string) ([]messages.Mess
 	if err != nil {
 		return nil, err
 	}
+	return modelHistory(stored)
+}
+
+// modelHistory is history's conversion of stored messages; replaced ones
+// are left out.
+func modelHistory(stored []thread.Message) ([]messages.Message, error) {
 	var out []messages.Message
 	for _, m := range stored {
+		if m.Replaced() {
+			continue
+		}
 		var blocks []messages.ContentBlock
 		if err := json.Unmarshal(m.Content(), &blocks); err != nil {
 			return nil, fmt.Errorf("workspace: stored message %s: %w", m.ID(), err)
@@ -271,6 +318,56 @@ func (s *Service) history(ctx context.Context, threadID string) ([]messages.Mess
 		out = append(out, messages.Message{Role: string(m.Role()), Content: kept})
 	}
 	return out, nil
+}
+
+// replaced returns, for a turn that replaces the thread's last one (tr.Replace),
+// the history before it, the ids of the messages it replaces, and the
+// user content it asks: tr.Content for an edit, the stored last user
+// message for a regenerate.
+func (s *Service) replaced(ctx context.Context, threadID string, tr TurnRequest) ([]messages.Message, []string, []messages.ContentBlock, error) {
+	stored, err := s.store.Messages(ctx, threadID)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	var live []thread.Message
+	for _, m := range stored {
+		if !m.Replaced() {
+			live = append(live, m)
+		}
+	}
+	last := -1
+	for i := len(live) - 1; i >= 0; i-- {
+		if live[i].Role() == thread.User {
+			last = i
+			break
+		}
+	}
+	if last < 0 {
+		return nil, nil, nil, fault.New(fault.Conflict, "replace: the thread has no message to edit or answer again")
+	}
+	cut := last // an edit replaces the user message and its answer
+	if tr.Replace == ReplaceLastAnswer {
+		if len(tr.Content) > 0 {
+			return nil, nil, nil, fault.New(fault.Invalid, "content: must be empty with replace \"last_answer\" (the last user message is asked again)")
+		}
+		if err := json.Unmarshal(live[last].Content(), &tr.Content); err != nil {
+			return nil, nil, nil, fmt.Errorf("workspace: stored message %s: %w", live[last].ID(), err)
+		}
+		cut = last + 1 // a regenerate keeps the user message
+	}
+	var ids []string
+	for _, m := range live[cut:] {
+		ids = append(ids, m.ID())
+	}
+	history, err := modelHistory(live[:cut])
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if tr.Replace == ReplaceLastAnswer {
+		// The user message is the history's last; the turn asks it again.
+		history = history[:len(history)-1]
+	}
+	return history, ids, tr.Content, nil
 }
 
 // InterruptedNote ends an interrupted turn in the history the model reads:

@@ -25,6 +25,7 @@ type Config struct {
 	JWTAudience string
 	JWTKeyFile  string
 	SessionTTL  time.Duration
+	AccessTTL   time.Duration
 	// Login throttling (app/auth): attempts per window per email and per
 	// client address, and the window.
 	LoginEmailLimit int
@@ -125,6 +126,7 @@ func loadConfig(getenv func(string) string) (Config, error) {
 		JWTIssuer:        env("JWT_ISSUER", "threadbox"),
 		JWTAudience:      env("JWT_AUDIENCE", "threadbox-api"),
 		SessionTTL:       dur("SESSION_TTL", "12h"),
+		AccessTTL:        dur("ACCESS_TTL", "10m"),
 		LoginEmailLimit:  int(num("LOGIN_EMAIL_LIMIT", 10)),
 		LoginAddrLimit:   int(num("LOGIN_ADDR_LIMIT", 50)),
 		LoginWindow:      dur("LOGIN_WINDOW", "15m"),

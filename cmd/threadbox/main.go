@@ -156,6 +156,7 @@ func newAuth(cfg Config, st *store.Store) (*auth.Service, error) {
 	}
 	return auth.New(st, jwt.New(key, cfg.JWTIssuer, cfg.JWTAudience), auth.Config{
 		SessionTTL:      cfg.SessionTTL,
+		AccessTTL:       cfg.AccessTTL,
 		EmailLoginLimit: cfg.LoginEmailLimit,
 		AddrLoginLimit:  cfg.LoginAddrLimit,
 		LoginWindow:     cfg.LoginWindow,

@@ -29,6 +29,7 @@ type Message struct {
 	complete  bool
 	createdAt time.Time
 	ended     Ending
+	replaced  bool
 }
 
 // EndReason says why an assistant message's turn ended before it finished.
@@ -66,7 +67,7 @@ func NewMessage(id, threadID string, role Role, content []byte, complete bool, n
 
 // RestoreMessage rebuilds a message from storage.
 func RestoreMessage(id, threadID string, seq int64, role Role, content, usage []byte, complete bool, createdAt time.Time, ended Ending) Message {
-	return Message{id, threadID, seq, role, content, usage, complete, createdAt, ended}
+	return Message{id: id, threadID: threadID, seq: seq, role: role, content: content, usage: usage, complete: complete, createdAt: createdAt, ended: ended}
 }
 
 // ID returns the message id.
@@ -98,6 +99,17 @@ func (m Message) CreatedAt() time.Time { return m.createdAt }
 // mid-turn).
 func (m Message) Ended() Ending { return m.ended }
 
+// Replaced reports whether a later turn replaced the message: an edited
+// user message and its answer, or a regenerated answer. It stays in the
+// thread, shown as an earlier version, and leaves the model's history.
+func (m Message) Replaced() bool { return m.replaced }
+
+// WithReplaced returns the message marked replaced (or not).
+func (m Message) WithReplaced(on bool) Message {
+	m.replaced = on
+	return m
+}
+
 // Finish returns the message with its final content and usage, complete.
 func (m Message) Finish(content, usage []byte) Message {
 	m.content, m.usage, m.complete, m.ended = content, usage, true, Ending{}
@@ -123,4 +135,6 @@ type MessageRepository interface {
 	AppendMessage(ctx context.Context, m Message) (Message, error)
 	UpdateMessage(ctx context.Context, m Message) error
 	Messages(ctx context.Context, threadID string) ([]Message, error)
+	// ReplaceMessages marks messages of a thread replaced (Replaced).
+	ReplaceMessages(ctx context.Context, threadID string, ids []string) error
 }

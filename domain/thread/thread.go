@@ -119,6 +119,10 @@ func (t Thread) AccessibleBy(orgID, userID string) bool {
 type Page struct {
 	Limit  int
 	Before string // a thread id: list threads older than it
+	// Query, when set, keeps the threads whose title or a stored message
+	// holds it, ignoring ASCII case: candidates, which the caller checks
+	// against the messages' text (the messages are stored as JSON).
+	Query string
 }
 
 // Repository stores threads. Lookups are scoped by org and owner: another

@@ -16,6 +16,13 @@ const (
 	APIToken     TokenKind = "api"
 	SessionToken TokenKind = "session"
 	SandboxToken TokenKind = "sandbox"
+	// RefreshToken is the kind a browser session's refresh token claims;
+	// it has no record of its own: its jti is its session's record, whose
+	// kind is SessionToken, so it is never accepted as a bearer token.
+	RefreshToken TokenKind = "refresh"
+	// DownloadTicket is the kind of a short-lived download URL's ticket:
+	// its jti is its caller's token record, and it names one resource.
+	DownloadTicket TokenKind = "download"
 )
 
 // Token is the record of an issued bearer token; its id is the JWT's jti.

@@ -41,6 +41,7 @@ type claims struct {
 	Role        string `json:"role"`
 	Kind        string `json:"kind"`
 	ContainerID string `json:"ctr,omitempty"`
+	Resource    string `json:"res,omitempty"`
 }
 
 // New returns a codec for key, issuing and accepting only iss=issuer and aud=audience.
@@ -77,7 +78,7 @@ func (c *Codec) Sign(cl auth.Claims) (string, error) {
 			IssuedAt: gojwt.NewNumericDate(cl.IssuedAt), NotBefore: gojwt.NewNumericDate(cl.IssuedAt.Add(-time.Second)),
 			ExpiresAt: gojwt.NewNumericDate(cl.ExpiresAt),
 		},
-		OrgID: cl.OrgID, Role: string(cl.Role), Kind: string(cl.Kind), ContainerID: cl.ContainerID,
+		OrgID: cl.OrgID, Role: string(cl.Role), Kind: string(cl.Kind), ContainerID: cl.ContainerID, Resource: cl.Resource,
 	})
 	t.Header["kid"] = c.kid
 	s, err := t.SignedString(c.priv)
@@ -118,7 +119,7 @@ func (c *Codec) Verify(token string) (auth.Claims, error) {
 	if cl.ID == "" || cl.Subject == "" || cl.OrgID == "" {
 		return auth.Claims{}, errors.New("jwt: missing jti, sub or org")
 	}
-	out := auth.Claims{TokenID: cl.ID, UserID: cl.Subject, OrgID: cl.OrgID, Role: user.Role(cl.Role), Kind: user.TokenKind(cl.Kind), ContainerID: cl.ContainerID}
+	out := auth.Claims{TokenID: cl.ID, UserID: cl.Subject, OrgID: cl.OrgID, Role: user.Role(cl.Role), Kind: user.TokenKind(cl.Kind), ContainerID: cl.ContainerID, Resource: cl.Resource}
 	if cl.IssuedAt != nil {
 		out.IssuedAt = cl.IssuedAt.Time
 	}

@@ -3,7 +3,9 @@ package store
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
+	"strings"
 	"time"
 
 	"gorm.io/gorm"
@@ -113,11 +115,22 @@ func (s *Store) Thread(ctx context.Context, orgID, ownerID, id string) (thread.T
 	return r.domain(), nil
 }
 
+// likeEscaper escapes LIKE's wildcards (and its escape character).
+var likeEscaper = strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`)
+
 // Threads lists the owner's threads newest first, optionally in one project.
 func (s *Store) Threads(ctx context.Context, orgID, ownerID, projectID string, p thread.Page) ([]thread.Thread, error) {
 	q := s.q(ctx).Where("org_id = ? AND owner_id = ?", orgID, ownerID)
 	if projectID != "" {
 		q = q.Where("project_id = ?", projectID)
+	}
+	if p.Query != "" {
+		// Messages are JSON: the query is looked for as JSON writes it.
+		lower := strings.ToLower(p.Query)
+		enc, _ := json.Marshal(lower)
+		inTitle := "%" + likeEscaper.Replace(lower) + "%"
+		inJSON := "%" + likeEscaper.Replace(string(enc[1:len(enc)-1])) + "%"
+		q = q.Where(`(LOWER(title) LIKE ? ESCAPE '\' OR EXISTS (SELECT 1 FROM messages m WHERE m.thread_id = threads.id AND LOWER(m.content) LIKE ? ESCAPE '\'))`, inTitle, inJSON)
 	}
 	if p.Before != "" {
 		var cur threadRow
@@ -163,6 +176,7 @@ type messageRow struct {
 	CreatedAt time.Time
 	EndReason string
 	EndDetail string
+	Replaced  bool
 }
 
 func (messageRow) TableName() string { return "messages" }
@@ -172,7 +186,7 @@ func (r messageRow) domain() thread.Message {
 	if r.Usage != "" {
 		usage = []byte(r.Usage)
 	}
-	return thread.RestoreMessage(r.ID, r.ThreadID, r.Seq, thread.Role(r.Role), []byte(r.Content), usage, r.Complete, r.CreatedAt.UTC(), thread.Ending{Reason: thread.EndReason(r.EndReason), Detail: r.EndDetail})
+	return thread.RestoreMessage(r.ID, r.ThreadID, r.Seq, thread.Role(r.Role), []byte(r.Content), usage, r.Complete, r.CreatedAt.UTC(), thread.Ending{Reason: thread.EndReason(r.EndReason), Detail: r.EndDetail}).WithReplaced(r.Replaced)
 }
 
 // AppendMessage stores m as the thread's next message and returns it with its seq.
@@ -183,7 +197,7 @@ func (s *Store) AppendMessage(ctx context.Context, m thread.Message) (thread.Mes
 		if err := tx.Model(&messageRow{}).Select("COALESCE(MAX(seq), 0) AS n").Where("thread_id = ?", m.ThreadID()).Scan(&max).Error; err != nil {
 			return err
 		}
-		r := messageRow{ID: m.ID(), ThreadID: m.ThreadID(), Seq: max.N + 1, Role: string(m.Role()), Content: string(m.Content()), Usage: string(m.Usage()), Complete: m.Complete(), CreatedAt: m.CreatedAt(), EndReason: string(m.Ended().Reason), EndDetail: m.Ended().Detail}
+		r := messageRow{ID: m.ID(), ThreadID: m.ThreadID(), Seq: max.N + 1, Role: string(m.Role()), Content: string(m.Content()), Usage: string(m.Usage()), Complete: m.Complete(), CreatedAt: m.CreatedAt(), EndReason: string(m.Ended().Reason), EndDetail: m.Ended().Detail, Replaced: m.Replaced()}
 		if err := tx.Create(&r).Error; err != nil {
 			return err
 		}
@@ -198,6 +212,15 @@ func (s *Store) AppendMessage(ctx context.Context, m thread.Message) (thread.Mes
 func (s *Store) UpdateMessage(ctx context.Context, m thread.Message) error {
 	return one(s.q(ctx).Model(&messageRow{}).Where("id = ?", m.ID()).
 		Updates(map[string]any{"content": string(m.Content()), "usage": string(m.Usage()), "complete": m.Complete(), "end_reason": string(m.Ended().Reason), "end_detail": m.Ended().Detail}), "message")
+}
+
+// ReplaceMessages marks messages of a thread replaced.
+func (s *Store) ReplaceMessages(ctx context.Context, threadID string, ids []string) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	err := s.q(ctx).Model(&messageRow{}).Where("thread_id = ? AND id IN ?", threadID, ids).Update("replaced", true).Error
+	return translate(err, "messages")
 }
 
 // Messages returns a thread's messages in order.

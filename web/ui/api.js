@@ -1,7 +1,8 @@
 // api.js: the client of threadbox's HTTP API: the session, JSON calls,
 // uploads with progress, downloads and the chat turn's event stream.
+// The session is an access token in memory, renewed through an HttpOnly
+// refresh cookie (docs/frontend.md, "Sessions").
 
-const KEY = 'threadbox.session';
 export const APP = '/api/v1/app';
 
 /** ApiError is a failed call: HTTP status, error type and message. */
@@ -41,38 +42,109 @@ export function explain(err) {
 
 let expiredHandler = () => {};
 let expiryTimer = 0;
+let renewTimer = 0;
+let current = null; // {token, id, expires_at, session_expires_at}: memory only
+let renewing = null; // the refresh under way, shared by every caller
+
+/** The header the refresh endpoint requires (docs/frontend.md, "Sessions"). */
+const REFRESH = { 'X-Threadbox-Refresh': '1' };
+const REFRESH_URL = APP + '/auth/refresh';
 
 /** onSessionExpired sets what happens when the session ends by itself. */
 export function onSessionExpired(fn) { expiredHandler = fn; }
 
-/** session is the signed-in user's token, kept for the browser tab. */
+/**
+ * session is the signed-in browser session. Its access token lives in this
+ * page's memory only; the refresh token is an HttpOnly cookie the page
+ * never sees, sent by the browser to the refresh endpoint alone. A reload
+ * or a new tab gets a new access token from it (restore).
+ */
 export const session = {
-  get() {
-    try { return JSON.parse(sessionStorage.getItem(KEY) || 'null'); } catch { return null; }
-  },
+  get() { return current; },
   save(s) {
-    sessionStorage.setItem(KEY, JSON.stringify(s));
+    current = s;
     this.watch();
   },
   clear() {
-    sessionStorage.removeItem(KEY);
+    current = null;
     clearTimeout(expiryTimer);
+    clearTimeout(renewTimer);
   },
-  /** watch ends the session when its token's expiry passes. */
+  /**
+   * watch ends the session when the refresh cookie's expiry passes and
+   * renews the access token a minute before it expires.
+   */
   watch() {
     clearTimeout(expiryTimer);
-    const s = this.get();
-    if (!s || !s.expires_at) return;
-    const ms = new Date(s.expires_at).getTime() - Date.now();
-    if (ms <= 0) { expire(); return; }
-    expiryTimer = setTimeout(expire, Math.min(ms, 2 ** 31 - 1));
+    clearTimeout(renewTimer);
+    const s = current;
+    if (!s) return;
+    const end = new Date(s.session_expires_at || s.expires_at).getTime() - Date.now();
+    if (end <= 0) { expire(); return; }
+    expiryTimer = setTimeout(() => expire(), Math.min(end, 2 ** 31 - 1));
+    const renewIn = new Date(s.expires_at).getTime() - Date.now() - 60e3;
+    if (s.session_expires_at && new Date(s.expires_at) < new Date(s.session_expires_at)) {
+      renewTimer = setTimeout(() => { renew(); }, Math.max(renewIn, 5e3));
+    }
   },
 };
 
 function expire(message) {
-  if (!session.get()) return;
+  if (!current) return;
   session.clear();
   expiredHandler(message || 'Your session has expired. Please sign in again.');
+}
+
+/**
+ * refresh asks the refresh endpoint for a new access token with the
+ * browser's refresh cookie; resolves to the session, or null when there
+ * is none (never signed in, signed out in another tab, revoked, expired).
+ */
+async function refresh() {
+  const resp = await fetch(REFRESH_URL, { method: 'POST', headers: REFRESH, credentials: 'same-origin', cache: 'no-store' });
+  if (resp.status === 401) return null;
+  if (!resp.ok) throw await failure(resp, false);
+  return resp.json();
+}
+
+/** restore signs the page in from the refresh cookie, if it has one. */
+export async function restore() {
+  const s = await refresh();
+  if (s) session.save(s);
+  return s;
+}
+
+/**
+ * renew gets a new access token for the current session; resolves to
+ * true when it did, and ends the session (false) when the server refused.
+ * Concurrent callers share one request.
+ */
+export function renew() {
+  if (!renewing) {
+    renewing = (async () => {
+      try {
+        const s = await refresh();
+        if (!s) {
+          expire('Your session has expired or was revoked. Please sign in again.');
+          return false;
+        }
+        if (!current) return false;
+        if (s.id !== current.id) {
+          // Another tab signed out and in again, maybe as someone else:
+          // this page starts again with that sign-in.
+          location.reload();
+          return false;
+        }
+        session.save(s);
+        return true;
+      } catch {
+        return false; // offline: keep the session, the call fails as it is
+      } finally {
+        renewing = null;
+      }
+    })();
+  }
+  return renewing;
 }
 
 function authHeaders(extra = {}) {
@@ -80,14 +152,27 @@ function authHeaders(extra = {}) {
   return s ? { Authorization: 'Bearer ' + s.token, ...extra } : extra;
 }
 
-async function failure(resp) {
+/**
+ * authFetch is fetch with the access token; a 401 renews it once through
+ * the refresh cookie and sends the request again, so an expired access
+ * token never shows, while a revoked session (a sign-out in another tab)
+ * ends this one at its next request.
+ */
+async function authFetch(url, init = {}) {
+  const send = () => fetch(url, { ...init, headers: authHeaders(init.headers || {}) });
+  let resp = await send();
+  if (resp.status === 401 && current && await renew()) resp = await send();
+  return resp;
+}
+
+async function failure(resp, ends = true) {
   let type = 'api_error';
   let message = `${resp.status} ${resp.statusText}`;
   try {
     const body = await resp.json();
     if (body && body.error) { type = body.error.type; message = body.error.message; }
   } catch { /* not JSON */ }
-  if (resp.status === 401 && session.get()) {
+  if (ends && resp.status === 401 && session.get()) {
     expire('Your session has expired or was revoked. Please sign in again.');
   }
   return new ApiError(resp.status, type, message);
@@ -96,47 +181,57 @@ async function failure(resp) {
 /** api calls a JSON endpoint; path is absolute or relative to /api/v1/app. */
 export async function api(method, path, body) {
   const url = path.startsWith('/api/') ? path : APP + path;
-  const init = { method, headers: authHeaders() };
+  const init = { method, headers: {} };
   if (body !== undefined) {
     init.headers['Content-Type'] = 'application/json';
     init.body = JSON.stringify(body);
   }
-  const resp = await fetch(url, init);
+  const resp = await authFetch(url, init);
   if (!resp.ok) throw await failure(resp);
   if (resp.status === 204) return null;
   return resp.json();
 }
 
-/** login exchanges a password for a session token and saves it. */
+/**
+ * login exchanges a password for a browser session: the server sets the
+ * refresh cookie and answers with the first access token.
+ */
 export async function login(email, password) {
   const resp = await fetch(APP + '/auth/login', {
-    method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify({ email, password }),
+    method: 'POST', headers: { 'Content-Type': 'application/json' },
+    body: JSON.stringify({ email, password, refresh_cookie: true }),
   });
   if (!resp.ok) throw await failure(resp);
   const s = await resp.json();
-  session.save({ ...s, email });
+  session.save(s);
   return s;
 }
 
-/** logout revokes the session token (best effort) and forgets it. */
+/**
+ * logout revokes the session on the server (its refresh token and every
+ * access token of it, in every tab) and deletes the cookie, then forgets
+ * the access token.
+ */
 export async function logout() {
-  const s = session.get();
-  if (s && s.id) {
-    try { await fetch(APP + '/tokens/' + encodeURIComponent(s.id), { method: 'DELETE', headers: authHeaders() }); } catch { /* offline */ }
-  }
+  try {
+    await fetch(REFRESH_URL, { method: 'DELETE', headers: REFRESH, credentials: 'same-origin' });
+  } catch { /* offline */ }
   session.clear();
 }
 
 /** fetchBlob downloads url with the session's token. */
 export async function fetchBlob(url) {
-  const resp = await fetch(url, { headers: authHeaders() });
+  const resp = await authFetch(url);
   if (!resp.ok) throw await failure(resp);
   return resp.blob();
 }
 
-/** fetchText downloads url as text with the session's token. */
-export async function fetchText(url) {
-  const resp = await fetch(url, { headers: authHeaders() });
+/**
+ * fetchText downloads url as text with the session's token; with maxBytes,
+ * only that many first bytes (a Range request), for a preview.
+ */
+export async function fetchText(url, maxBytes = 0) {
+  const resp = await authFetch(url, maxBytes > 0 ? { headers: { Range: `bytes=0-${maxBytes - 1}` } } : {});
   if (!resp.ok) throw await failure(resp);
   return resp.text();
 }
@@ -145,7 +240,11 @@ export async function fetchText(url) {
  * upload posts file as multipart field "file" to url, calling
  * onProgress(loaded, total) as bytes leave; resolves to the JSON answer.
  */
-export function upload(url, file, onProgress) {
+export async function upload(url, file, onProgress) {
+  // An upload is not sent twice: the access token is renewed first when it
+  // is about to expire.
+  const s = session.get();
+  if (s && new Date(s.expires_at).getTime() - Date.now() < 90e3) await renew();
   return new Promise((resolve, reject) => {
     const xhr = new XMLHttpRequest();
     xhr.open('POST', url);
@@ -176,9 +275,9 @@ export function upload(url, file, onProgress) {
  */
 export async function* stream(url, body, signal, onOpen) {
   const init = body == null
-    ? { method: 'GET', signal, headers: authHeaders({ Accept: 'text/event-stream' }) }
-    : { method: 'POST', signal, headers: authHeaders({ 'Content-Type': 'application/json', Accept: 'text/event-stream' }), body: JSON.stringify(body) };
-  const resp = await fetch(url, init);
+    ? { method: 'GET', signal, headers: { Accept: 'text/event-stream' } }
+    : { method: 'POST', signal, headers: { 'Content-Type': 'application/json', Accept: 'text/event-stream' }, body: JSON.stringify(body) };
+  const resp = await authFetch(url, init);
   if (!resp.ok) throw await failure(resp);
   if (onOpen) onOpen(resp);
   const reader = resp.body.getReader();

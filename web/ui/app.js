@@ -2,7 +2,7 @@
 // sidebar, and the router between the chat and admin pages.
 
 import { h, replace, ask } from './dom.js';
-import { api, login, logout, session, onSessionExpired, explain } from './api.js';
+import { api, login, logout, restore, session, onSessionExpired, explain } from './api.js';
 import { renderThread } from './chat.js';
 import { renderAdmin } from './admin.js';
 import { notify, dismiss } from './notice.js';
@@ -91,17 +91,19 @@ function manages(p) {
 
 /** start loads the signed-in user and shows the page the hash names. */
 async function start() {
-  if (!session.get()) { renderLogin(); return; }
+  // A reload or a new tab has no access token yet: the refresh cookie, when
+  // the browser has one, gives it one.
+  if (!session.get()) {
+    try { await restore(); } catch (err) { renderLogin(explain(err)); return; }
+    if (!session.get()) { renderLogin(); return; }
+  }
   try {
-    const me = await api('GET', '/me');
-    const s = session.get();
-    state.me = { ...me, email: s && s.email };
+    state.me = await api('GET', '/me');
   } catch (err) {
     if (session.get()) renderLogin(explain(err));
     return;
   }
   showSignedIn(true);
-  session.watch();
   await loadProjects();
   await route();
 }
@@ -190,11 +192,67 @@ function renderSidebar() {
       } catch (err) { notify(explain(err)); }
     });
     sidebarList = h('div', { class: 'project-list' });
-    replace(sidebar, h('h2', { class: 'side-title' }, 'Projects'), create, sidebarList);
+    replace(sidebar, searchBox(), h('h2', { class: 'side-title' }, 'Projects'), create, sidebarList);
   }
   replace(sidebarList, state.projects.length
     ? h('ul', { class: 'projects' }, state.projects.map(projectItem))
     : h('p', { class: 'empty' }, 'No projects yet.'));
+}
+
+/**
+ * searchBox is the sidebar's thread search: titles and message text of
+ * every thread of the user (GET /thread?q=), as they type (or on Enter);
+ * the results link to the threads, each with the text around the match.
+ * Clearing the field (Escape does) hides them.
+ */
+function searchBox() {
+  const input = h('input', { type: 'search', id: 'thread-search', name: 'q', autocomplete: 'off', maxlength: '200', placeholder: 'Titles and messages' });
+  const status = h('p', { class: 'meta search-status', role: 'status', id: 'search-status' });
+  const results = h('ul', { class: 'search-results', 'aria-label': 'Threads found', hidden: true });
+  const form = h('form', { class: 'thread-search', role: 'search', 'aria-label': 'Search threads' },
+    h('label', { for: 'thread-search' }, 'Search threads'),
+    h('div', { class: 'row' }, input, h('button', { type: 'submit' }, 'Search')),
+    status, results);
+  let seq = 0;
+  let timer = 0;
+  const run = async () => {
+    clearTimeout(timer);
+    const q = input.value.trim();
+    const mine = ++seq;
+    if (!q) { results.hidden = true; replace(results); status.textContent = ''; return; }
+    try {
+      const res = await api('GET', '/thread?limit=20&q=' + encodeURIComponent(q));
+      if (mine !== seq) return; // a later search answered first, or will
+      replace(results, res.data.map((t) => h('li', {},
+        h('a', { href: '#/thread/' + t.id, 'data-thread-id': t.id },
+          h('span', { class: 'found-title' }, marked(t.title || 'Untitled', q)),
+          t.match && t.match.snippet ? h('span', { class: 'snippet' }, marked(t.match.snippet, q)) : null))));
+      results.hidden = res.data.length === 0;
+      const n = res.data.length;
+      status.textContent = n === 0 ? `No thread matches "${q}".` : `${n}${res.has_more ? '+' : ''} thread${n === 1 ? '' : 's'} found.`;
+    } catch (err) {
+      if (mine === seq) status.textContent = explain(err);
+    }
+  };
+  form.addEventListener('submit', (e) => { e.preventDefault(); run(); });
+  input.addEventListener('input', () => { clearTimeout(timer); timer = setTimeout(run, 300); });
+  return form;
+}
+
+/** marked returns text as nodes with every match of q in a <mark>. */
+function marked(text, q) {
+  const lower = text.toLowerCase();
+  const needle = q.toLowerCase();
+  if (lower.length !== text.length || !needle) return [text];
+  const out = [];
+  let at = 0;
+  for (let i = lower.indexOf(needle); i >= 0; i = lower.indexOf(needle, i + needle.length)) {
+    if (i > at) out.push(text.slice(at, i));
+    out.push(h('mark', {}, text.slice(i, i + needle.length)));
+    at = i + needle.length;
+  }
+  if (at < text.length) out.push(text.slice(at));
+  return out;
 }
 
 function projectItem(p) {

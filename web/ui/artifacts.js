@@ -1,8 +1,8 @@
 // artifacts.js: cards for generated files (zylon-resource blocks and a
 // project's artifacts) with inline previews, and download buttons.
 
-import { h, append, replace, humanSize, saveBlob } from './dom.js';
-import { fetchBlob, fetchText, explain } from './api.js';
+import { h, append, replace, humanSize } from './dom.js';
+import { api, fetchBlob, fetchText, explain } from './api.js';
 import { notify } from './notice.js';
 
 const PREVIEW_TEXT_BYTES = 64 * 1024;
@@ -10,7 +10,10 @@ const CSV_ROWS = 50;
 
 /**
  * downloadButton returns a button that downloads url as name, showing a
- * refusal (or any error) next to it and in the page's notice.
+ * refusal (or any error) next to it and in the page's notice. The file is
+ * not fetched into the page: the server checks the download and answers
+ * with a one-minute URL for it (POST /download-url), which a plain link
+ * opens, so the browser saves it to disk as it arrives, however large.
  */
 export function downloadButton(url, name, label = 'Download') {
   const status = h('span', { class: 'inline-error', role: 'status' });
@@ -20,7 +23,11 @@ export function downloadButton(url, name, label = 'Download') {
       btn.disabled = true;
       status.textContent = '';
       try {
-        saveBlob(await fetchBlob(url), name);
+        const t = await api('POST', '/download-url', { url });
+        const a = h('a', { href: t.url, download: name, hidden: true });
+        document.body.append(a);
+        a.click();
+        a.remove();
       } catch (err) {
         status.textContent = explain(err);
         notify(explain(err));
@@ -49,20 +56,35 @@ export function resourceCard(r) {
   return card;
 }
 
+/**
+ * previewInto shows a file in el: an image, a CSV file as a table, text as
+ * text, a PDF in the browser's viewer, anything else as its type's badge. r: {mime_type, download_url
+ * or preview_url}.
+ */
+export function previewInto(el, r, name) {
+  return fillPreview(el, r, name);
+}
+
 async function fillPreview(el, r, name) {
   const mime = (r.mime_type || '').split(';')[0].trim().toLowerCase();
   const url = r.preview_url || r.download_url;
   if (!url) return;
   try {
-    if (mime.startsWith('image/') && mime !== 'image/svg+xml') {
+    if (mime === 'application/pdf') {
+      // The browser's own viewer shows it (where it has one), from a
+      // one-minute ticket URL served inline under the server's sandboxing
+      // CSP; the page's CSP allows same-origin frames only.
+      const t = await api('POST', '/download-url', { url: url + (url.includes('?') ? '&' : '?') + 'disposition=inline' });
+      replace(el, h('iframe', { src: t.url, title: `Preview of ${name}`, class: 'pdf-preview', loading: 'lazy' }));
+    } else if (mime.startsWith('image/') && mime !== 'image/svg+xml') {
       const blob = await fetchBlob(url);
       const img = h('img', { alt: `Preview of ${name}`, src: URL.createObjectURL(blob), class: 'image-preview' });
       replace(el, img);
     } else if (mime === 'text/csv' || /\.csv$/i.test(name)) {
-      const text = await fetchText(url);
+      const text = await fetchText(url, PREVIEW_TEXT_BYTES);
       replace(el, csvTable(text.slice(0, PREVIEW_TEXT_BYTES), name));
     } else if (mime.startsWith('text/') || mime === 'application/json' || mime === 'image/svg+xml') {
-      const text = await fetchText(url);
+      const text = await fetchText(url, PREVIEW_TEXT_BYTES + 1);
       const cut = text.length > PREVIEW_TEXT_BYTES;
       replace(el, h('pre', { class: 'text-preview', tabindex: '0', 'aria-label': `Preview of ${name}` },
         text.slice(0, PREVIEW_TEXT_BYTES) + (cut ? '\n…' : '')));

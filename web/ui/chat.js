@@ -3,7 +3,7 @@
 
 import { h, append, replace, humanSize, ask, formatTime } from './dom.js';
 import { api, stream, upload, explain, decodeFileID, ApiError, APP } from './api.js';
-import { resourceCard, downloadButton } from './artifacts.js';
+import { resourceCard, downloadButton, previewInto } from './artifacts.js';
 import { renderMarkdown, withCopy } from './markdown.js';
 import { notify } from './notice.js';
 
@@ -111,9 +111,16 @@ async function loadHistory(view) {
     // the turn's log and followed live instead of shown as stored.
     const running = res.running_turn_id;
     const shown = running && res.data.length && res.data[res.data.length - 1].status === 'running' ? res.data.slice(0, -1) : res.data;
+    let group = null; // the earlier versions being listed
     for (const m of shown) {
       const blocks = typeof m.content === 'string' ? [{ type: 'text', text: m.content }] : (m.content || []);
-      const t = new TurnView(messageItem(view.log, m.role, m.created_at));
+      // Replaced messages (edited or regenerated) are kept, folded, where
+      // they were: consecutive ones in one "Earlier version" group.
+      if (m.replaced && !group) group = replacedGroup(view.log);
+      if (!m.replaced) group = null;
+      const item = messageItem(group || view.log, m.role, m.created_at);
+      item.blocks = blocks;
+      const t = new TurnView(item);
       for (const b of blocks) { t.start(b); t.stop(); }
       if (m.role === 'assistant' && m.status === 'running') t.error('This turn is still running; reload to see its end.');
       else if (m.role === 'assistant' && m.status === 'stopped') { t.endCards('stopped'); t.error('Stopped.'); }
@@ -124,6 +131,7 @@ async function loadHistory(view) {
       t.done();
     }
     if (res.data.length === 0) view.log.append(h('li', { class: 'empty' }, 'No messages yet. Write one below; fenced ```python or ```bash blocks run in this thread\'s sandbox.'));
+    turnActions(view);
     if (running && view.reattach) view.reattach(running);
   } catch (err) {
     replace(view.log, h('li', { class: 'inline-error' }, explain(err)));
@@ -138,14 +146,57 @@ async function loadFiles(view) {
       const path = decodeFileID(f.id);
       const kind = path.startsWith('/mnt/user-data/outputs/') ? 'output' : path.startsWith('/mnt/user-data/uploads/') ? 'upload' : 'workspace';
       const url = `${APP}/thread/${encodeURIComponent(view.th.id)}/download-file?path=${encodeURIComponent(path)}`;
-      view.files.append(h('li', { 'data-path': path },
-        h('span', { class: 'file-name' }, f.filename),
-        h('span', { class: 'meta' }, `${kind} · ${f.mime_type} · ${humanSize(f.size_bytes)}`),
-        downloadButton(url, f.filename)));
+      view.files.append(fileItem(view, f, path, kind, url));
     }
   } catch (err) {
     replace(view.files, h('li', { class: 'inline-error' }, explain(err)));
   }
+}
+
+/** previewable reports whether a thread file can be shown in the page. */
+function previewable(mime, name) {
+  mime = (mime || '').split(';')[0].trim().toLowerCase();
+  return (mime.startsWith('image/') && mime !== 'image/svg+xml') || mime === 'application/pdf' || mime.startsWith('text/') || mime === 'application/json' || /\.(csv|txt|md|json)$/i.test(name);
+}
+
+/**
+ * fileItem is one thread file in the side panel: Preview (images, CSV as
+ * a table, text) unfolds below it; Download saves it to disk; Delete
+ * removes it from the thread after a confirmation.
+ */
+function fileItem(view, f, path, kind, url) {
+  const preview = h('div', { class: 'preview file-preview', id: 'preview-' + f.id, hidden: true });
+  const actions = h('span', { class: 'file-actions' });
+  if (previewable(f.mime_type, f.filename)) {
+    const show = h('button', { type: 'button', class: 'small preview-toggle', 'aria-expanded': 'false', 'aria-controls': preview.id, 'aria-label': `Preview ${f.filename}` }, 'Preview');
+    show.addEventListener('click', () => {
+      const open = show.getAttribute('aria-expanded') !== 'true';
+      show.setAttribute('aria-expanded', String(open));
+      preview.hidden = !open;
+      if (open && !preview.dataset.loaded) {
+        preview.dataset.loaded = '1';
+        previewInto(preview, { mime_type: f.mime_type, download_url: url }, f.filename);
+      }
+    });
+    actions.append(show);
+  }
+  const del = h('button', { type: 'button', class: 'small danger delete-file', 'aria-label': `Delete ${f.filename}` }, 'Delete');
+  del.addEventListener('click', async () => {
+    const yes = await ask({ title: 'Delete file?', text: `${path} will be deleted from this thread's sandbox.`, ok: 'Delete' });
+    if (!yes) return;
+    try {
+      await api('DELETE', `/api/gpt/v1/files/${encodeURIComponent(f.id)}?scope_id=${encodeURIComponent(view.th.id)}`);
+      await loadFiles(view);
+      const h2 = document.getElementById('files-h');
+      if (h2) { h2.setAttribute('tabindex', '-1'); h2.focus(); }
+      notify(`Deleted ${f.filename}.`, 'info');
+    } catch (err) { notify(explain(err)); }
+  });
+  actions.append(downloadButton(url, f.filename), del);
+  return h('li', { 'data-path': path, 'data-file-id': f.id },
+    h('span', { class: 'file-name' }, f.filename),
+    h('span', { class: 'meta' }, `${kind} · ${f.mime_type} · ${humanSize(f.size_bytes)}`),
+    actions, preview);
 }
 
 async function loadArtifacts(view) {
@@ -166,6 +217,106 @@ async function loadArtifacts(view) {
   } catch (err) {
     replace(view.artifacts, h('li', { class: 'inline-error' }, explain(err)));
   }
+}
+
+/**
+ * replacedGroup adds to the log a folded group for earlier versions of a
+ * turn (a message edited and sent again, an answer regenerated) and
+ * returns the list to put them in.
+ */
+function replacedGroup(log) {
+  const list = h('ol', { class: 'messages replaced-list' });
+  log.append(h('li', { class: 'replaced-group' },
+    h('details', {}, h('summary', {}, 'Earlier version (replaced)'), list)));
+  return list;
+}
+
+/** topMessages are the log's messages that are not earlier versions. */
+function topMessages(view) {
+  return [...view.log.children].filter((li) => li.classList.contains('msg'));
+}
+
+/**
+ * turnActions offers Edit on the last message the user wrote and
+ * Regenerate on the last answer, while no turn runs: both start a new turn
+ * that replaces the last one, which stays visible, folded, as an earlier
+ * version (docs/frontend.md).
+ */
+function turnActions(view) {
+  view.log.querySelectorAll('.turn-actions').forEach((el) => el.remove());
+  if (view.busy) return;
+  const top = topMessages(view);
+  const lastUser = top.filter((li) => li.classList.contains('user')).pop();
+  if (!lastUser || !lastUser.blocks) return;
+  const last = top[top.length - 1];
+  lastUser.append(h('div', { class: 'turn-actions' },
+    h('button', { type: 'button', class: 'small edit', 'aria-label': 'Edit your last message and send it again', onclick: () => editLast(view, lastUser) }, 'Edit')));
+  if (last !== lastUser && last.classList.contains('assistant')) {
+    last.append(h('div', { class: 'turn-actions' },
+      h('button', { type: 'button', class: 'small regenerate', 'aria-label': 'Regenerate the last answer', onclick: () => view.resend(null, 'last_answer', textOf(lastUser.blocks)) }, 'Regenerate')));
+  }
+}
+
+/** textOf joins the text blocks of a message's content. */
+function textOf(blocks) {
+  return (blocks || []).filter((b) => b.type === 'text').map((b) => b.text).join('\n');
+}
+
+/**
+ * editLast turns the last user message into a form: Send sends the edited
+ * text as a new turn replacing the last one (attachments of the message
+ * are kept); Cancel or Escape puts the message back.
+ */
+function editLast(view, li) {
+  const blocks = li.querySelector('.blocks');
+  const area = h('textarea', { id: 'edit-message', rows: '4' });
+  area.value = textOf(li.blocks);
+  const cancel = h('button', { type: 'button' }, 'Cancel');
+  const form = h('form', { class: 'edit-form', 'aria-label': 'Edit your message' },
+    h('label', { for: 'edit-message' }, 'Edit your message'), area,
+    h('div', { class: 'row end' }, cancel, h('button', { type: 'submit', class: 'primary' }, 'Send edited')));
+  const close = () => {
+    form.remove();
+    blocks.hidden = false;
+    turnActions(view);
+  };
+  cancel.addEventListener('click', () => { close(); const b = li.querySelector('button.edit'); if (b) b.focus(); });
+  form.addEventListener('keydown', (e) => { if (e.key === 'Escape') { e.preventDefault(); cancel.click(); } });
+  area.addEventListener('keydown', (e) => {
+    if (e.key === 'Enter' && !e.shiftKey && !e.isComposing) { e.preventDefault(); form.requestSubmit(); }
+  });
+  form.addEventListener('submit', (e) => {
+    e.preventDefault();
+    const text = area.value;
+    if (!text.trim()) return;
+    const others = (li.blocks || []).filter((b) => b.type !== 'text');
+    close();
+    view.resend(others.length ? [...others, { type: 'text', text }] : text, 'last_turn', text);
+  });
+  blocks.hidden = true;
+  li.querySelectorAll('.turn-actions').forEach((el) => el.remove());
+  li.append(form);
+  area.focus();
+}
+
+/**
+ * supersede folds the last turn into an earlier-version group as a turn
+ * that replaces it starts: the last user message and its answer for an
+ * edit (last_turn), the answer alone for a regenerate (last_answer).
+ */
+function supersede(view, mode) {
+  const top = topMessages(view);
+  let from = top.map((li) => li.classList.contains('user')).lastIndexOf(true);
+  if (from < 0) return;
+  if (mode === 'last_answer') from++;
+  if (from >= top.length) return;
+  // Everything from there on, earlier versions folded in between too, goes
+  // into one group: as the thread shows after a reload.
+  const all = [...view.log.children];
+  const moved = all.slice(all.indexOf(top[from]))
+    .flatMap((li) => (li.classList.contains('replaced-group') ? [...li.querySelector('.replaced-list').children] : [li]));
+  all.filter((li) => li.classList.contains('replaced-group') && all.indexOf(li) > all.indexOf(top[from])).forEach((g) => g.remove());
+  replacedGroup(view.log).append(...moved);
 }
 
 /** messageItem adds a message to the log, headed by who said it and when
@@ -190,36 +341,80 @@ function composer(view) {
   const picker = h('input', { type: 'file', id: 'file-input', multiple: true });
   view.picker = picker; // showPolicy disables it while uploads are off
   const uploads = h('ul', { class: 'uploads', 'aria-live': 'polite', 'aria-label': 'Uploads' });
+  // Files uploaded here are attached to the message being written: sent
+  // as container_upload blocks before its text, so the message names them.
+  const attachedList = h('ul', { class: 'attachments', 'aria-label': 'Attached to your message', hidden: true });
+  view.attached = [];
+  view.showAttached = () => {
+    attachedList.hidden = view.attached.length === 0;
+    replace(attachedList, view.attached.map((a) => h('li', { class: 'attachment', 'data-file-id': a.id },
+      h('span', { class: 'file-name' }, a.filename),
+      h('button', { type: 'button', class: 'small', 'aria-label': `Remove ${a.filename} from the message`, onclick: () => {
+        view.attached = view.attached.filter((x) => x.id !== a.id);
+        view.showAttached();
+        text.focus();
+      } }, '×'))));
+  };
   const form = h('form', { class: 'composer', 'aria-label': 'Send a message' },
     h('label', { for: 'message' }, 'Message'),
     text,
     h('div', { class: 'row wrap' },
       h('span', { class: 'check' }, runCode, h('label', { for: 'run-code' }, 'Run code blocks in the sandbox')),
       h('span', { class: 'attach' }, h('label', { for: 'file-input' }, 'Attach files'), picker)),
-    h('p', { class: 'hint', id: 'drop-hint' }, 'Or drop files anywhere on this box to upload them to /mnt/user-data/uploads/.'),
+    h('p', { class: 'hint', id: 'drop-hint' }, 'Or drop files anywhere on this box to upload them to /mnt/user-data/uploads/; they are attached to the message you send next.'),
     uploads,
+    attachedList,
     h('div', { class: 'row end' }, stop, send));
 
   let controller = null;
   const running = (on) => {
     send.disabled = on; stop.hidden = !on;
     send.title = on ? 'A turn is running in this thread; stop it or wait for its end.' : '';
+    view.busy = on;
+    turnActions(view);
   };
   form.addEventListener('submit', async (e) => {
     e.preventDefault();
-    const content = text.value;
-    if (!content.trim() || controller) return;
+    const typed = text.value;
+    if (!typed.trim() || controller) return;
     controller = new AbortController();
     running(true);
+    const attached = view.attached;
+    const content = attached.length
+      ? [...attached.map((a) => ({ type: 'container_upload', file_id: a.id })), { type: 'text', text: typed }]
+      : typed;
     text.value = ''; // the message shows in the conversation from now on
+    view.attached = [];
+    view.showAttached();
+    // Their "attached to your next message" rows are done with.
+    if (attached.length) uploads.querySelectorAll('.upload.done').forEach((li) => li.remove());
     try {
-      if (!await runTurn(view, content, runCode.checked, controller.signal) && !text.value) text.value = content;
+      if (!await runTurn(view, content, runCode.checked, controller.signal) && !text.value) {
+        text.value = typed; // refused: the text and its attachments come back
+        view.attached = attached;
+        view.showAttached();
+      }
     } finally {
       controller = null; view.turnID = null;
       running(false);
       text.focus();
     }
   });
+  // resend starts a turn that replaces the last one: an edited message
+  // (mode last_turn, content the new message) or a regenerated answer
+  // (last_answer, no content); asked is the text the user asked.
+  view.resend = async (content, mode, asked) => {
+    if (controller) return;
+    controller = new AbortController();
+    running(true);
+    try {
+      await runTurn(view, content, runCode.checked, controller.signal, mode, asked);
+    } finally {
+      controller = null; view.turnID = null;
+      running(false);
+      text.focus();
+    }
+  };
   // A turn runs in the server, not in this page: Stop asks the server to
   // stop it (its stream then ends with a stopped event); leaving the page
   // leaves it running, and coming back reattaches to it.
@@ -297,7 +492,11 @@ async function uploadAll(view, list, box) {
       });
       bar.remove();
       li.classList.add('done');
-      status.textContent = `Uploaded to ${decodeFileID(f.id) || '/mnt/user-data/uploads/' + f.filename}`;
+      status.textContent = `Uploaded to ${decodeFileID(f.id) || '/mnt/user-data/uploads/' + f.filename}, attached to your next message.`;
+      if (view.attached && !view.attached.some((a) => a.id === f.id)) {
+        view.attached.push({ id: f.id, filename: f.filename });
+        view.showAttached();
+      }
     } catch (err) {
       bar.remove();
       li.classList.add('failed');
@@ -313,12 +512,21 @@ async function uploadAll(view, list, box) {
  * false when the server refused the turn before running it, so the
  * composer can give the text back.
  */
-async function runTurn(view, content, runCode, signal) {
-  const mine = new TurnView(messageItem(view.log, 'user'));
-  mine.start({ type: 'text', text: content }); mine.stop(); mine.done();
+async function runTurn(view, content, runCode, signal, mode = '', asked = typeof content === 'string' ? content : textOf(content)) {
+  if (mode) supersede(view, mode);
+  if (mode !== 'last_answer') {
+    const blocks = typeof content === 'string' ? [{ type: 'text', text: content }] : content;
+    const item = messageItem(view.log, 'user');
+    item.blocks = blocks;
+    const mine = new TurnView(item);
+    for (const b of blocks) { mine.start(b); mine.stop(); }
+    mine.done();
+  }
   const turn = new TurnView(messageItem(view.log, 'assistant'));
   turn.busy();
-  const body = { content, stream: true };
+  const body = { stream: true };
+  if (mode !== 'last_answer') body.content = content;
+  if (mode) body.replace = mode;
   if (runCode) body.pgpt = { tools: ['code_execution'] };
   try {
     const opened = (resp) => { view.turnID = resp.headers.get('Threadbox-Turn-Id'); };
@@ -329,11 +537,16 @@ async function runTurn(view, content, runCode, signal) {
   } catch (err) {
     if (err.name === 'AbortError') turn.error('Stopped.');
     else { turn.error(explain(err)); notify(explain(err)); }
-    if (err instanceof ApiError && err.status >= 400) { turn.done(); return false; } // refused before it ran
+    if (err instanceof ApiError && err.status >= 400) {
+      // Refused before it ran: nothing was replaced, the thread shows as stored.
+      turn.done();
+      if (mode) await loadHistory(view);
+      return false;
+    }
   }
   turn.done();
   const codeOff = view.runCode && view.runCode.disabled;
-  if ((runCode || codeOff) && /```/.test(content) && turn.codeRuns === 0 && !turn.failed) {
+  if ((runCode || codeOff) && /```/.test(asked) && turn.codeRuns === 0 && !turn.failed) {
     turn.note(noCodeNote(await showPolicy(view)));
   }
   if (turn.codeRuns > 0 || turn.resources > 0) await Promise.all([loadFiles(view), loadArtifacts(view)]);

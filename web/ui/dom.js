@@ -94,12 +94,3 @@ export function ask({ title, text = '', label = '', value = '', ok = 'OK', type 
   return dialogBusy;
 }
 
-/** saveBlob hands a blob to the browser as a download named name. */
-export function saveBlob(blob, name) {
-  const url = URL.createObjectURL(blob);
-  const a = h('a', { href: url, download: name || 'download', hidden: true });
-  document.body.append(a);
-  a.click();
-  a.remove();
-  setTimeout(() => URL.revokeObjectURL(url), 60000);
-}

@@ -1,0 +1,105 @@
+package workspace
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"threadbox/app/messages"
+	"threadbox/domain/fault"
+	"threadbox/domain/user"
+)
+
+// recordEngine plays scriptEngine's turn and keeps each request's
+// conversation, as role:text lines.
+type recordEngine struct {
+	scriptEngine
+	seen *[]string
+}
+
+func (e recordEngine) Run(ctx context.Context, p user.Principal, req *messages.Request, opts messages.RunOptions, sink messages.Sink) error {
+	var lines []string
+	for _, m := range req.Messages {
+		var texts []string
+		for _, b := range m.Content {
+			if b.Type == messages.BlockText {
+				texts = append(texts, b.Text)
+			}
+		}
+		lines = append(lines, m.Role+":"+strings.Join(texts, "+"))
+	}
+	*e.seen = append(*e.seen, strings.Join(lines, " "))
+	return e.scriptEngine.Run(ctx, p, req, opts, sink)
+}
+
+// TestReplaceLastTurnAndAnswer (issue 17): regenerate asks the last user
+// message again without its old answer; edit-and-resend asks the new text
+// without the old message or its answer; the replaced messages stay in
+// the thread, marked replaced; both are refused on a thread
+// without a message, and a regenerate with content or an unknown mode is
+// invalid.
+func TestReplaceLastTurnAndAnswer(t *testing.T) {
+	ctx := context.Background()
+	var seen []string
+	svc, st, p, th := setup(t, recordEngine{seen: &seen})
+	text := func(s string) []messages.ContentBlock {
+		return []messages.ContentBlock{{Type: messages.BlockText, Text: s}}
+	}
+	run := func(tr TurnRequest) {
+		t.Helper()
+		turn, err := svc.StartTurn(ctx, p, th.ID(), tr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := turn.Run(ctx, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := svc.StartTurn(ctx, p, th.ID(), TurnRequest{Replace: ReplaceLastAnswer}); fault.KindOf(err) != fault.Conflict {
+		t.Fatalf("regenerate in an empty thread: %v", err)
+	}
+	run(TurnRequest{Content: text("one")})
+	run(TurnRequest{Content: text("two")})
+	run(TurnRequest{Replace: ReplaceLastAnswer})
+	run(TurnRequest{Replace: ReplaceLastTurn, Content: text("two, edited")})
+	want := []string{
+		"user:one",
+		"user:one assistant:Running.+Done. user:two",
+		"user:one assistant:Running.+Done. user:two", // regenerate: the old answer is not shown to the model
+		"user:one assistant:Running.+Done. user:two, edited",
+	}
+	if strings.Join(seen, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("the model saw:\n%s\nwant:\n%s", strings.Join(seen, "\n"), strings.Join(want, "\n"))
+	}
+	describe := func(threadID string) string {
+		ms, err := st.Messages(ctx, threadID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, m := range ms {
+			var blocks []messages.ContentBlock
+			_ = json.Unmarshal(m.Content(), &blocks)
+			s := string(m.Role())
+			if m.Role() == "user" {
+				s += ":" + blocks[0].Text
+			}
+			if m.Replaced() {
+				s += "(replaced)"
+			}
+			out = append(out, s)
+		}
+		return strings.Join(out, " ")
+	}
+	stored := "user:one assistant user:two(replaced) assistant(replaced) assistant(replaced) user:two, edited assistant"
+	if got := describe(th.ID()); got != stored {
+		t.Fatalf("stored:\n%s\nwant:\n%s", got, stored)
+	}
+	if _, err := svc.StartTurn(ctx, p, th.ID(), TurnRequest{Replace: ReplaceLastAnswer, Content: text("x")}); fault.KindOf(err) != fault.Invalid {
+		t.Errorf("regenerate with content: %v", err)
+	}
+	if _, err := svc.StartTurn(ctx, p, th.ID(), TurnRequest{Replace: "first_turn", Content: text("x")}); fault.KindOf(err) != fault.Invalid {
+		t.Errorf("an unknown replace: %v", err)
+	}
+}

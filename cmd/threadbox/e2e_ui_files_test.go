@@ -1,0 +1,208 @@
+package main
+
+import (
+	"bytes"
+	"encoding/base64"
+	"image"
+	"image/color"
+	"image/png"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"threadbox/e2e"
+)
+
+// onePagePDF is a minimal one-page PDF.
+const onePagePDF = "%PDF-1.4\n1 0 obj<</Type/Catalog/Pages 2 0 R>>endobj 2 0 obj<</Type/Pages/Kids[3 0 R]/Count 1>>endobj " +
+	"3 0 obj<</Type/Page/Parent 2 0 R/MediaBox[0 0 200 200]>>endobj\ntrailer<</Root 1 0 R>>\n%%EOF\n"
+
+// TestE2EThreadFiles (issue 17): a thread's files can be previewed in the
+// side panel (a CSV as a table, text, an image, a PDF) and deleted after a
+// confirmation; a download is saved by the browser from a short-lived
+// ticket URL, not built in page memory (no blob: URL is made), byte for
+// byte. The ticket opens its one file only, is no bearer token, and ends
+// with the token it was given to; /download-url refuses what is not a
+// download of the caller's.
+func TestE2EThreadFiles(t *testing.T) {
+	e2e.NeedChromium(t)
+	s := e2eServer(t, nil)
+	token := apiLogin(t, s, e2eEmail, e2ePassword)
+	pid := s.do("POST", appAPI+"/project", token, map[string]any{"name": "Files"}).json(t)["id"]
+	tid := s.do("POST", appAPI+"/thread", token, map[string]any{"project_id": pid, "title": "With files"}).json(t)["id"].(string)
+	img := image.NewRGBA(image.Rect(0, 0, 4, 4))
+	img.Set(1, 1, color.RGBA{R: 200, A: 255})
+	var pngBuf bytes.Buffer
+	if err := png.Encode(&pngBuf, img); err != nil {
+		t.Fatal(err)
+	}
+	big := bytes.Repeat([]byte("\x00\x01binary\xff\xfe0123456"), 6<<16) // 6 MiB, not text
+	for name, body := range map[string][]byte{"sales.csv": []byte(salesCSV), "notes.txt": []byte("hello from the notes\n"), "pixel.png": pngBuf.Bytes(), "big.bin": big, "page.pdf": []byte(onePagePDF)} {
+		if r := s.do("PUT", appAPI+"/thread/"+tid+"/put-file/"+name, token, body, "Content-Type", "application/octet-stream"); r.status != 200 {
+			t.Fatalf("put %s: %d %s", name, r.status, r.body)
+		}
+	}
+
+	// The API: a ticket URL for one file, usable without a token, for that
+	// file only, never as a bearer token.
+	fileURL := func(path string) string {
+		return appAPI + "/thread/" + tid + "/download-file?path=" + url.QueryEscape(path)
+	}
+	r := s.do("POST", appAPI+"/download-url", token, map[string]any{"url": fileURL("/mnt/user-data/uploads/notes.txt")})
+	if r.status != 200 {
+		t.Fatalf("download-url: %d %s", r.status, r.body)
+	}
+	ticketURL := r.json(t)["url"].(string)
+	if got := s.do("GET", ticketURL, "", nil); got.status != 200 || string(got.body) != "hello from the notes\n" {
+		t.Errorf("the ticket URL: %d %q", got.status, got.body)
+	}
+	ticket, _ := url.Parse(ticketURL)
+	tk := ticket.Query().Get("ticket")
+	if got := s.do("GET", fileURL("/mnt/user-data/uploads/sales.csv")+"&ticket="+url.QueryEscape(tk), "", nil); got.status != 401 {
+		t.Errorf("a ticket for another file: %d %s", got.status, got.body)
+	}
+	if got := s.do("GET", appAPI+"/me", tk, nil); got.status != 401 {
+		t.Errorf("a ticket as a bearer token: %d", got.status)
+	}
+	for _, bad := range []string{"https://example.com" + fileURL("/mnt/user-data/uploads/notes.txt"), appAPI + "/me", appAPI + "/thread/" + tid + "/download-file"} {
+		if got := s.do("POST", appAPI+"/download-url", token, map[string]any{"url": bad}); got.status != 400 {
+			t.Errorf("download-url for %s: %d %s", bad, got.status, got.body)
+		}
+	}
+	if got := s.do("POST", appAPI+"/download-url", token, map[string]any{"url": fileURL("/mnt/user-data/uploads/missing.txt")}); got.status != 404 {
+		t.Errorf("download-url for a missing file: %d %s", got.status, got.body)
+	}
+	if got := s.do("POST", appAPI+"/download-url", token, map[string]any{"url": appAPI + "/artifact/art_missing/content"}); got.status != 404 {
+		t.Errorf("download-url for a missing artifact: %d %s", got.status, got.body)
+	}
+	// Another session's ticket ends with that session.
+	login := s.do("POST", appAPI+"/auth/login", "", map[string]string{"email": e2eEmail, "password": e2ePassword}).json(t)
+	other := login["token"].(string)
+	ou := s.do("POST", appAPI+"/download-url", other, map[string]any{"url": fileURL("/mnt/user-data/uploads/notes.txt")}).json(t)["url"].(string)
+	if got := s.do("DELETE", appAPI+"/tokens/"+login["id"].(string), token, nil); got.status != 204 {
+		t.Fatalf("revoke the other session: %d %s", got.status, got.body)
+	}
+	if got := s.do("GET", ou, "", nil); got.status != 401 {
+		t.Errorf("a ticket of a revoked session: %d", got.status)
+	}
+
+	b := e2e.Start(t, 1440, 1000)
+	uiLogin(b, s.base, e2eEmail, e2ePassword)
+	b.Do("open the thread", chromedp.Navigate(s.base+"/#/thread/"+tid), chromedp.WaitVisible(chromedp.ID("message")))
+	b.WaitTrue("five files", `document.querySelectorAll('.file-list li[data-path]').length === 5`, 10*time.Second)
+	b.Do("count blob URLs", chromedp.Evaluate[chromedp.Void](`(() => {
+		window.blobURLs = 0;
+		const make = URL.createObjectURL;
+		URL.createObjectURL = (b) => { window.blobURLs++; return make.call(URL, b); };
+	})()`))
+	item := func(name string) string { return `.file-list li[data-path="/mnt/user-data/uploads/` + name + `"]` }
+
+	// A large download goes to disk through the ticket URL.
+	b.Do("download big.bin", chromedp.Click(chromedp.CSS(item("big.bin")+" button.download")))
+	if got := b.WaitDownload("big.bin", 30*time.Second); !bytes.Equal(got, big) {
+		t.Errorf("big.bin downloaded: %d bytes, want %d", len(got), len(big))
+	}
+	if n := e2e.Eval[int](b, "blob URLs", `window.blobURLs`); n != 0 {
+		t.Errorf("the download made %d blob: URLs (buffered in page memory)", n)
+	}
+	if n := e2e.Eval[int](b, "preview of a binary", `document.querySelectorAll('`+item("big.bin")+` button.preview-toggle').length`); n != 0 {
+		t.Error("a binary file offers a preview")
+	}
+
+	// Previews: a CSV as a table, text as text, an image.
+	b.Do("preview the CSV", chromedp.Click(chromedp.CSS(item("sales.csv")+" button.preview-toggle")))
+	b.WaitText(item("sales.csv")+" .file-preview table td", "Jan", 10*time.Second)
+	if got := e2e.Eval[string](b, "expanded", `document.querySelector('`+item("sales.csv")+` button.preview-toggle').getAttribute('aria-expanded')`); got != "true" {
+		t.Errorf("the preview button says aria-expanded=%s", got)
+	}
+	b.Do("preview the text", chromedp.Click(chromedp.CSS(item("notes.txt")+" button.preview-toggle")))
+	b.WaitText(item("notes.txt")+" .file-preview pre", "hello from the notes", 10*time.Second)
+	b.Do("preview the image", chromedp.Click(chromedp.CSS(item("pixel.png")+" button.preview-toggle")))
+	b.WaitTrue("the image", `(() => { const i = document.querySelector('`+item("pixel.png")+` .file-preview img'); return i && i.complete && i.naturalWidth === 4 && i.alt === 'Preview of pixel.png'; })()`, 10*time.Second)
+	// A PDF in the browser's own viewer, loaded as a document (not a
+	// download) from a ticket URL.
+	b.Do("preview the PDF", chromedp.Click(chromedp.CSS(item("page.pdf")+" button.preview-toggle")))
+	b.WaitTrue("the PDF", `(() => { const f = document.querySelector('`+item("page.pdf")+` .file-preview iframe'); try { return f && f.title === 'Preview of page.pdf' && f.src.includes('ticket=') && f.src.includes('disposition=inline') && f.contentDocument && f.contentDocument.contentType === 'application/pdf'; } catch { return false; } })()`, 15*time.Second)
+	shootViewport(t, b, "pdf-preview", item("page.pdf"))
+	b.Do("fold the CSV again", chromedp.Click(chromedp.CSS(item("sales.csv")+" button.preview-toggle")))
+	if !e2e.Eval[bool](b, "folded", `document.querySelector('`+item("sales.csv")+` .file-preview').hidden`) {
+		t.Error("the preview does not fold")
+	}
+	everyControlLabelled(t, b, "thread files")
+
+	// Delete, after a confirmation; Cancel deletes nothing.
+	b.Do("cancel a delete", chromedp.Click(chromedp.CSS(item("notes.txt")+" button.delete-file")),
+		chromedp.WaitVisible(chromedp.ID("dialog-cancel")), chromedp.Click(chromedp.ID("dialog-cancel")))
+	b.Do("delete notes.txt", chromedp.Click(chromedp.CSS(item("notes.txt")+" button.delete-file")),
+		chromedp.WaitVisible(chromedp.ID("dialog-ok")), chromedp.Click(chromedp.ID("dialog-ok")))
+	b.WaitTrue("four files", `document.querySelectorAll('.file-list li[data-path]').length === 4 && !document.querySelector('`+item("notes.txt")+`')`, 10*time.Second)
+	list := s.do("GET", "/api/gpt/v1/files?scope_id="+tid, token, nil)
+	if list.status != 200 || strings.Contains(string(list.body), "notes.txt") || !strings.Contains(string(list.body), "sales.csv") {
+		t.Errorf("the thread's files after the delete: %d %s", list.status, list.body)
+	}
+	if got := s.do("GET", fileURL("/mnt/user-data/uploads/notes.txt"), token, nil); got.status != http.StatusNotFound {
+		t.Errorf("the deleted file downloads: %d", got.status)
+	}
+	b.SetViewport(375, 800)
+	noHorizontalOverflow(t, b, 375)
+}
+
+// TestE2EAttachToMessage (issue 17): files uploaded in the composer are
+// attached to the message being written, listed there and removable, and
+// the message sent names them (container_upload blocks before its text),
+// in the page and as stored.
+func TestE2EAttachToMessage(t *testing.T) {
+	e2e.NeedChromium(t)
+	s := e2eServer(t, nil)
+	token := apiLogin(t, s, e2eEmail, e2ePassword)
+	pid := s.do("POST", appAPI+"/project", token, map[string]any{"name": "Attach"}).json(t)["id"]
+	tid := s.do("POST", appAPI+"/thread", token, map[string]any{"project_id": pid, "title": "With attachments"}).json(t)["id"].(string)
+	dir := t.TempDir()
+	var paths []string
+	for _, name := range []string{"sales.csv", "notes.txt"} {
+		p := dir + "/" + name
+		if err := os.WriteFile(p, []byte("data of "+name+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		paths = append(paths, p)
+	}
+	b := e2e.Start(t, 1440, 1000)
+	uiLogin(b, s.base, e2eEmail, e2ePassword)
+	b.Do("open the thread", chromedp.Navigate(s.base+"/#/thread/"+tid), chromedp.WaitVisible(chromedp.ID("message")))
+	b.Do("pick two files", chromedp.SetUploadFiles(chromedp.ID("file-input"), paths))
+	b.WaitTrue("both attached", `document.querySelectorAll('.attachments .attachment').length === 2`, 20*time.Second)
+	everyControlLabelled(t, b, "composer with attachments")
+	b.Do("remove one", chromedp.Click(chromedp.CSS(`.attachments button[aria-label="Remove notes.txt from the message"]`)))
+	b.WaitTrue("one attached", `document.querySelectorAll('.attachments .attachment').length === 1`, 5*time.Second)
+	if id := e2e.Eval[string](b, "focus", `document.activeElement.id`); id != "message" {
+		t.Errorf("after removing an attachment the focus is on %q", id)
+	}
+	b.Do("send", chromedp.Focus(chromedp.ID("message")), chromedp.KeyEvent("Sum the sales\r"))
+	b.WaitText(".msg.assistant .text", "offline runner model", 30*time.Second)
+	if got := e2e.Eval[string](b, "the message", `document.querySelector('.msg.user .blocks').textContent`); !strings.Contains(got, "Attached file: /mnt/user-data/uploads/sales.csv") || !strings.Contains(got, "Sum the sales") || strings.Contains(got, "notes.txt") {
+		t.Errorf("the message shown: %q", got)
+	}
+	if !e2e.Eval[bool](b, "attachments cleared", `document.querySelector('.attachments').hidden && document.querySelectorAll('.uploads .upload.done').length === 0`) {
+		t.Error("the attachments are still shown after the message was sent")
+	}
+	msgs := s.do("GET", appAPI+"/thread/"+tid+"/messages", token, nil).json(t)["data"].([]any)
+	content := msgs[0].(map[string]any)["content"].([]any)
+	var kinds []string
+	for _, c := range content {
+		c := c.(map[string]any)
+		k := c["type"].(string)
+		if id, ok := c["file_id"].(string); ok {
+			raw, _ := base64.RawURLEncoding.DecodeString(id)
+			k += ":" + string(raw)
+		}
+		kinds = append(kinds, k)
+	}
+	if got := strings.Join(kinds, " "); got != "container_upload:/mnt/user-data/uploads/sales.csv text" {
+		t.Errorf("the stored message: %s", got)
+	}
+}

@@ -1,0 +1,99 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"threadbox/e2e"
+)
+
+// TestE2ESessions (issue 17): a signed-in browser stays signed in across a
+// reload and in a new tab, with no token in any storage a script could
+// read; the refresh endpoint refuses the page's own call without the
+// custom header; signing out in one tab signs the other out at its next
+// request (and nothing of that request is done); a session ends by its
+// clock with a clear message.
+func TestE2ESessions(t *testing.T) {
+	e2e.NeedChromium(t)
+	s := e2eServer(t, nil)
+	token := apiLogin(t, s, e2eEmail, e2ePassword)
+	pid := s.do("POST", appAPI+"/project", token, map[string]any{"name": "Kept"}).json(t)["id"]
+	tid := s.do("POST", appAPI+"/thread", token, map[string]any{"project_id": pid, "title": "Across tabs"}).json(t)["id"].(string)
+	b := e2e.Start(t, 1440, 900)
+	uiLogin(b, s.base, e2eEmail, e2ePassword)
+	b.Do("open the thread", chromedp.Navigate(s.base+"/#/thread/"+tid), chromedp.WaitVisible(chromedp.ID("message")))
+	b.WaitText("#thread-title", "Across tabs", 10*time.Second)
+
+	// A reload keeps the session: the thread is shown again, not the
+	// sign-in form.
+	b.Do("reload", chromedp.Reload())
+	b.WaitText("#thread-title", "Across tabs", 10*time.Second)
+	if got := e2e.Eval[string](b, "who", `document.getElementById('who').textContent`); got != e2eEmail+" (admin)" {
+		t.Errorf("after a reload the signed-in user is shown as %q", got)
+	}
+	// No token where a script (or an XSS) could read it.
+	if got := e2e.Eval[string](b, "storage", `[sessionStorage.length, localStorage.length, JSON.stringify(document.cookie)].join(' ')`); got != `0 0 ""` {
+		t.Errorf("storage and cookies the page can read: %s", got)
+	}
+	// The page itself cannot refresh without the custom header.
+	if got := e2e.Eval[int](b, "refresh without the header", `fetch('/api/v1/app/auth/refresh', {method: 'POST'}).then(r => r.status)`); got != 403 {
+		t.Errorf("refresh without X-Threadbox-Refresh: %d", got)
+	}
+
+	// A new tab of the same browser is signed in too.
+	tab, closeTab := chromedp.NewContext(b.Context())
+	defer closeTab()
+	// The first action opens the tab and must get the tab's own context:
+	// a context derived from it, once done, would close the tab.
+	if err := chromedp.Do(tab, chromedp.EmulateViewport(1440, 900)); err != nil {
+		t.Fatalf("open a second tab: %v", err)
+	}
+	inTab := func(what string, actions ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(tab, e2e.DefaultTimeout)
+		defer cancel()
+		if err := chromedp.Do(ctx, actions...); err != nil {
+			t.Fatalf("second tab: %s: %v", what, err)
+		}
+	}
+	waitInTab := func(what, expr string) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(tab, 15*time.Second)
+		defer cancel()
+		if _, err := chromedp.Run(ctx, chromedp.Poll[bool]("!!("+expr+")", chromedp.WithPollingTimeout(10*time.Second), chromedp.WithPollingInterval(100*time.Millisecond))); err != nil {
+			t.Fatalf("second tab: waiting for %s: %v", what, err)
+		}
+	}
+	inTab("open the thread", chromedp.Navigate(s.base+"/#/thread/"+tid), chromedp.WaitVisible(chromedp.ID("message")))
+	waitInTab("the thread", `document.getElementById('thread-title') && document.getElementById('thread-title').textContent.includes('Across tabs')`)
+
+	// Signing out in the first tab signs the second out at its next request.
+	b.Do("sign out in the first tab", chromedp.Click(chromedp.ID("logout")))
+	b.WaitText("#login-error", "You have signed out.", 10*time.Second)
+	inTab("create a project in the second tab", chromedp.Focus(chromedp.ID("new-project")), chromedp.KeyEvent("After sign-out\r"))
+	waitInTab("the second tab signed out", `document.getElementById('login-error') && document.getElementById('login-error').textContent.includes('Your session has expired or was revoked')`)
+	for _, p := range s.do("GET", appAPI+"/project", token, nil).json(t)["data"].([]any) {
+		if p.(map[string]any)["name"] == "After sign-out" {
+			t.Error("the signed-out tab's request was carried out")
+		}
+	}
+	inTab("reload the second tab", chromedp.Reload(), chromedp.WaitVisible(chromedp.ID("email")))
+
+	// A session ends by its clock: the page says so when it passes.
+	short := e2eServer(t, map[string]string{"SESSION_TTL": "4s"})
+	b.Do("sign in for four seconds",
+		chromedp.Navigate(short.base+"/"),
+		chromedp.WaitVisible(chromedp.ID("email")),
+		chromedp.SendKeys(chromedp.ID("email"), e2eEmail),
+		chromedp.SendKeys(chromedp.ID("password"), e2ePassword),
+		chromedp.Click(chromedp.ID("login")),
+		chromedp.WaitVisible(chromedp.ID("new-project")))
+	b.WaitText("#login-error", "Your session has expired. Please sign in again.", 10*time.Second)
+	if got := e2e.Eval[string](b, "who", `document.getElementById('who').textContent`); strings.TrimSpace(got) != "" {
+		t.Errorf("after the session's end the page still shows %q signed in", got)
+	}
+}
