@@ -37,6 +37,9 @@ const (
 	LabelManaged   = "threadbox.managed"
 	LabelInstance  = "threadbox.instance"
 	LabelContainer = "threadbox.container"
+	// LabelWarm marks a sandbox booted for the warm pool (Warm); its
+	// LabelContainer is the slot's name, even once claimed.
+	LabelWarm = "threadbox.warm"
 )
 
 // AgentPath is where the agent binary is bind-mounted inside the sandbox.
@@ -86,6 +89,12 @@ type Config struct {
 	// DiskQuota tells that the host folders carry a disk quota (for the
 	// capability matrix).
 	DiskQuota bool
+	// PoolDir, when set, is a host folder for the warm sandboxes' slots
+	// (infra/sandbox/slot): with the runc runtime and root, Warm boots
+	// sandboxes whose folders Claim binds later. It must be a path the
+	// daemon can bind-mount, and this process's alone (Warm clears what an
+	// earlier process left there).
+	PoolDir string
 	// BootTimeout bounds a boot up to the agent's first answer.
 	BootTimeout time.Duration
 	// Logger receives lifecycle events and the agent's stderr; default discards.
@@ -100,6 +109,10 @@ type Backend struct {
 	log  *slog.Logger
 
 	boxes *boxes.Set[*box]
+
+	slotsMu    sync.Mutex
+	slots      map[string]warmSlot // by the id it serves: slot name, or the claiming container's id
+	slotsClean sync.Once
 }
 
 // box is one running sandbox and its agent connection.
@@ -111,6 +124,7 @@ type box struct {
 	conn      io.Closer     // the agent connection and the attach stream
 	done      chan struct{} // closed when the attach stream ends
 	startedAt time.Time
+	warm      *sandbox.Spec // the Warm spec of a pool sandbox, claimed or not
 	oom       oomCounter
 	oomReady  chan struct{} // closed once oom is known (or unknowable)
 
@@ -153,7 +167,7 @@ func NewWithClient(cli *client.Client, cfg Config) *Backend {
 	if lg == nil {
 		lg = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	return &Backend{cli: cli, info: cli, cfg: cfg, log: lg, boxes: boxes.New(boxEnded)}
+	return &Backend{cli: cli, info: cli, cfg: cfg, log: lg, boxes: boxes.New(boxEnded), slots: map[string]warmSlot{}}
 }
 
 // Close closes the agent connections and the client; containers keep running
@@ -251,7 +265,9 @@ func (b *Backend) Ensure(ctx context.Context, spec sandbox.Spec) error {
 func (b *Backend) agentAsRoot() bool { return b.cfg.Runtime == "runsc" }
 
 // hostConfig builds the hardened host configuration of one sandbox.
-func (b *Backend) hostConfig(spec sandbox.Spec) *container.HostConfig {
+// A warm sandbox's folders are bound with rslave propagation, so the
+// container's folders bound on the slot later reach it.
+func (b *Backend) hostConfig(spec sandbox.Spec, warm bool) *container.HostConfig {
 	l := spec.Limits.Or(b.cfg.Limits)
 	mem, pids, nofile, tmp, cpus := l.MemoryBytes, l.Pids, l.NoFile, l.TmpBytes, l.CPUs
 	binds := []string{b.cfg.AgentBin + ":" + AgentPath + ":ro"}
@@ -259,6 +275,9 @@ func (b *Backend) hostConfig(spec sandbox.Spec) *container.HostConfig {
 		mode := "rw"
 		if m.ReadOnly {
 			mode = "ro"
+		}
+		if warm {
+			mode += ",rslave"
 		}
 		binds = append(binds, m.Source+":"+m.Target+":"+mode)
 	}
@@ -292,6 +311,11 @@ func (b *Backend) hostConfig(spec sandbox.Spec) *container.HostConfig {
 }
 
 func (b *Backend) boot(ctx context.Context, spec sandbox.Spec) (*box, error) {
+	return b.bootBox(ctx, spec, false)
+}
+
+// bootBox boots one sandbox; warm marks it as the warm pool's.
+func (b *Backend) bootBox(ctx context.Context, spec sandbox.Spec, warm bool) (*box, error) {
 	if b.cfg.NewAgent == nil {
 		return nil, errors.New("no agent client configured")
 	}
@@ -320,7 +344,10 @@ func (b *Backend) boot(ctx context.Context, spec sandbox.Spec) (*box, error) {
 			LabelContainer: spec.ID,
 		},
 	}
-	hc := b.hostConfig(spec)
+	if warm {
+		cfg.Labels[LabelWarm] = "true"
+	}
+	hc := b.hostConfig(spec, warm)
 	var ln *net.UnixListener
 	if dir := b.socketDir(spec.ID); dir != "" {
 		var err error
@@ -566,7 +593,13 @@ func (b *Backend) Stop(ctx context.Context, id string) error {
 	if err != nil && !errdefs.IsNotFound(err) {
 		return fmt.Errorf("docker: stop %s: %w", id, err)
 	}
-	if dir := b.socketDir(id); dir != "" {
+	sock := id
+	if ws, ok := b.takeSlot(id); ok {
+		// A warm sandbox is never used again once it stops: its slot goes.
+		sock = ws.name
+		ws.remove(b.log)
+	}
+	if dir := b.socketDir(sock); dir != "" {
 		_ = os.RemoveAll(dir)
 	}
 	if bx != nil {
