@@ -131,7 +131,8 @@ func wire(ctx context.Context, cfg Config, log *slog.Logger) (*system, error) {
 	sys.closers = append(sys.closers, closers...)
 	sys.containers = containers.New(st, sys.backends, folders{layout}, sys.leases, containers.Config{
 		Idle: cfg.SandboxIdle, MaxAge: cfg.ContainerMax, Sweep: cfg.SweepInterval,
-		Limits: sandbox.Limits{MemoryBytes: cfg.SandboxMemory, CPUs: cfg.SandboxCPUs, Pids: cfg.SandboxPids, DiskBytes: cfg.SandboxDisk},
+		Limits:   sandbox.Limits{MemoryBytes: cfg.SandboxMemory, CPUs: cfg.SandboxCPUs, Pids: cfg.SandboxPids, DiskBytes: cfg.SandboxDisk},
+		WarmPool: cfg.WarmPool, WarmMemory: cfg.WarmMemory,
 	}, log.With("component", "containers"))
 	sys.containers.SetThreads(st)
 	names := make([]string, len(sys.backends))

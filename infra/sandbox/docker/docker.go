@@ -110,9 +110,8 @@ type Backend struct {
 
 	boxes *boxes.Set[*box]
 
-	slotsMu    sync.Mutex
-	slots      map[string]warmSlot // by the id it serves: slot name, or the claiming container's id
-	slotsClean sync.Once
+	slotsMu sync.Mutex
+	slots   map[string]warmSlot // by the id it serves: slot name, or the claiming container's id
 }
 
 // box is one running sandbox and its agent connection.
@@ -651,8 +650,12 @@ func (b *Backend) Reconcile(ctx context.Context, decide func(id string) sandbox.
 	if err != nil {
 		return nil, nil, fmt.Errorf("docker: reconcile: %w", err)
 	}
+	warmSeen := map[string]bool{}
 	for _, c := range list {
-		id := c.Labels[LabelContainer]
+		id, warmName := b.reconcileID(c.Labels, c.Names)
+		if warmName != "" {
+			warmSeen[warmName] = true
+		}
 		if id != "" && b.live(id) != nil {
 			continue
 		}
@@ -660,23 +663,39 @@ func (b *Backend) Reconcile(ctx context.Context, decide func(id string) sandbox.
 		if id != "" {
 			v = decide(id)
 		}
+		if warmName != "" && id == warmName && v == sandbox.Adopt {
+			// A warm sandbox nobody claimed belongs to no pool once its
+			// process is gone.
+			v = sandbox.Drop
+		}
 		if v == sandbox.Leave {
 			continue
 		}
 		if v == sandbox.Adopt && c.State == "running" && b.adopt(ctx, id, c.ID) {
+			if warmName != "" {
+				b.slotsMu.Lock()
+				b.slots[id] = b.warmSlot(warmName)
+				b.slotsMu.Unlock()
+			}
 			adopted = append(adopted, id)
 			continue
 		}
 		if err := b.cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true}); err != nil && !errdefs.IsNotFound(err) {
 			return adopted, removed, fmt.Errorf("docker: reconcile: remove %s: %w", c.ID, err)
 		}
-		if id != "" {
-			if dir := b.socketDir(id); dir != "" {
+		sock := id
+		if warmName != "" {
+			sock = warmName
+			b.warmSlot(warmName).remove(b.log)
+		}
+		if sock != "" {
+			if dir := b.socketDir(sock); dir != "" {
 				_ = os.RemoveAll(dir)
 			}
 		}
 		removed = append(removed, id)
 	}
+	b.removeStraySlots(warmSeen)
 	if len(adopted)+len(removed) > 0 {
 		b.log.Info("sandboxes reconciled", "adopted", len(adopted), "removed", len(removed))
 	}

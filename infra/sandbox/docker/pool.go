@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/docker/docker/api/types/container"
@@ -62,13 +63,13 @@ func (b *Backend) Warm(ctx context.Context, spec sandbox.Spec) error {
 	if why := b.warmUnsupported(); why != "" {
 		return fmt.Errorf("docker: warm pool: %w: %s", sandbox.ErrUnsupported, why)
 	}
-	b.slotsClean.Do(func() {
-		if err := slot.Clean(b.cfg.PoolDir); err != nil {
-			b.log.Warn("earlier warm slots not removed", "cause", err.Error())
-		}
-	})
-	ws := warmSlot{name: spec.ID, dir: filepath.Join(b.cfg.PoolDir, hostdirs.SafeID(spec.ID))}
+	ws := b.warmSlot(spec.ID)
+	// Known before it exists, so that no Reconcile takes it for a stray.
+	b.slotsMu.Lock()
+	b.slots[spec.ID] = ws
+	b.slotsMu.Unlock()
 	if err := slot.Make(ws.dir, len(spec.Mounts)); err != nil {
+		b.takeSlot(spec.ID)
 		return fmt.Errorf("docker: warm %s: %w: %w", spec.ID, sandbox.ErrUnavailable, err)
 	}
 	warm := spec
@@ -76,9 +77,6 @@ func (b *Backend) Warm(ctx context.Context, spec sandbox.Spec) error {
 	for i := range warm.Mounts {
 		warm.Mounts[i].Source = slot.Path(ws.dir, i)
 	}
-	b.slotsMu.Lock()
-	b.slots[spec.ID] = ws
-	b.slotsMu.Unlock()
 	err := b.boxes.Ensure(ctx, warm, nil, func(ctx context.Context, s sandbox.Spec) (*box, error) {
 		bx, err := b.bootBox(ctx, s, true)
 		if err == nil {
@@ -166,4 +164,62 @@ func (b *Backend) Claim(ctx context.Context, name string, spec sandbox.Spec) err
 	b.boxes.Put(spec.ID, bx)
 	b.log.Info("warm sandbox claimed", "id", spec.ID, "slot", name, "container", newName)
 	return nil
+}
+
+// warmSlot returns the slot of the warm sandbox named name.
+func (b *Backend) warmSlot(name string) warmSlot {
+	return warmSlot{name: name, dir: filepath.Join(b.cfg.PoolDir, hostdirs.SafeID(name))}
+}
+
+// reconcileID returns the container id a container of this instance serves
+// and, for a warm sandbox, its slot's name. A claimed warm sandbox's id is
+// read from its name (Claim renamed it; its labels still name the slot),
+// which works for the ids that are their own safe names (hostdirs.SafeID);
+// for others id is "" and Reconcile removes the sandbox.
+func (b *Backend) reconcileID(labels map[string]string, names []string) (id, warmName string) {
+	id = labels[LabelContainer]
+	if labels[LabelWarm] != "true" {
+		return id, ""
+	}
+	warmName = id
+	if len(names) == 0 {
+		return id, warmName
+	}
+	name := strings.TrimPrefix(names[0], "/")
+	if name == b.ContainerName(warmName) {
+		return id, warmName // not claimed
+	}
+	claimed, ok := strings.CutPrefix(name, "threadbox-"+b.cfg.Instance+"-")
+	if !ok || hostdirs.SafeID(claimed) != claimed {
+		return "", warmName
+	}
+	return claimed, warmName
+}
+
+// removeStraySlots removes the slots under PoolDir that serve no sandbox:
+// neither one this backend holds or boots nor one of seen (whose
+// containers exist). Their sandboxes were removed while no process held
+// them.
+func (b *Backend) removeStraySlots(seen map[string]bool) {
+	if b.cfg.PoolDir == "" {
+		return
+	}
+	entries, err := os.ReadDir(b.cfg.PoolDir)
+	if err != nil {
+		return
+	}
+	b.slotsMu.Lock()
+	held := map[string]bool{}
+	for _, ws := range b.slots {
+		held[filepath.Base(ws.dir)] = true
+	}
+	b.slotsMu.Unlock()
+	for name := range seen {
+		held[hostdirs.SafeID(name)] = true
+	}
+	for _, e := range entries {
+		if e.IsDir() && !held[e.Name()] {
+			warmSlot{name: e.Name(), dir: filepath.Join(b.cfg.PoolDir, e.Name())}.remove(b.log)
+		}
+	}
 }

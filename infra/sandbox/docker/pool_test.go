@@ -28,14 +28,16 @@ func poolBackend(t *testing.T, runtime string) *docker.Backend {
 			t.Errorf("slots left: %v", err)
 		}
 	})
-	be, err := docker.New(docker.Config{
-		Runtime:   runtime,
-		AgentBin:  sandboxtest.AgentBin(t),
-		SocketDir: t.TempDir(),
-		PoolDir:   pool,
-		Instance:  fmt.Sprintf("pool%d", time.Now().UnixNano()),
-		Logger:    slog.New(slog.NewTextHandler(newTLog(t), nil)),
-	})
+	return poolBackendAt(t, docker.Config{Runtime: runtime, SocketDir: t.TempDir(), PoolDir: pool, Instance: fmt.Sprintf("pool%d", time.Now().UnixNano())})
+}
+
+// poolBackendAt returns a Docker backend of cfg (a later instance of the
+// same server shares its folders and instance).
+func poolBackendAt(t *testing.T, cfg docker.Config) *docker.Backend {
+	t.Helper()
+	cfg.AgentBin = sandboxtest.AgentBin(t)
+	cfg.Logger = slog.New(slog.NewTextHandler(newTLog(t), nil))
+	be, err := docker.New(cfg)
 	if err != nil {
 		sandboxtest.Need(t, "docker client: %v", err)
 	}
@@ -43,7 +45,7 @@ func poolBackend(t *testing.T, runtime string) *docker.Backend {
 	defer cancel()
 	if err := be.Available(ctx); err != nil {
 		be.Close()
-		sandboxtest.Need(t, "docker backend (%s) not available: %v", runtime, err)
+		sandboxtest.Need(t, "docker backend (%s) not available: %v", cfg.Runtime, err)
 	}
 	t.Cleanup(func() { be.Close() })
 	return be
@@ -180,5 +182,54 @@ func TestClaimedSandboxIsolation(t *testing.T) {
 	}
 	if _, err := os.Stat(dirs.Dirs(a).Workspace + "/mine.txt"); err == nil {
 		t.Error("b's file reached a's folder")
+	}
+}
+
+// TestClaimedSandboxIsAdopted: a server restarted while a claimed
+// sandbox runs adopts it (its id read from its name), with its folders and
+// its /tmp (the same sandbox); its stop then removes its slot, and a warm sandbox nobody
+// claimed is dropped with its slot.
+func TestClaimedSandboxIsAdopted(t *testing.T) {
+	if os.Geteuid() != 0 {
+		sandboxtest.Need(t, "the warm pool binds folders into running sandboxes: needs root")
+	}
+	ctx := context.Background()
+	pool := t.TempDir()
+	cfg := docker.Config{Runtime: docker.DefaultRuntime, SocketDir: t.TempDir(), PoolDir: pool, Instance: fmt.Sprintf("pool%d", time.Now().UnixNano())}
+	first := poolBackendAt(t, cfg)
+	dirs := hostdirs.New(t.TempDir(), hostdirs.Options{})
+	id := fmt.Sprintf("adopt-%d", time.Now().UnixNano())
+	t.Cleanup(func() {
+		_ = docker.RemoveInstance(ctx, cfg.Instance)
+		_ = slot.Clean(pool)
+		_ = dirs.Remove(ctx, id)
+	})
+	for _, name := range []string{"warm-adopt-1", "warm-adopt-2"} {
+		if err := first.Warm(ctx, sandbox.Spec{ID: name, Mounts: sandbox.FolderTargets()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d, _ := dirs.Prepare(ctx, id)
+	if err := first.Claim(ctx, "warm-adopt-1", sandbox.Spec{ID: id, Mounts: d.Mounts()}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := first.Exec(ctx, id, sandbox.Command{Args: []string{"bash", "-c", "echo kept > kept.txt; echo here > /tmp/still"}}); err != nil {
+		t.Fatal(err)
+	}
+	first.Close()
+	second := poolBackendAt(t, cfg)
+	adopted, removed, err := second.Reconcile(ctx, func(string) sandbox.Verdict { return sandbox.Adopt })
+	if err != nil || len(adopted) != 1 || adopted[0] != id || len(removed) != 1 || removed[0] != "warm-adopt-2" {
+		t.Fatalf("reconcile: adopted %v removed %v err %v; want %s adopted and the unclaimed warm sandbox removed", adopted, removed, err, id)
+	}
+	r, err := second.Exec(ctx, id, sandbox.Command{Args: []string{"bash", "-c", "cat kept.txt /tmp/still"}})
+	if err != nil || strings.TrimSpace(string(r.Stdout)) != "kept\nhere" {
+		t.Fatalf("adopted claimed sandbox: %q %v", r.Stdout, err)
+	}
+	if err := second.Stop(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if left, _ := os.ReadDir(pool); len(left) != 0 {
+		t.Fatalf("slots left after the stop: %v", left)
 	}
 }
