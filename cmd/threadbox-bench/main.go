@@ -41,11 +41,12 @@ type opts struct {
 	n         int
 	nDocker   int
 	nCold     int
-	only      string        // "sandbox", "files", "messages", "lifecycle", "live" or "" for every section
+	only      string        // "sandbox", "files", "messages", "lifecycle", "live", "density" or "" for every section
 	files     filesOpts     // the Files API section (files.go)
 	messages  messagesOpts  // the Messages API section (messages.go)
 	lifecycle lifecycleOpts // the lifecycle section (lifecycle.go)
 	live      liveOpts      // the live turns section (live.go)
+	density   densityOpts   // the density section (density.go)
 
 	rootfs string // the local backend's root filesystem; "" skips its rows
 }
@@ -60,7 +61,8 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.IntVar(&o.nDocker, "n-docker", 40, "docker exec round trips")
 	fs.IntVar(&o.nCold, "n-cold", 5, "cold boots per method")
 	fs.StringVar(&o.rootfs, "rootfs", envOr("THREADBOX_ROOTFS", defaultRootFS()), "root filesystem of the local backend (empty skips its rows)")
-	fs.StringVar(&o.only, "only", "", "run one section: sandbox, files, messages, lifecycle or live")
+	fs.StringVar(&o.only, "only", "", "run one section: sandbox, files, messages, lifecycle, live or density")
+	fs.IntVar(&o.density.n, "density", 200, "idle sandboxes the density section opens")
 	fs.StringVar(&o.files.threadboxBin, "threadbox", "bin/threadbox", "the threadbox server binary (files section)")
 	fs.Int64Var(&o.files.size, "files-size", 256<<20, "bytes per Files API transfer")
 	fs.IntVar(&o.files.runs, "files-runs", 3, "Files API transfers per row")
@@ -86,9 +88,9 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		return serveFloorProxy(*floorAddr)
 	}
 	switch o.only {
-	case "", "sandbox", "files", "messages", "lifecycle", "live":
+	case "", "sandbox", "files", "messages", "lifecycle", "live", "density":
 	default:
-		return fmt.Errorf("-only %q is not sandbox, files, messages, lifecycle or live", o.only)
+		return fmt.Errorf("-only %q is not sandbox, files, messages, lifecycle, live or density", o.only)
 	}
 	want := func(section string) bool { return o.only == "" || o.only == section }
 	removeStaleSandboxes(ctx)
@@ -105,6 +107,11 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	if want("lifecycle") {
 		if err := benchLifecycle(ctx, o, out); err != nil {
 			return fmt.Errorf("lifecycle: %w", err)
+		}
+	}
+	if want("density") {
+		if err := benchDensity(ctx, o, out); err != nil {
+			return fmt.Errorf("density: %w", err)
 		}
 	}
 	if want("files") {
