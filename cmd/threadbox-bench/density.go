@@ -4,7 +4,7 @@ package main
 // after another, as the server opens them (the Docker backend with its host
 // folders and agent sockets, in this process), up to -density; then it
 // reports what one idle sandbox costs: the memory its cgroup charges, the
-// RSS of its containerd shim (outside the cgroup), the host-side memory and
+// PSS of its containerd shim (outside the cgroup), the host-side memory and
 // goroutines per sandbox in this process (what threadbox itself holds per
 // sandbox), the time to open them and the first command's latency on the
 // last one.
@@ -112,7 +112,7 @@ func benchDensity(ctx context.Context, o opts, out io.Writer) error {
 	fmt.Fprintf(tw, "time to open %d\t%s (%s each)\t\n", opened, openTime.Round(time.Millisecond), (openTime / time.Duration(opened)).Round(time.Millisecond))
 	fmt.Fprintf(tw, "first command (true) of the last one\t%s\t\n", ms(first))
 	fmt.Fprintf(tw, "cgroup memory per idle sandbox (usage / rss)\t%s / %s\t\n", per(cg), per(cgRSS))
-	fmt.Fprintf(tw, "containerd shim RSS per idle sandbox\t%s\t\n", per(shim))
+	fmt.Fprintf(tw, "containerd shim PSS per idle sandbox\t%s\t\n", per(shim))
 	fmt.Fprintf(tw, "host memory in all (cgroups + shims)\t%s\t\n", kib(cg+shim))
 	fmt.Fprintf(tw, "host MemAvailable drop (other sessions add noise)\t%s\t\n", kib(avail0-avail1))
 	fmt.Fprintf(tw, "threadbox-side RSS: before / with %d open\t%s / %s\t\n", opened, kib(rss0<<10), kib(rss1<<10))
@@ -166,7 +166,8 @@ func statField(path, key string) int64 {
 	return 0
 }
 
-// shimRSS sums the RSS of the containerd shims serving ids.
+// shimRSS sums the proportional set size (Pss) of the containerd shims
+// serving ids.
 func shimRSS(ids []string) int64 {
 	want := map[string]bool{}
 	for _, id := range ids {
@@ -182,8 +183,9 @@ func shimRSS(ids []string) int64 {
 		args := strings.Split(string(b), "\x00")
 		for i, a := range args {
 			if a == "-id" && i+1 < len(args) && want[args[i+1]] {
-				pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(p)))
-				if kb, err := procStatusKiB(pid, "VmRSS"); err == nil {
+				// Pss: the shims share their binary's pages, which RSS
+				// would count once per shim.
+				if kb, err := procStatusLine(filepath.Join(filepath.Dir(p), "smaps_rollup"), "Pss"); err == nil {
 					sum += kb << 10
 				}
 			}
