@@ -21,7 +21,6 @@ import (
 	"threadbox/domain/container"
 	"threadbox/infra/sandbox/docker"
 	"threadbox/infra/sandbox/hostdirs"
-	"threadbox/infra/sandbox/slot"
 	"threadbox/infra/store"
 	"threadbox/infra/store/storetest"
 )
@@ -75,8 +74,7 @@ func childEnv(t *testing.T, dbURL string, extra map[string]string) map[string]st
 // sandboxes, then the disk quota mounts under its data folder.
 func cleanUp(env map[string]string) {
 	ctx := context.Background()
-	_ = docker.RemoveInstance(ctx, env["THREADBOX_INSTANCE"])
-	_ = slot.Clean(filepath.Join(env["DATA_DIR"], "pool"))
+	_ = docker.RemoveInstance(ctx, env["THREADBOX_INSTANCE"], filepath.Join(env["DATA_DIR"], "pool"))
 	_, _ = hostdirs.New(env["DATA_DIR"], hostdirs.Options{Quota: hostdirs.QuotaLoop}).ReleaseUnused(ctx, 0, nil)
 }
 

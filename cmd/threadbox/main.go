@@ -329,7 +329,11 @@ func cmdServe(ctx context.Context, args []string, getenv func(string) string, st
 		stopBackground()
 		bg.Wait()
 	}()
-	bg.Add(4)
+	bg.Add(5)
+	go func() {
+		defer bg.Done()
+		sys.usage.Run(bgctx)
+	}()
 	go func() {
 		defer bg.Done()
 		sys.containers.RunPool(bgctx)

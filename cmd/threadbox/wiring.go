@@ -153,6 +153,8 @@ func wire(ctx context.Context, cfg Config, log *slog.Logger) (*system, error) {
 	}, fsroot.Options{Owner: owner})
 	sys.files = files.New(files.Deps{Store: fs, Containers: sys.containers, Policies: sys.admin, Idempotency: st.UploadKeys(0), Quota: sys.quota})
 	sys.usage = metering.New(st, st, log.With("component", "usage"))
+	// Usage is summed in memory and written once a second, not per request.
+	sys.usage.Buffer(time.Second)
 	sys.sandbox = newSandboxWiring(cfg, sys.containers, sys.auth, fs, sys.usage, log)
 	sys.messages = newMessages(cfg, sys, fs, log)
 	sys.skills = skills.New(st, skillFiles{skillfs.New(filepath.Join(cfg.DataDir, "skills"), func(id string) string { return layout.Dirs(id).Skills })}, skill.Limits{})

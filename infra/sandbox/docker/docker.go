@@ -30,6 +30,7 @@ import (
 	"threadbox/infra/sandbox/agent"
 	"threadbox/infra/sandbox/boxes"
 	"threadbox/infra/sandbox/hostdirs"
+	"threadbox/infra/sandbox/slot"
 )
 
 // Labels put on every container this backend creates.
@@ -774,10 +775,12 @@ func (w *logWriter) Write(p []byte) (int, error) {
 var _ sandbox.Backend = (*Backend)(nil)
 
 // RemoveInstance removes every container of instance from the daemon that
-// the environment names. threadbox keeps its sandboxes when it stops (a
-// restart adopts them); this is for servers that must leave nothing behind,
-// such as those of tests and benchmarks.
-func RemoveInstance(ctx context.Context, instance string) error {
+// the environment names, then the warm pool slots under poolDirs (the
+// instance's Config.PoolDir, DATA_DIR/pool for a server). threadbox keeps
+// its sandboxes, and the slots of claimed ones, when it stops (a restart
+// adopts them); this is for servers that must leave nothing behind, such as
+// those of tests and benchmarks.
+func RemoveInstance(ctx context.Context, instance string, poolDirs ...string) error {
 	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
 	if err != nil {
 		return fmt.Errorf("docker: client: %w", err)
@@ -793,6 +796,9 @@ func RemoveInstance(ctx context.Context, instance string) error {
 		if err := cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true}); err != nil && !errdefs.IsNotFound(err) {
 			errs = append(errs, err)
 		}
+	}
+	for _, dir := range poolDirs {
+		errs = append(errs, slot.Clean(dir))
 	}
 	return errors.Join(errs...)
 }
