@@ -39,7 +39,7 @@ func newBackends(cfg Config, layout *hostdirs.Layout, log *slog.Logger) ([]sandb
 			closers = append(closers, b.Close)
 			out = append(out, b)
 		case "local":
-			b, err := local.New(local.Config{RootFS: cfg.RootFS, AgentBin: agentBin(cfg), DiskQuota: quota, Limits: limits, Instance: cfg.Instance, Logger: log.With("backend", "local")})
+			b, err := local.New(local.Config{RootFS: cfg.RootFS, AgentBin: agentBin(cfg), DiskQuota: quota, Limits: limits, Instance: cfg.Instance, PoolDir: filepath.Join(cfg.DataDir, "pool-local"), Logger: log.With("backend", "local")})
 			if err != nil {
 				out = append(out, unsupported.Broken(name, err))
 				continue

@@ -45,15 +45,3 @@ func (b *Backend) Listen(ctx context.Context, id, addr string) (net.Listener, er
 func (b *Backend) Reconcile(context.Context, func(string) sandbox.Verdict) (adopted, removed []string, err error) {
 	return nil, nil, nil
 }
-
-// Warm is not supported: a jail's folders are staged in a mount namespace
-// of its own made private at its start, so folders bound on the host after
-// it started never reach it; every jail boots cold.
-func (b *Backend) Warm(context.Context, sandbox.Spec) error {
-	return fmt.Errorf("local: warm pool: %w: a jail's mount namespace is private from its start, so a container's folders cannot be bound into a running jail", sandbox.ErrUnsupported)
-}
-
-// Claim is not supported (Warm).
-func (b *Backend) Claim(context.Context, string, sandbox.Spec) error {
-	return fmt.Errorf("local: claim: %w", sandbox.ErrUnsupported)
-}
