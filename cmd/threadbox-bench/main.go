@@ -422,7 +422,7 @@ func removeStaleSandboxes(ctx context.Context) {
 // sandboxes: each is warmed (untimed, as the pool does in the background),
 // then the clock runs from the claim to the first command's result; the
 // removal happens after the clock stops.
-func claimFirst(ctx context.Context, be *docker.Backend, n int, cmd sandbox.Command) ([]time.Duration, error) {
+func claimFirst(ctx context.Context, be sandbox.Backend, n int, cmd sandbox.Command) ([]time.Duration, error) {
 	d := make([]time.Duration, 0, n)
 	for i := range n {
 		slot, cid := fmt.Sprintf("warm-bench-%d", i), fmt.Sprintf("claim-%d", time.Now().UnixNano())
