@@ -140,6 +140,7 @@ type fakeBackend struct {
 	warmErr     error
 	warm        map[string]bool   // warm slots booted and not claimed
 	claims      map[string]string // container id → the slot it claimed
+	dead        map[string]bool   // sandboxes that ended by themselves
 }
 
 // Warm boots the warm slot spec.ID unless warmErr says otherwise.
@@ -205,7 +206,17 @@ func (b *fakeBackend) Reconcile(_ context.Context, decide func(string) sandbox.V
 	}
 	return adopted, removed, nil
 }
-func (b *fakeBackend) Status(context.Context, string) (sandbox.Status, error) {
+// Status reports a warm slot running and one in dead ended; others say
+// nothing.
+func (b *fakeBackend) Status(_ context.Context, id string) (sandbox.Status, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch {
+	case b.dead[id]:
+		return sandbox.Status{State: sandbox.StateMissing}, nil
+	case b.warm[id]:
+		return sandbox.Status{State: sandbox.StateRunning}, nil
+	}
 	return sandbox.Status{}, nil
 }
 func (b *fakeBackend) Ensure(_ context.Context, spec sandbox.Spec) error {
@@ -264,7 +275,7 @@ func (f *fakeFolders) Remove(_ context.Context, id string) error {
 }
 
 func newFake(name string) *fakeBackend {
-	return &fakeBackend{name: name, booted: map[string]int{}, warm: map[string]bool{}, claims: map[string]string{}}
+	return &fakeBackend{name: name, booted: map[string]int{}, warm: map[string]bool{}, claims: map[string]string{}, dead: map[string]bool{}}
 }
 
 var alice = user.Principal{UserID: "usr_alice", OrgID: "org_a"}

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"slices"
 	"sync"
 	"time"
 
@@ -119,10 +120,13 @@ func (s *Service) RunPool(ctx context.Context) {
 	}
 }
 
-// RefillPool boots warm sandboxes, one at a time, until every backend
-// that supports them has SANDBOX_WARM_POOL ready or the memory budget is
-// spent. A backend that answers ErrUnsupported is not asked again.
+// RefillPool drops the warm sandboxes that ended (killed, the daemon
+// restarted), then boots warm sandboxes, one at a time, until every
+// backend that supports them has SANDBOX_WARM_POOL ready or the memory
+// budget is spent. A backend that answers ErrUnsupported is not asked
+// again.
 func (s *Service) RefillPool(ctx context.Context) {
+	s.pruneWarm(ctx)
 	for _, b := range s.backends {
 		for ctx.Err() == nil {
 			s.pool.mu.Lock()
@@ -169,6 +173,27 @@ func (s *Service) warmOne(ctx context.Context, b sandbox.Backend) bool {
 	}
 	go s.giveBack(name)
 	return false
+}
+
+// pruneWarm removes from the pool the warm sandboxes whose backend no
+// longer reports them running.
+func (s *Service) pruneWarm(ctx context.Context) {
+	for _, b := range s.backends {
+		s.pool.mu.Lock()
+		ready := slices.Clone(s.pool.ready[b.Name()])
+		s.pool.mu.Unlock()
+		for _, name := range ready {
+			if st, err := b.Status(ctx, name); err != nil || st.State == sandbox.StateRunning {
+				continue
+			}
+			s.pool.mu.Lock()
+			s.pool.ready[b.Name()] = slices.DeleteFunc(s.pool.ready[b.Name()], func(n string) bool { return n == name })
+			s.pool.mu.Unlock()
+			s.log.Warn("warm sandbox ended before a claim; replacing it", "backend", b.Name(), "slot", name)
+			_ = b.Remove(ctx, name)
+			s.giveBack(name)
+		}
+	}
 }
 
 // drainPool removes the warm sandboxes not claimed.

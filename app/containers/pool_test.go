@@ -3,6 +3,7 @@ package containers
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -54,6 +55,21 @@ func TestWarmPoolRefillsAfterClaims(t *testing.T) {
 	}
 	if len(b.booted) != 0 {
 		t.Fatalf("cold boots with a full pool: %v", b.booted)
+	}
+	// A warm sandbox that ended before a claim is replaced, not claimed.
+	s.pool.mu.Lock()
+	gone := s.pool.ready["docker"][0]
+	s.pool.mu.Unlock()
+	b.mu.Lock()
+	b.dead[gone] = true
+	b.mu.Unlock()
+	s.RefillPool(ctx)
+	s.pool.mu.Lock()
+	still := slices.Contains(s.pool.ready["docker"], gone)
+	n := len(s.pool.ready["docker"])
+	s.pool.mu.Unlock()
+	if still || n != 2 || !slices.Contains(b.removed, gone) {
+		t.Fatalf("dead warm sandbox %s: still ready %v, ready %d, removed %v", gone, still, n, b.removed)
 	}
 	c, _ := s.ForUser(ctx, alice, "c0")
 	slot := b.claims[c.ID()]
