@@ -206,6 +206,7 @@ func (b *fakeBackend) Reconcile(_ context.Context, decide func(string) sandbox.V
 	}
 	return adopted, removed, nil
 }
+
 // Status reports a warm slot running and one in dead ended; others say
 // nothing.
 func (b *fakeBackend) Status(_ context.Context, id string) (sandbox.Status, error) {
