@@ -23,6 +23,11 @@
 # at an SSE follower of the chat turn (p50/p99, target p50 <= 20 ms) beside
 # the same command read through a host pipe, and the server's peak memory
 # growth while 1 and then 50 followers read a turn printing 10 MiB.
+# The sandbox rows also time a new container's first command on a warm pool
+# sandbox (claim to result, runc as root) beside the cold boot. The density
+# rows (-only density, -density N, default 200) open N idle sandboxes and
+# print the memory each costs (cgroup, containerd shim PSS, threadbox side),
+# the time to open them and the first command of the last one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -x bin/threadbox-agent ] || CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o bin/threadbox-agent ./cmd/threadbox-agent

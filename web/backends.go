@@ -20,6 +20,15 @@ type backendView struct {
 	// Warning says what the backend must not be used for: the local
 	// backend's row says it is a development jail, not for untrusted code.
 	Warning string `json:"warning,omitempty"`
+	// WarmPool is the backend's pool of pre-booted sandboxes.
+	WarmPool *warmPoolView `json:"warm_pool,omitempty"`
+}
+
+// warmPoolView is a backend's warm pool in the capability matrix.
+type warmPoolView struct {
+	Size  int    `json:"size"`
+	Ready int    `json:"ready"`
+	Note  string `json:"note,omitempty"`
 }
 
 // sandboxBackends serves the capability matrix to org admins.
@@ -40,6 +49,9 @@ func (s *Server) sandboxBackends(c *fiber.Ctx) error {
 	for i, e := range entries {
 		out[i] = backendView{Name: e.Name, Primary: e.Primary, Available: e.Available, Reason: e.Reason,
 			Isolation: e.Isolation, Limits: e.Limits, LimitMechanism: e.Mechanism, Warning: e.Warning}
+		if w := e.WarmPool; w != nil {
+			out[i].WarmPool = &warmPoolView{Size: w.Size, Ready: w.Ready, Note: w.Note}
+		}
 		if out[i].Limits == nil {
 			out[i].Limits = []string{}
 		}

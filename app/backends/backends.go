@@ -42,6 +42,16 @@ type Entry struct {
 	Limits    []string
 	Mechanism string
 	Warning   string // what the backend must not be used for (Warner), or empty
+	WarmPool  *WarmPool
+}
+
+// WarmPool is a backend's pool of warm sandboxes (booted before a
+// container claims one): how many it keeps, how many are ready, and why it
+// keeps none or fewer.
+type WarmPool struct {
+	Size  int
+	Ready int
+	Note  string
 }
 
 // Status is whether one configured backend can serve now, and why not.
@@ -55,6 +65,14 @@ type Status struct {
 type Service struct {
 	backends []sandbox.Backend
 	deadline time.Duration
+	warm     func(backend string) WarmPool
+}
+
+// WithWarmPool makes each row show the backend's warm pool, as warm
+// reports it (the sandboxes' owner keeps the pool). Call it while wiring.
+func (s *Service) WithWarmPool(warm func(backend string) WarmPool) *Service {
+	s.warm = warm
+	return s
 }
 
 // New returns the use case over backends in configured order.
@@ -130,6 +148,10 @@ func (s *Service) describe(ctx context.Context, b sandbox.Backend) Entry {
 	}
 	if l, m := b.EnforcedLimits(ctx); l != nil {
 		e.Limits, e.Mechanism = l, m
+	}
+	if s.warm != nil {
+		w := s.warm(b.Name())
+		e.WarmPool = &w
 	}
 	return e
 }

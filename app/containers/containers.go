@@ -72,6 +72,14 @@ type Config struct {
 	Sweep  time.Duration // the sweeper's interval (default 30s)
 	Limits sandbox.Limits
 	Env    []string // set for every sandbox
+	// WarmPool is how many warm sandboxes (booted before any container
+	// claims them) each backend keeps ready; 0 keeps none (RunPool).
+	WarmPool int
+	// WarmMemory is the memory budget of all warm sandboxes together
+	// (default DefaultWarmMemory); each is charged WarmCost (default
+	// DefaultWarmCost).
+	WarmMemory int64
+	WarmCost   int64
 }
 
 // Service is the owner of sandboxes. It implements the sandbox executor the
@@ -90,6 +98,7 @@ type Service struct {
 	cfg      Config
 	log      *slog.Logger
 	now      func() time.Time
+	pool     *pool
 
 	mu      sync.Mutex
 	running map[string]*live // the sandboxes this process holds, by container id
@@ -99,6 +108,7 @@ type Service struct {
 // live is a sandbox this process holds and the backend that serves it.
 type live struct {
 	backend  sandbox.Backend
+	slot     string // the warm slot it was claimed from, whose lease it keeps; or ""
 	lastUsed time.Time
 	active   int
 	meter    metered // guarded by Service.mu
@@ -122,13 +132,19 @@ func New(store container.Repository, backends []sandbox.Backend, folders Folders
 	if cfg.Sweep <= 0 {
 		cfg.Sweep = 30 * time.Second
 	}
+	if cfg.WarmMemory <= 0 {
+		cfg.WarmMemory = DefaultWarmMemory
+	}
+	if cfg.WarmCost <= 0 {
+		cfg.WarmCost = DefaultWarmCost
+	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	if leases == nil {
 		leases = soleLeases{}
 	}
-	return &Service{store: store, backends: backends, folders: folders, leases: leases, cfg: cfg, log: log, now: time.Now,
+	return &Service{store: store, backends: backends, folders: folders, leases: leases, cfg: cfg, log: log, now: time.Now, pool: newPool(),
 		running: map[string]*live{}, locks: map[string]*idLock{}}
 }
 
@@ -381,6 +397,13 @@ func (s *Service) boot(ctx context.Context, c container.Container) (*live, error
 			}
 			continue
 		}
+		if name := s.claim(ctx, b, spec); name != "" {
+			l := s.hold(ctx, c, b, 1, false)
+			s.mu.Lock()
+			l.slot = name
+			s.mu.Unlock()
+			return l, nil
+		}
 		if err := b.Ensure(ctx, spec); err != nil {
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
@@ -521,6 +544,7 @@ func (s *Service) forget(id string, l *live) {
 	if !gone {
 		return
 	}
+	s.dropSlot(l)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	s.report(ctx, id, l, true, true)
@@ -572,6 +596,7 @@ func (s *Service) stopLocked(ctx context.Context, id string) error {
 	s.mu.Lock()
 	delete(s.running, id)
 	s.mu.Unlock()
+	defer s.dropSlot(l)
 	if l != nil {
 		if err := l.backend.Stop(ctx, id); err != nil && !errors.Is(err, sandbox.ErrNotFound) {
 			return fmt.Errorf("containers: stop: %w", err)
@@ -603,6 +628,7 @@ func (s *Service) removeLocked(ctx context.Context, id string) error {
 	s.mu.Lock()
 	delete(s.running, id)
 	s.mu.Unlock()
+	defer s.dropSlot(l)
 	if l != nil {
 		_ = l.backend.Remove(ctx, id)
 	} else {
@@ -654,4 +680,19 @@ func (s *Service) StopIdle(ctx context.Context) []string {
 		unlock()
 	}
 	return stopped
+}
+
+// dropSlot gives back the lease of the warm slot a sandbox was claimed
+// from, once it no longer runs (nil and unclaimed sandboxes have none).
+func (s *Service) dropSlot(l *live) {
+	if l == nil {
+		return
+	}
+	s.mu.Lock()
+	name := l.slot
+	l.slot = ""
+	s.mu.Unlock()
+	if name != "" {
+		s.giveBack(name)
+	}
 }

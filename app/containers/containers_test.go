@@ -137,6 +137,36 @@ type fakeBackend struct {
 	removed     []string
 	listened    []string
 	found       []string // sandboxes this process did not boot
+	warmErr     error
+	warm        map[string]bool   // warm slots booted and not claimed
+	claims      map[string]string // container id → the slot it claimed
+	dead        map[string]bool   // sandboxes that ended by themselves
+}
+
+// Warm boots the warm slot spec.ID unless warmErr says otherwise.
+func (b *fakeBackend) Warm(_ context.Context, spec sandbox.Spec) error {
+	if b.warmErr != nil {
+		return b.warmErr
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !sandbox.SameTargets(spec.Mounts, sandbox.FolderTargets()) {
+		return errors.New("warm: not the §2 folders")
+	}
+	b.warm[spec.ID] = true
+	return nil
+}
+
+// Claim gives the warm slot to spec.ID, once.
+func (b *fakeBackend) Claim(_ context.Context, slot string, spec sandbox.Spec) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.warm[slot] {
+		return errors.New("claim: no such warm slot")
+	}
+	delete(b.warm, slot)
+	b.claims[spec.ID] = slot
+	return nil
 }
 
 func (b *fakeBackend) Name() string                    { return b.name }
@@ -176,7 +206,18 @@ func (b *fakeBackend) Reconcile(_ context.Context, decide func(string) sandbox.V
 	}
 	return adopted, removed, nil
 }
-func (b *fakeBackend) Status(context.Context, string) (sandbox.Status, error) {
+
+// Status reports a warm slot running and one in dead ended; others say
+// nothing.
+func (b *fakeBackend) Status(_ context.Context, id string) (sandbox.Status, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch {
+	case b.dead[id]:
+		return sandbox.Status{State: sandbox.StateMissing}, nil
+	case b.warm[id]:
+		return sandbox.Status{State: sandbox.StateRunning}, nil
+	}
 	return sandbox.Status{}, nil
 }
 func (b *fakeBackend) Ensure(_ context.Context, spec sandbox.Spec) error {
@@ -203,6 +244,7 @@ func (b *fakeBackend) Stop(_ context.Context, id string) error {
 func (b *fakeBackend) Remove(_ context.Context, id string) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	delete(b.warm, id)
 	b.removed = append(b.removed, id)
 	return nil
 }
@@ -233,7 +275,9 @@ func (f *fakeFolders) Remove(_ context.Context, id string) error {
 	return nil
 }
 
-func newFake(name string) *fakeBackend { return &fakeBackend{name: name, booted: map[string]int{}} }
+func newFake(name string) *fakeBackend {
+	return &fakeBackend{name: name, booted: map[string]int{}, warm: map[string]bool{}, claims: map[string]string{}, dead: map[string]bool{}}
+}
 
 var alice = user.Principal{UserID: "usr_alice", OrgID: "org_a"}
 var bob = user.Principal{UserID: "usr_bob", OrgID: "org_a"}

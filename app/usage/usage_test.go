@@ -173,3 +173,46 @@ func TestReport(t *testing.T) {
 		})
 	}
 }
+
+// TestBufferedUsage: with Buffer, the metering of requests and commands
+// adds up in memory, one write per counter; a report writes the pending
+// sums first, a failed write stays pending, and Run writes what is left
+// when it ends.
+func TestBufferedUsage(t *testing.T) {
+	ctx := context.Background()
+	st := &fakeStore{}
+	s := newService(st)
+	s.Buffer(time.Hour)
+	s.Tokens(ctx, "o1", "u1", "", 10, 5)
+	s.Tokens(ctx, "o1", "u1", "", 1, 2)
+	s.Command(ctx, "c1", sandbox.Result{Duration: 3 * time.Second, CPUTime: 2 * time.Second})
+	s.Tokens(ctx, "o2", "u2", "", 4, 0)
+	if len(st.added) != 0 {
+		t.Fatalf("written at once: %+v", st.added)
+	}
+	admin := user.Principal{OrgID: "o1", UserID: "u1", Role: user.Admin}
+	if _, err := s.Report(ctx, admin, "2026-03-01", "2026-03-31", ByDay); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]Usage{}
+	for _, u := range st.added {
+		got[u.OrgID] = u
+	}
+	want := Usage{OrgID: "o1", UserID: "u1", Day: "2026-03-02", Commands: 1, Wall: 3 * time.Second, CPU: 2 * time.Second, InputTokens: 11, OutputTokens: 7}
+	if len(st.added) != 2 || got["o1"] != want || got["o2"].InputTokens != 4 {
+		t.Fatalf("after the report: %+v, want one sum per counter (%+v and o2's)", st.added, want)
+	}
+	st.added = nil
+	st.addErr = errors.New("database down")
+	s.Tokens(ctx, "o1", "u1", "", 1, 1)
+	if err := s.Flush(ctx); err == nil {
+		t.Fatal("a failed write was not reported")
+	}
+	st.addErr = nil
+	rctx, cancel := context.WithCancel(ctx)
+	cancel()
+	s.Run(rctx)
+	if len(st.added) != 1 || st.added[0].InputTokens != 1 {
+		t.Fatalf("Run's last write: %+v, want the sum kept from the failed flush", st.added)
+	}
+}

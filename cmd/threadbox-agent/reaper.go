@@ -22,7 +22,24 @@ type reaper struct {
 	mu      sync.Mutex
 	waiting map[int]chan exited
 	orphans int // orphans reaped so far, for logs and tests
+	// early keeps, for a moment, the status of each child reaped while no
+	// command had registered its pid: a command that exits before start
+	// registers it finds its status here. seq numbers the reaps, so that
+	// start accepts only a status reaped after its spawn began (an orphan
+	// that ended earlier with the same pid freed it before the fork).
+	early map[int]earlyExit
+	seq   uint64
 }
+
+// earlyExit is an unregistered child's status and when it was reaped.
+type earlyExit struct {
+	exited
+	seq uint64
+	at  time.Time
+}
+
+// earlyKeep bounds how long an unregistered child's status is kept.
+const earlyKeep = 10 * time.Second
 
 // exited is how a registered child ended: its wait status and the CPU time
 // (user plus system) of the child and of the descendants it waited for, from
@@ -33,24 +50,35 @@ type exited struct {
 }
 
 func newReaper(log *slog.Logger) *reaper {
-	r := &reaper{log: log, sig: make(chan os.Signal, 1), waiting: map[int]chan exited{}}
+	r := &reaper{log: log, sig: make(chan os.Signal, 1), waiting: map[int]chan exited{}, early: map[int]earlyExit{}}
 	// Notify before any child starts so that no SIGCHLD is missed.
 	signal.Notify(r.sig, syscall.SIGCHLD)
 	return r
 }
 
 // start runs spawn, which must start exactly one child and return its pid,
-// and registers the pid. The lock held across both keeps the loop from
-// dropping the status of a child that exits before it is registered: the
-// loop looks the pid up under the same lock.
+// and registers the pid. The spawn runs without the lock, so the loop
+// reaps the commands that end while others start (holding it across the
+// spawn queued every exit behind the starts: the tail of concurrent
+// commands); a child that exits before it is registered is found among
+// the early statuses reaped since the spawn began.
 func (r *reaper) start(spawn func() (int, error)) (int, <-chan exited, error) {
 	r.mu.Lock()
-	defer r.mu.Unlock()
+	since := r.seq
+	r.mu.Unlock()
 	pid, err := spawn()
 	if err != nil {
 		return 0, nil, err
 	}
 	ch := make(chan exited, 1)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if e, ok := r.early[pid]; ok && e.seq > since {
+		delete(r.early, pid)
+		r.orphans--
+		ch <- e.exited
+		return pid, ch, nil
+	}
 	r.waiting[pid] = ch
 	return pid, ch, nil
 }
@@ -83,15 +111,26 @@ func (r *reaper) reap() {
 		if err != nil || pid <= 0 {
 			return
 		}
+		ex := exited{status: ws, cpu: time.Duration(ru.Utime.Nano() + ru.Stime.Nano())}
 		r.mu.Lock()
+		r.seq++
 		ch, ok := r.waiting[pid]
 		delete(r.waiting, pid)
 		if !ok {
 			r.orphans++
+			now := time.Now()
+			if len(r.early) >= 256 {
+				for p, e := range r.early {
+					if now.Sub(e.at) > earlyKeep {
+						delete(r.early, p)
+					}
+				}
+			}
+			r.early[pid] = earlyExit{exited: ex, seq: r.seq, at: now}
 		}
 		r.mu.Unlock()
 		if ok {
-			ch <- exited{status: ws, cpu: time.Duration(ru.Utime.Nano() + ru.Stime.Nano())}
+			ch <- ex
 		} else {
 			r.log.Debug("agent: reaped orphan", "pid", pid, "status", int(ws))
 		}

@@ -250,7 +250,7 @@ func startThreadbox(ctx context.Context, bin, work string, extra ...string) (*th
 	}
 	p.stop = func() {
 		p.term()
-		_ = docker.RemoveInstance(context.WithoutCancel(ctx), instance) // without a daemon there are none
+		_ = docker.RemoveInstance(context.WithoutCancel(ctx), instance, filepath.Join(data, "pool")) // without a daemon there are none
 	}
 	for deadline := time.Now().Add(20 * time.Second); ; {
 		if resp, err := http.Get(p.base + "/healthz"); err == nil {

@@ -230,7 +230,7 @@ func benchLifecycle(ctx context.Context, o opts, out io.Writer) (err error) {
 		quota = "loop"
 	}
 	srv, err := startThreadbox(ctx, bin, work,
-		"SANDBOX_BACKEND=docker", "THREADBOX_AGENT_BIN="+agentBin, "SANDBOX_IMAGE="+o.image, "SANDBOX_RUNTIME="+o.runtime,
+		"SANDBOX_BACKEND=docker", "SANDBOX_WARM_POOL=0", "THREADBOX_AGENT_BIN="+agentBin, "SANDBOX_IMAGE="+o.image, "SANDBOX_RUNTIME="+o.runtime,
 		"SANDBOX_DISK_QUOTA="+quota, "SANDBOX_DISK_BYTES="+strconv.FormatInt(lo.diskBytes, 10),
 		"CONTAINER_MAX_AGE="+lo.maxAge.String(), "SWEEP_INTERVAL="+lo.sweep.String(), "SANDBOX_IDLE="+lo.idle.String(),
 		"MODEL_PROVIDER=runner", "LOG_LEVEL=warn")

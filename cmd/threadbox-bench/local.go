@@ -41,6 +41,7 @@ func benchLocal(ctx context.Context, rootfs, agentBin string, n, nCold int) ([]b
 	be, err := local.New(local.Config{
 		RootFS: rootfs, AgentBin: agentBin,
 		Dirs:     hostdirs.New(data, hostdirs.Options{Quota: hostdirs.QuotaNone}),
+		PoolDir:  filepath.Join(data, "pool"),
 		Instance: fmt.Sprintf("bench%d", os.Getpid()),
 	})
 	if err != nil {
@@ -93,8 +94,15 @@ func benchLocal(ctx context.Context, rootfs, agentBin string, n, nCold int) ([]b
 	if err != nil {
 		return nil, err
 	}
-	return []benchRow{
+	rows := []benchRow{
 		{"local: true (warm)", warm},
 		{"local: cold boot to first result", boots},
-	}, nil
+	}
+	fmt.Fprintf(os.Stderr, "bench: local warm pool claims (%d)\n", nCold)
+	if claims, err := claimFirst(ctx, be, nCold, trueCmd); err == nil {
+		rows = append(rows, benchRow{"local: warm pool claim to first result", claims})
+	} else {
+		fmt.Fprintf(os.Stderr, "bench: local warm pool: %v\n", err)
+	}
+	return rows, nil
 }

@@ -41,11 +41,12 @@ type opts struct {
 	n         int
 	nDocker   int
 	nCold     int
-	only      string        // "sandbox", "files", "messages", "lifecycle", "live" or "" for every section
+	only      string        // "sandbox", "files", "messages", "lifecycle", "live", "density" or "" for every section
 	files     filesOpts     // the Files API section (files.go)
 	messages  messagesOpts  // the Messages API section (messages.go)
 	lifecycle lifecycleOpts // the lifecycle section (lifecycle.go)
 	live      liveOpts      // the live turns section (live.go)
+	density   densityOpts   // the density section (density.go)
 
 	rootfs string // the local backend's root filesystem; "" skips its rows
 }
@@ -60,7 +61,8 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.IntVar(&o.nDocker, "n-docker", 40, "docker exec round trips")
 	fs.IntVar(&o.nCold, "n-cold", 5, "cold boots per method")
 	fs.StringVar(&o.rootfs, "rootfs", envOr("THREADBOX_ROOTFS", defaultRootFS()), "root filesystem of the local backend (empty skips its rows)")
-	fs.StringVar(&o.only, "only", "", "run one section: sandbox, files, messages, lifecycle or live")
+	fs.StringVar(&o.only, "only", "", "run one section: sandbox, files, messages, lifecycle, live or density")
+	fs.IntVar(&o.density.n, "density", 200, "idle sandboxes the density section opens")
 	fs.StringVar(&o.files.threadboxBin, "threadbox", "bin/threadbox", "the threadbox server binary (files section)")
 	fs.Int64Var(&o.files.size, "files-size", 256<<20, "bytes per Files API transfer")
 	fs.IntVar(&o.files.runs, "files-runs", 3, "Files API transfers per row")
@@ -86,9 +88,9 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		return serveFloorProxy(*floorAddr)
 	}
 	switch o.only {
-	case "", "sandbox", "files", "messages", "lifecycle", "live":
+	case "", "sandbox", "files", "messages", "lifecycle", "live", "density":
 	default:
-		return fmt.Errorf("-only %q is not sandbox, files, messages, lifecycle or live", o.only)
+		return fmt.Errorf("-only %q is not sandbox, files, messages, lifecycle, live or density", o.only)
 	}
 	want := func(section string) bool { return o.only == "" || o.only == section }
 	removeStaleSandboxes(ctx)
@@ -105,6 +107,11 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	if want("lifecycle") {
 		if err := benchLifecycle(ctx, o, out); err != nil {
 			return fmt.Errorf("lifecycle: %w", err)
+		}
+	}
+	if want("density") {
+		if err := benchDensity(ctx, o, out); err != nil {
+			return fmt.Errorf("density: %w", err)
 		}
 	}
 	if want("files") {
@@ -172,7 +179,21 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	add("host fork/exec /bin/true", d)
 
 	fmt.Fprintln(os.Stderr, "bench: 8 concurrent agent commands")
-	d, err = concurrent(8, o.n/4, agentTrue)
+	// Each command's life as the agent measured it (from its start to its
+	// exit status) splits the latency: the rest is the host, the frames
+	// and the agent's spawn.
+	var lifeMu sync.Mutex
+	var life []time.Duration
+	d, err = concurrent(8, o.n/4, func() error {
+		res, err := be.Exec(ctx, id, trueCmd)
+		if err == nil && res.ExitCode != 0 {
+			err = fmt.Errorf("true exited %d", res.ExitCode)
+		}
+		lifeMu.Lock()
+		life = append(life, res.Duration)
+		lifeMu.Unlock()
+		return err
+	})
 	if err != nil {
 		return err
 	}
@@ -213,6 +234,24 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	}
 	add("docker run --rm IMAGE true", d)
 
+	// The warm pool: each sandbox is warmed untimed, then timed from the
+	// claim (binding the new container's folders) to the first result.
+	fmt.Fprintf(os.Stderr, "bench: warm pool claims (%d)\n", o.nCold)
+	pool, perr := claimFirst(ctx, be, o.nCold, trueCmd)
+	if perr == nil {
+		add("warm pool claim to first result", pool)
+	} else {
+		fmt.Fprintf(os.Stderr, "bench: warm pool: %v\n", perr)
+	}
+
+	// The floor of the 8-concurrent row: the same 8 at once as host
+	// processes, with no sandbox, agent or frames.
+	hostConc, err := concurrent(8, o.n/4, func() error { return exec.Command("/bin/true").Run() })
+	if err != nil {
+		return err
+	}
+	add("host fork/exec /bin/true, 8 concurrent", hostConc)
+
 	if o.rootfs != "" {
 		lr, err := benchLocal(ctx, o.rootfs, agentBin, o.n, o.nCold)
 		if err != nil {
@@ -233,9 +272,19 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		return err
 	}
 	agent50, exec50, host50 := rows[0].p50, rows[1].p50, rows[2].p50
+	life50, life99 := percentiles(life)
+	hc50, hc99 := percentiles(hostConc)
+	fmt.Fprintf(out, "\n8 concurrent: p99 %s (target <= 25 ms); of which the command's own life as the agent measured it (start to exit status): p50 %s, p99 %s; 8 concurrent host fork/exec: p50 %s, p99 %s\n",
+		ms(rows[3].p99), ms(life50), ms(life99), ms(hc50), ms(hc99))
 	fmt.Fprintf(out, "\nagent p50 / host fork p50 = %.2fx (target <= 2x)\n", float64(agent50)/float64(host50))
 	fmt.Fprintf(out, "docker exec p50 / agent p50 = %.1fx (target >= 20x)\n", float64(exec50)/float64(agent50))
 	fmt.Fprintf(out, "cold boot p50 / docker run p50 = %.2fx (target <= 1x)\n", float64(rows[4].p50)/float64(rows[5].p50))
+	if perr == nil {
+		fmt.Fprintf(out, "warm pool claim p50 = %s (target <= 50 ms under runc); cold boot p50 / claim p50 = %.1fx (target >= 6x)\n",
+			ms(rows[6].p50), float64(rows[4].p50)/float64(rows[6].p50))
+	} else {
+		fmt.Fprintf(out, "warm pool: none (%v): a new container's first command boots cold\n", perr)
+	}
 	return nil
 }
 
@@ -251,6 +300,7 @@ func benchSandbox(ctx context.Context, o opts, agentBin, id string) (be *docker.
 		Image: o.image, Runtime: o.runtime, AgentBin: agentBin,
 		Dirs:      hostdirs.New(data, hostdirs.Options{Quota: hostdirs.QuotaNone}),
 		SocketDir: filepath.Join(data, "run"),
+		PoolDir:   filepath.Join(data, "pool"),
 		Instance:  fmt.Sprintf("bench%d-%s", os.Getpid(), id),
 	})
 	if err != nil {
@@ -366,4 +416,31 @@ func removeStaleSandboxes(ctx context.Context) {
 			fmt.Fprintln(os.Stderr, "bench: removing sandboxes of an earlier bench:", err)
 		}
 	}
+}
+
+// claimFirst times n first commands of new containers served by warm pool
+// sandboxes: each is warmed (untimed, as the pool does in the background),
+// then the clock runs from the claim to the first command's result; the
+// removal happens after the clock stops.
+func claimFirst(ctx context.Context, be sandbox.Backend, n int, cmd sandbox.Command) ([]time.Duration, error) {
+	d := make([]time.Duration, 0, n)
+	for i := range n {
+		slot, cid := fmt.Sprintf("warm-bench-%d", i), fmt.Sprintf("claim-%d", time.Now().UnixNano())
+		warm := sandbox.Spec{ID: slot, Mounts: sandbox.FolderTargets()}
+		if err := be.Warm(ctx, warm); err != nil {
+			return nil, err
+		}
+		t := time.Now()
+		err := be.Claim(ctx, slot, sandbox.Spec{ID: cid})
+		if err == nil {
+			_, err = be.Exec(ctx, cid, cmd)
+		}
+		d = append(d, time.Since(t))
+		be.Remove(context.WithoutCancel(ctx), cid)
+		be.Remove(context.WithoutCancel(ctx), slot)
+		if err != nil {
+			return nil, err
+		}
+	}
+	return d, nil
 }

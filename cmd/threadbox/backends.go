@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"threadbox/app/backends"
+	"threadbox/app/containers"
 	"threadbox/domain/sandbox"
 	"threadbox/infra/sandbox/docker"
 	"threadbox/infra/sandbox/hostdirs"
@@ -30,7 +31,7 @@ func newBackends(cfg Config, layout *hostdirs.Layout, log *slog.Logger) ([]sandb
 	for _, name := range cfg.SandboxBackend {
 		switch name {
 		case "docker":
-			b, err := docker.New(docker.Config{Image: cfg.SandboxImage, Runtime: cfg.SandboxRuntime, AgentBin: agentBin(cfg), SocketDir: filepath.Join(cfg.DataDir, "run"), Limits: limits, DiskQuota: quota, Logger: log.With("backend", "docker"), Instance: cfg.Instance})
+			b, err := docker.New(docker.Config{Image: cfg.SandboxImage, Runtime: cfg.SandboxRuntime, AgentBin: agentBin(cfg), SocketDir: filepath.Join(cfg.DataDir, "run"), PoolDir: filepath.Join(cfg.DataDir, "pool"), Limits: limits, DiskQuota: quota, Logger: log.With("backend", "docker"), Instance: cfg.Instance})
 			if err != nil {
 				out = append(out, unsupported.Broken(name, err))
 				continue
@@ -38,7 +39,7 @@ func newBackends(cfg Config, layout *hostdirs.Layout, log *slog.Logger) ([]sandb
 			closers = append(closers, b.Close)
 			out = append(out, b)
 		case "local":
-			b, err := local.New(local.Config{RootFS: cfg.RootFS, AgentBin: agentBin(cfg), DiskQuota: quota, Limits: limits, Instance: cfg.Instance, Logger: log.With("backend", "local")})
+			b, err := local.New(local.Config{RootFS: cfg.RootFS, AgentBin: agentBin(cfg), DiskQuota: quota, Limits: limits, Instance: cfg.Instance, PoolDir: filepath.Join(cfg.DataDir, "pool-local"), Logger: log.With("backend", "local")})
 			if err != nil {
 				out = append(out, unsupported.Broken(name, err))
 				continue
@@ -85,4 +86,12 @@ func checkBackends(ctx context.Context, bs []sandbox.Backend, log *slog.Logger) 
 		ok = append(ok, b)
 	}
 	return ok
+}
+
+// warmPool adapts the owner's warm pool to the capability matrix.
+func warmPool(c *containers.Service) func(string) backends.WarmPool {
+	return func(name string) backends.WarmPool {
+		st := c.WarmPool(name)
+		return backends.WarmPool{Size: st.Size, Ready: st.Ready, Note: st.Note}
+	}
 }

@@ -46,6 +46,8 @@ type Config struct {
 	Instance        string
 	ContainerMax    time.Duration
 	SweepInterval   time.Duration
+	WarmPool        int
+	WarmMemory      int64
 	LeaseTTL        time.Duration
 	AgentBin        string
 	ModelProvider   string
@@ -143,6 +145,8 @@ func loadConfig(getenv func(string) string) (Config, error) {
 		Instance:         env("THREADBOX_INSTANCE", "default"),
 		ContainerMax:     dur("CONTAINER_MAX_AGE", "720h"),
 		SweepInterval:    dur("SWEEP_INTERVAL", "30s"),
+		WarmPool:         int(num("SANDBOX_WARM_POOL", 2)),
+		WarmMemory:       num("SANDBOX_WARM_POOL_MEMORY", 512<<20),
 		LeaseTTL:         dur("LEASE_TTL", "30s"),
 		AgentBin:         env("THREADBOX_AGENT_BIN", ""),
 		ModelProvider:    env("MODEL_PROVIDER", ""),

@@ -211,7 +211,9 @@ func TestDevBuildsMissingImage(t *testing.T) {
 		"LOG_LEVEL":           "warn",
 	}}
 	s.dataDir = s.env["DATA_DIR"]
-	t.Cleanup(func() { _ = docker.RemoveInstance(context.Background(), s.env["THREADBOX_INSTANCE"]) })
+	t.Cleanup(func() {
+		_ = docker.RemoveInstance(context.Background(), s.env["THREADBOX_INSTANCE"], filepath.Join(s.dataDir, "pool"))
+	})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	started := time.Now()

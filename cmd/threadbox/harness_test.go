@@ -92,7 +92,8 @@ func startServer(t *testing.T, dbURL string, extra map[string]string) *server {
 		env["THREADBOX_INSTANCE"] = "test" + hex.EncodeToString(sum[:6])
 	}
 	instance := env["THREADBOX_INSTANCE"]
-	t.Cleanup(func() { _ = docker.RemoveInstance(context.Background(), instance) }) // without a daemon there are none
+	pool := filepath.Join(env["DATA_DIR"], "pool")
+	t.Cleanup(func() { _ = docker.RemoveInstance(context.Background(), instance, pool) }) // without a daemon there are none
 	s := &server{t: t, base: "http://" + addr, dataDir: env["DATA_DIR"], env: env, stdout: &syncBuffer{}, stderr: &syncBuffer{}}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

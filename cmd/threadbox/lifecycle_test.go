@@ -74,7 +74,7 @@ func childEnv(t *testing.T, dbURL string, extra map[string]string) map[string]st
 // sandboxes, then the disk quota mounts under its data folder.
 func cleanUp(env map[string]string) {
 	ctx := context.Background()
-	_ = docker.RemoveInstance(ctx, env["THREADBOX_INSTANCE"])
+	_ = docker.RemoveInstance(ctx, env["THREADBOX_INSTANCE"], filepath.Join(env["DATA_DIR"], "pool"))
 	_, _ = hostdirs.New(env["DATA_DIR"], hostdirs.Options{Quota: hostdirs.QuotaLoop}).ReleaseUnused(ctx, 0, nil)
 }
 
@@ -160,18 +160,34 @@ func codeTurn(script string) map[string]any {
 }
 
 // sandboxes lists the instance's Docker containers: container id → state.
+// A sandbox claimed from the warm pool is known by its name (its label
+// names the slot); a warm sandbox nobody claimed serves no container and
+// is left out.
 func sandboxes(t *testing.T, instance string) map[string]string {
 	t.Helper()
 	out, err := exec.Command("docker", "ps", "-a", "--filter", "label="+docker.LabelInstance+"="+instance,
-		"--format", `{{.Label "`+docker.LabelContainer+`"}} {{.State}}`).CombinedOutput()
+		"--format", `{{.Label "`+docker.LabelContainer+`"}} {{.Label "`+docker.LabelWarm+`"}} {{.Names}} {{.State}}`).CombinedOutput()
 	if err != nil {
 		t.Fatalf("docker ps: %v %s", err, out)
 	}
 	got := map[string]string{}
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-		if id, state, ok := strings.Cut(line, " "); ok {
-			got[id] = state
+		f := strings.Fields(line)
+		if len(f) == 3 { // no warm label
+			f = []string{f[0], "", f[1], f[2]}
 		}
+		if len(f) != 4 {
+			continue
+		}
+		id, warm, name, state := f[0], f[1], f[2], f[3]
+		if warm == "true" {
+			claimed := strings.TrimPrefix(name, "threadbox-"+instance+"-")
+			if claimed == id {
+				continue
+			}
+			id = claimed
+		}
+		got[id] = state
 	}
 	return got
 }

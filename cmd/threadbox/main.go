@@ -330,7 +330,15 @@ func cmdServe(ctx context.Context, args []string, getenv func(string) string, st
 		stopBackground()
 		bg.Wait()
 	}()
-	bg.Add(3)
+	bg.Add(5)
+	go func() {
+		defer bg.Done()
+		sys.usage.Run(bgctx)
+	}()
+	go func() {
+		defer bg.Done()
+		sys.containers.RunPool(bgctx)
+	}()
 	go func() {
 		defer bg.Done()
 		sys.leases.Run(bgctx, func(err error) { log.Error("leases", "cause", err.Error()) })
@@ -350,7 +358,7 @@ func cmdServe(ctx context.Context, args []string, getenv func(string) string, st
 		Files:     sys.files,
 		Turns:     sys.turns,
 		Skills:    sys.skills,
-		Backends:  backends.New(sys.backends),
+		Backends:  backends.New(sys.backends).WithWarmPool(warmPool(sys.containers)),
 		Ready:     sys.store.Ready,
 		Usage:     sys.usage,
 	}, log, web.Options{MaxUploadBytes: cfg.MaxUploadBytes, TrustedProxies: cfg.TrustedProxies, Observer: sys.metrics, Metrics: sys.metrics.Handler(), MetricsToken: cfg.MetricsToken})

@@ -133,7 +133,8 @@ func wire(ctx context.Context, cfg Config, log *slog.Logger) (*system, error) {
 	sys.closers = append(sys.closers, closers...)
 	sys.containers = containers.New(st, sys.backends, folders{layout}, sys.leases, containers.Config{
 		Idle: cfg.SandboxIdle, MaxAge: cfg.ContainerMax, Sweep: cfg.SweepInterval,
-		Limits: sandbox.Limits{MemoryBytes: cfg.SandboxMemory, CPUs: cfg.SandboxCPUs, Pids: cfg.SandboxPids, DiskBytes: cfg.SandboxDisk},
+		Limits:   sandbox.Limits{MemoryBytes: cfg.SandboxMemory, CPUs: cfg.SandboxCPUs, Pids: cfg.SandboxPids, DiskBytes: cfg.SandboxDisk},
+		WarmPool: cfg.WarmPool, WarmMemory: cfg.WarmMemory,
 	}, log.With("component", "containers"))
 	sys.containers.SetThreads(st)
 	names := make([]string, len(sys.backends))
@@ -155,6 +156,8 @@ func wire(ctx context.Context, cfg Config, log *slog.Logger) (*system, error) {
 	sys.files = files.New(files.Deps{Store: fs, Containers: sys.containers, Policies: sys.admin, Idempotency: st.UploadKeys(0), Quota: sys.quota})
 	sys.usage = metering.New(st, st, log.With("component", "usage"))
 	sys.containers.OnMeter(sys.usage.Sandbox)
+	// Usage is summed in memory and written once a second, not per request.
+	sys.usage.Buffer(time.Second)
 	sys.sandbox = newSandboxWiring(cfg, sys.containers, sys.auth, fs, sys.usage, log)
 	sys.messages = newMessages(cfg, sys, fs, log)
 	sys.skills = skills.New(st, skillFiles{skillfs.New(filepath.Join(cfg.DataDir, "skills"), func(id string) string { return layout.Dirs(id).Skills })}, skill.Limits{})

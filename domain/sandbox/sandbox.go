@@ -106,6 +106,32 @@ func (l Limits) Or(d Limits) Limits {
 	return l
 }
 
+// FolderTargets are the §2 folders of every sandbox as mounts without a
+// source, in the order hostdirs binds them: uploads and skills read-only.
+// A warm sandbox (Backend.Warm) is booted with these.
+func FolderTargets() []Mount {
+	return []Mount{
+		{Target: WorkspaceDir},
+		{Target: UploadsDir, ReadOnly: true},
+		{Target: OutputsDir},
+		{Target: SkillsDir, ReadOnly: true},
+	}
+}
+
+// SameTargets reports whether a and b bind the same targets, in the same
+// order and with the same read-only flags (their sources aside).
+func SameTargets(a, b []Mount) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].Target != b[i].Target || a[i].ReadOnly != b[i].ReadOnly {
+			return false
+		}
+	}
+	return true
+}
+
 // Spec describes the sandbox to boot for a container.
 type Spec struct {
 	ID     string // the container id; backends derive their own names from it
@@ -208,6 +234,18 @@ type Backend interface {
 	EnforcedLimits(ctx context.Context) (limits []string, mechanism string)
 	// Ensure boots the sandbox for spec.ID unless it is already running.
 	Ensure(ctx context.Context, spec Spec) error
+	// Warm boots a sandbox for the warm pool under the slot name spec.ID,
+	// with spec's limits and environment and no tenant data: each of
+	// spec.Mounts (whose Sources are empty) is an empty folder until Claim
+	// binds a container's folder there. ErrUnsupported when the backend or
+	// its runtime cannot bind folders into a running sandbox.
+	Warm(ctx context.Context, spec Spec) error
+	// Claim makes the warm sandbox slot the sandbox of spec.ID, binding
+	// spec.Mounts into it; the slot name then names nothing. It fails when
+	// the warm sandbox ended, spec.ID's sandbox runs, or spec's limits,
+	// environment or mount targets differ from the warm sandbox's: the
+	// caller then removes the slot and boots spec.ID cold.
+	Claim(ctx context.Context, slot string, spec Spec) error
 	// Exec runs cmd in the running sandbox id and waits for it to end.
 	Exec(ctx context.Context, id string, cmd Command) (Result, error)
 	// Start starts a long-lived cmd in the running sandbox id and returns

@@ -31,6 +31,7 @@ import (
 	"threadbox/infra/sandbox/boxes"
 	"threadbox/infra/sandbox/cgroupacct"
 	"threadbox/infra/sandbox/hostdirs"
+	"threadbox/infra/sandbox/slot"
 )
 
 // Labels put on every container this backend creates.
@@ -38,6 +39,9 @@ const (
 	LabelManaged   = "threadbox.managed"
 	LabelInstance  = "threadbox.instance"
 	LabelContainer = "threadbox.container"
+	// LabelWarm marks a sandbox booted for the warm pool (Warm); its
+	// LabelContainer is the slot's name, even once claimed.
+	LabelWarm = "threadbox.warm"
 )
 
 // AgentPath is where the agent binary is bind-mounted inside the sandbox.
@@ -87,6 +91,12 @@ type Config struct {
 	// DiskQuota tells that the host folders carry a disk quota (for the
 	// capability matrix).
 	DiskQuota bool
+	// PoolDir, when set, is a host folder for the warm sandboxes' slots
+	// (infra/sandbox/slot): with the runc runtime and root, Warm boots
+	// sandboxes whose folders Claim binds later. It must be a path the
+	// daemon can bind-mount, and this process's alone (Warm clears what an
+	// earlier process left there).
+	PoolDir string
 	// BootTimeout bounds a boot up to the agent's first answer.
 	BootTimeout time.Duration
 	// Logger receives lifecycle events and the agent's stderr; default discards.
@@ -101,6 +111,9 @@ type Backend struct {
 	log  *slog.Logger
 
 	boxes *boxes.Set[*box]
+
+	slotsMu sync.Mutex
+	slots   map[string]warmSlot // by the id it serves: slot name, or the claiming container's id
 }
 
 // box is one running sandbox and its agent connection.
@@ -112,6 +125,7 @@ type box struct {
 	conn      io.Closer     // the agent connection and the attach stream
 	done      chan struct{} // closed when the attach stream ends
 	startedAt time.Time
+	warm      *sandbox.Spec // the Warm spec of a pool sandbox, claimed or not
 	oom       oomCounter
 	cpu       cgroupacct.CPU
 	oomReady  chan struct{} // closed once oom and cpu are known (or unknowable)
@@ -155,7 +169,7 @@ func NewWithClient(cli *client.Client, cfg Config) *Backend {
 	if lg == nil {
 		lg = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	return &Backend{cli: cli, info: cli, cfg: cfg, log: lg, boxes: boxes.New(boxEnded)}
+	return &Backend{cli: cli, info: cli, cfg: cfg, log: lg, boxes: boxes.New(boxEnded), slots: map[string]warmSlot{}}
 }
 
 // Close closes the agent connections and the client; containers keep running
@@ -253,7 +267,9 @@ func (b *Backend) Ensure(ctx context.Context, spec sandbox.Spec) error {
 func (b *Backend) agentAsRoot() bool { return b.cfg.Runtime == "runsc" }
 
 // hostConfig builds the hardened host configuration of one sandbox.
-func (b *Backend) hostConfig(spec sandbox.Spec) *container.HostConfig {
+// A warm sandbox's folders are bound with rslave propagation, so the
+// container's folders bound on the slot later reach it.
+func (b *Backend) hostConfig(spec sandbox.Spec, warm bool) *container.HostConfig {
 	l := spec.Limits.Or(b.cfg.Limits)
 	mem, pids, nofile, tmp, cpus := l.MemoryBytes, l.Pids, l.NoFile, l.TmpBytes, l.CPUs
 	binds := []string{b.cfg.AgentBin + ":" + AgentPath + ":ro"}
@@ -261,6 +277,9 @@ func (b *Backend) hostConfig(spec sandbox.Spec) *container.HostConfig {
 		mode := "rw"
 		if m.ReadOnly {
 			mode = "ro"
+		}
+		if warm {
+			mode += ",rslave"
 		}
 		binds = append(binds, m.Source+":"+m.Target+":"+mode)
 	}
@@ -294,6 +313,11 @@ func (b *Backend) hostConfig(spec sandbox.Spec) *container.HostConfig {
 }
 
 func (b *Backend) boot(ctx context.Context, spec sandbox.Spec) (*box, error) {
+	return b.bootBox(ctx, spec, false)
+}
+
+// bootBox boots one sandbox; warm marks it as the warm pool's.
+func (b *Backend) bootBox(ctx context.Context, spec sandbox.Spec, warm bool) (*box, error) {
 	if b.cfg.NewAgent == nil {
 		return nil, errors.New("no agent client configured")
 	}
@@ -322,7 +346,10 @@ func (b *Backend) boot(ctx context.Context, spec sandbox.Spec) (*box, error) {
 			LabelContainer: spec.ID,
 		},
 	}
-	hc := b.hostConfig(spec)
+	if warm {
+		cfg.Labels[LabelWarm] = "true"
+	}
+	hc := b.hostConfig(spec, warm)
 	var ln *net.UnixListener
 	if dir := b.socketDir(spec.ID); dir != "" {
 		var err error
@@ -568,7 +595,13 @@ func (b *Backend) Stop(ctx context.Context, id string) error {
 	if err != nil && !errdefs.IsNotFound(err) {
 		return fmt.Errorf("docker: stop %s: %w", id, err)
 	}
-	if dir := b.socketDir(id); dir != "" {
+	sock := id
+	if ws, ok := b.takeSlot(id); ok {
+		// A warm sandbox is never used again once it stops: its slot goes.
+		sock = ws.name
+		ws.remove(b.log)
+	}
+	if dir := b.socketDir(sock); dir != "" {
 		_ = os.RemoveAll(dir)
 	}
 	if bx != nil {
@@ -645,8 +678,12 @@ func (b *Backend) Reconcile(ctx context.Context, decide func(id string) sandbox.
 	if err != nil {
 		return nil, nil, fmt.Errorf("docker: reconcile: %w", err)
 	}
+	warmSeen := map[string]bool{}
 	for _, c := range list {
-		id := c.Labels[LabelContainer]
+		id, warmName := b.reconcileID(c.Labels, c.Names)
+		if warmName != "" {
+			warmSeen[warmName] = true
+		}
 		if id != "" && b.live(id) != nil {
 			continue
 		}
@@ -654,23 +691,39 @@ func (b *Backend) Reconcile(ctx context.Context, decide func(id string) sandbox.
 		if id != "" {
 			v = decide(id)
 		}
+		if warmName != "" && id == warmName && v == sandbox.Adopt {
+			// A warm sandbox nobody claimed belongs to no pool once its
+			// process is gone.
+			v = sandbox.Drop
+		}
 		if v == sandbox.Leave {
 			continue
 		}
 		if v == sandbox.Adopt && c.State == "running" && b.adopt(ctx, id, c.ID) {
+			if warmName != "" {
+				b.slotsMu.Lock()
+				b.slots[id] = b.warmSlot(warmName)
+				b.slotsMu.Unlock()
+			}
 			adopted = append(adopted, id)
 			continue
 		}
 		if err := b.cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true}); err != nil && !errdefs.IsNotFound(err) {
 			return adopted, removed, fmt.Errorf("docker: reconcile: remove %s: %w", c.ID, err)
 		}
-		if id != "" {
-			if dir := b.socketDir(id); dir != "" {
+		sock := id
+		if warmName != "" {
+			sock = warmName
+			b.warmSlot(warmName).remove(b.log)
+		}
+		if sock != "" {
+			if dir := b.socketDir(sock); dir != "" {
 				_ = os.RemoveAll(dir)
 			}
 		}
 		removed = append(removed, id)
 	}
+	b.removeStraySlots(warmSeen)
 	if len(adopted)+len(removed) > 0 {
 		b.log.Info("sandboxes reconciled", "adopted", len(adopted), "removed", len(removed))
 	}
@@ -749,10 +802,12 @@ func (w *logWriter) Write(p []byte) (int, error) {
 var _ sandbox.Backend = (*Backend)(nil)
 
 // RemoveInstance removes every container of instance from the daemon that
-// the environment names. threadbox keeps its sandboxes when it stops (a
-// restart adopts them); this is for servers that must leave nothing behind,
-// such as those of tests and benchmarks.
-func RemoveInstance(ctx context.Context, instance string) error {
+// the environment names, then the warm pool slots under poolDirs (the
+// instance's Config.PoolDir, DATA_DIR/pool for a server). threadbox keeps
+// its sandboxes, and the slots of claimed ones, when it stops (a restart
+// adopts them); this is for servers that must leave nothing behind, such as
+// those of tests and benchmarks.
+func RemoveInstance(ctx context.Context, instance string, poolDirs ...string) error {
 	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
 	if err != nil {
 		return fmt.Errorf("docker: client: %w", err)
@@ -768,6 +823,9 @@ func RemoveInstance(ctx context.Context, instance string) error {
 		if err := cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true}); err != nil && !errdefs.IsNotFound(err) {
 			errs = append(errs, err)
 		}
+	}
+	for _, dir := range poolDirs {
+		errs = append(errs, slot.Clean(dir))
 	}
 	return errors.Join(errs...)
 }

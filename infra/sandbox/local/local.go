@@ -101,6 +101,10 @@ type Config struct {
 	// is mounted on it outside the jails' namespaces, which end with them.
 	// Default DefaultStageDir.
 	StageDir string
+	// PoolDir, when set and this process is root, is a host folder for the
+	// warm jails' slots (infra/sandbox/slot): Warm boots jails whose
+	// folders Claim binds later. This process's alone.
+	PoolDir string
 	// BootTimeout bounds a boot up to the agent's first answer.
 	BootTimeout time.Duration
 	// Logger receives lifecycle events and the jail's stderr; default discards.
@@ -120,6 +124,10 @@ type Backend struct {
 	availAt time.Time // last successful probe
 
 	boxes *boxes.Set[*jail]
+
+	slotsMu    sync.Mutex
+	slots      map[string]string // warm slot folder, by the id its jail serves (slot name or claimant)
+	slotsClean sync.Once
 }
 
 // jail is one running sandbox.
@@ -131,6 +139,7 @@ type jail struct {
 	done      chan struct{}
 	startedAt time.Time
 	stderr    *tailWriter
+	warm      *sandbox.Spec // the Warm spec of a pool jail, claimed or not
 }
 
 // New returns a local backend. A missing root filesystem or agent binary
@@ -163,7 +172,7 @@ func New(cfg Config) (*Backend, error) {
 	if lg == nil {
 		lg = slog.New(slog.DiscardHandler)
 	}
-	return &Backend{cfg: cfg, log: lg, boxes: boxes.New(jailEnded)}, nil
+	return &Backend{cfg: cfg, log: lg, boxes: boxes.New(jailEnded), slots: map[string]string{}}, nil
 }
 
 // Name returns "local".
@@ -239,7 +248,7 @@ func (b *Backend) Available(ctx context.Context) error {
 		"--die-with-parent", "--uid", strconv.Itoa(hostdirs.SandboxUID), "--gid", strconv.Itoa(hostdirs.SandboxGID),
 		"--ro-bind", st.path(b.cfg.RootFS), "/", "--tmpfs", "/opt/threadbox", "--ro-bind", st.path(b.cfg.AgentBin), AgentPath,
 		AgentPath, "-h"}
-	cmd := b.command(pctx, bw, nil, st, args, []string{"PATH=" + jailPath})
+	cmd := b.command(pctx, bw, nil, st, args, []string{"PATH=" + jailPath}, false)
 	out, err := cmd.CombinedOutput()
 	// The agent prints its usage and exits 0 for -h; bwrap fails first when
 	// namespaces or mounts are refused.
@@ -268,9 +277,9 @@ func staged() bool { return os.Geteuid() == 0 }
 // mounts private), where it stages the jail's paths before it drops to the
 // jail's user, so that uid 1000 inside is uid 1000 outside and owns the
 // workspace as it does under Docker.
-func (b *Backend) procAttr() *syscall.SysProcAttr {
+func (b *Backend) procAttr(warm bool) *syscall.SysProcAttr {
 	a := &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if staged() {
+	if staged() && !warm {
 		a.Unshareflags = syscall.CLONE_NEWNS
 	}
 	return a
@@ -282,6 +291,7 @@ func (b *Backend) procAttr() *syscall.SysProcAttr {
 type stage struct {
 	dir            string         // "" when not staging
 	mount, setpriv string         // the tools the wrapper stages with
+	unshare        string         // unshare(1), for warm jails; "" when missing
 	specs          []string       // what the wrapper binds, in order: "d:<path>" or "f:<path>"
 	index          map[string]int // host path -> position in specs
 }
@@ -299,6 +309,7 @@ func (b *Backend) newStage() (*stage, error) {
 	if st.setpriv, err = exec.LookPath("setpriv"); err != nil {
 		return nil, fmt.Errorf("stage: setpriv (util-linux): %w", err)
 	}
+	st.unshare, _ = exec.LookPath("unshare")
 	if err := os.MkdirAll(st.dir, 0o755); err != nil {
 		return nil, fmt.Errorf("stage: %w", err)
 	}
@@ -326,20 +337,27 @@ func (s *stage) path(src string) string {
 // command returns the process that starts a jail: /bin/sh running wrapper,
 // which joins the cgroup.procs files procs, stages st's paths, sets the
 // rlimits env asks for and becomes bwrap with args (as the jail's user).
-func (b *Backend) command(ctx context.Context, bw string, procs []string, st *stage, args, env []string) *exec.Cmd {
+//
+// A warm jail's wrapper gets its mount namespace from unshare(1) as a
+// slave of the host's, not from CLONE_NEWNS (which Go makes private), so
+// the folders Claim binds on its slot later propagate into the jail.
+func (b *Backend) command(ctx context.Context, bw string, procs []string, st *stage, args, env []string, warm bool) *exec.Cmd {
 	shArgs := append([]string{"-c", wrapper, "threadbox-local"}, procs...)
 	shArgs = append(shArgs, "--")
 	shArgs = append(shArgs, st.specs...)
 	shArgs = append(shArgs, "--", bw)
 	shArgs = append(shArgs, args...)
 	cmd := exec.CommandContext(ctx, "/bin/sh", shArgs...)
+	if warm && st.unshare != "" {
+		cmd = exec.CommandContext(ctx, st.unshare, append([]string{"--mount", "--propagation", "slave", "--", "/bin/sh"}, shArgs...)...)
+	}
 	if st.dir != "" {
 		env = append(env, "TB_STAGE="+st.dir, "TB_MOUNT="+st.mount, "TB_SETPRIV="+st.setpriv,
 			"TB_UID="+strconv.Itoa(b.cfg.UID), "TB_GID="+strconv.Itoa(b.cfg.GID))
 	}
 	cmd.Env = env
 	cmd.Dir = "/"
-	cmd.SysProcAttr = b.procAttr()
+	cmd.SysProcAttr = b.procAttr(warm)
 	return cmd
 }
 
@@ -465,6 +483,11 @@ exec "$@"
 `
 
 func (b *Backend) boot(ctx context.Context, spec sandbox.Spec) (*jail, error) {
+	return b.bootJail(ctx, spec, false)
+}
+
+// bootJail boots one jail; warm marks it as the warm pool's.
+func (b *Backend) bootJail(ctx context.Context, spec sandbox.Spec, warm bool) (*jail, error) {
 	bw, err := exec.LookPath(b.cfg.Bwrap)
 	if err != nil {
 		return nil, fmt.Errorf("bubblewrap: %w", err)
@@ -489,7 +512,11 @@ func (b *Backend) boot(ctx context.Context, spec sandbox.Spec) (*jail, error) {
 		env = append(env, "TB_DATA="+strconv.FormatInt(l.MemoryBytes/1024, 10), "TB_NPROC="+strconv.FormatInt(l.Pids, 10))
 	}
 	// The jail lives past ctx (a request's): Stop and kill end it.
-	cmd := b.command(context.WithoutCancel(ctx), bw, procs, st, b.bwrapArgs(spec, l, st.path), env)
+	if warm && st.unshare == "" {
+		j.cg.remove()
+		return nil, errors.New("warm jail: unshare (util-linux) not found")
+	}
+	cmd := b.command(context.WithoutCancel(ctx), bw, procs, st, b.bwrapArgs(spec, l, st.path), env, warm)
 	cmd.Stderr = j.stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -581,6 +608,9 @@ func (b *Backend) Exec(ctx context.Context, id string, cmd sandbox.Command) (san
 // Stop kills the jail; its files stay.
 func (b *Backend) Stop(ctx context.Context, id string) error {
 	defer b.boxes.Lock(id)()
+	// A warm jail is never used again once it stops: its slot goes, even
+	// when the jail ended by itself.
+	defer b.dropSlot(id)
 	j, _ := b.boxes.Take(id)
 	if j == nil {
 		return nil
@@ -638,6 +668,16 @@ func (b *Backend) Close() error {
 	var errs []error
 	for _, id := range b.boxes.IDs(nil) {
 		errs = append(errs, b.Stop(context.Background(), id))
+	}
+	// The slots of warm jails that ended by themselves.
+	b.slotsMu.Lock()
+	left := make([]string, 0, len(b.slots))
+	for id := range b.slots {
+		left = append(left, id)
+	}
+	b.slotsMu.Unlock()
+	for _, id := range left {
+		b.dropSlot(id)
 	}
 	if mode, _ := b.LimitMode(); mode != LimitRlimits {
 		removeParents(b.cfg)

@@ -106,3 +106,13 @@ func (b *Backend) Status(context.Context, string) (sandbox.Status, error) {
 }
 
 var _ sandbox.Backend = (*Backend)(nil)
+
+// Warm fails: no sandbox runs.
+func (b *Backend) Warm(context.Context, sandbox.Spec) error {
+	return fmt.Errorf("%w: %w", sandbox.ErrUnsupported, b.err)
+}
+
+// Claim fails: no sandbox runs.
+func (b *Backend) Claim(context.Context, string, sandbox.Spec) error {
+	return fmt.Errorf("%w: %w", sandbox.ErrUnsupported, b.err)
+}

@@ -1,0 +1,160 @@
+package containers
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"threadbox/domain/container"
+	"threadbox/domain/sandbox"
+)
+
+func poolService(b *fakeBackend, leases *memLeases, cfg Config) *Service {
+	st := &memStore{m: map[string]container.Container{}}
+	cfg.Idle, cfg.MaxAge = time.Minute, time.Hour
+	return New(st, []sandbox.Backend{b}, &fakeFolders{}, leases.process("p1"), cfg, nil)
+}
+
+// TestWarmPoolRefillsAfterClaims: new containers claim the warm
+// sandboxes, each once; the pool boots more to stay full; a claimed
+// sandbox keeps its slot's lease (so no sweep drops it) until it stops,
+// and then is never back in the pool.
+func TestWarmPoolRefillsAfterClaims(t *testing.T) {
+	ctx := context.Background()
+	b := newFake("docker")
+	leases := newLeases()
+	s := poolService(b, leases, Config{WarmPool: 2})
+	s.RefillPool(ctx)
+	if st := s.WarmPool("docker"); st.Ready != 2 || st.Size != 2 || st.Note != "" {
+		t.Fatalf("after refill: %+v", st)
+	}
+	seen := map[string]bool{}
+	for i := range 5 {
+		c, err := s.ForUser(ctx, alice, fmt.Sprintf("c%d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Exec(ctx, c.ID(), sandbox.Command{}); err != nil {
+			t.Fatal(err)
+		}
+		slot := b.claims[c.ID()]
+		if slot == "" || seen[slot] {
+			t.Fatalf("container %d: claimed slot %q (seen before: %v); cold boots %v", i, slot, seen[slot], b.booted)
+		}
+		seen[slot] = true
+		if mine, _, _ := leases.process("p1").Holds(ctx, sandboxLease(slot)); !mine {
+			t.Fatalf("claimed slot %s: its lease is not held", slot)
+		}
+		s.RefillPool(ctx)
+		if st := s.WarmPool("docker"); st.Ready != 2 || st.Claimed != i+1 {
+			t.Fatalf("after claim %d: %+v", i, st)
+		}
+	}
+	if len(b.booted) != 0 {
+		t.Fatalf("cold boots with a full pool: %v", b.booted)
+	}
+	// A warm sandbox that ended before a claim is replaced, not claimed.
+	s.pool.mu.Lock()
+	gone := s.pool.ready["docker"][0]
+	s.pool.mu.Unlock()
+	b.mu.Lock()
+	b.dead[gone] = true
+	b.mu.Unlock()
+	s.RefillPool(ctx)
+	s.pool.mu.Lock()
+	still := slices.Contains(s.pool.ready["docker"], gone)
+	n := len(s.pool.ready["docker"])
+	s.pool.mu.Unlock()
+	if still || n != 2 || !slices.Contains(b.removed, gone) {
+		t.Fatalf("dead warm sandbox %s: still ready %v, ready %d, removed %v", gone, still, n, b.removed)
+	}
+	c, _ := s.ForUser(ctx, alice, "c0")
+	slot := b.claims[c.ID()]
+	if err := s.Stop(ctx, c.ID()); err != nil {
+		t.Fatal(err)
+	}
+	if mine, _, _ := leases.process("p1").Holds(ctx, sandboxLease(slot)); mine {
+		t.Fatal("a stopped claimed sandbox keeps its slot's lease")
+	}
+	if _, err := s.Exec(ctx, c.ID(), sandbox.Command{}); err != nil {
+		t.Fatal(err)
+	}
+	if again := b.claims[c.ID()]; again == slot {
+		t.Fatalf("slot %s claimed a second time", slot)
+	}
+	// RunPool removes the unclaimed warm sandboxes when it ends.
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { s.RunPool(rctx); close(done) }()
+	cancel()
+	<-done
+	if len(b.warm) != 0 || s.WarmPool("docker").Ready != 0 {
+		t.Fatalf("warm sandboxes left after the pool ended: %v", b.warm)
+	}
+}
+
+// TestWarmPoolOff: SANDBOX_WARM_POOL=0 boots no warm sandbox and every
+// container boots cold.
+func TestWarmPoolOff(t *testing.T) {
+	ctx := context.Background()
+	b := newFake("docker")
+	s := poolService(b, newLeases(), Config{WarmPool: 0})
+	s.RefillPool(ctx)
+	s.RunPool(ctx) // returns at once
+	c, _ := s.ForUser(ctx, alice, "")
+	if _, err := s.Exec(ctx, c.ID(), sandbox.Command{}); err != nil {
+		t.Fatal(err)
+	}
+	if len(b.warm)+len(b.claims) != 0 || b.booted[c.ID()] != 1 {
+		t.Fatalf("pool off: warm %v claims %v cold %v", b.warm, b.claims, b.booted)
+	}
+	if st := s.WarmPool("docker"); st.Ready != 0 || !strings.Contains(st.Note, "off") {
+		t.Fatalf("status: %+v", st)
+	}
+}
+
+// TestWarmPoolBudget: the pool stops at its memory budget; with the
+// budget spent, containers still boot cold.
+func TestWarmPoolBudget(t *testing.T) {
+	ctx := context.Background()
+	b := newFake("docker")
+	s := poolService(b, newLeases(), Config{WarmPool: 5, WarmMemory: 64 << 20, WarmCost: 32 << 20})
+	s.RefillPool(ctx)
+	if st := s.WarmPool("docker"); st.Ready != 2 || !strings.Contains(st.Note, "budget") {
+		t.Fatalf("budget of two: %+v", st)
+	}
+	none := poolService(newFake("docker"), newLeases(), Config{WarmPool: 5, WarmMemory: 1, WarmCost: 32 << 20})
+	none.RefillPool(ctx)
+	nb := none.backends[0].(*fakeBackend)
+	c, _ := none.ForUser(ctx, alice, "")
+	if _, err := none.Exec(ctx, c.ID(), sandbox.Command{}); err != nil {
+		t.Fatal(err)
+	}
+	if len(nb.warm)+len(nb.claims) != 0 || nb.booted[c.ID()] != 1 {
+		t.Fatalf("budget spent: warm %v claims %v cold %v", nb.warm, nb.claims, nb.booted)
+	}
+}
+
+// TestWarmPoolUnsupported: a backend that cannot keep warm sandboxes
+// (runsc, local) says so once; its containers boot cold and the matrix
+// shows why.
+func TestWarmPoolUnsupported(t *testing.T) {
+	ctx := context.Background()
+	b := newFake("docker")
+	b.warmErr = fmt.Errorf("docker: warm pool: %w: runtime runsc cannot", sandbox.ErrUnsupported)
+	s := poolService(b, newLeases(), Config{WarmPool: 2})
+	s.RefillPool(ctx)
+	c, _ := s.ForUser(ctx, alice, "")
+	if _, err := s.Exec(ctx, c.ID(), sandbox.Command{}); err != nil {
+		t.Fatal(err)
+	}
+	if b.booted[c.ID()] != 1 {
+		t.Fatalf("not booted cold: %v", b.booted)
+	}
+	if st := s.WarmPool("docker"); st.Ready != 0 || !strings.Contains(st.Note, "runsc") {
+		t.Fatalf("status: %+v", st)
+	}
+}

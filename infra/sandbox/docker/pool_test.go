@@ -1,0 +1,227 @@
+package docker_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"threadbox/domain/sandbox"
+	"threadbox/infra/sandbox/docker"
+	"threadbox/infra/sandbox/hostdirs"
+	"threadbox/infra/sandbox/sandboxtest"
+	"threadbox/infra/sandbox/slot"
+)
+
+// poolBackend returns a Docker backend with a warm pool folder, on its own
+// instance label; every slot under the folder is gone when the test ends.
+func poolBackend(t *testing.T, runtime string) *docker.Backend {
+	t.Helper()
+	pool := t.TempDir()
+	t.Cleanup(func() {
+		if err := slot.Clean(pool); err != nil {
+			t.Errorf("slots left: %v", err)
+		}
+	})
+	return poolBackendAt(t, docker.Config{Runtime: runtime, SocketDir: t.TempDir(), PoolDir: pool, Instance: fmt.Sprintf("pool%d", time.Now().UnixNano())})
+}
+
+// poolBackendAt returns a Docker backend of cfg (a later instance of the
+// same server shares its folders and instance).
+func poolBackendAt(t *testing.T, cfg docker.Config) *docker.Backend {
+	t.Helper()
+	cfg.AgentBin = sandboxtest.AgentBin(t)
+	cfg.Logger = slog.New(slog.NewTextHandler(newTLog(t), nil))
+	be, err := docker.New(cfg)
+	if err != nil {
+		sandboxtest.Need(t, "docker client: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := be.Available(ctx); err != nil {
+		be.Close()
+		sandboxtest.Need(t, "docker backend (%s) not available: %v", cfg.Runtime, err)
+	}
+	t.Cleanup(func() { be.Close() })
+	return be
+}
+
+var warmSeq atomic.Int64
+
+// claiming boots every sandbox of the conformance suite as the warm pool
+// does: a warm sandbox with no folders first, then claimed for the
+// suite's container.
+type claiming struct{ *docker.Backend }
+
+func (c claiming) Ensure(ctx context.Context, spec sandbox.Spec) error {
+	if st, err := c.Status(ctx, spec.ID); err == nil && st.State == sandbox.StateRunning {
+		return nil
+	}
+	name := fmt.Sprintf("warm-%d-%d", os.Getpid(), warmSeq.Add(1))
+	if err := c.Warm(ctx, sandbox.Spec{ID: name, Mounts: sandbox.FolderTargets(), Limits: spec.Limits, Env: spec.Env}); err != nil {
+		return err
+	}
+	if err := c.Claim(ctx, name, spec); err != nil {
+		_ = c.Remove(ctx, name)
+		return err
+	}
+	return nil
+}
+
+// TestConformanceClaimed runs the conformance suite on sandboxes claimed
+// from the warm pool, under every runtime of SANDBOX_TEST_RUNTIMES that
+// supports the pool (runc; needs root). A runtime that cannot (runsc) must
+// say so with sandbox.ErrUnsupported, and its containers boot cold.
+func TestConformanceClaimed(t *testing.T) {
+	if testing.Short() {
+		t.Skip("short")
+	}
+	if os.Geteuid() != 0 {
+		sandboxtest.Need(t, "the warm pool binds folders into running sandboxes: needs root")
+	}
+	for _, rt := range conformanceRuntimes() {
+		t.Run(rt, func(t *testing.T) {
+			if rt != docker.DefaultRuntime {
+				be := poolBackend(t, rt)
+				err := be.Warm(context.Background(), sandbox.Spec{ID: "warm-unsupported", Mounts: sandbox.FolderTargets()})
+				if !errors.Is(err, sandbox.ErrUnsupported) {
+					_ = be.Remove(context.Background(), "warm-unsupported")
+					t.Fatalf("warm under %s: %v, want sandbox.ErrUnsupported (its containers boot cold)", rt, err)
+				}
+				t.Logf("%s: %v", rt, err)
+				return
+			}
+			newBackend := func(t *testing.T) sandbox.Backend { return claiming{poolBackend(t, rt)} }
+			caps := sandboxtest.Capabilities{Memory: sandboxtest.MemoryOOMKill, Pids: true, Disk: true}
+			sandboxtest.Run(t, newBackend, caps)
+		})
+	}
+}
+
+// TestClaimedSandboxIsolation: a claimed sandbox shows nothing of the
+// pool's life or of another claim: not another container's files, not the
+// processes, environment or /tmp of the sandbox's previous claimant (a
+// warm sandbox is never claimed twice and goes when its claim ends), and
+// it serves the folders of the container that claimed it.
+func TestClaimedSandboxIsolation(t *testing.T) {
+	if os.Geteuid() != 0 {
+		sandboxtest.Need(t, "the warm pool binds folders into running sandboxes: needs root")
+	}
+	be := poolBackend(t, docker.DefaultRuntime)
+	ctx := context.Background()
+	data := t.TempDir()
+	dirs := hostdirs.New(data, hostdirs.Options{})
+	env := []string{"POOL_ENV=same"}
+	claim := func(slotName, id string) {
+		t.Helper()
+		t.Cleanup(func() { _ = be.Remove(ctx, id); _ = be.Remove(ctx, slotName); _ = dirs.Remove(ctx, id) })
+		if err := be.Warm(ctx, sandbox.Spec{ID: slotName, Mounts: sandbox.FolderTargets(), Env: env}); err != nil {
+			t.Fatalf("warm %s: %v", slotName, err)
+		}
+		d, err := dirs.Prepare(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := be.Claim(ctx, slotName, sandbox.Spec{ID: id, Mounts: d.Mounts(), Env: env}); err != nil {
+			t.Fatalf("claim %s for %s: %v", slotName, id, err)
+		}
+	}
+	run := func(id, script string) string {
+		t.Helper()
+		r, err := be.Exec(ctx, id, sandbox.Command{Args: []string{"bash", "-c", script}, Timeout: 20 * time.Second})
+		if err != nil {
+			t.Fatalf("%s: %q: %v", id, script, err)
+		}
+		return strings.TrimSpace(string(r.Stdout) + string(r.Stderr))
+	}
+	a, b := fmt.Sprintf("iso-a-%d", time.Now().UnixNano()), fmt.Sprintf("iso-b-%d", time.Now().UnixNano())
+	claim("warm-iso-1", a)
+	if got := run(a, "echo secret > secret-of-a.txt; echo tmp > /tmp/left-by-a; export LEFT=a; (sleep 600 >/dev/null 2>&1 &); cat secret-of-a.txt"); got != "secret" {
+		t.Fatalf("a: %q", got)
+	}
+	if _, err := os.Stat(dirs.Dirs(a).Workspace + "/secret-of-a.txt"); err != nil {
+		t.Fatalf("a's file is not in a's host folder: %v", err)
+	}
+	// a's claim ends: its sandbox goes, and its slot with it.
+	if err := be.Stop(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	if err := be.Claim(ctx, "warm-iso-1", sandbox.Spec{ID: b, Mounts: dirs.Dirs(b).Mounts(), Env: env}); err == nil {
+		t.Fatal("a warm sandbox was claimed a second time")
+	}
+	claim("warm-iso-2", b)
+	for _, c := range []struct{ script, want string }{
+		{"ls -A /home/agent/workspace | wc -l", "0"},
+		{"find / -xdev -name secret-of-a.txt 2>/dev/null; find /home /mnt /tmp -name secret-of-a.txt 2>/dev/null; echo end", "end"},
+		{"ls -A /tmp; echo end", "end"},
+		{"pgrep -x sleep || echo none", "none"},
+		{"echo ${LEFT:-unset} $POOL_ENV", "unset same"},
+		{"touch /mnt/user-data/uploads/x 2>/dev/null && echo writable || echo ro", "ro"},
+		{"id -u", fmt.Sprint(hostdirs.SandboxUID)},
+		{"echo hi > mine.txt && cat mine.txt", "hi"},
+	} {
+		if got := run(b, c.script); got != c.want {
+			t.Errorf("%s: %q, want %q", c.script, got, c.want)
+		}
+	}
+	if _, err := os.Stat(dirs.Dirs(b).Workspace + "/mine.txt"); err != nil {
+		t.Errorf("b's file is not in b's host folder: %v", err)
+	}
+	if _, err := os.Stat(dirs.Dirs(a).Workspace + "/mine.txt"); err == nil {
+		t.Error("b's file reached a's folder")
+	}
+}
+
+// TestClaimedSandboxIsAdopted: a server restarted while a claimed
+// sandbox runs adopts it (its id read from its name), with its folders and
+// its /tmp (the same sandbox); its stop then removes its slot, and a warm sandbox nobody
+// claimed is dropped with its slot.
+func TestClaimedSandboxIsAdopted(t *testing.T) {
+	if os.Geteuid() != 0 {
+		sandboxtest.Need(t, "the warm pool binds folders into running sandboxes: needs root")
+	}
+	ctx := context.Background()
+	pool := t.TempDir()
+	cfg := docker.Config{Runtime: docker.DefaultRuntime, SocketDir: t.TempDir(), PoolDir: pool, Instance: fmt.Sprintf("pool%d", time.Now().UnixNano())}
+	first := poolBackendAt(t, cfg)
+	dirs := hostdirs.New(t.TempDir(), hostdirs.Options{})
+	id := fmt.Sprintf("adopt-%d", time.Now().UnixNano())
+	t.Cleanup(func() {
+		_ = docker.RemoveInstance(ctx, cfg.Instance)
+		_ = slot.Clean(pool)
+		_ = dirs.Remove(ctx, id)
+	})
+	for _, name := range []string{"warm-adopt-1", "warm-adopt-2"} {
+		if err := first.Warm(ctx, sandbox.Spec{ID: name, Mounts: sandbox.FolderTargets()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d, _ := dirs.Prepare(ctx, id)
+	if err := first.Claim(ctx, "warm-adopt-1", sandbox.Spec{ID: id, Mounts: d.Mounts()}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := first.Exec(ctx, id, sandbox.Command{Args: []string{"bash", "-c", "echo kept > kept.txt; echo here > /tmp/still"}}); err != nil {
+		t.Fatal(err)
+	}
+	first.Close()
+	second := poolBackendAt(t, cfg)
+	adopted, removed, err := second.Reconcile(ctx, func(string) sandbox.Verdict { return sandbox.Adopt })
+	if err != nil || len(adopted) != 1 || adopted[0] != id || len(removed) != 1 || removed[0] != "warm-adopt-2" {
+		t.Fatalf("reconcile: adopted %v removed %v err %v; want %s adopted and the unclaimed warm sandbox removed", adopted, removed, err, id)
+	}
+	r, err := second.Exec(ctx, id, sandbox.Command{Args: []string{"bash", "-c", "cat kept.txt /tmp/still"}})
+	if err != nil || strings.TrimSpace(string(r.Stdout)) != "kept\nhere" {
+		t.Fatalf("adopted claimed sandbox: %q %v", r.Stdout, err)
+	}
+	if err := second.Stop(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if left, _ := os.ReadDir(pool); len(left) != 0 {
+		t.Fatalf("slots left after the stop: %v", left)
+	}
+}
