@@ -108,10 +108,42 @@ type Service struct {
 	every   time.Duration // with Buffer: how often Run writes the pending sums
 	mu      sync.Mutex
 	pending map[counter]Usage // metered but not yet written, by counter
+	owners  map[string]owner  // containers looked up, by id (their org, owner and thread never change)
 }
 
-// counter names one row of counters: an org's user on a day.
-type counter struct{ org, user, day string }
+// counter names one row of counters: an org's user on a day, in a
+// container and its thread.
+type counter struct{ org, user, day, container, thread string }
+
+// owner is what metering needs of a container.
+type owner struct{ org, user, thread string }
+
+// maxOwners bounds the containers remembered; past it the memory starts
+// over.
+const maxOwners = 4096
+
+// ownerOf looks the container up, remembering it: metering a request
+// must not cost a database read each time.
+func (s *Service) ownerOf(ctx context.Context, id string) (owner, error) {
+	s.mu.Lock()
+	o, ok := s.owners[id]
+	s.mu.Unlock()
+	if ok {
+		return o, nil
+	}
+	c, err := s.containers.Container(ctx, id)
+	if err != nil {
+		return owner{}, err
+	}
+	o = owner{c.OrgID(), c.OwnerID(), c.ThreadID()}
+	s.mu.Lock()
+	if s.owners == nil || len(s.owners) >= maxOwners {
+		s.owners = map[string]owner{}
+	}
+	s.owners[id] = o
+	s.mu.Unlock()
+	return o, nil
+}
 
 // New returns a Service over the counters and the container records; a nil
 // log discards the failures of recording.
@@ -185,7 +217,7 @@ func (s *Service) forContainer(ctx context.Context, containerID string, u Usage)
 		}
 		return
 	}
-	c, err := s.containers.Container(ctx, containerID)
+	c, err := s.ownerOf(ctx, containerID)
 	if err != nil {
 		if named {
 			s.record(ctx, u)
@@ -195,10 +227,10 @@ func (s *Service) forContainer(ctx context.Context, containerID string, u Usage)
 		return
 	}
 	if !named {
-		u.OrgID, u.UserID = c.OrgID(), c.OwnerID()
+		u.OrgID, u.UserID = c.org, c.user
 	}
-	if c.OrgID() == u.OrgID {
-		u.ContainerID, u.ThreadID = c.ID(), c.ThreadID()
+	if c.org == u.OrgID {
+		u.ContainerID, u.ThreadID = containerID, c.thread
 	}
 	s.record(ctx, u)
 }
@@ -208,15 +240,17 @@ func (s *Service) record(ctx context.Context, u Usage) {
 		if u.Day == "" {
 			u.Day = s.now().UTC().Format(DayLayout)
 		}
-		k := counter{u.OrgID, u.UserID, u.Day}
+		k := counter{u.OrgID, u.UserID, u.Day, u.ContainerID, u.ThreadID}
 		s.mu.Lock()
 		p := s.pending[k]
-		p.OrgID, p.UserID, p.Day = u.OrgID, u.UserID, u.Day
+		p.OrgID, p.UserID, p.Day, p.ContainerID, p.ThreadID = u.OrgID, u.UserID, u.Day, u.ContainerID, u.ThreadID
 		p.Commands += u.Commands
 		p.Wall += u.Wall
 		p.CPU += u.CPU
 		p.InputTokens += u.InputTokens
 		p.OutputTokens += u.OutputTokens
+		p.SandboxTime += u.SandboxTime
+		p.SandboxCPU += u.SandboxCPU
 		s.pending[k] = p
 		s.mu.Unlock()
 		return
@@ -226,7 +260,8 @@ func (s *Service) record(ctx context.Context, u Usage) {
 	}
 }
 
-// Buffer makes the metering of requests and commands (Tokens, Command)
+// Buffer makes the metering of requests, commands and sandbox time
+// (Tokens, Command, Sandbox)
 // add to sums in memory that Run writes every interval, one write per
 // counter, instead of a database write per request: on the Messages API's
 // hot path that write and the commit it makes (which also ends the

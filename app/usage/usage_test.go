@@ -186,6 +186,10 @@ func TestBufferedUsage(t *testing.T) {
 	s.Tokens(ctx, "o1", "u1", "", 10, 5)
 	s.Tokens(ctx, "o1", "u1", "", 1, 2)
 	s.Command(ctx, "c1", sandbox.Result{Duration: 3 * time.Second, CPUTime: 2 * time.Second})
+	s.Command(ctx, "c2", sandbox.Result{Duration: time.Second})
+	s.Tokens(ctx, "o1", "u1", "c2", 6, 1)
+	s.Sandbox(ctx, "c2", 30*time.Second, 500*time.Millisecond)
+	s.Sandbox(ctx, "c2", 30*time.Second, 250*time.Millisecond)
 	s.Tokens(ctx, "o2", "u2", "", 4, 0)
 	if len(st.added) != 0 {
 		t.Fatalf("written at once: %+v", st.added)
@@ -196,11 +200,23 @@ func TestBufferedUsage(t *testing.T) {
 	}
 	got := map[string]Usage{}
 	for _, u := range st.added {
-		got[u.OrgID] = u
+		got[u.OrgID+"/"+u.ContainerID] = u
 	}
-	want := Usage{OrgID: "o1", UserID: "u1", Day: "2026-03-02", Commands: 1, Wall: 3 * time.Second, CPU: 2 * time.Second, InputTokens: 11, OutputTokens: 7}
-	if len(st.added) != 2 || got["o1"] != want || got["o2"].InputTokens != 4 {
-		t.Fatalf("after the report: %+v, want one sum per counter (%+v and o2's)", st.added, want)
+	const day = "2026-03-02"
+	want := map[string]Usage{
+		"o1/":   {OrgID: "o1", UserID: "u1", Day: day, InputTokens: 11, OutputTokens: 7},
+		"o1/c1": {OrgID: "o1", UserID: "u1", Day: day, ContainerID: "c1", Commands: 1, Wall: 3 * time.Second, CPU: 2 * time.Second},
+		"o1/c2": {OrgID: "o1", UserID: "u1", Day: day, ContainerID: "c2", ThreadID: "t1", Commands: 1, Wall: time.Second,
+			InputTokens: 6, OutputTokens: 1, SandboxTime: time.Minute, SandboxCPU: 750 * time.Millisecond},
+		"o2/": {OrgID: "o2", UserID: "u2", Day: day, InputTokens: 4},
+	}
+	if len(st.added) != len(want) {
+		t.Fatalf("after the report: %+v, want one sum per counter: %+v", st.added, want)
+	}
+	for k, w := range want {
+		if got[k] != w {
+			t.Fatalf("counter %s: %+v, want %+v", k, got[k], w)
+		}
 	}
 	st.added = nil
 	st.addErr = errors.New("database down")
