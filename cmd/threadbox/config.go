@@ -80,6 +80,8 @@ type Config struct {
 	// PythonCellTimeout is the wall-clock limit of one Python cell of
 	// code_execution_20260120 and later (PYTHON_CELL_TIMEOUT).
 	PythonCellTimeout time.Duration
+	// Kubernetes configures the kubernetes backend (K8S_*, KUBECONFIG).
+	Kubernetes kubeSettings
 }
 
 // DefaultSandboxBackend is SANDBOX_BACKEND when the variable is unset.
@@ -153,6 +155,7 @@ func loadConfig(getenv func(string) string) (Config, error) {
 		MaxArtifactBytes: num("ARTIFACT_MAX_BYTES", 1<<30),
 	}
 	c.PythonCellTimeout = dur("PYTHON_CELL_TIMEOUT", "90s")
+	c.Kubernetes = loadKubeSettings(env)
 	if err != nil {
 		return Config{}, err
 	}
