@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	k8s "threadbox/infra/sandbox/kubernetes"
@@ -158,4 +159,13 @@ func (w *tlog) Write(p []byte) (int, error) {
 		w.t.Log(strings.TrimRight(string(p), "\n"))
 	}
 	return len(p), nil
+}
+
+func k8sClient(t *testing.T, rc *rest.Config) kubernetes.Interface {
+	t.Helper()
+	cs, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cs
 }
