@@ -49,16 +49,25 @@ BIN="$(bash "$here/k8s-build.sh")"
 mkdir -p "$STATE"/{pki,logs,cni,kubelet,containerd-state,images}
 # A failed bring-up ends what it started.
 trap 'rc=$?; if [ $rc != 0 ]; then echo "k8s-up: failed, tearing down (logs in $STATE/logs)" >&2; tail -n 20 "$STATE"/logs/*.log >&2 || true; K8S_STATE="$STATE" bash "$here/k8s-down.sh" --keep-logs >&2 || true; fi' EXIT
+launched=()
 # launch NAME CMD...: starts a daemon inside the namespace, recording its pid.
 launch() {
   local name=$1; shift
   nsenter --net=/run/netns/$NS "$@" >"$STATE/logs/$name.log" 2>&1 &
   echo $! >"$STATE/$name.pid"
+  launched+=("$name")
 }
-# wait_for WHAT SECONDS CMD...: retries CMD until it succeeds.
+# wait_for WHAT SECONDS CMD...: retries CMD until it succeeds; fails at once
+# when a daemon started so far has exited.
 wait_for() {
-  local what=$1 secs=$2; shift 2
-  for _ in $(seq $((secs * 5))); do "$@" >/dev/null 2>&1 && return 0; sleep 0.2; done
+  local what=$1 secs=$2 n; shift 2
+  for _ in $(seq $((secs * 5))); do
+    "$@" >/dev/null 2>&1 && return 0
+    for n in "${launched[@]}"; do
+      kill -0 "$(cat "$STATE/$n.pid")" 2>/dev/null || die "$n exited (log: $STATE/logs/$n.log)"
+    done
+    sleep 0.2
+  done
   die "$what not ready after ${secs}s"
 }
 
@@ -173,7 +182,7 @@ launch etcd etcd --name threadbox --data-dir "$STATE/etcd" --unsafe-no-fsync \
   --listen-client-urls http://127.0.0.1:2379 --advertise-client-urls http://127.0.0.1:2379 \
   --listen-peer-urls http://127.0.0.1:2380 --initial-advertise-peer-urls http://127.0.0.1:2380 \
   --initial-cluster threadbox=http://127.0.0.1:2380
-wait_for etcd 20 nsenter --net=/run/netns/$NS etcdctl --endpoints http://127.0.0.1:2379 endpoint health
+wait_for etcd 20 nsenter --net=/run/netns/$NS curl -sf http://127.0.0.1:2379/health
 
 say "kube-apiserver"
 launch kube-apiserver "$BIN/kube-apiserver" --etcd-servers=http://127.0.0.1:2379 \
