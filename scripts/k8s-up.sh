@@ -3,9 +3,9 @@
 # sandbox backend's tests (issue 20), offline, and prints the path of its
 # admin kubeconfig. Everything runs inside a private network namespace:
 # Debian's etcd, a second containerd (never Docker's), the four Kubernetes
-# programs that scripts/k8s-build.sh builds into its cache, and a
-# loopback-only CNI (pods reach nothing; threadbox talks to them through the
-# apiserver). The host sees one listener: 127.0.0.1:$K8S_API_PORT, a socat
+# programs that scripts/k8s-build.sh builds into its cache, and a CNI
+# configuration that gives pods only a loopback interface (pods reach
+# nothing; threadbox talks to them through the apiserver). The host sees one listener: 127.0.0.1:$K8S_API_PORT, a socat
 # forward to the apiserver through a unix socket in the state folder.
 # Images (a static pause, the agent image, the Docker sandbox image) are
 # imported as archives; nothing is pulled.
@@ -94,7 +94,9 @@ pki="$STATE/pki"
   cert apiserver-kubelet "/O=system:masters/CN=kube-apiserver-kubelet-client"
   cert kubelet "/O=system:nodes/CN=system:node:$NODE"
   cert kubelet-serving "/CN=$NODE" "IP:$IP,DNS:$NODE"
-  cert controller-manager "/CN=system:kube-controller-manager"
+  # In system:masters: with its own identity (no per-controller service
+  # account credentials) its ClusterRole alone is too narrow.
+  cert controller-manager "/O=system:masters/CN=system:kube-controller-manager"
   cert scheduler "/CN=system:kube-scheduler"
 )
 kubeconfig() { # FILE SERVER CERTNAME
@@ -132,9 +134,12 @@ python3 "$here/k8s/oci.py" "$STATE/images/agent.tar" threadbox-agent:latest /ins
 
 say "containerd"
 croot="$CACHE/containerd-root"
-mkdir -p "$croot"
-cat >"$STATE/cni/10-loopback.conflist" <<EOF
-{"cniVersion": "1.0.0", "name": "threadbox-loopback", "plugins": [{"type": "loopback"}]}
+mkdir -p "$croot" "$STATE/cni-bin"
+# Pods get a loopback interface and nothing else (scripts/k8s/cni-none).
+ln -s /usr/lib/cni/loopback "$STATE/cni-bin/loopback"
+cp "$here/k8s/cni-none" "$STATE/cni-bin/cni-none"
+cat >"$STATE/cni/10-none.conflist" <<EOF
+{"cniVersion": "1.0.0", "name": "threadbox-none", "plugins": [{"type": "loopback"}, {"type": "cni-none"}]}
 EOF
 cat >"$STATE/containerd.toml" <<EOF
 version = 2
@@ -158,7 +163,7 @@ state = "$STATE/containerd-state"
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         SystemdCgroup = false
   [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = "/usr/lib/cni"
+    bin_dir = "$STATE/cni-bin"
     conf_dir = "$STATE/cni"
 EOF
 launch containerd containerd --config "$STATE/containerd.toml"
