@@ -180,7 +180,7 @@ func TestIdleStopAndOutsideDelete(t *testing.T) {
 }
 
 // TestReconcile: the pods a killed threadbox left are adopted (the same
-// pod answers, its processes alive) or deleted with their claims at the
+// pod answers, its /tmp kept) or deleted with their claims at the
 // next start, as decide says; another instance's pods are never touched.
 func TestReconcile(t *testing.T) {
 	c := newCluster(t)
@@ -192,7 +192,8 @@ func TestReconcile(t *testing.T) {
 	bootOn(t, old, dirs, keep)
 	bootOn(t, old, dirs, drop)
 	bootOn(t, other, dirs, theirs)
-	sh(t, old, keep, "echo mine > f; sleep 300 >/dev/null 2>&1 &")
+	// /tmp is the pod's own emptyDir: it is there only in the same pod.
+	sh(t, old, keep, "echo mine > f; echo same-pod > /tmp/marker")
 	keepPod := c.podOf(t, keep)
 	theirPod := c.podOf(t, theirs)
 	// The old server dies: its streams end, its pods stay.
@@ -217,8 +218,8 @@ func TestReconcile(t *testing.T) {
 	if slices.Contains(asked, theirs) {
 		t.Errorf("decide asked about another instance's container %s", theirs)
 	}
-	if got := sh(t, fresh, keep, "cat f; pgrep -x sleep >/dev/null && echo alive"); got != "mine\nalive" {
-		t.Errorf("adopted sandbox: %q, want its file and its process", got)
+	if got := sh(t, fresh, keep, "cat f /tmp/marker"); got != "mine\nsame-pod" {
+		t.Errorf("adopted sandbox: %q, want its file and its pod's /tmp", got)
 	}
 	if p := c.podOf(t, keep); p == nil || p.UID != keepPod.UID {
 		t.Errorf("adopted sandbox's pod was replaced")
