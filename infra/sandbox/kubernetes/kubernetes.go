@@ -225,7 +225,7 @@ func (b *Backend) Isolation() string {
 	switch {
 	case strings.Contains(rc, "gvisor") || strings.Contains(rc, "runsc"):
 		return "application kernel"
-	case strings.Contains(rc, "kata") || strings.Contains(rc, "firecracker") || strings.Contains(rc, "fc"):
+	case strings.Contains(rc, "kata") || strings.Contains(rc, "firecracker"):
 		return "microVM"
 	}
 	return "namespaces"
