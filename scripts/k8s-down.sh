@@ -76,6 +76,14 @@ for f in /run/netns/cni-*; do
 done
 [ -f "$STATE/netns" ] && ip netns delete "$(cat "$STATE/netns")" 2>/dev/null
 
+# The kubelet's pod cgroups (cgroupfs driver), once empty: rmdir removes
+# only cgroups without processes.
+if [ -f "$STATE/kubelet.yaml" ]; then
+  for d in /sys/fs/cgroup/*/kubepods /sys/fs/cgroup/kubepods; do
+    [ -d "$d" ] && find "$d" -depth -type d -exec rmdir {} \; 2>/dev/null
+  done
+fi
+
 if [ "$keep_logs" = true ]; then
   find "$STATE" -mindepth 1 -maxdepth 1 ! -name logs -exec rm -rf {} + 2>/dev/null
 else
