@@ -199,8 +199,8 @@ launch kube-apiserver "$BIN/kube-apiserver" --etcd-servers=http://127.0.0.1:2379
   --service-account-issuer=https://kubernetes.default.svc --service-cluster-ip-range=10.96.0.0/24 \
   --authorization-mode=Node,RBAC --enable-priority-and-fairness=false --allow-privileged=false
 # The host's way in: 127.0.0.1:$PORT -> unix socket -> the apiserver.
-launch api-inner socat UNIX-LISTEN:"$STATE/api.sock",fork,unlink-early TCP:$IP:6443
-socat TCP-LISTEN:"$PORT",bind=127.0.0.1,reuseaddr,fork UNIX-CONNECT:"$STATE/api.sock" >"$STATE/logs/api-outer.log" 2>&1 &
+launch api-inner socat UNIX-LISTEN:"$STATE/api.sock",fork,unlink-early TCP:$IP:6443,nodelay
+socat TCP-LISTEN:"$PORT",bind=127.0.0.1,reuseaddr,fork,nodelay UNIX-CONNECT:"$STATE/api.sock" >"$STATE/logs/api-outer.log" 2>&1 &
 echo $! >"$STATE/api-outer.pid"
 kubeconfig "$STATE/admin.kubeconfig" "https://127.0.0.1:$PORT" admin
 api() { curl -sf --cacert "$pki/ca.crt" --cert "$pki/admin.crt" --key "$pki/admin.key" "https://127.0.0.1:$PORT$1"; }
