@@ -262,6 +262,18 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		}
 	}
 
+	// The kubernetes backend's rows (issue 20), on the test cluster of
+	// scripts/k8s-up.sh when THREADBOX_K8S_KUBECONFIG names it.
+	if kc := os.Getenv("THREADBOX_K8S_KUBECONFIG"); kc != "" {
+		kr, err := benchKubernetes(ctx, kc, o.n, o.nCold)
+		if err != nil {
+			return fmt.Errorf("kubernetes: %w", err)
+		}
+		for _, r := range kr {
+			add(r.name, r.d)
+		}
+	}
+
 	fmt.Fprintf(out, "runtime %s, image %s, %s\n\n", o.runtime, o.image, time.Now().UTC().Format(time.RFC3339))
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "measurement\tn\tp50\tp99\t")

@@ -46,6 +46,14 @@ func newBackends(cfg Config, layout *hostdirs.Layout, log *slog.Logger) ([]sandb
 			}
 			closers = append(closers, b.Close)
 			out = append(out, b)
+		case "kubernetes":
+			b, err := newKubernetes(cfg, limits, log.With("backend", "kubernetes"))
+			if err != nil {
+				out = append(out, unsupported.Broken(name, err))
+				continue
+			}
+			closers = append(closers, b.Close)
+			out = append(out, b)
 		default:
 			b, err := unsupported.New(name)
 			if err != nil {

@@ -86,6 +86,8 @@ type Config struct {
 	// PythonToolResultTimeout is how long a Python cell paused on client
 	// tool calls waits for their results (PYTHON_TOOL_RESULT_TIMEOUT).
 	PythonToolResultTimeout time.Duration
+	// Kubernetes configures the kubernetes backend (K8S_*, KUBECONFIG).
+	Kubernetes kubeSettings
 }
 
 // DefaultSandboxBackend is SANDBOX_BACKEND when the variable is unset.
@@ -163,6 +165,7 @@ func loadConfig(getenv func(string) string) (Config, error) {
 	}
 	c.PythonCellTimeout = dur("PYTHON_CELL_TIMEOUT", "90s")
 	c.PythonToolResultTimeout = dur("PYTHON_TOOL_RESULT_TIMEOUT", "270s")
+	c.Kubernetes = loadKubeSettings(env)
 	if err != nil {
 		return Config{}, err
 	}

@@ -1,5 +1,5 @@
 // Package unsupported holds the sandbox backends the contract names but this
-// build cannot run (kubernetes, e2b, firecracker), and stands in for a
+// build cannot run (e2b, firecracker), and stands in for a
 // configured backend that could not even be set up (Broken). Each one is a
 // sandbox.Backend whose every call fails with an error naming the backend
 // and what it needs, so a SANDBOX_BACKEND list that names one falls through
@@ -18,7 +18,6 @@ import (
 
 // needs says, per backend name, what the backend would need to run.
 var needs = map[string]struct{ isolation, needs string }{
-	"kubernetes":  {"namespaces", "a Kubernetes cluster reachable from threadbox with a gVisor RuntimeClass and a NetworkPolicy controller; the kubernetes backend is not built yet"},
 	"e2b":         {"microVM", "an E2B account and API key and outbound network access to E2B; the e2b backend is not built yet"},
 	"firecracker": {"microVM", "KVM (/dev/kvm), the firecracker binary, a guest kernel and a root filesystem image; the firecracker backend is not built yet"},
 }
@@ -32,7 +31,7 @@ type Backend struct {
 	err  error
 }
 
-// New returns the placeholder for name ("kubernetes", "e2b", "firecracker").
+// New returns the placeholder for name ("e2b", "firecracker").
 func New(name string) (*Backend, error) {
 	n, ok := needs[name]
 	if !ok {
@@ -49,7 +48,7 @@ func Broken(name string, err error) *Backend {
 }
 
 // Names lists the backends this package stands in for.
-func Names() []string { return []string{"kubernetes", "e2b", "firecracker"} }
+func Names() []string { return []string{"e2b", "firecracker"} }
 
 // Name returns the backend's configuration name.
 func (b *Backend) Name() string { return b.name }

@@ -11,7 +11,6 @@ import (
 
 func TestErrorsNameBackendAndNeeds(t *testing.T) {
 	tests := []struct{ name, need string }{
-		{"kubernetes", "RuntimeClass"},
 		{"e2b", "API key"},
 		{"firecracker", "/dev/kvm"},
 	}

@@ -1,0 +1,658 @@
+// Package kubernetes runs sandboxes as pods of a Kubernetes cluster through
+// client-go (issue 20). Each sandbox is one pod whose main container's init
+// process is the threadbox agent, copied into a shared emptyDir by an init
+// container from the agent image (the sandbox image stays as it is); the
+// host speaks the agent protocol over the pod's attach stream (stdin and
+// stdout through the apiserver), so exec, streaming, sessions and loopback
+// listeners work as with the docker backend. The per-container files live
+// on a PersistentVolumeClaim per container, kept while the container lives
+// (an idle stop deletes only the pod) and deleted with it, together with
+// the sandbox's default-deny NetworkPolicy. Every object carries the labels
+// threadbox.managed, threadbox.instance and threadbox.container (a hash of
+// the container id, which an annotation holds in full), so Reconcile only
+// ever touches its own instance's objects.
+package kubernetes
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"threadbox/domain/sandbox"
+	"threadbox/infra/sandbox/agent"
+	"threadbox/infra/sandbox/boxes"
+	"threadbox/infra/sandbox/hostdirs"
+)
+
+// Labels and the annotation put on every object this backend creates.
+const (
+	LabelManaged        = "threadbox.managed"
+	LabelInstance       = "threadbox.instance"
+	LabelContainer      = "threadbox.container"
+	AnnotationContainer = "threadbox.container-id"
+)
+
+// AgentPath is where the agent binary is inside the sandbox container.
+const AgentPath = "/opt/threadbox/agent"
+
+// Defaults applied to zero fields of Config.
+const (
+	DefaultNamespace   = "default"
+	DefaultImage       = "threadbox-sandbox:latest"
+	DefaultAgentImage  = "threadbox-agent:latest"
+	DefaultInstance    = "default"
+	DefaultBootTimeout = 90 * time.Second
+	// DefaultOOMEvents is the cgroup v2 memory.events file the agent reads
+	// to tell an OOM kill; a cgroup v1 node needs
+	// /sys/fs/cgroup/memory/memory.oom_control (Config.OOMEvents).
+	DefaultOOMEvents = "/sys/fs/cgroup/memory.events"
+)
+
+// Container names inside a sandbox pod.
+const (
+	containerSandbox = "sandbox"
+	containerAgent   = "agent"
+)
+
+// Agent is the host side of the in-sandbox agent over one connection;
+// *agent.Client satisfies it.
+type Agent interface {
+	Exec(ctx context.Context, cmd sandbox.Command) (sandbox.Result, error)
+	Ping(ctx context.Context) error
+	Session(ctx context.Context, cmd sandbox.Command, tty *sandbox.TTY) (sandbox.Session, error)
+	Listen(ctx context.Context, addr string) (*agent.Listener, error)
+	Done() <-chan struct{}
+}
+
+// Config configures a Backend.
+type Config struct {
+	// Kubeconfig is the path of a kubeconfig file; empty means in-cluster
+	// credentials. REST, when set, is used instead of either.
+	Kubeconfig string
+	REST       *rest.Config
+	// Namespace holds the sandboxes' objects; default DefaultNamespace.
+	Namespace string
+	// Image is the sandbox image; AgentImage holds /install and the static
+	// /threadbox-agent (scripts/k8s-up.sh builds it).
+	Image      string
+	AgentImage string
+	// PullPolicy of both images; default IfNotPresent.
+	PullPolicy PullPolicy
+	// RuntimeClass is the pods' runtimeClassName ("gvisor" in production);
+	// empty leaves the cluster's default runtime.
+	RuntimeClass string
+	// StorageClass of the per-container claims; empty means the cluster's
+	// default class.
+	StorageClass string
+	// HostPathVolumes binds each container's claim to a PersistentVolume
+	// of its own over the host folders the Spec mounts (hostPath), for a
+	// cluster whose node shares threadbox's data folder (a single-node
+	// cluster on the same machine, as in the tests): threadbox then sees
+	// the sandbox's files as the other backends let it. It needs the
+	// cluster-wide persistentvolumes permission (docs/scale-out.md).
+	HostPathVolumes bool
+	// OOMEvents is the agent's OOM counter file inside the pod; default
+	// DefaultOOMEvents.
+	OOMEvents string
+	// Instance separates several threadbox servers (or test runs) on one
+	// namespace: names and Reconcile are scoped to it.
+	Instance string
+	// Limits are the defaults for zero fields of a Spec's Limits.
+	Limits sandbox.Limits
+	// BootTimeout bounds a boot up to the agent's first answer.
+	BootTimeout time.Duration
+	// NewAgent wraps an attach stream in an agent client; default
+	// agent.NewClient with a keepalive.
+	NewAgent func(rw io.ReadWriteCloser) Agent
+	// Logger receives lifecycle events and the agent's stderr.
+	Logger *slog.Logger
+}
+
+// PullPolicy is a pod's image pull policy ("IfNotPresent", "Never",
+// "Always").
+type PullPolicy = corev1.PullPolicy
+
+// Backend runs sandboxes as pods. It implements sandbox.Backend.
+type Backend struct {
+	cfg  Config
+	rest *rest.Config
+	cs   kubernetes.Interface
+	log  *slog.Logger
+
+	boxes *boxes.Set[*box]
+}
+
+// box is one running sandbox: its pod and the agent over the attach stream.
+type box struct {
+	id        string
+	pod       string
+	uid       string // the pod's uid, to tell a re-created pod apart
+	agent     Agent
+	stop      func()        // ends the attach stream
+	done      chan struct{} // closed when the attach stream ends
+	startedAt time.Time
+}
+
+// New connects to the cluster the config names.
+func New(cfg Config) (*Backend, error) {
+	rc := cfg.REST
+	if rc == nil {
+		var err error
+		if cfg.Kubeconfig != "" {
+			rc, err = clientcmd.BuildConfigFromFlags("", cfg.Kubeconfig)
+		} else {
+			rc, err = rest.InClusterConfig()
+		}
+		if err != nil {
+			return nil, fmt.Errorf("kubernetes: config: %w", err)
+		}
+	}
+	rc = rest.CopyConfig(rc)
+	if rc.QPS == 0 {
+		rc.QPS, rc.Burst = 50, 100
+	}
+	cs, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes: client: %w", err)
+	}
+	if cfg.Namespace == "" {
+		cfg.Namespace = DefaultNamespace
+	}
+	if cfg.Image == "" {
+		cfg.Image = DefaultImage
+	}
+	if cfg.AgentImage == "" {
+		cfg.AgentImage = DefaultAgentImage
+	}
+	if cfg.PullPolicy == "" {
+		cfg.PullPolicy = corev1.PullIfNotPresent
+	}
+	if cfg.OOMEvents == "" {
+		cfg.OOMEvents = DefaultOOMEvents
+	}
+	if cfg.Instance == "" {
+		cfg.Instance = DefaultInstance
+	}
+	if cfg.BootTimeout <= 0 {
+		cfg.BootTimeout = DefaultBootTimeout
+	}
+	if cfg.NewAgent == nil {
+		cfg.NewAgent = func(rw io.ReadWriteCloser) Agent {
+			return agent.NewClient(rw, agent.WithKeepalive(15*time.Second, 10*time.Second))
+		}
+	}
+	cfg.Limits = cfg.Limits.Or(sandbox.DefaultLimits())
+	lg := cfg.Logger
+	if lg == nil {
+		lg = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return &Backend{cfg: cfg, rest: rc, cs: cs, log: lg, boxes: boxes.New(boxEnded)}, nil
+}
+
+// Close ends the attach streams; pods keep running (a later Reconcile
+// adopts them).
+func (b *Backend) Close() error {
+	for _, bx := range b.boxes.TakeAll() {
+		bx.stop()
+	}
+	return nil
+}
+
+// Name returns "kubernetes".
+func (b *Backend) Name() string { return "kubernetes" }
+
+// Isolation names the isolation of the pods from their runtime class: an
+// application kernel for gVisor (runsc), a microVM for Kata or Firecracker,
+// namespaces for the cluster's default runtime (runc). The class's name is
+// in EnforcedLimits' mechanism.
+func (b *Backend) Isolation() string {
+	rc := strings.ToLower(b.cfg.RuntimeClass)
+	switch {
+	case strings.Contains(rc, "gvisor") || strings.Contains(rc, "runsc"):
+		return "application kernel"
+	case strings.Contains(rc, "kata") || strings.Contains(rc, "firecracker"):
+		return "microVM"
+	}
+	return "namespaces"
+}
+
+// RuntimeClass returns the pods' runtimeClassName ("" for the default).
+func (b *Backend) RuntimeClass() string { return b.cfg.RuntimeClass }
+
+// Namespace returns the namespace of the sandboxes.
+func (b *Backend) Namespace() string { return b.cfg.Namespace }
+
+// EnforcedLimits names what the pod spec makes the kubelet enforce:
+// memory and cpu (container limits), tmp (a memory-backed emptyDir's size)
+// and, for claims on host folders, the folders' own quota. Processes and
+// open files have no per-pod setting in Kubernetes (a node's podPidsLimit
+// bounds processes cluster-wide; docs/scale-out.md).
+func (b *Backend) EnforcedLimits(context.Context) ([]string, string) {
+	rc := b.cfg.RuntimeClass
+	if rc == "" {
+		rc = "the cluster's default"
+	}
+	return []string{"memory", "cpu", "tmp"}, "pod resource limits (kubelet cgroups), runtime class " + rc + ", namespace " + b.cfg.Namespace
+}
+
+// Available checks that the apiserver answers and the namespace exists.
+func (b *Backend) Available(ctx context.Context) error {
+	if _, err := b.cs.CoreV1().Namespaces().Get(ctx, b.cfg.Namespace, metav1.GetOptions{}); err != nil {
+		// A Role limited to one namespace may not read namespaces: a list
+		// of pods there proves the cluster answers and the Role works.
+		if !apierrors.IsForbidden(err) {
+			return fmt.Errorf("kubernetes: namespace %s: %w", b.cfg.Namespace, err)
+		}
+		if _, err := b.cs.CoreV1().Pods(b.cfg.Namespace).List(ctx, metav1.ListOptions{Limit: 1}); err != nil {
+			return fmt.Errorf("kubernetes: list pods in %s: %w", b.cfg.Namespace, err)
+		}
+	}
+	return nil
+}
+
+// names returns the object names of container id: the pod's, the claim's
+// (and the policy's, which is the pod's) and the hash label.
+func (b *Backend) names(id string) (pod, claim, hash string) {
+	sum := sha256.Sum256([]byte(b.cfg.Instance + "\x00" + id))
+	hash = hex.EncodeToString(sum[:])[:20]
+	inst := labelSafe(b.cfg.Instance)
+	if len(inst) > 20 {
+		inst = inst[:20]
+	}
+	pod = strings.Trim("tb-"+inst, "-") + "-" + hash
+	return pod, pod + "-files", hash
+}
+
+// volumeName is the PersistentVolume of a claim in HostPathVolumes mode:
+// cluster-wide, so it names the namespace too.
+func (b *Backend) volumeName(id string) string {
+	sum := sha256.Sum256([]byte(b.cfg.Namespace + "\x00" + b.cfg.Instance + "\x00" + id))
+	return "tb-pv-" + hex.EncodeToString(sum[:])[:24]
+}
+
+// labelSafe lowercases s and keeps [a-z0-9-].
+func labelSafe(s string) string {
+	var sb strings.Builder
+	for _, r := range strings.ToLower(s) {
+		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' {
+			sb.WriteRune(r)
+		} else {
+			sb.WriteByte('-')
+		}
+	}
+	return sb.String()
+}
+
+func (b *Backend) labels(id string) map[string]string {
+	_, _, hash := b.names(id)
+	return map[string]string{LabelManaged: "true", LabelInstance: labelSafe(b.cfg.Instance), LabelContainer: hash}
+}
+
+func (b *Backend) selector() string {
+	return LabelManaged + "=true," + LabelInstance + "=" + labelSafe(b.cfg.Instance)
+}
+
+// live returns the running box of id, or nil.
+func (b *Backend) live(id string) *box {
+	bx, _ := b.boxes.Live(id)
+	return bx
+}
+
+// boxEnded reports a box whose attach stream ended or whose agent gave up.
+func boxEnded(bx *box) bool {
+	select {
+	case <-bx.done:
+		return true
+	case <-bx.agent.Done():
+		bx.stop()
+		return true
+	default:
+		return false
+	}
+}
+
+// Ensure boots the sandbox for spec.ID unless it is running: the claim and
+// the policy (kept from an earlier boot, or made), then the pod.
+func (b *Backend) Ensure(ctx context.Context, spec sandbox.Spec) error {
+	if err := b.boxes.Ensure(ctx, spec, nil, b.boot); err != nil {
+		return fmt.Errorf("kubernetes: %w", err)
+	}
+	return nil
+}
+
+// Warm fails: a pod's volumes are fixed when it is created, so a
+// container's claim cannot be bound into a pod already running; new
+// containers boot cold (the warm pool is off for this backend).
+func (b *Backend) Warm(context.Context, sandbox.Spec) error {
+	return fmt.Errorf("kubernetes: warm pool: %w: a running pod's volumes cannot change", sandbox.ErrUnsupported)
+}
+
+// Claim fails: there are no warm pods (Warm).
+func (b *Backend) Claim(_ context.Context, slot string, _ sandbox.Spec) error {
+	return fmt.Errorf("kubernetes: claim %s: %w: no warm pool", slot, sandbox.ErrUnsupported)
+}
+
+// Exec runs cmd through the sandbox's agent. When the pod goes away under
+// the command (deleted, evicted, stopped), the error wraps
+// sandbox.ErrUnavailable and the next Ensure re-creates the pod over the
+// same claim.
+func (b *Backend) Exec(ctx context.Context, id string, cmd sandbox.Command) (sandbox.Result, error) {
+	bx := b.live(id)
+	if bx == nil {
+		st, err := b.Status(ctx, id)
+		if err == nil && st.State == sandbox.StateMissing {
+			return sandbox.Result{}, fmt.Errorf("kubernetes: exec %s: %w", id, sandbox.ErrNotFound)
+		}
+		return sandbox.Result{}, fmt.Errorf("kubernetes: exec %s: %w: sandbox is not running", id, sandbox.ErrUnavailable)
+	}
+	res, err := bx.agent.Exec(ctx, cmd)
+	if err == nil {
+		return res, nil
+	}
+	if ctx.Err() != nil {
+		return res, fmt.Errorf("kubernetes: exec %s: %w", id, err)
+	}
+	select {
+	case <-bx.done:
+	case <-bx.agent.Done():
+	case <-time.After(500 * time.Millisecond):
+	}
+	if boxEnded(bx) {
+		return res, fmt.Errorf("kubernetes: exec %s: %w%s", id, sandbox.ErrUnavailable, b.deathReason(bx))
+	}
+	return res, fmt.Errorf("kubernetes: exec %s: %w", id, err)
+}
+
+// Start starts a long-lived command whose output is streamed to cmd.Output.
+func (b *Backend) Start(ctx context.Context, id string, cmd sandbox.Command, tty *sandbox.TTY) (sandbox.Session, error) {
+	bx := b.live(id)
+	if bx == nil {
+		return nil, fmt.Errorf("kubernetes: start in %s: %w: sandbox is not running", id, sandbox.ErrUnavailable)
+	}
+	p, err := bx.agent.Session(ctx, cmd, tty)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes: start in %s: %w", id, err)
+	}
+	return p, nil
+}
+
+// Listen listens on a loopback address inside the sandbox and hands each
+// connection to the host through the agent.
+func (b *Backend) Listen(ctx context.Context, id, addr string) (net.Listener, error) {
+	bx := b.live(id)
+	if bx == nil {
+		return nil, fmt.Errorf("kubernetes: listen in %s: %w: sandbox is not running", id, sandbox.ErrUnavailable)
+	}
+	l, err := bx.agent.Listen(ctx, addr)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes: listen in %s: %w", id, err)
+	}
+	return l, nil
+}
+
+// Stop deletes the sandbox's pod and waits for it to be gone; the claim
+// (the files) and the policy stay.
+func (b *Backend) Stop(ctx context.Context, id string) error {
+	defer b.boxes.Lock(id)()
+	if bx, _ := b.boxes.Take(id); bx != nil {
+		bx.stop()
+		b.log.Info("sandbox stopped", "id", id, "pod", bx.pod)
+	}
+	pod, _, _ := b.names(id)
+	if err := b.deletePod(ctx, pod); err != nil {
+		return fmt.Errorf("kubernetes: stop %s: %w", id, err)
+	}
+	return nil
+}
+
+// Remove deletes the pod, the claim (and its volume), and the policy.
+func (b *Backend) Remove(ctx context.Context, id string) error {
+	if err := b.Stop(ctx, id); err != nil {
+		return err
+	}
+	defer b.boxes.Lock(id)()
+	if err := b.deleteObjects(ctx, id); err != nil {
+		return fmt.Errorf("kubernetes: remove %s: %w", id, err)
+	}
+	b.boxes.Forget(id)
+	return nil
+}
+
+// Status reports running for a pod this backend holds, stopped for a pod it
+// does not hold or a claim without a pod, and missing otherwise.
+func (b *Backend) Status(ctx context.Context, id string) (sandbox.Status, error) {
+	if bx := b.live(id); bx != nil {
+		return sandbox.Status{State: sandbox.StateRunning, StartedAt: bx.startedAt}, nil
+	}
+	podName, claim, _ := b.names(id)
+	p, err := b.cs.CoreV1().Pods(b.cfg.Namespace).Get(ctx, podName, metav1.GetOptions{})
+	if err == nil {
+		st := sandbox.Status{State: sandbox.StateStopped}
+		if p.Status.StartTime != nil {
+			st.StartedAt = p.Status.StartTime.Time
+		}
+		return st, nil
+	}
+	if !apierrors.IsNotFound(err) {
+		return sandbox.Status{}, fmt.Errorf("kubernetes: status %s: %w", id, err)
+	}
+	if _, err := b.cs.CoreV1().PersistentVolumeClaims(b.cfg.Namespace).Get(ctx, claim, metav1.GetOptions{}); err == nil {
+		return sandbox.Status{State: sandbox.StateStopped}, nil
+	} else if !apierrors.IsNotFound(err) {
+		return sandbox.Status{}, fmt.Errorf("kubernetes: status %s: %w", id, err)
+	}
+	return sandbox.Status{State: sandbox.StateMissing}, nil
+}
+
+// Reconcile finds this instance's pods (and claims without a pod) that this
+// process does not hold and does with each what decide says: adopt a
+// running pod (kept when its agent answers over a new attach stream, else
+// deleted), delete it (Drop also deletes its claim and policy: no live
+// record claims its files), or leave it. Objects without this instance's
+// labels are never touched.
+func (b *Backend) Reconcile(ctx context.Context, decide func(id string) sandbox.Verdict) (adopted, removed []string, err error) {
+	pods, err := b.cs.CoreV1().Pods(b.cfg.Namespace).List(ctx, metav1.ListOptions{LabelSelector: b.selector()})
+	if err != nil {
+		return nil, nil, fmt.Errorf("kubernetes: reconcile: %w", err)
+	}
+	seen := map[string]bool{}
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		id := p.Annotations[AnnotationContainer]
+		seen[id] = true
+		if id != "" && b.live(id) != nil {
+			continue
+		}
+		v := sandbox.Drop
+		if id != "" {
+			v = decide(id)
+		}
+		switch {
+		case v == sandbox.Leave:
+			continue
+		case v == sandbox.Adopt && p.DeletionTimestamp == nil && b.adopt(ctx, id, p):
+			adopted = append(adopted, id)
+			continue
+		}
+		if err := b.deletePod(ctx, p.Name); err != nil {
+			return adopted, removed, fmt.Errorf("kubernetes: reconcile: %w", err)
+		}
+		if v == sandbox.Drop && id != "" {
+			if err := b.deleteObjects(ctx, id); err != nil {
+				return adopted, removed, fmt.Errorf("kubernetes: reconcile: %w", err)
+			}
+		}
+		removed = append(removed, id)
+	}
+	// Claims of stopped sandboxes whose containers are gone.
+	claims, err := b.cs.CoreV1().PersistentVolumeClaims(b.cfg.Namespace).List(ctx, metav1.ListOptions{LabelSelector: b.selector()})
+	if err != nil {
+		return adopted, removed, fmt.Errorf("kubernetes: reconcile: %w", err)
+	}
+	for _, c := range claims.Items {
+		id := c.Annotations[AnnotationContainer]
+		if id == "" || seen[id] || b.live(id) != nil || decide(id) != sandbox.Drop {
+			continue
+		}
+		if err := b.deleteObjects(ctx, id); err != nil {
+			return adopted, removed, fmt.Errorf("kubernetes: reconcile: %w", err)
+		}
+		removed = append(removed, id)
+	}
+	if len(adopted)+len(removed) > 0 {
+		b.log.Info("sandboxes reconciled", "adopted", len(adopted), "removed", len(removed))
+	}
+	return adopted, removed, nil
+}
+
+// adopt attaches to a running pod and keeps it when its agent answers.
+func (b *Backend) adopt(ctx context.Context, id string, p *corev1.Pod) bool {
+	defer b.boxes.Lock(id)()
+	if b.live(id) != nil {
+		return true
+	}
+	if p.Status.Phase != corev1.PodRunning || len(p.Spec.Containers) == 0 || p.Spec.Containers[0].Image != b.cfg.Image {
+		return false
+	}
+	bx, err := b.attach(id, p)
+	if err != nil {
+		b.log.Warn("sandbox not adopted", "id", id, "err", err)
+		return false
+	}
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := bx.agent.Ping(pctx); err != nil {
+		b.log.Warn("sandbox not adopted", "id", id, "err", err)
+		bx.stop()
+		return false
+	}
+	b.boxes.Put(id, bx)
+	return true
+}
+
+// deletePod deletes a pod and waits until it is gone (a re-created pod of
+// the same name must not meet the old one, nor two pods share the files).
+func (b *Backend) deletePod(ctx context.Context, name string) error {
+	grace := int64(1)
+	pods := b.cs.CoreV1().Pods(b.cfg.Namespace)
+	err := pods.Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: &grace})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("delete pod %s: %w", name, err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	for {
+		if _, err := pods.Get(wctx, name, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+			return nil
+		}
+		select {
+		case <-wctx.Done():
+			return fmt.Errorf("pod %s not gone: %w", name, wctx.Err())
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// deleteObjects deletes id's claim, its volume (HostPathVolumes) and policy.
+func (b *Backend) deleteObjects(ctx context.Context, id string) error {
+	pod, claim, _ := b.names(id)
+	var errs []error
+	if err := b.cs.NetworkingV1().NetworkPolicies(b.cfg.Namespace).Delete(ctx, pod, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		errs = append(errs, fmt.Errorf("delete policy: %w", err))
+	}
+	if err := b.cs.CoreV1().PersistentVolumeClaims(b.cfg.Namespace).Delete(ctx, claim, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		errs = append(errs, fmt.Errorf("delete claim: %w", err))
+	}
+	if b.cfg.HostPathVolumes {
+		// Retained: the host folders are the caller's (hostdirs).
+		if err := b.cs.CoreV1().PersistentVolumes().Delete(ctx, b.volumeName(id), metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("delete volume: %w", err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// deathReason describes why a sandbox's pod went away.
+func (b *Backend) deathReason(bx *box) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	p, err := b.cs.CoreV1().Pods(b.cfg.Namespace).Get(ctx, bx.pod, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) || (err == nil && string(p.UID) != bx.uid) {
+		return ": pod deleted"
+	}
+	if err != nil {
+		return ""
+	}
+	if p.DeletionTimestamp != nil {
+		return ": pod being deleted"
+	}
+	var parts []string
+	if p.Status.Reason != "" {
+		parts = append(parts, p.Status.Reason)
+	}
+	for _, cs := range p.Status.ContainerStatuses {
+		if t := cs.State.Terminated; t != nil {
+			if t.Reason == "OOMKilled" {
+				parts = append(parts, "out of memory")
+			}
+			parts = append(parts, fmt.Sprintf("exit code %d", t.ExitCode))
+		}
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return ": pod ended (" + strings.Join(parts, ", ") + ")"
+}
+
+// logWriter forwards the agent's stderr to the logger line by line.
+type logWriter struct {
+	log *slog.Logger
+	id  string
+	mu  sync.Mutex
+	buf []byte
+}
+
+func (w *logWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf = append(w.buf, p...)
+	for {
+		i := strings.IndexByte(string(w.buf), '\n')
+		if i < 0 {
+			break
+		}
+		w.log.Info("agent", "id", w.id, "line", string(w.buf[:i]))
+		w.buf = w.buf[i+1:]
+	}
+	if len(w.buf) > 4096 {
+		w.log.Info("agent", "id", w.id, "line", string(w.buf))
+		w.buf = w.buf[:0]
+	}
+	return len(p), nil
+}
+
+var _ sandbox.Backend = (*Backend)(nil)
+
+// sandboxUID and sandboxGID are the sandbox user (CONTRACT §2).
+var (
+	sandboxUID = int64(hostdirs.SandboxUID)
+	sandboxGID = int64(hostdirs.SandboxGID)
+)

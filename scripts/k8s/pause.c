@@ -1,0 +1,9 @@
+/* pause: the pod sandbox's process for the test cluster (issue 20). */
+#include <signal.h>
+#include <unistd.h>
+static void done(int s) { (void)s; _exit(0); }
+int main(void) {
+	signal(SIGTERM, done);
+	signal(SIGINT, done);
+	for (;;) pause();
+}
