@@ -44,11 +44,20 @@ type Files interface {
 	Sync(ctx context.Context, containerID string, loads []Load) error
 }
 
+// Locks are named locks that every server on one database shares
+// (infra/store.Store: PostgreSQL advisory locks).
+type Locks interface {
+	// Lock waits for the lock named key and returns the function that
+	// gives it back.
+	Lock(ctx context.Context, key string) (release func(), err error)
+}
+
 // Service is the skills use case.
 type Service struct {
 	store  skill.Repository
 	files  Files // nil: no skill store configured
 	limits skill.Limits
+	locks  Locks // nil: this process's mu alone
 	now    func() time.Time
 
 	mu sync.Mutex // one upload at a time picks the next version
@@ -56,12 +65,14 @@ type Service struct {
 
 // New returns the skills use case over the skill records and their files;
 // a zero limits means skill.DefaultLimits(), a nil files a server without
-// a skill store (uploads and loads answer unavailable).
-func New(store skill.Repository, files Files, limits skill.Limits) *Service {
+// a skill store (uploads and loads answer unavailable). With locks, two
+// uploads of one skill on two servers of one database get distinct
+// versions; without, only those on this process do.
+func New(store skill.Repository, files Files, limits skill.Limits, locks Locks) *Service {
 	if limits.MaxEntries <= 0 {
 		limits = skill.DefaultLimits()
 	}
-	return &Service{store: store, files: files, limits: limits, now: time.Now}
+	return &Service{store: store, files: files, limits: limits, locks: locks, now: time.Now}
 }
 
 // Upload stores a new version of a skill from a zip or tar (optionally
@@ -103,6 +114,16 @@ func (s *Service) Upload(ctx context.Context, p user.Principal, archive io.Reade
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	// From reading the latest version to recording the next one, no
+	// other server picks a version of this skill: both would pick the
+	// same and write over each other's files.
+	if s.locks != nil {
+		release, err := s.locks.Lock(ctx, "skill:"+p.OrgID+"/"+m.Name)
+		if err != nil {
+			return skill.Skill{}, fmt.Errorf("skills: lock: %w", err)
+		}
+		defer release()
+	}
 	version := 1
 	latest, err := s.store.LatestSkill(ctx, p.OrgID, m.Name)
 	switch {

@@ -169,8 +169,11 @@ func (s *Service) saveArtifact(ctx context.Context, th thread.Thread, containerI
 	}
 	// From writing the blob to committing its row, no deletion of
 	// artifacts may remove the blob as unreferenced (releaseBlobs).
-	s.blobMu.RLock()
-	defer s.blobMu.RUnlock()
+	unlock, err := s.blobs.shared(ctx, s.d.BlobLock)
+	if err != nil {
+		return artifact.Artifact{}, false, err
+	}
+	defer unlock()
 	// The file may grow after it was listed: never copy more than the cap.
 	sum, size, err := s.d.Blobs.Put(ctx, io.LimitReader(f, s.d.MaxArtifactBytes+1))
 	if err != nil {

@@ -11,20 +11,28 @@ import (
 	"time"
 
 	"threadbox/app/sandboxtools"
+	"threadbox/infra/blob"
 	"threadbox/infra/sandbox/local"
 	"threadbox/infra/webfetch"
 )
 
 // Config is every setting, loaded once from the environment.
 type Config struct {
-	ListenAddr  string
-	DataDir     string
-	DatabaseURL string
-	PublicURL   string
-	JWTIssuer   string
-	JWTAudience string
-	JWTKeyFile  string
-	SessionTTL  time.Duration
+	ListenAddr string
+	DataDir    string
+	// BlobURL is where artifact blobs are kept: empty for DATA_DIR/artifacts,
+	// or s3://bucket[/prefix]?endpoint=...&region=... for an S3-compatible
+	// store (credentials from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY).
+	BlobURL string
+	// BlobCreateBucket makes BLOB_URL's bucket when it does not exist
+	// (BLOB_CREATE_BUCKET=true; development and tests).
+	BlobCreateBucket bool
+	DatabaseURL      string
+	PublicURL        string
+	JWTIssuer        string
+	JWTAudience      string
+	JWTKeyFile       string
+	SessionTTL       time.Duration
 	// Login throttling (app/auth): attempts per window per email and per
 	// client address, and the window.
 	LoginEmailLimit int
@@ -118,6 +126,8 @@ func loadConfig(getenv func(string) string) (Config, error) {
 	c := Config{
 		ListenAddr:       env("LISTEN_ADDR", "127.0.0.1:8080"),
 		DataDir:          env("DATA_DIR", "./data"),
+		BlobURL:          env("BLOB_URL", ""),
+		BlobCreateBucket: env("BLOB_CREATE_BUCKET", "") == "true",
 		DatabaseURL:      env("DATABASE_URL", ""),
 		JWTIssuer:        env("JWT_ISSUER", "threadbox"),
 		JWTAudience:      env("JWT_AUDIENCE", "threadbox-api"),
@@ -169,6 +179,11 @@ func loadConfig(getenv func(string) string) (Config, error) {
 	}
 	if c.Procs, err = parseProcs(getenv("THREADBOX_PROCS")); err != nil {
 		return Config{}, err
+	}
+	if c.BlobURL != "" {
+		if _, e := blob.ParseS3URL(c.BlobURL); e != nil {
+			return Config{}, &configError{"BLOB_URL", e.Error()}
+		}
 	}
 	if _, _, e := net.SplitHostPort(c.ListenAddr); e != nil {
 		return Config{}, &configError{"LISTEN_ADDR", fmt.Sprintf("%q is not host:port", c.ListenAddr)}

@@ -343,15 +343,16 @@ func cmdServe(ctx context.Context, args []string, getenv func(string) string, st
 		collectBlobs(bgctx, sys, cfg.SweepInterval, log)
 	}()
 	srv := web.New(web.Services{
-		Auth:      sys.auth,
-		Admin:     sys.admin,
-		Workspace: sys.workspace,
-		Files:     sys.files,
-		Turns:     sys.turns,
-		Skills:    sys.skills,
-		Backends:  backends.New(sys.backends),
-		Ready:     sys.store.Ready,
-		Usage:     sys.usage,
+		Auth:       sys.auth,
+		Admin:      sys.admin,
+		Workspace:  sys.workspace,
+		Files:      sys.files,
+		Turns:      sys.turns,
+		Skills:     sys.skills,
+		Backends:   backends.New(sys.backends),
+		Ready:      sys.store.Ready,
+		BlobsReady: sys.blobs.Ready,
+		Usage:      sys.usage,
 	}, log, web.Options{MaxUploadBytes: cfg.MaxUploadBytes, TrustedProxies: cfg.TrustedProxies, Observer: sys.metrics, Metrics: sys.metrics.Handler(), MetricsToken: cfg.MetricsToken})
 	sys.sandbox.setServe(srv.ServeSandboxConn)
 

@@ -32,6 +32,30 @@ func (f skillFiles) Sync(ctx context.Context, containerID string, loads []skills
 	return f.s.Sync(ctx, containerID, out)
 }
 
+// artifactStore is where artifact blobs are kept (infra/blob: Store or S3).
+type artifactStore interface {
+	workspace.Blobs
+	// Ready reports whether the store answers (GET /readyz).
+	Ready(ctx context.Context) error
+}
+
+// newBlobs opens the artifact store: DATA_DIR/artifacts, or the
+// S3-compatible bucket of BLOB_URL, whose credentials come from
+// AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN) or the
+// AWS shared credentials file. The bucket must exist; BLOB_CREATE_BUCKET=true
+// makes it (development and tests).
+func newBlobs(ctx context.Context, cfg Config) (artifactStore, error) {
+	if cfg.BlobURL == "" {
+		return blob.New(filepath.Join(cfg.DataDir, "artifacts")), nil
+	}
+	o, err := blob.ParseS3URL(cfg.BlobURL)
+	if err != nil {
+		return nil, err
+	}
+	o.Create = cfg.BlobCreateBucket
+	return blob.NewS3(ctx, o)
+}
+
 // newWorkspace wires the Workspace API (CONTRACT §7): the chat pipeline
 // over the front door every turn goes through, thread files over the Files
 // API use cases, the artifact store under DATA_DIR.
@@ -41,7 +65,8 @@ func newWorkspace(cfg Config, sys *system, fs *fsroot.Containers, log *slog.Logg
 		Containers:       sys.containers,
 		Files:            sys.files,
 		Container:        fs,
-		Blobs:            blob.New(filepath.Join(cfg.DataDir, "artifacts")),
+		Blobs:            sys.blobs,
+		BlobLock:         sys.store,
 		Skills:           sys.skills,
 		Policies:         sys.admin,
 		MaxArtifactBytes: cfg.MaxArtifactBytes,
