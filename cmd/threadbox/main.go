@@ -329,7 +329,13 @@ func cmdServe(ctx context.Context, args []string, getenv func(string) string, st
 		stopBackground()
 		bg.Wait()
 	}()
-	bg.Add(3)
+	bg.Add(4)
+	go func() {
+		defer bg.Done()
+		// Another server asking for a sandbox this one holds gets it once
+		// no command runs in it (docs/scale-out.md).
+		sys.store.WatchWantedLeases(bgctx, sys.containers.HandBack)
+	}()
 	go func() {
 		defer bg.Done()
 		sys.leases.Run(bgctx, func(err error) { log.Error("leases", "cause", err.Error()) })

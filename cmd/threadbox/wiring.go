@@ -146,6 +146,7 @@ func wire(ctx context.Context, cfg Config, log *slog.Logger) (*system, error) {
 	sys.metrics.WatchSandboxes(sys.containers, names)
 	sys.quota = quota.New(st, layout, sys.admin)
 	sys.containers.SetQuota(sys.quota)
+	sys.containers.SetHandoff(st, 0)
 
 	var owner *fsroot.Owner
 	if os.Geteuid() == 0 {
