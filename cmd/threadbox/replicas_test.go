@@ -232,29 +232,35 @@ func TestReplicas(t *testing.T) {
 	}
 
 	step(t, "skill versions", func() {
-		arch := wsZip(t, wsEntry{name: "SKILL.md", body: wsManifest("twice", "Uploaded twice at once")})
+		// Uploads of one skill at once, half on each replica: each gets a
+		// version of its own, 1 to n, and every upload succeeds.
+		arch := wsZip(t, wsEntry{name: "SKILL.md", body: wsManifest("twice", "Uploaded at once")})
+		const n = 8
 		var wg sync.WaitGroup
-		versions := make([]float64, 2)
-		for i, r := range []*child{r0, r1} {
+		versions := make([]int, n)
+		for i := range n {
+			r := rs.replicas[i%2]
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
 				st, body, err := postRaw(r.base, appAPI+"/skills", f.admin, arch, "application/zip")
 				if err != nil || st != 201 {
-					t.Errorf("upload on replica %d: %d %s %v", i, st, body, err)
+					t.Errorf("upload %d: %d %s %v", i, st, body, err)
 					return
 				}
-				var v struct{ Version float64 }
+				var v struct{ Version int }
 				if err := json.Unmarshal([]byte(body), &v); err != nil {
-					t.Errorf("upload on replica %d: %s", i, body)
+					t.Errorf("upload %d: %s", i, body)
 				}
 				versions[i] = v.Version
 			}()
 		}
 		wg.Wait()
 		slices.Sort(versions)
-		if versions[0] != 1 || versions[1] != 2 {
-			t.Fatalf("versions of two simultaneous uploads on two replicas: %v", versions)
+		for i, v := range versions {
+			if v != i+1 {
+				t.Fatalf("versions of %d simultaneous uploads on two replicas: %v", n, versions)
+			}
 		}
 	})
 
