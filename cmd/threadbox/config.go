@@ -27,12 +27,16 @@ type Config struct {
 	// BlobCreateBucket makes BLOB_URL's bucket when it does not exist
 	// (BLOB_CREATE_BUCKET=true; development and tests).
 	BlobCreateBucket bool
-	DatabaseURL      string
-	PublicURL        string
-	JWTIssuer        string
-	JWTAudience      string
-	JWTKeyFile       string
-	SessionTTL       time.Duration
+	// BlobPresign redirects artifact downloads to presigned URLs of the
+	// S3-compatible store (BLOB_PRESIGN=true; the store's endpoint must be
+	// reachable by clients).
+	BlobPresign bool
+	DatabaseURL string
+	PublicURL   string
+	JWTIssuer   string
+	JWTAudience string
+	JWTKeyFile  string
+	SessionTTL  time.Duration
 	// Login throttling (app/auth): attempts per window per email and per
 	// client address, and the window.
 	LoginEmailLimit int
@@ -128,6 +132,7 @@ func loadConfig(getenv func(string) string) (Config, error) {
 		DataDir:          env("DATA_DIR", "./data"),
 		BlobURL:          env("BLOB_URL", ""),
 		BlobCreateBucket: env("BLOB_CREATE_BUCKET", "") == "true",
+		BlobPresign:      env("BLOB_PRESIGN", "") == "true",
 		DatabaseURL:      env("DATABASE_URL", ""),
 		JWTIssuer:        env("JWT_ISSUER", "threadbox"),
 		JWTAudience:      env("JWT_AUDIENCE", "threadbox-api"),
@@ -184,6 +189,8 @@ func loadConfig(getenv func(string) string) (Config, error) {
 		if _, e := blob.ParseS3URL(c.BlobURL); e != nil {
 			return Config{}, &configError{"BLOB_URL", e.Error()}
 		}
+	} else if c.BlobPresign {
+		return Config{}, &configError{"BLOB_PRESIGN", "needs BLOB_URL: only an S3-compatible store can presign downloads"}
 	}
 	if _, _, e := net.SplitHostPort(c.ListenAddr); e != nil {
 		return Config{}, &configError{"LISTEN_ADDR", fmt.Sprintf("%q is not host:port", c.ListenAddr)}

@@ -419,6 +419,59 @@ func TestReplicas(t *testing.T) {
 		}
 	})
 
+	step(t, "presigned downloads", func() {
+		// A replica with BLOB_PRESIGN=true sends the client to the store,
+		// after the same checks; the store answers with the bytes, the
+		// type and disposition, and ranges.
+		e := map[string]string{}
+		for k, v := range rs.env {
+			e[k] = v
+		}
+		e["LISTEN_ADDR"], e["BLOB_PRESIGN"] = freeAddr(t), "true"
+		// Its store address is the test server's own (the gate is for
+		// the replicas): a presigned URL names the host it was signed for.
+		e["BLOB_URL"] = strings.Replace(e["BLOB_URL"], url.QueryEscape("http://"+rs.store.addr()), url.QueryEscape("http://"+rs.store.target), 1)
+		p := startChild(t, e)
+		noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+		get := func(tok string, hdr ...string) *http.Response {
+			req, _ := http.NewRequest("GET", p.base+appAPI+"/artifact/"+artifactID+"/content", nil)
+			req.Header.Set("Authorization", "Bearer "+tok)
+			for i := 0; i+1 < len(hdr); i += 2 {
+				req.Header.Set(hdr[i], hdr[i+1])
+			}
+			resp, err := noFollow.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			checkOpenAPI(t, req, nil, resp, b)
+			return resp
+		}
+		resp := get(f.admin)
+		loc := resp.Header.Get("Location")
+		if resp.StatusCode != 307 || !strings.HasPrefix(loc, "http://"+rs.store.target+"/") || !strings.Contains(loc, "X-Amz-Signature") {
+			t.Fatalf("presigned download: %d %v", resp.StatusCode, resp.Header)
+		}
+		// Another org's admin is refused, not redirected.
+		if resp := get(f.out); resp.StatusCode != 404 {
+			t.Fatalf("another org's download: %d", resp.StatusCode)
+		}
+		req, _ := http.NewRequest("GET", loc, nil)
+		req.Header.Set("Range", "bytes=8-15")
+		sr, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(sr.Body)
+		sr.Body.Close()
+		if sr.StatusCode != 206 || string(b) != "artifact" || !strings.HasPrefix(sr.Header.Get("Content-Disposition"), `attachment; filename="report.txt"`) ||
+			!strings.HasPrefix(sr.Header.Get("Content-Type"), "text/plain") {
+			t.Fatalf("the store's answer to the presigned URL: %d %q %v", sr.StatusCode, b, sr.Header)
+		}
+		p.term(t)
+	})
+
 	step(t, "object store down", func() {
 		rs.store.set(false)
 		defer rs.store.set(true)

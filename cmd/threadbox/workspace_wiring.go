@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"path/filepath"
+	"time"
 
 	"threadbox/app/skills"
 	"threadbox/app/workspace"
@@ -56,6 +57,15 @@ func newBlobs(ctx context.Context, cfg Config) (artifactStore, error) {
 	return blob.NewS3(ctx, o)
 }
 
+// presignExpiry is how long a presigned artifact download URL is valid
+// (BLOB_PRESIGN=true), or zero: downloads stream through the server.
+func presignExpiry(cfg Config) time.Duration {
+	if !cfg.BlobPresign {
+		return 0
+	}
+	return 5 * time.Minute
+}
+
 // newWorkspace wires the Workspace API (CONTRACT §7): the chat pipeline
 // over the front door every turn goes through, thread files over the Files
 // API use cases, the artifact store under DATA_DIR.
@@ -67,6 +77,7 @@ func newWorkspace(cfg Config, sys *system, fs *fsroot.Containers, log *slog.Logg
 		Container:        fs,
 		Blobs:            sys.blobs,
 		BlobLock:         sys.store,
+		PresignExpiry:    presignExpiry(cfg),
 		Skills:           sys.skills,
 		Policies:         sys.admin,
 		MaxArtifactBytes: cfg.MaxArtifactBytes,
