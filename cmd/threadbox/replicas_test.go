@@ -288,6 +288,45 @@ func TestReplicas(t *testing.T) {
 		}
 	})
 
+	step(t, "files api", func() {
+		// Uploads, listing, downloads and deletions spread over the
+		// replicas; an upload retried with its Idempotency-Key on the other
+		// replica returns the first result and stores nothing.
+		const scope = "replicas"
+		q := "?scope_id=" + scope
+		first := r0.upload(f.admin, scope, "", "once.txt", "first", "Idempotency-Key", "rep-key")
+		again := r1.upload(f.admin, scope, "", "once.txt", "second", "Idempotency-Key", "rep-key")
+		if first.status != 200 || again.status != 200 || string(first.body) != string(again.body) {
+			t.Fatalf("idempotent upload on two replicas: %d %s / %d %s", first.status, first.body, again.status, again.body)
+		}
+		for i := range 4 {
+			if r := lb.put(f.admin, scope, fmt.Sprintf("outputs/f%d.txt", i), fmt.Sprintf("content %d", i)); r.status != 200 {
+				t.Fatalf("put %d through the balancer: %d %s", i, r.status, r.body)
+			}
+		}
+		for range 2 {
+			if r := lb.do("GET", filesAPI+"/"+fileID("/mnt/user-data/uploads/once.txt")+"/content"+q, f.admin, nil); r.status != 200 || string(r.body) != "first" {
+				t.Fatalf("download through the balancer: %d %q", r.status, r.body)
+			}
+			list := lb.do("GET", filesAPI+q, f.admin, nil)
+			if list.status != 200 || !strings.Contains(string(list.body), "f3.txt") || !strings.Contains(string(list.body), "once.txt") {
+				t.Fatalf("list through the balancer: %d %s", list.status, list.body)
+			}
+			p := lb.do("GET", filesAPI+"/"+fileID("/mnt/user-data/outputs/f2.txt")+"/content"+q, f.admin, nil, "Range", "bytes=8-")
+			if p.status != 206 || string(p.body) != "2" {
+				t.Fatalf("range through the balancer: %d %q", p.status, p.body)
+			}
+		}
+		if r := lb.do("DELETE", filesAPI+"/"+fileID("/mnt/user-data/outputs/f0.txt")+q, f.admin, nil); r.status/100 != 2 {
+			t.Fatalf("delete: %d %s", r.status, r.body)
+		}
+		for _, s := range []*child{r0, r1} {
+			if r := s.do("GET", filesAPI+"/"+fileID("/mnt/user-data/outputs/f0.txt")+"/content"+q, f.admin, nil); r.status != 404 {
+				t.Fatalf("deleted file on a replica: %d %s", r.status, r.body)
+			}
+		}
+	})
+
 	step(t, "messages api", func() {
 		// The official SDK through the load balancer: each call lands on
 		// the other replica; the container's sandbox moves with it.
@@ -506,12 +545,22 @@ func TestReplicas(t *testing.T) {
 			func() string { return "the long turn never ran: " + lastStatus(lb, f.admin, tid) })
 		r0.kill()
 		killed := time.Now()
-		var last response
+		var (
+			status int
+			body   string
+			err    error
+		)
 		waitFor(t, 45*time.Second, func() bool {
-			last = lb.do("POST", appAPI+"/thread/"+tid+"/messages", f.admin, codeTurn("cat /mnt/user-data/outputs/kept.txt; echo after"))
-			return last.status == 200 && strings.Contains(string(last.body), `intact\n`) && strings.Contains(string(last.body), `after\n`)
+			// Until the balancer's health check marks the dead replica
+			// down (2 checks 500 ms apart), a request sent to it fails
+			// at the transport: the client tries again, as a client would.
+			status, body, err = post(lb.base, appAPI+"/thread/"+tid+"/messages", f.admin, codeTurn("cat /mnt/user-data/outputs/kept.txt; echo after"))
+			if err != nil {
+				time.Sleep(200 * time.Millisecond)
+			}
+			return err == nil && status == 200 && strings.Contains(body, `intact\n`) && strings.Contains(body, `after\n`)
 		}, func() string {
-			return fmt.Sprintf("no command succeeded after the kill: %d %s", last.status, last.body)
+			return fmt.Sprintf("no command succeeded after the kill: %d %s %v", status, body, err)
 		})
 		took := time.Since(killed)
 		t.Logf("takeover after kill -9: %v (LEASE_TTL %s)", took.Round(time.Millisecond), rs.env["LEASE_TTL"])
