@@ -8,6 +8,7 @@ import (
 	"io"
 	"mime"
 	"mime/multipart"
+	"net"
 	"net/url"
 	"os"
 	"strconv"
@@ -109,16 +110,26 @@ const (
 // mid-upload as a plain EOF or an unexpected one, which would store the
 // torn upload as if it were complete, or answer it as the server's
 // failure (500, logged at ERROR).
+//
+// A chunked body cut between two chunks ends, in fasthttp's stream, with
+// the same io.EOF as one that ended with its last chunk: there the client
+// connection tells them apart — one that has been closed (end of file on
+// a non-blocking peek) did not send its last chunk.
 type requestBody struct {
 	r    io.Reader
 	eof  bool
 	want int64 // the declared Content-Length; negative when none
 	got  int64
+	peer net.Conn // the client connection of a streamed chunked body
 }
 
 func bodyReader(c *fiber.Ctx) *requestBody {
 	if r := c.Context().RequestBodyStream(); r != nil {
-		return &requestBody{r: r, want: int64(c.Request().Header.ContentLength())}
+		b := &requestBody{r: r, want: int64(c.Request().Header.ContentLength())}
+		if b.want < 0 {
+			b.peer = c.Context().Conn()
+		}
+		return b
 	}
 	return &requestBody{r: bytes.NewReader(c.Body()), want: -1}
 }
@@ -136,6 +147,9 @@ func (b *requestBody) Read(p []byte) (int, error) {
 		if b.want >= 0 && b.got < b.want {
 			return n, errTornBody
 		}
+		if b.peer != nil && peerClosed(b.peer) {
+			return n, fmt.Errorf("%w (a chunked body cut between chunks)", errTornBody)
+		}
 		b.eof = true
 	default:
 		// A chunked body cut inside a chunk (io.ErrUnexpectedEOF, which
@@ -146,7 +160,8 @@ func (b *requestBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// errTornBody is a request body that ended before its Content-Length. It
+// errTornBody is a request body that ended before its Content-Length (or
+// its last chunk). It
 // is not io.EOF nor io.ErrUnexpectedEOF, which copy loops (io.ReadFull)
 // take for the end of the input.
 var errTornBody = errors.New("the request body ended before its Content-Length (the client left)")

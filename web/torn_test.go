@@ -1,6 +1,7 @@
 package web
 
 import (
+	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
@@ -68,6 +69,9 @@ func TestTornUploadIsTheClientsFailure(t *testing.T) {
 	cases := map[string]string{
 		"content-length": fmt.Sprintf("PUT /up HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s", 1<<20, strings.Repeat("a", 256<<10)),
 		"chunked":        fmt.Sprintf("PUT /up HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s", 1<<20, strings.Repeat("a", 256<<10)),
+		// Two whole chunks, and no last one: as Go's client leaves when
+		// the body it sends fails.
+		"chunked, cut between chunks": fmt.Sprintf("PUT /up HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n%x\r\n%s\r\n", 64<<10, strings.Repeat("a", 64<<10), 64<<10, strings.Repeat("b", 64<<10)),
 	}
 	for name, req := range cases {
 		conn, err := net.Dial("tcp", ln.Addr().String())
@@ -101,5 +105,25 @@ func TestTornUploadIsTheClientsFailure(t *testing.T) {
 	}
 	if n := strings.Count(logged.String(), `"status":400`); n != len(cases) {
 		t.Errorf("%d access log lines with status 400, want %d:\n%s", n, len(cases), logged.String())
+	}
+	// A whole chunked body, its connection kept open for the answer, is
+	// read to its end.
+	conn, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_, _ = fmt.Fprintf(conn, "PUT /up HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n", 64<<10, strings.Repeat("c", 64<<10))
+	select {
+	case err := <-read:
+		if err != nil {
+			t.Fatalf("a whole chunked body read with %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the handler did not finish")
+	}
+	_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if answer, _ := bufio.NewReader(conn).ReadString('\n'); !strings.HasPrefix(answer, "HTTP/1.1 204") {
+		t.Fatalf("a whole chunked body answered %q, want 204", answer)
 	}
 }

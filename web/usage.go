@@ -12,20 +12,28 @@ import (
 // usageDefaultDays is the span of a usage report that names no from.
 const usageDefaultDays = 30
 
-// usageView is one row of GET /org/usage: a day's sums (Day) or a user's
-// (UserID, Email).
+// usageView is one row of GET /org/usage: a day's sums (Day), a user's
+// (UserID, Email), a container's (ContainerID, its client id, thread and
+// owner) or a thread's (ThreadID, Title, owner).
 type usageView struct {
 	Day          string  `json:"day,omitempty"`
 	UserID       string  `json:"user_id,omitempty"`
 	Email        string  `json:"email,omitempty"`
+	ContainerID  *string `json:"container_id,omitempty"`
+	ClientID     string  `json:"container,omitempty"`
+	ThreadID     *string `json:"thread_id,omitempty"`
+	Title        string  `json:"title,omitempty"`
 	Commands     int64   `json:"commands"`
 	WallSeconds  float64 `json:"wall_seconds"`
 	CPUSeconds   float64 `json:"cpu_seconds"`
 	InputTokens  int64   `json:"input_tokens"`
 	OutputTokens int64   `json:"output_tokens"`
+	// Sandbox time: how long sandboxes ran and their control groups' CPU.
+	SandboxSeconds    float64 `json:"sandbox_seconds"`
+	SandboxCPUSeconds float64 `json:"sandbox_cpu_seconds"`
 }
 
-// getUsage is GET /org/usage?from=YYYY-MM-DD&to=YYYY-MM-DD&group_by=user|day:
+// getUsage is GET /org/usage?from=YYYY-MM-DD&to=YYYY-MM-DD&group_by=day|user|container|thread:
 // the org's metered usage (commands, wall and CPU time, model tokens) over
 // the UTC days from..to, both included; to defaults to today, from to 29
 // days before to, group_by to day. Admins only.
@@ -42,16 +50,26 @@ func (s *Server) getUsage(c *fiber.Ctx) error {
 		}
 		from = t.AddDate(0, 0, -(usageDefaultDays - 1)).Format(usage.DayLayout)
 	}
-	rows, err := s.svc.Usage.Report(c.UserContext(), principal(c), from, to, usage.GroupBy(c.Query("group_by", string(usage.ByDay))))
+	by := usage.GroupBy(c.Query("group_by", string(usage.ByDay)))
+	rows, err := s.svc.Usage.Report(c.UserContext(), principal(c), from, to, by)
 	if err != nil {
 		return err
 	}
 	out := make([]usageView, len(rows))
 	for i, r := range rows {
 		out[i] = usageView{
-			Day: r.Day, UserID: r.UserID, Email: r.Email, Commands: r.Commands,
-			WallSeconds: r.Wall.Seconds(), CPUSeconds: r.CPU.Seconds(),
+			Day: r.Day, UserID: r.UserID, Email: r.Email, ClientID: r.ClientID, Title: r.Title,
+			Commands: r.Commands, WallSeconds: r.Wall.Seconds(), CPUSeconds: r.CPU.Seconds(),
 			InputTokens: r.InputTokens, OutputTokens: r.OutputTokens,
+			SandboxSeconds: r.SandboxTime.Seconds(), SandboxCPUSeconds: r.SandboxCPU.Seconds(),
+		}
+		// Per container and per thread, the key is always present: empty
+		// for the usage outside any container or thread.
+		switch by {
+		case usage.ByContainer:
+			out[i].ContainerID, out[i].ThreadID = &r.ContainerID, &r.ThreadID
+		case usage.ByThread:
+			out[i].ThreadID = &r.ThreadID
 		}
 	}
 	return c.JSON(listResponse[usageView]{Data: out})

@@ -90,6 +90,7 @@ type Service struct {
 	hooks       []BootHook
 	started     []func(adopted bool)
 	swept       []func(SweepReport)
+	meters      []Meter
 	cfg         Config
 	log         *slog.Logger
 	now         func() time.Time
@@ -104,6 +105,7 @@ type live struct {
 	backend  sandbox.Backend
 	lastUsed time.Time
 	active   int
+	meter    metered // guarded by Service.mu
 }
 
 // idLock orders the decisions about one container within this process.
@@ -375,7 +377,7 @@ func (s *Service) ensure(ctx context.Context, id string) (*live, error) {
 // and runs the boot hooks; the caller holds the lock and the lease.
 func (s *Service) boot(ctx context.Context, c container.Container) (*live, error) {
 	id := c.ID()
-	mounts, err := s.folders.Prepare(ctx, id)
+	mounts, err := s.prepareBoot(ctx, id)
 	if err != nil {
 		return nil, fmt.Errorf("containers: folders: %w", err) // logged by hide
 	}
@@ -418,6 +420,7 @@ func reason(b sandbox.Backend, err error) string {
 // or adopted, then runs the boot hooks.
 func (s *Service) hold(ctx context.Context, c container.Container, b sandbox.Backend, active int, adopted bool) *live {
 	l := &live{backend: b, lastUsed: s.now(), active: active}
+	s.startMeter(ctx, c.ID(), l, adopted)
 	s.mu.Lock()
 	s.running[c.ID()] = l
 	s.mu.Unlock()
@@ -534,6 +537,7 @@ func (s *Service) forget(id string, l *live) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
+	s.report(ctx, id, l, true, true)
 	if c, err := s.store.Container(ctx, id); err == nil && c.Holder() == s.leases.Holder() {
 		_ = s.store.UpdateContainer(ctx, c.Stopped())
 	}
@@ -578,6 +582,7 @@ func (s *Service) stopLocked(ctx context.Context, id string) error {
 		return err
 	}
 	defer s.giveBack(id)
+	s.report(ctx, id, l, true, false)
 	s.mu.Lock()
 	delete(s.running, id)
 	s.mu.Unlock()
@@ -608,6 +613,7 @@ func (s *Service) removeLocked(ctx context.Context, id string) error {
 		return err
 	}
 	defer s.giveBack(id)
+	s.report(ctx, id, l, true, false)
 	s.mu.Lock()
 	delete(s.running, id)
 	s.mu.Unlock()

@@ -55,7 +55,7 @@ func (s *Service) Scope(ctx context.Context, p user.Principal, scopeID string, c
 	if err != nil {
 		return container.Container{}, err
 	}
-	if _, err := s.folders.Prepare(ctx, c.ID()); err != nil {
+	if _, err := s.prepare(ctx, c.ID()); err != nil {
 		return container.Container{}, fmt.Errorf("containers: folders: %w", err)
 	}
 	return c, nil

@@ -28,14 +28,16 @@ func (r SweepReport) Empty() bool {
 	return len(r.Stopped)+len(r.Expired)+len(r.Adopted)+len(r.Dropped)+len(r.Cleared)+len(r.Released) == 0
 }
 
-// Sweep does, once, what keeps the sandboxes honest: it stops sandboxes
-// idle past the idle period, removes containers past their maximum age,
+// Sweep does, once, what keeps the sandboxes honest: it reports the
+// sandbox time of the sandboxes it holds (OnMeter), stops sandboxes idle
+// past the idle period, removes containers past their maximum age,
 // adopts the running sandboxes of an earlier process whose records are
 // live and whose leases lapsed (and removes those no record claims), sets
 // idle the records that claim a sandbox nobody runs, and releases the disk
 // quota mounts of containers not in use.
 func (s *Service) Sweep(ctx context.Context) (SweepReport, error) {
 	var r SweepReport
+	s.MeterAll(ctx)
 	r.Stopped = s.StopIdle(ctx)
 	expired, err := s.store.ContainersCreatedBefore(ctx, s.now().Add(-s.cfg.MaxAge))
 	if err != nil {

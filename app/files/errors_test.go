@@ -26,6 +26,8 @@ func TestErrorMapping(t *testing.T) {
 		{"read-only", wrap(file.ErrReadOnly), fault.Forbidden, fault.Forbidden},
 		{"too large", wrap(file.ErrTooLarge), fault.TooLarge, fault.Internal},
 		{"mount", wrap(mountErr), fault.NotFound, fault.Internal},
+		{"container disk full", wrap(fmt.Errorf("%w: %w", file.ErrDiskFull, file.ErrTooLarge)), fault.TooLarge, fault.TooLarge},
+		{"server disk full", wrap(file.ErrServerDiskFull), fault.Internal, fault.Unavailable},
 		{"other", errors.New("disk on fire"), fault.Internal, fault.Internal},
 	}
 	for _, tt := range tests {

@@ -202,6 +202,9 @@ func (s *Service) put(ctx context.Context, p user.Principal, scopeID, key string
 	head := &headReader{r: body}
 	info, err := s.store.Write(ctx, cid, sandboxPath, head, limit)
 	if err != nil {
+		if errors.Is(err, file.ErrServerDiskFull) || errors.Is(err, file.ErrDiskFull) {
+			return File{}, writeErr(err, key)
+		}
 		if errors.Is(err, file.ErrTooLarge) && left >= 0 {
 			return File{}, fault.Wrap(fault.TooLarge, fault.MessageOf(org.StorageExceeded(storage, storage-left, 0)), err)
 		}
@@ -522,6 +525,10 @@ func writeErr(err error, key string) error {
 		return fault.Wrap(fault.Conflict, fmt.Sprintf("cannot write %q: a parent is a file", key), err)
 	case errors.Is(err, file.ErrReadOnly):
 		return fault.Wrap(fault.Forbidden, fmt.Sprintf("cannot write %q: read-only folder", key), err)
+	case errors.Is(err, file.ErrServerDiskFull):
+		return fault.Wrap(fault.Unavailable, "the server's disk is full; try again later", err)
+	case errors.Is(err, file.ErrDiskFull):
+		return fault.Wrap(fault.TooLarge, fmt.Sprintf("cannot write %q: the container's disk is full; delete files in it to make room", key), err)
 	}
 	return fault.Wrap(fault.Internal, "file storage error", err)
 }

@@ -1,7 +1,8 @@
 // Package usage meters what users spend: the commands they run in sandboxes
-// (count, wall time and CPU time) and the model tokens of their requests,
-// added to durable counters per org, user and UTC day, and reported to the
-// org's admins.
+// (count, wall time and CPU time), the time their sandboxes run (and the CPU
+// time those use) and the model tokens of their requests,
+// added to durable counters per org, user, container, thread and UTC day,
+// and reported to the org's admins.
 package usage
 
 import (
@@ -22,10 +23,14 @@ const DayLayout = "2006-01-02"
 // MaxDays is the longest span one report covers.
 const MaxDays = 366
 
-// Usage is an amount to add to the counters of an org's user on a day.
+// Usage is an amount to add to the counters of an org's user on a day, in
+// a container and its thread (both empty when the usage had none, for
+// example the tokens of a Messages API request without a container).
 type Usage struct {
-	OrgID  string
-	UserID string
+	OrgID       string
+	UserID      string
+	ContainerID string // storage id of the container
+	ThreadID    string // the container's thread, empty for a user container
 	// Day is the UTC calendar date the usage counts on (YYYY-MM-DD).
 	Day          string
 	Commands     int64
@@ -33,6 +38,10 @@ type Usage struct {
 	CPU          time.Duration
 	InputTokens  int64
 	OutputTokens int64
+	// SandboxTime is how long sandboxes ran; SandboxCPU the CPU time their
+	// control groups used (every process in them, idle or not).
+	SandboxTime time.Duration
+	SandboxCPU  time.Duration
 }
 
 // GroupBy is how a report groups its rows.
@@ -40,30 +49,45 @@ type GroupBy string
 
 // The groupings of a report.
 const (
-	ByDay  GroupBy = "day"
-	ByUser GroupBy = "user"
+	ByDay       GroupBy = "day"
+	ByUser      GroupBy = "user"
+	ByContainer GroupBy = "container"
+	ByThread    GroupBy = "thread"
 )
 
-// Row is one row of a report: the sums of a day (Day set) or of a user
-// (UserID and Email set) over the report's span.
+// Row is one row of a report: the sums over the report's span of a day
+// (Day set), of a user (UserID and Email set), of a container (ContainerID,
+// its ClientID, ThreadID, UserID and Email set; ContainerID empty for usage
+// outside any container) or of a thread (ThreadID and its Title set, with
+// its owner's UserID and Email; ThreadID empty for usage outside threads).
+// ClientID and Title are empty once their container or thread is deleted.
 type Row struct {
 	Day          string
 	UserID       string
 	Email        string
+	ContainerID  string
+	ClientID     string
+	ThreadID     string
+	Title        string
 	Commands     int64
 	Wall         time.Duration
 	CPU          time.Duration
 	InputTokens  int64
 	OutputTokens int64
+	// SandboxTime is how long sandboxes ran; SandboxCPU the CPU time their
+	// control groups used (every process in them, idle or not).
+	SandboxTime time.Duration
+	SandboxCPU  time.Duration
 }
 
 // Store keeps the daily counters.
 type Store interface {
-	// AddUsage adds u to the counters of (u.OrgID, u.UserID, u.Day),
-	// creating them at zero first.
+	// AddUsage adds u to the counters of (u.OrgID, u.UserID, u.Day,
+	// u.ContainerID, u.ThreadID), creating them at zero first.
 	AddUsage(ctx context.Context, u Usage) error
 	// UsageReport sums the org's counters of the days from..to (inclusive,
-	// YYYY-MM-DD) grouped by day or user, ordered by day or user id.
+	// YYYY-MM-DD) grouped by day, user, container or thread, ordered by the
+	// grouping's key.
 	UsageReport(ctx context.Context, orgID, from, to string, by GroupBy) ([]Row, error)
 }
 
@@ -113,33 +137,60 @@ func (s *Service) Command(ctx context.Context, containerID string, res sandbox.R
 	s.forContainer(ctx, containerID, Usage{Commands: 1, Wall: res.Duration, CPU: res.CPUTime})
 }
 
-// Tokens records the model tokens of one request of the user, or, when
-// orgID or userID is empty, of the owner of the container containerID.
-// Failures are logged, never returned.
+// Sandbox records the sandbox time of the container since its last
+// report: how long its sandbox ran and the CPU time its control group
+// used. Failures are logged, never returned.
+func (s *Service) Sandbox(ctx context.Context, containerID string, up, cpu time.Duration) {
+	if up <= 0 && cpu <= 0 {
+		return
+	}
+	s.forContainer(ctx, containerID, Usage{SandboxTime: up, SandboxCPU: cpu})
+}
+
+// Tokens records the model tokens of one request of the user in the
+// container containerID (empty when the request had none), or, when orgID
+// or userID is empty, of the owner of that container. Failures are logged,
+// never returned.
 func (s *Service) Tokens(ctx context.Context, orgID, userID, containerID string, input, output int) {
 	if input == 0 && output == 0 {
 		return
 	}
 	u := Usage{OrgID: orgID, UserID: userID, InputTokens: int64(input), OutputTokens: int64(output)}
-	if orgID != "" && userID != "" {
+	if orgID != "" && userID != "" && containerID == "" {
 		s.record(ctx, u)
 		return
 	}
 	s.forContainer(ctx, containerID, u)
 }
 
+// forContainer records u in the container: for its org and owner unless u
+// names them, and in its thread. A container that cannot be looked up
+// drops usage naming nobody and records the rest without the container.
 func (s *Service) forContainer(ctx context.Context, containerID string, u Usage) {
-	if containerID == "" {
-		return
-	}
 	// A command that ended with its request still counts.
 	ctx = context.WithoutCancel(ctx)
+	named := u.OrgID != "" && u.UserID != ""
+	if containerID == "" {
+		if named {
+			s.record(ctx, u)
+		}
+		return
+	}
 	c, err := s.containers.Container(ctx, containerID)
 	if err != nil {
+		if named {
+			s.record(ctx, u)
+			return
+		}
 		s.log.Warn("usage not recorded: container lookup", "container", containerID, "cause", err.Error())
 		return
 	}
-	u.OrgID, u.UserID = c.OrgID(), c.OwnerID()
+	if !named {
+		u.OrgID, u.UserID = c.OrgID(), c.OwnerID()
+	}
+	if c.OrgID() == u.OrgID {
+		u.ContainerID, u.ThreadID = c.ID(), c.ThreadID()
+	}
 	s.record(ctx, u)
 }
 
@@ -150,14 +201,16 @@ func (s *Service) record(ctx context.Context, u Usage) {
 }
 
 // Report sums the usage of the caller's org over the days from..to
-// (inclusive, YYYY-MM-DD), grouped by day or user. Only the org's admins
-// may read it.
+// (inclusive, YYYY-MM-DD), grouped by day, user, container or thread. Only
+// the org's admins may read it.
 func (s *Service) Report(ctx context.Context, p user.Principal, from, to string, by GroupBy) ([]Row, error) {
 	if !p.IsAdmin() {
 		return nil, fault.New(fault.Forbidden, "only org admins can read the org's usage")
 	}
-	if by != ByDay && by != ByUser {
-		return nil, fault.Errorf(fault.Invalid, "group_by must be %q or %q", ByUser, ByDay)
+	switch by {
+	case ByDay, ByUser, ByContainer, ByThread:
+	default:
+		return nil, fault.Errorf(fault.Invalid, "group_by must be %q, %q, %q or %q", ByDay, ByUser, ByContainer, ByThread)
 	}
 	f, err := time.Parse(DayLayout, from)
 	if err != nil {

@@ -33,14 +33,18 @@ func (f *fakeStore) UsageReport(ctx context.Context, orgID, from, to string, by 
 	return f.rows, nil
 }
 
-// fakeContainers knows one container, c1 of org o1 owned by u1.
+// fakeContainers knows two containers of org o1 owned by u1: c1, a user
+// container, and c2, the container of thread t1.
 type fakeContainers struct{}
 
 func (fakeContainers) Container(ctx context.Context, id string) (container.Container, error) {
-	if id != "c1" {
-		return container.Container{}, fault.New(fault.NotFound, "no such container")
+	switch id {
+	case "c1":
+		return container.Restore("c1", "cnt_1", "o1", "u1", "", container.Running, "docker", "h", time.Time{}, time.Time{}), nil
+	case "c2":
+		return container.Restore("c2", "t1", "o1", "u1", "t1", container.Running, "docker", "h", time.Time{}, time.Time{}), nil
 	}
-	return container.Restore("c1", "cnt_1", "o1", "u1", "", container.Running, "docker", "h", time.Time{}, time.Time{}), nil
+	return container.Container{}, fault.New(fault.NotFound, "no such container")
 }
 
 func newService(st *fakeStore) *Service {
@@ -59,16 +63,34 @@ func TestCommandAndTokens(t *testing.T) {
 	}{
 		{"command for the container's owner", func(s *Service) {
 			s.Command(context.Background(), "c1", sandbox.Result{Duration: 3 * time.Second, CPUTime: 2 * time.Second})
-		}, []Usage{{OrgID: "o1", UserID: "u1", Day: day, Commands: 1, Wall: 3 * time.Second, CPU: 2 * time.Second}}},
+		}, []Usage{{OrgID: "o1", UserID: "u1", Day: day, ContainerID: "c1", Commands: 1, Wall: 3 * time.Second, CPU: 2 * time.Second}}},
+		{"sandbox time counts for the container's owner and thread", func(s *Service) {
+			s.Sandbox(context.Background(), "c2", 30*time.Second, 1500*time.Millisecond)
+		}, []Usage{{OrgID: "o1", UserID: "u1", Day: day, ContainerID: "c2", ThreadID: "t1", SandboxTime: 30 * time.Second, SandboxCPU: 1500 * time.Millisecond}}},
+		{"no sandbox time, nothing recorded", func(s *Service) {
+			s.Sandbox(context.Background(), "c2", 0, 0)
+		}, nil},
+		{"command in a thread's container counts for the thread", func(s *Service) {
+			s.Command(context.Background(), "c2", sandbox.Result{Duration: time.Second})
+		}, []Usage{{OrgID: "o1", UserID: "u1", Day: day, ContainerID: "c2", ThreadID: "t1", Commands: 1, Wall: time.Second}}},
+		{"tokens of the user in a thread's container", func(s *Service) {
+			s.Tokens(context.Background(), "o1", "u1", "c2", 10, 5)
+		}, []Usage{{OrgID: "o1", UserID: "u1", Day: day, ContainerID: "c2", ThreadID: "t1", InputTokens: 10, OutputTokens: 5}}},
+		{"tokens of a user of another org are not put in the container", func(s *Service) {
+			s.Tokens(context.Background(), "o2", "u2", "c2", 10, 5)
+		}, []Usage{{OrgID: "o2", UserID: "u2", Day: day, InputTokens: 10, OutputTokens: 5}}},
+		{"tokens of the user in an unknown container still count for the user", func(s *Service) {
+			s.Tokens(context.Background(), "o1", "u1", "gone", 3, 0)
+		}, []Usage{{OrgID: "o1", UserID: "u1", Day: day, InputTokens: 3}}},
 		{"command in an unknown container is dropped", func(s *Service) {
 			s.Command(context.Background(), "nope", sandbox.Result{Duration: time.Second})
 		}, nil},
 		{"tokens for the named user", func(s *Service) {
-			s.Tokens(context.Background(), "o2", "u2", "c1", 10, 5)
+			s.Tokens(context.Background(), "o2", "u2", "", 10, 5)
 		}, []Usage{{OrgID: "o2", UserID: "u2", Day: day, InputTokens: 10, OutputTokens: 5}}},
 		{"tokens for the container's owner", func(s *Service) {
 			s.Tokens(context.Background(), "", "", "c1", 7, 0)
-		}, []Usage{{OrgID: "o1", UserID: "u1", Day: day, InputTokens: 7}}},
+		}, []Usage{{OrgID: "o1", UserID: "u1", Day: day, ContainerID: "c1", InputTokens: 7}}},
 		{"no tokens, nothing recorded", func(s *Service) {
 			s.Tokens(context.Background(), "o2", "u2", "", 0, 0)
 		}, nil},
@@ -79,7 +101,7 @@ func TestCommandAndTokens(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			cancel()
 			s.Command(ctx, "c1", sandbox.Result{Duration: time.Second})
-		}, []Usage{{OrgID: "o1", UserID: "u1", Day: day, Commands: 1, Wall: time.Second}}},
+		}, []Usage{{OrgID: "o1", UserID: "u1", Day: day, ContainerID: "c1", Commands: 1, Wall: time.Second}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -124,7 +146,9 @@ func TestReport(t *testing.T) {
 		{"admin by day", admin, "2026-03-01", "2026-03-31", ByDay, ""},
 		{"admin by user, one day", admin, "2026-03-01", "2026-03-01", ByUser, ""},
 		{"member", member, "2026-03-01", "2026-03-31", ByDay, fault.Forbidden},
-		{"unknown grouping", admin, "2026-03-01", "2026-03-31", "thread", fault.Invalid},
+		{"admin by container", admin, "2026-03-01", "2026-03-31", ByContainer, ""},
+		{"admin by thread", admin, "2026-03-01", "2026-03-31", ByThread, ""},
+		{"unknown grouping", admin, "2026-03-01", "2026-03-31", "project", fault.Invalid},
 		{"bad from", admin, "March", "2026-03-31", ByDay, fault.Invalid},
 		{"bad to", admin, "2026-03-01", "2026-3-31", ByDay, fault.Invalid},
 		{"to before from", admin, "2026-03-02", "2026-03-01", ByDay, fault.Invalid},

@@ -277,6 +277,10 @@ func TestE2EChat(t *testing.T) {
 	// bar of the chart is drawn.
 	b.WaitText("#usage", e2eEmail, 10*time.Second)
 	b.WaitTrue("today's usage bar", `(() => { const bars = document.querySelectorAll('#usage-chart .bar'); return bars.length === 30 && bars[29].dataset.day === new Date().toISOString().slice(0, 10); })()`, 5*time.Second)
+	// Per thread, the row names the thread by its title.
+	b.Do("usage per thread", chromedp.SetValue(chromedp.ID("usage-by"), "thread"),
+		chromedp.Evaluate[chromedp.Void](`document.getElementById('usage-by').dispatchEvent(new Event('change'))`))
+	b.WaitText(fmt.Sprintf(`#usage tr[data-thread-id=%q]`, tid), "Monthly sales", 10*time.Second)
 	shoot(t, b, "admin-1440")
 	b.Do("back to the thread",
 		chromedp.Click(chromedp.CSS(fmt.Sprintf(`.threads a[data-thread-id=%q]`, tid))),

@@ -379,6 +379,9 @@ func cmdServe(ctx context.Context, args []string, getenv func(string) string, st
 	dctx, dcancel := context.WithTimeout(sctx, cfg.ShutdownGrace*3/4)
 	sys.workspace.StopDetached(dctx)
 	dcancel()
+	// Sandboxes outlive the process (the next one adopts them): their
+	// sandbox time so far is metered now.
+	sys.containers.MeterAll(sctx)
 	if err := srv.Shutdown(sctx); err != nil {
 		return fmt.Errorf("serve: shutdown: %w", err)
 	}

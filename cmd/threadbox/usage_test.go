@@ -14,13 +14,14 @@ const burnScript = "```python\nimport time\nwhile time.process_time() < 2.2:\n  
 
 // TestOrgUsage: a chat turn of the runner model runs a command in a Docker
 // sandbox that burns 2.2 s of CPU; the org's usage report then shows, for
-// that user and today, the command, its CPU time (from the agent's rusage)
-// and wall time, and the model's output tokens. Members get 403 and bad
-// parameters 400.
+// that user, today, the thread and its container, the command, its CPU
+// time (from the agent's rusage) and wall time, and the model's output
+// tokens. Members get 403 and bad parameters 400.
 func TestOrgUsage(t *testing.T) {
 	bin := needDocker(t)
 	databases(t, func(t *testing.T, dbURL string) {
-		s := startServer(t, dbURL, map[string]string{"SANDBOX_BACKEND": "docker", "THREADBOX_AGENT_BIN": bin, "MODEL_PROVIDER": "runner"})
+		// Sweeps every second meter the sandbox's time and CPU.
+		s := startServer(t, dbURL, map[string]string{"SANDBOX_BACKEND": "docker", "THREADBOX_AGENT_BIN": bin, "MODEL_PROVIDER": "runner", "SWEEP_INTERVAL": "1s"})
 		f := newWSFixture(t, s)
 		today := time.Now().UTC().Format("2006-01-02")
 		span := "from=" + today + "&to=" + today
@@ -52,6 +53,8 @@ func TestOrgUsage(t *testing.T) {
 		}{
 			{"day", "day", today},
 			{"user", "email", "admin@acme.test"},
+			{"thread", "thread_id", f.tid},
+			{"container", "thread_id", f.tid},
 		} {
 			t.Run("by "+tt.groupBy, func(t *testing.T) {
 				u := row(t, tt.groupBy)
@@ -66,6 +69,26 @@ func TestOrgUsage(t *testing.T) {
 				}
 			})
 		}
+		// The sandbox's time and its control group's CPU time are metered
+		// at the sweeps: the sandbox has run since the turn, and its group
+		// used at least the 2.2 s the command burnt (less under gVisor's
+		// accounting skew: at least 1 s).
+		t.Run("sandbox time", func(t *testing.T) {
+			deadline := time.Now().Add(30 * time.Second)
+			for {
+				u := row(t, "thread")
+				if u["sandbox_seconds"].(float64) > 0 && u["sandbox_cpu_seconds"].(float64) >= 1 {
+					if cpu := u["sandbox_cpu_seconds"].(float64); cpu > u["sandbox_seconds"].(float64)*2+1 || cpu > 120 {
+						t.Fatalf("sandbox CPU %v s beyond what its sandbox time allows: %v", cpu, u)
+					}
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("sandbox time not metered within 30 s: %v", u)
+				}
+				time.Sleep(500 * time.Millisecond)
+			}
+		})
 		// Another org's report has none of it.
 		if r := s.do("GET", appAPI+"/org/usage?"+span, f.out, nil); r.status != 200 || len(r.json(t)["data"].([]any)) != 0 {
 			t.Fatalf("another org's usage: %d %s", r.status, r.body)
@@ -75,7 +98,7 @@ func TestOrgUsage(t *testing.T) {
 			status             int
 		}{
 			{"member", f.member, span, 403},
-			{"bad group_by", f.admin, span + "&group_by=thread", 400},
+			{"bad group_by", f.admin, span + "&group_by=project", 400},
 			{"bad date", f.admin, "from=yesterday&to=" + today, 400},
 			{"to before from", f.admin, "from=" + today + "&to=2020-01-01", 400},
 			{"default span", f.admin, "", 200},

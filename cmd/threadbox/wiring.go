@@ -43,7 +43,7 @@ type system struct {
 	turns      *turns.Service    // the front door of Messages API requests and chat turns
 	skills     *skills.Service
 	sandbox    *sandboxWiring    // the sandbox_v1 tools and the API bridge
-	usage      *metering.Service // usage metering: commands and model tokens per org, user and day
+	usage      *metering.Service // usage metering: commands, sandbox time and model tokens per org, user, container, thread and day
 	backends   []sandbox.Backend
 	blobs      artifactStore // DATA_DIR/artifacts or BLOB_URL
 	closers    []func() error
@@ -100,6 +100,8 @@ func (f folders) Prepare(ctx context.Context, id string) ([]sandbox.Mount, error
 
 func (f folders) Remove(ctx context.Context, id string) error { return f.l.Remove(ctx, id) }
 
+func (f folders) Repair(ctx context.Context, id string) error { return f.l.Repair(ctx, id) }
+
 func (f folders) Release(ctx context.Context, idle time.Duration, busy func(string) bool) ([]string, error) {
 	return f.l.ReleaseUnused(ctx, idle, busy)
 }
@@ -155,9 +157,10 @@ func wire(ctx context.Context, cfg Config, log *slog.Logger) (*system, error) {
 	fs := fsroot.NewContainers(func(id string) fsroot.Dirs {
 		d := layout.Dirs(id)
 		return fsroot.Dirs{Workspace: d.Workspace, Uploads: d.Uploads, Outputs: d.Outputs, Skills: d.Skills}
-	}, fsroot.Options{Owner: owner})
+	}, fsroot.Options{Owner: owner, SharedDisk: quotaMode(cfg) == hostdirs.QuotaNone})
 	sys.files = files.New(files.Deps{Store: fs, Containers: sys.containers, Policies: sys.admin, Idempotency: st.UploadKeys(0), Quota: sys.quota})
 	sys.usage = metering.New(st, st, log.With("component", "usage"))
+	sys.containers.OnMeter(sys.usage.Sandbox)
 	sys.sandbox = newSandboxWiring(cfg, sys.containers, sys.auth, fs, sys.usage, log)
 	sys.messages = newMessages(cfg, sys, fs, log)
 	sys.skills = skills.New(st, skillFiles{skillfs.New(filepath.Join(cfg.DataDir, "skills"), func(id string) string { return layout.Dirs(id).Skills })}, skill.Limits{}, st)

@@ -16,6 +16,12 @@ var (
 	ErrInvalidRel = errors.New("invalid path within mount")
 	// ErrNotDir comes with ErrNotFound when a parent on the path is a file.
 	ErrNotDir = errors.New("a path component is not a folder")
+	// ErrDiskFull: the container's own disk (its quota) is full. It comes
+	// with ErrTooLarge.
+	ErrDiskFull = errors.New("the container's disk is full")
+	// ErrServerDiskFull: the disk under the container's folders — the
+	// server's — is full, whatever the container's quota leaves.
+	ErrServerDiskFull = errors.New("the server's disk is full")
 )
 
 // Info describes one file (or folder) found within a mount.

@@ -29,6 +29,12 @@ var ErrNotFound = errors.New("sandbox not found")
 // a type check that a wrapper could hide.
 var ErrUnsupported = errors.New("not supported by this sandbox backend")
 
+// ErrFoldersReadOnly reports that a container's folders are on a file
+// system that went read-only under it (its quota image met I/O errors: the
+// server's disk filled). The owner stops the container's sandbox and has
+// the folders repaired before they serve again.
+var ErrFoldersReadOnly = errors.New("the container's file system went read-only")
+
 // Verdict is what the owner decides about a sandbox a backend found running
 // that this process did not boot (Reconcile).
 type Verdict int

@@ -66,6 +66,9 @@ type Owner struct {
 // Options tune an FS.
 type Options struct {
 	Owner *Owner
+	// SharedDisk says the folders are on the server's own file system (no
+	// quota file system per container): a full disk is the server's.
+	SharedDisk bool
 	// noOpenat2 forces the component-by-component walk (tests).
 	noOpenat2 bool
 }
@@ -210,10 +213,30 @@ func mapErrno(op string, err error) error {
 	case errors.Is(err, unix.EISDIR), errors.Is(err, unix.ENXIO):
 		return fmt.Errorf("fsroot: %s: %w", op, ErrNotRegular)
 	case errors.Is(err, unix.ENOSPC), errors.Is(err, unix.EDQUOT):
-		return fmt.Errorf("fsroot: %s: container disk full: %w", op, ErrTooLarge)
+		return fmt.Errorf("fsroot: %s: %w: %w", op, file.ErrDiskFull, ErrTooLarge)
 	}
 	return fmt.Errorf("fsroot: %s: %w", op, err)
 }
+
+// diskFullErr maps a write's error on fd like mapErrno, telling whose disk
+// is full when it is: the server's when the folders share its disk, or
+// when the container's own file system still has room (its image sits on
+// the server's disk, which could not take the blocks); else the
+// container's (its quota).
+func (f *FS) diskFullErr(op string, fd int, err error) error {
+	if !errors.Is(err, unix.ENOSPC) && !errors.Is(err, unix.EDQUOT) {
+		return mapErrno(op, err)
+	}
+	var st unix.Statfs_t
+	if f.opts.SharedDisk || (unix.Fstatfs(fd, &st) == nil && int64(st.Bavail)*int64(st.Bsize) >= roomLeft) {
+		return fmt.Errorf("fsroot: %s: %w: %w", op, file.ErrServerDiskFull, err)
+	}
+	return mapErrno(op, err)
+}
+
+// roomLeft is the free space of a container's file system above which a
+// write failing for space is blamed on the disk under it.
+const roomLeft = 1 << 20
 
 // statxAt stats name under dirfd without following a symlink ("" stats
 // dirfd itself).

@@ -262,7 +262,7 @@ func (f *FS) Write(ctx context.Context, m file.Mount, rel string, r io.Reader, l
 	}
 	n, err := copyLarge(out, src)
 	if err != nil {
-		return file.Info{}, mapErrno("write "+rel, err)
+		return file.Info{}, f.diskFullErr("write "+rel, fd, err)
 	}
 	if limit >= 0 && n > limit {
 		return file.Info{}, fmt.Errorf("fsroot: write %s: more than %d bytes: %w", rel, limit, ErrTooLarge)
@@ -273,7 +273,7 @@ func (f *FS) Write(ctx context.Context, m file.Mount, rel string, r io.Reader, l
 		}
 	}
 	if err := out.Sync(); err != nil {
-		return file.Info{}, mapErrno("sync "+rel, err)
+		return file.Info{}, f.diskFullErr("sync "+rel, fd, err)
 	}
 	if err := out.Close(); err != nil {
 		return file.Info{}, mapErrno("close "+rel, err)

@@ -599,4 +599,72 @@ func usageSuite(t *testing.T, s *store.Store, orgID, otherOrgID string, admin, m
 	if got, err := s.UsageReport(ctx, orgID, "2025-01-01", "2025-12-31", usage.ByDay); err != nil || len(got) != 0 {
 		t.Fatalf("empty span: %+v %v", got, err)
 	}
+	usageScopeSuite(t, s, orgID, admin)
+}
+
+// usageScopeSuite checks the reports per container and per thread: usage
+// of one day split between a thread's container, a user container and no
+// container, named by the container's client id and the thread's title.
+func usageScopeSuite(t *testing.T, s *store.Store, orgID string, admin user.User) {
+	ctx := context.Background()
+	now := time.Now()
+	pr, _ := project.New(id("prj"), orgID, admin.ID(), "Metered", now)
+	if err := s.CreateProject(ctx, pr); err != nil {
+		t.Fatal(err)
+	}
+	th, _ := thread.New(id("thr"), orgID, pr.ID(), admin.ID(), "Quarterly numbers", now)
+	if err := s.CreateThread(ctx, th); err != nil {
+		t.Fatal(err)
+	}
+	tc, _ := container.NewForThread(orgID, admin.ID(), th.ID(), now)
+	uc, _ := container.NewForUser(orgID, admin.ID(), "scratch", now)
+	for _, c := range []container.Container{tc, uc} {
+		if err := s.CreateContainer(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const day = "2027-05-05" // a day no other usage of the suite is on
+	adds := []usage.Usage{
+		{OrgID: orgID, UserID: admin.ID(), Day: day, ContainerID: tc.ID(), ThreadID: th.ID(), Commands: 2, Wall: 3 * time.Second, CPU: time.Second},
+		{OrgID: orgID, UserID: admin.ID(), Day: day, ContainerID: tc.ID(), ThreadID: th.ID(), InputTokens: 100, OutputTokens: 20},
+		{OrgID: orgID, UserID: admin.ID(), Day: day, ContainerID: uc.ID(), Commands: 1, Wall: time.Second},
+		{OrgID: orgID, UserID: admin.ID(), Day: day, ContainerID: uc.ID(), SandboxTime: time.Minute, SandboxCPU: 2 * time.Second},
+		{OrgID: orgID, UserID: admin.ID(), Day: day, ContainerID: uc.ID(), SandboxTime: 30 * time.Second, SandboxCPU: 500 * time.Millisecond},
+		{OrgID: orgID, UserID: admin.ID(), Day: day, InputTokens: 7},
+	}
+	for _, u := range adds {
+		if err := s.AddUsage(ctx, u); err != nil {
+			t.Fatalf("add usage %+v: %v", u, err)
+		}
+	}
+	byContainer := []usage.Row{
+		{UserID: admin.ID(), Email: admin.Email(), InputTokens: 7},
+		{UserID: admin.ID(), Email: admin.Email(), ContainerID: tc.ID(), ClientID: tc.ClientID(), ThreadID: th.ID(), Commands: 2, Wall: 3 * time.Second, CPU: time.Second, InputTokens: 100, OutputTokens: 20},
+		{UserID: admin.ID(), Email: admin.Email(), ContainerID: uc.ID(), ClientID: "scratch", Commands: 1, Wall: time.Second, SandboxTime: 90 * time.Second, SandboxCPU: 2500 * time.Millisecond},
+	}
+	if byContainer[2].ContainerID < byContainer[1].ContainerID {
+		byContainer[1], byContainer[2] = byContainer[2], byContainer[1]
+	}
+	tests := []struct {
+		by   usage.GroupBy
+		want []usage.Row
+	}{
+		{usage.ByContainer, byContainer},
+		{usage.ByThread, []usage.Row{
+			{Commands: 1, Wall: time.Second, InputTokens: 7, SandboxTime: 90 * time.Second, SandboxCPU: 2500 * time.Millisecond},
+			{UserID: admin.ID(), Email: admin.Email(), ThreadID: th.ID(), Title: "Quarterly numbers", Commands: 2, Wall: 3 * time.Second, CPU: time.Second, InputTokens: 100, OutputTokens: 20},
+		}},
+		{usage.ByDay, []usage.Row{{Day: day, Commands: 3, Wall: 4 * time.Second, CPU: time.Second, InputTokens: 107, OutputTokens: 20, SandboxTime: 90 * time.Second, SandboxCPU: 2500 * time.Millisecond}}},
+	}
+	for _, tt := range tests {
+		t.Run("usage by "+string(tt.by), func(t *testing.T) {
+			got, err := s.UsageReport(ctx, orgID, day, day, tt.by)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fmt.Sprint(got) != fmt.Sprint(tt.want) {
+				t.Fatalf("report:\n got %+v\nwant %+v", got, tt.want)
+			}
+		})
+	}
 }

@@ -8,8 +8,8 @@ import (
 	"threadbox/app/usage"
 )
 
-// Usage metering (app/usage.Store): one row of counters per org, user and
-// UTC day, each addition one upsert so that concurrent commands and several
+// Usage metering (app/usage.Store): one row of counters per org, user, UTC
+// day, container and thread, each addition one upsert so that concurrent commands and several
 // servers on one database never lose a count.
 
 var (
@@ -17,19 +17,23 @@ var (
 	_ usage.Containers = (*Store)(nil)
 )
 
-const addUsageSQL = `INSERT INTO usage_daily (org_id, user_id, day, commands, wall_ms, cpu_ms, input_tokens, output_tokens)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?)
-ON CONFLICT (org_id, user_id, day) DO UPDATE SET
+const addUsageSQL = `INSERT INTO usage_daily (org_id, user_id, day, container_id, thread_id, commands, wall_ms, cpu_ms, input_tokens, output_tokens, sandbox_ms, sandbox_cpu_ms)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (org_id, user_id, day, container_id, thread_id) DO UPDATE SET
   commands = usage_daily.commands + excluded.commands,
   wall_ms = usage_daily.wall_ms + excluded.wall_ms,
   cpu_ms = usage_daily.cpu_ms + excluded.cpu_ms,
   input_tokens = usage_daily.input_tokens + excluded.input_tokens,
-  output_tokens = usage_daily.output_tokens + excluded.output_tokens`
+  output_tokens = usage_daily.output_tokens + excluded.output_tokens,
+  sandbox_ms = usage_daily.sandbox_ms + excluded.sandbox_ms,
+  sandbox_cpu_ms = usage_daily.sandbox_cpu_ms + excluded.sandbox_cpu_ms`
 
-// AddUsage adds u to the counters of its org, user and day.
+// AddUsage adds u to the counters of its org, user, day, container and
+// thread.
 func (s *Store) AddUsage(ctx context.Context, u usage.Usage) error {
-	err := s.q(ctx).Exec(addUsageSQL, u.OrgID, u.UserID, u.Day, u.Commands,
-		u.Wall.Milliseconds(), u.CPU.Milliseconds(), u.InputTokens, u.OutputTokens).Error
+	err := s.q(ctx).Exec(addUsageSQL, u.OrgID, u.UserID, u.Day, u.ContainerID, u.ThreadID, u.Commands,
+		u.Wall.Milliseconds(), u.CPU.Milliseconds(), u.InputTokens, u.OutputTokens,
+		u.SandboxTime.Milliseconds(), u.SandboxCPU.Milliseconds()).Error
 	if err != nil {
 		return dbError("add usage", err)
 	}
@@ -41,19 +45,28 @@ type usageSum struct {
 	Day          string
 	UserID       string
 	Email        string
+	ContainerID  string
+	ClientID     string
+	ThreadID     string
+	Title        string
 	Commands     int64
 	WallMs       int64
 	CpuMs        int64
 	InputTokens  int64
 	OutputTokens int64
+	SandboxMs    int64
+	SandboxCpuMs int64
 }
 
 // UsageReport sums the org's counters of the days from..to, grouped by
-// day or by user (with the user's email, empty for a deleted user).
+// day, by user (with the user's email, empty for a deleted user), by
+// container (with its client id and its owner) or by thread (with its
+// title and its owner); names of deleted rows are empty.
 func (s *Store) UsageReport(ctx context.Context, orgID, from, to string, by usage.GroupBy) ([]usage.Row, error) {
 	const sums = `COALESCE(SUM(u.commands), 0) AS commands, COALESCE(SUM(u.wall_ms), 0) AS wall_ms,
   COALESCE(SUM(u.cpu_ms), 0) AS cpu_ms, COALESCE(SUM(u.input_tokens), 0) AS input_tokens,
-  COALESCE(SUM(u.output_tokens), 0) AS output_tokens`
+  COALESCE(SUM(u.output_tokens), 0) AS output_tokens, COALESCE(SUM(u.sandbox_ms), 0) AS sandbox_ms,
+  COALESCE(SUM(u.sandbox_cpu_ms), 0) AS sandbox_cpu_ms`
 	var q string
 	switch by {
 	case usage.ByDay:
@@ -63,6 +76,18 @@ WHERE u.org_id = ? AND u.day >= ? AND u.day <= ? GROUP BY u.day ORDER BY u.day`
 		q = `SELECT u.user_id AS user_id, COALESCE(MAX(us.email), '') AS email, ` + sums + ` FROM usage_daily u
 LEFT JOIN users us ON us.id = u.user_id
 WHERE u.org_id = ? AND u.day >= ? AND u.day <= ? GROUP BY u.user_id ORDER BY u.user_id`
+	case usage.ByContainer:
+		q = `SELECT u.container_id AS container_id, COALESCE(MAX(c.client_id), '') AS client_id,
+  MAX(u.thread_id) AS thread_id, MAX(u.user_id) AS user_id, COALESCE(MAX(us.email), '') AS email, ` + sums + ` FROM usage_daily u
+LEFT JOIN containers c ON c.id = u.container_id
+LEFT JOIN users us ON us.id = u.user_id
+WHERE u.org_id = ? AND u.day >= ? AND u.day <= ? GROUP BY u.container_id ORDER BY u.container_id`
+	case usage.ByThread:
+		q = `SELECT u.thread_id AS thread_id, COALESCE(MAX(t.title), '') AS title,
+  COALESCE(MAX(t.owner_id), '') AS user_id, COALESCE(MAX(us.email), '') AS email, ` + sums + ` FROM usage_daily u
+LEFT JOIN threads t ON t.id = u.thread_id AND u.thread_id <> ''
+LEFT JOIN users us ON us.id = t.owner_id
+WHERE u.org_id = ? AND u.day >= ? AND u.day <= ? GROUP BY u.thread_id ORDER BY u.thread_id`
 	default:
 		return nil, fmt.Errorf("store: usage report: unknown grouping %q", by)
 	}
@@ -73,9 +98,11 @@ WHERE u.org_id = ? AND u.day >= ? AND u.day <= ? GROUP BY u.user_id ORDER BY u.u
 	rows := make([]usage.Row, len(got))
 	for i, g := range got {
 		rows[i] = usage.Row{
-			Day: g.Day, UserID: g.UserID, Email: g.Email, Commands: g.Commands,
+			Day: g.Day, UserID: g.UserID, Email: g.Email, ContainerID: g.ContainerID, ClientID: g.ClientID,
+			ThreadID: g.ThreadID, Title: g.Title, Commands: g.Commands,
 			Wall: time.Duration(g.WallMs) * time.Millisecond, CPU: time.Duration(g.CpuMs) * time.Millisecond,
 			InputTokens: g.InputTokens, OutputTokens: g.OutputTokens,
+			SandboxTime: time.Duration(g.SandboxMs) * time.Millisecond, SandboxCPU: time.Duration(g.SandboxCpuMs) * time.Millisecond,
 		}
 	}
 	return rows, nil

@@ -21,6 +21,11 @@ export async function renderAdmin(main, ctx) {
   const audit = h('tbody');
   const chart = h('div', { id: 'usage-chart', class: 'usage-chart', role: 'img', 'aria-label': 'CPU seconds per day' });
   const usage = h('tbody');
+  const usageKey = h('th', { scope: 'col' }, 'User');
+  const usageBy = h('select', { id: 'usage-by', onchange: () => loadUsage(chart, usage, usageBy.value, usageKey) },
+    h('option', { value: 'user' }, 'Per user'), h('option', { value: 'thread' }, 'Per thread'),
+    h('option', { value: 'container' }, 'Per container'));
+  const reload = () => loadUsage(chart, usage, usageBy.value, usageKey);
   const page = h('div', { class: 'admin' },
     h('h1', {}, 'Organization admin'),
     h('section', { 'aria-labelledby': 'features-h', class: 'panel' },
@@ -36,13 +41,16 @@ export async function renderAdmin(main, ctx) {
           h('th', { scope: 'col' }, 'Created'), h('th', { scope: 'col' }, 'Password'))), users))),
     h('section', { 'aria-labelledby': 'usage-h', class: 'panel' },
       h('div', { class: 'side-head' }, h('h2', { id: 'usage-h' }, 'Usage, last 30 days'),
-        h('button', { type: 'button', onclick: () => loadUsage(chart, usage) }, 'Refresh')),
-      h('p', { class: 'hint' }, 'Sandbox CPU seconds per day (UTC); commands, wall and CPU time and model tokens per user below.'),
+        h('button', { type: 'button', onclick: reload }, 'Refresh')),
+      h('p', { class: 'hint' }, 'Command CPU seconds per day (UTC); commands, their wall and CPU time, sandbox time and model tokens per user, thread or container below.'),
       chart,
-      h('div', { class: 'table-wrap', role: 'region', 'aria-label': 'Usage per user', tabindex: '0' },
+      h('label', {}, 'Rows ', usageBy),
+      h('div', { class: 'table-wrap', role: 'region', 'aria-label': 'Usage table', tabindex: '0' },
         h('table', { id: 'usage' }, h('thead', {}, h('tr', {},
-          h('th', { scope: 'col' }, 'User'), h('th', { scope: 'col' }, 'Commands'), h('th', { scope: 'col' }, 'Wall s'),
-          h('th', { scope: 'col' }, 'CPU s'), h('th', { scope: 'col' }, 'Input tokens'), h('th', { scope: 'col' }, 'Output tokens'))), usage))),
+          usageKey, h('th', { scope: 'col' }, 'Commands'), h('th', { scope: 'col' }, 'Wall s'),
+          h('th', { scope: 'col' }, 'CPU s'), h('th', { scope: 'col', title: 'How long sandboxes ran, busy or idle' }, 'Sandbox s'),
+          h('th', { scope: 'col', title: "CPU time of the sandboxes' control groups" }, 'Sandbox CPU s'),
+          h('th', { scope: 'col' }, 'Input tokens'), h('th', { scope: 'col' }, 'Output tokens'))), usage))),
     h('section', { 'aria-labelledby': 'audit-h', class: 'panel' },
       h('div', { class: 'side-head' }, h('h2', { id: 'audit-h' }, 'Audit log'),
         h('button', { type: 'button', id: 'audit-refresh', onclick: () => loadAudit(audit) }, 'Refresh')),
@@ -56,19 +64,34 @@ export async function renderAdmin(main, ctx) {
   replace(main, page);
   renderSwitches(featureBox, policy, status, ctx, audit);
   replace(users, list.data.map((u) => userRow(u, users, ctx)));
-  await Promise.all([loadAudit(audit), loadUsage(chart, usage)]);
+  await Promise.all([loadAudit(audit), reload()]);
 }
 
 /** day formats a Date as its UTC calendar date, YYYY-MM-DD. */
 function day(d) { return d.toISOString().slice(0, 10); }
 
-/** loadUsage fills the chart (CPU seconds per day) and the per-user table. */
-async function loadUsage(chart, tbody) {
+/** usageLabel names a usage row of a grouping for the table's first column. */
+function usageLabel(by, r) {
+  switch (by) {
+    case 'thread': return r.thread_id ? `${r.title || '(deleted thread)'} — ${r.email || r.user_id}` : 'Outside threads';
+    case 'container': return r.container_id ? `${r.container || '(deleted container)'}${r.thread_id ? ' (thread)' : ''} — ${r.email || r.user_id}` : 'Outside containers';
+    default: return r.email || r.user_id;
+  }
+}
+
+const usageHeads = { user: 'User', thread: 'Thread', container: 'Container' };
+
+/**
+ * loadUsage fills the chart (CPU seconds per day) and the table of usage
+ * per user, thread or container (by), naming its first column in key.
+ */
+async function loadUsage(chart, tbody, by, key) {
   const to = new Date();
   const from = new Date(to.getTime() - 29 * 86400000);
   const span = `from=${day(from)}&to=${day(to)}`;
+  key.textContent = usageHeads[by];
   try {
-    const [byDay, byUser] = await Promise.all([api('GET', `/org/usage?${span}&group_by=day`), api('GET', `/org/usage?${span}&group_by=user`)]);
+    const [byDay, byUser] = await Promise.all([api('GET', `/org/usage?${span}&group_by=day`), api('GET', `/org/usage?${span}&group_by=${by}`)]);
     const cpu = new Map(byDay.data.map((r) => [r.day, r.cpu_seconds]));
     const days = [];
     for (let t = from.getTime(); day(new Date(t)) <= day(to); t += 86400000) days.push(day(new Date(t)));
@@ -81,14 +104,16 @@ async function loadUsage(chart, tbody) {
       return h('div', { class: 'bar', 'data-day': d, title: `${d}: ${v.toFixed(1)} CPU s` }, fill);
     }));
     chart.setAttribute('aria-label', `CPU seconds per day, ${days[0]} to ${days[days.length - 1]}; at most ${top.toFixed(1)}`);
-    replace(tbody, byUser.data.length ? null : h('tr', {}, h('td', { colspan: '6' }, 'Nothing yet.')));
+    replace(tbody, byUser.data.length ? null : h('tr', {}, h('td', { colspan: '8' }, 'Nothing yet.')));
     for (const r of byUser.data) {
-      append(tbody, [h('tr', { 'data-user-id': r.user_id }, h('td', {}, r.email || r.user_id), h('td', {}, r.commands),
-        h('td', {}, r.wall_seconds.toFixed(1)), h('td', {}, r.cpu_seconds.toFixed(1)), h('td', {}, r.input_tokens), h('td', {}, r.output_tokens))]);
+      append(tbody, [h('tr', { 'data-user-id': r.user_id, 'data-thread-id': r.thread_id || '', 'data-container-id': r.container_id || '' },
+        h('td', {}, usageLabel(by, r)), h('td', {}, r.commands),
+        h('td', {}, r.wall_seconds.toFixed(1)), h('td', {}, r.cpu_seconds.toFixed(1)), h('td', {}, r.sandbox_seconds.toFixed(0)),
+        h('td', {}, r.sandbox_cpu_seconds.toFixed(1)), h('td', {}, r.input_tokens), h('td', {}, r.output_tokens))]);
     }
   } catch (err) {
     replace(chart);
-    replace(tbody, h('tr', {}, h('td', { colspan: '6', class: 'inline-error' }, explain(err))));
+    replace(tbody, h('tr', {}, h('td', { colspan: '8', class: 'inline-error' }, explain(err))));
   }
 }
 

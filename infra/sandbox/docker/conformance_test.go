@@ -28,7 +28,7 @@ func TestConformance(t *testing.T) {
 			newBackend := func(t *testing.T) sandbox.Backend { return conformanceBackend(t, rt) }
 			// Docker enforces memory and pids through cgroups on every
 			// runtime; the disk quota is the loop-mounted host folder.
-			caps := sandboxtest.Capabilities{Memory: sandboxtest.MemoryOOMKill, Pids: true, Disk: os.Geteuid() == 0}
+			caps := sandboxtest.Capabilities{Memory: sandboxtest.MemoryOOMKill, Pids: true, Disk: os.Geteuid() == 0, CPU: true}
 			sandboxtest.Run(t, newBackend, caps)
 		})
 	}

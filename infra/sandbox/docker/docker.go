@@ -29,6 +29,7 @@ import (
 	"threadbox/domain/sandbox"
 	"threadbox/infra/sandbox/agent"
 	"threadbox/infra/sandbox/boxes"
+	"threadbox/infra/sandbox/cgroupacct"
 	"threadbox/infra/sandbox/hostdirs"
 )
 
@@ -112,7 +113,8 @@ type box struct {
 	done      chan struct{} // closed when the attach stream ends
 	startedAt time.Time
 	oom       oomCounter
-	oomReady  chan struct{} // closed once oom is known (or unknowable)
+	cpu       cgroupacct.CPU
+	oomReady  chan struct{} // closed once oom and cpu are known (or unknowable)
 
 	mu       sync.Mutex
 	lastUsed time.Time
@@ -375,7 +377,7 @@ func (b *Backend) boot(ctx context.Context, spec sandbox.Spec) (*box, error) {
 		ictx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		if in, err := b.cli.ContainerInspect(ictx, created.ID); err == nil && in.State != nil {
-			bx.setOOM(newOOMCounter(in.State.Pid, "/sys/fs/cgroup"))
+			bx.setCgroups(newOOMCounter(in.State.Pid, "/sys/fs/cgroup"), cgroupacct.ForProcess(in.State.Pid, "/sys/fs/cgroup"))
 			initPid <- in.State.Pid
 		}
 	}()
@@ -531,9 +533,9 @@ func (b *Backend) Exec(ctx context.Context, id string, cmd sandbox.Command) (san
 	return res, fmt.Errorf("docker: exec %s: %w", id, err)
 }
 
-func (bx *box) setOOM(c oomCounter) {
+func (bx *box) setCgroups(oom oomCounter, cpu cgroupacct.CPU) {
 	bx.mu.Lock()
-	bx.oom = c
+	bx.oom, bx.cpu = oom, cpu
 	bx.mu.Unlock()
 }
 
@@ -603,6 +605,31 @@ func (b *Backend) Status(ctx context.Context, id string) (sandbox.Status, error)
 		st.StartedAt, _ = time.Parse(time.RFC3339Nano, in.State.StartedAt)
 	}
 	return st, nil
+}
+
+// SandboxCPU reports the CPU time the running sandbox id has used since
+// it booted, read from its control group on the host: every process in it
+// counts, the agent's and what commands left running too.
+// sandbox.ErrNotFound when this process runs no such sandbox;
+// sandbox.ErrUnsupported when its control group cannot be read.
+func (b *Backend) SandboxCPU(ctx context.Context, id string) (time.Duration, error) {
+	bx := b.live(id)
+	if bx == nil {
+		return 0, fmt.Errorf("docker: cpu %s: %w", id, sandbox.ErrNotFound)
+	}
+	select {
+	case <-bx.oomReady:
+	case <-ctx.Done():
+		return 0, fmt.Errorf("docker: cpu %s: %w", id, ctx.Err())
+	}
+	bx.mu.Lock()
+	c := bx.cpu
+	bx.mu.Unlock()
+	d, ok := c.Read()
+	if !ok {
+		return 0, fmt.Errorf("docker: cpu %s: %w: its control group cannot be read", id, sandbox.ErrUnsupported)
+	}
+	return d, nil
 }
 
 // Reconcile finds this instance's containers that this process does not
@@ -689,7 +716,7 @@ func (b *Backend) adopt(ctx context.Context, id, dockerID string) bool {
 		return false
 	}
 	bx.startedAt, _ = time.Parse(time.RFC3339Nano, in.State.StartedAt)
-	bx.setOOM(newOOMCounter(in.State.Pid, "/sys/fs/cgroup"))
+	bx.setCgroups(newOOMCounter(in.State.Pid, "/sys/fs/cgroup"), cgroupacct.ForProcess(in.State.Pid, "/sys/fs/cgroup"))
 	close(bx.oomReady)
 	b.boxes.Put(id, bx)
 	return true

@@ -24,6 +24,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"threadbox/domain/sandbox"
 )
 
@@ -291,6 +293,10 @@ func (l *Layout) mountQuota(ctx context.Context, id, root string) error {
 		return err
 	}
 	if mounted {
+		var st unix.Statfs_t
+		if err := unix.Statfs(root, &st); err == nil && st.Flags&unix.ST_RDONLY != 0 {
+			return fmt.Errorf("hostdirs: %s: %w", id, sandbox.ErrFoldersReadOnly)
+		}
 		return nil
 	}
 	img := l.DiskImage(id)
@@ -303,6 +309,34 @@ func (l *Layout) mountQuota(ctx context.Context, id, root string) error {
 	}
 	if err := run(ctx, "mount", "-o", "loop,nosuid,nodev", img, root); err != nil {
 		return fmt.Errorf("hostdirs: mount quota image: %w", err)
+	}
+	return nil
+}
+
+// Repair brings back a container's quota file system that went read-only
+// (Prepare's sandbox.ErrFoldersReadOnly; its image met I/O errors when the
+// disk under it filled): it unmounts it, checks and repairs the image
+// (e2fsck, which replays the journal) and mounts it again. Its sandbox must
+// be stopped first: it would keep the read-only view. Without quotas it
+// does nothing.
+func (l *Layout) Repair(ctx context.Context, id string) error {
+	if l.opts.Quota != QuotaLoop {
+		return nil
+	}
+	defer l.lock(id)()
+	root := l.Dirs(id).Root
+	if err := l.unmount(ctx, root); err != nil {
+		return err
+	}
+	// e2fsck: 0 clean, 1 errors corrected, 2 corrected and a reboot
+	// advised (for a root file system); 4 and up left uncorrected.
+	out, err := exec.CommandContext(ctx, "e2fsck", "-f", "-y", l.DiskImage(id)).CombinedOutput()
+	var ee *exec.ExitError
+	if err != nil && (!errors.As(err, &ee) || ee.ExitCode() >= 4) {
+		return fmt.Errorf("hostdirs: repair %s: e2fsck: %w: %s", id, err, bytes.TrimSpace(out))
+	}
+	if err := l.mountQuota(ctx, id, root); err != nil {
+		return fmt.Errorf("hostdirs: repair %s: %w", id, err)
 	}
 	return nil
 }

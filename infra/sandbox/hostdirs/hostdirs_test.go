@@ -165,6 +165,54 @@ func TestQuotaLoopStopsWrites(t *testing.T) {
 	}
 }
 
+// TestRepairReadOnlyQuota: a quota file system that went read-only (as
+// its image does after I/O errors when the disk under it fills) makes
+// Prepare fail with sandbox.ErrFoldersReadOnly instead of a chmod error;
+// Repair checks the image and mounts it again writable, files kept.
+func TestRepairReadOnlyQuota(t *testing.T) {
+	if os.Getuid() != 0 || exec.Command("mkfs.ext4", "-V").Run() != nil || exec.Command("e2fsck", "-V").Run() != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("loop quota needs root, mkfs.ext4 and e2fsck")
+		}
+		t.Skip("loop quota needs root, mkfs.ext4 and e2fsck")
+	}
+	ctx := context.Background()
+	l := New(t.TempDir(), Options{Quota: QuotaLoop, DiskBytes: 32 << 20})
+	t.Cleanup(func() { _ = l.Remove(context.Background(), "ro") })
+	d, err := l.Prepare(ctx, "ro")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(d.Outputs, "kept.txt"), []byte("kept"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("mount", "-o", "remount,ro", d.Root).CombinedOutput(); err != nil {
+		t.Fatalf("remount ro: %v: %s", err, out)
+	}
+	if _, err := l.Prepare(ctx, "ro"); !errors.Is(err, sandbox.ErrFoldersReadOnly) {
+		t.Fatalf("Prepare on a read-only quota: %v, want ErrFoldersReadOnly", err)
+	}
+	if err := l.Repair(ctx, "ro"); err != nil {
+		t.Fatalf("repair: %v", err)
+	}
+	if _, err := l.Prepare(ctx, "ro"); err != nil {
+		t.Fatalf("Prepare after the repair: %v", err)
+	}
+	if b, err := os.ReadFile(filepath.Join(d.Outputs, "kept.txt")); err != nil || string(b) != "kept" {
+		t.Fatalf("file after the repair: %q %v", b, err)
+	}
+	if err := os.WriteFile(filepath.Join(d.Workspace, "new.txt"), []byte("new"), 0o644); err != nil {
+		t.Fatalf("write after the repair: %v", err)
+	}
+	if m, err := MountsBelow(filepath.Dir(filepath.Dir(d.Root))); err != nil || len(m) != 1 {
+		t.Fatalf("mounts after the repair: %v %v", m, err)
+	}
+	// Without quotas there is nothing to repair.
+	if err := New(t.TempDir(), Options{}).Repair(ctx, "x"); err != nil {
+		t.Fatalf("repair without quotas: %v", err)
+	}
+}
+
 // TestLocksAreDropped: the per-container locks live only while in use.
 func TestLocksAreDropped(t *testing.T) {
 	l := New(t.TempDir(), Options{})

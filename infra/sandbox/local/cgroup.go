@@ -11,11 +11,28 @@ import (
 	"time"
 
 	"threadbox/domain/sandbox"
+	"threadbox/infra/sandbox/cgroupacct"
 	"threadbox/infra/sandbox/hostdirs"
 )
 
 // v1Controllers are the cgroup v1 hierarchies a jail joins.
 var v1Controllers = []string{"memory", "pids", "cpu"}
+
+// acctHierarchy is the cgroup v1 hierarchy a jail also joins, for its CPU
+// accounting, when it is mounted apart from cpu (it is often mounted with
+// it, as cpu,cpuacct).
+const acctHierarchy = "cpuacct"
+
+// separateAcct reports whether the cgroup v1 cpuacct hierarchy under root
+// exists apart from the cpu one.
+func separateAcct(root string) bool {
+	acct, err := filepath.EvalSymlinks(filepath.Join(root, acctHierarchy))
+	if err != nil {
+		return false
+	}
+	cpu, err := filepath.EvalSymlinks(filepath.Join(root, "cpu"))
+	return err != nil || acct != cpu
+}
 
 // parentDir is the folder of this backend's cgroups inside one hierarchy.
 func parentDir(hierarchy, instance string) string {
@@ -40,6 +57,10 @@ func detectMode(cfg Config) (LimitMode, string) {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return LimitRlimits, "cgroup v1 " + c + ": " + err.Error()
 		}
+	}
+	if separateAcct(root) {
+		// Accounting only: without it a jail's CPU time is unknown.
+		_ = os.MkdirAll(parentDir(filepath.Join(root, acctHierarchy), cfg.Instance), 0o755)
 	}
 	return LimitCgroupV1, ""
 }
@@ -71,6 +92,9 @@ func removeParents(cfg Config) {
 		for _, c := range v1Controllers {
 			roots = append(roots, filepath.Join(cfg.CgroupRoot, c))
 		}
+		if separateAcct(cfg.CgroupRoot) {
+			roots = append(roots, filepath.Join(cfg.CgroupRoot, acctHierarchy))
+		}
 	}
 	for _, r := range roots {
 		_ = os.Remove(parentDir(r, cfg.Instance))
@@ -83,6 +107,7 @@ type cgroup struct {
 	mode LimitMode
 	dirs []string // one per v1 hierarchy, or the one v2 folder
 	oom  string   // file holding the oom_kill counter
+	cpu  cgroupacct.CPU
 }
 
 // newCgroup makes the jail's cgroups, writes its limits and lets uid join them.
@@ -102,6 +127,7 @@ func newCgroup(cfg Config, mode LimitMode, id string, l sandbox.Limits, uid int)
 		}}
 		cg.dirs = []string{dir}
 		cg.oom = filepath.Join(dir, "memory.events")
+		cg.cpu = cgroupacct.CPU{Path: filepath.Join(dir, "cpu.stat"), V2: true}
 	} else {
 		plan = map[string][]setting{}
 		for _, c := range v1Controllers {
@@ -118,6 +144,14 @@ func newCgroup(cfg Config, mode LimitMode, id string, l sandbox.Limits, uid int)
 				plan[dir] = []setting{{"pids.max", strconv.FormatInt(l.Pids, 10)}}
 			case "cpu":
 				plan[dir] = []setting{{"cpu.cfs_period_us", "100000"}, {"cpu.cfs_quota_us", strconv.FormatInt(quota, 10)}}
+				cg.cpu = cgroupacct.CPU{Path: filepath.Join(dir, "cpuacct.usage")} // when mounted as cpu,cpuacct
+			}
+		}
+		if acct := filepath.Join(cfg.CgroupRoot, acctHierarchy); separateAcct(cfg.CgroupRoot) {
+			if _, err := os.Stat(parentDir(acct, cfg.Instance)); err == nil {
+				dir := filepath.Join(parentDir(acct, cfg.Instance), name)
+				cg.dirs = append(cg.dirs, dir)
+				cg.cpu = cgroupacct.CPU{Path: filepath.Join(dir, "cpuacct.usage")}
 			}
 		}
 	}
@@ -197,6 +231,15 @@ func (c *cgroup) remove() {
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
+}
+
+// cpuTime returns the CPU time the jail's processes have used, and false
+// when unknown (rlimits, or no CPU accounting).
+func (c *cgroup) cpuTime() (time.Duration, bool) {
+	if c == nil {
+		return 0, false
+	}
+	return c.cpu.Read()
 }
 
 // oomKills returns the jail's oom_kill counter, and false when unknown.

@@ -604,6 +604,22 @@ func (b *Backend) Remove(ctx context.Context, id string) error {
 	return nil
 }
 
+// SandboxCPU reports the CPU time the running jail id has used since it
+// booted, from its control group: every process in it counts.
+// sandbox.ErrNotFound when this process runs no such jail;
+// sandbox.ErrUnsupported under rlimits (no control group).
+func (b *Backend) SandboxCPU(ctx context.Context, id string) (time.Duration, error) {
+	j := b.live(id)
+	if j == nil {
+		return 0, fmt.Errorf("local: cpu %s: %w", id, sandbox.ErrNotFound)
+	}
+	d, ok := j.cg.cpuTime()
+	if !ok {
+		return 0, fmt.Errorf("local: cpu %s: %w: no control group accounts for it", id, sandbox.ErrUnsupported)
+	}
+	return d, nil
+}
+
 // Status reports the jail's state: running, stopped (booted before by this
 // backend) or missing.
 func (b *Backend) Status(ctx context.Context, id string) (sandbox.Status, error) {

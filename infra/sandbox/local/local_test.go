@@ -110,6 +110,7 @@ func capsOf(b *Backend) sandboxtest.Capabilities {
 	c := sandboxtest.Capabilities{Disk: true, Pids: true, Memory: sandboxtest.MemoryAllocFails}
 	if mode != LimitRlimits {
 		c.Memory = sandboxtest.MemoryOOMKill
+		c.CPU = true
 	}
 	return c
 }

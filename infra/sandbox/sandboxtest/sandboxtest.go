@@ -66,6 +66,15 @@ type Capabilities struct {
 	Disk bool
 	// Pids: a per-sandbox process limit contains a fork bomb.
 	Pids bool
+	// CPU: the backend reads a sandbox's CPU time from its control group
+	// (SandboxCPU; sandbox time metering).
+	CPU bool
+}
+
+// cpuMeter is a backend that reads a sandbox's CPU time (app/containers
+// meters sandbox time with it).
+type cpuMeter interface {
+	SandboxCPU(ctx context.Context, id string) (time.Duration, error)
 }
 
 // Limits the suite's sandboxes run with.
@@ -97,7 +106,7 @@ type suite struct {
 // serve the same sandboxes and clean up after itself (t.Cleanup).
 func Run(t *testing.T, newBackend func(t *testing.T) sandbox.Backend, caps Capabilities) {
 	s := newSuite(t, newBackend, caps)
-	t.Logf("backend %s enforces: memory %s, disk %v, pids %v", s.be.Name(), caps.Memory, caps.Disk, caps.Pids)
+	t.Logf("backend %s enforces: memory %s, disk %v, pids %v; cpu accounting %v", s.be.Name(), caps.Memory, caps.Disk, caps.Pids, caps.CPU)
 	t.Run("Layout", s.testLayout)
 	t.Run("BashSemantics", s.testBashSemantics)
 	t.Run("Timeout", s.testTimeout)
@@ -111,6 +120,7 @@ func Run(t *testing.T, newBackend func(t *testing.T) sandbox.Backend, caps Capab
 	t.Run("OutputFlood", s.testOutputFlood)
 	t.Run("MemoryHog", s.testMemoryHog)
 	t.Run("DiskFill", s.testDiskFill)
+	t.Run("CPUAccounting", s.testCPUAccounting)
 }
 
 func newSuite(t *testing.T, newBackend func(t *testing.T) sandbox.Backend, caps Capabilities) *suite {
@@ -680,5 +690,54 @@ func (s *suite) testDiskFill(t *testing.T) {
 	}
 	if r := s.run(t, id, "rm big && echo x > small && cat small"); out(r) != "x" {
 		t.Errorf("after freeing: %q %q", r.Stdout, r.Stderr)
+	}
+}
+
+// testCPUAccounting: the CPU time read from a sandbox's control group grows
+// by what a command burns in it, and is not found once the sandbox
+// stopped. A backend without accounting says it is unsupported.
+func (s *suite) testCPUAccounting(t *testing.T) {
+	ctx := context.Background()
+	m, ok := s.be.(cpuMeter)
+	if !s.caps.CPU {
+		if ok {
+			id := uniq("cpu")
+			s.boot(t, s.be, id, sandbox.Limits{})
+			defer s.be.Stop(ctx, id)
+			if _, err := m.SandboxCPU(ctx, id); !errors.Is(err, sandbox.ErrUnsupported) {
+				t.Fatalf("SandboxCPU without accounting: %v, want unsupported", err)
+			}
+		}
+		return
+	}
+	if !ok {
+		t.Fatalf("backend %s claims CPU accounting but has no SandboxCPU", s.be.Name())
+	}
+	id := uniq("cpu")
+	s.boot(t, s.be, id, sandbox.Limits{})
+	c0, err := m.SandboxCPU(ctx, id)
+	if err != nil {
+		t.Fatalf("SandboxCPU after boot: %v", err)
+	}
+	s.run(t, id, `python3 -c "
+import time
+while time.process_time() < 0.6:
+    pass
+"`)
+	c1, err := m.SandboxCPU(ctx, id)
+	if err != nil {
+		t.Fatalf("SandboxCPU after the burn: %v", err)
+	}
+	// The host's count, not the sandbox's: under gVisor the application
+	// kernel's own accounting (what python3 reads) runs ahead of the host's
+	// by up to 2× here, so the bound is half the burn, less a margin.
+	if c1-c0 < 250*time.Millisecond || c1-c0 > time.Minute {
+		t.Fatalf("sandbox CPU went from %v to %v: want at least 0.25 s more for the 0.6 s burnt", c0, c1)
+	}
+	if err := s.be.Stop(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.SandboxCPU(ctx, id); !errors.Is(err, sandbox.ErrNotFound) {
+		t.Fatalf("SandboxCPU of a stopped sandbox: %v, want not found", err)
 	}
 }
