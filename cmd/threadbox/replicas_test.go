@@ -288,6 +288,24 @@ func TestReplicas(t *testing.T) {
 		}
 	})
 
+	step(t, "login throttle", func() {
+		// Failed logins of one email, alternating between the replicas,
+		// count together: the eleventh is refused wherever it lands.
+		if r := r0.do("POST", appAPI+"/org/users", f.admin, map[string]any{"email": "thr@acme.test", "role": "member", "password": "throttled-password"}); r.status/100 != 2 {
+			t.Fatalf("create user: %d %s", r.status, r.body)
+		}
+		for i := range 11 {
+			r := rs.replicas[i%2].do("POST", appAPI+"/auth/login", "", map[string]any{"email": "thr@acme.test", "password": "a wrong guess"})
+			want := 401
+			if i == 10 {
+				want = 429
+			}
+			if r.status != want {
+				t.Fatalf("failed login %d (replica %d): %d %s", i+1, i%2, r.status, r.body)
+			}
+		}
+	})
+
 	step(t, "files api", func() {
 		// Uploads, listing, downloads and deletions spread over the
 		// replicas; an upload retried with its Idempotency-Key on the other
