@@ -420,12 +420,19 @@ func collectBlobs(ctx context.Context, sys *system, every time.Duration, log *sl
 			return
 		case <-t.C:
 		}
-		n, err := sys.workspace.CollectArtifactBlobs(ctx)
-		if err != nil && ctx.Err() == nil {
-			log.Error("artifact blob collection failed", "cause", err.Error())
-		}
-		if n > 0 {
-			log.Info("artifact blobs collected", "removed", n)
+		// One replica of a deployment collects (the holder of the
+		// collector lease, renewed with this process's other leases):
+		// each collection lists the whole store.
+		if mine, err := sys.leases.Acquire(ctx, "artifact-blob-collector"); err == nil && mine {
+			n, err := sys.workspace.CollectArtifactBlobs(ctx)
+			if err != nil && ctx.Err() == nil {
+				log.Error("artifact blob collection failed", "cause", err.Error())
+			}
+			if n > 0 {
+				log.Info("artifact blobs collected", "removed", n)
+			}
+		} else if err != nil && ctx.Err() == nil {
+			log.Error("artifact blob collection: collector lease", "cause", err.Error())
 		}
 		if n, err := sys.workspace.PruneTurns(ctx); err != nil && ctx.Err() == nil {
 			log.Error("turn logs not pruned", "cause", err.Error())
