@@ -262,6 +262,18 @@ func TestReplicas(t *testing.T) {
 				t.Fatalf("versions of %d simultaneous uploads on two replicas: %v", n, versions)
 			}
 		}
+		// The archive is kept in the bucket, in the org's namespace (every
+		// upload had the same content: one object).
+		org := r0.do("GET", appAPI+"/me", f.admin, nil).json(t)["org_id"].(string)
+		var archives []string
+		for _, k := range rs.objects(t) {
+			if strings.HasPrefix(k, "skill-archives/"+org+"/") {
+				archives = append(archives, k)
+			}
+		}
+		if len(archives) != 1 {
+			t.Fatalf("skill archives in the bucket: %v", archives)
+		}
 	})
 
 	step(t, "token revocation", func() {

@@ -164,6 +164,7 @@ func wire(ctx context.Context, cfg Config, log *slog.Logger) (*system, error) {
 	sys.sandbox = newSandboxWiring(cfg, sys.containers, sys.auth, fs, sys.usage, log)
 	sys.messages = newMessages(cfg, sys, fs, log)
 	sys.skills = skills.New(st, skillFiles{skillfs.New(filepath.Join(cfg.DataDir, "skills"), func(id string) string { return layout.Dirs(id).Skills })}, skill.Limits{}, st)
+	sys.skills.SetArchives(newSkillArchives(cfg, sys.blobs))
 	sys.turns = newTurns(cfg, sys)
 	sys.workspace = newWorkspace(cfg, sys, fs, log)
 	return sys, nil

@@ -2,8 +2,11 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"io"
 	"log/slog"
 	"path/filepath"
+	"regexp"
 	"time"
 
 	"threadbox/app/skills"
@@ -23,6 +26,66 @@ func (f skillFiles) Save(ctx context.Context, orgID, name string, version int, f
 
 func (f skillFiles) Delete(ctx context.Context, orgID, name string) error {
 	return f.s.Delete(ctx, orgID, name)
+}
+
+func (f skillFiles) Has(ctx context.Context, orgID, name string, version int) (bool, error) {
+	return f.s.Has(ctx, orgID, name, version)
+}
+
+// skillArchives keeps skill archives in the artifact store's backend, one
+// namespace per org: DATA_DIR/skill-archives/<org>/, or the keys
+// skill-archives/<org>/ of BLOB_URL's bucket.
+type skillArchives struct {
+	store func(orgID string) (archiveStore, error)
+}
+
+// archiveStore is what skillArchives needs of a blob store.
+type archiveStore interface {
+	Put(ctx context.Context, r io.Reader) (string, int64, error)
+	Open(ctx context.Context, sha256 string) (io.ReadSeekCloser, error)
+	Remove(ctx context.Context, sha256 string, writtenBefore time.Time) (bool, error)
+}
+
+// orgIDShape is what an org id looks like; anything else never names a
+// folder or a key.
+var orgIDShape = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+func newSkillArchives(cfg Config, blobs artifactStore) skillArchives {
+	return skillArchives{store: func(orgID string) (archiveStore, error) {
+		if !orgIDShape.MatchString(orgID) {
+			return nil, fmt.Errorf("skill archives: org id %q", orgID)
+		}
+		if s3, ok := blobs.(*blob.S3); ok {
+			return s3.WithPrefix("skill-archives/" + orgID + "/"), nil
+		}
+		return blob.New(filepath.Join(cfg.DataDir, "skill-archives", orgID)), nil
+	}}
+}
+
+func (a skillArchives) Put(ctx context.Context, orgID string, r io.Reader) (string, error) {
+	st, err := a.store(orgID)
+	if err != nil {
+		return "", err
+	}
+	sum, _, err := st.Put(ctx, r)
+	return sum, err
+}
+
+func (a skillArchives) Open(ctx context.Context, orgID, sum string) (io.ReadCloser, error) {
+	st, err := a.store(orgID)
+	if err != nil {
+		return nil, err
+	}
+	return st.Open(ctx, sum)
+}
+
+func (a skillArchives) Remove(ctx context.Context, orgID, sum string) error {
+	st, err := a.store(orgID)
+	if err != nil {
+		return err
+	}
+	_, err = st.Remove(ctx, sum, time.Time{})
+	return err
 }
 
 func (f skillFiles) Sync(ctx context.Context, containerID string, loads []skills.Load) error {

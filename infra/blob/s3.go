@@ -311,3 +311,11 @@ func (s *S3) Ready(ctx context.Context) error {
 	}
 	return nil
 }
+
+// WithPrefix returns the store of the keys under prefix (ending in "/")
+// within this store's, sharing its client.
+func (s *S3) WithPrefix(prefix string) *S3 {
+	c := *s
+	c.prefix = s.prefix + prefix
+	return &c
+}
