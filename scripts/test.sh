@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # test: runs the whole suite. Starts a throwaway PostgreSQL 15 cluster in a
-# temporary folder unless TEST_DATABASE_URL is already set. Under CI=true every
+# temporary folder unless TEST_DATABASE_URL is already set, and a throwaway
+# S3-compatible server (scripts/s3-start.sh) unless TEST_BLOB_URL is. Under CI=true every
 # test that needs a real service (PostgreSQL, Docker, runsc, bubblewrap,
 # Chromium) fails when it is missing instead of skipping.
 set -euo pipefail
@@ -8,9 +9,11 @@ cd "$(dirname "$0")/.."
 
 pgdir=""
 k8s_up=""
+s3started=""
 cleanup() {
   # kubernetes test cluster (issue 20): ends what scripts/k8s-up.sh started.
   if [ -n "$k8s_up" ]; then bash scripts/k8s-down.sh || true; fi
+  if [ -n "$s3started" ]; then ./scripts/s3-stop.sh; fi
   if [ -n "$pgdir" ]; then
     if [ "$(id -u)" = 0 ]; then su -s /bin/sh postgres -c "pg_ctl -D $pgdir/data -m immediate stop" >/dev/null 2>&1 || true
     else pg_ctl -D "$pgdir/data" -m immediate stop >/dev/null 2>&1 || true; fi
@@ -25,6 +28,14 @@ if [ -z "${TEST_DATABASE_URL:-}" ]; then
     pgdir="$PG_TMPDIR"
   else
     echo "test: no PostgreSQL found; PostgreSQL tests will $( [ "${CI:-}" = true ] && echo fail || echo skip )" >&2
+  fi
+fi
+
+if [ -z "${TEST_BLOB_URL:-}" ]; then
+  if s3env=$(./scripts/s3-start.sh); then
+    eval "$s3env"; s3started=1
+  else
+    echo "test: the S3-compatible server did not start; the S3 tests will $( [ "${CI:-}" = true ] && echo fail || echo skip )" >&2
   fi
 fi
 

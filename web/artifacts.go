@@ -78,5 +78,21 @@ func (s *Server) artifactContent(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
+	// With BLOB_PRESIGN the client fetches the bytes from the object
+	// store, once the checks above passed; the store answers with the
+	// same type and disposition, and ranges.
+	sent := disp
+	if sent == "inline" && !ct.File.Inline {
+		sent = "attachment"
+	}
+	u, err := s.svc.Workspace.ArtifactRedirect(c.UserContext(), ct.File, ct.File.MIMEType, contentDisposition(sent, ct.File.Filename))
+	if err != nil || u != "" {
+		ct.Body.Close()
+		if err != nil {
+			return err
+		}
+		c.Set(fiber.HeaderCacheControl, "private, no-store")
+		return c.Redirect(u, fiber.StatusTemporaryRedirect)
+	}
 	return sendContent(c, ct, disp)
 }

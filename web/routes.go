@@ -99,8 +99,9 @@ func (s *Server) routes() {
 
 // readyView is the body of GET /readyz, whatever its status.
 type readyView struct {
-	Status          string              `json:"status"`   // "ready" or "not ready"
-	Database        string              `json:"database"` // "ok" or why not
+	Status          string              `json:"status"`               // "ready" or "not ready"
+	Database        string              `json:"database"`             // "ok" or why not
+	BlobStore       string              `json:"blob_store,omitempty"` // "ok" or why not
 	SandboxBackends []backendStatusView `json:"sandbox_backends"`
 }
 
@@ -111,7 +112,8 @@ type backendStatusView struct {
 	Reason    string `json:"reason,omitempty"`
 }
 
-// readyz answers 200 when the database answers and is migrated and, when
+// readyz answers 200 when the database answers and is migrated, the
+// artifact store answers (when one is configured) and, when
 // sandbox backends are configured, at least one of them can serve (code
 // execution is core); 503 otherwise. Either way the body says what was
 // checked and why a check failed (docs/backends.md).
@@ -122,6 +124,13 @@ func (s *Server) readyz(c *fiber.Ctx) error {
 		if err := s.svc.Ready(ctx); err != nil {
 			s.log.Error("not ready: database", "err", err.Error())
 			v.Status, v.Database = "not ready", "unreachable or not migrated"
+		}
+	}
+	if s.svc.BlobsReady != nil {
+		v.BlobStore = "ok"
+		if err := s.svc.BlobsReady(ctx); err != nil {
+			s.log.Error("not ready: artifact store", "err", err.Error())
+			v.Status, v.BlobStore = "not ready", "unreachable"
 		}
 	}
 	if s.svc.Backends != nil {

@@ -38,6 +38,9 @@ type Services struct {
 	Skills *skills.Service
 	// Ready reports whether the database answers and is migrated.
 	Ready func(ctx context.Context) error
+	// BlobsReady reports whether the artifact store answers; nil checks
+	// nothing.
+	BlobsReady func(ctx context.Context) error
 	// Usage reports the org's metered usage; nil answers 503.
 	Usage *usage.Service
 }

@@ -89,16 +89,20 @@ type Service struct {
 	backends []sandbox.Backend
 	folders  Folders
 	leases   Leases
-	threads  Threads
-	quota    Quota
-	hooks    []BootHook
-	started  []func(adopted bool)
-	swept    []func(SweepReport)
-	meters   []Meter
-	cfg      Config
-	log      *slog.Logger
-	now      func() time.Time
-	pool     *pool
+	// handoff, when set, asks another server for a sandbox it holds
+	// (handoff.go).
+	handoff     Handoff
+	handoffWait time.Duration
+	threads     Threads
+	quota       Quota
+	hooks       []BootHook
+	started     []func(adopted bool)
+	swept       []func(SweepReport)
+	meters      []Meter
+	cfg         Config
+	log         *slog.Logger
+	now         func() time.Time
+	pool        *pool
 
 	mu      sync.Mutex
 	running map[string]*live // the sandboxes this process holds, by container id
@@ -349,7 +353,17 @@ func (s *Service) ensure(ctx context.Context, id string) (*live, error) {
 		return nil, s.hide(id, "boot", fmt.Errorf("containers: boot %s: %w", id, err))
 	}
 	if !ok {
-		return nil, errElsewhere(c.ClientID())
+		if ok, err = s.takeOver(ctx, id); err != nil {
+			return nil, s.hide(id, "boot", fmt.Errorf("containers: boot %s: %w", id, err))
+		}
+		if !ok {
+			return nil, errElsewhere(c.ClientID())
+		}
+		// The holder may have changed the record while handing over.
+		if c, err = s.store.Container(ctx, id); err != nil {
+			s.giveBack(id)
+			return nil, s.hide(id, "boot", fmt.Errorf("containers: boot %s: %w", id, err))
+		}
 	}
 	if c.State() == container.Running {
 		// With its lease, a record still saying running is stale (its

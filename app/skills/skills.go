@@ -6,11 +6,13 @@
 package skills
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -42,6 +44,29 @@ type Files interface {
 	Delete(ctx context.Context, orgID, name string) error
 	// Sync makes the container's /mnt/skills hold exactly loads.
 	Sync(ctx context.Context, containerID string, loads []Load) error
+	// Has reports whether one version's files are stored here.
+	Has(ctx context.Context, orgID, name string, version int) (bool, error)
+}
+
+// Archives keeps the uploaded archive of every skill version in the
+// object store every server shares (infra/blob, one namespace per org,
+// keyed by the archive's SHA-256), so a server whose disk lacks a
+// version's files (another host, a lost volume) restores them from it.
+type Archives interface {
+	// Put stores an archive and returns its hex SHA-256.
+	Put(ctx context.Context, orgID string, r io.Reader) (string, error)
+	// Open opens the archive with the given SHA-256.
+	Open(ctx context.Context, orgID, sha256 string) (io.ReadCloser, error)
+	// Remove deletes the archive with the given SHA-256 (missing: no error).
+	Remove(ctx context.Context, orgID, sha256 string) error
+}
+
+// Locks are named locks that every server on one database shares
+// (infra/store.Store: PostgreSQL advisory locks).
+type Locks interface {
+	// Lock waits for the lock named key and returns the function that
+	// gives it back.
+	Lock(ctx context.Context, key string) (release func(), err error)
 }
 
 // Service is the skills use case.
@@ -49,20 +74,31 @@ type Service struct {
 	store  skill.Repository
 	files  Files // nil: no skill store configured
 	limits skill.Limits
-	now    func() time.Time
+	locks  Locks // nil: this process's mu alone
+	// archives, when set, keeps every version's archive in the object
+	// store (SetArchives).
+	archives Archives
+	now      func() time.Time
 
 	mu sync.Mutex // one upload at a time picks the next version
 }
 
 // New returns the skills use case over the skill records and their files;
 // a zero limits means skill.DefaultLimits(), a nil files a server without
-// a skill store (uploads and loads answer unavailable).
-func New(store skill.Repository, files Files, limits skill.Limits) *Service {
+// a skill store (uploads and loads answer unavailable). With locks, two
+// uploads of one skill on two servers of one database get distinct
+// versions; without, only those on this process do.
+func New(store skill.Repository, files Files, limits skill.Limits, locks Locks) *Service {
 	if limits.MaxEntries <= 0 {
 		limits = skill.DefaultLimits()
 	}
-	return &Service{store: store, files: files, limits: limits, now: time.Now}
+	return &Service{store: store, files: files, limits: limits, locks: locks, now: time.Now}
 }
+
+// SetArchives keeps every uploaded version's archive in a (the object
+// store), and restores from it the files of a version this server's disk
+// lacks. Set before serving.
+func (s *Service) SetArchives(a Archives) { s.archives = a }
 
 // Upload stores a new version of a skill from a zip or tar (optionally
 // gzip-compressed) archive holding a SKILL.md whose front matter gives the
@@ -103,6 +139,16 @@ func (s *Service) Upload(ctx context.Context, p user.Principal, archive io.Reade
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	// From reading the latest version to recording the next one, no
+	// other server picks a version of this skill: both would pick the
+	// same and write over each other's files.
+	if s.locks != nil {
+		release, err := s.locks.Lock(ctx, "skill:"+p.OrgID+"/"+m.Name)
+		if err != nil {
+			return skill.Skill{}, fmt.Errorf("skills: lock: %w", err)
+		}
+		defer release()
+	}
 	version := 1
 	latest, err := s.store.LatestSkill(ctx, p.OrgID, m.Name)
 	switch {
@@ -115,6 +161,11 @@ func (s *Service) Upload(ctx context.Context, p user.Principal, archive io.Reade
 	sk := skill.Skill{
 		ID: id.New("skl"), OrgID: p.OrgID, Name: m.Name, Description: m.Description, Version: version,
 		SHA256: hex.EncodeToString(sum[:]), CreatedAt: s.now().UTC(),
+	}
+	if s.archives != nil {
+		if _, err := s.archives.Put(ctx, p.OrgID, bytes.NewReader(raw)); err != nil {
+			return skill.Skill{}, fmt.Errorf("skills: save archive: %w", err)
+		}
 	}
 	if err := s.files.Save(ctx, p.OrgID, sk.Name, sk.Version, entries); err != nil {
 		return skill.Skill{}, fmt.Errorf("skills: save: %w", err)
@@ -140,8 +191,28 @@ func (s *Service) Delete(ctx context.Context, p user.Principal, skillID string) 
 	if !p.IsAdmin() {
 		return skill.Skill{}, fault.New(fault.Forbidden, "only org admins may delete skills")
 	}
+	// The archives of every version go too (one namespace per org, so no
+	// other org's skill shares them; versions with the same content share
+	// one archive, and all versions go).
+	var sums []string
+	if s.archives != nil {
+		all, err := s.store.SkillsByOrg(ctx, p.OrgID)
+		if err != nil {
+			return skill.Skill{}, err
+		}
+		for _, v := range all {
+			if v.Name == sk.Name && !slices.Contains(sums, v.SHA256) {
+				sums = append(sums, v.SHA256)
+			}
+		}
+	}
 	if _, err := s.store.DeleteSkillVersions(ctx, p.OrgID, sk.Name); err != nil {
 		return skill.Skill{}, err
+	}
+	for _, sum := range sums {
+		if err := s.archives.Remove(ctx, p.OrgID, sum); err != nil {
+			return skill.Skill{}, fmt.Errorf("skills: delete archive: %w", err)
+		}
 	}
 	if s.files != nil {
 		if err := s.files.Delete(ctx, p.OrgID, sk.Name); err != nil {
@@ -240,6 +311,9 @@ func (s *Service) Load(ctx context.Context, containerID string, skills []skill.S
 	loads := make([]Load, len(skills))
 	for i, sk := range skills {
 		loads[i] = Load{OrgID: sk.OrgID, Name: sk.Name, Version: sk.Version}
+		if err := s.restore(ctx, sk); err != nil {
+			return err
+		}
 	}
 	if err := s.files.Sync(ctx, containerID, loads); err != nil {
 		return fmt.Errorf("skills: load: %w", err)
@@ -280,4 +354,40 @@ func Prompt(skills []skill.Skill, codeExec bool) string {
 		fmt.Fprintf(&b, "- %s: %s\n", sk.Name, sk.Description)
 	}
 	return strings.TrimRight(b.String(), "\n")
+}
+
+// restore writes the files of sk from its archive when this server's disk
+// lacks them (and an archive store is set).
+func (s *Service) restore(ctx context.Context, sk skill.Skill) error {
+	if s.archives == nil {
+		return nil
+	}
+	if ok, err := s.files.Has(ctx, sk.OrgID, sk.Name, sk.Version); err != nil || ok {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if ok, err := s.files.Has(ctx, sk.OrgID, sk.Name, sk.Version); err != nil || ok {
+		return err // restored meanwhile
+	}
+	rc, err := s.archives.Open(ctx, sk.OrgID, sk.SHA256)
+	if err != nil {
+		return fmt.Errorf("skills: restore %s v%d: %w", sk.Name, sk.Version, err)
+	}
+	defer rc.Close()
+	raw, err := io.ReadAll(io.LimitReader(rc, s.limits.MaxTotalBytes+1))
+	if err != nil {
+		return fmt.Errorf("skills: restore %s v%d: %w", sk.Name, sk.Version, err)
+	}
+	if sum := sha256.Sum256(raw); hex.EncodeToString(sum[:]) != sk.SHA256 {
+		return fmt.Errorf("skills: restore %s v%d: the stored archive does not match its hash", sk.Name, sk.Version)
+	}
+	entries, err := ReadArchive(raw, s.limits)
+	if err != nil {
+		return fmt.Errorf("skills: restore %s v%d: %w", sk.Name, sk.Version, err)
+	}
+	if err := s.files.Save(ctx, sk.OrgID, sk.Name, sk.Version, entries); err != nil {
+		return fmt.Errorf("skills: restore %s v%d: %w", sk.Name, sk.Version, err)
+	}
+	return nil
 }

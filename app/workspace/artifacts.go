@@ -169,8 +169,11 @@ func (s *Service) saveArtifact(ctx context.Context, th thread.Thread, containerI
 	}
 	// From writing the blob to committing its row, no deletion of
 	// artifacts may remove the blob as unreferenced (releaseBlobs).
-	s.blobMu.RLock()
-	defer s.blobMu.RUnlock()
+	unlock, err := s.blobs.shared(ctx, s.d.BlobLock)
+	if err != nil {
+		return artifact.Artifact{}, false, err
+	}
+	defer unlock()
 	// The file may grow after it was listed: never copy more than the cap.
 	sum, size, err := s.d.Blobs.Put(ctx, io.LimitReader(f, s.d.MaxArtifactBytes+1))
 	if err != nil {
@@ -251,4 +254,23 @@ func (s *Service) ArtifactContent(ctx context.Context, p user.Principal, artifac
 		ID: file.EncodeID(a.Path), Path: a.Path, CreatedAt: a.CreatedAt, Filename: a.Name, MIMEType: t.MIME,
 		SizeBytes: a.SizeBytes, Downloadable: true, ETag: a.SHA256, ScopeID: a.ThreadID, Inline: t.Inline,
 	}, Body: body}, nil
+}
+
+// Presigner makes time-limited download URLs of blobs (infra/blob.S3).
+type Presigner interface {
+	// Presign returns a URL that downloads the blob for expiry, answered
+	// with the given Content-Type and Content-Disposition.
+	Presign(ctx context.Context, sha256, contentType, disposition string, expiry time.Duration) (string, error)
+}
+
+// ArtifactRedirect returns a presigned URL of the store to send a client
+// to instead of streaming the content of f (from ArtifactContent, whose
+// checks it relies on), or "" when downloads stream through the server
+// (Deps.PresignExpiry unset, or a store that cannot presign).
+func (s *Service) ArtifactRedirect(ctx context.Context, f files.File, contentType, disposition string) (string, error) {
+	pr, ok := s.d.Blobs.(Presigner)
+	if s.d.PresignExpiry <= 0 || !ok {
+		return "", nil
+	}
+	return pr.Presign(ctx, f.ETag, contentType, disposition, s.d.PresignExpiry)
 }

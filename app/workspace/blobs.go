@@ -42,10 +42,11 @@ func unreferenced(sums, refs []string) []string {
 }
 
 // releaseBlobs removes those of sums (the hashes of artifacts just deleted)
-// that no artifact references any more. It holds blobMu, which every
-// artifact save holds from storing its blob to committing its row, so a
-// blob being saved right now with the same content is either already
-// referenced or written again after this. Failures are logged only: the
+// that no artifact references any more. It holds the blob gate
+// exclusively, which every artifact save (on any server, with
+// Deps.BlobLock) holds shared from storing its blob to committing its
+// row, so a blob being saved right now with the same content is either
+// already referenced or written again after this. Failures are logged only: the
 // artifacts are gone already, and CollectArtifactBlobs removes what is
 // left once the grace period has passed.
 func (s *Service) releaseBlobs(ctx context.Context, sums []string) {
@@ -53,8 +54,12 @@ func (s *Service) releaseBlobs(ctx context.Context, sums []string) {
 		return
 	}
 	ctx = context.WithoutCancel(ctx)
-	s.blobMu.Lock()
-	defer s.blobMu.Unlock()
+	unlock, err := s.blobs.exclusive(ctx, s.d.BlobLock)
+	if err != nil {
+		s.log.Warn("artifact blobs: left for the collector", "err", err)
+		return
+	}
+	defer unlock()
 	for i := 0; i < len(sums); i += blobBatch {
 		batch := sums[i:min(i+blobBatch, len(sums))]
 		refs, err := s.store.ReferencedArtifactHashes(ctx, batch)
@@ -93,6 +98,14 @@ func (s *Service) CollectArtifactBlobs(ctx context.Context) (removed int, err er
 	var errs []error
 	batch := make([]string, 0, blobBatch)
 	flush := func() error {
+		// Under the gate no save is between writing a blob and
+		// committing its row, on this server or another, so a blob
+		// unreferenced now is garbage (its age is checked all the same).
+		unlock, err := s.blobs.exclusive(ctx, s.d.BlobLock)
+		if err != nil {
+			return err
+		}
+		defer unlock()
 		refs, err := s.store.ReferencedArtifactHashes(ctx, batch)
 		if err != nil {
 			return err

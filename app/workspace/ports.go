@@ -118,8 +118,16 @@ type Deps struct {
 	Files      ThreadFiles
 	Container  ContainerFiles
 	Blobs      Blobs
-	Skills     Skills
-	Policies   Policies
+	// BlobLock, when set, orders artifact saves against blob removals
+	// across every server on the database (infra/store.Store); without
+	// it the order is this process's alone.
+	BlobLock BlobLock
+	// PresignExpiry, when positive and Blobs can presign, makes artifact
+	// downloads redirect to a URL of the store valid that long
+	// (BLOB_PRESIGN=true) instead of streaming through the server.
+	PresignExpiry time.Duration
+	Skills        Skills
+	Policies      Policies
 	// MaxTokens caps each model step of a turn (default 4096).
 	MaxTokens int
 	// MaxArtifactBytes caps the output files kept as artifacts (default

@@ -38,9 +38,10 @@ type Service struct {
 
 	mu   sync.Mutex
 	seen map[string]map[string]stamp // per thread: outputs already captured
-	// blobMu is held shared by each artifact save, from writing its blob
-	// to committing its row, and exclusively by releaseBlobs.
-	blobMu sync.RWMutex
+	// blobs is held shared by each artifact save, from writing its blob
+	// to committing its row, and exclusively while unreferenced blobs are
+	// removed; with Deps.BlobLock, across every server on the database.
+	blobs blobGate
 	// detached are the turns running in this process (detached.go).
 	detached detachedTurns
 }

@@ -47,6 +47,7 @@ type opts struct {
 	lifecycle lifecycleOpts // the lifecycle section (lifecycle.go)
 	live      liveOpts      // the live turns section (live.go)
 	density   densityOpts   // the density section (density.go)
+	replicas  replicasOpts  // the replicas section (replicas.go)
 
 	rootfs string // the local backend's root filesystem; "" skips its rows
 }
@@ -61,8 +62,10 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.IntVar(&o.nDocker, "n-docker", 40, "docker exec round trips")
 	fs.IntVar(&o.nCold, "n-cold", 5, "cold boots per method")
 	fs.StringVar(&o.rootfs, "rootfs", envOr("THREADBOX_ROOTFS", defaultRootFS()), "root filesystem of the local backend (empty skips its rows)")
-	fs.StringVar(&o.only, "only", "", "run one section: sandbox, files, messages, lifecycle, live or density")
+	fs.StringVar(&o.only, "only", "", "run one section: sandbox, files, messages, lifecycle, live, density or replicas")
 	fs.IntVar(&o.density.n, "density", 200, "idle sandboxes the density section opens")
+	fs.StringVar(&o.replicas.databaseURL, "replicas-database-url", envOr("TEST_DATABASE_URL", ""), "PostgreSQL server of the replicas section's throwaway database (empty skips it)")
+	fs.IntVar(&o.replicas.n, "replicas-n", 2000, "requests per replicas row at concurrency 16")
 	fs.StringVar(&o.files.threadboxBin, "threadbox", "bin/threadbox", "the threadbox server binary (files section)")
 	fs.Int64Var(&o.files.size, "files-size", 256<<20, "bytes per Files API transfer")
 	fs.IntVar(&o.files.runs, "files-runs", 3, "Files API transfers per row")
@@ -88,15 +91,20 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		return serveFloorProxy(*floorAddr)
 	}
 	switch o.only {
-	case "", "sandbox", "files", "messages", "lifecycle", "live", "density":
+	case "", "sandbox", "files", "messages", "lifecycle", "live", "density", "replicas":
 	default:
-		return fmt.Errorf("-only %q is not sandbox, files, messages, lifecycle, live or density", o.only)
+		return fmt.Errorf("-only %q is not sandbox, files, messages, lifecycle, live, density or replicas", o.only)
 	}
 	want := func(section string) bool { return o.only == "" || o.only == section }
 	removeStaleSandboxes(ctx)
 	if want("messages") {
 		if err := benchMessages(ctx, o, out); err != nil {
 			return fmt.Errorf("messages: %w", err)
+		}
+	}
+	if want("replicas") {
+		if err := benchReplicas(ctx, o, out); err != nil {
+			return fmt.Errorf("replicas: %w", err)
 		}
 	}
 	if want("live") {

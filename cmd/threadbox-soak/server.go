@@ -59,7 +59,11 @@ func newServer(cfg config, work, dataRoot string) (*server, error) {
 		"SANDBOX_DISK_QUOTA="+cfg.diskQuota, "SANDBOX_DISK_BYTES=67108864",
 		"SANDBOX_IDLE="+cfg.idle.String(), "SWEEP_INTERVAL="+cfg.sweep.String(), "LEASE_TTL=6s",
 		"CONTAINER_MAX_AGE="+cfg.maxAge.String(), "SHUTDOWN_GRACE=5s", "LOG_LEVEL=warn",
-		"SANDBOX_MEMORY_BYTES=268435456")
+		"SANDBOX_MEMORY_BYTES=268435456",
+		// The warm pool keeps sandboxes of the instance running by design;
+		// the resource invariants count every one of them, so the soak runs
+		// without it (its own tests cover it: TestWarmPool*).
+		"SANDBOX_WARM_POOL=0")
 	if cfg.upstreamURL != "" {
 		env = append(env, "MODEL_PROVIDER=anthropic", "MODEL_BASE_URL="+cfg.upstreamURL, "MODEL_API_KEY=soak", "MODEL_NAME=soak-model")
 	} else {

@@ -11,14 +11,26 @@ import (
 	"time"
 
 	"threadbox/app/sandboxtools"
+	"threadbox/infra/blob"
 	"threadbox/infra/sandbox/local"
 	"threadbox/infra/webfetch"
 )
 
 // Config is every setting, loaded once from the environment.
 type Config struct {
-	ListenAddr  string
-	DataDir     string
+	ListenAddr string
+	DataDir    string
+	// BlobURL is where artifact blobs are kept: empty for DATA_DIR/artifacts,
+	// or s3://bucket[/prefix]?endpoint=...&region=... for an S3-compatible
+	// store (credentials from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY).
+	BlobURL string
+	// BlobCreateBucket makes BLOB_URL's bucket when it does not exist
+	// (BLOB_CREATE_BUCKET=true; development and tests).
+	BlobCreateBucket bool
+	// BlobPresign redirects artifact downloads to presigned URLs of the
+	// S3-compatible store (BLOB_PRESIGN=true; the store's endpoint must be
+	// reachable by clients).
+	BlobPresign bool
 	DatabaseURL string
 	PublicURL   string
 	JWTIssuer   string
@@ -126,6 +138,9 @@ func loadConfig(getenv func(string) string) (Config, error) {
 	c := Config{
 		ListenAddr:       env("LISTEN_ADDR", "127.0.0.1:8080"),
 		DataDir:          env("DATA_DIR", "./data"),
+		BlobURL:          env("BLOB_URL", ""),
+		BlobCreateBucket: env("BLOB_CREATE_BUCKET", "") == "true",
+		BlobPresign:      env("BLOB_PRESIGN", "") == "true",
 		DatabaseURL:      env("DATABASE_URL", ""),
 		JWTIssuer:        env("JWT_ISSUER", "threadbox"),
 		JWTAudience:      env("JWT_AUDIENCE", "threadbox-api"),
@@ -182,6 +197,13 @@ func loadConfig(getenv func(string) string) (Config, error) {
 	}
 	if c.Procs, err = parseProcs(getenv("THREADBOX_PROCS")); err != nil {
 		return Config{}, err
+	}
+	if c.BlobURL != "" {
+		if _, e := blob.ParseS3URL(c.BlobURL); e != nil {
+			return Config{}, &configError{"BLOB_URL", e.Error()}
+		}
+	} else if c.BlobPresign {
+		return Config{}, &configError{"BLOB_PRESIGN", "needs BLOB_URL: only an S3-compatible store can presign downloads"}
 	}
 	if _, _, e := net.SplitHostPort(c.ListenAddr); e != nil {
 		return Config{}, &configError{"LISTEN_ADDR", fmt.Sprintf("%q is not host:port", c.ListenAddr)}

@@ -443,7 +443,8 @@ func TestSweepExpiresAndReleases(t *testing.T) {
 
 // TestTwoServersOneDatabase: two threadbox processes on one PostgreSQL
 // database and one data folder: a thread's turn runs in one of them at a
-// time, and a sandbox one of them runs is never booted by the other.
+// time, and a sandbox one of them runs is never booted by the other while
+// it runs: it is handed over, once idle, to the one that asks for it.
 func TestTwoServersOneDatabase(t *testing.T) {
 	bin := needDocker(t)
 	dbURL := storetest.PostgresURL(t)
@@ -480,9 +481,11 @@ func TestTwoServersOneDatabase(t *testing.T) {
 	if a.status != 200 || !strings.Contains(a.body, `one\n`) {
 		t.Fatalf("first turn: %d %s", a.status, a.body)
 	}
-	// The sandbox runs on the first server: the second does not boot another.
-	r = two.do("POST", appAPI+"/thread/"+tid+"/messages", f.admin, codeTurn("echo two"))
-	if r.status != 200 || !strings.Contains(string(r.body), "held by another threadbox server") {
+	// The sandbox runs on the first server: the second asks for it (issue
+	// 19), the first hands it over once idle, and the second boots it over
+	// the same files; there is never a second sandbox of the container.
+	r = two.do("POST", appAPI+"/thread/"+tid+"/messages", f.admin, codeTurn("echo two; ls /mnt/user-data/outputs >/dev/null && echo files-here"))
+	if r.status != 200 || !strings.Contains(string(r.body), `two\n`) || strings.Contains(string(r.body), "held by another threadbox server") {
 		t.Fatalf("a turn on the server not holding the sandbox: %d %s", r.status, r.body)
 	}
 	if n := len(sandboxes(t, env["THREADBOX_INSTANCE"])); n != 1 {

@@ -330,7 +330,7 @@ func cmdServe(ctx context.Context, args []string, getenv func(string) string, st
 		stopBackground()
 		bg.Wait()
 	}()
-	bg.Add(5)
+	bg.Add(6)
 	go func() {
 		defer bg.Done()
 		sys.usage.Run(bgctx)
@@ -338,6 +338,12 @@ func cmdServe(ctx context.Context, args []string, getenv func(string) string, st
 	go func() {
 		defer bg.Done()
 		sys.containers.RunPool(bgctx)
+	}()
+	go func() {
+		defer bg.Done()
+		// Another server asking for a sandbox this one holds gets it once
+		// no command runs in it (docs/scale-out.md).
+		sys.store.WatchWantedLeases(bgctx, sys.containers.HandBack)
 	}()
 	go func() {
 		defer bg.Done()
@@ -352,15 +358,16 @@ func cmdServe(ctx context.Context, args []string, getenv func(string) string, st
 		collectBlobs(bgctx, sys, cfg.SweepInterval, log)
 	}()
 	srv := web.New(web.Services{
-		Auth:      sys.auth,
-		Admin:     sys.admin,
-		Workspace: sys.workspace,
-		Files:     sys.files,
-		Turns:     sys.turns,
-		Skills:    sys.skills,
-		Backends:  backends.New(sys.backends).WithWarmPool(warmPool(sys.containers)),
-		Ready:     sys.store.Ready,
-		Usage:     sys.usage,
+		Auth:       sys.auth,
+		Admin:      sys.admin,
+		Workspace:  sys.workspace,
+		Files:      sys.files,
+		Turns:      sys.turns,
+		Skills:     sys.skills,
+		Backends:   backends.New(sys.backends).WithWarmPool(warmPool(sys.containers)),
+		Ready:      sys.store.Ready,
+		BlobsReady: sys.blobs.Ready,
+		Usage:      sys.usage,
 	}, log, web.Options{MaxUploadBytes: cfg.MaxUploadBytes, TrustedProxies: cfg.TrustedProxies, Observer: sys.metrics, Metrics: sys.metrics.Handler(), MetricsToken: cfg.MetricsToken})
 	sys.sandbox.setServe(srv.ServeSandboxConn)
 
@@ -422,12 +429,19 @@ func collectBlobs(ctx context.Context, sys *system, every time.Duration, log *sl
 			return
 		case <-t.C:
 		}
-		n, err := sys.workspace.CollectArtifactBlobs(ctx)
-		if err != nil && ctx.Err() == nil {
-			log.Error("artifact blob collection failed", "cause", err.Error())
-		}
-		if n > 0 {
-			log.Info("artifact blobs collected", "removed", n)
+		// One replica of a deployment collects (the holder of the
+		// collector lease, renewed with this process's other leases):
+		// each collection lists the whole store.
+		if mine, err := sys.leases.Acquire(ctx, "artifact-blob-collector"); err == nil && mine {
+			n, err := sys.workspace.CollectArtifactBlobs(ctx)
+			if err != nil && ctx.Err() == nil {
+				log.Error("artifact blob collection failed", "cause", err.Error())
+			}
+			if n > 0 {
+				log.Info("artifact blobs collected", "removed", n)
+			}
+		} else if err != nil && ctx.Err() == nil {
+			log.Error("artifact blob collection: collector lease", "cause", err.Error())
 		}
 		if n, err := sys.workspace.PruneTurns(ctx); err != nil && ctx.Err() == nil {
 			log.Error("turn logs not pruned", "cause", err.Error())

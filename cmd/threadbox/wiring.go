@@ -45,6 +45,7 @@ type system struct {
 	sandbox    *sandboxWiring    // the sandbox_v1 tools and the API bridge
 	usage      *metering.Service // usage metering: commands, sandbox time and model tokens per org, user, container, thread and day
 	backends   []sandbox.Backend
+	blobs      artifactStore // DATA_DIR/artifacts or BLOB_URL
 	closers    []func() error
 }
 
@@ -126,6 +127,10 @@ func wire(ctx context.Context, cfg Config, log *slog.Logger) (*system, error) {
 		return nil, err
 	}
 	sys.admin = admin.New(st, auth.HashPassword)
+	if sys.blobs, err = newBlobs(ctx, cfg); err != nil {
+		sys.Close()
+		return nil, err
+	}
 
 	layout := hostdirs.New(cfg.DataDir, hostdirs.Options{Quota: quotaMode(cfg), DiskBytes: cfg.SandboxDisk})
 	var closers []func() error
@@ -144,6 +149,7 @@ func wire(ctx context.Context, cfg Config, log *slog.Logger) (*system, error) {
 	sys.metrics.WatchSandboxes(sys.containers, names)
 	sys.quota = quota.New(st, layout, sys.admin)
 	sys.containers.SetQuota(sys.quota)
+	sys.containers.SetHandoff(st, 0)
 
 	var owner *fsroot.Owner
 	if os.Geteuid() == 0 {
@@ -160,7 +166,8 @@ func wire(ctx context.Context, cfg Config, log *slog.Logger) (*system, error) {
 	sys.usage.Buffer(time.Second)
 	sys.sandbox = newSandboxWiring(cfg, sys.containers, sys.auth, fs, sys.usage, log)
 	sys.messages = newMessages(cfg, sys, fs, log)
-	sys.skills = skills.New(st, skillFiles{skillfs.New(filepath.Join(cfg.DataDir, "skills"), func(id string) string { return layout.Dirs(id).Skills })}, skill.Limits{})
+	sys.skills = skills.New(st, skillFiles{skillfs.New(filepath.Join(cfg.DataDir, "skills"), func(id string) string { return layout.Dirs(id).Skills })}, skill.Limits{}, st)
+	sys.skills.SetArchives(newSkillArchives(cfg, sys.blobs))
 	sys.turns = newTurns(cfg, sys)
 	sys.workspace = newWorkspace(cfg, sys, fs, log)
 	return sys, nil

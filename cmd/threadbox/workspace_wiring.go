@@ -2,8 +2,12 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"io"
 	"log/slog"
 	"path/filepath"
+	"regexp"
+	"time"
 
 	"threadbox/app/skills"
 	"threadbox/app/workspace"
@@ -24,12 +28,105 @@ func (f skillFiles) Delete(ctx context.Context, orgID, name string) error {
 	return f.s.Delete(ctx, orgID, name)
 }
 
+func (f skillFiles) Has(ctx context.Context, orgID, name string, version int) (bool, error) {
+	return f.s.Has(ctx, orgID, name, version)
+}
+
+// skillArchives keeps skill archives in the artifact store's backend, one
+// namespace per org: DATA_DIR/skill-archives/<org>/, or the keys
+// skill-archives/<org>/ of BLOB_URL's bucket.
+type skillArchives struct {
+	store func(orgID string) (archiveStore, error)
+}
+
+// archiveStore is what skillArchives needs of a blob store.
+type archiveStore interface {
+	Put(ctx context.Context, r io.Reader) (string, int64, error)
+	Open(ctx context.Context, sha256 string) (io.ReadSeekCloser, error)
+	Remove(ctx context.Context, sha256 string, writtenBefore time.Time) (bool, error)
+}
+
+// orgIDShape is what an org id looks like; anything else never names a
+// folder or a key.
+var orgIDShape = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+func newSkillArchives(cfg Config, blobs artifactStore) skillArchives {
+	return skillArchives{store: func(orgID string) (archiveStore, error) {
+		if !orgIDShape.MatchString(orgID) {
+			return nil, fmt.Errorf("skill archives: org id %q", orgID)
+		}
+		if s3, ok := blobs.(*blob.S3); ok {
+			return s3.WithPrefix("skill-archives/" + orgID + "/"), nil
+		}
+		return blob.New(filepath.Join(cfg.DataDir, "skill-archives", orgID)), nil
+	}}
+}
+
+func (a skillArchives) Put(ctx context.Context, orgID string, r io.Reader) (string, error) {
+	st, err := a.store(orgID)
+	if err != nil {
+		return "", err
+	}
+	sum, _, err := st.Put(ctx, r)
+	return sum, err
+}
+
+func (a skillArchives) Open(ctx context.Context, orgID, sum string) (io.ReadCloser, error) {
+	st, err := a.store(orgID)
+	if err != nil {
+		return nil, err
+	}
+	return st.Open(ctx, sum)
+}
+
+func (a skillArchives) Remove(ctx context.Context, orgID, sum string) error {
+	st, err := a.store(orgID)
+	if err != nil {
+		return err
+	}
+	_, err = st.Remove(ctx, sum, time.Time{})
+	return err
+}
+
 func (f skillFiles) Sync(ctx context.Context, containerID string, loads []skills.Load) error {
 	out := make([]skillfs.Load, len(loads))
 	for i, l := range loads {
 		out[i] = skillfs.Load{OrgID: l.OrgID, Name: l.Name, Version: l.Version}
 	}
 	return f.s.Sync(ctx, containerID, out)
+}
+
+// artifactStore is where artifact blobs are kept (infra/blob: Store or S3).
+type artifactStore interface {
+	workspace.Blobs
+	// Ready reports whether the store answers (GET /readyz).
+	Ready(ctx context.Context) error
+}
+
+// newBlobs opens the artifact store: DATA_DIR/artifacts, or the
+// S3-compatible bucket of BLOB_URL, whose credentials come from
+// AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN) or the
+// AWS shared credentials file. The bucket must exist; BLOB_CREATE_BUCKET=true
+// makes it (development and tests).
+func newBlobs(ctx context.Context, cfg Config) (artifactStore, error) {
+	if cfg.BlobURL == "" {
+		return blob.New(filepath.Join(cfg.DataDir, "artifacts")), nil
+	}
+	o, err := blob.ParseS3URL(cfg.BlobURL)
+	if err != nil {
+		return nil, err
+	}
+	o.Create = cfg.BlobCreateBucket
+	return blob.NewS3(ctx, o)
+}
+
+// presignExpiry is how long a presigned artifact download URL is valid
+// (BLOB_PRESIGN=true), or zero: downloads stream through the server.
+func presignExpiry(cfg Config) time.Duration {
+	if !cfg.BlobPresign {
+		return 0
+	}
+	return 5 * time.Minute
 }
 
 // newWorkspace wires the Workspace API (CONTRACT §7): the chat pipeline
@@ -41,7 +138,9 @@ func newWorkspace(cfg Config, sys *system, fs *fsroot.Containers, log *slog.Logg
 		Containers:       sys.containers,
 		Files:            sys.files,
 		Container:        fs,
-		Blobs:            blob.New(filepath.Join(cfg.DataDir, "artifacts")),
+		Blobs:            sys.blobs,
+		BlobLock:         sys.store,
+		PresignExpiry:    presignExpiry(cfg),
 		Skills:           sys.skills,
 		Policies:         sys.admin,
 		MaxArtifactBytes: cfg.MaxArtifactBytes,

@@ -7,6 +7,11 @@
 // cutoff, and it decides under the same lock as Put's last step, so a
 // collector that only removes blobs older than a grace period never removes
 // one that a Put has just handed back to its caller.
+//
+// Two adapters keep the same keys: Store, a folder on the local disk (the
+// embedded default, DATA_DIR/artifacts), and S3, a bucket of any
+// S3-compatible object store (BLOB_URL=s3://...), which every replica of a
+// scaled-out deployment shares.
 package blob
 
 import (
@@ -179,4 +184,13 @@ func (r readerCtx) Read(p []byte) (int, error) {
 		return 0, err
 	}
 	return r.r.Read(p)
+}
+
+// Ready reports whether the store's folder can be used (it is made when
+// missing).
+func (s *Store) Ready(context.Context) error {
+	if err := os.MkdirAll(s.root, 0o700); err != nil {
+		return fault.Wrap(fault.Unavailable, "the artifact store is unavailable", err)
+	}
+	return nil
 }

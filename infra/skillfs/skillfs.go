@@ -211,3 +211,19 @@ func copyTree(ctx context.Context, src, dst string) error {
 		return to.WriteFile(p, data, 0o644)
 	})
 }
+
+// Has reports whether the files of one skill version are stored here.
+func (s *Store) Has(_ context.Context, orgID, name string, version int) (bool, error) {
+	dst, err := s.dir(orgID, name, version)
+	if err != nil {
+		return false, err
+	}
+	_, err = os.Stat(dst)
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("skillfs: %w", err)
+	}
+	return true, nil
+}

@@ -1,0 +1,142 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5/stdlib"
+)
+
+// artifactBlobsLock is the PostgreSQL advisory lock key of the artifact
+// blobs (an arbitrary constant, "tbblobs" in ASCII).
+const artifactBlobsLock int64 = 0x7462626c6f6273
+
+// LockArtifactBlobs takes the read-write lock that orders artifact saves
+// against blob removals across every server on the database: on
+// PostgreSQL a session advisory lock held on a connection of its own until
+// release is called; on the embedded SQLite, which one process uses alone,
+// nothing (the caller's own lock suffices).
+func (s *Store) LockArtifactBlobs(ctx context.Context, exclusive bool) (func(), error) {
+	if s.dialect != "postgres" {
+		return func() {}, nil
+	}
+	conn, err := s.sqlDB.Conn(ctx)
+	if err != nil {
+		return nil, dbError("artifact blob lock", err)
+	}
+	lock, unlock := "SELECT pg_advisory_lock_shared($1)", "SELECT pg_advisory_unlock_shared($1)"
+	if exclusive {
+		lock, unlock = "SELECT pg_advisory_lock($1)", "SELECT pg_advisory_unlock($1)"
+	}
+	if _, err := conn.ExecContext(ctx, lock, artifactBlobsLock); err != nil {
+		conn.Close()
+		return nil, dbError("artifact blob lock", err)
+	}
+	return func() { unlockOn(conn, unlock, artifactBlobsLock) }, nil
+}
+
+// unlockOn gives back an advisory lock held on conn and returns conn to
+// the pool. A connection that may still hold the lock never goes back: it
+// is discarded, which ends its session and so the lock.
+func unlockOn(conn *sql.Conn, unlock string, key int64) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := conn.ExecContext(ctx, unlock, key); err != nil {
+		_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+	}
+	conn.Close()
+}
+
+// Lock takes the named lock that every server on the database shares (a
+// PostgreSQL session advisory lock on the key's 64-bit hash, held on a
+// connection of its own until release is called) and returns the function
+// that gives it back. On the embedded SQLite, which one process uses
+// alone, it takes nothing.
+func (s *Store) Lock(ctx context.Context, key string) (func(), error) {
+	if s.dialect != "postgres" {
+		return func() {}, nil
+	}
+	conn, err := s.sqlDB.Conn(ctx)
+	if err != nil {
+		return nil, dbError("lock", err)
+	}
+	var k int64
+	if err := conn.QueryRowContext(ctx, "SELECT hashtextextended($1, 0)", key).Scan(&k); err != nil {
+		conn.Close()
+		return nil, dbError("lock", err)
+	}
+	if _, err := conn.ExecContext(ctx, "SELECT pg_advisory_lock($1)", k); err != nil {
+		conn.Close()
+		return nil, dbError("lock", err)
+	}
+	return func() { unlockOn(conn, "SELECT pg_advisory_unlock($1)", k) }, nil
+}
+
+// leaseWanted is the PostgreSQL notification channel on which a server
+// asks the holder of a lease to hand it over.
+const leaseWanted = "threadbox_lease_wanted"
+
+// WantLease tells every server on the database that the named lease is
+// wanted (a PostgreSQL notification; on the embedded SQLite, which one
+// process uses alone, nothing).
+func (s *Store) WantLease(ctx context.Context, name string) error {
+	if s.dialect != "postgres" {
+		return nil
+	}
+	if _, err := s.sqlDB.ExecContext(ctx, "SELECT pg_notify($1, $2)", leaseWanted, name); err != nil {
+		return dbError("want lease", err)
+	}
+	return nil
+}
+
+// WatchWantedLeases calls fn with the name of every lease a server asks
+// for (WantLease), its own asks included, until ctx ends. It listens on a
+// connection of its own and listens again after the database comes back.
+// On the embedded SQLite it only waits for ctx.
+func (s *Store) WatchWantedLeases(ctx context.Context, fn func(name string)) {
+	if s.dialect != "postgres" {
+		<-ctx.Done()
+		return
+	}
+	for ctx.Err() == nil {
+		err := s.listen(ctx, fn)
+		if ctx.Err() != nil {
+			return
+		}
+		_ = err // the database went away: listen again shortly
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+func (s *Store) listen(ctx context.Context, fn func(name string)) error {
+	conn, err := s.sqlDB.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	return conn.Raw(func(dc any) error {
+		sc, ok := dc.(*stdlib.Conn)
+		if !ok {
+			return fmt.Errorf("store: listen: driver connection is %T", dc)
+		}
+		pc := sc.Conn()
+		if _, err := pc.Exec(ctx, "LISTEN "+leaseWanted); err != nil {
+			return driver.ErrBadConn
+		}
+		for {
+			n, err := pc.WaitForNotification(ctx)
+			if err != nil {
+				// Interrupted or broken: the connection never goes
+				// back to the pool (it still listens).
+				return driver.ErrBadConn
+			}
+			fn(n.Payload)
+		}
+	})
+}
