@@ -164,7 +164,7 @@ func loadConfig(getenv func(string) string) (Config, error) {
 		SweepInterval:    dur("SWEEP_INTERVAL", "30s"),
 		WarmPool:         int(num("SANDBOX_WARM_POOL", 2)),
 		WarmMemory:       num("SANDBOX_WARM_POOL_MEMORY", 512<<20),
-		LeaseTTL:         dur("LEASE_TTL", "30s"),
+		LeaseTTL:         dur("LEASE_TTL", "20s"),
 		AgentBin:         env("THREADBOX_AGENT_BIN", ""),
 		ModelProvider:    env("MODEL_PROVIDER", ""),
 		ModelBaseURL:     env("MODEL_BASE_URL", ""),
