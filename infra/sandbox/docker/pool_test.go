@@ -97,7 +97,7 @@ func TestConformanceClaimed(t *testing.T) {
 				return
 			}
 			newBackend := func(t *testing.T) sandbox.Backend { return claiming{poolBackend(t, rt)} }
-			caps := sandboxtest.Capabilities{Memory: sandboxtest.MemoryOOMKill, Pids: true, Disk: true}
+			caps := sandboxtest.Capabilities{Memory: sandboxtest.MemoryOOMKill, Pids: true, Disk: true, CPU: true}
 			sandboxtest.Run(t, newBackend, caps)
 		})
 	}
