@@ -157,7 +157,7 @@ func TestUnavailableBackendsSayWhy(t *testing.T) {
 func TestReadyWithoutSandboxBackends(t *testing.T) {
 	s := startServer(t, "", map[string]string{"SANDBOX_BACKEND": ",", "LOG_LEVEL": "warn"})
 	r := s.do("GET", "/readyz", "", nil)
-	if r.status != 200 || string(r.body) != `{"status":"ready","database":"ok","sandbox_backends":[]}` {
+	if r.status != 200 || string(r.body) != `{"status":"ready","database":"ok","blob_store":"ok","sandbox_backends":[]}` {
 		t.Errorf("readyz %d %s", r.status, r.body)
 	}
 	for _, l := range logLines(t, s) {

@@ -135,6 +135,15 @@ func loadConfig(getenv func(string) string) (Config, error) {
 		}
 		return n
 	}
+	// count is num where 0 is allowed (0 turns the feature off).
+	count := func(name string, def int64) int64 {
+		v := env(name, strconv.FormatInt(def, 10))
+		n, perr := strconv.ParseInt(v, 10, 64)
+		if (perr != nil || n < 0) && err == nil {
+			err = &configError{name, fmt.Sprintf("%q is not a whole number (0 turns it off)", v)}
+		}
+		return n
+	}
 	c := Config{
 		ListenAddr:       env("LISTEN_ADDR", "127.0.0.1:8080"),
 		DataDir:          env("DATA_DIR", "./data"),
@@ -162,7 +171,7 @@ func loadConfig(getenv func(string) string) (Config, error) {
 		Instance:         env("THREADBOX_INSTANCE", "default"),
 		ContainerMax:     dur("CONTAINER_MAX_AGE", "720h"),
 		SweepInterval:    dur("SWEEP_INTERVAL", "30s"),
-		WarmPool:         int(num("SANDBOX_WARM_POOL", 2)),
+		WarmPool:         int(count("SANDBOX_WARM_POOL", 2)),
 		WarmMemory:       num("SANDBOX_WARM_POOL_MEMORY", 512<<20),
 		LeaseTTL:         dur("LEASE_TTL", "20s"),
 		AgentBin:         env("THREADBOX_AGENT_BIN", ""),

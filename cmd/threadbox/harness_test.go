@@ -80,6 +80,10 @@ func startServer(t *testing.T, dbURL string, extra map[string]string) *server {
 		"SANDBOX_BACKEND":    "local",
 		"LOG_LEVEL":          "error",
 		"SANDBOX_DISK_QUOTA": "none",
+		// Tests count the sandboxes of their instance: the warm pool's
+		// (on by default) would be among them. Its own tests turn it on
+		// (TestWarmPoolServesNewThreads).
+		"SANDBOX_WARM_POOL": "0",
 	}
 	for k, v := range extra {
 		env[k] = v

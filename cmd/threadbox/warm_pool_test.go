@@ -66,3 +66,24 @@ func TestWarmPoolServesNewThreads(t *testing.T) {
 		}
 	})
 }
+
+// TestWarmPoolSetting: SANDBOX_WARM_POOL is a count where 0 turns the pool
+// off (a server refused 0 as "not a positive whole number"); negative or
+// not a number is a configuration error.
+func TestWarmPoolSetting(t *testing.T) {
+	for _, tt := range []struct {
+		value string
+		want  int
+		ok    bool
+	}{{"", 2, true}, {"0", 0, true}, {"5", 5, true}, {"-1", 0, false}, {"many", 0, false}} {
+		cfg, err := loadConfig(func(k string) string {
+			if k == "SANDBOX_WARM_POOL" {
+				return tt.value
+			}
+			return ""
+		})
+		if (err == nil) != tt.ok || (tt.ok && cfg.WarmPool != tt.want) {
+			t.Errorf("SANDBOX_WARM_POOL=%q: %d %v, want %d (ok %v)", tt.value, cfg.WarmPool, err, tt.want, tt.ok)
+		}
+	}
+}
