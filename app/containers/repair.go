@@ -27,25 +27,25 @@ func errUnrepaired(err error) error {
 // stopped (files stay), the folders repaired, and the next use boots a
 // sandbox that sees them writable again.
 func (s *Service) prepare(ctx context.Context, id string) ([]sandbox.Mount, error) {
-	mounts, err := s.folders.Prepare(ctx, id)
-	if !errors.Is(err, sandbox.ErrFoldersReadOnly) {
-		return mounts, err
-	}
-	r, ok := s.folders.(Repairer)
-	if !ok {
-		return nil, errUnrepaired(err)
-	}
-	defer s.lock(id)()
-	if err := s.stopLocked(ctx, id); err != nil {
-		return nil, fmt.Errorf("containers: repair %s: %w", id, err)
-	}
-	return s.repairLocked(ctx, r, id)
+	return s.prepareOr(ctx, id, func() error {
+		defer s.lock(id)()
+		if err := s.stopLocked(ctx, id); err != nil {
+			return fmt.Errorf("containers: repair %s: %w", id, err)
+		}
+		return nil
+	})
 }
 
 // prepareBoot prepares the folders of a sandbox about to boot, repairing
 // them when they went read-only; the caller holds the container's lock and
 // lease, and no sandbox of it runs here.
 func (s *Service) prepareBoot(ctx context.Context, id string) ([]sandbox.Mount, error) {
+	return s.prepareOr(ctx, id, func() error { return nil })
+}
+
+// prepareOr prepares the folders; when they went read-only it calls stop,
+// then repairs them.
+func (s *Service) prepareOr(ctx context.Context, id string, stop func() error) ([]sandbox.Mount, error) {
 	mounts, err := s.folders.Prepare(ctx, id)
 	if !errors.Is(err, sandbox.ErrFoldersReadOnly) {
 		return mounts, err
@@ -54,10 +54,13 @@ func (s *Service) prepareBoot(ctx context.Context, id string) ([]sandbox.Mount, 
 	if !ok {
 		return nil, errUnrepaired(err)
 	}
-	return s.repairLocked(ctx, r, id)
+	if err := stop(); err != nil {
+		return nil, err
+	}
+	return s.repair(ctx, r, id)
 }
 
-func (s *Service) repairLocked(ctx context.Context, r Repairer, id string) ([]sandbox.Mount, error) {
+func (s *Service) repair(ctx context.Context, r Repairer, id string) ([]sandbox.Mount, error) {
 	s.log.Warn("container folders went read-only: repairing them", "container", id)
 	if err := r.Repair(ctx, id); err != nil {
 		s.log.Error("container folders not repaired", "container", id, "cause", err.Error())

@@ -1,5 +1,6 @@
-// Package cgroupacct reads the CPU time a sandbox has used from its control
-// group on the host (cgroup v1 cpuacct or cgroup v2 cpu.stat). It counts
+// Package cgroupacct finds a sandbox's control groups on the host and
+// reads the CPU time it has used from them (cgroup v1 cpuacct or cgroup v2
+// cpu.stat). It counts
 // every process of the sandbox — its agent, commands, what they left
 // running — and under gVisor the application kernel serving them; it is
 // what the sandbox backends report for metering a sandbox's life.
@@ -22,19 +23,19 @@ type CPU struct {
 	V2   bool   // Path is a cgroup v2 cpu.stat
 }
 
-// ForProcess locates the CPU accounting of process pid's control group
-// under the cgroup mount cgroupRoot (usually /sys/fs/cgroup); the zero CPU
-// when there is none.
-func ForProcess(pid int, cgroupRoot string) CPU {
+// Groups reads the control groups of process pid: the path of each cgroup
+// v1 controller ("memory", "cpuacct", ...) and the cgroup v2 path ("" when
+// none); false when they cannot be read.
+func Groups(pid int) (v1 map[string]string, v2 string, ok bool) {
 	if pid <= 0 {
-		return CPU{}
+		return nil, "", false
 	}
 	f, err := os.Open(filepath.Join("/proc", strconv.Itoa(pid), "cgroup"))
 	if err != nil {
-		return CPU{}
+		return nil, "", false
 	}
 	defer f.Close()
-	var v2 string
+	v1 = map[string]string{}
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		parts := strings.SplitN(sc.Text(), ":", 3)
@@ -42,20 +43,40 @@ func ForProcess(pid int, cgroupRoot string) CPU {
 			continue
 		}
 		for _, c := range strings.Split(parts[1], ",") {
-			if c == "cpuacct" {
-				p := filepath.Join(cgroupRoot, "cpuacct", parts[2], "cpuacct.usage")
-				if _, err := os.Stat(p); err == nil {
-					return CPU{Path: p}
-				}
+			if c != "" {
+				v1[c] = parts[2]
 			}
 		}
 		if parts[0] == "0" && parts[1] == "" {
 			v2 = parts[2]
 		}
 	}
+	return v1, v2, true
+}
+
+// V2Dirs are the folders a cgroup v2 path may be under cgroupRoot: the
+// unified hierarchy mounted there, or beside v1 at "unified".
+func V2Dirs(cgroupRoot, path string) []string {
+	return []string{filepath.Join(cgroupRoot, path), filepath.Join(cgroupRoot, "unified", path)}
+}
+
+// ForProcess locates the CPU accounting of process pid's control group
+// under the cgroup mount cgroupRoot (usually /sys/fs/cgroup); the zero CPU
+// when there is none.
+func ForProcess(pid int, cgroupRoot string) CPU {
+	v1, v2, ok := Groups(pid)
+	if !ok {
+		return CPU{}
+	}
+	if g, ok := v1["cpuacct"]; ok {
+		p := filepath.Join(cgroupRoot, "cpuacct", g, "cpuacct.usage")
+		if _, err := os.Stat(p); err == nil {
+			return CPU{Path: p}
+		}
+	}
 	if v2 != "" {
-		for _, root := range []string{cgroupRoot, filepath.Join(cgroupRoot, "unified")} {
-			p := filepath.Join(root, v2, "cpu.stat")
+		for _, dir := range V2Dirs(cgroupRoot, v2) {
+			p := filepath.Join(dir, "cpu.stat")
 			if _, err := os.Stat(p); err == nil {
 				return CPU{Path: p, V2: true}
 			}

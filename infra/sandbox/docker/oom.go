@@ -1,11 +1,12 @@
 package docker
 
 import (
-	"bufio"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"threadbox/infra/sandbox/cgroupacct"
 )
 
 // oomCounter reads the oom_kill counter of a sandbox's memory cgroup from
@@ -18,36 +19,19 @@ type oomCounter struct {
 
 // newOOMCounter locates the memory cgroup counter of process pid.
 func newOOMCounter(pid int, cgroupRoot string) oomCounter {
-	if pid <= 0 {
+	v1, v2, ok := cgroupacct.Groups(pid)
+	if !ok {
 		return oomCounter{}
 	}
-	f, err := os.Open(filepath.Join("/proc", strconv.Itoa(pid), "cgroup"))
-	if err != nil {
-		return oomCounter{}
-	}
-	defer f.Close()
-	var v2 string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		parts := strings.SplitN(sc.Text(), ":", 3)
-		if len(parts) != 3 {
-			continue
-		}
-		for _, c := range strings.Split(parts[1], ",") {
-			if c == "memory" {
-				p := filepath.Join(cgroupRoot, "memory", parts[2], "memory.oom_control")
-				if _, err := os.Stat(p); err == nil {
-					return oomCounter{path: p}
-				}
-			}
-		}
-		if parts[0] == "0" && parts[1] == "" {
-			v2 = parts[2]
+	if g, ok := v1["memory"]; ok {
+		p := filepath.Join(cgroupRoot, "memory", g, "memory.oom_control")
+		if _, err := os.Stat(p); err == nil {
+			return oomCounter{path: p}
 		}
 	}
 	if v2 != "" {
-		for _, root := range []string{cgroupRoot, filepath.Join(cgroupRoot, "unified")} {
-			p := filepath.Join(root, v2, "memory.events")
+		for _, dir := range cgroupacct.V2Dirs(cgroupRoot, v2) {
+			p := filepath.Join(dir, "memory.events")
 			if _, err := os.Stat(p); err == nil {
 				return oomCounter{path: p}
 			}
