@@ -266,18 +266,8 @@ func (e *Executor) meterCall(ctx context.Context, containerID string, p *replPro
 	} else {
 		// A call without an answer ended the interpreter or stopped it:
 		// its exit accounting follows shortly.
-		select {
-		case <-p.done:
-			if p.endErr == nil && p.endRes.CPUTime > p.metered {
-				u.CPUTime = p.endRes.CPUTime - p.metered
-			}
-		case <-time.After(endWait):
-		}
+		u.CPUTime = sandbox.ExitCPU(p.done, func() (sandbox.Result, error) { return p.endRes, p.endErr }, p.metered)
 	}
 	p.metered += u.CPUTime
 	e.cfg.Meter.Command(ctx, containerID, u)
 }
-
-// endWait bounds how long usage metering waits for the exit accounting of
-// a REPL that a call ended or that was stopped during it.
-const endWait = 2 * time.Second

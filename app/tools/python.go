@@ -157,13 +157,7 @@ func (e *Executor) meterCell(ctx context.Context, containerID string, p *interpr
 	} else {
 		// A call without an answer ended the interpreter or stopped it:
 		// its exit accounting follows shortly.
-		select {
-		case <-p.ended:
-			if p.endErr == nil && p.endRes.CPUTime > p.metered {
-				res.CPUTime = p.endRes.CPUTime - p.metered
-			}
-		case <-time.After(endWait):
-		}
+		res.CPUTime = sandbox.ExitCPU(p.ended, func() (sandbox.Result, error) { return p.endRes, p.endErr }, p.metered)
 	}
 	p.metered += res.CPUTime
 	e.cfg.Meter.Command(ctx, containerID, res)
@@ -678,7 +672,3 @@ func joinLine(s, line string) string {
 	}
 	return s + line
 }
-
-// endWait bounds how long usage metering waits for the exit accounting of
-// an interpreter that a cell ended or that was stopped during it.
-const endWait = 2 * time.Second

@@ -167,6 +167,28 @@ func CPUSeconds(sec float64) time.Duration {
 	return time.Duration(sec * float64(time.Second))
 }
 
+// ExitWait bounds how long usage metering waits for the exit accounting of
+// a long-lived process that a call ended or that was stopped during it.
+const ExitWait = 2 * time.Second
+
+// ExitCPU is the CPU time of a call that got no answer because it ended
+// its long-lived process (an interpreter): what the process's exit
+// accounting holds beyond the metered time of its earlier calls. It waits
+// at most ExitWait for done, after which exit tells how the process ended;
+// 0 when it did not end in time or its end is unknown.
+func ExitCPU(done <-chan struct{}, exit func() (Result, error), metered time.Duration) time.Duration {
+	select {
+	case <-done:
+	case <-time.After(ExitWait):
+		return 0
+	}
+	res, err := exit()
+	if err != nil || res.CPUTime <= metered {
+		return 0
+	}
+	return res.CPUTime - metered
+}
+
 // OutputTo adapts a function taking a stream's name to Command.Output; nil
 // stays nil.
 func OutputTo(f func(stream string, chunk []byte)) func(Stream, []byte) {

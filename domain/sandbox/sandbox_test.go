@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"errors"
 	"math"
 	"testing"
 	"time"
@@ -42,5 +43,39 @@ func TestCPUSeconds(t *testing.T) {
 		if got := CPUSeconds(tt.sec); got != tt.want {
 			t.Errorf("CPUSeconds(%v) = %v, want %v", tt.sec, got, tt.want)
 		}
+	}
+}
+
+// TestExitCPU: a call that ended its process counts what the exit
+// accounting holds beyond the calls already metered; nothing when the
+// process failed to report, reports less, or has not ended in time.
+func TestExitCPU(t *testing.T) {
+	ended := make(chan struct{})
+	close(ended)
+	tests := []struct {
+		name    string
+		done    chan struct{}
+		res     Result
+		err     error
+		metered time.Duration
+		want    time.Duration
+	}{
+		{"beyond the metered", ended, Result{CPUTime: 3 * time.Second}, nil, time.Second, 2 * time.Second},
+		{"nothing beyond", ended, Result{CPUTime: time.Second}, nil, 2 * time.Second, 0},
+		{"end unknown", ended, Result{CPUTime: 3 * time.Second}, errors.New("gone"), 0, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := ExitCPU(tt.done, func() (Result, error) { return tt.res, tt.err }, tt.metered); got != tt.want {
+				t.Fatalf("ExitCPU = %v, want %v", got, tt.want)
+			}
+		})
+	}
+	if testing.Short() {
+		return
+	}
+	start := time.Now()
+	if got := ExitCPU(make(chan struct{}), func() (Result, error) { return Result{CPUTime: time.Hour}, nil }, 0); got != 0 || time.Since(start) < ExitWait {
+		t.Fatalf("a process that never ended: %v after %v, want 0 after %v", got, time.Since(start), ExitWait)
 	}
 }
