@@ -6,7 +6,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -214,38 +213,8 @@ func TestDevBuildsMissingImage(t *testing.T) {
 	t.Cleanup(func() {
 		_ = docker.RemoveInstance(context.Background(), s.env["THREADBOX_INSTANCE"], filepath.Join(s.dataDir, "pool"))
 	})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
 	started := time.Now()
-	go func() { done <- run(ctx, []string{"dev", "--recipe", recipe}, s.getenv, s.stdout, s.stderr) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("dev returned %v", err)
-			}
-		case <-time.After(30 * time.Second):
-			t.Error("dev did not stop within 30s of cancel")
-		}
-	})
-	deadline := time.Now().Add(3 * time.Minute)
-	for {
-		resp, err := http.Get(s.base + "/healthz")
-		if err == nil {
-			resp.Body.Close()
-			break
-		}
-		select {
-		case err := <-done:
-			t.Fatalf("dev exited: %v\n%s", err, s.stdout.String())
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the server did not come up within 3 minutes:\n%s", s.stdout.String())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	s.run(t, []string{"dev", "--recipe", recipe}, 3*time.Minute)
 	t.Logf("built and serving after %s", time.Since(started).Round(time.Second))
 	out := s.stdout.String()
 	for _, want := range []string{

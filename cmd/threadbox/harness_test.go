@@ -99,9 +99,17 @@ func startServer(t *testing.T, dbURL string, extra map[string]string) *server {
 	pool := filepath.Join(env["DATA_DIR"], "pool")
 	t.Cleanup(func() { _ = docker.RemoveInstance(context.Background(), instance, pool) }) // without a daemon there are none
 	s := &server{t: t, base: "http://" + addr, dataDir: env["DATA_DIR"], env: env, stdout: &syncBuffer{}, stderr: &syncBuffer{}}
+	s.run(t, []string{"serve"}, 20*time.Second)
+	return s
+}
+
+// run runs the command args of s's binary until the test ends (s.stop
+// ends it earlier) and waits until it answers /healthz, at most ready.
+func (s *server) run(t *testing.T, args []string, ready time.Duration) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- run(ctx, []string{"serve"}, s.getenv, s.stdout, s.stderr) }()
+	go func() { done <- run(ctx, args, s.getenv, s.stdout, s.stderr) }()
 	var once sync.Once // a test may stop the server before the cleanup does
 	s.stop = func() {
 		once.Do(func() {
@@ -109,32 +117,31 @@ func startServer(t *testing.T, dbURL string, extra map[string]string) *server {
 			select {
 			case err := <-done:
 				if err != nil {
-					t.Errorf("serve returned %v", err)
+					t.Errorf("%s returned %v", args[0], err)
 				}
 			case <-time.After(30 * time.Second):
-				t.Error("serve did not stop within 30s of cancel")
+				t.Errorf("%s did not stop within 30s of cancel", args[0])
 			}
 		})
 	}
 	t.Cleanup(s.stop)
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(ready)
 	for {
 		resp, err := http.Get(s.base + "/healthz")
 		if err == nil {
 			resp.Body.Close()
-			break
+			return
 		}
 		select {
 		case err := <-done:
-			t.Fatalf("serve exited: %v", err)
+			t.Fatalf("%s exited: %v\n%s", args[0], err, s.stdout.String())
 		default:
 		}
 		if time.Now().After(deadline) {
-			t.Fatal("server did not come up")
+			t.Fatalf("the server did not come up within %s:\n%s", ready, s.stdout.String())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	return s
 }
 
 // modelServer starts a threadbox whose model is a scripted fake upstream
