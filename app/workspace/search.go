@@ -74,14 +74,7 @@ func messageText(m thread.Message) string {
 	if json.Unmarshal(m.Content(), &blocks) != nil {
 		return ""
 	}
-	var b strings.Builder
-	for _, bl := range blocks {
-		if bl.Type == messages.BlockText {
-			b.WriteString(bl.Text)
-			b.WriteString("\n")
-		}
-	}
-	return b.String()
+	return textOf(blocks)
 }
 
 // snippet returns up to about 60 characters either side of the first

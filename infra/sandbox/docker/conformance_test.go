@@ -3,10 +3,8 @@ package docker_test
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -57,7 +55,7 @@ func conformanceBackend(t *testing.T, runtime string) sandbox.Backend {
 		AgentBin:  sandboxtest.AgentBin(t),
 		SocketDir: t.TempDir(),
 		Instance:  fmt.Sprintf("conf%d", time.Now().UnixNano()),
-		Logger:    slog.New(slog.NewTextHandler(newTLog(t), nil)),
+		Logger:    sandboxtest.Logger(t),
 	})
 	if err != nil {
 		sandboxtest.Need(t, "docker client: %v", err)
@@ -70,31 +68,4 @@ func conformanceBackend(t *testing.T, runtime string) sandbox.Backend {
 	}
 	t.Cleanup(func() { be.Close() })
 	return be
-}
-
-// tlog sends the backend's log (and the agent's stderr) to the test log
-// until the test ends.
-type tlog struct {
-	mu   sync.Mutex
-	t    *testing.T
-	done bool
-}
-
-func newTLog(t *testing.T) *tlog {
-	w := &tlog{t: t}
-	t.Cleanup(func() {
-		w.mu.Lock()
-		w.done = true
-		w.mu.Unlock()
-	})
-	return w
-}
-
-func (w *tlog) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if !w.done {
-		w.t.Log(strings.TrimRight(string(p), "\n"))
-	}
-	return len(p), nil
 }

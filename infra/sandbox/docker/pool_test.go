@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
 	"strings"
 	"sync/atomic"
@@ -36,7 +35,7 @@ func poolBackend(t *testing.T, runtime string) *docker.Backend {
 func poolBackendAt(t *testing.T, cfg docker.Config) *docker.Backend {
 	t.Helper()
 	cfg.AgentBin = sandboxtest.AgentBin(t)
-	cfg.Logger = slog.New(slog.NewTextHandler(newTLog(t), nil))
+	cfg.Logger = sandboxtest.Logger(t)
 	be, err := docker.New(cfg)
 	if err != nil {
 		sandboxtest.Need(t, "docker client: %v", err)

@@ -3,10 +3,7 @@ package kubernetes_test
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"os"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -117,7 +114,7 @@ func (c *cluster) backend(t *testing.T, instance string, mod ...func(*k8s.Config
 		HostPathVolumes: true,
 		PullPolicy:      corev1.PullNever,
 		OOMEvents:       oomEvents(),
-		Logger:          slog.New(slog.NewTextHandler(newTLog(t), nil)),
+		Logger:          sandboxtest.Logger(t),
 	}
 	for _, m := range mod {
 		m(&cfg)
@@ -133,32 +130,6 @@ func (c *cluster) backend(t *testing.T, instance string, mod ...func(*k8s.Config
 	}
 	t.Cleanup(func() { be.Close() })
 	return be
-}
-
-// tlog sends the backend's log to the test log until the test ends.
-type tlog struct {
-	mu   sync.Mutex
-	t    *testing.T
-	done bool
-}
-
-func newTLog(t *testing.T) *tlog {
-	w := &tlog{t: t}
-	t.Cleanup(func() {
-		w.mu.Lock()
-		w.done = true
-		w.mu.Unlock()
-	})
-	return w
-}
-
-func (w *tlog) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if !w.done {
-		w.t.Log(strings.TrimRight(string(p), "\n"))
-	}
-	return len(p), nil
 }
 
 func k8sClient(t *testing.T, rc *rest.Config) kubernetes.Interface {

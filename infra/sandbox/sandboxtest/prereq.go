@@ -2,9 +2,11 @@ package sandboxtest
 
 import (
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 )
@@ -57,4 +59,32 @@ func AgentBin(t testing.TB) string {
 		t.Fatal(agentErr)
 	}
 	return agentBin
+}
+
+// Logger returns a logger that writes to the test's log until the test
+// ends (a backend's goroutines may log after it).
+func Logger(t *testing.T) *slog.Logger {
+	w := &testLog{t: t}
+	t.Cleanup(func() {
+		w.mu.Lock()
+		w.done = true
+		w.mu.Unlock()
+	})
+	return slog.New(slog.NewTextHandler(w, nil))
+}
+
+// testLog sends what is written to the test log until the test ends.
+type testLog struct {
+	mu   sync.Mutex
+	t    *testing.T
+	done bool
+}
+
+func (w *testLog) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.done {
+		w.t.Log(strings.TrimRight(string(p), "\n"))
+	}
+	return len(p), nil
 }
