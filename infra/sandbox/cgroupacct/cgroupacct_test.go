@@ -40,10 +40,16 @@ func TestRead(t *testing.T) {
 	if _, ok := (CPU{Path: filepath.Join(dir, "gone")}).Read(); ok {
 		t.Fatal("a missing group read as known")
 	}
-	// This process's own group is found and counts something.
-	if c := ForProcess(os.Getpid(), "/sys/fs/cgroup"); c.Path != "" {
-		if d, ok := c.Read(); !ok || d <= 0 {
-			t.Fatalf("own group %s: %v %v", c.Path, d, ok)
+	// This process's own group is found and counts something. Under CI
+	// the host has CPU accounting (the sandbox backends rely on it).
+	c := ForProcess(os.Getpid(), "/sys/fs/cgroup")
+	if c.Path == "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("no CPU accounting found for this process's control group")
 		}
+		t.Skip("no CPU accounting found for this process's control group")
+	}
+	if d, ok := c.Read(); !ok || d <= 0 {
+		t.Fatalf("own group %s: %v %v", c.Path, d, ok)
 	}
 }
