@@ -71,6 +71,9 @@ type Options struct {
 	SharedDisk bool
 	// noOpenat2 forces the component-by-component walk (tests).
 	noOpenat2 bool
+	// synced, when set, sees every sync: a folder's (fsync) or its whole
+	// file system's (syncfs) (tests).
+	synced func(fd int, wholeFS bool)
 }
 
 // FS gives confined access to one container's folders.
@@ -90,6 +93,23 @@ func New(d Dirs, opts Options) *FS {
 		},
 		opts: opts,
 	}
+}
+
+// syncDir makes a folder's entries durable: an answer that says a file was
+// written or removed must outlive a crash or a journal that aborts.
+func (f *FS) syncDir(fd int) error {
+	if f.opts.synced != nil {
+		f.opts.synced(fd, false)
+	}
+	return unix.Fsync(fd)
+}
+
+// syncFS makes everything changed on fd's file system durable.
+func (f *FS) syncFS(fd int) error {
+	if f.opts.synced != nil {
+		f.opts.synced(fd, true)
+	}
+	return unix.Syncfs(fd)
 }
 
 // splitRel checks a path within a mount and returns its components; "." and

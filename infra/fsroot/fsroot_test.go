@@ -498,3 +498,56 @@ func TestCopyLarge(t *testing.T) {
 		t.Fatalf("read error: %v", err)
 	}
 }
+
+// TestChangesAreSynced: an answer that says a file was written or removed
+// must outlive a crash: the folder that names it is synced before the
+// answer (a whole file system once after a prefix delete). Deletes were
+// once answered unsynced, and a journal that aborted under a full disk
+// brought a deleted file back.
+func TestChangesAreSynced(t *testing.T) {
+	fx := newFixture(t, false)
+	type sync struct {
+		ino     uint64
+		wholeFS bool
+	}
+	var synced []sync
+	fx.fs.opts.synced = func(fd int, wholeFS bool) {
+		var st syscall.Stat_t
+		if err := syscall.Fstat(fd, &st); err != nil {
+			t.Errorf("sync of a closed descriptor: %v", err)
+		}
+		synced = append(synced, sync{st.Ino, wholeFS})
+	}
+	ino := func(path string) uint64 {
+		var st syscall.Stat_t
+		if err := syscall.Stat(path, &st); err != nil {
+			t.Fatal(err)
+		}
+		return st.Ino
+	}
+	ctx := context.Background()
+	check := func(what string, want sync) {
+		t.Helper()
+		if len(synced) != 1 || synced[0] != want {
+			t.Fatalf("%s synced %+v, want once %+v", what, synced, want)
+		}
+		synced = nil
+	}
+	for _, name := range []string{"data/a.csv", "data/b.csv"} {
+		if _, err := fx.fs.WriteFile(ctx, file.Uploads, name, []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+		check("a write", sync{ino(filepath.Join(fx.dirs.Uploads, "data")), false})
+	}
+	if err := fx.fs.Remove(ctx, file.Uploads, "data/a.csv"); err != nil {
+		t.Fatal(err)
+	}
+	check("a delete", sync{ino(filepath.Join(fx.dirs.Uploads, "data")), false})
+	if n, err := fx.fs.RemovePrefix(ctx, file.Uploads, "data/"); err != nil || n != 1 {
+		t.Fatalf("prefix delete: %d %v", n, err)
+	}
+	check("a prefix delete", sync{ino(fx.dirs.Uploads), true})
+	if n, err := fx.fs.RemovePrefix(ctx, file.Uploads, "none/"); err != nil || n != 0 || len(synced) != 0 {
+		t.Fatalf("a prefix delete of nothing: %d %v, synced %+v", n, err, synced)
+	}
+}

@@ -282,7 +282,7 @@ func (f *FS) Write(ctx context.Context, m file.Mount, rel string, r io.Reader, l
 		return file.Info{}, mapErrno("rename "+rel, err)
 	}
 	committed = true
-	if err := unix.Fsync(parent); err != nil {
+	if err := f.syncDir(parent); err != nil {
 		return file.Info{}, fmt.Errorf("fsroot: sync folder of %s: %w", rel, err)
 	}
 	st, err := statxAt(parent, name)
@@ -367,6 +367,9 @@ func (f *FS) Remove(ctx context.Context, m file.Mount, rel string) error {
 	if err := unix.Unlinkat(parent, name, 0); err != nil {
 		return mapErrno("remove "+rel, err)
 	}
+	if err := f.syncDir(parent); err != nil {
+		return fmt.Errorf("fsroot: sync folder of %s: %w", rel, err)
+	}
 	return nil
 }
 
@@ -415,6 +418,17 @@ func (f *FS) RemovePrefix(ctx context.Context, m file.Mount, prefix string) (int
 		if parent, name, err := f.openParent(m, dir); err == nil {
 			_ = unix.Unlinkat(parent, name, unix.AT_REMOVEDIR) // only if empty
 			unix.Close(parent)
+		}
+	}
+	if removed > 0 {
+		// One sync for every folder the deletes touched.
+		root, err := f.openMount(m)
+		if err != nil {
+			return removed, err
+		}
+		defer unix.Close(root)
+		if err := f.syncFS(root); err != nil {
+			return removed, fmt.Errorf("fsroot: sync after removing %s*: %w", prefix, err)
 		}
 	}
 	return removed, nil

@@ -324,34 +324,6 @@ func (l *Layout) mountQuota(ctx context.Context, id, root string) error {
 	return nil
 }
 
-// Repair brings back a container's quota file system that went read-only
-// (Prepare's sandbox.ErrFoldersReadOnly; its image met I/O errors when the
-// disk under it filled): it unmounts it, checks and repairs the image
-// (e2fsck, which replays the journal) and mounts it again. Its sandbox must
-// be stopped first: it would keep the read-only view. Without quotas it
-// does nothing.
-func (l *Layout) Repair(ctx context.Context, id string) error {
-	if l.opts.Quota != QuotaLoop {
-		return nil
-	}
-	defer l.lock(id)()
-	root := l.Dirs(id).Root
-	if err := l.unmount(ctx, root); err != nil {
-		return err
-	}
-	// e2fsck: 0 clean, 1 errors corrected, 2 corrected and a reboot
-	// advised (for a root file system); 4 and up left uncorrected.
-	out, err := exec.CommandContext(ctx, "e2fsck", "-f", "-y", l.DiskImage(id)).CombinedOutput()
-	var ee *exec.ExitError
-	if err != nil && (!errors.As(err, &ee) || ee.ExitCode() >= 4) {
-		return fmt.Errorf("hostdirs: repair %s: e2fsck: %w: %s", id, err, bytes.TrimSpace(out))
-	}
-	if err := l.mountQuota(ctx, id, root); err != nil {
-		return fmt.Errorf("hostdirs: repair %s: %w", id, err)
-	}
-	return nil
-}
-
 func (l *Layout) makeImage(ctx context.Context, img string) error {
 	if err := os.MkdirAll(l.disks, 0o700); err != nil {
 		return fmt.Errorf("hostdirs: %w", err)

@@ -12,6 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
+	"threadbox/domain/file"
 	"threadbox/domain/sandbox"
 )
 
@@ -239,5 +242,73 @@ func TestLocksAreDropped(t *testing.T) {
 	l.mu.Unlock()
 	if n != 0 {
 		t.Fatalf("%d locks kept after every container was removed", n)
+	}
+}
+
+// TestRepairWaitsForRoom: a repair while the disk under the image has no
+// room for the image's holes fails as the server's full disk and leaves the
+// image alone — e2fsck meeting a full disk clears a journal it could not
+// replay, losing acknowledged writes. With room again it repairs, and the
+// image is sparse afterwards.
+func TestRepairWaitsForRoom(t *testing.T) {
+	if os.Getuid() != 0 || exec.Command("mkfs.ext4", "-V").Run() != nil || exec.Command("e2fsck", "-V").Run() != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("loop quota needs root, mkfs.ext4 and e2fsck")
+		}
+		t.Skip("loop quota needs root, mkfs.ext4 and e2fsck")
+	}
+	ctx := context.Background()
+	disk := t.TempDir()
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", disk).CombinedOutput(); err != nil {
+		t.Fatalf("mount tmpfs: %v: %s", err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("umount", "-l", disk).Run() })
+	l := New(filepath.Join(disk, "data"), Options{Quota: QuotaLoop, DiskBytes: 32 << 20})
+	t.Cleanup(func() { _ = l.Remove(context.Background(), "full") })
+	d, err := l.Prepare(ctx, "full")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(d.Uploads, "kept.txt"), []byte("kept"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("mount", "-o", "remount,ro", d.Root).CombinedOutput(); err != nil {
+		t.Fatalf("remount ro: %v: %s", err, out)
+	}
+	img := l.DiskImage("full")
+	before, err := os.Stat(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Fill the disk but for 4 MiB: less than the image's holes.
+	var st unix.Statfs_t
+	if err := unix.Statfs(disk, &st); err != nil {
+		t.Fatal(err)
+	}
+	filler := filepath.Join(disk, "filler")
+	if out, err := exec.Command("fallocate", "-l", fmt.Sprint(int64(st.Bavail)*st.Bsize-4<<20), filler).CombinedOutput(); err != nil {
+		t.Fatalf("fill: %v: %s", err, out)
+	}
+	if err := l.Repair(ctx, "full"); !errors.Is(err, file.ErrServerDiskFull) {
+		t.Fatalf("repair on a full disk: %v, want file.ErrServerDiskFull", err)
+	}
+	after, err := os.Stat(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if allocated(after) != allocated(before) || !after.ModTime().Equal(before.ModTime()) {
+		t.Fatalf("the image changed on a full disk: %d bytes allocated at %v, before %d at %v", allocated(after), after.ModTime(), allocated(before), before.ModTime())
+	}
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Repair(ctx, "full"); err != nil {
+		t.Fatalf("repair with room: %v", err)
+	}
+	if b, err := os.ReadFile(filepath.Join(d.Uploads, "kept.txt")); err != nil || string(b) != "kept" {
+		t.Fatalf("file after the repair: %q %v", b, err)
+	}
+	if fi, err := os.Stat(img); err != nil || allocated(fi) > fi.Size()/2 {
+		t.Fatalf("image after the repair: %d of %d bytes allocated (%v), want it sparse again", allocated(fi), fi.Size(), err)
 	}
 }
