@@ -123,16 +123,26 @@ type requestBody struct {
 	peer net.Conn // the client connection of a streamed chunked body
 }
 
+// bodyReader returns the request's body as a stream. One request has one:
+// the reader is kept in the request's locals, where finishBody finds what
+// the handler left unread.
 func bodyReader(c *fiber.Ctx) *requestBody {
+	if b, ok := c.Locals(requestBodyKey{}).(*requestBody); ok {
+		return b
+	}
 	if r := c.Context().RequestBodyStream(); r != nil {
 		b := &requestBody{r: r, want: int64(c.Request().Header.ContentLength())}
 		if b.want < 0 {
 			b.peer = c.Context().Conn()
 		}
+		c.Locals(requestBodyKey{}, b)
 		return b
 	}
 	return &requestBody{r: bytes.NewReader(c.Body()), want: -1}
 }
+
+// requestBodyKey keys a request's body reader in its locals.
+type requestBodyKey struct{}
 
 // Read reads the body until its end.
 func (b *requestBody) Read(p []byte) (int, error) {

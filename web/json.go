@@ -14,8 +14,8 @@ const maxJSONBody = 32 << 20
 
 // body reads the request body whole, up to limit bytes.
 func body(c *fiber.Ctx, limit int64) ([]byte, error) {
-	if r := c.Context().RequestBodyStream(); r != nil {
-		b, err := io.ReadAll(io.LimitReader(r, limit+1))
+	if c.Context().RequestBodyStream() != nil {
+		b, err := io.ReadAll(io.LimitReader(bodyReader(c), limit+1))
 		if err != nil {
 			return nil, fault.Wrap(fault.Invalid, "could not read the request body", err)
 		}

@@ -9,7 +9,7 @@ import (
 // routes registers every route of the server.
 func (s *Server) routes() {
 	a := s.app
-	a.Use(s.recoverPanics, s.accessLog)
+	a.Use(s.finishBody, s.recoverPanics, s.accessLog)
 	a.Get("/healthz", func(c *fiber.Ctx) error { return c.JSON(fiber.Map{"status": "ok"}) })
 	a.Get("/readyz", s.readyz)
 	a.Get("/metrics", s.metrics)

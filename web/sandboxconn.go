@@ -37,6 +37,9 @@ func (s *Server) sandboxServer() *fasthttp.Server {
 	return &fasthttp.Server{
 		Handler: func(ctx *fasthttp.RequestCtx) {
 			if !bytes.HasPrefix(ctx.Path(), []byte(sandboxAPIPrefix)) {
+				// Its body is not read: the connection ends with the
+				// answer, so that it cannot be taken for a request.
+				ctx.SetConnectionClose()
 				ctx.SetStatusCode(fiber.StatusNotFound)
 				ctx.SetContentType(fiber.MIMEApplicationJSON)
 				ctx.SetBodyString(`{"type":"error","error":{"type":"not_found_error","message":"Only the product's API (/api/gpt/) is served inside the sandbox."}}`)
