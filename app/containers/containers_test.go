@@ -141,6 +141,7 @@ type fakeBackend struct {
 	warm        map[string]bool   // warm slots booted and not claimed
 	claims      map[string]string // container id → the slot it claimed
 	dead        map[string]bool   // sandboxes that ended by themselves
+	adopting    func(id string)   // called as Reconcile adopts id
 }
 
 // Warm boots the warm slot spec.ID unless warmErr says otherwise.
@@ -194,6 +195,9 @@ func (b *fakeBackend) Reconcile(_ context.Context, decide func(string) sandbox.V
 	for _, id := range found {
 		switch decide(id) {
 		case sandbox.Adopt:
+			if b.adopting != nil {
+				b.adopting(id)
+			}
 			adopted = append(adopted, id)
 		case sandbox.Drop:
 			removed = append(removed, id)

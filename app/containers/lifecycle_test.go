@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -213,5 +214,48 @@ func TestQuotaChecks(t *testing.T) {
 	}
 	if rec, _ := st.Container(ctx, c.ID()); rec.State() != container.Idle {
 		t.Fatalf("refused boot left state %q", rec.State())
+	}
+}
+
+// TestAdoptionMeetsABoot: a request that starts a container's sandbox
+// while the sweep is adopting it (just after a restart) leaves one holder,
+// and the boot hooks run once. They ran twice, and the API bridge then
+// listened twice in one sandbox ("address already in use").
+func TestAdoptionMeetsABoot(t *testing.T) {
+	ctx := context.Background()
+	b := newFake("docker")
+	s, st, _ := newService(b)
+	c, _ := s.ForUser(ctx, alice, "")
+	if _, err := s.Exec(ctx, c.ID(), sandbox.Command{}); err != nil {
+		t.Fatal(err)
+	}
+	// A second process over the same records finds the sandbox running.
+	s2 := New(st, []sandbox.Backend{b}, &fakeFolders{}, nil, Config{Idle: time.Minute, MaxAge: time.Hour}, nil)
+	var mu sync.Mutex
+	hooks := 0
+	s2.OnBoot(func(context.Context, string) error {
+		mu.Lock()
+		defer mu.Unlock()
+		hooks++
+		return nil
+	})
+	b.mu.Lock()
+	b.found = append(b.found, c.ID())
+	b.adopting = func(id string) {
+		if _, err := s2.Exec(ctx, id, sandbox.Command{}); err != nil {
+			t.Errorf("a command while its sandbox is adopted: %v", err)
+		}
+	}
+	b.mu.Unlock()
+	if r, err := s2.Sweep(ctx); err != nil || len(r.Adopted) != 1 {
+		t.Fatalf("sweep: %+v %v", r, err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if hooks != 1 {
+		t.Fatalf("boot hooks ran %d times for one sandbox, want once", hooks)
+	}
+	if !s2.Running(c.ID()) {
+		t.Fatal("the sandbox is not held after the adoption")
 	}
 }

@@ -120,7 +120,11 @@ func (s *Service) reconcile(ctx context.Context) (adopted, dropped []string) {
 		}
 		for _, id := range a {
 			unlock := s.lock(id)
-			s.hold(ctx, taken[id], b, 0, true)
+			// A request may have started it meanwhile (the lease is this
+			// process's): it holds the sandbox, and its hooks ran.
+			if !s.Running(id) {
+				s.hold(ctx, taken[id], b, 0, true)
+			}
 			unlock()
 			delete(taken, id)
 		}

@@ -27,6 +27,10 @@ type threadEntry struct {
 	deleted bool
 	fork    bool // made by a fork
 	turns   int  // acknowledged turns run in it by the soak
+	// pending are the outputs of turns that did not end acknowledged (a
+	// full disk, a fault): the next tool call that finds one in outputs/
+	// announces it, late (guarded by turnMu).
+	pending map[string]bool
 }
 
 // artifactEntry is an artifact an acknowledged turn announced.
@@ -39,7 +43,7 @@ func newLedger() *ledger {
 func (l *ledger) addThread(id string) *threadEntry {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	t := &threadEntry{id: id, files: map[string]string{}, gone: map[string]bool{}}
+	t := &threadEntry{id: id, files: map[string]string{}, gone: map[string]bool{}, pending: map[string]bool{}}
 	l.threads[id] = t
 	return t
 }

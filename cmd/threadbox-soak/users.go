@@ -15,6 +15,7 @@ import (
 	"mime/multipart"
 	"net"
 	"net/http"
+	"path"
 	"strings"
 	"sync"
 	"time"
@@ -309,6 +310,7 @@ func (u *user) turn(ctx context.Context, stream bool) error {
 		return errSkip
 	}
 	defer t.turnMu.Unlock()
+	t.pending[name] = true // until the turn is acknowledged with it
 	j, _ := json.Marshal(turnBody(marker, name, content, stream))
 	start := time.Now()
 	b, err := u.c.do(ctx, "POST", "/api/v1/app/thread/"+t.id+"/messages", bytes.NewReader(j), "application/json")
@@ -345,15 +347,29 @@ func (u *user) turn(ctx context.Context, stream bool) error {
 	if len(mine) != 1 || mine[0].SHA256 != want || mine[0].ArtifactID == "" {
 		return wrongf("turn resources %+v, want one for %s with sha256 %s", f.resources, name, want)
 	}
+	delete(t.pending, name)
 	first := t.turns == 0
 	t.turns++
-	if len(f.resources) > 1 {
+	// Outputs an unacknowledged turn of this thread left are announced by
+	// the next tool call that finds them: outputs/ is what the project's
+	// artifacts are, announced late (designed).
+	var unexplained []resource
+	for _, r := range f.resources {
+		if base := path.Base(r.Path); base != name {
+			if t.pending[base] {
+				delete(t.pending, base)
+				continue
+			}
+			unexplained = append(unexplained, r)
+		}
+	}
+	if len(unexplained) > 0 {
 		// A fork's first turn announces the outputs the fork copied
 		// as artifacts it made (reported as a finding).
 		if !(t.fork && first) {
 			return wrongf("turn resources %+v, want only the one for %s", f.resources, name)
 		}
-		u.s.finding(fmt.Sprintf("the first turn of a fork announced %d artifact(s) for outputs it did not write (copied by the fork)", len(f.resources)-1))
+		u.s.finding(fmt.Sprintf("the first turn of a fork announced %d artifact(s) for outputs it did not write (copied by the fork)", len(unexplained)))
 	}
 	u.led.turnAcked(t, marker, true)
 	u.led.addArtifact(artifactEntry{id: mine[0].ArtifactID, sha: want, project: u.project})
