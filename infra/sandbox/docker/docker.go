@@ -410,12 +410,7 @@ func (b *Backend) bootBox(ctx context.Context, spec sandbox.Spec, warm bool) (*b
 	}()
 	if ln != nil {
 		actx, cancel := context.WithTimeout(ctx, b.cfg.BootTimeout)
-		conn, err := acceptAgent(actx, ln, bx.done, func() (int, error) {
-			if pid, ok := <-initPid; ok {
-				return pid, nil
-			}
-			return 0, errors.New("cannot inspect the container for its init pid")
-		}, true)
+		conn, err := acceptAgent(actx, ln, bx.done, initPidFrom(initPid), true)
 		cancel()
 		if err != nil {
 			bx.conn.Close()

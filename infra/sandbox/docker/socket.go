@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sync"
 	"syscall"
 
 	"github.com/docker/docker/api/types/container"
@@ -128,6 +129,19 @@ func acceptAgent(ctx context.Context, ln *net.UnixListener, gone <-chan struct{}
 		// restart) reached the socket: it is not the agent.
 		c.Close()
 	}
+}
+
+// initPidFrom returns the init's pid that ch gives (once; closed empty when
+// the container could not be inspected), for every connection acceptAgent
+// checks: the first one to reach the socket may not be the agent's, and a
+// second read of ch would find it closed.
+func initPidFrom(ch <-chan int) func() (int, error) {
+	return sync.OnceValues(func() (int, error) {
+		if pid, ok := <-ch; ok {
+			return pid, nil
+		}
+		return 0, errors.New("cannot inspect the container for its init pid")
+	})
 }
 
 // peerPid returns the pid of the process at the other end of c, as this

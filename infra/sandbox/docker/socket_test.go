@@ -129,3 +129,27 @@ func TestSocketDirFallsBackToStdio(t *testing.T) {
 		}
 	}
 }
+
+// TestInitPidIsKept: every connection the boot checks sees the init's pid.
+// The second connection to reach a new sandbox's socket (after one that
+// was not the agent's) once read the pid's channel again, found it closed,
+// and failed the boot: "cannot inspect the container for its init pid".
+func TestInitPidIsKept(t *testing.T) {
+	ch := make(chan int, 1)
+	ch <- 4242
+	close(ch)
+	pid := initPidFrom(ch)
+	for i := range 3 {
+		if got, err := pid(); got != 4242 || err != nil {
+			t.Fatalf("check %d: pid %d, %v; want 4242", i+1, got, err)
+		}
+	}
+	empty := make(chan int)
+	close(empty)
+	pid = initPidFrom(empty)
+	for i := range 2 {
+		if _, err := pid(); err == nil {
+			t.Fatalf("check %d of a container not inspected: no error", i+1)
+		}
+	}
+}
