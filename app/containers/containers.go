@@ -447,7 +447,20 @@ func (s *Service) hold(ctx context.Context, c container.Container, b sandbox.Bac
 	s.mu.Lock()
 	s.running[c.ID()] = l
 	s.mu.Unlock()
-	if err := s.store.UpdateContainer(ctx, c.Booted(b.Name(), s.leases.Holder(), s.now())); err != nil {
+	if err := s.store.UpdateContainer(ctx, c.Booted(b.Name(), s.leases.Holder(), s.now())); fault.Is(err, fault.NotFound) {
+		// Deleted meanwhile (its thread was, while the sandbox booted or
+		// was adopted): nobody is to hold it, and no hook is for it.
+		s.log.Info("sandbox of a container deleted meanwhile: removing it", "container", c.ID())
+		s.mu.Lock()
+		delete(s.running, c.ID())
+		s.mu.Unlock()
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		if err := b.Remove(rctx, c.ID()); err != nil {
+			s.log.Warn("sandbox not removed", "container", c.ID(), "cause", err.Error())
+		}
+		return l
+	} else if err != nil {
 		s.log.Error("container record not updated", "container", c.ID(), "cause", err.Error())
 	}
 	for _, f := range s.started {

@@ -16,8 +16,9 @@ import (
 )
 
 type memStore struct {
-	mu sync.Mutex
-	m  map[string]container.Container
+	mu      sync.Mutex
+	m       map[string]container.Container
+	deleted map[string]bool // records deleted behind the owner's back: updates fail
 }
 
 func (s *memStore) CreateContainer(_ context.Context, c container.Container) error {
@@ -41,6 +42,9 @@ func (s *memStore) Container(_ context.Context, id string) (container.Container,
 func (s *memStore) UpdateContainer(_ context.Context, c container.Container) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.deleted[c.ID()] {
+		return fault.New(fault.NotFound, "container not found")
+	}
 	s.m[c.ID()] = c
 	return nil
 }

@@ -259,3 +259,39 @@ func TestAdoptionMeetsABoot(t *testing.T) {
 		t.Fatal("the sandbox is not held after the adoption")
 	}
 }
+
+// TestAdoptedSandboxOfADeletedContainer: a sandbox whose container record
+// was deleted while it was adopted (its thread deleted just after a
+// restart) is removed, not held, and runs no boot hook; this was an ERROR
+// line and a hook failing on a sandbox no longer there.
+func TestAdoptedSandboxOfADeletedContainer(t *testing.T) {
+	ctx := context.Background()
+	b := newFake("docker")
+	s, st, _ := newService(b)
+	c, _ := s.ForUser(ctx, alice, "")
+	if _, err := s.Exec(ctx, c.ID(), sandbox.Command{}); err != nil {
+		t.Fatal(err)
+	}
+	s2 := New(st, []sandbox.Backend{b}, &fakeFolders{}, nil, Config{Idle: time.Minute, MaxAge: time.Hour}, nil)
+	hooks := 0
+	s2.OnBoot(func(context.Context, string) error { hooks++; return nil })
+	b.mu.Lock()
+	b.found = append(b.found, c.ID())
+	b.adopting = func(id string) {
+		st.mu.Lock()
+		st.deleted = map[string]bool{id: true}
+		st.mu.Unlock()
+	}
+	b.mu.Unlock()
+	if _, err := s2.Sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if hooks != 0 || s2.Running(c.ID()) {
+		t.Fatalf("hooks %d, held %v; want none and not held", hooks, s2.Running(c.ID()))
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !slices.Contains(b.removed, c.ID()) {
+		t.Fatalf("the sandbox was not removed (removed %v)", b.removed)
+	}
+}

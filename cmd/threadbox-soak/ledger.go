@@ -144,12 +144,18 @@ func (l *ledger) randomFile(r *mrand.Rand) (*threadEntry, string, string) {
 }
 
 // forked records a fork of src: it holds src's complete messages and files.
+// The caller holds src.turnMu.
 func (l *ledger) forked(src *threadEntry, id string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	t := &threadEntry{id: id, files: map[string]string{}, gone: map[string]bool{}, markers: append([]string(nil), src.markers...), fork: true}
+	t := &threadEntry{id: id, files: map[string]string{}, gone: map[string]bool{}, markers: append([]string(nil), src.markers...), fork: true, pending: map[string]bool{}}
 	for p, h := range src.files {
 		t.files[p] = h
+	}
+	// The fork copies src's outputs, those of its unacknowledged turns too
+	// (the caller holds src.turnMu).
+	for name := range src.pending {
+		t.pending[name] = true
 	}
 	l.threads[id] = t
 }
