@@ -276,7 +276,10 @@ func TestExitReportsCPUTime(t *testing.T) {
 		script   string
 		min, max time.Duration
 	}{
-		{"busy loop in a waited-for child", `timeout 0.6 sh -c 'while :; do :; done'; exit 0`, 400 * time.Millisecond, 5 * time.Second},
+		// The child burns 0.5 s of its own CPU time, however loaded the
+		// machine is (a wall-clock loop got less than that under load).
+		{"busy loop in a waited-for child", `python3 -c 'import time
+while time.process_time() < 0.5: pass'; exit 0`, 450 * time.Millisecond, 5 * time.Second},
 		{"sleep", `sleep 0.3`, 0, 150 * time.Millisecond},
 	}
 	w, frames := inProcess(t)
