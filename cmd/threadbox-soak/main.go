@@ -24,6 +24,7 @@ import (
 
 // config is the soak's configuration, from flags.
 type config struct {
+	warmPool     int // SANDBOX_WARM_POOL of the server
 	users        int
 	duration     time.Duration
 	think        time.Duration
@@ -82,6 +83,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&only, "ops", "", "comma-separated operations users do (e.g. turn,turn-disconnect); empty is the whole mix")
 	var dataFS string
 	fs.StringVar(&dataFS, "data-fs", "", "put DATA_DIR on a loop-mounted ext4 filesystem of this size (e.g. 1G; needed by the disk-full fault, 1G when it is asked without it)")
+	fs.IntVar(&c.warmPool, "warm-pool", 2, "SANDBOX_WARM_POOL of the server (the product's default; its warm sandboxes are counted apart from what must come back)")
 	fs.StringVar(&c.dockerd, "private-dockerd", "", "run the sandboxes on a Docker daemon of the soak's own, keeping its state in this folder (the docker-restart fault then restarts it, not the host's daemon)")
 	fs.StringVar(&c.keepLog, "keep-log", "", "copy threadbox's log (JSON lines, every start) to this file at the end")
 	fs.DurationVar(&c.settle, "settle", 3*time.Minute, "longest wait for the sweeps after the load")

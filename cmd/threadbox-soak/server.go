@@ -61,9 +61,8 @@ func newServer(cfg config, work, dataRoot string) (*server, error) {
 		"CONTAINER_MAX_AGE="+cfg.maxAge.String(), "SHUTDOWN_GRACE=5s", "LOG_LEVEL=warn",
 		"SANDBOX_MEMORY_BYTES=268435456",
 		// The warm pool keeps sandboxes of the instance running by design;
-		// the resource invariants count every one of them, so the soak runs
-		// without it (its own tests cover it: TestWarmPool*).
-		"SANDBOX_WARM_POOL=0")
+		// probe counts them apart (sample.warm).
+		"SANDBOX_WARM_POOL="+strconv.Itoa(cfg.warmPool))
 	if cfg.upstreamURL != "" {
 		env = append(env, "MODEL_PROVIDER=anthropic", "MODEL_BASE_URL="+cfg.upstreamURL, "MODEL_API_KEY=soak", "MODEL_NAME=soak-model")
 	} else {
@@ -184,7 +183,8 @@ func freeAddr() (string, error) {
 // sample is one reading of the host resources of the soak's threadbox.
 type sample struct {
 	at         time.Time
-	containers int   // Docker containers of the instance
+	containers int   // Docker containers of the instance, warm ones apart
+	warm       int   // warm-pool sandboxes (not claimed) of the instance
 	mounts     int   // mount points under DATA_DIR
 	loops      int   // loop devices backed under DATA_DIR
 	entries    int   // entries in DATA_DIR/containers and DATA_DIR/disks
@@ -206,12 +206,25 @@ func (s *server) probe(ctx context.Context) (sample, error) {
 		}
 		return out, fmt.Errorf("docker ps: %w", err)
 	}
-	out.containers = len(strings.Fields(string(b)))
+	all := len(strings.Fields(string(b)))
+	if b, err = exec.CommandContext(ctx, "docker", "ps", "-aq", "--filter", "label=threadbox.instance="+s.instance, "--filter", "label=threadbox.warm=true").Output(); err != nil {
+		return out, fmt.Errorf("docker ps: %w", err)
+	}
+	out.warm = len(strings.Fields(string(b)))
+	out.containers = all - out.warm
 	mounts, err := hostdirs.MountsBelow(s.data)
 	if err != nil {
 		return out, err
 	}
-	out.mounts = len(mounts)
+	// A warm sandbox has one mount, its slot folder (DATA_DIR/pool/<slot>);
+	// slot folders beyond the warm sandboxes' count are counted.
+	slots := 0
+	for _, m := range mounts {
+		if filepath.Dir(m) == filepath.Join(s.data, "pool") {
+			slots++
+		}
+	}
+	out.mounts = len(mounts) - min(slots, out.warm)
 	out.loops = len(hostdirs.LoopsBelow(s.data))
 	for _, d := range []string{"containers", "disks"} {
 		ents, _ := os.ReadDir(filepath.Join(s.data, d))

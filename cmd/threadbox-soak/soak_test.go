@@ -142,8 +142,11 @@ func TestInvariants(t *testing.T) {
 	for i := range grow {
 		grow[i] = int64(50+i*4) << 20
 	}
-	bad := held(invariants(outcome{lost: []string{"x"}, running: []string{"thr"}, nUndesign: 1,
-		final: sample{containers: 1, mounts: 1, loops: 1, fds: 30}, procBase: sample{fds: 20}, rssHalf: grow}))
+	bad := held(invariants(outcome{lost: []string{"x"}, running: []string{"thr"}, nUndesign: 1, warmPool: 2,
+		final: sample{containers: 1, warm: 3, mounts: 1, loops: 1, fds: 30}, procBase: sample{fds: 20}, rssHalf: grow}))
+	if !held(invariants(outcome{warmPool: 2, final: sample{warm: 2}}))["warm pool within its size"] {
+		t.Error("a full warm pool broke its invariant")
+	}
 	// Idle database connections are allowed, no more.
 	if !held(invariants(outcome{final: sample{fds: 30}, procBase: sample{fds: 20}, poolSlack: 10}))["threadbox open fds back to baseline"] {
 		t.Error("a pool's idle connections broke the fd invariant")
@@ -170,7 +173,7 @@ func TestInvariants(t *testing.T) {
 		}
 	}
 	for _, name := range []string{"no acknowledged write lost", "no turn left running", "no error outside the designed ones",
-		"containers back to baseline", "mounts back to baseline", "loop devices back to baseline",
+		"containers back to baseline", "warm pool within its size", "mounts back to baseline", "loop devices back to baseline",
 		"threadbox open fds back to baseline", "RSS without growth over the last half"} {
 		if bad[name] {
 			t.Errorf("%s held on a planted outcome", name)
