@@ -8,6 +8,11 @@
 // connection over the frame stream (stream.go). Stdout carries protocol frames
 // only; the agent's own logs go to stderr.
 //
+// `threadbox-agent file '<request JSON>'` performs one file operation over
+// the folders at their sandbox paths instead and exits (file.go, package
+// threadbox/infra/sandbox/agent/fileop): the kubernetes backend runs it in
+// the files sidecar of a pod.
+//
 // Settings (flag, or environment variable, then default):
 //
 //	-workspace   THREADBOX_AGENT_WORKSPACE   /home/agent/workspace
@@ -40,6 +45,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"threadbox/infra/sandbox/agent/fileop"
 )
 
 // config holds the agent's settings. Every path is a path inside the
@@ -97,6 +104,9 @@ func parseConfig(args []string, getenv func(string) string) (config, error) {
 }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == fileop.Command {
+		os.Exit(runFile(os.Args[2:]))
+	}
 	cfg, err := parseConfig(os.Args[1:], os.Getenv)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
