@@ -3,12 +3,14 @@ package containers
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
 
 	"threadbox/domain/container"
 	"threadbox/domain/fault"
+	"threadbox/domain/file"
 	"threadbox/domain/sandbox"
 )
 
@@ -213,5 +215,50 @@ func TestQuotaChecks(t *testing.T) {
 	}
 	if rec, _ := st.Container(ctx, c.ID()); rec.State() != container.Idle {
 		t.Fatalf("refused boot left state %q", rec.State())
+	}
+}
+
+// TestUse: Use boots a stopped sandbox for its function, which an idle
+// stop does not end while it runs; the function's own errors come back as
+// they are, and one saying the sandbox went away forgets it.
+func TestUse(t *testing.T) {
+	ctx := context.Background()
+	st := &memStore{m: map[string]container.Container{}}
+	b := newFake("kubernetes")
+	p, _ := process(st, newLeases(), "p1", b)
+	now := time.Now()
+	p.now = func() time.Time { return now }
+	c, _ := p.ForUser(ctx, alice, "")
+	var stoppedDuring []string
+	err := p.Use(ctx, c.ID(), func(context.Context) error {
+		if b.booted[c.ID()] != 1 || !p.Running(c.ID()) {
+			t.Errorf("the function ran without a booted sandbox (booted %d)", b.booted[c.ID()])
+		}
+		now = now.Add(time.Hour)
+		stoppedDuring = p.StopIdle(ctx)
+		return fmt.Errorf("kubernetes: open: %w", file.ErrNotFound)
+	})
+	if !errors.Is(err, file.ErrNotFound) || fault.KindOf(err) != fault.Internal {
+		t.Errorf("the function's error came back as %v", err)
+	}
+	if len(stoppedDuring) != 0 {
+		t.Errorf("an idle stop ended the sandbox in use: %v", stoppedDuring)
+	}
+	now = now.Add(time.Hour)
+	if got := p.StopIdle(ctx); !slices.Equal(got, []string{c.ID()}) {
+		t.Errorf("after use, idle stop stopped %v", got)
+	}
+	// A stopped sandbox is booted again for the next use.
+	if err := p.Use(ctx, c.ID(), func(context.Context) error { return nil }); err != nil || b.booted[c.ID()] != 2 {
+		t.Errorf("use after an idle stop: %v, booted %d", err, b.booted[c.ID()])
+	}
+	err = p.Use(ctx, c.ID(), func(context.Context) error {
+		return fmt.Errorf("kubernetes: %w: pod gone", sandbox.ErrUnavailable)
+	})
+	if !errors.Is(err, sandbox.ErrUnavailable) || p.Running(c.ID()) {
+		t.Errorf("a sandbox gone under its use: %v, still held %v", err, p.Running(c.ID()))
+	}
+	if rec, _ := st.Container(ctx, c.ID()); rec.State() != container.Idle {
+		t.Errorf("record of a sandbox gone under its use: %q", rec.State())
 	}
 }
