@@ -146,6 +146,13 @@ type box struct {
 	stop      func()        // ends the attach stream
 	done      chan struct{} // closed when the attach stream ends
 	startedAt time.Time
+
+	// The files sidecar's agent (storage-class mode, files.go), attached
+	// on first use.
+	filesMu   sync.Mutex
+	files     *agent.Client
+	filesStop func()
+	filesDone chan struct{}
 }
 
 // New connects to the cluster the config names.
@@ -529,6 +536,9 @@ func (b *Backend) adopt(ctx context.Context, id string, p *corev1.Pod) bool {
 	if p.Status.Phase != corev1.PodRunning || len(p.Spec.Containers) == 0 || p.Spec.Containers[0].Image != b.cfg.Image {
 		return false
 	}
+	if !b.cfg.HostPathVolumes && !hasContainer(p, containerFiles) {
+		return false // a pod from before the files sidecar: booted afresh
+	}
 	bx, err := b.attach(id, p)
 	if err != nil {
 		b.log.Warn("sandbox not adopted", "id", id, "err", err)
@@ -543,6 +553,16 @@ func (b *Backend) adopt(ctx context.Context, id string, p *corev1.Pod) bool {
 	}
 	b.boxes.Put(id, bx)
 	return true
+}
+
+// hasContainer reports whether the pod's spec has the named container.
+func hasContainer(p *corev1.Pod, name string) bool {
+	for _, c := range p.Spec.Containers {
+		if c.Name == name {
+			return true
+		}
+	}
+	return false
 }
 
 // deletePod deletes a pod and waits until it is gone (a re-created pod of
