@@ -119,10 +119,14 @@ func TestSweep(t *testing.T) {
 	p3.Exec(ctx, held.ID(), sandbox.Command{})
 	leases.die("p1")
 
+	// A container whose sandbox was stopped while idle: its record lives.
+	idle, _ := p1.ForUser(ctx, alice, "idle")
+
 	// The next process finds p1's sandboxes (not "gone": killed with the
-	// daemon) and one nobody has a record of, and p3's.
+	// daemon), one nobody has a record of, the idle one's leftovers (a
+	// kubernetes claim) and p3's.
 	b2 := newFake("docker")
-	b2.found = []string{c.ID(), th.ID(), "orphan", held.ID()}
+	b2.found = []string{c.ID(), th.ID(), "orphan", idle.ID(), held.ID()}
 	p2, ff := process(st, leases, "p2", b2)
 	var hooked []string
 	p2.OnBoot(func(_ context.Context, id string) error { hooked = append(hooked, id); return nil })
@@ -133,8 +137,12 @@ func TestSweep(t *testing.T) {
 	slices.Sort(r.Adopted)
 	want := []string{th.ID(), c.ID()}
 	slices.Sort(want)
-	if !slices.Equal(r.Adopted, want) || !slices.Equal(r.Dropped, []string{"orphan"}) {
-		t.Fatalf("adopted %v dropped %v, want %v and [orphan]", r.Adopted, r.Dropped, want)
+	if !slices.Equal(r.Adopted, want) || !slices.Equal(r.Dropped, []string{"orphan", idle.ID()}) {
+		t.Fatalf("adopted %v dropped %v, want %v and [orphan %s]", r.Adopted, r.Dropped, want, idle.ID())
+	}
+	// Only what no record claims loses its files.
+	if b2.verdicts["orphan"] != sandbox.Drop || b2.verdicts[idle.ID()] != sandbox.Stop {
+		t.Fatalf("verdicts: orphan %v, idle container %v; want drop and stop", b2.verdicts["orphan"], b2.verdicts[idle.ID()])
 	}
 	if !slices.Equal(b2.found, []string{held.ID()}) {
 		t.Fatalf("the sandbox a live process holds was touched: left %v", b2.found)
@@ -172,7 +180,7 @@ func TestSweep(t *testing.T) {
 		t.Fatalf("idle-stopped %v, want %v", r.Stopped, want)
 	}
 	slices.Sort(r.Expired)
-	wantExp := []string{c.ID(), gone.ID()}
+	wantExp := []string{c.ID(), gone.ID(), idle.ID()}
 	slices.Sort(wantExp)
 	if !slices.Equal(r.Expired, wantExp) {
 		t.Fatalf("expired %v, want %v (held by a live process: %s, kept)", r.Expired, wantExp, held.ID())

@@ -469,8 +469,9 @@ func (b *Backend) Status(ctx context.Context, id string) (sandbox.Status, error)
 // Reconcile finds this instance's pods (and claims without a pod) that this
 // process does not hold and does with each what decide says: adopt a
 // running pod (kept when its agent answers over a new attach stream, else
-// deleted), delete it (Drop also deletes its claim and policy: no live
-// record claims its files), or leave it. Objects without this instance's
+// deleted), delete it (Stop keeps its claim, the files of an idle
+// container; Drop also deletes the claim and policy: no live record claims
+// its files), or leave it. Objects without this instance's
 // labels are never touched.
 func (b *Backend) Reconcile(ctx context.Context, decide func(id string) sandbox.Verdict) (adopted, removed []string, err error) {
 	pods, err := b.cs.CoreV1().Pods(b.cfg.Namespace).List(ctx, metav1.ListOptions{LabelSelector: b.selector()})
