@@ -30,7 +30,7 @@ func runFile(args []string) int {
 	defer stop()
 	dirs := fsroot.Dirs{Workspace: sandbox.WorkspaceDir, Uploads: sandbox.UploadsDir, Outputs: sandbox.OutputsDir, Skills: sandbox.SkillsDir}
 	fs := fsroot.NewContainers(func(string) fsroot.Dirs { return dirs }, fsroot.Options{})
-	if err := fileop.Serve(ctx, fs, req, os.Stdin, os.Stdout); err != nil {
+	if err := fileop.Serve(ctx, fs, sandbox.SkillsDir, req, os.Stdin, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}

@@ -7,7 +7,7 @@
 // fsroot's: confinement to the mounts, symlinks never followed, atomic
 // replace, the write limit and the same error values.
 //
-// The command's stdout carries, in order: for a write, progress lines
+// The command's stdout carries, in order: for a write (and OpSkills), progress lines
 // "+<bytes>\n" (the bytes of stdin consumed so far, for the host's flow
 // control); then one JSON line, the Reply; then, for an open whose Reply
 // has no error, exactly Reply.Info.Size bytes of the file. Stdin carries
@@ -24,6 +24,7 @@ import (
 	"strings"
 
 	"threadbox/domain/file"
+	"threadbox/domain/sandbox"
 )
 
 // Command is the agent's first argument that selects a file operation.
@@ -38,6 +39,11 @@ const (
 	OpWrite        = "write"         // stdin stored at Path, at most Limit bytes
 	OpRemove       = "remove"        // the file at Path
 	OpRemovePrefix = "remove-prefix" // Count: files of Mount under Prefix
+	// OpSkills makes the skills folder (Path, which must be
+	// sandbox.SkillsDir) hold exactly the tree of the tar stream on stdin,
+	// at most Limit bytes of files. Uploads and skills are read-only to
+	// the code; this is how threadbox writes the skills.
+	OpSkills = "skills"
 )
 
 // MaxRequest bounds a request's JSON: a path of file.MaxPathLen and a few
@@ -151,6 +157,10 @@ func ParseRequest(arg string) (Request, error) {
 	case OpStat, OpOpen, OpWalk, OpList, OpWrite, OpRemove:
 		if r.Path == "" {
 			return r, fmt.Errorf("fileop: %s without a path", r.Op)
+		}
+	case OpSkills:
+		if r.Path != sandbox.SkillsDir {
+			return r, fmt.Errorf("fileop: skills at %q, not %s", r.Path, sandbox.SkillsDir)
 		}
 	case OpRemovePrefix:
 		switch file.Mount(r.Mount) {

@@ -1,6 +1,7 @@
 package fileop_test
 
 import (
+	"archive/tar"
 	"bufio"
 	"bytes"
 	"context"
@@ -14,6 +15,7 @@ import (
 	"testing"
 
 	"threadbox/domain/file"
+	"threadbox/domain/sandbox"
 	"threadbox/infra/fsroot"
 	"threadbox/infra/sandbox/agent/fileop"
 )
@@ -73,10 +75,10 @@ func folders(t testing.TB) (*fsroot.Containers, fsroot.Dirs) {
 
 // serve runs req and splits stdout into progress lines, the reply and the
 // rest.
-func serve(t *testing.T, fs fileop.Files, req fileop.Request, stdin []byte) (progress []string, rep fileop.Reply, rest []byte) {
+func serve(t *testing.T, fs fileop.Files, skillsDir string, req fileop.Request, stdin []byte) (progress []string, rep fileop.Reply, rest []byte) {
 	t.Helper()
 	var out bytes.Buffer
-	if err := fileop.Serve(context.Background(), fs, req, bytes.NewReader(stdin), &out); err != nil {
+	if err := fileop.Serve(context.Background(), fs, skillsDir, req, bytes.NewReader(stdin), &out); err != nil {
 		t.Fatal(err)
 	}
 	br := bufio.NewReader(&out)
@@ -110,7 +112,7 @@ func TestServeWriteOpenAndCutShort(t *testing.T) {
 	fs, d := folders(t)
 	data := bytes.Repeat([]byte("0123456789abcdef"), fileop.ProgressEvery/16+100)
 	req := fileop.Request{Op: fileop.OpWrite, Path: "/mnt/user-data/uploads/a/b.txt", Limit: -1}
-	progress, rep, _ := serve(t, fs, req, chunked(data[:1000], data[1000:], nil))
+	progress, rep, _ := serve(t, fs, d.Skills, req, chunked(data[:1000], data[1000:], nil))
 	if rep.Error != nil || rep.Info == nil || rep.Info.Size != int64(len(data)) {
 		t.Fatalf("write reply %+v", rep)
 	}
@@ -121,14 +123,14 @@ func TestServeWriteOpenAndCutShort(t *testing.T) {
 		t.Errorf("stored %d bytes, %v", len(b), err)
 	}
 
-	_, rep, rest := serve(t, fs, fileop.Request{Op: fileop.OpOpen, Path: "/mnt/user-data/uploads/a/b.txt"}, nil)
+	_, rep, rest := serve(t, fs, d.Skills, fileop.Request{Op: fileop.OpOpen, Path: "/mnt/user-data/uploads/a/b.txt"}, nil)
 	if rep.Error != nil || !bytes.Equal(rest, data) {
 		t.Errorf("open: %+v, %d bytes", rep.Error, len(rest))
 	}
 
 	// Stdin that ends without the end mark stores nothing and keeps what
 	// was there.
-	_, rep, _ = serve(t, fs, req, chunked([]byte("partial")))
+	_, rep, _ = serve(t, fs, d.Skills, req, chunked([]byte("partial")))
 	if rep.Error == nil {
 		t.Fatal("a cut-short write succeeded")
 	}
@@ -139,20 +141,80 @@ func TestServeWriteOpenAndCutShort(t *testing.T) {
 		t.Errorf("a cut-short write left %d entries", len(ents))
 	}
 
-	_, rep, _ = serve(t, fs, fileop.Request{Op: fileop.OpWrite, Path: "/mnt/user-data/outputs/x", Limit: 3}, chunked([]byte("four"), nil))
+	_, rep, _ = serve(t, fs, d.Skills, fileop.Request{Op: fileop.OpWrite, Path: "/mnt/user-data/outputs/x", Limit: 3}, chunked([]byte("four"), nil))
 	if rep.Error == nil || !errors.Is(rep.Error.Err(), file.ErrTooLarge) {
 		t.Errorf("write past the limit: %+v", rep.Error)
 	}
 	if err := os.Symlink("/etc", filepath.Join(d.Outputs, "etc")); err != nil {
 		t.Fatal(err)
 	}
-	_, rep, _ = serve(t, fs, fileop.Request{Op: fileop.OpOpen, Path: "/mnt/user-data/outputs/etc/passwd"}, nil)
+	_, rep, _ = serve(t, fs, d.Skills, fileop.Request{Op: fileop.OpOpen, Path: "/mnt/user-data/outputs/etc/passwd"}, nil)
 	if rep.Error == nil || !errors.Is(rep.Error.Err(), file.ErrSymlink) {
 		t.Errorf("open through a symlink: %+v", rep.Error)
 	}
-	_, rep, _ = serve(t, fs, fileop.Request{Op: fileop.OpRemovePrefix, Mount: "uploads", Prefix: "a/"}, nil)
+	_, rep, _ = serve(t, fs, d.Skills, fileop.Request{Op: fileop.OpRemovePrefix, Mount: "uploads", Prefix: "a/"}, nil)
 	if rep.Error != nil || rep.Count != 1 {
 		t.Errorf("remove prefix: %+v", rep)
+	}
+}
+
+// TestServeSkills: the skills folder comes to hold exactly the tar's
+// tree; names out of the folder, links and trees past the limit are
+// refused and leave it as it was.
+func TestServeSkills(t *testing.T) {
+	fs, d := folders(t)
+	if err := os.MkdirAll(filepath.Join(d.Skills, "old", "x"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	tree := func(entries ...*tar.Header) []byte {
+		var b bytes.Buffer
+		tw := tar.NewWriter(&b)
+		for _, h := range entries {
+			if err := tw.WriteHeader(h); err != nil {
+				t.Fatal(err)
+			}
+			if h.Typeflag == tar.TypeReg {
+				tw.Write(bytes.Repeat([]byte("s"), int(h.Size)))
+			}
+		}
+		tw.Close()
+		return chunked(b.Bytes(), nil)
+	}
+	req := fileop.Request{Op: fileop.OpSkills, Path: sandbox.SkillsDir, Limit: 100}
+	_, rep, _ := serve(t, fs, d.Skills, req, tree(
+		&tar.Header{Name: "csv/", Typeflag: tar.TypeDir, Mode: 0o755},
+		&tar.Header{Name: "csv/SKILL.md", Typeflag: tar.TypeReg, Size: 5, Mode: 0o644},
+		&tar.Header{Name: "pdf/lib/a.py", Typeflag: tar.TypeReg, Size: 3, Mode: 0o644},
+	))
+	if rep.Error != nil {
+		t.Fatal(rep.Error.Message)
+	}
+	var got []string
+	filepath.WalkDir(d.Skills, func(p string, e os.DirEntry, err error) error {
+		if err == nil && !e.IsDir() {
+			rel, _ := filepath.Rel(d.Skills, p)
+			got = append(got, rel)
+		}
+		return nil
+	})
+	if strings.Join(got, ",") != "csv/SKILL.md,pdf/lib/a.py" {
+		t.Errorf("skills folder holds %v", got)
+	}
+	for _, bad := range [][]byte{
+		tree(&tar.Header{Name: "../escape", Typeflag: tar.TypeReg, Size: 1}),
+		tree(&tar.Header{Name: "/abs", Typeflag: tar.TypeReg, Size: 1}),
+		tree(&tar.Header{Name: "csv/link", Typeflag: tar.TypeSymlink, Linkname: "/etc"}),
+		tree(&tar.Header{Name: "big", Typeflag: tar.TypeReg, Size: 101}),
+	} {
+		if _, rep, _ := serve(t, fs, d.Skills, req, bad); rep.Error == nil {
+			t.Error("a bad tree was installed")
+		}
+	}
+	if ents, _ := os.ReadDir(d.Skills); len(ents) != 2 {
+		t.Errorf("after refused trees the folder has %d entries", len(ents))
+	}
+	if _, err := fileop.ParseRequest(`{"op":"skills","path":"/mnt/user-data/outputs"}`); err == nil {
+		t.Error("skills into another folder accepted")
 	}
 }
 
@@ -207,11 +269,12 @@ func FuzzWriteStdin(f *testing.F) {
 	f.Add(chunked([]byte("abc"), nil))
 	f.Add(chunked([]byte("abc")))
 	f.Add([]byte{0xff, 0xff, 0xff, 0xff, 1})
-	fs, _ := folders(f)
+	fs, d := folders(f)
+	skillsDir := d.Skills
 	f.Fuzz(func(t *testing.T, stdin []byte) {
 		var out bytes.Buffer
 		req := fileop.Request{Op: fileop.OpWrite, Path: "/mnt/user-data/outputs/f", Limit: -1}
-		if err := fileop.Serve(context.Background(), fs, req, bytes.NewReader(stdin), &out); err != nil {
+		if err := fileop.Serve(context.Background(), fs, skillsDir, req, bytes.NewReader(stdin), &out); err != nil {
 			t.Fatal(err)
 		}
 		line := out.Bytes()[bytes.LastIndexByte(bytes.TrimSuffix(out.Bytes(), []byte("\n")), '\n')+1:]

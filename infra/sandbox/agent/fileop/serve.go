@@ -23,11 +23,12 @@ type Files interface {
 	RemovePrefix(ctx context.Context, containerID string, m file.Mount, prefix string) (int, error)
 }
 
-// Serve performs req on fs, reading a write's bytes from stdin and writing
+// Serve performs req on fs (OpSkills on the folder skillsDir), reading a
+// write's bytes from stdin and writing
 // the progress lines, the Reply and an open file's bytes to stdout (the
 // package doc). It returns an error only when stdout failed; the
 // operation's own failure is in the Reply.
-func Serve(ctx context.Context, fs Files, req Request, stdin io.Reader, stdout io.Writer) error {
+func Serve(ctx context.Context, fs Files, skillsDir string, req Request, stdin io.Reader, stdout io.Writer) error {
 	w := bufio.NewWriterSize(stdout, 64<<10)
 	var rep Reply
 	var body io.ReadCloser
@@ -53,6 +54,8 @@ func Serve(ctx context.Context, fs Files, req Request, stdin io.Reader, stdout i
 		if info, err = fs.Write(ctx, "", req.Path, in, req.Limit); err == nil {
 			rep.Info = &info
 		}
+	case OpSkills:
+		err = installSkills(ctx, skillsDir, &progressReader{r: &chunkReader{r: stdin}, w: w}, req.Limit)
 	case OpRemove:
 		err = fs.Remove(ctx, "", req.Path)
 	case OpRemovePrefix:
