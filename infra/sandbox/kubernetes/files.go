@@ -1,14 +1,19 @@
 package kubernetes
 
 import (
+	"archive/tar"
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -54,6 +59,9 @@ type Files struct {
 	// TempDir holds an opened file's bytes while the caller reads them
 	// (those above MemoryLimit); empty is os.TempDir().
 	TempDir string
+
+	mu     sync.Mutex
+	synced map[string]string // container id → pod uid and digest of the skills sent
 }
 
 // NewFiles returns the file access of b's containers, whose sandboxes life
@@ -129,11 +137,13 @@ type call struct {
 // when it is stopped; stdin is a write's bytes.
 func (f *Files) do(ctx context.Context, containerID string, req fileop.Request, stdin io.Reader) (call, error) {
 	var out call
-	err := f.life.Use(ctx, containerID, func(ctx context.Context) error {
+	started := false
+	use := func(ctx context.Context) error {
 		cl, err := f.b.filesAgent(ctx, containerID)
 		if err != nil {
 			return err
 		}
+		started = true
 		out, err = f.run(ctx, cl, req, stdin)
 		if err != nil && !errors.Is(err, errReply) {
 			select {
@@ -143,7 +153,13 @@ func (f *Files) do(ctx context.Context, containerID string, req fileop.Request, 
 			}
 		}
 		return err
-	})
+	}
+	err := f.life.Use(ctx, containerID, use)
+	if !started && errors.Is(err, sandbox.ErrUnavailable) && ctx.Err() == nil {
+		// The pod went since its last use (deleted from outside): Use
+		// forgot it, so a second one boots a new pod. Nothing was sent.
+		err = f.life.Use(ctx, containerID, use)
+	}
 	if err != nil {
 		return call{}, err
 	}
@@ -447,4 +463,109 @@ func (f *Files) Remove(ctx context.Context, containerID, sandboxPath string) err
 func (f *Files) RemovePrefix(ctx context.Context, containerID string, m file.Mount, prefix string) (int, error) {
 	c, err := f.do(ctx, containerID, fileop.Request{Op: fileop.OpRemovePrefix, Mount: string(m), Prefix: prefix}, nil)
 	return c.reply.Count, err
+}
+
+// SyncSkills makes the container's skills folder hold exactly the tree of
+// the host folder dir (threadbox's copy, which infra/skillfs keeps), at
+// most limit bytes of files (negative: no limit). A tree already sent to
+// the running pod is not sent again.
+func (f *Files) SyncSkills(ctx context.Context, containerID, dir string, limit int64) error {
+	sum, err := treeDigest(dir)
+	if err != nil {
+		return fmt.Errorf("kubernetes: skills of %s: %w", containerID, err)
+	}
+	if bx := f.b.live(containerID); bx != nil {
+		f.mu.Lock()
+		same := f.synced[containerID] == bx.uid+":"+sum
+		f.mu.Unlock()
+		if same {
+			return nil
+		}
+	}
+	pr, pw := io.Pipe()
+	go func() { pw.CloseWithError(writeTree(pw, dir)) }()
+	_, err = f.do(ctx, containerID, fileop.Request{Op: fileop.OpSkills, Path: sandbox.SkillsDir, Limit: limit}, pr)
+	pr.Close()
+	if err != nil {
+		return err
+	}
+	if bx := f.b.live(containerID); bx != nil {
+		f.mu.Lock()
+		if f.synced == nil {
+			f.synced = map[string]string{}
+		}
+		f.synced[containerID] = bx.uid + ":" + sum
+		f.mu.Unlock()
+	}
+	return nil
+}
+
+// walkTree calls fn with the slash-separated relative path of every folder
+// and regular file under dir, in lexical order; other entries are skipped.
+func walkTree(dir string, fn func(rel string, d fs.DirEntry, p string) error) error {
+	return filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if p == dir && errors.Is(err, fs.ErrNotExist) {
+				return filepath.SkipAll
+			}
+			return err
+		}
+		if p == dir || !d.IsDir() && !d.Type().IsRegular() {
+			return nil
+		}
+		rel, err := filepath.Rel(dir, p)
+		if err != nil {
+			return err
+		}
+		return fn(filepath.ToSlash(rel), d, p)
+	})
+}
+
+// treeDigest is the SHA-256 of the names and contents under dir.
+func treeDigest(dir string) (string, error) {
+	h := sha256.New()
+	err := walkTree(dir, func(rel string, d fs.DirEntry, p string) error {
+		fmt.Fprintf(h, "%s\x00%v\x00", rel, d.IsDir())
+		if d.IsDir() {
+			return nil
+		}
+		fh, err := os.Open(p)
+		if err != nil {
+			return err
+		}
+		defer fh.Close()
+		n, err := io.Copy(h, fh)
+		fmt.Fprintf(h, "\x00%d\x00", n)
+		return err
+	})
+	return hex.EncodeToString(h.Sum(nil)), err
+}
+
+// writeTree writes the folders and regular files under dir to w as a tar
+// stream.
+func writeTree(w io.Writer, dir string) error {
+	tw := tar.NewWriter(w)
+	err := walkTree(dir, func(rel string, d fs.DirEntry, p string) error {
+		if d.IsDir() {
+			return tw.WriteHeader(&tar.Header{Name: rel + "/", Typeflag: tar.TypeDir, Mode: 0o755})
+		}
+		fh, err := os.Open(p)
+		if err != nil {
+			return err
+		}
+		defer fh.Close()
+		st, err := fh.Stat()
+		if err != nil {
+			return err
+		}
+		if err := tw.WriteHeader(&tar.Header{Name: rel, Typeflag: tar.TypeReg, Mode: 0o644, Size: st.Size()}); err != nil {
+			return err
+		}
+		_, err = io.CopyN(tw, fh, st.Size())
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("kubernetes: skills tree: %w", err)
+	}
+	return tw.Close()
 }
