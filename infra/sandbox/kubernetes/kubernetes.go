@@ -106,6 +106,10 @@ type Config struct {
 	// the sandbox's files as the other backends let it. It needs the
 	// cluster-wide persistentvolumes permission (docs/scale-out.md).
 	HostPathVolumes bool
+	// PodPidsLimit declares the podPidsLimit of the nodes' kubelets (a
+	// node setting: the pod spec has no pids field), which the capability
+	// matrix then lists; 0 says nothing is known and lists no pids limit.
+	PodPidsLimit int64
 	// OOMEvents is the agent's OOM counter file inside the pod; default
 	// DefaultOOMEvents.
 	OOMEvents string
@@ -244,17 +248,27 @@ func (b *Backend) RuntimeClass() string { return b.cfg.RuntimeClass }
 // Namespace returns the namespace of the sandboxes.
 func (b *Backend) Namespace() string { return b.cfg.Namespace }
 
-// EnforcedLimits names what the pod spec makes the kubelet enforce:
-// memory and cpu (container limits), tmp (a memory-backed emptyDir's size)
-// and, for claims on host folders, the folders' own quota. Processes and
-// open files have no per-pod setting in Kubernetes (a node's podPidsLimit
-// bounds processes cluster-wide; docs/scale-out.md).
+// EnforcedLimits names the limits enforced on every sandbox and how:
+// memory and cpu (container limits, kubelet cgroups), tmp (a
+// memory-backed emptyDir's size), nofile (the agent lowers RLIMIT_NOFILE,
+// which every command inherits: a pod has no field for it) and, when
+// Config.PodPidsLimit declares the nodes' kubelet podPidsLimit, pids (a
+// node-wide setting, the same for every pod of the node, that the backend
+// cannot read back; docs/backends.md). The claim's size is a request to
+// the storage class, enforced only where its provisioner enforces sizes,
+// so disk is not listed.
 func (b *Backend) EnforcedLimits(context.Context) ([]string, string) {
 	rc := b.cfg.RuntimeClass
 	if rc == "" {
 		rc = "the cluster's default"
 	}
-	return []string{"memory", "cpu", "tmp"}, "pod resource limits (kubelet cgroups), runtime class " + rc + ", namespace " + b.cfg.Namespace
+	names := []string{"memory", "cpu", "tmp", "nofile"}
+	how := "pod resource limits (kubelet cgroups), nofile by the agent (RLIMIT_NOFILE of every command)"
+	if b.cfg.PodPidsLimit > 0 {
+		names = append(names, "pids")
+		how += fmt.Sprintf(", pids by the nodes' kubelet podPidsLimit %d (node-wide, declared by K8S_POD_PIDS_LIMIT)", b.cfg.PodPidsLimit)
+	}
+	return names, how + ", runtime class " + rc + ", namespace " + b.cfg.Namespace
 }
 
 // Available checks that the apiserver answers and the namespace exists.

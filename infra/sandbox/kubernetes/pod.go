@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -147,6 +148,11 @@ func (b *Backend) podSpec(spec sandbox.Spec, mounts []sandbox.Mount, l sandbox.L
 		env = append(env, corev1.EnvVar{Name: k, Value: v})
 	}
 	env = append(env, corev1.EnvVar{Name: "THREADBOX_AGENT_OOM_EVENTS", Value: b.cfg.OOMEvents})
+	if l.NoFile > 0 {
+		// No pod field bounds open files: the agent lowers its own
+		// RLIMIT_NOFILE, which every command inherits.
+		env = append(env, corev1.EnvVar{Name: "THREADBOX_AGENT_NOFILE", Value: strconv.FormatInt(l.NoFile, 10)})
+	}
 	vm := []corev1.VolumeMount{
 		{Name: volAgent, MountPath: filepath.Dir(AgentPath), ReadOnly: true},
 		{Name: volTmp, MountPath: "/tmp"},
