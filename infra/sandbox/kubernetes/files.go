@@ -206,10 +206,25 @@ func (f *Files) run(ctx context.Context, cl *agent.Client, req fileop.Request, s
 	}()
 	finished := false
 	defer func() {
-		if !finished {
+		switch {
+		case finished:
+		case stdin != nil:
+			// Never killed mid-write (that would leave its temporary
+			// file): stdin closed without the end mark makes the sidecar
+			// drop the write and end, which is waited for, so the next
+			// operation finds no trace of it.
+			_ = p.CloseStdin()
+			select {
+			case <-exited:
+			case <-time.After(30 * time.Second):
+				_ = p.Kill()
+			}
+		default:
 			_ = p.Kill()
 		}
 	}()
+	// A caller that goes stops the reading at once.
+	defer context.AfterFunc(ctx, func() { pr.CloseWithError(ctx.Err()) })()
 	var acked atomic.Int64
 	ackc := make(chan struct{}, 1)
 	fed := make(chan error, 1)
@@ -284,6 +299,11 @@ func feed(ctx context.Context, p *agent.Process, r io.Reader, acked *atomic.Int6
 	buf := make([]byte, 256<<10)
 	var sent int64
 	for {
+		select {
+		case <-p.Done():
+			return nil // refused early (too large, no such folder): the reply says why
+		default:
+		}
 		for sent-acked.Load() > writeWindow {
 			select {
 			case <-ackc:

@@ -43,6 +43,26 @@ func (r *failingReader) Read(p []byte) (int, error) {
 	return k, nil
 }
 
+// cancellingReader yields n zero bytes and cancels its caller's context
+// once at bytes have been read.
+type cancellingReader struct {
+	n, at, read int
+	cancel      func()
+}
+
+func (r *cancellingReader) Read(p []byte) (int, error) {
+	if r.read >= r.n {
+		return 0, io.EOF
+	}
+	k := min(len(p), r.n-r.read)
+	clear(p[:k])
+	r.read += k
+	if r.read >= r.at {
+		r.cancel()
+	}
+	return k, nil
+}
+
 // TestFilesThroughThePod: in storage-class mode (claims on a provisioned
 // class, out of threadbox's reach) threadbox's file operations go through
 // the pod's files sidecar: an upload to a container whose sandbox never ran
@@ -157,8 +177,13 @@ func TestFilesThroughThePod(t *testing.T) {
 	if b, err := fs.ReadFile(ctx, id, "/mnt/user-data/outputs/sub/out.txt", 100); err != nil || string(b) != "made by code" {
 		t.Errorf("after a failed replace: %q %v", b, err)
 	}
+	// A caller that goes mid-upload: nothing stored, nothing left behind.
+	cctx, ccancel := context.WithCancel(ctx)
+	if _, err := fs.Write(cctx, id, "/mnt/user-data/outputs/sub/gone.bin", &cancellingReader{n: 6 << 20, at: 1 << 20, cancel: ccancel}, -1); !errors.Is(err, context.Canceled) {
+		t.Errorf("a write whose caller went: %v", err)
+	}
 	if got := sh(t, be, id, "ls -A /mnt/user-data/outputs/sub"); got != "out.txt" {
-		t.Errorf("a failed write left files behind: %q", got)
+		t.Errorf("failed writes left files behind: %q", got)
 	}
 	list, err := fs.List(ctx, id, "/mnt/user-data/outputs")
 	var names []string
