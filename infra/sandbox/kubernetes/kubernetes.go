@@ -472,9 +472,11 @@ func (b *Backend) Status(ctx context.Context, id string) (sandbox.Status, error)
 	if !apierrors.IsNotFound(err) {
 		return sandbox.Status{}, fmt.Errorf("kubernetes: status %s: %w", id, err)
 	}
-	if _, err := b.cs.CoreV1().PersistentVolumeClaims(b.cfg.Namespace).Get(ctx, claim, metav1.GetOptions{}); err == nil {
+	// A claim being deleted (held a moment by the pvc-protection
+	// finalizer) is already gone for the sandbox.
+	if pvc, err := b.cs.CoreV1().PersistentVolumeClaims(b.cfg.Namespace).Get(ctx, claim, metav1.GetOptions{}); err == nil && pvc.DeletionTimestamp == nil {
 		return sandbox.Status{State: sandbox.StateStopped}, nil
-	} else if !apierrors.IsNotFound(err) {
+	} else if err != nil && !apierrors.IsNotFound(err) {
 		return sandbox.Status{}, fmt.Errorf("kubernetes: status %s: %w", id, err)
 	}
 	return sandbox.Status{State: sandbox.StateMissing}, nil
