@@ -16,6 +16,10 @@
 #   K8S_CACHE     binaries and the containerd root (default /var/cache/threadbox-k8s)
 #   K8S_API_PORT  host loopback port of the apiserver (default 16443)
 #   SANDBOX_IMAGE Docker image to import (default threadbox-sandbox:latest)
+#   K8S_POD_PIDS_LIMIT  the kubelet's podPidsLimit, the processes of one pod
+#                 (default 512, SANDBOX_PIDS's default): a pod spec has no
+#                 pids field, so this node setting is how SANDBOX_PIDS is
+#                 enforced (threadbox's K8S_POD_PIDS_LIMIT declares it)
 #   THREADBOX_AGENT_BIN  static agent for the agent image (default: built)
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -24,6 +28,7 @@ STATE="${K8S_STATE:-/run/threadbox-k8s}"
 CACHE="${K8S_CACHE:-/var/cache/threadbox-k8s}"
 PORT="${K8S_API_PORT:-16443}"
 IMAGE="${SANDBOX_IMAGE:-threadbox-sandbox:latest}"
+PIDS="${K8S_POD_PIDS_LIMIT:-512}"
 NS=threadbox-k8s
 IP=10.255.0.1
 NODE=threadbox-node
@@ -238,7 +243,7 @@ makeIPTablesUtilChains: false
 evictionHard: {memory.available: "1Mi", nodefs.available: "1%", imagefs.available: "1%", nodefs.inodesFree: "1%"}
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
-podPidsLimit: 1024
+podPidsLimit: $PIDS
 maxPods: 60
 serializeImagePulls: false
 EOF

@@ -524,6 +524,27 @@ func (s *Service) Start(ctx context.Context, containerID string, cmd sandbox.Com
 	return sess, nil
 }
 
+// Use runs fn while the container's sandbox runs, for work that goes
+// through the sandbox without being a command (a backend whose files live
+// in the sandbox, as the kubernetes backend's claims do): it boots the
+// sandbox when needed, as Exec does, and keeps it from an idle stop until
+// fn returns. fn's own errors come back as they are, so a file's
+// file.ErrNotFound stays one; a sandbox that went away (an error wrapping
+// sandbox.ErrUnavailable) is forgotten so that the next use boots a fresh
+// one.
+func (s *Service) Use(ctx context.Context, containerID string, fn func(ctx context.Context) error) error {
+	l, err := s.ensure(ctx, containerID)
+	if err != nil {
+		return err
+	}
+	err = fn(ctx)
+	s.release(l)
+	if errors.Is(err, sandbox.ErrUnavailable) || errors.Is(err, sandbox.ErrNotFound) {
+		return s.failed(containerID, l, "files", err)
+	}
+	return err
+}
+
 // Listen listens on a loopback address inside the container's running
 // sandbox, booting it when needed; sandbox.ErrUnsupported when its backend
 // cannot forward.

@@ -141,6 +141,7 @@ type fakeBackend struct {
 	removed     []string
 	listened    []string
 	found       []string // sandboxes this process did not boot
+	verdicts    map[string]sandbox.Verdict
 	warmErr     error
 	warm        map[string]bool   // warm slots booted and not claimed
 	claims      map[string]string // container id → the slot it claimed
@@ -197,13 +198,20 @@ func (b *fakeBackend) Reconcile(_ context.Context, decide func(string) sandbox.V
 	found := slices.Clone(b.found)
 	b.mu.Unlock()
 	for _, id := range found {
-		switch decide(id) {
+		v := decide(id)
+		b.mu.Lock()
+		if b.verdicts == nil {
+			b.verdicts = map[string]sandbox.Verdict{}
+		}
+		b.verdicts[id] = v
+		b.mu.Unlock()
+		switch v {
 		case sandbox.Adopt:
 			if b.adopting != nil {
 				b.adopting(id)
 			}
 			adopted = append(adopted, id)
-		case sandbox.Drop:
+		case sandbox.Drop, sandbox.Stop:
 			removed = append(removed, id)
 		default:
 			continue

@@ -3,6 +3,7 @@ package containers
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -10,6 +11,7 @@ import (
 
 	"threadbox/domain/container"
 	"threadbox/domain/fault"
+	"threadbox/domain/file"
 	"threadbox/domain/sandbox"
 )
 
@@ -118,10 +120,14 @@ func TestSweep(t *testing.T) {
 	p3.Exec(ctx, held.ID(), sandbox.Command{})
 	leases.die("p1")
 
+	// A container whose sandbox was stopped while idle: its record lives.
+	idle, _ := p1.ForUser(ctx, alice, "idle")
+
 	// The next process finds p1's sandboxes (not "gone": killed with the
-	// daemon) and one nobody has a record of, and p3's.
+	// daemon), one nobody has a record of, the idle one's leftovers (a
+	// kubernetes claim) and p3's.
 	b2 := newFake("docker")
-	b2.found = []string{c.ID(), th.ID(), "orphan", held.ID()}
+	b2.found = []string{c.ID(), th.ID(), "orphan", idle.ID(), held.ID()}
 	p2, ff := process(st, leases, "p2", b2)
 	var hooked []string
 	p2.OnBoot(func(_ context.Context, id string) error { hooked = append(hooked, id); return nil })
@@ -132,8 +138,12 @@ func TestSweep(t *testing.T) {
 	slices.Sort(r.Adopted)
 	want := []string{th.ID(), c.ID()}
 	slices.Sort(want)
-	if !slices.Equal(r.Adopted, want) || !slices.Equal(r.Dropped, []string{"orphan"}) {
-		t.Fatalf("adopted %v dropped %v, want %v and [orphan]", r.Adopted, r.Dropped, want)
+	if !slices.Equal(r.Adopted, want) || !slices.Equal(r.Dropped, []string{"orphan", idle.ID()}) {
+		t.Fatalf("adopted %v dropped %v, want %v and [orphan %s]", r.Adopted, r.Dropped, want, idle.ID())
+	}
+	// Only what no record claims loses its files.
+	if b2.verdicts["orphan"] != sandbox.Drop || b2.verdicts[idle.ID()] != sandbox.Stop {
+		t.Fatalf("verdicts: orphan %v, idle container %v; want drop and stop", b2.verdicts["orphan"], b2.verdicts[idle.ID()])
 	}
 	if !slices.Equal(b2.found, []string{held.ID()}) {
 		t.Fatalf("the sandbox a live process holds was touched: left %v", b2.found)
@@ -171,7 +181,7 @@ func TestSweep(t *testing.T) {
 		t.Fatalf("idle-stopped %v, want %v", r.Stopped, want)
 	}
 	slices.Sort(r.Expired)
-	wantExp := []string{c.ID(), gone.ID()}
+	wantExp := []string{c.ID(), gone.ID(), idle.ID()}
 	slices.Sort(wantExp)
 	if !slices.Equal(r.Expired, wantExp) {
 		t.Fatalf("expired %v, want %v (held by a live process: %s, kept)", r.Expired, wantExp, held.ID())
@@ -293,5 +303,50 @@ func TestAdoptedSandboxOfADeletedContainer(t *testing.T) {
 	defer b.mu.Unlock()
 	if !slices.Contains(b.removed, c.ID()) {
 		t.Fatalf("the sandbox was not removed (removed %v)", b.removed)
+	}
+}
+
+// TestUse: Use boots a stopped sandbox for its function, which an idle
+// stop does not end while it runs; the function's own errors come back as
+// they are, and one saying the sandbox went away forgets it.
+func TestUse(t *testing.T) {
+	ctx := context.Background()
+	st := &memStore{m: map[string]container.Container{}}
+	b := newFake("kubernetes")
+	p, _ := process(st, newLeases(), "p1", b)
+	now := time.Now()
+	p.now = func() time.Time { return now }
+	c, _ := p.ForUser(ctx, alice, "")
+	var stoppedDuring []string
+	err := p.Use(ctx, c.ID(), func(context.Context) error {
+		if b.booted[c.ID()] != 1 || !p.Running(c.ID()) {
+			t.Errorf("the function ran without a booted sandbox (booted %d)", b.booted[c.ID()])
+		}
+		now = now.Add(time.Hour)
+		stoppedDuring = p.StopIdle(ctx)
+		return fmt.Errorf("kubernetes: open: %w", file.ErrNotFound)
+	})
+	if !errors.Is(err, file.ErrNotFound) || fault.KindOf(err) != fault.Internal {
+		t.Errorf("the function's error came back as %v", err)
+	}
+	if len(stoppedDuring) != 0 {
+		t.Errorf("an idle stop ended the sandbox in use: %v", stoppedDuring)
+	}
+	now = now.Add(time.Hour)
+	if got := p.StopIdle(ctx); !slices.Equal(got, []string{c.ID()}) {
+		t.Errorf("after use, idle stop stopped %v", got)
+	}
+	// A stopped sandbox is booted again for the next use.
+	if err := p.Use(ctx, c.ID(), func(context.Context) error { return nil }); err != nil || b.booted[c.ID()] != 2 {
+		t.Errorf("use after an idle stop: %v, booted %d", err, b.booted[c.ID()])
+	}
+	err = p.Use(ctx, c.ID(), func(context.Context) error {
+		return fmt.Errorf("kubernetes: %w: pod gone", sandbox.ErrUnavailable)
+	})
+	if !errors.Is(err, sandbox.ErrUnavailable) || p.Running(c.ID()) {
+		t.Errorf("a sandbox gone under its use: %v, still held %v", err, p.Running(c.ID()))
+	}
+	if rec, _ := st.Container(ctx, c.ID()); rec.State() != container.Idle {
+		t.Errorf("record of a sandbox gone under its use: %q", rec.State())
 	}
 }

@@ -110,7 +110,7 @@ func (s *Service) reconcile(ctx context.Context) (adopted, dropped []string) {
 			}
 			taken[id] = c
 			if c.State() != container.Running {
-				return sandbox.Drop
+				return sandbox.Stop // its files stay: the record lives
 			}
 			return sandbox.Adopt
 		}

@@ -17,22 +17,22 @@ import (
 )
 
 func TestParseConfig(t *testing.T) {
-	env := map[string]string{"THREADBOX_AGENT_OUTPUTS": "/env/out", "THREADBOX_AGENT_GRACE": "3s"}
+	env := map[string]string{"THREADBOX_AGENT_OUTPUTS": "/env/out", "THREADBOX_AGENT_GRACE": "3s", "THREADBOX_AGENT_NOFILE": "256"}
 	cfg, err := parseConfig([]string{"-workspace", "/flag/ws"}, func(k string) string { return env[k] })
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.workspace != "/flag/ws" || cfg.outputs != "/env/out" || cfg.tmpRoot != "/tmp/outputs" || cfg.grace != 3*time.Second || cfg.drain != time.Second {
+	if cfg.workspace != "/flag/ws" || cfg.outputs != "/env/out" || cfg.tmpRoot != "/tmp/outputs" || cfg.grace != 3*time.Second || cfg.drain != time.Second || cfg.nofile != 256 {
 		t.Fatalf("config %+v", cfg)
 	}
 	defaults, err := parseConfig(nil, func(string) string { return "" })
 	if err != nil {
 		t.Fatal(err)
 	}
-	if defaults.workspace != "/home/agent/workspace" || defaults.outputs != "/mnt/user-data/outputs" || defaults.grace != 2*time.Second {
+	if defaults.workspace != "/home/agent/workspace" || defaults.outputs != "/mnt/user-data/outputs" || defaults.grace != 2*time.Second || defaults.nofile != 0 {
 		t.Fatalf("defaults %+v", defaults)
 	}
-	for _, args := range [][]string{{"-grace", "soon"}, {"-drain", "-1s"}, {"-log-level", "loud"}, {"-no-such-flag"}} {
+	for _, args := range [][]string{{"-grace", "soon"}, {"-drain", "-1s"}, {"-log-level", "loud"}, {"-no-such-flag"}, {"-nofile", "many"}, {"-nofile", "3"}} {
 		if _, err := parseConfig(args, func(string) string { return "" }); err == nil {
 			t.Errorf("parseConfig(%q) accepted", args)
 		}

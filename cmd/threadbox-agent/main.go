@@ -8,6 +8,11 @@
 // connection over the frame stream (stream.go). Stdout carries protocol frames
 // only; the agent's own logs go to stderr.
 //
+// `threadbox-agent file '<request JSON>'` performs one file operation over
+// the folders at their sandbox paths instead and exits (file.go, package
+// threadbox/infra/sandbox/agent/fileop): the kubernetes backend runs it in
+// the files sidecar of a pod.
+//
 // Settings (flag, or environment variable, then default):
 //
 //	-workspace   THREADBOX_AGENT_WORKSPACE   /home/agent/workspace
@@ -18,6 +23,7 @@
 //	-drain       THREADBOX_AGENT_DRAIN       1s (wait for output after exit)
 //	-log-level   THREADBOX_AGENT_LOG_LEVEL   info
 //	-dial        THREADBOX_AGENT_DIAL        "" (serve stdin/stdout)
+//	-nofile      THREADBOX_AGENT_NOFILE      "" (keep the open-files limit)
 //
 // With -dial the agent connects to that unix socket (the host's, bind-mounted
 // into the sandbox) and serves the protocol there instead of on its stdio,
@@ -40,6 +46,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"threadbox/infra/sandbox/agent/fileop"
 )
 
 // config holds the agent's settings. Every path is a path inside the
@@ -54,6 +62,7 @@ type config struct {
 	logLevel  slog.Level
 	dial      string // unix socket of the host to serve; "" serves stdio
 	runAs     string // uid:gid commands run as when the agent runs as root; "" keeps the agent's
+	nofile    uint64 // RLIMIT_NOFILE of the agent and so of every command; 0 keeps it
 }
 
 // envPrefix starts every environment variable that configures the agent;
@@ -80,8 +89,16 @@ func parseConfig(args []string, getenv func(string) string) (config, error) {
 	level := fs.String("log-level", def("LOG_LEVEL", "info"), "log level: debug, info, warn, error (env THREADBOX_AGENT_LOG_LEVEL)")
 	fs.StringVar(&cfg.dial, "dial", def("DIAL", ""), "unix socket to connect to and serve instead of stdio (env THREADBOX_AGENT_DIAL)")
 	fs.StringVar(&cfg.runAs, "run-as", def("RUN_AS", ""), "uid:gid to run commands as when the agent runs as root (env THREADBOX_AGENT_RUN_AS)")
+	nofile := fs.String("nofile", def("NOFILE", ""), "RLIMIT_NOFILE (soft and hard) of the agent and every command; empty keeps it (env THREADBOX_AGENT_NOFILE)")
 	if err := fs.Parse(args); err != nil {
 		return config{}, fmt.Errorf("agent: flags: %w", err)
+	}
+	if *nofile != "" {
+		n, err := strconv.ParseUint(*nofile, 10, 64)
+		if err != nil || n < 16 {
+			return config{}, fmt.Errorf("agent: bad nofile %q (at least 16)", *nofile)
+		}
+		cfg.nofile = n
 	}
 	var err error
 	if cfg.grace, err = time.ParseDuration(*grace); err != nil || cfg.grace < 0 {
@@ -97,6 +114,9 @@ func parseConfig(args []string, getenv func(string) string) (config, error) {
 }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == fileop.Command {
+		os.Exit(runFile(os.Args[2:]))
+	}
 	cfg, err := parseConfig(os.Args[1:], os.Getenv)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -118,6 +138,10 @@ func run(cfg config, in io.Reader, out io.Writer, log *slog.Logger) int {
 	// PID 1 (as under bubblewrap or in tests), so that it reaps them.
 	if err := setCommandUser(cfg.runAs); err != nil {
 		log.Error("agent: run-as", "err", err)
+		return 2
+	}
+	if err := setNoFile(cfg.nofile); err != nil {
+		log.Error("agent: nofile", "err", err)
 		return 2
 	}
 	if err := setChildSubreaper(); err != nil {
@@ -252,6 +276,27 @@ func dupCloexec(fd int) (int, error) {
 // and only another uid keeps code out of the agent); nil runs them as the
 // agent's own user.
 var commandUser *syscall.Credential
+
+// setNoFile lowers the agent's RLIMIT_NOFILE, soft and hard, to n (0 keeps
+// it): commands inherit it and, without privileges, cannot raise it. This
+// is how the kubernetes backend applies SANDBOX_NOFILE, which a pod spec
+// has no field for. It is per process, as Docker's nofile ulimit is.
+func setNoFile(n uint64) error {
+	if n == 0 {
+		return nil
+	}
+	var cur syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &cur); err != nil {
+		return fmt.Errorf("getrlimit: %w", err)
+	}
+	if n > cur.Max {
+		n = cur.Max // a limit is only ever lowered
+	}
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &syscall.Rlimit{Cur: n, Max: n}); err != nil {
+		return fmt.Errorf("setrlimit %d: %w", n, err)
+	}
+	return nil
+}
 
 // setCommandUser sets commandUser from "uid:gid" when the agent runs as
 // root. A root agent without one runs commands as itself (tests and

@@ -2,6 +2,7 @@ package main
 
 import (
 	"log/slog"
+	"strconv"
 	"strings"
 
 	"threadbox/domain/sandbox"
@@ -18,6 +19,7 @@ type kubeSettings struct {
 	PullPolicy      string // K8S_IMAGE_PULL_POLICY
 	HostPathVolumes bool   // K8S_HOST_PATH_VOLUMES=true: claims bound to the host folders
 	OOMEvents       string // K8S_OOM_EVENTS: the agent's OOM counter file in the pod
+	PodPidsLimit    int64  // K8S_POD_PIDS_LIMIT: the nodes' kubelet podPidsLimit, as the operator set it
 }
 
 // loadKubeSettings reads the K8S_* settings.
@@ -31,6 +33,7 @@ func loadKubeSettings(env func(name, def string) string) kubeSettings {
 		PullPolicy:      env("K8S_IMAGE_PULL_POLICY", ""),
 		HostPathVolumes: strings.EqualFold(env("K8S_HOST_PATH_VOLUMES", "false"), "true"),
 		OOMEvents:       env("K8S_OOM_EVENTS", ""),
+		PodPidsLimit:    podPids(env("K8S_POD_PIDS_LIMIT", "0")),
 	}
 }
 
@@ -51,8 +54,19 @@ func newKubernetes(cfg Config, limits sandbox.Limits, log *slog.Logger) (*kubern
 		StorageClass:    k.StorageClass,
 		HostPathVolumes: k.HostPathVolumes,
 		OOMEvents:       k.OOMEvents,
+		PodPidsLimit:    k.PodPidsLimit,
 		Instance:        cfg.Instance,
 		Limits:          limits,
 		Logger:          log,
 	})
+}
+
+// podPids reads K8S_POD_PIDS_LIMIT; anything but a positive number is 0
+// (unknown).
+func podPids(v string) int64 {
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 0 {
+		return 0
+	}
+	return n
 }

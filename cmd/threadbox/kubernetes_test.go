@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +16,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	k8s "threadbox/infra/sandbox/kubernetes"
+	"threadbox/infra/sandbox/kubernetes/k8stest"
 )
 
 // needKubernetes returns the test cluster's kubeconfig
@@ -130,6 +133,111 @@ func TestKubernetesEndToEnd(t *testing.T) {
 	}
 	if pods, err := cs.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: k8s.LabelManaged + "=true"}); err != nil || len(pods.Items) != 2 {
 		t.Fatalf("pods after the Messages API request: %d %v", len(pods.Items), err)
+	}
+	s.stop()
+}
+
+// TestKubernetesStorageClassFiles: with K8S_HOST_PATH_VOLUMES=false the
+// claims come from a storage class (the test's own provisioner,
+// k8stest.Provisioner) and threadbox never sees their volumes: an upload
+// through the thread API, a skill, and what code writes to outputs all go
+// through the pod's files sidecar. Code reads the upload and the skill,
+// its output downloads and becomes an artifact, a symlink it plants is not
+// served, nothing lands in threadbox's own folders, and after an idle stop
+// (the pod deleted, the claim kept) the files are still there: a download
+// and an upload boot the pod again.
+func TestKubernetesStorageClassFiles(t *testing.T) {
+	kubeconfig, ns, cs := needKubernetes(t)
+	class := k8stest.Provisioner(t, cs, ns)
+	oom := k8s.DefaultOOMEvents
+	if _, err := os.Stat("/sys/fs/cgroup/memory/memory.oom_control"); err == nil {
+		oom = "/sys/fs/cgroup/memory/memory.oom_control"
+	}
+	s := startServer(t, "", map[string]string{
+		"SANDBOX_BACKEND": "kubernetes", "KUBECONFIG": kubeconfig, "K8S_NAMESPACE": ns,
+		"K8S_HOST_PATH_VOLUMES": "false", "K8S_STORAGE_CLASS": class, "K8S_IMAGE_PULL_POLICY": "Never", "K8S_OOM_EVENTS": oom,
+		"MODEL_PROVIDER": "runner", "SANDBOX_IDLE": "3s", "SWEEP_INTERVAL": "1s",
+	})
+	f := newWSFixture(t, s)
+	pods := func() int {
+		l, err := cs.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: k8s.LabelManaged + "=true"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(l.Items)
+	}
+
+	if r := f.upload(t, f.admin, f.tid, "", "in.txt", "from-upload-sc"); r.status != 200 {
+		t.Fatalf("upload: %d %s", r.status, r.body)
+	}
+	arch := wsZip(t, wsEntry{name: "SKILL.md", body: wsManifest("csv-report", "Summarise CSV files")}, wsEntry{name: "tool.py", body: "print('hi')"})
+	r := s.do("POST", appAPI+"/skills", f.admin, arch, "Content-Type", "application/zip")
+	if r.status != 201 {
+		t.Fatalf("upload skill: %d %s", r.status, r.body)
+	}
+	skillID := r.json(t)["id"].(string)
+	r = s.do("POST", appAPI+"/thread/"+f.tid+"/messages", f.admin, map[string]any{
+		"content": "```bash\ncat /mnt/user-data/uploads/in.txt; echo; grep -c csv-report /mnt/skills/csv-report/SKILL.md; " +
+			"touch /mnt/skills/csv-report/x 2>/dev/null || echo skills-read-only; " +
+			"echo made-in-a-pod-sc > /mnt/user-data/outputs/sc.txt; ln -s /etc/passwd /mnt/user-data/outputs/leak.txt\n```",
+		"skills": []string{skillID},
+		"pgpt":   map[string]any{"tools": []any{"code_execution"}},
+	})
+	if body := string(r.body); r.status != 200 || !strings.Contains(body, `"stdout":"from-upload-sc\n2\nskills-read-only\n"`) {
+		t.Fatalf("chat turn: %d %s", r.status, r.body)
+	}
+	if d := f.download(f.admin, f.tid, "/mnt/user-data/outputs/sc.txt"); d.status != 200 || string(d.body) != "made-in-a-pod-sc\n" {
+		t.Fatalf("download of the pod's output: %d %q", d.status, d.body)
+	}
+	if d := f.download(f.admin, f.tid, "/mnt/user-data/outputs/leak.txt"); d.status == 200 || strings.Contains(string(d.body), "root:") {
+		t.Fatalf("a symlink to /etc/passwd was served: %d %q", d.status, d.body)
+	}
+	var art string
+	for _, a := range s.do("GET", appAPI+"/project/"+f.pid+"/artifacts", f.admin, nil).json(t)["data"].([]any) {
+		if a := a.(map[string]any); a["name"] == "sc.txt" {
+			art = a["id"].(string)
+		}
+	}
+	if art == "" {
+		t.Fatal("the output did not become an artifact")
+	}
+	if dl := s.do("GET", appAPI+"/artifact/"+art+"/content", f.admin, nil); dl.status != 200 || string(dl.body) != "made-in-a-pod-sc\n" {
+		t.Fatalf("artifact content: %d %q", dl.status, dl.body)
+	}
+	// The upload and the output are not in threadbox's own folders.
+	filepath.WalkDir(s.dataDir, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && (d.Name() == "in.txt" || d.Name() == "sc.txt") {
+			t.Errorf("%s is in threadbox's folders: the file did not go through the pod", p)
+		}
+		return nil
+	})
+
+	// The idle stop deletes the pod and keeps the claim.
+	deadline := time.Now().Add(2 * time.Minute)
+	for pods() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the idle sandbox's pod was not deleted")
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	if d := f.download(f.admin, f.tid, "/mnt/user-data/outputs/sc.txt"); d.status != 200 || string(d.body) != "made-in-a-pod-sc\n" {
+		t.Fatalf("download after an idle stop: %d %q", d.status, d.body)
+	}
+	for pods() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the idle sandbox's pod was not deleted")
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	if r := f.upload(t, f.admin, f.tid, "", "second.txt", "uploaded-while-idle"); r.status != 200 {
+		t.Fatalf("upload to an idle thread: %d %s", r.status, r.body)
+	}
+	r = s.do("POST", appAPI+"/thread/"+f.tid+"/messages", f.admin, map[string]any{
+		"content": "```bash\ncat /mnt/user-data/uploads/second.txt /mnt/user-data/uploads/in.txt\n```",
+		"pgpt":    map[string]any{"tools": []any{"code_execution"}},
+	})
+	if body := string(r.body); r.status != 200 || !strings.Contains(body, "uploaded-while-idlefrom-upload-sc") {
+		t.Fatalf("turn after an idle stop: %d %s", r.status, r.body)
 	}
 	s.stop()
 }

@@ -8,7 +8,6 @@ import (
 	"threadbox/app/messages"
 	"threadbox/app/tools"
 	"threadbox/app/turns"
-	"threadbox/infra/fsroot"
 	"threadbox/infra/llm/anthropic"
 	"threadbox/infra/llm/openai"
 	"threadbox/infra/llm/runner"
@@ -44,7 +43,7 @@ func openAIBaseURL(raw string) string {
 // newMessages builds the Messages API tool loop: the configured model and
 // the code-execution sub-tools running in the containers' sandboxes, with
 // host-side file access through the file jail.
-func newMessages(cfg Config, sys *system, fs *fsroot.Containers, log *slog.Logger) *messages.Service {
+func newMessages(cfg Config, sys *system, fs containerFiles, log *slog.Logger) *messages.Service {
 	code := tools.New(sys.containers, fs, tools.Config{MaxOutput: int(cfg.ToolMaxOutput), MaxOutputFileBytes: cfg.MaxArtifactBytes, Log: log.With("component", "tools"), Meter: sys.usage, CellTimeout: cfg.PythonCellTimeout, ToolResultTimeout: cfg.PythonToolResultTimeout})
 	urls := webfetch.New(webfetch.Config{MaxBytes: cfg.URLFetchMaxBytes, Allow: cfg.URLFetchAllow})
 	provider := cfg.ModelProvider

@@ -12,7 +12,6 @@ import (
 	"threadbox/app/containers"
 	"threadbox/app/sandboxtools"
 	"threadbox/domain/user"
-	"threadbox/infra/fsroot"
 )
 
 // sandboxWiring is the sandbox_v1 tools' part of the system: the bridge
@@ -28,7 +27,7 @@ type sandboxWiring struct {
 }
 
 // newSandboxWiring builds the bridge and executor over the containers.
-func newSandboxWiring(cfg Config, ctrs *containers.Service, a *auth.Service, fs *fsroot.Containers, meter sandboxtools.Meter, log *slog.Logger) *sandboxWiring {
+func newSandboxWiring(cfg Config, ctrs *containers.Service, a *auth.Service, fs containerFiles, meter sandboxtools.Meter, log *slog.Logger) *sandboxWiring {
 	w := &sandboxWiring{}
 	w.bridge = sandboxtools.NewBridge(ctrs, w.serveConn, sandboxtools.BridgeConfig{
 		APIPort: cfg.SandboxAPIPort, Services: cfg.SandboxServices, Logger: log.With("component", "bridge"),

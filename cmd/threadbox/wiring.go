@@ -155,10 +155,14 @@ func wire(ctx context.Context, cfg Config, log *slog.Logger) (*system, error) {
 	if os.Geteuid() == 0 {
 		owner = &fsroot.Owner{UID: hostdirs.SandboxUID, GID: hostdirs.SandboxGID}
 	}
-	fs := fsroot.NewContainers(func(id string) fsroot.Dirs {
+	var fs containerFiles = fsroot.NewContainers(func(id string) fsroot.Dirs {
 		d := layout.Dirs(id)
 		return fsroot.Dirs{Workspace: d.Workspace, Uploads: d.Uploads, Outputs: d.Outputs, Skills: d.Skills}
 	}, fsroot.Options{Owner: owner, SharedDisk: quotaMode(cfg) == hostdirs.QuotaNone})
+	pods := podFiles(cfg, sys)
+	if pods != nil {
+		fs = pods
+	}
 	sys.files = files.New(files.Deps{Store: fs, Containers: sys.containers, Policies: sys.admin, Idempotency: st.UploadKeys(0), Quota: sys.quota})
 	sys.usage = metering.New(st, st, log.With("component", "usage"))
 	sys.containers.OnMeter(sys.usage.Sandbox)
@@ -166,7 +170,7 @@ func wire(ctx context.Context, cfg Config, log *slog.Logger) (*system, error) {
 	sys.usage.Buffer(time.Second)
 	sys.sandbox = newSandboxWiring(cfg, sys.containers, sys.auth, fs, sys.usage, log)
 	sys.messages = newMessages(cfg, sys, fs, log)
-	sys.skills = skills.New(st, skillFiles{skillfs.New(filepath.Join(cfg.DataDir, "skills"), func(id string) string { return layout.Dirs(id).Skills })}, skill.Limits{}, st)
+	sys.skills = skills.New(st, newSkillFiles(skillfs.New(filepath.Join(cfg.DataDir, "skills"), func(id string) string { return layout.Dirs(id).Skills }), pods, layout), skill.Limits{}, st)
 	sys.skills.SetArchives(newSkillArchives(cfg, sys.blobs))
 	sys.turns = newTurns(cfg, sys)
 	sys.workspace = newWorkspace(cfg, sys, fs, log)

@@ -13,7 +13,6 @@ import (
 	"threadbox/app/workspace"
 	"threadbox/domain/skill"
 	"threadbox/infra/blob"
-	"threadbox/infra/fsroot"
 	"threadbox/infra/skillfs"
 )
 
@@ -89,11 +88,15 @@ func (a skillArchives) Remove(ctx context.Context, orgID, sum string) error {
 }
 
 func (f skillFiles) Sync(ctx context.Context, containerID string, loads []skills.Load) error {
+	return f.s.Sync(ctx, containerID, skillLoads(loads))
+}
+
+func skillLoads(loads []skills.Load) []skillfs.Load {
 	out := make([]skillfs.Load, len(loads))
 	for i, l := range loads {
 		out[i] = skillfs.Load{OrgID: l.OrgID, Name: l.Name, Version: l.Version}
 	}
-	return f.s.Sync(ctx, containerID, out)
+	return out
 }
 
 // artifactStore is where artifact blobs are kept (infra/blob: Store or S3).
@@ -132,7 +135,7 @@ func presignExpiry(cfg Config) time.Duration {
 // newWorkspace wires the Workspace API (CONTRACT §7): the chat pipeline
 // over the front door every turn goes through, thread files over the Files
 // API use cases, the artifact store under DATA_DIR.
-func newWorkspace(cfg Config, sys *system, fs *fsroot.Containers, log *slog.Logger) *workspace.Service {
+func newWorkspace(cfg Config, sys *system, fs containerFiles, log *slog.Logger) *workspace.Service {
 	return workspace.New(sys.store, workspace.Deps{
 		Turns:            sys.turns,
 		Containers:       sys.containers,

@@ -47,6 +47,12 @@ const (
 	Adopt
 	// Drop removes the sandbox: no live record claims it.
 	Drop
+	// Stop ends the sandbox and keeps its files: its record is live but
+	// says no sandbox runs (stopped while idle, or by a process that went
+	// away). Backends whose files are the caller's (host folders) treat it
+	// as Drop; one whose files live with the sandbox (the kubernetes
+	// backend's claims) deletes only the running part.
+	Stop
 )
 
 // State is the running state of one sandbox.

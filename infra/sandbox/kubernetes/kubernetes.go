@@ -106,6 +106,10 @@ type Config struct {
 	// the sandbox's files as the other backends let it. It needs the
 	// cluster-wide persistentvolumes permission (docs/scale-out.md).
 	HostPathVolumes bool
+	// PodPidsLimit declares the podPidsLimit of the nodes' kubelets (a
+	// node setting: the pod spec has no pids field), which the capability
+	// matrix then lists; 0 says nothing is known and lists no pids limit.
+	PodPidsLimit int64
 	// OOMEvents is the agent's OOM counter file inside the pod; default
 	// DefaultOOMEvents.
 	OOMEvents string
@@ -146,6 +150,13 @@ type box struct {
 	stop      func()        // ends the attach stream
 	done      chan struct{} // closed when the attach stream ends
 	startedAt time.Time
+
+	// The files sidecar's agent (storage-class mode, files.go), attached
+	// on first use.
+	filesMu   sync.Mutex
+	files     *agent.Client
+	filesStop func()
+	filesDone chan struct{}
 }
 
 // New connects to the cluster the config names.
@@ -237,17 +248,27 @@ func (b *Backend) RuntimeClass() string { return b.cfg.RuntimeClass }
 // Namespace returns the namespace of the sandboxes.
 func (b *Backend) Namespace() string { return b.cfg.Namespace }
 
-// EnforcedLimits names what the pod spec makes the kubelet enforce:
-// memory and cpu (container limits), tmp (a memory-backed emptyDir's size)
-// and, for claims on host folders, the folders' own quota. Processes and
-// open files have no per-pod setting in Kubernetes (a node's podPidsLimit
-// bounds processes cluster-wide; docs/scale-out.md).
+// EnforcedLimits names the limits enforced on every sandbox and how:
+// memory and cpu (container limits, kubelet cgroups), tmp (a
+// memory-backed emptyDir's size), nofile (the agent lowers RLIMIT_NOFILE,
+// which every command inherits: a pod has no field for it) and, when
+// Config.PodPidsLimit declares the nodes' kubelet podPidsLimit, pids (a
+// node-wide setting, the same for every pod of the node, that the backend
+// cannot read back; docs/backends.md). The claim's size is a request to
+// the storage class, enforced only where its provisioner enforces sizes,
+// so disk is not listed.
 func (b *Backend) EnforcedLimits(context.Context) ([]string, string) {
 	rc := b.cfg.RuntimeClass
 	if rc == "" {
 		rc = "the cluster's default"
 	}
-	return []string{"memory", "cpu", "tmp"}, "pod resource limits (kubelet cgroups), runtime class " + rc + ", namespace " + b.cfg.Namespace
+	names := []string{"memory", "cpu", "tmp", "nofile"}
+	how := "pod resource limits (kubelet cgroups), nofile by the agent (RLIMIT_NOFILE of every command)"
+	if b.cfg.PodPidsLimit > 0 {
+		names = append(names, "pids")
+		how += fmt.Sprintf(", pids by the nodes' kubelet podPidsLimit %d (node-wide, declared by K8S_POD_PIDS_LIMIT)", b.cfg.PodPidsLimit)
+	}
+	return names, how + ", runtime class " + rc + ", namespace " + b.cfg.Namespace
 }
 
 // Available checks that the apiserver answers and the namespace exists.
@@ -451,9 +472,11 @@ func (b *Backend) Status(ctx context.Context, id string) (sandbox.Status, error)
 	if !apierrors.IsNotFound(err) {
 		return sandbox.Status{}, fmt.Errorf("kubernetes: status %s: %w", id, err)
 	}
-	if _, err := b.cs.CoreV1().PersistentVolumeClaims(b.cfg.Namespace).Get(ctx, claim, metav1.GetOptions{}); err == nil {
+	// A claim being deleted (held a moment by the pvc-protection
+	// finalizer) is already gone for the sandbox.
+	if pvc, err := b.cs.CoreV1().PersistentVolumeClaims(b.cfg.Namespace).Get(ctx, claim, metav1.GetOptions{}); err == nil && pvc.DeletionTimestamp == nil {
 		return sandbox.Status{State: sandbox.StateStopped}, nil
-	} else if !apierrors.IsNotFound(err) {
+	} else if err != nil && !apierrors.IsNotFound(err) {
 		return sandbox.Status{}, fmt.Errorf("kubernetes: status %s: %w", id, err)
 	}
 	return sandbox.Status{State: sandbox.StateMissing}, nil
@@ -462,8 +485,9 @@ func (b *Backend) Status(ctx context.Context, id string) (sandbox.Status, error)
 // Reconcile finds this instance's pods (and claims without a pod) that this
 // process does not hold and does with each what decide says: adopt a
 // running pod (kept when its agent answers over a new attach stream, else
-// deleted), delete it (Drop also deletes its claim and policy: no live
-// record claims its files), or leave it. Objects without this instance's
+// deleted), delete it (Stop keeps its claim, the files of an idle
+// container; Drop also deletes the claim and policy: no live record claims
+// its files), or leave it. Objects without this instance's
 // labels are never touched.
 func (b *Backend) Reconcile(ctx context.Context, decide func(id string) sandbox.Verdict) (adopted, removed []string, err error) {
 	pods, err := b.cs.CoreV1().Pods(b.cfg.Namespace).List(ctx, metav1.ListOptions{LabelSelector: b.selector()})
@@ -529,6 +553,9 @@ func (b *Backend) adopt(ctx context.Context, id string, p *corev1.Pod) bool {
 	if p.Status.Phase != corev1.PodRunning || len(p.Spec.Containers) == 0 || p.Spec.Containers[0].Image != b.cfg.Image {
 		return false
 	}
+	if !b.cfg.HostPathVolumes && !hasContainer(p, containerFiles) {
+		return false // a pod from before the files sidecar: booted afresh
+	}
 	bx, err := b.attach(id, p)
 	if err != nil {
 		b.log.Warn("sandbox not adopted", "id", id, "err", err)
@@ -543,6 +570,16 @@ func (b *Backend) adopt(ctx context.Context, id string, p *corev1.Pod) bool {
 	}
 	b.boxes.Put(id, bx)
 	return true
+}
+
+// hasContainer reports whether the pod's spec has the named container.
+func hasContainer(p *corev1.Pod, name string) bool {
+	for _, c := range p.Spec.Containers {
+		if c.Name == name {
+			return true
+		}
+	}
+	return false
 }
 
 // deletePod deletes a pod and waits until it is gone (a re-created pod of

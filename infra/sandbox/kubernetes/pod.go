@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -147,6 +148,11 @@ func (b *Backend) podSpec(spec sandbox.Spec, mounts []sandbox.Mount, l sandbox.L
 		env = append(env, corev1.EnvVar{Name: k, Value: v})
 	}
 	env = append(env, corev1.EnvVar{Name: "THREADBOX_AGENT_OOM_EVENTS", Value: b.cfg.OOMEvents})
+	if l.NoFile > 0 {
+		// No pod field bounds open files: the agent lowers its own
+		// RLIMIT_NOFILE, which every command inherits.
+		env = append(env, corev1.EnvVar{Name: "THREADBOX_AGENT_NOFILE", Value: strconv.FormatInt(l.NoFile, 10)})
+	}
 	vm := []corev1.VolumeMount{
 		{Name: volAgent, MountPath: filepath.Dir(AgentPath), ReadOnly: true},
 		{Name: volTmp, MountPath: "/tmp"},
@@ -173,6 +179,43 @@ func (b *Backend) podSpec(spec sandbox.Spec, mounts []sandbox.Mount, l sandbox.L
 		rc = &b.cfg.RuntimeClass
 	}
 	grace := int64(1)
+	containers := []corev1.Container{{
+		Name:            containerSandbox,
+		Image:           b.cfg.Image,
+		ImagePullPolicy: b.cfg.PullPolicy,
+		Command:         []string{AgentPath},
+		WorkingDir:      sandbox.WorkspaceDir,
+		Env:             env,
+		Stdin:           true,
+		StdinOnce:       false,
+		TTY:             false,
+		VolumeMounts:    vm,
+		SecurityContext: hardened(),
+		Resources:       corev1.ResourceRequirements{Limits: limits, Requests: requests},
+	}}
+	if !b.cfg.HostPathVolumes {
+		// The files sidecar (files.go): the same folders, all writable,
+		// in a container of its own that the sandbox's code cannot enter;
+		// threadbox's file operations run there.
+		fm := make([]corev1.VolumeMount, 0, len(mounts))
+		for _, m := range mounts {
+			fm = append(fm, corev1.VolumeMount{Name: volFiles, MountPath: m.Target, SubPath: m.Source})
+		}
+		containers = append(containers, corev1.Container{
+			Name:            containerFiles,
+			Image:           b.cfg.AgentImage,
+			ImagePullPolicy: b.cfg.PullPolicy,
+			Command:         []string{FilesAgentPath},
+			Env:             []corev1.EnvVar{{Name: "THREADBOX_AGENT_OOM_EVENTS", Value: b.cfg.OOMEvents}},
+			Stdin:           true,
+			VolumeMounts:    fm,
+			SecurityContext: hardened(),
+			Resources: corev1.ResourceRequirements{
+				Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi"), corev1.ResourceCPU: resource.MustParse("500m")},
+				Requests: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("16Mi"), corev1.ResourceCPU: resource.MustParse("10m")},
+			},
+		})
+	}
 	return &corev1.Pod{
 		ObjectMeta: b.meta(spec.ID, podName),
 		Spec: corev1.PodSpec{
@@ -197,20 +240,7 @@ func (b *Backend) podSpec(spec sandbox.Spec, mounts []sandbox.Mount, l sandbox.L
 					Requests: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("16Mi"), corev1.ResourceCPU: resource.MustParse("10m")},
 				},
 			}},
-			Containers: []corev1.Container{{
-				Name:            containerSandbox,
-				Image:           b.cfg.Image,
-				ImagePullPolicy: b.cfg.PullPolicy,
-				Command:         []string{AgentPath},
-				WorkingDir:      sandbox.WorkspaceDir,
-				Env:             env,
-				Stdin:           true,
-				StdinOnce:       false,
-				TTY:             false,
-				VolumeMounts:    vm,
-				SecurityContext: hardened(),
-				Resources:       corev1.ResourceRequirements{Limits: limits, Requests: requests},
-			}},
+			Containers: containers,
 			Volumes: []corev1.Volume{
 				{Name: volFiles, VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}},
 				{Name: volAgent, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
@@ -276,7 +306,7 @@ func (b *Backend) boot(ctx context.Context, spec sandbox.Spec) (*box, error) {
 	return bx, nil
 }
 
-// waitRunning polls the pod until its sandbox container runs, failing
+// waitRunning polls the pod until its containers run, failing
 // early on a pod that ended or a container that cannot start.
 func (b *Backend) waitRunning(ctx context.Context, name, uid string) (*corev1.Pod, error) {
 	pods := b.cs.CoreV1().Pods(b.cfg.Namespace)
@@ -302,14 +332,19 @@ func (b *Backend) waitRunning(ctx context.Context, name, uid string) (*corev1.Po
 					return nil, fmt.Errorf("pod %s: %s", name, last)
 				}
 			}
-			if t := cs.State.Terminated; t != nil && cs.Name == containerSandbox {
-				return nil, fmt.Errorf("pod %s: sandbox container ended: %s exit %d", name, t.Reason, t.ExitCode)
+			if t := cs.State.Terminated; t != nil && (cs.Name == containerSandbox || cs.Name == containerFiles) {
+				return nil, fmt.Errorf("pod %s: %s container ended: %s exit %d", name, cs.Name, t.Reason, t.ExitCode)
 			}
 		}
+		running := 0
 		for _, cs := range p.Status.ContainerStatuses {
-			if cs.Name == containerSandbox && cs.State.Running != nil {
-				return p, nil
+			if cs.State.Running != nil && (cs.Name == containerSandbox || cs.Name == containerFiles) {
+				running++
 			}
+		}
+		// The sandbox container, and the files sidecar where there is one.
+		if running > 0 && running == len(p.Spec.Containers) {
+			return p, nil
 		}
 		select {
 		case <-ctx.Done():
@@ -323,39 +358,55 @@ func (b *Backend) waitRunning(ctx context.Context, name, uid string) (*corev1.Po
 // back to SPDY) and wraps it in an agent client. The stream lives until
 // stop or until the pod goes.
 func (b *Backend) attach(id string, p *corev1.Pod) (*box, error) {
-	req := b.cs.CoreV1().RESTClient().Post().Resource("pods").Namespace(p.Namespace).Name(p.Name).SubResource("attach").
-		VersionedParams(&corev1.PodAttachOptions{Container: containerSandbox, Stdin: true, Stdout: true, Stderr: true}, scheme.ParameterCodec)
-	ws, err := remotecommand.NewWebSocketExecutor(b.rest, "GET", req.URL().String())
-	if err != nil {
-		return nil, fmt.Errorf("attach: %w", err)
-	}
-	spdy, err := remotecommand.NewSPDYExecutor(b.rest, "POST", req.URL())
-	if err != nil {
-		return nil, fmt.Errorf("attach: %w", err)
-	}
-	exec, err := remotecommand.NewFallbackExecutor(ws, spdy, func(err error) bool {
-		return httpstream.IsUpgradeFailure(err) || httpstream.IsHTTPSProxyError(err)
-	})
-	if err != nil {
-		return nil, fmt.Errorf("attach: %w", err)
-	}
-	inR, inW := io.Pipe()
-	outR, outW := io.Pipe()
-	sctx, cancel := context.WithCancel(context.Background())
-	bx := &box{id: id, pod: p.Name, uid: string(p.UID), done: make(chan struct{})}
+	bx := &box{id: id, pod: p.Name, uid: string(p.UID)}
 	if p.Status.StartTime != nil {
 		bx.startedAt = p.Status.StartTime.Time
 	} else {
 		bx.startedAt = time.Now()
 	}
-	stop := func() {
+	stop, done, err := b.openStream(id, p.Name, containerSandbox, func(rw io.ReadWriteCloser) { bx.agent = b.cfg.NewAgent(rw) })
+	if err != nil {
+		return nil, err
+	}
+	bx.done = done
+	bx.stop = func() {
+		stop()
+		bx.stopFiles()
+	}
+	return bx, nil
+}
+
+// openStream opens the attach stream of one container of pod podName and
+// hands it to wrap; stop ends the stream and done is closed when it has
+// ended.
+func (b *Backend) openStream(id, podName, container string, wrap func(io.ReadWriteCloser)) (stop func(), done chan struct{}, err error) {
+	req := b.cs.CoreV1().RESTClient().Post().Resource("pods").Namespace(b.cfg.Namespace).Name(podName).SubResource("attach").
+		VersionedParams(&corev1.PodAttachOptions{Container: container, Stdin: true, Stdout: true, Stderr: true}, scheme.ParameterCodec)
+	ws, err := remotecommand.NewWebSocketExecutor(b.rest, "GET", req.URL().String())
+	if err != nil {
+		return nil, nil, fmt.Errorf("attach: %w", err)
+	}
+	spdy, err := remotecommand.NewSPDYExecutor(b.rest, "POST", req.URL())
+	if err != nil {
+		return nil, nil, fmt.Errorf("attach: %w", err)
+	}
+	exec, err := remotecommand.NewFallbackExecutor(ws, spdy, func(err error) bool {
+		return httpstream.IsUpgradeFailure(err) || httpstream.IsHTTPSProxyError(err)
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("attach: %w", err)
+	}
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	sctx, cancel := context.WithCancel(context.Background())
+	done = make(chan struct{})
+	stop = func() {
 		cancel()
 		inR.CloseWithError(io.EOF)
 		inW.Close()
 		outR.Close()
 	}
-	bx.stop = stop
-	bx.agent = b.cfg.NewAgent(agent.NewConn(outR, inW, func() error { stop(); return nil }))
+	wrap(agent.NewConn(outR, inW, func() error { stop(); return nil }))
 	go func() {
 		err := exec.StreamWithContext(sctx, remotecommand.StreamOptions{Stdin: inR, Stdout: outW, Stderr: &logWriter{log: b.log, id: id}})
 		if err == nil {
@@ -363,10 +414,10 @@ func (b *Backend) attach(id string, p *corev1.Pod) (*box, error) {
 		}
 		outW.CloseWithError(fmt.Errorf("sandbox stream ended: %w", err))
 		if sctx.Err() == nil {
-			b.log.Info("sandbox attach stream ended", "id", id, "pod", p.Name, "err", err)
+			b.log.Info("sandbox attach stream ended", "id", id, "pod", podName, "container", container, "err", err)
 		}
 		cancel()
-		close(bx.done)
+		close(done)
 	}()
-	return bx, nil
+	return stop, done, nil
 }

@@ -1,6 +1,7 @@
 package kubernetes
 
 import (
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -147,5 +148,62 @@ func TestIsolationFromRuntimeClass(t *testing.T) {
 		if got := offline(t, Config{RuntimeClass: rc}).Isolation(); got != want {
 			t.Errorf("runtime class %q: %q, want %q", rc, got, want)
 		}
+	}
+}
+
+// TestFilesSidecar: in storage-class mode the pod has a files sidecar, as
+// hardened as the sandbox container, that mounts the same sub-folders of
+// the claim at the same paths, all writable, while the sandbox container
+// keeps uploads and skills read-only; host path volumes need none.
+func TestFilesSidecar(t *testing.T) {
+	b := offline(t, Config{})
+	_, mounts, err := b.subPaths(sandbox.Spec{ID: "abc"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := b.podSpec(sandbox.Spec{ID: "abc"}, mounts, b.cfg.Limits)
+	if len(p.Spec.Containers) != 2 || p.Spec.Containers[1].Name != containerFiles {
+		t.Fatalf("containers %d, want the sandbox and the files sidecar", len(p.Spec.Containers))
+	}
+	sb, fc := p.Spec.Containers[0], p.Spec.Containers[1]
+	if fc.Image != DefaultAgentImage || !slices.Equal(fc.Command, []string{FilesAgentPath}) || !fc.Stdin {
+		t.Errorf("sidecar image %s command %v stdin %v", fc.Image, fc.Command, fc.Stdin)
+	}
+	if !reflect.DeepEqual(fc.SecurityContext, sb.SecurityContext) {
+		t.Errorf("sidecar security context %+v differs from the sandbox's %+v", fc.SecurityContext, sb.SecurityContext)
+	}
+	if fc.Resources.Limits.Memory().IsZero() || fc.Resources.Limits.Cpu().IsZero() {
+		t.Error("sidecar without limits")
+	}
+	ro := map[string]bool{}
+	for _, m := range sb.VolumeMounts {
+		if m.Name == volFiles {
+			ro[m.MountPath] = m.ReadOnly
+		}
+	}
+	if !ro[sandbox.UploadsDir] || !ro[sandbox.SkillsDir] || ro[sandbox.OutputsDir] || len(ro) != 4 {
+		t.Errorf("sandbox mounts read-only %v", ro)
+	}
+	var paths []string
+	for _, m := range fc.VolumeMounts {
+		if m.Name != volFiles || m.ReadOnly {
+			t.Errorf("sidecar mount %+v", m)
+		}
+		paths = append(paths, m.MountPath+"="+m.SubPath)
+	}
+	slices.Sort(paths)
+	want := []string{sandbox.WorkspaceDir + "=workspace", sandbox.SkillsDir + "=skills", sandbox.OutputsDir + "=outputs", sandbox.UploadsDir + "=uploads"}
+	slices.Sort(want)
+	if !slices.Equal(paths, want) {
+		t.Errorf("sidecar mounts %v, want %v", paths, want)
+	}
+
+	hp := offline(t, Config{HostPathVolumes: true})
+	_, mounts, err = hp.subPaths(sandbox.Spec{ID: "abc", Mounts: []sandbox.Mount{{Source: "/d/abc/workspace", Target: sandbox.WorkspaceDir}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(hp.podSpec(sandbox.Spec{ID: "abc"}, mounts, hp.cfg.Limits).Spec.Containers); n != 1 {
+		t.Errorf("host path volumes: %d containers, want 1", n)
 	}
 }

@@ -1,0 +1,202 @@
+package kubernetes_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"io"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"threadbox/domain/file"
+	"threadbox/domain/sandbox"
+	k8s "threadbox/infra/sandbox/kubernetes"
+	"threadbox/infra/sandbox/kubernetes/k8stest"
+)
+
+// bootLife boots a sandbox of the default mounts before each file
+// operation, as app/containers does for threadbox.
+type bootLife struct{ be *k8s.Backend }
+
+func (l bootLife) Use(ctx context.Context, id string, fn func(ctx context.Context) error) error {
+	if err := l.be.Ensure(ctx, sandbox.Spec{ID: id}); err != nil {
+		return err
+	}
+	return fn(ctx)
+}
+
+// failingReader yields some bytes, then an error.
+type failingReader struct{ n int }
+
+func (r *failingReader) Read(p []byte) (int, error) {
+	if r.n <= 0 {
+		return 0, errors.New("client went away")
+	}
+	k := min(len(p), r.n)
+	clear(p[:k])
+	r.n -= k
+	return k, nil
+}
+
+// cancellingReader yields n zero bytes and cancels its caller's context
+// once at bytes have been read.
+type cancellingReader struct {
+	n, at, read int
+	cancel      func()
+}
+
+func (r *cancellingReader) Read(p []byte) (int, error) {
+	if r.read >= r.n {
+		return 0, io.EOF
+	}
+	k := min(len(p), r.n-r.read)
+	clear(p[:k])
+	r.read += k
+	if r.read >= r.at {
+		r.cancel()
+	}
+	return k, nil
+}
+
+// TestFilesThroughThePod: in storage-class mode (claims on a provisioned
+// class, out of threadbox's reach) threadbox's file operations go through
+// the pod's files sidecar: an upload to a container whose sandbox never ran
+// boots it and code reads the bytes; code cannot write the upload; what
+// code writes to outputs reads back; files survive an idle stop; symlinks
+// out of the mounts are refused and fsroot's errors come back as its
+// values.
+func TestFilesThroughThePod(t *testing.T) {
+	c := newCluster(t)
+	class := k8stest.Provisioner(t, c.cs, c.ns)
+	be := c.backend(t, "files", func(cfg *k8s.Config) {
+		cfg.HostPathVolumes = false
+		cfg.StorageClass = class
+	})
+	fs := k8s.NewFiles(be, bootLife{be})
+	id := "ctr-files"
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	t.Cleanup(func() { _ = be.Remove(context.Background(), id) })
+
+	// 3 MiB: more than the write window's progress step and the in-memory
+	// limit of an opened file.
+	data := make([]byte, 3<<20+17)
+	if _, err := rand.Read(data); err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(data)
+	info, err := fs.Write(ctx, id, "/mnt/user-data/uploads/in/data.bin", bytes.NewReader(data), -1)
+	if err != nil {
+		t.Fatalf("upload to a container never booted: %v", err)
+	}
+	if info.Size != int64(len(data)) || info.Rel != "in/data.bin" {
+		t.Errorf("upload info %+v", info)
+	}
+	if got := sh(t, be, id, "sha256sum /mnt/user-data/uploads/in/data.bin | cut -d' ' -f1"); got != hex.EncodeToString(sum[:]) {
+		t.Errorf("code sees the upload with sha256 %s, want %s", got, hex.EncodeToString(sum[:]))
+	}
+	if got := sh(t, be, id, "echo x > /mnt/user-data/uploads/in/data.bin 2>/dev/null && echo wrote || echo refused"); got != "refused" {
+		t.Errorf("code writing the upload: %s", got)
+	}
+
+	sh(t, be, id, "mkdir -p /mnt/user-data/outputs/sub && printf 'made by code' > /mnt/user-data/outputs/sub/out.txt")
+	rc, info, err := fs.Open(ctx, id, "/mnt/user-data/outputs/sub/out.txt")
+	if err != nil {
+		t.Fatalf("open an output: %v", err)
+	}
+	b, _ := io.ReadAll(rc)
+	rc.Close()
+	if string(b) != "made by code" || info.Size != 12 {
+		t.Errorf("output %q, info %+v", b, info)
+	}
+	walk, err := fs.Walk(ctx, id, "/mnt/user-data/outputs")
+	if err != nil || len(walk) != 1 || walk[0].Rel != "sub/out.txt" {
+		t.Errorf("walk outputs: %+v %v", walk, err)
+	}
+
+	// An idle stop deletes the pod; the claim keeps the files and the
+	// next operation boots a pod again.
+	if err := be.Stop(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	rc, _, err = fs.Open(ctx, id, "/mnt/user-data/uploads/in/data.bin")
+	if err != nil {
+		t.Fatalf("open the upload after an idle stop: %v", err)
+	}
+	h := sha256.New()
+	_, _ = io.Copy(h, rc)
+	rc.Close()
+	if !bytes.Equal(h.Sum(nil), sum[:]) {
+		t.Error("the upload read back after an idle stop differs")
+	}
+	if b, err := fs.ReadFile(ctx, id, "/mnt/user-data/outputs/sub/out.txt", 100); err != nil || string(b) != "made by code" {
+		t.Errorf("output after an idle stop: %q %v", b, err)
+	}
+
+	// Confinement: symlinks out of the mounts are refused, never followed.
+	sh(t, be, id, "ln -s /etc/passwd /mnt/user-data/outputs/passwd && ln -s / /mnt/user-data/outputs/root && ln -s /mnt/user-data/uploads /mnt/user-data/outputs/up")
+	for _, p := range []string{"/mnt/user-data/outputs/passwd", "/mnt/user-data/outputs/root/etc/passwd"} {
+		if _, _, err := fs.Open(ctx, id, p); !errors.Is(err, file.ErrSymlink) {
+			t.Errorf("open %s: %v, want ErrSymlink", p, err)
+		}
+	}
+	if _, err := fs.Write(ctx, id, "/mnt/user-data/outputs/up/evil", strings.NewReader("x"), -1); !errors.Is(err, file.ErrSymlink) {
+		t.Errorf("write through a symlinked folder: %v, want ErrSymlink", err)
+	}
+	if err := fs.Remove(ctx, id, "/mnt/user-data/outputs/passwd"); err != nil {
+		t.Errorf("remove a symlink: %v", err)
+	}
+	if got := sh(t, be, id, "test -L /mnt/user-data/outputs/passwd && echo link; head -c4 /etc/passwd"); got != "root" {
+		t.Errorf("after removing the link: %q (the link gone, its target kept)", got)
+	}
+
+	// fsroot's error values, across the pod.
+	if _, err := fs.Stat(ctx, id, "/mnt/user-data/outputs/missing"); !errors.Is(err, file.ErrNotFound) {
+		t.Errorf("stat a missing file: %v", err)
+	}
+	var me *file.MountError
+	if _, err := fs.Write(ctx, id, "/etc/evil", strings.NewReader("x"), -1); !errors.As(err, &me) || !errors.Is(err, file.ErrNoMount) {
+		t.Errorf("write outside the mounts: %v", err)
+	}
+	if _, err := fs.Write(ctx, id, "/mnt/user-data/outputs/big", strings.NewReader("0123456789"), 5); !errors.Is(err, file.ErrTooLarge) {
+		t.Errorf("write past the limit: %v", err)
+	}
+	if _, _, err := fs.Open(ctx, id, "/mnt/user-data/outputs/sub"); !errors.Is(err, file.ErrNotRegular) {
+		t.Errorf("open a folder: %v", err)
+	}
+	// A write whose source fails stores nothing, and an earlier file at
+	// the path stays as it was.
+	if _, err := fs.Write(ctx, id, "/mnt/user-data/outputs/sub/out.txt", &failingReader{n: 600 << 10}, -1); err == nil {
+		t.Error("a write whose source failed succeeded")
+	}
+	if b, err := fs.ReadFile(ctx, id, "/mnt/user-data/outputs/sub/out.txt", 100); err != nil || string(b) != "made by code" {
+		t.Errorf("after a failed replace: %q %v", b, err)
+	}
+	// A caller that goes mid-upload: nothing stored, nothing left behind.
+	cctx, ccancel := context.WithCancel(ctx)
+	if _, err := fs.Write(cctx, id, "/mnt/user-data/outputs/sub/gone.bin", &cancellingReader{n: 6 << 20, at: 1 << 20, cancel: ccancel}, -1); !errors.Is(err, context.Canceled) {
+		t.Errorf("a write whose caller went: %v", err)
+	}
+	if got := sh(t, be, id, "ls -A /mnt/user-data/outputs/sub"); got != "out.txt" {
+		t.Errorf("failed writes left files behind: %q", got)
+	}
+	list, err := fs.List(ctx, id, "/mnt/user-data/outputs")
+	var names []string
+	for _, e := range list {
+		names = append(names, e.Rel)
+	}
+	if err != nil || !slices.Contains(names, "sub") {
+		t.Errorf("list outputs: %v %v", names, err)
+	}
+	if n, err := fs.RemovePrefix(ctx, id, file.Uploads, "in/"); err != nil || n != 1 {
+		t.Errorf("remove prefix: %d %v", n, err)
+	}
+	if got := sh(t, be, id, "ls -A /mnt/user-data/uploads/in | wc -l"); got != "0" {
+		t.Errorf("uploads after remove prefix: %s", got)
+	}
+}
