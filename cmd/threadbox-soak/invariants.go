@@ -58,7 +58,7 @@ func invariants(o outcome) []check {
 	add("warm pool within its size", f.warm <= o.warmPool, "%d warm sandboxes, pool of %d", f.warm, o.warmPool)
 	add("mounts back to baseline", f.mounts <= b.mounts, "%d → %d", b.mounts, f.mounts)
 	add("loop devices back to baseline", f.loops <= b.loops, "%d → %d", b.loops, f.loops)
-	add("container folders and disk images back to baseline", f.entries <= b.entries, "%d → %d", b.entries, f.entries)
+	add("container folders and disk images back to baseline", f.entries <= b.entries, "%d → %d%s", b.entries, f.entries, first(newNames(b.entryNames, f.entryNames)))
 	add("disk under DATA_DIR/{containers,disks,run} back to baseline", f.diskBytes <= b.diskBytes+256<<10,
 		"%s → %s (slack 256 KiB: ext4 folders do not shrink)", kib(b.diskBytes), kib(f.diskBytes))
 	p := o.procBase
@@ -150,4 +150,15 @@ func printChecks(w io.Writer, cs []check) bool {
 		fmt.Fprintf(w, "| %s | %s | %s |\n", c.name, h, strings.ReplaceAll(c.detail, "|", "\\|"))
 	}
 	return ok
+}
+
+// newNames returns the names of after that are not in before.
+func newNames(before, after []string) []string {
+	var out []string
+	for _, n := range after {
+		if !slices.Contains(before, n) {
+			out = append(out, n)
+		}
+	}
+	return out
 }

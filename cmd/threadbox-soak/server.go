@@ -183,11 +183,12 @@ func freeAddr() (string, error) {
 // sample is one reading of the host resources of the soak's threadbox.
 type sample struct {
 	at         time.Time
-	containers int   // Docker containers of the instance, warm ones apart
-	warm       int   // warm-pool sandboxes (not claimed) of the instance
-	mounts     int   // mount points under DATA_DIR
-	loops      int   // loop devices backed under DATA_DIR
-	entries    int   // entries in DATA_DIR/containers and DATA_DIR/disks
+	containers int // Docker containers of the instance, warm ones apart
+	warm       int // warm-pool sandboxes (not claimed) of the instance
+	mounts     int // mount points under DATA_DIR
+	loops      int // loop devices backed under DATA_DIR
+	entries    int // entries in DATA_DIR/containers and DATA_DIR/disks
+	entryNames []string
 	diskBytes  int64 // bytes used under DATA_DIR/{containers,disks,run}
 	rss        int64 // VmRSS of the process
 	threads    int   // its OS threads
@@ -229,6 +230,9 @@ func (s *server) probe(ctx context.Context) (sample, error) {
 	for _, d := range []string{"containers", "disks"} {
 		ents, _ := os.ReadDir(filepath.Join(s.data, d))
 		out.entries += len(ents)
+		for _, e := range ents {
+			out.entryNames = append(out.entryNames, d+"/"+e.Name())
+		}
 	}
 	out.diskBytes = diskUsed(s.data)
 	if out.pid != 0 {
