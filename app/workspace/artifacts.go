@@ -77,6 +77,13 @@ func (s *Service) capture(ctx context.Context, th thread.Thread, containerID, to
 	if s.d.Container == nil || s.d.Blobs == nil {
 		return nil
 	}
+	// What the code wrote is synced before it is announced: an output an
+	// acknowledged turn named must not come back empty after a crash.
+	if sy, ok := s.d.Container.(Syncer); ok {
+		if err := sy.Sync(ctx, containerID, sandbox.OutputsDir); err != nil && !errors.Is(err, file.ErrNotFound) {
+			s.log.Warn("artifact capture: sync outputs", "thread", th.ID(), "err", err)
+		}
+	}
 	infos, err := s.d.Container.Walk(ctx, containerID, sandbox.OutputsDir)
 	if err != nil {
 		if !errors.Is(err, file.ErrNotFound) {

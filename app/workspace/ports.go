@@ -68,6 +68,13 @@ type ContainerFiles interface {
 	Write(ctx context.Context, containerID, sandboxPath string, r io.Reader, limit int64) (file.Info, error)
 }
 
+// Syncer is a ContainerFiles that can make what was written under a folder
+// durable (infra/fsroot.Containers): the outputs a turn announces must
+// outlive a crash, or a full disk under the container's file system.
+type Syncer interface {
+	Sync(ctx context.Context, containerID, sandboxPath string) error
+}
+
 // Blobs is the content-addressed artifact store (infra/blob.Store).
 type Blobs interface {
 	// Put stores r and returns its hex SHA-256 and size. Storing content

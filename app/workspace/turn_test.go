@@ -85,7 +85,15 @@ func (oneContainer) OrgPolicy(context.Context, string) (org.Policy, error) {
 }
 
 // outputs is a container with one output file.
-type outputs struct{ data string }
+type outputs struct {
+	data   string
+	synced []string // folders synced, in order
+}
+
+func (o *outputs) Sync(_ context.Context, _, dir string) error {
+	o.synced = append(o.synced, dir)
+	return nil
+}
 
 func (o *outputs) Walk(context.Context, string, string) ([]file.Info, error) {
 	return []file.Info{{Rel: "chart.png", Size: int64(len(o.data)), Modified: time.Unix(int64(len(o.data)), 0)}}, nil
@@ -171,6 +179,10 @@ func TestTurnInjectsResourceAfterToolResult(t *testing.T) {
 	arts, _ := svc.Artifacts(ctx, p, th.ProjectID())
 	if len(arts) != 1 || arts[0].Version != 1 || arts[0].ToolUseID != "srvtoolu_1" || arts[0].MimeType != "image/png" {
 		t.Fatalf("artifacts: %+v", arts)
+	}
+	// The outputs were made durable before they were announced.
+	if o := svc.d.Container.(*outputs); len(o.synced) != 1 || o.synced[0] != "/mnt/user-data/outputs" {
+		t.Fatalf("outputs synced %q, want once before the capture", o.synced)
 	}
 	// The same file unchanged in a second turn is no new artifact; the
 	// next turn's history leaves the resource block out.

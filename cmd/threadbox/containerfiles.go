@@ -8,6 +8,7 @@ import (
 	"os"
 
 	"threadbox/app/skills"
+	"threadbox/app/workspace"
 	"threadbox/domain/file"
 	"threadbox/infra/fsroot"
 	"threadbox/infra/sandbox/hostdirs"
@@ -32,8 +33,9 @@ type containerFiles interface {
 }
 
 var (
-	_ containerFiles = (*fsroot.Containers)(nil)
-	_ containerFiles = (*kubernetes.Files)(nil)
+	_ containerFiles   = (*fsroot.Containers)(nil)
+	_ containerFiles   = (*kubernetes.Files)(nil)
+	_ workspace.Syncer = (*fsroot.Containers)(nil) // outputs synced before they are announced
 )
 
 // podFiles returns the file access through the pods when the first

@@ -89,6 +89,16 @@ func (c *Containers) Walk(ctx context.Context, containerID, sandboxPath string) 
 	return fs.List(ctx, loc.Mount, loc.Rel)
 }
 
+// Sync makes everything written on the file system of the mount that
+// holds sandboxPath durable.
+func (c *Containers) Sync(ctx context.Context, containerID, sandboxPath string) error {
+	fs, loc, err := c.locate(containerID, sandboxPath)
+	if err != nil {
+		return err
+	}
+	return fs.Sync(ctx, loc.Mount)
+}
+
 // Open opens the regular file at sandboxPath for reading.
 func (c *Containers) Open(ctx context.Context, containerID, sandboxPath string) (io.ReadSeekCloser, file.Info, error) {
 	fs, loc, err := c.locate(containerID, sandboxPath)

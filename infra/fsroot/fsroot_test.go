@@ -550,4 +550,8 @@ func TestChangesAreSynced(t *testing.T) {
 	if n, err := fx.fs.RemovePrefix(ctx, file.Uploads, "none/"); err != nil || n != 0 || len(synced) != 0 {
 		t.Fatalf("a prefix delete of nothing: %d %v, synced %+v", n, err, synced)
 	}
+	if err := fx.fs.Sync(ctx, file.Outputs); err != nil {
+		t.Fatal(err)
+	}
+	check("a sync of outputs", sync{ino(fx.dirs.Outputs), true})
 }

@@ -434,6 +434,22 @@ func (f *FS) RemovePrefix(ctx context.Context, m file.Mount, prefix string) (int
 	return removed, nil
 }
 
+// Sync makes everything written on mount m's file system durable.
+func (f *FS) Sync(ctx context.Context, m file.Mount) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	root, err := f.openMount(m)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(root)
+	if err := f.syncFS(root); err != nil {
+		return fmt.Errorf("fsroot: sync %s: %w", m, err)
+	}
+	return nil
+}
+
 func baseName(rel string) string {
 	return rel[strings.LastIndexByte(rel, '/')+1:]
 }
