@@ -721,6 +721,7 @@ func (u *user) turnDisconnect(ctx context.Context) error {
 	marker := "gone-" + randHex(4)
 	name := fmt.Sprintf("g%s.txt", randHex(3))
 	content := "gone-out-" + randHex(8)
+	t.pending[name] = true // until the turn is acknowledged with it
 	j, _ := json.Marshal(turnBody(marker, name, content, true))
 	// The command sleeps, so the client leaves while it runs.
 	j = bytes.Replace(j, []byte(`echo gone-`), []byte(`sleep 3; echo gone-`), 1)
@@ -766,6 +767,7 @@ func (u *user) turnDisconnect(ctx context.Context) error {
 	want := sha([]byte(content))
 	for _, r := range f.resources {
 		if strings.HasSuffix(r.Path, "/"+name) && r.SHA256 == want && r.ArtifactID != "" {
+			delete(t.pending, name)
 			t.turns++
 			u.led.turnAcked(t, marker, true)
 			u.led.addArtifact(artifactEntry{id: r.ArtifactID, sha: want, project: u.project})
