@@ -104,9 +104,11 @@ type Service struct {
 	now         func() time.Time
 	pool        *pool
 
-	mu      sync.Mutex
-	running map[string]*live // the sandboxes this process holds, by container id
-	locks   map[string]*idLock
+	mu        sync.Mutex
+	running   map[string]*live // the sandboxes this process holds, by container id
+	locks     map[string]*idLock
+	orphansAt time.Time       // the last look for orphan folders
+	orphans   map[string]bool // the orphan folders found at that look
 }
 
 // live is a sandbox this process holds and the backend that serves it.

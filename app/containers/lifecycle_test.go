@@ -350,3 +350,43 @@ func TestUse(t *testing.T) {
 		t.Errorf("record of a sandbox gone under its use: %q", rec.State())
 	}
 }
+
+// orphanFolders is a Folders that reports orphan folders.
+type orphanFolders struct {
+	fakeFolders
+	found []string
+	known [][]string // what each look was told is live
+}
+
+func (f *orphanFolders) Orphans(_ context.Context, known []string, _ time.Duration) ([]string, error) {
+	f.known = append(f.known, slices.Clone(known))
+	return f.found, nil
+}
+
+// TestOrphanFoldersAreRemoved: a folder no live container claims is
+// removed when two looks, a minute apart, found it orphan; the looks are
+// told the live containers.
+func TestOrphanFoldersAreRemoved(t *testing.T) {
+	ctx := context.Background()
+	st := &memStore{m: map[string]container.Container{}}
+	ff := &orphanFolders{found: []string{"left-behind"}}
+	s := New(st, []sandbox.Backend{newFake("docker")}, ff, nil, Config{Idle: time.Minute, MaxAge: time.Hour}, nil)
+	now := time.Now()
+	s.now = func() time.Time { return now }
+	c, _ := s.ForUser(ctx, alice, "")
+	r, err := s.Sweep(ctx)
+	if err != nil || len(r.Orphans) != 0 || len(ff.removed) != 0 {
+		t.Fatalf("first look removed %v %v (%v): want nothing yet", r.Orphans, ff.removed, err)
+	}
+	now = now.Add(10 * time.Second) // too soon for another look
+	if r, _ := s.Sweep(ctx); len(r.Orphans) != 0 || len(ff.known) != 1 {
+		t.Fatalf("a look within a minute: %v, %d looks", r.Orphans, len(ff.known))
+	}
+	now = now.Add(time.Minute)
+	if r, _ := s.Sweep(ctx); !slices.Equal(r.Orphans, []string{"left-behind"}) || !slices.Equal(ff.removed, []string{"left-behind"}) {
+		t.Fatalf("second look removed %v (folders removed %v), want [left-behind]", r.Orphans, ff.removed)
+	}
+	if len(ff.known) != 2 || !slices.Contains(ff.known[1], c.ID()) {
+		t.Fatalf("the looks were told %v, want the live container %s", ff.known, c.ID())
+	}
+}

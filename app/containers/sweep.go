@@ -21,11 +21,12 @@ type SweepReport struct {
 	Dropped  []string // sandboxes no live record claims, removed
 	Cleared  []string // records that claimed a sandbox nobody runs, set idle
 	Released []string // disk quota mounts released
+	Orphans  []string // folders no container claimed, removed
 }
 
 // Empty reports whether the sweep did nothing.
 func (r SweepReport) Empty() bool {
-	return len(r.Stopped)+len(r.Expired)+len(r.Adopted)+len(r.Dropped)+len(r.Cleared)+len(r.Released) == 0
+	return len(r.Stopped)+len(r.Expired)+len(r.Adopted)+len(r.Dropped)+len(r.Cleared)+len(r.Released)+len(r.Orphans) == 0
 }
 
 // Sweep does, once, what keeps the sandboxes honest: it reports the
@@ -71,6 +72,7 @@ func (s *Service) Sweep(ctx context.Context) (SweepReport, error) {
 		return r, err
 	}
 	r.Released, err = s.folders.Release(ctx, s.cfg.Idle, s.Running)
+	r.Orphans = s.removeOrphans(ctx)
 	return r, err
 }
 

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -310,5 +311,53 @@ func TestRepairWaitsForRoom(t *testing.T) {
 	}
 	if fi, err := os.Stat(img); err != nil || allocated(fi) > fi.Size()/2 {
 		t.Fatalf("image after the repair: %d of %d bytes allocated (%v), want it sparse again", allocated(fi), fi.Size(), err)
+	}
+}
+
+// TestOrphans: folders and disk images no container claims, unchanged for
+// a while, are orphans; a claimed one, or one changed or prepared
+// recently, is not.
+func TestOrphans(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	l := New(dir, Options{})
+	for _, id := range []string{"live", "gone", "fresh"} {
+		if _, err := l.Prepare(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A disk image left without its folder.
+	if err := os.MkdirAll(filepath.Join(dir, "disks"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "disks", "image-only.ext4"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	old := time.Now().Add(-time.Hour)
+	for _, p := range []string{"containers/live", "containers/gone", "disks/image-only.ext4"} {
+		if err := os.Chtimes(filepath.Join(dir, p), old, old); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l.mu.Lock()
+	for _, name := range []string{"live", "gone"} {
+		l.used[name] = use{id: name, at: old}
+	}
+	l.mu.Unlock()
+	got, err := l.Orphans(ctx, []string{"live"}, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(got)
+	if !slices.Equal(got, []string{"gone", "image-only"}) {
+		t.Fatalf("orphans %v, want [gone image-only]", got)
+	}
+	for _, name := range got {
+		if err := l.Remove(ctx, name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, _ := l.Orphans(ctx, []string{"live"}, 0); !slices.Equal(got, []string{"fresh"}) {
+		t.Fatalf("orphans after the removal, of any age: %v, want [fresh]", got)
 	}
 }
