@@ -32,6 +32,12 @@ func main() {
 	// (which the tests call in their own process).
 	if len(os.Args) > 1 && os.Args[1] == "serve" {
 		runtime.GOMAXPROCS(serveProcs(os.Getenv, runtime.GOMAXPROCS(0)))
+		if addr := os.Getenv(profileAddrEnv); addr != "" {
+			if err := startProfiling(addr); err != nil {
+				fmt.Fprintln(os.Stderr, "threadbox:", err)
+				os.Exit(2)
+			}
+		}
 	}
 	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
 	var ce *configError
