@@ -459,6 +459,9 @@ type ContentBlock struct {
 func (b ContentBlock) MarshalJSON() ([]byte, error) {
 	switch b.Type {
 	case BlockText:
+		if len(b.Citations) == 0 {
+			return appendBlock(make([]byte, 0, len(b.Text)+32), &b)
+		}
 		return json.Marshal(struct {
 			Type      string          `json:"type"`
 			Text      string          `json:"text"`
@@ -1023,23 +1026,46 @@ type ToolOutput struct {
 // MarshalJSON writes stop_reason as null while it is unknown, fields in the
 // Anthropic API's order.
 func (r Response) MarshalJSON() ([]byte, error) {
-	var stop *string
-	if r.StopReason != "" {
-		stop = &r.StopReason
+	size := 256
+	for i := range r.Content {
+		size += 64 + len(r.Content[i].Text) + len(r.Content[i].Raw)
 	}
-	content := r.Content
-	if content == nil {
-		content = []ContentBlock{}
+	buf := make([]byte, 0, size)
+	buf = appendString(append(buf, `{"id":`...), r.ID)
+	buf = appendString(append(buf, `,"type":`...), r.Type)
+	buf = appendString(append(buf, `,"role":`...), r.Role)
+	buf = appendString(append(buf, `,"model":`...), r.Model)
+	buf = append(buf, `,"content":[`...)
+	var err error
+	for i := range r.Content {
+		if i > 0 {
+			buf = append(buf, ',')
+		}
+		if buf, err = appendBlock(buf, &r.Content[i]); err != nil {
+			return nil, err
+		}
 	}
-	return json.Marshal(struct {
-		ID           string         `json:"id"`
-		Type         string         `json:"type"`
-		Role         string         `json:"role"`
-		Model        string         `json:"model"`
-		Content      []ContentBlock `json:"content"`
-		StopReason   *string        `json:"stop_reason"`
-		StopSequence *string        `json:"stop_sequence"`
-		Usage        Usage          `json:"usage"`
-		Container    *Container     `json:"container,omitempty"`
-	}{r.ID, r.Type, r.Role, r.Model, content, stop, r.StopSequence, r.Usage, r.Container})
+	buf = append(buf, `],"stop_reason":`...)
+	if r.StopReason == "" {
+		buf = append(buf, "null"...)
+	} else {
+		buf = appendString(buf, r.StopReason)
+	}
+	buf = append(buf, `,"stop_sequence":`...)
+	if r.StopSequence == nil {
+		buf = append(buf, "null"...)
+	} else {
+		buf = appendString(buf, *r.StopSequence)
+	}
+	if buf, err = appendUsage(append(buf, `,"usage":`...), &r.Usage); err != nil {
+		return nil, err
+	}
+	if r.Container != nil {
+		enc, err := json.Marshal(r.Container)
+		if err != nil {
+			return nil, err
+		}
+		buf = append(append(buf, `,"container":`...), enc...)
+	}
+	return append(buf, '}'), nil
 }
