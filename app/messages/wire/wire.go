@@ -520,8 +520,17 @@ func (b ContentBlock) MarshalJSON() ([]byte, error) {
 	}{b.Type})
 }
 
-// UnmarshalJSON decodes a block of any type.
+// UnmarshalJSON decodes a block of any type; a plain text block without a
+// second look (decode.go).
 func (b *ContentBlock) UnmarshalJSON(data []byte) error {
+	if quickTextBlock(data, b) {
+		return nil
+	}
+	return b.decode(data)
+}
+
+// decode is UnmarshalJSON through encoding/json.
+func (b *ContentBlock) decode(data []byte) error {
 	var aux struct {
 		Type      string          `json:"type"`
 		Text      string          `json:"text"`

@@ -172,14 +172,6 @@ func (m *Model) plainBody(req messages.StepRequest, stream bool) ([]byte, error)
 	return append(body, '}'), nil
 }
 
-// reply is the part of an upstream message the loop needs.
-type reply struct {
-	Content      []messages.ContentBlock `json:"content"`
-	StopReason   string                  `json:"stop_reason"`
-	StopSequence *string                 `json:"stop_sequence"`
-	Usage        messages.Usage          `json:"usage"`
-}
-
 // nonStreamingTimeout bounds each attempt of a non-streamed step: what the
 // SDK's Messages.New sets when max_tokens allows a non-streamed answer.
 const nonStreamingTimeout = 10 * time.Minute
@@ -191,16 +183,15 @@ func (m *Model) Step(ctx context.Context, req messages.StepRequest) (*messages.S
 		return nil, err
 	}
 	// The SDK sends, retries and reads the reply, as Messages.New does with
-	// the same ten-minute limit per attempt; it decodes the body straight
-	// into reply, the part the loop needs, not into its own Message first.
-	// The SDK hands the body over as read (into raw); one json.Unmarshal
-	// decodes it, where the SDK would copy it into a json.Decoder first.
+	// the same ten-minute limit per attempt, and hands the body over as
+	// read (into raw): one json.Unmarshal decodes it into the loop's own
+	// type, where the SDK would copy it into a json.Decoder first.
 	var raw []byte
 	err = m.client.Post(ctx, "v1/messages", body, &raw, option.WithRequestTimeout(nonStreamingTimeout))
 	if err != nil {
 		return nil, upstreamError(ctx, err, true)
 	}
-	var r reply
+	var r messages.Response // its decoder reads a reply of text blocks in one pass
 	if err := json.Unmarshal(raw, &r); err != nil {
 		return nil, upstreamError(ctx, fmt.Errorf("error parsing response json: %w", err), true)
 	}
