@@ -123,7 +123,7 @@ func (r *Response) UnmarshalJSON(data []byte) error {
 		case "content":
 			fast.Content, ok = quickBlocks(v)
 		case "usage":
-			ok = json.Unmarshal(v, &fast.Usage) == nil
+			ok = quickUsage(v, &fast.Usage)
 		case "container":
 			ok = false // a model's reply has none: encoding/json reads it
 		default:
@@ -165,4 +165,163 @@ func quickBlocks(v []byte) ([]ContentBlock, bool) {
 		}
 	}
 	return blocks, true
+}
+
+var usageKeys = []string{"input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens", "server_tool_use"}
+
+// quickUsage decodes a usage object of whole numbers into u (over what it
+// holds, as encoding/json does); ok is false for anything else.
+func quickUsage(v []byte, u *Usage) (ok bool) {
+	if isNull(v) {
+		return true
+	}
+	if v[0] != '{' {
+		return false
+	}
+	ok = true
+	objectMembers(v, func(k string, n []byte) {
+		if !ok {
+			return
+		}
+		var dst *int
+		switch k {
+		case "input_tokens":
+			dst = &u.InputTokens
+		case "output_tokens":
+			dst = &u.OutputTokens
+		case "cache_creation_input_tokens":
+			dst = &u.CacheCreationInputTokens
+		case "cache_read_input_tokens":
+			dst = &u.CacheReadInputTokens
+		case "server_tool_use":
+			ok = false
+			return
+		default:
+			ok = !foldsTo(k, usageKeys...)
+			return
+		}
+		ok = quickInt(n, dst)
+	})
+	return ok
+}
+
+// quickInt decodes a whole number into dst (null leaves it), as
+// encoding/json decodes one into an int; ok is false for anything else
+// (fractions, exponents, numbers that might overflow), which is
+// encoding/json's to judge.
+func quickInt(n []byte, dst *int) bool {
+	if isNull(n) {
+		return true
+	}
+	if len(n) == 0 || len(n) > 18 {
+		return false
+	}
+	neg := n[0] == '-'
+	digits := n
+	if neg {
+		digits = n[1:]
+	}
+	if len(digits) == 0 {
+		return false
+	}
+	x := 0
+	for _, c := range digits {
+		if c < '0' || c > '9' {
+			return false
+		}
+		x = x*10 + int(c-'0')
+	}
+	if neg {
+		x = -x
+	}
+	*dst = x
+	return true
+}
+
+// quickRequest decodes a request of model, max_tokens, stream and
+// messages whose content is a string or text blocks; ok is false for any
+// other. data is valid JSON.
+func quickRequest(data []byte) (r Request, ok bool) {
+	i := skipSpace(data, 0)
+	ok = i < len(data) && data[i] == '{'
+	objectMembers(data, func(k string, v []byte) {
+		if !ok {
+			return
+		}
+		switch k {
+		case "model":
+			if !isNull(v) {
+				r.Model, ok = quickString(v)
+			}
+		case "max_tokens":
+			ok = quickInt(v, &r.MaxTokens)
+		case "stream":
+			switch string(v) {
+			case "true":
+				r.Stream = true
+			case "false":
+				r.Stream = false
+			default:
+				ok = isNull(v)
+			}
+		case "messages":
+			r.Messages, ok = quickMessages(v)
+		default:
+			ok = false
+		}
+	})
+	return r, ok
+}
+
+// quickMessages decodes an array of messages of role and content, the
+// content a string or text blocks.
+func quickMessages(v []byte) ([]Message, bool) {
+	if isNull(v) {
+		return nil, true
+	}
+	if v[0] != '[' {
+		return nil, false
+	}
+	msgs := []Message{}
+	for i := skipSpace(v, 1); i < len(v) && v[i] != ']'; {
+		end := skipValue(v, i)
+		m, ok := quickMessage(v[i:end])
+		if !ok {
+			return nil, false
+		}
+		msgs = append(msgs, m)
+		if i = skipSpace(v, end); i < len(v) && v[i] == ',' {
+			i = skipSpace(v, i+1)
+		}
+	}
+	return msgs, true
+}
+
+func quickMessage(v []byte) (m Message, ok bool) {
+	ok = len(v) > 0 && v[0] == '{'
+	objectMembers(v, func(k string, c []byte) {
+		if !ok {
+			return
+		}
+		switch k {
+		case "role":
+			if !isNull(c) {
+				m.Role, ok = quickString(c)
+			}
+		case "content":
+			switch {
+			case isNull(c):
+				m.Content = nil
+			case c[0] == '"':
+				var s string
+				s, ok = quickString(c)
+				m.Content = []ContentBlock{{Type: BlockText, Text: s}}
+			default:
+				m.Content, ok = quickBlocks(c)
+			}
+		default:
+			ok = false
+		}
+	})
+	return m, ok
 }

@@ -28,6 +28,10 @@ func TestFastDecodeMatchesSlow(t *testing.T) {
 		`{"content":[{"type":"text","text":5}]}`, `{"content":[{"type":7}]}`,
 		`null`, `[]`, `"str"`, `{}`, `{"bad":"\xff"}`, `{"id":"\xff"}`,
 		`{"container":{"id":"c","expires_at":"2026-12-03T18:00:00Z"},"content":[]}`,
+		`{"usage":{"input_tokens":-3,"output_tokens":0,"cache_read_input_tokens":null,"other":{"a":1}}}`,
+		`{"usage":{"input_tokens":1.5}}`, `{"usage":{"input_tokens":1e3}}`, `{"usage":{"input_tokens":"1"}}`,
+		`{"usage":{"Input_Tokens":4}}`, `{"usage":{"input_tokens":99999999999999999999999}}`, `{"usage":{"input_tokens":-}}`,
+		`{"usage":{"input_tokens":1,"server_tool_use":{"code_execution_requests":2}}}`, `{"usage":[]}`,
 	}
 	for _, in := range responses {
 		type plain Response
@@ -54,6 +58,38 @@ func TestFastDecodeMatchesSlow(t *testing.T) {
 		var got ContentBlock
 		gotErr := json.Unmarshal([]byte(in), &got)
 		if (wantErr == nil) != (gotErr == nil) {
+			t.Fatalf("%s: error %v, encoding/json %v", in, gotErr, wantErr)
+		}
+		if wantErr == nil && !reflect.DeepEqual(got, want) {
+			t.Fatalf("%s:\n got %+v\nwant %+v", in, got, want)
+		}
+	}
+}
+
+// TestFastRequestMatchesSlow: a request decodes to what the decoder through
+// encoding/json gives, with the same errors, whether or not the
+// hand-written path takes it.
+func TestFastRequestMatchesSlow(t *testing.T) {
+	for _, in := range []string{
+		`{"model":"default","max_tokens":64,"messages":[{"role":"user","content":"hello"}]}`,
+		`{"model":"default","max_tokens":64,"stream":true,"messages":[{"role":"user","content":"hello"}]}`,
+		` { "messages" : [ { "content" : [ {"type":"text","text":"a"} , {"type":"text","text":"b"} ] , "role" : "user" } , {"role":"assistant","content":[]} ] , "stream" : false , "max_tokens" : null , "model" : null } `,
+		`{"messages":[{"role":"user","content":"esc\"aped"}]}`,
+		`{"messages":[{"role":"user","content":[{"type":"image","source":{}}]}]}`,
+		`{"messages":[{"role":"user","content":null}],"stream":null}`,
+		`{"messages":[{"role":"user","content":"x","extra":1}]}`,
+		`{"messages":[{"Role":"user","content":"x"}]}`, `{"Model":"m","model":"n"}`, `{"\u006dodel":"m"}`,
+		`{"model":"m","model":"n","messages":[],"messages":[{"role":"user","content":"x"}]}`,
+		`{"model":"m","service_tier":"auto"}`, `{"model":"m","tools":[]}`, `{"model":"m","system":"s"}`,
+		`{"max_tokens":1.5}`, `{"max_tokens":"5"}`, `{"stream":1}`, `{"messages":{}}`, `{"messages":[1]}`, `{"messages":[[]]}`,
+		`{"model":5}`, `{"messages":[{"role":"user","content":5}]}`,
+		`[]`, `null`, `{}`, `"x"`, `{"model":`, ``, `{"model":"\xff"}`,
+	} {
+		var want Request
+		wantErr := want.decode([]byte(in))
+		var got Request
+		gotErr := got.UnmarshalJSON([]byte(in))
+		if (wantErr == nil) != (gotErr == nil) || (wantErr != nil && wantErr.Error() != gotErr.Error()) {
 			t.Fatalf("%s: error %v, encoding/json %v", in, gotErr, wantErr)
 		}
 		if wantErr == nil && !reflect.DeepEqual(got, want) {

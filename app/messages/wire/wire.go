@@ -109,7 +109,22 @@ var requestFields = map[string]bool{
 // (wireMessage), and the unknown fields are found by a scan of the
 // top-level keys rather than a second decode: a long history is read a
 // few times, not a dozen.
+//
+// A request of the common shape (model, max_tokens, stream and messages of
+// text) is read from one scan of its members once it is known to be JSON
+// (decode.go); any other through encoding/json.
 func (r *Request) UnmarshalJSON(data []byte) error {
+	if json.Valid(data) {
+		if q, ok := quickRequest(data); ok {
+			*r = q
+			return nil
+		}
+	}
+	return r.decode(data)
+}
+
+// decode is UnmarshalJSON through encoding/json.
+func (r *Request) decode(data []byte) error {
 	type plain Request
 	var p struct {
 		plain

@@ -191,8 +191,15 @@ func (m *Model) Step(ctx context.Context, req messages.StepRequest) (*messages.S
 	if err != nil {
 		return nil, upstreamError(ctx, err, true)
 	}
-	var r messages.Response // its decoder reads a reply of text blocks in one pass
-	if err := json.Unmarshal(raw, &r); err != nil {
+	// Its own decoder reads a reply of text blocks in one pass (once the
+	// bytes are known to be JSON), json.Unmarshal's would skip over it first.
+	var r messages.Response
+	if json.Valid(raw) {
+		err = r.UnmarshalJSON(raw)
+	} else {
+		err = json.Unmarshal(raw, &r) // for its error
+	}
+	if err != nil {
 		return nil, upstreamError(ctx, fmt.Errorf("error parsing response json: %w", err), true)
 	}
 	return &messages.StepResult{Content: r.Content, StopReason: r.StopReason, StopSequence: r.StopSequence, Usage: r.Usage}, nil
