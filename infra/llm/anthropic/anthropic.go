@@ -37,7 +37,7 @@ type Model struct {
 func New(cfg Config) *Model {
 	// threadbox registers no OpenTelemetry provider: the SDK's spans would
 	// be built per call for nothing (a few % of a request's CPU).
-	opts := []option.RequestOption{option.WithHTTPClient(cfg.Client()), option.WithMaxRetries(cfg.Retries()),
+	opts := []option.RequestOption{option.WithHTTPClient(upstream.Doer(cfg.Client())), option.WithMaxRetries(cfg.Retries()),
 		option.WithMiddleware(capRetryAfter(cfg.RetryWait())), option.WithoutOpenTelemetry()}
 	if cfg.BaseURL != "" {
 		// The SDK adds v1/messages; accept a base URL given with /v1 too.
