@@ -178,7 +178,10 @@ func objectMembers(data []byte, fn func(key string, value []byte)) {
 		}
 		end := skipString(data, i)
 		rawKey := data[i:end]
-		key := string(rawKey[1 : len(rawKey)-1])
+		key, known := memberNames[string(rawKey[1:len(rawKey)-1])]
+		if !known {
+			key = string(rawKey[1 : len(rawKey)-1])
+		}
 		if bytes.IndexByte(rawKey, '\\') >= 0 || !utf8.Valid(rawKey) {
 			// Escapes, and invalid UTF-8 (U+FFFD, as json.Unmarshal reads it).
 			if json.Unmarshal(rawKey, &key) != nil {
@@ -197,6 +200,21 @@ func objectMembers(data []byte, fn func(key string, value []byte)) {
 		i++
 	}
 }
+
+// memberNames holds the names of the members the decoders look for, so
+// that objectMembers hands them over without a copy of each.
+var memberNames = func() map[string]string {
+	m := map[string]string{"role": "role"}
+	for _, names := range [][]string{blockKeys, responseKeys, usageKeys} {
+		for _, n := range names {
+			m[n] = n
+		}
+	}
+	for n := range requestFields {
+		m[n] = n
+	}
+	return m
+}()
 
 func skipSpace(data []byte, i int) int {
 	for i < len(data) && (data[i] == ' ' || data[i] == '\t' || data[i] == '\n' || data[i] == '\r') {
@@ -330,11 +348,7 @@ func MarshalMessages(msgs []Message) ([]byte, error) {
 		if i > 0 {
 			buf = append(buf, ',')
 		}
-		role, err := json.Marshal(m.Role)
-		if err != nil {
-			return nil, err
-		}
-		buf = append(append(append(buf, `{"role":`...), role...), `,"content":`...)
+		buf = append(appendString(append(buf, `{"role":`...), m.Role), `,"content":`...)
 		if m.Content == nil {
 			buf = append(buf, "null}"...)
 			continue
