@@ -51,7 +51,15 @@ func (s *Server) answerTurn(c *fiber.Ctx, stream bool, run runFunc, what string)
 		if err := run(ctx, &col); err != nil {
 			return s.turnError(c, what, err)
 		}
-		return c.JSON(col.Response())
+		// Encoded by the response's own encoder, once: c.JSON would scan
+		// its output again to compact it.
+		body, err := col.Response().MarshalJSON()
+		if err != nil {
+			return err
+		}
+		c.Response().SetBodyRaw(body)
+		c.Response().Header.SetContentType(fiber.MIMEApplicationJSON)
+		return nil
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	st := newEventStream(ctx)

@@ -2,7 +2,6 @@ package messages
 
 import (
 	"context"
-	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,6 +10,7 @@ import (
 	"time"
 
 	"threadbox/domain/fault"
+	"threadbox/domain/id"
 )
 
 // Defaults of Config.
@@ -332,7 +332,7 @@ func (t *turn) send(ev Event) error {
 }
 
 func (t *turn) run(ctx context.Context) error {
-	msg := &Response{ID: "msg_" + rand.Text(), Type: "message", Role: RoleAssistant, Model: t.req.Model, Content: []ContentBlock{}}
+	msg := &Response{ID: "msg_" + id.Text(), Type: "message", Role: RoleAssistant, Model: t.req.Model, Content: []ContentBlock{}}
 	if err := t.send(Event{Type: EventMessageStart, Message: msg}); err != nil {
 		return err
 	}
@@ -474,9 +474,9 @@ func (t *turn) step(ctx context.Context, req StepRequest) (*stepOutput, error) {
 	holding := false
 	startBlock := func(i int, b ContentBlock) ContentBlock {
 		if b.Type == BlockToolUse && t.isServerTool(b.Name) {
-			id := "srvtoolu_" + rand.Text()
-			o.srvIDs[i] = id
-			b.Type, b.ID = BlockServerToolUse, id
+			sid := "srvtoolu_" + id.Text()
+			o.srvIDs[i] = sid
+			b.Type, b.ID = BlockServerToolUse, sid
 		}
 		return b
 	}

@@ -15,10 +15,14 @@ import (
 // only if nothing at all was committed since it was read: a revocation, a
 // disabled user or org, a moved container is seen on the very next request,
 // as without the memo. The version check costs a third of the lookup it
-// replaces (no join, no row to scan). PostgreSQL has no such cheap check,
-// so it has no memo and queries every time.
+// replaces (no join, no row to scan); on Linux it is made only when the
+// database's folder saw a write since the last one (dirWatch: one
+// non-blocking read of an inotify queue, a few microseconds where the
+// query, a read transaction with its locks, costs tens). PostgreSQL has no
+// such cheap check, so it has no memo and queries every time.
 type memo struct {
-	db *sql.DB
+	db    *sql.DB
+	watch *dirWatch // nil: the version is read on every lookup
 
 	mu      sync.Mutex
 	conn    *sql.Conn // holds the version statement's connection
@@ -27,7 +31,8 @@ type memo struct {
 	entries map[string]any // by lookup and key
 	closed  bool
 
-	hits atomic.Int64 // for tests
+	hits   atomic.Int64 // for tests
+	checks atomic.Int64 // version queries, for tests
 }
 
 // memoMax bounds the entries kept between two commits.
@@ -41,15 +46,24 @@ func (m *memo) current(ctx context.Context) (int64, bool) {
 	if m.closed {
 		return 0, false
 	}
+	// Nothing written since the version was read: it still holds. The
+	// watch forgets what it saw before the query below, so a commit made
+	// after that query is seen by the next look.
+	if m.watch != nil && m.watch.quiet() && m.entries != nil {
+		return m.at, true
+	}
+	m.checks.Add(1)
 	ctx = context.WithoutCancel(ctx)
 	if m.version == nil {
 		conn, err := m.db.Conn(ctx)
 		if err != nil {
+			m.entries = nil // what the watch saw is gone with it
 			return 0, false
 		}
 		st, err := conn.PrepareContext(ctx, "PRAGMA data_version")
 		if err != nil {
 			conn.Close()
+			m.entries = nil
 			return 0, false
 		}
 		m.conn, m.version = conn, st
@@ -58,7 +72,7 @@ func (m *memo) current(ctx context.Context) (int64, bool) {
 	if err := m.version.QueryRowContext(ctx).Scan(&v); err != nil {
 		m.version.Close()
 		m.conn.Close()
-		m.conn, m.version = nil, nil
+		m.conn, m.version, m.entries = nil, nil, nil
 		return 0, false
 	}
 	if v != m.at || m.entries == nil {
@@ -102,6 +116,9 @@ func (m *memo) close() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.closed = true
+	if m.watch != nil {
+		m.watch.close()
+	}
 	if m.version != nil {
 		m.version.Close()
 		m.conn.Close()

@@ -114,6 +114,9 @@ func Open(ctx context.Context, url, dataDir string) (*Store, error) {
 	rd := &reads{db: readDB}
 	if dialect == "sqlite" {
 		rd.memo = &memo{db: readDB}
+		// Without a watch (not Linux, no inotify left) the memo reads the
+		// version on every lookup.
+		rd.memo.watch, _ = watchDir(dataDir)
 	}
 	return &Store{db: db, sqlDB: sqlDB, txdb: txdb, reads: rd, dialect: dialect, url: url}, nil
 }

@@ -109,7 +109,22 @@ var requestFields = map[string]bool{
 // (wireMessage), and the unknown fields are found by a scan of the
 // top-level keys rather than a second decode: a long history is read a
 // few times, not a dozen.
+//
+// A request of the common shape (model, max_tokens, stream and messages of
+// text) is read from one scan of its members once it is known to be JSON
+// (decode.go); any other through encoding/json.
 func (r *Request) UnmarshalJSON(data []byte) error {
+	if json.Valid(data) {
+		if q, ok := quickRequest(data); ok {
+			*r = q
+			return nil
+		}
+	}
+	return r.decode(data)
+}
+
+// decode is UnmarshalJSON through encoding/json.
+func (r *Request) decode(data []byte) error {
 	type plain Request
 	var p struct {
 		plain
@@ -163,7 +178,10 @@ func objectMembers(data []byte, fn func(key string, value []byte)) {
 		}
 		end := skipString(data, i)
 		rawKey := data[i:end]
-		key := string(rawKey[1 : len(rawKey)-1])
+		key, known := memberNames[string(rawKey[1:len(rawKey)-1])]
+		if !known {
+			key = string(rawKey[1 : len(rawKey)-1])
+		}
 		if bytes.IndexByte(rawKey, '\\') >= 0 || !utf8.Valid(rawKey) {
 			// Escapes, and invalid UTF-8 (U+FFFD, as json.Unmarshal reads it).
 			if json.Unmarshal(rawKey, &key) != nil {
@@ -182,6 +200,21 @@ func objectMembers(data []byte, fn func(key string, value []byte)) {
 		i++
 	}
 }
+
+// memberNames holds the names of the members the decoders look for, so
+// that objectMembers hands them over without a copy of each.
+var memberNames = func() map[string]string {
+	m := map[string]string{"role": "role"}
+	for _, names := range [][]string{blockKeys, responseKeys, usageKeys} {
+		for _, n := range names {
+			m[n] = n
+		}
+	}
+	for n := range requestFields {
+		m[n] = n
+	}
+	return m
+}()
 
 func skipSpace(data []byte, i int) int {
 	for i < len(data) && (data[i] == ' ' || data[i] == '\t' || data[i] == '\n' || data[i] == '\r') {
@@ -315,11 +348,7 @@ func MarshalMessages(msgs []Message) ([]byte, error) {
 		if i > 0 {
 			buf = append(buf, ',')
 		}
-		role, err := json.Marshal(m.Role)
-		if err != nil {
-			return nil, err
-		}
-		buf = append(append(append(buf, `{"role":`...), role...), `,"content":`...)
+		buf = append(appendString(append(buf, `{"role":`...), m.Role), `,"content":`...)
 		if m.Content == nil {
 			buf = append(buf, "null}"...)
 			continue
@@ -459,6 +488,9 @@ type ContentBlock struct {
 func (b ContentBlock) MarshalJSON() ([]byte, error) {
 	switch b.Type {
 	case BlockText:
+		if len(b.Citations) == 0 {
+			return appendBlock(make([]byte, 0, len(b.Text)+32), &b)
+		}
 		return json.Marshal(struct {
 			Type      string          `json:"type"`
 			Text      string          `json:"text"`
@@ -517,8 +549,17 @@ func (b ContentBlock) MarshalJSON() ([]byte, error) {
 	}{b.Type})
 }
 
-// UnmarshalJSON decodes a block of any type.
+// UnmarshalJSON decodes a block of any type; a plain text block without a
+// second look (decode.go).
 func (b *ContentBlock) UnmarshalJSON(data []byte) error {
+	if quickTextBlock(data, b) {
+		return nil
+	}
+	return b.decode(data)
+}
+
+// decode is UnmarshalJSON through encoding/json.
+func (b *ContentBlock) decode(data []byte) error {
 	var aux struct {
 		Type      string          `json:"type"`
 		Text      string          `json:"text"`
@@ -1023,23 +1064,46 @@ type ToolOutput struct {
 // MarshalJSON writes stop_reason as null while it is unknown, fields in the
 // Anthropic API's order.
 func (r Response) MarshalJSON() ([]byte, error) {
-	var stop *string
-	if r.StopReason != "" {
-		stop = &r.StopReason
+	size := 256
+	for i := range r.Content {
+		size += 64 + len(r.Content[i].Text) + len(r.Content[i].Raw)
 	}
-	content := r.Content
-	if content == nil {
-		content = []ContentBlock{}
+	buf := make([]byte, 0, size)
+	buf = appendString(append(buf, `{"id":`...), r.ID)
+	buf = appendString(append(buf, `,"type":`...), r.Type)
+	buf = appendString(append(buf, `,"role":`...), r.Role)
+	buf = appendString(append(buf, `,"model":`...), r.Model)
+	buf = append(buf, `,"content":[`...)
+	var err error
+	for i := range r.Content {
+		if i > 0 {
+			buf = append(buf, ',')
+		}
+		if buf, err = appendBlock(buf, &r.Content[i]); err != nil {
+			return nil, err
+		}
 	}
-	return json.Marshal(struct {
-		ID           string         `json:"id"`
-		Type         string         `json:"type"`
-		Role         string         `json:"role"`
-		Model        string         `json:"model"`
-		Content      []ContentBlock `json:"content"`
-		StopReason   *string        `json:"stop_reason"`
-		StopSequence *string        `json:"stop_sequence"`
-		Usage        Usage          `json:"usage"`
-		Container    *Container     `json:"container,omitempty"`
-	}{r.ID, r.Type, r.Role, r.Model, content, stop, r.StopSequence, r.Usage, r.Container})
+	buf = append(buf, `],"stop_reason":`...)
+	if r.StopReason == "" {
+		buf = append(buf, "null"...)
+	} else {
+		buf = appendString(buf, r.StopReason)
+	}
+	buf = append(buf, `,"stop_sequence":`...)
+	if r.StopSequence == nil {
+		buf = append(buf, "null"...)
+	} else {
+		buf = appendString(buf, *r.StopSequence)
+	}
+	if buf, err = appendUsage(append(buf, `,"usage":`...), &r.Usage); err != nil {
+		return nil, err
+	}
+	if r.Container != nil {
+		enc, err := json.Marshal(r.Container)
+		if err != nil {
+			return nil, err
+		}
+		buf = append(append(buf, `,"container":`...), enc...)
+	}
+	return append(buf, '}'), nil
 }

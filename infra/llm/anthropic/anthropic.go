@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -36,7 +37,7 @@ type Model struct {
 func New(cfg Config) *Model {
 	// threadbox registers no OpenTelemetry provider: the SDK's spans would
 	// be built per call for nothing (a few % of a request's CPU).
-	opts := []option.RequestOption{option.WithHTTPClient(cfg.Client()), option.WithMaxRetries(cfg.Retries()),
+	opts := []option.RequestOption{option.WithHTTPClient(upstream.Doer(cfg.Client())), option.WithMaxRetries(cfg.Retries()),
 		option.WithMiddleware(capRetryAfter(cfg.RetryWait())), option.WithoutOpenTelemetry()}
 	if cfg.BaseURL != "" {
 		// The SDK adds v1/messages; accept a base URL given with /v1 too.
@@ -53,8 +54,17 @@ func New(cfg Config) *Model {
 	return &Model{client: sdk.NewClient(opts...), model: cfg.Model}
 }
 
-// body builds the upstream request body.
+// body builds the upstream request body: the messages first, then the
+// other fields in the order json.Marshal writes a map's keys.
 func (m *Model) body(req messages.StepRequest, stream bool) ([]byte, error) {
+	if plainStep(req) {
+		return m.plainBody(req, stream)
+	}
+	return m.mapBody(req, stream)
+}
+
+// mapBody is body for any request, through a map of its fields.
+func (m *Model) mapBody(req messages.StepRequest, stream bool) ([]byte, error) {
 	out := map[string]any{}
 	for k, v := range req.Extra {
 		out[k] = v
@@ -112,12 +122,54 @@ func (m *Model) body(req messages.StepRequest, stream bool) ([]byte, error) {
 	return append(body, b[1:]...), nil // b is never empty: it has model and max_tokens
 }
 
-// reply is the part of an upstream message the loop needs.
-type reply struct {
-	Content      []messages.ContentBlock `json:"content"`
-	StopReason   string                  `json:"stop_reason"`
-	StopSequence *string                 `json:"stop_sequence"`
-	Usage        messages.Usage          `json:"usage"`
+// plainStep reports whether req has none of the fields but the messages,
+// the model, max_tokens, the system prompt and the tools: plainBody writes
+// those without json.Marshal's map.
+func plainStep(req messages.StepRequest) bool {
+	return len(req.Extra) == 0 && len(req.ToolChoice) == 0 && len(req.Metadata) == 0 && len(req.Thinking) == 0 &&
+		req.Temperature == nil && req.TopP == nil && req.TopK == nil && len(req.StopSequences) == 0
+}
+
+// plainBody is body for a plainStep request, byte for byte the same
+// (TestPlainBodyIsBody).
+func (m *Model) plainBody(req messages.StepRequest, stream bool) ([]byte, error) {
+	msgs, err := messages.MarshalMessages(req.Messages)
+	if err != nil {
+		return nil, fmt.Errorf("anthropic: encode messages: %w", err)
+	}
+	model := req.Model
+	if model == "" || model == "default" {
+		model = m.model
+	}
+	name, err := json.Marshal(model)
+	if err != nil {
+		return nil, fmt.Errorf("anthropic: encode request: %w", err)
+	}
+	var system, tools []byte
+	if len(req.System) > 0 {
+		if system, err = json.Marshal(req.System); err != nil {
+			return nil, fmt.Errorf("anthropic: encode request: %w", err)
+		}
+	}
+	if len(req.Tools) > 0 {
+		if tools, err = json.Marshal(req.Tools); err != nil {
+			return nil, fmt.Errorf("anthropic: encode request: %w", err)
+		}
+	}
+	body := make([]byte, 0, len(msgs)+len(system)+len(tools)+len(name)+96)
+	body = append(append(append(body, `{"messages":`...), msgs...), `,"max_tokens":`...)
+	body = strconv.AppendInt(body, int64(req.MaxTokens), 10)
+	body = append(append(body, `,"model":`...), name...)
+	if stream {
+		body = append(body, `,"stream":true`...)
+	}
+	if system != nil {
+		body = append(append(body, `,"system":`...), system...)
+	}
+	if tools != nil {
+		body = append(append(body, `,"tools":`...), tools...)
+	}
+	return append(body, '}'), nil
 }
 
 // nonStreamingTimeout bounds each attempt of a non-streamed step: what the
@@ -131,12 +183,24 @@ func (m *Model) Step(ctx context.Context, req messages.StepRequest) (*messages.S
 		return nil, err
 	}
 	// The SDK sends, retries and reads the reply, as Messages.New does with
-	// the same ten-minute limit per attempt; it decodes the body straight
-	// into reply, the part the loop needs, not into its own Message first.
-	var r reply
-	err = m.client.Post(ctx, "v1/messages", nil, &r, option.WithRequestBody("application/json", body), option.WithRequestTimeout(nonStreamingTimeout))
+	// the same ten-minute limit per attempt, and hands the body over as
+	// read (into raw): one json.Unmarshal decodes it into the loop's own
+	// type, where the SDK would copy it into a json.Decoder first.
+	var raw []byte
+	err = m.client.Post(ctx, "v1/messages", body, &raw, option.WithRequestTimeout(nonStreamingTimeout))
 	if err != nil {
 		return nil, upstreamError(ctx, err, true)
+	}
+	// Its own decoder reads a reply of text blocks in one pass (once the
+	// bytes are known to be JSON), json.Unmarshal's would skip over it first.
+	var r messages.Response
+	if json.Valid(raw) {
+		err = r.UnmarshalJSON(raw)
+	} else {
+		err = json.Unmarshal(raw, &r) // for its error
+	}
+	if err != nil {
+		return nil, upstreamError(ctx, fmt.Errorf("error parsing response json: %w", err), true)
 	}
 	return &messages.StepResult{Content: r.Content, StopReason: r.StopReason, StopSequence: r.StopSequence, Usage: r.Usage}, nil
 }

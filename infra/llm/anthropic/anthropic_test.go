@@ -368,3 +368,43 @@ func TestNoSpans(t *testing.T) {
 		t.Fatalf("the SDK asked for %d tracers", n)
 	}
 }
+
+// TestPlainBodyIsBody: the body of a request with only the common fields,
+// written without a map, is byte for byte the one the map gives.
+func TestPlainBodyIsBody(t *testing.T) {
+	m := New(Config{Model: "up<model>"})
+	msgs := []messages.Message{
+		{Role: "user", Content: []messages.ContentBlock{{Type: messages.BlockText, Text: "hello <b> & \u2028"}}},
+		{Role: "assistant", Content: []messages.ContentBlock{{Type: messages.BlockToolUse, ID: "toolu_1", Name: "f", Input: json.RawMessage(`{"a": 1}`)}}},
+		{Role: "user", Content: []messages.ContentBlock{{Type: messages.BlockToolResult, ToolUseID: "toolu_1", Content: json.RawMessage(`"ok"`)}}},
+	}
+	tools := []messages.ToolDefinition{{Name: "f", Description: "d", InputSchema: json.RawMessage(`{"type": "object"}`)},
+		{Raw: json.RawMessage(`{"type":"bash_20250124","name":"bash"}`)}}
+	for _, req := range []messages.StepRequest{
+		{Model: "default", MaxTokens: 64, Messages: msgs},
+		{Model: "", MaxTokens: 1, Messages: msgs[:1]},
+		{Model: "claude-x", MaxTokens: 4096, Messages: msgs, System: json.RawMessage(` "be <brief>" `), Tools: tools},
+		{Model: "claude-x", MaxTokens: 10, Messages: msgs, System: json.RawMessage(`[{"type":"text","text":"s"}]`)},
+	} {
+		if !plainStep(req) {
+			t.Fatalf("not plain: %+v", req)
+		}
+		for _, stream := range []bool{false, true} {
+			got, err := m.plainBody(req, stream)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, err := m.mapBody(req, stream)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(got) != string(want) {
+				t.Fatalf("stream %v:\n got %s\nwant %s", stream, got, want)
+			}
+		}
+	}
+	temp := 0.5
+	if plainStep(messages.StepRequest{Temperature: &temp}) || plainStep(messages.StepRequest{Extra: map[string]json.RawMessage{"x": json.RawMessage(`1`)}}) {
+		t.Fatal("a request with more fields taken for a plain one")
+	}
+}

@@ -1,7 +1,10 @@
 package upstream
 
 import (
+	"io"
 	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 )
@@ -51,5 +54,49 @@ func TestConfigDefaults(t *testing.T) {
 	}
 	if (Config{MaxRetries: 5}).Retries() != 5 {
 		t.Fatal("explicit retries")
+	}
+}
+
+// TestDoerFollowsRedirectsAndReportsAsClient: the transport-only doer
+// answers as http.Client would: a 307 is followed with the body sent
+// again, a connection error reads the same.
+func TestDoerFollowsRedirectsAndReportsAsClient(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/old" {
+			http.Redirect(w, r, "/v1/messages", http.StatusTemporaryRedirect)
+			return
+		}
+		b, _ := io.ReadAll(r.Body)
+		_, _ = w.Write(append([]byte(r.URL.Path+" "), b...))
+	}))
+	defer srv.Close()
+	c := &http.Client{Transport: NewTransport()}
+	d := Doer(c)
+	if _, ok := d.(*http.Client); ok {
+		t.Fatal("a default client is used whole")
+	}
+	req, _ := http.NewRequest("POST", srv.URL+"/v1/old", strings.NewReader(`{"a":1}`))
+	res, err := d.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != 200 || string(b) != `/v1/messages {"a":1}` {
+		t.Fatalf("redirect: %d %q", res.StatusCode, b)
+	}
+
+	dead := "http://" + srv.Listener.Addr().String()
+	srv.Close()
+	c = &http.Client{Transport: NewTransport()} // no kept-alive connection
+	req, _ = http.NewRequest("POST", dead+"/v1/messages", strings.NewReader(`{}`))
+	_, got := Doer(c).Do(req)
+	req, _ = http.NewRequest("POST", dead+"/v1/messages", strings.NewReader(`{}`))
+	_, want := c.Do(req)
+	if got == nil || want == nil || got.Error() != want.Error() {
+		t.Fatalf("connection error %v, http.Client's %v", got, want)
+	}
+	if _, ok := Doer(&http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return nil }}).(*http.Client); !ok {
+		t.Fatal("a client with its own redirect rule is not used whole")
 	}
 }

@@ -138,6 +138,11 @@ func (b *Backend) Claim(ctx context.Context, name string, spec sandbox.Spec) err
 			return fmt.Errorf("docker: claim %s: %w", name, err)
 		}
 	}
+	// Before the rename: a restarted server reads the id of a claimed
+	// sandbox whose name is a hash of it from its slot (reconcileID).
+	if err := slot.SetOwner(ws.dir, spec.ID); err != nil {
+		return fmt.Errorf("docker: claim %s: %w", name, err)
+	}
 	newName := b.ContainerName(spec.ID)
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
@@ -173,9 +178,10 @@ func (b *Backend) warmSlot(name string) warmSlot {
 
 // reconcileID returns the container id a container of this instance serves
 // and, for a warm sandbox, its slot's name. A claimed warm sandbox's id is
-// read from its name (Claim renamed it; its labels still name the slot),
-// which works for the ids that are their own safe names (hostdirs.SafeID);
-// for others id is "" and Reconcile removes the sandbox.
+// the one Claim recorded in its slot (its labels still name the slot), when
+// that id gives the container's name; else it is read from the name
+// itself, which works for the ids that are their own safe names
+// (hostdirs.SafeID). For others id is "" and Reconcile removes the sandbox.
 func (b *Backend) reconcileID(labels map[string]string, names []string) (id, warmName string) {
 	id = labels[LabelContainer]
 	if labels[LabelWarm] != "true" {
@@ -190,7 +196,14 @@ func (b *Backend) reconcileID(labels map[string]string, names []string) (id, war
 		return id, warmName // not claimed
 	}
 	claimed, ok := strings.CutPrefix(name, "threadbox-"+b.cfg.Instance+"-")
-	if !ok || hostdirs.SafeID(claimed) != claimed {
+	if !ok {
+		return "", warmName
+	}
+	// A hashed name is a safe name too, so the slot is asked first.
+	if owner, err := slot.Owner(b.warmSlot(warmName).dir); err == nil && b.ContainerName(owner) == name {
+		return owner, warmName
+	}
+	if hostdirs.SafeID(claimed) != claimed {
 		return "", warmName
 	}
 	return claimed, warmName

@@ -116,19 +116,29 @@ func TestClaimedSandboxIsolation(t *testing.T) {
 }
 
 // TestClaimedSandboxIsAdopted: a server restarted while a claimed
-// sandbox runs adopts it (its id read from its name), with its folders and
-// its /tmp (the same sandbox); its stop then removes its slot, and a warm sandbox nobody
-// claimed is dropped with its slot.
+// sandbox runs adopts it under its container's id, with its folders and
+// its /tmp (the same sandbox); its stop then removes its slot, and a warm
+// sandbox nobody claimed is dropped with its slot. Both kinds of id: one
+// that is its own Docker name, and one whose name is a hash of it (the id
+// is then read from the slot, not from the name).
 func TestClaimedSandboxIsAdopted(t *testing.T) {
 	if os.Geteuid() != 0 {
 		sandboxtest.Need(t, "the warm pool binds folders into running sandboxes: needs root")
 	}
+	for _, tc := range []struct{ name, id string }{
+		{"id is its name", fmt.Sprintf("adopt-%d", time.Now().UnixNano())},
+		{"name is a hash of the id", fmt.Sprintf("usr_adopt:%d/bench", time.Now().UnixNano())},
+	} {
+		t.Run(tc.name, func(t *testing.T) { claimedSandboxIsAdopted(t, tc.id) })
+	}
+}
+
+func claimedSandboxIsAdopted(t *testing.T, id string) {
 	ctx := context.Background()
 	pool := t.TempDir()
 	cfg := docker.Config{Runtime: docker.DefaultRuntime, SocketDir: t.TempDir(), PoolDir: pool, Instance: fmt.Sprintf("pool%d", time.Now().UnixNano())}
 	first := poolBackendAt(t, cfg)
 	dirs := hostdirs.New(t.TempDir(), hostdirs.Options{})
-	id := fmt.Sprintf("adopt-%d", time.Now().UnixNano())
 	t.Cleanup(func() {
 		_ = docker.RemoveInstance(ctx, cfg.Instance)
 		_ = slot.Clean(pool)

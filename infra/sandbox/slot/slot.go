@@ -8,6 +8,8 @@
 package slot
 
 import (
+	"fmt"
+	"os"
 	"path/filepath"
 	"strconv"
 )
@@ -15,3 +17,32 @@ import (
 // Path returns the subfolder i of the slot dir: the host source bound at
 // the sandbox's i-th folder.
 func Path(dir string, i int) string { return filepath.Join(dir, strconv.Itoa(i)) }
+
+// ownerFile names, in a claimed slot, the id of the container that claimed
+// it. It lies beside the subfolders and is never bound into a sandbox.
+const ownerFile = "owner"
+
+// SetOwner records id as the container that claimed the slot dir, so that a
+// later process can tell which container a claimed sandbox serves when its
+// Docker name, a hash of the id for ids that are not names themselves,
+// does not say.
+func SetOwner(dir, id string) error {
+	tmp := filepath.Join(dir, ownerFile+".tmp")
+	if err := os.WriteFile(tmp, []byte(id), 0o600); err != nil {
+		return fmt.Errorf("slot: owner: %w", err)
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, ownerFile)); err != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("slot: owner: %w", err)
+	}
+	return nil
+}
+
+// Owner returns the container id SetOwner recorded in the slot dir.
+func Owner(dir string) (string, error) {
+	b, err := os.ReadFile(filepath.Join(dir, ownerFile))
+	if err != nil {
+		return "", fmt.Errorf("slot: owner: %w", err)
+	}
+	return string(b), nil
+}
