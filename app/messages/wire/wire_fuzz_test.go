@@ -3,6 +3,7 @@ package wire
 import (
 	"bytes"
 	"encoding/json"
+	"reflect"
 	"testing"
 )
 
@@ -59,6 +60,45 @@ func FuzzRequestUnmarshalJSON(f *testing.F) {
 		enc2, err := r2.MarshalJSON()
 		if err != nil || !bytes.Equal(enc, enc2) {
 			t.Fatalf("round trip of %q:\n%s\n%s (%v)", data, enc, enc2, err)
+		}
+	})
+}
+
+// FuzzFastPathsMatchSlow: whatever the bytes, the hand-written fast paths
+// (a request of the common shape, a reply of plain text blocks) decode to
+// what encoding/json alone gives, with the same errors.
+func FuzzFastPathsMatchSlow(f *testing.F) {
+	for _, s := range []string{
+		`{"model":"default","max_tokens":64,"messages":[{"role":"user","content":"hello"}]}`,
+		`{"model":"m","max_tokens":64,"stream":true,"messages":[{"role":"user","content":[{"type":"text","text":"a"}]}]}`,
+		`{"id":"msg_1","type":"message","role":"assistant","model":"m","content":[{"type":"text","text":"ok"}],"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":12,"output_tokens":3}}`,
+		`{"content":[{"type":"text","text":"a","citations":null}],"usage":{"input_tokens":1e3}}`,
+		`{"Model":"m","model":"n","messages":[{"Role":"user","content":"x"}]}`,
+		`{"id":"a","id":"b"}`, `{"usage":{"input_tokens":-}}`, `[]`, `null`, `{}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var want Request
+		wantErr := want.decode(data)
+		var got Request
+		gotErr := got.UnmarshalJSON(data)
+		if (wantErr == nil) != (gotErr == nil) || (wantErr != nil && wantErr.Error() != gotErr.Error()) {
+			t.Fatalf("request %q: error %v, encoding/json %v", data, gotErr, wantErr)
+		}
+		if wantErr == nil && !reflect.DeepEqual(got, want) {
+			t.Fatalf("request %q:\n got %+v\nwant %+v", data, got, want)
+		}
+		type plain Response
+		var wantR plain
+		wantErr = json.Unmarshal(data, &wantR)
+		var gotR Response
+		gotErr = json.Unmarshal(data, &gotR)
+		if (wantErr == nil) != (gotErr == nil) || (wantErr != nil && wantErr.Error() != gotErr.Error()) {
+			t.Fatalf("response %q: error %v, encoding/json %v", data, gotErr, wantErr)
+		}
+		if wantErr == nil && !reflect.DeepEqual(gotR, Response(wantR)) {
+			t.Fatalf("response %q:\n got %+v\nwant %+v", data, gotR, wantR)
 		}
 	})
 }
