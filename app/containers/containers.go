@@ -444,6 +444,11 @@ func reason(b sandbox.Backend, err error) string {
 // hold records that this process holds c's running sandbox on b, booted
 // or adopted, then runs the boot hooks.
 func (s *Service) hold(ctx context.Context, c container.Container, b sandbox.Backend, active int, adopted bool) *live {
+	// The sandbox runs whether or not its caller is still there: its
+	// record and its boot hooks (the API bridge) must not fail with the
+	// caller's context.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
 	l := &live{backend: b, lastUsed: s.now(), active: active}
 	s.startMeter(ctx, c.ID(), l, adopted)
 	s.mu.Lock()

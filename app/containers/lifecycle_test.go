@@ -390,3 +390,53 @@ func TestOrphanFoldersAreRemoved(t *testing.T) {
 		t.Fatalf("the looks were told %v, want the live container %s", ff.known, c.ID())
 	}
 }
+
+// leavingBackend's Ensure ends with its caller gone.
+type leavingBackend struct {
+	*fakeBackend
+	leave context.CancelFunc
+}
+
+func (b *leavingBackend) Ensure(ctx context.Context, spec sandbox.Spec) error {
+	err := b.fakeBackend.Ensure(ctx, spec)
+	b.leave()
+	return err
+}
+
+// ctxStore fails writes of a cancelled context, as a database does.
+type ctxStore struct{ *memStore }
+
+func (s ctxStore) UpdateContainer(ctx context.Context, c container.Container) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return s.memStore.UpdateContainer(ctx, c)
+}
+
+// TestBootOutlivesItsCaller: a sandbox whose caller left while it booted
+// is recorded running and gets its boot hooks with a live context; the
+// record update and the API bridge's listen once failed with the caller's
+// cancelled context.
+func TestBootOutlivesItsCaller(t *testing.T) {
+	ctx, leave := context.WithCancel(context.Background())
+	b := &leavingBackend{fakeBackend: newFake("docker"), leave: leave}
+	st := ctxStore{&memStore{m: map[string]container.Container{}}}
+	s := New(st, []sandbox.Backend{b}, &fakeFolders{}, nil, Config{Idle: time.Minute, MaxAge: time.Hour}, nil)
+	var hookErr error
+	hooked := false
+	s.OnBoot(func(ctx context.Context, _ string) error {
+		hooked, hookErr = true, ctx.Err()
+		return nil
+	})
+	c, err := s.ForUser(ctx, alice, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = s.Exec(ctx, c.ID(), sandbox.Command{}) // its caller leaves during the boot
+	if !hooked || hookErr != nil {
+		t.Fatalf("boot hook ran %v with context error %v; want it run with a live context", hooked, hookErr)
+	}
+	if rec, _ := st.Container(context.Background(), c.ID()); rec.State() != container.Running {
+		t.Fatalf("record %q after a boot its caller left, want running", rec.State())
+	}
+}

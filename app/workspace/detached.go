@@ -73,10 +73,12 @@ func (e turnEnd) err() error {
 // endOf records how a turn ended with err in the context ctx.
 func endOf(ctx context.Context, err error) turnEnd {
 	switch {
+	case errors.Is(context.Cause(ctx), errStopRequested), errors.Is(context.Cause(ctx), errThreadDeleted):
+		// A stop accepted while the turn ran ends it stopped, even when
+		// its last step got through first.
+		return turnEnd{State: turn.Stopped}
 	case err == nil:
 		return turnEnd{State: turn.Done}
-	case errors.Is(context.Cause(ctx), errStopRequested), errors.Is(context.Cause(ctx), errThreadDeleted):
-		return turnEnd{State: turn.Stopped}
 	}
 	status, body := messages.ErrorStatus(err)
 	e := turnEnd{State: turn.Failed, Kind: fault.KindOf(err), Status: status, Error: &body}
