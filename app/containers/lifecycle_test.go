@@ -227,11 +227,11 @@ func TestQuotaChecks(t *testing.T) {
 	}
 }
 
-// TestAdoptionMeetsABoot: a request that starts a container's sandbox
-// while the sweep is adopting it (just after a restart) leaves one holder,
-// and the boot hooks run once. They ran twice, and the API bridge then
-// listened twice in one sandbox ("address already in use").
-func TestAdoptionMeetsABoot(t *testing.T) {
+// restarted boots a container's sandbox in one process and returns a
+// second process over the same records and backend, which finds the
+// sandbox running: as after a restart.
+func restarted(t *testing.T) (*fakeBackend, *memStore, container.Container, *Service) {
+	t.Helper()
 	ctx := context.Background()
 	b := newFake("docker")
 	s, st, _ := newService(b)
@@ -239,8 +239,16 @@ func TestAdoptionMeetsABoot(t *testing.T) {
 	if _, err := s.Exec(ctx, c.ID(), sandbox.Command{}); err != nil {
 		t.Fatal(err)
 	}
-	// A second process over the same records finds the sandbox running.
-	s2 := New(st, []sandbox.Backend{b}, &fakeFolders{}, nil, Config{Idle: time.Minute, MaxAge: time.Hour}, nil)
+	return b, st, c, New(st, []sandbox.Backend{b}, &fakeFolders{}, nil, Config{Idle: time.Minute, MaxAge: time.Hour}, nil)
+}
+
+// TestAdoptionMeetsABoot: a request that starts a container's sandbox
+// while the sweep is adopting it (just after a restart) leaves one holder,
+// and the boot hooks run once. They ran twice, and the API bridge then
+// listened twice in one sandbox ("address already in use").
+func TestAdoptionMeetsABoot(t *testing.T) {
+	ctx := context.Background()
+	b, _, c, s2 := restarted(t)
 	var mu sync.Mutex
 	hooks := 0
 	s2.OnBoot(func(context.Context, string) error {
@@ -276,13 +284,7 @@ func TestAdoptionMeetsABoot(t *testing.T) {
 // line and a hook failing on a sandbox no longer there.
 func TestAdoptedSandboxOfADeletedContainer(t *testing.T) {
 	ctx := context.Background()
-	b := newFake("docker")
-	s, st, _ := newService(b)
-	c, _ := s.ForUser(ctx, alice, "")
-	if _, err := s.Exec(ctx, c.ID(), sandbox.Command{}); err != nil {
-		t.Fatal(err)
-	}
-	s2 := New(st, []sandbox.Backend{b}, &fakeFolders{}, nil, Config{Idle: time.Minute, MaxAge: time.Hour}, nil)
+	b, st, c, s2 := restarted(t)
 	hooks := 0
 	s2.OnBoot(func(context.Context, string) error { hooks++; return nil })
 	b.mu.Lock()
