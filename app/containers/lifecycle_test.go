@@ -366,7 +366,7 @@ func (f *orphanFolders) Orphans(_ context.Context, known []string, _ time.Durati
 }
 
 // TestOrphanFoldersAreRemoved: a folder no live container claims is
-// removed when two looks, a minute apart, found it orphan; the looks are
+// removed when two looks, 30 s or more apart, found it orphan; the looks are
 // told the live containers.
 func TestOrphanFoldersAreRemoved(t *testing.T) {
 	ctx := context.Background()

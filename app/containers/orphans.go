@@ -20,8 +20,8 @@ type Orphans interface {
 // a container made between the listing of the folders and that of the
 // records is among the records at the next look.
 const (
-	orphanEvery = time.Minute
-	orphanAge   = 2 * time.Minute
+	orphanEvery = 30 * time.Second
+	orphanAge   = time.Minute
 )
 
 // removeOrphans removes the folders and disk images that no live container

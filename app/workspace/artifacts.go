@@ -122,7 +122,10 @@ func (s *Service) capture(ctx context.Context, th thread.Thread, containerID, to
 		}
 		if !measured {
 			measured = true
-			if left, err = s.d.Quota.StorageLeft(ctx, th.OrgID()); err != nil {
+			if err = retryUnavailable(ctx, func() (err error) {
+				left, err = s.d.Quota.StorageLeft(ctx, th.OrgID())
+				return err
+			}); err != nil {
 				if fault.KindOf(err) != fault.TooLarge {
 					s.log.Warn("artifact capture: storage quota", "thread", th.ID(), "err", err)
 					return out
@@ -137,7 +140,14 @@ func (s *Service) capture(ctx context.Context, th thread.Thread, containerID, to
 			s.mu.Unlock()
 			continue
 		}
-		a, changed, err := s.saveArtifact(ctx, th, containerID, toolUseID, p)
+		var (
+			a       artifact.Artifact
+			changed bool
+		)
+		err := retryUnavailable(ctx, func() (err error) {
+			a, changed, err = s.saveArtifact(ctx, th, containerID, toolUseID, p)
+			return err
+		})
 		if err != nil {
 			s.log.Warn("artifact capture", "thread", th.ID(), "path", p, "err", err)
 			continue
@@ -153,6 +163,29 @@ func (s *Service) capture(ctx context.Context, th thread.Thread, containerID, to
 		}
 	}
 	return out
+}
+
+// unavailableRetries are the waits before each new try of a capture step
+// that met an unavailable database (restarting): an acknowledged turn's
+// outputs are then still announced with it.
+var unavailableRetries = []time.Duration{500 * time.Millisecond, time.Second, 2 * time.Second, 4 * time.Second}
+
+// retryUnavailable runs fn, and again after each of unavailableRetries while
+// it fails as unavailable and ctx lives.
+func retryUnavailable(ctx context.Context, fn func() error) error {
+	err := fn()
+	for _, wait := range unavailableRetries {
+		if !fault.Is(err, fault.Unavailable) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(wait):
+		}
+		err = fn()
+	}
+	return err
 }
 
 // DefaultMaxArtifactBytes is the largest output file kept as an artifact.

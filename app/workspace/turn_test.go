@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"threadbox/app/messages"
+	"threadbox/domain/artifact"
 	"threadbox/domain/container"
 	"threadbox/domain/fault"
 	"threadbox/domain/file"
@@ -354,5 +355,41 @@ func TestInterruptedCallsBecomeNotes(t *testing.T) {
 	}
 	if blocks[3].Type != messages.BlockServerToolUse {
 		t.Fatal("the stored blocks were changed")
+	}
+}
+
+// unavailableOnce fails its first artifact write as a restarting database
+// does.
+type unavailableOnce struct {
+	Store
+	failed bool
+}
+
+func (s *unavailableOnce) CreateArtifact(ctx context.Context, a artifact.Artifact) error {
+	if !s.failed {
+		s.failed = true
+		return fault.New(fault.Unavailable, "the database is unavailable (restarting or unreachable); try again shortly")
+	}
+	return s.Store.CreateArtifact(ctx, a)
+}
+
+// TestCaptureWaitsForTheDatabase: an output captured while the database
+// restarts is still announced with its turn (the chaos run's pg-restart
+// once left an acknowledged turn without its artifact).
+func TestCaptureWaitsForTheDatabase(t *testing.T) {
+	ctx := context.Background()
+	svc, _, p, th := setup(t, scriptEngine{})
+	flaky := &unavailableOnce{Store: svc.store}
+	svc.store = flaky
+	turn, err := svc.StartTurn(ctx, p, th.ID(), TurnRequest{Content: []messages.ContentBlock{{Type: "text", Text: "go"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := turn.Run(ctx, messages.SinkFunc(func(messages.Event) error { return nil }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !flaky.failed || len(resp.Content) != 5 || resp.Content[3].Type != BlockResource {
+		t.Fatalf("failed once %v; content %+v, want the resource block after the retry", flaky.failed, resp.Content)
 	}
 }
