@@ -382,7 +382,7 @@ func TestOrphanFoldersAreRemoved(t *testing.T) {
 	}
 	now = now.Add(10 * time.Second) // too soon for another look
 	if r, _ := s.Sweep(ctx); len(r.Orphans) != 0 || len(ff.known) != 1 {
-		t.Fatalf("a look within a minute: %v, %d looks", r.Orphans, len(ff.known))
+		t.Fatalf("a look within 30 s: %v, %d looks", r.Orphans, len(ff.known))
 	}
 	now = now.Add(time.Minute)
 	if r, _ := s.Sweep(ctx); !slices.Equal(r.Orphans, []string{"left-behind"}) || !slices.Equal(ff.removed, []string{"left-behind"}) {
