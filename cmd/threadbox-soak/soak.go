@@ -131,6 +131,14 @@ func (s *soak) designedKind(name string, start, end time.Time, err error) (strin
 	if errors.As(err, &te) {
 		return "command could not run during fault", s.cfg.chaos && s.inFault(start, end)
 	}
+	var nk *notKept
+	if errors.As(err, &nk) {
+		// The artifact store is on the server's disk.
+		s.mu.Lock()
+		full := overlaps(s.faults, start, end, faultGrace, "disk-full")
+		s.mu.Unlock()
+		return "output not kept while the disk was full", s.cfg.chaos && full
+	}
 	var se *streamError
 	if errors.As(err, &se) {
 		return "stream error during fault", s.cfg.chaos && s.inFault(start, end)

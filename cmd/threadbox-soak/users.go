@@ -344,6 +344,11 @@ func (u *user) turn(ctx context.Context, stream bool) error {
 			mine = append(mine, r)
 		}
 	}
+	if len(mine) == 0 {
+		// Its output was not kept as an artifact (the server's disk was
+		// full): it stays pending, for a later tool call to announce.
+		return &notKept{name}
+	}
 	if len(mine) != 1 || mine[0].SHA256 != want || mine[0].ArtifactID == "" {
 		return wrongf("turn resources %+v, want one for %s with sha256 %s", f.resources, name, want)
 	}
@@ -379,6 +384,12 @@ func (u *user) turn(ctx context.Context, stream bool) error {
 // errPolicyText is a turn answered without code because the policy
 // switched code execution off meanwhile: designed.
 var errPolicyText = errors.New("answered without code: code execution switched off")
+
+// notKept is a turn whose command ran but whose output no artifact
+// announced.
+type notKept struct{ name string }
+
+func (e *notKept) Error() string { return "the turn announced no artifact for its output " + e.name }
 
 // toolError is a turn whose command could not run (an error block).
 type toolError struct{ msg string }
