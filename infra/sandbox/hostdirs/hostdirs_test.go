@@ -174,12 +174,7 @@ func TestQuotaLoopStopsWrites(t *testing.T) {
 // Prepare fail with sandbox.ErrFoldersReadOnly instead of a chmod error;
 // Repair checks the image and mounts it again writable, files kept.
 func TestRepairReadOnlyQuota(t *testing.T) {
-	if os.Getuid() != 0 || exec.Command("mkfs.ext4", "-V").Run() != nil || exec.Command("e2fsck", "-V").Run() != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("loop quota needs root, mkfs.ext4 and e2fsck")
-		}
-		t.Skip("loop quota needs root, mkfs.ext4 and e2fsck")
-	}
+	needLoopQuota(t)
 	ctx := context.Background()
 	l := New(t.TempDir(), Options{Quota: QuotaLoop, DiskBytes: 32 << 20})
 	t.Cleanup(func() { _ = l.Remove(context.Background(), "ro") })
@@ -252,12 +247,7 @@ func TestLocksAreDropped(t *testing.T) {
 // replay, losing acknowledged writes. With room again it repairs, and the
 // image is sparse afterwards.
 func TestRepairWaitsForRoom(t *testing.T) {
-	if os.Getuid() != 0 || exec.Command("mkfs.ext4", "-V").Run() != nil || exec.Command("e2fsck", "-V").Run() != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("loop quota needs root, mkfs.ext4 and e2fsck")
-		}
-		t.Skip("loop quota needs root, mkfs.ext4 and e2fsck")
-	}
+	needLoopQuota(t)
 	ctx := context.Background()
 	disk := t.TempDir()
 	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", disk).CombinedOutput(); err != nil {
@@ -359,5 +349,17 @@ func TestOrphans(t *testing.T) {
 	}
 	if got, _ := l.Orphans(ctx, []string{"live"}, 0); !slices.Equal(got, []string{"fresh"}) {
 		t.Fatalf("orphans after the removal, of any age: %v, want [fresh]", got)
+	}
+}
+
+// needLoopQuota fails the test under CI=true, and skips it elsewhere, when
+// loop quotas cannot be made here (root, mkfs.ext4 and e2fsck).
+func needLoopQuota(t *testing.T) {
+	t.Helper()
+	if os.Getuid() != 0 || exec.Command("mkfs.ext4", "-V").Run() != nil || exec.Command("e2fsck", "-V").Run() != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("loop quota needs root, mkfs.ext4 and e2fsck")
+		}
+		t.Skip("loop quota needs root, mkfs.ext4 and e2fsck")
 	}
 }
