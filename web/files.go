@@ -177,7 +177,8 @@ func (b *requestBody) Read(p []byte) (int, error) {
 var errTornBody = errors.New("the request body ended before its Content-Length (the client left)")
 
 // finish discards what is left of the body (within the draining bounds),
-// or marks the connection to be closed after the response.
+// or marks the connection to be closed after the response. finishBody
+// calls it after every handler that left its body unread.
 func (b *requestBody) finish(c *fiber.Ctx) {
 	deadline := time.Now().Add(drainTime)
 	buf := make([]byte, 32<<10)
@@ -212,7 +213,6 @@ func (s *Server) receiveUpload(c *fiber.Ctx, store func(files.UploadRequest) (fi
 		return fault.New(fault.Invalid, "the request must be multipart/form-data with a 'file' field")
 	}
 	body := bodyReader(c)
-	defer body.finish(c)
 	key, keyGiven := c.Query("path"), c.Request().URI().QueryArgs().Has("path")
 	// multipart reads in 4 KiB steps; the buffer in between turns those
 	// into few large reads of the connection.
@@ -321,7 +321,6 @@ func (s *Server) putFile(c *fiber.Ctx) error {
 		return err
 	}
 	body := bodyReader(c)
-	defer body.finish(c)
 	f, err := s.svc.Files.Put(c.UserContext(), principal(c), c.Query("scope_id"), key, body, s.maxUpload)
 	if err != nil {
 		return err

@@ -46,11 +46,10 @@ func TestTornUploadIsTheClientsFailure(t *testing.T) {
 	var logged lockedBuffer
 	s := &Server{log: slog.New(slog.NewJSONHandler(&logged, nil))}
 	app := fiber.New(fiber.Config{StreamRequestBody: true, DisableStartupMessage: true, ErrorHandler: s.errorHandler})
-	app.Use(s.accessLog)
+	app.Use(s.finishBody, s.accessLog)
 	read := make(chan error, 1)
 	app.Put("/up", func(c *fiber.Ctx) error {
 		body := bodyReader(c)
-		defer body.finish(c)
 		_, err := io.Copy(io.Discard, body)
 		read <- err
 		if err != nil {

@@ -41,7 +41,6 @@ func (s *Server) threadPut(c *fiber.Ctx) error {
 		return err
 	}
 	body := bodyReader(c)
-	defer body.finish(c)
 	f, err := s.svc.Workspace.PutFile(c.UserContext(), principal(c), c.Params("id"), key, body, s.maxUpload)
 	if err != nil {
 		return err
