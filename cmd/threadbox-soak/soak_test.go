@@ -180,3 +180,28 @@ func TestInvariants(t *testing.T) {
 		}
 	}
 }
+
+// TestOutputNotKeptIsDesignedOnlyWhileTheDiskIsFull: a turn whose output
+// no artifact announced is a designed answer within a disk-full fault's
+// window (the artifact store is on that disk), and an error anywhere else,
+// another fault's window included.
+func TestOutputNotKeptIsDesignedOnlyWhileTheDiskIsFull(t *testing.T) {
+	now := time.Now()
+	s := &soak{cfg: config{chaos: true}, faults: []window{
+		{kind: "disk-full (900 MiB taken, 10s)", start: now, end: now.Add(10 * time.Second)},
+		{kind: "kill9", start: now.Add(10 * time.Minute), end: now.Add(10*time.Minute + time.Second)},
+	}}
+	for _, tt := range []struct {
+		name     string
+		at       time.Time
+		designed bool
+	}{
+		{"while the disk is full", now.Add(5 * time.Second), true},
+		{"long after", now.Add(5 * time.Minute), false},
+		{"in another fault's window", now.Add(10 * time.Minute), false},
+	} {
+		if _, ok := s.designedKind("turn", tt.at, tt.at.Add(time.Second), &notKept{"r1.txt"}); ok != tt.designed {
+			t.Errorf("%s: designed %v, want %v", tt.name, ok, tt.designed)
+		}
+	}
+}
