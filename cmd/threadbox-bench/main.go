@@ -70,6 +70,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.Int64Var(&o.files.size, "files-size", 256<<20, "bytes per Files API transfer")
 	fs.IntVar(&o.files.runs, "files-runs", 3, "Files API transfers per row")
 	fs.IntVar(&o.messages.n, "messages-n", 400, "requests per Messages API latency row")
+	fs.StringVar(&o.messages.rows, "messages-rows", "", "run only the Messages API latency rows whose name contains this (for profiling one row)")
 	fs.IntVar(&o.messages.loops, "messages-loops", 20, "requests per Messages API tool-loop row")
 	fs.IntVar(&o.messages.iters, "messages-iters", 5, "tool iterations per tool-loop request")
 	fs.StringVar(&o.messages.procs, "messages-procs", "", "THREADBOX_PROCS of the Messages API server (default: its own)")

@@ -34,6 +34,7 @@ type messagesOpts struct {
 	loops int    // requests per tool-loop row
 	iters int    // tool iterations per tool-loop request
 	procs string // THREADBOX_PROCS of the server; "" is its default
+	rows  string // when set, only latency rows whose name contains it run
 }
 
 // latencyRow compares threadbox with the direct call.
@@ -169,6 +170,9 @@ func benchMessages(ctx context.Context, o opts, out io.Writer) error {
 			specs = append(specs, pacedFull, pacedStream)
 		}
 		for _, r := range specs {
+			if !strings.Contains(fmt.Sprintf("%s, concurrency %d", r.name, c), mo.rows) {
+				continue
+			}
 			fmt.Fprintf(os.Stderr, "bench: messages %s, concurrency %d\n", r.name, c)
 			// Direct, bare-proxy and threadbox requests take turns in
 			// rounds, so that the machine's drift over the row weighs on

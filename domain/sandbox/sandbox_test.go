@@ -79,3 +79,19 @@ func TestExitCPU(t *testing.T) {
 		t.Fatalf("a process that never ended: %v after %v, want 0 after %v", got, time.Since(start), ExitWait)
 	}
 }
+
+func TestCPUQuotaMicros(t *testing.T) {
+	for _, tt := range []struct {
+		cpus float64
+		want int64
+	}{
+		{1, 10_000},
+		{0.5, 5_000},
+		{2.5, 25_000},
+		{0.01, 1_000}, // the kernel's minimum quota
+	} {
+		if got := (Limits{CPUs: tt.cpus}).CPUQuotaMicros(); got != tt.want {
+			t.Errorf("CPUs %v: quota %d µs, want %d", tt.cpus, got, tt.want)
+		}
+	}
+}

@@ -271,7 +271,7 @@ func (b *Backend) agentAsRoot() bool { return b.cfg.Runtime == "runsc" }
 // container's folders bound on the slot later reach it.
 func (b *Backend) hostConfig(spec sandbox.Spec, warm bool) *container.HostConfig {
 	l := spec.Limits.Or(b.cfg.Limits)
-	mem, pids, nofile, tmp, cpus := l.MemoryBytes, l.Pids, l.NoFile, l.TmpBytes, l.CPUs
+	mem, pids, nofile, tmp := l.MemoryBytes, l.Pids, l.NoFile, l.TmpBytes
 	binds := []string{b.cfg.AgentBin + ":" + AgentPath + ":ro"}
 	for _, m := range spec.Mounts {
 		mode := "rw"
@@ -305,7 +305,8 @@ func (b *Backend) hostConfig(spec sandbox.Spec, warm bool) *container.HostConfig
 		Resources: container.Resources{
 			Memory:     mem,
 			MemorySwap: mem,
-			NanoCPUs:   int64(cpus * 1e9),
+			CPUPeriod:  sandbox.CPUPeriodMicros,
+			CPUQuota:   l.CPUQuotaMicros(),
 			PidsLimit:  &pids,
 			Ulimits:    []*container.Ulimit{{Name: "nofile", Soft: nofile, Hard: nofile}},
 		},

@@ -584,3 +584,41 @@ func TestEngineExecAndInstances(t *testing.T) {
 		t.Errorf("CountInstance: %d %v, want 1", n, err)
 	}
 }
+
+// TestCPUBandwidthPeriod: the CPU limit is enforced over 10 ms periods (not
+// the kernel's 100 ms), so a sandbox that spent its quota waits a few
+// milliseconds, not tens of them, and the quota is the same share.
+func TestCPUBandwidthPeriod(t *testing.T) {
+	forRuntimes(t, func(t *testing.T, rt string) {
+		e := newEnv(t, rt, envOpts{limits: sandbox.Limits{CPUs: 0.5}})
+		e.ensure("cpu", sandbox.Limits{})
+		info, err := e.be.cli.ContainerInspect(context.Background(), e.be.ContainerName("cpu"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p, q := info.HostConfig.CPUPeriod, info.HostConfig.CPUQuota; p != 10000 || q != 5000 {
+			t.Errorf("container CPU period %d µs, quota %d µs; want 10000 and 5000", p, q)
+		}
+		// What the kernel enforces, from the container's cgroup on the host.
+		files := map[string]string{
+			"/sys/fs/cgroup/cpu/docker/" + info.ID + "/cpu.cfs_period_us":      "10000",
+			"/sys/fs/cgroup/cpu/docker/" + info.ID + "/cpu.cfs_quota_us":       "5000",
+			"/sys/fs/cgroup/docker/" + info.ID + "/cpu.max":                    "5000 10000",
+			"/sys/fs/cgroup/system.slice/docker-" + info.ID + ".scope/cpu.max": "5000 10000",
+		}
+		found := 0
+		for f, want := range files {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				continue
+			}
+			found++
+			if got := strings.TrimSpace(string(b)); got != want {
+				t.Errorf("%s = %q, want %q", f, got, want)
+			}
+		}
+		if found == 0 {
+			t.Logf("no cgroup file of container %s found on this host; checked the container's settings only", info.ID)
+		}
+	})
+}

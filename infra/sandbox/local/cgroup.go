@@ -115,7 +115,7 @@ func newCgroup(cfg Config, mode LimitMode, id string, l sandbox.Limits, uid int)
 	name := fmt.Sprintf("%s-%d", hostdirs.SafeID(id), time.Now().UnixNano())
 	cg := &cgroup{mode: mode}
 	type setting struct{ file, value string }
-	quota := int64(l.CPUs * 100000)
+	quota, period := l.CPUQuotaMicros(), strconv.Itoa(sandbox.CPUPeriodMicros)
 	var plan map[string][]setting
 	if mode == LimitCgroupV2 {
 		dir := filepath.Join(parentDir(cfg.CgroupRoot, cfg.Instance), name)
@@ -123,7 +123,7 @@ func newCgroup(cfg Config, mode LimitMode, id string, l sandbox.Limits, uid int)
 			{"memory.max", strconv.FormatInt(l.MemoryBytes, 10)},
 			{"memory.swap.max", "0"},
 			{"pids.max", strconv.FormatInt(l.Pids, 10)},
-			{"cpu.max", fmt.Sprintf("%d 100000", quota)},
+			{"cpu.max", fmt.Sprintf("%d %s", quota, period)},
 		}}
 		cg.dirs = []string{dir}
 		cg.oom = filepath.Join(dir, "memory.events")
@@ -143,7 +143,7 @@ func newCgroup(cfg Config, mode LimitMode, id string, l sandbox.Limits, uid int)
 			case "pids":
 				plan[dir] = []setting{{"pids.max", strconv.FormatInt(l.Pids, 10)}}
 			case "cpu":
-				plan[dir] = []setting{{"cpu.cfs_period_us", "100000"}, {"cpu.cfs_quota_us", strconv.FormatInt(quota, 10)}}
+				plan[dir] = []setting{{"cpu.cfs_period_us", period}, {"cpu.cfs_quota_us", strconv.FormatInt(quota, 10)}}
 				cg.cpu = cgroupacct.CPU{Path: filepath.Join(dir, "cpuacct.usage")} // when mounted as cpu,cpuacct
 			}
 		}

@@ -280,7 +280,7 @@ func TestCgroupLimitsWritten(t *testing.T) {
 		if got := read("memory.limit_in_bytes"); got != fmt.Sprint(300<<20) {
 			t.Errorf("memory limit %q", got)
 		}
-		if got := read("cpu.cfs_quota_us"); got != "50000" {
+		if got := read("cpu.cfs_quota_us") + " " + read("cpu.cfs_period_us"); got != "5000 10000" {
 			t.Errorf("cpu quota %q", got)
 		}
 	}
