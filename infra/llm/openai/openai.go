@@ -39,7 +39,7 @@ func New(cfg Config) *Model {
 	if key == "" {
 		key = "none"
 	}
-	opts := []option.RequestOption{option.WithHTTPClient(cfg.Client()), option.WithMaxRetries(cfg.Retries()),
+	opts := []option.RequestOption{option.WithHTTPClient(upstream.Doer(cfg.Client())), option.WithMaxRetries(cfg.Retries()),
 		option.WithMiddleware(capRetryAfter(cfg.RetryWait())), option.WithAPIKey(key)}
 	if cfg.BaseURL != "" {
 		opts = append(opts, option.WithBaseURL(strings.TrimSuffix(cfg.BaseURL, "/")+"/"))

@@ -118,19 +118,30 @@ func (c Config) RetryWait() time.Duration {
 	return c.MaxRetryWait
 }
 
-// Doer returns what sends the adapter's requests through c: its transport
-// alone when c follows redirects as http.Client does by default and has no
-// cookie jar or time limit (it then only sets up what a redirect would need,
-// copying each request's headers, a tenth of what a Messages API request
-// allocates), the client itself otherwise. A redirect, which model APIs do
-// not send, is followed by c with the request sent again.
+// Doer returns what sends the adapter's requests through c. When c follows
+// redirects as http.Client does by default and has no cookie jar or time
+// limit, and its transport is an *http.Transport, that is a client of
+// threadbox's own over the transport's dialer and TLS settings (see
+// leanDoer): it skips http.Client's copy of each request's headers for
+// redirects (a tenth of what a Messages API request allocates) and the
+// transport's two goroutines per connection. A request through a proxy
+// goes through the transport alone; any other client is used as it is. A
+// redirect, which model APIs do not send, is followed by c with the
+// request sent again.
 func Doer(c *http.Client) interface {
 	Do(*http.Request) (*http.Response, error)
 } {
 	if c.CheckRedirect != nil || c.Jar != nil || c.Timeout != 0 {
 		return c
 	}
-	return transportDoer{c}
+	t, ok := c.Transport.(*http.Transport)
+	if c.Transport == nil {
+		t, ok = http.DefaultTransport.(*http.Transport)
+	}
+	if !ok {
+		return transportDoer{c}
+	}
+	return &leanDoer{next: transportDoer{c}, t: t, idle: map[string][]*leanConn{}}
 }
 
 type transportDoer struct{ c *http.Client }
