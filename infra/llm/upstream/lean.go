@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -37,10 +38,12 @@ type leanDoer struct {
 
 type leanConn struct {
 	net.Conn
-	r    *bufio.Reader
-	w    *bufio.Writer
-	tls  *tls.ConnectionState
-	used time.Time
+	r   *bufio.Reader
+	w   *bufio.Writer
+	tls *tls.ConnectionState
+	// idle closes the connection once it has waited in the pool for the
+	// transport's IdleConnTimeout (a timer, as net/http's, no goroutine).
+	idle *time.Timer
 }
 
 func (d *leanDoer) Do(req *http.Request) (*http.Response, error) {
@@ -185,7 +188,13 @@ func exchange(c *leanConn, fr *fasthttp.Request, req *http.Request) (*http.Respo
 	if _, err := c.r.Peek(1); err != nil {
 		return nil, staleError{err}
 	}
-	return http.ReadResponse(c.r, req)
+	for {
+		res, err := http.ReadResponse(c.r, req)
+		// An informational reply (103 Early Hints) precedes the answer.
+		if err != nil || res.StatusCode < 100 || res.StatusCode >= 200 || res.StatusCode == http.StatusSwitchingProtocols {
+			return res, err
+		}
+	}
 }
 
 // leanBody is a reply's body read from its connection. Read to its end, it
@@ -244,15 +253,10 @@ func isRedirect(res *http.Response) bool {
 
 // conn takes a kept-alive connection for key, or dials one.
 func (d *leanDoer) conn(ctx context.Context, key string, u *url.URL) (*leanConn, bool, error) {
-	idleFor := d.t.IdleConnTimeout
 	d.mu.Lock()
-	for cs := d.idle[key]; len(cs) > 0; cs = d.idle[key] {
+	if cs := d.idle[key]; len(cs) > 0 {
 		c := cs[len(cs)-1]
 		d.idle[key] = cs[:len(cs)-1]
-		if idleFor > 0 && time.Since(c.used) > idleFor {
-			_ = c.Close()
-			continue
-		}
 		d.mu.Unlock()
 		return c, true, nil
 	}
@@ -261,19 +265,40 @@ func (d *leanDoer) conn(ctx context.Context, key string, u *url.URL) (*leanConn,
 	return c, false, err
 }
 
+// put gives c back to the pool, or closes it when the pool is full or
+// keep-alives are off.
 func (d *leanDoer) put(key string, c *leanConn) {
-	c.used = time.Now()
 	limit := d.t.MaxIdleConnsPerHost
 	if limit <= 0 {
 		limit = http.DefaultMaxIdleConnsPerHost
 	}
 	d.mu.Lock()
-	if len(d.idle[key]) < limit {
-		d.idle[key] = append(d.idle[key], c)
-		c = nil
+	if d.t.DisableKeepAlives || len(d.idle[key]) >= limit {
+		d.mu.Unlock()
+		_ = c.Close()
+		return
+	}
+	d.idle[key] = append(d.idle[key], c)
+	if after := d.t.IdleConnTimeout; after > 0 {
+		if c.idle == nil {
+			c.idle = time.AfterFunc(after, func() { d.evict(key, c) })
+		} else {
+			c.idle.Reset(after)
+		}
 	}
 	d.mu.Unlock()
-	if c != nil {
+}
+
+// evict closes c if it is still waiting in the pool.
+func (d *leanDoer) evict(key string, c *leanConn) {
+	d.mu.Lock()
+	cs := d.idle[key]
+	i := slices.Index(cs, c)
+	if i >= 0 {
+		d.idle[key] = slices.Delete(cs, i, i+1)
+	}
+	d.mu.Unlock()
+	if i >= 0 {
 		_ = c.Close()
 	}
 }

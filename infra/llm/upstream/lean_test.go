@@ -345,3 +345,52 @@ func TestLeanLeavesProxiesToTheTransport(t *testing.T) {
 		t.Fatalf("reply %q", got)
 	}
 }
+
+// TestLeanIdleConnectionsClose: a connection that waited in the pool for
+// the transport's IdleConnTimeout is closed, and the next request dials.
+func TestLeanIdleConnectionsClose(t *testing.T) {
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, "ok")
+	}))
+	var opened, closed atomic.Int32
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		switch s {
+		case http.StateNew:
+			opened.Add(1)
+		case http.StateClosed:
+			closed.Add(1)
+		}
+	}
+	srv.Start()
+	defer srv.Close()
+	tr := NewTransport()
+	tr.IdleConnTimeout = 100 * time.Millisecond
+	d := Doer(&http.Client{Transport: tr})
+	post(t, d, context.Background(), srv.URL, "{}")
+	post(t, d, context.Background(), srv.URL, "{}")
+	deadline := time.Now().Add(5 * time.Second)
+	for closed.Load() == 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if closed.Load() != 1 || opened.Load() != 1 {
+		t.Fatalf("opened %d, closed %d; want the one idle connection closed", opened.Load(), closed.Load())
+	}
+	if _, got := post(t, d, context.Background(), srv.URL, "{}"); got != "ok" || opened.Load() != 2 {
+		t.Fatalf("reply %q after %d connections", got, opened.Load())
+	}
+}
+
+// TestLeanSkipsInformationalReplies: a 103 before the answer is not the
+// answer.
+func TestLeanSkipsInformationalReplies(t *testing.T) {
+	u, _ := rawServer(t, func(_ int, c net.Conn) {
+		if readRequest(bufio.NewReader(c)) == nil {
+			return
+		}
+		_, _ = io.WriteString(c, "HTTP/1.1 103 Early Hints\r\nLink: </x>\r\n\r\nHTTP/1.1 201 Created\r\nContent-Length: 4\r\n\r\ndone")
+	})
+	d := Doer(&http.Client{Transport: NewTransport()})
+	if res, got := post(t, d, context.Background(), u, "{}"); res.StatusCode != 201 || got != "done" {
+		t.Fatalf("reply %d %q", res.StatusCode, got)
+	}
+}
