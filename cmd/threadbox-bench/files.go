@@ -230,6 +230,7 @@ func startThreadbox(ctx context.Context, bin, work string, extra ...string) (*th
 	cmd := exec.CommandContext(ctx, bin, "serve")
 	cmd.Env = env
 	cmd.Stdout, cmd.Stderr = io.Discard, os.Stderr
+	stopsWithTheBench(cmd)
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
@@ -449,4 +450,14 @@ func uploadBaseline(src, dst string, o filesOpts) (float64, error) {
 		speeds = append(speeds, float64(o.size)/1e6/time.Since(t).Seconds())
 	}
 	return median(speeds), nil
+}
+
+// stopsWithTheBench makes a server the bench starts stop as it stops
+// (SIGTERM, so that it removes its sandboxes): when the bench's context
+// ends, and when the bench itself dies, even by SIGKILL (the kernel's
+// parent-death signal).
+func stopsWithTheBench(cmd *exec.Cmd) {
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = 30 * time.Second
 }

@@ -84,6 +84,7 @@ func benchReplicas(ctx context.Context, o opts, out io.Writer) error {
 		c := exec.CommandContext(ctx, bin, "serve")
 		c.Env = append(env, "LISTEN_ADDR="+addr)
 		c.Stdout, c.Stderr = io.Discard, os.Stderr
+		stopsWithTheBench(c)
 		if err := c.Start(); err != nil {
 			return err
 		}
@@ -117,6 +118,7 @@ func benchReplicas(ctx context.Context, o opts, out io.Writer) error {
 		}
 		c := exec.CommandContext(ctx, haproxy, "-db", "-f", f)
 		c.Stdout, c.Stderr = io.Discard, os.Stderr
+		stopsWithTheBench(c)
 		if err := c.Start(); err != nil {
 			return "", nil, err
 		}
