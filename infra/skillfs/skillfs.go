@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"threadbox/domain/skill"
 )
@@ -116,9 +117,18 @@ type Load struct {
 func (s *Store) Sync(ctx context.Context, containerID string, loads []Load) error {
 	target := s.containerSkills(containerID)
 	if len(loads) == 0 {
-		// The common case of a request without skills: one read of the
-		// folder, which is empty or missing unless an earlier request
-		// loaded some.
+		// The common case of a request without skills: the folder is
+		// empty or missing unless an earlier request loaded some. It holds
+		// only folders (skills, and .incoming- ones), so a link count of 2
+		// (itself and its ".") says it is empty in one stat; a file system
+		// that does not count links (1) is read.
+		fi, err := os.Stat(target)
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		if st, ok := statOf(fi); ok && err == nil && st.Nlink == 2 {
+			return nil
+		}
 		entries, err := os.ReadDir(target)
 		if errors.Is(err, os.ErrNotExist) || err == nil && len(entries) == 0 {
 			return nil
@@ -226,4 +236,12 @@ func (s *Store) Has(_ context.Context, orgID, name string, version int) (bool, e
 		return false, fmt.Errorf("skillfs: %w", err)
 	}
 	return true, nil
+}
+
+func statOf(fi os.FileInfo) (*syscall.Stat_t, bool) {
+	if fi == nil {
+		return nil, false
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	return st, ok
 }

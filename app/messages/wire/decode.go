@@ -238,9 +238,13 @@ func quickInt(n []byte, dst *int) bool {
 	return true
 }
 
-// quickRequest decodes a request of model, max_tokens, stream and
-// messages whose content is a string or text blocks; ok is false for any
-// other. data is valid JSON.
+// quickRequest decodes a request of the known fields whose messages'
+// content is a string or text blocks; ok is false for any other. model,
+// max_tokens, stream and the messages are read by hand; the other known
+// fields (tools, container, system, …) each by json.Unmarshal of its own
+// value into its own field, as encoding/json does within the whole request
+// (FuzzFastPathsMatchSlow holds the two to the same answers). data is
+// valid JSON.
 func quickRequest(data []byte) (r Request, ok bool) {
 	i := skipSpace(data, 0)
 	ok = i < len(data) && data[i] == '{'
@@ -266,6 +270,26 @@ func quickRequest(data []byte) (r Request, ok bool) {
 			}
 		case "messages":
 			r.Messages, ok = quickMessages(v)
+		case "system":
+			ok = json.Unmarshal(v, &r.System) == nil
+		case "tools":
+			ok = json.Unmarshal(v, &r.Tools) == nil
+		case "tool_choice":
+			ok = json.Unmarshal(v, &r.ToolChoice) == nil
+		case "container":
+			ok = json.Unmarshal(v, &r.Container) == nil
+		case "temperature":
+			ok = json.Unmarshal(v, &r.Temperature) == nil
+		case "top_p":
+			ok = json.Unmarshal(v, &r.TopP) == nil
+		case "top_k":
+			ok = json.Unmarshal(v, &r.TopK) == nil
+		case "stop_sequences":
+			ok = json.Unmarshal(v, &r.StopSequences) == nil
+		case "metadata":
+			ok = json.Unmarshal(v, &r.Metadata) == nil
+		case "thinking":
+			ok = json.Unmarshal(v, &r.Thinking) == nil
 		default:
 			ok = false
 		}

@@ -74,6 +74,10 @@ func FuzzFastPathsMatchSlow(f *testing.F) {
 		`{"id":"msg_1","type":"message","role":"assistant","model":"m","content":[{"type":"text","text":"ok"}],"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":12,"output_tokens":3}}`,
 		`{"content":[{"type":"text","text":"a","citations":null}],"usage":{"input_tokens":1e3}}`,
 		`{"Model":"m","model":"n","messages":[{"Role":"user","content":"x"}]}`,
+		`{"model":"m","max_tokens":64,"messages":[{"role":"user","content":"run"}],"tools":[{"type":"code_execution_20250825","name":"code_execution"}],"container":"cont_1"}`,
+		`{"model":"m","max_tokens":8,"messages":[],"tools":[{"name":"f","input_schema":{"type":"object"}}],"tool_choice":{"type":"auto"},"container":{"id":"c","skills":[{"type":"custom","skill_id":"s"}]},"system":[{"type":"text","text":"s"}],"temperature":0.5,"top_k":3,"top_p":null,"stop_sequences":["x"],"metadata":{"user_id":"u"},"thinking":{"type":"enabled","budget_tokens":1024}}`,
+		`{"tools":null,"container":null,"system":null,"tools":[{"name":"a"}],"tools":[{"type":"x"}],"container":"a","container":{"id":"b"}}`,
+		`{"temperature":"hot","top_k":1.5,"stop_sequences":"x","tools":{}}`,
 		`{"id":"a","id":"b"}`, `{"usage":{"input_tokens":-}}`, `[]`, `null`, `{}`,
 	} {
 		f.Add([]byte(s))

@@ -152,7 +152,7 @@ func (m *Model) plainBody(req messages.StepRequest, stream bool) ([]byte, error)
 		}
 	}
 	if len(req.Tools) > 0 {
-		if tools, err = json.Marshal(req.Tools); err != nil {
+		if tools, err = marshalTools(req.Tools); err != nil {
 			return nil, fmt.Errorf("anthropic: encode request: %w", err)
 		}
 	}
@@ -170,6 +170,49 @@ func (m *Model) plainBody(req messages.StepRequest, stream bool) ([]byte, error)
 		body = append(append(body, `,"tools":`...), tools...)
 	}
 	return append(body, '}'), nil
+}
+
+// marshalTools is json.Marshal(tools), byte for byte: each definition's
+// own encoding (encoded once, or the client's as sent) is put in the array
+// as it is when json.Marshal would leave it so (compact, with <, > and &
+// escaped), without json.Marshal's scan of each; otherwise json.Marshal.
+func marshalTools(tools []messages.ToolDefinition) ([]byte, error) {
+	out := []byte{'['}
+	for i, t := range tools {
+		b, err := t.MarshalJSON()
+		if err != nil || !marshalsAsItself(b) {
+			return json.Marshal(tools)
+		}
+		if i > 0 {
+			out = append(out, ',')
+		}
+		out = append(out, b...)
+	}
+	return append(out, ']'), nil
+}
+
+// marshalsAsItself reports whether json.Marshal would copy b, a valid
+// encoding, unchanged: no space outside strings, nothing it escapes for
+// HTML (<, >, &, U+2028, U+2029).
+func marshalsAsItself(b []byte) bool {
+	in, esc := false, false
+	for i, c := range b {
+		switch {
+		case c == '<' || c == '>' || c == '&':
+			return false
+		case c == 0xE2 && i+2 < len(b) && b[i+1] == 0x80 && (b[i+2] == 0xA8 || b[i+2] == 0xA9):
+			return false
+		case in && esc:
+			esc = false
+		case in && c == '\\':
+			esc = true
+		case c == '"':
+			in = !in
+		case !in && (c == ' ' || c == '\t' || c == '\n' || c == '\r'):
+			return false
+		}
+	}
+	return len(b) > 0
 }
 
 // nonStreamingTimeout bounds each attempt of a non-streamed step: what the

@@ -408,3 +408,30 @@ func TestPlainBodyIsBody(t *testing.T) {
 		t.Fatal("a request with more fields taken for a plain one")
 	}
 }
+
+// FuzzMarshalToolsIsMarshal: the tools array plainBody writes is
+// json.Marshal's, byte for byte, whatever a client's raw definition holds.
+func FuzzMarshalToolsIsMarshal(f *testing.F) {
+	for _, s := range []string{
+		`{"type":"bash_20250124","name":"bash"}`,
+		`{ "name" : "f", "input_schema": {"type":"object"} }`,
+		`{"name":"a<b>&c","description":"x\u2028y"}`,
+		"{\"name\":\"raw \xe2\x80\xa8 sep\"}",
+		`{"name":"q\"uote \\ back\\","n":[1, 2]}`,
+		`{"name":"tab\there"}`, `{"a":"\\\""}`, `[]`, `"s"`, `1e3`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		if !json.Valid(raw) {
+			return
+		}
+		tools := []messages.ToolDefinition{{Raw: json.RawMessage(`{"type":"code_execution_20250825","name":"code_execution"}`)}, {Raw: raw},
+			{Name: "f<", Description: "d", InputSchema: json.RawMessage(`{"type": "object"}`)}}
+		want, wantErr := json.Marshal(tools)
+		got, err := marshalTools(tools)
+		if (err == nil) != (wantErr == nil) || string(got) != string(want) {
+			t.Fatalf("raw %q:\n got %s (%v)\nwant %s (%v)", raw, got, err, want, wantErr)
+		}
+	})
+}

@@ -1,0 +1,42 @@
+package skillfs
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"threadbox/domain/skill"
+)
+
+// TestSyncWithoutSkills: a request that loads no skills leaves a missing
+// or empty folder as it is (one stat) and empties one that holds skills
+// an earlier request loaded.
+func TestSyncWithoutSkills(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	s := New(filepath.Join(root, "store"), func(id string) string { return filepath.Join(root, "containers", id, "skills") })
+	if err := s.Save(ctx, "org", "pdf", 1, []skill.File{{Path: "SKILL.md", Data: []byte("# pdf")}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Sync(ctx, "missing", nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(root, "containers", "missing")); !os.IsNotExist(err) {
+		t.Fatalf("a sync without skills made the folder: %v", err)
+	}
+	if err := s.Sync(ctx, "c", []Load{{OrgID: "org", Name: "pdf", Version: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(root, "containers", "c", "skills", "pdf", "SKILL.md")); err != nil || string(b) != "# pdf" {
+		t.Fatalf("loaded skill: %q %v", b, err)
+	}
+	for range 2 { // the second finds it empty
+		if err := s.Sync(ctx, "c", nil); err != nil {
+			t.Fatal(err)
+		}
+		if entries, err := os.ReadDir(filepath.Join(root, "containers", "c", "skills")); err != nil || len(entries) != 0 {
+			t.Fatalf("skills folder after a sync without skills: %v %v", entries, err)
+		}
+	}
+}
