@@ -332,13 +332,14 @@ func longHistoryBody() string {
 }
 
 // serverProcs is the scheduler size threadbox runs with given
-// THREADBOX_PROCS (its default is half the CPUs, at least one); the bare
-// proxy gets the same.
+// THREADBOX_PROCS (its default is half the CPUs, at least two where there
+// are two: cmd/threadbox's serveProcs); the bare proxy gets the same.
 func serverProcs(procs string) int {
 	if n, err := strconv.Atoi(procs); err == nil && n > 0 {
 		return n
 	}
-	return max(1, runtime.NumCPU()/2)
+	n := runtime.NumCPU()
+	return min(n, max(2, n/2))
 }
 
 // threadboxBinary returns the server binary, building it when missing.

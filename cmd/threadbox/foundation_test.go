@@ -112,9 +112,10 @@ func TestServeProcs(t *testing.T) {
 		env           map[string]string
 		current, want int
 	}{
-		{nil, 2, 1},  // half the CPUs, leaving the rest to sandboxes
-		{nil, 1, 1},  // never zero
-		{nil, 16, 8}, //
+		{nil, 16, 8}, // half the CPUs, leaving the rest to sandboxes
+		{nil, 4, 2},  //
+		{nil, 2, 2},  // but two where there are two: one queues every request behind the others
+		{nil, 1, 1},  // never more than the runtime's, never zero
 		{map[string]string{"THREADBOX_PROCS": "auto"}, 8, 4},
 		{map[string]string{"THREADBOX_PROCS": "3"}, 8, 3},
 		{map[string]string{"GOMAXPROCS": "6", "THREADBOX_PROCS": "3"}, 6, 6}, // the runtime's own variable wins
