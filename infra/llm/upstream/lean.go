@@ -27,10 +27,8 @@ import (
 // wake-ups cost a tenth of a Messages API request's CPU. A cancelled
 // request context cuts its connection at once, as net/http does.
 type leanDoer struct {
-	next interface {
-		Do(*http.Request) (*http.Response, error)
-	}
-	t *http.Transport
+	next transportDoer // what fits does not take
+	t    *http.Transport
 
 	mu   sync.Mutex
 	idle map[string][]*leanConn // by scheme://host:port, most recent last
@@ -64,21 +62,7 @@ func (d *leanDoer) Do(req *http.Request) (*http.Response, error) {
 		}
 		res, err := d.roundTrip(ctx, key, c, fr, req)
 		if err == nil {
-			if isRedirect(res) {
-				// http.Client's rules for it.
-				if req.GetBody == nil && req.Body != nil && req.Body != http.NoBody {
-					return res, nil
-				}
-				_ = res.Body.Close()
-				again := req.Clone(ctx)
-				if req.GetBody != nil {
-					if again.Body, err = req.GetBody(); err != nil {
-						return nil, err
-					}
-				}
-				return d.next.Do(again)
-			}
-			return res, nil
+			return followRedirect(d.next.c, req, res)
 		}
 		_ = c.Close()
 		var stale staleError
@@ -108,11 +92,20 @@ func (d *leanDoer) fits(req *http.Request) (string, bool) {
 			return "", false
 		}
 	}
-	port := req.URL.Port()
+	return req.URL.Scheme + "://" + hostPort(req.URL), true
+}
+
+// hostPort is u's host and port, the scheme's default port when u has
+// none.
+func hostPort(u *url.URL) string {
+	port := u.Port()
 	if port == "" {
-		port = map[string]string{"http": "80", "https": "443"}[req.URL.Scheme]
+		port = "80"
+		if u.Scheme == "https" {
+			port = "443"
+		}
 	}
-	return req.URL.Scheme + "://" + net.JoinHostPort(req.URL.Hostname(), port), true
+	return net.JoinHostPort(u.Hostname(), port)
 }
 
 // copyRequest writes req's method, address, headers and body into fr.
@@ -168,10 +161,8 @@ func (d *leanDoer) roundTrip(ctx context.Context, key string, c *leanConn, fr *f
 	cut := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Unix(1, 0)) })
 	res, err := exchange(c, fr, req)
 	if err != nil {
-		if !cut() && ctx.Err() != nil {
-			err = ctx.Err()
-		}
-		return nil, err
+		cut()
+		return nil, err // Do closes c
 	}
 	res.TLS = c.tls
 	res.Body = &leanBody{d: d, key: key, c: c, body: res.Body, cut: cut, keep: !res.Close && !fr.ConnectionClose()}
@@ -243,14 +234,6 @@ func (b *leanBody) Close() error {
 	return nil
 }
 
-func isRedirect(res *http.Response) bool {
-	switch res.StatusCode {
-	case http.StatusMovedPermanently, http.StatusFound, http.StatusSeeOther, http.StatusTemporaryRedirect, http.StatusPermanentRedirect:
-		return res.Header.Get("Location") != ""
-	}
-	return false
-}
-
 // conn takes a kept-alive connection for key, or dials one.
 func (d *leanDoer) conn(ctx context.Context, key string, u *url.URL) (*leanConn, bool, error) {
 	d.mu.Lock()
@@ -305,15 +288,11 @@ func (d *leanDoer) evict(key string, c *leanConn) {
 
 func (d *leanDoer) dial(ctx context.Context, u *url.URL) (*leanConn, error) {
 	host := u.Hostname()
-	port := u.Port()
-	if port == "" {
-		port = map[string]string{"http": "80", "https": "443"}[u.Scheme]
-	}
 	dial := d.t.DialContext
 	if dial == nil {
 		dial = (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext
 	}
-	conn, err := dial(ctx, "tcp", net.JoinHostPort(host, port))
+	conn, err := dial(ctx, "tcp", hostPort(u))
 	if err != nil {
 		return nil, err
 	}
@@ -343,13 +322,4 @@ func (d *leanDoer) dial(ctx context.Context, u *url.URL) (*leanConn, error) {
 	c.r = bufio.NewReaderSize(c.Conn, 16<<10)
 	c.w = bufio.NewWriterSize(c.Conn, 16<<10)
 	return c, nil
-}
-
-// asClient reports err as http.Client does.
-func asClient(req *http.Request, err error) error {
-	op := "Post"
-	if req.Method != http.MethodPost {
-		op = req.Method[:1] + strings.ToLower(req.Method[1:])
-	}
-	return &url.Error{Op: op, URL: req.URL.String(), Err: err}
 }

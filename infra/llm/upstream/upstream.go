@@ -153,26 +153,39 @@ func (d transportDoer) Do(req *http.Request) (*http.Response, error) {
 	}
 	res, err := rt.RoundTrip(req)
 	if err != nil {
-		// As http.Client reports it.
-		op := "Post"
-		if req.Method != http.MethodPost {
-			op = req.Method[:1] + strings.ToLower(req.Method[1:])
-		}
-		return nil, &url.Error{Op: op, URL: req.URL.String(), Err: err}
+		return nil, asClient(req, err)
 	}
+	return followRedirect(d.c, req, res)
+}
+
+// followRedirect answers res as http.Client would: a redirect with a
+// Location is followed by c, with req sent again (its body from GetBody);
+// any other reply is res.
+func followRedirect(c *http.Client, req *http.Request, res *http.Response) (*http.Response, error) {
 	switch res.StatusCode {
 	case http.StatusMovedPermanently, http.StatusFound, http.StatusSeeOther, http.StatusTemporaryRedirect, http.StatusPermanentRedirect:
-		if res.Header.Get("Location") == "" || (req.Body != nil && req.GetBody == nil) {
-			return res, nil // as http.Client answers it
-		}
-		_ = res.Body.Close()
-		again := req.Clone(req.Context())
-		if req.GetBody != nil {
-			if again.Body, err = req.GetBody(); err != nil {
-				return nil, err
-			}
-		}
-		return d.c.Do(again)
+	default:
+		return res, nil
 	}
-	return res, nil
+	if res.Header.Get("Location") == "" || (req.Body != nil && req.Body != http.NoBody && req.GetBody == nil) {
+		return res, nil // as http.Client answers it
+	}
+	_ = res.Body.Close()
+	again := req.Clone(req.Context())
+	if req.GetBody != nil {
+		var err error
+		if again.Body, err = req.GetBody(); err != nil {
+			return nil, err
+		}
+	}
+	return c.Do(again)
+}
+
+// asClient reports err as http.Client does.
+func asClient(req *http.Request, err error) error {
+	op := "Post"
+	if req.Method != http.MethodPost {
+		op = req.Method[:1] + strings.ToLower(req.Method[1:])
+	}
+	return &url.Error{Op: op, URL: req.URL.String(), Err: err}
 }

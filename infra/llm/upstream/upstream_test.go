@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -61,8 +62,10 @@ func TestConfigDefaults(t *testing.T) {
 // answers as http.Client would: a 307 is followed with the body sent
 // again, a connection error reads the same.
 func TestDoerFollowsRedirectsAndReportsAsClient(t *testing.T) {
+	var old atomic.Int32
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/v1/old" {
+			old.Add(1)
 			http.Redirect(w, r, "/v1/messages", http.StatusTemporaryRedirect)
 			return
 		}
@@ -84,6 +87,9 @@ func TestDoerFollowsRedirectsAndReportsAsClient(t *testing.T) {
 	res.Body.Close()
 	if res.StatusCode != 200 || string(b) != `/v1/messages {"a":1}` {
 		t.Fatalf("redirect: %d %q", res.StatusCode, b)
+	}
+	if n := old.Load(); n != 2 {
+		t.Fatalf("the redirecting address was asked %d times, want 2 (the doer, then the client it hands the redirect to)", n)
 	}
 
 	dead := "http://" + srv.Listener.Addr().String()
