@@ -199,7 +199,9 @@ type sample struct {
 // probe reads a sample.
 func (s *server) probe(ctx context.Context) (sample, error) {
 	out := sample{at: time.Now(), pid: s.pid()}
-	b, err := exec.CommandContext(ctx, "docker", "ps", "-aq", "--filter", "label=threadbox.instance="+s.instance).Output()
+	// One listing, so that a warm sandbox made between two of them is not
+	// counted as warm without being counted at all.
+	b, err := exec.CommandContext(ctx, "docker", "ps", "-a", "--filter", "label=threadbox.instance="+s.instance, "--format", `{{.ID}} {{.Label "threadbox.warm"}}`).Output()
 	if err != nil {
 		var ee *exec.ExitError
 		if errors.As(err, &ee) {
@@ -207,12 +209,7 @@ func (s *server) probe(ctx context.Context) (sample, error) {
 		}
 		return out, fmt.Errorf("docker ps: %w", err)
 	}
-	all := len(strings.Fields(string(b)))
-	if b, err = exec.CommandContext(ctx, "docker", "ps", "-aq", "--filter", "label=threadbox.instance="+s.instance, "--filter", "label=threadbox.warm=true").Output(); err != nil {
-		return out, fmt.Errorf("docker ps: %w", err)
-	}
-	out.warm = len(strings.Fields(string(b)))
-	out.containers = all - out.warm
+	out.containers, out.warm = countContainers(b)
 	mounts, err := hostdirs.MountsBelow(s.data)
 	if err != nil {
 		return out, err
@@ -427,4 +424,19 @@ func (s *server) logLevels(level string) map[string]logCount {
 type logCount struct {
 	n       int
 	example string
+}
+
+// countContainers splits a `docker ps` listing of "<id> <threadbox.warm
+// label>" lines into the containers that are not warm and the warm ones.
+func countContainers(listing []byte) (containers, warm int) {
+	for _, l := range strings.Split(string(listing), "\n") {
+		switch f := strings.Fields(l); {
+		case len(f) == 0:
+		case len(f) > 1 && f[1] == "true":
+			warm++
+		default:
+			containers++
+		}
+	}
+	return containers, warm
 }

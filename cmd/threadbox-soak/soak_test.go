@@ -205,3 +205,20 @@ func TestOutputNotKeptIsDesignedOnlyWhileTheDiskIsFull(t *testing.T) {
 		}
 	}
 }
+
+// TestCountContainers: one listing gives both counts (two listings could
+// see a warm sandbox in one and not the other: -1 containers).
+func TestCountContainers(t *testing.T) {
+	for _, tt := range []struct {
+		listing        string
+		containers, wm int
+	}{
+		{"", 0, 0},
+		{"a1 true\n", 0, 1},
+		{"a1 true\nb2 \nc3 false\nd4\n", 3, 1},
+	} {
+		if c, w := countContainers([]byte(tt.listing)); c != tt.containers || w != tt.wm {
+			t.Errorf("%q: %d containers, %d warm; want %d, %d", tt.listing, c, w, tt.containers, tt.wm)
+		}
+	}
+}
