@@ -77,13 +77,7 @@ func (s *Service) capture(ctx context.Context, th thread.Thread, containerID, to
 	if s.d.Container == nil || s.d.Blobs == nil {
 		return nil
 	}
-	// What the code wrote is synced before it is announced: an output an
-	// acknowledged turn named must not come back empty after a crash.
-	if sy, ok := s.d.Container.(Syncer); ok {
-		if err := sy.Sync(ctx, containerID, sandbox.OutputsDir); err != nil && !errors.Is(err, file.ErrNotFound) {
-			s.log.Warn("artifact capture: sync outputs", "thread", th.ID(), "err", err)
-		}
-	}
+	syncer, _ := s.d.Container.(Syncer)
 	infos, err := s.d.Container.Walk(ctx, containerID, sandbox.OutputsDir)
 	if err != nil {
 		if !errors.Is(err, file.ErrNotFound) {
@@ -139,6 +133,15 @@ func (s *Service) capture(ctx context.Context, th thread.Thread, containerID, to
 			seen[p] = stampOf(info)
 			s.mu.Unlock()
 			continue
+		}
+		// What the code wrote is synced before it is announced: an output
+		// an acknowledged turn named must not come back empty after a
+		// crash. Only this file and its folders: nothing another tenant
+		// wrote is waited for.
+		if syncer != nil {
+			if err := syncer.SyncFile(ctx, containerID, p); err != nil && !errors.Is(err, file.ErrNotFound) {
+				s.log.Warn("artifact capture: sync output", "thread", th.ID(), "path", p, "err", err)
+			}
 		}
 		var (
 			a       artifact.Artifact

@@ -68,11 +68,14 @@ type ContainerFiles interface {
 	Write(ctx context.Context, containerID, sandboxPath string, r io.Reader, limit int64) (file.Info, error)
 }
 
-// Syncer is a ContainerFiles that can make what was written under a folder
-// durable (infra/fsroot.Containers): the outputs a turn announces must
-// outlive a crash, or a full disk under the container's file system.
+// Syncer is a ContainerFiles that can make one file durable, with the
+// folder entries that lead to it (infra/fsroot.Containers): the outputs a
+// turn announces must outlive a crash, or a full disk under the container's
+// file system. Only the announced files are synced, never a whole file
+// system, which on a disk the containers share would make each tool call
+// wait for every tenant's writes.
 type Syncer interface {
-	Sync(ctx context.Context, containerID, sandboxPath string) error
+	SyncFile(ctx context.Context, containerID, sandboxPath string) error
 }
 
 // Blobs is the content-addressed artifact store (infra/blob.Store).

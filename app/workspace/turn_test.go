@@ -88,11 +88,11 @@ func (oneContainer) OrgPolicy(context.Context, string) (org.Policy, error) {
 // outputs is a container with one output file.
 type outputs struct {
 	data   string
-	synced []string // folders synced, in order
+	synced []string // files synced, in order
 }
 
-func (o *outputs) Sync(_ context.Context, _, dir string) error {
-	o.synced = append(o.synced, dir)
+func (o *outputs) SyncFile(_ context.Context, _, p string) error {
+	o.synced = append(o.synced, p)
 	return nil
 }
 
@@ -181,9 +181,10 @@ func TestTurnInjectsResourceAfterToolResult(t *testing.T) {
 	if len(arts) != 1 || arts[0].Version != 1 || arts[0].ToolUseID != "srvtoolu_1" || arts[0].MimeType != "image/png" {
 		t.Fatalf("artifacts: %+v", arts)
 	}
-	// The outputs were made durable before they were announced.
-	if o := svc.d.Container.(*outputs); len(o.synced) != 1 || o.synced[0] != "/mnt/user-data/outputs" {
-		t.Fatalf("outputs synced %q, want once before the capture", o.synced)
+	// The announced output was made durable before it was announced: that
+	// file alone, not the outputs folder's whole file system.
+	if o := svc.d.Container.(*outputs); len(o.synced) != 1 || o.synced[0] != "/mnt/user-data/outputs/chart.png" {
+		t.Fatalf("synced %q, want the announced file once", o.synced)
 	}
 	// The same file unchanged in a second turn is no new artifact; the
 	// next turn's history leaves the resource block out.

@@ -35,7 +35,7 @@ type containerFiles interface {
 var (
 	_ containerFiles   = (*fsroot.Containers)(nil)
 	_ containerFiles   = (*kubernetes.Files)(nil)
-	_ workspace.Syncer = (*fsroot.Containers)(nil) // outputs synced before they are announced
+	_ workspace.Syncer = (*fsroot.Containers)(nil) // each output synced before it is announced
 )
 
 // podFiles returns the file access through the pods when the first

@@ -89,14 +89,14 @@ func (c *Containers) Walk(ctx context.Context, containerID, sandboxPath string) 
 	return fs.List(ctx, loc.Mount, loc.Rel)
 }
 
-// Sync makes everything written on the file system of the mount that
-// holds sandboxPath durable.
-func (c *Containers) Sync(ctx context.Context, containerID, sandboxPath string) error {
+// SyncFile makes the regular file at sandboxPath durable, with the folder
+// entries that lead to it (FS.SyncFile).
+func (c *Containers) SyncFile(ctx context.Context, containerID, sandboxPath string) error {
 	fs, loc, err := c.locate(containerID, sandboxPath)
 	if err != nil {
 		return err
 	}
-	return fs.Sync(ctx, loc.Mount)
+	return fs.SyncFile(ctx, loc.Mount, loc.Rel)
 }
 
 // Open opens the regular file at sandboxPath for reading.

@@ -71,9 +71,9 @@ type Options struct {
 	SharedDisk bool
 	// noOpenat2 forces the component-by-component walk (tests).
 	noOpenat2 bool
-	// synced, when set, sees every sync: a folder's (fsync) or its whole
-	// file system's (syncfs) (tests).
-	synced func(fd int, wholeFS bool)
+	// synced, when set, sees every fsync of a folder, or of a file the
+	// package did not write itself (tests).
+	synced func(fd int)
 }
 
 // FS gives confined access to one container's folders.
@@ -95,21 +95,15 @@ func New(d Dirs, opts Options) *FS {
 	}
 }
 
-// syncDir makes a folder's entries durable: an answer that says a file was
-// written or removed must outlive a crash or a journal that aborts.
-func (f *FS) syncDir(fd int) error {
+// syncFD makes a folder's entries, or a file's content, durable: an answer
+// that says a file was written or removed must outlive a crash or a journal
+// that aborts. Nothing here syncs a whole file system (syncfs): on a disk
+// the containers share, that would wait for every tenant's writes.
+func (f *FS) syncFD(fd int) error {
 	if f.opts.synced != nil {
-		f.opts.synced(fd, false)
+		f.opts.synced(fd)
 	}
 	return unix.Fsync(fd)
-}
-
-// syncFS makes everything changed on fd's file system durable.
-func (f *FS) syncFS(fd int) error {
-	if f.opts.synced != nil {
-		f.opts.synced(fd, true)
-	}
-	return unix.Syncfs(fd)
 }
 
 // splitRel checks a path within a mount and returns its components; "." and

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -501,22 +502,19 @@ func TestCopyLarge(t *testing.T) {
 
 // TestChangesAreSynced: an answer that says a file was written or removed
 // must outlive a crash: the folder that names it is synced before the
-// answer (a whole file system once after a prefix delete). Deletes were
-// once answered unsynced, and a journal that aborted under a full disk
-// brought a deleted file back.
+// answer. Deletes were once answered unsynced, and a journal that aborted
+// under a full disk brought a deleted file back. Nothing syncs a whole file
+// system: every sync is of one folder or file the change touched, so a
+// container's writes never wait for other tenants' on a shared disk.
 func TestChangesAreSynced(t *testing.T) {
 	fx := newFixture(t, false)
-	type sync struct {
-		ino     uint64
-		wholeFS bool
-	}
-	var synced []sync
-	fx.fs.opts.synced = func(fd int, wholeFS bool) {
+	var synced []uint64
+	fx.fs.opts.synced = func(fd int) {
 		var st syscall.Stat_t
 		if err := syscall.Fstat(fd, &st); err != nil {
 			t.Errorf("sync of a closed descriptor: %v", err)
 		}
-		synced = append(synced, sync{st.Ino, wholeFS})
+		synced = append(synced, st.Ino)
 	}
 	ino := func(path string) uint64 {
 		var st syscall.Stat_t
@@ -526,32 +524,85 @@ func TestChangesAreSynced(t *testing.T) {
 		return st.Ino
 	}
 	ctx := context.Background()
-	check := func(what string, want sync) {
+	check := func(what string, want ...uint64) {
 		t.Helper()
-		if len(synced) != 1 || synced[0] != want {
-			t.Fatalf("%s synced %+v, want once %+v", what, synced, want)
+		if !slices.Equal(synced, want) {
+			t.Fatalf("%s synced inodes %v, want %v", what, synced, want)
 		}
 		synced = nil
 	}
-	for _, name := range []string{"data/a.csv", "data/b.csv"} {
+	for _, name := range []string{"data/a.csv", "data/b.csv", "data/2026/c.csv"} {
 		if _, err := fx.fs.WriteFile(ctx, file.Uploads, name, []byte("x")); err != nil {
 			t.Fatal(err)
 		}
-		check("a write", sync{ino(filepath.Join(fx.dirs.Uploads, "data")), false})
+		check("a write", ino(filepath.Join(fx.dirs.Uploads, filepath.Dir(name))))
 	}
 	if err := fx.fs.Remove(ctx, file.Uploads, "data/a.csv"); err != nil {
 		t.Fatal(err)
 	}
-	check("a delete", sync{ino(filepath.Join(fx.dirs.Uploads, "data")), false})
+	check("a delete", ino(filepath.Join(fx.dirs.Uploads, "data")))
+	// The folder left empty is removed: its parent is synced, once.
+	if n, err := fx.fs.RemovePrefix(ctx, file.Uploads, "data/2026/"); err != nil || n != 1 {
+		t.Fatalf("prefix delete: %d %v", n, err)
+	}
+	check("a prefix delete of a folder", ino(filepath.Join(fx.dirs.Uploads, "data")))
 	if n, err := fx.fs.RemovePrefix(ctx, file.Uploads, "data/"); err != nil || n != 1 {
 		t.Fatalf("prefix delete: %d %v", n, err)
 	}
-	check("a prefix delete", sync{ino(fx.dirs.Uploads), true})
+	check("a prefix delete", ino(fx.dirs.Uploads))
 	if n, err := fx.fs.RemovePrefix(ctx, file.Uploads, "none/"); err != nil || n != 0 || len(synced) != 0 {
 		t.Fatalf("a prefix delete of nothing: %d %v, synced %+v", n, err, synced)
 	}
-	if err := fx.fs.Sync(ctx, file.Outputs); err != nil {
+	// An output code wrote: the file, then each folder up to the mount's.
+	out := filepath.Join(fx.dirs.Outputs, "charts", "q1", "plot.png")
+	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	check("a sync of outputs", sync{ino(fx.dirs.Outputs), true})
+	if err := os.WriteFile(out, []byte("png"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := fx.fs.SyncFile(ctx, file.Outputs, "charts/q1/plot.png"); err != nil {
+		t.Fatal(err)
+	}
+	check("a sync of an output", ino(out), ino(filepath.Dir(out)), ino(filepath.Join(fx.dirs.Outputs, "charts")), ino(fx.dirs.Outputs))
+}
+
+// TestSyncFileRefusesLinks: SyncFile never follows a symlink code planted,
+// at the file or at a folder on its way, and syncs nothing then.
+func TestSyncFileRefusesLinks(t *testing.T) {
+	fx := newFixture(t, false)
+	var synced int
+	fx.fs.opts.synced = func(int) { synced++ }
+	outside := t.TempDir()
+	if err := os.WriteFile(filepath.Join(outside, "secret"), []byte("s"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(outside, "secret"), filepath.Join(fx.dirs.Outputs, "link")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside, filepath.Join(fx.dirs.Outputs, "dir")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(fx.dirs.Outputs, "folder"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, tc := range []struct {
+		rel  string
+		want error
+	}{
+		{"link", ErrSymlink},
+		{"dir/secret", ErrSymlink},
+		{"folder", ErrNotRegular},
+		{"missing.txt", ErrNotFound},
+		{"../uploads/x", ErrInvalidRel},
+		{".", ErrNotRegular},
+	} {
+		if err := fx.fs.SyncFile(ctx, file.Outputs, tc.rel); !errors.Is(err, tc.want) {
+			t.Errorf("SyncFile(%q) = %v, want %v", tc.rel, err, tc.want)
+		}
+	}
+	if synced != 0 {
+		t.Fatalf("%d syncs after refusals", synced)
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -282,7 +283,7 @@ func (f *FS) Write(ctx context.Context, m file.Mount, rel string, r io.Reader, l
 		return file.Info{}, mapErrno("rename "+rel, err)
 	}
 	committed = true
-	if err := f.syncDir(parent); err != nil {
+	if err := f.syncFD(parent); err != nil {
 		return file.Info{}, fmt.Errorf("fsroot: sync folder of %s: %w", rel, err)
 	}
 	st, err := statxAt(parent, name)
@@ -367,7 +368,7 @@ func (f *FS) Remove(ctx context.Context, m file.Mount, rel string) error {
 	if err := unix.Unlinkat(parent, name, 0); err != nil {
 		return mapErrno("remove "+rel, err)
 	}
-	if err := f.syncDir(parent); err != nil {
+	if err := f.syncFD(parent); err != nil {
 		return fmt.Errorf("fsroot: sync folder of %s: %w", rel, err)
 	}
 	return nil
@@ -390,6 +391,7 @@ func (f *FS) RemovePrefix(ctx context.Context, m file.Mount, prefix string) (int
 		dir = prefix[:i]
 	}
 	removed := 0
+	touched := map[string]struct{}{} // the folders that lost an entry
 	err := f.walk(ctx, m, dir, MaxDepth, func(info file.Info, parent int) error {
 		if info.Dir || !strings.HasPrefix(info.Rel, prefix) {
 			return nil
@@ -401,10 +403,14 @@ func (f *FS) RemovePrefix(ctx context.Context, m file.Mount, prefix string) (int
 			return mapErrno("remove "+info.Rel, err)
 		}
 		removed++
+		touched[dirName(info.Rel)] = struct{}{}
 		return nil
 	}, func(info file.Info, parent int) error {
 		if strings.HasPrefix(info.Rel+"/", prefix) {
-			_ = unix.Unlinkat(parent, baseName(info.Rel), unix.AT_REMOVEDIR) // only if empty
+			// Only if empty.
+			if unix.Unlinkat(parent, baseName(info.Rel), unix.AT_REMOVEDIR) == nil {
+				touched[dirName(info.Rel)] = struct{}{}
+			}
 		}
 		return nil
 	})
@@ -416,42 +422,112 @@ func (f *FS) RemovePrefix(ctx context.Context, m file.Mount, prefix string) (int
 	}
 	if dir != "." && strings.HasPrefix(dir+"/", prefix) {
 		if parent, name, err := f.openParent(m, dir); err == nil {
-			_ = unix.Unlinkat(parent, name, unix.AT_REMOVEDIR) // only if empty
+			if unix.Unlinkat(parent, name, unix.AT_REMOVEDIR) == nil { // only if empty
+				touched[dirName(dir)] = struct{}{}
+			}
 			unix.Close(parent)
 		}
 	}
-	if removed > 0 {
-		// One sync for every folder the deletes touched.
+	// Each folder that lost an entry is synced once, not the file system.
+	if len(touched) > 0 {
 		root, err := f.openMount(m)
 		if err != nil {
 			return removed, err
 		}
 		defer unix.Close(root)
-		if err := f.syncFS(root); err != nil {
-			return removed, fmt.Errorf("fsroot: sync after removing %s*: %w", prefix, err)
+		for _, rel := range slices.Sorted(maps.Keys(touched)) {
+			comps, _ := splitRel(rel)
+			fd, err := f.openDir(root, comps)
+			if errors.Is(err, ErrNotFound) {
+				continue // removed itself: its parent is in the set
+			}
+			if err != nil {
+				return removed, err
+			}
+			err = f.syncFD(fd)
+			unix.Close(fd)
+			if err != nil {
+				return removed, fmt.Errorf("fsroot: sync %s after removing %s*: %w", rel, prefix, err)
+			}
 		}
 	}
 	return removed, nil
 }
 
-// Sync makes everything written on mount m's file system durable.
-func (f *FS) Sync(ctx context.Context, m file.Mount) error {
+// SyncFile makes the regular file rel of mount m durable: its content, its
+// entry in its folder, and the entries of the folders above it up to the
+// mount's folder (code may have just made them). It syncs nothing else, so
+// a call waits only for what this container wrote to that file, never for
+// other tenants' writes to a disk they share. A symlink anywhere on the
+// path fails with ErrSymlink, a folder or special file with ErrNotRegular.
+func (f *FS) SyncFile(ctx context.Context, m file.Mount, rel string) error {
 	if err := ctx.Err(); err != nil {
 		return err
+	}
+	comps, err := splitRel(rel)
+	if err != nil {
+		return err
+	}
+	if len(comps) == 0 {
+		return fmt.Errorf("fsroot: sync the mount folder: %w", ErrNotRegular)
 	}
 	root, err := f.openMount(m)
 	if err != nil {
 		return err
 	}
-	defer unix.Close(root)
-	if err := f.syncFS(root); err != nil {
-		return fmt.Errorf("fsroot: sync %s: %w", m, err)
+	dirs := []int{root}
+	defer func() {
+		for _, fd := range dirs {
+			unix.Close(fd)
+		}
+	}()
+	for i, c := range comps[:len(comps)-1] {
+		fd, err := unix.Openat(dirs[i], c, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return componentErr(dirs[i], c, strings.Join(comps[:i+1], "/"), err)
+		}
+		dirs = append(dirs, fd)
+	}
+	parent, name := dirs[len(dirs)-1], comps[len(comps)-1]
+	if st, err := statxAt(parent, name); err != nil {
+		return mapErrno("stat "+rel, err)
+	} else if t := fileType(&st); t == unix.S_IFLNK {
+		return fmt.Errorf("fsroot: sync %s: %w", rel, ErrSymlink)
+	} else if t != unix.S_IFREG {
+		return fmt.Errorf("fsroot: sync %s: %w", rel, ErrNotRegular)
+	}
+	fd, err := unix.Openat(parent, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return mapErrno("open "+rel, err)
+	}
+	defer unix.Close(fd)
+	if st, err := statxAt(fd, ""); err != nil {
+		return mapErrno("stat "+rel, err)
+	} else if fileType(&st) != unix.S_IFREG {
+		return fmt.Errorf("fsroot: sync %s: %w", rel, ErrNotRegular)
+	}
+	if err := f.syncFD(fd); err != nil {
+		return f.diskFullErr("sync "+rel, fd, err)
+	}
+	for i := len(dirs) - 1; i >= 0; i-- {
+		if err := f.syncFD(dirs[i]); err != nil {
+			return fmt.Errorf("fsroot: sync the folders of %s: %w", rel, err)
+		}
 	}
 	return nil
 }
 
 func baseName(rel string) string {
 	return rel[strings.LastIndexByte(rel, '/')+1:]
+}
+
+// dirName is the folder holding rel within its mount ("." for the mount's
+// own folder).
+func dirName(rel string) string {
+	if i := strings.LastIndexByte(rel, '/'); i > 0 {
+		return rel[:i]
+	}
+	return "."
 }
 
 // ReadFile returns the whole regular file rel of mount m; files larger than
