@@ -1,5 +1,5 @@
 -- +goose Up
--- Sandbox lifecycle (issue 14): which backend serves a container's sandbox
+-- Sandbox lifecycle: which backend serves a container's sandbox
 -- and which server process holds it; named leases taken by one process at a
 -- time (a container's sandbox, a thread's turn), renewed while it lives.
 ALTER TABLE containers ADD COLUMN backend TEXT NOT NULL DEFAULT '';

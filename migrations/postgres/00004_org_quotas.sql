@@ -1,5 +1,5 @@
 -- +goose Up
--- The org policy's resource quotas (issue 14); 0 means unlimited.
+-- The org policy's resource quotas; 0 means unlimited.
 ALTER TABLE orgs ADD COLUMN quota_running_sandboxes_per_user BIGINT NOT NULL DEFAULT 0;
 ALTER TABLE orgs ADD COLUMN quota_running_sandboxes_per_org  BIGINT NOT NULL DEFAULT 0;
 ALTER TABLE orgs ADD COLUMN quota_containers_per_user        BIGINT NOT NULL DEFAULT 0;

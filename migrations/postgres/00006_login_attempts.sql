@@ -1,5 +1,5 @@
 -- +goose Up
--- Login throttling (issue 21): counters of login attempts per client
+-- Login throttling: counters of login attempts per client
 -- address, per email and per email and address, each in a window; and the
 -- addresses each email logged in from, which its email counter does not
 -- lock out.

@@ -1,5 +1,5 @@
 -- +goose Up
--- Usage metering (issue 22 item 4): counters per org, user and UTC day,
+-- Usage metering: counters per org, user and UTC day,
 -- incremented by upsert: commands run in sandboxes with their wall and CPU
 -- time, and the model tokens of requests. day is 'YYYY-MM-DD'.
 CREATE TABLE usage_daily (

@@ -1,5 +1,5 @@
 -- +goose Up
--- Why an assistant message's turn ended unfinished (issue 15 item 3):
+-- Why an assistant message's turn ended unfinished:
 -- 'stopped' (the client stopped it or went away) or 'failed' (an error,
 -- whose caller-safe text is end_detail); '' for a complete message, and for
 -- one left by a server that stopped or died mid-turn.

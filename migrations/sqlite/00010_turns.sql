@@ -1,5 +1,5 @@
 -- +goose Up
--- Detached chat turns (issue 16): the record of each turn and its event
+-- Detached chat turns: the record of each turn and its event
 -- log, numbered from 1, that clients replay and follow. Logs of ended turns are pruned after a
 -- retention period.
 CREATE TABLE turns (

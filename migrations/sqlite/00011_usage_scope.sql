@@ -1,5 +1,5 @@
 -- +goose Up
--- Usage metering per container and thread (issue 22 item 4): the daily
+-- Usage metering per container and thread: the daily
 -- counters gain the container and thread they were spent in ('' when none,
 -- for example tokens of a Messages API request without a container), and
 -- sandbox time: how long sandboxes ran (sandbox_ms) and the CPU time their
