@@ -37,9 +37,9 @@ ui-vendor:
 bench: build
 	./scripts/bench.sh
 
-# Reliability (issue 24), not part of `make test`: simulated users over
-# a threadbox on Docker; SOAK_FLAGS adds flags (-users, -duration, -seed,
-# -database-url, -pg-data, -faults, ...). See README, Reliability.
+# Reliability runs, not part of `make test`: simulated users over a
+# threadbox on Docker; SOAK_FLAGS adds flags (-users, -duration, -seed,
+# -database-url, -pg-data, -faults, ...). See docs/reliability.md.
 SOAK_FLAGS ?=
 soak: build
 	$(GO) build -o $(BIN)/threadbox-soak ./cmd/threadbox-soak

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds kube-apiserver, kube-controller-manager, kube-scheduler and kubelet
-# (issue 20) from the Go module proxy into a cache outside the repository,
+# for the kubernetes backend's test cluster from the Go module proxy into a cache outside the repository,
 # keyed on scripts/k8s/build/go.sum, and prints the cache's bin folder.
 # A warm cache returns at once; the binaries are never committed.
 #   K8S_CACHE   cache root (default /var/cache/threadbox-k8s)

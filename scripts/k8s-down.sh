@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# k8s-down: tears down what scripts/k8s-up.sh started (issue 20), and only
+# k8s-down: tears down what scripts/k8s-up.sh started, and only
 # that: the processes whose pids its state folder lists, the pods' containers
 # of its own containerd (and their shims), the mounts under its folders and
 # the network namespaces it made. Docker's containerd is never touched.

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # k8s-up: brings up a single-node Kubernetes (v1.37) for the kubernetes
-# sandbox backend's tests (issue 20), offline, and prints the path of its
+# sandbox backend's tests, offline, and prints the path of its
 # admin kubeconfig. Everything runs inside a private network namespace:
 # Debian's etcd, a second containerd (never Docker's), the four Kubernetes
 # programs that scripts/k8s-build.sh builds into its cache, and a CNI

@@ -11,7 +11,7 @@ pgdir=""
 k8s_up=""
 s3started=""
 cleanup() {
-  # kubernetes test cluster (issue 20): ends what scripts/k8s-up.sh started.
+  # kubernetes test cluster: ends what scripts/k8s-up.sh started.
   if [ -n "$k8s_up" ]; then bash scripts/k8s-down.sh || true; fi
   if [ -n "$s3started" ]; then ./scripts/s3-stop.sh; fi
   if [ -n "$pgdir" ]; then
@@ -41,7 +41,7 @@ fi
 
 export THREADBOX_AGENT_BIN="${THREADBOX_AGENT_BIN:-$PWD/bin/threadbox-agent}"
 
-# --- kubernetes test cluster (issue 20) ---
+# --- kubernetes test cluster ---
 # A single-node cluster in a private network namespace for the kubernetes
 # backend's tests (scripts/k8s-up.sh; a cold build of its binaries takes
 # minutes, later runs reuse the cache). THREADBOX_K8S=off leaves it out; an

@@ -1,5 +1,5 @@
 /* install SRC DST: copies the agent binary into the pod's shared volume
- * (init container of the kubernetes sandbox backend, issue 20). */
+ * (init container of the kubernetes sandbox backend). */
 #include <fcntl.h>
 #include <stdio.h>
 #include <unistd.h>

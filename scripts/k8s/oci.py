@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes a one-layer OCI image archive without a registry (issue 20).
+"""Writes a one-layer OCI image archive without a registry, for the test cluster.
 
 usage: oci.py OUT.tar NAME:TAG ENTRYPOINT FILE=PATH_IN_IMAGE[:MODE] ...
 

@@ -1,4 +1,4 @@
-/* pause: the pod sandbox's process for the test cluster (issue 20). */
+/* pause: the pod sandbox's process for the test cluster. */
 #include <signal.h>
 #include <unistd.h>
 static void done(int s) { (void)s; _exit(0); }

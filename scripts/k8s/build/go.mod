@@ -1,5 +1,5 @@
 // Module k8sbuild pins the Kubernetes release that scripts/k8s-up.sh builds
-// for the single-node test cluster (issue 20). It is never imported by threadbox.
+// for the single-node test cluster. It is never imported by threadbox.
 module k8sbuild
 
 go 1.26.8
