@@ -1,6 +1,6 @@
 package main
 
-// The density section (issue 18, item 2): idle sandboxes are opened one
+// The density section: idle sandboxes are opened one
 // after another, as the server opens them (the Docker backend with its host
 // folders and agent sockets, in this process), up to -density; then it
 // reports what one idle sandbox costs: the memory its cgroup charges, the

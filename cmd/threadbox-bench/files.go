@@ -1,6 +1,6 @@
 package main
 
-// The Files API section (issue 6): upload and download MB/s of a large file
+// The Files API section: upload and download MB/s of a large file
 // through a running threadbox server vs plain loopback baselines, and the
 // server's peak memory growth per transfer (VmHWM after clear_refs, minus
 // VmRSS before: resident memory, not page cache).

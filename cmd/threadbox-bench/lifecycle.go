@@ -1,6 +1,6 @@
 package main
 
-// The lifecycle section (issue 14, item 7): the host resources a threadbox
+// The lifecycle section: the host resources a threadbox
 // server holds before, during and after many containers are created, used
 // once and expired by its sweeper — Docker containers, mounts and loop
 // devices of its data folder, the bytes used under it, and the server's

@@ -1,6 +1,6 @@
 package main
 
-// The live turns section (issue 16): how soon a line a command writes in
+// The live turns section: how soon a line a command writes in
 // its sandbox reaches a follower of the chat turn's event stream, beside
 // the same command's lines read from a host pipe (the floor: the command
 // and the clock, no sandbox, no server); and the server's memory while 1
@@ -140,7 +140,7 @@ func benchLive(ctx context.Context, o opts, out io.Writer) error {
 
 	p50, p99 := percentiles(through)
 	f50, f99 := percentiles(floor)
-	fmt.Fprintf(out, "\nLive turns (issue 16): %d lines 100 ms apart, chat turn on docker/%s, runner model; a follower reads the turn's SSE stream.\n\n", lo.lines, o.runtime)
+	fmt.Fprintf(out, "\nLive turns: %d lines 100 ms apart, chat turn on docker/%s, runner model; a follower reads the turn's SSE stream.\n\n", lo.lines, o.runtime)
 	fmt.Fprintln(out, "| from a line written by the command to | p50 | p99 | target |")
 	fmt.Fprintln(out, "|---|---:|---:|---|")
 	fmt.Fprintf(out, "| an SSE follower of the chat turn (%d lines) | %s | %s | p50 ≤ 20 ms: %s |\n", len(through), ms(p50), ms(p99), yesNo(p50 <= 20*time.Millisecond, ""))

@@ -280,7 +280,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		}
 	}
 
-	// The kubernetes backend's rows (issue 20), on the test cluster of
+	// The kubernetes backend's rows, on the test cluster of
 	// scripts/k8s-up.sh when THREADBOX_K8S_KUBECONFIG names it.
 	if kc := os.Getenv("THREADBOX_K8S_KUBECONFIG"); kc != "" {
 		kr, err := benchKubernetes(ctx, kc, o.n, o.nCold)

@@ -1,6 +1,6 @@
 package main
 
-// The Messages API section (issue 5): the latency threadbox adds to a model
+// The Messages API section: the latency threadbox adds to a model
 // call, measured against calling the same fake upstream directly on
 // loopback and against a bare proxy (floor.go), and the tool loop's own
 // overhead per iteration.
