@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/gofiber/fiber/v2"
+	"github.com/valyala/fasthttp"
 
 	"threadbox/app/files"
 	"threadbox/domain/fault"
@@ -124,21 +125,27 @@ type requestBody struct {
 }
 
 // bodyReader returns the request's body as a stream. One request has one:
-// the reader is kept in the request's locals, where finishBody finds what
-// the handler left unread.
+// the reader is kept in the request's user values, where guardRequests
+// finds what the handler left unread.
 func bodyReader(c *fiber.Ctx) *requestBody {
-	if b, ok := c.Locals(requestBodyKey{}).(*requestBody); ok {
-		return b
-	}
-	if r := c.Context().RequestBodyStream(); r != nil {
-		b := &requestBody{r: r, want: int64(c.Request().Header.ContentLength())}
-		if b.want < 0 {
-			b.peer = c.Context().Conn()
-		}
-		c.Locals(requestBodyKey{}, b)
-		return b
+	if c.Context().RequestBodyStream() != nil {
+		return requestBodyOf(c.Context())
 	}
 	return &requestBody{r: bytes.NewReader(c.Body()), want: -1}
+}
+
+// requestBodyOf returns the reader of a request's streamed body, made on
+// first use.
+func requestBodyOf(ctx *fasthttp.RequestCtx) *requestBody {
+	if b, ok := ctx.UserValue(requestBodyKey{}).(*requestBody); ok {
+		return b
+	}
+	b := &requestBody{r: ctx.RequestBodyStream(), want: int64(ctx.Request.Header.ContentLength())}
+	if b.want < 0 {
+		b.peer = ctx.Conn()
+	}
+	ctx.SetUserValue(requestBodyKey{}, b)
+	return b
 }
 
 // requestBodyKey keys a request's body reader in its locals.
@@ -177,9 +184,9 @@ func (b *requestBody) Read(p []byte) (int, error) {
 var errTornBody = errors.New("the request body ended before its Content-Length (the client left)")
 
 // finish discards what is left of the body (within the draining bounds),
-// or marks the connection to be closed after the response. finishBody
-// calls it after every handler that left its body unread.
-func (b *requestBody) finish(c *fiber.Ctx) {
+// or marks the connection to be closed after the response. guardRequests
+// calls it after every request that left its body unread.
+func (b *requestBody) finish(ctx *fasthttp.RequestCtx) {
 	deadline := time.Now().Add(drainTime)
 	buf := make([]byte, 32<<10)
 	for n := int64(0); n < drainMax && time.Now().Before(deadline); {
@@ -192,7 +199,7 @@ func (b *requestBody) finish(c *fiber.Ctx) {
 			break
 		}
 	}
-	c.Context().SetConnectionClose()
+	ctx.SetConnectionClose()
 }
 
 // uploadFile is POST /files: a multipart body whose "file" part is stored

@@ -23,25 +23,6 @@ func (s *Server) recoverPanics(c *fiber.Ctx) (err error) {
 	return c.Next()
 }
 
-// finishBody keeps what a request leaves unread of its streamed body from
-// being read as the next request on its connection: fasthttp leaves those
-// bytes in the connection's buffer, so a body refused before it was read —
-// by the authentication, a policy, a limit, an unknown route — would
-// smuggle its content in as a request of its own (behind a proxy that
-// shares connections, as another client's). Like net/http, the rest is
-// discarded within bounds; a body left longer than that closes the
-// connection after the answer.
-func (s *Server) finishBody(c *fiber.Ctx) error {
-	err := c.Next()
-	if c.Context().RequestBodyStream() == nil || c.Response().ConnectionClose() {
-		return err
-	}
-	if b := bodyReader(c); !b.eof {
-		b.finish(c)
-	}
-	return err
-}
-
 // survive, deferred directly in a goroutine a handler started (a stream
 // writer), logs a panic there instead of letting it end the process; the
 // middleware above sees only the handler's own goroutine.

@@ -32,8 +32,8 @@ func (s *Server) ServeSandboxConn(conn net.Conn, containerID string) {
 // sandboxServer returns an HTTP server for sandbox connections: the app's
 // handler behind a path filter, with the app's limits.
 func (s *Server) sandboxServer() *fasthttp.Server {
-	h := s.app.Handler()
 	base := s.app.Server()
+	h := base.Handler // the app's handler behind guardRequests
 	return &fasthttp.Server{
 		Handler: func(ctx *fasthttp.RequestCtx) {
 			if !bytes.HasPrefix(ctx.Path(), []byte(sandboxAPIPrefix)) {

@@ -112,6 +112,8 @@ func New(svc Services, log *slog.Logger, opt Options) *Server {
 		DisablePreParseMultipartForm: true,
 	})
 	s.routes()
+	srv := s.app.Server()
+	srv.Handler = guardRequests(srv.Handler, s.app.Config().RequestMethods)
 	return s
 }
 

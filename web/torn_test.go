@@ -46,7 +46,8 @@ func TestTornUploadIsTheClientsFailure(t *testing.T) {
 	var logged lockedBuffer
 	s := &Server{log: slog.New(slog.NewJSONHandler(&logged, nil))}
 	app := fiber.New(fiber.Config{StreamRequestBody: true, DisableStartupMessage: true, ErrorHandler: s.errorHandler})
-	app.Use(s.finishBody, s.accessLog)
+	app.Use(s.accessLog)
+	app.Server().Handler = guardRequests(app.Server().Handler, app.Config().RequestMethods)
 	read := make(chan error, 1)
 	app.Put("/up", func(c *fiber.Ctx) error {
 		body := bodyReader(c)
