@@ -7,7 +7,11 @@ import (
 	"io"
 	"log/slog"
 	"net/http/httptest"
+	"runtime"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/gofiber/fiber/v2"
 
@@ -96,6 +100,9 @@ func TestSandboxBackendsHandler(t *testing.T) {
 	}
 }
 
+// TestReadyz: the probe's answer for everyone is the status alone; a
+// caller with the scrape token gets what each check found and why one
+// failed; a wrong token is anyone.
 func TestReadyz(t *testing.T) {
 	dbDown := func(context.Context) error { return errors.New("dial tcp: connection refused") }
 	dbUp := func(context.Context) error { return nil }
@@ -105,7 +112,7 @@ func TestReadyz(t *testing.T) {
 		ready    func(context.Context) error
 		backends []sandbox.Backend
 		status   int
-		body     string
+		body     string // for the scrape token
 	}{
 		{"database and a backend up", dbUp, []sandbox.Backend{stubBackend{name: "docker"}}, 200,
 			`{"status":"ready","database":"ok","sandbox_backends":[{"name":"docker","available":true}]}`},
@@ -124,16 +131,102 @@ func TestReadyz(t *testing.T) {
 			if tt.backends != nil {
 				svc.Backends = backends.New(tt.backends)
 			}
-			srv := New(svc, slog.New(slog.DiscardHandler), Options{})
-			resp, err := srv.App().Test(httptest.NewRequest("GET", "/readyz", nil))
-			if err != nil {
-				t.Fatal(err)
+			srv := New(svc, slog.New(slog.DiscardHandler), Options{MetricsToken: "scrape-secret"})
+			public := `{"status":"ready"}`
+			if tt.status != 200 {
+				public = `{"status":"not ready"}`
 			}
-			body, _ := io.ReadAll(resp.Body)
-			if resp.StatusCode != tt.status || string(body) != tt.body {
-				t.Errorf("got %d %s\nwant %d %s", resp.StatusCode, body, tt.status, tt.body)
+			for _, c := range []struct{ auth, body string }{
+				{"", public},
+				{"Bearer a-wrong-token", public},
+				{"Bearer scrape-secret", tt.body},
+			} {
+				req := httptest.NewRequest("GET", "/readyz", nil)
+				if c.auth != "" {
+					req.Header.Set("Authorization", c.auth)
+				}
+				resp, err := srv.App().Test(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				body, _ := io.ReadAll(resp.Body)
+				if resp.StatusCode != tt.status || string(body) != c.body {
+					t.Errorf("with %q: got %d %s\nwant %d %s", c.auth, resp.StatusCode, body, tt.status, c.body)
+				}
 			}
 		})
+	}
+}
+
+// countingBackend counts its Available calls; while gate is open (not
+// nil and not closed) each call waits for it.
+type countingBackend struct {
+	sandbox.Backend
+	calls atomic.Int64
+	gate  chan struct{}
+}
+
+func (b *countingBackend) Name() string { return "docker" }
+func (b *countingBackend) Available(context.Context) error {
+	b.calls.Add(1)
+	if b.gate != nil {
+		<-b.gate
+	}
+	return nil
+}
+
+// TestReadyzProbesOncePerInterval: a flood of GET /readyz asks the
+// backends once per interval, requests that arrive during a probe share
+// its result, and a probe older than the interval is run again.
+func TestReadyzProbesOncePerInterval(t *testing.T) {
+	b := &countingBackend{gate: make(chan struct{})}
+	srv := &Server{log: slog.New(slog.DiscardHandler), svc: Services{Backends: backends.New([]sandbox.Backend{b})}}
+	var mu sync.Mutex
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	app := fiber.New()
+	app.Get("/readyz", newReadiness(srv, time.Second, clock).serve)
+	get := func() int {
+		resp, err := app.Test(httptest.NewRequest("GET", "/readyz", nil), -1)
+		if err != nil {
+			t.Error(err)
+			return 0
+		}
+		return resp.StatusCode
+	}
+
+	// 20 requests at once while the first probe waits on the backend.
+	var wg sync.WaitGroup
+	statuses := make([]int, 20)
+	for i := range statuses {
+		wg.Add(1)
+		go func() { defer wg.Done(); statuses[i] = get() }()
+	}
+	for b.calls.Load() == 0 {
+		runtime.Gosched()
+	}
+	close(b.gate)
+	wg.Wait()
+	for i, st := range statuses {
+		if st != 200 {
+			t.Errorf("request %d: %d", i, st)
+		}
+	}
+	for range 50 {
+		if st := get(); st != 200 {
+			t.Fatalf("status %d", st)
+		}
+	}
+	if n := b.calls.Load(); n != 1 {
+		t.Fatalf("the backend was asked %d times for 70 requests within one interval, want once", n)
+	}
+	mu.Lock()
+	now = now.Add(time.Second)
+	mu.Unlock()
+	get()
+	get()
+	if n := b.calls.Load(); n != 2 {
+		t.Fatalf("after the interval the backend was asked %d times in all, want 2", n)
 	}
 }
 

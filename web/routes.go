@@ -1,6 +1,8 @@
 package web
 
 import (
+	"time"
+
 	"github.com/gofiber/fiber/v2"
 
 	"threadbox/domain/fault"
@@ -9,9 +11,9 @@ import (
 // routes registers every route of the server.
 func (s *Server) routes() {
 	a := s.app
-	a.Use(s.finishBody, s.recoverPanics, s.accessLog)
+	a.Use(s.recoverPanics, s.accessLog)
 	a.Get("/healthz", func(c *fiber.Ctx) error { return c.JSON(fiber.Map{"status": "ok"}) })
-	a.Get("/readyz", s.readyz)
+	a.Get("/readyz", newReadiness(s, readyTTL, time.Now).serve)
 	a.Get("/metrics", s.metrics)
 	a.Get("/api/openapi.json", s.openAPI)
 
@@ -95,55 +97,4 @@ func (s *Server) routes() {
 	a.Get("/ui/*", s.uiAsset)
 
 	a.Use(func(c *fiber.Ctx) error { return fault.New(fault.NotFound, "no route for "+c.Method()+" "+c.Path()) })
-}
-
-// readyView is the body of GET /readyz, whatever its status.
-type readyView struct {
-	Status          string              `json:"status"`               // "ready" or "not ready"
-	Database        string              `json:"database"`             // "ok" or why not
-	BlobStore       string              `json:"blob_store,omitempty"` // "ok" or why not
-	SandboxBackends []backendStatusView `json:"sandbox_backends"`
-}
-
-// backendStatusView is one configured sandbox backend in readyView.
-type backendStatusView struct {
-	Name      string `json:"name"`
-	Available bool   `json:"available"`
-	Reason    string `json:"reason,omitempty"`
-}
-
-// readyz answers 200 when the database answers and is migrated, the
-// artifact store answers (when one is configured) and, when
-// sandbox backends are configured, at least one of them can serve (code
-// execution is core); 503 otherwise. Either way the body says what was
-// checked and why a check failed (docs/backends.md).
-func (s *Server) readyz(c *fiber.Ctx) error {
-	ctx := c.UserContext()
-	v := readyView{Status: "ready", Database: "ok", SandboxBackends: []backendStatusView{}}
-	if s.svc.Ready != nil {
-		if err := s.svc.Ready(ctx); err != nil {
-			s.log.Error("not ready: database", "err", err.Error())
-			v.Status, v.Database = "not ready", "unreachable or not migrated"
-		}
-	}
-	if s.svc.BlobsReady != nil {
-		v.BlobStore = "ok"
-		if err := s.svc.BlobsReady(ctx); err != nil {
-			s.log.Error("not ready: artifact store", "err", err.Error())
-			v.Status, v.BlobStore = "not ready", "unreachable"
-		}
-	}
-	if s.svc.Backends != nil {
-		statuses, ok := s.svc.Backends.Check(ctx)
-		for _, st := range statuses {
-			v.SandboxBackends = append(v.SandboxBackends, backendStatusView{Name: st.Name, Available: st.Available, Reason: st.Reason})
-		}
-		if !ok {
-			v.Status = "not ready"
-		}
-	}
-	if v.Status != "ready" {
-		return c.Status(fiber.StatusServiceUnavailable).JSON(v)
-	}
-	return c.JSON(v)
 }

@@ -39,6 +39,10 @@ func TestSandboxBackendSetting(t *testing.T) {
 	}
 }
 
+// scrapeToken is the METRICS_TOKEN of the servers whose readiness report
+// a test reads in full.
+const scrapeToken = "scrape-secret"
+
 // logLine is one line of serve's JSON log.
 type logLine struct {
 	Level   string `json:"level"`
@@ -92,6 +96,7 @@ func TestUnavailableBackendsSayWhy(t *testing.T) {
 				t.Setenv("DOCKER_HOST", tt.dockerHost)
 			}
 			tt.env["LOG_LEVEL"] = "warn"
+			tt.env["METRICS_TOKEN"] = scrapeToken
 			s := startServer(t, "", tt.env)
 			var errs, warns []logLine
 			for _, l := range logLines(t, s) {
@@ -113,7 +118,12 @@ func TestUnavailableBackendsSayWhy(t *testing.T) {
 				t.Errorf("warning %q", warns[0].Msg)
 			}
 
-			r := s.do("GET", "/readyz", "", nil)
+			// Everyone learns only that the server is not ready; the scrape
+			// token shows why.
+			if r := s.do("GET", "/readyz", "", nil); r.status != 503 || string(r.body) != `{"status":"not ready"}` {
+				t.Errorf("readyz without the scrape token: %d %s", r.status, r.body)
+			}
+			r := s.do("GET", "/readyz", scrapeToken, nil)
 			var ready struct {
 				Status          string
 				Database        string
@@ -155,8 +165,8 @@ func TestUnavailableBackendsSayWhy(t *testing.T) {
 // TestReadyWithoutSandboxBackends: with code execution switched off (no
 // backend configured) the server is ready and logs no backend error.
 func TestReadyWithoutSandboxBackends(t *testing.T) {
-	s := startServer(t, "", map[string]string{"SANDBOX_BACKEND": ",", "LOG_LEVEL": "warn"})
-	r := s.do("GET", "/readyz", "", nil)
+	s := startServer(t, "", map[string]string{"SANDBOX_BACKEND": ",", "LOG_LEVEL": "warn", "METRICS_TOKEN": scrapeToken})
+	r := s.do("GET", "/readyz", scrapeToken, nil)
 	if r.status != 200 || string(r.body) != `{"status":"ready","database":"ok","blob_store":"ok","sandbox_backends":[]}` {
 		t.Errorf("readyz %d %s", r.status, r.body)
 	}

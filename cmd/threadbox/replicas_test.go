@@ -25,7 +25,7 @@ import (
 	"threadbox/infra/store/storetest"
 )
 
-// replicaSet is the replica harness: threadbox processes on one throwaway
+// replicaSet is issue 19's harness: threadbox processes on one throwaway
 // PostgreSQL database, one data folder and one bucket of the S3-compatible
 // server scripts/s3-start.sh started, behind HAProxy (round-robin, no
 // affinity), all on loopback. lb is a client of the load balancer.
@@ -156,6 +156,7 @@ func startReplicas(t *testing.T, n int, extra map[string]string) *replicaSet {
 		"BLOB_URL": blobURL, "BLOB_CREATE_BUCKET": "true",
 		"AWS_ACCESS_KEY_ID": o.AccessKey, "AWS_SECRET_ACCESS_KEY": o.SecretKey,
 		"LEASE_TTL": "10s", "SWEEP_INTERVAL": "1s", "LOG_LEVEL": "info",
+		"METRICS_TOKEN": scrapeToken, // the readiness report's details
 	}
 	for k, v := range extra {
 		base[k] = v
@@ -216,7 +217,7 @@ func (rs *replicaSet) objects(t *testing.T) []string {
 	return keys
 }
 
-// TestReplicas checks scale-out through the load balancer: two
+// TestReplicas is issue 19's acceptance through the load balancer: two
 // threadbox replicas on one database, one data folder, one S3 bucket.
 func TestReplicas(t *testing.T) {
 	rs := startReplicas(t, 2, nil)
@@ -225,7 +226,7 @@ func TestReplicas(t *testing.T) {
 
 	// Every replica answers ready: the database and the object store.
 	for _, r := range rs.replicas {
-		resp := r.do("GET", "/readyz", "", nil)
+		resp := r.do("GET", "/readyz", scrapeToken, nil)
 		if resp.status != 200 || resp.json(t)["blob_store"] != "ok" {
 			t.Fatalf("readyz: %d %s", resp.status, resp.body)
 		}
@@ -552,7 +553,7 @@ func TestReplicas(t *testing.T) {
 			}
 		}
 		for _, r := range rs.replicas {
-			if resp := r.do("GET", "/readyz", "", nil); resp.status != 503 || resp.json(t)["blob_store"] != "unreachable" {
+			if resp := r.do("GET", "/readyz", scrapeToken, nil); resp.status != 503 || resp.json(t)["blob_store"] != "unreachable" {
 				t.Fatalf("readyz with the store down: %d %s", resp.status, resp.body)
 			}
 		}
