@@ -1,10 +1,19 @@
 #!/usr/bin/env bash
-# lint: gofmt, go vet and the dependency rule of ARCHITECTURE.md, for code
-# and tests alike (a test's imports are the package's imports):
+# lint: gofmt, go vet and the dependency rule of the layout (README,
+# Architecture), for code and tests alike (a test's imports are the
+# package's imports):
 #   - domain imports only the standard library and domain;
 #   - app never imports infra or web; web never imports infra;
-#   - only infra/sandbox/docker imports the Docker SDK (github.com/docker/...).
+#   - only infra/sandbox/docker imports the Docker SDK (github.com/docker/...);
+#   - no use case imports a sibling use case only for its sentinel errors.
 # Each violation is printed as "<package> (<file>) imports <import>".
+# Then the repository's files (tracked, and new ones not ignored; the
+# vendored frontend modules left out):
+#   - no file points outside the repository (the shared folder beside the
+#     checkout, or the internal product contract and package map by name);
+#   - no issue numbers or work-log stops in code, comments, docs, scripts or
+#     test names.
+# Each hit is printed as "<file>:<line>: <text>".
 set -euo pipefail
 cd "$(dirname "$0")/.."
 fail=0
@@ -30,8 +39,8 @@ where() {
 
 # Known violations, as "<package> <kind> <import>", reported but not failed:
 # each goes with its fix. app/workspace's turn_test.go runs the turn use case
-# over the real store and blob store; it moves out with the rewrite of
-# app/workspace under way (issue 14), which owns that folder now.
+# over the real store and blob store; it moves beside those adapters when the
+# thread work of app/workspace is separated from turn preparation.
 allowed=(
 	"threadbox/app/workspace test threadbox/infra/blob"
 	"threadbox/app/workspace test threadbox/infra/store"
@@ -76,4 +85,68 @@ if [ -n "$(go list ./app/... ./web/... 2>/dev/null)" ]; then
 fi
 rule "only threadbox/infra/sandbox/docker imports the Docker SDK (tests too)" ./... -- \
 	'$4 ~ /^github\.com\/docker\// && $1 != "threadbox/infra/sandbox/docker"'
+
+# used DIR KIND IMPORT: the identifiers of IMPORT that the package's files in
+# DIR (of KIND) use, one per line: every "name.Ident" outside comments, where
+# name is the import's local name in that file (its alias, or the imported
+# package's name).
+used() {
+	local name alias f
+	name=$(go list -f '{{.Name}}' "$3" 2>/dev/null) || return 0
+	for f in $(where "$1" "$2" "$3" | tr , ' '); do
+		alias=$(sed -n -E "s/^[[:space:]]*(import[[:space:]]+)?([A-Za-z_][A-Za-z0-9_]*)[[:space:]]+\"${3//\//\\/}\".*/\2/p" "$1/$f" | head -1)
+		[ "$alias" != import ] || alias=""
+		sed 's://.*$::' "$1/$f" | grep -oE "\b${alias:-$name}\.[A-Za-z_][A-Za-z0-9_]*" | sed 's/^[^.]*\.//' || true
+	done | sort -u
+}
+
+# A use case is a folder under app/ (its subpackages belong to it). A use
+# case that imports a sibling only for its sentinel errors (exported names
+# Err...) couples two use cases for a value: the sentinel belongs where both
+# can import it (domain, or the package that declares the port). Each
+# (package, code or tests, import) is judged by every identifier its files
+# use of the import.
+if [ -n "$(go list ./app/... 2>/dev/null)" ]; then
+	bad=""
+	while read -r pkg dir kind imp; do
+		ids=$(used "$dir" "$kind" "$imp")
+		[ -n "$ids" ] || continue
+		if ! grep -qv '^Err' <<<"$ids"; then
+			bad+="$pkg ($(where "$dir" "$kind" "$imp")) imports $imp only for $(paste -sd, - <<<"$ids")"$'\n'
+		fi
+	done < <(imports ./app/... | awk '$4 ~ /^threadbox\/app\// { split($1, a, "/"); split($4, b, "/"); if (a[3] != b[3]) print }' | sort -u)
+	if [ -n "$bad" ]; then
+		echo "dependency rule: a use case must not import a sibling use case only for its sentinel errors (tests too):"
+		printf '%s' "$bad"
+		fail=1
+	fi
+fi
+
+# The repository's own files: tracked, and new ones not yet ignored. The
+# vendored frontend modules are third-party code and left out.
+mapfile -t files < <({ git ls-files; git ls-files --others --exclude-standard; } 2>/dev/null | grep -v '^web/ui/vendor/' | sort -u)
+
+# scan TITLE ERE: prints TITLE and every line of the repository's text files
+# that matches ERE (case ignored) and fails.
+scan() {
+	local hits
+	[ ${#files[@]} -gt 0 ] || return 0
+	hits=$(printf '%s\0' "${files[@]}" | xargs -0 -r grep -nIiE -- "$2" 2>/dev/null || true)
+	if [ -n "$hits" ]; then
+		echo "$1:"
+		printf '%s\n' "$hits"
+		fail=1
+	fi
+}
+
+# Nothing points outside the repository: a clone has to stand alone. The
+# API's reference is docs/api.md and the served OpenAPI document.
+scan "files must not point outside the repository (docs/api.md is the API's reference)" \
+	'[.][.]/shared|/work[/]shared|CONTRACT([.]md|[[:space:]]*§)|ARCHITECTURE[.]md'
+
+# Comments, docs and test names say what the code does and why, not which
+# issue or work session asked for it: those numbers mean nothing to a reader
+# of the repository.
+scan "no issue numbers or work-log stops in code, comments, docs or test names" \
+	'(^|[^[:alnum:]_])(issues?[[:space:]_#-]*|stops?[[:space:]_#-]+)[0-9]+|(Test|Fuzz|Benchmark|Example)[[:alnum:]_]*(Issue|Stop)_?[0-9]+'
 exit $fail

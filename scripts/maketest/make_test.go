@@ -95,9 +95,32 @@ func testFile(pkg, imp string) string {
 	return "package " + pkg + "\n\nimport (\n\t\"testing\"\n\n\t_ \"" + imp + "\"\n)\n\nfunc TestX(t *testing.T) {}\n"
 }
 
+// sentinels is a use case with two sentinel errors and a service.
+const sentinels = "// Package b is a use case.\npackage b\n\nimport \"errors\"\n\n// ErrGone and ErrBusy are sentinels.\nvar (\n\tErrGone = errors.New(\"gone\")\n\tErrBusy = errors.New(\"busy\")\n)\n\n// Service is a use case.\ntype Service struct{}\n"
+
+// useCase is package c, importing threadbox/app/b under alias (none when
+// empty) and using the expressions uses of it.
+func useCase(alias, uses string) string {
+	imp := "\"threadbox/app/b\""
+	if alias != "" {
+		imp = alias + " " + imp
+	}
+	return "// Package c is a use case.\npackage c\n\nimport " + imp + "\n\n// Uses are what c takes from b.\nvar Uses = []any{" + uses + "}\n"
+}
+
+// The references the content checks look for, built from parts so that
+// this file itself holds none of them.
+var (
+	outside  = ".." + "/shared/spec/CONTRACT.md"
+	issueRef = "iss" + "ue 12"
+	stopRef  = "st" + "op 7"
+	testName = "TestIss" + "ue12"
+)
+
 // TestMakeLint runs `make lint` over small modules, each breaking (or
-// keeping) the dependency rule once, and checks that it fails naming the
-// package, the file and the offending import, or passes.
+// keeping) one of its rules once, and checks that it fails naming the
+// package, the file and the offending import (or the file and line), or
+// passes.
 func TestMakeLint(t *testing.T) {
 	if _, err := exec.LookPath("make"); err != nil {
 		t.Fatalf("make is needed: %v", err)
@@ -133,6 +156,28 @@ func TestMakeLint(t *testing.T) {
 			"infra/sandbox/docker/docker.go":      "// Package docker is the backend.\npackage docker\n\nimport _ \"github.com/docker/docker/client\"\n",
 			"infra/sandbox/docker/docker_test.go": testFile("docker", "github.com/docker/docker/client"),
 		}, ""},
+		{"use case imports a sibling only for a sentinel", map[string]string{"app/b/b.go": sentinels,
+			"app/c/c.go": useCase("", "b.ErrGone")},
+			"threadbox/app/c (c.go) imports threadbox/app/b only for ErrGone"},
+		{"use case imports a sibling under an alias only for sentinels", map[string]string{"app/b/b.go": sentinels,
+			"app/c/c.go": useCase("bb", "bb.ErrGone, bb.ErrBusy")},
+			"threadbox/app/c (c.go) imports threadbox/app/b only for ErrBusy,ErrGone"},
+		{"use case test imports a sibling only for a sentinel", map[string]string{"app/b/b.go": sentinels,
+			"app/a/a_test.go": "package a\n\nimport (\n\t\"errors\"\n\t\"testing\"\n\n\t\"threadbox/app/b\"\n)\n\nfunc TestX(t *testing.T) { _ = errors.Is(nil, b.ErrGone) }\n"},
+			"threadbox/app/a (a_test.go) imports threadbox/app/b only for ErrGone"},
+		{"use case imports a sibling for more than a sentinel", map[string]string{"app/b/b.go": sentinels,
+			"app/c/c.go": useCase("", "b.ErrGone, b.Service{}")}, ""},
+		{"use case's subpackage imports it for a sentinel", map[string]string{"app/b/b.go": sentinels,
+			"app/b/sub/sub.go": "// Package sub is part of b.\npackage sub\n\nimport \"threadbox/app/b\"\n\n// Err is b.ErrGone.\nvar Err = b.ErrGone\n"}, ""},
+		{"a file points outside the repository", map[string]string{"docs/x.md": "# X\n\nSee " + outside + ".\n"},
+			"docs/x.md:3:"},
+		{"an issue number in a comment", map[string]string{"app/a/n.go": "package a\n\n// M is fixed (" + issueRef + ").\nconst M = 2\n"},
+			"app/a/n.go:3:"},
+		{"a work-log stop in the docs", map[string]string{"docs/y.md": "# Y\n\nMeasured in " + stopRef + ".\n"},
+			"docs/y.md:3:"},
+		{"an issue number in a test name", map[string]string{"app/a/a_test.go": "package a\n\nimport \"testing\"\n\nfunc " + testName + "(t *testing.T) {}\n"},
+			"app/a/a_test.go:5:"},
+		{"numbers beside words that are no issue or stop", map[string]string{"app/a/n.go": "package a\n\n// stop1 and stop2 stop the two servers; at most 64 issues are kept.\nconst M = 2\n"}, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
