@@ -150,7 +150,7 @@ func TestCodeExecutionOff(t *testing.T) {
 	}
 }
 
-// TestDevBuildsMissingImage is issue 22's first-run test: `threadbox dev`
+// TestDevBuildsMissingImage is the first-run test: `threadbox dev`
 // (what `make run` runs) on a fresh DATA_DIR with an image name Docker
 // does not have builds the image with the offline recipe and serves, and
 // the first code block of a chat turn runs in it. The image name is a

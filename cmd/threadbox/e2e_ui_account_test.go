@@ -345,7 +345,7 @@ func TestE2EAccountsAndThreads(t *testing.T) {
 const pageAccessToken = `fetch('/api/v1/app/auth/refresh', {method: 'POST', headers: {'X-Threadbox-Refresh': '1'}}).then(r => r.json()).then(s => s.token)`
 
 // TestE2EAdminUsersAndAudit: bugs of the admin page found walking through
-// it (issue 17). A user added without a password is said to be unable to
+// it. A user added without a password is said to be unable to
 // sign in, in the notice and in their row, until one is set; the password
 // dialog hides what is typed; the audit log shows a password reset as a
 // change, with the actor and the user it is about by email; an admin who

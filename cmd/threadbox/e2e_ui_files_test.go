@@ -22,7 +22,7 @@ import (
 const onePagePDF = "%PDF-1.4\n1 0 obj<</Type/Catalog/Pages 2 0 R>>endobj 2 0 obj<</Type/Pages/Kids[3 0 R]/Count 1>>endobj " +
 	"3 0 obj<</Type/Page/Parent 2 0 R/MediaBox[0 0 200 200]>>endobj\ntrailer<</Root 1 0 R>>\n%%EOF\n"
 
-// TestE2EThreadFiles (issue 17): a thread's files can be previewed in the
+// TestE2EThreadFiles: a thread's files can be previewed in the
 // side panel (a CSV as a table, text, an image, a PDF) and deleted after a
 // confirmation; a download is saved by the browser from a short-lived
 // ticket URL, not built in page memory (no blob: URL is made), byte for
@@ -152,7 +152,7 @@ func TestE2EThreadFiles(t *testing.T) {
 	noHorizontalOverflow(t, b, 375)
 }
 
-// TestE2EAttachToMessage (issue 17): files uploaded in the composer are
+// TestE2EAttachToMessage: files uploaded in the composer are
 // attached to the message being written, listed there and removable, and
 // the message sent names them (container_upload blocks before its text),
 // in the page and as stored.

@@ -80,7 +80,7 @@ func TestThreadSearchAPI(t *testing.T) {
 	})
 }
 
-// TestE2EThreadSearch (issue 17): the sidebar's search finds threads by
+// TestE2EThreadSearch: the sidebar's search finds threads by
 // title and by message text as the user types, with the match marked and
 // a count announced; a result opens its thread; Escape clears it.
 func TestE2EThreadSearch(t *testing.T) {

@@ -11,7 +11,7 @@ import (
 	"threadbox/e2e"
 )
 
-// TestE2ESessions (issue 17): a signed-in browser stays signed in across a
+// TestE2ESessions: a signed-in browser stays signed in across a
 // reload and in a new tab, with no token in any storage a script could
 // read; the refresh endpoint refuses the page's own call without the
 // custom header; signing out in one tab signs the other out at its next

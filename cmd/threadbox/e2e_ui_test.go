@@ -1,6 +1,6 @@
 package main
 
-// End-to-end tests of the web frontend (issue 8) in headless Chromium.
+// End-to-end tests of the web frontend in headless Chromium.
 //
 // They live in package main, beside harness_test.go, so that the server is
 // started in-process through run() exactly as the API tests start it: no
@@ -152,7 +152,7 @@ const plotMessage = "Plot the sales.\n```python\n" +
 	"seq 1 500\n" +
 	"```"
 
-// TestE2EChat is issue 8's scenario: log in; create a project and a
+// TestE2EChat is the frontend's main scenario: log in; create a project and a
 // thread; upload a CSV with the file picker; send a python block that plots
 // it; watch the turn stream (the code card shows before its result); see
 // stdout, stderr, the exit code and the image preview; download the image

@@ -12,7 +12,7 @@ import (
 	"threadbox/e2e"
 )
 
-// TestE2EEditAndRegenerate (issue 17): the last answer can be regenerated
+// TestE2EEditAndRegenerate: the last answer can be regenerated
 // and the last user message edited and sent again; each starts a new turn
 // and the one it replaces stays in the thread, folded as an earlier
 // version, in the page, after a reload, in the API (replaced) and in a

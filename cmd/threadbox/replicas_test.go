@@ -25,7 +25,7 @@ import (
 	"threadbox/infra/store/storetest"
 )
 
-// replicaSet is issue 19's harness: threadbox processes on one throwaway
+// replicaSet is the replica harness: threadbox processes on one throwaway
 // PostgreSQL database, one data folder and one bucket of the S3-compatible
 // server scripts/s3-start.sh started, behind HAProxy (round-robin, no
 // affinity), all on loopback. lb is a client of the load balancer.
@@ -217,7 +217,7 @@ func (rs *replicaSet) objects(t *testing.T) []string {
 	return keys
 }
 
-// TestReplicas is issue 19's acceptance through the load balancer: two
+// TestReplicas checks scale-out through the load balancer: two
 // threadbox replicas on one database, one data folder, one S3 bucket.
 func TestReplicas(t *testing.T) {
 	rs := startReplicas(t, 2, nil)

@@ -11,7 +11,7 @@ import (
 )
 
 // TestSandboxTokenScope: the token handed to code in a sandbox acts only on
-// that sandbox's container (issue 21, item 1). Code running in one
+// that sandbox's container. Code running in one
 // container of a user can neither read, write nor delete the files of the
 // user's other containers and threads, nor run code in them; its own
 // container stays open to it, and a request naming no container uses it.
@@ -118,7 +118,7 @@ func featureChanges(t *testing.T, s *server, tok string) int {
 
 // TestPolicyPatchUnknownKeys: a policy patch with a key the policy does not
 // have, or a value of the wrong type, is a 400 naming the key; nothing is
-// changed or audited (issue 21, item 6).
+// changed or audited.
 func TestPolicyPatchUnknownKeys(t *testing.T) {
 	databases(t, func(t *testing.T, dbURL string) {
 		s := startServer(t, dbURL, nil)
@@ -179,7 +179,7 @@ func auditEvents(t *testing.T, s *server, tok, action string) []map[string]any {
 // TestProjectManagement: a project is managed (renamed, deleted) by its
 // owner or an admin; renames and deletions are audited; a member who owns
 // a project may delete it with every thread in it, but not another
-// member's single thread (issue 21, item 7).
+// member's single thread.
 func TestProjectManagement(t *testing.T) {
 	databases(t, func(t *testing.T, dbURL string) {
 		s := startServer(t, dbURL, nil)
@@ -241,10 +241,10 @@ func TestProjectManagement(t *testing.T) {
 	})
 }
 
-// TestArtifactsShowTheirMaker: artifacts belong to the project (CONTRACT
-// §1), so a member's private thread's outputs are listed and downloadable
+// TestArtifactsShowTheirMaker: artifacts belong to the project (docs/api.md,
+// Concepts), so a member's private thread's outputs are listed and downloadable
 // by every member of the project — and each says which thread and which
-// user made it, also after the thread is gone (issue 21, item 10).
+// user made it, also after the thread is gone.
 func TestArtifactsShowTheirMaker(t *testing.T) {
 	bin := needDocker(t)
 	s := startServer(t, "", map[string]string{"SANDBOX_BACKEND": "docker", "THREADBOX_AGENT_BIN": bin, "MODEL_PROVIDER": "runner"})
@@ -293,8 +293,7 @@ func TestArtifactsShowTheirMaker(t *testing.T) {
 
 // TestSandboxErrorsHideHostDetails: when a sandbox cannot start, the tool
 // result shows a stable message and an error id, never the backend's error
-// with its host paths; the server's log has the cause under that id
-// (issue 21, item 5).
+// with its host paths; the server's log has the cause under that id.
 func TestSandboxErrorsHideHostDetails(t *testing.T) {
 	bin := needDocker(t)
 	s := startServer(t, "", map[string]string{"SANDBOX_BACKEND": "docker", "THREADBOX_AGENT_BIN": bin, "MODEL_PROVIDER": "runner"})
