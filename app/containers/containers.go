@@ -54,10 +54,13 @@ type Leases interface {
 }
 
 // Quota checks an org's quotas before a container is made or a sandbox
-// boots; an error is the request's answer.
+// boots; an error is the request's answer (app/quota.Service).
 type Quota interface {
 	BeforeCreate(ctx context.Context, orgID, userID string) error
-	BeforeBoot(ctx context.Context, orgID, userID string) error
+	// Reserve takes the running-sandbox slot of c, recorded as booting
+	// (c.Booting), atomically across every server on the database; a
+	// refusal records nothing.
+	Reserve(ctx context.Context, c container.Container) error
 }
 
 // BootHook runs after a sandbox of the container booted or was adopted (the
@@ -378,17 +381,34 @@ func (s *Service) ensure(ctx context.Context, id string) (*live, error) {
 		}
 	}
 	if s.quota != nil {
-		if err := s.quota.BeforeBoot(ctx, c.OrgID(), c.OwnerID()); err != nil {
+		// The slot is taken before the boot: a sandbox counts as running
+		// from here, so concurrent boots cannot all pass the quota.
+		if err := s.quota.Reserve(ctx, c.Booting(s.leases.Holder(), s.now())); err != nil {
 			s.giveBack(id)
 			return nil, err
 		}
 	}
 	l, err = s.boot(ctx, c)
 	if err != nil {
+		s.unreserve(id)
 		s.giveBack(id)
 		return nil, s.hide(id, "boot", err)
 	}
 	return l, nil
+}
+
+// unreserve gives back the running slot a failed boot reserved: the
+// container's record, if it says this process's sandbox runs, says idle.
+func (s *Service) unreserve(id string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := s.store.Container(ctx, id)
+	if err != nil || c.State() != container.Running || c.Holder() != s.leases.Holder() {
+		return
+	}
+	if err := s.store.UpdateContainer(ctx, c.Stopped()); err != nil && !fault.Is(err, fault.NotFound) {
+		s.log.Warn("running slot of a failed boot not given back", "container", id, "cause", err.Error())
+	}
 }
 
 // boot starts the sandbox of c on the first backend that can, records it

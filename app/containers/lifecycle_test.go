@@ -201,7 +201,7 @@ func TestSweep(t *testing.T) {
 type quota struct{ create, boot error }
 
 func (q quota) BeforeCreate(context.Context, string, string) error { return q.create }
-func (q quota) BeforeBoot(context.Context, string, string) error   { return q.boot }
+func (q quota) Reserve(context.Context, container.Container) error { return q.boot }
 
 func TestQuotaChecks(t *testing.T) {
 	ctx := context.Background()

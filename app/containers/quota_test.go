@@ -2,6 +2,7 @@ package containers
 
 import (
 	"context"
+	"errors"
 	"testing"
 
 	"threadbox/domain/container"
@@ -25,15 +26,22 @@ func (q *fakeQuota) BeforeCreate(_ context.Context, orgID, userID string) error 
 	return nil
 }
 
-func (q *fakeQuota) BeforeBoot(_ context.Context, orgID, userID string) error {
-	q.boots = append(q.boots, orgID+"/"+userID)
+// Reserve records the reservation as the store does: c saved as running,
+// unless refused.
+func (q *fakeQuota) Reserve(ctx context.Context, c container.Container) error {
+	q.boots = append(q.boots, c.OrgID()+"/"+c.OwnerID())
+	q.st.mu.Lock()
 	for _, c := range q.st.m {
 		q.stateAtBoot = append(q.stateAtBoot, c.State())
 	}
+	q.st.mu.Unlock()
 	if q.refuseBoot {
 		return fault.New(fault.RateLimited, `quota "runningSandboxesPerUser" reached`)
 	}
-	return nil
+	if c.State() != container.Running || c.Backend() != "" || c.Holder() == "" {
+		return fault.Errorf(fault.Invalid, "reserved %s as %s on %q for %q, want running with no backend yet", c.ID(), c.State(), c.Backend(), c.Holder())
+	}
+	return q.st.UpdateContainer(ctx, c)
 }
 
 func TestQuotaBeforeCreate(t *testing.T) {
@@ -107,5 +115,37 @@ func TestQuotaBeforeBoot(t *testing.T) {
 	}
 	if got, _ := st.Container(ctx, c.ID()); got.State() != container.Running {
 		t.Fatalf("state %s after the boot", got.State())
+	}
+}
+
+// TestQuotaSlotGivenBackWhenTheBootFails: the running slot is taken before
+// the boot (the record says running while it boots); a boot that fails
+// gives it back, so the record says idle and counts against nothing.
+func TestQuotaSlotGivenBackWhenTheBootFails(t *testing.T) {
+	b := newFake("a")
+	s, st, _ := newService(b)
+	q := &fakeQuota{st: st}
+	ctx := context.Background()
+	c, err := s.ForUser(ctx, alice, "box")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.SetQuota(q)
+	b.ensureErr = errors.New("no space left")
+	if _, err := s.Exec(ctx, c.ID(), sandbox.Command{Args: []string{"true"}}); err == nil {
+		t.Fatal("a failed boot ran the command")
+	}
+	if len(q.boots) != 1 {
+		t.Fatalf("reservations %v, want one", q.boots)
+	}
+	if got, _ := st.Container(ctx, c.ID()); got.State() != container.Idle || got.Holder() != "" {
+		t.Fatalf("after a failed boot the record is %s held by %q", got.State(), got.Holder())
+	}
+	b.ensureErr = nil
+	if _, err := s.Exec(ctx, c.ID(), sandbox.Command{Args: []string{"true"}}); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := st.Container(ctx, c.ID()); got.State() != container.Running || got.Backend() != "a" {
+		t.Fatalf("after the boot the record is %s on %q", got.State(), got.Backend())
 	}
 }

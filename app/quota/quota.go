@@ -1,6 +1,6 @@
 // Package quota enforces the resource quotas of the org policy: running
 // sandboxes per user and per org, containers per user and storage bytes per
-// org. The container manager calls BeforeCreate and BeforeBoot; the
+// org. The container manager calls BeforeCreate and Reserve; the
 // requests that may boot a sandbox call BeforeRun before they create
 // anything; uploads and artifact saving ask StorageLeft or BeforeStore
 // before they write. Each refusal names its quota (org.Quotas.Admit).
@@ -11,6 +11,7 @@ import (
 	"fmt"
 
 	"threadbox/domain/container"
+	"threadbox/domain/fault"
 	"threadbox/domain/org"
 )
 
@@ -27,6 +28,12 @@ type Store interface {
 	ArtifactBytes(ctx context.Context, orgID string) (int64, error)
 	// Container returns the container with storage id.
 	Container(ctx context.Context, id string) (container.Container, error)
+	// ReserveRunning saves c, a container about to boot recorded as
+	// running, when admit accepts the running containers of its owner and
+	// of its org (c not among them), counted in the same step, which no
+	// other reservation for the org interleaves with (on any server of
+	// the database).
+	ReserveRunning(ctx context.Context, c container.Container, admit func(user, org int64) error) error
 }
 
 // Disks measures the bytes a container's files use on the host
@@ -40,9 +47,11 @@ type Policies interface {
 	OrgPolicy(ctx context.Context, orgID string) (org.Policy, error)
 }
 
-// Service checks the quotas. The checks count what is recorded when they
-// run, so two boots (or creations) racing for the last slot may both pass:
-// a quota bounds steady use, not a burst of simultaneous requests.
+// Service checks the quotas. The running-sandbox quotas are held at every
+// boot by Reserve, atomically; the other checks count what is recorded
+// when they run, so two creations (or uploads) racing for the last slot
+// may both pass: those quotas bound steady use, not a burst of
+// simultaneous requests.
 type Service struct {
 	store    Store
 	disks    Disks
@@ -78,11 +87,42 @@ func (s *Service) BeforeCreate(ctx context.Context, orgID, userID string) error 
 	return q.Admit(org.ContainersPerUser, n)
 }
 
+// Reserve takes the running-sandbox slot of c, a container whose sandbox
+// is about to boot (c.Booting: recorded as running, held by the booting
+// server): the running sandboxes of its owner and of its org are counted
+// and c recorded as running in one step that no other reservation for the
+// org interleaves with, in this server or another on the database, so N
+// boots racing for the last slot admit exactly one. A refusal is
+// fault.RateLimited naming the quota, and records nothing. The container
+// manager calls it just before it boots the sandbox, and records the
+// container stopped again when the boot fails (a server that dies
+// meanwhile leaves a record its sweep, or another server's, sets idle).
+// Without a running-sandbox quota nothing is counted or recorded here.
+func (s *Service) Reserve(ctx context.Context, c container.Container) error {
+	q, err := s.quotas(ctx, c.OrgID())
+	if err != nil {
+		return err
+	}
+	if q.Limit(org.RunningSandboxesPerUser) == 0 && q.Limit(org.RunningSandboxesPerOrg) == 0 {
+		return nil
+	}
+	err = s.store.ReserveRunning(ctx, c, func(user, all int64) error {
+		if err := q.Admit(org.RunningSandboxesPerUser, user); err != nil {
+			return err
+		}
+		return q.Admit(org.RunningSandboxesPerOrg, all)
+	})
+	if err != nil && !fault.Is(err, fault.RateLimited) {
+		return fmt.Errorf("quota: reserve a running sandbox: %w", err)
+	}
+	return err
+}
+
 // BeforeBoot refuses (fault.RateLimited, naming the quota) booting one more
 // sandbox for a user of the org when the user, or the org, has as many
-// running as the policy allows. The container manager calls it just before
-// it boots a container's sandbox; the container itself must not be
-// recorded as running then.
+// running as the policy allows, counting what is recorded now. Requests
+// call it (through BeforeRun) to refuse early, before they make anything;
+// the boot itself takes its slot with Reserve.
 func (s *Service) BeforeBoot(ctx context.Context, orgID, userID string) error {
 	q, err := s.quotas(ctx, orgID)
 	if err != nil {

@@ -21,6 +21,7 @@ type fakeStore struct {
 	states     map[string]container.State
 	err        error
 	calls      []string
+	reserved   []string // containers ReserveRunning recorded
 }
 
 func (f *fakeStore) RunningSandboxes(_ context.Context, orgID, userID string) (int64, error) {
@@ -50,6 +51,19 @@ func (f *fakeStore) Container(_ context.Context, id string) (container.Container
 		return container.Container{}, fault.New(fault.NotFound, "container not found")
 	}
 	return container.Restore(id, "x", "org_1", "usr_1", "", st, "", "", time.Time{}, time.Time{}), nil
+}
+
+// ReserveRunning admits with the running counts and records c when admitted.
+func (f *fakeStore) ReserveRunning(_ context.Context, c container.Container, admit func(user, org int64) error) error {
+	f.calls = append(f.calls, "reserve:"+c.ID())
+	if f.err != nil {
+		return f.err
+	}
+	if err := admit(f.running[c.OwnerID()], f.running[""]); err != nil {
+		return err
+	}
+	f.reserved = append(f.reserved, c.ID())
+	return nil
 }
 
 type fakeDisks map[string]int64
@@ -151,6 +165,15 @@ func TestBeforeBootAndBeforeRun(t *testing.T) {
 			s := New(st, nil, fakePolicies{q: tc.quotas})
 			tc.boot.check(t, s.BeforeBoot(context.Background(), "org_1", "usr_1"))
 			tc.run.check(t, s.BeforeRun(context.Background(), "org_1", "usr_1", tc.container))
+			// Reserve admits as BeforeBoot counts, and records the
+			// container only when a running quota is set and admits it.
+			booting := container.Restore("usr_1--c", "c", "org_1", "usr_1", "", container.Running, "", "h", time.Time{}, time.Time{})
+			err := s.Reserve(context.Background(), booting)
+			tc.boot.check(t, err)
+			limited := tc.quotas[org.RunningSandboxesPerUser]+tc.quotas[org.RunningSandboxesPerOrg] > 0
+			if wantRec := err == nil && limited; (len(st.reserved) == 1) != wantRec {
+				t.Fatalf("reserved %v, want a record: %v", st.reserved, wantRec)
+			}
 		})
 	}
 	t.Run("policy errors are returned", func(t *testing.T) {

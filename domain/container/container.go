@@ -174,6 +174,14 @@ func (c Container) Booted(backend, holder string, now time.Time) Container {
 	return c.Touch(now)
 }
 
+// Booting returns the container with a sandbox about to boot for the
+// server process holder, used at now: it counts as running from here (a
+// running-sandbox quota's slot is taken before the boot, not after it),
+// with no backend named until Booted.
+func (c Container) Booting(holder string, now time.Time) Container {
+	return c.Booted("", holder, now)
+}
+
 // Stopped returns the container with no sandbox running; its files stay.
 func (c Container) Stopped() Container {
 	c.state, c.backend, c.holder = Idle, "", ""

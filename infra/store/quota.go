@@ -24,6 +24,48 @@ func (s *Store) RunningSandboxes(ctx context.Context, orgID, userID string) (int
 	return n, nil
 }
 
+// ReserveRunning records c (a container about to boot its sandbox, in
+// state running) within the running-sandbox quotas: one transaction
+// counts the running containers of c's owner and of c's org, c itself not
+// among them, and calls admit with both counts; only when admit returns
+// nil is c saved. On PostgreSQL the transaction first takes a lock of the
+// org (a transaction advisory lock, released at its end), so two servers
+// booting for one org count one after the other and the second sees the
+// first's reservation; on the embedded SQLite the single writer
+// connection orders the transactions. admit's error is returned as it is.
+func (s *Store) ReserveRunning(ctx context.Context, c container.Container, admit func(user, org int64) error) error {
+	return s.InTx(ctx, func(tx *Store) error {
+		if tx.dialect == "postgres" {
+			if err := tx.q(ctx).Exec("SELECT pg_advisory_xact_lock(hashtextextended(?, 0))", "running-sandboxes:"+c.OrgID()).Error; err != nil {
+				return dbError("running sandboxes lock", err)
+			}
+		}
+		count := func(owner string) (int64, error) {
+			q := tx.q(ctx).Model(&containerRow{}).Where("org_id = ? AND state = ? AND id <> ?", c.OrgID(), string(container.Running), c.ID())
+			if owner != "" {
+				q = q.Where("owner_id = ?", owner)
+			}
+			var n int64
+			if err := q.Count(&n).Error; err != nil {
+				return 0, translate(err, "containers")
+			}
+			return n, nil
+		}
+		user, err := count(c.OwnerID())
+		if err != nil {
+			return err
+		}
+		org, err := count("")
+		if err != nil {
+			return err
+		}
+		if err := admit(user, org); err != nil {
+			return err
+		}
+		return tx.UpdateContainer(ctx, c)
+	})
+}
+
 // UserContainers counts the containers the user owns in the org.
 func (s *Store) UserContainers(ctx context.Context, orgID, userID string) (int64, error) {
 	var n int64
