@@ -34,26 +34,35 @@ func TestRefusedBodiesCaptureNothingBehindAProxy(t *testing.T) {
 		t.Fatalf("project: %d %s", r.status, r.body)
 	}
 	trap := f.thread(t, attacker, r.json(t)["id"].(string))
-	if r := s.do("PATCH", appAPI+"/org/features", attacker, map[string]any{"uploads": false}); r.status != 200 {
+	// The attacker's second org refuses uploads by policy.
+	refuser := s.bootstrap("initech", "admin@initech.test")
+	r = s.do("POST", appAPI+"/project", refuser, map[string]any{"name": "Closed"})
+	if r.status != 201 {
+		t.Fatalf("project: %d %s", r.status, r.body)
+	}
+	closed := f.thread(t, refuser, r.json(t)["id"].(string))
+	if r := s.do("PATCH", appAPI+"/org/features", refuser, map[string]any{"uploads": map[string]any{"enabled": false}}); r.status != 200 {
 		t.Fatalf("uploads off: %d %s", r.status, r.body)
 	}
 	lb := startReusingProxy(t, strings.TrimPrefix(s.base, "http://"))
 	victim := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1}}
 
-	padding := strings.Repeat("a", 20<<10) // past fasthttp's prefetch of a body
+	padding := strings.Repeat("\r\n", 10<<10) // past fasthttp's prefetch of a body; parsers skip blank lines before a request
 	capture := func(i int) string {
 		return padding + fmt.Sprintf("PUT %s/thread/%s/put-file/captured-%d.txt HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Length: 120\r\n\r\n", appAPI, trap, i, attacker)
 	}
-	fixed := func(method, path string) func(string) string {
+	fixedAs := func(token, method, path string) func(string) string {
 		return func(body string) string {
-			return fmt.Sprintf("%s %s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/octet-stream\r\nContent-Length: %d\r\n\r\n%s", method, path, attacker, len(body), body)
+			return fmt.Sprintf("%s %s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/octet-stream\r\nContent-Length: %d\r\n\r\n%s", method, path, token, len(body), body)
 		}
 	}
-	chunked := func(method, path string) func(string) string {
+	chunkedAs := func(token, method, path string) func(string) string {
 		return func(body string) string {
-			return fmt.Sprintf("%s %s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n", method, path, attacker, len(body), body)
+			return fmt.Sprintf("%s %s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n", method, path, token, len(body), body)
 		}
 	}
+	fixed := func(method, path string) func(string) string { return fixedAs(attacker, method, path) }
+	chunked := func(method, path string) func(string) string { return chunkedAs(attacker, method, path) }
 	noToken := func(body string) string {
 		return fmt.Sprintf("PUT %s/thread/%s/put-file/x.txt HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s", appAPI, trap, len(body), body)
 	}
@@ -67,8 +76,8 @@ func TestRefusedBodiesCaptureNothingBehindAProxy(t *testing.T) {
 		{"lowercase method", fixed("post", "/v1/messages"), 501},
 		{"unknown route", fixed("POST", "/nowhere"), 404},
 		{"unknown route, chunked", chunked("POST", "/nowhere"), 404},
-		{"upload refused by policy", fixed("PUT", appAPI+"/thread/"+trap+"/put-file/refused.txt"), 403},
-		{"upload refused by policy, chunked", chunked("PUT", appAPI+"/thread/"+trap+"/put-file/refused.txt"), 403},
+		{"upload refused by policy", fixedAs(refuser, "PUT", appAPI+"/thread/"+closed+"/put-file/refused.txt"), 403},
+		{"upload refused by policy, chunked", chunkedAs(refuser, "PUT", appAPI+"/thread/"+closed+"/put-file/refused.txt"), 403},
 		{"no token", noToken, 401},
 	}
 	for i, tc := range cases {
