@@ -2,7 +2,8 @@
 # Builds kube-apiserver, kube-controller-manager, kube-scheduler and kubelet
 # for the kubernetes backend's test cluster from the Go module proxy into a cache outside the repository,
 # keyed on scripts/k8s/build/go.sum, and prints the cache's bin folder.
-# A warm cache returns at once; the binaries are never committed.
+# A warm cache returns at once; a caller that finds a build running waits
+# for it; the binaries are never committed.
 #   K8S_CACHE   cache root (default /var/cache/threadbox-k8s)
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -11,10 +12,16 @@ root="${K8S_CACHE:-/var/cache/threadbox-k8s}"
 key="$(cat "$mod/go.mod" "$mod/go.sum" | sha256sum | cut -c1-16)"
 bin="$root/$key/bin"
 progs=(kube-apiserver kube-controller-manager kube-scheduler kubelet)
-have=1
-for p in "${progs[@]}"; do [ -x "$bin/$p" ] || have=0; done
-if [ "$have" = 1 ]; then echo "$bin"; exit 0; fi
+have() {
+  for p in "${progs[@]}"; do [ -x "$bin/$p" ] || return 1; done
+}
+if have; then echo "$bin"; exit 0; fi
 mkdir -p "$root/$key"
+# One build at a time: CI starts one in the background while other steps
+# run, and a later caller (scripts/k8s-up.sh) waits for it here.
+exec 9>"$root/$key/lock"
+flock 9
+if have; then echo "$bin"; exit 0; fi
 tmp="$(mktemp -d "$root/$key/build.XXXXXX")"
 trap 'rm -rf "$tmp"' EXIT
 ver=v1.37.2

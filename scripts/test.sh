@@ -9,9 +9,13 @@ cd "$(dirname "$0")/.."
 
 pgdir=""
 k8s_up=""
+k8s_pid=""
+k8s_out=""
 s3started=""
 cleanup() {
-  # kubernetes test cluster: ends what scripts/k8s-up.sh started.
+  # kubernetes test cluster: ends what scripts/k8s-up.sh started (and a
+  # bring-up still under way).
+  if [ -n "$k8s_pid" ]; then kill "$k8s_pid" 2>/dev/null || true; wait "$k8s_pid" 2>/dev/null || true; rm -f "$k8s_out"; fi
   if [ -n "$k8s_up" ]; then bash scripts/k8s-down.sh || true; fi
   if [ -n "$s3started" ]; then ./scripts/s3-stop.sh; fi
   if [ -n "$pgdir" ]; then
@@ -44,14 +48,24 @@ export THREADBOX_AGENT_BIN="${THREADBOX_AGENT_BIN:-$PWD/bin/threadbox-agent}"
 # --- kubernetes test cluster ---
 # A single-node cluster in a private network namespace for the kubernetes
 # backend's tests (scripts/k8s-up.sh; a cold build of its binaries takes
-# minutes, later runs reuse the cache). THREADBOX_K8S=off leaves it out; an
-# existing THREADBOX_K8S_KUBECONFIG is used as it is. Without it the
-# kubernetes tests fail under CI=true and skip elsewhere.
+# minutes, later runs reuse the cache). It comes up in the background while
+# the packages that need no sandbox are tested, and is waited for before
+# the packages that do. THREADBOX_K8S=off leaves it out; an existing
+# THREADBOX_K8S_KUBECONFIG is used as it is. Without it the kubernetes
+# tests fail under CI=true and skip elsewhere.
 if [ -z "${THREADBOX_K8S_KUBECONFIG:-}" ] && [ "${THREADBOX_K8S:-on}" != off ] && [ "$(id -u)" = 0 ]; then
   if [ ! -f "${K8S_STATE:-/run/threadbox-k8s}/up" ]; then k8s_up=1; fi
-  if kc=$(bash scripts/k8s-up.sh); then export THREADBOX_K8S_KUBECONFIG="$kc"
-  else echo "test: the kubernetes test cluster did not come up; its tests will $( [ "${CI:-}" = true ] && echo fail || echo skip )" >&2; fi
+  k8s_out=$(mktemp)
+  bash scripts/k8s-up.sh > "$k8s_out" &
+  k8s_pid=$!
 fi
+k8s_wait() {
+  [ -n "$k8s_pid" ] || return 0
+  if wait "$k8s_pid"; then export THREADBOX_K8S_KUBECONFIG="$(cat "$k8s_out")"
+  else echo "test: the kubernetes test cluster did not come up; its tests will $( [ "${CI:-}" = true ] && echo fail || echo skip )" >&2; fi
+  k8s_pid=""
+  rm -f "$k8s_out"
+}
 # --- end kubernetes test cluster ---
 
 # The official TypeScript SDK, a client in the Messages API tests (its
@@ -70,5 +84,6 @@ serial=(./infra/sandbox/docker ./infra/sandbox/local ./infra/sandbox/kubernetes 
 parallel=$(go list ./... | grep -v -x -e threadbox/infra/sandbox/docker -e threadbox/infra/sandbox/local -e threadbox/infra/sandbox/kubernetes -e threadbox/cmd/threadbox -e threadbox/cmd/threadbox-soak)
 status=0
 go test -count=1 -p 2 -timeout 20m "$@" $parallel || status=1
+k8s_wait
 go test -count=1 -p 1 -timeout 40m "$@" "${serial[@]}" || status=1
 exit $status
