@@ -69,7 +69,7 @@ func (s *Service) OrgPolicy(ctx context.Context, orgID string) (org.Policy, erro
 	return o.Policy(), nil
 }
 
-// PolicyView renders a policy as the wire shape of CONTRACT §7; used for the
+// PolicyView renders a policy in its wire shape (docs/api.md); used for the
 // audit log's before and after.
 type PolicyView struct {
 	CodeExecution struct {

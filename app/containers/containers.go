@@ -30,7 +30,7 @@ import (
 // Folders prepares and removes a container's host folders.
 type Folders interface {
 	// Prepare makes the folders exist (mounting a disk quota) and returns
-	// their §2 mounts.
+	// their mounts at the sandbox's folder paths.
 	Prepare(ctx context.Context, containerID string) ([]sandbox.Mount, error)
 	// Remove deletes the container's folders and disk image.
 	Remove(ctx context.Context, containerID string) error

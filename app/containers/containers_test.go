@@ -157,7 +157,7 @@ func (b *fakeBackend) Warm(_ context.Context, spec sandbox.Spec) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if !sandbox.SameTargets(spec.Mounts, sandbox.FolderTargets()) {
-		return errors.New("warm: not the §2 folders")
+		return errors.New("warm: not the sandbox folders")
 	}
 	b.warm[spec.ID] = true
 	return nil

@@ -19,7 +19,7 @@ import (
 	"threadbox/domain/user"
 )
 
-// List limits (CONTRACT §5).
+// List limits of the Files API (docs/api.md).
 const (
 	DefaultListLimit = 20
 	MaxListLimit     = 1000

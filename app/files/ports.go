@@ -1,4 +1,4 @@
-// Package files holds the Files API use cases (CONTRACT §5): uploads, keyed
+// Package files holds the Files API use cases (docs/api.md): uploads, keyed
 // puts, listing, metadata, downloads under the org policy, and deletes, over
 // a container's files addressed by file id (the base64url of the sandbox
 // path). The same use cases serve the Workspace API's thread file routes,

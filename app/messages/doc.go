@@ -36,6 +36,6 @@
 //     calls or Config.TurnTimeout, always right after a result block, so
 //     that sending the response back continues the turn.
 //   - usage sums the tokens of every model step of the request.
-//   - The sandbox_v1 tool type (CONTRACT §4) is refused as "not available
-//     yet"; plan() is where it will expand into its own sub-tools.
+//   - The sandbox_v1 tool type expands into its own tools (sandbox.go),
+//     whose calls run and answer like the code-execution sub-tools.
 package messages

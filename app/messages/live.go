@@ -128,8 +128,8 @@ func (l *liveOutput) soFar(s string) string {
 }
 
 // StoppedNote ends the stderr of a command whose turn was stopped while it
-// ran (its result keeps the output so far, with the timeout's return code,
-// CONTRACT §3).
+// ran (its result keeps the output so far, with the return code of a
+// command that timed out).
 const StoppedNote = "Command stopped."
 
 // stoppedResult is the result of a call whose turn ended while it ran: a

@@ -5,14 +5,14 @@ import (
 	"slices"
 )
 
-// The sandbox_v1 tools (CONTRACT §4). The spec
+// The sandbox_v1 tools (docs/api.md, docs/sandbox-tools.md). The spec
 // {"name": "sandbox", "type": "sandbox_v1"} enables all of them; a spec
 // {"name": "<tool>", "type": "sandbox_v1"} enables that one tool.
 //
 // Each call is returned like a code-execution sub-tool: a server_tool_use
 // block followed by a result block
 //
-//	{"type":"sandbox_tool_result","tool_use_id":"srvtoolu_…","content":{"type":"<tool>_result", …fields of §4}}
+//	{"type":"sandbox_tool_result","tool_use_id":"srvtoolu_…","content":{"type":"<tool>_result", …the tool's fields}}
 //
 // or, when the tool could not run,
 //

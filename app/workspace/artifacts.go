@@ -35,7 +35,7 @@ func ArtifactURL(artifactID string) string {
 	return "/api/v1/app/artifact/" + artifactID + "/content"
 }
 
-// Resource is the resource of a zylon-resource block (CONTRACT §7).
+// Resource is the resource of a zylon-resource block (docs/api.md).
 type Resource struct {
 	ArtifactID  string `json:"artifact_id"`
 	FileID      string `json:"file_id"`

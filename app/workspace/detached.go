@@ -15,7 +15,7 @@ import (
 	"threadbox/domain/user"
 )
 
-// Detached turns (issue 16). A chat turn runs in the server, apart from the
+// Detached turns. A chat turn runs in the server, apart from the
 // request that started it: every event it produces is appended to the
 // turn's log at once (in memory, for followers in this process) and stored
 // in the database in small batches (for followers on any server, and after

@@ -48,7 +48,7 @@ func isCodeExecution(t messages.Tool) bool {
 	return false
 }
 
-// TurnTools applies the injection rules of CONTRACT §7 to a workspace
+// TurnTools applies the injection rules (docs/api.md, Workspace API) to a workspace
 // turn: the tools asked for in pgpt.tools, plus code execution when the
 // turn uses skills and the org's codeExecution feature is on; with the
 // feature off every code-execution tool is removed, explicit ones included.
@@ -62,7 +62,7 @@ func TurnTools(asked []AskedTool, usesSkills bool, policy org.Policy) ([]message
 	var sandboxTools []messages.Tool
 	for i, t := range asked {
 		if st, ok := sandboxTool(t.Tool); ok {
-			// The sandbox_v1 tools (CONTRACT §4) run code too: the same
+			// The sandbox_v1 tools run code too: the same
 			// feature gates them.
 			if !slices.ContainsFunc(sandboxTools, func(x messages.Tool) bool { return x.Name == st.Name }) {
 				sandboxTools = append(sandboxTools, st)

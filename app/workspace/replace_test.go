@@ -33,7 +33,7 @@ func (e recordEngine) Run(ctx context.Context, p user.Principal, req *messages.R
 	return e.scriptEngine.Run(ctx, p, req, opts, sink)
 }
 
-// TestReplaceLastTurnAndAnswer (issue 17): regenerate asks the last user
+// TestReplaceLastTurnAndAnswer: regenerate asks the last user
 // message again without its old answer; edit-and-resend asks the new text
 // without the old message or its answer; the replaced messages stay in
 // the thread, marked replaced; both are refused on a thread

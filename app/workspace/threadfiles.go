@@ -30,7 +30,7 @@ func (s *Service) ownThread(ctx context.Context, p user.Principal, threadID stri
 }
 
 // UploadFile stores an upload into the thread's container: at its key (the
-// optional path) or its file name, under /mnt/user-data/uploads/ (§7). A
+// optional path) or its file name, under /mnt/user-data/uploads/. A
 // key naming the outputs folder is refused: outputs are what code made
 // (put-file may write there). The request's scope is the thread.
 func (s *Service) UploadFile(ctx context.Context, p user.Principal, threadID string, req files.UploadRequest) (files.File, error) {

@@ -1,4 +1,4 @@
-// Package workspace holds the chat workspace use cases (CONTRACT §7):
+// Package workspace holds the chat workspace use cases (docs/api.md):
 // projects and threads, the thread's files, the chat turn with its
 // code-execution injection rules and skills, artifact capture, and the
 // thread lifecycle (fork, delete).

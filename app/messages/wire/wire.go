@@ -66,7 +66,7 @@ const (
 	ToolTypeCustom = "custom"
 )
 
-// Error codes of sub-tool error blocks (CONTRACT §3).
+// Error codes of sub-tool error blocks (docs/api.md).
 const (
 	CodeUnavailable           = "unavailable"
 	CodeExecutionTimeExceeded = "execution_time_exceeded"
@@ -997,7 +997,7 @@ func (e *Event) UnmarshalJSON(data []byte) error {
 	return nil
 }
 
-// The result blocks of the sandbox_v1 tools (CONTRACT §4, app/messages
+// The result blocks of the sandbox_v1 tools (docs/api.md, app/messages
 // sandbox.go): a sandbox_tool_result block whose content is the tool's own
 // result object, or an error.
 const (
