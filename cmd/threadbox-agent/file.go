@@ -13,7 +13,7 @@ import (
 )
 
 // runFile performs one file operation of infra/sandbox/agent/fileop over
-// the folders mounted at their CONTRACT §2 paths and returns the exit
+// the folders mounted at their sandbox paths and returns the exit
 // status: `threadbox-agent file '<request JSON>'`. The kubernetes backend's
 // files sidecar runs it; its host reads the answer from stdout.
 func runFile(args []string) int {

@@ -11,7 +11,7 @@ import (
 	"time"
 )
 
-// documentedTypes are the error types of CONTRACT §8.
+// documentedTypes are the error types of the error envelope (docs/api.md).
 var documentedTypes = map[string]bool{
 	"authentication_error": true, "permission_error": true, "not_found_error": true,
 	"invalid_request_error": true, "rate_limit_error": true, "api_error": true,

@@ -901,7 +901,7 @@ func (u *user) uploadDisconnect(ctx context.Context) error {
 	if u.rnd.IntN(2) == 0 {
 		// Chunked, cut inside a chunk (written by hand: Go's client only
 		// ever sends whole chunks). A body cut between chunks cannot be
-		// told from a complete one by the server's HTTP stack (README).
+		// told from a complete one by the server's HTTP stack (docs/reliability.md).
 		if err := tornChunked(ctx, u.s.srv.base, path, u.currentToken()); err != nil {
 			return err
 		}

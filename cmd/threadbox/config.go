@@ -322,7 +322,7 @@ func parseProcs(v string) (int, error) {
 // queues every request in flight behind the others' work (at concurrency 16
 // a quarter more added latency here), and since the upstream client writes
 // and reads in the handler's goroutine a second thread no longer costs a
-// request its cross-thread wake-ups (README, Benchmarks). A GOMAXPROCS
+// request its cross-thread wake-ups (docs/benchmarks.md). A GOMAXPROCS
 // variable wins over both: serveProcs then returns current.
 func serveProcs(getenv func(string) string, current int) int {
 	if strings.TrimSpace(getenv("GOMAXPROCS")) != "" {

@@ -244,7 +244,7 @@ func TestDetachedTurnReattachAndStop(t *testing.T) {
 		t.Fatalf("next turn: %d %s (refused: %v)", r.status, r.body, fake.Refused())
 	}
 	// The model sees the stopped call with its result (the output so far,
-	// shaped as a timeout, CONTRACT §3), then the note that the answer was
+	// shaped as a timeout), then the note that the answer was
 	// stopped; the two user messages stay apart.
 	reqs := fake.Requests()
 	last := reqs[len(reqs)-1]

@@ -127,7 +127,7 @@ func mustStatus(t *testing.T, what string, r response, status int) {
 	}
 }
 
-// checkFileObject checks the CONTRACT §5 shape of a file object.
+// checkFileObject checks the shape of a file object (docs/api.md, Files API).
 func checkFileObject(t *testing.T, o map[string]any, sandboxPath, scope string, size int, downloadable bool) {
 	t.Helper()
 	if o["id"] != fileID(sandboxPath) || o["filename"] != filepath.Base(sandboxPath) || o["type"] != "file" ||

@@ -61,7 +61,7 @@ func main() {
 // (Go's default is twice). serve's live heap is a few MiB, so the default
 // ran a cycle every few dozen Messages API requests and the collector took
 // an eighth of the server's CPU at concurrency 16; at 400 it takes a
-// fiftieth, for some 10-20 MiB more memory (README, Benchmarks).
+// fiftieth, for some 10-20 MiB more memory (docs/benchmarks.md).
 const serveGCPercent = 400
 
 var errUsage = errors.New("usage")
@@ -78,7 +78,8 @@ Usage:
   threadbox token revoke ID
   threadbox token list --email EMAIL
 
-Every command takes --help. Settings come from the environment (see README).
+Every command takes --help. Settings come from the environment (see the README's
+Configuration).
 `
 
 // run is the whole program; main only wires the process to it.

@@ -11,7 +11,7 @@ import (
 
 // profileAddrEnv names the loopback address serve offers Go's profiles on
 // (net/http/pprof) when set: a developer's tool for `make bench` runs
-// (README, Benchmarks), never set in production.
+// (docs/benchmarks.md), never set in production.
 const profileAddrEnv = "THREADBOX_PPROF_ADDR"
 
 // startProfiling serves /debug/pprof/ on addr when addr is a loopback

@@ -97,7 +97,7 @@ func sandboxTurn(t *testing.T, cl anthropic.Client, container string) ([]sandbox
 	return sandboxCalls(t, msg.Content), msg
 }
 
-// TestSandboxToolsAPI drives the sandbox_v1 tools (CONTRACT §4) through the
+// TestSandboxToolsAPI drives the sandbox_v1 tools through the
 // Messages API with the official SDK, the scripted fake upstream as the
 // model and Docker sandboxes.
 func TestSandboxToolsAPI(t *testing.T) {

@@ -146,7 +146,7 @@ func TestWorkspaceThreadsFilesSkillsIsolation(t *testing.T) {
 		if r := f.upload(t, a, tid, "", "plain.txt", "plain"); r.status != 200 || r.json(t)["filename"] != "plain.txt" {
 			t.Fatalf("upload-file by name: %d %s", r.status, r.body)
 		}
-		// upload-file stores into uploads (§7); outputs are what code made.
+		// upload-file stores into uploads; outputs are what code made.
 		if r := f.upload(t, a, tid, "outputs/fake.txt", "fake.txt", "x"); r.status != 400 || !strings.Contains(string(r.body), "/mnt/user-data/uploads/") {
 			t.Fatalf("upload-file into outputs: %d %s", r.status, r.body)
 		}

@@ -132,7 +132,7 @@ func presignExpiry(cfg Config) time.Duration {
 	return 5 * time.Minute
 }
 
-// newWorkspace wires the Workspace API (CONTRACT §7): the chat pipeline
+// newWorkspace wires the Workspace API (docs/api.md): the chat pipeline
 // over the front door every turn goes through, thread files over the Files
 // API use cases, the artifact store under DATA_DIR.
 func newWorkspace(cfg Config, sys *system, fs containerFiles, log *slog.Logger) *workspace.Service {

@@ -9,7 +9,7 @@ import (
 	"threadbox/domain/sandbox"
 )
 
-// Mount names one of the sandbox's file folders (CONTRACT §2). The names
+// Mount names one of the sandbox's file folders (docs/api.md). The names
 // double as the folders' names on the host.
 type Mount string
 
@@ -51,7 +51,7 @@ type MountPoint struct {
 // Table is a sandbox's mount table.
 type Table []MountPoint
 
-// DefaultTable returns the mount table of CONTRACT §2.
+// DefaultTable returns the mount table of every sandbox (docs/api.md).
 func DefaultTable() Table {
 	return Table{
 		{Mount: Workspace, Path: sandbox.WorkspaceDir, Access: ReadWrite},
@@ -76,7 +76,7 @@ var (
 )
 
 // MountError reports a path refused by the mount table. Its message is the
-// exact string of CONTRACT §3. Path is the path as the caller gave it, not
+// exact string the code-execution tools answer (docs/api.md). Path is the path as the caller gave it, not
 // the resolved one: that is what the Anthropic API shows, and it is what the
 // model or user typed.
 type MountError struct {

@@ -9,7 +9,7 @@ import (
 	"time"
 )
 
-// Sandbox paths inside every sandbox (CONTRACT §2).
+// Sandbox paths inside every sandbox (docs/api.md).
 const (
 	WorkspaceDir = "/home/agent/workspace"
 	UploadsDir   = "/mnt/user-data/uploads"
@@ -83,8 +83,8 @@ type Limits struct {
 }
 
 // DefaultLimits are the limits of a sandbox whose settings name none
-// (CONTRACT §2: 5 GiB of memory, 1 CPU, 5 GiB of files, a bounded number
-// of processes), the same for every backend.
+// (5 GiB of memory, 1 CPU, 5 GiB of files, a bounded number of
+// processes), the same for every backend.
 func DefaultLimits() Limits {
 	return Limits{MemoryBytes: 5 << 30, CPUs: 1, Pids: 512, NoFile: 4096, DiskBytes: 5 << 30, TmpBytes: 512 << 20}
 }
@@ -125,7 +125,7 @@ func (l Limits) Or(d Limits) Limits {
 	return l
 }
 
-// FolderTargets are the §2 folders of every sandbox as mounts without a
+// FolderTargets are the folders of every sandbox as mounts without a
 // source, in the order hostdirs binds them: uploads and skills read-only.
 // A warm sandbox (Backend.Warm) is booted with these.
 func FolderTargets() []Mount {

@@ -10,7 +10,7 @@ import (
 
 // Containers gives confined access to the files of any container, addressed
 // by container id and sandbox path. It serves the file ports of app/tools and
-// app/files. Paths are placed with the mount table of CONTRACT §2; it does
+// app/files. Paths are placed with the sandbox's mount table; it does
 // not apply the sandbox's read-only rule (the host writes uploads), only the
 // skills folder is never written.
 type Containers struct {

@@ -66,7 +66,7 @@ const (
 	Thinking Capability = "thinking blocks"
 	// ParallelCalls: one step may call several tools at once.
 	ParallelCalls Capability = "several tool calls in one step"
-	// SandboxTools: the model may call the sandbox_v1 tools (CONTRACT §4)
+	// SandboxTools: the model may call the sandbox_v1 tools
 	// beside the code-execution sub-tools.
 	SandboxTools Capability = "sandbox_v1 tool calls"
 )

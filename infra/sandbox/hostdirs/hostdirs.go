@@ -1,6 +1,6 @@
 // Package hostdirs lays out each container's folders on the host:
 // DATA_DIR/containers/<safe id>/{workspace,uploads,outputs,skills}. Sandbox
-// backends bind these into the sandbox at the CONTRACT §2 paths, and the
+// backends bind these into the sandbox at its folder paths, and the
 // Files API reads and writes them. With a disk quota the container's folder
 // is an ext4 file system in a sparse image file (DATA_DIR/disks/<safe id>.ext4)
 // loop-mounted by the host, so writes past the quota fail with ENOSPC for the
@@ -54,7 +54,7 @@ type Options struct {
 	DiskBytes int64     // quota per container; zero means 5 GiB
 }
 
-// DefaultDiskBytes is the default quota per container (CONTRACT §2).
+// DefaultDiskBytes is the default quota per container (SANDBOX_DISK_BYTES).
 const DefaultDiskBytes int64 = 5 << 30
 
 // Dirs are the host folders of one container.
@@ -66,7 +66,7 @@ type Dirs struct {
 	Skills    string
 }
 
-// Mounts returns the §2 bind mounts for these folders: uploads and skills
+// Mounts returns the sandbox's bind mounts for these folders: uploads and skills
 // read-only inside the sandbox.
 func (d Dirs) Mounts() []sandbox.Mount {
 	return []sandbox.Mount{

@@ -43,8 +43,8 @@ type Life interface {
 // Files reads and writes the files of containers whose claims live on the
 // cluster's storage (storage-class mode, where threadbox cannot see the
 // claim's volume): every operation runs in the pod's files sidecar, a
-// container of the pod that mounts the claim's folders at their CONTRACT
-// §2 paths, all writable (uploads and skills stay read-only to the code,
+// container of the pod that mounts the claim's folders at their sandbox
+// paths, all writable (uploads and skills stay read-only to the code,
 // whose container mounts them read-only), and that runs the agent. An
 // operation is one `threadbox-agent file` command there
 // (infra/sandbox/agent/fileop), so its semantics and errors are

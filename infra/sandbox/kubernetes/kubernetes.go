@@ -1,5 +1,5 @@
 // Package kubernetes runs sandboxes as pods of a Kubernetes cluster through
-// client-go (issue 20). Each sandbox is one pod whose main container's init
+// client-go. Each sandbox is one pod whose main container's init
 // process is the threadbox agent, copied into a shared emptyDir by an init
 // container from the agent image (the sandbox image stays as it is); the
 // host speaks the agent protocol over the pod's attach stream (stdin and
@@ -688,7 +688,8 @@ func (w *logWriter) Write(p []byte) (int, error) {
 
 var _ sandbox.Backend = (*Backend)(nil)
 
-// sandboxUID and sandboxGID are the sandbox user (CONTRACT §2).
+// sandboxUID and sandboxGID are the ids of the sandbox user, the image's
+// agent user.
 var (
 	sandboxUID = int64(hostdirs.SandboxUID)
 	sandboxGID = int64(hostdirs.SandboxGID)

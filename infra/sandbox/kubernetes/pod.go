@@ -30,7 +30,7 @@ const (
 	volTmp   = "tmp"
 )
 
-// defaultMounts are a Spec's mounts when it names none: the CONTRACT §2
+// defaultMounts are a Spec's mounts when it names none: the sandbox's
 // folders as sub-folders of the claim.
 var defaultMounts = []sandbox.Mount{
 	{Source: "workspace", Target: sandbox.WorkspaceDir},
@@ -42,7 +42,7 @@ var defaultMounts = []sandbox.Mount{
 // subPaths maps the spec's mounts onto sub-folders of the claim: with
 // HostPathVolumes the claim's volume is the mounts' common host folder and
 // each mount its path below it; otherwise each mount is a sub-folder named
-// after its host folder (or the default §2 names).
+// after its host folder (or the default folder names).
 func (b *Backend) subPaths(spec sandbox.Spec) (root string, mounts []sandbox.Mount, err error) {
 	if len(spec.Mounts) == 0 {
 		if b.cfg.HostPathVolumes {

@@ -23,7 +23,7 @@ func offline(t *testing.T, cfg Config) *Backend {
 	return b
 }
 
-// TestPodSpecHardened: the pod carries every setting issue 20 lists.
+// TestPodSpecHardened: the pod carries every hardening setting (docs/scale-out.md).
 func TestPodSpecHardened(t *testing.T) {
 	b := offline(t, Config{Instance: "prod", RuntimeClass: "gvisor", HostPathVolumes: true})
 	root := "/data/containers/abc"
@@ -125,7 +125,7 @@ func TestNames(t *testing.T) {
 	}
 }
 
-// TestSubPathsDefault: without host folders the claim holds the §2
+// TestSubPathsDefault: without host folders the claim holds the sandbox's
 // folders; host-path volumes need them.
 func TestSubPathsDefault(t *testing.T) {
 	b := offline(t, Config{})

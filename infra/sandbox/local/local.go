@@ -1,7 +1,7 @@
 // Package local runs sandboxes as bubblewrap jails on this host: one bwrap
 // process per sandbox over the sandbox image's root filesystem folder
 // (read-only), in new user, pid, ipc, net, uts and mount namespaces, with
-// the CONTRACT §2 folders bound in and the threadbox agent as the jail's
+// the sandbox folders bound in and the threadbox agent as the jail's
 // init speaking the agent protocol over the bwrap process's stdin and
 // stdout. Limits go through a cgroup per jail where the host lets this
 // process create one, otherwise through rlimits.
@@ -94,7 +94,7 @@ type Config struct {
 	// StageDir matters when this process is root. Each jail's wrapper then
 	// runs as root in a mount namespace of its own, mounts a small tmpfs on
 	// this folder, binds the jail's host paths (root filesystem, agent, the
-	// §2 folders) into it and only then becomes the jail's user and bwrap,
+	// sandbox folders) into it and only then becomes the jail's user and bwrap,
 	// which binds them from there. So the jail's user needs no access to
 	// the folders on the way to them: threadbox creates DATA_DIR with mode
 	// 0700. The folder itself is created empty (0755) when missing; nothing

@@ -1,11 +1,12 @@
 // Package sandboxtest is the conformance suite every sandbox backend passes:
-// one set of tests of CONTRACT §2, §3 and §6 run against a sandbox.Backend
+// one set of tests of the sandbox's folders, commands and limits
+// (docs/api.md) run against a sandbox.Backend
 // (docker with runc, docker with runsc, local). Backends differ only where
 // Capabilities says so: which limits they enforce on the running host.
 //
 // The suite owns the containers' host folders: it lays them out with
 // infra/hostdirs in a data folder of its own (loop-mounted disk quotas when
-// the backend enforces disk) and hands every sandbox explicit §2 mounts, so
+// the backend enforces disk) and hands every sandbox explicit mounts, so
 // backends under test need no Dirs of their own.
 package sandboxtest
 
@@ -203,7 +204,7 @@ func uniq(name string) string {
 	return fmt.Sprintf("st-%s-%d", name, time.Now().UnixNano()%1e9)
 }
 
-// Sh is the command the bash tool sends for script (CONTRACT §3).
+// Sh is the command the bash tool sends for script.
 func Sh(script string, timeout time.Duration) sandbox.Command {
 	return sandbox.Command{Args: []string{"bash", "-c", script}, Timeout: timeout}
 }

@@ -3,7 +3,7 @@
 // file operation is one command, `threadbox-agent file '<request JSON>'`,
 // run through the ordinary agent protocol, so the protocol itself gains no
 // frame type. The command performs the operation with infra/fsroot over the
-// folders mounted at their CONTRACT §2 paths, so the semantics are
+// folders mounted at their sandbox paths, so the semantics are
 // fsroot's: confinement to the mounts, symlinks never followed, atomic
 // replace, the write limit and the same error values.
 //
