@@ -70,7 +70,7 @@ type Tools struct {
 	// (bash_code_execution, text_editor_code_execution; code_execution under
 	// code_execution_20260120 and later).
 	CodeExecution ToolExecutor
-	// Sandbox runs the sandbox_v1 tools.
+	// Sandbox runs the sandbox_v1 tools (CONTRACT §4).
 	Sandbox ToolExecutor
 }
 
@@ -126,7 +126,7 @@ type Plan struct {
 	CodeExecution bool `json:"code_execution"`
 	// ToolType is the code-execution tool type asked for, if any.
 	ToolType string `json:"tool_type,omitempty"`
-	// Sandbox is true when the request enables sandbox_v1 tools.
+	// Sandbox is true when the request enables sandbox_v1 tools (CONTRACT §4).
 	Sandbox bool `json:"sandbox"`
 	// ServerTools are the sub-tools the model may call.
 	ServerTools []string `json:"server_tools"`
@@ -166,6 +166,9 @@ func plan(req *Request, allowedTypes []string) (*Plan, error) {
 				p.ContainerUploads = append(p.ContainerUploads, b.FileID)
 			}
 		}
+	}
+	if _, err := eachMedia(req, nil); err != nil {
+		return nil, err
 	}
 	seen := map[string]bool{}
 	for i, t := range req.Tools {
@@ -258,7 +261,7 @@ func (s *Service) Run(ctx context.Context, req *Request, opts RunOptions, sink S
 			return err
 		}
 	}
-	if err := inlineURLs(ctx, req, s.cfg.URLs); err != nil {
+	if err := inlineSources(ctx, req, s.cfg.URLs); err != nil {
 		return err
 	}
 	t := &turn{s: s, req: req, plan: p, opts: opts, sink: sink, start: s.cfg.Now()}
@@ -808,7 +811,7 @@ func ErrorEvent(err error) Event {
 }
 
 // ErrorStatus maps an error of Run to an HTTP status and the Anthropic error
-// body. The types are the error envelope's (docs/api.md): an upstream's own 5xx type
+// body. The types are those of CONTRACT §8: an upstream's own 5xx type
 // (Anthropic's "overloaded_error") becomes api_error, its message kept.
 func ErrorStatus(err error) (int, ErrorBody) {
 	var (

@@ -154,3 +154,86 @@ func TestURLSourcesFetched(t *testing.T) {
 		})
 	}
 }
+
+// TestUnknownSourceTypesRefused: an image or document source of a type
+// this server does not fetch and check — a made-up type, a misspelt
+// "URL", a provider's file, one with members it does not know — is a 400
+// naming the block, for validate and for the request, and nothing reaches
+// the model server (an OpenAI-compatible one would be handed the URL to
+// fetch from the operator's network). Checked sources pass and reach it as
+// data.
+func TestUnknownSourceTypesRefused(t *testing.T) {
+	var internalHits atomic.Int32
+	internal := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		internalHits.Add(1)
+	}))
+	defer internal.Close()
+	secret := internal.URL + "/latest/meta-data/"
+	body := func(block string) string {
+		return `{"model":"m","max_tokens":10,"messages":[{"role":"user","content":[{"type":"text","text":"what is this"},` + block + `]}]}`
+	}
+	inResult := func(block string) string {
+		return `{"model":"m","max_tokens":10,"tools":[{"name":"look","input_schema":{"type":"object"}}],"messages":[` +
+			`{"role":"user","content":"look"},{"role":"assistant","content":[{"type":"tool_use","id":"toolu_1","name":"look","input":{}}]},` +
+			`{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_1","content":[{"type":"text","text":"found"},` + block + `]}]}]}`
+	}
+	const png = "iVBORw0KGgo="
+	refused := []struct {
+		name, body, message string
+	}{
+		{"a made-up type with a url", body(`{"type":"image","source":{"type":"link","url":"` + secret + `"}}`), `messages.0.content.1.source.type: "link" is not a source type`},
+		{"a type in capitals", body(`{"type":"image","source":{"type":"URL","url":"` + secret + `"}}`), `"URL" is not a source type`},
+		{"a provider's file", body(`{"type":"image","source":{"type":"file","file_id":"file_011"}}`), `"file" is not a source type`},
+		{"no type", body(`{"type":"image","source":{"url":"` + secret + `"}}`), `messages.0.content.1.source.type: "" is not a source type`},
+		{"no source", body(`{"type":"image","Source":{"type":"url","url":"` + secret + `"}}`), "messages.0.content.1.Source: member names are case-sensitive"},
+		{"a url beside base64 data", body(`{"type":"image","source":{"type":"base64","media_type":"image/png","data":"` + png + `","url":"` + secret + `"}}`), `messages.0.content.1.source.url: not a member of a "base64" source`},
+		{"a second type member", body(`{"type":"image","source":{"type":"url","url":"` + secret + `","type":"base64","media_type":"image/png","data":"` + png + `"}}`), "messages.0.content.1.source.url: not a member"},
+		{"a document of a made-up type", body(`{"type":"document","source":{"type":"web","url":"` + secret + `"}}`), `"web" is not a source type this server accepts for document blocks`},
+		{"an image in a tool result", inResult(`{"type":"image","source":{"type":"remote","url":"` + secret + `"}}`), `messages.2.content.0.content.1.source.type: "remote"`},
+		{"an image in a document's content", body(`{"type":"document","source":{"type":"content","content":[{"type":"image","source":{"type":"href","url":"` + secret + `"}}]}}`), `messages.0.content.1.source.content.0.source.type: "href"`},
+		{"a media type that is not an image", body(`{"type":"image","source":{"type":"base64","media_type":"text/html","data":"PGgxPg=="}}`), `source.media_type: "text/html" is not one of`},
+	}
+	accepted := []struct {
+		name, body, sent string // sent: what the model server gets, for the Anthropic provider
+	}{
+		{"a base64 image", body(`{"type":"image","source":{"type":"base64","media_type":"image/png","data":"` + png + `"}}`), `"data":"` + png + `"`},
+		{"a text document", body(`{"type":"document","source":{"type":"text","media_type":"text/plain","data":"plain words"},"title":"notes"}`), `"data":"plain words"`},
+		{"a document of text blocks", body(`{"type":"document","source":{"type":"content","content":[{"type":"text","text":"block words"}]}}`), `"text":"block words"`},
+	}
+	for _, provider := range []string{"openai", "anthropic"} {
+		t.Run(provider, func(t *testing.T) {
+			s, fake := modelServer(t, "", provider, nil)
+			tok := s.bootstrap("acme", "admin@acme.test")
+			for _, tc := range refused {
+				for _, path := range []string{"/api/gpt/v1/messages/validate", "/api/gpt/v1/messages"} {
+					r := s.do("POST", path, tok, tc.body)
+					if r.status != 400 || r.errorType(t) != "invalid_request_error" {
+						t.Fatalf("%s: %s: %d %s, want 400 invalid_request_error", tc.name, path, r.status, r.body)
+					}
+					if msg, _ := r.json(t)["error"].(map[string]any)["message"].(string); !strings.Contains(msg, tc.message) {
+						t.Fatalf("%s: %s: %q, want it to say %q", tc.name, path, msg, tc.message)
+					}
+				}
+				if reqs := fake.Requests(); len(reqs) != 0 {
+					t.Fatalf("%s: the model server got the request: %s", tc.name, reqs[0].Body)
+				}
+			}
+			for _, tc := range accepted {
+				before := len(fake.Requests())
+				if r := s.do("POST", "/api/gpt/v1/messages", tok, tc.body); r.status != 200 {
+					t.Fatalf("%s: %d %s", tc.name, r.status, r.body)
+				}
+				reqs := fake.Requests()[before:]
+				if len(reqs) != 1 {
+					t.Fatalf("%s: %d upstream requests, want 1", tc.name, len(reqs))
+				}
+				if provider == "anthropic" && !strings.Contains(string(reqs[0].Body), tc.sent) {
+					t.Fatalf("%s: the model server got %s, want %s", tc.name, reqs[0].Body, tc.sent)
+				}
+			}
+			if n := internalHits.Load(); n != 0 {
+				t.Fatalf("the internal address was reached %d times", n)
+			}
+		})
+	}
+}

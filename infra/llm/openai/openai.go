@@ -95,7 +95,11 @@ func (m *Model) body(req messages.StepRequest, stream bool) ([]byte, error) {
 		msgs = append(msgs, chatMessage{Role: "system", Content: sys})
 	}
 	for _, msg := range req.Messages {
-		msgs = append(msgs, convertMessage(msg)...)
+		cm, err := convertMessage(msg)
+		if err != nil {
+			return nil, err
+		}
+		msgs = append(msgs, cm...)
 	}
 	out["messages"] = msgs
 	var tools []tool
@@ -199,7 +203,7 @@ func resultText(raw json.RawMessage) string {
 }
 
 // convertMessage turns one Anthropic message into chat messages.
-func convertMessage(msg messages.Message) []chatMessage {
+func convertMessage(msg messages.Message) ([]chatMessage, error) {
 	if msg.Role == messages.RoleAssistant {
 		var text []string
 		var calls []toolCall
@@ -219,7 +223,7 @@ func convertMessage(msg messages.Message) []chatMessage {
 		if t := strings.Join(text, ""); t != "" || len(calls) == 0 {
 			cm.Content = t
 		}
-		return []chatMessage{cm}
+		return []chatMessage{cm}, nil
 	}
 	var out []chatMessage
 	var parts []contentPart
@@ -234,23 +238,11 @@ func convertMessage(msg messages.Message) []chatMessage {
 		case messages.BlockText:
 			parts = append(parts, contentPart{Type: "text", Text: b.Text})
 		case messages.BlockImage:
-			var img struct {
-				Source struct {
-					Type      string `json:"type"`
-					MediaType string `json:"media_type"`
-					Data      string `json:"data"`
-					URL       string `json:"url"`
-				} `json:"source"`
+			u, err := imageData(b.Raw)
+			if err != nil {
+				return nil, err
 			}
-			if json.Unmarshal(b.Raw, &img) == nil {
-				u := img.Source.URL
-				if img.Source.Type == "base64" {
-					u = "data:" + img.Source.MediaType + ";base64," + img.Source.Data
-				}
-				if u != "" {
-					parts = append(parts, contentPart{Type: "image_url", ImageURL: &imageURL{URL: u}})
-				}
-			}
+			parts = append(parts, contentPart{Type: "image_url", ImageURL: &imageURL{URL: u}})
 		}
 	}
 	switch {
@@ -259,7 +251,25 @@ func convertMessage(msg messages.Message) []chatMessage {
 	case len(parts) > 0:
 		out = append(out, chatMessage{Role: "user", Content: parts})
 	}
-	return out
+	return out, nil
+}
+
+// imageData returns an image block as a data: URL. Only base64 sources are
+// sent: the messages service fetched every url source and checked every
+// source type, so anything else never came from it, and an image_url
+// holding a URL would have the model server fetch it from the operator's
+// network. Members are read by their exact names.
+func imageData(raw json.RawMessage) (string, error) {
+	var block map[string]json.RawMessage
+	var src map[string]json.RawMessage
+	var typ, mediaType, data string
+	if json.Unmarshal(raw, &block) != nil || json.Unmarshal(block["source"], &src) != nil ||
+		json.Unmarshal(src["type"], &typ) != nil || typ != messages.SourceBase64 ||
+		json.Unmarshal(src["media_type"], &mediaType) != nil || !strings.HasPrefix(mediaType, "image/") || strings.ContainsAny(mediaType, ";,") ||
+		json.Unmarshal(src["data"], &data) != nil || data == "" {
+		return "", errors.New("openai: an image reaches an OpenAI-compatible server only as base64 data")
+	}
+	return "data:" + mediaType + ";base64," + data, nil
 }
 
 // stopReason maps a finish reason to a stop reason. An answer cut at

@@ -367,3 +367,68 @@ func TestFinishReasons(t *testing.T) {
 		}
 	}
 }
+
+// TestImagesOnlyAsData: an image reaches the server only as a data: URL of
+// its base64 source; an image whose source is anything else — a URL, a
+// made-up type carrying a url member, a provider's file, a member spelt in
+// another case — stops the step before any request, so the server never
+// gets a URL to fetch.
+func TestImagesOnlyAsData(t *testing.T) {
+	const internal = "http://169.254.169.254/latest/meta-data/"
+	tests := []struct {
+		name  string
+		block string
+		want  string // the image_url sent, or "" when the step must fail
+	}{
+		{"base64 is sent as data", `{"type":"image","source":{"type":"base64","media_type":"image/png","data":"iVBORw0K"}}`, "data:image/png;base64,iVBORw0K"},
+		{"a url source", `{"type":"image","source":{"type":"url","url":"` + internal + `"}}`, ""},
+		{"an unknown type with a url", `{"type":"image","source":{"type":"link","url":"` + internal + `"}}`, ""},
+		{"a type in capitals", `{"type":"image","source":{"type":"URL","url":"` + internal + `"}}`, ""},
+		{"a provider's file", `{"type":"image","source":{"type":"file","file_id":"file_1","url":"` + internal + `"}}`, ""},
+		{"no type", `{"type":"image","source":{"url":"` + internal + `"}}`, ""},
+		{"a Source member beside the source", `{"type":"image","Source":{"type":"url","url":"` + internal + `"}}`, ""},
+		{"a media type that is not an image", `{"type":"image","source":{"type":"base64","media_type":"text/html","data":"PGh0bWw+"}}`, ""},
+		{"a media type that ends the data URL's head", `{"type":"image","source":{"type":"base64","media_type":"image/png,` + internal + `","data":"x"}}`, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			up := fakeupstream.New(fakeupstream.Reply{Content: []messages.ContentBlock{{Type: messages.BlockText, Text: "seen"}}})
+			defer up.Close()
+			m := New(Config{BaseURL: up.URL() + "/v1", Model: "qwen"})
+			var img messages.ContentBlock
+			if err := json.Unmarshal([]byte(tc.block), &img); err != nil {
+				t.Fatal(err)
+			}
+			req := messages.StepRequest{Model: "default", MaxTokens: 10, Messages: []messages.Message{
+				{Role: messages.RoleUser, Content: []messages.ContentBlock{{Type: messages.BlockText, Text: "what is this"}, img}},
+			}}
+			_, err := m.Step(context.Background(), req)
+			reqs := up.Requests()
+			if tc.want == "" {
+				if err == nil || len(reqs) != 0 {
+					t.Fatalf("step: %v, %d requests sent; want an error and none", err, len(reqs))
+				}
+				return
+			}
+			if err != nil || len(reqs) != 1 {
+				t.Fatalf("step: %v, %d requests", err, len(reqs))
+			}
+			var body struct {
+				Messages []struct {
+					Content []struct {
+						Type     string `json:"type"`
+						ImageURL struct {
+							URL string `json:"url"`
+						} `json:"image_url"`
+					} `json:"content"`
+				} `json:"messages"`
+			}
+			if err := json.Unmarshal(reqs[0].Body, &body); err != nil || len(body.Messages) != 1 || len(body.Messages[0].Content) != 2 {
+				t.Fatalf("body %s: %v", reqs[0].Body, err)
+			}
+			if got := body.Messages[0].Content[1]; got.Type != "image_url" || got.ImageURL.URL != tc.want {
+				t.Fatalf("image part %+v, want %s", got, tc.want)
+			}
+		})
+	}
+}
