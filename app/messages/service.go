@@ -70,7 +70,7 @@ type Tools struct {
 	// (bash_code_execution, text_editor_code_execution; code_execution under
 	// code_execution_20260120 and later).
 	CodeExecution ToolExecutor
-	// Sandbox runs the sandbox_v1 tools (CONTRACT §4).
+	// Sandbox runs the sandbox_v1 tools.
 	Sandbox ToolExecutor
 }
 
@@ -126,7 +126,7 @@ type Plan struct {
 	CodeExecution bool `json:"code_execution"`
 	// ToolType is the code-execution tool type asked for, if any.
 	ToolType string `json:"tool_type,omitempty"`
-	// Sandbox is true when the request enables sandbox_v1 tools (CONTRACT §4).
+	// Sandbox is true when the request enables sandbox_v1 tools.
 	Sandbox bool `json:"sandbox"`
 	// ServerTools are the sub-tools the model may call.
 	ServerTools []string `json:"server_tools"`
@@ -811,7 +811,7 @@ func ErrorEvent(err error) Event {
 }
 
 // ErrorStatus maps an error of Run to an HTTP status and the Anthropic error
-// body. The types are those of CONTRACT §8: an upstream's own 5xx type
+// body. The types are the error envelope's (docs/api.md): an upstream's own 5xx type
 // (Anthropic's "overloaded_error") becomes api_error, its message kept.
 func ErrorStatus(err error) (int, ErrorBody) {
 	var (
