@@ -1,6 +1,7 @@
 package web
 
 import (
+	"strconv"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
@@ -45,9 +46,26 @@ func viewArtifact(a artifact.Artifact) artifactView {
 	}
 }
 
-// projectArtifacts is GET /project/{id}/artifacts.
+// projectArtifacts is GET /project/{id}/artifacts: one page, oldest first
+// (order=asc, the default) or newest first (order=desc), after the
+// artifact id after.
 func (s *Server) projectArtifacts(c *fiber.Ctx) error {
-	as, err := s.svc.Workspace.Artifacts(c.UserContext(), principal(c), c.Params("id"))
+	page := artifact.Page{Limit: artifact.DefaultPage, After: c.Query("after")}
+	switch c.Query("order") {
+	case "", "asc":
+	case "desc":
+		page.NewestFirst = true
+	default:
+		return fault.New(fault.Invalid, "order must be 'asc' or 'desc'")
+	}
+	if v := c.Query("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > artifact.MaxPage {
+			return fault.Errorf(fault.Invalid, "limit must be between 1 and %d", artifact.MaxPage)
+		}
+		page.Limit = n
+	}
+	as, more, err := s.svc.Workspace.Artifacts(c.UserContext(), principal(c), c.Params("id"), page)
 	if err != nil {
 		return err
 	}
@@ -55,7 +73,11 @@ func (s *Server) projectArtifacts(c *fiber.Ctx) error {
 	for i, a := range as {
 		out[i] = viewArtifact(a)
 	}
-	return c.JSON(listResponse[artifactView]{Data: out})
+	resp := listResponse[artifactView]{Data: out, HasMore: more}
+	if len(out) > 0 {
+		resp.LastID = out[len(out)-1].ID
+	}
+	return c.JSON(resp)
 }
 
 // getArtifact is GET /artifact/{id}.

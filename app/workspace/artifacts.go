@@ -72,10 +72,12 @@ func resourceBlock(a artifact.Artifact) messages.ContentBlock {
 // it was last seen; it becomes a new version only when its content did.
 // Failures are logged: a tool call is not undone by them. The org's storage
 // quota is measured once, at the first file to copy; a file that does not
-// fit what is left stays in outputs, downloadable, but is not kept.
-func (s *Service) capture(ctx context.Context, th thread.Thread, containerID, toolUseID string) []artifact.Artifact {
+// fit what is left stays in outputs, downloadable, but is not kept. At most
+// Deps.MaxArtifactsPerCall artifacts are made; deferred counts the new or
+// changed files left past that cap for the next call (in name order).
+func (s *Service) capture(ctx context.Context, th thread.Thread, containerID, toolUseID string) (out []artifact.Artifact, deferred int) {
 	if s.d.Container == nil || s.d.Blobs == nil {
-		return nil
+		return nil, 0
 	}
 	syncer, _ := s.d.Container.(Syncer)
 	infos, err := s.d.Container.Walk(ctx, containerID, sandbox.OutputsDir)
@@ -83,7 +85,7 @@ func (s *Service) capture(ctx context.Context, th thread.Thread, containerID, to
 		if !errors.Is(err, file.ErrNotFound) {
 			s.log.Warn("artifact capture: list outputs", "thread", th.ID(), "err", err)
 		}
-		return nil
+		return nil, 0
 	}
 	s.mu.Lock()
 	seen := s.seen[th.ID()]
@@ -92,8 +94,8 @@ func (s *Service) capture(ctx context.Context, th thread.Thread, containerID, to
 		s.seen[th.ID()] = seen
 	}
 	s.mu.Unlock()
-	var out []artifact.Artifact
 	left, measured := int64(-1), s.d.Quota == nil
+	saved := 0
 	for _, info := range infos {
 		if info.Dir {
 			continue
@@ -103,6 +105,11 @@ func (s *Service) capture(ctx context.Context, th thread.Thread, containerID, to
 		prev, ok := seen[p]
 		s.mu.Unlock()
 		if ok && prev == stampOf(info) {
+			continue
+		}
+		if saved == s.d.MaxArtifactsPerCall {
+			// Past the cap: not seen yet, so the next call takes it.
+			deferred++
 			continue
 		}
 		if info.Size > s.d.MaxArtifactBytes {
@@ -122,7 +129,7 @@ func (s *Service) capture(ctx context.Context, th thread.Thread, containerID, to
 			}); err != nil {
 				if fault.KindOf(err) != fault.TooLarge {
 					s.log.Warn("artifact capture: storage quota", "thread", th.ID(), "err", err)
-					return out
+					return out, 0
 				}
 				left = 0
 			}
@@ -159,13 +166,34 @@ func (s *Service) capture(ctx context.Context, th thread.Thread, containerID, to
 		seen[p] = stampOf(info)
 		s.mu.Unlock()
 		if changed {
+			saved++
 			out = append(out, a)
 			if left >= 0 {
 				left = max(left-a.SizeBytes, 0)
 			}
 		}
 	}
-	return out
+	if deferred > 0 {
+		s.log.Warn("artifact capture: more outputs than one tool call saves", "thread", th.ID(), "saved", saved, "deferred", deferred, "max", s.d.MaxArtifactsPerCall)
+	}
+	return out, deferred
+}
+
+// DefaultMaxArtifactsPerCall is how many artifacts one tool call makes at
+// most: each output is hashed, copied and recorded in the call's wake, and
+// one call could otherwise write a hundred thousand.
+const DefaultMaxArtifactsPerCall = 100
+
+// deferredNote is the text block a turn shows after a tool call that left
+// deferred new or changed outputs unsaved (capture's cap).
+func deferredNote(deferred, limit int) messages.ContentBlock {
+	files := "files"
+	if deferred == 1 {
+		files = "file"
+	}
+	return messages.ContentBlock{Type: messages.BlockText, Text: fmt.Sprintf(
+		"[threadbox] This tool call saved as many artifacts as one call saves (%d); %d more new or changed %s in %s/ were not saved. They stay in the outputs folder, downloadable, and each later tool call saves up to %d more.",
+		limit, deferred, files, sandbox.OutputsDir, limit)}
 }
 
 // unavailableRetries are the waits before each new try of a capture step
@@ -255,12 +283,30 @@ func (s *Service) saveArtifact(ctx context.Context, th thread.Thread, containerI
 	return a, true, nil
 }
 
-// Artifacts lists the artifacts of a project of the caller's org.
-func (s *Service) Artifacts(ctx context.Context, p user.Principal, projectID string) ([]artifact.Artifact, error) {
-	if _, err := s.store.Project(ctx, p.OrgID, projectID); err != nil {
-		return nil, err
+// Artifacts lists one page of the artifacts of a project of the caller's
+// org, in the page's order, and whether more follow. page.Limit must be 1 to
+// artifact.MaxPage (zero: artifact.DefaultPage); page.After, when set, must
+// be an artifact of the project.
+func (s *Service) Artifacts(ctx context.Context, p user.Principal, projectID string, page artifact.Page) ([]artifact.Artifact, bool, error) {
+	if page.Limit == 0 {
+		page.Limit = artifact.DefaultPage
 	}
-	return s.store.ArtifactsByProject(ctx, p.OrgID, projectID)
+	if page.Limit < 1 || page.Limit > artifact.MaxPage {
+		return nil, false, fault.Errorf(fault.Invalid, "limit must be between 1 and %d", artifact.MaxPage)
+	}
+	if _, err := s.store.Project(ctx, p.OrgID, projectID); err != nil {
+		return nil, false, err
+	}
+	limit := page.Limit
+	page.Limit++
+	as, err := s.store.ArtifactsByProject(ctx, p.OrgID, projectID, page)
+	if err != nil {
+		return nil, false, err
+	}
+	if len(as) > limit {
+		return as[:limit], true, nil
+	}
+	return as, false, nil
 }
 
 // Artifact returns an artifact of a project of the caller's org.

@@ -144,6 +144,10 @@ type Deps struct {
 	// DefaultMaxArtifactBytes): the artifact store is on the host's disk,
 	// outside every container's quota.
 	MaxArtifactBytes int64
+	// MaxArtifactsPerCall caps the output files one tool call saves as
+	// artifacts (default DefaultMaxArtifactsPerCall); the rest wait in
+	// outputs for the next call, and the turn says so.
+	MaxArtifactsPerCall int
 	// BlobGrace is how long CollectArtifactBlobs keeps a blob that no
 	// artifact references (default DefaultBlobGrace).
 	BlobGrace time.Duration

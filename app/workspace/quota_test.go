@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"threadbox/app/messages"
+	"threadbox/domain/artifact"
 	"threadbox/domain/fault"
 	"threadbox/domain/org"
 )
@@ -109,7 +110,7 @@ func TestArtifactCaptureWithinTheStorageQuota(t *testing.T) {
 					blocks++
 				}
 			}
-			arts, _ := svc.Artifacts(ctx, p, th.ProjectID())
+			arts, _, _ := svc.Artifacts(ctx, p, th.ProjectID(), artifact.Page{})
 			if kept := len(arts) == 1 && blocks == 1; kept != tc.kept || len(arts) != blocks {
 				t.Fatalf("artifacts %d, blocks %d, want kept=%v", len(arts), blocks, tc.kept)
 			}

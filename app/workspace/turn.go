@@ -243,8 +243,12 @@ func (t *Turn) run(ctx context.Context, sink messages.Sink) (*messages.Response,
 	rs := &resourceSink{out: sink, last: -1}
 	opts := t.opts
 	opts.OnToolCall = func(hctx context.Context, call messages.ToolCall, _ *messages.ToolResult) {
-		for _, a := range s.capture(context.WithoutCancel(hctx), t.thread, call.ContainerID, call.ID) {
+		arts, deferred := s.capture(context.WithoutCancel(hctx), t.thread, call.ContainerID, call.ID)
+		for _, a := range arts {
 			rs.inject(resourceBlock(a))
+		}
+		if deferred > 0 {
+			rs.inject(deferredNote(deferred, s.d.MaxArtifactsPerCall))
 		}
 		// Keep the partial turn, still incomplete, after each tool call.
 		if content, err := json.Marshal(rs.col.Response().Content); err == nil {

@@ -177,7 +177,7 @@ func TestTurnInjectsResourceAfterToolResult(t *testing.T) {
 	if len(ms) != 2 || !ms[1].Complete() || !bytes.Contains(ms[1].Content(), []byte(`"zylon-resource"`)) {
 		t.Fatalf("stored: %d messages", len(ms))
 	}
-	arts, _ := svc.Artifacts(ctx, p, th.ProjectID())
+	arts, _, _ := svc.Artifacts(ctx, p, th.ProjectID(), artifact.Page{})
 	if len(arts) != 1 || arts[0].Version != 1 || arts[0].ToolUseID != "srvtoolu_1" || arts[0].MimeType != "image/png" {
 		t.Fatalf("artifacts: %+v", arts)
 	}
@@ -301,7 +301,7 @@ func TestArtifactCaptureIsBounded(t *testing.T) {
 				t.Fatalf("size %d: an artifact block for an output past the cap", size)
 			}
 		}
-		if arts, _ := svc.Artifacts(ctx, p, th.ProjectID()); len(arts) != 0 {
+		if arts, _, _ := svc.Artifacts(ctx, p, th.ProjectID(), artifact.Page{}); len(arts) != 0 {
 			t.Fatalf("size %d: artifacts %+v", size, arts)
 		}
 	}

@@ -56,6 +56,9 @@ func New(store Store, d Deps) *Service {
 	if d.MaxArtifactBytes <= 0 {
 		d.MaxArtifactBytes = DefaultMaxArtifactBytes
 	}
+	if d.MaxArtifactsPerCall <= 0 {
+		d.MaxArtifactsPerCall = DefaultMaxArtifactsPerCall
+	}
 	if d.BlobGrace <= 0 {
 		d.BlobGrace = DefaultBlobGrace
 	}

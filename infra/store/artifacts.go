@@ -2,12 +2,14 @@ package store
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"time"
 
 	"gorm.io/gorm"
 
 	"threadbox/domain/artifact"
+	"threadbox/domain/fault"
 )
 
 type artifactRow struct {
@@ -62,11 +64,36 @@ func (s *Store) Artifact(ctx context.Context, orgID, id string) (artifact.Artifa
 	return r.domain(), nil
 }
 
-// ArtifactsByProject lists the artifacts of the org's project, oldest first.
-func (s *Store) ArtifactsByProject(ctx context.Context, orgID, projectID string) ([]artifact.Artifact, error) {
+// ArtifactsByProject lists one page of the artifacts of the org's project,
+// by creation time, then id: oldest first, or newest first with
+// p.NewestFirst. An After that is no artifact of the project is invalid.
+func (s *Store) ArtifactsByProject(ctx context.Context, orgID, projectID string, p artifact.Page) ([]artifact.Artifact, error) {
+	q := s.artifactsWithCreator(ctx).Where("artifacts.org_id = ? AND artifacts.project_id = ?", orgID, projectID)
+	if p.After != "" {
+		var cur artifactRow
+		err := s.q(ctx).Where("id = ? AND org_id = ? AND project_id = ?", p.After, orgID, projectID).Take(&cur).Error
+		if errors.Is(err, gorm.ErrRecordNotFound) {
+			return nil, fault.Errorf(fault.Invalid, "after: %q is not an artifact of this project", p.After)
+		}
+		if err != nil {
+			return nil, translate(err, "artifact")
+		}
+		cmp := ">"
+		if p.NewestFirst {
+			cmp = "<"
+		}
+		q = q.Where("artifacts.created_at "+cmp+" ? OR (artifacts.created_at = ? AND artifacts.id "+cmp+" ?)", cur.CreatedAt, cur.CreatedAt, cur.ID)
+	}
+	order := "artifacts.created_at, artifacts.id"
+	if p.NewestFirst {
+		order = "artifacts.created_at DESC, artifacts.id DESC"
+	}
+	limit := p.Limit
+	if limit <= 0 {
+		limit = artifact.DefaultPage
+	}
 	var rows []artifactRow
-	if err := s.artifactsWithCreator(ctx).Where("artifacts.org_id = ? AND artifacts.project_id = ?", orgID, projectID).
-		Order("artifacts.created_at, artifacts.id").Find(&rows).Error; err != nil {
+	if err := q.Order(order).Limit(limit).Find(&rows).Error; err != nil {
 		return nil, translate(err, "artifacts")
 	}
 	out := make([]artifact.Artifact, len(rows))

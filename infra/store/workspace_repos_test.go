@@ -92,13 +92,13 @@ func artifactSkillSuite(t *testing.T, s *store.Store) {
 	if _, err := s.Artifact(ctx, other.ID(), a1.ID); !fault.Is(err, fault.NotFound) {
 		t.Fatalf("another org's artifact: %v", err)
 	}
-	if list, _ := s.ArtifactsByProject(ctx, other.ID(), pr.ID()); len(list) != 0 {
+	if list, _ := s.ArtifactsByProject(ctx, other.ID(), pr.ID(), artifact.Page{}); len(list) != 0 {
 		t.Fatalf("another org lists the project's artifacts: %v", list)
 	}
 	if err := s.DeleteThread(ctx, o.ID(), u.ID(), th.ID()); err != nil {
 		t.Fatal(err)
 	}
-	list, err := s.ArtifactsByProject(ctx, o.ID(), pr.ID())
+	list, err := s.ArtifactsByProject(ctx, o.ID(), pr.ID(), artifact.Page{})
 	if err != nil || len(list) != 2 || list[0].ID != a1.ID || list[1].ID != a2.ID {
 		t.Fatalf("artifacts after the thread was deleted: %v %v", list, err)
 	}

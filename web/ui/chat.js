@@ -199,11 +199,19 @@ function fileItem(view, f, path, kind, url) {
     actions, preview);
 }
 
-async function loadArtifacts(view) {
+const ARTIFACT_PAGE = 100;
+
+/** loadArtifacts lists the project's artifacts newest first, a page at a
+ * time: more appends the next (older) page after the last one shown. */
+async function loadArtifacts(view, more = false) {
   try {
-    const res = await api('GET', '/project/' + view.th.project_id + '/artifacts');
-    replace(view.artifacts, res.data.length ? null : h('li', { class: 'empty' }, 'No artifacts yet.'));
-    for (const a of res.data.slice().reverse()) {
+    let q = '/project/' + view.th.project_id + '/artifacts?order=desc&limit=' + ARTIFACT_PAGE;
+    if (more && view.artifactsLast) q += '&after=' + encodeURIComponent(view.artifactsLast);
+    const res = await api('GET', q);
+    if (!more) replace(view.artifacts, res.data.length ? null : h('li', { class: 'empty' }, 'No artifacts yet.'));
+    const older = view.artifacts.querySelector('li.more');
+    if (older) older.remove();
+    for (const a of res.data) {
       // Artifacts of one name from different threads are told apart by
       // where they come from and who made them.
       const mine = a.thread_id === view.th.id;
@@ -214,8 +222,14 @@ async function loadArtifacts(view) {
         h('span', { class: 'meta' }, `v${a.version} · ${a.mime_type} · ${humanSize(a.size_bytes)} · ${formatTime(a.created_at)}`),
         downloadButton(a.download_url, a.name)));
     }
+    if (res.data.length) view.artifactsLast = res.last_id;
+    if (res.has_more) {
+      view.artifacts.append(h('li', { class: 'more' },
+        h('button', { type: 'button', class: 'small', onclick: () => loadArtifacts(view, true) }, 'Show older artifacts')));
+    }
   } catch (err) {
-    replace(view.artifacts, h('li', { class: 'inline-error' }, explain(err)));
+    if (more) notify(explain(err));
+    else replace(view.artifacts, h('li', { class: 'inline-error' }, explain(err)));
   }
 }
 

@@ -1,0 +1,88 @@
+package workspace
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"threadbox/app/messages"
+	"threadbox/domain/artifact"
+	"threadbox/domain/file"
+)
+
+// manyOutputs is a container whose outputs folder holds n small files.
+type manyOutputs struct{ n int }
+
+func (m manyOutputs) name(i int) string { return fmt.Sprintf("f%03d.txt", i) }
+
+func (m manyOutputs) Walk(context.Context, string, string) ([]file.Info, error) {
+	out := make([]file.Info, m.n)
+	for i := range out {
+		out[i] = file.Info{Rel: m.name(i), Size: 4, Modified: time.Unix(int64(i), 0), Inode: uint64(i + 1)}
+	}
+	return out, nil
+}
+
+func (m manyOutputs) Open(_ context.Context, _, p string) (io.ReadSeekCloser, file.Info, error) {
+	rel := strings.TrimPrefix(p, "/mnt/user-data/outputs/")
+	return nopCloser{strings.NewReader(rel[:4])}, file.Info{Rel: rel, Size: 4}, nil
+}
+
+func (manyOutputs) Write(context.Context, string, string, io.Reader, int64) (file.Info, error) {
+	return file.Info{}, errors.New("read-only fake")
+}
+
+// TestArtifactsPerToolCallAreCapped: one tool call saves at most
+// MaxArtifactsPerCall artifacts; the turn says how many new outputs it left
+// unsaved, and later calls save them, the cap at a time.
+func TestArtifactsPerToolCallAreCapped(t *testing.T) {
+	ctx := context.Background()
+	svc, _, p, th := setup(t, scriptEngine{})
+	svc.d.Container = manyOutputs{n: 7}
+	svc.d.MaxArtifactsPerCall = 3
+	for _, want := range []struct {
+		resources int
+		note      string // "" for none
+		total     int
+	}{
+		{3, "4 more new or changed files", 3},
+		{3, "1 more new or changed file ", 6},
+		{1, "", 7},
+		{0, "", 7},
+	} {
+		turn, err := svc.StartTurn(ctx, p, th.ID(), TurnRequest{Content: []messages.ContentBlock{{Type: "text", Text: "go"}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := turn.Run(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resources, notes := 0, []string{}
+		for _, b := range resp.Content {
+			switch {
+			case b.Type == BlockResource:
+				resources++
+			case b.Type == messages.BlockText && strings.HasPrefix(b.Text, "[threadbox]"):
+				notes = append(notes, b.Text)
+			}
+		}
+		if resources != want.resources {
+			t.Fatalf("a call announced %d artifacts, want %d", resources, want.resources)
+		}
+		switch {
+		case want.note == "" && len(notes) != 0:
+			t.Fatalf("unexpected note: %q", notes)
+		case want.note != "" && (len(notes) != 1 || !strings.Contains(notes[0], want.note) || !strings.Contains(notes[0], "one call saves (3)")):
+			t.Fatalf("note %q, want one holding %q", notes, want.note)
+		}
+		arts, _, err := svc.Artifacts(ctx, p, th.ProjectID(), artifact.Page{Limit: artifact.MaxPage})
+		if err != nil || len(arts) != want.total {
+			t.Fatalf("%d artifacts (%v), want %d", len(arts), err, want.total)
+		}
+	}
+}
