@@ -10,7 +10,7 @@ import (
 	"threadbox/domain/fault"
 )
 
-// Streamed downloads (issue 17): the chat downloads a file with a plain
+// Streamed downloads: the chat downloads a file with a plain
 // link, which the browser saves to disk as it arrives, instead of fetching
 // it into page memory. A link sends no Authorization header, so the page
 // first asks POST /download-url for a URL that carries a ticket: signed,

@@ -12,7 +12,7 @@ import (
 	"threadbox/domain/id"
 )
 
-// envelope is the Anthropic error envelope of CONTRACT §8.
+// envelope is the Anthropic error envelope (docs/api.md, Errors).
 type envelope struct {
 	Type      string       `json:"type"`
 	Error     envelopeBody `json:"error"`

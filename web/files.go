@@ -41,7 +41,7 @@ type fileScope struct {
 	Type string `json:"type"`
 }
 
-// fileObject is the Files API's file object (CONTRACT §5).
+// fileObject is the Files API's file object (docs/api.md).
 type fileObject struct {
 	ID           string    `json:"id"`
 	CreatedAt    time.Time `json:"created_at"`

@@ -44,7 +44,7 @@ func (s *Server) routes() {
 	app.Patch("/thread/:id", s.patchThread)
 	app.Delete("/thread/:id", s.deleteThread)
 
-	// Workspace API (CONTRACT §7)
+	// Workspace API (docs/api.md)
 	app.Post("/thread/:id/upload-file", s.threadUpload)
 	app.Put("/thread/:id/put-file/*", s.threadPut)
 	app.Post("/thread/:id/messages", s.threadTurn)
@@ -74,14 +74,14 @@ func (s *Server) routes() {
 	a.Group("/api/gpt", s.authenticate)
 	a.Get("/api/gpt/v1/sandbox/backends", s.authenticate, s.sandboxBackends)
 
-	// Messages API (CONTRACT §3); authenticated by the /api/gpt group above.
+	// Messages API (docs/api.md); authenticated by the /api/gpt group above.
 	a.Post("/api/gpt/v1/messages", s.createMessage)
 	a.Post("/api/gpt/v1/messages/validate", s.validateMessage)
 	a.Post("/api/gpt/v1/messages/count_tokens", s.countTokens)
 	a.Get("/api/gpt/v1/models", s.listModels)
 	a.Get("/api/gpt/v1/models/:id", s.getModel)
 
-	// Files API (CONTRACT §5); authenticated by the /api/gpt group above.
+	// Files API (docs/api.md); authenticated by the /api/gpt group above.
 	// Per-file routes read the id or key from the raw path (web/files.go).
 	a.Get(filesPrefix, s.listFiles)
 	a.Post(filesPrefix, s.uploadFile)
@@ -91,7 +91,7 @@ func (s *Server) routes() {
 	a.Get(filesPrefix+"/*", s.fileRoute)
 	a.Delete(filesPrefix+"/*", s.fileRoute)
 
-	// Frontend (issue 8): the page at / and its assets under /ui/; every
+	// Frontend (docs/frontend.md): the page at / and its assets under /ui/; every
 	// other path keeps its API route or the JSON 404 below.
 	a.Get("/", s.uiIndex)
 	a.Get("/ui/*", s.uiAsset)

@@ -9,7 +9,7 @@ import (
 	"threadbox/domain/fault"
 )
 
-// Browser sessions (issue 17, docs/frontend.md "Sessions"): the web
+// Browser sessions (docs/frontend.md "Sessions"): the web
 // frontend signs in with refresh_cookie and gets a refresh token in an
 // HttpOnly, SameSite=Strict cookie (Secure over https) that the browser
 // sends only to refreshPath, and a short-lived access token it keeps in

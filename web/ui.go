@@ -13,7 +13,7 @@ import (
 	"threadbox/domain/fault"
 )
 
-// uiFiles are the frontend's static assets (issue 8): plain HTML, CSS and
+// uiFiles are the frontend's static assets (docs/frontend.md): plain HTML, CSS and
 // JavaScript modules, served as they are, with no build step.
 //
 //go:embed ui
