@@ -111,7 +111,7 @@ func useCase(alias, uses string) string {
 // The references the content checks look for, built from parts so that
 // this file itself holds none of them.
 var (
-	outside  = ".." + "/shared/spec/CONTRACT.md"
+	outside  = ".." + "/shared/spec/CONTR" + "ACT.md"
 	issueRef = "iss" + "ue 12"
 	stopRef  = "st" + "op 7"
 	testName = "TestIss" + "ue12"
