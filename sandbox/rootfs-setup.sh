@@ -1,10 +1,10 @@
 #!/bin/sh
 # rootfs-setup: runs inside the image's root filesystem (chroot or Docker
-# build) after the packages are installed: the sandbox user, the §2 folders,
+# build) after the packages are installed: the sandbox user, the sandbox folders,
 # the mount points the host binds over, and small conveniences.
 set -eu
 
-# fd-find installs its binary as fdfind; §2 promises `fd`.
+# fd-find installs its binary as fdfind; the sandbox promises `fd`.
 [ -e /usr/local/bin/fd ] || ln -s /usr/bin/fdfind /usr/local/bin/fd
 
 # The unprivileged sandbox user (uid/gid 1000).
@@ -13,7 +13,7 @@ if ! getent passwd agent >/dev/null; then
   useradd -u 1000 -g 1000 -m -d /home/agent -s /bin/bash agent
 fi
 
-# §2 folders and the agent's mount point. The host bind-mounts workspace,
+# The sandbox folders and the agent's mount point. The host bind-mounts workspace,
 # uploads, outputs and skills over these; they exist so a read-only root
 # filesystem still has the targets.
 mkdir -p /home/agent/workspace /mnt/user-data/uploads /mnt/user-data/outputs /mnt/skills /opt/threadbox
