@@ -346,7 +346,7 @@ func (s *Service) ensure(ctx context.Context, id string) (*live, error) {
 		return l, nil
 	}
 	if len(s.backends) == 0 {
-		return nil, ErrNoBackend
+		return nil, sandbox.ErrNoBackend
 	}
 	c, err := s.store.Container(ctx, id)
 	if err != nil {
@@ -516,9 +516,6 @@ func (s *Service) release(l *live) {
 	l.lastUsed = s.now()
 	s.mu.Unlock()
 }
-
-// ErrNoBackend reports that no sandbox backend is configured.
-var ErrNoBackend = errors.New("code_execution provider is not configured.")
 
 // Exec runs cmd in the container's sandbox, booting it when needed. When the
 // sandbox died (killed, daemon restarted) the error wraps

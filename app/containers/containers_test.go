@@ -334,7 +334,7 @@ func TestFallbackToTheNextBackend(t *testing.T) {
 		t.Fatalf("no backend could start: %v", err)
 	}
 	s, _, _ = newService()
-	if _, err := s.Exec(ctx, c.ID(), sandbox.Command{}); !errors.Is(err, ErrNoBackend) || err.Error() != "code_execution provider is not configured." {
+	if _, err := s.Exec(ctx, c.ID(), sandbox.Command{}); !errors.Is(err, sandbox.ErrNoBackend) || err.Error() != "code_execution provider is not configured." {
 		t.Fatalf("no backend configured: %v", err)
 	}
 }

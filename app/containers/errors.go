@@ -7,6 +7,7 @@ import (
 
 	"threadbox/domain/fault"
 	"threadbox/domain/id"
+	"threadbox/domain/sandbox"
 )
 
 // hide turns a failure of the sandbox machinery — a backend's error, a
@@ -16,10 +17,10 @@ import (
 // server log once, with that id, and stays the wrapped cause, so errors.Is
 // still finds sandbox.ErrUnavailable and the rest. Errors that are already
 // the caller's to read (fault kinds: a quota, another server's sandbox, an
-// expired container), ErrNoBackend and the end of the context pass as they
+// expired container), sandbox.ErrNoBackend and the end of the context pass as they
 // are. attrs add to the log line.
 func (s *Service) hide(containerID, op string, err error, attrs ...any) error {
-	if err == nil || errors.Is(err, ErrNoBackend) || errors.Is(err, context.Canceled) ||
+	if err == nil || errors.Is(err, sandbox.ErrNoBackend) || errors.Is(err, context.Canceled) ||
 		errors.Is(err, context.DeadlineExceeded) || fault.KindOf(err) != fault.Internal {
 		return err
 	}

@@ -11,7 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"threadbox/app/containers"
 	"threadbox/app/messages"
 	"threadbox/domain/file"
 	"threadbox/domain/sandbox"
@@ -413,7 +412,7 @@ func (e *Executor) sandboxFailure(ctx context.Context, fail func(code, msg strin
 	switch {
 	case ctx.Err() != nil:
 		return fail(messages.CodeUnavailable, "The request was cancelled.")
-	case errors.Is(err, containers.ErrNoBackend):
+	case errors.Is(err, sandbox.ErrNoBackend):
 		return fail(messages.CodeUnavailable, messages.NotConfiguredMessage)
 	case errors.Is(err, sandbox.ErrUnsupported):
 		return fail(messages.CodeUnavailable, noSessionsMessage)

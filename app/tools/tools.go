@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"threadbox/app/containers"
 	"threadbox/app/messages"
 	"threadbox/domain/file"
 	"threadbox/domain/sandbox"
@@ -204,7 +203,7 @@ func (e *Executor) bash(ctx context.Context, call messages.ToolCall) *messages.T
 		if ctx.Err() != nil {
 			return fail(messages.CodeUnavailable, "The request was cancelled.")
 		}
-		if errors.Is(err, containers.ErrNoBackend) {
+		if errors.Is(err, sandbox.ErrNoBackend) {
 			return fail(messages.CodeUnavailable, messages.NotConfiguredMessage)
 		}
 		return fail(messages.CodeUnavailable, "The sandbox is unavailable: "+messages.Explain(e.cfg.Log, err))

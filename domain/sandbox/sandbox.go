@@ -29,6 +29,11 @@ var ErrNotFound = errors.New("sandbox not found")
 // a type check that a wrapper could hide.
 var ErrUnsupported = errors.New("not supported by this sandbox backend")
 
+// ErrNoBackend reports that no sandbox backend is configured: code
+// execution is off for the whole server. Its text is the error message
+// Anthropic's API gives when no code-execution provider is set up.
+var ErrNoBackend = errors.New("code_execution provider is not configured.")
+
 // ErrFoldersReadOnly reports that a container's folders are on a file
 // system that went read-only under it (its quota image met I/O errors: the
 // server's disk filled). The owner stops the container's sandbox and has
