@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -95,14 +96,46 @@ func endOf(ctx context.Context, err error) turnEnd {
 type liveTurn struct {
 	rec    turn.Turn
 	cancel context.CancelCauseFunc
+	// maxBytes caps the bytes of the events the log keeps (LogTruncated).
+	maxBytes int64
 
-	mu      sync.Mutex
-	events  []turn.Event  // the whole log so far
-	stored  int           // how many of events are in the database
-	changed chan struct{} // closed (and replaced) when events grow or the turn ends
-	done    bool
-	end     turnEnd
-	err     error // the turn's own error, for followers in this process
+	mu sync.Mutex
+	// events are the log's events not yet stored, and those stored since
+	// the last flush dropped them: the first has number dropped+1. Older
+	// ones are read from the database.
+	events    []turn.Event
+	dropped   int64         // the number of the last event no longer in memory
+	last      int64         // the number of the last event appended
+	stored    int64         // the number of the last event in the database
+	bytes     int64         // the data bytes of the log so far
+	truncated bool          // the log passed maxBytes and holds the marker
+	changed   chan struct{} // closed (and replaced) when events grow or the turn ends
+	done      bool
+	end       turnEnd
+	err       error // the turn's own error, for followers in this process
+}
+
+// LogTruncated is the event a turn's log holds once its events passed the
+// log's cap in bytes (Deps.TurnLogMaxBytes): after it the log keeps only
+// the events that end the stream (message_delta, message_stop, stopped and
+// how the turn ended). The turn itself goes on, and its stored message
+// holds everything once it ends.
+const LogTruncated = "threadbox_log_truncated"
+
+// DefaultTurnLogMaxBytes is the cap of a turn's log unless Deps say
+// otherwise: far above what a turn's messages hold (each step's output is
+// capped, and so is each tool result), but a turn streaming a command's
+// output for hours stops growing its log there.
+const DefaultTurnLogMaxBytes = 16 << 20
+
+// keptPastCap reports whether an event of type typ is logged even past
+// the log's cap: the small events that end a stream.
+func keptPastCap(typ string) bool {
+	switch typ {
+	case endEvent, StoppedEvent, messages.EventMessageDelta, messages.EventMessageStop:
+		return true
+	}
+	return false
 }
 
 // Send appends a stream event to the log. It never waits for a follower.
@@ -118,30 +151,49 @@ func (l *liveTurn) Send(ev messages.Event) error {
 	return nil
 }
 
+// append adds an event to the log, or past the cap the truncation marker
+// once and then only the events that end the stream.
 func (l *liveTurn) append(typ string, data []byte) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.events = append(l.events, turn.Event{Seq: int64(len(l.events)) + 1, Type: typ, Data: data})
+	if !keptPastCap(typ) && (l.truncated || l.maxBytes > 0 && l.bytes+int64(len(data)) > l.maxBytes) {
+		if l.truncated {
+			return
+		}
+		l.truncated = true
+		typ = LogTruncated
+		data, _ = json.Marshal(messages.Event{Type: LogTruncated})
+	}
+	l.last++
+	l.bytes += int64(len(data))
+	l.events = append(l.events, turn.Event{Seq: l.last, Type: typ, Data: data})
 	close(l.changed)
 	l.changed = make(chan struct{})
 }
 
-// since returns the events after seq after, a channel closed at the next
-// change, and whether the log is complete.
-func (l *liveTurn) since(after int64) ([]turn.Event, <-chan struct{}, bool) {
+// since returns the events after seq after that are in memory, a channel
+// closed at the next change, whether the log is complete, and stored,
+// true when events after after were dropped from memory: they are read
+// from the database.
+func (l *liveTurn) since(after int64) (evs []turn.Event, changed <-chan struct{}, done, stored bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	var out []turn.Event
-	if after < int64(len(l.events)) {
-		out = append(out, l.events[max(after, 0):]...)
+	after = max(after, 0)
+	if after < l.dropped {
+		return nil, l.changed, l.done, true
 	}
-	return out, l.changed, l.done
+	if i := after - l.dropped; i < int64(len(l.events)) {
+		evs = append(evs, l.events[i:]...)
+	}
+	return evs, l.changed, l.done, false
 }
 
-// flush stores the events not stored yet.
+// flush stores the events not stored yet, then drops every stored event
+// from memory: a running turn holds only what the database does not have
+// yet (at most the log's cap, while the database is unavailable).
 func (s *Service) flush(ctx context.Context, l *liveTurn) error {
 	l.mu.Lock()
-	pending := l.events[l.stored:]
+	pending := l.events[l.stored-l.dropped:]
 	l.mu.Unlock()
 	if len(pending) == 0 {
 		return nil
@@ -150,8 +202,10 @@ func (s *Service) flush(ctx context.Context, l *liveTurn) error {
 		return err
 	}
 	l.mu.Lock()
-	l.stored += len(pending)
-	l.mu.Unlock()
+	defer l.mu.Unlock()
+	l.stored = pending[len(pending)-1].Seq
+	l.events = slices.Clone(l.events[l.stored-l.dropped:])
+	l.dropped = l.stored
 	return nil
 }
 
@@ -199,7 +253,7 @@ func (t *Turn) Detach(ctx context.Context) (string, error) {
 		return "", fmt.Errorf("workspace: store turn: %w", err)
 	}
 	runCtx, cancel := context.WithCancelCause(context.Background())
-	l := &liveTurn{rec: rec, cancel: cancel, changed: make(chan struct{})}
+	l := &liveTurn{rec: rec, cancel: cancel, maxBytes: s.d.TurnLogMaxBytes, changed: make(chan struct{})}
 	s.detached.put(l)
 	s.detached.wg.Add(1)
 	go func() {
@@ -384,10 +438,14 @@ func (s *Service) FollowTurn(ctx context.Context, p user.Principal, threadID, tu
 			done    bool
 			live    = s.detached.get(turnID)
 		)
+		inDB := live == nil
 		if live != nil {
-			evs, changed, done = live.since(after)
-		} else if evs, err = s.store.TurnEvents(ctx, turnID, after, 500); err != nil {
-			return TurnEnding{}, err
+			evs, changed, done, inDB = live.since(after)
+		}
+		if inDB {
+			if evs, err = s.store.TurnEvents(ctx, turnID, after, 500); err != nil {
+				return TurnEnding{}, err
+			}
 		}
 		for _, ev := range evs {
 			after = ev.Seq

@@ -162,6 +162,10 @@ type Deps struct {
 	// TurnLogRetention is how long the event log of an ended turn is kept
 	// (default DefaultTurnLogRetention).
 	TurnLogRetention time.Duration
+	// TurnLogMaxBytes caps the bytes of one turn's event log (default
+	// DefaultTurnLogMaxBytes): past it the log holds a LogTruncated event
+	// and then only the events that end the stream.
+	TurnLogMaxBytes int64
 	// Audit, when set, records project renames and deletions in the org's
 	// audit log.
 	Audit Auditor

@@ -62,6 +62,9 @@ func New(store Store, d Deps) *Service {
 	if d.BlobGrace <= 0 {
 		d.BlobGrace = DefaultBlobGrace
 	}
+	if d.TurnLogMaxBytes <= 0 {
+		d.TurnLogMaxBytes = DefaultTurnLogMaxBytes
+	}
 	if d.TurnLogRetention <= 0 {
 		d.TurnLogRetention = DefaultTurnLogRetention
 	}

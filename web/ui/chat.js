@@ -559,6 +559,10 @@ async function runTurn(view, content, runCode, signal, mode = '', asked = typeof
     }
   }
   turn.done();
+  if (turn.truncated) {
+    await Promise.all([loadHistory(view), loadFiles(view), loadArtifacts(view)]);
+    return true;
+  }
   const codeOff = view.runCode && view.runCode.disabled;
   if ((runCode || codeOff) && /```/.test(asked) && turn.codeRuns === 0 && !turn.failed) {
     turn.note(noCodeNote(await showPolicy(view)));
@@ -590,7 +594,8 @@ async function followTurn(view, turnID, signal) {
     if (err.name !== 'AbortError') turn.error(explain(err));
   }
   turn.done();
-  if (turn.codeRuns > 0 || turn.resources > 0) await Promise.all([loadFiles(view), loadArtifacts(view)]);
+  if (turn.truncated) await Promise.all([loadHistory(view), loadFiles(view), loadArtifacts(view)]);
+  else if (turn.codeRuns > 0 || turn.resources > 0) await Promise.all([loadFiles(view), loadArtifacts(view)]);
 }
 
 /**
@@ -643,6 +648,12 @@ class TurnView {
         break;
       case 'message_stop': this.finished = true; break;
       case 'stopped': this.endCards('stopped'); this.error('Stopped.'); break;
+      case 'threadbox_log_truncated':
+        // The turn's log reached its cap: the rest shows from the stored
+        // message once the turn ends.
+        this.truncated = true;
+        this.note('This answer is long: its live view stops here, and the whole answer shows when the turn ends.');
+        break;
       case 'threadbox_tool_output': {
         const card = this.cards.get(ev.tool_use_id);
         if (card) card.live(ev);

@@ -1,0 +1,168 @@
+package workspace
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"threadbox/app/messages"
+	"threadbox/domain/turn"
+	"threadbox/domain/user"
+)
+
+// chattyEngine plays a turn of one text block sent as n deltas of size
+// bytes each; with hold set, it waits after the first delta until hold is
+// closed.
+type chattyEngine struct {
+	n, size int
+	hold    chan struct{}
+}
+
+func (chattyEngine) Model(name string) string { return "default" }
+
+func (e chattyEngine) Run(ctx context.Context, _ user.Principal, _ *messages.Request, _ messages.RunOptions, sink messages.Sink) error {
+	text := messages.ContentBlock{Type: messages.BlockText, Text: ""}
+	evs := []messages.Event{
+		{Type: messages.EventMessageStart, Message: &messages.Response{ID: "msg_1", Type: "message", Role: "assistant"}},
+		{Type: messages.EventContentBlockStart, Index: 0, ContentBlock: &text},
+	}
+	for i := range e.n {
+		evs = append(evs, messages.Event{Type: messages.EventContentBlockDelta, Index: 0,
+			Delta: &messages.BlockDelta{Type: messages.DeltaText, Text: strings.Repeat(string(rune('a'+i%26)), e.size)}})
+	}
+	evs = append(evs, messages.Event{Type: messages.EventContentBlockStop, Index: 0},
+		messages.Event{Type: messages.EventMessageDelta, MessageDelta: &messages.MessageDelta{StopReason: "end_turn"}, Usage: &messages.Usage{}},
+		messages.Event{Type: messages.EventMessageStop})
+	for i, ev := range evs {
+		if err := sink.Send(ev); err != nil {
+			return err
+		}
+		if i == 2 && e.hold != nil {
+			select {
+			case <-e.hold:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+	}
+	return nil
+}
+
+// followAll follows a turn from the start to its end and returns its events.
+func followAll(t *testing.T, svc *Service, p user.Principal, threadID, turnID string) ([]turn.Event, TurnEnding) {
+	t.Helper()
+	var evs []turn.Event
+	end, err := svc.FollowTurn(context.Background(), p, threadID, turnID, 0, func(ev turn.Event) error {
+		evs = append(evs, ev)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, ev := range evs {
+		if ev.Seq != int64(i)+1 {
+			t.Fatalf("event %d is numbered %d", i+1, ev.Seq)
+		}
+	}
+	return evs, end
+}
+
+// TestTurnLogIsCapped: a turn whose events pass the log's cap in bytes
+// logs a truncation marker, then only the events that end the stream; the
+// turn itself runs on and its stored message holds every delta.
+func TestTurnLogIsCapped(t *testing.T) {
+	ctx := context.Background()
+	const n, size, limit = 40, 1000, 8000
+	svc, st, p, th := setup(t, chattyEngine{n: n, size: size})
+	svc.d.TurnLogMaxBytes = limit
+	tr, err := svc.StartTurn(ctx, p, th.ID(), TurnRequest{Content: []messages.ContentBlock{{Type: "text", Text: "go"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := tr.Detach(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pass := range []string{"live", "from the database"} {
+		evs, end := followAll(t, svc, p, th.ID(), id)
+		if end.State != turn.Done || end.Err != nil {
+			t.Fatalf("%s: ended %+v", pass, end)
+		}
+		markers, bytes := 0, 0
+		var after []string
+		for _, ev := range evs {
+			bytes += len(ev.Data)
+			switch {
+			case ev.Type == LogTruncated:
+				markers++
+			case markers > 0:
+				after = append(after, ev.Type)
+			}
+		}
+		if markers != 1 || strings.Join(after, ",") != "message_delta,message_stop" {
+			t.Fatalf("%s: %d markers, then %v", pass, markers, after)
+		}
+		if bytes > limit+200 {
+			t.Fatalf("%s: the log holds %d bytes, cap %d", pass, bytes, limit)
+		}
+	}
+	ms, err := st.Messages(ctx, th.ID())
+	if err != nil || len(ms) != 2 || !ms[1].Complete() {
+		t.Fatalf("stored messages: %d %v", len(ms), err)
+	}
+	if got := strings.Count(string(ms[1].Content()), strings.Repeat("a", size)); got != (n+25)/26 {
+		t.Fatalf("the stored answer holds %d of the a-deltas, want %d", got, (n+25)/26)
+	}
+}
+
+// TestRunningTurnKeepsOnlyUnstoredEvents: the events of a running turn are
+// dropped from memory once stored, and a follower that starts from the
+// beginning reads them from the database, then follows live.
+func TestRunningTurnKeepsOnlyUnstoredEvents(t *testing.T) {
+	ctx := context.Background()
+	hold := make(chan struct{})
+	svc, _, p, th := setup(t, chattyEngine{n: 3, size: 10, hold: hold})
+	tr, err := svc.StartTurn(ctx, p, th.ID(), TurnRequest{Content: []messages.ContentBlock{{Type: "text", Text: "go"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := tr.Detach(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := svc.detached.get(id)
+	if l == nil {
+		t.Fatal("the running turn is not in this process")
+	}
+	// The turn waits after its third event until hold closes; the watch
+	// stores what it sent.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		l.mu.Lock()
+		stored, inMemory := l.stored, len(l.events)
+		l.mu.Unlock()
+		if stored == 3 {
+			if inMemory != 0 {
+				t.Fatalf("%d stored events still in memory", inMemory)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the turn's first events were not stored (stored %d)", stored)
+		}
+	}
+	type result struct {
+		evs []turn.Event
+		end TurnEnding
+	}
+	done := make(chan result, 1)
+	go func() {
+		evs, end := followAll(t, svc, p, th.ID(), id)
+		done <- result{evs, end}
+	}()
+	close(hold)
+	r := <-done
+	if r.end.State != turn.Done || len(r.evs) != 8 || r.evs[0].Type != messages.EventMessageStart || r.evs[7].Type != messages.EventMessageStop {
+		t.Fatalf("followed %d events, ended %+v", len(r.evs), r.end)
+	}
+}
