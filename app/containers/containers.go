@@ -206,15 +206,16 @@ func (s *Service) ExpiresAt(c container.Container) time.Time {
 	return c.ExpiresAt(s.cfg.Idle, s.cfg.MaxAge)
 }
 
-// ForUser resolves the caller's container named clientID ("" means the
-// default container), creating it when new. A container past its maximum
-// age is removed; naming it fails, except the default container, which is
-// made anew.
+// ForUser resolves the caller's container named clientID ("" or
+// container.DefaultClientID means the default container), creating it when
+// new. A container past its maximum age is removed and leaves a tombstone:
+// naming it then fails, and so does every later request naming it; the
+// default container is made anew instead.
 func (s *Service) ForUser(ctx context.Context, p user.Principal, clientID string) (container.Container, error) {
-	isDefault := clientID == ""
-	if isDefault {
+	if clientID == "" {
 		clientID = container.DefaultClientID
 	}
+	isDefault := clientID == container.DefaultClientID
 	if err := container.ValidateClientID(clientID); err != nil {
 		return container.Container{}, err
 	}
@@ -238,22 +239,52 @@ func (s *Service) ForThread(ctx context.Context, p user.Principal, threadID stri
 }
 
 // Lookup returns the container with storage id if the caller may use it.
+// One removed at its maximum age is the same error as when it was
+// removed.
 func (s *Service) Lookup(ctx context.Context, p user.Principal, id string) (container.Container, error) {
 	if err := confine(p, id); err != nil {
 		return container.Container{}, err
 	}
 	c, err := s.store.Container(ctx, id)
+	if fault.Is(err, fault.NotFound) {
+		if err := s.tombstoned(ctx, p, id); err != nil {
+			return container.Container{}, err
+		}
+	}
 	if err != nil || !c.AccessibleBy(p.OrgID, p.UserID) {
 		return container.Container{}, fault.New(fault.NotFound, "container not found")
 	}
 	return c, nil
 }
 
+// tombstoned is errExpired when the caller's container id, which has no
+// record, was removed at its maximum age (it has a tombstone), and nil
+// when it was not.
+func (s *Service) tombstoned(ctx context.Context, p user.Principal, id string) error {
+	t, err := s.store.Tombstone(ctx, id)
+	switch {
+	case err == nil && t.AccessibleBy(p.OrgID, p.UserID):
+		return errExpired(t.ClientID)
+	case err == nil || fault.Is(err, fault.NotFound):
+		return nil
+	}
+	return fmt.Errorf("containers: %w", err)
+}
+
+// resolve returns the container id, made by mk when it has no record. One
+// past its maximum age is removed (with a tombstone, unless it is the
+// default container) and is errExpired, or made anew when recreate is set;
+// an id with a tombstone is errExpired too, as long as it exists.
 func (s *Service) resolve(ctx context.Context, id string, recreate bool, mk func() (container.Container, error), p user.Principal) (container.Container, error) {
 	defer s.lock(id)()
 	c, err := s.store.Container(ctx, id)
 	switch {
 	case fault.Is(err, fault.NotFound):
+		if !recreate {
+			if err := s.tombstoned(ctx, p, id); err != nil {
+				return container.Container{}, err
+			}
+		}
 		return s.create(ctx, mk)
 	case err != nil:
 		return container.Container{}, fmt.Errorf("containers: %w", err)
@@ -262,7 +293,7 @@ func (s *Service) resolve(ctx context.Context, id string, recreate bool, mk func
 		return container.Container{}, fault.New(fault.NotFound, "container not found")
 	}
 	if c.Expired(s.now(), s.cfg.MaxAge) {
-		if err := s.removeLocked(ctx, c.ID()); err != nil {
+		if err := s.expireLocked(ctx, c); err != nil {
 			return container.Container{}, err
 		}
 		if !recreate {
@@ -519,11 +550,13 @@ func (s *Service) release(l *live) {
 
 // Exec runs cmd in the container's sandbox, booting it when needed. When the
 // sandbox died (killed, daemon restarted) the error wraps
-// sandbox.ErrUnavailable and the next call boots a fresh one.
+// sandbox.ErrUnavailable and the next call boots a fresh one. When the
+// sandbox could not be had (refused, failed to boot, the request went
+// first) the error is marked sandbox.ErrNotStarted: nothing ran.
 func (s *Service) Exec(ctx context.Context, containerID string, cmd sandbox.Command) (sandbox.Result, error) {
 	l, err := s.ensure(ctx, containerID)
 	if err != nil {
-		return sandbox.Result{}, err
+		return sandbox.Result{}, sandbox.NotStarted(err)
 	}
 	res, err := l.backend.Exec(ctx, containerID, cmd)
 	s.release(l)
@@ -534,11 +567,12 @@ func (s *Service) Exec(ctx context.Context, containerID string, cmd sandbox.Comm
 }
 
 // Start starts a long-lived command in the container's sandbox, booting it
-// when needed; sandbox.ErrUnsupported when its backend cannot.
+// when needed; sandbox.ErrUnsupported when its backend cannot. As for Exec,
+// an error before the sandbox ran is marked sandbox.ErrNotStarted.
 func (s *Service) Start(ctx context.Context, containerID string, cmd sandbox.Command, tty *sandbox.TTY) (sandbox.Session, error) {
 	l, err := s.ensure(ctx, containerID)
 	if err != nil {
-		return nil, err
+		return nil, sandbox.NotStarted(err)
 	}
 	defer s.release(l)
 	sess, err := l.backend.Start(ctx, containerID, cmd, tty)
@@ -687,10 +721,42 @@ func (s *Service) stopLocked(ctx context.Context, id string) error {
 // Remove stops the container's sandbox and deletes its files and record.
 func (s *Service) Remove(ctx context.Context, containerID string) error {
 	defer s.lock(containerID)()
-	return s.removeLocked(ctx, containerID)
+	return s.removeLocked(ctx, containerID, s.store.DeleteContainer)
 }
 
-func (s *Service) removeLocked(ctx context.Context, id string) error {
+// expire removes c, past its maximum age, as resolve does: once its
+// sandbox and files are gone its record goes, leaving a tombstone where
+// c keeps one. The record is read again under the lock, so a default
+// container made anew meanwhile is not taken for the one listed; ok is
+// false when the record is gone or no longer past its maximum age.
+func (s *Service) expire(ctx context.Context, c container.Container) (ok bool, err error) {
+	defer s.lock(c.ID())()
+	cur, err := s.store.Container(ctx, c.ID())
+	if fault.Is(err, fault.NotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("containers: %w", err)
+	}
+	if !cur.Expired(s.now(), s.cfg.MaxAge) {
+		return false, nil
+	}
+	return true, s.expireLocked(ctx, cur)
+}
+
+// expireLocked removes c, past its maximum age; the caller holds its lock.
+func (s *Service) expireLocked(ctx context.Context, c container.Container) error {
+	return s.removeLocked(ctx, c.ID(), func(ctx context.Context, id string) error {
+		if !c.KeepsTombstone() {
+			return s.store.DeleteContainer(ctx, id)
+		}
+		return s.store.ExpireContainer(ctx, c.Tombstone(s.now()))
+	})
+}
+
+// removeLocked stops the container's sandbox, deletes its files and then
+// its record with forget; the caller holds its lock.
+func (s *Service) removeLocked(ctx context.Context, id string, forget func(ctx context.Context, id string) error) error {
 	l, err := s.take(ctx, id)
 	if err != nil {
 		return err
@@ -711,7 +777,7 @@ func (s *Service) removeLocked(ctx context.Context, id string) error {
 	if err := s.folders.Remove(ctx, id); err != nil {
 		return fmt.Errorf("containers: remove folders: %w", err)
 	}
-	if err := s.store.DeleteContainer(ctx, id); err != nil && !fault.Is(err, fault.NotFound) {
+	if err := forget(ctx, id); err != nil && !fault.Is(err, fault.NotFound) {
 		return fmt.Errorf("containers: remove: %w", err)
 	}
 	return nil

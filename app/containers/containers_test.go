@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -16,9 +17,10 @@ import (
 )
 
 type memStore struct {
-	mu      sync.Mutex
-	m       map[string]container.Container
-	deleted map[string]bool // records deleted behind the owner's back: updates fail
+	mu         sync.Mutex
+	m          map[string]container.Container
+	deleted    map[string]bool // records deleted behind the owner's back: updates fail
+	tombstones map[string]container.Tombstone
 }
 
 func (s *memStore) CreateContainer(_ context.Context, c container.Container) error {
@@ -53,6 +55,27 @@ func (s *memStore) DeleteContainer(_ context.Context, id string) error {
 	defer s.mu.Unlock()
 	delete(s.m, id)
 	return nil
+}
+func (s *memStore) ExpireContainer(_ context.Context, t container.Tombstone) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.tombstones == nil {
+		s.tombstones = map[string]container.Tombstone{}
+	}
+	if _, ok := s.tombstones[t.ID]; !ok {
+		s.tombstones[t.ID] = t
+	}
+	delete(s.m, t.ID)
+	return nil
+}
+func (s *memStore) Tombstone(_ context.Context, id string) (container.Tombstone, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t, ok := s.tombstones[id]
+	if !ok {
+		return t, fault.New(fault.NotFound, "container tombstone not found")
+	}
+	return t, nil
 }
 func (s *memStore) ContainersCreatedBefore(_ context.Context, t time.Time) ([]container.Container, error) {
 	return s.list(func(c container.Container) bool { return c.ThreadID() == "" && c.CreatedAt().Before(t) }), nil
@@ -424,9 +447,79 @@ func TestMaximumAge(t *testing.T) {
 	if slices.Contains(ff.removed, "thr_old") {
 		t.Fatal("a thread's files were removed at the maximum age")
 	}
-	// Named again after expiry: a new container.
-	if c, err := s.ForUser(ctx, alice, "named"); err != nil || !c.CreatedAt().Equal(now.UTC()) {
-		t.Fatalf("re-created named: %v", err)
+	// Named again after expiry, however much later: the same error, never
+	// a new container of the same id; for validate (Peek) and the Files
+	// API (Scope, Lookup) too. Another user's "named" is another container.
+	for _, later := range []time.Duration{0, time.Hour, 24 * 365 * time.Hour} {
+		s.now = func() time.Time { return now.Add(later) }
+		if _, err := s.ForUser(ctx, alice, "named"); !fault.Is(err, fault.NotFound) || !strings.Contains(err.Error(), `container "named" has passed its maximum age`) {
+			t.Fatalf("named again %v after its expiry: %v", later, err)
+		}
+		if _, _, err := s.Peek(ctx, alice, "named"); !strings.Contains(fault.MessageOf(err), "has passed its maximum age") {
+			t.Fatalf("peek of an expired container: %v", err)
+		}
+		for _, create := range []bool{false, true} {
+			if _, err := s.Scope(ctx, alice, "named", create); !strings.Contains(fault.MessageOf(err), "has passed its maximum age") {
+				t.Fatalf("scope (create %v) of an expired container: %v", create, err)
+			}
+		}
+		if _, err := s.Lookup(ctx, alice, named.ID()); !strings.Contains(fault.MessageOf(err), "has passed its maximum age") {
+			t.Fatalf("lookup of an expired container: %v", err)
+		}
+	}
+	if _, err := s.store.Container(ctx, named.ID()); !fault.Is(err, fault.NotFound) {
+		t.Fatalf("an expired container's record was made again: %v", err)
+	}
+	if _, err := s.Lookup(ctx, bob, named.ID()); fault.MessageOf(err) != "container not found" {
+		t.Fatalf("another user's expired container: %v", err)
+	}
+	if c, err := s.ForUser(ctx, bob, "named"); err != nil || c.ID() == named.ID() {
+		t.Fatalf("another user's container of the same name: %v %v", c, err)
+	}
+	// The default container leaves no tombstone: named or not, it is made
+	// anew.
+	if c, err := s.ForUser(ctx, alice, container.DefaultClientID); err != nil || c.ID() != def.ID() {
+		t.Fatalf("the default container by its name: %v %v", c, err)
+	}
+}
+
+// TestSweptContainerStaysExpired: a container the sweeper removed at its
+// maximum age is, for every later request naming it, the error the first
+// request after its maximum age gets — the record is gone, its tombstone
+// says so. The default container the sweeper removed is made anew.
+func TestSweptContainerStaysExpired(t *testing.T) {
+	ctx := context.Background()
+	fb := newFake("docker")
+	s, _, ff := newService(fb)
+	now := time.Now()
+	s.now = func() time.Time { return now }
+	named, _ := s.ForUser(ctx, alice, "named")
+	def, _ := s.ForUser(ctx, alice, "")
+	now = now.Add(2 * time.Hour)
+	r, err := s.Sweep(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(r.Expired)
+	want := []string{named.ID(), def.ID()}
+	slices.Sort(want)
+	if !slices.Equal(r.Expired, want) || !slices.Contains(ff.removed, named.ID()) {
+		t.Fatalf("swept %v (folders removed %v), want %v", r.Expired, ff.removed, want)
+	}
+	for range 2 {
+		if _, err := s.ForUser(ctx, alice, "named"); !fault.Is(err, fault.NotFound) || !strings.Contains(err.Error(), `container "named" has passed its maximum age`) {
+			t.Fatalf("a swept container named again: %v", err)
+		}
+	}
+	if _, err := s.store.Container(ctx, named.ID()); !fault.Is(err, fault.NotFound) {
+		t.Fatalf("a swept container's record was made again: %v", err)
+	}
+	if c, err := s.ForUser(ctx, alice, ""); err != nil || c.ID() != def.ID() || !c.CreatedAt().Equal(now.UTC()) {
+		t.Fatalf("the swept default container not made anew: %v %v", c, err)
+	}
+	// A later sweep leaves the new default container alone.
+	if r, err := s.Sweep(ctx); err != nil || len(r.Expired) != 0 {
+		t.Fatalf("second sweep: %v %v", r.Expired, err)
 	}
 }
 

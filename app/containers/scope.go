@@ -65,7 +65,8 @@ func (s *Service) Scope(ctx context.Context, p user.Principal, scopeID string, c
 // nothing: no container is made, none past its maximum age is removed, no
 // folder is prepared. ok is false when there is none yet, or when the
 // default container is past its maximum age (a request makes it anew); a
-// named one past it is the request's error.
+// named one past it, or removed at it (its tombstone), is the request's
+// error.
 func (s *Service) Peek(ctx context.Context, p user.Principal, scopeID string) (c container.Container, ok bool, err error) {
 	id, isThread, err := s.threadOf(ctx, p, scopeID)
 	if err != nil {
@@ -80,9 +81,13 @@ func (s *Service) Peek(ctx context.Context, p user.Principal, scopeID string) (c
 	if err := confine(p, id); err != nil {
 		return container.Container{}, false, err
 	}
-	c, err = s.Lookup(ctx, p, id)
+	c, err = s.store.Container(ctx, id)
 	switch {
-	case err != nil:
+	case fault.Is(err, fault.NotFound) && scopeID != container.DefaultClientID:
+		// A container removed at its maximum age is the request's error
+		// as long as its tombstone says so.
+		return container.Container{}, false, s.tombstoned(ctx, p, id)
+	case err != nil || !c.AccessibleBy(p.OrgID, p.UserID):
 		return container.Container{}, false, nil
 	case !c.Expired(s.now(), s.cfg.MaxAge):
 		return c, true, nil

@@ -16,7 +16,7 @@ const sweepWorkers = 4
 // SweepReport is what one sweep did.
 type SweepReport struct {
 	Stopped  []string // sandboxes idle-stopped (files kept)
-	Expired  []string // containers past their maximum age, removed with their files
+	Expired  []string // containers past their maximum age, removed with their files (a tombstone stays)
 	Adopted  []string // sandboxes of an earlier process taken over
 	Dropped  []string // sandboxes no live record claims, removed
 	Cleared  []string // records that claimed a sandbox nobody runs, set idle
@@ -55,10 +55,14 @@ func (s *Service) Sweep(ctx context.Context) (SweepReport, error) {
 		slot <- struct{}{}
 		go func() {
 			defer func() { <-slot; wg.Done() }()
-			if err := s.Remove(ctx, c.ID()); err != nil {
+			ok, err := s.expire(ctx, c)
+			if err != nil {
 				if !fault.Is(err, fault.Unavailable) {
 					s.log.Error("expired container not removed", "container", c.ID(), "cause", err.Error())
 				}
+				return
+			}
+			if !ok {
 				return
 			}
 			mu.Lock()

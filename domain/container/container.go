@@ -218,6 +218,12 @@ type Repository interface {
 	Container(ctx context.Context, id string) (Container, error)
 	UpdateContainer(ctx context.Context, c Container) error
 	DeleteContainer(ctx context.Context, id string) error
+	// ExpireContainer forgets the container t is of and keeps t, in one
+	// transaction; forgetting one already gone keeps t all the same.
+	ExpireContainer(ctx context.Context, t Tombstone) error
+	// Tombstone returns the tombstone of the container id; fault.NotFound
+	// when it has none.
+	Tombstone(ctx context.Context, id string) (Tombstone, error)
 	// ContainersCreatedBefore lists the containers that may expire (not a
 	// thread's) created before t.
 	ContainersCreatedBefore(ctx context.Context, t time.Time) ([]Container, error)

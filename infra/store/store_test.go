@@ -304,6 +304,38 @@ func suite(t *testing.T, s *store.Store) {
 	if _, err := s.Container(ctx, c.ID()); !fault.Is(err, fault.NotFound) {
 		t.Fatalf("deleted container: %v", err)
 	}
+	if _, err := s.Tombstone(ctx, c.ID()); !fault.Is(err, fault.NotFound) {
+		t.Fatalf("a deleted container left a tombstone: %v", err)
+	}
+
+	// A container expired: its record goes and its tombstone stays, at
+	// once; expiring it again keeps the first tombstone.
+	old, _ := container.NewForUser(o.ID(), u.ID(), "expiring", now.Add(-48*time.Hour))
+	if err := s.CreateContainer(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Container(ctx, old.ID()); err != nil { // read once, as a request would
+		t.Fatal(err)
+	}
+	if err := s.ExpireContainer(ctx, old.Tombstone(now)); err != nil {
+		t.Fatalf("expire: %v", err)
+	}
+	if _, err := s.Container(ctx, old.ID()); !fault.Is(err, fault.NotFound) {
+		t.Fatalf("expired container's record: %v", err)
+	}
+	want := container.Tombstone{ID: old.ID(), ClientID: "expiring", OrgID: o.ID(), OwnerID: u.ID(), CreatedAt: old.CreatedAt(), ExpiredAt: now}
+	if tomb, err := s.Tombstone(ctx, old.ID()); err != nil || tomb != want {
+		t.Fatalf("tombstone %+v %v, want %+v", tomb, err, want)
+	}
+	if err := s.ExpireContainer(ctx, old.Tombstone(now.Add(time.Hour))); err != nil {
+		t.Fatalf("expire again: %v", err)
+	}
+	if tomb, err := s.Tombstone(ctx, old.ID()); err != nil || tomb != want {
+		t.Fatalf("tombstone after a second expiry %+v %v, want %+v", tomb, err, want)
+	}
+	if _, err := s.Tombstone(ctx, container.UserScopedID(u.ID(), "other")); !fault.Is(err, fault.NotFound) {
+		t.Fatalf("tombstone of a container never made: %v", err)
+	}
 
 	// Leases: one holder at a time; a lapsed lease goes to the next taker.
 	if ok, err := s.AcquireLease(ctx, "turn:x", "p1", now.Add(time.Minute), now); !ok || err != nil {

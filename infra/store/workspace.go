@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
 
 	"threadbox/domain/audit"
 	"threadbox/domain/container"
@@ -301,6 +302,39 @@ func (s *Store) UpdateContainer(ctx context.Context, c container.Container) erro
 // DeleteContainer forgets a container.
 func (s *Store) DeleteContainer(ctx context.Context, id string) error {
 	return one(s.q(ctx).Where("id = ?", id).Delete(&containerRow{}), "container")
+}
+
+type tombstoneRow struct {
+	ID        string `gorm:"primaryKey"`
+	ClientID  string
+	OrgID     string
+	OwnerID   string
+	CreatedAt time.Time
+	ExpiredAt time.Time
+}
+
+func (tombstoneRow) TableName() string { return "container_tombstones" }
+
+// ExpireContainer forgets the container t is of and keeps t, in one
+// transaction, so that no reader finds the id neither a container nor a
+// tombstone. A tombstone kept already stays as it was.
+func (s *Store) ExpireContainer(ctx context.Context, t container.Tombstone) error {
+	return s.InTx(ctx, func(tx *Store) error {
+		r := tombstoneRow{t.ID, t.ClientID, t.OrgID, t.OwnerID, t.CreatedAt.UTC(), t.ExpiredAt.UTC()}
+		if err := tx.q(ctx).Clauses(clause.OnConflict{DoNothing: true}).Create(&r).Error; err != nil {
+			return translate(err, "container tombstone")
+		}
+		return translate(tx.q(ctx).Where("id = ?", t.ID).Delete(&containerRow{}).Error, "container")
+	})
+}
+
+// Tombstone returns the tombstone of the container id.
+func (s *Store) Tombstone(ctx context.Context, id string) (container.Tombstone, error) {
+	var r tombstoneRow
+	if err := s.q(ctx).Where("id = ?", id).Take(&r).Error; err != nil {
+		return container.Tombstone{}, translate(err, "container tombstone")
+	}
+	return container.Tombstone{ID: r.ID, ClientID: r.ClientID, OrgID: r.OrgID, OwnerID: r.OwnerID, CreatedAt: r.CreatedAt.UTC(), ExpiredAt: r.ExpiredAt.UTC()}, nil
 }
 
 // ContainersCreatedBefore lists the containers that are not a thread's

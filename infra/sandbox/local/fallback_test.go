@@ -52,6 +52,14 @@ func (s *memStore) DeleteContainer(_ context.Context, id string) error {
 	return nil
 }
 
+func (s *memStore) ExpireContainer(ctx context.Context, t container.Tombstone) error {
+	return s.DeleteContainer(ctx, t.ID)
+}
+
+func (s *memStore) Tombstone(context.Context, string) (container.Tombstone, error) {
+	return container.Tombstone{}, fault.New(fault.NotFound, "container tombstone not found")
+}
+
 func (s *memStore) ContainersCreatedBefore(context.Context, time.Time) ([]container.Container, error) {
 	return nil, nil
 }
