@@ -2,8 +2,9 @@
 // sandboxes per user and per org, containers per user and storage bytes per
 // org. The container manager calls BeforeCreate and Reserve; the
 // requests that may boot a sandbox call BeforeRun before they create
-// anything; uploads and artifact saving ask StorageLeft or BeforeStore
-// before they write. Each refusal names its quota (org.Quotas.Admit).
+// anything; uploads, artifact saving, forks, chat turns and requests that
+// run code ask StorageLeft or BeforeStore before they write. Each refusal
+// names its quota (org.Quotas.Admit).
 package quota
 
 import (
@@ -26,6 +27,10 @@ type Store interface {
 	OrgContainerIDs(ctx context.Context, orgID string) ([]string, error)
 	// ArtifactBytes sums the sizes of the org's artifact versions.
 	ArtifactBytes(ctx context.Context, orgID string) (int64, error)
+	// MessageBytes sums the bytes the org's thread messages store.
+	MessageBytes(ctx context.Context, orgID string) (int64, error)
+	// TurnLogBytes sums the bytes the event logs of the org's turns store.
+	TurnLogBytes(ctx context.Context, orgID string) (int64, error)
 	// Container returns the container with storage id.
 	Container(ctx context.Context, id string) (container.Container, error)
 	// ReserveRunning saves c, a container about to boot recorded as
@@ -162,12 +167,25 @@ func (s *Service) BeforeRun(ctx context.Context, orgID, userID, containerID stri
 	return s.BeforeBoot(ctx, orgID, userID)
 }
 
-// StorageUsed returns the bytes the org stores: its artifacts, and the
-// files of its containers as the host measures them.
+// StorageUsed returns the bytes the org stores: its artifacts, its
+// threads' messages, its turns' event logs, and the files of its
+// containers as the host measures them (whoever wrote them: uploads, forks
+// or code in the sandbox).
 func (s *Service) StorageUsed(ctx context.Context, orgID string) (int64, error) {
-	total, err := s.store.ArtifactBytes(ctx, orgID)
-	if err != nil {
-		return 0, fmt.Errorf("quota: artifact bytes: %w", err)
+	var total int64
+	for _, c := range []struct {
+		what  string
+		count func(context.Context, string) (int64, error)
+	}{
+		{"artifact bytes", s.store.ArtifactBytes},
+		{"message bytes", s.store.MessageBytes},
+		{"turn log bytes", s.store.TurnLogBytes},
+	} {
+		n, err := c.count(ctx, orgID)
+		if err != nil {
+			return 0, fmt.Errorf("quota: %s: %w", c.what, err)
+		}
+		total += n
 	}
 	if s.disks == nil {
 		return total, nil
@@ -208,8 +226,10 @@ func (s *Service) StorageLeft(ctx context.Context, orgID string) (int64, error) 
 }
 
 // BeforeStore refuses (fault.TooLarge, naming storageBytesPerOrg) storing
-// n more bytes that would take the org past its storage quota. Artifact
-// saving calls it before it copies an output.
+// n more bytes that would take the org past its storage quota; with n
+// zero (what will be stored is not known yet) it refuses an org with
+// nothing left. A fork calls it with the bytes it will copy, a chat turn
+// with its user message, a request that runs code with zero.
 func (s *Service) BeforeStore(ctx context.Context, orgID string, n int64) error {
 	q, err := s.quotas(ctx, orgID)
 	if err != nil || q.Limit(org.StorageBytesPerOrg) == 0 {
@@ -218,6 +238,9 @@ func (s *Service) BeforeStore(ctx context.Context, orgID string, n int64) error 
 	used, err := s.StorageUsed(ctx, orgID)
 	if err != nil {
 		return err
+	}
+	if n == 0 && q.BytesLeft(used) == 0 {
+		return org.StorageExceeded(q.Limit(org.StorageBytesPerOrg), used, 0)
 	}
 	return q.AdmitBytes(used, n)
 }

@@ -18,6 +18,8 @@ type fakeStore struct {
 	containers map[string]int64 // by user id
 	ids        []string
 	artifacts  int64
+	messages   int64
+	turnLogs   int64
 	states     map[string]container.State
 	err        error
 	calls      []string
@@ -42,6 +44,16 @@ func (f *fakeStore) OrgContainerIDs(context.Context, string) ([]string, error) {
 func (f *fakeStore) ArtifactBytes(context.Context, string) (int64, error) {
 	f.calls = append(f.calls, "artifacts")
 	return f.artifacts, f.err
+}
+
+func (f *fakeStore) MessageBytes(context.Context, string) (int64, error) {
+	f.calls = append(f.calls, "messages")
+	return f.messages, f.err
+}
+
+func (f *fakeStore) TurnLogBytes(context.Context, string) (int64, error) {
+	f.calls = append(f.calls, "turn logs")
+	return f.turnLogs, f.err
 }
 
 func (f *fakeStore) Container(_ context.Context, id string) (container.Container, error) {
@@ -185,8 +197,11 @@ func TestBeforeBootAndBeforeRun(t *testing.T) {
 }
 
 func TestStorage(t *testing.T) {
-	// The org stores 300 bytes of artifacts and 700 in two containers.
-	store := func() *fakeStore { return &fakeStore{artifacts: 300, ids: []string{"c1", "c2"}} }
+	// The org stores 200 bytes of artifacts, 60 of messages, 40 of turn
+	// logs and 700 in two containers.
+	store := func() *fakeStore {
+		return &fakeStore{artifacts: 200, messages: 60, turnLogs: 40, ids: []string{"c1", "c2"}}
+	}
 	disks := fakeDisks{"c1": 500, "c2": 200}
 	cases := []struct {
 		name   string
@@ -204,7 +219,10 @@ func TestStorage(t *testing.T) {
 		{"full", map[org.Quota]int64{org.StorageBytesPerOrg: 1000}, disks, 1, 0,
 			want{fault.TooLarge, `quota "storageBytesPerOrg" exceeded: your organization may store 1000 bytes (container files and artifacts), 1000 are in use and nothing more fits`},
 			want{fault.TooLarge, `1 more bytes do not fit in the 0 left`}},
-		{"without disks only artifacts count", map[org.Quota]int64{org.StorageBytesPerOrg: 1000}, nil, 700, 700, want{}, want{}},
+		{"nothing more to store when full", map[org.Quota]int64{org.StorageBytesPerOrg: 1000}, disks, 0, 0,
+			want{fault.TooLarge, "1000 are in use and nothing more fits"}, want{fault.TooLarge, "1000 are in use and nothing more fits"}},
+		{"nothing more to store with room", map[org.Quota]int64{org.StorageBytesPerOrg: 1001}, disks, 0, 1, want{}, want{}},
+		{"without disks the records count", map[org.Quota]int64{org.StorageBytesPerOrg: 1000}, nil, 700, 700, want{}, want{}},
 		{"a disk that cannot be measured fails", map[org.Quota]int64{org.StorageBytesPerOrg: 1000}, fakeDisks{"c1": 1}, 1, 0, want{fault.Internal, ""}, want{fault.Internal, ""}},
 	}
 	for _, tc := range cases {

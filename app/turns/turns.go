@@ -44,13 +44,17 @@ type Containers interface {
 	ExpiresAt(c container.Container) time.Time
 }
 
-// Quota checks the running-sandbox quotas (app/quota.Service).
+// Quota checks the running-sandbox and storage quotas (app/quota.Service).
 type Quota interface {
 	// BeforeRun refuses (fault.RateLimited, naming the quota) a turn that
 	// may boot the sandbox of the container with storage id containerID
 	// ("" when the turn would make it) when the user or the org has as
 	// many running as the policy allows.
 	BeforeRun(ctx context.Context, orgID, userID, containerID string) error
+	// BeforeStore refuses (fault.TooLarge, naming the quota) storing n
+	// more bytes past the org's storage quota; with n zero, an org with
+	// nothing left.
+	BeforeStore(ctx context.Context, orgID string, n int64) error
 }
 
 // Skills finds and loads skills (app/skills.Service).
@@ -401,9 +405,11 @@ func (p *preparedSet) add(key string) {
 }
 
 // beforeRun refuses a request that may run code when booting its sandbox
-// would pass a running-sandbox quota, before the request makes its
-// container: a refused request leaves nothing behind. A request to a
-// container whose sandbox runs is not refused.
+// would pass a running-sandbox quota, or when its org has nothing left of
+// its storage quota (code writes the container's files, which count
+// toward it), before the request makes its container: a refused request
+// leaves nothing behind. A request to a container whose sandbox runs is
+// not refused for the running quotas.
 func (s *Service) beforeRun(ctx context.Context, p user.Principal, req *messages.Request, plan *messages.Plan) error {
 	if s.d.Quota == nil || !(plan.CodeExecution || plan.Sandbox) {
 		return nil
@@ -414,7 +420,10 @@ func (s *Service) beforeRun(ctx context.Context, p user.Principal, req *messages
 	if c, ok, err := s.d.Containers.Peek(ctx, p, requestScope(p, req)); err == nil && ok {
 		id = c.ID()
 	}
-	return s.d.Quota.BeforeRun(ctx, p.OrgID, p.UserID, id)
+	if err := s.d.Quota.BeforeRun(ctx, p.OrgID, p.UserID, id); err != nil {
+		return err
+	}
+	return s.d.Quota.BeforeStore(ctx, p.OrgID, 0)
 }
 
 // checkUploads makes sure every container_upload block names an existing

@@ -119,6 +119,10 @@ type Quota interface {
 	// StorageLeft returns how many more bytes the org may store, or -1
 	// without a storage quota; an org with nothing left is refused.
 	StorageLeft(ctx context.Context, orgID string) (int64, error)
+	// BeforeStore refuses (fault.TooLarge, naming the quota) storing n
+	// more bytes past the org's storage quota; with n zero it refuses an
+	// org with nothing left.
+	BeforeStore(ctx context.Context, orgID string, n int64) error
 }
 
 // Deps are the ports of the turn, file, skill and artifact use cases.
@@ -157,7 +161,7 @@ type Deps struct {
 	// lock is this process's alone.
 	Leases Leases
 	// Quota, when set, refuses turns past the running-sandbox quotas and
-	// keeps artifacts within the storage quota.
+	// keeps turns, forks and artifacts within the storage quota.
 	Quota Quota
 	// TurnLogRetention is how long the event log of an ended turn is kept
 	// (default DefaultTurnLogRetention).

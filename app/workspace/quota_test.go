@@ -2,6 +2,7 @@ package workspace
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"testing"
 
@@ -11,14 +12,17 @@ import (
 	"threadbox/domain/org"
 )
 
-// fakeQuota refuses turns when refuseRun is set and answers StorageLeft
-// from left (refusing at zero as the real one does); it records calls.
+// fakeQuota refuses turns when refuseRun is set, answers StorageLeft from
+// left (refusing at zero as the real one does) and refuses every
+// BeforeStore when refuseStore is set; it records calls.
 type fakeQuota struct {
-	refuseRun  bool
-	left       int64
-	leftErr    error
-	runs       []string // container ids asked about
-	storageAsk int
+	refuseRun   bool
+	left        int64
+	leftErr     error
+	refuseStore bool
+	runs        []string // container ids asked about
+	storageAsk  int
+	stores      []int64 // BeforeStore's bytes
 }
 
 func (q *fakeQuota) BeforeRun(_ context.Context, orgID, userID, containerID string) error {
@@ -38,6 +42,14 @@ func (q *fakeQuota) StorageLeft(context.Context, string) (int64, error) {
 		return 0, org.StorageExceeded(100, 100, 0)
 	}
 	return q.left, nil
+}
+
+func (q *fakeQuota) BeforeStore(_ context.Context, _ string, n int64) error {
+	q.stores = append(q.stores, n)
+	if q.refuseStore {
+		return org.StorageExceeded(100, 100, n)
+	}
+	return nil
 }
 
 var codeExecTurn = TurnRequest{
@@ -119,4 +131,40 @@ func TestArtifactCaptureWithinTheStorageQuota(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestTurnWithinTheStorageQuota(t *testing.T) {
+	ctx := context.Background()
+	svc, st, p, th := setup(t, scriptEngine{})
+	q := &fakeQuota{refuseStore: true}
+	svc.d.Quota = q
+	want, _ := json.Marshal(codeExecTurn.Content)
+	// Refused before anything is stored, asking for the user message's
+	// stored bytes, whether or not the turn may run code.
+	for _, tr := range []TurnRequest{{Content: codeExecTurn.Content}, codeExecTurn} {
+		q.stores = nil
+		if _, err := svc.StartTurn(ctx, p, th.ID(), tr); !fault.Is(err, fault.TooLarge) || len(q.stores) != 1 || q.stores[0] != int64(len(want)) {
+			t.Fatalf("turn past the storage quota: %v, asked %v, want [%d]", err, q.stores, len(want))
+		}
+	}
+	if ms, _ := st.Messages(ctx, th.ID()); len(ms) != 0 {
+		t.Fatalf("a refused turn stored %d messages", len(ms))
+	}
+	// With room the turn runs, and the thread is not left claimed.
+	q.refuseStore = false
+	turn, err := svc.StartTurn(ctx, p, th.ID(), codeExecTurn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := turn.Run(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	// Asking the stored message again stores no user message: only an
+	// org with nothing left is refused.
+	q.stores = nil
+	turn, err = svc.StartTurn(ctx, p, th.ID(), TurnRequest{Replace: ReplaceLastAnswer})
+	if err != nil || len(q.stores) != 1 || q.stores[0] != 0 {
+		t.Fatalf("regenerate: %v, asked %v", err, q.stores)
+	}
+	turn.Abort()
 }

@@ -110,7 +110,10 @@ var forkMounts = []string{sandbox.WorkspaceDir, sandbox.UploadsDir, sandbox.Outp
 // ForkThread makes a new thread in the same project with a copy of one of
 // the caller's threads: its complete messages and its files (workspace,
 // uploads and outputs). Artifacts are not copied: they belong to the
-// project already.
+// project already. The copy counts toward the org's storage quota: the
+// messages' and files' bytes are measured first, and a fork that does not
+// fit is refused before anything is made; the files are then copied
+// within the bytes measured.
 func (s *Service) ForkThread(ctx context.Context, p user.Principal, threadID string) (thread.Thread, error) {
 	src, err := s.store.Thread(ctx, p.OrgID, p.UserID, threadID)
 	if err != nil {
@@ -130,6 +133,19 @@ func (s *Service) ForkThread(ctx context.Context, p user.Principal, threadID str
 	msgs, err := s.store.Messages(ctx, src.ID())
 	if err != nil {
 		return thread.Thread{}, err
+	}
+	files, err := s.forkFiles(ctx, p, src)
+	if err != nil {
+		return thread.Thread{}, err
+	}
+	if s.d.Quota != nil {
+		n := files.bytes
+		for _, m := range msgs {
+			n += int64(len(m.Content()) + len(m.Usage()))
+		}
+		if err := s.d.Quota.BeforeStore(ctx, p.OrgID, n); err != nil {
+			return thread.Thread{}, err
+		}
 	}
 	if err := s.store.CreateThread(ctx, dst); err != nil {
 		return thread.Thread{}, err
@@ -151,24 +167,32 @@ func (s *Service) ForkThread(ctx context.Context, p user.Principal, threadID str
 			return fail(err)
 		}
 	}
-	if s.d.Containers != nil && s.d.Container != nil {
-		if err := s.copyFiles(ctx, p, src, dst); err != nil {
+	if len(files.paths) > 0 {
+		if err := s.copyFiles(ctx, p, files, dst); err != nil {
 			return fail(err)
 		}
 	}
 	return dst, nil
 }
 
-// copyFiles copies the source thread's files into the fork's container.
-func (s *Service) copyFiles(ctx context.Context, p user.Principal, src, dst thread.Thread) error {
+// forkSource is what a fork copies of its source thread's container: the
+// sandbox paths of its files and the bytes they held when listed.
+type forkSource struct {
+	containerID string
+	paths       []string
+	bytes       int64
+}
+
+// forkFiles lists the source thread's files.
+func (s *Service) forkFiles(ctx context.Context, p user.Principal, src thread.Thread) (forkSource, error) {
+	if s.d.Containers == nil || s.d.Container == nil {
+		return forkSource{}, nil
+	}
 	from, err := s.d.Containers.Scope(ctx, p, src.ID(), true)
 	if err != nil {
-		return err
+		return forkSource{}, err
 	}
-	to, err := s.d.Containers.Scope(ctx, p, dst.ID(), true)
-	if err != nil {
-		return err
-	}
+	out := forkSource{containerID: from.ID()}
 	table := file.DefaultTable()
 	for _, dir := range forkMounts {
 		infos, err := s.d.Container.Walk(ctx, from.ID(), dir)
@@ -176,39 +200,61 @@ func (s *Service) copyFiles(ctx context.Context, p user.Principal, src, dst thre
 			continue
 		}
 		if err != nil {
-			return fmt.Errorf("workspace: fork: list %s: %w", dir, err)
+			return forkSource{}, fmt.Errorf("workspace: fork: list %s: %w", dir, err)
 		}
 		loc, err := table.Resolve(dir)
 		if err != nil {
-			return fmt.Errorf("workspace: fork: %w", err)
+			return forkSource{}, fmt.Errorf("workspace: fork: %w", err)
 		}
 		for _, info := range infos {
 			if info.Dir {
 				continue
 			}
-			p, ok := table.Path(loc.Mount, info.Rel)
-			if !ok {
-				continue
-			}
-			if err := s.copyFile(ctx, from.ID(), to.ID(), p); err != nil {
-				return err
+			if p, ok := table.Path(loc.Mount, info.Rel); ok {
+				out.paths = append(out.paths, p)
+				out.bytes += info.Size
 			}
 		}
+	}
+	return out, nil
+}
+
+// copyFiles copies the listed files into the fork's container, all of
+// them within the bytes they held when listed: a file the source's
+// sandbox grew meanwhile fails the fork rather than pass what the quota
+// admitted.
+func (s *Service) copyFiles(ctx context.Context, p user.Principal, src forkSource, dst thread.Thread) error {
+	to, err := s.d.Containers.Scope(ctx, p, dst.ID(), true)
+	if err != nil {
+		return err
+	}
+	left := src.bytes
+	for _, path := range src.paths {
+		n, err := s.copyFile(ctx, src.containerID, to.ID(), path, left)
+		if err != nil {
+			return err
+		}
+		left -= n
 	}
 	return nil
 }
 
-func (s *Service) copyFile(ctx context.Context, from, to, p string) error {
+// copyFile copies one file, at most limit bytes, and returns its size.
+func (s *Service) copyFile(ctx context.Context, from, to, p string, limit int64) (int64, error) {
 	r, _, err := s.d.Container.Open(ctx, from, p)
 	if errors.Is(err, file.ErrNotFound) {
-		return nil // removed meanwhile
+		return 0, nil // removed meanwhile
 	}
 	if err != nil {
-		return fmt.Errorf("workspace: fork: open %s: %w", p, err)
+		return 0, fmt.Errorf("workspace: fork: open %s: %w", p, err)
 	}
 	defer r.Close()
-	if _, err := s.d.Container.Write(ctx, to, p, r, -1); err != nil {
-		return fmt.Errorf("workspace: fork: write %s: %w", p, err)
+	info, err := s.d.Container.Write(ctx, to, p, r, limit)
+	if errors.Is(err, file.ErrTooLarge) && !errors.Is(err, file.ErrDiskFull) {
+		return 0, fault.Errorf(fault.Conflict, "the thread's files grew while they were copied (%s); fork it again", p)
 	}
-	return nil
+	if err != nil {
+		return 0, fmt.Errorf("workspace: fork: write %s: %w", p, err)
+	}
+	return info.Size, nil
 }

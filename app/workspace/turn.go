@@ -129,6 +129,9 @@ func (s *Service) StartTurn(ctx context.Context, p user.Principal, threadID stri
 			return nil, err
 		}
 	}
+	if err := s.beforeStore(ctx, p, tr.Content, reask); err != nil {
+		return nil, err
+	}
 	c, err := s.d.Containers.Scope(ctx, p, th.ID(), true)
 	if err != nil {
 		return nil, err
@@ -169,6 +172,27 @@ func (s *Service) StartTurn(ctx context.Context, p user.Principal, threadID stri
 		LiveOutput: true,
 	}
 	return t, nil
+}
+
+// beforeStore refuses a turn past the org's storage quota before anything
+// is made or stored: a turn stores its user message (content, unless it
+// asks the stored one again), its answer and its event log, and code it
+// runs writes the container's files. The user message must fit in what is
+// left, and an org with nothing left runs no turn; what the answer, the
+// log and the code add is counted by the next check.
+func (s *Service) beforeStore(ctx context.Context, p user.Principal, content []messages.ContentBlock, reask bool) error {
+	if s.d.Quota == nil {
+		return nil
+	}
+	var n int64
+	if !reask {
+		raw, err := json.Marshal(content)
+		if err != nil {
+			return fmt.Errorf("workspace: user content: %w", err)
+		}
+		n = int64(len(raw))
+	}
+	return s.d.Quota.BeforeStore(ctx, p.OrgID, n)
 }
 
 // turnLease names the lease a thread's turn runs under.

@@ -99,3 +99,35 @@ func (s *Store) ArtifactBytes(ctx context.Context, orgID string) (int64, error) 
 	}
 	return n, nil
 }
+
+// octets is the SQL expression of the bytes a text column stores: SQLite's
+// LENGTH counts characters unless the value is read as a blob.
+func (s *Store) octets(col string) string {
+	if s.dialect == "postgres" {
+		return "OCTET_LENGTH(" + col + ")"
+	}
+	return "LENGTH(CAST(" + col + " AS BLOB))"
+}
+
+// MessageBytes sums the bytes the org's thread messages store: each
+// message's content and usage, earlier versions of replaced turns
+// included.
+func (s *Store) MessageBytes(ctx context.Context, orgID string) (int64, error) {
+	var n int64
+	err := s.q(ctx).Raw("SELECT COALESCE(SUM("+s.octets("m.content")+" + "+s.octets("m.usage")+"), 0) FROM messages m JOIN threads t ON t.id = m.thread_id WHERE t.org_id = ?", orgID).Scan(&n).Error
+	if err != nil {
+		return 0, translate(err, "messages")
+	}
+	return n, nil
+}
+
+// TurnLogBytes sums the bytes the event logs of the org's turns store:
+// each event's type and data, until the log is pruned.
+func (s *Store) TurnLogBytes(ctx context.Context, orgID string) (int64, error) {
+	var n int64
+	err := s.q(ctx).Raw("SELECT COALESCE(SUM("+s.octets("e.type")+" + "+s.octets("e.data")+"), 0) FROM turn_events e JOIN turns t ON t.id = e.turn_id WHERE t.org_id = ?", orgID).Scan(&n).Error
+	if err != nil {
+		return 0, translate(err, "turn events")
+	}
+	return n, nil
+}

@@ -10,6 +10,8 @@ import (
 	"threadbox/domain/container"
 	"threadbox/domain/org"
 	"threadbox/domain/project"
+	"threadbox/domain/thread"
+	"threadbox/domain/turn"
 	"threadbox/domain/user"
 	"threadbox/infra/store"
 	"threadbox/infra/store/storetest"
@@ -150,5 +152,46 @@ func quotaSuite(t *testing.T, s *store.Store) {
 	}
 	if n, err := s.ArtifactBytes(ctx, o.ID()); err != nil || n != 2000+7<<30 {
 		t.Fatalf("artifact bytes %d %v", n, err)
+	}
+
+	// Messages and turn logs: the bytes stored, not the characters (é is
+	// two bytes), of the org's threads only.
+	if n, err := s.MessageBytes(ctx, o.ID()); err != nil || n != 0 {
+		t.Fatalf("message bytes before any thread: %d %v", n, err)
+	}
+	text := []byte(`[{"type":"text","text":"café"}]`)
+	usage := []byte(`{"input_tokens":3}`)
+	events := []turn.Event{{Seq: 1, Type: "message_start", Data: []byte(`{"é":1}`)}, {Seq: 2, Type: "message_stop", Data: []byte(`{}`)}}
+	for _, x := range []struct {
+		org, owner, project string
+	}{{o.ID(), u1.ID(), pr.ID()}, {other.ID(), u3.ID(), pr2.ID()}} {
+		th, _ := thread.New(id("thr"), x.org, x.project, x.owner, "T", now)
+		if err := s.CreateThread(ctx, th); err != nil {
+			t.Fatal(err)
+		}
+		for _, role := range []thread.Role{thread.User, thread.Assistant} {
+			m := thread.RestoreMessage(id("msg"), th.ID(), 0, role, text, usage, true, now, thread.Ending{})
+			if _, err := s.AppendMessage(ctx, m); err != nil {
+				t.Fatal(err)
+			}
+		}
+		tu, _ := turn.New(id("trn"), th.ID(), x.org, x.owner, now)
+		if err := s.CreateTurn(ctx, tu); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.AppendTurnEvents(ctx, tu.ID(), events); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wantMessages := int64(2 * (len(text) + len(usage)))
+	if n, err := s.MessageBytes(ctx, o.ID()); err != nil || n != wantMessages {
+		t.Fatalf("message bytes %d %v, want %d", n, err, wantMessages)
+	}
+	var wantLog int64
+	for _, e := range events {
+		wantLog += int64(len(e.Type) + len(e.Data))
+	}
+	if n, err := s.TurnLogBytes(ctx, o.ID()); err != nil || n != wantLog {
+		t.Fatalf("turn log bytes %d %v, want %d", n, err, wantLog)
 	}
 }
