@@ -1,8 +1,10 @@
 package web
 
 import (
+	"errors"
 	"io"
 	"net"
+	"os"
 	"sync"
 	"time"
 )
@@ -18,7 +20,18 @@ const (
 	lingerBytes = 16 << 20
 )
 
-// lingerListener hands out connections that close with a linger.
+// writeStall is how long a write to a client may go without the client
+// accepting a single byte of it. A client that stops reading an answer (a
+// streamed turn, a download) would otherwise hold the server's goroutine,
+// and a streamed turn with its model call and sandbox command, for as long
+// as it keeps the connection open; the write fails instead, which ends the
+// stream and cancels the turn. The deadline is on progress, not on the
+// answer: a client that reads, however slowly and however long the turn,
+// keeps it moving forward.
+const writeStall = 30 * time.Second
+
+// lingerListener hands out connections that close with a linger and whose
+// writes fail after writeStall without progress.
 type lingerListener struct{ net.Listener }
 
 // Accept returns the next connection.
@@ -28,16 +41,44 @@ func (l lingerListener) Accept() (net.Conn, error) {
 		return nil, err
 	}
 	if tc, ok := c.(*net.TCPConn); ok {
-		return &lingerConn{TCPConn: tc}, nil
+		return &lingerConn{TCPConn: tc, stall: writeStall}, nil
 	}
 	return c, nil
 }
 
-// lingerConn is a TCP connection whose Close lingers. It keeps every
-// method of *net.TCPConn (SyscallConn included: peerClosed needs it).
+// lingerConn is a TCP connection whose Close lingers and whose writes
+// fail when the client accepts nothing for stall. It keeps every method
+// of *net.TCPConn (SyscallConn included: peerClosed needs it).
 type lingerConn struct {
 	*net.TCPConn
-	once sync.Once
+	stall time.Duration
+	once  sync.Once
+}
+
+// Write writes p, failing with os.ErrDeadlineExceeded once the client
+// has accepted none of it for c.stall; each byte it accepts gives the
+// rest another c.stall.
+func (c *lingerConn) Write(p []byte) (int, error) {
+	return writeProgressing(c.TCPConn, p, c.stall)
+}
+
+// writeProgressing writes p to conn under a deadline that moves forward
+// whenever conn accepts some of it (a write that times out reports what
+// it wrote), so only a write that makes no progress for stall fails. A
+// connection without deadlines is written to plainly.
+func writeProgressing(conn net.Conn, p []byte, stall time.Duration) (int, error) {
+	done := 0
+	for {
+		if err := conn.SetWriteDeadline(time.Now().Add(stall)); err != nil {
+			n, werr := conn.Write(p[done:])
+			return done + n, werr
+		}
+		n, err := conn.Write(p[done:])
+		done += n
+		if err == nil || n == 0 || !errors.Is(err, os.ErrDeadlineExceeded) {
+			return done, err
+		}
+	}
 }
 
 // Close ends the server's side at once and lets the socket go once the

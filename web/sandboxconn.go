@@ -22,6 +22,13 @@ type sandboxConn struct {
 	containerID string
 }
 
+// Write fails once the sandbox has accepted nothing for writeStall, as on
+// the public listener (linger.go): code that stops reading a streamed
+// answer does not hold its turn for ever.
+func (c *sandboxConn) Write(p []byte) (int, error) {
+	return writeProgressing(c.Conn, p, writeStall)
+}
+
 // ServeSandboxConn serves one connection from inside the container's
 // sandbox: only the product's API (/api/gpt/), only with a sandbox token
 // issued for that container. It returns when the connection is done.
