@@ -22,6 +22,16 @@ type backendView struct {
 	Warning string `json:"warning,omitempty"`
 	// WarmPool is the backend's pool of pre-booted sandboxes.
 	WarmPool *warmPoolView `json:"warm_pool,omitempty"`
+	// Checkpoint says whether the backend keeps a sandbox's running state
+	// across a stop, or its files only and why.
+	Checkpoint checkpointView `json:"checkpoint"`
+}
+
+// checkpointView is a backend's answer about checkpoints on this host.
+type checkpointView struct {
+	Supported bool   `json:"supported"`
+	Mechanism string `json:"mechanism,omitempty"`
+	Reason    string `json:"reason,omitempty"`
 }
 
 // warmPoolView is a backend's warm pool in the capability matrix.
@@ -48,7 +58,8 @@ func (s *Server) sandboxBackends(c *fiber.Ctx) error {
 	out := make([]backendView, len(entries))
 	for i, e := range entries {
 		out[i] = backendView{Name: e.Name, Primary: e.Primary, Available: e.Available, Reason: e.Reason,
-			Isolation: e.Isolation, Limits: e.Limits, LimitMechanism: e.Mechanism, Warning: e.Warning}
+			Isolation: e.Isolation, Limits: e.Limits, LimitMechanism: e.Mechanism, Warning: e.Warning,
+			Checkpoint: checkpointView{Supported: e.Checkpoint.Supported, Mechanism: e.Checkpoint.Mechanism, Reason: e.Checkpoint.Reason}}
 		if w := e.WarmPool; w != nil {
 			out[i].WarmPool = &warmPoolView{Size: w.Size, Ready: w.Ready, Note: w.Note}
 		}

@@ -20,13 +20,14 @@ import (
 	"threadbox/domain/user"
 )
 
-// stubBackend is a sandbox.Backend that only names itself and answers
-// Available; the matrix calls nothing else.
+// stubBackend is a sandbox.Backend that names itself and answers what the
+// matrix asks; it calls nothing else.
 type stubBackend struct {
 	sandbox.Backend
-	name    string
-	err     error
-	warning string
+	name       string
+	err        error
+	warning    string
+	checkpoint sandbox.CheckpointSupport
 }
 
 func (b stubBackend) Warning() string                 { return b.warning }
@@ -36,11 +37,13 @@ func (b stubBackend) Isolation() string               { return backends.Isolatio
 func (b stubBackend) EnforcedLimits(context.Context) ([]string, string) {
 	return []string{"memory", "pids"}, "cgroup v1"
 }
+func (b stubBackend) Checkpoints(context.Context) sandbox.CheckpointSupport { return b.checkpoint }
 
 func TestSandboxBackendsHandler(t *testing.T) {
 	srv := &Server{log: slog.New(slog.DiscardHandler), svc: Services{Backends: backends.New([]sandbox.Backend{
-		stubBackend{name: "docker", err: errors.New("docker: daemon: down")},
-		stubBackend{name: "local", warning: "development jail: not a sandbox for untrusted code"},
+		stubBackend{name: "docker", err: errors.New("docker: daemon: down"), checkpoint: sandbox.FilesOnly("files only: no CRIU")},
+		stubBackend{name: "local", warning: "development jail: not a sandbox for untrusted code",
+			checkpoint: sandbox.CheckpointSupport{Supported: true, Mechanism: "gVisor checkpoints"}},
 	})}}
 	tests := []struct {
 		name   string
@@ -95,6 +98,12 @@ func TestSandboxBackendsHandler(t *testing.T) {
 			}
 			if _, ok := d["warning"]; ok {
 				t.Errorf("docker row %v has a warning", d)
+			}
+			if c, _ := d["checkpoint"].(map[string]any); c["supported"] != false || c["reason"] != "files only: no CRIU" || c["mechanism"] != nil {
+				t.Errorf("docker row %v: want files only with the reason", d)
+			}
+			if c, _ := l["checkpoint"].(map[string]any); c["supported"] != true || c["mechanism"] != "gVisor checkpoints" || c["reason"] != nil {
+				t.Errorf("local row %v: want checkpoints with the mechanism", l)
 			}
 		})
 	}

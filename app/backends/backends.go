@@ -1,6 +1,7 @@
 // Package backends is the capability matrix use case: for each configured
 // sandbox backend, in SANDBOX_BACKEND order, whether it can serve now (and
-// why not), its isolation level and the limits it enforces on this host.
+// why not), its isolation level, the limits it enforces on this host and
+// whether it checkpoints sandboxes (or keeps files only, and why).
 // Everything is asked of the backends at the time of the request; nothing
 // is hard-coded here.
 package backends
@@ -43,6 +44,10 @@ type Entry struct {
 	Mechanism string
 	Warning   string // what the backend must not be used for (Warner), or empty
 	WarmPool  *WarmPool
+	// Checkpoint says whether the backend saves a sandbox's running state
+	// at a stop and restores it at the next use, or keeps files only and
+	// why.
+	Checkpoint sandbox.CheckpointSupport
 }
 
 // WarmPool is a backend's pool of warm sandboxes (booted before a
@@ -149,6 +154,7 @@ func (s *Service) describe(ctx context.Context, b sandbox.Backend) Entry {
 	if l, m := b.EnforcedLimits(ctx); l != nil {
 		e.Limits, e.Mechanism = l, m
 	}
+	e.Checkpoint = b.Checkpoints(ctx)
 	if s.warm != nil {
 		w := s.warm(b.Name())
 		e.WarmPool = &w

@@ -16,6 +16,7 @@ type fakeBackend struct {
 	sandbox.Backend // nil: calls other than these panic
 	name            string
 	err             error
+	checkpoint      sandbox.CheckpointSupport
 }
 
 func (f fakeBackend) Name() string                        { return f.name }
@@ -23,6 +24,9 @@ func (f fakeBackend) Available(ctx context.Context) error { return f.err }
 func (f fakeBackend) Isolation() string                   { return "" }
 func (f fakeBackend) EnforcedLimits(context.Context) ([]string, string) {
 	return nil, ""
+}
+func (f fakeBackend) Checkpoints(context.Context) sandbox.CheckpointSupport {
+	return f.checkpoint
 }
 
 // describedBackend also describes itself.
@@ -51,18 +55,18 @@ var admin = user.Principal{UserID: "u1", OrgID: "o1", Role: user.Admin}
 func TestMatrix(t *testing.T) {
 	down := errors.New("docker: daemon: connection refused")
 	svc := New([]sandbox.Backend{
-		describedBackend{fakeBackend{name: "docker", err: down}, IsolationNamespaces, nil, ""},
+		describedBackend{fakeBackend{name: "docker", err: down, checkpoint: sandbox.FilesOnly("files only: no CRIU")}, IsolationNamespaces, nil, ""},
 		warnedBackend{describedBackend{fakeBackend{name: "local"}, IsolationProcessJail, []string{"memory", "pids"}, "cgroup v1"}, "development jail"},
-		fakeBackend{name: "mystery"},
+		fakeBackend{name: "mystery", checkpoint: sandbox.CheckpointSupport{Supported: true, Mechanism: "gVisor"}},
 	})
 	got, err := svc.Matrix(context.Background(), admin)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := []Entry{
-		{Name: "docker", Primary: true, Available: false, Reason: down.Error(), Isolation: IsolationNamespaces, Limits: []string{}},
+		{Name: "docker", Primary: true, Available: false, Reason: down.Error(), Isolation: IsolationNamespaces, Limits: []string{}, Checkpoint: sandbox.FilesOnly("files only: no CRIU")},
 		{Name: "local", Available: true, Isolation: IsolationProcessJail, Limits: []string{"memory", "pids"}, Mechanism: "cgroup v1", Warning: "development jail"},
-		{Name: "mystery", Available: true, Isolation: IsolationUnknown, Limits: []string{}},
+		{Name: "mystery", Available: true, Isolation: IsolationUnknown, Limits: []string{}, Checkpoint: sandbox.CheckpointSupport{Supported: true, Mechanism: "gVisor"}},
 	}
 	if len(got) != len(want) {
 		t.Fatalf("got %d entries, want %d", len(got), len(want))
@@ -70,7 +74,7 @@ func TestMatrix(t *testing.T) {
 	for i := range want {
 		g, w := got[i], want[i]
 		if g.Name != w.Name || g.Primary != w.Primary || g.Available != w.Available || g.Reason != w.Reason ||
-			g.Isolation != w.Isolation || !slices.Equal(g.Limits, w.Limits) || g.Mechanism != w.Mechanism || g.Warning != w.Warning {
+			g.Isolation != w.Isolation || !slices.Equal(g.Limits, w.Limits) || g.Mechanism != w.Mechanism || g.Warning != w.Warning || g.Checkpoint != w.Checkpoint {
 			t.Errorf("entry %d: got %+v, want %+v", i, g, w)
 		}
 	}

@@ -308,6 +308,24 @@ type Backend interface {
 	Remove(ctx context.Context, id string) error
 	// Status reports the sandbox's state.
 	Status(ctx context.Context, id string) (Status, error)
+	// Checkpoints reports whether the backend can checkpoint and restore
+	// sandboxes on this host (their processes, memory, open files,
+	// terminals and /tmp), and why not: a backend that cannot keeps files
+	// only across a stop.
+	Checkpoints(ctx context.Context) CheckpointSupport
+	// Checkpoint saves the running state of sandbox id into dir (an
+	// existing, empty host folder) and stops the sandbox; its files stay.
+	// ErrUnsupported when Checkpoints says no. On an error the sandbox may
+	// still run: the caller stops it.
+	Checkpoint(ctx context.Context, id, dir string) error
+	// Restore boots the sandbox of spec.ID from the checkpoint in dir, in
+	// place of a fresh boot: its processes go on where Checkpoint saved
+	// them, with spec.Mounts (the same targets) bound again. It wraps
+	// ErrCheckpointIncompatible when this backend cannot restore that
+	// checkpoint (another runtime build, root filesystem, agent or folder
+	// layout, or a damaged one) and ErrUnsupported when Checkpoints says
+	// no; the caller then boots the sandbox fresh (Ensure).
+	Restore(ctx context.Context, spec Spec, dir string) error
 	// Reconcile finds the sandboxes of this backend's instance that this
 	// process does not run (left by an earlier process, or run by another)
 	// and does with each what decide says. Backends whose sandboxes end

@@ -114,6 +114,7 @@ type Backend struct {
 
 	slotsMu sync.Mutex
 	slots   map[string]warmSlot // by the id it serves: slot name, or the claiming container's id
+	criu    criuProbe           // what `criu check` said on this host (Checkpoints)
 }
 
 // box is one running sandbox and its agent connection.
