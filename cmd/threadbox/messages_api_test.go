@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
@@ -722,6 +724,83 @@ func noSleepWithin(t *testing.T, cl anthropic.Client, fake *fakeupstream.Server,
 	}
 }
 
+// expiredEverywhere checks that every request naming the container id, past
+// its maximum age, fails with the expired container's 404 and reaches no
+// model: the Messages API (twice), validate, and the Files API's list and
+// upload.
+func expiredEverywhere(t *testing.T, s *server, cl anthropic.Client, tok, id string) {
+	t.Helper()
+	want := `container \"` + id + `\" has passed its maximum age`
+	for range 2 {
+		_, err := cl.Messages.New(context.Background(), msgParams(id, userText("once more"), codeExecTool...))
+		if st, body := apiStatus(t, err); st != 404 || !strings.Contains(body, want) {
+			t.Fatalf("an expired container named again: %d %s", st, body)
+		}
+	}
+	vbody := `{"model":"x","max_tokens":10,"container":"` + id + `","tools":[{"type":"code_execution_20250825","name":"code_execution"}],"messages":[{"role":"user","content":"hi"}]}`
+	if r := s.do("POST", "/api/gpt/v1/messages/validate", tok, vbody); r.status != 404 || !strings.Contains(string(r.body), want) {
+		t.Fatalf("validate of an expired container: %d %s", r.status, r.body)
+	}
+	if r := s.do("GET", "/api/gpt/v1/files?scope_id="+id, tok, nil); r.status != 404 || !strings.Contains(string(r.body), want) {
+		t.Fatalf("files of an expired container: %d %s", r.status, r.body)
+	}
+	if r := s.upload(tok, id, "", "a.txt", "new"); r.status != 404 || !strings.Contains(string(r.body), want) {
+		t.Fatalf("upload to an expired container: %d %s", r.status, r.body)
+	}
+}
+
+// TestExpiredContainerAfterTheSweep: a container the sweeper removed at its
+// maximum age, record and files, is for every later request naming it the
+// error the first request after its maximum age gets, never a new, empty
+// container of the same id; a request naming none gets a new default one.
+func TestExpiredContainerAfterTheSweep(t *testing.T) {
+	databases(t, testExpiredAfterTheSweep)
+}
+
+func testExpiredAfterTheSweep(t *testing.T, dbURL string) {
+	s, fake := modelServer(t, dbURL, "anthropic", map[string]string{
+		"SANDBOX_BACKEND": ",", "CONTAINER_MAX_AGE": "1s", "SWEEP_INTERVAL": "200ms", "MODEL_NAME": "",
+	})
+	tok := s.bootstrap("acme", "admin@acme.test")
+	cl := msgClient(s, tok)
+	ctx := context.Background()
+	fake.Push(textStep("hello"))
+	if msg, err := cl.Messages.New(ctx, msgParams("swept", userText("hi"), codeExecTool...)); err != nil || msg.Container.ID != "swept" {
+		t.Fatalf("first request: %v", err)
+	}
+	if r := s.upload(tok, "swept", "", "a.txt", "gone with it"); r.status != 200 {
+		t.Fatalf("upload: %d %s", r.status, r.body)
+	}
+	var dir string
+	ents, _ := os.ReadDir(filepath.Join(s.dataDir, "containers"))
+	for _, e := range ents {
+		if strings.HasSuffix(e.Name(), "--swept") {
+			dir = filepath.Join(s.dataDir, "containers", e.Name())
+		}
+	}
+	if dir == "" {
+		t.Fatalf("no folder of the container among %v", ents)
+	}
+	// The sweeper removes the record after the folder, holding the
+	// container's lock throughout: a request after the folder went finds
+	// no record.
+	waitFor(t, 30*time.Second, func() bool {
+		_, err := os.Stat(dir)
+		return os.IsNotExist(err)
+	}, func() string { return "the sweeper did not remove the expired container\n" + s.stdout.String() })
+	expiredEverywhere(t, s, cl, tok, "swept")
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Fatalf("the expired container's folder came back: %v", err)
+	}
+	fake.Push(textStep("fresh"))
+	if msg, err := cl.Messages.New(ctx, msgParams("", userText("again"), codeExecTool...)); err != nil || msg.Container.ID == "swept" {
+		t.Fatalf("without a container: %v", err)
+	}
+	if n := len(fake.Requests()); n != 2 {
+		t.Fatalf("the model server got %d requests, want 2 (the refused ones reach it not)", n)
+	}
+}
+
 // TestMessagesAPIWithoutSandbox covers what needs no sandbox: the
 // not-configured error block, container maximum age, upstream errors
 // before and during a stream, and an unreachable upstream.
@@ -773,6 +852,10 @@ func testMessagesWithoutSandbox(t *testing.T, dbURL string) {
 		if st, body := apiStatus(t, err); st != 404 || !strings.Contains(body, "maximum age") {
 			t.Fatalf("expired container: %d %s", st, body)
 		}
+		// That request removed it; every later one naming it fails the
+		// same way (its tombstone), never finding a new, empty container
+		// of the same id — a request, validate, the Files API.
+		expiredEverywhere(t, s, cl, tok, "old")
 		fake.Push(textStep("fresh"))
 		if _, err := cl.Messages.New(ctx, msgParams("", userText("again"), codeExecTool...)); err != nil {
 			t.Fatalf("without a container: %v", err)
