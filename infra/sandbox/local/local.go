@@ -244,11 +244,23 @@ func (b *Backend) Available(ctx context.Context) error {
 	}
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	args := []string{"--unshare-user", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
+	// The probe loads the jails' seccomp filter too: a kernel that refuses
+	// it makes the backend unavailable, never a jail without it.
+	filterArgs, filter, err := jailFilter()
+	if err != nil {
+		return fmt.Errorf("local: %w", err)
+	}
+	if filter != nil {
+		defer filter.Close()
+	}
+	args := append(filterArgs, "--unshare-user", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
 		"--die-with-parent", "--uid", strconv.Itoa(hostdirs.SandboxUID), "--gid", strconv.Itoa(hostdirs.SandboxGID),
 		"--ro-bind", st.path(b.cfg.RootFS), "/", "--tmpfs", "/opt/threadbox", "--ro-bind", st.path(b.cfg.AgentBin), AgentPath,
-		AgentPath, "-h"}
+		AgentPath, "-h")
 	cmd := b.command(pctx, bw, nil, st, args, []string{"PATH=" + jailPath}, false)
+	if filter != nil {
+		cmd.ExtraFiles = []*os.File{filter}
+	}
 	out, err := cmd.CombinedOutput()
 	// The agent prints its usage and exits 0 for -h; bwrap fails first when
 	// namespaces or mounts are refused.
@@ -516,7 +528,18 @@ func (b *Backend) bootJail(ctx context.Context, spec sandbox.Spec, warm bool) (*
 		j.cg.remove()
 		return nil, errors.New("warm jail: unshare (util-linux) not found")
 	}
-	cmd := b.command(context.WithoutCancel(ctx), bw, procs, st, b.bwrapArgs(spec, l, st.path), env, warm)
+	filterArgs, filter, err := jailFilter()
+	if err != nil {
+		j.cg.remove()
+		return nil, err
+	}
+	if filter != nil {
+		defer filter.Close() // the wrapper has its own copy once started
+	}
+	cmd := b.command(context.WithoutCancel(ctx), bw, procs, st, append(filterArgs, b.bwrapArgs(spec, l, st.path)...), env, warm)
+	if filter != nil {
+		cmd.ExtraFiles = []*os.File{filter}
+	}
 	cmd.Stderr = j.stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
