@@ -33,17 +33,18 @@ type PasswordHasher func(password string) (string, error)
 
 // Service is the admin use cases.
 type Service struct {
-	store   Store
-	hash    PasswordHasher
-	now     func() time.Time
-	domains org.EmailDomains
+	store  Store
+	hash   PasswordHasher
+	now    func() time.Time
+	bounds org.Bounds
 }
 
-// WithEmailDomains keeps each email domain an org owns for that org: an
-// admin of another org cannot add a user there (org.EmailDomains). Call it
-// while wiring.
-func (s *Service) WithEmailDomains(d org.EmailDomains) *Service {
-	s.domains = d
+// WithQuotaBounds applies the server operator's quota defaults and
+// ceilings (org.Bounds): every policy read has the quotas in force, and an
+// admin setting a quota above its ceiling is refused. Call it while
+// wiring.
+func (s *Service) WithQuotaBounds(b org.Bounds) *Service {
+	s.bounds = b
 	return s
 }
 
@@ -59,23 +60,26 @@ func requireAdmin(p user.Principal) error {
 	return nil
 }
 
-// Policy returns the caller's org policy. Any member may read it (the chat
-// tells them what is switched off); only admins change it.
+// Policy returns the caller's org policy with the quotas in force. Any
+// member may read it (the chat tells them what is switched off); only
+// admins change it.
 func (s *Service) Policy(ctx context.Context, p user.Principal) (org.Policy, error) {
-	o, err := s.store.Org(ctx, p.OrgID)
-	if err != nil {
-		return org.Policy{}, err
-	}
-	return o.Policy(), nil
+	return s.OrgPolicy(ctx, p.OrgID)
 }
 
-// OrgPolicy returns any caller's org policy, for enforcement.
+// OrgPolicy returns any caller's org policy, for enforcement: its quotas
+// are those in force, the org's own within the operator's bounds.
 func (s *Service) OrgPolicy(ctx context.Context, orgID string) (org.Policy, error) {
 	o, err := s.store.Org(ctx, orgID)
 	if err != nil {
 		return org.Policy{}, err
 	}
-	return o.Policy(), nil
+	return s.inForce(o.Policy()), nil
+}
+
+// inForce returns the policy with the quotas in force.
+func (s *Service) inForce(p org.Policy) org.Policy {
+	return p.WithQuotas(s.bounds.Apply(p.Quotas()))
 }
 
 // PolicyView renders a policy in its wire shape (docs/api.md); used for the
@@ -118,7 +122,10 @@ func ViewOf(p org.Policy) PolicyView {
 }
 
 // PatchPolicy applies a merge patch to the caller's org policy and records
-// who changed what in the audit log, in one transaction; admins only.
+// who changed what in the audit log, in one transaction; admins only. A
+// quota the patch sets above the operator's ceiling refuses the whole
+// patch (fault.Invalid). It returns the policy with the quotas in force;
+// the audit log records the org's own quotas, as the admin set them.
 func (s *Service) PatchPolicy(ctx context.Context, p user.Principal, patch org.PolicyPatch) (org.Policy, error) {
 	if err := requireAdmin(p); err != nil {
 		return org.Policy{}, err
@@ -133,12 +140,22 @@ func (s *Service) PatchPolicy(ctx context.Context, p user.Principal, patch org.P
 		if err != nil {
 			return err
 		}
+		// Only the quotas this patch sets are held to the ceilings: an
+		// org's older quota above a newer ceiling is capped when read,
+		// and does not block the org's other changes.
+		set, err := org.NewQuotas(patch.Quotas)
+		if err != nil {
+			return err
+		}
+		if err := s.bounds.Check(set); err != nil {
+			return err
+		}
 		if err := tx.UpdateOrg(ctx, o.WithPolicy(np)); err != nil {
 			return err
 		}
 		before, _ := json.Marshal(ViewOf(o.Policy()))
 		after, _ := json.Marshal(ViewOf(np))
-		out = np
+		out = s.inForce(np)
 		return tx.AppendEvent(ctx, audit.Event{ID: id.New("aud"), OrgID: p.OrgID, ActorID: p.UserID, Action: "org.features.update", Target: p.OrgID, Before: before, After: after, At: s.now().UTC()})
 	})
 	if err != nil {
@@ -170,9 +187,7 @@ type NewUser struct {
 	Password string // optional; without it the user signs in with API tokens only
 }
 
-// CreateUser creates a user in the caller's org; admins only. An address
-// at an email domain another org owns is refused before anything is
-// looked up, so the answer says nothing of the accounts there.
+// CreateUser creates a user in the caller's org; admins only.
 func (s *Service) CreateUser(ctx context.Context, p user.Principal, nu NewUser) (user.User, error) {
 	if err := requireAdmin(p); err != nil {
 		return user.User{}, err
@@ -182,13 +197,6 @@ func (s *Service) CreateUser(ctx context.Context, p user.Principal, nu NewUser) 
 	}
 	u, err := user.New(id.New("usr"), p.OrgID, nu.Email, nu.Role, s.now())
 	if err != nil {
-		return user.User{}, err
-	}
-	o, err := s.store.Org(ctx, p.OrgID)
-	if err != nil {
-		return user.User{}, err
-	}
-	if err := s.domains.MayAdd(o.Name(), u.Email()); err != nil {
 		return user.User{}, err
 	}
 	if nu.Password != "" {
