@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"strings"
 	"time"
 
@@ -63,6 +64,11 @@ type Config struct {
 	LoginWindow time.Duration
 	// KnownAddressTTL is how long an address that logged in stays known.
 	KnownAddressTTL time.Duration
+	// PasswordChecks is how many bcrypt checks and hashes run at once
+	// (default: the CPU count); PasswordQueue how many more may wait for
+	// one (default: four times PasswordChecks). More are refused with 503.
+	PasswordChecks int
+	PasswordQueue  int
 }
 
 // Service is the auth use cases.
@@ -72,6 +78,9 @@ type Service struct {
 	cfg    Config
 	now    func() time.Time
 	logins *limiter
+	gate   *passwordGate
+	// compare checks a password against its hash (bcrypt).
+	compare func(hash, password []byte) error
 }
 
 // New returns the auth service.
@@ -97,8 +106,16 @@ func New(store Store, codec Codec, cfg Config) *Service {
 	if cfg.KnownAddressTTL <= 0 {
 		cfg.KnownAddressTTL = defaultKnownAddressTTL
 	}
-	l := &limiter{store: store, email: cfg.EmailLoginLimit, addr: cfg.AddrLoginLimit, window: cfg.LoginWindow, knownTTL: cfg.KnownAddressTTL}
-	return &Service{store: store, codec: codec, cfg: cfg, now: time.Now, logins: l}
+	if cfg.PasswordChecks <= 0 {
+		cfg.PasswordChecks = runtime.NumCPU()
+	}
+	if cfg.PasswordQueue <= 0 {
+		cfg.PasswordQueue = 4 * cfg.PasswordChecks
+	}
+	l := &limiter{store: store, email: cfg.EmailLoginLimit, addr: cfg.AddrLoginLimit, newAddr: newAddressLimit(cfg.EmailLoginLimit),
+		window: cfg.LoginWindow, knownTTL: cfg.KnownAddressTTL}
+	return &Service{store: store, codec: codec, cfg: cfg, now: time.Now, logins: l,
+		gate: newPasswordGate(cfg.PasswordChecks, cfg.PasswordQueue), compare: bcrypt.CompareHashAndPassword}
 }
 
 var errUnauthenticated = fault.New(fault.Unauthenticated, "invalid or expired authentication token")
@@ -175,7 +192,13 @@ func (s *Service) Login(ctx context.Context, email, password, addr string) (Issu
 	return s.issue(ctx, u, user.SessionToken, "session", "", s.cfg.SessionTTL)
 }
 
-// checkPassword is Login's check of an email and password.
+// checkPassword is Login's check of an email and password. Every refusal
+// after the throttle is the same answer, invalid email or password,
+// whether the email is unknown, the password wrong, or the password right
+// for a disabled user or a user of a disabled org: only the password's
+// owner could tell the last ones apart, and an answer that did would tell
+// whoever guessed the password that the guess was right. Those attempts
+// count as failures.
 func (s *Service) checkPassword(ctx context.Context, email, password, addr string) (user.User, error) {
 	bad := fault.New(fault.Unauthenticated, "invalid email or password")
 	email = strings.ToLower(strings.TrimSpace(email))
@@ -186,28 +209,43 @@ func (s *Service) checkPassword(ctx context.Context, email, password, addr strin
 	u, err := s.store.UserByEmail(ctx, email)
 	// bcrypt reads 72 bytes at most: a longer password (never set, see
 	// HashPassword) would match on its first 72 alone.
-	if err != nil || u.PasswordHash() == "" || len(password) > 72 {
+	hash := []byte(u.PasswordHash())
+	known := err == nil && len(hash) > 0 && len(password) <= 72
+	if !known {
 		// Spend the same time as a real check so the answer does not tell
 		// whether the email exists.
-		bcrypt.CompareHashAndPassword(dummyHash, []byte(password))
+		hash = dummyHash
+	}
+	var match bool
+	if err := s.gate.run(ctx, func() { match = s.compare(hash, []byte(password)) == nil }); err != nil {
+		return user.User{}, err
+	}
+	if !known || !match || u.Disabled() {
 		return user.User{}, bad
 	}
-	if bcrypt.CompareHashAndPassword([]byte(u.PasswordHash()), []byte(password)) != nil {
+	if o, err := s.store.Org(ctx, u.OrgID()); err != nil || o.Disabled() {
 		return user.User{}, bad
 	}
 	if err := s.logins.succeeded(ctx, email, addr, s.now()); err != nil {
 		return user.User{}, err
 	}
-	if u.Disabled() {
-		return user.User{}, fault.New(fault.Unauthenticated, "this user is disabled")
-	}
-	if o, err := s.store.Org(ctx, u.OrgID()); err != nil || o.Disabled() {
-		return user.User{}, fault.New(fault.Unauthenticated, "this organization is disabled")
-	}
 	return u, nil
 }
 
 var dummyHash, _ = bcrypt.GenerateFromPassword([]byte("threadbox-dummy"), bcrypt.DefaultCost)
+
+// HashPassword is the package's HashPassword within the service's bound
+// on concurrent bcrypt work (gate.go), for passwords set over the API.
+func (s *Service) HashPassword(password string) (string, error) {
+	var (
+		h   string
+		err error
+	)
+	if gerr := s.gate.run(context.Background(), func() { h, err = HashPassword(password) }); gerr != nil {
+		return "", gerr
+	}
+	return h, err
+}
 
 // HashPassword returns a bcrypt hash, refusing passwords shorter than 8 bytes.
 func HashPassword(password string) (string, error) {

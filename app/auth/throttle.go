@@ -10,22 +10,29 @@ import (
 	"threadbox/domain/fault"
 )
 
-// Login throttling. Every attempt takes one unit from up to three counters
+// Login throttling. Every attempt takes one unit from three counters
 // before its password is checked, each in one atomic statement of the
 // database (so concurrent bursts and several replicas share one count):
 //
 //   - the client address (an IPv6 address counts as its /64), AddrLimit
 //     attempts per window: bounds password spraying over many emails;
-//   - the email, EmailLimit attempts per window: bounds guessing one
-//     account's password from many addresses;
-//   - the pair of email and address, EmailLimit attempts per window.
+//   - the pair of email and address, EmailLimit attempts per window:
+//     bounds guessing one account's password from one address;
+//   - the email, EmailLimit attempts per window: tells when one account's
+//     password is being guessed from many addresses.
 //
-// An attempt whose address or pair counter is spent is refused. An attempt
-// whose email counter is spent is refused too, unless it comes from an
-// address that logged into that email successfully before (within
-// KnownAddressTTL): an attacker who keeps an account's email counter spent
-// cannot lock its owner out of the places the owner logs in from, while
-// the owner's own address is still bounded by the pair counter.
+// An attempt whose address or pair counter is spent is refused. A spent
+// email counter refuses nobody outright: it marks the account as under
+// attack, and while it is, an address that never logged into the email
+// successfully (within KnownAddressTTL) gets only newAddressLimit attempts
+// per window at it (a fourth counter, of the pair, taken only then). So an
+// attacker who keeps an account's email counter spent locks its owner out
+// of no address: the owner's known addresses keep their pair counter, and
+// from a new address (a phone, a trip) the owner still has a few tries.
+// Guessing stays bounded: per window, an account takes EmailLimit attempts
+// and then newAddressLimit from each further address (an IPv6 /64 is one),
+// and each address AddrLimit attempts over all accounts; the password
+// gate (gate.go) bounds how fast the server checks them at all.
 //
 // A success clears the email's and the pair's counters, gives the address
 // counter its unit back and records the address as known for the email;
@@ -65,15 +72,22 @@ type limiter struct {
 	store    LoginAttempts
 	email    int
 	addr     int
+	newAddr  int // attempts of an unknown address while the email is under attack
 	window   time.Duration
 	knownTTL time.Duration
 	logins   atomic.Uint64
 }
 
 // counter names.
-func addrCounter(addr string) string        { return "addr:" + addr }
-func emailCounter(email string) string      { return "email:" + email }
-func pairCounter(email, addr string) string { return "pair:" + email + "|" + addr }
+func addrCounter(addr string) string           { return "addr:" + addr }
+func emailCounter(email string) string         { return "email:" + email }
+func pairCounter(email, addr string) string    { return "pair:" + email + "|" + addr }
+func newAddrCounter(email, addr string) string { return "new:" + email + "|" + addr }
+
+// newAddressLimit is the attempts per window an address that never logged
+// into an email gets at it while the email's counter is spent: a few, at
+// most the email's own limit.
+func newAddressLimit(emailLimit int) int { return min(3, emailLimit) }
 
 // clientKey is the address a client is counted under: the address itself,
 // or its /64 for IPv6 (one subscriber's usual allocation); "" stays "".
@@ -120,8 +134,13 @@ func (l *limiter) take(ctx context.Context, email, addr string, now time.Time) e
 	if err != nil {
 		return fmt.Errorf("auth: known login address: %w", err)
 	}
-	if !known {
-		return refusal("this email", l.window)
+	if known {
+		return nil
+	}
+	if ok, err = l.store.TakeLoginAttempt(ctx, newAddrCounter(email, addr), l.newAddr, now, start); err != nil {
+		return fmt.Errorf("auth: login attempts: %w", err)
+	} else if !ok {
+		return refusal("this email from this address", l.window)
 	}
 	return nil
 }
@@ -131,6 +150,7 @@ func (l *limiter) succeeded(ctx context.Context, email, addr string, now time.Ti
 	for _, err := range []error{
 		l.store.ClearLoginAttempts(ctx, emailCounter(email)),
 		l.store.ClearLoginAttempts(ctx, pairCounter(email, addr)),
+		l.store.ClearLoginAttempts(ctx, newAddrCounter(email, addr)),
 		l.store.ReturnLoginAttempt(ctx, addrCounter(addr)),
 		l.store.RememberLoginAddress(ctx, email, addr, now),
 	} {

@@ -103,16 +103,29 @@ func TestLimiter(t *testing.T) {
 		name  string
 		steps []step
 	}{
-		{"an email's failures stop at the limit", cat(
+		{"a spent email counter leaves each new address a few attempts", cat(
 			repeat(3, step{email: "a@x", addr: "1.1.1.1"}),
 			repeat(2, step{email: "a@x", addr: "2.2.2.2"}),
+			repeat(3, step{email: "a@x", addr: "3.3.3.3"}),
 			[]step{{email: "a@x", addr: "3.3.3.3", refused: true}},
+			// Attempts before the email was spent do not count here.
+			repeat(3, step{email: "a@x", addr: "2.2.2.2"}),
+			[]step{{email: "a@x", addr: "2.2.2.2", refused: true}},
 		)},
 		{"the owner's known address gets through a spent email counter", cat(
 			[]step{{email: "a@x", addr: "9.9.9.9", success: true}},
 			repeat(5, step{email: "a@x", addr: "6.6.6.6"}),
-			[]step{{email: "a@x", addr: "7.7.7.7", refused: true}},
-			[]step{{email: "a@x", addr: "9.9.9.9", success: true}},
+			[]step{{email: "a@x", addr: "6.6.6.6", refused: true}},
+			repeat(5, step{email: "a@x", addr: "9.9.9.9"}),
+			[]step{{email: "a@x", addr: "9.9.9.9", success: true, refused: true}},
+		)},
+		{"the owner from a new address gets through a spent email counter", cat(
+			repeat(5, step{email: "a@x", addr: "6.6.6.6"}),
+			[]step{{email: "a@x", addr: "7.7.7.7"}},
+			[]step{{email: "a@x", addr: "7.7.7.7", success: true}},
+			// The success cleared the email's count: no longer under attack.
+			repeat(5, step{email: "a@x", addr: "8.8.8.8"}),
+			[]step{{email: "a@x", addr: "5.5.5.5"}},
 		)},
 		{"the known address is bounded by its own counter", cat(
 			[]step{{email: "a@x", addr: "9.9.9.9", success: true}},
@@ -128,8 +141,11 @@ func TestLimiter(t *testing.T) {
 		)},
 		{"a window that passed starts over", cat(
 			repeat(5, step{email: "a@x", addr: "1.1.1.1"}),
+			repeat(3, step{email: "a@x", addr: "2.2.2.2"}),
 			[]step{{email: "a@x", addr: "2.2.2.2", refused: true}},
-			[]step{{email: "a@x", addr: "2.2.2.2", at: 16 * time.Minute}},
+			[]step{{email: "a@x", addr: "1.1.1.1", refused: true}},
+			repeat(5, step{email: "a@x", addr: "2.2.2.2", at: 16 * time.Minute}),
+			[]step{{email: "a@x", addr: "1.1.1.1", at: 16 * time.Minute}},
 		)},
 		{"a success clears the email's count", cat(
 			repeat(4, step{email: "a@x", addr: "1.1.1.1"}),
@@ -139,7 +155,7 @@ func TestLimiter(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			l := &limiter{store: &fakeAttempts{}, email: 5, addr: 7, window: 15 * time.Minute, knownTTL: 24 * time.Hour}
+			l := &limiter{store: &fakeAttempts{}, email: 5, addr: 7, newAddr: newAddressLimit(5), window: 15 * time.Minute, knownTTL: 24 * time.Hour}
 			for i, s := range tc.steps {
 				now := t0.Add(s.at)
 				err := l.take(ctx, s.email, s.addr, now)

@@ -89,13 +89,14 @@ func TestBootstrapIsIdempotentAndTokensCLI(t *testing.T) {
 
 func TestBadConfigNamesTheVariable(t *testing.T) {
 	cases := map[string]string{
-		"LISTEN_ADDR":     "nonsense",
-		"DATABASE_URL":    "mysql://x",
-		"SANDBOX_IDLE":    "soon",
-		"SANDBOX_BACKEND": "docker,vmware",
-		"MODEL_PROVIDER":  "gemini",
-		"PUBLIC_URL":      "ftp://x",
-		"THREADBOX_PROCS": "0",
+		"LISTEN_ADDR":       "nonsense",
+		"DATABASE_URL":      "mysql://x",
+		"SANDBOX_IDLE":      "soon",
+		"SANDBOX_BACKEND":   "docker,vmware",
+		"MODEL_PROVIDER":    "gemini",
+		"PUBLIC_URL":        "ftp://x",
+		"THREADBOX_PROCS":   "0",
+		"ORG_EMAIL_DOMAINS": `{"localhost": "acme"}`,
 	}
 	for name, val := range cases {
 		env := map[string]string{"DATA_DIR": t.TempDir(), name: val}

@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
 	"net"
 	"net/http"
 	"os"
@@ -44,10 +46,10 @@ func loginJSON(email, password string) []byte {
 
 // TestLoginThrottle: a concurrent burst of wrong passwords, spread over two
 // servers on one database where there are two, gets no more failures
-// through than the email's limit; the owner still logs in from an address
-// they logged in from before while other addresses are refused; one
-// address spraying emails stops at its own limit; the login body is small
-// and must be JSON.
+// through than the email's limit; while the email is under attack a
+// further address gets only a few guesses, yet the owner logs in from a
+// new address as from one they used before; one address spraying emails
+// stops at its own limit; the login body is small and must be JSON.
 func TestLoginThrottle(t *testing.T) {
 	databases(t, func(t *testing.T, dbURL string) {
 		const owner, password = "owner@acme.test", "the-owner-password"
@@ -87,10 +89,22 @@ func TestLoginThrottle(t *testing.T) {
 			t.Fatalf("a burst of 30 wrong guesses: %v, want at most 10 answered 401 and the rest 429", got)
 		}
 
-		// The email's counter is spent: a new address is refused even with
-		// the right password; the owner's known address gets through.
-		if st, body := loginFrom(t, bases[len(bases)-1], "127.0.0.4", "application/json", loginJSON(owner, password)); st != 429 || !strings.Contains(body, "too many failed logins for this email") || !strings.Contains(body, "rate_limit_error") {
-			t.Fatalf("right password from a new address while the email is locked: %d %s", st, body)
+		// The email's counter is spent: the account is under attack. A
+		// further address the owner never used gets three guesses, then 429.
+		for i := range 4 {
+			st, body := loginFrom(t, bases[i%len(bases)], "127.0.0.7", "application/json", loginJSON(owner, "another wrong guess"))
+			if want := 401; i == 3 {
+				if st != 429 || !strings.Contains(body, "too many failed logins for this email from this address") || !strings.Contains(body, "rate_limit_error") {
+					t.Fatalf("a fourth guess from a new address while the email is under attack: %d %s", st, body)
+				}
+			} else if st != want {
+				t.Fatalf("guess %d from a new address while the email is under attack: %d %s", i+1, st, body)
+			}
+		}
+		// The owner is locked out of no address: from a new one the right
+		// password gets in, and so it does from the known one.
+		if st, body := loginFrom(t, bases[len(bases)-1], "127.0.0.4", "application/json", loginJSON(owner, password)); st != 200 || !strings.Contains(body, `"token"`) {
+			t.Fatalf("the owner from a new address while the email is under attack: %d %s", st, body)
 		}
 		for _, b := range bases {
 			if st, body := loginFrom(t, b, "127.0.0.2", "application/json", loginJSON(owner, password)); st != 200 || !strings.Contains(body, `"token"`) {
@@ -159,5 +173,85 @@ func TestLoginThrottleBehindProxy(t *testing.T) {
 		if got := post(tc.s, tc.xff, "user"+strconv.Itoa(i)+"@acme.test"); got != tc.status {
 			t.Fatalf("%s: %d, want %d", tc.name, got, tc.status)
 		}
+	}
+}
+
+// TestDisabledAccountLoginIsAWrongPassword: the right password of a
+// disabled user is answered exactly as a wrong one (401, invalid email or
+// password), so the answer confirms no guess; it counts as a failure too.
+func TestDisabledAccountLoginIsAWrongPassword(t *testing.T) {
+	s := startServer(t, "", nil)
+	admin := s.bootstrap("acme", "admin@acme.test")
+	const email, password = "carol@acme.test", "carol-password-1"
+	r := s.do("POST", appAPI+"/org/users", admin, map[string]any{"email": email, "password": password})
+	if r.status != 201 {
+		t.Fatalf("create user: %d %s", r.status, r.body)
+	}
+	uid := r.json(t)["id"].(string)
+	login(t, s, email, password)
+	if r := s.do("PATCH", appAPI+"/org/users/"+uid, admin, map[string]any{"disabled": true}); r.status != 200 {
+		t.Fatalf("disable: %d %s", r.status, r.body)
+	}
+	answer := func(pw string) (int, string, string) {
+		r := s.do("POST", appAPI+"/auth/login", "", map[string]any{"email": email, "password": pw})
+		var e struct {
+			Error struct{ Type, Message string }
+		}
+		_ = json.Unmarshal(r.body, &e)
+		return r.status, e.Error.Type, e.Error.Message
+	}
+	wst, wtyp, wmsg := answer("a wrong guess")
+	rst, rtyp, rmsg := answer(password)
+	if wst != 401 || wmsg != "invalid email or password" || rst != wst || rtyp != wtyp || rmsg != wmsg {
+		t.Fatalf("a disabled user's right password: %d %s %q; a wrong one: %d %s %q; want the same answer", rst, rtyp, rmsg, wst, wtyp, wmsg)
+	}
+	// Both counted: eight more tries spend the email's ten.
+	for range 8 {
+		answer(password)
+	}
+	if st, _, msg := answer(password); st != 429 {
+		t.Fatalf("the eleventh try: %d %q, want 429", st, msg)
+	}
+}
+
+// TestOrgUsersKeepOtherOrgsDomains: with email domains assigned to orgs
+// (ORG_EMAIL_DOMAINS), an admin of one org cannot add an address at
+// another org's domain, and the refusal is the same whether the address
+// has an account there or not: nothing to enumerate, nothing to claim
+// before the other org adds its own people.
+func TestOrgUsersKeepOtherOrgsDomains(t *testing.T) {
+	s := startServer(t, "", map[string]string{"ORG_EMAIL_DOMAINS": `{"acme.test": "acme", "globex.test": "globex"}`})
+	acme := s.bootstrap("acme", "admin@acme.test")
+	globex := s.bootstrap("globex", "admin@globex.test")
+	add := func(tok, email string) response {
+		return s.do("POST", appAPI+"/org/users", tok, map[string]any{"email": email, "password": "a-password-1"})
+	}
+	if r := add(globex, "bob@globex.test"); r.status != 201 {
+		t.Fatalf("globex adds its own: %d %s", r.status, r.body)
+	}
+	refusal := func(r response) string {
+		var e struct {
+			Error struct{ Type, Message string }
+		}
+		_ = json.Unmarshal(r.body, &e)
+		return fmt.Sprintf("%d %s %s", r.status, e.Error.Type, e.Error.Message)
+	}
+	taken, free := add(acme, "bob@globex.test"), add(acme, "carol@globex.test")
+	if taken.status != 403 || refusal(taken) != refusal(free) {
+		t.Fatalf("acme adding an address at globex's domain: with an account %s, without %s; want one 403", refusal(taken), refusal(free))
+	}
+	if r := add(acme, "dave@eng.globex.test"); r.status != 403 {
+		t.Fatalf("acme adding an address at a subdomain of globex's: %d %s", r.status, r.body)
+	}
+	if r := add(globex, "carol@globex.test"); r.status != 201 {
+		t.Fatalf("globex adds carol, whom acme could not claim: %d %s", r.status, r.body)
+	}
+	for _, email := range []string{"dave@acme.test", "erin@elsewhere.test"} {
+		if r := add(acme, email); r.status != 201 {
+			t.Fatalf("acme adds %s: %d %s", email, r.status, r.body)
+		}
+	}
+	if r := s.do("GET", appAPI+"/org/users", acme, nil); strings.Contains(string(r.body), "globex.test") {
+		t.Fatalf("acme's users: %s", r.body)
 	}
 }

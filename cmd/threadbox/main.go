@@ -179,6 +179,7 @@ func newAuth(cfg Config, st *store.Store) (*auth.Service, error) {
 		EmailLoginLimit: cfg.LoginEmailLimit,
 		AddrLoginLimit:  cfg.LoginAddrLimit,
 		LoginWindow:     cfg.LoginWindow,
+		PasswordChecks:  cfg.LoginChecks,
 	}), nil
 }
 
