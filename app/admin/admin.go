@@ -33,10 +33,19 @@ type PasswordHasher func(password string) (string, error)
 
 // Service is the admin use cases.
 type Service struct {
-	store  Store
-	hash   PasswordHasher
-	now    func() time.Time
-	bounds org.Bounds
+	store   Store
+	hash    PasswordHasher
+	now     func() time.Time
+	bounds  org.Bounds
+	domains org.EmailDomains
+}
+
+// WithEmailDomains keeps each email domain an org owns for that org: an
+// admin of another org cannot add a user there (org.EmailDomains). Call it
+// while wiring.
+func (s *Service) WithEmailDomains(d org.EmailDomains) *Service {
+	s.domains = d
+	return s
 }
 
 // WithQuotaBounds applies the server operator's quota defaults and
@@ -187,7 +196,9 @@ type NewUser struct {
 	Password string // optional; without it the user signs in with API tokens only
 }
 
-// CreateUser creates a user in the caller's org; admins only.
+// CreateUser creates a user in the caller's org; admins only. An address
+// at an email domain another org owns is refused before anything is
+// looked up, so the answer says nothing of the accounts there.
 func (s *Service) CreateUser(ctx context.Context, p user.Principal, nu NewUser) (user.User, error) {
 	if err := requireAdmin(p); err != nil {
 		return user.User{}, err
@@ -197,6 +208,13 @@ func (s *Service) CreateUser(ctx context.Context, p user.Principal, nu NewUser) 
 	}
 	u, err := user.New(id.New("usr"), p.OrgID, nu.Email, nu.Role, s.now())
 	if err != nil {
+		return user.User{}, err
+	}
+	o, err := s.store.Org(ctx, p.OrgID)
+	if err != nil {
+		return user.User{}, err
+	}
+	if err := s.domains.MayAdd(o.Name(), u.Email()); err != nil {
 		return user.User{}, err
 	}
 	if nu.Password != "" {

@@ -1,11 +1,13 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/netip"
 	"net/url"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -40,10 +42,12 @@ type Config struct {
 	SessionTTL  time.Duration
 	AccessTTL   time.Duration
 	// Login throttling (app/auth): attempts per window per email and per
-	// client address, and the window.
+	// client address, and the window; how many password checks (bcrypt)
+	// run at once (LOGIN_CONCURRENCY, default the CPU count).
 	LoginEmailLimit int
 	LoginAddrLimit  int
 	LoginWindow     time.Duration
+	LoginChecks     int
 	ShutdownGrace   time.Duration
 	LogLevel        string
 	SandboxBackend  []string
@@ -88,6 +92,9 @@ type Config struct {
 	// QuotaBounds are the operator's default and ceiling of every org
 	// quota (QUOTA_<NAME>, QUOTA_<NAME>_MAX; quotabounds.go).
 	QuotaBounds org.Bounds
+	// OrgEmailDomains keeps email domains for the orgs that own them
+	// (ORG_EMAIL_DOMAINS, a JSON object of domain to org name).
+	OrgEmailDomains org.EmailDomains
 	// SandboxServices are the internal services exposed inside sandboxes
 	// (SANDBOX_ALLOW_SERVICES, name=host:port,...).
 	SandboxServices []sandboxtools.Service
@@ -162,6 +169,7 @@ func loadConfig(getenv func(string) string) (Config, error) {
 		LoginEmailLimit:  int(num("LOGIN_EMAIL_LIMIT", 10)),
 		LoginAddrLimit:   int(num("LOGIN_ADDR_LIMIT", 50)),
 		LoginWindow:      dur("LOGIN_WINDOW", "15m"),
+		LoginChecks:      int(num("LOGIN_CONCURRENCY", int64(runtime.NumCPU()))),
 		ShutdownGrace:    dur("SHUTDOWN_GRACE", "20s"),
 		LogLevel:         env("LOG_LEVEL", "info"),
 		SandboxRuntime:   env("SANDBOX_RUNTIME", "runc"),
@@ -202,6 +210,9 @@ func loadConfig(getenv func(string) string) (Config, error) {
 	}
 	if c.URLFetchAllow, err = webfetch.ParseAllow(getenv("URL_FETCH_ALLOW")); err != nil {
 		return Config{}, &configError{"URL_FETCH_ALLOW", err.Error()}
+	}
+	if c.OrgEmailDomains, err = parseEmailDomains(getenv("ORG_EMAIL_DOMAINS")); err != nil {
+		return Config{}, &configError{"ORG_EMAIL_DOMAINS", err.Error()}
 	}
 	if c.QuotaBounds, err = loadQuotaBounds(getenv); err != nil {
 		return Config{}, err
@@ -343,4 +354,18 @@ func serveProcs(getenv func(string) string, current int) int {
 		n = min(current, max(2, current/2))
 	}
 	return max(1, n)
+}
+
+// parseEmailDomains reads ORG_EMAIL_DOMAINS: a JSON object whose keys are
+// email domains and whose values name the org that owns each, such as
+// {"acme.example": "acme", "globex.example": "globex"}; empty owns none.
+func parseEmailDomains(v string) (org.EmailDomains, error) {
+	if strings.TrimSpace(v) == "" {
+		return org.EmailDomains{}, nil
+	}
+	var owners map[string]string
+	if err := json.Unmarshal([]byte(v), &owners); err != nil {
+		return org.EmailDomains{}, fmt.Errorf(`want a JSON object of email domain to org name, such as {"acme.example": "acme"}: %w`, err)
+	}
+	return org.NewEmailDomains(owners)
 }

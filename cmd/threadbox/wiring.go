@@ -126,7 +126,7 @@ func wire(ctx context.Context, cfg Config, log *slog.Logger) (*system, error) {
 		sys.Close()
 		return nil, err
 	}
-	sys.admin = admin.New(st, auth.HashPassword)
+	sys.admin = admin.New(st, sys.auth.HashPassword).WithEmailDomains(cfg.OrgEmailDomains)
 	sys.admin.WithQuotaBounds(cfg.QuotaBounds)
 	if sys.blobs, err = newBlobs(ctx, cfg); err != nil {
 		sys.Close()
