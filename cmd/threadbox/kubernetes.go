@@ -20,6 +20,7 @@ type kubeSettings struct {
 	HostPathVolumes bool   // K8S_HOST_PATH_VOLUMES=true: claims bound to the host folders
 	OOMEvents       string // K8S_OOM_EVENTS: the agent's OOM counter file in the pod
 	PodPidsLimit    int64  // K8S_POD_PIDS_LIMIT: the nodes' kubelet podPidsLimit, as the operator set it
+	NetworkPolicy   string // K8S_NETWORK_POLICY: "enforced" or "unenforced", as the operator declares; unset refuses to boot
 }
 
 // loadKubeSettings reads the K8S_* settings.
@@ -34,6 +35,7 @@ func loadKubeSettings(env func(name, def string) string) kubeSettings {
 		HostPathVolumes: strings.EqualFold(env("K8S_HOST_PATH_VOLUMES", "false"), "true"),
 		OOMEvents:       env("K8S_OOM_EVENTS", ""),
 		PodPidsLimit:    podPids(env("K8S_POD_PIDS_LIMIT", "0")),
+		NetworkPolicy:   env("K8S_NETWORK_POLICY", ""),
 	}
 }
 
@@ -55,6 +57,7 @@ func newKubernetes(cfg Config, limits sandbox.Limits, log *slog.Logger) (*kubern
 		HostPathVolumes: k.HostPathVolumes,
 		OOMEvents:       k.OOMEvents,
 		PodPidsLimit:    k.PodPidsLimit,
+		NetworkPolicy:   kubernetes.NetworkPolicy(k.NetworkPolicy),
 		Instance:        cfg.Instance,
 		Limits:          limits,
 		Logger:          log,

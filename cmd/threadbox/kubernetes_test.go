@@ -40,7 +40,7 @@ func needKubernetes(t *testing.T) (kubeconfig, ns string, cs kubernetes.Interfac
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	ns = fmt.Sprintf("tb-e2e-%d", time.Now().UnixNano()%1e12)
-	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: k8s.SandboxNamespaceLabels}}, metav1.CreateOptions{}); err != nil {
 		missing(t, "test cluster at %s: %v", rc.Host, err)
 	}
 	t.Cleanup(func() {
@@ -86,7 +86,7 @@ func TestKubernetesEndToEnd(t *testing.T) {
 		oom = "/sys/fs/cgroup/memory/memory.oom_control"
 	}
 	s := startServer(t, "", map[string]string{
-		"SANDBOX_BACKEND": "kubernetes", "KUBECONFIG": kubeconfig, "K8S_NAMESPACE": ns,
+		"SANDBOX_BACKEND": "kubernetes", "KUBECONFIG": kubeconfig, "K8S_NAMESPACE": ns, "K8S_NETWORK_POLICY": "unenforced",
 		"K8S_HOST_PATH_VOLUMES": "true", "K8S_IMAGE_PULL_POLICY": "Never", "K8S_OOM_EVENTS": oom,
 		"MODEL_PROVIDER": "runner",
 	})
@@ -154,7 +154,7 @@ func TestKubernetesStorageClassFiles(t *testing.T) {
 		oom = "/sys/fs/cgroup/memory/memory.oom_control"
 	}
 	s := startServer(t, "", map[string]string{
-		"SANDBOX_BACKEND": "kubernetes", "KUBECONFIG": kubeconfig, "K8S_NAMESPACE": ns,
+		"SANDBOX_BACKEND": "kubernetes", "KUBECONFIG": kubeconfig, "K8S_NAMESPACE": ns, "K8S_NETWORK_POLICY": "unenforced",
 		"K8S_HOST_PATH_VOLUMES": "false", "K8S_STORAGE_CLASS": class, "K8S_IMAGE_PULL_POLICY": "Never", "K8S_OOM_EVENTS": oom,
 		"MODEL_PROVIDER": "runner", "SANDBOX_IDLE": "3s", "SWEEP_INTERVAL": "1s",
 	})

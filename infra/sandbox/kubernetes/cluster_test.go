@@ -50,7 +50,9 @@ func newCluster(t *testing.T) *cluster {
 		sandboxtest.Need(t, "test cluster at %s does not answer: %v", rc.Host, err)
 	}
 	c := &cluster{kubeconfig: path, cs: cs, ns: fmt.Sprintf("tb-test-%d", time.Now().UnixNano()%1e12)}
-	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: c.ns}}, metav1.CreateOptions{}); err != nil {
+	// As docs/kubernetes/role.yaml makes it: the restricted Pod Security
+	// Standard, which every sandbox pod must meet.
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: c.ns, Labels: k8s.SandboxNamespaceLabels}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.cleanup(t) })
@@ -115,6 +117,9 @@ func (c *cluster) backend(t *testing.T, instance string, mod ...func(*k8s.Config
 		PullPolicy:      corev1.PullNever,
 		OOMEvents:       oomEvents(),
 		Logger:          sandboxtest.Logger(t),
+		// The test cluster has no policy engine (its pods have no network
+		// but loopback): said as the operator of such a cluster would.
+		NetworkPolicy: k8s.NetworkPolicyUnenforced,
 	}
 	for _, m := range mod {
 		m(&cfg)

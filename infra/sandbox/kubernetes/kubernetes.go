@@ -47,6 +47,15 @@ const (
 	AnnotationContainer = "threadbox.container-id"
 )
 
+// SandboxNamespaceLabels are the labels of the sandboxes' namespace
+// (docs/kubernetes/role.yaml): the restricted Pod Security Standard, so
+// that the pods/create of the backend's Role makes only pods as confined
+// as its own.
+var SandboxNamespaceLabels = map[string]string{
+	"pod-security.kubernetes.io/enforce":         "restricted",
+	"pod-security.kubernetes.io/enforce-version": "latest",
+}
+
 // AgentPath is where the agent binary is inside the sandbox container.
 const AgentPath = "/opt/threadbox/agent"
 
@@ -110,6 +119,12 @@ type Config struct {
 	// node setting: the pod spec has no pids field), which the capability
 	// matrix then lists; 0 says nothing is known and lists no pids limit.
 	PodPidsLimit int64
+	// NetworkPolicy declares whether a policy engine enforces the
+	// sandboxes' default-deny NetworkPolicy (K8S_NETWORK_POLICY): the
+	// backend cannot see that with its Role, and the cluster accepts the
+	// policy and ignores it without one. Empty, or another value, refuses
+	// every boot: the backend is unavailable and says why.
+	NetworkPolicy NetworkPolicy
 	// OOMEvents is the agent's OOM counter file inside the pod; default
 	// DefaultOOMEvents.
 	OOMEvents string
@@ -125,6 +140,47 @@ type Config struct {
 	NewAgent func(rw io.ReadWriteCloser) Agent
 	// Logger receives lifecycle events and the agent's stderr.
 	Logger *slog.Logger
+}
+
+// NetworkPolicy is what the operator declares about the enforcement of
+// the sandboxes' NetworkPolicy.
+type NetworkPolicy string
+
+// The declarations Config.NetworkPolicy takes.
+const (
+	// NetworkPolicyEnforced: a policy engine (Calico, Cilium, ...) enforces
+	// NetworkPolicies on the sandbox nodes, so each sandbox's default-deny
+	// policy keeps its pod off the network.
+	NetworkPolicyEnforced NetworkPolicy = "enforced"
+	// NetworkPolicyUnenforced: nothing enforces them; the operator runs
+	// sandboxes that can reach the pod network anyway, and the capability
+	// matrix warns (Warning).
+	NetworkPolicyUnenforced NetworkPolicy = "unenforced"
+)
+
+// networkPolicyErr refuses to run sandboxes unless the operator declared
+// whether their NetworkPolicy is enforced: an undeclared cluster may well
+// have no policy engine, and then code in a pod reaches the cluster's
+// services, its nodes and cloud metadata addresses.
+func (b *Backend) networkPolicyErr() error {
+	switch b.cfg.NetworkPolicy {
+	case NetworkPolicyEnforced, NetworkPolicyUnenforced:
+		return nil
+	case "":
+		return errors.New("kubernetes: K8S_NETWORK_POLICY is not set: a sandbox's default-deny NetworkPolicy isolates its pod only where a policy engine (Calico, Cilium, ...) enforces NetworkPolicies, and threadbox cannot tell whether one does; " +
+			"set K8S_NETWORK_POLICY=enforced when one enforces them on the sandbox nodes, or K8S_NETWORK_POLICY=unenforced to run sandboxes that can reach the cluster network")
+	}
+	return fmt.Errorf("kubernetes: K8S_NETWORK_POLICY=%q: want %q or %q", string(b.cfg.NetworkPolicy), NetworkPolicyEnforced, NetworkPolicyUnenforced)
+}
+
+// Warning says, when the operator declared that nothing enforces the
+// sandboxes' NetworkPolicy, that their pods are not network-isolated; the
+// capability matrix shows it and the server logs it at start.
+func (b *Backend) Warning() string {
+	if b.cfg.NetworkPolicy != NetworkPolicyUnenforced {
+		return ""
+	}
+	return "sandbox pods are not network-isolated: K8S_NETWORK_POLICY=unenforced declares that no policy engine enforces their default-deny NetworkPolicy, so code in them reaches the cluster's network (its services, the nodes, cloud metadata addresses); not for untrusted code"
 }
 
 // PullPolicy is a pod's image pull policy ("IfNotPresent", "Never",
@@ -268,11 +324,22 @@ func (b *Backend) EnforcedLimits(context.Context) ([]string, string) {
 		names = append(names, "pids")
 		how += fmt.Sprintf(", pids by the nodes' kubelet podPidsLimit %d (node-wide, declared by K8S_POD_PIDS_LIMIT)", b.cfg.PodPidsLimit)
 	}
+	switch b.cfg.NetworkPolicy {
+	case NetworkPolicyEnforced:
+		how += ", network: a default-deny NetworkPolicy per sandbox (enforced, declared by K8S_NETWORK_POLICY)"
+	case NetworkPolicyUnenforced:
+		how += ", network: not isolated (K8S_NETWORK_POLICY=unenforced)"
+	}
 	return names, how + ", runtime class " + rc + ", namespace " + b.cfg.Namespace
 }
 
-// Available checks that the apiserver answers and the namespace exists.
+// Available checks that the operator declared the enforcement of the
+// sandboxes' NetworkPolicy, that the apiserver answers and that the
+// namespace exists.
 func (b *Backend) Available(ctx context.Context) error {
+	if err := b.networkPolicyErr(); err != nil {
+		return err
+	}
 	if _, err := b.cs.CoreV1().Namespaces().Get(ctx, b.cfg.Namespace, metav1.GetOptions{}); err != nil {
 		// A Role limited to one namespace may not read namespaces: a list
 		// of pods there proves the cluster answers and the Role works.

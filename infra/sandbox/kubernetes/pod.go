@@ -253,6 +253,9 @@ func (b *Backend) podSpec(spec sandbox.Spec, mounts []sandbox.Mount, l sandbox.L
 // boot makes the claim and policy unless they exist, creates the pod, waits
 // for its sandbox container to run, attaches and pings the agent.
 func (b *Backend) boot(ctx context.Context, spec sandbox.Spec) (*box, error) {
+	if err := b.networkPolicyErr(); err != nil {
+		return nil, err
+	}
 	l := spec.Limits.Or(b.cfg.Limits)
 	root, mounts, err := b.subPaths(spec)
 	if err != nil {
