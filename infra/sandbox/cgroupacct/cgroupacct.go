@@ -1,9 +1,9 @@
 // Package cgroupacct finds a sandbox's control groups on the host and
 // reads the CPU time it has used from them (cgroup v1 cpuacct or cgroup v2
-// cpu.stat). It counts
-// every process of the sandbox — its agent, commands, what they left
-// running — and under gVisor the application kernel serving them; it is
-// what the sandbox backends report for metering a sandbox's life.
+// cpu.stat), and how often its memory cgroup killed for memory (OOM). It
+// counts every process of the sandbox — its agent, commands, what they
+// left running — and under gVisor the application kernel serving them; it
+// is what the sandbox backends report for metering a sandbox's life.
 package cgroupacct
 
 import (

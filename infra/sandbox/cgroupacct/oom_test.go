@@ -1,6 +1,11 @@
-package docker
+package cgroupacct
 
-import "testing"
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
 
 func TestParseOOMKill(t *testing.T) {
 	tests := []struct {
@@ -19,6 +24,46 @@ func TestParseOOMKill(t *testing.T) {
 			got, ok := parseOOMKill(tt.in)
 			if got != tt.want || ok != tt.ok {
 				t.Errorf("parseOOMKill = %d, %v; want %d, %v", got, ok, tt.want, tt.ok)
+			}
+		})
+	}
+}
+
+// TestAt finds a control group's CPU and OOM counters by its path on
+// either cgroup version, and nothing where it has none.
+func TestAt(t *testing.T) {
+	write := func(p, content string) {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	v1 := t.TempDir()
+	write(filepath.Join(v1, "cpuacct", "g", "s1", "cpuacct.usage"), "2000000000\n")
+	write(filepath.Join(v1, "memory", "g", "s1", "memory.oom_control"), "oom_kill_disable 0\nunder_oom 0\noom_kill 2\n")
+	v2 := t.TempDir()
+	write(filepath.Join(v2, "g", "s1", "cpu.stat"), "usage_usec 1000000\n")
+	write(filepath.Join(v2, "g", "s1", "memory.events"), "oom 1\noom_kill 1\n")
+	tests := []struct {
+		name, root, path string
+		cpu              time.Duration
+		oom              int64
+		known            bool
+	}{
+		{"cgroup v1", v1, "/g/s1", 2 * time.Second, 2, true},
+		{"cgroup v2", v2, "/g/s1", time.Second, 1, true},
+		{"no such group", v1, "/g/none", 0, 0, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cpu, oom := At(tt.root, tt.path)
+			c, cok := cpu.Read()
+			o, ook := oom.Read()
+			if cok != tt.known || ook != tt.known || c != tt.cpu || o != tt.oom {
+				t.Errorf("At = cpu %v %v, oom %d %v; want %v %d %v", c, cok, o, ook, tt.cpu, tt.oom, tt.known)
 			}
 		})
 	}

@@ -127,7 +127,7 @@ type box struct {
 	done      chan struct{} // closed when the attach stream ends
 	startedAt time.Time
 	warm      *sandbox.Spec // the Warm spec of a pool sandbox, claimed or not
-	oom       oomCounter
+	oom       cgroupacct.OOM
 	cpu       cgroupacct.CPU
 	oomReady  chan struct{} // closed once oom and cpu are known (or unknowable)
 
@@ -406,7 +406,7 @@ func (b *Backend) bootBox(ctx context.Context, spec sandbox.Spec, warm bool) (*b
 		ictx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		if in, err := b.cli.ContainerInspect(ictx, created.ID); err == nil && in.State != nil {
-			bx.setCgroups(newOOMCounter(in.State.Pid, "/sys/fs/cgroup"), cgroupacct.ForProcess(in.State.Pid, "/sys/fs/cgroup"))
+			bx.setCgroups(cgroupacct.OOMForProcess(in.State.Pid, "/sys/fs/cgroup"), cgroupacct.ForProcess(in.State.Pid, "/sys/fs/cgroup"))
 			initPid <- in.State.Pid
 		}
 	}()
@@ -454,7 +454,7 @@ func (b *Backend) attach(ctx context.Context, id, name, dockerID string, stdio b
 	if err != nil {
 		return nil, fmt.Errorf("attach: %w", err)
 	}
-	stderr := &logWriter{log: b.log, id: id}
+	stderr := boxes.NewLogTail(b.log, "agent", id)
 	bx := &box{id: id, name: name, dockerID: dockerID, done: make(chan struct{}), oomReady: make(chan struct{}), lastUsed: time.Now()}
 	var stdout io.Writer = stderr
 	var pw *io.PipeWriter
@@ -531,11 +531,11 @@ func (b *Backend) Exec(ctx context.Context, id string, cmd sandbox.Command) (san
 	bx.touch(+1)
 	defer bx.touch(-1)
 	oom := bx.oomCounter()
-	oomBefore, oomKnown := oom.read()
+	oomBefore, oomKnown := oom.Read()
 	res, err := bx.agent.Exec(ctx, cmd)
 	if err == nil {
 		if res.ExitCode != 0 && !res.OOMKilled && oomKnown {
-			if n, ok := oom.read(); ok && n > oomBefore {
+			if n, ok := oom.Read(); ok && n > oomBefore {
 				res.OOMKilled = true
 			}
 		}
@@ -557,13 +557,13 @@ func (b *Backend) Exec(ctx context.Context, id string, cmd sandbox.Command) (san
 	return res, fmt.Errorf("docker: exec %s: %w", id, err)
 }
 
-func (bx *box) setCgroups(oom oomCounter, cpu cgroupacct.CPU) {
+func (bx *box) setCgroups(oom cgroupacct.OOM, cpu cgroupacct.CPU) {
 	bx.mu.Lock()
 	bx.oom, bx.cpu = oom, cpu
 	bx.mu.Unlock()
 }
 
-func (bx *box) oomCounter() oomCounter {
+func (bx *box) oomCounter() cgroupacct.OOM {
 	select {
 	case <-bx.oomReady:
 	case <-time.After(5 * time.Second):
@@ -766,34 +766,10 @@ func (b *Backend) adopt(ctx context.Context, id, dockerID string) bool {
 		return false
 	}
 	bx.startedAt, _ = time.Parse(time.RFC3339Nano, in.State.StartedAt)
-	bx.setCgroups(newOOMCounter(in.State.Pid, "/sys/fs/cgroup"), cgroupacct.ForProcess(in.State.Pid, "/sys/fs/cgroup"))
+	bx.setCgroups(cgroupacct.OOMForProcess(in.State.Pid, "/sys/fs/cgroup"), cgroupacct.ForProcess(in.State.Pid, "/sys/fs/cgroup"))
 	close(bx.oomReady)
 	b.boxes.Put(id, bx)
 	return true
-}
-
-// logWriter forwards the agent's stderr to the logger line by line.
-type logWriter struct {
-	log *slog.Logger
-	id  string
-	buf []byte
-}
-
-func (w *logWriter) Write(p []byte) (int, error) {
-	w.buf = append(w.buf, p...)
-	for {
-		i := strings.IndexByte(string(w.buf), '\n')
-		if i < 0 {
-			break
-		}
-		w.log.Info("agent", "id", w.id, "line", string(w.buf[:i]))
-		w.buf = w.buf[i+1:]
-	}
-	if len(w.buf) > 4096 {
-		w.log.Info("agent", "id", w.id, "line", string(w.buf))
-		w.buf = w.buf[:0]
-	}
-	return len(p), nil
 }
 
 var _ sandbox.Backend = (*Backend)(nil)
