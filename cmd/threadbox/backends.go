@@ -10,6 +10,7 @@ import (
 	"threadbox/app/containers"
 	"threadbox/domain/sandbox"
 	"threadbox/infra/sandbox/docker"
+	"threadbox/infra/sandbox/gvisor"
 	"threadbox/infra/sandbox/hostdirs"
 	"threadbox/infra/sandbox/local"
 	"threadbox/infra/sandbox/unsupported"
@@ -40,6 +41,14 @@ func newBackends(cfg Config, layout *hostdirs.Layout, log *slog.Logger) ([]sandb
 			out = append(out, b)
 		case "local":
 			b, err := local.New(local.Config{RootFS: cfg.RootFS, AgentBin: agentBin(cfg), DiskQuota: quota, Limits: limits, Instance: cfg.Instance, PoolDir: filepath.Join(cfg.DataDir, "pool-local"), Logger: log.With("backend", "local")})
+			if err != nil {
+				out = append(out, unsupported.Broken(name, err))
+				continue
+			}
+			closers = append(closers, b.Close)
+			out = append(out, b)
+		case "gvisor":
+			b, err := gvisor.New(gvisor.Config{RootFS: cfg.RootFS, AgentBin: agentBin(cfg), DiskQuota: quota, Limits: limits, Instance: cfg.Instance, Logger: log.With("backend", "gvisor")})
 			if err != nil {
 				out = append(out, unsupported.Broken(name, err))
 				continue

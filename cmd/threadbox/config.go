@@ -269,11 +269,11 @@ func loadConfig(getenv func(string) string) (Config, error) {
 	for _, b := range strings.Split(env("SANDBOX_BACKEND", DefaultSandboxBackend), ",") {
 		b = strings.TrimSpace(b)
 		switch b {
-		case "docker", "local", "kubernetes", "e2b", "firecracker":
+		case "docker", "gvisor", "local", "kubernetes", "e2b", "firecracker":
 			c.SandboxBackend = append(c.SandboxBackend, b)
 		case "":
 		default:
-			return Config{}, &configError{"SANDBOX_BACKEND", fmt.Sprintf("unknown backend %q (docker, local, kubernetes, e2b, firecracker)", b)}
+			return Config{}, &configError{"SANDBOX_BACKEND", fmt.Sprintf("unknown backend %q (docker, gvisor, local, kubernetes, e2b, firecracker)", b)}
 		}
 	}
 	svcs, serr := sandboxtools.ParseServices(env("SANDBOX_ALLOW_SERVICES", ""))

@@ -1,0 +1,702 @@
+// Package gvisor runs sandboxes in gVisor by driving runsc directly over
+// an OCI bundle, with no container engine in between: one runsc sandbox
+// per container over the sandbox image's root filesystem folder (the local
+// backend's, read-only), with the CONTRACT §2 folders bound in, no network
+// but loopback, and the threadbox agent as its init speaking the agent
+// protocol over the sandbox's stdin and stdout, pipes of this process.
+// runsc makes a control group per sandbox for its memory, CPU and pids
+// limits. A runsc process stays the sandbox's parent while it runs (it
+// reaps the sandbox and removes its state when it ends), and sandboxes end
+// with this process, as the local backend's jails do: their agent's input
+// is this process's pipe.
+//
+// Because runsc is driven directly, a running sandbox can be saved into a
+// folder and booted again from it, its processes going on where they were
+// (checkpoint.go): by this process or a later one, with new pipes and a
+// new runsc container id, as long as the runsc build, root filesystem,
+// agent and folder targets are the same.
+package gvisor
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"threadbox/domain/sandbox"
+	"threadbox/infra/sandbox/agent"
+	"threadbox/infra/sandbox/boxes"
+	"threadbox/infra/sandbox/cgroupacct"
+	"threadbox/infra/sandbox/hostdirs"
+)
+
+// AgentPath is where the agent binary appears inside the sandbox.
+const AgentPath = "/opt/threadbox/agent"
+
+// Defaults applied to zero fields of Config (sandbox.DefaultLimits fills
+// the zero limits).
+const (
+	DefaultRunsc       = "runsc"
+	DefaultStateDir    = "/run/threadbox-gvisor"
+	DefaultInstance    = "default"
+	DefaultCgroupRoot  = "/sys/fs/cgroup"
+	DefaultBootTimeout = 30 * time.Second
+)
+
+// runscFlags are the global flags of every runsc call. A checkpoint
+// restores only under the same ones, so they are part of its runtime's
+// identity (checkpoint.go): no network but loopback, and no overlay over
+// the read-only root filesystem (the default would keep one in memory, or
+// in a file beside the shared root filesystem).
+var runscFlags = []string{"--network=none", "--overlay2=none"}
+
+// Config configures a Backend.
+type Config struct {
+	// Runsc is the runsc binary; default DefaultRunsc looked up in PATH.
+	Runsc string
+	// RootFS is the host folder holding the sandbox image's root
+	// filesystem, as the local backend's (local.FindRootFS). It is
+	// resolved once (a symbolic link such as the build cache's "current"
+	// to the folder of one build), and that folder names it in
+	// checkpoints. Required.
+	RootFS string
+	// AgentBin is the host path of the static threadbox-agent binary. Required.
+	AgentBin string
+	// StateDir holds runsc's state and the sandboxes' bundles, under a
+	// folder per Instance; default DefaultStateDir. This process's alone.
+	StateDir string
+	// Dirs, when set, prepares each container's host folders before boot;
+	// a Spec without Mounts then gets Dirs' mounts.
+	Dirs *hostdirs.Layout
+	// DiskQuota tells that Dirs enforces a per-container disk quota.
+	DiskQuota bool
+	// Limits are the defaults for zero fields of a Spec's Limits.
+	Limits sandbox.Limits
+	// Instance separates several servers (or test runs) on one host:
+	// runsc state, bundles and control groups are scoped to it. Default
+	// DefaultInstance.
+	Instance string
+	// CgroupRoot is where the control group hierarchies are mounted;
+	// default DefaultCgroupRoot.
+	CgroupRoot string
+	// BootTimeout bounds a boot (or a restore) up to the agent's first answer.
+	BootTimeout time.Duration
+	// Logger receives lifecycle events and the sandboxes' stderr; default discards.
+	Logger *slog.Logger
+}
+
+// Backend runs sandboxes under runsc. It implements sandbox.Backend.
+type Backend struct {
+	cfg    Config
+	log    *slog.Logger
+	rootfs string // cfg.RootFS resolved
+	state  string // runsc --root
+	bndls  string // the bundles' parent folder
+
+	boxes *boxes.Set[*box]
+
+	availMu sync.Mutex
+	availAt time.Time // last successful check
+
+	versionOnce sync.Once
+	version     string // `runsc --version`'s first line, with runscFlags
+	versionErr  error
+
+	wg sync.WaitGroup // the runsc processes' waiters
+}
+
+// box is one running sandbox.
+type box struct {
+	b         *Backend
+	id, cid   string
+	bundle    string
+	cmd       *exec.Cmd // runsc run (or restore), the sandbox's parent
+	client    *agent.Client
+	done      chan struct{} // closed when runsc has exited: the sandbox and its state are gone
+	startedAt time.Time
+	stderr    *boxes.LogTail
+	cpu       cgroupacct.CPU
+	oomCount  cgroupacct.OOM       // its memory cgroup's oom_kill counter
+	oom       *cgroupacct.OOMWatch // its memory cgroup running out, as it happens
+	restored  bool // booted from a checkpoint
+}
+
+// New returns a gvisor backend. A missing runsc, root filesystem or agent
+// binary is not an error here: Available reports it, so that the backend
+// stays listed, unavailable with the reason, where SANDBOX_BACKEND names it.
+func New(cfg Config) (*Backend, error) {
+	if cfg.Runsc == "" {
+		cfg.Runsc = DefaultRunsc
+	}
+	if cfg.StateDir == "" {
+		cfg.StateDir = DefaultStateDir
+	}
+	if cfg.Instance == "" {
+		cfg.Instance = DefaultInstance
+	}
+	if cfg.CgroupRoot == "" {
+		cfg.CgroupRoot = DefaultCgroupRoot
+	}
+	if cfg.BootTimeout <= 0 {
+		cfg.BootTimeout = DefaultBootTimeout
+	}
+	cfg.Limits = cfg.Limits.Or(sandbox.DefaultLimits())
+	lg := cfg.Logger
+	if lg == nil {
+		lg = slog.New(slog.DiscardHandler)
+	}
+	rootfs := cfg.RootFS
+	if r, err := filepath.EvalSymlinks(rootfs); err == nil && rootfs != "" {
+		rootfs = r
+	}
+	dir := filepath.Join(cfg.StateDir, hostdirs.SafeID(cfg.Instance))
+	return &Backend{cfg: cfg, log: lg, rootfs: rootfs, state: filepath.Join(dir, "state"), bndls: filepath.Join(dir, "bundles"),
+		boxes: boxes.New(boxEnded)}, nil
+}
+
+// Name returns "gvisor".
+func (b *Backend) Name() string { return "gvisor" }
+
+// Isolation returns the isolation level of a gVisor sandbox.
+func (b *Backend) Isolation() string { return "application kernel" }
+
+// cgroupV2 reports whether the host mounts the unified hierarchy at CgroupRoot.
+func (b *Backend) cgroupV2() bool {
+	_, err := os.Stat(filepath.Join(b.cfg.CgroupRoot, "cgroup.controllers"))
+	return err == nil
+}
+
+// EnforcedLimits names the limits every sandbox gets: memory, CPU and pids
+// through the control group runsc makes for it, nofile as the agent's
+// rlimit, /tmp's size, and disk where Dirs carries a quota.
+func (b *Backend) EnforcedLimits(ctx context.Context) ([]string, string) {
+	out := []string{"memory", "cpu", "pids", "nofile", "tmp"}
+	if b.cfg.DiskQuota {
+		out = append(out, "disk")
+	}
+	mech := "cgroup v1 (gVisor)"
+	if b.cgroupV2() {
+		mech = "cgroup v2 (gVisor)"
+	}
+	return out, mech
+}
+
+// runscVersion returns the runsc build with the flags this backend runs it
+// with, asked once: a checkpoint restores only into the same.
+func (b *Backend) runscVersion() (string, error) {
+	b.versionOnce.Do(func() {
+		bin, err := exec.LookPath(b.cfg.Runsc)
+		if err != nil {
+			b.versionErr = fmt.Errorf("runsc (install gVisor's runsc; scripts/ci-docker.sh does): %w", err)
+			return
+		}
+		out, err := exec.Command(bin, "--version").Output()
+		if err != nil {
+			b.versionErr = fmt.Errorf("runsc --version: %w", err)
+			return
+		}
+		line, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
+		b.version = line + " " + strings.Join(runscFlags, " ")
+	})
+	return b.version, b.versionErr
+}
+
+// Available checks runsc, root (runsc needs it to make sandboxes), the root
+// filesystem and the agent binary. A success is remembered for a few
+// seconds; the first boot proves the rest.
+func (b *Backend) Available(ctx context.Context) error {
+	b.availMu.Lock()
+	defer b.availMu.Unlock()
+	if !b.availAt.IsZero() && time.Since(b.availAt) < 10*time.Second {
+		return nil
+	}
+	if _, err := b.runscVersion(); err != nil {
+		return fmt.Errorf("gvisor: %w", err)
+	}
+	if os.Geteuid() != 0 {
+		return errors.New("gvisor: runsc makes sandboxes as root only; threadbox runs as another user")
+	}
+	if b.cfg.RootFS == "" {
+		return errors.New("gvisor: no root filesystem (set THREADBOX_ROOTFS, or build it with `sandbox/build-offline.sh --rootfs-only`)")
+	}
+	if fi, err := os.Stat(filepath.Join(b.rootfs, "bin", "bash")); err != nil || fi.IsDir() {
+		return fmt.Errorf("gvisor: root filesystem %s has no /bin/bash (build it with `sandbox/build-offline.sh --rootfs-only`)", b.cfg.RootFS)
+	}
+	if b.cfg.AgentBin == "" {
+		return errors.New("gvisor: no agent binary configured (build it with `make agent`)")
+	}
+	if fi, err := os.Stat(b.cfg.AgentBin); err != nil {
+		return fmt.Errorf("gvisor: agent binary (build it with `make agent`): %w", err)
+	} else if fi.Mode()&0o111 == 0 {
+		return fmt.Errorf("gvisor: agent binary %s is not executable", b.cfg.AgentBin)
+	}
+	b.availAt = time.Now()
+	return nil
+}
+
+// runsc returns a runsc command with the backend's state folder and flags.
+func (b *Backend) runsc(ctx context.Context, args ...string) *exec.Cmd {
+	full := append([]string{"--root", b.state}, runscFlags...)
+	return exec.CommandContext(ctx, b.cfg.Runsc, append(full, args...)...)
+}
+
+// runscOut runs a short runsc command and returns its output, or an error
+// carrying it.
+func (b *Backend) runscOut(ctx context.Context, args ...string) ([]byte, error) {
+	out, err := b.runsc(ctx, args...).CombinedOutput()
+	if err != nil {
+		return out, fmt.Errorf("runsc %s: %w: %s", args[0], err, strings.TrimSpace(string(out)))
+	}
+	return out, nil
+}
+
+// live returns the running box of id, or nil.
+func (b *Backend) live(id string) *box {
+	bx, _ := b.boxes.Live(id)
+	return bx
+}
+
+// boxEnded reports a sandbox whose runsc process exited, or whose agent
+// client gave up (keepalive: the sandbox is hung), killing it then.
+func boxEnded(bx *box) bool {
+	select {
+	case <-bx.done:
+		return true
+	case <-bx.client.Done():
+		go bx.kill()
+		return true
+	default:
+		return false
+	}
+}
+
+// limits fills the zero fields of l from the backend's defaults.
+func (b *Backend) limits(l sandbox.Limits) sandbox.Limits { return l.Or(b.cfg.Limits) }
+
+// Ensure boots the sandbox for spec.ID unless it is running. A sandbox that
+// died is replaced by a fresh one over the same host folders.
+func (b *Backend) Ensure(ctx context.Context, spec sandbox.Spec) error {
+	if err := b.boxes.Ensure(ctx, spec, b.cfg.Dirs, func(ctx context.Context, spec sandbox.Spec) (*box, error) {
+		return b.start(ctx, spec, "")
+	}); err != nil {
+		return fmt.Errorf("gvisor: %w", err)
+	}
+	return nil
+}
+
+// newCID returns a runsc container id for container id, new at each boot:
+// runsc keeps a container's state under its id until it is deleted.
+func newCID(id string) string {
+	return hostdirs.SafeID(id) + "-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+}
+
+// start boots spec's sandbox under a new runsc container: fresh (runsc
+// run), or from the checkpoint in image (runsc restore). Either way runsc
+// runs in the foreground as the sandbox's parent and exits with it.
+func (b *Backend) start(ctx context.Context, spec sandbox.Spec, image string) (*box, error) {
+	if _, err := b.runscVersion(); err != nil {
+		return nil, err
+	}
+	l := b.limits(spec.Limits)
+	cid := newCID(spec.ID)
+	bx := &box{b: b, id: spec.ID, cid: cid, bundle: filepath.Join(b.bndls, cid), done: make(chan struct{}),
+		stderr: boxes.NewLogTail(b.log, "sandbox", spec.ID), restored: image != ""}
+	cgroupsPath := "/threadbox-gvisor/" + hostdirs.SafeID(b.cfg.Instance) + "/" + cid
+	if err := writeBundle(bx.bundle, b.bundleSpec(spec, l, cgroupsPath)); err != nil {
+		return nil, err
+	}
+	args := []string{"run", "--bundle", bx.bundle, cid}
+	if image != "" {
+		args = []string{"restore", "--image-path", image, "--bundle", bx.bundle, cid}
+	}
+	conn, err := b.spawn(bx, args)
+	if err != nil {
+		_ = os.RemoveAll(bx.bundle)
+		return nil, err
+	}
+	bx.client = agent.NewClient(conn, agent.WithKeepalive(15*time.Second, 10*time.Second))
+	err = b.handshake(ctx, bx)
+	if err != nil {
+		bx.kill()
+		<-bx.done
+		return nil, fmt.Errorf("%w: %s", err, bx.stderr.Tail())
+	}
+	bx.startedAt = time.Now()
+	cpu, oom := cgroupacct.At(b.cfg.CgroupRoot, cgroupsPath)
+	bx.cpu, bx.oomCount = cpu, oom
+	if w, err := cgroupacct.WatchOOM(oom); err == nil {
+		bx.oom = w
+	} else {
+		b.log.Warn("sandbox memory kills not watched", "id", spec.ID, "cause", err.Error())
+	}
+	what := "sandbox booted"
+	if image != "" {
+		what = "sandbox restored"
+	}
+	b.log.Info(what, "id", spec.ID, "backend", "gvisor", "container", cid)
+	return bx, nil
+}
+
+// spawn starts runsc with args, the sandbox's stdio on pipes of this
+// process, and returns the agent's connection. A goroutine waits for
+// runsc, removes the bundle and closes bx.done.
+func (b *Backend) spawn(bx *box, args []string) (io.ReadWriteCloser, error) {
+	inR, inW, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("pipe: %w", err)
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		inR.Close()
+		inW.Close()
+		return nil, fmt.Errorf("pipe: %w", err)
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		inR.Close()
+		inW.Close()
+		outR.Close()
+		outW.Close()
+		return nil, fmt.Errorf("pipe: %w", err)
+	}
+	// runsc outlives the request that boots it: Stop and kill end it. It
+	// dies with this process, and the sandbox with its agent's input.
+	cmd := b.runsc(context.Background(), args...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, errW
+	cmd.Dir = "/"
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	err = cmd.Start()
+	inR.Close()
+	outW.Close()
+	errW.Close()
+	if err != nil {
+		inW.Close()
+		outR.Close()
+		errR.Close()
+		return nil, fmt.Errorf("start runsc: %w", err)
+	}
+	bx.cmd = cmd
+	b.wg.Add(2)
+	go func() {
+		defer b.wg.Done()
+		_, _ = io.Copy(bx.stderr, errR)
+		errR.Close()
+	}()
+	go func() {
+		defer b.wg.Done()
+		_ = cmd.Wait()
+		bx.oom.Close()
+		_ = os.RemoveAll(bx.bundle)
+		close(bx.done)
+	}()
+	return agent.NewConn(outR, inW, func() error {
+		inW.Close()
+		return outR.Close()
+	}), nil
+}
+
+// handshake waits for the agent's first answer.
+func (b *Backend) handshake(ctx context.Context, bx *box) error {
+	pctx, cancel := context.WithTimeout(ctx, b.cfg.BootTimeout)
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() { errc <- bx.client.Ping(pctx) }()
+	select {
+	case err := <-errc:
+		if err != nil {
+			return fmt.Errorf("agent handshake: %w", err)
+		}
+		return nil
+	case <-bx.done:
+		return errors.New("the sandbox exited during boot")
+	}
+}
+
+// kill ends the sandbox: its agent connection, then the sandbox through
+// runsc. The runsc process exits once the sandbox is gone (bx.done).
+func (bx *box) kill() {
+	bx.client.Close()
+	if bx.cmd == nil || bx.cmd.Process == nil {
+		return
+	}
+	select {
+	case <-bx.done:
+		return
+	default:
+	}
+	// runsc kill ends the sandbox within tens of milliseconds; the process
+	// group goes too when runsc cannot be asked (its state gone).
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := bx.b.runscOut(ctx, "kill", bx.cid, "KILL"); err != nil {
+		_ = syscall.Kill(-bx.cmd.Process.Pid, syscall.SIGKILL)
+	}
+}
+
+// deathReason says why a sandbox that ended went: out of memory when its
+// control group killed for memory.
+func (bx *box) deathReason() string {
+	if bx.oom.Killed() {
+		return ": out of memory (the sandbox's memory limit was reached and the kernel killed it)"
+	}
+	return ""
+}
+
+// Exec runs cmd through the sandbox's agent. When the sandbox dies before
+// the command ends, the error wraps sandbox.ErrUnavailable and the next
+// Ensure boots a fresh one.
+func (b *Backend) Exec(ctx context.Context, id string, cmd sandbox.Command) (sandbox.Result, error) {
+	bx := b.live(id)
+	if bx == nil {
+		if !b.boxes.Known(id) {
+			return sandbox.Result{}, fmt.Errorf("gvisor: exec %s: %w", id, sandbox.ErrNotFound)
+		}
+		return sandbox.Result{}, fmt.Errorf("gvisor: exec %s: %w: sandbox is not running", id, sandbox.ErrUnavailable)
+	}
+	// The host's kernel kills the biggest process of the sandbox's control
+	// group when it runs out of memory: with gVisor's systrap platform, the
+	// host process that holds the command's memory.
+	oomBefore, oomKnown := bx.oomCount.Read()
+	res, err := bx.client.Exec(ctx, cmd)
+	if err == nil {
+		if res.ExitCode != 0 && !res.OOMKilled && oomKnown {
+			if n, ok := bx.oomCount.Read(); ok && n > oomBefore {
+				res.OOMKilled = true
+			}
+		}
+		return res, nil
+	}
+	if ctx.Err() != nil {
+		return res, fmt.Errorf("gvisor: exec %s: %w", id, err)
+	}
+	select {
+	case <-bx.done:
+		return res, fmt.Errorf("gvisor: exec %s: %w: sandbox ended%s: %w", id, sandbox.ErrUnavailable, bx.deathReason(), err)
+	case <-bx.client.Done():
+		// The connection went first; runsc follows shortly.
+		select {
+		case <-bx.done:
+		case <-time.After(2 * time.Second):
+		}
+		return res, fmt.Errorf("gvisor: exec %s: %w: sandbox ended%s: %w", id, sandbox.ErrUnavailable, bx.deathReason(), err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	return res, fmt.Errorf("gvisor: exec %s: %w", id, err)
+}
+
+// Start starts a long-lived command in the sandbox whose output is streamed
+// to cmd.Output and not kept.
+func (b *Backend) Start(ctx context.Context, id string, cmd sandbox.Command, tty *sandbox.TTY) (sandbox.Session, error) {
+	bx := b.live(id)
+	if bx == nil {
+		return nil, fmt.Errorf("gvisor: start in %s: %w: sandbox is not running", id, sandbox.ErrUnavailable)
+	}
+	p, err := bx.client.Session(ctx, cmd, tty)
+	if err != nil {
+		return nil, fmt.Errorf("gvisor: start in %s: %w", id, err)
+	}
+	return p, nil
+}
+
+// Listen listens on a loopback address inside the sandbox (its own network
+// stack) and hands each connection to the host.
+func (b *Backend) Listen(ctx context.Context, id, addr string) (net.Listener, error) {
+	bx := b.live(id)
+	if bx == nil {
+		return nil, fmt.Errorf("gvisor: listen in %s: %w: sandbox is not running", id, sandbox.ErrUnavailable)
+	}
+	l, err := bx.client.Listen(ctx, addr)
+	if err != nil {
+		return nil, fmt.Errorf("gvisor: listen in %s: %w", id, err)
+	}
+	return l, nil
+}
+
+// Warm is unsupported: gVisor's file server never sees a folder bound
+// on the host after the sandbox started, so a sandbox cannot be booted
+// before its container's folders are known.
+func (b *Backend) Warm(context.Context, sandbox.Spec) error {
+	return fmt.Errorf("gvisor: warm pool: %w: gVisor's file server never sees a folder bound after the sandbox started", sandbox.ErrUnsupported)
+}
+
+// Claim is unsupported: see Warm.
+func (b *Backend) Claim(_ context.Context, name string, _ sandbox.Spec) error {
+	return fmt.Errorf("gvisor: claim %s: %w: no warm sandboxes", name, sandbox.ErrUnsupported)
+}
+
+// Stop ends the sandbox; its files stay, and so does what a checkpoint of
+// it kept.
+func (b *Backend) Stop(ctx context.Context, id string) error {
+	defer b.boxes.Lock(id)()
+	return b.stopLocked(ctx, id)
+}
+
+func (b *Backend) stopLocked(ctx context.Context, id string) error {
+	bx, _ := b.boxes.Take(id)
+	if bx == nil {
+		return nil
+	}
+	bx.kill()
+	select {
+	case <-bx.done:
+	case <-ctx.Done():
+		return fmt.Errorf("gvisor: stop %s: %w", id, ctx.Err())
+	}
+	b.log.Info("sandbox stopped", "id", id, "backend", "gvisor")
+	return nil
+}
+
+// Remove stops the sandbox and forgets it, with any agent connection a
+// checkpoint kept. Host folders and checkpoints are the caller's.
+func (b *Backend) Remove(ctx context.Context, id string) error {
+	if err := b.Stop(ctx, id); err != nil {
+		return err
+	}
+	b.boxes.Forget(id)
+	return nil
+}
+
+// Status reports the sandbox's state: running, stopped (booted before by
+// this backend) or missing.
+func (b *Backend) Status(ctx context.Context, id string) (sandbox.Status, error) {
+	if bx := b.live(id); bx != nil {
+		return sandbox.Status{State: sandbox.StateRunning, StartedAt: bx.startedAt}, nil
+	}
+	if b.boxes.Known(id) {
+		return sandbox.Status{State: sandbox.StateStopped}, nil
+	}
+	return sandbox.Status{State: sandbox.StateMissing}, nil
+}
+
+// SandboxCPU reports the CPU time the running sandbox id has used since it
+// booted (or was restored), from its control group: the application
+// kernel and every process it serves. sandbox.ErrNotFound when this
+// process runs no such sandbox.
+func (b *Backend) SandboxCPU(ctx context.Context, id string) (time.Duration, error) {
+	bx := b.live(id)
+	if bx == nil {
+		return 0, fmt.Errorf("gvisor: cpu %s: %w", id, sandbox.ErrNotFound)
+	}
+	d, ok := bx.cpu.Read()
+	if !ok {
+		return 0, fmt.Errorf("gvisor: cpu %s: %w: its control group cannot be read", id, sandbox.ErrUnsupported)
+	}
+	return d, nil
+}
+
+// listed is one container of `runsc list --format=json`.
+type listed struct {
+	ID          string            `json:"id"`
+	Status      string            `json:"status"`
+	Annotations map[string]string `json:"annotations"`
+}
+
+// list returns the runsc containers of this backend's state folder.
+func (b *Backend) list(ctx context.Context) ([]listed, error) {
+	if _, err := os.Stat(b.state); errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	out, err := b.runsc(ctx, "list", "--format=json").Output()
+	if err != nil {
+		return nil, fmt.Errorf("runsc list: %w", err)
+	}
+	var all []listed
+	if err := json.Unmarshal(out, &all); err != nil {
+		return nil, fmt.Errorf("runsc list: %w", err)
+	}
+	return all, nil
+}
+
+// Reconcile removes the runsc containers of this instance that this
+// process does not run. A sandbox's agent speaks over the pipes of the
+// process that booted it, so none can be adopted: one still running
+// belongs to another live process (decide says Leave) or to none (its
+// process died without taking it down), and is removed then; what is left
+// of a stopped one (its state, its control group) is removed.
+func (b *Backend) Reconcile(ctx context.Context, decide func(id string) sandbox.Verdict) (adopted, removed []string, err error) {
+	all, err := b.list(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("gvisor: reconcile: %w", err)
+	}
+	mine := map[string]bool{}
+	for _, id := range b.boxes.IDs(nil) {
+		if bx := b.live(id); bx != nil {
+			mine[bx.cid] = true
+		}
+	}
+	for _, c := range all {
+		if mine[c.ID] {
+			continue
+		}
+		id := c.Annotations[annotationContainer]
+		if c.Status == "running" && id != "" && decide(id) == sandbox.Leave {
+			continue
+		}
+		if _, err := b.runscOut(ctx, "delete", "--force", c.ID); err != nil {
+			b.log.Warn("stale gVisor sandbox not removed", "container", c.ID, "cause", err.Error())
+			continue
+		}
+		_ = os.RemoveAll(filepath.Join(b.bndls, c.ID))
+		if id != "" {
+			removed = append(removed, id)
+		}
+	}
+	return nil, removed, nil
+}
+
+// Close ends every sandbox of this backend, forgets the agent connections
+// checkpoints kept, removes what is left in its state folder, and waits
+// for its runsc processes.
+func (b *Backend) Close() error {
+	var errs []error
+	for _, id := range b.boxes.IDs(nil) {
+		errs = append(errs, b.Stop(context.Background(), id))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if all, err := b.list(ctx); err == nil {
+		for _, c := range all {
+			if _, err := b.runscOut(ctx, "delete", "--force", c.ID); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	b.wg.Wait()
+	// runsc keeps a few files of its own beside its containers' state.
+	_ = os.RemoveAll(filepath.Dir(b.state))
+	b.removeCgroupParents()
+	return errors.Join(errs...)
+}
+
+// removeCgroupParents deletes the (then empty) control group folders runsc
+// made above the sandboxes' own: /threadbox-gvisor/<instance> in each
+// hierarchy, and /threadbox-gvisor when no other instance is left.
+func (b *Backend) removeCgroupParents() {
+	roots := []string{b.cfg.CgroupRoot}
+	if !b.cgroupV2() {
+		entries, _ := os.ReadDir(b.cfg.CgroupRoot)
+		roots = roots[:0]
+		for _, e := range entries {
+			if e.IsDir() {
+				roots = append(roots, filepath.Join(b.cfg.CgroupRoot, e.Name()))
+			}
+		}
+	}
+	for _, r := range roots {
+		_ = os.Remove(filepath.Join(r, "threadbox-gvisor", hostdirs.SafeID(b.cfg.Instance)))
+		_ = os.Remove(filepath.Join(r, "threadbox-gvisor"))
+	}
+}
+
+var _ sandbox.Backend = (*Backend)(nil)
