@@ -2,9 +2,9 @@
 // sandboxes per user and per org, containers per user and storage bytes per
 // org. The container manager calls BeforeCreate and Reserve; the
 // requests that may boot a sandbox call BeforeRun before they create
-// anything; uploads, artifact saving, forks, chat turns and requests that
-// run code ask StorageLeft or BeforeStore before they write. Each refusal
-// names its quota (org.Quotas.Admit).
+// anything; uploads, artifact saving, forks, skill uploads, chat turns
+// and requests that run code ask StorageLeft or BeforeStore before they
+// write. Each refusal names its quota (org.Quotas.Admit).
 package quota
 
 import (
@@ -31,6 +31,8 @@ type Store interface {
 	MessageBytes(ctx context.Context, orgID string) (int64, error)
 	// TurnLogBytes sums the bytes the event logs of the org's turns store.
 	TurnLogBytes(ctx context.Context, orgID string) (int64, error)
+	// SkillBytes sums the bytes of the files of the org's skill versions.
+	SkillBytes(ctx context.Context, orgID string) (int64, error)
 	// Container returns the container with storage id.
 	Container(ctx context.Context, id string) (container.Container, error)
 	// ReserveRunning saves c, a container about to boot recorded as
@@ -168,9 +170,9 @@ func (s *Service) BeforeRun(ctx context.Context, orgID, userID, containerID stri
 }
 
 // StorageUsed returns the bytes the org stores: its artifacts, its
-// threads' messages, its turns' event logs, and the files of its
-// containers as the host measures them (whoever wrote them: uploads, forks
-// or code in the sandbox).
+// threads' messages, its turns' event logs, its skills, and the files of
+// its containers as the host measures them (whoever wrote them: uploads,
+// forks or code in the sandbox).
 func (s *Service) StorageUsed(ctx context.Context, orgID string) (int64, error) {
 	var total int64
 	for _, c := range []struct {
@@ -180,6 +182,7 @@ func (s *Service) StorageUsed(ctx context.Context, orgID string) (int64, error) 
 		{"artifact bytes", s.store.ArtifactBytes},
 		{"message bytes", s.store.MessageBytes},
 		{"turn log bytes", s.store.TurnLogBytes},
+		{"skill bytes", s.store.SkillBytes},
 	} {
 		n, err := c.count(ctx, orgID)
 		if err != nil {
@@ -229,7 +232,8 @@ func (s *Service) StorageLeft(ctx context.Context, orgID string) (int64, error) 
 // n more bytes that would take the org past its storage quota; with n
 // zero (what will be stored is not known yet) it refuses an org with
 // nothing left. A fork calls it with the bytes it will copy, a chat turn
-// with its user message, a request that runs code with zero.
+// with its user message, a skill upload with its files, a request that
+// runs code with zero.
 func (s *Service) BeforeStore(ctx context.Context, orgID string, n int64) error {
 	q, err := s.quotas(ctx, orgID)
 	if err != nil || q.Limit(org.StorageBytesPerOrg) == 0 {

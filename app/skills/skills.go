@@ -61,6 +61,13 @@ type Archives interface {
 	Remove(ctx context.Context, orgID, sha256 string) error
 }
 
+// Quota checks the org's storage quota (app/quota.Service).
+type Quota interface {
+	// BeforeStore refuses (fault.TooLarge, naming the quota) storing n
+	// more bytes past the org's storage quota.
+	BeforeStore(ctx context.Context, orgID string, n int64) error
+}
+
 // Locks are named locks that every server on one database shares
 // (infra/store.Store: PostgreSQL advisory locks).
 type Locks interface {
@@ -78,7 +85,10 @@ type Service struct {
 	// archives, when set, keeps every version's archive in the object
 	// store (SetArchives).
 	archives Archives
-	now      func() time.Time
+	// quota, when set, keeps uploads within the org's storage quota
+	// (SetQuota).
+	quota Quota
+	now   func() time.Time
 
 	mu sync.Mutex // one upload at a time picks the next version
 }
@@ -99,6 +109,10 @@ func New(store skill.Repository, files Files, limits skill.Limits, locks Locks) 
 // store), and restores from it the files of a version this server's disk
 // lacks. Set before serving.
 func (s *Service) SetArchives(a Archives) { s.archives = a }
+
+// SetQuota makes every upload count toward the org's storage quota: its
+// files' bytes must fit. Set before serving.
+func (s *Service) SetQuota(q Quota) { s.quota = q }
 
 // Upload stores a new version of a skill from a zip or tar (optionally
 // gzip-compressed) archive holding a SKILL.md whose front matter gives the
@@ -137,6 +151,15 @@ func (s *Service) Upload(ctx context.Context, p user.Principal, archive io.Reade
 	if err != nil {
 		return skill.Skill{}, err
 	}
+	var size int64
+	for _, e := range entries {
+		size += int64(len(e.Data))
+	}
+	if s.quota != nil {
+		if err := s.quota.BeforeStore(ctx, p.OrgID, size); err != nil {
+			return skill.Skill{}, err
+		}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	// From reading the latest version to recording the next one, no
@@ -160,7 +183,7 @@ func (s *Service) Upload(ctx context.Context, p user.Principal, archive io.Reade
 	sum := sha256.Sum256(raw)
 	sk := skill.Skill{
 		ID: id.New("skl"), OrgID: p.OrgID, Name: m.Name, Description: m.Description, Version: version,
-		SHA256: hex.EncodeToString(sum[:]), CreatedAt: s.now().UTC(),
+		SHA256: hex.EncodeToString(sum[:]), SizeBytes: size, CreatedAt: s.now().UTC(),
 	}
 	if s.archives != nil {
 		if _, err := s.archives.Put(ctx, p.OrgID, bytes.NewReader(raw)); err != nil {

@@ -195,6 +195,36 @@ func TestStorageQuotaCountsMessagesAndTurnLogs(t *testing.T) {
 	})
 }
 
+// TestSkillUploadsWithinTheStorageQuota: a skill version's files count
+// toward storageBytesPerOrg; an upload that does not fit is a 413 naming
+// the quota that records no version, and deleting the skill makes room.
+func TestSkillUploadsWithinTheStorageQuota(t *testing.T) {
+	databases(t, func(t *testing.T, db string) {
+		s := startServer(t, db, nil)
+		f := newWSFixture(t, s)
+		a := f.admin
+		const quota, size = 5000, 3000
+		f.patchFeatures(t, map[string]any{"quotas": map[string]any{"storageBytesPerOrg": quota}})
+		manifest := wsManifest("report", "Writes reports")
+		arch := wsZip(t, wsEntry{name: "SKILL.md", body: manifest}, wsEntry{name: "data.txt", body: strings.Repeat("d", size)})
+		upload := func() response {
+			return s.do("POST", appAPI+"/skills", a, arch, "Content-Type", "application/zip")
+		}
+		r := upload()
+		mustStatus(t, "a skill that fits", r, 201)
+		skillID := r.json(t)["id"].(string)
+		if used := storageInUse(t, f, a, f.tid, quota); used != int64(size+len(manifest)) {
+			t.Fatalf("%d bytes in use, want the skill's files' %d", used, size+len(manifest))
+		}
+		refused(t, "a second version", upload(), 413, "invalid_request_error", `quota "storageBytesPerOrg" exceeded`, "more bytes do not fit")
+		if got := s.do("GET", appAPI+"/skills", a, nil).json(t)["data"].([]any); len(got) != 1 {
+			t.Fatalf("skills after the refusal: %v", got)
+		}
+		mustStatus(t, "delete the skill", s.do("DELETE", appAPI+"/skills/"+skillID, a, nil), 200)
+		mustStatus(t, "after the delete", upload(), 201)
+	})
+}
+
 // TestCodeWritesCountTowardTheStorageQuota: files code writes in the
 // sandbox count toward storageBytesPerOrg as uploads do. Once they take
 // the org past the quota, every request that would store more — a chat

@@ -173,6 +173,7 @@ func wire(ctx context.Context, cfg Config, log *slog.Logger) (*system, error) {
 	sys.messages = newMessages(cfg, sys, fs, log)
 	sys.skills = skills.New(st, newSkillFiles(skillfs.New(filepath.Join(cfg.DataDir, "skills"), func(id string) string { return layout.Dirs(id).Skills }), pods, layout), skill.Limits{}, st)
 	sys.skills.SetArchives(newSkillArchives(cfg, sys.blobs))
+	sys.skills.SetQuota(sys.quota)
 	sys.turns = newTurns(cfg, sys)
 	sys.workspace = newWorkspace(cfg, sys, fs, log)
 	return sys, nil

@@ -20,7 +20,10 @@ type Skill struct {
 	Description string
 	Version     int
 	SHA256      string // of the uploaded archive
-	CreatedAt   time.Time
+	// SizeBytes is the bytes of its files as unpacked, which count
+	// toward the org's storage quota.
+	SizeBytes int64
+	CreatedAt time.Time
 }
 
 // Repository stores skills, scoped by org.

@@ -100,6 +100,16 @@ func (s *Store) ArtifactBytes(ctx context.Context, orgID string) (int64, error) 
 	return n, nil
 }
 
+// SkillBytes sums the bytes of the files of the org's skill versions.
+func (s *Store) SkillBytes(ctx context.Context, orgID string) (int64, error) {
+	var n int64
+	err := s.q(ctx).Model(&skillRow{}).Where("org_id = ?", orgID).Select("COALESCE(SUM(size_bytes), 0)").Scan(&n).Error
+	if err != nil {
+		return 0, translate(err, "skills")
+	}
+	return n, nil
+}
+
 // octets is the SQL expression of the bytes a text column stores: SQLite's
 // LENGTH counts characters unless the value is read as a blob.
 func (s *Store) octets(col string) string {

@@ -10,6 +10,7 @@ import (
 	"threadbox/domain/container"
 	"threadbox/domain/org"
 	"threadbox/domain/project"
+	"threadbox/domain/skill"
 	"threadbox/domain/thread"
 	"threadbox/domain/turn"
 	"threadbox/domain/user"
@@ -193,5 +194,20 @@ func quotaSuite(t *testing.T, s *store.Store) {
 	}
 	if n, err := s.TurnLogBytes(ctx, o.ID()); err != nil || n != wantLog {
 		t.Fatalf("turn log bytes %d %v, want %d", n, err, wantLog)
+	}
+
+	// Skills: the files of every version of the org's skills.
+	for i, sk := range []skill.Skill{
+		{OrgID: o.ID(), Name: "pdf", Version: 1, SizeBytes: 300},
+		{OrgID: o.ID(), Name: "pdf", Version: 2, SizeBytes: 400},
+		{OrgID: other.ID(), Name: "pdf", Version: 1, SizeBytes: 9},
+	} {
+		sk.ID, sk.SHA256, sk.CreatedAt = id("skl"), "ff", now.Add(time.Duration(i))
+		if err := s.CreateSkill(ctx, sk); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, err := s.SkillBytes(ctx, o.ID()); err != nil || n != 700 {
+		t.Fatalf("skill bytes %d %v, want 700", n, err)
 	}
 }

@@ -14,19 +14,20 @@ type skillRow struct {
 	Description string
 	Version     int
 	SHA256      string `gorm:"column:sha256"`
+	SizeBytes   int64
 	CreatedAt   time.Time
 }
 
 func (skillRow) TableName() string { return "skills" }
 
 func (r skillRow) domain() skill.Skill {
-	return skill.Skill{ID: r.ID, OrgID: r.OrgID, Name: r.Name, Description: r.Description, Version: r.Version, SHA256: r.SHA256, CreatedAt: r.CreatedAt.UTC()}
+	return skill.Skill{ID: r.ID, OrgID: r.OrgID, Name: r.Name, Description: r.Description, Version: r.Version, SHA256: r.SHA256, SizeBytes: r.SizeBytes, CreatedAt: r.CreatedAt.UTC()}
 }
 
 // CreateSkill stores a new skill version; a taken (org, name, version) is a
 // conflict.
 func (s *Store) CreateSkill(ctx context.Context, sk skill.Skill) error {
-	r := skillRow{sk.ID, sk.OrgID, sk.Name, sk.Description, sk.Version, sk.SHA256, sk.CreatedAt.UTC()}
+	r := skillRow{sk.ID, sk.OrgID, sk.Name, sk.Description, sk.Version, sk.SHA256, sk.SizeBytes, sk.CreatedAt.UTC()}
 	return translate(s.q(ctx).Create(&r).Error, "skill")
 }
 
