@@ -550,11 +550,13 @@ func (s *Service) release(l *live) {
 
 // Exec runs cmd in the container's sandbox, booting it when needed. When the
 // sandbox died (killed, daemon restarted) the error wraps
-// sandbox.ErrUnavailable and the next call boots a fresh one.
+// sandbox.ErrUnavailable and the next call boots a fresh one. When the
+// sandbox could not be had (refused, failed to boot, the request went
+// first) the error is marked sandbox.ErrNotStarted: nothing ran.
 func (s *Service) Exec(ctx context.Context, containerID string, cmd sandbox.Command) (sandbox.Result, error) {
 	l, err := s.ensure(ctx, containerID)
 	if err != nil {
-		return sandbox.Result{}, err
+		return sandbox.Result{}, sandbox.NotStarted(err)
 	}
 	res, err := l.backend.Exec(ctx, containerID, cmd)
 	s.release(l)
@@ -565,11 +567,12 @@ func (s *Service) Exec(ctx context.Context, containerID string, cmd sandbox.Comm
 }
 
 // Start starts a long-lived command in the container's sandbox, booting it
-// when needed; sandbox.ErrUnsupported when its backend cannot.
+// when needed; sandbox.ErrUnsupported when its backend cannot. As for Exec,
+// an error before the sandbox ran is marked sandbox.ErrNotStarted.
 func (s *Service) Start(ctx context.Context, containerID string, cmd sandbox.Command, tty *sandbox.TTY) (sandbox.Session, error) {
 	l, err := s.ensure(ctx, containerID)
 	if err != nil {
-		return nil, err
+		return nil, sandbox.NotStarted(err)
 	}
 	defer s.release(l)
 	sess, err := l.backend.Start(ctx, containerID, cmd, tty)

@@ -73,14 +73,26 @@ type Config struct {
 	// Log receives the causes of failures that tool results show only by
 	// an error id (messages.Explain); nil discards them.
 	Log *slog.Logger
-	// Meter, when set, records every sandbox_bash command that ran.
+	// Meter, when set, meters every sandbox_bash command, exec_command
+	// session and repl_execute call, whatever ended it.
 	Meter Meter
 }
 
-// Meter records the wall and CPU time of a command that ran in a
-// container (app/usage.Service).
+// Meter meters the commands that run in containers (app/usage.Service).
 type Meter interface {
-	Command(ctx context.Context, containerID string, res sandbox.Result)
+	// Begin records that a command starts in the container and returns
+	// the function that meters it when it ended, whatever ended it (its
+	// result and error; an error marked sandbox.ErrNotStarted counts
+	// nothing).
+	Begin(ctx context.Context, containerID string) func(res sandbox.Result, err error)
+}
+
+// begin is Meter.Begin, or a function that meters nothing without a Meter.
+func (e *Executor) begin(ctx context.Context, containerID string) func(sandbox.Result, error) {
+	if e.cfg.Meter == nil {
+		return func(sandbox.Result, error) {}
+	}
+	return e.cfg.Meter.Begin(ctx, containerID)
 }
 
 var _ messages.ToolExecutor = (*Executor)(nil)
@@ -291,6 +303,7 @@ func (e *Executor) bash(ctx context.Context, call messages.ToolCall) (any, error
 		dir = path.Clean(dir)
 	}
 	start := e.ended.listFrom(call.ContainerID, time.Now())
+	end := e.begin(ctx, call.ContainerID)
 	res, err := e.sb.Exec(ctx, call.ContainerID, sandbox.Command{
 		Args:      []string{"bash", "-c", *in.Command},
 		Dir:       dir,
@@ -301,14 +314,16 @@ func (e *Executor) bash(ctx context.Context, call messages.ToolCall) (any, error
 	})
 	if err != nil {
 		if errors.Is(err, sandbox.ErrUnavailable) || ctx.Err() != nil {
+			// Cut short (a stop, a lost client, a dead sandbox), unless
+			// its sandbox never ran (marked so): metered either way.
+			end(res, err)
 			return nil, err
 		}
 		// The command could not start: most often a cwd that does not exist.
+		end(res, sandbox.NotStarted(err))
 		return nil, invalidInput("The command could not start in %s: %v", dir, err)
 	}
-	if e.cfg.Meter != nil {
-		e.cfg.Meter.Command(ctx, call.ContainerID, res)
-	}
+	end(res, nil)
 	out := BashResult{
 		Type:        "sandbox_bash_result",
 		Description: in.Description,

@@ -2,6 +2,7 @@ package sandboxtools
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"strings"
 	"sync"
@@ -251,39 +252,58 @@ func TestBSLCheckUnavailableAndDiagnostics(t *testing.T) {
 	}
 }
 
-// fakeMeter records the commands metered.
+// fakeMeter records the commands begun and how each ended; it counts
+// them as app/usage does: every ending but one marked
+// sandbox.ErrNotStarted.
 type fakeMeter struct {
 	mu      sync.Mutex
-	results []sandbox.Result
+	begun   int
+	ends    int
+	results []sandbox.Result // of the commands counted
 }
 
-func (m *fakeMeter) Command(_ context.Context, _ string, res sandbox.Result) {
+func (m *fakeMeter) Begin(context.Context, string) func(sandbox.Result, error) {
 	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.results = append(m.results, res)
+	m.begun++
+	m.mu.Unlock()
+	return func(res sandbox.Result, err error) {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		m.ends++
+		if !errors.Is(err, sandbox.ErrNotStarted) {
+			m.results = append(m.results, res)
+		}
+	}
 }
 
 // TestSandboxBashMetered checks that the user's sandbox_bash command is
 // metered once with its CPU time, not the file listing that follows it,
-// and that a refused input is not metered.
+// whatever ended it: one cut short by a dead sandbox counts, one that
+// could not start (a missing cwd) or was refused does not.
 func TestSandboxBashMetered(t *testing.T) {
-	sb := &fakeSandbox{backend: &fakeBackend{}, execFn: func(cmd sandbox.Command) (sandbox.Result, error) {
-		return sandbox.Result{Duration: 2 * time.Second, CPUTime: 1500 * time.Millisecond}, nil
-	}}
 	tests := []struct {
 		name  string
 		input map[string]any
+		err   error
 		want  int
 	}{
-		{"ran", map[string]any{"command": "true"}, 1},
-		{"refused", map[string]any{"command": " "}, 0},
+		{"ran", map[string]any{"command": "true"}, nil, 1},
+		{"cut short by its sandbox", map[string]any{"command": "true"}, sandbox.ErrUnavailable, 1},
+		{"could not start", map[string]any{"command": "true", "cwd": "nope"}, errors.New("chdir: no such file"), 0},
+		{"refused", map[string]any{"command": " "}, nil, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			sb := &fakeSandbox{backend: &fakeBackend{}, execFn: func(cmd sandbox.Command) (sandbox.Result, error) {
+				if cmd.Args[0] == "bash" && tt.err != nil {
+					return sandbox.Result{}, tt.err
+				}
+				return sandbox.Result{Duration: 2 * time.Second, CPUTime: 1500 * time.Millisecond}, nil
+			}}
 			m := &fakeMeter{}
 			run(t, New(sb, nil, Config{Meter: m}), messages.ToolSandboxBash, tt.input)
-			if len(m.results) != tt.want || (tt.want == 1 && m.results[0].CPUTime != 1500*time.Millisecond) {
-				t.Fatalf("metered %+v, want %d commands", m.results, tt.want)
+			if len(m.results) != tt.want || m.ends != m.begun || (tt.want == 1 && tt.err == nil && m.results[0].CPUTime != 1500*time.Millisecond) {
+				t.Fatalf("metered %+v (%d begun, %d ended), want %d commands", m.results, m.begun, m.ends, tt.want)
 			}
 		})
 	}

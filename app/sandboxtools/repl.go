@@ -114,8 +114,9 @@ func (e *Executor) repl(ctx context.Context, call messages.ToolCall) (any, error
 	p.busy.Lock()
 	defer p.busy.Unlock()
 	started := time.Now()
+	end := e.begin(ctx, call.ContainerID)
 	res, err := e.repls.ask(ctx, call, p, *in.Code, timeout)
-	e.meterCall(ctx, call.ContainerID, p, started, res)
+	e.meterCall(p, started, res, end)
 	if err != nil {
 		return nil, err
 	}
@@ -256,7 +257,7 @@ func (e *Executor) start(ctx context.Context, containerID string, cmd sandbox.Co
 // waited-for children's user and system time) or, when the REPL ended
 // during the call, what its exit accounting (the agent's wait4) holds
 // beyond the calls already counted. p.busy is held.
-func (e *Executor) meterCall(ctx context.Context, containerID string, p *replProc, started time.Time, res *ReplResult) {
+func (e *Executor) meterCall(p *replProc, started time.Time, res *ReplResult, end func(sandbox.Result, error)) {
 	if e.cfg.Meter == nil {
 		return
 	}
@@ -269,5 +270,5 @@ func (e *Executor) meterCall(ctx context.Context, containerID string, p *replPro
 		u.CPUTime = sandbox.ExitCPU(p.done, func() (sandbox.Result, error) { return p.endRes, p.endErr }, p.metered)
 	}
 	p.metered += u.CPUTime
-	e.cfg.Meter.Command(ctx, containerID, u)
+	end(u, nil)
 }

@@ -191,6 +191,7 @@ func (e *Executor) execCommand(ctx context.Context, call messages.ToolCall) (any
 	}
 	t := &terminal{id: "sess_" + rand.Text()[:16], max: e.cfg.SessionBuffer, done: make(chan struct{}), wake: make(chan struct{}, 1)}
 	started := time.Now()
+	end := e.begin(ctx, call.ContainerID)
 	sess, err := e.start(ctx, call.ContainerID, sandbox.Command{
 		Args:   []string{"bash", "-c", *in.Command},
 		Dir:    sandbox.WorkspaceDir,
@@ -198,20 +199,20 @@ func (e *Executor) execCommand(ctx context.Context, call messages.ToolCall) (any
 		Output: t.output,
 	}, &size)
 	if err != nil {
+		// A session that did not start ran nothing.
+		end(sandbox.Result{}, sandbox.NotStarted(err))
 		return nil, err
 	}
 	t.sess, t.pid = sess, sess.PID()
 	go func() {
 		res, err := sess.Wait(context.Background())
-		if e.cfg.Meter != nil {
-			// The session counts as one command when it ends: its wall
-			// time and the agent's wait4 CPU time; a session whose
-			// sandbox went away first counts its wall time only.
-			if err != nil {
-				res = sandbox.Result{Duration: time.Since(started)}
-			}
-			e.cfg.Meter.Command(context.WithoutCancel(ctx), call.ContainerID, res)
+		// The session counts as one command when it ends: its wall time
+		// and the agent's wait4 CPU time; a session whose sandbox went
+		// away first counts its wall time only.
+		if err != nil {
+			res = sandbox.Result{Duration: time.Since(started)}
 		}
+		end(res, nil)
 		t.mu.Lock()
 		if err != nil {
 			t.lost = err.Error()

@@ -49,8 +49,19 @@ func TestPythonPauseResume(t *testing.T) {
 		return r
 	}
 
+	// metered checks that each cell was metered once, however it ended.
+	metered := func(t *testing.T, m *fakeMeter, cells int) {
+		t.Helper()
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if m.begun != cells || len(m.results) != cells || len(m.ends) != cells {
+			t.Fatalf("%d cells begun, %d ended, %d counted; want %d of each", m.begun, len(m.ends), len(m.results), cells)
+		}
+	}
+
 	t.Run("resumed with the results", func(t *testing.T) {
-		e, f := newPython(t, reply, Config{})
+		m := &fakeMeter{}
+		e, f := newPython(t, reply, Config{Meter: m})
 		r := cell(e, "pause")
 		if len(r.Pending) != 1 || r.Pending[0].ID != "toolu_1" || r.Pending[0].Name != "f" {
 			t.Fatalf("paused result %+v", r)
@@ -70,10 +81,12 @@ func TestPythonPauseResume(t *testing.T) {
 		if r := cell(e, "next"); r.Stdout != "ran next\n" {
 			t.Fatalf("next cell %+v", r)
 		}
+		metered(t, m, 2) // the paused cell counts once, resumed
 	})
 
 	t.Run("a new cell abandons a paused one", func(t *testing.T) {
-		e, f := newPython(t, reply, Config{})
+		m := &fakeMeter{}
+		e, f := newPython(t, reply, Config{Meter: m})
 		cell(e, "pause")
 		if r := cell(e, "other"); r.Stdout != "ran other\n" {
 			t.Fatalf("new cell %+v", r)
@@ -85,6 +98,7 @@ func TestPythonPauseResume(t *testing.T) {
 		if r.ErrorCode != messages.CodeUnavailable || !strings.Contains(r.Detail.Explanation, "a later cell in the container abandoned it") {
 			t.Fatalf("results for the abandoned cell %+v %+v", r, r.Detail)
 		}
+		metered(t, m, 2) // the abandoned cell counts too
 	})
 
 	t.Run("results this server knows nothing of", func(t *testing.T) {
@@ -96,7 +110,8 @@ func TestPythonPauseResume(t *testing.T) {
 	})
 
 	t.Run("the sandbox stopped under the pause", func(t *testing.T) {
-		e, f := newPython(t, reply, Config{})
+		m := &fakeMeter{}
+		e, f := newPython(t, reply, Config{Meter: m})
 		cell(e, "pause")
 		f.mu.Lock()
 		f.stopped = true
@@ -111,5 +126,6 @@ func TestPythonPauseResume(t *testing.T) {
 		if r := cell(e, "again"); r.Stdout != "ran again\n" || !strings.HasPrefix(r.Stderr, NewInterpreterNote) {
 			t.Fatalf("cell after %+v", r)
 		}
+		metered(t, m, 2) // the cell whose sandbox stopped under its pause counts
 	})
 }

@@ -139,18 +139,26 @@ type pausedCell struct {
 	calls   []messages.PendingCall
 	note    string // the interpreter note of the cell's first segment
 	started time.Time
+	// ran is the time of the cell's segments before its last pause (the
+	// client's wait is not the cell's time); the interpreter's mu guards
+	// it.
+	ran time.Duration
+	// end meters the cell once it ended (Meter.Begin): answered, failed,
+	// abandoned while paused, or ended with its interpreter.
+	end func(sandbox.Result, error)
 }
 
-// meterCell records one cell for usage metering: its wall time, and its
-// CPU time as the driver measured it (the interpreter's and its waited-for
-// children's user and system time) or, when the interpreter ended during
-// the cell, what the interpreter's exit accounting (the agent's wait4)
-// holds beyond the cells already counted.
-func (e *Executor) meterCell(ctx context.Context, containerID string, p *interpreter, started time.Time, ans *pythonAnswer) {
-	if e.cfg.Meter == nil {
-		return
-	}
-	res := sandbox.Result{Duration: time.Since(started)}
+// meterCell records one cell for usage metering: its wall time (of all
+// its segments), and its CPU time as the driver measured it (the
+// interpreter's and its waited-for children's user and system time) or,
+// when the interpreter ended during the cell, what the interpreter's exit
+// accounting (the agent's wait4) holds beyond the cells already counted.
+// The cell's turn is held.
+func (e *Executor) meterCell(p *interpreter, pc *pausedCell, ans *pythonAnswer) {
+	p.mu.Lock()
+	ran := pc.ran
+	p.mu.Unlock()
+	res := sandbox.Result{Duration: ran + time.Since(pc.started)}
 	if ans != nil {
 		res.CPUTime = sandbox.CPUSeconds(ans.CPUSeconds)
 	} else {
@@ -159,7 +167,16 @@ func (e *Executor) meterCell(ctx context.Context, containerID string, p *interpr
 		res.CPUTime = sandbox.ExitCPU(p.ended, func() (sandbox.Result, error) { return p.endRes, p.endErr }, p.metered)
 	}
 	p.metered += res.CPUTime
-	e.cfg.Meter.Command(ctx, containerID, res)
+	pc.end(res, nil)
+}
+
+// endPaused meters a paused cell that will not be resumed (abandoned, or
+// ended with its interpreter): the time of its segments before the pause.
+func (e *Executor) endPaused(p *interpreter, pc *pausedCell) {
+	p.mu.Lock()
+	ran := pc.ran
+	p.mu.Unlock()
+	pc.end(sandbox.Result{Duration: max(ran, time.Millisecond)}, nil)
 }
 
 // output takes the driver's output: the running cell's, or (between cells,
@@ -248,8 +265,9 @@ func (e *Executor) python(ctx context.Context, call messages.ToolCall) *messages
 	if err != nil {
 		return e.sandboxFailure(ctx, fail, err)
 	}
+	end := e.begin(ctx, call.ContainerID)
 	ans, cell, err := e.ask(ctx, call, p, *in.Code)
-	return e.cellResult(ctx, call, p, &pausedCell{callID: call.ID, cell: cell, note: note, started: started}, ans, err)
+	return e.cellResult(ctx, call, p, &pausedCell{callID: call.ID, cell: cell, note: note, started: started, end: end}, ans, err)
 }
 
 // resume gives a paused cell the client's results of its tool calls and
@@ -303,6 +321,7 @@ func (e *Executor) resume(ctx context.Context, call messages.ToolCall, fail func
 	}
 	if !running || !p.alive() {
 		e.drop(call.ContainerID, p)
+		e.endPaused(p, pc)
 		<-p.turn
 		return gone(stopped)
 	}
@@ -320,6 +339,7 @@ func (e *Executor) resume(ctx context.Context, call messages.ToolCall, fail func
 	}
 	msg, err := json.Marshal(map[string]any{"id": pc.cell.id, "results": results})
 	if err != nil {
+		e.endPaused(p, pc)
 		<-p.turn
 		return fail(messages.CodeUnavailable, "The tool results could not be encoded: "+err.Error())
 	}
@@ -338,14 +358,15 @@ func (e *Executor) cellResult(ctx context.Context, call messages.ToolCall, p *in
 	if err == nil && ans != nil && len(ans.Calls) > 0 {
 		p.mu.Lock()
 		pc.calls = ans.Calls
+		pc.ran += time.Since(pc.started)
 		p.paused = pc
 		p.mu.Unlock()
 		go e.holdPaused(call.ContainerID, p, pc)
 		return &messages.ToolResult{Type: messages.ResultCodeExecution, Files: []messages.OutputFile{}, Pending: ans.Calls}
 	}
 	defer func() { <-p.turn }()
-	started, note, cell := pc.started, pc.note, pc.cell
-	e.meterCell(ctx, call.ContainerID, p, started, ans)
+	note, cell := pc.note, pc.cell
+	e.meterCell(p, pc, ans)
 	switch {
 	case ctx.Err() != nil:
 		return fail(messages.CodeUnavailable, "The request was cancelled.")
@@ -576,28 +597,38 @@ func (e *Executor) wait(ctx context.Context, call messages.ToolCall, p *interpre
 // holdPaused marks the sandbox of a paused cell in use, as a running
 // cell's is, so that the idle sweeper does not stop it (and end the
 // interpreter) while the client works on the calls: until the cell is
-// resumed, abandoned or over, at most ToolResultTimeout and a minute.
+// resumed, abandoned or over, at most ToolResultTimeout and a minute. A
+// cell still paused when its interpreter ends is metered then.
 func (e *Executor) holdPaused(containerID string, p *interpreter, pc *pausedCell) {
 	tick := time.NewTicker(e.keepAlive())
 	defer tick.Stop()
 	limit := time.NewTimer(e.cfg.ToolResultTimeout + time.Minute)
 	defer limit.Stop()
+	held := true
 	for {
 		select {
 		case <-tick.C:
 			p.mu.Lock()
-			still := p.paused == pc && pc.cell.answer == nil
+			paused, waiting := p.paused == pc, pc.cell.answer == nil
 			p.mu.Unlock()
-			if !still {
-				return
+			if !paused {
+				return // resumed or abandoned: metered there
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-			_ = e.touch(ctx, containerID)
-			cancel()
+			if held && waiting {
+				ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+				_ = e.touch(ctx, containerID)
+				cancel()
+			}
 		case <-p.ended:
+			p.mu.Lock()
+			paused := p.paused == pc
+			p.mu.Unlock()
+			if paused {
+				e.endPaused(p, pc)
+			}
 			return
 		case <-limit.C:
-			return
+			held = false
 		}
 	}
 }
@@ -623,6 +654,7 @@ func (e *Executor) abandon(containerID string, p *interpreter) {
 		p.mu.Lock()
 		p.cell = nil
 		p.mu.Unlock()
+		e.endPaused(p, pc)
 		<-p.turn
 	}()
 	if done || !p.alive() {

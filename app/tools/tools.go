@@ -36,10 +36,21 @@ type Files interface {
 	List(ctx context.Context, containerID, sandboxPath string) ([]file.Info, error)
 }
 
-// Meter records the wall and CPU time of a command that ran in a
-// container (app/usage.Service).
+// Meter meters the commands that run in containers (app/usage.Service).
 type Meter interface {
-	Command(ctx context.Context, containerID string, res sandbox.Result)
+	// Begin records that a command starts in the container and returns
+	// the function that meters it when it ended, whatever ended it (its
+	// result and error; an error marked sandbox.ErrNotStarted counts
+	// nothing).
+	Begin(ctx context.Context, containerID string) func(res sandbox.Result, err error)
+}
+
+// begin is Meter.Begin, or a function that meters nothing without a Meter.
+func (e *Executor) begin(ctx context.Context, containerID string) func(sandbox.Result, error) {
+	if e.cfg.Meter == nil {
+		return func(sandbox.Result, error) {}
+	}
+	return e.cfg.Meter.Begin(ctx, containerID)
 }
 
 // Defaults of Config.
@@ -68,7 +79,8 @@ type Config struct {
 	// Log receives the causes of failures that tool results show only by
 	// an error id (messages.Explain); nil discards them.
 	Log *slog.Logger
-	// Meter, when set, records every bash command and Python cell that ran.
+	// Meter, when set, meters every bash command and Python cell, whatever
+	// ended it.
 	Meter Meter
 	// CellTimeout is the wall-clock limit of one Python cell of the
 	// code_execution sub-tool (DefaultCellTimeout).
@@ -190,6 +202,7 @@ func (e *Executor) bash(ctx context.Context, call messages.ToolCall) *messages.T
 			return &messages.ToolResult{Type: messages.ResultBash, Stdout: "Sandbox restarted.\n"}
 		}
 	}
+	end := e.begin(ctx, call.ContainerID)
 	res, err := e.sb.Exec(ctx, call.ContainerID, sandbox.Command{
 		Args:      []string{"bash", "-c", *in.Command},
 		Dir:       sandbox.WorkspaceDir,
@@ -199,6 +212,9 @@ func (e *Executor) bash(ctx context.Context, call messages.ToolCall) *messages.T
 		OutputDir: true,
 		Output:    sandbox.OutputTo(call.Output),
 	})
+	// Metered whatever ended it: a command cut short (a stop, a lost
+	// client, a dead sandbox) counts as much as one that finished.
+	end(res, err)
 	if err != nil {
 		if ctx.Err() != nil {
 			return fail(messages.CodeUnavailable, "The request was cancelled.")
@@ -207,9 +223,6 @@ func (e *Executor) bash(ctx context.Context, call messages.ToolCall) *messages.T
 			return fail(messages.CodeUnavailable, messages.NotConfiguredMessage)
 		}
 		return fail(messages.CodeUnavailable, "The sandbox is unavailable: "+messages.Explain(e.cfg.Log, err))
-	}
-	if e.cfg.Meter != nil {
-		e.cfg.Meter.Command(ctx, call.ContainerID, res)
 	}
 	out := &messages.ToolResult{
 		Type:       messages.ResultBash,

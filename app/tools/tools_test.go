@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -447,20 +448,36 @@ func TestBashOutputFileTooLarge(t *testing.T) {
 	}
 }
 
-// fakeMeter records the commands metered.
+// fakeMeter records the commands begun and how each ended; it counts
+// them as app/usage does: every ending but one marked
+// sandbox.ErrNotStarted.
 type fakeMeter struct {
+	mu         sync.Mutex
+	begun      int
 	containers []string
-	results    []sandbox.Result
+	results    []sandbox.Result // of the commands counted
+	ends       []error          // of every command ended
 }
 
-func (m *fakeMeter) Command(ctx context.Context, containerID string, res sandbox.Result) {
-	m.containers = append(m.containers, containerID)
-	m.results = append(m.results, res)
+func (m *fakeMeter) Begin(_ context.Context, containerID string) func(sandbox.Result, error) {
+	m.mu.Lock()
+	m.begun++
+	m.mu.Unlock()
+	return func(res sandbox.Result, err error) {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		m.ends = append(m.ends, err)
+		if !errors.Is(err, sandbox.ErrNotStarted) {
+			m.containers = append(m.containers, containerID)
+			m.results = append(m.results, res)
+		}
+	}
 }
 
-// TestBashMetersCommands checks that a bash command that ran is metered
-// with its container and result (CPU time included), and that one that
-// could not run or was refused is not.
+// TestBashMetersCommands checks that a bash command is metered with its
+// container and result (CPU time included) whatever ended it: a command
+// cut short by its sandbox counts; one that never started (its sandbox
+// could not boot) or was refused does not.
 func TestBashMetersCommands(t *testing.T) {
 	ran := sandbox.Result{Stdout: []byte("ok"), Duration: 3 * time.Second, CPUTime: 2 * time.Second}
 	tests := []struct {
@@ -472,7 +489,8 @@ func TestBashMetersCommands(t *testing.T) {
 	}{
 		{"ran", `{"command":"true"}`, 0, nil, 1},
 		{"non-zero exit still ran", `{"command":"false"}`, 1, nil, 1},
-		{"sandbox unavailable", `{"command":"true"}`, 0, errors.New("boom"), 0},
+		{"cut short by its sandbox", `{"command":"true"}`, 0, errors.New("boom"), 1},
+		{"never started", `{"command":"true"}`, 0, sandbox.NotStarted(errors.New("no image")), 0},
 		{"invalid input", `{"timeout":1}`, 0, nil, 0},
 	}
 	for _, tt := range tests {
@@ -482,8 +500,8 @@ func TestBashMetersCommands(t *testing.T) {
 			res.ExitCode = tt.exit
 			e := New(&fakeSandbox{result: res, err: tt.err}, newFakeFiles(), Config{Meter: m})
 			run(t, e, messages.SubToolBash, tt.input)
-			if len(m.results) != tt.want {
-				t.Fatalf("metered %d commands, want %d", len(m.results), tt.want)
+			if len(m.results) != tt.want || len(m.ends) != m.begun {
+				t.Fatalf("metered %d commands, want %d; %d begun, %d ended", len(m.results), tt.want, m.begun, len(m.ends))
 			}
 			if tt.want == 1 && (m.containers[0] != call("", "").ContainerID || m.results[0].CPUTime != ran.CPUTime || m.results[0].Duration != ran.Duration) {
 				t.Fatalf("metered %v %+v", m.containers, m.results)

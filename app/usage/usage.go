@@ -15,6 +15,7 @@ import (
 
 	"threadbox/domain/container"
 	"threadbox/domain/fault"
+	"threadbox/domain/id"
 	"threadbox/domain/sandbox"
 	"threadbox/domain/user"
 )
@@ -93,6 +94,42 @@ type Store interface {
 	UsageReport(ctx context.Context, orgID, from, to string, by GroupBy) ([]Row, error)
 }
 
+// Run is a command (or cell, or session) running now, as recorded when it
+// started: whose it is, the server that runs it, when it started and when
+// that server last saw it running.
+type Run struct {
+	ID          string
+	OrgID       string
+	UserID      string
+	ContainerID string
+	ThreadID    string
+	Holder      string
+	StartedAt   time.Time
+	SeenAt      time.Time
+}
+
+// Ended is a run that ended with the usage it counts (none for a command
+// that never started: only its record goes).
+type Ended struct {
+	RunID string
+	Usage Usage
+}
+
+// Runs keeps a record of every command while it runs (infra/store.Store),
+// so that the commands of a server that dies are still metered.
+type Runs interface {
+	// StartRun records a run.
+	StartRun(ctx context.Context, r Run) error
+	// SeeRuns marks every run of holder seen running at t.
+	SeeRuns(ctx context.Context, holder string, t time.Time) error
+	// StaleRuns lists the runs last seen before t.
+	StaleRuns(ctx context.Context, t time.Time) ([]Run, error)
+	// EndRuns, in one transaction, deletes the records of the ended runs
+	// and adds the usage of each whose record it deleted (one deleted
+	// already, settled by another server, adds nothing), then adds sums.
+	EndRuns(ctx context.Context, ended []Ended, sums []Usage) error
+}
+
 // Containers looks a container up by its storage id.
 type Containers interface {
 	Container(ctx context.Context, id string) (container.Container, error)
@@ -109,6 +146,17 @@ type Service struct {
 	mu      sync.Mutex
 	pending map[counter]Usage // metered but not yet written, by counter
 	owners  map[string]owner  // containers looked up, by id (their org, owner and thread never change)
+
+	// With TrackRuns: the record of each run, this server's name in them,
+	// how often Run settles the runs of servers gone (and after how long
+	// unseen a run's server is taken for gone), the runs this server
+	// started that have not ended, and those ended but not yet written.
+	runs    Runs
+	holder  string
+	settle  time.Duration
+	stale   time.Duration
+	running int
+	ended   []Ended
 }
 
 // counter names one row of counters: an org's user on a day, in a
@@ -171,11 +219,123 @@ func (s *Service) Record(ctx context.Context, u Usage) error {
 	return nil
 }
 
-// Command records one command that ran in the container: its wall time
-// and CPU time count for the container's org and owner. Failures are
-// logged, never returned: metering never fails a command.
-func (s *Service) Command(ctx context.Context, containerID string, res sandbox.Result) {
-	s.forContainer(ctx, containerID, Usage{Commands: 1, Wall: res.Duration, CPU: res.CPUTime})
+// TrackRuns makes every command record its start in runs, under this
+// server's name holder, and its end with its usage, so that a command
+// whose server dies while it runs is metered all the same: Run marks this
+// server's running commands seen at each write of the buffered sums, and
+// every settle interval counts the commands of servers not seen for stale
+// (one command, its wall time until its server was last seen, no CPU
+// time). Call it while wiring, with Buffer.
+func (s *Service) TrackRuns(runs Runs, holder string, settle, stale time.Duration) {
+	s.runs, s.holder, s.settle, s.stale = runs, holder, settle, stale
+}
+
+// Begin records that a command (a bash command, a Python cell, a REPL
+// call, a session) starts in the container and returns the function that
+// meters it once it ended, whatever ended it: called with the command's
+// result and error, it counts one command for the container's org and
+// owner with its wall time (res.Duration, or the time since Begin when
+// that is zero) and CPU time, unless err is marked sandbox.ErrNotStarted
+// (nothing ran). A command cut short by a stop, a timeout, a lost client
+// or a dead sandbox counts what is known of it. Only the first call of
+// the function counts. Failures are logged, never returned: metering
+// never fails a command.
+func (s *Service) Begin(ctx context.Context, containerID string) func(res sandbox.Result, err error) {
+	started := s.now()
+	runID := s.startRun(ctx, containerID, started)
+	var once sync.Once
+	return func(res sandbox.Result, err error) {
+		once.Do(func() {
+			u := Usage{Commands: 1, Wall: res.Duration, CPU: res.CPUTime}
+			if u.Wall <= 0 {
+				u.Wall = max(s.now().Sub(started), 0)
+			}
+			if errors.Is(err, sandbox.ErrNotStarted) {
+				u = Usage{}
+			}
+			if runID == "" {
+				if u.Commands > 0 {
+					s.forContainer(ctx, containerID, u)
+				}
+				return
+			}
+			s.endRun(ctx, runID, containerID, u)
+		})
+	}
+}
+
+// startRun records the start of a run in the container, when runs are
+// tracked; it returns the run's id, or "" when none was recorded.
+func (s *Service) startRun(ctx context.Context, containerID string, at time.Time) string {
+	if s.runs == nil {
+		return ""
+	}
+	ctx = context.WithoutCancel(ctx)
+	o, err := s.ownerOf(ctx, containerID)
+	if err != nil {
+		s.log.Warn("run not recorded: container lookup", "container", containerID, "cause", err.Error())
+		return ""
+	}
+	r := Run{ID: id.New("run"), OrgID: o.org, UserID: o.user, ContainerID: containerID, ThreadID: o.thread, Holder: s.holder, StartedAt: at.UTC(), SeenAt: at.UTC()}
+	if err := s.runs.StartRun(ctx, r); err != nil {
+		s.log.Warn("run not recorded", "container", containerID, "cause", err.Error())
+		return ""
+	}
+	s.mu.Lock()
+	s.running++
+	s.mu.Unlock()
+	return r.ID
+}
+
+// endRun counts a recorded run's usage u (none: drop its record): with
+// Buffer at the next write, in one transaction with its record's removal.
+func (s *Service) endRun(ctx context.Context, runID, containerID string, u Usage) {
+	ctx = context.WithoutCancel(ctx)
+	if u.Commands > 0 {
+		var ok bool
+		if u, ok = s.resolve(ctx, containerID, u); !ok {
+			u = Usage{}
+		}
+		if u.Day == "" {
+			u.Day = s.now().UTC().Format(DayLayout)
+		}
+	}
+	e := Ended{RunID: runID, Usage: u}
+	s.mu.Lock()
+	s.running--
+	if s.every > 0 {
+		s.ended = append(s.ended, e)
+		s.mu.Unlock()
+		return
+	}
+	s.mu.Unlock()
+	if err := s.runs.EndRuns(ctx, []Ended{e}, nil); err != nil {
+		s.log.Warn("usage not recorded", "org", u.OrgID, "user", u.UserID, "cause", err.Error())
+	}
+}
+
+// Settle counts the runs of servers gone: every run not seen running for
+// the stale period counts as one command whose wall time ran from its
+// start until it was last seen. It returns how many it counted.
+func (s *Service) Settle(ctx context.Context) (int, error) {
+	if s.runs == nil {
+		return 0, nil
+	}
+	stale, err := s.runs.StaleRuns(ctx, s.now().Add(-s.stale))
+	if err != nil || len(stale) == 0 {
+		return 0, err
+	}
+	ended := make([]Ended, len(stale))
+	for i, r := range stale {
+		ended[i] = Ended{RunID: r.ID, Usage: Usage{
+			OrgID: r.OrgID, UserID: r.UserID, ContainerID: r.ContainerID, ThreadID: r.ThreadID,
+			Day: r.SeenAt.UTC().Format(DayLayout), Commands: 1, Wall: max(r.SeenAt.Sub(r.StartedAt), 0),
+		}}
+	}
+	if err := s.runs.EndRuns(ctx, ended, nil); err != nil {
+		return 0, fmt.Errorf("usage: settle: %w", err)
+	}
+	return len(ended), nil
 }
 
 // Sandbox records the sandbox time of the container since its last
@@ -204,27 +364,30 @@ func (s *Service) Tokens(ctx context.Context, orgID, userID, containerID string,
 	s.forContainer(ctx, containerID, u)
 }
 
-// forContainer records u in the container: for its org and owner unless u
-// names them, and in its thread. A container that cannot be looked up
-// drops usage naming nobody and records the rest without the container.
+// forContainer records u in the container (resolve).
 func (s *Service) forContainer(ctx context.Context, containerID string, u Usage) {
 	// A command that ended with its request still counts.
 	ctx = context.WithoutCancel(ctx)
+	if u, ok := s.resolve(ctx, containerID, u); ok {
+		s.record(ctx, u)
+	}
+}
+
+// resolve fills in whom u counts for in the container: its org and owner
+// unless u names them, and its thread. A container that cannot be looked
+// up drops usage naming nobody (false) and keeps the rest without the
+// container.
+func (s *Service) resolve(ctx context.Context, containerID string, u Usage) (Usage, bool) {
 	named := u.OrgID != "" && u.UserID != ""
 	if containerID == "" {
-		if named {
-			s.record(ctx, u)
-		}
-		return
+		return u, named
 	}
 	c, err := s.ownerOf(ctx, containerID)
 	if err != nil {
-		if named {
-			s.record(ctx, u)
-			return
+		if !named {
+			s.log.Warn("usage not recorded: container lookup", "container", containerID, "cause", err.Error())
 		}
-		s.log.Warn("usage not recorded: container lookup", "container", containerID, "cause", err.Error())
-		return
+		return u, named
 	}
 	if !named {
 		u.OrgID, u.UserID = c.org, c.user
@@ -232,7 +395,7 @@ func (s *Service) forContainer(ctx context.Context, containerID string, u Usage)
 	if c.org == u.OrgID {
 		u.ContainerID, u.ThreadID = containerID, c.thread
 	}
-	s.record(ctx, u)
+	return u, true
 }
 
 func (s *Service) record(ctx context.Context, u Usage) {
@@ -261,26 +424,30 @@ func (s *Service) record(ctx context.Context, u Usage) {
 }
 
 // Buffer makes the metering of requests, commands and sandbox time
-// (Tokens, Command, Sandbox)
-// add to sums in memory that Run writes every interval, one write per
-// counter, instead of a database write per request: on the Messages API's
-// hot path that write and the commit it makes (which also ends the
-// store's lookup caches) were a sixth of a request's CPU. A report writes
-// the pending sums first; a crash loses at most one interval's. Call it
-// while wiring.
+// (Tokens, Begin, Sandbox) add to sums in memory that Run writes every
+// interval, one write per counter, instead of a database write per
+// request: on the Messages API's hot path that write and the commit it
+// makes (which also ends the store's lookup caches) were a sixth of a
+// request's CPU. A report writes the pending sums first. A crash loses at
+// most one interval's tokens and sandbox time; with TrackRuns, a command
+// ended but not yet written keeps its record until it is, so a crash
+// leaves it to be settled instead. Call it while wiring.
 func (s *Service) Buffer(every time.Duration) {
 	s.every = every
 	s.pending = map[counter]Usage{}
 }
 
 // Run writes the buffered sums every interval until ctx ends, then once
-// more. It returns at once without Buffer.
+// more; with TrackRuns it also marks this server's running commands seen
+// at each write, and settles the runs of servers gone every settle
+// interval. It returns at once without Buffer.
 func (s *Service) Run(ctx context.Context) {
 	if s.every <= 0 {
 		return
 	}
 	t := time.NewTicker(s.every)
 	defer t.Stop()
+	var settled time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -294,17 +461,56 @@ func (s *Service) Run(ctx context.Context) {
 			if err := s.Flush(ctx); err != nil {
 				s.log.Warn("usage not recorded", "cause", err.Error())
 			}
+			s.see(ctx)
+			if s.runs != nil && time.Since(settled) >= s.settle {
+				settled = time.Now()
+				if n, err := s.Settle(ctx); err != nil {
+					s.log.Warn("runs of servers gone not settled", "cause", err.Error())
+				} else if n > 0 {
+					s.log.Info("runs of servers gone settled", "runs", n)
+				}
+			}
 		}
 	}
 }
 
-// Flush writes the buffered sums; those that fail stay buffered for the
-// next flush.
+// see marks this server's running commands seen now.
+func (s *Service) see(ctx context.Context) {
+	s.mu.Lock()
+	running := s.running
+	s.mu.Unlock()
+	if s.runs == nil || running <= 0 {
+		return
+	}
+	if err := s.runs.SeeRuns(ctx, s.holder, s.now().UTC()); err != nil {
+		s.log.Warn("running commands not marked seen", "cause", err.Error())
+	}
+}
+
+// Flush writes the buffered sums, and the ended runs with the removal of
+// their records in the same transaction; what fails stays buffered for
+// the next flush.
 func (s *Service) Flush(ctx context.Context) error {
 	s.mu.Lock()
-	batch := s.pending
-	s.pending = map[counter]Usage{}
+	batch, ended := s.pending, s.ended
+	s.pending, s.ended = map[counter]Usage{}, nil
 	s.mu.Unlock()
+	if s.runs != nil && len(batch)+len(ended) > 0 {
+		sums := make([]Usage, 0, len(batch))
+		for _, u := range batch {
+			sums = append(sums, u)
+		}
+		if err := s.runs.EndRuns(ctx, ended, sums); err != nil {
+			s.mu.Lock()
+			s.ended = append(ended, s.ended...)
+			s.mu.Unlock()
+			for _, u := range sums {
+				s.record(ctx, u) // back into the buffer
+			}
+			return fmt.Errorf("usage: flush: %w", err)
+		}
+		return nil
+	}
 	var errs []error
 	for _, u := range batch {
 		if err := s.store.AddUsage(ctx, u); err != nil {

@@ -3,6 +3,7 @@ package usage
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -62,7 +63,7 @@ func TestCommandAndTokens(t *testing.T) {
 		want   []Usage
 	}{
 		{"command for the container's owner", func(s *Service) {
-			s.Command(context.Background(), "c1", sandbox.Result{Duration: 3 * time.Second, CPUTime: 2 * time.Second})
+			s.Begin(context.Background(), "c1")(sandbox.Result{Duration: 3 * time.Second, CPUTime: 2 * time.Second}, nil)
 		}, []Usage{{OrgID: "o1", UserID: "u1", Day: day, ContainerID: "c1", Commands: 1, Wall: 3 * time.Second, CPU: 2 * time.Second}}},
 		{"sandbox time counts for the container's owner and thread", func(s *Service) {
 			s.Sandbox(context.Background(), "c2", 30*time.Second, 1500*time.Millisecond)
@@ -71,7 +72,7 @@ func TestCommandAndTokens(t *testing.T) {
 			s.Sandbox(context.Background(), "c2", 0, 0)
 		}, nil},
 		{"command in a thread's container counts for the thread", func(s *Service) {
-			s.Command(context.Background(), "c2", sandbox.Result{Duration: time.Second})
+			s.Begin(context.Background(), "c2")(sandbox.Result{Duration: time.Second}, nil)
 		}, []Usage{{OrgID: "o1", UserID: "u1", Day: day, ContainerID: "c2", ThreadID: "t1", Commands: 1, Wall: time.Second}}},
 		{"tokens of the user in a thread's container", func(s *Service) {
 			s.Tokens(context.Background(), "o1", "u1", "c2", 10, 5)
@@ -83,7 +84,7 @@ func TestCommandAndTokens(t *testing.T) {
 			s.Tokens(context.Background(), "o1", "u1", "gone", 3, 0)
 		}, []Usage{{OrgID: "o1", UserID: "u1", Day: day, InputTokens: 3}}},
 		{"command in an unknown container is dropped", func(s *Service) {
-			s.Command(context.Background(), "nope", sandbox.Result{Duration: time.Second})
+			s.Begin(context.Background(), "nope")(sandbox.Result{Duration: time.Second}, nil)
 		}, nil},
 		{"tokens for the named user", func(s *Service) {
 			s.Tokens(context.Background(), "o2", "u2", "", 10, 5)
@@ -100,7 +101,7 @@ func TestCommandAndTokens(t *testing.T) {
 		{"a cancelled request still counts", func(s *Service) {
 			ctx, cancel := context.WithCancel(context.Background())
 			cancel()
-			s.Command(ctx, "c1", sandbox.Result{Duration: time.Second})
+			s.Begin(ctx, "c1")(sandbox.Result{Duration: time.Second}, nil)
 		}, []Usage{{OrgID: "o1", UserID: "u1", Day: day, ContainerID: "c1", Commands: 1, Wall: time.Second}}},
 	}
 	for _, tt := range tests {
@@ -185,8 +186,8 @@ func TestBufferedUsage(t *testing.T) {
 	s.Buffer(time.Hour)
 	s.Tokens(ctx, "o1", "u1", "", 10, 5)
 	s.Tokens(ctx, "o1", "u1", "", 1, 2)
-	s.Command(ctx, "c1", sandbox.Result{Duration: 3 * time.Second, CPUTime: 2 * time.Second})
-	s.Command(ctx, "c2", sandbox.Result{Duration: time.Second})
+	s.Begin(ctx, "c1")(sandbox.Result{Duration: 3 * time.Second, CPUTime: 2 * time.Second}, nil)
+	s.Begin(ctx, "c2")(sandbox.Result{Duration: time.Second}, nil)
 	s.Tokens(ctx, "o1", "u1", "c2", 6, 1)
 	s.Sandbox(ctx, "c2", 30*time.Second, 500*time.Millisecond)
 	s.Sandbox(ctx, "c2", 30*time.Second, 250*time.Millisecond)
@@ -230,5 +231,172 @@ func TestBufferedUsage(t *testing.T) {
 	s.Run(rctx)
 	if len(st.added) != 1 || st.added[0].InputTokens != 1 {
 		t.Fatalf("Run's last write: %+v, want the sum kept from the failed flush", st.added)
+	}
+}
+
+// TestCommandEndings: a command counts however it ended, with its wall
+// time from its result or, cut short without one, from its start; one
+// that never started counts nothing, and only the first end counts.
+func TestCommandEndings(t *testing.T) {
+	const day = "2026-03-02"
+	c1 := func(wall, cpu time.Duration) []Usage {
+		return []Usage{{OrgID: "o1", UserID: "u1", Day: day, ContainerID: "c1", Commands: 1, Wall: wall, CPU: cpu}}
+	}
+	tests := []struct {
+		name string
+		res  sandbox.Result
+		err  error
+		want []Usage
+	}{
+		{"finished", sandbox.Result{Duration: 3 * time.Second, CPUTime: time.Second}, nil, c1(3*time.Second, time.Second)},
+		{"stopped by its user", sandbox.Result{}, context.Canceled, c1(8*time.Second, 0)},
+		{"its sandbox died under it", sandbox.Result{CPUTime: 2 * time.Second}, sandbox.ErrUnavailable, c1(8*time.Second, 2*time.Second)},
+		{"timed out", sandbox.Result{Duration: 5 * time.Second, TimedOut: true}, nil, c1(5*time.Second, 0)},
+		{"never started", sandbox.Result{}, sandbox.NotStarted(errors.New("no image")), nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st := &fakeStore{}
+			s := newService(st)
+			now := time.Date(2026, 3, 2, 1, 0, 0, 0, time.UTC)
+			s.SetClock(func() time.Time { return now })
+			end := s.Begin(context.Background(), "c1")
+			now = now.Add(8 * time.Second)
+			end(tt.res, tt.err)
+			end(tt.res, tt.err) // counted once
+			if len(st.added) != len(tt.want) || (len(tt.want) == 1 && st.added[0] != tt.want[0]) {
+				t.Fatalf("added %+v, want %+v", st.added, tt.want)
+			}
+		})
+	}
+}
+
+// fakeRuns keeps run records in memory; EndRuns is one transaction.
+type fakeRuns struct {
+	mu    sync.Mutex
+	runs  map[string]Run
+	added []Usage
+	err   error
+	seen  []string // holders marked seen
+}
+
+func (f *fakeRuns) StartRun(_ context.Context, r Run) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.runs == nil {
+		f.runs = map[string]Run{}
+	}
+	f.runs[r.ID] = r
+	return nil
+}
+
+func (f *fakeRuns) SeeRuns(_ context.Context, holder string, at time.Time) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.seen = append(f.seen, holder)
+	for id, r := range f.runs {
+		if r.Holder == holder {
+			r.SeenAt = at
+			f.runs[id] = r
+		}
+	}
+	return nil
+}
+
+func (f *fakeRuns) StaleRuns(_ context.Context, before time.Time) ([]Run, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []Run
+	for _, r := range f.runs {
+		if r.SeenAt.Before(before) {
+			out = append(out, r)
+		}
+	}
+	return out, nil
+}
+
+func (f *fakeRuns) EndRuns(_ context.Context, ended []Ended, sums []Usage) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.err != nil {
+		return f.err
+	}
+	for _, e := range ended {
+		if _, ok := f.runs[e.RunID]; !ok {
+			continue // settled elsewhere
+		}
+		delete(f.runs, e.RunID)
+		if e.Usage.Commands > 0 {
+			f.added = append(f.added, e.Usage)
+		}
+	}
+	f.added = append(f.added, sums...)
+	return nil
+}
+
+// TestTrackedRuns: with TrackRuns every command is recorded when it
+// starts; its end is written with the record's removal at the next flush
+// (kept for the flush after when that fails); a command whose record
+// another server settled meanwhile adds nothing; the runs of a server not
+// seen for the stale period count one command each, their wall time up to
+// when they were last seen, on that day.
+func TestTrackedRuns(t *testing.T) {
+	ctx := context.Background()
+	runs := &fakeRuns{}
+	s := newService(&fakeStore{})
+	now := time.Date(2026, 3, 2, 1, 0, 0, 0, time.UTC)
+	s.SetClock(func() time.Time { return now })
+	s.Buffer(time.Hour)
+	s.TrackRuns(runs, "srv-a", time.Minute, 20*time.Second)
+
+	end := s.Begin(ctx, "c2")
+	if len(runs.runs) != 1 {
+		t.Fatalf("runs recorded %+v", runs.runs)
+	}
+	s.see(ctx)
+	now = now.Add(8 * time.Second)
+	end(sandbox.Result{}, context.Canceled)
+	s.see(ctx) // nothing runs: no write
+	if len(runs.seen) != 1 || runs.seen[0] != "srv-a" {
+		t.Fatalf("marked seen %v", runs.seen)
+	}
+	runs.err = errors.New("database down")
+	if err := s.Flush(ctx); err == nil || len(runs.runs) != 1 {
+		t.Fatalf("a failed flush: %v, records %+v", err, runs.runs)
+	}
+	runs.err = nil
+	if err := s.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	want := Usage{OrgID: "o1", UserID: "u1", Day: "2026-03-02", ContainerID: "c2", ThreadID: "t1", Commands: 1, Wall: 8 * time.Second}
+	if len(runs.runs) != 0 || len(runs.added) != 1 || runs.added[0] != want {
+		t.Fatalf("after the flush: records %+v, added %+v", runs.runs, runs.added)
+	}
+
+	// Settled by another server before this one wrote its end: counted
+	// once, by the settling.
+	runs.added = nil
+	end = s.Begin(ctx, "c1")
+	for id := range runs.runs {
+		delete(runs.runs, id)
+	}
+	end(sandbox.Result{Duration: time.Second}, nil)
+	if err := s.Flush(ctx); err != nil || len(runs.added) != 0 {
+		t.Fatalf("a run settled elsewhere added %+v (%v)", runs.added, err)
+	}
+
+	// A server that died: its run was last seen 30 s after it started,
+	// just before midnight, and is stale now.
+	start := time.Date(2026, 3, 2, 23, 59, 50, 0, time.UTC)
+	_ = runs.StartRun(ctx, Run{ID: "run_dead", OrgID: "o1", UserID: "u1", ContainerID: "c1", Holder: "srv-b", StartedAt: start, SeenAt: start.Add(30 * time.Second)})
+	_ = runs.StartRun(ctx, Run{ID: "run_live", OrgID: "o1", UserID: "u1", ContainerID: "c1", Holder: "srv-c", StartedAt: start, SeenAt: start.Add(time.Minute)})
+	now = start.Add(65 * time.Second)
+	n, err := s.Settle(ctx)
+	if err != nil || n != 1 {
+		t.Fatalf("settled %d: %v", n, err)
+	}
+	settled := Usage{OrgID: "o1", UserID: "u1", Day: "2026-03-03", ContainerID: "c1", Commands: 1, Wall: 30 * time.Second}
+	if _, ok := runs.runs["run_live"]; !ok || len(runs.added) != 1 || runs.added[0] != settled {
+		t.Fatalf("settled %+v, records left %+v", runs.added, runs.runs)
 	}
 }
