@@ -28,12 +28,6 @@ func NewBounds(defaults, ceilings Quotas) (Bounds, error) {
 	return Bounds{defaults: defaults, ceilings: ceilings}, nil
 }
 
-// Defaults returns the quotas of an org that set none.
-func (b Bounds) Defaults() Quotas { return b.defaults }
-
-// Ceilings returns the highest quotas an org may have (0: no ceiling).
-func (b Bounds) Ceilings() Quotas { return b.ceilings }
-
 // Apply returns the quotas in force for an org whose own quotas are q:
 // each one the org set stays, one it left at 0 is the default, and a
 // ceiling caps both (an org quota set before its ceiling existed counts
