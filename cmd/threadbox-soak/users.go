@@ -15,6 +15,7 @@ import (
 	"mime/multipart"
 	"net"
 	"net/http"
+	"net/url"
 	"path"
 	"strings"
 	"sync"
@@ -616,18 +617,37 @@ func (u *user) deleteFile(ctx context.Context) error {
 	return nil
 }
 
-// artifacts lists the project's artifacts, checks that the ledger's are
-// there, and downloads one.
+// artifacts lists the project's artifacts (every page), checks that the
+// ledger's are there, and downloads one.
 func (u *user) artifacts(ctx context.Context) error {
-	var list struct {
-		Data []struct{ ID, SHA256 string } `json:"data"`
-	}
-	if err := u.c.json(ctx, "GET", "/api/v1/app/project/"+u.project+"/artifacts", nil, &list); err != nil {
-		return err
-	}
 	have := map[string]string{}
-	for _, a := range list.Data {
-		have[a.ID] = a.SHA256
+	after := ""
+	for {
+		var page struct {
+			Data    []struct{ ID, SHA256 string } `json:"data"`
+			HasMore bool                          `json:"has_more"`
+			LastID  string                        `json:"last_id"`
+		}
+		q := "/api/v1/app/project/" + u.project + "/artifacts?limit=100"
+		if after != "" {
+			q += "&after=" + url.QueryEscape(after)
+		}
+		if err := u.c.json(ctx, "GET", q, nil, &page); err != nil {
+			return err
+		}
+		for _, a := range page.Data {
+			if _, dup := have[a.ID]; dup {
+				return wrongf("artifact %s listed twice across pages", a.ID)
+			}
+			have[a.ID] = a.SHA256
+		}
+		if !page.HasMore {
+			break
+		}
+		if page.LastID == "" || page.LastID == after {
+			return wrongf("artifact page after %q has more but no new last_id", after)
+		}
+		after = page.LastID
 	}
 	arts := u.led.artifactList()
 	for _, a := range arts {
