@@ -23,6 +23,11 @@ type server struct {
 	outMu     sync.Mutex
 	out       io.Writer
 	outBroken bool
+	// held is set between Hold and Release (hold.go): the serve loop then
+	// keeps outMu, so that nothing else is written. Only the serve loop
+	// reads or writes it, as it does maxID.
+	held  bool
+	maxID uint32 // the highest id the host used
 
 	mu    sync.Mutex
 	procs map[uint32]*proc
@@ -38,13 +43,7 @@ func newServer(cfg config, out io.Writer, rp *reaper, env []string, log *slog.Lo
 func (s *server) send(t protocol.Type, id uint32, payload []byte) {
 	s.outMu.Lock()
 	defer s.outMu.Unlock()
-	if s.outBroken {
-		return
-	}
-	if err := protocol.WriteFrame(s.out, t, id, payload); err != nil {
-		s.outBroken = true
-		s.log.Error("agent: write to host", "err", err)
-	}
+	s.writeLocked(t, id, payload)
 }
 
 // sendJSON writes one frame with a JSON payload.
@@ -81,6 +80,12 @@ func (s *server) serve(in io.Reader) error {
 // are queued, and a command is started synchronously so that the frames
 // that follow its Exec find it.
 func (s *server) handle(f protocol.Frame) {
+	if f.ID&protocol.AgentIDBit == 0 {
+		s.maxID = max(s.maxID, f.ID)
+	}
+	if s.hold(f) {
+		return
+	}
 	switch f.Type {
 	case protocol.TypePing:
 		s.send(protocol.TypePong, f.ID, f.Payload)

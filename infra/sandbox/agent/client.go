@@ -86,6 +86,14 @@ type Client struct {
 	procs  map[uint32]*Process
 	pings  map[uint32]chan struct{}
 	st     streams // loopback listeners and their connections (stream.go)
+
+	// A checkpoint holds the connection (hold.go): from the Hold frame
+	// written until Resume, nothing else is written, and the end of the
+	// connection is not its loss but the wait for the next one.
+	connMu  sync.Mutex
+	held    bool
+	resumed chan struct{}                  // closed by Resume
+	answers map[uint32]chan protocol.Frame // Held and Released frames (or Errors), by request id
 }
 
 // NewClient starts a client on rw, which carries the agent's stdout as its
@@ -99,6 +107,7 @@ func NewClient(rw io.ReadWriteCloser, opts ...Option) *Client {
 		done:      make(chan struct{}),
 		procs:     map[uint32]*Process{},
 		pings:     map[uint32]chan struct{}{},
+		answers:   map[uint32]chan protocol.Frame{},
 	}
 	for _, o := range opts {
 		o(c)
@@ -163,15 +172,19 @@ func (c *Client) fail(cause error) {
 	c.failed.Do(func() {
 		c.err = fmt.Errorf("%w: agent connection: %w", sandbox.ErrUnavailable, cause)
 		close(c.done)
-		_ = c.rw.Close()
+		_ = c.conn().Close()
 		c.closeStreams()
 	})
 }
 
 func (c *Client) readLoop() {
 	for {
-		f, err := protocol.ReadFrame(c.rw)
+		rw := c.conn()
+		f, err := protocol.ReadFrame(rw)
 		if err != nil {
+			if c.awaitResume(rw) {
+				continue
+			}
 			if errors.Is(err, io.EOF) {
 				err = errors.New("agent closed its output")
 			}
@@ -186,7 +199,15 @@ func (c *Client) writeLoop() {
 	for {
 		select {
 		case b := <-c.out:
-			if _, err := c.rw.Write(b); err != nil {
+			rw, ok := c.writable()
+			if !ok {
+				return
+			}
+			if protocol.Type(b[0]) == protocol.TypeHold {
+				// Held from this frame on: the next frame waits for Resume.
+				c.hold()
+			}
+			if _, err := rw.Write(b); err != nil {
 				c.fail(fmt.Errorf("write: %w", err))
 				return
 			}
@@ -205,6 +226,9 @@ func (c *Client) keepalive() {
 			return
 		case <-t.C:
 		}
+		if c.isHeld() {
+			continue
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), c.keepTimeout)
 		err := c.Ping(ctx)
 		cancel()
@@ -217,6 +241,9 @@ func (c *Client) keepalive() {
 
 // dispatch routes one frame from the agent. It never blocks on a caller.
 func (c *Client) dispatch(f protocol.Frame) {
+	if c.answer(f) {
+		return
+	}
 	if (f.Type >= protocol.TypeStreamOpen && f.Type <= protocol.TypeStreamAck) || f.Type == protocol.TypeError {
 		if c.dispatchStream(f) {
 			return

@@ -17,6 +17,12 @@
 //	agent -> host   Pong, Started{pid}, Stdout(bytes), Stderr(bytes),
 //	                Exit{exit_code,signal,timed_out,*_truncated,oom_hint,output_files}, Error{message}
 //
+// Hold and Release (protocol/hold.go) quiet both directions at a frame
+// boundary for a checkpoint of the sandbox: Client.Hold before it,
+// Client.Resume after it (over the restored sandbox's connection; the
+// client's commands and sessions go on), or Client.Release on a new client
+// of a restored agent.
+//
 // Frame types 0x30-0x33 carry byte streams to loopback listeners inside the
 // sandbox (Client.Listen; see protocol/stream.go): the host asks the agent to
 // listen, and the agent carries each connection it accepts, so that programs

@@ -2,22 +2,238 @@ package gvisor
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
 
 	"threadbox/domain/sandbox"
+	"threadbox/infra/sandbox/agent"
 )
 
-// Checkpoints answers that sandboxes keep files only across a stop.
-func (b *Backend) Checkpoints(context.Context) sandbox.CheckpointSupport {
-	return sandbox.FilesOnly("files only: this build does not checkpoint gVisor sandboxes")
+// Checkpoints of gVisor sandboxes. Checkpoint holds the agent's connection
+// between frames (agent.Client.Hold), has runsc save the sandbox into the
+// folder (runsc checkpoint, uncompressed; the sandbox ends with it) and
+// writes beside it what the checkpoint was taken with (metaFile). Restore
+// compares that with this server (sandbox.CheckpointImage.Mismatch: the
+// same runsc build and flags, root filesystem folder, agent binary and
+// folder targets) and boots the sandbox from the folder under a new runsc
+// container (runsc restore), with new pipes: its processes, their memory,
+// open files, terminals, loopback connections and /tmp go on. When this
+// process took the checkpoint, its agent client goes on over the new pipes
+// (agent.Client.Resume), so the sessions it started (interpreters,
+// terminals) are still its own; a later process releases the restored
+// agent with a client of its own (agent.Client.Release).
+
+// metaFile is the file beside runsc's image that says what it was taken with.
+const metaFile = "threadbox-checkpoint.json"
+
+// meta is the content of metaFile.
+type meta struct {
+	Image   sandbox.CheckpointImage `json:"image"`
+	TakenAt time.Time               `json:"taken_at"`
 }
 
-// Checkpoint is unsupported.
+// Checkpoints answers that sandboxes are checkpointed where runsc can run
+// them, naming the runsc build; otherwise files only, and why.
+func (b *Backend) Checkpoints(ctx context.Context) sandbox.CheckpointSupport {
+	if err := b.Available(ctx); err != nil {
+		return sandbox.FilesOnly("files only: the backend cannot run here: " + err.Error())
+	}
+	v, _ := b.runscVersion()
+	return sandbox.CheckpointSupport{Supported: true, Mechanism: "gVisor checkpoint and restore, uncompressed (" + v + ")"}
+}
+
+// image returns what a checkpoint of a sandbox with mounts is taken with
+// on this server.
+func (b *Backend) image(mounts []sandbox.Mount) (sandbox.CheckpointImage, error) {
+	v, err := b.runscVersion()
+	if err != nil {
+		return sandbox.CheckpointImage{}, err
+	}
+	sum, err := b.agentDigest()
+	if err != nil {
+		return sandbox.CheckpointImage{}, err
+	}
+	targets := make([]sandbox.Mount, len(mounts))
+	for i, m := range mounts {
+		targets[i] = sandbox.Mount{Target: m.Target, ReadOnly: m.ReadOnly}
+	}
+	return sandbox.CheckpointImage{Backend: b.Name(), Runtime: v, RootFS: b.rootfs, Agent: sum, Targets: targets}, nil
+}
+
+// agentDigest returns the sha256 of the agent binary, read again when its
+// size or modification time changed.
+func (b *Backend) agentDigest() (string, error) {
+	fi, err := os.Stat(b.cfg.AgentBin)
+	if err != nil {
+		return "", fmt.Errorf("agent binary: %w", err)
+	}
+	key := fmt.Sprintf("%d/%d", fi.Size(), fi.ModTime().UnixNano())
+	b.digestMu.Lock()
+	defer b.digestMu.Unlock()
+	if b.digestKey == key {
+		return b.digest, nil
+	}
+	f, err := os.Open(b.cfg.AgentBin)
+	if err != nil {
+		return "", fmt.Errorf("agent binary: %w", err)
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", fmt.Errorf("agent binary: %w", err)
+	}
+	b.digestKey, b.digest = key, "sha256:"+hex.EncodeToString(h.Sum(nil))
+	return b.digest, nil
+}
+
+// Checkpoint saves the running sandbox id into dir and stops it. The agent
+// connection is kept for a Restore by this process. On an error before
+// runsc saved anything the sandbox serves on; after, it has ended.
 func (b *Backend) Checkpoint(ctx context.Context, id, dir string) error {
-	return fmt.Errorf("gvisor: %w", b.Checkpoints(ctx).Err())
+	if err := b.Checkpoints(ctx).Err(); err != nil {
+		return fmt.Errorf("gvisor: %w", err)
+	}
+	defer b.boxes.Lock(id)()
+	bx := b.live(id)
+	if bx == nil {
+		return fmt.Errorf("gvisor: checkpoint %s: %w: sandbox is not running", id, sandbox.ErrUnavailable)
+	}
+	img, err := b.image(bx.mounts)
+	if err != nil {
+		return fmt.Errorf("gvisor: checkpoint %s: %w", id, err)
+	}
+	start := time.Now()
+	if err := bx.client.Hold(ctx); err != nil {
+		return fmt.Errorf("gvisor: checkpoint %s: %w", id, err)
+	}
+	if _, err := b.runscOut(context.WithoutCancel(ctx), "checkpoint", "--compression=none", "--image-path", dir, bx.cid); err != nil {
+		select {
+		case <-bx.done:
+		default:
+			// Nothing was saved and the sandbox runs: it serves on.
+			rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if rerr := bx.client.Resume(rctx, nil); rerr != nil {
+				err = errors.Join(err, rerr)
+			}
+		}
+		return fmt.Errorf("gvisor: checkpoint %s: %w", id, err)
+	}
+	// runsc checkpoint ends the sandbox; its runsc process follows.
+	select {
+	case <-bx.done:
+	case <-ctx.Done():
+		bx.kill()
+		<-bx.done
+	}
+	b.boxes.Take(id)
+	took := time.Since(start)
+	data, err := json.Marshal(meta{Image: img, TakenAt: time.Now().UTC()})
+	if err == nil {
+		err = os.WriteFile(filepath.Join(dir, metaFile), data, 0o600)
+	}
+	if err != nil {
+		bx.client.Close()
+		return fmt.Errorf("gvisor: checkpoint %s: %w", id, err)
+	}
+	b.putHeld(id, bx.client)
+	b.log.Info("sandbox checkpointed", "id", id, "backend", "gvisor", "container", bx.cid, "took", took.String(), "bytes", dirSize(dir))
+	return nil
 }
 
-// Restore is unsupported.
+// Restore boots the sandbox of spec.ID from the checkpoint in dir unless
+// it runs. A checkpoint taken with anything else than this server has, or
+// one runsc cannot restore, is sandbox.ErrCheckpointIncompatible.
 func (b *Backend) Restore(ctx context.Context, spec sandbox.Spec, dir string) error {
-	return fmt.Errorf("gvisor: %w", b.Checkpoints(ctx).Err())
+	if err := b.Checkpoints(ctx).Err(); err != nil {
+		return fmt.Errorf("gvisor: %w", err)
+	}
+	err := b.boxes.Ensure(ctx, spec, b.cfg.Dirs, func(ctx context.Context, spec sandbox.Spec) (*box, error) {
+		m, err := readMeta(dir)
+		if err != nil {
+			b.dropHeld(spec.ID)
+			return nil, err
+		}
+		now, err := b.image(spec.Mounts)
+		if err != nil {
+			return nil, err
+		}
+		if err := m.Image.Mismatch(now); err != nil {
+			b.dropHeld(spec.ID)
+			return nil, err
+		}
+		bx, err := b.start(ctx, spec, dir)
+		if err != nil {
+			b.dropHeld(spec.ID)
+			return nil, fmt.Errorf("%w: %w", sandbox.ErrCheckpointIncompatible, err)
+		}
+		return bx, nil
+	})
+	if err != nil {
+		return fmt.Errorf("gvisor: restore: %w", err)
+	}
+	return nil
+}
+
+// readMeta reads what the checkpoint in dir was taken with.
+func readMeta(dir string) (meta, error) {
+	data, err := os.ReadFile(filepath.Join(dir, metaFile))
+	if err != nil {
+		return meta{}, fmt.Errorf("%w: %w", sandbox.ErrCheckpointIncompatible, err)
+	}
+	var m meta
+	if err := json.Unmarshal(data, &m); err != nil {
+		return meta{}, fmt.Errorf("%w: %s: %w", sandbox.ErrCheckpointIncompatible, metaFile, err)
+	}
+	return m, nil
+}
+
+// putHeld keeps the agent client of a checkpointed sandbox, ending one
+// kept before.
+func (b *Backend) putHeld(id string, c *agent.Client) {
+	b.heldMu.Lock()
+	old := b.held[id]
+	b.held[id] = c
+	b.heldMu.Unlock()
+	if old != nil && old != c {
+		old.Close()
+	}
+}
+
+// takeHeld returns and forgets the agent client kept for id, or nil.
+func (b *Backend) takeHeld(id string) *agent.Client {
+	b.heldMu.Lock()
+	defer b.heldMu.Unlock()
+	c := b.held[id]
+	delete(b.held, id)
+	return c
+}
+
+// dropHeld ends the agent client kept for id, if any: the sessions it
+// started end (their sandbox is not coming back).
+func (b *Backend) dropHeld(id string) {
+	if c := b.takeHeld(id); c != nil {
+		c.Close()
+	}
+}
+
+// dirSize returns the bytes of the regular files in dir.
+func dirSize(dir string) int64 {
+	var n int64
+	_ = filepath.WalkDir(dir, func(_ string, d os.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			if fi, err := d.Info(); err == nil {
+				n += fi.Size()
+			}
+		}
+		return nil
+	})
+	return n
 }

@@ -21,7 +21,7 @@ import (
 // missing prerequisite fails them; otherwise they skip.
 
 // prerequisites fails or skips the test unless runsc sandboxes can run here.
-func prerequisites(t *testing.T) (rootfs, agentBin string) {
+func prerequisites(t testing.TB) (rootfs, agentBin string) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		sandboxtest.Need(t, "gvisor backend tests need root (runsc, loop quota)")
@@ -39,7 +39,7 @@ func prerequisites(t *testing.T) (rootfs, agentBin string) {
 // newTestBackend returns a backend on an instance and state folder of its
 // own, closed at the end of the test, after which nothing of it may be
 // left: no runsc container, runsc process or control group.
-func newTestBackend(t *testing.T, cfg Config) *Backend {
+func newTestBackend(t testing.TB, cfg Config) *Backend {
 	t.Helper()
 	rootfs, bin := prerequisites(t)
 	if cfg.RootFS == "" {
@@ -54,8 +54,8 @@ func newTestBackend(t *testing.T, cfg Config) *Backend {
 	if cfg.StateDir == "" {
 		cfg.StateDir = t.TempDir()
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = sandboxtest.Logger(t)
+	if tt, ok := t.(*testing.T); ok && cfg.Logger == nil {
+		cfg.Logger = sandboxtest.Logger(tt)
 	}
 	b, err := New(cfg)
 	if err != nil {
@@ -78,7 +78,7 @@ func newTestBackend(t *testing.T, cfg Config) *Backend {
 // assertNothingLeft fails the test when anything of b outlives its Close:
 // a runsc container in its state folder, a runsc process naming that
 // folder, or a control group of its instance.
-func assertNothingLeft(t *testing.T, b *Backend) {
+func assertNothingLeft(t testing.TB, b *Backend) {
 	t.Helper()
 	if out, err := exec.Command(b.cfg.Runsc, "--root", b.state, "list", "-quiet").CombinedOutput(); err == nil && strings.TrimSpace(string(out)) != "" {
 		t.Errorf("runsc containers left: %s", out)

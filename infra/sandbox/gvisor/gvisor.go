@@ -113,6 +113,13 @@ type Backend struct {
 	version     string // `runsc --version`'s first line, with runscFlags
 	versionErr  error
 
+	digestMu  sync.Mutex
+	digestKey string // the agent binary's size and modification time when digest was taken
+	digest    string
+
+	heldMu sync.Mutex
+	held   map[string]*agent.Client // agent connections kept across a checkpoint, by container id
+
 	wg sync.WaitGroup // the runsc processes' waiters
 }
 
@@ -121,7 +128,8 @@ type box struct {
 	b         *Backend
 	id, cid   string
 	bundle    string
-	cmd       *exec.Cmd // runsc run (or restore), the sandbox's parent
+	mounts    []sandbox.Mount // the folders bound in, whose targets a checkpoint records
+	cmd       *exec.Cmd       // runsc run (or restore), the sandbox's parent
 	client    *agent.Client
 	done      chan struct{} // closed when runsc has exited: the sandbox and its state are gone
 	startedAt time.Time
@@ -129,7 +137,7 @@ type box struct {
 	cpu       cgroupacct.CPU
 	oomCount  cgroupacct.OOM       // its memory cgroup's oom_kill counter
 	oom       *cgroupacct.OOMWatch // its memory cgroup running out, as it happens
-	restored  bool // booted from a checkpoint
+	restored  bool                 // booted from a checkpoint
 }
 
 // New returns a gvisor backend. A missing runsc, root filesystem or agent
@@ -162,7 +170,7 @@ func New(cfg Config) (*Backend, error) {
 	}
 	dir := filepath.Join(cfg.StateDir, hostdirs.SafeID(cfg.Instance))
 	return &Backend{cfg: cfg, log: lg, rootfs: rootfs, state: filepath.Join(dir, "state"), bndls: filepath.Join(dir, "bundles"),
-		boxes: boxes.New(boxEnded)}, nil
+		boxes: boxes.New(boxEnded), held: map[string]*agent.Client{}}, nil
 }
 
 // Name returns "gvisor".
@@ -288,6 +296,8 @@ func (b *Backend) limits(l sandbox.Limits) sandbox.Limits { return l.Or(b.cfg.Li
 // died is replaced by a fresh one over the same host folders.
 func (b *Backend) Ensure(ctx context.Context, spec sandbox.Spec) error {
 	if err := b.boxes.Ensure(ctx, spec, b.cfg.Dirs, func(ctx context.Context, spec sandbox.Spec) (*box, error) {
+		// A fresh boot ends what a checkpoint of the sandbox kept.
+		b.dropHeld(spec.ID)
 		return b.start(ctx, spec, "")
 	}); err != nil {
 		return fmt.Errorf("gvisor: %w", err)
@@ -310,7 +320,7 @@ func (b *Backend) start(ctx context.Context, spec sandbox.Spec, image string) (*
 	}
 	l := b.limits(spec.Limits)
 	cid := newCID(spec.ID)
-	bx := &box{b: b, id: spec.ID, cid: cid, bundle: filepath.Join(b.bndls, cid), done: make(chan struct{}),
+	bx := &box{b: b, id: spec.ID, cid: cid, bundle: filepath.Join(b.bndls, cid), mounts: spec.Mounts, done: make(chan struct{}),
 		stderr: boxes.NewLogTail(b.log, "sandbox", spec.ID), restored: image != ""}
 	cgroupsPath := "/threadbox-gvisor/" + hostdirs.SafeID(b.cfg.Instance) + "/" + cid
 	if err := writeBundle(bx.bundle, b.bundleSpec(spec, l, cgroupsPath)); err != nil {
@@ -325,8 +335,24 @@ func (b *Backend) start(ctx context.Context, spec sandbox.Spec, image string) (*
 		_ = os.RemoveAll(bx.bundle)
 		return nil, err
 	}
-	bx.client = agent.NewClient(conn, agent.WithKeepalive(15*time.Second, 10*time.Second))
-	err = b.handshake(ctx, bx)
+	if c := b.takeHeld(spec.ID); c != nil && image != "" {
+		// The agent connection of the checkpointed sandbox goes on over the
+		// restored one's pipes: the sessions it started stay this process's.
+		bx.client = c
+		err = c.Resume(ctx, conn)
+	} else {
+		if c != nil {
+			c.Close()
+		}
+		bx.client = agent.NewClient(conn, agent.WithKeepalive(15*time.Second, 10*time.Second))
+		if image != "" {
+			// A restored agent is held until told otherwise.
+			err = bx.client.Release(ctx)
+		}
+	}
+	if err == nil {
+		err = b.handshake(ctx, bx)
+	}
 	if err != nil {
 		bx.kill()
 		<-bx.done
@@ -563,6 +589,7 @@ func (b *Backend) Remove(ctx context.Context, id string) error {
 	if err := b.Stop(ctx, id); err != nil {
 		return err
 	}
+	b.dropHeld(id)
 	b.boxes.Forget(id)
 	return nil
 }
@@ -663,6 +690,12 @@ func (b *Backend) Close() error {
 	for _, id := range b.boxes.IDs(nil) {
 		errs = append(errs, b.Stop(context.Background(), id))
 	}
+	b.heldMu.Lock()
+	for id, c := range b.held {
+		c.Close()
+		delete(b.held, id)
+	}
+	b.heldMu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if all, err := b.list(ctx); err == nil {

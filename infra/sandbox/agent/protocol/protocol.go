@@ -112,6 +112,14 @@ func (t Type) String() string {
 		return "exit"
 	case TypeError:
 		return "error"
+	case TypeHold:
+		return "hold"
+	case TypeRelease:
+		return "release"
+	case TypeHeld:
+		return "held"
+	case TypeReleased:
+		return "released"
 	case TypeStreamOpen, TypeStreamOpened, TypeStreamData, TypeStreamClose, TypeStreamAck:
 		return fmt.Sprintf("stream(0x%02x)", byte(t))
 	}

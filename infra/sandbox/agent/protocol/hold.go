@@ -1,0 +1,36 @@
+package protocol
+
+// Frames of a checkpoint. A sandbox's state is saved while both ends of
+// the frame stream are between frames and quiet, so that the restored
+// agent and the host that takes it over (the same client over new pipes,
+// or a new one) meet at a frame boundary:
+//
+//	host  -> agent  Hold      id H  (none)      stop writing frames
+//	agent -> host   Held      id H  (none)      the last frame until Release
+//	host  -> agent  Release   id R  (none)      write frames again
+//	agent -> host   Released  id R  Released    the first frame after Hold
+//
+// The host sends nothing between Hold and Release, and answers Held by
+// taking the checkpoint: the agent has then read every frame before Hold
+// and waits for the next header, and has written Held last, its commands'
+// output waiting for Release. A restored agent is held; the host's first
+// frame is Release. An agent that does not know Hold answers it with an
+// Error frame, and the host takes no checkpoint.
+const (
+	// TypeHold asks the agent to stop writing frames until Release.
+	TypeHold Type = 0x15
+	// TypeRelease lets a held agent write frames again.
+	TypeRelease Type = 0x16
+	// TypeHeld answers Hold: the agent writes nothing more until Release.
+	TypeHeld Type = 0x25
+	// TypeReleased answers Release; payload Released.
+	TypeReleased Type = 0x26
+)
+
+// Released is the payload of a Released frame.
+type Released struct {
+	// NextID is above every id the host used so far: a new host taking
+	// over a restored sandbox numbers its requests from it, so that none
+	// names a command the agent still runs.
+	NextID uint32 `json:"next_id"`
+}

@@ -1,0 +1,346 @@
+package gvisor
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"threadbox/domain/sandbox"
+	"threadbox/infra/sandbox/hostdirs"
+)
+
+// output collects a session's output.
+type output struct {
+	mu  sync.Mutex
+	buf strings.Builder
+}
+
+func (o *output) write(_ sandbox.Stream, b []byte) {
+	o.mu.Lock()
+	o.buf.Write(b)
+	o.mu.Unlock()
+}
+
+func (o *output) String() string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.buf.String()
+}
+
+// waitFor waits until the session's output has want.
+func (o *output) waitFor(t *testing.T, want string) {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); !strings.Contains(o.String(), want); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("output %q never had %q", o.String(), want)
+		}
+	}
+}
+
+// repl is a Python interpreter that runs each line it reads.
+const repl = "import sys\nfor line in sys.stdin:\n    exec(line)\n"
+
+// holder is a background Python process, out of any command's process
+// group, holding a variable and 50 MiB: on SIGUSR1 it writes x + 1 to
+// /tmp/answer.
+const holder = `setsid python3 -c '
+import os, signal, time
+x = 41
+ballast = bytearray(50 << 20)
+ballast[::4096] = b"x" * len(ballast[::4096])
+def answer(*_):
+    with open("/tmp/answer.tmp", "w") as f:
+        f.write(str(x + 1))
+    os.rename("/tmp/answer.tmp", "/tmp/answer")
+signal.signal(signal.SIGUSR1, answer)
+open("/tmp/holder.pid", "w").write(str(os.getpid()))
+while True:
+    time.sleep(1)
+' >/dev/null 2>&1 </dev/null &
+for i in $(seq 100); do test -s /tmp/holder.pid && break; sleep 0.05; done; cat /tmp/holder.pid`
+
+// sh runs script in the sandbox id on be and returns its trimmed output.
+func sh(t *testing.T, be *Backend, id, script string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	r, err := be.Exec(ctx, id, sandbox.Command{Args: []string{"bash", "-c", script}, Timeout: 30 * time.Second})
+	if err != nil {
+		t.Fatalf("%q: %v", script, err)
+	}
+	return strings.TrimSpace(string(r.Stdout) + string(r.Stderr))
+}
+
+// askHolder signals the holder and returns what it answered.
+const askHolder = `rm -f /tmp/answer; kill -USR1 $(cat /tmp/holder.pid) && for i in $(seq 100); do test -s /tmp/answer && break; sleep 0.05; done; cat /tmp/answer`
+
+// TestCheckpointRestore: a sandbox's life survives a checkpoint, its stop
+// and a restore — an interpreter session of this process holding a
+// variable, a background process holding another and 50 MiB, /tmp — with
+// the same backend (its session goes on), and after a new backend
+// instance (a restart of the managing process: new runsc container ids)
+// restores a copy of the checkpoint at another path.
+func TestCheckpointRestore(t *testing.T) {
+	be := newTestBackend(t, Config{})
+	ctx := context.Background()
+	dirs := hostdirs.New(t.TempDir(), hostdirs.Options{})
+	id := "ckpt-" + strings.ReplaceAll(t.Name(), "/", "-")
+	d, err := dirs.Prepare(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = dirs.Remove(ctx, id) })
+	spec := sandbox.Spec{ID: id, Mounts: d.Mounts(), Limits: sandbox.Limits{MemoryBytes: 512 << 20}}
+	if c := be.Checkpoints(ctx); !c.Supported || !strings.Contains(c.Mechanism, "runsc") {
+		t.Fatalf("Checkpoints = %+v, want supported with the runsc build", c)
+	}
+	if err := be.Ensure(ctx, spec); err != nil {
+		t.Fatal(err)
+	}
+	var out output
+	sess, err := be.Start(ctx, id, sandbox.Command{Args: []string{"python3", "-u", "-c", repl}, Output: out.write}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sess.Write([]byte("x = 41; print('set', flush=True)\n")); err != nil {
+		t.Fatal(err)
+	}
+	out.waitFor(t, "set")
+	pid := sh(t, be, id, holder+"; echo kept > /tmp/kept; echo file > /home/agent/workspace/file")
+
+	image := filepath.Join(t.TempDir(), "image")
+	if err := os.Mkdir(image, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := be.Checkpoint(ctx, id, image); err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(start)
+	if st, err := be.Status(ctx, id); err != nil || st.State != sandbox.StateStopped {
+		t.Fatalf("status after the checkpoint: %+v %v, want stopped", st, err)
+	}
+	if _, err := be.Exec(ctx, id, sandbox.Command{Args: []string{"true"}}); !errors.Is(err, sandbox.ErrUnavailable) {
+		t.Fatalf("exec in a checkpointed sandbox: %v, want unavailable", err)
+	}
+	start = time.Now()
+	if err := be.Restore(ctx, spec, image); err != nil {
+		t.Fatal(err)
+	}
+	got := sh(t, be, id, "cat /tmp/kept /home/agent/workspace/file; kill -0 "+pid+" && echo alive")
+	first := time.Since(start)
+	t.Logf("checkpoint %v (image %d MiB), restore to the first command's result %v", took, dirSize(image)>>20, first)
+	if got != "kept\nfile\nalive" {
+		t.Fatalf("after the restore: %q, want /tmp, the files and the background process", got)
+	}
+	// The session of this process goes on: the interpreter kept x.
+	if _, err := sess.Write([]byte("print(x + 1, flush=True)\n")); err != nil {
+		t.Fatal(err)
+	}
+	out.waitFor(t, "42")
+	if got := sh(t, be, id, askHolder); got != "42" {
+		t.Fatalf("background process answered %q, want 42", got)
+	}
+
+	// A restart: the checkpoint is taken, this backend instance goes, and
+	// a new one restores a copy of it at another path.
+	image2 := filepath.Join(t.TempDir(), "image")
+	if err := os.Mkdir(image2, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := be.Checkpoint(ctx, id, image2); err != nil {
+		t.Fatal(err)
+	}
+	if err := be.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-sess.Done():
+		t.Fatal("the session ended with Done; a closed backend's sessions fail their Wait")
+	default:
+	}
+	if _, err := sess.Wait(ctx); !errors.Is(err, sandbox.ErrUnavailable) {
+		t.Fatalf("session of a closed backend: %v, want unavailable", err)
+	}
+	copied := filepath.Join(t.TempDir(), "copy")
+	if out, err := exec.Command("cp", "-a", image2, copied).CombinedOutput(); err != nil {
+		t.Fatalf("copy: %v: %s", err, out)
+	}
+	_ = os.RemoveAll(image2)
+	be2 := newTestBackend(t, Config{})
+	if err := be2.Restore(ctx, spec, copied); err != nil {
+		t.Fatal(err)
+	}
+	if got := sh(t, be2, id, askHolder+"; cat /tmp/kept"); got != "42kept" && got != "42\nkept" {
+		t.Fatalf("after a restart: %q, want the background process's 42 and /tmp", got)
+	}
+	// The new backend's requests are numbered past the old ones: sessions
+	// and commands start as before.
+	var out2 output
+	if _, err := be2.Start(ctx, id, sandbox.Command{Args: []string{"python3", "-u", "-c", "print('new', flush=True)"}, Output: out2.write}, nil); err != nil {
+		t.Fatal(err)
+	}
+	out2.waitFor(t, "new")
+}
+
+// TestRestoreIncompatible: a checkpoint this server cannot restore —
+// without its record, taken by another runsc build, with other folders,
+// or damaged — is ErrCheckpointIncompatible, and the sandbox then boots
+// fresh over its files.
+func TestRestoreIncompatible(t *testing.T) {
+	be := newTestBackend(t, Config{})
+	ctx := context.Background()
+	dirs := hostdirs.New(t.TempDir(), hostdirs.Options{})
+	id := "ckpt-incompatible"
+	d, err := dirs.Prepare(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = dirs.Remove(ctx, id) })
+	spec := sandbox.Spec{ID: id, Mounts: d.Mounts()}
+	if err := be.Ensure(ctx, spec); err != nil {
+		t.Fatal(err)
+	}
+	sh(t, be, id, "echo file > /home/agent/workspace/file; echo tmp > /tmp/t")
+	image := filepath.Join(t.TempDir(), "image")
+	if err := os.Mkdir(image, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := be.Checkpoint(ctx, id, image); err != nil {
+		t.Fatal(err)
+	}
+	record, err := os.ReadFile(filepath.Join(image, metaFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	edit := func(f func(m *meta)) func() {
+		return func() {
+			var m meta
+			if err := json.Unmarshal(record, &m); err != nil {
+				t.Fatal(err)
+			}
+			f(&m)
+			data, _ := json.Marshal(m)
+			if err := os.WriteFile(filepath.Join(image, metaFile), data, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	damage := func() {
+		edit(func(*meta) {})()
+		entries, _ := os.ReadDir(image)
+		for _, e := range entries {
+			if e.Name() != metaFile {
+				if err := os.Truncate(filepath.Join(image, e.Name()), 100); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	tests := []struct {
+		name  string
+		spoil func()
+		spec  sandbox.Spec
+		want  string
+	}{
+		{"no record", func() { _ = os.Remove(filepath.Join(image, metaFile)) }, spec, metaFile},
+		{"another runsc build", edit(func(m *meta) { m.Image.Runtime = "runsc version 0.0~20221219.0" }), spec, "runtime"},
+		{"another root filesystem", edit(func(m *meta) { m.Image.RootFS = "/elsewhere" }), spec, "root filesystem"},
+		{"other folders", edit(func(*meta) {}), sandbox.Spec{ID: id, Mounts: d.Mounts()[:2]}, "folders"},
+		{"damaged image", damage, spec, "restoring container"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tt.spoil()
+			err := be.Restore(ctx, tt.spec, image)
+			if !errors.Is(err, sandbox.ErrCheckpointIncompatible) || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("Restore = %v, want an incompatible checkpoint naming %q", err, tt.want)
+			}
+			if st, _ := be.Status(ctx, id); st.State == sandbox.StateRunning {
+				t.Fatal("a refused restore left a sandbox running")
+			}
+		})
+	}
+	if err := be.Ensure(ctx, spec); err != nil {
+		t.Fatal(err)
+	}
+	if got := sh(t, be, id, "cat /home/agent/workspace/file; test -e /tmp/t && echo tmp kept || echo fresh"); got != "file\nfresh" {
+		t.Fatalf("fresh boot after the refused restores: %q, want the files and a fresh /tmp", got)
+	}
+}
+
+// BenchmarkCheckpointRestore measures, for an idle sandbox whose
+// background Python process holds 50 MiB, one checkpoint (and the image's
+// size on disk) and one restore up to the first command's result, against
+// a cold boot up to the same; it reports the medians.
+//
+//	go test ./infra/sandbox/gvisor/ -run '^$' -bench CheckpointRestore -benchtime 10x
+func BenchmarkCheckpointRestore(b *testing.B) {
+	be := newTestBackend(b, Config{})
+	ctx := context.Background()
+	dirs := hostdirs.New(b.TempDir(), hostdirs.Options{})
+	id := "bench-ckpt"
+	d, err := dirs.Prepare(ctx, id)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = dirs.Remove(ctx, id) })
+	spec := sandbox.Spec{ID: id, Mounts: d.Mounts(), Limits: sandbox.Limits{MemoryBytes: 512 << 20}}
+	run := func(script string) string {
+		r, err := be.Exec(ctx, id, sandbox.Command{Args: []string{"bash", "-c", script}, Timeout: 30 * time.Second})
+		if err != nil {
+			b.Fatal(err)
+		}
+		return strings.TrimSpace(string(r.Stdout))
+	}
+	var cold, ckpt, restore []time.Duration
+	var bytes []int64
+	for i := 0; i < b.N; i++ {
+		_ = be.Stop(ctx, id)
+		start := time.Now()
+		if err := be.Ensure(ctx, spec); err != nil {
+			b.Fatal(err)
+		}
+		run("true")
+		cold = append(cold, time.Since(start))
+		run(holder)
+		image := filepath.Join(b.TempDir(), "image")
+		if err := os.Mkdir(image, 0o700); err != nil {
+			b.Fatal(err)
+		}
+		start = time.Now()
+		if err := be.Checkpoint(ctx, id, image); err != nil {
+			b.Fatal(err)
+		}
+		ckpt = append(ckpt, time.Since(start))
+		bytes = append(bytes, dirSize(image))
+		start = time.Now()
+		if err := be.Restore(ctx, spec, image); err != nil {
+			b.Fatal(err)
+		}
+		run("true")
+		restore = append(restore, time.Since(start))
+		if got := run(askHolder); got != "42" {
+			b.Fatalf("restored holder answered %q", got)
+		}
+		_ = os.RemoveAll(image)
+	}
+	ms := func(ds []time.Duration) float64 {
+		slices.Sort(ds)
+		return float64(ds[len(ds)/2].Microseconds()) / 1000
+	}
+	slices.Sort(bytes)
+	b.ReportMetric(ms(cold), "cold-boot-p50-ms")
+	b.ReportMetric(ms(ckpt), "checkpoint-p50-ms")
+	b.ReportMetric(float64(bytes[len(bytes)/2])/(1<<20), "image-MiB")
+	b.ReportMetric(ms(restore), "restore-to-result-p50-ms")
+	b.ReportMetric(0, "ns/op")
+}
