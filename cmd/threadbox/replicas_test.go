@@ -178,7 +178,11 @@ func startReplicas(t *testing.T, n int, extra map[string]string) *replicaSet {
 	}
 	lbAddr := freeAddr(t)
 	cfg := "global\n  maxconn 512\n" +
-		"defaults\n  mode http\n  timeout connect 2s\n  timeout client 5m\n  timeout server 5m\n  retries 2\n  option redispatch\n" +
+		// http-reuse always: every idle server connection serves any
+		// client, as the load balancers that share connections do, so that
+		// a request body the server left unread would meet another client's
+		// request here (web/bodyguard.go).
+		"defaults\n  mode http\n  timeout connect 2s\n  timeout client 5m\n  timeout server 5m\n  retries 2\n  option redispatch\n  http-reuse always\n" +
 		"frontend fe\n  bind " + lbAddr + "\n  default_backend be\n" +
 		"backend be\n  balance roundrobin\n  option httpchk GET /healthz\n" + strings.Join(servers, "")
 	cfgFile := filepath.Join(t.TempDir(), "haproxy.cfg")
