@@ -106,6 +106,7 @@ type Service struct {
 	log         *slog.Logger
 	now         func() time.Time
 	pool        *pool
+	ckpt        lives // checkpoints and the lives of sandboxes (checkpoint.go)
 
 	mu        sync.Mutex
 	running   map[string]*live // the sandboxes this process holds, by container id
@@ -404,7 +405,8 @@ func (s *Service) ensure(ctx context.Context, id string) (*live, error) {
 	if c.State() == container.Running {
 		// With its lease, a record still saying running is stale (its
 		// sandbox died, or its server did): it must not count against its
-		// own boot.
+		// own boot, and the life it claims is gone.
+		s.ckpt.note(id, "its earlier sandbox ended without a checkpoint: its server stopped or it was killed")
 		c = c.Stopped()
 		if err := s.store.UpdateContainer(ctx, c); err != nil {
 			s.giveBack(id)
@@ -451,6 +453,9 @@ func (s *Service) boot(ctx context.Context, c container.Container) (*live, error
 		return nil, fmt.Errorf("containers: folders: %w", err) // logged by hide
 	}
 	spec := sandbox.Spec{ID: id, Mounts: mounts, Limits: s.cfg.Limits, Env: s.cfg.Env}
+	if l, ok, err := s.restore(ctx, c, spec); err != nil || ok {
+		return l, err
+	}
 	var reasons []string
 	for i, b := range s.backends {
 		if err := b.Available(ctx); err != nil {
@@ -501,6 +506,7 @@ func (s *Service) hold(ctx context.Context, c container.Container, b sandbox.Bac
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	l := &live{backend: b, lastUsed: s.now(), active: active}
+	s.ckpt.begin(c.ID())
 	s.startMeter(ctx, c.ID(), l, adopted)
 	s.mu.Lock()
 	s.running[c.ID()] = l
@@ -650,6 +656,7 @@ func (s *Service) forget(id string, l *live) {
 	if !gone {
 		return
 	}
+	s.ckpt.note(id, "its earlier sandbox ended: it was killed, ran out of memory or its backend lost it")
 	s.dropSlot(l)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -792,7 +799,9 @@ func (s *Service) Running(containerID string) bool {
 }
 
 // StopIdle shuts down every sandbox this process holds that was unused for
-// the idle period and runs no command; it returns the container ids stopped.
+// the idle period and runs no command, checkpointing it first where its
+// backend can (the next use restores it); it returns the container ids
+// stopped.
 func (s *Service) StopIdle(ctx context.Context) []string {
 	cutoff := s.now().Add(-s.cfg.Idle)
 	s.mu.Lock()
@@ -811,7 +820,7 @@ func (s *Service) StopIdle(ctx context.Context) []string {
 		still := l != nil && l.active == 0 && l.lastUsed.Before(cutoff)
 		s.mu.Unlock()
 		if still {
-			if err := s.stopLocked(ctx, id); err == nil {
+			if _, err := s.suspendLocked(ctx, id); err == nil {
 				stopped = append(stopped, id)
 			}
 		}

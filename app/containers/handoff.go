@@ -69,9 +69,10 @@ func (s *Service) takeOver(ctx context.Context, id string) (bool, error) {
 
 // HandBack is called with the name of a lease another server wants: when
 // it is the lease of a sandbox this process holds and no command runs in
-// it, the sandbox is stopped (its files stay) and the lease given back, so
-// the asker boots it over the same files. A busy sandbox is kept; the asker
-// asks again.
+// it, the sandbox is stopped (its files stay; checkpointed first where its
+// backend can, and then the asker restores it) and the lease given back,
+// so the asker boots it over the same files. A busy sandbox is kept; the
+// asker asks again.
 func (s *Service) HandBack(name string) {
 	id, ok := strings.CutPrefix(name, "sandbox:")
 	if !ok {
@@ -94,7 +95,7 @@ func (s *Service) HandBack(name string) {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		if err := s.stopLocked(ctx, id); err != nil {
+		if _, err := s.suspendLocked(ctx, id); err != nil {
 			s.log.Warn("sandbox not handed over", "container", id, "cause", err.Error())
 			return
 		}

@@ -38,6 +38,15 @@ type runningReporter interface {
 	Running(containerID string) bool
 }
 
+// lifeReporter names the life of a container's sandbox in this process
+// (app/containers): a fresh boot starts a new one, and the restore of a
+// checkpoint goes on with the life it saved, whose interpreter (a session
+// of this process) is still there. When the port has it, an interpreter
+// outlives its sandbox's idle stop where the sandbox is checkpointed.
+type lifeReporter interface {
+	Life(containerID string) uint64
+}
+
 // Defaults of the code_execution sub-tool.
 const (
 	// DefaultCellTimeout is the wall-clock limit of one Python cell: a cell
@@ -111,6 +120,7 @@ func (py *interpreters) slot(containerID string) *slot {
 // interpreter is one running driver.
 type interpreter struct {
 	sess sandbox.Session
+	life uint64        // the life of the sandbox it runs in (lifeReporter)
 	turn chan struct{} // one cell at a time; a buffered slot
 	// ended is closed when the driver has ended or its sandbox went away
 	// (a session's Done is not closed then); endRes and endErr say how.
@@ -315,11 +325,7 @@ func (e *Executor) resume(ctx context.Context, call messages.ToolCall, fail func
 		p.mu.Unlock()
 		return e.cellResult(ctx, call, p, pc, late, nil)
 	}
-	running := true
-	if r, ok := e.sb.(runningReporter); ok {
-		running = r.Running(call.ContainerID)
-	}
-	if !running || !p.alive() {
+	if current, err := e.current(ctx, call.ContainerID, p); err != nil || !current {
 		e.drop(call.ContainerID, p)
 		e.endPaused(p, pc)
 		<-p.turn
@@ -448,18 +454,12 @@ func (e *Executor) interpreter(ctx context.Context, starter Sessions, call messa
 	sl.mu.Lock()
 	defer sl.mu.Unlock()
 	if p := sl.p; p != nil {
-		running := true
-		if r, ok := e.sb.(runningReporter); ok {
-			running = r.Running(call.ContainerID)
+		current, err := e.current(ctx, call.ContainerID, p)
+		if err != nil {
+			return nil, "", err
 		}
-		if running && p.alive() {
-			// Marks the sandbox in use (and so not idle) for this cell.
-			if err := e.touch(ctx, call.ContainerID); err != nil {
-				return nil, "", err
-			}
-			if p.alive() {
-				return p, "", nil
-			}
+		if current {
+			return p, "", nil
 		}
 		_ = p.sess.Kill()
 		sl.p = nil
@@ -479,9 +479,36 @@ func (e *Executor) interpreter(ctx context.Context, starter Sessions, call messa
 		return nil, "", fmt.Errorf("tools: start python: %w", err)
 	}
 	p.sess = sess
+	if lr, ok := e.sb.(lifeReporter); ok {
+		p.life = lr.Life(call.ContainerID)
+	}
 	go p.watch()
 	sl.p, sl.seen = p, true
 	return p, note, nil
+}
+
+// current marks the sandbox in use (booting it, or restoring its
+// checkpoint, when it stopped) and reports whether p still runs in it:
+// p's session goes on, and the sandbox is the life p started in. Where
+// the port cannot tell lives, a sandbox that is not running took p with
+// it.
+func (e *Executor) current(ctx context.Context, containerID string, p *interpreter) (bool, error) {
+	if !p.alive() {
+		return false, nil
+	}
+	lr, ok := e.sb.(lifeReporter)
+	if !ok {
+		if r, ok := e.sb.(runningReporter); ok && !r.Running(containerID) {
+			return false, nil
+		}
+	}
+	if err := e.touch(ctx, containerID); err != nil {
+		return false, err
+	}
+	if ok && lr.Life(containerID) != p.life {
+		return false, nil
+	}
+	return p.alive(), nil
 }
 
 // touch runs a no-op command in the container's sandbox: the owner counts

@@ -157,7 +157,27 @@ func (e *Executor) Execute(ctx context.Context, call messages.ToolCall) (*messag
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("tools: %s: %w", call.Name, err)
 	}
+	e.addNote(call.ContainerID, r)
 	return r, nil
+}
+
+// noter gives the one line a container's next tool result starts its
+// stderr with when the container's sandbox started fresh from its files
+// although its earlier life did not end on purpose (app/containers).
+type noter interface {
+	TakeNote(containerID string) string
+}
+
+// addNote puts the container's note, if any, at the start of a command's
+// or a cell's stderr; other results leave it for the next.
+func (e *Executor) addNote(containerID string, r *messages.ToolResult) {
+	n, ok := e.sb.(noter)
+	if !ok || r == nil || len(r.Pending) > 0 || (r.Type != messages.ResultBash && r.Type != messages.ResultCodeExecution) {
+		return
+	}
+	if note := n.TakeNote(containerID); note != "" {
+		r.Stderr = note + "\n" + r.Stderr
+	}
 }
 
 // bashInput is the input of bash_code_execution.

@@ -411,8 +411,17 @@ func cmdServe(ctx context.Context, args []string, getenv func(string) string, st
 	// Sandboxes outlive the process (the next one adopts them): their
 	// sandbox time so far is metered now.
 	sys.containers.MeterAll(sctx)
-	if err := srv.Shutdown(sctx); err != nil {
-		return fmt.Errorf("serve: shutdown: %w", err)
+	shutdownErr := srv.Shutdown(sctx)
+	// No request comes in any more. Sandboxes whose backend checkpoints
+	// them (gvisor's, which end with this process) are saved and stopped
+	// (their time metered), and their next use restores them.
+	cctx, ccancel := context.WithTimeout(context.Background(), cfg.ShutdownGrace)
+	if saved := sys.containers.Suspend(cctx); len(saved) > 0 {
+		log.Info("sandboxes checkpointed for the restart", "count", len(saved))
+	}
+	ccancel()
+	if shutdownErr != nil {
+		return fmt.Errorf("serve: shutdown: %w", shutdownErr)
 	}
 	return nil
 }

@@ -249,49 +249,74 @@ func normalBlocks(t *testing.T, content []anthropic.ContentBlockUnion) string {
 }
 
 // TestPythonREPLIdleStop checks that a running cell keeps its sandbox from
-// the idle sweeper, and that an idle stop ends the interpreter: the next
-// cell says a new one started.
+// the idle sweeper, and what the idle stop does to the interpreter: where
+// the backend checkpoints (gvisor) the sandbox is saved at the stop and
+// restored at the next cell, whose interpreter still holds x; where it
+// keeps files only (docker) the interpreter ends, and the next cell says a
+// new one started.
 func TestPythonREPLIdleStop(t *testing.T) {
-	bin := needDocker(t)
-	s, fake := modelServer(t, "", "anthropic", map[string]string{
-		"SANDBOX_BACKEND": "docker", "THREADBOX_AGENT_BIN": bin, "SANDBOX_IDLE": "2s", "SWEEP_INTERVAL": "300ms",
-	})
-	tok := s.bootstrap("acme", "admin@acme.test")
-	cl := msgClient(s, tok)
-	ctx := context.Background()
-	cell := func(code string) anthropic.CodeExecutionResultBlock {
-		t.Helper()
-		fake.Push(steps(pyStep(code)), textStep("ok"))
-		msg, err := cl.Messages.New(ctx, msgParams("idle1", userText("run"), codeExec2601...))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return pyResult(t, msg.Content, 0)
+	tests := []struct {
+		backend string
+		need    func(t *testing.T) string
+		running func(t *testing.T, s *server) bool
+		kept    bool
+	}{
+		{"gvisor", needGvisor, gvisorRunning, true},
+		{"docker", needDocker, dockerRunning, false},
 	}
+	for _, tc := range tests {
+		t.Run(tc.backend, func(t *testing.T) {
+			bin := tc.need(t)
+			s, fake := modelServer(t, "", "anthropic", map[string]string{
+				"SANDBOX_BACKEND": tc.backend, "THREADBOX_AGENT_BIN": bin, "SANDBOX_IDLE": "2s", "SWEEP_INTERVAL": "300ms",
+			})
+			tok := s.bootstrap("acme", "admin@acme.test")
+			cl := msgClient(s, tok)
+			ctx := context.Background()
+			cell := func(code string) anthropic.CodeExecutionResultBlock {
+				t.Helper()
+				fake.Push(steps(pyStep(code)), textStep("ok"))
+				msg, err := cl.Messages.New(ctx, msgParams("idle1", userText("run"), codeExec2601...))
+				if err != nil {
+					t.Fatal(err)
+				}
+				return pyResult(t, msg.Content, 0)
+			}
 
-	// Longer than the idle period: the sweeper must leave the sandbox be.
-	if r := cell("x = 41\nimport time\ntime.sleep(5)\nprint(x)"); r.ReturnCode != 0 || r.Stdout != "41\n" {
-		t.Fatalf("long cell %+v", r)
+			// Longer than the idle period: the sweeper must leave the sandbox be.
+			if r := cell("x = 41\nimport time\ntime.sleep(5)\nprint(x)"); r.ReturnCode != 0 || r.Stdout != "41\n" {
+				t.Fatalf("long cell %+v", r)
+			}
+			if r := cell("print(x + 1)"); r.Stdout != "42\n" || r.Stderr != "" {
+				t.Fatalf("cell after the long one %+v", r)
+			}
+			for deadline := time.Now().Add(30 * time.Second); tc.running(t, s); time.Sleep(200 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatal("the idle sandbox was not stopped")
+				}
+			}
+			if tc.kept {
+				if r := cell("print(x + 1)"); r.ReturnCode != 0 || r.Stdout != "42\n" || r.Stderr != "" {
+					t.Fatalf("cell after the idle stop %+v: want the interpreter restored with x", r)
+				}
+				return
+			}
+			r := cell("print(x)")
+			if r.ReturnCode != 1 || !strings.HasPrefix(r.Stderr, tools.NewInterpreterNote) || !strings.Contains(r.Stderr, "NameError") {
+				t.Fatalf("cell after the idle stop %+v", r)
+			}
+		})
 	}
-	if r := cell("print(x + 1)"); r.Stdout != "42\n" || r.Stderr != "" {
-		t.Fatalf("cell after the long one %+v", r)
+}
+
+// dockerRunning reports whether a Docker sandbox of s's instance runs.
+func dockerRunning(t *testing.T, s *server) bool {
+	t.Helper()
+	out, err := exec.Command("docker", "ps", "-q", "--filter", "name=threadbox-"+s.env["THREADBOX_INSTANCE"]+"-").Output()
+	if err != nil {
+		t.Fatalf("docker ps: %v", err)
 	}
-	running := func() bool {
-		out, err := exec.Command("docker", "ps", "-q", "--filter", "name=threadbox-"+s.env["THREADBOX_INSTANCE"]+"-").Output()
-		if err != nil {
-			t.Fatalf("docker ps: %v", err)
-		}
-		return strings.TrimSpace(string(out)) != ""
-	}
-	for deadline := time.Now().Add(30 * time.Second); running(); time.Sleep(200 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the idle sandbox was not stopped")
-		}
-	}
-	r := cell("print(x)")
-	if r.ReturnCode != 1 || !strings.HasPrefix(r.Stderr, tools.NewInterpreterNote) || !strings.Contains(r.Stderr, "NameError") {
-		t.Fatalf("cell after the idle stop %+v", r)
-	}
+	return strings.TrimSpace(string(out)) != ""
 }
 
 // TestPythonREPLProviders keeps a variable between requests whatever the

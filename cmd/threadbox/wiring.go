@@ -151,6 +151,9 @@ func wire(ctx context.Context, cfg Config, log *slog.Logger) (*system, error) {
 	sys.quota = quota.New(st, layout, sys.admin)
 	sys.containers.SetQuota(sys.quota)
 	sys.containers.SetHandoff(st, 0)
+	// Sandboxes of backends that checkpoint keep their life across the
+	// idle stop, a hand-over and a graceful shutdown (docs/lifecycle.md).
+	sys.containers.SetCheckpoints(layout)
 
 	var owner *fsroot.Owner
 	if os.Geteuid() == 0 {

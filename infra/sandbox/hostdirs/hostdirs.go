@@ -79,9 +79,10 @@ func (d Dirs) Mounts() []sandbox.Mount {
 
 // Layout maps container ids to host folders under one data directory.
 type Layout struct {
-	containers string
-	disks      string
-	opts       Options
+	containers  string
+	disks       string
+	checkpoints string // checkpoints.go
+	opts        Options
 
 	mu    sync.Mutex
 	locks map[string]*idLock // held or awaited, by container id
@@ -110,11 +111,12 @@ func New(dataDir string, opts Options) *Layout {
 		opts.DiskBytes = DefaultDiskBytes
 	}
 	return &Layout{
-		containers: filepath.Join(dataDir, "containers"),
-		disks:      filepath.Join(dataDir, "disks"),
-		opts:       opts,
-		locks:      map[string]*idLock{},
-		used:       map[string]use{},
+		containers:  filepath.Join(dataDir, "containers"),
+		disks:       filepath.Join(dataDir, "disks"),
+		checkpoints: filepath.Join(dataDir, "checkpoints"),
+		opts:        opts,
+		locks:       map[string]*idLock{},
+		used:        map[string]use{},
 	}
 }
 
@@ -279,7 +281,7 @@ func (l *Layout) ReleaseUnused(ctx context.Context, idle time.Duration, busy fun
 	return released, nil
 }
 
-// Remove deletes the container's folders and quota image.
+// Remove deletes the container's folders, quota image and checkpoint.
 func (l *Layout) Remove(ctx context.Context, id string) error {
 	defer l.lock(id)()
 	d := l.Dirs(id)
@@ -293,6 +295,9 @@ func (l *Layout) Remove(ctx context.Context, id string) error {
 		return fmt.Errorf("hostdirs: remove: %w", err)
 	}
 	if err := os.Remove(l.DiskImage(id)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("hostdirs: remove: %w", err)
+	}
+	if err := os.RemoveAll(l.CheckpointDir(id)); err != nil {
 		return fmt.Errorf("hostdirs: remove: %w", err)
 	}
 	return nil

@@ -1,0 +1,267 @@
+package containers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+
+	"threadbox/domain/container"
+	"threadbox/domain/sandbox"
+)
+
+// Durable sandboxes. Where a sandbox's life would end while its container
+// lives on — the idle stop, a hand-over to another server, a graceful
+// shutdown — the owner checkpoints it first when its backend can
+// (sandbox.Backend.Checkpoints), into the container's checkpoint folder,
+// and the next use restores it there instead of booting fresh: its
+// processes, their memory, terminals and /tmp go on. A checkpoint is used
+// once: it is dropped when restored, and when it cannot be (the backend
+// that took it is gone, or refuses it as incompatible), the sandbox boots
+// fresh over its files. Whenever a container's sandbox boots fresh
+// although its earlier life did not end on purpose (a restart), the next
+// tool result says so in one line (TakeNote).
+
+// Checkpoints keeps each container's checkpoint folder on the host
+// (infra/sandbox/hostdirs.Layout).
+type Checkpoints interface {
+	// EmptyCheckpoint makes the container's checkpoint folder exist and be
+	// empty, and returns it.
+	EmptyCheckpoint(ctx context.Context, containerID string) (string, error)
+	// SealCheckpoint records that the folder holds a whole checkpoint
+	// taken by backend.
+	SealCheckpoint(ctx context.Context, containerID, backend string) error
+	// Checkpoint returns the folder of the container's sealed checkpoint
+	// and the backend that took it; ok is false when there is none.
+	Checkpoint(ctx context.Context, containerID string) (dir, backend string, ok bool)
+	// DropCheckpoint removes the container's checkpoint.
+	DropCheckpoint(ctx context.Context, containerID string) error
+}
+
+// SetCheckpoints makes the owner checkpoint the sandboxes of backends that
+// can, in f's folders. Call it once while wiring; without it every
+// sandbox keeps its files only.
+func (s *Service) SetCheckpoints(f Checkpoints) { s.ckpt.folders = f }
+
+// lives tracks, per container, which life of its sandbox runs and the
+// note its next tool result carries.
+type lives struct {
+	folders Checkpoints
+
+	mu        sync.Mutex
+	next      uint64
+	life      map[string]uint64 // by container id
+	restoring map[string]bool   // a restore is being held (hold keeps the life)
+	notes     map[string]string // by container id
+}
+
+// begin starts a life of the container's sandbox, or goes on with the one
+// a restore brings back.
+func (l *lives) begin(id string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.life == nil {
+		l.life, l.restoring, l.notes = map[string]uint64{}, map[string]bool{}, map[string]string{}
+	}
+	if l.restoring[id] && l.life[id] != 0 {
+		delete(l.restoring, id)
+		return
+	}
+	delete(l.restoring, id)
+	l.next++
+	l.life[id] = l.next
+}
+
+// restored marks that the next begin of id goes on with its life.
+func (l *lives) restored(id string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.restoring == nil {
+		l.life, l.restoring, l.notes = map[string]uint64{}, map[string]bool{}, map[string]string{}
+	}
+	l.restoring[id] = true
+}
+
+// note sets the container's note: its sandbox's life ended for why.
+func (l *lives) note(id, why string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.notes == nil {
+		l.life, l.restoring, l.notes = map[string]uint64{}, map[string]bool{}, map[string]string{}
+	}
+	l.notes[id] = why
+}
+
+// clearNote drops the container's note: its life goes on after all.
+func (l *lives) clearNote(id string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.notes, id)
+}
+
+// Life names the life of the container's sandbox in this process: a fresh
+// boot or an adoption starts a new one; the restore of a checkpoint goes
+// on with the life it saved, whose processes (and the sessions this
+// process started in them) are still there. 0 when none ran here.
+func (s *Service) Life(containerID string) uint64 {
+	s.ckpt.mu.Lock()
+	defer s.ckpt.mu.Unlock()
+	return s.ckpt.life[containerID]
+}
+
+// FreshNote starts the one-line note of a sandbox that booted fresh
+// although its earlier life did not end on purpose.
+const FreshNote = "[threadbox] This container's sandbox started fresh from its files"
+
+// TakeNote returns the note for the container's next tool result, once:
+// one line saying its sandbox started fresh from its files and why, so
+// that processes, terminals and variables of earlier calls are gone; ""
+// when there is none.
+func (s *Service) TakeNote(containerID string) string {
+	s.ckpt.mu.Lock()
+	defer s.ckpt.mu.Unlock()
+	why, ok := s.ckpt.notes[containerID]
+	if !ok {
+		return ""
+	}
+	delete(s.ckpt.notes, containerID)
+	return FreshNote + " (" + why + "): processes, terminals and variables of earlier calls are gone."
+}
+
+// suspendLocked ends the container's sandbox where its life would end
+// while the container lives on: checkpointed first when its backend can,
+// then stopped (its files stay). It reports whether a checkpoint was
+// taken. The caller holds the container's lock.
+func (s *Service) suspendLocked(ctx context.Context, id string) (bool, error) {
+	s.mu.Lock()
+	l := s.running[id]
+	s.mu.Unlock()
+	saved := false
+	if l != nil && s.ckpt.folders != nil && l.backend.Checkpoints(ctx).Supported {
+		saved = s.checkpoint(ctx, id, l)
+	}
+	if err := s.stopLocked(ctx, id); err != nil {
+		return false, err
+	}
+	return saved, nil
+}
+
+// checkpoint saves the running sandbox l of container id and seals it,
+// reporting whether it did. A checkpoint that fails is dropped, and the
+// next tool result says the sandbox started fresh.
+func (s *Service) checkpoint(ctx context.Context, id string, l *live) bool {
+	b := l.backend
+	fail := func(err error) bool {
+		s.log.Warn("sandbox not checkpointed: it stops and its next use boots fresh", "container", id, "backend", b.Name(), "cause", err.Error())
+		_ = s.ckpt.folders.DropCheckpoint(context.WithoutCancel(ctx), id)
+		s.ckpt.note(id, "its checkpoint failed: "+firstLine(err))
+		return false
+	}
+	dir, err := s.ckpt.folders.EmptyCheckpoint(ctx, id)
+	if err != nil {
+		return fail(err)
+	}
+	if err := b.Checkpoint(ctx, id, dir); err != nil {
+		return fail(err)
+	}
+	if err := s.ckpt.folders.SealCheckpoint(ctx, id, b.Name()); err != nil {
+		return fail(err)
+	}
+	s.log.Info("sandbox checkpointed", "container", id, "backend", b.Name())
+	return true
+}
+
+// restore boots the container's sandbox from its checkpoint, if it has
+// one: handled reports whether it did (l is then its hold). A checkpoint
+// is used once; one that cannot be restored is dropped with a note, and
+// the caller boots fresh.
+func (s *Service) restore(ctx context.Context, c container.Container, spec sandbox.Spec) (l *live, handled bool, err error) {
+	if s.ckpt.folders == nil {
+		return nil, false, nil
+	}
+	id := c.ID()
+	dir, name, ok := s.ckpt.folders.Checkpoint(ctx, id)
+	if !ok {
+		return nil, false, nil
+	}
+	var b sandbox.Backend
+	for _, cand := range s.backends {
+		if cand.Name() == name {
+			b = cand
+		}
+	}
+	var why error
+	switch {
+	case b == nil:
+		why = fmt.Errorf("the backend %s that took its checkpoint is not configured", name)
+	case b.Available(ctx) != nil:
+		if ctx.Err() != nil {
+			return nil, false, ctx.Err()
+		}
+		why = fmt.Errorf("the backend %s that took its checkpoint cannot serve: %w", name, b.Available(ctx))
+	default:
+		why = b.Restore(ctx, spec, dir)
+		if why != nil && ctx.Err() != nil {
+			// The caller went: the checkpoint stays for the next use.
+			return nil, false, ctx.Err()
+		}
+	}
+	if err := s.ckpt.folders.DropCheckpoint(context.WithoutCancel(ctx), id); err != nil {
+		s.log.Warn("used checkpoint not removed", "container", id, "cause", err.Error())
+	}
+	if why != nil {
+		level := "cannot be restored"
+		if errors.Is(why, sandbox.ErrCheckpointIncompatible) {
+			level = "was taken with something this server does not have"
+		}
+		s.log.Warn("checkpoint dropped: the sandbox boots fresh", "container", id, "backend", name, "why", level, "cause", why.Error())
+		s.ckpt.note(id, "its checkpoint could not be restored: "+firstLine(why))
+		return nil, false, nil
+	}
+	s.ckpt.restored(id)
+	s.ckpt.clearNote(id)
+	s.log.Info("sandbox restored from its checkpoint", "container", id, "backend", name)
+	return s.hold(ctx, c, b, 1, false), true, nil
+}
+
+// Suspend checkpoints and stops every sandbox this process holds whose
+// backend can checkpoint, for a graceful shutdown: their sandboxes end
+// with this process, and the next use (by the next process, or another
+// server) restores them. A sandbox with a command running is left to the
+// shutdown as it is (it meets its end, and its next use boots fresh with
+// a note). It returns the containers checkpointed.
+func (s *Service) Suspend(ctx context.Context) []string {
+	if s.ckpt.folders == nil {
+		return nil
+	}
+	s.mu.Lock()
+	var ids []string
+	for id, l := range s.running {
+		if l.active == 0 {
+			ids = append(ids, id)
+		}
+	}
+	s.mu.Unlock()
+	var done []string
+	for _, id := range ids {
+		unlock := s.lock(id)
+		s.mu.Lock()
+		l := s.running[id]
+		idle := l != nil && l.active == 0
+		s.mu.Unlock()
+		if idle && l.backend.Checkpoints(ctx).Supported {
+			if saved, err := s.suspendLocked(ctx, id); err == nil && saved {
+				done = append(done, id)
+			}
+		}
+		unlock()
+	}
+	return done
+}
+
+// firstLine returns err's text up to its first line break.
+func firstLine(err error) string {
+	msg, _, _ := strings.Cut(err.Error(), "\n")
+	return msg
+}

@@ -1,0 +1,94 @@
+package main
+
+import (
+	"context"
+	"maps"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/anthropics/anthropic-sdk-go/v2"
+
+	"threadbox/infra/sandbox/gvisor"
+	"threadbox/infra/sandbox/hostdirs"
+	"threadbox/infra/sandbox/local"
+)
+
+// needGvisor returns the agent binary for a gvisor-backed server, after
+// checking that it can run here: root, runsc and the sandbox root
+// filesystem.
+func needGvisor(t *testing.T) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		missing(t, "the gvisor backend needs root")
+	}
+	if _, err := exec.LookPath(gvisor.DefaultRunsc); err != nil {
+		missing(t, "runsc is not installed (scripts/ci-docker.sh installs it): %v", err)
+	}
+	if local.FindRootFS(os.Getenv) == "" {
+		missing(t, "no sandbox root filesystem (sandbox/build-offline.sh --rootfs-only)")
+	}
+	return needAgent(t)
+}
+
+// gvisorRunning reports whether a gVisor sandbox of s's instance runs.
+func gvisorRunning(t *testing.T, s *server) bool {
+	t.Helper()
+	state := filepath.Join(gvisor.DefaultStateDir, hostdirs.SafeID(s.env["THREADBOX_INSTANCE"]), "state")
+	if _, err := os.Stat(state); err != nil {
+		return false
+	}
+	out, err := exec.Command(gvisor.DefaultRunsc, "--root", state, "list", "-quiet").Output()
+	if err != nil {
+		t.Fatalf("runsc list: %v", err)
+	}
+	return strings.TrimSpace(string(out)) != ""
+}
+
+// TestGvisorSandboxSurvivesRestart: a graceful shutdown checkpoints the
+// gVisor sandbox it holds (whose life would end with the process), and
+// the next request after the restart restores it: a background process
+// started by an earlier bash call is still running, and /tmp is kept,
+// with no note of a fresh start.
+func TestGvisorSandboxSurvivesRestart(t *testing.T) {
+	bin := needGvisor(t)
+	s, fake := modelServer(t, "", "anthropic", map[string]string{"SANDBOX_BACKEND": "gvisor", "THREADBOX_AGENT_BIN": bin})
+	tok := s.bootstrap("acme", "admin@acme.test")
+	ctx := context.Background()
+	bash := func(s *server, command string) anthropic.BashCodeExecutionResultBlock {
+		t.Helper()
+		fake.Push(bashStep(command), textStep("ok"))
+		cl := msgClient(s, tok)
+		msg, err := cl.Messages.New(ctx, msgParams("durable", userText("run"), codeExecTool...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, r := bashResult(t, msg.Content, 0)
+		return r
+	}
+	r := bash(s, "setsid sh -c 'echo $$ > /tmp/bg.pid; while :; do sleep 1; done' >/dev/null 2>&1 </dev/null & "+
+		"echo kept > /tmp/kept; for i in $(seq 100); do test -s /tmp/bg.pid && break; sleep 0.05; done; cat /tmp/bg.pid")
+	pid := strings.TrimSpace(r.Stdout)
+	if r.ReturnCode != 0 || pid == "" {
+		t.Fatalf("starting the background process: %+v", r)
+	}
+
+	s.stop()
+	if gvisorRunning(t, s) {
+		t.Fatal("a gVisor sandbox runs after the server stopped")
+	}
+	if _, err := os.Stat(filepath.Join(s.dataDir, "checkpoints")); err != nil {
+		t.Fatalf("no checkpoint after the graceful shutdown: %v", err)
+	}
+	env := maps.Clone(s.env)
+	env["LISTEN_ADDR"] = freeAddr(t)
+	s2 := &server{t: t, base: "http://" + env["LISTEN_ADDR"], dataDir: s.dataDir, env: env, stdout: &syncBuffer{}, stderr: &syncBuffer{}}
+	s2.run(t, []string{"serve"}, 20*time.Second)
+	r = bash(s2, "cat /tmp/kept; kill -0 "+pid+" && echo alive")
+	if r.Stdout != "kept\nalive\n" || r.Stderr != "" {
+		t.Fatalf("after the restart: %+v, want /tmp and the background process back", r)
+	}
+}
