@@ -1,7 +1,7 @@
 // Package gvisor runs sandboxes in gVisor by driving runsc directly over
 // an OCI bundle, with no container engine in between: one runsc sandbox
 // per container over the sandbox image's root filesystem folder (the local
-// backend's, read-only), with the CONTRACT §2 folders bound in, no network
+// backend's, read-only), with the container's folders bound in, no network
 // but loopback, and the threadbox agent as its init speaking the agent
 // protocol over the sandbox's stdin and stdout, pipes of this process.
 // runsc makes a control group per sandbox for its memory, CPU and pids
