@@ -121,6 +121,9 @@ type Backend struct {
 	held   map[string]*agent.Client // agent connections kept across a checkpoint, by container id
 
 	wg sync.WaitGroup // the runsc processes' waiters
+
+	cidsMu sync.Mutex
+	cids   map[string]bool // the runsc containers of this backend whose runsc has not exited
 }
 
 // box is one running sandbox.
@@ -170,7 +173,7 @@ func New(cfg Config) (*Backend, error) {
 	}
 	dir := filepath.Join(cfg.StateDir, hostdirs.SafeID(cfg.Instance))
 	return &Backend{cfg: cfg, log: lg, rootfs: rootfs, state: filepath.Join(dir, "state"), bndls: filepath.Join(dir, "bundles"),
-		boxes: boxes.New(boxEnded), held: map[string]*agent.Client{}}, nil
+		boxes: boxes.New(boxEnded), held: map[string]*agent.Client{}, cids: map[string]bool{}}, nil
 }
 
 // Name returns "gvisor".
@@ -413,6 +416,9 @@ func (b *Backend) spawn(bx *box, args []string) (io.ReadWriteCloser, error) {
 		return nil, fmt.Errorf("start runsc: %w", err)
 	}
 	bx.cmd = cmd
+	b.cidsMu.Lock()
+	b.cids[bx.cid] = true
+	b.cidsMu.Unlock()
 	b.wg.Add(2)
 	go func() {
 		defer b.wg.Done()
@@ -423,7 +429,17 @@ func (b *Backend) spawn(bx *box, args []string) (io.ReadWriteCloser, error) {
 		defer b.wg.Done()
 		_ = cmd.Wait()
 		bx.oom.Close()
+		// runsc leaves the state (and control group) of a container it
+		// killed or checkpointed: it goes with its process.
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		if _, err := b.runscOut(ctx, "delete", "--force", bx.cid); err != nil && !strings.Contains(err.Error(), "does not exist") {
+			b.log.Warn("runsc container not deleted", "id", bx.id, "container", bx.cid, "cause", err.Error())
+		}
+		cancel()
 		_ = os.RemoveAll(bx.bundle)
+		b.cidsMu.Lock()
+		delete(b.cids, bx.cid)
+		b.cidsMu.Unlock()
 		close(bx.done)
 	}()
 	return agent.NewConn(outR, inW, func() error {
@@ -683,8 +699,8 @@ func (b *Backend) Reconcile(ctx context.Context, decide func(id string) sandbox.
 }
 
 // Close ends every sandbox of this backend, forgets the agent connections
-// checkpoints kept, removes what is left in its state folder, and waits
-// for its runsc processes.
+// checkpoints kept, waits for its runsc processes, and removes the state
+// folder when no container of the instance is left in it.
 func (b *Backend) Close() error {
 	var errs []error
 	for _, id := range b.boxes.IDs(nil) {
@@ -698,16 +714,24 @@ func (b *Backend) Close() error {
 	b.heldMu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if all, err := b.list(ctx); err == nil {
-		for _, c := range all {
-			if _, err := b.runscOut(ctx, "delete", "--force", c.ID); err != nil {
-				errs = append(errs, err)
-			}
+	// What is left of this backend's own containers (another server of
+	// the same instance on this host keeps its own).
+	b.cidsMu.Lock()
+	left := make([]string, 0, len(b.cids))
+	for cid := range b.cids {
+		left = append(left, cid)
+	}
+	b.cidsMu.Unlock()
+	for _, cid := range left {
+		if _, err := b.runscOut(ctx, "delete", "--force", cid); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	b.wg.Wait()
-	// runsc keeps a few files of its own beside its containers' state.
-	_ = os.RemoveAll(filepath.Dir(b.state))
+	if all, err := b.list(ctx); err == nil && len(all) == 0 {
+		// runsc keeps a few files of its own beside its containers' state.
+		_ = os.RemoveAll(filepath.Dir(b.state))
+	}
 	b.removeCgroupParents()
 	return errors.Join(errs...)
 }
