@@ -15,6 +15,7 @@ import (
 	"threadbox/infra/sandbox/gvisor"
 	"threadbox/infra/sandbox/hostdirs"
 	"threadbox/infra/sandbox/local"
+	"threadbox/infra/store/storetest"
 )
 
 // needGvisor returns the agent binary for a gvisor-backed server, after
@@ -91,4 +92,35 @@ func TestGvisorSandboxSurvivesRestart(t *testing.T) {
 	if r.Stdout != "kept\nalive\n" || r.Stderr != "" {
 		t.Fatalf("after the restart: %+v, want /tmp and the background process back", r)
 	}
+}
+
+// TestGvisorHandOver: two threadbox processes on one PostgreSQL database
+// and one data folder, under the gvisor backend. A thread's sandbox runs
+// on the first; a turn on the second asks for it, the first checkpoints it
+// as it hands it over, and the second restores it: a background process
+// and /tmp are there, and no note of a fresh start.
+func TestGvisorHandOver(t *testing.T) {
+	bin := needGvisor(t)
+	dbURL := storetest.PostgresURL(t)
+	env := childEnv(t, dbURL, map[string]string{
+		"SANDBOX_BACKEND": "gvisor", "THREADBOX_AGENT_BIN": bin, "MODEL_PROVIDER": "runner", "SWEEP_INTERVAL": "300ms",
+	})
+	env["JWT_KEY_FILE"] = filepath.Join(filepath.Dir(env["DATA_DIR"]), "jwt.pem")
+	one := startChild(t, env)
+	env2 := maps.Clone(env)
+	env2["LISTEN_ADDR"] = freeAddr(t)
+	two := startChild(t, env2)
+	f := newWSFixture(t, one.server)
+	r := one.do("POST", appAPI+"/thread/"+f.tid+"/messages", f.admin, codeTurn(
+		"setsid sh -c 'echo $$ > /tmp/bg.pid; while :; do sleep 1; done' >/dev/null 2>&1 </dev/null & "+
+			"echo kept > /tmp/kept; for i in $(seq 100); do test -s /tmp/bg.pid && break; sleep 0.05; done; echo started"))
+	if r.status != 200 || !strings.Contains(string(r.body), `started\n`) {
+		t.Fatalf("turn on the first server: %d %s", r.status, r.body)
+	}
+	r = two.do("POST", appAPI+"/thread/"+f.tid+"/messages", f.admin, codeTurn("cat /tmp/kept; kill -0 $(cat /tmp/bg.pid) && echo bg-alive"))
+	if r.status != 200 || !strings.Contains(string(r.body), `kept\nbg-alive\n`) || strings.Contains(string(r.body), "started fresh") {
+		t.Fatalf("turn on the second server after the hand-over: %d %s", r.status, r.body)
+	}
+	one.term(t)
+	two.term(t)
 }
