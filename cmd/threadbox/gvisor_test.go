@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"os"
 	"os/exec"
@@ -35,6 +36,20 @@ func needGvisor(t *testing.T) string {
 	return needAgent(t)
 }
 
+// gvisorInstance returns a fresh instance name whose gVisor sandboxes and
+// state are removed when the test ends, after its servers stopped (a
+// server killed at once leaves them to the next start's Reconcile).
+func gvisorInstance(t *testing.T) string {
+	t.Helper()
+	instance := fmt.Sprintf("gv%d", time.Now().UnixNano())
+	t.Cleanup(func() {
+		if err := gvisor.RemoveInstance(context.Background(), instance); err != nil {
+			t.Errorf("gvisor sandboxes of %s not removed: %v", instance, err)
+		}
+	})
+	return instance
+}
+
 // gvisorRunning reports whether a gVisor sandbox of s's instance runs.
 func gvisorRunning(t *testing.T, s *server) bool {
 	t.Helper()
@@ -56,7 +71,7 @@ func gvisorRunning(t *testing.T, s *server) bool {
 // with no note of a fresh start.
 func TestGvisorSandboxSurvivesRestart(t *testing.T) {
 	bin := needGvisor(t)
-	s, fake := modelServer(t, "", "anthropic", map[string]string{"SANDBOX_BACKEND": "gvisor", "THREADBOX_AGENT_BIN": bin})
+	s, fake := modelServer(t, "", "anthropic", map[string]string{"SANDBOX_BACKEND": "gvisor", "THREADBOX_AGENT_BIN": bin, "THREADBOX_INSTANCE": gvisorInstance(t)})
 	tok := s.bootstrap("acme", "admin@acme.test")
 	ctx := context.Background()
 	bash := func(s *server, command string) anthropic.BashCodeExecutionResultBlock {
@@ -104,6 +119,7 @@ func TestGvisorHandOver(t *testing.T) {
 	dbURL := storetest.PostgresURL(t)
 	env := childEnv(t, dbURL, map[string]string{
 		"SANDBOX_BACKEND": "gvisor", "THREADBOX_AGENT_BIN": bin, "MODEL_PROVIDER": "runner", "SWEEP_INTERVAL": "300ms",
+		"THREADBOX_INSTANCE": gvisorInstance(t),
 	})
 	env["JWT_KEY_FILE"] = filepath.Join(filepath.Dir(env["DATA_DIR"]), "jwt.pem")
 	one := startChild(t, env)

@@ -267,9 +267,13 @@ func TestPythonREPLIdleStop(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.backend, func(t *testing.T) {
 			bin := tc.need(t)
-			s, fake := modelServer(t, "", "anthropic", map[string]string{
+			settings := map[string]string{
 				"SANDBOX_BACKEND": tc.backend, "THREADBOX_AGENT_BIN": bin, "SANDBOX_IDLE": "2s", "SWEEP_INTERVAL": "300ms",
-			})
+			}
+			if tc.backend == "gvisor" {
+				settings["THREADBOX_INSTANCE"] = gvisorInstance(t)
+			}
+			s, fake := modelServer(t, "", "anthropic", settings)
 			tok := s.bootstrap("acme", "admin@acme.test")
 			cl := msgClient(s, tok)
 			ctx := context.Background()

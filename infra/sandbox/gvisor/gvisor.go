@@ -757,3 +757,30 @@ func (b *Backend) removeCgroupParents() {
 }
 
 var _ sandbox.Backend = (*Backend)(nil)
+
+// RemoveInstance deletes every runsc container of instance on this host
+// (under DefaultStateDir), then its state folder and control group
+// folders. threadbox's sandboxes end with it, but one killed at once
+// leaves their state for the next start's Reconcile; this is for servers
+// that must leave nothing behind, such as those of tests.
+func RemoveInstance(ctx context.Context, instance string) error {
+	b, err := New(Config{Instance: instance})
+	if err != nil {
+		return err
+	}
+	all, err := b.list(ctx)
+	if err != nil {
+		return fmt.Errorf("gvisor: remove instance %s: %w", instance, err)
+	}
+	var errs []error
+	for _, c := range all {
+		if _, err := b.runscOut(ctx, "delete", "--force", c.ID); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := os.RemoveAll(filepath.Dir(b.state)); err != nil {
+		errs = append(errs, err)
+	}
+	b.removeCgroupParents()
+	return errors.Join(errs...)
+}
