@@ -80,8 +80,8 @@ fi
 # backend run as the host's uid 1000, and the local backend's rlimit mode
 # counts that uid's processes host-wide, so a Docker fork-bomb test running
 # beside it would starve it. Everything else runs two packages at a time.
-serial=(./infra/sandbox/docker ./infra/sandbox/local ./infra/sandbox/kubernetes ./cmd/threadbox ./cmd/threadbox-soak)
-parallel=$(go list ./... | grep -v -x -e threadbox/infra/sandbox/docker -e threadbox/infra/sandbox/local -e threadbox/infra/sandbox/kubernetes -e threadbox/cmd/threadbox -e threadbox/cmd/threadbox-soak)
+serial=(./infra/sandbox/docker ./infra/sandbox/gvisor ./infra/sandbox/local ./infra/sandbox/kubernetes ./cmd/threadbox ./cmd/threadbox-soak)
+parallel=$(go list ./... | grep -v -x -e threadbox/infra/sandbox/docker -e threadbox/infra/sandbox/gvisor -e threadbox/infra/sandbox/local -e threadbox/infra/sandbox/kubernetes -e threadbox/cmd/threadbox -e threadbox/cmd/threadbox-soak)
 status=0
 go test -count=1 -p 2 -timeout 20m "$@" $parallel || status=1
 k8s_wait
