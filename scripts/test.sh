@@ -76,6 +76,15 @@ if [ ! -d "$tssdk/node_modules/@anthropic-ai/sdk" ]; then
   else echo "test: no npm; the TypeScript SDK tests will $( [ "${CI:-}" = true ] && echo fail || echo skip )" >&2; fi
 fi
 
+# The reference C2PA implementation (c2pa-rs built to WebAssembly), the
+# validator of signed downloads in the Content Credentials tests (its
+# version pinned by the lockfile).
+c2pa=infra/c2pa/testdata/c2pa
+if [ ! -d "$c2pa/node_modules/@contentauth/c2pa-wasm" ]; then
+  if command -v npm >/dev/null 2>&1; then npm ci --prefix "$c2pa" --no-audit --no-fund --loglevel=error
+  else echo "test: no npm; the Content Credentials tests will $( [ "${CI:-}" = true ] && echo fail || echo skip )" >&2; fi
+fi
+
 # The packages that boot real sandboxes run one at a time: sandboxes of every
 # backend run as the host's uid 1000, and the local backend's rlimit mode
 # counts that uid's processes host-wide, so a Docker fork-bomb test running

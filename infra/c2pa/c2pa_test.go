@@ -1,0 +1,328 @@
+package c2pa
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"image"
+	"image/color"
+	"image/jpeg"
+	"image/png"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+)
+
+// validatorDir is the pinned reference implementation (scripts/test.sh
+// installs it).
+func validatorDir(t *testing.T) string {
+	t.Helper()
+	_, self, _, _ := runtime.Caller(0)
+	dir := filepath.Join(filepath.Dir(self), "testdata", "c2pa")
+	if _, err := os.Stat(filepath.Join(dir, "node_modules", "@contentauth", "c2pa-wasm")); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("the C2PA validator is not installed (npm ci --prefix %s)", dir)
+		}
+		t.Skipf("the C2PA validator is not installed (npm ci --prefix %s)", dir)
+	}
+	if _, err := exec.LookPath("node"); err != nil {
+		t.Skip("no node")
+	}
+	return dir
+}
+
+// Report is what the reference implementation says about a file.
+type Report struct {
+	Error          string `json:"error"`
+	ActiveManifest string `json:"active_manifest"`
+	Manifests      map[string]struct {
+		ClaimGeneratorInfo []struct {
+			Name    string `json:"name"`
+			Version string `json:"version"`
+		} `json:"claim_generator_info"`
+		Assertions []struct {
+			Label string          `json:"label"`
+			Data  json.RawMessage `json:"data"`
+		} `json:"assertions"`
+		SignatureInfo struct {
+			Issuer string `json:"issuer"`
+			Alg    string `json:"alg"`
+		} `json:"signature_info"`
+	} `json:"manifests"`
+	ValidationStatus  []Status `json:"validation_status"`
+	ValidationResults struct {
+		ActiveManifest struct {
+			Success []Status `json:"success"`
+			Failure []Status `json:"failure"`
+		} `json:"activeManifest"`
+	} `json:"validation_results"`
+	ValidationState string `json:"validation_state"`
+	Raw             string `json:"-"`
+}
+
+// Status is one validation status code.
+type Status struct {
+	Code        string `json:"code"`
+	Explanation string `json:"explanation"`
+}
+
+// validate runs the reference implementation over b.
+func validate(t *testing.T, mime string, b []byte) Report {
+	t.Helper()
+	dir := validatorDir(t)
+	f := filepath.Join(t.TempDir(), "asset")
+	if err := os.WriteFile(f, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command("node", filepath.Join(dir, "validate.mjs"), mime, f).Output()
+	if err != nil {
+		t.Fatalf("validator: %v", err)
+	}
+	var r Report
+	if err := json.Unmarshal(out, &r); err != nil {
+		t.Fatalf("validator output %q: %v", out, err)
+	}
+	r.Raw = string(out)
+	return r
+}
+
+func testImage() image.Image {
+	img := image.NewRGBA(image.Rect(0, 0, 64, 48))
+	for y := range 48 {
+		for x := range 64 {
+			img.Set(x, y, color.RGBA{uint8(x * 4), uint8(y * 5), 128, 255})
+		}
+	}
+	return img
+}
+
+func encodeImage(t *testing.T, f Format) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	var err error
+	switch f {
+	case PNG:
+		err = png.Encode(&b, testImage())
+	case JPEG:
+		err = jpeg.Encode(&b, testImage(), nil)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
+
+func testSigner(t *testing.T) *Signer {
+	t.Helper()
+	key, chain, created, err := SelfSignedIssuer(t.TempDir(), "threadbox test")
+	if err != nil || !created {
+		t.Fatalf("issuer: %v (created %v)", err, created)
+	}
+	s, err := NewSigner(key, chain, "1.2.3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func signBytes(t *testing.T, s *Signer, b []byte, f Format, p Provenance) []byte {
+	t.Helper()
+	a, err := s.Sign(bytes.NewReader(b), int64(len(b)), f, p)
+	if err != nil {
+		t.Fatalf("sign: %v", err)
+	}
+	out, err := io.ReadAll(a.Reader(bytes.NewReader(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if int64(len(out)) != a.Size {
+		t.Fatalf("asset size %d, read %d", a.Size, len(out))
+	}
+	return out
+}
+
+// failures are the statuses that say the file or its manifest is not
+// intact. The generated issuer is on no trust list, so its untrusted
+// status is expected.
+func failures(r Report) []Status {
+	var out []Status
+	for _, s := range append(r.ValidationStatus, r.ValidationResults.ActiveManifest.Failure...) {
+		if s.Code == "signingCredential.untrusted" {
+			continue
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+func TestSignedMediaValidates(t *testing.T) {
+	s := testSigner(t)
+	prov := Provenance{Org: "org_1", Thread: "thr_1", ToolUseID: "toolu_1", Path: "/mnt/user-data/outputs/plot"}
+	for _, tc := range []struct {
+		format Format
+		mime   string
+	}{{PNG, "image/png"}, {JPEG, "image/jpeg"}} {
+		t.Run(string(tc.format), func(t *testing.T) {
+			orig := encodeImage(t, tc.format)
+			signed := signBytes(t, s, orig, tc.format, prov)
+			r := validate(t, tc.mime, signed)
+			if r.Error != "" || r.ActiveManifest == "" {
+				t.Fatalf("no manifest read: %s", r.Raw)
+			}
+			if f := failures(r); len(f) > 0 {
+				t.Fatalf("validation failures %+v\n%s", f, r.Raw)
+			}
+			for _, code := range []string{"claimSignature.validated", "claimSignature.insideValidity", "assertion.dataHash.match", "assertion.hashedURI.match"} {
+				if !hasCode(r.ValidationResults.ActiveManifest.Success, code) {
+					t.Errorf("no %s among the successes\n%s", code, r.Raw)
+				}
+			}
+			m := r.Manifests[r.ActiveManifest]
+			if len(m.ClaimGeneratorInfo) == 0 || m.ClaimGeneratorInfo[0].Name != "threadbox" || m.ClaimGeneratorInfo[0].Version != "1.2.3" {
+				t.Errorf("claim generator %+v", m.ClaimGeneratorInfo)
+			}
+			if m.SignatureInfo.Alg != "Es256" || !strings.Contains(m.SignatureInfo.Issuer, "threadbox test") {
+				t.Errorf("signature info %+v", m.SignatureInfo)
+			}
+			want := sha256.Sum256(orig)
+			var seen []string
+			for _, a := range m.Assertions {
+				seen = append(seen, a.Label)
+				switch a.Label {
+				case labelThreadbox:
+					var got threadboxAssertion
+					if err := json.Unmarshal(a.Data, &got); err != nil {
+						t.Fatal(err)
+					}
+					wantA := threadboxAssertion{Org: "org_1", Thread: "thr_1", ToolUseID: "toolu_1", Path: prov.Path, SHA256: hex.EncodeToString(want[:])}
+					if got != wantA {
+						t.Errorf("threadbox assertion %+v, want %+v", got, wantA)
+					}
+				case "c2pa.actions.v2":
+					if !strings.Contains(string(a.Data), `"c2pa.created"`) || !strings.Contains(string(a.Data), SourceAlgorithmic) {
+						t.Errorf("actions %s", a.Data)
+					}
+				}
+			}
+			if !contains(seen, labelThreadbox) || !contains(seen, "c2pa.actions.v2") {
+				t.Errorf("assertions %v lack the threadbox or actions assertion", seen)
+			}
+		})
+	}
+}
+
+func contains(s []string, v string) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+func hasCode(s []Status, code string) bool {
+	for _, x := range s {
+		if x.Code == code {
+			return true
+		}
+	}
+	return false
+}
+
+// A byte changed in the image data after signing breaks the hard binding;
+// a byte changed inside the manifest breaks the signature or an
+// assertion's hash.
+func TestTamperedMediaFails(t *testing.T) {
+	s := testSigner(t)
+	for _, tc := range []struct {
+		format Format
+		mime   string
+	}{{PNG, "image/png"}, {JPEG, "image/jpeg"}} {
+		t.Run(string(tc.format), func(t *testing.T) {
+			signed := signBytes(t, s, encodeImage(t, tc.format), tc.format, Provenance{Org: "org_1"})
+			flipped := bytes.Clone(signed)
+			flipped[len(flipped)-20] ^= 0x01 // in the image data, before the trailer
+			r := validate(t, tc.mime, flipped)
+			if !hasCode(append(r.ValidationStatus, r.ValidationResults.ActiveManifest.Failure...), "assertion.dataHash.mismatch") {
+				t.Fatalf("a flipped byte was not reported as a hash mismatch:\n%s", r.Raw)
+			}
+		})
+	}
+}
+
+// A file that already carries a manifest is signed afresh: the old
+// manifest is dropped, and the data hash and the threadbox assertion's
+// SHA-256 still agree with what the reader sees.
+func TestResigningReplacesTheManifest(t *testing.T) {
+	s := testSigner(t)
+	for _, tc := range []struct {
+		format Format
+		mime   string
+	}{{PNG, "image/png"}, {JPEG, "image/jpeg"}} {
+		t.Run(string(tc.format), func(t *testing.T) {
+			orig := encodeImage(t, tc.format)
+			once := signBytes(t, s, orig, tc.format, Provenance{Org: "org_1"})
+			twice := signBytes(t, s, once, tc.format, Provenance{Org: "org_2"})
+			if len(twice) != len(once) {
+				t.Errorf("re-signed size %d, want %d (one manifest)", len(twice), len(once))
+			}
+			r := validate(t, tc.mime, twice)
+			if f := failures(r); len(f) > 0 || r.ActiveManifest == "" {
+				t.Fatalf("validation failures %+v\n%s", f, r.Raw)
+			}
+			if len(r.Manifests) != 1 {
+				t.Errorf("%d manifests, want 1", len(r.Manifests))
+			}
+		})
+	}
+}
+
+func TestSignRefusesMalformedFiles(t *testing.T) {
+	s := testSigner(t)
+	pngBytes := encodeImage(t, PNG)
+	jpegBytes := encodeImage(t, JPEG)
+	for _, tc := range []struct {
+		name   string
+		format Format
+		b      []byte
+	}{
+		{"png magic", PNG, []byte("GIF89a not a png at all")},
+		{"png truncated chunk", PNG, pngBytes[:20]},
+		{"png without IHDR", PNG, append(append([]byte{}, pngMagic...), 0, 0, 0, 0, 'I', 'E', 'N', 'D', 0xAE, 0x42, 0x60, 0x82)},
+		{"jpeg magic", JPEG, []byte("not a jpeg")},
+		{"jpeg truncated", JPEG, jpegBytes[:30]},
+		{"jpeg bad marker", JPEG, []byte{0xFF, 0xD8, 0x00, 0x11, 0x22, 0x33}},
+		{"empty", PNG, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := s.Sign(bytes.NewReader(tc.b), int64(len(tc.b)), tc.format, Provenance{})
+			if !errors.Is(err, ErrMalformed) {
+				t.Fatalf("err %v, want ErrMalformed", err)
+			}
+		})
+	}
+}
+
+func TestIssuerIsKept(t *testing.T) {
+	dir := t.TempDir()
+	k1, c1, created, err := SelfSignedIssuer(dir, "x")
+	if err != nil || !created {
+		t.Fatalf("first: %v %v", err, created)
+	}
+	k2, c2, created, err := SelfSignedIssuer(dir, "x")
+	if err != nil || created {
+		t.Fatalf("second: %v %v", err, created)
+	}
+	if !k1.Equal(k2) || len(c1) != 2 || !c1[0].Equal(c2[0]) {
+		t.Fatal("the issuer generated first was not the one loaded again")
+	}
+	if _, err := NewSigner(k1, c1[1:], ""); err == nil {
+		t.Fatal("a chain not starting with the key's certificate was accepted")
+	}
+}

@@ -1,0 +1,249 @@
+// Package c2pa signs generated media with Content Credentials: a C2PA
+// manifest store (JUMBF) holding a claim over an actions assertion, a data
+// hash binding the manifest to the file's bytes and a threadbox assertion,
+// signed with COSE_Sign1 (ES256) by the operator's certificate chain. The
+// signed file is derived from the stored one as it is read: the stored
+// file is never changed, and the signed form streams from it with the
+// manifest inserted where the format keeps it.
+package c2pa
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/fxamacker/cbor/v2"
+	"github.com/veraison/go-cose"
+)
+
+// Format is a media format the signer can embed a manifest in.
+type Format string
+
+// The formats signed.
+const (
+	PNG  Format = "png"
+	JPEG Format = "jpeg"
+)
+
+// Formats lists every format the signer embeds manifests in.
+var Formats = []Format{PNG, JPEG}
+
+// FormatOf returns the format of a MIME type, and false for a type the
+// signer does not sign.
+func FormatOf(mime string) (Format, bool) {
+	switch mime {
+	case "image/png":
+		return PNG, true
+	case "image/jpeg":
+		return JPEG, true
+	}
+	return "", false
+}
+
+// ErrMalformed is returned for a file whose structure is not the format
+// its type says, which is then not signed.
+var ErrMalformed = errors.New("c2pa: malformed file")
+
+// Signer signs files with one issuer's key and certificate chain.
+type Signer struct {
+	cose    cose.Signer
+	chain   [][]byte // DER, the signing certificate first
+	version string
+	enc     cbor.EncMode
+}
+
+// NewSigner returns a signer with an ECDSA P-256 key and its certificate
+// chain (the signing certificate first), naming threadbox version as the
+// claim generator.
+func NewSigner(key *ecdsa.PrivateKey, chain []*x509.Certificate, version string) (*Signer, error) {
+	if key == nil || key.Curve != elliptic.P256() {
+		return nil, errors.New("c2pa: the signing key must be an ECDSA P-256 key (ES256)")
+	}
+	if len(chain) == 0 {
+		return nil, errors.New("c2pa: the certificate chain is empty")
+	}
+	pub, ok := chain[0].PublicKey.(*ecdsa.PublicKey)
+	if !ok || !pub.Equal(&key.PublicKey) {
+		return nil, errors.New("c2pa: the first certificate of the chain is not the signing key's")
+	}
+	cs, err := cose.NewSigner(cose.AlgorithmES256, key)
+	if err != nil {
+		return nil, fmt.Errorf("c2pa: %w", err)
+	}
+	enc, err := newEncoder()
+	if err != nil {
+		return nil, fmt.Errorf("c2pa: %w", err)
+	}
+	der := make([][]byte, len(chain))
+	for i, c := range chain {
+		der[i] = c.Raw
+	}
+	if version == "" {
+		version = "dev"
+	}
+	return &Signer{cose: cs, chain: der, version: version, enc: enc}, nil
+}
+
+// Asset is a signed file: the stored file's bytes with the manifest
+// inserted, read from the stored file as it is sent.
+type Asset struct {
+	// Size is the signed file's length in bytes.
+	Size int64
+	// SHA256 is the SHA-256 of the file as written (before signing).
+	SHA256 [sha256.Size]byte
+	parts  []part
+}
+
+// part is either a range of the stored file or inserted bytes.
+type part struct {
+	off, n int64
+	data   []byte
+}
+
+// Reader returns the signed file's bytes, reading r (the stored file)
+// from the offsets the asset was built over.
+func (a *Asset) Reader(r io.ReaderAt) io.Reader {
+	rs := make([]io.Reader, len(a.parts))
+	for i, p := range a.parts {
+		if p.data != nil {
+			rs[i] = &byteReader{b: p.data}
+		} else {
+			rs[i] = io.NewSectionReader(r, p.off, p.n)
+		}
+	}
+	return io.MultiReader(rs...)
+}
+
+type byteReader struct{ b []byte }
+
+func (b *byteReader) Read(p []byte) (int, error) {
+	if len(b.b) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(p, b.b)
+	b.b = b.b[n:]
+	return n, nil
+}
+
+// span is a byte range of the stored file.
+type span struct{ off, n int64 }
+
+// layout is where a format puts a manifest: the ranges of the stored file
+// kept (a manifest already there is dropped) and the offset, in the signed
+// file, where the manifest's wrapper goes.
+type layout struct {
+	keep     []span
+	insertAt int64
+	wrap     func(store []byte) []byte
+}
+
+// Sign builds the signed form of the size bytes of r in format f: it reads
+// the file once to hash it, builds and signs the manifest, and returns the
+// asset to stream with Asset.Reader over the same r.
+func (s *Signer) Sign(r io.ReaderAt, size int64, f Format, p Provenance) (*Asset, error) {
+	var lay layout
+	var err error
+	switch f {
+	case PNG:
+		lay, err = pngLayout(r, size)
+	case JPEG:
+		lay, err = jpegLayout(r, size)
+	default:
+		return nil, fmt.Errorf("c2pa: format %q is not signed", f)
+	}
+	if err != nil {
+		return nil, err
+	}
+	written, data, err := hashes(r, size, lay.keep)
+	if err != nil {
+		return nil, err
+	}
+	in := manifestInput{
+		label: "urn:c2pa:" + newUUID(), instanceID: "xmp:iid:" + newUUID(), version: s.version,
+		dataHash: data, written: written, prov: p, exclusion: exclusion{Start: lay.insertAt},
+	}
+	// The exclusion's length is the wrapper's, which the exclusion's
+	// encoding is part of: rebuild until the two agree (one or two rounds).
+	var wrapped []byte
+	for range 8 {
+		store, err := s.buildStore(in)
+		if err != nil {
+			return nil, err
+		}
+		wrapped = lay.wrap(store)
+		if int64(len(wrapped)) == in.exclusion.Length {
+			break
+		}
+		in.exclusion.Length = int64(len(wrapped))
+	}
+	if int64(len(wrapped)) != in.exclusion.Length {
+		return nil, errors.New("c2pa: the manifest's size did not settle")
+	}
+	a := &Asset{}
+	copy(a.SHA256[:], written)
+	var at int64
+	inserted := false
+	for _, k := range lay.keep {
+		if !inserted && at+k.n > lay.insertAt {
+			cut := lay.insertAt - at
+			if cut > 0 {
+				a.parts = append(a.parts, part{off: k.off, n: cut})
+			}
+			a.parts = append(a.parts, part{data: wrapped})
+			inserted = true
+			if k.n-cut > 0 {
+				a.parts = append(a.parts, part{off: k.off + cut, n: k.n - cut})
+			}
+		} else {
+			a.parts = append(a.parts, part{off: k.off, n: k.n})
+		}
+		at += k.n
+	}
+	if !inserted {
+		a.parts = append(a.parts, part{data: wrapped})
+	}
+	a.Size = at + int64(len(wrapped))
+	return a, nil
+}
+
+// hashes reads the file once and returns the SHA-256 of all of it and of
+// the kept ranges (the data hash: the signed file outside the manifest).
+func hashes(r io.ReaderAt, size int64, keep []span) (written, data []byte, err error) {
+	all, kept := sha256.New(), sha256.New()
+	buf := make([]byte, 256<<10)
+	copyTo := func(w io.Writer, off, n int64) error {
+		_, err := io.CopyBuffer(w, io.NewSectionReader(r, off, n), buf)
+		return err
+	}
+	var at int64
+	for _, k := range keep {
+		if k.off > at {
+			if err := copyTo(all, at, k.off-at); err != nil {
+				return nil, nil, fmt.Errorf("c2pa: read: %w", err)
+			}
+		}
+		if err := copyTo(io.MultiWriter(all, kept), k.off, k.n); err != nil {
+			return nil, nil, fmt.Errorf("c2pa: read: %w", err)
+		}
+		at = k.off + k.n
+	}
+	if at < size {
+		if err := copyTo(all, at, size-at); err != nil {
+			return nil, nil, fmt.Errorf("c2pa: read: %w", err)
+		}
+	}
+	return all.Sum(nil), kept.Sum(nil), nil
+}
+
+func newUUID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+}
