@@ -16,7 +16,7 @@ import (
 const sandboxAPIPrefix = "/api/gpt/"
 
 // sandboxConn is a connection made from inside a container's sandbox to
-// the product's API (app/sandboxtools.Bridge).
+// the product's API (app/bridge.Bridge).
 type sandboxConn struct {
 	net.Conn
 	containerID string

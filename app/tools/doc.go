@@ -1,10 +1,19 @@
-// Package tools executes the code-execution sub-tools (bash_code_execution
-// and text_editor_code_execution, and under code_execution_20260120 and
-// later code_execution, Python in a persistent interpreter per container:
-// python.go; its client tools callable from code, pausing the cell until
-// the client's results resume it) of the Messages API in a container's
-// sandbox, over the Sandbox and Files ports it declares (served by
-// app/containers and infra/fsroot).
+// Package tools is the tool kit of the Messages API: it runs the server
+// tools' calls in a container's sandbox, over the Sandbox and Files ports
+// it declares (served by app/containers and infra/fsroot). One Executor
+// serves both tool families:
+//
+//   - the code-execution sub-tools: bash_code_execution,
+//     text_editor_code_execution and, under code_execution_20260120 and
+//     later, code_execution (Python in a persistent interpreter per
+//     container, codeexec.go; its client tools callable from code, pausing
+//     the cell until the client's results resume it);
+//   - the sandbox_v1 tools (docs/sandbox-tools.md): sandbox_bash,
+//     repl_execute, exec_command, write_stdin, edit_file and bsl_check.
+//
+// The families share one Python driver and interpreter manager
+// (python.go), one editor (editor.go, with exact, whitespace-tolerant and
+// near matching in match.go), one input decoder (input.go) and one Config.
 //
 // Decisions where the contract is silent:
 //

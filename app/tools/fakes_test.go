@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	"threadbox/app/containers"
 	"threadbox/domain/file"
@@ -17,8 +18,18 @@ import (
 // check that it serves the Files port: app tests never import infra).
 var _ Sandbox = (*containers.Service)(nil)
 
-// fakeSandbox records commands and answers with a scripted result.
+// lifeless serves the Sandbox port's questions about a sandbox's life as
+// an owner that never stops a sandbox idle: one life, no notes.
+type lifeless struct{}
+
+func (lifeless) Idle() time.Duration    { return 0 }
+func (lifeless) Life(string) uint64     { return 1 }
+func (lifeless) TakeNote(string) string { return "" }
+
+// fakeSandbox records commands and answers with a scripted result; its
+// backend keeps no sessions.
 type fakeSandbox struct {
+	lifeless
 	mu       sync.Mutex
 	cmds     []sandbox.Command
 	restarts int
@@ -36,6 +47,10 @@ func (f *fakeSandbox) Exec(ctx context.Context, containerID string, cmd sandbox.
 		return sandbox.Result{}, fmt.Errorf("fake exec: %w", ctx.Err())
 	}
 	return f.result, f.err
+}
+
+func (f *fakeSandbox) Start(context.Context, string, sandbox.Command, *sandbox.TTY) (sandbox.Session, error) {
+	return nil, fmt.Errorf("fake start: %w", sandbox.ErrUnsupported)
 }
 
 func (f *fakeSandbox) Restart(ctx context.Context, containerID string) error {

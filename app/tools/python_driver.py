@@ -1,11 +1,19 @@
-# threadbox code_execution driver: the persistent Python interpreter of a
-# container (code_execution_20260120 and later). It reads one JSON request a
-# line on stdin ({"id", "code", "env", "cell_timeout", "max_output",
-# "outputs_dir"}) and answers each on stdout with a JSON object ({"id",
-# "stdout", "stderr", "return_code", "timed_out", "files", "stdout_truncated",
-# "stderr_truncated"}) cut into lines "\x00TBPY <id> + <piece>", the last
-# one "\x00TBPY <id> $ <piece>".
-# Variables live in one namespace between requests.
+# threadbox Python driver: the persistent Python interpreter of a container,
+# for the code_execution sub-tool (code_execution_20260120 and later) and
+# for the sandbox_v1 tool repl_execute, each in an interpreter of its own.
+# It reads one JSON request a line on stdin ({"id", "code", "env",
+# "cell_timeout", "max_output", "outputs_dir", "repl"}) and answers each on
+# stdout with a JSON object ({"id", "stdout", "stderr", "return_code",
+# "timed_out", "files", "stdout_truncated", "stderr_truncated",
+# "cpu_seconds"}) cut into lines "\x00TBPY <id> + <piece>", the last one
+# "\x00TBPY <id> $ <piece>". Variables live in one namespace between
+# requests.
+#
+# A request with "repl": true is a repl_execute call: the helpers peek,
+# grep, chunk_indices, llm_query and FINAL are in the namespace, the value
+# of a final expression is answered as "value" (its repr), an exception as
+# "error" (its traceback) rather than on stderr, and what FINAL() marked as
+# "final".
 #
 # Programmatic tool calling: a request may list the client's tools
 # ("tools": [{"name", "input_schema", "allowed"}], "caller", "tool_timeout");
@@ -16,7 +24,7 @@
 # goes on) or {"id", "cancel": reason}; past tool_timeout seconds the calls
 # raise TimeoutError in the cell. The cell's wall-clock limit does not run
 # while it waits.
-import asyncio, ast, inspect, io, json, os, secrets, select, shutil, signal, sys, tempfile, time, traceback, contextlib
+import asyncio, ast, inspect, io, json, os, re, secrets, select, shutil, signal, sys, tempfile, time, traceback, contextlib, urllib.request
 
 # Answers go to a copy of stdout (a pipe), in lines short enough that no
 # other writer to it (a thread or a subprocess of a cell) can split one.
@@ -248,13 +256,13 @@ def _internal(filename):
 
 
 def _exec(code):
-    """Runs a compiled cell; one with top-level await runs on the driver's event loop."""
+    """Runs compiled code and returns its value (an expression's; None for
+    statements); code with top-level await runs on the driver's event loop."""
     if not code.co_flags & inspect.CO_COROUTINE:
-        exec(code, _ns)
-        return
+        return eval(code, _ns)
     task = _loop.create_task(eval(code, _ns))
     try:
-        _loop.run_until_complete(task)
+        return _loop.run_until_complete(task)
     finally:
         if not task.done():
             task.cancel()
@@ -264,11 +272,33 @@ def _exec(code):
                 pass
 
 
+def _compile(src, repl):
+    """Compiles a request's code: a cell whole; a repl_execute call's with
+    its final expression apart, to answer its value."""
+    flags = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
+    if not repl:
+        return compile(src, "<cell>", "exec", flags=flags), None
+    tree = compile(src, "<repl>", "exec", flags=flags | ast.PyCF_ONLY_AST)
+    last = None
+    if tree.body and isinstance(tree.body[-1], ast.Expr):
+        last = compile(ast.Expression(tree.body.pop().value), "<repl>", "eval", flags=flags)
+    return compile(tree, "<repl>", "exec", flags=flags), last
+
+
+def _traceback():
+    """The exception being handled, without the driver's own frames nor asyncio's."""
+    t, v, tb = sys.exc_info()
+    te = traceback.TracebackException(t, v, tb.tb_next)
+    te.stack = traceback.StackSummary.from_list([f for f in te.stack if not _internal(f.filename)])
+    return "".join(te.format())
+
+
 def _run(req):
+    repl = bool(req.get("repl"))
     limit = float(req.get("cell_timeout") or 0)
     cap = int(req.get("max_output") or 1 << 20)
     out, err = _Capped(cap), _Capped(cap)
-    rc, timed_out = 0, False
+    rc, timed_out, value, error = 0, False, None, None
     outdir, before = None, {}
     if req.get("outputs_dir"):
         outdir = tempfile.mkdtemp(prefix="threadbox-out-")
@@ -277,17 +307,23 @@ def _run(req):
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             try:
-                code = compile(req.get("code", ""), "<cell>", "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+                code, last = _compile(req.get("code", ""), repl)
                 if limit > 0:
                     # Again every second after the limit: a cell that swallows
                     # the exception is interrupted once more.
                     signal.setitimer(signal.ITIMER_REAL, limit, 1.0)
                     _armed[0] = True
                 _exec(code)
+                if last is not None:
+                    v = _exec(last)
+                    if v is not None:
+                        value = repr(v)
             except _CellTimeout:
                 timed_out = True
             except SystemExit as e:
-                if e.code is None:
+                if repl:
+                    error, rc = "SystemExit: %s" % (e.code,), 1
+                elif e.code is None:
                     rc = 0
                 elif isinstance(e.code, int):
                     rc = e.code
@@ -295,11 +331,10 @@ def _run(req):
                     print(e.code, file=sys.stderr)
                     rc = 1
             except BaseException:
-                # Without the driver's own frames, nor asyncio's.
-                t, v, tb = sys.exc_info()
-                te = traceback.TracebackException(t, v, tb.tb_next)
-                te.stack = traceback.StackSummary.from_list([f for f in te.stack if not _internal(f.filename)])
-                sys.stderr.write("".join(te.format()))
+                if repl:
+                    error = _traceback()
+                else:
+                    sys.stderr.write(_traceback())
                 rc = 1
             finally:
                 _armed[0] = False
@@ -319,8 +354,11 @@ def _run(req):
         for path, st in sorted(_snapshot(req["outputs_dir"]).items()):
             if before.get(path) != st and path not in files:
                 files.append(path)
-    return {"id": req.get("id"), "stdout": out.value(), "stderr": err.value(), "return_code": rc,
-            "timed_out": timed_out, "files": files, "stdout_truncated": out.cut, "stderr_truncated": err.cut}
+    res = {"id": req.get("id"), "stdout": out.value(), "stderr": err.value(), "return_code": rc,
+           "timed_out": timed_out, "files": files, "stdout_truncated": out.cut, "stderr_truncated": err.cut}
+    if repl:
+        res.update(value=value, error=error, final=_final_text())
+    return res
 
 
 def _send(res):
@@ -349,6 +387,89 @@ _times = os.times
 def _cpu(t0, t1):
     return max(0.0, (t1.user - t0.user) + (t1.system - t0.system) +
                (t1.children_user - t0.children_user) + (t1.children_system - t0.children_system))
+
+
+# The helpers of repl_execute calls, put in the namespace by the first one.
+_final = {}
+
+
+def peek(x, start=0, n=2000):
+    """Return n characters of x from start: a string, a file path or any value's repr."""
+    if isinstance(x, str) and len(x) < 4096 and os.path.isfile(x):
+        with open(x, "r", errors="replace") as f:
+            return f.read(start + n)[start:]
+    s = x if isinstance(x, str) else repr(x)
+    return s[start:start + n]
+
+
+def grep(pattern, x, flags=0, max_results=200):
+    """Return [(line_number, line)] of the lines of x (text, file path or list of lines) matching pattern."""
+    if isinstance(x, str) and len(x) < 4096 and "\n" not in x and os.path.isfile(x):
+        with open(x, "r", errors="replace") as f:
+            lines = f.read().splitlines()
+    elif isinstance(x, str):
+        lines = x.splitlines()
+    else:
+        lines = [str(l) for l in x]
+    rx = re.compile(pattern, flags)
+    out = []
+    for i, l in enumerate(lines, 1):
+        if rx.search(l):
+            out.append((i, l))
+            if len(out) >= max_results:
+                break
+    return out
+
+
+def chunk_indices(length, size, overlap=0):
+    """Return [(start, end)] windows of size covering range(length), overlapping by overlap."""
+    if hasattr(length, "__len__"):
+        length = len(length)
+    if size <= 0 or overlap < 0 or overlap >= size:
+        raise ValueError("need size > 0 and 0 <= overlap < size")
+    out, start = [], 0
+    while start < length:
+        end = min(start + size, length)
+        out.append((start, end))
+        if end == length:
+            break
+        start = end - overlap
+    return out
+
+
+def llm_query(prompt, max_tokens=1024, system=None, model=None):
+    """Ask the model through the product's API (as the requesting user) and return its text."""
+    base = os.environ.get("ANTHROPIC_BASE_URL", "").rstrip("/")
+    token = os.environ.get("ANTHROPIC_AUTH_TOKEN", "")
+    if not base or not token:
+        raise RuntimeError("llm_query: ANTHROPIC_BASE_URL and ANTHROPIC_AUTH_TOKEN are not set")
+    body = {"model": model or os.environ.get("ANTHROPIC_MODEL", "default"), "max_tokens": max_tokens,
+            "messages": [{"role": "user", "content": prompt}]}
+    if system:
+        body["system"] = system
+    req = urllib.request.Request(base + "/v1/messages", data=json.dumps(body).encode(), method="POST",
+                                 headers={"content-type": "application/json", "authorization": "Bearer " + token,
+                                          "anthropic-version": "2023-06-01"})
+    with urllib.request.urlopen(req, timeout=600) as r:
+        resp = json.loads(r.read().decode())
+    return "".join(b.get("text", "") for b in resp.get("content", []) if b.get("type") == "text")
+
+
+def FINAL(value):
+    """Mark value as the final answer of the computation."""
+    _final["value"] = value
+    return value
+
+
+def _final_text():
+    """What FINAL() marked in this call: a string as it is, else its repr; None when it was not called."""
+    if "value" not in _final:
+        return None
+    v = _final["value"]
+    return v if isinstance(v, str) else repr(v)
+
+
+_helpers = [peek, grep, chunk_indices, llm_query, FINAL]
 
 
 _injected = {}
@@ -382,6 +503,11 @@ def _main():
         if "code" not in req:
             continue  # the results or cancel of a cell that is over
         _tools(req)
+        if req.get("repl"):
+            while _helpers:
+                f = _helpers.pop()
+                _ns[f.__name__] = f
+            _final.clear()
         for k, v in (req.get("env") or {}).items():
             os.environ[k] = v
         t0 = _times()

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"threadbox/app/containers"
 	"threadbox/app/messages"
 	"threadbox/domain/file"
 	"threadbox/domain/sandbox"
@@ -44,24 +43,39 @@ type fakePython struct {
 	mu       sync.Mutex
 	starts   int
 	sessions []*fakePySession
-	stopped  bool // Running reports false, as after an idle stop
+	stopped  bool // as after an idle stop: the next use boots a new life
+	life     uint64
 	reply    func(req pyRequest) pyReply
+}
+
+// Exec boots a stopped sandbox, as the owner does: a new life.
+func (f *fakePython) Exec(ctx context.Context, containerID string, cmd sandbox.Command) (sandbox.Result, error) {
+	f.mu.Lock()
+	if f.stopped {
+		f.stopped = false
+		f.life++
+	}
+	f.mu.Unlock()
+	return f.fakeSandbox.Exec(ctx, containerID, cmd)
 }
 
 func (f *fakePython) Start(_ context.Context, _ string, cmd sandbox.Command, _ *sandbox.TTY) (sandbox.Session, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.starts++
-	f.stopped = false
+	if f.stopped {
+		f.stopped = false
+		f.life++
+	}
 	s := &fakePySession{f: f, out: cmd.Output, done: make(chan struct{}), lost: make(chan struct{})}
 	f.sessions = append(f.sessions, s)
 	return s, nil
 }
 
-func (f *fakePython) Running(string) bool {
+func (f *fakePython) Life(string) uint64 {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return !f.stopped
+	return f.life
 }
 
 // fakePySession is one fake driver.
@@ -130,14 +144,6 @@ func (s *fakePySession) Write(p []byte) (int, error) {
 	}()
 	return len(p), nil
 }
-
-// The container manager serves the optional ports the Python sub-tool
-// looks for.
-var _ interface {
-	Sessions
-	runningReporter
-	idleReporter
-} = (*containers.Service)(nil)
 
 func newPython(t *testing.T, reply func(pyRequest) pyReply, cfg Config) (*Executor, *fakePython) {
 	t.Helper()

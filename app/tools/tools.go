@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"time"
 
 	"threadbox/app/messages"
@@ -14,17 +13,34 @@ import (
 	"threadbox/domain/sandbox"
 )
 
-// Sandbox runs commands in the sandbox of a container, booting it on demand.
+// Sandbox runs commands in the sandbox of a container, booting it on
+// demand (app/containers.Service, the owner of sandboxes, serves it).
 type Sandbox interface {
 	// Exec runs cmd in the container's sandbox and waits for it to end.
 	Exec(ctx context.Context, containerID string, cmd sandbox.Command) (sandbox.Result, error)
+	// Start starts a long-lived command in the container's sandbox (the
+	// Python interpreters and the terminal sessions); sandbox.ErrUnsupported
+	// when its backend cannot keep one.
+	Start(ctx context.Context, containerID string, cmd sandbox.Command, tty *sandbox.TTY) (sandbox.Session, error)
 	// Restart stops the container's sandbox and boots a fresh one; files stay.
 	Restart(ctx context.Context, containerID string) error
+	// Idle is the period after which the owner stops an unused sandbox (0:
+	// never); a running cell marks its sandbox in use more often than that.
+	Idle() time.Duration
+	// Life names the life of the container's sandbox in this process: a
+	// fresh boot starts a new one, and the restore of a checkpoint goes on
+	// with the life it saved, whose processes (a Python interpreter this
+	// process started) are still there.
+	Life(containerID string) uint64
+	// TakeNote returns, once, the line a container's next command or cell
+	// result starts its stderr with when its sandbox started fresh from its
+	// files although its earlier life did not end on purpose; "" when none.
+	TakeNote(containerID string) string
 }
 
 // Files reads and writes a container's files by absolute, clean sandbox
-// path; the caller has already checked the path against the mount table.
-// Errors wrap file.ErrNotFound when the path does not exist.
+// path (infra/fsroot); the caller has already checked the path against the
+// mount table. Errors wrap file.ErrNotFound when the path does not exist.
 type Files interface {
 	// ReadFile returns the file's bytes, at most limit of them (limit > 0).
 	ReadFile(ctx context.Context, containerID, sandboxPath string, limit int64) ([]byte, error)
@@ -45,15 +61,7 @@ type Meter interface {
 	Begin(ctx context.Context, containerID string) func(res sandbox.Result, err error)
 }
 
-// begin is Meter.Begin, or a function that meters nothing without a Meter.
-func (e *Executor) begin(ctx context.Context, containerID string) func(sandbox.Result, error) {
-	if e.cfg.Meter == nil {
-		return func(sandbox.Result, error) {}
-	}
-	return e.cfg.Meter.Begin(ctx, containerID)
-}
-
-// Defaults of Config.
+// Defaults of Config, for both tool families.
 const (
 	DefaultMaxOutput     = 1 << 20
 	DefaultTimeout       = 60 * time.Second
@@ -63,14 +71,36 @@ const (
 	// DefaultMaxOutputFileBytes is ARTIFACT_MAX_BYTES' default: an output
 	// file past it cannot become an artifact either.
 	DefaultMaxOutputFileBytes = 1 << 30
+	// DefaultCellTimeout is the wall-clock limit of one Python cell: a cell
+	// over it is interrupted and answers detection_timeout, the
+	// interpreter kept.
+	DefaultCellTimeout = 90 * time.Second
+	// DefaultPythonTimeout is the limit of one whole code_execution call:
+	// past it (a cell stuck where Python cannot interrupt it) the
+	// interpreter is killed and the call answers execution_time_exceeded.
+	DefaultPythonTimeout = 5 * time.Minute
+	// DefaultToolResultTimeout is how long a cell paused on client tool
+	// calls waits for the client's results: about 4.5 minutes, the life
+	// Anthropic's page gives a paused container (docs/messages.md).
+	DefaultToolResultTimeout = 270 * time.Second
+	DefaultMaxSessions       = 8
+	DefaultSessionBuffer     = 1 << 20
+	DefaultMaxListedFiles    = 200
+	DefaultBSLCommand        = "bsl-language-server"
+	DefaultBSLTimeout        = 10 * time.Minute
+	// DefaultWait and MaxWait bound how long exec_command (its grace) and
+	// write_stdin wait for output.
+	DefaultGrace = 2 * time.Second
+	DefaultWait  = time.Second
+	MaxWait      = 60 * time.Second
 )
 
-// Config tunes the executors. Zero values mean the defaults.
+// Config tunes the executor. Zero values mean the defaults.
 type Config struct {
 	MaxOutput     int           // cap per output stream and per view, in bytes
-	MaxTimeout    time.Duration // the largest bash timeout a call may ask for
-	FileOpTimeout time.Duration // limit of one text-editor operation
-	MaxFileBytes  int64         // largest file the text editor reads or edits
+	MaxTimeout    time.Duration // the largest command timeout a call may ask for
+	FileOpTimeout time.Duration // limit of one file operation (text editor, edit_file)
+	MaxFileBytes  int64         // largest file the text editor and edit_file read or edit
 	// MaxOutputFileBytes is the largest file a bash call may hand back as
 	// an output file ($OUTPUT_DIR); a larger one answers
 	// output_file_too_large (the file stays in the outputs folder).
@@ -79,8 +109,8 @@ type Config struct {
 	// Log receives the causes of failures that tool results show only by
 	// an error id (messages.Explain); nil discards them.
 	Log *slog.Logger
-	// Meter, when set, meters every bash command and Python cell, whatever
-	// ended it.
+	// Meter, when set, meters every command, Python cell and terminal
+	// session, whatever ended it.
 	Meter Meter
 	// CellTimeout is the wall-clock limit of one Python cell of the
 	// code_execution sub-tool (DefaultCellTimeout).
@@ -93,232 +123,178 @@ type Config struct {
 	// (programmatic tool calling) waits for their results before the
 	// calls raise TimeoutError in its code (DefaultToolResultTimeout).
 	ToolResultTimeout time.Duration
+	NearThreshold     float64 // least similarity of an edit_file near match (0-1)
+	MaxSessions       int     // live exec_command sessions per container
+	SessionBuffer     int     // output bytes kept per session (older bytes are dropped)
+	MaxListed         int     // files listed by sandbox_bash
+	// BSLCommand is the bsl-language-server launcher looked up in the
+	// sandbox's PATH.
+	BSLCommand string
+}
+
+// orDefault sets *v to d when it is not above zero.
+func orDefault[T int | int64 | float64 | time.Duration](v *T, d T) {
+	if *v <= 0 {
+		*v = d
+	}
 }
 
 var _ messages.ToolExecutor = (*Executor)(nil)
 
-// Executor runs sub-tool calls. It implements messages.ToolExecutor.
+// Executor runs the calls of both tool families. It implements
+// messages.ToolExecutor.
 type Executor struct {
 	sb    Sandbox
 	files Files
 	cfg   Config
-	py    *interpreters
+	cells *interpreters // code_execution's interpreters
+	repls *interpreters // repl_execute's interpreters
+	terms *terminals
+	ended callEnds
 }
 
 // New returns an Executor over the sandbox and file ports. A nil port makes
-// its sub-tool answer "code_execution provider is not configured.".
+// the tools that need it answer "code_execution provider is not
+// configured.".
 func New(sb Sandbox, files Files, cfg Config) *Executor {
-	if cfg.MaxOutput <= 0 {
-		cfg.MaxOutput = DefaultMaxOutput
+	orDefault(&cfg.MaxOutput, DefaultMaxOutput)
+	orDefault(&cfg.MaxTimeout, DefaultMaxTimeout)
+	orDefault(&cfg.FileOpTimeout, DefaultFileOpTimeout)
+	orDefault(&cfg.MaxFileBytes, DefaultMaxFileBytes)
+	orDefault(&cfg.MaxOutputFileBytes, DefaultMaxOutputFileBytes)
+	orDefault(&cfg.CellTimeout, DefaultCellTimeout)
+	orDefault(&cfg.PythonTimeout, DefaultPythonTimeout)
+	orDefault(&cfg.ToolResultTimeout, DefaultToolResultTimeout)
+	orDefault(&cfg.MaxSessions, DefaultMaxSessions)
+	orDefault(&cfg.SessionBuffer, DefaultSessionBuffer)
+	orDefault(&cfg.MaxListed, DefaultMaxListedFiles)
+	if cfg.PythonTimeout <= cfg.CellTimeout {
+		cfg.PythonTimeout = cfg.CellTimeout + 10*time.Second
 	}
-	if cfg.MaxTimeout <= 0 {
-		cfg.MaxTimeout = DefaultMaxTimeout
-	}
-	if cfg.FileOpTimeout <= 0 {
-		cfg.FileOpTimeout = DefaultFileOpTimeout
-	}
-	if cfg.MaxFileBytes <= 0 {
-		cfg.MaxFileBytes = DefaultMaxFileBytes
-	}
-	if cfg.MaxOutputFileBytes <= 0 {
-		cfg.MaxOutputFileBytes = DefaultMaxOutputFileBytes
+	if cfg.NearThreshold <= 0 || cfg.NearThreshold > 1 {
+		cfg.NearThreshold = DefaultNearThreshold
 	}
 	if cfg.Mounts == nil {
 		cfg.Mounts = file.DefaultTable()
 	}
-	if cfg.CellTimeout <= 0 {
-		cfg.CellTimeout = DefaultCellTimeout
+	if cfg.BSLCommand == "" {
+		cfg.BSLCommand = DefaultBSLCommand
 	}
-	if cfg.PythonTimeout <= 0 {
-		cfg.PythonTimeout = DefaultPythonTimeout
-	}
-	if cfg.ToolResultTimeout <= 0 {
-		cfg.ToolResultTimeout = DefaultToolResultTimeout
-	}
-	if cfg.PythonTimeout <= cfg.CellTimeout {
-		cfg.PythonTimeout = cfg.CellTimeout + 10*time.Second
-	}
-	return &Executor{sb: sb, files: files, cfg: cfg, py: &interpreters{by: map[string]*slot{}}}
+	e := &Executor{sb: sb, files: files, cfg: cfg, cells: newInterpreters(), repls: newInterpreters()}
+	e.terms = newTerminals(e)
+	return e
 }
 
-// Execute runs one sub-tool call. It returns an error only when ctx ends.
+// subTools run the code-execution sub-tools; each answers a result of its
+// own type.
+var subTools = map[string]func(*Executor, context.Context, messages.ToolCall) (*messages.ToolResult, error){
+	messages.SubToolBash:          (*Executor).bash,
+	messages.SubToolTextEditor:    (*Executor).editor,
+	messages.SubToolCodeExecution: (*Executor).python,
+}
+
+// sandboxTools run the sandbox_v1 tools; each answers the content of a
+// sandbox_tool_result.
+var sandboxTools = map[string]func(*Executor, context.Context, messages.ToolCall) (any, error){
+	messages.ToolSandboxBash: (*Executor).sandboxBash,
+	messages.ToolReplExecute: (*Executor).repl,
+	messages.ToolExecCommand: (*Executor).execCommand,
+	messages.ToolWriteStdin:  (*Executor).writeStdin,
+	messages.ToolEditFile:    (*Executor).editFile,
+	messages.ToolBSLCheck:    (*Executor).bslCheck,
+}
+
+// Execute runs one call of either family. It returns an error only when
+// ctx ends.
 func (e *Executor) Execute(ctx context.Context, call messages.ToolCall) (*messages.ToolResult, error) {
-	var r *messages.ToolResult
-	switch call.Name {
-	case messages.SubToolBash:
-		r = e.bash(ctx, call)
-	case messages.SubToolTextEditor:
-		r = e.editor(ctx, call)
-	case messages.SubToolCodeExecution:
-		r = e.python(ctx, call)
-	default:
-		r = messages.ErrorResult(call.Name, messages.CodeInvalidToolInput, fmt.Sprintf("Unknown tool %q.", call.Name))
+	var (
+		r   *messages.ToolResult
+		err error
+	)
+	if sub, ok := subTools[call.Name]; ok {
+		r, err = sub(e, ctx, call)
+	} else {
+		r, err = e.sandboxTool(ctx, call)
 	}
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("tools: %s: %w", call.Name, err)
+	if cerr := ctx.Err(); cerr != nil {
+		return nil, fmt.Errorf("tools: %s: %w", call.Name, cerr)
+	}
+	if err != nil {
+		var te *toolError
+		if !errors.As(err, &te) {
+			te = e.sandboxFailure(err, unsupportedMessage(call.Name))
+		}
+		return messages.ErrorResult(call.Name, te.code, te.msg), nil
 	}
 	e.addNote(call.ContainerID, r)
 	return r, nil
 }
 
-// noter gives the one line a container's next tool result starts its
-// stderr with when the container's sandbox started fresh from its files
-// although its earlier life did not end on purpose (app/containers).
-type noter interface {
-	TakeNote(containerID string) string
+// sandboxTool runs a sandbox_v1 call and encodes its result's content.
+func (e *Executor) sandboxTool(ctx context.Context, call messages.ToolCall) (*messages.ToolResult, error) {
+	tool, ok := sandboxTools[call.Name]
+	switch {
+	case !ok:
+		return nil, invalidInput("Unknown tool %q.", call.Name)
+	case e.sb == nil:
+		return nil, refuse(messages.CodeUnavailable, "%s", messages.NotConfiguredMessage)
+	}
+	body, err := tool(e, ctx, call)
+	e.ended.mark(call.ContainerID, time.Now())
+	if err != nil {
+		return nil, err
+	}
+	b, err := json.Marshal(body)
+	if err != nil {
+		return nil, refuse(messages.CodeUnavailable, "The result could not be encoded: %s", err.Error())
+	}
+	return messages.SandboxResult(b), nil
 }
 
-// addNote puts the container's note, if any, at the start of a command's
-// or a cell's stderr; other results leave it for the next.
+// addNote puts the container's note (Sandbox.TakeNote), if any, at the
+// start of a command's or a cell's stderr; other results leave it for the
+// next.
 func (e *Executor) addNote(containerID string, r *messages.ToolResult) {
-	n, ok := e.sb.(noter)
-	if !ok || r == nil || len(r.Pending) > 0 || (r.Type != messages.ResultBash && r.Type != messages.ResultCodeExecution) {
+	if e.sb == nil || len(r.Pending) > 0 || (r.Type != messages.ResultBash && r.Type != messages.ResultCodeExecution) {
 		return
 	}
-	if note := n.TakeNote(containerID); note != "" {
+	if note := e.sb.TakeNote(containerID); note != "" {
 		r.Stderr = note + "\n" + r.Stderr
 	}
 }
 
-// bashInput is the input of bash_code_execution.
-type bashInput struct {
-	Command *string  `json:"command"`
-	Timeout *float64 `json:"timeout"`
-	Restart bool     `json:"restart"`
+// begin is Meter.Begin, or a function that meters nothing without a Meter.
+func (e *Executor) begin(ctx context.Context, containerID string) func(sandbox.Result, error) {
+	if e.cfg.Meter == nil {
+		return func(sandbox.Result, error) {}
+	}
+	return e.cfg.Meter.Begin(ctx, containerID)
 }
 
-func (e *Executor) bash(ctx context.Context, call messages.ToolCall) *messages.ToolResult {
-	fail := func(code, msg string) *messages.ToolResult {
-		return messages.ErrorResult(messages.SubToolBash, code, msg)
+// Messages of a backend that cannot keep a long-lived command.
+const (
+	noSessionsMessage      = "This sandbox backend cannot keep a Python interpreter running."
+	noTerminalSessionsText = "This sandbox backend cannot run terminal sessions."
+)
+
+// unsupportedMessage is what a tool answers when the sandbox's backend
+// cannot start its long-lived command.
+func unsupportedMessage(tool string) string {
+	if tool == messages.ToolExecCommand || tool == messages.ToolWriteStdin {
+		return noTerminalSessionsText
 	}
-	if e.sb == nil {
-		return fail(messages.CodeUnavailable, messages.NotConfiguredMessage)
-	}
-	var in bashInput
-	if err := decodeInput(call.Input, &in); err != nil {
-		return fail(messages.CodeInvalidToolInput, err.Error())
-	}
-	if in.Command == nil && !in.Restart {
-		return fail(messages.CodeInvalidToolInput, "Invalid input: 'command' is required.")
-	}
-	timeout := DefaultTimeout
-	if in.Timeout != nil {
-		secs := *in.Timeout
-		if !(secs > 0) {
-			return fail(messages.CodeInvalidToolInput, "Invalid input: 'timeout' must be a positive number of seconds.")
-		}
-		// In seconds first: a huge value would overflow a Duration (and a
-		// tiny one round to zero), and a timeout <= 0 means none at all.
-		timeout = e.cfg.MaxTimeout
-		if secs < timeout.Seconds() {
-			timeout = max(time.Duration(secs*float64(time.Second)), time.Millisecond)
-		}
-	}
-	if in.Restart {
-		if err := e.sb.Restart(ctx, call.ContainerID); err != nil && !errors.Is(err, sandbox.ErrNotFound) {
-			return fail(messages.CodeUnavailable, "The sandbox could not be restarted: "+messages.Explain(e.cfg.Log, err))
-		}
-		if in.Command == nil || strings.TrimSpace(*in.Command) == "" {
-			return &messages.ToolResult{Type: messages.ResultBash, Stdout: "Sandbox restarted.\n"}
-		}
-	}
-	end := e.begin(ctx, call.ContainerID)
-	res, err := e.sb.Exec(ctx, call.ContainerID, sandbox.Command{
-		Args:      []string{"bash", "-c", *in.Command},
-		Dir:       sandbox.WorkspaceDir,
-		Env:       call.Env,
-		Timeout:   timeout,
-		MaxOutput: e.cfg.MaxOutput,
-		OutputDir: true,
-		Output:    sandbox.OutputTo(call.Output),
-	})
-	// Metered whatever ended it: a command cut short (a stop, a lost
-	// client, a dead sandbox) counts as much as one that finished.
-	end(res, err)
-	if err != nil {
-		if ctx.Err() != nil {
-			return fail(messages.CodeUnavailable, "The request was cancelled.")
-		}
-		if errors.Is(err, sandbox.ErrNoBackend) {
-			return fail(messages.CodeUnavailable, messages.NotConfiguredMessage)
-		}
-		return fail(messages.CodeUnavailable, "The sandbox is unavailable: "+messages.Explain(e.cfg.Log, err))
-	}
-	out := &messages.ToolResult{
-		Type:       messages.ResultBash,
-		Stdout:     messages.CapOutput(res.Stdout, res.StdoutTruncated, e.cfg.MaxOutput),
-		Stderr:     messages.CapOutput(res.Stderr, res.StderrTruncated, e.cfg.MaxOutput),
-		ReturnCode: res.ExitCode,
-		Files:      []messages.OutputFile{},
-	}
-	if res.TimedOut {
-		out.ReturnCode = 124
-		msg := fmt.Sprintf("Command timed out after %ss.", seconds(timeout))
-		// The agent's client already ends stderr with this line; add it only
-		// for backends that do not.
-		if !strings.HasSuffix(out.Stderr, msg) {
-			if out.Stderr != "" && !strings.HasSuffix(out.Stderr, "\n") {
-				out.Stderr += "\n"
-			}
-			out.Stderr += msg
-		}
-	}
-	if res.OOMKilled {
-		if out.Stderr != "" && !strings.HasSuffix(out.Stderr, "\n") {
-			out.Stderr += "\n"
-		}
-		out.Stderr += "The command was killed: the sandbox ran out of memory."
-	}
-	if res.Warning != "" {
-		if out.Stderr != "" && !strings.HasSuffix(out.Stderr, "\n") {
-			out.Stderr += "\n"
-		}
-		out.Stderr += "[threadbox] " + res.Warning
-	}
-	for _, p := range res.OutputFiles {
-		if fi, err := e.files.Stat(ctx, call.ContainerID, p); err == nil && fi.Size > e.cfg.MaxOutputFileBytes {
-			return fail(messages.CodeOutputFileTooLarge, fmt.Sprintf("The output file %s is %d bytes, more than the %d bytes a result may hand back; it stays in the outputs folder.", p, fi.Size, e.cfg.MaxOutputFileBytes))
-		}
-		out.Files = append(out.Files, messages.OutputFile{Type: messages.ResultBashOutput, FileID: file.EncodeID(p)})
-	}
-	return out
+	return noSessionsMessage
 }
 
-// seconds formats a duration as whole seconds when it is one, else with
-// the needed decimals.
-func seconds(d time.Duration) string {
-	if d%time.Second == 0 {
-		return fmt.Sprint(int64(d / time.Second))
+// sandboxFailure explains an error of the sandbox ports without its host
+// details (messages.Explain); unsupported is the tool's message for a
+// backend without long-lived commands.
+func (e *Executor) sandboxFailure(err error, unsupported string) *toolError {
+	switch {
+	case errors.Is(err, sandbox.ErrNoBackend):
+		return &toolError{messages.CodeUnavailable, messages.NotConfiguredMessage}
+	case errors.Is(err, sandbox.ErrUnsupported):
+		return &toolError{messages.CodeUnavailable, unsupported}
 	}
-	return fmt.Sprint(d.Seconds())
-}
-
-// decodeInput decodes a tool input object strictly enough to report bad
-// field types.
-func decodeInput(raw json.RawMessage, v any) error {
-	if len(raw) == 0 {
-		raw = json.RawMessage(`{}`)
-	}
-	if err := json.Unmarshal(raw, v); err != nil {
-		var te *json.UnmarshalTypeError
-		if errors.As(err, &te) && te.Field != "" {
-			return fmt.Errorf("Invalid input: '%s' must be of type %s.", te.Field, jsonType(te.Type.Kind().String()))
-		}
-		return fmt.Errorf("Invalid input: %v.", err)
-	}
-	return nil
-}
-
-func jsonType(kind string) string {
-	switch kind {
-	case "ptr", "string":
-		return "string"
-	case "bool":
-		return "boolean"
-	case "slice", "array":
-		return "array"
-	case "int", "int64", "float64":
-		return "number"
-	}
-	return kind
+	return &toolError{messages.CodeUnavailable, "The sandbox is unavailable: " + messages.Explain(e.cfg.Log, err)}
 }

@@ -68,7 +68,7 @@ type Files interface {
 	Metadata(ctx context.Context, p user.Principal, scopeID, fileID string) (files.File, error)
 }
 
-// SandboxEnv issues a turn's sandbox variables (app/sandboxtools.TurnEnv).
+// SandboxEnv issues a turn's sandbox variables (app/bridge.TurnEnv).
 type SandboxEnv interface {
 	// Begin returns env, which issues the turn's short-lived token at its
 	// first call and returns the variables, and end, which revokes the

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"threadbox/app/sandboxtools"
+	"threadbox/app/bridge"
 	"threadbox/domain/org"
 	"threadbox/infra/blob"
 	"threadbox/infra/sandbox/local"
@@ -97,7 +97,7 @@ type Config struct {
 	OrgEmailDomains org.EmailDomains
 	// SandboxServices are the internal services exposed inside sandboxes
 	// (SANDBOX_ALLOW_SERVICES, name=host:port,...).
-	SandboxServices []sandboxtools.Service
+	SandboxServices []bridge.Service
 	// SandboxAPIPort is the product API's loopback port inside sandboxes.
 	SandboxAPIPort int
 	// Procs is THREADBOX_PROCS: how many threads run the server's Go code
@@ -276,12 +276,12 @@ func loadConfig(getenv func(string) string) (Config, error) {
 			return Config{}, &configError{"SANDBOX_BACKEND", fmt.Sprintf("unknown backend %q (docker, gvisor, local, kubernetes, e2b, firecracker)", b)}
 		}
 	}
-	svcs, serr := sandboxtools.ParseServices(env("SANDBOX_ALLOW_SERVICES", ""))
+	svcs, serr := bridge.ParseServices(env("SANDBOX_ALLOW_SERVICES", ""))
 	if serr != nil {
 		return Config{}, &configError{"SANDBOX_ALLOW_SERVICES", serr.Error()}
 	}
 	c.SandboxServices = svcs
-	port, perr := strconv.Atoi(env("SANDBOX_API_PORT", strconv.Itoa(sandboxtools.DefaultAPIPort)))
+	port, perr := strconv.Atoi(env("SANDBOX_API_PORT", strconv.Itoa(bridge.DefaultAPIPort)))
 	if perr != nil || port < 1 || port+len(svcs) > 65535 {
 		return Config{}, &configError{"SANDBOX_API_PORT", "must be a port number, with room after it for each allowed service"}
 	}

@@ -41,18 +41,18 @@ func openAIBaseURL(raw string) string {
 }
 
 // newMessages builds the Messages API tool loop: the configured model and
-// the code-execution sub-tools running in the containers' sandboxes, with
-// host-side file access through the file jail.
+// the tool kit running both tool families (the code-execution sub-tools
+// and the sandbox_v1 tools) in the containers' sandboxes, with host-side
+// file access through the file jail.
 func newMessages(cfg Config, sys *system, fs containerFiles, log *slog.Logger) *messages.Service {
-	code := tools.New(sys.containers, fs, tools.Config{MaxOutput: int(cfg.ToolMaxOutput), MaxOutputFileBytes: cfg.MaxArtifactBytes, Log: log.With("component", "tools"), Meter: sys.usage, CellTimeout: cfg.PythonCellTimeout, ToolResultTimeout: cfg.PythonToolResultTimeout})
+	kit := sys.metrics.Tools(tools.New(sys.containers, fs, tools.Config{MaxOutput: int(cfg.ToolMaxOutput), MaxOutputFileBytes: cfg.MaxArtifactBytes, Log: log.With("component", "tools"), Meter: sys.usage, CellTimeout: cfg.PythonCellTimeout, ToolResultTimeout: cfg.PythonToolResultTimeout}))
 	urls := webfetch.New(webfetch.Config{MaxBytes: cfg.URLFetchMaxBytes, Allow: cfg.URLFetchAllow})
 	provider := cfg.ModelProvider
 	if provider == "" {
 		provider = "runner"
 	}
 	model := sys.metrics.Model(newModel(cfg), provider)
-	executors := messages.Tools{CodeExecution: sys.metrics.Tools(code), Sandbox: sys.metrics.Tools(sys.sandbox.exec)}
-	return messages.New(model, executors, messages.Config{
+	return messages.New(model, messages.Tools{CodeExecution: kit, Sandbox: kit}, messages.Config{
 		MaxToolIterations: cfg.MaxToolIters,
 		TurnTimeout:       cfg.TurnTimeout,
 		AllowedToolTypes:  cfg.AllowToolTypes,

@@ -176,7 +176,7 @@ func wire(ctx context.Context, cfg Config, log *slog.Logger) (*system, error) {
 	// dies is metered by a sweep of another (or the next) server once its
 	// server is not seen for a lease's time to live.
 	sys.usage.TrackRuns(st, sys.leases.Holder(), cfg.SweepInterval, cfg.LeaseTTL)
-	sys.sandbox = newSandboxWiring(cfg, sys.containers, sys.auth, fs, sys.usage, log)
+	sys.sandbox = newSandboxWiring(cfg, sys.containers, sys.auth, log)
 	sys.messages = newMessages(cfg, sys, fs, log)
 	sys.skills = skills.New(st, newSkillFiles(skillfs.New(filepath.Join(cfg.DataDir, "skills"), func(id string) string { return layout.Dirs(id).Skills }), pods, layout), skill.Limits{}, st)
 	sys.skills.SetArchives(newSkillArchives(cfg, sys.blobs))

@@ -51,8 +51,7 @@ type Life interface {
 // infra/fsroot's. A stopped sandbox (an idle stop deletes the pod, the
 // claim stays) is booted through Life first, so an upload to an idle
 // thread lands on the claim and is there when code runs. It implements
-// app/files.Store and the file ports of app/workspace, app/tools and
-// app/sandboxtools.
+// app/files.Store and the file ports of app/workspace and app/tools.
 type Files struct {
 	b    *Backend
 	life Life

@@ -1,4 +1,4 @@
-package sandboxtools
+package tools
 
 import (
 	"fmt"
@@ -32,7 +32,7 @@ const maxNearBytes = 2 << 20
 // rather than take the host's CPU for minutes.
 const nearWork = 200_000_000
 
-// Match is where edit_file replaces: text[Start:End].
+// Match is where the editor replaces: text[Start:End].
 type Match struct {
 	Start, End int
 	Kind       MatchKind
@@ -70,11 +70,10 @@ func FindMatch(text, old string, threshold float64) (Match, error) {
 	if old == "" {
 		return Match{}, &MatchError{}
 	}
-	if n := strings.Count(text, old); n == 1 {
-		i := strings.Index(text, old)
-		return Match{Start: i, End: i + len(old), Kind: MatchExact, Similarity: 1}, nil
-	} else if n > 1 {
-		return Match{}, &MatchError{Ambiguous: true, Count: n, Kind: MatchExact}
+	if m, err := exactMatch(text, old); err == nil {
+		return m, nil
+	} else if err.Ambiguous {
+		return Match{}, err
 	}
 	if m, n := whitespaceMatch(text, old); n == 1 {
 		return m, nil
@@ -82,6 +81,19 @@ func FindMatch(text, old string, threshold float64) (Match, error) {
 		return Match{}, &MatchError{Ambiguous: true, Count: n, Kind: MatchWhitespace}
 	}
 	return nearMatch(text, old, threshold)
+}
+
+// exactMatch finds the one place where old stands in text as it is.
+func exactMatch(text, old string) (Match, *MatchError) {
+	switch n := strings.Count(text, old); n {
+	case 0:
+		return Match{}, &MatchError{}
+	case 1:
+		i := strings.Index(text, old)
+		return Match{Start: i, End: i + len(old), Kind: MatchExact, Similarity: 1}, nil
+	default:
+		return Match{}, &MatchError{Ambiguous: true, Count: n, Kind: MatchExact}
+	}
 }
 
 // squeeze removes every whitespace rune from s and returns, for each byte

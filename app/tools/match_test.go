@@ -1,4 +1,4 @@
-package sandboxtools
+package tools
 
 import (
 	"errors"

@@ -1,4 +1,4 @@
-package sandboxtools
+package bridge
 
 import (
 	"bufio"
@@ -16,6 +16,20 @@ import (
 	"threadbox/domain/sandbox"
 	"threadbox/domain/user"
 )
+
+// fakeBackend listens on the host's loopback for the sandbox, as a
+// backend that forwards connections does.
+type fakeBackend struct {
+	mu       sync.Mutex
+	listened []string
+}
+
+func (b *fakeBackend) Listen(_ context.Context, _ string, addr string) (net.Listener, error) {
+	b.mu.Lock()
+	b.listened = append(b.listened, addr)
+	b.mu.Unlock()
+	return net.Listen("tcp", "127.0.0.1:0")
+}
 
 func TestParseServices(t *testing.T) {
 	tests := []struct {
@@ -46,7 +60,7 @@ func TestParseServices(t *testing.T) {
 }
 
 func TestBridgeEnv(t *testing.T) {
-	b := NewBridge(&fakeBackend{}, nil, BridgeConfig{APIPort: 5000, Services: []Service{{"search-db", "h:1"}, {"cache", "h:2"}}})
+	b := New(&fakeBackend{}, nil, Config{APIPort: 5000, Services: []Service{{"search-db", "h:1"}, {"cache", "h:2"}}})
 	got := b.Env("tok", "claude")
 	want := []string{
 		"ANTHROPIC_BASE_URL=http://127.0.0.1:5000/api/gpt", "ANTHROPIC_AUTH_TOKEN=tok", "ANTHROPIC_MODEL=claude",
@@ -114,7 +128,7 @@ func TestBridgeServesAndForwards(t *testing.T) {
 		_, _ = io.WriteString(c, containerID+":"+line)
 		served <- containerID
 	}
-	b := NewBridge(rb, serve, BridgeConfig{APIPort: 47800, Services: []Service{{"upper", svc.Addr().String()}}})
+	b := New(rb, serve, Config{APIPort: 47800, Services: []Service{{"upper", svc.Addr().String()}}})
 	ctx := context.Background()
 	if err := b.Boot(ctx, "c1"); err != nil {
 		t.Fatal(err)
@@ -157,11 +171,11 @@ func (f *failingBackend) Listen(ctx context.Context, id, addr string) (net.Liste
 }
 
 func TestBridgeBootWithoutForwarding(t *testing.T) {
-	if err := NewBridge(&plainBackend{}, nil, BridgeConfig{}).Boot(context.Background(), "c1"); err != nil {
+	if err := New(&plainBackend{}, nil, Config{}).Boot(context.Background(), "c1"); err != nil {
 		t.Fatalf("a backend that cannot forward: %v, want no error (and no listener)", err)
 	}
 	fb := &failingBackend{recordingBackend{fakeBackend: &fakeBackend{}}}
-	err := NewBridge(fb, nil, BridgeConfig{Services: []Service{{"x", "h:1"}}}).Boot(context.Background(), "c1")
+	err := New(fb, nil, Config{Services: []Service{{"x", "h:1"}}}).Boot(context.Background(), "c1")
 	if err == nil || !strings.Contains(err.Error(), "no room") {
 		t.Fatalf("failed listen: %v", err)
 	}
@@ -200,7 +214,7 @@ func (f *fakeTokens) Revoke(_ context.Context, id string) error {
 
 func TestTurnEnv(t *testing.T) {
 	tokens := &fakeTokens{}
-	te := NewTurnEnv(tokens, NewBridge(&fakeBackend{}, nil, BridgeConfig{}), 0)
+	te := NewTurnEnv(tokens, New(&fakeBackend{}, nil, Config{}), 0)
 	ctx := context.Background()
 
 	// A turn that runs no command issues no token and revokes nothing.
@@ -256,7 +270,7 @@ func TestBridgeConnectionLimit(t *testing.T) {
 		_, _ = io.WriteString(c, "served\n")
 		<-release
 	}
-	b := NewBridge(rb, serve, BridgeConfig{APIPort: 47800, MaxConns: 3})
+	b := New(rb, serve, Config{APIPort: 47800, MaxConns: 3})
 	if err := b.Boot(context.Background(), "c1"); err != nil {
 		t.Fatal(err)
 	}

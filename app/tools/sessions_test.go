@@ -1,23 +1,22 @@
-package sandboxtools
+package tools
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
-	"net"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"threadbox/app/messages"
-	"threadbox/domain/file"
 	"threadbox/domain/sandbox"
 )
 
-// fakeSandbox is the Sandbox port over a fakeBackend; Exec answers with
-// execFn.
-type fakeSandbox struct {
+// sessionSandbox is the Sandbox port over a fakeBackend, whose sessions
+// the test drives; Exec answers with execFn.
+type sessionSandbox struct {
+	lifeless
 	backend *fakeBackend
 	execFn  func(cmd sandbox.Command) (sandbox.Result, error)
 
@@ -25,7 +24,7 @@ type fakeSandbox struct {
 	execs []sandbox.Command
 }
 
-func (f *fakeSandbox) Exec(_ context.Context, _ string, cmd sandbox.Command) (sandbox.Result, error) {
+func (f *sessionSandbox) Exec(_ context.Context, _ string, cmd sandbox.Command) (sandbox.Result, error) {
 	f.mu.Lock()
 	f.execs = append(f.execs, cmd)
 	f.mu.Unlock()
@@ -35,24 +34,21 @@ func (f *fakeSandbox) Exec(_ context.Context, _ string, cmd sandbox.Command) (sa
 	return f.execFn(cmd)
 }
 
-func (f *fakeSandbox) Start(ctx context.Context, id string, cmd sandbox.Command, tty *sandbox.TTY) (sandbox.Session, error) {
+func (f *sessionSandbox) Start(ctx context.Context, id string, cmd sandbox.Command, tty *sandbox.TTY) (sandbox.Session, error) {
 	return f.backend.Start(ctx, id, cmd, tty)
 }
 
-// fakeBackend starts fakeSessions and listens on the host's loopback.
-type fakeBackend struct {
-	sandbox.Backend // only Name is called
+func (f *sessionSandbox) Restart(context.Context, string) error { return nil }
 
+// fakeBackend starts fakeSessions.
+type fakeBackend struct {
 	onStart func(s *fakeSession) // runs before Start returns
 	onWrite func(s *fakeSession, b []byte)
 
-	mu       sync.Mutex
-	started  []*fakeSession
-	listened []string
-	nextPID  int
+	mu      sync.Mutex
+	started []*fakeSession
+	nextPID int
 }
-
-func (b *fakeBackend) Name() string { return "fake" }
 
 func (b *fakeBackend) Start(_ context.Context, _ string, cmd sandbox.Command, tty *sandbox.TTY) (sandbox.Session, error) {
 	b.mu.Lock()
@@ -64,13 +60,6 @@ func (b *fakeBackend) Start(_ context.Context, _ string, cmd sandbox.Command, tt
 		b.onStart(s)
 	}
 	return s, nil
-}
-
-func (b *fakeBackend) Listen(_ context.Context, _ string, addr string) (net.Listener, error) {
-	b.mu.Lock()
-	b.listened = append(b.listened, addr)
-	b.mu.Unlock()
-	return net.Listen("tcp", "127.0.0.1:0")
 }
 
 // fakeSession is a command the test drives: emit writes output, end ends it.
@@ -126,34 +115,9 @@ func (s *fakeSession) end(code int, err error) {
 	})
 }
 
-// fakeFiles is the Files port over a map of sandbox paths.
-type fakeFiles struct {
-	mu    sync.Mutex
-	files map[string]string
-}
-
-func (f *fakeFiles) ReadFile(_ context.Context, _, p string, limit int64) ([]byte, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	s, ok := f.files[p]
-	if !ok {
-		return nil, file.ErrNotFound
-	}
-	if int64(len(s)) > limit {
-		return nil, file.ErrTooLarge
-	}
-	return []byte(s), nil
-}
-
-func (f *fakeFiles) WriteFile(_ context.Context, _, p string, data []byte) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.files[p] = string(data)
-	return nil
-}
-
-// run executes one call and returns its content object (or error fields).
-func run(t *testing.T, e *Executor, name string, input any) map[string]any {
+// runSandbox executes one sandbox_v1 call and returns its content object
+// (or error fields).
+func runSandbox(t *testing.T, e *Executor, name string, input any) map[string]any {
 	t.Helper()
 	b, _ := json.Marshal(input)
 	r, err := e.Execute(context.Background(), messages.ToolCall{ID: "srvtoolu_x", Name: name, Input: b, ContainerID: "c1", Env: []string{"ANTHROPIC_MODEL=m"}})

@@ -1,4 +1,4 @@
-package sandboxtools
+package tools
 
 import (
 	"encoding/json"
@@ -8,12 +8,12 @@ import (
 	"threadbox/app/messages"
 )
 
-// replAnswer answers a driver request the way repl_driver.py does.
-func replAnswer(s *fakeSession, req []byte, stdout string, value any) {
+// replAnswer answers a driver request the way python_driver.py answers a
+// repl_execute call.
+func replAnswer(s *fakeSession, req []byte, stdout string, value *string) {
 	var r struct{ ID string }
 	_ = json.Unmarshal(req, &r)
-	b, _ := json.Marshal(map[string]any{"id": r.ID, "stdout": stdout, "stderr": "", "value": value, "error": nil, "final": nil})
-	s.emit("\x00TBREPL " + string(b) + "\n")
+	s.emit(answerLines(pythonAnswer{ID: r.ID, Stdout: stdout, Value: value}, 3800))
 }
 
 func TestReplHostSide(t *testing.T) {
@@ -39,31 +39,32 @@ func TestReplHostSide(t *testing.T) {
 			s.emit("from a child\n")
 			replAnswer(s, p, "from print\n", nil)
 		default:
-			replAnswer(s, p, "", "'"+req.Code+"'")
+			v := "'" + req.Code + "'"
+			replAnswer(s, p, "", &v)
 		}
 	}
-	e := New(&fakeSandbox{backend: b}, nil, Config{})
-	out := run(t, e, messages.ToolReplExecute, map[string]any{"code": "a"})
+	e := New(&sessionSandbox{backend: b}, nil, Config{})
+	out := runSandbox(t, e, messages.ToolReplExecute, map[string]any{"code": "a"})
 	if out["type"] != "repl_execute_result" || out["value"] != "'a'" || out["restarted"] != true {
 		t.Fatalf("first call %v", out)
 	}
-	if args := b.started[0].cmd.Args; len(args) != 4 || args[0] != "python3" || args[3] != replDriver {
+	if args := b.started[0].cmd.Args; len(args) != 4 || args[0] != "python3" || args[3] != pythonDriver {
 		t.Fatalf("driver command %q", args[:3])
 	}
-	if out = run(t, e, messages.ToolReplExecute, map[string]any{"code": "chatty"}); out["stdout"] != "from a child\nfrom print\n" || out["restarted"] != false {
+	if out = runSandbox(t, e, messages.ToolReplExecute, map[string]any{"code": "chatty"}); out["stdout"] != "from a child\nfrom print\n" || out["restarted"] != false {
 		t.Fatalf("second call %v", out)
 	}
 	if len(b.started) != 1 || envs[1]["ANTHROPIC_MODEL"] != "m" {
 		t.Fatalf("%d REPLs started; env %v", len(b.started), envs)
 	}
-	code, expl := errorCode(run(t, e, messages.ToolReplExecute, map[string]any{"code": "crash"}))
+	code, expl := errorCode(runSandbox(t, e, messages.ToolReplExecute, map[string]any{"code": "crash"}))
 	if code != messages.CodeUnavailable || !strings.Contains(expl, "state is lost") || !strings.Contains(expl, "partial output") {
 		t.Fatalf("crash: %s %q", code, expl)
 	}
-	if out = run(t, e, messages.ToolReplExecute, map[string]any{"code": "b"}); out["restarted"] != true || len(b.started) != 2 {
+	if out = runSandbox(t, e, messages.ToolReplExecute, map[string]any{"code": "b"}); out["restarted"] != true || len(b.started) != 2 {
 		t.Fatalf("after the crash %v (%d REPLs)", out, len(b.started))
 	}
-	code, _ = errorCode(run(t, e, messages.ToolReplExecute, map[string]any{"code": "hang", "timeout_seconds": 1}))
+	code, _ = errorCode(runSandbox(t, e, messages.ToolReplExecute, map[string]any{"code": "hang", "timeout_seconds": 1}))
 	if code != messages.CodeExecutionTimeExceeded {
 		t.Fatalf("hang: %s", code)
 	}
@@ -75,7 +76,7 @@ func TestReplHostSide(t *testing.T) {
 			return false
 		}
 	})
-	if out = run(t, e, messages.ToolReplExecute, map[string]any{"code": "c", "restart": true}); out["restarted"] != true || len(b.started) != 3 {
+	if out = runSandbox(t, e, messages.ToolReplExecute, map[string]any{"code": "c", "restart": true}); out["restarted"] != true || len(b.started) != 3 {
 		t.Fatalf("restart %v", out)
 	}
 }

@@ -9,32 +9,29 @@ import (
 	"time"
 
 	"threadbox/app/auth"
+	"threadbox/app/bridge"
 	"threadbox/app/containers"
-	"threadbox/app/sandboxtools"
 	"threadbox/domain/user"
 )
 
-// sandboxWiring is the sandbox_v1 tools' part of the system: the bridge
-// that serves the product's API inside sandboxes, the per-turn env and
-// the executor.
+// sandboxWiring is the way from inside sandboxes back to the product: the
+// bridge that serves the product's API inside them and the per-turn env.
 type sandboxWiring struct {
-	bridge *sandboxtools.Bridge
-	env    *sandboxtools.TurnEnv
-	exec   *sandboxtools.Executor
+	bridge *bridge.Bridge
+	env    *bridge.TurnEnv
 
 	mu    sync.Mutex
 	serve func(net.Conn, string) // web.Server.ServeSandboxConn, once the server exists
 }
 
-// newSandboxWiring builds the bridge and executor over the containers.
-func newSandboxWiring(cfg Config, ctrs *containers.Service, a *auth.Service, fs containerFiles, meter sandboxtools.Meter, log *slog.Logger) *sandboxWiring {
+// newSandboxWiring builds the bridge over the containers.
+func newSandboxWiring(cfg Config, ctrs *containers.Service, a *auth.Service, log *slog.Logger) *sandboxWiring {
 	w := &sandboxWiring{}
-	w.bridge = sandboxtools.NewBridge(ctrs, w.serveConn, sandboxtools.BridgeConfig{
+	w.bridge = bridge.New(ctrs, w.serveConn, bridge.Config{
 		APIPort: cfg.SandboxAPIPort, Services: cfg.SandboxServices, Logger: log.With("component", "bridge"),
 	})
 	ctrs.OnBoot(w.bridge.Boot)
-	w.env = sandboxtools.NewTurnEnv(authTokens{a}, w.bridge, 0)
-	w.exec = sandboxtools.New(ctrs, fs, sandboxtools.Config{MaxOutput: int(cfg.ToolMaxOutput), Log: log.With("component", "sandboxtools"), Meter: meter})
+	w.env = bridge.NewTurnEnv(authTokens{a}, w.bridge, 0)
 	return w
 }
 
@@ -56,7 +53,7 @@ func (w *sandboxWiring) serveConn(c net.Conn, containerID string) {
 	f(c, containerID)
 }
 
-// authTokens adapts app/auth to sandboxtools.Tokens.
+// authTokens adapts app/auth to bridge.Tokens.
 type authTokens struct{ a *auth.Service }
 
 func (t authTokens) IssueSandboxToken(ctx context.Context, p user.Principal, containerID string, ttl time.Duration) (string, string, error) {

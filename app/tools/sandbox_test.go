@@ -1,7 +1,6 @@
-package sandboxtools
+package tools
 
 import (
-	"context"
 	"errors"
 	"strconv"
 	"strings"
@@ -15,7 +14,7 @@ import (
 
 func newTerminalExecutor(cfg Config) (*Executor, *fakeBackend) {
 	b := &fakeBackend{}
-	return New(&fakeSandbox{backend: b}, nil, cfg), b
+	return New(&sessionSandbox{backend: b}, nil, cfg), b
 }
 
 func TestExecCommand(t *testing.T) {
@@ -29,7 +28,7 @@ func TestExecCommand(t *testing.T) {
 			s.emit(">>> ")
 		}
 	}
-	out := run(t, e, messages.ToolExecCommand, map[string]any{"command": "quick", "rows": 30, "cols": 120})
+	out := runSandbox(t, e, messages.ToolExecCommand, map[string]any{"command": "quick", "rows": 30, "cols": 120})
 	if out["type"] != "exec_command_result" || out["stdout"] != "hi\r\n" || out["exit_code"] != 3.0 || out["alive"] != false || out["status"] != "exited" || out["session_id"] != nil {
 		t.Fatalf("quick: %v", out)
 	}
@@ -39,7 +38,7 @@ func TestExecCommand(t *testing.T) {
 	if env := b.started[0].cmd.Env; len(env) != 1 || env[0] != "ANTHROPIC_MODEL=m" {
 		t.Fatalf("env %v", env)
 	}
-	out = run(t, e, messages.ToolExecCommand, map[string]any{"command": "long", "grace_seconds": 0.05})
+	out = runSandbox(t, e, messages.ToolExecCommand, map[string]any{"command": "long", "grace_seconds": 0.05})
 	sid, _ := out["session_id"].(string)
 	if !strings.HasPrefix(sid, "sess_") || out["alive"] != true || out["status"] != "running" || out["exit_code"] != nil || out["pid"] != 102.0 || out["cursor"] != 4.0 || out["stdout"] != ">>> " {
 		t.Fatalf("long: %v", out)
@@ -54,7 +53,7 @@ func TestExecCommand(t *testing.T) {
 		{"command": "x", "grace_seconds": -1},
 		{"command": 5},
 	} {
-		if code, _ := errorCode(run(t, e, messages.ToolExecCommand, in)); code != messages.CodeInvalidToolInput {
+		if code, _ := errorCode(runSandbox(t, e, messages.ToolExecCommand, in)); code != messages.CodeInvalidToolInput {
 			t.Errorf("input %v accepted", in)
 		}
 	}
@@ -71,36 +70,36 @@ func TestWriteStdinCursors(t *testing.T) {
 		}
 		s.emit("got " + string(p))
 	}
-	out := run(t, e, messages.ToolExecCommand, map[string]any{"command": "sh", "grace_seconds": 0})
+	out := runSandbox(t, e, messages.ToolExecCommand, map[string]any{"command": "sh", "grace_seconds": 0})
 	sid := out["session_id"].(string)
 	c1 := out["cursor"].(float64)
-	out = run(t, e, messages.ToolWriteStdin, map[string]any{"session_id": sid, "input": "a\n", "since": c1, "wait_seconds": 2})
+	out = runSandbox(t, e, messages.ToolWriteStdin, map[string]any{"session_id": sid, "input": "a\n", "since": c1, "wait_seconds": 2})
 	if out["stdout"] != "got a\n" || out["cursor"] != c1+6 || out["alive"] != true {
 		t.Fatalf("first write: %v", out)
 	}
 	c2 := out["cursor"].(float64)
-	out = run(t, e, messages.ToolWriteStdin, map[string]any{"session_id": sid, "input": "b\n", "since": c2, "wait_seconds": 2})
+	out = runSandbox(t, e, messages.ToolWriteStdin, map[string]any{"session_id": sid, "input": "b\n", "since": c2, "wait_seconds": 2})
 	if out["stdout"] != "got b\n" {
 		t.Fatalf("second write shows only the new output: %v", out)
 	}
 	// Without since, a read continues from the latest cursor: nothing new.
-	if out = run(t, e, messages.ToolWriteStdin, map[string]any{"session_id": sid, "input": "", "wait_seconds": 0}); out["stdout"] != "" {
+	if out = runSandbox(t, e, messages.ToolWriteStdin, map[string]any{"session_id": sid, "input": "", "wait_seconds": 0}); out["stdout"] != "" {
 		t.Fatalf("read without since: %v", out)
 	}
 	// An older cursor reads again from there.
-	if out = run(t, e, messages.ToolWriteStdin, map[string]any{"session_id": sid, "input": "", "since": 0, "wait_seconds": 0}); out["stdout"] != "$ got a\ngot b\n" {
+	if out = runSandbox(t, e, messages.ToolWriteStdin, map[string]any{"session_id": sid, "input": "", "since": 0, "wait_seconds": 0}); out["stdout"] != "$ got a\ngot b\n" {
 		t.Fatalf("re-read: %v", out)
 	}
-	out = run(t, e, messages.ToolWriteStdin, map[string]any{"session_id": sid, "input": "exit\n", "wait_seconds": 2})
+	out = runSandbox(t, e, messages.ToolWriteStdin, map[string]any{"session_id": sid, "input": "exit\n", "wait_seconds": 2})
 	if out["alive"] != false || out["exit_code"] != 0.0 || out["status"] != "exited" || out["stdout"] != "bye\r\n" {
 		t.Fatalf("exit: %v", out)
 	}
 	// The ended session is forgotten once its last output was read.
-	if code, expl := errorCode(run(t, e, messages.ToolWriteStdin, map[string]any{"session_id": sid, "input": "x"})); code != messages.CodeInvalidToolInput || !strings.Contains(expl, sid) {
+	if code, expl := errorCode(runSandbox(t, e, messages.ToolWriteStdin, map[string]any{"session_id": sid, "input": "x"})); code != messages.CodeInvalidToolInput || !strings.Contains(expl, sid) {
 		t.Fatalf("write after the end: %s %q", code, expl)
 	}
 	for _, in := range []map[string]any{{"input": "x"}, {"session_id": sid}, {"session_id": "sess_nope", "input": ""}, {"session_id": sid, "input": "", "since": -1}} {
-		if code, _ := errorCode(run(t, e, messages.ToolWriteStdin, in)); code != messages.CodeInvalidToolInput {
+		if code, _ := errorCode(runSandbox(t, e, messages.ToolWriteStdin, in)); code != messages.CodeInvalidToolInput {
 			t.Errorf("input %v accepted", in)
 		}
 	}
@@ -108,21 +107,21 @@ func TestWriteStdinCursors(t *testing.T) {
 
 func TestSessionBufferBound(t *testing.T) {
 	e, b := newTerminalExecutor(Config{SessionBuffer: 1000})
-	out := run(t, e, messages.ToolExecCommand, map[string]any{"command": "yes", "grace_seconds": 0})
+	out := runSandbox(t, e, messages.ToolExecCommand, map[string]any{"command": "yes", "grace_seconds": 0})
 	sid := out["session_id"].(string)
 	s := b.started[0]
 	chunk := strings.Repeat("0123456789", 70) // 700 bytes
 	for range 50 {
 		s.emit(chunk)
 	}
-	out = run(t, e, messages.ToolWriteStdin, map[string]any{"session_id": sid, "input": "", "since": 0, "wait_seconds": 0})
+	out = runSandbox(t, e, messages.ToolWriteStdin, map[string]any{"session_id": sid, "input": "", "since": 0, "wait_seconds": 0})
 	got := out["stdout"].(string)
 	if len(got) != 1000 || out["cursor"] != 35000.0 || out["dropped_bytes"] != 34000.0 || !strings.HasSuffix(chunk, got[len(got)-700:]) {
 		t.Fatalf("kept %d bytes, cursor %v, dropped %v", len(got), out["cursor"], out["dropped_bytes"])
 	}
 	// One chunk larger than the whole buffer keeps its tail.
 	s.emit(strings.Repeat("x", 5000) + "END")
-	out = run(t, e, messages.ToolWriteStdin, map[string]any{"session_id": sid, "input": "", "since": 35000, "wait_seconds": 0})
+	out = runSandbox(t, e, messages.ToolWriteStdin, map[string]any{"session_id": sid, "input": "", "since": 35000, "wait_seconds": 0})
 	if got := out["stdout"].(string); len(got) != 1000 || !strings.HasSuffix(got, "END") || out["dropped_bytes"] != 4003.0 {
 		t.Fatalf("after a large chunk: %d bytes, dropped %v", len(got), out["dropped_bytes"])
 	}
@@ -131,7 +130,7 @@ func TestSessionBufferBound(t *testing.T) {
 func TestSessionLimitAndLoss(t *testing.T) {
 	e, b := newTerminalExecutor(Config{MaxSessions: 2})
 	start := func() map[string]any {
-		return run(t, e, messages.ToolExecCommand, map[string]any{"command": "sleep", "grace_seconds": 0})
+		return runSandbox(t, e, messages.ToolExecCommand, map[string]any{"command": "sleep", "grace_seconds": 0})
 	}
 	first, second := start(), start()
 	if first["session_id"] == nil || second["session_id"] == nil {
@@ -143,7 +142,7 @@ func TestSessionLimitAndLoss(t *testing.T) {
 	// The sandbox went away under the first: it ends as lost and frees a place.
 	b.started[0].end(0, errLost)
 	eventually(t, func() bool {
-		out := run(t, e, messages.ToolWriteStdin, map[string]any{"session_id": first["session_id"], "input": "", "wait_seconds": 0})
+		out := runSandbox(t, e, messages.ToolWriteStdin, map[string]any{"session_id": first["session_id"], "input": "", "wait_seconds": 0})
 		return out["status"] == "lost" && out["alive"] == false && out["exit_code"] == nil
 	})
 	if third := start(); third["session_id"] == nil {
@@ -157,7 +156,7 @@ func TestEditFileTool(t *testing.T) {
 		"/home/agent/workspace/a.txt":  src,
 		"/mnt/user-data/uploads/u.txt": "upload",
 	}}
-	e := New(&fakeSandbox{backend: &fakeBackend{}}, files, Config{})
+	e := New(&sessionSandbox{backend: &fakeBackend{}}, files, Config{})
 	tests := []struct {
 		name     string
 		input    map[string]any
@@ -179,7 +178,7 @@ func TestEditFileTool(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			files.files["/home/agent/workspace/a.txt"] = src
-			out := run(t, e, messages.ToolEditFile, tc.input)
+			out := runSandbox(t, e, messages.ToolEditFile, tc.input)
 			if tc.code != "" {
 				code, expl := errorCode(out)
 				if code != tc.code || !strings.Contains(expl, tc.explains) {
@@ -202,7 +201,7 @@ func TestEditFileTool(t *testing.T) {
 
 func TestSandboxBashInput(t *testing.T) {
 	var seen []sandbox.Command
-	sb := &fakeSandbox{backend: &fakeBackend{}, execFn: func(cmd sandbox.Command) (sandbox.Result, error) {
+	sb := &sessionSandbox{backend: &fakeBackend{}, execFn: func(cmd sandbox.Command) (sandbox.Result, error) {
 		seen = append(seen, cmd)
 		if strings.Contains(cmd.Args[2], "find") {
 			return sandbox.Result{Stdout: []byte("5\t/home/agent/workspace/b.txt\n3\t/home/agent/workspace/a.txt\n")}, nil
@@ -210,7 +209,7 @@ func TestSandboxBashInput(t *testing.T) {
 		return sandbox.Result{ExitCode: 124, TimedOut: true, Stdout: []byte("x"), Stderr: []byte("Command timed out after 5s.")}, nil
 	}}
 	e := New(sb, nil, Config{})
-	out := run(t, e, messages.ToolSandboxBash, map[string]any{"command": "sleep 9", "timeout_seconds": 5, "cwd": "sub", "description": "wait"})
+	out := runSandbox(t, e, messages.ToolSandboxBash, map[string]any{"command": "sleep 9", "timeout_seconds": 5, "cwd": "sub", "description": "wait"})
 	if out["exit_code"] != 124.0 || out["stderr"] != "Command timed out after 5s." || out["file_count"] != 2.0 || out["description"] != "wait" {
 		t.Fatalf("result %v", out)
 	}
@@ -222,7 +221,7 @@ func TestSandboxBashInput(t *testing.T) {
 		t.Fatalf("command %+v", c)
 	}
 	for _, in := range []map[string]any{{"command": "x", "timeout_seconds": 0}, {"command": "x", "timeout_seconds": 3601}, {"command": "x", "timeout_seconds": 1.5}, {"command": " "}} {
-		if code, _ := errorCode(run(t, e, messages.ToolSandboxBash, in)); code != messages.CodeInvalidToolInput {
+		if code, _ := errorCode(runSandbox(t, e, messages.ToolSandboxBash, in)); code != messages.CodeInvalidToolInput {
 			t.Errorf("input %v accepted", in)
 		}
 	}
@@ -230,49 +229,25 @@ func TestSandboxBashInput(t *testing.T) {
 
 func TestBSLCheckUnavailableAndDiagnostics(t *testing.T) {
 	exit := 127
-	sb := &fakeSandbox{backend: &fakeBackend{}, execFn: func(cmd sandbox.Command) (sandbox.Result, error) {
+	sb := &sessionSandbox{backend: &fakeBackend{}, execFn: func(cmd sandbox.Command) (sandbox.Result, error) {
 		if exit == 127 {
 			return sandbox.Result{ExitCode: 127}, nil
 		}
 		return sandbox.Result{Stdout: []byte(`{"date":"x","fileinfos":[{"path":"file:///w/M.bsl","diagnostics":[{"range":{"start":{"line":1}},"severity":"Warning","code":"LineLength","message":"too long"}]}]}`)}, nil
 	}}
 	e := New(sb, nil, Config{})
-	code, expl := errorCode(run(t, e, messages.ToolBSLCheck, map[string]any{"path": "M.bsl"}))
+	code, expl := errorCode(runSandbox(t, e, messages.ToolBSLCheck, map[string]any{"path": "M.bsl"}))
 	if code != messages.CodeUnavailable || expl != BSLUnavailable {
 		t.Fatalf("%s %q", code, expl)
 	}
 	exit = 0
-	out := run(t, e, messages.ToolBSLCheck, map[string]any{"path": "M.bsl"})
+	out := runSandbox(t, e, messages.ToolBSLCheck, map[string]any{"path": "M.bsl"})
 	diags, _ := out["diagnostics"].([]any)
 	if out["type"] != "bsl_check_result" || out["count"] != 1.0 || len(diags) != 1 || diags[0].(map[string]any)["code"] != "LineLength" || out["path"] != "/home/agent/workspace/M.bsl" {
 		t.Fatalf("result %v", out)
 	}
-	if code, _ := errorCode(run(t, e, messages.ToolBSLCheck, map[string]any{"path": "notes.txt"})); code != messages.CodeInvalidToolInput {
+	if code, _ := errorCode(runSandbox(t, e, messages.ToolBSLCheck, map[string]any{"path": "notes.txt"})); code != messages.CodeInvalidToolInput {
 		t.Fatal("a .txt file was analysed")
-	}
-}
-
-// fakeMeter records the commands begun and how each ended; it counts
-// them as app/usage does: every ending but one marked
-// sandbox.ErrNotStarted.
-type fakeMeter struct {
-	mu      sync.Mutex
-	begun   int
-	ends    int
-	results []sandbox.Result // of the commands counted
-}
-
-func (m *fakeMeter) Begin(context.Context, string) func(sandbox.Result, error) {
-	m.mu.Lock()
-	m.begun++
-	m.mu.Unlock()
-	return func(res sandbox.Result, err error) {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		m.ends++
-		if !errors.Is(err, sandbox.ErrNotStarted) {
-			m.results = append(m.results, res)
-		}
 	}
 }
 
@@ -294,16 +269,16 @@ func TestSandboxBashMetered(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			sb := &fakeSandbox{backend: &fakeBackend{}, execFn: func(cmd sandbox.Command) (sandbox.Result, error) {
+			sb := &sessionSandbox{backend: &fakeBackend{}, execFn: func(cmd sandbox.Command) (sandbox.Result, error) {
 				if cmd.Args[0] == "bash" && tt.err != nil {
 					return sandbox.Result{}, tt.err
 				}
 				return sandbox.Result{Duration: 2 * time.Second, CPUTime: 1500 * time.Millisecond}, nil
 			}}
 			m := &fakeMeter{}
-			run(t, New(sb, nil, Config{Meter: m}), messages.ToolSandboxBash, tt.input)
-			if len(m.results) != tt.want || m.ends != m.begun || (tt.want == 1 && tt.err == nil && m.results[0].CPUTime != 1500*time.Millisecond) {
-				t.Fatalf("metered %+v (%d begun, %d ended), want %d commands", m.results, m.begun, m.ends, tt.want)
+			runSandbox(t, New(sb, nil, Config{Meter: m}), messages.ToolSandboxBash, tt.input)
+			if len(m.results) != tt.want || len(m.ends) != m.begun || (tt.want == 1 && tt.err == nil && m.results[0].CPUTime != 1500*time.Millisecond) {
+				t.Fatalf("metered %+v (%d begun, %d ended), want %d commands", m.results, m.begun, len(m.ends), tt.want)
 			}
 		})
 	}
@@ -319,7 +294,7 @@ func TestSandboxBashListsOnlyItsOwnFiles(t *testing.T) {
 		since []time.Time // the listing's -newermt, one per call
 		ends  []time.Time // when each call's command returned
 	)
-	sb := &fakeSandbox{backend: &fakeBackend{}, execFn: func(cmd sandbox.Command) (sandbox.Result, error) {
+	sb := &sessionSandbox{backend: &fakeBackend{}, execFn: func(cmd sandbox.Command) (sandbox.Result, error) {
 		mu.Lock()
 		defer mu.Unlock()
 		if len(cmd.Args) > 2 && cmd.Args[2] == listScript {
@@ -337,8 +312,8 @@ func TestSandboxBashListsOnlyItsOwnFiles(t *testing.T) {
 	}}
 	e := New(sb, nil, Config{})
 	before := time.Now()
-	run(t, e, messages.ToolSandboxBash, map[string]any{"command": "echo data > made.txt"})
-	run(t, e, messages.ToolSandboxBash, map[string]any{"command": "pwd"})
+	runSandbox(t, e, messages.ToolSandboxBash, map[string]any{"command": "echo data > made.txt"})
+	runSandbox(t, e, messages.ToolSandboxBash, map[string]any{"command": "pwd"})
 	if len(since) != 2 || len(ends) != 2 {
 		t.Fatalf("%d listings, %d commands", len(since), len(ends))
 	}

@@ -1,4 +1,10 @@
-package sandboxtools
+// Package bridge makes the product's API, and the internal services an
+// operator allows, reachable from inside sandboxes that have no network: a
+// loopback listener inside each sandbox whose connections the host serves
+// with the product's /api/gpt/ routes only (Bridge), and the variables
+// every command of a turn gets to reach it with the turn's own token
+// (TurnEnv).
+package bridge
 
 import (
 	"context"
@@ -49,14 +55,14 @@ func ParseServices(s string) ([]Service, error) {
 		name, addr, ok := strings.Cut(item, "=")
 		name, addr = strings.TrimSpace(name), strings.TrimSpace(addr)
 		if !ok || !serviceName.MatchString(name) {
-			return nil, fmt.Errorf("sandboxtools: services: %q is not name=host:port", item)
+			return nil, fmt.Errorf("bridge: services: %q is not name=host:port", item)
 		}
 		if _, port, err := net.SplitHostPort(addr); err != nil || port == "" {
-			return nil, fmt.Errorf("sandboxtools: services: %q: the address must be host:port", item)
+			return nil, fmt.Errorf("bridge: services: %q: the address must be host:port", item)
 		}
 		key := strings.ToUpper(name)
 		if seen[key] {
-			return nil, fmt.Errorf("sandboxtools: services: %q is listed twice", name)
+			return nil, fmt.Errorf("bridge: services: %q is listed twice", name)
 		}
 		seen[key] = true
 		out = append(out, Service{Name: name, Addr: addr})
@@ -69,8 +75,8 @@ func ParseServices(s string) ([]Service, error) {
 // the connection is done.
 type ServeFunc func(conn net.Conn, containerID string)
 
-// BridgeConfig tunes a Bridge.
-type BridgeConfig struct {
+// Config tunes a Bridge.
+type Config struct {
 	// APIPort is the product API's port inside the sandbox; 0 means
 	// DefaultAPIPort.
 	APIPort int
@@ -100,7 +106,7 @@ const DefaultMaxConns = 64
 type Bridge struct {
 	sb    Listener
 	serve ServeFunc
-	cfg   BridgeConfig
+	cfg   Config
 	log   *slog.Logger
 }
 
@@ -110,8 +116,8 @@ type Listener interface {
 	Listen(ctx context.Context, containerID, addr string) (net.Listener, error)
 }
 
-// NewBridge returns a Bridge serving API connections with serve.
-func NewBridge(sb Listener, serve ServeFunc, cfg BridgeConfig) *Bridge {
+// New returns a Bridge serving API connections with serve.
+func New(sb Listener, serve ServeFunc, cfg Config) *Bridge {
 	if cfg.APIPort <= 0 {
 		cfg.APIPort = DefaultAPIPort
 	}
@@ -172,11 +178,11 @@ func (b *Bridge) Boot(ctx context.Context, containerID string) error {
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("sandboxtools: bridge: %w", err)
+		return fmt.Errorf("bridge: bridge: %w", err)
 	}
 	for i := range b.cfg.Services {
 		if _, err := listen(b.cfg.APIPort + 1 + i); err != nil {
-			return fmt.Errorf("sandboxtools: bridge: %w", err)
+			return fmt.Errorf("bridge: bridge: %w", err)
 		}
 	}
 	slots := make(chan struct{}, b.cfg.MaxConns) // shared by the sandbox's listeners
@@ -289,14 +295,14 @@ func (t *TurnEnv) Begin(p user.Principal, containerID, model string) (env func(c
 		mu.Lock()
 		defer mu.Unlock()
 		if closed {
-			return nil, errors.New("sandboxtools: turn is over")
+			return nil, errors.New("bridge: turn is over")
 		}
 		if vars != nil {
 			return vars, nil
 		}
 		tok, tid, err := t.tokens.IssueSandboxToken(ctx, p, containerID, t.ttl)
 		if err != nil {
-			return nil, fmt.Errorf("sandboxtools: turn token: %w", err)
+			return nil, fmt.Errorf("bridge: turn token: %w", err)
 		}
 		vars, id = t.bridge.Env(tok, model), tid
 		return vars, nil

@@ -1,9 +1,8 @@
-package sandboxtools
+package tools
 
 import (
 	"context"
 	"crypto/rand"
-	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -156,9 +155,11 @@ type execInput struct {
 	GraceSeconds *float64 `json:"grace_seconds"`
 }
 
+// execCommand runs an exec_command call: a command on a pseudo-terminal,
+// kept as a session when it outlives its grace time.
 func (e *Executor) execCommand(ctx context.Context, call messages.ToolCall) (any, error) {
 	var in execInput
-	if err := decode(call.Input, &in); err != nil {
+	if err := decodeInput(call.Input, &in); err != nil {
 		return nil, err
 	}
 	if in.Command == nil || strings.TrimSpace(*in.Command) == "" {
@@ -178,13 +179,9 @@ func (e *Executor) execCommand(ctx context.Context, call messages.ToolCall) (any
 			size.Cols = uint16(*v)
 		}
 	}
-	grace := DefaultGrace
-	if in.GraceSeconds != nil {
-		g := *in.GraceSeconds
-		if g < 0 || math.IsNaN(g) || g > MaxWait.Seconds() {
-			return nil, invalidInput("Invalid input: 'grace_seconds' must be from 0 to %d.", int(MaxWait.Seconds()))
-		}
-		grace = time.Duration(g * float64(time.Second))
+	grace, err := waitSeconds("grace_seconds", in.GraceSeconds, DefaultGrace)
+	if err != nil {
+		return nil, err
 	}
 	if err := e.terms.room(call.ContainerID); err != nil {
 		return nil, err
@@ -192,7 +189,7 @@ func (e *Executor) execCommand(ctx context.Context, call messages.ToolCall) (any
 	t := &terminal{id: "sess_" + rand.Text()[:16], max: e.cfg.SessionBuffer, done: make(chan struct{}), wake: make(chan struct{}, 1)}
 	started := time.Now()
 	end := e.begin(ctx, call.ContainerID)
-	sess, err := e.start(ctx, call.ContainerID, sandbox.Command{
+	sess, err := e.sb.Start(ctx, call.ContainerID, sandbox.Command{
 		Args:   []string{"bash", "-c", *in.Command},
 		Dir:    sandbox.WorkspaceDir,
 		Env:    call.Env,
@@ -249,7 +246,7 @@ func (ts *terminals) room(containerID string) error {
 		}
 	}
 	if live >= ts.e.cfg.MaxSessions {
-		return fail(messages.CodeTooManyRequests, "%d terminal sessions are running in this container, the most allowed; end one (exit it, or send Ctrl-C \\u0003 or Ctrl-D \\u0004 with write_stdin) first.", live)
+		return refuse(messages.CodeTooManyRequests, "%d terminal sessions are running in this container, the most allowed; end one (exit it, or send Ctrl-C \\u0003 or Ctrl-D \\u0004 with write_stdin) first.", live)
 	}
 	return nil
 }
@@ -285,9 +282,11 @@ type writeInput struct {
 	WaitSeconds *float64 `json:"wait_seconds"`
 }
 
+// writeStdin runs a write_stdin call: input to a session, and its output
+// since a cursor.
 func (e *Executor) writeStdin(ctx context.Context, call messages.ToolCall) (any, error) {
 	var in writeInput
-	if err := decode(call.Input, &in); err != nil {
+	if err := decodeInput(call.Input, &in); err != nil {
 		return nil, err
 	}
 	if in.SessionID == nil || *in.SessionID == "" {
@@ -296,13 +295,9 @@ func (e *Executor) writeStdin(ctx context.Context, call messages.ToolCall) (any,
 	if in.Input == nil {
 		return nil, invalidInput("Invalid input: 'input' is required.")
 	}
-	wait := DefaultWait
-	if in.WaitSeconds != nil {
-		w := *in.WaitSeconds
-		if w < 0 || math.IsNaN(w) || w > MaxWait.Seconds() {
-			return nil, invalidInput("Invalid input: 'wait_seconds' must be from 0 to %d.", int(MaxWait.Seconds()))
-		}
-		wait = time.Duration(w * float64(time.Second))
+	wait, err := waitSeconds("wait_seconds", in.WaitSeconds, DefaultWait)
+	if err != nil {
+		return nil, err
 	}
 	t := e.terms.get(call.ContainerID, *in.SessionID)
 	if t == nil {

@@ -1,0 +1,139 @@
+package tools
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+
+	"threadbox/app/messages"
+	"threadbox/domain/sandbox"
+)
+
+// hostPython is a Sandbox whose long-lived commands run on this host (a
+// Python interpreter of the real driver), in a folder of the test.
+type hostPython struct {
+	fakeSandbox
+	dir string
+}
+
+func (h *hostPython) Start(_ context.Context, _ string, cmd sandbox.Command, _ *sandbox.TTY) (sandbox.Session, error) {
+	c := exec.Command(cmd.Args[0], cmd.Args[1:]...)
+	c.Dir = h.dir
+	in, err := c.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	s := &hostSession{c: c, in: in, done: make(chan struct{})}
+	var wg sync.WaitGroup
+	for _, stream := range []sandbox.Stream{sandbox.Stdout, sandbox.Stderr} {
+		r, err := pipe(c, stream)
+		if err != nil {
+			return nil, err
+		}
+		wg.Go(func() {
+			buf := make([]byte, 4096)
+			for {
+				n, err := r.Read(buf)
+				if n > 0 {
+					cmd.Output(stream, append([]byte(nil), buf[:n]...))
+				}
+				if err != nil {
+					return
+				}
+			}
+		})
+	}
+	if err := c.Start(); err != nil {
+		return nil, err
+	}
+	go func() {
+		wg.Wait() // all output is delivered before the end is seen
+		s.err = c.Wait()
+		close(s.done)
+	}()
+	return s, nil
+}
+
+func pipe(c *exec.Cmd, s sandbox.Stream) (io.Reader, error) {
+	if s == sandbox.Stderr {
+		return c.StderrPipe()
+	}
+	return c.StdoutPipe()
+}
+
+// hostSession is a process of hostPython.
+type hostSession struct {
+	c    *exec.Cmd
+	in   io.WriteCloser
+	done chan struct{}
+	err  error
+}
+
+func (s *hostSession) PID() int                    { return s.c.Process.Pid }
+func (s *hostSession) Write(p []byte) (int, error) { return s.in.Write(p) }
+func (s *hostSession) Resize(uint16, uint16) error { return nil }
+func (s *hostSession) Kill() error                 { return s.c.Process.Kill() }
+func (s *hostSession) Done() <-chan struct{}       { return s.done }
+
+func (s *hostSession) Wait(ctx context.Context) (sandbox.Result, error) {
+	select {
+	case <-s.done:
+	case <-ctx.Done():
+		return sandbox.Result{}, ctx.Err()
+	}
+	return sandbox.Result{ExitCode: s.c.ProcessState.ExitCode()}, nil
+}
+
+// TestPythonDriverServesBothFamilies runs the real driver on this host:
+// repl_execute's calls answer values, tracebacks and FINAL() with its
+// helpers, code_execution's cells answer output and return codes, and the
+// two keep apart interpreters in one container.
+func TestPythonDriverServesBothFamilies(t *testing.T) {
+	if _, err := exec.LookPath("python3"); err != nil {
+		t.Skip("python3 is not installed")
+	}
+	h := &hostPython{dir: t.TempDir()}
+	e := New(h, newFakeFiles(), Config{})
+	t.Cleanup(func() {
+		for _, py := range []*interpreters{e.cells, e.repls} {
+			if p := py.slot("c1").p; p != nil {
+				_ = p.sess.Kill()
+				<-p.ended
+			}
+		}
+	})
+	repl := func(code string) map[string]any {
+		t.Helper()
+		return runSandbox(t, e, messages.ToolReplExecute, map[string]any{"code": code})
+	}
+	if out := repl("x = 40\nprint('set')"); out["stdout"] != "set\n" || out["value"] != nil || out["error"] != nil || out["restarted"] != true {
+		t.Fatalf("first call %v", out)
+	}
+	if out := repl("x + 1"); out["value"] != "41" || out["restarted"] != false {
+		t.Fatalf("an expression %v", out)
+	}
+	if out := repl("FINAL(grep('b', 'a\\nb'))"); out["final"] != "[(2, 'b')]" {
+		t.Fatalf("FINAL %v", out)
+	}
+	if out := repl("1/0"); !strings.Contains(fmt.Sprint(out["error"]), "ZeroDivisionError") || out["stderr"] != "" {
+		t.Fatalf("an exception %v", out)
+	}
+	r := run(t, e, messages.SubToolCodeExecution, `{"code":"print(x)"}`)
+	if r.ReturnCode != 1 || !strings.HasPrefix(r.Stderr, FirstInterpreterNote) || !strings.Contains(r.Stderr, "NameError") {
+		t.Fatalf("a cell saw the REPL's variables: %+v", r)
+	}
+	if r = run(t, e, messages.SubToolCodeExecution, `{"code":"print(6 * 7)"}`); r.Stdout != "42\n" || r.Stderr != "" || r.ReturnCode != 0 {
+		t.Fatalf("a cell %+v", r)
+	}
+	code, expl := errorCode(repl("import os\nos._exit(3)"))
+	if code != messages.CodeUnavailable || !strings.Contains(expl, "REPL ended") {
+		t.Fatalf("a crash: %s %q", code, expl)
+	}
+	if out := repl("'x' in globals()"); out["value"] != "False" || out["restarted"] != true {
+		t.Fatalf("after the crash %v", out)
+	}
+}
