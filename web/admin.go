@@ -29,6 +29,9 @@ type policyPatch struct {
 		Generated *bool `json:"generated"`
 		Uploaded  *bool `json:"uploaded"`
 	} `json:"downloads"`
+	ContentCredentials *struct {
+		Enabled *bool `json:"enabled"`
+	} `json:"contentCredentials"`
 	Quotas quotasPatch `json:"quotas"`
 }
 
@@ -71,6 +74,9 @@ func (pp policyPatch) domain() org.PolicyPatch {
 	if pp.Downloads != nil {
 		out.DownloadsGenerated, out.DownloadsUploaded = pp.Downloads.Generated, pp.Downloads.Uploaded
 	}
+	if pp.ContentCredentials != nil {
+		out.ContentCredentials = pp.ContentCredentials.Enabled
+	}
 	out.Quotas = pp.Quotas
 	return out
 }
@@ -86,10 +92,11 @@ func (s *Server) getFeatures(c *fiber.Ctx) error {
 // policyKeys lists the members of each object of a policy patch; quotas
 // holds quota names, which the policy checks.
 var policyKeys = map[string][]string{
-	"codeExecution": {"enabled"},
-	"uploads":       {"enabled", "maxBytes"},
-	"downloads":     {"generated", "uploaded"},
-	"quotas":        nil,
+	"codeExecution":      {"enabled"},
+	"uploads":            {"enabled", "maxBytes"},
+	"downloads":          {"generated", "uploaded"},
+	"contentCredentials": {"enabled"},
+	"quotas":             nil,
 }
 
 // parsePolicyPatch decodes a policy merge patch, refusing a key the
@@ -104,7 +111,7 @@ func parsePolicyPatch(b []byte) (policyPatch, error) {
 	for _, key := range slices.Sorted(maps.Keys(top)) {
 		members, known := policyKeys[key]
 		if !known {
-			return pp, fault.Errorf(fault.Invalid, "unknown policy key %q: the policy has codeExecution, uploads, downloads and quotas", key)
+			return pp, fault.Errorf(fault.Invalid, "unknown policy key %q: the policy has codeExecution, uploads, downloads, contentCredentials and quotas", key)
 		}
 		if members == nil {
 			continue

@@ -6,6 +6,7 @@ import (
 
 	"github.com/gofiber/fiber/v2"
 
+	"threadbox/app/credentials"
 	"threadbox/app/workspace"
 	"threadbox/domain/artifact"
 	"threadbox/domain/fault"
@@ -99,6 +100,20 @@ func (s *Server) artifactContent(c *fiber.Ctx) error {
 	ct, err := s.svc.Workspace.ArtifactContent(c.UserContext(), principal(c), c.Params("id"))
 	if err != nil {
 		return err
+	}
+	if s.svc.Credentials.Wants(ct.File) {
+		// A signed download is derived here: it is never a redirect to
+		// the store, which holds the file as written.
+		a, err := s.svc.Workspace.Artifact(c.UserContext(), principal(c), c.Params("id"))
+		if err != nil {
+			ct.Body.Close()
+			return err
+		}
+		ct, err = s.withCredentials(c, ct, credentials.Provenance{Thread: a.ThreadID, ToolUseID: a.ToolUseID, Path: a.Path})
+		if err != nil {
+			return err
+		}
+		return sendContent(c, ct, disp)
 	}
 	// With BLOB_PRESIGN the client fetches the bytes from the object
 	// store, once the checks above passed; the store answers with the

@@ -18,6 +18,7 @@ import (
 	"github.com/gofiber/fiber/v2"
 	"github.com/valyala/fasthttp"
 
+	"threadbox/app/credentials"
 	"threadbox/app/files"
 	"threadbox/domain/fault"
 	"threadbox/domain/file"
@@ -458,6 +459,9 @@ func (s *Server) fileContent(c *fiber.Ctx, id string) error {
 	}
 	ct, err := s.svc.Files.Open(c.UserContext(), principal(c), c.Query("scope_id"), id)
 	if err != nil {
+		return err
+	}
+	if ct, err = s.withCredentials(c, ct, credentials.Provenance{Container: c.Query("scope_id")}); err != nil {
 		return err
 	}
 	return sendContent(c, ct, disp)

@@ -16,6 +16,7 @@ import (
 	"threadbox/app/admin"
 	"threadbox/app/auth"
 	"threadbox/app/backends"
+	"threadbox/app/credentials"
 	"threadbox/app/files"
 	"threadbox/app/skills"
 	"threadbox/app/turns"
@@ -43,6 +44,9 @@ type Services struct {
 	BlobsReady func(ctx context.Context) error
 	// Usage reports the org's metered usage; nil answers 503.
 	Usage *usage.Service
+	// Credentials signs generated media on download; nil serves every
+	// download as written.
+	Credentials *credentials.Service
 }
 
 // Options tune the HTTP server.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/gofiber/fiber/v2"
 
+	"threadbox/app/credentials"
 	"threadbox/app/files"
 	"threadbox/app/messages"
 	"threadbox/app/workspace"
@@ -59,6 +60,9 @@ func (s *Server) threadDownload(c *fiber.Ctx) error {
 	}
 	ct, err := s.svc.Workspace.DownloadFile(c.UserContext(), principal(c), c.Params("id"), c.Query("path"))
 	if err != nil {
+		return err
+	}
+	if ct, err = s.withCredentials(c, ct, credentials.Provenance{Thread: c.Params("id")}); err != nil {
 		return err
 	}
 	return sendContent(c, ct, disp)

@@ -105,6 +105,10 @@ type PolicyView struct {
 		Generated bool `json:"generated"`
 		Uploaded  bool `json:"uploaded"`
 	} `json:"downloads"`
+	// ContentCredentials signs generated media on download.
+	ContentCredentials struct {
+		Enabled bool `json:"enabled"`
+	} `json:"contentCredentials"`
 	// Quotas are the resource limits; 0 is unlimited.
 	Quotas struct {
 		RunningSandboxesPerUser int64 `json:"runningSandboxesPerUser"`
@@ -122,6 +126,7 @@ func ViewOf(p org.Policy) PolicyView {
 	v.Uploads.MaxBytes = p.MaxUploadBytes()
 	v.Downloads.Generated = p.Allows(org.DownloadsGenerated)
 	v.Downloads.Uploaded = p.Allows(org.DownloadsUploaded)
+	v.ContentCredentials.Enabled = p.Allows(org.ContentCredentials)
 	q := p.Quotas()
 	v.Quotas.RunningSandboxesPerUser = q.Limit(org.RunningSandboxesPerUser)
 	v.Quotas.RunningSandboxesPerOrg = q.Limit(org.RunningSandboxesPerOrg)

@@ -245,8 +245,17 @@ func TestE2EChat(t *testing.T) {
 	everyControlLabelled(t, b, "thread page")
 	b.WaitText(`ul[aria-label="Project artifacts"]`, "sales.png", 10*time.Second)
 
-	// Download the image and compare its bytes with the sandbox's file.
-	want := s.do("GET", appAPI+"/thread/"+tid+"/download-file?path="+url.QueryEscape("/mnt/user-data/outputs/sales.png"), token, nil)
+	// Download the image and compare its bytes with the artifact's
+	// content as the API serves it (a generated PNG is signed on download,
+	// so the file in the sandbox is a few KB shorter).
+	pid := s.do("GET", appAPI+"/thread/"+tid, token, nil).json(t)["project_id"].(string)
+	var salesURL string
+	for _, a := range s.do("GET", appAPI+"/project/"+pid+"/artifacts", token, nil).json(t)["data"].([]any) {
+		if a := a.(map[string]any); a["name"] == "sales.png" {
+			salesURL = a["download_url"].(string)
+		}
+	}
+	want := s.do("GET", salesURL, token, nil)
 	if want.status != 200 || !bytes.HasPrefix(want.body, []byte("\x89PNG\r\n\x1a\n")) {
 		t.Fatalf("sandbox's sales.png: %d %q", want.status, want.body[:min(len(want.body), 64)])
 	}

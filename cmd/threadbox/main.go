@@ -340,6 +340,10 @@ func cmdServe(ctx context.Context, args []string, getenv func(string) string, st
 		return err
 	}
 	checkBackends(ctx, sys.backends, log)
+	creds, err := contentCredentials(getenv, cfg.DataDir, sys.admin, log)
+	if err != nil {
+		return err
+	}
 	// The background work: leases renewed while this process lives (and
 	// given back when it stops, so the next start takes over at once), and
 	// the sweeper, whose first sweep adopts or removes what an earlier
@@ -388,6 +392,8 @@ func cmdServe(ctx context.Context, args []string, getenv func(string) string, st
 		Ready:      sys.store.Ready,
 		BlobsReady: sys.blobs.Ready,
 		Usage:      sys.usage,
+		// Content Credentials: generated media signed on download.
+		Credentials: creds,
 	}, log, web.Options{MaxUploadBytes: cfg.MaxUploadBytes, TrustedProxies: cfg.TrustedProxies, Observer: sys.metrics, Metrics: sys.metrics.Handler(), MetricsToken: cfg.MetricsToken})
 	sys.sandbox.setServe(srv.ServeSandboxConn)
 

@@ -15,6 +15,9 @@ const (
 	Uploads            Feature = "uploads"
 	DownloadsGenerated Feature = "downloads.generated"
 	DownloadsUploaded  Feature = "downloads.uploaded"
+	// ContentCredentials signs generated media on download with a C2PA
+	// manifest (docs/content-credentials.md).
+	ContentCredentials Feature = "contentCredentials"
 )
 
 // DefaultMaxUploadBytes is the default upload size cap (100 MiB).
@@ -28,7 +31,10 @@ type Policy struct {
 	maxUploadBytes     int64
 	downloadsGenerated bool
 	downloadsUploaded  bool
-	quotas             Quotas
+	// unsignedDownloads is contentCredentials off: the zero policy signs,
+	// as the default does.
+	unsignedDownloads bool
+	quotas            Quotas
 }
 
 // DefaultPolicy has every feature on and no quota.
@@ -41,11 +47,16 @@ func NewPolicy(codeExecution, uploads bool, maxUploadBytes int64, downloadsGener
 	if maxUploadBytes <= 0 {
 		return Policy{}, fault.New(fault.Invalid, "uploads.maxBytes must be a positive number of bytes")
 	}
-	return Policy{codeExecution, uploads, maxUploadBytes, downloadsGenerated, downloadsUploaded, Quotas{}}, nil
+	return Policy{codeExecution: codeExecution, uploads: uploads, maxUploadBytes: maxUploadBytes,
+		downloadsGenerated: downloadsGenerated, downloadsUploaded: downloadsUploaded}, nil
 }
 
 // WithQuotas returns the policy with quotas q.
 func (p Policy) WithQuotas(q Quotas) Policy { p.quotas = q; return p }
+
+// WithContentCredentials returns the policy with contentCredentials on or
+// off.
+func (p Policy) WithContentCredentials(on bool) Policy { p.unsignedDownloads = !on; return p }
 
 // Quotas returns the policy's resource quotas.
 func (p Policy) Quotas() Quotas { return p.quotas }
@@ -61,6 +72,8 @@ func (p Policy) Allows(f Feature) bool {
 		return p.downloadsGenerated
 	case DownloadsUploaded:
 		return p.downloadsUploaded
+	case ContentCredentials:
+		return !p.unsignedDownloads
 	}
 	return false
 }
@@ -76,6 +89,7 @@ type PolicyPatch struct {
 	MaxUploadBytes     *int64
 	DownloadsGenerated *bool
 	DownloadsUploaded  *bool
+	ContentCredentials *bool
 	// Quotas sets the named quotas (0 is unlimited, which is also what a
 	// merge patch's null restores); quotas not named are left as they are.
 	Quotas map[Quota]int64
@@ -102,6 +116,9 @@ func (p Policy) Patch(pp PolicyPatch) (Policy, error) {
 	}
 	if pp.DownloadsUploaded != nil {
 		n.downloadsUploaded = *pp.DownloadsUploaded
+	}
+	if pp.ContentCredentials != nil {
+		n.unsignedDownloads = !*pp.ContentCredentials
 	}
 	for _, name := range AllQuotas {
 		if v, ok := pp.Quotas[name]; ok {

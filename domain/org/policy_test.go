@@ -10,7 +10,7 @@ func ptr[T any](v T) *T { return &v }
 
 func TestPolicyAllowsAndPatch(t *testing.T) {
 	def := DefaultPolicy()
-	for _, f := range []Feature{CodeExecution, Uploads, DownloadsGenerated, DownloadsUploaded} {
+	for _, f := range []Feature{CodeExecution, Uploads, DownloadsGenerated, DownloadsUploaded, ContentCredentials} {
 		if !def.Allows(f) {
 			t.Errorf("default policy refuses %s", f)
 		}
@@ -28,6 +28,7 @@ func TestPolicyAllowsAndPatch(t *testing.T) {
 		{"empty patch changes nothing", PolicyPatch{}, nil, DefaultMaxUploadBytes, false},
 		{"code execution off", PolicyPatch{CodeExecution: ptr(false)}, []Feature{CodeExecution}, DefaultMaxUploadBytes, false},
 		{"downloads off", PolicyPatch{DownloadsGenerated: ptr(false), DownloadsUploaded: ptr(false)}, []Feature{DownloadsGenerated, DownloadsUploaded}, DefaultMaxUploadBytes, false},
+		{"content credentials off", PolicyPatch{ContentCredentials: ptr(false)}, []Feature{ContentCredentials}, DefaultMaxUploadBytes, false},
 		{"uploads off with a cap", PolicyPatch{Uploads: ptr(false), MaxUploadBytes: ptr(int64(10))}, []Feature{Uploads}, 10, false},
 		{"zero cap refused", PolicyPatch{MaxUploadBytes: ptr(int64(0))}, nil, DefaultMaxUploadBytes, true},
 		{"negative cap refused, nothing else applied", PolicyPatch{CodeExecution: ptr(false), MaxUploadBytes: ptr(int64(-5))}, nil, DefaultMaxUploadBytes, true},
@@ -48,7 +49,7 @@ func TestPolicyAllowsAndPatch(t *testing.T) {
 			for _, f := range tc.off {
 				off[f] = true
 			}
-			for _, f := range []Feature{CodeExecution, Uploads, DownloadsGenerated, DownloadsUploaded} {
+			for _, f := range []Feature{CodeExecution, Uploads, DownloadsGenerated, DownloadsUploaded, ContentCredentials} {
 				if got.Allows(f) == off[f] {
 					t.Errorf("%s: allows=%v", f, got.Allows(f))
 				}

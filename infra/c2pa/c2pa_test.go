@@ -11,85 +11,15 @@ import (
 	"image/jpeg"
 	"image/png"
 	"io"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
+
+	"threadbox/infra/c2pa/c2patest"
 )
 
-// validatorDir is the pinned reference implementation (scripts/test.sh
-// installs it).
-func validatorDir(t *testing.T) string {
+func validate(t *testing.T, mime string, b []byte) c2patest.Report {
 	t.Helper()
-	_, self, _, _ := runtime.Caller(0)
-	dir := filepath.Join(filepath.Dir(self), "testdata", "c2pa")
-	if _, err := os.Stat(filepath.Join(dir, "node_modules", "@contentauth", "c2pa-wasm")); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("the C2PA validator is not installed (npm ci --prefix %s)", dir)
-		}
-		t.Skipf("the C2PA validator is not installed (npm ci --prefix %s)", dir)
-	}
-	if _, err := exec.LookPath("node"); err != nil {
-		t.Skip("no node")
-	}
-	return dir
-}
-
-// Report is what the reference implementation says about a file.
-type Report struct {
-	Error          string `json:"error"`
-	ActiveManifest string `json:"active_manifest"`
-	Manifests      map[string]struct {
-		ClaimGeneratorInfo []struct {
-			Name    string `json:"name"`
-			Version string `json:"version"`
-		} `json:"claim_generator_info"`
-		Assertions []struct {
-			Label string          `json:"label"`
-			Data  json.RawMessage `json:"data"`
-		} `json:"assertions"`
-		SignatureInfo struct {
-			Issuer string `json:"issuer"`
-			Alg    string `json:"alg"`
-		} `json:"signature_info"`
-	} `json:"manifests"`
-	ValidationStatus  []Status `json:"validation_status"`
-	ValidationResults struct {
-		ActiveManifest struct {
-			Success []Status `json:"success"`
-			Failure []Status `json:"failure"`
-		} `json:"activeManifest"`
-	} `json:"validation_results"`
-	ValidationState string `json:"validation_state"`
-	Raw             string `json:"-"`
-}
-
-// Status is one validation status code.
-type Status struct {
-	Code        string `json:"code"`
-	Explanation string `json:"explanation"`
-}
-
-// validate runs the reference implementation over b.
-func validate(t *testing.T, mime string, b []byte) Report {
-	t.Helper()
-	dir := validatorDir(t)
-	f := filepath.Join(t.TempDir(), "asset")
-	if err := os.WriteFile(f, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	out, err := exec.Command("node", filepath.Join(dir, "validate.mjs"), mime, f).Output()
-	if err != nil {
-		t.Fatalf("validator: %v", err)
-	}
-	var r Report
-	if err := json.Unmarshal(out, &r); err != nil {
-		t.Fatalf("validator output %q: %v", out, err)
-	}
-	r.Raw = string(out)
-	return r
+	return c2patest.Validate(t, mime, b)
 }
 
 func testImage() image.Image {
@@ -147,19 +77,7 @@ func signBytes(t *testing.T, s *Signer, b []byte, f Format, p Provenance) []byte
 	return out
 }
 
-// failures are the statuses that say the file or its manifest is not
-// intact. The generated issuer is on no trust list, so its untrusted
-// status is expected.
-func failures(r Report) []Status {
-	var out []Status
-	for _, s := range append(r.ValidationStatus, r.ValidationResults.ActiveManifest.Failure...) {
-		if s.Code == "signingCredential.untrusted" {
-			continue
-		}
-		out = append(out, s)
-	}
-	return out
-}
+func failures(r c2patest.Report) []c2patest.Status { return r.Failures() }
 
 func TestSignedMediaValidates(t *testing.T) {
 	s := testSigner(t)
@@ -179,7 +97,7 @@ func TestSignedMediaValidates(t *testing.T) {
 				t.Fatalf("validation failures %+v\n%s", f, r.Raw)
 			}
 			for _, code := range []string{"claimSignature.validated", "claimSignature.insideValidity", "assertion.dataHash.match", "assertion.hashedURI.match"} {
-				if !hasCode(r.ValidationResults.ActiveManifest.Success, code) {
+				if !r.Has(code) {
 					t.Errorf("no %s among the successes\n%s", code, r.Raw)
 				}
 			}
@@ -226,15 +144,6 @@ func contains(s []string, v string) bool {
 	return false
 }
 
-func hasCode(s []Status, code string) bool {
-	for _, x := range s {
-		if x.Code == code {
-			return true
-		}
-	}
-	return false
-}
-
 // A byte changed in the image data after signing breaks the hard binding;
 // a byte changed inside the manifest breaks the signature or an
 // assertion's hash.
@@ -249,7 +158,7 @@ func TestTamperedMediaFails(t *testing.T) {
 			flipped := bytes.Clone(signed)
 			flipped[len(flipped)-20] ^= 0x01 // in the image data, before the trailer
 			r := validate(t, tc.mime, flipped)
-			if !hasCode(append(r.ValidationStatus, r.ValidationResults.ActiveManifest.Failure...), "assertion.dataHash.mismatch") {
+			if !r.Has("assertion.dataHash.mismatch") {
 				t.Fatalf("a flipped byte was not reported as a hash mismatch:\n%s", r.Raw)
 			}
 		})

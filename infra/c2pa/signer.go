@@ -96,7 +96,10 @@ type Asset struct {
 	Size int64
 	// SHA256 is the SHA-256 of the file as written (before signing).
 	SHA256 [sha256.Size]byte
-	parts  []part
+	// Tag names this signature: the hex of the first bytes of the
+	// manifest's SHA-256, which differs between two signings.
+	Tag   string
+	parts []part
 }
 
 // part is either a range of the stored file or inserted bytes.
@@ -117,6 +120,59 @@ func (a *Asset) Reader(r io.ReaderAt) io.Reader {
 		}
 	}
 	return io.MultiReader(rs...)
+}
+
+// ReaderAt returns the signed file's bytes at any offset, reading r (the
+// stored file) where they are the stored file's.
+func (a *Asset) ReaderAt(r io.ReaderAt) io.ReaderAt { return &assetReader{a: a, r: r} }
+
+type assetReader struct {
+	a *Asset
+	r io.ReaderAt
+}
+
+func (ar *assetReader) ReadAt(p []byte, off int64) (int, error) {
+	if off < 0 {
+		return 0, errors.New("c2pa: negative offset")
+	}
+	n := 0
+	var at int64
+	for _, pt := range ar.a.parts {
+		size := pt.n
+		if pt.data != nil {
+			size = int64(len(pt.data))
+		}
+		if len(p) == 0 {
+			break
+		}
+		if off >= at+size {
+			at += size
+			continue
+		}
+		rel := off - at
+		want := min(int64(len(p)), size-rel)
+		var m int
+		var err error
+		if pt.data != nil {
+			m = copy(p[:want], pt.data[rel:])
+		} else {
+			m, err = ar.r.ReadAt(p[:want], pt.off+rel)
+			if err == io.EOF && int64(m) == want {
+				err = nil
+			}
+		}
+		n += m
+		p = p[m:]
+		off += int64(m)
+		if err != nil {
+			return n, err
+		}
+		at += size
+	}
+	if len(p) > 0 {
+		return n, io.EOF
+	}
+	return n, nil
 }
 
 type byteReader struct{ b []byte }
@@ -186,6 +242,8 @@ func (s *Signer) Sign(r io.ReaderAt, size int64, f Format, p Provenance) (*Asset
 	}
 	a := &Asset{}
 	copy(a.SHA256[:], written)
+	tag := sha256.Sum256(wrapped)
+	a.Tag = fmt.Sprintf("%x", tag[:8])
 	var at int64
 	inserted := false
 	for _, k := range lay.keep {

@@ -20,6 +20,7 @@ type orgRow struct {
 	FeatureUploadsMaxBytes       int64
 	FeatureDownloadsGenerated    bool
 	FeatureDownloadsUploaded     bool
+	FeatureContentCredentials    bool
 	QuotaRunningSandboxesPerUser int64
 	QuotaRunningSandboxesPerOrg  int64
 	QuotaContainersPerUser       int64
@@ -35,6 +36,7 @@ func toOrgRow(o org.Org) orgRow {
 		FeatureCodeExecution: p.Allows(org.CodeExecution), FeatureUploads: p.Allows(org.Uploads),
 		FeatureUploadsMaxBytes: p.MaxUploadBytes(), FeatureDownloadsGenerated: p.Allows(org.DownloadsGenerated),
 		FeatureDownloadsUploaded:     p.Allows(org.DownloadsUploaded),
+		FeatureContentCredentials:    p.Allows(org.ContentCredentials),
 		QuotaRunningSandboxesPerUser: p.Quotas().Limit(org.RunningSandboxesPerUser),
 		QuotaRunningSandboxesPerOrg:  p.Quotas().Limit(org.RunningSandboxesPerOrg),
 		QuotaContainersPerUser:       p.Quotas().Limit(org.ContainersPerUser),
@@ -47,6 +49,7 @@ func (r orgRow) domain() org.Org {
 	if err != nil {
 		p = org.DefaultPolicy()
 	}
+	p = p.WithContentCredentials(r.FeatureContentCredentials)
 	// A negative limit (written by hand) reads as no quota rather than
 	// failing every request of the org.
 	if q, err := org.NewQuotas(map[org.Quota]int64{
@@ -280,6 +283,7 @@ type credentialsRow struct {
 	OMaxBytes     int64
 	OGenerated    bool
 	OUploaded     bool
+	OSigned       bool
 	OQuotas       [4]int64
 	OCreatedAt    time.Time
 }
@@ -289,7 +293,7 @@ type credentialsRow struct {
 const credentialsSQL = `SELECT t.id, t.user_id, t.org_id, t.name, t.kind, t.created_at, t.expires_at, t.revoked_at, t.last_used_at,
 	u.org_id, u.email, u.role, u.disabled, u.password_hash, u.created_at,
 	o.name, o.disabled, o.feature_code_execution, o.feature_uploads, o.feature_uploads_max_bytes,
-	o.feature_downloads_generated, o.feature_downloads_uploaded, o.quota_running_sandboxes_per_user,
+	o.feature_downloads_generated, o.feature_downloads_uploaded, o.feature_content_credentials, o.quota_running_sandboxes_per_user,
 	o.quota_running_sandboxes_per_org, o.quota_containers_per_user, o.quota_storage_bytes_per_org, o.created_at
 	FROM api_tokens t JOIN users u ON u.id = t.user_id JOIN orgs o ON o.id = u.org_id WHERE t.id = $1`
 
@@ -318,7 +322,7 @@ func (s *Store) credentials(ctx context.Context, tokenID string) (credentials, e
 	var r credentialsRow
 	err = row.Scan(&r.TID, &r.TUserID, &r.TOrgID, &r.TName, &r.TKind, &r.TCreatedAt, &r.TExpiresAt, &r.TRevokedAt, &r.TLastUsedAt,
 		&r.UOrgID, &r.UEmail, &r.URole, &r.UDisabled, &r.UPasswordHash, &r.UCreatedAt,
-		&r.OName, &r.ODisabled, &r.OCode, &r.OUploads, &r.OMaxBytes, &r.OGenerated, &r.OUploaded,
+		&r.OName, &r.ODisabled, &r.OCode, &r.OUploads, &r.OMaxBytes, &r.OGenerated, &r.OUploaded, &r.OSigned,
 		&r.OQuotas[0], &r.OQuotas[1], &r.OQuotas[2], &r.OQuotas[3], &r.OCreatedAt)
 	if errors.Is(err, sql.ErrNoRows) {
 		return credentials{}, fault.New(fault.NotFound, "token not found")
@@ -330,6 +334,7 @@ func (s *Store) credentials(ctx context.Context, tokenID string) (credentials, e
 	u := userRow{ID: r.TUserID, OrgID: r.UOrgID, Email: r.UEmail, Role: r.URole, Disabled: r.UDisabled, PasswordHash: r.UPasswordHash, CreatedAt: r.UCreatedAt}
 	o := orgRow{ID: r.UOrgID, Name: r.OName, Disabled: r.ODisabled, FeatureCodeExecution: r.OCode, FeatureUploads: r.OUploads,
 		FeatureUploadsMaxBytes: r.OMaxBytes, FeatureDownloadsGenerated: r.OGenerated, FeatureDownloadsUploaded: r.OUploaded,
+		FeatureContentCredentials:    r.OSigned,
 		QuotaRunningSandboxesPerUser: r.OQuotas[0], QuotaRunningSandboxesPerOrg: r.OQuotas[1], QuotaContainersPerUser: r.OQuotas[2], QuotaStorageBytesPerOrg: r.OQuotas[3],
 		CreatedAt: r.OCreatedAt}
 	return credentials{t.domain(), u.domain(), o.domain()}, nil

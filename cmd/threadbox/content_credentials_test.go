@@ -1,0 +1,149 @@
+package main
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"net/url"
+	"strings"
+	"testing"
+
+	"threadbox/infra/c2pa/c2patest"
+)
+
+// mediaScript writes a PNG and a JPEG with Pillow, a text file and a PDF
+// to outputs.
+const mediaScript = "```python\nimport os\nfrom PIL import Image\nos.makedirs('/mnt/user-data/outputs', exist_ok=True)\n" +
+	"img = Image.new('RGB', (64, 48), (200, 40, 90))\n" +
+	"img.save('/mnt/user-data/outputs/plot.png')\nimg.save('/mnt/user-data/outputs/photo.jpg', quality=90)\n" +
+	"open('/mnt/user-data/outputs/notes.txt', 'w').write('plain notes\\n')\n" +
+	"open('/mnt/user-data/outputs/doc.pdf', 'wb').write(b'%PDF-1.4\\n%%EOF\\n')\nprint('saved')\n```"
+
+// TestContentCredentialsDownloads: media written by code in a Docker
+// sandbox come back from every download path (thread download-file, the
+// Files API content, artifact content) with a C2PA manifest the reference
+// implementation validates (signature, data hash, the threadbox assertion
+// with the org, thread, tool_use_id when known and the SHA-256 of the file
+// as written); a flipped byte is a hash mismatch; text, PDF and uploads
+// come back byte for byte; size_bytes stays the stored size; a range is a
+// slice of the signed bytes; and the org's contentCredentials switch off
+// serves the file as written.
+func TestContentCredentialsDownloads(t *testing.T) {
+	bin := needDocker(t)
+	s := startServer(t, "", map[string]string{"SANDBOX_BACKEND": "docker", "THREADBOX_AGENT_BIN": bin, "MODEL_PROVIDER": "runner"})
+	f := newWSFixture(t, s)
+	a, tid := f.admin, f.tid
+	orgID := s.do("GET", "/api/v1/app/me", a, nil).json(t)["org_id"].(string)
+
+	r := s.do("POST", appAPI+"/thread/"+tid+"/messages", a, map[string]any{"content": mediaScript, "pgpt": map[string]any{"tools": []any{"code_execution"}}})
+	if r.status != 200 || !strings.Contains(string(r.body), "saved") {
+		t.Fatalf("turn: %d %s", r.status, r.body)
+	}
+	artifacts := map[string]map[string]any{}
+	for _, x := range s.do("GET", appAPI+"/project/"+f.pid+"/artifacts", a, nil).json(t)["data"].([]any) {
+		x := x.(map[string]any)
+		artifacts[x["name"].(string)] = x
+	}
+
+	type path struct {
+		name, url  string
+		toolUseID  bool // the path knows the tool call that wrote the file
+		filesAPIID string
+	}
+	paths := func(name string) []path {
+		p := "/mnt/user-data/outputs/" + name
+		return []path{
+			{"download-file", appAPI + "/thread/" + tid + "/download-file?path=" + url.QueryEscape(p), false, ""},
+			{"files api", filesAPI + "/" + fileID(p) + "/content?scope_id=" + tid, false, fileID(p)},
+			{"artifact", artifacts[name]["download_url"].(string), true, ""},
+		}
+	}
+	for _, tc := range []struct{ name, mime string }{{"plot.png", "image/png"}, {"photo.jpg", "image/jpeg"}} {
+		art := artifacts[tc.name]
+		if art == nil {
+			t.Fatalf("no artifact %s: %v", tc.name, artifacts)
+		}
+		stored := art["sha256"].(string)
+		size := int(art["size_bytes"].(float64))
+		for _, p := range paths(tc.name) {
+			t.Run(tc.name+" "+p.name, func(t *testing.T) {
+				dl := s.do("GET", p.url, a, nil)
+				if dl.status != 200 || dl.header.Get("Content-Type") != tc.mime {
+					t.Fatalf("download: %d %v", dl.status, dl.header)
+				}
+				if len(dl.body) <= size {
+					t.Fatalf("signed download is %d bytes, the stored file %d", len(dl.body), size)
+				}
+				rep := c2patest.Validate(t, tc.mime, dl.body)
+				if rep.ActiveManifest == "" || len(rep.Failures()) > 0 || !rep.Has("claimSignature.validated") || !rep.Has("assertion.dataHash.match") {
+					t.Fatalf("validation: %+v\n%s", rep.Failures(), rep.Raw)
+				}
+				var tb struct {
+					Org       string `json:"org"`
+					Thread    string `json:"thread"`
+					ToolUseID string `json:"tool_use_id"`
+					SHA256    string `json:"sha256"`
+				}
+				if err := json.Unmarshal(rep.Assertion("io.threadbox.provenance"), &tb); err != nil {
+					t.Fatalf("threadbox assertion: %v\n%s", err, rep.Raw)
+				}
+				if tb.Org != orgID || tb.SHA256 != stored || (p.name != "files api" && tb.Thread != tid) {
+					t.Errorf("threadbox assertion %+v, want org %s, thread %s, sha256 %s", tb, orgID, tid, stored)
+				}
+				if p.toolUseID != (tb.ToolUseID == art["tool_use_id"]) {
+					t.Errorf("tool_use_id %q, the artifact's %v", tb.ToolUseID, art["tool_use_id"])
+				}
+				// A range is a slice of the same signed bytes.
+				rg := s.do("GET", p.url, a, nil, "Range", "bytes=10-99")
+				if rg.status != 206 || string(rg.body) != string(dl.body[10:100]) {
+					t.Errorf("range: %d, %d bytes, not the signed bytes 10-99", rg.status, len(rg.body))
+				}
+				flipped := []byte(string(dl.body))
+				flipped[len(flipped)-16] ^= 0x01
+				if rep := c2patest.Validate(t, tc.mime, flipped); !rep.Has("assertion.dataHash.mismatch") {
+					t.Errorf("a flipped byte is not a hash mismatch:\n%s", rep.Raw)
+				}
+				if p.filesAPIID != "" {
+					meta := s.do("GET", filesAPI+"/"+p.filesAPIID+"?scope_id="+tid, a, nil).json(t)
+					if meta["size_bytes"] != float64(size) {
+						t.Errorf("size_bytes %v, want the stored %d", meta["size_bytes"], size)
+					}
+				}
+			})
+		}
+	}
+
+	// Not media: byte for byte on every path.
+	for name, want := range map[string]string{"notes.txt": "plain notes\n", "doc.pdf": "%PDF-1.4\n%%EOF\n"} {
+		for _, p := range paths(name) {
+			if dl := s.do("GET", p.url, a, nil); dl.status != 200 || string(dl.body) != want {
+				t.Errorf("%s by %s: %d %q", name, p.name, dl.status, dl.body)
+			}
+		}
+	}
+
+	// An upload is served as it came, even an image.
+	img := s.do("GET", paths("plot.png")[2].url, a, nil).body
+	if r := f.upload(t, a, tid, "mine.png", "mine.png", string(img)); r.status != 200 && r.status != 201 {
+		t.Fatalf("upload: %d %s", r.status, r.body)
+	}
+	if dl := f.download(a, tid, url.QueryEscape("/mnt/user-data/uploads/mine.png")); dl.status != 200 || string(dl.body) != string(img) {
+		t.Errorf("uploaded image: %d, %d bytes, want the %d uploaded", dl.status, len(dl.body), len(img))
+	}
+
+	// The org's switch off: the file as written.
+	f.patchFeatures(t, map[string]any{"contentCredentials": map[string]any{"enabled": false}})
+	if got := s.do("GET", appAPI+"/org/features", a, nil).json(t)["contentCredentials"]; got.(map[string]any)["enabled"] != false {
+		t.Fatalf("features: %v", got)
+	}
+	for _, p := range paths("plot.png") {
+		dl := s.do("GET", p.url, a, nil)
+		sum := sha256.Sum256(dl.body)
+		if dl.status != 200 || hex.EncodeToString(sum[:]) != artifacts["plot.png"]["sha256"] {
+			t.Errorf("plot.png by %s with contentCredentials off: %d, not the stored file", p.name, dl.status)
+		}
+	}
+	if r := s.do("PATCH", appAPI+"/org/features", a, map[string]any{"contentCredentials": map[string]any{"enable": true}}); r.status != 400 {
+		t.Errorf("a misspelt member: %d %s", r.status, r.body)
+	}
+}

@@ -1,0 +1,129 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"runtime/debug"
+	"slices"
+	"strings"
+
+	"threadbox/app/credentials"
+	"threadbox/infra/c2pa"
+)
+
+// contentCredentials builds the download signer (docs/content-credentials.md)
+// from the settings:
+//   - C2PA_CERT_CHAIN and C2PA_KEY: the operator's issuer, a PEM
+//     certificate chain (signing certificate first) and its ECDSA P-256
+//     key; both or neither. With neither, an issuer is generated on first
+//     start in DATA_DIR/c2pa and a warning says validators report it
+//     untrusted.
+//   - C2PA_FORMATS: the formats signed, comma-separated (png, jpeg), "all"
+//     (the default) or "none".
+func contentCredentials(getenv func(string) string, dataDir string, policies credentials.Policies, log *slog.Logger) (*credentials.Service, error) {
+	formats, err := parseFormats(getenv("C2PA_FORMATS"))
+	if err != nil {
+		return nil, &configError{"C2PA_FORMATS", err.Error()}
+	}
+	if len(formats) == 0 {
+		return credentials.New(nil, policies, log), nil
+	}
+	chainFile, keyFile := strings.TrimSpace(getenv("C2PA_CERT_CHAIN")), strings.TrimSpace(getenv("C2PA_KEY"))
+	var signer *c2pa.Signer
+	switch {
+	case chainFile != "" && keyFile != "":
+		key, chain, err := c2pa.LoadIssuer(chainFile, keyFile)
+		if err != nil {
+			return nil, &configError{"C2PA_CERT_CHAIN", err.Error()}
+		}
+		if signer, err = c2pa.NewSigner(key, chain, version()); err != nil {
+			return nil, &configError{"C2PA_CERT_CHAIN", err.Error()}
+		}
+	case chainFile != "" || keyFile != "":
+		return nil, &configError{"C2PA_CERT_CHAIN", "C2PA_CERT_CHAIN and C2PA_KEY are set together or not at all"}
+	default:
+		dir := filepath.Join(dataDir, "c2pa")
+		key, chain, created, err := c2pa.SelfSignedIssuer(dir, "threadbox")
+		if err != nil {
+			return nil, fmt.Errorf("content credentials: %w", err)
+		}
+		if signer, err = c2pa.NewSigner(key, chain, version()); err != nil {
+			return nil, fmt.Errorf("content credentials: %w", err)
+		}
+		if created {
+			log.Warn("content credentials: no issuer configured (C2PA_CERT_CHAIN, C2PA_KEY); generated a self-signed one, which validators report as untrusted", "dir", dir)
+		}
+	}
+	return credentials.New(&mediaSigner{s: signer, formats: formats}, policies, log), nil
+}
+
+// parseFormats reads C2PA_FORMATS.
+func parseFormats(v string) ([]c2pa.Format, error) {
+	v = strings.TrimSpace(strings.ToLower(v))
+	switch v {
+	case "", "all":
+		return c2pa.Formats, nil
+	case "none":
+		return nil, nil
+	}
+	var out []c2pa.Format
+	for f := range strings.SplitSeq(v, ",") {
+		f = strings.TrimSpace(f)
+		if f == "jpg" {
+			f = "jpeg"
+		}
+		if !slices.Contains(c2pa.Formats, c2pa.Format(f)) {
+			return nil, fmt.Errorf("unknown format %q: the formats signed are png and jpeg (or all, none)", f)
+		}
+		out = append(out, c2pa.Format(f))
+	}
+	return out, nil
+}
+
+// version is threadbox's version for the claim generator: the module's
+// version when built from a tagged module, otherwise the VCS revision.
+func version() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "dev"
+	}
+	if v := bi.Main.Version; v != "" && v != "(devel)" {
+		return v
+	}
+	for _, s := range bi.Settings {
+		if s.Key == "vcs.revision" && len(s.Value) >= 12 {
+			return "dev+" + s.Value[:12]
+		}
+	}
+	return "dev"
+}
+
+// mediaSigner adapts the C2PA signer to the download service's port, for
+// the formats the operator enabled.
+type mediaSigner struct {
+	s       *c2pa.Signer
+	formats []c2pa.Format
+}
+
+func (m *mediaSigner) Signs(mime string) bool {
+	f, ok := c2pa.FormatOf(mime)
+	return ok && slices.Contains(m.formats, f)
+}
+
+func (m *mediaSigner) Sign(r io.ReaderAt, size int64, mime string, p credentials.Provenance) (credentials.Signed, error) {
+	f, ok := c2pa.FormatOf(mime)
+	if !ok {
+		return credentials.Signed{}, fmt.Errorf("%w: %s is not signed", credentials.ErrUnsignable, mime)
+	}
+	a, err := m.s.Sign(r, size, f, c2pa.Provenance{Org: p.Org, Thread: p.Thread, Container: p.Container, ToolUseID: p.ToolUseID, Path: p.Path})
+	if errors.Is(err, c2pa.ErrMalformed) {
+		return credentials.Signed{}, fmt.Errorf("%w: %w", credentials.ErrUnsignable, err)
+	}
+	if err != nil {
+		return credentials.Signed{}, err
+	}
+	return credentials.Signed{Size: a.Size, At: a.ReaderAt, Tag: a.Tag}, nil
+}
