@@ -11,11 +11,14 @@ import (
 	"threadbox/infra/c2pa/c2patest"
 )
 
-// mediaScript writes a PNG and a JPEG with Pillow, a text file and a PDF
-// to outputs.
+// mediaScript writes a PNG, a JPEG and a GIF with Pillow, a WAV with the
+// wave module, a text file and a PDF to outputs.
 const mediaScript = "```python\nimport os\nfrom PIL import Image\nos.makedirs('/mnt/user-data/outputs', exist_ok=True)\n" +
 	"img = Image.new('RGB', (64, 48), (200, 40, 90))\n" +
 	"img.save('/mnt/user-data/outputs/plot.png')\nimg.save('/mnt/user-data/outputs/photo.jpg', quality=90)\n" +
+	"img.save('/mnt/user-data/outputs/anim.gif')\n" +
+	"import wave\nw = wave.open('/mnt/user-data/outputs/tone.wav', 'wb')\nw.setnchannels(1)\nw.setsampwidth(2)\nw.setframerate(8000)\n" +
+	"w.writeframes(bytes(range(256)) * 40)\nw.close()\n" +
 	"open('/mnt/user-data/outputs/notes.txt', 'w').write('plain notes\\n')\n" +
 	"open('/mnt/user-data/outputs/doc.pdf', 'wb').write(b'%PDF-1.4\\n%%EOF\\n')\nprint('saved')\n```"
 
@@ -58,7 +61,7 @@ func TestContentCredentialsDownloads(t *testing.T) {
 			{"artifact", artifacts[name]["download_url"].(string), true, ""},
 		}
 	}
-	for _, tc := range []struct{ name, mime string }{{"plot.png", "image/png"}, {"photo.jpg", "image/jpeg"}} {
+	for _, tc := range []struct{ name, mime string }{{"plot.png", "image/png"}, {"photo.jpg", "image/jpeg"}, {"anim.gif", "image/gif"}, {"tone.wav", "audio/wav"}} {
 		art := artifacts[tc.name]
 		if art == nil {
 			t.Fatalf("no artifact %s: %v", tc.name, artifacts)
@@ -99,7 +102,11 @@ func TestContentCredentialsDownloads(t *testing.T) {
 					t.Errorf("range: %d, %d bytes, not the signed bytes 10-99", rg.status, len(rg.body))
 				}
 				flipped := []byte(string(dl.body))
-				flipped[len(flipped)-16] ^= 0x01
+				at := len(flipped) - 16 // image data, after the manifest near the start
+				if tc.mime == "audio/wav" {
+					at = 100 // samples, before the manifest at the end
+				}
+				flipped[at] ^= 0x01
 				if rep := c2patest.Validate(t, tc.mime, flipped); !rep.Has("assertion.dataHash.mismatch") {
 					t.Errorf("a flipped byte is not a hash mismatch:\n%s", rep.Raw)
 				}

@@ -21,8 +21,8 @@ import (
 //     key; both or neither. With neither, an issuer is generated on first
 //     start in DATA_DIR/c2pa and a warning says validators report it
 //     untrusted.
-//   - C2PA_FORMATS: the formats signed, comma-separated (png, jpeg), "all"
-//     (the default) or "none".
+//   - C2PA_FORMATS: the formats signed, comma-separated (png, jpeg, gif,
+//     wav), "all" (the default) or "none".
 func contentCredentials(getenv func(string) string, dataDir string, policies credentials.Policies, log *slog.Logger) (*credentials.Service, error) {
 	formats, err := parseFormats(getenv("C2PA_FORMATS"))
 	if err != nil {
@@ -76,11 +76,19 @@ func parseFormats(v string) ([]c2pa.Format, error) {
 			f = "jpeg"
 		}
 		if !slices.Contains(c2pa.Formats, c2pa.Format(f)) {
-			return nil, fmt.Errorf("unknown format %q: the formats signed are png and jpeg (or all, none)", f)
+			return nil, fmt.Errorf("unknown format %q: the formats signed are %s (or all, none)", f, formatNames())
 		}
 		out = append(out, c2pa.Format(f))
 	}
 	return out, nil
+}
+
+func formatNames() string {
+	names := make([]string, len(c2pa.Formats))
+	for i, f := range c2pa.Formats {
+		names[i] = string(f)
+	}
+	return strings.Join(names, ", ")
 }
 
 // version is threadbox's version for the claim generator: the module's

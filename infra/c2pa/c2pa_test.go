@@ -3,11 +3,13 @@ package c2pa
 import (
 	"bytes"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"image"
 	"image/color"
+	"image/gif"
 	"image/jpeg"
 	"image/png"
 	"io"
@@ -41,11 +43,47 @@ func encodeImage(t *testing.T, f Format) []byte {
 		err = png.Encode(&b, testImage())
 	case JPEG:
 		err = jpeg.Encode(&b, testImage(), nil)
+	case GIF:
+		err = gif.Encode(&b, testImage(), nil)
+	case WAV:
+		return testWAV()
 	}
 	if err != nil {
 		t.Fatal(err)
 	}
 	return b.Bytes()
+}
+
+// testWAV is a second of 8 kHz 16-bit mono PCM: a sawtooth.
+func testWAV() []byte {
+	const n = 8000
+	var b bytes.Buffer
+	le := binary.LittleEndian
+	b.WriteString("RIFF")
+	binary.Write(&b, le, uint32(36+2*n))
+	b.WriteString("WAVEfmt ")
+	for _, v := range []any{uint32(16), uint16(1), uint16(1), uint32(8000), uint32(16000), uint16(2), uint16(16)} {
+		binary.Write(&b, le, v)
+	}
+	b.WriteString("data")
+	binary.Write(&b, le, uint32(2*n))
+	for i := range n {
+		binary.Write(&b, le, int16((i%200)*300-30000))
+	}
+	return b.Bytes()
+}
+
+// media are the formats signed, with where in a signed file a byte of the
+// content (not the manifest) is.
+var media = []struct {
+	format Format
+	mime   string
+	flipAt func(signed []byte) int
+}{
+	{PNG, "image/png", func(b []byte) int { return len(b) - 20 }},
+	{JPEG, "image/jpeg", func(b []byte) int { return len(b) - 20 }},
+	{GIF, "image/gif", func(b []byte) int { return len(b) - 20 }},
+	{WAV, "audio/wav", func(b []byte) int { return 100 }},
 }
 
 func testSigner(t *testing.T) *Signer {
@@ -82,10 +120,7 @@ func failures(r c2patest.Report) []c2patest.Status { return r.Failures() }
 func TestSignedMediaValidates(t *testing.T) {
 	s := testSigner(t)
 	prov := Provenance{Org: "org_1", Thread: "thr_1", ToolUseID: "toolu_1", Path: "/mnt/user-data/outputs/plot"}
-	for _, tc := range []struct {
-		format Format
-		mime   string
-	}{{PNG, "image/png"}, {JPEG, "image/jpeg"}} {
+	for _, tc := range media {
 		t.Run(string(tc.format), func(t *testing.T) {
 			orig := encodeImage(t, tc.format)
 			signed := signBytes(t, s, orig, tc.format, prov)
@@ -149,14 +184,11 @@ func contains(s []string, v string) bool {
 // assertion's hash.
 func TestTamperedMediaFails(t *testing.T) {
 	s := testSigner(t)
-	for _, tc := range []struct {
-		format Format
-		mime   string
-	}{{PNG, "image/png"}, {JPEG, "image/jpeg"}} {
+	for _, tc := range media {
 		t.Run(string(tc.format), func(t *testing.T) {
 			signed := signBytes(t, s, encodeImage(t, tc.format), tc.format, Provenance{Org: "org_1"})
 			flipped := bytes.Clone(signed)
-			flipped[len(flipped)-20] ^= 0x01 // in the image data, before the trailer
+			flipped[tc.flipAt(flipped)] ^= 0x01 // in the content, outside the manifest
 			r := validate(t, tc.mime, flipped)
 			if !r.Has("assertion.dataHash.mismatch") {
 				t.Fatalf("a flipped byte was not reported as a hash mismatch:\n%s", r.Raw)
@@ -170,10 +202,7 @@ func TestTamperedMediaFails(t *testing.T) {
 // SHA-256 still agree with what the reader sees.
 func TestResigningReplacesTheManifest(t *testing.T) {
 	s := testSigner(t)
-	for _, tc := range []struct {
-		format Format
-		mime   string
-	}{{PNG, "image/png"}, {JPEG, "image/jpeg"}} {
+	for _, tc := range media {
 		t.Run(string(tc.format), func(t *testing.T) {
 			orig := encodeImage(t, tc.format)
 			once := signBytes(t, s, orig, tc.format, Provenance{Org: "org_1"})
@@ -233,5 +262,58 @@ func TestIssuerIsKept(t *testing.T) {
 	}
 	if _, err := NewSigner(k1, c1[1:], ""); err == nil {
 		t.Fatal("a chain not starting with the key's certificate was accepted")
+	}
+}
+
+// A GIF87a becomes a GIF89a, the version with extensions, and still
+// validates.
+func TestGIF87a(t *testing.T) {
+	s := testSigner(t)
+	orig := encodeImage(t, GIF)
+	copy(orig, "GIF87a")
+	signed := signBytes(t, s, orig, GIF, Provenance{Org: "org_1"})
+	if string(signed[:6]) != "GIF89a" {
+		t.Fatalf("header %q", signed[:6])
+	}
+	if r := validate(t, "image/gif", signed); len(r.Failures()) > 0 || r.ActiveManifest == "" {
+		t.Fatalf("validation failures %+v\n%s", r.Failures(), r.Raw)
+	}
+}
+
+// Any range of a signed file read at an offset is the same bytes as the
+// stream.
+func TestAssetReaderAt(t *testing.T) {
+	s := testSigner(t)
+	for _, tc := range media {
+		orig := encodeImage(t, tc.format)
+		a, err := s.Sign(bytes.NewReader(orig), int64(len(orig)), tc.format, Provenance{Org: "o"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		whole, _ := io.ReadAll(a.Reader(bytes.NewReader(orig)))
+		ra := a.ReaderAt(bytes.NewReader(orig))
+		for _, r := range [][2]int{{0, 1}, {0, len(whole)}, {5, 4000}, {len(whole) - 7, 7}, {30, 9000}} {
+			end := min(r[0]+r[1], len(whole))
+			got := make([]byte, end-r[0])
+			if n, err := ra.ReadAt(got, int64(r[0])); n != len(got) || (err != nil && err != io.EOF) || !bytes.Equal(got, whole[r[0]:end]) {
+				t.Fatalf("%s: ReadAt(%d, %d) = %d, %v; not the stream's bytes", tc.format, r[0], len(got), n, err)
+			}
+		}
+		if n, err := ra.ReadAt(make([]byte, 4), int64(len(whole))); n != 0 || err != io.EOF {
+			t.Fatalf("%s: past the end: %d %v", tc.format, n, err)
+		}
+	}
+}
+
+// A RIFF chunk of odd length carries a pad byte that the manifest's
+// exclusion does not cover, so the store is kept even: provenances one
+// byte apart, one of which would make it odd, both validate.
+func TestWAVStoreOfEitherParity(t *testing.T) {
+	s := testSigner(t)
+	for _, org := range []string{"o", "oo"} {
+		signed := signBytes(t, s, testWAV(), WAV, Provenance{Org: org})
+		if r := validate(t, "audio/wav", signed); len(r.Failures()) > 0 || r.ActiveManifest == "" {
+			t.Fatalf("org %q: validation failures %+v\n%s", org, r.Failures(), r.Raw)
+		}
 	}
 }

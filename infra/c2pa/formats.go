@@ -36,7 +36,7 @@ func pngLayout(r io.ReaderAt, size int64) (layout, error) {
 		case off == 8:
 			insertAt = off + n
 		case typ == "caBX":
-			keep = append(keep, span{keepFrom, off - keepFrom})
+			keep = append(keep, span{off: keepFrom, n: off - keepFrom})
 			keepFrom = off + n
 		}
 		off += n
@@ -47,8 +47,8 @@ func pngLayout(r io.ReaderAt, size int64) (layout, error) {
 	if insertAt < 0 {
 		return layout{}, fmt.Errorf("%w: PNG has no IHDR", ErrMalformed)
 	}
-	keep = append(keep, span{keepFrom, size - keepFrom})
-	return layout{keep: nonEmpty(keep), insertAt: insertAt, wrap: pngChunk}, nil
+	keep = append(keep, span{off: keepFrom, n: size - keepFrom})
+	return layout{keep: fixed(nonEmpty(keep)), insertAt: insertAt, wrap: pngChunk}, nil
 }
 
 // pngChunk wraps a manifest store in a caBX chunk.
@@ -105,14 +105,14 @@ func jpegLayout(r io.ReaderAt, size int64) (layout, error) {
 			insertAt = off + n
 		case m == 0xEB && n >= 6:
 			if _, err := r.ReadAt(ci, off+4); err == nil && string(ci) == "JP" {
-				keep = append(keep, span{keepFrom, off - keepFrom})
+				keep = append(keep, span{off: keepFrom, n: off - keepFrom})
 				keepFrom = off + n
 			}
 		}
 		off += n
 	}
-	keep = append(keep, span{keepFrom, size - keepFrom})
-	return layout{keep: nonEmpty(keep), insertAt: insertAt, wrap: jpegSegments}, nil
+	keep = append(keep, span{off: keepFrom, n: size - keepFrom})
+	return layout{keep: fixed(nonEmpty(keep)), insertAt: insertAt, wrap: jpegSegments}, nil
 }
 
 // jpegSegment is the most JUMBF payload one APP11 segment carries: 65535
@@ -146,4 +146,141 @@ func nonEmpty(s []span) []span {
 		}
 	}
 	return out
+}
+
+// gifApp is the start of the C2PA application extension of a GIF:
+// extension introducer, application label, block size 11, identifier
+// "C2PA_GIF" and authentication code 01 00 00.
+var gifApp = []byte("\x21\xff\x0bC2PA_GIF\x01\x00\x00")
+
+// gifLayout reads a GIF's header, logical screen descriptor and global
+// color table, then walks the extensions before the first image: the
+// manifest goes in a C2PA_GIF application extension right after the
+// color table, and such extensions already there are dropped. A GIF87a
+// header becomes GIF89a, the version with extensions.
+func gifLayout(r io.ReaderAt, size int64) (layout, error) {
+	head := make([]byte, 13)
+	if _, err := r.ReadAt(head, 0); err != nil || (string(head[:6]) != "GIF87a" && string(head[:6]) != "GIF89a") {
+		return layout{}, fmt.Errorf("%w: not a GIF", ErrMalformed)
+	}
+	off := int64(13)
+	if head[10]&0x80 != 0 {
+		off += 3 << ((head[10] & 0x07) + 1)
+	}
+	if off > size {
+		return layout{}, fmt.Errorf("%w: GIF color table runs past the end", ErrMalformed)
+	}
+	insertAt := off
+	keep := []span{{off: 0, n: 6, lit: []byte("GIF89a")}}
+	keepFrom := int64(6)
+	b := make([]byte, 14)
+	for off < size {
+		if _, err := r.ReadAt(b[:1], off); err != nil {
+			return layout{}, fmt.Errorf("%w: GIF block at %d: %v", ErrMalformed, off, err)
+		}
+		if b[0] != 0x21 { // an image or the trailer: the header ends
+			break
+		}
+		start := off
+		n, err := r.ReadAt(b, off)
+		if n < 3 {
+			return layout{}, fmt.Errorf("%w: GIF extension at %d: %v", ErrMalformed, off, err)
+		}
+		isC2PA := n == 14 && bytes.Equal(b[:11], gifApp[:11])
+		off += 2
+		for { // the extension's sub-blocks, to the empty one
+			if _, err := r.ReadAt(b[:1], off); err != nil {
+				return layout{}, fmt.Errorf("%w: GIF extension at %d runs past the end", ErrMalformed, start)
+			}
+			off += 1 + int64(b[0])
+			if b[0] == 0 {
+				break
+			}
+			if off > size {
+				return layout{}, fmt.Errorf("%w: GIF extension at %d runs past the end", ErrMalformed, start)
+			}
+		}
+		if isC2PA {
+			keep = append(keep, span{off: keepFrom, n: start - keepFrom})
+			keepFrom = off
+		}
+	}
+	keep = append(keep, span{off: keepFrom, n: size - keepFrom})
+	return layout{keep: fixed(nonEmpty(keep)), insertAt: insertAt, wrap: gifExtension}, nil
+}
+
+// gifExtension wraps a manifest store in a C2PA_GIF application
+// extension: sub-blocks of at most 255 bytes, then an empty one.
+func gifExtension(store []byte) []byte {
+	out := append([]byte{}, gifApp...)
+	for len(store) > 0 {
+		n := min(len(store), 255)
+		out = append(out, byte(n))
+		out = append(out, store[:n]...)
+		store = store[n:]
+	}
+	return append(out, 0)
+}
+
+// wavLayout walks a WAV's RIFF chunks: the manifest goes in a C2PA chunk
+// at the end, C2PA chunks already there are dropped, and the RIFF size
+// counts the new chunk.
+func wavLayout(r io.ReaderAt, size int64) (layout, error) {
+	head := make([]byte, 12)
+	if _, err := r.ReadAt(head, 0); err != nil || string(head[:4]) != "RIFF" || string(head[8:12]) != "WAVE" {
+		return layout{}, fmt.Errorf("%w: not a WAV", ErrMalformed)
+	}
+	var drop []span
+	off := int64(12)
+	end := min(size, int64(binary.LittleEndian.Uint32(head[4:8]))+8)
+	hdr := make([]byte, 8)
+	for off+8 <= end {
+		if _, err := r.ReadAt(hdr, off); err != nil {
+			return layout{}, fmt.Errorf("%w: WAV chunk at %d: %v", ErrMalformed, off, err)
+		}
+		n := int64(binary.LittleEndian.Uint32(hdr[4:])) + 8
+		n += n & 1
+		if off+n > size {
+			return layout{}, fmt.Errorf("%w: WAV chunk %q runs past the end", ErrMalformed, hdr[:4])
+		}
+		if string(hdr[:4]) == "C2PA" {
+			drop = append(drop, span{off: off, n: n})
+		}
+		off += n
+	}
+	if off != end {
+		return layout{}, fmt.Errorf("%w: WAV chunks do not fill the RIFF size", ErrMalformed)
+	}
+	// The RIFF body ends at end; bytes after it (rare) stay after the
+	// manifest.
+	var kept int64 = end
+	for _, d := range drop {
+		kept -= d.n
+	}
+	keep := func(wrapLen int64) []span {
+		riff := make([]byte, 8)
+		copy(riff, "RIFF")
+		binary.LittleEndian.PutUint32(riff[4:], uint32(kept-8+wrapLen))
+		out := []span{{off: 0, n: 8, lit: riff}}
+		from := int64(8)
+		for _, d := range drop {
+			out = append(out, span{off: from, n: d.off - from})
+			from = d.off + d.n
+		}
+		out = append(out, span{off: from, n: end - from})
+		if end < size {
+			out = append(out, span{off: end, n: size - end})
+		}
+		return nonEmpty(out)
+	}
+	return layout{keep: keep, insertAt: kept, wrap: riffChunk, even: true}, nil
+}
+
+// riffChunk wraps a manifest store in a RIFF chunk "C2PA" (the layout
+// keeps the store's length even, so the chunk needs no pad byte).
+func riffChunk(store []byte) []byte {
+	out := make([]byte, 8, len(store)+9)
+	copy(out, "C2PA")
+	binary.LittleEndian.PutUint32(out[4:], uint32(len(store)))
+	return append(out, store...)
 }

@@ -94,6 +94,7 @@ type manifestInput struct {
 	dataHash   []byte // SHA-256 of the asset outside the exclusion
 	written    []byte // SHA-256 of the file as written
 	exclusion  exclusion
+	pad        int // zero bytes in the data hash's pad, to even a length
 	prov       Provenance
 }
 
@@ -114,7 +115,7 @@ func (s *Signer) buildStore(in manifestInput) ([]byte, error) {
 		}}}},
 		{labelDataHash, dataHash{
 			Exclusions: []exclusion{in.exclusion}, Name: "jumbf manifest", Alg: "sha256",
-			Hash: in.dataHash, Pad: []byte{},
+			Hash: in.dataHash, Pad: make([]byte, in.pad),
 		}},
 		{labelThreadbox, threadboxAssertion{
 			Org: in.prov.Org, Thread: in.prov.Thread, Container: in.prov.Container,

@@ -28,10 +28,12 @@ type Format string
 const (
 	PNG  Format = "png"
 	JPEG Format = "jpeg"
+	GIF  Format = "gif"
+	WAV  Format = "wav"
 )
 
 // Formats lists every format the signer embeds manifests in.
-var Formats = []Format{PNG, JPEG}
+var Formats = []Format{PNG, JPEG, GIF, WAV}
 
 // FormatOf returns the format of a MIME type, and false for a type the
 // signer does not sign.
@@ -41,6 +43,10 @@ func FormatOf(mime string) (Format, bool) {
 		return PNG, true
 	case "image/jpeg":
 		return JPEG, true
+	case "image/gif":
+		return GIF, true
+	case "audio/wav", "audio/x-wav", "audio/wave":
+		return WAV, true
 	}
 	return "", false
 }
@@ -186,17 +192,30 @@ func (b *byteReader) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-// span is a byte range of the stored file.
-type span struct{ off, n int64 }
+// span is a byte range of the stored file, or bytes that replace it in
+// the signed file (lit, as long as the range).
+type span struct {
+	off, n int64
+	lit    []byte
+}
 
 // layout is where a format puts a manifest: the ranges of the stored file
-// kept (a manifest already there is dropped) and the offset, in the signed
-// file, where the manifest's wrapper goes.
+// kept (a manifest already there is dropped, a header may be rewritten)
+// and the offset, in the signed file, where the manifest's wrapper goes.
 type layout struct {
-	keep     []span
+	// keep returns the kept ranges for a wrapper of wrapLen bytes (a
+	// container's size field may count it).
+	keep     func(wrapLen int64) []span
 	insertAt int64
 	wrap     func(store []byte) []byte
+	// even asks for a manifest store of even length (a RIFF chunk's
+	// pad byte is not part of the manifest's exclusion).
+	even bool
 }
+
+// fixed is a keep function for formats whose kept bytes do not depend on
+// the wrapper.
+func fixed(s []span) func(int64) []span { return func(int64) []span { return s } }
 
 // Sign builds the signed form of the size bytes of r in format f: it reads
 // the file once to hash it, builds and signs the manifest, and returns the
@@ -209,56 +228,85 @@ func (s *Signer) Sign(r io.ReaderAt, size int64, f Format, p Provenance) (*Asset
 		lay, err = pngLayout(r, size)
 	case JPEG:
 		lay, err = jpegLayout(r, size)
+	case GIF:
+		lay, err = gifLayout(r, size)
+	case WAV:
+		lay, err = wavLayout(r, size)
 	default:
 		return nil, fmt.Errorf("c2pa: format %q is not signed", f)
 	}
 	if err != nil {
 		return nil, err
 	}
-	written, data, err := hashes(r, size, lay.keep)
-	if err != nil {
-		return nil, err
-	}
 	in := manifestInput{
 		label: "urn:c2pa:" + newUUID(), instanceID: "xmp:iid:" + newUUID(), version: s.version,
-		dataHash: data, written: written, prov: p, exclusion: exclusion{Start: lay.insertAt},
+		dataHash: make([]byte, sha256.Size), written: make([]byte, sha256.Size), prov: p,
+		exclusion: exclusion{Start: lay.insertAt},
 	}
 	// The exclusion's length is the wrapper's, which the exclusion's
-	// encoding is part of: rebuild until the two agree (one or two rounds).
-	var wrapped []byte
+	// encoding is part of: settle it first (the hashes' values do not
+	// change the manifest's length), then hash and sign once.
+	settled := false
 	for range 8 {
 		store, err := s.buildStore(in)
 		if err != nil {
 			return nil, err
 		}
-		wrapped = lay.wrap(store)
-		if int64(len(wrapped)) == in.exclusion.Length {
+		if lay.even && len(store)%2 == 1 {
+			in.pad++
+			continue
+		}
+		n := int64(len(lay.wrap(store)))
+		if n == in.exclusion.Length {
+			settled = true
 			break
 		}
-		in.exclusion.Length = int64(len(wrapped))
+		in.exclusion.Length = n
 	}
-	if int64(len(wrapped)) != in.exclusion.Length {
+	if !settled {
 		return nil, errors.New("c2pa: the manifest's size did not settle")
 	}
+	keep := lay.keep(in.exclusion.Length)
+	if in.written, in.dataHash, err = hashes(r, size, keep); err != nil {
+		return nil, err
+	}
+	store, err := s.buildStore(in)
+	if err != nil {
+		return nil, err
+	}
+	wrapped := lay.wrap(store)
+	if int64(len(wrapped)) != in.exclusion.Length {
+		return nil, errors.New("c2pa: the manifest's size changed when signed")
+	}
 	a := &Asset{}
-	copy(a.SHA256[:], written)
+	copy(a.SHA256[:], in.written)
 	tag := sha256.Sum256(wrapped)
 	a.Tag = fmt.Sprintf("%x", tag[:8])
 	var at int64
 	inserted := false
-	for _, k := range lay.keep {
+	add := func(k span) {
+		if k.lit != nil {
+			a.parts = append(a.parts, part{data: k.lit})
+		} else if k.n > 0 {
+			a.parts = append(a.parts, part{off: k.off, n: k.n})
+		}
+	}
+	for _, k := range keep {
 		if !inserted && at+k.n > lay.insertAt {
 			cut := lay.insertAt - at
-			if cut > 0 {
-				a.parts = append(a.parts, part{off: k.off, n: cut})
+			if k.lit != nil && cut > 0 {
+				return nil, errors.New("c2pa: the manifest would split a rewritten header")
 			}
+			add(span{off: k.off, n: cut})
 			a.parts = append(a.parts, part{data: wrapped})
 			inserted = true
-			if k.n-cut > 0 {
-				a.parts = append(a.parts, part{off: k.off + cut, n: k.n - cut})
+			if k.lit != nil {
+				add(k)
+			} else {
+				add(span{off: k.off + cut, n: k.n - cut})
 			}
 		} else {
-			a.parts = append(a.parts, part{off: k.off, n: k.n})
+			add(k)
 		}
 		at += k.n
 	}
@@ -270,29 +318,37 @@ func (s *Signer) Sign(r io.ReaderAt, size int64, f Format, p Provenance) (*Asset
 }
 
 // hashes reads the file once and returns the SHA-256 of all of it and of
-// the kept ranges (the data hash: the signed file outside the manifest).
+// the kept ranges as the signed file has them (the data hash: the signed
+// file outside the manifest).
 func hashes(r io.ReaderAt, size int64, keep []span) (written, data []byte, err error) {
 	all, kept := sha256.New(), sha256.New()
 	buf := make([]byte, 256<<10)
 	copyTo := func(w io.Writer, off, n int64) error {
-		_, err := io.CopyBuffer(w, io.NewSectionReader(r, off, n), buf)
-		return err
+		if _, err := io.CopyBuffer(w, io.NewSectionReader(r, off, n), buf); err != nil {
+			return fmt.Errorf("c2pa: read: %w", err)
+		}
+		return nil
 	}
 	var at int64
 	for _, k := range keep {
 		if k.off > at {
 			if err := copyTo(all, at, k.off-at); err != nil {
-				return nil, nil, fmt.Errorf("c2pa: read: %w", err)
+				return nil, nil, err
 			}
 		}
-		if err := copyTo(io.MultiWriter(all, kept), k.off, k.n); err != nil {
-			return nil, nil, fmt.Errorf("c2pa: read: %w", err)
+		if k.lit != nil {
+			if err := copyTo(all, k.off, k.n); err != nil {
+				return nil, nil, err
+			}
+			kept.Write(k.lit)
+		} else if err := copyTo(io.MultiWriter(all, kept), k.off, k.n); err != nil {
+			return nil, nil, err
 		}
 		at = k.off + k.n
 	}
 	if at < size {
 		if err := copyTo(all, at, size-at); err != nil {
-			return nil, nil, fmt.Errorf("c2pa: read: %w", err)
+			return nil, nil, err
 		}
 	}
 	return all.Sum(nil), kept.Sum(nil), nil
