@@ -41,7 +41,7 @@ type opts struct {
 	n         int
 	nDocker   int
 	nCold     int
-	only      string        // "sandbox", "files", "messages", "lifecycle", "live", "density" or "" for every section
+	only      string        // "sandbox", "files", "messages", "lifecycle", "live", "density", "replicas", "credentials" or "" for every section
 	files     filesOpts     // the Files API section (files.go)
 	messages  messagesOpts  // the Messages API section (messages.go)
 	lifecycle lifecycleOpts // the lifecycle section (lifecycle.go)
@@ -62,7 +62,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.IntVar(&o.nDocker, "n-docker", 40, "docker exec round trips")
 	fs.IntVar(&o.nCold, "n-cold", 5, "cold boots per method")
 	fs.StringVar(&o.rootfs, "rootfs", envOr("THREADBOX_ROOTFS", defaultRootFS()), "root filesystem of the local backend (empty skips its rows)")
-	fs.StringVar(&o.only, "only", "", "run one section: sandbox, files, messages, lifecycle, live, density or replicas")
+	fs.StringVar(&o.only, "only", "", "run one section: sandbox, files, messages, lifecycle, live, density, replicas or credentials")
 	fs.IntVar(&o.density.n, "density", 200, "idle sandboxes the density section opens")
 	fs.StringVar(&o.replicas.databaseURL, "replicas-database-url", envOr("TEST_DATABASE_URL", ""), "PostgreSQL server of the replicas section's throwaway database (empty skips it)")
 	fs.IntVar(&o.replicas.n, "replicas-n", 2000, "requests per replicas row at concurrency 16")
@@ -92,11 +92,16 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		return serveFloorProxy(*floorAddr)
 	}
 	switch o.only {
-	case "", "sandbox", "files", "messages", "lifecycle", "live", "density", "replicas":
+	case "", "sandbox", "files", "messages", "lifecycle", "live", "density", "replicas", "credentials":
 	default:
-		return fmt.Errorf("-only %q is not sandbox, files, messages, lifecycle, live, density or replicas", o.only)
+		return fmt.Errorf("-only %q is not sandbox, files, messages, lifecycle, live, density, replicas or credentials", o.only)
 	}
 	want := func(section string) bool { return o.only == "" || o.only == section }
+	if want("credentials") {
+		if err := benchCredentials(ctx, 50, out); err != nil {
+			return fmt.Errorf("credentials: %w", err)
+		}
+	}
 	removeStaleSandboxes(ctx)
 	if want("messages") {
 		if err := benchMessages(ctx, o, out); err != nil {
