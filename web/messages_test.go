@@ -9,20 +9,20 @@ import (
 	"testing"
 	"time"
 
-	"threadbox/app/messages"
+	"threadbox/app/messages/wire"
 )
 
 // TestEventStreamHoldsPreamble checks the stream's hand-off: message_start
 // and ping wait for the first real event; a turn that fails before it is
 // reported to the handler; afterwards each Send returns the write's result.
 func TestEventStreamHoldsPreamble(t *testing.T) {
-	start := messages.Event{Type: messages.EventMessageStart}
-	ping := messages.Event{Type: messages.EventPing}
-	block := messages.Event{Type: messages.EventContentBlockStart}
+	start := wire.Event{Type: wire.EventMessageStart}
+	ping := wire.Event{Type: wire.EventPing}
+	block := wire.Event{Type: wire.EventContentBlockStart}
 
 	t.Run("error before output", func(t *testing.T) {
 		e := newEventStream(context.Background())
-		for _, ev := range []messages.Event{start, ping} {
+		for _, ev := range []wire.Event{start, ping} {
 			if err := e.Send(ev); err != nil {
 				t.Fatal(err)
 			}
@@ -54,10 +54,10 @@ func TestEventStreamHoldsPreamble(t *testing.T) {
 		case <-time.After(5 * time.Second):
 			t.Fatal("not committed by the first block")
 		}
-		if pre := e.preamble(); len(pre) != 2 || pre[0].Type != messages.EventMessageStart {
+		if pre := e.preamble(); len(pre) != 2 || pre[0].Type != wire.EventMessageStart {
 			t.Fatalf("preamble %v", pre)
 		}
-		if ev := <-e.out; ev.Type != messages.EventContentBlockStart {
+		if ev := <-e.out; ev.Type != wire.EventContentBlockStart {
 			t.Fatalf("out %v", ev.Type)
 		}
 		select {

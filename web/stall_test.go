@@ -14,6 +14,7 @@ import (
 	"github.com/gofiber/fiber/v2"
 
 	"threadbox/app/messages"
+	"threadbox/app/messages/wire"
 )
 
 // stallListener is lingerListener with a short write stall, for tests.
@@ -46,12 +47,12 @@ func TestStalledStreamReaderIsCut(t *testing.T) {
 	app := fiber.New(fiber.Config{ErrorHandler: srv.errorHandler, DisableStartupMessage: true})
 	app.Post("/turn", func(c *fiber.Ctx) error {
 		return srv.answerTurn(c, true, func(ctx context.Context, sink messages.Sink) error {
-			err := sink.Send(messages.Event{Type: messages.EventMessageStart})
+			err := sink.Send(wire.Event{Type: wire.EventMessageStart})
 			for i := 0; err == nil && i < events; i++ {
-				err = sink.Send(messages.Event{Type: messages.EventContentBlockDelta, Delta: &messages.BlockDelta{Type: messages.DeltaText, Text: chunk}})
+				err = sink.Send(wire.Event{Type: wire.EventContentBlockDelta, Delta: &wire.BlockDelta{Type: wire.DeltaText, Text: chunk}})
 			}
 			if err == nil {
-				err = sink.Send(messages.Event{Type: messages.EventMessageStop})
+				err = sink.Send(wire.Event{Type: wire.EventMessageStop})
 			}
 			ended <- err
 			return err

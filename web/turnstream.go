@@ -13,6 +13,7 @@ import (
 	"github.com/gofiber/fiber/v2"
 
 	"threadbox/app/messages"
+	"threadbox/app/messages/wire"
 )
 
 // DefaultPingInterval is how long a turn's stream may stay silent before a
@@ -97,7 +98,7 @@ func (s *Server) answerTurn(c *fiber.Ctx, stream bool, run runFunc, what string)
 		defer s.survive("a stream writer")
 		defer cancel()
 		w := &sseWriter{w: bw, cancel: cancel, last: time.Now(), peer: peer}
-		stop := w.keepAlive(DefaultPingInterval, messages.EventPing, messages.Event{Type: messages.EventPing})
+		stop := w.keepAlive(DefaultPingInterval, wire.EventPing, wire.Event{Type: wire.EventPing})
 		defer stop()
 		for _, ev := range st.preamble() {
 			if w.Event(ev.Type, ev) != nil {
@@ -171,18 +172,18 @@ type eventStream struct {
 	mu       sync.Mutex
 	isCommit bool
 	finished bool
-	pre      []messages.Event
+	pre      []wire.Event
 
-	committed chan struct{}       // closed on commit
-	out       chan messages.Event // events after commit, to the writer
-	ack       chan error          // the writer's result for each event of out
-	end       chan error          // Run's result, once committed
-	early     chan error          // Run's result, when it ended before commit
+	committed chan struct{}   // closed on commit
+	out       chan wire.Event // events after commit, to the writer
+	ack       chan error      // the writer's result for each event of out
+	end       chan error      // Run's result, once committed
+	early     chan error      // Run's result, when it ended before commit
 }
 
 func newEventStream(ctx context.Context) *eventStream {
 	return &eventStream{
-		ctx: ctx, committed: make(chan struct{}), out: make(chan messages.Event),
+		ctx: ctx, committed: make(chan struct{}), out: make(chan wire.Event),
 		ack: make(chan error, 1), end: make(chan error, 1), early: make(chan error, 1),
 	}
 }
@@ -208,7 +209,7 @@ func (e *eventStream) commitLocked() bool {
 }
 
 // preamble returns the events held before commit.
-func (e *eventStream) preamble() []messages.Event {
+func (e *eventStream) preamble() []wire.Event {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	pre := e.pre
@@ -218,9 +219,9 @@ func (e *eventStream) preamble() []messages.Event {
 
 // Send holds the preamble, then passes each event to the writer and returns
 // once it was written.
-func (e *eventStream) Send(ev messages.Event) error {
+func (e *eventStream) Send(ev wire.Event) error {
 	e.mu.Lock()
-	if !e.isCommit && (ev.Type == messages.EventMessageStart || ev.Type == messages.EventPing) {
+	if !e.isCommit && (ev.Type == wire.EventMessageStart || ev.Type == wire.EventPing) {
 		e.pre = append(e.pre, ev)
 		e.mu.Unlock()
 		return nil

@@ -13,6 +13,7 @@ import (
 	"threadbox/app/credentials"
 	"threadbox/app/files"
 	"threadbox/app/messages"
+	"threadbox/app/messages/wire"
 	"threadbox/app/workspace"
 	"threadbox/domain/fault"
 	"threadbox/domain/thread"
@@ -161,7 +162,7 @@ func (s *Server) threadTurn(c *fiber.Ctx) error {
 	if err := parseJSON(c, &b); err != nil {
 		return err
 	}
-	var um messages.Message
+	var um wire.Message
 	switch {
 	case len(b.Content) == 0 && b.Replace == workspace.ReplaceLastAnswer:
 		// A regenerate asks the stored last user message again.
@@ -192,7 +193,7 @@ func (s *Server) threadTurn(c *fiber.Ctx) error {
 	ws := s.svc.Workspace
 	return s.answerTurn(c, b.Stream, func(ctx context.Context, sink messages.Sink) error {
 		end, err := ws.FollowTurn(ctx, p, threadID, turnID, 0, func(ev turnpkg.Event) error {
-			var me messages.Event
+			var me wire.Event
 			if err := me.UnmarshalJSON(ev.Data); err != nil {
 				return fmt.Errorf("web: turn event %d: %w", ev.Seq, err)
 			}
@@ -229,7 +230,7 @@ func (s *Server) turnEvents(c *fiber.Ctx) error {
 	peer := c.Context().Conn()
 	s.streamSSE(c, func(ctx context.Context, w *sseWriter) {
 		w.peer = peer
-		defer w.keepAlive(DefaultPingInterval, messages.EventPing, messages.Event{Type: messages.EventPing})()
+		defer w.keepAlive(DefaultPingInterval, wire.EventPing, wire.Event{Type: wire.EventPing})()
 		end, err := ws.FollowTurn(ctx, p, threadID, turnID, after, func(ev turnpkg.Event) error {
 			return w.raw(ev.Seq, ev.Type, ev.Data)
 		})

@@ -1,6 +1,10 @@
 package messages
 
-import "encoding/json"
+import (
+	"encoding/json"
+
+	"threadbox/app/messages/wire"
+)
 
 // The Python sub-tool of code_execution_20260120 and code_execution_20260521
 // (docs/messages.md, "Python REPL"). Besides bash_code_execution and
@@ -23,14 +27,14 @@ const (
 // HasPythonREPL reports whether the code-execution tool type runs the
 // model's Python in a persistent interpreter (the code_execution sub-tool).
 func HasPythonREPL(toolType string) bool {
-	return toolType == ToolTypeCodeExecution2601 || toolType == ToolTypeCodeExecution2605
+	return toolType == wire.ToolTypeCodeExecution2601 || toolType == wire.ToolTypeCodeExecution2605
 }
 
 // PythonToolDefinition returns the code_execution sub-tool as the model of
 // toolType sees it: code_execution_20260521's description also states the
 // per-cell wall-clock limit.
 func PythonToolDefinition(toolType string) ToolDefinition {
-	if toolType == ToolTypeCodeExecution2605 {
+	if toolType == wire.ToolTypeCodeExecution2605 {
 		return pythonTools[1]
 	}
 	return pythonTools[0]

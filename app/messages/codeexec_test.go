@@ -6,6 +6,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"threadbox/app/messages/wire"
 )
 
 // fakePython answers each code_execution cell with its code echoed, and a
@@ -15,16 +17,16 @@ type fakePython struct {
 	calls []ToolCall
 }
 
-func (f *fakePython) Execute(_ context.Context, call ToolCall) (*ToolResult, error) {
+func (f *fakePython) Execute(_ context.Context, call ToolCall) (*wire.ToolResult, error) {
 	f.mu.Lock()
 	f.calls = append(f.calls, call)
 	f.mu.Unlock()
 	var in struct{ Code string }
 	_ = json.Unmarshal(call.Input, &in)
 	if in.Code == "boom" {
-		return ErrorResult(call.Name, CodeExecutionTimeExceeded, "too long"), nil
+		return ErrorResult(call.Name, wire.CodeExecutionTimeExceeded, "too long"), nil
 	}
-	return &ToolResult{Type: ResultCodeExecution, Stdout: "ran " + in.Code, Files: []OutputFile{{Type: ResultCodeExecutionOutput, FileID: "f1"}}}, nil
+	return &wire.ToolResult{Type: wire.ResultCodeExecution, Stdout: "ran " + in.Code, Files: []wire.OutputFile{{Type: wire.ResultCodeExecutionOutput, FileID: "f1"}}}, nil
 }
 
 func TestPythonSubToolOffered(t *testing.T) {
@@ -34,13 +36,13 @@ func TestPythonSubToolOffered(t *testing.T) {
 		cellLimit  bool // the definition states the 90 s cell limit
 		serverWant string
 	}{
-		{ToolTypeCodeExecution2508, false, false, "bash_code_execution,text_editor_code_execution"},
-		{ToolTypeCodeExecution2601, true, false, "bash_code_execution,text_editor_code_execution,code_execution"},
-		{ToolTypeCodeExecution2605, true, true, "bash_code_execution,text_editor_code_execution,code_execution"},
+		{wire.ToolTypeCodeExecution2508, false, false, "bash_code_execution,text_editor_code_execution"},
+		{wire.ToolTypeCodeExecution2601, true, false, "bash_code_execution,text_editor_code_execution,code_execution"},
+		{wire.ToolTypeCodeExecution2605, true, true, "bash_code_execution,text_editor_code_execution,code_execution"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.toolType, func(t *testing.T) {
-			model := &fakeModel{steps: []*StepResult{step(StopEndTurn, text("hi"))}}
+			model := &fakeModel{steps: []*StepResult{step(wire.StopEndTurn, text("hi"))}}
 			svc := New(model, Tools{CodeExecution: &fakePython{}}, Config{})
 			req := request(tc.toolType, user("hi"))
 			p, err := svc.Validate(req)
@@ -69,16 +71,16 @@ func TestPythonSubToolOffered(t *testing.T) {
 func TestPythonCellsInTheLoop(t *testing.T) {
 	script := func() []*StepResult {
 		return []*StepResult{
-			step(StopToolUse, toolUse("toolu_a", SubToolCodeExecution, `{"code":"x = 41"}`)),
-			step(StopToolUse, toolUse("toolu_b", SubToolCodeExecution, `{"code":"boom"}`)),
-			step(StopEndTurn, text("done")),
+			step(wire.StopToolUse, toolUse("toolu_a", SubToolCodeExecution, `{"code":"x = 41"}`)),
+			step(wire.StopToolUse, toolUse("toolu_b", SubToolCodeExecution, `{"code":"boom"}`)),
+			step(wire.StopEndTurn, text("done")),
 		}
 	}
 	var shapes []string
 	for _, stream := range []bool{false, true} {
 		model := &fakeModel{steps: script()}
 		tools := &fakePython{}
-		req := request(ToolTypeCodeExecution2601, user("go"))
+		req := request(wire.ToolTypeCodeExecution2601, user("go"))
 		req.Stream = stream
 		resp, err := New(model, Tools{CodeExecution: tools}, Config{}).Create(context.Background(), req, RunOptions{ContainerID: "c1", Container: testContainer})
 		if err != nil {
@@ -90,7 +92,7 @@ func TestPythonCellsInTheLoop(t *testing.T) {
 		for _, b := range resp.Content {
 			got = append(got, b.Type)
 		}
-		want := []string{BlockServerToolUse, BlockCodeExecutionResult, BlockServerToolUse, BlockCodeExecutionResult, BlockText}
+		want := []string{wire.BlockServerToolUse, wire.BlockCodeExecutionResult, wire.BlockServerToolUse, wire.BlockCodeExecutionResult, wire.BlockText}
 		if strings.Join(got, ",") != strings.Join(want, ",") {
 			t.Fatalf("blocks %v", got)
 		}
@@ -109,7 +111,7 @@ func TestPythonCellsInTheLoop(t *testing.T) {
 		// The model read each result as a tool_result of its call.
 		second := model.reqs[1].Messages
 		last := second[len(second)-1].Content[0]
-		if last.Type != BlockToolResult || last.ToolUseID != resp.Content[0].ID || !strings.Contains(string(last.Content), "ran x = 41") {
+		if last.Type != wire.BlockToolResult || last.ToolUseID != resp.Content[0].ID || !strings.Contains(string(last.Content), "ran x = 41") {
 			t.Fatalf("second model request ends in %+v", last)
 		}
 		if third := model.reqs[2].Messages; !third[len(third)-1].Content[0].IsError {
@@ -126,18 +128,18 @@ func TestPythonResultInHistory(t *testing.T) {
 	raw := `[{"type":"server_tool_use","id":"srvtoolu_1","name":"code_execution","input":{"code":"x = 41"}},` +
 		`{"type":"code_execution_tool_result","tool_use_id":"srvtoolu_1","content":{"type":"code_execution_result","stdout":"","stderr":"","return_code":0,"content":[]}},` +
 		`{"type":"text","text":"set"}]`
-	var blocks []ContentBlock
+	var blocks []wire.ContentBlock
 	if err := json.Unmarshal([]byte(raw), &blocks); err != nil {
 		t.Fatal(err)
 	}
-	if blocks[1].Result == nil || blocks[1].Result.Type != ResultCodeExecution {
+	if blocks[1].Result == nil || blocks[1].Result.Type != wire.ResultCodeExecution {
 		t.Fatalf("result block %+v", blocks[1])
 	}
 	again, err := json.Marshal(blocks[1])
 	if err != nil || !strings.Contains(string(again), `"content":{"type":"code_execution_result","stdout":"","stderr":"","return_code":0,"content":[]}`) {
 		t.Fatalf("re-encoded %s %v", again, err)
 	}
-	got := shape(upstreamHistory([]Message{user("go"), {Role: RoleAssistant, Content: blocks}, user("again")}))
+	got := shape(upstreamHistory([]wire.Message{user("go"), {Role: wire.RoleAssistant, Content: blocks}, user("again")}))
 	if want := "user:[text] assistant:[tool_use(srvtoolu_1)] user:[tool_result(srvtoolu_1)] assistant:[text] user:[text]"; got != want {
 		t.Fatalf("history %s, want %s", got, want)
 	}

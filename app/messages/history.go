@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 
+	"threadbox/app/messages/wire"
 	"threadbox/domain/file"
 )
 
@@ -19,48 +20,48 @@ import (
 // Consecutive assistant messages are merged; two user messages of the
 // client are not (each stays the prompt it was). container_upload blocks
 // become a text note naming the file's sandbox path.
-func upstreamHistory(in []Message) []Message {
-	var out []Message
+func upstreamHistory(in []wire.Message) []wire.Message {
+	var out []wire.Message
 	synthetic := false // the last message holds only results made here
-	add := func(role string, results bool, blocks ...ContentBlock) {
+	add := func(role string, results bool, blocks ...wire.ContentBlock) {
 		if len(blocks) == 0 {
 			return
 		}
-		if n := len(out); n > 0 && out[n-1].Role == role && (role == RoleAssistant || results || synthetic) {
+		if n := len(out); n > 0 && out[n-1].Role == role && (role == wire.RoleAssistant || results || synthetic) {
 			out[n-1].Content = append(out[n-1].Content, blocks...)
 			synthetic = synthetic && results
 			return
 		}
-		out = append(out, Message{Role: role, Content: blocks})
+		out = append(out, wire.Message{Role: role, Content: blocks})
 		synthetic = results
 	}
 	for _, m := range in {
-		var cur []ContentBlock
+		var cur []wire.ContentBlock
 		flushAs := m.Role
 		for _, b := range m.Content {
 			switch b.Type {
-			case BlockServerToolUse:
+			case wire.BlockServerToolUse:
 				// threadbox's own calls reach the model as the tool_use
 				// blocks it made; the upstream's own (web search) go
 				// back as they came, as Anthropic documents.
 				if IsOwnServerTool(b.Name) {
-					b.Type = BlockToolUse
+					b.Type = wire.BlockToolUse
 					b.Raw = nil
 				}
 				cur = append(cur, b)
-			case BlockBashResult, BlockTextEditorResult, BlockSandboxResult, BlockCodeExecutionResult:
+			case wire.BlockBashResult, wire.BlockTextEditorResult, wire.BlockSandboxResult, wire.BlockCodeExecutionResult:
 				add(flushAs, false, cur...)
 				cur = nil
 				if b.Result != nil {
-					add(RoleUser, true, upstreamResult(b.ToolUseID, b.Result))
+					add(wire.RoleUser, true, upstreamResult(b.ToolUseID, b.Result))
 				}
-			case BlockContainerUpload:
+			case wire.BlockContainerUpload:
 				p, err := uploadPath(b.FileID)
 				if err != nil {
 					p = b.FileID
 				}
-				cur = append(cur, ContentBlock{Type: BlockText, Text: fmt.Sprintf("[The file %s is available in the container at %s]", b.FileID, p)})
-			case BlockText:
+				cur = append(cur, wire.ContentBlock{Type: wire.BlockText, Text: fmt.Sprintf("[The file %s is available in the container at %s]", b.FileID, p)})
+			case wire.BlockText:
 				if b.Text != "" { // upstreams refuse empty text blocks
 					cur = append(cur, b)
 				}
@@ -80,7 +81,7 @@ func upstreamHistory(in []Message) []Message {
 // servers likewise for tool_calls and tool messages). Each such call and
 // its result become text the model can still read; calls of offered tools
 // stay as they are.
-func readableHistory(in []Message, tools []ToolDefinition) []Message {
+func readableHistory(in []wire.Message, tools []ToolDefinition) []wire.Message {
 	offered := make(map[string]bool, len(tools))
 	for _, t := range tools {
 		offered[t.Name] = true
@@ -88,7 +89,7 @@ func readableHistory(in []Message, tools []ToolDefinition) []Message {
 	names := map[string]string{} // ids of calls of tools not offered → tool name
 	for _, m := range in {
 		for _, b := range m.Content {
-			if b.Type == BlockToolUse && !offered[b.Name] {
+			if b.Type == wire.BlockToolUse && !offered[b.Name] {
 				names[b.ID] = b.Name
 			}
 		}
@@ -96,20 +97,20 @@ func readableHistory(in []Message, tools []ToolDefinition) []Message {
 	if len(names) == 0 {
 		return in
 	}
-	out := make([]Message, len(in))
+	out := make([]wire.Message, len(in))
 	for i, m := range in {
-		blocks := make([]ContentBlock, 0, len(m.Content))
+		blocks := make([]wire.ContentBlock, 0, len(m.Content))
 		for _, b := range m.Content {
 			switch name, textual := names[b.ID]; {
-			case b.Type == BlockToolUse && textual:
-				blocks = append(blocks, ContentBlock{Type: BlockText, Text: fmt.Sprintf("[Called the tool %s (no longer offered) with input %s]", name, compactJSON(b.Input))})
-			case b.Type == BlockToolResult && names[b.ToolUseID] != "":
-				blocks = append(blocks, ContentBlock{Type: BlockText, Text: fmt.Sprintf("[Result of %s: %s]", names[b.ToolUseID], resultText(b))})
+			case b.Type == wire.BlockToolUse && textual:
+				blocks = append(blocks, wire.ContentBlock{Type: wire.BlockText, Text: fmt.Sprintf("[Called the tool %s (no longer offered) with input %s]", name, compactJSON(b.Input))})
+			case b.Type == wire.BlockToolResult && names[b.ToolUseID] != "":
+				blocks = append(blocks, wire.ContentBlock{Type: wire.BlockText, Text: fmt.Sprintf("[Result of %s: %s]", names[b.ToolUseID], resultText(b))})
 			default:
 				blocks = append(blocks, b)
 			}
 		}
-		out[i] = Message{Role: m.Role, Content: blocks}
+		out[i] = wire.Message{Role: m.Role, Content: blocks}
 	}
 	return out
 }
@@ -128,7 +129,7 @@ func compactJSON(raw json.RawMessage) string {
 
 // resultText is a tool_result's content as text: a JSON string's value,
 // the text of text blocks, or the raw JSON.
-func resultText(b ContentBlock) string {
+func resultText(b wire.ContentBlock) string {
 	prefix := ""
 	if b.IsError {
 		prefix = "error: "
@@ -144,7 +145,7 @@ func resultText(b ContentBlock) string {
 	if json.Unmarshal(b.Content, &parts) == nil {
 		var texts []string
 		for _, p := range parts {
-			if p.Type == BlockText {
+			if p.Type == wire.BlockText {
 				texts = append(texts, p.Text)
 			}
 		}
@@ -154,13 +155,13 @@ func resultText(b ContentBlock) string {
 }
 
 // upstreamResult renders a sub-tool result as the tool_result the model reads.
-func upstreamResult(id string, r *ToolResult) ContentBlock {
+func upstreamResult(id string, r *wire.ToolResult) wire.ContentBlock {
 	text, err := json.Marshal(r)
 	if err != nil {
 		text = []byte(`{"type":"error"}`)
 	}
 	content, _ := json.Marshal(string(text))
-	return ContentBlock{Type: BlockToolResult, ToolUseID: id, Content: content, IsError: r.IsError()}
+	return wire.ContentBlock{Type: wire.BlockToolResult, ToolUseID: id, Content: content, IsError: r.IsError()}
 }
 
 // uploadPath decodes a file id (base64url of the absolute sandbox path).
@@ -179,7 +180,7 @@ func SubToolDefinitions() []ToolDefinition { return slices.Clone(subTools) }
 // subTools are encoded once (Raw), not per request.
 var subTools = encoded([]ToolDefinition{
 	{
-		Name: SubToolBash,
+		Name: wire.SubToolBash,
 		Description: "Run a shell command in the sandbox. Each call runs in a new bash shell in /home/agent/workspace; " +
 			"files persist between calls, cd and environment variables do not. Files written to $OUTPUT_DIR are saved " +
 			"to /mnt/user-data/outputs/ as downloadable deliverables. Uploaded files are in /mnt/user-data/uploads/ (read-only). " +
@@ -191,7 +192,7 @@ var subTools = encoded([]ToolDefinition{
 			`"required":["command"]}`),
 	},
 	{
-		Name: SubToolTextEditor,
+		Name: wire.SubToolTextEditor,
 		Description: "View, create and edit files in the sandbox. Relative paths resolve in /home/agent/workspace. " +
 			"view shows a file (optionally view_range [start, end], 1-based, -1 = end of file) or lists a directory; " +
 			"create writes file_text; str_replace replaces old_str, which must occur exactly once, with new_str; " +
@@ -221,39 +222,39 @@ func encoded(defs []ToolDefinition) []ToolDefinition {
 // Collector is a Sink that builds the complete response from the events of
 // a turn, for non-streaming requests.
 type Collector struct {
-	resp    Response
+	resp    wire.Response
 	partial map[int]*strings.Builder
 }
 
 // Send folds one event into the response.
-func (c *Collector) Send(ev Event) error {
+func (c *Collector) Send(ev wire.Event) error {
 	switch ev.Type {
-	case EventMessageStart:
+	case wire.EventMessageStart:
 		if ev.Message != nil {
 			c.resp = *ev.Message
-			c.resp.Content = []ContentBlock{}
+			c.resp.Content = []wire.ContentBlock{}
 		}
-	case EventContentBlockStart:
+	case wire.EventContentBlockStart:
 		if ev.ContentBlock == nil {
 			return errors.New("messages: content_block_start without block")
 		}
 		for len(c.resp.Content) <= ev.Index {
-			c.resp.Content = append(c.resp.Content, ContentBlock{})
+			c.resp.Content = append(c.resp.Content, wire.ContentBlock{})
 		}
 		c.resp.Content[ev.Index] = *ev.ContentBlock
-	case EventContentBlockDelta:
+	case wire.EventContentBlockDelta:
 		if ev.Delta == nil || ev.Index >= len(c.resp.Content) {
 			return errors.New("messages: delta for an unknown block")
 		}
 		b := &c.resp.Content[ev.Index]
 		switch ev.Delta.Type {
-		case DeltaText:
+		case wire.DeltaText:
 			b.Text += ev.Delta.Text
-		case DeltaThinking:
+		case wire.DeltaThinking:
 			b.Thinking += ev.Delta.Thinking
-		case DeltaSignature:
+		case wire.DeltaSignature:
 			b.Signature += ev.Delta.Signature
-		case DeltaInputJSON:
+		case wire.DeltaInputJSON:
 			if c.partial == nil {
 				c.partial = map[int]*strings.Builder{}
 			}
@@ -264,14 +265,14 @@ func (c *Collector) Send(ev Event) error {
 			}
 			sb.WriteString(ev.Delta.PartialJSON)
 		}
-	case EventContentBlockStop:
+	case wire.EventContentBlockStop:
 		if sb := c.partial[ev.Index]; sb != nil && ev.Index < len(c.resp.Content) {
 			if s := strings.TrimSpace(sb.String()); s != "" {
 				c.resp.Content[ev.Index].Input = json.RawMessage(s)
 			}
 			delete(c.partial, ev.Index)
 		}
-	case EventMessageDelta:
+	case wire.EventMessageDelta:
 		if ev.MessageDelta != nil {
 			c.resp.StopReason = ev.MessageDelta.StopReason
 			c.resp.StopSequence = ev.MessageDelta.StopSequence
@@ -285,7 +286,7 @@ func (c *Collector) Send(ev Event) error {
 }
 
 // Response returns the response built so far.
-func (c *Collector) Response() *Response {
+func (c *Collector) Response() *wire.Response {
 	r := c.resp
 	return &r
 }

@@ -5,6 +5,8 @@ import (
 	"sync"
 	"time"
 	"unicode/utf8"
+
+	"threadbox/app/messages/wire"
 )
 
 // Limits of live output: output after a quiet spell goes at once, output
@@ -23,7 +25,7 @@ const (
 type liveOutput struct {
 	id    string
 	start time.Time
-	send  func(Event) error
+	send  func(wire.Event) error
 
 	mu     sync.Mutex
 	buf    map[string][]byte // per stream, not yet sent
@@ -34,7 +36,7 @@ type liveOutput struct {
 	closed bool
 }
 
-func newLiveOutput(toolUseID string, send func(Event) error) *liveOutput {
+func newLiveOutput(toolUseID string, send func(wire.Event) error) *liveOutput {
 	return &liveOutput{id: toolUseID, start: time.Now(), send: send, buf: map[string][]byte{}, sent: map[string]int{}, kept: map[string][]byte{}}
 }
 
@@ -81,7 +83,7 @@ func (l *liveOutput) flushLocked(final bool) {
 		if n == 0 {
 			continue
 		}
-		ev := Event{Type: EventToolOutput, Output: &ToolOutput{ToolUseID: l.id, Stream: s, Text: string(b[:n]), ElapsedMs: time.Since(l.start).Milliseconds()}}
+		ev := wire.Event{Type: wire.EventToolOutput, Output: &wire.ToolOutput{ToolUseID: l.id, Stream: s, Text: string(b[:n]), ElapsedMs: time.Since(l.start).Milliseconds()}}
 		l.sent[s] += n
 		l.last = time.Now()
 		l.buf[s] = append(b[:0:0], b[n:]...)
@@ -135,13 +137,13 @@ const StoppedNote = "Command stopped."
 // stoppedResult is the result of a call whose turn ended while it ran: a
 // command keeps what it wrote so far, shaped as a timeout (return code 124)
 // with StoppedNote; another call is an error result saying so.
-func stoppedResult(call ToolCall, live *liveOutput) *ToolResult {
-	if call.Name != SubToolBash || live == nil {
-		return ErrorResult(call.Name, CodeUnavailable, "The call was stopped before it ended.")
+func stoppedResult(call ToolCall, live *liveOutput) *wire.ToolResult {
+	if call.Name != wire.SubToolBash || live == nil {
+		return ErrorResult(call.Name, wire.CodeUnavailable, "The call was stopped before it ended.")
 	}
 	stderr := live.soFar("stderr")
 	if stderr != "" && !strings.HasSuffix(stderr, "\n") {
 		stderr += "\n"
 	}
-	return &ToolResult{Type: ResultBash, Stdout: live.soFar("stdout"), Stderr: stderr + StoppedNote, ReturnCode: 124}
+	return &wire.ToolResult{Type: wire.ResultBash, Stdout: live.soFar("stdout"), Stderr: stderr + StoppedNote, ReturnCode: 124}
 }

@@ -9,25 +9,27 @@ import (
 	"testing"
 	"time"
 	"unicode/utf8"
+
+	"threadbox/app/messages/wire"
 )
 
 // events collects what a liveOutput sends.
 type events struct {
 	mu  sync.Mutex
-	got []Event
+	got []wire.Event
 }
 
-func (e *events) send(ev Event) error {
+func (e *events) send(ev wire.Event) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.got = append(e.got, ev)
 	return nil
 }
 
-func (e *events) all() []Event {
+func (e *events) all() []wire.Event {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return append([]Event(nil), e.got...)
+	return append([]wire.Event(nil), e.got...)
 }
 
 func TestLiveOutput(t *testing.T) {
@@ -35,13 +37,13 @@ func TestLiveOutput(t *testing.T) {
 	tests := []struct {
 		name   string
 		writes func(l *liveOutput, e *events)
-		check  func(t *testing.T, evs []Event)
+		check  func(t *testing.T, evs []wire.Event)
 	}{
 		{"small chunks are coalesced", func(l *liveOutput, _ *events) {
 			for range 100 {
 				l.write("stdout", []byte("x"))
 			}
-		}, func(t *testing.T, evs []Event) {
+		}, func(t *testing.T, evs []wire.Event) {
 			// The first goes at once, the rest in one event.
 			if len(evs) != 2 || evs[0].Output.Text != "x" || evs[1].Output.Text != strings.Repeat("x", 99) || evs[0].Output.Stream != "stdout" || evs[0].Output.ToolUseID != "srvtoolu_1" {
 				t.Fatalf("%d events: %+v", len(evs), evs)
@@ -54,7 +56,7 @@ func TestLiveOutput(t *testing.T) {
 			if n := len(e.all()); n != 2 {
 				panic(fmt.Sprintf("%d events right after the write, want 2", n))
 			}
-		}, func(t *testing.T, evs []Event) {
+		}, func(t *testing.T, evs []wire.Event) {
 			if len(evs) != 2 || evs[1].Output.Text != "b" || evs[1].Output.ElapsedMs < 2*liveEvery.Milliseconds() {
 				t.Fatalf("%d events: %+v", len(evs), evs)
 			}
@@ -63,7 +65,7 @@ func TestLiveOutput(t *testing.T) {
 			l.write("stdout", []byte("a"+euro[:1]))
 			time.Sleep(2 * liveEvery)
 			l.write("stdout", []byte(euro[1:]+"b"))
-		}, func(t *testing.T, evs []Event) {
+		}, func(t *testing.T, evs []wire.Event) {
 			var b strings.Builder
 			for _, ev := range evs {
 				if !utf8.ValidString(ev.Output.Text) {
@@ -81,7 +83,7 @@ func TestLiveOutput(t *testing.T) {
 				l.write("stderr", chunk)
 			}
 			l.write("stdout", []byte("still"))
-		}, func(t *testing.T, evs []Event) {
+		}, func(t *testing.T, evs []wire.Event) {
 			n := map[string]int{}
 			for _, ev := range evs {
 				n[ev.Output.Stream] += len(ev.Output.Text)
@@ -104,7 +106,7 @@ func TestLiveOutput(t *testing.T) {
 			time.Sleep(2 * liveEvery)
 			evs := e.all()
 			for _, ev := range evs {
-				if ev.Type != EventToolOutput || ev.Output == nil || strings.Contains(ev.Output.Text, "after the result") {
+				if ev.Type != wire.EventToolOutput || ev.Output == nil || strings.Contains(ev.Output.Text, "after the result") {
 					t.Fatalf("event %+v", ev)
 				}
 			}
@@ -116,7 +118,7 @@ func TestLiveOutput(t *testing.T) {
 // TestToolOutputEventRoundTrip: the event's JSON is its data as documented
 // and decodes back to the same event.
 func TestToolOutputEventRoundTrip(t *testing.T) {
-	ev := Event{Type: EventToolOutput, Output: &ToolOutput{ToolUseID: "srvtoolu_1", Stream: "stderr", Text: "oops\n", ElapsedMs: 12}}
+	ev := wire.Event{Type: wire.EventToolOutput, Output: &wire.ToolOutput{ToolUseID: "srvtoolu_1", Stream: "stderr", Text: "oops\n", ElapsedMs: 12}}
 	b, err := ev.MarshalJSON()
 	if err != nil {
 		t.Fatal(err)
@@ -124,8 +126,8 @@ func TestToolOutputEventRoundTrip(t *testing.T) {
 	if string(b) != `{"type":"threadbox_tool_output","tool_use_id":"srvtoolu_1","stream":"stderr","text":"oops\n","elapsed_ms":12}` {
 		t.Fatalf("json %s", b)
 	}
-	var back Event
-	if err := back.UnmarshalJSON(b); err != nil || back.Type != EventToolOutput || *back.Output != *ev.Output {
+	var back wire.Event
+	if err := back.UnmarshalJSON(b); err != nil || back.Type != wire.EventToolOutput || *back.Output != *ev.Output {
 		t.Fatalf("decoded %+v %v", back, err)
 	}
 }
@@ -134,7 +136,7 @@ func TestToolOutputEventRoundTrip(t *testing.T) {
 // until its context ends.
 type outputThenBlock struct{ started chan struct{} }
 
-func (o outputThenBlock) Execute(ctx context.Context, call ToolCall) (*ToolResult, error) {
+func (o outputThenBlock) Execute(ctx context.Context, call ToolCall) (*wire.ToolResult, error) {
 	call.Output("stdout", []byte("tick1\n"))
 	call.Output("stderr", []byte("warn"))
 	close(o.started)
@@ -147,29 +149,29 @@ func (o outputThenBlock) Execute(ctx context.Context, call ToolCall) (*ToolResul
 // output so far and StoppedNote, sent to the sink and to the tool hook.
 func TestStoppedCallKeepsItsOutput(t *testing.T) {
 	tools := outputThenBlock{started: make(chan struct{})}
-	model := &fakeModel{steps: []*StepResult{step(StopToolUse, toolUse("a", SubToolBash, `{"command":"sleep"}`))}}
+	model := &fakeModel{steps: []*StepResult{step(wire.StopToolUse, toolUse("a", wire.SubToolBash, `{"command":"sleep"}`))}}
 	ctx, cancel := context.WithCancel(context.Background())
 	var (
 		col    Collector
-		hooked *ToolResult
+		hooked *wire.ToolResult
 	)
-	opts := RunOptions{LiveOutput: true, OnToolCall: func(_ context.Context, _ ToolCall, r *ToolResult) { hooked = r }}
+	opts := RunOptions{LiveOutput: true, OnToolCall: func(_ context.Context, _ ToolCall, r *wire.ToolResult) { hooked = r }}
 	done := make(chan error, 1)
 	go func() {
-		done <- New(model, allTools(tools), Config{}).Run(ctx, request(ToolTypeCodeExecution2508, user("x")), opts, &col)
+		done <- New(model, allTools(tools), Config{}).Run(ctx, request(wire.ToolTypeCodeExecution2508, user("x")), opts, &col)
 	}()
 	<-tools.started
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("err %v", err)
 	}
-	var res *ToolResult
+	var res *wire.ToolResult
 	for _, b := range col.Response().Content {
-		if b.Type == BlockBashResult {
+		if b.Type == wire.BlockBashResult {
 			res = b.Result
 		}
 	}
-	want := ToolResult{Type: ResultBash, Stdout: "tick1\n", Stderr: "warn\n" + StoppedNote, ReturnCode: 124}
+	want := wire.ToolResult{Type: wire.ResultBash, Stdout: "tick1\n", Stderr: "warn\n" + StoppedNote, ReturnCode: 124}
 	if res == nil || res.Type != want.Type || res.Stdout != want.Stdout || res.Stderr != want.Stderr || res.ReturnCode != want.ReturnCode {
 		t.Fatalf("the stopped call's result: %+v", res)
 	}

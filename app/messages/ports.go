@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+
+	"threadbox/app/messages/wire"
 )
 
 // Model is one language model behind the loop. It knows nothing of server
@@ -24,7 +26,7 @@ type StepRequest struct {
 	Model         string
 	MaxTokens     int
 	System        json.RawMessage // a JSON string or an array of text blocks; may be empty
-	Messages      []Message
+	Messages      []wire.Message
 	Tools         []ToolDefinition
 	ToolChoice    json.RawMessage
 	Temperature   *float64
@@ -61,10 +63,10 @@ func (d ToolDefinition) MarshalJSON() ([]byte, error) {
 
 // StepResult is the model's answer for one step.
 type StepResult struct {
-	Content      []ContentBlock
+	Content      []wire.ContentBlock
 	StopReason   string
 	StopSequence *string
-	Usage        Usage
+	Usage        wire.Usage
 }
 
 // StepEventKind says what a StepEvent reports.
@@ -86,8 +88,8 @@ const (
 type StepEvent struct {
 	Kind  StepEventKind
 	Index int
-	Block ContentBlock
-	Delta BlockDelta
+	Block wire.ContentBlock
+	Delta wire.BlockDelta
 }
 
 // ToolCall is one sub-tool call to run in a container.
@@ -140,24 +142,24 @@ type ToolAnswer struct {
 // result (with Detail filled in), not an error. An error is returned only
 // when ctx ends.
 type ToolExecutor interface {
-	Execute(ctx context.Context, call ToolCall) (*ToolResult, error)
+	Execute(ctx context.Context, call ToolCall) (*wire.ToolResult, error)
 }
 
 // Sink receives the events of a turn as they happen. An error from Send
 // (say, the client went away) stops the turn and is returned by Run.
 type Sink interface {
-	Send(ev Event) error
+	Send(ev wire.Event) error
 }
 
 // SinkFunc adapts a function to Sink.
-type SinkFunc func(Event) error
+type SinkFunc func(wire.Event) error
 
 // Send calls f.
-func (f SinkFunc) Send(ev Event) error { return f(ev) }
+func (f SinkFunc) Send(ev wire.Event) error { return f(ev) }
 
 // ToolHook is called after each sub-tool call has run and its result block
 // has been sent, so the workspace layer can capture artifacts.
-type ToolHook func(ctx context.Context, call ToolCall, result *ToolResult)
+type ToolHook func(ctx context.Context, call ToolCall, result *wire.ToolResult)
 
 // ErrUpstreamUnavailable reports that the model's upstream could not be
 // reached; the web layer answers 503.

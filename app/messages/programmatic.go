@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	"threadbox/app/messages/wire"
 	"threadbox/domain/fault"
 )
 
@@ -28,25 +29,25 @@ import (
 
 // callerDirect and the code-execution tool types are the values
 // allowed_callers takes.
-var allowedCallerValues = []string{CallerDirect, ToolTypeCodeExecution2508, ToolTypeCodeExecution2601, ToolTypeCodeExecution2605}
+var allowedCallerValues = []string{wire.CallerDirect, wire.ToolTypeCodeExecution2508, wire.ToolTypeCodeExecution2601, wire.ToolTypeCodeExecution2605}
 
 // callers returns a client tool's allowed_callers, "direct" when it names
 // none.
-func callers(t Tool) []string {
+func callers(t wire.Tool) []string {
 	if len(t.AllowedCallers) == 0 {
-		return []string{CallerDirect}
+		return []string{wire.CallerDirect}
 	}
 	return t.AllowedCallers
 }
 
 // directTool reports whether the model may call the client tool itself.
-func directTool(t Tool) bool { return slices.Contains(callers(t), CallerDirect) }
+func directTool(t wire.Tool) bool { return slices.Contains(callers(t), wire.CallerDirect) }
 
 // codeCallable reports whether code run by the code-execution tool of
 // toolType may call the client tool. code_execution_20260120 and
 // code_execution_20260521 are one environment, so either in
 // allowed_callers serves both.
-func codeCallable(t Tool, toolType string) bool {
+func codeCallable(t wire.Tool, toolType string) bool {
 	if !HasPythonREPL(toolType) {
 		return false
 	}
@@ -59,7 +60,7 @@ func codeCallable(t Tool, toolType string) bool {
 }
 
 // checkAllowedCallers checks the allowed_callers of tool i, a client tool.
-func checkAllowedCallers(i int, t Tool) error {
+func checkAllowedCallers(i int, t wire.Tool) error {
 	if t.AllowedCallers != nil && len(t.AllowedCallers) == 0 {
 		return fault.Errorf(fault.Invalid, "tools.%d.allowed_callers: must not be empty", i)
 	}
@@ -74,9 +75,9 @@ func checkAllowedCallers(i int, t Tool) error {
 // checkCallers checks, once the request's code-execution tool is known,
 // that each client tool has a caller the request enables, and lists those
 // code may call.
-func checkCallers(req *Request, p *Plan) error {
+func checkCallers(req *wire.Request, p *Plan) error {
 	for i, t := range req.Tools {
-		if isCodeExecutionType(t.Type) || t.Type == ToolTypeSandboxV1 || len(t.AllowedCallers) == 0 {
+		if isCodeExecutionType(t.Type) || t.Type == wire.ToolTypeSandboxV1 || len(t.AllowedCallers) == 0 {
 			continue
 		}
 		if codeCallable(t, p.ToolType) {
@@ -94,7 +95,7 @@ func checkCallers(req *Request, p *Plan) error {
 	}
 	if len(req.ToolChoice) > 0 && json.Unmarshal(req.ToolChoice, &tc) == nil && tc.Type == "tool" {
 		for _, t := range req.Tools {
-			if t.Name == tc.Name && !isCodeExecutionType(t.Type) && t.Type != ToolTypeSandboxV1 && !directTool(t) {
+			if t.Name == tc.Name && !isCodeExecutionType(t.Type) && t.Type != wire.ToolTypeSandboxV1 && !directTool(t) {
 				return fault.Errorf(fault.Invalid, "tool_choice: %q can be called only from code (its allowed_callers lacks \"direct\"), so the model cannot be made to call it", tc.Name)
 			}
 		}
@@ -108,13 +109,13 @@ func checkCallers(req *Request, p *Plan) error {
 // documents: the calls of the last assistant message are all answered by
 // the user message that follows, which holds nothing but tool_result
 // blocks, in a request that names its container.
-func programmaticHistory(req *Request) error {
+func programmaticHistory(req *wire.Request) error {
 	calls := map[string]bool{}
 	for i, m := range req.Messages {
 		var open []string
-		if m.Role == RoleAssistant {
+		if m.Role == wire.RoleAssistant {
 			for _, b := range m.Content {
-				if b.Type == BlockToolUse && b.Caller != nil {
+				if b.Type == wire.BlockToolUse && b.Caller != nil {
 					calls[b.ID] = true
 					open = append(open, b.ID)
 				}
@@ -123,12 +124,12 @@ func programmaticHistory(req *Request) error {
 		if len(open) == 0 {
 			continue
 		}
-		if i+1 >= len(req.Messages) || req.Messages[i+1].Role != RoleUser {
+		if i+1 >= len(req.Messages) || req.Messages[i+1].Role != wire.RoleUser {
 			return fault.Errorf(fault.Invalid, "messages.%d: `tool_use` ids were found without `tool_result` blocks immediately after: %s", i, strings.Join(open, ", "))
 		}
 		answered := map[string]bool{}
 		for j, b := range req.Messages[i+1].Content {
-			if b.Type != BlockToolResult {
+			if b.Type != wire.BlockToolResult {
 				return fault.Errorf(fault.Invalid, "messages.%d.content.%d: a message answering tool calls made from code holds only tool_result blocks", i+1, j)
 			}
 			answered[b.ToolUseID] = true
@@ -151,18 +152,18 @@ func programmaticHistory(req *Request) error {
 // client's results of the calls the last user message answers, by the id
 // of the code_execution call that made them, and the ids of every
 // code_execution call that made calls.
-func stripProgrammatic(in []Message) (out []Message, resume map[string][]ToolAnswer, callers map[string]bool) {
+func stripProgrammatic(in []wire.Message) (out []wire.Message, resume map[string][]ToolAnswer, callers map[string]bool) {
 	caller := map[string]string{} // tool_use id -> srvtoolu_ id
 	resume, callers = map[string][]ToolAnswer{}, map[string]bool{}
 	for i, m := range in {
-		var kept []ContentBlock
+		var kept []wire.ContentBlock
 		for _, b := range m.Content {
 			switch {
-			case m.Role == RoleAssistant && b.Type == BlockToolUse && b.Caller != nil:
+			case m.Role == wire.RoleAssistant && b.Type == wire.BlockToolUse && b.Caller != nil:
 				caller[b.ID] = b.Caller.ToolID
 				callers[b.Caller.ToolID] = true
 				continue
-			case m.Role == RoleUser && b.Type == BlockToolResult && caller[b.ToolUseID] != "":
+			case m.Role == wire.RoleUser && b.Type == wire.BlockToolResult && caller[b.ToolUseID] != "":
 				if i == len(in)-1 {
 					id := caller[b.ToolUseID]
 					resume[id] = append(resume[id], ToolAnswer{ToolUseID: b.ToolUseID, Content: b.Content, IsError: b.IsError})
@@ -174,11 +175,11 @@ func stripProgrammatic(in []Message) (out []Message, resume map[string][]ToolAns
 		if len(kept) == 0 && len(m.Content) > 0 {
 			continue // it held only programmatic blocks
 		}
-		if n := len(out); n > 0 && m.Role == RoleAssistant && out[n-1].Role == RoleAssistant {
+		if n := len(out); n > 0 && m.Role == wire.RoleAssistant && out[n-1].Role == wire.RoleAssistant {
 			out[n-1].Content = append(out[n-1].Content, kept...)
 			continue
 		}
-		out = append(out, Message{Role: m.Role, Content: kept})
+		out = append(out, wire.Message{Role: m.Role, Content: kept})
 	}
 	return out, resume, callers
 }
@@ -190,7 +191,7 @@ func (t *turn) codeTools() []CodeTool {
 	}
 	var out []CodeTool
 	for _, tool := range t.req.Tools {
-		if isCodeExecutionType(tool.Type) || tool.Type == ToolTypeSandboxV1 || (tool.Type != "" && tool.Type != ToolTypeCustom) {
+		if isCodeExecutionType(tool.Type) || tool.Type == wire.ToolTypeSandboxV1 || (tool.Type != "" && tool.Type != wire.ToolTypeCustom) {
 			continue
 		}
 		out = append(out, CodeTool{Name: tool.Name, Description: tool.Description, InputSchema: tool.InputSchema, Allowed: codeCallable(tool, t.plan.ToolType)})
@@ -205,7 +206,7 @@ func (t *turn) pythonDefinition() ToolDefinition {
 	def := PythonToolDefinition(t.plan.ToolType)
 	var b strings.Builder
 	for _, tool := range t.req.Tools {
-		if isCodeExecutionType(tool.Type) || tool.Type == ToolTypeSandboxV1 || !codeCallable(tool, t.plan.ToolType) {
+		if isCodeExecutionType(tool.Type) || tool.Type == wire.ToolTypeSandboxV1 || !codeCallable(tool, t.plan.ToolType) {
 			continue
 		}
 		fmt.Fprintf(&b, "\n- %s: %s Input schema: %s", tool.Name, strings.TrimSpace(tool.Description), compactJSON(tool.InputSchema))
@@ -225,7 +226,7 @@ func (t *turn) pythonDefinition() ToolDefinition {
 
 // clientDefinition is a client tool as the model gets it: without
 // allowed_callers, which only threadbox reads.
-func clientDefinition(tool Tool) ToolDefinition {
+func clientDefinition(tool wire.Tool) ToolDefinition {
 	raw := tool.Raw
 	if len(tool.AllowedCallers) > 0 && len(raw) > 0 {
 		var fields map[string]json.RawMessage
@@ -242,18 +243,18 @@ func clientDefinition(tool Tool) ToolDefinition {
 // CallerType is the caller type of calls made from code under both
 // code_execution_20260120 and code_execution_20260521: one environment,
 // and the caller types Anthropic's SDKs know end at 20260120.
-const CallerType = ToolTypeCodeExecution2601
+const CallerType = wire.ToolTypeCodeExecution2601
 
 // sendPending sends the tool_use blocks of the client tool calls a cell is
 // paused on, each with its caller.
-func (t *turn) sendPending(call ToolCall, pending []PendingCall) error {
+func (t *turn) sendPending(call ToolCall, pending []wire.PendingCall) error {
 	for _, pc := range pending {
 		var buf bytes.Buffer
 		in := json.RawMessage(`{}`)
 		if json.Compact(&buf, pc.Input) == nil && buf.Len() > 0 {
 			in = buf.Bytes() // as the model's own inputs stream: no spaces
 		}
-		b := ContentBlock{Type: BlockToolUse, ID: pc.ID, Name: pc.Name, Input: in, Caller: &Caller{Type: CallerType, ToolID: call.ID}}
+		b := wire.ContentBlock{Type: wire.BlockToolUse, ID: pc.ID, Name: pc.Name, Input: in, Caller: &wire.Caller{Type: CallerType, ToolID: call.ID}}
 		for _, ev := range blockEvents(b) {
 			ev.Index = t.next
 			if err := t.send(ev); err != nil {

@@ -3,6 +3,8 @@ package messages
 import (
 	"encoding/json"
 	"slices"
+
+	"threadbox/app/messages/wire"
 )
 
 // The sandbox_v1 tools (docs/api.md, docs/sandbox-tools.md). The spec
@@ -38,19 +40,19 @@ func IsSandboxTool(name string) bool { return slices.Contains(SandboxTools, name
 // to tool name.
 func resultBlockType(name string) string {
 	switch {
-	case name == SubToolTextEditor:
-		return BlockTextEditorResult
+	case name == wire.SubToolTextEditor:
+		return wire.BlockTextEditorResult
 	case IsSandboxTool(name):
-		return BlockSandboxResult
+		return wire.BlockSandboxResult
 	case name == SubToolCodeExecution:
-		return BlockCodeExecutionResult
+		return wire.BlockCodeExecutionResult
 	}
-	return BlockBashResult
+	return wire.BlockBashResult
 }
 
 // isResultBlock reports whether a block type carries a server tool result.
 func isResultBlock(t string) bool {
-	return t == BlockBashResult || t == BlockTextEditorResult || t == BlockSandboxResult || t == BlockCodeExecutionResult
+	return t == wire.BlockBashResult || t == wire.BlockTextEditorResult || t == wire.BlockSandboxResult || t == wire.BlockCodeExecutionResult
 }
 
 // SandboxToolDefinitions returns the definitions the model sees for the

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"threadbox/app/messages/wire"
 )
 
 func TestSandboxPlan(t *testing.T) {
@@ -18,11 +20,11 @@ func TestSandboxPlan(t *testing.T) {
 		{"all", `[{"type":"sandbox_v1","name":"sandbox"}]`, SandboxTools},
 		{"one by name", `[{"type":"sandbox_v1","name":"edit_file"}]`, []string{ToolEditFile}},
 		{"two by name, one twice", `[{"type":"sandbox_v1","name":"exec_command"},{"type":"sandbox_v1","name":"write_stdin"},{"type":"sandbox_v1","name":"exec_command"}]`, []string{ToolExecCommand, ToolWriteStdin}},
-		{"beside code execution", `[{"type":"code_execution_20250825","name":"code_execution"},{"type":"sandbox_v1","name":"repl_execute"}]`, []string{SubToolBash, SubToolTextEditor, ToolReplExecute}},
+		{"beside code execution", `[{"type":"code_execution_20250825","name":"code_execution"},{"type":"sandbox_v1","name":"repl_execute"}]`, []string{wire.SubToolBash, wire.SubToolTextEditor, ToolReplExecute}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			var req Request
+			var req wire.Request
 			body := `{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"hi"}],"tools":` + tc.tools + `}`
 			if err := json.Unmarshal([]byte(body), &req); err != nil {
 				t.Fatal(err)
@@ -41,16 +43,16 @@ func TestSandboxPlan(t *testing.T) {
 func TestSandboxToolRunsAsServerTool(t *testing.T) {
 	input := json.RawMessage(`{"command":"echo hi"}`)
 	model := &fakeModel{steps: []*StepResult{
-		step(StopToolUse, ContentBlock{Type: BlockToolUse, ID: "toolu_1", Name: ToolSandboxBash, Input: input}),
-		step(StopToolUse, ContentBlock{Type: BlockToolUse, ID: "toolu_2", Name: ToolEditFile, Input: json.RawMessage(`{"path":"x"}`)}),
-		step(StopEndTurn, text("done")),
+		step(wire.StopToolUse, wire.ContentBlock{Type: wire.BlockToolUse, ID: "toolu_1", Name: ToolSandboxBash, Input: input}),
+		step(wire.StopToolUse, wire.ContentBlock{Type: wire.BlockToolUse, ID: "toolu_2", Name: ToolEditFile, Input: json.RawMessage(`{"path":"x"}`)}),
+		step(wire.StopEndTurn, text("done")),
 	}}
-	tools := &scriptedTools{results: []*ToolResult{
-		SandboxResult(json.RawMessage(`{"type":"sandbox_bash_result","stdout":"hi\n","exit_code":0}`)),
-		ErrorResult(ToolEditFile, CodeInvalidToolInput, "old_str: required"),
+	tools := &scriptedTools{results: []*wire.ToolResult{
+		wire.SandboxResult(json.RawMessage(`{"type":"sandbox_bash_result","stdout":"hi\n","exit_code":0}`)),
+		ErrorResult(ToolEditFile, wire.CodeInvalidToolInput, "old_str: required"),
 	}}
 	svc := New(model, allTools(tools), Config{})
-	var req Request
+	var req wire.Request
 	if err := json.Unmarshal([]byte(`{"model":"m","max_tokens":50,"messages":[{"role":"user","content":"go"}],"tools":[{"type":"sandbox_v1","name":"sandbox"}]}`), &req); err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +72,7 @@ func TestSandboxToolRunsAsServerTool(t *testing.T) {
 	for _, b := range blocks {
 		types = append(types, b["type"].(string))
 	}
-	want := []string{BlockServerToolUse, BlockSandboxResult, BlockServerToolUse, BlockSandboxResult, BlockText}
+	want := []string{wire.BlockServerToolUse, wire.BlockSandboxResult, wire.BlockServerToolUse, wire.BlockSandboxResult, wire.BlockText}
 	if !slices.Equal(types, want) {
 		t.Fatalf("block types %v, want %v\n%s", types, want, out)
 	}
@@ -80,7 +82,7 @@ func TestSandboxToolRunsAsServerTool(t *testing.T) {
 	}
 	// The product's own tool type keeps the error detail.
 	second := blocks[3]["content"].(map[string]any)
-	if second["type"] != ResultSandboxError || second["error_code"] != CodeInvalidToolInput || second["detail"] == nil {
+	if second["type"] != wire.ResultSandboxError || second["error_code"] != wire.CodeInvalidToolInput || second["detail"] == nil {
 		t.Fatalf("error result %v", second)
 	}
 	if blocks[0]["id"] != blocks[1]["tool_use_id"] || !strings.HasPrefix(blocks[0]["id"].(string), "srvtoolu_") {
@@ -99,27 +101,27 @@ func TestSandboxToolRunsAsServerTool(t *testing.T) {
 	}
 	last := model.reqs[2].Messages
 	tr := last[len(last)-1].Content[0]
-	if tr.Type != BlockToolResult || !tr.IsError || !strings.Contains(string(tr.Content), "old_str: required") {
+	if tr.Type != wire.BlockToolResult || !tr.IsError || !strings.Contains(string(tr.Content), "old_str: required") {
 		t.Fatalf("last tool_result %+v", tr)
 	}
 	// The response parses back, result blocks included.
-	var back Response
+	var back wire.Response
 	raw, _ := json.Marshal(resp)
 	if err := json.Unmarshal(raw, &back); err != nil {
 		t.Fatal(err)
 	}
-	if back.Content[1].Result == nil || string(back.Content[1].Result.Body) == "" || back.Content[3].Result.Type != ResultSandboxError {
+	if back.Content[1].Result == nil || string(back.Content[1].Result.Body) == "" || back.Content[3].Result.Type != wire.ResultSandboxError {
 		t.Fatalf("round trip lost the results: %s", raw)
 	}
 }
 
 // scriptedTools answers sub-tool calls with its results in order.
 type scriptedTools struct {
-	results []*ToolResult
+	results []*wire.ToolResult
 	calls   []ToolCall
 }
 
-func (f *scriptedTools) Execute(_ context.Context, call ToolCall) (*ToolResult, error) {
+func (f *scriptedTools) Execute(_ context.Context, call ToolCall) (*wire.ToolResult, error) {
 	f.calls = append(f.calls, call)
 	r := f.results[0]
 	f.results = f.results[1:]

@@ -6,22 +6,24 @@ import (
 	"testing"
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
+
+	"threadbox/app/messages/wire"
 )
 
 // TestSDKParsesResponse checks that the official SDK reads every block of a
 // response, and that accumulating the stream events gives the same message.
 func TestSDKParsesResponse(t *testing.T) {
 	model := &fakeModel{steps: []*StepResult{
-		step(StopToolUse, text("Checking."), toolUse("a", SubToolBash, `{"command":"ls"}`),
-			toolUse("b", SubToolTextEditor, `{"command":"create","path":"x","file_text":"y"}`)),
-		step(StopEndTurn, text("Done.")),
+		step(wire.StopToolUse, text("Checking."), toolUse("a", wire.SubToolBash, `{"command":"ls"}`),
+			toolUse("b", wire.SubToolTextEditor, `{"command":"create","path":"x","file_text":"y"}`)),
+		step(wire.StopEndTurn, text("Done.")),
 	}}
 	svc := New(model, allTools(&fakeTools{}), Config{})
-	req := request(ToolTypeCodeExecution2508, user("go"))
+	req := request(wire.ToolTypeCodeExecution2508, user("go"))
 	req.Stream = true
-	var events []Event
+	var events []wire.Event
 	var c Collector
-	err := svc.Run(context.Background(), req, RunOptions{Container: testContainer, ReportContainer: true}, SinkFunc(func(ev Event) error {
+	err := svc.Run(context.Background(), req, RunOptions{Container: testContainer, ReportContainer: true}, SinkFunc(func(ev wire.Event) error {
 		events = append(events, ev)
 		return c.Send(ev)
 	}))

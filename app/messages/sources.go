@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	"threadbox/app/messages/wire"
 	"threadbox/domain/fault"
 )
 
@@ -24,8 +25,8 @@ const (
 // carries a url member — is refused: an adapter could otherwise hand a
 // URL to a model server that fetches it from the operator's network.
 var sourceTypes = map[string][]string{
-	BlockImage:    {SourceBase64, SourceURL},
-	BlockDocument: {SourceBase64, SourceURL, SourceText, SourceContent},
+	wire.BlockImage:    {SourceBase64, SourceURL},
+	wire.BlockDocument: {SourceBase64, SourceURL, SourceText, SourceContent},
 }
 
 // sourceMembers lists the members each source type has; a source with
@@ -40,8 +41,8 @@ var sourceMembers = map[string][]string{
 // acceptOf lists the media types of a block's base64 data, which are also
 // the types a URL fetch accepts for it.
 var acceptOf = map[string][]string{
-	BlockImage:    {"image/jpeg", "image/png", "image/gif", "image/webp"},
-	BlockDocument: {"application/pdf"},
+	wire.BlockImage:    {"image/jpeg", "image/png", "image/gif", "image/webp"},
+	wire.BlockDocument: {"application/pdf"},
 }
 
 // maxFetches bounds the URLs one request may name.
@@ -66,20 +67,20 @@ type mediaFunc func(m *media, raw json.RawMessage, where string) (json.RawMessag
 // replaces each by what fn returns (fn nil keeps them). It is the one
 // walk over media blocks: plan checks a request with it, Run sends on what
 // it returns (urls.go). It returns the number of url sources found.
-func eachMedia(req *Request, fn mediaFunc) (int, error) {
+func eachMedia(req *wire.Request, fn mediaFunc) (int, error) {
 	w := mediaWalk{fn: fn}
 	for i := range req.Messages {
 		for j := range req.Messages[i].Content {
 			b := &req.Messages[i].Content[j]
 			where := fmt.Sprintf("messages.%d.content.%d", i, j)
 			switch b.Type {
-			case BlockImage, BlockDocument:
+			case wire.BlockImage, wire.BlockDocument:
 				raw, err := w.block(b.Type, b.Raw, where, true)
 				if err != nil {
 					return w.urls, err
 				}
 				b.Raw = raw
-			case BlockToolResult:
+			case wire.BlockToolResult:
 				var parts []json.RawMessage
 				if len(b.Content) == 0 || json.Unmarshal(b.Content, &parts) != nil {
 					continue // a string, or nothing
@@ -153,7 +154,7 @@ func (w *mediaWalk) block(typ string, raw json.RawMessage, where string, documen
 			var head struct {
 				Type string `json:"type"`
 			}
-			if json.Unmarshal(part, &head) != nil || head.Type != BlockText && head.Type != BlockImage {
+			if json.Unmarshal(part, &head) != nil || head.Type != wire.BlockText && head.Type != wire.BlockImage {
 				return nil, fault.Errorf(fault.Invalid, "%s.source.content.%d: a content source holds text and image blocks", where, k)
 			}
 		}

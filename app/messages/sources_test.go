@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"threadbox/app/messages/wire"
 	"threadbox/domain/fault"
 )
 
@@ -61,7 +62,7 @@ func TestSources(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			var req Request
+			var req wire.Request
 			if err := json.Unmarshal([]byte(tc.req), &req); err != nil {
 				t.Fatal(err)
 			}
@@ -110,7 +111,7 @@ func TestSourcesURLLimit(t *testing.T) {
 	for i := range blocks {
 		blocks[i] = `{"type":"image","source":{"type":"url","url":"https://img.test/a.png"}}`
 	}
-	var req Request
+	var req wire.Request
 	if err := json.Unmarshal([]byte(`{"model":"m","max_tokens":5,"messages":[{"role":"user","content":[`+strings.Join(blocks, ",")+`]}]}`), &req); err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"threadbox/app/messages/wire"
 	"threadbox/domain/fault"
 )
 
@@ -24,7 +25,7 @@ type URLFetcher interface {
 // reaching addresses the user cannot), and every block is written anew
 // from its checked members (sources.go). With f nil url sources are
 // refused.
-func inlineSources(ctx context.Context, req *Request, f URLFetcher) error {
+func inlineSources(ctx context.Context, req *wire.Request, f URLFetcher) error {
 	_, err := eachMedia(req, func(m *media, _ json.RawMessage, where string) (json.RawMessage, error) {
 		if m.kind == SourceURL {
 			if err := fetchSource(ctx, m, f, where); err != nil {

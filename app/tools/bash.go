@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"threadbox/app/messages"
+	"threadbox/app/messages/wire"
 	"threadbox/domain/file"
 	"threadbox/domain/sandbox"
 )
@@ -25,9 +26,9 @@ type bashInput struct {
 }
 
 // bash runs a bash_code_execution call.
-func (e *Executor) bash(ctx context.Context, call messages.ToolCall) (*messages.ToolResult, error) {
+func (e *Executor) bash(ctx context.Context, call messages.ToolCall) (*wire.ToolResult, error) {
 	if e.sb == nil {
-		return nil, refuse(messages.CodeUnavailable, "%s", messages.NotConfiguredMessage)
+		return nil, refuse(wire.CodeUnavailable, "%s", messages.NotConfiguredMessage)
 	}
 	var in bashInput
 	if err := decodeInput(call.Input, &in); err != nil {
@@ -42,10 +43,10 @@ func (e *Executor) bash(ctx context.Context, call messages.ToolCall) (*messages.
 	}
 	if in.Restart {
 		if err := e.sb.Restart(ctx, call.ContainerID); err != nil && !errors.Is(err, sandbox.ErrNotFound) {
-			return nil, refuse(messages.CodeUnavailable, "The sandbox could not be restarted: %s", messages.Explain(e.cfg.Log, err))
+			return nil, refuse(wire.CodeUnavailable, "The sandbox could not be restarted: %s", messages.Explain(e.cfg.Log, err))
 		}
 		if in.Command == nil || strings.TrimSpace(*in.Command) == "" {
-			return &messages.ToolResult{Type: messages.ResultBash, Stdout: "Sandbox restarted.\n"}, nil
+			return &wire.ToolResult{Type: wire.ResultBash, Stdout: "Sandbox restarted.\n"}, nil
 		}
 	}
 	end := e.begin(ctx, call.ContainerID)
@@ -64,12 +65,12 @@ func (e *Executor) bash(ctx context.Context, call messages.ToolCall) (*messages.
 	if err != nil {
 		return nil, err
 	}
-	out := &messages.ToolResult{
-		Type:       messages.ResultBash,
+	out := &wire.ToolResult{
+		Type:       wire.ResultBash,
 		Stdout:     messages.CapOutput(res.Stdout, res.StdoutTruncated, e.cfg.MaxOutput),
 		Stderr:     messages.CapOutput(res.Stderr, res.StderrTruncated, e.cfg.MaxOutput),
 		ReturnCode: res.ExitCode,
-		Files:      []messages.OutputFile{},
+		Files:      []wire.OutputFile{},
 	}
 	if res.TimedOut {
 		out.ReturnCode = 124
@@ -86,7 +87,7 @@ func (e *Executor) bash(ctx context.Context, call messages.ToolCall) (*messages.
 	if res.Warning != "" {
 		out.Stderr = joinLine(out.Stderr, "[threadbox] "+res.Warning)
 	}
-	files, err := e.outputFiles(ctx, call.ContainerID, res.OutputFiles, messages.ResultBashOutput)
+	files, err := e.outputFiles(ctx, call.ContainerID, res.OutputFiles, wire.ResultBashOutput)
 	if err != nil {
 		return nil, err
 	}
@@ -96,13 +97,13 @@ func (e *Executor) bash(ctx context.Context, call messages.ToolCall) (*messages.
 
 // outputFiles lists the files a command or cell handed back, refusing
 // one larger than Config.MaxOutputFileBytes.
-func (e *Executor) outputFiles(ctx context.Context, containerID string, paths []string, typ string) ([]messages.OutputFile, error) {
-	out := []messages.OutputFile{}
+func (e *Executor) outputFiles(ctx context.Context, containerID string, paths []string, typ string) ([]wire.OutputFile, error) {
+	out := []wire.OutputFile{}
 	for _, p := range paths {
 		if fi, err := e.files.Stat(ctx, containerID, p); err == nil && fi.Size > e.cfg.MaxOutputFileBytes {
-			return nil, refuse(messages.CodeOutputFileTooLarge, "The output file %s is %d bytes, more than the %d bytes a result may hand back; it stays in the outputs folder.", p, fi.Size, e.cfg.MaxOutputFileBytes)
+			return nil, refuse(wire.CodeOutputFileTooLarge, "The output file %s is %d bytes, more than the %d bytes a result may hand back; it stays in the outputs folder.", p, fi.Size, e.cfg.MaxOutputFileBytes)
 		}
-		out = append(out, messages.OutputFile{Type: typ, FileID: file.EncodeID(p)})
+		out = append(out, wire.OutputFile{Type: typ, FileID: file.EncodeID(p)})
 	}
 	return out, nil
 }

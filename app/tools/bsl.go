@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"threadbox/app/messages"
+	"threadbox/app/messages/wire"
 	"threadbox/domain/sandbox"
 )
 
@@ -63,14 +64,14 @@ func (e *Executor) bslCheck(ctx context.Context, call messages.ToolCall) (any, e
 		return nil, err
 	}
 	if res.ExitCode == 127 {
-		return nil, refuse(messages.CodeUnavailable, "%s", BSLUnavailable)
+		return nil, refuse(wire.CodeUnavailable, "%s", BSLUnavailable)
 	}
 	if ext != "" && ext != ".bsl" && ext != ".os" {
 		return nil, invalidInput("bsl_check takes a .bsl or .os file or a configuration folder, not %s.", loc.Path)
 	}
 	report := strings.TrimSpace(string(res.Stdout))
 	if report == "" {
-		return nil, refuse(messages.CodeUnavailable, "bsl-language-server produced no report for %s: %s", loc.Path, messages.CapOutput(res.Stderr, res.StderrTruncated, 4096))
+		return nil, refuse(wire.CodeUnavailable, "bsl-language-server produced no report for %s: %s", loc.Path, messages.CapOutput(res.Stderr, res.StderrTruncated, 4096))
 	}
 	diags, n := bslDiagnostics([]byte(report))
 	return BSLResult{Type: "bsl_check_result", Path: loc.Path, Diagnostics: diags, Count: n}, nil

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"threadbox/app/messages"
+	"threadbox/app/messages/wire"
 	"threadbox/domain/sandbox"
 )
 
@@ -36,9 +37,9 @@ type pythonInput struct {
 }
 
 // python runs one cell of the code_execution sub-tool.
-func (e *Executor) python(ctx context.Context, call messages.ToolCall) (*messages.ToolResult, error) {
+func (e *Executor) python(ctx context.Context, call messages.ToolCall) (*wire.ToolResult, error) {
 	if e.sb == nil {
-		return nil, refuse(messages.CodeUnavailable, "%s", messages.NotConfiguredMessage)
+		return nil, refuse(wire.CodeUnavailable, "%s", messages.NotConfiguredMessage)
 	}
 	if call.Resume != nil {
 		return e.resume(ctx, call)
@@ -71,9 +72,9 @@ func (e *Executor) python(ctx context.Context, call messages.ToolCall) (*message
 // waits for it to end or pause again. A cell that is not paused here (its
 // sandbox stopped, this server restarted, or the request reached another
 // server) answers unavailable, saying so.
-func (e *Executor) resume(ctx context.Context, call messages.ToolCall) (*messages.ToolResult, error) {
+func (e *Executor) resume(ctx context.Context, call messages.ToolCall) (*wire.ToolResult, error) {
 	gone := func(why string) error {
-		return refuse(messages.CodeUnavailable, "The code of %s is no longer paused on this server, so the tool results cannot resume it: %s. Run the code again.", call.ID, why)
+		return refuse(wire.CodeUnavailable, "The code of %s is no longer paused on this server, so the tool results cannot resume it: %s. Run the code again.", call.ID, why)
 	}
 	const (
 		stopped  = "its sandbox stopped (idle shutdown or restart), and its Python interpreter with it"
@@ -134,7 +135,7 @@ func (e *Executor) resume(ctx context.Context, call messages.ToolCall) (*message
 	if err != nil {
 		e.endPaused(p, pc)
 		<-p.turn
-		return nil, refuse(messages.CodeUnavailable, "The tool results could not be encoded: %s", err.Error())
+		return nil, refuse(wire.CodeUnavailable, "The tool results could not be encoded: %s", err.Error())
 	}
 	pc.started = time.Now() // the wait for the client is not the cell's time
 	ans, _, err := e.wait(ctx, call, p, pc.cell, append(msg, '\n'), e.cfg.PythonTimeout)
@@ -144,7 +145,7 @@ func (e *Executor) resume(ctx context.Context, call messages.ToolCall) (*message
 // cellResult turns a cell's answer into the call's result and gives the
 // interpreter's turn back, unless the cell paused on client tool calls:
 // then the pause keeps the turn, and the result lists the calls.
-func (e *Executor) cellResult(ctx context.Context, call messages.ToolCall, p *interpreter, pc *cellRun, ans *pythonAnswer, err error) (*messages.ToolResult, error) {
+func (e *Executor) cellResult(ctx context.Context, call messages.ToolCall, p *interpreter, pc *cellRun, ans *pythonAnswer, err error) (*wire.ToolResult, error) {
 	if err == nil && ans != nil && len(ans.Calls) > 0 {
 		p.mu.Lock()
 		pc.calls = ans.Calls
@@ -152,18 +153,18 @@ func (e *Executor) cellResult(ctx context.Context, call messages.ToolCall, p *in
 		p.paused = pc
 		p.mu.Unlock()
 		go e.holdPaused(call.ContainerID, p, pc)
-		return &messages.ToolResult{Type: messages.ResultCodeExecution, Files: []messages.OutputFile{}, Pending: ans.Calls}, nil
+		return &wire.ToolResult{Type: wire.ResultCodeExecution, Files: []wire.OutputFile{}, Pending: ans.Calls}, nil
 	}
 	defer func() { <-p.turn }()
 	note, cell := pc.note, pc.cell
 	e.meterCell(p, pc, ans)
 	switch {
 	case errors.Is(err, errCallTimeout):
-		return nil, refuse(messages.CodeExecutionTimeExceeded, "The call ran longer than %ss, where the interpreter could not interrupt it; the interpreter was stopped, so the next cell starts a new one without the earlier variables.", seconds(e.cfg.PythonTimeout))
+		return nil, refuse(wire.CodeExecutionTimeExceeded, "The call ran longer than %ss, where the interpreter could not interrupt it; the interpreter was stopped, so the next cell starts a new one without the earlier variables.", seconds(e.cfg.PythonTimeout))
 	case err != nil:
 		return nil, err
 	}
-	out := &messages.ToolResult{Type: messages.ResultCodeExecution, Files: []messages.OutputFile{}}
+	out := &wire.ToolResult{Type: wire.ResultCodeExecution, Files: []wire.OutputFile{}}
 	rawOut, outCut, rawErr, errCut := cell.rest()
 	if ans == nil {
 		// The interpreter itself ended (os._exit, killed for memory): its
@@ -185,7 +186,7 @@ func (e *Executor) cellResult(ctx context.Context, call messages.ToolCall, p *in
 		out.ReturnCode = cellTimeoutCode
 		out.Stderr = joinLine(out.Stderr, fmt.Sprintf("%s: the cell ran longer than its %ss wall-clock limit and was stopped; the interpreter and its variables are kept.", DetectionTimeout, seconds(e.cfg.CellTimeout)))
 	}
-	files, err := e.outputFiles(ctx, call.ContainerID, ans.Files, messages.ResultCodeExecutionOutput)
+	files, err := e.outputFiles(ctx, call.ContainerID, ans.Files, wire.ResultCodeExecutionOutput)
 	if err != nil {
 		return nil, err
 	}

@@ -9,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	"threadbox/app/messages"
+	"threadbox/app/messages/wire"
 	"threadbox/domain/file"
 )
 
@@ -48,11 +49,11 @@ func (ed *edit) failure(ctx context.Context, err error) error {
 	case errors.As(err, &me):
 		return invalidInput("%s", me.Error())
 	case errors.Is(err, file.ErrNotFound):
-		return refuse(messages.CodeFileNotFound, "File not found: %s", ed.abs)
+		return refuse(wire.CodeFileNotFound, "File not found: %s", ed.abs)
 	case ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded):
-		return refuse(messages.CodeExecutionTimeExceeded, "The file operation timed out after %ss.", seconds(ed.e.cfg.FileOpTimeout))
+		return refuse(wire.CodeExecutionTimeExceeded, "The file operation timed out after %ss.", seconds(ed.e.cfg.FileOpTimeout))
 	case errors.Is(err, file.ErrTooLarge):
-		return refuse(messages.CodeUnavailable, "Writing %s failed: the container's disk is full.", ed.abs)
+		return refuse(wire.CodeUnavailable, "Writing %s failed: the container's disk is full.", ed.abs)
 	case errors.Is(err, file.ErrSymlink):
 		return invalidInput("Path %s is a symbolic link, which the editor does not follow.", ed.abs)
 	case errors.Is(err, file.ErrNotRegular):
@@ -60,7 +61,7 @@ func (ed *edit) failure(ctx context.Context, err error) error {
 	case errors.Is(err, file.ErrReadOnly):
 		return invalidInput("Path '%s' is in a read-only mount", ed.given)
 	}
-	return refuse(messages.CodeUnavailable, "The file operation on %s failed (%s).", ed.abs, messages.Explain(ed.e.cfg.Log, err))
+	return refuse(wire.CodeUnavailable, "The file operation on %s failed (%s).", ed.abs, messages.Explain(ed.e.cfg.Log, err))
 }
 
 // resolve checks the path against the mount table, for writing or reading.
@@ -147,9 +148,9 @@ type editorInput struct {
 }
 
 // editor runs a text_editor_code_execution call.
-func (e *Executor) editor(ctx context.Context, call messages.ToolCall) (*messages.ToolResult, error) {
+func (e *Executor) editor(ctx context.Context, call messages.ToolCall) (*wire.ToolResult, error) {
 	if e.files == nil {
-		return nil, refuse(messages.CodeUnavailable, "%s", messages.NotConfiguredMessage)
+		return nil, refuse(wire.CodeUnavailable, "%s", messages.NotConfiguredMessage)
 	}
 	var in editorInput
 	if err := decodeInput(call.Input, &in); err != nil {
@@ -161,10 +162,10 @@ func (e *Executor) editor(ctx context.Context, call messages.ToolCall) (*message
 	if in.Path == nil || *in.Path == "" {
 		return nil, invalidInput("Invalid input: 'path' is required.")
 	}
-	ed, cancel := e.newEdit(ctx, call, *in.Path, messages.SubToolBash)
+	ed, cancel := e.newEdit(ctx, call, *in.Path, wire.SubToolBash)
 	defer cancel()
 	var (
-		r   *messages.ToolResult
+		r   *wire.ToolResult
 		err error
 	)
 	switch *in.Command {
@@ -193,7 +194,7 @@ func splitLines(s string) []string {
 	return strings.Split(strings.TrimSuffix(s, "\n"), "\n")
 }
 
-func (ed *edit) view(in editorInput) (*messages.ToolResult, error) {
+func (ed *edit) view(in editorInput) (*wire.ToolResult, error) {
 	if err := ed.resolve(false); err != nil {
 		return nil, err
 	}
@@ -237,9 +238,9 @@ func (ed *edit) view(in editorInput) (*messages.ToolResult, error) {
 }
 
 // shown is a view result showing lines from line start of total.
-func (ed *edit) shown(lines []string, start, total int) *messages.ToolResult {
-	return &messages.ToolResult{
-		Type:        messages.ResultEditorView,
+func (ed *edit) shown(lines []string, start, total int) *wire.ToolResult {
+	return &wire.ToolResult{
+		Type:        wire.ResultEditorView,
 		FileType:    "text",
 		FileContent: messages.CapOutput([]byte(strings.Join(lines, "\n")), false, ed.e.cfg.MaxOutput),
 		NumLines:    len(lines),
@@ -249,7 +250,7 @@ func (ed *edit) shown(lines []string, start, total int) *messages.ToolResult {
 }
 
 // list shows a directory: one entry a line, folders ending in "/".
-func (ed *edit) list() (*messages.ToolResult, error) {
+func (ed *edit) list() (*wire.ToolResult, error) {
 	entries, err := ed.e.files.List(ed.ctx, ed.container, ed.abs)
 	if err != nil {
 		return nil, err
@@ -266,7 +267,7 @@ func (ed *edit) list() (*messages.ToolResult, error) {
 	return ed.shown(names, 1, len(names)), nil
 }
 
-func (ed *edit) create(in editorInput) (*messages.ToolResult, error) {
+func (ed *edit) create(in editorInput) (*wire.ToolResult, error) {
 	if in.FileText == nil {
 		return nil, invalidInput("Invalid input: 'file_text' is required for create.")
 	}
@@ -286,11 +287,11 @@ func (ed *edit) create(in editorInput) (*messages.ToolResult, error) {
 	if err := ed.write(*in.FileText); err != nil {
 		return nil, err
 	}
-	return &messages.ToolResult{Type: messages.ResultEditorCreate, IsFileUpdate: exists}, nil
+	return &wire.ToolResult{Type: wire.ResultEditorCreate, IsFileUpdate: exists}, nil
 }
 
 // strReplace replaces the one exact occurrence of old_str.
-func (ed *edit) strReplace(in editorInput) (*messages.ToolResult, error) {
+func (ed *edit) strReplace(in editorInput) (*wire.ToolResult, error) {
 	if in.OldStr == nil || *in.OldStr == "" {
 		return nil, invalidInput("Invalid input: 'old_str' is required for str_replace and must not be empty.")
 	}
@@ -317,8 +318,8 @@ func (ed *edit) strReplace(in editorInput) (*messages.ToolResult, error) {
 	lineStart := strings.LastIndexByte(text[:at], '\n') + 1
 	oldLines, newLines := diffRegions(text[lineStart:m.End], updated[lineStart:at+len(newStr)], text[m.End:])
 	startLine := strings.Count(text[:lineStart], "\n") + 1
-	r := &messages.ToolResult{
-		Type:     messages.ResultEditorStrReplace,
+	r := &wire.ToolResult{
+		Type:     wire.ResultEditorStrReplace,
 		OldStart: startLine, OldLines: len(oldLines),
 		NewStart: startLine, NewLines: len(newLines),
 		Lines: []string{},
@@ -348,7 +349,7 @@ func diffRegions(oldR, newR, suffix string) (oldLines, newLines []string) {
 	return strings.Split(oldR+rest, "\n"), strings.Split(newR+rest, "\n")
 }
 
-func (ed *edit) insert(in editorInput) (*messages.ToolResult, error) {
+func (ed *edit) insert(in editorInput) (*wire.ToolResult, error) {
 	if in.InsertLine == nil {
 		return nil, invalidInput("Invalid input: 'insert_line' is required for insert.")
 	}
@@ -382,8 +383,8 @@ func (ed *edit) insert(in editorInput) (*messages.ToolResult, error) {
 	if err := ed.write(updated); err != nil {
 		return nil, err
 	}
-	r := &messages.ToolResult{
-		Type:     messages.ResultEditorStrReplace,
+	r := &wire.ToolResult{
+		Type:     wire.ResultEditorStrReplace,
 		OldStart: n + 1, OldLines: 0,
 		NewStart: n + 1, NewLines: len(added),
 		Lines: []string{},
@@ -432,7 +433,7 @@ func (e *Executor) editFile(ctx context.Context, call messages.ToolCall) (any, e
 		return nil, invalidInput("Invalid input: 'old_str' must not be empty.")
 	}
 	if e.files == nil {
-		return nil, refuse(messages.CodeUnavailable, "%s", messages.NotConfiguredMessage)
+		return nil, refuse(wire.CodeUnavailable, "%s", messages.NotConfiguredMessage)
 	}
 	ed, cancel := e.newEdit(ctx, call, *in.Path, messages.ToolSandboxBash)
 	defer cancel()

@@ -7,7 +7,7 @@ import (
 	"math"
 	"time"
 
-	"threadbox/app/messages"
+	"threadbox/app/messages/wire"
 )
 
 // toolError is a failure a tool's result shows as an error block: its
@@ -26,7 +26,7 @@ func refuse(code, format string, args ...any) error {
 
 // invalidInput returns an invalid_tool_input toolError.
 func invalidInput(format string, args ...any) error {
-	return refuse(messages.CodeInvalidToolInput, format, args...)
+	return refuse(wire.CodeInvalidToolInput, format, args...)
 }
 
 // decodeInput decodes a tool's input object strictly enough to name the

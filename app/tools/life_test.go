@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"threadbox/app/messages"
+	"threadbox/app/messages/wire"
 )
 
 // livedPython is a sandbox port that tells its sandbox's lives and keeps
@@ -78,8 +79,8 @@ func TestResultNote(t *testing.T) {
 	const note = "[threadbox] This container's sandbox started fresh from its files (why): gone."
 	l := &livedPython{fakePython: &fakePython{reply: func(pyRequest) pyReply { return answer(pythonAnswer{Stdout: "ok\n"}) }}, life: 1, note: note}
 	e := New(l, newFakeFiles(), Config{})
-	run(t, e, messages.SubToolTextEditor, `{"command":"create","path":"/home/agent/workspace/a.txt","file_text":"x"}`)
-	r := run(t, e, messages.SubToolBash, `{"command":"true"}`)
+	run(t, e, wire.SubToolTextEditor, `{"command":"create","path":"/home/agent/workspace/a.txt","file_text":"x"}`)
+	r := run(t, e, wire.SubToolBash, `{"command":"true"}`)
 	if !strings.HasPrefix(r.Stderr, note+"\n") {
 		t.Fatalf("bash stderr %q, want the note first", r.Stderr)
 	}
@@ -88,7 +89,7 @@ func TestResultNote(t *testing.T) {
 	if r.Stderr != note+"\n"+FirstInterpreterNote {
 		t.Fatalf("cell stderr %q, want the note and then the interpreter's", r.Stderr)
 	}
-	if r := run(t, e, messages.SubToolBash, `{"command":"true"}`); strings.Contains(r.Stderr, note) {
+	if r := run(t, e, wire.SubToolBash, `{"command":"true"}`); strings.Contains(r.Stderr, note) {
 		t.Fatalf("the note came twice: %q", r.Stderr)
 	}
 }

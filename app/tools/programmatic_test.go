@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"threadbox/app/messages"
+	"threadbox/app/messages/wire"
 )
 
 // TestPythonPauseResume plays the driver's side of programmatic tool
@@ -14,7 +15,7 @@ import (
 // what the driver gets), a new cell abandons a paused one, and results for
 // a cell that is not paused say why.
 func TestPythonPauseResume(t *testing.T) {
-	pause := pythonAnswer{Calls: []messages.PendingCall{{ID: "toolu_1", Name: "f", Input: json.RawMessage(`{"x":1}`)}}}
+	pause := pythonAnswer{Calls: []wire.PendingCall{{ID: "toolu_1", Name: "f", Input: json.RawMessage(`{"x":1}`)}}}
 	reply := func(req pyRequest) pyReply {
 		switch {
 		case req.Code == "pause":
@@ -26,7 +27,7 @@ func TestPythonPauseResume(t *testing.T) {
 		}
 		return answer(pythonAnswer{Stdout: "ran " + req.Code + "\n"})
 	}
-	resume := func(e *Executor, id string, content string) *messages.ToolResult {
+	resume := func(e *Executor, id string, content string) *wire.ToolResult {
 		t.Helper()
 		c := call(messages.SubToolCodeExecution, `{"code":"pause"}`)
 		c.ID = id
@@ -38,10 +39,10 @@ func TestPythonPauseResume(t *testing.T) {
 		return r
 	}
 	tools := []messages.CodeTool{{Name: "f", Allowed: true}, {Name: "g"}}
-	cell := func(e *Executor, code string) *messages.ToolResult {
+	cell := func(e *Executor, code string) *wire.ToolResult {
 		t.Helper()
 		c := call(messages.SubToolCodeExecution, `{"code":"`+code+`"}`)
-		c.CodeTools, c.CallerType = tools, messages.ToolTypeCodeExecution2601
+		c.CodeTools, c.CallerType = tools, wire.ToolTypeCodeExecution2601
 		r, err := e.Execute(context.Background(), c)
 		if err != nil {
 			t.Fatal(err)
@@ -95,7 +96,7 @@ func TestPythonPauseResume(t *testing.T) {
 			t.Fatalf("driver got %+v", reqs)
 		}
 		r := resume(e, "srvtoolu_1", `"late"`)
-		if r.ErrorCode != messages.CodeUnavailable || !strings.Contains(r.Detail.Explanation, "a later cell in the container abandoned it") {
+		if r.ErrorCode != wire.CodeUnavailable || !strings.Contains(r.Detail.Explanation, "a later cell in the container abandoned it") {
 			t.Fatalf("results for the abandoned cell %+v %+v", r, r.Detail)
 		}
 		metered(t, m, 2) // the abandoned cell counts too
@@ -104,7 +105,7 @@ func TestPythonPauseResume(t *testing.T) {
 	t.Run("results this server knows nothing of", func(t *testing.T) {
 		e, _ := newPython(t, reply, Config{})
 		r := resume(e, "srvtoolu_9", `"x"`)
-		if r.ErrorCode != messages.CodeUnavailable || !strings.Contains(r.Detail.Explanation, "this server has not run the container's Python since it started") {
+		if r.ErrorCode != wire.CodeUnavailable || !strings.Contains(r.Detail.Explanation, "this server has not run the container's Python since it started") {
 			t.Fatalf("%+v %+v", r, r.Detail)
 		}
 	})
@@ -117,7 +118,7 @@ func TestPythonPauseResume(t *testing.T) {
 		f.stopped = true
 		f.mu.Unlock()
 		r := resume(e, "srvtoolu_1", `"x"`)
-		if r.ErrorCode != messages.CodeUnavailable || !strings.Contains(r.Detail.Explanation, "its sandbox stopped") {
+		if r.ErrorCode != wire.CodeUnavailable || !strings.Contains(r.Detail.Explanation, "its sandbox stopped") {
 			t.Fatalf("%+v %+v", r, r.Detail)
 		}
 		f.mu.Lock()

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"threadbox/app/messages"
+	"threadbox/app/messages/wire"
 )
 
 // replInput is the input of repl_execute.
@@ -57,13 +58,13 @@ func (e *Executor) repl(ctx context.Context, call messages.ToolCall) (any, error
 	e.meterCell(p, &cellRun{started: started, end: end}, ans)
 	switch {
 	case errors.Is(err, errCallTimeout):
-		return nil, refuse(messages.CodeExecutionTimeExceeded, "The code ran longer than %ds; the REPL was stopped and its state is lost.", int64(timeout/time.Second))
+		return nil, refuse(wire.CodeExecutionTimeExceeded, "The code ran longer than %ds; the REPL was stopped and its state is lost.", int64(timeout/time.Second))
 	case err != nil:
 		return nil, err
 	}
 	rawOut, outCut, rawErr, errCut := cell.rest()
 	if ans == nil {
-		return nil, refuse(messages.CodeUnavailable, "The Python REPL ended while running the code (it crashed or was killed); its state is lost and the next call starts a clean one. Output before the end:\n%s", messages.CapOutput(rawOut, false, 8192))
+		return nil, refuse(wire.CodeUnavailable, "The Python REPL ended while running the code (it crashed or was killed); its state is lost and the next call starts a clean one. Output before the end:\n%s", messages.CapOutput(rawOut, false, 8192))
 	}
 	// What subprocesses wrote straight to the streams came first.
 	return ReplResult{

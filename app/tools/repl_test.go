@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"threadbox/app/messages"
+	"threadbox/app/messages/wire"
 )
 
 // replAnswer answers a driver request the way python_driver.py answers a
@@ -58,14 +59,14 @@ func TestReplHostSide(t *testing.T) {
 		t.Fatalf("%d REPLs started; env %v", len(b.started), envs)
 	}
 	code, expl := errorCode(runSandbox(t, e, messages.ToolReplExecute, map[string]any{"code": "crash"}))
-	if code != messages.CodeUnavailable || !strings.Contains(expl, "state is lost") || !strings.Contains(expl, "partial output") {
+	if code != wire.CodeUnavailable || !strings.Contains(expl, "state is lost") || !strings.Contains(expl, "partial output") {
 		t.Fatalf("crash: %s %q", code, expl)
 	}
 	if out = runSandbox(t, e, messages.ToolReplExecute, map[string]any{"code": "b"}); out["restarted"] != true || len(b.started) != 2 {
 		t.Fatalf("after the crash %v (%d REPLs)", out, len(b.started))
 	}
 	code, _ = errorCode(runSandbox(t, e, messages.ToolReplExecute, map[string]any{"code": "hang", "timeout_seconds": 1}))
-	if code != messages.CodeExecutionTimeExceeded {
+	if code != wire.CodeExecutionTimeExceeded {
 		t.Fatalf("hang: %s", code)
 	}
 	eventually(t, func() bool {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"threadbox/app/messages"
+	"threadbox/app/messages/wire"
 	"threadbox/domain/sandbox"
 )
 
@@ -53,7 +54,7 @@ func TestExecCommand(t *testing.T) {
 		{"command": "x", "grace_seconds": -1},
 		{"command": 5},
 	} {
-		if code, _ := errorCode(runSandbox(t, e, messages.ToolExecCommand, in)); code != messages.CodeInvalidToolInput {
+		if code, _ := errorCode(runSandbox(t, e, messages.ToolExecCommand, in)); code != wire.CodeInvalidToolInput {
 			t.Errorf("input %v accepted", in)
 		}
 	}
@@ -95,11 +96,11 @@ func TestWriteStdinCursors(t *testing.T) {
 		t.Fatalf("exit: %v", out)
 	}
 	// The ended session is forgotten once its last output was read.
-	if code, expl := errorCode(runSandbox(t, e, messages.ToolWriteStdin, map[string]any{"session_id": sid, "input": "x"})); code != messages.CodeInvalidToolInput || !strings.Contains(expl, sid) {
+	if code, expl := errorCode(runSandbox(t, e, messages.ToolWriteStdin, map[string]any{"session_id": sid, "input": "x"})); code != wire.CodeInvalidToolInput || !strings.Contains(expl, sid) {
 		t.Fatalf("write after the end: %s %q", code, expl)
 	}
 	for _, in := range []map[string]any{{"input": "x"}, {"session_id": sid}, {"session_id": "sess_nope", "input": ""}, {"session_id": sid, "input": "", "since": -1}} {
-		if code, _ := errorCode(runSandbox(t, e, messages.ToolWriteStdin, in)); code != messages.CodeInvalidToolInput {
+		if code, _ := errorCode(runSandbox(t, e, messages.ToolWriteStdin, in)); code != wire.CodeInvalidToolInput {
 			t.Errorf("input %v accepted", in)
 		}
 	}
@@ -136,7 +137,7 @@ func TestSessionLimitAndLoss(t *testing.T) {
 	if first["session_id"] == nil || second["session_id"] == nil {
 		t.Fatal("sessions did not start")
 	}
-	if code, _ := errorCode(start()); code != messages.CodeTooManyRequests {
+	if code, _ := errorCode(start()); code != wire.CodeTooManyRequests {
 		t.Fatalf("third session: %s", code)
 	}
 	// The sandbox went away under the first: it ends as lost and frees a place.
@@ -168,12 +169,12 @@ func TestEditFileTool(t *testing.T) {
 		{name: "exact", input: map[string]any{"path": "a.txt", "old_str": "alpha = 1", "new_str": "alpha = 10"}, match: "exact", want: "alpha = 10\nbeta  =  2\ngamma = 3\ngamma = 3\n"},
 		{name: "whitespace", input: map[string]any{"path": "/home/agent/workspace/a.txt", "old_str": "beta = 2", "new_str": "beta = 20"}, match: "whitespace", want: "alpha = 1\nbeta = 20\ngamma = 3\ngamma = 3\n"},
 		{name: "near", input: map[string]any{"path": "a.txt", "old_str": "alphx = 1", "new_str": "alpha = 11"}, match: "near", want: "alpha = 11\nbeta  =  2\ngamma = 3\ngamma = 3\n"},
-		{name: "ambiguous", input: map[string]any{"path": "a.txt", "old_str": "gamma = 3", "new_str": "g"}, code: messages.CodeInvalidToolInput, explains: "matches 2 places (exact match)"},
-		{name: "missing file", input: map[string]any{"path": "nope.txt", "old_str": "a", "new_str": "b"}, code: messages.CodeFileNotFound, explains: "File not found: /home/agent/workspace/nope.txt"},
-		{name: "read-only", input: map[string]any{"path": "/mnt/user-data/uploads/u.txt", "old_str": "upload", "new_str": "b"}, code: messages.CodeInvalidToolInput, explains: "Path '/mnt/user-data/uploads/u.txt' is in a read-only mount"},
-		{name: "outside", input: map[string]any{"path": "/etc/passwd", "old_str": "root", "new_str": "b"}, code: messages.CodeInvalidToolInput, explains: "Path '/etc/passwd' does not match any session mount"},
-		{name: "empty old_str", input: map[string]any{"path": "a.txt", "old_str": "", "new_str": "b"}, code: messages.CodeInvalidToolInput, explains: "must not be empty"},
-		{name: "no new_str", input: map[string]any{"path": "a.txt", "old_str": "a"}, code: messages.CodeInvalidToolInput, explains: "'new_str' is required"},
+		{name: "ambiguous", input: map[string]any{"path": "a.txt", "old_str": "gamma = 3", "new_str": "g"}, code: wire.CodeInvalidToolInput, explains: "matches 2 places (exact match)"},
+		{name: "missing file", input: map[string]any{"path": "nope.txt", "old_str": "a", "new_str": "b"}, code: wire.CodeFileNotFound, explains: "File not found: /home/agent/workspace/nope.txt"},
+		{name: "read-only", input: map[string]any{"path": "/mnt/user-data/uploads/u.txt", "old_str": "upload", "new_str": "b"}, code: wire.CodeInvalidToolInput, explains: "Path '/mnt/user-data/uploads/u.txt' is in a read-only mount"},
+		{name: "outside", input: map[string]any{"path": "/etc/passwd", "old_str": "root", "new_str": "b"}, code: wire.CodeInvalidToolInput, explains: "Path '/etc/passwd' does not match any session mount"},
+		{name: "empty old_str", input: map[string]any{"path": "a.txt", "old_str": "", "new_str": "b"}, code: wire.CodeInvalidToolInput, explains: "must not be empty"},
+		{name: "no new_str", input: map[string]any{"path": "a.txt", "old_str": "a"}, code: wire.CodeInvalidToolInput, explains: "'new_str' is required"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -221,7 +222,7 @@ func TestSandboxBashInput(t *testing.T) {
 		t.Fatalf("command %+v", c)
 	}
 	for _, in := range []map[string]any{{"command": "x", "timeout_seconds": 0}, {"command": "x", "timeout_seconds": 3601}, {"command": "x", "timeout_seconds": 1.5}, {"command": " "}} {
-		if code, _ := errorCode(runSandbox(t, e, messages.ToolSandboxBash, in)); code != messages.CodeInvalidToolInput {
+		if code, _ := errorCode(runSandbox(t, e, messages.ToolSandboxBash, in)); code != wire.CodeInvalidToolInput {
 			t.Errorf("input %v accepted", in)
 		}
 	}
@@ -237,7 +238,7 @@ func TestBSLCheckUnavailableAndDiagnostics(t *testing.T) {
 	}}
 	e := New(sb, nil, Config{})
 	code, expl := errorCode(runSandbox(t, e, messages.ToolBSLCheck, map[string]any{"path": "M.bsl"}))
-	if code != messages.CodeUnavailable || expl != BSLUnavailable {
+	if code != wire.CodeUnavailable || expl != BSLUnavailable {
 		t.Fatalf("%s %q", code, expl)
 	}
 	exit = 0
@@ -246,7 +247,7 @@ func TestBSLCheckUnavailableAndDiagnostics(t *testing.T) {
 	if out["type"] != "bsl_check_result" || out["count"] != 1.0 || len(diags) != 1 || diags[0].(map[string]any)["code"] != "LineLength" || out["path"] != "/home/agent/workspace/M.bsl" {
 		t.Fatalf("result %v", out)
 	}
-	if code, _ := errorCode(runSandbox(t, e, messages.ToolBSLCheck, map[string]any{"path": "notes.txt"})); code != messages.CodeInvalidToolInput {
+	if code, _ := errorCode(runSandbox(t, e, messages.ToolBSLCheck, map[string]any{"path": "notes.txt"})); code != wire.CodeInvalidToolInput {
 		t.Fatal("a .txt file was analysed")
 	}
 }

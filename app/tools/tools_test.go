@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"threadbox/app/messages"
+	"threadbox/app/messages/wire"
 	"threadbox/domain/fault"
 	"threadbox/domain/file"
 	"threadbox/domain/sandbox"
@@ -23,7 +24,7 @@ func call(name, input string) messages.ToolCall {
 	return messages.ToolCall{ID: "srvtoolu_1", Name: name, Input: json.RawMessage(input), ContainerID: "c1"}
 }
 
-func run(t *testing.T, e *Executor, name, input string) *messages.ToolResult {
+func run(t *testing.T, e *Executor, name, input string) *wire.ToolResult {
 	t.Helper()
 	r, err := e.Execute(context.Background(), call(name, input))
 	if err != nil {
@@ -32,7 +33,7 @@ func run(t *testing.T, e *Executor, name, input string) *messages.ToolResult {
 	return r
 }
 
-func wantError(t *testing.T, r *messages.ToolResult, typ, code, explanation string) {
+func wantError(t *testing.T, r *wire.ToolResult, typ, code, explanation string) {
 	t.Helper()
 	if r.Type != typ || r.ErrorCode != code || r.Detail == nil || r.Detail.Code != code {
 		t.Fatalf("got %+v (detail %+v), want %s/%s", r, r.Detail, typ, code)
@@ -49,14 +50,14 @@ func TestBash(t *testing.T) {
 		input   string
 		result  sandbox.Result
 		err     error
-		want    *messages.ToolResult
+		want    *wire.ToolResult
 		wantCmd func(t *testing.T, c sandbox.Command)
 	}{
 		{
 			name:   "runs in a new shell in the workspace with the default timeout",
 			input:  `{"command":"echo hi"}`,
 			result: sandbox.Result{Stdout: []byte("hi\n")},
-			want:   &messages.ToolResult{Type: messages.ResultBash, Stdout: "hi\n", Files: []messages.OutputFile{}},
+			want:   &wire.ToolResult{Type: wire.ResultBash, Stdout: "hi\n", Files: []wire.OutputFile{}},
 			wantCmd: func(t *testing.T, c sandbox.Command) {
 				if !reflect.DeepEqual(c.Args, []string{"bash", "-c", "echo hi"}) || c.Dir != sandbox.WorkspaceDir ||
 					c.Timeout != 60*time.Second || !c.OutputDir || c.MaxOutput != 64 {
@@ -68,7 +69,7 @@ func TestBash(t *testing.T) {
 			name:   "non-zero exit is a result",
 			input:  `{"command":"false","timeout":5}`,
 			result: sandbox.Result{ExitCode: 1, Stderr: []byte("boom")},
-			want:   &messages.ToolResult{Type: messages.ResultBash, Stderr: "boom", ReturnCode: 1, Files: []messages.OutputFile{}},
+			want:   &wire.ToolResult{Type: wire.ResultBash, Stderr: "boom", ReturnCode: 1, Files: []wire.OutputFile{}},
 			wantCmd: func(t *testing.T, c sandbox.Command) {
 				if c.Timeout != 5*time.Second {
 					t.Fatalf("timeout = %v", c.Timeout)
@@ -78,7 +79,7 @@ func TestBash(t *testing.T) {
 		{
 			name:  "a huge timeout is the maximum, not an overflow to none",
 			input: `{"command":"true","timeout":1e10}`,
-			want:  &messages.ToolResult{Type: messages.ResultBash, Files: []messages.OutputFile{}},
+			want:  &wire.ToolResult{Type: wire.ResultBash, Files: []wire.OutputFile{}},
 			wantCmd: func(t *testing.T, c sandbox.Command) {
 				if c.Timeout != DefaultMaxTimeout {
 					t.Fatalf("timeout = %v", c.Timeout)
@@ -88,7 +89,7 @@ func TestBash(t *testing.T) {
 		{
 			name:  "a tiny timeout is a millisecond, not zero (none)",
 			input: `{"command":"true","timeout":1e-10}`,
-			want:  &messages.ToolResult{Type: messages.ResultBash, Files: []messages.OutputFile{}},
+			want:  &wire.ToolResult{Type: wire.ResultBash, Files: []wire.OutputFile{}},
 			wantCmd: func(t *testing.T, c sandbox.Command) {
 				if c.Timeout != time.Millisecond {
 					t.Fatalf("timeout = %v", c.Timeout)
@@ -99,37 +100,37 @@ func TestBash(t *testing.T) {
 			name:   "timeout gives 124 and the contract's message",
 			input:  `{"command":"sleep 100","timeout":2}`,
 			result: sandbox.Result{ExitCode: -1, TimedOut: true},
-			want:   &messages.ToolResult{Type: messages.ResultBash, Stderr: "Command timed out after 2s.", ReturnCode: 124, Files: []messages.OutputFile{}},
+			want:   &wire.ToolResult{Type: wire.ResultBash, Stderr: "Command timed out after 2s.", ReturnCode: 124, Files: []wire.OutputFile{}},
 		},
 		{
 			name:   "timeout message follows earlier stderr",
 			input:  `{"command":"x"}`,
 			result: sandbox.Result{TimedOut: true, Stderr: []byte("partial")},
-			want:   &messages.ToolResult{Type: messages.ResultBash, Stderr: "partial\nCommand timed out after 60s.", ReturnCode: 124, Files: []messages.OutputFile{}},
+			want:   &wire.ToolResult{Type: wire.ResultBash, Stderr: "partial\nCommand timed out after 60s.", ReturnCode: 124, Files: []wire.OutputFile{}},
 		},
 		{
 			name:   "output over the cap is truncated",
 			input:  `{"command":"yes"}`,
 			result: sandbox.Result{Stdout: []byte(big), StderrTruncated: true, Stderr: []byte("e")},
-			want:   &messages.ToolResult{Type: messages.ResultBash, Stdout: big[:64] + "...[truncated]", Stderr: "e...[truncated]", Files: []messages.OutputFile{}},
+			want:   &wire.ToolResult{Type: wire.ResultBash, Stdout: big[:64] + "...[truncated]", Stderr: "e...[truncated]", Files: []wire.OutputFile{}},
 		},
 		{
 			name:   "out of memory is said in stderr",
 			input:  `{"command":"hog"}`,
 			result: sandbox.Result{ExitCode: 137, OOMKilled: true},
-			want:   &messages.ToolResult{Type: messages.ResultBash, Stderr: "The command was killed: the sandbox ran out of memory.", ReturnCode: 137, Files: []messages.OutputFile{}},
+			want:   &wire.ToolResult{Type: wire.ResultBash, Stderr: "The command was killed: the sandbox ran out of memory.", ReturnCode: 137, Files: []wire.OutputFile{}},
 		},
 		{
 			name:   "a warning of the sandbox is said in stderr",
 			input:  `{"command":"make"}`,
 			result: sandbox.Result{Stderr: []byte("e"), Warning: "outputs: rename x: is a directory; the files not moved are kept in /tmp/o/1-2"},
-			want:   &messages.ToolResult{Type: messages.ResultBash, Stderr: "e\n[threadbox] outputs: rename x: is a directory; the files not moved are kept in /tmp/o/1-2", Files: []messages.OutputFile{}},
+			want:   &wire.ToolResult{Type: wire.ResultBash, Stderr: "e\n[threadbox] outputs: rename x: is a directory; the files not moved are kept in /tmp/o/1-2", Files: []wire.OutputFile{}},
 		},
 		{
 			name:   "output files are listed by file id",
 			input:  `{"command":"make"}`,
 			result: sandbox.Result{OutputFiles: []string{"/mnt/user-data/outputs/chart.png"}},
-			want: &messages.ToolResult{Type: messages.ResultBash, Files: []messages.OutputFile{
+			want: &wire.ToolResult{Type: wire.ResultBash, Files: []wire.OutputFile{
 				{Type: "bash_code_execution_output", FileID: file.EncodeID("/mnt/user-data/outputs/chart.png")},
 			}},
 		},
@@ -137,29 +138,29 @@ func TestBash(t *testing.T) {
 			name:  "sandbox failure is unavailable",
 			input: `{"command":"ls"}`,
 			err:   fault.Wrap(fault.Unavailable, "sandbox exec failed (error id err_1)", sandbox.ErrUnavailable),
-			want:  messages.ErrorResult(messages.SubToolBash, messages.CodeUnavailable, "The sandbox is unavailable: sandbox exec failed (error id err_1)"),
+			want:  messages.ErrorResult(wire.SubToolBash, wire.CodeUnavailable, "The sandbox is unavailable: sandbox exec failed (error id err_1)"),
 		},
 		{
 			name:  "missing command",
 			input: `{}`,
-			want:  messages.ErrorResult(messages.SubToolBash, messages.CodeInvalidToolInput, "Invalid input: 'command' is required."),
+			want:  messages.ErrorResult(wire.SubToolBash, wire.CodeInvalidToolInput, "Invalid input: 'command' is required."),
 		},
 		{
 			name:  "wrong type",
 			input: `{"command":5}`,
-			want:  messages.ErrorResult(messages.SubToolBash, messages.CodeInvalidToolInput, "Invalid input: 'command' must be of type string."),
+			want:  messages.ErrorResult(wire.SubToolBash, wire.CodeInvalidToolInput, "Invalid input: 'command' must be of type string."),
 		},
 		{
 			name:  "negative timeout",
 			input: `{"command":"ls","timeout":-1}`,
-			want:  messages.ErrorResult(messages.SubToolBash, messages.CodeInvalidToolInput, "Invalid input: 'timeout' must be a positive number of seconds."),
+			want:  messages.ErrorResult(wire.SubToolBash, wire.CodeInvalidToolInput, "Invalid input: 'timeout' must be a positive number of seconds."),
 		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			sb := &fakeSandbox{result: tc.result, err: tc.err}
 			e := New(sb, newFakeFiles(), Config{MaxOutput: 64})
-			got := run(t, e, messages.SubToolBash, tc.input)
+			got := run(t, e, wire.SubToolBash, tc.input)
 			if !reflect.DeepEqual(got, tc.want) {
 				t.Fatalf("got  %+v %+v\nwant %+v %+v", got, got.Detail, tc.want, tc.want.Detail)
 			}
@@ -176,20 +177,20 @@ func TestBash(t *testing.T) {
 func TestBashRestart(t *testing.T) {
 	sb := &fakeSandbox{result: sandbox.Result{Stdout: []byte("ok")}}
 	e := New(sb, nil, Config{})
-	r := run(t, e, messages.SubToolBash, `{"command":"echo ok","restart":true}`)
+	r := run(t, e, wire.SubToolBash, `{"command":"echo ok","restart":true}`)
 	if sb.restarts != 1 || len(sb.cmds) != 1 || r.Stdout != "ok" {
 		t.Fatalf("restarts=%d cmds=%d result=%+v", sb.restarts, len(sb.cmds), r)
 	}
-	r = run(t, e, messages.SubToolBash, `{"restart":true}`)
-	if sb.restarts != 2 || len(sb.cmds) != 1 || r.Type != messages.ResultBash || r.ReturnCode != 0 {
+	r = run(t, e, wire.SubToolBash, `{"restart":true}`)
+	if sb.restarts != 2 || len(sb.cmds) != 1 || r.Type != wire.ResultBash || r.ReturnCode != 0 {
 		t.Fatalf("restart without command: restarts=%d cmds=%d result=%+v", sb.restarts, len(sb.cmds), r)
 	}
 }
 
 func TestNotConfigured(t *testing.T) {
 	e := New(nil, nil, Config{})
-	wantError(t, run(t, e, messages.SubToolBash, `{"command":"ls"}`), messages.ResultBashError, messages.CodeUnavailable, "code_execution provider is not configured.")
-	wantError(t, run(t, e, messages.SubToolTextEditor, `{"command":"view","path":"a"}`), messages.ResultEditorError, messages.CodeUnavailable, "code_execution provider is not configured.")
+	wantError(t, run(t, e, wire.SubToolBash, `{"command":"ls"}`), wire.ResultBashError, wire.CodeUnavailable, "code_execution provider is not configured.")
+	wantError(t, run(t, e, wire.SubToolTextEditor, `{"command":"view","path":"a"}`), wire.ResultEditorError, wire.CodeUnavailable, "code_execution provider is not configured.")
 }
 
 func TestCancelStopsCommand(t *testing.T) {
@@ -198,7 +199,7 @@ func TestCancelStopsCommand(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		_, err := e.Execute(ctx, call(messages.SubToolBash, `{"command":"sleep 1000"}`))
+		_, err := e.Execute(ctx, call(wire.SubToolBash, `{"command":"sleep 1000"}`))
 		done <- err
 	}()
 	cancel()
@@ -219,162 +220,162 @@ func TestEditor(t *testing.T) {
 	tests := []struct {
 		name      string
 		input     string
-		want      *messages.ToolResult
+		want      *wire.ToolResult
 		wantFile  string // path to check afterwards
 		wantBytes string
 	}{
 		{
 			name:  "view whole file",
 			input: `{"command":"view","path":"config.json"}`,
-			want:  &messages.ToolResult{Type: messages.ResultEditorView, FileType: "text", FileContent: config, NumLines: 4, StartLine: 1, TotalLines: 4},
+			want:  &wire.ToolResult{Type: wire.ResultEditorView, FileType: "text", FileContent: config, NumLines: 4, StartLine: 1, TotalLines: 4},
 		},
 		{
 			name:  "view range",
 			input: `{"command":"view","path":"/home/agent/workspace/config.json","view_range":[2,3]}`,
-			want:  &messages.ToolResult{Type: messages.ResultEditorView, FileType: "text", FileContent: "  \"setting\": \"value\",\n  \"debug\": true", NumLines: 2, StartLine: 2, TotalLines: 4},
+			want:  &wire.ToolResult{Type: wire.ResultEditorView, FileType: "text", FileContent: "  \"setting\": \"value\",\n  \"debug\": true", NumLines: 2, StartLine: 2, TotalLines: 4},
 		},
 		{
 			name:  "view range to end",
 			input: `{"command":"view","path":"config.json","view_range":[3,-1]}`,
-			want:  &messages.ToolResult{Type: messages.ResultEditorView, FileType: "text", FileContent: "  \"debug\": true\n}", NumLines: 2, StartLine: 3, TotalLines: 4},
+			want:  &wire.ToolResult{Type: wire.ResultEditorView, FileType: "text", FileContent: "  \"debug\": true\n}", NumLines: 2, StartLine: 3, TotalLines: 4},
 		},
 		{
 			name:  "view bad range",
 			input: `{"command":"view","path":"config.json","view_range":[5,6]}`,
-			want:  messages.ErrorResult(messages.SubToolTextEditor, messages.CodeInvalidToolInput, "Invalid 'view_range' [5 6]: start must be between 1 and 4, the file's number of lines."),
+			want:  messages.ErrorResult(wire.SubToolTextEditor, wire.CodeInvalidToolInput, "Invalid 'view_range' [5 6]: start must be between 1 and 4, the file's number of lines."),
 		},
 		{
 			name:  "view directory lists it",
 			input: `{"command":"view","path":"."}`,
-			want:  &messages.ToolResult{Type: messages.ResultEditorView, FileType: "text", FileContent: "config.json\nlines.txt\nsrc/", NumLines: 3, StartLine: 1, TotalLines: 3},
+			want:  &wire.ToolResult{Type: wire.ResultEditorView, FileType: "text", FileContent: "config.json\nlines.txt\nsrc/", NumLines: 3, StartLine: 1, TotalLines: 3},
 		},
 		{
 			name:  "view missing file",
 			input: `{"command":"view","path":"missing.txt"}`,
-			want:  messages.ErrorResult(messages.SubToolTextEditor, messages.CodeFileNotFound, "File not found: /home/agent/workspace/missing.txt"),
+			want:  messages.ErrorResult(wire.SubToolTextEditor, wire.CodeFileNotFound, "File not found: /home/agent/workspace/missing.txt"),
 		},
 		{
 			name:  "view outside the mounts",
 			input: `{"command":"view","path":"/etc/passwd"}`,
-			want:  messages.ErrorResult(messages.SubToolTextEditor, messages.CodeInvalidToolInput, "Path '/etc/passwd' does not match any session mount"),
+			want:  messages.ErrorResult(wire.SubToolTextEditor, wire.CodeInvalidToolInput, "Path '/etc/passwd' does not match any session mount"),
 		},
 		{
 			name:  "view uploads is allowed",
 			input: `{"command":"view","path":"/mnt/user-data/uploads/in.csv"}`,
-			want:  &messages.ToolResult{Type: messages.ResultEditorView, FileType: "text", FileContent: "a,b\n1,2", NumLines: 2, StartLine: 1, TotalLines: 2},
+			want:  &wire.ToolResult{Type: wire.ResultEditorView, FileType: "text", FileContent: "a,b\n1,2", NumLines: 2, StartLine: 1, TotalLines: 2},
 		},
 		{
 			name:      "create new file",
 			input:     `{"command":"create","path":"new_file.txt","file_text":"Hello, World!"}`,
-			want:      &messages.ToolResult{Type: messages.ResultEditorCreate, IsFileUpdate: false},
+			want:      &wire.ToolResult{Type: wire.ResultEditorCreate, IsFileUpdate: false},
 			wantFile:  ws + "new_file.txt",
 			wantBytes: "Hello, World!",
 		},
 		{
 			name:      "create over existing file",
 			input:     `{"command":"create","path":"config.json","file_text":"{}"}`,
-			want:      &messages.ToolResult{Type: messages.ResultEditorCreate, IsFileUpdate: true},
+			want:      &wire.ToolResult{Type: wire.ResultEditorCreate, IsFileUpdate: true},
 			wantFile:  ws + "config.json",
 			wantBytes: "{}",
 		},
 		{
 			name:  "create in uploads is read-only",
 			input: `{"command":"create","path":"/mnt/user-data/uploads/x.txt","file_text":"x"}`,
-			want:  messages.ErrorResult(messages.SubToolTextEditor, messages.CodeInvalidToolInput, "Path '/mnt/user-data/uploads/x.txt' is in a read-only mount"),
+			want:  messages.ErrorResult(wire.SubToolTextEditor, wire.CodeInvalidToolInput, "Path '/mnt/user-data/uploads/x.txt' is in a read-only mount"),
 		},
 		{
 			name:  "create in skills is read-only",
 			input: `{"command":"create","path":"/mnt/skills/pdf/SKILL.md","file_text":"x"}`,
-			want:  messages.ErrorResult(messages.SubToolTextEditor, messages.CodeInvalidToolInput, "Path '/mnt/skills/pdf/SKILL.md' is in a read-only mount"),
+			want:  messages.ErrorResult(wire.SubToolTextEditor, wire.CodeInvalidToolInput, "Path '/mnt/skills/pdf/SKILL.md' is in a read-only mount"),
 		},
 		{
 			name:  "create outside the mounts",
 			input: `{"command":"create","path":"/tmp/x","file_text":"x"}`,
-			want:  messages.ErrorResult(messages.SubToolTextEditor, messages.CodeInvalidToolInput, "Path '/tmp/x' does not match any session mount"),
+			want:  messages.ErrorResult(wire.SubToolTextEditor, wire.CodeInvalidToolInput, "Path '/tmp/x' does not match any session mount"),
 		},
 		{
 			name:      "create in outputs",
 			input:     `{"command":"create","path":"/mnt/user-data/outputs/r.md","file_text":"# r\n"}`,
-			want:      &messages.ToolResult{Type: messages.ResultEditorCreate},
+			want:      &wire.ToolResult{Type: wire.ResultEditorCreate},
 			wantFile:  "/mnt/user-data/outputs/r.md",
 			wantBytes: "# r\n",
 		},
 		{
 			name:      "str_replace as in the contract",
 			input:     `{"command":"str_replace","path":"config.json","old_str":"\"debug\": true","new_str":"\"debug\": false"}`,
-			want:      &messages.ToolResult{Type: messages.ResultEditorStrReplace, OldStart: 3, OldLines: 1, NewStart: 3, NewLines: 1, Lines: []string{"-  \"debug\": true", "+  \"debug\": false"}},
+			want:      &wire.ToolResult{Type: wire.ResultEditorStrReplace, OldStart: 3, OldLines: 1, NewStart: 3, NewLines: 1, Lines: []string{"-  \"debug\": true", "+  \"debug\": false"}},
 			wantFile:  ws + "config.json",
 			wantBytes: "{\n  \"setting\": \"value\",\n  \"debug\": false\n}",
 		},
 		{
 			name:      "str_replace of whole lines",
 			input:     `{"command":"str_replace","path":"lines.txt","old_str":"two\nthree\n","new_str":"2\n"}`,
-			want:      &messages.ToolResult{Type: messages.ResultEditorStrReplace, OldStart: 2, OldLines: 2, NewStart: 2, NewLines: 1, Lines: []string{"-two", "-three", "+2"}},
+			want:      &wire.ToolResult{Type: wire.ResultEditorStrReplace, OldStart: 2, OldLines: 2, NewStart: 2, NewLines: 1, Lines: []string{"-two", "-three", "+2"}},
 			wantFile:  ws + "lines.txt",
 			wantBytes: "one\n2\nfour\n",
 		},
 		{
 			name:      "str_replace deleting a line",
 			input:     `{"command":"str_replace","path":"lines.txt","old_str":"two\n","new_str":""}`,
-			want:      &messages.ToolResult{Type: messages.ResultEditorStrReplace, OldStart: 2, OldLines: 1, NewStart: 2, NewLines: 0, Lines: []string{"-two"}},
+			want:      &wire.ToolResult{Type: wire.ResultEditorStrReplace, OldStart: 2, OldLines: 1, NewStart: 2, NewLines: 0, Lines: []string{"-two"}},
 			wantFile:  ws + "lines.txt",
 			wantBytes: "one\nthree\nfour\n",
 		},
 		{
 			name:  "str_replace absent",
 			input: `{"command":"str_replace","path":"config.json","old_str":"nope","new_str":"x"}`,
-			want:  messages.ErrorResult(messages.SubToolTextEditor, messages.CodeInvalidToolInput, "No replacement was performed: old_str did not appear verbatim in /home/agent/workspace/config.json."),
+			want:  messages.ErrorResult(wire.SubToolTextEditor, wire.CodeInvalidToolInput, "No replacement was performed: old_str did not appear verbatim in /home/agent/workspace/config.json."),
 		},
 		{
 			name:  "str_replace not unique",
 			input: `{"command":"str_replace","path":"config.json","old_str":"\"","new_str":"'"}`,
-			want:  messages.ErrorResult(messages.SubToolTextEditor, messages.CodeInvalidToolInput, "No replacement was performed: old_str occurs 6 times in /home/agent/workspace/config.json; it must occur exactly once."),
+			want:  messages.ErrorResult(wire.SubToolTextEditor, wire.CodeInvalidToolInput, "No replacement was performed: old_str occurs 6 times in /home/agent/workspace/config.json; it must occur exactly once."),
 		},
 		{
 			name:  "str_replace missing file",
 			input: `{"command":"str_replace","path":"missing.txt","old_str":"a","new_str":"b"}`,
-			want:  messages.ErrorResult(messages.SubToolTextEditor, messages.CodeFileNotFound, "File not found: /home/agent/workspace/missing.txt"),
+			want:  messages.ErrorResult(wire.SubToolTextEditor, wire.CodeFileNotFound, "File not found: /home/agent/workspace/missing.txt"),
 		},
 		{
 			name:  "str_replace in uploads",
 			input: `{"command":"str_replace","path":"/mnt/user-data/uploads/in.csv","old_str":"a","new_str":"b"}`,
-			want:  messages.ErrorResult(messages.SubToolTextEditor, messages.CodeInvalidToolInput, "Path '/mnt/user-data/uploads/in.csv' is in a read-only mount"),
+			want:  messages.ErrorResult(wire.SubToolTextEditor, wire.CodeInvalidToolInput, "Path '/mnt/user-data/uploads/in.csv' is in a read-only mount"),
 		},
 		{
 			name:      "insert at start",
 			input:     `{"command":"insert","path":"lines.txt","insert_line":0,"insert_text":"zero"}`,
-			want:      &messages.ToolResult{Type: messages.ResultEditorStrReplace, OldStart: 1, OldLines: 0, NewStart: 1, NewLines: 1, Lines: []string{"+zero"}},
+			want:      &wire.ToolResult{Type: wire.ResultEditorStrReplace, OldStart: 1, OldLines: 0, NewStart: 1, NewLines: 1, Lines: []string{"+zero"}},
 			wantFile:  ws + "lines.txt",
 			wantBytes: "zero\none\ntwo\nthree\nfour\n",
 		},
 		{
 			name:      "insert after a line",
 			input:     `{"command":"insert","path":"lines.txt","insert_line":2,"insert_text":"a\nb\n"}`,
-			want:      &messages.ToolResult{Type: messages.ResultEditorStrReplace, OldStart: 3, OldLines: 0, NewStart: 3, NewLines: 2, Lines: []string{"+a", "+b"}},
+			want:      &wire.ToolResult{Type: wire.ResultEditorStrReplace, OldStart: 3, OldLines: 0, NewStart: 3, NewLines: 2, Lines: []string{"+a", "+b"}},
 			wantFile:  ws + "lines.txt",
 			wantBytes: "one\ntwo\na\nb\nthree\nfour\n",
 		},
 		{
 			name:      "insert at end",
 			input:     `{"command":"insert","path":"lines.txt","insert_line":4,"insert_text":"five"}`,
-			want:      &messages.ToolResult{Type: messages.ResultEditorStrReplace, OldStart: 5, OldLines: 0, NewStart: 5, NewLines: 1, Lines: []string{"+five"}},
+			want:      &wire.ToolResult{Type: wire.ResultEditorStrReplace, OldStart: 5, OldLines: 0, NewStart: 5, NewLines: 1, Lines: []string{"+five"}},
 			wantFile:  ws + "lines.txt",
 			wantBytes: "one\ntwo\nthree\nfour\nfive\n",
 		},
 		{
 			name:  "insert past the end",
 			input: `{"command":"insert","path":"lines.txt","insert_line":9,"insert_text":"x"}`,
-			want:  messages.ErrorResult(messages.SubToolTextEditor, messages.CodeInvalidToolInput, "Invalid 'insert_line' 9: it must be between 0 and 4, the file's number of lines."),
+			want:  messages.ErrorResult(wire.SubToolTextEditor, wire.CodeInvalidToolInput, "Invalid 'insert_line' 9: it must be between 0 and 4, the file's number of lines."),
 		},
 		{
 			name:  "unknown command",
 			input: `{"command":"delete","path":"config.json"}`,
-			want:  messages.ErrorResult(messages.SubToolTextEditor, messages.CodeInvalidToolInput, `Invalid input: unknown command "delete"; use view, create, str_replace or insert.`),
+			want:  messages.ErrorResult(wire.SubToolTextEditor, wire.CodeInvalidToolInput, `Invalid input: unknown command "delete"; use view, create, str_replace or insert.`),
 		},
 		{
 			name:  "missing path",
 			input: `{"command":"view"}`,
-			want:  messages.ErrorResult(messages.SubToolTextEditor, messages.CodeInvalidToolInput, "Invalid input: 'path' is required."),
+			want:  messages.ErrorResult(wire.SubToolTextEditor, wire.CodeInvalidToolInput, "Invalid input: 'path' is required."),
 		},
 	}
 	for _, tc := range tests {
@@ -386,7 +387,7 @@ func TestEditor(t *testing.T) {
 			fs.files["/mnt/user-data/uploads/in.csv"] = "a,b\n1,2\n"
 			fs.files["/mnt/skills/pdf/SKILL.md"] = "# pdf\n"
 			e := New(&fakeSandbox{}, fs, Config{})
-			got := run(t, e, messages.SubToolTextEditor, tc.input)
+			got := run(t, e, wire.SubToolTextEditor, tc.input)
 			if !reflect.DeepEqual(got, tc.want) {
 				t.Fatalf("got  %+v %+v\nwant %+v %+v", got, got.Detail, tc.want, tc.want.Detail)
 			}
@@ -401,15 +402,15 @@ func TestEditorTimeout(t *testing.T) {
 	fs := newFakeFiles()
 	fs.block = true
 	e := New(nil, fs, Config{FileOpTimeout: 20 * time.Millisecond})
-	wantError(t, run(t, e, messages.SubToolTextEditor, `{"command":"view","path":"a.txt"}`),
-		messages.ResultEditorError, messages.CodeExecutionTimeExceeded, "The file operation timed out after 0.02s.")
+	wantError(t, run(t, e, wire.SubToolTextEditor, `{"command":"view","path":"a.txt"}`),
+		wire.ResultEditorError, wire.CodeExecutionTimeExceeded, "The file operation timed out after 0.02s.")
 }
 
 func TestEditorViewTruncates(t *testing.T) {
 	fs := newFakeFiles()
 	fs.files[sandbox.WorkspaceDir+"/big.txt"] = strings.Repeat("a", 100)
 	e := New(nil, fs, Config{MaxOutput: 10})
-	r := run(t, e, messages.SubToolTextEditor, `{"command":"view","path":"big.txt"}`)
+	r := run(t, e, wire.SubToolTextEditor, `{"command":"view","path":"big.txt"}`)
 	if r.FileContent != "aaaaaaaaaa...[truncated]" {
 		t.Fatalf("content = %q", r.FileContent)
 	}
@@ -422,10 +423,10 @@ func TestBashHidesHostDetails(t *testing.T) {
 	var logged bytes.Buffer
 	cause := errors.New("docker: mount /srv/threadbox/data/containers/thr_1/workspace: not a directory (unix:///var/run/docker.sock)")
 	e := New(&fakeSandbox{err: cause}, newFakeFiles(), Config{Log: slog.New(slog.NewTextHandler(&logged, nil))})
-	got := run(t, e, messages.SubToolBash, `{"command":"ls"}`)
+	got := run(t, e, wire.SubToolBash, `{"command":"ls"}`)
 	expl := got.Detail.Explanation
 	eid := regexp.MustCompile(`err_[0-9a-z]+`).FindString(expl)
-	if got.ErrorCode != messages.CodeUnavailable || strings.Contains(expl, "/srv") || strings.Contains(expl, "docker") || eid == "" {
+	if got.ErrorCode != wire.CodeUnavailable || strings.Contains(expl, "/srv") || strings.Contains(expl, "docker") || eid == "" {
 		t.Fatalf("explanation %q", expl)
 	}
 	if !strings.Contains(logged.String(), eid) || !strings.Contains(logged.String(), "/srv/threadbox") {
@@ -439,11 +440,11 @@ func TestBashOutputFileTooLarge(t *testing.T) {
 	files.files["/mnt/user-data/outputs/small.txt"] = "ok"
 	sb := &fakeSandbox{result: sandbox.Result{OutputFiles: []string{"/mnt/user-data/outputs/small.txt", "/mnt/user-data/outputs/big.bin"}}}
 	e := New(sb, files, Config{MaxOutputFileBytes: 10})
-	r := run(t, e, messages.SubToolBash, `{"command":"make"}`)
-	wantError(t, r, "bash_code_execution_tool_result_error", messages.CodeOutputFileTooLarge,
+	r := run(t, e, wire.SubToolBash, `{"command":"make"}`)
+	wantError(t, r, "bash_code_execution_tool_result_error", wire.CodeOutputFileTooLarge,
 		"The output file /mnt/user-data/outputs/big.bin is 100 bytes, more than the 10 bytes a result may hand back; it stays in the outputs folder.")
 	sb.result.OutputFiles = sb.result.OutputFiles[:1]
-	if r := run(t, e, messages.SubToolBash, `{"command":"make"}`); r.IsError() || len(r.Files) != 1 {
+	if r := run(t, e, wire.SubToolBash, `{"command":"make"}`); r.IsError() || len(r.Files) != 1 {
 		t.Fatalf("a small output file: %+v", r)
 	}
 }
@@ -499,7 +500,7 @@ func TestBashMetersCommands(t *testing.T) {
 			res := ran
 			res.ExitCode = tt.exit
 			e := New(&fakeSandbox{result: res, err: tt.err}, newFakeFiles(), Config{Meter: m})
-			run(t, e, messages.SubToolBash, tt.input)
+			run(t, e, wire.SubToolBash, tt.input)
 			if len(m.results) != tt.want || len(m.ends) != m.begun {
 				t.Fatalf("metered %d commands, want %d; %d begun, %d ended", len(m.results), tt.want, m.begun, len(m.ends))
 			}

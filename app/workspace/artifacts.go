@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"threadbox/app/files"
-	"threadbox/app/messages"
+	"threadbox/app/messages/wire"
 	"threadbox/domain/artifact"
 	"threadbox/domain/fault"
 	"threadbox/domain/file"
@@ -58,12 +58,12 @@ func ResourceOf(a artifact.Artifact) Resource {
 }
 
 // resourceBlock is the content block announcing an artifact.
-func resourceBlock(a artifact.Artifact) messages.ContentBlock {
+func resourceBlock(a artifact.Artifact) wire.ContentBlock {
 	raw, _ := json.Marshal(struct {
 		Type     string   `json:"type"`
 		Resource Resource `json:"resource"`
 	}{BlockResource, ResourceOf(a)})
-	return messages.ContentBlock{Type: BlockResource, Raw: raw}
+	return wire.ContentBlock{Type: BlockResource, Raw: raw}
 }
 
 // capture saves every new or changed file of the container's outputs as an
@@ -186,12 +186,12 @@ const DefaultMaxArtifactsPerCall = 100
 
 // deferredNote is the text block a turn shows after a tool call that left
 // deferred new or changed outputs unsaved (capture's cap).
-func deferredNote(deferred, limit int) messages.ContentBlock {
+func deferredNote(deferred, limit int) wire.ContentBlock {
 	files := "files"
 	if deferred == 1 {
 		files = "file"
 	}
-	return messages.ContentBlock{Type: messages.BlockText, Text: fmt.Sprintf(
+	return wire.ContentBlock{Type: wire.BlockText, Text: fmt.Sprintf(
 		"[threadbox] This tool call saved as many artifacts as one call saves (%d); %d more new or changed %s in %s/ were not saved. They stay in the outputs folder, downloadable, and each later tool call saves up to %d more.",
 		limit, deferred, files, sandbox.OutputsDir, limit)}
 }

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"threadbox/app/messages"
+	"threadbox/app/messages/wire"
 	"threadbox/domain/artifact"
 	"threadbox/domain/file"
 )
@@ -54,7 +54,7 @@ func TestArtifactsPerToolCallAreCapped(t *testing.T) {
 		{1, "", 7},
 		{0, "", 7},
 	} {
-		turn, err := svc.StartTurn(ctx, p, th.ID(), TurnRequest{Content: []messages.ContentBlock{{Type: "text", Text: "go"}}})
+		turn, err := svc.StartTurn(ctx, p, th.ID(), TurnRequest{Content: []wire.ContentBlock{{Type: "text", Text: "go"}}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -67,7 +67,7 @@ func TestArtifactsPerToolCallAreCapped(t *testing.T) {
 			switch {
 			case b.Type == BlockResource:
 				resources++
-			case b.Type == messages.BlockText && strings.HasPrefix(b.Text, "[threadbox]"):
+			case b.Type == wire.BlockText && strings.HasPrefix(b.Text, "[threadbox]"):
 				notes = append(notes, b.Text)
 			}
 		}

@@ -7,18 +7,19 @@ import (
 	"slices"
 
 	"threadbox/app/messages"
+	"threadbox/app/messages/wire"
 	"threadbox/domain/fault"
 	"threadbox/domain/org"
 )
 
 // codeExecutionTool is the tool the pipeline adds: the product's own type,
 // whose error blocks carry detail.
-var codeExecutionTool = messages.Tool{Type: messages.ToolTypeCodeExecutionV1, Name: "code_execution"}
+var codeExecutionTool = wire.Tool{Type: wire.ToolTypeCodeExecutionV1, Name: "code_execution"}
 
 // AskedTool is one entry of a turn's pgpt.tools: a tool name
 // ("code_execution") or a Messages API tool spec.
 type AskedTool struct {
-	messages.Tool
+	wire.Tool
 }
 
 // UnmarshalJSON accepts a name or a tool object.
@@ -29,7 +30,7 @@ func (a *AskedTool) UnmarshalJSON(data []byte) error {
 		if err := json.Unmarshal(data, &name); err != nil {
 			return err
 		}
-		a.Tool = messages.Tool{Name: name}
+		a.Tool = wire.Tool{Name: name}
 		return nil
 	}
 	return json.Unmarshal(data, &a.Tool)
@@ -37,10 +38,10 @@ func (a *AskedTool) UnmarshalJSON(data []byte) error {
 
 // isCodeExecution reports whether t asks for code execution: by name or by
 // one of the code-execution tool types.
-func isCodeExecution(t messages.Tool) bool {
+func isCodeExecution(t wire.Tool) bool {
 	switch t.Type {
-	case messages.ToolTypeCodeExecutionV1, messages.ToolTypeCodeExecution2508,
-		messages.ToolTypeCodeExecution2601, messages.ToolTypeCodeExecution2605:
+	case wire.ToolTypeCodeExecutionV1, wire.ToolTypeCodeExecution2508,
+		wire.ToolTypeCodeExecution2601, wire.ToolTypeCodeExecution2605:
 		return true
 	case "":
 		return t.Name == "code_execution"
@@ -55,16 +56,16 @@ func isCodeExecution(t messages.Tool) bool {
 // It returns the tools to send and whether code execution is among them.
 // Tools other than code execution are refused: the workspace has no client
 // to hand tool calls back to.
-func TurnTools(asked []AskedTool, usesSkills bool, policy org.Policy) ([]messages.Tool, bool, error) {
+func TurnTools(asked []AskedTool, usesSkills bool, policy org.Policy) ([]wire.Tool, bool, error) {
 	allowed := policy.Allows(org.CodeExecution)
 	want := usesSkills
-	var out []messages.Tool
-	var sandboxTools []messages.Tool
+	var out []wire.Tool
+	var sandboxTools []wire.Tool
 	for i, t := range asked {
 		if st, ok := sandboxTool(t.Tool); ok {
 			// The sandbox_v1 tools run code too: the same
 			// feature gates them.
-			if !slices.ContainsFunc(sandboxTools, func(x messages.Tool) bool { return x.Name == st.Name }) {
+			if !slices.ContainsFunc(sandboxTools, func(x wire.Tool) bool { return x.Name == st.Name }) {
 				sandboxTools = append(sandboxTools, st)
 			}
 			continue
@@ -79,7 +80,7 @@ func TurnTools(asked []AskedTool, usesSkills bool, policy org.Policy) ([]message
 		if t.Type == "" {
 			t.Tool = codeExecutionTool
 		}
-		out = append(out, messages.Tool{Type: t.Type, Name: "code_execution"})
+		out = append(out, wire.Tool{Type: t.Type, Name: "code_execution"})
 	}
 	if !allowed {
 		return nil, false, nil
@@ -94,17 +95,17 @@ func TurnTools(asked []AskedTool, usesSkills bool, policy org.Policy) ([]message
 }
 
 // sandboxTool recognises a sandbox_v1 tool asked for by spec or by name.
-func sandboxTool(t messages.Tool) (messages.Tool, bool) {
+func sandboxTool(t wire.Tool) (wire.Tool, bool) {
 	switch {
-	case t.Type == messages.ToolTypeSandboxV1:
-		return messages.Tool{Type: t.Type, Name: t.Name}, true
+	case t.Type == wire.ToolTypeSandboxV1:
+		return wire.Tool{Type: t.Type, Name: t.Name}, true
 	case t.Type == "" && (t.Name == messages.SandboxToolName || messages.IsSandboxTool(t.Name)):
-		return messages.Tool{Type: messages.ToolTypeSandboxV1, Name: t.Name}, true
+		return wire.Tool{Type: wire.ToolTypeSandboxV1, Name: t.Name}, true
 	}
-	return messages.Tool{}, false
+	return wire.Tool{}, false
 }
 
-func toolLabel(t messages.Tool) string {
+func toolLabel(t wire.Tool) string {
 	if t.Name != "" {
 		return t.Name
 	}

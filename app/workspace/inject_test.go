@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"threadbox/app/messages"
+	"threadbox/app/messages/wire"
 	"threadbox/domain/fault"
 	"threadbox/domain/org"
 )
@@ -34,11 +35,11 @@ func TestTurnToolsInjectionRules(t *testing.T) {
 		wantErr  bool
 	}{
 		{"plain turn gets no tools", nil, false, on, false, "", false},
-		{"skills with the feature on add code execution", nil, true, on, true, messages.ToolTypeCodeExecutionV1, false},
+		{"skills with the feature on add code execution", nil, true, on, true, wire.ToolTypeCodeExecutionV1, false},
 		{"skills with the feature off add nothing", nil, true, off, false, "", false},
-		{"asked by name", asked(`["code_execution"]`), false, on, true, messages.ToolTypeCodeExecutionV1, false},
-		{"asked by Anthropic type keeps the type", asked(`[{"type":"code_execution_20250825","name":"code_execution"}]`), false, on, true, messages.ToolTypeCodeExecution2508, false},
-		{"asked and skills give one tool", asked(`["code_execution",{"type":"code_execution_v1","name":"code_execution"}]`), true, on, true, messages.ToolTypeCodeExecutionV1, false},
+		{"asked by name", asked(`["code_execution"]`), false, on, true, wire.ToolTypeCodeExecutionV1, false},
+		{"asked by Anthropic type keeps the type", asked(`[{"type":"code_execution_20250825","name":"code_execution"}]`), false, on, true, wire.ToolTypeCodeExecution2508, false},
+		{"asked and skills give one tool", asked(`["code_execution",{"type":"code_execution_v1","name":"code_execution"}]`), true, on, true, wire.ToolTypeCodeExecutionV1, false},
 		{"explicit request removed when the feature is off", asked(`["code_execution"]`), false, off, false, "", false},
 		{"explicit typed request removed when off", asked(`[{"type":"code_execution_20260120","name":"code_execution"}]`), true, off, false, "", false},
 		{"other tools refused", asked(`[{"name":"get_weather","input_schema":{"type":"object"}}]`), false, on, false, "", true},
@@ -69,7 +70,7 @@ func TestTurnToolsInjectionRules(t *testing.T) {
 				t.Fatalf("tools %+v, want one %s", tools, tc.wantType)
 			}
 			// The Messages loop accepts what the rules produce.
-			req := &messages.Request{MaxTokens: 1, Tools: tools, Messages: []messages.Message{{Role: "user", Content: []messages.ContentBlock{{Type: "text", Text: "x"}}}}}
+			req := &wire.Request{MaxTokens: 1, Tools: tools, Messages: []wire.Message{{Role: "user", Content: []wire.ContentBlock{{Type: "text", Text: "x"}}}}}
 			p, err := messages.New(nil, messages.Tools{}, messages.Config{}).Validate(req)
 			if err != nil || !p.CodeExecution {
 				t.Fatalf("plan: %+v %v", p, err)
@@ -119,7 +120,7 @@ func TestTurnToolsSandboxTools(t *testing.T) {
 			if len(tools) == 0 {
 				return
 			}
-			req := &messages.Request{MaxTokens: 1, Tools: tools, Messages: []messages.Message{{Role: "user", Content: []messages.ContentBlock{{Type: "text", Text: "x"}}}}}
+			req := &wire.Request{MaxTokens: 1, Tools: tools, Messages: []wire.Message{{Role: "user", Content: []wire.ContentBlock{{Type: "text", Text: "x"}}}}}
 			p, err := messages.New(nil, messages.Tools{}, messages.Config{}).Validate(req)
 			if err != nil || !p.Sandbox || p.CodeExecution != tc.wantCode {
 				t.Fatalf("plan: %+v %v", p, err)

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"threadbox/app/messages"
+	"threadbox/app/messages/wire"
 	"threadbox/domain/fault"
 	"threadbox/domain/user"
 )
@@ -18,12 +19,12 @@ type recordEngine struct {
 	seen *[]string
 }
 
-func (e recordEngine) Run(ctx context.Context, p user.Principal, req *messages.Request, opts messages.RunOptions, sink messages.Sink) error {
+func (e recordEngine) Run(ctx context.Context, p user.Principal, req *wire.Request, opts messages.RunOptions, sink messages.Sink) error {
 	var lines []string
 	for _, m := range req.Messages {
 		var texts []string
 		for _, b := range m.Content {
-			if b.Type == messages.BlockText {
+			if b.Type == wire.BlockText {
 				texts = append(texts, b.Text)
 			}
 		}
@@ -43,8 +44,8 @@ func TestReplaceLastTurnAndAnswer(t *testing.T) {
 	ctx := context.Background()
 	var seen []string
 	svc, st, p, th := setup(t, recordEngine{seen: &seen})
-	text := func(s string) []messages.ContentBlock {
-		return []messages.ContentBlock{{Type: messages.BlockText, Text: s}}
+	text := func(s string) []wire.ContentBlock {
+		return []wire.ContentBlock{{Type: wire.BlockText, Text: s}}
 	}
 	run := func(tr TurnRequest) {
 		t.Helper()
@@ -79,7 +80,7 @@ func TestReplaceLastTurnAndAnswer(t *testing.T) {
 		}
 		var out []string
 		for _, m := range ms {
-			var blocks []messages.ContentBlock
+			var blocks []wire.ContentBlock
 			_ = json.Unmarshal(m.Content(), &blocks)
 			s := string(m.Role())
 			if m.Role() == "user" {

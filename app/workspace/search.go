@@ -6,7 +6,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"threadbox/app/messages"
+	"threadbox/app/messages/wire"
 	"threadbox/domain/fault"
 	"threadbox/domain/thread"
 	"threadbox/domain/user"
@@ -70,7 +70,7 @@ func (s *Service) SearchThreads(ctx context.Context, p user.Principal, query str
 
 // messageText is the text a user reads in a message: its text blocks.
 func messageText(m thread.Message) string {
-	var blocks []messages.ContentBlock
+	var blocks []wire.ContentBlock
 	if json.Unmarshal(m.Content(), &blocks) != nil {
 		return ""
 	}

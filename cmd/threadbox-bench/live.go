@@ -21,7 +21,7 @@ import (
 	"sync"
 	"time"
 
-	"threadbox/app/messages"
+	"threadbox/app/messages/wire"
 )
 
 // liveOpts configure the live turns section.
@@ -84,7 +84,7 @@ func benchLive(ctx context.Context, o opts, out io.Writer) error {
 
 	fmt.Fprintln(os.Stderr, "bench: live output latency")
 	var through []time.Duration
-	if _, err := followTurn(ctx, srv, tid, stampScript(lo.lines), func(o messages.ToolOutput, at time.Time) {
+	if _, err := followTurn(ctx, srv, tid, stampScript(lo.lines), func(o wire.ToolOutput, at time.Time) {
 		stampLatencies(o.Text, at, &through)
 	}); err != nil {
 		return err
@@ -185,7 +185,7 @@ func benchThread(srv *threadboxProc) (string, error) {
 // POST and reads its events to the end, calling onOutput with each live
 // output event as it arrives and started with the turn's id once it is
 // known. It returns the turn's id.
-func followTurn(ctx context.Context, srv *threadboxProc, tid, script string, onOutput func(messages.ToolOutput, time.Time), started ...func(string)) (string, error) {
+func followTurn(ctx context.Context, srv *threadboxProc, tid, script string, onOutput func(wire.ToolOutput, time.Time), started ...func(string)) (string, error) {
 	body, _ := json.Marshal(map[string]any{"content": "```bash\n" + script + "\n```", "stream": true, "pgpt": map[string]any{"tools": []string{"code_execution"}}})
 	req, err := http.NewRequestWithContext(ctx, "POST", srv.base+"/api/v1/app/thread/"+tid+"/messages", bytes.NewReader(body))
 	if err != nil {
@@ -211,7 +211,7 @@ func followTurn(ctx context.Context, srv *threadboxProc, tid, script string, onO
 }
 
 // readEvents follows a turn's events at path to their end.
-func readEvents(ctx context.Context, srv *threadboxProc, path string, onOutput func(messages.ToolOutput, time.Time)) (int, error) {
+func readEvents(ctx context.Context, srv *threadboxProc, path string, onOutput func(wire.ToolOutput, time.Time)) (int, error) {
 	req, err := http.NewRequestWithContext(ctx, "GET", srv.base+path, nil)
 	if err != nil {
 		return 0, err
@@ -230,7 +230,7 @@ func readEvents(ctx context.Context, srv *threadboxProc, path string, onOutput f
 
 // scanEvents reads an event stream to its end: the number of events, and
 // an error when it did not end with message_stop.
-func scanEvents(r io.Reader, onOutput func(messages.ToolOutput, time.Time)) (int, error) {
+func scanEvents(r io.Reader, onOutput func(wire.ToolOutput, time.Time)) (int, error) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 8<<20)
 	n, name, last := 0, "", ""
@@ -242,8 +242,8 @@ func scanEvents(r io.Reader, onOutput func(messages.ToolOutput, time.Time)) (int
 		case strings.HasPrefix(ln, "data: "):
 			n++
 			last = name
-			if name == messages.EventToolOutput && onOutput != nil {
-				var o messages.ToolOutput
+			if name == wire.EventToolOutput && onOutput != nil {
+				var o wire.ToolOutput
 				if err := json.Unmarshal([]byte(strings.TrimPrefix(ln, "data: ")), &o); err == nil {
 					onOutput(o, time.Now())
 				}
@@ -253,7 +253,7 @@ func scanEvents(r io.Reader, onOutput func(messages.ToolOutput, time.Time)) (int
 	if err := sc.Err(); err != nil {
 		return n, err
 	}
-	if last != messages.EventMessageStop {
+	if last != wire.EventMessageStop {
 		return n, fmt.Errorf("the stream ended with %q", last)
 	}
 	return n, nil

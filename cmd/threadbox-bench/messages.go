@@ -23,7 +23,7 @@ import (
 	"sync"
 	"time"
 
-	"threadbox/app/messages"
+	"threadbox/app/messages/wire"
 	"threadbox/domain/sandbox"
 	"threadbox/infra/llm/fakeupstream"
 )
@@ -63,7 +63,7 @@ const modelTime = 20 * time.Millisecond
 // `true` through bash_code_execution, "paced" a short text after
 // modelTime, anything else a short text at once.
 func benchReply(_ fakeupstream.Format, body json.RawMessage) fakeupstream.Reply {
-	text := fakeupstream.Reply{Content: []messages.ContentBlock{{Type: messages.BlockText, Text: "ok, done."}}, Usage: messages.Usage{InputTokens: 12, OutputTokens: 3}}
+	text := fakeupstream.Reply{Content: []wire.ContentBlock{{Type: wire.BlockText, Text: "ok, done."}}, Usage: wire.Usage{InputTokens: 12, OutputTokens: 3}}
 	if bytes.Contains(body, []byte(`"paced"`)) {
 		text.Delay = modelTime
 		return text
@@ -76,9 +76,9 @@ func benchReply(_ fakeupstream.Format, body json.RawMessage) fakeupstream.Reply 
 	if bytes.Count(body, []byte(`"tool_result"`)) >= want {
 		return text
 	}
-	return fakeupstream.Reply{Content: []messages.ContentBlock{{
-		Type: messages.BlockToolUse, ID: fmt.Sprintf("toolu_%d", time.Now().UnixNano()),
-		Name: messages.SubToolBash, Input: json.RawMessage(`{"command":"true"}`),
+	return fakeupstream.Reply{Content: []wire.ContentBlock{{
+		Type: wire.BlockToolUse, ID: fmt.Sprintf("toolu_%d", time.Now().UnixNano()),
+		Name: wire.SubToolBash, Input: json.RawMessage(`{"command":"true"}`),
 	}}}
 }
 

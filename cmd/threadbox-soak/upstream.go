@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"threadbox/app/messages"
+	"threadbox/app/messages/wire"
 	"threadbox/infra/llm/fakeupstream"
 	"threadbox/infra/llm/runner"
 )
@@ -28,7 +29,7 @@ func newUpstream() *upstream {
 	model := runner.New()
 	u.srv.SetFallback(func(_ fakeupstream.Format, body json.RawMessage) fakeupstream.Reply {
 		var req struct {
-			Messages []messages.Message
+			Messages []wire.Message
 			Tools    []messages.ToolDefinition
 		}
 		if err := json.Unmarshal(body, &req); err != nil {

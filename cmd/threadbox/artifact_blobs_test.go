@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"threadbox/app/messages"
+	msgwire "threadbox/app/messages/wire"
 	"threadbox/infra/llm/fakeupstream"
 )
 
@@ -23,7 +23,7 @@ import (
 // the sha256 of the artifact of each file, read from the project's list.
 func editorTurn(t *testing.T, s *server, fake *fakeupstream.Server, tok, pid, tid string, files map[string]string) map[string]string {
 	t.Helper()
-	var calls []messages.ContentBlock
+	var calls []msgwire.ContentBlock
 	for _, name := range slices.Sorted(maps.Keys(files)) {
 		calls = append(calls, call("text_editor_code_execution", map[string]any{
 			"command": "create", "path": "/mnt/user-data/outputs/" + name, "file_text": files[name]}))

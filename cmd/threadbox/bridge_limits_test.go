@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"threadbox/app/messages"
+	msgwire "threadbox/app/messages/wire"
 	"threadbox/infra/llm/fakeupstream"
 )
 
@@ -87,7 +87,7 @@ func TestSandboxBridgeLimits(t *testing.T) {
 			inner.Lock()
 			probes++
 			inner.Unlock()
-			return fakeupstream.Reply{Delay: 12 * time.Second, Content: []messages.ContentBlock{{Type: messages.BlockText, Text: "inner"}}}
+			return fakeupstream.Reply{Delay: 12 * time.Second, Content: []msgwire.ContentBlock{{Type: msgwire.BlockText, Text: "inner"}}}
 		}
 		return textStep("done")
 	})

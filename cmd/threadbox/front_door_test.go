@@ -10,7 +10,7 @@ import (
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
 
-	"threadbox/app/messages"
+	msgwire "threadbox/app/messages/wire"
 	"threadbox/infra/llm/fakeupstream"
 )
 
@@ -57,7 +57,7 @@ func TestChatAndMessagesAPIReachTheModelAlike(t *testing.T) {
 				s, fake := modelServer(t, dbURL, provider, nil)
 				f := newWSFixture(t, s)
 				editor := func(input map[string]any) fakeupstream.Reply {
-					return steps(call(messages.SubToolTextEditor, input))
+					return steps(call(msgwire.SubToolTextEditor, input))
 				}
 
 				for _, stream := range []bool{false, true} {
@@ -105,7 +105,7 @@ func TestChatAndMessagesAPIReachTheModelAlike(t *testing.T) {
 					if !reflect.DeepEqual(chatTools, apiTools) {
 						t.Fatalf("stream %v: tool definitions differ:\nchat %v: %s\nAPI  %v: %s", stream, chatNames, chat.Body, apiNames, api.Body)
 					}
-					for _, want := range []string{messages.SubToolBash, messages.SubToolTextEditor} {
+					for _, want := range []string{msgwire.SubToolBash, msgwire.SubToolTextEditor} {
 						if !strings.Contains(strings.Join(apiNames, ","), want) {
 							t.Errorf("stream %v: the model is not offered %s: %v", stream, want, apiNames)
 						}

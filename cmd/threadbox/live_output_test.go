@@ -13,7 +13,7 @@ import (
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
 
-	"threadbox/app/messages"
+	msgwire "threadbox/app/messages/wire"
 )
 
 // TestLiveOutputInTheMessagesAPI: with threadbox-beta: live-output a
@@ -37,7 +37,7 @@ func TestLiveOutputInTheMessagesAPI(t *testing.T) {
 			hdr = []string{"threadbox-beta", "live-output"}
 		}
 		_, evs, _ := openSSE(t, "POST", s.base+"/api/gpt/v1/messages", tok, body, hdr...)
-		var outputs []messages.ToolOutput
+		var outputs []msgwire.ToolOutput
 		var names []string
 		for {
 			ev, ok := nextEvent(t, evs, 30*time.Second)
@@ -45,8 +45,8 @@ func TestLiveOutputInTheMessagesAPI(t *testing.T) {
 				break
 			}
 			names = append(names, ev.name)
-			if ev.name == messages.EventToolOutput {
-				var o messages.ToolOutput
+			if ev.name == msgwire.EventToolOutput {
+				var o msgwire.ToolOutput
 				if err := json.Unmarshal([]byte(ev.data), &o); err != nil {
 					t.Fatal(err)
 				}

@@ -17,7 +17,7 @@ import (
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
 
-	"threadbox/app/messages"
+	msgwire "threadbox/app/messages/wire"
 	"threadbox/infra/llm/fakeupstream"
 	"threadbox/infra/llm/runner"
 )
@@ -49,21 +49,21 @@ func msgParams(container string, msgs []anthropic.MessageParam, tools ...anthrop
 
 // Scripted upstream replies.
 
-func call(name string, input any) messages.ContentBlock {
+func call(name string, input any) msgwire.ContentBlock {
 	b, _ := json.Marshal(input)
-	return messages.ContentBlock{Type: messages.BlockToolUse, ID: fmt.Sprintf("toolu_%d", time.Now().UnixNano()), Name: name, Input: b}
+	return msgwire.ContentBlock{Type: msgwire.BlockToolUse, ID: fmt.Sprintf("toolu_%d", time.Now().UnixNano()), Name: name, Input: b}
 }
 
 func bashStep(command string) fakeupstream.Reply {
-	return fakeupstream.Reply{Content: []messages.ContentBlock{call(messages.SubToolBash, map[string]any{"command": command})}}
+	return fakeupstream.Reply{Content: []msgwire.ContentBlock{call(msgwire.SubToolBash, map[string]any{"command": command})}}
 }
 
-func steps(blocks ...messages.ContentBlock) fakeupstream.Reply {
+func steps(blocks ...msgwire.ContentBlock) fakeupstream.Reply {
 	return fakeupstream.Reply{Content: blocks}
 }
 
 func textStep(text string) fakeupstream.Reply {
-	return fakeupstream.Reply{Content: []messages.ContentBlock{{Type: messages.BlockText, Text: text}}}
+	return fakeupstream.Reply{Content: []msgwire.ContentBlock{{Type: msgwire.BlockText, Text: text}}}
 }
 
 // codeExecRequests reads usage.server_tool_use.code_execution_requests
@@ -455,7 +455,7 @@ func TestMessagesAPIAnthropicSDK(t *testing.T) {
 		fake.Push(errSteps(), textStep("errors"))
 		body := `{"model":"default","max_tokens":100,"container":"box1","tools":[{"type":"code_execution_v1","name":"code_execution"}],"messages":[{"role":"user","content":"break"}]}`
 		r := s.do("POST", "/api/gpt/v1/messages", tok, body)
-		var resp messages.Response
+		var resp msgwire.Response
 		if err := json.Unmarshal(r.body, &resp); err != nil || r.status != 200 {
 			t.Fatalf("%d %s", r.status, r.body)
 		}
@@ -821,7 +821,7 @@ func testMessagesWithoutSandbox(t *testing.T, dbURL string) {
 		fake.Push(bashStep("echo hi"), textStep("no sandbox"))
 		body := `{"model":"default","max_tokens":100,"tools":[{"type":"code_execution_v1","name":"code_execution"}],"messages":[{"role":"user","content":"run"}]}`
 		r := s.do("POST", "/api/gpt/v1/messages", tok, body)
-		var resp messages.Response
+		var resp msgwire.Response
 		if err := json.Unmarshal(r.body, &resp); err != nil || r.status != 200 || len(resp.Content) != 3 {
 			t.Fatalf("%d %s", r.status, r.body)
 		}
@@ -890,12 +890,12 @@ func testMessagesWithoutSandbox(t *testing.T, dbURL string) {
 			t.Fatalf("stream upstream 400: %d %s", st, body)
 		}
 		// Mid-stream: the stream ends with an error event, not a normal finish.
-		fake.Push(fakeupstream.Reply{Content: []messages.ContentBlock{{Type: messages.BlockText, Text: "partial answer that breaks"}}, FailAfter: 4, ErrorType: "overloaded_error", ErrorMessage: "upstream fell over"})
+		fake.Push(fakeupstream.Reply{Content: []msgwire.ContentBlock{{Type: msgwire.BlockText, Text: "partial answer that breaks"}}, FailAfter: 4, ErrorType: "overloaded_error", ErrorMessage: "upstream fell over"})
 		r := s.do("POST", "/api/gpt/v1/messages", tok, `{"model":"m","max_tokens":10,"stream":true,"messages":[{"role":"user","content":"x"}]}`)
 		if r.status != 200 || !strings.Contains(string(r.body), "event: error") || strings.Contains(string(r.body), "message_stop") || !strings.Contains(string(r.body), "upstream fell over") {
 			t.Fatalf("mid-stream error: %d %s", r.status, r.body)
 		}
-		fake.Push(fakeupstream.Reply{Content: []messages.ContentBlock{{Type: messages.BlockText, Text: "partial answer that breaks"}}, FailAfter: 4, ErrorMessage: "upstream fell over"})
+		fake.Push(fakeupstream.Reply{Content: []msgwire.ContentBlock{{Type: msgwire.BlockText, Text: "partial answer that breaks"}}, FailAfter: 4, ErrorMessage: "upstream fell over"})
 		stream = cl.Messages.NewStreaming(ctx, msgParams("", userText("x")))
 		var acc anthropic.Message
 		for stream.Next() {

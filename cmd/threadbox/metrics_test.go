@@ -12,7 +12,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
-	"threadbox/app/messages"
+	msgwire "threadbox/app/messages/wire"
 )
 
 // TestMetrics: /metrics needs the scrape token, parses with Prometheus'
@@ -26,7 +26,7 @@ func TestMetrics(t *testing.T) {
 	if r := s.do("GET", "/metrics", "wrong", nil); r.status != 401 {
 		t.Fatalf("metrics with a wrong token: %d", r.status)
 	}
-	fake.Push(steps(call(messages.SubToolTextEditor, map[string]any{"command": "create", "path": "/mnt/user-data/outputs/m.txt", "file_text": "x"})), textStep("done"))
+	fake.Push(steps(call(msgwire.SubToolTextEditor, map[string]any{"command": "create", "path": "/mnt/user-data/outputs/m.txt", "file_text": "x"})), textStep("done"))
 	if r := s.do("POST", appAPI+"/thread/"+f.tid+"/messages", f.admin, map[string]any{"content": "go", "pgpt": map[string]any{"tools": []any{"code_execution"}}}); r.status != 200 {
 		t.Fatalf("turn: %d %s", r.status, r.body)
 	}
@@ -75,7 +75,7 @@ func TestMetrics(t *testing.T) {
 		{"threadbox_http_requests_total", map[string]string{"route": "/api/v1/app/thread/:id/messages", "method": "POST", "status": "200"}, 1},
 		{"threadbox_http_request_duration_seconds", map[string]string{"route": "/api/v1/app/thread/:id/messages"}, 1},
 		{"threadbox_model_calls_total", map[string]string{"provider": "anthropic", "outcome": "ok"}, 2},
-		{"threadbox_tool_calls_total", map[string]string{"tool": messages.SubToolTextEditor, "outcome": "ok"}, 1},
+		{"threadbox_tool_calls_total", map[string]string{"tool": msgwire.SubToolTextEditor, "outcome": "ok"}, 1},
 		{"threadbox_sandboxes_running", map[string]string{"backend": "local"}, 0},
 		{"threadbox_http_response_bytes_total", map[string]string{"route": "/api/v1/app/thread/:id/messages"}, 100},
 		{"go_goroutines", nil, 1},

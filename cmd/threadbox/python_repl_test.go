@@ -14,6 +14,7 @@ import (
 	"github.com/anthropics/anthropic-sdk-go/v2"
 
 	"threadbox/app/messages"
+	msgwire "threadbox/app/messages/wire"
 	"threadbox/app/tools"
 	"threadbox/infra/llm/fakeupstream"
 )
@@ -25,7 +26,7 @@ var (
 
 // pyStep is a model step running a Python cell with the code_execution
 // sub-tool.
-func pyStep(code string) messages.ContentBlock {
+func pyStep(code string) msgwire.ContentBlock {
 	return call(messages.SubToolCodeExecution, map[string]any{"code": code})
 }
 
@@ -105,7 +106,7 @@ func TestPythonREPL(t *testing.T) {
 	})
 
 	t.Run("a sandbox restart starts a new interpreter", func(t *testing.T) {
-		fake.Push(steps(call(messages.SubToolBash, map[string]any{"restart": true})), textStep("restarted"))
+		fake.Push(steps(call(msgwire.SubToolBash, map[string]any{"restart": true})), textStep("restarted"))
 		if _, err := cl.Messages.New(ctx, msgParams("py1", userText("restart"), codeExec2601...)); err != nil {
 			t.Fatal(err)
 		}
@@ -195,7 +196,7 @@ func TestPythonREPL(t *testing.T) {
 	t.Run("streaming and non-streaming give the same blocks", func(t *testing.T) {
 		script := func() {
 			fake.Push(
-				fakeupstream.Reply{Content: []messages.ContentBlock{{Type: messages.BlockText, Text: "computing"}, pyStep("z = sum(range(10))\nprint(z)")}},
+				fakeupstream.Reply{Content: []msgwire.ContentBlock{{Type: msgwire.BlockText, Text: "computing"}, pyStep("z = sum(range(10))\nprint(z)")}},
 				steps(pyStep("import sys\nprint('err', file=sys.stderr)\nprint(z * 2)")),
 				textStep("z is 45"),
 			)

@@ -8,7 +8,7 @@ import (
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
 
-	"threadbox/app/messages"
+	msgwire "threadbox/app/messages/wire"
 	"threadbox/infra/llm/fakeupstream"
 )
 
@@ -83,8 +83,8 @@ func TestCodeExecutionSwitchedOffMidThread(t *testing.T) {
 					}
 					return s.do("POST", appAPI+"/thread/"+f.tid+"/messages", f.admin, body)
 				}
-				create := func(name string) messages.ContentBlock {
-					return call(messages.SubToolTextEditor, map[string]any{"command": "create", "path": "/mnt/user-data/outputs/" + name, "file_text": "x"})
+				create := func(name string) msgwire.ContentBlock {
+					return call(msgwire.SubToolTextEditor, map[string]any{"command": "create", "path": "/mnt/user-data/outputs/" + name, "file_text": "x"})
 				}
 				fake.Push(steps(create("a.txt")), textStep("saved a"))
 				if r := turn("save a", true); r.status != 200 || !strings.Contains(string(r.body), "saved a") {
@@ -129,7 +129,7 @@ func TestMessagesAPIContinuedWithoutTools(t *testing.T) {
 		t.Run(provider, func(t *testing.T) {
 			s, fake := modelServer(t, "", provider, nil)
 			tok := s.bootstrap("acme", "admin@acme.test")
-			fake.Push(steps(call(messages.SubToolTextEditor, map[string]any{"command": "create", "path": "/mnt/user-data/outputs/r.txt", "file_text": "x"})), textStep("created"))
+			fake.Push(steps(call(msgwire.SubToolTextEditor, map[string]any{"command": "create", "path": "/mnt/user-data/outputs/r.txt", "file_text": "x"})), textStep("created"))
 			first := map[string]any{"model": "default", "max_tokens": 256, "container": "conv",
 				"tools":    []any{map[string]any{"type": "code_execution_20250825", "name": "code_execution"}},
 				"messages": []any{map[string]any{"role": "user", "content": "make a file"}}}
@@ -167,8 +167,8 @@ func TestToolOutputCapSetting(t *testing.T) {
 	s, fake := modelServer(t, "", "anthropic", map[string]string{"TOOL_MAX_OUTPUT_BYTES": "1000"})
 	tok := s.bootstrap("acme", "admin@acme.test")
 	big := strings.Repeat("0123456789\n", 500)
-	fake.Push(steps(call(messages.SubToolTextEditor, map[string]any{"command": "create", "path": "big.txt", "file_text": big})),
-		steps(call(messages.SubToolTextEditor, map[string]any{"command": "view", "path": "big.txt"})), textStep("seen"))
+	fake.Push(steps(call(msgwire.SubToolTextEditor, map[string]any{"command": "create", "path": "big.txt", "file_text": big})),
+		steps(call(msgwire.SubToolTextEditor, map[string]any{"command": "view", "path": "big.txt"})), textStep("seen"))
 	r := s.do("POST", "/api/gpt/v1/messages", tok, map[string]any{"model": "default", "max_tokens": 256, "container": "cap",
 		"tools":    []any{map[string]any{"type": "code_execution_20250825", "name": "code_execution"}},
 		"messages": []any{map[string]any{"role": "user", "content": "look"}}})
@@ -252,7 +252,7 @@ func TestSDKSurface(t *testing.T) {
 	if err != nil {
 		t.Fatalf("SDK upload without scope_id: %v", err)
 	}
-	fake.Push(steps(call(messages.SubToolTextEditor, map[string]any{"command": "view", "path": "/mnt/user-data/uploads/notes.txt"})), textStep("read it"))
+	fake.Push(steps(call(msgwire.SubToolTextEditor, map[string]any{"command": "view", "path": "/mnt/user-data/uploads/notes.txt"})), textStep("read it"))
 	msg, err := cl.Messages.New(ctx, msgParams("", []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("read"), anthropic.NewContainerUploadBlock(f.ID))}, codeExecTool...))
 	if err != nil {
 		t.Fatalf("a container_upload of the uploaded file: %v", err)
@@ -295,7 +295,7 @@ func TestForkDoesNotReportCopiedOutputs(t *testing.T) {
 		t.Fatalf("fork: %d %s", r.status, r.body)
 	}
 	fork := r.json(t)["id"].(string)
-	fake.Push(steps(call(messages.SubToolTextEditor, map[string]any{"command": "create", "path": "/mnt/user-data/outputs/new.txt", "file_text": "new"})), textStep("made"))
+	fake.Push(steps(call(msgwire.SubToolTextEditor, map[string]any{"command": "create", "path": "/mnt/user-data/outputs/new.txt", "file_text": "new"})), textStep("made"))
 	r = s.do("POST", appAPI+"/thread/"+fork+"/messages", f.admin, map[string]any{"content": "make one", "pgpt": map[string]any{"tools": []any{"code_execution"}}})
 	if r.status != 200 {
 		t.Fatalf("turn in the fork: %d %s", r.status, r.body)

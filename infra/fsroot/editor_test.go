@@ -8,11 +8,12 @@ import (
 	"testing"
 
 	"threadbox/app/messages"
+	"threadbox/app/messages/wire"
 	"threadbox/app/tools"
 )
 
 // runTool executes one sub-tool call in container c1.
-func runTool(t *testing.T, e *tools.Executor, name, input string) *messages.ToolResult {
+func runTool(t *testing.T, e *tools.Executor, name, input string) *wire.ToolResult {
 	t.Helper()
 	r, err := e.Execute(context.Background(), messages.ToolCall{ID: "srvtoolu_1", Name: name, Input: json.RawMessage(input), ContainerID: "c1"})
 	if err != nil {
@@ -46,36 +47,36 @@ func TestEditorOnRealFiles(t *testing.T) {
 
 	steps := []struct {
 		input string
-		check func(r *messages.ToolResult) bool
+		check func(r *wire.ToolResult) bool
 	}{
-		{`{"command":"create","path":"src/app.py","file_text":"x = 1\ny = 2\n"}`, func(r *messages.ToolResult) bool {
-			return r.Type == messages.ResultEditorCreate && !r.IsFileUpdate
+		{`{"command":"create","path":"src/app.py","file_text":"x = 1\ny = 2\n"}`, func(r *wire.ToolResult) bool {
+			return r.Type == wire.ResultEditorCreate && !r.IsFileUpdate
 		}},
-		{`{"command":"create","path":"src/app.py","file_text":"x = 1\ny = 2\n"}`, func(r *messages.ToolResult) bool { return r.IsFileUpdate }},
-		{`{"command":"str_replace","path":"src/app.py","old_str":"y = 2","new_str":"y = 3"}`, func(r *messages.ToolResult) bool {
+		{`{"command":"create","path":"src/app.py","file_text":"x = 1\ny = 2\n"}`, func(r *wire.ToolResult) bool { return r.IsFileUpdate }},
+		{`{"command":"str_replace","path":"src/app.py","old_str":"y = 2","new_str":"y = 3"}`, func(r *wire.ToolResult) bool {
 			return r.OldStart == 2 && len(r.Lines) == 2 && r.Lines[1] == "+y = 3"
 		}},
-		{`{"command":"insert","path":"/home/agent/workspace/src/app.py","insert_line":0,"insert_text":"import os"}`, func(r *messages.ToolResult) bool {
+		{`{"command":"insert","path":"/home/agent/workspace/src/app.py","insert_line":0,"insert_text":"import os"}`, func(r *wire.ToolResult) bool {
 			return r.NewStart == 1 && r.NewLines == 1
 		}},
-		{`{"command":"view","path":"src/app.py","view_range":[2,-1]}`, func(r *messages.ToolResult) bool {
+		{`{"command":"view","path":"src/app.py","view_range":[2,-1]}`, func(r *wire.ToolResult) bool {
 			return r.FileContent == "x = 1\ny = 3" && r.TotalLines == 3 && r.StartLine == 2
 		}},
-		{`{"command":"view","path":"/home/agent/workspace"}`, func(r *messages.ToolResult) bool {
-			return r.Type == messages.ResultEditorView && r.FileContent == "src/"
+		{`{"command":"view","path":"/home/agent/workspace"}`, func(r *wire.ToolResult) bool {
+			return r.Type == wire.ResultEditorView && r.FileContent == "src/"
 		}},
-		{`{"command":"view","path":"/mnt/user-data/uploads/in.csv"}`, func(r *messages.ToolResult) bool { return r.FileContent == "a,b\n1,2" }},
-		{`{"command":"create","path":"/mnt/user-data/uploads/in.csv","file_text":""}`, func(r *messages.ToolResult) bool {
+		{`{"command":"view","path":"/mnt/user-data/uploads/in.csv"}`, func(r *wire.ToolResult) bool { return r.FileContent == "a,b\n1,2" }},
+		{`{"command":"create","path":"/mnt/user-data/uploads/in.csv","file_text":""}`, func(r *wire.ToolResult) bool {
 			return r.Detail != nil && r.Detail.Explanation == "Path '/mnt/user-data/uploads/in.csv' is in a read-only mount"
 		}},
-		{`{"command":"view","path":"nope.txt"}`, func(r *messages.ToolResult) bool {
-			return r.ErrorCode == messages.CodeFileNotFound && r.Detail.Explanation == "File not found: /home/agent/workspace/nope.txt"
+		{`{"command":"view","path":"nope.txt"}`, func(r *wire.ToolResult) bool {
+			return r.ErrorCode == wire.CodeFileNotFound && r.Detail.Explanation == "File not found: /home/agent/workspace/nope.txt"
 		}},
-		{`{"command":"view","path":"link"}`, func(r *messages.ToolResult) bool { return r.IsError() }},
-		{`{"command":"create","path":"/mnt/user-data/outputs/r.txt","file_text":"done"}`, func(r *messages.ToolResult) bool { return r.Type == messages.ResultEditorCreate }},
+		{`{"command":"view","path":"link"}`, func(r *wire.ToolResult) bool { return r.IsError() }},
+		{`{"command":"create","path":"/mnt/user-data/outputs/r.txt","file_text":"done"}`, func(r *wire.ToolResult) bool { return r.Type == wire.ResultEditorCreate }},
 	}
 	for _, s := range steps {
-		r := runTool(t, e, messages.SubToolTextEditor, s.input)
+		r := runTool(t, e, wire.SubToolTextEditor, s.input)
 		if !s.check(r) {
 			t.Fatalf("%s: got %+v (detail %+v)", s.input, r, r.Detail)
 		}

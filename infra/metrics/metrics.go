@@ -17,6 +17,7 @@ import (
 
 	"threadbox/app/containers"
 	"threadbox/app/messages"
+	"threadbox/app/messages/wire"
 )
 
 // Registry holds threadbox's metrics.
@@ -159,9 +160,9 @@ type tools struct {
 }
 
 // known bounds the tool label: the product's tool names, "other" else.
-var known = map[string]bool{messages.SubToolBash: true, messages.SubToolTextEditor: true, messages.SubToolCodeExecution: true}
+var known = map[string]bool{wire.SubToolBash: true, wire.SubToolTextEditor: true, messages.SubToolCodeExecution: true}
 
-func (t tools) Execute(ctx context.Context, call messages.ToolCall) (*messages.ToolResult, error) {
+func (t tools) Execute(ctx context.Context, call messages.ToolCall) (*wire.ToolResult, error) {
 	start := time.Now()
 	res, err := t.t.Execute(ctx, call)
 	name := call.Name

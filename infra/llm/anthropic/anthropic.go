@@ -19,6 +19,7 @@ import (
 	"github.com/anthropics/anthropic-sdk-go/v2/packages/ssestream"
 
 	"threadbox/app/messages"
+	"threadbox/app/messages/wire"
 	"threadbox/infra/llm/upstream"
 )
 
@@ -113,7 +114,7 @@ func (m *Model) mapBody(req messages.StepRequest, stream bool) ([]byte, error) {
 	}
 	// The history, the bulk of the body, is encoded on its own and put
 	// first: json.Marshal would scan every block's encoding once more.
-	msgs, err := messages.MarshalMessages(req.Messages)
+	msgs, err := wire.MarshalMessages(req.Messages)
 	if err != nil {
 		return nil, fmt.Errorf("anthropic: encode messages: %w", err)
 	}
@@ -133,7 +134,7 @@ func plainStep(req messages.StepRequest) bool {
 // plainBody is body for a plainStep request, byte for byte the same
 // (TestPlainBodyIsBody).
 func (m *Model) plainBody(req messages.StepRequest, stream bool) ([]byte, error) {
-	msgs, err := messages.MarshalMessages(req.Messages)
+	msgs, err := wire.MarshalMessages(req.Messages)
 	if err != nil {
 		return nil, fmt.Errorf("anthropic: encode messages: %w", err)
 	}
@@ -236,7 +237,7 @@ func (m *Model) Step(ctx context.Context, req messages.StepRequest) (*messages.S
 	}
 	// Its own decoder reads a reply of text blocks in one pass (once the
 	// bytes are known to be JSON), json.Unmarshal's would skip over it first.
-	var r messages.Response
+	var r wire.Response
 	if json.Valid(raw) {
 		err = r.UnmarshalJSON(raw)
 	} else {
@@ -260,7 +261,7 @@ func (m *Model) StreamStep(ctx context.Context, req messages.StepRequest, emit f
 	// loop's own type, not first into the SDK's event union.
 	var raw *http.Response
 	err = m.client.Post(ctx, "v1/messages", nil, &raw, option.WithRequestBody("application/json", body))
-	stream := ssestream.NewStream[messages.Event](ssestream.NewDecoder(raw), err)
+	stream := ssestream.NewStream[wire.Event](ssestream.NewDecoder(raw), err)
 	defer stream.Close()
 	res := &messages.StepResult{}
 	var acc messages.Collector
@@ -273,17 +274,17 @@ func (m *Model) StreamStep(ctx context.Context, req messages.StepRequest, emit f
 		}
 		var out *messages.StepEvent
 		switch ev.Type {
-		case messages.EventMessageStart:
+		case wire.EventMessageStart:
 			if ev.Message != nil {
 				res.Usage = ev.Message.Usage
 			}
-		case messages.EventContentBlockStart:
+		case wire.EventContentBlockStart:
 			out = &messages.StepEvent{Kind: messages.StepBlockStart, Index: ev.Index, Block: *ev.ContentBlock}
-		case messages.EventContentBlockDelta:
+		case wire.EventContentBlockDelta:
 			out = &messages.StepEvent{Kind: messages.StepBlockDelta, Index: ev.Index, Delta: *ev.Delta}
-		case messages.EventContentBlockStop:
+		case wire.EventContentBlockStop:
 			out = &messages.StepEvent{Kind: messages.StepBlockStop, Index: ev.Index}
-		case messages.EventMessageDelta:
+		case wire.EventMessageDelta:
 			if ev.MessageDelta != nil {
 				res.StopReason = ev.MessageDelta.StopReason
 				res.StopSequence = ev.MessageDelta.StopSequence
@@ -294,7 +295,7 @@ func (m *Model) StreamStep(ctx context.Context, req messages.StepRequest, emit f
 					res.Usage.InputTokens = ev.Usage.InputTokens
 				}
 			}
-		case messages.EventMessageStop:
+		case wire.EventMessageStop:
 			stopped = true
 		}
 		if out != nil {

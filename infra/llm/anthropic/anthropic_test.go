@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"threadbox/app/messages"
+	"threadbox/app/messages/wire"
 	"threadbox/infra/llm/fakeupstream"
 )
 
@@ -22,30 +23,30 @@ func stepRequest() messages.StepRequest {
 		Model:     "default",
 		MaxTokens: 100,
 		System:    json.RawMessage(`"be brief"`),
-		Messages:  []messages.Message{{Role: messages.RoleUser, Content: []messages.ContentBlock{{Type: messages.BlockText, Text: "hi"}}}},
+		Messages:  []wire.Message{{Role: wire.RoleUser, Content: []wire.ContentBlock{{Type: wire.BlockText, Text: "hi"}}}},
 		Tools:     messages.SubToolDefinitions(),
 		Extra:     map[string]json.RawMessage{"service_tier": json.RawMessage(`"auto"`)},
 	}
 }
 
 var toolReply = fakeupstream.Reply{
-	Content: []messages.ContentBlock{
-		{Type: messages.BlockText, Text: "I will list the files for you now."},
-		{Type: messages.BlockToolUse, ID: "toolu_1", Name: "bash_code_execution", Input: json.RawMessage(`{"command":"ls -la /home/agent/workspace"}`)},
+	Content: []wire.ContentBlock{
+		{Type: wire.BlockText, Text: "I will list the files for you now."},
+		{Type: wire.BlockToolUse, ID: "toolu_1", Name: "bash_code_execution", Input: json.RawMessage(`{"command":"ls -la /home/agent/workspace"}`)},
 	},
-	Usage: messages.Usage{InputTokens: 12, OutputTokens: 7},
+	Usage: wire.Usage{InputTokens: 12, OutputTokens: 7},
 }
 
 func checkToolStep(t *testing.T, res *messages.StepResult) {
 	t.Helper()
-	if res.StopReason != messages.StopToolUse || len(res.Content) != 2 {
+	if res.StopReason != wire.StopToolUse || len(res.Content) != 2 {
 		t.Fatalf("result = %+v", res)
 	}
 	if res.Content[0].Text != "I will list the files for you now." {
 		t.Fatalf("text = %q", res.Content[0].Text)
 	}
 	tu := res.Content[1]
-	if tu.Type != messages.BlockToolUse || tu.ID != "toolu_1" || tu.Name != "bash_code_execution" {
+	if tu.Type != wire.BlockToolUse || tu.ID != "toolu_1" || tu.Name != "bash_code_execution" {
 		t.Fatalf("tool_use = %+v", tu)
 	}
 	var in map[string]string
@@ -135,7 +136,7 @@ func TestStreamStep(t *testing.T) {
 }
 
 func TestRetries(t *testing.T) {
-	ok := fakeupstream.Reply{Content: []messages.ContentBlock{{Type: messages.BlockText, Text: "fine"}}}
+	ok := fakeupstream.Reply{Content: []wire.ContentBlock{{Type: wire.BlockText, Text: "fine"}}}
 	tests := []struct {
 		name    string
 		replies []fakeupstream.Reply
@@ -266,21 +267,21 @@ func TestConnectionsAreReused(t *testing.T) {
 
 // TestLoopOverHTTP runs the messages loop with this adapter end to end.
 func TestLoopOverHTTP(t *testing.T) {
-	up := fakeupstream.New(toolReply, fakeupstream.Reply{Content: []messages.ContentBlock{{Type: messages.BlockText, Text: "Two files."}}})
+	up := fakeupstream.New(toolReply, fakeupstream.Reply{Content: []wire.ContentBlock{{Type: wire.BlockText, Text: "Two files."}}})
 	defer up.Close()
-	svc := messages.New(New(Config{BaseURL: up.URL(), Model: "m"}), messages.Tools{CodeExecution: toolsFunc(func(ctx context.Context, c messages.ToolCall) (*messages.ToolResult, error) {
-		return &messages.ToolResult{Type: messages.ResultBash, Stdout: "a\nb\n"}, nil
+	svc := messages.New(New(Config{BaseURL: up.URL(), Model: "m"}), messages.Tools{CodeExecution: toolsFunc(func(ctx context.Context, c messages.ToolCall) (*wire.ToolResult, error) {
+		return &wire.ToolResult{Type: wire.ResultBash, Stdout: "a\nb\n"}, nil
 	})}, messages.Config{})
 	for _, stream := range []bool{false, true} {
-		up.Push(toolReply, fakeupstream.Reply{Content: []messages.ContentBlock{{Type: messages.BlockText, Text: "Two files."}}})
-		req := &messages.Request{Model: "default", MaxTokens: 50, Stream: stream,
-			Messages: []messages.Message{{Role: messages.RoleUser, Content: []messages.ContentBlock{{Type: messages.BlockText, Text: "ls"}}}},
-			Tools:    []messages.Tool{{Type: messages.ToolTypeCodeExecution2508, Name: "code_execution"}}}
+		up.Push(toolReply, fakeupstream.Reply{Content: []wire.ContentBlock{{Type: wire.BlockText, Text: "Two files."}}})
+		req := &wire.Request{Model: "default", MaxTokens: 50, Stream: stream,
+			Messages: []wire.Message{{Role: wire.RoleUser, Content: []wire.ContentBlock{{Type: wire.BlockText, Text: "ls"}}}},
+			Tools:    []wire.Tool{{Type: wire.ToolTypeCodeExecution2508, Name: "code_execution"}}}
 		resp, err := svc.Create(context.Background(), req, messages.RunOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(resp.Content) != 4 || resp.Content[1].Type != messages.BlockServerToolUse || resp.Content[2].Result.Stdout != "a\nb\n" || resp.Content[3].Text != "Two files." {
+		if len(resp.Content) != 4 || resp.Content[1].Type != wire.BlockServerToolUse || resp.Content[2].Result.Stdout != "a\nb\n" || resp.Content[3].Text != "Two files." {
 			t.Fatalf("stream=%v response = %+v", stream, resp.Content)
 		}
 	}
@@ -291,14 +292,14 @@ func TestLoopOverHTTP(t *testing.T) {
 	}
 }
 
-type toolsFunc func(context.Context, messages.ToolCall) (*messages.ToolResult, error)
+type toolsFunc func(context.Context, messages.ToolCall) (*wire.ToolResult, error)
 
-func (f toolsFunc) Execute(ctx context.Context, c messages.ToolCall) (*messages.ToolResult, error) {
+func (f toolsFunc) Execute(ctx context.Context, c messages.ToolCall) (*wire.ToolResult, error) {
 	return f(ctx, c)
 }
 
 func TestLongRetryAfterIsNotWaited(t *testing.T) {
-	ok := fakeupstream.Reply{Content: []messages.ContentBlock{{Type: messages.BlockText, Text: "fine"}}}
+	ok := fakeupstream.Reply{Content: []wire.ContentBlock{{Type: wire.BlockText, Text: "fine"}}}
 	up := fakeupstream.New(fakeupstream.Reply{Status: 429, Header: fakeupstream.RetryAfter(time.Hour)}, ok)
 	defer up.Close()
 	m := New(Config{BaseURL: up.URL(), Model: "m", MaxRetryWait: time.Second})
@@ -373,10 +374,10 @@ func TestNoSpans(t *testing.T) {
 // written without a map, is byte for byte the one the map gives.
 func TestPlainBodyIsBody(t *testing.T) {
 	m := New(Config{Model: "up<model>"})
-	msgs := []messages.Message{
-		{Role: "user", Content: []messages.ContentBlock{{Type: messages.BlockText, Text: "hello <b> & \u2028"}}},
-		{Role: "assistant", Content: []messages.ContentBlock{{Type: messages.BlockToolUse, ID: "toolu_1", Name: "f", Input: json.RawMessage(`{"a": 1}`)}}},
-		{Role: "user", Content: []messages.ContentBlock{{Type: messages.BlockToolResult, ToolUseID: "toolu_1", Content: json.RawMessage(`"ok"`)}}},
+	msgs := []wire.Message{
+		{Role: "user", Content: []wire.ContentBlock{{Type: wire.BlockText, Text: "hello <b> & \u2028"}}},
+		{Role: "assistant", Content: []wire.ContentBlock{{Type: wire.BlockToolUse, ID: "toolu_1", Name: "f", Input: json.RawMessage(`{"a": 1}`)}}},
+		{Role: "user", Content: []wire.ContentBlock{{Type: wire.BlockToolResult, ToolUseID: "toolu_1", Content: json.RawMessage(`"ok"`)}}},
 	}
 	tools := []messages.ToolDefinition{{Name: "f", Description: "d", InputSchema: json.RawMessage(`{"type": "object"}`)},
 		{Raw: json.RawMessage(`{"type":"bash_20250124","name":"bash"}`)}}

@@ -17,7 +17,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"threadbox/app/messages"
+	"threadbox/app/messages/wire"
 )
 
 // Format names a wire format.
@@ -43,14 +43,14 @@ type Reply struct {
 	// the provider's JSON error (a proxy's HTML page, a plain-text 404).
 	ErrorBody string
 	// Content is the assistant's turn: text and tool_use blocks.
-	Content []messages.ContentBlock
+	Content []wire.ContentBlock
 	// StopReason defaults to tool_use when Content calls a tool, else end_turn.
 	StopReason string
 	// StopSequence is the stop sequence that ended the answer, for
 	// StopReason stop_sequence (the OpenAI format has no place for it).
 	StopSequence string
 	// Usage is reported as is.
-	Usage messages.Usage
+	Usage wire.Usage
 	// FailAfter, when positive, ends a streamed answer with an error after
 	// that many events (Anthropic: an error event; OpenAI: an error chunk).
 	FailAfter int
@@ -177,7 +177,7 @@ func (s *Server) serve(f Format, w http.ResponseWriter, r *http.Request) {
 	case s.fallback != nil:
 		rep = s.fallback(f, body)
 	default:
-		rep = Reply{Content: []messages.ContentBlock{{Type: messages.BlockText, Text: "ok"}}}
+		rep = Reply{Content: []wire.ContentBlock{{Type: wire.BlockText, Text: "ok"}}}
 	}
 	s.mu.Unlock()
 
@@ -207,10 +207,10 @@ func (s *Server) serve(f Format, w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if rep.StopReason == "" {
-		rep.StopReason = messages.StopEndTurn
+		rep.StopReason = wire.StopEndTurn
 		for _, b := range rep.Content {
-			if b.Type == messages.BlockToolUse {
-				rep.StopReason = messages.StopToolUse
+			if b.Type == wire.BlockToolUse {
+				rep.StopReason = wire.StopToolUse
 			}
 		}
 	}
@@ -268,16 +268,16 @@ func writeJSON(w http.ResponseWriter, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
-func anthropicMessage(rep Reply, content []messages.ContentBlock) *messages.Response {
+func anthropicMessage(rep Reply, content []wire.ContentBlock) *wire.Response {
 	if content == nil {
-		content = []messages.ContentBlock{}
+		content = []wire.ContentBlock{}
 	}
 	var seq *string
 	if rep.StopSequence != "" {
 		seq = &rep.StopSequence
 	}
-	return &messages.Response{
-		ID: "msg_fake", Type: "message", Role: messages.RoleAssistant, Model: "fake-model",
+	return &wire.Response{
+		ID: "msg_fake", Type: "message", Role: wire.RoleAssistant, Model: "fake-model",
 		Content: content, StopReason: rep.StopReason, StopSequence: seq, Usage: rep.Usage,
 	}
 }
@@ -365,54 +365,54 @@ func streamAnthropic(w http.ResponseWriter, rep Reply) {
 	}
 	start := anthropicMessage(rep, nil)
 	start.StopReason, start.StopSequence = "", nil
-	start.Usage = messages.Usage{InputTokens: rep.Usage.InputTokens}
-	if !s.event(messages.EventMessageStart, messages.Event{Type: messages.EventMessageStart, Message: start}, fail) {
+	start.Usage = wire.Usage{InputTokens: rep.Usage.InputTokens}
+	if !s.event(wire.EventMessageStart, wire.Event{Type: wire.EventMessageStart, Message: start}, fail) {
 		return
 	}
-	if !s.event(messages.EventPing, messages.Event{Type: messages.EventPing}, fail) {
+	if !s.event(wire.EventPing, wire.Event{Type: wire.EventPing}, fail) {
 		return
 	}
 	for i, b := range rep.Content {
 		st := b
-		var deltas []messages.BlockDelta
+		var deltas []wire.BlockDelta
 		switch b.Type {
-		case messages.BlockText:
+		case wire.BlockText:
 			st.Text = ""
 			for _, c := range chunks(b.Text, 16) {
-				deltas = append(deltas, messages.BlockDelta{Type: messages.DeltaText, Text: c})
+				deltas = append(deltas, wire.BlockDelta{Type: wire.DeltaText, Text: c})
 			}
-		case messages.BlockThinking:
+		case wire.BlockThinking:
 			st.Thinking, st.Signature = "", ""
 			for _, c := range chunks(b.Thinking, 16) {
-				deltas = append(deltas, messages.BlockDelta{Type: messages.DeltaThinking, Thinking: c})
+				deltas = append(deltas, wire.BlockDelta{Type: wire.DeltaThinking, Thinking: c})
 			}
 			if b.Signature != "" {
-				deltas = append(deltas, messages.BlockDelta{Type: messages.DeltaSignature, Signature: b.Signature})
+				deltas = append(deltas, wire.BlockDelta{Type: wire.DeltaSignature, Signature: b.Signature})
 			}
-		case messages.BlockToolUse, messages.BlockServerToolUse:
+		case wire.BlockToolUse, wire.BlockServerToolUse:
 			// As Anthropic streams them: the input comes in deltas.
 			st.Input = json.RawMessage(`{}`)
 			for _, c := range chunks(string(b.Input), 16) {
-				deltas = append(deltas, messages.BlockDelta{Type: messages.DeltaInputJSON, PartialJSON: c})
+				deltas = append(deltas, wire.BlockDelta{Type: wire.DeltaInputJSON, PartialJSON: c})
 			}
 		}
-		if !s.event(messages.EventContentBlockStart, messages.Event{Type: messages.EventContentBlockStart, Index: i, ContentBlock: &st}, fail) {
+		if !s.event(wire.EventContentBlockStart, wire.Event{Type: wire.EventContentBlockStart, Index: i, ContentBlock: &st}, fail) {
 			return
 		}
 		for _, d := range deltas {
-			if !s.event(messages.EventContentBlockDelta, messages.Event{Type: messages.EventContentBlockDelta, Index: i, Delta: &d}, fail) {
+			if !s.event(wire.EventContentBlockDelta, wire.Event{Type: wire.EventContentBlockDelta, Index: i, Delta: &d}, fail) {
 				return
 			}
 		}
-		if !s.event(messages.EventContentBlockStop, messages.Event{Type: messages.EventContentBlockStop, Index: i}, fail) {
+		if !s.event(wire.EventContentBlockStop, wire.Event{Type: wire.EventContentBlockStop, Index: i}, fail) {
 			return
 		}
 	}
 	u := rep.Usage
-	if !s.event(messages.EventMessageDelta, messages.Event{Type: messages.EventMessageDelta, MessageDelta: &messages.MessageDelta{StopReason: rep.StopReason, StopSequence: anthropicMessage(rep, nil).StopSequence}, Usage: &u}, fail) {
+	if !s.event(wire.EventMessageDelta, wire.Event{Type: wire.EventMessageDelta, MessageDelta: &wire.MessageDelta{StopReason: rep.StopReason, StopSequence: anthropicMessage(rep, nil).StopSequence}, Usage: &u}, fail) {
 		return
 	}
-	s.event(messages.EventMessageStop, messages.Event{Type: messages.EventMessageStop}, fail)
+	s.event(wire.EventMessageStop, wire.Event{Type: wire.EventMessageStop}, fail)
 }
 
 func orDefault(s, d string) string {
@@ -462,9 +462,9 @@ type (
 
 func finishReason(stop string) string {
 	switch stop {
-	case messages.StopToolUse:
+	case wire.StopToolUse:
 		return "tool_calls"
-	case messages.StopMaxTokens:
+	case wire.StopMaxTokens:
 		return "length"
 	}
 	return "stop"
@@ -475,9 +475,9 @@ func openAICompletion(rep Reply) *oaCompletion {
 	text := ""
 	for _, b := range rep.Content {
 		switch b.Type {
-		case messages.BlockText:
+		case wire.BlockText:
 			text += b.Text
-		case messages.BlockToolUse:
+		case wire.BlockToolUse:
 			msg.ToolCalls = append(msg.ToolCalls, oaToolCall{ID: b.ID, Type: "function", Function: oaFunction{Name: b.Name, Arguments: string(b.Input)}})
 		}
 	}
@@ -510,14 +510,14 @@ func streamOpenAI(w http.ResponseWriter, rep Reply) {
 	tool := 0
 	for _, b := range rep.Content {
 		switch b.Type {
-		case messages.BlockText:
+		case wire.BlockText:
 			for _, c := range chunks(b.Text, 16) {
 				c := c
 				if !s.event("", chunk(&oaMessage{Content: &c}, nil), fail) {
 					return
 				}
 			}
-		case messages.BlockToolUse:
+		case wire.BlockToolUse:
 			idx := tool
 			tool++
 			if !s.event("", chunk(&oaMessage{ToolCalls: []oaToolCall{{Index: &idx, ID: b.ID, Type: "function", Function: oaFunction{Name: b.Name}}}}, nil), fail) {

@@ -10,13 +10,13 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"threadbox/app/messages"
+	"threadbox/app/messages/wire"
 )
 
 // TestDelay: a reply's Delay holds the answer back, and a caller that
 // gives up is not kept waiting.
 func TestDelay(t *testing.T) {
-	text := []messages.ContentBlock{{Type: messages.BlockText, Text: "ok"}}
+	text := []wire.ContentBlock{{Type: wire.BlockText, Text: "ok"}}
 	s := New(Reply{Content: text, Delay: 80 * time.Millisecond}, Reply{Content: text, Delay: time.Hour})
 	call := func(ctx context.Context) (time.Duration, error) {
 		req, _ := http.NewRequestWithContext(ctx, "POST", s.URL()+"/v1/messages", strings.NewReader(`{"model":"m","messages":[{"role":"user","content":"hi"}]}`))

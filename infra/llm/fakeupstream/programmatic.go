@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 
 	"threadbox/app/messages"
+	"threadbox/app/messages/wire"
 )
 
 // Scripted scenarios of code_execution_20260120 and later: the model's
@@ -20,7 +21,7 @@ var cellSeq atomic.Int64
 func PythonCell(code string) Reply {
 	in, _ := json.Marshal(map[string]string{"code": code})
 	id := fmt.Sprintf("toolu_cell%d", cellSeq.Add(1))
-	return Reply{Content: []messages.ContentBlock{{Type: messages.BlockToolUse, ID: id, Name: messages.SubToolCodeExecution, Input: in}}}
+	return Reply{Content: []wire.ContentBlock{{Type: wire.BlockToolUse, ID: id, Name: messages.SubToolCodeExecution, Input: in}}}
 }
 
 // ToolLoop is a cell that calls the client tool named tool once for each

@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"threadbox/app/messages"
+	"threadbox/app/messages/wire"
 	"threadbox/infra/llm/fakeupstream"
 	"threadbox/infra/llm/runner"
 	"threadbox/infra/llm/upstream"
@@ -225,7 +226,7 @@ func (e *env) loop(cfg messages.Config) *messages.Service {
 }
 
 // create runs one Messages API request through the loop.
-func (e *env) create(svc *messages.Service, req *messages.Request) *messages.Response {
+func (e *env) create(svc *messages.Service, req *wire.Request) *wire.Response {
 	e.t.Helper()
 	req.Stream = e.stream
 	if req.Model == "" {
@@ -335,7 +336,7 @@ func (r *recorder) StreamStep(ctx context.Context, req messages.StepRequest, emi
 // upstream enforces (the loop's requests are in that model whatever the
 // adapter's wire format).
 func refusal(req messages.StepRequest) string {
-	msgs, err := messages.MarshalMessages(req.Messages)
+	msgs, err := wire.MarshalMessages(req.Messages)
 	if err != nil {
 		return fmt.Sprintf("encode messages: %v", err)
 	}
@@ -409,15 +410,15 @@ func streamMismatch(evs []messages.StepEvent, res *messages.StepResult) string {
 			return fmt.Sprintf("block %d never stopped", i)
 		}
 		switch b.Type {
-		case messages.BlockText:
+		case wire.BlockText:
 			if got := text[i].String(); got != b.Text {
 				return fmt.Sprintf("block %d: the deltas say %q, the result %q", i, got, b.Text)
 			}
-		case messages.BlockThinking:
+		case wire.BlockThinking:
 			if thinking[i].String() != b.Thinking || signature[i].String() != b.Signature {
 				return fmt.Sprintf("block %d: the deltas think %q signed %q, the result %q signed %q", i, thinking[i].String(), signature[i].String(), b.Thinking, b.Signature)
 			}
-		case messages.BlockToolUse:
+		case wire.BlockToolUse:
 			if !sameJSON(input[i].String(), string(b.Input)) {
 				return fmt.Sprintf("block %d: the deltas give the input %s, the result %s", i, input[i].String(), b.Input)
 			}
@@ -451,7 +452,7 @@ type executor struct {
 }
 
 // Execute records the call and answers it.
-func (x *executor) Execute(_ context.Context, call messages.ToolCall) (*messages.ToolResult, error) {
+func (x *executor) Execute(_ context.Context, call messages.ToolCall) (*wire.ToolResult, error) {
 	var in struct {
 		Command string `json:"command"`
 	}
@@ -464,9 +465,9 @@ func (x *executor) Execute(_ context.Context, call messages.ToolCall) (*messages
 		if err != nil {
 			return nil, fmt.Errorf("llmtest: encode result: %w", err)
 		}
-		return messages.SandboxResult(body), nil
+		return wire.SandboxResult(body), nil
 	}
-	return &messages.ToolResult{Type: messages.ResultBash, Stdout: "out: " + in.Command + "\n"}, nil
+	return &wire.ToolResult{Type: wire.ResultBash, Stdout: "out: " + in.Command + "\n"}, nil
 }
 
 // ran returns the commands run so far, in order.
@@ -479,48 +480,48 @@ func (x *executor) ran() []string {
 // Building blocks of requests and scripts.
 
 // userText returns a user message of one text block.
-func userText(s string) messages.Message {
-	return messages.Message{Role: messages.RoleUser, Content: []messages.ContentBlock{textBlock(s)}}
+func userText(s string) wire.Message {
+	return wire.Message{Role: wire.RoleUser, Content: []wire.ContentBlock{textBlock(s)}}
 }
 
 // textBlock returns a text block.
-func textBlock(s string) messages.ContentBlock {
-	return messages.ContentBlock{Type: messages.BlockText, Text: s}
+func textBlock(s string) wire.ContentBlock {
+	return wire.ContentBlock{Type: wire.BlockText, Text: s}
 }
 
 // toolUse returns a tool_use block; input is JSON.
-func toolUse(id, name, input string) messages.ContentBlock {
-	return messages.ContentBlock{Type: messages.BlockToolUse, ID: id, Name: name, Input: json.RawMessage(input)}
+func toolUse(id, name, input string) wire.ContentBlock {
+	return wire.ContentBlock{Type: wire.BlockToolUse, ID: id, Name: name, Input: json.RawMessage(input)}
 }
 
 // runnerCall is the runner's n-th call: a text saying so and the bash call.
-func runnerCall(n, of int, command string) []messages.ContentBlock {
+func runnerCall(n, of int, command string) []wire.ContentBlock {
 	in, _ := json.Marshal(map[string]string{"command": command})
-	return []messages.ContentBlock{
+	return []wire.ContentBlock{
 		textBlock(fmt.Sprintf("Running block %d of %d (bash).", n, of)),
-		toolUse(fmt.Sprintf("toolu_runner_%d", n), messages.SubToolBash, string(in)),
+		toolUse(fmt.Sprintf("toolu_runner_%d", n), wire.SubToolBash, string(in)),
 	}
 }
 
 // reply returns a scripted answer of blocks, with usage 11 in, 5 out.
-func reply(blocks ...messages.ContentBlock) fakeupstream.Reply {
-	return fakeupstream.Reply{Content: blocks, Usage: messages.Usage{InputTokens: 11, OutputTokens: 5}}
+func reply(blocks ...wire.ContentBlock) fakeupstream.Reply {
+	return fakeupstream.Reply{Content: blocks, Usage: wire.Usage{InputTokens: 11, OutputTokens: 5}}
 }
 
 var (
-	codeExecution = messages.Tool{Type: messages.ToolTypeCodeExecution2508, Name: "code_execution"}
-	weatherTool   = messages.Tool{Name: "get_weather", Description: "The weather in a city.",
+	codeExecution = wire.Tool{Type: wire.ToolTypeCodeExecution2508, Name: "code_execution"}
+	weatherTool   = wire.Tool{Name: "get_weather", Description: "The weather in a city.",
 		InputSchema: json.RawMessage(`{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}`)}
 )
 
 // stepRequest returns a step request of msgs offering tools.
-func stepRequest(tools []messages.ToolDefinition, msgs ...messages.Message) messages.StepRequest {
+func stepRequest(tools []messages.ToolDefinition, msgs ...wire.Message) messages.StepRequest {
 	return messages.StepRequest{Model: "default", MaxTokens: 256, Messages: msgs, Tools: tools}
 }
 
 // checkBlocks fails unless got has the types, names and inputs of want
 // (ids are not compared: the loop gives server calls its own).
-func checkBlocks(t *testing.T, what string, got, want []messages.ContentBlock) {
+func checkBlocks(t *testing.T, what string, got, want []wire.ContentBlock) {
 	t.Helper()
 	if len(got) != len(want) {
 		t.Fatalf("%s: %d blocks %s, want %d %s", what, len(got), describe(got), len(want), describe(want))
@@ -529,9 +530,9 @@ func checkBlocks(t *testing.T, what string, got, want []messages.ContentBlock) {
 		g, w := got[i], want[i]
 		ok := g.Type == w.Type && g.Name == w.Name
 		switch w.Type {
-		case messages.BlockText:
+		case wire.BlockText:
 			ok = ok && (g.Text == w.Text || w.Text == "*" && strings.TrimSpace(g.Text) != "")
-		case messages.BlockToolUse, messages.BlockServerToolUse:
+		case wire.BlockToolUse, wire.BlockServerToolUse:
 			ok = ok && sameJSON(string(g.Input), string(w.Input)) && g.ID != ""
 		}
 		if !ok {
@@ -541,13 +542,13 @@ func checkBlocks(t *testing.T, what string, got, want []messages.ContentBlock) {
 }
 
 // describe renders blocks for a failure message.
-func describe(blocks []messages.ContentBlock) string {
+func describe(blocks []wire.ContentBlock) string {
 	var parts []string
 	for _, b := range blocks {
 		switch b.Type {
-		case messages.BlockText:
+		case wire.BlockText:
 			parts = append(parts, fmt.Sprintf("text %q", b.Text))
-		case messages.BlockToolUse, messages.BlockServerToolUse:
+		case wire.BlockToolUse, wire.BlockServerToolUse:
 			parts = append(parts, fmt.Sprintf("%s %s %s %s", b.Type, b.ID, b.Name, b.Input))
 		default:
 			parts = append(parts, b.Type+" for "+b.ToolUseID)
@@ -574,8 +575,8 @@ func testText(e *env) {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	checkBlocks(e.t, "answer", res.Content, []messages.ContentBlock{textBlock(runner.ConfigureHint)})
-	if res.StopReason != messages.StopEndTurn {
+	checkBlocks(e.t, "answer", res.Content, []wire.ContentBlock{textBlock(runner.ConfigureHint)})
+	if res.StopReason != wire.StopEndTurn {
 		e.t.Errorf("stop_reason = %q, want end_turn", res.StopReason)
 	}
 	if res.Usage.OutputTokens <= 0 {
@@ -599,7 +600,7 @@ func testToolUse(e *env) {
 		e.t.Fatal(err)
 	}
 	checkBlocks(e.t, "answer", res.Content, call)
-	if res.StopReason != messages.StopToolUse {
+	if res.StopReason != wire.StopToolUse {
 		e.t.Errorf("stop_reason = %q, want tool_use", res.StopReason)
 	}
 	if e.scripted() && res.Content[1].ID != call[1].ID {
@@ -612,18 +613,18 @@ func testToolUse(e *env) {
 func testToolHistory(e *env) {
 	call := runnerCall(1, 1, "echo hi")
 	result, _ := json.Marshal(`{"type":"bash_code_execution_result","stdout":"hi\n","stderr":"","return_code":0,"content":[]}`)
-	msgs := []messages.Message{
+	msgs := []wire.Message{
 		userText(oneBlock),
-		{Role: messages.RoleAssistant, Content: call},
-		{Role: messages.RoleUser, Content: []messages.ContentBlock{{Type: messages.BlockToolResult, ToolUseID: call[1].ID, Content: result}}},
+		{Role: wire.RoleAssistant, Content: call},
+		{Role: wire.RoleUser, Content: []wire.ContentBlock{{Type: wire.BlockToolResult, ToolUseID: call[1].ID, Content: result}}},
 	}
 	e.script(reply(textBlock(scriptedFinal)))
 	res, err := e.step(context.Background(), e.model, stepRequest(messages.SubToolDefinitions(), msgs...))
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	checkBlocks(e.t, "answer", res.Content, []messages.ContentBlock{textBlock(e.final())})
-	if res.StopReason != messages.StopEndTurn {
+	checkBlocks(e.t, "answer", res.Content, []wire.ContentBlock{textBlock(e.final())})
+	if res.StopReason != wire.StopEndTurn {
 		e.t.Errorf("stop_reason = %q, want end_turn", res.StopReason)
 	}
 	if e.scripted() {
@@ -637,21 +638,21 @@ func testToolHistory(e *env) {
 // testMaxTokens: an answer cut at max_tokens says so, and a call cut at
 // max_tokens is not run.
 func testMaxTokens(e *env) {
-	e.script(fakeupstream.Reply{Content: []messages.ContentBlock{textBlock("The answer is cut")}, StopReason: messages.StopMaxTokens})
+	e.script(fakeupstream.Reply{Content: []wire.ContentBlock{textBlock("The answer is cut")}, StopReason: wire.StopMaxTokens})
 	res, err := e.step(context.Background(), e.model, stepRequest(nil, userText("Write a long essay.")))
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	checkBlocks(e.t, "answer", res.Content, []messages.ContentBlock{textBlock("The answer is cut")})
-	if res.StopReason != messages.StopMaxTokens {
+	checkBlocks(e.t, "answer", res.Content, []wire.ContentBlock{textBlock("The answer is cut")})
+	if res.StopReason != wire.StopMaxTokens {
 		e.t.Errorf("stop_reason = %q, want max_tokens", res.StopReason)
 	}
 
 	// Cut in the middle of a call: the loop must not run what may be half
 	// a command, and the client learns why the turn ended.
-	e.script(fakeupstream.Reply{Content: runnerCall(1, 1, "echo hi"), StopReason: messages.StopMaxTokens})
-	resp := e.create(e.loop(messages.Config{}), &messages.Request{Messages: []messages.Message{userText(oneBlock)}, Tools: []messages.Tool{codeExecution}})
-	if resp.StopReason != messages.StopMaxTokens {
+	e.script(fakeupstream.Reply{Content: runnerCall(1, 1, "echo hi"), StopReason: wire.StopMaxTokens})
+	resp := e.create(e.loop(messages.Config{}), &wire.Request{Messages: []wire.Message{userText(oneBlock)}, Tools: []wire.Tool{codeExecution}})
+	if resp.StopReason != wire.StopMaxTokens {
 		e.t.Errorf("a call cut at max_tokens: stop_reason = %q, want max_tokens", resp.StopReason)
 	}
 	if got := e.exec.ran(); len(got) != 0 {
@@ -661,15 +662,15 @@ func testMaxTokens(e *env) {
 
 // testStopSequence: an answer ended by a stop sequence says so and which.
 func testStopSequence(e *env) {
-	e.script(fakeupstream.Reply{Content: []messages.ContentBlock{textBlock("one, two, ")}, StopReason: messages.StopSequence, StopSequence: "three"})
+	e.script(fakeupstream.Reply{Content: []wire.ContentBlock{textBlock("one, two, ")}, StopReason: wire.StopSequence, StopSequence: "three"})
 	req := stepRequest(nil, userText("Count to five."))
 	req.StopSequences = []string{"three"}
 	res, err := e.step(context.Background(), e.model, req)
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	checkBlocks(e.t, "answer", res.Content, []messages.ContentBlock{textBlock("one, two, ")})
-	if res.StopReason != messages.StopSequence || res.StopSequence == nil || *res.StopSequence != "three" {
+	checkBlocks(e.t, "answer", res.Content, []wire.ContentBlock{textBlock("one, two, ")})
+	if res.StopReason != wire.StopSequence || res.StopSequence == nil || *res.StopSequence != "three" {
 		e.t.Errorf("stop_reason = %q, stop_sequence = %v; want stop_sequence \"three\"", res.StopReason, res.StopSequence)
 	}
 	if body := string(e.up.Requests()[0].Body); !strings.Contains(body, `["three"]`) {
@@ -681,19 +682,19 @@ func testStopSequence(e *env) {
 // result is shown right after it and fed back, and the model closes.
 func testServerTools(e *env) {
 	e.script(reply(runnerCall(1, 1, "echo hi")...), reply(textBlock(scriptedFinal)))
-	resp := e.create(e.loop(messages.Config{}), &messages.Request{
-		Messages: []messages.Message{userText(oneBlock)}, Tools: []messages.Tool{codeExecution}})
-	checkBlocks(e.t, "response", resp.Content, []messages.ContentBlock{
+	resp := e.create(e.loop(messages.Config{}), &wire.Request{
+		Messages: []wire.Message{userText(oneBlock)}, Tools: []wire.Tool{codeExecution}})
+	checkBlocks(e.t, "response", resp.Content, []wire.ContentBlock{
 		textBlock("Running block 1 of 1 (bash)."),
-		{Type: messages.BlockServerToolUse, Name: messages.SubToolBash, Input: json.RawMessage(`{"command":"echo hi"}`)},
-		{Type: messages.BlockBashResult},
+		{Type: wire.BlockServerToolUse, Name: wire.SubToolBash, Input: json.RawMessage(`{"command":"echo hi"}`)},
+		{Type: wire.BlockBashResult},
 		textBlock(e.final()),
 	})
 	use, res := resp.Content[1], resp.Content[2]
 	if !strings.HasPrefix(use.ID, "srvtoolu_") || res.ToolUseID != use.ID || res.Result == nil || res.Result.Stdout != "out: echo hi\n" {
 		e.t.Errorf("server_tool_use %s answered by %s with %+v", use.ID, res.ToolUseID, res.Result)
 	}
-	if resp.StopReason != messages.StopEndTurn {
+	if resp.StopReason != wire.StopEndTurn {
 		e.t.Errorf("stop_reason = %q, want end_turn", resp.StopReason)
 	}
 	if resp.Usage.ServerToolUse == nil || resp.Usage.ServerToolUse.CodeExecutionRequests != 1 {
@@ -707,12 +708,12 @@ func testServerTools(e *env) {
 		e.t.Fatalf("%d model steps, want 2", len(reqs))
 	}
 	for i, r := range reqs {
-		if !offers(r, messages.SubToolBash, messages.SubToolTextEditor) {
+		if !offers(r, wire.SubToolBash, wire.SubToolTextEditor) {
 			e.t.Errorf("step %d offers %q, want the code-execution sub-tools", i+1, toolNames(r))
 		}
 	}
 	last := reqs[1].Messages[len(reqs[1].Messages)-1]
-	if last.Role != messages.RoleUser || last.Content[0].Type != messages.BlockToolResult || last.Content[0].ToolUseID != use.ID ||
+	if last.Role != wire.RoleUser || last.Content[0].Type != wire.BlockToolResult || last.Content[0].ToolUseID != use.ID ||
 		!strings.Contains(string(last.Content[0].Content), "out: echo hi") {
 		e.t.Errorf("the second step ends with %s, want the call's result", describe(last.Content))
 	}
@@ -740,7 +741,7 @@ func testToolChoice(e *env) {
 	for _, tc := range tests {
 		e.script(reply(textBlock(runner.ConfigureHint)))
 		before := e.upstreamRequests()
-		e.create(svc, &messages.Request{Messages: []messages.Message{userText("Hello.")}, Tools: []messages.Tool{codeExecution, weatherTool},
+		e.create(svc, &wire.Request{Messages: []wire.Message{userText("Hello.")}, Tools: []wire.Tool{codeExecution, weatherTool},
 			ToolChoice: json.RawMessage(tc.choice)})
 		reqs := e.model.Requests()
 		if got := string(reqs[len(reqs)-1].ToolChoice); !sameJSON(got, tc.step) {
@@ -759,21 +760,21 @@ func testToolChoice(e *env) {
 // in order, each result right after its call; the model then gets both
 // results in one message.
 func testParallelServerCalls(e *env) {
-	e.script(reply(textBlock("Both at once."), toolUse("toolu_a", messages.SubToolBash, `{"command":"echo a"}`),
-		toolUse("toolu_b", messages.SubToolBash, `{"command":"echo b"}`)), reply(textBlock(scriptedFinal)))
-	resp := e.create(e.loop(messages.Config{}), &messages.Request{
-		Messages: []messages.Message{userText("Run echo a and echo b.")}, Tools: []messages.Tool{codeExecution}})
-	checkBlocks(e.t, "response", resp.Content, []messages.ContentBlock{
+	e.script(reply(textBlock("Both at once."), toolUse("toolu_a", wire.SubToolBash, `{"command":"echo a"}`),
+		toolUse("toolu_b", wire.SubToolBash, `{"command":"echo b"}`)), reply(textBlock(scriptedFinal)))
+	resp := e.create(e.loop(messages.Config{}), &wire.Request{
+		Messages: []wire.Message{userText("Run echo a and echo b.")}, Tools: []wire.Tool{codeExecution}})
+	checkBlocks(e.t, "response", resp.Content, []wire.ContentBlock{
 		textBlock("Both at once."),
-		{Type: messages.BlockServerToolUse, Name: messages.SubToolBash, Input: json.RawMessage(`{"command":"echo a"}`)},
-		{Type: messages.BlockBashResult},
-		{Type: messages.BlockServerToolUse, Name: messages.SubToolBash, Input: json.RawMessage(`{"command":"echo b"}`)},
-		{Type: messages.BlockBashResult},
+		{Type: wire.BlockServerToolUse, Name: wire.SubToolBash, Input: json.RawMessage(`{"command":"echo a"}`)},
+		{Type: wire.BlockBashResult},
+		{Type: wire.BlockServerToolUse, Name: wire.SubToolBash, Input: json.RawMessage(`{"command":"echo b"}`)},
+		{Type: wire.BlockBashResult},
 		textBlock(scriptedFinal),
 	})
 	for i, command := range map[int]string{1: "echo a", 3: "echo b"} {
 		if use, res := resp.Content[i], resp.Content[i+1]; res.ToolUseID != use.ID || res.Result == nil || res.Result.Stdout != "out: "+command+"\n" {
-			e.t.Errorf("block %d: %s answered by %s", i, describe([]messages.ContentBlock{use}), describe([]messages.ContentBlock{res}))
+			e.t.Errorf("block %d: %s answered by %s", i, describe([]wire.ContentBlock{use}), describe([]wire.ContentBlock{res}))
 		}
 	}
 	if got := e.exec.ran(); !slices.Equal(got, []string{"echo a", "echo b"}) {
@@ -791,14 +792,14 @@ func testParallelServerCalls(e *env) {
 // go back to the model unchanged before the tool call they led to, as
 // providers with extended thinking require.
 func testThinking(e *env) {
-	think := messages.ContentBlock{Type: messages.BlockThinking, Thinking: "The user wants the output of echo hi; I will run it — 東京.", Signature: "sig-EqQBCgIYAhIM1gbcDa9GJwZA"}
-	e.script(reply(think, toolUse("toolu_t", messages.SubToolBash, `{"command":"echo hi"}`)), reply(textBlock(scriptedFinal)))
-	resp := e.create(e.loop(messages.Config{}), &messages.Request{Thinking: json.RawMessage(`{"type":"enabled","budget_tokens":1024}`),
-		Messages: []messages.Message{userText(oneBlock)}, Tools: []messages.Tool{codeExecution}})
-	checkBlocks(e.t, "response", resp.Content, []messages.ContentBlock{
-		{Type: messages.BlockThinking},
-		{Type: messages.BlockServerToolUse, Name: messages.SubToolBash, Input: json.RawMessage(`{"command":"echo hi"}`)},
-		{Type: messages.BlockBashResult},
+	think := wire.ContentBlock{Type: wire.BlockThinking, Thinking: "The user wants the output of echo hi; I will run it — 東京.", Signature: "sig-EqQBCgIYAhIM1gbcDa9GJwZA"}
+	e.script(reply(think, toolUse("toolu_t", wire.SubToolBash, `{"command":"echo hi"}`)), reply(textBlock(scriptedFinal)))
+	resp := e.create(e.loop(messages.Config{}), &wire.Request{Thinking: json.RawMessage(`{"type":"enabled","budget_tokens":1024}`),
+		Messages: []wire.Message{userText(oneBlock)}, Tools: []wire.Tool{codeExecution}})
+	checkBlocks(e.t, "response", resp.Content, []wire.ContentBlock{
+		{Type: wire.BlockThinking},
+		{Type: wire.BlockServerToolUse, Name: wire.SubToolBash, Input: json.RawMessage(`{"command":"echo hi"}`)},
+		{Type: wire.BlockBashResult},
 		textBlock(scriptedFinal),
 	})
 	if got := resp.Content[0]; got.Thinking != think.Thinking || got.Signature != think.Signature {
@@ -810,8 +811,8 @@ func testThinking(e *env) {
 	}
 	msgs := reqs[1].Messages
 	sent := msgs[len(msgs)-2]
-	if sent.Role != messages.RoleAssistant || len(sent.Content) < 2 || sent.Content[0].Type != messages.BlockThinking ||
-		sent.Content[0].Thinking != think.Thinking || sent.Content[0].Signature != think.Signature || sent.Content[1].Type != messages.BlockToolUse {
+	if sent.Role != wire.RoleAssistant || len(sent.Content) < 2 || sent.Content[0].Type != wire.BlockThinking ||
+		sent.Content[0].Thinking != think.Thinking || sent.Content[0].Signature != think.Signature || sent.Content[1].Type != wire.BlockToolUse {
 		e.t.Errorf("the second step's assistant message is %s, want the thinking block unchanged, then the call", describe(sent.Content))
 	}
 	if body := string(e.up.Requests()[1].Body); !strings.Contains(body, `"budget_tokens":1024`) || !strings.Contains(body, think.Signature) {
@@ -823,15 +824,15 @@ func testThinking(e *env) {
 // each call goes to its own family's executor and comes back in its own
 // result block, and the model is given both results.
 func testToolFamilies(e *env) {
-	e.script(reply(toolUse("toolu_c", messages.SubToolBash, `{"command":"echo c"}`), toolUse("toolu_s", messages.ToolSandboxBash, `{"command":"echo s"}`)),
+	e.script(reply(toolUse("toolu_c", wire.SubToolBash, `{"command":"echo c"}`), toolUse("toolu_s", messages.ToolSandboxBash, `{"command":"echo s"}`)),
 		reply(textBlock(scriptedFinal)))
-	resp := e.create(e.loop(messages.Config{}), &messages.Request{Messages: []messages.Message{userText("Run echo c and echo s.")},
-		Tools: []messages.Tool{codeExecution, {Type: messages.ToolTypeSandboxV1, Name: messages.SandboxToolName}}})
-	checkBlocks(e.t, "response", resp.Content, []messages.ContentBlock{
-		{Type: messages.BlockServerToolUse, Name: messages.SubToolBash, Input: json.RawMessage(`{"command":"echo c"}`)},
-		{Type: messages.BlockBashResult},
-		{Type: messages.BlockServerToolUse, Name: messages.ToolSandboxBash, Input: json.RawMessage(`{"command":"echo s"}`)},
-		{Type: messages.BlockSandboxResult},
+	resp := e.create(e.loop(messages.Config{}), &wire.Request{Messages: []wire.Message{userText("Run echo c and echo s.")},
+		Tools: []wire.Tool{codeExecution, {Type: wire.ToolTypeSandboxV1, Name: messages.SandboxToolName}}})
+	checkBlocks(e.t, "response", resp.Content, []wire.ContentBlock{
+		{Type: wire.BlockServerToolUse, Name: wire.SubToolBash, Input: json.RawMessage(`{"command":"echo c"}`)},
+		{Type: wire.BlockBashResult},
+		{Type: wire.BlockServerToolUse, Name: messages.ToolSandboxBash, Input: json.RawMessage(`{"command":"echo s"}`)},
+		{Type: wire.BlockSandboxResult},
 		textBlock(scriptedFinal),
 	})
 	if got := e.exec.ran(); !slices.Equal(got, []string{"echo c"}) {
@@ -845,7 +846,7 @@ func testToolFamilies(e *env) {
 	}
 	reqs := e.model.Requests()
 	last := reqs[len(reqs)-1]
-	if !offers(last, messages.SubToolBash, messages.SubToolTextEditor, messages.ToolSandboxBash, messages.ToolEditFile) {
+	if !offers(last, wire.SubToolBash, wire.SubToolTextEditor, messages.ToolSandboxBash, messages.ToolEditFile) {
 		e.t.Errorf("the model is offered %q", toolNames(last))
 	}
 	results := last.Messages[len(last.Messages)-1].Content
@@ -858,17 +859,17 @@ func testToolFamilies(e *env) {
 // ends the turn with both calls; the next request, with the client's
 // result, runs the server call first and gives the model both results.
 func testClientToolsMixed(e *env) {
-	e.script(reply(textBlock("Checking."), toolUse("toolu_srv", messages.SubToolBash, `{"command":"date"}`),
+	e.script(reply(textBlock("Checking."), toolUse("toolu_srv", wire.SubToolBash, `{"command":"date"}`),
 		toolUse("toolu_weather", "get_weather", `{"city":"Paris"}`)))
 	svc := e.loop(messages.Config{})
-	tools := []messages.Tool{codeExecution, weatherTool}
-	first := e.create(svc, &messages.Request{Messages: []messages.Message{userText("What is the date and the weather in Paris?")}, Tools: tools})
-	checkBlocks(e.t, "first response", first.Content, []messages.ContentBlock{
+	tools := []wire.Tool{codeExecution, weatherTool}
+	first := e.create(svc, &wire.Request{Messages: []wire.Message{userText("What is the date and the weather in Paris?")}, Tools: tools})
+	checkBlocks(e.t, "first response", first.Content, []wire.ContentBlock{
 		textBlock("Checking."),
-		{Type: messages.BlockServerToolUse, Name: messages.SubToolBash, Input: json.RawMessage(`{"command":"date"}`)},
+		{Type: wire.BlockServerToolUse, Name: wire.SubToolBash, Input: json.RawMessage(`{"command":"date"}`)},
 		toolUse("toolu_weather", "get_weather", `{"city":"Paris"}`),
 	})
-	if first.StopReason != messages.StopToolUse || first.Content[2].ID != "toolu_weather" {
+	if first.StopReason != wire.StopToolUse || first.Content[2].ID != "toolu_weather" {
 		e.t.Fatalf("stop_reason %q, client call %q: want tool_use and the model's id", first.StopReason, first.Content[2].ID)
 	}
 	if got := e.exec.ran(); len(got) != 0 {
@@ -877,13 +878,13 @@ func testClientToolsMixed(e *env) {
 
 	e.script(reply(textBlock(scriptedFinal)))
 	answer, _ := json.Marshal("sunny, 21 °C")
-	second := e.create(svc, &messages.Request{Tools: tools, Messages: []messages.Message{
+	second := e.create(svc, &wire.Request{Tools: tools, Messages: []wire.Message{
 		userText("What is the date and the weather in Paris?"),
-		{Role: messages.RoleAssistant, Content: first.Content},
-		{Role: messages.RoleUser, Content: []messages.ContentBlock{{Type: messages.BlockToolResult, ToolUseID: "toolu_weather", Content: answer}}},
+		{Role: wire.RoleAssistant, Content: first.Content},
+		{Role: wire.RoleUser, Content: []wire.ContentBlock{{Type: wire.BlockToolResult, ToolUseID: "toolu_weather", Content: answer}}},
 	}})
-	checkBlocks(e.t, "second response", second.Content, []messages.ContentBlock{{Type: messages.BlockBashResult}, textBlock(scriptedFinal)})
-	if second.Content[0].ToolUseID != first.Content[1].ID || second.StopReason != messages.StopEndTurn {
+	checkBlocks(e.t, "second response", second.Content, []wire.ContentBlock{{Type: wire.BlockBashResult}, textBlock(scriptedFinal)})
+	if second.Content[0].ToolUseID != first.Content[1].ID || second.StopReason != wire.StopEndTurn {
 		e.t.Errorf("second response: result for %q, stop %q; want the pending call %q, end_turn", second.Content[0].ToolUseID, second.StopReason, first.Content[1].ID)
 	}
 	if got := e.exec.ran(); !slices.Equal(got, []string{"date"}) {
@@ -891,12 +892,12 @@ func testClientToolsMixed(e *env) {
 	}
 	reqs := e.model.Requests()
 	last := reqs[len(reqs)-1]
-	if !offers(last, messages.SubToolBash, "get_weather") {
+	if !offers(last, wire.SubToolBash, "get_weather") {
 		e.t.Errorf("the last step offers %q", toolNames(last))
 	}
 	results := map[string]string{}
 	for _, b := range last.Messages[len(last.Messages)-1].Content {
-		if b.Type == messages.BlockToolResult {
+		if b.Type == wire.BlockToolResult {
 			results[b.ToolUseID] = string(b.Content)
 		}
 	}
@@ -915,27 +916,27 @@ func testLoopPauseTurn(e *env) {
 		e.exec = &executor{}
 		e.script(reply(runnerCall(1, 2, "echo one")...), reply(runnerCall(2, 2, "echo two")...), reply(textBlock(scriptedFinal)))
 		svc := e.loop(messages.Config{MaxToolIterations: 1})
-		history := []messages.Message{userText(twoBlocks)}
+		history := []wire.Message{userText(twoBlocks)}
 		for i, want := range []string{"echo one", "echo two"} {
-			resp := e.create(svc, &messages.Request{Messages: history, Tools: []messages.Tool{codeExecution}})
-			if resp.StopReason != messages.StopPauseTurn {
+			resp := e.create(svc, &wire.Request{Messages: history, Tools: []wire.Tool{codeExecution}})
+			if resp.StopReason != wire.StopPauseTurn {
 				e.t.Fatalf("separate=%v, request %d: stop_reason %q, want pause_turn", separate, i+1, resp.StopReason)
 			}
 			in, _ := json.Marshal(map[string]string{"command": want})
-			checkBlocks(e.t, fmt.Sprintf("separate=%v, response %d", separate, i+1), resp.Content, []messages.ContentBlock{
+			checkBlocks(e.t, fmt.Sprintf("separate=%v, response %d", separate, i+1), resp.Content, []wire.ContentBlock{
 				textBlock(fmt.Sprintf("Running block %d of 2 (bash).", i+1)),
-				{Type: messages.BlockServerToolUse, Name: messages.SubToolBash, Input: in},
-				{Type: messages.BlockBashResult},
+				{Type: wire.BlockServerToolUse, Name: wire.SubToolBash, Input: in},
+				{Type: wire.BlockBashResult},
 			})
 			if n := len(history); separate || n == 1 {
-				history = append(history, messages.Message{Role: messages.RoleAssistant, Content: resp.Content})
+				history = append(history, wire.Message{Role: wire.RoleAssistant, Content: resp.Content})
 			} else {
 				history[n-1].Content = append(slices.Clone(history[n-1].Content), resp.Content...)
 			}
 		}
-		resp := e.create(svc, &messages.Request{Messages: history, Tools: []messages.Tool{codeExecution}})
-		checkBlocks(e.t, fmt.Sprintf("separate=%v, last response", separate), resp.Content, []messages.ContentBlock{textBlock(e.final())})
-		if resp.StopReason != messages.StopEndTurn {
+		resp := e.create(svc, &wire.Request{Messages: history, Tools: []wire.Tool{codeExecution}})
+		checkBlocks(e.t, fmt.Sprintf("separate=%v, last response", separate), resp.Content, []wire.ContentBlock{textBlock(e.final())})
+		if resp.StopReason != wire.StopEndTurn {
 			e.t.Errorf("separate=%v: stop_reason = %q, want end_turn", separate, resp.StopReason)
 		}
 		if got := e.exec.ran(); !slices.Equal(got, []string{"echo one", "echo two"}) {
@@ -947,18 +948,18 @@ func testLoopPauseTurn(e *env) {
 // testUpstreamPauseTurn: an upstream's own pause_turn is passed on, by the
 // adapter and by the loop.
 func testUpstreamPauseTurn(e *env) {
-	e.script(fakeupstream.Reply{Content: []messages.ContentBlock{textBlock("Still searching.")}, StopReason: messages.StopPauseTurn})
+	e.script(fakeupstream.Reply{Content: []wire.ContentBlock{textBlock("Still searching.")}, StopReason: wire.StopPauseTurn})
 	res, err := e.step(context.Background(), e.model, stepRequest(nil, userText("Search the web.")))
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	if res.StopReason != messages.StopPauseTurn {
+	if res.StopReason != wire.StopPauseTurn {
 		e.t.Errorf("adapter: stop_reason = %q, want pause_turn", res.StopReason)
 	}
-	e.script(fakeupstream.Reply{Content: []messages.ContentBlock{textBlock("Still searching.")}, StopReason: messages.StopPauseTurn})
-	resp := e.create(e.loop(messages.Config{}), &messages.Request{Messages: []messages.Message{userText("Search the web.")}})
-	checkBlocks(e.t, "response", resp.Content, []messages.ContentBlock{textBlock("Still searching.")})
-	if resp.StopReason != messages.StopPauseTurn {
+	e.script(fakeupstream.Reply{Content: []wire.ContentBlock{textBlock("Still searching.")}, StopReason: wire.StopPauseTurn})
+	resp := e.create(e.loop(messages.Config{}), &wire.Request{Messages: []wire.Message{userText("Search the web.")}})
+	checkBlocks(e.t, "response", resp.Content, []wire.ContentBlock{textBlock("Still searching.")})
+	if resp.StopReason != wire.StopPauseTurn {
 		e.t.Errorf("loop: stop_reason = %q, want pause_turn", resp.StopReason)
 	}
 }
@@ -972,37 +973,37 @@ func testHistoryWithoutTools(e *env) {
 	earlier, _ := json.Marshal("sunny")
 	histories := []struct {
 		name    string
-		msgs    []messages.Message
+		msgs    []wire.Message
 		mention string
 	}{
-		{"code execution off", []messages.Message{
+		{"code execution off", []wire.Message{
 			userText(oneBlock),
-			{Role: messages.RoleAssistant, Content: []messages.ContentBlock{
+			{Role: wire.RoleAssistant, Content: []wire.ContentBlock{
 				textBlock("Running block 1 of 1 (bash)."),
-				{Type: messages.BlockServerToolUse, ID: srv, Name: messages.SubToolBash, Input: json.RawMessage(`{"command":"echo hi"}`)},
-				{Type: messages.BlockBashResult, ToolUseID: srv, Result: &messages.ToolResult{Type: messages.ResultBash, Stdout: "hi\n"}},
+				{Type: wire.BlockServerToolUse, ID: srv, Name: wire.SubToolBash, Input: json.RawMessage(`{"command":"echo hi"}`)},
+				{Type: wire.BlockBashResult, ToolUseID: srv, Result: &wire.ToolResult{Type: wire.ResultBash, Stdout: "hi\n"}},
 				textBlock("It printed hi."),
 			}},
 			userText("Thanks. And who are you?"),
 		}, "echo hi"},
-		{"a client tool dropped", []messages.Message{
+		{"a client tool dropped", []wire.Message{
 			userText("Weather in Paris?"),
-			{Role: messages.RoleAssistant, Content: []messages.ContentBlock{toolUse("toolu_w", "get_weather", `{"city":"Paris"}`)}},
-			{Role: messages.RoleUser, Content: []messages.ContentBlock{{Type: messages.BlockToolResult, ToolUseID: "toolu_w", Content: earlier}}},
-			{Role: messages.RoleAssistant, Content: []messages.ContentBlock{textBlock("It is sunny.")}},
+			{Role: wire.RoleAssistant, Content: []wire.ContentBlock{toolUse("toolu_w", "get_weather", `{"city":"Paris"}`)}},
+			{Role: wire.RoleUser, Content: []wire.ContentBlock{{Type: wire.BlockToolResult, ToolUseID: "toolu_w", Content: earlier}}},
+			{Role: wire.RoleAssistant, Content: []wire.ContentBlock{textBlock("It is sunny.")}},
 			userText("Thanks. And who are you?"),
 		}, "get_weather"},
 	}
 	svc := e.loop(messages.Config{})
 	for _, h := range histories {
 		e.script(reply(textBlock(runner.ConfigureHint)))
-		resp := e.create(svc, &messages.Request{Messages: h.msgs})
-		checkBlocks(e.t, h.name, resp.Content, []messages.ContentBlock{textBlock(runner.ConfigureHint)})
-		if resp.StopReason != messages.StopEndTurn {
+		resp := e.create(svc, &wire.Request{Messages: h.msgs})
+		checkBlocks(e.t, h.name, resp.Content, []wire.ContentBlock{textBlock(runner.ConfigureHint)})
+		if resp.StopReason != wire.StopEndTurn {
 			e.t.Errorf("%s: stop_reason = %q, want end_turn", h.name, resp.StopReason)
 		}
 		reqs := e.model.Requests()
-		sent, err := messages.MarshalMessages(reqs[len(reqs)-1].Messages)
+		sent, err := wire.MarshalMessages(reqs[len(reqs)-1].Messages)
 		if err != nil {
 			e.t.Fatal(err)
 		}
@@ -1021,30 +1022,30 @@ func testHistoryWithoutTools(e *env) {
 func testEmptyText(e *env) {
 	svc := e.loop(messages.Config{})
 	srv := "srvtoolu_earlier"
-	history := []messages.Message{
+	history := []wire.Message{
 		userText(oneBlock),
-		{Role: messages.RoleAssistant, Content: []messages.ContentBlock{
+		{Role: wire.RoleAssistant, Content: []wire.ContentBlock{
 			textBlock(""),
-			{Type: messages.BlockServerToolUse, ID: srv, Name: messages.SubToolBash, Input: json.RawMessage(`{"command":"echo hi"}`)},
-			{Type: messages.BlockBashResult, ToolUseID: srv, Result: &messages.ToolResult{Type: messages.ResultBash, Stdout: "hi\n"}},
+			{Type: wire.BlockServerToolUse, ID: srv, Name: wire.SubToolBash, Input: json.RawMessage(`{"command":"echo hi"}`)},
+			{Type: wire.BlockBashResult, ToolUseID: srv, Result: &wire.ToolResult{Type: wire.ResultBash, Stdout: "hi\n"}},
 			textBlock(""),
 		}},
 		userText("Thanks. And who are you?"),
 	}
 	e.script(reply(textBlock(runner.ConfigureHint)))
-	resp := e.create(svc, &messages.Request{Messages: history, Tools: []messages.Tool{codeExecution}})
-	checkBlocks(e.t, "answer to a history with empty text", resp.Content, []messages.ContentBlock{textBlock(runner.ConfigureHint)})
+	resp := e.create(svc, &wire.Request{Messages: history, Tools: []wire.Tool{codeExecution}})
+	checkBlocks(e.t, "answer to a history with empty text", resp.Content, []wire.ContentBlock{textBlock(runner.ConfigureHint)})
 	if e.scripted() {
-		e.script(reply(textBlock(""), toolUse("toolu_e", messages.SubToolBash, `{"command":"echo hi"}`)), reply(textBlock(scriptedFinal)))
-		resp = e.create(svc, &messages.Request{Messages: []messages.Message{userText(oneBlock)}, Tools: []messages.Tool{codeExecution}})
-		if n := len(resp.Content); n == 0 || resp.Content[n-1].Text != scriptedFinal || resp.StopReason != messages.StopEndTurn {
+		e.script(reply(textBlock(""), toolUse("toolu_e", wire.SubToolBash, `{"command":"echo hi"}`)), reply(textBlock(scriptedFinal)))
+		resp = e.create(svc, &wire.Request{Messages: []wire.Message{userText(oneBlock)}, Tools: []wire.Tool{codeExecution}})
+		if n := len(resp.Content); n == 0 || resp.Content[n-1].Text != scriptedFinal || resp.StopReason != wire.StopEndTurn {
 			e.t.Errorf("after an empty text block and a call: %q %s", resp.StopReason, describe(resp.Content))
 		}
 	}
 	for i, r := range e.model.Requests() {
 		for j, m := range r.Messages {
 			for _, b := range m.Content {
-				if b.Type == messages.BlockText && b.Text == "" {
+				if b.Type == wire.BlockText && b.Text == "" {
 					e.t.Errorf("step %d, message %d: an empty text block reached the model", i+1, j)
 				}
 			}
@@ -1101,7 +1102,7 @@ func testRetries(e *env) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				checkBlocks(t, "answer", res.Content, []messages.ContentBlock{textBlock("ok")})
+				checkBlocks(t, "answer", res.Content, []wire.ContentBlock{textBlock("ok")})
 				return
 			}
 			checkUpstreamError(t, err, tc.status, fmt.Sprintf("scripted %d", tc.status), tc.reported, tc.kind)
@@ -1137,8 +1138,8 @@ func testUpstreamErrors(e *env) {
 			name  string
 			reply fakeupstream.Reply
 		}{
-			{"an error event mid-stream", fakeupstream.Reply{Content: []messages.ContentBlock{textBlock("a long answer that fails")}, FailAfter: 3, ErrorMessage: "scripted failure"}},
-			{"the connection cut mid-stream", fakeupstream.Reply{Content: []messages.ContentBlock{textBlock("a long answer that is cut")}, CutAfter: 3}},
+			{"an error event mid-stream", fakeupstream.Reply{Content: []wire.ContentBlock{textBlock("a long answer that fails")}, FailAfter: 3, ErrorMessage: "scripted failure"}},
+			{"the connection cut mid-stream", fakeupstream.Reply{Content: []wire.ContentBlock{textBlock("a long answer that is cut")}, CutAfter: 3}},
 		} {
 			e.t.Run(tc.name, func(t *testing.T) {
 				up := fakeupstream.New(tc.reply, reply(textBlock("ok")))
@@ -1223,7 +1224,7 @@ func testCancelled(e *env) {
 		}
 	})
 	e.t.Run("deadline", func(t *testing.T) {
-		e.script(fakeupstream.Reply{Content: []messages.ContentBlock{textBlock("late")}, Delay: 30 * time.Second}, reply(textBlock("ok")))
+		e.script(fakeupstream.Reply{Content: []wire.ContentBlock{textBlock("late")}, Delay: 30 * time.Second}, reply(textBlock("ok")))
 		before := e.upstreamRequests()
 		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 		defer cancel()
@@ -1249,32 +1250,32 @@ func testCancelled(e *env) {
 // them, run nothing in the sandbox, and go back to the upstream unchanged
 // when the client continues a paused turn or the conversation.
 func testUpstreamServerTools(e *env) {
-	var search messages.Tool
+	var search wire.Tool
 	if err := json.Unmarshal([]byte(`{"type":"web_search_20250305","name":"web_search","max_uses":3}`), &search); err != nil {
 		e.t.Fatal(err)
 	}
-	use := messages.ContentBlock{Type: messages.BlockServerToolUse, ID: "srvtoolu_search1", Name: "web_search", Input: json.RawMessage(`{"query":"weather Paris"}`)}
-	found := messages.ContentBlock{Type: "web_search_tool_result", Raw: json.RawMessage(`{"type":"web_search_tool_result","tool_use_id":"srvtoolu_search1",` +
+	use := wire.ContentBlock{Type: wire.BlockServerToolUse, ID: "srvtoolu_search1", Name: "web_search", Input: json.RawMessage(`{"query":"weather Paris"}`)}
+	found := wire.ContentBlock{Type: "web_search_tool_result", Raw: json.RawMessage(`{"type":"web_search_tool_result","tool_use_id":"srvtoolu_search1",` +
 		`"content":[{"type":"web_search_result","url":"https://example.com/paris","title":"Paris","encrypted_content":"abc","page_age":null}]}`)}
-	e.script(fakeupstream.Reply{Content: []messages.ContentBlock{textBlock("Searching."), use, found}, StopReason: messages.StopPauseTurn})
+	e.script(fakeupstream.Reply{Content: []wire.ContentBlock{textBlock("Searching."), use, found}, StopReason: wire.StopPauseTurn})
 	svc := e.loop(messages.Config{AllowedToolTypes: []string{"web_search_20250305"}})
 	prompt := userText("What is the weather in Paris?")
-	first := e.create(svc, &messages.Request{Messages: []messages.Message{prompt}, Tools: []messages.Tool{search}})
+	first := e.create(svc, &wire.Request{Messages: []wire.Message{prompt}, Tools: []wire.Tool{search}})
 	var problems []string
-	if first.StopReason != messages.StopPauseTurn || len(first.Content) != 3 || first.Content[1].ID != use.ID ||
-		first.Content[1].Type != messages.BlockServerToolUse || !sameJSON(string(first.Content[1].Input), string(use.Input)) ||
+	if first.StopReason != wire.StopPauseTurn || len(first.Content) != 3 || first.Content[1].ID != use.ID ||
+		first.Content[1].Type != wire.BlockServerToolUse || !sameJSON(string(first.Content[1].Input), string(use.Input)) ||
 		first.Content[2].Type != "web_search_tool_result" || !strings.Contains(string(first.Content[2].Raw), "example.com/paris") {
 		e.t.Fatalf("the paused answer is %q %s, want the upstream's blocks as sent", first.StopReason, describe(first.Content))
 	}
 
 	// The paused turn sent back, then a later question.
 	e.script(reply(textBlock("It is sunny.")), reply(textBlock("You are welcome.")))
-	history := []messages.Message{prompt, {Role: messages.RoleAssistant, Content: first.Content}}
-	second := e.create(svc, &messages.Request{Messages: history, Tools: []messages.Tool{search}})
-	history = append(history, messages.Message{Role: messages.RoleAssistant, Content: second.Content}, userText("Thanks."))
-	third := e.create(svc, &messages.Request{Messages: history, Tools: []messages.Tool{search}})
-	for i, resp := range []*messages.Response{second, third} {
-		if resp.StopReason != messages.StopEndTurn || len(resp.Content) != 1 || resp.Content[0].Type != messages.BlockText {
+	history := []wire.Message{prompt, {Role: wire.RoleAssistant, Content: first.Content}}
+	second := e.create(svc, &wire.Request{Messages: history, Tools: []wire.Tool{search}})
+	history = append(history, wire.Message{Role: wire.RoleAssistant, Content: second.Content}, userText("Thanks."))
+	third := e.create(svc, &wire.Request{Messages: history, Tools: []wire.Tool{search}})
+	for i, resp := range []*wire.Response{second, third} {
+		if resp.StopReason != wire.StopEndTurn || len(resp.Content) != 1 || resp.Content[0].Type != wire.BlockText {
 			problems = append(problems, fmt.Sprintf("continuation %d answered %q %s, want the model's text alone", i+1, resp.StopReason, describe(resp.Content)))
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"threadbox/app/messages"
+	"threadbox/app/messages/wire"
 )
 
 // pausingExecutor plays the code_execution sub-tool of programmatic tool
@@ -22,7 +23,7 @@ type pausingExecutor struct {
 }
 
 // Execute pauses or ends the cell.
-func (x *pausingExecutor) Execute(_ context.Context, call messages.ToolCall) (*messages.ToolResult, error) {
+func (x *pausingExecutor) Execute(_ context.Context, call messages.ToolCall) (*wire.ToolResult, error) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	if call.Resume == nil {
@@ -35,9 +36,9 @@ func (x *pausingExecutor) Execute(_ context.Context, call messages.ToolCall) (*m
 	}
 	if n := len(x.results); n < len(x.cities) {
 		in, _ := json.Marshal(map[string]string{"city": x.cities[n]})
-		return &messages.ToolResult{Type: messages.ResultCodeExecution, Pending: []messages.PendingCall{{ID: "toolu_code_" + x.cities[n], Name: "get_weather", Input: in}}}, nil
+		return &wire.ToolResult{Type: wire.ResultCodeExecution, Pending: []wire.PendingCall{{ID: "toolu_code_" + x.cities[n], Name: "get_weather", Input: in}}}, nil
 	}
-	return &messages.ToolResult{Type: messages.ResultCodeExecution, Stdout: strings.Join(x.results, "; ") + "\n"}, nil
+	return &wire.ToolResult{Type: wire.ResultCodeExecution, Stdout: strings.Join(x.results, "; ") + "\n"}, nil
 }
 
 // testProgrammaticCalls: a cell of code_execution_20260120 calls the
@@ -50,14 +51,14 @@ func testProgrammaticCalls(e *env) {
 	x := &pausingExecutor{cities: []string{"Paris", "Rome"}}
 	svc := messages.New(e.model, messages.Tools{CodeExecution: x}, messages.Config{})
 	tool := weatherTool
-	tool.AllowedCallers = []string{messages.ToolTypeCodeExecution2601}
-	tools := []messages.Tool{{Type: messages.ToolTypeCodeExecution2601, Name: "code_execution"}, tool}
+	tool.AllowedCallers = []string{wire.ToolTypeCodeExecution2601}
+	tools := []wire.Tool{{Type: wire.ToolTypeCodeExecution2601, Name: "code_execution"}, tool}
 	code := `{"code":"for c in ['Paris', 'Rome']:\n    print(await get_weather(city=c))"}`
 	e.script(reply(textBlock("Checking."), toolUse("toolu_cell", messages.SubToolCodeExecution, code)))
-	history := []messages.Message{userText("What is the weather in Paris and Rome?")}
-	create := func() *messages.Response {
+	history := []wire.Message{userText("What is the weather in Paris and Rome?")}
+	create := func() *wire.Response {
 		e.t.Helper()
-		req := &messages.Request{Messages: history, Tools: tools, Container: &messages.ContainerParam{ID: "box"}}
+		req := &wire.Request{Messages: history, Tools: tools, Container: &wire.ContainerParam{ID: "box"}}
 		req.Stream = e.stream
 		req.Model, req.MaxTokens = "default", 1024
 		resp, err := svc.Create(context.Background(), req, messages.RunOptions{ContainerID: "container-1"})
@@ -67,33 +68,33 @@ func testProgrammaticCalls(e *env) {
 		return resp
 	}
 	first := create()
-	checkBlocks(e.t, "first response", first.Content, []messages.ContentBlock{
+	checkBlocks(e.t, "first response", first.Content, []wire.ContentBlock{
 		textBlock("Checking."),
-		{Type: messages.BlockServerToolUse, Name: messages.SubToolCodeExecution, Input: json.RawMessage(code)},
+		{Type: wire.BlockServerToolUse, Name: messages.SubToolCodeExecution, Input: json.RawMessage(code)},
 		toolUse("", "get_weather", `{"city":"Paris"}`),
 	})
 	cell := first.Content[1].ID
-	if c := first.Content[2].Caller; first.StopReason != messages.StopToolUse || c == nil || c.Type != messages.ToolTypeCodeExecution2601 || c.ToolID != cell {
+	if c := first.Content[2].Caller; first.StopReason != wire.StopToolUse || c == nil || c.Type != wire.ToolTypeCodeExecution2601 || c.ToolID != cell {
 		e.t.Fatalf("stop_reason %q, caller %+v: want tool_use and the cell %s", first.StopReason, c, cell)
 	}
 	step := e.model.Requests()[0]
 	if offers(step, "get_weather") || !offers(step, messages.SubToolCodeExecution) {
 		e.t.Errorf("the model's tools are %q: get_weather is the code's, not the model's", toolNames(step))
 	}
-	answer := func(resp *messages.Response, text string) {
+	answer := func(resp *wire.Response, text string) {
 		content, _ := json.Marshal(text)
-		var blocks []messages.ContentBlock
+		var blocks []wire.ContentBlock
 		for _, b := range resp.Content {
-			if b.Type == messages.BlockToolUse {
-				blocks = append(blocks, messages.ContentBlock{Type: messages.BlockToolResult, ToolUseID: b.ID, Content: content})
+			if b.Type == wire.BlockToolUse {
+				blocks = append(blocks, wire.ContentBlock{Type: wire.BlockToolResult, ToolUseID: b.ID, Content: content})
 			}
 		}
-		history = append(history, messages.Message{Role: messages.RoleAssistant, Content: resp.Content}, messages.Message{Role: messages.RoleUser, Content: blocks})
+		history = append(history, wire.Message{Role: wire.RoleAssistant, Content: resp.Content}, wire.Message{Role: wire.RoleUser, Content: blocks})
 	}
 	answer(first, "Paris: sunny")
 	second := create()
-	checkBlocks(e.t, "second response", second.Content, []messages.ContentBlock{toolUse("", "get_weather", `{"city":"Rome"}`)})
-	if c := second.Content[0].Caller; second.StopReason != messages.StopToolUse || c == nil || c.ToolID != cell {
+	checkBlocks(e.t, "second response", second.Content, []wire.ContentBlock{toolUse("", "get_weather", `{"city":"Rome"}`)})
+	if c := second.Content[0].Caller; second.StopReason != wire.StopToolUse || c == nil || c.ToolID != cell {
 		e.t.Fatalf("second response: stop_reason %q, caller %+v", second.StopReason, c)
 	}
 	if n := len(e.model.Requests()); n != 1 {
@@ -103,8 +104,8 @@ func testProgrammaticCalls(e *env) {
 	answer(second, "Rome: rain")
 	e.script(reply(textBlock(scriptedFinal)))
 	last := create()
-	checkBlocks(e.t, "last response", last.Content, []messages.ContentBlock{{Type: messages.BlockCodeExecutionResult}, textBlock(scriptedFinal)})
-	if last.Content[0].ToolUseID != cell || last.Content[0].Result.Stdout != "Paris: sunny; Rome: rain\n" || last.StopReason != messages.StopEndTurn {
+	checkBlocks(e.t, "last response", last.Content, []wire.ContentBlock{{Type: wire.BlockCodeExecutionResult}, textBlock(scriptedFinal)})
+	if last.Content[0].ToolUseID != cell || last.Content[0].Result.Stdout != "Paris: sunny; Rome: rain\n" || last.StopReason != wire.StopEndTurn {
 		e.t.Fatalf("last response: result %+v for %q, stop %q", last.Content[0].Result, last.Content[0].ToolUseID, last.StopReason)
 	}
 	if x.runs != 1 {
@@ -116,9 +117,9 @@ func testProgrammaticCalls(e *env) {
 	for _, m := range final.Messages {
 		for _, b := range m.Content {
 			if b.Caller != nil || b.Name == "get_weather" {
-				e.t.Errorf("the model saw the code's call %s", describe([]messages.ContentBlock{b}))
+				e.t.Errorf("the model saw the code's call %s", describe([]wire.ContentBlock{b}))
 			}
-			if b.Type == messages.BlockToolResult {
+			if b.Type == wire.BlockToolResult {
 				seen = append(seen, string(b.Content))
 			}
 		}

@@ -19,6 +19,7 @@ import (
 	"github.com/openai/openai-go/v3/packages/ssestream"
 
 	"threadbox/app/messages"
+	"threadbox/app/messages/wire"
 	"threadbox/infra/llm/upstream"
 )
 
@@ -145,13 +146,13 @@ func systemText(raw json.RawMessage) string {
 	if json.Unmarshal(raw, &s) == nil {
 		return s
 	}
-	var blocks []messages.ContentBlock
+	var blocks []wire.ContentBlock
 	if json.Unmarshal(raw, &blocks) != nil {
 		return ""
 	}
 	var parts []string
 	for _, b := range blocks {
-		if b.Type == messages.BlockText {
+		if b.Type == wire.BlockText {
 			parts = append(parts, b.Text)
 		}
 	}
@@ -189,13 +190,13 @@ func resultText(raw json.RawMessage) string {
 	if json.Unmarshal(raw, &s) == nil {
 		return s
 	}
-	var blocks []messages.ContentBlock
+	var blocks []wire.ContentBlock
 	if json.Unmarshal(raw, &blocks) != nil {
 		return string(raw)
 	}
 	var parts []string
 	for _, b := range blocks {
-		if b.Type == messages.BlockText {
+		if b.Type == wire.BlockText {
 			parts = append(parts, b.Text)
 		}
 	}
@@ -203,15 +204,15 @@ func resultText(raw json.RawMessage) string {
 }
 
 // convertMessage turns one Anthropic message into chat messages.
-func convertMessage(msg messages.Message) ([]chatMessage, error) {
-	if msg.Role == messages.RoleAssistant {
+func convertMessage(msg wire.Message) ([]chatMessage, error) {
+	if msg.Role == wire.RoleAssistant {
 		var text []string
 		var calls []toolCall
 		for _, b := range msg.Content {
 			switch b.Type {
-			case messages.BlockText:
+			case wire.BlockText:
 				text = append(text, b.Text)
-			case messages.BlockToolUse:
+			case wire.BlockToolUse:
 				args := string(b.Input)
 				if args == "" {
 					args = "{}"
@@ -229,15 +230,15 @@ func convertMessage(msg messages.Message) ([]chatMessage, error) {
 	var parts []contentPart
 	for _, b := range msg.Content {
 		switch b.Type {
-		case messages.BlockToolResult:
+		case wire.BlockToolResult:
 			text := resultText(b.Content)
 			if b.IsError {
 				text = "Error: " + text
 			}
 			out = append(out, chatMessage{Role: "tool", ToolCallID: b.ToolUseID, Content: text})
-		case messages.BlockText:
+		case wire.BlockText:
 			parts = append(parts, contentPart{Type: "text", Text: b.Text})
-		case messages.BlockImage:
+		case wire.BlockImage:
 			u, err := imageData(b.Raw)
 			if err != nil {
 				return nil, err
@@ -281,13 +282,13 @@ func imageData(raw json.RawMessage) (string, error) {
 func stopReason(finish string, calledTools bool) string {
 	switch {
 	case finish == "length":
-		return messages.StopMaxTokens
+		return wire.StopMaxTokens
 	case finish == "content_filter":
-		return messages.StopRefusal
+		return wire.StopRefusal
 	case calledTools:
-		return messages.StopToolUse
+		return wire.StopToolUse
 	}
-	return messages.StopEndTurn
+	return wire.StopEndTurn
 }
 
 // toolInput returns the arguments as a JSON object.
@@ -313,20 +314,20 @@ func (m *Model) Step(ctx context.Context, req messages.StepRequest) (*messages.S
 	if err != nil {
 		return nil, upstreamError(ctx, err, true)
 	}
-	res := &messages.StepResult{Usage: messages.Usage{InputTokens: int(cc.Usage.PromptTokens), OutputTokens: int(cc.Usage.CompletionTokens)}}
+	res := &messages.StepResult{Usage: wire.Usage{InputTokens: int(cc.Usage.PromptTokens), OutputTokens: int(cc.Usage.CompletionTokens)}}
 	if len(cc.Choices) == 0 {
 		return nil, &messages.UpstreamError{Type: "api_error", Message: "The model upstream returned no choices."}
 	}
 	ch := cc.Choices[0]
 	if ch.Message.Content != "" {
-		res.Content = append(res.Content, messages.ContentBlock{Type: messages.BlockText, Text: ch.Message.Content})
+		res.Content = append(res.Content, wire.ContentBlock{Type: wire.BlockText, Text: ch.Message.Content})
 	}
 	for i, tc := range ch.Message.ToolCalls {
 		id := tc.ID
 		if id == "" {
 			id = fmt.Sprintf("call_%d", i)
 		}
-		res.Content = append(res.Content, messages.ContentBlock{Type: messages.BlockToolUse, ID: id, Name: tc.Function.Name, Input: toolInput(tc.Function.Arguments)})
+		res.Content = append(res.Content, wire.ContentBlock{Type: wire.BlockToolUse, ID: id, Name: tc.Function.Name, Input: toolInput(tc.Function.Arguments)})
 	}
 	res.StopReason = stopReason(ch.FinishReason, len(ch.Message.ToolCalls) > 0)
 	return res, nil
@@ -379,7 +380,7 @@ func (m *Model) StreamStep(ctx context.Context, req messages.StepRequest, emit f
 		return nil, err
 	}
 	for i := range s.res.Content {
-		if b := &s.res.Content[i]; b.Type == messages.BlockToolUse {
+		if b := &s.res.Content[i]; b.Type == wire.BlockToolUse {
 			b.Input = toolInput(s.args[i].String())
 		}
 	}
@@ -405,7 +406,7 @@ func (s *streamState) close() error {
 	return s.emit(messages.StepEvent{Kind: messages.StepBlockStop, Index: i})
 }
 
-func (s *streamState) start(b messages.ContentBlock) error {
+func (s *streamState) start(b wire.ContentBlock) error {
 	if err := s.close(); err != nil {
 		return err
 	}
@@ -415,13 +416,13 @@ func (s *streamState) start(b messages.ContentBlock) error {
 }
 
 func (s *streamState) text(t string) error {
-	if s.open < 0 || s.res.Content[s.open].Type != messages.BlockText {
-		if err := s.start(messages.ContentBlock{Type: messages.BlockText}); err != nil {
+	if s.open < 0 || s.res.Content[s.open].Type != wire.BlockText {
+		if err := s.start(wire.ContentBlock{Type: wire.BlockText}); err != nil {
 			return err
 		}
 	}
 	s.res.Content[s.open].Text += t
-	return s.emit(messages.StepEvent{Kind: messages.StepBlockDelta, Index: s.open, Delta: messages.BlockDelta{Type: messages.DeltaText, Text: t}})
+	return s.emit(messages.StepEvent{Kind: messages.StepBlockDelta, Index: s.open, Delta: wire.BlockDelta{Type: wire.DeltaText, Text: t}})
 }
 
 func (s *streamState) toolCall(idx int64, id, name, args string) error {
@@ -430,7 +431,7 @@ func (s *streamState) toolCall(idx int64, id, name, args string) error {
 		if id == "" {
 			id = fmt.Sprintf("call_%d", idx)
 		}
-		if err := s.start(messages.ContentBlock{Type: messages.BlockToolUse, ID: id, Name: name}); err != nil {
+		if err := s.start(wire.ContentBlock{Type: wire.BlockToolUse, ID: id, Name: name}); err != nil {
 			return err
 		}
 		bi = s.open
@@ -444,7 +445,7 @@ func (s *streamState) toolCall(idx int64, id, name, args string) error {
 		return nil
 	}
 	s.args[bi].WriteString(args)
-	return s.emit(messages.StepEvent{Kind: messages.StepBlockDelta, Index: bi, Delta: messages.BlockDelta{Type: messages.DeltaInputJSON, PartialJSON: args}})
+	return s.emit(messages.StepEvent{Kind: messages.StepBlockDelta, Index: bi, Delta: wire.BlockDelta{Type: wire.DeltaInputJSON, PartialJSON: args}})
 }
 
 // upstreamError maps an SDK error; beforeStream tells whether no chunk had

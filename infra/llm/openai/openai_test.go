@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"threadbox/app/messages"
+	"threadbox/app/messages/wire"
 	"threadbox/infra/llm/fakeupstream"
 )
 
@@ -17,15 +18,15 @@ func stepRequest() messages.StepRequest {
 		Model:     "default",
 		MaxTokens: 100,
 		System:    json.RawMessage(`[{"type":"text","text":"be brief"}]`),
-		Messages: []messages.Message{
-			{Role: messages.RoleUser, Content: []messages.ContentBlock{{Type: messages.BlockText, Text: "count files"}}},
-			{Role: messages.RoleAssistant, Content: []messages.ContentBlock{
-				{Type: messages.BlockText, Text: "Running."},
-				{Type: messages.BlockToolUse, ID: "srvtoolu_A", Name: "bash_code_execution", Input: json.RawMessage(`{"command":"ls"}`)},
+		Messages: []wire.Message{
+			{Role: wire.RoleUser, Content: []wire.ContentBlock{{Type: wire.BlockText, Text: "count files"}}},
+			{Role: wire.RoleAssistant, Content: []wire.ContentBlock{
+				{Type: wire.BlockText, Text: "Running."},
+				{Type: wire.BlockToolUse, ID: "srvtoolu_A", Name: "bash_code_execution", Input: json.RawMessage(`{"command":"ls"}`)},
 			}},
-			{Role: messages.RoleUser, Content: []messages.ContentBlock{
-				{Type: messages.BlockToolResult, ToolUseID: "srvtoolu_A", Content: json.RawMessage(`"a b"`)},
-				{Type: messages.BlockText, Text: "and?"},
+			{Role: wire.RoleUser, Content: []wire.ContentBlock{
+				{Type: wire.BlockToolResult, ToolUseID: "srvtoolu_A", Content: json.RawMessage(`"a b"`)},
+				{Type: wire.BlockText, Text: "and?"},
 			}},
 		},
 		Tools:      messages.SubToolDefinitions(),
@@ -34,25 +35,25 @@ func stepRequest() messages.StepRequest {
 }
 
 var toolReply = fakeupstream.Reply{
-	Content: []messages.ContentBlock{
-		{Type: messages.BlockText, Text: "Let me look at the workspace files."},
-		{Type: messages.BlockToolUse, ID: "call_1", Name: "bash_code_execution", Input: json.RawMessage(`{"command":"ls -la /home/agent/workspace | wc -l"}`)},
-		{Type: messages.BlockToolUse, ID: "call_2", Name: "text_editor_code_execution", Input: json.RawMessage(`{"command":"view","path":"notes.md"}`)},
+	Content: []wire.ContentBlock{
+		{Type: wire.BlockText, Text: "Let me look at the workspace files."},
+		{Type: wire.BlockToolUse, ID: "call_1", Name: "bash_code_execution", Input: json.RawMessage(`{"command":"ls -la /home/agent/workspace | wc -l"}`)},
+		{Type: wire.BlockToolUse, ID: "call_2", Name: "text_editor_code_execution", Input: json.RawMessage(`{"command":"view","path":"notes.md"}`)},
 	},
-	Usage: messages.Usage{InputTokens: 20, OutputTokens: 9},
+	Usage: wire.Usage{InputTokens: 20, OutputTokens: 9},
 }
 
 func checkToolStep(t *testing.T, res *messages.StepResult) {
 	t.Helper()
-	if res.StopReason != messages.StopToolUse || len(res.Content) != 3 {
+	if res.StopReason != wire.StopToolUse || len(res.Content) != 3 {
 		t.Fatalf("result = %+v", res)
 	}
-	if res.Content[0].Type != messages.BlockText || res.Content[0].Text != "Let me look at the workspace files." {
+	if res.Content[0].Type != wire.BlockText || res.Content[0].Text != "Let me look at the workspace files." {
 		t.Fatalf("text = %+v", res.Content[0])
 	}
 	for i, want := range toolReply.Content[1:] {
 		got := res.Content[i+1]
-		if got.Type != messages.BlockToolUse || got.ID != want.ID || got.Name != want.Name || string(got.Input) != string(want.Input) {
+		if got.Type != wire.BlockToolUse || got.ID != want.ID || got.Name != want.Name || string(got.Input) != string(want.Input) {
 			t.Fatalf("tool_use %d = %+v (input %s)", i, got, got.Input)
 		}
 	}
@@ -174,20 +175,20 @@ func TestStreamStep(t *testing.T) {
 }
 
 func TestTextOnlyAndLength(t *testing.T) {
-	up := fakeupstream.New(fakeupstream.Reply{Content: []messages.ContentBlock{{Type: messages.BlockText, Text: "cut"}}, StopReason: messages.StopMaxTokens})
+	up := fakeupstream.New(fakeupstream.Reply{Content: []wire.ContentBlock{{Type: wire.BlockText, Text: "cut"}}, StopReason: wire.StopMaxTokens})
 	defer up.Close()
 	m := New(Config{BaseURL: up.URL() + "/v1", Model: "qwen"})
 	res, err := m.StreamStep(context.Background(), stepRequest(), func(messages.StepEvent) error { return nil })
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.StopReason != messages.StopMaxTokens || len(res.Content) != 1 || res.Content[0].Text != "cut" {
+	if res.StopReason != wire.StopMaxTokens || len(res.Content) != 1 || res.Content[0].Text != "cut" {
 		t.Fatalf("result = %+v", res)
 	}
 }
 
 func TestRetriesAndErrors(t *testing.T) {
-	ok := fakeupstream.Reply{Content: []messages.ContentBlock{{Type: messages.BlockText, Text: "fine"}}}
+	ok := fakeupstream.Reply{Content: []wire.ContentBlock{{Type: wire.BlockText, Text: "fine"}}}
 	tests := []struct {
 		name    string
 		replies []fakeupstream.Reply
@@ -289,7 +290,7 @@ func TestConnectionsAreReused(t *testing.T) {
 }
 
 func TestLongRetryAfterIsNotWaited(t *testing.T) {
-	ok := fakeupstream.Reply{Content: []messages.ContentBlock{{Type: messages.BlockText, Text: "fine"}}}
+	ok := fakeupstream.Reply{Content: []wire.ContentBlock{{Type: wire.BlockText, Text: "fine"}}}
 	up := fakeupstream.New(fakeupstream.Reply{Status: 429, Header: fakeupstream.RetryAfter(time.Hour)}, ok)
 	defer up.Close()
 	m := New(Config{BaseURL: up.URL() + "/v1", Model: "m", MaxRetryWait: time.Second})
@@ -334,17 +335,17 @@ func TestCancelMidStream(t *testing.T) {
 // naming no call (a server whose tool parser failed) is end_turn, since
 // tool_use promises a tool_use block.
 func TestFinishReasons(t *testing.T) {
-	call := messages.ContentBlock{Type: messages.BlockToolUse, ID: "call_1", Name: "bash_code_execution", Input: json.RawMessage(`{"command":"echo hi"}`)}
-	text := messages.ContentBlock{Type: messages.BlockText, Text: "Let me check."}
+	call := wire.ContentBlock{Type: wire.BlockToolUse, ID: "call_1", Name: "bash_code_execution", Input: json.RawMessage(`{"command":"echo hi"}`)}
+	text := wire.ContentBlock{Type: wire.BlockText, Text: "Let me check."}
 	tests := []struct {
 		name  string
 		reply fakeupstream.Reply
 		want  string
 	}{
-		{"a call cut at length", fakeupstream.Reply{Content: []messages.ContentBlock{text, call}, StopReason: messages.StopMaxTokens}, messages.StopMaxTokens},
-		{"calls after stop", fakeupstream.Reply{Content: []messages.ContentBlock{call}, StopReason: messages.StopEndTurn}, messages.StopToolUse},
-		{"tool_calls without a call", fakeupstream.Reply{Content: []messages.ContentBlock{text}, StopReason: messages.StopToolUse}, messages.StopEndTurn},
-		{"text cut at length", fakeupstream.Reply{Content: []messages.ContentBlock{text}, StopReason: messages.StopMaxTokens}, messages.StopMaxTokens},
+		{"a call cut at length", fakeupstream.Reply{Content: []wire.ContentBlock{text, call}, StopReason: wire.StopMaxTokens}, wire.StopMaxTokens},
+		{"calls after stop", fakeupstream.Reply{Content: []wire.ContentBlock{call}, StopReason: wire.StopEndTurn}, wire.StopToolUse},
+		{"tool_calls without a call", fakeupstream.Reply{Content: []wire.ContentBlock{text}, StopReason: wire.StopToolUse}, wire.StopEndTurn},
+		{"text cut at length", fakeupstream.Reply{Content: []wire.ContentBlock{text}, StopReason: wire.StopMaxTokens}, wire.StopMaxTokens},
 	}
 	for _, tc := range tests {
 		for _, stream := range []bool{false, true} {
@@ -392,15 +393,15 @@ func TestImagesOnlyAsData(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			up := fakeupstream.New(fakeupstream.Reply{Content: []messages.ContentBlock{{Type: messages.BlockText, Text: "seen"}}})
+			up := fakeupstream.New(fakeupstream.Reply{Content: []wire.ContentBlock{{Type: wire.BlockText, Text: "seen"}}})
 			defer up.Close()
 			m := New(Config{BaseURL: up.URL() + "/v1", Model: "qwen"})
-			var img messages.ContentBlock
+			var img wire.ContentBlock
 			if err := json.Unmarshal([]byte(tc.block), &img); err != nil {
 				t.Fatal(err)
 			}
-			req := messages.StepRequest{Model: "default", MaxTokens: 10, Messages: []messages.Message{
-				{Role: messages.RoleUser, Content: []messages.ContentBlock{{Type: messages.BlockText, Text: "what is this"}, img}},
+			req := messages.StepRequest{Model: "default", MaxTokens: 10, Messages: []wire.Message{
+				{Role: wire.RoleUser, Content: []wire.ContentBlock{{Type: wire.BlockText, Text: "what is this"}, img}},
 			}}
 			_, err := m.Step(context.Background(), req)
 			reqs := up.Requests()

@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"threadbox/app/messages"
+	"threadbox/app/messages/wire"
 	"threadbox/domain/file"
 )
 
@@ -66,77 +67,77 @@ func (b Block) Command() string {
 }
 
 // plan works out the next step from the conversation.
-func plan(req messages.StepRequest) []messages.ContentBlock {
+func plan(req messages.StepRequest) []wire.ContentBlock {
 	// The prompt is the last user message with text; what follows it are
 	// the runner's own calls and their results.
 	prompt := -1
 	for i := len(req.Messages) - 1; i >= 0 && prompt < 0; i-- {
-		if req.Messages[i].Role != messages.RoleUser {
+		if req.Messages[i].Role != wire.RoleUser {
 			continue
 		}
 		for _, b := range req.Messages[i].Content {
-			if b.Type == messages.BlockText && strings.TrimSpace(b.Text) != "" {
+			if b.Type == wire.BlockText && strings.TrimSpace(b.Text) != "" {
 				prompt = i
 				break
 			}
 		}
 	}
 	if prompt < 0 {
-		return []messages.ContentBlock{text(ConfigureHint)}
+		return []wire.ContentBlock{text(ConfigureHint)}
 	}
 	var sb strings.Builder
 	for _, b := range req.Messages[prompt].Content {
-		if b.Type == messages.BlockText {
+		if b.Type == wire.BlockText {
 			sb.WriteString(b.Text)
 			sb.WriteString("\n")
 		}
 	}
 	blocks := CodeBlocks(sb.String())
 	if len(blocks) == 0 {
-		return []messages.ContentBlock{text(ConfigureHint)}
+		return []wire.ContentBlock{text(ConfigureHint)}
 	}
 	canRun := false
 	for _, t := range req.Tools {
-		if t.Name == messages.SubToolBash {
+		if t.Name == wire.SubToolBash {
 			canRun = true
 		}
 	}
 	if !canRun {
 		// Plain words: this answer reaches chat users too, who never
 		// see a tool definition.
-		return []messages.ContentBlock{text(fmt.Sprintf("Your message has %d code block(s), but code execution is not enabled for this request, so they were not run.", len(blocks)))}
+		return []wire.ContentBlock{text(fmt.Sprintf("Your message has %d code block(s), but code execution is not enabled for this request, so they were not run.", len(blocks)))}
 	}
 	calls, results := history(req.Messages[prompt+1:])
 	if len(calls) < len(blocks) {
 		n := len(calls)
 		input, _ := json.Marshal(map[string]string{"command": blocks[n].Command()})
-		return []messages.ContentBlock{
+		return []wire.ContentBlock{
 			text(fmt.Sprintf("Running block %d of %d (%s).", n+1, len(blocks), blocks[n].Lang)),
-			{Type: messages.BlockToolUse, ID: fmt.Sprintf("toolu_runner_%d", n+1), Name: messages.SubToolBash, Input: input},
+			{Type: wire.BlockToolUse, ID: fmt.Sprintf("toolu_runner_%d", n+1), Name: wire.SubToolBash, Input: input},
 		}
 	}
-	return []messages.ContentBlock{text(summary(blocks, calls, results))}
+	return []wire.ContentBlock{text(summary(blocks, calls, results))}
 }
 
-func text(s string) messages.ContentBlock {
-	return messages.ContentBlock{Type: messages.BlockText, Text: s}
+func text(s string) wire.ContentBlock {
+	return wire.ContentBlock{Type: wire.BlockText, Text: s}
 }
 
 // history returns the ids of the runner's bash calls and their results.
-func history(msgs []messages.Message) ([]string, map[string]*messages.ToolResult) {
+func history(msgs []wire.Message) ([]string, map[string]*wire.ToolResult) {
 	var calls []string
-	results := map[string]*messages.ToolResult{}
+	results := map[string]*wire.ToolResult{}
 	for _, m := range msgs {
 		for _, b := range m.Content {
 			switch {
-			case b.Type == messages.BlockToolUse && b.Name == messages.SubToolBash:
+			case b.Type == wire.BlockToolUse && b.Name == wire.SubToolBash:
 				calls = append(calls, b.ID)
-			case b.Type == messages.BlockToolResult:
+			case b.Type == wire.BlockToolResult:
 				var s string
 				if json.Unmarshal(b.Content, &s) != nil {
 					s = string(b.Content)
 				}
-				var r messages.ToolResult
+				var r wire.ToolResult
 				if json.Unmarshal([]byte(s), &r) == nil {
 					results[b.ToolUseID] = &r
 				}
@@ -147,7 +148,7 @@ func history(msgs []messages.Message) ([]string, map[string]*messages.ToolResult
 }
 
 // summary describes what ran.
-func summary(blocks []Block, calls []string, results map[string]*messages.ToolResult) string {
+func summary(blocks []Block, calls []string, results map[string]*wire.ToolResult) string {
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "Ran %d code block(s) in the sandbox (working directory /home/agent/workspace):\n", len(blocks))
 	var outputs []string
@@ -191,16 +192,16 @@ func summary(blocks []Block, calls []string, results map[string]*messages.ToolRe
 	return strings.TrimRight(sb.String(), "\n")
 }
 
-func result(content []messages.ContentBlock) *messages.StepResult {
-	stop := messages.StopEndTurn
+func result(content []wire.ContentBlock) *messages.StepResult {
+	stop := wire.StopEndTurn
 	out := 0
 	for _, b := range content {
-		if b.Type == messages.BlockToolUse {
-			stop = messages.StopToolUse
+		if b.Type == wire.BlockToolUse {
+			stop = wire.StopToolUse
 		}
 		out += (len(b.Text) + len(b.Input) + 3) / 4
 	}
-	return &messages.StepResult{Content: content, StopReason: stop, Usage: messages.Usage{OutputTokens: out}}
+	return &messages.StepResult{Content: content, StopReason: stop, Usage: wire.Usage{OutputTokens: out}}
 }
 
 // Step answers at once.
@@ -219,13 +220,13 @@ func (m *Model) StreamStep(ctx context.Context, req messages.StepRequest, emit f
 	}
 	for i, b := range res.Content {
 		start := b
-		var d messages.BlockDelta
-		if b.Type == messages.BlockText {
+		var d wire.BlockDelta
+		if b.Type == wire.BlockText {
 			start.Text = ""
-			d = messages.BlockDelta{Type: messages.DeltaText, Text: b.Text}
+			d = wire.BlockDelta{Type: wire.DeltaText, Text: b.Text}
 		} else {
 			start.Input = nil
-			d = messages.BlockDelta{Type: messages.DeltaInputJSON, PartialJSON: string(b.Input)}
+			d = wire.BlockDelta{Type: wire.DeltaInputJSON, PartialJSON: string(b.Input)}
 		}
 		for _, ev := range []messages.StepEvent{
 			{Kind: messages.StepBlockStart, Index: i, Block: start},

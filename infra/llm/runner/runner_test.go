@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"threadbox/app/messages"
+	"threadbox/app/messages/wire"
 	"threadbox/domain/file"
 )
 
@@ -35,7 +36,7 @@ type localExec struct {
 	cmds []string
 }
 
-func (l *localExec) Execute(ctx context.Context, c messages.ToolCall) (*messages.ToolResult, error) {
+func (l *localExec) Execute(ctx context.Context, c messages.ToolCall) (*wire.ToolResult, error) {
 	var in struct{ Command string }
 	if err := json.Unmarshal(c.Input, &in); err != nil {
 		l.t.Fatalf("input %s: %v", c.Input, err)
@@ -53,9 +54,9 @@ func (l *localExec) Execute(ctx context.Context, c messages.ToolCall) (*messages
 		}
 		code = ee.ExitCode()
 	}
-	r := &messages.ToolResult{Type: messages.ResultBash, Stdout: out.String(), Stderr: errb.String(), ReturnCode: code}
+	r := &wire.ToolResult{Type: wire.ResultBash, Stdout: out.String(), Stderr: errb.String(), ReturnCode: code}
 	if strings.Contains(in.Command, "report") {
-		r.Files = []messages.OutputFile{{Type: messages.ResultBashOutput, FileID: file.EncodeID("/mnt/user-data/outputs/report.txt")}}
+		r.Files = []wire.OutputFile{{Type: wire.ResultBashOutput, FileID: file.EncodeID("/mnt/user-data/outputs/report.txt")}}
 	}
 	return r, nil
 }
@@ -69,11 +70,11 @@ func needPython(t *testing.T) {
 	}
 }
 
-func userRequest(text string, stream bool) *messages.Request {
-	return &messages.Request{
+func userRequest(text string, stream bool) *wire.Request {
+	return &wire.Request{
 		Model: "default", MaxTokens: 100, Stream: stream,
-		Messages: []messages.Message{{Role: messages.RoleUser, Content: []messages.ContentBlock{{Type: messages.BlockText, Text: text}}}},
-		Tools:    []messages.Tool{{Type: messages.ToolTypeCodeExecution2508, Name: "code_execution"}},
+		Messages: []wire.Message{{Role: wire.RoleUser, Content: []wire.ContentBlock{{Type: wire.BlockText, Text: text}}}},
+		Tools:    []wire.Tool{{Type: wire.ToolTypeCodeExecution2508, Name: "code_execution"}},
 	}
 }
 
@@ -107,7 +108,7 @@ func TestRunsBlocksInOrder(t *testing.T) {
 				t.Fatalf("summary lacks %q:\n%s", want, sum)
 			}
 		}
-		if resp.StopReason != messages.StopEndTurn || resp.Usage.ServerToolUse.CodeExecutionRequests != 2 {
+		if resp.StopReason != wire.StopEndTurn || resp.Usage.ServerToolUse.CodeExecutionRequests != 2 {
 			t.Fatalf("stop %q usage %+v", resp.StopReason, resp.Usage)
 		}
 	}
