@@ -634,7 +634,7 @@ func (s *Service) Listen(ctx context.Context, containerID, addr string) (net.Lis
 // the caller may see (hide) and, when the sandbox is gone (killed, daemon
 // restarted), forgets it so the next use boots a fresh one.
 func (s *Service) failed(id string, l *live, op string, err error) error {
-	if errors.Is(err, sandbox.ErrUnsupported) || errors.Is(err, context.Canceled) {
+	if errors.Is(err, sandbox.ErrUnsupported) || errors.Is(err, sandbox.ErrNoSession) || errors.Is(err, context.Canceled) {
 		return err
 	}
 	shown := s.hide(id, op, err, "backend", l.backend.Name())

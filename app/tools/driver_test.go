@@ -21,6 +21,9 @@ type hostPython struct {
 }
 
 func (h *hostPython) Start(_ context.Context, _ string, cmd sandbox.Command, _ *sandbox.TTY) (sandbox.Session, error) {
+	if cmd.Attach {
+		return nil, sandbox.ErrNoSession
+	}
 	c := exec.Command(cmd.Args[0], cmd.Args[1:]...)
 	c.Dir = h.dir
 	in, err := c.StdinPipe()
@@ -78,6 +81,7 @@ func (s *hostSession) Write(p []byte) (int, error) { return s.in.Write(p) }
 func (s *hostSession) Resize(uint16, uint16) error { return nil }
 func (s *hostSession) Kill() error                 { return s.c.Process.Kill() }
 func (s *hostSession) Done() <-chan struct{}       { return s.done }
+func (s *hostSession) Offset() int64               { return 0 }
 
 func (s *hostSession) Wait(ctx context.Context) (sandbox.Result, error) {
 	select {

@@ -36,11 +36,14 @@ const keepAlive = 30 * time.Second
 // slot stays for the process's life (a few words), so that a later
 // interpreter can say an earlier one ended.
 type interpreters struct {
-	mu sync.Mutex
-	by map[string]*slot
+	tag string // names the family's interpreters in the sandbox (Command.Tag)
+	mu  sync.Mutex
+	by  map[string]*slot
 }
 
-func newInterpreters() *interpreters { return &interpreters{by: map[string]*slot{}} }
+func newInterpreters(tag string) *interpreters {
+	return &interpreters{tag: tag, by: map[string]*slot{}}
+}
 
 // slot is a container's place in interpreters; its lock is held while its
 // interpreter is looked at or started, so a slow boot of one sandbox does
@@ -219,14 +222,32 @@ func (e *Executor) interpreter(ctx context.Context, py *interpreters, call messa
 		from = replaced
 	}
 	p := &interpreter{slot: sl, turn: make(chan struct{}, 1), wake: make(chan struct{}, 1), ended: make(chan struct{})}
-	sess, err := e.sb.Start(ctx, call.ContainerID, sandbox.Command{
+	cmd := sandbox.Command{
 		Args:   []string{"python3", "-u", "-c", pythonDriver},
 		Dir:    sandbox.WorkspaceDir,
 		Env:    call.Env,
 		Output: p.output,
-	}, nil)
-	if err != nil {
-		return nil, kept, fmt.Errorf("tools: start python: %w", err)
+		Tag:    py.tag,
+	}
+	var sess sandbox.Session
+	if !sl.seen {
+		// The container's first interpreter in this process: one that
+		// another server started goes on when the sandbox was restored
+		// from its checkpoint (a restart, a hand-over).
+		cmd.Attach = true
+		var err error
+		if sess, err = e.sb.Start(ctx, call.ContainerID, cmd, nil); err == nil {
+			from = kept
+		} else if !errors.Is(err, sandbox.ErrNoSession) {
+			return nil, kept, fmt.Errorf("tools: attach python: %w", err)
+		}
+		cmd.Attach = false
+	}
+	if sess == nil {
+		var err error
+		if sess, err = e.sb.Start(ctx, call.ContainerID, cmd, nil); err != nil {
+			return nil, kept, fmt.Errorf("tools: start python: %w", err)
+		}
 	}
 	p.sess = sess
 	p.life = e.sb.Life(call.ContainerID)

@@ -60,6 +60,9 @@ func (f *fakePython) Exec(ctx context.Context, containerID string, cmd sandbox.C
 }
 
 func (f *fakePython) Start(_ context.Context, _ string, cmd sandbox.Command, _ *sandbox.TTY) (sandbox.Session, error) {
+	if cmd.Attach {
+		return nil, sandbox.ErrNoSession
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.starts++
@@ -92,6 +95,7 @@ type fakePySession struct {
 func (s *fakePySession) PID() int                 { return 1 }
 func (s *fakePySession) Resize(_, _ uint16) error { return nil }
 func (s *fakePySession) Done() <-chan struct{}    { return s.done }
+func (s *fakePySession) Offset() int64            { return 0 }
 func (s *fakePySession) Kill() error              { s.end(137); return nil }
 func (s *fakePySession) end(code int)             { s.once.Do(func() { s.code = code; close(s.done) }) }
 func (s *fakePySession) alive() bool {

@@ -51,6 +51,9 @@ type fakeBackend struct {
 }
 
 func (b *fakeBackend) Start(_ context.Context, _ string, cmd sandbox.Command, tty *sandbox.TTY) (sandbox.Session, error) {
+	if cmd.Attach {
+		return nil, sandbox.ErrNoSession
+	}
 	b.mu.Lock()
 	b.nextPID++
 	s := &fakeSession{b: b, cmd: cmd, tty: tty, pid: 100 + b.nextPID, done: make(chan struct{})}
@@ -92,6 +95,7 @@ func (s *fakeSession) Write(p []byte) (int, error) {
 func (s *fakeSession) Resize(uint16, uint16) error { return nil }
 func (s *fakeSession) Kill() error                 { s.end(137, nil); return nil }
 func (s *fakeSession) Done() <-chan struct{}       { return s.done }
+func (s *fakeSession) Offset() int64               { return 0 }
 
 func (s *fakeSession) Wait(ctx context.Context) (sandbox.Result, error) {
 	select {

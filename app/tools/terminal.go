@@ -3,6 +3,7 @@ package tools
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"strconv"
 	"strings"
 	"sync"
@@ -194,12 +195,30 @@ func (e *Executor) execCommand(ctx context.Context, call messages.ToolCall) (any
 		Dir:    sandbox.WorkspaceDir,
 		Env:    call.Env,
 		Output: t.output,
+		Tag:    terminalTag(t.id),
 	}, &size)
 	if err != nil {
 		// A session that did not start ran nothing.
 		end(sandbox.Result{}, sandbox.NotStarted(err))
 		return nil, err
 	}
+	t.watch(sess, started, end)
+	t.wait(ctx, 0, grace, false)
+	if !t.alive() {
+		r := t.result("exec_command_result", 0)
+		r.SessionID = ""
+		return r, nil
+	}
+	e.terms.add(call.ContainerID, t)
+	return t.result("exec_command_result", 0), nil
+}
+
+// terminalTag names a session's command in the sandbox (Command.Tag).
+func terminalTag(sessionID string) string { return "terminal:" + sessionID }
+
+// watch makes sess the terminal's session and waits for its end in the
+// background, metering it then (end).
+func (t *terminal) watch(sess sandbox.Session, started time.Time, end func(sandbox.Result, error)) {
 	t.sess, t.pid = sess, sess.PID()
 	go func() {
 		res, err := sess.Wait(context.Background())
@@ -220,14 +239,29 @@ func (e *Executor) execCommand(ctx context.Context, call messages.ToolCall) (any
 		t.mu.Unlock()
 		close(t.done)
 	}()
-	t.wait(ctx, 0, grace, false)
-	if !t.alive() {
-		r := t.result("exec_command_result", 0)
-		r.SessionID = ""
-		return r, nil
+}
+
+// attach takes over the session id of the container that another server
+// started, when the sandbox was restored from its checkpoint (a restart,
+// a hand-over): its cursor goes on from the output that server received.
+// nil when the sandbox runs no such session.
+func (e *Executor) attach(ctx context.Context, call messages.ToolCall, id string) (*terminal, error) {
+	t := &terminal{id: id, max: e.cfg.SessionBuffer, done: make(chan struct{}), wake: make(chan struct{}, 1)}
+	end := e.begin(ctx, call.ContainerID)
+	sess, err := e.sb.Start(ctx, call.ContainerID, sandbox.Command{Tag: terminalTag(id), Attach: true, Output: t.output}, nil)
+	if err != nil {
+		end(sandbox.Result{}, sandbox.NotStarted(err))
+		if errors.Is(err, sandbox.ErrNoSession) {
+			return nil, nil
+		}
+		return nil, err
 	}
+	t.mu.Lock()
+	t.total += sess.Offset()
+	t.mu.Unlock()
+	t.watch(sess, time.Now(), end)
 	e.terms.add(call.ContainerID, t)
-	return t.result("exec_command_result", 0), nil
+	return t, nil
 }
 
 // room makes sure another session fits in the container, forgetting
@@ -300,6 +334,11 @@ func (e *Executor) writeStdin(ctx context.Context, call messages.ToolCall) (any,
 		return nil, err
 	}
 	t := e.terms.get(call.ContainerID, *in.SessionID)
+	if t == nil && strings.HasPrefix(*in.SessionID, "sess_") {
+		if t, err = e.attach(ctx, call, *in.SessionID); err != nil {
+			return nil, err
+		}
+	}
 	if t == nil {
 		return nil, invalidInput("No session %s in this container: it never existed, or it ended and its last output was read.", *in.SessionID)
 	}

@@ -180,7 +180,7 @@ func New(sb Sandbox, files Files, cfg Config) *Executor {
 	if cfg.BSLCommand == "" {
 		cfg.BSLCommand = DefaultBSLCommand
 	}
-	e := &Executor{sb: sb, files: files, cfg: cfg, cells: newInterpreters(), repls: newInterpreters()}
+	e := &Executor{sb: sb, files: files, cfg: cfg, cells: newInterpreters("python:code_execution"), repls: newInterpreters("python:repl")}
 	e.terms = newTerminals(e)
 	return e
 }

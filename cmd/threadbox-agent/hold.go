@@ -17,15 +17,10 @@ func (s *server) hold(f protocol.Frame) bool {
 		}
 		return true
 	case f.Type == protocol.TypeRelease:
-		payload, err := protocol.Encode(protocol.Released{NextID: s.maxID + 1})
-		if err != nil {
-			s.log.Error("agent: encode", "type", f.Type, "err", err)
-		}
 		if !s.held {
-			s.send(protocol.TypeReleased, f.ID, payload)
-			return true
+			s.outMu.Lock()
 		}
-		s.writeLocked(protocol.TypeReleased, f.ID, payload)
+		s.writeLocked(protocol.TypeReleased, f.ID, s.released())
 		s.held = false
 		s.outMu.Unlock()
 		return true
@@ -34,6 +29,33 @@ func (s *server) hold(f protocol.Frame) bool {
 		return true
 	}
 	return false
+}
+
+// released returns the payload of a Released frame: the next id and the
+// tagged commands running, with the output bytes written for each so far.
+// The caller holds outMu, so no output is written meanwhile.
+func (s *server) released() []byte {
+	r := protocol.Released{NextID: s.maxID + 1}
+	s.mu.Lock()
+	for _, p := range s.procs {
+		if p.req.Tag != "" && p.pid != 0 {
+			r.Sessions = append(r.Sessions, protocol.Running{ID: p.id, PID: p.pid, Tag: p.req.Tag, Sent: p.written})
+		}
+	}
+	s.mu.Unlock()
+	payload, err := protocol.Encode(r)
+	if err != nil {
+		s.log.Error("agent: encode", "type", protocol.TypeReleased, "err", err)
+	}
+	return payload
+}
+
+// sendOutput writes one frame of p's output and counts its bytes.
+func (s *server) sendOutput(p *proc, t protocol.Type, b []byte) {
+	s.outMu.Lock()
+	defer s.outMu.Unlock()
+	s.writeLocked(t, p.id, b)
+	p.written += int64(len(b))
 }
 
 // writeLocked writes one frame; the caller holds outMu.

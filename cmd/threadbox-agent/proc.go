@@ -40,6 +40,10 @@ type proc struct {
 	oomBefore int64
 	oomKnown  bool
 
+	// written counts the output bytes sent to the host; the server's
+	// outMu guards it.
+	written int64
+
 	mu       sync.Mutex
 	exited   bool
 	timedOut bool
@@ -288,7 +292,7 @@ func (p *proc) pump(f *os.File, t protocol.Type) (truncated bool) {
 				truncated = true
 			}
 			if keep > 0 {
-				p.s.send(t, p.id, buf[:keep])
+				p.s.sendOutput(p, t, buf[:keep])
 				sent += keep
 			}
 		}

@@ -24,6 +24,10 @@ var ErrUnavailable = errors.New("sandbox unavailable")
 // ErrNotFound reports that no sandbox exists for the id.
 var ErrNotFound = errors.New("sandbox not found")
 
+// ErrNoSession reports that the sandbox runs no command to attach to
+// (Command.Attach).
+var ErrNoSession = errors.New("no such session in the sandbox")
+
 // ErrUnsupported reports that the backend does not offer the operation
 // (sessions, forwarding): the capability is stated by the answer, never by
 // a type check that a wrapper could hide.
@@ -236,6 +240,15 @@ type Command struct {
 	// Output, when set, receives output chunks as they are produced (up to
 	// the cap). It must not retain the slice.
 	Output func(s Stream, chunk []byte)
+	// Tag names a long-lived command (Backend.Session) so that a later
+	// server can attach to it once its sandbox was restored from a
+	// checkpoint; empty for none.
+	Tag string
+	// Attach makes Backend.Session attach to the running command tagged
+	// Tag that an earlier server started in the sandbox before its
+	// checkpoint, instead of starting one: its output from then on goes to
+	// Output. ErrNoSession when there is none.
+	Attach bool
 }
 
 // Result is how a command ended. A non-zero exit code is a result, not an error.

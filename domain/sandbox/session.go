@@ -26,4 +26,7 @@ type Session interface {
 	// and Stderr are empty); when the sandbox goes away first it returns an
 	// error wrapping ErrUnavailable.
 	Wait(ctx context.Context) (Result, error)
+	// Offset counts the output bytes the command wrote before this
+	// session attached to it (Command.Attach); 0 for one it started.
+	Offset() int64
 }

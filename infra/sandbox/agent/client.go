@@ -94,6 +94,7 @@ type Client struct {
 	held    bool
 	resumed chan struct{}                  // closed by Resume
 	answers map[uint32]chan protocol.Frame // Held and Released frames (or Errors), by request id
+	orphans map[uint32]*orphan             // commands of an earlier host (hold.go); mu guards it
 }
 
 // NewClient starts a client on rw, which carries the agent's stdout as its
@@ -261,6 +262,13 @@ func (c *Client) dispatch(f protocol.Frame) {
 	case protocol.TypeStarted, protocol.TypeStdout, protocol.TypeStderr, protocol.TypeExit, protocol.TypeError:
 		c.mu.Lock()
 		p := c.procs[f.ID]
+		if p == nil && c.keepOrphanFrame(f) {
+			if f.Type == protocol.TypeExit || f.Type == protocol.TypeError {
+				delete(c.orphans, f.ID) // ended: nothing to attach to
+			}
+			c.mu.Unlock()
+			return
+		}
 		if f.Type == protocol.TypeExit || f.Type == protocol.TypeError {
 			delete(c.procs, f.ID)
 		}
@@ -395,6 +403,9 @@ func (c *Client) Session(ctx context.Context, cmd sandbox.Command, tty *sandbox.
 	if tty != nil {
 		opts.TTY = &TTY{Rows: tty.Rows, Cols: tty.Cols}
 	}
+	if cmd.Attach {
+		return c.Attach(cmd.Tag, cmd.Output)
+	}
 	cmd.Timeout = 0
 	p, err := c.Start(ctx, cmd, opts)
 	if err != nil {
@@ -447,6 +458,7 @@ func (c *Client) launch(ctx context.Context, cmd sandbox.Command, tty *TTY, open
 		MaxOutput: limit,
 		OutputDir: cmd.OutputDir,
 		OpenStdin: openStdin,
+		Tag:       cmd.Tag,
 	}
 	if cmd.Timeout > 0 {
 		req.TimeoutMillis = max(cmd.Timeout.Milliseconds(), 1)

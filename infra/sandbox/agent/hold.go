@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 
+	"threadbox/domain/sandbox"
 	"threadbox/infra/sandbox/agent/protocol"
 )
 
@@ -203,8 +204,11 @@ func (c *Client) Resume(ctx context.Context, rw io.ReadWriteCloser) error {
 		return fmt.Errorf("agent: resume: %w", c.err)
 	}
 	c.unhold()
-	_, err := c.await(ctx, id, ch, protocol.TypeReleased)
-	return err
+	f, err := c.await(ctx, id, ch, protocol.TypeReleased)
+	if err != nil {
+		return err
+	}
+	return c.released(f)
 }
 
 // Release lets a restored agent, held since its checkpoint, write again,
@@ -220,14 +224,105 @@ func (c *Client) Release(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	return c.released(f)
+}
+
+// released takes in the agent's Released frame f: later requests are
+// numbered above every id the agent knows (another host may have used the
+// sandbox since this client held it), and the commands of other hosts are
+// kept to attach to.
+func (c *Client) released(f protocol.Frame) error {
 	var r protocol.Released
 	if err := protocol.Decode(f.Payload, &r); err != nil {
 		return fmt.Errorf("agent: release: %w", err)
 	}
+	c.keepOrphans(r.Sessions)
 	for {
 		cur := c.nextID.Load()
 		if r.NextID <= cur+1 || c.nextID.CompareAndSwap(cur, r.NextID-1) {
 			return nil
 		}
 	}
+}
+
+// Orphans: the tagged commands a restored agent still runs for a host
+// before this client (Released.Sessions). Their frames are kept, up to
+// orphanBuffer bytes each (the oldest output goes first, counted as written
+// before the attach), until Attach hands them to a Process.
+
+// orphanBuffer bounds the output kept for one orphan.
+const orphanBuffer = 1 << 20
+
+// orphan is a command of an earlier host, not yet attached to.
+type orphan struct {
+	run    protocol.Running
+	frames []protocol.Frame
+	size   int
+}
+
+// keepOrphans starts keeping the frames of the commands in runs.
+func (c *Client) keepOrphans(runs []protocol.Running) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, r := range runs {
+		if _, ok := c.procs[r.ID]; ok || r.Tag == "" {
+			continue
+		}
+		if c.orphans == nil {
+			c.orphans = map[uint32]*orphan{}
+		}
+		c.orphans[r.ID] = &orphan{run: r}
+	}
+}
+
+// keepOrphanFrame keeps f when it is an orphan's; the caller holds c.mu.
+func (c *Client) keepOrphanFrame(f protocol.Frame) bool {
+	o := c.orphans[f.ID]
+	if o == nil {
+		return false
+	}
+	o.frames = append(o.frames, f)
+	o.size += len(f.Payload)
+	for o.size > orphanBuffer && len(o.frames) > 1 {
+		old := o.frames[0]
+		if old.Type != protocol.TypeStdout && old.Type != protocol.TypeStderr {
+			break
+		}
+		o.frames = o.frames[1:]
+		o.size -= len(old.Payload)
+		o.run.Sent += int64(len(old.Payload))
+	}
+	return true
+}
+
+// Attach attaches a streamed session to the running command tagged tag
+// that a host before this client started (the newest one, when several
+// are), its output from now on going to output: first what it wrote since
+// the restore, then what it writes. sandbox.ErrNoSession when there is
+// none. The session's Offset is the output written before.
+func (c *Client) Attach(tag string, output func(sandbox.Stream, []byte)) (*Process, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var o *orphan
+	for _, cand := range c.orphans {
+		if cand.run.Tag == tag && (o == nil || cand.run.ID > o.run.ID) {
+			o = cand
+		}
+	}
+	if o == nil {
+		return nil, fmt.Errorf("agent: attach %q: %w", tag, sandbox.ErrNoSession)
+	}
+	delete(c.orphans, o.run.ID)
+	p := newProcess(c, o.run.ID, streamMaxOutput, sandbox.Command{MaxOutput: streamMaxOutput, Output: output})
+	p.pid, p.offset = o.run.PID, o.run.Sent
+	p.mu.Lock()
+	p.closeStarted()
+	p.mu.Unlock()
+	c.procs[p.id] = p
+	// Under c.mu no frame of the read loop comes between these (an ended
+	// orphan is not kept, so none of them is an Exit).
+	for _, f := range o.frames {
+		p.onFrame(f)
+	}
+	return p, nil
 }

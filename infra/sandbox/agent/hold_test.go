@@ -2,6 +2,7 @@ package agent_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"strings"
 	"sync"
@@ -150,5 +151,74 @@ func TestClientHoldRefused(t *testing.T) {
 	f.send(protocol.TypePong, p.ID, nil)
 	if err := <-pinged; err != nil {
 		t.Fatalf("ping after a refused hold: %v", err)
+	}
+}
+
+// TestClientAttach: a new client of a restored agent attaches to the
+// tagged commands the agent lists in Released: output written since the
+// restore and later reaches the session, input goes to the command's id,
+// the offset is what the earlier host received; an unknown tag and a
+// command that ended before the attach are sandbox.ErrNoSession.
+func TestClientAttach(t *testing.T) {
+	c, f := newFake(t)
+	ctx := context.Background()
+	done := make(chan error, 1)
+	go func() { done <- c.Release(ctx) }()
+	rel := f.next()
+	f.sendJSON(protocol.TypeReleased, rel.ID, protocol.Released{NextID: 500, Sessions: []protocol.Running{
+		{ID: 7, PID: 70, Tag: "terminal:a", Sent: 12},
+		{ID: 8, PID: 80, Tag: "terminal:b", Sent: 3},
+	}})
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	f.send(protocol.TypeStdout, 7, []byte("before "))
+	f.sendJSON(protocol.TypeExit, 8, protocol.Exit{})
+	// A ping answered: the frames before it were read.
+	pinged := make(chan error, 1)
+	go func() { pinged <- c.Ping(ctx) }()
+	p := f.next()
+	f.send(protocol.TypePong, p.ID, nil)
+	if err := <-pinged; err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var got strings.Builder
+	s, err := c.Session(ctx, sandbox.Command{Tag: "terminal:a", Attach: true, Output: func(_ sandbox.Stream, b []byte) {
+		mu.Lock()
+		got.Write(b)
+		mu.Unlock()
+	}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.PID() != 70 || s.Offset() != 12 {
+		t.Fatalf("attached pid %d offset %d, want 70 and 12", s.PID(), s.Offset())
+	}
+	f.send(protocol.TypeStdout, 7, []byte("after"))
+	go func() { _, _ = s.Write([]byte("x")) }()
+	if in := f.next(); in.Type != protocol.TypeStdin || in.ID != 7 {
+		t.Fatalf("input went as %v %d, want stdin of 7", in.Type, in.ID)
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		mu.Lock()
+		out := got.String()
+		mu.Unlock()
+		if out == "before after" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("attached output %q", out)
+		}
+	}
+	for _, tag := range []string{"terminal:b", "terminal:c", "terminal:a"} {
+		if _, err := c.Session(ctx, sandbox.Command{Tag: tag, Attach: true}, nil); !errors.Is(err, sandbox.ErrNoSession) {
+			t.Fatalf("attach %s: %v, want ErrNoSession", tag, err)
+		}
+	}
+	f.sendJSON(protocol.TypeExit, 7, protocol.Exit{ExitCode: 3})
+	res, err := s.Wait(ctx)
+	if err != nil || res.ExitCode != 3 {
+		t.Fatalf("wait: %v %v", res, err)
 	}
 }

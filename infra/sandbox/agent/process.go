@@ -29,6 +29,7 @@ type Process struct {
 
 	// Set before started or finished is closed, read after.
 	pid      int
+	offset   int64 // output written before an attach (Client.Attach)
 	startErr error
 	exit     protocol.Exit
 
@@ -74,6 +75,10 @@ func (p *Process) PID() int {
 		return 0
 	}
 }
+
+// Offset counts the output bytes the command wrote before this client
+// attached to it (Client.Attach); 0 for a command it started.
+func (p *Process) Offset() int64 { return p.offset }
 
 // Done is closed when the command has ended (or could not start).
 func (p *Process) Done() <-chan struct{} { return p.finished }

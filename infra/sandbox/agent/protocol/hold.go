@@ -33,4 +33,18 @@ type Released struct {
 	// over a restored sandbox numbers its requests from it, so that none
 	// names a command the agent still runs.
 	NextID uint32 `json:"next_id"`
+	// Sessions are the tagged commands still running (Exec.Tag), which a
+	// new host may attach to: their frames are written after Released as
+	// before the checkpoint, under their ids.
+	Sessions []Running `json:"sessions,omitempty"`
+}
+
+// Running is one tagged command of a Released frame.
+type Running struct {
+	ID  uint32 `json:"id"`
+	PID int    `json:"pid"`
+	Tag string `json:"tag"`
+	// Sent counts the output bytes (stdout and stderr) written for the
+	// command before Released: what the host before had received.
+	Sent int64 `json:"sent"`
 }

@@ -212,6 +212,10 @@ type Exec struct {
 	// TTY, when set, runs the command on a pseudo-terminal of that size;
 	// stdout and stderr are then both the terminal and arrive as Stdout.
 	TTY *TTY `json:"tty,omitempty"`
+	// Tag names a long-lived command, so that a host taking over the
+	// restored sandbox later can find it (Released.Sessions) and attach to
+	// it; empty for none.
+	Tag string `json:"tag,omitempty"`
 }
 
 // Started is the payload of a Started frame.
