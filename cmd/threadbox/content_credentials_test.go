@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -11,12 +12,14 @@ import (
 	"threadbox/infra/c2pa/c2patest"
 )
 
-// mediaScript writes a PNG, a JPEG and a GIF with Pillow, a WAV with the
-// wave module, a text file and a PDF to outputs.
+// mediaScript writes a PNG, a JPEG and a GIF with Pillow, an SVG with
+// matplotlib, a WAV with the wave module, a text file and a PDF to
+// outputs.
 const mediaScript = "```python\nimport os\nfrom PIL import Image\nos.makedirs('/mnt/user-data/outputs', exist_ok=True)\n" +
 	"img = Image.new('RGB', (64, 48), (200, 40, 90))\n" +
 	"img.save('/mnt/user-data/outputs/plot.png')\nimg.save('/mnt/user-data/outputs/photo.jpg', quality=90)\n" +
 	"img.save('/mnt/user-data/outputs/anim.gif')\n" +
+	"import matplotlib\nmatplotlib.use('Agg')\nimport matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.savefig('/mnt/user-data/outputs/chart.svg')\n" +
 	"import wave\nw = wave.open('/mnt/user-data/outputs/tone.wav', 'wb')\nw.setnchannels(1)\nw.setsampwidth(2)\nw.setframerate(8000)\n" +
 	"w.writeframes(bytes(range(256)) * 40)\nw.close()\n" +
 	"open('/mnt/user-data/outputs/notes.txt', 'w').write('plain notes\\n')\n" +
@@ -61,7 +64,7 @@ func TestContentCredentialsDownloads(t *testing.T) {
 			{"artifact", artifacts[name]["download_url"].(string), true, ""},
 		}
 	}
-	for _, tc := range []struct{ name, mime string }{{"plot.png", "image/png"}, {"photo.jpg", "image/jpeg"}, {"anim.gif", "image/gif"}, {"tone.wav", "audio/wav"}} {
+	for _, tc := range []struct{ name, mime string }{{"plot.png", "image/png"}, {"photo.jpg", "image/jpeg"}, {"anim.gif", "image/gif"}, {"tone.wav", "audio/wav"}, {"chart.svg", "image/svg+xml"}} {
 		art := artifacts[tc.name]
 		if art == nil {
 			t.Fatalf("no artifact %s: %v", tc.name, artifacts)
@@ -103,8 +106,11 @@ func TestContentCredentialsDownloads(t *testing.T) {
 				}
 				flipped := []byte(string(dl.body))
 				at := len(flipped) - 16 // image data, after the manifest near the start
-				if tc.mime == "audio/wav" {
+				switch tc.mime {
+				case "audio/wav":
 					at = 100 // samples, before the manifest at the end
+				case "image/svg+xml":
+					at = bytes.Index(flipped, []byte(`d="M `)) + 5 // a digit of a path, before the manifest at the end
 				}
 				flipped[at] ^= 0x01
 				if rep := c2patest.Validate(t, tc.mime, flipped); !rep.Has("assertion.dataHash.mismatch") {

@@ -47,6 +47,8 @@ func encodeImage(t *testing.T, f Format) []byte {
 		err = gif.Encode(&b, testImage(), nil)
 	case WAV:
 		return testWAV()
+	case SVG:
+		return []byte(testSVG)
 	}
 	if err != nil {
 		t.Fatal(err)
@@ -73,6 +75,17 @@ func testWAV() []byte {
 	return b.Bytes()
 }
 
+// testSVG is an SVG as plotting libraries write it: a prolog, a doctype
+// and a metadata element of its own.
+const testSVG = `<?xml version="1.0" encoding="utf-8" standalone="no"?>
+<!DOCTYPE svg PUBLIC "-//W3C//DTD SVG 1.1//EN" "http://www.w3.org/Graphics/SVG/1.1/DTD/svg11.dtd">
+<!-- made by a test -->
+<svg xmlns="http://www.w3.org/2000/svg" width="64" height="48" viewBox="0 0 64 48" data-note="a > in a value">
+ <metadata><title>plot</title></metadata>
+ <path d="M10 10 L50 40" stroke="#c82858"/>
+</svg>
+`
+
 // media are the formats signed, with where in a signed file a byte of the
 // content (not the manifest) is.
 var media = []struct {
@@ -84,7 +97,12 @@ var media = []struct {
 	{JPEG, "image/jpeg", func(b []byte) int { return len(b) - 20 }},
 	{GIF, "image/gif", func(b []byte) int { return len(b) - 20 }},
 	{WAV, "audio/wav", func(b []byte) int { return 100 }},
+	{SVG, "image/svg+xml", func(b []byte) int { return bytes.LastIndex(b, []byte("L50")) + 1 }},
 }
+
+// resignable are the formats whose manifest a re-signing replaces (an SVG
+// that carries one is served as written).
+var resignable = media[:4]
 
 func testSigner(t *testing.T) *Signer {
 	t.Helper()
@@ -202,7 +220,7 @@ func TestTamperedMediaFails(t *testing.T) {
 // SHA-256 still agree with what the reader sees.
 func TestResigningReplacesTheManifest(t *testing.T) {
 	s := testSigner(t)
-	for _, tc := range media {
+	for _, tc := range resignable {
 		t.Run(string(tc.format), func(t *testing.T) {
 			orig := encodeImage(t, tc.format)
 			once := signBytes(t, s, orig, tc.format, Provenance{Org: "org_1"})
@@ -315,5 +333,23 @@ func TestWAVStoreOfEitherParity(t *testing.T) {
 		if r := validate(t, "audio/wav", signed); len(r.Failures()) > 0 || r.ActiveManifest == "" {
 			t.Fatalf("org %q: validation failures %+v\n%s", org, r.Failures(), r.Raw)
 		}
+	}
+}
+
+func TestSVGLayoutRefusals(t *testing.T) {
+	s := testSigner(t)
+	for _, tc := range []struct{ name, svg string }{
+		{"no root", `<?xml version="1.0"?><html></html>`},
+		{"prefixed root", `<svg:svg xmlns:svg="http://www.w3.org/2000/svg"></svg:svg>`},
+		{"empty root", `<svg xmlns="http://www.w3.org/2000/svg"/>`},
+		{"unclosed tag", `<svg xmlns="http://www.w3.org/2000/svg" width="1`},
+		{"unclosed comment", `<!-- <svg>`},
+		{"a manifest already", `<svg><metadata><c2pa:manifest xmlns:c2pa="http://c2pa.org/manifest">AAAA</c2pa:manifest></metadata></svg>`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := s.Sign(bytes.NewReader([]byte(tc.svg)), int64(len(tc.svg)), SVG, Provenance{}); !errors.Is(err, ErrMalformed) {
+				t.Fatalf("err %v, want ErrMalformed", err)
+			}
+		})
 	}
 }

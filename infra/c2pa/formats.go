@@ -141,7 +141,7 @@ func jpegSegments(store []byte) []byte {
 func nonEmpty(s []span) []span {
 	out := s[:0]
 	for _, x := range s {
-		if x.n > 0 {
+		if x.size() > 0 {
 			out = append(out, x)
 		}
 	}

@@ -30,10 +30,11 @@ const (
 	JPEG Format = "jpeg"
 	GIF  Format = "gif"
 	WAV  Format = "wav"
+	SVG  Format = "svg"
 )
 
 // Formats lists every format the signer embeds manifests in.
-var Formats = []Format{PNG, JPEG, GIF, WAV}
+var Formats = []Format{PNG, JPEG, GIF, WAV, SVG}
 
 // FormatOf returns the format of a MIME type, and false for a type the
 // signer does not sign.
@@ -47,6 +48,8 @@ func FormatOf(mime string) (Format, bool) {
 		return GIF, true
 	case "audio/wav", "audio/x-wav", "audio/wave":
 		return WAV, true
+	case "image/svg+xml":
+		return SVG, true
 	}
 	return "", false
 }
@@ -193,10 +196,18 @@ func (b *byteReader) Read(p []byte) (int, error) {
 }
 
 // span is a byte range of the stored file, or bytes that replace it in
-// the signed file (lit, as long as the range).
+// the signed file (lit; n may be 0 for bytes inserted).
 type span struct {
 	off, n int64
 	lit    []byte
+}
+
+// size is the span's length in the signed file.
+func (k span) size() int64 {
+	if k.lit != nil {
+		return int64(len(k.lit))
+	}
+	return k.n
 }
 
 // layout is where a format puts a manifest: the ranges of the stored file
@@ -232,6 +243,8 @@ func (s *Signer) Sign(r io.ReaderAt, size int64, f Format, p Provenance) (*Asset
 		lay, err = gifLayout(r, size)
 	case WAV:
 		lay, err = wavLayout(r, size)
+	case SVG:
+		lay, err = svgLayout(r, size)
 	default:
 		return nil, fmt.Errorf("c2pa: format %q is not signed", f)
 	}
@@ -285,14 +298,14 @@ func (s *Signer) Sign(r io.ReaderAt, size int64, f Format, p Provenance) (*Asset
 	var at int64
 	inserted := false
 	add := func(k span) {
-		if k.lit != nil {
+		if len(k.lit) > 0 {
 			a.parts = append(a.parts, part{data: k.lit})
-		} else if k.n > 0 {
+		} else if k.lit == nil && k.n > 0 {
 			a.parts = append(a.parts, part{off: k.off, n: k.n})
 		}
 	}
 	for _, k := range keep {
-		if !inserted && at+k.n > lay.insertAt {
+		if !inserted && at+k.size() > lay.insertAt {
 			cut := lay.insertAt - at
 			if k.lit != nil && cut > 0 {
 				return nil, errors.New("c2pa: the manifest would split a rewritten header")
@@ -308,7 +321,7 @@ func (s *Signer) Sign(r io.ReaderAt, size int64, f Format, p Provenance) (*Asset
 		} else {
 			add(k)
 		}
-		at += k.n
+		at += k.size()
 	}
 	if !inserted {
 		a.parts = append(a.parts, part{data: wrapped})
