@@ -109,6 +109,65 @@ func TestGvisorSandboxSurvivesRestart(t *testing.T) {
 	}
 }
 
+// TestGvisorSessionsSurviveRestart: after a graceful restart the new
+// server attaches to the sessions the old one started in the restored
+// sandbox: the code_execution interpreter still holds x, and an
+// exec_command session answers write_stdin under its id, its cursor going
+// on from where it was.
+func TestGvisorSessionsSurviveRestart(t *testing.T) {
+	bin := needGvisor(t)
+	s, fake := modelServer(t, "", "anthropic", map[string]string{"SANDBOX_BACKEND": "gvisor", "THREADBOX_AGENT_BIN": bin, "THREADBOX_INSTANCE": gvisorInstance(t)})
+	tok := s.bootstrap("acme", "admin@acme.test")
+	ctx := context.Background()
+	const box = "sessions"
+	cell := func(s *server, code string) anthropic.CodeExecutionResultBlock {
+		t.Helper()
+		fake.Push(steps(pyStep(code)), textStep("ok"))
+		cl := msgClient(s, tok)
+		msg, err := cl.Messages.New(ctx, msgParams(box, userText("run"), codeExec2601...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return pyResult(t, msg.Content, 0)
+	}
+	tool := func(s *server, name string, input map[string]any) sandboxBlock {
+		t.Helper()
+		fake.Push(steps(call(name, input)), textStep("ok"))
+		calls, _ := sandboxTurn(t, msgClient(s, tok), box)
+		return calls[0]
+	}
+	if r := cell(s, "x = 41"); r.ReturnCode != 0 {
+		t.Fatalf("first cell %+v", r)
+	}
+	term := tool(s, "exec_command", map[string]any{"command": "python3 -i -q", "grace_seconds": 1})
+	sid := term.str("session_id")
+	if term.Content["alive"] != true || !strings.HasPrefix(sid, "sess_") {
+		t.Fatalf("exec_command %v", term.Content)
+	}
+	w := tool(s, "write_stdin", map[string]any{"session_id": sid, "input": "y = 6 * 7\n", "since": term.num("cursor"), "wait_seconds": 5})
+	cursor := w.num("cursor")
+	if w.Content["alive"] != true || cursor < term.num("cursor") {
+		t.Fatalf("write_stdin %v", w.Content)
+	}
+
+	s.stop()
+	env := maps.Clone(s.env)
+	env["LISTEN_ADDR"] = freeAddr(t)
+	s2 := &server{t: t, base: "http://" + env["LISTEN_ADDR"], dataDir: s.dataDir, env: env, stdout: &syncBuffer{}, stderr: &syncBuffer{}}
+	s2.run(t, []string{"serve"}, 20*time.Second)
+	if r := cell(s2, "print(x + 1)"); r.ReturnCode != 0 || r.Stdout != "42\n" || r.Stderr != "" {
+		t.Fatalf("cell after the restart %+v: want the interpreter attached with x", r)
+	}
+	r := tool(s2, "write_stdin", map[string]any{"session_id": sid, "input": "print(y)\n", "since": cursor, "wait_seconds": 5})
+	if r.Type != "write_stdin_result" || r.Content["alive"] != true || !strings.Contains(r.str("stdout"), "42") ||
+		strings.Contains(r.str("stdout"), "6 * 7") || r.num("cursor") <= cursor || r.num("dropped_bytes") != 0 {
+		t.Fatalf("write_stdin after the restart %v: want the session attached, its cursor going on", r.Content)
+	}
+	if r := tool(s2, "write_stdin", map[string]any{"session_id": sid, "input": "exit()\n", "wait_seconds": 5}); r.Content["alive"] != false || r.num("exit_code") != 0 {
+		t.Fatalf("exit %v", r.Content)
+	}
+}
+
 // TestGvisorHandOver: two threadbox processes on one PostgreSQL database
 // and one data folder, under the gvisor backend. A thread's sandbox runs
 // on the first; a turn on the second asks for it, the first checkpoints it
