@@ -12,13 +12,13 @@ import (
 	"threadbox/infra/c2pa/c2patest"
 )
 
-// mediaScript writes a PNG, a JPEG and a GIF with Pillow, an SVG with
+// mediaScript writes a PNG, a JPEG, a GIF and a WebP with Pillow, an SVG with
 // matplotlib, a WAV with the wave module, a text file and a PDF to
 // outputs.
 const mediaScript = "```python\nimport os\nfrom PIL import Image\nos.makedirs('/mnt/user-data/outputs', exist_ok=True)\n" +
 	"img = Image.new('RGB', (64, 48), (200, 40, 90))\n" +
 	"img.save('/mnt/user-data/outputs/plot.png')\nimg.save('/mnt/user-data/outputs/photo.jpg', quality=90)\n" +
-	"img.save('/mnt/user-data/outputs/anim.gif')\n" +
+	"img.save('/mnt/user-data/outputs/anim.gif')\nimg.save('/mnt/user-data/outputs/pic.webp')\n" +
 	"import matplotlib\nmatplotlib.use('Agg')\nimport matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.savefig('/mnt/user-data/outputs/chart.svg')\n" +
 	"import wave\nw = wave.open('/mnt/user-data/outputs/tone.wav', 'wb')\nw.setnchannels(1)\nw.setsampwidth(2)\nw.setframerate(8000)\n" +
 	"w.writeframes(bytes(range(256)) * 40)\nw.close()\n" +
@@ -64,7 +64,7 @@ func TestContentCredentialsDownloads(t *testing.T) {
 			{"artifact", artifacts[name]["download_url"].(string), true, ""},
 		}
 	}
-	for _, tc := range []struct{ name, mime string }{{"plot.png", "image/png"}, {"photo.jpg", "image/jpeg"}, {"anim.gif", "image/gif"}, {"tone.wav", "audio/wav"}, {"chart.svg", "image/svg+xml"}} {
+	for _, tc := range []struct{ name, mime string }{{"plot.png", "image/png"}, {"photo.jpg", "image/jpeg"}, {"anim.gif", "image/gif"}, {"tone.wav", "audio/wav"}, {"chart.svg", "image/svg+xml"}, {"pic.webp", "image/webp"}} {
 		art := artifacts[tc.name]
 		if art == nil {
 			t.Fatalf("no artifact %s: %v", tc.name, artifacts)
@@ -107,8 +107,8 @@ func TestContentCredentialsDownloads(t *testing.T) {
 				flipped := []byte(string(dl.body))
 				at := len(flipped) - 16 // image data, after the manifest near the start
 				switch tc.mime {
-				case "audio/wav":
-					at = 100 // samples, before the manifest at the end
+				case "audio/wav", "image/webp":
+					at = 50 // samples or bitstream, before the manifest at the end
 				case "image/svg+xml":
 					at = bytes.Index(flipped, []byte(`d="M `)) + 5 // a digit of a path, before the manifest at the end
 				}

@@ -13,7 +13,6 @@ import (
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
 
-	"threadbox/app/containers"
 	"threadbox/infra/sandbox/gvisor"
 	"threadbox/infra/sandbox/hostdirs"
 	"threadbox/infra/sandbox/local"
@@ -198,35 +197,5 @@ func TestGvisorHandOver(t *testing.T) {
 		t.Fatalf("turn on the second server after the hand-over: %d %s", r.status, r.body)
 	}
 	one.term(t)
-	two.term(t)
-}
-
-// TestGvisorKilledServer: a gVisor sandbox ends with the threadbox process
-// that ran it, so a kill -9 (no checkpoint) loses its life: once the dead
-// server's lease lapsed, the next server boots the sandbox fresh over its
-// files, and the next command's result starts with the one-line note
-// saying so; the files written before are there, /tmp is not.
-func TestGvisorKilledServer(t *testing.T) {
-	bin := needGvisor(t)
-	env := childEnv(t, "", map[string]string{
-		"SANDBOX_BACKEND": "gvisor", "THREADBOX_AGENT_BIN": bin, "MODEL_PROVIDER": "runner", "SWEEP_INTERVAL": "300ms",
-		"LEASE_TTL": "2s", "THREADBOX_INSTANCE": gvisorInstance(t),
-	})
-	env["JWT_KEY_FILE"] = filepath.Join(filepath.Dir(env["DATA_DIR"]), "jwt.pem")
-	one := startChild(t, env)
-	f := newWSFixture(t, one.server)
-	r := one.do("POST", appAPI+"/thread/"+f.tid+"/messages", f.admin, codeTurn("echo kept > /tmp/kept; echo file > written.txt; echo started"))
-	if r.status != 200 || !strings.Contains(string(r.body), `started\n`) {
-		t.Fatalf("turn on the first server: %d %s", r.status, r.body)
-	}
-	one.kill()
-	env2 := maps.Clone(env)
-	env2["LISTEN_ADDR"] = freeAddr(t)
-	two := startChild(t, env2)
-	r = two.do("POST", appAPI+"/thread/"+f.tid+"/messages", f.admin, codeTurn("cat written.txt; cat /tmp/kept 2>/dev/null || echo no-tmp"))
-	body := string(r.body)
-	if r.status != 200 || !strings.Contains(body, `file\nno-tmp\n`) || !strings.Contains(body, containers.FreshNote) {
-		t.Fatalf("turn on the next server after kill -9: %d %s; want a fresh sandbox over the files, with the note", r.status, body)
-	}
 	two.term(t)
 }

@@ -13,6 +13,8 @@ import (
 	"image/jpeg"
 	"image/png"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -49,6 +51,8 @@ func encodeImage(t *testing.T, f Format) []byte {
 		return testWAV()
 	case SVG:
 		return []byte(testSVG)
+	case WEBP:
+		return readTestdata(t, "lossy.webp")
 	}
 	if err != nil {
 		t.Fatal(err)
@@ -88,21 +92,24 @@ const testSVG = `<?xml version="1.0" encoding="utf-8" standalone="no"?>
 
 // media are the formats signed, with where in a signed file a byte of the
 // content (not the manifest) is.
-var media = []struct {
+type mediaCase struct {
 	format Format
 	mime   string
 	flipAt func(signed []byte) int
-}{
+}
+
+var media = []mediaCase{
 	{PNG, "image/png", func(b []byte) int { return len(b) - 20 }},
 	{JPEG, "image/jpeg", func(b []byte) int { return len(b) - 20 }},
 	{GIF, "image/gif", func(b []byte) int { return len(b) - 20 }},
 	{WAV, "audio/wav", func(b []byte) int { return 100 }},
 	{SVG, "image/svg+xml", func(b []byte) int { return bytes.LastIndex(b, []byte("L50")) + 1 }},
+	{WEBP, "image/webp", func(b []byte) int { return 60 }},
 }
 
 // resignable are the formats whose manifest a re-signing replaces (an SVG
 // that carries one is served as written).
-var resignable = media[:4]
+var resignable = append(append([]mediaCase{}, media[:4]...), media[5])
 
 func testSigner(t *testing.T) *Signer {
 	t.Helper()
@@ -349,6 +356,45 @@ func TestSVGLayoutRefusals(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			if _, err := s.Sign(bytes.NewReader([]byte(tc.svg)), int64(len(tc.svg)), SVG, Provenance{}); !errors.Is(err, ErrMalformed) {
 				t.Fatalf("err %v, want ErrMalformed", err)
+			}
+		})
+	}
+}
+
+func readTestdata(t *testing.T, name string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// A simple WebP (lossy VP8, lossless VP8L with and without alpha) gets the
+// VP8X header of the extended format, with its canvas size and alpha
+// flag, and validates.
+func TestWebPGetsTheExtendedHeader(t *testing.T) {
+	s := testSigner(t)
+	for _, tc := range []struct {
+		file          string
+		width, height int
+		alpha         bool
+	}{{"lossy.webp", 40, 30, false}, {"lossless.webp", 40, 30, false}, {"alpha.webp", 20, 10, true}} {
+		t.Run(tc.file, func(t *testing.T) {
+			signed := signBytes(t, s, readTestdata(t, tc.file), WEBP, Provenance{Org: "org_1"})
+			if string(signed[12:16]) != "VP8X" {
+				t.Fatalf("first chunk %q, want VP8X", signed[12:16])
+			}
+			w := int(signed[24]) | int(signed[25])<<8 | int(signed[26])<<16
+			h := int(signed[27]) | int(signed[28])<<8 | int(signed[29])<<16
+			if w+1 != tc.width || h+1 != tc.height || (signed[20]&0x10 != 0) != tc.alpha {
+				t.Errorf("VP8X canvas %dx%d alpha %v, want %dx%d %v", w+1, h+1, signed[20]&0x10 != 0, tc.width, tc.height, tc.alpha)
+			}
+			if got := binary.LittleEndian.Uint32(signed[4:]); int(got) != len(signed)-8 {
+				t.Errorf("RIFF size %d, want %d", got, len(signed)-8)
+			}
+			if r := validate(t, "image/webp", signed); len(r.Failures()) > 0 || r.ActiveManifest == "" {
+				t.Fatalf("validation failures %+v\n%s", r.Failures(), r.Raw)
 			}
 		})
 	}

@@ -222,26 +222,40 @@ func gifExtension(store []byte) []byte {
 	return append(out, 0)
 }
 
-// wavLayout walks a WAV's RIFF chunks: the manifest goes in a C2PA chunk
-// at the end, C2PA chunks already there are dropped, and the RIFF size
-// counts the new chunk.
-func wavLayout(r io.ReaderAt, size int64) (layout, error) {
+// wavLayout is riffLayout for a WAV.
+func wavLayout(r io.ReaderAt, size int64) (layout, error) { return riffLayout(r, size, "WAVE") }
+
+// webpLayout is riffLayout for a WebP.
+func webpLayout(r io.ReaderAt, size int64) (layout, error) { return riffLayout(r, size, "WEBP") }
+
+// riffLayout walks a RIFF file's chunks (a WAV, a WebP): the manifest goes
+// in a C2PA chunk at the end, C2PA chunks already there are dropped, and
+// the RIFF size counts the new chunk. A simple WebP (a lone VP8 or VP8L
+// chunk) gets the VP8X header the extended format needs for more chunks.
+func riffLayout(r io.ReaderAt, size int64, form string) (layout, error) {
 	head := make([]byte, 12)
-	if _, err := r.ReadAt(head, 0); err != nil || string(head[:4]) != "RIFF" || string(head[8:12]) != "WAVE" {
-		return layout{}, fmt.Errorf("%w: not a WAV", ErrMalformed)
+	if _, err := r.ReadAt(head, 0); err != nil || string(head[:4]) != "RIFF" || string(head[8:12]) != form {
+		return layout{}, fmt.Errorf("%w: not a RIFF %s", ErrMalformed, form)
 	}
 	var drop []span
+	var vp8x []byte
 	off := int64(12)
 	end := min(size, int64(binary.LittleEndian.Uint32(head[4:8]))+8)
 	hdr := make([]byte, 8)
 	for off+8 <= end {
 		if _, err := r.ReadAt(hdr, off); err != nil {
-			return layout{}, fmt.Errorf("%w: WAV chunk at %d: %v", ErrMalformed, off, err)
+			return layout{}, fmt.Errorf("%w: RIFF chunk at %d: %v", ErrMalformed, off, err)
 		}
 		n := int64(binary.LittleEndian.Uint32(hdr[4:])) + 8
 		n += n & 1
 		if off+n > size {
-			return layout{}, fmt.Errorf("%w: WAV chunk %q runs past the end", ErrMalformed, hdr[:4])
+			return layout{}, fmt.Errorf("%w: RIFF chunk %q runs past the end", ErrMalformed, hdr[:4])
+		}
+		if off == 12 && form == "WEBP" {
+			var err error
+			if vp8x, err = webpExtended(r, string(hdr[:4]), off+8, n-8); err != nil {
+				return layout{}, err
+			}
 		}
 		if string(hdr[:4]) == "C2PA" {
 			drop = append(drop, span{off: off, n: n})
@@ -249,20 +263,24 @@ func wavLayout(r io.ReaderAt, size int64) (layout, error) {
 		off += n
 	}
 	if off != end {
-		return layout{}, fmt.Errorf("%w: WAV chunks do not fill the RIFF size", ErrMalformed)
+		return layout{}, fmt.Errorf("%w: RIFF chunks do not fill the RIFF size", ErrMalformed)
 	}
 	// The RIFF body ends at end; bytes after it (rare) stay after the
 	// manifest.
-	var kept int64 = end
+	kept := end + int64(len(vp8x))
 	for _, d := range drop {
 		kept -= d.n
 	}
 	keep := func(wrapLen int64) []span {
-		riff := make([]byte, 8)
+		riff := make([]byte, 12)
 		copy(riff, "RIFF")
 		binary.LittleEndian.PutUint32(riff[4:], uint32(kept-8+wrapLen))
-		out := []span{{off: 0, n: 8, lit: riff}}
-		from := int64(8)
+		copy(riff[8:], form)
+		out := []span{{off: 0, n: 12, lit: riff}}
+		if vp8x != nil {
+			out = append(out, span{off: 12, lit: vp8x})
+		}
+		from := int64(12)
 		for _, d := range drop {
 			out = append(out, span{off: from, n: d.off - from})
 			from = d.off + d.n
@@ -274,6 +292,53 @@ func wavLayout(r io.ReaderAt, size int64) (layout, error) {
 		return nonEmpty(out)
 	}
 	return layout{keep: keep, insertAt: kept, wrap: riffChunk, even: true}, nil
+}
+
+// webpExtended returns the VP8X chunk a simple WebP whose first chunk is
+// typ (payload at off, n bytes) needs, or nil when it is extended
+// already: the canvas size from the bitstream's header, and the alpha
+// flag of a lossless image that uses alpha.
+func webpExtended(r io.ReaderAt, typ string, off, n int64) ([]byte, error) {
+	var w, h uint32
+	var flags byte
+	b := make([]byte, 10)
+	switch typ {
+	case "VP8X":
+		return nil, nil
+	case "VP8 ":
+		if n < 10 {
+			return nil, fmt.Errorf("%w: short VP8 chunk", ErrMalformed)
+		}
+		if _, err := r.ReadAt(b, off); err != nil || b[3] != 0x9d || b[4] != 0x01 || b[5] != 0x2a {
+			return nil, fmt.Errorf("%w: VP8 frame header", ErrMalformed)
+		}
+		w = uint32(binary.LittleEndian.Uint16(b[6:])) & 0x3fff
+		h = uint32(binary.LittleEndian.Uint16(b[8:])) & 0x3fff
+	case "VP8L":
+		if n < 5 {
+			return nil, fmt.Errorf("%w: short VP8L chunk", ErrMalformed)
+		}
+		if _, err := r.ReadAt(b[:5], off); err != nil || b[0] != 0x2f {
+			return nil, fmt.Errorf("%w: VP8L signature", ErrMalformed)
+		}
+		bits := binary.LittleEndian.Uint32(b[1:5])
+		w, h = bits&0x3fff+1, (bits>>14)&0x3fff+1
+		if bits&(1<<28) != 0 {
+			flags |= 0x10
+		}
+	default:
+		return nil, fmt.Errorf("%w: WebP starts with chunk %q", ErrMalformed, typ)
+	}
+	if w == 0 || h == 0 {
+		return nil, fmt.Errorf("%w: WebP of no size", ErrMalformed)
+	}
+	c := make([]byte, 18)
+	copy(c, "VP8X")
+	binary.LittleEndian.PutUint32(c[4:], 10)
+	c[8] = flags
+	c[12], c[13], c[14] = byte(w-1), byte((w-1)>>8), byte((w-1)>>16)
+	c[15], c[16], c[17] = byte(h-1), byte((h-1)>>8), byte((h-1)>>16)
+	return c, nil
 }
 
 // riffChunk wraps a manifest store in a RIFF chunk "C2PA" (the layout

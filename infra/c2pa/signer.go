@@ -31,10 +31,11 @@ const (
 	GIF  Format = "gif"
 	WAV  Format = "wav"
 	SVG  Format = "svg"
+	WEBP Format = "webp"
 )
 
 // Formats lists every format the signer embeds manifests in.
-var Formats = []Format{PNG, JPEG, GIF, WAV, SVG}
+var Formats = []Format{PNG, JPEG, GIF, WAV, SVG, WEBP}
 
 // FormatOf returns the format of a MIME type, and false for a type the
 // signer does not sign.
@@ -50,6 +51,8 @@ func FormatOf(mime string) (Format, bool) {
 		return WAV, true
 	case "image/svg+xml":
 		return SVG, true
+	case "image/webp":
+		return WEBP, true
 	}
 	return "", false
 }
@@ -245,6 +248,8 @@ func (s *Signer) Sign(r io.ReaderAt, size int64, f Format, p Provenance) (*Asset
 		lay, err = wavLayout(r, size)
 	case SVG:
 		lay, err = svgLayout(r, size)
+	case WEBP:
+		lay, err = webpLayout(r, size)
 	default:
 		return nil, fmt.Errorf("c2pa: format %q is not signed", f)
 	}
