@@ -43,6 +43,10 @@ func statusOf(k fault.Kind) int {
 		return http.StatusTooManyRequests
 	case fault.Unavailable:
 		return http.StatusServiceUnavailable
+	case fault.Upstream:
+		return http.StatusBadGateway
+	case fault.Timeout:
+		return http.StatusGatewayTimeout
 	}
 	return http.StatusInternalServerError
 }

@@ -52,7 +52,7 @@ func (s *Server) createMessage(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	turn, err := door.Prepare(c.UserContext(), principal(c), req)
+	turn, err := door.Prepare(c.UserContext(), principal(c), req, nil)
 	if err != nil {
 		return err
 	}

@@ -814,13 +814,8 @@ func ErrorEvent(err error) Event {
 // body. The types are the error envelope's (docs/api.md): an upstream's own 5xx type
 // (Anthropic's "overloaded_error") becomes api_error, its message kept.
 func ErrorStatus(err error) (int, ErrorBody) {
-	var (
-		up *UpstreamError
-		se *StatusError
-	)
+	var up *UpstreamError
 	switch {
-	case errors.As(err, &se):
-		return se.Status, se.Body
 	case errors.Is(err, ErrUpstreamUnavailable):
 		return 503, ErrorBody{Type: "api_error", Message: "The model upstream is unavailable."}
 	case errors.As(err, &up):
@@ -845,16 +840,37 @@ func ErrorStatus(err error) (int, ErrorBody) {
 	return 500, ErrorBody{Type: "api_error", Message: "Internal server error."}
 }
 
-// StatusError is a turn's failure as its client was told it: a status and
-// an error body (a failure read back from a detached turn's log).
-type StatusError struct {
-	Status int
-	Body   ErrorBody
-}
-
-// Error describes the failure.
-func (e *StatusError) Error() string {
-	return fmt.Sprintf("turn failed: %d %s: %s", e.Status, e.Body.Type, e.Body.Message)
+// Fault returns an error of Run as a fault (domain/fault) with a message
+// the client may be told, so that what is kept of a failure (a detached
+// turn's log, a chat message's ending) holds its kind rather than an HTTP
+// status: an upstream's answer by its status (429 rate limited, 400
+// invalid, 404 not found, 413 too large, anything else the upstream's
+// failure), an unreachable upstream unavailable, a deadline a timeout.
+// A fault is returned as it is; anything else is internal.
+func Fault(err error) error {
+	var up *UpstreamError
+	switch {
+	case fault.KindOf(err) != fault.Internal:
+		return err
+	case errors.Is(err, ErrUpstreamUnavailable):
+		return fault.Wrap(fault.Unavailable, "The model upstream is unavailable.", err)
+	case errors.As(err, &up):
+		kind := fault.Upstream
+		switch up.StatusCode {
+		case 429:
+			kind = fault.RateLimited
+		case 400:
+			kind = fault.Invalid
+		case 404:
+			kind = fault.NotFound
+		case 413:
+			kind = fault.TooLarge
+		}
+		return fault.Wrap(kind, up.Message, err)
+	case errors.Is(err, context.DeadlineExceeded):
+		return fault.Wrap(fault.Timeout, "The request timed out.", err)
+	}
+	return fault.Wrap(fault.Internal, "Internal server error.", err)
 }
 
 func cloneMessages(in []Message) []Message {

@@ -550,19 +550,27 @@ func TestErrorStatus(t *testing.T) {
 		err    error
 		status int
 		typ    string
+		kind   fault.Kind // what Fault keeps of it
 	}{
-		{ErrUpstreamUnavailable, 503, "api_error"},
-		{&UpstreamError{StatusCode: 529, Type: "overloaded_error"}, 502, "api_error"},
-		{&UpstreamError{StatusCode: 429, Type: "rate_limit_error"}, 429, "rate_limit_error"},
-		{&UpstreamError{StatusCode: 400, Type: "invalid_request_error"}, 400, "invalid_request_error"},
-		{&UpstreamError{Type: "api_error"}, 502, "api_error"},
-		{fault.New(fault.Invalid, "bad"), 400, "invalid_request_error"},
-		{errors.New("boom"), 500, "api_error"},
+		{ErrUpstreamUnavailable, 503, "api_error", fault.Unavailable},
+		{&UpstreamError{StatusCode: 529, Type: "overloaded_error"}, 502, "api_error", fault.Upstream},
+		{&UpstreamError{StatusCode: 429, Type: "rate_limit_error"}, 429, "rate_limit_error", fault.RateLimited},
+		{&UpstreamError{StatusCode: 400, Type: "invalid_request_error"}, 400, "invalid_request_error", fault.Invalid},
+		{&UpstreamError{StatusCode: 413, Type: "request_too_large"}, 413, "invalid_request_error", fault.TooLarge},
+		{&UpstreamError{StatusCode: 404, Type: "not_found_error"}, 404, "invalid_request_error", fault.NotFound},
+		{&UpstreamError{Type: "api_error"}, 502, "api_error", fault.Upstream},
+		{fault.New(fault.Invalid, "bad"), 400, "invalid_request_error", fault.Invalid},
+		{fmt.Errorf("step: %w", context.DeadlineExceeded), 504, "api_error", fault.Timeout},
+		{errors.New("boom"), 500, "api_error", fault.Internal},
 	}
 	for _, tc := range tests {
 		status, body := ErrorStatus(tc.err)
 		if status != tc.status || body.Type != tc.typ {
 			t.Errorf("%v: got %d %s, want %d %s", tc.err, status, body.Type, tc.status, tc.typ)
+		}
+		f := Fault(tc.err)
+		if fault.KindOf(f) != tc.kind || fault.MessageOf(f) != body.Message {
+			t.Errorf("%v: Fault is %s %q, want %s %q", tc.err, fault.KindOf(f), fault.MessageOf(f), tc.kind, body.Message)
 		}
 	}
 }

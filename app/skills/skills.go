@@ -245,18 +245,9 @@ func (s *Service) Delete(ctx context.Context, p user.Principal, skillID string) 
 	return sk, nil
 }
 
-// ByName finds the latest version of each named skill (a name or a version
-// id) of the org, as the chat names them; one named twice is loaded once.
-func (s *Service) ByName(ctx context.Context, orgID string, refs []string) ([]skill.Skill, error) {
-	params := make([]messages.SkillParam, len(refs))
-	for i, r := range refs {
-		params[i] = messages.SkillParam{Type: "custom", SkillID: r}
-	}
-	return s.Resolve(ctx, orgID, params)
-}
-
-// Resolve finds the skills a Messages API request names (container.skills:
-// type, id or name, version); one named twice is loaded once. Skills of
+// Resolve finds the skills a turn names (a Messages API request's
+// container.skills: type, id or name, version; a chat turn's names, the
+// latest version); one named twice is loaded once. Skills of
 // another org are not found.
 func (s *Service) Resolve(ctx context.Context, orgID string, refs []messages.SkillParam) ([]skill.Skill, error) {
 	var out []skill.Skill
@@ -344,22 +335,6 @@ func (s *Service) Load(ctx context.Context, containerID string, skills []skill.S
 	return nil
 }
 
-// Prepare loads the skills a Messages API request names (container.skills)
-// into the container with storage id containerID and returns the text that
-// tells the model their names and descriptions ("" when refs is empty: a
-// request without skills sees none, those of an earlier request leave
-// /mnt/skills).
-func (s *Service) Prepare(ctx context.Context, p user.Principal, containerID string, refs []messages.SkillParam) (string, error) {
-	found, err := s.Resolve(ctx, p.OrgID, refs)
-	if err != nil {
-		return "", err
-	}
-	if err := s.Load(ctx, containerID, found); err != nil {
-		return "", err
-	}
-	return Prompt(found, true), nil
-}
-
 // Prompt tells the model which skills the turn loaded.
 func Prompt(skills []skill.Skill, codeExec bool) string {
 	if len(skills) == 0 {
@@ -370,8 +345,8 @@ func Prompt(skills []skill.Skill, codeExec bool) string {
 		b.WriteString("Skills are loaded read-only in the sandbox, one folder each at /mnt/skills/<name>/. " +
 			"Before using a skill, read its /mnt/skills/<name>/SKILL.md with the code execution tools.\nAvailable skills:\n")
 	} else {
-		b.WriteString("The user asked for these skills, but code execution is disabled by the organization's policy, " +
-			"so their files cannot be read in this conversation:\n")
+		b.WriteString("The user asked for these skills, but this conversation cannot run code (the organization's policy " +
+			"or the request leaves code execution out), so their files cannot be read:\n")
 	}
 	for _, sk := range skills {
 		fmt.Fprintf(&b, "- %s: %s\n", sk.Name, sk.Description)

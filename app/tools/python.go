@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"threadbox/app/messages"
-	"threadbox/app/messages/wire"
 	"threadbox/domain/sandbox"
 )
 
@@ -98,7 +97,7 @@ type interpreter struct {
 type cellRun struct {
 	callID  string // the call's srvtoolu_ id
 	cell    *cellOutput
-	calls   []wire.PendingCall
+	calls   []messages.PendingCall
 	note    string // the interpreter note of the cell's first segment
 	started time.Time
 	// ran is the time of the cell's segments before its last pause (the
@@ -124,7 +123,7 @@ type pythonAnswer struct {
 	CPUSeconds float64 `json:"cpu_seconds"`
 	// Calls, when not empty, makes this a pause: the cell awaits these
 	// client tool calls.
-	Calls []wire.PendingCall `json:"calls"`
+	Calls []messages.PendingCall `json:"calls"`
 	// Value, Error and Final answer a repl_execute call: the repr of its
 	// final expression, the traceback of its exception and what FINAL()
 	// marked.

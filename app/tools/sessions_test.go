@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"threadbox/app/messages"
-	"threadbox/app/messages/wire"
 	"threadbox/domain/sandbox"
 )
 
@@ -142,7 +141,7 @@ func runSandbox(t *testing.T, e *Executor, name string, input any) map[string]an
 
 // errorCode returns the error code and explanation of an error result.
 func errorCode(out map[string]any) (string, string) {
-	if out["type"] != wire.ResultSandboxError {
+	if out["type"] != messages.ResultSandboxError {
 		return "", ""
 	}
 	d, _ := out["detail"].(map[string]any)

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"threadbox/app/messages"
-	"threadbox/app/messages/wire"
 	"threadbox/domain/file"
 	"threadbox/domain/sandbox"
 )
@@ -188,9 +187,9 @@ func New(sb Sandbox, files Files, cfg Config) *Executor {
 
 // subTools run the code-execution sub-tools; each answers a result of its
 // own type.
-var subTools = map[string]func(*Executor, context.Context, messages.ToolCall) (*wire.ToolResult, error){
-	wire.SubToolBash:              (*Executor).bash,
-	wire.SubToolTextEditor:        (*Executor).editor,
+var subTools = map[string]func(*Executor, context.Context, messages.ToolCall) (*messages.ToolResult, error){
+	messages.SubToolBash:          (*Executor).bash,
+	messages.SubToolTextEditor:    (*Executor).editor,
 	messages.SubToolCodeExecution: (*Executor).python,
 }
 
@@ -207,9 +206,9 @@ var sandboxTools = map[string]func(*Executor, context.Context, messages.ToolCall
 
 // Execute runs one call of either family. It returns an error only when
 // ctx ends.
-func (e *Executor) Execute(ctx context.Context, call messages.ToolCall) (*wire.ToolResult, error) {
+func (e *Executor) Execute(ctx context.Context, call messages.ToolCall) (*messages.ToolResult, error) {
 	var (
-		r   *wire.ToolResult
+		r   *messages.ToolResult
 		err error
 	)
 	if sub, ok := subTools[call.Name]; ok {
@@ -232,13 +231,13 @@ func (e *Executor) Execute(ctx context.Context, call messages.ToolCall) (*wire.T
 }
 
 // sandboxTool runs a sandbox_v1 call and encodes its result's content.
-func (e *Executor) sandboxTool(ctx context.Context, call messages.ToolCall) (*wire.ToolResult, error) {
+func (e *Executor) sandboxTool(ctx context.Context, call messages.ToolCall) (*messages.ToolResult, error) {
 	tool, ok := sandboxTools[call.Name]
 	switch {
 	case !ok:
 		return nil, invalidInput("Unknown tool %q.", call.Name)
 	case e.sb == nil:
-		return nil, refuse(wire.CodeUnavailable, "%s", messages.NotConfiguredMessage)
+		return nil, refuse(messages.CodeUnavailable, "%s", messages.NotConfiguredMessage)
 	}
 	body, err := tool(e, ctx, call)
 	e.ended.mark(call.ContainerID, time.Now())
@@ -247,16 +246,16 @@ func (e *Executor) sandboxTool(ctx context.Context, call messages.ToolCall) (*wi
 	}
 	b, err := json.Marshal(body)
 	if err != nil {
-		return nil, refuse(wire.CodeUnavailable, "The result could not be encoded: %s", err.Error())
+		return nil, refuse(messages.CodeUnavailable, "The result could not be encoded: %s", err.Error())
 	}
-	return wire.SandboxResult(b), nil
+	return messages.SandboxResult(b), nil
 }
 
 // addNote puts the container's note (Sandbox.TakeNote), if any, at the
 // start of a command's or a cell's stderr; other results leave it for the
 // next.
-func (e *Executor) addNote(containerID string, r *wire.ToolResult) {
-	if e.sb == nil || len(r.Pending) > 0 || (r.Type != wire.ResultBash && r.Type != wire.ResultCodeExecution) {
+func (e *Executor) addNote(containerID string, r *messages.ToolResult) {
+	if e.sb == nil || len(r.Pending) > 0 || (r.Type != messages.ResultBash && r.Type != messages.ResultCodeExecution) {
 		return
 	}
 	if note := e.sb.TakeNote(containerID); note != "" {
@@ -293,9 +292,9 @@ func unsupportedMessage(tool string) string {
 func (e *Executor) sandboxFailure(err error, unsupported string) *toolError {
 	switch {
 	case errors.Is(err, sandbox.ErrNoBackend):
-		return &toolError{wire.CodeUnavailable, messages.NotConfiguredMessage}
+		return &toolError{messages.CodeUnavailable, messages.NotConfiguredMessage}
 	case errors.Is(err, sandbox.ErrUnsupported):
-		return &toolError{wire.CodeUnavailable, unsupported}
+		return &toolError{messages.CodeUnavailable, unsupported}
 	}
-	return &toolError{wire.CodeUnavailable, "The sandbox is unavailable: " + messages.Explain(e.cfg.Log, err)}
+	return &toolError{messages.CodeUnavailable, "The sandbox is unavailable: " + messages.Explain(e.cfg.Log, err)}
 }

@@ -1,17 +1,21 @@
-// Package turns is the front door of every model turn. A Messages API
-// request and a chat turn both come through here: the model name is
-// resolved by one rule, the request is checked once (its plan is kept for
-// the run), the container is resolved, touched and prepared, container
-// uploads and skills are checked and loaded, the turn's sandbox token is
-// issued for the run and revoked when it ends, and the tool loop
-// (app/messages) runs it. The chat (app/workspace) adds only what is
-// thread-specific: history, injection rules, persistence and artifacts.
+// Package turns is the head of every model turn. A Messages API request
+// and a chat turn are prepared here by one rule (Prepare): the model name
+// is resolved, the request is checked once (its plan is kept for the run),
+// the running-sandbox and storage quotas are asked, the container is
+// resolved, prepared and touched, container uploads are checked and skills
+// loaded; the turn's sandbox token is issued for the run and revoked when it
+// ends, and the tool loop (app/messages) runs it. A chat turn runs detached
+// from the request that started it, its events in a log that any client
+// follows, replays or stops (detached.go). The chat (app/workspace) adds
+// only what is its thread's: history, injection rules, the thread's turn
+// lease, persistence and artifacts.
 package turns
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"time"
@@ -22,8 +26,17 @@ import (
 	"threadbox/domain/container"
 	"threadbox/domain/fault"
 	"threadbox/domain/skill"
+	"threadbox/domain/turn"
 	"threadbox/domain/user"
 )
+
+// Engine is the tool loop (app/messages.Service).
+type Engine interface {
+	// Validate checks a request and returns what it would do.
+	Validate(req *messages.Request) (*messages.Plan, error)
+	// Run runs a request, sending its events to sink.
+	Run(ctx context.Context, req *messages.Request, opts messages.RunOptions, sink messages.Sink) error
+}
 
 // Containers resolves the containers of turns (app/containers.Service).
 type Containers interface {
@@ -76,12 +89,13 @@ type SandboxEnv interface {
 	Begin(p user.Principal, containerID, model string) (env func(context.Context) ([]string, error), end func())
 }
 
-// Deps are the ports of the front door. Only Engine and Containers are
+// Deps are the ports of the turns. Only Engine and Containers are
 // required; without Skills or Files a request that needs them is refused
 // as unavailable, without Quota nothing is counted, without SandboxEnv
-// commands run without the product's API variables.
+// commands run without the product's API variables, without Records no
+// turn is detached.
 type Deps struct {
-	Engine     *messages.Service
+	Engine     Engine
 	Containers Containers
 	Quota      Quota
 	Skills     Skills
@@ -90,22 +104,53 @@ type Deps struct {
 	// DefaultModel is what the model "default" (or none) resolves to;
 	// empty leaves "default" to the model adapter.
 	DefaultModel string
+	// Records store detached turns and their event logs (infra/store).
+	Records turn.Repository
+	// LogMaxBytes caps the bytes of one turn's event log (default
+	// DefaultLogMaxBytes): past it the log holds a LogTruncated event and
+	// then only the events that end the stream.
+	LogMaxBytes int64
+	// LogRetention is how long the event log of an ended turn is kept
+	// (default DefaultLogRetention).
+	LogRetention time.Duration
+	// Now tells the time (default time.Now); Log gets what a detached
+	// turn could not store.
+	Now func() time.Time
+	Log *slog.Logger
 }
 
 // touchEvery is how stale a container's last use may be before a request
 // records a new one; closer uses share one write.
 const touchEvery = time.Second
 
-// Service is the front door.
+// Service prepares and runs turns, and keeps the logs of detached ones.
 type Service struct {
 	d        Deps
+	now      func() time.Time
+	log      *slog.Logger
 	prepared preparedSet
+	// detached are the turns running in this process (detached.go).
+	detached detachedTurns
 }
 
-// New returns the front door over d.
-func New(d Deps) *Service { return &Service{d: d} }
+// New returns the turns service over d.
+func New(d Deps) *Service {
+	if d.Now == nil {
+		d.Now = time.Now
+	}
+	if d.Log == nil {
+		d.Log = slog.New(slog.DiscardHandler)
+	}
+	if d.LogMaxBytes <= 0 {
+		d.LogMaxBytes = DefaultLogMaxBytes
+	}
+	if d.LogRetention <= 0 {
+		d.LogRetention = DefaultLogRetention
+	}
+	return &Service{d: d, now: d.Now, log: d.Log}
+}
 
-// Ready reports whether the front door can run turns (503 otherwise).
+// Ready reports whether turns can run (503 otherwise).
 func (s *Service) Ready() error {
 	if s == nil || s.d.Engine == nil || s.d.Containers == nil {
 		return fault.New(fault.Unavailable, "the Messages API is not configured on this server")
@@ -140,31 +185,13 @@ type Turn struct {
 // they run (messages.EventToolOutput).
 func (t *Turn) LiveOutput() { t.opts.LiveOutput = true }
 
+// OnToolCall makes the turn call h after each of its server tool calls (the
+// chat captures the outputs as artifacts).
+func (t *Turn) OnToolCall(h messages.ToolHook) { t.opts.OnToolCall = h }
+
 // Request returns the request the turn runs (model resolved, skills'
 // prompt added).
 func (t *Turn) Request() *messages.Request { return t.req }
-
-// Begin makes a turn of a request its caller resolved (the chat: its
-// thread's container, history and tools); its plan is checked here.
-func (s *Service) Begin(p user.Principal, req *messages.Request, opts messages.RunOptions) (*Turn, error) {
-	req.Model = s.Model(req.Model)
-	plan, err := s.d.Engine.Validate(req)
-	if err != nil {
-		return nil, err
-	}
-	opts.Plan = plan
-	opts.OrgID, opts.UserID = p.OrgID, p.UserID
-	return &Turn{s: s, p: p, req: req, opts: opts}, nil
-}
-
-// Run checks and runs a turn its caller resolved (Begin, then Turn.Run).
-func (s *Service) Run(ctx context.Context, p user.Principal, req *messages.Request, opts messages.RunOptions, sink messages.Sink) error {
-	t, err := s.Begin(p, req, opts)
-	if err != nil {
-		return err
-	}
-	return t.Run(ctx, sink)
-}
 
 // Run runs the turn, sending its events to sink as they happen. A turn
 // that offers tools in a container gets its sandbox variables, and its
@@ -179,19 +206,32 @@ func (t *Turn) Run(ctx context.Context, sink messages.Sink) error {
 	return t.s.d.Engine.Run(ctx, t.req, opts, sink)
 }
 
-// Create runs the turn and returns its whole response.
-func (t *Turn) Create(ctx context.Context) (*messages.Response, error) {
-	var c messages.Collector
-	if err := t.Run(ctx, &c); err != nil {
-		return nil, err
-	}
-	return c.Response(), nil
+// Thread is what a chat turn tells Prepare beyond its request
+// (app/workspace): the thread it runs in and what the chat stores for it.
+type Thread struct {
+	// ID is the thread, whose container the turn runs in.
+	ID string
+	// Stores is how many bytes the chat stores before the turn runs (its
+	// user message; 0 when the stored one is asked again).
+	Stores int64
+	// History is how many of the request's first messages are the
+	// thread's stored history, whose container uploads were checked when
+	// they were first asked.
+	History int
 }
 
-// Prepare checks a Messages API request and resolves what it runs with:
-// the model, the container (made, prepared and touched, so its expiry
-// rolls forward), its uploads and skills.
-func (s *Service) Prepare(ctx context.Context, p user.Principal, req *messages.Request) (*Turn, error) {
+// Prepare checks a turn and resolves what it runs with, by one rule for a
+// Messages API request (th nil) and a chat turn (th its thread): the model;
+// the plan; the quotas (a turn that may run code is refused past the
+// running-sandbox quotas, and one that may run code or that the chat keeps
+// when its org has no storage left or the bytes th stores do not fit);
+// the container (the thread's, the one the request names, or the caller's
+// default; made, prepared and touched, so its expiry rolls forward); the
+// container uploads the turn asks anew; and its skills, loaded into the
+// container and named in the system prompt. A turn that needs no container
+// (a Messages API request without code, skills or container files) makes
+// none. Nothing is made or loaded for a turn refused here.
+func (s *Service) Prepare(ctx context.Context, p user.Principal, req *messages.Request, th *Thread) (*Turn, error) {
 	if err := s.Ready(); err != nil {
 		return nil, err
 	}
@@ -201,20 +241,24 @@ func (s *Service) Prepare(ctx context.Context, p user.Principal, req *messages.R
 		return nil, err
 	}
 	t := &Turn{s: s, p: p, req: req, opts: messages.RunOptions{Plan: plan, OrgID: p.OrgID, UserID: p.UserID}}
-	if !needsContainer(req, plan) {
+	if th == nil && !needsContainer(req, plan) {
 		return t, nil
 	}
-	if err := s.beforeRun(ctx, p, req, plan); err != nil {
+	if err := s.beforeRun(ctx, p, req, plan, th); err != nil {
 		return nil, err
 	}
-	c, err := s.containerOf(ctx, p, req)
+	c, err := s.containerOf(ctx, p, req, th)
 	if err != nil {
 		return nil, err
 	}
-	if err := s.checkUploads(ctx, p, c.ClientID(), req); err != nil {
+	asked := req.Messages
+	if th != nil {
+		asked = req.Messages[min(th.History, len(req.Messages)):]
+	}
+	if err := s.checkUploads(ctx, p, c.ClientID(), asked, len(req.Messages)-len(asked)); err != nil {
 		return nil, err
 	}
-	if err := s.loadSkills(ctx, p, c, req); err != nil {
+	if err := s.loadSkills(ctx, p, c, req, runsCode(plan)); err != nil {
 		return nil, err
 	}
 	if time.Since(c.LastActiveAt()) >= touchEvery {
@@ -229,13 +273,20 @@ func (s *Service) Prepare(ctx context.Context, p user.Principal, req *messages.R
 	return t, nil
 }
 
-// loadSkills loads the skills the request names into its container (none
-// unloads those of an earlier request: a request sees only the skills it
-// asks for) and tells the model about them in the system prompt.
-func (s *Service) loadSkills(ctx context.Context, p user.Principal, c container.Container, req *messages.Request) error {
+// runsCode reports whether a turn's plan may run code in its container.
+func runsCode(plan *messages.Plan) bool { return plan.CodeExecution || plan.Sandbox }
+
+// loadSkills loads the skills the request names into its container when
+// it names some or may run code (none unloads those of an earlier turn: a
+// turn sees only the skills it asks for), and tells the model about them
+// in the system prompt, saying whether code can read them.
+func (s *Service) loadSkills(ctx context.Context, p user.Principal, c container.Container, req *messages.Request, code bool) error {
 	var refs []messages.SkillParam
 	if req.Container != nil {
 		refs = req.Container.Skills
+	}
+	if len(refs) == 0 && !code {
+		return nil
 	}
 	if s.d.Skills == nil {
 		if len(refs) > 0 {
@@ -250,7 +301,7 @@ func (s *Service) loadSkills(ctx context.Context, p user.Principal, c container.
 	if err := s.d.Skills.Load(ctx, c.ID(), found); err != nil {
 		return err
 	}
-	if text := skills.Prompt(found, true); text != "" {
+	if text := skills.Prompt(found, code); text != "" {
 		if req.System, err = WithSystemText(req.System, text); err != nil {
 			return err
 		}
@@ -287,12 +338,12 @@ func (s *Service) Validate(ctx context.Context, p user.Principal, req *messages.
 		return nil, err
 	}
 	// The org policy's quotas refuse validation as they would the request.
-	if err := s.beforeRun(ctx, p, req, plan); err != nil {
+	if err := s.beforeRun(ctx, p, req, plan, nil); err != nil {
 		return nil, err
 	}
 	out := &Validation{Model: req.Model, Plan: plan, Skills: []string{}}
 	if needsContainer(req, plan) {
-		id := requestScope(p, req)
+		id := requestScope(p, req, nil)
 		vc := &ValidatedContainer{ID: id}
 		ctr, ok, err := s.d.Containers.Peek(ctx, p, id)
 		if err != nil {
@@ -307,7 +358,7 @@ func (s *Service) Validate(ctx context.Context, p user.Principal, req *messages.
 			if !vc.Exists {
 				return nil, fault.Errorf(fault.Invalid, "container_upload: container %q does not exist yet, so it has no files", id)
 			}
-			if err := s.checkUploads(ctx, p, vc.ID, req); err != nil {
+			if err := s.checkUploads(ctx, p, vc.ID, req.Messages, 0); err != nil {
 				return nil, err
 			}
 		}
@@ -334,11 +385,14 @@ func needsContainer(req *messages.Request, plan *messages.Plan) bool {
 	return plan.CodeExecution || plan.Sandbox || (req.Container != nil && (req.Container.ID != "" || len(req.Container.Skills) > 0)) || len(plan.ContainerUploads) > 0
 }
 
-// requestScope is the container a request names: its container's id, or
-// when it names none the caller's default container — for a sandbox token
-// the container of its own sandbox, the only one it may use.
-func requestScope(p user.Principal, req *messages.Request) string {
+// requestScope is the container a turn runs in: a chat turn's thread's,
+// the container a request names, or when it names none the caller's
+// default container — for a sandbox token the container of its own
+// sandbox, the only one it may use.
+func requestScope(p user.Principal, req *messages.Request, th *Thread) string {
 	switch {
+	case th != nil:
+		return th.ID
 	case req.Container != nil && req.Container.ID != "":
 		return req.Container.ID
 	case p.Kind == user.SandboxToken:
@@ -347,14 +401,17 @@ func requestScope(p user.Principal, req *messages.Request) string {
 	return container.DefaultClientID
 }
 
-// containerOf resolves the request's container: the one it names (a new id
-// creates it; a thread id the caller can access names the thread's), or the
-// caller's default container. Its folders are prepared the first time this
-// server sees it.
-func (s *Service) containerOf(ctx context.Context, p user.Principal, req *messages.Request) (container.Container, error) {
+// containerOf resolves the turn's container: its thread's, the one the
+// request names (a new id creates it; a thread id the caller can access
+// names the thread's), or the caller's default container. Its folders are
+// prepared the first time this server sees it.
+func (s *Service) containerOf(ctx context.Context, p user.Principal, req *messages.Request, th *Thread) (container.Container, error) {
+	if th != nil {
+		return s.d.Containers.Scope(ctx, p, th.ID, true)
+	}
 	ref := container.ParseRef("") // the caller's default container
 	if (req.Container != nil && req.Container.ID != "") || p.Kind == user.SandboxToken {
-		ref = container.ParseRef(requestScope(p, req))
+		ref = container.ParseRef(requestScope(p, req, nil))
 	}
 	if threadID, ok := ref.Thread(); ok {
 		return s.d.Containers.Scope(ctx, p, threadID, true)
@@ -404,32 +461,43 @@ func (p *preparedSet) add(key string) {
 	p.m[key] = struct{}{}
 }
 
-// beforeRun refuses a request that may run code when booting its sandbox
-// would pass a running-sandbox quota, or when its org has nothing left of
-// its storage quota (code writes the container's files, which count
-// toward it), before the request makes its container: a refused request
-// leaves nothing behind. A request to a container whose sandbox runs is
-// not refused for the running quotas.
-func (s *Service) beforeRun(ctx context.Context, p user.Principal, req *messages.Request, plan *messages.Plan) error {
-	if s.d.Quota == nil || !(plan.CodeExecution || plan.Sandbox) {
+// beforeRun asks the quotas before the turn makes its container, so that
+// a refused turn leaves nothing behind. A turn that may run code is
+// refused when booting its sandbox would pass a running-sandbox quota (not
+// while its container's sandbox runs). A turn that may run code (code
+// writes the container's files, which count toward the storage quota) or
+// that the chat keeps (th: its messages and log count too) is refused when
+// its org has nothing left of its storage quota, or when the bytes th
+// stores before the run do not fit; what the run adds is counted by the
+// next check.
+func (s *Service) beforeRun(ctx context.Context, p user.Principal, req *messages.Request, plan *messages.Plan, th *Thread) error {
+	code := runsCode(plan)
+	if s.d.Quota == nil || !code && th == nil {
 		return nil
 	}
-	id := ""
-	// A scope that names nothing yet, or nothing the caller may use, is
-	// left to containerOf to make or refuse.
-	if c, ok, err := s.d.Containers.Peek(ctx, p, requestScope(p, req)); err == nil && ok {
-		id = c.ID()
+	if code {
+		id := ""
+		// A scope that names nothing yet, or nothing the caller may use,
+		// is left to containerOf to make or refuse.
+		if c, ok, err := s.d.Containers.Peek(ctx, p, requestScope(p, req, th)); err == nil && ok {
+			id = c.ID()
+		}
+		if err := s.d.Quota.BeforeRun(ctx, p.OrgID, p.UserID, id); err != nil {
+			return err
+		}
 	}
-	if err := s.d.Quota.BeforeRun(ctx, p.OrgID, p.UserID, id); err != nil {
-		return err
+	var n int64
+	if th != nil {
+		n = th.Stores
 	}
-	return s.d.Quota.BeforeStore(ctx, p.OrgID, 0)
+	return s.d.Quota.BeforeStore(ctx, p.OrgID, n)
 }
 
-// checkUploads makes sure every container_upload block names an existing
-// file of the container.
-func (s *Service) checkUploads(ctx context.Context, p user.Principal, scopeID string, req *messages.Request) error {
-	for i, msg := range req.Messages {
+// checkUploads makes sure every container_upload block of msgs names an
+// existing file of the container; first is the index of msgs[0] in the
+// request, for the error's path.
+func (s *Service) checkUploads(ctx context.Context, p user.Principal, scopeID string, msgs []messages.Message, first int) error {
+	for i, msg := range msgs {
 		for j, b := range msg.Content {
 			if b.Type != messages.BlockContainerUpload {
 				continue
@@ -439,7 +507,7 @@ func (s *Service) checkUploads(ctx context.Context, p user.Principal, scopeID st
 			}
 			if _, err := s.d.Files.Metadata(ctx, p, scopeID, b.FileID); err != nil {
 				if fault.Is(err, fault.NotFound) || fault.Is(err, fault.Invalid) {
-					return fault.Errorf(fault.Invalid, "messages.%d.content.%d.file_id: no file %q in container %q", i, j, b.FileID, scopeID)
+					return fault.Errorf(fault.Invalid, "messages.%d.content.%d.file_id: no file %q in container %q", first+i, j, b.FileID, scopeID)
 				}
 				return err
 			}

@@ -8,12 +8,12 @@ import (
 
 	"threadbox/app/files"
 	"threadbox/app/messages"
+	"threadbox/app/turns"
 	"threadbox/domain/artifact"
 	"threadbox/domain/audit"
 	"threadbox/domain/container"
 	"threadbox/domain/file"
 	"threadbox/domain/org"
-	"threadbox/domain/skill"
 	"threadbox/domain/turn"
 	"threadbox/domain/user"
 )
@@ -24,17 +24,27 @@ type Store interface {
 	threadStore
 	artifact.Repository
 	artifactRefs
-	turn.Repository
 }
 
-// Turns is the front door every turn runs through (app/turns.Service).
+// Turns is the head every turn is prepared by, and the log of the turns
+// that run detached (app/turns.Service).
 type Turns interface {
-	// Model resolves a requested model name ("" or "default" is the
-	// configured model).
-	Model(name string) string
-	// Run checks and runs req for p with opts, sending its events to sink;
-	// a turn that offers tools gets its sandbox variables for the run.
-	Run(ctx context.Context, p user.Principal, req *messages.Request, opts messages.RunOptions, sink messages.Sink) error
+	// Prepare checks a chat turn's request and resolves what it runs with
+	// (model, quotas, the thread's container, uploads, skills); nothing is
+	// made for a turn it refuses.
+	Prepare(ctx context.Context, p user.Principal, req *messages.Request, th *turns.Thread) (*turns.Turn, error)
+	// Detach runs a turn apart from the request that started it and
+	// returns its id.
+	Detach(ctx context.Context, d turns.Detached) (string, error)
+	// Follow replays and follows a thread's turn's log until it ends.
+	Follow(ctx context.Context, threadID, turnID string, after int64, held turns.Held, send func(turn.Event) error) (turns.Ending, error)
+	// Turn returns a thread's turn; Stop stops it.
+	Turn(ctx context.Context, threadID, turnID string) (turn.Turn, error)
+	Stop(ctx context.Context, threadID, turnID string) (turn.Turn, error)
+	// Running returns the thread's turn that runs now, on any server.
+	Running(ctx context.Context, threadID string, held turns.Held) (turn.Turn, error)
+	// EndThread ends the turn running in a thread about to be deleted.
+	EndThread(ctx context.Context, threadID string) error
 }
 
 // Containers resolves and manages thread containers (app/containers.Service).
@@ -94,28 +104,13 @@ type Blobs interface {
 	Remove(ctx context.Context, sha256 string, writtenBefore time.Time) (bool, error)
 }
 
-// Skills finds skills by name and loads them into containers
-// (app/skills.Service).
-type Skills interface {
-	// ByName finds the latest version of each named skill (a name or a
-	// version id) of the org.
-	ByName(ctx context.Context, orgID string, refs []string) ([]skill.Skill, error)
-	// Load makes the container hold exactly skills at /mnt/skills.
-	Load(ctx context.Context, containerID string, skills []skill.Skill) error
-}
-
 // Policies returns an org's feature policy (app/admin.Service).
 type Policies interface {
 	OrgPolicy(ctx context.Context, orgID string) (org.Policy, error)
 }
 
-// Quota checks the org policy's quotas (app/quota.Service).
+// Quota checks the org policy's storage quota (app/quota.Service).
 type Quota interface {
-	// BeforeRun refuses (fault.RateLimited, naming the quota) a turn
-	// that may boot the sandbox of container containerID when the user or
-	// the org has as many sandboxes running as the policy allows; nothing
-	// is refused while that container's sandbox runs.
-	BeforeRun(ctx context.Context, orgID, userID, containerID string) error
 	// StorageLeft returns how many more bytes the org may store, or -1
 	// without a storage quota; an org with nothing left is refused.
 	StorageLeft(ctx context.Context, orgID string) (int64, error)
@@ -125,7 +120,7 @@ type Quota interface {
 	BeforeStore(ctx context.Context, orgID string, n int64) error
 }
 
-// Deps are the ports of the turn, file, skill and artifact use cases.
+// Deps are the ports of the turn, file and artifact use cases.
 type Deps struct {
 	Turns      Turns
 	Containers Containers
@@ -140,8 +135,8 @@ type Deps struct {
 	// downloads redirect to a URL of the store valid that long
 	// (BLOB_PRESIGN=true) instead of streaming through the server.
 	PresignExpiry time.Duration
-	Skills        Skills
-	Policies      Policies
+	// Policies give the org's features the injection rules follow.
+	Policies Policies
 	// MaxTokens caps each model step of a turn (default 4096).
 	MaxTokens int
 	// MaxArtifactBytes caps the output files kept as artifacts (default
@@ -160,16 +155,9 @@ type Deps struct {
 	// one database never run two turns of a thread at once. Without it the
 	// lock is this process's alone.
 	Leases Leases
-	// Quota, when set, refuses turns past the running-sandbox quotas and
-	// keeps turns, forks and artifacts within the storage quota.
+	// Quota, when set, keeps forks and artifacts within the storage quota
+	// (app/turns asks the quotas of turns).
 	Quota Quota
-	// TurnLogRetention is how long the event log of an ended turn is kept
-	// (default DefaultTurnLogRetention).
-	TurnLogRetention time.Duration
-	// TurnLogMaxBytes caps the bytes of one turn's event log (default
-	// DefaultTurnLogMaxBytes): past it the log holds a LogTruncated event
-	// and then only the events that end the stream.
-	TurnLogMaxBytes int64
 	// Audit, when set, records project renames and deletions in the org's
 	// audit log.
 	Audit Auditor

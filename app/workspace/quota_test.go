@@ -59,9 +59,8 @@ var codeExecTurn = TurnRequest{
 
 func TestTurnRefusedPastTheRunningQuota(t *testing.T) {
 	ctx := context.Background()
-	svc, st, p, th := setup(t, scriptEngine{})
 	q := &fakeQuota{refuseRun: true}
-	svc.d.Quota = q
+	svc, st, p, th := setupQuota(t, scriptEngine{}, q)
 	// A turn without code execution boots nothing: not asked.
 	turn, err := svc.StartTurn(ctx, p, th.ID(), TurnRequest{Content: codeExecTurn.Content})
 	if err != nil || len(q.runs) != 0 {
@@ -104,10 +103,7 @@ func TestArtifactCaptureWithinTheStorageQuota(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
-			svc, _, p, th := setup(t, scriptEngine{})
-			if tc.quota != nil {
-				svc.d.Quota = tc.quota
-			}
+			svc, _, p, th := setupQuota(t, scriptEngine{}, tc.quota)
 			turn, err := svc.StartTurn(ctx, p, th.ID(), TurnRequest{Content: codeExecTurn.Content})
 			if err != nil {
 				t.Fatal(err)
@@ -135,9 +131,8 @@ func TestArtifactCaptureWithinTheStorageQuota(t *testing.T) {
 
 func TestTurnWithinTheStorageQuota(t *testing.T) {
 	ctx := context.Background()
-	svc, st, p, th := setup(t, scriptEngine{})
 	q := &fakeQuota{refuseStore: true}
-	svc.d.Quota = q
+	svc, st, p, th := setupQuota(t, scriptEngine{}, q)
 	want, _ := json.Marshal(codeExecTurn.Content)
 	// Refused before anything is stored, asking for the user message's
 	// stored bytes, whether or not the turn may run code.

@@ -80,8 +80,11 @@ func (s *Service) DeleteThread(ctx context.Context, p user.Principal, threadID s
 	if err != nil {
 		return err
 	}
-	if err := s.endThreadTurns(ctx, th.ID()); err != nil {
-		return err
+	// Its running turn ends first: it must not go on without its thread.
+	if s.d.Turns != nil {
+		if err := s.d.Turns.EndThread(ctx, th.ID()); err != nil {
+			return err
+		}
 	}
 	if err := s.removeSandbox(ctx, th); err != nil {
 		return err

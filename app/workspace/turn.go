@@ -9,11 +9,10 @@ import (
 	"time"
 
 	"threadbox/app/messages"
-	"threadbox/app/skills"
+	"threadbox/app/turns"
 	"threadbox/domain/fault"
 	"threadbox/domain/id"
 	"threadbox/domain/org"
-	"threadbox/domain/skill"
 	"threadbox/domain/thread"
 	"threadbox/domain/user"
 )
@@ -50,8 +49,7 @@ type Turn struct {
 	s       *Service
 	p       user.Principal
 	thread  thread.Thread
-	req     *messages.Request
-	opts    messages.RunOptions
+	turn    *turns.Turn // the turn as app/turns prepared it
 	content []messages.ContentBlock
 	done    bool
 	// replace are the ids of the messages the turn replaces, and reask
@@ -67,11 +65,12 @@ var userBlocks = map[string]bool{
 }
 
 // StartTurn checks a turn on one of the caller's threads and prepares it:
-// the thread's history from the database, the tools after the injection
-// rules, the skills loaded into the thread's container. Only one turn runs
-// per thread at a time. The caller must Run (or Abort) the turn it gets.
+// the thread's history from the database and the tools after the injection
+// rules make its request, which app/turns prepares as every turn (quotas,
+// the thread's container, uploads, skills). Only one turn runs per thread
+// at a time. The caller must Run (or Abort) the turn it gets.
 func (s *Service) StartTurn(ctx context.Context, p user.Principal, threadID string, tr TurnRequest) (*Turn, error) {
-	if s.d.Turns == nil || s.d.Containers == nil || s.d.Policies == nil {
+	if s.d.Turns == nil || s.d.Policies == nil {
 		return nil, fault.New(fault.Unavailable, "the chat pipeline is not configured")
 	}
 	th, err := s.store.Thread(ctx, p.OrgID, p.UserID, threadID)
@@ -108,51 +107,36 @@ func (s *Service) StartTurn(ctx context.Context, p user.Principal, threadID stri
 	if err != nil {
 		return nil, fmt.Errorf("workspace: policy: %w", err)
 	}
-	var found []skill.Skill
-	if len(tr.Skills) > 0 {
-		if s.d.Skills == nil {
-			return nil, fault.New(fault.Unavailable, "skills are not configured on this server")
-		}
-		if found, err = s.d.Skills.ByName(ctx, p.OrgID, tr.Skills); err != nil {
-			return nil, err
-		}
-	}
-	tools, codeExec, err := TurnTools(tr.Tools, len(found) > 0, policy)
+	tools, _, err := TurnTools(tr.Tools, len(tr.Skills) > 0, policy)
 	if err != nil {
 		return nil, err
 	}
-	// A turn that may run code may boot the thread's sandbox: past the
-	// running-sandbox quota it is refused before anything is made or
-	// stored (the thread's container id is the thread id).
-	if codeExec && s.d.Quota != nil {
-		if err := s.d.Quota.BeforeRun(ctx, p.OrgID, p.UserID, th.ID()); err != nil {
-			return nil, err
-		}
-	}
-	if err := s.beforeStore(ctx, p, tr.Content, reask); err != nil {
-		return nil, err
-	}
-	c, err := s.d.Containers.Scope(ctx, p, th.ID(), true)
-	if err != nil {
-		return nil, err
-	}
-	if codeExec && s.d.Skills != nil {
-		if err := s.d.Skills.Load(ctx, c.ID(), found); err != nil {
-			return nil, err
-		}
-	}
-	model := s.d.Turns.Model(tr.Model)
 	maxTokens := s.d.MaxTokens
 	if maxTokens <= 0 {
 		maxTokens = DefaultMaxTokens
 	}
 	req := &messages.Request{
-		Model: model, MaxTokens: maxTokens, Tools: tools, Stream: tr.Stream,
+		Model: tr.Model, MaxTokens: maxTokens, Tools: tools, Stream: tr.Stream,
 		Messages: append(history, messages.Message{Role: messages.RoleUser, Content: tr.Content}),
 	}
-	if sys := skills.Prompt(found, codeExec); sys != "" {
-		req.System, _ = json.Marshal(sys)
+	if len(tr.Skills) > 0 {
+		// The chat names skills by name or version id, the latest version.
+		req.Container = &messages.ContainerParam{}
+		for _, name := range tr.Skills {
+			req.Container.Skills = append(req.Container.Skills, messages.SkillParam{Type: "custom", SkillID: name})
+		}
 	}
+	stores, err := storedBytes(tr.Content, reask)
+	if err != nil {
+		return nil, err
+	}
+	prepared, err := s.d.Turns.Prepare(ctx, p, req, &turns.Thread{ID: th.ID(), Stores: stores, History: len(history)})
+	if err != nil {
+		return nil, err
+	}
+	// A chat turn's log carries its commands' output as it is produced:
+	// the chat shows it live, and a reattached page too.
+	prepared.LiveOutput()
 	ok, err := s.d.Leases.Acquire(ctx, turnLease(th.ID()))
 	if err != nil {
 		return nil, fmt.Errorf("workspace: turn lease: %w", err)
@@ -160,39 +144,20 @@ func (s *Service) StartTurn(ctx context.Context, p user.Principal, threadID stri
 	if !ok {
 		return nil, fault.New(fault.Conflict, "a turn is already running in this thread")
 	}
-	t := &Turn{s: s, p: p, thread: th, req: req, content: tr.Content, replace: replace, reask: reask}
-	t.opts = messages.RunOptions{
-		ContainerID: c.ID(),
-		Container:   &messages.Container{ID: th.ContainerID(), ExpiresAt: s.d.Containers.ExpiresAt(c)},
-		ExpiresAt:   func() time.Time { return s.d.Containers.ExpiresAt(c.Touch(s.now())) },
-		OrgID:       p.OrgID,
-		UserID:      p.UserID,
-		// A chat turn's log carries its commands' output as it is
-		// produced: the chat shows it live, and a reattached page too.
-		LiveOutput: true,
-	}
-	return t, nil
+	return &Turn{s: s, p: p, thread: th, turn: prepared, content: tr.Content, replace: replace, reask: reask}, nil
 }
 
-// beforeStore refuses a turn past the org's storage quota before anything
-// is made or stored: a turn stores its user message (content, unless it
-// asks the stored one again), its answer and its event log, and code it
-// runs writes the container's files. The user message must fit in what is
-// left, and an org with nothing left runs no turn; what the answer, the
-// log and the code add is counted by the next check.
-func (s *Service) beforeStore(ctx context.Context, p user.Principal, content []messages.ContentBlock, reask bool) error {
-	if s.d.Quota == nil {
-		return nil
+// storedBytes is what a turn stores before it runs: its user message,
+// unless it asks the stored one again.
+func storedBytes(content []messages.ContentBlock, reask bool) (int64, error) {
+	if reask {
+		return 0, nil
 	}
-	var n int64
-	if !reask {
-		raw, err := json.Marshal(content)
-		if err != nil {
-			return fmt.Errorf("workspace: user content: %w", err)
-		}
-		n = int64(len(raw))
+	raw, err := json.Marshal(content)
+	if err != nil {
+		return 0, fmt.Errorf("workspace: user content: %w", err)
 	}
-	return s.d.Quota.BeforeStore(ctx, p.OrgID, n)
+	return int64(len(raw)), nil
 }
 
 // turnLease names the lease a thread's turn runs under.
@@ -265,8 +230,7 @@ func (t *Turn) run(ctx context.Context, sink messages.Sink) (*messages.Response,
 		return nil, fmt.Errorf("workspace: store assistant message: %w", err)
 	}
 	rs := &resourceSink{out: sink, last: -1}
-	opts := t.opts
-	opts.OnToolCall = func(hctx context.Context, call messages.ToolCall, _ *messages.ToolResult) {
+	t.turn.OnToolCall(func(hctx context.Context, call messages.ToolCall, _ *messages.ToolResult) {
 		arts, deferred := s.capture(context.WithoutCancel(hctx), t.thread, call.ContainerID, call.ID)
 		for _, a := range arts {
 			rs.inject(resourceBlock(a))
@@ -278,8 +242,8 @@ func (t *Turn) run(ctx context.Context, sink messages.Sink) (*messages.Response,
 		if content, err := json.Marshal(rs.col.Response().Content); err == nil {
 			_ = s.store.UpdateMessage(dbctx, am.Progress(content))
 		}
-	}
-	runErr := s.d.Turns.Run(ctx, t.p, t.req, opts, rs)
+	})
+	runErr := t.turn.Run(ctx, rs)
 	if runErr == nil {
 		runErr = rs.err
 	}
@@ -415,17 +379,13 @@ func InterruptedNote(why thread.Ending) string {
 // (the client stopped it or went away), else failed, with the error as the
 // client is told it.
 func ending(ctx context.Context, err error) thread.Ending {
-	if errors.Is(context.Cause(ctx), errServerStopping) {
+	if errors.Is(context.Cause(ctx), turns.ErrServerStopping) {
 		return thread.Ending{}
 	}
 	if ctx.Err() != nil {
 		return thread.Ending{Reason: thread.Stopped}
 	}
-	if fault.KindOf(err) != fault.Internal {
-		return thread.Ending{Reason: thread.Failed, Detail: fault.MessageOf(err)}
-	}
-	_, body := messages.ErrorStatus(err)
-	return thread.Ending{Reason: thread.Failed, Detail: body.Message}
+	return thread.Ending{Reason: thread.Failed, Detail: fault.MessageOf(messages.Fault(err))}
 }
 
 // interrupted replaces each server call of an interrupted turn that never
@@ -462,11 +422,10 @@ func (s *Service) Messages(ctx context.Context, p user.Principal, threadID strin
 	if msgs, err = s.store.Messages(ctx, th.ID()); err != nil {
 		return nil, false, err
 	}
-	mine, other, err := s.d.Leases.Holds(ctx, turnLease(th.ID()))
-	if err != nil {
-		return nil, false, fmt.Errorf("workspace: turn lease: %w", err)
+	if running, err = s.turnHeld(th.ID())(ctx); err != nil {
+		return nil, false, err
 	}
-	return msgs, mine || other, nil
+	return msgs, running, nil
 }
 
 // policyAllows reports whether the org's policy allows f.

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"threadbox/app/messages"
+	"threadbox/app/turns"
 	"threadbox/domain/artifact"
 	"threadbox/domain/container"
 	"threadbox/domain/fault"
@@ -27,15 +28,6 @@ import (
 type scriptEngine struct {
 	fail error
 	stop context.CancelFunc // when set, the turn is stopped (its context ends) instead
-}
-
-// Model resolves no name to "default", as the front door without a
-// configured model does.
-func (scriptEngine) Model(name string) string {
-	if name == "" {
-		return "default"
-	}
-	return name
 }
 
 func (e scriptEngine) Run(ctx context.Context, _ user.Principal, req *messages.Request, opts messages.RunOptions, sink messages.Sink) error {
@@ -74,10 +66,38 @@ func (e scriptEngine) Run(ctx context.Context, _ user.Principal, req *messages.R
 		messages.Event{Type: messages.EventMessageStop})
 }
 
+// engine plays a turn in place of the tool loop.
+type engine interface {
+	Run(ctx context.Context, p user.Principal, req *messages.Request, opts messages.RunOptions, sink messages.Sink) error
+}
+
+// loop is the tool loop app/turns runs a test's engine with: requests are
+// checked as the tool loop checks them.
+type loop struct{ eng engine }
+
+func (loop) Validate(req *messages.Request) (*messages.Plan, error) {
+	return messages.New(nil, messages.Tools{}, messages.Config{}).Validate(req)
+}
+
+func (l loop) Run(ctx context.Context, req *messages.Request, opts messages.RunOptions, sink messages.Sink) error {
+	return l.eng.Run(ctx, user.Principal{OrgID: opts.OrgID, UserID: opts.UserID}, req, opts, sink)
+}
+
+// oneContainer resolves every thread to its own container.
 type oneContainer struct{}
 
 func (oneContainer) Scope(_ context.Context, p user.Principal, id string, _ bool) (container.Container, error) {
 	return container.NewForThread(p.OrgID, p.UserID, id, time.Now())
+}
+func (c oneContainer) Peek(ctx context.Context, p user.Principal, id string) (container.Container, bool, error) {
+	ct, err := c.Scope(ctx, p, id, false)
+	return ct, err == nil, err
+}
+func (oneContainer) ForUser(context.Context, user.Principal, string) (container.Container, error) {
+	return container.Container{}, errors.New("a chat turn runs in its thread's container")
+}
+func (oneContainer) Touch(_ context.Context, c container.Container) (container.Container, error) {
+	return c.Touch(time.Now()), nil
 }
 func (oneContainer) ExpiresAt(container.Container) time.Time { return time.Now().Add(time.Hour) }
 func (oneContainer) Remove(context.Context, string) error    { return nil }
@@ -110,7 +130,24 @@ type nopCloser struct{ io.ReadSeeker }
 
 func (nopCloser) Close() error { return nil }
 
-func setup(t *testing.T, eng Turns) (*Service, *store.Store, user.Principal, thread.Thread) {
+func setup(t *testing.T, eng engine) (*Service, *store.Store, user.Principal, thread.Thread) {
+	t.Helper()
+	return setupQuota(t, eng, nil)
+}
+
+// setupQuota is setup with q (nil: none) asked by the turns and the
+// workspace.
+func setupQuota(t *testing.T, eng engine, q *fakeQuota) (*Service, *store.Store, user.Principal, thread.Thread) {
+	t.Helper()
+	return setupWith(t, eng, func(td *turns.Deps, d *Deps) {
+		if q != nil {
+			td.Quota, d.Quota = q, q
+		}
+	})
+}
+
+// setupWith is setup with the turns' and the workspace's ports adjusted.
+func setupWith(t *testing.T, eng engine, adjust func(*turns.Deps, *Deps)) (*Service, *store.Store, user.Principal, thread.Thread) {
 	t.Helper()
 	ctx := context.Background()
 	st, err := store.Open(ctx, "", t.TempDir())
@@ -130,7 +167,11 @@ func setup(t *testing.T, eng Turns) (*Service, *store.Store, user.Principal, thr
 		t.Fatal(err)
 	}
 	p := user.Principal{OrgID: o.ID(), UserID: u.ID(), Role: user.Member}
-	svc := New(st, Deps{Turns: eng, Containers: oneContainer{}, Policies: oneContainer{}, Container: &outputs{data: "\x89PNG\r\n\x1a\nv1"}, Blobs: blob.New(t.TempDir())})
+	td := turns.Deps{Engine: loop{eng}, Containers: oneContainer{}, Records: st}
+	d := Deps{Containers: oneContainer{}, Policies: oneContainer{}, Container: &outputs{data: "\x89PNG\r\n\x1a\nv1"}, Blobs: blob.New(t.TempDir())}
+	adjust(&td, &d)
+	d.Turns = turns.New(td)
+	svc := New(st, d)
 	pr, err := svc.CreateProject(ctx, p, "P")
 	if err != nil {
 		t.Fatal(err)

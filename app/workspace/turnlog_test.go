@@ -4,9 +4,9 @@ import (
 	"context"
 	"strings"
 	"testing"
-	"time"
 
 	"threadbox/app/messages"
+	"threadbox/app/turns"
 	"threadbox/domain/turn"
 	"threadbox/domain/user"
 )
@@ -18,8 +18,6 @@ type chattyEngine struct {
 	n, size int
 	hold    chan struct{}
 }
-
-func (chattyEngine) Model(name string) string { return "default" }
 
 func (e chattyEngine) Run(ctx context.Context, _ user.Principal, _ *messages.Request, _ messages.RunOptions, sink messages.Sink) error {
 	text := messages.ContentBlock{Type: messages.BlockText, Text: ""}
@@ -50,7 +48,7 @@ func (e chattyEngine) Run(ctx context.Context, _ user.Principal, _ *messages.Req
 }
 
 // followAll follows a turn from the start to its end and returns its events.
-func followAll(t *testing.T, svc *Service, p user.Principal, threadID, turnID string) ([]turn.Event, TurnEnding) {
+func followAll(t *testing.T, svc *Service, p user.Principal, threadID, turnID string) ([]turn.Event, turns.Ending) {
 	t.Helper()
 	var evs []turn.Event
 	end, err := svc.FollowTurn(context.Background(), p, threadID, turnID, 0, func(ev turn.Event) error {
@@ -74,8 +72,7 @@ func followAll(t *testing.T, svc *Service, p user.Principal, threadID, turnID st
 func TestTurnLogIsCapped(t *testing.T) {
 	ctx := context.Background()
 	const n, size, limit = 40, 1000, 8000
-	svc, st, p, th := setup(t, chattyEngine{n: n, size: size})
-	svc.d.TurnLogMaxBytes = limit
+	svc, st, p, th := setupWith(t, chattyEngine{n: n, size: size}, func(td *turns.Deps, _ *Deps) { td.LogMaxBytes = limit })
 	tr, err := svc.StartTurn(ctx, p, th.ID(), TurnRequest{Content: []messages.ContentBlock{{Type: "text", Text: "go"}}})
 	if err != nil {
 		t.Fatal(err)
@@ -94,7 +91,7 @@ func TestTurnLogIsCapped(t *testing.T) {
 		for _, ev := range evs {
 			bytes += len(ev.Data)
 			switch {
-			case ev.Type == LogTruncated:
+			case ev.Type == turns.LogTruncated:
 				markers++
 			case markers > 0:
 				after = append(after, ev.Type)
@@ -113,56 +110,5 @@ func TestTurnLogIsCapped(t *testing.T) {
 	}
 	if got := strings.Count(string(ms[1].Content()), strings.Repeat("a", size)); got != (n+25)/26 {
 		t.Fatalf("the stored answer holds %d of the a-deltas, want %d", got, (n+25)/26)
-	}
-}
-
-// TestRunningTurnKeepsOnlyUnstoredEvents: the events of a running turn are
-// dropped from memory once stored, and a follower that starts from the
-// beginning reads them from the database, then follows live.
-func TestRunningTurnKeepsOnlyUnstoredEvents(t *testing.T) {
-	ctx := context.Background()
-	hold := make(chan struct{})
-	svc, _, p, th := setup(t, chattyEngine{n: 3, size: 10, hold: hold})
-	tr, err := svc.StartTurn(ctx, p, th.ID(), TurnRequest{Content: []messages.ContentBlock{{Type: "text", Text: "go"}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	id, err := tr.Detach(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l := svc.detached.get(id)
-	if l == nil {
-		t.Fatal("the running turn is not in this process")
-	}
-	// The turn waits after its third event until hold closes; the watch
-	// stores what it sent.
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		l.mu.Lock()
-		stored, inMemory := l.stored, len(l.events)
-		l.mu.Unlock()
-		if stored == 3 {
-			if inMemory != 0 {
-				t.Fatalf("%d stored events still in memory", inMemory)
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the turn's first events were not stored (stored %d)", stored)
-		}
-	}
-	type result struct {
-		evs []turn.Event
-		end TurnEnding
-	}
-	done := make(chan result, 1)
-	go func() {
-		evs, end := followAll(t, svc, p, th.ID(), id)
-		done <- result{evs, end}
-	}()
-	close(hold)
-	r := <-done
-	if r.end.State != turn.Done || len(r.evs) != 8 || r.evs[0].Type != messages.EventMessageStart || r.evs[7].Type != messages.EventMessageStop {
-		t.Fatalf("followed %d events, ended %+v", len(r.evs), r.end)
 	}
 }

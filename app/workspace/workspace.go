@@ -42,8 +42,6 @@ type Service struct {
 	// to committing its row, and exclusively while unreferenced blobs are
 	// removed; with Deps.BlobLock, across every server on the database.
 	blobs blobGate
-	// detached are the turns running in this process (detached.go).
-	detached detachedTurns
 }
 
 // New returns the workspace service. Deps may be left zero for the
@@ -61,12 +59,6 @@ func New(store Store, d Deps) *Service {
 	}
 	if d.BlobGrace <= 0 {
 		d.BlobGrace = DefaultBlobGrace
-	}
-	if d.TurnLogMaxBytes <= 0 {
-		d.TurnLogMaxBytes = DefaultTurnLogMaxBytes
-	}
-	if d.TurnLogRetention <= 0 {
-		d.TurnLogRetention = DefaultTurnLogRetention
 	}
 	log := d.Log
 	if log == nil {

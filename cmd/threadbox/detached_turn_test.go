@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"threadbox/app/messages"
+	"threadbox/app/turns"
 	"threadbox/app/workspace"
 	"threadbox/domain/thread"
 	"threadbox/infra/store/storetest"
@@ -203,7 +204,7 @@ func TestDetachedTurnReattachAndStop(t *testing.T) {
 	if took := time.Since(stopAt); took > 2*time.Second {
 		t.Fatalf("the stopped turn's stream ended %s after the stop", took)
 	}
-	if len(rest) == 0 || rest[0].id != int64(len(first)+1) || rest[len(rest)-1].name != workspace.StoppedEvent {
+	if len(rest) == 0 || rest[0].id != int64(len(first)+1) || rest[len(rest)-1].name != turns.StoppedEvent {
 		t.Fatalf("the resumed stream: %+v", rest)
 	}
 	for i := 1; i < len(rest); i++ {
@@ -220,7 +221,7 @@ func TestDetachedTurnReattachAndStop(t *testing.T) {
 		}
 		all = append(all, ev)
 	}
-	if len(all) != len(rest) || all[len(all)-1].name != workspace.StoppedEvent {
+	if len(all) != len(rest) || all[len(all)-1].name != turns.StoppedEvent {
 		t.Fatalf("two followers saw %d and %d events after the replay", len(all), len(rest))
 	}
 	waitFor(t, 10*time.Second, func() bool { return lastStatus(s, f.admin, f.tid) == "assistant stopped" },
@@ -320,7 +321,7 @@ func TestDetachedTurnAcrossServers(t *testing.T) {
 	}
 	rest := read(there, nil)
 	all := append(seen, rest...)
-	if took := time.Since(stopAt); took > 3*time.Second || len(rest) == 0 || rest[len(rest)-1].name != workspace.StoppedEvent {
+	if took := time.Since(stopAt); took > 3*time.Second || len(rest) == 0 || rest[len(rest)-1].name != turns.StoppedEvent {
 		t.Fatalf("after a stop on the other server (%s): %+v", took, rest)
 	}
 	mine := read(here, nil)

@@ -412,7 +412,7 @@ func cmdServe(ctx context.Context, args []string, getenv func(string) string, st
 	// running then end as failed ("the server stopped"), and their
 	// followers' streams end with them.
 	dctx, dcancel := context.WithTimeout(sctx, cfg.ShutdownGrace*3/4)
-	sys.workspace.StopDetached(dctx)
+	sys.turns.StopDetached(dctx)
 	dcancel()
 	// Sandboxes outlive the process (the next one adopts them): their
 	// sandbox time so far is metered now.
@@ -478,7 +478,7 @@ func collectBlobs(ctx context.Context, sys *system, every time.Duration, log *sl
 		} else if err != nil && ctx.Err() == nil {
 			log.Error("artifact blob collection: collector lease", "cause", err.Error())
 		}
-		if n, err := sys.workspace.PruneTurns(ctx); err != nil && ctx.Err() == nil {
+		if n, err := sys.turns.PruneTurns(ctx); err != nil && ctx.Err() == nil {
 			log.Error("turn logs not pruned", "cause", err.Error())
 		} else if n > 0 {
 			log.Info("turn logs pruned", "turns", n)

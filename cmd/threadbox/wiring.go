@@ -40,7 +40,7 @@ type system struct {
 	metrics    *metrics.Registry
 	files      *files.Service
 	messages   *messages.Service // the tool loop
-	turns      *turns.Service    // the front door of Messages API requests and chat turns
+	turns      *turns.Service    // prepares every turn (Messages API and chat) and keeps the detached turns' logs
 	skills     *skills.Service
 	sandbox    *sandboxWiring    // the sandbox_v1 tools and the API bridge
 	usage      *metering.Service // usage metering: commands, sandbox time and model tokens per org, user, container, thread and day
@@ -181,7 +181,7 @@ func wire(ctx context.Context, cfg Config, log *slog.Logger) (*system, error) {
 	sys.skills = skills.New(st, newSkillFiles(skillfs.New(filepath.Join(cfg.DataDir, "skills"), func(id string) string { return layout.Dirs(id).Skills }), pods, layout), skill.Limits{}, st)
 	sys.skills.SetArchives(newSkillArchives(cfg, sys.blobs))
 	sys.skills.SetQuota(sys.quota)
-	sys.turns = newTurns(cfg, sys)
+	sys.turns = newTurns(cfg, sys, log)
 	sys.workspace = newWorkspace(cfg, sys, fs, log)
 	return sys, nil
 }

@@ -144,7 +144,6 @@ func newWorkspace(cfg Config, sys *system, fs containerFiles, log *slog.Logger) 
 		Blobs:            sys.blobs,
 		BlobLock:         sys.store,
 		PresignExpiry:    presignExpiry(cfg),
-		Skills:           sys.skills,
 		Policies:         sys.admin,
 		MaxArtifactBytes: cfg.MaxArtifactBytes,
 		Leases:           sys.leases,

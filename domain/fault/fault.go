@@ -20,7 +20,12 @@ const (
 	TooLarge        Kind = "too_large"
 	RateLimited     Kind = "rate_limited"
 	Unavailable     Kind = "unavailable"
-	Internal        Kind = "internal"
+	// Upstream: a service the request relies on (the model's upstream)
+	// answered with an error of its own.
+	Upstream Kind = "upstream"
+	// Timeout: the request took longer than it may.
+	Timeout  Kind = "timeout"
+	Internal Kind = "internal"
 )
 
 // Error is an error with a kind and a message safe to show to the caller.

@@ -1,4 +1,4 @@
-package workspace
+package turns
 
 import (
 	"context"
@@ -29,7 +29,7 @@ func TestEndOf(t *testing.T) {
 		{"stopped, its last step through", cancelled(errStopRequested), nil, turn.Stopped},
 		{"thread deleted", cancelled(errThreadDeleted), nil, turn.Stopped},
 		{"failed", context.Background(), errors.New("boom"), turn.Failed},
-		{"server stopping", cancelled(errServerStopping), context.Canceled, turn.Failed},
+		{"server stopping", cancelled(ErrServerStopping), context.Canceled, turn.Failed},
 	}
 	for _, tt := range tests {
 		if got := endOf(tt.ctx, tt.err).State; got != tt.want {

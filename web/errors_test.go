@@ -1,0 +1,36 @@
+package web
+
+import (
+	"testing"
+
+	"threadbox/domain/fault"
+)
+
+// TestFaultKindsAnswered: the one mapper answers every fault kind with its
+// status and the envelope's error type — those a detached turn's log
+// keeps of a failed turn (the model upstream's failure, a timeout) too, so
+// that a client reading the log is answered as the turn's own client was.
+func TestFaultKindsAnswered(t *testing.T) {
+	tests := []struct {
+		kind   fault.Kind
+		status int
+		typ    string
+	}{
+		{fault.Invalid, 400, "invalid_request_error"},
+		{fault.Unauthenticated, 401, "authentication_error"},
+		{fault.Forbidden, 403, "permission_error"},
+		{fault.NotFound, 404, "not_found_error"},
+		{fault.Conflict, 409, "invalid_request_error"},
+		{fault.TooLarge, 413, "invalid_request_error"},
+		{fault.RateLimited, 429, "rate_limit_error"},
+		{fault.Upstream, 502, "api_error"},
+		{fault.Unavailable, 503, "api_error"},
+		{fault.Timeout, 504, "api_error"},
+		{fault.Internal, 500, "api_error"},
+	}
+	for _, tc := range tests {
+		if st := statusOf(tc.kind); st != tc.status || typeOf(st) != tc.typ {
+			t.Errorf("%s: answered %d %s, want %d %s", tc.kind, st, typeOf(st), tc.status, tc.typ)
+		}
+	}
+}
