@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"threadbox/app/messages"
+	"threadbox/app/messages/wire"
 	"threadbox/domain/sandbox"
 )
 
@@ -134,7 +135,7 @@ func TestPythonDriverServesBothFamilies(t *testing.T) {
 		t.Fatalf("a cell %+v", r)
 	}
 	code, expl := errorCode(repl("import os\nos._exit(3)"))
-	if code != messages.CodeUnavailable || !strings.Contains(expl, "REPL ended") {
+	if code != wire.CodeUnavailable || !strings.Contains(expl, "REPL ended") {
 		t.Fatalf("a crash: %s %q", code, expl)
 	}
 	if out := repl("'x' in globals()"); out["value"] != "False" || out["restarted"] != true {

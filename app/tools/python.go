@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"threadbox/app/messages"
+	"threadbox/app/messages/wire"
 	"threadbox/domain/sandbox"
 )
 
@@ -97,7 +98,7 @@ type interpreter struct {
 type cellRun struct {
 	callID  string // the call's srvtoolu_ id
 	cell    *cellOutput
-	calls   []messages.PendingCall
+	calls   []wire.PendingCall
 	note    string // the interpreter note of the cell's first segment
 	started time.Time
 	// ran is the time of the cell's segments before its last pause (the
@@ -123,7 +124,7 @@ type pythonAnswer struct {
 	CPUSeconds float64 `json:"cpu_seconds"`
 	// Calls, when not empty, makes this a pause: the cell awaits these
 	// client tool calls.
-	Calls []messages.PendingCall `json:"calls"`
+	Calls []wire.PendingCall `json:"calls"`
 	// Value, Error and Final answer a repl_execute call: the repr of its
 	// final expression, the traceback of its exception and what FINAL()
 	// marked.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"threadbox/app/messages"
+	"threadbox/app/messages/wire"
 	"threadbox/domain/file"
 	"threadbox/domain/sandbox"
 )
@@ -162,32 +163,32 @@ func TestPythonResults(t *testing.T) {
 	tests := []struct {
 		name  string
 		reply pyReply
-		check func(t *testing.T, r *messages.ToolResult)
+		check func(t *testing.T, r *wire.ToolResult)
 	}{
-		{"output and return code", answer(pythonAnswer{Stdout: "42\n", Stderr: "warn\n", ReturnCode: 1}), func(t *testing.T, r *messages.ToolResult) {
+		{"output and return code", answer(pythonAnswer{Stdout: "42\n", Stderr: "warn\n", ReturnCode: 1}), func(t *testing.T, r *wire.ToolResult) {
 			if r.Stdout != "42\n" || r.Stderr != FirstInterpreterNote+"warn\n" || r.ReturnCode != 1 {
 				t.Fatalf("%+v", r)
 			}
 		}},
-		{"subprocess output first", pyReply{raw: "from ls\n", answer: &pythonAnswer{Stdout: "from print\n"}}, func(t *testing.T, r *messages.ToolResult) {
+		{"subprocess output first", pyReply{raw: "from ls\n", answer: &pythonAnswer{Stdout: "from print\n"}}, func(t *testing.T, r *wire.ToolResult) {
 			if r.Stdout != "from ls\nfrom print\n" {
 				t.Fatalf("stdout %q", r.Stdout)
 			}
 		}},
-		{"cell over its limit", answer(pythonAnswer{Stdout: "start\n", TimedOut: true, ReturnCode: 124}), func(t *testing.T, r *messages.ToolResult) {
-			if r.Type != messages.ResultCodeExecution || r.ReturnCode != cellTimeoutCode || r.Stdout != "start\n" ||
+		{"cell over its limit", answer(pythonAnswer{Stdout: "start\n", TimedOut: true, ReturnCode: 124}), func(t *testing.T, r *wire.ToolResult) {
+			if r.Type != wire.ResultCodeExecution || r.ReturnCode != cellTimeoutCode || r.Stdout != "start\n" ||
 				!strings.Contains(r.Stderr, "detection_timeout: the cell ran longer than its 90s wall-clock limit") {
 				t.Fatalf("%+v", r)
 			}
 		}},
-		{"output files", answer(pythonAnswer{Files: []string{"/mnt/user-data/outputs/a.csv"}}), func(t *testing.T, r *messages.ToolResult) {
-			want := messages.OutputFile{Type: messages.ResultCodeExecutionOutput, FileID: file.EncodeID("/mnt/user-data/outputs/a.csv")}
+		{"output files", answer(pythonAnswer{Files: []string{"/mnt/user-data/outputs/a.csv"}}), func(t *testing.T, r *wire.ToolResult) {
+			want := wire.OutputFile{Type: wire.ResultCodeExecutionOutput, FileID: file.EncodeID("/mnt/user-data/outputs/a.csv")}
 			if len(r.Files) != 1 || r.Files[0] != want {
 				t.Fatalf("files %+v", r.Files)
 			}
 		}},
-		{"interpreter ends in the cell", pyReply{raw: "bye\n", exit: &three}, func(t *testing.T, r *messages.ToolResult) {
-			if r.Type != messages.ResultCodeExecution || r.ReturnCode != 3 || r.Stdout != "bye\n" || !strings.Contains(r.Stderr, "The Python interpreter ended during this cell") {
+		{"interpreter ends in the cell", pyReply{raw: "bye\n", exit: &three}, func(t *testing.T, r *wire.ToolResult) {
+			if r.Type != wire.ResultCodeExecution || r.ReturnCode != 3 || r.Stdout != "bye\n" || !strings.Contains(r.Stderr, "The Python interpreter ended during this cell") {
 				t.Fatalf("%+v", r)
 			}
 		}},
@@ -248,7 +249,7 @@ func TestPythonCallOverTimeLimit(t *testing.T) {
 		return answer(pythonAnswer{Stdout: "ok\n"})
 	}, Config{CellTimeout: 20 * time.Millisecond, PythonTimeout: 100 * time.Millisecond})
 	r := run(t, e, messages.SubToolCodeExecution, `{"code":"stuck()"}`)
-	wantError(t, r, messages.ResultCodeExecutionError, messages.CodeExecutionTimeExceeded, "")
+	wantError(t, r, wire.ResultCodeExecutionError, wire.CodeExecutionTimeExceeded, "")
 	if f.sessions[0].alive() {
 		t.Fatal("the stuck interpreter was not killed")
 	}
@@ -268,15 +269,15 @@ func TestPythonRefusals(t *testing.T) {
 		code  string
 		text  string
 	}{
-		{"no code", withSessions, `{}`, messages.CodeInvalidToolInput, "Invalid input: 'code' is required."},
-		{"code not a string", withSessions, `{"code":1}`, messages.CodeInvalidToolInput, "Invalid input: 'code' must be of type string."},
-		{"backend without sessions", New(&fakeSandbox{}, newFakeFiles(), Config{}), `{"code":"1"}`, messages.CodeUnavailable, noSessionsMessage},
-		{"no sandbox", New(nil, nil, Config{}), `{"code":"1"}`, messages.CodeUnavailable, messages.NotConfiguredMessage},
+		{"no code", withSessions, `{}`, wire.CodeInvalidToolInput, "Invalid input: 'code' is required."},
+		{"code not a string", withSessions, `{"code":1}`, wire.CodeInvalidToolInput, "Invalid input: 'code' must be of type string."},
+		{"backend without sessions", New(&fakeSandbox{}, newFakeFiles(), Config{}), `{"code":"1"}`, wire.CodeUnavailable, noSessionsMessage},
+		{"no sandbox", New(nil, nil, Config{}), `{"code":"1"}`, wire.CodeUnavailable, messages.NotConfiguredMessage},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			r := run(t, tc.e, messages.SubToolCodeExecution, tc.input)
-			wantError(t, r, messages.ResultCodeExecutionError, tc.code, tc.text)
+			wantError(t, r, wire.ResultCodeExecutionError, tc.code, tc.text)
 		})
 	}
 }
@@ -301,7 +302,7 @@ func TestPythonSandboxGoneInACell(t *testing.T) {
 		return answer(pythonAnswer{Stdout: "ok\n"})
 	}, Config{})
 	r := run(t, e, messages.SubToolCodeExecution, `{"code":"lost()"}`)
-	wantError(t, r, messages.ResultCodeExecutionError, messages.CodeUnavailable, "")
+	wantError(t, r, wire.ResultCodeExecutionError, wire.CodeUnavailable, "")
 	if !strings.HasPrefix(r.Detail.Explanation, "The sandbox is unavailable: ") {
 		t.Fatalf("explanation %q", r.Detail.Explanation)
 	}
@@ -318,7 +319,7 @@ func TestPythonCellWaitsForTheOneBefore(t *testing.T) {
 		}
 		return answer(pythonAnswer{Stdout: "ok\n"})
 	}, Config{CellTimeout: 20 * time.Millisecond, PythonTimeout: 200 * time.Millisecond})
-	first := make(chan *messages.ToolResult)
+	first := make(chan *wire.ToolResult)
 	go func() {
 		r, _ := e.Execute(context.Background(), call(messages.SubToolCodeExecution, `{"code":"stuck()"}`))
 		first <- r
@@ -331,7 +332,7 @@ func TestPythonCellWaitsForTheOneBefore(t *testing.T) {
 	// The second cell waits for the stuck one, whose time limit ends its
 	// interpreter, then runs in a new one.
 	second := run(t, e, messages.SubToolCodeExecution, `{"code":"print(1)"}`)
-	if r := <-first; r.Type != messages.ResultCodeExecutionError || r.ErrorCode != messages.CodeExecutionTimeExceeded {
+	if r := <-first; r.Type != wire.ResultCodeExecutionError || r.ErrorCode != wire.CodeExecutionTimeExceeded {
 		t.Fatalf("stuck cell %+v", r)
 	}
 	if second.Stdout != "ok\n" || second.Stderr != NewInterpreterNote || f.starts != 2 {

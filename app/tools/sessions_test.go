@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"threadbox/app/messages"
+	"threadbox/app/messages/wire"
 	"threadbox/domain/sandbox"
 )
 
@@ -141,7 +142,7 @@ func runSandbox(t *testing.T, e *Executor, name string, input any) map[string]an
 
 // errorCode returns the error code and explanation of an error result.
 func errorCode(out map[string]any) (string, string) {
-	if out["type"] != messages.ResultSandboxError {
+	if out["type"] != wire.ResultSandboxError {
 		return "", ""
 	}
 	d, _ := out["detail"].(map[string]any)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"threadbox/app/messages"
+	"threadbox/app/messages/wire"
 	"threadbox/domain/sandbox"
 )
 
@@ -280,7 +281,7 @@ func (ts *terminals) room(containerID string) error {
 		}
 	}
 	if live >= ts.e.cfg.MaxSessions {
-		return refuse(messages.CodeTooManyRequests, "%d terminal sessions are running in this container, the most allowed; end one (exit it, or send Ctrl-C \\u0003 or Ctrl-D \\u0004 with write_stdin) first.", live)
+		return refuse(wire.CodeTooManyRequests, "%d terminal sessions are running in this container, the most allowed; end one (exit it, or send Ctrl-C \\u0003 or Ctrl-D \\u0004 with write_stdin) first.", live)
 	}
 	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"threadbox/app/messages"
+	"threadbox/app/messages/wire"
 	"threadbox/domain/file"
 	"threadbox/domain/sandbox"
 )
@@ -187,9 +188,9 @@ func New(sb Sandbox, files Files, cfg Config) *Executor {
 
 // subTools run the code-execution sub-tools; each answers a result of its
 // own type.
-var subTools = map[string]func(*Executor, context.Context, messages.ToolCall) (*messages.ToolResult, error){
-	messages.SubToolBash:          (*Executor).bash,
-	messages.SubToolTextEditor:    (*Executor).editor,
+var subTools = map[string]func(*Executor, context.Context, messages.ToolCall) (*wire.ToolResult, error){
+	wire.SubToolBash:              (*Executor).bash,
+	wire.SubToolTextEditor:        (*Executor).editor,
 	messages.SubToolCodeExecution: (*Executor).python,
 }
 
@@ -206,9 +207,9 @@ var sandboxTools = map[string]func(*Executor, context.Context, messages.ToolCall
 
 // Execute runs one call of either family. It returns an error only when
 // ctx ends.
-func (e *Executor) Execute(ctx context.Context, call messages.ToolCall) (*messages.ToolResult, error) {
+func (e *Executor) Execute(ctx context.Context, call messages.ToolCall) (*wire.ToolResult, error) {
 	var (
-		r   *messages.ToolResult
+		r   *wire.ToolResult
 		err error
 	)
 	if sub, ok := subTools[call.Name]; ok {
@@ -231,13 +232,13 @@ func (e *Executor) Execute(ctx context.Context, call messages.ToolCall) (*messag
 }
 
 // sandboxTool runs a sandbox_v1 call and encodes its result's content.
-func (e *Executor) sandboxTool(ctx context.Context, call messages.ToolCall) (*messages.ToolResult, error) {
+func (e *Executor) sandboxTool(ctx context.Context, call messages.ToolCall) (*wire.ToolResult, error) {
 	tool, ok := sandboxTools[call.Name]
 	switch {
 	case !ok:
 		return nil, invalidInput("Unknown tool %q.", call.Name)
 	case e.sb == nil:
-		return nil, refuse(messages.CodeUnavailable, "%s", messages.NotConfiguredMessage)
+		return nil, refuse(wire.CodeUnavailable, "%s", messages.NotConfiguredMessage)
 	}
 	body, err := tool(e, ctx, call)
 	e.ended.mark(call.ContainerID, time.Now())
@@ -246,16 +247,16 @@ func (e *Executor) sandboxTool(ctx context.Context, call messages.ToolCall) (*me
 	}
 	b, err := json.Marshal(body)
 	if err != nil {
-		return nil, refuse(messages.CodeUnavailable, "The result could not be encoded: %s", err.Error())
+		return nil, refuse(wire.CodeUnavailable, "The result could not be encoded: %s", err.Error())
 	}
-	return messages.SandboxResult(b), nil
+	return wire.SandboxResult(b), nil
 }
 
 // addNote puts the container's note (Sandbox.TakeNote), if any, at the
 // start of a command's or a cell's stderr; other results leave it for the
 // next.
-func (e *Executor) addNote(containerID string, r *messages.ToolResult) {
-	if e.sb == nil || len(r.Pending) > 0 || (r.Type != messages.ResultBash && r.Type != messages.ResultCodeExecution) {
+func (e *Executor) addNote(containerID string, r *wire.ToolResult) {
+	if e.sb == nil || len(r.Pending) > 0 || (r.Type != wire.ResultBash && r.Type != wire.ResultCodeExecution) {
 		return
 	}
 	if note := e.sb.TakeNote(containerID); note != "" {
@@ -292,9 +293,9 @@ func unsupportedMessage(tool string) string {
 func (e *Executor) sandboxFailure(err error, unsupported string) *toolError {
 	switch {
 	case errors.Is(err, sandbox.ErrNoBackend):
-		return &toolError{messages.CodeUnavailable, messages.NotConfiguredMessage}
+		return &toolError{wire.CodeUnavailable, messages.NotConfiguredMessage}
 	case errors.Is(err, sandbox.ErrUnsupported):
-		return &toolError{messages.CodeUnavailable, unsupported}
+		return &toolError{wire.CodeUnavailable, unsupported}
 	}
-	return &toolError{messages.CodeUnavailable, "The sandbox is unavailable: " + messages.Explain(e.cfg.Log, err)}
+	return &toolError{wire.CodeUnavailable, "The sandbox is unavailable: " + messages.Explain(e.cfg.Log, err)}
 }
