@@ -28,6 +28,11 @@
 # rows (-only density, -density N, default 200) open N idle sandboxes and
 # print the memory each costs (cgroup, containerd shim PSS, threadbox side),
 # the time to open them and the first command of the last one.
+# The checkpoints rows (-only checkpoints, -checkpoint-n rounds, default 10)
+# run the gvisor backend in-process (root, runsc and the root filesystem):
+# a cold boot to the first result, the checkpoint of an idle sandbox whose
+# Python process holds 50 MiB with its image's size on disk, and the restore
+# to the first command's result, against its target and the cold boot.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -x bin/threadbox-agent ] || CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o bin/threadbox-agent ./cmd/threadbox-agent

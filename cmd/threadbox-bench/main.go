@@ -3,8 +3,9 @@
 // vs through `docker exec` (Engine API) vs a host fork/exec of /bin/true,
 // 8 concurrent commands through the agent, and a cold boot to the first
 // command's result vs `docker run --rm IMAGE true`. The Messages API
-// (messages.go), Files API (files.go) and lifecycle (lifecycle.go) sections
-// print their own tables; -only runs one section.
+// (messages.go), Files API (files.go), lifecycle (lifecycle.go) and gVisor
+// checkpoints (checkpoints.go) sections print their own tables; -only runs
+// one section.
 package main
 
 import (
@@ -41,7 +42,8 @@ type opts struct {
 	n         int
 	nDocker   int
 	nCold     int
-	only      string        // "sandbox", "files", "messages", "lifecycle", "live", "density", "replicas", "credentials" or "" for every section
+	only      string        // "sandbox", "files", "messages", "lifecycle", "live", "density", "replicas", "credentials", "checkpoints" or "" for every section
+	ckptN     int           // rounds of the checkpoints section (checkpoints.go)
 	files     filesOpts     // the Files API section (files.go)
 	messages  messagesOpts  // the Messages API section (messages.go)
 	lifecycle lifecycleOpts // the lifecycle section (lifecycle.go)
@@ -62,7 +64,8 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.IntVar(&o.nDocker, "n-docker", 40, "docker exec round trips")
 	fs.IntVar(&o.nCold, "n-cold", 5, "cold boots per method")
 	fs.StringVar(&o.rootfs, "rootfs", envOr("THREADBOX_ROOTFS", defaultRootFS()), "root filesystem of the local backend (empty skips its rows)")
-	fs.StringVar(&o.only, "only", "", "run one section: sandbox, files, messages, lifecycle, live, density, replicas or credentials")
+	fs.StringVar(&o.only, "only", "", "run one section: sandbox, files, messages, lifecycle, live, density, replicas, credentials or checkpoints")
+	fs.IntVar(&o.ckptN, "checkpoint-n", 10, "rounds of the checkpoints section (cold boot, checkpoint, restore)")
 	fs.IntVar(&o.density.n, "density", 200, "idle sandboxes the density section opens")
 	fs.StringVar(&o.replicas.databaseURL, "replicas-database-url", envOr("TEST_DATABASE_URL", ""), "PostgreSQL server of the replicas section's throwaway database (empty skips it)")
 	fs.IntVar(&o.replicas.n, "replicas-n", 2000, "requests per replicas row at concurrency 16")
@@ -92,9 +95,9 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		return serveFloorProxy(*floorAddr)
 	}
 	switch o.only {
-	case "", "sandbox", "files", "messages", "lifecycle", "live", "density", "replicas", "credentials":
+	case "", "sandbox", "files", "messages", "lifecycle", "live", "density", "replicas", "credentials", "checkpoints":
 	default:
-		return fmt.Errorf("-only %q is not sandbox, files, messages, lifecycle, live, density, replicas or credentials", o.only)
+		return fmt.Errorf("-only %q is not sandbox, files, messages, lifecycle, live, density, replicas, credentials or checkpoints", o.only)
 	}
 	want := func(section string) bool { return o.only == "" || o.only == section }
 	if want("credentials") {
@@ -133,12 +136,17 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 			return fmt.Errorf("files: %w", err)
 		}
 	}
-	if !want("sandbox") {
-		return nil
-	}
 	agentBin, err := filepath.Abs(o.agentBin)
 	if err != nil {
 		return err
+	}
+	if want("checkpoints") {
+		if err := benchCheckpoints(ctx, agentBin, o.ckptN, out); err != nil {
+			return fmt.Errorf("checkpoints: %w", err)
+		}
+	}
+	if !want("sandbox") {
+		return nil
 	}
 	const id = "bench"
 	be, done, err := benchSandbox(ctx, o, agentBin, id)

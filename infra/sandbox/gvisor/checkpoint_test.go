@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -275,72 +274,4 @@ func TestRestoreIncompatible(t *testing.T) {
 	if got := sh(t, be, id, "cat /home/agent/workspace/file; test -e /tmp/t && echo tmp kept || echo fresh"); got != "file\nfresh" {
 		t.Fatalf("fresh boot after the refused restores: %q, want the files and a fresh /tmp", got)
 	}
-}
-
-// BenchmarkCheckpointRestore measures, for an idle sandbox whose
-// background Python process holds 50 MiB, one checkpoint (and the image's
-// size on disk) and one restore up to the first command's result, against
-// a cold boot up to the same; it reports the medians.
-//
-//	go test ./infra/sandbox/gvisor/ -run '^$' -bench CheckpointRestore -benchtime 10x
-func BenchmarkCheckpointRestore(b *testing.B) {
-	be := newTestBackend(b, Config{})
-	ctx := context.Background()
-	dirs := hostdirs.New(b.TempDir(), hostdirs.Options{})
-	id := "bench-ckpt"
-	d, err := dirs.Prepare(ctx, id)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = dirs.Remove(ctx, id) })
-	spec := sandbox.Spec{ID: id, Mounts: d.Mounts(), Limits: sandbox.Limits{MemoryBytes: 512 << 20}}
-	run := func(script string) string {
-		r, err := be.Exec(ctx, id, sandbox.Command{Args: []string{"bash", "-c", script}, Timeout: 30 * time.Second})
-		if err != nil {
-			b.Fatal(err)
-		}
-		return strings.TrimSpace(string(r.Stdout))
-	}
-	var cold, ckpt, restore []time.Duration
-	var bytes []int64
-	for i := 0; i < b.N; i++ {
-		_ = be.Stop(ctx, id)
-		start := time.Now()
-		if err := be.Ensure(ctx, spec); err != nil {
-			b.Fatal(err)
-		}
-		run("true")
-		cold = append(cold, time.Since(start))
-		run(holder)
-		image := filepath.Join(b.TempDir(), "image")
-		if err := os.Mkdir(image, 0o700); err != nil {
-			b.Fatal(err)
-		}
-		start = time.Now()
-		if err := be.Checkpoint(ctx, id, image); err != nil {
-			b.Fatal(err)
-		}
-		ckpt = append(ckpt, time.Since(start))
-		bytes = append(bytes, dirSize(image))
-		start = time.Now()
-		if err := be.Restore(ctx, spec, image); err != nil {
-			b.Fatal(err)
-		}
-		run("true")
-		restore = append(restore, time.Since(start))
-		if got := run(askHolder); got != "42" {
-			b.Fatalf("restored holder answered %q", got)
-		}
-		_ = os.RemoveAll(image)
-	}
-	ms := func(ds []time.Duration) float64 {
-		slices.Sort(ds)
-		return float64(ds[len(ds)/2].Microseconds()) / 1000
-	}
-	slices.Sort(bytes)
-	b.ReportMetric(ms(cold), "cold-boot-p50-ms")
-	b.ReportMetric(ms(ckpt), "checkpoint-p50-ms")
-	b.ReportMetric(float64(bytes[len(bytes)/2])/(1<<20), "image-MiB")
-	b.ReportMetric(ms(restore), "restore-to-result-p50-ms")
-	b.ReportMetric(0, "ns/op")
 }

@@ -1,0 +1,165 @@
+package main
+
+// The checkpoints section: the gvisor backend (runsc driven directly) saves
+// an idle sandbox whose Python process holds 50 MiB and restores it, beside
+// a cold boot of the same sandbox in the same run. Each round boots the
+// sandbox cold up to its first command's result, starts the Python holder,
+// checkpoints the idle sandbox (the sandbox ends with it), measures the
+// image on disk, restores it up to the next command's result and checks
+// that the holder still answers with its variable.
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"threadbox/domain/sandbox"
+	"threadbox/infra/sandbox/gvisor"
+	"threadbox/infra/sandbox/hostdirs"
+)
+
+// Targets of the checkpoints section.
+const (
+	targetRestoreP50 = 250 * time.Millisecond
+)
+
+// ckptHolder starts a Python process out of the command's process group
+// that holds x = 41 and 50 MiB (every page touched); on SIGUSR1 it writes
+// x + 1 to /tmp/answer.
+const ckptHolder = `setsid python3 -c '
+import os, signal, time
+x = 41
+ballast = bytearray(50 << 20)
+ballast[::4096] = b"x" * len(ballast[::4096])
+def answer(*_):
+    with open("/tmp/answer.tmp", "w") as f:
+        f.write(str(x + 1))
+    os.rename("/tmp/answer.tmp", "/tmp/answer")
+signal.signal(signal.SIGUSR1, answer)
+open("/tmp/holder.pid", "w").write(str(os.getpid()))
+while True:
+    time.sleep(1)
+' >/dev/null 2>&1 </dev/null &
+for i in $(seq 100); do test -s /tmp/holder.pid && break; sleep 0.05; done; cat /tmp/holder.pid`
+
+// ckptAsk signals the holder and prints its answer.
+const ckptAsk = `rm -f /tmp/answer; kill -USR1 $(cat /tmp/holder.pid) && for i in $(seq 100); do test -s /tmp/answer && break; sleep 0.05; done; cat /tmp/answer`
+
+// benchCheckpoints prints the checkpoints table: n rounds.
+func benchCheckpoints(ctx context.Context, agentBin string, n int, out io.Writer) error {
+	rootfs := defaultRootFS()
+	if rootfs == "" {
+		fmt.Fprintln(out, "checkpoints: skipped: no sandbox root filesystem (sandbox/build-offline.sh --rootfs-only)")
+		return nil
+	}
+	work, err := os.MkdirTemp("", "threadbox-bench-ckpt-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(work)
+	instance := fmt.Sprintf("benchckpt%d", os.Getpid())
+	be, err := gvisor.New(gvisor.Config{RootFS: rootfs, AgentBin: agentBin, Instance: instance})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		_ = be.Close()
+		_ = gvisor.RemoveInstance(context.WithoutCancel(ctx), instance)
+	}()
+	if err := be.Available(ctx); err != nil {
+		fmt.Fprintf(out, "checkpoints: skipped: gvisor backend not available: %v\n", err)
+		return nil
+	}
+	dirs := hostdirs.New(filepath.Join(work, "data"), hostdirs.Options{Quota: hostdirs.QuotaNone})
+	const id = "bench-ckpt"
+	d, err := dirs.Prepare(ctx, id)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = dirs.Remove(context.WithoutCancel(ctx), id) }()
+	spec := sandbox.Spec{ID: id, Mounts: d.Mounts(), Limits: sandbox.Limits{MemoryBytes: 512 << 20}}
+	run := func(script string) (string, error) {
+		r, err := be.Exec(ctx, id, sandbox.Command{Args: []string{"bash", "-c", script}, Timeout: 30 * time.Second})
+		if err == nil && r.ExitCode != 0 {
+			err = fmt.Errorf("%q exited %d: %s", script, r.ExitCode, r.Stderr)
+		}
+		return strings.TrimSpace(string(r.Stdout)), err
+	}
+	var cold, ckpt, restore []time.Duration
+	var sizes []time.Duration // image bytes, sorted with the same helper
+	fmt.Fprintf(os.Stderr, "bench: gvisor checkpoints (%d rounds)\n", n)
+	for i := range n {
+		_ = be.Stop(ctx, id)
+		start := time.Now()
+		if err := be.Ensure(ctx, spec); err != nil {
+			return err
+		}
+		if _, err := run("true"); err != nil {
+			return err
+		}
+		cold = append(cold, time.Since(start))
+		if _, err := run(ckptHolder); err != nil {
+			return err
+		}
+		image := filepath.Join(work, fmt.Sprintf("image%d", i))
+		if err := os.Mkdir(image, 0o700); err != nil {
+			return err
+		}
+		start = time.Now()
+		if err := be.Checkpoint(ctx, id, image); err != nil {
+			return err
+		}
+		ckpt = append(ckpt, time.Since(start))
+		sizes = append(sizes, time.Duration(treeSize(image)))
+		start = time.Now()
+		if err := be.Restore(ctx, spec, image); err != nil {
+			return err
+		}
+		if _, err := run("true"); err != nil {
+			return err
+		}
+		restore = append(restore, time.Since(start))
+		if got, err := run(ckptAsk); err != nil || got != "42" {
+			return fmt.Errorf("the restored holder answered %q (%v), want 42", got, err)
+		}
+		if err := os.RemoveAll(image); err != nil {
+			return err
+		}
+	}
+	_ = be.Stop(ctx, id)
+	c50, c99 := percentiles(cold)
+	k50, k99 := percentiles(ckpt)
+	r50, r99 := percentiles(restore)
+	s50, _ := percentiles(sizes)
+	fmt.Fprintf(out, "\ngVisor checkpoints (runsc directly: %s; an idle sandbox whose Python holds 50 MiB), %d rounds, %s\n", be.Checkpoints(ctx).Mechanism, n, time.Now().UTC().Format(time.RFC3339))
+	fmt.Fprintf(out, "%-58s %12s %12s %s\n", "row", "p50", "p99", "target / ratio")
+	fmt.Fprintf(out, "%-58s %12s %12s %s\n", "cold boot to first result (baseline)", ms(c50), ms(c99), "")
+	fmt.Fprintf(out, "%-58s %12s %12s %s\n", "checkpoint of the idle sandbox", ms(k50), ms(k99), "")
+	fmt.Fprintf(out, "%-58s %12s %12s %s\n", "image size on disk", fmt.Sprintf("%.1f MiB", float64(s50)/(1<<20)), "", "")
+	verdict := "met"
+	if r50 > targetRestoreP50 {
+		verdict = "NOT met"
+	}
+	fmt.Fprintf(out, "%-58s %12s %12s %s\n", "restore to first command's result", ms(r50), ms(r99),
+		fmt.Sprintf("p50 <= %s: %s; %.2fx the cold boot", ms(targetRestoreP50), verdict, float64(r50)/float64(c50)))
+	return nil
+}
+
+// treeSize returns the bytes of the regular files under dir.
+func treeSize(dir string) int64 {
+	var n int64
+	_ = filepath.WalkDir(dir, func(_ string, e fs.DirEntry, err error) error {
+		if err == nil && e.Type().IsRegular() {
+			if fi, err := e.Info(); err == nil {
+				n += fi.Size()
+			}
+		}
+		return nil
+	})
+	return n
+}
