@@ -189,10 +189,6 @@ func (t *Turn) LiveOutput() { t.opts.LiveOutput = true }
 // chat captures the outputs as artifacts).
 func (t *Turn) OnToolCall(h messages.ToolHook) { t.opts.OnToolCall = h }
 
-// Request returns the request the turn runs (model resolved, skills'
-// prompt added).
-func (t *Turn) Request() *messages.Request { return t.req }
-
 // Run runs the turn, sending its events to sink as they happen. A turn
 // that offers tools in a container gets its sandbox variables, and its
 // sandbox token stops working when Run returns.
@@ -230,7 +226,8 @@ type Thread struct {
 // container uploads the turn asks anew; and its skills, loaded into the
 // container and named in the system prompt. A turn that needs no container
 // (a Messages API request without code, skills or container files) makes
-// none. Nothing is made or loaded for a turn refused here.
+// none. The quotas are asked before anything is made, so a turn they
+// refuse leaves nothing behind.
 func (s *Service) Prepare(ctx context.Context, p user.Principal, req *messages.Request, th *Thread) (*Turn, error) {
 	if err := s.Ready(); err != nil {
 		return nil, err

@@ -61,9 +61,10 @@ func newMessages(cfg Config, sys *system, fs containerFiles, log *slog.Logger) *
 	})
 }
 
-// newTurns wires the front door of Messages API requests and chat turns:
-// the tool loop, the containers, quotas, skills, container files and the
-// sandbox's API variables, one default model for both.
+// newTurns wires the head of Messages API requests and chat turns: the
+// tool loop, the containers, quotas, skills, container files and the
+// sandbox's API variables, one default model for both, and the store of
+// the detached turns' logs.
 func newTurns(cfg Config, sys *system, log *slog.Logger) *turns.Service {
 	return turns.New(turns.Deps{
 		Engine: sys.messages, Containers: sys.containers, Quota: sys.quota, Skills: sys.skills,

@@ -132,9 +132,10 @@ func presignExpiry(cfg Config) time.Duration {
 	return 5 * time.Minute
 }
 
-// newWorkspace wires the Workspace API (docs/api.md): the chat pipeline
-// over the front door every turn goes through, thread files over the Files
-// API use cases, the artifact store under DATA_DIR.
+// newWorkspace wires the Workspace API (docs/api.md): the chat's thread
+// work over the turns service that prepares every turn and keeps the
+// detached turns' logs, thread files over the Files API use cases, the
+// artifact store under DATA_DIR.
 func newWorkspace(cfg Config, sys *system, fs containerFiles, log *slog.Logger) *workspace.Service {
 	return workspace.New(sys.store, workspace.Deps{
 		Turns:            sys.turns,
