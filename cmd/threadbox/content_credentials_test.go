@@ -13,8 +13,8 @@ import (
 )
 
 // mediaScript writes a PNG, a JPEG, a GIF and a WebP with Pillow, an SVG with
-// matplotlib, a WAV with the wave module, a text file and a PDF to
-// outputs.
+// matplotlib, a WAV with the wave module, MPEG audio frames as an MP3, a
+// text file and a PDF to outputs.
 const mediaScript = "```python\nimport os\nfrom PIL import Image\nos.makedirs('/mnt/user-data/outputs', exist_ok=True)\n" +
 	"img = Image.new('RGB', (64, 48), (200, 40, 90))\n" +
 	"img.save('/mnt/user-data/outputs/plot.png')\nimg.save('/mnt/user-data/outputs/photo.jpg', quality=90)\n" +
@@ -22,6 +22,7 @@ const mediaScript = "```python\nimport os\nfrom PIL import Image\nos.makedirs('/
 	"import matplotlib\nmatplotlib.use('Agg')\nimport matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.savefig('/mnt/user-data/outputs/chart.svg')\n" +
 	"import wave\nw = wave.open('/mnt/user-data/outputs/tone.wav', 'wb')\nw.setnchannels(1)\nw.setsampwidth(2)\nw.setframerate(8000)\n" +
 	"w.writeframes(bytes(range(256)) * 40)\nw.close()\n" +
+	"open('/mnt/user-data/outputs/beep.mp3', 'wb').write((b'\\xff\\xfb\\x90\\x64' + bytes(413)) * 10)\n" +
 	"open('/mnt/user-data/outputs/notes.txt', 'w').write('plain notes\\n')\n" +
 	"open('/mnt/user-data/outputs/doc.pdf', 'wb').write(b'%PDF-1.4\\n%%EOF\\n')\nprint('saved')\n```"
 
@@ -64,7 +65,7 @@ func TestContentCredentialsDownloads(t *testing.T) {
 			{"artifact", artifacts[name]["download_url"].(string), true, ""},
 		}
 	}
-	for _, tc := range []struct{ name, mime string }{{"plot.png", "image/png"}, {"photo.jpg", "image/jpeg"}, {"anim.gif", "image/gif"}, {"tone.wav", "audio/wav"}, {"chart.svg", "image/svg+xml"}, {"pic.webp", "image/webp"}} {
+	for _, tc := range []struct{ name, mime string }{{"plot.png", "image/png"}, {"photo.jpg", "image/jpeg"}, {"anim.gif", "image/gif"}, {"tone.wav", "audio/wav"}, {"chart.svg", "image/svg+xml"}, {"pic.webp", "image/webp"}, {"beep.mp3", "audio/mpeg"}} {
 		art := artifacts[tc.name]
 		if art == nil {
 			t.Fatalf("no artifact %s: %v", tc.name, artifacts)
@@ -109,6 +110,8 @@ func TestContentCredentialsDownloads(t *testing.T) {
 				switch tc.mime {
 				case "audio/wav", "image/webp":
 					at = 50 // samples or bitstream, before the manifest at the end
+				case "audio/mpeg":
+					at = len(flipped) - 100 // audio frames, after the manifest in the tag at the start
 				case "image/svg+xml":
 					at = bytes.Index(flipped, []byte(`d="M `)) + 5 // a digit of a path, before the manifest at the end
 				}

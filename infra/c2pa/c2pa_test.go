@@ -53,6 +53,8 @@ func encodeImage(t *testing.T, f Format) []byte {
 		return []byte(testSVG)
 	case WEBP:
 		return readTestdata(t, "lossy.webp")
+	case MP3:
+		return testMP3(nil)
 	}
 	if err != nil {
 		t.Fatal(err)
@@ -105,11 +107,12 @@ var media = []mediaCase{
 	{WAV, "audio/wav", func(b []byte) int { return 100 }},
 	{SVG, "image/svg+xml", func(b []byte) int { return bytes.LastIndex(b, []byte("L50")) + 1 }},
 	{WEBP, "image/webp", func(b []byte) int { return 60 }},
+	{MP3, "audio/mpeg", func(b []byte) int { return len(b) - 100 }},
 }
 
 // resignable are the formats whose manifest a re-signing replaces (an SVG
 // that carries one is served as written).
-var resignable = append(append([]mediaCase{}, media[:4]...), media[5])
+var resignable = append(append([]mediaCase{}, media[:4]...), media[5:]...)
 
 func testSigner(t *testing.T) *Signer {
 	t.Helper()
@@ -397,5 +400,47 @@ func TestWebPGetsTheExtendedHeader(t *testing.T) {
 				t.Fatalf("validation failures %+v\n%s", r.Failures(), r.Raw)
 			}
 		})
+	}
+}
+
+// testMP3 is ten MPEG-1 layer III frames (128 kbit/s, 44.1 kHz) of
+// silence, after tag when it is not nil.
+func testMP3(tag []byte) []byte {
+	out := append([]byte{}, tag...)
+	for range 10 {
+		frame := make([]byte, 417)
+		copy(frame, []byte{0xff, 0xfb, 0x90, 0x64})
+		out = append(out, frame...)
+	}
+	return out
+}
+
+// An MP3 whose ID3 tag has frames of its own (v2.3 and v2.4) keeps them
+// beside the manifest's GEOB frame, and validates.
+func TestMP3KeepsItsTag(t *testing.T) {
+	s := testSigner(t)
+	frame := func(v byte, id, body string) []byte {
+		h := make([]byte, 10)
+		copy(h, id)
+		if v == 4 {
+			putSyncsafe(h[4:8], uint32(len(body)))
+		} else {
+			binary.BigEndian.PutUint32(h[4:8], uint32(len(body)))
+		}
+		return append(h, body...)
+	}
+	for _, v := range []byte{3, 4} {
+		body := append(frame(v, "TIT2", "\x00A plot's tone"), frame(v, "TSSE", "\x00Lavf")...)
+		body = append(body, make([]byte, 64)...) // padding
+		tag := []byte{'I', 'D', '3', v, 0, 0, 0, 0, 0, 0}
+		putSyncsafe(tag[6:], uint32(len(body)))
+		orig := testMP3(append(tag, body...))
+		signed := signBytes(t, s, orig, MP3, Provenance{Org: "org_1"})
+		if !bytes.Contains(signed, []byte("A plot's tone")) || !bytes.Contains(signed, []byte("TSSE")) {
+			t.Fatalf("v2.%d: the tag's frames were not kept", v)
+		}
+		if r := validate(t, "audio/mpeg", signed); len(r.Failures()) > 0 || r.ActiveManifest == "" {
+			t.Fatalf("v2.%d: validation failures %+v\n%s", v, r.Failures(), r.Raw)
+		}
 	}
 }

@@ -32,10 +32,11 @@ const (
 	WAV  Format = "wav"
 	SVG  Format = "svg"
 	WEBP Format = "webp"
+	MP3  Format = "mp3"
 )
 
 // Formats lists every format the signer embeds manifests in.
-var Formats = []Format{PNG, JPEG, GIF, WAV, SVG, WEBP}
+var Formats = []Format{PNG, JPEG, GIF, WAV, SVG, WEBP, MP3}
 
 // FormatOf returns the format of a MIME type, and false for a type the
 // signer does not sign.
@@ -53,6 +54,8 @@ func FormatOf(mime string) (Format, bool) {
 		return SVG, true
 	case "image/webp":
 		return WEBP, true
+	case "audio/mpeg", "audio/mp3":
+		return MP3, true
 	}
 	return "", false
 }
@@ -250,6 +253,8 @@ func (s *Signer) Sign(r io.ReaderAt, size int64, f Format, p Provenance) (*Asset
 		lay, err = svgLayout(r, size)
 	case WEBP:
 		lay, err = webpLayout(r, size)
+	case MP3:
+		lay, err = mp3Layout(r, size)
 	default:
 		return nil, fmt.Errorf("c2pa: format %q is not signed", f)
 	}
