@@ -18,6 +18,8 @@ import (
 	"threadbox/app/backends"
 	"threadbox/app/credentials"
 	"threadbox/app/files"
+	"threadbox/app/messages"
+	"threadbox/app/messages/wire"
 	"threadbox/app/skills"
 	"threadbox/app/turns"
 	"threadbox/app/usage"
@@ -37,6 +39,9 @@ type Services struct {
 	Turns *turns.Service
 	// Skills keeps the org's skills.
 	Skills *skills.Service
+	// Counter counts the tokens of a count_tokens request; nil answers
+	// 503.
+	Counter TokenCounter
 	// Ready reports whether the database answers and is migrated.
 	Ready func(ctx context.Context) error
 	// BlobsReady reports whether the artifact store answers; nil checks
@@ -47,6 +52,12 @@ type Services struct {
 	// Credentials signs generated media on download; nil serves every
 	// download as written.
 	Credentials *credentials.Service
+}
+
+// TokenCounter counts a count_tokens request's input tokens
+// (app/messages).
+type TokenCounter interface {
+	CountTokens(ctx context.Context, req *wire.Request) (messages.TokenCount, error)
 }
 
 // Options tune the HTTP server.

@@ -27,6 +27,19 @@ const (
 // HasPythonREPL reports whether the code-execution tool type runs the
 // model's Python in a persistent interpreter (the code_execution sub-tool).
 func HasPythonREPL(toolType string) bool {
+	return toolType == wire.ToolTypeCodeExecution2505 || CallsFromCode(toolType)
+}
+
+// PythonOnly reports whether the code-execution tool type is the legacy
+// Python-only tool, code_execution_20250522: the model gets the
+// code_execution Python tool and neither bash nor the text editor, and its
+// results are the code_execution_tool_result blocks that version returned.
+func PythonOnly(toolType string) bool { return toolType == wire.ToolTypeCodeExecution2505 }
+
+// CallsFromCode reports whether code run by the code-execution tool type
+// may call the request's client tools (programmatic tool calling), which
+// came with code_execution_20260120.
+func CallsFromCode(toolType string) bool {
 	return toolType == wire.ToolTypeCodeExecution2601 || toolType == wire.ToolTypeCodeExecution2605
 }
 

@@ -20,6 +20,17 @@ type Model interface {
 	StreamStep(ctx context.Context, req StepRequest, emit func(StepEvent) error) (*StepResult, error)
 }
 
+// TokenCounter is a Model whose upstream counts a step's input tokens
+// (Anthropic's count_tokens). A Model that wraps another forwards the
+// call, returning ErrNoTokenCount when the one it wraps cannot count.
+type TokenCounter interface {
+	CountTokens(ctx context.Context, req StepRequest) (int, error)
+}
+
+// ErrNoTokenCount is a TokenCounter's answer when its upstream cannot
+// count tokens.
+var ErrNoTokenCount = errors.New("messages: the model upstream does not count tokens")
+
 // StepRequest is the conversation sent to the model for one step. Messages
 // hold only text, image, document, thinking, tool_use and tool_result blocks.
 type StepRequest struct {

@@ -48,11 +48,11 @@ func directTool(t wire.Tool) bool { return slices.Contains(callers(t), wire.Call
 // code_execution_20260521 are one environment, so either in
 // allowed_callers serves both.
 func codeCallable(t wire.Tool, toolType string) bool {
-	if !HasPythonREPL(toolType) {
+	if !CallsFromCode(toolType) {
 		return false
 	}
 	for _, c := range callers(t) {
-		if HasPythonREPL(c) {
+		if CallsFromCode(c) {
 			return true
 		}
 	}
@@ -186,7 +186,7 @@ func stripProgrammatic(in []wire.Message) (out []wire.Message, resume map[string
 
 // codeTools returns the request's client tools as code sees them.
 func (t *turn) codeTools() []CodeTool {
-	if !HasPythonREPL(t.plan.ToolType) {
+	if !CallsFromCode(t.plan.ToolType) {
 		return nil
 	}
 	var out []CodeTool

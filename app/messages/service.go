@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"threadbox/app/messages/wire"
 	"threadbox/domain/fault"
 	"threadbox/domain/id"
 )
@@ -181,7 +182,9 @@ func plan(req *Request, allowedTypes []string) (*Plan, error) {
 				return nil, fault.Errorf(fault.Invalid, "tools.%d: code execution is enabled twice", i)
 			}
 			p.CodeExecution, p.ToolType = true, t.Type
-			p.ServerTools = append(p.ServerTools, SubToolBash, SubToolTextEditor)
+			if !PythonOnly(t.Type) {
+				p.ServerTools = append(p.ServerTools, SubToolBash, SubToolTextEditor)
+			}
 			if HasPythonREPL(t.Type) {
 				p.ServerTools = append(p.ServerTools, SubToolCodeExecution)
 			}
@@ -235,7 +238,7 @@ func plan(req *Request, allowedTypes []string) (*Plan, error) {
 
 func isCodeExecutionType(t string) bool {
 	switch t {
-	case ToolTypeCodeExecutionV1, ToolTypeCodeExecution2508, ToolTypeCodeExecution2601, ToolTypeCodeExecution2605:
+	case ToolTypeCodeExecutionV1, wire.ToolTypeCodeExecution2505, ToolTypeCodeExecution2508, ToolTypeCodeExecution2601, ToolTypeCodeExecution2605:
 		return true
 	}
 	return false
@@ -577,8 +580,8 @@ func (t *turn) route(name string) (exec ToolExecutor, server bool) {
 	switch {
 	case IsSandboxTool(name):
 		return t.s.tools.Sandbox, t.plan.Sandbox && slices.Contains(t.plan.ServerTools, name)
-	case name == SubToolBash || name == SubToolTextEditor || name == SubToolCodeExecution && HasPythonREPL(t.plan.ToolType):
-		return t.s.tools.CodeExecution, t.plan.CodeExecution
+	case name == SubToolBash || name == SubToolTextEditor || name == SubToolCodeExecution:
+		return t.s.tools.CodeExecution, t.plan.CodeExecution && slices.Contains(t.plan.ServerTools, name)
 	}
 	return nil, false
 }
@@ -786,7 +789,9 @@ func (t *turn) toolChoice() json.RawMessage {
 func (t *turn) toolDefinitions() []ToolDefinition {
 	var defs []ToolDefinition
 	if t.plan.CodeExecution {
-		defs = append(defs, SubToolDefinitions()...)
+		if !PythonOnly(t.plan.ToolType) {
+			defs = append(defs, SubToolDefinitions()...)
+		}
 		if HasPythonREPL(t.plan.ToolType) {
 			defs = append(defs, t.pythonDefinition())
 		}

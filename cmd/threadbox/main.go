@@ -388,6 +388,7 @@ func cmdServe(ctx context.Context, args []string, getenv func(string) string, st
 		Files:      sys.files,
 		Turns:      sys.turns,
 		Skills:     sys.skills,
+		Counter:    sys.messages,
 		Backends:   backends.New(sys.backends).WithWarmPool(warmPool(sys.containers)),
 		Ready:      sys.store.Ready,
 		BlobsReady: sys.blobs.Ready,

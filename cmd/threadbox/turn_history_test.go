@@ -206,7 +206,7 @@ func TestToolOutputCapSetting(t *testing.T) {
 }
 
 // TestSDKSurface: what the official SDK calls beside Messages works here:
-// the models, the token count (an estimate, marked as such) and the Files
+// the models, the token count (the Anthropic upstream's) and the Files
 // API without scope_id (the caller's default container), so a file
 // uploaded with client.Beta.Files.Upload is a container_upload of the next
 // request unchanged.
@@ -241,7 +241,7 @@ func TestSDKSurface(t *testing.T) {
 		t.Fatal(err)
 	}
 	long, err := cl.Messages.CountTokens(ctx, anthropic.MessageCountTokensParams{Model: "default", Messages: userText(strings.Repeat("many words ", 100))})
-	if err != nil || short.InputTokens <= 0 || long.InputTokens <= short.InputTokens+200 || !strings.Contains(long.RawJSON(), `"estimated":true`) {
+	if err != nil || short.InputTokens <= 0 || long.InputTokens <= short.InputTokens+150 || strings.Contains(long.RawJSON(), "estimated") {
 		t.Fatalf("counts %+v %+v %v", short, long, err)
 	}
 	if r := s.do("POST", "/api/gpt/v1/messages/count_tokens", tok, map[string]any{"model": "default"}); r.status != 400 || r.errorType(t) != "invalid_request_error" {

@@ -136,6 +136,14 @@ func (m model) StreamStep(ctx context.Context, req messages.StepRequest, emit fu
 	return res, err
 }
 
+// CountTokens forwards a token count to the wrapped model where it counts.
+func (m model) CountTokens(ctx context.Context, req messages.StepRequest) (int, error) {
+	if c, ok := m.m.(messages.TokenCounter); ok {
+		return c.CountTokens(ctx, req)
+	}
+	return 0, messages.ErrNoTokenCount
+}
+
 func (m model) observe(start time.Time, res *messages.StepResult, err error) {
 	outcome := "ok"
 	if err != nil {

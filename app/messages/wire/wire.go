@@ -58,6 +58,7 @@ const (
 	SubToolBash               = "bash_code_execution"
 	SubToolTextEditor         = "text_editor_code_execution"
 	ToolTypeCodeExecutionV1   = "code_execution_v1"
+	ToolTypeCodeExecution2505 = "code_execution_20250522"
 	ToolTypeCodeExecution2508 = "code_execution_20250825"
 	ToolTypeCodeExecution2601 = "code_execution_20260120"
 	ToolTypeCodeExecution2605 = "code_execution_20260521"
@@ -1033,7 +1034,8 @@ func sandboxResultOf(content json.RawMessage) (*ToolResult, error) {
 	return SandboxResult(append(json.RawMessage(nil), content...)), nil
 }
 
-// The result blocks of the Python sub-tool of code_execution_20260120 and
+// The result blocks of the Python tool: code_execution_20250522's only
+// tool and the Python sub-tool of code_execution_20260120 and
 // code_execution_20260521 (app/messages codeexec.go).
 const (
 	BlockCodeExecutionResult = "code_execution_tool_result"

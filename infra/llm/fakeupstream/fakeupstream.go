@@ -69,6 +69,9 @@ type Reply struct {
 // Request is one request the server received.
 type Request struct {
 	Format Format
+	// Path is the request's path; empty for Messages and chat-completions
+	// requests, /v1/messages/count_tokens for a token count.
+	Path   string
 	Stream bool
 	Header http.Header
 	Body   json.RawMessage
@@ -91,6 +94,7 @@ func New(replies ...Reply) *Server {
 	s := &Server{script: replies}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/messages", func(w http.ResponseWriter, r *http.Request) { s.serve(Anthropic, w, r) })
+	mux.HandleFunc("POST /v1/messages/count_tokens", s.serveCount)
 	mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { s.serve(OpenAI, w, r) })
 	s.srv = httptest.NewUnstartedServer(mux)
 	s.srv.Config.ConnState = func(_ net.Conn, st http.ConnState) {

@@ -1,0 +1,110 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/anthropics/anthropic-sdk-go/v2"
+
+	"threadbox/infra/llm/fakeupstream"
+)
+
+// TestSDKModelCapabilities: every model GET /v1/models lists carries the
+// capabilities the SDK types, true for what threadbox provides (server
+// tools with code execution in each version, programmatic tool calling,
+// image and PDF input) and false for what it does not (batches).
+func TestSDKModelCapabilities(t *testing.T) {
+	s, _ := modelServer(t, "", "anthropic", nil)
+	tok := s.bootstrap("acme", "admin@acme.test")
+	cl := msgClient(s, tok)
+	ctx := context.Background()
+	page, err := cl.Models.List(ctx, anthropic.ModelListParams{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	one, err := cl.Models.Get(ctx, "fake-model", anthropic.ModelGetParams{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	models := append(page.Data, *one)
+	if len(models) != 3 {
+		t.Fatalf("%d models", len(models))
+	}
+	for _, m := range models {
+		c := m.Capabilities
+		if !m.JSON.Capabilities.Valid() || !c.ServerTools.Supported || !c.ServerTools.CodeExecution.Supported || !c.CodeExecution.Supported ||
+			!c.ImageInput.Supported || !c.PDFInput.Supported || c.Batch.Supported || c.ServerTools.WebSearch.Supported || !c.JSON.Thinking.Valid() {
+			t.Fatalf("model %s: capabilities %s", m.ID, c.RawJSON())
+		}
+		var versions []string
+		if err := json.Unmarshal([]byte(c.ServerTools.CodeExecution.JSON.ExtraFields["versions"].Raw()), &versions); err != nil {
+			t.Fatalf("model %s: versions %s", m.ID, c.ServerTools.CodeExecution.RawJSON())
+		}
+		if strings.Join(versions, ",") != "code_execution_20250522,code_execution_20250825,code_execution_20260120,code_execution_20260521" {
+			t.Fatalf("model %s: versions %v", m.ID, versions)
+		}
+		if m.Lifecycle != anthropic.ModelInfoLifecycleActive || m.JSON.RetiresAt.Valid() {
+			t.Fatalf("model %s: %s", m.ID, m.RawJSON())
+		}
+	}
+}
+
+// TestSDKCountTokens: with an Anthropic upstream, count_tokens is the
+// upstream's count of what a turn would send it (the configured model,
+// code execution's sub-tools in place of the code_execution tool), not an
+// estimate; an upstream's refusal is the client's error; an upstream that
+// cannot count (OpenAI-compatible) gets the estimate, flagged.
+func TestSDKCountTokens(t *testing.T) {
+	s, fake := modelServer(t, "", "anthropic", nil)
+	tok := s.bootstrap("acme", "admin@acme.test")
+	cl := msgClient(s, tok)
+	ctx := context.Background()
+
+	n, err := cl.Messages.CountTokens(ctx, anthropic.MessageCountTokensParams{
+		Model: "default", Messages: userText("count these words"),
+		Tools: []anthropic.MessageCountTokensToolUnionParam{{OfCodeExecutionTool20250825: &anthropic.CodeExecutionTool20250825Param{}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sent fakeupstream.Request
+	for _, r := range fake.Requests() {
+		if r.Path == "/v1/messages/count_tokens" {
+			sent = r
+		}
+	}
+	if sent.Body == nil {
+		t.Fatal("the upstream was not asked to count")
+	}
+	raw := sent.Body
+	if n.InputTokens != int64(fakeupstream.CountTokens(raw)) || strings.Contains(n.RawJSON(), "estimated") {
+		t.Fatalf("count %s, the upstream counted %d", n.RawJSON(), fakeupstream.CountTokens(raw))
+	}
+	for _, want := range []string{`"model":"fake-model"`, `"name":"bash_code_execution"`, `"name":"text_editor_code_execution"`} {
+		if !strings.Contains(string(raw), want) {
+			t.Fatalf("the count request lacks %s: %s", want, raw)
+		}
+	}
+	if strings.Contains(string(raw), "max_tokens") || strings.Contains(string(raw), "code_execution_20250825") {
+		t.Fatalf("the count request: %s", raw)
+	}
+
+	// A request the upstream refuses is the client's 400.
+	_, err = cl.Messages.CountTokens(ctx, anthropic.MessageCountTokensParams{
+		Model:    "default",
+		Messages: []anthropic.MessageParam{anthropic.NewAssistantMessage(anthropic.NewTextBlock("me first"))},
+	})
+	if st, body := apiStatus(t, err); st != 400 || !strings.Contains(body, "invalid_request_error") {
+		t.Fatalf("refused count: %d %s", st, body)
+	}
+
+	o, _ := modelServer(t, "", "openai", nil)
+	otok := o.bootstrap("acme", "admin@acme.test")
+	ocl := msgClient(o, otok)
+	est, err := ocl.Messages.CountTokens(ctx, anthropic.MessageCountTokensParams{Model: "default", Messages: userText("count these words")})
+	if err != nil || est.InputTokens <= 0 || !strings.Contains(est.RawJSON(), `"estimated":true`) {
+		t.Fatalf("estimate %s %v", est.RawJSON(), err)
+	}
+}
