@@ -115,7 +115,7 @@ func programmaticHistory(req *wire.Request) error {
 		var open []string
 		if m.Role == wire.RoleAssistant {
 			for _, b := range m.Content {
-				if b.Type == wire.BlockToolUse && b.Caller != nil {
+				if b.Type == wire.BlockToolUse && b.FromCode() {
 					calls[b.ID] = true
 					open = append(open, b.ID)
 				}
@@ -159,7 +159,7 @@ func stripProgrammatic(in []wire.Message) (out []wire.Message, resume map[string
 		var kept []wire.ContentBlock
 		for _, b := range m.Content {
 			switch {
-			case m.Role == wire.RoleAssistant && b.Type == wire.BlockToolUse && b.Caller != nil:
+			case m.Role == wire.RoleAssistant && b.Type == wire.BlockToolUse && b.FromCode():
 				caller[b.ID] = b.Caller.ToolID
 				callers[b.Caller.ToolID] = true
 				continue

@@ -1,9 +1,11 @@
 package messages
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"testing"
+	"time"
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
 
@@ -151,5 +153,110 @@ func TestSDKLegacyPythonTool(t *testing.T) {
 	}
 	if len(cells.calls) != 0 || resp.StopReason != wire.StopToolUse || resp.Content[0].Type != wire.BlockToolUse {
 		t.Fatalf("calls %+v, response %+v", cells.calls, resp)
+	}
+}
+
+// TestSDKDirectCaller checks that the blocks of calls the model made
+// itself carry caller {"type": "direct"}, as the official SDK types every
+// tool_use and server_tool_use, streamed or not, and that the caller goes
+// no further than the client: the history sent back reaches the model
+// without it.
+func TestSDKDirectCaller(t *testing.T) {
+	weather := wire.Tool{Name: "get_weather", InputSchema: json.RawMessage(`{"type":"object"}`)}
+	for _, stream := range []bool{false, true} {
+		model := &fakeModel{steps: []*StepResult{
+			step(wire.StopToolUse, toolUse("a", wire.SubToolBash, `{"command":"ls"}`)),
+			step(wire.StopToolUse, toolUse("toolu_w", "get_weather", `{}`)),
+			step(wire.StopEndTurn, text("Sunny.")),
+		}}
+		req := request(wire.ToolTypeCodeExecution2508, user("go"))
+		req.Tools = append(req.Tools, weather)
+		req.Stream = stream
+		svc := New(model, allTools(&fakeTools{}), Config{})
+		resp, err := svc.Create(context.Background(), req, RunOptions{Container: testContainer})
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, err := json.Marshal(resp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var msg anthropic.Message
+		if err := json.Unmarshal(raw, &msg); err != nil {
+			t.Fatal(err)
+		}
+		if len(msg.Content) != 3 || msg.Content[0].AsServerToolUse().Caller.Type != "direct" || msg.Content[2].AsToolUse().Caller.Type != "direct" {
+			t.Fatalf("stream %v: %s", stream, raw)
+		}
+		// The client sends the response back with its tool's result.
+		var next wire.Request
+		body, _ := json.Marshal(map[string]any{"model": "default", "max_tokens": 100, "tools": req.Tools, "messages": []any{
+			user("go"), json.RawMessage(`{"role":"assistant","content":` + string(mustJSON(t, resp.Content)) + `}`),
+			map[string]any{"role": "user", "content": []any{map[string]any{"type": "tool_result", "tool_use_id": "toolu_w", "content": "sunny"}}},
+		}})
+		if err := json.Unmarshal(body, &next); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := svc.Create(context.Background(), &next, RunOptions{Container: testContainer}); err != nil {
+			t.Fatal(err)
+		}
+		last := model.reqs[len(model.reqs)-1]
+		sent, _ := wire.MarshalMessages(last.Messages)
+		if bytes.Contains(sent, []byte("caller")) {
+			t.Fatalf("the model was sent callers: %s", sent)
+		}
+	}
+}
+
+func mustJSON(t *testing.T, v any) []byte {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// pausingCells pauses every cell on one call of get_weather, waiting for
+// the client's result until until.
+type pausingCells struct{ until time.Time }
+
+func (p pausingCells) Execute(ctx context.Context, call ToolCall) (*ToolResult, error) {
+	return &ToolResult{Type: wire.ResultCodeExecution, Files: []wire.OutputFile{},
+		Pending: []wire.PendingCall{{ID: "toolu_w", Name: "get_weather", Input: json.RawMessage(`{}`)}}, PausedUntil: p.until}, nil
+}
+
+// TestSDKPausedExpiry checks that a response paused on calls from code
+// gives, as its container's expires_at, when the paused cell stops waiting
+// for the client's results, where that comes before the container's
+// expiry; the container's own expiry otherwise.
+func TestSDKPausedExpiry(t *testing.T) {
+	containerExpiry := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name  string
+		until time.Time
+		want  time.Time
+	}{
+		{"the cell's deadline first", time.Date(2029, 6, 1, 12, 0, 30, 500, time.UTC), time.Date(2029, 6, 1, 12, 0, 30, 0, time.UTC)},
+		{"the container's expiry first", time.Date(2031, 1, 1, 0, 0, 0, 0, time.UTC), containerExpiry},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			weather := wire.Tool{Name: "get_weather", InputSchema: json.RawMessage(`{"type":"object"}`), AllowedCallers: []string{wire.ToolTypeCodeExecution2601}}
+			req := request(wire.ToolTypeCodeExecution2601, user("go"))
+			req.Tools = append(req.Tools, weather)
+			model := &fakeModel{steps: []*StepResult{step(wire.StopToolUse, toolUse("a", SubToolCodeExecution, `{"code":"await get_weather()"}`))}}
+			resp, err := New(model, allTools(pausingCells{tc.until}), Config{}).Create(context.Background(), req,
+				RunOptions{Container: &Container{ID: "my-box", ExpiresAt: containerExpiry}, ReportContainer: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var msg anthropic.Message
+			if err := json.Unmarshal(mustJSON(t, resp), &msg); err != nil {
+				t.Fatal(err)
+			}
+			if msg.StopReason != anthropic.StopReasonToolUse || !msg.Container.ExpiresAt.Equal(tc.want) {
+				t.Fatalf("stop %q, expires_at %v, want %v", msg.StopReason, msg.Container.ExpiresAt, tc.want)
+			}
+		})
 	}
 }

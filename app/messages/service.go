@@ -293,6 +293,8 @@ type turn struct {
 	resume  map[string][]ToolAnswer
 	callers map[string]bool
 	paused  bool
+	// pausedUntil is the earliest deadline of the cells paused this turn.
+	pausedUntil time.Time
 }
 
 // toolCall returns the call of a server tool.
@@ -484,6 +486,13 @@ func (t *turn) step(ctx context.Context, req StepRequest) (*stepOutput, error) {
 			o.srvIDs[i] = sid
 			b.Type, b.ID = BlockServerToolUse, sid
 		}
+		if b.Type == BlockToolUse || b.Type == BlockServerToolUse {
+			// The model called it itself: the client is told so, as the
+			// SDKs type every tool_use and server_tool_use with a caller.
+			// A request's history drops it again (wire), so the model's
+			// requests never carry it.
+			b.Caller = &wire.Caller{Type: wire.CallerDirect}
+		}
 		return b
 	}
 	if t.req.Stream {
@@ -613,6 +622,9 @@ func (t *turn) execute(ctx context.Context, call ToolCall) (*ToolResult, error) 
 			// The code awaits client tool calls: they go to the client,
 			// and the call's result comes once they are answered.
 			t.codeRan, t.paused = true, true
+			if u := r.PausedUntil; !u.IsZero() && (t.pausedUntil.IsZero() || u.Before(t.pausedUntil)) {
+				t.pausedUntil = u
+			}
 			if call.Resume == nil {
 				t.calls++
 			}
@@ -757,6 +769,11 @@ func (t *turn) finish(stopReason string, stopSequence *string) error {
 		c := *t.opts.Container
 		if t.opts.ExpiresAt != nil {
 			c.ExpiresAt = t.opts.ExpiresAt().UTC()
+		}
+		if t.paused && !t.pausedUntil.IsZero() && (c.ExpiresAt.IsZero() || t.pausedUntil.Before(c.ExpiresAt)) {
+			// A paused cell waits for the client's results until then:
+			// a later answer finds it over (docs/messages.md).
+			c.ExpiresAt = t.pausedUntil.UTC().Truncate(time.Second)
 		}
 		d.Container = &c
 	}

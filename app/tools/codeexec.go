@@ -153,7 +153,8 @@ func (e *Executor) cellResult(ctx context.Context, call messages.ToolCall, p *in
 		p.paused = pc
 		p.mu.Unlock()
 		go e.holdPaused(call.ContainerID, p, pc)
-		return &wire.ToolResult{Type: wire.ResultCodeExecution, Files: []wire.OutputFile{}, Pending: ans.Calls}, nil
+		return &wire.ToolResult{Type: wire.ResultCodeExecution, Files: []wire.OutputFile{}, Pending: ans.Calls,
+			PausedUntil: time.Now().Add(e.cfg.ToolResultTimeout)}, nil
 	}
 	defer func() { <-p.turn }()
 	note, cell := pc.note, pc.cell

@@ -630,6 +630,10 @@ type Caller struct {
 // CallerDirect is the caller of a tool the model calls itself.
 const CallerDirect = "direct"
 
+// FromCode reports whether the block is a tool call made by code (a
+// caller other than the model itself).
+func (b *ContentBlock) FromCode() bool { return b.Caller != nil && b.Caller.Type != CallerDirect }
+
 // PendingCall is a client tool call that a code execution cell made and
 // waits on (programmatic tool calling): the tool_use block the client
 // gets, with a Caller naming the cell's call.
@@ -692,6 +696,10 @@ type ToolResult struct {
 	// execution cell is paused on: the call has no result yet; the
 	// client's tool_results in a later request resume it.
 	Pending []PendingCall
+	// PausedUntil, never written, is when a paused cell stops waiting for
+	// the client's tool_results (its calls then raise TimeoutError): the
+	// real deadline of the paused response.
+	PausedUntil time.Time
 }
 
 // IsError reports whether the result is an error block.
