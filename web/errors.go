@@ -8,6 +8,7 @@ import (
 	"github.com/gofiber/fiber/v2"
 
 	"threadbox/app/messages"
+	"threadbox/app/messages/wire"
 	"threadbox/domain/fault"
 	"threadbox/domain/id"
 )
@@ -145,10 +146,10 @@ func (s *Server) turnError(c *fiber.Ctx, what string, err error) error {
 
 // errorEvent returns the event that ends a stream broken by err, mapped as
 // turnError maps errors before the stream began.
-func (s *Server) errorEvent(what string, err error) messages.Event {
+func (s *Server) errorEvent(what string, err error) wire.Event {
 	ev := messages.ErrorEvent(err)
 	if k := fault.KindOf(err); k != fault.Internal {
-		ev.Error = &messages.ErrorBody{Type: typeOf(statusOf(k)), Message: fault.MessageOf(err)}
+		ev.Error = &wire.ErrorBody{Type: typeOf(statusOf(k)), Message: fault.MessageOf(err)}
 		return ev
 	}
 	eid := id.New("err")

@@ -7,12 +7,13 @@ import (
 	"github.com/gofiber/fiber/v2"
 
 	"threadbox/app/messages"
+	"threadbox/app/messages/wire"
 	"threadbox/app/turns"
 	"threadbox/domain/fault"
 )
 
 // parseMessagesRequest decodes a Messages API body.
-func parseMessagesRequest(c *fiber.Ctx) (*messages.Request, error) {
+func parseMessagesRequest(c *fiber.Ctx) (*wire.Request, error) {
 	b, err := body(c, maxJSONBody)
 	if err != nil {
 		return nil, err
@@ -22,7 +23,7 @@ func parseMessagesRequest(c *fiber.Ctx) (*messages.Request, error) {
 	}
 	// Its own UnmarshalJSON validates the whole body; json.Unmarshal would
 	// scan it once more first.
-	var req messages.Request
+	var req wire.Request
 	if err := req.UnmarshalJSON(b); err != nil {
 		msg := jsonErr(err)
 		if msg == "malformed" {

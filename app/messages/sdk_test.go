@@ -80,9 +80,9 @@ func TestSDKParsesResponse(t *testing.T) {
 // pythonCells answers a Python cell with what it would print.
 type pythonCells struct{ calls []ToolCall }
 
-func (p *pythonCells) Execute(ctx context.Context, call ToolCall) (*ToolResult, error) {
+func (p *pythonCells) Execute(ctx context.Context, call ToolCall) (*wire.ToolResult, error) {
 	p.calls = append(p.calls, call)
-	return &ToolResult{Type: wire.ResultCodeExecution, Stdout: "42\n", Files: []wire.OutputFile{{Type: wire.ResultCodeExecutionOutput, FileID: "file_out"}}}, nil
+	return &wire.ToolResult{Type: wire.ResultCodeExecution, Stdout: "42\n", Files: []wire.OutputFile{{Type: wire.ResultCodeExecutionOutput, FileID: "file_out"}}}, nil
 }
 
 // TestSDKLegacyPythonTool checks that code_execution_20250522, sent as the
@@ -146,7 +146,7 @@ func TestSDKLegacyPythonTool(t *testing.T) {
 
 	// bash_code_execution is no server tool of this version: a model's
 	// call of it goes to the client, as a client tool's would.
-	model = &fakeModel{steps: []*StepResult{step(wire.StopToolUse, toolUse("b", SubToolBash, `{"command":"ls"}`))}}
+	model = &fakeModel{steps: []*StepResult{step(wire.StopToolUse, toolUse("b", wire.SubToolBash, `{"command":"ls"}`))}}
 	cells = &pythonCells{}
 	if resp, err = New(model, allTools(cells), Config{}).Create(context.Background(), &req, RunOptions{Container: testContainer}); err != nil {
 		t.Fatal(err)
@@ -221,8 +221,8 @@ func mustJSON(t *testing.T, v any) []byte {
 // the client's result until until.
 type pausingCells struct{ until time.Time }
 
-func (p pausingCells) Execute(ctx context.Context, call ToolCall) (*ToolResult, error) {
-	return &ToolResult{Type: wire.ResultCodeExecution, Files: []wire.OutputFile{},
+func (p pausingCells) Execute(ctx context.Context, call ToolCall) (*wire.ToolResult, error) {
+	return &wire.ToolResult{Type: wire.ResultCodeExecution, Files: []wire.OutputFile{},
 		Pending: []wire.PendingCall{{ID: "toolu_w", Name: "get_weather", Input: json.RawMessage(`{}`)}}, PausedUntil: p.until}, nil
 }
 
@@ -246,7 +246,7 @@ func TestSDKPausedExpiry(t *testing.T) {
 			req.Tools = append(req.Tools, weather)
 			model := &fakeModel{steps: []*StepResult{step(wire.StopToolUse, toolUse("a", SubToolCodeExecution, `{"code":"await get_weather()"}`))}}
 			resp, err := New(model, allTools(pausingCells{tc.until}), Config{}).Create(context.Background(), req,
-				RunOptions{Container: &Container{ID: "my-box", ExpiresAt: containerExpiry}, ReportContainer: true})
+				RunOptions{Container: &wire.Container{ID: "my-box", ExpiresAt: containerExpiry}, ReportContainer: true})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -95,7 +95,7 @@ type RunOptions struct {
 	// ContainerID is the storage id of the container sub-tools run in.
 	ContainerID string
 	// Container is the container to report on the response; nil reports none.
-	Container *Container
+	Container *wire.Container
 	// ReportContainer reports Container even when no code ran (the
 	// request named it). Otherwise it is reported only once code ran.
 	ReportContainer bool
@@ -143,11 +143,11 @@ type Plan struct {
 
 // Validate checks a request without running anything and says what it
 // would do. Errors are fault.Invalid.
-func (s *Service) Validate(req *Request) (*Plan, error) {
+func (s *Service) Validate(req *wire.Request) (*Plan, error) {
 	return plan(req, s.cfg.AllowedToolTypes)
 }
 
-func plan(req *Request, allowedTypes []string) (*Plan, error) {
+func plan(req *wire.Request, allowedTypes []string) (*Plan, error) {
 	if req.MaxTokens < 1 {
 		return nil, fault.New(fault.Invalid, "max_tokens: must be at least 1")
 	}
@@ -156,11 +156,11 @@ func plan(req *Request, allowedTypes []string) (*Plan, error) {
 	}
 	p := &Plan{ServerTools: []string{}, ClientTools: []string{}, ProgrammaticTools: []string{}, ContainerUploads: []string{}}
 	for i, m := range req.Messages {
-		if m.Role != RoleUser && m.Role != RoleAssistant {
+		if m.Role != wire.RoleUser && m.Role != wire.RoleAssistant {
 			return nil, fault.Errorf(fault.Invalid, "messages.%d.role: must be \"user\" or \"assistant\"", i)
 		}
 		for j, b := range m.Content {
-			if b.Type == BlockContainerUpload {
+			if b.Type == wire.BlockContainerUpload {
 				if _, err := uploadPath(b.FileID); err != nil {
 					return nil, fault.Errorf(fault.Invalid, "messages.%d.content.%d.file_id: %v", i, j, err)
 				}
@@ -183,12 +183,12 @@ func plan(req *Request, allowedTypes []string) (*Plan, error) {
 			}
 			p.CodeExecution, p.ToolType = true, t.Type
 			if !PythonOnly(t.Type) {
-				p.ServerTools = append(p.ServerTools, SubToolBash, SubToolTextEditor)
+				p.ServerTools = append(p.ServerTools, wire.SubToolBash, wire.SubToolTextEditor)
 			}
 			if HasPythonREPL(t.Type) {
 				p.ServerTools = append(p.ServerTools, SubToolCodeExecution)
 			}
-		case t.Type == ToolTypeSandboxV1:
+		case t.Type == wire.ToolTypeSandboxV1:
 			names := []string{t.Name}
 			switch {
 			case t.Name == SandboxToolName:
@@ -203,19 +203,19 @@ func plan(req *Request, allowedTypes []string) (*Plan, error) {
 				}
 			}
 		default:
-			if t.Type != "" && t.Type != ToolTypeCustom && !slices.Contains(allowedTypes, t.Type) {
+			if t.Type != "" && t.Type != wire.ToolTypeCustom && !slices.Contains(allowedTypes, t.Type) {
 				return nil, fault.Errorf(fault.Invalid, "tools.%d.type: %q is not a tool type this server accepts: client tools have no type (or \"custom\"); code_execution and sandbox_v1 tools run here; an operator can allow further server tool types (ALLOW_TOOL_TYPES)", i, t.Type)
 			}
 			if t.Name == "" {
 				return nil, fault.Errorf(fault.Invalid, "tools.%d.name: required", i)
 			}
-			if (t.Type == "" || t.Type == ToolTypeCustom) && len(t.InputSchema) == 0 {
+			if (t.Type == "" || t.Type == wire.ToolTypeCustom) && len(t.InputSchema) == 0 {
 				return nil, fault.Errorf(fault.Invalid, "tools.%d.input_schema: required", i)
 			}
 			if err := checkAllowedCallers(i, t); err != nil {
 				return nil, err
 			}
-			if seen[t.Name] || t.Name == SubToolBash || t.Name == SubToolTextEditor {
+			if seen[t.Name] || t.Name == wire.SubToolBash || t.Name == wire.SubToolTextEditor {
 				return nil, fault.Errorf(fault.Invalid, "tools.%d.name: %q is used twice or reserved", i, t.Name)
 			}
 			seen[t.Name] = true
@@ -238,14 +238,14 @@ func plan(req *Request, allowedTypes []string) (*Plan, error) {
 
 func isCodeExecutionType(t string) bool {
 	switch t {
-	case ToolTypeCodeExecutionV1, wire.ToolTypeCodeExecution2505, ToolTypeCodeExecution2508, ToolTypeCodeExecution2601, ToolTypeCodeExecution2605:
+	case wire.ToolTypeCodeExecutionV1, wire.ToolTypeCodeExecution2505, wire.ToolTypeCodeExecution2508, wire.ToolTypeCodeExecution2601, wire.ToolTypeCodeExecution2605:
 		return true
 	}
 	return false
 }
 
 // Create runs a turn and returns the whole response.
-func (s *Service) Create(ctx context.Context, req *Request, opts RunOptions) (*Response, error) {
+func (s *Service) Create(ctx context.Context, req *wire.Request, opts RunOptions) (*wire.Response, error) {
 	var c Collector
 	if err := s.Run(ctx, req, opts, &c); err != nil {
 		return nil, err
@@ -256,7 +256,7 @@ func (s *Service) Create(ctx context.Context, req *Request, opts RunOptions) (*R
 // Run runs one turn of req, sending its events to sink as they happen: the
 // model streams when req.Stream is set. On error the events sent so far are
 // not followed by message_stop; the caller reports the error (ErrorEvent).
-func (s *Service) Run(ctx context.Context, req *Request, opts RunOptions, sink Sink) error {
+func (s *Service) Run(ctx context.Context, req *wire.Request, opts RunOptions, sink Sink) error {
 	p := opts.Plan
 	if p == nil {
 		var err error
@@ -274,14 +274,14 @@ func (s *Service) Run(ctx context.Context, req *Request, opts RunOptions, sink S
 // turn is the state of one running request.
 type turn struct {
 	s     *Service
-	req   *Request
+	req   *wire.Request
 	plan  *Plan
 	opts  RunOptions
 	sink  Sink
 	start time.Time
 
 	next    int // index of the next content block
-	usage   Usage
+	usage   wire.Usage
 	calls   int
 	codeRan bool
 	env     []string // Env and EnvFunc's variables, once a sub-tool ran
@@ -332,7 +332,7 @@ func (t *turn) scopeID() string {
 	return ""
 }
 
-func (t *turn) send(ev Event) error {
+func (t *turn) send(ev wire.Event) error {
 	if err := t.sink.Send(ev); err != nil {
 		return fmt.Errorf("messages: send: %w", err)
 	}
@@ -340,11 +340,11 @@ func (t *turn) send(ev Event) error {
 }
 
 func (t *turn) run(ctx context.Context) error {
-	msg := &Response{ID: "msg_" + id.Text(), Type: "message", Role: RoleAssistant, Model: t.req.Model, Content: []ContentBlock{}}
-	if err := t.send(Event{Type: EventMessageStart, Message: msg}); err != nil {
+	msg := &wire.Response{ID: "msg_" + id.Text(), Type: "message", Role: wire.RoleAssistant, Model: t.req.Model, Content: []wire.ContentBlock{}}
+	if err := t.send(wire.Event{Type: wire.EventMessageStart, Message: msg}); err != nil {
 		return err
 	}
-	if err := t.send(Event{Type: EventPing}); err != nil {
+	if err := t.send(wire.Event{Type: wire.EventPing}); err != nil {
 		return err
 	}
 	history, resume, callers := stripProgrammatic(cloneMessages(t.req.Messages))
@@ -354,7 +354,7 @@ func (t *turn) run(ctx context.Context) error {
 	}
 	if t.paused {
 		// The resumed code called client tools again.
-		return t.finish(StopToolUse, nil)
+		return t.finish(wire.StopToolUse, nil)
 	}
 	tools := t.toolDefinitions()
 	step := StepRequest{
@@ -379,7 +379,7 @@ func (t *turn) run(ctx context.Context) error {
 
 		client, server := false, 0
 		for i, b := range res.Content {
-			if b.Type != BlockToolUse {
+			if b.Type != wire.BlockToolUse {
 				continue
 			}
 			if _, ok := st.srvIDs[i]; ok {
@@ -388,7 +388,7 @@ func (t *turn) run(ctx context.Context) error {
 				client = true
 			}
 		}
-		if res.StopReason != StopToolUse || client || server == 0 {
+		if res.StopReason != wire.StopToolUse || client || server == 0 {
 			// A final answer, or client tools (possibly beside server calls,
 			// whose results come with the next request), end the turn.
 			if err := st.flushAll(); err != nil {
@@ -398,8 +398,8 @@ func (t *turn) run(ctx context.Context) error {
 		}
 		// Each server call is followed by its result: blocks held back
 		// during the step are sent once the calls before them have run.
-		assistant := Message{Role: RoleAssistant}
-		results := Message{Role: RoleUser}
+		assistant := wire.Message{Role: wire.RoleAssistant}
+		results := wire.Message{Role: wire.RoleUser}
 		for i, b := range res.Content {
 			if err := st.flush(i); err != nil {
 				return err
@@ -408,7 +408,7 @@ func (t *turn) run(ctx context.Context) error {
 			if ok {
 				b.ID = id
 			}
-			if b.Type != BlockText || b.Text != "" {
+			if b.Type != wire.BlockText || b.Text != "" {
 				assistant.Content = append(assistant.Content, b)
 			}
 			if !ok || t.paused {
@@ -428,11 +428,11 @@ func (t *turn) run(ctx context.Context) error {
 			results.Content = append(results.Content, upstreamResult(id, r))
 		}
 		if t.paused {
-			return t.finish(StopToolUse, nil)
+			return t.finish(wire.StopToolUse, nil)
 		}
 		step.Messages = append(step.Messages, assistant, results)
 		if iter >= t.s.cfg.MaxToolIterations || t.s.cfg.Now().Sub(t.start) >= t.s.cfg.TurnTimeout {
-			return t.finish(StopPauseTurn, nil)
+			return t.finish(wire.StopPauseTurn, nil)
 		}
 	}
 }
@@ -443,7 +443,7 @@ type stepOutput struct {
 	t      *turn
 	res    *StepResult
 	srvIDs map[int]string // srvtoolu_ ids of server calls, by step block index
-	held   map[int][]Event
+	held   map[int][]wire.Event
 }
 
 // flush sends the held-back events of step block i under a new index.
@@ -477,16 +477,16 @@ func (o *stepOutput) flushAll() error {
 // until the first server call; later blocks are held back so that the
 // call's result can follow it directly.
 func (t *turn) step(ctx context.Context, req StepRequest) (*stepOutput, error) {
-	o := &stepOutput{t: t, srvIDs: map[int]string{}, held: map[int][]Event{}}
+	o := &stepOutput{t: t, srvIDs: map[int]string{}, held: map[int][]wire.Event{}}
 	live := map[int]int{} // step index -> response index
 	holding := false
-	startBlock := func(i int, b ContentBlock) ContentBlock {
-		if b.Type == BlockToolUse && t.isServerTool(b.Name) {
+	startBlock := func(i int, b wire.ContentBlock) wire.ContentBlock {
+		if b.Type == wire.BlockToolUse && t.isServerTool(b.Name) {
 			sid := "srvtoolu_" + id.Text()
 			o.srvIDs[i] = sid
-			b.Type, b.ID = BlockServerToolUse, sid
+			b.Type, b.ID = wire.BlockServerToolUse, sid
 		}
-		if b.Type == BlockToolUse || b.Type == BlockServerToolUse {
+		if b.Type == wire.BlockToolUse || b.Type == wire.BlockServerToolUse {
 			// The model called it itself: the client is told so, as the
 			// SDKs type every tool_use and server_tool_use with a caller.
 			// A request's history drops it again (wire), so the model's
@@ -497,24 +497,24 @@ func (t *turn) step(ctx context.Context, req StepRequest) (*stepOutput, error) {
 	}
 	if t.req.Stream {
 		res, err := t.s.model.StreamStep(ctx, req, func(ev StepEvent) error {
-			var out Event
+			var out wire.Event
 			switch ev.Kind {
 			case StepBlockStart:
 				b := startBlock(ev.Index, ev.Block)
-				if b.Type == BlockToolUse || b.Type == BlockServerToolUse {
+				if b.Type == wire.BlockToolUse || b.Type == wire.BlockServerToolUse {
 					b.Input = json.RawMessage(`{}`)
 				}
-				out = Event{Type: EventContentBlockStart, ContentBlock: &b}
+				out = wire.Event{Type: wire.EventContentBlockStart, ContentBlock: &b}
 				if !holding {
 					live[ev.Index] = t.next
 					t.next++
-					holding = b.Type == BlockServerToolUse
+					holding = b.Type == wire.BlockServerToolUse
 				}
 			case StepBlockDelta:
 				d := ev.Delta
-				out = Event{Type: EventContentBlockDelta, Delta: &d}
+				out = wire.Event{Type: wire.EventContentBlockDelta, Delta: &d}
 			case StepBlockStop:
-				out = Event{Type: EventContentBlockStop}
+				out = wire.Event{Type: wire.EventContentBlockStop}
 			default:
 				return nil
 			}
@@ -544,34 +544,34 @@ func (t *turn) step(ctx context.Context, req StepRequest) (*stepOutput, error) {
 
 // blockEvents returns a complete block as start, deltas and stop events,
 // the way the Anthropic API streams it (indexes left zero).
-func blockEvents(b ContentBlock) []Event {
+func blockEvents(b wire.ContentBlock) []wire.Event {
 	start := b
-	var deltas []BlockDelta
+	var deltas []wire.BlockDelta
 	switch b.Type {
-	case BlockText:
+	case wire.BlockText:
 		start.Text, start.Citations = "", nil
 		if b.Text != "" {
-			deltas = append(deltas, BlockDelta{Type: DeltaText, Text: b.Text})
+			deltas = append(deltas, wire.BlockDelta{Type: wire.DeltaText, Text: b.Text})
 		}
-	case BlockToolUse, BlockServerToolUse:
+	case wire.BlockToolUse, wire.BlockServerToolUse:
 		start.Input = json.RawMessage(`{}`)
 		if len(b.Input) > 0 {
-			deltas = append(deltas, BlockDelta{Type: DeltaInputJSON, PartialJSON: string(b.Input)})
+			deltas = append(deltas, wire.BlockDelta{Type: wire.DeltaInputJSON, PartialJSON: string(b.Input)})
 		}
-	case BlockThinking:
+	case wire.BlockThinking:
 		start.Thinking, start.Signature = "", ""
 		if b.Thinking != "" {
-			deltas = append(deltas, BlockDelta{Type: DeltaThinking, Thinking: b.Thinking})
+			deltas = append(deltas, wire.BlockDelta{Type: wire.DeltaThinking, Thinking: b.Thinking})
 		}
 		if b.Signature != "" {
-			deltas = append(deltas, BlockDelta{Type: DeltaSignature, Signature: b.Signature})
+			deltas = append(deltas, wire.BlockDelta{Type: wire.DeltaSignature, Signature: b.Signature})
 		}
 	}
-	evs := []Event{{Type: EventContentBlockStart, ContentBlock: &start}}
+	evs := []wire.Event{{Type: wire.EventContentBlockStart, ContentBlock: &start}}
 	for i := range deltas {
-		evs = append(evs, Event{Type: EventContentBlockDelta, Delta: &deltas[i]})
+		evs = append(evs, wire.Event{Type: wire.EventContentBlockDelta, Delta: &deltas[i]})
 	}
-	return append(evs, Event{Type: EventContentBlockStop})
+	return append(evs, wire.Event{Type: wire.EventContentBlockStop})
 }
 
 // IsOwnServerTool reports whether a server tool named name is one of
@@ -580,7 +580,7 @@ func blockEvents(b ContentBlock) []Event {
 // server_tool_use block in a history is the model upstream's own (web
 // search), run and answered by the upstream.
 func IsOwnServerTool(name string) bool {
-	return name == SubToolBash || name == SubToolTextEditor || name == SubToolCodeExecution || IsSandboxTool(name)
+	return name == wire.SubToolBash || name == wire.SubToolTextEditor || name == SubToolCodeExecution || IsSandboxTool(name)
 }
 
 // route decides who runs a tool_use named name: a server tool's executor
@@ -589,7 +589,7 @@ func (t *turn) route(name string) (exec ToolExecutor, server bool) {
 	switch {
 	case IsSandboxTool(name):
 		return t.s.tools.Sandbox, t.plan.Sandbox && slices.Contains(t.plan.ServerTools, name)
-	case name == SubToolBash || name == SubToolTextEditor || name == SubToolCodeExecution:
+	case name == wire.SubToolBash || name == wire.SubToolTextEditor || name == SubToolCodeExecution:
 		return t.s.tools.CodeExecution, t.plan.CodeExecution && slices.Contains(t.plan.ServerTools, name)
 	}
 	return nil, false
@@ -601,10 +601,10 @@ func (t *turn) isServerTool(name string) bool {
 }
 
 // execute runs one sub-tool call and sends its result block.
-func (t *turn) execute(ctx context.Context, call ToolCall) (*ToolResult, error) {
-	var r *ToolResult
+func (t *turn) execute(ctx context.Context, call ToolCall) (*wire.ToolResult, error) {
+	var r *wire.ToolResult
 	if exec, _ := t.route(call.Name); exec == nil {
-		r = ErrorResult(call.Name, CodeUnavailable, NotConfiguredMessage)
+		r = ErrorResult(call.Name, wire.CodeUnavailable, NotConfiguredMessage)
 	} else {
 		var (
 			err  error
@@ -646,13 +646,13 @@ func (t *turn) execute(ctx context.Context, call ToolCall) (*ToolResult, error) 
 	}
 	blockType := resultBlockType(call.Name)
 	shown := *r
-	if t.plan.ToolType != ToolTypeCodeExecutionV1 && !IsSandboxTool(call.Name) {
+	if t.plan.ToolType != wire.ToolTypeCodeExecutionV1 && !IsSandboxTool(call.Name) {
 		shown.Detail = nil
 	}
-	if err := t.send(Event{Type: EventContentBlockStart, Index: t.next, ContentBlock: &ContentBlock{Type: blockType, ToolUseID: call.ID, Result: &shown}}); err != nil {
+	if err := t.send(wire.Event{Type: wire.EventContentBlockStart, Index: t.next, ContentBlock: &wire.ContentBlock{Type: blockType, ToolUseID: call.ID, Result: &shown}}); err != nil {
 		return nil, err
 	}
-	if err := t.send(Event{Type: EventContentBlockStop, Index: t.next}); err != nil {
+	if err := t.send(wire.Event{Type: wire.EventContentBlockStop, Index: t.next}); err != nil {
 		return nil, err
 	}
 	t.next++
@@ -665,9 +665,9 @@ func (t *turn) execute(ctx context.Context, call ToolCall) (*ToolResult, error) 
 // stopped sends the result of a call its turn's end cut short and tells
 // the tool hook, as for a call that ended; failures to send are the
 // ended turn's and are not reported.
-func (t *turn) stopped(ctx context.Context, call ToolCall, r *ToolResult) {
-	_ = t.send(Event{Type: EventContentBlockStart, Index: t.next, ContentBlock: &ContentBlock{Type: resultBlockType(call.Name), ToolUseID: call.ID, Result: r}})
-	_ = t.send(Event{Type: EventContentBlockStop, Index: t.next})
+func (t *turn) stopped(ctx context.Context, call ToolCall, r *wire.ToolResult) {
+	_ = t.send(wire.Event{Type: wire.EventContentBlockStart, Index: t.next, ContentBlock: &wire.ContentBlock{Type: resultBlockType(call.Name), ToolUseID: call.ID, Result: r}})
+	_ = t.send(wire.Event{Type: wire.EventContentBlockStop, Index: t.next})
 	t.next++
 	if t.opts.OnToolCall != nil {
 		t.opts.OnToolCall(context.WithoutCancel(ctx), call, r)
@@ -676,17 +676,17 @@ func (t *turn) stopped(ctx context.Context, call ToolCall, r *ToolResult) {
 
 // ErrorResult returns the error result of a sub-tool call, with the detail
 // that the product's own tool type shows.
-func ErrorResult(subTool, code, explanation string) *ToolResult {
-	typ := ResultBashError
+func ErrorResult(subTool, code, explanation string) *wire.ToolResult {
+	typ := wire.ResultBashError
 	switch {
-	case subTool == SubToolTextEditor:
-		typ = ResultEditorError
+	case subTool == wire.SubToolTextEditor:
+		typ = wire.ResultEditorError
 	case subTool == SubToolCodeExecution:
-		typ = ResultCodeExecutionError
+		typ = wire.ResultCodeExecutionError
 	case IsSandboxTool(subTool):
-		typ = ResultSandboxError
+		typ = wire.ResultSandboxError
 	}
-	return &ToolResult{Type: typ, ErrorCode: code, Detail: &ErrorDetail{Code: code, Explanation: explanation}}
+	return &wire.ToolResult{Type: typ, ErrorCode: code, Detail: &wire.ErrorDetail{Code: code, Explanation: explanation}}
 }
 
 // resolvePending runs the server calls that the last assistant message left
@@ -694,16 +694,16 @@ func ErrorResult(subTool, code, explanation string) *ToolResult {
 // to it, at most MaxToolIterations of them (the history is the client's to
 // write). Unanswered calls of older messages, and those past the bound,
 // get an unavailable error.
-func (t *turn) resolvePending(ctx context.Context, history []Message) error {
+func (t *turn) resolvePending(ctx context.Context, history []wire.Message) error {
 	runs := 0
 	last := -1
 	for i := range history {
-		if history[i].Role == RoleAssistant {
+		if history[i].Role == wire.RoleAssistant {
 			last = i
 		}
 	}
 	for i := range history {
-		if history[i].Role != RoleAssistant {
+		if history[i].Role != wire.RoleAssistant {
 			continue
 		}
 		answered := map[string]bool{}
@@ -712,17 +712,17 @@ func (t *turn) resolvePending(ctx context.Context, history []Message) error {
 				answered[b.ToolUseID] = true
 			}
 		}
-		var added []ContentBlock
+		var added []wire.ContentBlock
 		for _, b := range history[i].Content {
 			// The upstream's own server tools (web search) are the
 			// upstream's to answer, and were: their results follow them.
-			if b.Type != BlockServerToolUse || answered[b.ID] || !IsOwnServerTool(b.Name) {
+			if b.Type != wire.BlockServerToolUse || answered[b.ID] || !IsOwnServerTool(b.Name) {
 				continue
 			}
 			if t.paused {
 				break // a resumed cell paused again: the rest waits
 			}
-			var r *ToolResult
+			var r *wire.ToolResult
 			switch {
 			case i == last && t.isServerTool(b.Name) && t.resume[b.ID] != nil:
 				env, err := t.toolEnv(ctx)
@@ -739,9 +739,9 @@ func (t *turn) resolvePending(ctx context.Context, history []Message) error {
 					continue
 				}
 			case t.callers[b.ID]:
-				r = ErrorResult(b.Name, CodeUnavailable, "The call was not resumed: the tool calls its code made were not answered in this request.")
+				r = ErrorResult(b.Name, wire.CodeUnavailable, "The call was not resumed: the tool calls its code made were not answered in this request.")
 			case i == last && t.isServerTool(b.Name) && runs >= t.s.cfg.MaxToolIterations:
-				r = ErrorResult(b.Name, CodeUnavailable, fmt.Sprintf("The call was not run: a request runs at most %d pending calls.", t.s.cfg.MaxToolIterations))
+				r = ErrorResult(b.Name, wire.CodeUnavailable, fmt.Sprintf("The call was not run: a request runs at most %d pending calls.", t.s.cfg.MaxToolIterations))
 			case i == last && t.isServerTool(b.Name):
 				runs++
 				env, err := t.toolEnv(ctx)
@@ -753,10 +753,10 @@ func (t *turn) resolvePending(ctx context.Context, history []Message) error {
 					return err
 				}
 			default:
-				r = ErrorResult(b.Name, CodeUnavailable, "The call was not run.")
+				r = ErrorResult(b.Name, wire.CodeUnavailable, "The call was not run.")
 			}
 			typ := resultBlockType(b.Name)
-			added = append(added, ContentBlock{Type: typ, ToolUseID: b.ID, Result: r})
+			added = append(added, wire.ContentBlock{Type: typ, ToolUseID: b.ID, Result: r})
 		}
 		history[i].Content = append(history[i].Content, added...)
 	}
@@ -764,7 +764,7 @@ func (t *turn) resolvePending(ctx context.Context, history []Message) error {
 }
 
 func (t *turn) finish(stopReason string, stopSequence *string) error {
-	d := &MessageDelta{StopReason: stopReason, StopSequence: stopSequence}
+	d := &wire.MessageDelta{StopReason: stopReason, StopSequence: stopSequence}
 	if t.opts.Container != nil && (t.opts.ReportContainer || t.codeRan) {
 		c := *t.opts.Container
 		if t.opts.ExpiresAt != nil {
@@ -779,12 +779,12 @@ func (t *turn) finish(stopReason string, stopSequence *string) error {
 	}
 	u := t.usage
 	if t.calls > 0 || t.plan.CodeExecution {
-		u.ServerToolUse = &ServerToolUse{CodeExecutionRequests: t.calls}
+		u.ServerToolUse = &wire.ServerToolUse{CodeExecutionRequests: t.calls}
 	}
-	if err := t.send(Event{Type: EventMessageDelta, MessageDelta: d, Usage: &u}); err != nil {
+	if err := t.send(wire.Event{Type: wire.EventMessageDelta, MessageDelta: d, Usage: &u}); err != nil {
 		return err
 	}
-	return t.send(Event{Type: EventMessageStop})
+	return t.send(wire.Event{Type: wire.EventMessageStop})
 }
 
 // toolChoice passes the client's tool_choice on; one naming the
@@ -817,7 +817,7 @@ func (t *turn) toolDefinitions() []ToolDefinition {
 		defs = append(defs, SandboxToolDefinitions(t.plan.ServerTools)...)
 	}
 	for _, tool := range t.req.Tools {
-		if isCodeExecutionType(tool.Type) || tool.Type == ToolTypeSandboxV1 || !directTool(tool) {
+		if isCodeExecutionType(tool.Type) || tool.Type == wire.ToolTypeSandboxV1 || !directTool(tool) {
 			// A tool only code may call is the code's, not the model's.
 			continue
 		}
@@ -827,19 +827,19 @@ func (t *turn) toolDefinitions() []ToolDefinition {
 }
 
 // ErrorEvent returns the error event that ends a stream broken by err.
-func ErrorEvent(err error) Event {
+func ErrorEvent(err error) wire.Event {
 	_, body := ErrorStatus(err)
-	return Event{Type: EventError, Error: &body}
+	return wire.Event{Type: wire.EventError, Error: &body}
 }
 
 // ErrorStatus maps an error of Run to an HTTP status and the Anthropic error
 // body. The types are the error envelope's (docs/api.md): an upstream's own 5xx type
 // (Anthropic's "overloaded_error") becomes api_error, its message kept.
-func ErrorStatus(err error) (int, ErrorBody) {
+func ErrorStatus(err error) (int, wire.ErrorBody) {
 	var up *UpstreamError
 	switch {
 	case errors.Is(err, ErrUpstreamUnavailable):
-		return 503, ErrorBody{Type: "api_error", Message: "The model upstream is unavailable."}
+		return 503, wire.ErrorBody{Type: "api_error", Message: "The model upstream is unavailable."}
 	case errors.As(err, &up):
 		status := up.StatusCode
 		typ := up.Type
@@ -853,13 +853,13 @@ func ErrorStatus(err error) (int, ErrorBody) {
 		default:
 			status, typ = 502, "api_error"
 		}
-		return status, ErrorBody{Type: typ, Message: up.Message}
+		return status, wire.ErrorBody{Type: typ, Message: up.Message}
 	case fault.Is(err, fault.Invalid):
-		return 400, ErrorBody{Type: "invalid_request_error", Message: fault.MessageOf(err)}
+		return 400, wire.ErrorBody{Type: "invalid_request_error", Message: fault.MessageOf(err)}
 	case errors.Is(err, context.DeadlineExceeded):
-		return 504, ErrorBody{Type: "api_error", Message: "The request timed out."}
+		return 504, wire.ErrorBody{Type: "api_error", Message: "The request timed out."}
 	}
-	return 500, ErrorBody{Type: "api_error", Message: "Internal server error."}
+	return 500, wire.ErrorBody{Type: "api_error", Message: "Internal server error."}
 }
 
 // Fault returns an error of Run as a fault (domain/fault) with a message
@@ -895,10 +895,10 @@ func Fault(err error) error {
 	return fault.Wrap(fault.Internal, "Internal server error.", err)
 }
 
-func cloneMessages(in []Message) []Message {
-	out := make([]Message, len(in))
+func cloneMessages(in []wire.Message) []wire.Message {
+	out := make([]wire.Message, len(in))
 	for i, m := range in {
-		out[i] = Message{Role: m.Role, Content: append([]ContentBlock(nil), m.Content...)}
+		out[i] = wire.Message{Role: m.Role, Content: append([]wire.ContentBlock(nil), m.Content...)}
 	}
 	return out
 }

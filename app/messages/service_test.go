@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"threadbox/app/messages/wire"
 	"threadbox/domain/fault"
 )
 
@@ -53,14 +54,14 @@ func (m *fakeModel) StreamStep(ctx context.Context, req StepRequest, emit func(S
 		if err := emit(StepEvent{Kind: StepBlockStart, Index: i, Block: start}); err != nil {
 			return nil, err
 		}
-		var parts []BlockDelta
+		var parts []wire.BlockDelta
 		switch b.Type {
-		case BlockText:
+		case wire.BlockText:
 			h := len(b.Text) / 2
-			parts = []BlockDelta{{Type: DeltaText, Text: b.Text[:h]}, {Type: DeltaText, Text: b.Text[h:]}}
-		case BlockToolUse:
+			parts = []wire.BlockDelta{{Type: wire.DeltaText, Text: b.Text[:h]}, {Type: wire.DeltaText, Text: b.Text[h:]}}
+		case wire.BlockToolUse:
 			h := len(b.Input) / 2
-			parts = []BlockDelta{{Type: DeltaInputJSON, PartialJSON: string(b.Input[:h])}, {Type: DeltaInputJSON, PartialJSON: string(b.Input[h:])}}
+			parts = []wire.BlockDelta{{Type: wire.DeltaInputJSON, PartialJSON: string(b.Input[:h])}, {Type: wire.DeltaInputJSON, PartialJSON: string(b.Input[h:])}}
 		}
 		for _, d := range parts {
 			if err := emit(StepEvent{Kind: StepBlockDelta, Index: i, Delta: d}); err != nil {
@@ -82,7 +83,7 @@ type fakeTools struct {
 	block bool
 }
 
-func (f *fakeTools) Execute(ctx context.Context, call ToolCall) (*ToolResult, error) {
+func (f *fakeTools) Execute(ctx context.Context, call ToolCall) (*wire.ToolResult, error) {
 	f.mu.Lock()
 	f.calls = append(f.calls, call)
 	f.mu.Unlock()
@@ -90,47 +91,49 @@ func (f *fakeTools) Execute(ctx context.Context, call ToolCall) (*ToolResult, er
 		<-ctx.Done()
 		return nil, ctx.Err()
 	}
-	if call.Name == SubToolTextEditor {
-		return &ToolResult{Type: ResultEditorCreate}, nil
+	if call.Name == wire.SubToolTextEditor {
+		return &wire.ToolResult{Type: wire.ResultEditorCreate}, nil
 	}
 	var in struct{ Command string }
 	_ = json.Unmarshal(call.Input, &in)
 	if in.Command == "missing" {
-		return ErrorResult(call.Name, CodeUnavailable, "File not found: /home/agent/workspace/missing.txt"), nil
+		return ErrorResult(call.Name, wire.CodeUnavailable, "File not found: /home/agent/workspace/missing.txt"), nil
 	}
-	return &ToolResult{Type: ResultBash, Stdout: "ran " + in.Command}, nil
+	return &wire.ToolResult{Type: wire.ResultBash, Stdout: "ran " + in.Command}, nil
 }
 
-func text(s string) ContentBlock { return ContentBlock{Type: BlockText, Text: s} }
+func text(s string) wire.ContentBlock { return wire.ContentBlock{Type: wire.BlockText, Text: s} }
 
-func toolUse(id, name, input string) ContentBlock {
-	return ContentBlock{Type: BlockToolUse, ID: id, Name: name, Input: json.RawMessage(input)}
+func toolUse(id, name, input string) wire.ContentBlock {
+	return wire.ContentBlock{Type: wire.BlockToolUse, ID: id, Name: name, Input: json.RawMessage(input)}
 }
 
-func step(stop string, blocks ...ContentBlock) *StepResult {
-	return &StepResult{Content: blocks, StopReason: stop, Usage: Usage{InputTokens: 10, OutputTokens: 5}}
+func step(stop string, blocks ...wire.ContentBlock) *StepResult {
+	return &StepResult{Content: blocks, StopReason: stop, Usage: wire.Usage{InputTokens: 10, OutputTokens: 5}}
 }
 
-func request(toolType string, msgs ...Message) *Request {
-	r := &Request{Model: "default", MaxTokens: 100, Messages: msgs}
+func request(toolType string, msgs ...wire.Message) *wire.Request {
+	r := &wire.Request{Model: "default", MaxTokens: 100, Messages: msgs}
 	if toolType != "" {
-		r.Tools = []Tool{{Type: toolType, Name: "code_execution"}}
+		r.Tools = []wire.Tool{{Type: toolType, Name: "code_execution"}}
 	}
 	return r
 }
 
-func user(s string) Message { return Message{Role: RoleUser, Content: []ContentBlock{text(s)}} }
+func user(s string) wire.Message {
+	return wire.Message{Role: wire.RoleUser, Content: []wire.ContentBlock{text(s)}}
+}
 
-var testContainer = &Container{ID: "my-box", ExpiresAt: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+var testContainer = &wire.Container{ID: "my-box", ExpiresAt: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
 
 // runBoth runs the request non-streaming and streaming against the same
 // script and checks both give the same response.
-func runBoth(t *testing.T, cfg Config, script func() []*StepResult, req *Request, opts RunOptions) (*Response, *fakeModel, *fakeTools, []Event) {
+func runBoth(t *testing.T, cfg Config, script func() []*StepResult, req *wire.Request, opts RunOptions) (*wire.Response, *fakeModel, *fakeTools, []wire.Event) {
 	t.Helper()
-	var first, last *Response
+	var first, last *wire.Response
 	var model *fakeModel
 	var tools *fakeTools
-	var events []Event
+	var events []wire.Event
 	for _, stream := range []bool{false, true} {
 		model = &fakeModel{steps: script()}
 		tools = &fakeTools{}
@@ -139,7 +142,7 @@ func runBoth(t *testing.T, cfg Config, script func() []*StepResult, req *Request
 		r.Stream = stream
 		events = nil
 		var c Collector
-		err := svc.Run(context.Background(), &r, opts, SinkFunc(func(ev Event) error {
+		err := svc.Run(context.Background(), &r, opts, SinkFunc(func(ev wire.Event) error {
 			events = append(events, ev)
 			return c.Send(ev)
 		}))
@@ -191,19 +194,19 @@ func mask(s string) string {
 func TestMultiStepLoop(t *testing.T) {
 	script := func() []*StepResult {
 		return []*StepResult{
-			step(StopToolUse, text("Let me check."), toolUse("toolu_a", SubToolBash, `{"command":"ls"}`)),
-			step(StopToolUse, toolUse("toolu_b", SubToolTextEditor, `{"command":"create","path":"a.txt","file_text":"x"}`)),
-			step(StopEndTurn, text("Done.")),
+			step(wire.StopToolUse, text("Let me check."), toolUse("toolu_a", wire.SubToolBash, `{"command":"ls"}`)),
+			step(wire.StopToolUse, toolUse("toolu_b", wire.SubToolTextEditor, `{"command":"create","path":"a.txt","file_text":"x"}`)),
+			step(wire.StopEndTurn, text("Done.")),
 		}
 	}
 	var hooked []string
 	endExpiry := time.Date(2026, 1, 2, 0, 0, 0, 0, time.UTC) // the turn's end moves the expiry on
-	opts := RunOptions{ContainerID: "u1--my-box", Container: testContainer, OnToolCall: func(ctx context.Context, c ToolCall, r *ToolResult) {
+	opts := RunOptions{ContainerID: "u1--my-box", Container: testContainer, OnToolCall: func(ctx context.Context, c ToolCall, r *wire.ToolResult) {
 		hooked = append(hooked, c.Name+":"+r.Type)
 	}, ExpiresAt: func() time.Time { return endExpiry }}
-	resp, model, tools, events := runBoth(t, Config{}, script, request(ToolTypeCodeExecution2508, user("list files")), opts)
+	resp, model, tools, events := runBoth(t, Config{}, script, request(wire.ToolTypeCodeExecution2508, user("list files")), opts)
 
-	wantTypes := []string{BlockText, BlockServerToolUse, BlockBashResult, BlockServerToolUse, BlockTextEditorResult, BlockText}
+	wantTypes := []string{wire.BlockText, wire.BlockServerToolUse, wire.BlockBashResult, wire.BlockServerToolUse, wire.BlockTextEditorResult, wire.BlockText}
 	if len(resp.Content) != len(wantTypes) {
 		t.Fatalf("content = %+v", resp.Content)
 	}
@@ -213,7 +216,7 @@ func TestMultiStepLoop(t *testing.T) {
 		}
 	}
 	srv := resp.Content[1]
-	if !strings.HasPrefix(srv.ID, "srvtoolu_") || srv.Name != SubToolBash || string(srv.Input) != `{"command":"ls"}` {
+	if !strings.HasPrefix(srv.ID, "srvtoolu_") || srv.Name != wire.SubToolBash || string(srv.Input) != `{"command":"ls"}` {
 		t.Fatalf("server_tool_use = %+v", srv)
 	}
 	if resp.Content[2].ToolUseID != srv.ID || resp.Content[2].Result.Stdout != "ran ls" {
@@ -222,7 +225,7 @@ func TestMultiStepLoop(t *testing.T) {
 	if resp.Content[4].ToolUseID != resp.Content[3].ID || resp.Content[3].ID == srv.ID {
 		t.Fatalf("editor ids: %q %q", resp.Content[3].ID, resp.Content[4].ToolUseID)
 	}
-	if resp.StopReason != StopEndTurn || resp.Usage.ServerToolUse == nil || resp.Usage.ServerToolUse.CodeExecutionRequests != 2 {
+	if resp.StopReason != wire.StopEndTurn || resp.Usage.ServerToolUse == nil || resp.Usage.ServerToolUse.CodeExecutionRequests != 2 {
 		t.Fatalf("stop %q usage %+v", resp.StopReason, resp.Usage)
 	}
 	if resp.Usage.InputTokens != 30 || resp.Usage.OutputTokens != 15 {
@@ -244,31 +247,31 @@ func TestMultiStepLoop(t *testing.T) {
 	if len(model.reqs) != 3 {
 		t.Fatalf("model steps = %d", len(model.reqs))
 	}
-	if n := len(model.reqs[0].Tools); n != 2 || model.reqs[0].Tools[0].Name != SubToolBash || model.reqs[0].Tools[1].Name != SubToolTextEditor {
+	if n := len(model.reqs[0].Tools); n != 2 || model.reqs[0].Tools[0].Name != wire.SubToolBash || model.reqs[0].Tools[1].Name != wire.SubToolTextEditor {
 		t.Fatalf("tools sent = %+v", model.reqs[0].Tools)
 	}
 	h := model.reqs[1].Messages
-	if len(h) != 3 || h[1].Role != RoleAssistant || h[2].Role != RoleUser {
+	if len(h) != 3 || h[1].Role != wire.RoleAssistant || h[2].Role != wire.RoleUser {
 		t.Fatalf("step 2 history = %+v", h)
 	}
-	if tu := h[1].Content[1]; tu.Type != BlockToolUse || tu.ID != tools.calls[0].ID {
+	if tu := h[1].Content[1]; tu.Type != wire.BlockToolUse || tu.ID != tools.calls[0].ID {
 		t.Fatalf("step 2 tool_use = %+v", tu)
 	}
-	if tr := h[2].Content[0]; tr.Type != BlockToolResult || tr.ToolUseID != tools.calls[0].ID || !strings.Contains(string(tr.Content), "ran ls") {
+	if tr := h[2].Content[0]; tr.Type != wire.BlockToolResult || tr.ToolUseID != tools.calls[0].ID || !strings.Contains(string(tr.Content), "ran ls") {
 		t.Fatalf("step 2 tool_result = %+v", tr)
 	}
 	// Stream shape: message_start first, message_delta then message_stop last,
 	// the server call's input as input_json_delta, the result in one start.
-	if events[0].Type != EventMessageStart || events[len(events)-1].Type != EventMessageStop || events[len(events)-2].Type != EventMessageDelta {
+	if events[0].Type != wire.EventMessageStart || events[len(events)-1].Type != wire.EventMessageStop || events[len(events)-2].Type != wire.EventMessageDelta {
 		t.Fatalf("event order: first %s, last %s", events[0].Type, events[len(events)-1].Type)
 	}
 	var sawInput, sawResult bool
 	for i, ev := range events {
-		if ev.Type == EventContentBlockDelta && ev.Index == 1 && ev.Delta.Type == DeltaInputJSON {
+		if ev.Type == wire.EventContentBlockDelta && ev.Index == 1 && ev.Delta.Type == wire.DeltaInputJSON {
 			sawInput = true
 		}
-		if ev.Type == EventContentBlockStart && ev.Index == 2 {
-			sawResult = ev.ContentBlock.Type == BlockBashResult && ev.ContentBlock.Result != nil && events[i+1].Type == EventContentBlockStop
+		if ev.Type == wire.EventContentBlockStart && ev.Index == 2 {
+			sawResult = ev.ContentBlock.Type == wire.BlockBashResult && ev.ContentBlock.Result != nil && events[i+1].Type == wire.EventContentBlockStop
 		}
 	}
 	if !sawInput || !sawResult {
@@ -282,14 +285,14 @@ func TestMultiStepLoop(t *testing.T) {
 func TestPauseTurnAndContinue(t *testing.T) {
 	loop := func() []*StepResult {
 		return []*StepResult{
-			step(StopToolUse, toolUse("a", SubToolBash, `{"command":"one"}`)),
-			step(StopToolUse, toolUse("b", SubToolBash, `{"command":"two"}`)),
+			step(wire.StopToolUse, toolUse("a", wire.SubToolBash, `{"command":"one"}`)),
+			step(wire.StopToolUse, toolUse("b", wire.SubToolBash, `{"command":"two"}`)),
 		}
 	}
 	cfg := Config{MaxToolIterations: 2}
-	req := request(ToolTypeCodeExecutionV1, user("work"))
+	req := request(wire.ToolTypeCodeExecutionV1, user("work"))
 	resp, model, _, _ := runBoth(t, cfg, loop, req, RunOptions{Container: testContainer})
-	if resp.StopReason != StopPauseTurn || len(resp.Content) != 4 || resp.Content[3].Type != BlockBashResult {
+	if resp.StopReason != wire.StopPauseTurn || len(resp.Content) != 4 || resp.Content[3].Type != wire.BlockBashResult {
 		t.Fatalf("paused response: stop %q content %+v", resp.StopReason, resp.Content)
 	}
 	if len(model.reqs) != 2 {
@@ -299,14 +302,14 @@ func TestPauseTurnAndContinue(t *testing.T) {
 	// Send the paused response back as the assistant turn: the model gets the
 	// whole history as tool_use/tool_result pairs ending in a tool result.
 	raw, _ := json.Marshal(resp)
-	var back Response
+	var back wire.Response
 	if err := json.Unmarshal(raw, &back); err != nil {
 		t.Fatal(err)
 	}
-	cont := request(ToolTypeCodeExecutionV1, user("work"), Message{Role: RoleAssistant, Content: back.Content})
-	finish := func() []*StepResult { return []*StepResult{step(StopEndTurn, text("All done."))} }
+	cont := request(wire.ToolTypeCodeExecutionV1, user("work"), wire.Message{Role: wire.RoleAssistant, Content: back.Content})
+	finish := func() []*StepResult { return []*StepResult{step(wire.StopEndTurn, text("All done."))} }
 	resp2, model2, tools2, _ := runBoth(t, cfg, finish, cont, RunOptions{})
-	if resp2.StopReason != StopEndTurn || len(resp2.Content) != 1 || resp2.Content[0].Text != "All done." {
+	if resp2.StopReason != wire.StopEndTurn || len(resp2.Content) != 1 || resp2.Content[0].Text != "All done." {
 		t.Fatalf("continued response = %+v", resp2)
 	}
 	if len(tools2.calls) != 0 {
@@ -321,10 +324,10 @@ func TestPauseTurnAndContinue(t *testing.T) {
 		t.Fatalf("history roles = %v", roles)
 	}
 	last := h[len(h)-1].Content[0]
-	if last.Type != BlockToolResult || last.ToolUseID != back.Content[2].ID || !strings.Contains(string(last.Content), "ran two") {
+	if last.Type != wire.BlockToolResult || last.ToolUseID != back.Content[2].ID || !strings.Contains(string(last.Content), "ran two") {
 		t.Fatalf("last upstream block = %+v", last)
 	}
-	if h[3].Content[0].Type != BlockToolUse || h[3].Content[0].Name != SubToolBash {
+	if h[3].Content[0].Type != wire.BlockToolUse || h[3].Content[0].Name != wire.SubToolBash {
 		t.Fatalf("server_tool_use not translated: %+v", h[3].Content[0])
 	}
 }
@@ -334,29 +337,29 @@ func TestPauseOnTurnTime(t *testing.T) {
 	cfg := Config{TurnTimeout: time.Minute, Now: func() time.Time { now = now.Add(70 * time.Second); return now }}
 	script := func() []*StepResult {
 		return []*StepResult{
-			step(StopToolUse, toolUse("a", SubToolBash, `{"command":"one"}`)),
-			step(StopToolUse, toolUse("b", SubToolBash, `{"command":"two"}`)),
-			step(StopEndTurn, text("never")),
+			step(wire.StopToolUse, toolUse("a", wire.SubToolBash, `{"command":"one"}`)),
+			step(wire.StopToolUse, toolUse("b", wire.SubToolBash, `{"command":"two"}`)),
+			step(wire.StopEndTurn, text("never")),
 		}
 	}
-	resp, model, _, _ := runBoth(t, cfg, script, request(ToolTypeCodeExecution2605, user("x")), RunOptions{})
-	if resp.StopReason != StopPauseTurn || len(model.reqs) != 1 {
+	resp, model, _, _ := runBoth(t, cfg, script, request(wire.ToolTypeCodeExecution2605, user("x")), RunOptions{})
+	if resp.StopReason != wire.StopPauseTurn || len(model.reqs) != 1 {
 		t.Fatalf("stop %q after %d steps", resp.StopReason, len(model.reqs))
 	}
 }
 
 func TestClientToolsMixedWithServerTools(t *testing.T) {
-	weather := Tool{Name: "get_weather", Description: "Weather", InputSchema: json.RawMessage(`{"type":"object"}`)}
+	weather := wire.Tool{Name: "get_weather", Description: "Weather", InputSchema: json.RawMessage(`{"type":"object"}`)}
 	script := func() []*StepResult {
-		return []*StepResult{step(StopToolUse,
-			toolUse("x", SubToolBash, `{"command":"date"}`),
+		return []*StepResult{step(wire.StopToolUse,
+			toolUse("x", wire.SubToolBash, `{"command":"date"}`),
 			toolUse("toolu_client", "get_weather", `{"city":"Oslo"}`))}
 	}
-	req := request(ToolTypeCodeExecution2508, user("weather and date"))
+	req := request(wire.ToolTypeCodeExecution2508, user("weather and date"))
 	req.Tools = append(req.Tools, weather)
 	resp, model, tools, _ := runBoth(t, Config{}, script, req, RunOptions{})
-	if resp.StopReason != StopToolUse || len(resp.Content) != 2 || resp.Content[0].Type != BlockServerToolUse ||
-		resp.Content[1].Type != BlockToolUse || resp.Content[1].ID != "toolu_client" {
+	if resp.StopReason != wire.StopToolUse || len(resp.Content) != 2 || resp.Content[0].Type != wire.BlockServerToolUse ||
+		resp.Content[1].Type != wire.BlockToolUse || resp.Content[1].ID != "toolu_client" {
 		t.Fatalf("response = %+v", resp)
 	}
 	if len(tools.calls) != 0 {
@@ -369,16 +372,16 @@ func TestClientToolsMixedWithServerTools(t *testing.T) {
 	// The client answers its tool; the pending server call runs first and
 	// its result opens the new response.
 	srvID := resp.Content[0].ID
-	next := request(ToolTypeCodeExecution2508, user("weather and date"),
-		Message{Role: RoleAssistant, Content: resp.Content},
-		Message{Role: RoleUser, Content: []ContentBlock{{Type: BlockToolResult, ToolUseID: "toolu_client", Content: json.RawMessage(`"sunny"`)}}})
+	next := request(wire.ToolTypeCodeExecution2508, user("weather and date"),
+		wire.Message{Role: wire.RoleAssistant, Content: resp.Content},
+		wire.Message{Role: wire.RoleUser, Content: []wire.ContentBlock{{Type: wire.BlockToolResult, ToolUseID: "toolu_client", Content: json.RawMessage(`"sunny"`)}}})
 	next.Tools = append(next.Tools, weather)
-	finish := func() []*StepResult { return []*StepResult{step(StopEndTurn, text("Sunny, and the date."))} }
+	finish := func() []*StepResult { return []*StepResult{step(wire.StopEndTurn, text("Sunny, and the date."))} }
 	resp2, model2, tools2, _ := runBoth(t, Config{}, finish, next, RunOptions{})
 	if len(tools2.calls) != 1 || tools2.calls[0].ID != srvID {
 		t.Fatalf("pending call not run: %+v", tools2.calls)
 	}
-	if len(resp2.Content) != 2 || resp2.Content[0].Type != BlockBashResult || resp2.Content[0].ToolUseID != srvID || resp2.Content[1].Type != BlockText {
+	if len(resp2.Content) != 2 || resp2.Content[0].Type != wire.BlockBashResult || resp2.Content[0].ToolUseID != srvID || resp2.Content[1].Type != wire.BlockText {
 		t.Fatalf("response = %+v", resp2.Content)
 	}
 	if resp2.Usage.ServerToolUse.CodeExecutionRequests != 1 {
@@ -398,11 +401,11 @@ func TestNotConfiguredAndDetail(t *testing.T) {
 	for _, tc := range []struct {
 		toolType   string
 		wantDetail bool
-	}{{ToolTypeCodeExecutionV1, true}, {ToolTypeCodeExecution2508, false}, {ToolTypeCodeExecution2601, false}} {
+	}{{wire.ToolTypeCodeExecutionV1, true}, {wire.ToolTypeCodeExecution2508, false}, {wire.ToolTypeCodeExecution2601, false}} {
 		t.Run(tc.toolType, func(t *testing.T) {
 			model := &fakeModel{steps: []*StepResult{
-				step(StopToolUse, toolUse("a", SubToolBash, `{"command":"ls"}`)),
-				step(StopEndTurn, text("no sandbox")),
+				step(wire.StopToolUse, toolUse("a", wire.SubToolBash, `{"command":"ls"}`)),
+				step(wire.StopEndTurn, text("no sandbox")),
 			}}
 			svc := New(model, Tools{}, Config{})
 			resp, err := svc.Create(context.Background(), request(tc.toolType, user("x")), RunOptions{Container: testContainer})
@@ -451,7 +454,7 @@ func TestValidate(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			var req Request
+			var req wire.Request
 			if err := json.Unmarshal([]byte(tc.body), &req); err != nil {
 				t.Fatal(err)
 			}
@@ -470,15 +473,15 @@ func TestValidate(t *testing.T) {
 }
 
 func TestContainerUploadBecomesNote(t *testing.T) {
-	model := &fakeModel{steps: []*StepResult{step(StopEndTurn, text("ok"))}}
+	model := &fakeModel{steps: []*StepResult{step(wire.StopEndTurn, text("ok"))}}
 	svc := New(model, allTools(&fakeTools{}), Config{})
 	id := "L21udC91c2VyLWRhdGEvdXBsb2Fkcy9zYWxlcy5jc3Y" // /mnt/user-data/uploads/sales.csv
-	req := request(ToolTypeCodeExecution2508, Message{Role: RoleUser, Content: []ContentBlock{{Type: BlockContainerUpload, FileID: id}, text("analyse")}})
+	req := request(wire.ToolTypeCodeExecution2508, wire.Message{Role: wire.RoleUser, Content: []wire.ContentBlock{{Type: wire.BlockContainerUpload, FileID: id}, text("analyse")}})
 	if _, err := svc.Create(context.Background(), req, RunOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	got := model.reqs[0].Messages[0].Content[0]
-	if got.Type != BlockText || !strings.Contains(got.Text, "/mnt/user-data/uploads/sales.csv") {
+	if got.Type != wire.BlockText || !strings.Contains(got.Text, "/mnt/user-data/uploads/sales.csv") {
 		t.Fatalf("upload became %+v", got)
 	}
 }
@@ -486,10 +489,10 @@ func TestContainerUploadBecomesNote(t *testing.T) {
 func TestSinkErrorAndCancel(t *testing.T) {
 	t.Run("sink error stops the turn", func(t *testing.T) {
 		tools := &fakeTools{}
-		model := &fakeModel{steps: []*StepResult{step(StopToolUse, toolUse("a", SubToolBash, `{"command":"ls"}`))}}
+		model := &fakeModel{steps: []*StepResult{step(wire.StopToolUse, toolUse("a", wire.SubToolBash, `{"command":"ls"}`))}}
 		gone := errors.New("client gone")
 		n := 0
-		err := New(model, allTools(tools), Config{}).Run(context.Background(), request(ToolTypeCodeExecution2508, user("x")), RunOptions{}, SinkFunc(func(Event) error {
+		err := New(model, allTools(tools), Config{}).Run(context.Background(), request(wire.ToolTypeCodeExecution2508, user("x")), RunOptions{}, SinkFunc(func(wire.Event) error {
 			n++
 			if n > 2 {
 				return gone
@@ -502,11 +505,11 @@ func TestSinkErrorAndCancel(t *testing.T) {
 	})
 	t.Run("cancel stops a running command", func(t *testing.T) {
 		tools := &fakeTools{block: true}
-		model := &fakeModel{steps: []*StepResult{step(StopToolUse, toolUse("a", SubToolBash, `{"command":"sleep"}`))}}
+		model := &fakeModel{steps: []*StepResult{step(wire.StopToolUse, toolUse("a", wire.SubToolBash, `{"command":"sleep"}`))}}
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		go func() {
-			_, err := New(model, allTools(tools), Config{}).Create(ctx, request(ToolTypeCodeExecution2508, user("x")), RunOptions{})
+			_, err := New(model, allTools(tools), Config{}).Create(ctx, request(wire.ToolTypeCodeExecution2508, user("x")), RunOptions{})
 			done <- err
 		}()
 		for {
@@ -530,16 +533,16 @@ func TestSinkErrorAndCancel(t *testing.T) {
 	})
 	t.Run("model error is returned without message_stop", func(t *testing.T) {
 		model := &fakeModel{err: &UpstreamError{StatusCode: 529, Type: "overloaded_error", Message: "Overloaded"}}
-		var last Event
-		err := New(model, Tools{}, Config{}).Run(context.Background(), request("", user("x")), RunOptions{}, SinkFunc(func(ev Event) error { last = ev; return nil }))
-		if err == nil || last.Type == EventMessageStop {
+		var last wire.Event
+		err := New(model, Tools{}, Config{}).Run(context.Background(), request("", user("x")), RunOptions{}, SinkFunc(func(ev wire.Event) error { last = ev; return nil }))
+		if err == nil || last.Type == wire.EventMessageStop {
 			t.Fatalf("err %v last %s", err, last.Type)
 		}
 		status, body := ErrorStatus(err)
 		if status != 502 || body.Type != "api_error" || body.Message != "Overloaded" {
 			t.Fatalf("status %d body %+v", status, body)
 		}
-		if ev := ErrorEvent(err); ev.Type != EventError || ev.Error.Type != "api_error" {
+		if ev := ErrorEvent(err); ev.Type != wire.EventError || ev.Error.Type != "api_error" {
 			t.Fatalf("error event %+v", ev)
 		}
 	})
@@ -581,9 +584,9 @@ type loopModel struct{ n int }
 
 func (m loopModel) Step(ctx context.Context, req StepRequest) (*StepResult, error) {
 	if (len(req.Messages)-1)/2 < m.n {
-		return step(StopToolUse, toolUse("t", SubToolBash, `{"command":"true"}`)), nil
+		return step(wire.StopToolUse, toolUse("t", wire.SubToolBash, `{"command":"true"}`)), nil
 	}
-	return step(StopEndTurn, text("done")), nil
+	return step(wire.StopEndTurn, text("done")), nil
 }
 
 func (m loopModel) StreamStep(ctx context.Context, req StepRequest, emit func(StepEvent) error) (*StepResult, error) {
@@ -598,14 +601,14 @@ func (m loopModel) StreamStep(ctx context.Context, req StepRequest, emit func(St
 	return r, nil
 }
 
-func blockEventsForStep(i int, b ContentBlock) []StepEvent {
+func blockEventsForStep(i int, b wire.ContentBlock) []StepEvent {
 	var out []StepEvent
 	for _, ev := range blockEvents(b) {
 		se := StepEvent{Index: i}
 		switch ev.Type {
-		case EventContentBlockStart:
+		case wire.EventContentBlockStart:
 			se.Kind, se.Block = StepBlockStart, *ev.ContentBlock
-		case EventContentBlockDelta:
+		case wire.EventContentBlockDelta:
 			se.Kind, se.Delta = StepBlockDelta, *ev.Delta
 		default:
 			se.Kind = StepBlockStop
@@ -627,13 +630,13 @@ func BenchmarkLoopIteration(b *testing.B) {
 		}
 		b.Run(name, func(b *testing.B) {
 			svc := New(loopModel{n: iterations}, allTools(&fakeTools{}), Config{MaxToolIterations: iterations + 1})
-			sink := SinkFunc(func(ev Event) error {
+			sink := SinkFunc(func(ev wire.Event) error {
 				_, err := json.Marshal(ev)
 				return err
 			})
 			b.ReportAllocs()
 			for b.Loop() {
-				req := request(ToolTypeCodeExecution2508, user("go"))
+				req := request(wire.ToolTypeCodeExecution2508, user("go"))
 				req.Stream = stream
 				if err := svc.Run(context.Background(), req, RunOptions{}, sink); err != nil {
 					b.Fatal(err)
@@ -650,8 +653,8 @@ func TestToolChoiceNamingCodeExecution(t *testing.T) {
 		{`{"type":"tool","name":"get_weather"}`, `{"type":"tool","name":"get_weather"}`},
 		{`{"type":"auto"}`, `{"type":"auto"}`},
 	} {
-		model := &fakeModel{steps: []*StepResult{step(StopEndTurn, text("ok"))}}
-		req := request(ToolTypeCodeExecution2508, user("x"))
+		model := &fakeModel{steps: []*StepResult{step(wire.StopEndTurn, text("ok"))}}
+		req := request(wire.ToolTypeCodeExecution2508, user("x"))
 		req.ToolChoice = json.RawMessage(tc.in)
 		if _, err := New(model, Tools{}, Config{}).Create(context.Background(), req, RunOptions{}); err != nil {
 			t.Fatal(err)
@@ -673,12 +676,12 @@ func TestEnvFuncOnFirstToolCall(t *testing.T) {
 	}}
 	script := func() []*StepResult {
 		return []*StepResult{
-			step(StopToolUse, toolUse("toolu_a", SubToolBash, `{"command":"ls"}`)),
-			step(StopToolUse, toolUse("toolu_b", SubToolBash, `{"command":"pwd"}`)),
-			step(StopEndTurn, text("Done.")),
+			step(wire.StopToolUse, toolUse("toolu_a", wire.SubToolBash, `{"command":"ls"}`)),
+			step(wire.StopToolUse, toolUse("toolu_b", wire.SubToolBash, `{"command":"pwd"}`)),
+			step(wire.StopEndTurn, text("Done.")),
 		}
 	}
-	_, _, tools, _ := runBoth(t, Config{}, script, request(ToolTypeCodeExecution2508, user("go")), opts)
+	_, _, tools, _ := runBoth(t, Config{}, script, request(wire.ToolTypeCodeExecution2508, user("go")), opts)
 	if calls != 2 { // once per run: runBoth runs non-streaming and streaming
 		t.Fatalf("EnvFunc called %d times over two turns", calls)
 	}
@@ -689,14 +692,14 @@ func TestEnvFuncOnFirstToolCall(t *testing.T) {
 	}
 
 	calls = 0
-	runBoth(t, Config{}, func() []*StepResult { return []*StepResult{step(StopEndTurn, text("hi"))} }, request(ToolTypeCodeExecution2508, user("hi")), opts)
+	runBoth(t, Config{}, func() []*StepResult { return []*StepResult{step(wire.StopEndTurn, text("hi"))} }, request(wire.ToolTypeCodeExecution2508, user("hi")), opts)
 	if calls != 0 {
 		t.Fatalf("EnvFunc called %d times without a tool call", calls)
 	}
 
 	failing := RunOptions{ContainerID: "u1--box", EnvFunc: func(context.Context) ([]string, error) { return nil, errors.New("store down") }}
 	svc := New(&fakeModel{steps: script()}, allTools(&fakeTools{}), Config{})
-	err := svc.Run(context.Background(), request(ToolTypeCodeExecution2508, user("go")), failing, SinkFunc(func(Event) error { return nil }))
+	err := svc.Run(context.Background(), request(wire.ToolTypeCodeExecution2508, user("go")), failing, SinkFunc(func(wire.Event) error { return nil }))
 	if err == nil || !strings.Contains(err.Error(), "store down") {
 		t.Fatalf("run with a failing EnvFunc: %v", err)
 	}
@@ -706,16 +709,16 @@ func TestEnvFuncOnFirstToolCall(t *testing.T) {
 // server calls runs at most MaxToolIterations of them; the rest are
 // answered "not run".
 func TestPendingCallsBounded(t *testing.T) {
-	var blocks []ContentBlock
+	var blocks []wire.ContentBlock
 	for i := range 5 {
-		blocks = append(blocks, ContentBlock{Type: BlockServerToolUse, ID: fmt.Sprintf("srvtoolu_%d", i), Name: SubToolBash, Input: json.RawMessage(`{"command":"true"}`)})
+		blocks = append(blocks, wire.ContentBlock{Type: wire.BlockServerToolUse, ID: fmt.Sprintf("srvtoolu_%d", i), Name: wire.SubToolBash, Input: json.RawMessage(`{"command":"true"}`)})
 	}
-	blocks = append(blocks, ContentBlock{Type: BlockToolUse, ID: "toolu_client", Name: "get_weather", Input: json.RawMessage(`{}`)})
-	req := request(ToolTypeCodeExecution2508, user("go"),
-		Message{Role: RoleAssistant, Content: blocks},
-		Message{Role: RoleUser, Content: []ContentBlock{{Type: BlockToolResult, ToolUseID: "toolu_client", Content: json.RawMessage(`"ok"`)}}})
-	req.Tools = append(req.Tools, Tool{Name: "get_weather", InputSchema: json.RawMessage(`{"type":"object"}`)})
-	finish := func() []*StepResult { return []*StepResult{step(StopEndTurn, text("done"))} }
+	blocks = append(blocks, wire.ContentBlock{Type: wire.BlockToolUse, ID: "toolu_client", Name: "get_weather", Input: json.RawMessage(`{}`)})
+	req := request(wire.ToolTypeCodeExecution2508, user("go"),
+		wire.Message{Role: wire.RoleAssistant, Content: blocks},
+		wire.Message{Role: wire.RoleUser, Content: []wire.ContentBlock{{Type: wire.BlockToolResult, ToolUseID: "toolu_client", Content: json.RawMessage(`"ok"`)}}})
+	req.Tools = append(req.Tools, wire.Tool{Name: "get_weather", InputSchema: json.RawMessage(`{"type":"object"}`)})
+	finish := func() []*StepResult { return []*StepResult{step(wire.StopEndTurn, text("done"))} }
 	_, model, tools, _ := runBoth(t, Config{MaxToolIterations: 2}, finish, req, RunOptions{})
 	if len(tools.calls) != 2 {
 		t.Fatalf("%d pending calls ran, want 2", len(tools.calls))
@@ -743,13 +746,13 @@ func (m *fakeTokenMeter) Tokens(ctx context.Context, orgID, userID, containerID 
 func TestTokensMeteredPerStep(t *testing.T) {
 	script := func() []*StepResult {
 		return []*StepResult{
-			step(StopToolUse, toolUse("toolu_a", SubToolBash, `{"command":"ls"}`)),
-			step(StopEndTurn, text("Done.")),
+			step(wire.StopToolUse, toolUse("toolu_a", wire.SubToolBash, `{"command":"ls"}`)),
+			step(wire.StopEndTurn, text("Done.")),
 		}
 	}
 	m := &fakeTokenMeter{}
 	opts := RunOptions{ContainerID: "u1--box", Container: testContainer, OrgID: "o1", UserID: "u1"}
-	runBoth(t, Config{Tokens: m}, script, request(ToolTypeCodeExecution2508, user("list files")), opts)
+	runBoth(t, Config{Tokens: m}, script, request(wire.ToolTypeCodeExecution2508, user("list files")), opts)
 	want := "o1/u1/u1--box in=10 out=5"
 	if len(m.steps) != 4 { // two steps, run twice (streaming and not)
 		t.Fatalf("metered %v, want 4 steps", m.steps)

@@ -18,7 +18,7 @@ import (
 	"sync"
 	"time"
 
-	"threadbox/app/messages"
+	"threadbox/app/messages/wire"
 	"threadbox/domain/fault"
 	"threadbox/domain/id"
 	"threadbox/domain/skill"
@@ -249,7 +249,7 @@ func (s *Service) Delete(ctx context.Context, p user.Principal, skillID string) 
 // container.skills: type, id or name, version; a chat turn's names, the
 // latest version); one named twice is loaded once. Skills of
 // another org are not found.
-func (s *Service) Resolve(ctx context.Context, orgID string, refs []messages.SkillParam) ([]skill.Skill, error) {
+func (s *Service) Resolve(ctx context.Context, orgID string, refs []wire.SkillParam) ([]skill.Skill, error) {
 	var out []skill.Skill
 	seen := map[string]bool{}
 	for i, r := range refs {
@@ -301,7 +301,7 @@ func (s *Service) Resolve(ctx context.Context, orgID string, refs []messages.Ski
 
 // Names returns the names of the skills a Messages API request names,
 // found as Prepare finds them but loaded nowhere: what validate answers.
-func (s *Service) Names(ctx context.Context, p user.Principal, refs []messages.SkillParam) ([]string, error) {
+func (s *Service) Names(ctx context.Context, p user.Principal, refs []wire.SkillParam) ([]string, error) {
 	found, err := s.Resolve(ctx, p.OrgID, refs)
 	if err != nil {
 		return nil, err

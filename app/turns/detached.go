@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"threadbox/app/messages"
+	"threadbox/app/messages/wire"
 	"threadbox/domain/fault"
 	"threadbox/domain/id"
 	"threadbox/domain/turn"
@@ -137,15 +138,15 @@ const DefaultLogMaxBytes = 16 << 20
 // the log's cap: the small events that end a stream.
 func keptPastCap(typ string) bool {
 	switch typ {
-	case endEvent, StoppedEvent, messages.EventMessageDelta, messages.EventMessageStop:
+	case endEvent, StoppedEvent, wire.EventMessageDelta, wire.EventMessageStop:
 		return true
 	}
 	return false
 }
 
 // Send appends a stream event to the log. It never waits for a follower.
-func (l *liveTurn) Send(ev messages.Event) error {
-	if ev.Type == messages.EventPing {
+func (l *liveTurn) Send(ev wire.Event) error {
+	if ev.Type == wire.EventPing {
 		return nil
 	}
 	data, err := json.Marshal(ev)
@@ -167,7 +168,7 @@ func (l *liveTurn) append(typ string, data []byte) {
 		}
 		l.truncated = true
 		typ = LogTruncated
-		data, _ = json.Marshal(messages.Event{Type: LogTruncated})
+		data, _ = json.Marshal(wire.Event{Type: LogTruncated})
 	}
 	l.last++
 	l.bytes += int64(len(data))
@@ -337,7 +338,7 @@ func (s *Service) watch(ctx context.Context, l *liveTurn) (stop func()) {
 func (s *Service) finish(ctx context.Context, release func(), l *liveTurn, runErr error) {
 	end := endOf(ctx, runErr)
 	if end.State == turn.Stopped {
-		stopped, _ := json.Marshal(messages.Event{Type: StoppedEvent})
+		stopped, _ := json.Marshal(wire.Event{Type: StoppedEvent})
 		l.append(StoppedEvent, stopped)
 	}
 	dbctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

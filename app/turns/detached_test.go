@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"threadbox/app/messages"
+	"threadbox/app/messages/wire"
 	"threadbox/domain/fault"
 	"threadbox/domain/turn"
 	"threadbox/domain/user"
@@ -95,19 +96,19 @@ func (m *memRecords) PruneTurns(context.Context, time.Time) (int64, error) { ret
 // after the first delta until hold is closed.
 func chatty(n, size int, hold chan struct{}, fail error) func(context.Context, messages.Sink) error {
 	return func(ctx context.Context, sink messages.Sink) error {
-		text := messages.ContentBlock{Type: messages.BlockText, Text: ""}
-		evs := []messages.Event{
-			{Type: messages.EventMessageStart, Message: &messages.Response{ID: "msg_1", Type: "message", Role: "assistant"}},
-			{Type: messages.EventContentBlockStart, Index: 0, ContentBlock: &text},
+		text := wire.ContentBlock{Type: wire.BlockText, Text: ""}
+		evs := []wire.Event{
+			{Type: wire.EventMessageStart, Message: &wire.Response{ID: "msg_1", Type: "message", Role: "assistant"}},
+			{Type: wire.EventContentBlockStart, Index: 0, ContentBlock: &text},
 		}
 		for i := range n {
-			evs = append(evs, messages.Event{Type: messages.EventContentBlockDelta, Index: 0,
-				Delta: &messages.BlockDelta{Type: messages.DeltaText, Text: strings.Repeat(string(rune('a'+i%26)), size)}})
+			evs = append(evs, wire.Event{Type: wire.EventContentBlockDelta, Index: 0,
+				Delta: &wire.BlockDelta{Type: wire.DeltaText, Text: strings.Repeat(string(rune('a'+i%26)), size)}})
 		}
 		if fail == nil {
-			evs = append(evs, messages.Event{Type: messages.EventContentBlockStop, Index: 0},
-				messages.Event{Type: messages.EventMessageDelta, MessageDelta: &messages.MessageDelta{StopReason: "end_turn"}, Usage: &messages.Usage{}},
-				messages.Event{Type: messages.EventMessageStop})
+			evs = append(evs, wire.Event{Type: wire.EventContentBlockStop, Index: 0},
+				wire.Event{Type: wire.EventMessageDelta, MessageDelta: &wire.MessageDelta{StopReason: "end_turn"}, Usage: &wire.Usage{}},
+				wire.Event{Type: wire.EventMessageStop})
 		}
 		for i, ev := range evs {
 			if err := sink.Send(ev); err != nil {
@@ -203,7 +204,7 @@ func TestRunningTurnKeepsOnlyUnstoredEvents(t *testing.T) {
 	}()
 	close(hold)
 	r := <-done
-	if r.end.State != turn.Done || len(r.evs) != 8 || r.evs[0].Type != messages.EventMessageStart || r.evs[7].Type != messages.EventMessageStop {
+	if r.end.State != turn.Done || len(r.evs) != 8 || r.evs[0].Type != wire.EventMessageStart || r.evs[7].Type != wire.EventMessageStop {
 		t.Fatalf("followed %d events, ended %+v", len(r.evs), r.end)
 	}
 }

@@ -22,6 +22,7 @@ import (
 
 	"threadbox/app/files"
 	"threadbox/app/messages"
+	"threadbox/app/messages/wire"
 	"threadbox/app/skills"
 	"threadbox/domain/container"
 	"threadbox/domain/fault"
@@ -33,9 +34,9 @@ import (
 // Engine is the tool loop (app/messages.Service).
 type Engine interface {
 	// Validate checks a request and returns what it would do.
-	Validate(req *messages.Request) (*messages.Plan, error)
+	Validate(req *wire.Request) (*messages.Plan, error)
 	// Run runs a request, sending its events to sink.
-	Run(ctx context.Context, req *messages.Request, opts messages.RunOptions, sink messages.Sink) error
+	Run(ctx context.Context, req *wire.Request, opts messages.RunOptions, sink messages.Sink) error
 }
 
 // Containers resolves the containers of turns (app/containers.Service).
@@ -72,7 +73,7 @@ type Quota interface {
 
 // Skills finds and loads skills (app/skills.Service).
 type Skills interface {
-	Resolve(ctx context.Context, orgID string, refs []messages.SkillParam) ([]skill.Skill, error)
+	Resolve(ctx context.Context, orgID string, refs []wire.SkillParam) ([]skill.Skill, error)
 	Load(ctx context.Context, containerID string, skills []skill.Skill) error
 }
 
@@ -177,12 +178,12 @@ func (s *Service) Model(name string) string {
 type Turn struct {
 	s    *Service
 	p    user.Principal
-	req  *messages.Request
+	req  *wire.Request
 	opts messages.RunOptions
 }
 
 // LiveOutput makes the turn send the output of its server tool calls while
-// they run (messages.EventToolOutput).
+// they run (wire.EventToolOutput).
 func (t *Turn) LiveOutput() { t.opts.LiveOutput = true }
 
 // OnToolCall makes the turn call h after each of its server tool calls (the
@@ -228,7 +229,7 @@ type Thread struct {
 // (a Messages API request without code, skills or container files) makes
 // none. The quotas are asked before anything is made, so a turn they
 // refuse leaves nothing behind.
-func (s *Service) Prepare(ctx context.Context, p user.Principal, req *messages.Request, th *Thread) (*Turn, error) {
+func (s *Service) Prepare(ctx context.Context, p user.Principal, req *wire.Request, th *Thread) (*Turn, error) {
 	if err := s.Ready(); err != nil {
 		return nil, err
 	}
@@ -264,7 +265,7 @@ func (s *Service) Prepare(ctx context.Context, p user.Principal, req *messages.R
 		}
 	}
 	t.opts.ContainerID = c.ID()
-	t.opts.Container = &messages.Container{ID: c.ClientID(), ExpiresAt: s.d.Containers.ExpiresAt(c).UTC()}
+	t.opts.Container = &wire.Container{ID: c.ClientID(), ExpiresAt: s.d.Containers.ExpiresAt(c).UTC()}
 	t.opts.ExpiresAt = func() time.Time { return s.d.Containers.ExpiresAt(c.Touch(time.Now())) }
 	t.opts.ReportContainer = req.Container != nil && req.Container.ID != ""
 	return t, nil
@@ -277,8 +278,8 @@ func runsCode(plan *messages.Plan) bool { return plan.CodeExecution || plan.Sand
 // it names some or may run code (none unloads those of an earlier turn: a
 // turn sees only the skills it asks for), and tells the model about them
 // in the system prompt, saying whether code can read them.
-func (s *Service) loadSkills(ctx context.Context, p user.Principal, c container.Container, req *messages.Request, code bool) error {
-	var refs []messages.SkillParam
+func (s *Service) loadSkills(ctx context.Context, p user.Principal, c container.Container, req *wire.Request, code bool) error {
+	var refs []wire.SkillParam
 	if req.Container != nil {
 		refs = req.Container.Skills
 	}
@@ -325,7 +326,7 @@ type ValidatedContainer struct {
 
 // Validate checks a Messages API request: tool specs, quotas, container
 // access and age, container files and skills.
-func (s *Service) Validate(ctx context.Context, p user.Principal, req *messages.Request) (*Validation, error) {
+func (s *Service) Validate(ctx context.Context, p user.Principal, req *wire.Request) (*Validation, error) {
 	if err := s.Ready(); err != nil {
 		return nil, err
 	}
@@ -378,7 +379,7 @@ func (s *Service) Validate(ctx context.Context, p user.Principal, req *messages.
 
 // needsContainer reports whether a request can touch a container: it
 // enables code execution, names a container or refers to container files.
-func needsContainer(req *messages.Request, plan *messages.Plan) bool {
+func needsContainer(req *wire.Request, plan *messages.Plan) bool {
 	return plan.CodeExecution || plan.Sandbox || (req.Container != nil && (req.Container.ID != "" || len(req.Container.Skills) > 0)) || len(plan.ContainerUploads) > 0
 }
 
@@ -386,7 +387,7 @@ func needsContainer(req *messages.Request, plan *messages.Plan) bool {
 // the container a request names, or when it names none the caller's
 // default container — for a sandbox token the container of its own
 // sandbox, the only one it may use.
-func requestScope(p user.Principal, req *messages.Request, th *Thread) string {
+func requestScope(p user.Principal, req *wire.Request, th *Thread) string {
 	switch {
 	case th != nil:
 		return th.ID
@@ -402,7 +403,7 @@ func requestScope(p user.Principal, req *messages.Request, th *Thread) string {
 // request names (a new id creates it; a thread id the caller can access
 // names the thread's), or the caller's default container. Its folders are
 // prepared the first time this server sees it.
-func (s *Service) containerOf(ctx context.Context, p user.Principal, req *messages.Request, th *Thread) (container.Container, error) {
+func (s *Service) containerOf(ctx context.Context, p user.Principal, req *wire.Request, th *Thread) (container.Container, error) {
 	if th != nil {
 		return s.d.Containers.Scope(ctx, p, th.ID, true)
 	}
@@ -467,7 +468,7 @@ func (p *preparedSet) add(key string) {
 // its org has nothing left of its storage quota, or when the bytes th
 // stores before the run do not fit; what the run adds is counted by the
 // next check.
-func (s *Service) beforeRun(ctx context.Context, p user.Principal, req *messages.Request, plan *messages.Plan, th *Thread) error {
+func (s *Service) beforeRun(ctx context.Context, p user.Principal, req *wire.Request, plan *messages.Plan, th *Thread) error {
 	code := runsCode(plan)
 	if s.d.Quota == nil || !code && th == nil {
 		return nil
@@ -493,10 +494,10 @@ func (s *Service) beforeRun(ctx context.Context, p user.Principal, req *messages
 // checkUploads makes sure every container_upload block of msgs names an
 // existing file of the container; first is the index of msgs[0] in the
 // request, for the error's path.
-func (s *Service) checkUploads(ctx context.Context, p user.Principal, scopeID string, msgs []messages.Message, first int) error {
+func (s *Service) checkUploads(ctx context.Context, p user.Principal, scopeID string, msgs []wire.Message, first int) error {
 	for i, msg := range msgs {
 		for j, b := range msg.Content {
-			if b.Type != messages.BlockContainerUpload {
+			if b.Type != wire.BlockContainerUpload {
 				continue
 			}
 			if s.d.Files == nil {

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"threadbox/app/files"
-	"threadbox/app/messages"
+	"threadbox/app/messages/wire"
 	"threadbox/app/turns"
 	"threadbox/domain/artifact"
 	"threadbox/domain/audit"
@@ -32,7 +32,7 @@ type Turns interface {
 	// Prepare checks a chat turn's request and resolves what it runs with
 	// (model, quotas, the thread's container, uploads, skills); nothing is
 	// made for a turn it refuses.
-	Prepare(ctx context.Context, p user.Principal, req *messages.Request, th *turns.Thread) (*turns.Turn, error)
+	Prepare(ctx context.Context, p user.Principal, req *wire.Request, th *turns.Thread) (*turns.Turn, error)
 	// Detach runs a turn apart from the request that started it and
 	// returns its id.
 	Detach(ctx context.Context, d turns.Detached) (string, error)

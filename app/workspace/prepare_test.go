@@ -6,6 +6,7 @@ import (
 
 	"threadbox/app/files"
 	"threadbox/app/messages"
+	"threadbox/app/messages/wire"
 	"threadbox/app/turns"
 	"threadbox/domain/fault"
 	"threadbox/domain/file"
@@ -32,7 +33,7 @@ func TestSandboxToolTurnAsksTheRunningQuota(t *testing.T) {
 	svc, st, p, th := setupQuota(t, scriptEngine{}, q)
 	tr := TurnRequest{
 		Content: codeExecTurn.Content,
-		Tools:   []AskedTool{{messages.Tool{Name: messages.SandboxToolName}}},
+		Tools:   []AskedTool{{wire.Tool{Name: messages.SandboxToolName}}},
 	}
 	if _, err := svc.StartTurn(ctx, p, th.ID(), tr); !fault.Is(err, fault.RateLimited) || len(q.runs) != 1 || q.runs[0] != th.ID() {
 		t.Fatalf("sandbox-tool turn: %v, asked %v", err, q.runs)
@@ -53,7 +54,7 @@ func TestChatTurnUploadsAreChecked(t *testing.T) {
 	have := someFiles{a: true}
 	svc, st, p, th := setupWith(t, scriptEngine{}, func(td *turns.Deps, _ *Deps) { td.Files = have })
 	upload := func(id string) TurnRequest {
-		return TurnRequest{Content: []messages.ContentBlock{{Type: messages.BlockText, Text: "look"}, {Type: messages.BlockContainerUpload, FileID: id}}}
+		return TurnRequest{Content: []wire.ContentBlock{{Type: wire.BlockText, Text: "look"}, {Type: wire.BlockContainerUpload, FileID: id}}}
 	}
 	if _, err := svc.StartTurn(ctx, p, th.ID(), upload(b)); !fault.Is(err, fault.Invalid) {
 		t.Fatalf("an upload of no file: %v", err)

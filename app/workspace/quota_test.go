@@ -6,7 +6,7 @@ import (
 	"errors"
 	"testing"
 
-	"threadbox/app/messages"
+	"threadbox/app/messages/wire"
 	"threadbox/domain/artifact"
 	"threadbox/domain/fault"
 	"threadbox/domain/org"
@@ -53,8 +53,8 @@ func (q *fakeQuota) BeforeStore(_ context.Context, _ string, n int64) error {
 }
 
 var codeExecTurn = TurnRequest{
-	Content: []messages.ContentBlock{{Type: "text", Text: "go"}},
-	Tools:   []AskedTool{{messages.Tool{Name: "code_execution"}}},
+	Content: []wire.ContentBlock{{Type: "text", Text: "go"}},
+	Tools:   []AskedTool{{wire.Tool{Name: "code_execution"}}},
 }
 
 func TestTurnRefusedPastTheRunningQuota(t *testing.T) {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"threadbox/app/messages"
+	"threadbox/app/messages/wire"
 	"threadbox/app/turns"
 	"threadbox/domain/fault"
 	"threadbox/domain/id"
@@ -25,10 +26,10 @@ const BlockResource = "zylon-resource"
 
 // TurnRequest is the body of a chat turn.
 type TurnRequest struct {
-	Content []messages.ContentBlock // the user's content
-	Skills  []string                // skill names or ids
-	Tools   []AskedTool             // pgpt.tools
-	Model   string                  // "" means the default model
+	Content []wire.ContentBlock // the user's content
+	Skills  []string            // skill names or ids
+	Tools   []AskedTool         // pgpt.tools
+	Model   string              // "" means the default model
 	Stream  bool
 	// Replace makes the turn replace the thread's last one: ReplaceLastTurn
 	// (edit-and-resend: Content replaces the last user message, which and
@@ -50,7 +51,7 @@ type Turn struct {
 	p       user.Principal
 	thread  thread.Thread
 	turn    *turns.Turn // the turn as app/turns prepared it
-	content []messages.ContentBlock
+	content []wire.ContentBlock
 	done    bool
 	// replace are the ids of the messages the turn replaces, and reask
 	// tells that the user message is the stored one asked again
@@ -61,7 +62,7 @@ type Turn struct {
 
 // userBlocks are the block types a user turn may hold.
 var userBlocks = map[string]bool{
-	messages.BlockText: true, messages.BlockImage: true, messages.BlockDocument: true, messages.BlockContainerUpload: true,
+	wire.BlockText: true, wire.BlockImage: true, wire.BlockDocument: true, wire.BlockContainerUpload: true,
 }
 
 // StartTurn checks a turn on one of the caller's threads and prepares it:
@@ -78,7 +79,7 @@ func (s *Service) StartTurn(ctx context.Context, p user.Principal, threadID stri
 		return nil, err
 	}
 	var (
-		history []messages.Message
+		history []wire.Message
 		replace []string
 		reask   bool
 	)
@@ -115,15 +116,15 @@ func (s *Service) StartTurn(ctx context.Context, p user.Principal, threadID stri
 	if maxTokens <= 0 {
 		maxTokens = DefaultMaxTokens
 	}
-	req := &messages.Request{
+	req := &wire.Request{
 		Model: tr.Model, MaxTokens: maxTokens, Tools: tools, Stream: tr.Stream,
-		Messages: append(history, messages.Message{Role: messages.RoleUser, Content: tr.Content}),
+		Messages: append(history, wire.Message{Role: wire.RoleUser, Content: tr.Content}),
 	}
 	if len(tr.Skills) > 0 {
 		// The chat names skills by name or version id, the latest version.
-		req.Container = &messages.ContainerParam{}
+		req.Container = &wire.ContainerParam{}
 		for _, name := range tr.Skills {
-			req.Container.Skills = append(req.Container.Skills, messages.SkillParam{Type: "custom", SkillID: name})
+			req.Container.Skills = append(req.Container.Skills, wire.SkillParam{Type: "custom", SkillID: name})
 		}
 	}
 	stores, err := storedBytes(tr.Content, reask)
@@ -149,7 +150,7 @@ func (s *Service) StartTurn(ctx context.Context, p user.Principal, threadID stri
 
 // storedBytes is what a turn stores before it runs: its user message,
 // unless it asks the stored one again.
-func storedBytes(content []messages.ContentBlock, reask bool) (int64, error) {
+func storedBytes(content []wire.ContentBlock, reask bool) (int64, error) {
 	if reask {
 		return 0, nil
 	}
@@ -184,13 +185,13 @@ func (t *Turn) Thread() thread.Thread { return t.thread }
 // written as incomplete and marked complete only when the turn has ended,
 // so a crash mid-turn never leaves an assistant message that looks whole.
 // On error the events sent so far are not followed by message_stop.
-func (t *Turn) Run(ctx context.Context, sink messages.Sink) (*messages.Response, error) {
+func (t *Turn) Run(ctx context.Context, sink messages.Sink) (*wire.Response, error) {
 	defer t.Abort()
 	return t.run(ctx, sink)
 }
 
 // run is Run without releasing the thread's turn lease.
-func (t *Turn) run(ctx context.Context, sink messages.Sink) (*messages.Response, error) {
+func (t *Turn) run(ctx context.Context, sink messages.Sink) (*wire.Response, error) {
 	if t.done {
 		return nil, fault.New(fault.Conflict, "the turn has already run")
 	}
@@ -230,7 +231,7 @@ func (t *Turn) run(ctx context.Context, sink messages.Sink) (*messages.Response,
 		return nil, fmt.Errorf("workspace: store assistant message: %w", err)
 	}
 	rs := &resourceSink{out: sink, last: -1}
-	t.turn.OnToolCall(func(hctx context.Context, call messages.ToolCall, _ *messages.ToolResult) {
+	t.turn.OnToolCall(func(hctx context.Context, call messages.ToolCall, _ *wire.ToolResult) {
 		arts, deferred := s.capture(context.WithoutCancel(hctx), t.thread, call.ContainerID, call.ID)
 		for _, a := range arts {
 			rs.inject(resourceBlock(a))
@@ -249,7 +250,7 @@ func (t *Turn) run(ctx context.Context, sink messages.Sink) (*messages.Response,
 	}
 	resp := rs.col.Response()
 	if resp.Content == nil {
-		resp.Content = []messages.ContentBlock{}
+		resp.Content = []wire.ContentBlock{}
 	}
 	content, err := json.Marshal(resp.Content)
 	if err != nil {
@@ -275,7 +276,7 @@ func (t *Turn) run(ctx context.Context, sink messages.Sink) (*messages.Response,
 // it is never merged into the next one nor run again: what it produced is
 // kept, a call that never got its result becomes a note, and a last note
 // tells the model that the turn was interrupted.
-func (s *Service) history(ctx context.Context, threadID string) ([]messages.Message, error) {
+func (s *Service) history(ctx context.Context, threadID string) ([]wire.Message, error) {
 	stored, err := s.store.Messages(ctx, threadID)
 	if err != nil {
 		return nil, err
@@ -285,13 +286,13 @@ func (s *Service) history(ctx context.Context, threadID string) ([]messages.Mess
 
 // modelHistory is history's conversion of stored messages; replaced ones
 // are left out.
-func modelHistory(stored []thread.Message) ([]messages.Message, error) {
-	var out []messages.Message
+func modelHistory(stored []thread.Message) ([]wire.Message, error) {
+	var out []wire.Message
 	for _, m := range stored {
 		if m.Replaced() {
 			continue
 		}
-		var blocks []messages.ContentBlock
+		var blocks []wire.ContentBlock
 		if err := json.Unmarshal(m.Content(), &blocks); err != nil {
 			return nil, fmt.Errorf("workspace: stored message %s: %w", m.ID(), err)
 		}
@@ -302,12 +303,12 @@ func modelHistory(stored []thread.Message) ([]messages.Message, error) {
 			}
 		}
 		if !m.Complete() && m.Role() == thread.Assistant {
-			kept = append(interrupted(kept), messages.ContentBlock{Type: messages.BlockText, Text: InterruptedNote(m.Ended())})
+			kept = append(interrupted(kept), wire.ContentBlock{Type: wire.BlockText, Text: InterruptedNote(m.Ended())})
 		}
 		if len(kept) == 0 {
 			continue
 		}
-		out = append(out, messages.Message{Role: string(m.Role()), Content: kept})
+		out = append(out, wire.Message{Role: string(m.Role()), Content: kept})
 	}
 	return out, nil
 }
@@ -316,7 +317,7 @@ func modelHistory(stored []thread.Message) ([]messages.Message, error) {
 // the history before it, the ids of the messages it replaces, and the
 // user content it asks: tr.Content for an edit, the stored last user
 // message for a regenerate.
-func (s *Service) replaced(ctx context.Context, threadID string, tr TurnRequest) ([]messages.Message, []string, []messages.ContentBlock, error) {
+func (s *Service) replaced(ctx context.Context, threadID string, tr TurnRequest) ([]wire.Message, []string, []wire.ContentBlock, error) {
 	stored, err := s.store.Messages(ctx, threadID)
 	if err != nil {
 		return nil, nil, nil, err
@@ -390,7 +391,7 @@ func ending(ctx context.Context, err error) thread.Ending {
 
 // interrupted replaces each server call of an interrupted turn that never
 // got its result with a note naming it, so the history stays valid.
-func interrupted(blocks []messages.ContentBlock) []messages.ContentBlock {
+func interrupted(blocks []wire.ContentBlock) []wire.ContentBlock {
 	answered := map[string]bool{}
 	for _, b := range blocks {
 		if b.ToolUseID != "" {
@@ -399,8 +400,8 @@ func interrupted(blocks []messages.ContentBlock) []messages.ContentBlock {
 	}
 	out := blocks[:0:0]
 	for _, b := range blocks {
-		if b.Type == messages.BlockServerToolUse && !answered[b.ID] {
-			out = append(out, messages.ContentBlock{Type: messages.BlockText, Text: fmt.Sprintf("[The call %s with input %s was interrupted before it ended; its result is unknown.]", b.Name, string(b.Input))})
+		if b.Type == wire.BlockServerToolUse && !answered[b.ID] {
+			out = append(out, wire.ContentBlock{Type: wire.BlockText, Text: fmt.Sprintf("[The call %s with input %s was interrupted before it ended; its result is unknown.]", b.Name, string(b.Input))})
 			continue
 		}
 		out = append(out, b)
@@ -453,12 +454,12 @@ type resourceSink struct {
 	err   error
 }
 
-func (r *resourceSink) Send(ev messages.Event) error {
+func (r *resourceSink) Send(ev wire.Event) error {
 	if r.err != nil {
 		return r.err
 	}
 	switch ev.Type {
-	case messages.EventContentBlockStart, messages.EventContentBlockDelta, messages.EventContentBlockStop:
+	case wire.EventContentBlockStart, wire.EventContentBlockDelta, wire.EventContentBlockStop:
 		ev.Index += r.shift
 		r.last = max(r.last, ev.Index)
 	}
@@ -478,12 +479,12 @@ func (r *resourceSink) Send(ev messages.Event) error {
 // inject sends a complete block right after the last one. The loop calls
 // its tool hook once the result block is closed and before any later block
 // starts, so no block is open here.
-func (r *resourceSink) inject(b messages.ContentBlock) {
+func (r *resourceSink) inject(b wire.ContentBlock) {
 	idx := r.last + 1
 	r.shift++
-	for _, ev := range []messages.Event{
-		{Type: messages.EventContentBlockStart, Index: idx, ContentBlock: &b},
-		{Type: messages.EventContentBlockStop, Index: idx},
+	for _, ev := range []wire.Event{
+		{Type: wire.EventContentBlockStart, Index: idx, ContentBlock: &b},
+		{Type: wire.EventContentBlockStop, Index: idx},
 	} {
 		_ = r.col.Send(ev)
 		if r.out != nil && r.err == nil {
@@ -496,10 +497,10 @@ func (r *resourceSink) inject(b messages.ContentBlock) {
 }
 
 // textOf joins the text blocks of a message.
-func textOf(blocks []messages.ContentBlock) string {
+func textOf(blocks []wire.ContentBlock) string {
 	var b strings.Builder
 	for _, bl := range blocks {
-		if bl.Type == messages.BlockText {
+		if bl.Type == wire.BlockText {
 			b.WriteString(bl.Text)
 			b.WriteString("\n")
 		}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"threadbox/app/messages"
+	"threadbox/app/messages/wire"
 	"threadbox/app/turns"
 	"threadbox/domain/artifact"
 	"threadbox/domain/container"
@@ -30,8 +31,8 @@ type scriptEngine struct {
 	stop context.CancelFunc // when set, the turn is stopped (its context ends) instead
 }
 
-func (e scriptEngine) Run(ctx context.Context, _ user.Principal, req *messages.Request, opts messages.RunOptions, sink messages.Sink) error {
-	send := func(evs ...messages.Event) error {
+func (e scriptEngine) Run(ctx context.Context, _ user.Principal, req *wire.Request, opts messages.RunOptions, sink messages.Sink) error {
+	send := func(evs ...wire.Event) error {
 		for _, ev := range evs {
 			if err := sink.Send(ev); err != nil {
 				return err
@@ -39,19 +40,19 @@ func (e scriptEngine) Run(ctx context.Context, _ user.Principal, req *messages.R
 		}
 		return nil
 	}
-	text := messages.ContentBlock{Type: messages.BlockText, Text: "Running."}
-	call := messages.ContentBlock{Type: messages.BlockServerToolUse, ID: "srvtoolu_1", Name: messages.SubToolBash, Input: []byte(`{"command":"x"}`)}
-	res := messages.ContentBlock{Type: messages.BlockBashResult, ToolUseID: "srvtoolu_1", Result: &messages.ToolResult{Type: messages.ResultBash}}
-	if err := send(messages.Event{Type: messages.EventMessageStart, Message: &messages.Response{ID: "msg_1", Type: "message", Role: "assistant"}},
-		messages.Event{Type: messages.EventContentBlockStart, Index: 0, ContentBlock: &text},
-		messages.Event{Type: messages.EventContentBlockStop, Index: 0},
-		messages.Event{Type: messages.EventContentBlockStart, Index: 1, ContentBlock: &call},
-		messages.Event{Type: messages.EventContentBlockStop, Index: 1},
-		messages.Event{Type: messages.EventContentBlockStart, Index: 2, ContentBlock: &res},
-		messages.Event{Type: messages.EventContentBlockStop, Index: 2}); err != nil {
+	text := wire.ContentBlock{Type: wire.BlockText, Text: "Running."}
+	call := wire.ContentBlock{Type: wire.BlockServerToolUse, ID: "srvtoolu_1", Name: wire.SubToolBash, Input: []byte(`{"command":"x"}`)}
+	res := wire.ContentBlock{Type: wire.BlockBashResult, ToolUseID: "srvtoolu_1", Result: &wire.ToolResult{Type: wire.ResultBash}}
+	if err := send(wire.Event{Type: wire.EventMessageStart, Message: &wire.Response{ID: "msg_1", Type: "message", Role: "assistant"}},
+		wire.Event{Type: wire.EventContentBlockStart, Index: 0, ContentBlock: &text},
+		wire.Event{Type: wire.EventContentBlockStop, Index: 0},
+		wire.Event{Type: wire.EventContentBlockStart, Index: 1, ContentBlock: &call},
+		wire.Event{Type: wire.EventContentBlockStop, Index: 1},
+		wire.Event{Type: wire.EventContentBlockStart, Index: 2, ContentBlock: &res},
+		wire.Event{Type: wire.EventContentBlockStop, Index: 2}); err != nil {
 		return err
 	}
-	opts.OnToolCall(ctx, messages.ToolCall{ID: "srvtoolu_1", Name: messages.SubToolBash, ContainerID: opts.ContainerID}, res.Result)
+	opts.OnToolCall(ctx, messages.ToolCall{ID: "srvtoolu_1", Name: wire.SubToolBash, ContainerID: opts.ContainerID}, res.Result)
 	if e.stop != nil {
 		e.stop()
 		return ctx.Err()
@@ -59,27 +60,27 @@ func (e scriptEngine) Run(ctx context.Context, _ user.Principal, req *messages.R
 	if e.fail != nil {
 		return e.fail
 	}
-	done := messages.ContentBlock{Type: messages.BlockText, Text: "Done."}
-	return send(messages.Event{Type: messages.EventContentBlockStart, Index: 3, ContentBlock: &done},
-		messages.Event{Type: messages.EventContentBlockStop, Index: 3},
-		messages.Event{Type: messages.EventMessageDelta, MessageDelta: &messages.MessageDelta{StopReason: "end_turn"}, Usage: &messages.Usage{}},
-		messages.Event{Type: messages.EventMessageStop})
+	done := wire.ContentBlock{Type: wire.BlockText, Text: "Done."}
+	return send(wire.Event{Type: wire.EventContentBlockStart, Index: 3, ContentBlock: &done},
+		wire.Event{Type: wire.EventContentBlockStop, Index: 3},
+		wire.Event{Type: wire.EventMessageDelta, MessageDelta: &wire.MessageDelta{StopReason: "end_turn"}, Usage: &wire.Usage{}},
+		wire.Event{Type: wire.EventMessageStop})
 }
 
 // engine plays a turn in place of the tool loop.
 type engine interface {
-	Run(ctx context.Context, p user.Principal, req *messages.Request, opts messages.RunOptions, sink messages.Sink) error
+	Run(ctx context.Context, p user.Principal, req *wire.Request, opts messages.RunOptions, sink messages.Sink) error
 }
 
 // loop is the tool loop app/turns runs a test's engine with: requests are
 // checked as the tool loop checks them.
 type loop struct{ eng engine }
 
-func (loop) Validate(req *messages.Request) (*messages.Plan, error) {
+func (loop) Validate(req *wire.Request) (*messages.Plan, error) {
 	return messages.New(nil, messages.Tools{}, messages.Config{}).Validate(req)
 }
 
-func (l loop) Run(ctx context.Context, req *messages.Request, opts messages.RunOptions, sink messages.Sink) error {
+func (l loop) Run(ctx context.Context, req *wire.Request, opts messages.RunOptions, sink messages.Sink) error {
 	return l.eng.Run(ctx, user.Principal{OrgID: opts.OrgID, UserID: opts.UserID}, req, opts, sink)
 }
 
@@ -186,14 +187,14 @@ func setupWith(t *testing.T, eng engine, adjust func(*turns.Deps, *Deps)) (*Serv
 func TestTurnInjectsResourceAfterToolResult(t *testing.T) {
 	ctx := context.Background()
 	svc, st, p, th := setup(t, scriptEngine{})
-	turn, err := svc.StartTurn(ctx, p, th.ID(), TurnRequest{Content: []messages.ContentBlock{{Type: "text", Text: "go"}}})
+	turn, err := svc.StartTurn(ctx, p, th.ID(), TurnRequest{Content: []wire.ContentBlock{{Type: "text", Text: "go"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var starts []string
 	var idx []int
-	resp, err := turn.Run(ctx, messages.SinkFunc(func(ev messages.Event) error {
-		if ev.Type == messages.EventContentBlockStart {
+	resp, err := turn.Run(ctx, messages.SinkFunc(func(ev wire.Event) error {
+		if ev.Type == wire.EventContentBlockStart {
 			starts = append(starts, ev.ContentBlock.Type)
 			idx = append(idx, ev.Index)
 		}
@@ -264,11 +265,11 @@ func TestInterruptedTurnKeepsItsPlace(t *testing.T) {
 				eng.stop = cancel
 			}
 			svc, st, p, th := setup(t, eng)
-			turn, err := svc.StartTurn(ctx, p, th.ID(), TurnRequest{Content: []messages.ContentBlock{{Type: "text", Text: "go"}}})
+			turn, err := svc.StartTurn(ctx, p, th.ID(), TurnRequest{Content: []wire.ContentBlock{{Type: "text", Text: "go"}}})
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := svc.StartTurn(ctx, p, th.ID(), TurnRequest{Content: []messages.ContentBlock{{Type: "text", Text: "again"}}}); err == nil {
+			if _, err := svc.StartTurn(ctx, p, th.ID(), TurnRequest{Content: []wire.ContentBlock{{Type: "text", Text: "again"}}}); err == nil {
 				t.Fatal("a second turn started while one runs")
 			}
 			if _, err := turn.Run(ctx, nil); err == nil {
@@ -291,7 +292,7 @@ func TestInterruptedTurnKeepsItsPlace(t *testing.T) {
 				t.Fatalf("the interrupted turn in the history: %+v", last)
 			}
 			// The thread is free again.
-			next, err := svc.StartTurn(bg, p, th.ID(), TurnRequest{Content: []messages.ContentBlock{{Type: "text", Text: "again"}}})
+			next, err := svc.StartTurn(bg, p, th.ID(), TurnRequest{Content: []wire.ContentBlock{{Type: "text", Text: "again"}}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -329,7 +330,7 @@ func TestArtifactCaptureIsBounded(t *testing.T) {
 		svc, _, p, th := setup(t, scriptEngine{})
 		svc.d.Container = bigOutputs{size: size}
 		svc.d.MaxArtifactBytes = 1 << 10
-		turn, err := svc.StartTurn(ctx, p, th.ID(), TurnRequest{Content: []messages.ContentBlock{{Type: "text", Text: "go"}}})
+		turn, err := svc.StartTurn(ctx, p, th.ID(), TurnRequest{Content: []wire.ContentBlock{{Type: "text", Text: "go"}}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -384,18 +385,18 @@ func TestDeleteProjectRemovesThreadContainers(t *testing.T) {
 }
 
 func TestInterruptedCallsBecomeNotes(t *testing.T) {
-	blocks := []messages.ContentBlock{
-		{Type: messages.BlockText, Text: "Running."},
-		{Type: messages.BlockServerToolUse, ID: "s1", Name: messages.SubToolBash, Input: []byte(`{"command":"ls"}`)},
-		{Type: messages.BlockBashResult, ToolUseID: "s1", Result: &messages.ToolResult{Type: messages.ResultBash}},
-		{Type: messages.BlockServerToolUse, ID: "s2", Name: messages.SubToolBash, Input: []byte(`{"command":"sleep 20"}`)},
+	blocks := []wire.ContentBlock{
+		{Type: wire.BlockText, Text: "Running."},
+		{Type: wire.BlockServerToolUse, ID: "s1", Name: wire.SubToolBash, Input: []byte(`{"command":"ls"}`)},
+		{Type: wire.BlockBashResult, ToolUseID: "s1", Result: &wire.ToolResult{Type: wire.ResultBash}},
+		{Type: wire.BlockServerToolUse, ID: "s2", Name: wire.SubToolBash, Input: []byte(`{"command":"sleep 20"}`)},
 	}
 	got := interrupted(blocks)
-	if len(got) != 4 || got[1].Type != messages.BlockServerToolUse || got[3].Type != messages.BlockText ||
+	if len(got) != 4 || got[1].Type != wire.BlockServerToolUse || got[3].Type != wire.BlockText ||
 		got[3].Text != `[The call bash_code_execution with input {"command":"sleep 20"} was interrupted before it ended; its result is unknown.]` {
 		t.Fatalf("got %+v", got)
 	}
-	if blocks[3].Type != messages.BlockServerToolUse {
+	if blocks[3].Type != wire.BlockServerToolUse {
 		t.Fatal("the stored blocks were changed")
 	}
 }
@@ -423,11 +424,11 @@ func TestCaptureWaitsForTheDatabase(t *testing.T) {
 	svc, _, p, th := setup(t, scriptEngine{})
 	flaky := &unavailableOnce{Store: svc.store}
 	svc.store = flaky
-	turn, err := svc.StartTurn(ctx, p, th.ID(), TurnRequest{Content: []messages.ContentBlock{{Type: "text", Text: "go"}}})
+	turn, err := svc.StartTurn(ctx, p, th.ID(), TurnRequest{Content: []wire.ContentBlock{{Type: "text", Text: "go"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp, err := turn.Run(ctx, messages.SinkFunc(func(messages.Event) error { return nil }))
+	resp, err := turn.Run(ctx, messages.SinkFunc(func(wire.Event) error { return nil }))
 	if err != nil {
 		t.Fatal(err)
 	}

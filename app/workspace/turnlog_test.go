@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"threadbox/app/messages"
+	"threadbox/app/messages/wire"
 	"threadbox/app/turns"
 	"threadbox/domain/turn"
 	"threadbox/domain/user"
@@ -19,19 +20,19 @@ type chattyEngine struct {
 	hold    chan struct{}
 }
 
-func (e chattyEngine) Run(ctx context.Context, _ user.Principal, _ *messages.Request, _ messages.RunOptions, sink messages.Sink) error {
-	text := messages.ContentBlock{Type: messages.BlockText, Text: ""}
-	evs := []messages.Event{
-		{Type: messages.EventMessageStart, Message: &messages.Response{ID: "msg_1", Type: "message", Role: "assistant"}},
-		{Type: messages.EventContentBlockStart, Index: 0, ContentBlock: &text},
+func (e chattyEngine) Run(ctx context.Context, _ user.Principal, _ *wire.Request, _ messages.RunOptions, sink messages.Sink) error {
+	text := wire.ContentBlock{Type: wire.BlockText, Text: ""}
+	evs := []wire.Event{
+		{Type: wire.EventMessageStart, Message: &wire.Response{ID: "msg_1", Type: "message", Role: "assistant"}},
+		{Type: wire.EventContentBlockStart, Index: 0, ContentBlock: &text},
 	}
 	for i := range e.n {
-		evs = append(evs, messages.Event{Type: messages.EventContentBlockDelta, Index: 0,
-			Delta: &messages.BlockDelta{Type: messages.DeltaText, Text: strings.Repeat(string(rune('a'+i%26)), e.size)}})
+		evs = append(evs, wire.Event{Type: wire.EventContentBlockDelta, Index: 0,
+			Delta: &wire.BlockDelta{Type: wire.DeltaText, Text: strings.Repeat(string(rune('a'+i%26)), e.size)}})
 	}
-	evs = append(evs, messages.Event{Type: messages.EventContentBlockStop, Index: 0},
-		messages.Event{Type: messages.EventMessageDelta, MessageDelta: &messages.MessageDelta{StopReason: "end_turn"}, Usage: &messages.Usage{}},
-		messages.Event{Type: messages.EventMessageStop})
+	evs = append(evs, wire.Event{Type: wire.EventContentBlockStop, Index: 0},
+		wire.Event{Type: wire.EventMessageDelta, MessageDelta: &wire.MessageDelta{StopReason: "end_turn"}, Usage: &wire.Usage{}},
+		wire.Event{Type: wire.EventMessageStop})
 	for i, ev := range evs {
 		if err := sink.Send(ev); err != nil {
 			return err
@@ -73,7 +74,7 @@ func TestTurnLogIsCapped(t *testing.T) {
 	ctx := context.Background()
 	const n, size, limit = 40, 1000, 8000
 	svc, st, p, th := setupWith(t, chattyEngine{n: n, size: size}, func(td *turns.Deps, _ *Deps) { td.LogMaxBytes = limit })
-	tr, err := svc.StartTurn(ctx, p, th.ID(), TurnRequest{Content: []messages.ContentBlock{{Type: "text", Text: "go"}}})
+	tr, err := svc.StartTurn(ctx, p, th.ID(), TurnRequest{Content: []wire.ContentBlock{{Type: "text", Text: "go"}}})
 	if err != nil {
 		t.Fatal(err)
 	}

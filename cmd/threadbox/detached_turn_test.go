@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"threadbox/app/messages"
+	msgwire "threadbox/app/messages/wire"
 	"threadbox/app/turns"
 	"threadbox/app/workspace"
 	"threadbox/domain/thread"
@@ -169,7 +170,7 @@ func TestDetachedTurnReattachAndStop(t *testing.T) {
 	// The command's output arrives as it is produced, line by line.
 	var (
 		rest    []liveEvent
-		outputs []messages.ToolOutput
+		outputs []msgwire.ToolOutput
 		lines   strings.Builder
 	)
 	for !strings.Contains(lines.String(), "tick3\n") {
@@ -178,8 +179,8 @@ func TestDetachedTurnReattachAndStop(t *testing.T) {
 			t.Fatalf("the stream ended before the command's third line: %+v", rest)
 		}
 		rest = append(rest, ev)
-		if ev.name == messages.EventToolOutput {
-			var o messages.ToolOutput
+		if ev.name == msgwire.EventToolOutput {
+			var o msgwire.ToolOutput
 			if err := json.Unmarshal([]byte(ev.data), &o); err != nil {
 				t.Fatal(err)
 			}
