@@ -62,12 +62,19 @@ func requireRefreshHeader(c *fiber.Ctx) error {
 
 // refreshSession is POST /api/v1/app/auth/refresh: a new access token for
 // the browser session of the refresh cookie. A refused cookie is deleted.
+// A request without the cookie (a browser signed out, or never signed in)
+// has no session to refresh: 204, not an error, so a signed-out page loads
+// without a failed request.
 func (s *Server) refreshSession(c *fiber.Ctx) error {
 	if err := requireRefreshHeader(c); err != nil {
 		return err
 	}
 	c.Set(fiber.HeaderCacheControl, "no-store")
-	bs, err := s.svc.Auth.Refresh(c.UserContext(), c.Cookies(refreshCookie))
+	cookie := c.Cookies(refreshCookie)
+	if cookie == "" {
+		return c.SendStatus(fiber.StatusNoContent)
+	}
+	bs, err := s.svc.Auth.Refresh(c.UserContext(), cookie)
 	if err != nil {
 		if fault.Is(err, fault.Unauthenticated) {
 			s.setRefreshCookie(c, "", time.Time{})

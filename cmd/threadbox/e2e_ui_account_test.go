@@ -92,7 +92,7 @@ func TestE2EAccountsAndThreads(t *testing.T) {
 		chromedp.Click(chromedp.ID("dialog-ok")))
 	b.WaitText("#thread-title", "First", 10*time.Second)
 	b.Do("rename the thread",
-		chromedp.Click(chromedp.CSS(".thread-head .actions button:nth-child(1)")),
+		chromedp.Click(chromedp.CSS(".thread-head .actions button.rename")),
 		chromedp.WaitVisible(chromedp.ID("dialog-input")),
 		chromedp.SetValue(chromedp.ID("dialog-input"), "Renamed thread"),
 		chromedp.Click(chromedp.ID("dialog-ok")))
@@ -105,7 +105,7 @@ func TestE2EAccountsAndThreads(t *testing.T) {
 		t.Fatalf("threads after the rename: %v", ts)
 	}
 	first := threads()[0].(map[string]any)["id"].(string)
-	b.Do("fork the thread", chromedp.Click(chromedp.CSS(".thread-head .actions button:nth-child(2)")))
+	b.Do("fork the thread", chromedp.Click(chromedp.CSS(".thread-head .actions button.fork")))
 	b.WaitTrue("the fork's page", fmt.Sprintf(`location.hash.startsWith('#/thread/') && location.hash !== '#/thread/%s'`, first), 10*time.Second)
 	b.WaitTrue("two threads in the sidebar", `document.querySelectorAll('.threads a').length === 2`, 10*time.Second)
 	if ts := threads(); len(ts) != 2 {

@@ -4,6 +4,7 @@ package thread
 
 import (
 	"context"
+	"regexp"
 	"strings"
 	"time"
 
@@ -56,8 +57,9 @@ func (t Thread) Retitle(title string, now time.Time) (Thread, error) {
 const maxProposedTitle = 60
 
 // ProposeTitle returns the thread titled after text — its first line that
-// holds anything, cut at a word within maxProposedTitle characters — when
-// the thread still has DefaultTitle; a title someone chose is kept.
+// holds anything, as plain text (plainTitle), cut at a word within
+// maxProposedTitle characters — when the thread still has DefaultTitle; a
+// title someone chose is kept.
 func (t Thread) ProposeTitle(text string, now time.Time) Thread {
 	if t.title != DefaultTitle {
 		return t
@@ -65,8 +67,9 @@ func (t Thread) ProposeTitle(text string, now time.Time) Thread {
 	var line string
 	for l := range strings.SplitSeq(text, "\n") {
 		if l = strings.Join(strings.Fields(l), " "); l != "" && !strings.HasPrefix(l, "```") {
-			line = l
-			break
+			if line = plainTitle(l); line != "" {
+				break
+			}
 		}
 	}
 	if r := []rune(line); len(r) > maxProposedTitle {
@@ -81,6 +84,43 @@ func (t Thread) ProposeTitle(text string, now time.Time) Thread {
 	}
 	t.title, t.updatedAt = line, now.UTC()
 	return t
+}
+
+// Markdown a title drops: block markers at the start of a line (heading,
+// quote, list item, task box), a heading's closing hashes, a line of rule
+// or table dashes, and inline marks whose text is kept (image, link,
+// strong, emphasis, strikethrough, code).
+var (
+	titleBlock    = regexp.MustCompile(`^(?:#{1,6}(?:\s+|$)|>\s*|[-*+]\s+|\d{1,9}[.)]\s+|\[[ xX]\]\s+)`)
+	titleClosing  = regexp.MustCompile(`\s+#+$`)
+	titleRule     = regexp.MustCompile(`^[-*_=|:\s]+$`)
+	titleImage    = regexp.MustCompile(`!\[([^\]]*)\]\([^)]*\)`)
+	titleLink     = regexp.MustCompile(`\[([^\]]+)\]\([^)]*\)`)
+	titleStrong   = regexp.MustCompile(`(\*\*|__|~~)(\S(?:.*?\S)?)(\*\*|__|~~)`)
+	titleEmphasis = regexp.MustCompile(`(^|[^\p{L}\p{N}*_])[*_](\S(?:[^*_]*?\S)?)[*_]($|[^\p{L}\p{N}*_])`)
+	titleCode     = regexp.MustCompile("`+([^`]*)`+")
+)
+
+// plainTitle returns a line of Markdown as the plain text a reader sees:
+// "## **Sales** check" is "Sales check".
+func plainTitle(line string) string {
+	for {
+		next := titleBlock.ReplaceAllString(line, "")
+		if next == line {
+			break
+		}
+		line = next
+	}
+	if titleRule.MatchString(line) {
+		return ""
+	}
+	line = titleClosing.ReplaceAllString(line, "")
+	line = titleImage.ReplaceAllString(line, "$1")
+	line = titleLink.ReplaceAllString(line, "$1")
+	line = titleCode.ReplaceAllString(line, "$1")
+	line = titleStrong.ReplaceAllString(line, "$2")
+	line = titleEmphasis.ReplaceAllString(line, "$1$2$3")
+	return strings.TrimSpace(line)
 }
 
 // Touch returns the thread marked as changed at now.

@@ -50,6 +50,18 @@ func TestProposeTitle(t *testing.T) {
 		{"long cut at a word", "", long, "Compare the monthly revenue of every region over the last…"},
 		{"chosen title kept", "Q3 numbers", "Plot monthly sales", "Q3 numbers"},
 		{"nothing to take", "", "  \n ", DefaultTitle},
+		{"heading marks dropped", "", "## Sales check\nPlease look", "Sales check"},
+		{"closing hashes dropped", "", "# Sales check ##", "Sales check"},
+		{"strong and emphasis", "", "**Plot** the _monthly_ sales", "Plot the monthly sales"},
+		{"snake_case kept", "", "Fix load_data_file in app", "Fix load_data_file in app"},
+		{"multiplication kept", "", "What is 2*3*4", "What is 2*3*4"},
+		{"link text kept", "", "Read [the report](https://example.test/r) again", "Read the report again"},
+		{"inline code", "", "Why does `df.plot()` fail", "Why does df.plot() fail"},
+		{"list and task markers", "", "- [ ] Check the totals", "Check the totals"},
+		{"numbered item", "", "1. Load the file", "Load the file"},
+		{"quote", "", "> Summarize this", "Summarize this"},
+		{"rule skipped", "", "---\nNext steps", "Next steps"},
+		{"only marks", "", "##\n**Sales**", "Sales"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

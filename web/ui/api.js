@@ -98,11 +98,12 @@ function expire(message) {
 /**
  * refresh asks the refresh endpoint for a new access token with the
  * browser's refresh cookie; resolves to the session, or null when there
- * is none (never signed in, signed out in another tab, revoked, expired).
+ * is none (204: no cookie, never signed in or signed out; 401: signed out
+ * in another tab, revoked, expired).
  */
 async function refresh() {
   const resp = await fetch(REFRESH_URL, { method: 'POST', headers: REFRESH, credentials: 'same-origin', cache: 'no-store' });
-  if (resp.status === 401) return null;
+  if (resp.status === 204 || resp.status === 401) return null;
   if (!resp.ok) throw await failure(resp, false);
   return resp.json();
 }
@@ -237,10 +238,11 @@ export async function fetchText(url, maxBytes = 0) {
 }
 
 /**
- * upload posts file as multipart field "file" to url, calling
- * onProgress(loaded, total) as bytes leave; resolves to the JSON answer.
+ * upload posts file as multipart field "file" to url, under name (the
+ * file's own name when not given), calling onProgress(loaded, total) as
+ * bytes leave; resolves to the JSON answer.
  */
-export async function upload(url, file, onProgress) {
+export async function upload(url, file, onProgress, name = file.name) {
   // An upload is not sent twice: the access token is renewed first when it
   // is about to expire.
   const s = session.get();
@@ -262,7 +264,7 @@ export async function upload(url, file, onProgress) {
     xhr.addEventListener('error', () => reject(new ApiError(0, 'api_error', 'The upload failed: the connection was lost.')));
     xhr.addEventListener('abort', () => reject(new ApiError(0, 'api_error', 'The upload was cancelled.')));
     const form = new FormData();
-    form.append('file', file, file.name);
+    form.append('file', file, name);
     xhr.send(form);
   });
 }

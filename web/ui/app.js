@@ -43,6 +43,10 @@ function showSignedIn(on) {
   $('nav-admin').hidden = !(on && state.me && state.me.role === 'admin');
   $('who').textContent = on && state.me ? `${state.me.email || state.me.user_id} (${state.me.role})` : '';
   document.body.classList.toggle('signed-in', on);
+  if (!on) {
+    document.body.classList.remove('thread-open');
+    $('skip-message').hidden = true;
+  }
 }
 
 function setMenu(open) {
@@ -112,14 +116,20 @@ async function route() {
   if (!state.me) return;
   const hash = location.hash || '#/';
   document.querySelectorAll('#topnav a').forEach((a) => a.removeAttribute('aria-current'));
+  const inThread = hash.startsWith('#/thread/');
+  // A thread page fills the window, its messages scrolling in their own
+  // region (styles.css); the skip link to its message box is offered.
+  document.body.classList.toggle('thread-open', inThread);
+  $('skip-message').hidden = !inThread;
   try {
-    if (hash.startsWith('#/thread/')) {
+    if (inThread) {
       $('nav-chat').setAttribute('aria-current', 'page');
       const id = decodeURIComponent(hash.slice('#/thread/'.length));
       state.currentThread = id;
       // Nothing of the previous thread stays clickable while this one loads.
       replace(main, h('p', { class: 'loading', role: 'status' }, 'Loading the thread…'));
       const th = await renderThread(main, id, { me: state.me, navigate, refresh: loadProjects, features });
+      state.currentProject = th.project_id;
       if (!state.open.has(th.project_id)) { state.open.add(th.project_id); await loadThreads(th.project_id); }
       renderSidebar();
       if (narrow.matches) setMenu(false);
@@ -127,12 +137,14 @@ async function route() {
     } else if (hash === '#/admin') {
       $('nav-admin').setAttribute('aria-current', 'page');
       state.currentThread = null;
+      state.currentProject = null;
       renderSidebar();
       document.title = 'Admin — threadbox';
       await renderAdmin(main, { me: state.me, onPolicy: (p) => { state.policy = p; } });
     } else {
       $('nav-chat').setAttribute('aria-current', 'page');
       state.currentThread = null;
+      state.currentProject = null;
       renderSidebar();
       document.title = 'threadbox';
       renderHome();
@@ -142,11 +154,21 @@ async function route() {
   }
 }
 
+/** onHome reports whether the home page is shown. */
+function onHome() {
+  return !!state.me && !location.hash.startsWith('#/thread/') && location.hash !== '#/admin' && !!main.querySelector('.home');
+}
+
+/** renderHome draws the welcome page; it is drawn again as the projects
+ * change, so what it says stays true. */
 function renderHome() {
   const n = state.projects.length;
+  const threads = [...state.threads.values()].reduce((sum, t) => sum + t.items.length, 0);
   replace(main, h('div', { class: 'home panel' },
     h('h1', {}, 'Welcome'),
-    h('p', {}, n ? 'Pick a thread in the sidebar, or start a new one in a project.' : 'Create a project in the sidebar to start your first thread.'),
+    h('p', { class: 'home-next' }, !n ? 'Create a project in the sidebar to start your first thread.'
+      : threads ? 'Pick a thread in the sidebar, or start a new one in a project.'
+        : 'Start a thread in your project: press "+ New thread" under its name in the sidebar.'),
     h('p', { class: 'hint' }, 'Messages run their fenced ```python and ```bash blocks in the thread\'s own sandbox. Files you upload land in /mnt/user-data/uploads/; files your code writes to /mnt/user-data/outputs/ become artifacts of the project.')));
 }
 
@@ -159,6 +181,7 @@ async function loadProjects() {
     notify(explain(err));
   }
   renderSidebar();
+  if (onHome()) renderHome();
 }
 
 async function loadThreads(projectID, more = false) {
@@ -286,16 +309,8 @@ function projectItem(p) {
       if (cur && !state.projects.some((x) => (state.threads.get(x.id) || { items: [] }).items.some((t) => t.id === cur))) navigate('#/');
     } catch (err) { notify(explain(err)); }
   } }, 'Delete');
-  const newThread = h('button', { type: 'button', class: 'new-thread small', 'aria-label': `New thread in ${p.name}`, onclick: async () => {
-    const title = await ask({ title: `New thread in ${p.name}`, label: 'Thread title', value: 'New thread', ok: 'Create' });
-    if (!title) return;
-    try {
-      const t = await api('POST', '/thread', { project_id: p.id, title });
-      state.open.add(p.id);
-      await loadThreads(p.id);
-      navigate('#/thread/' + t.id);
-    } catch (err) { notify(explain(err)); }
-  } }, '+ New thread');
+  const newThreadButton = h('button', { type: 'button', class: 'new-thread small', 'aria-label': `New thread in ${p.name}`,
+    'aria-keyshortcuts': 'Control+Shift+O', onclick: () => newThread(p) }, '+ New thread');
   return h('li', { class: 'project', 'data-project-id': p.id },
     // Only the project's owner and org admins may rename or delete it (the
     // API enforces it; the buttons are not offered to anyone else).
@@ -308,10 +323,82 @@ function projectItem(p) {
       threads.hasMore ? h('button', { type: 'button', class: 'small', onclick: async () => {
         try { await loadThreads(p.id, true); renderSidebar(); } catch (err) { notify(explain(err)); }
       } }, 'More threads') : null,
-      newThread) : null);
+      newThreadButton) : null);
+}
+
+/** The key theme.js reads the user's theme choice from. */
+const THEME_KEY = 'threadbox-theme';
+
+/** themeMenu wires the top bar's theme menu: system, light or dark. */
+function themeMenu() {
+  const pick = $('theme');
+  pick.value = document.documentElement.getAttribute('data-theme-choice') || 'system';
+  pick.addEventListener('change', () => {
+    try {
+      if (pick.value === 'system') localStorage.removeItem(THEME_KEY);
+      else localStorage.setItem(THEME_KEY, pick.value);
+    } catch { /* storage off: the choice lasts for this page */ }
+    document.documentElement.setAttribute('data-theme-choice', pick.value);
+    document.dispatchEvent(new Event('threadbox:theme'));
+  });
+  // Another tab's choice shows here too.
+  window.addEventListener('storage', (e) => {
+    if (e.key === THEME_KEY || e.key === null) pick.value = document.documentElement.getAttribute('data-theme-choice') || 'system';
+  });
+}
+
+/**
+ * skipLinks moves the focus to the skip links' targets without touching
+ * the location (the hash is the page's route).
+ */
+function skipLinks() {
+  for (const [link, target] of [['skip-main', 'main'], ['skip-message', 'message']]) {
+    $(link).addEventListener('click', (e) => {
+      e.preventDefault();
+      const el = $(target);
+      if (el) { el.focus(); el.scrollIntoView({ block: 'nearest' }); }
+    });
+  }
+}
+
+/**
+ * newThread asks for a title and opens a new thread in project p.
+ */
+async function newThread(p) {
+  const title = await ask({ title: `New thread in ${p.name}`, label: 'Thread title', value: 'New thread', ok: 'Create' });
+  if (!title) return;
+  try {
+    const t = await api('POST', '/thread', { project_id: p.id, title });
+    state.open.add(p.id);
+    await loadThreads(p.id);
+    navigate('#/thread/' + t.id);
+  } catch (err) { notify(explain(err)); }
+}
+
+/**
+ * shortcuts are the page's keyboard shortcuts, as in ChatGPT:
+ * Ctrl+Shift+O (⌘⇧O) starts a new thread in the project of the thread
+ * shown (else the first project), Shift+Escape focuses the message box.
+ */
+function shortcuts() {
+  document.addEventListener('keydown', (e) => {
+    if (!state.me || document.querySelector('dialog[open]')) return;
+    if ((e.ctrlKey || e.metaKey) && e.shiftKey && !e.altKey && e.key.toLowerCase() === 'o') {
+      const p = state.projects.find((x) => x.id === state.currentProject) || state.projects[0];
+      if (!p) return;
+      e.preventDefault();
+      newThread(p);
+    } else if (e.key === 'Escape' && e.shiftKey && !e.ctrlKey && !e.metaKey) {
+      const box = $('message');
+      if (box) { e.preventDefault(); box.focus(); }
+    }
+  });
 }
 
 function boot() {
+  themeMenu();
+  skipLinks();
+  shortcuts();
   onSessionExpired((message) => {
     state.me = null;
     renderLogin(message);

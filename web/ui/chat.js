@@ -4,11 +4,16 @@
 import { h, append, replace, humanSize, ask, formatTime } from './dom.js';
 import { api, stream, upload, explain, decodeFileID, ApiError, APP } from './api.js';
 import { resourceCard, downloadButton, previewInto } from './artifacts.js';
-import { renderMarkdown, withCopy } from './markdown.js';
+import { renderMarkdown, withCopy, copyButton, highlightCode } from './markdown.js';
 import { notify } from './notice.js';
 
 const LONG_LINES = 20;
 const LONG_CHARS = 4000;
+const UPLOADS = '/mnt/user-data/uploads/';
+
+// The thread view on the page: its document listeners (drop and paste
+// anywhere, shortcuts) and its log's observer end when another replaces it.
+let shown = null;
 
 /**
  * renderThread shows thread threadID in main. ctx: {me, navigate(hash),
@@ -16,18 +21,40 @@ const LONG_CHARS = 4000;
  */
 export async function renderThread(main, threadID, ctx) {
   const th = await api('GET', '/thread/' + encodeURIComponent(threadID));
+  if (shown) shown.abort();
+  shown = new AbortController();
   const title = h('h1', { id: 'thread-title' }, th.title || 'Untitled thread');
   // The live region wraps the list, so the list keeps its list semantics.
+  // It is the part of the page that scrolls (focusable, so a keyboard
+  // scrolls it too).
   const log = h('ol', { class: 'messages' });
-  const logRegion = h('div', { role: 'log', 'aria-live': 'polite', 'aria-label': 'Messages', 'aria-relevant': 'additions text' }, log);
+  const logRegion = h('div', { class: 'log-region', role: 'log', tabindex: '0', 'aria-live': 'polite', 'aria-label': 'Messages', 'aria-relevant': 'additions text' }, log);
+  const jump = h('button', { type: 'button', class: 'small jump-latest', hidden: true }, '↓ Jump to the latest message');
   const policyNote = h('p', { class: 'policy-note', role: 'status', hidden: true });
   const files = h('ul', { class: 'file-list', 'aria-label': 'Thread files' });
   const artifacts = h('ul', { class: 'file-list', 'aria-label': 'Project artifacts' });
-  const view = { th, log, files, artifacts, policyNote, ctx, title };
+  const view = { th, log, files, artifacts, policyNote, ctx, title, signal: shown.signal };
+  view.follow = follower(logRegion, log, jump, shown.signal);
+  jump.addEventListener('click', () => view.follow.end());
 
+  const exportMenu = h('details', { class: 'menu export' },
+    h('summary', {}, 'Export'),
+    h('div', { class: 'menu-items' },
+      h('button', { type: 'button', class: 'small', id: 'export-md', onclick: () => exportThread(view, 'md') }, 'Markdown (.md)'),
+      h('button', { type: 'button', class: 'small', id: 'export-json', onclick: () => exportThread(view, 'json') }, 'JSON (.json)')));
   const actions = h('div', { class: 'actions' },
-    h('button', { type: 'button', onclick: () => renameThread(view, title) }, 'Rename'),
-    h('button', { type: 'button', onclick: () => forkThread(view) }, 'Fork'),
+    // On narrow screens the files come after the conversation: one press
+    // brings them into view.
+    h('button', { type: 'button', class: 'files-jump', 'aria-label': 'Go to the thread files', onclick: () => {
+      const hd = document.getElementById('files-h');
+      if (!hd) return;
+      hd.setAttribute('tabindex', '-1');
+      hd.scrollIntoView({ block: 'start' });
+      hd.focus({ preventScroll: true });
+    } }, 'Files'),
+    h('button', { type: 'button', class: 'rename', onclick: () => renameThread(view, title) }, 'Rename'),
+    h('button', { type: 'button', class: 'fork', onclick: () => forkThread(view) }, 'Fork'),
+    exportMenu,
     h('button', { type: 'button', class: 'danger', onclick: () => deleteThread(view) }, 'Delete'));
 
   replace(main,
@@ -35,6 +62,7 @@ export async function renderThread(main, threadID, ctx) {
       h('section', { class: 'conversation', 'aria-labelledby': 'thread-title' },
         h('header', { class: 'thread-head' }, title, actions),
         logRegion,
+        jump,
         policyNote, // beside the composer, where it matters, however long the thread
         composer(view)),
       h('aside', { class: 'side', 'aria-label': 'Files and artifacts' },
@@ -50,10 +78,96 @@ export async function renderThread(main, threadID, ctx) {
   await Promise.all([loadHistory(view), loadFiles(view), loadArtifacts(view), showPolicy(view)]);
   // The thread opens at its end with the composer focused, as chat apps
   // do: the next thing a user does is read the last answer or write.
-  logRegion.scrollTop = logRegion.scrollHeight;
+  view.follow.end();
   const message = document.getElementById('message');
-  if (message) message.focus();
+  if (message) message.focus({ preventScroll: true });
   return th;
+}
+
+/**
+ * follower keeps the log scrolled to its end while the reader is there:
+ * new messages and streamed text stay in view. A reader who scrolled up
+ * stays where they are and gets a button back to the end.
+ */
+function follower(region, list, jump, signal) {
+  let pinned = true;
+  let last = 0;
+  const toEnd = () => { region.scrollTop = region.scrollHeight; last = region.scrollTop; };
+  // Only the reader's scroll up lets go of the end (a scroll event may
+  // arrive after new content grew the log, before it is followed).
+  region.addEventListener('scroll', () => {
+    if (region.scrollHeight - region.scrollTop - region.clientHeight < 48) pinned = true;
+    else if (region.scrollTop < last) pinned = false;
+    last = region.scrollTop;
+    jump.hidden = pinned;
+  }, { passive: true, signal });
+  const grows = new ResizeObserver(() => { if (pinned) toEnd(); });
+  grows.observe(list);
+  signal.addEventListener('abort', () => grows.disconnect());
+  return {
+    /** end scrolls to the end and follows again. */
+    end() { pinned = true; jump.hidden = true; toEnd(); },
+  };
+}
+
+/**
+ * exportThread saves the thread as Markdown (what was said, with the
+ * commands that ran and their output) or as JSON (the stored messages as
+ * the API gives them), built from the thread's stored messages.
+ */
+async function exportThread(view, kind) {
+  const menu = view.title.parentElement.querySelector('details.export');
+  if (menu) menu.open = false;
+  try {
+    const res = await api('GET', '/thread/' + encodeURIComponent(view.th.id) + '/messages');
+    const base = (view.th.title || 'thread').replace(/[^\p{L}\p{N}._ -]+/gu, '').trim().replace(/\s+/g, '-').slice(0, 80) || 'thread';
+    const body = kind === 'json'
+      ? JSON.stringify({ thread: view.th, messages: res.data }, null, 2) + '\n'
+      : threadMarkdown(view.th, res.data);
+    const blob = new Blob([body], { type: kind === 'json' ? 'application/json' : 'text/markdown' });
+    const a = h('a', { href: URL.createObjectURL(blob), download: `${base}.${kind}`, hidden: true });
+    document.body.append(a);
+    a.click();
+    a.remove();
+    setTimeout(() => URL.revokeObjectURL(a.href), 60e3);
+  } catch (err) { notify(explain(err)); }
+}
+
+/** fence returns a fenced code block for text (longer fences when it holds some). */
+function fence(text, lang = '') {
+  const longest = Math.max(2, ...(text.match(/`+/g) || []).map((m) => m.length));
+  const f = '`'.repeat(longest + 1);
+  return `${f}${lang}\n${text.replace(/\n$/, '')}\n${f}`;
+}
+
+/** threadMarkdown renders stored messages as one Markdown document. */
+export function threadMarkdown(th, messages) {
+  const out = [`# ${th.title || 'Untitled thread'}`, ''];
+  for (const m of messages) {
+    const who = m.role === 'user' ? 'You' : 'Assistant';
+    out.push(`## ${who} · ${m.created_at}${m.replaced ? ' (earlier version)' : ''}`, '');
+    const blocks = typeof m.content === 'string' ? [{ type: 'text', text: m.content }] : (m.content || []);
+    for (const b of blocks) {
+      if (b.type === 'text') out.push(b.text, '');
+      else if (b.type === 'container_upload') out.push(`Attached file: \`${decodeFileID(b.file_id)}\``, '');
+      else if (b.type === 'server_tool_use' || b.type === 'tool_use') {
+        const inp = b.input || {};
+        const py = pythonHeredoc.exec(inp.command || '');
+        out.push(py ? fence(py[1], 'python') : inp.command ? fence(inp.command, 'bash') : inp.code ? fence(inp.code, 'python') : fence(JSON.stringify(inp, null, 2), 'json'), '');
+      } else if (/_tool_result(_error)?$/.test(b.type)) {
+        const c = b.content || {};
+        if (c.stdout) out.push('Output:', '', fence(c.stdout), '');
+        if (c.stderr) out.push('Errors:', '', fence(c.stderr), '');
+        if (typeof c.return_code === 'number') out.push(`Exit code: ${c.return_code}`, '');
+        if (c.error_code) out.push(`Could not run: ${c.error_code}`, '');
+      } else if (b.type === 'zylon-resource' && b.resource) {
+        out.push(`File: ${b.resource.name || ''}${b.resource.path ? ` (\`${b.resource.path}\`)` : ''}`, '');
+      }
+    }
+    if (m.status === 'stopped') out.push('_Stopped._', '');
+    else if (m.status === 'failed') out.push(`_This turn did not finish${m.end_detail ? `: ${m.end_detail}` : ''}._`, '');
+  }
+  return out.join('\n').replace(/\n{3,}/g, '\n\n').trimEnd() + '\n';
 }
 
 async function renameThread(view, title) {
@@ -110,9 +224,11 @@ async function loadHistory(view) {
     // A turn that still runs is reattached: its answer is replayed from
     // the turn's log and followed live instead of shown as stored.
     const running = res.running_turn_id;
-    const shown = running && res.data.length && res.data[res.data.length - 1].status === 'running' ? res.data.slice(0, -1) : res.data;
+    const last = res.data[res.data.length - 1];
+    const live = running && last && last.status === 'running' ? last : null;
+    const stored = live ? res.data.slice(0, -1) : res.data;
     let group = null; // the earlier versions being listed
-    for (const m of shown) {
+    for (const m of stored) {
       const blocks = typeof m.content === 'string' ? [{ type: 'text', text: m.content }] : (m.content || []);
       // Replaced messages (edited or regenerated) are kept, folded, where
       // they were: consecutive ones in one "Earlier version" group.
@@ -123,7 +239,7 @@ async function loadHistory(view) {
       const t = new TurnView(item);
       for (const b of blocks) { t.start(b); t.stop(); }
       if (m.role === 'assistant' && m.status === 'running') t.error('This turn is still running; reload to see its end.');
-      else if (m.role === 'assistant' && m.status === 'stopped') { t.endCards('stopped'); t.error('Stopped.'); }
+      else if (m.role === 'assistant' && m.status === 'stopped') t.stopped();
       else if (m.role === 'assistant' && !m.complete) {
         t.endCards('interrupted');
         t.error(m.end_detail ? `This turn failed: ${m.end_detail}` : 'This turn did not finish.');
@@ -132,7 +248,8 @@ async function loadHistory(view) {
     }
     if (res.data.length === 0) view.log.append(h('li', { class: 'empty' }, 'No messages yet. Write one below; fenced ```python or ```bash blocks run in this thread\'s sandbox.'));
     turnActions(view);
-    if (running && view.reattach) view.reattach(running);
+    // The reattached answer keeps the time its turn started.
+    if (running && view.reattach) view.reattach(running, live ? live.created_at : undefined);
   } catch (err) {
     replace(view.log, h('li', { class: 'inline-error' }, explain(err)));
   }
@@ -286,8 +403,24 @@ function editLast(view, li) {
   const area = h('textarea', { id: 'edit-message', rows: '4' });
   area.value = textOf(li.blocks);
   const cancel = h('button', { type: 'button' }, 'Cancel');
+  // The message's attachments come along and each can be taken off.
+  let kept = (li.blocks || []).filter((b) => b.type !== 'text');
+  const chips = h('ul', { class: 'attachments', 'aria-label': 'Attached to the edited message' });
+  const showKept = () => {
+    chips.hidden = kept.length === 0;
+    replace(chips, kept.map((b) => {
+      const name = b.type === 'container_upload' ? decodeFileID(b.file_id).split('/').pop() : b.type;
+      return h('li', { class: 'attachment' }, h('span', { class: 'file-name' }, name),
+        h('button', { type: 'button', class: 'small remove', 'aria-label': `Remove ${name} from the message`, onclick: () => {
+          kept = kept.filter((x) => x !== b);
+          showKept();
+          area.focus();
+        } }, '×'));
+    }));
+  };
+  showKept();
   const form = h('form', { class: 'edit-form', 'aria-label': 'Edit your message' },
-    h('label', { for: 'edit-message' }, 'Edit your message'), area,
+    h('label', { for: 'edit-message' }, 'Edit your message'), chips, area,
     h('div', { class: 'row end' }, cancel, h('button', { type: 'submit', class: 'primary' }, 'Send edited')));
   const close = () => {
     form.remove();
@@ -303,9 +436,8 @@ function editLast(view, li) {
     e.preventDefault();
     const text = area.value;
     if (!text.trim()) return;
-    const others = (li.blocks || []).filter((b) => b.type !== 'text');
     close();
-    view.resend(others.length ? [...others, { type: 'text', text }] : text, 'last_turn', text);
+    view.resend(kept.length ? [...kept, { type: 'text', text }] : text, 'last_turn', text);
   });
   blocks.hidden = true;
   li.querySelectorAll('.turn-actions').forEach((el) => el.remove());
@@ -345,40 +477,57 @@ function messageItem(log, role, at = new Date().toISOString()) {
   return li;
 }
 
-/** composer is the message form with the file picker and drop zone. */
+/** uniqueName returns name, or name-2, name-3… (before its extension),
+ * whichever taken does not hold. */
+function uniqueName(name, taken) {
+  if (!taken.has(name)) return name;
+  const dot = name.lastIndexOf('.');
+  const [base, ext] = dot > 0 ? [name.slice(0, dot), name.slice(dot)] : [name, ''];
+  for (let n = 2; ; n++) {
+    const next = `${base}-${n}${ext}`;
+    if (!taken.has(next)) return next;
+  }
+}
+
+/** hasFiles reports whether a drag carries files. */
+function hasFiles(e) {
+  return !!e.dataTransfer && [...(e.dataTransfer.types || [])].includes('Files');
+}
+
+/**
+ * composer is the message form. Files picked, pasted into the message or
+ * dropped anywhere on the thread page are uploaded at once and shown as
+ * chips (a thumbnail for images, progress while on their way), each
+ * removable: the message sent names them (container_upload blocks before
+ * its text).
+ */
 function composer(view) {
-  const text = h('textarea', { id: 'message', name: 'message', rows: '4', required: true, placeholder: 'Write a message. Enter sends, Shift+Enter starts a new line.' });
+  const text = h('textarea', { id: 'message', name: 'message', rows: '3', 'aria-keyshortcuts': 'Shift+Escape',
+    placeholder: 'Write a message. Enter sends, Shift+Enter starts a new line.' });
   const runCode = h('input', { type: 'checkbox', id: 'run-code', checked: true });
   view.runCode = runCode; // showPolicy unticks and disables it while code execution is off
   const send = h('button', { type: 'submit', class: 'primary', id: 'send' }, 'Send');
   const stop = h('button', { type: 'button', id: 'stop', hidden: true }, 'Stop');
-  const picker = h('input', { type: 'file', id: 'file-input', multiple: true });
+  const picker = h('input', { type: 'file', id: 'file-input', class: 'file-picker', multiple: true });
   view.picker = picker; // showPolicy disables it while uploads are off
-  const uploads = h('ul', { class: 'uploads', 'aria-live': 'polite', 'aria-label': 'Uploads' });
-  // Files uploaded here are attached to the message being written: sent
-  // as container_upload blocks before its text, so the message names them.
-  const attachedList = h('ul', { class: 'attachments', 'aria-label': 'Attached to your message', hidden: true });
-  view.attached = [];
+  const chips = h('ul', { class: 'attachments uploads', 'aria-label': 'Attached to your message', hidden: true });
+  const waiting = h('p', { class: 'meta', role: 'status' });
+  view.attached = []; // chips: {name, file, id, state, li, bar, status, done (a promise)}
   view.showAttached = () => {
-    attachedList.hidden = view.attached.length === 0;
-    replace(attachedList, view.attached.map((a) => h('li', { class: 'attachment', 'data-file-id': a.id },
-      h('span', { class: 'file-name' }, a.filename),
-      h('button', { type: 'button', class: 'small', 'aria-label': `Remove ${a.filename} from the message`, onclick: () => {
-        view.attached = view.attached.filter((x) => x.id !== a.id);
-        view.showAttached();
-        text.focus();
-      } }, '×'))));
+    view.attached = view.attached.filter((a) => !a.removed);
+    chips.hidden = view.attached.length === 0;
+    chips.replaceChildren(...view.attached.map((a) => a.li));
   };
   const form = h('form', { class: 'composer', 'aria-label': 'Send a message' },
-    h('label', { for: 'message' }, 'Message'),
+    h('label', { for: 'message', class: 'sr-only' }, 'Message'),
+    chips,
     text,
-    h('div', { class: 'row wrap' },
-      h('span', { class: 'check' }, runCode, h('label', { for: 'run-code' }, 'Run code blocks in the sandbox')),
-      h('span', { class: 'attach' }, h('label', { for: 'file-input' }, 'Attach files'), picker)),
-    h('p', { class: 'hint', id: 'drop-hint' }, 'Or drop files anywhere on this box to upload them to /mnt/user-data/uploads/; they are attached to the message you send next.'),
-    uploads,
-    attachedList,
-    h('div', { class: 'row end' }, stop, send));
+    h('div', { class: 'composer-bar' },
+      h('span', { class: 'check' }, runCode, h('label', { for: 'run-code' }, 'Run code blocks')),
+      h('span', { class: 'attach' }, picker, h('label', { for: 'file-input', class: 'button-like' }, 'Attach files')),
+      h('span', { class: 'hint drop-hint', id: 'drop-hint' }, 'or paste or drop files anywhere'),
+      waiting,
+      h('span', { class: 'send-buttons' }, stop, send)));
 
   let controller = null;
   const running = (on) => {
@@ -390,28 +539,35 @@ function composer(view) {
   form.addEventListener('submit', async (e) => {
     e.preventDefault();
     const typed = text.value;
+    // An empty message is not sent (and the browser is not asked to say so).
     if (!typed.trim() || controller) return;
     controller = new AbortController();
     running(true);
-    const attached = view.attached;
+    // Files still on their way are waited for: the message names them.
+    if (view.attached.some((a) => a.state === 'uploading')) {
+      waiting.textContent = 'Waiting for the uploads to finish…';
+      await Promise.all(view.attached.map((a) => a.done));
+      waiting.textContent = '';
+    }
+    const attached = view.attached.filter((a) => a.state === 'done');
     const content = attached.length
       ? [...attached.map((a) => ({ type: 'container_upload', file_id: a.id })), { type: 'text', text: typed }]
       : typed;
     text.value = ''; // the message shows in the conversation from now on
+    const before = view.attached;
     view.attached = [];
     view.showAttached();
-    // Their "attached to your next message" rows are done with.
-    if (attached.length) uploads.querySelectorAll('.upload.done').forEach((li) => li.remove());
+    view.follow.end();
     try {
       if (!await runTurn(view, content, runCode.checked, controller.signal) && !text.value) {
         text.value = typed; // refused: the text and its attachments come back
-        view.attached = attached;
+        view.attached = before.filter((a) => a.state === 'done');
         view.showAttached();
       }
     } finally {
       controller = null; view.turnID = null;
       running(false);
-      text.focus();
+      text.focus({ preventScroll: true });
     }
   });
   // resend starts a turn that replaces the last one: an edited message
@@ -421,12 +577,13 @@ function composer(view) {
     if (controller) return;
     controller = new AbortController();
     running(true);
+    view.follow.end();
     try {
       await runTurn(view, content, runCode.checked, controller.signal, mode, asked);
     } finally {
       controller = null; view.turnID = null;
       running(false);
-      text.focus();
+      text.focus({ preventScroll: true });
     }
   };
   // A turn runs in the server, not in this page: Stop asks the server to
@@ -443,13 +600,13 @@ function composer(view) {
     }
     if (controller) controller.abort();
   });
-  view.reattach = async (turnID) => {
+  view.reattach = async (turnID, at) => {
     if (controller) return;
     controller = new AbortController();
     view.turnID = turnID;
     running(true);
     try {
-      await followTurn(view, turnID, controller.signal);
+      await followTurn(view, turnID, controller.signal, at);
     } finally {
       controller = null; view.turnID = null;
       running(false);
@@ -468,57 +625,119 @@ function composer(view) {
     if (sentByEnter && (e.inputType === 'insertLineBreak' || e.inputType === 'insertParagraph' || e.data === '\n')) e.preventDefault();
     sentByEnter = false;
   });
-  picker.addEventListener('change', () => { uploadAll(view, [...picker.files], uploads); picker.value = ''; });
-  form.addEventListener('dragover', (e) => { e.preventDefault(); form.classList.add('dragging'); });
-  form.addEventListener('dragleave', (e) => { if (!form.contains(e.relatedTarget)) form.classList.remove('dragging'); });
-  form.addEventListener('drop', (e) => {
-    e.preventDefault();
-    form.classList.remove('dragging');
-    if (e.dataTransfer && e.dataTransfer.files.length) uploadAll(view, [...e.dataTransfer.files], uploads);
+  // Files pasted into the message (a screenshot, files copied in a file
+  // manager) are attached; pasted text stays text.
+  text.addEventListener('paste', (e) => {
+    const files = e.clipboardData ? [...e.clipboardData.files] : [];
+    if (files.length) { e.preventDefault(); uploadAll(view, files); }
   });
+  picker.addEventListener('change', () => { uploadAll(view, [...picker.files]); picker.value = ''; });
+  // Files dropped anywhere on the page while the thread is open.
+  const signal = view.signal;
+  let depth = 0;
+  document.addEventListener('dragenter', (e) => { if (hasFiles(e)) { depth++; form.classList.add('dragging'); } }, { signal });
+  document.addEventListener('dragleave', (e) => { if (hasFiles(e) && --depth <= 0) { depth = 0; form.classList.remove('dragging'); } }, { signal });
+  document.addEventListener('dragover', (e) => { if (hasFiles(e)) { e.preventDefault(); form.classList.add('dragging'); } }, { signal });
+  document.addEventListener('drop', (e) => {
+    if (!hasFiles(e)) return;
+    e.preventDefault();
+    depth = 0;
+    form.classList.remove('dragging');
+    if (e.dataTransfer.files.length) uploadAll(view, [...e.dataTransfer.files]);
+  }, { signal });
   return form;
 }
 
-async function uploadAll(view, list, box) {
+/**
+ * uploadAll uploads files to the thread's uploads folder, each as a chip
+ * of the message being written. A name already in the folder gets a
+ * number (sales-2.csv), so an upload never replaces a file silently.
+ */
+async function uploadAll(view, list) {
   const url = `${APP}/thread/${encodeURIComponent(view.th.id)}/upload-file`;
   const policy = await view.ctx.features();
   const max = policy && policy.uploads ? policy.uploads.maxBytes : 0;
-  await Promise.all(list.map(async (file) => {
-    const bar = h('progress', { max: String(file.size || 1), value: '0', 'aria-label': `Uploading ${file.name}` });
-    const status = h('span', { class: 'meta' }, `0% of ${humanSize(file.size)}`);
-    const li = h('li', { class: 'upload', 'data-name': file.name }, h('span', { class: 'file-name' }, file.name), bar, status);
-    box.append(li);
+  const taken = new Set(view.attached.map((a) => a.name));
+  try {
+    const res = await api('GET', `/api/gpt/v1/files?scope_id=${encodeURIComponent(view.th.id)}&limit=1000`);
+    for (const f of res.data) {
+      const path = decodeFileID(f.id);
+      if (path.startsWith(UPLOADS)) taken.add(path.slice(UPLOADS.length));
+    }
+  } catch { /* the upload says what is wrong */ }
+  const entries = list.map((file) => {
+    const name = uniqueName(file.name, taken);
+    taken.add(name);
+    return attachment(view, file, name);
+  });
+  view.attached.push(...entries);
+  view.showAttached();
+  await Promise.all(entries.map(async (a) => {
     // Refused before a byte is sent: the org's policy is known here.
     const refusal = policy && policy.uploads && policy.uploads.enabled === false
       ? "Refused: your organization's admin has switched off file uploads (uploads)."
-      : max > 0 && file.size > max ? `Refused: ${humanSize(file.size)} is more than the upload limit of ${humanSize(max)}.` : '';
-    if (refusal) {
-      bar.remove();
-      li.classList.add('failed');
-      status.textContent = refusal;
-      status.setAttribute('role', 'alert');
-      return;
-    }
+      : max > 0 && a.file.size > max ? `Refused: ${humanSize(a.file.size)} is more than the upload limit of ${humanSize(max)}.` : '';
+    if (refusal) { a.fail(refusal); return; }
     try {
-      const f = await upload(url, file, (loaded, total) => {
-        bar.max = total; bar.value = loaded;
-        status.textContent = `${Math.floor((100 * loaded) / total)}% of ${humanSize(total)}`;
-      });
-      bar.remove();
-      li.classList.add('done');
-      status.textContent = `Uploaded to ${decodeFileID(f.id) || '/mnt/user-data/uploads/' + f.filename}, attached to your next message.`;
-      if (view.attached && !view.attached.some((a) => a.id === f.id)) {
-        view.attached.push({ id: f.id, filename: f.filename });
-        view.showAttached();
-      }
+      const f = await upload(url, a.file, (loaded, total) => a.progress(loaded, total), a.name);
+      a.finish(f);
     } catch (err) {
-      bar.remove();
-      li.classList.add('failed');
-      status.textContent = explain(err);
-      status.setAttribute('role', 'alert');
+      a.fail(explain(err));
     }
   }));
   loadFiles(view);
+}
+
+/**
+ * attachment is one file's chip in the composer: its thumbnail (images),
+ * name, progress, then where it went or why it did not; × takes it off the
+ * message (an uploaded file stays in the thread's files).
+ */
+function attachment(view, file, name) {
+  const a = { name, file, id: '', state: 'uploading', removed: false };
+  const renamed = name !== file.name;
+  let thumbURL = '';
+  const thumb = /^image\/(png|jpeg|gif|webp)$/.test(file.type) ? h('img', { class: 'thumb', alt: '', src: (thumbURL = URL.createObjectURL(file)) }) : null;
+  a.bar = h('progress', { max: String(file.size || 1), value: '0', 'aria-label': `Uploading ${name}` });
+  a.status = h('span', { class: 'meta' }, `0% of ${humanSize(file.size)}`);
+  const remove = h('button', { type: 'button', class: 'small remove', 'aria-label': `Remove ${name} from the message` }, '×');
+  a.li = h('li', { class: 'attachment upload', 'data-name': name }, thumb, h('span', { class: 'file-name' }, name), a.bar, a.status, remove);
+  let settle;
+  a.done = new Promise((r) => { settle = r; });
+  remove.addEventListener('click', () => {
+    a.removed = true;
+    if (thumbURL) URL.revokeObjectURL(thumbURL);
+    view.showAttached();
+    const box = document.getElementById('message');
+    if (box) box.focus();
+  });
+  a.progress = (loaded, total) => {
+    a.bar.max = total; a.bar.value = loaded;
+    a.status.textContent = `${Math.floor((100 * loaded) / total)}% of ${humanSize(total)}`;
+  };
+  a.finish = (f) => {
+    a.state = 'done';
+    a.id = f.id;
+    a.bar.remove();
+    a.li.classList.add('done');
+    a.li.dataset.fileId = f.id;
+    const path = decodeFileID(f.id) || UPLOADS + name;
+    a.status.className = renamed ? 'meta renamed' : 'sr-only';
+    a.status.textContent = renamed
+      ? `Uploaded to ${path}: a file named ${file.name} is already in this thread.`
+      : `Uploaded to ${path}, attached to your message.`;
+    settle();
+  };
+  a.fail = (message) => {
+    a.state = 'failed';
+    a.bar.remove();
+    a.li.classList.add('failed');
+    a.status.textContent = message;
+    a.status.setAttribute('role', 'alert');
+    remove.setAttribute('aria-label', `Dismiss ${name}`);
+    settle();
+  };
+  return a;
 }
 
 /**
@@ -536,7 +755,7 @@ async function runTurn(view, content, runCode, signal, mode = '', asked = typeof
     for (const b of blocks) { mine.start(b); mine.stop(); }
     mine.done();
   }
-  const turn = new TurnView(messageItem(view.log, 'assistant'));
+  const turn = new TurnView(messageItem(view.log, 'assistant'), { live: true });
   turn.busy();
   const body = { stream: true };
   if (mode !== 'last_answer') body.content = content;
@@ -547,9 +766,9 @@ async function runTurn(view, content, runCode, signal, mode = '', asked = typeof
     for await (const { data } of stream(`${APP}/thread/${encodeURIComponent(view.th.id)}/messages`, body, signal, opened)) {
       turn.event(data);
     }
-    if (!turn.finished && !turn.failed) turn.error('The answer stopped before it was complete.');
+    if (!turn.ended()) turn.error('The answer stopped before it was complete.');
   } catch (err) {
-    if (err.name === 'AbortError') turn.error('Stopped.');
+    if (err.name === 'AbortError') turn.stopped();
     else { turn.error(explain(err)); notify(explain(err)); }
     if (err instanceof ApiError && err.status >= 400) {
       // Refused before it ran: nothing was replaced, the thread shows as stored.
@@ -573,6 +792,7 @@ async function runTurn(view, content, runCode, signal, mode = '', asked = typeof
     try {
       view.th = await api('GET', '/thread/' + encodeURIComponent(view.th.id));
       view.title.textContent = view.th.title;
+      document.title = `${view.th.title} — threadbox`;
       if (view.ctx.refresh) view.ctx.refresh();
     } catch { /* the old title stays */ }
   }
@@ -581,15 +801,16 @@ async function runTurn(view, content, runCode, signal, mode = '', asked = typeof
 
 /**
  * followTurn replays a running turn's answer from its log and follows it
- * live until it ends (a reload, or coming back to the thread).
+ * live until it ends (a reload, or coming back to the thread); at is when
+ * the turn started.
  */
-async function followTurn(view, turnID, signal) {
-  const turn = new TurnView(messageItem(view.log, 'assistant'));
+async function followTurn(view, turnID, signal, at) {
+  const turn = new TurnView(messageItem(view.log, 'assistant', at), { live: true, replay: true });
   turn.busy();
   try {
     const url = `${APP}/thread/${encodeURIComponent(view.th.id)}/turns/${encodeURIComponent(turnID)}/events`;
     for await (const { data } of stream(url, null, signal)) turn.event(data);
-    if (!turn.finished && !turn.failed) turn.error('The answer stopped before it was complete.');
+    if (!turn.ended()) turn.error('The answer stopped before it was complete.');
   } catch (err) {
     if (err.name !== 'AbortError') turn.error(explain(err));
   }
@@ -610,11 +831,15 @@ function noCodeNote(f) {
 
 /**
  * TurnView renders one message's content blocks, from history (start and
- * stop per block) or live from stream events (event per event).
+ * stop per block) or live from stream events (event per event). Text is
+ * rendered as Markdown as it streams. opts.live: the turn runs now (its
+ * commands' clocks tick); opts.replay: its start is replayed from the
+ * turn's log, so only the commands' own output times say when they began.
  */
 class TurnView {
-  constructor(li) {
+  constructor(li, opts = {}) {
     this.li = li;
+    this.opts = opts;
     this.body = h('div', { class: 'blocks' });
     li.append(this.body);
     this.blocks = new Map(); // index -> {block, el, text, json}
@@ -624,7 +849,11 @@ class TurnView {
     this.resources = 0;
     this.finished = false;
     this.failed = false;
+    this.halted = false;
   }
+
+  /** ended reports whether the turn came to an end the page has shown. */
+  ended() { return this.finished || this.failed || this.halted; }
 
   busy() {
     this.li.setAttribute('aria-busy', 'true');
@@ -635,6 +864,11 @@ class TurnView {
   done() {
     this.li.removeAttribute('aria-busy');
     if (this.spinner) { this.spinner.remove(); this.spinner = null; }
+    // Copy takes the message's text as written (Markdown).
+    const text = () => [...this.blocks.values()].filter((st) => st.block.type === 'text').map((st) => st.text).join('\n\n');
+    if (text().trim() && !this.li.querySelector(':scope > .msg-tools')) {
+      this.li.append(h('div', { class: 'msg-tools' }, copyButton(text, 'message')));
+    }
   }
 
   event(ev) {
@@ -647,7 +881,7 @@ class TurnView {
         if (ev.delta && ev.delta.stop_reason === 'max_tokens') this.note('The answer reached its length limit.');
         break;
       case 'message_stop': this.finished = true; break;
-      case 'stopped': this.endCards('stopped'); this.error('Stopped.'); break;
+      case 'stopped': this.stopped(); break;
       case 'threadbox_log_truncated':
         // The turn's log reached its cap: the rest shows from the stored
         // message once the turn ends.
@@ -671,13 +905,13 @@ class TurnView {
     switch (block.type) {
       case 'text':
         st.text = block.text || '';
-        st.el = h('div', { class: 'text' });
-        st.el.textContent = st.text;
+        st.el = h('div', { class: 'text md' });
+        this.render(st);
         this.body.append(st.el);
         break;
       case 'server_tool_use':
       case 'tool_use': {
-        const card = codeCard(block);
+        const card = codeCard(block, this.opts);
         this.cards.set(block.id, card);
         st.el = card.el;
         if (block.input && Object.keys(block.input).length) card.setInput(block.input);
@@ -694,14 +928,14 @@ class TurnView {
         this.body.append(st.el);
         break;
       case 'container_upload':
-        st.el = h('p', { class: 'meta' }, `Attached file: ${decodeFileID(block.file_id)}`);
+        st.el = h('p', { class: 'meta attached-file' }, `Attached file: ${decodeFileID(block.file_id)}`);
         this.body.append(st.el);
         break;
       default:
         if (/_tool_result(_error)?$/.test(block.type)) {
           let card = this.cards.get(block.tool_use_id);
           if (!card) {
-            card = codeCard({ id: block.tool_use_id, name: block.type.replace(/_tool_result(_error)?$/, '') });
+            card = codeCard({ id: block.tool_use_id, name: block.type.replace(/_tool_result(_error)?$/, '') }, this.opts);
             this.body.append(card.el);
           }
           card.setResult(block);
@@ -711,12 +945,19 @@ class TurnView {
     }
   }
 
+  /** render draws a text block's Markdown. */
+  render(st) {
+    st.pending = false;
+    replace(st.el, renderMarkdown(st.text));
+  }
+
   delta(index, d) {
     const st = this.blocks.get(index);
     if (!st || !d) return;
     if (d.type === 'text_delta') {
       st.text += d.text;
-      st.el.textContent = st.text;
+      // Rendered at most once a frame while it streams.
+      if (!st.pending) { st.pending = true; requestAnimationFrame(() => { if (st.pending) this.render(st); }); }
     } else if (d.type === 'input_json_delta') {
       st.json += d.partial_json;
       const card = this.cards.get(st.block.id);
@@ -727,15 +968,26 @@ class TurnView {
   stop(index = this.current) {
     const st = this.blocks.get(index);
     if (!st) return;
-    if (st.block.type === 'text') { replace(st.el, renderMarkdown(st.text)); st.el.classList.add('md'); }
+    if (st.block.type === 'text') this.render(st);
     if (st.json) {
       try { this.cards.get(st.block.id).setInput(JSON.parse(st.json)); } catch { /* keep the partial text */ }
     }
+    // A command starts running once its input is complete.
+    const card = this.cards.get(st.block.id);
+    if (card && this.opts.live && !this.opts.replay) card.begin();
   }
 
   error(message) {
     this.failed = true;
     this.li.append(h('p', { class: 'turn-error', role: 'alert' }, message));
+  }
+
+  /** stopped shows that someone stopped the turn: an ending, not a failure. */
+  stopped() {
+    if (this.halted) return;
+    this.halted = true;
+    this.endCards('stopped');
+    this.li.append(h('p', { class: 'turn-stopped', role: 'status' }, 'Stopped.'));
   }
 
   /** endCards marks the commands still shown as running as ended. */
@@ -748,35 +1000,71 @@ class TurnView {
   }
 }
 
-/** codeCard is a code execution: its command, then its outputs. */
 // pythonHeredoc is how a python block runs through bash_code_execution
 // (the runner model, infra/llm/runner): shown as the python it runs.
 const pythonHeredoc = /^python3 - <<'THREADBOX_PY_EOF'\n([\s\S]*)\nTHREADBOX_PY_EOF\s*$/;
 
-function codeCard(block) {
+/** clock renders a duration in milliseconds: 4 s, 12.5 s, 3 min 07 s. */
+function clock(ms, exact = false) {
+  const s = ms / 1000;
+  if (s < 60) return exact && s < 10 ? `${s.toFixed(1)} s` : `${Math.floor(s)} s`;
+  const m = Math.floor(s / 60);
+  return `${m} min ${String(Math.floor(s % 60)).padStart(2, '0')} s`;
+}
+
+/**
+ * codeCard is a code execution: its command (highlighted, with Copy), then
+ * its outputs. While it runs (opts.live) its clock ticks every second,
+ * output or not; once it ended the status says how long it ran. The
+ * clock starts when the command's input is complete (begin), or, for a
+ * turn replayed on reattach, from the times its output events carry.
+ */
+function codeCard(block, opts = {}) {
   const kind = block.name === 'text_editor_code_execution' ? 'file editor' : block.name === 'code_execution' ? 'python' : 'bash';
   const badge = h('span', { class: 'badge' }, kind);
   const status = h('span', { class: 'exec-status', role: 'status' }, 'running…');
-  const command = h('pre', { class: 'command', tabindex: '0' }, h('code', {}, ''));
+  const code = h('code', {}, '');
+  const command = h('pre', { class: 'command', tabindex: '0', 'aria-label': 'Command' }, code);
   const outputs = h('div', { class: 'outputs' });
   const el = h('article', { class: 'exec running', 'aria-label': `Code execution (${kind})`, 'data-tool-use-id': block.id || '' },
     h('header', {}, badge, status),
     h('div', { class: 'label' }, 'Command'),
-    command,
+    withCopy(command, () => code.textContent, 'command'),
     outputs);
+  let t0 = 0; // when the command started (performance.now()), 0 while unknown
+  let timer = 0;
+  const tick = () => {
+    if (!el.isConnected && timer) { clearInterval(timer); timer = 0; return; }
+    if (t0) status.textContent = `running… ${clock(performance.now() - t0)}`;
+  };
+  const startClock = () => {
+    if (!opts.live || timer || !el.classList.contains('running')) return;
+    timer = setInterval(tick, 1000);
+    tick();
+  };
+  const took = () => (t0 ? ` · ${clock(performance.now() - t0, true)}` : '');
+  const stopClock = () => { if (timer) { clearInterval(timer); timer = 0; } };
   return {
     el,
-    setPartial(json) { command.firstChild.textContent = json; },
-    // live shows output while the command runs, with the time since it
-    // started; the result replaces it.
+    begin() { if (!t0) t0 = performance.now(); startClock(); },
+    setPartial(json) { code.textContent = json; },
+    // live shows output while the command runs; the result replaces it.
+    // The live box follows its end while the reader is there.
     live(o) {
+      if (opts.live && typeof o.elapsed_ms === 'number') {
+        const since = performance.now() - o.elapsed_ms;
+        if (!t0 || since < t0) t0 = since;
+        startClock();
+      }
       let pre = outputs.querySelector(`pre.live.${o.stream}`);
       if (!pre) {
-        pre = h('pre', { class: `live ${o.stream}`, tabindex: '0', 'aria-label': `${o.stream} so far`, 'aria-live': 'polite' }, h('code', {}, ''));
+        pre = h('pre', { class: `live ${o.stream}`, tabindex: '0', 'aria-label': `${o.stream} so far` }, h('code', {}, ''));
         outputs.append(pre);
       }
+      const atEnd = pre.scrollHeight - pre.scrollTop - pre.clientHeight < 24;
       pre.firstChild.textContent += o.text;
-      status.textContent = `running… ${(o.elapsed_ms / 1000).toFixed(1)} s`;
+      if (atEnd) pre.scrollTop = pre.scrollHeight;
+      tick();
     },
     // end marks a command that never got its result (stopped, or its turn
     // failed), keeping the output shown so far.
@@ -784,28 +1072,34 @@ function codeCard(block) {
       if (!el.classList.contains('running')) return;
       el.classList.remove('running');
       el.classList.add('stopped');
-      status.textContent = label;
+      status.textContent = label + took();
+      stopClock();
     },
     setInput(input) {
       let cmd = input.command || input.code || '';
-      if (block.name === 'text_editor_code_execution') cmd = `${input.command} ${input.path || ''}`.trim();
+      let lang = block.name === 'code_execution' ? 'python' : 'bash';
+      if (block.name === 'text_editor_code_execution') { cmd = `${input.command} ${input.path || ''}`.trim(); lang = ''; }
       const py = pythonHeredoc.exec(cmd);
       if (py) {
         cmd = py[1];
+        lang = 'python';
         badge.textContent = 'python';
         el.setAttribute('aria-label', 'Code execution (python)');
       }
-      command.firstChild.textContent = cmd || JSON.stringify(input, null, 2);
+      if (!cmd) { cmd = JSON.stringify(input, null, 2); lang = 'json'; }
+      highlightCode(code, cmd, lang);
     },
     setResult(res) {
       el.classList.remove('running');
+      const time = took();
+      stopClock();
       const c = res.content || {};
       if (res.type.endsWith('_error') || c.type && c.type.endsWith('_error') || c.error_code || res.error_code) {
-        const code = c.error_code || res.error_code || 'error';
+        const errCode = c.error_code || res.error_code || 'error';
         const why = (c.detail && c.detail.explanation) || (res.detail && res.detail.explanation) || '';
         el.classList.add('failed');
-        status.textContent = 'could not run';
-        replace(outputs, h('p', { class: 'turn-error' }, `Could not run (${code})${why ? ': ' + why : ''}`));
+        status.textContent = 'could not run' + time;
+        replace(outputs, h('p', { class: 'turn-error' }, `Could not run (${errCode})${why ? ': ' + why : ''}`));
         return;
       }
       if (c.type === 'bash_code_execution_result') {
@@ -813,7 +1107,7 @@ function codeCard(block) {
         // A command its turn's Stop cut short keeps its output so far.
         const stopped = rc === 124 && /Command stopped\.$/.test(c.stderr || '');
         el.classList.add(stopped ? 'stopped' : rc === 0 ? 'ok' : 'nonzero');
-        status.textContent = stopped ? 'stopped' : `exit code ${rc}`;
+        status.textContent = (stopped ? 'stopped' : `exit code ${rc}`) + time;
         replace(outputs,
           c.stdout ? output('stdout', c.stdout) : null,
           c.stderr ? output('stderr', c.stderr) : null,
@@ -821,7 +1115,7 @@ function codeCard(block) {
           h('p', { class: 'exit-code' }, `Exit code: ${rc}`));
         return;
       }
-      status.textContent = 'done';
+      status.textContent = 'done' + time;
       el.classList.add('ok');
       if (typeof c.content === 'string') replace(outputs, output('file', c.content));
       else if (Array.isArray(c.lines)) replace(outputs, output('changes', c.lines.join('\n')));

@@ -12,8 +12,13 @@ import { h } from './dom.js';
 marked.setOptions({ gfm: true, breaks: false });
 // Raw HTML in a message is shown as the text it is, as chat apps do: it
 // never reaches the HTML parser (even an inert one reports what it refuses),
-// and Markdown covers what a message needs.
-marked.use({ renderer: { html({ text }) { return escapeHTML(text); } } });
+// and Markdown covers what a message needs. A task list's box is marked
+// with a span that renderMarkdown turns into a read-only checkbox after
+// sanitizing (form controls never pass the sanitizer).
+marked.use({ renderer: {
+  html({ text }) { return escapeHTML(text); },
+  checkbox({ checked }) { return `<span class="task-box${checked ? ' done' : ''}"></span> `; },
+} });
 
 function escapeHTML(s) {
   return s.replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' }[c]));
@@ -40,6 +45,13 @@ export function renderMarkdown(text) {
     // CSP would refuse it anyway): shown as its text instead.
     img.replaceWith(document.createTextNode(img.getAttribute('alt') || '[image]'));
   }
+  for (const box of frag.querySelectorAll('span.task-box')) {
+    const done = box.classList.contains('done');
+    box.replaceWith(h('input', { type: 'checkbox', class: 'task', disabled: true, checked: done, 'aria-label': done ? 'Done' : 'Not done' }));
+  }
+  for (const li of frag.querySelectorAll('li')) {
+    if (li.querySelector(':scope > input.task, :scope > p > input.task')) li.classList.add('task-item');
+  }
   for (const code of frag.querySelectorAll('pre > code')) {
     const lang = [...code.classList].find((c) => c.startsWith('language-'));
     if (lang && hljs.getLanguage(lang.slice('language-'.length))) hljs.highlightElement(code);
@@ -52,19 +64,42 @@ export function renderMarkdown(text) {
 }
 
 /**
- * withCopy wraps a pre element with a button that copies text.
+ * highlightCode puts text in the code element, coloured as lang (python,
+ * bash, …) when highlight.js knows it.
  */
-export function withCopy(pre, text, what) {
+export function highlightCode(code, text, lang) {
+  code.textContent = text;
+  code.className = '';
+  delete code.dataset.highlighted;
+  if (lang && hljs.getLanguage(lang)) {
+    code.classList.add('language-' + lang);
+    hljs.highlightElement(code);
+  }
+}
+
+/**
+ * copyButton returns a button (with its status) that copies the text
+ * text() returns, or text itself when it is a string.
+ */
+export function copyButton(text, what, label = 'Copy') {
   const status = h('span', { class: 'copy-status', role: 'status' });
-  const btn = h('button', { type: 'button', class: 'copy small', 'aria-label': `Copy ${what}` }, 'Copy');
+  const btn = h('button', { type: 'button', class: 'copy small', 'aria-label': `Copy ${what}` }, label);
   btn.addEventListener('click', async () => {
     try {
-      await navigator.clipboard.writeText(text);
+      await navigator.clipboard.writeText(typeof text === 'function' ? text() : text);
       status.textContent = 'Copied';
     } catch {
       status.textContent = 'Copy failed';
     }
     setTimeout(() => { status.textContent = ''; }, 2000);
   });
-  return h('div', { class: 'code-wrap' }, h('div', { class: 'code-tools' }, btn, status), pre);
+  return [btn, status];
+}
+
+/**
+ * withCopy wraps a pre element with a button that copies text (a string,
+ * or a function returning it).
+ */
+export function withCopy(pre, text, what) {
+  return h('div', { class: 'code-wrap' }, h('div', { class: 'code-tools' }, copyButton(text, what)), pre);
 }
