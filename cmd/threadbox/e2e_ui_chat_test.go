@@ -422,7 +422,7 @@ func TestE2EAttachHabits(t *testing.T) {
 }
 
 // TestE2ELiveRun: a running command's clock ticks before it prints
-// anything; its live output box follows the end of the output; its
+// anything, beside its time limit; its live output box follows the end of the output; its
 // command is highlighted with a Copy button; a reload reattaches to the
 // turn stamped with the turn's own start; Stop ends the turn as a stop,
 // not a failure, before and after a reload; a finished card says how long
@@ -454,6 +454,10 @@ func TestE2ELiveRun(t *testing.T) {
 	b.Do("send a slow command", chromedp.SetValue(chromedp.ID("message"), "```bash\nsleep 4\nfor i in $(seq 1 80); do echo line$i; done\nsleep 25\n```"), chromedp.Click(chromedp.ID("send")))
 	card := `document.querySelector('.msg.assistant:last-child .exec')`
 	b.WaitTrue("the clock before any output", `(() => { const c = `+card+`; return c && !c.querySelector('pre.live') && /^running… [1-9]\d* s$/.test(c.querySelector('.exec-status').textContent); })()`, 60*time.Second)
+	// The time limit is said before the command is cut by it.
+	if got := e2e.Eval[string](b, "limit", card+`.querySelector('.exec-limit').textContent`); got != "time limit 60 s" {
+		t.Errorf("the running card's time limit: %q", got)
+	}
 	b.WaitText(".msg.assistant:last-child .exec pre.live.stdout", "line80", 30*time.Second)
 	b.WaitTrue("the running card and the message box in view", `(() => { const c = `+card+`.getBoundingClientRect(); const m = document.getElementById('message').getBoundingClientRect();
 		return c.bottom <= innerHeight && c.bottom > 0 && m.bottom <= innerHeight; })()`, 5*time.Second)

@@ -14,12 +14,13 @@ import (
 
 // TestE2EEditAndRegenerate: the last answer can be regenerated
 // and the last user message edited and sent again; each starts a new turn
-// and the one it replaces stays in the thread, folded as an earlier
-// version, in the page, after a reload, in the API (replaced) and in a
-// fork. Only the last message and the last answer offer the actions; the
-// edit form is labelled, and Escape puts the message back with the focus
-// on Edit. The API refuses a regenerate with content, an unknown mode and
-// a regenerate in an empty thread.
+// and the one it replaces stays in the thread as an earlier version, in
+// the page, after a reload, in the API (replaced) and in a fork. A
+// ‹ k / n › switcher shows each version in the latest one's place. Only
+// the last message and the last answer offer the actions; the edit form
+// is labelled, and Escape puts the message back with the focus on Edit.
+// The API refuses a regenerate with content, an unknown mode and a
+// regenerate in an empty thread.
 func TestE2EEditAndRegenerate(t *testing.T) {
 	e2e.NeedChromium(t)
 	s := e2eServer(t, nil)
@@ -69,7 +70,7 @@ func TestE2EEditAndRegenerate(t *testing.T) {
 		t.Errorf("Edit and Regenerate on messages %q, want on 2 and 3 (of 0..3)", got)
 	}
 
-	// Regenerate: a new answer; the old one folded as an earlier version.
+	// Regenerate: a new answer; the old one kept as an earlier version.
 	b.Do("regenerate", chromedp.Click(chromedp.CSS("button.regenerate")))
 	b.WaitTrue("the new answer", `document.querySelectorAll('.replaced-group .msg.assistant').length === 1 &&
 		document.querySelectorAll('.messages:not(.replaced-list) > .msg').length === 4 &&
@@ -97,8 +98,8 @@ func TestE2EEditAndRegenerate(t *testing.T) {
 		document.querySelector('.messages:not(.replaced-list) > .msg.user:nth-last-child(2)').textContent.includes('second question, edited') &&
 		!document.querySelector('[aria-busy]') && !!document.querySelector('.messages:not(.replaced-list) > .msg:last-child button.regenerate')`, 30*time.Second)
 	folded := `(() => { const g = [...document.querySelectorAll('.replaced-group')];
-		return g.length + ':' + g.map(x => [...x.querySelectorAll('.msg')].map(m => m.classList.contains('user') ? 'user' : 'assistant').join(',') + (x.querySelector('details').open ? ' open' : ' folded')).join(';'); })()`
-	const want = "1:user,assistant,assistant folded"
+		return g.length + ':' + g.map(x => [...x.querySelectorAll('.msg')].map(m => m.classList.contains('user') ? 'user' : 'assistant').join(',') + (x.querySelector('.replaced-list').hidden ? ' folded' : ' open') + ' ' + x.querySelector('.version-count').textContent).join(';'); })()`
+	const want = "1:user,assistant,assistant folded 3 / 3"
 	if got := e2e.Eval[string](b, "earlier versions", folded); got != want {
 		t.Errorf("earlier versions in the page: %q, want %q", got, want)
 	}
@@ -110,10 +111,28 @@ func TestE2EEditAndRegenerate(t *testing.T) {
 	if got := e2e.Eval[string](b, "earlier versions after a reload", folded); got != want {
 		t.Errorf("earlier versions after a reload: %q, want %q", got, want)
 	}
-	b.Do("unfold them", chromedp.Click(chromedp.CSS(".replaced-group summary")))
-	if got := e2e.Eval[bool](b, "unfolded", `document.querySelector('.replaced-group details').open`); !got {
-		t.Error("the earlier versions do not unfold")
+	// The switcher: each earlier version in the latest one's place.
+	shown := `(() => [...document.querySelectorAll('.msg')].filter(m => m.offsetParent !== null)
+		.map(m => (m.classList.contains('user') ? 'user:' + m.querySelector('.text').textContent.trim() : 'assistant')).join(' ') + ' | ' + document.querySelector('.version-count').textContent)()`
+	for _, step := range []struct{ button, want string }{
+		{"", "user:first question assistant user:second question, edited assistant | 3 / 3"},
+		{".version-prev", "user:first question assistant assistant | 2 / 3"},
+		{".version-prev", "user:first question assistant user:second question assistant | 1 / 3"},
+		{".version-next", "user:first question assistant assistant | 2 / 3"},
+		{".version-next", "user:first question assistant user:second question, edited assistant | 3 / 3"},
+	} {
+		if step.button != "" {
+			b.Do("switch versions", chromedp.Click(chromedp.CSS(".replaced-group "+step.button)))
+		}
+		if got := e2e.Eval[string](b, "the version shown", shown); got != step.want {
+			t.Errorf("after %q the thread shows %q, want %q", step.button, got, step.want)
+		}
 	}
+	if got := e2e.Eval[string](b, "ends", `document.querySelector('.version-prev').disabled + ' ' + document.querySelector('.version-next').disabled`); got != "false true" {
+		t.Errorf("at the latest version Previous and Next disabled: %s", got)
+	}
+	b.Do("show the first version", chromedp.Click(chromedp.CSS(".replaced-group .version-prev")), chromedp.Click(chromedp.CSS(".replaced-group .version-prev")))
+	everyControlLabelled(t, b, "an earlier version shown")
 	if n := e2e.Eval[int](b, "actions in earlier versions", `document.querySelectorAll('.replaced-group button.edit, .replaced-group button.regenerate').length`); n != 0 {
 		t.Errorf("%d actions on earlier versions", n)
 	}

@@ -230,8 +230,8 @@ async function loadHistory(view) {
     let group = null; // the earlier versions being listed
     for (const m of stored) {
       const blocks = typeof m.content === 'string' ? [{ type: 'text', text: m.content }] : (m.content || []);
-      // Replaced messages (edited or regenerated) are kept, folded, where
-      // they were: consecutive ones in one "Earlier version" group.
+      // Replaced messages (edited or regenerated) are kept where they were,
+      // consecutive ones in one group of earlier versions.
       if (m.replaced && !group) group = replacedGroup(view.log);
       if (!m.replaced) group = null;
       const item = messageItem(group || view.log, m.role, m.created_at);
@@ -247,6 +247,7 @@ async function loadHistory(view) {
       t.done();
     }
     if (res.data.length === 0) view.log.append(h('li', { class: 'empty' }, 'No messages yet. Write one below; fenced ```python or ```bash blocks run in this thread\'s sandbox.'));
+    showLatest(view);
     turnActions(view);
     // The reattached answer keeps the time its turn started.
     if (running && view.reattach) view.reattach(running, live ? live.created_at : undefined);
@@ -351,15 +352,74 @@ async function loadArtifacts(view, more = false) {
 }
 
 /**
- * replacedGroup adds to the log a folded group for earlier versions of a
- * turn (a message edited and sent again, an answer regenerated) and
- * returns the list to put them in.
+ * replacedGroup adds to the log the earlier versions of a turn (a message
+ * edited and sent again, an answer regenerated) and returns the list to
+ * put them in. The group shows a ‹ k / n › switcher: the latest version
+ * (the messages after the group) is shown, and the buttons show an
+ * earlier one in its place.
  */
 function replacedGroup(log) {
-  const list = h('ol', { class: 'messages replaced-list' });
-  log.append(h('li', { class: 'replaced-group' },
-    h('details', {}, h('summary', {}, 'Earlier version (replaced)'), list)));
+  const list = h('ol', { class: 'messages replaced-list', hidden: true });
+  const count = h('span', { class: 'version-count', 'aria-live': 'polite' });
+  const prev = h('button', { type: 'button', class: 'small version-prev', 'aria-label': 'Previous version' }, '‹');
+  const next = h('button', { type: 'button', class: 'small version-next', 'aria-label': 'Next version' }, '›');
+  const group = h('li', { class: 'replaced-group' },
+    h('div', { class: 'versions', role: 'group', 'aria-label': 'Versions of this turn' }, prev, count, next), list);
+  let at = 0;
+  // showVersion shows version i (0 the first; -1 or past the end the latest).
+  group.showVersion = (i) => {
+    const versions = versionsOf(list);
+    const all = [...versions, latestVersion(group, versions)];
+    at = i < 0 || i >= all.length ? all.length - 1 : i;
+    all.forEach((v, j) => v.forEach((li) => { li.hidden = j !== at; }));
+    list.hidden = at === all.length - 1;
+    count.textContent = `${at + 1} / ${all.length}`;
+    count.setAttribute('aria-label', `Version ${at + 1} of ${all.length}`);
+    prev.disabled = at === 0;
+    next.disabled = at === all.length - 1;
+  };
+  prev.addEventListener('click', () => group.showVersion(at - 1));
+  next.addEventListener('click', () => group.showVersion(at + 1));
+  log.append(group);
   return list;
+}
+
+/**
+ * versionsOf splits a group's earlier messages into versions: one starts
+ * at each message the user wrote, and at an answer that follows an answer
+ * (a regenerated one).
+ */
+function versionsOf(list) {
+  const out = [];
+  let prev = null;
+  for (const li of list.children) {
+    if (!li.classList.contains('msg')) continue;
+    const user = li.classList.contains('user');
+    if (!out.length || user || (prev && !prev.classList.contains('user'))) out.push([]);
+    out[out.length - 1].push(li);
+    prev = li;
+  }
+  return out;
+}
+
+/**
+ * latestVersion returns the messages after a group that replaced its
+ * versions: a message and its answer (when the versions start with a
+ * message), or the answer alone (a regenerated one).
+ */
+function latestVersion(group, versions) {
+  const withMessage = versions.length > 0 && versions[0][0].classList.contains('user');
+  const out = [];
+  for (let li = group.nextElementSibling; li && li.classList.contains('msg'); li = li.nextElementSibling) {
+    if (li.classList.contains('user') && (out.length || !withMessage)) break;
+    out.push(li);
+  }
+  return out;
+}
+
+/** showLatest shows the latest version of every turn. */
+function showLatest(view) {
+  view.log.querySelectorAll(':scope > .replaced-group').forEach((g) => g.showVersion(-1));
 }
 
 /** topMessages are the log's messages that are not earlier versions. */
@@ -456,13 +516,17 @@ function supersede(view, mode) {
   if (from < 0) return;
   if (mode === 'last_answer') from++;
   if (from >= top.length) return;
-  // Everything from there on, earlier versions folded in between too, goes
-  // into one group: as the thread shows after a reload.
+  // Everything from there on, earlier versions in between and just before
+  // too, goes into one group: as the thread shows after a reload.
   const all = [...view.log.children];
-  const moved = all.slice(all.indexOf(top[from]))
+  let begin = all.indexOf(top[from]);
+  if (begin > 0 && all[begin - 1].classList.contains('replaced-group')) begin--;
+  const moved = all.slice(begin)
     .flatMap((li) => (li.classList.contains('replaced-group') ? [...li.querySelector('.replaced-list').children] : [li]));
-  all.filter((li) => li.classList.contains('replaced-group') && all.indexOf(li) > all.indexOf(top[from])).forEach((g) => g.remove());
-  replacedGroup(view.log).append(...moved);
+  all.slice(begin).filter((li) => li.classList.contains('replaced-group')).forEach((g) => g.remove());
+  const list = replacedGroup(view.log);
+  list.append(...moved);
+  list.parentElement.showVersion(-1);
 }
 
 /** messageItem adds a message to the log, headed by who said it and when
@@ -1004,6 +1068,17 @@ class TurnView {
 // (the runner model, infra/llm/runner): shown as the python it runs.
 const pythonHeredoc = /^python3 - <<'THREADBOX_PY_EOF'\n([\s\S]*)\nTHREADBOX_PY_EOF\s*$/;
 
+// COMMAND_LIMIT is how long a command may run when its call names no
+// timeout: the sandbox tools' default (app/tools DefaultTimeout).
+const COMMAND_LIMIT = 60;
+
+/** limitText renders a time limit in seconds: 60 s, 5 min, 1 h 30 min. */
+function limitText(s) {
+  if (s < 120) return `${+s.toFixed(1)} s`;
+  if (s < 7200) return `${Math.round(s / 60)} min`;
+  return `${Math.floor(s / 3600)} h${s % 3600 >= 60 ? ` ${Math.round((s % 3600) / 60)} min` : ''}`;
+}
+
 /** clock renders a duration in milliseconds: 4 s, 12.5 s, 3 min 07 s. */
 function clock(ms, exact = false) {
   const s = ms / 1000;
@@ -1023,11 +1098,13 @@ function codeCard(block, opts = {}) {
   const kind = block.name === 'text_editor_code_execution' ? 'file editor' : block.name === 'code_execution' ? 'python' : 'bash';
   const badge = h('span', { class: 'badge' }, kind);
   const status = h('span', { class: 'exec-status', role: 'status' }, 'running…');
+  // The time limit shows from the start, so a command cut at it is no surprise.
+  const limit = h('span', { class: 'exec-limit meta', hidden: true });
   const code = h('code', {}, '');
   const command = h('pre', { class: 'command', tabindex: '0', 'aria-label': 'Command' }, code);
   const outputs = h('div', { class: 'outputs' });
   const el = h('article', { class: 'exec running', 'aria-label': `Code execution (${kind})`, 'data-tool-use-id': block.id || '' },
-    h('header', {}, badge, status),
+    h('header', {}, badge, status, limit),
     h('div', { class: 'label' }, 'Command'),
     withCopy(command, () => code.textContent, 'command'),
     outputs);
@@ -1088,6 +1165,11 @@ function codeCard(block, opts = {}) {
       }
       if (!cmd) { cmd = JSON.stringify(input, null, 2); lang = 'json'; }
       highlightCode(code, cmd, lang);
+      if (kind === 'bash' && input.command) {
+        const secs = typeof input.timeout === 'number' ? input.timeout : COMMAND_LIMIT;
+        limit.hidden = false;
+        limit.textContent = secs > 0 ? `time limit ${limitText(secs)}` : 'no time limit';
+      }
     },
     setResult(res) {
       el.classList.remove('running');
@@ -1106,8 +1188,9 @@ function codeCard(block, opts = {}) {
         const rc = c.return_code;
         // A command its turn's Stop cut short keeps its output so far.
         const stopped = rc === 124 && /Command stopped\.$/.test(c.stderr || '');
+        const cut = /Command timed out after ([\d.]+)s\.\s*$/.exec(c.stderr || '');
         el.classList.add(stopped ? 'stopped' : rc === 0 ? 'ok' : 'nonzero');
-        status.textContent = (stopped ? 'stopped' : `exit code ${rc}`) + time;
+        status.textContent = stopped ? 'stopped' + time : cut ? `cut at its time limit (${limitText(+cut[1])})` : `exit code ${rc}${time}`;
         replace(outputs,
           c.stdout ? output('stdout', c.stdout) : null,
           c.stderr ? output('stderr', c.stderr) : null,
