@@ -170,6 +170,11 @@ func stripProgrammatic(in []wire.Message) (out []wire.Message, resume map[string
 				}
 				continue
 			}
+			if b.Caller != nil && !b.FromCode() {
+				// The client is told the model made a call itself; the
+				// model is never sent that (the same rule as decoding).
+				b.Caller = nil
+			}
 			kept = append(kept, b)
 		}
 		if len(kept) == 0 && len(m.Content) > 0 {
