@@ -238,6 +238,21 @@ export async function fetchText(url, maxBytes = 0) {
 }
 
 /**
+ * fetchRange downloads bytes from…to (inclusive) of url with the session's
+ * token (a Range request); resolves to {bytes, total}: the bytes (none past
+ * the end) and the file's size (null when the answer does not say).
+ */
+export async function fetchRange(url, from, to) {
+  const resp = await authFetch(url, { headers: { Range: `bytes=${from}-${to}` } });
+  if (resp.status === 416) return { bytes: new Uint8Array(0), total: from };
+  if (!resp.ok) throw await failure(resp);
+  const all = new Uint8Array(await resp.arrayBuffer());
+  if (resp.status === 200) return { bytes: all.subarray(from, to + 1), total: all.length }; // the whole file came
+  const m = /\/(\d+)$/.exec(resp.headers.get('Content-Range') || '');
+  return { bytes: all, total: m ? Number(m[1]) : null };
+}
+
+/**
  * upload posts file as multipart field "file" to url, under name (the
  * file's own name when not given), calling onProgress(loaded, total) as
  * bytes leave; resolves to the JSON answer.

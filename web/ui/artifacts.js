@@ -2,11 +2,12 @@
 // project's artifacts) with inline previews, and download buttons.
 
 import { h, append, replace, humanSize } from './dom.js';
-import { api, fetchBlob, fetchText, explain } from './api.js';
+import { api, fetchBlob, fetchText, fetchRange, explain } from './api.js';
 import { notify } from './notice.js';
 
 const PREVIEW_TEXT_BYTES = 64 * 1024;
 const CSV_ROWS = 50;
+const CSV_CHUNK = 64 * 1024;
 
 /**
  * downloadButton returns a button that downloads url as name, showing a
@@ -57,7 +58,7 @@ export function resourceCard(r) {
 }
 
 /**
- * previewInto shows a file in el: an image, a CSV file as a table, text as
+ * previewInto shows a file in el: an image, a CSV file as a paged table, text as
  * text, a PDF in the browser's viewer, anything else as its type's badge. r: {mime_type, download_url
  * or preview_url}.
  */
@@ -81,8 +82,7 @@ async function fillPreview(el, r, name) {
       const img = h('img', { alt: `Preview of ${name}`, src: URL.createObjectURL(blob), class: 'image-preview' });
       replace(el, img);
     } else if (mime === 'text/csv' || /\.csv$/i.test(name)) {
-      const text = await fetchText(url, PREVIEW_TEXT_BYTES);
-      replace(el, csvTable(text.slice(0, PREVIEW_TEXT_BYTES), name));
+      replace(el, await csvViewer(url, name));
     } else if (mime.startsWith('text/') || mime === 'application/json' || mime === 'image/svg+xml') {
       const text = await fetchText(url, PREVIEW_TEXT_BYTES + 1);
       const cut = text.length > PREVIEW_TEXT_BYTES;
@@ -99,10 +99,20 @@ async function fillPreview(el, r, name) {
 
 /** parseCSV splits CSV text into rows (quotes and escaped quotes handled). */
 export function parseCSV(text) {
+  return parseRows(text, true).rows;
+}
+
+/**
+ * parseRows splits CSV text into rows. Unless final, text may end inside
+ * a row (a chunk of a larger file): that row is left out and returned as
+ * rest, to be parsed with the next chunk.
+ */
+function parseRows(text, final) {
   const rows = [];
   let row = [];
   let field = '';
   let quoted = false;
+  let end = 0; // where the last complete row ended
   for (let i = 0; i < text.length; i++) {
     const c = text[i];
     if (quoted) {
@@ -112,23 +122,105 @@ export function parseCSV(text) {
     } else if (c === '"') quoted = true;
     else if (c === ',') { row.push(field); field = ''; }
     else if (c === '\n' || c === '\r') {
+      if (c === '\r' && i + 1 === text.length && !final) break; // its \n may come next
       if (c === '\r' && text[i + 1] === '\n') i++;
       row.push(field); rows.push(row); row = []; field = '';
+      end = i + 1;
     } else field += c;
   }
+  if (!final) return { rows, rest: text.slice(end) };
   if (field !== '' || row.length) { row.push(field); rows.push(row); }
-  return rows;
+  return { rows, rest: '' };
 }
 
-/** csvTable renders the first rows of a CSV file as a table. */
-export function csvTable(text, name) {
-  const rows = parseCSV(text);
-  if (rows.length === 0) return h('p', {}, 'Empty file.');
-  const [head, ...body] = rows;
-  const shown = body.slice(0, CSV_ROWS);
-  return h('div', { class: 'table-wrap', tabindex: '0', role: 'region', 'aria-label': `Table preview of ${name}` },
-    h('table', { class: 'csv' },
-      h('caption', {}, body.length > CSV_ROWS ? `${name}: first ${CSV_ROWS} of ${body.length} rows` : name),
-      h('thead', {}, h('tr', {}, head.map((c) => h('th', { scope: 'col' }, c)))),
-      h('tbody', {}, shown.map((r) => h('tr', {}, r.map((c) => h('td', {}, c)))))));
+/**
+ * csvViewer shows a CSV file as a table a page of 50 rows at a time. The
+ * file is read in 64 KB ranges as the pages need them, however large it
+ * is; the rows read so far can be sorted by a column (its header's button:
+ * ascending, then descending; numbers as numbers) and filtered by text.
+ */
+export async function csvViewer(url, name) {
+  const dec = new TextDecoder();
+  let loaded = 0;
+  let total = null;
+  let done = false;
+  let rest = '';
+  let head = null;
+  const rows = [];
+  let page = 0;
+  let sortCol = -1;
+  let sortDir = 1;
+  let filter = '';
+  const more = async () => {
+    if (done) return;
+    const got = await fetchRange(url, loaded, loaded + CSV_CHUNK - 1);
+    if (got.total !== null) total = got.total;
+    loaded += got.bytes.length;
+    done = got.bytes.length === 0 || (total !== null && loaded >= total);
+    const parsed = parseRows(rest + dec.decode(got.bytes, { stream: !done }), done);
+    rest = parsed.rest;
+    if (!head && parsed.rows.length) head = parsed.rows.shift();
+    rows.push(...parsed.rows);
+  };
+  await more();
+  if (!head) return h('p', {}, 'Empty file.');
+
+  const status = h('p', { class: 'meta csv-status', role: 'status' });
+  const search = h('input', { type: 'search', class: 'csv-filter', placeholder: 'Filter rows', 'aria-label': `Filter the rows of ${name}` });
+  const prev = h('button', { type: 'button', class: 'small csv-prev' }, 'Previous rows');
+  const next = h('button', { type: 'button', class: 'small csv-next' }, 'Next rows');
+  const headCells = head.map((c, i) => h('th', { scope: 'col' },
+    h('button', { type: 'button', class: 'sort', 'aria-label': `Sort by ${c || 'column ' + (i + 1)}`, onclick: () => {
+      sortDir = sortCol === i ? -sortDir : 1;
+      sortCol = i;
+      page = 0;
+      draw();
+    } }, c)));
+  const body = h('tbody');
+  const numeric = (v) => v.trim() !== '' && !isNaN(Number(v));
+  const shown = () => {
+    let r = filter ? rows.filter((row) => row.some((c) => c.toLowerCase().includes(filter))) : rows;
+    if (sortCol >= 0) {
+      const nums = r.every((row) => !row[sortCol] || numeric(row[sortCol]));
+      r = [...r].sort((a, b) => {
+        const x = a[sortCol] || '';
+        const y = b[sortCol] || '';
+        return sortDir * (nums ? (Number(x) || 0) - (Number(y) || 0) : x.localeCompare(y));
+      });
+    }
+    return r;
+  };
+  const draw = () => {
+    const r = shown();
+    const last = Math.max(0, Math.ceil(r.length / CSV_ROWS) - 1);
+    if (done) page = Math.min(page, last);
+    const from = page * CSV_ROWS;
+    replace(body, r.slice(from, from + CSV_ROWS).map((row) => h('tr', {}, head.map((_, i) => h('td', {}, row[i] || '')))));
+    headCells.forEach((th, i) => { if (i === sortCol) th.setAttribute('aria-sort', sortDir > 0 ? 'ascending' : 'descending'); else th.removeAttribute('aria-sort'); });
+    const to = Math.min(from + CSV_ROWS, r.length);
+    const of = `${r.length}${done ? '' : '+'}`;
+    status.textContent = (r.length ? `Rows ${from + 1}–${to} of ${of}` : 'No rows') + (filter ? ` matching "${filter}"` : '') +
+      (!done && (filter || sortCol >= 0) ? ' (among the rows read so far)' : '');
+    prev.disabled = page === 0;
+    next.disabled = done && to >= r.length;
+  };
+  prev.addEventListener('click', () => { page = Math.max(0, page - 1); draw(); });
+  next.addEventListener('click', async () => {
+    next.disabled = true;
+    try {
+      // Read on until the next page is whole (or the file ends).
+      while (!done && shown().length < (page + 2) * CSV_ROWS) await more();
+      if (shown().length > (page + 1) * CSV_ROWS) page++;
+    } catch (err) {
+      notify(explain(err));
+    }
+    draw();
+  });
+  search.addEventListener('input', () => { filter = search.value.trim().toLowerCase(); page = 0; draw(); });
+  draw();
+  return h('div', { class: 'csv-viewer' },
+    h('div', { class: 'csv-tools' }, search, prev, next),
+    status,
+    h('div', { class: 'table-wrap', tabindex: '0', role: 'region', 'aria-label': `Table of ${name}` },
+      h('table', { class: 'csv' }, h('caption', {}, name), h('thead', {}, h('tr', {}, headCells)), body)));
 }
