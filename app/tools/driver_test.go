@@ -1,7 +1,9 @@
 package tools
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os/exec"
@@ -140,5 +142,64 @@ func TestPythonDriverServesBothFamilies(t *testing.T) {
 	}
 	if out := repl("'x' in globals()"); out["value"] != "False" || out["restarted"] != true {
 		t.Fatalf("after the crash %v", out)
+	}
+}
+
+// TestPythonDriverNewCellWhilePaused: a cell paused on client tool calls
+// is abandoned without an answer when a new cell comes instead of the
+// results (the server that paused it is gone and another attached to the
+// interpreter), and the new cell runs and answers.
+func TestPythonDriverNewCellWhilePaused(t *testing.T) {
+	if _, err := exec.LookPath("python3"); err != nil {
+		t.Skip("python3 is not installed")
+	}
+	c := exec.Command("python3", "-u", "-c", pythonDriver)
+	c.Dir = t.TempDir()
+	in, err := c.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := c.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Process.Kill(); _ = c.Wait() })
+	lines := bufio.NewScanner(out)
+	lines.Buffer(make([]byte, 1<<20), 1<<20)
+	// next returns the next answer's id and JSON.
+	next := func() (string, string) {
+		t.Helper()
+		for lines.Scan() {
+			line := lines.Text()
+			rest, ok := strings.CutPrefix(line, pyMarker)
+			if !ok {
+				continue
+			}
+			id, piece, _ := strings.Cut(rest, " ")
+			if strings.HasPrefix(piece, "$ ") {
+				return id, piece[2:]
+			}
+		}
+		t.Fatalf("the driver ended: %v", lines.Err())
+		return "", ""
+	}
+	send := func(req map[string]any) {
+		t.Helper()
+		b, _ := json.Marshal(req)
+		if _, err := in.Write(append(b, '\n')); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send(map[string]any{"id": "c1", "code": "x = 41\nawait ask(q=1)\nprint('resumed')", "tools": []map[string]any{{"name": "ask", "input_schema": map[string]any{}, "allowed": []string{"code_execution_20260120"}}}, "caller": "code_execution_20260120"})
+	if id, a := next(); id != "c1" || !strings.Contains(a, `"calls"`) {
+		t.Fatalf("first answer %s %s, want the pause of c1", id, a)
+	}
+	send(map[string]any{"id": "c2", "code": "print(x + 1)"})
+	id, a := next()
+	if id != "c2" || !strings.Contains(a, `"stdout": "42\n"`) {
+		t.Fatalf("answer %s %s, want c2's (c1 abandoned unanswered)", id, a)
 	}
 }

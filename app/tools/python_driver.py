@@ -220,6 +220,14 @@ def _flush():
             m = json.loads(line)
             if m.get("id") == req.get("id"):
                 msg = m
+            elif "code" in m:
+                # A new cell while this one waits: the server that paused
+                # it is gone (another attached to this interpreter after a
+                # restart or a hand-over). This cell ends unanswered and the
+                # new one runs next.
+                _inbuf[0] = line.encode("utf-8") + b"\n" + _inbuf[0]
+                _calls["silent"] = True
+                msg = {"cancel": "A new cell started before the client answered this cell's tool calls, so they were abandoned."}
     finally:
         _armed[0] = armed
         if armed:
@@ -488,7 +496,7 @@ def _tools(req):
         if spec.get("name", "").isidentifier():
             _ns[spec["name"]] = _injected[spec["name"]] = _make_tool(spec, caller)
     _ns["ToolError"] = ToolError
-    _calls.update(req=req, pending=[], scheduled=False, gone=None)
+    _calls.update(req=req, pending=[], scheduled=False, gone=None, silent=False)
 
 
 def _main():
@@ -516,7 +524,8 @@ def _main():
         except _CellTimeout:
             res = {"id": req.get("id"), "stdout": "", "stderr": "", "return_code": 124, "timed_out": True, "files": []}
         res["cpu_seconds"] = _cpu(t0, _times())
-        _send(res)
+        if not _calls.get("silent"):
+            _send(res)
 
 
 _main()

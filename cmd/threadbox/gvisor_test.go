@@ -13,6 +13,8 @@ import (
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
 
+	"threadbox/app/containers"
+	"threadbox/infra/llm/fakeupstream"
 	"threadbox/infra/sandbox/gvisor"
 	"threadbox/infra/sandbox/hostdirs"
 	"threadbox/infra/sandbox/local"
@@ -168,6 +170,64 @@ func TestGvisorSessionsSurviveRestart(t *testing.T) {
 	}
 }
 
+// TestGvisorSessionsHandOver: two threadbox processes on one PostgreSQL
+// database and one data folder, under the gvisor backend, behind one
+// model. The second takes over a sandbox the first holds (the first
+// checkpoints it, the second restores it) and attaches to the sessions the
+// first started: the code_execution interpreter still holds x, and the
+// exec_command session answers write_stdin under its id.
+func TestGvisorSessionsHandOver(t *testing.T) {
+	bin := needGvisor(t)
+	dbURL := storetest.PostgresURL(t)
+	fake := fakeupstream.New()
+	t.Cleanup(fake.Close)
+	env := childEnv(t, dbURL, map[string]string{
+		"SANDBOX_BACKEND": "gvisor", "THREADBOX_AGENT_BIN": bin, "SWEEP_INTERVAL": "300ms", "THREADBOX_INSTANCE": gvisorInstance(t),
+		"MODEL_PROVIDER": "anthropic", "MODEL_BASE_URL": fake.URL(), "MODEL_NAME": "fake-model",
+	})
+	env["JWT_KEY_FILE"] = filepath.Join(filepath.Dir(env["DATA_DIR"]), "jwt.pem")
+	one := startChild(t, env)
+	env2 := maps.Clone(env)
+	env2["LISTEN_ADDR"] = freeAddr(t)
+	two := startChild(t, env2)
+	tok := one.bootstrap("acme", "admin@acme.test")
+	ctx := context.Background()
+	const box = "handed"
+	cell := func(s *server, code string) anthropic.CodeExecutionResultBlock {
+		t.Helper()
+		fake.Push(steps(pyStep(code)), textStep("ok"))
+		cl := msgClient(s, tok)
+		msg, err := cl.Messages.New(ctx, msgParams(box, userText("run"), codeExec2601...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return pyResult(t, msg.Content, 0)
+	}
+	tool := func(s *server, name string, input map[string]any) sandboxBlock {
+		t.Helper()
+		fake.Push(steps(call(name, input)), textStep("ok"))
+		calls, _ := sandboxTurn(t, msgClient(s, tok), box)
+		return calls[0]
+	}
+	if r := cell(one.server, "x = 41"); r.ReturnCode != 0 {
+		t.Fatalf("first cell %+v", r)
+	}
+	term := tool(one.server, "exec_command", map[string]any{"command": "python3 -i -q", "grace_seconds": 1})
+	sid := term.str("session_id")
+	if term.Content["alive"] != true || !strings.HasPrefix(sid, "sess_") {
+		t.Fatalf("exec_command %v", term.Content)
+	}
+	if r := cell(two.server, "print(x + 1)"); r.ReturnCode != 0 || r.Stdout != "42\n" || r.Stderr != "" {
+		t.Fatalf("cell on the second server %+v: want the interpreter handed over with x", r)
+	}
+	r := tool(two.server, "write_stdin", map[string]any{"session_id": sid, "input": "print(6 * 7)\n", "since": term.num("cursor"), "wait_seconds": 5})
+	if r.Content["alive"] != true || !strings.Contains(r.str("stdout"), "42") || r.num("cursor") <= term.num("cursor") {
+		t.Fatalf("write_stdin on the second server %v: want the session handed over", r.Content)
+	}
+	one.term(t)
+	two.term(t)
+}
+
 // TestGvisorHandOver: two threadbox processes on one PostgreSQL database
 // and one data folder, under the gvisor backend. A thread's sandbox runs
 // on the first; a turn on the second asks for it, the first checkpoints it
@@ -197,5 +257,35 @@ func TestGvisorHandOver(t *testing.T) {
 		t.Fatalf("turn on the second server after the hand-over: %d %s", r.status, r.body)
 	}
 	one.term(t)
+	two.term(t)
+}
+
+// TestGvisorKilledServer: a gVisor sandbox ends with the threadbox process
+// that ran it, so a kill -9 (no checkpoint) loses its life: once the dead
+// server's lease lapsed, the next server boots the sandbox fresh over its
+// files, and the next command's result starts with the one-line note
+// saying so; the files written before are there, /tmp is not.
+func TestGvisorKilledServer(t *testing.T) {
+	bin := needGvisor(t)
+	env := childEnv(t, "", map[string]string{
+		"SANDBOX_BACKEND": "gvisor", "THREADBOX_AGENT_BIN": bin, "MODEL_PROVIDER": "runner", "SWEEP_INTERVAL": "300ms",
+		"LEASE_TTL": "2s", "THREADBOX_INSTANCE": gvisorInstance(t),
+	})
+	env["JWT_KEY_FILE"] = filepath.Join(filepath.Dir(env["DATA_DIR"]), "jwt.pem")
+	one := startChild(t, env)
+	f := newWSFixture(t, one.server)
+	r := one.do("POST", appAPI+"/thread/"+f.tid+"/messages", f.admin, codeTurn("echo kept > /tmp/kept; echo file > written.txt; echo started"))
+	if r.status != 200 || !strings.Contains(string(r.body), `started\n`) {
+		t.Fatalf("turn on the first server: %d %s", r.status, r.body)
+	}
+	one.kill()
+	env2 := maps.Clone(env)
+	env2["LISTEN_ADDR"] = freeAddr(t)
+	two := startChild(t, env2)
+	r = two.do("POST", appAPI+"/thread/"+f.tid+"/messages", f.admin, codeTurn("cat written.txt; cat /tmp/kept 2>/dev/null || echo no-tmp"))
+	body := string(r.body)
+	if r.status != 200 || !strings.Contains(body, `file\nno-tmp\n`) || !strings.Contains(body, containers.FreshNote) {
+		t.Fatalf("turn on the next server after kill -9: %d %s; want a fresh sandbox over the files, with the note", r.status, body)
+	}
 	two.term(t)
 }
