@@ -463,6 +463,14 @@ func (r *resourceSink) Send(ev wire.Event) error {
 		ev.Index += r.shift
 		r.last = max(r.last, ev.Index)
 	}
+	if b := ev.ContentBlock; b != nil && b.Caller != nil && !b.FromCode() {
+		// The Messages API tells its clients a call the model made itself
+		// (caller direct); a chat turn's stream, its log and its stored
+		// message leave that out, so a replay is what the stream sent.
+		c := *b
+		c.Caller = nil
+		ev.ContentBlock = &c
+	}
 	if err := r.col.Send(ev); err != nil {
 		return err
 	}
