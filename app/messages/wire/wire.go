@@ -588,7 +588,7 @@ func (b *ContentBlock) decode(data []byte) error {
 		ID: aux.ID, Name: aux.Name, ToolUseID: aux.ToolUseID, IsError: aux.IsError, FileID: aux.FileID,
 		Raw: append(json.RawMessage(nil), data...),
 	}
-	if aux.Type == BlockToolUse && aux.Caller != nil && aux.Caller.Type != CallerDirect {
+	if aux.Type == BlockToolUse && aux.Caller != nil {
 		b.Caller = aux.Caller
 	}
 	if len(aux.Citations) > 0 && string(aux.Citations) != "null" {
