@@ -104,20 +104,19 @@ const DefaultMaxConns = 64
 // serves the connections it carries over. The listeners end with their
 // sandbox; nothing else is reachable.
 type Bridge struct {
-	sb    Listener
 	serve ServeFunc
 	cfg   Config
 	log   *slog.Logger
 }
 
-// Listener listens inside a container's running sandbox
-// (app/containers.Service).
+// Listener listens inside a container's running sandbox: the sandbox
+// owner, which hands itself to its boot hooks (app/containers.Service).
 type Listener interface {
 	Listen(ctx context.Context, containerID, addr string) (net.Listener, error)
 }
 
 // New returns a Bridge serving API connections with serve.
-func New(sb Listener, serve ServeFunc, cfg Config) *Bridge {
+func New(serve ServeFunc, cfg Config) *Bridge {
 	if cfg.APIPort <= 0 {
 		cfg.APIPort = DefaultAPIPort
 	}
@@ -132,7 +131,7 @@ func New(sb Listener, serve ServeFunc, cfg Config) *Bridge {
 	if lg == nil {
 		lg = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	return &Bridge{sb: sb, serve: serve, cfg: cfg, log: lg}
+	return &Bridge{serve: serve, cfg: cfg, log: lg}
 }
 
 // BaseURL is ANTHROPIC_BASE_URL inside every sandbox.
@@ -155,9 +154,9 @@ func (b *Bridge) Env(token, model string) []string {
 }
 
 // Boot makes the listeners in the container's sandbox, just booted or
-// adopted (a boot hook of app/containers). A backend that cannot forward
-// gets none.
-func (b *Bridge) Boot(ctx context.Context, containerID string) error {
+// adopted, through sb (a boot hook of app/containers). A backend that
+// cannot forward gets none.
+func (b *Bridge) Boot(ctx context.Context, sb Listener, containerID string) error {
 	var listeners []net.Listener
 	stop := func() {
 		for _, l := range listeners {
@@ -165,7 +164,7 @@ func (b *Bridge) Boot(ctx context.Context, containerID string) error {
 		}
 	}
 	listen := func(port int) (net.Listener, error) {
-		l, err := b.sb.Listen(ctx, containerID, "127.0.0.1:"+strconv.Itoa(port))
+		l, err := sb.Listen(ctx, containerID, "127.0.0.1:"+strconv.Itoa(port))
 		if err != nil {
 			stop()
 			return nil, err

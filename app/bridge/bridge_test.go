@@ -60,7 +60,7 @@ func TestParseServices(t *testing.T) {
 }
 
 func TestBridgeEnv(t *testing.T) {
-	b := New(&fakeBackend{}, nil, Config{APIPort: 5000, Services: []Service{{"search-db", "h:1"}, {"cache", "h:2"}}})
+	b := New(nil, Config{APIPort: 5000, Services: []Service{{"search-db", "h:1"}, {"cache", "h:2"}}})
 	got := b.Env("tok", "claude")
 	want := []string{
 		"ANTHROPIC_BASE_URL=http://127.0.0.1:5000/api/gpt", "ANTHROPIC_AUTH_TOKEN=tok", "ANTHROPIC_MODEL=claude",
@@ -128,9 +128,9 @@ func TestBridgeServesAndForwards(t *testing.T) {
 		_, _ = io.WriteString(c, containerID+":"+line)
 		served <- containerID
 	}
-	b := New(rb, serve, Config{APIPort: 47800, Services: []Service{{"upper", svc.Addr().String()}}})
+	b := New(serve, Config{APIPort: 47800, Services: []Service{{"upper", svc.Addr().String()}}})
 	ctx := context.Background()
-	if err := b.Boot(ctx, "c1"); err != nil {
+	if err := b.Boot(ctx, rb, "c1"); err != nil {
 		t.Fatal(err)
 	}
 	if !slices.Equal(rb.listened, []string{"127.0.0.1:47800", "127.0.0.1:47801"}) {
@@ -171,11 +171,11 @@ func (f *failingBackend) Listen(ctx context.Context, id, addr string) (net.Liste
 }
 
 func TestBridgeBootWithoutForwarding(t *testing.T) {
-	if err := New(&plainBackend{}, nil, Config{}).Boot(context.Background(), "c1"); err != nil {
+	if err := New(nil, Config{}).Boot(context.Background(), &plainBackend{}, "c1"); err != nil {
 		t.Fatalf("a backend that cannot forward: %v, want no error (and no listener)", err)
 	}
 	fb := &failingBackend{recordingBackend{fakeBackend: &fakeBackend{}}}
-	err := New(fb, nil, Config{Services: []Service{{"x", "h:1"}}}).Boot(context.Background(), "c1")
+	err := New(nil, Config{Services: []Service{{"x", "h:1"}}}).Boot(context.Background(), fb, "c1")
 	if err == nil || !strings.Contains(err.Error(), "no room") {
 		t.Fatalf("failed listen: %v", err)
 	}
@@ -214,7 +214,7 @@ func (f *fakeTokens) Revoke(_ context.Context, id string) error {
 
 func TestTurnEnv(t *testing.T) {
 	tokens := &fakeTokens{}
-	te := NewTurnEnv(tokens, New(&fakeBackend{}, nil, Config{}), 0)
+	te := NewTurnEnv(tokens, New(nil, Config{}), 0)
 	ctx := context.Background()
 
 	// A turn that runs no command issues no token and revokes nothing.
@@ -270,8 +270,8 @@ func TestBridgeConnectionLimit(t *testing.T) {
 		_, _ = io.WriteString(c, "served\n")
 		<-release
 	}
-	b := New(rb, serve, Config{APIPort: 47800, MaxConns: 3})
-	if err := b.Boot(context.Background(), "c1"); err != nil {
+	b := New(serve, Config{APIPort: 47800, MaxConns: 3})
+	if err := b.Boot(context.Background(), rb, "c1"); err != nil {
 		t.Fatal(err)
 	}
 	defer func() {

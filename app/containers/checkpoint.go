@@ -39,11 +39,6 @@ type Checkpoints interface {
 	DropCheckpoint(ctx context.Context, containerID string) error
 }
 
-// SetCheckpoints makes the owner checkpoint the sandboxes of backends that
-// can, in f's folders. Call it once while wiring; without it every
-// sandbox keeps its files only.
-func (s *Service) SetCheckpoints(f Checkpoints) { s.ckpt.folders = f }
-
 // lives tracks, per container, which life of its sandbox runs and the
 // note its next tool result carries.
 type lives struct {

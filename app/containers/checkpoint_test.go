@@ -96,9 +96,10 @@ func (d dirCheckpoints) DropCheckpoint(_ context.Context, id string) error {
 // a test folder, with a clock the test moves.
 func checkpointing(t *testing.T, backends ...sandbox.Backend) (*Service, dirCheckpoints, func(time.Duration)) {
 	t.Helper()
-	s, _, _ := newService(backends...)
+	d, _, _ := testDeps(backends...)
 	ck := dirCheckpoints{root: t.TempDir()}
-	s.SetCheckpoints(ck)
+	d.Checkpoints = ck
+	s := New(d)
 	now := time.Now()
 	var mu sync.Mutex
 	s.now = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }

@@ -63,10 +63,16 @@ type Quota interface {
 	Reserve(ctx context.Context, c container.Container) error
 }
 
-// BootHook runs after a sandbox of the container booted or was adopted (the
-// in-sandbox API bridge listens in it). An error is logged; the sandbox
-// serves anyway.
-type BootHook func(ctx context.Context, containerID string) error
+// Listener listens on a loopback address inside a container's running
+// sandbox (the owner itself, Service.Listen).
+type Listener interface {
+	Listen(ctx context.Context, containerID, addr string) (net.Listener, error)
+}
+
+// BootHook runs after a sandbox of the container booted or was adopted,
+// with the owner to listen in it through (the in-sandbox API bridge listens
+// in it). An error is logged; the sandbox serves anyway.
+type BootHook func(ctx context.Context, sb Listener, containerID string) error
 
 // Config tunes the owner.
 type Config struct {
@@ -130,9 +136,57 @@ type idLock struct {
 	users int
 }
 
-// New returns an owner over backends, tried in order. leases may be nil
-// for a process that shares its database with no other (tests).
-func New(store container.Repository, backends []sandbox.Backend, folders Folders, leases Leases, cfg Config, log *slog.Logger) *Service {
+// Deps is what the owner is built from. Store and Folders are required;
+// every other field may be left zero.
+type Deps struct {
+	// Store keeps the container records (required).
+	Store container.Repository
+	// Backends serve sandboxes, tried in order.
+	Backends []sandbox.Backend
+	// Folders prepares and removes containers' host folders (required).
+	Folders Folders
+	// Leases are this process's database leases; nil for a process that
+	// shares its database with no other (tests).
+	Leases Leases
+	// Threads lets scope ids name threads; nil: they name containers only.
+	Threads Threads
+	// Quota makes every new container and every boot pass its checks; nil
+	// checks nothing.
+	Quota Quota
+	// Handoff makes a command for a sandbox another live server holds ask
+	// that server for it, waiting up to HandoffWait (zero means
+	// DefaultHandoffWait), instead of failing at once.
+	Handoff     Handoff
+	HandoffWait time.Duration
+	// Checkpoints makes the owner checkpoint the sandboxes of backends
+	// that can, in its folders; nil: every sandbox keeps its files only.
+	Checkpoints Checkpoints
+	// OnBoot runs after each boot or adoption.
+	OnBoot []BootHook
+	// OnStart is told of each sandbox this process starts holding, booted
+	// or adopted (metrics).
+	OnStart []func(adopted bool)
+	// OnSweep is told of what each sweep did (metrics).
+	OnSweep []func(SweepReport)
+	// Meters receive the sandbox time of every sandbox this process holds:
+	// at each sweep and when the sandbox stops, so that a long-lived
+	// sandbox counts on the days it ran.
+	Meters []Meter
+	Config Config
+	// Log gets the owner's decisions; nil discards them.
+	Log *slog.Logger
+}
+
+// New returns the owner built from d. A missing required dependency is a
+// wiring mistake: New panics naming it.
+func New(d Deps) *Service {
+	if d.Store == nil {
+		panic("containers: New: Deps.Store is required")
+	}
+	if d.Folders == nil {
+		panic("containers: New: Deps.Folders is required")
+	}
+	cfg := d.Config
 	if cfg.Idle <= 0 {
 		cfg.Idle = 5 * time.Minute
 	}
@@ -148,13 +202,19 @@ func New(store container.Repository, backends []sandbox.Backend, folders Folders
 	if cfg.WarmCost <= 0 {
 		cfg.WarmCost = DefaultWarmCost
 	}
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
+	if d.Log == nil {
+		d.Log = slog.New(slog.DiscardHandler)
 	}
-	if leases == nil {
-		leases = soleLeases{}
+	if d.Leases == nil {
+		d.Leases = soleLeases{}
 	}
-	return &Service{store: store, backends: backends, folders: folders, leases: leases, cfg: cfg, log: log, now: time.Now, pool: newPool(),
+	if d.HandoffWait <= 0 {
+		d.HandoffWait = DefaultHandoffWait
+	}
+	return &Service{store: d.Store, backends: d.Backends, folders: d.Folders, leases: d.Leases,
+		handoff: d.Handoff, handoffWait: d.HandoffWait, threads: d.Threads, quota: d.Quota,
+		hooks: d.OnBoot, started: d.OnStart, swept: d.OnSweep, meters: d.Meters,
+		cfg: cfg, log: d.Log, now: time.Now, pool: newPool(), ckpt: lives{folders: d.Checkpoints},
 		running: map[string]*live{}, locks: map[string]*idLock{}}
 }
 
@@ -166,21 +226,6 @@ func (soleLeases) Holder() string                                    { return "s
 func (soleLeases) Acquire(context.Context, string) (bool, error)     { return true, nil }
 func (soleLeases) Release(context.Context, string) error             { return nil }
 func (soleLeases) Holds(context.Context, string) (bool, bool, error) { return false, false, nil }
-
-// SetQuota makes every new container and every boot pass q's checks. Call
-// it once while wiring.
-func (s *Service) SetQuota(q Quota) { s.quota = q }
-
-// OnBoot adds a hook run after each boot or adoption. Call it while wiring.
-func (s *Service) OnBoot(h BootHook) { s.hooks = append(s.hooks, h) }
-
-// OnStart adds an observer told of each sandbox this process starts
-// holding, booted or adopted (metrics). Call it while wiring.
-func (s *Service) OnStart(f func(adopted bool)) { s.started = append(s.started, f) }
-
-// OnSweep adds an observer told of what each sweep did (metrics). Call it
-// while wiring.
-func (s *Service) OnSweep(f func(SweepReport)) { s.swept = append(s.swept, f) }
 
 // RunningByBackend counts the sandboxes this process holds, per backend.
 func (s *Service) RunningByBackend() map[string]int {
@@ -531,7 +576,7 @@ func (s *Service) hold(ctx context.Context, c container.Container, b sandbox.Bac
 		f(adopted)
 	}
 	for _, h := range s.hooks {
-		if err := h(ctx, c.ID()); err != nil {
+		if err := h(ctx, s, c.ID()); err != nil {
 			s.log.Warn("sandbox boot hook failed", "container", c.ID(), "backend", b.Name(), "cause", err.Error())
 		}
 	}

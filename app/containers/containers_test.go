@@ -321,10 +321,17 @@ func newFake(name string) *fakeBackend {
 var alice = user.Principal{UserID: "usr_alice", OrgID: "org_a"}
 var bob = user.Principal{UserID: "usr_bob", OrgID: "org_a"}
 
-func newService(backends ...sandbox.Backend) (*Service, *memStore, *fakeFolders) {
+// testDeps are the dependencies of an owner over backends alone on its
+// database, with its records and folders; a test adds what it needs.
+func testDeps(backends ...sandbox.Backend) (Deps, *memStore, *fakeFolders) {
 	st := &memStore{m: map[string]container.Container{}}
 	ff := &fakeFolders{}
-	return New(st, backends, ff, nil, Config{Idle: time.Minute, MaxAge: time.Hour}, nil), st, ff
+	return Deps{Store: st, Backends: backends, Folders: ff, Config: Config{Idle: time.Minute, MaxAge: time.Hour}}, st, ff
+}
+
+func newService(backends ...sandbox.Backend) (*Service, *memStore, *fakeFolders) {
+	d, st, ff := testDeps(backends...)
+	return New(d), st, ff
 }
 
 func TestFallbackToTheNextBackend(t *testing.T) {

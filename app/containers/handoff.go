@@ -21,16 +21,6 @@ type Handoff interface {
 // hand a sandbox over before answering that it is held elsewhere.
 const DefaultHandoffWait = 15 * time.Second
 
-// SetHandoff makes a command for a sandbox another live server holds ask
-// that server for it (waiting up to wait; zero means DefaultHandoffWait)
-// instead of failing at once. Set before serving.
-func (s *Service) SetHandoff(h Handoff, wait time.Duration) {
-	if wait <= 0 {
-		wait = DefaultHandoffWait
-	}
-	s.handoff, s.handoffWait = h, wait
-}
-
 // takeOver asks the holder of the container's sandbox lease to hand it
 // over and waits until this process has taken the lease, or the wait ends
 // (false). The caller holds the container's lock.

@@ -39,11 +39,11 @@ func TestHandOver(t *testing.T) {
 	st := &memStore{m: map[string]container.Container{}}
 	leases := newLeases()
 	b1, b2 := newFake("docker"), newFake("docker")
-	p1, _ := process(st, leases, "p1", b1)
-	p2, _ := process(st, leases, "p2", b2)
-	hb := &bus{procs: []*Service{p1, p2}}
-	p1.SetHandoff(hb, 2*time.Second)
-	p2.SetHandoff(hb, 2*time.Second)
+	hb := &bus{}
+	handoff := func(d *Deps) { d.Handoff, d.HandoffWait = hb, 2*time.Second }
+	p1, _ := process(st, leases, "p1", b1, handoff)
+	p2, _ := process(st, leases, "p2", b2, handoff)
+	hb.procs = []*Service{p1, p2}
 
 	c, _ := p1.ForUser(ctx, alice, "")
 	if _, err := p1.Exec(ctx, c.ID(), sandbox.Command{}); err != nil {
@@ -68,7 +68,7 @@ func TestHandOver(t *testing.T) {
 	p2.mu.Lock()
 	p2.running[c.ID()].active++
 	p2.mu.Unlock()
-	p1.SetHandoff(hb, 400*time.Millisecond)
+	p1.handoffWait = 400 * time.Millisecond
 	start := time.Now()
 	if _, err := p1.Exec(ctx, c.ID(), sandbox.Command{}); !fault.Is(err, fault.Unavailable) {
 		t.Fatalf("a busy sandbox elsewhere: %v, want unavailable", err)
@@ -83,7 +83,7 @@ func TestHandOver(t *testing.T) {
 	p2.mu.Lock()
 	p2.running[c.ID()].active--
 	p2.mu.Unlock()
-	p1.SetHandoff(hb, 2*time.Second)
+	p1.handoffWait = 2 * time.Second
 	if _, err := p1.Exec(ctx, c.ID(), sandbox.Command{}); err != nil || b1.booted[c.ID()] != 2 {
 		t.Fatalf("after the command ended: %v, p1 booted %d", err, b1.booted[c.ID()])
 	}

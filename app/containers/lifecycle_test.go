@@ -17,9 +17,15 @@ import (
 
 // process is one threadbox process of a test: its owner over a store and
 // leases shared with the others.
-func process(st *memStore, leases *memLeases, holder string, b *fakeBackend) (*Service, *fakeFolders) {
+// leases shared with the others; edit, when given, adds to its
+// dependencies.
+func process(st *memStore, leases *memLeases, holder string, b *fakeBackend, edit ...func(*Deps)) (*Service, *fakeFolders) {
 	ff := &fakeFolders{}
-	return New(st, []sandbox.Backend{b}, ff, leases.process(holder), Config{Idle: time.Minute, MaxAge: time.Hour}, nil), ff
+	d := Deps{Store: st, Backends: []sandbox.Backend{b}, Folders: ff, Leases: leases.process(holder), Config: Config{Idle: time.Minute, MaxAge: time.Hour}}
+	for _, f := range edit {
+		f(&d)
+	}
+	return New(d), ff
 }
 
 func TestBootIsRecordedAndLeased(t *testing.T) {
@@ -27,13 +33,12 @@ func TestBootIsRecordedAndLeased(t *testing.T) {
 	st := &memStore{m: map[string]container.Container{}}
 	leases := newLeases()
 	b1, b2 := newFake("docker"), newFake("docker")
-	p1, _ := process(st, leases, "p1", b1)
-	p2, _ := process(st, leases, "p2", b2)
 	var hooked []string
-	p1.OnBoot(func(_ context.Context, id string) error {
+	p1, _ := process(st, leases, "p1", b1, onBoot(func(_ context.Context, _ Listener, id string) error {
 		hooked = append(hooked, id)
 		return errors.New("hooks fail softly")
-	})
+	}))
+	p2, _ := process(st, leases, "p2", b2)
 
 	c, _ := p1.ForUser(ctx, alice, "")
 	if _, err := p1.Exec(ctx, c.ID(), sandbox.Command{}); err != nil {
@@ -128,9 +133,8 @@ func TestSweep(t *testing.T) {
 	// kubernetes claim) and p3's.
 	b2 := newFake("docker")
 	b2.found = []string{c.ID(), th.ID(), "orphan", idle.ID(), held.ID()}
-	p2, ff := process(st, leases, "p2", b2)
 	var hooked []string
-	p2.OnBoot(func(_ context.Context, id string) error { hooked = append(hooked, id); return nil })
+	p2, ff := process(st, leases, "p2", b2, onBoot(func(_ context.Context, _ Listener, id string) error { hooked = append(hooked, id); return nil }))
 	r, err := p2.Sweep(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -206,15 +210,17 @@ func (q quota) Reserve(context.Context, container.Container) error { return q.bo
 func TestQuotaChecks(t *testing.T) {
 	ctx := context.Background()
 	fb := newFake("docker")
-	s, st, _ := newService(fb)
-	s.SetQuota(quota{create: fault.New(fault.Forbidden, "containers per user")})
+	d, st, _ := testDeps(fb)
+	q := &quota{create: fault.New(fault.Forbidden, "containers per user")}
+	d.Quota = q
+	s := New(d)
 	if _, err := s.ForUser(ctx, alice, "x"); !fault.Is(err, fault.Forbidden) {
 		t.Fatalf("create over quota: %v", err)
 	}
 	if len(st.m) != 0 {
 		t.Fatal("a refused container was recorded")
 	}
-	s.SetQuota(quota{boot: fault.New(fault.RateLimited, "running sandboxes")})
+	*q = quota{boot: fault.New(fault.RateLimited, "running sandboxes")}
 	c, err := s.ForUser(ctx, alice, "x")
 	if err != nil {
 		t.Fatal(err)
@@ -230,7 +236,7 @@ func TestQuotaChecks(t *testing.T) {
 // restarted boots a container's sandbox in one process and returns a
 // second process over the same records and backend, which finds the
 // sandbox running: as after a restart.
-func restarted(t *testing.T) (*fakeBackend, *memStore, container.Container, *Service) {
+func restarted(t *testing.T, edit ...func(*Deps)) (*fakeBackend, *memStore, container.Container, *Service) {
 	t.Helper()
 	ctx := context.Background()
 	b := newFake("docker")
@@ -239,7 +245,16 @@ func restarted(t *testing.T) (*fakeBackend, *memStore, container.Container, *Ser
 	if _, err := s.Exec(ctx, c.ID(), sandbox.Command{}); err != nil {
 		t.Fatal(err)
 	}
-	return b, st, c, New(st, []sandbox.Backend{b}, &fakeFolders{}, nil, Config{Idle: time.Minute, MaxAge: time.Hour}, nil)
+	d := Deps{Store: st, Backends: []sandbox.Backend{b}, Folders: &fakeFolders{}, Config: Config{Idle: time.Minute, MaxAge: time.Hour}}
+	for _, f := range edit {
+		f(&d)
+	}
+	return b, st, c, New(d)
+}
+
+// onBoot adds the boot hook h to an owner's dependencies.
+func onBoot(h BootHook) func(*Deps) {
+	return func(d *Deps) { d.OnBoot = append(d.OnBoot, h) }
 }
 
 // TestAdoptionMeetsABoot: a request that starts a container's sandbox
@@ -248,15 +263,14 @@ func restarted(t *testing.T) (*fakeBackend, *memStore, container.Container, *Ser
 // listened twice in one sandbox ("address already in use").
 func TestAdoptionMeetsABoot(t *testing.T) {
 	ctx := context.Background()
-	b, _, c, s2 := restarted(t)
 	var mu sync.Mutex
 	hooks := 0
-	s2.OnBoot(func(context.Context, string) error {
+	b, _, c, s2 := restarted(t, onBoot(func(context.Context, Listener, string) error {
 		mu.Lock()
 		defer mu.Unlock()
 		hooks++
 		return nil
-	})
+	}))
 	b.mu.Lock()
 	b.found = append(b.found, c.ID())
 	b.adopting = func(id string) {
@@ -284,9 +298,8 @@ func TestAdoptionMeetsABoot(t *testing.T) {
 // line and a hook failing on a sandbox no longer there.
 func TestAdoptedSandboxOfADeletedContainer(t *testing.T) {
 	ctx := context.Background()
-	b, st, c, s2 := restarted(t)
 	hooks := 0
-	s2.OnBoot(func(context.Context, string) error { hooks++; return nil })
+	b, st, c, s2 := restarted(t, onBoot(func(context.Context, Listener, string) error { hooks++; return nil }))
 	b.mu.Lock()
 	b.found = append(b.found, c.ID())
 	b.adopting = func(id string) {
@@ -372,7 +385,7 @@ func TestOrphanFoldersAreRemoved(t *testing.T) {
 	ctx := context.Background()
 	st := &memStore{m: map[string]container.Container{}}
 	ff := &orphanFolders{found: []string{"left-behind"}}
-	s := New(st, []sandbox.Backend{newFake("docker")}, ff, nil, Config{Idle: time.Minute, MaxAge: time.Hour}, nil)
+	s := New(Deps{Store: st, Backends: []sandbox.Backend{newFake("docker")}, Folders: ff, Config: Config{Idle: time.Minute, MaxAge: time.Hour}})
 	now := time.Now()
 	s.now = func() time.Time { return now }
 	c, _ := s.ForUser(ctx, alice, "")
@@ -423,13 +436,13 @@ func TestBootOutlivesItsCaller(t *testing.T) {
 	ctx, leave := context.WithCancel(context.Background())
 	b := &leavingBackend{fakeBackend: newFake("docker"), leave: leave}
 	st := ctxStore{&memStore{m: map[string]container.Container{}}}
-	s := New(st, []sandbox.Backend{b}, &fakeFolders{}, nil, Config{Idle: time.Minute, MaxAge: time.Hour}, nil)
 	var hookErr error
 	hooked := false
-	s.OnBoot(func(ctx context.Context, _ string) error {
-		hooked, hookErr = true, ctx.Err()
-		return nil
-	})
+	s := New(Deps{Store: st, Backends: []sandbox.Backend{b}, Folders: &fakeFolders{}, Config: Config{Idle: time.Minute, MaxAge: time.Hour},
+		OnBoot: []BootHook{func(ctx context.Context, _ Listener, _ string) error {
+			hooked, hookErr = true, ctx.Err()
+			return nil
+		}}})
 	c, err := s.ForUser(ctx, alice, "")
 	if err != nil {
 		t.Fatal(err)

@@ -17,11 +17,6 @@ type CPUMeter interface {
 // zero when the backend cannot tell).
 type Meter func(ctx context.Context, containerID string, up, cpu time.Duration)
 
-// OnMeter makes m receive the sandbox time of every sandbox this process
-// holds: at each sweep and when the sandbox stops, so that a long-lived
-// sandbox counts on the days it ran. Call it while wiring.
-func (s *Service) OnMeter(m Meter) { s.meters = append(s.meters, m) }
-
 // metered is where a held sandbox's metering stands.
 type metered struct {
 	at   time.Time     // sandbox time is reported up to here

@@ -60,9 +60,10 @@ func (m *meterLog) take() []string {
 func TestSandboxTimeIsMetered(t *testing.T) {
 	ctx := context.Background()
 	cb := &cpuBackend{fakeBackend: newFake("docker"), cpu: map[string]time.Duration{}}
-	s, _, _ := newService(cb)
 	log := &meterLog{}
-	s.OnMeter(log.meter)
+	d, _, _ := testDeps(cb)
+	d.Meters = []Meter{log.meter}
+	s := New(d)
 	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	s.now = func() time.Time { return now }
 	c, _ := s.ForUser(ctx, alice, "")
@@ -95,8 +96,9 @@ func TestSandboxTimeIsMetered(t *testing.T) {
 	// Without CPU accounting, the time alone; a dead sandbox reports its
 	// time up to its death, once.
 	fb := newFake("local")
-	s2, _, _ := newService(fb)
-	s2.OnMeter(log.meter)
+	d2, _, _ := testDeps(fb)
+	d2.Meters = []Meter{log.meter}
+	s2 := New(d2)
 	s2.now = func() time.Time { return now }
 	c2, _ := s2.ForUser(ctx, alice, "")
 	if _, err := s2.Exec(ctx, c2.ID(), sandbox.Command{}); err != nil {
@@ -130,9 +132,8 @@ func TestAdoptedSandboxMetersFromItsCurrentCPU(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A second process over the same records finds the sandbox running.
-	s2 := New(st, []sandbox.Backend{cb}, &fakeFolders{}, nil, Config{Idle: time.Minute, MaxAge: time.Hour}, nil)
 	log := &meterLog{}
-	s2.OnMeter(log.meter)
+	s2 := New(Deps{Store: st, Backends: []sandbox.Backend{cb}, Folders: &fakeFolders{}, Config: Config{Idle: time.Minute, MaxAge: time.Hour}, Meters: []Meter{log.meter}})
 	now := time.Now()
 	s2.now = func() time.Time { return now }
 	cb.set(c.ID(), 7*time.Second)

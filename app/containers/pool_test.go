@@ -15,7 +15,7 @@ import (
 func poolService(b *fakeBackend, leases *memLeases, cfg Config) *Service {
 	st := &memStore{m: map[string]container.Container{}}
 	cfg.Idle, cfg.MaxAge = time.Minute, time.Hour
-	return New(st, []sandbox.Backend{b}, &fakeFolders{}, leases.process("p1"), cfg, nil)
+	return New(Deps{Store: st, Backends: []sandbox.Backend{b}, Folders: &fakeFolders{}, Leases: leases.process("p1"), Config: cfg})
 }
 
 // TestWarmPoolRefillsAfterClaims: new containers claim the warm

@@ -45,9 +45,10 @@ func (q *fakeQuota) Reserve(ctx context.Context, c container.Container) error {
 }
 
 func TestQuotaBeforeCreate(t *testing.T) {
-	s, st, _ := newService(newFake("a"))
+	d, st, _ := testDeps(newFake("a"))
 	q := &fakeQuota{st: st}
-	s.SetQuota(q)
+	d.Quota = q
+	s := New(d)
 	ctx := context.Background()
 	if _, err := s.ForUser(ctx, alice, "box"); err != nil {
 		t.Fatal(err)
@@ -73,14 +74,15 @@ func TestQuotaBeforeCreate(t *testing.T) {
 
 func TestQuotaBeforeBoot(t *testing.T) {
 	b := newFake("a")
-	s, st, _ := newService(b)
+	d, st, _ := testDeps(b)
 	q := &fakeQuota{st: st}
+	d.Quota = q
+	s := New(d)
 	ctx := context.Background()
 	c, err := s.ForUser(ctx, alice, "box")
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.SetQuota(q)
 	q.refuseBoot = true
 	_, err = s.Exec(ctx, c.ID(), sandbox.Command{Args: []string{"true"}})
 	if !fault.Is(err, fault.RateLimited) {
@@ -123,14 +125,15 @@ func TestQuotaBeforeBoot(t *testing.T) {
 // gives it back, so the record says idle and counts against nothing.
 func TestQuotaSlotGivenBackWhenTheBootFails(t *testing.T) {
 	b := newFake("a")
-	s, st, _ := newService(b)
+	d, st, _ := testDeps(b)
 	q := &fakeQuota{st: st}
+	d.Quota = q
+	s := New(d)
 	ctx := context.Background()
 	c, err := s.ForUser(ctx, alice, "box")
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.SetQuota(q)
 	b.ensureErr = errors.New("no space left")
 	if _, err := s.Exec(ctx, c.ID(), sandbox.Command{Args: []string{"true"}}); err == nil {
 		t.Fatal("a failed boot ran the command")

@@ -54,7 +54,7 @@ func TestReadOnlyFoldersAreRepaired(t *testing.T) {
 	fb := newFake("docker")
 	st := &memStore{m: map[string]container.Container{}}
 	rf := &roFolders{fakeFolders: &fakeFolders{}}
-	s := New(st, []sandbox.Backend{fb}, rf, nil, Config{Idle: time.Minute, MaxAge: time.Hour}, nil)
+	s := New(Deps{Store: st, Backends: []sandbox.Backend{fb}, Folders: rf, Config: Config{Idle: time.Minute, MaxAge: time.Hour}})
 	c, err := s.Scope(ctx, alice, "", true)
 	if err != nil {
 		t.Fatal(err)

@@ -15,9 +15,6 @@ type Threads interface {
 	Thread(ctx context.Context, orgID, ownerID, id string) (thread.Thread, error)
 }
 
-// SetThreads lets scope ids name threads. Call it once while wiring.
-func (s *Service) SetThreads(t Threads) { s.threads = t }
-
 // Scope resolves a scope id — the id of a thread the caller may access, or a
 // container id the caller chose — to its container, and makes sure its host
 // folders exist. Without create, an unknown container is not found. No

@@ -21,9 +21,10 @@ func (f fakeThreads) Thread(_ context.Context, orgID, ownerID, id string) (threa
 
 func TestScope(t *testing.T) {
 	ctx := context.Background()
-	s, _, _ := newService(newFake("docker"))
 	th, _ := thread.New("thr_1", alice.OrgID, "prj_1", alice.UserID, "t", time.Now())
-	s.SetThreads(fakeThreads{"thr_1": th})
+	d, _, _ := testDeps(newFake("docker"))
+	d.Threads = fakeThreads{"thr_1": th}
+	s := New(d)
 
 	c, err := s.Scope(ctx, alice, "thr_1", false)
 	if err != nil || c.ID() != "thr_1" || c.ThreadID() != "thr_1" {

@@ -133,9 +133,7 @@ func TestArchivesRestoreAndDelete(t *testing.T) {
 	ctx := context.Background()
 	repo, arch := &memRepo{}, &memArchives{m: map[string][]byte{}}
 	disk1, disk2 := &memFiles{saved: map[string][]skill.File{}}, &memFiles{saved: map[string][]skill.File{}}
-	one, two := New(repo, disk1, skill.Limits{}, nil), New(repo, disk2, skill.Limits{}, nil)
-	one.SetArchives(arch)
-	two.SetArchives(arch)
+	one, two := New(Deps{Store: repo, Files: disk1, Archives: arch}), New(Deps{Store: repo, Files: disk2, Archives: arch})
 	admin := user.Principal{UserID: "u1", OrgID: "org_a", Role: user.Admin}
 	other := user.Principal{UserID: "u2", OrgID: "org_b", Role: user.Admin}
 	raw := zipOf(t, entry{name: "SKILL.md", body: "---\nname: report\ndescription: Reports\n---\n# report\n"}, entry{name: "run.py", body: "print(1)"})

@@ -76,43 +76,52 @@ type Locks interface {
 	Lock(ctx context.Context, key string) (release func(), err error)
 }
 
+// Deps is what the skills use case is built from. Store is required; a
+// zero Limits means skill.DefaultLimits().
+type Deps struct {
+	// Store keeps the skill records (required).
+	Store skill.Repository
+	// Files keeps the skills' files; nil is a server without a skill store
+	// (uploads and loads answer unavailable).
+	Files Files
+	// Limits bound an uploaded archive.
+	Limits skill.Limits
+	// Locks make two uploads of one skill on two servers of one database
+	// get distinct versions; nil: only those on this process do.
+	Locks Locks
+	// Archives, when set, keeps every uploaded version's archive in the
+	// object store and restores from it the files of a version this
+	// server's disk lacks.
+	Archives Archives
+	// Quota, when set, makes every upload count toward the org's storage
+	// quota: its files' bytes must fit.
+	Quota Quota
+}
+
 // Service is the skills use case.
 type Service struct {
-	store  skill.Repository
-	files  Files // nil: no skill store configured
-	limits skill.Limits
-	locks  Locks // nil: this process's mu alone
-	// archives, when set, keeps every version's archive in the object
-	// store (SetArchives).
-	archives Archives
-	// quota, when set, keeps uploads within the org's storage quota
-	// (SetQuota).
-	quota Quota
-	now   func() time.Time
+	store    skill.Repository
+	files    Files // nil: no skill store configured
+	limits   skill.Limits
+	locks    Locks    // nil: this process's mu alone
+	archives Archives // nil: versions live on this server's disk only
+	quota    Quota    // nil: uploads count toward no quota
+	now      func() time.Time
 
 	mu sync.Mutex // one upload at a time picks the next version
 }
 
-// New returns the skills use case over the skill records and their files;
-// a zero limits means skill.DefaultLimits(), a nil files a server without
-// a skill store (uploads and loads answer unavailable). With locks, two
-// uploads of one skill on two servers of one database get distinct
-// versions; without, only those on this process do.
-func New(store skill.Repository, files Files, limits skill.Limits, locks Locks) *Service {
-	if limits.MaxEntries <= 0 {
-		limits = skill.DefaultLimits()
+// New returns the skills use case built from d. A missing Store is a
+// wiring mistake: New panics naming it.
+func New(d Deps) *Service {
+	if d.Store == nil {
+		panic("skills: New: Deps.Store is required")
 	}
-	return &Service{store: store, files: files, limits: limits, locks: locks, now: time.Now}
+	if d.Limits.MaxEntries <= 0 {
+		d.Limits = skill.DefaultLimits()
+	}
+	return &Service{store: d.Store, files: d.Files, limits: d.Limits, locks: d.Locks, archives: d.Archives, quota: d.Quota, now: time.Now}
 }
-
-// SetArchives keeps every uploaded version's archive in a (the object
-// store), and restores from it the files of a version this server's disk
-// lacks. Set before serving.
-func (s *Service) SetArchives(a Archives) { s.archives = a }
-
-// SetQuota makes every upload count toward the org's storage quota: its
-// files' bytes must fit. Set before serving.
-func (s *Service) SetQuota(q Quota) { s.quota = q }
 
 // Upload stores a new version of a skill from a zip or tar (optionally
 // gzip-compressed) archive holding a SKILL.md whose front matter gives the

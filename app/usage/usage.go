@@ -142,12 +142,12 @@ type Service struct {
 	now        func() time.Time
 	log        *slog.Logger
 
-	every   time.Duration // with Buffer: how often Run writes the pending sums
+	every   time.Duration // with Deps.Buffer: how often Run writes the pending sums
 	mu      sync.Mutex
 	pending map[counter]Usage // metered but not yet written, by counter
 	owners  map[string]owner  // containers looked up, by id (their org, owner and thread never change)
 
-	// With TrackRuns: the record of each run, this server's name in them,
+	// With Deps.Runs: the record of each run, this server's name in them,
 	// how often Run settles the runs of servers gone (and after how long
 	// unseen a run's server is taken for gone), the runs this server
 	// started that have not ended, and those ended but not yet written.
@@ -193,17 +193,61 @@ func (s *Service) ownerOf(ctx context.Context, id string) (owner, error) {
 	return o, nil
 }
 
-// New returns a Service over the counters and the container records; a nil
-// log discards the failures of recording.
-func New(store Store, containers Containers, log *slog.Logger) *Service {
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	return &Service{store: store, containers: containers, now: time.Now, log: log}
+// Deps is what usage metering is built from. Store and Containers are
+// required.
+type Deps struct {
+	// Store keeps the daily counters; Containers looks containers up
+	// (both required).
+	Store      Store
+	Containers Containers
+	// Buffer, when positive, makes the metering of requests, commands and
+	// sandbox time (Tokens, Begin, Sandbox) add to sums in memory that Run
+	// writes every Buffer, one write per counter, instead of a database
+	// write per request: on the Messages API's hot path that write and the
+	// commit it makes (which also ends the store's lookup caches) were a
+	// sixth of a request's CPU. A report writes the pending sums first. A
+	// crash loses at most one interval's tokens and sandbox time; with
+	// Runs, a command ended but not yet written keeps its record until it
+	// is, so a crash leaves it to be settled instead.
+	Buffer time.Duration
+	// Runs, when set (with Buffer), makes every command record its start
+	// in Runs, under this server's name Holder, and its end with its
+	// usage, so that a command whose server dies while it runs is metered
+	// all the same: Run marks this server's running commands seen at each
+	// write of the buffered sums, and every Settle interval counts the
+	// commands of servers not seen for Stale (one command, its wall time
+	// until its server was last seen, no CPU time).
+	Runs          Runs
+	Holder        string
+	Settle, Stale time.Duration
+	// Now tells the time (default time.Now); Log gets the failures of
+	// recording (nil discards them).
+	Now func() time.Time
+	Log *slog.Logger
 }
 
-// SetClock replaces the clock (tests).
-func (s *Service) SetClock(now func() time.Time) { s.now = now }
+// New returns usage metering built from d. A missing required dependency
+// is a wiring mistake: New panics naming it.
+func New(d Deps) *Service {
+	if d.Store == nil {
+		panic("usage: New: Deps.Store is required")
+	}
+	if d.Containers == nil {
+		panic("usage: New: Deps.Containers is required")
+	}
+	if d.Log == nil {
+		d.Log = slog.New(slog.DiscardHandler)
+	}
+	if d.Now == nil {
+		d.Now = time.Now
+	}
+	s := &Service{store: d.Store, containers: d.Containers, now: d.Now, log: d.Log,
+		runs: d.Runs, holder: d.Holder, settle: d.Settle, stale: d.Stale}
+	if d.Buffer > 0 {
+		s.every, s.pending = d.Buffer, map[counter]Usage{}
+	}
+	return s
+}
 
 // Record adds u to its counters; an empty Day means today (UTC).
 func (s *Service) Record(ctx context.Context, u Usage) error {
@@ -217,17 +261,6 @@ func (s *Service) Record(ctx context.Context, u Usage) error {
 		return fmt.Errorf("usage: record: %w", err)
 	}
 	return nil
-}
-
-// TrackRuns makes every command record its start in runs, under this
-// server's name holder, and its end with its usage, so that a command
-// whose server dies while it runs is metered all the same: Run marks this
-// server's running commands seen at each write of the buffered sums, and
-// every settle interval counts the commands of servers not seen for stale
-// (one command, its wall time until its server was last seen, no CPU
-// time). Call it while wiring, with Buffer.
-func (s *Service) TrackRuns(runs Runs, holder string, settle, stale time.Duration) {
-	s.runs, s.holder, s.settle, s.stale = runs, holder, settle, stale
 }
 
 // Begin records that a command (a bash command, a Python cell, a REPL
@@ -288,7 +321,7 @@ func (s *Service) startRun(ctx context.Context, containerID string, at time.Time
 }
 
 // endRun counts a recorded run's usage u (none: drop its record): with
-// Buffer at the next write, in one transaction with its record's removal.
+// Deps.Buffer at the next write, in one transaction with its record's removal.
 func (s *Service) endRun(ctx context.Context, runID, containerID string, u Usage) {
 	ctx = context.WithoutCancel(ctx)
 	if u.Commands > 0 {
@@ -423,24 +456,10 @@ func (s *Service) record(ctx context.Context, u Usage) {
 	}
 }
 
-// Buffer makes the metering of requests, commands and sandbox time
-// (Tokens, Begin, Sandbox) add to sums in memory that Run writes every
-// interval, one write per counter, instead of a database write per
-// request: on the Messages API's hot path that write and the commit it
-// makes (which also ends the store's lookup caches) were a sixth of a
-// request's CPU. A report writes the pending sums first. A crash loses at
-// most one interval's tokens and sandbox time; with TrackRuns, a command
-// ended but not yet written keeps its record until it is, so a crash
-// leaves it to be settled instead. Call it while wiring.
-func (s *Service) Buffer(every time.Duration) {
-	s.every = every
-	s.pending = map[counter]Usage{}
-}
-
 // Run writes the buffered sums every interval until ctx ends, then once
-// more; with TrackRuns it also marks this server's running commands seen
+// more; with Deps.Runs it also marks this server's running commands seen
 // at each write, and settles the runs of servers gone every settle
-// interval. It returns at once without Buffer.
+// interval. It returns at once without Deps.Buffer.
 func (s *Service) Run(ctx context.Context) {
 	if s.every <= 0 {
 		return

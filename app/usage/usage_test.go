@@ -48,10 +48,14 @@ func (fakeContainers) Container(ctx context.Context, id string) (container.Conta
 	return container.Container{}, fault.New(fault.NotFound, "no such container")
 }
 
-func newService(st *fakeStore) *Service {
-	s := New(st, fakeContainers{}, nil)
-	s.SetClock(func() time.Time { return time.Date(2026, 3, 1, 23, 30, 0, 0, time.FixedZone("X", -2*3600)) })
-	return s
+// newService meters into st with a fixed clock; edit, when given, changes
+// its dependencies.
+func newService(st *fakeStore, edit ...func(*Deps)) *Service {
+	d := Deps{Store: st, Containers: fakeContainers{}, Now: func() time.Time { return time.Date(2026, 3, 1, 23, 30, 0, 0, time.FixedZone("X", -2*3600)) }}
+	for _, f := range edit {
+		f(&d)
+	}
+	return New(d)
 }
 
 // TestCommandAndTokens checks whom and which day usage counts for.
@@ -175,15 +179,14 @@ func TestReport(t *testing.T) {
 	}
 }
 
-// TestBufferedUsage: with Buffer, the metering of requests and commands
+// TestBufferedUsage: with Deps.Buffer, the metering of requests and commands
 // adds up in memory, one write per counter; a report writes the pending
 // sums first, a failed write stays pending, and Run writes what is left
 // when it ends.
 func TestBufferedUsage(t *testing.T) {
 	ctx := context.Background()
 	st := &fakeStore{}
-	s := newService(st)
-	s.Buffer(time.Hour)
+	s := newService(st, func(d *Deps) { d.Buffer = time.Hour })
 	s.Tokens(ctx, "o1", "u1", "", 10, 5)
 	s.Tokens(ctx, "o1", "u1", "", 1, 2)
 	s.Begin(ctx, "c1")(sandbox.Result{Duration: 3 * time.Second, CPUTime: 2 * time.Second}, nil)
@@ -257,9 +260,8 @@ func TestCommandEndings(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			st := &fakeStore{}
-			s := newService(st)
 			now := time.Date(2026, 3, 2, 1, 0, 0, 0, time.UTC)
-			s.SetClock(func() time.Time { return now })
+			s := newService(st, func(d *Deps) { d.Now = func() time.Time { return now } })
 			end := s.Begin(context.Background(), "c1")
 			now = now.Add(8 * time.Second)
 			end(tt.res, tt.err)
@@ -334,7 +336,7 @@ func (f *fakeRuns) EndRuns(_ context.Context, ended []Ended, sums []Usage) error
 	return nil
 }
 
-// TestTrackedRuns: with TrackRuns every command is recorded when it
+// TestTrackedRuns: with Deps.Runs every command is recorded when it
 // starts; its end is written with the record's removal at the next flush
 // (kept for the flush after when that fails); a command whose record
 // another server settled meanwhile adds nothing; the runs of a server not
@@ -343,11 +345,12 @@ func (f *fakeRuns) EndRuns(_ context.Context, ended []Ended, sums []Usage) error
 func TestTrackedRuns(t *testing.T) {
 	ctx := context.Background()
 	runs := &fakeRuns{}
-	s := newService(&fakeStore{})
 	now := time.Date(2026, 3, 2, 1, 0, 0, 0, time.UTC)
-	s.SetClock(func() time.Time { return now })
-	s.Buffer(time.Hour)
-	s.TrackRuns(runs, "srv-a", time.Minute, 20*time.Second)
+	s := newService(&fakeStore{}, func(d *Deps) {
+		d.Now = func() time.Time { return now }
+		d.Buffer = time.Hour
+		d.Runs, d.Holder, d.Settle, d.Stale = runs, "srv-a", time.Minute, 20*time.Second
+	})
 
 	end := s.Begin(ctx, "c2")
 	if len(runs.runs) != 1 {

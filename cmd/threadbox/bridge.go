@@ -24,15 +24,20 @@ type sandboxWiring struct {
 	serve func(net.Conn, string) // web.Server.ServeSandboxConn, once the server exists
 }
 
-// newSandboxWiring builds the bridge over the containers.
-func newSandboxWiring(cfg Config, ctrs *containers.Service, a *auth.Service, log *slog.Logger) *sandboxWiring {
+// newSandboxWiring builds the bridge; its boot hook (bootHook) listens in
+// each sandbox the owner boots or adopts.
+func newSandboxWiring(cfg Config, a *auth.Service, log *slog.Logger) *sandboxWiring {
 	w := &sandboxWiring{}
-	w.bridge = bridge.New(ctrs, w.serveConn, bridge.Config{
+	w.bridge = bridge.New(w.serveConn, bridge.Config{
 		APIPort: cfg.SandboxAPIPort, Services: cfg.SandboxServices, Logger: log.With("component", "bridge"),
 	})
-	ctrs.OnBoot(w.bridge.Boot)
 	w.env = bridge.NewTurnEnv(authTokens{a}, w.bridge, 0)
 	return w
+}
+
+// bootHook is the bridge as the sandbox owner's boot hook.
+func (w *sandboxWiring) bootHook(ctx context.Context, sb containers.Listener, containerID string) error {
+	return w.bridge.Boot(ctx, sb, containerID)
 }
 
 // setServe names the handler of connections from inside sandboxes.

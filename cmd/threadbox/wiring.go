@@ -20,7 +20,6 @@ import (
 	metering "threadbox/app/usage"
 	"threadbox/app/workspace"
 	"threadbox/domain/sandbox"
-	"threadbox/domain/skill"
 	"threadbox/infra/fsroot"
 	"threadbox/infra/metrics"
 	"threadbox/infra/sandbox/hostdirs"
@@ -137,23 +136,41 @@ func wire(ctx context.Context, cfg Config, log *slog.Logger) (*system, error) {
 	var closers []func() error
 	sys.backends, closers = newBackends(cfg, layout, log)
 	sys.closers = append(sys.closers, closers...)
-	sys.containers = containers.New(st, sys.backends, folders{layout}, sys.leases, containers.Config{
-		Idle: cfg.SandboxIdle, MaxAge: cfg.ContainerMax, Sweep: cfg.SweepInterval,
-		Limits:   sandbox.Limits{MemoryBytes: cfg.SandboxMemory, CPUs: cfg.SandboxCPUs, Pids: cfg.SandboxPids, DiskBytes: cfg.SandboxDisk},
-		WarmPool: cfg.WarmPool, WarmMemory: cfg.WarmMemory,
-	}, log.With("component", "containers"))
-	sys.containers.SetThreads(st)
 	names := make([]string, len(sys.backends))
 	for i, b := range sys.backends {
 		names[i] = b.Name()
 	}
-	sys.metrics.WatchSandboxes(sys.containers, names)
 	sys.quota = quota.New(st, layout, sys.admin)
-	sys.containers.SetQuota(sys.quota)
-	sys.containers.SetHandoff(st, 0)
-	// Sandboxes of backends that checkpoint keep their life across the
-	// idle stop, a hand-over and a graceful shutdown (docs/lifecycle.md).
-	sys.containers.SetCheckpoints(layout)
+	sys.usage = metering.New(metering.Deps{
+		Store: st, Containers: st,
+		// Usage is summed in memory and written once a second, not per
+		// request.
+		Buffer: time.Second,
+		// Each command is recorded while it runs, so that one whose server
+		// dies is metered by a sweep of another (or the next) server once
+		// its server is not seen for a lease's time to live.
+		Runs: st, Holder: sys.leases.Holder(), Settle: cfg.SweepInterval, Stale: cfg.LeaseTTL,
+		Log: log.With("component", "usage"),
+	})
+	sys.sandbox = newSandboxWiring(cfg, sys.auth, log)
+	sys.containers = containers.New(containers.Deps{
+		Store: st, Backends: sys.backends, Folders: folders{layout}, Leases: sys.leases,
+		Threads: st, Quota: sys.quota, Handoff: st,
+		// Sandboxes of backends that checkpoint keep their life across the
+		// idle stop, a hand-over and a graceful shutdown (docs/lifecycle.md).
+		Checkpoints: layout,
+		OnBoot:      []containers.BootHook{sys.sandbox.bootHook},
+		OnStart:     []func(bool){sys.metrics.SandboxStarted},
+		OnSweep:     []func(containers.SweepReport){sys.metrics.Swept},
+		Meters:      []containers.Meter{sys.usage.Sandbox},
+		Config: containers.Config{
+			Idle: cfg.SandboxIdle, MaxAge: cfg.ContainerMax, Sweep: cfg.SweepInterval,
+			Limits:   sandbox.Limits{MemoryBytes: cfg.SandboxMemory, CPUs: cfg.SandboxCPUs, Pids: cfg.SandboxPids, DiskBytes: cfg.SandboxDisk},
+			WarmPool: cfg.WarmPool, WarmMemory: cfg.WarmMemory,
+		},
+		Log: log.With("component", "containers"),
+	})
+	sys.metrics.WatchSandboxes(sys.containers, names)
 
 	var owner *fsroot.Owner
 	if os.Geteuid() == 0 {
@@ -168,19 +185,14 @@ func wire(ctx context.Context, cfg Config, log *slog.Logger) (*system, error) {
 		fs = pods
 	}
 	sys.files = files.New(files.Deps{Store: fs, Containers: sys.containers, Policies: sys.admin, Idempotency: st.UploadKeys(0), Quota: sys.quota})
-	sys.usage = metering.New(st, st, log.With("component", "usage"))
-	sys.containers.OnMeter(sys.usage.Sandbox)
-	// Usage is summed in memory and written once a second, not per request.
-	sys.usage.Buffer(time.Second)
-	// Each command is recorded while it runs, so that one whose server
-	// dies is metered by a sweep of another (or the next) server once its
-	// server is not seen for a lease's time to live.
-	sys.usage.TrackRuns(st, sys.leases.Holder(), cfg.SweepInterval, cfg.LeaseTTL)
-	sys.sandbox = newSandboxWiring(cfg, sys.containers, sys.auth, log)
 	sys.messages = newMessages(cfg, sys, fs, log)
-	sys.skills = skills.New(st, newSkillFiles(skillfs.New(filepath.Join(cfg.DataDir, "skills"), func(id string) string { return layout.Dirs(id).Skills }), pods, layout), skill.Limits{}, st)
-	sys.skills.SetArchives(newSkillArchives(cfg, sys.blobs))
-	sys.skills.SetQuota(sys.quota)
+	sys.skills = skills.New(skills.Deps{
+		Store:    st,
+		Files:    newSkillFiles(skillfs.New(filepath.Join(cfg.DataDir, "skills"), func(id string) string { return layout.Dirs(id).Skills }), pods, layout),
+		Locks:    st,
+		Archives: newSkillArchives(cfg, sys.blobs),
+		Quota:    sys.quota,
+	})
 	sys.turns = newTurns(cfg, sys, log)
 	sys.workspace = newWorkspace(cfg, sys, fs, log)
 	return sys, nil

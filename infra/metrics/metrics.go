@@ -86,29 +86,34 @@ type Sandboxes interface {
 }
 
 // WatchSandboxes exports the sandboxes owner holds, per backend, as the
-// gauge threadbox_sandboxes_running, and counts its boots and adoptions
-// and what its sweeps do.
-func (r *Registry) WatchSandboxes(owner *containers.Service, backends []string) {
+// gauge threadbox_sandboxes_running.
+func (r *Registry) WatchSandboxes(owner Sandboxes, backends []string) {
 	for _, b := range backends {
 		r.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "threadbox_sandboxes_running", Help: "Sandboxes this process holds, by backend.", ConstLabels: prometheus.Labels{"backend": b},
 		}, func() float64 { return float64(owner.RunningByBackend()[b]) }))
 	}
-	owner.OnStart(func(adopted bool) {
-		how := "boot"
-		if adopted {
-			how = "adopt"
+}
+
+// SandboxStarted counts a sandbox the owner booted or adopted (the
+// owner's containers.Deps.OnStart).
+func (r *Registry) SandboxStarted(adopted bool) {
+	how := "boot"
+	if adopted {
+		how = "adopt"
+	}
+	r.boots.WithLabelValues(how).Inc()
+}
+
+// Swept counts what one of the owner's sweeps did (its
+// containers.Deps.OnSweep).
+func (r *Registry) Swept(rep containers.SweepReport) {
+	for action, ids := range map[string][]string{"stopped": rep.Stopped, "expired": rep.Expired, "adopted": rep.Adopted,
+		"dropped": rep.Dropped, "cleared": rep.Cleared, "released": rep.Released} {
+		if len(ids) > 0 {
+			r.sweepActions.WithLabelValues(action).Add(float64(len(ids)))
 		}
-		r.boots.WithLabelValues(how).Inc()
-	})
-	owner.OnSweep(func(rep containers.SweepReport) {
-		for action, ids := range map[string][]string{"stopped": rep.Stopped, "expired": rep.Expired, "adopted": rep.Adopted,
-			"dropped": rep.Dropped, "cleared": rep.Cleared, "released": rep.Released} {
-			if len(ids) > 0 {
-				r.sweepActions.WithLabelValues(action).Add(float64(len(ids)))
-			}
-		}
-	})
+	}
 }
 
 // Model counts and times the steps of a model (messages.Model).

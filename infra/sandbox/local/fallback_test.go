@@ -132,8 +132,8 @@ func TestDockerDownServesFromLocal(t *testing.T) {
 		t.Fatal(err)
 	}
 	st := &memStore{m: map[string]container.Container{}}
-	mgr := containers.New(st, []sandbox.Backend{dk, lc},
-		layoutFolders{hostdirs.New(data, hostdirs.Options{})}, nil, containers.Config{}, log)
+	mgr := containers.New(containers.Deps{Store: st, Backends: []sandbox.Backend{dk, lc},
+		Folders: layoutFolders{hostdirs.New(data, hostdirs.Options{})}, Log: log})
 	rec, _ := container.NewForThread("org_1", "usr_1", "fallback", time.Now())
 	st.CreateContainer(context.Background(), rec)
 
