@@ -91,6 +91,14 @@ func (s *Server) routes() {
 	a.Get(filesPrefix+"/*", s.fileRoute)
 	a.Delete(filesPrefix+"/*", s.fileRoute)
 
+	// MCP server (docs/mcp.md): the streamable HTTP transport, its
+	// protected resource metadata for clients that discover how to
+	// authenticate.
+	a.Get(resourceMetadataPath, s.resourceMetadata)
+	a.Get(resourceMetadataPath+mcpPath, s.resourceMetadata)
+	a.All(mcpPath, s.mcpAuthenticate, s.serveMCP)
+	a.All(mcpPath+"/threads/:id", s.mcpAuthenticate, s.serveMCP)
+
 	// Frontend (docs/frontend.md): the page at / and its assets under /ui/; every
 	// other path keeps its API route or the JSON 404 below.
 	a.Get("/", s.uiIndex)

@@ -18,6 +18,7 @@ import (
 	"threadbox/app/backends"
 	"threadbox/app/credentials"
 	"threadbox/app/files"
+	"threadbox/app/mcpserver"
 	"threadbox/app/messages"
 	"threadbox/app/messages/wire"
 	"threadbox/app/skills"
@@ -52,6 +53,8 @@ type Services struct {
 	// Credentials signs generated media on download; nil serves every
 	// download as written.
 	Credentials *credentials.Service
+	// MCP is the MCP server served at /mcp; nil serves none.
+	MCP *mcpserver.Service
 }
 
 // TokenCounter counts a count_tokens request's input tokens
@@ -97,6 +100,12 @@ type Server struct {
 	opt         Options
 	started     time.Time // shown as the models' created_at
 	trusted     []netip.Prefix
+	// mcp is the MCP endpoint's transport (nil without Services.MCP).
+	mcp http.Handler
+	// stopping ends when Shutdown starts: streamed net/http handlers
+	// (serveStreaming) end with it.
+	stopping context.Context
+	stop     context.CancelFunc
 }
 
 // New builds the Fiber app with every route.
@@ -108,6 +117,10 @@ func New(svc Services, log *slog.Logger, opt Options) *Server {
 		opt.MaxUploadBytes = DefaultMaxUploadBytes
 	}
 	s := &Server{svc: svc, log: log, classifiers: opt.Classifiers, maxUpload: opt.MaxUploadBytes, trusted: opt.TrustedProxies, opt: opt, started: time.Now().UTC().Truncate(time.Second)}
+	s.stopping, s.stop = context.WithCancel(context.Background())
+	if svc.MCP != nil {
+		s.mcp = newMCPHandler(svc.MCP, s)
+	}
 	s.app = fiber.New(fiber.Config{
 		AppName:               "threadbox",
 		DisableStartupMessage: true,
@@ -147,4 +160,7 @@ func (s *Server) Listen(addr string) error {
 
 // Shutdown stops accepting requests and waits up to the context's deadline
 // for in-flight ones.
-func (s *Server) Shutdown(ctx context.Context) error { return s.app.ShutdownWithContext(ctx) }
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.stop()
+	return s.app.ShutdownWithContext(ctx)
+}

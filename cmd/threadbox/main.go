@@ -395,6 +395,7 @@ func cmdServe(ctx context.Context, args []string, getenv func(string) string, st
 		Usage:      sys.usage,
 		// Content Credentials: generated media signed on download.
 		Credentials: creds,
+		MCP:         sys.mcp,
 	}, log, web.Options{MaxUploadBytes: cfg.MaxUploadBytes, TrustedProxies: cfg.TrustedProxies, Observer: sys.metrics, Metrics: sys.metrics.Handler(), MetricsToken: cfg.MetricsToken})
 	sys.sandbox.setServe(srv.ServeSandboxConn)
 

@@ -5,6 +5,7 @@ import (
 	"net/url"
 	"strings"
 
+	"threadbox/app/mcpserver"
 	"threadbox/app/messages"
 	"threadbox/app/tools"
 	"threadbox/app/turns"
@@ -52,12 +53,24 @@ func newMessages(cfg Config, sys *system, fs containerFiles, log *slog.Logger) *
 		provider = "runner"
 	}
 	model := sys.metrics.Model(newModel(cfg), provider)
+	sys.kit = kit
 	return messages.New(model, messages.Tools{CodeExecution: kit, Sandbox: kit}, messages.Config{
 		MaxToolIterations: cfg.MaxToolIters,
 		TurnTimeout:       cfg.TurnTimeout,
 		AllowedToolTypes:  cfg.AllowToolTypes,
 		URLs:              urls,
 		Tokens:            sys.usage,
+	})
+}
+
+// newMCP wires the MCP server over the tool kit of the Messages API: the
+// same executor (metered, measured), the front door of turns for each
+// call's container, the Files API's use cases, the threads and the org
+// policy.
+func newMCP(sys *system, log *slog.Logger) *mcpserver.Service {
+	return mcpserver.New(mcpserver.Deps{
+		Tools: sys.kit, Sandboxes: sys.turns, Files: sys.files, Threads: sys.workspace, Policies: sys.admin,
+		Log: log.With("component", "mcp"),
 	})
 }
 

@@ -13,6 +13,7 @@ import (
 	"threadbox/app/containers"
 	"threadbox/app/files"
 	"threadbox/app/lease"
+	"threadbox/app/mcpserver"
 	"threadbox/app/messages"
 	"threadbox/app/quota"
 	"threadbox/app/skills"
@@ -38,8 +39,10 @@ type system struct {
 	leases     *lease.Keeper // this process's database leases
 	metrics    *metrics.Registry
 	files      *files.Service
-	messages   *messages.Service // the tool loop
-	turns      *turns.Service    // prepares every turn (Messages API and chat) and keeps the detached turns' logs
+	messages   *messages.Service     // the tool loop
+	kit        messages.ToolExecutor // the tool kit the loop runs server tools with (and the MCP server serves)
+	mcp        *mcpserver.Service    // the MCP server at /mcp
+	turns      *turns.Service        // prepares every turn (Messages API and chat) and keeps the detached turns' logs
 	skills     *skills.Service
 	sandbox    *sandboxWiring    // the sandbox_v1 tools and the API bridge
 	usage      *metering.Service // usage metering: commands, sandbox time and model tokens per org, user, container, thread and day
@@ -195,5 +198,6 @@ func wire(ctx context.Context, cfg Config, log *slog.Logger) (*system, error) {
 	})
 	sys.turns = newTurns(cfg, sys, log)
 	sys.workspace = newWorkspace(cfg, sys, fs, log)
+	sys.mcp = newMCP(sys, log)
 	return sys, nil
 }
