@@ -96,8 +96,11 @@ func (s *Server) routes() {
 	// authenticate.
 	a.Get(resourceMetadataPath, s.resourceMetadata)
 	a.Get(resourceMetadataPath+mcpPath, s.resourceMetadata)
-	a.All(mcpPath, s.mcpAuthenticate, s.serveMCP)
-	a.All(mcpPath+"/threads/:id", s.mcpAuthenticate, s.serveMCP)
+	for _, path := range []string{mcpPath, mcpPath + "/threads/:id"} {
+		a.Get(path, s.mcpAuthenticate, s.serveMCP)
+		a.Post(path, s.mcpAuthenticate, s.serveMCP)
+		a.Delete(path, s.mcpAuthenticate, s.serveMCP)
+	}
 
 	// Frontend (docs/frontend.md): the page at / and its assets under /ui/; every
 	// other path keeps its API route or the JSON 404 below.

@@ -134,7 +134,7 @@ func fileTools() []toolDef {
 				`"encoding":{"type":"string","enum":["utf-8","base64"],"description":"How content is written (default utf-8)."}},` +
 				`"required":["path","content"],"additionalProperties":false}`)},
 		{name: "delete_file", run: (*Service).deleteFile,
-			desc: "Delete a file of the sandbox (uploads, outputs or workspace; absolute, or relative to the workspace).",
+			desc:   "Delete a file of the sandbox (uploads, outputs or workspace; absolute, or relative to the workspace).",
 			schema: json.RawMessage(`{"type":"object","properties":{"path":{"type":"string","minLength":1}},"required":["path"],"additionalProperties":false}`)},
 	}
 }
