@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	"threadbox/domain/container"
 	"threadbox/domain/sandbox"
@@ -23,20 +24,26 @@ import (
 // although its earlier life did not end on purpose (a restart), the next
 // tool result says so in one line (TakeNote).
 
-// Checkpoints keeps each container's checkpoint folder on the host
-// (infra/sandbox/hostdirs.Layout).
+// Checkpoints keeps each container's checkpoint: a folder on the host
+// that a backend writes and restores from, kept where every server of the
+// deployment finds it (infra/checkpoints: the blob store of the
+// container's org).
 type Checkpoints interface {
 	// EmptyCheckpoint makes the container's checkpoint folder exist and be
 	// empty, and returns it.
 	EmptyCheckpoint(ctx context.Context, containerID string) (string, error)
 	// SealCheckpoint records that the folder holds a whole checkpoint
-	// taken by backend.
+	// taken by backend: from then on it is the container's checkpoint.
 	SealCheckpoint(ctx context.Context, containerID, backend string) error
-	// Checkpoint returns the folder of the container's sealed checkpoint
-	// and the backend that took it; ok is false when there is none.
-	Checkpoint(ctx context.Context, containerID string) (dir, backend string, ok bool)
+	// Checkpoint returns the folder of the container's checkpoint and the
+	// backend that took it; ok is false when there is none, and err says
+	// why one the container has cannot be used.
+	Checkpoint(ctx context.Context, containerID string) (dir, backend string, ok bool, err error)
 	// DropCheckpoint removes the container's checkpoint.
 	DropCheckpoint(ctx context.Context, containerID string) error
+	// StaleCheckpoints lists the containers whose checkpoint was taken
+	// before the cutoff, or whose container is gone.
+	StaleCheckpoints(ctx context.Context, takenBefore time.Time) ([]string, error)
 }
 
 // lives tracks, per container, which life of its sandbox runs and the
@@ -176,9 +183,13 @@ func (s *Service) restore(ctx context.Context, c container.Container, spec sandb
 		return nil, false, nil
 	}
 	id := c.ID()
-	dir, name, ok := s.ckpt.folders.Checkpoint(ctx, id)
+	dir, name, ok, fetchErr := s.ckpt.folders.Checkpoint(ctx, id)
 	if !ok {
 		return nil, false, nil
+	}
+	if fetchErr != nil && ctx.Err() != nil {
+		// The caller went: the checkpoint stays for the next use.
+		return nil, false, ctx.Err()
 	}
 	var b sandbox.Backend
 	for _, cand := range s.backends {
@@ -188,6 +199,8 @@ func (s *Service) restore(ctx context.Context, c container.Container, spec sandb
 	}
 	var why error
 	switch {
+	case fetchErr != nil:
+		why = fetchErr
 	case b == nil:
 		why = fmt.Errorf("the backend %s that took its checkpoint is not configured", name)
 	case b.Available(ctx) != nil:
@@ -253,6 +266,31 @@ func (s *Service) Suspend(ctx context.Context) []string {
 		unlock()
 	}
 	return done
+}
+
+// dropStale removes the checkpoints past the checkpoint maximum age and
+// those whose container is gone, each under its container's lock (a
+// restore in progress finishes first), and returns their containers.
+func (s *Service) dropStale(ctx context.Context) []string {
+	if s.ckpt.folders == nil || s.cfg.CheckpointMaxAge <= 0 {
+		return nil
+	}
+	ids, err := s.ckpt.folders.StaleCheckpoints(ctx, s.now().Add(-s.cfg.CheckpointMaxAge))
+	if err != nil {
+		s.log.Warn("stale checkpoints not listed", "cause", err.Error())
+		return nil
+	}
+	var dropped []string
+	for _, id := range ids {
+		unlock := s.lock(id)
+		if err := s.ckpt.folders.DropCheckpoint(ctx, id); err != nil {
+			s.log.Warn("stale checkpoint not removed", "container", id, "cause", err.Error())
+		} else {
+			dropped = append(dropped, id)
+		}
+		unlock()
+	}
+	return dropped
 }
 
 // firstLine returns err's text up to its first line break.

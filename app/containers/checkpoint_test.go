@@ -72,7 +72,10 @@ func (b *savingBackend) Restore(ctx context.Context, spec sandbox.Spec, dir stri
 
 // dirCheckpoints keeps checkpoint folders under a test folder, sealed by
 // a file naming the backend (as infra/sandbox/hostdirs does).
-type dirCheckpoints struct{ root string }
+type dirCheckpoints struct {
+	root string
+	fail map[string]error // by container id: why its checkpoint cannot be fetched
+}
 
 func (d dirCheckpoints) dir(id string) string {
 	return filepath.Join(d.root, strings.ReplaceAll(id, "/", "_"))
@@ -84,9 +87,22 @@ func (d dirCheckpoints) EmptyCheckpoint(_ context.Context, id string) (string, e
 func (d dirCheckpoints) SealCheckpoint(_ context.Context, id, backend string) error {
 	return os.WriteFile(filepath.Join(d.dir(id), "sealed"), []byte(backend), 0o600)
 }
-func (d dirCheckpoints) Checkpoint(_ context.Context, id string) (string, string, bool) {
+func (d dirCheckpoints) Checkpoint(_ context.Context, id string) (string, string, bool, error) {
 	b, err := os.ReadFile(filepath.Join(d.dir(id), "sealed"))
-	return d.dir(id), string(b), err == nil
+	if err == nil && d.fail[id] != nil {
+		return "", "", true, d.fail[id]
+	}
+	return d.dir(id), string(b), err == nil, nil
+}
+func (d dirCheckpoints) StaleCheckpoints(_ context.Context, takenBefore time.Time) ([]string, error) {
+	entries, err := os.ReadDir(d.root)
+	var ids []string
+	for _, e := range entries {
+		if fi, err := os.Stat(filepath.Join(d.root, e.Name(), "sealed")); err == nil && fi.ModTime().Before(takenBefore) {
+			ids = append(ids, e.Name())
+		}
+	}
+	return ids, err
 }
 func (d dirCheckpoints) DropCheckpoint(_ context.Context, id string) error {
 	return os.RemoveAll(d.dir(id))
@@ -97,7 +113,7 @@ func (d dirCheckpoints) DropCheckpoint(_ context.Context, id string) error {
 func checkpointing(t *testing.T, backends ...sandbox.Backend) (*Service, dirCheckpoints, func(time.Duration)) {
 	t.Helper()
 	d, _, _ := testDeps(backends...)
-	ck := dirCheckpoints{root: t.TempDir()}
+	ck := dirCheckpoints{root: t.TempDir(), fail: map[string]error{}}
 	d.Checkpoints = ck
 	s := New(d)
 	now := time.Now()
@@ -124,7 +140,7 @@ func TestCheckpointAtIdleStop(t *testing.T) {
 		if stopped := s.StopIdle(ctx); len(stopped) != 1 {
 			t.Fatalf("stopped %v", stopped)
 		}
-		if _, _, ok := ck.Checkpoint(ctx, c.ID()); !ok || len(b.saved) != 1 || s.Running(c.ID()) {
+		if _, _, ok, _ := ck.Checkpoint(ctx, c.ID()); !ok || len(b.saved) != 1 || s.Running(c.ID()) {
 			t.Fatalf("after the idle stop: checkpoint %v, saved %v, running %v", ok, b.saved, s.Running(c.ID()))
 		}
 		run(t, s, c.ID())
@@ -134,7 +150,7 @@ func TestCheckpointAtIdleStop(t *testing.T) {
 		if s.Life(c.ID()) != life || life == 0 {
 			t.Fatalf("life %d after the restore, want %d", s.Life(c.ID()), life)
 		}
-		if _, _, ok := ck.Checkpoint(ctx, c.ID()); ok {
+		if _, _, ok, _ := ck.Checkpoint(ctx, c.ID()); ok {
 			t.Fatal("a restored checkpoint is kept; it is used once")
 		}
 		if n := s.TakeNote(c.ID()); n != "" {
@@ -154,7 +170,7 @@ func TestCheckpointAtIdleStop(t *testing.T) {
 		if b.booted[c.ID()] != 2 || s.Life(c.ID()) == life {
 			t.Fatalf("booted %d times, life %d (was %d): want a fresh boot", b.booted[c.ID()], s.Life(c.ID()), life)
 		}
-		if _, _, ok := ck.Checkpoint(ctx, c.ID()); ok {
+		if _, _, ok, _ := ck.Checkpoint(ctx, c.ID()); ok {
 			t.Fatal("a refused checkpoint is kept")
 		}
 		n := s.TakeNote(c.ID())
@@ -163,6 +179,61 @@ func TestCheckpointAtIdleStop(t *testing.T) {
 		}
 		if n := s.TakeNote(c.ID()); n != "" {
 			t.Fatalf("the note came twice: %q", n)
+		}
+	})
+	t.Run("a checkpoint that cannot be fetched is dropped with a note", func(t *testing.T) {
+		b := newSaving("gvisor")
+		s, ck, advance := checkpointing(t, b)
+		c, _ := s.ForUser(ctx, alice, "box")
+		run(t, s, c.ID())
+		advance(2 * time.Minute)
+		s.StopIdle(ctx)
+		ck.fail[c.ID()] = errors.New("checkpoints: its archive is not in the store")
+		run(t, s, c.ID())
+		if b.booted[c.ID()] != 2 || len(b.restored) != 0 {
+			t.Fatalf("booted %d, restored %v: want a fresh boot", b.booted[c.ID()], b.restored)
+		}
+		delete(ck.fail, c.ID())
+		if _, _, ok, _ := ck.Checkpoint(ctx, c.ID()); ok {
+			t.Fatal("a checkpoint that could not be fetched is kept")
+		}
+		if n := s.TakeNote(c.ID()); !strings.HasPrefix(n, FreshNote) || !strings.Contains(n, "not in the store") {
+			t.Fatalf("note %q", n)
+		}
+	})
+	t.Run("a removed container's checkpoint goes with it", func(t *testing.T) {
+		b := newSaving("gvisor")
+		s, ck, advance := checkpointing(t, b)
+		c, _ := s.ForUser(ctx, alice, "box")
+		run(t, s, c.ID())
+		advance(2 * time.Minute)
+		s.StopIdle(ctx)
+		if _, _, ok, _ := ck.Checkpoint(ctx, c.ID()); !ok {
+			t.Fatal("no checkpoint at the idle stop")
+		}
+		if err := s.Remove(ctx, c.ID()); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, ok, _ := ck.Checkpoint(ctx, c.ID()); ok {
+			t.Fatal("the removed container's checkpoint is kept")
+		}
+	})
+	t.Run("the sweep drops a checkpoint past its maximum age", func(t *testing.T) {
+		b := newSaving("gvisor")
+		s, ck, advance := checkpointing(t, b)
+		s.cfg.CheckpointMaxAge = 10 * time.Minute // within the container's own
+		c, _ := s.ForUser(ctx, alice, "box")
+		run(t, s, c.ID())
+		advance(2 * time.Minute)
+		s.StopIdle(ctx)
+		r, err := s.Sweep(ctx)
+		if _, _, ok, _ := ck.Checkpoint(ctx, c.ID()); err != nil || !ok || len(r.Stale) != 0 {
+			t.Fatalf("a fresh checkpoint swept: %v %v %v", ok, r.Stale, err)
+		}
+		advance(s.cfg.CheckpointMaxAge + time.Minute)
+		r, err = s.Sweep(ctx)
+		if _, _, ok, _ := ck.Checkpoint(ctx, c.ID()); err != nil || ok || len(r.Stale) != 1 {
+			t.Fatalf("past its age: kept %v, swept %+v %v", ok, r, err)
 		}
 	})
 	t.Run("a failed checkpoint stops the sandbox and notes it", func(t *testing.T) {
@@ -175,7 +246,7 @@ func TestCheckpointAtIdleStop(t *testing.T) {
 		if stopped := s.StopIdle(ctx); len(stopped) != 1 || s.Running(c.ID()) {
 			t.Fatalf("stopped %v, running %v", stopped, s.Running(c.ID()))
 		}
-		if _, _, ok := ck.Checkpoint(ctx, c.ID()); ok {
+		if _, _, ok, _ := ck.Checkpoint(ctx, c.ID()); ok {
 			t.Fatal("a failed checkpoint is kept")
 		}
 		run(t, s, c.ID())
@@ -193,7 +264,7 @@ func TestCheckpointAtIdleStop(t *testing.T) {
 		run(t, s, c.ID())
 		advance(2 * time.Minute)
 		s.StopIdle(ctx)
-		if _, _, ok := ck.Checkpoint(ctx, c.ID()); ok {
+		if _, _, ok, _ := ck.Checkpoint(ctx, c.ID()); ok {
 			t.Fatal("a files-only backend got a checkpoint")
 		}
 		run(t, s, c.ID())
@@ -213,7 +284,7 @@ func TestCheckpointAtIdleStop(t *testing.T) {
 			t.Fatal(err)
 		}
 		run(t, s, c.ID())
-		if _, _, ok := ck.Checkpoint(ctx, c.ID()); ok || len(b.saved) != 0 || len(b.restored) != 0 || b.booted[c.ID()] != 2 {
+		if _, _, ok, _ := ck.Checkpoint(ctx, c.ID()); ok || len(b.saved) != 0 || len(b.restored) != 0 || b.booted[c.ID()] != 2 {
 			t.Fatalf("after a restart: checkpoint %v, saved %v, restored %v, booted %d", ok, b.saved, b.restored, b.booted[c.ID()])
 		}
 		if n := s.TakeNote(c.ID()); n != "" {
@@ -262,7 +333,7 @@ func TestSuspend(t *testing.T) {
 	if s.Running(a.ID()) || !s.Running(b.ID()) {
 		t.Fatalf("running after suspend: a %v, b %v; want b only", s.Running(a.ID()), s.Running(b.ID()))
 	}
-	if _, name, ok := ck.Checkpoint(ctx, a.ID()); !ok || name != "gvisor" {
+	if _, name, ok, _ := ck.Checkpoint(ctx, a.ID()); !ok || name != "gvisor" {
 		t.Fatalf("checkpoint of a: %v %q", ok, name)
 	}
 }

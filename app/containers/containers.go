@@ -78,9 +78,12 @@ type BootHook func(ctx context.Context, sb Listener, containerID string) error
 type Config struct {
 	Idle   time.Duration // idle time before a sandbox is shut down (default 5m)
 	MaxAge time.Duration // hard maximum age of a container (default 30 days)
-	Sweep  time.Duration // the sweeper's interval (default 30s)
-	Limits sandbox.Limits
-	Env    []string // set for every sandbox
+	// CheckpointMaxAge is how long a checkpoint of a sandbox is kept for
+	// its next use (default 30 days; negative keeps it until used).
+	CheckpointMaxAge time.Duration
+	Sweep            time.Duration // the sweeper's interval (default 30s)
+	Limits           sandbox.Limits
+	Env              []string // set for every sandbox
 	// WarmPool is how many warm sandboxes (booted before any container
 	// claims them) each backend keeps ready; 0 keeps none (RunPool).
 	WarmPool int
@@ -192,6 +195,9 @@ func New(d Deps) *Service {
 	}
 	if cfg.MaxAge <= 0 {
 		cfg.MaxAge = 30 * 24 * time.Hour
+	}
+	if cfg.CheckpointMaxAge == 0 {
+		cfg.CheckpointMaxAge = 30 * 24 * time.Hour
 	}
 	if cfg.Sweep <= 0 {
 		cfg.Sweep = 30 * time.Second
@@ -824,6 +830,11 @@ func (s *Service) removeLocked(ctx context.Context, id string, forget func(ctx c
 	} else {
 		for _, b := range s.backends {
 			_ = b.Remove(ctx, id)
+		}
+	}
+	if s.ckpt.folders != nil {
+		if err := s.ckpt.folders.DropCheckpoint(ctx, id); err != nil {
+			return fmt.Errorf("containers: remove the checkpoint: %w", err)
 		}
 	}
 	if err := s.folders.Remove(ctx, id); err != nil {

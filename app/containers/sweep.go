@@ -22,11 +22,12 @@ type SweepReport struct {
 	Cleared  []string // records that claimed a sandbox nobody runs, set idle
 	Released []string // disk quota mounts released
 	Orphans  []string // folders no container claimed, removed
+	Stale    []string // checkpoints past their maximum age or of containers gone, removed
 }
 
 // Empty reports whether the sweep did nothing.
 func (r SweepReport) Empty() bool {
-	return len(r.Stopped)+len(r.Expired)+len(r.Adopted)+len(r.Dropped)+len(r.Cleared)+len(r.Released)+len(r.Orphans) == 0
+	return len(r.Stopped)+len(r.Expired)+len(r.Adopted)+len(r.Dropped)+len(r.Cleared)+len(r.Released)+len(r.Orphans)+len(r.Stale) == 0
 }
 
 // Sweep does, once, what keeps the sandboxes honest: it reports the
@@ -34,8 +35,9 @@ func (r SweepReport) Empty() bool {
 // past the idle period, removes containers past their maximum age,
 // adopts the running sandboxes of an earlier process whose records are
 // live and whose leases lapsed (and removes those no record claims), sets
-// idle the records that claim a sandbox nobody runs, and releases the disk
-// quota mounts of containers not in use.
+// idle the records that claim a sandbox nobody runs, removes stale
+// checkpoints, and releases the disk quota mounts of containers not in
+// use.
 func (s *Service) Sweep(ctx context.Context) (SweepReport, error) {
 	var r SweepReport
 	s.MeterAll(ctx)
@@ -77,6 +79,7 @@ func (s *Service) Sweep(ctx context.Context) (SweepReport, error) {
 	}
 	r.Released, err = s.folders.Release(ctx, s.cfg.Idle, s.Running)
 	r.Orphans = s.removeOrphans(ctx)
+	r.Stale = s.dropStale(ctx)
 	return r, err
 }
 
@@ -189,7 +192,7 @@ func (s *Service) Run(ctx context.Context) {
 		}
 		if !r.Empty() {
 			s.log.Info("swept sandboxes", "stopped", r.Stopped, "expired", r.Expired, "adopted", r.Adopted,
-				"dropped", r.Dropped, "cleared", r.Cleared, "released", r.Released)
+				"dropped", r.Dropped, "cleared", r.Cleared, "released", r.Released, "stale checkpoints", r.Stale)
 		}
 		select {
 		case <-ctx.Done():

@@ -33,6 +33,9 @@ type Store interface {
 	TurnLogBytes(ctx context.Context, orgID string) (int64, error)
 	// SkillBytes sums the bytes of the files of the org's skill versions.
 	SkillBytes(ctx context.Context, orgID string) (int64, error)
+	// CheckpointBytes sums the archive sizes of the checkpoints of the
+	// org's containers' sandboxes.
+	CheckpointBytes(ctx context.Context, orgID string) (int64, error)
 	// Container returns the container with storage id.
 	Container(ctx context.Context, id string) (container.Container, error)
 	// ReserveRunning saves c, a container about to boot recorded as
@@ -170,9 +173,10 @@ func (s *Service) BeforeRun(ctx context.Context, orgID, userID, containerID stri
 }
 
 // StorageUsed returns the bytes the org stores: its artifacts, its
-// threads' messages, its turns' event logs, its skills, and the files of
-// its containers as the host measures them (whoever wrote them: uploads,
-// forks or code in the sandbox).
+// threads' messages, its turns' event logs, its skills, the checkpoints of
+// its sandboxes (compressed, as stored), and the files of its containers
+// as the host measures them (whoever wrote them: uploads, forks or code in
+// the sandbox).
 func (s *Service) StorageUsed(ctx context.Context, orgID string) (int64, error) {
 	var total int64
 	for _, c := range []struct {
@@ -183,6 +187,7 @@ func (s *Service) StorageUsed(ctx context.Context, orgID string) (int64, error) 
 		{"message bytes", s.store.MessageBytes},
 		{"turn log bytes", s.store.TurnLogBytes},
 		{"skill bytes", s.store.SkillBytes},
+		{"checkpoint bytes", s.store.CheckpointBytes},
 	} {
 		n, err := c.count(ctx, orgID)
 		if err != nil {

@@ -21,6 +21,7 @@ type fakeStore struct {
 	messages   int64
 	turnLogs   int64
 	skills     int64
+	ckpts      int64
 	states     map[string]container.State
 	err        error
 	calls      []string
@@ -60,6 +61,11 @@ func (f *fakeStore) TurnLogBytes(context.Context, string) (int64, error) {
 func (f *fakeStore) SkillBytes(context.Context, string) (int64, error) {
 	f.calls = append(f.calls, "skills")
 	return f.skills, f.err
+}
+
+func (f *fakeStore) CheckpointBytes(context.Context, string) (int64, error) {
+	f.calls = append(f.calls, "checkpoints")
+	return f.ckpts, f.err
 }
 
 func (f *fakeStore) Container(_ context.Context, id string) (container.Container, error) {
@@ -203,10 +209,11 @@ func TestBeforeBootAndBeforeRun(t *testing.T) {
 }
 
 func TestStorage(t *testing.T) {
-	// The org stores 200 bytes of artifacts, 50 of messages, 30 of turn
-	// logs, 20 of skills and 700 in two containers.
+	// The org stores 120 bytes of artifacts, 50 of messages, 30 of turn
+	// logs, 20 of skills, 80 of sandbox checkpoints and 700 in two
+	// containers.
 	store := func() *fakeStore {
-		return &fakeStore{artifacts: 200, messages: 50, turnLogs: 30, skills: 20, ids: []string{"c1", "c2"}}
+		return &fakeStore{artifacts: 120, messages: 50, turnLogs: 30, skills: 20, ckpts: 80, ids: []string{"c1", "c2"}}
 	}
 	disks := fakeDisks{"c1": 500, "c2": 200}
 	cases := []struct {
@@ -221,9 +228,9 @@ func TestStorage(t *testing.T) {
 		{"unlimited", nil, disks, 1 << 40, -1, want{}, want{}},
 		{"room left", map[org.Quota]int64{org.StorageBytesPerOrg: 1500}, disks, 500, 500, want{}, want{}},
 		{"too much for what is left", map[org.Quota]int64{org.StorageBytesPerOrg: 1500}, disks, 501, 500, want{},
-			want{fault.TooLarge, `quota "storageBytesPerOrg" exceeded: your organization may store 1500 bytes (container files, artifacts, skills, messages and turn logs), 1000 are in use and 501 more bytes do not fit in the 500 left`}},
+			want{fault.TooLarge, `quota "storageBytesPerOrg" exceeded: your organization may store 1500 bytes (container files, sandbox checkpoints, artifacts, skills, messages and turn logs), 1000 are in use and 501 more bytes do not fit in the 500 left`}},
 		{"full", map[org.Quota]int64{org.StorageBytesPerOrg: 1000}, disks, 1, 0,
-			want{fault.TooLarge, `quota "storageBytesPerOrg" exceeded: your organization may store 1000 bytes (container files, artifacts, skills, messages and turn logs), 1000 are in use and nothing more fits`},
+			want{fault.TooLarge, `quota "storageBytesPerOrg" exceeded: your organization may store 1000 bytes (container files, sandbox checkpoints, artifacts, skills, messages and turn logs), 1000 are in use and nothing more fits`},
 			want{fault.TooLarge, `1 more bytes do not fit in the 0 left`}},
 		{"nothing more to store when full", map[org.Quota]int64{org.StorageBytesPerOrg: 1000}, disks, 0, 0,
 			want{fault.TooLarge, "1000 are in use and nothing more fits"}, want{fault.TooLarge, "1000 are in use and nothing more fits"}},

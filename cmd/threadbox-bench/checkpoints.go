@@ -5,7 +5,8 @@ package main
 // a cold boot of the same sandbox in the same run. Each round boots the
 // sandbox cold up to its first command's result, starts the Python holder,
 // checkpoints the idle sandbox (the sandbox ends with it), measures the
-// image on disk, restores it up to the next command's result and checks
+// image on disk and the cost of archiving it for the blob store (zstd, as
+// stored, against gzip), restores it up to the next command's result and checks
 // that the holder still answers with its variable.
 
 import (
@@ -19,6 +20,7 @@ import (
 	"time"
 
 	"threadbox/domain/sandbox"
+	"threadbox/infra/checkpoints"
 	"threadbox/infra/sandbox/gvisor"
 	"threadbox/infra/sandbox/hostdirs"
 )
@@ -92,6 +94,7 @@ func benchCheckpoints(ctx context.Context, agentBin string, n int, out io.Writer
 	}
 	var cold, ckpt, restore []time.Duration
 	var sizes []time.Duration // image bytes, sorted with the same helper
+	packs := map[checkpoints.Codec]*packed{checkpoints.Zstd: {}, checkpoints.Gzip: {}}
 	fmt.Fprintf(os.Stderr, "bench: gvisor checkpoints (%d rounds)\n", n)
 	for i := range n {
 		_ = be.Stop(ctx, id)
@@ -116,6 +119,11 @@ func benchCheckpoints(ctx context.Context, agentBin string, n int, out io.Writer
 		}
 		ckpt = append(ckpt, time.Since(start))
 		sizes = append(sizes, time.Duration(treeSize(image)))
+		for codec, p := range packs {
+			if err := p.measure(ctx, codec, image, filepath.Join(work, "unpacked")); err != nil {
+				return err
+			}
+		}
 		start = time.Now()
 		if err := be.Restore(ctx, spec, image); err != nil {
 			return err
@@ -141,12 +149,63 @@ func benchCheckpoints(ctx context.Context, agentBin string, n int, out io.Writer
 	fmt.Fprintf(out, "%-58s %12s %12s %s\n", "cold boot to first result (baseline)", ms(c50), ms(c99), "")
 	fmt.Fprintf(out, "%-58s %12s %12s %s\n", "checkpoint of the idle sandbox", ms(k50), ms(k99), "")
 	fmt.Fprintf(out, "%-58s %12s %12s %s\n", "image size on disk", fmt.Sprintf("%.1f MiB", float64(s50)/(1<<20)), "", "")
+	for _, codec := range []checkpoints.Codec{checkpoints.Zstd, checkpoints.Gzip} {
+		p := packs[codec]
+		p50, p99 := percentiles(p.pack)
+		u50, u99 := percentiles(p.unpack)
+		z50, _ := percentiles(p.size)
+		fmt.Fprintf(out, "%-58s %12s %12s %s\n", "archive ("+string(codec)+"): pack", ms(p50), ms(p99), fmt.Sprintf("%.1f MiB, %.0f%% of the image", float64(z50)/(1<<20), 100*float64(z50)/float64(s50)))
+		fmt.Fprintf(out, "%-58s %12s %12s %s\n", "archive ("+string(codec)+"): unpack", ms(u50), ms(u99), "")
+	}
 	verdict := "met"
 	if r50 > targetRestoreP50 {
 		verdict = "NOT met"
 	}
 	fmt.Fprintf(out, "%-58s %12s %12s %s\n", "restore to first command's result", ms(r50), ms(r99),
 		fmt.Sprintf("p50 <= %s: %s; %.2fx the cold boot", ms(targetRestoreP50), verdict, float64(r50)/float64(c50)))
+	return nil
+}
+
+// packed collects the cost of archiving checkpoint images with one codec.
+type packed struct{ pack, unpack, size []time.Duration }
+
+// measure packs image with codec into a file, unpacks it into dir, and
+// records the times and the archive's size.
+func (p *packed) measure(ctx context.Context, codec checkpoints.Codec, image, dir string) error {
+	f, err := os.CreateTemp(filepath.Dir(dir), "archive-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name())
+	defer f.Close()
+	start := time.Now()
+	if err := checkpoints.Pack(ctx, image, f, codec); err != nil {
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		return err
+	}
+	p.pack = append(p.pack, time.Since(start))
+	n, err := f.Seek(0, io.SeekCurrent)
+	if err != nil {
+		return err
+	}
+	p.size = append(p.size, time.Duration(n))
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return err
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return err
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	start = time.Now()
+	if err := checkpoints.Unpack(ctx, f, dir); err != nil {
+		return err
+	}
+	p.unpack = append(p.unpack, time.Since(start))
 	return nil
 }
 

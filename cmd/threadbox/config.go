@@ -62,6 +62,7 @@ type Config struct {
 	SandboxDisk     int64
 	Instance        string
 	ContainerMax    time.Duration
+	CheckpointMax   time.Duration // CHECKPOINT_MAX_AGE: how long a sandbox's checkpoint waits for its next use
 	SweepInterval   time.Duration
 	WarmPool        int
 	WarmMemory      int64
@@ -182,6 +183,7 @@ func loadConfig(getenv func(string) string) (Config, error) {
 		SandboxDisk:      num("SANDBOX_DISK_BYTES", 5<<30),
 		Instance:         env("THREADBOX_INSTANCE", "default"),
 		ContainerMax:     dur("CONTAINER_MAX_AGE", "720h"),
+		CheckpointMax:    dur("CHECKPOINT_MAX_AGE", "720h"),
 		SweepInterval:    dur("SWEEP_INTERVAL", "30s"),
 		WarmPool:         int(count("SANDBOX_WARM_POOL", 2)),
 		WarmMemory:       num("SANDBOX_WARM_POOL_MEMORY", 512<<20),

@@ -154,7 +154,7 @@ func TestStorageQuota(t *testing.T) {
 		f.patchFeatures(t, map[string]any{"quotas": map[string]any{"storageBytesPerOrg": 1000}})
 		mustStatus(t, "600 bytes", s.put(a, "box", "one.bin", strings.Repeat("1", 600)), 200)
 		refused(t, "600 more", s.upload(a, "box", "", "two.bin", strings.Repeat("2", 600)), 413, "invalid_request_error",
-			`quota "storageBytesPerOrg" exceeded`, "may store 1000 bytes (container files, artifacts, skills, messages and turn logs), 600 are in use", "larger than the 400 bytes left")
+			`quota "storageBytesPerOrg" exceeded`, "may store 1000 bytes (container files, sandbox checkpoints, artifacts, skills, messages and turn logs), 600 are in use", "larger than the 400 bytes left")
 		mustStatus(t, "two.bin not stored", s.do("GET", filesAPI+"/"+fileID("/mnt/user-data/uploads/two.bin")+"?scope_id=box", a, nil), 404)
 		mustStatus(t, "exactly full", s.put(a, "box", "three.bin", strings.Repeat("3", 400)), 200)
 

@@ -21,6 +21,7 @@ import (
 	metering "threadbox/app/usage"
 	"threadbox/app/workspace"
 	"threadbox/domain/sandbox"
+	"threadbox/infra/checkpoints"
 	"threadbox/infra/fsroot"
 	"threadbox/infra/metrics"
 	"threadbox/infra/sandbox/hostdirs"
@@ -160,14 +161,16 @@ func wire(ctx context.Context, cfg Config, log *slog.Logger) (*system, error) {
 		Store: st, Backends: sys.backends, Folders: folders{layout}, Leases: sys.leases,
 		Threads: st, Quota: sys.quota, Handoff: st,
 		// Sandboxes of backends that checkpoint keep their life across the
-		// idle stop, a hand-over and a graceful shutdown (docs/lifecycle.md).
-		Checkpoints: layout,
+		// idle stop, a hand-over and a graceful shutdown (docs/lifecycle.md);
+		// the checkpoints live in the blob store, where every server finds
+		// them.
+		Checkpoints: checkpoints.New(layout, st, checkpointArchives(cfg, sys.blobs), log.With("component", "checkpoints")),
 		OnBoot:      []containers.BootHook{sys.sandbox.bootHook},
 		OnStart:     []func(bool){sys.metrics.SandboxStarted},
 		OnSweep:     []func(containers.SweepReport){sys.metrics.Swept},
 		Meters:      []containers.Meter{sys.usage.Sandbox},
 		Config: containers.Config{
-			Idle: cfg.SandboxIdle, MaxAge: cfg.ContainerMax, Sweep: cfg.SweepInterval,
+			Idle: cfg.SandboxIdle, MaxAge: cfg.ContainerMax, CheckpointMaxAge: cfg.CheckpointMax, Sweep: cfg.SweepInterval,
 			Limits:   sandbox.Limits{MemoryBytes: cfg.SandboxMemory, CPUs: cfg.SandboxCPUs, Pids: cfg.SandboxPids, DiskBytes: cfg.SandboxDisk},
 			WarmPool: cfg.WarmPool, WarmMemory: cfg.WarmMemory,
 		},

@@ -13,6 +13,7 @@ import (
 	"threadbox/app/workspace"
 	"threadbox/domain/skill"
 	"threadbox/infra/blob"
+	"threadbox/infra/checkpoints"
 	"threadbox/infra/skillfs"
 )
 
@@ -59,6 +60,23 @@ func newSkillArchives(cfg Config, blobs artifactStore) skillArchives {
 		}
 		return blob.New(filepath.Join(cfg.DataDir, "skill-archives", orgID)), nil
 	}}
+}
+
+// checkpointArchives returns the blob store of an org's checkpoint
+// archives: DATA_DIR/checkpoint-archives/<org>/, or the keys
+// checkpoint-archives/<org>/ of BLOB_URL's bucket. One namespace per org,
+// as for skill archives: an archive is only ever read from the store of
+// its container's org.
+func checkpointArchives(cfg Config, blobs artifactStore) func(orgID string) (checkpoints.Blobs, error) {
+	return func(orgID string) (checkpoints.Blobs, error) {
+		if !orgIDShape.MatchString(orgID) {
+			return nil, fmt.Errorf("checkpoint archives: org id %q", orgID)
+		}
+		if s3, ok := blobs.(*blob.S3); ok {
+			return s3.WithPrefix("checkpoint-archives/" + orgID + "/"), nil
+		}
+		return blob.New(filepath.Join(cfg.DataDir, "checkpoint-archives", orgID)), nil
+	}
 }
 
 func (a skillArchives) Put(ctx context.Context, orgID string, r io.Reader) (string, error) {

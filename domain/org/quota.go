@@ -136,7 +136,7 @@ func StorageExceeded(limit, used, n int64) error {
 	case left > 0:
 		what = fmt.Sprintf("the upload is larger than the %d bytes left", left)
 	}
-	return fault.Errorf(fault.TooLarge, "quota %q exceeded: your organization may store %d bytes (container files, artifacts, skills, messages and turn logs), %d are in use and %s; delete files or threads, or an org admin can raise the quota", string(StorageBytesPerOrg), limit, used, what)
+	return fault.Errorf(fault.TooLarge, "quota %q exceeded: your organization may store %d bytes (container files, sandbox checkpoints, artifacts, skills, messages and turn logs), %d are in use and %s; delete files or threads, or an org admin can raise the quota", string(StorageBytesPerOrg), limit, used, what)
 }
 
 func plural(n int64, one, many string) string {

@@ -110,7 +110,7 @@ func TestQuotasStorage(t *testing.T) {
 		{"unlimited", Quotas{}, 1 << 50, 1 << 40, -1, ""},
 		{"fits", limited, 400, 600, 600, ""},
 		{"fits exactly", limited, 0, 1000, 1000, ""},
-		{"one byte too many", limited, 400, 601, 600, `quota "storageBytesPerOrg" exceeded: your organization may store 1000 bytes (container files, artifacts, skills, messages and turn logs), 400 are in use and 601 more bytes do not fit in the 600 left`},
+		{"one byte too many", limited, 400, 601, 600, `quota "storageBytesPerOrg" exceeded: your organization may store 1000 bytes (container files, sandbox checkpoints, artifacts, skills, messages and turn logs), 400 are in use and 601 more bytes do not fit in the 600 left`},
 		{"full, nothing added", limited, 1000, 0, 0, ""},
 		{"past it", limited, 1200, 0, 0, "1200 are in use and nothing more fits"},
 	}

@@ -45,8 +45,8 @@ func TestUploadUnderTheStorageQuota(t *testing.T) {
 	}{
 		{"no storage quota asks nothing", 0, fakeQuota{left: 1}, 100, "0123456789", "", "", 0, true},
 		{"fits what is left", 1000, fakeQuota{left: 10}, 100, "0123456789", "", "", 1, true},
-		{"nothing left", 1000, fakeQuota{left: 0}, 100, "x", fault.TooLarge, `quota "storageBytesPerOrg" exceeded: your organization may store 1000 bytes (container files, artifacts, skills, messages and turn logs), 1000 are in use and nothing more fits`, 1, false},
-		{"larger than what is left", 1000, fakeQuota{left: 10}, 100, "0123456789A", fault.TooLarge, `quota "storageBytesPerOrg" exceeded: your organization may store 1000 bytes (container files, artifacts, skills, messages and turn logs), 990 are in use and the upload is larger than the 10 bytes left`, 1, true},
+		{"nothing left", 1000, fakeQuota{left: 0}, 100, "x", fault.TooLarge, `quota "storageBytesPerOrg" exceeded: your organization may store 1000 bytes (container files, sandbox checkpoints, artifacts, skills, messages and turn logs), 1000 are in use and nothing more fits`, 1, false},
+		{"larger than what is left", 1000, fakeQuota{left: 10}, 100, "0123456789A", fault.TooLarge, `quota "storageBytesPerOrg" exceeded: your organization may store 1000 bytes (container files, sandbox checkpoints, artifacts, skills, messages and turn logs), 990 are in use and the upload is larger than the 10 bytes left`, 1, true},
 		{"the smaller upload cap is the one named", 1000, fakeQuota{left: 500}, 5, "0123456789", fault.TooLarge, "file exceeds the upload limit of 5 bytes", 1, true},
 		{"a failing measure fails", 1000, fakeQuota{err: errors.New("disk gone")}, 100, "x", fault.Internal, "", 1, false},
 	}
