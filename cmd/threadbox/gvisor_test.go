@@ -68,9 +68,10 @@ func gvisorRunning(t *testing.T, s *server) bool {
 
 // TestGvisorSandboxSurvivesRestart: a graceful shutdown checkpoints the
 // gVisor sandbox it holds (whose life would end with the process), and
-// the next request after the restart restores it: a background process
-// started by an earlier bash call is still running, and /tmp is kept,
-// with no note of a fresh start.
+// the next request after the restart restores it from its archive in the
+// blob store (this host's copy removed, as on another host): a background
+// process started by an earlier bash call is still running, and /tmp is
+// kept, with no note of a fresh start.
 func TestGvisorSandboxSurvivesRestart(t *testing.T) {
 	bin := needGvisor(t)
 	s, fake := modelServer(t, "", "anthropic", map[string]string{"SANDBOX_BACKEND": "gvisor", "THREADBOX_AGENT_BIN": bin, "THREADBOX_INSTANCE": gvisorInstance(t)})
@@ -98,8 +99,17 @@ func TestGvisorSandboxSurvivesRestart(t *testing.T) {
 	if gvisorRunning(t, s) {
 		t.Fatal("a gVisor sandbox runs after the server stopped")
 	}
-	if _, err := os.Stat(filepath.Join(s.dataDir, "checkpoints")); err != nil {
-		t.Fatalf("no checkpoint after the graceful shutdown: %v", err)
+	archives := func() []string {
+		found, _ := filepath.Glob(filepath.Join(s.dataDir, "checkpoint-archives", "*", "??", "*"))
+		return found
+	}
+	if a := archives(); len(a) != 1 {
+		t.Fatalf("checkpoint archives after the graceful shutdown: %v, want one", a)
+	}
+	// The host's copy of the checkpoint goes, as on another host: the
+	// restore unpacks the archive from the blob store.
+	if err := os.RemoveAll(filepath.Join(s.dataDir, "checkpoints")); err != nil {
+		t.Fatal(err)
 	}
 	env := maps.Clone(s.env)
 	env["LISTEN_ADDR"] = freeAddr(t)
@@ -108,6 +118,9 @@ func TestGvisorSandboxSurvivesRestart(t *testing.T) {
 	r = bash(s2, "cat /tmp/kept; kill -0 "+pid+" && echo alive")
 	if r.Stdout != "kept\nalive\n" || r.Stderr != "" {
 		t.Fatalf("after the restart: %+v, want /tmp and the background process back", r)
+	}
+	if a := archives(); len(a) != 0 {
+		t.Fatalf("checkpoint archives after the restore: %v, want none (a checkpoint is used once)", a)
 	}
 }
 
