@@ -76,6 +76,14 @@ if [ ! -d "$tssdk/node_modules/@anthropic-ai/sdk" ]; then
   else echo "test: no npm; the TypeScript SDK tests will $( [ "${CI:-}" = true ] && echo fail || echo skip )" >&2; fi
 fi
 
+# The MCP clients of the /mcp tests: the MCP Inspector's CLI and the
+# Claude Code CLI (their versions pinned by the lockfile).
+mcpclients=cmd/threadbox/testdata/mcpclients
+if [ ! -d "$mcpclients/node_modules/@anthropic-ai/claude-code" ]; then
+  if command -v npm >/dev/null 2>&1; then npm ci --prefix "$mcpclients" --no-audit --no-fund --loglevel=error
+  else echo "test: no npm; the MCP client tests will $( [ "${CI:-}" = true ] && echo fail || echo skip )" >&2; fi
+fi
+
 # The reference C2PA implementation (c2pa-rs built to WebAssembly), the
 # validator of signed downloads in the Content Credentials tests (its
 # version pinned by the lockfile).

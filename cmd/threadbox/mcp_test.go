@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -13,6 +16,9 @@ import (
 
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	msgwire "threadbox/app/messages/wire"
+	"threadbox/infra/llm/fakeupstream"
 )
 
 // bearerTransport adds a bearer token to every request.
@@ -452,5 +458,168 @@ func TestMCPAuthAndPolicy(t *testing.T) {
 		if x.(map[string]any)["filename"] == "ran" {
 			t.Fatal("a code tool ran with code execution off")
 		}
+	}
+}
+
+// mcpClients returns the folder of the pinned MCP clients (testdata/
+// mcpclients: the MCP Inspector's CLI and the Claude Code CLI, installed by
+// scripts/test.sh); missing node or packages fail under CI.
+func mcpClients(t *testing.T) string {
+	t.Helper()
+	dir, err := filepath.Abs(filepath.Join("testdata", "mcpclients"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := exec.LookPath("node"); err != nil {
+		missing(t, "node is missing: the MCP clients cannot run")
+	}
+	for _, pkg := range []string{"@modelcontextprotocol/inspector-cli", "@anthropic-ai/claude-code"} {
+		if _, err := os.Stat(filepath.Join(dir, "node_modules", pkg)); err != nil {
+			missing(t, "the MCP clients are not installed (npm ci --prefix cmd/threadbox/testdata/mcpclients): %v", err)
+		}
+	}
+	return dir
+}
+
+// TestMCPInspectorCLI: the MCP Inspector's CLI, a client of another SDK
+// (the TypeScript one), lists the endpoint's tools and calls one.
+func TestMCPInspectorCLI(t *testing.T) {
+	dir := mcpClients(t)
+	s := startServer(t, "", nil)
+	tok := s.bootstrap("acme", "admin@acme.test")
+	inspect := func(args ...string) map[string]any {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		build := filepath.Join(dir, "node_modules", "@modelcontextprotocol", "inspector-cli", "build")
+		cmd := exec.CommandContext(ctx, "node", append([]string{"index.js", s.base + "/mcp", "--transport", "http", "--header", "Authorization: Bearer " + tok}, args...)...)
+		// The CLI looks for its package.json by a path relative to the
+		// working directory, which it then imports relative to itself: it
+		// runs from its own folder.
+		cmd.Dir = build
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("inspector %v: %v\n%s\n%s", args, err, out, stderr.String())
+		}
+		var m map[string]any
+		if err := json.Unmarshal(out, &m); err != nil {
+			t.Fatalf("inspector %v: not JSON: %s", args, out)
+		}
+		return m
+	}
+	var names []string
+	for _, tool := range inspect("--method", "tools/list")["tools"].([]any) {
+		tool := tool.(map[string]any)
+		if tool["inputSchema"].(map[string]any)["type"] != "object" {
+			t.Errorf("%v: schema %v", tool["name"], tool["inputSchema"])
+		}
+		names = append(names, tool["name"].(string))
+	}
+	for _, want := range []string{"bash_code_execution", "text_editor_code_execution", "code_execution", "sandbox_bash", "repl_execute", "exec_command", "write_stdin", "edit_file", "list_files", "read_file", "write_file", "delete_file", "list_threads", "use_sandbox"} {
+		if !slices.Contains(names, want) {
+			t.Errorf("the inspector does not list %s: %v", want, names)
+		}
+	}
+	res := inspect("--method", "tools/call", "--tool-name", "write_file", "--tool-arg", "path=outputs/inspected.txt", "content=seen")
+	if res["isError"] == true {
+		t.Fatalf("write_file: %v", res)
+	}
+	r := s.do("GET", "/api/gpt/v1/files", tok, nil)
+	if !strings.Contains(string(r.body), `"filename":"inspected.txt"`) {
+		t.Fatalf("files: %d %s", r.status, r.body)
+	}
+}
+
+// TestMCPClaudeCode: Anthropic's Claude Code CLI in print mode, its model
+// the strict fake upstream and threadbox added as an MCP server for one
+// thread, completes a turn whose model asks for threadbox's
+// bash_code_execution tool; the command writes an output file in the
+// thread's sandbox, which the Files API then lists for the thread, and the
+// tool result Claude Code hands the model is the Messages API's content.
+func TestMCPClaudeCode(t *testing.T) {
+	dir := mcpClients(t)
+	bin := needDocker(t)
+	s := startServer(t, "", map[string]string{"SANDBOX_BACKEND": "docker", "THREADBOX_AGENT_BIN": bin, "MODEL_PROVIDER": "runner"})
+	f := newWSFixture(t, s)
+	fake := fakeupstream.New()
+	t.Cleanup(fake.Close)
+	const tool = "mcp__threadbox__bash_code_execution"
+	fake.SetFallback(func(_ fakeupstream.Format, body json.RawMessage) fakeupstream.Reply {
+		var req struct {
+			Tools []struct {
+				Name string `json:"name"`
+			} `json:"tools"`
+			Messages []struct {
+				Content json.RawMessage `json:"content"`
+			} `json:"messages"`
+		}
+		_ = json.Unmarshal(body, &req)
+		offered := slices.ContainsFunc(req.Tools, func(x struct {
+			Name string `json:"name"`
+		}) bool {
+			return x.Name == tool
+		})
+		switch {
+		case !offered:
+			return fakeupstream.Reply{Content: []msgwire.ContentBlock{{Type: msgwire.BlockText, Text: "ok"}}}
+		case len(req.Messages) > 0 && strings.Contains(string(req.Messages[len(req.Messages)-1].Content), `"tool_result"`):
+			return fakeupstream.Reply{Content: []msgwire.ContentBlock{{Type: msgwire.BlockText, Text: "The note is written."}}}
+		}
+		return fakeupstream.Reply{Content: []msgwire.ContentBlock{{Type: msgwire.BlockToolUse, ID: "toolu_cc1", Name: tool,
+			Input: json.RawMessage(`{"command":"echo written by claude code > $OUTPUT_DIR/claude-note.txt && echo done"}`)}}}
+	})
+	cfg, err := json.Marshal(map[string]any{"mcpServers": map[string]any{"threadbox": map[string]any{
+		"type": "http", "url": s.base + "/mcp/threads/" + f.tid, "headers": map[string]string{"Authorization": "Bearer " + f.admin},
+	}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfgFile := filepath.Join(t.TempDir(), "mcp.json")
+	if err := os.WriteFile(cfgFile, cfg, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(dir, "node_modules", ".bin", "claude"), "-p", "Write a note in the thread's outputs.",
+		"--bare", "--mcp-config", cfgFile, "--strict-mcp-config", "--allowedTools", tool, "--output-format", "json", "--model", "claude-sonnet-4-5")
+	home := t.TempDir()
+	cmd.Dir = home
+	cmd.Env = []string{
+		"HOME=" + home, "PATH=" + os.Getenv("PATH"),
+		"ANTHROPIC_BASE_URL=" + fake.URL(), "ANTHROPIC_API_KEY=test-key",
+		"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1", "DISABLE_AUTOUPDATER=1", "DISABLE_TELEMETRY=1",
+		// Loopback only: any other address goes to a closed port.
+		"HTTP_PROXY=http://127.0.0.1:9", "HTTPS_PROXY=http://127.0.0.1:9", "NO_PROXY=127.0.0.1,localhost",
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("claude: %v\nstdout: %s\nstderr: %s", err, out, stderr.String())
+	}
+	var res struct {
+		IsError bool   `json:"is_error"`
+		Result  string `json:"result"`
+	}
+	if err := json.Unmarshal(out, &res); err != nil || res.IsError || res.Result != "The note is written." {
+		t.Fatalf("claude's result: %v %s", err, out)
+	}
+	if refused := fake.Refused(); len(refused) > 0 {
+		t.Fatalf("the fake upstream refused Claude Code's requests: %v", refused)
+	}
+	var toolResult string
+	for _, r := range fake.Requests() {
+		if strings.Contains(string(r.Body), `"tool_use_id":"toolu_cc1"`) {
+			toolResult = string(r.Body)
+		}
+	}
+	if !strings.Contains(toolResult, `bash_code_execution_result`) || !strings.Contains(toolResult, `done\\n`) {
+		t.Fatalf("the tool result Claude Code sent the model: %s", toolResult)
+	}
+	r := s.do("GET", "/api/gpt/v1/files?scope_id="+f.tid, f.admin, nil)
+	if r.status != 200 || !strings.Contains(string(r.body), `"filename":"claude-note.txt"`) {
+		t.Fatalf("the thread's files: %d %s", r.status, r.body)
 	}
 }
