@@ -12,7 +12,11 @@
 # streaming time to first byte, concurrency 1 and 16, and at 16 with a model
 # that takes 20 ms), beside the same figures for a bare pass-through proxy
 # (the floor of one more HTTP hop here), and the tool loop's overhead per
-# iteration. The lifecycle rows (-only lifecycle) start a threadbox with
+# iteration. The MCP rows (-only mcp, -mcp-n round trips, default 200) start
+# the same fake upstream and a threadbox with docker sandboxes: a sandbox_bash
+# `true` through /mcp (the official Go SDK's client) beside the same command
+# through the Messages API's tool loop (two model steps and the command), the
+# loop without a call, tools/list and the upstream alone. The lifecycle rows (-only lifecycle) start a threadbox with
 # docker sandboxes, loop-mounted disk quotas when root, the runner model and
 # CONTAINER_MAX_AGE of 5 s, make -lifecycle-n containers (300) through the
 # Messages API, run one command in each, and print the host resources

@@ -3,7 +3,7 @@
 // vs through `docker exec` (Engine API) vs a host fork/exec of /bin/true,
 // 8 concurrent commands through the agent, and a cold boot to the first
 // command's result vs `docker run --rm IMAGE true`. The Messages API
-// (messages.go), Files API (files.go), lifecycle (lifecycle.go) and gVisor
+// (messages.go), MCP (mcp.go), Files API (files.go), lifecycle (lifecycle.go) and gVisor
 // checkpoints (checkpoints.go) sections print their own tables; -only runs
 // one section.
 package main
@@ -42,7 +42,7 @@ type opts struct {
 	n         int
 	nDocker   int
 	nCold     int
-	only      string        // "sandbox", "files", "messages", "lifecycle", "live", "density", "replicas", "credentials", "checkpoints" or "" for every section
+	only      string        // "sandbox", "files", "messages", "mcp", "lifecycle", "live", "density", "replicas", "credentials", "checkpoints" or "" for every section
 	ckptN     int           // rounds of the checkpoints section (checkpoints.go)
 	files     filesOpts     // the Files API section (files.go)
 	messages  messagesOpts  // the Messages API section (messages.go)
@@ -50,6 +50,7 @@ type opts struct {
 	live      liveOpts      // the live turns section (live.go)
 	density   densityOpts   // the density section (density.go)
 	replicas  replicasOpts  // the replicas section (replicas.go)
+	mcp       mcpOpts       // the MCP section (mcp.go)
 
 	rootfs string // the local backend's root filesystem; "" skips its rows
 }
@@ -64,7 +65,8 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.IntVar(&o.nDocker, "n-docker", 40, "docker exec round trips")
 	fs.IntVar(&o.nCold, "n-cold", 5, "cold boots per method")
 	fs.StringVar(&o.rootfs, "rootfs", envOr("THREADBOX_ROOTFS", defaultRootFS()), "root filesystem of the local backend (empty skips its rows)")
-	fs.StringVar(&o.only, "only", "", "run one section: sandbox, files, messages, lifecycle, live, density, replicas, credentials or checkpoints")
+	fs.StringVar(&o.only, "only", "", "run one section: sandbox, files, messages, mcp, lifecycle, live, density, replicas, credentials or checkpoints")
+	fs.IntVar(&o.mcp.n, "mcp-n", 200, "round trips per MCP row")
 	fs.IntVar(&o.ckptN, "checkpoint-n", 10, "rounds of the checkpoints section (cold boot, checkpoint, restore)")
 	fs.IntVar(&o.density.n, "density", 200, "idle sandboxes the density section opens")
 	fs.StringVar(&o.replicas.databaseURL, "replicas-database-url", envOr("TEST_DATABASE_URL", ""), "PostgreSQL server of the replicas section's throwaway database (empty skips it)")
@@ -95,9 +97,9 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		return serveFloorProxy(*floorAddr)
 	}
 	switch o.only {
-	case "", "sandbox", "files", "messages", "lifecycle", "live", "density", "replicas", "credentials", "checkpoints":
+	case "", "sandbox", "files", "messages", "mcp", "lifecycle", "live", "density", "replicas", "credentials", "checkpoints":
 	default:
-		return fmt.Errorf("-only %q is not sandbox, files, messages, lifecycle, live, density, replicas, credentials or checkpoints", o.only)
+		return fmt.Errorf("-only %q is not sandbox, files, messages, mcp, lifecycle, live, density, replicas, credentials or checkpoints", o.only)
 	}
 	want := func(section string) bool { return o.only == "" || o.only == section }
 	if want("credentials") {
@@ -109,6 +111,11 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	if want("messages") {
 		if err := benchMessages(ctx, o, out); err != nil {
 			return fmt.Errorf("messages: %w", err)
+		}
+	}
+	if want("mcp") {
+		if err := benchMCP(ctx, o, out); err != nil {
+			return fmt.Errorf("mcp: %w", err)
 		}
 	}
 	if want("replicas") {
