@@ -44,24 +44,40 @@ type fileScope struct {
 
 // fileObject is the Files API's file object (docs/api.md).
 type fileObject struct {
-	ID           string    `json:"id"`
-	CreatedAt    time.Time `json:"created_at"`
-	Filename     string    `json:"filename"`
-	MIMEType     string    `json:"mime_type"`
-	SizeBytes    int64     `json:"size_bytes"`
-	Type         string    `json:"type"`
-	Downloadable bool      `json:"downloadable"`
-	ETag         string    `json:"etag"`
-	Namespace    string    `json:"namespace"`
-	Scope        fileScope `json:"scope"`
+	ID           string     `json:"id"`
+	CreatedAt    time.Time  `json:"created_at"`
+	Filename     string     `json:"filename"`
+	MIMEType     string     `json:"mime_type"`
+	SizeBytes    int64      `json:"size_bytes"`
+	Type         string     `json:"type"`
+	Downloadable bool       `json:"downloadable"`
+	ExpiresAt    *time.Time `json:"expires_at"`
+	ETag         string     `json:"etag"`
+	Namespace    string     `json:"namespace"`
+	Scope        fileScope  `json:"scope"`
 }
 
 func viewFile(f files.File) fileObject {
-	return fileObject{
+	o := fileObject{
 		ID: f.ID, CreatedAt: f.CreatedAt, Filename: f.Filename, MIMEType: f.MIMEType,
 		SizeBytes: f.SizeBytes, Type: "file", Downloadable: f.Downloadable, ETag: f.ETag,
 		Namespace: "session", Scope: fileScope{ID: f.ScopeID, Type: "session"},
 	}
+	if !f.ExpiresAt.IsZero() {
+		t := f.ExpiresAt.UTC()
+		o.ExpiresAt = &t
+	}
+	return o
+}
+
+// expiresIn parses expires_in_seconds (a query parameter or a form
+// field): a whole number of seconds.
+func expiresIn(v string) (time.Duration, error) {
+	n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+	if err != nil || n < int64(files.MinExpiry.Seconds()) || n > int64(files.MaxExpiry.Seconds()) {
+		return 0, fault.Errorf(fault.Invalid, "expires_in_seconds must be a whole number between %d and %d", int(files.MinExpiry.Seconds()), int(files.MaxExpiry.Seconds()))
+	}
+	return time.Duration(n) * time.Second, nil
 }
 
 // filePage is a page of the file listing.
@@ -222,6 +238,12 @@ func (s *Server) receiveUpload(c *fiber.Ctx, store func(files.UploadRequest) (fi
 	}
 	body := bodyReader(c)
 	key, keyGiven := c.Query("path"), c.Request().URI().QueryArgs().Has("path")
+	var ttl time.Duration
+	if v := c.Query("expires_in_seconds"); v != "" {
+		if ttl, err = expiresIn(v); err != nil {
+			return err
+		}
+	}
 	// multipart reads in 4 KiB steps; the buffer in between turns those
 	// into few large reads of the connection.
 	mr := multipart.NewReader(bufio.NewReaderSize(body, multipartBuffer), params["boundary"])
@@ -258,6 +280,24 @@ func (s *Server) receiveUpload(c *fiber.Ctx, store func(files.UploadRequest) (fi
 				return fault.New(fault.Invalid, "path was given twice with different values")
 			}
 			key, keyGiven = string(v), true
+		case name == "expires_in_seconds":
+			// The official SDKs send it after the file: it then applies to
+			// the file stored, which a bad value removes again.
+			v, err := io.ReadAll(io.LimitReader(part, 64))
+			if err != nil {
+				return fault.Wrap(fault.Invalid, "malformed multipart body", err)
+			}
+			d, err := expiresIn(string(v))
+			if err == nil && uploaded {
+				stored, err = s.svc.Files.Expire(c.UserContext(), principal(c), stored.ScopeID, stored.ID, d)
+			}
+			if err != nil {
+				if uploaded && c.Get("Idempotency-Key") == "" {
+					_, _ = s.svc.Files.Delete(c.UserContext(), principal(c), stored.ScopeID, stored.ID)
+				}
+				return err
+			}
+			ttl = d
 		case name == "file" && !uploaded:
 			filename := partFilename(part)
 			if !keyGiven && (filename == "" || strings.ContainsAny(filename, "/\\\r\n")) {
@@ -269,6 +309,7 @@ func (s *Server) receiveUpload(c *fiber.Ctx, store func(files.UploadRequest) (fi
 				Body:           fillReader{part},
 				Limit:          s.maxUpload,
 				IdempotencyKey: c.Get("Idempotency-Key"),
+				ExpiresIn:      ttl,
 			})
 			if err != nil {
 				return err
@@ -423,6 +464,9 @@ func (s *Server) fileHead(c *fiber.Ctx, id string) error {
 	c.Set("X-File-Size-Bytes", strconv.FormatInt(o.SizeBytes, 10))
 	c.Set("X-File-Type", o.Type)
 	c.Set("X-File-Downloadable", strconv.FormatBool(o.Downloadable))
+	if o.ExpiresAt != nil {
+		c.Set("X-File-Expires-At", o.ExpiresAt.Format(time.RFC3339))
+	}
 	c.Set("X-File-Etag", o.ETag)
 	c.Set("X-File-Namespace", o.Namespace)
 	c.Set("X-File-Scope-Id", encodeExtValue(o.Scope.ID))

@@ -107,6 +107,7 @@ type Service struct {
 	handoffWait time.Duration
 	threads     Threads
 	quota       Quota
+	retainer    Retainer
 	hooks       []BootHook
 	started     []func(adopted bool)
 	swept       []func(SweepReport)
@@ -232,6 +233,19 @@ func (soleLeases) Holder() string                                    { return "s
 func (soleLeases) Acquire(context.Context, string) (bool, error)     { return true, nil }
 func (soleLeases) Release(context.Context, string) error             { return nil }
 func (soleLeases) Holds(context.Context, string) (bool, bool, error) { return false, false, nil }
+
+// Retainer keeps what must outlive a container's files
+// (app/files.Service): the outputs of a container removed at its maximum
+// age, which stay downloadable, and the records it forgets when a
+// container is deleted for good.
+type Retainer interface {
+	Retain(ctx context.Context, containerID, orgID, ownerID string) error
+	Forget(ctx context.Context, containerID string) error
+}
+
+// SetRetainer makes expiry keep each container's outputs through r. Call
+// it while wiring.
+func (s *Service) SetRetainer(r Retainer) { s.retainer = r }
 
 // RunningByBackend counts the sandboxes this process holds, per backend.
 func (s *Service) RunningByBackend() map[string]int {
@@ -779,7 +793,13 @@ func (s *Service) stopLocked(ctx context.Context, id string) error {
 // Remove stops the container's sandbox and deletes its files and record.
 func (s *Service) Remove(ctx context.Context, containerID string) error {
 	defer s.lock(containerID)()
-	return s.removeLocked(ctx, containerID, s.store.DeleteContainer)
+	if err := s.removeLocked(ctx, containerID, s.store.DeleteContainer); err != nil {
+		return err
+	}
+	if s.retainer != nil {
+		return s.retainer.Forget(ctx, containerID)
+	}
+	return nil
 }
 
 // expire removes c, past its maximum age, as resolve does: once its
@@ -803,7 +823,14 @@ func (s *Service) expire(ctx context.Context, c container.Container) (ok bool, e
 }
 
 // expireLocked removes c, past its maximum age; the caller holds its lock.
+// The retainer keeps its output files first: a failure leaves c for the
+// next sweep.
 func (s *Service) expireLocked(ctx context.Context, c container.Container) error {
+	if s.retainer != nil {
+		if err := s.retainer.Retain(ctx, c.ID(), c.OrgID(), c.OwnerID()); err != nil {
+			return fmt.Errorf("containers: retain outputs: %w", err)
+		}
+	}
 	return s.removeLocked(ctx, c.ID(), func(ctx context.Context, id string) error {
 		if !c.KeepsTombstone() {
 			return s.store.DeleteContainer(ctx, id)

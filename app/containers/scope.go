@@ -109,6 +109,29 @@ func (s *Service) threadOf(ctx context.Context, p user.Principal, scopeID string
 	return t.ID(), true, nil
 }
 
+// StorageID returns the storage id a scope id names for p — a thread's,
+// the sandbox token's own, or the caller's container of that client id —
+// whether or not the container exists, making and changing nothing.
+func (s *Service) StorageID(ctx context.Context, p user.Principal, scopeID string) (string, error) {
+	if scopeID == "" {
+		if p.Kind == user.SandboxToken {
+			return p.ContainerID, nil
+		}
+		scopeID = container.DefaultClientID
+	}
+	id, isThread, err := s.threadOf(ctx, p, scopeID)
+	if err != nil {
+		return "", err
+	}
+	if !isThread {
+		if err := container.ValidateClientID(scopeID); err != nil {
+			return "", fault.New(fault.NotFound, "container not found")
+		}
+		id = container.UserScopedID(p.UserID, scopeID)
+	}
+	return id, confine(p, id)
+}
+
 // Container is Scope returning the storage id (the Files API's port).
 func (s *Service) Container(ctx context.Context, p user.Principal, scopeID string, create bool) (string, error) {
 	c, err := s.Scope(ctx, p, scopeID, create)

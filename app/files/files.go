@@ -35,10 +35,11 @@ type File struct {
 	Filename     string
 	MIMEType     string
 	SizeBytes    int64
-	Downloadable bool   // true for outputs (and workspace files), false for uploads
-	ETag         string // changes whenever the file's content may have
-	ScopeID      string // the scope_id as the client gave it
-	Inline       bool   // the content may be served with disposition=inline
+	Downloadable bool      // true for outputs (and workspace files), false for uploads
+	ETag         string    // changes whenever the file's content may have
+	ScopeID      string    // the scope_id as the client gave it
+	Inline       bool      // the content may be served with disposition=inline
+	ExpiresAt    time.Time // zero: the file does not expire
 }
 
 // Page is one page of a listing.
@@ -65,6 +66,9 @@ type UploadRequest struct {
 	Body           io.Reader
 	Limit          int64  // the server's cap in bytes; the org policy's cap applies too
 	IdempotencyKey string // optional
+	// ExpiresIn, when set, is how long after the upload the file expires
+	// (MinExpiry..MaxExpiry): then it is deleted and answers 404.
+	ExpiresIn time.Duration
 }
 
 // Content is an opened file to send: its metadata and its bytes. The caller
@@ -81,6 +85,8 @@ type Deps struct {
 	Policies    Policies
 	Idempotency Idempotency      // nil means an in-memory map kept one day
 	Quota       Quota            // nil means no storage quota is checked
+	Records     Records          // nil means no expiry and no retained outputs
+	Blobs       Blobs            // where retained outputs are kept; nil means none is
 	Now         func() time.Time // nil means time.Now
 }
 
@@ -91,6 +97,8 @@ type Service struct {
 	policies   Policies
 	idem       Idempotency
 	quota      Quota
+	records    Records
+	blobs      Blobs
 	now        func() time.Time
 	table      file.Table
 }
@@ -109,6 +117,8 @@ func New(d Deps) *Service {
 		policies:   d.Policies,
 		idem:       d.Idempotency,
 		quota:      d.Quota,
+		records:    d.Records,
+		blobs:      d.Blobs,
 		now:        d.Now,
 		table:      file.DefaultTable(),
 	}
@@ -124,8 +134,11 @@ func (s *Service) Upload(ctx context.Context, p user.Principal, req UploadReques
 	if key == "" {
 		key = req.Filename
 	}
+	if err := s.checkExpiry(req.ExpiresIn); err != nil {
+		return File{}, err
+	}
 	if req.IdempotencyKey == "" {
-		return s.put(ctx, p, req.ScopeID, key, req.Body, req.Limit)
+		return s.put(ctx, p, req.ScopeID, key, req.Body, req.Limit, req.ExpiresIn)
 	}
 	if len(req.IdempotencyKey) > 255 {
 		return File{}, fault.New(fault.Invalid, "Idempotency-Key is longer than 255 characters")
@@ -148,7 +161,7 @@ func (s *Service) Upload(ctx context.Context, p user.Principal, req UploadReques
 	// The claim is settled even when the client has gone: a claim left
 	// behind would hold the key until ClaimTTL.
 	settle := context.WithoutCancel(ctx)
-	f, err := s.put(ctx, p, req.ScopeID, key, req.Body, req.Limit)
+	f, err := s.put(ctx, p, req.ScopeID, key, req.Body, req.Limit, req.ExpiresIn)
 	if err != nil {
 		if rerr := s.idem.Release(settle, idemKey); rerr != nil {
 			return File{}, errors.Join(err, fmt.Errorf("files: idempotency release: %w", rerr))
@@ -164,10 +177,10 @@ func (s *Service) Upload(ctx context.Context, p user.Principal, req UploadReques
 // Put stores a raw body at key, S3-style (PUT /files/{key}, a thread's
 // put-file), and returns its file object.
 func (s *Service) Put(ctx context.Context, p user.Principal, scopeID, key string, body io.Reader, limit int64) (File, error) {
-	return s.put(ctx, p, scopeID, key, body, limit)
+	return s.put(ctx, p, scopeID, key, body, limit, 0)
 }
 
-func (s *Service) put(ctx context.Context, p user.Principal, scopeID, key string, body io.Reader, limit int64) (File, error) {
+func (s *Service) put(ctx context.Context, p user.Principal, scopeID, key string, body io.Reader, limit int64, expiresIn time.Duration) (File, error) {
 	sandboxPath, err := file.KeyPath(key)
 	if err != nil {
 		return File{}, fault.Errorf(fault.Invalid, "invalid file path %q: keys are relative, contain no '..' or empty segments, no backslash, and do not end in '/'", key)
@@ -217,7 +230,13 @@ func (s *Service) put(ctx context.Context, p user.Principal, scopeID, key string
 	if err != nil {
 		return File{}, fmt.Errorf("files: %w", err)
 	}
-	return s.fileOf(scopeID, loc.Mount, info, head.buf), nil
+	f := s.fileOf(scopeID, loc.Mount, info, head.buf)
+	// A file written anew starts without an expiry, and takes the place
+	// of a retained file at its path.
+	if f.ExpiresAt, err = s.noteWrite(ctx, p, cid, sandboxPath, info.Created, expiresIn); err != nil {
+		return File{}, err
+	}
+	return f, nil
 }
 
 // List returns a page of the container's uploaded and output files, sorted
@@ -234,6 +253,16 @@ func (s *Service) List(ctx context.Context, p user.Principal, scopeID string, lp
 		return Page{}, fault.New(fault.Invalid, "after_id and before_id cannot be used together")
 	}
 	cid, err := s.containers.Container(ctx, p, scopeID, false)
+	live := err == nil
+	if err != nil {
+		// A container removed at its maximum age lists its retained
+		// outputs, if it has any.
+		var rerr error
+		if cid, rerr = s.retainedScope(ctx, p, scopeID, err); rerr != nil {
+			return Page{}, rerr
+		}
+	}
+	recs, err := s.containerRecords(ctx, cid)
 	if err != nil {
 		return Page{}, err
 	}
@@ -241,9 +270,14 @@ func (s *Service) List(ctx context.Context, p user.Principal, scopeID string, lp
 		mount file.Mount
 		info  file.Info
 		id    string
+		rec   *Record
 	}
 	var all []entry
+	seen := map[string]bool{}
 	for _, m := range []file.Mount{file.Uploads, file.Outputs} {
+		if !live {
+			break
+		}
 		root, _ := s.table.Path(m, ".")
 		infos, err := s.store.Walk(ctx, cid, root)
 		if err != nil && !errors.Is(err, file.ErrNotFound) {
@@ -255,8 +289,22 @@ func (s *Service) List(ctx context.Context, p user.Principal, scopeID string, lp
 				continue
 			}
 			sp, _ := s.table.Path(m, info.Rel)
+			seen[sp] = true
+			if r, ok := recs[sp]; ok && r.Expired(s.now()) {
+				continue
+			}
 			all = append(all, entry{mount: m, info: info, id: file.EncodeID(sp)})
 		}
+	}
+	for sp, r := range recs {
+		loc, err := s.table.Resolve(sp)
+		if err != nil || seen[sp] || !r.Retained() || r.Expired(s.now()) {
+			continue
+		}
+		if key, _ := file.KeyOf(loc.Mount, loc.Rel); !strings.HasPrefix(key, lp.Prefix) {
+			continue
+		}
+		all = append(all, entry{mount: loc.Mount, info: file.Info{Rel: loc.Rel, Created: r.CreatedAt, Size: r.SizeBytes}, id: file.EncodeID(sp), rec: &r})
 	}
 	slices.SortFunc(all, func(a, b entry) int {
 		if c := a.info.Created.Compare(b.info.Created); c != 0 {
@@ -292,8 +340,16 @@ func (s *Service) List(ctx context.Context, p user.Principal, scopeID string, lp
 	}
 	page := Page{Data: []File{}, HasMore: hasMore}
 	for _, e := range all[start:end] {
+		if e.rec != nil {
+			page.Data = append(page.Data, s.retainedFile(ctx, scopeID, *e.rec))
+			continue
+		}
 		sp, _ := s.table.Path(e.mount, e.info.Rel)
-		page.Data = append(page.Data, s.fileOf(scopeID, e.mount, e.info, s.sniff(ctx, cid, sp)))
+		f := s.fileOf(scopeID, e.mount, e.info, s.sniff(ctx, cid, sp))
+		if r, ok := recs[sp]; ok {
+			f.ExpiresAt = r.ExpiresAt
+		}
+		page.Data = append(page.Data, f)
 	}
 	if n := len(page.Data); n > 0 {
 		page.FirstID, page.LastID = page.Data[0].ID, page.Data[n-1].ID
@@ -304,29 +360,39 @@ func (s *Service) List(ctx context.Context, p user.Principal, scopeID string, lp
 // Metadata returns the file object of a file of the container: an upload,
 // an output or a workspace file.
 func (s *Service) Metadata(ctx context.Context, p user.Principal, scopeID, fileID string) (File, error) {
-	cid, loc, err := s.locate(ctx, p, scopeID, fileID)
+	at, err := s.find(ctx, p, scopeID, fileID)
 	if err != nil {
 		return File{}, err
 	}
-	info, err := s.store.Stat(ctx, cid, loc.Path)
+	if at.retained() {
+		return s.retainedFile(ctx, scopeID, *at.rec), nil
+	}
+	info, err := s.store.Stat(ctx, at.cid, at.loc.Path)
 	if err != nil {
 		return File{}, readErr(err, fileID)
 	}
 	if info.Dir {
 		return File{}, notFound(fileID)
 	}
-	return s.fileOf(scopeID, loc.Mount, info, s.sniff(ctx, cid, loc.Path)), nil
+	f := s.fileOf(scopeID, at.loc.Mount, info, s.sniff(ctx, at.cid, at.loc.Path))
+	f.ExpiresAt = at.expiresAt()
+	return f, nil
 }
 
 // Open opens a file's content for download, under the org policy: outputs
 // and workspace files need downloads.generated, uploads need
 // downloads.uploaded.
 func (s *Service) Open(ctx context.Context, p user.Principal, scopeID, fileID string) (Content, error) {
-	cid, loc, err := s.locate(ctx, p, scopeID, fileID)
+	at, err := s.find(ctx, p, scopeID, fileID)
 	if err != nil {
 		return Content{}, err
 	}
-	return s.open(ctx, p, scopeID, cid, loc, fileID)
+	if at.retained() {
+		return s.openRetained(ctx, p, scopeID, *at.rec)
+	}
+	ct, err := s.open(ctx, p, scopeID, at.cid, at.loc, fileID)
+	ct.File.ExpiresAt = at.expiresAt()
+	return ct, err
 }
 
 // OpenPath is Open by sandbox path (a thread's download-file?path=).
@@ -373,10 +439,25 @@ func (s *Service) open(ctx context.Context, p user.Principal, scopeID, cid strin
 
 // Delete removes one file (uploaded, output or workspace) and returns its id.
 func (s *Service) Delete(ctx context.Context, p user.Principal, scopeID, fileID string) (string, error) {
-	cid, loc, err := s.locate(ctx, p, scopeID, fileID)
+	at, err := s.find(ctx, p, scopeID, fileID)
 	if err != nil {
 		return "", err
 	}
+	if at.rec != nil {
+		// A retained file, or one with an expiry: its record goes, and so
+		// does the file in its container if there is one.
+		if err := s.forget(ctx, *at.rec); err != nil {
+			return "", err
+		}
+		if !at.live {
+			return fileID, nil
+		}
+		if err := s.store.Remove(ctx, at.cid, at.loc.Path); err != nil && !errors.Is(err, file.ErrNotFound) {
+			return "", readErr(err, fileID)
+		}
+		return fileID, nil
+	}
+	cid, loc := at.cid, at.loc
 	info, err := s.store.Stat(ctx, cid, loc.Path)
 	if err != nil {
 		// A symlink or special file left by the sandbox can still be removed.
@@ -425,25 +506,6 @@ func validatePrefix(prefix string) error {
 		return bad
 	}
 	return nil
-}
-
-// locate decodes a file id, places it in the mount table and resolves the
-// container. Ids outside the container's files, in skills, or naming a
-// mount's own folder are not found.
-func (s *Service) locate(ctx context.Context, p user.Principal, scopeID, fileID string) (string, file.Location, error) {
-	sandboxPath, err := file.DecodeID(fileID)
-	if err != nil {
-		return "", file.Location{}, fault.Errorf(fault.Invalid, "invalid file id %q", fileID)
-	}
-	loc, err := s.table.Resolve(sandboxPath)
-	if err != nil || loc.Mount == file.Skills || loc.Rel == "." {
-		return "", file.Location{}, notFound(fileID)
-	}
-	cid, err := s.containers.Container(ctx, p, scopeID, false)
-	if err != nil {
-		return "", file.Location{}, err
-	}
-	return cid, loc, nil
 }
 
 // sniff returns the first bytes of a file for MIME detection, or nil.

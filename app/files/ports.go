@@ -45,6 +45,10 @@ type Containers interface {
 	// does not exist yet; without, an unknown one is a fault.NotFound. A
 	// container p may not use is a fault.NotFound too.
 	Container(ctx context.Context, p user.Principal, scopeID string, create bool) (string, error)
+	// StorageID returns the storage id scopeID names for p, whether or
+	// not the container exists (one removed at its maximum age keeps its
+	// retained files under it), without making anything.
+	StorageID(ctx context.Context, p user.Principal, scopeID string) (string, error)
 }
 
 // Policies returns an org's feature policy (app/admin.Service has this
@@ -82,4 +86,53 @@ type Idempotency interface {
 	Save(ctx context.Context, key string, s Saved) error
 	// Release gives up a claim whose upload failed, so a retry may run.
 	Release(ctx context.Context, key string) error
+}
+
+// Record is what the database keeps of a file beside its container: its
+// expiry (an upload made with expires_in_seconds) and, once its container
+// was removed at its maximum age, its content in the blob store (an
+// output file retained so that it stays downloadable until deleted).
+type Record struct {
+	ContainerID string // the container's storage id
+	Path        string // the absolute sandbox path; the file id encodes it
+	OrgID       string
+	OwnerID     string
+	SHA256      string // the content in Blobs; "" while the file lives in its container
+	SizeBytes   int64
+	CreatedAt   time.Time
+	ExpiresAt   time.Time // zero: the file does not expire
+}
+
+// Retained reports whether the record holds the file's content.
+func (r Record) Retained() bool { return r.SHA256 != "" }
+
+// Expired reports whether the record's file has expired at now.
+func (r Record) Expired(now time.Time) bool { return !r.ExpiresAt.IsZero() && !now.Before(r.ExpiresAt) }
+
+// Records stores file records (infra/store.Store).
+type Records interface {
+	// FileRecord returns the record of a file; fault.NotFound when none.
+	FileRecord(ctx context.Context, containerID, sandboxPath string) (Record, error)
+	// FileRecords returns every record of a container.
+	FileRecords(ctx context.Context, containerID string) ([]Record, error)
+	// PutFileRecord inserts or replaces a record.
+	PutFileRecord(ctx context.Context, r Record) error
+	// DeleteFileRecord deletes a record (none is not an error).
+	DeleteFileRecord(ctx context.Context, containerID, sandboxPath string) error
+	// DeleteFileRecords deletes every record of a container.
+	DeleteFileRecords(ctx context.Context, containerID string) error
+	// ExpiredFileRecords returns up to limit records expired at now.
+	ExpiredFileRecords(ctx context.Context, now time.Time, limit int) ([]Record, error)
+	// FileContentReferenced reports whether a record holds the content.
+	FileContentReferenced(ctx context.Context, sha256 string) (bool, error)
+}
+
+// Blobs is the content-addressed store of retained files (infra/blob).
+type Blobs interface {
+	// Put stores r and returns its hex SHA-256 and size.
+	Put(ctx context.Context, r io.Reader) (string, int64, error)
+	// Open opens the content with the given SHA-256.
+	Open(ctx context.Context, sha256 string) (io.ReadSeekCloser, error)
+	// Remove deletes a blob last written before writtenBefore.
+	Remove(ctx context.Context, sha256 string, writtenBefore time.Time) (bool, error)
 }

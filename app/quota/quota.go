@@ -36,6 +36,9 @@ type Store interface {
 	// CheckpointBytes sums the archive sizes of the checkpoints of the
 	// org's containers' sandboxes.
 	CheckpointBytes(ctx context.Context, orgID string) (int64, error)
+	// RetainedFileBytes sums the sizes of the output files the org keeps
+	// after their containers were removed at their maximum age.
+	RetainedFileBytes(ctx context.Context, orgID string) (int64, error)
 	// Container returns the container with storage id.
 	Container(ctx context.Context, id string) (container.Container, error)
 	// ReserveRunning saves c, a container about to boot recorded as
@@ -174,9 +177,10 @@ func (s *Service) BeforeRun(ctx context.Context, orgID, userID, containerID stri
 
 // StorageUsed returns the bytes the org stores: its artifacts, its
 // threads' messages, its turns' event logs, its skills, the checkpoints of
-// its sandboxes (compressed, as stored), and the files of its containers
-// as the host measures them (whoever wrote them: uploads, forks or code in
-// the sandbox).
+// its sandboxes (compressed, as stored), the output files kept after their
+// containers were removed, and the files of its containers as the host
+// measures them (whoever wrote them: uploads, forks or code in the
+// sandbox).
 func (s *Service) StorageUsed(ctx context.Context, orgID string) (int64, error) {
 	var total int64
 	for _, c := range []struct {
@@ -188,6 +192,7 @@ func (s *Service) StorageUsed(ctx context.Context, orgID string) (int64, error) 
 		{"turn log bytes", s.store.TurnLogBytes},
 		{"skill bytes", s.store.SkillBytes},
 		{"checkpoint bytes", s.store.CheckpointBytes},
+		{"retained file bytes", s.store.RetainedFileBytes},
 	} {
 		n, err := c.count(ctx, orgID)
 		if err != nil {

@@ -480,6 +480,11 @@ func collectBlobs(ctx context.Context, sys *system, every time.Duration, log *sl
 		} else if err != nil && ctx.Err() == nil {
 			log.Error("artifact blob collection: collector lease", "cause", err.Error())
 		}
+		if n, err := sys.files.SweepExpired(ctx); err != nil && ctx.Err() == nil {
+			log.Error("expired files not deleted", "cause", err.Error())
+		} else if n > 0 {
+			log.Info("expired files deleted", "files", n)
+		}
 		if n, err := sys.turns.PruneTurns(ctx); err != nil && ctx.Err() == nil {
 			log.Error("turn logs not pruned", "cause", err.Error())
 		} else if n > 0 {

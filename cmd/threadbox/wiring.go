@@ -190,7 +190,11 @@ func wire(ctx context.Context, cfg Config, log *slog.Logger) (*system, error) {
 	if pods != nil {
 		fs = pods
 	}
-	sys.files = files.New(files.Deps{Store: fs, Containers: sys.containers, Policies: sys.admin, Idempotency: st.UploadKeys(0), Quota: sys.quota})
+	sys.files = files.New(files.Deps{Store: fs, Containers: sys.containers, Policies: sys.admin, Idempotency: st.UploadKeys(0), Quota: sys.quota,
+		Records: st, Blobs: retainedBlobs(cfg, sys.blobs)})
+	// Output files outlive their container's maximum age (docs/files.md):
+	// the one setter, as the files' use cases need the containers first.
+	sys.containers.SetRetainer(sys.files)
 	sys.messages = newMessages(cfg, sys, fs, log)
 	sys.skills = skills.New(skills.Deps{
 		Store:    st,

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"regexp"
+	"threadbox/app/files"
 	"time"
 
 	"threadbox/app/skills"
@@ -139,6 +140,17 @@ func newBlobs(ctx context.Context, cfg Config) (artifactStore, error) {
 	}
 	o.Create = cfg.BlobCreateBucket
 	return blob.NewS3(ctx, o)
+}
+
+// retainedBlobs is where output files outlive their containers: beside
+// the artifacts, DATA_DIR/retained-files or the bucket's retained-files/
+// prefix, apart from the artifact blobs so that the artifacts' collector
+// never sees them.
+func retainedBlobs(cfg Config, blobs artifactStore) files.Blobs {
+	if s3, ok := blobs.(*blob.S3); ok {
+		return s3.WithPrefix("retained-files/")
+	}
+	return blob.New(filepath.Join(cfg.DataDir, "retained-files"))
 }
 
 // presignExpiry is how long a presigned artifact download URL is valid

@@ -39,6 +39,13 @@ func (f *fakeContainers) Container(_ context.Context, p user.Principal, scopeID 
 	return "c-" + scopeID, nil
 }
 
+func (f *fakeContainers) StorageID(_ context.Context, p user.Principal, scopeID string) (string, error) {
+	if p.UserID != "u1" {
+		return "", fault.New(fault.NotFound, "container not found")
+	}
+	return "c-" + scopeID, nil
+}
+
 type fakePolicies struct{ policy org.Policy }
 
 func (f *fakePolicies) OrgPolicy(_ context.Context, orgID string) (org.Policy, error) {

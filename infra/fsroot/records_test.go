@@ -1,0 +1,244 @@
+package fsroot_test
+
+import (
+	"context"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"threadbox/app/files"
+	"threadbox/domain/fault"
+	"threadbox/domain/org"
+	"threadbox/domain/user"
+	"threadbox/infra/blob"
+	"threadbox/infra/fsroot"
+)
+
+// memRecords keeps file records in memory (the database's are tested
+// through the API on SQLite and PostgreSQL).
+type memRecords struct {
+	mu   sync.Mutex
+	recs map[[2]string]files.Record
+}
+
+func (m *memRecords) FileRecord(_ context.Context, cid, p string) (files.Record, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r, ok := m.recs[[2]string{cid, p}]
+	if !ok {
+		return files.Record{}, fault.New(fault.NotFound, "file record not found")
+	}
+	return r, nil
+}
+
+func (m *memRecords) FileRecords(_ context.Context, cid string) ([]files.Record, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []files.Record
+	for k, r := range m.recs {
+		if k[0] == cid {
+			out = append(out, r)
+		}
+	}
+	return out, nil
+}
+
+func (m *memRecords) PutFileRecord(_ context.Context, r files.Record) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.recs[[2]string{r.ContainerID, r.Path}] = r
+	return nil
+}
+
+func (m *memRecords) DeleteFileRecord(_ context.Context, cid, p string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.recs, [2]string{cid, p})
+	return nil
+}
+
+func (m *memRecords) DeleteFileRecords(_ context.Context, cid string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for k := range m.recs {
+		if k[0] == cid {
+			delete(m.recs, k)
+		}
+	}
+	return nil
+}
+
+func (m *memRecords) ExpiredFileRecords(_ context.Context, now time.Time, limit int) ([]files.Record, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []files.Record
+	for _, r := range m.recs {
+		if r.Expired(now) && len(out) < limit {
+			out = append(out, r)
+		}
+	}
+	return out, nil
+}
+
+func (m *memRecords) FileContentReferenced(_ context.Context, sum string) (bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, r := range m.recs {
+		if r.SHA256 == sum {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+type recordsEnv struct {
+	svc   *files.Service
+	base  string
+	now   time.Time
+	recs  *memRecords
+	blobs string
+}
+
+func newRecordsEnv(t *testing.T) *recordsEnv {
+	base := t.TempDir()
+	e := &recordsEnv{base: base, now: time.Date(2026, 10, 8, 10, 30, 0, 0, time.UTC), recs: &memRecords{recs: map[[2]string]files.Record{}}, blobs: filepath.Join(base, "blobs")}
+	dirsOf := func(cid string) fsroot.Dirs {
+		root := filepath.Join(base, cid)
+		return fsroot.Dirs{Workspace: filepath.Join(root, "workspace"), Uploads: filepath.Join(root, "uploads"),
+			Outputs: filepath.Join(root, "outputs"), Skills: filepath.Join(root, "skills")}
+	}
+	e.svc = files.New(files.Deps{
+		Store:      fsroot.NewContainers(dirsOf, fsroot.Options{}),
+		Containers: &goneContainers{base: base},
+		Policies:   &fakePolicies{policy: org.DefaultPolicy()},
+		Records:    e.recs,
+		Blobs:      blob.New(e.blobs),
+		Now:        func() time.Time { return e.now },
+	})
+	for _, d := range []string{"workspace", "uploads", "outputs", "skills"} {
+		if err := os.MkdirAll(filepath.Join(base, "c-s1", d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return e
+}
+
+// goneContainers is fakeContainers whose container is not found once its
+// folder is gone, as a container removed at its maximum age.
+type goneContainers struct {
+	fakeContainers
+	base string
+}
+
+func (g *goneContainers) Container(ctx context.Context, p user.Principal, scopeID string, create bool) (string, error) {
+	if _, err := os.Stat(filepath.Join(g.base, "c-"+scopeID)); err != nil {
+		return "", fault.New(fault.NotFound, "container \"s1\" has passed its maximum age")
+	}
+	return g.fakeContainers.Container(ctx, p, scopeID, create)
+}
+
+// TestUploadExpiry: an upload with an expiry reports it, answers 404 once
+// it passed (and is deleted), and the sweep deletes an expired file
+// nobody asked for; a file written again at the path loses the expiry.
+func TestUploadExpiry(t *testing.T) {
+	e := newRecordsEnv(t)
+	ctx := context.Background()
+	up := func(key string, ttl time.Duration) (files.File, error) {
+		return e.svc.Upload(ctx, alice, files.UploadRequest{ScopeID: "s1", Key: key, Body: strings.NewReader("x"), Limit: 1 << 20, ExpiresIn: ttl})
+	}
+	for _, bad := range []time.Duration{time.Minute, 91 * 24 * time.Hour} {
+		if _, err := up("bad.txt", bad); fault.KindOf(err) != fault.Invalid {
+			t.Fatalf("expiry %s: %v", bad, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(e.base, "c-s1", "uploads", "bad.txt")); !os.IsNotExist(err) {
+		t.Fatalf("a refused expiry stored the file: %v", err)
+	}
+	a, err := up("a.txt", 2*time.Hour)
+	if err != nil || !a.ExpiresAt.Equal(e.now.Add(2*time.Hour)) {
+		t.Fatalf("upload: %+v %v", a, err)
+	}
+	b, _ := up("b.txt", time.Hour)
+	c, _ := up("c.txt", time.Hour)
+	if _, err := up("c.txt", 0); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := e.svc.Metadata(ctx, alice, "s1", a.ID); err != nil || !m.ExpiresAt.Equal(a.ExpiresAt) {
+		t.Fatalf("metadata: %+v %v", m, err)
+	}
+	e.now = e.now.Add(90 * time.Minute)
+	if _, err := e.svc.Metadata(ctx, alice, "s1", b.ID); fault.KindOf(err) != fault.NotFound {
+		t.Fatalf("an expired file: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(e.base, "c-s1", "uploads", "b.txt")); !os.IsNotExist(err) {
+		t.Fatalf("the expired file is still there: %v", err)
+	}
+	if m, err := e.svc.Metadata(ctx, alice, "s1", c.ID); err != nil || !m.ExpiresAt.IsZero() {
+		t.Fatalf("a file written again without an expiry: %+v %v", m, err)
+	}
+	e.now = e.now.Add(time.Hour)
+	if n, err := e.svc.SweepExpired(ctx); err != nil || n != 1 {
+		t.Fatalf("sweep: %d %v", n, err)
+	}
+	if _, err := os.Stat(filepath.Join(e.base, "c-s1", "uploads", "a.txt")); !os.IsNotExist(err) {
+		t.Fatalf("the sweep left the expired file: %v", err)
+	}
+}
+
+// TestRetainedOutputs: the outputs of a container removed at its maximum
+// age stay listed, readable and downloadable by id; uploads do not; a
+// delete removes one for good, content included.
+func TestRetainedOutputs(t *testing.T) {
+	e := newRecordsEnv(t)
+	ctx := context.Background()
+	out, err := e.svc.Upload(ctx, alice, files.UploadRequest{ScopeID: "s1", Key: "outputs/report.csv", Body: strings.NewReader("a,b\n1,2\n"), Limit: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	up, _ := e.svc.Upload(ctx, alice, files.UploadRequest{ScopeID: "s1", Key: "in.txt", Body: strings.NewReader("in"), Limit: 1 << 20})
+	if err := e.svc.Retain(ctx, "c-s1", "o1", "u1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(filepath.Join(e.base, "c-s1")); err != nil {
+		t.Fatal(err)
+	}
+	m, err := e.svc.Metadata(ctx, alice, "s1", out.ID)
+	if err != nil || m.SizeBytes != 8 || !m.Downloadable || m.Filename != "report.csv" || m.MIMEType != "text/csv" {
+		t.Fatalf("retained metadata: %+v %v", m, err)
+	}
+	ct, err := e.svc.Open(ctx, alice, "s1", out.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(ct.Body)
+	ct.Body.Close()
+	if string(body) != "a,b\n1,2\n" {
+		t.Fatalf("retained content %q", body)
+	}
+	page, err := e.svc.List(ctx, alice, "s1", files.ListParams{})
+	if err != nil || len(page.Data) != 1 || page.Data[0].ID != out.ID {
+		t.Fatalf("retained listing: %+v %v", page, err)
+	}
+	if _, err := e.svc.Metadata(ctx, alice, "s1", up.ID); fault.KindOf(err) != fault.NotFound {
+		t.Fatalf("an upload of the removed container: %v", err)
+	}
+	bob := alice
+	bob.UserID = "u2"
+	if _, err := e.svc.Metadata(ctx, bob, "s1", out.ID); fault.KindOf(err) != fault.NotFound {
+		t.Fatalf("another user: %v", err)
+	}
+	if _, err := e.svc.Delete(ctx, alice, "s1", out.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.svc.Metadata(ctx, alice, "s1", out.ID); fault.KindOf(err) == "" || fault.KindOf(err) != fault.NotFound {
+		t.Fatalf("after delete: %v", err)
+	}
+	left, _ := filepath.Glob(filepath.Join(e.blobs, "*", "*"))
+	if len(left) != 0 {
+		t.Fatalf("the retained content stayed: %v", left)
+	}
+}
