@@ -146,8 +146,10 @@ func checkFileObject(t *testing.T, o map[string]any, sandboxPath, scope string, 
 	if _, err := time.Parse(time.RFC3339Nano, fmt.Sprint(o["created_at"])); err != nil {
 		t.Fatalf("created_at of %s: %v", sandboxPath, o["created_at"])
 	}
-	if len(o) != 10 {
-		t.Fatalf("file object has %d fields, want the 10 of the contract: %v", len(o), o)
+	// The contract's ten fields and the Anthropic Files API's expires_at,
+	// null without an expiry.
+	if exp, ok := o["expires_at"]; len(o) != 11 || !ok || exp != nil {
+		t.Fatalf("file object has %d fields, want the 10 of the contract and expires_at null: %v", len(o), o)
 	}
 }
 
