@@ -1,6 +1,10 @@
-// Package boxes keeps a sandbox backend's running sandboxes by container id:
-// a lock per id that orders boot and stop, the lookup that drops the ones
-// that ended, and the boot of a missing one over its host folders.
+// Package boxes is what the sandbox backends that speak to an in-sandbox
+// agent share: their running sandboxes by container id (a lock per id that
+// orders boot and stop, the lookup that drops the ones that ended, the boot
+// of a missing one over its host folders), the calls that go through a
+// running sandbox's agent (ops.go), the checks and handshake of a boot
+// (boot.go), the log of a sandbox's stderr (logtail.go), and the answers of
+// a backend whose sandboxes keep files only across a stop (checkpoint.go).
 package boxes
 
 import (
@@ -15,8 +19,8 @@ import (
 
 // Set holds the running boxes of type B of one backend. The zero value is
 // not usable; New makes one.
-type Set[B any] struct {
-	ended func(B) bool
+type Set[B Box] struct {
+	name string // the backend's, the prefix of its errors
 
 	mu    sync.Mutex
 	boxes map[string]B           // running, by container id
@@ -24,11 +28,9 @@ type Set[B any] struct {
 	locks map[string]*sync.Mutex // per id: boot, stop
 }
 
-// New returns an empty set. ended reports whether a box has ended (its
-// sandbox died or its agent gave up), releasing what it holds if so; it is
-// called with the set's lock held and must not block.
-func New[B any](ended func(B) bool) *Set[B] {
-	return &Set[B]{ended: ended, boxes: map[string]B{}, known: map[string]bool{}, locks: map[string]*sync.Mutex{}}
+// New returns an empty set of the backend name.
+func New[B Box](name string) *Set[B] {
+	return &Set[B]{name: name, boxes: map[string]B{}, known: map[string]bool{}, locks: map[string]*sync.Mutex{}}
 }
 
 // Lock takes id's lock and returns its release.
@@ -44,17 +46,37 @@ func (s *Set[B]) Lock(id string) (unlock func()) {
 	return m.Unlock
 }
 
+// ended reports whether b has ended: its sandbox went, or its agent
+// connection gave up (keepalive: the sandbox is hung), which kills it.
+func ended[B Box](b B) bool {
+	select {
+	case <-b.Done():
+		return true
+	case <-b.Agent().Done():
+		go b.Kill()
+		return true
+	default:
+		return false
+	}
+}
+
 // Live returns id's running box; one that ended is dropped.
 func (s *Set[B]) Live(id string) (B, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	b, ok := s.boxes[id]
-	if ok && s.ended(b) {
+	if ok && ended(b) {
 		delete(s.boxes, id)
 		var zero B
 		return zero, false
 	}
 	return b, ok
+}
+
+// Get returns id's running box, or the zero B (nil for a pointer).
+func (s *Set[B]) Get(id string) B {
+	b, _ := s.Live(id)
+	return b
 }
 
 // Put records b as id's running box.
@@ -106,6 +128,23 @@ func (s *Set[B]) Known(id string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.known[id]
+}
+
+// Stop takes id's box out of the set and kills it, then waits until its
+// sandbox has gone or ctx is done; the caller holds id's lock. It reports
+// whether there was a box.
+func (s *Set[B]) Stop(ctx context.Context, id string) (bool, error) {
+	b, ok := s.Take(id)
+	if !ok {
+		return false, nil
+	}
+	b.Kill()
+	select {
+	case <-b.Done():
+		return true, nil
+	case <-ctx.Done():
+		return true, fmt.Errorf("%s: stop %s: %w", s.name, id, ctx.Err())
+	}
 }
 
 // Forget drops what the set remembers of id besides a running box.

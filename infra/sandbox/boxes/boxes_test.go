@@ -11,24 +11,29 @@ import (
 	"threadbox/domain/sandbox"
 )
 
+// fakeBox is a box whose agent connection gives up when hang is closed.
 type fakeBox struct {
-	n     int
-	ended atomic.Bool
+	opsBox
+	n      int
+	hang   chan struct{}
+	killed chan struct{}
 }
+
+func newFakeBox(n int) *fakeBox {
+	b := &fakeBox{n: n, hang: make(chan struct{}), killed: make(chan struct{}, 1)}
+	b.opsBox = opsBox{done: make(chan struct{})}
+	b.a = &opsAgent{box: &b.opsBox, done: b.hang}
+	return b
+}
+
+func (b *fakeBox) Kill() { b.killed <- struct{}{} }
 
 func TestEnsureBootsOnceAndAgainAfterAnEnd(t *testing.T) {
 	ctx := context.Background()
-	released := 0
-	s := New(func(b *fakeBox) bool {
-		if b.ended.Load() {
-			released++
-			return true
-		}
-		return false
-	})
+	s := New[*fakeBox]("test")
 	var boots atomic.Int32
 	boot := func(_ context.Context, spec sandbox.Spec) (*fakeBox, error) {
-		return &fakeBox{n: int(boots.Add(1))}, nil
+		return newFakeBox(int(boots.Add(1))), nil
 	}
 	// Concurrent Ensures of one id boot one box.
 	var wg sync.WaitGroup
@@ -46,10 +51,24 @@ func TestEnsureBootsOnceAndAgainAfterAnEnd(t *testing.T) {
 	if boots.Load() != 1 || !ok || b.n != 1 {
 		t.Fatalf("boots %d, live %v %+v", boots.Load(), ok, b)
 	}
-	// An ended box is dropped (and released once); the next Ensure boots anew.
-	b.ended.Store(true)
-	if _, ok := s.Live("a"); ok || released != 1 {
-		t.Fatalf("ended box still live (%v) or released %d times", ok, released)
+	// A box whose agent gave up is dropped and killed; the next Ensure
+	// boots anew.
+	close(b.hang)
+	if _, ok := s.Live("a"); ok {
+		t.Fatal("a box whose agent gave up is still live")
+	}
+	<-b.killed
+	if !s.Known("a") {
+		t.Error("a box that ended is no longer known")
+	}
+	if err := s.Ensure(ctx, sandbox.Spec{ID: "a"}, nil, boot); err != nil {
+		t.Fatal(err)
+	}
+	// A box whose sandbox went is dropped.
+	b = s.Get("a")
+	close(b.done)
+	if _, ok := s.Live("a"); ok || s.Get("a") != nil {
+		t.Fatal("a box whose sandbox went is still live")
 	}
 	if !s.Known("a") {
 		t.Error("a box that ended is no longer known")
@@ -57,14 +76,14 @@ func TestEnsureBootsOnceAndAgainAfterAnEnd(t *testing.T) {
 	if err := s.Ensure(ctx, sandbox.Spec{ID: "a"}, nil, boot); err != nil {
 		t.Fatal(err)
 	}
-	if b, _ := s.Live("a"); b == nil || b.n != 2 {
+	if b, _ := s.Live("a"); b == nil || b.n != 3 {
 		t.Fatalf("after an end: %+v", b)
 	}
 }
 
 func TestEnsureFailureAndBookkeeping(t *testing.T) {
 	ctx := context.Background()
-	s := New(func(*fakeBox) bool { return false })
+	s := New[*fakeBox]("test")
 	boom := errors.New("boom")
 	err := s.Ensure(ctx, sandbox.Spec{ID: "x"}, nil, func(context.Context, sandbox.Spec) (*fakeBox, error) { return nil, boom })
 	if !errors.Is(err, sandbox.ErrUnavailable) || !errors.Is(err, boom) {
@@ -76,8 +95,8 @@ func TestEnsureFailureAndBookkeeping(t *testing.T) {
 	if err := s.Ensure(ctx, sandbox.Spec{}, nil, nil); err == nil || errors.Is(err, sandbox.ErrUnavailable) {
 		t.Errorf("empty id: %v", err)
 	}
-	s.Put("a", &fakeBox{n: 1})
-	s.Put("b", &fakeBox{n: 2})
+	s.Put("a", newFakeBox(1))
+	s.Put("b", newFakeBox(2))
 	ids := s.IDs(nil)
 	slices.Sort(ids)
 	if !slices.Equal(ids, []string{"a", "b"}) {

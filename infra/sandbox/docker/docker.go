@@ -56,13 +56,6 @@ const (
 	DefaultBootTimeout = 30 * time.Second
 )
 
-// Agent is the host side of the in-sandbox agent over one connection
-// (infra/agent's *Client satisfies it).
-type Agent interface {
-	Exec(ctx context.Context, cmd sandbox.Command) (sandbox.Result, error)
-	Ping(ctx context.Context) error
-}
-
 // Config configures a Backend.
 type Config struct {
 	// Image is the sandbox image; default DefaultImage.
@@ -72,8 +65,8 @@ type Config struct {
 	// AgentBin is the host path of the static threadbox-agent binary.
 	AgentBin string
 	// NewAgent wraps a sandbox's agent connection in a client; default
-	// agent.NewClient with a keepalive.
-	NewAgent func(rw io.ReadWriteCloser) Agent
+	// boxes.NewAgent.
+	NewAgent func(rw io.ReadWriteCloser) boxes.Agent
 	// SocketDir, when set, is a host folder for the agents' unix sockets:
 	// with the runc runtime each sandbox's agent dials a socket in its own
 	// subfolder (mounted read-only at SocketMount) and the protocol skips the
@@ -110,7 +103,8 @@ type Backend struct {
 	cfg  Config
 	log  *slog.Logger
 
-	boxes *boxes.Set[*box]
+	boxes           *boxes.Set[*box]
+	boxes.Ops[*box] // Start, Listen
 
 	slotsMu sync.Mutex
 	slots   map[string]warmSlot // by the id it serves: slot name, or the claiming container's id
@@ -119,10 +113,11 @@ type Backend struct {
 
 // box is one running sandbox and its agent connection.
 type box struct {
+	b         *Backend
 	id        string
 	name      string
 	dockerID  string
-	agent     Agent
+	agent     boxes.Agent
 	conn      io.Closer     // the agent connection and the attach stream
 	done      chan struct{} // closed when the attach stream ends
 	startedAt time.Time
@@ -161,16 +156,16 @@ func NewWithClient(cli *client.Client, cfg Config) *Backend {
 		cfg.BootTimeout = DefaultBootTimeout
 	}
 	if cfg.NewAgent == nil {
-		cfg.NewAgent = func(rw io.ReadWriteCloser) Agent {
-			return agent.NewClient(rw, agent.WithKeepalive(15*time.Second, 10*time.Second))
-		}
+		cfg.NewAgent = func(rw io.ReadWriteCloser) boxes.Agent { return boxes.NewAgent(rw) }
 	}
 	cfg.Limits = cfg.Limits.Or(sandbox.DefaultLimits())
 	lg := cfg.Logger
 	if lg == nil {
 		lg = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	return &Backend{cli: cli, info: cli, cfg: cfg, log: lg, boxes: boxes.New(boxEnded), slots: map[string]warmSlot{}}
+	b := &Backend{cli: cli, info: cli, cfg: cfg, log: lg, boxes: boxes.New[*box]("docker"), slots: map[string]warmSlot{}}
+	b.Ops = boxes.NewOps(b.boxes, b.missing)
+	return b
 }
 
 // Close closes the agent connections and the client; containers keep running
@@ -192,13 +187,8 @@ func (b *Backend) Available(ctx context.Context) error {
 	if _, err := b.cli.Ping(ctx); err != nil {
 		return fmt.Errorf("docker: daemon: %w", err)
 	}
-	if b.cfg.AgentBin == "" {
-		return errors.New("docker: no agent binary configured (build it with `make agent`)")
-	}
-	if fi, err := os.Stat(b.cfg.AgentBin); err != nil {
-		return fmt.Errorf("docker: agent binary (build it with `make agent`): %w", err)
-	} else if fi.Mode()&0o111 == 0 {
-		return fmt.Errorf("docker: agent binary %s is not executable", b.cfg.AgentBin)
+	if err := boxes.CheckAgentBin(b.cfg.AgentBin); err != nil {
+		return fmt.Errorf("docker: %w", err)
 	}
 	if b.cfg.NewAgent == nil {
 		return errors.New("docker: no agent client configured")
@@ -221,31 +211,6 @@ func (b *Backend) Available(ctx context.Context) error {
 // ContainerName returns the Docker container name of a container id.
 func (b *Backend) ContainerName(id string) string {
 	return "threadbox-" + b.cfg.Instance + "-" + hostdirs.SafeID(id)
-}
-
-// live returns the running box of id, or nil.
-func (b *Backend) live(id string) *box {
-	bx, _ := b.boxes.Live(id)
-	return bx
-}
-
-// boxEnded reports a box whose container ended, or whose agent client gave
-// up (keepalive: the sandbox is hung), closing its connection then.
-func boxEnded(bx *box) bool {
-	select {
-	case <-bx.done:
-		return true
-	default:
-	}
-	if d, ok := bx.agent.(interface{ Done() <-chan struct{} }); ok {
-		select {
-		case <-d.Done():
-			bx.conn.Close()
-			return true
-		default:
-		}
-	}
-	return false
 }
 
 // Ensure boots the sandbox for spec.ID unless it is already running. A
@@ -420,29 +385,12 @@ func (b *Backend) bootBox(ctx context.Context, spec sandbox.Spec, warm bool) (*b
 		}
 		b.useSocket(bx, conn)
 	}
-	if err := b.handshake(ctx, bx); err != nil {
+	if err := boxes.Handshake(ctx, b.cfg.BootTimeout, bx.agent, bx.done); err != nil {
 		bx.conn.Close()
-		return fail(err)
+		return fail(fmt.Errorf("%w%s", err, b.deathReason(bx)))
 	}
 	b.log.Info("sandbox booted", "id", spec.ID, "container", name, "runtime", b.cfg.Runtime)
 	return bx, nil
-}
-
-// handshake waits for the agent's first Pong.
-func (b *Backend) handshake(ctx context.Context, bx *box) error {
-	pctx, cancel := context.WithTimeout(ctx, b.cfg.BootTimeout)
-	defer cancel()
-	errc := make(chan error, 1)
-	go func() { errc <- bx.agent.Ping(pctx) }()
-	select {
-	case err := <-errc:
-		if err != nil {
-			return fmt.Errorf("agent handshake: %w%s", err, b.deathReason(bx))
-		}
-		return nil
-	case <-bx.done:
-		return fmt.Errorf("agent exited during boot%s", b.deathReason(bx))
-	}
 }
 
 // attach opens the container's attached stream, whose end tells that the
@@ -455,7 +403,7 @@ func (b *Backend) attach(ctx context.Context, id, name, dockerID string, stdio b
 		return nil, fmt.Errorf("attach: %w", err)
 	}
 	stderr := boxes.NewLogTail(b.log, "agent", id)
-	bx := &box{id: id, name: name, dockerID: dockerID, done: make(chan struct{}), oomReady: make(chan struct{}), lastUsed: time.Now()}
+	bx := &box{b: b, id: id, name: name, dockerID: dockerID, done: make(chan struct{}), oomReady: make(chan struct{}), lastUsed: time.Now()}
 	var stdout io.Writer = stderr
 	var pw *io.PipeWriter
 	if stdio {
@@ -516,45 +464,39 @@ func (b *Backend) deathReason(bx *box) string {
 	return ": container ended (" + strings.Join(parts, ", ") + ")"
 }
 
-// Exec runs cmd through the sandbox's agent. When the sandbox dies before
-// the command ends, the error wraps sandbox.ErrUnavailable and the next
-// Ensure boots a fresh sandbox.
+// Agent returns the sandbox's agent connection.
+func (bx *box) Agent() boxes.Agent { return bx.agent }
+
+// Kill closes the agent connection and the attach stream; the container
+// stays until Stop removes it.
+func (bx *box) Kill() { bx.conn.Close() }
+
+// Done is closed when the container's attach stream has ended.
+func (bx *box) Done() <-chan struct{} { return bx.done }
+
+// StartedAt returns when the container started.
+func (bx *box) StartedAt() time.Time { return bx.startedAt }
+
+// OOMKills reads the container's memory control group's kill counter.
+func (bx *box) OOMKills() (int64, bool) { return bx.oomCounter().Read() }
+
+// Why says why the container ended, from inspect.
+func (bx *box) Why() string { return strings.TrimPrefix(bx.b.deathReason(bx), ": ") }
+
+// Exec runs cmd through the sandbox's agent (boxes.Exec); the sandbox
+// counts as in use meanwhile.
 func (b *Backend) Exec(ctx context.Context, id string, cmd sandbox.Command) (sandbox.Result, error) {
-	bx := b.live(id)
-	if bx == nil {
-		st, err := b.Status(ctx, id)
-		if err == nil && st.State == sandbox.StateMissing {
-			return sandbox.Result{}, fmt.Errorf("docker: exec %s: %w", id, sandbox.ErrNotFound)
-		}
-		return sandbox.Result{}, fmt.Errorf("docker: exec %s: %w: sandbox is not running", id, sandbox.ErrUnavailable)
+	if bx := b.boxes.Get(id); bx != nil {
+		bx.touch(+1)
+		defer bx.touch(-1)
 	}
-	bx.touch(+1)
-	defer bx.touch(-1)
-	oom := bx.oomCounter()
-	oomBefore, oomKnown := oom.Read()
-	res, err := bx.agent.Exec(ctx, cmd)
-	if err == nil {
-		if res.ExitCode != 0 && !res.OOMKilled && oomKnown {
-			if n, ok := oom.Read(); ok && n > oomBefore {
-				res.OOMKilled = true
-			}
-		}
-		return res, nil
-	}
-	if ctx.Err() != nil {
-		return res, fmt.Errorf("docker: exec %s: %w", id, err)
-	}
-	// Did the sandbox die under the command? The stream ends a moment after.
-	select {
-	case <-bx.done:
-	case <-time.After(500 * time.Millisecond):
-	}
-	select {
-	case <-bx.done:
-		return res, fmt.Errorf("docker: exec %s: %w%s", id, sandbox.ErrUnavailable, b.deathReason(bx))
-	default:
-	}
-	return res, fmt.Errorf("docker: exec %s: %w", id, err)
+	return b.Ops.Exec(ctx, id, cmd)
+}
+
+// missing reports whether the daemon has no container of id.
+func (b *Backend) missing(ctx context.Context, id string) bool {
+	st, err := b.Status(ctx, id)
+	return err == nil && st.State == sandbox.StateMissing
 }
 
 func (bx *box) setCgroups(oom cgroupacct.OOM, cpu cgroupacct.CPU) {
@@ -619,8 +561,8 @@ func (b *Backend) Remove(ctx context.Context, id string) error {
 
 // Status reports the sandbox's state from this backend and the daemon.
 func (b *Backend) Status(ctx context.Context, id string) (sandbox.Status, error) {
-	if bx := b.live(id); bx != nil {
-		return sandbox.Status{State: sandbox.StateRunning, StartedAt: bx.startedAt}, nil
+	if st, _ := b.Ops.Status(ctx, id); st.State == sandbox.StateRunning {
+		return st, nil
 	}
 	in, err := b.cli.ContainerInspect(ctx, b.ContainerName(id))
 	if errdefs.IsNotFound(err) {
@@ -643,7 +585,7 @@ func (b *Backend) Status(ctx context.Context, id string) (sandbox.Status, error)
 // sandbox.ErrNotFound when this process runs no such sandbox;
 // sandbox.ErrUnsupported when its control group cannot be read.
 func (b *Backend) SandboxCPU(ctx context.Context, id string) (time.Duration, error) {
-	bx := b.live(id)
+	bx := b.boxes.Get(id)
 	if bx == nil {
 		return 0, fmt.Errorf("docker: cpu %s: %w", id, sandbox.ErrNotFound)
 	}
@@ -681,7 +623,7 @@ func (b *Backend) Reconcile(ctx context.Context, decide func(id string) sandbox.
 		if warmName != "" {
 			warmSeen[warmName] = true
 		}
-		if id != "" && b.live(id) != nil {
+		if id != "" && b.boxes.Get(id) != nil {
 			continue
 		}
 		v := sandbox.Drop
@@ -730,7 +672,7 @@ func (b *Backend) Reconcile(ctx context.Context, decide func(id string) sandbox.
 // adopt re-attaches to a running sandbox and keeps it when its agent answers.
 func (b *Backend) adopt(ctx context.Context, id, dockerID string) bool {
 	defer b.boxes.Lock(id)()
-	if b.live(id) != nil {
+	if b.boxes.Get(id) != nil {
 		return true
 	}
 	in, err := b.cli.ContainerInspect(ctx, dockerID)

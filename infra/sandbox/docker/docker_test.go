@@ -445,7 +445,7 @@ func TestAgentSocket(t *testing.T) {
 	if out := string(r.Stdout); !strings.Contains(out, "Read-only file system") || strings.Contains(out, socketName) || !strings.HasSuffix(out, "dial=\n") {
 		t.Fatalf("socket folder from inside: %q", out)
 	}
-	if st := e.be.live("a"); st == nil {
+	if st := e.be.boxes.Get("a"); st == nil {
 		t.Fatal("no live box")
 	} else if _, ok := st.conn.(closers); !ok {
 		t.Fatalf("agent connection is %T, want the socket", st.conn)

@@ -104,10 +104,10 @@ func (b *Backend) Claim(ctx context.Context, name string, spec sandbox.Spec) err
 	}
 	defer b.boxes.Lock(name)()
 	defer b.boxes.Lock(spec.ID)()
-	if b.live(spec.ID) != nil {
+	if b.boxes.Get(spec.ID) != nil {
 		return fmt.Errorf("docker: claim %s: the sandbox of %s runs", name, spec.ID)
 	}
-	bx := b.live(name)
+	bx := b.boxes.Get(name)
 	if bx == nil || bx.warm == nil || bx.warm.ID != name {
 		return fmt.Errorf("docker: claim %s: %w: no unclaimed warm sandbox of that name", name, sandbox.ErrNotFound)
 	}

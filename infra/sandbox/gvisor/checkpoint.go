@@ -101,7 +101,7 @@ func (b *Backend) Checkpoint(ctx context.Context, id, dir string) error {
 		return fmt.Errorf("gvisor: %w", err)
 	}
 	defer b.boxes.Lock(id)()
-	bx := b.live(id)
+	bx := b.boxes.Get(id)
 	if bx == nil {
 		return fmt.Errorf("gvisor: checkpoint %s: %w: sandbox is not running", id, sandbox.ErrUnavailable)
 	}
@@ -130,7 +130,7 @@ func (b *Backend) Checkpoint(ctx context.Context, id, dir string) error {
 	select {
 	case <-bx.done:
 	case <-ctx.Done():
-		bx.kill()
+		bx.Kill()
 		<-bx.done
 	}
 	b.boxes.Take(id)

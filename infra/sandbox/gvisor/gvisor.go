@@ -24,7 +24,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -104,7 +103,8 @@ type Backend struct {
 	state  string // runsc --root
 	bndls  string // the bundles' parent folder
 
-	boxes *boxes.Set[*box]
+	boxes           *boxes.Set[*box]
+	boxes.Ops[*box] // Exec, Start, Listen, Status
 
 	availMu sync.Mutex
 	availAt time.Time // last successful check
@@ -172,8 +172,9 @@ func New(cfg Config) (*Backend, error) {
 		rootfs = r
 	}
 	dir := filepath.Join(cfg.StateDir, hostdirs.SafeID(cfg.Instance))
+	set := boxes.New[*box]("gvisor")
 	return &Backend{cfg: cfg, log: lg, rootfs: rootfs, state: filepath.Join(dir, "state"), bndls: filepath.Join(dir, "bundles"),
-		boxes: boxes.New(boxEnded), held: map[string]*agent.Client{}, cids: map[string]bool{}}, nil
+		boxes: set, Ops: boxes.NewOps(set, nil), held: map[string]*agent.Client{}, cids: map[string]bool{}}, nil
 }
 
 // Name returns "gvisor".
@@ -238,19 +239,11 @@ func (b *Backend) Available(ctx context.Context) error {
 	if os.Geteuid() != 0 {
 		return errors.New("gvisor: runsc makes sandboxes as root only; threadbox runs as another user")
 	}
-	if b.cfg.RootFS == "" {
-		return errors.New("gvisor: no root filesystem (set THREADBOX_ROOTFS, or build it with `sandbox/build-offline.sh --rootfs-only`)")
+	if err := boxes.CheckRootFS(b.rootfs); err != nil {
+		return fmt.Errorf("gvisor: %w", err)
 	}
-	if fi, err := os.Stat(filepath.Join(b.rootfs, "bin", "bash")); err != nil || fi.IsDir() {
-		return fmt.Errorf("gvisor: root filesystem %s has no /bin/bash (build it with `sandbox/build-offline.sh --rootfs-only`)", b.cfg.RootFS)
-	}
-	if b.cfg.AgentBin == "" {
-		return errors.New("gvisor: no agent binary configured (build it with `make agent`)")
-	}
-	if fi, err := os.Stat(b.cfg.AgentBin); err != nil {
-		return fmt.Errorf("gvisor: agent binary (build it with `make agent`): %w", err)
-	} else if fi.Mode()&0o111 == 0 {
-		return fmt.Errorf("gvisor: agent binary %s is not executable", b.cfg.AgentBin)
+	if err := boxes.CheckAgentBin(b.cfg.AgentBin); err != nil {
+		return fmt.Errorf("gvisor: %w", err)
 	}
 	b.availAt = time.Now()
 	return nil
@@ -270,26 +263,6 @@ func (b *Backend) runscOut(ctx context.Context, args ...string) ([]byte, error) 
 		return out, fmt.Errorf("runsc %s: %w: %s", args[0], err, strings.TrimSpace(string(out)))
 	}
 	return out, nil
-}
-
-// live returns the running box of id, or nil.
-func (b *Backend) live(id string) *box {
-	bx, _ := b.boxes.Live(id)
-	return bx
-}
-
-// boxEnded reports a sandbox whose runsc process exited, or whose agent
-// client gave up (keepalive: the sandbox is hung), killing it then.
-func boxEnded(bx *box) bool {
-	select {
-	case <-bx.done:
-		return true
-	case <-bx.client.Done():
-		go bx.kill()
-		return true
-	default:
-		return false
-	}
 }
 
 // limits fills the zero fields of l from the backend's defaults.
@@ -347,17 +320,17 @@ func (b *Backend) start(ctx context.Context, spec sandbox.Spec, image string) (*
 		if c != nil {
 			c.Close()
 		}
-		bx.client = agent.NewClient(conn, agent.WithKeepalive(15*time.Second, 10*time.Second))
+		bx.client = boxes.NewAgent(conn)
 		if image != "" {
 			// A restored agent is held until told otherwise.
 			err = bx.client.Release(ctx)
 		}
 	}
 	if err == nil {
-		err = b.handshake(ctx, bx)
+		err = boxes.Handshake(ctx, b.cfg.BootTimeout, bx.client, bx.done)
 	}
 	if err != nil {
-		bx.kill()
+		bx.Kill()
 		<-bx.done
 		return nil, fmt.Errorf("%w: %s", err, bx.stderr.Tail())
 	}
@@ -448,26 +421,9 @@ func (b *Backend) spawn(bx *box, args []string) (io.ReadWriteCloser, error) {
 	}), nil
 }
 
-// handshake waits for the agent's first answer.
-func (b *Backend) handshake(ctx context.Context, bx *box) error {
-	pctx, cancel := context.WithTimeout(ctx, b.cfg.BootTimeout)
-	defer cancel()
-	errc := make(chan error, 1)
-	go func() { errc <- bx.client.Ping(pctx) }()
-	select {
-	case err := <-errc:
-		if err != nil {
-			return fmt.Errorf("agent handshake: %w", err)
-		}
-		return nil
-	case <-bx.done:
-		return errors.New("the sandbox exited during boot")
-	}
-}
-
-// kill ends the sandbox: its agent connection, then the sandbox through
+// Kill ends the sandbox: its agent connection, then the sandbox through
 // runsc. The runsc process exits once the sandbox is gone (bx.done).
-func (bx *box) kill() {
+func (bx *box) Kill() {
 	bx.client.Close()
 	if bx.cmd == nil || bx.cmd.Process == nil {
 		return
@@ -486,83 +442,27 @@ func (bx *box) kill() {
 	}
 }
 
-// deathReason says why a sandbox that ended went: out of memory when its
-// control group killed for memory.
-func (bx *box) deathReason() string {
+// Agent returns the sandbox's agent connection.
+func (bx *box) Agent() boxes.Agent { return bx.client }
+
+// Done is closed when runsc has exited.
+func (bx *box) Done() <-chan struct{} { return bx.done }
+
+// StartedAt returns when the sandbox booted or was restored.
+func (bx *box) StartedAt() time.Time { return bx.startedAt }
+
+// OOMKills reads its memory control group's kill counter. The host's
+// kernel kills the biggest process of the group when it runs out of
+// memory: with gVisor's systrap platform, the host process that holds the
+// command's memory.
+func (bx *box) OOMKills() (int64, bool) { return bx.oomCount.Read() }
+
+// Why says out of memory when the sandbox's control group killed for it.
+func (bx *box) Why() string {
 	if bx.oom.Killed() {
-		return ": out of memory (the sandbox's memory limit was reached and the kernel killed it)"
+		return "out of memory (the sandbox's memory limit was reached and the kernel killed it)"
 	}
 	return ""
-}
-
-// Exec runs cmd through the sandbox's agent. When the sandbox dies before
-// the command ends, the error wraps sandbox.ErrUnavailable and the next
-// Ensure boots a fresh one.
-func (b *Backend) Exec(ctx context.Context, id string, cmd sandbox.Command) (sandbox.Result, error) {
-	bx := b.live(id)
-	if bx == nil {
-		if !b.boxes.Known(id) {
-			return sandbox.Result{}, fmt.Errorf("gvisor: exec %s: %w", id, sandbox.ErrNotFound)
-		}
-		return sandbox.Result{}, fmt.Errorf("gvisor: exec %s: %w: sandbox is not running", id, sandbox.ErrUnavailable)
-	}
-	// The host's kernel kills the biggest process of the sandbox's control
-	// group when it runs out of memory: with gVisor's systrap platform, the
-	// host process that holds the command's memory.
-	oomBefore, oomKnown := bx.oomCount.Read()
-	res, err := bx.client.Exec(ctx, cmd)
-	if err == nil {
-		if res.ExitCode != 0 && !res.OOMKilled && oomKnown {
-			if n, ok := bx.oomCount.Read(); ok && n > oomBefore {
-				res.OOMKilled = true
-			}
-		}
-		return res, nil
-	}
-	if ctx.Err() != nil {
-		return res, fmt.Errorf("gvisor: exec %s: %w", id, err)
-	}
-	select {
-	case <-bx.done:
-		return res, fmt.Errorf("gvisor: exec %s: %w: sandbox ended%s: %w", id, sandbox.ErrUnavailable, bx.deathReason(), err)
-	case <-bx.client.Done():
-		// The connection went first; runsc follows shortly.
-		select {
-		case <-bx.done:
-		case <-time.After(2 * time.Second):
-		}
-		return res, fmt.Errorf("gvisor: exec %s: %w: sandbox ended%s: %w", id, sandbox.ErrUnavailable, bx.deathReason(), err)
-	case <-time.After(200 * time.Millisecond):
-	}
-	return res, fmt.Errorf("gvisor: exec %s: %w", id, err)
-}
-
-// Start starts a long-lived command in the sandbox whose output is streamed
-// to cmd.Output and not kept.
-func (b *Backend) Start(ctx context.Context, id string, cmd sandbox.Command, tty *sandbox.TTY) (sandbox.Session, error) {
-	bx := b.live(id)
-	if bx == nil {
-		return nil, fmt.Errorf("gvisor: start in %s: %w: sandbox is not running", id, sandbox.ErrUnavailable)
-	}
-	p, err := bx.client.Session(ctx, cmd, tty)
-	if err != nil {
-		return nil, fmt.Errorf("gvisor: start in %s: %w", id, err)
-	}
-	return p, nil
-}
-
-// Listen listens on a loopback address inside the sandbox (its own network
-// stack) and hands each connection to the host.
-func (b *Backend) Listen(ctx context.Context, id, addr string) (net.Listener, error) {
-	bx := b.live(id)
-	if bx == nil {
-		return nil, fmt.Errorf("gvisor: listen in %s: %w: sandbox is not running", id, sandbox.ErrUnavailable)
-	}
-	l, err := bx.client.Listen(ctx, addr)
-	if err != nil {
-		return nil, fmt.Errorf("gvisor: listen in %s: %w", id, err)
-	}
-	return l, nil
 }
 
 // Warm is unsupported: gVisor's file server never sees a folder bound
@@ -585,15 +485,8 @@ func (b *Backend) Stop(ctx context.Context, id string) error {
 }
 
 func (b *Backend) stopLocked(ctx context.Context, id string) error {
-	bx, _ := b.boxes.Take(id)
-	if bx == nil {
-		return nil
-	}
-	bx.kill()
-	select {
-	case <-bx.done:
-	case <-ctx.Done():
-		return fmt.Errorf("gvisor: stop %s: %w", id, ctx.Err())
+	if stopped, err := b.boxes.Stop(ctx, id); !stopped || err != nil {
+		return err
 	}
 	b.log.Info("sandbox stopped", "id", id, "backend", "gvisor")
 	return nil
@@ -610,24 +503,12 @@ func (b *Backend) Remove(ctx context.Context, id string) error {
 	return nil
 }
 
-// Status reports the sandbox's state: running, stopped (booted before by
-// this backend) or missing.
-func (b *Backend) Status(ctx context.Context, id string) (sandbox.Status, error) {
-	if bx := b.live(id); bx != nil {
-		return sandbox.Status{State: sandbox.StateRunning, StartedAt: bx.startedAt}, nil
-	}
-	if b.boxes.Known(id) {
-		return sandbox.Status{State: sandbox.StateStopped}, nil
-	}
-	return sandbox.Status{State: sandbox.StateMissing}, nil
-}
-
 // SandboxCPU reports the CPU time the running sandbox id has used since it
 // booted (or was restored), from its control group: the application
 // kernel and every process it serves. sandbox.ErrNotFound when this
 // process runs no such sandbox.
 func (b *Backend) SandboxCPU(ctx context.Context, id string) (time.Duration, error) {
-	bx := b.live(id)
+	bx := b.boxes.Get(id)
 	if bx == nil {
 		return 0, fmt.Errorf("gvisor: cpu %s: %w", id, sandbox.ErrNotFound)
 	}
@@ -674,7 +555,7 @@ func (b *Backend) Reconcile(ctx context.Context, decide func(id string) sandbox.
 	}
 	mine := map[string]bool{}
 	for _, id := range b.boxes.IDs(nil) {
-		if bx := b.live(id); bx != nil {
+		if bx := b.boxes.Get(id); bx != nil {
 			mine[bx.cid] = true
 		}
 	}

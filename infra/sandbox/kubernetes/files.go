@@ -23,6 +23,7 @@ import (
 	"threadbox/domain/sandbox"
 	"threadbox/infra/sandbox/agent"
 	"threadbox/infra/sandbox/agent/fileop"
+	"threadbox/infra/sandbox/boxes"
 )
 
 // containerFiles is the files sidecar of a pod in storage-class mode.
@@ -92,7 +93,7 @@ func (b *Backend) filesAgent(ctx context.Context, id string) (*agent.Client, err
 	if b.cfg.HostPathVolumes {
 		return nil, fmt.Errorf("kubernetes: files of %s: %w: host path volumes have no files sidecar", id, sandbox.ErrUnsupported)
 	}
-	bx := b.live(id)
+	bx := b.boxes.Get(id)
 	if bx == nil {
 		return nil, fmt.Errorf("kubernetes: files of %s: %w: sandbox is not running", id, sandbox.ErrUnavailable)
 	}
@@ -110,7 +111,7 @@ func (b *Backend) filesAgent(ctx context.Context, id string) (*agent.Client, err
 	}
 	var cl *agent.Client
 	stop, done, err := b.openStream(id, bx.pod, containerFiles, func(rw io.ReadWriteCloser) {
-		cl = agent.NewClient(rw, agent.WithKeepalive(15*time.Second, 10*time.Second))
+		cl = boxes.NewAgent(rw)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes: files of %s: %w: %w", id, sandbox.ErrUnavailable, err)
@@ -493,7 +494,7 @@ func (f *Files) SyncSkills(ctx context.Context, containerID, dir string, limit i
 	if err != nil {
 		return fmt.Errorf("kubernetes: skills of %s: %w", containerID, err)
 	}
-	if bx := f.b.live(containerID); bx != nil {
+	if bx := f.b.boxes.Get(containerID); bx != nil {
 		f.mu.Lock()
 		same := f.synced[containerID] == bx.uid+":"+sum
 		f.mu.Unlock()
@@ -508,7 +509,7 @@ func (f *Files) SyncSkills(ctx context.Context, containerID, dir string, limit i
 	if err != nil {
 		return err
 	}
-	if bx := f.b.live(containerID); bx != nil {
+	if bx := f.b.boxes.Get(containerID); bx != nil {
 		f.mu.Lock()
 		if f.synced == nil {
 			f.synced = map[string]string{}

@@ -21,7 +21,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"strings"
 	"sync"
 	"time"
@@ -78,16 +77,6 @@ const (
 	containerAgent   = "agent"
 )
 
-// Agent is the host side of the in-sandbox agent over one connection;
-// *agent.Client satisfies it.
-type Agent interface {
-	Exec(ctx context.Context, cmd sandbox.Command) (sandbox.Result, error)
-	Ping(ctx context.Context) error
-	Session(ctx context.Context, cmd sandbox.Command, tty *sandbox.TTY) (sandbox.Session, error)
-	Listen(ctx context.Context, addr string) (*agent.Listener, error)
-	Done() <-chan struct{}
-}
-
 // Config configures a Backend.
 type Config struct {
 	// Kubeconfig is the path of a kubeconfig file; empty means in-cluster
@@ -136,8 +125,8 @@ type Config struct {
 	// BootTimeout bounds a boot up to the agent's first answer.
 	BootTimeout time.Duration
 	// NewAgent wraps an attach stream in an agent client; default
-	// agent.NewClient with a keepalive.
-	NewAgent func(rw io.ReadWriteCloser) Agent
+	// boxes.NewAgent.
+	NewAgent func(rw io.ReadWriteCloser) boxes.Agent
 	// Logger receives lifecycle events and the agent's stderr.
 	Logger *slog.Logger
 }
@@ -194,15 +183,20 @@ type Backend struct {
 	cs   kubernetes.Interface
 	log  *slog.Logger
 
-	boxes *boxes.Set[*box]
+	boxes           *boxes.Set[*box]
+	boxes.Ops[*box] // Exec, Start, Listen
+
+	// A pod cannot be restored from a checkpoint.
+	boxes.FilesOnly
 }
 
 // box is one running sandbox: its pod and the agent over the attach stream.
 type box struct {
+	b         *Backend
 	id        string
 	pod       string
 	uid       string // the pod's uid, to tell a re-created pod apart
-	agent     Agent
+	agent     boxes.Agent
 	stop      func()        // ends the attach stream
 	done      chan struct{} // closed when the attach stream ends
 	startedAt time.Time
@@ -259,16 +253,17 @@ func New(cfg Config) (*Backend, error) {
 		cfg.BootTimeout = DefaultBootTimeout
 	}
 	if cfg.NewAgent == nil {
-		cfg.NewAgent = func(rw io.ReadWriteCloser) Agent {
-			return agent.NewClient(rw, agent.WithKeepalive(15*time.Second, 10*time.Second))
-		}
+		cfg.NewAgent = func(rw io.ReadWriteCloser) boxes.Agent { return boxes.NewAgent(rw) }
 	}
 	cfg.Limits = cfg.Limits.Or(sandbox.DefaultLimits())
 	lg := cfg.Logger
 	if lg == nil {
 		lg = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	return &Backend{cfg: cfg, rest: rc, cs: cs, log: lg, boxes: boxes.New(boxEnded)}, nil
+	b := &Backend{cfg: cfg, rest: rc, cs: cs, log: lg, boxes: boxes.New[*box]("kubernetes"),
+		FilesOnly: boxes.KeepsFilesOnly("kubernetes", checkpointReason)}
+	b.Ops = boxes.NewOps(b.boxes, b.missing)
+	return b, nil
 }
 
 // Close ends the attach streams; pods keep running (a later Reconcile
@@ -395,25 +390,6 @@ func (b *Backend) selector() string {
 	return LabelManaged + "=true," + LabelInstance + "=" + labelSafe(b.cfg.Instance)
 }
 
-// live returns the running box of id, or nil.
-func (b *Backend) live(id string) *box {
-	bx, _ := b.boxes.Live(id)
-	return bx
-}
-
-// boxEnded reports a box whose attach stream ended or whose agent gave up.
-func boxEnded(bx *box) bool {
-	select {
-	case <-bx.done:
-		return true
-	case <-bx.agent.Done():
-		bx.stop()
-		return true
-	default:
-		return false
-	}
-}
-
 // Ensure boots the sandbox for spec.ID unless it is running: the claim and
 // the policy (kept from an earlier boot, or made), then the pod.
 func (b *Backend) Ensure(ctx context.Context, spec sandbox.Spec) error {
@@ -435,62 +411,32 @@ func (b *Backend) Claim(_ context.Context, slot string, _ sandbox.Spec) error {
 	return fmt.Errorf("kubernetes: claim %s: %w: no warm pool", slot, sandbox.ErrUnsupported)
 }
 
-// Exec runs cmd through the sandbox's agent. When the pod goes away under
-// the command (deleted, evicted, stopped), the error wraps
-// sandbox.ErrUnavailable and the next Ensure re-creates the pod over the
-// same claim.
-func (b *Backend) Exec(ctx context.Context, id string, cmd sandbox.Command) (sandbox.Result, error) {
-	bx := b.live(id)
-	if bx == nil {
-		st, err := b.Status(ctx, id)
-		if err == nil && st.State == sandbox.StateMissing {
-			return sandbox.Result{}, fmt.Errorf("kubernetes: exec %s: %w", id, sandbox.ErrNotFound)
-		}
-		return sandbox.Result{}, fmt.Errorf("kubernetes: exec %s: %w: sandbox is not running", id, sandbox.ErrUnavailable)
-	}
-	res, err := bx.agent.Exec(ctx, cmd)
-	if err == nil {
-		return res, nil
-	}
-	if ctx.Err() != nil {
-		return res, fmt.Errorf("kubernetes: exec %s: %w", id, err)
-	}
-	select {
-	case <-bx.done:
-	case <-bx.agent.Done():
-	case <-time.After(500 * time.Millisecond):
-	}
-	if boxEnded(bx) {
-		return res, fmt.Errorf("kubernetes: exec %s: %w%s", id, sandbox.ErrUnavailable, b.deathReason(bx))
-	}
-	return res, fmt.Errorf("kubernetes: exec %s: %w", id, err)
-}
+// Agent returns the sandbox's agent connection.
+func (bx *box) Agent() boxes.Agent { return bx.agent }
 
-// Start starts a long-lived command whose output is streamed to cmd.Output.
-func (b *Backend) Start(ctx context.Context, id string, cmd sandbox.Command, tty *sandbox.TTY) (sandbox.Session, error) {
-	bx := b.live(id)
-	if bx == nil {
-		return nil, fmt.Errorf("kubernetes: start in %s: %w: sandbox is not running", id, sandbox.ErrUnavailable)
-	}
-	p, err := bx.agent.Session(ctx, cmd, tty)
-	if err != nil {
-		return nil, fmt.Errorf("kubernetes: start in %s: %w", id, err)
-	}
-	return p, nil
-}
+// Kill ends the attach stream (and the files sidecar's); the pod stays
+// until Stop deletes it.
+func (bx *box) Kill() { bx.stop() }
 
-// Listen listens on a loopback address inside the sandbox and hands each
-// connection to the host through the agent.
-func (b *Backend) Listen(ctx context.Context, id, addr string) (net.Listener, error) {
-	bx := b.live(id)
-	if bx == nil {
-		return nil, fmt.Errorf("kubernetes: listen in %s: %w: sandbox is not running", id, sandbox.ErrUnavailable)
-	}
-	l, err := bx.agent.Listen(ctx, addr)
-	if err != nil {
-		return nil, fmt.Errorf("kubernetes: listen in %s: %w", id, err)
-	}
-	return l, nil
+// Done is closed when the attach stream has ended.
+func (bx *box) Done() <-chan struct{} { return bx.done }
+
+// StartedAt returns when the pod started.
+func (bx *box) StartedAt() time.Time { return bx.startedAt }
+
+// OOMKills is not counted on the host: the agent in the pod tells a
+// command's memory kill (Config.OOMEvents).
+func (bx *box) OOMKills() (int64, bool) { return 0, false }
+
+// Why says why the pod went, from the apiserver.
+func (bx *box) Why() string { return strings.TrimPrefix(bx.b.deathReason(bx), ": ") }
+
+// missing reports whether neither a pod nor a claim of id is left. When
+// the pod goes away under a command (deleted, evicted, stopped), the next
+// Ensure re-creates it over the same claim.
+func (b *Backend) missing(ctx context.Context, id string) bool {
+	st, err := b.Status(ctx, id)
+	return err == nil && st.State == sandbox.StateMissing
 }
 
 // Stop deletes the sandbox's pod and waits for it to be gone; the claim
@@ -524,8 +470,8 @@ func (b *Backend) Remove(ctx context.Context, id string) error {
 // Status reports running for a pod this backend holds, stopped for a pod it
 // does not hold or a claim without a pod, and missing otherwise.
 func (b *Backend) Status(ctx context.Context, id string) (sandbox.Status, error) {
-	if bx := b.live(id); bx != nil {
-		return sandbox.Status{State: sandbox.StateRunning, StartedAt: bx.startedAt}, nil
+	if st, _ := b.Ops.Status(ctx, id); st.State == sandbox.StateRunning {
+		return st, nil
 	}
 	podName, claim, _ := b.names(id)
 	p, err := b.cs.CoreV1().Pods(b.cfg.Namespace).Get(ctx, podName, metav1.GetOptions{})
@@ -566,7 +512,7 @@ func (b *Backend) Reconcile(ctx context.Context, decide func(id string) sandbox.
 		p := &pods.Items[i]
 		id := p.Annotations[AnnotationContainer]
 		seen[id] = true
-		if id != "" && b.live(id) != nil {
+		if id != "" && b.boxes.Get(id) != nil {
 			continue
 		}
 		v := sandbox.Drop
@@ -597,7 +543,7 @@ func (b *Backend) Reconcile(ctx context.Context, decide func(id string) sandbox.
 	}
 	for _, c := range claims.Items {
 		id := c.Annotations[AnnotationContainer]
-		if id == "" || seen[id] || b.live(id) != nil || decide(id) != sandbox.Drop {
+		if id == "" || seen[id] || b.boxes.Get(id) != nil || decide(id) != sandbox.Drop {
 			continue
 		}
 		if err := b.deleteObjects(ctx, id); err != nil {
@@ -614,7 +560,7 @@ func (b *Backend) Reconcile(ctx context.Context, decide func(id string) sandbox.
 // adopt attaches to a running pod and keeps it when its agent answers.
 func (b *Backend) adopt(ctx context.Context, id string, p *corev1.Pod) bool {
 	defer b.boxes.Lock(id)()
-	if b.live(id) != nil {
+	if b.boxes.Get(id) != nil {
 		return true
 	}
 	if p.Status.Phase != corev1.PodRunning || len(p.Spec.Containers) == 0 || p.Spec.Containers[0].Image != b.cfg.Image {
@@ -724,33 +670,6 @@ func (b *Backend) deathReason(bx *box) string {
 		return ""
 	}
 	return ": pod ended (" + strings.Join(parts, ", ") + ")"
-}
-
-// logWriter forwards the agent's stderr to the logger line by line.
-type logWriter struct {
-	log *slog.Logger
-	id  string
-	mu  sync.Mutex
-	buf []byte
-}
-
-func (w *logWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.buf = append(w.buf, p...)
-	for {
-		i := strings.IndexByte(string(w.buf), '\n')
-		if i < 0 {
-			break
-		}
-		w.log.Info("agent", "id", w.id, "line", string(w.buf[:i]))
-		w.buf = w.buf[i+1:]
-	}
-	if len(w.buf) > 4096 {
-		w.log.Info("agent", "id", w.id, "line", string(w.buf))
-		w.buf = w.buf[:0]
-	}
-	return len(p), nil
 }
 
 var _ sandbox.Backend = (*Backend)(nil)

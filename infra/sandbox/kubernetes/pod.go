@@ -21,6 +21,7 @@ import (
 
 	"threadbox/domain/sandbox"
 	"threadbox/infra/sandbox/agent"
+	"threadbox/infra/sandbox/boxes"
 )
 
 // Volume names of a sandbox pod.
@@ -294,16 +295,9 @@ func (b *Backend) boot(ctx context.Context, spec sandbox.Spec) (*box, error) {
 	if err != nil {
 		return fail(err)
 	}
-	errc := make(chan error, 1)
-	go func() { errc <- bx.agent.Ping(bctx) }()
-	select {
-	case err = <-errc:
-	case <-bx.done:
-		err = errors.New("attach stream ended")
-	}
-	if err != nil {
+	if err := boxes.Handshake(bctx, b.cfg.BootTimeout, bx.agent, bx.done); err != nil {
 		bx.stop()
-		return fail(fmt.Errorf("agent handshake: %w%s", err, b.deathReason(bx)))
+		return fail(fmt.Errorf("%w%s", err, b.deathReason(bx)))
 	}
 	b.log.Info("sandbox booted", "id", spec.ID, "pod", p.Name, "runtimeClass", b.cfg.RuntimeClass)
 	return bx, nil
@@ -361,7 +355,7 @@ func (b *Backend) waitRunning(ctx context.Context, name, uid string) (*corev1.Po
 // back to SPDY) and wraps it in an agent client. The stream lives until
 // stop or until the pod goes.
 func (b *Backend) attach(id string, p *corev1.Pod) (*box, error) {
-	bx := &box{id: id, pod: p.Name, uid: string(p.UID)}
+	bx := &box{b: b, id: id, pod: p.Name, uid: string(p.UID)}
 	if p.Status.StartTime != nil {
 		bx.startedAt = p.Status.StartTime.Time
 	} else {
@@ -411,7 +405,7 @@ func (b *Backend) openStream(id, podName, container string, wrap func(io.ReadWri
 	}
 	wrap(agent.NewConn(outR, inW, func() error { stop(); return nil }))
 	go func() {
-		err := exec.StreamWithContext(sctx, remotecommand.StreamOptions{Stdin: inR, Stdout: outW, Stderr: &logWriter{log: b.log, id: id}})
+		err := exec.StreamWithContext(sctx, remotecommand.StreamOptions{Stdin: inR, Stdout: outW, Stderr: boxes.NewLogTail(b.log, "agent", id)})
 		if err == nil {
 			err = io.EOF
 		}

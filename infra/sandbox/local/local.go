@@ -15,7 +15,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -116,6 +115,9 @@ type Backend struct {
 	cfg Config
 	log *slog.Logger
 
+	// A jail's processes are host processes, which only CRIU could save.
+	boxes.FilesOnly
+
 	modeOnce sync.Once
 	mode     LimitMode
 	modeWhy  string
@@ -123,7 +125,8 @@ type Backend struct {
 	availMu sync.Mutex
 	availAt time.Time // last successful probe
 
-	boxes *boxes.Set[*jail]
+	boxes            *boxes.Set[*jail]
+	boxes.Ops[*jail] // Exec, Start, Listen, Status
 
 	slotsMu    sync.Mutex
 	slots      map[string]string // warm slot folder, by the id its jail serves (slot name or claimant)
@@ -138,7 +141,7 @@ type jail struct {
 	cg        *cgroup // nil with rlimits
 	done      chan struct{}
 	startedAt time.Time
-	stderr    *tailWriter
+	stderr    *boxes.LogTail
 	warm      *sandbox.Spec // the Warm spec of a pool jail, claimed or not
 }
 
@@ -172,7 +175,9 @@ func New(cfg Config) (*Backend, error) {
 	if lg == nil {
 		lg = slog.New(slog.DiscardHandler)
 	}
-	return &Backend{cfg: cfg, log: lg, boxes: boxes.New(jailEnded), slots: map[string]string{}}, nil
+	set := boxes.New[*jail]("local")
+	return &Backend{cfg: cfg, log: lg, boxes: set, Ops: boxes.NewOps(set, nil), slots: map[string]string{},
+		FilesOnly: boxes.KeepsFilesOnly("local", checkpointReason)}, nil
 }
 
 // Name returns "local".
@@ -224,19 +229,11 @@ func (b *Backend) Available(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("local: bubblewrap (install the Debian package bubblewrap): %w", err)
 	}
-	if b.cfg.RootFS == "" {
-		return errors.New("local: no root filesystem (set THREADBOX_ROOTFS, or build it with `sandbox/build-offline.sh --rootfs-only`)")
+	if err := boxes.CheckRootFS(b.cfg.RootFS); err != nil {
+		return fmt.Errorf("local: %w", err)
 	}
-	if fi, err := os.Stat(filepath.Join(b.cfg.RootFS, "bin", "bash")); err != nil || fi.IsDir() {
-		return fmt.Errorf("local: root filesystem %s has no /bin/bash (build it with `sandbox/build-offline.sh --rootfs-only`)", b.cfg.RootFS)
-	}
-	if b.cfg.AgentBin == "" {
-		return errors.New("local: no agent binary configured (build it with `make agent`)")
-	}
-	if fi, err := os.Stat(b.cfg.AgentBin); err != nil {
-		return fmt.Errorf("local: agent binary (build it with `make agent`): %w", err)
-	} else if fi.Mode()&0o111 == 0 {
-		return fmt.Errorf("local: agent binary %s is not executable", b.cfg.AgentBin)
+	if err := boxes.CheckAgentBin(b.cfg.AgentBin); err != nil {
+		return fmt.Errorf("local: %w", err)
 	}
 	st, err := b.newStage()
 	if err != nil {
@@ -373,26 +370,6 @@ func (b *Backend) command(ctx context.Context, bw string, procs []string, st *st
 	return cmd
 }
 
-// live returns the running jail of id, or nil.
-func (b *Backend) live(id string) *jail {
-	j, _ := b.boxes.Live(id)
-	return j
-}
-
-// jailEnded reports a jail that exited, or whose agent client gave up
-// (keepalive: the jail is hung), killing it then.
-func jailEnded(j *jail) bool {
-	select {
-	case <-j.done:
-		return true
-	case <-j.client.Done():
-		go j.kill()
-		return true
-	default:
-		return false
-	}
-}
-
 // Ensure boots the jail for spec.ID unless it is running. A jail that died
 // is replaced by a fresh one over the same host folders.
 func (b *Backend) Ensure(ctx context.Context, spec sandbox.Spec) error {
@@ -505,7 +482,7 @@ func (b *Backend) bootJail(ctx context.Context, spec sandbox.Spec, warm bool) (*
 		return nil, fmt.Errorf("bubblewrap: %w", err)
 	}
 	l := b.limits(spec.Limits)
-	j := &jail{id: spec.ID, done: make(chan struct{}), stderr: &tailWriter{log: b.log, id: spec.ID}}
+	j := &jail{id: spec.ID, done: make(chan struct{}), stderr: boxes.NewLogTail(b.log, "jail", spec.ID)}
 	mode, _ := b.LimitMode()
 	st, err := b.newStage()
 	if err != nil {
@@ -558,34 +535,25 @@ func (b *Backend) bootJail(ctx context.Context, spec sandbox.Spec, warm bool) (*
 	j.cmd = cmd
 	j.startedAt = time.Now()
 	rw := agent.NewConn(stdout, stdin, stdin.Close)
-	j.client = agent.NewClient(rw, agent.WithKeepalive(15*time.Second, 10*time.Second))
+	j.client = boxes.NewAgent(rw)
 	go func() {
 		_ = cmd.Wait()
 		j.client.Close()
 		j.cg.remove()
 		close(j.done)
 	}()
-	pctx, cancel := context.WithTimeout(ctx, b.cfg.BootTimeout)
-	defer cancel()
-	errc := make(chan error, 1)
-	go func() { errc <- j.client.Ping(pctx) }()
-	select {
-	case err = <-errc:
-	case <-j.done:
-		err = errors.New("jail exited during boot")
-	}
-	if err != nil {
-		j.kill()
+	if err := boxes.Handshake(ctx, b.cfg.BootTimeout, j.client, j.done); err != nil {
+		j.Kill()
 		<-j.done
-		return nil, fmt.Errorf("agent handshake: %w: %s", err, j.stderr.tail())
+		return nil, fmt.Errorf("%w: %s", err, j.stderr.Tail())
 	}
 	b.log.Info("sandbox booted", "id", spec.ID, "backend", "local", "limits", string(mode))
 	return j, nil
 }
 
-// kill ends the jail: its connection, the bwrap process group and, with
+// Kill ends the jail: its connection, the bwrap process group and, with
 // cgroups, every process left in its cgroup.
-func (j *jail) kill() {
+func (j *jail) Kill() {
 	j.client.Close()
 	if j.cmd != nil && j.cmd.Process != nil {
 		_ = syscall.Kill(-j.cmd.Process.Pid, syscall.SIGKILL)
@@ -593,40 +561,21 @@ func (j *jail) kill() {
 	j.cg.killAll()
 }
 
-// Exec runs cmd through the jail's agent. When the jail dies before the
-// command ends, the error wraps sandbox.ErrUnavailable and the next Ensure
-// boots a fresh jail.
-func (b *Backend) Exec(ctx context.Context, id string, cmd sandbox.Command) (sandbox.Result, error) {
-	j := b.live(id)
-	if j == nil {
-		if !b.boxes.Known(id) {
-			return sandbox.Result{}, fmt.Errorf("local: exec %s: %w", id, sandbox.ErrNotFound)
-		}
-		return sandbox.Result{}, fmt.Errorf("local: exec %s: %w: sandbox is not running", id, sandbox.ErrUnavailable)
-	}
-	oomBefore, oomKnown := j.cg.oomKills()
-	res, err := j.client.Exec(ctx, cmd)
-	if err == nil {
-		if res.ExitCode != 0 && !res.OOMKilled && oomKnown {
-			if n, ok := j.cg.oomKills(); ok && n > oomBefore {
-				res.OOMKilled = true
-			}
-		}
-		return res, nil
-	}
-	if ctx.Err() != nil {
-		return res, fmt.Errorf("local: exec %s: %w", id, err)
-	}
-	if errors.Is(err, sandbox.ErrUnavailable) {
-		return res, fmt.Errorf("local: exec %s: %w", id, err)
-	}
-	select {
-	case <-j.done:
-		return res, fmt.Errorf("local: exec %s: %w: jail ended: %w", id, sandbox.ErrUnavailable, err)
-	case <-time.After(200 * time.Millisecond):
-	}
-	return res, fmt.Errorf("local: exec %s: %w", id, err)
-}
+// Agent returns the jail's agent connection.
+func (j *jail) Agent() boxes.Agent { return j.client }
+
+// Done is closed when the jail has exited.
+func (j *jail) Done() <-chan struct{} { return j.done }
+
+// StartedAt returns when the jail booted.
+func (j *jail) StartedAt() time.Time { return j.startedAt }
+
+// OOMKills reads the jail's control group's kill counter (none under
+// rlimits).
+func (j *jail) OOMKills() (int64, bool) { return j.cg.oomKills() }
+
+// Why is not known of a jail: its host processes leave no record.
+func (j *jail) Why() string { return "" }
 
 // Stop kills the jail; its files stay.
 func (b *Backend) Stop(ctx context.Context, id string) error {
@@ -634,15 +583,8 @@ func (b *Backend) Stop(ctx context.Context, id string) error {
 	// A warm jail is never used again once it stops: its slot goes, even
 	// when the jail ended by itself.
 	defer b.dropSlot(id)
-	j, _ := b.boxes.Take(id)
-	if j == nil {
-		return nil
-	}
-	j.kill()
-	select {
-	case <-j.done:
-	case <-ctx.Done():
-		return fmt.Errorf("local: stop %s: %w", id, ctx.Err())
+	if stopped, err := b.boxes.Stop(ctx, id); !stopped || err != nil {
+		return err
 	}
 	b.log.Info("sandbox stopped", "id", id, "backend", "local")
 	return nil
@@ -662,7 +604,7 @@ func (b *Backend) Remove(ctx context.Context, id string) error {
 // sandbox.ErrNotFound when this process runs no such jail;
 // sandbox.ErrUnsupported under rlimits (no control group).
 func (b *Backend) SandboxCPU(ctx context.Context, id string) (time.Duration, error) {
-	j := b.live(id)
+	j := b.boxes.Get(id)
 	if j == nil {
 		return 0, fmt.Errorf("local: cpu %s: %w", id, sandbox.ErrNotFound)
 	}
@@ -671,18 +613,6 @@ func (b *Backend) SandboxCPU(ctx context.Context, id string) (time.Duration, err
 		return 0, fmt.Errorf("local: cpu %s: %w: no control group accounts for it", id, sandbox.ErrUnsupported)
 	}
 	return d, nil
-}
-
-// Status reports the jail's state: running, stopped (booted before by this
-// backend) or missing.
-func (b *Backend) Status(ctx context.Context, id string) (sandbox.Status, error) {
-	if j := b.live(id); j != nil {
-		return sandbox.Status{State: sandbox.StateRunning, StartedAt: j.startedAt}, nil
-	}
-	if b.boxes.Known(id) {
-		return sandbox.Status{State: sandbox.StateStopped}, nil
-	}
-	return sandbox.Status{State: sandbox.StateMissing}, nil
 }
 
 // Close kills every jail of this backend and removes its (then empty)
@@ -708,50 +638,7 @@ func (b *Backend) Close() error {
 	return errors.Join(errs...)
 }
 
-// tailWriter logs the jail's stderr line by line and keeps its last bytes
-// for boot errors.
-type tailWriter struct {
-	log *slog.Logger
-	id  string
-
-	mu   sync.Mutex
-	buf  []byte
-	last []byte
-}
-
-func (w *tailWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.last = append(w.last, p...)
-	if len(w.last) > 2048 {
-		w.last = w.last[len(w.last)-2048:]
-	}
-	w.buf = append(w.buf, p...)
-	for {
-		i := strings.IndexByte(string(w.buf), '\n')
-		if i < 0 {
-			break
-		}
-		w.log.Info("jail", "id", w.id, "line", string(w.buf[:i]))
-		w.buf = w.buf[i+1:]
-	}
-	if len(w.buf) > 4096 {
-		w.log.Info("jail", "id", w.id, "line", string(w.buf))
-		w.buf = w.buf[:0]
-	}
-	return len(p), nil
-}
-
-func (w *tailWriter) tail() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return strings.TrimSpace(string(w.last))
-}
-
-var (
-	_ sandbox.Backend = (*Backend)(nil)
-	_ io.Writer       = (*tailWriter)(nil)
-)
+var _ sandbox.Backend = (*Backend)(nil)
 
 // FindRootFS returns the root filesystem folder to use: $THREADBOX_ROOTFS,
 // else the folder sandbox/build-offline.sh keeps in its cache

@@ -263,7 +263,7 @@ func TestCgroupLimitsWritten(t *testing.T) {
 	if err := b.Ensure(context.Background(), sandbox.Spec{ID: "cg", Limits: lim}); err != nil {
 		t.Fatal(err)
 	}
-	j := b.live("cg")
+	j := b.boxes.Get("cg")
 	if j == nil || j.cg == nil {
 		t.Fatal("jail without cgroup")
 	}
@@ -382,7 +382,7 @@ func TestJailKilledFromOutside(t *testing.T) {
 	if err := b.Ensure(ctx, spec); err != nil {
 		t.Fatal(err)
 	}
-	j := b.live("victim")
+	j := b.boxes.Get("victim")
 	errc := make(chan error, 1)
 	go func() {
 		_, err := b.Exec(ctx, "victim", sandboxtest.Sh("sleep 60", time.Minute))
@@ -414,7 +414,7 @@ func TestJailKilledFromOutside(t *testing.T) {
 	if err := b.Ensure(ctx, spec); err != nil {
 		t.Fatal(err)
 	}
-	if j2 := b.live("victim"); j2 == nil || j2 == j {
+	if j2 := b.boxes.Get("victim"); j2 == nil || j2 == j {
 		t.Fatal("no fresh jail after the kill")
 	}
 	res, err := b.Exec(ctx, "victim", sandboxtest.Sh("echo back", 10*time.Second))

@@ -88,10 +88,10 @@ func (b *Backend) Claim(ctx context.Context, name string, spec sandbox.Spec) err
 	}
 	defer b.boxes.Lock(name)()
 	defer b.boxes.Lock(spec.ID)()
-	if b.live(spec.ID) != nil {
+	if b.boxes.Get(spec.ID) != nil {
 		return fmt.Errorf("local: claim %s: the sandbox of %s runs", name, spec.ID)
 	}
-	j := b.live(name)
+	j := b.boxes.Get(name)
 	if j == nil || j.warm == nil || j.warm.ID != name {
 		return fmt.Errorf("local: claim %s: %w: no unclaimed warm jail of that name", name, sandbox.ErrNotFound)
 	}
