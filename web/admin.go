@@ -216,11 +216,7 @@ func (s *Server) listUsers(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	out := make([]userView, len(us))
-	for i, u := range us {
-		out[i] = viewUser(u)
-	}
-	return c.JSON(listResponse[userView]{Data: out})
+	return c.JSON(listResponse[userView]{Data: views(us, viewUser)})
 }
 
 type userRequest struct {

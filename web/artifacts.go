@@ -70,15 +70,7 @@ func (s *Server) projectArtifacts(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	out := make([]artifactView, len(as))
-	for i, a := range as {
-		out[i] = viewArtifact(a)
-	}
-	resp := listResponse[artifactView]{Data: out, HasMore: more}
-	if len(out) > 0 {
-		resp.LastID = out[len(out)-1].ID
-	}
-	return c.JSON(resp)
+	return c.JSON(pageOf(views(as, viewArtifact), more, func(v artifactView) string { return v.ID }))
 }
 
 // getArtifact is GET /artifact/{id}.

@@ -159,11 +159,7 @@ func (s *Server) listTokens(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	out := make([]tokenView, len(ts))
-	for i, t := range ts {
-		out[i] = viewToken(t)
-	}
-	return c.JSON(listResponse[tokenView]{Data: out})
+	return c.JSON(listResponse[tokenView]{Data: views(ts, viewToken)})
 }
 
 func (s *Server) revokeToken(c *fiber.Ctx) error {

@@ -69,3 +69,22 @@ type listResponse[T any] struct {
 	HasMore bool   `json:"has_more"`
 	LastID  string `json:"last_id,omitempty"`
 }
+
+// views shows each of items by view.
+func views[T, V any](items []T, view func(T) V) []V {
+	out := make([]V, len(items))
+	for i, it := range items {
+		out[i] = view(it)
+	}
+	return out
+}
+
+// pageOf is one page of a list: more says that another follows, after the
+// last item, whose id is idOf's.
+func pageOf[V any](data []V, more bool, idOf func(V) string) listResponse[V] {
+	resp := listResponse[V]{Data: data, HasMore: more}
+	if len(data) > 0 {
+		resp.LastID = idOf(data[len(data)-1])
+	}
+	return resp
+}

@@ -44,11 +44,7 @@ func (s *Server) listProjects(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	out := make([]projectView, len(ps))
-	for i, p := range ps {
-		out[i] = viewProject(p)
-	}
-	return c.JSON(listResponse[projectView]{Data: out})
+	return c.JSON(listResponse[projectView]{Data: views(ps, viewProject)})
 }
 
 func (s *Server) getProject(c *fiber.Ctx) error {
@@ -143,15 +139,7 @@ func (s *Server) listThreads(c *fiber.Ctx) error {
 	if more {
 		ts = ts[:limit]
 	}
-	out := make([]threadView, len(ts))
-	for i, t := range ts {
-		out[i] = viewThread(t)
-	}
-	resp := listResponse[threadView]{Data: out, HasMore: more}
-	if len(out) > 0 {
-		resp.LastID = out[len(out)-1].ID
-	}
-	return c.JSON(resp)
+	return c.JSON(pageOf(views(ts, viewThread), more, threadID))
 }
 
 // searchThreads is GET /thread?q=: the caller's threads whose title or a
@@ -172,12 +160,11 @@ func (s *Server) searchThreads(c *fiber.Ctx, q string, limit int) error {
 			out[i].Match = &threadMatch{In: "message", MessageID: f.MessageID, Snippet: f.Snippet}
 		}
 	}
-	resp := listResponse[threadView]{Data: out, HasMore: more}
-	if len(out) > 0 {
-		resp.LastID = out[len(out)-1].ID
-	}
-	return c.JSON(resp)
+	return c.JSON(pageOf(out, more, threadID))
 }
+
+// threadID is the id a page of threads continues after.
+func threadID(v threadView) string { return v.ID }
 
 func (s *Server) getThread(c *fiber.Ctx) error {
 	t, err := s.svc.Workspace.Thread(c.UserContext(), principal(c), c.Params("id"))

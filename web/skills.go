@@ -62,11 +62,7 @@ func (s *Server) listSkills(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	out := make([]skillView, len(sks))
-	for i, sk := range sks {
-		out[i] = viewSkill(sk)
-	}
-	return c.JSON(listResponse[skillView]{Data: out})
+	return c.JSON(listResponse[skillView]{Data: views(sks, viewSkill)})
 }
 
 // deleteSkill is DELETE /skills/{id}: the skill, every version of it.
