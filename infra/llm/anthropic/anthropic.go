@@ -39,7 +39,7 @@ func New(cfg Config) *Model {
 	// threadbox registers no OpenTelemetry provider: the SDK's spans would
 	// be built per call for nothing (a few % of a request's CPU).
 	opts := []option.RequestOption{option.WithHTTPClient(upstream.Doer(cfg.Client())), option.WithMaxRetries(cfg.Retries()),
-		option.WithMiddleware(capRetryAfter(cfg.RetryWait())), option.WithoutOpenTelemetry()}
+		option.WithMiddleware(upstream.Middleware(cfg.RetryWait())), option.WithoutOpenTelemetry()}
 	if cfg.BaseURL != "" {
 		// The SDK adds v1/messages; accept a base URL given with /v1 too.
 		base := strings.TrimSuffix(strings.TrimSuffix(cfg.BaseURL, "/"), "/v1")
@@ -340,17 +340,4 @@ func upstreamError(ctx context.Context, err error, beforeStream bool) error {
 		return &messages.UpstreamError{Type: "api_error", Message: "The model upstream stream failed."}
 	}
 	return fmt.Errorf("anthropic: %w: %v", messages.ErrUpstreamUnavailable, err)
-}
-
-// capRetryAfter returns a middleware that stops the SDK from retrying when
-// the upstream asks to wait longer than limit.
-func capRetryAfter(limit time.Duration) option.Middleware {
-	return func(req *http.Request, next option.MiddlewareNext) (*http.Response, error) {
-		res, err := next(req)
-		if err == nil {
-			upstream.CapRetryAfter(res, limit)
-			upstream.DrainOnClose(res)
-		}
-		return res, err
-	}
 }

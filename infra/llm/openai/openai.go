@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
-	"time"
 
 	sdk "github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
@@ -41,7 +40,7 @@ func New(cfg Config) *Model {
 		key = "none"
 	}
 	opts := []option.RequestOption{option.WithHTTPClient(upstream.Doer(cfg.Client())), option.WithMaxRetries(cfg.Retries()),
-		option.WithMiddleware(capRetryAfter(cfg.RetryWait())), option.WithAPIKey(key)}
+		option.WithMiddleware(upstream.Middleware(cfg.RetryWait())), option.WithAPIKey(key)}
 	if cfg.BaseURL != "" {
 		opts = append(opts, option.WithBaseURL(strings.TrimSuffix(cfg.BaseURL, "/")+"/"))
 	}
@@ -483,17 +482,4 @@ func upstreamError(ctx context.Context, err error, beforeStream bool) error {
 		return &messages.UpstreamError{Type: "api_error", Message: msg}
 	}
 	return fmt.Errorf("openai: %w: %v", messages.ErrUpstreamUnavailable, err)
-}
-
-// capRetryAfter returns a middleware that stops the SDK from retrying when
-// the upstream asks to wait longer than limit.
-func capRetryAfter(limit time.Duration) option.Middleware {
-	return func(req *http.Request, next option.MiddlewareNext) (*http.Response, error) {
-		res, err := next(req)
-		if err == nil {
-			upstream.CapRetryAfter(res, limit)
-			upstream.DrainOnClose(res)
-		}
-		return res, err
-	}
 }

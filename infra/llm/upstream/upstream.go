@@ -55,6 +55,20 @@ func CapRetryAfter(res *http.Response, limit time.Duration) {
 	}
 }
 
+// Middleware returns the request middleware of both SDKs (their
+// option.Middleware): every answer is passed through CapRetryAfter with
+// limit and DrainOnClose.
+func Middleware(limit time.Duration) func(*http.Request, func(*http.Request) (*http.Response, error)) (*http.Response, error) {
+	return func(req *http.Request, next func(*http.Request) (*http.Response, error)) (*http.Response, error) {
+		res, err := next(req)
+		if err == nil {
+			CapRetryAfter(res, limit)
+			DrainOnClose(res)
+		}
+		return res, err
+	}
+}
+
 // DrainOnClose makes closing the response body first read what is left of
 // it (a little), so a stream that ended at its last event still hands its
 // kept-alive connection back for reuse.
