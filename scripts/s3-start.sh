@@ -5,21 +5,11 @@
 # without credentials), TEST_S3_ACCESS_KEY and TEST_S3_SECRET_KEY. Stop it
 # with scripts/s3-stop.sh.
 #
-# The server is built from the throwaway module in scripts/s3server (its
-# version pinned by that go.sum), once: the binary is cached outside the
-# repository, in $THREADBOX_CACHE (default ~/.cache/threadbox), under a
-# name keyed by the go.sum's hash, so a new pin builds a new binary.
+# The server is built once by scripts/s3-build.sh into a cache outside the
+# repository (keyed by scripts/s3server/go.sum).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cache=${THREADBOX_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/threadbox}
-key=$(sha256sum scripts/s3server/go.sum | cut -c1-16)
-bin=$cache/versitygw-$key
-if [ ! -x "$bin" ]; then
-  mkdir -p "$cache"
-  echo "s3-start: building the S3 server (once; a few minutes) into $bin" >&2
-  (cd scripts/s3server && CGO_ENABLED=0 go build -trimpath -o "$bin.tmp" github.com/versity/versitygw/cmd/versitygw) >&2
-  mv "$bin.tmp" "$bin"
-fi
+bin=$(bash scripts/s3-build.sh)
 dir=$(mktemp -d /tmp/threadbox-s3.XXXXXX)
 mkdir -p "$dir/root"
 port=$(python3 - <<'PY' 2>/dev/null || echo 17071
