@@ -93,14 +93,21 @@ if [ ! -d "$c2pa/node_modules/@contentauth/c2pa-wasm" ]; then
   else echo "test: no npm; the Content Credentials tests will $( [ "${CI:-}" = true ] && echo fail || echo skip )" >&2; fi
 fi
 
-# The packages that boot real sandboxes run one at a time: sandboxes of every
-# backend run as the host's uid 1000, and the local backend's rlimit mode
-# counts that uid's processes host-wide, so a Docker fork-bomb test running
-# beside it would starve it. Everything else runs two packages at a time.
-serial=(./infra/sandbox/docker ./infra/sandbox/gvisor ./infra/sandbox/local ./infra/sandbox/kubernetes ./cmd/threadbox ./cmd/threadbox-soak)
+# The packages that boot real sandboxes run after the rest. The local
+# backend's rlimit mode counts the processes of the host's uid 1000 host-wide,
+# and sandboxes of docker (runc) and kubernetes run as that uid too, so a
+# fork-bomb test there would starve the local jail: local and cmd/threadbox
+# (which boots local sandboxes as well as Docker ones and drives Chromium)
+# run alone, one after the other. The rest do not count processes by uid and
+# wait mostly on sandboxes, so they run side by side: docker's and gVisor's
+# suites, the kubernetes suite in its own cluster, and the soak over its own
+# Docker daemon. Everything else runs two packages at a time.
+alone=(./infra/sandbox/local ./cmd/threadbox)
+beside=(./infra/sandbox/docker ./infra/sandbox/gvisor ./infra/sandbox/kubernetes ./cmd/threadbox-soak)
 parallel=$(go list ./... | grep -v -x -e threadbox/infra/sandbox/docker -e threadbox/infra/sandbox/gvisor -e threadbox/infra/sandbox/local -e threadbox/infra/sandbox/kubernetes -e threadbox/cmd/threadbox -e threadbox/cmd/threadbox-soak)
 status=0
 go test -count=1 -p 2 -timeout 20m "$@" $parallel || status=1
+go test -count=1 -p 1 -timeout 40m "$@" "${alone[@]}" || status=1
 k8s_wait
-go test -count=1 -p 1 -timeout 40m "$@" "${serial[@]}" || status=1
+go test -count=1 -p 4 -timeout 30m "$@" "${beside[@]}" || status=1
 exit $status
