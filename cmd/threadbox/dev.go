@@ -14,6 +14,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"threadbox/infra/sandbox/gvisor"
 )
 
 // devDefaultBackends is SANDBOX_BACKEND of a development run when the
@@ -112,7 +114,8 @@ func cmdDev(ctx context.Context, args []string, getenv func(string) string, stdo
 // devPrepare decides the sandbox backends of a development run and
 // prepares them; it returns the SANDBOX_BACKEND to serve with, "" meaning
 // no backend (code execution off). An explicit SANDBOX_BACKEND is kept as
-// it is; only the image or root filesystem it needs is prepared. Otherwise:
+// it is; only the image or root filesystem it needs is prepared (the
+// gvisor backend's: runsc, root, and the root filesystem). Otherwise:
 //
 //   - a Docker daemon that answers serves, its image built first when it is
 //     missing (root and debootstrap needed): docker,local;
@@ -172,7 +175,7 @@ func devPrepare(ctx context.Context, cfg Config, getenv func(string) string, rec
 			say("the docker backend cannot be used: %s", dockerWhy)
 		}
 	}
-	localOK := false
+	localOK, rootfsBuilt := false, false
 	if slices.Contains(names, "local") && !dockerOK && h.have("bwrap") {
 		switch {
 		case cfg.RootFS != "":
@@ -182,8 +185,26 @@ func devPrepare(ctx context.Context, cfg Config, getenv func(string) string, rec
 			if err := build(ctx, h, out, say, env, "--rootfs-only"); err != nil {
 				say("the local backend cannot be used: the root filesystem build failed: %v", err)
 			} else {
-				localOK = true
+				localOK, rootfsBuilt = true, true
 			}
+		}
+	}
+	// The gvisor backend runs runsc itself, as root, over the same root
+	// filesystem as the local backend.
+	if slices.Contains(names, "gvisor") {
+		switch {
+		case !h.root:
+			say("the gvisor backend cannot be used: it runs runsc itself, which needs root")
+		case !h.have(gvisor.DefaultRunsc):
+			say("the gvisor backend cannot be used: runsc is not installed (`apt-get install runsc`, or scripts/ci-docker.sh)")
+		case cfg.RootFS != "" || rootfsBuilt:
+		case canBuild:
+			say("no root filesystem for the gvisor backend: building it from Debian's packages, %s", estimate(recipe, cache))
+			if err := build(ctx, h, out, say, env, "--rootfs-only"); err != nil {
+				say("the gvisor backend cannot be used: the root filesystem build failed: %v", err)
+			}
+		default:
+			say("the gvisor backend cannot be used: it needs the sandbox root filesystem, and building it needs debootstrap")
 		}
 	}
 

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"time"
 
+	"threadbox/domain/sandbox"
 	"threadbox/infra/sandbox/hostdirs"
 	"threadbox/infra/store"
 )
@@ -104,7 +105,7 @@ func doctor(ctx context.Context, cfg Config) []check {
 			c.info = err.Error()
 			c.fix = backendFix(b.Name())
 		} else {
-			c.ok, c.info = true, "available ("+b.Isolation()+")"
+			c.ok, c.info = true, "available ("+b.Isolation()+"); "+checkpointInfo(b.Checkpoints(ctx))
 		}
 		out = append(out, c)
 	}
@@ -149,6 +150,17 @@ func backendFix(name string) string {
 		return "start Docker (scripts/ci-docker.sh installs and starts it with gVisor), build the image with `make sandbox-image` and the agent with `make agent`"
 	case "local":
 		return "install bubblewrap and build the root filesystem with `sandbox/build-offline.sh --rootfs-only` (docs/backends.md)"
+	case "gvisor":
+		return "run as root with runsc installed (scripts/ci-docker.sh installs it), build the root filesystem with `sandbox/build-offline.sh --rootfs-only` and the agent with `make agent` (docs/backends.md)"
 	}
 	return "see docs/backends.md"
+}
+
+// checkpointInfo says whether a backend keeps its sandboxes' life across a
+// stop (checkpoints) or their files only, and why.
+func checkpointInfo(c sandbox.CheckpointSupport) string {
+	if c.Supported {
+		return "checkpoints: " + c.Mechanism
+	}
+	return "files only across a stop (" + c.Reason + ")"
 }

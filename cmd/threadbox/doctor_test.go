@@ -26,7 +26,7 @@ func TestDoctor(t *testing.T) {
 		fails bool
 		want  []string
 	}{
-		{"all there", nil, false, []string{"ok   database", "ok   backend docker", "available (namespaces)"}},
+		{"all there", nil, false, []string{"ok   database", "ok   backend docker", "available (namespaces)", "files only across a stop (files only: a runc sandbox"}},
 		{"no image", map[string]string{"SANDBOX_IMAGE": "threadbox-no-such-image:none"}, true,
 			[]string{"FAIL backend docker", "threadbox-no-such-image:none", "fix: start Docker", "make sandbox-image"}},
 		{"no agent", map[string]string{"THREADBOX_AGENT_BIN": "/nonexistent/threadbox-agent"}, true,
@@ -47,5 +47,37 @@ func TestDoctor(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestDoctorGvisor: under the gvisor backend doctor says the backend is
+// available and keeps its sandboxes' life (checkpoints), and names the
+// fix when the root filesystem is missing.
+func TestDoctorGvisor(t *testing.T) {
+	bin := needGvisor(t)
+	env := func(extra map[string]string) func(string) string {
+		e := map[string]string{"DATA_DIR": filepath.Join(t.TempDir(), "data"), "SANDBOX_BACKEND": "gvisor", "THREADBOX_AGENT_BIN": bin, "SANDBOX_DISK_QUOTA": "none", "THREADBOX_INSTANCE": gvisorInstance(t)}
+		for k, v := range extra {
+			e[k] = v
+		}
+		return func(k string) string { return e[k] }
+	}
+	var out bytes.Buffer
+	if err := run(context.Background(), []string{"doctor"}, env(nil), &out, io.Discard); err != nil {
+		t.Fatalf("doctor: %v\n%s", err, out.String())
+	}
+	for _, w := range []string{"ok   backend gvisor", "checkpoints: gVisor checkpoint and restore"} {
+		if !strings.Contains(out.String(), w) {
+			t.Errorf("doctor printed\n%s\nwant %q", out.String(), w)
+		}
+	}
+	out.Reset()
+	if err := run(context.Background(), []string{"doctor"}, env(map[string]string{"THREADBOX_ROOTFS": filepath.Join(t.TempDir(), "none")}), &out, io.Discard); err == nil {
+		t.Fatalf("doctor passed without a root filesystem:\n%s", out.String())
+	}
+	for _, w := range []string{"FAIL backend gvisor", "fix: run as root with runsc installed", "--rootfs-only"} {
+		if !strings.Contains(out.String(), w) {
+			t.Errorf("doctor printed\n%s\nwant %q", out.String(), w)
+		}
 	}
 }
