@@ -12,19 +12,38 @@ import (
 	"threadbox/infra/c2pa/c2patest"
 )
 
-// mediaScript writes a PNG, a JPEG, a GIF and a WebP with Pillow, an SVG with
-// matplotlib, a WAV with the wave module, MPEG audio frames as an MP3, a
-// text file and a PDF to outputs.
+// mediaScript writes a PNG, a JPEG, a GIF, a WebP and a TIFF with Pillow, an
+// SVG with matplotlib, a WAV with the wave module, MPEG audio frames as an
+// MP3, a FLAC stream (flacScript), a text file and a PDF to outputs.
 const mediaScript = "```python\nimport os\nfrom PIL import Image\nos.makedirs('/mnt/user-data/outputs', exist_ok=True)\n" +
 	"img = Image.new('RGB', (64, 48), (200, 40, 90))\n" +
 	"img.save('/mnt/user-data/outputs/plot.png')\nimg.save('/mnt/user-data/outputs/photo.jpg', quality=90)\n" +
-	"img.save('/mnt/user-data/outputs/anim.gif')\nimg.save('/mnt/user-data/outputs/pic.webp')\n" +
+	"img.save('/mnt/user-data/outputs/anim.gif')\nimg.save('/mnt/user-data/outputs/pic.webp')\nimg.save('/mnt/user-data/outputs/scan.tif')\n" +
 	"import matplotlib\nmatplotlib.use('Agg')\nimport matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.savefig('/mnt/user-data/outputs/chart.svg')\n" +
 	"import wave\nw = wave.open('/mnt/user-data/outputs/tone.wav', 'wb')\nw.setnchannels(1)\nw.setsampwidth(2)\nw.setframerate(8000)\n" +
 	"w.writeframes(bytes(range(256)) * 40)\nw.close()\n" +
 	"open('/mnt/user-data/outputs/beep.mp3', 'wb').write((b'\\xff\\xfb\\x90\\x64' + bytes(413)) * 10)\n" +
 	"open('/mnt/user-data/outputs/notes.txt', 'w').write('plain notes\\n')\n" +
-	"open('/mnt/user-data/outputs/doc.pdf', 'wb').write(b'%PDF-1.4\\n%%EOF\\n')\nprint('saved')\n```"
+	"open('/mnt/user-data/outputs/doc.pdf', 'wb').write(b'%PDF-1.4\\n%%EOF\\n')\n" + flacScript + "print('saved')\n```"
+
+// flacScript writes a FLAC stream (the sandbox has no FLAC encoder): a
+// STREAMINFO block and one frame of 4096 16-bit mono samples at 8 kHz in a
+// verbatim subframe, with the frame's CRC-8 and CRC-16.
+const flacScript = `import struct
+def crc(b, poly, bits):
+    c, top, mask = 0, 1 << (bits - 1), (1 << bits) - 1
+    for x in b:
+        c ^= x << (bits - 8)
+        for _ in range(8):
+            c = ((c << 1) ^ poly) & mask if c & top else (c << 1) & mask
+    return c
+n = 4096
+info = struct.pack('>HH', n, n) + bytes(6) + struct.pack('>Q', 8000 << 44 | 15 << 36 | n) + bytes(16)
+head = bytes([0xff, 0xf8, 0xc4, 0x08, 0])
+frame = head + bytes([crc(head, 7, 8)]) + b'\x02' + b''.join(struct.pack('>h', (i % 100) * 500 - 25000) for i in range(n))
+frame += struct.pack('>H', crc(frame, 0x8005, 16))
+open('/mnt/user-data/outputs/tone.flac', 'wb').write(b'fLaC\x80\x00\x00\x22' + info + frame)
+`
 
 // TestContentCredentialsDownloads: media written by code in a Docker
 // sandbox come back from every download path (thread download-file, the
@@ -65,7 +84,7 @@ func TestContentCredentialsDownloads(t *testing.T) {
 			{"artifact", artifacts[name]["download_url"].(string), true, ""},
 		}
 	}
-	for _, tc := range []struct{ name, mime string }{{"plot.png", "image/png"}, {"photo.jpg", "image/jpeg"}, {"anim.gif", "image/gif"}, {"tone.wav", "audio/wav"}, {"chart.svg", "image/svg+xml"}, {"pic.webp", "image/webp"}, {"beep.mp3", "audio/mpeg"}} {
+	for _, tc := range []struct{ name, mime string }{{"plot.png", "image/png"}, {"photo.jpg", "image/jpeg"}, {"anim.gif", "image/gif"}, {"tone.wav", "audio/wav"}, {"chart.svg", "image/svg+xml"}, {"pic.webp", "image/webp"}, {"beep.mp3", "audio/mpeg"}, {"scan.tif", "image/tiff"}, {"tone.flac", "audio/flac"}} {
 		art := artifacts[tc.name]
 		if art == nil {
 			t.Fatalf("no artifact %s: %v", tc.name, artifacts)
@@ -110,8 +129,10 @@ func TestContentCredentialsDownloads(t *testing.T) {
 				switch tc.mime {
 				case "audio/wav", "image/webp":
 					at = 50 // samples or bitstream, before the manifest at the end
-				case "audio/mpeg":
+				case "audio/mpeg", "audio/flac":
 					at = len(flipped) - 100 // audio frames, after the manifest in the tag at the start
+				case "image/tiff":
+					at = size - 1 // the stored file, before the directory and manifest appended
 				case "image/svg+xml":
 					at = bytes.Index(flipped, []byte(`d="M `)) + 5 // a digit of a path, before the manifest at the end
 				}

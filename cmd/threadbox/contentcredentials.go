@@ -22,7 +22,7 @@ import (
 //     start in DATA_DIR/c2pa and a warning says validators report it
 //     untrusted.
 //   - C2PA_FORMATS: the formats signed, comma-separated (png, jpeg, gif,
-//     wav, svg, webp, mp3), "all" (the default) or "none".
+//     wav, svg, webp, mp3, tiff, flac), "all" (the default) or "none".
 func contentCredentials(getenv func(string) string, dataDir string, policies credentials.Policies, log *slog.Logger) (*credentials.Service, error) {
 	formats, err := parseFormats(getenv("C2PA_FORMATS"))
 	if err != nil {

@@ -42,8 +42,9 @@ var byExt = map[string]string{
 	".ppt":     "application/vnd.ms-powerpoint",
 	".parquet": "application/vnd.apache.parquet", ".sqlite": "application/vnd.sqlite3",
 	".db":  "application/vnd.sqlite3",
-	".mp3": "audio/mpeg", ".wav": "audio/wav", ".ogg": "audio/ogg",
-	".mp4": "video/mp4", ".webm": "video/webm",
+	".mp3": "audio/mpeg", ".wav": "audio/wav", ".ogg": "audio/ogg", ".flac": "audio/flac",
+	".m4a": "audio/mp4", ".mp4": "video/mp4", ".m4v": "video/mp4", ".mov": "video/quicktime",
+	".webm": "video/webm", ".heic": "image/heic", ".heif": "image/heif", ".avif": "image/avif",
 	".bsl": "text/plain", ".os": "text/plain",
 }
 

@@ -34,6 +34,12 @@ func TestDetect(t *testing.T) {
 		{"noext", nil, "application/octet-stream", false},
 		{"archive.bin", []byte{0, 1, 2, 3, 0xff}, "application/octet-stream", false},
 		{"book.xlsx", []byte("PK\x03\x04"), "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet", false},
+		// Media that downloads sign, by name.
+		{"tone.flac", []byte("fLaC"), "audio/flac", false},
+		{"clip.mov", nil, "video/quicktime", false},
+		{"voice.m4a", nil, "audio/mp4", false},
+		{"photo.heic", nil, "image/heic", false},
+		{"photo.avif", nil, "image/avif", false},
 	}
 	for _, tt := range tests {
 		got := Detect(tt.name, tt.head)

@@ -55,6 +55,10 @@ func encodeImage(t *testing.T, f Format) []byte {
 		return readTestdata(t, "lossy.webp")
 	case MP3:
 		return testMP3(nil)
+	case TIFF:
+		return testTIFF(binary.LittleEndian, 2)
+	case FLAC:
+		return testFLAC()
 	}
 	if err != nil {
 		t.Fatal(err)
@@ -108,6 +112,8 @@ var media = []mediaCase{
 	{SVG, "image/svg+xml", func(b []byte) int { return bytes.LastIndex(b, []byte("L50")) + 1 }},
 	{WEBP, "image/webp", func(b []byte) int { return 60 }},
 	{MP3, "audio/mpeg", func(b []byte) int { return len(b) - 100 }},
+	{TIFF, "image/tiff", func(b []byte) int { return 200 }},
+	{FLAC, "audio/flac", func(b []byte) int { return len(b) - 10 }},
 }
 
 // resignable are the formats whose manifest a re-signing replaces (an SVG
@@ -442,5 +448,179 @@ func TestMP3KeepsItsTag(t *testing.T) {
 		if r := validate(t, "audio/mpeg", signed); len(r.Failures()) > 0 || r.ActiveManifest == "" {
 			t.Fatalf("v2.%d: validation failures %+v\n%s", v, r.Failures(), r.Raw)
 		}
+	}
+}
+
+// testTIFF is an uncompressed 16x8 RGB TIFF of one strip in byte order
+// bo, with pages image file directories (a page after the first is a
+// copy of the first).
+func testTIFF(bo binary.ByteOrder, pages int) []byte {
+	const w, h = 16, 8
+	var b bytes.Buffer
+	if bo == binary.LittleEndian {
+		b.WriteString("II")
+	} else {
+		b.WriteString("MM")
+	}
+	binary.Write(&b, bo, uint16(42))
+	binary.Write(&b, bo, uint32(8+3*w*h))
+	for y := range h {
+		for x := range w {
+			b.Write([]byte{uint8(x * 16), uint8(y * 32), 90})
+		}
+	}
+	type entry struct {
+		tag, typ uint16
+		count    uint32
+		value    uint32
+	}
+	bps := uint32(0) // bits per sample, 3 shorts out of line
+	entries := []entry{
+		{256, 3, 1, w}, {257, 3, 1, h}, {258, 3, 3, bps}, {259, 3, 1, 1}, {262, 3, 1, 2},
+		{273, 4, 1, 8}, {277, 3, 1, 3}, {278, 3, 1, h}, {279, 4, 1, 3 * w * h}, {284, 3, 1, 1},
+	}
+	ifdLen := uint32(2 + 12*len(entries) + 4)
+	for p := range pages {
+		at := uint32(b.Len())
+		bpsAt := at + ifdLen
+		binary.Write(&b, bo, uint16(len(entries)))
+		for _, e := range entries {
+			binary.Write(&b, bo, e.tag)
+			binary.Write(&b, bo, e.typ)
+			binary.Write(&b, bo, e.count)
+			switch {
+			case e.tag == 258:
+				binary.Write(&b, bo, bpsAt)
+			case e.typ == 3 && e.count == 1:
+				binary.Write(&b, bo, uint16(e.value))
+				binary.Write(&b, bo, uint16(0))
+			default:
+				binary.Write(&b, bo, e.value)
+			}
+		}
+		next := uint32(0)
+		if p < pages-1 {
+			next = bpsAt + 6
+		}
+		binary.Write(&b, bo, next)
+		for range 3 {
+			binary.Write(&b, bo, uint16(8))
+		}
+	}
+	return b.Bytes()
+}
+
+// testFLAC is a FLAC stream of 4096 samples of 16-bit mono at 8 kHz in
+// one frame with a verbatim subframe: a sawtooth.
+func testFLAC() []byte {
+	const samples = 4096
+	var b bytes.Buffer
+	b.WriteString("fLaC")
+	b.Write([]byte{0x80, 0, 0, 34}) // STREAMINFO, the last metadata block
+	si := make([]byte, 34)
+	binary.BigEndian.PutUint16(si[0:], samples)
+	binary.BigEndian.PutUint16(si[2:], samples)
+	// sample rate 8000 (20 bits), channels-1 = 0 (3 bits), bps-1 = 15 (5 bits), total samples (36 bits)
+	v := uint64(8000)<<44 | uint64(0)<<41 | uint64(15)<<36 | samples
+	binary.BigEndian.PutUint64(si[10:], v)
+	b.Write(si)
+	// Frame header: sync, fixed block size, block size 4096 (code 12), 8 kHz (code 4: 8 kHz),
+	// mono (0), 16 bits (code 4), frame number 0, then CRC-8.
+	hdr := []byte{0xff, 0xf8, 0xc4, 0x08, 0x00}
+	hdr = append(hdr, crc8(hdr))
+	frame := append([]byte{}, hdr...)
+	frame = append(frame, 0x02) // verbatim subframe, no wasted bits
+	for i := range samples {
+		frame = binary.BigEndian.AppendUint16(frame, uint16(int16((i%100)*500-25000)))
+	}
+	frame = binary.BigEndian.AppendUint16(frame, crc16(frame))
+	b.Write(frame)
+	return b.Bytes()
+}
+
+func crc8(b []byte) byte {
+	var c byte
+	for _, x := range b {
+		c ^= x
+		for range 8 {
+			if c&0x80 != 0 {
+				c = c<<1 ^ 0x07
+			} else {
+				c <<= 1
+			}
+		}
+	}
+	return c
+}
+
+func crc16(b []byte) uint16 {
+	var c uint16
+	for _, x := range b {
+		c ^= uint16(x) << 8
+		for range 8 {
+			if c&0x8000 != 0 {
+				c = c<<1 ^ 0x8005
+			} else {
+				c <<= 1
+			}
+		}
+	}
+	return c
+}
+
+// A big-endian TIFF of one page and a little-endian one of two validate
+// and keep every page's directory; a FLAC behind an ID3 tag of its own
+// keeps the tag's frames.
+func TestTIFFAndFLACVariants(t *testing.T) {
+	s := testSigner(t)
+	for _, tc := range []struct {
+		name, mime string
+		format     Format
+		b          []byte
+	}{
+		{"tiff big-endian", "image/tiff", TIFF, testTIFF(binary.BigEndian, 1)},
+		{"tiff three pages", "image/tiff", TIFF, testTIFF(binary.LittleEndian, 3)},
+		{"flac after an ID3 tag", "audio/flac", FLAC, append([]byte{'I', 'D', '3', 3, 0, 0, 0, 0, 0, 20, 'T', 'I', 'T', '2', 0, 0, 0, 10, 0, 0, 0, 'a', ' ', 'c', 'h', 'i', 'r', 'p', '!', '!'}, testFLAC()...)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			signed := signBytes(t, s, tc.b, tc.format, Provenance{Org: "org_1"})
+			if r := validate(t, tc.mime, signed); len(r.Failures()) > 0 || r.ActiveManifest == "" {
+				t.Fatalf("validation failures %+v\n%s", r.Failures(), r.Raw)
+			}
+			if tc.format == FLAC && !bytes.Contains(signed, []byte("a chirp!!")) {
+				t.Error("the FLAC's own ID3 frame was dropped")
+			}
+		})
+	}
+}
+
+func TestTIFFAndFLACRefusals(t *testing.T) {
+	s := testSigner(t)
+	big := testTIFF(binary.LittleEndian, 1)
+	big[2] = 43
+	twoC2PA := testTIFF(binary.LittleEndian, 2)
+	// The second page's first entry (ImageWidth) relabelled as a C2PA entry.
+	second := binary.LittleEndian.Uint32(twoC2PA[8+3*16*8+2+12*10:])
+	binary.LittleEndian.PutUint16(twoC2PA[second+2:], tiffC2PATag)
+	loop := testTIFF(binary.LittleEndian, 1)
+	binary.LittleEndian.PutUint32(loop[8+3*16*8+2+12*10:], binary.LittleEndian.Uint32(loop[4:]))
+	for _, tc := range []struct {
+		name   string
+		format Format
+		b      []byte
+	}{
+		{"bigtiff", TIFF, big},
+		{"tiff C2PA entry outside IFD0", TIFF, twoC2PA},
+		{"tiff IFD loop", TIFF, loop},
+		{"tiff IFD past the end", TIFF, testTIFF(binary.LittleEndian, 1)[:300]},
+		{"not a tiff", TIFF, []byte("IX*\x00\x08\x00\x00\x00")},
+		{"not a flac", FLAC, []byte("fLaX and more bytes")},
+		{"id3 then not a flac", FLAC, testMP3([]byte{'I', 'D', '3', 4, 0, 0, 0, 0, 0, 0})},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := s.Sign(bytes.NewReader(tc.b), int64(len(tc.b)), tc.format, Provenance{}); !errors.Is(err, ErrMalformed) {
+				t.Fatalf("err %v, want ErrMalformed", err)
+			}
+		})
 	}
 }

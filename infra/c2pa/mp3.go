@@ -7,19 +7,38 @@ import (
 	"io"
 )
 
-// An MP3 carries its manifest store in a GEOB frame (MIME type
+// An MP3 or a FLAC carries its manifest store in a GEOB frame (MIME type
 // application/c2pa) of the ID3v2 tag at its start. The data hash leaves
 // out the store alone: the tag header and the frame's header and fields
 // are hashed.
 var geobFields = []byte("\x00application/c2pa\x00c2pa\x00c2pa manifest store\x00")
 
-// mp3Layout reads the ID3v2 tag at the start of an MP3, if any: its
-// frames are kept (C2PA GEOB frames dropped, padding left out) and a GEOB
-// frame holding the manifest follows them, the tag's size counting it.
-// Without a tag, an ID3v2.4 tag holding the frame alone is put first. A
-// tag using unsynchronisation, an extended header or a footer is not
-// rewritten (the file is served as written).
+// mp3Layout is id3Layout for an MP3: without a tag, the file starts with
+// an MPEG frame sync.
 func mp3Layout(r io.ReaderAt, size int64) (layout, error) {
+	return id3Layout(r, size, "an MP3 (no ID3 tag, no MPEG frame sync)", func(b []byte) bool {
+		return len(b) >= 2 && b[0] == 0xff && b[1]&0xe0 == 0xe0
+	}, false)
+}
+
+// flacLayout is id3Layout for a FLAC: the stream after the tag (or the
+// file without one) starts with "fLaC". The manifest goes in an ID3v2 tag
+// before the stream, as for an MP3.
+func flacLayout(r io.ReaderAt, size int64) (layout, error) {
+	return id3Layout(r, size, "a FLAC (no fLaC stream marker)", func(b []byte) bool {
+		return len(b) >= 4 && string(b[:4]) == "fLaC"
+	}, true)
+}
+
+// id3Layout reads the ID3v2 tag at the start of an MP3 or a FLAC, if any:
+// its frames are kept (C2PA GEOB frames dropped, padding left out) and a
+// GEOB frame holding the manifest follows them, the tag's size counting
+// it. Without a tag, an ID3v2.4 tag holding the frame alone is put first.
+// isAudio checks the bytes where the audio starts (after the tag, when
+// checkAfterTag, else only without a tag). A tag using unsynchronisation,
+// an extended header or a footer is not rewritten (the file is served as
+// written).
+func id3Layout(r io.ReaderAt, size int64, what string, isAudio func([]byte) bool, checkAfterTag bool) (layout, error) {
 	head := make([]byte, 10)
 	n, _ := r.ReadAt(head, 0)
 	version := byte(4)
@@ -66,8 +85,14 @@ func mp3Layout(r io.ReaderAt, size int64) (layout, error) {
 			off = end
 		}
 		frames = append(frames, span{off: from, n: off - from})
-	} else if n < 2 || head[0] != 0xff || head[1]&0xe0 != 0xe0 {
-		return layout{}, fmt.Errorf("%w: not an MP3 (no ID3 tag, no MPEG frame sync)", ErrMalformed)
+	} else if !isAudio(head[:n]) {
+		return layout{}, fmt.Errorf("%w: not %s", ErrMalformed, what)
+	}
+	if audio > 0 && checkAfterTag {
+		n, _ := r.ReadAt(head[:4], audio)
+		if !isAudio(head[:n]) {
+			return layout{}, fmt.Errorf("%w: not %s", ErrMalformed, what)
+		}
 	}
 	framesLen := int64(0)
 	for _, f := range frames {

@@ -33,10 +33,12 @@ const (
 	SVG  Format = "svg"
 	WEBP Format = "webp"
 	MP3  Format = "mp3"
+	TIFF Format = "tiff"
+	FLAC Format = "flac"
 )
 
 // Formats lists every format the signer embeds manifests in.
-var Formats = []Format{PNG, JPEG, GIF, WAV, SVG, WEBP, MP3}
+var Formats = []Format{PNG, JPEG, GIF, WAV, SVG, WEBP, MP3, TIFF, FLAC}
 
 // FormatOf returns the format of a MIME type, and false for a type the
 // signer does not sign.
@@ -56,6 +58,10 @@ func FormatOf(mime string) (Format, bool) {
 		return WEBP, true
 	case "audio/mpeg", "audio/mp3":
 		return MP3, true
+	case "image/tiff":
+		return TIFF, true
+	case "audio/flac", "audio/x-flac":
+		return FLAC, true
 	}
 	return "", false
 }
@@ -255,6 +261,10 @@ func (s *Signer) Sign(r io.ReaderAt, size int64, f Format, p Provenance) (*Asset
 		lay, err = webpLayout(r, size)
 	case MP3:
 		lay, err = mp3Layout(r, size)
+	case TIFF:
+		lay, err = tiffLayout(r, size)
+	case FLAC:
+		lay, err = flacLayout(r, size)
 	default:
 		return nil, fmt.Errorf("c2pa: format %q is not signed", f)
 	}
