@@ -17,7 +17,7 @@ import (
 // adaptor would hold the whole body until the handler returns. The
 // request's context ends when the client goes away (a write to it fails),
 // when the server shuts down, or when the handler returns; an idle
-// text/event-stream gets an SSE comment every keepAliveEvery, so a client
+// text/event-stream gets an SSE comment every s.keepAlive, so a client
 // that left is noticed.
 func (s *Server) serveStreaming(c *fiber.Ctx, h http.Handler, r *http.Request) error {
 	ctx, cancel := context.WithCancel(r.Context())
@@ -53,7 +53,7 @@ func (s *Server) serveStreaming(c *fiber.Ctx, h http.Handler, r *http.Request) e
 	c.Context().SetBodyStreamWriter(func(bw *bufio.Writer) {
 		defer stop()
 		defer cancel()
-		tick := time.NewTicker(keepAliveEvery)
+		tick := time.NewTicker(s.keepAlive)
 		defer tick.Stop()
 		for {
 			select {

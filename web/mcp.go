@@ -123,5 +123,22 @@ func (s *Server) serveMCP(c *fiber.Ctx) error {
 	r.Host = c.Hostname()
 	r.RemoteAddr = c.Context().RemoteAddr().String()
 	r.ContentLength = int64(len(b))
-	return s.serveStreaming(c, s.mcp, r)
+	if err := s.serveStreaming(c, s.mcp, r); err != nil {
+		return err
+	}
+	return transportError(c)
+}
+
+// transportError turns a plain-text error answer of the MCP transport (a
+// missing Accept type, an unknown session, another user's session) into
+// the API's error envelope with the same status and message.
+func transportError(c *fiber.Ctx) error {
+	resp := c.Response()
+	st := resp.StatusCode()
+	if st < http.StatusBadRequest || resp.IsBodyStream() || !strings.HasPrefix(string(resp.Header.ContentType()), fiber.MIMETextPlain) {
+		return nil
+	}
+	msg := strings.TrimSpace(string(resp.Body()))
+	resp.ResetBody()
+	return fiber.NewError(st, msg)
 }

@@ -106,6 +106,9 @@ type Server struct {
 	// (serveStreaming) end with it.
 	stopping context.Context
 	stop     context.CancelFunc
+	// keepAlive is how often an idle streamed event stream gets a
+	// comment (keepAliveEvery).
+	keepAlive time.Duration
 }
 
 // New builds the Fiber app with every route.
@@ -118,6 +121,7 @@ func New(svc Services, log *slog.Logger, opt Options) *Server {
 	}
 	s := &Server{svc: svc, log: log, classifiers: opt.Classifiers, maxUpload: opt.MaxUploadBytes, trusted: opt.TrustedProxies, opt: opt, started: time.Now().UTC().Truncate(time.Second)}
 	s.stopping, s.stop = context.WithCancel(context.Background())
+	s.keepAlive = keepAliveEvery
 	if svc.MCP != nil {
 		s.mcp = newMCPHandler(svc.MCP, s)
 	}

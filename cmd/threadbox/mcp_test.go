@@ -436,6 +436,31 @@ func TestMCPAuthAndPolicy(t *testing.T) {
 			t.Fatalf("%s: %d %s", path, r.status, r.body)
 		}
 	}
+	// A session answers only its own user; the transport's refusals come
+	// in the error envelope (s.do checks each answer against the API
+	// document).
+	own, _ := mcpSession(t, s, "/mcp", tok)
+	if r := s.do("POST", appAPI+"/org/users", tok, map[string]any{"email": "m@acme.test", "role": "member", "password": "member-password"}); r.status != 201 {
+		t.Fatalf("member: %d %s", r.status, r.body)
+	}
+	member := login(t, s, "m@acme.test", "member-password")
+	ping := map[string]any{"jsonrpc": "2.0", "id": 7, "method": "ping"}
+	for _, tc := range []struct {
+		name, token, session, accept string
+		status                       int
+	}{
+		{"another user's session", member, own.ID(), "application/json, text/event-stream", 403},
+		{"an unknown session", tok, "no-such-session", "application/json, text/event-stream", 404},
+		{"no event stream accepted", tok, own.ID(), "application/json", 400},
+	} {
+		r := s.do("POST", "/mcp", tc.token, ping, "Accept", tc.accept, "Mcp-Session-Id", tc.session)
+		if r.status != tc.status || r.errorType(t) == "" {
+			t.Fatalf("%s: %d %s", tc.name, r.status, r.body)
+		}
+	}
+	if err := own.Ping(context.Background(), nil); err != nil {
+		t.Fatalf("the session after another user's request: %v", err)
+	}
 	if r := s.do("PATCH", appAPI+"/org/features", tok, map[string]any{"codeExecution": map[string]any{"enabled": false}}); r.status != 200 {
 		t.Fatalf("policy: %d %s", r.status, r.body)
 	}
