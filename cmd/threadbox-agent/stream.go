@@ -22,18 +22,15 @@ type streams struct {
 	conns     map[uint32]*streamConn
 }
 
-// streamConn is one accepted connection. Bytes from the host are queued and
-// written by their own goroutine, so the frame reader never blocks. Bytes
-// to the host keep to the flow-control window (protocol.StreamWindow).
+// streamConn is one accepted connection. Bytes from the host wait in its
+// outbox, so the frame reader never blocks. Bytes to the host keep to the
+// flow-control window (protocol.StreamWindow).
 type streamConn struct {
 	c      net.Conn
-	wake   chan struct{}
+	out    *protocol.Outbox
 	credit chan struct{} // signalled when acks arrive or the connection closes
 
 	mu      sync.Mutex
-	queue   [][]byte
-	queued  int
-	closing bool
 	unacked int // bytes sent to the host and not acknowledged
 }
 
@@ -76,7 +73,7 @@ func (s *server) handleStream(f protocol.Frame) {
 		st.mu.Lock()
 		c := st.conns[f.ID]
 		st.mu.Unlock()
-		if c != nil && !c.push(f.Payload) {
+		if c != nil && !c.out.Push(f.Payload) {
 			s.closeStream(st, f.ID, true)
 		}
 	case protocol.TypeStreamAck:
@@ -100,7 +97,8 @@ func (s *server) handleStream(f protocol.Frame) {
 			_ = l.Close()
 		}
 		if c != nil {
-			c.finish()
+			c.out.Finish()
+			c.signalCredit()
 		}
 	}
 }
@@ -131,7 +129,7 @@ func (s *server) accept(st *streams, lid uint32, l net.Listener) {
 			}
 			return
 		}
-		c := &streamConn{c: nc, wake: make(chan struct{}, 1), credit: make(chan struct{}, 1)}
+		c := &streamConn{c: nc, out: protocol.NewOutbox(maxStreamQueue), credit: make(chan struct{}, 1)}
 		st.mu.Lock()
 		st.next++
 		id := protocol.AgentIDBit | (st.next &^ protocol.AgentIDBit)
@@ -174,10 +172,7 @@ func (s *server) closeStream(st *streams, id uint32, tell bool) {
 		return
 	}
 	_ = c.c.Close()
-	c.mu.Lock()
-	c.closing, c.queue = true, nil
-	c.mu.Unlock()
-	c.signal()
+	c.out.Drop()
 	c.signalCredit()
 	if tell {
 		s.send(protocol.TypeStreamClose, id, nil)
@@ -199,13 +194,6 @@ func (s *server) closeAllStreams() {
 	}
 }
 
-func (c *streamConn) signal() {
-	select {
-	case c.wake <- struct{}{}:
-	default:
-	}
-}
-
 func (c *streamConn) signalCredit() {
 	select {
 	case c.credit <- struct{}{}:
@@ -219,8 +207,9 @@ func (c *streamConn) signalCredit() {
 func (c *streamConn) room() int {
 	for {
 		c.mu.Lock()
-		r, closing := protocol.StreamWindow-c.unacked, c.closing
+		r := protocol.StreamWindow - c.unacked
 		c.mu.Unlock()
+		closing := c.out.Closing()
 		if r > 0 {
 			return r
 		}
@@ -239,49 +228,20 @@ func (c *streamConn) acked(n int) {
 	c.signalCredit()
 }
 
-// push queues bytes for the connection; false means the queue is full.
-func (c *streamConn) push(b []byte) bool {
-	c.mu.Lock()
-	defer c.signal()
-	defer c.mu.Unlock()
-	if c.closing {
-		return true
-	}
-	if c.queued+len(b) > maxStreamQueue {
-		return false
-	}
-	c.queue = append(c.queue, b)
-	c.queued += len(b)
-	return true
-}
-
-// finish closes the connection once the queued bytes are written.
-func (c *streamConn) finish() {
-	c.mu.Lock()
-	c.closing = true
-	c.mu.Unlock()
-	c.signal()
-	c.signalCredit()
-}
-
+// writeLoop writes what the host sends to the connection, and closes it
+// once the host closed its end.
 func (c *streamConn) writeLoop() {
 	for {
-		c.mu.Lock()
-		q, closing := c.queue, c.closing
-		c.queue, c.queued = nil, 0
-		c.mu.Unlock()
+		q, done := c.out.Next()
 		for _, b := range q {
 			if _, err := c.c.Write(b); err != nil {
 				_ = c.c.Close()
 				return
 			}
 		}
-		if closing && len(q) == 0 {
+		if done {
 			_ = c.c.Close()
 			return
-		}
-		if len(q) == 0 {
-			<-c.wake
 		}
 	}
 }

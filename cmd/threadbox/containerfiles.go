@@ -3,13 +3,13 @@ package main
 import (
 	"context"
 	"errors"
-	"io"
 	"io/fs"
 	"os"
 
+	"threadbox/app/files"
 	"threadbox/app/skills"
+	"threadbox/app/tools"
 	"threadbox/app/workspace"
-	"threadbox/domain/file"
 	"threadbox/infra/fsroot"
 	"threadbox/infra/sandbox/hostdirs"
 	"threadbox/infra/sandbox/kubernetes"
@@ -17,19 +17,13 @@ import (
 )
 
 // containerFiles is the access to containers' files that the Files API,
-// the workspace and the code tools share: infra/fsroot over threadbox's
-// own folders, or, for the kubernetes backend in storage-class mode,
-// infra/sandbox/kubernetes.Files through the pods (docs/backends.md).
+// the workspace and the code tools share (the ports of app/files and
+// app/tools): infra/fsroot over threadbox's own folders, or, for the
+// kubernetes backend in storage-class mode, infra/sandbox/kubernetes.Files
+// through the pods (docs/backends.md).
 type containerFiles interface {
-	Stat(ctx context.Context, containerID, sandboxPath string) (file.Info, error)
-	Open(ctx context.Context, containerID, sandboxPath string) (io.ReadSeekCloser, file.Info, error)
-	Walk(ctx context.Context, containerID, sandboxPath string) ([]file.Info, error)
-	List(ctx context.Context, containerID, sandboxPath string) ([]file.Info, error)
-	Write(ctx context.Context, containerID, sandboxPath string, r io.Reader, limit int64) (file.Info, error)
-	Remove(ctx context.Context, containerID, sandboxPath string) error
-	RemovePrefix(ctx context.Context, containerID string, m file.Mount, prefix string) (int, error)
-	ReadFile(ctx context.Context, containerID, sandboxPath string, limit int64) ([]byte, error)
-	WriteFile(ctx context.Context, containerID, sandboxPath string, data []byte) error
+	files.Store
+	tools.Files
 }
 
 var (

@@ -138,16 +138,11 @@ type streamConn struct {
 	far      net.Conn
 	local    net.Addr
 	remote   net.Addr
-	wake     chan struct{}
+	out      *protocol.Outbox // what the agent sent, for far
 
 	// ack acknowledges consumed bytes to an agent that keeps to flow
 	// control; nil for one that does not.
 	ack func(n int)
-
-	mu      sync.Mutex
-	queue   [][]byte
-	queued  int
-	closing bool
 }
 
 func (s *streamConn) LocalAddr() net.Addr  { return s.local }
@@ -192,7 +187,7 @@ func (c *Client) dispatchStream(f protocol.Frame) bool {
 			return true
 		}
 		near, far := net.Pipe()
-		sc := &streamConn{Conn: near, far: far, local: streamAddr(parent.addr), remote: streamAddr(o.Addr), wake: make(chan struct{}, 1)}
+		sc := &streamConn{Conn: near, far: far, local: streamAddr(parent.addr), remote: streamAddr(o.Addr), out: protocol.NewOutbox(maxStreamQueue)}
 		if o.Window > 0 {
 			id := f.ID
 			sc.ack = func(n int) {
@@ -214,7 +209,7 @@ func (c *Client) dispatchStream(f protocol.Frame) bool {
 		}
 		return true
 	case protocol.TypeStreamData:
-		if sc != nil && !sc.push(f.Payload) {
+		if sc != nil && !sc.out.Push(f.Payload) {
 			c.closeConn(f.ID, true)
 		}
 		return true
@@ -223,7 +218,7 @@ func (c *Client) dispatchStream(f protocol.Frame) bool {
 			c.st.mu.Lock()
 			delete(c.st.conns, f.ID)
 			c.st.mu.Unlock()
-			sc.finish()
+			sc.out.Finish()
 		}
 		return true
 	}
@@ -264,10 +259,7 @@ func (c *Client) closeConn(id uint32, tell bool) {
 	c.st.mu.Unlock()
 	if sc != nil {
 		_ = sc.far.Close()
-		sc.mu.Lock()
-		sc.closing, sc.queue = true, nil
-		sc.mu.Unlock()
-		sc.signal()
+		sc.out.Drop()
 	}
 	if tell && sc != nil {
 		c.sendAsync(protocol.TypeStreamClose, id)
@@ -286,45 +278,13 @@ func (c *Client) closeStreams() {
 	}
 }
 
-func (s *streamConn) signal() {
-	select {
-	case s.wake <- struct{}{}:
-	default:
-	}
-}
-
-func (s *streamConn) push(b []byte) bool {
-	s.mu.Lock()
-	defer s.signal()
-	defer s.mu.Unlock()
-	if s.closing {
-		return true
-	}
-	if s.queued+len(b) > maxStreamQueue {
-		return false
-	}
-	s.queue = append(s.queue, b)
-	s.queued += len(b)
-	return true
-}
-
-func (s *streamConn) finish() {
-	s.mu.Lock()
-	s.closing = true
-	s.mu.Unlock()
-	s.signal()
-}
-
-// writeLoop feeds the caller's end with the queued bytes, acknowledging
-// them as the caller reads, then closes it once the agent closed the
+// writeLoop feeds the caller's end with what the agent sent, acknowledging
+// it as the caller reads, then closes it once the agent closed the
 // connection.
 func (s *streamConn) writeLoop() {
 	consumed := 0
 	for {
-		s.mu.Lock()
-		q, closing := s.queue, s.closing
-		s.queue, s.queued = nil, 0
-		s.mu.Unlock()
+		q, done := s.out.Next()
 		for _, b := range q {
 			if _, err := s.far.Write(b); err != nil {
 				_ = s.far.Close()
@@ -335,12 +295,9 @@ func (s *streamConn) writeLoop() {
 				consumed = 0
 			}
 		}
-		if closing && len(q) == 0 {
+		if done {
 			_ = s.far.Close()
 			return
-		}
-		if len(q) == 0 {
-			<-s.wake
 		}
 	}
 }
