@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// Handoff asks the server holding a lease to give it back (infra/store.Store:
+// Handoff asks the server holding a lease to give it back (infra/store.Leases:
 // a PostgreSQL notification every server listens for). Every server of a
 // scaled-out deployment reaches every sandbox's files (a shared DATA_DIR)
 // and the same Docker daemon, so a sandbox another live server holds moves

@@ -14,7 +14,7 @@ import (
 	"time"
 )
 
-// Store keeps leases (infra/store).
+// Store keeps leases (infra/store.Leases).
 type Store interface {
 	// AcquireLease takes name for holder until the given time, unless
 	// another holder has it until after now; it reports whether holder has

@@ -16,7 +16,7 @@ import (
 	"threadbox/domain/org"
 )
 
-// Store reads the counts the quotas bound (infra/store.Store).
+// Store reads the counts the quotas bound (infra/store.Quota).
 type Store interface {
 	// RunningSandboxes counts the containers recorded with a running
 	// sandbox: the user's in the org, or the org's when userID is "".
@@ -39,14 +39,17 @@ type Store interface {
 	// RetainedFileBytes sums the sizes of the output files the org keeps
 	// after their containers were removed at their maximum age.
 	RetainedFileBytes(ctx context.Context, orgID string) (int64, error)
-	// Container returns the container with storage id.
-	Container(ctx context.Context, id string) (container.Container, error)
 	// ReserveRunning saves c, a container about to boot recorded as
 	// running, when admit accepts the running containers of its owner and
 	// of its org (c not among them), counted in the same step, which no
 	// other reservation for the org interleaves with (on any server of
 	// the database).
 	ReserveRunning(ctx context.Context, c container.Container, admit func(user, org int64) error) error
+}
+
+// Containers looks a container up by its storage id.
+type Containers interface {
+	Container(ctx context.Context, id string) (container.Container, error)
 }
 
 // Disks measures the bytes a container's files use on the host
@@ -66,15 +69,17 @@ type Policies interface {
 // may both pass: those quotas bound steady use, not a burst of
 // simultaneous requests.
 type Service struct {
-	store    Store
-	disks    Disks
-	policies Policies
+	store      Store
+	containers Containers
+	disks      Disks
+	policies   Policies
 }
 
-// New returns the quota checks; disks may be nil (container files then
-// count nothing toward the storage quota).
-func New(store Store, disks Disks, policies Policies) *Service {
-	return &Service{store: store, disks: disks, policies: policies}
+// New returns the quota checks over the counts in store and the container
+// records; disks may be nil (container files then count nothing toward
+// the storage quota).
+func New(store Store, containers Containers, disks Disks, policies Policies) *Service {
+	return &Service{store: store, containers: containers, disks: disks, policies: policies}
 }
 
 func (s *Service) quotas(ctx context.Context, orgID string) (org.Quotas, error) {
@@ -168,7 +173,7 @@ func (s *Service) BeforeRun(ctx context.Context, orgID, userID, containerID stri
 	if containerID != "" {
 		// The recorded state: a cheap lookup on the request path, where
 		// the sandbox usually runs already.
-		if c, err := s.store.Container(ctx, containerID); err == nil && c.State() == container.Running {
+		if c, err := s.containers.Container(ctx, containerID); err == nil && c.State() == container.Running {
 			return nil
 		}
 	}

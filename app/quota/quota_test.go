@@ -152,7 +152,7 @@ func TestBeforeCreate(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			st := tc.store
-			err := New(&st, nil, fakePolicies{q: tc.quotas}).BeforeCreate(context.Background(), "org_1", "usr_1")
+			err := New(&st, &st, nil, fakePolicies{q: tc.quotas}).BeforeCreate(context.Background(), "org_1", "usr_1")
 			tc.want.check(t, err)
 			if len(st.calls) != tc.calls {
 				t.Fatalf("store calls %v, want %d", st.calls, tc.calls)
@@ -188,7 +188,7 @@ func TestBeforeBootAndBeforeRun(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			st := &fakeStore{running: tc.running, states: tc.states}
-			s := New(st, nil, fakePolicies{q: tc.quotas})
+			s := New(st, st, nil, fakePolicies{q: tc.quotas})
 			tc.boot.check(t, s.BeforeBoot(context.Background(), "org_1", "usr_1"))
 			tc.run.check(t, s.BeforeRun(context.Background(), "org_1", "usr_1", tc.container))
 			// Reserve admits as BeforeBoot counts, and records the
@@ -203,7 +203,7 @@ func TestBeforeBootAndBeforeRun(t *testing.T) {
 		})
 	}
 	t.Run("policy errors are returned", func(t *testing.T) {
-		s := New(&fakeStore{}, nil, fakePolicies{err: fault.New(fault.NotFound, "org not found")})
+		s := New(&fakeStore{}, &fakeStore{}, nil, fakePolicies{err: fault.New(fault.NotFound, "org not found")})
 		if err := s.BeforeBoot(context.Background(), "org_1", "usr_1"); !fault.Is(err, fault.NotFound) {
 			t.Fatalf("got %v", err)
 		}
@@ -242,7 +242,8 @@ func TestStorage(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			s := New(store(), tc.disks, fakePolicies{q: tc.quotas})
+			st := store()
+			s := New(st, st, tc.disks, fakePolicies{q: tc.quotas})
 			left, err := s.StorageLeft(context.Background(), "org_1")
 			tc.leftW.check(t, err)
 			if err == nil && left != tc.left {
@@ -253,7 +254,7 @@ func TestStorage(t *testing.T) {
 	}
 	t.Run("unlimited measures nothing", func(t *testing.T) {
 		st := store()
-		s := New(st, disks, fakePolicies{})
+		s := New(st, st, disks, fakePolicies{})
 		if _, err := s.StorageLeft(context.Background(), "org_1"); err != nil {
 			t.Fatal(err)
 		}

@@ -69,7 +69,7 @@ type Quota interface {
 }
 
 // Locks are named locks that every server on one database shares
-// (infra/store.Store: PostgreSQL advisory locks).
+// (infra/store.Locks: PostgreSQL advisory locks).
 type Locks interface {
 	// Lock waits for the lock named key and returns the function that
 	// gives it back.

@@ -105,7 +105,7 @@ type Deps struct {
 	// DefaultModel is what the model "default" (or none) resolves to;
 	// empty leaves "default" to the model adapter.
 	DefaultModel string
-	// Records store detached turns and their event logs (infra/store).
+	// Records store detached turns and their event logs (infra/store.Turns).
 	Records turn.Repository
 	// LogMaxBytes caps the bytes of one turn's event log (default
 	// DefaultLogMaxBytes): past it the log holds a LogTruncated event and

@@ -115,7 +115,7 @@ type Ended struct {
 	Usage Usage
 }
 
-// Runs keeps a record of every command while it runs (infra/store.Store),
+// Runs keeps a record of every command while it runs (infra/store.Usage),
 // so that the commands of a server that dies are still metered.
 type Runs interface {
 	// StartRun records a run.

@@ -8,7 +8,7 @@ import (
 )
 
 // BlobLock is a read-write lock on the artifact blobs that every server on
-// one database shares (infra/store.Store: a PostgreSQL advisory lock; a
+// one database shares (infra/store.Locks: a PostgreSQL advisory lock; a
 // no-op on the embedded SQLite, which one process uses alone). An artifact
 // save holds it shared from writing its blob to committing its row; a
 // deletion or collection of unreferenced blobs holds it exclusively, so a

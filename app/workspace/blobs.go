@@ -15,7 +15,7 @@ const DefaultBlobGrace = 10 * time.Minute
 const blobBatch = 500
 
 // artifactRefs tells which artifact blobs are still referenced
-// (infra/store.Store).
+// (infra/store.Workspace).
 type artifactRefs interface {
 	// ProjectArtifactHashes returns the distinct content hashes of the
 	// artifacts of the org's project.

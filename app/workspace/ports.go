@@ -128,7 +128,7 @@ type Deps struct {
 	Container  ContainerFiles
 	Blobs      Blobs
 	// BlobLock, when set, orders artifact saves against blob removals
-	// across every server on the database (infra/store.Store); without
+	// across every server on the database (infra/store.Locks); without
 	// it the order is this process's alone.
 	BlobLock BlobLock
 	// PresignExpiry, when positive and Blobs can presign, makes artifact

@@ -161,18 +161,18 @@ func setupWith(t *testing.T, eng engine, adjust func(*turns.Deps, *Deps)) (*Serv
 	}
 	o, _ := org.New("org_1", "acme", time.Now())
 	u, _ := user.New("usr_1", o.ID(), "a@acme.test", user.Member, time.Now())
-	if err := st.CreateOrg(ctx, o); err != nil {
+	if err := st.Accounts().CreateOrg(ctx, o); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.CreateUser(ctx, u); err != nil {
+	if err := st.Accounts().CreateUser(ctx, u); err != nil {
 		t.Fatal(err)
 	}
 	p := user.Principal{OrgID: o.ID(), UserID: u.ID(), Role: user.Member}
-	td := turns.Deps{Engine: loop{eng}, Containers: oneContainer{}, Records: st}
+	td := turns.Deps{Engine: loop{eng}, Containers: oneContainer{}, Records: st.Turns()}
 	d := Deps{Containers: oneContainer{}, Policies: oneContainer{}, Container: &outputs{data: "\x89PNG\r\n\x1a\nv1"}, Blobs: blob.New(t.TempDir())}
 	adjust(&td, &d)
 	d.Turns = turns.New(td)
-	svc := New(st, d)
+	svc := New(st.Workspace(), d)
 	pr, err := svc.CreateProject(ctx, p, "P")
 	if err != nil {
 		t.Fatal(err)
@@ -215,7 +215,7 @@ func TestTurnInjectsResourceAfterToolResult(t *testing.T) {
 	if len(resp.Content) != 5 || resp.Content[3].Type != BlockResource {
 		t.Fatalf("response content: %+v", resp.Content)
 	}
-	ms, _ := st.Messages(ctx, th.ID())
+	ms, _ := st.Workspace().Messages(ctx, th.ID())
 	if len(ms) != 2 || !ms[1].Complete() || !bytes.Contains(ms[1].Content(), []byte(`"zylon-resource"`)) {
 		t.Fatalf("stored: %d messages", len(ms))
 	}
@@ -276,7 +276,7 @@ func TestInterruptedTurnKeepsItsPlace(t *testing.T) {
 				t.Fatal("the interruption was not reported")
 			}
 			bg := context.Background()
-			ms, _ := st.Messages(bg, th.ID())
+			ms, _ := st.Workspace().Messages(bg, th.ID())
 			if len(ms) != 2 || !ms[0].Complete() || ms[1].Complete() || !bytes.Contains(ms[1].Content(), []byte("Running.")) {
 				t.Fatalf("stored after the turn: %d messages, assistant complete=%v %s", len(ms), len(ms) > 1 && ms[1].Complete(), ms[len(ms)-1].Content())
 			}
@@ -364,7 +364,7 @@ func TestDeleteProjectRemovesThreadContainers(t *testing.T) {
 	ctx := context.Background()
 	svc, st, p, th := setup(t, scriptEngine{})
 	mate, _ := user.New("usr_2", p.OrgID, "b@acme.test", user.Member, time.Now())
-	if err := st.CreateUser(ctx, mate); err != nil {
+	if err := st.Accounts().CreateUser(ctx, mate); err != nil {
 		t.Fatal(err)
 	}
 	theirs, err := svc.CreateThread(ctx, user.Principal{OrgID: p.OrgID, UserID: mate.ID(), Role: user.Member}, th.ProjectID(), "theirs")

@@ -280,11 +280,11 @@ func TestAuthAttacks(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer st.Close()
-		o, err := st.OrgByName(context.Background(), "acme")
+		o, err := st.Accounts().OrgByName(context.Background(), "acme")
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := st.UpdateOrg(context.Background(), o.WithDisabled(true)); err != nil {
+		if err := st.Accounts().UpdateOrg(context.Background(), o.WithDisabled(true)); err != nil {
 			t.Fatal(err)
 		}
 		if r := s.do("GET", "/api/v1/app/project", good, nil); r.status != 401 {

@@ -224,7 +224,7 @@ func orphans(t *testing.T, st *store.Store, instance string, stale ...string) []
 	var bad []string
 	boxes := sandboxes(t, instance)
 	for id, state := range boxes {
-		c, err := st.Container(ctx, id)
+		c, err := st.Containers().Container(ctx, id)
 		switch {
 		case err != nil:
 			bad = append(bad, id+": sandbox ("+state+") without a record")
@@ -234,7 +234,7 @@ func orphans(t *testing.T, st *store.Store, instance string, stale ...string) []
 			bad = append(bad, id+": held by "+c.Holder())
 		}
 	}
-	running, _ := st.ContainersInState(ctx, container.Running)
+	running, _ := st.Containers().ContainersInState(ctx, container.Running)
 	for _, c := range running {
 		if _, ok := boxes[c.ID()]; !ok {
 			bad = append(bad, c.ID()+": running record without a sandbox")
@@ -298,7 +298,7 @@ func TestCrashAndRestart(t *testing.T) {
 		if s := lastStatus(first.server, f.admin, busy); s != "assistant running" {
 			t.Fatalf("a turn in flight shows as %q", s)
 		}
-		rec, err := st.Container(ctx, kept)
+		rec, err := st.Containers().Container(ctx, kept)
 		if err != nil || rec.State() != container.Running || rec.Backend() != "docker" || rec.Holder() == "" {
 			t.Fatalf("record of a running sandbox: %+v %v", rec, err)
 		}
@@ -338,12 +338,12 @@ func TestCrashAndRestart(t *testing.T) {
 		step("next command")
 		// The adopted sandbox nobody uses is idle-stopped; its record says so.
 		waitFor(t, 20*time.Second, func() bool {
-			c, _ := st.Container(ctx, busy)
+			c, _ := st.Containers().Container(ctx, busy)
 			return sandboxes(t, instance)[busy] == "" && c.State() == container.Idle
 		}, func() string { return fmt.Sprintf("adopted sandbox not idle-stopped: %v", sandboxes(t, instance)) })
 
 		// A graceful stop leaves what the next start understands.
-		holder := func() string { c, _ := st.Container(ctx, kept); return c.Holder() }
+		holder := func() string { c, _ := st.Containers().Container(ctx, kept); return c.Holder() }
 		before := holder()
 		step("idle-stopped")
 		if r := second.do("POST", appAPI+"/thread/"+kept+"/messages", f.admin, codeTurn("echo up")); r.status != 200 {

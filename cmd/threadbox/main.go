@@ -173,7 +173,7 @@ func newAuth(cfg Config, st *store.Store) (*auth.Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	return auth.New(st, jwt.New(key, cfg.JWTIssuer, cfg.JWTAudience), auth.Config{
+	return auth.New(st.Accounts(), jwt.New(key, cfg.JWTIssuer, cfg.JWTAudience), auth.Config{
 		SessionTTL:      cfg.SessionTTL,
 		AccessTTL:       cfg.AccessTTL,
 		EmailLoginLimit: cfg.LoginEmailLimit,
@@ -336,7 +336,7 @@ func cmdServe(ctx context.Context, args []string, getenv func(string) string, st
 		return err
 	}
 	defer sys.Close()
-	if err := firstStart(ctx, sys.store, sys.auth, cfg, stdout); err != nil {
+	if err := firstStart(ctx, sys.store.Accounts(), sys.auth, cfg, stdout); err != nil {
 		return err
 	}
 	checkBackends(ctx, sys.backends, log)
@@ -367,7 +367,7 @@ func cmdServe(ctx context.Context, args []string, getenv func(string) string, st
 		defer bg.Done()
 		// Another server asking for a sandbox this one holds gets it once
 		// no command runs in it (docs/scale-out.md).
-		sys.store.WatchWantedLeases(bgctx, sys.containers.HandBack)
+		sys.store.Leases().WatchWantedLeases(bgctx, sys.containers.HandBack)
 	}()
 	go func() {
 		defer bg.Done()
@@ -436,8 +436,8 @@ func cmdServe(ctx context.Context, args []string, getenv func(string) string, st
 
 // firstStart bootstraps an admin on an empty database and tells the operator
 // how to log in.
-func firstStart(ctx context.Context, st *store.Store, a *auth.Service, cfg Config, stdout io.Writer) error {
-	n, err := st.OrgCount(ctx)
+func firstStart(ctx context.Context, accounts store.Accounts, a *auth.Service, cfg Config, stdout io.Writer) error {
+	n, err := accounts.OrgCount(ctx)
 	if err != nil || n > 0 {
 		return err
 	}

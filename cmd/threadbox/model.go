@@ -82,6 +82,6 @@ func newTurns(cfg Config, sys *system, log *slog.Logger) *turns.Service {
 	return turns.New(turns.Deps{
 		Engine: sys.messages, Containers: sys.containers, Quota: sys.quota, Skills: sys.skills,
 		Files: sys.files, SandboxEnv: sys.sandbox.env, DefaultModel: cfg.ModelName,
-		Records: sys.store, Log: log.With("component", "turns"),
+		Records: sys.store.Turns(), Log: log.With("component", "turns"),
 	})
 }

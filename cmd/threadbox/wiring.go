@@ -119,7 +119,7 @@ func wire(ctx context.Context, cfg Config, log *slog.Logger) (*system, error) {
 	// This process's leases go back after the backends have closed their
 	// agent connections (closers run in reverse): a process that adopts
 	// the sandboxes at once finds their agents free.
-	sys.leases = lease.New(st, cfg.Instance, cfg.LeaseTTL)
+	sys.leases = lease.New(st.Leases(), cfg.Instance, cfg.LeaseTTL)
 	sys.closers = append(sys.closers, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
@@ -129,7 +129,7 @@ func wire(ctx context.Context, cfg Config, log *slog.Logger) (*system, error) {
 		sys.Close()
 		return nil, err
 	}
-	sys.admin = admin.New(st, sys.auth.HashPassword).WithEmailDomains(cfg.OrgEmailDomains)
+	sys.admin = admin.New(st.Accounts(), sys.auth.HashPassword).WithEmailDomains(cfg.OrgEmailDomains)
 	sys.admin.WithQuotaBounds(cfg.QuotaBounds)
 	if sys.blobs, err = newBlobs(ctx, cfg); err != nil {
 		sys.Close()
@@ -144,22 +144,22 @@ func wire(ctx context.Context, cfg Config, log *slog.Logger) (*system, error) {
 	for i, b := range sys.backends {
 		names[i] = b.Name()
 	}
-	sys.quota = quota.New(st, layout, sys.admin)
+	sys.quota = quota.New(st.Quota(), st.Containers(), layout, sys.admin)
 	sys.usage = metering.New(metering.Deps{
-		Store: st, Containers: st,
+		Store: st.Usage(), Containers: st.Containers(),
 		// Usage is summed in memory and written once a second, not per
 		// request.
 		Buffer: time.Second,
 		// Each command is recorded while it runs, so that one whose server
 		// dies is metered by a sweep of another (or the next) server once
 		// its server is not seen for a lease's time to live.
-		Runs: st, Holder: sys.leases.Holder(), Settle: cfg.SweepInterval, Stale: cfg.LeaseTTL,
+		Runs: st.Usage(), Holder: sys.leases.Holder(), Settle: cfg.SweepInterval, Stale: cfg.LeaseTTL,
 		Log: log.With("component", "usage"),
 	})
 	sys.sandbox = newSandboxWiring(cfg, sys.auth, log)
 	sys.containers = containers.New(containers.Deps{
-		Store: st, Backends: sys.backends, Folders: folders{layout}, Leases: sys.leases,
-		Threads: st, Quota: sys.quota, Handoff: st,
+		Store: st.Containers(), Backends: sys.backends, Folders: folders{layout}, Leases: sys.leases,
+		Threads: st.Workspace(), Quota: sys.quota, Handoff: st.Leases(),
 		// Sandboxes of backends that checkpoint keep their life across the
 		// idle stop, a hand-over and a graceful shutdown (docs/lifecycle.md);
 		// the checkpoints live in the blob store, where every server finds
@@ -197,9 +197,9 @@ func wire(ctx context.Context, cfg Config, log *slog.Logger) (*system, error) {
 	sys.containers.SetRetainer(sys.files)
 	sys.messages = newMessages(cfg, sys, fs, log)
 	sys.skills = skills.New(skills.Deps{
-		Store:    st,
+		Store:    st.Skills(),
 		Files:    newSkillFiles(skillfs.New(filepath.Join(cfg.DataDir, "skills"), func(id string) string { return layout.Dirs(id).Skills }), pods, layout),
-		Locks:    st,
+		Locks:    st.Locks(),
 		Archives: newSkillArchives(cfg, sys.blobs),
 		Quota:    sys.quota,
 	})

@@ -167,19 +167,19 @@ func presignExpiry(cfg Config) time.Duration {
 // detached turns' logs, thread files over the Files API use cases, the
 // artifact store under DATA_DIR.
 func newWorkspace(cfg Config, sys *system, fs containerFiles, log *slog.Logger) *workspace.Service {
-	return workspace.New(sys.store, workspace.Deps{
+	return workspace.New(sys.store.Workspace(), workspace.Deps{
 		Turns:            sys.turns,
 		Containers:       sys.containers,
 		Files:            sys.files,
 		Container:        fs,
 		Blobs:            sys.blobs,
-		BlobLock:         sys.store,
+		BlobLock:         sys.store.Locks(),
 		PresignExpiry:    presignExpiry(cfg),
 		Policies:         sys.admin,
 		MaxArtifactBytes: cfg.MaxArtifactBytes,
 		Leases:           sys.leases,
 		Quota:            sys.quota,
-		Audit:            sys.store,
+		Audit:            sys.store.Accounts(),
 		Log:              log.With("component", "workspace"),
 	})
 }

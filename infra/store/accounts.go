@@ -64,7 +64,7 @@ func (r orgRow) domain() org.Org {
 }
 
 // CreateOrg stores a new org.
-func (s *Store) CreateOrg(ctx context.Context, o org.Org) error {
+func (s Accounts) CreateOrg(ctx context.Context, o org.Org) error {
 	r := toOrgRow(o)
 	return translate(s.q(ctx).Create(&r).Error, "org")
 }
@@ -72,7 +72,7 @@ func (s *Store) CreateOrg(ctx context.Context, o org.Org) error {
 // Org returns the org with id.
 // Outside a transaction it is kept on SQLite until the next commit by
 // anyone (memo.go): the policy is read on every request that may run code.
-func (s *Store) Org(ctx context.Context, id string) (org.Org, error) {
+func (s Accounts) Org(ctx context.Context, id string) (org.Org, error) {
 	load := func() (org.Org, error) {
 		var r orgRow
 		if err := s.q(ctx).Where("id = ?", id).Take(&r).Error; err != nil {
@@ -80,14 +80,14 @@ func (s *Store) Org(ctx context.Context, id string) (org.Org, error) {
 		}
 		return r.domain(), nil
 	}
-	if s.inTx {
+	if s.bound {
 		return load()
 	}
 	return lookup(ctx, s.reads.memo, "org\x00"+id, load)
 }
 
 // OrgByName returns the org named name.
-func (s *Store) OrgByName(ctx context.Context, name string) (org.Org, error) {
+func (s Accounts) OrgByName(ctx context.Context, name string) (org.Org, error) {
 	var r orgRow
 	if err := s.q(ctx).Where("name = ?", name).Take(&r).Error; err != nil {
 		return org.Org{}, translate(err, "org")
@@ -96,7 +96,7 @@ func (s *Store) OrgByName(ctx context.Context, name string) (org.Org, error) {
 }
 
 // UpdateOrg saves the org's name, switch and policy.
-func (s *Store) UpdateOrg(ctx context.Context, o org.Org) error {
+func (s Accounts) UpdateOrg(ctx context.Context, o org.Org) error {
 	r := toOrgRow(o)
 	return one(s.q(ctx).Model(&orgRow{}).Where("id = ?", r.ID).Select("*").Omit("id", "created_at").Updates(&r), "org")
 }
@@ -122,13 +122,13 @@ func (r userRow) domain() user.User {
 }
 
 // CreateUser stores a new user.
-func (s *Store) CreateUser(ctx context.Context, u user.User) error {
+func (s Accounts) CreateUser(ctx context.Context, u user.User) error {
 	r := toUserRow(u)
 	return translate(s.q(ctx).Create(&r).Error, "user")
 }
 
 // User returns the user with id.
-func (s *Store) User(ctx context.Context, id string) (user.User, error) {
+func (s Accounts) User(ctx context.Context, id string) (user.User, error) {
 	var r userRow
 	if err := s.q(ctx).Where("id = ?", id).Take(&r).Error; err != nil {
 		return user.User{}, translate(err, "user")
@@ -137,7 +137,7 @@ func (s *Store) User(ctx context.Context, id string) (user.User, error) {
 }
 
 // UserByEmail returns the user with the (lower-case) email.
-func (s *Store) UserByEmail(ctx context.Context, email string) (user.User, error) {
+func (s Accounts) UserByEmail(ctx context.Context, email string) (user.User, error) {
 	var r userRow
 	if err := s.q(ctx).Where("email = ?", email).Take(&r).Error; err != nil {
 		return user.User{}, translate(err, "user")
@@ -146,7 +146,7 @@ func (s *Store) UserByEmail(ctx context.Context, email string) (user.User, error
 }
 
 // UsersByOrg lists an org's users by creation time.
-func (s *Store) UsersByOrg(ctx context.Context, orgID string) ([]user.User, error) {
+func (s Accounts) UsersByOrg(ctx context.Context, orgID string) ([]user.User, error) {
 	var rows []userRow
 	if err := s.q(ctx).Where("org_id = ?", orgID).Order("created_at, id").Find(&rows).Error; err != nil {
 		return nil, translate(err, "users")
@@ -159,7 +159,7 @@ func (s *Store) UsersByOrg(ctx context.Context, orgID string) ([]user.User, erro
 }
 
 // UpdateUser saves the user's role, switch and password hash.
-func (s *Store) UpdateUser(ctx context.Context, u user.User) error {
+func (s Accounts) UpdateUser(ctx context.Context, u user.User) error {
 	r := toUserRow(u)
 	return one(s.q(ctx).Model(&userRow{}).Where("id = ? AND org_id = ?", r.ID, r.OrgID).
 		Updates(map[string]any{"role": r.Role, "disabled": r.Disabled, "password_hash": r.PasswordHash}), "user")
@@ -192,13 +192,13 @@ func utcPtr(t *time.Time) *time.Time {
 }
 
 // CreateToken stores a token record.
-func (s *Store) CreateToken(ctx context.Context, t user.Token) error {
+func (s Accounts) CreateToken(ctx context.Context, t user.Token) error {
 	r := tokenRow{ID: t.ID(), UserID: t.UserID(), OrgID: t.OrgID(), Name: t.Name(), Kind: string(t.Kind()), CreatedAt: t.CreatedAt(), ExpiresAt: t.ExpiresAt(), RevokedAt: t.RevokedAt(), LastUsedAt: t.LastUsedAt()}
 	return translate(s.q(ctx).Create(&r).Error, "token")
 }
 
 // Token returns the token record with id (the jti).
-func (s *Store) Token(ctx context.Context, id string) (user.Token, error) {
+func (s Accounts) Token(ctx context.Context, id string) (user.Token, error) {
 	var r tokenRow
 	if err := s.q(ctx).Where("id = ?", id).Take(&r).Error; err != nil {
 		return user.Token{}, translate(err, "token")
@@ -207,7 +207,7 @@ func (s *Store) Token(ctx context.Context, id string) (user.Token, error) {
 }
 
 // TokensByUser lists a user's API tokens, newest first.
-func (s *Store) TokensByUser(ctx context.Context, userID string) ([]user.Token, error) {
+func (s Accounts) TokensByUser(ctx context.Context, userID string) ([]user.Token, error) {
 	var rows []tokenRow
 	if err := s.q(ctx).Where("user_id = ? AND kind = ?", userID, string(user.APIToken)).Order("created_at DESC, id").Find(&rows).Error; err != nil {
 		return nil, translate(err, "tokens")
@@ -220,7 +220,7 @@ func (s *Store) TokensByUser(ctx context.Context, userID string) ([]user.Token, 
 }
 
 // RevokeToken marks a token revoked; revoking twice keeps the first time.
-func (s *Store) RevokeToken(ctx context.Context, id string, at time.Time) error {
+func (s Accounts) RevokeToken(ctx context.Context, id string, at time.Time) error {
 	res := s.q(ctx).Model(&tokenRow{}).Where("id = ?", id).Where("revoked_at IS NULL").Update("revoked_at", at.UTC())
 	if res.Error != nil {
 		return translate(res.Error, "token")
@@ -234,26 +234,26 @@ func (s *Store) RevokeToken(ctx context.Context, id string, at time.Time) error 
 
 // RevokeUserTokens revokes every live token of a user (sessions, API and
 // sandbox tokens).
-func (s *Store) RevokeUserTokens(ctx context.Context, userID string, at time.Time) error {
+func (s Accounts) RevokeUserTokens(ctx context.Context, userID string, at time.Time) error {
 	err := s.q(ctx).Model(&tokenRow{}).Where("user_id = ? AND revoked_at IS NULL", userID).Update("revoked_at", at.UTC()).Error
 	return translate(err, "tokens")
 }
 
 // RevokeUserSessions revokes the live sessions (and sandbox tokens) of a
 // user but the token except; API tokens stay.
-func (s *Store) RevokeUserSessions(ctx context.Context, userID, except string, at time.Time) error {
+func (s Accounts) RevokeUserSessions(ctx context.Context, userID, except string, at time.Time) error {
 	err := s.q(ctx).Model(&tokenRow{}).Where("user_id = ? AND revoked_at IS NULL AND kind IN ? AND id <> ?", userID,
 		[]string{string(user.SessionToken), string(user.SandboxToken)}, except).Update("revoked_at", at.UTC()).Error
 	return translate(err, "tokens")
 }
 
 // TouchToken records a use of the token.
-func (s *Store) TouchToken(ctx context.Context, id string, at time.Time) error {
+func (s Accounts) TouchToken(ctx context.Context, id string, at time.Time) error {
 	return translate(s.q(ctx).Model(&tokenRow{}).Where("id = ?", id).Update("last_used_at", at.UTC()).Error, "token")
 }
 
 // OrgCount returns how many orgs exist (zero on a fresh install).
-func (s *Store) OrgCount(ctx context.Context) (int64, error) {
+func (s Accounts) OrgCount(ctx context.Context) (int64, error) {
 	var n int64
 	err := s.q(ctx).Model(&orgRow{}).Count(&n).Error
 	return n, translate(err, "orgs")
@@ -302,7 +302,7 @@ const credentialsSQL = `SELECT t.id, t.user_id, t.org_id, t.name, t.kind, t.crea
 // skips GORM: one statement prepared once (SQLite keeps it compiled), run on
 // the read pool (never queued behind a write) and scanned straight into the
 // row; on SQLite its result is kept until the next commit (memo.go).
-func (s *Store) Credentials(ctx context.Context, tokenID string) (user.Token, user.User, org.Org, error) {
+func (s Accounts) Credentials(ctx context.Context, tokenID string) (user.Token, user.User, org.Org, error) {
 	c, err := lookup(ctx, s.reads.memo, "credentials\x00"+tokenID, func() (credentials, error) { return s.credentials(ctx, tokenID) })
 	return c.t, c.u, c.o, err
 }
@@ -314,7 +314,7 @@ type credentials struct {
 	o org.Org
 }
 
-func (s *Store) credentials(ctx context.Context, tokenID string) (credentials, error) {
+func (s Accounts) credentials(ctx context.Context, tokenID string) (credentials, error) {
 	row, err := s.reads.queryRow(ctx, credentialsSQL, tokenID)
 	if err != nil {
 		return credentials{}, err

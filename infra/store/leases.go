@@ -18,7 +18,7 @@ WHERE leases.holder = excluded.holder OR leases.expires_at <= ?`
 
 // AcquireLease takes name for holder until the given time unless another
 // holder has it past now.
-func (s *Store) AcquireLease(ctx context.Context, name, holder string, until, now time.Time) (bool, error) {
+func (s Leases) AcquireLease(ctx context.Context, name, holder string, until, now time.Time) (bool, error) {
 	res := s.q(ctx).Exec(acquireLeaseSQL, name, holder, until.UTC(), now.UTC())
 	if res.Error != nil {
 		return false, dbError("acquire lease", res.Error)
@@ -27,7 +27,7 @@ func (s *Store) AcquireLease(ctx context.Context, name, holder string, until, no
 }
 
 // RenewLeases moves every lease of holder forward to until.
-func (s *Store) RenewLeases(ctx context.Context, holder string, until time.Time) error {
+func (s Leases) RenewLeases(ctx context.Context, holder string, until time.Time) error {
 	if err := s.q(ctx).Exec(`UPDATE leases SET expires_at = ? WHERE holder = ?`, until.UTC(), holder).Error; err != nil {
 		return dbError("renew leases", err)
 	}
@@ -35,7 +35,7 @@ func (s *Store) RenewLeases(ctx context.Context, holder string, until time.Time)
 }
 
 // ReleaseLease gives name back if holder has it.
-func (s *Store) ReleaseLease(ctx context.Context, name, holder string) error {
+func (s Leases) ReleaseLease(ctx context.Context, name, holder string) error {
 	if err := s.q(ctx).Exec(`DELETE FROM leases WHERE name = ? AND holder = ?`, name, holder).Error; err != nil {
 		return dbError("release lease", err)
 	}
@@ -43,7 +43,7 @@ func (s *Store) ReleaseLease(ctx context.Context, name, holder string) error {
 }
 
 // ReleaseLeases gives back every lease of holder.
-func (s *Store) ReleaseLeases(ctx context.Context, holder string) error {
+func (s Leases) ReleaseLeases(ctx context.Context, holder string) error {
 	if err := s.q(ctx).Exec(`DELETE FROM leases WHERE holder = ?`, holder).Error; err != nil {
 		return dbError("release leases", err)
 	}
@@ -51,7 +51,7 @@ func (s *Store) ReleaseLeases(ctx context.Context, holder string) error {
 }
 
 // LeaseHolder returns who holds name past now, or "".
-func (s *Store) LeaseHolder(ctx context.Context, name string, now time.Time) (string, error) {
+func (s Leases) LeaseHolder(ctx context.Context, name string, now time.Time) (string, error) {
 	var holders []string
 	if err := s.q(ctx).Raw(`SELECT holder FROM leases WHERE name = ? AND expires_at > ?`, name, now.UTC()).Scan(&holders).Error; err != nil {
 		return "", dbError("lease holder", err)

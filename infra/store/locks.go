@@ -19,7 +19,7 @@ const artifactBlobsLock int64 = 0x7462626c6f6273
 // PostgreSQL a session advisory lock held on a connection of its own until
 // release is called; on the embedded SQLite, which one process uses alone,
 // nothing (the caller's own lock suffices).
-func (s *Store) LockArtifactBlobs(ctx context.Context, exclusive bool) (func(), error) {
+func (s Locks) LockArtifactBlobs(ctx context.Context, exclusive bool) (func(), error) {
 	if s.dialect != "postgres" {
 		return func() {}, nil
 	}
@@ -55,7 +55,7 @@ func unlockOn(conn *sql.Conn, unlock string, key int64) {
 // connection of its own until release is called) and returns the function
 // that gives it back. On the embedded SQLite, which one process uses
 // alone, it takes nothing.
-func (s *Store) Lock(ctx context.Context, key string) (func(), error) {
+func (s Locks) Lock(ctx context.Context, key string) (func(), error) {
 	if s.dialect != "postgres" {
 		return func() {}, nil
 	}
@@ -82,7 +82,7 @@ const leaseWanted = "threadbox_lease_wanted"
 // WantLease tells every server on the database that the named lease is
 // wanted (a PostgreSQL notification; on the embedded SQLite, which one
 // process uses alone, nothing).
-func (s *Store) WantLease(ctx context.Context, name string) error {
+func (s Leases) WantLease(ctx context.Context, name string) error {
 	if s.dialect != "postgres" {
 		return nil
 	}
@@ -96,7 +96,7 @@ func (s *Store) WantLease(ctx context.Context, name string) error {
 // for (WantLease), its own asks included, until ctx ends. It listens on a
 // connection of its own and listens again after the database comes back.
 // On the embedded SQLite it only waits for ctx.
-func (s *Store) WatchWantedLeases(ctx context.Context, fn func(name string)) {
+func (s Leases) WatchWantedLeases(ctx context.Context, fn func(name string)) {
 	if s.dialect != "postgres" {
 		<-ctx.Done()
 		return
@@ -114,7 +114,7 @@ func (s *Store) WatchWantedLeases(ctx context.Context, fn func(name string)) {
 	}
 }
 
-func (s *Store) listen(ctx context.Context, fn func(name string)) error {
+func (s Leases) listen(ctx context.Context, fn func(name string)) error {
 	conn, err := s.sqlDB.Conn(ctx)
 	if err != nil {
 		return err

@@ -50,40 +50,40 @@ func acquired(take func() (func(), error), d time.Duration) (func(), bool) {
 func TestLockArtifactBlobsAcrossServers(t *testing.T) {
 	ctx := context.Background()
 	a, b := twoStores(t)
-	relA, err := a.LockArtifactBlobs(ctx, false)
+	relA, err := a.Locks().LockArtifactBlobs(ctx, false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	relB, ok := acquired(func() (func(), error) { return b.LockArtifactBlobs(ctx, false) }, 2*time.Second)
+	relB, ok := acquired(func() (func(), error) { return b.Locks().LockArtifactBlobs(ctx, false) }, 2*time.Second)
 	if !ok {
 		t.Fatal("a second server's save waited for the first's")
 	}
-	wait, ok := acquired(func() (func(), error) { return b.LockArtifactBlobs(ctx, true) }, 300*time.Millisecond)
+	wait, ok := acquired(func() (func(), error) { return b.Locks().LockArtifactBlobs(ctx, true) }, 300*time.Millisecond)
 	if ok {
 		t.Fatal("a removal ran during saves")
 	}
 	relA()
 	relB()
 	wait() // the removal goes through once the saves are done
-	rel, err := a.LockArtifactBlobs(ctx, true)
+	rel, err := a.Locks().LockArtifactBlobs(ctx, true)
 	if err != nil {
 		t.Fatal(err)
 	}
-	wait, ok = acquired(func() (func(), error) { return b.LockArtifactBlobs(ctx, false) }, 300*time.Millisecond)
+	wait, ok = acquired(func() (func(), error) { return b.Locks().LockArtifactBlobs(ctx, false) }, 300*time.Millisecond)
 	if ok {
 		t.Fatal("a save ran during a removal")
 	}
 	rel()
 	wait()
 	// A caller that gives up waiting gets an error, and the lock is free.
-	rel, _ = a.LockArtifactBlobs(ctx, true)
+	rel, _ = a.Locks().LockArtifactBlobs(ctx, true)
 	cctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 	defer cancel()
-	if _, err := b.LockArtifactBlobs(cctx, true); err == nil {
+	if _, err := b.Locks().LockArtifactBlobs(cctx, true); err == nil {
 		t.Fatal("a lock held elsewhere was taken")
 	}
 	rel()
-	if rel, ok := acquired(func() (func(), error) { return b.LockArtifactBlobs(ctx, true) }, 2*time.Second); !ok {
+	if rel, ok := acquired(func() (func(), error) { return b.Locks().LockArtifactBlobs(ctx, true) }, 2*time.Second); !ok {
 		t.Fatal("the lock stayed taken")
 	} else {
 		rel()
@@ -96,16 +96,16 @@ func TestLockArtifactBlobsAcrossServers(t *testing.T) {
 func TestNamedLockAndWantedLeases(t *testing.T) {
 	ctx := context.Background()
 	a, b := twoStores(t)
-	rel, err := a.Lock(ctx, "skill:org/x")
+	rel, err := a.Locks().Lock(ctx, "skill:org/x")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if other, ok := acquired(func() (func(), error) { return b.Lock(ctx, "skill:org/y") }, 2*time.Second); !ok {
+	if other, ok := acquired(func() (func(), error) { return b.Locks().Lock(ctx, "skill:org/y") }, 2*time.Second); !ok {
 		t.Fatal("another name waited")
 	} else {
 		other()
 	}
-	wait, ok := acquired(func() (func(), error) { return b.Lock(ctx, "skill:org/x") }, 300*time.Millisecond)
+	wait, ok := acquired(func() (func(), error) { return b.Locks().Lock(ctx, "skill:org/x") }, 300*time.Millisecond)
 	if ok {
 		t.Fatal("one name was held by two servers at once")
 	}
@@ -115,11 +115,11 @@ func TestNamedLockAndWantedLeases(t *testing.T) {
 	heard := make(chan string, 4)
 	wctx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})
-	go func() { b.WatchWantedLeases(wctx, func(name string) { heard <- name }); close(done) }()
+	go func() { b.Leases().WatchWantedLeases(wctx, func(name string) { heard <- name }); close(done) }()
 	deadline := time.After(10 * time.Second)
 	for got := false; !got; {
 		// The watcher may not listen yet: ask until it hears.
-		if err := a.WantLease(ctx, "sandbox:c1"); err != nil {
+		if err := a.Leases().WantLease(ctx, "sandbox:c1"); err != nil {
 			t.Fatal(err)
 		}
 		select {

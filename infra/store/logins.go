@@ -20,7 +20,7 @@ WHERE login_attempts.window_start <= ? OR login_attempts.attempts < ?`
 
 // TakeLoginAttempt adds one attempt to the counter name unless it holds
 // limit attempts in a window that started after windowStart.
-func (s *Store) TakeLoginAttempt(ctx context.Context, name string, limit int, now, windowStart time.Time) (bool, error) {
+func (s Accounts) TakeLoginAttempt(ctx context.Context, name string, limit int, now, windowStart time.Time) (bool, error) {
 	ws := windowStart.UTC()
 	res := s.q(ctx).Exec(takeLoginSQL, name, now.UTC(), ws, ws, ws, limit)
 	if res.Error != nil {
@@ -30,7 +30,7 @@ func (s *Store) TakeLoginAttempt(ctx context.Context, name string, limit int, no
 }
 
 // ReturnLoginAttempt takes one attempt back from the counter name.
-func (s *Store) ReturnLoginAttempt(ctx context.Context, name string) error {
+func (s Accounts) ReturnLoginAttempt(ctx context.Context, name string) error {
 	if err := s.q(ctx).Exec(`UPDATE login_attempts SET attempts = attempts - 1 WHERE name = ? AND attempts > 0`, name).Error; err != nil {
 		return dbError("return login attempt", err)
 	}
@@ -38,7 +38,7 @@ func (s *Store) ReturnLoginAttempt(ctx context.Context, name string) error {
 }
 
 // ClearLoginAttempts deletes the counter name.
-func (s *Store) ClearLoginAttempts(ctx context.Context, name string) error {
+func (s Accounts) ClearLoginAttempts(ctx context.Context, name string) error {
 	if err := s.q(ctx).Exec(`DELETE FROM login_attempts WHERE name = ?`, name).Error; err != nil {
 		return dbError("clear login attempts", err)
 	}
@@ -47,7 +47,7 @@ func (s *Store) ClearLoginAttempts(ctx context.Context, name string) error {
 
 // PruneLoginAttempts deletes counters whose window started before
 // windowStart and known addresses last seen before seenBefore.
-func (s *Store) PruneLoginAttempts(ctx context.Context, windowStart, seenBefore time.Time) error {
+func (s Accounts) PruneLoginAttempts(ctx context.Context, windowStart, seenBefore time.Time) error {
 	if err := s.q(ctx).Exec(`DELETE FROM login_attempts WHERE window_start <= ?`, windowStart.UTC()).Error; err != nil {
 		return dbError("prune login attempts", err)
 	}
@@ -58,7 +58,7 @@ func (s *Store) PruneLoginAttempts(ctx context.Context, windowStart, seenBefore 
 }
 
 // KnownLoginAddress reports whether addr logged into email after since.
-func (s *Store) KnownLoginAddress(ctx context.Context, email, addr string, since time.Time) (bool, error) {
+func (s Accounts) KnownLoginAddress(ctx context.Context, email, addr string, since time.Time) (bool, error) {
 	var n int64
 	if err := s.q(ctx).Raw(`SELECT COUNT(*) FROM login_addresses WHERE email = ? AND addr = ? AND seen_at > ?`, email, addr, since.UTC()).Scan(&n).Error; err != nil {
 		return false, dbError("known login address", err)
@@ -67,7 +67,7 @@ func (s *Store) KnownLoginAddress(ctx context.Context, email, addr string, since
 }
 
 // RememberLoginAddress records a successful login of email from addr.
-func (s *Store) RememberLoginAddress(ctx context.Context, email, addr string, now time.Time) error {
+func (s Accounts) RememberLoginAddress(ctx context.Context, email, addr string, now time.Time) error {
 	err := s.q(ctx).Exec(`INSERT INTO login_addresses (email, addr, seen_at) VALUES (?, ?, ?)
 ON CONFLICT (email, addr) DO UPDATE SET seen_at = excluded.seen_at`, email, addr, now.UTC()).Error
 	if err != nil {

@@ -36,7 +36,7 @@ func TestMemoSeesEveryCommit(t *testing.T) {
 	u, _ := user.New("usr_memo", o.ID(), "memo@acme.test", user.Member, now)
 	tok, _ := user.NewToken("tok_memo", u.ID(), o.ID(), "memo", user.APIToken, now, time.Hour)
 	c, _ := container.NewForUser(o.ID(), u.ID(), "memo", now)
-	for _, err := range []error{a.CreateOrg(ctx, o), a.CreateUser(ctx, u), a.CreateToken(ctx, tok), a.CreateContainer(ctx, c)} {
+	for _, err := range []error{a.Accounts().CreateOrg(ctx, o), a.Accounts().CreateUser(ctx, u), a.Accounts().CreateToken(ctx, tok), a.Containers().CreateContainer(ctx, c)} {
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -44,7 +44,7 @@ func TestMemoSeesEveryCommit(t *testing.T) {
 	hits := func() int64 { return a.reads.memo.hits.Load() }
 	creds := func() (user.Token, user.User, org.Org) {
 		t.Helper()
-		gt, gu, gorg, err := a.Credentials(ctx, tok.ID())
+		gt, gu, gorg, err := a.Accounts().Credentials(ctx, tok.ID())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -67,20 +67,20 @@ func TestMemoSeesEveryCommit(t *testing.T) {
 	}
 
 	// A commit by this store's writer.
-	if err := a.RevokeToken(ctx, tok.ID(), now); err != nil {
+	if err := a.Accounts().RevokeToken(ctx, tok.ID(), now); err != nil {
 		t.Fatal(err)
 	}
 	if gt, _, _ := creds(); gt.RevokedAt() == nil {
 		t.Fatal("the revocation was not seen")
 	}
 	// Commits by another store on the same file.
-	if err := b.UpdateUser(ctx, u.WithDisabled(true)); err != nil {
+	if err := b.Accounts().UpdateUser(ctx, u.WithDisabled(true)); err != nil {
 		t.Fatal(err)
 	}
 	if _, gu, _ := creds(); !gu.Disabled() {
 		t.Fatal("the disabled user was not seen")
 	}
-	if err := b.UpdateOrg(ctx, o.WithDisabled(true)); err != nil {
+	if err := b.Accounts().UpdateOrg(ctx, o.WithDisabled(true)); err != nil {
 		t.Fatal(err)
 	}
 	if _, _, gorg := creds(); !gorg.Disabled() {
@@ -88,23 +88,23 @@ func TestMemoSeesEveryCommit(t *testing.T) {
 	}
 
 	// The container lookup likewise.
-	if _, err := a.Container(ctx, c.ID()); err != nil {
+	if _, err := a.Containers().Container(ctx, c.ID()); err != nil {
 		t.Fatal(err)
 	}
 	h = hits()
-	if _, err := a.Container(ctx, c.ID()); err != nil || hits() != h+1 {
+	if _, err := a.Containers().Container(ctx, c.ID()); err != nil || hits() != h+1 {
 		t.Fatalf("second container lookup: hits %d → %d, %v", h, hits(), err)
 	}
-	if err := b.UpdateContainer(ctx, c.WithState(container.Removed)); err != nil {
+	if err := b.Containers().UpdateContainer(ctx, c.WithState(container.Removed)); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := a.Container(ctx, c.ID()); err != nil || got.State() != container.Removed {
+	if got, err := a.Containers().Container(ctx, c.ID()); err != nil || got.State() != container.Removed {
 		t.Fatalf("after another store's update: state %q, %v", got.State(), err)
 	}
-	if err := b.DeleteContainer(ctx, c.ID()); err != nil {
+	if err := b.Containers().DeleteContainer(ctx, c.ID()); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.Container(ctx, c.ID()); err == nil {
+	if _, err := a.Containers().Container(ctx, c.ID()); err == nil {
 		t.Fatal("a deleted container was still found")
 	}
 

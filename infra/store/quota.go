@@ -12,7 +12,7 @@ import (
 
 // RunningSandboxes counts the containers recorded with a running sandbox:
 // the user's in the org, or the whole org's when userID is empty.
-func (s *Store) RunningSandboxes(ctx context.Context, orgID, userID string) (int64, error) {
+func (s Quota) RunningSandboxes(ctx context.Context, orgID, userID string) (int64, error) {
 	q := s.q(ctx).Model(&containerRow{}).Where("org_id = ? AND state = ?", orgID, string(container.Running))
 	if userID != "" {
 		q = q.Where("owner_id = ?", userID)
@@ -33,8 +33,8 @@ func (s *Store) RunningSandboxes(ctx context.Context, orgID, userID string) (int
 // booting for one org count one after the other and the second sees the
 // first's reservation; on the embedded SQLite the single writer
 // connection orders the transactions. admit's error is returned as it is.
-func (s *Store) ReserveRunning(ctx context.Context, c container.Container, admit func(user, org int64) error) error {
-	return s.InTx(ctx, func(tx *Store) error {
+func (s Quota) ReserveRunning(ctx context.Context, c container.Container, admit func(user, org int64) error) error {
+	return s.inTx(ctx, func(tx *handle) error {
 		if tx.dialect == "postgres" {
 			if err := tx.q(ctx).Exec("SELECT pg_advisory_xact_lock(hashtextextended(?, 0))", "running-sandboxes:"+c.OrgID()).Error; err != nil {
 				return dbError("running sandboxes lock", err)
@@ -62,12 +62,12 @@ func (s *Store) ReserveRunning(ctx context.Context, c container.Container, admit
 		if err := admit(user, org); err != nil {
 			return err
 		}
-		return tx.UpdateContainer(ctx, c)
+		return Containers{tx}.UpdateContainer(ctx, c)
 	})
 }
 
 // UserContainers counts the containers the user owns in the org.
-func (s *Store) UserContainers(ctx context.Context, orgID, userID string) (int64, error) {
+func (s Quota) UserContainers(ctx context.Context, orgID, userID string) (int64, error) {
 	var n int64
 	err := s.q(ctx).Model(&containerRow{}).
 		Where("owner_id = ? AND org_id = ? AND state <> ?", userID, orgID, string(container.Removed)).Count(&n).Error
@@ -78,7 +78,7 @@ func (s *Store) UserContainers(ctx context.Context, orgID, userID string) (int64
 }
 
 // OrgContainerIDs lists the storage ids of the org's containers.
-func (s *Store) OrgContainerIDs(ctx context.Context, orgID string) ([]string, error) {
+func (s Quota) OrgContainerIDs(ctx context.Context, orgID string) ([]string, error) {
 	var ids []string
 	err := s.q(ctx).Model(&containerRow{}).
 		Where("org_id = ? AND state <> ?", orgID, string(container.Removed)).Order("id").Pluck("id", &ids).Error
@@ -91,7 +91,7 @@ func (s *Store) OrgContainerIDs(ctx context.Context, orgID string) ([]string, er
 // ArtifactBytes sums the sizes of the org's artifact versions, each
 // counted whole (the blob store shares equal contents on disk; the quota
 // counts what the org keeps).
-func (s *Store) ArtifactBytes(ctx context.Context, orgID string) (int64, error) {
+func (s Quota) ArtifactBytes(ctx context.Context, orgID string) (int64, error) {
 	var n int64
 	err := s.q(ctx).Model(&artifactRow{}).Where("org_id = ?", orgID).Select("COALESCE(SUM(size_bytes), 0)").Scan(&n).Error
 	if err != nil {
@@ -101,7 +101,7 @@ func (s *Store) ArtifactBytes(ctx context.Context, orgID string) (int64, error) 
 }
 
 // SkillBytes sums the bytes of the files of the org's skill versions.
-func (s *Store) SkillBytes(ctx context.Context, orgID string) (int64, error) {
+func (s Quota) SkillBytes(ctx context.Context, orgID string) (int64, error) {
 	var n int64
 	err := s.q(ctx).Model(&skillRow{}).Where("org_id = ?", orgID).Select("COALESCE(SUM(size_bytes), 0)").Scan(&n).Error
 	if err != nil {
@@ -112,7 +112,7 @@ func (s *Store) SkillBytes(ctx context.Context, orgID string) (int64, error) {
 
 // octets is the SQL expression of the bytes a text column stores: SQLite's
 // LENGTH counts characters unless the value is read as a blob.
-func (s *Store) octets(col string) string {
+func (s Quota) octets(col string) string {
 	if s.dialect == "postgres" {
 		return "OCTET_LENGTH(" + col + ")"
 	}
@@ -122,7 +122,7 @@ func (s *Store) octets(col string) string {
 // MessageBytes sums the bytes the org's thread messages store: each
 // message's content and usage, earlier versions of replaced turns
 // included.
-func (s *Store) MessageBytes(ctx context.Context, orgID string) (int64, error) {
+func (s Quota) MessageBytes(ctx context.Context, orgID string) (int64, error) {
 	var n int64
 	err := s.q(ctx).Raw("SELECT COALESCE(SUM("+s.octets("m.content")+" + "+s.octets("m.usage")+"), 0) FROM messages m JOIN threads t ON t.id = m.thread_id WHERE t.org_id = ?", orgID).Scan(&n).Error
 	if err != nil {
@@ -133,7 +133,7 @@ func (s *Store) MessageBytes(ctx context.Context, orgID string) (int64, error) {
 
 // TurnLogBytes sums the bytes the event logs of the org's turns store:
 // each event's type and data, until the log is pruned.
-func (s *Store) TurnLogBytes(ctx context.Context, orgID string) (int64, error) {
+func (s Quota) TurnLogBytes(ctx context.Context, orgID string) (int64, error) {
 	var n int64
 	err := s.q(ctx).Raw("SELECT COALESCE(SUM("+s.octets("e.type")+" + "+s.octets("e.data")+"), 0) FROM turn_events e JOIN turns t ON t.id = e.turn_id WHERE t.org_id = ?", orgID).Scan(&n).Error
 	if err != nil {

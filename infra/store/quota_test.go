@@ -42,17 +42,17 @@ func quotaSuite(t *testing.T, s *store.Store) {
 	o, _ := org.New(id("org"), "q-"+id("n"), now)
 	other, _ := org.New(id("org"), "q-"+id("n"), now)
 	for _, x := range []org.Org{o, other} {
-		if err := s.CreateOrg(ctx, x); err != nil {
+		if err := s.Accounts().CreateOrg(ctx, x); err != nil {
 			t.Fatal(err)
 		}
 	}
 
 	// The quotas are saved with the policy, and read back by both paths.
 	q, _ := org.NewQuotas(map[org.Quota]int64{org.RunningSandboxesPerUser: 1, org.RunningSandboxesPerOrg: 2, org.ContainersPerUser: 3, org.StorageBytesPerOrg: 5 << 30})
-	if err := s.UpdateOrg(ctx, o.WithPolicy(o.Policy().WithQuotas(q))); err != nil {
+	if err := s.Accounts().UpdateOrg(ctx, o.WithPolicy(o.Policy().WithQuotas(q))); err != nil {
 		t.Fatal(err)
 	}
-	got, err := s.Org(ctx, o.ID())
+	got, err := s.Accounts().Org(ctx, o.ID())
 	if err != nil || got.Policy().Quotas() != q || !got.Policy().Allows(org.CodeExecution) {
 		t.Fatalf("quotas round trip: %+v %v", got.Policy(), err)
 	}
@@ -60,15 +60,15 @@ func quotaSuite(t *testing.T, s *store.Store) {
 	u2, _ := user.New(id("usr"), o.ID(), id("b")+"@acme.test", user.Member, now)
 	u3, _ := user.New(id("usr"), other.ID(), id("c")+"@other.test", user.Member, now)
 	for _, u := range []user.User{u1, u2, u3} {
-		if err := s.CreateUser(ctx, u); err != nil {
+		if err := s.Accounts().CreateUser(ctx, u); err != nil {
 			t.Fatal(err)
 		}
 	}
 	tok, _ := user.NewToken(id("tok"), u1.ID(), o.ID(), "ci", user.APIToken, now, time.Hour)
-	if err := s.CreateToken(ctx, tok); err != nil {
+	if err := s.Accounts().CreateToken(ctx, tok); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, co, err := s.Credentials(ctx, tok.ID()); err != nil || co.Policy().Quotas() != q {
+	if _, _, co, err := s.Accounts().Credentials(ctx, tok.ID()); err != nil || co.Policy().Quotas() != q {
 		t.Fatalf("credentials' org quotas: %+v %v", co.Policy().Quotas(), err)
 	}
 
@@ -79,12 +79,12 @@ func quotaSuite(t *testing.T, s *store.Store) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := s.CreateContainer(ctx, c); err != nil {
+		if err := s.Containers().CreateContainer(ctx, c); err != nil {
 			t.Fatal(err)
 		}
 		if running {
 			c = c.WithState(container.Running)
-			if err := s.UpdateContainer(ctx, c); err != nil {
+			if err := s.Containers().UpdateContainer(ctx, c); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -99,20 +99,20 @@ func quotaSuite(t *testing.T, s *store.Store) {
 		fn   func() (int64, error)
 		want int64
 	}{
-		{"u1 running", func() (int64, error) { return s.RunningSandboxes(ctx, o.ID(), u1.ID()) }, 1},
-		{"u2 running", func() (int64, error) { return s.RunningSandboxes(ctx, o.ID(), u2.ID()) }, 1},
-		{"org running", func() (int64, error) { return s.RunningSandboxes(ctx, o.ID(), "") }, 2},
-		{"u1 containers", func() (int64, error) { return s.UserContainers(ctx, o.ID(), u1.ID()) }, 2},
-		{"u2 containers", func() (int64, error) { return s.UserContainers(ctx, o.ID(), u2.ID()) }, 1},
-		{"u1 in the other org", func() (int64, error) { return s.UserContainers(ctx, other.ID(), u1.ID()) }, 0},
-		{"no artifacts yet", func() (int64, error) { return s.ArtifactBytes(ctx, o.ID()) }, 0},
+		{"u1 running", func() (int64, error) { return s.Quota().RunningSandboxes(ctx, o.ID(), u1.ID()) }, 1},
+		{"u2 running", func() (int64, error) { return s.Quota().RunningSandboxes(ctx, o.ID(), u2.ID()) }, 1},
+		{"org running", func() (int64, error) { return s.Quota().RunningSandboxes(ctx, o.ID(), "") }, 2},
+		{"u1 containers", func() (int64, error) { return s.Quota().UserContainers(ctx, o.ID(), u1.ID()) }, 2},
+		{"u2 containers", func() (int64, error) { return s.Quota().UserContainers(ctx, o.ID(), u2.ID()) }, 1},
+		{"u1 in the other org", func() (int64, error) { return s.Quota().UserContainers(ctx, other.ID(), u1.ID()) }, 0},
+		{"no artifacts yet", func() (int64, error) { return s.Quota().ArtifactBytes(ctx, o.ID()) }, 0},
 	}
 	for _, tc := range counts {
 		if n, err := tc.fn(); err != nil || n != tc.want {
 			t.Errorf("%s: %d %v, want %d", tc.name, n, err, tc.want)
 		}
 	}
-	ids, err := s.OrgContainerIDs(ctx, o.ID())
+	ids, err := s.Quota().OrgContainerIDs(ctx, o.ID())
 	want := []string{a.ID(), b.ID(), c.ID()}
 	slices.Sort(want)
 	if err != nil || !slices.Equal(ids, want) {
@@ -120,16 +120,16 @@ func quotaSuite(t *testing.T, s *store.Store) {
 	}
 
 	// Stopping one and deleting another change the counts at once.
-	if err := s.UpdateContainer(ctx, a.WithState(container.Idle)); err != nil {
+	if err := s.Containers().UpdateContainer(ctx, a.WithState(container.Idle)); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.DeleteContainer(ctx, b.ID()); err != nil {
+	if err := s.Containers().DeleteContainer(ctx, b.ID()); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := s.RunningSandboxes(ctx, o.ID(), u1.ID()); err != nil || n != 0 {
+	if n, err := s.Quota().RunningSandboxes(ctx, o.ID(), u1.ID()); err != nil || n != 0 {
 		t.Fatalf("u1 running after stop: %d %v", n, err)
 	}
-	if n, err := s.UserContainers(ctx, o.ID(), u1.ID()); err != nil || n != 1 {
+	if n, err := s.Quota().UserContainers(ctx, o.ID(), u1.ID()); err != nil || n != 1 {
 		t.Fatalf("u1 containers after delete: %d %v", n, err)
 	}
 
@@ -137,7 +137,7 @@ func quotaSuite(t *testing.T, s *store.Store) {
 	pr, _ := project.New(id("prj"), o.ID(), u1.ID(), "P", now)
 	pr2, _ := project.New(id("prj"), other.ID(), u3.ID(), "P", now)
 	for _, p := range []project.Project{pr, pr2} {
-		if err := s.CreateProject(ctx, p); err != nil {
+		if err := s.Workspace().CreateProject(ctx, p); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -148,17 +148,17 @@ func quotaSuite(t *testing.T, s *store.Store) {
 		{OrgID: other.ID(), ProjectID: pr2.ID(), Path: "/mnt/user-data/outputs/c", Version: 1, SizeBytes: 5},
 	} {
 		ar.ID, ar.ThreadID, ar.Name, ar.MimeType, ar.SHA256, ar.CreatedAt = id("art"), "thr_x", "f", "text/plain", "00", now.Add(time.Duration(i))
-		if err := s.CreateArtifact(ctx, ar); err != nil {
+		if err := s.Workspace().CreateArtifact(ctx, ar); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if n, err := s.ArtifactBytes(ctx, o.ID()); err != nil || n != 2000+7<<30 {
+	if n, err := s.Quota().ArtifactBytes(ctx, o.ID()); err != nil || n != 2000+7<<30 {
 		t.Fatalf("artifact bytes %d %v", n, err)
 	}
 
 	// Messages and turn logs: the bytes stored, not the characters (é is
 	// two bytes), of the org's threads only.
-	if n, err := s.MessageBytes(ctx, o.ID()); err != nil || n != 0 {
+	if n, err := s.Quota().MessageBytes(ctx, o.ID()); err != nil || n != 0 {
 		t.Fatalf("message bytes before any thread: %d %v", n, err)
 	}
 	text := []byte(`[{"type":"text","text":"café"}]`)
@@ -168,32 +168,32 @@ func quotaSuite(t *testing.T, s *store.Store) {
 		org, owner, project string
 	}{{o.ID(), u1.ID(), pr.ID()}, {other.ID(), u3.ID(), pr2.ID()}} {
 		th, _ := thread.New(id("thr"), x.org, x.project, x.owner, "T", now)
-		if err := s.CreateThread(ctx, th); err != nil {
+		if err := s.Workspace().CreateThread(ctx, th); err != nil {
 			t.Fatal(err)
 		}
 		for _, role := range []thread.Role{thread.User, thread.Assistant} {
 			m := thread.RestoreMessage(id("msg"), th.ID(), 0, role, text, usage, true, now, thread.Ending{})
-			if _, err := s.AppendMessage(ctx, m); err != nil {
+			if _, err := s.Workspace().AppendMessage(ctx, m); err != nil {
 				t.Fatal(err)
 			}
 		}
 		tu, _ := turn.New(id("trn"), th.ID(), x.org, x.owner, now)
-		if err := s.CreateTurn(ctx, tu); err != nil {
+		if err := s.Turns().CreateTurn(ctx, tu); err != nil {
 			t.Fatal(err)
 		}
-		if err := s.AppendTurnEvents(ctx, tu.ID(), events); err != nil {
+		if err := s.Turns().AppendTurnEvents(ctx, tu.ID(), events); err != nil {
 			t.Fatal(err)
 		}
 	}
 	wantMessages := int64(2 * (len(text) + len(usage)))
-	if n, err := s.MessageBytes(ctx, o.ID()); err != nil || n != wantMessages {
+	if n, err := s.Quota().MessageBytes(ctx, o.ID()); err != nil || n != wantMessages {
 		t.Fatalf("message bytes %d %v, want %d", n, err, wantMessages)
 	}
 	var wantLog int64
 	for _, e := range events {
 		wantLog += int64(len(e.Type) + len(e.Data))
 	}
-	if n, err := s.TurnLogBytes(ctx, o.ID()); err != nil || n != wantLog {
+	if n, err := s.Quota().TurnLogBytes(ctx, o.ID()); err != nil || n != wantLog {
 		t.Fatalf("turn log bytes %d %v, want %d", n, err, wantLog)
 	}
 
@@ -204,11 +204,11 @@ func quotaSuite(t *testing.T, s *store.Store) {
 		{OrgID: other.ID(), Name: "pdf", Version: 1, SizeBytes: 9},
 	} {
 		sk.ID, sk.SHA256, sk.CreatedAt = id("skl"), "ff", now.Add(time.Duration(i))
-		if err := s.CreateSkill(ctx, sk); err != nil {
+		if err := s.Skills().CreateSkill(ctx, sk); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if n, err := s.SkillBytes(ctx, o.ID()); err != nil || n != 700 {
+	if n, err := s.Quota().SkillBytes(ctx, o.ID()); err != nil || n != 700 {
 		t.Fatalf("skill bytes %d %v, want 700", n, err)
 	}
 

@@ -46,11 +46,11 @@ func reserveSuite(t *testing.T, a, b *store.Store) {
 	}
 	now := time.Now().UTC().Truncate(time.Millisecond)
 	o, _ := org.New(id("org"), "r-"+id("n"), now)
-	if err := a.CreateOrg(ctx, o); err != nil {
+	if err := a.Accounts().CreateOrg(ctx, o); err != nil {
 		t.Fatal(err)
 	}
 	u, _ := user.New(id("usr"), o.ID(), id("a")+"@acme.test", user.Member, now)
-	if err := a.CreateUser(ctx, u); err != nil {
+	if err := a.Accounts().CreateUser(ctx, u); err != nil {
 		t.Fatal(err)
 	}
 	owner := u.ID()
@@ -68,7 +68,7 @@ func reserveSuite(t *testing.T, a, b *store.Store) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := a.CreateContainer(ctx, c); err != nil {
+		if err := a.Containers().CreateContainer(ctx, c); err != nil {
 			t.Fatal(err)
 		}
 		cs[i] = c
@@ -85,7 +85,7 @@ func reserveSuite(t *testing.T, a, b *store.Store) {
 		go func() {
 			defer wg.Done()
 			<-start
-			errs[i] = st.ReserveRunning(ctx, c.Booting(fmt.Sprintf("server-%d", i%2), now), admit)
+			errs[i] = st.Quota().ReserveRunning(ctx, c.Booting(fmt.Sprintf("server-%d", i%2), now), admit)
 		}()
 	}
 	close(start)
@@ -98,7 +98,7 @@ func reserveSuite(t *testing.T, a, b *store.Store) {
 		case !fault.Is(err, fault.RateLimited):
 			t.Fatalf("boot %d: %v", i, err)
 		}
-		got, err := a.Container(ctx, cs[i].ID())
+		got, err := a.Containers().Container(ctx, cs[i].ID())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -109,14 +109,14 @@ func reserveSuite(t *testing.T, a, b *store.Store) {
 	if admitted != 2 {
 		t.Fatalf("%d boots admitted under a quota of 2", admitted)
 	}
-	if n, err := a.RunningSandboxes(ctx, o.ID(), owner); err != nil || n != 2 {
+	if n, err := a.Quota().RunningSandboxes(ctx, o.ID(), owner); err != nil || n != 2 {
 		t.Fatalf("running sandboxes %d %v", n, err)
 	}
 	// A container already counted as running does not count against its
 	// own reservation.
 	for _, c := range cs {
-		if got, _ := a.Container(ctx, c.ID()); got.State() == container.Running {
-			if err := a.ReserveRunning(ctx, got, admit); err != nil {
+		if got, _ := a.Containers().Container(ctx, c.ID()); got.State() == container.Running {
+			if err := a.Quota().ReserveRunning(ctx, got, admit); err != nil {
 				t.Fatalf("reserving a running container again: %v", err)
 			}
 			break

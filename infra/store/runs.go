@@ -10,7 +10,7 @@ import (
 // Command runs (app/usage.Runs): one row per command while it runs, so
 // that the commands of a server that dies are still metered.
 
-var _ usage.Runs = (*Store)(nil)
+var _ usage.Runs = Usage{}
 
 // runRow is a row of command_runs.
 type runRow struct {
@@ -27,7 +27,7 @@ type runRow struct {
 func (runRow) TableName() string { return "command_runs" }
 
 // StartRun records a run.
-func (s *Store) StartRun(ctx context.Context, r usage.Run) error {
+func (s Usage) StartRun(ctx context.Context, r usage.Run) error {
 	row := runRow{r.ID, r.OrgID, r.UserID, r.ContainerID, r.ThreadID, r.Holder, r.StartedAt.UTC(), r.SeenAt.UTC()}
 	if err := s.q(ctx).Create(&row).Error; err != nil {
 		return translate(err, "command run")
@@ -36,7 +36,7 @@ func (s *Store) StartRun(ctx context.Context, r usage.Run) error {
 }
 
 // SeeRuns marks every run of holder seen running at t.
-func (s *Store) SeeRuns(ctx context.Context, holder string, t time.Time) error {
+func (s Usage) SeeRuns(ctx context.Context, holder string, t time.Time) error {
 	if err := s.q(ctx).Exec(`UPDATE command_runs SET seen_at = ? WHERE holder = ?`, t.UTC(), holder).Error; err != nil {
 		return dbError("see command runs", err)
 	}
@@ -45,7 +45,7 @@ func (s *Store) SeeRuns(ctx context.Context, holder string, t time.Time) error {
 
 // StaleRuns lists the runs last seen before t, oldest first (at most a
 // thousand at a time).
-func (s *Store) StaleRuns(ctx context.Context, t time.Time) ([]usage.Run, error) {
+func (s Usage) StaleRuns(ctx context.Context, t time.Time) ([]usage.Run, error) {
 	var rows []runRow
 	if err := s.q(ctx).Where("seen_at < ?", t.UTC()).Order("seen_at").Limit(1000).Find(&rows).Error; err != nil {
 		return nil, dbError("stale command runs", err)
@@ -62,8 +62,8 @@ func (s *Store) StaleRuns(ctx context.Context, t time.Time) ([]usage.Run, error)
 // adds the usage of each whose record it deleted (a record another server
 // deleted first, settling the run, adds nothing: the run counts once),
 // then adds sums.
-func (s *Store) EndRuns(ctx context.Context, ended []usage.Ended, sums []usage.Usage) error {
-	return s.InTx(ctx, func(tx *Store) error {
+func (s Usage) EndRuns(ctx context.Context, ended []usage.Ended, sums []usage.Usage) error {
+	return s.inTx(ctx, func(tx *handle) error {
 		for _, e := range ended {
 			res := tx.q(ctx).Exec(`DELETE FROM command_runs WHERE id = ?`, e.RunID)
 			if res.Error != nil {
@@ -72,12 +72,12 @@ func (s *Store) EndRuns(ctx context.Context, ended []usage.Ended, sums []usage.U
 			if res.RowsAffected == 0 || e.Usage.Commands == 0 {
 				continue
 			}
-			if err := tx.AddUsage(ctx, e.Usage); err != nil {
+			if err := (Usage{tx}).AddUsage(ctx, e.Usage); err != nil {
 				return err
 			}
 		}
 		for _, u := range sums {
-			if err := tx.AddUsage(ctx, u); err != nil {
+			if err := (Usage{tx}).AddUsage(ctx, u); err != nil {
 				return err
 			}
 		}

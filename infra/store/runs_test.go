@@ -47,14 +47,14 @@ func runsSuite(t *testing.T, a, b *store.Store) {
 	}
 	mine, theirs := run("srv-a"), run("srv-b")
 	for _, r := range []usage.Run{mine, theirs} {
-		if err := a.StartRun(ctx, r); err != nil {
+		if err := a.Usage().StartRun(ctx, r); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := a.SeeRuns(ctx, "srv-a", t0.Add(time.Minute)); err != nil {
+	if err := a.Usage().SeeRuns(ctx, "srv-a", t0.Add(time.Minute)); err != nil {
 		t.Fatal(err)
 	}
-	stale, err := b.StaleRuns(ctx, t0.Add(30*time.Second))
+	stale, err := b.Usage().StaleRuns(ctx, t0.Add(30*time.Second))
 	if err != nil || len(stale) != 1 || stale[0].ID != theirs.ID || !stale[0].SeenAt.Equal(t0) || !stale[0].StartedAt.Equal(t0) {
 		t.Fatalf("stale runs %+v %v", stale, err)
 	}
@@ -68,7 +68,7 @@ func runsSuite(t *testing.T, a, b *store.Store) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = st.EndRuns(ctx, []usage.Ended{{RunID: theirs.ID, Usage: u}}, nil)
+			errs[i] = st.Usage().EndRuns(ctx, []usage.Ended{{RunID: theirs.ID, Usage: u}}, nil)
 		}()
 	}
 	wg.Wait()
@@ -80,18 +80,18 @@ func runsSuite(t *testing.T, a, b *store.Store) {
 	// The other ends with its usage and a sum of tokens in one go; a run
 	// that never started drops its record only.
 	notStarted := run("srv-a")
-	if err := a.StartRun(ctx, notStarted); err != nil {
+	if err := a.Usage().StartRun(ctx, notStarted); err != nil {
 		t.Fatal(err)
 	}
 	tokens := usage.Usage{OrgID: orgID, UserID: "usr_1", Day: "2026-03-02", InputTokens: 10}
-	if err := a.EndRuns(ctx, []usage.Ended{{RunID: mine.ID, Usage: u}, {RunID: notStarted.ID}}, []usage.Usage{tokens}); err != nil {
+	if err := a.Usage().EndRuns(ctx, []usage.Ended{{RunID: mine.ID, Usage: u}, {RunID: notStarted.ID}}, []usage.Usage{tokens}); err != nil {
 		t.Fatal(err)
 	}
-	rows, err := a.UsageReport(ctx, orgID, "2026-03-02", "2026-03-02", usage.ByDay)
+	rows, err := a.Usage().UsageReport(ctx, orgID, "2026-03-02", "2026-03-02", usage.ByDay)
 	if err != nil || len(rows) != 1 || rows[0].Commands != 2 || rows[0].Wall != 16*time.Second || rows[0].InputTokens != 10 {
 		t.Fatalf("usage %+v %v", rows, err)
 	}
-	if stale, err := a.StaleRuns(ctx, t0.Add(time.Hour)); err != nil || len(stale) != 0 {
+	if stale, err := a.Usage().StaleRuns(ctx, t0.Add(time.Hour)); err != nil || len(stale) != 0 {
 		t.Fatalf("records left %+v %v", stale, err)
 	}
 }

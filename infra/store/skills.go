@@ -26,13 +26,13 @@ func (r skillRow) domain() skill.Skill {
 
 // CreateSkill stores a new skill version; a taken (org, name, version) is a
 // conflict.
-func (s *Store) CreateSkill(ctx context.Context, sk skill.Skill) error {
+func (s Skills) CreateSkill(ctx context.Context, sk skill.Skill) error {
 	r := skillRow{sk.ID, sk.OrgID, sk.Name, sk.Description, sk.Version, sk.SHA256, sk.SizeBytes, sk.CreatedAt.UTC()}
 	return translate(s.q(ctx).Create(&r).Error, "skill")
 }
 
 // Skill returns the org's skill version with id.
-func (s *Store) Skill(ctx context.Context, orgID, id string) (skill.Skill, error) {
+func (s Skills) Skill(ctx context.Context, orgID, id string) (skill.Skill, error) {
 	var r skillRow
 	if err := s.q(ctx).Where("id = ? AND org_id = ?", id, orgID).Take(&r).Error; err != nil {
 		return skill.Skill{}, translate(err, "skill")
@@ -41,7 +41,7 @@ func (s *Store) Skill(ctx context.Context, orgID, id string) (skill.Skill, error
 }
 
 // SkillsByOrg lists every version of the org's skills by name and version.
-func (s *Store) SkillsByOrg(ctx context.Context, orgID string) ([]skill.Skill, error) {
+func (s Skills) SkillsByOrg(ctx context.Context, orgID string) ([]skill.Skill, error) {
 	var rows []skillRow
 	if err := s.q(ctx).Where("org_id = ?", orgID).Order("name, version").Find(&rows).Error; err != nil {
 		return nil, translate(err, "skills")
@@ -54,12 +54,12 @@ func (s *Store) SkillsByOrg(ctx context.Context, orgID string) ([]skill.Skill, e
 }
 
 // DeleteSkill deletes one of the org's skill versions.
-func (s *Store) DeleteSkill(ctx context.Context, orgID, id string) error {
+func (s Skills) DeleteSkill(ctx context.Context, orgID, id string) error {
 	return one(s.q(ctx).Where("id = ? AND org_id = ?", id, orgID).Delete(&skillRow{}), "skill")
 }
 
 // LatestSkill returns the newest version of the org's skill name.
-func (s *Store) LatestSkill(ctx context.Context, orgID, name string) (skill.Skill, error) {
+func (s Skills) LatestSkill(ctx context.Context, orgID, name string) (skill.Skill, error) {
 	var r skillRow
 	if err := s.q(ctx).Where("org_id = ? AND name = ?", orgID, name).Order("version DESC").Take(&r).Error; err != nil {
 		return skill.Skill{}, translate(err, "skill")
@@ -68,7 +68,7 @@ func (s *Store) LatestSkill(ctx context.Context, orgID, name string) (skill.Skil
 }
 
 // SkillVersion returns one version of the org's skill name.
-func (s *Store) SkillVersion(ctx context.Context, orgID, name string, version int) (skill.Skill, error) {
+func (s Skills) SkillVersion(ctx context.Context, orgID, name string, version int) (skill.Skill, error) {
 	var r skillRow
 	if err := s.q(ctx).Where("org_id = ? AND name = ? AND version = ?", orgID, name, version).Take(&r).Error; err != nil {
 		return skill.Skill{}, translate(err, "skill")
@@ -77,7 +77,7 @@ func (s *Store) SkillVersion(ctx context.Context, orgID, name string, version in
 }
 
 // DeleteSkillVersions deletes every version of the org's skill name.
-func (s *Store) DeleteSkillVersions(ctx context.Context, orgID, name string) (int, error) {
+func (s Skills) DeleteSkillVersions(ctx context.Context, orgID, name string) (int, error) {
 	res := s.q(ctx).Where("org_id = ? AND name = ?", orgID, name).Delete(&skillRow{})
 	if res.Error != nil {
 		return 0, translate(res.Error, "skill")

@@ -25,8 +25,14 @@ import (
 	"threadbox/migrations"
 )
 
-// Store implements the repositories of the domain packages.
-type Store struct {
+// Store is the database: it opens, migrates and closes it, runs
+// transactions, and hands out the repositories, one per aggregate, that
+// share its one handle (repos.go). Consumers are given a repository, never
+// the Store.
+type Store struct{ *handle }
+
+// handle is the connections every repository of one database shares.
+type handle struct {
 	db    *gorm.DB
 	sqlDB *sql.DB
 	// txdb runs transactions: the same connections without GORM's
@@ -38,8 +44,8 @@ type Store struct {
 	// it happen after a restart, the cache cold).
 	txdb *gorm.DB
 
-	reads *reads // shared by the Stores of InTx
-	inTx  bool   // bound to a transaction: every read goes through it
+	reads *reads // shared by the handles of a transaction
+	bound bool   // bound to a transaction: every read goes through it
 
 	dialect string
 	url     string
@@ -118,7 +124,7 @@ func Open(ctx context.Context, url, dataDir string) (*Store, error) {
 		// version on every lookup.
 		rd.memo.watch, _ = watchDir(dataDir)
 	}
-	return &Store{db: db, sqlDB: sqlDB, txdb: txdb, reads: rd, dialect: dialect, url: url}, nil
+	return &Store{&handle{db: db, sqlDB: sqlDB, txdb: txdb, reads: rd, dialect: dialect, url: url}}, nil
 }
 
 // reads serves the lookups every request makes (credentials, the
@@ -197,13 +203,13 @@ func (s *Store) Close() error {
 	return s.sqlDB.Close()
 }
 
-func (s *Store) provider() (*goose.Provider, error) {
+func (h *handle) provider() (*goose.Provider, error) {
 	var (
 		d    goose.Dialect
 		fsys fs.FS
 		err  error
 	)
-	if s.dialect == "postgres" {
+	if h.dialect == "postgres" {
 		d = goose.DialectPostgres
 		fsys, err = fs.Sub(migrations.Postgres, "postgres")
 	} else {
@@ -213,7 +219,7 @@ func (s *Store) provider() (*goose.Provider, error) {
 	if err != nil {
 		return nil, err
 	}
-	return goose.NewProvider(d, s.sqlDB, fsys)
+	return goose.NewProvider(d, h.sqlDB, fsys)
 }
 
 // Migrate applies every pending migration and returns the schema version.
@@ -251,10 +257,16 @@ func (s *Store) Ready(ctx context.Context) error {
 // migrations to apply (serve applies them at start).
 var ErrPending = errors.New("store: migrations pending")
 
-// InTx runs fn with a Store bound to one transaction.
+// InTx runs fn with a Store bound to one transaction: every repository
+// it hands out works in that transaction.
 func (s *Store) InTx(ctx context.Context, fn func(tx *Store) error) error {
-	err := s.txq(ctx).Transaction(func(tx *gorm.DB) error {
-		return fn(&Store{db: tx, sqlDB: s.sqlDB, reads: s.reads, inTx: true, dialect: s.dialect})
+	return s.inTx(ctx, func(tx *handle) error { return fn(&Store{tx}) })
+}
+
+// inTx runs fn with a handle bound to one transaction.
+func (h *handle) inTx(ctx context.Context, fn func(tx *handle) error) error {
+	err := h.txq(ctx).Transaction(func(tx *gorm.DB) error {
+		return fn(&handle{db: tx, sqlDB: h.sqlDB, reads: h.reads, bound: true, dialect: h.dialect})
 	})
 	if unavailable(err) || diskFull(err) {
 		// A transaction that could not begin or commit; fn's own errors
@@ -290,7 +302,7 @@ func one(res *gorm.DB, what string) error {
 	return nil
 }
 
-func (s *Store) q(ctx context.Context) *gorm.DB { return s.db.WithContext(ctx) }
+func (h *handle) q(ctx context.Context) *gorm.DB { return h.db.WithContext(ctx) }
 
 // Now is the database's clock: PostgreSQL's now(); the embedded SQLite's
 // is this host's.
@@ -305,11 +317,11 @@ func (s *Store) Now(ctx context.Context) (time.Time, error) {
 	return t, nil
 }
 
-// txq is where a transaction begins: txdb, or in a Store of InTx the
-// transaction itself (a nested one is a savepoint).
-func (s *Store) txq(ctx context.Context) *gorm.DB {
-	if s.txdb == nil {
-		return s.db.WithContext(ctx)
+// txq is where a transaction begins: txdb, or in a handle bound to a
+// transaction the transaction itself (a nested one is a savepoint).
+func (h *handle) txq(ctx context.Context) *gorm.DB {
+	if h.txdb == nil {
+		return h.db.WithContext(ctx)
 	}
-	return s.txdb.WithContext(ctx)
+	return h.txdb.WithContext(ctx)
 }

@@ -62,32 +62,32 @@ func suite(t *testing.T, s *store.Store) {
 
 	// Orgs and their policy.
 	o, _ := org.New(id("org"), "acme-"+id("n"), now)
-	if err := s.CreateOrg(ctx, o); err != nil {
+	if err := s.Accounts().CreateOrg(ctx, o); err != nil {
 		t.Fatal(err)
 	}
 	dup, _ := org.New(id("org"), o.Name(), now)
-	if err := s.CreateOrg(ctx, dup); !fault.Is(err, fault.Conflict) {
+	if err := s.Accounts().CreateOrg(ctx, dup); !fault.Is(err, fault.Conflict) {
 		t.Fatalf("duplicate org name: want conflict, got %v", err)
 	}
-	got, err := s.Org(ctx, o.ID())
+	got, err := s.Accounts().Org(ctx, o.ID())
 	if err != nil || got.Name() != o.Name() || !got.Policy().Allows(org.CodeExecution) || got.Policy().MaxUploadBytes() != org.DefaultMaxUploadBytes {
 		t.Fatalf("org round trip: %+v %v", got, err)
 	}
 	f := false
 	mb := int64(1234)
 	p, _ := got.Policy().Patch(org.PolicyPatch{DownloadsGenerated: &f, MaxUploadBytes: &mb})
-	if err := s.UpdateOrg(ctx, got.WithPolicy(p).WithDisabled(true)); err != nil {
+	if err := s.Accounts().UpdateOrg(ctx, got.WithPolicy(p).WithDisabled(true)); err != nil {
 		t.Fatal(err)
 	}
-	got, _ = s.OrgByName(ctx, o.Name())
+	got, _ = s.Accounts().OrgByName(ctx, o.Name())
 	if got.Policy().Allows(org.DownloadsGenerated) || !got.Policy().Allows(org.DownloadsUploaded) || got.Policy().MaxUploadBytes() != 1234 || !got.Disabled() {
 		t.Fatalf("policy not saved: %+v", got)
 	}
-	if _, err := s.Org(ctx, "missing"); !fault.Is(err, fault.NotFound) {
+	if _, err := s.Accounts().Org(ctx, "missing"); !fault.Is(err, fault.NotFound) {
 		t.Fatalf("missing org: %v", err)
 	}
 	o2, _ := org.New(id("org"), "other-"+id("n"), now)
-	if err := s.CreateOrg(ctx, o2); err != nil {
+	if err := s.Accounts().CreateOrg(ctx, o2); err != nil {
 		t.Fatal(err)
 	}
 
@@ -97,99 +97,99 @@ func suite(t *testing.T, s *store.Store) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.CreateUser(ctx, u.WithPasswordHash("h1")); err != nil {
+	if err := s.Accounts().CreateUser(ctx, u.WithPasswordHash("h1")); err != nil {
 		t.Fatal(err)
 	}
 	u2, _ := user.New(id("usr"), o.ID(), email, user.Member, now)
-	if err := s.CreateUser(ctx, u2); !fault.Is(err, fault.Conflict) {
+	if err := s.Accounts().CreateUser(ctx, u2); !fault.Is(err, fault.Conflict) {
 		t.Fatalf("duplicate email: want conflict, got %v", err)
 	}
 	bad, _ := user.New(id("usr"), "no-such-org", id("x")+"@acme.test", user.Member, now)
-	if err := s.CreateUser(ctx, bad); err == nil {
+	if err := s.Accounts().CreateUser(ctx, bad); err == nil {
 		t.Fatal("user in a missing org was stored")
 	}
-	gu, err := s.UserByEmail(ctx, email)
+	gu, err := s.Accounts().UserByEmail(ctx, email)
 	if err != nil || gu.ID() != u.ID() || gu.PasswordHash() != "h1" || !gu.IsAdmin() {
 		t.Fatalf("user round trip: %+v %v", gu, err)
 	}
-	if err := s.UpdateUser(ctx, gu.WithRole(user.Member).WithDisabled(true)); err != nil {
+	if err := s.Accounts().UpdateUser(ctx, gu.WithRole(user.Member).WithDisabled(true)); err != nil {
 		t.Fatal(err)
 	}
-	gu, _ = s.User(ctx, u.ID())
+	gu, _ = s.Accounts().User(ctx, u.ID())
 	if gu.IsAdmin() || !gu.Disabled() {
 		t.Fatalf("user update lost: %+v", gu)
 	}
 	other, _ := user.New(id("usr"), o2.ID(), id("o")+"@other.test", user.Member, now)
-	if err := s.CreateUser(ctx, other); err != nil {
+	if err := s.Accounts().CreateUser(ctx, other); err != nil {
 		t.Fatal(err)
 	}
-	us, _ := s.UsersByOrg(ctx, o.ID())
+	us, _ := s.Accounts().UsersByOrg(ctx, o.ID())
 	if len(us) != 1 || us[0].ID() != u.ID() {
 		t.Fatalf("users by org leaked or lost: %d", len(us))
 	}
 
 	// Tokens.
 	tok, _ := user.NewToken(id("tok"), u.ID(), o.ID(), "ci", user.APIToken, now, time.Hour)
-	if err := s.CreateToken(ctx, tok); err != nil {
+	if err := s.Accounts().CreateToken(ctx, tok); err != nil {
 		t.Fatal(err)
 	}
 	sess, _ := user.NewToken(id("tok"), u.ID(), o.ID(), "", user.SessionToken, now, time.Hour)
-	s.CreateToken(ctx, sess)
-	ts, _ := s.TokensByUser(ctx, u.ID())
+	s.Accounts().CreateToken(ctx, sess)
+	ts, _ := s.Accounts().TokensByUser(ctx, u.ID())
 	if len(ts) != 1 || ts[0].ID() != tok.ID() || !ts[0].Usable(now) {
 		t.Fatalf("tokens by user: %+v", ts)
 	}
-	if err := s.TouchToken(ctx, tok.ID(), now.Add(time.Minute)); err != nil {
+	if err := s.Accounts().TouchToken(ctx, tok.ID(), now.Add(time.Minute)); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.RevokeToken(ctx, tok.ID(), now.Add(2*time.Minute)); err != nil {
+	if err := s.Accounts().RevokeToken(ctx, tok.ID(), now.Add(2*time.Minute)); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.RevokeToken(ctx, tok.ID(), now.Add(3*time.Minute)); err != nil {
+	if err := s.Accounts().RevokeToken(ctx, tok.ID(), now.Add(3*time.Minute)); err != nil {
 		t.Fatal(err)
 	}
-	gt, _ := s.Token(ctx, tok.ID())
+	gt, _ := s.Accounts().Token(ctx, tok.ID())
 	if gt.Usable(now) || gt.RevokedAt() == nil || !gt.RevokedAt().Equal(now.Add(2*time.Minute)) || gt.LastUsedAt() == nil {
 		t.Fatalf("revoke: %+v", gt)
 	}
-	ct, cu, co, err := s.Credentials(ctx, tok.ID())
+	ct, cu, co, err := s.Accounts().Credentials(ctx, tok.ID())
 	if err != nil || ct.ID() != tok.ID() || ct.Usable(now) || cu.ID() != u.ID() || !cu.Disabled() || co.ID() != o.ID() || !co.Disabled() || co.Policy().MaxUploadBytes() != 1234 {
 		t.Fatalf("credentials: %+v %+v %+v %v", ct, cu, co, err)
 	}
-	if _, _, _, err := s.Credentials(ctx, "tok_missing"); !fault.Is(err, fault.NotFound) {
+	if _, _, _, err := s.Accounts().Credentials(ctx, "tok_missing"); !fault.Is(err, fault.NotFound) {
 		t.Fatalf("credentials of a missing token: %v", err)
 	}
-	if err := s.RevokeToken(ctx, "nope", now); !fault.Is(err, fault.NotFound) {
+	if err := s.Accounts().RevokeToken(ctx, "nope", now); !fault.Is(err, fault.NotFound) {
 		t.Fatalf("revoke missing: %v", err)
 	}
 	// Revoking all of a user's tokens ends the live ones and keeps the
 	// time of those already revoked.
-	if err := s.RevokeUserTokens(ctx, u.ID(), now.Add(5*time.Minute)); err != nil {
+	if err := s.Accounts().RevokeUserTokens(ctx, u.ID(), now.Add(5*time.Minute)); err != nil {
 		t.Fatal(err)
 	}
-	if gs, _ := s.Token(ctx, sess.ID()); gs.Usable(now) || gs.RevokedAt() == nil || !gs.RevokedAt().Equal(now.Add(5*time.Minute)) {
+	if gs, _ := s.Accounts().Token(ctx, sess.ID()); gs.Usable(now) || gs.RevokedAt() == nil || !gs.RevokedAt().Equal(now.Add(5*time.Minute)) {
 		t.Fatalf("session after revoking all: %+v", gs)
 	}
-	if gt, _ := s.Token(ctx, tok.ID()); !gt.RevokedAt().Equal(now.Add(2 * time.Minute)) {
+	if gt, _ := s.Accounts().Token(ctx, tok.ID()); !gt.RevokedAt().Equal(now.Add(2 * time.Minute)) {
 		t.Fatalf("an earlier revocation was rewritten: %+v", gt)
 	}
 
 	// Projects are scoped by org.
 	pr, _ := project.New(id("prj"), o.ID(), u.ID(), "Research", now)
-	if err := s.CreateProject(ctx, pr); err != nil {
+	if err := s.Workspace().CreateProject(ctx, pr); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Project(ctx, o2.ID(), pr.ID()); !fault.Is(err, fault.NotFound) {
+	if _, err := s.Workspace().Project(ctx, o2.ID(), pr.ID()); !fault.Is(err, fault.NotFound) {
 		t.Fatalf("cross-org project: %v", err)
 	}
-	if err := s.DeleteProject(ctx, o2.ID(), pr.ID()); !fault.Is(err, fault.NotFound) {
+	if err := s.Workspace().DeleteProject(ctx, o2.ID(), pr.ID()); !fault.Is(err, fault.NotFound) {
 		t.Fatalf("cross-org delete: %v", err)
 	}
 	renamed, _ := pr.Rename("Renamed", now.Add(time.Second))
-	if err := s.UpdateProject(ctx, renamed); err != nil {
+	if err := s.Workspace().UpdateProject(ctx, renamed); err != nil {
 		t.Fatal(err)
 	}
-	gp, _ := s.Project(ctx, o.ID(), pr.ID())
+	gp, _ := s.Workspace().Project(ctx, o.ID(), pr.ID())
 	if gp.Name() != "Renamed" {
 		t.Fatalf("rename lost: %q", gp.Name())
 	}
@@ -198,38 +198,38 @@ func suite(t *testing.T, s *store.Store) {
 	var ids []string
 	for i := 0; i < 5; i++ {
 		th, _ := thread.New(id("thr"), o.ID(), pr.ID(), u.ID(), fmt.Sprintf("t%d", i), now.Add(time.Duration(i)*time.Second))
-		if err := s.CreateThread(ctx, th); err != nil {
+		if err := s.Workspace().CreateThread(ctx, th); err != nil {
 			t.Fatal(err)
 		}
 		ids = append(ids, th.ID())
 	}
-	page, _ := s.Threads(ctx, o.ID(), u.ID(), "", thread.Page{Limit: 2})
+	page, _ := s.Workspace().Threads(ctx, o.ID(), u.ID(), "", thread.Page{Limit: 2})
 	if len(page) != 2 || page[0].ID() != ids[4] || page[1].ID() != ids[3] {
 		t.Fatalf("page 1: %v", page)
 	}
-	page, _ = s.Threads(ctx, o.ID(), u.ID(), pr.ID(), thread.Page{Limit: 10, Before: page[1].ID()})
+	page, _ = s.Workspace().Threads(ctx, o.ID(), u.ID(), pr.ID(), thread.Page{Limit: 10, Before: page[1].ID()})
 	if len(page) != 3 || page[0].ID() != ids[2] {
 		t.Fatalf("page 2: %v", page)
 	}
-	if _, err := s.Thread(ctx, o.ID(), other.ID(), ids[0]); !fault.Is(err, fault.NotFound) {
+	if _, err := s.Workspace().Thread(ctx, o.ID(), other.ID(), ids[0]); !fault.Is(err, fault.NotFound) {
 		t.Fatalf("other user's thread: %v", err)
 	}
-	if err := s.DeleteThread(ctx, o2.ID(), other.ID(), ids[0]); !fault.Is(err, fault.NotFound) {
+	if err := s.Workspace().DeleteThread(ctx, o2.ID(), other.ID(), ids[0]); !fault.Is(err, fault.NotFound) {
 		t.Fatalf("other org deletes thread: %v", err)
 	}
 
 	// Messages keep their order; an incomplete turn is visible as such.
 	m1, _ := thread.NewMessage(id("msg"), ids[0], thread.User, []byte(`[{"type":"text","text":"hi"}]`), true, now)
-	m1, err = s.AppendMessage(ctx, m1)
+	m1, err = s.Workspace().AppendMessage(ctx, m1)
 	if err != nil || m1.Seq() != 1 {
 		t.Fatalf("append: %v %d", err, m1.Seq())
 	}
 	m2, _ := thread.NewMessage(id("msg"), ids[0], thread.Assistant, []byte(`[]`), false, now)
-	m2, _ = s.AppendMessage(ctx, m2)
-	if err := s.UpdateMessage(ctx, m2.Finish([]byte(`[{"type":"text","text":"yo"}]`), []byte(`{"input_tokens":1}`))); err != nil {
+	m2, _ = s.Workspace().AppendMessage(ctx, m2)
+	if err := s.Workspace().UpdateMessage(ctx, m2.Finish([]byte(`[{"type":"text","text":"yo"}]`), []byte(`{"input_tokens":1}`))); err != nil {
 		t.Fatal(err)
 	}
-	ms, _ := s.Messages(ctx, ids[0])
+	ms, _ := s.Workspace().Messages(ctx, ids[0])
 	if len(ms) != 2 || ms[1].Seq() != 2 || !ms[1].Complete() || !strings.Contains(string(ms[1].Content()), "yo") {
 		t.Fatalf("messages: %+v", ms)
 	}
@@ -237,142 +237,142 @@ func suite(t *testing.T, s *store.Store) {
 	// A project's threads, whoever owns them, for deleting it; none from
 	// another org.
 	mate, _ := user.New(id("usr"), o.ID(), id("m")+"@acme.test", user.Member, now)
-	if err := s.CreateUser(ctx, mate); err != nil {
+	if err := s.Accounts().CreateUser(ctx, mate); err != nil {
 		t.Fatal(err)
 	}
 	mt, _ := thread.New(id("thr"), o.ID(), pr.ID(), mate.ID(), "mate's", now)
-	if err := s.CreateThread(ctx, mt); err != nil {
+	if err := s.Workspace().CreateThread(ctx, mt); err != nil {
 		t.Fatal(err)
 	}
-	if all, err := s.ProjectThreads(ctx, o.ID(), pr.ID()); err != nil || len(all) != 6 {
+	if all, err := s.Workspace().ProjectThreads(ctx, o.ID(), pr.ID()); err != nil || len(all) != 6 {
 		t.Fatalf("project threads: %d %v", len(all), err)
 	}
-	if all, err := s.ProjectThreads(ctx, o2.ID(), pr.ID()); err != nil || len(all) != 0 {
+	if all, err := s.Workspace().ProjectThreads(ctx, o2.ID(), pr.ID()); err != nil || len(all) != 0 {
 		t.Fatalf("project threads seen from another org: %d %v", len(all), err)
 	}
 
 	// Deleting a project removes its threads and their messages.
-	if err := s.DeleteProject(ctx, o.ID(), pr.ID()); err != nil {
+	if err := s.Workspace().DeleteProject(ctx, o.ID(), pr.ID()); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Thread(ctx, o.ID(), u.ID(), ids[0]); !fault.Is(err, fault.NotFound) {
+	if _, err := s.Workspace().Thread(ctx, o.ID(), u.ID(), ids[0]); !fault.Is(err, fault.NotFound) {
 		t.Fatalf("thread survived its project: %v", err)
 	}
-	if ms, _ := s.Messages(ctx, ids[0]); len(ms) != 0 {
+	if ms, _ := s.Workspace().Messages(ctx, ids[0]); len(ms) != 0 {
 		t.Fatalf("messages survived: %d", len(ms))
 	}
 
 	// Containers.
 	c, _ := container.NewForUser(o.ID(), u.ID(), "my-container", now)
-	if err := s.CreateContainer(ctx, c); err != nil {
+	if err := s.Containers().CreateContainer(ctx, c); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.CreateContainer(ctx, c); !fault.Is(err, fault.Conflict) {
+	if err := s.Containers().CreateContainer(ctx, c); !fault.Is(err, fault.Conflict) {
 		t.Fatalf("duplicate container: %v", err)
 	}
 	th, _ := container.NewForThread(o.ID(), u.ID(), id("thr"), now.Add(-2*time.Hour))
-	if err := s.CreateContainer(ctx, th); err != nil {
+	if err := s.Containers().CreateContainer(ctx, th); err != nil {
 		t.Fatal(err)
 	}
-	s.UpdateContainer(ctx, c.Booted("docker", "proc-1", now.Add(-time.Hour)))
-	if running, _ := s.ContainersInState(ctx, container.Running); len(running) != 1 || running[0].ID() != c.ID() ||
+	s.Containers().UpdateContainer(ctx, c.Booted("docker", "proc-1", now.Add(-time.Hour)))
+	if running, _ := s.Containers().ContainersInState(ctx, container.Running); len(running) != 1 || running[0].ID() != c.ID() ||
 		running[0].Backend() != "docker" || running[0].Holder() != "proc-1" {
 		t.Fatalf("running containers: %+v", running)
 	}
 	// Expiry candidates: made before the cut, never a thread's.
-	if old, _ := s.ContainersCreatedBefore(ctx, now.Add(time.Second)); len(old) != 1 || old[0].ID() != c.ID() {
+	if old, _ := s.Containers().ContainersCreatedBefore(ctx, now.Add(time.Second)); len(old) != 1 || old[0].ID() != c.ID() {
 		t.Fatalf("created before: %+v", old)
 	}
-	if old, _ := s.ContainersCreatedBefore(ctx, now.Add(-time.Second)); len(old) != 0 {
+	if old, _ := s.Containers().ContainersCreatedBefore(ctx, now.Add(-time.Second)); len(old) != 0 {
 		t.Fatalf("created before an earlier cut: %+v", old)
 	}
-	gc, err := s.Container(ctx, c.ID())
+	gc, err := s.Containers().Container(ctx, c.ID())
 	if err != nil || gc.ID() != c.ID() || gc.ClientID() != "my-container" || gc.State() != container.Running ||
 		gc.OrgID() != c.OrgID() || gc.OwnerID() != c.OwnerID() || gc.ThreadID() != c.ThreadID() ||
 		!gc.CreatedAt().Equal(c.CreatedAt()) || !gc.LastActiveAt().Equal(now.Add(-time.Hour)) {
 		t.Fatalf("container: %+v %v", gc, err)
 	}
-	if err := s.UpdateContainer(ctx, gc.Stopped()); err != nil {
+	if err := s.Containers().UpdateContainer(ctx, gc.Stopped()); err != nil {
 		t.Fatal(err)
 	}
-	if gc, _ := s.Container(ctx, c.ID()); gc.State() != container.Idle || gc.Backend() != "" || gc.Holder() != "" {
+	if gc, _ := s.Containers().Container(ctx, c.ID()); gc.State() != container.Idle || gc.Backend() != "" || gc.Holder() != "" {
 		t.Fatalf("stopped container: %+v", gc)
 	}
-	if err := s.DeleteContainer(ctx, c.ID()); err != nil {
+	if err := s.Containers().DeleteContainer(ctx, c.ID()); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Container(ctx, c.ID()); !fault.Is(err, fault.NotFound) {
+	if _, err := s.Containers().Container(ctx, c.ID()); !fault.Is(err, fault.NotFound) {
 		t.Fatalf("deleted container: %v", err)
 	}
-	if _, err := s.Tombstone(ctx, c.ID()); !fault.Is(err, fault.NotFound) {
+	if _, err := s.Containers().Tombstone(ctx, c.ID()); !fault.Is(err, fault.NotFound) {
 		t.Fatalf("a deleted container left a tombstone: %v", err)
 	}
 
 	// A container expired: its record goes and its tombstone stays, at
 	// once; expiring it again keeps the first tombstone.
 	old, _ := container.NewForUser(o.ID(), u.ID(), "expiring", now.Add(-48*time.Hour))
-	if err := s.CreateContainer(ctx, old); err != nil {
+	if err := s.Containers().CreateContainer(ctx, old); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Container(ctx, old.ID()); err != nil { // read once, as a request would
+	if _, err := s.Containers().Container(ctx, old.ID()); err != nil { // read once, as a request would
 		t.Fatal(err)
 	}
-	if err := s.ExpireContainer(ctx, old.Tombstone(now)); err != nil {
+	if err := s.Containers().ExpireContainer(ctx, old.Tombstone(now)); err != nil {
 		t.Fatalf("expire: %v", err)
 	}
-	if _, err := s.Container(ctx, old.ID()); !fault.Is(err, fault.NotFound) {
+	if _, err := s.Containers().Container(ctx, old.ID()); !fault.Is(err, fault.NotFound) {
 		t.Fatalf("expired container's record: %v", err)
 	}
 	want := container.Tombstone{ID: old.ID(), ClientID: "expiring", OrgID: o.ID(), OwnerID: u.ID(), CreatedAt: old.CreatedAt(), ExpiredAt: now}
-	if tomb, err := s.Tombstone(ctx, old.ID()); err != nil || tomb != want {
+	if tomb, err := s.Containers().Tombstone(ctx, old.ID()); err != nil || tomb != want {
 		t.Fatalf("tombstone %+v %v, want %+v", tomb, err, want)
 	}
-	if err := s.ExpireContainer(ctx, old.Tombstone(now.Add(time.Hour))); err != nil {
+	if err := s.Containers().ExpireContainer(ctx, old.Tombstone(now.Add(time.Hour))); err != nil {
 		t.Fatalf("expire again: %v", err)
 	}
-	if tomb, err := s.Tombstone(ctx, old.ID()); err != nil || tomb != want {
+	if tomb, err := s.Containers().Tombstone(ctx, old.ID()); err != nil || tomb != want {
 		t.Fatalf("tombstone after a second expiry %+v %v, want %+v", tomb, err, want)
 	}
-	if _, err := s.Tombstone(ctx, container.UserScopedID(u.ID(), "other")); !fault.Is(err, fault.NotFound) {
+	if _, err := s.Containers().Tombstone(ctx, container.UserScopedID(u.ID(), "other")); !fault.Is(err, fault.NotFound) {
 		t.Fatalf("tombstone of a container never made: %v", err)
 	}
 
 	// Leases: one holder at a time; a lapsed lease goes to the next taker.
-	if ok, err := s.AcquireLease(ctx, "turn:x", "p1", now.Add(time.Minute), now); !ok || err != nil {
+	if ok, err := s.Leases().AcquireLease(ctx, "turn:x", "p1", now.Add(time.Minute), now); !ok || err != nil {
 		t.Fatalf("first acquire: %v %v", ok, err)
 	}
-	if ok, _ := s.AcquireLease(ctx, "turn:x", "p2", now.Add(time.Minute), now); ok {
+	if ok, _ := s.Leases().AcquireLease(ctx, "turn:x", "p2", now.Add(time.Minute), now); ok {
 		t.Fatal("a live lease was taken by another holder")
 	}
-	if ok, _ := s.AcquireLease(ctx, "turn:x", "p1", now.Add(2*time.Minute), now); !ok {
+	if ok, _ := s.Leases().AcquireLease(ctx, "turn:x", "p1", now.Add(2*time.Minute), now); !ok {
 		t.Fatal("the holder could not take its own lease again")
 	}
-	if h, _ := s.LeaseHolder(ctx, "turn:x", now); h != "p1" {
+	if h, _ := s.Leases().LeaseHolder(ctx, "turn:x", now); h != "p1" {
 		t.Fatalf("holder %q", h)
 	}
-	if h, _ := s.LeaseHolder(ctx, "turn:x", now.Add(3*time.Minute)); h != "" {
+	if h, _ := s.Leases().LeaseHolder(ctx, "turn:x", now.Add(3*time.Minute)); h != "" {
 		t.Fatalf("a lapsed lease still has holder %q", h)
 	}
-	if ok, _ := s.AcquireLease(ctx, "turn:x", "p2", now.Add(4*time.Minute), now.Add(3*time.Minute)); !ok {
+	if ok, _ := s.Leases().AcquireLease(ctx, "turn:x", "p2", now.Add(4*time.Minute), now.Add(3*time.Minute)); !ok {
 		t.Fatal("a lapsed lease could not be taken")
 	}
-	s.AcquireLease(ctx, "box:y", "p2", now.Add(time.Minute), now)
-	if err := s.RenewLeases(ctx, "p2", now.Add(10*time.Minute)); err != nil {
+	s.Leases().AcquireLease(ctx, "box:y", "p2", now.Add(time.Minute), now)
+	if err := s.Leases().RenewLeases(ctx, "p2", now.Add(10*time.Minute)); err != nil {
 		t.Fatal(err)
 	}
-	if h, _ := s.LeaseHolder(ctx, "box:y", now.Add(5*time.Minute)); h != "p2" {
+	if h, _ := s.Leases().LeaseHolder(ctx, "box:y", now.Add(5*time.Minute)); h != "p2" {
 		t.Fatalf("renewed lease holder %q", h)
 	}
-	s.ReleaseLease(ctx, "turn:x", "p1") // not p1's any more: nothing happens
-	if h, _ := s.LeaseHolder(ctx, "turn:x", now); h != "p2" {
+	s.Leases().ReleaseLease(ctx, "turn:x", "p1") // not p1's any more: nothing happens
+	if h, _ := s.Leases().LeaseHolder(ctx, "turn:x", now); h != "p2" {
 		t.Fatalf("another holder released p2's lease: %q", h)
 	}
-	s.ReleaseLease(ctx, "turn:x", "p2")
-	if h, _ := s.LeaseHolder(ctx, "turn:x", now); h != "" {
+	s.Leases().ReleaseLease(ctx, "turn:x", "p2")
+	if h, _ := s.Leases().LeaseHolder(ctx, "turn:x", now); h != "" {
 		t.Fatalf("released lease held by %q", h)
 	}
-	s.ReleaseLeases(ctx, "p2")
-	if h, _ := s.LeaseHolder(ctx, "box:y", now); h != "" {
+	s.Leases().ReleaseLeases(ctx, "p2")
+	if h, _ := s.Leases().LeaseHolder(ctx, "box:y", now); h != "" {
 		t.Fatalf("released leases: box:y held by %q", h)
 	}
 	// Racing takers: exactly one wins.
@@ -382,7 +382,7 @@ func suite(t *testing.T, s *store.Store) {
 		race.Add(1)
 		go func() {
 			defer race.Done()
-			if ok, err := s.AcquireLease(ctx, "race", fmt.Sprint("r", i), now.Add(time.Minute), now); ok && err == nil {
+			if ok, err := s.Leases().AcquireLease(ctx, "race", fmt.Sprint("r", i), now.Add(time.Minute), now); ok && err == nil {
 				wins.Add(1)
 			}
 		}()
@@ -395,15 +395,15 @@ func suite(t *testing.T, s *store.Store) {
 	// Audit events are per org, newest first.
 	for i := 0; i < 3; i++ {
 		e := audit.Event{ID: id("aud"), OrgID: o.ID(), ActorID: u.ID(), Action: "org.features.update", Before: []byte(`{}`), After: []byte(fmt.Sprintf(`{"n":%d}`, i)), At: now.Add(time.Duration(i) * time.Second)}
-		if err := s.AppendEvent(ctx, e); err != nil {
+		if err := s.Accounts().AppendEvent(ctx, e); err != nil {
 			t.Fatal(err)
 		}
 	}
-	evs, _ := s.Events(ctx, o.ID(), 10)
+	evs, _ := s.Accounts().Events(ctx, o.ID(), 10)
 	if len(evs) != 3 || string(evs[0].After) != `{"n":2}` {
 		t.Fatalf("events: %+v", evs)
 	}
-	if evs, _ := s.Events(ctx, o2.ID(), 10); len(evs) != 0 {
+	if evs, _ := s.Accounts().Events(ctx, o2.ID(), 10); len(evs) != 0 {
 		t.Fatal("audit events leaked across orgs")
 	}
 
@@ -520,13 +520,13 @@ func TestCredentialsDoNotWaitForWriters(t *testing.T) {
 			o, _ := org.New(id("org"), "w-"+id("n"), now)
 			u, _ := user.New(id("usr"), o.ID(), id("w")+"@acme.test", user.Member, now)
 			tok, _ := user.NewToken(id("tok"), u.ID(), o.ID(), "w", user.APIToken, now, time.Hour)
-			if err := s.CreateOrg(ctx, o); err != nil {
+			if err := s.Accounts().CreateOrg(ctx, o); err != nil {
 				t.Fatal(err)
 			}
-			if err := s.CreateUser(ctx, u); err != nil {
+			if err := s.Accounts().CreateUser(ctx, u); err != nil {
 				t.Fatal(err)
 			}
-			if err := s.CreateToken(ctx, tok); err != nil {
+			if err := s.Accounts().CreateToken(ctx, tok); err != nil {
 				t.Fatal(err)
 			}
 
@@ -534,7 +534,7 @@ func TestCredentialsDoNotWaitForWriters(t *testing.T) {
 			txDone := make(chan error, 1)
 			go func() {
 				txDone <- s.InTx(ctx, func(tx *store.Store) error {
-					if err := tx.RevokeToken(ctx, tok.ID(), now); err != nil {
+					if err := tx.Accounts().RevokeToken(ctx, tok.ID(), now); err != nil {
 						return err
 					}
 					close(inTx)
@@ -545,7 +545,7 @@ func TestCredentialsDoNotWaitForWriters(t *testing.T) {
 			<-inTx
 			got := make(chan error, 1)
 			go func() {
-				ct, _, _, err := s.Credentials(ctx, tok.ID())
+				ct, _, _, err := s.Accounts().Credentials(ctx, tok.ID())
 				if err == nil && !ct.Usable(now.Add(time.Second)) {
 					err = fmt.Errorf("saw the uncommitted revocation")
 				}
@@ -564,7 +564,7 @@ func TestCredentialsDoNotWaitForWriters(t *testing.T) {
 			if err := <-txDone; err != nil {
 				t.Fatal(err)
 			}
-			if ct, _, _, err := s.Credentials(ctx, tok.ID()); err != nil || ct.Usable(now.Add(time.Second)) {
+			if ct, _, _, err := s.Accounts().Credentials(ctx, tok.ID()); err != nil || ct.Usable(now.Add(time.Second)) {
 				t.Fatalf("after commit: usable=%v err=%v", ct.Usable(now.Add(time.Second)), err)
 			}
 		})
@@ -585,7 +585,7 @@ func usageSuite(t *testing.T, s *store.Store, orgID, otherOrgID string, admin, m
 		{OrgID: otherOrgID, UserID: admin.ID(), Day: "2026-03-01", Commands: 7}, // another org
 	}
 	for _, u := range adds {
-		if err := s.AddUsage(ctx, u); err != nil {
+		if err := s.Usage().AddUsage(ctx, u); err != nil {
 			t.Fatalf("add usage %+v: %v", u, err)
 		}
 	}
@@ -593,7 +593,7 @@ func usageSuite(t *testing.T, s *store.Store, orgID, otherOrgID string, admin, m
 	var wg sync.WaitGroup
 	for range 8 {
 		wg.Go(func() {
-			if err := s.AddUsage(ctx, usage.Usage{OrgID: orgID, UserID: mate.ID(), Day: "2026-03-02", Commands: 1, CPU: 10 * time.Millisecond}); err != nil {
+			if err := s.Usage().AddUsage(ctx, usage.Usage{OrgID: orgID, UserID: mate.ID(), Day: "2026-03-02", Commands: 1, CPU: 10 * time.Millisecond}); err != nil {
 				t.Errorf("concurrent add: %v", err)
 			}
 		})
@@ -619,7 +619,7 @@ func usageSuite(t *testing.T, s *store.Store, orgID, otherOrgID string, admin, m
 	}
 	for _, tt := range tests {
 		t.Run("usage "+tt.name, func(t *testing.T) {
-			got, err := s.UsageReport(ctx, orgID, "2026-03-01", "2026-03-03", tt.by)
+			got, err := s.Usage().UsageReport(ctx, orgID, "2026-03-01", "2026-03-03", tt.by)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -628,7 +628,7 @@ func usageSuite(t *testing.T, s *store.Store, orgID, otherOrgID string, admin, m
 			}
 		})
 	}
-	if got, err := s.UsageReport(ctx, orgID, "2025-01-01", "2025-12-31", usage.ByDay); err != nil || len(got) != 0 {
+	if got, err := s.Usage().UsageReport(ctx, orgID, "2025-01-01", "2025-12-31", usage.ByDay); err != nil || len(got) != 0 {
 		t.Fatalf("empty span: %+v %v", got, err)
 	}
 	usageScopeSuite(t, s, orgID, admin)
@@ -641,17 +641,17 @@ func usageScopeSuite(t *testing.T, s *store.Store, orgID string, admin user.User
 	ctx := context.Background()
 	now := time.Now()
 	pr, _ := project.New(id("prj"), orgID, admin.ID(), "Metered", now)
-	if err := s.CreateProject(ctx, pr); err != nil {
+	if err := s.Workspace().CreateProject(ctx, pr); err != nil {
 		t.Fatal(err)
 	}
 	th, _ := thread.New(id("thr"), orgID, pr.ID(), admin.ID(), "Quarterly numbers", now)
-	if err := s.CreateThread(ctx, th); err != nil {
+	if err := s.Workspace().CreateThread(ctx, th); err != nil {
 		t.Fatal(err)
 	}
 	tc, _ := container.NewForThread(orgID, admin.ID(), th.ID(), now)
 	uc, _ := container.NewForUser(orgID, admin.ID(), "scratch", now)
 	for _, c := range []container.Container{tc, uc} {
-		if err := s.CreateContainer(ctx, c); err != nil {
+		if err := s.Containers().CreateContainer(ctx, c); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -665,7 +665,7 @@ func usageScopeSuite(t *testing.T, s *store.Store, orgID string, admin user.User
 		{OrgID: orgID, UserID: admin.ID(), Day: day, InputTokens: 7},
 	}
 	for _, u := range adds {
-		if err := s.AddUsage(ctx, u); err != nil {
+		if err := s.Usage().AddUsage(ctx, u); err != nil {
 			t.Fatalf("add usage %+v: %v", u, err)
 		}
 	}
@@ -690,7 +690,7 @@ func usageScopeSuite(t *testing.T, s *store.Store, orgID string, admin user.User
 	}
 	for _, tt := range tests {
 		t.Run("usage by "+string(tt.by), func(t *testing.T) {
-			got, err := s.UsageReport(ctx, orgID, day, day, tt.by)
+			got, err := s.Usage().UsageReport(ctx, orgID, day, day, tt.by)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -9,7 +9,7 @@ import (
 	"threadbox/domain/turn"
 )
 
-var _ turn.Repository = (*Store)(nil)
+var _ turn.Repository = Turns{}
 
 type turnRow struct {
 	ID            string `gorm:"primaryKey"`
@@ -42,13 +42,13 @@ type turnEventRow struct {
 func (turnEventRow) TableName() string { return "turn_events" }
 
 // CreateTurn stores a new turn.
-func (s *Store) CreateTurn(ctx context.Context, t turn.Turn) error {
+func (s Turns) CreateTurn(ctx context.Context, t turn.Turn) error {
 	r := turnRow{ID: t.ID(), ThreadID: t.ThreadID(), OrgID: t.OrgID(), UserID: t.UserID(), State: string(t.State()), StopRequested: t.StopRequested(), CreatedAt: t.CreatedAt()}
 	return translate(s.q(ctx).Create(&r).Error, "turn")
 }
 
 // Turn returns the turn id of the thread threadID.
-func (s *Store) Turn(ctx context.Context, threadID, id string) (turn.Turn, error) {
+func (s Turns) Turn(ctx context.Context, threadID, id string) (turn.Turn, error) {
 	var r turnRow
 	if err := s.q(ctx).Where("id = ? AND thread_id = ?", id, threadID).Take(&r).Error; err != nil {
 		return turn.Turn{}, translate(err, "turn")
@@ -58,7 +58,7 @@ func (s *Store) Turn(ctx context.Context, threadID, id string) (turn.Turn, error
 
 // RunningTurn returns the thread's turn recorded as running (not found
 // when none is).
-func (s *Store) RunningTurn(ctx context.Context, threadID string) (turn.Turn, error) {
+func (s Turns) RunningTurn(ctx context.Context, threadID string) (turn.Turn, error) {
 	var r turnRow
 	if err := s.q(ctx).Where("thread_id = ? AND state = ?", threadID, string(turn.Running)).Order("created_at DESC").Take(&r).Error; err != nil {
 		return turn.Turn{}, translate(err, "turn")
@@ -67,20 +67,20 @@ func (s *Store) RunningTurn(ctx context.Context, threadID string) (turn.Turn, er
 }
 
 // EndTurn records a turn's end (its state and end time).
-func (s *Store) EndTurn(ctx context.Context, t turn.Turn) error {
+func (s Turns) EndTurn(ctx context.Context, t turn.Turn) error {
 	ended := t.EndedAt()
 	return one(s.q(ctx).Model(&turnRow{}).Where("id = ?", t.ID()).Updates(map[string]any{"state": string(t.State()), "ended_at": &ended}), "turn")
 }
 
 // RequestStop marks a running turn as asked to stop; a turn that ended is
 // left as it is.
-func (s *Store) RequestStop(ctx context.Context, id string) error {
+func (s Turns) RequestStop(ctx context.Context, id string) error {
 	return translate(s.q(ctx).Model(&turnRow{}).Where("id = ? AND state = ?", id, string(turn.Running)).Update("stop_requested", true).Error, "turn")
 }
 
 // AppendTurnEvents adds events to a turn's log; an event already stored
 // (the same seq) is kept as it was.
-func (s *Store) AppendTurnEvents(ctx context.Context, turnID string, evs []turn.Event) error {
+func (s Turns) AppendTurnEvents(ctx context.Context, turnID string, evs []turn.Event) error {
 	if len(evs) == 0 {
 		return nil
 	}
@@ -93,7 +93,7 @@ func (s *Store) AppendTurnEvents(ctx context.Context, turnID string, evs []turn.
 
 // TurnEvents returns up to limit events of a turn's log after seq after,
 // in order.
-func (s *Store) TurnEvents(ctx context.Context, turnID string, after int64, limit int) ([]turn.Event, error) {
+func (s Turns) TurnEvents(ctx context.Context, turnID string, after int64, limit int) ([]turn.Event, error) {
 	var rows []turnEventRow
 	if err := s.q(ctx).Where("turn_id = ? AND seq > ?", turnID, after).Order("seq").Limit(limit).Find(&rows).Error; err != nil {
 		return nil, translate(err, "turn events")
@@ -107,7 +107,7 @@ func (s *Store) TurnEvents(ctx context.Context, turnID string, after int64, limi
 
 // PruneTurns deletes the turns that ended before endedBefore, with their
 // logs.
-func (s *Store) PruneTurns(ctx context.Context, endedBefore time.Time) (int64, error) {
+func (s Turns) PruneTurns(ctx context.Context, endedBefore time.Time) (int64, error) {
 	res := s.q(ctx).Where("ended_at IS NOT NULL AND ended_at < ?", endedBefore.UTC()).Delete(&turnRow{})
 	return res.RowsAffected, translate(res.Error, "turns")
 }

@@ -6,7 +6,7 @@ import (
 	"threadbox/app/admin"
 )
 
-// InTxAdmin runs fn on a Store bound to one transaction (admin.Store).
-func (s *Store) InTxAdmin(ctx context.Context, fn func(admin.Store) error) error {
-	return s.InTx(ctx, func(tx *Store) error { return fn(tx) })
+// InTxAdmin runs fn on the accounts bound to one transaction (admin.Store).
+func (s Accounts) InTxAdmin(ctx context.Context, fn func(admin.Store) error) error {
+	return s.inTx(ctx, func(tx *handle) error { return fn(Accounts{tx}) })
 }

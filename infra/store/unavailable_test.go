@@ -83,23 +83,23 @@ func TestPostgreSQLGoneIsUnavailable(t *testing.T) {
 	if _, err := s.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Thread(ctx, "org_x", "usr_x", "thr_x"); !fault.Is(err, fault.NotFound) {
+	if _, err := s.Workspace().Thread(ctx, "org_x", "usr_x", "thr_x"); !fault.Is(err, fault.NotFound) {
 		t.Fatalf("through the proxy: %v", err)
 	}
 	proxy.close()
 
 	checks := map[string]func() error{
 		"read": func() error {
-			_, err := s.Thread(ctx, "org_x", "usr_x", "thr_x")
+			_, err := s.Workspace().Thread(ctx, "org_x", "usr_x", "thr_x")
 			return err
 		},
 		"write": func() error {
-			_, err := s.AcquireLease(ctx, "turn:thr_x", "h1", time.Now().Add(time.Minute), time.Now())
+			_, err := s.Leases().AcquireLease(ctx, "turn:thr_x", "h1", time.Now().Add(time.Minute), time.Now())
 			return err
 		},
 		"transaction": func() error {
 			return s.InTx(ctx, func(tx *store.Store) error {
-				_, err := tx.Thread(ctx, "org_x", "usr_x", "thr_x")
+				_, err := tx.Workspace().Thread(ctx, "org_x", "usr_x", "thr_x")
 				return err
 			})
 		},

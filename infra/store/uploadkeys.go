@@ -19,7 +19,7 @@ import (
 // database, so that a retry gets the first answer after a restart too, and
 // from any server sharing the database. It implements files.Idempotency.
 type UploadKeys struct {
-	s   *Store
+	s   *handle
 	ttl time.Duration
 }
 
@@ -29,7 +29,7 @@ func (s *Store) UploadKeys(ttl time.Duration) *UploadKeys {
 	if ttl <= 0 {
 		ttl = files.DefaultIdempotencyTTL
 	}
-	return &UploadKeys{s: s, ttl: ttl}
+	return &UploadKeys{s: s.handle, ttl: ttl}
 }
 
 type uploadKeyRow struct {

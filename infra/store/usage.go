@@ -13,8 +13,8 @@ import (
 // servers on one database never lose a count.
 
 var (
-	_ usage.Store      = (*Store)(nil)
-	_ usage.Containers = (*Store)(nil)
+	_ usage.Store      = Usage{}
+	_ usage.Containers = Containers{}
 )
 
 const addUsageSQL = `INSERT INTO usage_daily (org_id, user_id, day, container_id, thread_id, commands, wall_ms, cpu_ms, input_tokens, output_tokens, sandbox_ms, sandbox_cpu_ms)
@@ -30,7 +30,7 @@ ON CONFLICT (org_id, user_id, day, container_id, thread_id) DO UPDATE SET
 
 // AddUsage adds u to the counters of its org, user, day, container and
 // thread.
-func (s *Store) AddUsage(ctx context.Context, u usage.Usage) error {
+func (s Usage) AddUsage(ctx context.Context, u usage.Usage) error {
 	err := s.q(ctx).Exec(addUsageSQL, u.OrgID, u.UserID, u.Day, u.ContainerID, u.ThreadID, u.Commands,
 		u.Wall.Milliseconds(), u.CPU.Milliseconds(), u.InputTokens, u.OutputTokens,
 		u.SandboxTime.Milliseconds(), u.SandboxCPU.Milliseconds()).Error
@@ -62,7 +62,7 @@ type usageSum struct {
 // day, by user (with the user's email, empty for a deleted user), by
 // container (with its client id and its owner) or by thread (with its
 // title and its owner); names of deleted rows are empty.
-func (s *Store) UsageReport(ctx context.Context, orgID, from, to string, by usage.GroupBy) ([]usage.Row, error) {
+func (s Usage) UsageReport(ctx context.Context, orgID, from, to string, by usage.GroupBy) ([]usage.Row, error) {
 	const sums = `COALESCE(SUM(u.commands), 0) AS commands, COALESCE(SUM(u.wall_ms), 0) AS wall_ms,
   COALESCE(SUM(u.cpu_ms), 0) AS cpu_ms, COALESCE(SUM(u.input_tokens), 0) AS input_tokens,
   COALESCE(SUM(u.output_tokens), 0) AS output_tokens, COALESCE(SUM(u.sandbox_ms), 0) AS sandbox_ms,

@@ -34,13 +34,13 @@ func (r projectRow) domain() project.Project {
 }
 
 // CreateProject stores a new project.
-func (s *Store) CreateProject(ctx context.Context, p project.Project) error {
+func (s Workspace) CreateProject(ctx context.Context, p project.Project) error {
 	r := projectRow{p.ID(), p.OrgID(), p.OwnerID(), p.Name(), p.CreatedAt(), p.UpdatedAt()}
 	return translate(s.q(ctx).Create(&r).Error, "project")
 }
 
 // Project returns the org's project with id.
-func (s *Store) Project(ctx context.Context, orgID, id string) (project.Project, error) {
+func (s Workspace) Project(ctx context.Context, orgID, id string) (project.Project, error) {
 	var r projectRow
 	if err := s.q(ctx).Where("id = ? AND org_id = ?", id, orgID).Take(&r).Error; err != nil {
 		return project.Project{}, translate(err, "project")
@@ -49,7 +49,7 @@ func (s *Store) Project(ctx context.Context, orgID, id string) (project.Project,
 }
 
 // ProjectsByOrg lists the org's projects by creation time.
-func (s *Store) ProjectsByOrg(ctx context.Context, orgID string) ([]project.Project, error) {
+func (s Workspace) ProjectsByOrg(ctx context.Context, orgID string) ([]project.Project, error) {
 	var rows []projectRow
 	if err := s.q(ctx).Where("org_id = ?", orgID).Order("created_at, id").Find(&rows).Error; err != nil {
 		return nil, translate(err, "projects")
@@ -62,18 +62,18 @@ func (s *Store) ProjectsByOrg(ctx context.Context, orgID string) ([]project.Proj
 }
 
 // UpdateProject saves the project's name.
-func (s *Store) UpdateProject(ctx context.Context, p project.Project) error {
+func (s Workspace) UpdateProject(ctx context.Context, p project.Project) error {
 	return one(s.q(ctx).Model(&projectRow{}).Where("id = ? AND org_id = ?", p.ID(), p.OrgID()).
 		Updates(map[string]any{"name": p.Name(), "updated_at": p.UpdatedAt()}), "project")
 }
 
 // DeleteProject deletes the org's project; its threads and messages go with it.
-func (s *Store) DeleteProject(ctx context.Context, orgID, id string) error {
+func (s Workspace) DeleteProject(ctx context.Context, orgID, id string) error {
 	return one(s.q(ctx).Where("id = ? AND org_id = ?", id, orgID).Delete(&projectRow{}), "project")
 }
 
 // ProjectThreads returns every thread of a project of the org.
-func (s *Store) ProjectThreads(ctx context.Context, orgID, projectID string) ([]thread.Thread, error) {
+func (s Workspace) ProjectThreads(ctx context.Context, orgID, projectID string) ([]thread.Thread, error) {
 	var rows []threadRow
 	if err := s.q(ctx).Where("org_id = ? AND project_id = ?", orgID, projectID).Order("id").Find(&rows).Error; err != nil {
 		return nil, dbError("project threads", err)
@@ -102,13 +102,13 @@ func (r threadRow) domain() thread.Thread {
 }
 
 // CreateThread stores a new thread.
-func (s *Store) CreateThread(ctx context.Context, t thread.Thread) error {
+func (s Workspace) CreateThread(ctx context.Context, t thread.Thread) error {
 	r := threadRow{t.ID(), t.OrgID(), t.ProjectID(), t.OwnerID(), t.Title(), t.CreatedAt(), t.UpdatedAt()}
 	return translate(s.q(ctx).Create(&r).Error, "thread")
 }
 
 // Thread returns the owner's thread with id.
-func (s *Store) Thread(ctx context.Context, orgID, ownerID, id string) (thread.Thread, error) {
+func (s Workspace) Thread(ctx context.Context, orgID, ownerID, id string) (thread.Thread, error) {
 	var r threadRow
 	if err := s.q(ctx).Where("id = ? AND org_id = ? AND owner_id = ?", id, orgID, ownerID).Take(&r).Error; err != nil {
 		return thread.Thread{}, translate(err, "thread")
@@ -120,7 +120,7 @@ func (s *Store) Thread(ctx context.Context, orgID, ownerID, id string) (thread.T
 var likeEscaper = strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`)
 
 // Threads lists the owner's threads newest first, optionally in one project.
-func (s *Store) Threads(ctx context.Context, orgID, ownerID, projectID string, p thread.Page) ([]thread.Thread, error) {
+func (s Workspace) Threads(ctx context.Context, orgID, ownerID, projectID string, p thread.Page) ([]thread.Thread, error) {
 	q := s.q(ctx).Where("org_id = ? AND owner_id = ?", orgID, ownerID)
 	if projectID != "" {
 		q = q.Where("project_id = ?", projectID)
@@ -156,13 +156,13 @@ func (s *Store) Threads(ctx context.Context, orgID, ownerID, projectID string, p
 }
 
 // UpdateThread saves the thread's title and update time.
-func (s *Store) UpdateThread(ctx context.Context, t thread.Thread) error {
+func (s Workspace) UpdateThread(ctx context.Context, t thread.Thread) error {
 	return one(s.q(ctx).Model(&threadRow{}).Where("id = ? AND org_id = ? AND owner_id = ?", t.ID(), t.OrgID(), t.OwnerID()).
 		Updates(map[string]any{"title": t.Title(), "updated_at": t.UpdatedAt()}), "thread")
 }
 
 // DeleteThread deletes the owner's thread and its messages.
-func (s *Store) DeleteThread(ctx context.Context, orgID, ownerID, id string) error {
+func (s Workspace) DeleteThread(ctx context.Context, orgID, ownerID, id string) error {
 	return one(s.q(ctx).Where("id = ? AND org_id = ? AND owner_id = ?", id, orgID, ownerID).Delete(&threadRow{}), "thread")
 }
 
@@ -191,7 +191,7 @@ func (r messageRow) domain() thread.Message {
 }
 
 // AppendMessage stores m as the thread's next message and returns it with its seq.
-func (s *Store) AppendMessage(ctx context.Context, m thread.Message) (thread.Message, error) {
+func (s Workspace) AppendMessage(ctx context.Context, m thread.Message) (thread.Message, error) {
 	var out thread.Message
 	err := s.txq(ctx).Transaction(func(tx *gorm.DB) error {
 		var max struct{ N int64 }
@@ -210,13 +210,13 @@ func (s *Store) AppendMessage(ctx context.Context, m thread.Message) (thread.Mes
 
 // UpdateMessage saves a message's content, usage, completeness and why
 // its turn ended.
-func (s *Store) UpdateMessage(ctx context.Context, m thread.Message) error {
+func (s Workspace) UpdateMessage(ctx context.Context, m thread.Message) error {
 	return one(s.q(ctx).Model(&messageRow{}).Where("id = ?", m.ID()).
 		Updates(map[string]any{"content": string(m.Content()), "usage": string(m.Usage()), "complete": m.Complete(), "end_reason": string(m.Ended().Reason), "end_detail": m.Ended().Detail}), "message")
 }
 
 // ReplaceMessages marks messages of a thread replaced.
-func (s *Store) ReplaceMessages(ctx context.Context, threadID string, ids []string) error {
+func (s Workspace) ReplaceMessages(ctx context.Context, threadID string, ids []string) error {
 	if len(ids) == 0 {
 		return nil
 	}
@@ -225,7 +225,7 @@ func (s *Store) ReplaceMessages(ctx context.Context, threadID string, ids []stri
 }
 
 // Messages returns a thread's messages in order.
-func (s *Store) Messages(ctx context.Context, threadID string) ([]thread.Message, error) {
+func (s Workspace) Messages(ctx context.Context, threadID string) ([]thread.Message, error) {
 	var rows []messageRow
 	if err := s.q(ctx).Where("thread_id = ?", threadID).Order("seq").Find(&rows).Error; err != nil {
 		return nil, translate(err, "messages")
@@ -257,7 +257,7 @@ func (r containerRow) domain() container.Container {
 }
 
 // CreateContainer stores a new container.
-func (s *Store) CreateContainer(ctx context.Context, c container.Container) error {
+func (s Containers) CreateContainer(ctx context.Context, c container.Container) error {
 	r := containerRow{c.ID(), c.ClientID(), c.OrgID(), c.OwnerID(), c.ThreadID(), string(c.State()), c.Backend(), c.Holder(), c.CreatedAt(), c.LastActiveAt()}
 	return translate(s.q(ctx).Create(&r).Error, "container")
 }
@@ -269,9 +269,9 @@ const containerSQL = `SELECT id, client_id, org_id, owner_id, thread_id, state, 
 // Container returns the container with id. Outside a transaction it is a
 // prepared lookup on the read pool, kept on SQLite until the next commit
 // (memo.go).
-func (s *Store) Container(ctx context.Context, id string) (container.Container, error) {
+func (s Containers) Container(ctx context.Context, id string) (container.Container, error) {
 	var r containerRow
-	if s.inTx {
+	if s.bound {
 		if err := s.q(ctx).Where("id = ?", id).Take(&r).Error; err != nil {
 			return container.Container{}, translate(err, "container")
 		}
@@ -294,13 +294,13 @@ func (s *Store) Container(ctx context.Context, id string) (container.Container, 
 }
 
 // UpdateContainer saves the container's state and last use.
-func (s *Store) UpdateContainer(ctx context.Context, c container.Container) error {
+func (s Containers) UpdateContainer(ctx context.Context, c container.Container) error {
 	return one(s.q(ctx).Model(&containerRow{}).Where("id = ?", c.ID()).
 		Updates(map[string]any{"state": string(c.State()), "backend": c.Backend(), "holder": c.Holder(), "last_active_at": c.LastActiveAt()}), "container")
 }
 
 // DeleteContainer forgets a container.
-func (s *Store) DeleteContainer(ctx context.Context, id string) error {
+func (s Containers) DeleteContainer(ctx context.Context, id string) error {
 	return one(s.q(ctx).Where("id = ?", id).Delete(&containerRow{}), "container")
 }
 
@@ -318,8 +318,8 @@ func (tombstoneRow) TableName() string { return "container_tombstones" }
 // ExpireContainer forgets the container t is of and keeps t, in one
 // transaction, so that no reader finds the id neither a container nor a
 // tombstone. A tombstone kept already stays as it was.
-func (s *Store) ExpireContainer(ctx context.Context, t container.Tombstone) error {
-	return s.InTx(ctx, func(tx *Store) error {
+func (s Containers) ExpireContainer(ctx context.Context, t container.Tombstone) error {
+	return s.inTx(ctx, func(tx *handle) error {
 		r := tombstoneRow{t.ID, t.ClientID, t.OrgID, t.OwnerID, t.CreatedAt.UTC(), t.ExpiredAt.UTC()}
 		if err := tx.q(ctx).Clauses(clause.OnConflict{DoNothing: true}).Create(&r).Error; err != nil {
 			return translate(err, "container tombstone")
@@ -329,7 +329,7 @@ func (s *Store) ExpireContainer(ctx context.Context, t container.Tombstone) erro
 }
 
 // Tombstone returns the tombstone of the container id.
-func (s *Store) Tombstone(ctx context.Context, id string) (container.Tombstone, error) {
+func (s Containers) Tombstone(ctx context.Context, id string) (container.Tombstone, error) {
 	var r tombstoneRow
 	if err := s.q(ctx).Where("id = ?", id).Take(&r).Error; err != nil {
 		return container.Tombstone{}, translate(err, "container tombstone")
@@ -339,16 +339,16 @@ func (s *Store) Tombstone(ctx context.Context, id string) (container.Tombstone, 
 
 // ContainersCreatedBefore lists the containers that are not a thread's
 // created before t.
-func (s *Store) ContainersCreatedBefore(ctx context.Context, t time.Time) ([]container.Container, error) {
+func (s Containers) ContainersCreatedBefore(ctx context.Context, t time.Time) ([]container.Container, error) {
 	return s.containers(ctx, s.q(ctx).Where("thread_id = '' AND created_at < ?", t.UTC()))
 }
 
 // ContainersInState lists the containers recorded in state st.
-func (s *Store) ContainersInState(ctx context.Context, st container.State) ([]container.Container, error) {
+func (s Containers) ContainersInState(ctx context.Context, st container.State) ([]container.Container, error) {
 	return s.containers(ctx, s.q(ctx).Where("state = ?", string(st)))
 }
 
-func (s *Store) containers(ctx context.Context, q *gorm.DB) ([]container.Container, error) {
+func (s Containers) containers(ctx context.Context, q *gorm.DB) ([]container.Container, error) {
 	var rows []containerRow
 	if err := q.Order("id").Find(&rows).Error; err != nil {
 		return nil, translate(err, "containers")
@@ -374,13 +374,13 @@ type auditRow struct {
 func (auditRow) TableName() string { return "audit_events" }
 
 // AppendEvent records an audit event.
-func (s *Store) AppendEvent(ctx context.Context, e audit.Event) error {
+func (s Accounts) AppendEvent(ctx context.Context, e audit.Event) error {
 	r := auditRow{e.ID, e.OrgID, e.ActorID, e.Action, e.Target, string(e.Before), string(e.After), e.At.UTC()}
 	return translate(s.q(ctx).Create(&r).Error, "audit event")
 }
 
 // Events lists the org's audit events, newest first.
-func (s *Store) Events(ctx context.Context, orgID string, limit int) ([]audit.Event, error) {
+func (s Accounts) Events(ctx context.Context, orgID string, limit int) ([]audit.Event, error) {
 	if limit <= 0 || limit > 1000 {
 		limit = 100
 	}
