@@ -164,7 +164,7 @@ func wire(ctx context.Context, cfg Config, log *slog.Logger) (*system, error) {
 		// idle stop, a hand-over and a graceful shutdown (docs/lifecycle.md);
 		// the checkpoints live in the blob store, where every server finds
 		// them.
-		Checkpoints: checkpoints.New(layout, st, checkpointArchives(cfg, sys.blobs), log.With("component", "checkpoints")),
+		Checkpoints: checkpoints.New(layout, st.Containers(), checkpointArchives(cfg, sys.blobs), log.With("component", "checkpoints")),
 		OnBoot:      []containers.BootHook{sys.sandbox.bootHook},
 		OnStart:     []func(bool){sys.metrics.SandboxStarted},
 		OnSweep:     []func(containers.SweepReport){sys.metrics.Swept},

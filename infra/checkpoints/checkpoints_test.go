@@ -133,7 +133,7 @@ func (f *fixture) orgBlobs(orgID string) (checkpoints.Blobs, error) {
 // host returns the checkpoints of a host with a data folder of its own.
 func (f *fixture) host(t *testing.T) (*checkpoints.Store, *hostdirs.Layout) {
 	l := hostdirs.New(t.TempDir(), hostdirs.Options{Quota: hostdirs.QuotaNone})
-	return checkpoints.New(l, f.st, f.orgBlobs, slog.New(slog.DiscardHandler)), l
+	return checkpoints.New(l, f.st.Containers(), f.orgBlobs, slog.New(slog.DiscardHandler)), l
 }
 
 // container makes an org, a user and a container of theirs.
@@ -141,18 +141,18 @@ func (f *fixture) container(t *testing.T, name string) container.Container {
 	t.Helper()
 	ctx := context.Background()
 	o, _ := org.New("org_"+name, name, f.now)
-	if err := f.st.CreateOrg(ctx, o); err != nil {
+	if err := f.st.Accounts().CreateOrg(ctx, o); err != nil {
 		t.Fatal(err)
 	}
 	u, _ := user.New("usr_"+name, o.ID(), name+"@example.test", user.Member, f.now)
-	if err := f.st.CreateUser(ctx, u); err != nil {
+	if err := f.st.Accounts().CreateUser(ctx, u); err != nil {
 		t.Fatal(err)
 	}
 	c, err := container.NewForUser(o.ID(), u.ID(), "box", f.now)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := f.st.CreateContainer(ctx, c); err != nil {
+	if err := f.st.Containers().CreateContainer(ctx, c); err != nil {
 		t.Fatal(err)
 	}
 	return c
@@ -184,7 +184,7 @@ func TestStoreAcrossHosts(t *testing.T) {
 	a, la := f.host(t)
 	b, _ := f.host(t)
 	checkpoint(t, a, c, "first life")
-	rec, err := f.st.ContainerCheckpoint(ctx, c.ID())
+	rec, err := f.st.Containers().ContainerCheckpoint(ctx, c.ID())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,7 +192,7 @@ func TestStoreAcrossHosts(t *testing.T) {
 	if rec.OrgID != c.OrgID() || rec.Backend != "gvisor" || rec.Bytes <= 0 || rec.Bytes >= raw {
 		t.Fatalf("record %+v: want the org's, compressed below %d bytes", rec, raw)
 	}
-	if n, err := f.st.CheckpointBytes(ctx, c.OrgID()); err != nil || n != rec.Bytes {
+	if n, err := f.st.Quota().CheckpointBytes(ctx, c.OrgID()); err != nil || n != rec.Bytes {
 		t.Fatalf("org's checkpoint bytes %d %v, want %d", n, err, rec.Bytes)
 	}
 	orgStore, _ := f.orgBlobs(c.OrgID())
@@ -224,7 +224,7 @@ func TestStoreAcrossHosts(t *testing.T) {
 		t.Fatalf("first host after a newer checkpoint: %v %v %q", ok, err, read(t, filepath.Join(dir, "checkpoint.img")))
 	}
 
-	rec2, _ := f.st.ContainerCheckpoint(ctx, c.ID())
+	rec2, _ := f.st.Containers().ContainerCheckpoint(ctx, c.ID())
 	if err := a.DropCheckpoint(ctx, c.ID()); err != nil {
 		t.Fatal(err)
 	}
@@ -237,7 +237,7 @@ func TestStoreAcrossHosts(t *testing.T) {
 	if _, err := os.Stat(la.CheckpointDir(c.ID())); !os.IsNotExist(err) {
 		t.Fatalf("the dropped checkpoint's folder: %v", err)
 	}
-	if n, _ := f.st.CheckpointBytes(ctx, c.OrgID()); n != 0 {
+	if n, _ := f.st.Quota().CheckpointBytes(ctx, c.OrgID()); n != 0 {
 		t.Fatalf("org's checkpoint bytes after the drop: %d", n)
 	}
 }
@@ -253,7 +253,7 @@ func TestOtherOrgsArchiveNeverRead(t *testing.T) {
 	thief := f.container(t, "thief")
 	h, _ := f.host(t)
 	checkpoint(t, h, victim, "victim's secrets")
-	rec, err := f.st.ContainerCheckpoint(ctx, victim.ID())
+	rec, err := f.st.Containers().ContainerCheckpoint(ctx, victim.ID())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -264,7 +264,7 @@ func TestOtherOrgsArchiveNeverRead(t *testing.T) {
 	}
 	forged := rec
 	forged.ContainerID, forged.OrgID = thief.ID(), victim.OrgID()
-	if err := f.st.SaveCheckpoint(ctx, forged); err != nil {
+	if err := f.st.Containers().SaveCheckpoint(ctx, forged); err != nil {
 		t.Fatal(err)
 	}
 	// On another host, so nothing is on disk to begin with.
@@ -295,7 +295,7 @@ func TestStaleCheckpoints(t *testing.T) {
 	h, _ := f.host(t)
 	checkpoint(t, h, kept, "a")
 	checkpoint(t, h, gone, "b")
-	if err := f.st.DeleteContainer(ctx, gone.ID()); err != nil {
+	if err := f.st.Containers().DeleteContainer(ctx, gone.ID()); err != nil {
 		t.Fatal(err)
 	}
 	ids, err := h.StaleCheckpoints(ctx, time.Now().Add(-time.Hour))

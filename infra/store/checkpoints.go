@@ -9,8 +9,8 @@ import (
 	"threadbox/domain/container"
 )
 
-// The records of containers' checkpoints (infra/checkpoints.Records):
-// which archive of the org's blob store holds each container's saved
+// The records of containers' checkpoints (Containers, for
+// infra/checkpoints.Records): which archive of the org's blob store holds each container's saved
 // sandbox.
 
 type checkpointRow struct {
@@ -30,7 +30,7 @@ func (r checkpointRow) checkpoint() container.Checkpoint {
 
 // SaveCheckpoint records c as its container's checkpoint, in place of the
 // one recorded before.
-func (s *Store) SaveCheckpoint(ctx context.Context, c container.Checkpoint) error {
+func (s Containers) SaveCheckpoint(ctx context.Context, c container.Checkpoint) error {
 	r := checkpointRow{c.ContainerID, c.OrgID, c.Backend, c.SHA256, c.Bytes, c.TakenAt.UTC()}
 	err := s.q(ctx).Clauses(clause.OnConflict{Columns: []clause.Column{{Name: "container_id"}}, UpdateAll: true}).Create(&r).Error
 	return translate(err, "checkpoint")
@@ -38,7 +38,7 @@ func (s *Store) SaveCheckpoint(ctx context.Context, c container.Checkpoint) erro
 
 // ContainerCheckpoint returns the checkpoint recorded for the container
 // (fault.NotFound when there is none).
-func (s *Store) ContainerCheckpoint(ctx context.Context, containerID string) (container.Checkpoint, error) {
+func (s Containers) ContainerCheckpoint(ctx context.Context, containerID string) (container.Checkpoint, error) {
 	var r checkpointRow
 	if err := s.q(ctx).Where("container_id = ?", containerID).Take(&r).Error; err != nil {
 		return container.Checkpoint{}, translate(err, "checkpoint")
@@ -49,7 +49,7 @@ func (s *Store) ContainerCheckpoint(ctx context.Context, containerID string) (co
 // DeleteCheckpoint forgets the container's checkpoint if it is still the
 // one whose archive is sha256 ("" forgets whichever it is). A missing
 // record is not an error.
-func (s *Store) DeleteCheckpoint(ctx context.Context, containerID, sha256 string) error {
+func (s Containers) DeleteCheckpoint(ctx context.Context, containerID, sha256 string) error {
 	q := s.q(ctx).Where("container_id = ?", containerID)
 	if sha256 != "" {
 		q = q.Where("sha256 = ?", sha256)
@@ -59,7 +59,7 @@ func (s *Store) DeleteCheckpoint(ctx context.Context, containerID, sha256 string
 
 // CheckpointUsers counts the checkpoints of the org whose archive is
 // sha256: an archive shared by two records stays until both are gone.
-func (s *Store) CheckpointUsers(ctx context.Context, orgID, sha256 string) (int64, error) {
+func (s Containers) CheckpointUsers(ctx context.Context, orgID, sha256 string) (int64, error) {
 	var n int64
 	err := s.q(ctx).Model(&checkpointRow{}).Where("org_id = ? AND sha256 = ?", orgID, sha256).Count(&n).Error
 	return n, translate(err, "checkpoints")
@@ -67,7 +67,7 @@ func (s *Store) CheckpointUsers(ctx context.Context, orgID, sha256 string) (int6
 
 // StaleCheckpoints lists the checkpoints taken before the cutoff, and
 // those whose container is gone or removed.
-func (s *Store) StaleCheckpoints(ctx context.Context, takenBefore time.Time) ([]container.Checkpoint, error) {
+func (s Containers) StaleCheckpoints(ctx context.Context, takenBefore time.Time) ([]container.Checkpoint, error) {
 	var rows []checkpointRow
 	err := s.q(ctx).Model(&checkpointRow{}).
 		Where("taken_at < ? OR NOT EXISTS (SELECT 1 FROM containers c WHERE c.id = container_checkpoints.container_id AND c.state <> ?)", takenBefore.UTC(), string(container.Removed)).
@@ -84,7 +84,7 @@ func (s *Store) StaleCheckpoints(ctx context.Context, takenBefore time.Time) ([]
 
 // CheckpointBytes sums the archive sizes of the org's checkpoints, which
 // count toward its storage quota.
-func (s *Store) CheckpointBytes(ctx context.Context, orgID string) (int64, error) {
+func (s Quota) CheckpointBytes(ctx context.Context, orgID string) (int64, error) {
 	var n int64
 	err := s.q(ctx).Model(&checkpointRow{}).Where("org_id = ?", orgID).Select("COALESCE(SUM(size_bytes), 0)").Scan(&n).Error
 	if err != nil {

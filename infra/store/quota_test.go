@@ -216,7 +216,7 @@ func quotaSuite(t *testing.T, s *store.Store) {
 	// org; stale when old or when their container is gone.
 	ck := func(c container.Container, sum string, n int64, at time.Time) container.Checkpoint {
 		k := container.Checkpoint{ContainerID: c.ID(), OrgID: c.OrgID(), Backend: "gvisor", SHA256: sum, Bytes: n, TakenAt: at}
-		if err := s.SaveCheckpoint(ctx, k); err != nil {
+		if err := s.Containers().SaveCheckpoint(ctx, k); err != nil {
 			t.Fatal(err)
 		}
 		return k
@@ -225,20 +225,20 @@ func quotaSuite(t *testing.T, s *store.Store) {
 	ck(a, "ab", 3000, now) // replaces the first
 	ck(b, "bb", 500, now.Add(-48*time.Hour))
 	gone := container.Checkpoint{ContainerID: "ctr_gone", OrgID: o.ID(), Backend: "gvisor", SHA256: "cc", Bytes: 7, TakenAt: now}
-	if err := s.SaveCheckpoint(ctx, gone); err != nil {
+	if err := s.Containers().SaveCheckpoint(ctx, gone); err != nil {
 		t.Fatal(err)
 	}
 	ck(mk(other.ID(), u3.ID(), "e", false), "ab", 11, now)
-	if got, err := s.ContainerCheckpoint(ctx, a.ID()); err != nil || got.SHA256 != "ab" || got.Bytes != 3000 || !got.TakenAt.Equal(now) {
+	if got, err := s.Containers().ContainerCheckpoint(ctx, a.ID()); err != nil || got.SHA256 != "ab" || got.Bytes != 3000 || !got.TakenAt.Equal(now) {
 		t.Fatalf("checkpoint of a: %+v %v", got, err)
 	}
-	if n, err := s.CheckpointBytes(ctx, o.ID()); err != nil || n != 3000+500+7 {
+	if n, err := s.Quota().CheckpointBytes(ctx, o.ID()); err != nil || n != 3000+500+7 {
 		t.Fatalf("checkpoint bytes %d %v, want 3507", n, err)
 	}
-	if n, err := s.CheckpointUsers(ctx, o.ID(), "ab"); err != nil || n != 1 {
+	if n, err := s.Containers().CheckpointUsers(ctx, o.ID(), "ab"); err != nil || n != 1 {
 		t.Fatalf("users of ab in the org: %d %v, want 1 (the other org's does not count)", n, err)
 	}
-	stale, err := s.StaleCheckpoints(ctx, now.Add(-24*time.Hour))
+	stale, err := s.Containers().StaleCheckpoints(ctx, now.Add(-24*time.Hour))
 	var staleIDs []string
 	for _, k := range stale {
 		staleIDs = append(staleIDs, k.ContainerID)
@@ -249,16 +249,16 @@ func quotaSuite(t *testing.T, s *store.Store) {
 	if err != nil || !slices.Equal(staleIDs, wantStale) {
 		t.Fatalf("stale checkpoints %v %v, want %v", staleIDs, err, wantStale)
 	}
-	if err := s.DeleteCheckpoint(ctx, a.ID(), "aa"); err != nil {
+	if err := s.Containers().DeleteCheckpoint(ctx, a.ID(), "aa"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.ContainerCheckpoint(ctx, a.ID()); err != nil {
+	if _, err := s.Containers().ContainerCheckpoint(ctx, a.ID()); err != nil {
 		t.Fatalf("a checkpoint forgotten by an older archive's name: %v", err)
 	}
-	if err := s.DeleteCheckpoint(ctx, a.ID(), "ab"); err != nil {
+	if err := s.Containers().DeleteCheckpoint(ctx, a.ID(), "ab"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.ContainerCheckpoint(ctx, a.ID()); !fault.Is(err, fault.NotFound) {
+	if _, err := s.Containers().ContainerCheckpoint(ctx, a.ID()); !fault.Is(err, fault.NotFound) {
 		t.Fatalf("deleted checkpoint: %v, want not found", err)
 	}
 }
