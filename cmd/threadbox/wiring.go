@@ -191,7 +191,7 @@ func wire(ctx context.Context, cfg Config, log *slog.Logger) (*system, error) {
 		fs = pods
 	}
 	sys.files = files.New(files.Deps{Store: fs, Containers: sys.containers, Policies: sys.admin, Idempotency: st.UploadKeys(0), Quota: sys.quota,
-		Records: st, Blobs: retainedBlobs(cfg, sys.blobs)})
+		Records: st.Files(), Blobs: retainedBlobs(cfg, sys.blobs)})
 	// Output files outlive their container's maximum age (docs/files.md):
 	// the one setter, as the files' use cases need the containers first.
 	sys.containers.SetRetainer(sys.files)

@@ -33,7 +33,7 @@ func (r fileRecordRow) record() files.Record {
 }
 
 // FileRecord returns the record of a container's file.
-func (s *Store) FileRecord(ctx context.Context, containerID, sandboxPath string) (files.Record, error) {
+func (s Files) FileRecord(ctx context.Context, containerID, sandboxPath string) (files.Record, error) {
 	var row fileRecordRow
 	if err := s.q(ctx).Where("container_id = ? AND path = ?", containerID, sandboxPath).Take(&row).Error; err != nil {
 		return files.Record{}, translate(err, "file record")
@@ -42,7 +42,7 @@ func (s *Store) FileRecord(ctx context.Context, containerID, sandboxPath string)
 }
 
 // FileRecords returns every record of a container.
-func (s *Store) FileRecords(ctx context.Context, containerID string) ([]files.Record, error) {
+func (s Files) FileRecords(ctx context.Context, containerID string) ([]files.Record, error) {
 	var rows []fileRecordRow
 	if err := s.q(ctx).Where("container_id = ?", containerID).Order("path").Find(&rows).Error; err != nil {
 		return nil, dbError("file records", err)
@@ -55,7 +55,7 @@ func (s *Store) FileRecords(ctx context.Context, containerID string) ([]files.Re
 }
 
 // PutFileRecord inserts or replaces a record.
-func (s *Store) PutFileRecord(ctx context.Context, r files.Record) error {
+func (s Files) PutFileRecord(ctx context.Context, r files.Record) error {
 	row := fileRecordRow{ContainerID: r.ContainerID, Path: r.Path, OrgID: r.OrgID, OwnerID: r.OwnerID,
 		SHA256: r.SHA256, SizeBytes: r.SizeBytes, CreatedAt: r.CreatedAt.UTC()}
 	if !r.ExpiresAt.IsZero() {
@@ -70,20 +70,20 @@ func (s *Store) PutFileRecord(ctx context.Context, r files.Record) error {
 }
 
 // DeleteFileRecord deletes a record.
-func (s *Store) DeleteFileRecord(ctx context.Context, containerID, sandboxPath string) error {
+func (s Files) DeleteFileRecord(ctx context.Context, containerID, sandboxPath string) error {
 	err := s.q(ctx).Where("container_id = ? AND path = ?", containerID, sandboxPath).Delete(&fileRecordRow{}).Error
 	return translate(err, "file record")
 }
 
 // DeleteFileRecords deletes every record of a container.
-func (s *Store) DeleteFileRecords(ctx context.Context, containerID string) error {
+func (s Files) DeleteFileRecords(ctx context.Context, containerID string) error {
 	err := s.q(ctx).Where("container_id = ?", containerID).Delete(&fileRecordRow{}).Error
 	return translate(err, "file records")
 }
 
 // ExpiredFileRecords returns up to limit records whose expiry is at or
 // before now, the oldest first.
-func (s *Store) ExpiredFileRecords(ctx context.Context, now time.Time, limit int) ([]files.Record, error) {
+func (s Files) ExpiredFileRecords(ctx context.Context, now time.Time, limit int) ([]files.Record, error) {
 	var rows []fileRecordRow
 	if err := s.q(ctx).Where("expires_at IS NOT NULL AND expires_at <= ?", now.UTC()).Order("expires_at").Limit(limit).Find(&rows).Error; err != nil {
 		return nil, dbError("expired file records", err)
@@ -96,7 +96,7 @@ func (s *Store) ExpiredFileRecords(ctx context.Context, now time.Time, limit int
 }
 
 // FileContentReferenced reports whether a record holds the content.
-func (s *Store) FileContentReferenced(ctx context.Context, sha256 string) (bool, error) {
+func (s Files) FileContentReferenced(ctx context.Context, sha256 string) (bool, error) {
 	var n int64
 	if err := s.q(ctx).Model(&fileRecordRow{}).Where("sha256 = ?", sha256).Count(&n).Error; err != nil {
 		return false, dbError("file content references", err)
@@ -105,7 +105,7 @@ func (s *Store) FileContentReferenced(ctx context.Context, sha256 string) (bool,
 }
 
 // RetainedFileBytes sums the sizes of the org's retained output files.
-func (s *Store) RetainedFileBytes(ctx context.Context, orgID string) (int64, error) {
+func (s Quota) RetainedFileBytes(ctx context.Context, orgID string) (int64, error) {
 	var n int64
 	err := s.q(ctx).Model(&fileRecordRow{}).Where("org_id = ? AND sha256 <> ''", orgID).Select("COALESCE(SUM(size_bytes), 0)").Scan(&n).Error
 	if err != nil {
@@ -114,4 +114,4 @@ func (s *Store) RetainedFileBytes(ctx context.Context, orgID string) (int64, err
 	return n, nil
 }
 
-var _ files.Records = (*Store)(nil)
+var _ files.Records = Files{}

@@ -35,6 +35,9 @@ type Usage struct{ *handle }
 // hand one over (app/lease, app/containers).
 type Leases struct{ *handle }
 
+// Files keeps the records of the files beside containers (app/files).
+type Files struct{ *handle }
+
 // Locks are named locks every server on the database shares (app/skills,
 // app/workspace).
 type Locks struct{ *handle }
@@ -62,6 +65,9 @@ func (s *Store) Usage() Usage { return Usage{s.handle} }
 
 // Leases returns the leases repository.
 func (s *Store) Leases() Leases { return Leases{s.handle} }
+
+// Files returns the file records' repository.
+func (s *Store) Files() Files { return Files{s.handle} }
 
 // Locks returns the shared locks.
 func (s *Store) Locks() Locks { return Locks{s.handle} }
