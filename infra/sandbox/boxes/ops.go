@@ -46,7 +46,16 @@ type Box interface {
 	// Why says why the sandbox, which has ended, went ("out of memory",
 	// "pod deleted"), or "" when that is not known.
 	Why() string
+	// CPUTime reads the CPU time the sandbox has used since it booted, as
+	// the host's control group counts it (every process in it); an error
+	// wrapping sandbox.ErrUnsupported (ErrCPUNotCounted) when nothing
+	// counts it.
+	CPUTime(ctx context.Context) (time.Duration, error)
 }
+
+// ErrCPUNotCounted is CPUTime's error for a sandbox whose control group
+// cannot be read.
+var ErrCPUNotCounted = fmt.Errorf("%w: its control group cannot be read", sandbox.ErrUnsupported)
 
 // Ops are the calls of sandbox.Backend that go through a running box's
 // agent: a backend embeds them, and declares those it answers otherwise.
@@ -139,6 +148,20 @@ func (o Ops[B]) Listen(ctx context.Context, id, addr string) (net.Listener, erro
 		return nil, fmt.Errorf("%s: listen in %s: %w", s.name, id, err)
 	}
 	return l, nil
+}
+
+// SandboxCPU reports the CPU time id's running sandbox has used since it
+// booted (Box.CPUTime); sandbox.ErrNotFound when none runs here.
+func (o Ops[B]) SandboxCPU(ctx context.Context, id string) (time.Duration, error) {
+	bx, ok := o.set.Live(id)
+	if !ok {
+		return 0, fmt.Errorf("%s: cpu %s: %w", o.set.name, id, sandbox.ErrNotFound)
+	}
+	d, err := bx.CPUTime(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("%s: cpu %s: %w", o.set.name, id, err)
+	}
+	return d, nil
 }
 
 // Status reports id's state as the set knows it: running, stopped (held

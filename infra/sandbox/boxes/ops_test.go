@@ -62,6 +62,12 @@ func (b *opsBox) StartedAt() time.Time    { return time.Unix(1, 0) }
 func (b *opsBox) OOMKills() (int64, bool) { return b.kills, b.counted }
 func (b *opsBox) Why() string             { return b.why }
 func (b *opsBox) Kill()                   {}
+func (b *opsBox) CPUTime(context.Context) (time.Duration, error) {
+	if !b.counted {
+		return 0, ErrCPUNotCounted
+	}
+	return time.Second, nil
+}
 
 func TestExec(t *testing.T) {
 	boom := errors.New("connection lost")
@@ -146,7 +152,17 @@ func TestSessionsStatusAndNotRunning(t *testing.T) {
 	if _, err := o.Listen(ctx, "a", "127.0.0.1:1"); err == nil || !strings.Contains(err.Error(), "test: listen in a: no listeners here") {
 		t.Errorf("listen: %v", err)
 	}
+	if _, err := o.SandboxCPU(ctx, "a"); !errors.Is(err, sandbox.ErrUnsupported) {
+		t.Errorf("cpu not counted: %v", err)
+	}
+	bx.counted = true
+	if d, err := o.SandboxCPU(ctx, "a"); d != time.Second || err != nil {
+		t.Errorf("cpu: %v %v", d, err)
+	}
 	close(bx.done)
+	if _, err := o.SandboxCPU(ctx, "a"); !errors.Is(err, sandbox.ErrNotFound) {
+		t.Errorf("cpu of a stopped sandbox: %v", err)
+	}
 	if st, _ := o.Status(ctx, "a"); st.State != sandbox.StateStopped {
 		t.Errorf("after its end: %+v", st)
 	}

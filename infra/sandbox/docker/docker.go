@@ -104,7 +104,7 @@ type Backend struct {
 	log  *slog.Logger
 
 	boxes           *boxes.Set[*box]
-	boxes.Ops[*box] // Start, Listen
+	boxes.Ops[*box] // Start, Listen, SandboxCPU
 
 	slotsMu sync.Mutex
 	slots   map[string]warmSlot // by the id it serves: slot name, or the claiming container's id
@@ -579,27 +579,21 @@ func (b *Backend) Status(ctx context.Context, id string) (sandbox.Status, error)
 	return st, nil
 }
 
-// SandboxCPU reports the CPU time the running sandbox id has used since
-// it booted, read from its control group on the host: every process in it
-// counts, the agent's and what commands left running too.
-// sandbox.ErrNotFound when this process runs no such sandbox;
-// sandbox.ErrUnsupported when its control group cannot be read.
-func (b *Backend) SandboxCPU(ctx context.Context, id string) (time.Duration, error) {
-	bx := b.boxes.Get(id)
-	if bx == nil {
-		return 0, fmt.Errorf("docker: cpu %s: %w", id, sandbox.ErrNotFound)
-	}
+// CPUTime reads the container's control group on the host, once it is
+// known: every process in it counts, the agent's and what commands left
+// running too.
+func (bx *box) CPUTime(ctx context.Context) (time.Duration, error) {
 	select {
 	case <-bx.oomReady:
 	case <-ctx.Done():
-		return 0, fmt.Errorf("docker: cpu %s: %w", id, ctx.Err())
+		return 0, ctx.Err()
 	}
 	bx.mu.Lock()
 	c := bx.cpu
 	bx.mu.Unlock()
 	d, ok := c.Read()
 	if !ok {
-		return 0, fmt.Errorf("docker: cpu %s: %w: its control group cannot be read", id, sandbox.ErrUnsupported)
+		return 0, boxes.ErrCPUNotCounted
 	}
 	return d, nil
 }

@@ -104,7 +104,7 @@ type Backend struct {
 	bndls  string // the bundles' parent folder
 
 	boxes           *boxes.Set[*box]
-	boxes.Ops[*box] // Exec, Start, Listen, Status
+	boxes.Ops[*box] // Exec, Start, Listen, Status, SandboxCPU
 
 	availMu sync.Mutex
 	availAt time.Time // last successful check
@@ -503,18 +503,12 @@ func (b *Backend) Remove(ctx context.Context, id string) error {
 	return nil
 }
 
-// SandboxCPU reports the CPU time the running sandbox id has used since it
-// booted (or was restored), from its control group: the application
-// kernel and every process it serves. sandbox.ErrNotFound when this
-// process runs no such sandbox.
-func (b *Backend) SandboxCPU(ctx context.Context, id string) (time.Duration, error) {
-	bx := b.boxes.Get(id)
-	if bx == nil {
-		return 0, fmt.Errorf("gvisor: cpu %s: %w", id, sandbox.ErrNotFound)
-	}
+// CPUTime reads the sandbox's control group: the application kernel and
+// every process it serves.
+func (bx *box) CPUTime(context.Context) (time.Duration, error) {
 	d, ok := bx.cpu.Read()
 	if !ok {
-		return 0, fmt.Errorf("gvisor: cpu %s: %w: its control group cannot be read", id, sandbox.ErrUnsupported)
+		return 0, boxes.ErrCPUNotCounted
 	}
 	return d, nil
 }

@@ -184,7 +184,7 @@ type Backend struct {
 	log  *slog.Logger
 
 	boxes           *boxes.Set[*box]
-	boxes.Ops[*box] // Exec, Start, Listen
+	boxes.Ops[*box] // Exec, Start, Listen, SandboxCPU (not counted)
 
 	// A pod cannot be restored from a checkpoint.
 	boxes.FilesOnly
@@ -427,6 +427,12 @@ func (bx *box) StartedAt() time.Time { return bx.startedAt }
 // OOMKills is not counted on the host: the agent in the pod tells a
 // command's memory kill (Config.OOMEvents).
 func (bx *box) OOMKills() (int64, bool) { return 0, false }
+
+// CPUTime is not counted: the pods' control groups are the kubelet's, on
+// the nodes.
+func (bx *box) CPUTime(context.Context) (time.Duration, error) {
+	return 0, fmt.Errorf("%w: the pods' control groups are on the nodes", sandbox.ErrUnsupported)
+}
 
 // Why says why the pod went, from the apiserver.
 func (bx *box) Why() string { return strings.TrimPrefix(bx.b.deathReason(bx), ": ") }

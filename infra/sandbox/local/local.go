@@ -126,7 +126,7 @@ type Backend struct {
 	availAt time.Time // last successful probe
 
 	boxes            *boxes.Set[*jail]
-	boxes.Ops[*jail] // Exec, Start, Listen, Status
+	boxes.Ops[*jail] // Exec, Start, Listen, Status, SandboxCPU
 
 	slotsMu    sync.Mutex
 	slots      map[string]string // warm slot folder, by the id its jail serves (slot name or claimant)
@@ -599,18 +599,12 @@ func (b *Backend) Remove(ctx context.Context, id string) error {
 	return nil
 }
 
-// SandboxCPU reports the CPU time the running jail id has used since it
-// booted, from its control group: every process in it counts.
-// sandbox.ErrNotFound when this process runs no such jail;
-// sandbox.ErrUnsupported under rlimits (no control group).
-func (b *Backend) SandboxCPU(ctx context.Context, id string) (time.Duration, error) {
-	j := b.boxes.Get(id)
-	if j == nil {
-		return 0, fmt.Errorf("local: cpu %s: %w", id, sandbox.ErrNotFound)
-	}
+// CPUTime reads the jail's control group: every process in it counts.
+// Under rlimits no control group counts it.
+func (j *jail) CPUTime(context.Context) (time.Duration, error) {
 	d, ok := j.cg.cpuTime()
 	if !ok {
-		return 0, fmt.Errorf("local: cpu %s: %w: no control group accounts for it", id, sandbox.ErrUnsupported)
+		return 0, fmt.Errorf("%w: no control group accounts for it", sandbox.ErrUnsupported)
 	}
 	return d, nil
 }
