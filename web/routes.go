@@ -81,6 +81,16 @@ func (s *Server) routes() {
 	a.Get("/api/gpt/v1/models", s.listModels)
 	a.Get("/api/gpt/v1/models/:id", s.getModel)
 
+	// Skills API (docs/messages.md): the org's skills in Anthropic's shapes.
+	a.Post("/api/gpt/v1/skills", s.createSkill)
+	a.Get("/api/gpt/v1/skills", s.listAPISkills)
+	a.Get("/api/gpt/v1/skills/:skill_id", s.getAPISkill)
+	a.Delete("/api/gpt/v1/skills/:skill_id", s.deleteAPISkill)
+	a.Post("/api/gpt/v1/skills/:skill_id/versions", s.createSkillVersion)
+	a.Get("/api/gpt/v1/skills/:skill_id/versions", s.listSkillVersions)
+	a.Get("/api/gpt/v1/skills/:skill_id/versions/:version", s.getSkillVersion)
+	a.Delete("/api/gpt/v1/skills/:skill_id/versions/:version", s.deleteSkillVersion)
+
 	// Files API (docs/api.md); authenticated by the /api/gpt group above.
 	// Per-file routes read the id or key from the raw path (web/files.go).
 	a.Get(filesPrefix, s.listFiles)

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"threadbox/app/messages/wire"
+	"threadbox/domain/audit"
 	"threadbox/domain/fault"
 	"threadbox/domain/id"
 	"threadbox/domain/skill"
@@ -96,6 +97,14 @@ type Deps struct {
 	// Quota, when set, makes every upload count toward the org's storage
 	// quota: its files' bytes must fit.
 	Quota Quota
+	// Audit, when set, records every upload and delete in the org's
+	// audit log.
+	Audit Auditor
+}
+
+// Auditor appends events to the org's audit log (audit.Repository).
+type Auditor interface {
+	AppendEvent(ctx context.Context, e audit.Event) error
 }
 
 // Service is the skills use case.
@@ -106,6 +115,7 @@ type Service struct {
 	locks    Locks    // nil: this process's mu alone
 	archives Archives // nil: versions live on this server's disk only
 	quota    Quota    // nil: uploads count toward no quota
+	auditor  Auditor  // nil: nothing is audited
 	now      func() time.Time
 
 	mu sync.Mutex // one upload at a time picks the next version
@@ -120,7 +130,7 @@ func New(d Deps) *Service {
 	if d.Limits.MaxEntries <= 0 {
 		d.Limits = skill.DefaultLimits()
 	}
-	return &Service{store: d.Store, files: d.Files, limits: d.Limits, locks: d.Locks, archives: d.Archives, quota: d.Quota, now: time.Now}
+	return &Service{store: d.Store, files: d.Files, limits: d.Limits, locks: d.Locks, archives: d.Archives, quota: d.Quota, auditor: d.Audit, now: time.Now}
 }
 
 // Upload stores a new version of a skill from a zip or tar (optionally
@@ -143,6 +153,21 @@ func (s *Service) Upload(ctx context.Context, p user.Principal, archive io.Reade
 	if int64(len(raw)) > s.limits.MaxTotalBytes {
 		return skill.Skill{}, fault.Errorf(fault.TooLarge, "skill archive is larger than %d bytes", s.limits.MaxTotalBytes)
 	}
+	return s.upload(ctx, p, raw, uploadMode{})
+}
+
+// uploadMode says what an upload must be: a new skill (the Skills API's
+// create), or a version of the skill named (its versions' create); the
+// zero mode is either (the Workspace API's upload).
+type uploadMode struct {
+	create      bool   // the skill must not exist yet
+	name        string // the skill the archive must name, when set
+	displayName string // the label to give; "" keeps the latest's (or the name)
+}
+
+// upload checks and stores an archive as the next version of the skill
+// its SKILL.md names.
+func (s *Service) upload(ctx context.Context, p user.Principal, raw []byte, mode uploadMode) (skill.Skill, error) {
 	entries, err := ReadArchive(raw, s.limits)
 	if err != nil {
 		return skill.Skill{}, err
@@ -159,6 +184,9 @@ func (s *Service) Upload(ctx context.Context, p user.Principal, archive io.Reade
 	m, err := skill.ParseManifest(manifest)
 	if err != nil {
 		return skill.Skill{}, err
+	}
+	if mode.name != "" && m.Name != mode.name {
+		return skill.Skill{}, fault.Errorf(fault.Invalid, "the SKILL.md names the skill %q, not %q: every version of a skill keeps its name", m.Name, mode.name)
 	}
 	var size int64
 	for _, e := range entries {
@@ -181,17 +209,24 @@ func (s *Service) Upload(ctx context.Context, p user.Principal, archive io.Reade
 		}
 		defer release()
 	}
-	version := 1
+	version, display := 1, mode.displayName
 	latest, err := s.store.LatestSkill(ctx, p.OrgID, m.Name)
 	switch {
+	case err == nil && mode.create:
+		return skill.Skill{}, fault.Errorf(fault.Conflict, "the org has a skill named %q already (%s); add a version to it with POST /v1/skills/%s/versions", m.Name, SkillID(m.Name), SkillID(m.Name))
 	case err == nil:
 		version = latest.Version + 1
+		if display == "" {
+			display = latest.DisplayName
+		}
+	case fault.Is(err, fault.NotFound) && mode.name != "":
+		return skill.Skill{}, fault.Errorf(fault.NotFound, "skill not found: %s", SkillID(mode.name))
 	case !fault.Is(err, fault.NotFound):
 		return skill.Skill{}, err
 	}
 	sum := sha256.Sum256(raw)
 	sk := skill.Skill{
-		ID: id.New("skl"), OrgID: p.OrgID, Name: m.Name, Description: m.Description, Version: version,
+		ID: id.New("skl"), OrgID: p.OrgID, Name: m.Name, Description: m.Description, DisplayName: display, Version: version,
 		SHA256: hex.EncodeToString(sum[:]), SizeBytes: size, CreatedAt: s.now().UTC(),
 	}
 	if s.archives != nil {
@@ -205,6 +240,7 @@ func (s *Service) Upload(ctx context.Context, p user.Principal, archive io.Reade
 	if err := s.store.CreateSkill(ctx, sk); err != nil {
 		return skill.Skill{}, err
 	}
+	s.audit(ctx, p, "skills.upload", sk.ID, map[string]any{"name": sk.Name, "version": sk.Version, "display_name": sk.DisplayName, "sha256": sk.SHA256})
 	return sk, nil
 }
 
@@ -213,10 +249,23 @@ func (s *Service) List(ctx context.Context, p user.Principal) ([]skill.Skill, er
 	return s.store.SkillsByOrg(ctx, p.OrgID)
 }
 
-// Delete deletes the skill that a version id of the caller's org names,
+// Delete deletes the skill that a version id or a Skills API skill id of
+// the caller's org names,
 // every version of it, and its files. Org admins only.
 func (s *Service) Delete(ctx context.Context, p user.Principal, skillID string) (skill.Skill, error) {
-	sk, err := s.store.Skill(ctx, p.OrgID, skillID)
+	ref := skillID
+	if name, ok := nameOf(skillID); ok {
+		// A Skills API id: the skill its name names.
+		latest, err := s.store.LatestSkill(ctx, p.OrgID, name)
+		if fault.Is(err, fault.NotFound) {
+			return skill.Skill{}, fault.Errorf(fault.NotFound, "skill not found: %s", skillID)
+		}
+		if err != nil {
+			return skill.Skill{}, err
+		}
+		ref = latest.ID
+	}
+	sk, err := s.store.Skill(ctx, p.OrgID, ref)
 	if err != nil {
 		return skill.Skill{}, err
 	}
@@ -251,6 +300,7 @@ func (s *Service) Delete(ctx context.Context, p user.Principal, skillID string) 
 			return skill.Skill{}, fmt.Errorf("skills: delete files: %w", err)
 		}
 	}
+	s.audit(ctx, p, "skills.delete", SkillID(sk.Name), map[string]any{"name": sk.Name})
 	return sk, nil
 }
 
@@ -273,6 +323,9 @@ func (s *Service) Resolve(ctx context.Context, orgID string, refs []wire.SkillPa
 			sk  skill.Skill
 			err error
 		)
+		if name, ok := nameOf(ref); ok {
+			ref = name // a Skills API id names the skill
+		}
 		if strings.HasPrefix(ref, "skl_") {
 			sk, err = s.store.Skill(ctx, orgID, ref)
 			if err == nil && r.Version != "" && r.Version != "latest" {
@@ -283,6 +336,12 @@ func (s *Service) Resolve(ctx context.Context, orgID string, refs []wire.SkillPa
 			switch v := r.Version; {
 			case v == "" || v == "latest":
 				sk, err = s.store.LatestSkill(ctx, orgID, ref)
+			case strings.HasPrefix(v, "skl_"):
+				// A version id pins that version of the skill.
+				sk, err = s.store.Skill(ctx, orgID, v)
+				if err == nil && sk.Name != ref {
+					err = fault.New(fault.NotFound, "skill not found")
+				}
 			default:
 				n, perr := strconv.Atoi(v)
 				if perr != nil || n < 1 {

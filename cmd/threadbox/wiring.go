@@ -201,6 +201,7 @@ func wire(ctx context.Context, cfg Config, log *slog.Logger) (*system, error) {
 		Files:    newSkillFiles(skillfs.New(filepath.Join(cfg.DataDir, "skills"), func(id string) string { return layout.Dirs(id).Skills }), pods, layout),
 		Locks:    st.Locks(),
 		Archives: newSkillArchives(cfg, sys.blobs),
+		Audit:    st.Accounts(),
 		Quota:    sys.quota,
 	})
 	sys.turns = newTurns(cfg, sys, log)

@@ -18,6 +18,9 @@ type Skill struct {
 	OrgID       string
 	Name        string
 	Description string
+	// DisplayName is the skill's human-readable label when the version
+	// was made ("" for versions made without one: Name stands in).
+	DisplayName string
 	Version     int
 	SHA256      string // of the uploaded archive
 	// SizeBytes is the bytes of its files as unpacked, which count

@@ -12,6 +12,7 @@ type skillRow struct {
 	OrgID       string
 	Name        string
 	Description string
+	DisplayName string
 	Version     int
 	SHA256      string `gorm:"column:sha256"`
 	SizeBytes   int64
@@ -21,13 +22,14 @@ type skillRow struct {
 func (skillRow) TableName() string { return "skills" }
 
 func (r skillRow) domain() skill.Skill {
-	return skill.Skill{ID: r.ID, OrgID: r.OrgID, Name: r.Name, Description: r.Description, Version: r.Version, SHA256: r.SHA256, SizeBytes: r.SizeBytes, CreatedAt: r.CreatedAt.UTC()}
+	return skill.Skill{ID: r.ID, OrgID: r.OrgID, Name: r.Name, Description: r.Description, DisplayName: r.DisplayName, Version: r.Version, SHA256: r.SHA256, SizeBytes: r.SizeBytes, CreatedAt: r.CreatedAt.UTC()}
 }
 
 // CreateSkill stores a new skill version; a taken (org, name, version) is a
 // conflict.
 func (s Skills) CreateSkill(ctx context.Context, sk skill.Skill) error {
-	r := skillRow{sk.ID, sk.OrgID, sk.Name, sk.Description, sk.Version, sk.SHA256, sk.SizeBytes, sk.CreatedAt.UTC()}
+	r := skillRow{ID: sk.ID, OrgID: sk.OrgID, Name: sk.Name, Description: sk.Description, DisplayName: sk.DisplayName,
+		Version: sk.Version, SHA256: sk.SHA256, SizeBytes: sk.SizeBytes, CreatedAt: sk.CreatedAt.UTC()}
 	return translate(s.q(ctx).Create(&r).Error, "skill")
 }
 
