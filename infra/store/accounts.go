@@ -74,11 +74,7 @@ func (s Accounts) CreateOrg(ctx context.Context, o org.Org) error {
 // anyone (memo.go): the policy is read on every request that may run code.
 func (s Accounts) Org(ctx context.Context, id string) (org.Org, error) {
 	load := func() (org.Org, error) {
-		var r orgRow
-		if err := s.q(ctx).Where("id = ?", id).Take(&r).Error; err != nil {
-			return org.Org{}, translate(err, "org")
-		}
-		return r.domain(), nil
+		return take[orgRow](s.q(ctx).Where("id = ?", id), "org")
 	}
 	if s.bound {
 		return load()
@@ -88,11 +84,7 @@ func (s Accounts) Org(ctx context.Context, id string) (org.Org, error) {
 
 // OrgByName returns the org named name.
 func (s Accounts) OrgByName(ctx context.Context, name string) (org.Org, error) {
-	var r orgRow
-	if err := s.q(ctx).Where("name = ?", name).Take(&r).Error; err != nil {
-		return org.Org{}, translate(err, "org")
-	}
-	return r.domain(), nil
+	return take[orgRow](s.q(ctx).Where("name = ?", name), "org")
 }
 
 // UpdateOrg saves the org's name, switch and policy.
@@ -129,33 +121,17 @@ func (s Accounts) CreateUser(ctx context.Context, u user.User) error {
 
 // User returns the user with id.
 func (s Accounts) User(ctx context.Context, id string) (user.User, error) {
-	var r userRow
-	if err := s.q(ctx).Where("id = ?", id).Take(&r).Error; err != nil {
-		return user.User{}, translate(err, "user")
-	}
-	return r.domain(), nil
+	return take[userRow](s.q(ctx).Where("id = ?", id), "user")
 }
 
 // UserByEmail returns the user with the (lower-case) email.
 func (s Accounts) UserByEmail(ctx context.Context, email string) (user.User, error) {
-	var r userRow
-	if err := s.q(ctx).Where("email = ?", email).Take(&r).Error; err != nil {
-		return user.User{}, translate(err, "user")
-	}
-	return r.domain(), nil
+	return take[userRow](s.q(ctx).Where("email = ?", email), "user")
 }
 
 // UsersByOrg lists an org's users by creation time.
 func (s Accounts) UsersByOrg(ctx context.Context, orgID string) ([]user.User, error) {
-	var rows []userRow
-	if err := s.q(ctx).Where("org_id = ?", orgID).Order("created_at, id").Find(&rows).Error; err != nil {
-		return nil, translate(err, "users")
-	}
-	out := make([]user.User, len(rows))
-	for i, r := range rows {
-		out[i] = r.domain()
-	}
-	return out, nil
+	return find[userRow](s.q(ctx).Where("org_id = ?", orgID).Order("created_at, id"), "users")
 }
 
 // UpdateUser saves the user's role, switch and password hash.
@@ -199,24 +175,12 @@ func (s Accounts) CreateToken(ctx context.Context, t user.Token) error {
 
 // Token returns the token record with id (the jti).
 func (s Accounts) Token(ctx context.Context, id string) (user.Token, error) {
-	var r tokenRow
-	if err := s.q(ctx).Where("id = ?", id).Take(&r).Error; err != nil {
-		return user.Token{}, translate(err, "token")
-	}
-	return r.domain(), nil
+	return take[tokenRow](s.q(ctx).Where("id = ?", id), "token")
 }
 
 // TokensByUser lists a user's API tokens, newest first.
 func (s Accounts) TokensByUser(ctx context.Context, userID string) ([]user.Token, error) {
-	var rows []tokenRow
-	if err := s.q(ctx).Where("user_id = ? AND kind = ?", userID, string(user.APIToken)).Order("created_at DESC, id").Find(&rows).Error; err != nil {
-		return nil, translate(err, "tokens")
-	}
-	out := make([]user.Token, len(rows))
-	for i, r := range rows {
-		out[i] = r.domain()
-	}
-	return out, nil
+	return find[tokenRow](s.q(ctx).Where("user_id = ? AND kind = ?", userID, string(user.APIToken)).Order("created_at DESC, id"), "tokens")
 }
 
 // RevokeToken marks a token revoked; revoking twice keeps the first time.

@@ -57,11 +57,7 @@ func (s Workspace) CreateArtifact(ctx context.Context, a artifact.Artifact) erro
 
 // Artifact returns the org's artifact with id.
 func (s Workspace) Artifact(ctx context.Context, orgID, id string) (artifact.Artifact, error) {
-	var r artifactRow
-	if err := s.artifactsWithCreator(ctx).Where("artifacts.id = ? AND artifacts.org_id = ?", id, orgID).Take(&r).Error; err != nil {
-		return artifact.Artifact{}, translate(err, "artifact")
-	}
-	return r.domain(), nil
+	return take[artifactRow](s.artifactsWithCreator(ctx).Where("artifacts.id = ? AND artifacts.org_id = ?", id, orgID), "artifact")
 }
 
 // ArtifactsByProject lists one page of the artifacts of the org's project,
@@ -92,36 +88,20 @@ func (s Workspace) ArtifactsByProject(ctx context.Context, orgID, projectID stri
 	if limit <= 0 {
 		limit = artifact.DefaultPage
 	}
-	var rows []artifactRow
-	if err := q.Order(order).Limit(limit).Find(&rows).Error; err != nil {
-		return nil, translate(err, "artifacts")
-	}
-	out := make([]artifact.Artifact, len(rows))
-	for i, r := range rows {
-		out[i] = r.domain()
-	}
-	return out, nil
+	return find[artifactRow](q.Order(order).Limit(limit), "artifacts")
 }
 
 // LatestArtifact returns the highest version saved for a thread's path.
 func (s Workspace) LatestArtifact(ctx context.Context, projectID, threadID, path string) (artifact.Artifact, error) {
-	var r artifactRow
-	if err := s.q(ctx).Where("project_id = ? AND thread_id = ? AND path = ?", projectID, threadID, path).
-		Order("version DESC").Take(&r).Error; err != nil {
-		return artifact.Artifact{}, translate(err, "artifact")
-	}
-	return r.domain(), nil
+	return take[artifactRow](s.q(ctx).Where("project_id = ? AND thread_id = ? AND path = ?", projectID, threadID, path).
+		Order("version DESC"), "artifact")
 }
 
 // ArtifactWithContent returns the project's newest artifact at path with
 // that content.
 func (s Workspace) ArtifactWithContent(ctx context.Context, projectID, path, sha256 string) (artifact.Artifact, error) {
-	var r artifactRow
-	if err := s.q(ctx).Where("project_id = ? AND path = ? AND sha256 = ?", projectID, path, sha256).
-		Order("created_at DESC").Take(&r).Error; err != nil {
-		return artifact.Artifact{}, translate(err, "artifact")
-	}
-	return r.domain(), nil
+	return take[artifactRow](s.q(ctx).Where("project_id = ? AND path = ? AND sha256 = ?", projectID, path, sha256).
+		Order("created_at DESC"), "artifact")
 }
 
 // ProjectArtifactHashes returns the distinct content hashes of the

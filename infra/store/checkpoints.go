@@ -24,7 +24,7 @@ type checkpointRow struct {
 
 func (checkpointRow) TableName() string { return "container_checkpoints" }
 
-func (r checkpointRow) checkpoint() container.Checkpoint {
+func (r checkpointRow) domain() container.Checkpoint {
 	return container.Checkpoint{ContainerID: r.ContainerID, OrgID: r.OrgID, Backend: r.Backend, SHA256: r.SHA256, Bytes: r.SizeBytes, TakenAt: r.TakenAt.UTC()}
 }
 
@@ -39,11 +39,7 @@ func (s Containers) SaveCheckpoint(ctx context.Context, c container.Checkpoint) 
 // ContainerCheckpoint returns the checkpoint recorded for the container
 // (fault.NotFound when there is none).
 func (s Containers) ContainerCheckpoint(ctx context.Context, containerID string) (container.Checkpoint, error) {
-	var r checkpointRow
-	if err := s.q(ctx).Where("container_id = ?", containerID).Take(&r).Error; err != nil {
-		return container.Checkpoint{}, translate(err, "checkpoint")
-	}
-	return r.checkpoint(), nil
+	return take[checkpointRow](s.q(ctx).Where("container_id = ?", containerID), "checkpoint")
 }
 
 // DeleteCheckpoint forgets the container's checkpoint if it is still the
@@ -68,27 +64,13 @@ func (s Containers) CheckpointUsers(ctx context.Context, orgID, sha256 string) (
 // StaleCheckpoints lists the checkpoints taken before the cutoff, and
 // those whose container is gone or removed.
 func (s Containers) StaleCheckpoints(ctx context.Context, takenBefore time.Time) ([]container.Checkpoint, error) {
-	var rows []checkpointRow
-	err := s.q(ctx).Model(&checkpointRow{}).
+	return find[checkpointRow](s.q(ctx).Model(&checkpointRow{}).
 		Where("taken_at < ? OR NOT EXISTS (SELECT 1 FROM containers c WHERE c.id = container_checkpoints.container_id AND c.state <> ?)", takenBefore.UTC(), string(container.Removed)).
-		Order("taken_at").Find(&rows).Error
-	if err != nil {
-		return nil, translate(err, "checkpoints")
-	}
-	out := make([]container.Checkpoint, len(rows))
-	for i, r := range rows {
-		out[i] = r.checkpoint()
-	}
-	return out, nil
+		Order("taken_at"), "checkpoints")
 }
 
 // CheckpointBytes sums the archive sizes of the org's checkpoints, which
 // count toward its storage quota.
 func (s Quota) CheckpointBytes(ctx context.Context, orgID string) (int64, error) {
-	var n int64
-	err := s.q(ctx).Model(&checkpointRow{}).Where("org_id = ?", orgID).Select("COALESCE(SUM(size_bytes), 0)").Scan(&n).Error
-	if err != nil {
-		return 0, translate(err, "checkpoints")
-	}
-	return n, nil
+	return number(s.q(ctx).Model(&checkpointRow{}).Where("org_id = ?", orgID).Select(sumSizes), "checkpoints")
 }

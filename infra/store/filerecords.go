@@ -23,7 +23,7 @@ type fileRecordRow struct {
 
 func (fileRecordRow) TableName() string { return "file_records" }
 
-func (r fileRecordRow) record() files.Record {
+func (r fileRecordRow) domain() files.Record {
 	out := files.Record{ContainerID: r.ContainerID, Path: r.Path, OrgID: r.OrgID, OwnerID: r.OwnerID,
 		SHA256: r.SHA256, SizeBytes: r.SizeBytes, CreatedAt: r.CreatedAt.UTC()}
 	if r.ExpiresAt != nil {
@@ -34,24 +34,12 @@ func (r fileRecordRow) record() files.Record {
 
 // FileRecord returns the record of a container's file.
 func (s Files) FileRecord(ctx context.Context, containerID, sandboxPath string) (files.Record, error) {
-	var row fileRecordRow
-	if err := s.q(ctx).Where("container_id = ? AND path = ?", containerID, sandboxPath).Take(&row).Error; err != nil {
-		return files.Record{}, translate(err, "file record")
-	}
-	return row.record(), nil
+	return take[fileRecordRow](s.q(ctx).Where("container_id = ? AND path = ?", containerID, sandboxPath), "file record")
 }
 
 // FileRecords returns every record of a container.
 func (s Files) FileRecords(ctx context.Context, containerID string) ([]files.Record, error) {
-	var rows []fileRecordRow
-	if err := s.q(ctx).Where("container_id = ?", containerID).Order("path").Find(&rows).Error; err != nil {
-		return nil, dbError("file records", err)
-	}
-	out := make([]files.Record, len(rows))
-	for i, r := range rows {
-		out[i] = r.record()
-	}
-	return out, nil
+	return find[fileRecordRow](s.q(ctx).Where("container_id = ?", containerID).Order("path"), "file records")
 }
 
 // PutFileRecord inserts or replaces a record.
@@ -84,15 +72,7 @@ func (s Files) DeleteFileRecords(ctx context.Context, containerID string) error 
 // ExpiredFileRecords returns up to limit records whose expiry is at or
 // before now, the oldest first.
 func (s Files) ExpiredFileRecords(ctx context.Context, now time.Time, limit int) ([]files.Record, error) {
-	var rows []fileRecordRow
-	if err := s.q(ctx).Where("expires_at IS NOT NULL AND expires_at <= ?", now.UTC()).Order("expires_at").Limit(limit).Find(&rows).Error; err != nil {
-		return nil, dbError("expired file records", err)
-	}
-	out := make([]files.Record, len(rows))
-	for i, r := range rows {
-		out[i] = r.record()
-	}
-	return out, nil
+	return find[fileRecordRow](s.q(ctx).Where("expires_at IS NOT NULL AND expires_at <= ?", now.UTC()).Order("expires_at").Limit(limit), "expired file records")
 }
 
 // FileContentReferenced reports whether a record holds the content.
@@ -106,12 +86,7 @@ func (s Files) FileContentReferenced(ctx context.Context, sha256 string) (bool, 
 
 // RetainedFileBytes sums the sizes of the org's retained output files.
 func (s Quota) RetainedFileBytes(ctx context.Context, orgID string) (int64, error) {
-	var n int64
-	err := s.q(ctx).Model(&fileRecordRow{}).Where("org_id = ? AND sha256 <> ''", orgID).Select("COALESCE(SUM(size_bytes), 0)").Scan(&n).Error
-	if err != nil {
-		return 0, translate(err, "file records")
-	}
-	return n, nil
+	return number(s.q(ctx).Model(&fileRecordRow{}).Where("org_id = ? AND sha256 <> ''", orgID).Select(sumSizes), "file records")
 }
 
 var _ files.Records = Files{}

@@ -28,26 +28,17 @@ func (s Leases) AcquireLease(ctx context.Context, name, holder string, until, no
 
 // RenewLeases moves every lease of holder forward to until.
 func (s Leases) RenewLeases(ctx context.Context, holder string, until time.Time) error {
-	if err := s.q(ctx).Exec(`UPDATE leases SET expires_at = ? WHERE holder = ?`, until.UTC(), holder).Error; err != nil {
-		return dbError("renew leases", err)
-	}
-	return nil
+	return s.exec(ctx, "renew leases", `UPDATE leases SET expires_at = ? WHERE holder = ?`, until.UTC(), holder)
 }
 
 // ReleaseLease gives name back if holder has it.
 func (s Leases) ReleaseLease(ctx context.Context, name, holder string) error {
-	if err := s.q(ctx).Exec(`DELETE FROM leases WHERE name = ? AND holder = ?`, name, holder).Error; err != nil {
-		return dbError("release lease", err)
-	}
-	return nil
+	return s.exec(ctx, "release lease", `DELETE FROM leases WHERE name = ? AND holder = ?`, name, holder)
 }
 
 // ReleaseLeases gives back every lease of holder.
 func (s Leases) ReleaseLeases(ctx context.Context, holder string) error {
-	if err := s.q(ctx).Exec(`DELETE FROM leases WHERE holder = ?`, holder).Error; err != nil {
-		return dbError("release leases", err)
-	}
-	return nil
+	return s.exec(ctx, "release leases", `DELETE FROM leases WHERE holder = ?`, holder)
 }
 
 // LeaseHolder returns who holds name past now, or "".

@@ -23,19 +23,32 @@ func (s Locks) LockArtifactBlobs(ctx context.Context, exclusive bool) (func(), e
 	if s.dialect != "postgres" {
 		return func() {}, nil
 	}
-	conn, err := s.sqlDB.Conn(ctx)
-	if err != nil {
-		return nil, dbError("artifact blob lock", err)
-	}
 	lock, unlock := "SELECT pg_advisory_lock_shared($1)", "SELECT pg_advisory_unlock_shared($1)"
 	if exclusive {
 		lock, unlock = "SELECT pg_advisory_lock($1)", "SELECT pg_advisory_unlock($1)"
 	}
-	if _, err := conn.ExecContext(ctx, lock, artifactBlobsLock); err != nil {
-		conn.Close()
-		return nil, dbError("artifact blob lock", err)
+	return s.sessionLock(ctx, "artifact blob lock", lock, unlock, artifactBlobsLock, "")
+}
+
+// sessionLock runs lock with key on a PostgreSQL connection of its own and
+// returns the function that runs unlock with it and gives the connection
+// back (unlockOn). When name is set the key is its 64-bit hash instead.
+func (h *handle) sessionLock(ctx context.Context, what, lock, unlock string, key int64, name string) (func(), error) {
+	conn, err := h.sqlDB.Conn(ctx)
+	if err != nil {
+		return nil, dbError(what, err)
 	}
-	return func() { unlockOn(conn, unlock, artifactBlobsLock) }, nil
+	if name != "" {
+		if err := conn.QueryRowContext(ctx, "SELECT hashtextextended($1, 0)", name).Scan(&key); err != nil {
+			conn.Close()
+			return nil, dbError(what, err)
+		}
+	}
+	if _, err := conn.ExecContext(ctx, lock, key); err != nil {
+		conn.Close()
+		return nil, dbError(what, err)
+	}
+	return func() { unlockOn(conn, unlock, key) }, nil
 }
 
 // unlockOn gives back an advisory lock held on conn and returns conn to
@@ -59,20 +72,7 @@ func (s Locks) Lock(ctx context.Context, key string) (func(), error) {
 	if s.dialect != "postgres" {
 		return func() {}, nil
 	}
-	conn, err := s.sqlDB.Conn(ctx)
-	if err != nil {
-		return nil, dbError("lock", err)
-	}
-	var k int64
-	if err := conn.QueryRowContext(ctx, "SELECT hashtextextended($1, 0)", key).Scan(&k); err != nil {
-		conn.Close()
-		return nil, dbError("lock", err)
-	}
-	if _, err := conn.ExecContext(ctx, "SELECT pg_advisory_lock($1)", k); err != nil {
-		conn.Close()
-		return nil, dbError("lock", err)
-	}
-	return func() { unlockOn(conn, "SELECT pg_advisory_unlock($1)", k) }, nil
+	return s.sessionLock(ctx, "lock", "SELECT pg_advisory_lock($1)", "SELECT pg_advisory_unlock($1)", 0, key)
 }
 
 // leaseWanted is the PostgreSQL notification channel on which a server

@@ -31,18 +31,12 @@ func (s Accounts) TakeLoginAttempt(ctx context.Context, name string, limit int, 
 
 // ReturnLoginAttempt takes one attempt back from the counter name.
 func (s Accounts) ReturnLoginAttempt(ctx context.Context, name string) error {
-	if err := s.q(ctx).Exec(`UPDATE login_attempts SET attempts = attempts - 1 WHERE name = ? AND attempts > 0`, name).Error; err != nil {
-		return dbError("return login attempt", err)
-	}
-	return nil
+	return s.exec(ctx, "return login attempt", `UPDATE login_attempts SET attempts = attempts - 1 WHERE name = ? AND attempts > 0`, name)
 }
 
 // ClearLoginAttempts deletes the counter name.
 func (s Accounts) ClearLoginAttempts(ctx context.Context, name string) error {
-	if err := s.q(ctx).Exec(`DELETE FROM login_attempts WHERE name = ?`, name).Error; err != nil {
-		return dbError("clear login attempts", err)
-	}
-	return nil
+	return s.exec(ctx, "clear login attempts", `DELETE FROM login_attempts WHERE name = ?`, name)
 }
 
 // PruneLoginAttempts deletes counters whose window started before
@@ -51,10 +45,7 @@ func (s Accounts) PruneLoginAttempts(ctx context.Context, windowStart, seenBefor
 	if err := s.q(ctx).Exec(`DELETE FROM login_attempts WHERE window_start <= ?`, windowStart.UTC()).Error; err != nil {
 		return dbError("prune login attempts", err)
 	}
-	if err := s.q(ctx).Exec(`DELETE FROM login_addresses WHERE seen_at <= ?`, seenBefore.UTC()).Error; err != nil {
-		return dbError("prune login addresses", err)
-	}
-	return nil
+	return s.exec(ctx, "prune login addresses", `DELETE FROM login_addresses WHERE seen_at <= ?`, seenBefore.UTC())
 }
 
 // KnownLoginAddress reports whether addr logged into email after since.

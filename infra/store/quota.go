@@ -3,6 +3,8 @@ package store
 import (
 	"context"
 
+	"gorm.io/gorm"
+
 	"threadbox/domain/container"
 )
 
@@ -13,9 +15,18 @@ import (
 // RunningSandboxes counts the containers recorded with a running sandbox:
 // the user's in the org, or the whole org's when userID is empty.
 func (s Quota) RunningSandboxes(ctx context.Context, orgID, userID string) (int64, error) {
-	q := s.q(ctx).Model(&containerRow{}).Where("org_id = ? AND state = ?", orgID, string(container.Running))
-	if userID != "" {
-		q = q.Where("owner_id = ?", userID)
+	return running(s.q(ctx), orgID, userID, "")
+}
+
+// running counts the org's containers recorded with a running sandbox:
+// only owner's when owner is set, and other than except when it is set.
+func running(q *gorm.DB, orgID, owner, except string) (int64, error) {
+	q = q.Model(&containerRow{}).Where("org_id = ? AND state = ?", orgID, string(container.Running))
+	if except != "" {
+		q = q.Where("id <> ?", except)
+	}
+	if owner != "" {
+		q = q.Where("owner_id = ?", owner)
 	}
 	var n int64
 	if err := q.Count(&n).Error; err != nil {
@@ -40,17 +51,7 @@ func (s Quota) ReserveRunning(ctx context.Context, c container.Container, admit 
 				return dbError("running sandboxes lock", err)
 			}
 		}
-		count := func(owner string) (int64, error) {
-			q := tx.q(ctx).Model(&containerRow{}).Where("org_id = ? AND state = ? AND id <> ?", c.OrgID(), string(container.Running), c.ID())
-			if owner != "" {
-				q = q.Where("owner_id = ?", owner)
-			}
-			var n int64
-			if err := q.Count(&n).Error; err != nil {
-				return 0, translate(err, "containers")
-			}
-			return n, nil
-		}
+		count := func(owner string) (int64, error) { return running(tx.q(ctx), c.OrgID(), owner, c.ID()) }
 		user, err := count(c.OwnerID())
 		if err != nil {
 			return err
@@ -92,22 +93,12 @@ func (s Quota) OrgContainerIDs(ctx context.Context, orgID string) ([]string, err
 // counted whole (the blob store shares equal contents on disk; the quota
 // counts what the org keeps).
 func (s Quota) ArtifactBytes(ctx context.Context, orgID string) (int64, error) {
-	var n int64
-	err := s.q(ctx).Model(&artifactRow{}).Where("org_id = ?", orgID).Select("COALESCE(SUM(size_bytes), 0)").Scan(&n).Error
-	if err != nil {
-		return 0, translate(err, "artifacts")
-	}
-	return n, nil
+	return number(s.q(ctx).Model(&artifactRow{}).Where("org_id = ?", orgID).Select(sumSizes), "artifacts")
 }
 
 // SkillBytes sums the bytes of the files of the org's skill versions.
 func (s Quota) SkillBytes(ctx context.Context, orgID string) (int64, error) {
-	var n int64
-	err := s.q(ctx).Model(&skillRow{}).Where("org_id = ?", orgID).Select("COALESCE(SUM(size_bytes), 0)").Scan(&n).Error
-	if err != nil {
-		return 0, translate(err, "skills")
-	}
-	return n, nil
+	return number(s.q(ctx).Model(&skillRow{}).Where("org_id = ?", orgID).Select(sumSizes), "skills")
 }
 
 // octets is the SQL expression of the bytes a text column stores: SQLite's
@@ -123,21 +114,11 @@ func (s Quota) octets(col string) string {
 // message's content and usage, earlier versions of replaced turns
 // included.
 func (s Quota) MessageBytes(ctx context.Context, orgID string) (int64, error) {
-	var n int64
-	err := s.q(ctx).Raw("SELECT COALESCE(SUM("+s.octets("m.content")+" + "+s.octets("m.usage")+"), 0) FROM messages m JOIN threads t ON t.id = m.thread_id WHERE t.org_id = ?", orgID).Scan(&n).Error
-	if err != nil {
-		return 0, translate(err, "messages")
-	}
-	return n, nil
+	return number(s.q(ctx).Raw("SELECT COALESCE(SUM("+s.octets("m.content")+" + "+s.octets("m.usage")+"), 0) FROM messages m JOIN threads t ON t.id = m.thread_id WHERE t.org_id = ?", orgID), "messages")
 }
 
 // TurnLogBytes sums the bytes the event logs of the org's turns store:
 // each event's type and data, until the log is pruned.
 func (s Quota) TurnLogBytes(ctx context.Context, orgID string) (int64, error) {
-	var n int64
-	err := s.q(ctx).Raw("SELECT COALESCE(SUM("+s.octets("e.type")+" + "+s.octets("e.data")+"), 0) FROM turn_events e JOIN turns t ON t.id = e.turn_id WHERE t.org_id = ?", orgID).Scan(&n).Error
-	if err != nil {
-		return 0, translate(err, "turn events")
-	}
-	return n, nil
+	return number(s.q(ctx).Raw("SELECT COALESCE(SUM("+s.octets("e.type")+" + "+s.octets("e.data")+"), 0) FROM turn_events e JOIN turns t ON t.id = e.turn_id WHERE t.org_id = ?", orgID), "turn events")
 }

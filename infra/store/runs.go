@@ -12,23 +12,22 @@ import (
 
 var _ usage.Runs = Usage{}
 
-// runRow is a row of command_runs.
+// runRow is a row of command_runs: a run as recorded, its times in UTC.
 type runRow struct {
-	ID          string `gorm:"primaryKey"`
-	OrgID       string
-	UserID      string
-	ContainerID string
-	ThreadID    string
-	Holder      string
-	StartedAt   time.Time
-	SeenAt      time.Time
+	usage.Run `gorm:"embedded"`
 }
 
 func (runRow) TableName() string { return "command_runs" }
 
+func (r runRow) domain() usage.Run {
+	r.StartedAt, r.SeenAt = r.StartedAt.UTC(), r.SeenAt.UTC()
+	return r.Run
+}
+
 // StartRun records a run.
 func (s Usage) StartRun(ctx context.Context, r usage.Run) error {
-	row := runRow{r.ID, r.OrgID, r.UserID, r.ContainerID, r.ThreadID, r.Holder, r.StartedAt.UTC(), r.SeenAt.UTC()}
+	r.StartedAt, r.SeenAt = r.StartedAt.UTC(), r.SeenAt.UTC()
+	row := runRow{r}
 	if err := s.q(ctx).Create(&row).Error; err != nil {
 		return translate(err, "command run")
 	}
@@ -37,25 +36,13 @@ func (s Usage) StartRun(ctx context.Context, r usage.Run) error {
 
 // SeeRuns marks every run of holder seen running at t.
 func (s Usage) SeeRuns(ctx context.Context, holder string, t time.Time) error {
-	if err := s.q(ctx).Exec(`UPDATE command_runs SET seen_at = ? WHERE holder = ?`, t.UTC(), holder).Error; err != nil {
-		return dbError("see command runs", err)
-	}
-	return nil
+	return s.exec(ctx, "see command runs", `UPDATE command_runs SET seen_at = ? WHERE holder = ?`, t.UTC(), holder)
 }
 
 // StaleRuns lists the runs last seen before t, oldest first (at most a
 // thousand at a time).
 func (s Usage) StaleRuns(ctx context.Context, t time.Time) ([]usage.Run, error) {
-	var rows []runRow
-	if err := s.q(ctx).Where("seen_at < ?", t.UTC()).Order("seen_at").Limit(1000).Find(&rows).Error; err != nil {
-		return nil, dbError("stale command runs", err)
-	}
-	out := make([]usage.Run, len(rows))
-	for i, r := range rows {
-		out[i] = usage.Run{ID: r.ID, OrgID: r.OrgID, UserID: r.UserID, ContainerID: r.ContainerID, ThreadID: r.ThreadID,
-			Holder: r.Holder, StartedAt: r.StartedAt.UTC(), SeenAt: r.SeenAt.UTC()}
-	}
-	return out, nil
+	return find[runRow](s.q(ctx).Where("seen_at < ?", t.UTC()).Order("seen_at").Limit(1000), "stale command runs")
 }
 
 // EndRuns, in one transaction, deletes the records of the ended runs and

@@ -35,24 +35,12 @@ func (s Skills) CreateSkill(ctx context.Context, sk skill.Skill) error {
 
 // Skill returns the org's skill version with id.
 func (s Skills) Skill(ctx context.Context, orgID, id string) (skill.Skill, error) {
-	var r skillRow
-	if err := s.q(ctx).Where("id = ? AND org_id = ?", id, orgID).Take(&r).Error; err != nil {
-		return skill.Skill{}, translate(err, "skill")
-	}
-	return r.domain(), nil
+	return take[skillRow](s.q(ctx).Where("id = ? AND org_id = ?", id, orgID), "skill")
 }
 
 // SkillsByOrg lists every version of the org's skills by name and version.
 func (s Skills) SkillsByOrg(ctx context.Context, orgID string) ([]skill.Skill, error) {
-	var rows []skillRow
-	if err := s.q(ctx).Where("org_id = ?", orgID).Order("name, version").Find(&rows).Error; err != nil {
-		return nil, translate(err, "skills")
-	}
-	out := make([]skill.Skill, len(rows))
-	for i, r := range rows {
-		out[i] = r.domain()
-	}
-	return out, nil
+	return find[skillRow](s.q(ctx).Where("org_id = ?", orgID).Order("name, version"), "skills")
 }
 
 // DeleteSkill deletes one of the org's skill versions.
@@ -62,20 +50,12 @@ func (s Skills) DeleteSkill(ctx context.Context, orgID, id string) error {
 
 // LatestSkill returns the newest version of the org's skill name.
 func (s Skills) LatestSkill(ctx context.Context, orgID, name string) (skill.Skill, error) {
-	var r skillRow
-	if err := s.q(ctx).Where("org_id = ? AND name = ?", orgID, name).Order("version DESC").Take(&r).Error; err != nil {
-		return skill.Skill{}, translate(err, "skill")
-	}
-	return r.domain(), nil
+	return take[skillRow](s.q(ctx).Where("org_id = ? AND name = ?", orgID, name).Order("version DESC"), "skill")
 }
 
 // SkillVersion returns one version of the org's skill name.
 func (s Skills) SkillVersion(ctx context.Context, orgID, name string, version int) (skill.Skill, error) {
-	var r skillRow
-	if err := s.q(ctx).Where("org_id = ? AND name = ? AND version = ?", orgID, name, version).Take(&r).Error; err != nil {
-		return skill.Skill{}, translate(err, "skill")
-	}
-	return r.domain(), nil
+	return take[skillRow](s.q(ctx).Where("org_id = ? AND name = ? AND version = ?", orgID, name, version), "skill")
 }
 
 // DeleteSkillVersions deletes every version of the org's skill name.

@@ -41,6 +41,10 @@ type turnEventRow struct {
 
 func (turnEventRow) TableName() string { return "turn_events" }
 
+func (r turnEventRow) domain() turn.Event {
+	return turn.Event{Seq: r.Seq, Type: r.Type, Data: []byte(r.Data)}
+}
+
 // CreateTurn stores a new turn.
 func (s Turns) CreateTurn(ctx context.Context, t turn.Turn) error {
 	r := turnRow{ID: t.ID(), ThreadID: t.ThreadID(), OrgID: t.OrgID(), UserID: t.UserID(), State: string(t.State()), StopRequested: t.StopRequested(), CreatedAt: t.CreatedAt()}
@@ -49,21 +53,13 @@ func (s Turns) CreateTurn(ctx context.Context, t turn.Turn) error {
 
 // Turn returns the turn id of the thread threadID.
 func (s Turns) Turn(ctx context.Context, threadID, id string) (turn.Turn, error) {
-	var r turnRow
-	if err := s.q(ctx).Where("id = ? AND thread_id = ?", id, threadID).Take(&r).Error; err != nil {
-		return turn.Turn{}, translate(err, "turn")
-	}
-	return r.domain(), nil
+	return take[turnRow](s.q(ctx).Where("id = ? AND thread_id = ?", id, threadID), "turn")
 }
 
 // RunningTurn returns the thread's turn recorded as running (not found
 // when none is).
 func (s Turns) RunningTurn(ctx context.Context, threadID string) (turn.Turn, error) {
-	var r turnRow
-	if err := s.q(ctx).Where("thread_id = ? AND state = ?", threadID, string(turn.Running)).Order("created_at DESC").Take(&r).Error; err != nil {
-		return turn.Turn{}, translate(err, "turn")
-	}
-	return r.domain(), nil
+	return take[turnRow](s.q(ctx).Where("thread_id = ? AND state = ?", threadID, string(turn.Running)).Order("created_at DESC"), "turn")
 }
 
 // EndTurn records a turn's end (its state and end time).
@@ -94,15 +90,7 @@ func (s Turns) AppendTurnEvents(ctx context.Context, turnID string, evs []turn.E
 // TurnEvents returns up to limit events of a turn's log after seq after,
 // in order.
 func (s Turns) TurnEvents(ctx context.Context, turnID string, after int64, limit int) ([]turn.Event, error) {
-	var rows []turnEventRow
-	if err := s.q(ctx).Where("turn_id = ? AND seq > ?", turnID, after).Order("seq").Limit(limit).Find(&rows).Error; err != nil {
-		return nil, translate(err, "turn events")
-	}
-	out := make([]turn.Event, len(rows))
-	for i, r := range rows {
-		out[i] = turn.Event{Seq: r.Seq, Type: r.Type, Data: []byte(r.Data)}
-	}
-	return out, nil
+	return find[turnEventRow](s.q(ctx).Where("turn_id = ? AND seq > ?", turnID, after).Order("seq").Limit(limit), "turn events")
 }
 
 // PruneTurns deletes the turns that ended before endedBefore, with their

@@ -31,13 +31,9 @@ ON CONFLICT (org_id, user_id, day, container_id, thread_id) DO UPDATE SET
 // AddUsage adds u to the counters of its org, user, day, container and
 // thread.
 func (s Usage) AddUsage(ctx context.Context, u usage.Usage) error {
-	err := s.q(ctx).Exec(addUsageSQL, u.OrgID, u.UserID, u.Day, u.ContainerID, u.ThreadID, u.Commands,
+	return s.exec(ctx, "add usage", addUsageSQL, u.OrgID, u.UserID, u.Day, u.ContainerID, u.ThreadID, u.Commands,
 		u.Wall.Milliseconds(), u.CPU.Milliseconds(), u.InputTokens, u.OutputTokens,
-		u.SandboxTime.Milliseconds(), u.SandboxCPU.Milliseconds()).Error
-	if err != nil {
-		return dbError("add usage", err)
-	}
-	return nil
+		u.SandboxTime.Milliseconds(), u.SandboxCPU.Milliseconds())
 }
 
 // usageSum is one row of a usage report as scanned.

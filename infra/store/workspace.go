@@ -41,24 +41,12 @@ func (s Workspace) CreateProject(ctx context.Context, p project.Project) error {
 
 // Project returns the org's project with id.
 func (s Workspace) Project(ctx context.Context, orgID, id string) (project.Project, error) {
-	var r projectRow
-	if err := s.q(ctx).Where("id = ? AND org_id = ?", id, orgID).Take(&r).Error; err != nil {
-		return project.Project{}, translate(err, "project")
-	}
-	return r.domain(), nil
+	return take[projectRow](s.q(ctx).Where("id = ? AND org_id = ?", id, orgID), "project")
 }
 
 // ProjectsByOrg lists the org's projects by creation time.
 func (s Workspace) ProjectsByOrg(ctx context.Context, orgID string) ([]project.Project, error) {
-	var rows []projectRow
-	if err := s.q(ctx).Where("org_id = ?", orgID).Order("created_at, id").Find(&rows).Error; err != nil {
-		return nil, translate(err, "projects")
-	}
-	out := make([]project.Project, len(rows))
-	for i, r := range rows {
-		out[i] = r.domain()
-	}
-	return out, nil
+	return find[projectRow](s.q(ctx).Where("org_id = ?", orgID).Order("created_at, id"), "projects")
 }
 
 // UpdateProject saves the project's name.
@@ -74,15 +62,7 @@ func (s Workspace) DeleteProject(ctx context.Context, orgID, id string) error {
 
 // ProjectThreads returns every thread of a project of the org.
 func (s Workspace) ProjectThreads(ctx context.Context, orgID, projectID string) ([]thread.Thread, error) {
-	var rows []threadRow
-	if err := s.q(ctx).Where("org_id = ? AND project_id = ?", orgID, projectID).Order("id").Find(&rows).Error; err != nil {
-		return nil, dbError("project threads", err)
-	}
-	out := make([]thread.Thread, len(rows))
-	for i, r := range rows {
-		out[i] = r.domain()
-	}
-	return out, nil
+	return find[threadRow](s.q(ctx).Where("org_id = ? AND project_id = ?", orgID, projectID).Order("id"), "project threads")
 }
 
 type threadRow struct {
@@ -109,11 +89,7 @@ func (s Workspace) CreateThread(ctx context.Context, t thread.Thread) error {
 
 // Thread returns the owner's thread with id.
 func (s Workspace) Thread(ctx context.Context, orgID, ownerID, id string) (thread.Thread, error) {
-	var r threadRow
-	if err := s.q(ctx).Where("id = ? AND org_id = ? AND owner_id = ?", id, orgID, ownerID).Take(&r).Error; err != nil {
-		return thread.Thread{}, translate(err, "thread")
-	}
-	return r.domain(), nil
+	return take[threadRow](s.q(ctx).Where("id = ? AND org_id = ? AND owner_id = ?", id, orgID, ownerID), "thread")
 }
 
 // likeEscaper escapes LIKE's wildcards (and its escape character).
@@ -144,15 +120,7 @@ func (s Workspace) Threads(ctx context.Context, orgID, ownerID, projectID string
 	if limit <= 0 {
 		limit = 20
 	}
-	var rows []threadRow
-	if err := q.Order("created_at DESC, id DESC").Limit(limit).Find(&rows).Error; err != nil {
-		return nil, translate(err, "threads")
-	}
-	out := make([]thread.Thread, len(rows))
-	for i, r := range rows {
-		out[i] = r.domain()
-	}
-	return out, nil
+	return find[threadRow](q.Order("created_at DESC, id DESC").Limit(limit), "threads")
 }
 
 // UpdateThread saves the thread's title and update time.
@@ -226,15 +194,7 @@ func (s Workspace) ReplaceMessages(ctx context.Context, threadID string, ids []s
 
 // Messages returns a thread's messages in order.
 func (s Workspace) Messages(ctx context.Context, threadID string) ([]thread.Message, error) {
-	var rows []messageRow
-	if err := s.q(ctx).Where("thread_id = ?", threadID).Order("seq").Find(&rows).Error; err != nil {
-		return nil, translate(err, "messages")
-	}
-	out := make([]thread.Message, len(rows))
-	for i, r := range rows {
-		out[i] = r.domain()
-	}
-	return out, nil
+	return find[messageRow](s.q(ctx).Where("thread_id = ?", threadID).Order("seq"), "messages")
 }
 
 type containerRow struct {
@@ -349,15 +309,7 @@ func (s Containers) ContainersInState(ctx context.Context, st container.State) (
 }
 
 func (s Containers) containers(ctx context.Context, q *gorm.DB) ([]container.Container, error) {
-	var rows []containerRow
-	if err := q.Order("id").Find(&rows).Error; err != nil {
-		return nil, translate(err, "containers")
-	}
-	out := make([]container.Container, len(rows))
-	for i, r := range rows {
-		out[i] = r.domain()
-	}
-	return out, nil
+	return find[containerRow](q.Order("id"), "containers")
 }
 
 type auditRow struct {
@@ -373,6 +325,10 @@ type auditRow struct {
 
 func (auditRow) TableName() string { return "audit_events" }
 
+func (r auditRow) domain() audit.Event {
+	return audit.Event{ID: r.ID, OrgID: r.OrgID, ActorID: r.ActorID, Action: r.Action, Target: r.Target, Before: []byte(r.Before), After: []byte(r.After), At: r.At.UTC()}
+}
+
 // AppendEvent records an audit event.
 func (s Accounts) AppendEvent(ctx context.Context, e audit.Event) error {
 	r := auditRow{e.ID, e.OrgID, e.ActorID, e.Action, e.Target, string(e.Before), string(e.After), e.At.UTC()}
@@ -384,13 +340,5 @@ func (s Accounts) Events(ctx context.Context, orgID string, limit int) ([]audit.
 	if limit <= 0 || limit > 1000 {
 		limit = 100
 	}
-	var rows []auditRow
-	if err := s.q(ctx).Where("org_id = ?", orgID).Order("at DESC, id DESC").Limit(limit).Find(&rows).Error; err != nil {
-		return nil, translate(err, "audit events")
-	}
-	out := make([]audit.Event, len(rows))
-	for i, r := range rows {
-		out[i] = audit.Event{ID: r.ID, OrgID: r.OrgID, ActorID: r.ActorID, Action: r.Action, Target: r.Target, Before: []byte(r.Before), After: []byte(r.After), At: r.At.UTC()}
-	}
-	return out, nil
+	return find[auditRow](s.q(ctx).Where("org_id = ?", orgID).Order("at DESC, id DESC").Limit(limit), "audit events")
 }
