@@ -106,9 +106,8 @@ type Backend struct {
 	boxes           *boxes.Set[*box]
 	boxes.Ops[*box] // Start, Listen, SandboxCPU
 
-	slotsMu sync.Mutex
-	slots   map[string]warmSlot // by the id it serves: slot name, or the claiming container's id
-	criu    criuProbe           // what `criu check` said on this host (Checkpoints)
+	pool *boxes.Pool[*box]
+	criu criuProbe // what `criu check` said on this host (Checkpoints)
 }
 
 // box is one running sandbox and its agent connection.
@@ -121,7 +120,6 @@ type box struct {
 	conn      io.Closer     // the agent connection and the attach stream
 	done      chan struct{} // closed when the attach stream ends
 	startedAt time.Time
-	warm      *sandbox.Spec // the Warm spec of a pool sandbox, claimed or not
 	oom       cgroupacct.OOM
 	cpu       cgroupacct.CPU
 	oomReady  chan struct{} // closed once oom and cpu are known (or unknowable)
@@ -163,8 +161,9 @@ func NewWithClient(cli *client.Client, cfg Config) *Backend {
 	if lg == nil {
 		lg = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	b := &Backend{cli: cli, info: cli, cfg: cfg, log: lg, boxes: boxes.New[*box]("docker"), slots: map[string]warmSlot{}}
+	b := &Backend{cli: cli, info: cli, cfg: cfg, log: lg, boxes: boxes.New[*box]("docker")}
 	b.Ops = boxes.NewOps(b.boxes, b.missing)
+	b.pool = boxes.NewPool(b.boxes, cfg.PoolDir, lg)
 	return b
 }
 
@@ -535,10 +534,9 @@ func (b *Backend) Stop(ctx context.Context, id string) error {
 		return fmt.Errorf("docker: stop %s: %w", id, err)
 	}
 	sock := id
-	if ws, ok := b.takeSlot(id); ok {
+	if sl, ok := b.pool.Drop(id); ok {
 		// A warm sandbox is never used again once it stops: its slot goes.
-		sock = ws.name
-		ws.remove(b.log)
+		sock = sl.Name
 	}
 	if dir := b.socketDir(sock); dir != "" {
 		_ = os.RemoveAll(dir)
@@ -634,9 +632,7 @@ func (b *Backend) Reconcile(ctx context.Context, decide func(id string) sandbox.
 		}
 		if v == sandbox.Adopt && c.State == "running" && b.adopt(ctx, id, c.ID) {
 			if warmName != "" {
-				b.slotsMu.Lock()
-				b.slots[id] = b.warmSlot(warmName)
-				b.slotsMu.Unlock()
+				b.pool.Hold(id, b.pool.Slot(warmName))
 			}
 			adopted = append(adopted, id)
 			continue
@@ -647,7 +643,7 @@ func (b *Backend) Reconcile(ctx context.Context, decide func(id string) sandbox.
 		sock := id
 		if warmName != "" {
 			sock = warmName
-			b.warmSlot(warmName).remove(b.log)
+			b.pool.Remove(b.pool.Slot(warmName))
 		}
 		if sock != "" {
 			if dir := b.socketDir(sock); dir != "" {

@@ -128,8 +128,7 @@ type Backend struct {
 	boxes            *boxes.Set[*jail]
 	boxes.Ops[*jail] // Exec, Start, Listen, Status, SandboxCPU
 
-	slotsMu    sync.Mutex
-	slots      map[string]string // warm slot folder, by the id its jail serves (slot name or claimant)
+	pool       *boxes.Pool[*jail]
 	slotsClean sync.Once
 }
 
@@ -142,7 +141,6 @@ type jail struct {
 	done      chan struct{}
 	startedAt time.Time
 	stderr    *boxes.LogTail
-	warm      *sandbox.Spec // the Warm spec of a pool jail, claimed or not
 }
 
 // New returns a local backend. A missing root filesystem or agent binary
@@ -176,7 +174,7 @@ func New(cfg Config) (*Backend, error) {
 		lg = slog.New(slog.DiscardHandler)
 	}
 	set := boxes.New[*jail]("local")
-	return &Backend{cfg: cfg, log: lg, boxes: set, Ops: boxes.NewOps(set, nil), slots: map[string]string{},
+	return &Backend{cfg: cfg, log: lg, boxes: set, Ops: boxes.NewOps(set, nil), pool: boxes.NewPool(set, cfg.PoolDir, lg),
 		FilesOnly: boxes.KeepsFilesOnly("local", checkpointReason)}, nil
 }
 
@@ -582,7 +580,7 @@ func (b *Backend) Stop(ctx context.Context, id string) error {
 	defer b.boxes.Lock(id)()
 	// A warm jail is never used again once it stops: its slot goes, even
 	// when the jail ended by itself.
-	defer b.dropSlot(id)
+	defer b.pool.Drop(id)
 	if stopped, err := b.boxes.Stop(ctx, id); !stopped || err != nil {
 		return err
 	}
@@ -617,14 +615,8 @@ func (b *Backend) Close() error {
 		errs = append(errs, b.Stop(context.Background(), id))
 	}
 	// The slots of warm jails that ended by themselves.
-	b.slotsMu.Lock()
-	left := make([]string, 0, len(b.slots))
-	for id := range b.slots {
-		left = append(left, id)
-	}
-	b.slotsMu.Unlock()
-	for _, id := range left {
-		b.dropSlot(id)
+	for _, id := range b.pool.IDs() {
+		b.pool.Drop(id)
 	}
 	if mode, _ := b.LimitMode(); mode != LimitRlimits {
 		removeParents(b.cfg)

@@ -1,0 +1,181 @@
+package boxes
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"slices"
+	"sync"
+
+	"threadbox/domain/sandbox"
+	"threadbox/infra/sandbox/hostdirs"
+	"threadbox/infra/sandbox/slot"
+)
+
+// Pool keeps the warm sandboxes of a backend that can bind folders into a
+// running sandbox: each is booted before any container needs it, over the
+// empty subfolders of a slot (infra/sandbox/slot) under a pool folder, and
+// a container claims it by having its folders bound onto the slot's,
+// whence they propagate into the sandbox. It is safe for concurrent use.
+type Pool[B Box] struct {
+	set *Set[B]
+	dir string
+	log *slog.Logger
+
+	mu    sync.Mutex
+	slots map[string]Slot // by the id its sandbox serves: the slot's name until claimed, then the container's
+}
+
+// Slot is the slot of one warm sandbox.
+type Slot struct {
+	Name string        // the id the sandbox was warmed as
+	Dir  string        // the slot folder
+	warm *sandbox.Spec // the Warm spec, until the sandbox is claimed
+}
+
+// NewPool returns an empty pool of set's sandboxes whose slots are made
+// under dir.
+func NewPool[B Box](set *Set[B], dir string, log *slog.Logger) *Pool[B] {
+	return &Pool[B]{set: set, dir: dir, log: log, slots: map[string]Slot{}}
+}
+
+// Slot returns the slot of the warm sandbox named name, held or not.
+func (p *Pool[B]) Slot(name string) Slot {
+	return Slot{Name: name, Dir: filepath.Join(p.dir, hostdirs.SafeID(name))}
+}
+
+// Hold records that sl serves id: a claimed warm sandbox found again.
+func (p *Pool[B]) Hold(id string, sl Slot) {
+	p.mu.Lock()
+	p.slots[id] = sl
+	p.mu.Unlock()
+}
+
+// IDs returns the ids the held slots serve.
+func (p *Pool[B]) IDs() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	ids := make([]string, 0, len(p.slots))
+	for id := range p.slots {
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+// Dirs returns the folders of the held slots.
+func (p *Pool[B]) Dirs() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	dirs := make([]string, 0, len(p.slots))
+	for _, sl := range p.slots {
+		dirs = append(dirs, sl.Dir)
+	}
+	return dirs
+}
+
+// Drop removes the slot that serves id, if any, and returns it: a warm
+// sandbox is never used again once it stops.
+func (p *Pool[B]) Drop(id string) (Slot, bool) {
+	p.mu.Lock()
+	sl, ok := p.slots[id]
+	delete(p.slots, id)
+	p.mu.Unlock()
+	if ok {
+		p.Remove(sl)
+	}
+	return sl, ok
+}
+
+// Remove unmounts and deletes sl's folder, held or not.
+func (p *Pool[B]) Remove(sl Slot) {
+	if err := slot.Remove(sl.Dir); err != nil {
+		p.log.Warn("warm slot not removed", "slot", sl.Name, "cause", err.Error())
+	}
+}
+
+// Warm boots a warm sandbox named spec.ID with boot, over the empty
+// subfolders of a new slot in place of the sources of spec's mounts. A
+// container whose limits, environment and folder targets are spec's can
+// claim it.
+func (p *Pool[B]) Warm(ctx context.Context, spec sandbox.Spec, boot func(context.Context, sandbox.Spec) (B, error)) error {
+	sl := p.Slot(spec.ID)
+	sl.warm = &spec
+	// Known before it exists, so that no Reconcile takes it for a stray.
+	p.Hold(spec.ID, sl)
+	if err := slot.Make(sl.Dir, len(spec.Mounts)); err != nil {
+		p.mu.Lock()
+		delete(p.slots, spec.ID)
+		p.mu.Unlock()
+		return fmt.Errorf("%s: warm %s: %w: %w", p.set.name, spec.ID, sandbox.ErrUnavailable, err)
+	}
+	warm := spec
+	warm.Mounts = slices.Clone(spec.Mounts)
+	for i := range warm.Mounts {
+		warm.Mounts[i].Source = slot.Path(sl.Dir, i)
+	}
+	if err := p.set.Ensure(ctx, warm, nil, boot); err != nil {
+		p.Drop(spec.ID)
+		return fmt.Errorf("%s: warm: %w", p.set.name, err)
+	}
+	return nil
+}
+
+// Claim makes the warm sandbox name serve the container spec.ID: spec's
+// folders (or, with dirs and none, the container's prepared ones) are
+// bound onto the slot's subfolders, whence they reach the sandbox; then
+// claimed, the backend's own part, runs before the box serves spec.ID.
+// limits fills the zero limits of both specs before they are compared.
+func (p *Pool[B]) Claim(ctx context.Context, name string, spec sandbox.Spec, dirs *hostdirs.Layout, limits sandbox.Limits, claimed func(B, Slot) error) error {
+	fail := func(format string, a ...any) error {
+		return fmt.Errorf("%s: claim %s: %w", p.set.name, name, fmt.Errorf(format, a...))
+	}
+	if spec.ID == "" || spec.ID == name {
+		return fail("bad container id %q", spec.ID)
+	}
+	defer p.set.Lock(name)()
+	defer p.set.Lock(spec.ID)()
+	if _, ok := p.set.Live(spec.ID); ok {
+		return fail("the sandbox of %s runs", spec.ID)
+	}
+	bx, live := p.set.Live(name)
+	p.mu.Lock()
+	sl, held := p.slots[name]
+	p.mu.Unlock()
+	if !live || !held || sl.warm == nil {
+		return fail("%w: no unclaimed warm sandbox of that name", sandbox.ErrNotFound)
+	}
+	if dirs != nil {
+		d, err := dirs.Prepare(ctx, spec.ID)
+		if err != nil {
+			return fail("%w", err)
+		}
+		if len(spec.Mounts) == 0 {
+			spec.Mounts = d.Mounts()
+		}
+	}
+	if spec.Limits.Or(limits) != sl.warm.Limits.Or(limits) || !slices.Equal(spec.Env, sl.warm.Env) {
+		return fail("limits or environment differ from the warm sandbox's")
+	}
+	if !sandbox.SameTargets(spec.Mounts, sl.warm.Mounts) {
+		return fail("folders differ from the warm sandbox's")
+	}
+	for i, m := range spec.Mounts {
+		if err := slot.Bind(sl.Dir, i, m.Source, m.ReadOnly); err != nil {
+			return fail("%w", err)
+		}
+	}
+	if err := claimed(bx, sl); err != nil {
+		return fail("%w", err)
+	}
+	p.set.Take(name)
+	p.set.Forget(name)
+	sl.warm = nil
+	p.mu.Lock()
+	delete(p.slots, name)
+	p.slots[spec.ID] = sl
+	p.mu.Unlock()
+	p.set.Put(spec.ID, bx)
+	p.log.Info("warm sandbox claimed", "id", spec.ID, "slot", name, "backend", p.set.name)
+	return nil
+}
