@@ -46,7 +46,7 @@ type Signer interface {
 	Signs(mime string) bool
 	// Sign returns the signed form of the size bytes of r. A file whose
 	// structure is not its type's returns an error wrapping ErrUnsignable.
-	Sign(r io.ReaderAt, size int64, mime string, p Provenance) (Signed, error)
+	Sign(ctx context.Context, r io.ReaderAt, size int64, mime string, p Provenance) (Signed, error)
 }
 
 // ErrUnsignable marks a file the signer cannot embed a manifest in; it is
@@ -109,7 +109,7 @@ func (s *Service) Apply(ctx context.Context, p user.Principal, ct files.Content,
 	key := strings.Join([]string{ct.File.Path, ct.File.ETag, fmt.Sprint(ct.File.SizeBytes), prov.Org, prov.Thread, prov.Container, prov.ToolUseID}, "\x00")
 	sig, ok := s.cached(key)
 	if !ok {
-		sig, err = s.signer.Sign(stored, ct.File.SizeBytes, ct.File.MIMEType, prov)
+		sig, err = s.signer.Sign(ctx, stored, ct.File.SizeBytes, ct.File.MIMEType, prov)
 		if errors.Is(err, ErrUnsignable) {
 			s.log.Warn("content credentials: file served unsigned", "path", ct.File.Path, "mime", ct.File.MIMEType, "err", err)
 			return ct, nil

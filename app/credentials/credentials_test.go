@@ -18,7 +18,7 @@ type prefixSigner struct{ n int }
 
 func (p *prefixSigner) Signs(mime string) bool { return mime == "image/png" }
 
-func (p *prefixSigner) Sign(r io.ReaderAt, size int64, mime string, prov Provenance) (Signed, error) {
+func (p *prefixSigner) Sign(_ context.Context, r io.ReaderAt, size int64, mime string, prov Provenance) (Signed, error) {
 	head := make([]byte, 3)
 	if _, err := r.ReadAt(head, 0); err == nil && string(head) == "bad" {
 		return Signed{}, ErrUnsignable

@@ -83,7 +83,7 @@ func benchCredentials(ctx context.Context, n int, out io.Writer) error {
 				return err
 			}
 			defer fh.Close()
-			a, err := signer.Sign(fh, int64(len(f.body)), f.format, c2pa.Provenance{Org: "org_bench", Thread: "thr_bench", ToolUseID: "srvtoolu_bench"})
+			a, err := signer.Sign(ctx, fh, int64(len(f.body)), f.format, c2pa.Provenance{Org: "org_bench", Thread: "thr_bench", ToolUseID: "srvtoolu_bench"})
 			if err != nil {
 				return err
 			}

@@ -3,8 +3,10 @@ package main
 import (
 	"bytes"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"net/url"
 	"strings"
 	"testing"
@@ -14,8 +16,9 @@ import (
 
 // mediaScript writes a PNG, a JPEG, a GIF, a WebP and a TIFF with Pillow, an
 // SVG with matplotlib, a WAV with the wave module, MPEG audio frames as an
-// MP3, a FLAC stream (flacScript), a text file and a PDF to outputs.
-const mediaScript = "```python\nimport os\nfrom PIL import Image\nos.makedirs('/mnt/user-data/outputs', exist_ok=True)\n" +
+// MP3, a FLAC stream (flacScript), the BMFF files of bmffScript, a text
+// file and a PDF to outputs.
+var mediaScript = "```python\nimport os\nfrom PIL import Image\nos.makedirs('/mnt/user-data/outputs', exist_ok=True)\n" +
 	"img = Image.new('RGB', (64, 48), (200, 40, 90))\n" +
 	"img.save('/mnt/user-data/outputs/plot.png')\nimg.save('/mnt/user-data/outputs/photo.jpg', quality=90)\n" +
 	"img.save('/mnt/user-data/outputs/anim.gif')\nimg.save('/mnt/user-data/outputs/pic.webp')\nimg.save('/mnt/user-data/outputs/scan.tif')\n" +
@@ -24,7 +27,25 @@ const mediaScript = "```python\nimport os\nfrom PIL import Image\nos.makedirs('/
 	"w.writeframes(bytes(range(256)) * 40)\nw.close()\n" +
 	"open('/mnt/user-data/outputs/beep.mp3', 'wb').write((b'\\xff\\xfb\\x90\\x64' + bytes(413)) * 10)\n" +
 	"open('/mnt/user-data/outputs/notes.txt', 'w').write('plain notes\\n')\n" +
-	"open('/mnt/user-data/outputs/doc.pdf', 'wb').write(b'%PDF-1.4\\n%%EOF\\n')\n" + flacScript + "print('saved')\n```"
+	"open('/mnt/user-data/outputs/doc.pdf', 'wb').write(b'%PDF-1.4\\n%%EOF\\n')\n" + flacScript + bmffScript() + "print('saved')\n```"
+
+// bmffScript writes an MP4, a MOV, an M4A, a HEIC and an AVIF. No tool in
+// the sandbox image encodes these, so their bytes are built in Go
+// (c2patest) and the sandbox's code writes them.
+func bmffScript() string {
+	var b strings.Builder
+	b.WriteString("import base64\n")
+	for name, data := range map[string][]byte{
+		"clip.mp4":   c2patest.MP4(c2patest.MP4Options{Brand: "isom"}),
+		"clip.mov":   c2patest.MP4(c2patest.MP4Options{Brand: "qt", MoovLast: true}),
+		"voice.m4a":  c2patest.MP4(c2patest.MP4Options{Brand: "M4A", CO64: true}),
+		"photo.heic": c2patest.HEIF(c2patest.HEIFOptions{Brand: "heic", ILocVersion: 1}),
+		"photo.avif": c2patest.HEIF(c2patest.HEIFOptions{Brand: "avif"}),
+	} {
+		fmt.Fprintf(&b, "open('/mnt/user-data/outputs/%s', 'wb').write(base64.b64decode('%s'))\n", name, base64.StdEncoding.EncodeToString(data))
+	}
+	return b.String()
+}
 
 // flacScript writes a FLAC stream (the sandbox has no FLAC encoder): a
 // STREAMINFO block and one frame of 4096 16-bit mono samples at 8 kHz in a
@@ -84,10 +105,11 @@ func TestContentCredentialsDownloads(t *testing.T) {
 			{"artifact", artifacts[name]["download_url"].(string), true, ""},
 		}
 	}
-	for _, tc := range []struct{ name, mime string }{{"plot.png", "image/png"}, {"photo.jpg", "image/jpeg"}, {"anim.gif", "image/gif"}, {"tone.wav", "audio/wav"}, {"chart.svg", "image/svg+xml"}, {"pic.webp", "image/webp"}, {"beep.mp3", "audio/mpeg"}, {"scan.tif", "image/tiff"}, {"tone.flac", "audio/flac"}} {
+	for _, tc := range []struct{ name, mime string }{{"plot.png", "image/png"}, {"photo.jpg", "image/jpeg"}, {"anim.gif", "image/gif"}, {"tone.wav", "audio/wav"}, {"chart.svg", "image/svg+xml"}, {"pic.webp", "image/webp"}, {"beep.mp3", "audio/mpeg"}, {"scan.tif", "image/tiff"}, {"tone.flac", "audio/flac"},
+		{"clip.mp4", "video/mp4"}, {"clip.mov", "video/quicktime"}, {"voice.m4a", "audio/mp4"}, {"photo.heic", "image/heic"}, {"photo.avif", "image/avif"}} {
 		art := artifacts[tc.name]
 		if art == nil {
-			t.Fatalf("no artifact %s: %v", tc.name, artifacts)
+			t.Fatalf("no artifact %s; the turn said: %s", tc.name, r.body)
 		}
 		stored := art["sha256"].(string)
 		size := int(art["size_bytes"].(float64))
@@ -101,7 +123,11 @@ func TestContentCredentialsDownloads(t *testing.T) {
 					t.Fatalf("signed download is %d bytes, the stored file %d", len(dl.body), size)
 				}
 				rep := c2patest.Validate(t, tc.mime, dl.body)
-				if rep.ActiveManifest == "" || len(rep.Failures()) > 0 || !rep.Has("claimSignature.validated") || !rep.Has("assertion.dataHash.match") {
+				binding, mismatch := "assertion.dataHash.match", "assertion.dataHash.mismatch"
+				if strings.HasPrefix(tc.mime, "video/") || tc.mime == "audio/mp4" || tc.mime == "image/heic" || tc.mime == "image/avif" {
+					binding, mismatch = "assertion.bmffHash.match", "assertion.bmffHash.mismatch"
+				}
+				if rep.ActiveManifest == "" || len(rep.Failures()) > 0 || !rep.Has("claimSignature.validated") || !rep.Has(binding) {
 					t.Fatalf("validation: %+v\n%s", rep.Failures(), rep.Raw)
 				}
 				var tb struct {
@@ -137,7 +163,7 @@ func TestContentCredentialsDownloads(t *testing.T) {
 					at = bytes.Index(flipped, []byte(`d="M `)) + 5 // a digit of a path, before the manifest at the end
 				}
 				flipped[at] ^= 0x01
-				if rep := c2patest.Validate(t, tc.mime, flipped); !rep.Has("assertion.dataHash.mismatch") {
+				if rep := c2patest.Validate(t, tc.mime, flipped); !rep.Has(mismatch) {
 					t.Errorf("a flipped byte is not a hash mismatch:\n%s", rep.Raw)
 				}
 				if p.filesAPIID != "" {

@@ -1,10 +1,12 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net/url"
 	"path/filepath"
 	"runtime/debug"
 	"slices"
@@ -21,8 +23,15 @@ import (
 //     key; both or neither. With neither, an issuer is generated on first
 //     start in DATA_DIR/c2pa and a warning says validators report it
 //     untrusted.
+//   - C2PA_SIGN_URL or C2PA_SIGN_COMMAND, instead of C2PA_KEY (with
+//     C2PA_CERT_CHAIN): a signing hook that holds the key (an HTTP
+//     endpoint the digest is POSTed to, or a program, split on spaces and
+//     run without a shell, reading the digest on its standard input).
+//   - C2PA_TSA_URL: an RFC 3161 timestamp authority asked to timestamp
+//     every signature; none when empty.
 //   - C2PA_FORMATS: the formats signed, comma-separated (png, jpeg, gif,
-//     wav, svg, webp, mp3, tiff, flac), "all" (the default) or "none".
+//     wav, svg, webp, mp3, tiff, flac, mp4, mov, m4a, heic, avif), "all"
+//     (the default) or "none".
 func contentCredentials(getenv func(string) string, dataDir string, policies credentials.Policies, log *slog.Logger) (*credentials.Service, error) {
 	formats, err := parseFormats(getenv("C2PA_FORMATS"))
 	if err != nil {
@@ -31,33 +40,80 @@ func contentCredentials(getenv func(string) string, dataDir string, policies cre
 	if len(formats) == 0 {
 		return credentials.New(nil, policies, log), nil
 	}
+	signer, err := c2paSigner(getenv, dataDir, log)
+	if err != nil {
+		return nil, err
+	}
+	if tsa := strings.TrimSpace(getenv("C2PA_TSA_URL")); tsa != "" {
+		if u, err := url.Parse(tsa); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return nil, &configError{"C2PA_TSA_URL", "an http or https URL of an RFC 3161 timestamp authority"}
+		}
+		signer.WithTimestamps(c2pa.NewTSA(tsa, nil))
+	}
+	return credentials.New(&mediaSigner{s: signer, formats: formats}, policies, log), nil
+}
+
+// c2paSigner returns the signer of the configured issuer: a key file, a
+// signing hook, or the generated issuer.
+func c2paSigner(getenv func(string) string, dataDir string, log *slog.Logger) (*c2pa.Signer, error) {
 	chainFile, keyFile := strings.TrimSpace(getenv("C2PA_CERT_CHAIN")), strings.TrimSpace(getenv("C2PA_KEY"))
-	var signer *c2pa.Signer
+	hookURL, hookCmd := strings.TrimSpace(getenv("C2PA_SIGN_URL")), strings.TrimSpace(getenv("C2PA_SIGN_COMMAND"))
+	hooks := 0
+	for _, v := range []string{keyFile, hookURL, hookCmd} {
+		if v != "" {
+			hooks++
+		}
+	}
 	switch {
-	case chainFile != "" && keyFile != "":
+	case hooks > 1:
+		return nil, &configError{"C2PA_KEY", "set one of C2PA_KEY, C2PA_SIGN_URL and C2PA_SIGN_COMMAND"}
+	case hooks == 1 && chainFile == "":
+		return nil, &configError{"C2PA_CERT_CHAIN", "C2PA_KEY, C2PA_SIGN_URL or C2PA_SIGN_COMMAND needs C2PA_CERT_CHAIN"}
+	case hooks == 0 && chainFile != "":
+		return nil, &configError{"C2PA_CERT_CHAIN", "C2PA_CERT_CHAIN needs C2PA_KEY, C2PA_SIGN_URL or C2PA_SIGN_COMMAND"}
+	case keyFile != "":
 		key, chain, err := c2pa.LoadIssuer(chainFile, keyFile)
 		if err != nil {
 			return nil, &configError{"C2PA_CERT_CHAIN", err.Error()}
 		}
-		if signer, err = c2pa.NewSigner(key, chain, version()); err != nil {
+		signer, err := c2pa.NewSigner(key, chain, version())
+		if err != nil {
 			return nil, &configError{"C2PA_CERT_CHAIN", err.Error()}
 		}
-	case chainFile != "" || keyFile != "":
-		return nil, &configError{"C2PA_CERT_CHAIN", "C2PA_CERT_CHAIN and C2PA_KEY are set together or not at all"}
-	default:
-		dir := filepath.Join(dataDir, "c2pa")
-		key, chain, created, err := c2pa.SelfSignedIssuer(dir, "threadbox")
+		return signer, nil
+	case hooks == 1:
+		chain, err := c2pa.LoadChain(chainFile)
 		if err != nil {
-			return nil, fmt.Errorf("content credentials: %w", err)
+			return nil, &configError{"C2PA_CERT_CHAIN", err.Error()}
 		}
-		if signer, err = c2pa.NewSigner(key, chain, version()); err != nil {
-			return nil, fmt.Errorf("content credentials: %w", err)
+		var hook c2pa.SignHook
+		if hookURL != "" {
+			if u, err := url.Parse(hookURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+				return nil, &configError{"C2PA_SIGN_URL", "an http or https URL of a signing endpoint"}
+			}
+			hook = c2pa.NewHTTPHook(hookURL, nil)
+		} else if hook, err = c2pa.NewCommandHook(strings.Fields(hookCmd), 0); err != nil {
+			return nil, &configError{"C2PA_SIGN_COMMAND", err.Error()}
 		}
-		if created {
-			log.Warn("content credentials: no issuer configured (C2PA_CERT_CHAIN, C2PA_KEY); generated a self-signed one, which validators report as untrusted", "dir", dir)
+		signer, err := c2pa.NewHookSigner(hook, chain, version())
+		if err != nil {
+			return nil, &configError{"C2PA_CERT_CHAIN", err.Error()}
 		}
+		return signer, nil
 	}
-	return credentials.New(&mediaSigner{s: signer, formats: formats}, policies, log), nil
+	dir := filepath.Join(dataDir, "c2pa")
+	key, chain, created, err := c2pa.SelfSignedIssuer(dir, "threadbox")
+	if err != nil {
+		return nil, fmt.Errorf("content credentials: %w", err)
+	}
+	signer, err := c2pa.NewSigner(key, chain, version())
+	if err != nil {
+		return nil, fmt.Errorf("content credentials: %w", err)
+	}
+	if created {
+		log.Warn("content credentials: no issuer configured (C2PA_CERT_CHAIN, C2PA_KEY); generated a self-signed one, which validators report as untrusted", "dir", dir)
+	}
+	return signer, nil
 }
 
 // parseFormats reads C2PA_FORMATS.
@@ -121,12 +177,12 @@ func (m *mediaSigner) Signs(mime string) bool {
 	return ok && slices.Contains(m.formats, f)
 }
 
-func (m *mediaSigner) Sign(r io.ReaderAt, size int64, mime string, p credentials.Provenance) (credentials.Signed, error) {
+func (m *mediaSigner) Sign(ctx context.Context, r io.ReaderAt, size int64, mime string, p credentials.Provenance) (credentials.Signed, error) {
 	f, ok := c2pa.FormatOf(mime)
 	if !ok {
 		return credentials.Signed{}, fmt.Errorf("%w: %s is not signed", credentials.ErrUnsignable, mime)
 	}
-	a, err := m.s.Sign(r, size, f, c2pa.Provenance{Org: p.Org, Thread: p.Thread, Container: p.Container, ToolUseID: p.ToolUseID, Path: p.Path})
+	a, err := m.s.Sign(ctx, r, size, f, c2pa.Provenance{Org: p.Org, Thread: p.Thread, Container: p.Container, ToolUseID: p.ToolUseID, Path: p.Path})
 	if errors.Is(err, c2pa.ErrMalformed) {
 		return credentials.Signed{}, fmt.Errorf("%w: %w", credentials.ErrUnsignable, err)
 	}

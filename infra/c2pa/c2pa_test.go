@@ -2,6 +2,7 @@ package c2pa
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -135,7 +136,7 @@ func testSigner(t *testing.T) *Signer {
 
 func signBytes(t *testing.T, s *Signer, b []byte, f Format, p Provenance) []byte {
 	t.Helper()
-	a, err := s.Sign(bytes.NewReader(b), int64(len(b)), f, p)
+	a, err := s.Sign(context.Background(), bytes.NewReader(b), int64(len(b)), f, p)
 	if err != nil {
 		t.Fatalf("sign: %v", err)
 	}
@@ -273,7 +274,7 @@ func TestSignRefusesMalformedFiles(t *testing.T) {
 		{"empty", PNG, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := s.Sign(bytes.NewReader(tc.b), int64(len(tc.b)), tc.format, Provenance{})
+			_, err := s.Sign(context.Background(), bytes.NewReader(tc.b), int64(len(tc.b)), tc.format, Provenance{})
 			if !errors.Is(err, ErrMalformed) {
 				t.Fatalf("err %v, want ErrMalformed", err)
 			}
@@ -320,7 +321,7 @@ func TestAssetReaderAt(t *testing.T) {
 	s := testSigner(t)
 	for _, tc := range media {
 		orig := encodeImage(t, tc.format)
-		a, err := s.Sign(bytes.NewReader(orig), int64(len(orig)), tc.format, Provenance{Org: "o"})
+		a, err := s.Sign(context.Background(), bytes.NewReader(orig), int64(len(orig)), tc.format, Provenance{Org: "o"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -363,7 +364,7 @@ func TestSVGLayoutRefusals(t *testing.T) {
 		{"a manifest already", `<svg><metadata><c2pa:manifest xmlns:c2pa="http://c2pa.org/manifest">AAAA</c2pa:manifest></metadata></svg>`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if _, err := s.Sign(bytes.NewReader([]byte(tc.svg)), int64(len(tc.svg)), SVG, Provenance{}); !errors.Is(err, ErrMalformed) {
+			if _, err := s.Sign(context.Background(), bytes.NewReader([]byte(tc.svg)), int64(len(tc.svg)), SVG, Provenance{}); !errors.Is(err, ErrMalformed) {
 				t.Fatalf("err %v, want ErrMalformed", err)
 			}
 		})
@@ -618,7 +619,7 @@ func TestTIFFAndFLACRefusals(t *testing.T) {
 		{"id3 then not a flac", FLAC, testMP3([]byte{'I', 'D', '3', 4, 0, 0, 0, 0, 0, 0})},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if _, err := s.Sign(bytes.NewReader(tc.b), int64(len(tc.b)), tc.format, Provenance{}); !errors.Is(err, ErrMalformed) {
+			if _, err := s.Sign(context.Background(), bytes.NewReader(tc.b), int64(len(tc.b)), tc.format, Provenance{}); !errors.Is(err, ErrMalformed) {
 				t.Fatalf("err %v, want ErrMalformed", err)
 			}
 		})

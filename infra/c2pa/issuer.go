@@ -42,7 +42,30 @@ func LoadIssuer(chainFile, keyFile string) (*ecdsa.PrivateKey, []*x509.Certifica
 	return parseIssuer(chainPEM, keyPEM)
 }
 
+// LoadChain reads a PEM certificate chain, the signing certificate first
+// (for a signing hook, which keeps the key).
+func LoadChain(chainFile string) ([]*x509.Certificate, error) {
+	chainPEM, err := os.ReadFile(chainFile)
+	if err != nil {
+		return nil, fmt.Errorf("c2pa: certificate chain: %w", err)
+	}
+	return parseChain(chainPEM)
+}
+
 func parseIssuer(chainPEM, keyPEM []byte) (*ecdsa.PrivateKey, []*x509.Certificate, error) {
+	chain, err := parseChain(chainPEM)
+	if err != nil {
+		return nil, nil, err
+	}
+	key, err := parseKey(keyPEM)
+	if err != nil {
+		return nil, nil, err
+	}
+	return key, chain, nil
+}
+
+// parseChain reads the certificates of a PEM chain.
+func parseChain(chainPEM []byte) ([]*x509.Certificate, error) {
 	var chain []*x509.Certificate
 	for rest := chainPEM; ; {
 		var b *pem.Block
@@ -55,30 +78,33 @@ func parseIssuer(chainPEM, keyPEM []byte) (*ecdsa.PrivateKey, []*x509.Certificat
 		}
 		c, err := x509.ParseCertificate(b.Bytes)
 		if err != nil {
-			return nil, nil, fmt.Errorf("c2pa: certificate chain: %w", err)
+			return nil, fmt.Errorf("c2pa: certificate chain: %w", err)
 		}
 		chain = append(chain, c)
 	}
 	if len(chain) == 0 {
-		return nil, nil, errors.New("c2pa: the certificate chain file holds no certificate")
+		return nil, errors.New("c2pa: the certificate chain file holds no certificate")
 	}
+	return chain, nil
+}
+
+// parseKey reads an ECDSA private key, PKCS #8 or SEC 1, from PEM.
+func parseKey(keyPEM []byte) (*ecdsa.PrivateKey, error) {
 	b, _ := pem.Decode(keyPEM)
 	if b == nil {
-		return nil, nil, errors.New("c2pa: the key file holds no PEM key")
+		return nil, errors.New("c2pa: the key file holds no PEM key")
 	}
-	var key *ecdsa.PrivateKey
 	if k, err := x509.ParsePKCS8PrivateKey(b.Bytes); err == nil {
 		ek, ok := k.(*ecdsa.PrivateKey)
 		if !ok {
-			return nil, nil, errors.New("c2pa: the key is not an ECDSA key")
+			return nil, errors.New("c2pa: the key is not an ECDSA key")
 		}
-		key = ek
+		return ek, nil
 	} else if ek, err2 := x509.ParseECPrivateKey(b.Bytes); err2 == nil {
-		key = ek
+		return ek, nil
 	} else {
-		return nil, nil, fmt.Errorf("c2pa: key: %w", err)
+		return nil, fmt.Errorf("c2pa: key: %w", err)
 	}
-	return key, chain, nil
 }
 
 // SelfSignedIssuer returns the issuer kept in dir, generating it on first

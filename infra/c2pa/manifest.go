@@ -1,8 +1,10 @@
 package c2pa
 
 import (
+	"context"
 	"crypto/rand"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 
 	"github.com/fxamacker/cbor/v2"
@@ -13,6 +15,7 @@ import (
 const (
 	labelActions    = "c2pa.actions.v2"
 	labelDataHash   = "c2pa.hash.data"
+	labelBMFFHash   = "c2pa.hash.bmff.v3"
 	labelThreadbox  = "io.threadbox.provenance"
 	labelClaim      = "c2pa.claim.v2"
 	labelSignature  = "c2pa.signature"
@@ -47,6 +50,36 @@ type dataHash struct {
 	Alg        string      `cbor:"alg"`
 	Hash       []byte      `cbor:"hash"`
 	Pad        []byte      `cbor:"pad"`
+}
+
+// bmffHash is the hard binding of a BMFF file: the SHA-256 of its
+// top-level boxes but the excluded ones, each box's offset hashed before
+// it.
+type bmffHash struct {
+	Exclusions []bmffExclusion `cbor:"exclusions"`
+	Alg        string          `cbor:"alg"`
+	Hash       []byte          `cbor:"hash"`
+	Name       string          `cbor:"name"`
+}
+
+// bmffExclusion names top-level boxes left out of a BMFF hash: by path,
+// and when Data is set only those whose bytes at an offset match.
+type bmffExclusion struct {
+	XPath string        `cbor:"xpath"`
+	Data  []bmffDataMap `cbor:"data,omitempty"`
+}
+
+type bmffDataMap struct {
+	Offset int64  `cbor:"offset"`
+	Value  []byte `cbor:"value"`
+}
+
+// bmffExclusions are the boxes a BMFF hash leaves out, as C2PA asks:
+// the C2PA box (a uuid box whose type is the C2PA UUID), ftyp, mfra,
+// free and skip.
+var bmffExclusions = []bmffExclusion{
+	{XPath: "/uuid", Data: []bmffDataMap{{Offset: 8, Value: c2paBoxUUID}}},
+	{XPath: "/ftyp"}, {XPath: "/mfra"}, {XPath: "/free"}, {XPath: "/skip"},
 }
 
 type action struct {
@@ -94,18 +127,30 @@ type manifestInput struct {
 	dataHash   []byte // SHA-256 of the asset outside the exclusion
 	written    []byte // SHA-256 of the file as written
 	exclusion  exclusion
-	pad        int // zero bytes in the data hash's pad, to even a length
-	prov       Provenance
+	pad        int  // zero bytes in the data hash's pad, to even a length
+	bmff       bool // the binding is a BMFF hash (dataHash holds it)
+	// final is the signing whose store is sent (a timestamp is asked for
+	// then; before, its room is kept with padding).
+	final     bool
+	tokenRoom int // bytes kept for a timestamp token, with a TSA
+	prov      Provenance
 }
 
 // buildStore returns a signed C2PA manifest store (a JUMBF superbox)
 // holding one manifest: the actions, data hash and threadbox assertions,
 // the claim over them and its COSE_Sign1 signature.
-func (s *Signer) buildStore(in manifestInput) ([]byte, error) {
+func (s *Signer) buildStore(ctx context.Context, in manifestInput) ([]byte, error) {
 	enc := s.enc
 	type assertion struct {
 		label string
 		value any
+	}
+	binding := assertion{labelDataHash, dataHash{
+		Exclusions: []exclusion{in.exclusion}, Name: "jumbf manifest", Alg: "sha256",
+		Hash: in.dataHash, Pad: make([]byte, in.pad),
+	}}
+	if in.bmff {
+		binding = assertion{labelBMFFHash, bmffHash{Exclusions: bmffExclusions, Alg: "sha256", Hash: in.dataHash, Name: "jumbf manifest"}}
 	}
 	list := []assertion{
 		{labelActions, actions{Actions: []action{{
@@ -113,10 +158,7 @@ func (s *Signer) buildStore(in manifestInput) ([]byte, error) {
 			DigitalSourceType: SourceAlgorithmic,
 			SoftwareAgent:     generatorInfo{Name: "threadbox", Version: in.version},
 		}}}},
-		{labelDataHash, dataHash{
-			Exclusions: []exclusion{in.exclusion}, Name: "jumbf manifest", Alg: "sha256",
-			Hash: in.dataHash, Pad: make([]byte, in.pad),
-		}},
+		binding,
 		{labelThreadbox, threadboxAssertion{
 			Org: in.prov.Org, Thread: in.prov.Thread, Container: in.prov.Container,
 			ToolUseID: in.prov.ToolUseID, Path: in.prov.Path, SHA256: fmt.Sprintf("%x", in.written),
@@ -146,7 +188,7 @@ func (s *Signer) buildStore(in manifestInput) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("c2pa: encode claim: %w", err)
 	}
-	sig, err := s.sign(claimBytes)
+	sig, err := s.sign(ctx, claimBytes, in.final, in.tokenRoom)
 	if err != nil {
 		return nil, err
 	}
@@ -160,8 +202,11 @@ func (s *Signer) buildStore(in manifestInput) ([]byte, error) {
 
 // sign returns the tagged COSE_Sign1 (ES256) over the claim, detached: the
 // claim is the payload signed but not carried. The protected header names
-// the algorithm and carries the certificate chain (x5chain).
-func (s *Signer) sign(claimBytes []byte) ([]byte, error) {
+// the algorithm and carries the certificate chain (x5chain). With a
+// timestamp authority, the unprotected header keeps room bytes for its
+// token, padded ("pad") to the same length whether the token is there
+// (final) or not, so the manifest's size is known before the token is.
+func (s *Signer) sign(ctx context.Context, claimBytes []byte, final bool, room int) ([]byte, error) {
 	var chain any = s.chain[0]
 	if len(s.chain) > 1 {
 		chain = s.chain
@@ -170,15 +215,121 @@ func (s *Signer) sign(claimBytes []byte) ([]byte, error) {
 	msg.Headers.Protected.SetAlgorithm(cose.AlgorithmES256)
 	msg.Headers.Protected[cose.HeaderLabelX5Chain] = chain
 	msg.Payload = claimBytes
-	if err := msg.Sign(rand.Reader, nil, s.cose); err != nil {
+	var signer cose.Signer = s.cose
+	if s.hook != nil {
+		signer = &hookSigner{ctx: ctx, hook: s.hook, pub: s.hookKey}
+	}
+	if err := msg.Sign(rand.Reader, nil, signer); err != nil {
 		return nil, fmt.Errorf("c2pa: sign claim: %w", err)
 	}
 	msg.Payload = nil
+	if s.tsa == nil {
+		return marshalSign1(msg)
+	}
+	var token []byte
+	if final {
+		data, err := countersignData(msg)
+		if err != nil {
+			return nil, err
+		}
+		if token, err = s.tsa.Stamp(ctx, data); err != nil {
+			return nil, err
+		}
+		if len(token) > room {
+			return nil, &tokenTooLarge{n: len(token)}
+		}
+		msg.Headers.Unprotected["sigTst2"] = map[string]any{"tstTokens": []any{map[string]any{"val": token}}}
+	}
+	// The header without a token, padded to the room, is as long as the
+	// header with one padded to the room less the token's encoding.
+	base, err := marshalSign1(msg)
+	if err != nil {
+		return nil, err
+	}
+	target := len(base) + room + 64
+	if final {
+		if target, err = s.paddedLen(msg, room); err != nil {
+			return nil, err
+		}
+	}
+	return padTo(msg, target)
+}
+
+// paddedLen is the length of msg signed without a token, padded: what
+// the final signature, with its token, is padded to.
+func (s *Signer) paddedLen(msg *cose.Sign1Message, room int) (int, error) {
+	tok := msg.Headers.Unprotected["sigTst2"]
+	delete(msg.Headers.Unprotected, "sigTst2")
+	defer func() { msg.Headers.Unprotected["sigTst2"] = tok }()
+	base, err := marshalSign1(msg)
+	if err != nil {
+		return 0, err
+	}
+	return len(base) + room + 64, nil
+}
+
+// padTo adds a "pad" byte string to msg's unprotected header so that it
+// encodes to n bytes.
+func padTo(msg *cose.Sign1Message, n int) ([]byte, error) {
+	msg.Headers.Unprotected["pad"] = []byte{}
+	out, err := marshalSign1(msg)
+	if err != nil {
+		return nil, err
+	}
+	// The pad's own length prefix grows with it: try the lengths that
+	// could land on n.
+	need := n - len(out)
+	for extra := 0; extra <= 8 && need-extra >= 0; extra++ {
+		msg.Headers.Unprotected["pad"] = make([]byte, need-extra)
+		if out, err = marshalSign1(msg); err != nil {
+			return nil, err
+		}
+		if len(out) == n {
+			return out, nil
+		}
+	}
+	return nil, errors.New("c2pa: the signature could not be padded to its size")
+}
+
+func marshalSign1(msg *cose.Sign1Message) ([]byte, error) {
 	out, err := msg.MarshalCBOR()
 	if err != nil {
 		return nil, fmt.Errorf("c2pa: encode signature: %w", err)
 	}
 	return out, nil
+}
+
+// countersignData is what a timestamp of a claim's signature is over (C2PA
+// sigTst2): the COSE countersignature structure of the signature,
+// ["CounterSignature", protected header, h”, bstr(bstr(signature))].
+func countersignData(msg *cose.Sign1Message) ([]byte, error) {
+	prot, err := msg.Headers.MarshalProtected()
+	if err != nil {
+		return nil, fmt.Errorf("c2pa: encode protected header: %w", err)
+	}
+	sig, err := cbor.Marshal(msg.Signature)
+	if err != nil {
+		return nil, fmt.Errorf("c2pa: encode signature: %w", err)
+	}
+	out, err := cbor.Marshal([]any{"CounterSignature", cbor.RawMessage(prot), []byte{}, sig})
+	if err != nil {
+		return nil, fmt.Errorf("c2pa: encode countersignature: %w", err)
+	}
+	return out, nil
+}
+
+// Room kept for a timestamp token before one was seen, and the margin over
+// the largest seen (a token's size varies by a few bytes: time, nonce).
+const (
+	initialTokenRoom = 6 << 10
+	tokenMargin      = 256
+)
+
+// tokenTooLarge is a timestamp token longer than the room kept for it.
+type tokenTooLarge struct{ n int }
+
+func (e *tokenTooLarge) Error() string {
+	return fmt.Sprintf("c2pa: timestamp token of %d bytes outgrew its room", e.n)
 }
 
 // newEncoder returns the CBOR encoder of manifests: definite lengths and

@@ -8,14 +8,19 @@
 package c2pa
 
 import (
+	"context"
+	"crypto"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/x509"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
+	"sync/atomic"
 
 	"github.com/fxamacker/cbor/v2"
 	"github.com/veraison/go-cose"
@@ -35,10 +40,15 @@ const (
 	MP3  Format = "mp3"
 	TIFF Format = "tiff"
 	FLAC Format = "flac"
+	MP4  Format = "mp4"
+	MOV  Format = "mov"
+	M4A  Format = "m4a"
+	HEIC Format = "heic"
+	AVIF Format = "avif"
 )
 
 // Formats lists every format the signer embeds manifests in.
-var Formats = []Format{PNG, JPEG, GIF, WAV, SVG, WEBP, MP3, TIFF, FLAC}
+var Formats = []Format{PNG, JPEG, GIF, WAV, SVG, WEBP, MP3, TIFF, FLAC, MP4, MOV, M4A, HEIC, AVIF}
 
 // FormatOf returns the format of a MIME type, and false for a type the
 // signer does not sign.
@@ -62,6 +72,16 @@ func FormatOf(mime string) (Format, bool) {
 		return TIFF, true
 	case "audio/flac", "audio/x-flac":
 		return FLAC, true
+	case "video/mp4", "application/mp4", "video/x-m4v":
+		return MP4, true
+	case "video/quicktime":
+		return MOV, true
+	case "audio/mp4", "audio/x-m4a", "audio/m4a":
+		return M4A, true
+	case "image/heic", "image/heif":
+		return HEIC, true
+	case "image/avif":
+		return AVIF, true
 	}
 	return "", false
 }
@@ -76,26 +96,53 @@ type Signer struct {
 	chain   [][]byte // DER, the signing certificate first
 	version string
 	enc     cbor.EncMode
+	tsa     Timestamper
+	// hook signs instead of cose, with the signing certificate's key.
+	hook    SignHook
+	hookKey *ecdsa.PublicKey
+	// tokenRoom is the room a signature keeps for a timestamp token: the
+	// largest token seen plus a margin, grown when one does not fit.
+	tokenRoom atomic.Int64
+}
+
+// Timestamper returns an RFC 3161 timestamp token over data (TSA).
+type Timestamper interface {
+	Stamp(ctx context.Context, data []byte) ([]byte, error)
 }
 
 // NewSigner returns a signer with an ECDSA P-256 key and its certificate
 // chain (the signing certificate first), naming threadbox version as the
-// claim generator.
-func NewSigner(key *ecdsa.PrivateKey, chain []*x509.Certificate, version string) (*Signer, error) {
-	if key == nil || key.Curve != elliptic.P256() {
+// claim generator. The key is any crypto.Signer of such a key: one in
+// memory, or one whose signing happens elsewhere (RemoteKey).
+func NewSigner(key crypto.Signer, chain []*x509.Certificate, version string) (*Signer, error) {
+	if key == nil {
+		return nil, errors.New("c2pa: no signing key")
+	}
+	kp, ok := key.Public().(*ecdsa.PublicKey)
+	if !ok || kp.Curve != elliptic.P256() {
 		return nil, errors.New("c2pa: the signing key must be an ECDSA P-256 key (ES256)")
 	}
 	if len(chain) == 0 {
 		return nil, errors.New("c2pa: the certificate chain is empty")
 	}
 	pub, ok := chain[0].PublicKey.(*ecdsa.PublicKey)
-	if !ok || !pub.Equal(&key.PublicKey) {
+	if !ok || !pub.Equal(kp) {
 		return nil, errors.New("c2pa: the first certificate of the chain is not the signing key's")
 	}
 	cs, err := cose.NewSigner(cose.AlgorithmES256, key)
 	if err != nil {
 		return nil, fmt.Errorf("c2pa: %w", err)
 	}
+	sg, err := newSigner(chain, version)
+	if err != nil {
+		return nil, err
+	}
+	sg.cose = cs
+	return sg, nil
+}
+
+// newSigner returns a signer of chain without its key.
+func newSigner(chain []*x509.Certificate, version string) (*Signer, error) {
 	enc, err := newEncoder()
 	if err != nil {
 		return nil, fmt.Errorf("c2pa: %w", err)
@@ -107,7 +154,15 @@ func NewSigner(key *ecdsa.PrivateKey, chain []*x509.Certificate, version string)
 	if version == "" {
 		version = "dev"
 	}
-	return &Signer{cose: cs, chain: der, version: version, enc: enc}, nil
+	return &Signer{chain: der, version: version, enc: enc}, nil
+}
+
+// WithTimestamps makes the signer ask t for a timestamp of every
+// signature; it returns s.
+func (s *Signer) WithTimestamps(t Timestamper) *Signer {
+	s.tsa = t
+	s.tokenRoom.Store(initialTokenRoom)
+	return s
 }
 
 // Asset is a signed file: the stored file's bytes with the manifest
@@ -234,6 +289,9 @@ type layout struct {
 	// even asks for a manifest store of even length (a RIFF chunk's
 	// pad byte is not part of the manifest's exclusion).
 	even bool
+	// bmff, for a BMFF file, returns its top-level boxes in the signed
+	// file: the binding is then a BMFF hash over them, not a data hash.
+	bmff func(wrapLen int64) []bmffTopBox
 }
 
 // fixed is a keep function for formats whose kept bytes do not depend on
@@ -243,7 +301,19 @@ func fixed(s []span) func(int64) []span { return func(int64) []span { return s }
 // Sign builds the signed form of the size bytes of r in format f: it reads
 // the file once to hash it, builds and signs the manifest, and returns the
 // asset to stream with Asset.Reader over the same r.
-func (s *Signer) Sign(r io.ReaderAt, size int64, f Format, p Provenance) (*Asset, error) {
+func (s *Signer) Sign(ctx context.Context, r io.ReaderAt, size int64, f Format, p Provenance) (*Asset, error) {
+	a, err := s.sign1(ctx, r, size, f, p)
+	var big *tokenTooLarge
+	if errors.As(err, &big) {
+		// The token outgrew the room kept for it: keep more, and sign
+		// again (the file is hashed again).
+		s.tokenRoom.Store(int64(big.n) + tokenMargin)
+		a, err = s.sign1(ctx, r, size, f, p)
+	}
+	return a, err
+}
+
+func (s *Signer) sign1(ctx context.Context, r io.ReaderAt, size int64, f Format, p Provenance) (*Asset, error) {
 	var lay layout
 	var err error
 	switch f {
@@ -265,6 +335,8 @@ func (s *Signer) Sign(r io.ReaderAt, size int64, f Format, p Provenance) (*Asset
 		lay, err = tiffLayout(r, size)
 	case FLAC:
 		lay, err = flacLayout(r, size)
+	case MP4, MOV, M4A, HEIC, AVIF:
+		lay, err = bmffLayout(r, size)
 	default:
 		return nil, fmt.Errorf("c2pa: format %q is not signed", f)
 	}
@@ -274,14 +346,15 @@ func (s *Signer) Sign(r io.ReaderAt, size int64, f Format, p Provenance) (*Asset
 	in := manifestInput{
 		label: "urn:c2pa:" + newUUID(), instanceID: "xmp:iid:" + newUUID(), version: s.version,
 		dataHash: make([]byte, sha256.Size), written: make([]byte, sha256.Size), prov: p,
-		exclusion: exclusion{Start: lay.insertAt},
+		exclusion: exclusion{Start: lay.insertAt}, bmff: lay.bmff != nil,
+		tokenRoom: int(s.tokenRoom.Load()),
 	}
 	// The exclusion's length is the wrapper's, which the exclusion's
 	// encoding is part of: settle it first (the hashes' values do not
 	// change the manifest's length), then hash and sign once.
 	settled := false
 	for range 8 {
-		store, err := s.buildStore(in)
+		store, err := s.buildStore(ctx, in)
 		if err != nil {
 			return nil, err
 		}
@@ -299,11 +372,19 @@ func (s *Signer) Sign(r io.ReaderAt, size int64, f Format, p Provenance) (*Asset
 	if !settled {
 		return nil, errors.New("c2pa: the manifest's size did not settle")
 	}
+	if lay.bmff != nil && in.exclusion.Length > bmffMaxWrap {
+		return nil, errors.New("c2pa: the manifest is too large for a BMFF file")
+	}
 	keep := lay.keep(in.exclusion.Length)
-	if in.written, in.dataHash, err = hashes(r, size, keep); err != nil {
+	var boxes []bmffTopBox
+	if lay.bmff != nil {
+		boxes = lay.bmff(in.exclusion.Length)
+	}
+	if in.written, in.dataHash, err = hashes(r, size, keep, lay.insertAt, in.exclusion.Length, boxes); err != nil {
 		return nil, err
 	}
-	store, err := s.buildStore(in)
+	in.final = true
+	store, err := s.buildStore(ctx, in)
 	if err != nil {
 		return nil, err
 	}
@@ -350,17 +431,35 @@ func (s *Signer) Sign(r io.ReaderAt, size int64, f Format, p Provenance) (*Asset
 	return a, nil
 }
 
-// hashes reads the file once and returns the SHA-256 of all of it and of
-// the kept ranges as the signed file has them (the data hash: the signed
-// file outside the manifest).
-func hashes(r io.ReaderAt, size int64, keep []span) (written, data []byte, err error) {
-	all, kept := sha256.New(), sha256.New()
+// hashes reads the file once and returns the SHA-256 of all of it and
+// the hard binding's hash of the signed file: the kept ranges in order,
+// the manifest's wrapper (wrapLen bytes at insertAt) left out, and for a
+// BMFF binding each box's offset hashed before it and the excluded boxes
+// left out.
+func hashes(r io.ReaderAt, size int64, keep []span, insertAt, wrapLen int64, boxes []bmffTopBox) (written, binding []byte, err error) {
+	all := sha256.New()
+	bh := &bindingHasher{h: sha256.New()}
+	for _, b := range boxes {
+		if b.excluded {
+			bh.skips = append(bh.skips, [2]int64{b.off, b.off + b.size})
+		} else {
+			bh.marks = append(bh.marks, b.off)
+		}
+	}
 	buf := make([]byte, 256<<10)
 	copyTo := func(w io.Writer, off, n int64) error {
 		if _, err := io.CopyBuffer(w, io.NewSectionReader(r, off, n), buf); err != nil {
 			return fmt.Errorf("c2pa: read: %w", err)
 		}
 		return nil
+	}
+	both := io.MultiWriter(all, bh)
+	inserted := false
+	insert := func() {
+		if !inserted && bh.pos == insertAt {
+			bh.pos += wrapLen
+			inserted = true
+		}
 	}
 	var at int64
 	for _, k := range keep {
@@ -369,13 +468,24 @@ func hashes(r io.ReaderAt, size int64, keep []span) (written, data []byte, err e
 				return nil, nil, err
 			}
 		}
+		insert()
 		if k.lit != nil {
 			if err := copyTo(all, k.off, k.n); err != nil {
 				return nil, nil, err
 			}
-			kept.Write(k.lit)
-		} else if err := copyTo(io.MultiWriter(all, kept), k.off, k.n); err != nil {
-			return nil, nil, err
+			bh.Write(k.lit)
+		} else {
+			off, n := k.off, k.n
+			if cut := insertAt - bh.pos; !inserted && cut > 0 && cut < n {
+				if err := copyTo(both, off, cut); err != nil {
+					return nil, nil, err
+				}
+				off, n = off+cut, n-cut
+				insert()
+			}
+			if err := copyTo(both, off, n); err != nil {
+				return nil, nil, err
+			}
 		}
 		at = k.off + k.n
 	}
@@ -384,7 +494,52 @@ func hashes(r io.ReaderAt, size int64, keep []span) (written, data []byte, err e
 			return nil, nil, err
 		}
 	}
-	return all.Sum(nil), kept.Sum(nil), nil
+	return all.Sum(nil), bh.h.Sum(nil), nil
+}
+
+// bindingHasher hashes the signed file's bytes as they are written at
+// pos: bytes in skips are left out, and at each of marks (a BMFF box
+// start) the offset goes in first, as a big-endian 64-bit number.
+type bindingHasher struct {
+	h     hash.Hash
+	pos   int64
+	marks []int64    // ascending
+	skips [][2]int64 // ascending, [start, end)
+}
+
+func (b *bindingHasher) Write(p []byte) (int, error) {
+	n := len(p)
+	for len(p) > 0 {
+		for len(b.marks) > 0 && b.marks[0] < b.pos {
+			b.marks = b.marks[1:]
+		}
+		for len(b.skips) > 0 && b.skips[0][1] <= b.pos {
+			b.skips = b.skips[1:]
+		}
+		if len(b.marks) > 0 && b.marks[0] == b.pos {
+			var o [8]byte
+			binary.BigEndian.PutUint64(o[:], uint64(b.pos))
+			b.h.Write(o[:])
+			b.marks = b.marks[1:]
+		}
+		end := b.pos + int64(len(p))
+		if len(b.marks) > 0 {
+			end = min(end, b.marks[0])
+		}
+		skipping := len(b.skips) > 0 && b.skips[0][0] <= b.pos
+		if skipping {
+			end = min(end, b.skips[0][1])
+		} else if len(b.skips) > 0 {
+			end = min(end, b.skips[0][0])
+		}
+		k := end - b.pos
+		if !skipping {
+			b.h.Write(p[:k])
+		}
+		p = p[k:]
+		b.pos = end
+	}
+	return n, nil
 }
 
 func newUUID() string {

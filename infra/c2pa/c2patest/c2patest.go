@@ -88,6 +88,13 @@ func (r Report) Assertion(label string) json.RawMessage {
 // under CI=true.
 func Validate(t testing.TB, mime string, b []byte) Report {
 	t.Helper()
+	return ValidateTrusting(t, mime, b, nil)
+}
+
+// ValidateTrusting is Validate with the PEM certificates of anchors as the
+// reader's trust anchors (none when nil).
+func ValidateTrusting(t testing.TB, mime string, b, anchors []byte) Report {
+	t.Helper()
 	_, self, _, _ := runtime.Caller(0)
 	dir := filepath.Join(filepath.Dir(self), "..", "testdata", "c2pa")
 	_, nodeErr := exec.LookPath("node")
@@ -101,7 +108,15 @@ func Validate(t testing.TB, mime string, b []byte) Report {
 	if err := os.WriteFile(f, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	out, err := exec.Command("node", filepath.Join(dir, "validate.mjs"), mime, f).Output()
+	args := []string{filepath.Join(dir, "validate.mjs"), mime, f}
+	if anchors != nil {
+		a := filepath.Join(t.TempDir(), "anchors.pem")
+		if err := os.WriteFile(a, anchors, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		args = append(args, a)
+	}
+	out, err := exec.Command("node", args...).Output()
 	if err != nil {
 		t.Fatalf("validator: %v", err)
 	}
