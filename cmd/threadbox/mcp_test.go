@@ -70,12 +70,20 @@ func mcpSession(t *testing.T, s *server, path, token string) (*mcp.ClientSession
 	client := mcp.NewClient(&mcp.Implementation{Name: "threadbox-test", Version: "1"}, &mcp.ClientOptions{
 		ProgressNotificationHandler: func(_ context.Context, req *mcp.ProgressNotificationClientRequest) { pl.add(req.Params) },
 	})
-	tr := &mcp.StreamableClientTransport{Endpoint: s.base + path, HTTPClient: &http.Client{Transport: bearerTransport{token, http.DefaultTransport}}}
+	// Its own connections, closed with the session: a connection its
+	// transport dialled for a request it then gave up (a stream it
+	// stopped) carries no request, and the server's shutdown would wait
+	// for it.
+	conns := &http.Transport{}
+	tr := &mcp.StreamableClientTransport{Endpoint: s.base + path, HTTPClient: &http.Client{Transport: bearerTransport{token, conns}}}
 	cs, err := client.Connect(context.Background(), tr, nil)
 	if err != nil {
 		t.Fatalf("connect %s: %v", path, err)
 	}
-	t.Cleanup(func() { _ = cs.Close() })
+	t.Cleanup(func() {
+		_ = cs.Close()
+		conns.CloseIdleConnections()
+	})
 	return cs, pl
 }
 
