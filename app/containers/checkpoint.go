@@ -53,9 +53,10 @@ type lives struct {
 
 	mu        sync.Mutex
 	next      uint64
-	life      map[string]uint64 // by container id
-	restoring map[string]bool   // a restore is being held (hold keeps the life)
-	notes     map[string]string // by container id
+	life      map[string]uint64        // by container id
+	restoring map[string]bool          // a restore is being held (hold keeps the life)
+	notes     map[string]string        // by container id
+	early     map[string]chan struct{} // restores started ahead of a request (Prewarm), by container id
 }
 
 // begin starts a life of the container's sandbox, or goes on with the one
@@ -291,6 +292,57 @@ func (s *Service) dropStale(ctx context.Context) []string {
 		unlock()
 	}
 	return dropped
+}
+
+// Prewarm starts restoring the container's sandbox from its checkpoint in
+// the background when it has one and its sandbox does not run here, so
+// that the restore overlaps the model's answer instead of the wait of the
+// tool call that needs the sandbox (which then finds it running, or waits
+// on the container's lock for the restore under way). It returns at once,
+// with a channel closed when that work is done; nothing is started when
+// there is no checkpoint, and what the restore meets (a refusal, a
+// checkpoint that cannot be used) is met again, or noted, for the request.
+func (s *Service) Prewarm(ctx context.Context, containerID string) <-chan struct{} {
+	done := make(chan struct{})
+	if s.ckpt.folders == nil || s.Running(containerID) {
+		close(done)
+		return done
+	}
+	s.ckpt.mu.Lock()
+	if ch, ok := s.ckpt.early[containerID]; ok {
+		s.ckpt.mu.Unlock()
+		return ch
+	}
+	if s.ckpt.early == nil {
+		s.ckpt.early = map[string]chan struct{}{}
+	}
+	s.ckpt.early[containerID] = done
+	s.ckpt.mu.Unlock()
+	go func() {
+		defer func() {
+			s.ckpt.mu.Lock()
+			delete(s.ckpt.early, containerID)
+			s.ckpt.mu.Unlock()
+			close(done)
+		}()
+		// The request that asked may end before the restore does; the
+		// restore is for the next tool call of its container all the same.
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		defer cancel()
+		// Under the container's lock, as a restore reads it: fetching the
+		// checkpoint (unpacking its archive on a server without a copy)
+		// never overlaps another fetch or a restore of the same one.
+		unlock := s.lock(containerID)
+		_, _, ok, _ := s.ckpt.folders.Checkpoint(ctx, containerID)
+		unlock()
+		if !ok {
+			return
+		}
+		if l, err := s.ensure(ctx, containerID); err == nil {
+			s.release(l)
+		}
+	}()
+	return done
 }
 
 // firstLine returns err's text up to its first line break.

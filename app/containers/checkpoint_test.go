@@ -337,3 +337,38 @@ func TestSuspend(t *testing.T) {
 		t.Fatalf("checkpoint of a: %v %q", ok, name)
 	}
 }
+
+// TestPrewarm: a restore started ahead of a request brings the sandbox
+// back from its checkpoint before any command asks for it, with its life;
+// the command then finds it running. Without a checkpoint nothing boots.
+func TestPrewarm(t *testing.T) {
+	ctx := context.Background()
+	b := newSaving("gvisor")
+	s, ck, advance := checkpointing(t, b)
+	c, _ := s.ForUser(ctx, alice, "box")
+	<-s.Prewarm(ctx, c.ID())
+	if s.Running(c.ID()) || b.booted[c.ID()] != 0 {
+		t.Fatalf("without a checkpoint: running %v, booted %d", s.Running(c.ID()), b.booted[c.ID()])
+	}
+	if _, err := s.Exec(ctx, c.ID(), sandbox.Command{Args: []string{"true"}}); err != nil {
+		t.Fatal(err)
+	}
+	life := s.Life(c.ID())
+	advance(2 * time.Minute)
+	s.StopIdle(ctx)
+	if _, _, ok, _ := ck.Checkpoint(ctx, c.ID()); !ok {
+		t.Fatal("no checkpoint at the idle stop")
+	}
+
+	<-s.Prewarm(ctx, c.ID())
+	if !s.Running(c.ID()) || len(b.restored) != 1 || s.Life(c.ID()) != life {
+		t.Fatalf("after the early restore: running %v, restored %v, life %d (was %d)", s.Running(c.ID()), b.restored, s.Life(c.ID()), life)
+	}
+	<-s.Prewarm(ctx, c.ID()) // running: nothing to do
+	if _, err := s.Exec(ctx, c.ID(), sandbox.Command{Args: []string{"true"}}); err != nil {
+		t.Fatal(err)
+	}
+	if len(b.restored) != 1 || b.booted[c.ID()] != 1 || s.TakeNote(c.ID()) != "" {
+		t.Fatalf("the command after it: restored %v, booted %d", b.restored, b.booted[c.ID()])
+	}
+}

@@ -58,6 +58,14 @@ type Containers interface {
 	ExpiresAt(c container.Container) time.Time
 }
 
+// Restores starts the restore of a container's checkpointed sandbox ahead
+// of the tool call that needs it (app/containers.Service).
+type Restores interface {
+	// Prewarm starts the restore in the background, when the container
+	// has a checkpoint and its sandbox does not run; it returns at once.
+	Prewarm(ctx context.Context, containerID string) <-chan struct{}
+}
+
 // Quota checks the running-sandbox and storage quotas (app/quota.Service).
 type Quota interface {
 	// BeforeRun refuses (fault.RateLimited, naming the quota) a turn that
@@ -98,6 +106,10 @@ type SandboxEnv interface {
 type Deps struct {
 	Engine     Engine
 	Containers Containers
+	// Restores, when set, is told of every turn that may run code in its
+	// container as the turn starts, so that a sandbox saved at its idle
+	// stop is restored while the model answers.
+	Restores   Restores
 	Quota      Quota
 	Skills     Skills
 	Files      Files
@@ -248,6 +260,9 @@ func (s *Service) Prepare(ctx context.Context, p user.Principal, req *wire.Reque
 	c, err := s.containerOf(ctx, p, req, th)
 	if err != nil {
 		return nil, err
+	}
+	if s.d.Restores != nil && runsCode(plan) {
+		s.d.Restores.Prewarm(ctx, c.ID())
 	}
 	asked := req.Messages
 	if th != nil {

@@ -30,6 +30,12 @@ const (
 	targetRestoreP50 = 250 * time.Millisecond
 )
 
+// modelTurn is how long the model is taken to answer a request with its
+// first tool call in the row of the restore started with the request: a
+// short answer of a fast model (a real one takes longer, leaving the
+// restore more time).
+const modelTurn = 500 * time.Millisecond
+
 // ckptHolder starts a Python process out of the command's process group
 // that holds x = 41 and 50 MiB (every page touched); on SIGUSR1 it writes
 // x + 1 to /tmp/answer.
@@ -140,6 +146,76 @@ func benchCheckpoints(ctx context.Context, agentBin string, n int, out io.Writer
 		}
 	}
 	_ = be.Stop(ctx, id)
+
+	// The restore started as the request arrives (app/containers.Prewarm),
+	// while the model answers: the tool call comes modelTurn later and
+	// waits only for what is left of the restore.
+	var early []time.Duration
+	for i := range n {
+		if err := be.Ensure(ctx, spec); err != nil {
+			return err
+		}
+		if _, err := run(ckptHolder); err != nil {
+			return err
+		}
+		image := filepath.Join(work, fmt.Sprintf("early%d", i))
+		if err := os.Mkdir(image, 0o700); err != nil {
+			return err
+		}
+		if err := be.Checkpoint(ctx, id, image); err != nil {
+			return err
+		}
+		restored := make(chan error, 1)
+		go func() { restored <- be.Restore(ctx, spec, image) }()
+		time.Sleep(modelTurn)
+		start := time.Now()
+		if err := <-restored; err != nil {
+			return err
+		}
+		if _, err := run("true"); err != nil {
+			return err
+		}
+		early = append(early, time.Since(start))
+		if got, err := run(ckptAsk); err != nil || got != "42" {
+			return fmt.Errorf("the restored holder answered %q (%v), want 42", got, err)
+		}
+		_ = be.Stop(ctx, id)
+		if err := os.RemoveAll(image); err != nil {
+			return err
+		}
+	}
+	e50, e99 := percentiles(early)
+
+	// A template: a booted, empty sandbox checkpointed once, restored as
+	// a new sandbox each round (what a gVisor warm pool would do).
+	tmplSpec := spec
+	tmplSpec.ID = "bench-template"
+	if err := be.Ensure(ctx, tmplSpec); err != nil {
+		return err
+	}
+	if _, err := be.Exec(ctx, tmplSpec.ID, sandbox.Command{Args: []string{"true"}, Timeout: 30 * time.Second}); err != nil {
+		return err
+	}
+	tmplDir := filepath.Join(work, "template")
+	if err := os.Mkdir(tmplDir, 0o700); err != nil {
+		return err
+	}
+	if err := be.Checkpoint(ctx, tmplSpec.ID, tmplDir); err != nil {
+		return err
+	}
+	var fromTemplate []time.Duration
+	for range n {
+		start := time.Now()
+		if err := be.Restore(ctx, spec, tmplDir); err != nil {
+			return err
+		}
+		if _, err := run("true"); err != nil {
+			return err
+		}
+		fromTemplate = append(fromTemplate, time.Since(start))
+		_ = be.Stop(ctx, id)
+	}
+	t50, t99 := percentiles(fromTemplate)
 	c50, c99 := percentiles(cold)
 	k50, k99 := percentiles(ckpt)
 	r50, r99 := percentiles(restore)
@@ -149,6 +225,7 @@ func benchCheckpoints(ctx context.Context, agentBin string, n int, out io.Writer
 	fmt.Fprintf(out, "%-58s %12s %12s %s\n", "cold boot to first result (baseline)", ms(c50), ms(c99), "")
 	fmt.Fprintf(out, "%-58s %12s %12s %s\n", "checkpoint of the idle sandbox", ms(k50), ms(k99), "")
 	fmt.Fprintf(out, "%-58s %12s %12s %s\n", "image size on disk", fmt.Sprintf("%.1f MiB", float64(s50)/(1<<20)), "", "")
+	fmt.Fprintf(out, "%-58s %12s %12s %s\n", "new sandbox restored from a template, to first result", ms(t50), ms(t99), fmt.Sprintf("image %.1f MiB; %.2fx the cold boot", float64(treeSize(tmplDir))/(1<<20), float64(t50)/float64(c50)))
 	for _, codec := range []checkpoints.Codec{checkpoints.Zstd, checkpoints.Gzip} {
 		p := packs[codec]
 		p50, p99 := percentiles(p.pack)
@@ -163,6 +240,12 @@ func benchCheckpoints(ctx context.Context, agentBin string, n int, out io.Writer
 	}
 	fmt.Fprintf(out, "%-58s %12s %12s %s\n", "restore to first command's result", ms(r50), ms(r99),
 		fmt.Sprintf("p50 <= %s: %s; %.2fx the cold boot", ms(targetRestoreP50), verdict, float64(r50)/float64(c50)))
+	verdict = "met"
+	if e50 > targetRestoreP50 {
+		verdict = "NOT met"
+	}
+	fmt.Fprintf(out, "%-58s %12s %12s %s\n", fmt.Sprintf("restore started with the request, model %s: tool call's wait", ms(modelTurn)), ms(e50), ms(e99),
+		fmt.Sprintf("p50 <= %s: %s", ms(targetRestoreP50), verdict))
 	return nil
 }
 

@@ -71,7 +71,8 @@ func gvisorRunning(t *testing.T, s *server) bool {
 // the next request after the restart restores it from its archive in the
 // blob store (this host's copy removed, as on another host): a background
 // process started by an earlier bash call is still running, and /tmp is
-// kept, with no note of a fresh start.
+// kept, with no note of a fresh start. The restore starts as the request
+// arrives, while the model answers, not when its tool call needs it.
 func TestGvisorSandboxSurvivesRestart(t *testing.T) {
 	bin := needGvisor(t)
 	s, fake := modelServer(t, "", "anthropic", map[string]string{"SANDBOX_BACKEND": "gvisor", "THREADBOX_AGENT_BIN": bin, "THREADBOX_INSTANCE": gvisorInstance(t)})
@@ -115,7 +116,35 @@ func TestGvisorSandboxSurvivesRestart(t *testing.T) {
 	env["LISTEN_ADDR"] = freeAddr(t)
 	s2 := &server{t: t, base: "http://" + env["LISTEN_ADDR"], dataDir: s.dataDir, env: env, stdout: &syncBuffer{}, stderr: &syncBuffer{}}
 	s2.run(t, []string{"serve"}, 20*time.Second)
-	r = bash(s2, "cat /tmp/kept; kill -0 "+pid+" && echo alive")
+	// The restore starts with the request, not with its tool call: the
+	// model's answer (the bash call) is held until the sandbox runs.
+	gate := make(chan struct{})
+	step := bashStep("cat /tmp/kept; kill -0 " + pid + " && echo alive")
+	step.Gate = gate
+	fake.Push(step, textStep("ok"))
+	type answer struct {
+		msg *anthropic.Message
+		err error
+	}
+	answered := make(chan answer, 1)
+	go func() {
+		cl := msgClient(s2, tok)
+		msg, err := cl.Messages.New(ctx, msgParams("durable", userText("run"), codeExecTool...))
+		answered <- answer{msg, err}
+	}()
+	for deadline := time.Now().Add(30 * time.Second); !gvisorRunning(t, s2); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			close(gate)
+			<-answered
+			t.Fatal("the sandbox was not restored while the model was answering")
+		}
+	}
+	close(gate)
+	a := <-answered
+	if a.err != nil {
+		t.Fatal(a.err)
+	}
+	_, r = bashResult(t, a.msg.Content, 0)
 	if r.Stdout != "kept\nalive\n" || r.Stderr != "" {
 		t.Fatalf("after the restart: %+v, want /tmp and the background process back", r)
 	}

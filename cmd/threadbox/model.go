@@ -80,7 +80,7 @@ func newMCP(sys *system, log *slog.Logger) *mcpserver.Service {
 // the detached turns' logs.
 func newTurns(cfg Config, sys *system, log *slog.Logger) *turns.Service {
 	return turns.New(turns.Deps{
-		Engine: sys.messages, Containers: sys.containers, Quota: sys.quota, Skills: sys.skills,
+		Engine: sys.messages, Containers: sys.containers, Restores: sys.containers, Quota: sys.quota, Skills: sys.skills,
 		Files: sys.files, SandboxEnv: sys.sandbox.env, DefaultModel: cfg.ModelName,
 		Records: sys.store.Turns(), Log: log.With("component", "turns"),
 	})

@@ -64,6 +64,10 @@ type Reply struct {
 	// Delay is slept before the answer starts, as a model takes its time
 	// to the first token; the request's end cuts it short.
 	Delay time.Duration
+	// Gate, when set, holds the answer until it is closed, as a model
+	// still thinking while a test looks at what the server does
+	// meanwhile; the request's end cuts it short.
+	Gate <-chan struct{}
 }
 
 // Request is one request the server received.
@@ -200,6 +204,13 @@ func (s *Server) serve(f Format, w http.ResponseWriter, r *http.Request) {
 		case <-t.C:
 		case <-r.Context().Done():
 			t.Stop()
+			return
+		}
+	}
+	if rep.Gate != nil {
+		select {
+		case <-rep.Gate:
+		case <-r.Context().Done():
 			return
 		}
 	}
