@@ -366,8 +366,8 @@ func TestMCPServerTools(t *testing.T) {
 }
 
 // TestMCPProgressAndCancel: a long command streams its output as progress
-// notifications of the call's progress token, and a call the client
-// cancels ends its command in the sandbox.
+// notifications of the call's progress token and is metered in the org's
+// usage, and a call the client cancels ends its command in the sandbox.
 func TestMCPProgressAndCancel(t *testing.T) {
 	bin := needDocker(t)
 	s := startServer(t, "", map[string]string{"SANDBOX_BACKEND": "docker", "THREADBOX_AGENT_BIN": bin, "MODEL_PROVIDER": "runner"})
@@ -392,6 +392,12 @@ func TestMCPProgressAndCancel(t *testing.T) {
 	}
 	if msgs.String() != "line1\nline2\nline3\n" {
 		t.Fatalf("progress messages %q (%d notifications)", msgs.String(), len(got))
+	}
+	// The call is metered as a command of any turn.
+	today := time.Now().UTC().Format("2006-01-02")
+	r := s.do("GET", appAPI+"/org/usage?from="+today+"&to="+today+"&group_by=user", tok, nil)
+	if data, _ := r.json(t)["data"].([]any); r.status != 200 || len(data) != 1 || data[0].(map[string]any)["commands"] != float64(1) {
+		t.Fatalf("usage after one MCP command: %d %s", r.status, r.body)
 	}
 
 	ctx, cancel := context.WithCancel(context.Background())
