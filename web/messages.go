@@ -34,22 +34,23 @@ func parseMessagesRequest(c *fiber.Ctx) (*wire.Request, error) {
 	return &req, nil
 }
 
-// frontDoor returns the turns service, or 503 when none is configured.
-func (s *Server) frontDoor() (*turns.Service, error) {
+// frontDoor returns the turns service (503 when none is configured) and
+// the call's Messages API request.
+func (s *Server) frontDoor(c *fiber.Ctx) (*turns.Service, *wire.Request, error) {
 	if err := s.svc.Turns.Ready(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return s.svc.Turns, nil
+	req, err := parseMessagesRequest(c)
+	if err != nil {
+		return nil, nil, err
+	}
+	return s.svc.Turns, req, nil
 }
 
 // createMessage is POST /api/gpt/v1/messages: one turn of the tool loop,
 // answered as a Messages response or, with stream, as its event stream.
 func (s *Server) createMessage(c *fiber.Ctx) error {
-	door, err := s.frontDoor()
-	if err != nil {
-		return err
-	}
-	req, err := parseMessagesRequest(c)
+	door, req, err := s.frontDoor(c)
 	if err != nil {
 		return err
 	}
@@ -99,11 +100,7 @@ type validateContainer struct {
 // checked (tool specs, container access and age, container files, skills)
 // without running a model or code or creating anything.
 func (s *Server) validateMessage(c *fiber.Ctx) error {
-	door, err := s.frontDoor()
-	if err != nil {
-		return err
-	}
-	req, err := parseMessagesRequest(c)
+	door, req, err := s.frontDoor(c)
 	if err != nil {
 		return err
 	}

@@ -90,18 +90,23 @@ func (s *Service) Matrix(ctx context.Context, p user.Principal) ([]Entry, error)
 	if !p.IsAdmin() {
 		return nil, fault.New(fault.Forbidden, "only organization admins may view the sandbox backends")
 	}
-	out := make([]Entry, len(s.backends))
+	return atOnce(s.backends, func(i int, b sandbox.Backend) Entry {
+		e := s.describe(ctx, b)
+		e.Primary = i == 0
+		return e
+	}), nil
+}
+
+// atOnce asks every backend with ask at the same time and returns the
+// answers in configured order.
+func atOnce[T any](backends []sandbox.Backend, ask func(i int, b sandbox.Backend) T) []T {
+	out := make([]T, len(backends))
 	var wg sync.WaitGroup
-	for i, b := range s.backends {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			out[i] = s.describe(ctx, b)
-			out[i].Primary = i == 0
-		}()
+	for i, b := range backends {
+		wg.Go(func() { out[i] = ask(i, b) })
 	}
 	wg.Wait()
-	return out, nil
+	return out
 }
 
 // Check asks every configured backend, at once, whether it can serve, for
@@ -110,16 +115,7 @@ func (s *Service) Matrix(ctx context.Context, p user.Principal) ([]Entry, error)
 // code execution is core, and a server with no backend cannot run any.
 // With no backend configured (code execution off) it is true.
 func (s *Service) Check(ctx context.Context) (statuses []Status, ready bool) {
-	out := make([]Status, len(s.backends))
-	var wg sync.WaitGroup
-	for i, b := range s.backends {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			out[i] = s.status(ctx, b)
-		}()
-	}
-	wg.Wait()
+	out := atOnce(s.backends, func(_ int, b sandbox.Backend) Status { return s.status(ctx, b) })
 	ready = len(out) == 0
 	for _, st := range out {
 		ready = ready || st.Available

@@ -242,11 +242,7 @@ type Thread struct {
 // none. The quotas are asked before anything is made, so a turn they
 // refuse leaves nothing behind.
 func (s *Service) Prepare(ctx context.Context, p user.Principal, req *wire.Request, th *Thread) (*Turn, error) {
-	if err := s.Ready(); err != nil {
-		return nil, err
-	}
-	req.Model = s.Model(req.Model)
-	plan, err := s.d.Engine.Validate(req)
+	plan, err := s.plan(req)
 	if err != nil {
 		return nil, err
 	}
@@ -332,6 +328,16 @@ type Validation struct {
 	Skills    []string
 }
 
+// plan resolves req's model (Model) and checks its tools into a plan,
+// once the service is ready (Ready).
+func (s *Service) plan(req *wire.Request) (*messages.Plan, error) {
+	if err := s.Ready(); err != nil {
+		return nil, err
+	}
+	req.Model = s.Model(req.Model)
+	return s.d.Engine.Validate(req)
+}
+
 // ValidatedContainer is the container a validated request would use.
 type ValidatedContainer struct {
 	ID        string
@@ -342,11 +348,7 @@ type ValidatedContainer struct {
 // Validate checks a Messages API request: tool specs, quotas, container
 // access and age, container files and skills.
 func (s *Service) Validate(ctx context.Context, p user.Principal, req *wire.Request) (*Validation, error) {
-	if err := s.Ready(); err != nil {
-		return nil, err
-	}
-	req.Model = s.Model(req.Model)
-	plan, err := s.d.Engine.Validate(req)
+	plan, err := s.plan(req)
 	if err != nil {
 		return nil, err
 	}
