@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"io"
 	"log/slog"
 	"path/filepath"
 	"time"
@@ -30,49 +31,34 @@ func newBackends(cfg Config, layout *hostdirs.Layout, log *slog.Logger) ([]sandb
 	limits := sandbox.Limits{MemoryBytes: cfg.SandboxMemory, CPUs: cfg.SandboxCPUs, Pids: cfg.SandboxPids, DiskBytes: cfg.SandboxDisk}
 	quota := quotaMode(cfg) == hostdirs.QuotaLoop
 	for _, name := range cfg.SandboxBackend {
-		switch name {
-		case "docker":
-			b, err := docker.New(docker.Config{Image: cfg.SandboxImage, Runtime: cfg.SandboxRuntime, AgentBin: agentBin(cfg), SocketDir: filepath.Join(cfg.DataDir, "run"), PoolDir: filepath.Join(cfg.DataDir, "pool"), Limits: limits, DiskQuota: quota, Logger: log.With("backend", "docker"), Instance: cfg.Instance})
-			if err != nil {
-				out = append(out, unsupported.Broken(name, err))
-				continue
-			}
-			closers = append(closers, b.Close)
-			out = append(out, b)
-		case "local":
-			b, err := local.New(local.Config{RootFS: cfg.RootFS, AgentBin: agentBin(cfg), DiskQuota: quota, Limits: limits, Instance: cfg.Instance, PoolDir: filepath.Join(cfg.DataDir, "pool-local"), Logger: log.With("backend", "local")})
-			if err != nil {
-				out = append(out, unsupported.Broken(name, err))
-				continue
-			}
-			closers = append(closers, b.Close)
-			out = append(out, b)
-		case "gvisor":
-			b, err := gvisor.New(gvisor.Config{RootFS: cfg.RootFS, AgentBin: agentBin(cfg), DiskQuota: quota, Limits: limits, Instance: cfg.Instance, Logger: log.With("backend", "gvisor")})
-			if err != nil {
-				out = append(out, unsupported.Broken(name, err))
-				continue
-			}
-			closers = append(closers, b.Close)
-			out = append(out, b)
-		case "kubernetes":
-			b, err := newKubernetes(cfg, limits, log.With("backend", "kubernetes"))
-			if err != nil {
-				out = append(out, unsupported.Broken(name, err))
-				continue
-			}
-			closers = append(closers, b.Close)
-			out = append(out, b)
-		default:
-			b, err := unsupported.New(name)
-			if err != nil {
-				out = append(out, unsupported.Broken(name, err))
-				continue
-			}
-			out = append(out, b)
+		b, err := newBackend(name, cfg, limits, quota, log)
+		if err != nil {
+			out = append(out, unsupported.Broken(name, err))
+			continue
 		}
+		if c, ok := b.(io.Closer); ok {
+			closers = append(closers, c.Close)
+		}
+		out = append(out, b)
 	}
 	return out, closers
+}
+
+// newBackend sets up the backend name: with limits as its default limits
+// and quota saying that the host folders carry a disk quota.
+func newBackend(name string, cfg Config, limits sandbox.Limits, quota bool, log *slog.Logger) (sandbox.Backend, error) {
+	log = log.With("backend", name)
+	switch name {
+	case "docker":
+		return docker.New(docker.Config{Image: cfg.SandboxImage, Runtime: cfg.SandboxRuntime, AgentBin: agentBin(cfg), SocketDir: filepath.Join(cfg.DataDir, "run"), PoolDir: filepath.Join(cfg.DataDir, "pool"), Limits: limits, DiskQuota: quota, Logger: log, Instance: cfg.Instance})
+	case "local":
+		return local.New(local.Config{RootFS: cfg.RootFS, AgentBin: agentBin(cfg), DiskQuota: quota, Limits: limits, Instance: cfg.Instance, PoolDir: filepath.Join(cfg.DataDir, "pool-local"), Logger: log})
+	case "gvisor":
+		return gvisor.New(gvisor.Config{RootFS: cfg.RootFS, AgentBin: agentBin(cfg), DiskQuota: quota, Limits: limits, Instance: cfg.Instance, Logger: log})
+	case "kubernetes":
+		return newKubernetes(cfg, limits, log)
+	}
+	return unsupported.New(name)
 }
 
 // availableDeadline bounds each backend's availability check at start.

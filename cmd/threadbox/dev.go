@@ -87,10 +87,7 @@ func firstLine(out string, err error) string {
 func cmdDev(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs := newFlags("dev", "dev [--recipe sandbox/build-offline.sh]\n\nA single-user development run: builds the sandbox image (or, without Docker, the local\nbackend's root filesystem) when it is missing, checks the prerequisites, then serves.", stdout)
 	recipe := fs.String("recipe", filepath.Join("sandbox", "build-offline.sh"), "the offline image recipe")
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	cfg, err := loadConfig(getenv)
+	cfg, err := parseAndLoad(fs, args, getenv)
 	if err != nil {
 		return err
 	}

@@ -30,10 +30,7 @@ type check struct {
 // exits non-zero when something is.
 func cmdDoctor(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs := newFlags("doctor", "doctor\n\nChecks the prerequisites of serve and says how to fix what is missing.", stdout)
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	cfg, err := loadConfig(getenv)
+	cfg, err := parseAndLoad(fs, args, getenv)
 	if err != nil {
 		return err
 	}

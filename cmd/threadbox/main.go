@@ -130,6 +130,15 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 	return nil
 }
 
+// parseAndLoad parses a command's args into fs, then loads the
+// configuration from the environment.
+func parseAndLoad(fs *flag.FlagSet, args []string, getenv func(string) string) (Config, error) {
+	if err := parseFlags(fs, args); err != nil {
+		return Config{}, err
+	}
+	return loadConfig(getenv)
+}
+
 func newLogger(cfg Config, w io.Writer) *slog.Logger {
 	var lvl slog.Level
 	_ = lvl.UnmarshalText([]byte(cfg.LogLevel))
@@ -185,10 +194,7 @@ func newAuth(cfg Config, st *store.Store) (*auth.Service, error) {
 
 func cmdMigrate(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs := newFlags("migrate", "migrate", stdout)
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	cfg, err := loadConfig(getenv)
+	cfg, err := parseAndLoad(fs, args, getenv)
 	if err != nil {
 		return err
 	}
@@ -323,10 +329,7 @@ func cmdToken(ctx context.Context, args []string, getenv func(string) string, st
 
 func cmdServe(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs := newFlags("serve", "serve\n\nServes the HTTP API on LISTEN_ADDR; migrates the database first.", stdout)
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	cfg, err := loadConfig(getenv)
+	cfg, err := parseAndLoad(fs, args, getenv)
 	if err != nil {
 		return err
 	}
