@@ -7,6 +7,8 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"net/url"
 	"strings"
 	"testing"
@@ -208,5 +210,73 @@ func TestContentCredentialsDownloads(t *testing.T) {
 	}
 	if r := s.do("PATCH", appAPI+"/org/features", a, map[string]any{"contentCredentials": map[string]any{"enable": true}}); r.status != 400 {
 		t.Errorf("a misspelt member: %d %s", r.status, r.body)
+	}
+}
+
+// TestContentCredentialsPresigned: with BLOB_PRESIGN and an S3-compatible
+// store, a generated media file is not redirected to the store (which
+// holds it as written): the server streams its signed form, which the
+// reference implementation validates. A text artifact is still
+// redirected, and with the org's switch off the image streams as written.
+func TestContentCredentialsPresigned(t *testing.T) {
+	bin := needDocker(t)
+	o, _ := needS3(t)
+	o.Bucket = "c2pa-" + o.Bucket
+	// The in-process server's S3 client reads its credentials from the
+	// process environment.
+	t.Setenv("AWS_ACCESS_KEY_ID", o.AccessKey)
+	t.Setenv("AWS_SECRET_ACCESS_KEY", o.SecretKey)
+	s := startServer(t, "", map[string]string{
+		"SANDBOX_BACKEND": "docker", "THREADBOX_AGENT_BIN": bin, "MODEL_PROVIDER": "runner",
+		"BLOB_URL":           fmt.Sprintf("s3://%s?endpoint=%s&region=%s", o.Bucket, url.QueryEscape(o.Endpoint), o.Region),
+		"BLOB_CREATE_BUCKET": "true", "BLOB_PRESIGN": "true",
+	})
+	f := newWSFixture(t, s)
+	script := "```python\nfrom PIL import Image\nImage.new('RGB', (32, 24), (10, 200, 90)).save('/mnt/user-data/outputs/plot.png')\n" +
+		"open('/mnt/user-data/outputs/notes.txt', 'w').write('plain notes\\n')\nprint('saved')\n```"
+	if r := s.do("POST", appAPI+"/thread/"+f.tid+"/messages", f.admin, map[string]any{"content": script, "pgpt": map[string]any{"tools": []any{"code_execution"}}}); r.status != 200 {
+		t.Fatalf("turn: %d %s", r.status, r.body)
+	}
+	artifacts := map[string]map[string]any{}
+	for _, x := range s.do("GET", appAPI+"/project/"+f.pid+"/artifacts", f.admin, nil).json(t)["data"].([]any) {
+		x := x.(map[string]any)
+		artifacts[x["name"].(string)] = x
+	}
+	if artifacts["plot.png"] == nil || artifacts["notes.txt"] == nil {
+		t.Fatalf("artifacts: %v", artifacts)
+	}
+	noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	get := func(u string) (*http.Response, []byte) {
+		req, _ := http.NewRequest("GET", s.base+u, nil)
+		req.Header.Set("Authorization", "Bearer "+f.admin)
+		resp, err := noFollow.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp, b
+	}
+	png := artifacts["plot.png"]
+	resp, body := get(png["download_url"].(string))
+	if resp.StatusCode != 200 || len(body) <= int(png["size_bytes"].(float64)) {
+		t.Fatalf("media download with presigning: %d %v, %d bytes", resp.StatusCode, resp.Header, len(body))
+	}
+	rep := c2patest.Validate(t, "image/png", body)
+	if rep.ActiveManifest == "" || len(rep.Failures()) > 0 || !rep.Has("assertion.dataHash.match") {
+		t.Fatalf("validation: %+v\n%s", rep.Failures(), rep.Raw)
+	}
+	if !strings.Contains(string(rep.Assertion("io.threadbox.provenance")), png["sha256"].(string)) {
+		t.Errorf("the threadbox assertion does not name the stored file's SHA-256\n%s", rep.Raw)
+	}
+	resp, _ = get(artifacts["notes.txt"]["download_url"].(string))
+	if loc := resp.Header.Get("Location"); resp.StatusCode != 307 || !strings.Contains(loc, "X-Amz-Signature") {
+		t.Fatalf("text download with presigning: %d %v", resp.StatusCode, resp.Header)
+	}
+	f.patchFeatures(t, map[string]any{"contentCredentials": map[string]any{"enabled": false}})
+	resp, body = get(png["download_url"].(string))
+	sum := sha256.Sum256(body)
+	if resp.StatusCode != 200 || hex.EncodeToString(sum[:]) != png["sha256"] {
+		t.Fatalf("media download with contentCredentials off: %d, not the stored file", resp.StatusCode)
 	}
 }

@@ -319,8 +319,19 @@ func TestGIF87a(t *testing.T) {
 // stream.
 func TestAssetReaderAt(t *testing.T) {
 	s := testSigner(t)
+	type fileCase struct {
+		format Format
+		b      []byte
+	}
+	var files []fileCase
 	for _, tc := range media {
-		orig := encodeImage(t, tc.format)
+		files = append(files, fileCase{tc.format, encodeImage(t, tc.format)})
+	}
+	for _, tc := range bmffCases {
+		files = append(files, fileCase{tc.format, tc.b()})
+	}
+	for _, tc := range files {
+		orig := tc.b
 		a, err := s.Sign(context.Background(), bytes.NewReader(orig), int64(len(orig)), tc.format, Provenance{Org: "o"})
 		if err != nil {
 			t.Fatal(err)
