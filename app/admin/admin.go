@@ -40,26 +40,32 @@ type Service struct {
 	domains org.EmailDomains
 }
 
-// WithEmailDomains keeps each email domain an org owns for that org: an
-// admin of another org cannot add a user there (org.EmailDomains). Call it
-// while wiring.
-func (s *Service) WithEmailDomains(d org.EmailDomains) *Service {
-	s.domains = d
-	return s
+// Deps is what the admin use cases are built from. Store and Hash are
+// required.
+type Deps struct {
+	// Store keeps orgs, users, their tokens and the audit log (required).
+	Store Store
+	// Hash hashes new passwords (required).
+	Hash PasswordHasher
+	// EmailDomains keeps each email domain an org owns for that org: an
+	// admin of another org cannot add a user there (org.EmailDomains).
+	EmailDomains org.EmailDomains
+	// QuotaBounds are the server operator's quota defaults and ceilings
+	// (org.Bounds): every policy read has the quotas in force, and an admin
+	// setting a quota above its ceiling is refused.
+	QuotaBounds org.Bounds
 }
 
-// WithQuotaBounds applies the server operator's quota defaults and
-// ceilings (org.Bounds): every policy read has the quotas in force, and an
-// admin setting a quota above its ceiling is refused. Call it while
-// wiring.
-func (s *Service) WithQuotaBounds(b org.Bounds) *Service {
-	s.bounds = b
-	return s
-}
-
-// New returns the admin service.
-func New(store Store, hash PasswordHasher) *Service {
-	return &Service{store: store, hash: hash, now: time.Now}
+// New returns the admin use cases built from d. A missing required
+// dependency is a wiring mistake: New panics naming it.
+func New(d Deps) *Service {
+	if d.Store == nil {
+		panic("admin: New: Deps.Store is required")
+	}
+	if d.Hash == nil {
+		panic("admin: New: Deps.Hash is required")
+	}
+	return &Service{store: d.Store, hash: d.Hash, now: time.Now, bounds: d.QuotaBounds, domains: d.EmailDomains}
 }
 
 func requireAdmin(p user.Principal) error {

@@ -125,12 +125,11 @@ func wire(ctx context.Context, cfg Config, log *slog.Logger) (*system, error) {
 		defer cancel()
 		return sys.leases.ReleaseAll(ctx)
 	})
-	if sys.auth, err = newAuth(cfg, st); err != nil {
+	if sys.auth, err = newAuth(cfg, st.Accounts()); err != nil {
 		sys.Close()
 		return nil, err
 	}
-	sys.admin = admin.New(st.Accounts(), sys.auth.HashPassword).WithEmailDomains(cfg.OrgEmailDomains)
-	sys.admin.WithQuotaBounds(cfg.QuotaBounds)
+	sys.admin = admin.New(admin.Deps{Store: st.Accounts(), Hash: sys.auth.HashPassword, EmailDomains: cfg.OrgEmailDomains, QuotaBounds: cfg.QuotaBounds})
 	if sys.blobs, err = newBlobs(ctx, cfg); err != nil {
 		sys.Close()
 		return nil, err
