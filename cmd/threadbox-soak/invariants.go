@@ -26,6 +26,7 @@ type outcome struct {
 	threadsHalf []int    // that process's OS thread counts at the same samples
 	sigterm     []string // SIGTERMs that did not stop threadbox within its grace
 	left        []string // what the soak had to remove after threadbox stopped
+	repl        replTally
 }
 
 // check is one invariant and whether it held.
@@ -50,6 +51,9 @@ func invariants(o outcome) []check {
 		cs = append(cs, check{name, held, fmt.Sprintf(format, a...)})
 	}
 	add("no acknowledged write lost", len(o.lost) == 0, "%d lost%s", len(o.lost), first(o.lost))
+	add("REPL state held by users survives every graceful fault", len(o.repl.lost) == 0,
+		"%d reads found their value, %d lost where the design allows (a fresh-start line, a failed request before, the idle stop of a files-only backend), %d lost otherwise%s",
+		o.repl.kept, o.repl.fresh, len(o.repl.lost), first(o.repl.lost))
 	add("no turn left running", len(o.running) == 0, "%d running%s", len(o.running), first(o.running))
 	add("no error outside the designed ones", o.nUndesign == 0, "%d%s", o.nUndesign, first(o.undesigned))
 	add("no request the providers refuse", len(o.refused) == 0, "%d refused by the strict upstream%s", len(o.refused), first(o.refused))

@@ -47,6 +47,7 @@ type config struct {
 	keepLog      string          // where to copy threadbox's log at the end
 	dataFS       int64           // size of DATA_DIR's own filesystem; 0 is none
 	dockerd      string          // folder of a Docker daemon of the soak's own; "" is the host's
+	backend      string          // SANDBOX_BACKEND of the server: docker or gvisor
 
 	// Hooks of the tests that plant what the invariants must catch.
 	plantBeforeVerify func(*soak)
@@ -78,6 +79,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.agentBin, "agent", "bin/threadbox-agent", "in-sandbox agent binary")
 	fs.StringVar(&c.diskQuota, "disk-quota", "auto", "SANDBOX_DISK_QUOTA of the server")
 	fs.DurationVar(&c.idle, "idle", 15*time.Second, "SANDBOX_IDLE of the server")
+	fs.StringVar(&c.backend, "backend", "docker", "SANDBOX_BACKEND of the server: docker, or gvisor (runsc driven directly, sandboxes checkpointed at the idle stop and at shutdown; needs root, runsc and the sandbox root filesystem)")
 	fs.DurationVar(&c.sweep, "sweep", 2*time.Second, "SWEEP_INTERVAL of the server")
 	fs.DurationVar(&c.maxAge, "max-age", 45*time.Second, "CONTAINER_MAX_AGE of the server (Messages API containers)")
 	fs.StringVar(&only, "ops", "", "comma-separated operations users do (e.g. turn,turn-disconnect); empty is the whole mix")
@@ -119,6 +121,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	}
 	if c.model != "runner" && c.model != "fake" {
 		return c, fmt.Errorf("-model must be runner or fake")
+	}
+	if c.backend != "docker" && c.backend != "gvisor" {
+		return c, fmt.Errorf("-backend must be docker or gvisor")
 	}
 	if c.chaos {
 		for _, f := range strings.Split(faults, ",") {
@@ -179,3 +184,7 @@ func main() {
 		os.Exit(1)
 	}
 }
+
+// checkpoints reports whether the server's backend keeps a sandbox's life
+// across its idle stop (a checkpoint), not only its files.
+func (c config) checkpoints() bool { return c.backend == "gvisor" }

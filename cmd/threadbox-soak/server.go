@@ -55,7 +55,7 @@ func newServer(cfg config, work, dataRoot string) (*server, error) {
 	}
 	env := append(os.Environ(),
 		"LISTEN_ADDR="+addr, "DATA_DIR="+data, "DATABASE_URL="+cfg.databaseURL,
-		"SANDBOX_BACKEND=docker", "THREADBOX_INSTANCE="+instance, "THREADBOX_AGENT_BIN="+cfg.agentBin,
+		"SANDBOX_BACKEND="+cfg.backend, "THREADBOX_INSTANCE="+instance, "THREADBOX_AGENT_BIN="+cfg.agentBin,
 		"SANDBOX_DISK_QUOTA="+cfg.diskQuota, "SANDBOX_DISK_BYTES=67108864",
 		"SANDBOX_IDLE="+cfg.idle.String(), "SWEEP_INTERVAL="+cfg.sweep.String(), "LEASE_TTL=6s",
 		"CONTAINER_MAX_AGE="+cfg.maxAge.String(), "SHUTDOWN_GRACE=5s", "LOG_LEVEL=warn",

@@ -43,6 +43,7 @@ type soak struct {
 	baseFds  map[string]int
 	sigterm  []string
 	findings map[string]int
+	repl     replTally // repl.go
 }
 
 // finding records something the run saw that is not an invariant broken
@@ -584,13 +585,14 @@ func run(ctx context.Context, cfg config, out io.Writer) (ok bool, err error) {
 	procBase := s.procBase
 	faults := append([]window(nil), s.faults...)
 	sigterm := append([]string(nil), s.sigterm...)
+	repl := s.repl
 	s.mu.Unlock()
 
 	left = s.srv.cleanUp()
 	cleaned = true
 
 	o := outcome{poolSlack: poolSlack(cfg), warmPool: cfg.warmPool, lost: lost, running: running, undesigned: s.st.undesigned, nUndesign: s.st.nUndesign,
-		baseline: baseline, final: final, procBase: procBase, rssHalf: rssHalf, threadsHalf: threadsHalf, sigterm: sigterm, left: left}
+		baseline: baseline, final: final, procBase: procBase, rssHalf: rssHalf, threadsHalf: threadsHalf, sigterm: sigterm, left: left, repl: repl}
 	if s.up != nil {
 		o.refused = s.up.refused()
 	}

@@ -144,6 +144,13 @@ func TestInvariants(t *testing.T) {
 	}
 	bad := held(invariants(outcome{lost: []string{"x"}, running: []string{"thr"}, nUndesign: 1, warmPool: 2,
 		final: sample{containers: 1, warm: 3, mounts: 1, loops: 1, fds: 30}, procBase: sample{fds: 20}, rssHalf: grow}))
+	const repl = "REPL state held by users survives every graceful fault"
+	if !held(invariants(outcome{repl: replTally{kept: 5, fresh: 2}}))[repl] {
+		t.Error("REPL values lost where the design allows broke the invariant")
+	}
+	if held(invariants(outcome{repl: replTally{kept: 5, lost: []string{"user 1 read \"\""}}}))[repl] {
+		t.Error("a REPL value lost after graceful faults only held the invariant")
+	}
 	if !held(invariants(outcome{warmPool: 2, final: sample{warm: 2}}))["warm pool within its size"] {
 		t.Error("a full warm pool broke its invariant")
 	}

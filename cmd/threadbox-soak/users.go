@@ -37,9 +37,10 @@ type user struct {
 	token   string
 	tokenID string
 
-	project  string
-	led      *ledger
-	sessions int
+	project   string
+	led       *ledger
+	sessions  int
+	replState replState // repl.go
 }
 
 func (u *user) currentToken() string {
@@ -119,6 +120,8 @@ func (u *user) ops() []op {
 		{"rotate-token", 1, u.rotateToken},
 		// Detached turns: a client that leaves is an ordinary user.
 		{"turn-disconnect", 1, u.turnDisconnect},
+		// State in a sandbox's memory, read back across faults (repl.go).
+		{"repl", 3, u.repl},
 	}
 	if u.s.cfg.chaos {
 		ops = append(ops, op{"upload-disconnect", 1, u.uploadDisconnect})
