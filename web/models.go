@@ -42,8 +42,8 @@ type codeExecutionSupport struct {
 // capabilities are a model's capabilities as the SDKs type them, every key
 // present. They say what a request through threadbox gets, whatever the
 // upstream model could do on its own: the server tools and programmatic
-// tool calling that threadbox runs, and the image and PDF blocks it takes;
-// what it does not provide (batches, citations, context management,
+// tool calling that threadbox runs, Message Batches, and the image and PDF
+// blocks it takes; what it does not provide (citations, context management,
 // effort, structured outputs, thinking, web search) is false
 // (docs/messages.md, "Models").
 type capabilities struct {
@@ -93,6 +93,7 @@ var codeExecutionVersions = []string{
 // served returns what threadbox provides with every model it serves.
 func served() capabilities {
 	var c capabilities
+	c.Batch.Supported = true
 	c.CodeExecution.Supported = true
 	c.ImageInput.Supported = true
 	c.PDFInput.Supported = true

@@ -16,6 +16,7 @@ import (
 	"threadbox/app/admin"
 	"threadbox/app/auth"
 	"threadbox/app/backends"
+	"threadbox/app/batches"
 	"threadbox/app/credentials"
 	"threadbox/app/files"
 	"threadbox/app/mcpserver"
@@ -40,6 +41,8 @@ type Services struct {
 	Turns *turns.Service
 	// Skills keeps the org's skills.
 	Skills *skills.Service
+	// Batches runs Message Batches; nil answers them with 503.
+	Batches *batches.Service
 	// Counter counts the tokens of a count_tokens request; nil answers
 	// 503.
 	Counter TokenCounter

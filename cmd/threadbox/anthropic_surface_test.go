@@ -14,7 +14,8 @@ import (
 // TestSDKModelCapabilities: every model GET /v1/models lists carries the
 // capabilities the SDK types, true for what threadbox provides (server
 // tools with code execution in each version, programmatic tool calling,
-// image and PDF input) and false for what it does not (batches).
+// image and PDF input, Message Batches) and false for what it does not
+// (web search).
 func TestSDKModelCapabilities(t *testing.T) {
 	s, _ := modelServer(t, "", "anthropic", nil)
 	tok := s.bootstrap("acme", "admin@acme.test")
@@ -35,7 +36,7 @@ func TestSDKModelCapabilities(t *testing.T) {
 	for _, m := range models {
 		c := m.Capabilities
 		if !m.JSON.Capabilities.Valid() || !c.ServerTools.Supported || !c.ServerTools.CodeExecution.Supported || !c.CodeExecution.Supported ||
-			!c.ImageInput.Supported || !c.PDFInput.Supported || c.Batch.Supported || c.ServerTools.WebSearch.Supported || !c.JSON.Thinking.Valid() {
+			!c.ImageInput.Supported || !c.PDFInput.Supported || !c.Batch.Supported || c.ServerTools.WebSearch.Supported || !c.JSON.Thinking.Valid() {
 			t.Fatalf("model %s: capabilities %s", m.ID, c.RawJSON())
 		}
 		var versions []string

@@ -67,6 +67,8 @@ type Config struct {
 	WarmPool        int
 	WarmMemory      int64
 	LeaseTTL        time.Duration
+	BatchWorkers    int // BATCH_WORKERS: Message Batch requests this process runs at once
+	BatchPerOrg     int // BATCH_CONCURRENCY_PER_ORG: those of one org running at once on every server
 	AgentBin        string
 	ModelProvider   string
 	ModelBaseURL    string
@@ -186,6 +188,8 @@ func loadConfig(getenv func(string) string) (Config, error) {
 		CheckpointMax:    dur("CHECKPOINT_MAX_AGE", "720h"),
 		SweepInterval:    dur("SWEEP_INTERVAL", "30s"),
 		WarmPool:         int(count("SANDBOX_WARM_POOL", 2)),
+		BatchWorkers:     int(num("BATCH_WORKERS", 4)),
+		BatchPerOrg:      int(num("BATCH_CONCURRENCY_PER_ORG", 4)),
 		WarmMemory:       num("SANDBOX_WARM_POOL_MEMORY", 512<<20),
 		LeaseTTL:         dur("LEASE_TTL", "20s"),
 		AgentBin:         env("THREADBOX_AGENT_BIN", ""),

@@ -357,7 +357,11 @@ func cmdServe(ctx context.Context, args []string, getenv func(string) string, st
 		stopBackground()
 		bg.Wait()
 	}()
-	bg.Add(6)
+	bg.Add(7)
+	go func() {
+		defer bg.Done()
+		sys.batches.Run(bgctx)
+	}()
 	go func() {
 		defer bg.Done()
 		sys.usage.Run(bgctx)
@@ -391,6 +395,7 @@ func cmdServe(ctx context.Context, args []string, getenv func(string) string, st
 		Files:      sys.files,
 		Turns:      sys.turns,
 		Skills:     sys.skills,
+		Batches:    sys.batches,
 		Counter:    sys.messages,
 		Backends:   backends.New(sys.backends).WithWarmPool(warmPool(sys.containers)),
 		Ready:      sys.store.Ready,

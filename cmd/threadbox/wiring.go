@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"threadbox/app/batches"
 	"time"
 
 	"threadbox/app/admin"
@@ -45,6 +46,7 @@ type system struct {
 	mcp        *mcpserver.Service    // the MCP server at /mcp
 	turns      *turns.Service        // prepares every turn (Messages API and chat) and keeps the detached turns' logs
 	skills     *skills.Service
+	batches    *batches.Service  // runs Message Batches in the background
 	sandbox    *sandboxWiring    // the sandbox_v1 tools and the API bridge
 	usage      *metering.Service // usage metering: commands, sandbox time and model tokens per org, user, container, thread and day
 	backends   []sandbox.Backend
@@ -204,6 +206,11 @@ func wire(ctx context.Context, cfg Config, log *slog.Logger) (*system, error) {
 		Quota:    sys.quota,
 	})
 	sys.turns = newTurns(cfg, sys, log)
+	// Message Batches run through the same front door as live requests,
+	// claimed by any server of the database (docs/batches.md).
+	sys.batches = batches.New(st.Batches(), sys.turns, batches.Config{
+		Holder: sys.leases.Holder(), Lease: cfg.LeaseTTL, Workers: cfg.BatchWorkers, PerOrg: cfg.BatchPerOrg,
+	}, log.With("component", "batches"))
 	sys.workspace = newWorkspace(cfg, sys, fs, log)
 	sys.mcp = newMCP(sys, log)
 	return sys, nil

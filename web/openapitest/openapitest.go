@@ -194,7 +194,8 @@ func (v *Validator) Check(ctx context.Context, req *http.Request, reqBody []byte
 		problems = append(problems, fmt.Sprintf("status %d is not documented for %s %s", status, route.Method, route.Path))
 	} else {
 		out := &openapi3filter.ResponseValidationInput{RequestValidationInput: in, Status: status, Header: resp.Header, Options: v.opts}
-		if respBody == nil {
+		lines := strings.HasPrefix(resp.Header.Get("Content-Type"), "application/x-jsonl")
+		if respBody == nil || lines {
 			o := *v.opts
 			o.ExcludeResponseBody = true
 			out.Options = &o
@@ -208,12 +209,51 @@ func (v *Validator) Check(ctx context.Context, req *http.Request, reqBody []byte
 		}
 		if respBody != nil {
 			problems = append(problems, v.checkEvents(route.Operation.Responses.Status(status).Value, resp.Header.Get("Content-Type"), respBody)...)
+			problems = append(problems, v.checkLines(route.Operation.Responses.Status(status).Value, resp.Header.Get("Content-Type"), respBody)...)
 		}
 	}
 	if len(problems) == 0 {
 		return nil
 	}
 	return fmt.Errorf("%s %s (operation %s): %s", req.Method, req.URL.Path, route.Operation.OperationID, strings.Join(problems, "; "))
+}
+
+// LineSchemaExtension, on an application/x-jsonl media type, names the
+// schema of each line ("#/components/schemas/Name"), which OpenAPI 3.1
+// cannot say either.
+const LineSchemaExtension = "x-threadbox-line-schema"
+
+// checkLines checks each line of a JSON Lines body against the schema its
+// media type names (LineSchemaExtension).
+func (v *Validator) checkLines(r *openapi3.Response, ct string, body []byte) []string {
+	if r == nil || !strings.HasPrefix(ct, "application/x-jsonl") {
+		return nil
+	}
+	mt := r.Content.Get("application/x-jsonl")
+	if mt == nil {
+		return []string{"the document has no application/x-jsonl answer"}
+	}
+	ref, _ := mt.Extensions[LineSchemaExtension].(string)
+	name, ok := strings.CutPrefix(ref, "#/components/schemas/")
+	sch := v.doc.Components.Schemas[name]
+	if !ok || sch == nil || sch.Value == nil {
+		return []string{fmt.Sprintf("%s %q names no schema of the document", LineSchemaExtension, ref)}
+	}
+	var problems []string
+	for i, line := range strings.Split(strings.TrimRight(string(body), "\n"), "\n") {
+		if line == "" {
+			continue
+		}
+		var val any
+		if err := json.Unmarshal([]byte(line), &val); err != nil {
+			problems = append(problems, fmt.Sprintf("line %d is not JSON: %v", i+1, err))
+			continue
+		}
+		if err := sch.Value.VisitJSON(val, openapi3.EnableJSONSchema2020()); err != nil {
+			problems = append(problems, fmt.Sprintf("line %d does not match %s: %v", i+1, name, err))
+		}
+	}
+	return problems
 }
 
 // EventSchemaExtension, on a text/event-stream media type, names the

@@ -1,0 +1,244 @@
+package web
+
+import (
+	"bytes"
+	"encoding/json"
+	"strconv"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+
+	"threadbox/app/batches"
+	"threadbox/domain/fault"
+)
+
+// batchesPrefix is where Message Batches live.
+const batchesPrefix = "/api/gpt/v1/messages/batches"
+
+type batchCounts struct {
+	Processing int64 `json:"processing"`
+	Succeeded  int64 `json:"succeeded"`
+	Errored    int64 `json:"errored"`
+	Canceled   int64 `json:"canceled"`
+	Expired    int64 `json:"expired"`
+}
+
+// batchView is the Message Batch object.
+type batchView struct {
+	ID                string      `json:"id"`
+	Type              string      `json:"type"`
+	ProcessingStatus  string      `json:"processing_status"`
+	RequestCounts     batchCounts `json:"request_counts"`
+	CreatedAt         time.Time   `json:"created_at"`
+	ExpiresAt         time.Time   `json:"expires_at"`
+	EndedAt           *time.Time  `json:"ended_at"`
+	CancelInitiatedAt *time.Time  `json:"cancel_initiated_at"`
+	ArchivedAt        *time.Time  `json:"archived_at"`
+	ResultsURL        *string     `json:"results_url"`
+}
+
+func timeOrNull(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	u := t.UTC()
+	return &u
+}
+
+func viewBatch(b batches.Batch) batchView {
+	v := batchView{ID: b.ID, Type: "message_batch", ProcessingStatus: b.Status,
+		RequestCounts: batchCounts{b.Counts.Processing, b.Counts.Succeeded, b.Counts.Errored, b.Counts.Canceled, b.Counts.Expired},
+		CreatedAt:     b.CreatedAt, ExpiresAt: b.ExpiresAt, EndedAt: timeOrNull(b.EndedAt), CancelInitiatedAt: timeOrNull(b.CancelInitiatedAt)}
+	if b.Status == batches.Ended {
+		u := batchesPrefix + "/" + b.ID + "/results"
+		v.ResultsURL = &u
+	}
+	return v
+}
+
+// batchesDoor returns the batches, or 503 when none are configured.
+func (s *Server) batchesDoor() (*batches.Service, error) {
+	if s.svc.Batches == nil {
+		return nil, fault.New(fault.Unavailable, "Message Batches are not configured on this server")
+	}
+	return s.svc.Batches, nil
+}
+
+// createBatch is POST /messages/batches: {"requests": [{"custom_id", "params"}]}.
+func (s *Server) createBatch(c *fiber.Ctx) error {
+	svc, err := s.batchesDoor()
+	if err != nil {
+		return err
+	}
+	b, err := body(c, maxJSONBody)
+	if err != nil {
+		return err
+	}
+	var in struct {
+		Requests []struct {
+			CustomID string          `json:"custom_id"`
+			Params   json.RawMessage `json:"params"`
+		} `json:"requests"`
+	}
+	if err := json.Unmarshal(b, &in); err != nil {
+		return fault.Errorf(fault.Invalid, "invalid request body: %s", jsonErr(err))
+	}
+	reqs := make([]batches.Request, len(in.Requests))
+	for i, r := range in.Requests {
+		reqs[i] = batches.Request{CustomID: r.CustomID, Params: r.Params}
+	}
+	batch, err := svc.Create(c.UserContext(), principal(c), reqs)
+	if err != nil {
+		return err
+	}
+	return c.JSON(viewBatch(batch))
+}
+
+// listBatches is GET /messages/batches: the caller's batches, newest first,
+// a page at a time (limit 1-1000, default 20; after_id or before_id).
+func (s *Server) listBatches(c *fiber.Ctx) error {
+	svc, err := s.batchesDoor()
+	if err != nil {
+		return err
+	}
+	limit := 20
+	if v := c.Query("limit"); v != "" {
+		if limit, err = strconv.Atoi(v); err != nil || limit < 1 || limit > 1000 {
+			return fault.New(fault.Invalid, "limit must be between 1 and 1000")
+		}
+	}
+	after, before := c.Query("after_id"), c.Query("before_id")
+	if after != "" && before != "" {
+		return fault.New(fault.Invalid, "after_id and before_id cannot be used together")
+	}
+	all, err := svc.List(c.UserContext(), principal(c))
+	if err != nil {
+		return err
+	}
+	index := func(id, param string) (int, error) {
+		for i, b := range all {
+			if b.ID == id {
+				return i, nil
+			}
+		}
+		return 0, fault.Errorf(fault.Invalid, "%s %q does not name a listed batch", param, id)
+	}
+	start, end := 0, min(limit, len(all))
+	hasMore := end < len(all)
+	switch {
+	case after != "":
+		i, err := index(after, "after_id")
+		if err != nil {
+			return err
+		}
+		start, end = i+1, min(i+1+limit, len(all))
+		hasMore = end < len(all)
+	case before != "":
+		i, err := index(before, "before_id")
+		if err != nil {
+			return err
+		}
+		start, end = max(0, i-limit), i
+		hasMore = start > 0
+	}
+	page := struct {
+		Data    []batchView `json:"data"`
+		FirstID *string     `json:"first_id"`
+		LastID  *string     `json:"last_id"`
+		HasMore bool        `json:"has_more"`
+	}{Data: views(all[start:end], viewBatch), HasMore: hasMore}
+	if n := len(page.Data); n > 0 {
+		page.FirstID, page.LastID = &page.Data[0].ID, &page.Data[n-1].ID
+	}
+	return c.JSON(page)
+}
+
+// getBatch is GET /messages/batches/{id}.
+func (s *Server) getBatch(c *fiber.Ctx) error {
+	svc, err := s.batchesDoor()
+	if err != nil {
+		return err
+	}
+	b, err := svc.Get(c.UserContext(), principal(c), c.Params("message_batch_id"))
+	if err != nil {
+		return err
+	}
+	return c.JSON(viewBatch(b))
+}
+
+// cancelBatch is POST /messages/batches/{id}/cancel.
+func (s *Server) cancelBatch(c *fiber.Ctx) error {
+	svc, err := s.batchesDoor()
+	if err != nil {
+		return err
+	}
+	b, err := svc.Cancel(c.UserContext(), principal(c), c.Params("message_batch_id"))
+	if err != nil {
+		return err
+	}
+	return c.JSON(viewBatch(b))
+}
+
+// deleteBatch is DELETE /messages/batches/{id}: an ended batch and its
+// results.
+func (s *Server) deleteBatch(c *fiber.Ctx) error {
+	svc, err := s.batchesDoor()
+	if err != nil {
+		return err
+	}
+	id := c.Params("message_batch_id")
+	if err := svc.Delete(c.UserContext(), principal(c), id); err != nil {
+		return err
+	}
+	return c.JSON(fiber.Map{"id": id, "type": "message_batch_deleted"})
+}
+
+// batchResultLine is one line of a batch's results.
+type batchResultLine struct {
+	CustomID string          `json:"custom_id"`
+	Result   json.RawMessage `json:"result"`
+}
+
+// batchResults is GET /messages/batches/{id}/results: one JSON line per
+// request, in the order of the requests. An errored request's error is
+// the envelope a live request would have answered.
+func (s *Server) batchResults(c *fiber.Ctx) error {
+	svc, err := s.batchesDoor()
+	if err != nil {
+		return err
+	}
+	results, err := svc.Results(c.UserContext(), principal(c), c.Params("message_batch_id"))
+	if err != nil {
+		return err
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	for _, r := range results {
+		var res any
+		switch r.Status {
+		case batches.Succeeded:
+			res = struct {
+				Type    string          `json:"type"`
+				Message json.RawMessage `json:"message"`
+			}{r.Status, r.Message}
+		case batches.Errored:
+			res = struct {
+				Type  string   `json:"type"`
+				Error envelope `json:"error"`
+			}{r.Status, envelope{Type: "error", Error: envelopeBody{Type: typeOf(statusOf(r.ErrorKind)), Message: r.ErrorMessage}}}
+		default:
+			res = struct {
+				Type string `json:"type"`
+			}{r.Status}
+		}
+		raw, err := json.Marshal(res)
+		if err != nil {
+			return err
+		}
+		if err := enc.Encode(batchResultLine{CustomID: r.CustomID, Result: raw}); err != nil {
+			return err
+		}
+	}
+	c.Set(fiber.HeaderContentType, "application/x-jsonl")
+	return c.Send(buf.Bytes())
+}
