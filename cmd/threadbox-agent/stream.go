@@ -136,7 +136,7 @@ func (s *server) accept(st *streams, lid uint32, l net.Listener) {
 		st.conns[id] = c
 		st.mu.Unlock()
 		s.sendJSON(protocol.TypeStreamOpened, id, protocol.Opened{Listener: lid, Addr: nc.RemoteAddr().String(), Window: protocol.StreamWindow})
-		go c.writeLoop()
+		go c.out.Drain(c.c, nil) // what the host sends; closed once it closed its end
 		go s.readStream(st, id, c)
 	}
 }
@@ -226,22 +226,4 @@ func (c *streamConn) acked(n int) {
 	c.unacked = max(c.unacked-n, 0)
 	c.mu.Unlock()
 	c.signalCredit()
-}
-
-// writeLoop writes what the host sends to the connection, and closes it
-// once the host closed its end.
-func (c *streamConn) writeLoop() {
-	for {
-		q, done := c.out.Next()
-		for _, b := range q {
-			if _, err := c.c.Write(b); err != nil {
-				_ = c.c.Close()
-				return
-			}
-		}
-		if done {
-			_ = c.c.Close()
-			return
-		}
-	}
 }

@@ -200,7 +200,7 @@ func (c *Client) dispatchStream(f protocol.Frame) bool {
 		c.st.conns[f.ID] = sc
 		c.st.mu.Unlock()
 		go c.pumpOut(f.ID, sc)
-		go sc.writeLoop()
+		go sc.out.Drain(sc.far, sc.consumed()) // what the agent sends, for the caller
 		select {
 		case parent.accept <- sc:
 		default:
@@ -278,26 +278,17 @@ func (c *Client) closeStreams() {
 	}
 }
 
-// writeLoop feeds the caller's end with what the agent sent, acknowledging
-// it as the caller reads, then closes it once the agent closed the
-// connection.
-func (s *streamConn) writeLoop() {
-	consumed := 0
-	for {
-		q, done := s.out.Next()
-		for _, b := range q {
-			if _, err := s.far.Write(b); err != nil {
-				_ = s.far.Close()
-				return
-			}
-			if consumed += len(b); s.ack != nil && consumed >= ackEvery {
-				s.ack(consumed)
-				consumed = 0
-			}
-		}
-		if done {
-			_ = s.far.Close()
-			return
+// consumed acknowledges, when the agent keeps to flow control, the bytes
+// the caller read, ackEvery at a time.
+func (s *streamConn) consumed() func(n int) {
+	if s.ack == nil {
+		return nil
+	}
+	n := 0
+	return func(read int) {
+		if n += read; n >= ackEvery {
+			s.ack(n)
+			n = 0
 		}
 	}
 }

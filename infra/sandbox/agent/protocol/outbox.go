@@ -1,6 +1,9 @@
 package protocol
 
-import "sync"
+import (
+	"io"
+	"sync"
+)
 
 // Outbox holds the bytes bound for one stream connection's peer, written
 // by a goroutine of their own (Next), so that the frame reader that
@@ -68,6 +71,27 @@ func (o *Outbox) Closing() bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return o.closing
+}
+
+// Drain writes what the outbox takes to w, in order, calling wrote (when
+// not nil) with the size of each chunk written, and closes w once the
+// outbox has ended or a write failed.
+func (o *Outbox) Drain(w io.WriteCloser, wrote func(n int)) {
+	defer w.Close()
+	for {
+		q, done := o.Next()
+		for _, b := range q {
+			if _, err := w.Write(b); err != nil {
+				return
+			}
+			if wrote != nil {
+				wrote(len(b))
+			}
+		}
+		if done {
+			return
+		}
+	}
 }
 
 // Next waits until the outbox holds bytes and takes them all, in the order

@@ -1,6 +1,8 @@
 package protocol
 
 import (
+	"io"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -67,5 +69,47 @@ func TestOutboxWaits(t *testing.T) {
 	o.Push([]byte("hello"))
 	if s := <-got; s != "hello" {
 		t.Fatalf("next: %q", s)
+	}
+}
+
+// sink is a WriteCloser that keeps what it is given, failing writes past
+// failAfter bytes (0: never).
+type sink struct {
+	strings.Builder
+	failAfter int
+	closed    bool
+}
+
+func (s *sink) Write(b []byte) (int, error) {
+	if s.failAfter > 0 && s.Len()+len(b) > s.failAfter {
+		return 0, io.ErrClosedPipe
+	}
+	return s.Builder.Write(b)
+}
+
+func (s *sink) Close() error { s.closed = true; return nil }
+
+func TestOutboxDrain(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		failAfter int
+		want      string
+		wantSizes []int
+	}{
+		{"all, then closed", 0, "abcde", []int{2, 3}},
+		{"a failed write closes", 3, "ab", []int{2}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := NewOutbox(16)
+			o.Push([]byte("ab"))
+			o.Push([]byte("cde"))
+			o.Finish()
+			w := &sink{failAfter: tc.failAfter}
+			var sizes []int
+			o.Drain(w, func(n int) { sizes = append(sizes, n) })
+			if w.String() != tc.want || !w.closed || !slices.Equal(sizes, tc.wantSizes) {
+				t.Errorf("wrote %q (closed %v, sizes %v), want %q closed, sizes %v", w.String(), w.closed, sizes, tc.want, tc.wantSizes)
+			}
+		})
 	}
 }
