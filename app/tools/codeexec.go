@@ -146,6 +146,12 @@ func (e *Executor) resume(ctx context.Context, call messages.ToolCall) (*wire.To
 // interpreter's turn back, unless the cell paused on client tool calls:
 // then the pause keeps the turn, and the result lists the calls.
 func (e *Executor) cellResult(ctx context.Context, call messages.ToolCall, p *interpreter, pc *cellRun, ans *pythonAnswer, err error) (*wire.ToolResult, error) {
+	if errors.Is(err, errDetached) {
+		// The client went: the cell runs on and keeps the turn until it
+		// ends, pauses or meets its limit.
+		go e.finishDetached(call, p, pc)
+		return nil, err
+	}
 	if err == nil && ans != nil && len(ans.Calls) > 0 {
 		p.mu.Lock()
 		pc.calls = ans.Calls
@@ -193,6 +199,16 @@ func (e *Executor) cellResult(ctx context.Context, call messages.ToolCall, p *in
 	}
 	out.Files = files
 	return out, nil
+}
+
+// finishDetached waits for a cell whose caller went, then settles it as
+// its caller would have: metered, its output files recorded and the
+// interpreter's turn given back, or kept by a pause on client tool calls
+// (which then waits for results, or its timeout, as any pause does).
+func (e *Executor) finishDetached(call messages.ToolCall, p *interpreter, pc *cellRun) {
+	ctx := context.Background()
+	ans, _, err := e.wait(ctx, call, p, pc.cell, nil, e.cfg.PythonTimeout)
+	_, _ = e.cellResult(ctx, call, p, pc, ans, err)
 }
 
 // endPaused meters a paused cell that will not be resumed (abandoned, or

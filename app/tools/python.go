@@ -304,6 +304,10 @@ func (e *Executor) keepAlive() time.Duration {
 // errCallTimeout reports a call over its time limit.
 var errCallTimeout = errors.New("tools: python call over its time limit")
 
+// errDetached reports a cell whose caller went while it ran: the cell runs
+// on, and its interpreter with it.
+var errDetached = errors.New("the caller went; the cell runs on")
+
 // ask sends one cell to the driver, the request req with the cell's id,
 // code and the call's environment added, and waits for its answer
 // (wait) at most limit.
@@ -333,18 +337,26 @@ func (e *Executor) ask(ctx context.Context, call messages.ToolCall, p *interpret
 // catch what it answers later); or for the interpreter's end (then the
 // answer is nil and the cell's output is what came before it). Past the
 // limit the interpreter is killed and the error is errCallTimeout.
+//
+// When ctx ends first (the client went), the cell is not stopped: it runs
+// on in its interpreter, whose variables stay for the next cell, and the
+// error wraps errDetached; the caller then finishes the cell in the
+// background (finishDetached), keeping the interpreter's turn until it
+// ends. A nil msg writes nothing: it waits for a cell already sent.
 func (e *Executor) wait(ctx context.Context, call messages.ToolCall, p *interpreter, cell *cellOutput, msg []byte, limit time.Duration) (*pythonAnswer, *cellOutput, error) {
-	paused := false
+	paused, detached := false, false
 	defer func() {
-		if !paused {
+		if !paused && !detached {
 			p.mu.Lock()
 			p.cell = nil
 			p.mu.Unlock()
 		}
 	}()
-	if _, err := p.sess.Write(msg); err != nil {
-		e.drop(p)
-		return nil, nil, fmt.Errorf("tools: python request: %w", err)
+	if msg != nil {
+		if _, err := p.sess.Write(msg); err != nil {
+			e.drop(p)
+			return nil, nil, fmt.Errorf("tools: python request: %w", err)
+		}
 	}
 	timer := time.NewTimer(limit)
 	defer timer.Stop()
@@ -383,8 +395,8 @@ func (e *Executor) wait(ctx context.Context, call messages.ToolCall, p *interpre
 			e.drop(p)
 			return nil, cell, errCallTimeout
 		case <-ctx.Done():
-			e.drop(p)
-			return nil, nil, fmt.Errorf("tools: python: %w", ctx.Err())
+			detached = true
+			return nil, cell, fmt.Errorf("tools: python: %w: %w", errDetached, ctx.Err())
 		}
 	}
 }

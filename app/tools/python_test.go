@@ -3,6 +3,7 @@ package tools
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -31,10 +32,11 @@ type pyRequest struct {
 
 // pyReply is how the fake driver answers one cell.
 type pyReply struct {
-	raw    string        // written straight to stdout before the answer, as a subprocess would
-	answer *pythonAnswer // nil: no answer
-	exit   *int          // the interpreter ends with this code instead of answering
-	lose   bool          // the sandbox goes away: Wait fails, Done stays open
+	raw    string          // written straight to stdout before the answer, as a subprocess would
+	answer *pythonAnswer   // nil: no answer
+	exit   *int            // the interpreter ends with this code instead of answering
+	lose   bool            // the sandbox goes away: Wait fails, Done stays open
+	after  <-chan struct{} // when set, nothing comes until it is closed
 }
 
 // fakePython is a Sandbox with sessions whose sessions play the driver:
@@ -127,6 +129,9 @@ func (s *fakePySession) Write(p []byte) (int, error) {
 	s.f.mu.Unlock()
 	r := s.f.reply(req)
 	go func() {
+		if r.after != nil {
+			<-r.after
+		}
 		if r.raw != "" {
 			s.out(sandbox.Stdout, []byte(r.raw))
 		}
@@ -282,15 +287,46 @@ func TestPythonRefusals(t *testing.T) {
 	}
 }
 
-func TestPythonCancel(t *testing.T) {
-	e, f := newPython(t, func(pyRequest) pyReply { return pyReply{} }, Config{})
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-	defer cancel()
-	if _, err := e.Execute(ctx, call(messages.SubToolCodeExecution, `{"code":"slow()"}`)); err == nil {
-		t.Fatal("a cancelled call returned no error")
+// TestPythonClientGoneMidCell: a client that goes while its cell runs
+// does not end the interpreter: the cell runs to its end, and the next
+// cell runs after it in the same interpreter, with its variables.
+func TestPythonClientGoneMidCell(t *testing.T) {
+	release := make(chan struct{})
+	e, f := newPython(t, func(req pyRequest) pyReply {
+		if req.Code == "slow()" {
+			return pyReply{answer: &pythonAnswer{Stdout: "slow done\n"}, after: release}
+		}
+		return answer(pythonAnswer{Stdout: "41\n"})
+	}, Config{})
+	ctx, cancel := context.WithCancel(context.Background())
+	gone := make(chan error, 1)
+	go func() {
+		_, err := e.Execute(ctx, call(messages.SubToolCodeExecution, `{"code":"slow()"}`))
+		gone <- err
+	}()
+	for sent := false; !sent; time.Sleep(time.Millisecond) {
+		f.mu.Lock()
+		sent = len(f.sessions) == 1 && len(f.sessions[0].reqs) == 1
+		f.mu.Unlock()
 	}
-	if f.sessions[0].alive() {
-		t.Fatal("the cancelled cell's interpreter still runs")
+	cancel()
+	if err := <-gone; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the call whose client went: %v, want its context's end", err)
+	}
+	if !f.sessions[0].alive() {
+		t.Fatal("the interpreter ended with its client")
+	}
+	next := make(chan *wire.ToolResult, 1)
+	go func() { next <- run(t, e, messages.SubToolCodeExecution, `{"code":"print(x)"}`) }()
+	close(release) // the cell ends, and gives the interpreter's turn back
+	r := <-next
+	if r.Stdout != "41\n" || strings.Contains(r.Stderr, "[threadbox]") || f.starts != 1 {
+		t.Fatalf("next cell %+v after %d starts: want the same interpreter", r, f.starts)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if reqs := f.sessions[0].reqs; len(reqs) != 2 || reqs[1].Code != "print(x)" {
+		t.Fatalf("the interpreter was asked %+v", reqs)
 	}
 }
 

@@ -52,9 +52,25 @@ func (e *Executor) repl(ctx context.Context, call messages.ToolCall) (any, error
 	if err != nil {
 		return nil, err
 	}
-	defer func() { <-p.turn }()
+	detached := false
+	defer func() {
+		if !detached {
+			<-p.turn
+		}
+	}()
 	end := e.begin(ctx, call.ContainerID)
 	ans, cell, err := e.ask(ctx, call, p, *in.Code, map[string]any{"repl": true}, timeout)
+	if errors.Is(err, errDetached) {
+		// The client went: the code runs on in the REPL, which keeps its
+		// state; its turn is given back when it ends.
+		detached = true
+		go func() {
+			ans, _, _ := e.wait(context.Background(), call, p, cell, nil, timeout)
+			e.meterCell(p, &cellRun{started: started, end: end}, ans)
+			<-p.turn
+		}()
+		return nil, err
+	}
 	e.meterCell(p, &cellRun{started: started, end: end}, ans)
 	switch {
 	case errors.Is(err, errCallTimeout):
