@@ -64,7 +64,6 @@ type bmffPatch struct {
 // bmffWalker reads boxes and counts them.
 type bmffWalker struct {
 	r     io.ReaderAt
-	size  int64
 	count int
 }
 
@@ -158,7 +157,7 @@ func (w *bmffWalker) isC2PABox(b bmffBox) bool {
 // boxes that keep absolute offsets: the C2PA box goes right after ftyp,
 // C2PA boxes already there are dropped, and the offsets are rewritten.
 func bmffLayout(r io.ReaderAt, size int64) (layout, error) {
-	w := &bmffWalker{r: r, size: size}
+	w := &bmffWalker{r: r}
 	top, err := w.boxes(0, size, true)
 	if err != nil {
 		return layout{}, err

@@ -102,7 +102,11 @@ func TestSigningHooks(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			before := calls
 			signed := signBytes(t, s, png, PNG, Provenance{Org: "org_1"})
+			if tc.name == "http" && calls-before != 1 {
+				t.Errorf("the hook signed %d times for one file", calls-before)
+			}
 			r := c2patest.Validate(t, "image/png", signed)
 			if r.ActiveManifest == "" || len(r.Failures()) > 0 || !r.Has("claimSignature.validated") {
 				t.Fatalf("validation failures %+v\n%s", r.Failures(), r.Raw)

@@ -137,7 +137,7 @@ type manifestInput struct {
 }
 
 // buildStore returns a signed C2PA manifest store (a JUMBF superbox)
-// holding one manifest: the actions, data hash and threadbox assertions,
+// holding one manifest: the actions, hard binding and threadbox assertions,
 // the claim over them and its COSE_Sign1 signature.
 func (s *Signer) buildStore(ctx context.Context, in manifestInput) ([]byte, error) {
 	enc := s.enc
@@ -201,7 +201,8 @@ func (s *Signer) buildStore(ctx context.Context, in manifestInput) ([]byte, erro
 }
 
 // sign returns the tagged COSE_Sign1 (ES256) over the claim, detached: the
-// claim is the payload signed but not carried. The protected header names
+// claim is the payload signed but not carried (before final, a stand-in
+// of the same length). The protected header names
 // the algorithm and carries the certificate chain (x5chain). With a
 // timestamp authority, the unprotected header keeps room bytes for its
 // token, padded ("pad") to the same length whether the token is there
@@ -214,15 +215,22 @@ func (s *Signer) sign(ctx context.Context, claimBytes []byte, final bool, room i
 	msg := cose.NewSign1Message()
 	msg.Headers.Protected.SetAlgorithm(cose.AlgorithmES256)
 	msg.Headers.Protected[cose.HeaderLabelX5Chain] = chain
-	msg.Payload = claimBytes
-	var signer cose.Signer = s.cose
-	if s.hook != nil {
-		signer = &hookSigner{ctx: ctx, hook: s.hook, pub: s.hookKey}
+	if final {
+		msg.Payload = claimBytes
+		var signer cose.Signer = s.cose
+		if s.hook != nil {
+			signer = &hookSigner{ctx: ctx, hook: s.hook, pub: s.hookKey}
+		}
+		if err := msg.Sign(rand.Reader, nil, signer); err != nil {
+			return nil, fmt.Errorf("c2pa: sign claim: %w", err)
+		}
+		msg.Payload = nil
+	} else {
+		// Only the length of a store built to settle the manifest's size
+		// counts, and an ES256 signature is always 64 bytes: the key (a
+		// hook's perhaps remote) signs the final claim alone.
+		msg.Signature = make([]byte, 64)
 	}
-	if err := msg.Sign(rand.Reader, nil, signer); err != nil {
-		return nil, fmt.Errorf("c2pa: sign claim: %w", err)
-	}
-	msg.Payload = nil
 	if s.tsa == nil {
 		return marshalSign1(msg)
 	}

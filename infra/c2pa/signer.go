@@ -1,7 +1,10 @@
 // Package c2pa signs generated media with Content Credentials: a C2PA
-// manifest store (JUMBF) holding a claim over an actions assertion, a data
-// hash binding the manifest to the file's bytes and a threadbox assertion,
-// signed with COSE_Sign1 (ES256) by the operator's certificate chain. The
+// manifest store (JUMBF) holding a claim over an actions assertion, a hard
+// binding of the manifest to the file's bytes (a data hash, or a BMFF hash
+// for MP4, MOV, M4A, HEIC and AVIF) and a threadbox assertion, signed with
+// COSE_Sign1 (ES256) by the operator's certificate chain (its key in
+// memory or behind a signing hook), timestamped by an RFC 3161 authority
+// when one is configured. The
 // signed file is derived from the stored one as it is read: the stored
 // file is never changed, and the signed form streams from it with the
 // manifest inserted where the format keeps it.
