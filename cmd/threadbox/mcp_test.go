@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -474,6 +475,26 @@ func TestMCPAuthAndPolicy(t *testing.T) {
 	}
 	if err := own.Ping(context.Background(), nil); err != nil {
 		t.Fatalf("the session after another user's request: %v", err)
+	}
+	// The token may come as X-Api-Key, as for the REST APIs. (A plain
+	// client: the answer is the transport's event stream, whose events
+	// are JSON-RPC messages, not the API's stream events.)
+	req, err := http.NewRequest("POST", s.base+"/mcp", strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":`+
+		`{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("X-Api-Key", tok)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || resp.Header.Get("Mcp-Session-Id") == "" || !strings.Contains(string(body), `"serverInfo"`) {
+		t.Fatalf("initialize with X-Api-Key: %d %v %s", resp.StatusCode, resp.Header, body)
 	}
 	if r := s.do("PATCH", appAPI+"/org/features", tok, map[string]any{"codeExecution": map[string]any{"enabled": false}}); r.status != 200 {
 		t.Fatalf("policy: %d %s", r.status, r.body)
