@@ -253,7 +253,7 @@ func (s *Service) saveArtifact(ctx context.Context, th thread.Thread, containerI
 	if size > s.d.MaxArtifactBytes {
 		return artifact.Artifact{}, false, fmt.Errorf("output grew past %d bytes while it was copied", s.d.MaxArtifactBytes)
 	}
-	latest, err := s.store.LatestArtifact(ctx, th.ProjectID(), th.ID(), p)
+	latest, err := s.artifacts.LatestArtifact(ctx, th.ProjectID(), th.ID(), p)
 	version := 1
 	switch {
 	case err == nil && latest.SHA256 == sum:
@@ -265,7 +265,7 @@ func (s *Service) saveArtifact(ctx context.Context, th thread.Thread, containerI
 	default:
 		// The thread's first version of the path: a copy of one the
 		// project has (a fork copies its source's outputs) is not new.
-		if same, err := s.store.ArtifactWithContent(ctx, th.ProjectID(), p, sum); err == nil {
+		if same, err := s.artifacts.ArtifactWithContent(ctx, th.ProjectID(), p, sum); err == nil {
 			return same, false, nil
 		} else if !fault.Is(err, fault.NotFound) {
 			return artifact.Artifact{}, false, err
@@ -277,7 +277,7 @@ func (s *Service) saveArtifact(ctx context.Context, th thread.Thread, containerI
 		Path: p, Name: name, MimeType: file.Detect(name, head[:n]).MIME, SizeBytes: size, SHA256: sum,
 		Version: version, CreatedAt: s.now().UTC(),
 	}
-	if err := s.store.CreateArtifact(ctx, a); err != nil {
+	if err := s.artifacts.CreateArtifact(ctx, a); err != nil {
 		return artifact.Artifact{}, false, err
 	}
 	return a, true, nil
@@ -299,7 +299,7 @@ func (s *Service) Artifacts(ctx context.Context, p user.Principal, projectID str
 	}
 	limit := page.Limit
 	page.Limit++
-	as, err := s.store.ArtifactsByProject(ctx, p.OrgID, projectID, page)
+	as, err := s.artifacts.ArtifactsByProject(ctx, p.OrgID, projectID, page)
 	if err != nil {
 		return nil, false, err
 	}
@@ -311,13 +311,13 @@ func (s *Service) Artifacts(ctx context.Context, p user.Principal, projectID str
 
 // Artifact returns an artifact of a project of the caller's org.
 func (s *Service) Artifact(ctx context.Context, p user.Principal, artifactID string) (artifact.Artifact, error) {
-	return s.store.Artifact(ctx, p.OrgID, artifactID)
+	return s.artifacts.Artifact(ctx, p.OrgID, artifactID)
 }
 
 // ArtifactContent opens an artifact's content for download, under the
 // org's downloads.generated switch. The caller closes Body.
 func (s *Service) ArtifactContent(ctx context.Context, p user.Principal, artifactID string) (files.Content, error) {
-	a, err := s.store.Artifact(ctx, p.OrgID, artifactID)
+	a, err := s.artifacts.Artifact(ctx, p.OrgID, artifactID)
 	if err != nil {
 		return files.Content{}, err
 	}

@@ -14,8 +14,7 @@ const DefaultBlobGrace = 10 * time.Minute
 // blobBatch is how many hashes one question to the store carries.
 const blobBatch = 500
 
-// artifactRefs tells which artifact blobs are still referenced
-// (infra/store.Workspace).
+// artifactRefs tells which artifact blobs are still referenced.
 type artifactRefs interface {
 	// ProjectArtifactHashes returns the distinct content hashes of the
 	// artifacts of the org's project.
@@ -62,7 +61,7 @@ func (s *Service) releaseBlobs(ctx context.Context, sums []string) {
 	defer unlock()
 	for i := 0; i < len(sums); i += blobBatch {
 		batch := sums[i:min(i+blobBatch, len(sums))]
-		refs, err := s.store.ReferencedArtifactHashes(ctx, batch)
+		refs, err := s.artifacts.ReferencedArtifactHashes(ctx, batch)
 		if err != nil {
 			s.log.Warn("artifact blobs: look up references", "err", err)
 			return
@@ -106,7 +105,7 @@ func (s *Service) CollectArtifactBlobs(ctx context.Context) (removed int, err er
 			return err
 		}
 		defer unlock()
-		refs, err := s.store.ReferencedArtifactHashes(ctx, batch)
+		refs, err := s.artifacts.ReferencedArtifactHashes(ctx, batch)
 		if err != nil {
 			return err
 		}

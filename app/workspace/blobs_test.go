@@ -25,6 +25,7 @@ import (
 // artifacts; the methods these tests do not reach panic (nil Store).
 type refStore struct {
 	Store
+	Artifacts
 	mu       sync.Mutex
 	hashes   map[string][]string // project id → its artifacts' hashes
 	batches  []int               // sizes of the reference questions asked
@@ -207,7 +208,7 @@ func TestCollectArtifactBlobs(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			st := &refStore{hashes: map[string][]string{"prj_1": tt.refs}, fail: tt.storeErr}
 			blobs := &memBlobs{written: maps.Clone(tt.blobs), failOn: tt.failOn}
-			svc := New(st, Deps{Blobs: blobs, BlobGrace: grace, Now: func() time.Time { return now }})
+			svc := New(st, st, Deps{Blobs: blobs, BlobGrace: grace, Now: func() time.Time { return now }})
 			removed, err := svc.CollectArtifactBlobs(context.Background())
 			if (err != nil) != tt.wantErr || removed != tt.removed {
 				t.Fatalf("CollectArtifactBlobs = %d, %v; want %d, error %v", removed, err, tt.removed, tt.wantErr)
@@ -246,7 +247,7 @@ func TestDeleteProjectRemovesUnsharedBlobs(t *testing.T) {
 		"prj_2": {sha("shared"), sha("theirs")},
 	}}
 	blobs := &memBlobs{written: map[string]time.Time{sha("shared"): now, sha("mine"): now, sha("theirs"): now, sha("orphan"): now}}
-	svc := New(st, Deps{Blobs: blobs})
+	svc := New(st, st, Deps{Blobs: blobs})
 	p := user.Principal{OrgID: "org_1", UserID: "usr_1", Role: user.Member}
 	if err := svc.DeleteProject(ctx, p, "prj_1"); err != nil {
 		t.Fatal(err)
@@ -279,7 +280,7 @@ func TestDeleteProjectSparesBlobOfSaveUnderWay(t *testing.T) {
 	st := &refStore{hashes: map[string][]string{"prj_1": {sha("shared")}, "prj_2": nil}}
 	st.onCreate = func() { close(creating); <-release }
 	blobs := &memBlobs{written: map[string]time.Time{sha("shared"): time.Now()}}
-	svc := New(st, Deps{Blobs: blobs, Container: &outputs{data: "shared"}})
+	svc := New(st, st, Deps{Blobs: blobs, Container: &outputs{data: "shared"}})
 	th := thread.Restore("thr_2", "org_1", "prj_2", "usr_1", "T", time.Now(), time.Now())
 	saved := make(chan error, 1)
 	go func() {

@@ -18,10 +18,15 @@ import (
 	"threadbox/domain/user"
 )
 
-// Store is the persistence the workspace needs.
+// Store keeps projects, threads and their messages (infra/store.Threads).
 type Store interface {
 	projectStore
 	threadStore
+}
+
+// Artifacts keeps the artifacts saved from threads and tells which blobs
+// they reference (infra/store.Artifacts).
+type Artifacts interface {
 	artifact.Repository
 	artifactRefs
 }

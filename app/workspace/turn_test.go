@@ -172,7 +172,7 @@ func setupWith(t *testing.T, eng engine, adjust func(*turns.Deps, *Deps)) (*Serv
 	d := Deps{Containers: oneContainer{}, Policies: oneContainer{}, Container: &outputs{data: "\x89PNG\r\n\x1a\nv1"}, Blobs: blob.New(t.TempDir())}
 	adjust(&td, &d)
 	d.Turns = turns.New(td)
-	svc := New(st.Workspace(), d)
+	svc := New(st.Threads(), st.Artifacts(), d)
 	pr, err := svc.CreateProject(ctx, p, "P")
 	if err != nil {
 		t.Fatal(err)
@@ -215,7 +215,7 @@ func TestTurnInjectsResourceAfterToolResult(t *testing.T) {
 	if len(resp.Content) != 5 || resp.Content[3].Type != BlockResource {
 		t.Fatalf("response content: %+v", resp.Content)
 	}
-	ms, _ := st.Workspace().Messages(ctx, th.ID())
+	ms, _ := st.Threads().Messages(ctx, th.ID())
 	if len(ms) != 2 || !ms[1].Complete() || !bytes.Contains(ms[1].Content(), []byte(`"zylon-resource"`)) {
 		t.Fatalf("stored: %d messages", len(ms))
 	}
@@ -276,7 +276,7 @@ func TestInterruptedTurnKeepsItsPlace(t *testing.T) {
 				t.Fatal("the interruption was not reported")
 			}
 			bg := context.Background()
-			ms, _ := st.Workspace().Messages(bg, th.ID())
+			ms, _ := st.Threads().Messages(bg, th.ID())
 			if len(ms) != 2 || !ms[0].Complete() || ms[1].Complete() || !bytes.Contains(ms[1].Content(), []byte("Running.")) {
 				t.Fatalf("stored after the turn: %d messages, assistant complete=%v %s", len(ms), len(ms) > 1 && ms[1].Complete(), ms[len(ms)-1].Content())
 			}
@@ -404,7 +404,7 @@ func TestInterruptedCallsBecomeNotes(t *testing.T) {
 // unavailableOnce fails its first artifact write as a restarting database
 // does.
 type unavailableOnce struct {
-	Store
+	Artifacts
 	failed bool
 }
 
@@ -413,7 +413,7 @@ func (s *unavailableOnce) CreateArtifact(ctx context.Context, a artifact.Artifac
 		s.failed = true
 		return fault.New(fault.Unavailable, "the database is unavailable (restarting or unreachable); try again shortly")
 	}
-	return s.Store.CreateArtifact(ctx, a)
+	return s.Artifacts.CreateArtifact(ctx, a)
 }
 
 // TestCaptureWaitsForTheDatabase: an output captured while the database
@@ -422,8 +422,8 @@ func (s *unavailableOnce) CreateArtifact(ctx context.Context, a artifact.Artifac
 func TestCaptureWaitsForTheDatabase(t *testing.T) {
 	ctx := context.Background()
 	svc, _, p, th := setup(t, scriptEngine{})
-	flaky := &unavailableOnce{Store: svc.store}
-	svc.store = flaky
+	flaky := &unavailableOnce{Artifacts: svc.artifacts}
+	svc.artifacts = flaky
 	turn, err := svc.StartTurn(ctx, p, th.ID(), TurnRequest{Content: []wire.ContentBlock{{Type: "text", Text: "go"}}})
 	if err != nil {
 		t.Fatal(err)

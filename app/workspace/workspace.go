@@ -31,10 +31,11 @@ type threadStore interface {
 
 // Service is the workspace use cases.
 type Service struct {
-	store Store
-	d     Deps
-	now   func() time.Time
-	log   *slog.Logger
+	store     Store
+	artifacts Artifacts
+	d         Deps
+	now       func() time.Time
+	log       *slog.Logger
 
 	mu   sync.Mutex
 	seen map[string]map[string]stamp // per thread: outputs already captured
@@ -44,10 +45,10 @@ type Service struct {
 	blobs blobGate
 }
 
-// New returns the workspace service. Deps may be left zero for the
-// projects and threads use cases alone; the turn, file, skill and artifact
-// use cases need them.
-func New(store Store, d Deps) *Service {
+// New returns the workspace service over the thread and artifact records.
+// Deps may be left zero for the projects and threads use cases alone; the
+// turn, file, skill and artifact use cases need them.
+func New(store Store, artifacts Artifacts, d Deps) *Service {
 	if d.Now == nil {
 		d.Now = time.Now
 	}
@@ -67,7 +68,7 @@ func New(store Store, d Deps) *Service {
 	if d.Leases == nil {
 		d.Leases = &processLeases{held: map[string]bool{}}
 	}
-	return &Service{store: store, d: d, now: d.Now, log: log, seen: map[string]map[string]stamp{}}
+	return &Service{store: store, artifacts: artifacts, d: d, now: d.Now, log: log, seen: map[string]map[string]stamp{}}
 }
 
 // CreateProject makes a project in the caller's org.
@@ -143,7 +144,7 @@ func (s *Service) DeleteProject(ctx context.Context, p user.Principal, projectID
 	if !pr.ManageableBy(p.UserID, p.IsAdmin()) {
 		return fault.New(fault.Forbidden, "only the project's owner or an admin may delete it")
 	}
-	sums, err := s.store.ProjectArtifactHashes(ctx, p.OrgID, projectID)
+	sums, err := s.artifacts.ProjectArtifactHashes(ctx, p.OrgID, projectID)
 	if err != nil {
 		return err
 	}

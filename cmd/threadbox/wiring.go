@@ -160,7 +160,7 @@ func wire(ctx context.Context, cfg Config, log *slog.Logger) (*system, error) {
 	sys.sandbox = newSandboxWiring(cfg, sys.auth, log)
 	sys.containers = containers.New(containers.Deps{
 		Store: st.Containers(), Backends: sys.backends, Folders: folders{layout}, Leases: sys.leases,
-		Threads: st.Workspace(), Quota: sys.quota, Handoff: st.Leases(),
+		Threads: st.Threads(), Quota: sys.quota, Handoff: st.Leases(),
 		// Sandboxes of backends that checkpoint keep their life across the
 		// idle stop, a hand-over and a graceful shutdown (docs/lifecycle.md);
 		// the checkpoints live in the blob store, where every server finds

@@ -167,7 +167,7 @@ func presignExpiry(cfg Config) time.Duration {
 // detached turns' logs, thread files over the Files API use cases, the
 // artifact store under DATA_DIR.
 func newWorkspace(cfg Config, sys *system, fs containerFiles, log *slog.Logger) *workspace.Service {
-	return workspace.New(sys.store.Workspace(), workspace.Deps{
+	return workspace.New(sys.store.Threads(), sys.store.Artifacts(), workspace.Deps{
 		Turns:            sys.turns,
 		Containers:       sys.containers,
 		Files:            sys.files,

@@ -53,10 +53,10 @@ func artifactPagesSuite(t *testing.T, s *store.Store) {
 	for range 2 {
 		pr, _ := project.New(id("prj"), o.ID(), u.ID(), "P", now)
 		th, _ := thread.New(id("thr"), o.ID(), pr.ID(), u.ID(), "t", now)
-		if err := s.Workspace().CreateProject(ctx, pr); err != nil {
+		if err := s.Threads().CreateProject(ctx, pr); err != nil {
 			t.Fatal(err)
 		}
-		if err := s.Workspace().CreateThread(ctx, th); err != nil {
+		if err := s.Threads().CreateThread(ctx, th); err != nil {
 			t.Fatal(err)
 		}
 		prs, ths = append(prs, pr), append(ths, th)
@@ -67,7 +67,7 @@ func artifactPagesSuite(t *testing.T, s *store.Store) {
 	for i, at := range []time.Duration{0, time.Second, time.Second, time.Second, 2 * time.Second, 3 * time.Second, 4 * time.Second} {
 		a := artifact.Artifact{ID: id("art"), OrgID: o.ID(), ProjectID: prs[0].ID(), ThreadID: ths[0].ID(),
 			Path: fmt.Sprintf("/mnt/user-data/outputs/%d.txt", i), Name: "x.txt", SHA256: "aa", Version: 1, CreatedAt: now.Add(at)}
-		if err := s.Workspace().CreateArtifact(ctx, a); err != nil {
+		if err := s.Artifacts().CreateArtifact(ctx, a); err != nil {
 			t.Fatal(err)
 		}
 		want = append(want, a.ID)
@@ -76,7 +76,7 @@ func artifactPagesSuite(t *testing.T, s *store.Store) {
 	slices.Sort(want[1:4])
 	elsewhere := artifact.Artifact{ID: id("art"), OrgID: o.ID(), ProjectID: prs[1].ID(), ThreadID: ths[1].ID(),
 		Path: "/mnt/user-data/outputs/y.txt", Name: "y.txt", SHA256: "bb", Version: 1, CreatedAt: now}
-	if err := s.Workspace().CreateArtifact(ctx, elsewhere); err != nil {
+	if err := s.Artifacts().CreateArtifact(ctx, elsewhere); err != nil {
 		t.Fatal(err)
 	}
 
@@ -90,11 +90,11 @@ func artifactPagesSuite(t *testing.T, s *store.Store) {
 			pageThrough(t, s, o.ID(), prs[0].ID(), limit, tc.newestFirst, tc.want)
 		}
 	}
-	if page, err := s.Workspace().ArtifactsByProject(ctx, o.ID(), prs[0].ID(), artifact.Page{}); err != nil || len(page) != len(want) {
+	if page, err := s.Artifacts().ArtifactsByProject(ctx, o.ID(), prs[0].ID(), artifact.Page{}); err != nil || len(page) != len(want) {
 		t.Fatalf("default page: %d %v", len(page), err)
 	}
 	for _, after := range []string{elsewhere.ID, "art_missing"} {
-		if _, err := s.Workspace().ArtifactsByProject(ctx, o.ID(), prs[0].ID(), artifact.Page{Limit: 2, After: after}); !fault.Is(err, fault.Invalid) {
+		if _, err := s.Artifacts().ArtifactsByProject(ctx, o.ID(), prs[0].ID(), artifact.Page{Limit: 2, After: after}); !fault.Is(err, fault.Invalid) {
 			t.Fatalf("after %s: %v, want invalid", after, err)
 		}
 	}
@@ -111,7 +111,7 @@ func pageThrough(t *testing.T, s *store.Store, orgID, projectID string, limit in
 		if pages > len(want) {
 			t.Fatalf("limit %d: no end after %d pages: %v", limit, pages, got)
 		}
-		page, err := s.Workspace().ArtifactsByProject(ctx, orgID, projectID, artifact.Page{Limit: limit, After: after, NewestFirst: newestFirst})
+		page, err := s.Artifacts().ArtifactsByProject(ctx, orgID, projectID, artifact.Page{Limit: limit, After: after, NewestFirst: newestFirst})
 		if err != nil {
 			t.Fatal(err)
 		}

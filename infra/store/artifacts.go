@@ -34,7 +34,7 @@ type artifactRow struct {
 func (artifactRow) TableName() string { return "artifacts" }
 
 // artifactsWithCreator selects artifacts with their creator's email.
-func (s Workspace) artifactsWithCreator(ctx context.Context) *gorm.DB {
+func (s Artifacts) artifactsWithCreator(ctx context.Context) *gorm.DB {
 	return s.q(ctx).Model(&artifactRow{}).Select("artifacts.*, COALESCE(users.email, '') AS creator_email").
 		Joins("LEFT JOIN users ON users.id = artifacts.created_by")
 }
@@ -49,21 +49,21 @@ func (r artifactRow) domain() artifact.Artifact {
 
 // CreateArtifact stores a new artifact version; a second artifact with the
 // same project, thread, path and version is a conflict.
-func (s Workspace) CreateArtifact(ctx context.Context, a artifact.Artifact) error {
+func (s Artifacts) CreateArtifact(ctx context.Context, a artifact.Artifact) error {
 	r := artifactRow{ID: a.ID, OrgID: a.OrgID, ProjectID: a.ProjectID, ThreadID: a.ThreadID, CreatedBy: a.CreatedBy, ToolUseID: a.ToolUseID,
 		Path: a.Path, Name: a.Name, MimeType: a.MimeType, SizeBytes: a.SizeBytes, SHA256: a.SHA256, Version: a.Version, CreatedAt: a.CreatedAt.UTC()}
 	return translate(s.q(ctx).Create(&r).Error, "artifact")
 }
 
 // Artifact returns the org's artifact with id.
-func (s Workspace) Artifact(ctx context.Context, orgID, id string) (artifact.Artifact, error) {
+func (s Artifacts) Artifact(ctx context.Context, orgID, id string) (artifact.Artifact, error) {
 	return take[artifactRow](s.artifactsWithCreator(ctx).Where("artifacts.id = ? AND artifacts.org_id = ?", id, orgID), "artifact")
 }
 
 // ArtifactsByProject lists one page of the artifacts of the org's project,
 // by creation time, then id: oldest first, or newest first with
 // p.NewestFirst. An After that is no artifact of the project is invalid.
-func (s Workspace) ArtifactsByProject(ctx context.Context, orgID, projectID string, p artifact.Page) ([]artifact.Artifact, error) {
+func (s Artifacts) ArtifactsByProject(ctx context.Context, orgID, projectID string, p artifact.Page) ([]artifact.Artifact, error) {
 	q := s.artifactsWithCreator(ctx).Where("artifacts.org_id = ? AND artifacts.project_id = ?", orgID, projectID)
 	if p.After != "" {
 		var cur artifactRow
@@ -92,21 +92,21 @@ func (s Workspace) ArtifactsByProject(ctx context.Context, orgID, projectID stri
 }
 
 // LatestArtifact returns the highest version saved for a thread's path.
-func (s Workspace) LatestArtifact(ctx context.Context, projectID, threadID, path string) (artifact.Artifact, error) {
+func (s Artifacts) LatestArtifact(ctx context.Context, projectID, threadID, path string) (artifact.Artifact, error) {
 	return take[artifactRow](s.q(ctx).Where("project_id = ? AND thread_id = ? AND path = ?", projectID, threadID, path).
 		Order("version DESC"), "artifact")
 }
 
 // ArtifactWithContent returns the project's newest artifact at path with
 // that content.
-func (s Workspace) ArtifactWithContent(ctx context.Context, projectID, path, sha256 string) (artifact.Artifact, error) {
+func (s Artifacts) ArtifactWithContent(ctx context.Context, projectID, path, sha256 string) (artifact.Artifact, error) {
 	return take[artifactRow](s.q(ctx).Where("project_id = ? AND path = ? AND sha256 = ?", projectID, path, sha256).
 		Order("created_at DESC"), "artifact")
 }
 
 // ProjectArtifactHashes returns the distinct content hashes of the
 // artifacts of the org's project.
-func (s Workspace) ProjectArtifactHashes(ctx context.Context, orgID, projectID string) ([]string, error) {
+func (s Artifacts) ProjectArtifactHashes(ctx context.Context, orgID, projectID string) ([]string, error) {
 	var sums []string
 	if err := s.q(ctx).Model(&artifactRow{}).Where("org_id = ? AND project_id = ?", orgID, projectID).
 		Distinct("sha256").Order("sha256").Pluck("sha256", &sums).Error; err != nil {
@@ -121,7 +121,7 @@ const hashBatch = 500
 
 // ReferencedArtifactHashes returns those of sums that at least one
 // artifact, of any org, references; in no particular order.
-func (s Workspace) ReferencedArtifactHashes(ctx context.Context, sums []string) ([]string, error) {
+func (s Artifacts) ReferencedArtifactHashes(ctx context.Context, sums []string) ([]string, error) {
 	var out []string
 	for batch := range slices.Chunk(sums, hashBatch) {
 		var found []string

@@ -137,7 +137,7 @@ func quotaSuite(t *testing.T, s *store.Store) {
 	pr, _ := project.New(id("prj"), o.ID(), u1.ID(), "P", now)
 	pr2, _ := project.New(id("prj"), other.ID(), u3.ID(), "P", now)
 	for _, p := range []project.Project{pr, pr2} {
-		if err := s.Workspace().CreateProject(ctx, p); err != nil {
+		if err := s.Threads().CreateProject(ctx, p); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -148,7 +148,7 @@ func quotaSuite(t *testing.T, s *store.Store) {
 		{OrgID: other.ID(), ProjectID: pr2.ID(), Path: "/mnt/user-data/outputs/c", Version: 1, SizeBytes: 5},
 	} {
 		ar.ID, ar.ThreadID, ar.Name, ar.MimeType, ar.SHA256, ar.CreatedAt = id("art"), "thr_x", "f", "text/plain", "00", now.Add(time.Duration(i))
-		if err := s.Workspace().CreateArtifact(ctx, ar); err != nil {
+		if err := s.Artifacts().CreateArtifact(ctx, ar); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -168,12 +168,12 @@ func quotaSuite(t *testing.T, s *store.Store) {
 		org, owner, project string
 	}{{o.ID(), u1.ID(), pr.ID()}, {other.ID(), u3.ID(), pr2.ID()}} {
 		th, _ := thread.New(id("thr"), x.org, x.project, x.owner, "T", now)
-		if err := s.Workspace().CreateThread(ctx, th); err != nil {
+		if err := s.Threads().CreateThread(ctx, th); err != nil {
 			t.Fatal(err)
 		}
 		for _, role := range []thread.Role{thread.User, thread.Assistant} {
 			m := thread.RestoreMessage(id("msg"), th.ID(), 0, role, text, usage, true, now, thread.Ending{})
-			if _, err := s.Workspace().AppendMessage(ctx, m); err != nil {
+			if _, err := s.Threads().AppendMessage(ctx, m); err != nil {
 				t.Fatal(err)
 			}
 		}

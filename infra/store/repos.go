@@ -9,9 +9,12 @@ package store
 // log (app/auth, app/admin).
 type Accounts struct{ *handle }
 
-// Workspace keeps projects, threads, their messages and artifacts
-// (app/workspace).
-type Workspace struct{ *handle }
+// Threads keeps projects, threads and their messages (app/workspace,
+// app/containers).
+type Threads struct{ *handle }
+
+// Artifacts keeps the artifacts saved from threads (app/workspace).
+type Artifacts struct{ *handle }
 
 // Containers keeps container records and the tombstones of those removed
 // at their maximum age (app/containers).
@@ -45,8 +48,11 @@ type Locks struct{ *handle }
 // Accounts returns the accounts repository.
 func (s *Store) Accounts() Accounts { return Accounts{s.handle} }
 
-// Workspace returns the workspace repository.
-func (s *Store) Workspace() Workspace { return Workspace{s.handle} }
+// Threads returns the projects and threads repository.
+func (s *Store) Threads() Threads { return Threads{s.handle} }
+
+// Artifacts returns the artifacts repository.
+func (s *Store) Artifacts() Artifacts { return Artifacts{s.handle} }
 
 // Containers returns the container records' repository.
 func (s *Store) Containers() Containers { return Containers{s.handle} }

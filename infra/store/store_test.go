@@ -176,20 +176,20 @@ func suite(t *testing.T, s *store.Store) {
 
 	// Projects are scoped by org.
 	pr, _ := project.New(id("prj"), o.ID(), u.ID(), "Research", now)
-	if err := s.Workspace().CreateProject(ctx, pr); err != nil {
+	if err := s.Threads().CreateProject(ctx, pr); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Workspace().Project(ctx, o2.ID(), pr.ID()); !fault.Is(err, fault.NotFound) {
+	if _, err := s.Threads().Project(ctx, o2.ID(), pr.ID()); !fault.Is(err, fault.NotFound) {
 		t.Fatalf("cross-org project: %v", err)
 	}
-	if err := s.Workspace().DeleteProject(ctx, o2.ID(), pr.ID()); !fault.Is(err, fault.NotFound) {
+	if err := s.Threads().DeleteProject(ctx, o2.ID(), pr.ID()); !fault.Is(err, fault.NotFound) {
 		t.Fatalf("cross-org delete: %v", err)
 	}
 	renamed, _ := pr.Rename("Renamed", now.Add(time.Second))
-	if err := s.Workspace().UpdateProject(ctx, renamed); err != nil {
+	if err := s.Threads().UpdateProject(ctx, renamed); err != nil {
 		t.Fatal(err)
 	}
-	gp, _ := s.Workspace().Project(ctx, o.ID(), pr.ID())
+	gp, _ := s.Threads().Project(ctx, o.ID(), pr.ID())
 	if gp.Name() != "Renamed" {
 		t.Fatalf("rename lost: %q", gp.Name())
 	}
@@ -198,38 +198,38 @@ func suite(t *testing.T, s *store.Store) {
 	var ids []string
 	for i := 0; i < 5; i++ {
 		th, _ := thread.New(id("thr"), o.ID(), pr.ID(), u.ID(), fmt.Sprintf("t%d", i), now.Add(time.Duration(i)*time.Second))
-		if err := s.Workspace().CreateThread(ctx, th); err != nil {
+		if err := s.Threads().CreateThread(ctx, th); err != nil {
 			t.Fatal(err)
 		}
 		ids = append(ids, th.ID())
 	}
-	page, _ := s.Workspace().Threads(ctx, o.ID(), u.ID(), "", thread.Page{Limit: 2})
+	page, _ := s.Threads().Threads(ctx, o.ID(), u.ID(), "", thread.Page{Limit: 2})
 	if len(page) != 2 || page[0].ID() != ids[4] || page[1].ID() != ids[3] {
 		t.Fatalf("page 1: %v", page)
 	}
-	page, _ = s.Workspace().Threads(ctx, o.ID(), u.ID(), pr.ID(), thread.Page{Limit: 10, Before: page[1].ID()})
+	page, _ = s.Threads().Threads(ctx, o.ID(), u.ID(), pr.ID(), thread.Page{Limit: 10, Before: page[1].ID()})
 	if len(page) != 3 || page[0].ID() != ids[2] {
 		t.Fatalf("page 2: %v", page)
 	}
-	if _, err := s.Workspace().Thread(ctx, o.ID(), other.ID(), ids[0]); !fault.Is(err, fault.NotFound) {
+	if _, err := s.Threads().Thread(ctx, o.ID(), other.ID(), ids[0]); !fault.Is(err, fault.NotFound) {
 		t.Fatalf("other user's thread: %v", err)
 	}
-	if err := s.Workspace().DeleteThread(ctx, o2.ID(), other.ID(), ids[0]); !fault.Is(err, fault.NotFound) {
+	if err := s.Threads().DeleteThread(ctx, o2.ID(), other.ID(), ids[0]); !fault.Is(err, fault.NotFound) {
 		t.Fatalf("other org deletes thread: %v", err)
 	}
 
 	// Messages keep their order; an incomplete turn is visible as such.
 	m1, _ := thread.NewMessage(id("msg"), ids[0], thread.User, []byte(`[{"type":"text","text":"hi"}]`), true, now)
-	m1, err = s.Workspace().AppendMessage(ctx, m1)
+	m1, err = s.Threads().AppendMessage(ctx, m1)
 	if err != nil || m1.Seq() != 1 {
 		t.Fatalf("append: %v %d", err, m1.Seq())
 	}
 	m2, _ := thread.NewMessage(id("msg"), ids[0], thread.Assistant, []byte(`[]`), false, now)
-	m2, _ = s.Workspace().AppendMessage(ctx, m2)
-	if err := s.Workspace().UpdateMessage(ctx, m2.Finish([]byte(`[{"type":"text","text":"yo"}]`), []byte(`{"input_tokens":1}`))); err != nil {
+	m2, _ = s.Threads().AppendMessage(ctx, m2)
+	if err := s.Threads().UpdateMessage(ctx, m2.Finish([]byte(`[{"type":"text","text":"yo"}]`), []byte(`{"input_tokens":1}`))); err != nil {
 		t.Fatal(err)
 	}
-	ms, _ := s.Workspace().Messages(ctx, ids[0])
+	ms, _ := s.Threads().Messages(ctx, ids[0])
 	if len(ms) != 2 || ms[1].Seq() != 2 || !ms[1].Complete() || !strings.Contains(string(ms[1].Content()), "yo") {
 		t.Fatalf("messages: %+v", ms)
 	}
@@ -241,24 +241,24 @@ func suite(t *testing.T, s *store.Store) {
 		t.Fatal(err)
 	}
 	mt, _ := thread.New(id("thr"), o.ID(), pr.ID(), mate.ID(), "mate's", now)
-	if err := s.Workspace().CreateThread(ctx, mt); err != nil {
+	if err := s.Threads().CreateThread(ctx, mt); err != nil {
 		t.Fatal(err)
 	}
-	if all, err := s.Workspace().ProjectThreads(ctx, o.ID(), pr.ID()); err != nil || len(all) != 6 {
+	if all, err := s.Threads().ProjectThreads(ctx, o.ID(), pr.ID()); err != nil || len(all) != 6 {
 		t.Fatalf("project threads: %d %v", len(all), err)
 	}
-	if all, err := s.Workspace().ProjectThreads(ctx, o2.ID(), pr.ID()); err != nil || len(all) != 0 {
+	if all, err := s.Threads().ProjectThreads(ctx, o2.ID(), pr.ID()); err != nil || len(all) != 0 {
 		t.Fatalf("project threads seen from another org: %d %v", len(all), err)
 	}
 
 	// Deleting a project removes its threads and their messages.
-	if err := s.Workspace().DeleteProject(ctx, o.ID(), pr.ID()); err != nil {
+	if err := s.Threads().DeleteProject(ctx, o.ID(), pr.ID()); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Workspace().Thread(ctx, o.ID(), u.ID(), ids[0]); !fault.Is(err, fault.NotFound) {
+	if _, err := s.Threads().Thread(ctx, o.ID(), u.ID(), ids[0]); !fault.Is(err, fault.NotFound) {
 		t.Fatalf("thread survived its project: %v", err)
 	}
-	if ms, _ := s.Workspace().Messages(ctx, ids[0]); len(ms) != 0 {
+	if ms, _ := s.Threads().Messages(ctx, ids[0]); len(ms) != 0 {
 		t.Fatalf("messages survived: %d", len(ms))
 	}
 
@@ -641,11 +641,11 @@ func usageScopeSuite(t *testing.T, s *store.Store, orgID string, admin user.User
 	ctx := context.Background()
 	now := time.Now()
 	pr, _ := project.New(id("prj"), orgID, admin.ID(), "Metered", now)
-	if err := s.Workspace().CreateProject(ctx, pr); err != nil {
+	if err := s.Threads().CreateProject(ctx, pr); err != nil {
 		t.Fatal(err)
 	}
 	th, _ := thread.New(id("thr"), orgID, pr.ID(), admin.ID(), "Quarterly numbers", now)
-	if err := s.Workspace().CreateThread(ctx, th); err != nil {
+	if err := s.Threads().CreateThread(ctx, th); err != nil {
 		t.Fatal(err)
 	}
 	tc, _ := container.NewForThread(orgID, admin.ID(), th.ID(), now)

@@ -83,14 +83,14 @@ func TestPostgreSQLGoneIsUnavailable(t *testing.T) {
 	if _, err := s.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Workspace().Thread(ctx, "org_x", "usr_x", "thr_x"); !fault.Is(err, fault.NotFound) {
+	if _, err := s.Threads().Thread(ctx, "org_x", "usr_x", "thr_x"); !fault.Is(err, fault.NotFound) {
 		t.Fatalf("through the proxy: %v", err)
 	}
 	proxy.close()
 
 	checks := map[string]func() error{
 		"read": func() error {
-			_, err := s.Workspace().Thread(ctx, "org_x", "usr_x", "thr_x")
+			_, err := s.Threads().Thread(ctx, "org_x", "usr_x", "thr_x")
 			return err
 		},
 		"write": func() error {
@@ -99,7 +99,7 @@ func TestPostgreSQLGoneIsUnavailable(t *testing.T) {
 		},
 		"transaction": func() error {
 			return s.InTx(ctx, func(tx *store.Store) error {
-				_, err := tx.Workspace().Thread(ctx, "org_x", "usr_x", "thr_x")
+				_, err := tx.Threads().Thread(ctx, "org_x", "usr_x", "thr_x")
 				return err
 			})
 		},

@@ -34,34 +34,34 @@ func (r projectRow) domain() project.Project {
 }
 
 // CreateProject stores a new project.
-func (s Workspace) CreateProject(ctx context.Context, p project.Project) error {
+func (s Threads) CreateProject(ctx context.Context, p project.Project) error {
 	r := projectRow{p.ID(), p.OrgID(), p.OwnerID(), p.Name(), p.CreatedAt(), p.UpdatedAt()}
 	return translate(s.q(ctx).Create(&r).Error, "project")
 }
 
 // Project returns the org's project with id.
-func (s Workspace) Project(ctx context.Context, orgID, id string) (project.Project, error) {
+func (s Threads) Project(ctx context.Context, orgID, id string) (project.Project, error) {
 	return take[projectRow](s.q(ctx).Where("id = ? AND org_id = ?", id, orgID), "project")
 }
 
 // ProjectsByOrg lists the org's projects by creation time.
-func (s Workspace) ProjectsByOrg(ctx context.Context, orgID string) ([]project.Project, error) {
+func (s Threads) ProjectsByOrg(ctx context.Context, orgID string) ([]project.Project, error) {
 	return find[projectRow](s.q(ctx).Where("org_id = ?", orgID).Order("created_at, id"), "projects")
 }
 
 // UpdateProject saves the project's name.
-func (s Workspace) UpdateProject(ctx context.Context, p project.Project) error {
+func (s Threads) UpdateProject(ctx context.Context, p project.Project) error {
 	return one(s.q(ctx).Model(&projectRow{}).Where("id = ? AND org_id = ?", p.ID(), p.OrgID()).
 		Updates(map[string]any{"name": p.Name(), "updated_at": p.UpdatedAt()}), "project")
 }
 
 // DeleteProject deletes the org's project; its threads and messages go with it.
-func (s Workspace) DeleteProject(ctx context.Context, orgID, id string) error {
+func (s Threads) DeleteProject(ctx context.Context, orgID, id string) error {
 	return one(s.q(ctx).Where("id = ? AND org_id = ?", id, orgID).Delete(&projectRow{}), "project")
 }
 
 // ProjectThreads returns every thread of a project of the org.
-func (s Workspace) ProjectThreads(ctx context.Context, orgID, projectID string) ([]thread.Thread, error) {
+func (s Threads) ProjectThreads(ctx context.Context, orgID, projectID string) ([]thread.Thread, error) {
 	return find[threadRow](s.q(ctx).Where("org_id = ? AND project_id = ?", orgID, projectID).Order("id"), "project threads")
 }
 
@@ -82,13 +82,13 @@ func (r threadRow) domain() thread.Thread {
 }
 
 // CreateThread stores a new thread.
-func (s Workspace) CreateThread(ctx context.Context, t thread.Thread) error {
+func (s Threads) CreateThread(ctx context.Context, t thread.Thread) error {
 	r := threadRow{t.ID(), t.OrgID(), t.ProjectID(), t.OwnerID(), t.Title(), t.CreatedAt(), t.UpdatedAt()}
 	return translate(s.q(ctx).Create(&r).Error, "thread")
 }
 
 // Thread returns the owner's thread with id.
-func (s Workspace) Thread(ctx context.Context, orgID, ownerID, id string) (thread.Thread, error) {
+func (s Threads) Thread(ctx context.Context, orgID, ownerID, id string) (thread.Thread, error) {
 	return take[threadRow](s.q(ctx).Where("id = ? AND org_id = ? AND owner_id = ?", id, orgID, ownerID), "thread")
 }
 
@@ -96,7 +96,7 @@ func (s Workspace) Thread(ctx context.Context, orgID, ownerID, id string) (threa
 var likeEscaper = strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`)
 
 // Threads lists the owner's threads newest first, optionally in one project.
-func (s Workspace) Threads(ctx context.Context, orgID, ownerID, projectID string, p thread.Page) ([]thread.Thread, error) {
+func (s Threads) Threads(ctx context.Context, orgID, ownerID, projectID string, p thread.Page) ([]thread.Thread, error) {
 	q := s.q(ctx).Where("org_id = ? AND owner_id = ?", orgID, ownerID)
 	if projectID != "" {
 		q = q.Where("project_id = ?", projectID)
@@ -124,13 +124,13 @@ func (s Workspace) Threads(ctx context.Context, orgID, ownerID, projectID string
 }
 
 // UpdateThread saves the thread's title and update time.
-func (s Workspace) UpdateThread(ctx context.Context, t thread.Thread) error {
+func (s Threads) UpdateThread(ctx context.Context, t thread.Thread) error {
 	return one(s.q(ctx).Model(&threadRow{}).Where("id = ? AND org_id = ? AND owner_id = ?", t.ID(), t.OrgID(), t.OwnerID()).
 		Updates(map[string]any{"title": t.Title(), "updated_at": t.UpdatedAt()}), "thread")
 }
 
 // DeleteThread deletes the owner's thread and its messages.
-func (s Workspace) DeleteThread(ctx context.Context, orgID, ownerID, id string) error {
+func (s Threads) DeleteThread(ctx context.Context, orgID, ownerID, id string) error {
 	return one(s.q(ctx).Where("id = ? AND org_id = ? AND owner_id = ?", id, orgID, ownerID).Delete(&threadRow{}), "thread")
 }
 
@@ -159,7 +159,7 @@ func (r messageRow) domain() thread.Message {
 }
 
 // AppendMessage stores m as the thread's next message and returns it with its seq.
-func (s Workspace) AppendMessage(ctx context.Context, m thread.Message) (thread.Message, error) {
+func (s Threads) AppendMessage(ctx context.Context, m thread.Message) (thread.Message, error) {
 	var out thread.Message
 	err := s.txq(ctx).Transaction(func(tx *gorm.DB) error {
 		var max struct{ N int64 }
@@ -178,13 +178,13 @@ func (s Workspace) AppendMessage(ctx context.Context, m thread.Message) (thread.
 
 // UpdateMessage saves a message's content, usage, completeness and why
 // its turn ended.
-func (s Workspace) UpdateMessage(ctx context.Context, m thread.Message) error {
+func (s Threads) UpdateMessage(ctx context.Context, m thread.Message) error {
 	return one(s.q(ctx).Model(&messageRow{}).Where("id = ?", m.ID()).
 		Updates(map[string]any{"content": string(m.Content()), "usage": string(m.Usage()), "complete": m.Complete(), "end_reason": string(m.Ended().Reason), "end_detail": m.Ended().Detail}), "message")
 }
 
 // ReplaceMessages marks messages of a thread replaced.
-func (s Workspace) ReplaceMessages(ctx context.Context, threadID string, ids []string) error {
+func (s Threads) ReplaceMessages(ctx context.Context, threadID string, ids []string) error {
 	if len(ids) == 0 {
 		return nil
 	}
@@ -193,7 +193,7 @@ func (s Workspace) ReplaceMessages(ctx context.Context, threadID string, ids []s
 }
 
 // Messages returns a thread's messages in order.
-func (s Workspace) Messages(ctx context.Context, threadID string) ([]thread.Message, error) {
+func (s Threads) Messages(ctx context.Context, threadID string) ([]thread.Message, error) {
 	return find[messageRow](s.q(ctx).Where("thread_id = ?", threadID).Order("seq"), "messages")
 }
 

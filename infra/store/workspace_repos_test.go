@@ -51,16 +51,16 @@ func artifactSkillSuite(t *testing.T, s *store.Store) {
 		t.Fatal(err)
 	}
 	pr, _ := project.New(id("prj"), o.ID(), u.ID(), "Research", now)
-	if err := s.Workspace().CreateProject(ctx, pr); err != nil {
+	if err := s.Threads().CreateProject(ctx, pr); err != nil {
 		t.Fatal(err)
 	}
 	th, _ := thread.New(id("thr"), o.ID(), pr.ID(), u.ID(), "t", now)
-	if err := s.Workspace().CreateThread(ctx, th); err != nil {
+	if err := s.Threads().CreateThread(ctx, th); err != nil {
 		t.Fatal(err)
 	}
 
 	// Artifacts: versions per path, org-scoped lookups, outliving the thread.
-	if _, err := s.Workspace().LatestArtifact(ctx, pr.ID(), th.ID(), "/mnt/user-data/outputs/a.png"); !fault.Is(err, fault.NotFound) {
+	if _, err := s.Artifacts().LatestArtifact(ctx, pr.ID(), th.ID(), "/mnt/user-data/outputs/a.png"); !fault.Is(err, fault.NotFound) {
 		t.Fatalf("latest of nothing: %v", err)
 	}
 	mk := func(v int, sum string, at time.Time) artifact.Artifact {
@@ -69,36 +69,36 @@ func artifactSkillSuite(t *testing.T, s *store.Store) {
 	}
 	a1, a2 := mk(1, "aa", now), mk(2, "bb", now.Add(time.Second))
 	for _, a := range []artifact.Artifact{a1, a2} {
-		if err := s.Workspace().CreateArtifact(ctx, a); err != nil {
+		if err := s.Artifacts().CreateArtifact(ctx, a); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := s.Workspace().CreateArtifact(ctx, mk(2, "cc", now)); !fault.Is(err, fault.Conflict) {
+	if err := s.Artifacts().CreateArtifact(ctx, mk(2, "cc", now)); !fault.Is(err, fault.Conflict) {
 		t.Fatalf("duplicate version: %v", err)
 	}
-	latest, err := s.Workspace().LatestArtifact(ctx, pr.ID(), th.ID(), a1.Path)
+	latest, err := s.Artifacts().LatestArtifact(ctx, pr.ID(), th.ID(), a1.Path)
 	if err != nil || latest.ID != a2.ID || latest.Version != 2 || latest.SHA256 != "bb" || !latest.CreatedAt.Equal(a2.CreatedAt) {
 		t.Fatalf("latest: %+v %v", latest, err)
 	}
-	if same, err := s.Workspace().ArtifactWithContent(ctx, pr.ID(), a1.Path, "aa"); err != nil || same.ID != a1.ID {
+	if same, err := s.Artifacts().ArtifactWithContent(ctx, pr.ID(), a1.Path, "aa"); err != nil || same.ID != a1.ID {
 		t.Fatalf("artifact with content: %+v %v", same, err)
 	}
-	if _, err := s.Workspace().ArtifactWithContent(ctx, pr.ID(), a1.Path, "zz"); !fault.Is(err, fault.NotFound) {
+	if _, err := s.Artifacts().ArtifactWithContent(ctx, pr.ID(), a1.Path, "zz"); !fault.Is(err, fault.NotFound) {
 		t.Fatalf("artifact with other content: %v", err)
 	}
-	if got, err := s.Workspace().Artifact(ctx, o.ID(), a1.ID); err != nil || got != a1 {
+	if got, err := s.Artifacts().Artifact(ctx, o.ID(), a1.ID); err != nil || got != a1 {
 		t.Fatalf("round trip: %+v %v want %+v", got, err, a1)
 	}
-	if _, err := s.Workspace().Artifact(ctx, other.ID(), a1.ID); !fault.Is(err, fault.NotFound) {
+	if _, err := s.Artifacts().Artifact(ctx, other.ID(), a1.ID); !fault.Is(err, fault.NotFound) {
 		t.Fatalf("another org's artifact: %v", err)
 	}
-	if list, _ := s.Workspace().ArtifactsByProject(ctx, other.ID(), pr.ID(), artifact.Page{}); len(list) != 0 {
+	if list, _ := s.Artifacts().ArtifactsByProject(ctx, other.ID(), pr.ID(), artifact.Page{}); len(list) != 0 {
 		t.Fatalf("another org lists the project's artifacts: %v", list)
 	}
-	if err := s.Workspace().DeleteThread(ctx, o.ID(), u.ID(), th.ID()); err != nil {
+	if err := s.Threads().DeleteThread(ctx, o.ID(), u.ID(), th.ID()); err != nil {
 		t.Fatal(err)
 	}
-	list, err := s.Workspace().ArtifactsByProject(ctx, o.ID(), pr.ID(), artifact.Page{})
+	list, err := s.Artifacts().ArtifactsByProject(ctx, o.ID(), pr.ID(), artifact.Page{})
 	if err != nil || len(list) != 2 || list[0].ID != a1.ID || list[1].ID != a2.ID {
 		t.Fatalf("artifacts after the thread was deleted: %v %v", list, err)
 	}
@@ -172,18 +172,18 @@ func hashReferenceSuite(t *testing.T, s *store.Store) {
 			t.Fatal(err)
 		}
 		pr, _ := project.New(id("prj"), o.ID(), u.ID(), "P", now)
-		if err := s.Workspace().CreateProject(ctx, pr); err != nil {
+		if err := s.Threads().CreateProject(ctx, pr); err != nil {
 			t.Fatal(err)
 		}
 		*pl = place{o.ID(), pr.ID(), id("thr")}
 	}
 	// A second project of acme, owned by acme's first project's owner.
-	first, err := s.Workspace().Project(ctx, acme.org, acme.project)
+	first, err := s.Threads().Project(ctx, acme.org, acme.project)
 	if err != nil {
 		t.Fatal(err)
 	}
 	pr2, _ := project.New(id("prj"), acme.org, first.OwnerID(), "Q", now)
-	if err := s.Workspace().CreateProject(ctx, pr2); err != nil {
+	if err := s.Threads().CreateProject(ctx, pr2); err != nil {
 		t.Fatal(err)
 	}
 	acme2 := place{acme.org, pr2.ID(), id("thr")}
@@ -194,7 +194,7 @@ func hashReferenceSuite(t *testing.T, s *store.Store) {
 		v++
 		a := artifact.Artifact{ID: id("art"), OrgID: pl.org, ProjectID: pl.project, ThreadID: pl.thread, Path: path, Name: "x",
 			MimeType: "text/plain", SizeBytes: 1, SHA256: sha, Version: v, CreatedAt: now}
-		if err := s.Workspace().CreateArtifact(ctx, a); err != nil {
+		if err := s.Artifacts().CreateArtifact(ctx, a); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -215,7 +215,7 @@ func hashReferenceSuite(t *testing.T, s *store.Store) {
 		{"another org's project", globex.org, acme.project, nil},
 		{"no such project", acme.org, "prj_missing", nil},
 	} {
-		got, err := s.Workspace().ProjectArtifactHashes(ctx, tt.org, tt.projID)
+		got, err := s.Artifacts().ProjectArtifactHashes(ctx, tt.org, tt.projID)
 		if err != nil || !slices.Equal(got, tt.want) {
 			t.Errorf("ProjectArtifactHashes %s = %v, %v; want %v", tt.name, got, err, tt.want)
 		}
@@ -229,7 +229,7 @@ func hashReferenceSuite(t *testing.T, s *store.Store) {
 	many = append(many, sum("d"))
 	referenced := func(sums []string) []string {
 		t.Helper()
-		got, err := s.Workspace().ReferencedArtifactHashes(ctx, sums)
+		got, err := s.Artifacts().ReferencedArtifactHashes(ctx, sums)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -253,10 +253,10 @@ func hashReferenceSuite(t *testing.T, s *store.Store) {
 
 	// Deleting a project drops its references; shared content stays
 	// referenced by the other project.
-	if err := s.Workspace().DeleteProject(ctx, acme.org, acme.project); err != nil {
+	if err := s.Threads().DeleteProject(ctx, acme.org, acme.project); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := s.Workspace().ProjectArtifactHashes(ctx, acme.org, acme.project); err != nil || len(got) != 0 {
+	if got, err := s.Artifacts().ProjectArtifactHashes(ctx, acme.org, acme.project); err != nil || len(got) != 0 {
 		t.Fatalf("hashes of a deleted project: %v %v", got, err)
 	}
 	if got, want := referenced([]string{sum("a"), sum("b")}), []string{sum("a")}; !slices.Equal(got, want) {
