@@ -545,3 +545,32 @@ func TestDeadSandboxIsForgottenAndRebooted(t *testing.T) {
 		t.Fatalf("not rebooted: %v %d", err, fb.booted[c.ID()])
 	}
 }
+
+// TestNewNamesAMissingDependency: an owner built without its records or
+// its folders is a wiring mistake that New refuses at once, naming what is
+// missing, rather than a nil dereference at the first request.
+func TestNewNamesAMissingDependency(t *testing.T) {
+	st := &memStore{m: map[string]container.Container{}}
+	tests := []struct {
+		name string
+		deps Deps
+		want string
+	}{
+		{"no records", Deps{Folders: &fakeFolders{}}, "Deps.Store"},
+		{"no folders", Deps{Store: st}, "Deps.Folders"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			defer func() {
+				msg, _ := recover().(string)
+				if !strings.Contains(msg, tt.want) {
+					t.Fatalf("New panicked with %q, want it to name %s", msg, tt.want)
+				}
+			}()
+			New(tt.deps)
+		})
+	}
+	if New(Deps{Store: st, Folders: &fakeFolders{}}) == nil {
+		t.Fatal("New with its required dependencies returned nil")
+	}
+}
