@@ -26,6 +26,7 @@ import (
 	"threadbox/app/skills"
 	"threadbox/domain/container"
 	"threadbox/domain/fault"
+	"threadbox/domain/id"
 	"threadbox/domain/skill"
 	"threadbox/domain/turn"
 	"threadbox/domain/user"
@@ -250,6 +251,16 @@ func (s *Service) Prepare(ctx context.Context, p user.Principal, req *wire.Reque
 	if th == nil && !needsContainer(req, plan) {
 		return t, nil
 	}
+	if th == nil && freshContainer(p, req, plan) {
+		// The turn runs in a container of its own, which the response
+		// names (docs/messages.md, requests without a container).
+		cp := wire.ContainerParam{}
+		if req.Container != nil {
+			cp = *req.Container
+		}
+		cp.ID = id.New("ctr")
+		req.Container = &cp
+	}
 	if err := s.beforeRun(ctx, p, req, plan, th); err != nil {
 		return nil, err
 	}
@@ -398,6 +409,19 @@ func (s *Service) Validate(ctx context.Context, p user.Principal, req *wire.Requ
 // enables code execution, names a container or refers to container files.
 func needsContainer(req *wire.Request, plan *messages.Plan) bool {
 	return plan.CodeExecution || plan.Sandbox || (req.Container != nil && (req.Container.ID != "" || len(req.Container.Skills) > 0)) || len(plan.ContainerUploads) > 0
+}
+
+// freshContainer reports whether a Messages API request gets a fresh
+// container of its own: it names none, runs a 2026 code-execution tool
+// (whose cells pause for the client's tools, so two conversations must
+// not share an interpreter) and refers to no container files (uploads
+// without a container live in the caller's default one). A sandbox token
+// keeps its own container.
+func freshContainer(p user.Principal, req *wire.Request, plan *messages.Plan) bool {
+	if p.Kind == user.SandboxToken || (req.Container != nil && req.Container.ID != "") || len(plan.ContainerUploads) > 0 {
+		return false
+	}
+	return plan.ToolType == wire.ToolTypeCodeExecution2601 || plan.ToolType == wire.ToolTypeCodeExecution2605
 }
 
 // requestScope is the container a turn runs in: a chat turn's thread's,

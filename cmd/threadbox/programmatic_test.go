@@ -419,3 +419,49 @@ func TestProgrammaticPauseKeepsSandbox(t *testing.T) {
 		t.Fatalf("cell resumed after the pause %+v", r)
 	}
 }
+
+// TestContainerlessConversationsPauseIndependently: two conversations of
+// one user that send no container, each with a 2026 code-execution tool,
+// get a fresh container each (named in the response), so each paused cell
+// is resumed by its own conversation and neither abandons the other's.
+func TestContainerlessConversationsPauseIndependently(t *testing.T) {
+	bin := needDocker(t)
+	s, fake := modelServer(t, "", "anthropic", map[string]string{"SANDBOX_BACKEND": "docker", "THREADBOX_AGENT_BIN": bin})
+	tok := s.bootstrap("acme", "admin@acme.test")
+	cl := msgClient(s, tok)
+	ctx := context.Background()
+	echoFinal(fake)
+	tools := ptcTools(codeExec2601)
+	fake.Push(fakeupstream.ToolLoop("get_weather", "city", "Paris"), fakeupstream.ToolLoop("get_weather", "city", "Rome"))
+
+	start := func(text string) (*anthropic.Message, []anthropic.MessageParam) {
+		t.Helper()
+		history := userText(text)
+		msg, err := cl.Messages.New(ctx, msgParams("", history, tools...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if msg.StopReason != "tool_use" || msg.Container.ID == "" || msg.Container.ID == "default" {
+			t.Fatalf("a container-less request: stop %s, container %+v", msg.StopReason, msg.Container)
+		}
+		return msg, history
+	}
+	a, ha := start("weather in Paris")
+	b, hb := start("weather in Rome")
+	if a.Container.ID == b.Container.ID {
+		t.Fatalf("both conversations got container %q", a.Container.ID)
+	}
+	finish := func(msg *anthropic.Message, history []anthropic.MessageParam, want string) {
+		t.Helper()
+		history = append(history, msg.ToParam(), answer(pendingCalls(t, msg), temperature))
+		final, err := cl.Messages.New(ctx, msgParams(msg.Container.ID, history, tools...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r := cellEnd(t, final.Content, 0); r.ReturnCode != 0 || !strings.Contains(r.Stdout, want) {
+			t.Fatalf("the resumed cell of %s: %+v", msg.Container.ID, r)
+		}
+	}
+	finish(a, ha, `"celsius": 21`)
+	finish(b, hb, `"celsius": 27`)
+}
