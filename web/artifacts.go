@@ -85,9 +85,9 @@ func (s *Server) getArtifact(c *fiber.Ctx) error {
 // artifactContent is GET /artifact/{id}/content, gated by
 // downloads.generated, served like a Files API download.
 func (s *Server) artifactContent(c *fiber.Ctx) error {
-	disp := c.Query("disposition", "attachment")
-	if disp != "attachment" && disp != "inline" {
-		return fault.New(fault.Invalid, "disposition must be 'inline' or 'attachment'")
+	disp, err := disposition(c)
+	if err != nil {
+		return err
 	}
 	ct, err := s.svc.Workspace.ArtifactContent(c.UserContext(), principal(c), c.Params("id"))
 	if err != nil {

@@ -497,9 +497,9 @@ func (s *Server) deletePrefix(c *fiber.Ctx) error {
 // open file (sendfile where the connection allows), with a single byte
 // range when asked.
 func (s *Server) fileContent(c *fiber.Ctx, id string) error {
-	disp := c.Query("disposition", "attachment")
-	if disp != "attachment" && disp != "inline" {
-		return fault.New(fault.Invalid, "disposition must be 'inline' or 'attachment'")
+	disp, err := disposition(c)
+	if err != nil {
+		return err
 	}
 	ct, err := s.svc.Files.Open(c.UserContext(), principal(c), c.Query("scope_id"), id)
 	if err != nil {
@@ -683,4 +683,14 @@ func isAttrChar(ch byte) bool {
 		return true
 	}
 	return strings.IndexByte("!#$&+-.^_`|~", ch) >= 0
+}
+
+// disposition is a download's ?disposition=: attachment (the default) or
+// inline.
+func disposition(c *fiber.Ctx) (string, error) {
+	d := c.Query("disposition", "attachment")
+	if d != "attachment" && d != "inline" {
+		return "", fault.New(fault.Invalid, "disposition must be 'inline' or 'attachment'")
+	}
+	return d, nil
 }

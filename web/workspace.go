@@ -52,9 +52,9 @@ func (s *Server) threadPut(c *fiber.Ctx) error {
 
 // threadDownload is GET /thread/{threadId}/download-file?path=<sandbox path>.
 func (s *Server) threadDownload(c *fiber.Ctx) error {
-	disp := c.Query("disposition", "attachment")
-	if disp != "attachment" && disp != "inline" {
-		return fault.New(fault.Invalid, "disposition must be 'inline' or 'attachment'")
+	disp, err := disposition(c)
+	if err != nil {
+		return err
 	}
 	if c.Query("path") == "" {
 		return fault.New(fault.Invalid, "path is required: the file's sandbox path, e.g. /mnt/user-data/outputs/chart.png")
