@@ -92,6 +92,28 @@ func benchMCP(ctx context.Context, o opts, out io.Writer) error {
 		_, err := cs.ListTools(ctx, nil)
 		return time.Since(start), err
 	}
+	// The same tools/list as a plain HTTP POST in the session: the
+	// server's share of the SDK client's round trip.
+	rawList := func() (time.Duration, error) {
+		req, err := http.NewRequest("POST", srv.base+"/mcp", strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`))
+		if err != nil {
+			return 0, err
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("Mcp-Session-Id", cs.ID())
+		start := time.Now()
+		resp, err := hc.Do(req)
+		if err != nil {
+			return 0, err
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != http.StatusOK || !bytes.Contains(b, []byte(`"sandbox_bash"`)) {
+			return 0, fmt.Errorf("tools/list: %d %v %.200s", resp.StatusCode, err, b)
+		}
+		return time.Since(start), nil
+	}
 	// Both paths run in the caller's default container.
 	const tools = `"tools":[{"type":"sandbox_v1","name":"sandbox_bash"}]`
 	loop := `{"model":"default","max_tokens":64,` + tools + `,"messages":[{"role":"user","content":"sandbox loop"}]}`
@@ -106,7 +128,7 @@ func benchMCP(ctx context.Context, o opts, out io.Writer) error {
 	// Warm up: the sandbox, connections, code paths; and check that the
 	// loop runs the command.
 	for range 10 {
-		for _, f := range []func() (time.Duration, error){mcpCall, mcpList, through(loop), through(none), direct} {
+		for _, f := range []func() (time.Duration, error){mcpCall, mcpList, rawList, through(loop), through(none), direct} {
 			if _, err := f(); err != nil {
 				return err
 			}
@@ -127,6 +149,7 @@ func benchMCP(ctx context.Context, o opts, out io.Writer) error {
 		{name: "Messages API, one sandbox_bash `" + mcpCommand + "` in the tool loop (two model steps + the command)", fn: through(loop)},
 		{name: "Messages API, sandbox_bash offered, no call (one model step)", fn: through(none)},
 		{name: "MCP tools/list (the endpoint's floor)", fn: mcpList},
+		{name: "MCP tools/list as a plain HTTP POST in the session (no SDK client)", fn: rawList},
 		{name: "fake upstream called directly (one model step's own time)", fn: direct},
 	}
 	fmt.Fprintf(os.Stderr, "bench: mcp (%d per row)\n", n)
