@@ -43,7 +43,6 @@ type Store interface {
 	org.Repository
 	user.Repository
 	user.TokenRepository
-	LoginAttempts
 	// Credentials returns a token record with its user and org at once.
 	Credentials(ctx context.Context, tokenID string) (user.Token, user.User, org.Org, error)
 }
@@ -84,7 +83,7 @@ type Service struct {
 }
 
 // New returns the auth service.
-func New(store Store, codec Codec, cfg Config) *Service {
+func New(store Store, logins LoginAttempts, codec Codec, cfg Config) *Service {
 	if cfg.SessionTTL <= 0 {
 		cfg.SessionTTL = 12 * time.Hour
 	}
@@ -112,7 +111,7 @@ func New(store Store, codec Codec, cfg Config) *Service {
 	if cfg.PasswordQueue <= 0 {
 		cfg.PasswordQueue = 4 * cfg.PasswordChecks
 	}
-	l := &limiter{store: store, email: cfg.EmailLoginLimit, addr: cfg.AddrLoginLimit, newAddr: newAddressLimit(cfg.EmailLoginLimit),
+	l := &limiter{store: logins, email: cfg.EmailLoginLimit, addr: cfg.AddrLoginLimit, newAddr: newAddressLimit(cfg.EmailLoginLimit),
 		window: cfg.LoginWindow, knownTTL: cfg.KnownAddressTTL}
 	return &Service{store: store, codec: codec, cfg: cfg, now: time.Now, logins: l,
 		gate: newPasswordGate(cfg.PasswordChecks, cfg.PasswordQueue), compare: bcrypt.CompareHashAndPassword}

@@ -60,7 +60,7 @@ func TestPasswordChecksAreBounded(t *testing.T) {
 	const checks, queue = 2, 1
 	u := user.Restore("usr_1", "org_1", "owner@acme.test", user.Admin, false, "stored-hash", time.Now())
 	st := gateStore{att: &fakeAttempts{}, users: map[string]user.User{u.Email(): u}}
-	svc := New(st, nil, Config{PasswordChecks: checks, PasswordQueue: queue})
+	svc := New(st, st, nil, Config{PasswordChecks: checks, PasswordQueue: queue})
 	var running, most atomic.Int64
 	release := make(chan struct{})
 	svc.compare = func(hash, password []byte) error {

@@ -47,7 +47,7 @@ const (
 	pruneEvery = 500
 )
 
-// LoginAttempts is the shared state of login throttling (infra/store.Accounts).
+// LoginAttempts is the shared state of login throttling (infra/store.Logins).
 type LoginAttempts interface {
 	// TakeLoginAttempt adds one attempt to the counter name unless it holds
 	// limit attempts already in a window that started after windowStart

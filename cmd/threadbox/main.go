@@ -169,7 +169,7 @@ func openAuth(ctx context.Context, getenv func(string) string) (*auth.Service, f
 	if err != nil {
 		return nil, nil, err
 	}
-	a, err := newAuth(cfg, st.Accounts())
+	a, err := newAuth(cfg, st.Accounts(), st.Logins())
 	if err != nil {
 		st.Close()
 		return nil, nil, err
@@ -177,12 +177,12 @@ func openAuth(ctx context.Context, getenv func(string) string) (*auth.Service, f
 	return a, st.Close, nil
 }
 
-func newAuth(cfg Config, accounts store.Accounts) (*auth.Service, error) {
+func newAuth(cfg Config, accounts store.Accounts, logins store.Logins) (*auth.Service, error) {
 	key, _, err := jwt.LoadOrCreateKey(cfg.JWTKeyFile)
 	if err != nil {
 		return nil, err
 	}
-	return auth.New(accounts, jwt.New(key, cfg.JWTIssuer, cfg.JWTAudience), auth.Config{
+	return auth.New(accounts, logins, jwt.New(key, cfg.JWTIssuer, cfg.JWTAudience), auth.Config{
 		SessionTTL:      cfg.SessionTTL,
 		AccessTTL:       cfg.AccessTTL,
 		EmailLoginLimit: cfg.LoginEmailLimit,

@@ -20,7 +20,7 @@ WHERE login_attempts.window_start <= ? OR login_attempts.attempts < ?`
 
 // TakeLoginAttempt adds one attempt to the counter name unless it holds
 // limit attempts in a window that started after windowStart.
-func (s Accounts) TakeLoginAttempt(ctx context.Context, name string, limit int, now, windowStart time.Time) (bool, error) {
+func (s Logins) TakeLoginAttempt(ctx context.Context, name string, limit int, now, windowStart time.Time) (bool, error) {
 	ws := windowStart.UTC()
 	res := s.q(ctx).Exec(takeLoginSQL, name, now.UTC(), ws, ws, ws, limit)
 	if res.Error != nil {
@@ -30,18 +30,18 @@ func (s Accounts) TakeLoginAttempt(ctx context.Context, name string, limit int, 
 }
 
 // ReturnLoginAttempt takes one attempt back from the counter name.
-func (s Accounts) ReturnLoginAttempt(ctx context.Context, name string) error {
+func (s Logins) ReturnLoginAttempt(ctx context.Context, name string) error {
 	return s.exec(ctx, "return login attempt", `UPDATE login_attempts SET attempts = attempts - 1 WHERE name = ? AND attempts > 0`, name)
 }
 
 // ClearLoginAttempts deletes the counter name.
-func (s Accounts) ClearLoginAttempts(ctx context.Context, name string) error {
+func (s Logins) ClearLoginAttempts(ctx context.Context, name string) error {
 	return s.exec(ctx, "clear login attempts", `DELETE FROM login_attempts WHERE name = ?`, name)
 }
 
 // PruneLoginAttempts deletes counters whose window started before
 // windowStart and known addresses last seen before seenBefore.
-func (s Accounts) PruneLoginAttempts(ctx context.Context, windowStart, seenBefore time.Time) error {
+func (s Logins) PruneLoginAttempts(ctx context.Context, windowStart, seenBefore time.Time) error {
 	if err := s.q(ctx).Exec(`DELETE FROM login_attempts WHERE window_start <= ?`, windowStart.UTC()).Error; err != nil {
 		return dbError("prune login attempts", err)
 	}
@@ -49,7 +49,7 @@ func (s Accounts) PruneLoginAttempts(ctx context.Context, windowStart, seenBefor
 }
 
 // KnownLoginAddress reports whether addr logged into email after since.
-func (s Accounts) KnownLoginAddress(ctx context.Context, email, addr string, since time.Time) (bool, error) {
+func (s Logins) KnownLoginAddress(ctx context.Context, email, addr string, since time.Time) (bool, error) {
 	var n int64
 	if err := s.q(ctx).Raw(`SELECT COUNT(*) FROM login_addresses WHERE email = ? AND addr = ? AND seen_at > ?`, email, addr, since.UTC()).Scan(&n).Error; err != nil {
 		return false, dbError("known login address", err)
@@ -58,7 +58,7 @@ func (s Accounts) KnownLoginAddress(ctx context.Context, email, addr string, sin
 }
 
 // RememberLoginAddress records a successful login of email from addr.
-func (s Accounts) RememberLoginAddress(ctx context.Context, email, addr string, now time.Time) error {
+func (s Logins) RememberLoginAddress(ctx context.Context, email, addr string, now time.Time) error {
 	err := s.q(ctx).Exec(`INSERT INTO login_addresses (email, addr, seen_at) VALUES (?, ?, ?)
 ON CONFLICT (email, addr) DO UPDATE SET seen_at = excluded.seen_at`, email, addr, now.UTC()).Error
 	if err != nil {

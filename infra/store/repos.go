@@ -5,9 +5,13 @@ package store
 // one set of connections; each app package declares the small interface it
 // consumes, and the wiring hands it the repository that fits.
 
-// Accounts keeps orgs, users, their tokens, login attempts and the audit
-// log (app/auth, app/admin).
+// Accounts keeps orgs, users, their tokens and the audit log (app/auth,
+// app/admin).
 type Accounts struct{ *handle }
+
+// Logins keeps the counters of login throttling and the addresses each
+// user logged in from (app/auth).
+type Logins struct{ *handle }
 
 // Threads keeps projects, threads and their messages (app/workspace,
 // app/containers).
@@ -47,6 +51,9 @@ type Locks struct{ *handle }
 
 // Accounts returns the accounts repository.
 func (s *Store) Accounts() Accounts { return Accounts{s.handle} }
+
+// Logins returns the login throttling repository.
+func (s *Store) Logins() Logins { return Logins{s.handle} }
 
 // Threads returns the projects and threads repository.
 func (s *Store) Threads() Threads { return Threads{s.handle} }
