@@ -199,6 +199,9 @@ type Turn struct {
 // they run (wire.EventToolOutput).
 func (t *Turn) LiveOutput() { t.opts.LiveOutput = true }
 
+// Model is the model the turn runs with, as resolved.
+func (t *Turn) Model() string { return t.req.Model }
+
 // OnToolCall makes the turn call h after each of its server tool calls (the
 // chat captures the outputs as artifacts).
 func (t *Turn) OnToolCall(h messages.ToolHook) { t.opts.OnToolCall = h }

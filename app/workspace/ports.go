@@ -166,8 +166,19 @@ type Deps struct {
 	// Audit, when set, records project renames and deletions in the org's
 	// audit log.
 	Audit Auditor
-	Now   func() time.Time
-	Log   *slog.Logger
+	// Titles, when set, writes the title of a thread after its first
+	// exchange; without it the title proposed from the first message's
+	// first line stays.
+	Titles Titles
+	Now    func() time.Time
+	Log    *slog.Logger
+}
+
+// Titles asks the model for a thread's title (app/turns.Service).
+type Titles interface {
+	// Title returns the title model writes for exchange, the thread's
+	// first message and answer as text.
+	Title(ctx context.Context, p user.Principal, model, exchange string) (string, error)
 }
 
 // Auditor appends events to the org's audit log (audit.Repository).

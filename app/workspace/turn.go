@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"threadbox/app/messages"
 	"threadbox/app/messages/wire"
@@ -217,10 +218,12 @@ func (t *Turn) run(ctx context.Context, sink messages.Sink) (*wire.Response, err
 		}
 	}
 	// A thread still titled by default takes its title from its first
-	// message, as chat apps propose one.
+	// message, as chat apps propose one; the model may write a better one
+	// once it answered (writeTitle).
+	proposed := ""
 	if th := t.thread.ProposeTitle(textOf(t.content), s.now()); th.Title() != t.thread.Title() {
 		if err := s.store.UpdateThread(dbctx, th); err == nil {
-			t.thread = th
+			t.thread, proposed = th, th.Title()
 		}
 	}
 	am, err := thread.NewMessage(id.New("msg"), t.thread.ID(), thread.Assistant, []byte("[]"), false, s.now())
@@ -266,7 +269,58 @@ func (t *Turn) run(ctx context.Context, sink messages.Sink) (*wire.Response, err
 		return nil, fmt.Errorf("workspace: finish assistant message: %w", err)
 	}
 	_ = s.store.UpdateThread(dbctx, t.thread.Touch(s.now()))
+	if proposed != "" {
+		t.writeTitle(dbctx, proposed, textOf(t.content), textOf(resp.Content))
+	}
 	return resp, nil
+}
+
+// titleTimeout bounds the request for a thread's title.
+const titleTimeout = 20 * time.Second
+
+// titleExcerpt bounds each side of the exchange a title is asked from,
+// in bytes.
+const titleExcerpt = 2000
+
+// writeTitle asks the model for the title of a thread whose first
+// exchange just ended (asked and answer its text), in one small request,
+// and keeps it when the thread still has the title proposed from the
+// first line; when the request fails that title stays. It runs before the
+// turn ends, so the page that reads the thread then sees the title.
+func (t *Turn) writeTitle(ctx context.Context, proposed, asked, answer string) {
+	s := t.s
+	if s.d.Titles == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, titleTimeout)
+	defer cancel()
+	exchange := "User: " + excerpt(asked, titleExcerpt) + "\n\nAssistant: " + excerpt(answer, titleExcerpt)
+	written, err := s.d.Titles.Title(ctx, t.p, t.turn.Model(), exchange)
+	if err != nil {
+		s.log.Warn("thread title not written", "thread", t.thread.ID(), "cause", err.Error())
+		return
+	}
+	th, err := s.store.Thread(ctx, t.p.OrgID, t.p.UserID, t.thread.ID())
+	if err != nil {
+		return
+	}
+	if next := th.WriteTitle(proposed, written, s.now()); next.Title() != th.Title() {
+		if err := s.store.UpdateThread(ctx, next); err == nil {
+			t.thread = next
+		}
+	}
+}
+
+// excerpt returns text cut to at most n bytes at a rune boundary.
+func excerpt(text string, n int) string {
+	text = strings.TrimSpace(text)
+	if len(text) <= n {
+		return text
+	}
+	for n > 0 && !utf8.RuneStart(text[n]) {
+		n--
+	}
+	return text[:n] + "…"
 }
 
 // history returns the thread's messages as the model's conversation,

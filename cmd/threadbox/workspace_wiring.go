@@ -165,9 +165,15 @@ func presignExpiry(cfg Config) time.Duration {
 // newWorkspace wires the Workspace API (docs/api.md): the chat's thread
 // work over the turns service that prepares every turn and keeps the
 // detached turns' logs, thread files over the Files API use cases, the
-// artifact store under DATA_DIR.
+// artifact store under DATA_DIR. A model upstream writes threads' titles;
+// the offline runner, which only runs code, leaves the first line.
 func newWorkspace(cfg Config, sys *system, fs containerFiles, log *slog.Logger) *workspace.Service {
+	var titles workspace.Titles
+	if cfg.ModelProvider == "anthropic" || cfg.ModelProvider == "openai" {
+		titles = sys.turns
+	}
 	return workspace.New(sys.store.Threads(), sys.store.Artifacts(), workspace.Deps{
+		Titles:           titles,
 		Turns:            sys.turns,
 		Containers:       sys.containers,
 		Files:            sys.files,

@@ -64,6 +64,34 @@ func (t Thread) ProposeTitle(text string, now time.Time) Thread {
 	if t.title != DefaultTitle {
 		return t
 	}
+	line := titleOf(text)
+	if line == "" {
+		return t
+	}
+	t.title, t.updatedAt = line, now.UTC()
+	return t
+}
+
+// WriteTitle returns the thread titled by written, a title written for
+// it (by the model, after its first exchange) and cleaned as ProposeTitle
+// cleans a message, quotes around it dropped, when its title is still
+// proposed, the one ProposeTitle gave it: a title someone chose since is
+// kept, and so is proposed when written holds nothing.
+func (t Thread) WriteTitle(proposed, written string, now time.Time) Thread {
+	if t.title != proposed {
+		return t
+	}
+	line := strings.TrimRight(strings.Trim(titleOf(written), "\"'“”‘’`"), " .")
+	if line == "" {
+		return t
+	}
+	t.title, t.updatedAt = line, now.UTC()
+	return t
+}
+
+// titleOf returns text's first line that holds anything, as plain text
+// (plainTitle), cut at a word within maxProposedTitle characters.
+func titleOf(text string) string {
 	var line string
 	for l := range strings.SplitSeq(text, "\n") {
 		if l = strings.Join(strings.Fields(l), " "); l != "" && !strings.HasPrefix(l, "```") {
@@ -79,11 +107,7 @@ func (t Thread) ProposeTitle(text string, now time.Time) Thread {
 		}
 		line = strings.TrimRight(cut, " ,.;:") + "…"
 	}
-	if line == "" {
-		return t
-	}
-	t.title, t.updatedAt = line, now.UTC()
-	return t
+	return line
 }
 
 // Markdown a title drops: block markers at the start of a line (heading,

@@ -75,3 +75,31 @@ func TestProposeTitle(t *testing.T) {
 		})
 	}
 }
+
+func TestWriteTitle(t *testing.T) {
+	now := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
+	const proposed = "Plot monthly sales"
+	tests := []struct {
+		name, title, written, want string
+	}{
+		{"written replaces proposed", proposed, "Monthly sales chart", "Monthly sales chart"},
+		{"quotes and period dropped", proposed, "\"Monthly sales chart.\"", "Monthly sales chart"},
+		{"curly quotes dropped", proposed, "“Monthly sales”", "Monthly sales"},
+		{"markdown dropped", proposed, "## **Monthly** sales", "Monthly sales"},
+		{"first line only", proposed, "Monthly sales\nThis title sums it up", "Monthly sales"},
+		{"empty keeps proposed", proposed, "  \n", proposed},
+		{"only quotes keeps proposed", proposed, "\"\"", proposed},
+		{"renamed since kept", "Q3 numbers", "Monthly sales chart", "Q3 numbers"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			th, err := New("thr_1", "org_1", "prj_1", "usr_1", tt.title, now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := th.WriteTitle(proposed, tt.written, now).Title(); got != tt.want {
+				t.Fatalf("title %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
