@@ -16,8 +16,9 @@
 # the same fake upstream and a threadbox with docker sandboxes: a sandbox_bash
 # `true` through /mcp (the official Go SDK's client) beside the same command
 # through the Messages API's tool loop (two model steps and the command), the
-# loop without a call, tools/list and the upstream alone. The lifecycle rows (-only lifecycle) start a threadbox with
-# docker sandboxes, loop-mounted disk quotas when root, the runner model and
+# loop without a call, tools/list (through the SDK's client and as a plain
+# POST) and the upstream alone. The lifecycle rows (-only lifecycle) start a
+# threadbox with docker sandboxes, loop-mounted disk quotas when root, the runner model and
 # CONTAINER_MAX_AGE of 5 s, make -lifecycle-n containers (300) through the
 # Messages API, run one command in each, and print the host resources
 # (containers, mounts, loop devices, disk, the server's RSS, threads and fds)
