@@ -97,6 +97,7 @@ func (s *Server) routes() {
 	a.Get("/api/gpt/v1/skills/:skill_id/versions", s.listSkillVersions)
 	a.Get("/api/gpt/v1/skills/:skill_id/versions/:version", s.getSkillVersion)
 	a.Delete("/api/gpt/v1/skills/:skill_id/versions/:version", s.deleteSkillVersion)
+	a.Get("/api/gpt/v1/skills/:skill_id/versions/:version/content", s.skillVersionContent)
 
 	// Files API (docs/api.md); authenticated by the /api/gpt group above.
 	// Per-file routes read the id or key from the raw path (web/files.go).

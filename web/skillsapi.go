@@ -252,3 +252,16 @@ func (s *Server) deleteSkillVersion(c *fiber.Ctx) error {
 	}
 	return c.JSON(fiber.Map{"id": v.ID, "type": "skill_version_deleted"})
 }
+
+// skillVersionContent is GET /v1/skills/{skill_id}/versions/{version}/content:
+// the version's files as a zip archive.
+func (s *Server) skillVersionContent(c *fiber.Ctx) error {
+	zipped, v, err := s.svc.Skills.Content(c.UserContext(), principal(c), c.Params("skill_id"), c.Params("version"))
+	if err != nil {
+		return err
+	}
+	c.Set(fiber.HeaderContentType, "application/zip")
+	c.Set(fiber.HeaderXContentTypeOptions, "nosniff")
+	c.Set(fiber.HeaderContentDisposition, contentDisposition("attachment", v.Name+".zip"))
+	return c.Send(zipped)
+}

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"slices"
 	"strconv"
 	"strings"
@@ -254,4 +255,45 @@ func (s *Service) audit(ctx context.Context, p user.Principal, action, target st
 	}
 	b, _ := json.Marshal(after)
 	_ = s.auditor.AppendEvent(context.WithoutCancel(ctx), audit.Event{ID: id.New("aud"), OrgID: p.OrgID, ActorID: p.UserID, Action: action, Target: target, After: b, At: s.now().UTC()})
+}
+
+// Content returns one version's files as a zip archive, each under the
+// skill's name as its top-level folder, whatever archive it was uploaded
+// as; and the version.
+func (s *Service) Content(ctx context.Context, p user.Principal, skillID, version string) ([]byte, skill.Skill, error) {
+	v, err := s.Version(ctx, p, skillID, version)
+	if err != nil {
+		return nil, skill.Skill{}, err
+	}
+	if s.archives == nil {
+		return nil, skill.Skill{}, fault.New(fault.Unavailable, "skill archives are not kept on this server")
+	}
+	rc, err := s.archives.Open(ctx, p.OrgID, v.SHA256)
+	if err != nil {
+		return nil, skill.Skill{}, fmt.Errorf("skills: open archive of %s v%d: %w", v.Name, v.Version, err)
+	}
+	defer rc.Close()
+	raw, err := io.ReadAll(io.LimitReader(rc, s.limits.MaxTotalBytes+1))
+	if err != nil {
+		return nil, skill.Skill{}, fmt.Errorf("skills: read archive of %s v%d: %w", v.Name, v.Version, err)
+	}
+	entries, err := ReadArchive(raw, s.limits)
+	if err != nil {
+		return nil, skill.Skill{}, fmt.Errorf("skills: read archive of %s v%d: %w", v.Name, v.Version, err)
+	}
+	var buf bytes.Buffer
+	zw := zip.NewWriter(&buf)
+	for _, e := range entries {
+		w, err := zw.CreateHeader(&zip.FileHeader{Name: v.Name + "/" + e.Path, Method: zip.Deflate, Modified: v.CreatedAt})
+		if err != nil {
+			return nil, skill.Skill{}, fmt.Errorf("skills: pack: %w", err)
+		}
+		if _, err := w.Write(e.Data); err != nil {
+			return nil, skill.Skill{}, fmt.Errorf("skills: pack: %w", err)
+		}
+	}
+	if err := zw.Close(); err != nil {
+		return nil, skill.Skill{}, fmt.Errorf("skills: pack: %w", err)
+	}
+	return buf.Bytes(), v, nil
 }

@@ -1,8 +1,11 @@
 package main
 
 import (
+	"archive/zip"
+	"bytes"
 	"context"
 	"io"
+	"slices"
 	"strings"
 	"testing"
 
@@ -73,6 +76,23 @@ func testSDKSkills(t *testing.T, dbURL string) {
 	}
 	if v, err := cl.Beta.Skills.Versions.Get(ctx, first, anthropic.BetaSkillVersionGetParams{SkillID: sk.ID}); err != nil || v.Description != "Builds quarterly reports" {
 		t.Fatalf("version by id: %v %v", v, err)
+	}
+	resp, err := cl.Beta.Skills.Versions.Download(ctx, first, anthropic.BetaSkillVersionDownloadParams{SkillID: sk.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	zipped, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	zr, err := zip.NewReader(bytes.NewReader(zipped), int64(len(zipped)))
+	if err != nil {
+		t.Fatalf("the version's content is not a zip: %v", err)
+	}
+	var names []string
+	for _, f := range zr.File {
+		names = append(names, f.Name)
+	}
+	if slices.Sort(names); strings.Join(names, ",") != "report-kit/SKILL.md,report-kit/scripts/totals.py" {
+		t.Fatalf("the version's files: %v", names)
 	}
 	all, err := cl.Beta.Skills.List(ctx, anthropic.BetaSkillListParams{})
 	if err != nil || len(all.Data) != 1 || all.Data[0].ID != sk.ID || all.NextPage != "" {
