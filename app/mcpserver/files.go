@@ -139,9 +139,6 @@ func fileTools() []toolDef {
 	}
 }
 
-// fileError is a file tool's answer to an error of the Files API.
-func (s *Service) fileError(err error) *mcp.CallToolResult { return errorResult(s.explain(err)) }
-
 func (s *Service) listFiles(ctx context.Context, req *mcp.CallToolRequest, c Caller, args json.RawMessage) (*mcp.CallToolResult, error) {
 	if s.d.Files == nil {
 		return errorResult("Container files are not configured on this server."), nil
@@ -157,7 +154,7 @@ func (s *Service) listFiles(ctx context.Context, req *mcp.CallToolRequest, c Cal
 	scope := s.scopeOf(req.Session, c)
 	page, err := s.d.Files.List(ctx, c.Principal, scope, files.ListParams{Prefix: in.Prefix, Limit: in.Limit, AfterID: in.AfterID})
 	if err != nil {
-		return s.fileError(err), nil
+		return s.failed(err), nil
 	}
 	out := struct {
 		Data    []fileObject `json:"data"`
@@ -217,7 +214,7 @@ func (s *Service) readFile(ctx context.Context, req *mcp.CallToolRequest, c Call
 	scope := s.scopeOf(req.Session, c)
 	f, b, err := s.read(ctx, c, scope, absPath(in.Path))
 	if err != nil {
-		return s.fileError(err), nil
+		return s.failed(err), nil
 	}
 	if isText(b) {
 		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: string(b)}}}, nil
@@ -261,12 +258,12 @@ func (s *Service) writeFile(ctx context.Context, req *mcp.CallToolRequest, c Cal
 	}
 	key, err := keyOf(in.Path)
 	if err != nil {
-		return s.fileError(err), nil
+		return s.failed(err), nil
 	}
 	scope := s.scopeOf(req.Session, c)
 	f, err := s.d.Files.Put(ctx, c.Principal, scope, key, strings.NewReader(string(body)), 0)
 	if err != nil {
-		return s.fileError(err), nil
+		return s.failed(err), nil
 	}
 	r, err := jsonResult(viewFile(scope, f))
 	if err != nil {
@@ -288,7 +285,7 @@ func (s *Service) deleteFile(ctx context.Context, req *mcp.CallToolRequest, c Ca
 	}
 	p := absPath(in.Path)
 	if _, err := s.d.Files.Delete(ctx, c.Principal, s.scopeOf(req.Session, c), file.EncodeID(p)); err != nil {
-		return s.fileError(err), nil
+		return s.failed(err), nil
 	}
 	return jsonResult(map[string]any{"deleted": true, "path": p, "id": file.EncodeID(p)})
 }
@@ -406,7 +403,7 @@ func (s *Service) listThreads(ctx context.Context, req *mcp.CallToolRequest, c C
 	}
 	ths, err := s.d.Threads.Threads(ctx, c.Principal, in.ProjectID, thread.Page{Limit: in.Limit + 1, Before: in.Before})
 	if err != nil {
-		return s.fileError(err), nil
+		return s.failed(err), nil
 	}
 	type view struct {
 		ID        string    `json:"id"`
@@ -450,12 +447,12 @@ func (s *Service) useSandbox(ctx context.Context, req *mcp.CallToolRequest, c Ca
 			return errorResult("Threads are not configured on this server."), nil
 		}
 		if _, err := s.d.Threads.Thread(ctx, c.Principal, in.ThreadID); err != nil {
-			return s.fileError(err), nil
+			return s.failed(err), nil
 		}
 		scope = in.ThreadID
 	case in.ContainerID != "":
 		if err := container.ValidateClientID(in.ContainerID); err != nil {
-			return s.fileError(err), nil
+			return s.failed(err), nil
 		}
 		if _, isThread := container.ParseRef(in.ContainerID).Thread(); isThread {
 			return errorResult("Invalid input: " + in.ContainerID + " is a thread id: give it as thread_id."), nil

@@ -34,8 +34,6 @@ import (
 	"threadbox/app/messages"
 	"threadbox/app/messages/wire"
 	"threadbox/app/turns"
-	"threadbox/domain/fault"
-	"threadbox/domain/id"
 	"threadbox/domain/org"
 	"threadbox/domain/thread"
 	"threadbox/domain/user"
@@ -220,15 +218,12 @@ func (s *Service) allows(ctx context.Context, p user.Principal, f org.Feature) e
 }
 
 // explain is the text a tool answers for err: the message of an error the
-// client may see, or an error id whose cause goes to the log.
-func (s *Service) explain(err error) string {
-	if fault.KindOf(err) != fault.Internal {
-		return fault.MessageOf(err)
-	}
-	eid := id.New("err")
-	s.log.Error("mcp tool failed", "error_id", eid, "cause", err.Error())
-	return "error id " + eid + "; the server's log has the cause"
-}
+// client may see, or an error id whose cause goes to the log (as the tool
+// kit's own results explain theirs).
+func (s *Service) explain(err error) string { return messages.Explain(s.log, err) }
+
+// failed is a tool's error result for err.
+func (s *Service) failed(err error) *mcp.CallToolResult { return errorResult(s.explain(err)) }
 
 // errorResult is a tool's answer when it could not run.
 func errorResult(text string) *mcp.CallToolResult {
