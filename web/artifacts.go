@@ -107,10 +107,18 @@ func (s *Server) artifactContent(c *fiber.Ctx) error {
 		}
 		return sendContent(c, ct, disp)
 	}
+	// A live preview is never a redirect to the store, which cannot send
+	// its CSP.
+	if disp == "preview" && livePreview(ct.File.MIMEType) {
+		return sendContent(c, ct, disp)
+	}
 	// With BLOB_PRESIGN the client fetches the bytes from the object
 	// store, once the checks above passed; the store answers with the
 	// same type and disposition, and ranges.
 	sent := disp
+	if sent == "preview" {
+		sent = "inline"
+	}
 	if sent == "inline" && !ct.File.Inline {
 		sent = "attachment"
 	}

@@ -36,6 +36,26 @@ const filesPrefix = "/api/gpt/v1/files"
 // never runs script or loads anything in the server's origin.
 const contentCSP = "sandbox; default-src 'none'"
 
+// previewCSP is the policy of an HTML or SVG file served for a live
+// preview (?disposition=preview), as chat apps show such artifacts: its
+// own inline script and style and data: or blob: images run in a sandbox
+// of an opaque origin (no same-origin access, no top navigation, forms
+// or popups), nothing is loaded from the network, and only this origin's
+// pages may frame it.
+const previewCSP = "sandbox allow-scripts; default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; " +
+	"img-src data: blob:; font-src data:; media-src data: blob:; form-action 'none'; base-uri 'none'; frame-ancestors 'self'"
+
+// livePreview reports whether a file of type mime is previewed live, in a
+// sandboxed frame under previewCSP: HTML and SVG.
+func livePreview(mime string) bool {
+	base, _, _ := strings.Cut(mime, ";")
+	switch strings.ToLower(strings.TrimSpace(base)) {
+	case "text/html", "image/svg+xml":
+		return true
+	}
+	return false
+}
+
 // fileScope is the scope of a file object.
 type fileScope struct {
 	ID   string `json:"id"`
@@ -513,15 +533,25 @@ func (s *Server) fileContent(c *fiber.Ctx, id string) error {
 
 // sendContent sends an opened file with the safe serving headers (nosniff,
 // a sandboxing CSP, an RFC 6266 Content-Disposition, inline only for types
-// that allow it) and a single byte range when asked. It closes ct.Body.
+// that allow it) and a single byte range when asked. An HTML or SVG file
+// asked for a preview is sent inline under previewCSP, which runs its
+// scripts in a sandbox; any other file asked for a preview is sent as
+// asked inline. It closes ct.Body.
 func sendContent(c *fiber.Ctx, ct files.Content, disp string) error {
 	f := ct.File
-	if disp == "inline" && !f.Inline {
-		disp = "attachment" // HTML, SVG, XML and the like are never shown inline
+	csp := contentCSP
+	if disp == "preview" {
+		disp = "inline"
+		if livePreview(f.MIMEType) {
+			csp = previewCSP
+		}
+	}
+	if disp == "inline" && !f.Inline && csp != previewCSP {
+		disp = "attachment" // HTML, SVG, XML and the like are never shown inline but previewed
 	}
 	c.Set(fiber.HeaderContentType, f.MIMEType)
 	c.Set(fiber.HeaderXContentTypeOptions, "nosniff")
-	c.Set(fiber.HeaderContentSecurityPolicy, contentCSP)
+	c.Set(fiber.HeaderContentSecurityPolicy, csp)
 	c.Set(fiber.HeaderContentDisposition, contentDisposition(disp, f.Filename))
 	c.Set(fiber.HeaderETag, strconv.Quote(f.ETag))
 	c.Set(fiber.HeaderCacheControl, "private, no-cache")
@@ -685,12 +715,12 @@ func isAttrChar(ch byte) bool {
 	return strings.IndexByte("!#$&+-.^_`|~", ch) >= 0
 }
 
-// disposition is a download's ?disposition=: attachment (the default) or
-// inline.
+// disposition is a download's ?disposition=: attachment (the default),
+// inline, or preview (inline, and an HTML or SVG file under previewCSP).
 func disposition(c *fiber.Ctx) (string, error) {
 	d := c.Query("disposition", "attachment")
-	if d != "attachment" && d != "inline" {
-		return "", fault.New(fault.Invalid, "disposition must be 'inline' or 'attachment'")
+	if d != "attachment" && d != "inline" && d != "preview" {
+		return "", fault.New(fault.Invalid, "disposition must be 'inline', 'preview' or 'attachment'")
 	}
 	return d, nil
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/base64"
+	"fmt"
 	"image"
 	"image/color"
 	"image/png"
@@ -204,5 +205,95 @@ func TestE2EAttachToMessage(t *testing.T) {
 	}
 	if got := strings.Join(kinds, " "); got != "container_upload:/mnt/user-data/uploads/sales.csv text" {
 		t.Errorf("the stored message: %s", got)
+	}
+}
+
+// livePage is an HTML output that draws with its own script and reports to
+// the page what its sandbox let it do.
+const livePage = `<!doctype html><html><head><title>Live chart</title><style>body{font:16px sans-serif}</style></head>
+<body><h1 id="h">not run</h1><canvas id="c" width="120" height="60"></canvas><script>
+document.getElementById('h').textContent = 'Drawn by its script';
+const g = document.getElementById('c').getContext('2d'); g.fillStyle = '#36c'; g.fillRect(10, 10, 100, 40);
+const r = { ran: true };
+try { r.parent = String(parent.document.title); } catch (e) { r.parent = 'blocked'; }
+try { r.cookie = document.cookie; r.storage = String(localStorage.length); } catch (e) { r.storage = 'blocked'; }
+try { top.location.href = '/#/admin'; } catch (e) { r.top = 'blocked'; }
+fetch('/api/v1/app/me').then(() => { r.fetch = 'open'; }, () => { r.fetch = 'blocked'; })
+  .finally(() => parent.postMessage(JSON.stringify(r), '*'));
+</script></body></html>`
+
+// TestE2ELivePreview: an HTML and an SVG file preview live, as chat apps
+// show such artifacts: in a frame sandboxed to scripts (no same-origin
+// access, no top navigation), loaded from a ticket URL sent with a CSP
+// that runs the file's own inline script and refuses the network. The
+// page's script draws, cannot read the page, its storage or the API, and
+// cannot navigate the page; at 1440 px in the light theme and 375 px in
+// the dark one.
+func TestE2ELivePreview(t *testing.T) {
+	e2e.NeedChromium(t)
+	s := e2eServer(t, nil)
+	token := apiLogin(t, s, e2eEmail, e2ePassword)
+	pid := s.do("POST", appAPI+"/project", token, map[string]any{"name": "Previews"}).json(t)["id"]
+	tid := s.do("POST", appAPI+"/thread", token, map[string]any{"project_id": pid, "title": "Live preview"}).json(t)["id"].(string)
+	svg := `<svg xmlns="http://www.w3.org/2000/svg" width="80" height="40"><rect width="80" height="40" fill="#c33"/>` +
+		`<script>parent.postMessage(JSON.stringify({svg: 'ran'}), '*')</script></svg>`
+	for name, body := range map[string]string{"chart.html": livePage, "badge.svg": svg} {
+		if r := s.do("PUT", appAPI+"/thread/"+tid+"/put-file/"+name, token, []byte(body), "Content-Type", "application/octet-stream"); r.status != 200 {
+			t.Fatalf("put %s: %d %s", name, r.status, r.body)
+		}
+	}
+
+	// The API: preview sends HTML inline under the sandboxing CSP; inline
+	// still sends it as an attachment.
+	fileURL := appAPI + "/thread/" + tid + "/download-file?path=" + url.QueryEscape("/mnt/user-data/uploads/chart.html")
+	for _, tc := range []struct{ disp, wantDisp, wantCSP string }{
+		{"preview", "inline", "sandbox allow-scripts; default-src 'none'"},
+		{"inline", "attachment", "sandbox; default-src 'none'"},
+	} {
+		r := s.do("POST", appAPI+"/download-url", token, map[string]any{"url": fileURL + "&disposition=" + tc.disp})
+		if r.status != 200 {
+			t.Fatalf("download-url: %d %s", r.status, r.body)
+		}
+		got := s.do("GET", r.json(t)["url"].(string), "", nil)
+		if got.status != 200 || !strings.HasPrefix(got.header.Get("Content-Disposition"), tc.wantDisp) || !strings.HasPrefix(got.header.Get("Content-Security-Policy"), tc.wantCSP) ||
+			!strings.Contains(got.header.Get("Content-Security-Policy"), "frame-ancestors") && tc.disp == "preview" {
+			t.Errorf("disposition=%s: %d, Content-Disposition %q, CSP %q", tc.disp, got.status, got.header.Get("Content-Disposition"), got.header.Get("Content-Security-Policy"))
+		}
+	}
+
+	for _, tc := range []struct {
+		width, height int
+		scheme        string
+	}{{1440, 1000, "light"}, {375, 812, "dark"}} {
+		t.Run(fmt.Sprintf("%d px %s", tc.width, tc.scheme), func(t *testing.T) {
+			b := e2e.Start(t, 1440, 1000)
+			emulateScheme(t, b, tc.scheme)
+			uiLogin(b, s.base, e2eEmail, e2ePassword)
+			b.SetViewport(tc.width, tc.height)
+			b.Do("open the thread", chromedp.Navigate(s.base+"/#/thread/"+tid), chromedp.WaitVisible(chromedp.ID("message")))
+			b.WaitTrue("two files", `document.querySelectorAll('.file-list li[data-path]').length === 2`, 10*time.Second)
+			b.Do("listen to the frames", chromedp.Evaluate[chromedp.Void](`window.frameSaid = []; addEventListener('message', (e) => window.frameSaid.push(e.origin + ' ' + e.data))`))
+			item := func(name string) string { return `.file-list li[data-path="/mnt/user-data/uploads/` + name + `"]` }
+			for _, name := range []string{"chart.html", "badge.svg"} {
+				b.Do("preview "+name, chromedp.Evaluate[chromedp.Void](`document.querySelector('`+item(name)+` button.preview-toggle').scrollIntoView()`),
+					chromedp.Click(chromedp.CSS(item(name)+" button.preview-toggle")))
+			}
+			b.WaitTrue("both frames said something", `window.frameSaid.length === 2`, 15*time.Second)
+			said := e2e.Eval[string](b, "what the frames said", `window.frameSaid.sort().join('\n')`)
+			if said != `null {"ran":true,"parent":"blocked","storage":"blocked","fetch":"blocked"}`+"\n"+`null {"svg":"ran"}` &&
+				said != `null {"ran":true,"parent":"blocked","storage":"blocked","top":"blocked","fetch":"blocked"}`+"\n"+`null {"svg":"ran"}` {
+				t.Errorf("the frames said:\n%s", said)
+			}
+			if got := e2e.Eval[string](b, "the frames", `[...document.querySelectorAll('.file-preview iframe.live-preview')].map(f => f.getAttribute('sandbox') + '|' + f.title + '|' + f.src.includes('disposition=preview')).sort().join(' ')`); got != "allow-scripts|Live preview of badge.svg|true allow-scripts|Live preview of chart.html|true" {
+				t.Errorf("the frames: %q", got)
+			}
+			if got := e2e.Eval[string](b, "the page's route", `location.hash`); got != "#/thread/"+tid {
+				t.Errorf("the preview navigated the page to %q", got)
+			}
+			if tc.width == 375 {
+				noHorizontalOverflow(t, b, 375)
+			}
+			shoot(t, b, fmt.Sprintf("preview-%d-%s", tc.width, tc.scheme))
+		})
 	}
 }

@@ -59,7 +59,7 @@ export function resourceCard(r) {
 
 /**
  * previewInto shows a file in el: an image, a CSV file as a paged table, text as
- * text, a PDF in the browser's viewer, anything else as its type's badge. r: {mime_type, download_url
+ * text, HTML and SVG live in a sandboxed frame, a PDF in the browser's viewer, anything else as its type's badge. r: {mime_type, download_url
  * or preview_url}.
  */
 export function previewInto(el, r, name) {
@@ -71,7 +71,17 @@ async function fillPreview(el, r, name) {
   const url = r.preview_url || r.download_url;
   if (!url) return;
   try {
-    if (mime === 'application/pdf') {
+    if (mime === 'text/html' || mime === 'image/svg+xml') {
+      // Shown live, as chat apps show such artifacts: in a frame sandboxed
+      // to scripts in an opaque origin (no same-origin access, no top
+      // navigation, forms or popups), from a one-minute ticket URL the
+      // server sends under a CSP that loads nothing from the network.
+      const t = await api('POST', '/download-url', { url: url + (url.includes('?') ? '&' : '?') + 'disposition=preview' });
+      replace(el, h('iframe', {
+        src: t.url, sandbox: 'allow-scripts', referrerpolicy: 'no-referrer',
+        title: `Live preview of ${name}`, class: 'live-preview', loading: 'lazy',
+      }));
+    } else if (mime === 'application/pdf') {
       // The browser's own viewer shows it (where it has one), from a
       // one-minute ticket URL served inline under the server's sandboxing
       // CSP; the page's CSP allows same-origin frames only.
@@ -83,7 +93,7 @@ async function fillPreview(el, r, name) {
       replace(el, img);
     } else if (mime === 'text/csv' || /\.csv$/i.test(name)) {
       replace(el, await csvViewer(url, name));
-    } else if (mime.startsWith('text/') || mime === 'application/json' || mime === 'image/svg+xml') {
+    } else if (mime.startsWith('text/') || mime === 'application/json') {
       const text = await fetchText(url, PREVIEW_TEXT_BYTES + 1);
       const cut = text.length > PREVIEW_TEXT_BYTES;
       replace(el, h('pre', { class: 'text-preview', tabindex: '0', 'aria-label': `Preview of ${name}` },

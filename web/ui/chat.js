@@ -274,7 +274,7 @@ async function loadFiles(view) {
 /** previewable reports whether a thread file can be shown in the page. */
 function previewable(mime, name) {
   mime = (mime || '').split(';')[0].trim().toLowerCase();
-  return (mime.startsWith('image/') && mime !== 'image/svg+xml') || mime === 'application/pdf' || mime.startsWith('text/') || mime === 'application/json' || /\.(csv|txt|md|json)$/i.test(name);
+  return mime.startsWith('image/') || mime === 'application/pdf' || mime.startsWith('text/') || mime === 'application/json' || /\.(csv|txt|md|json)$/i.test(name);
 }
 
 /**
