@@ -3,12 +3,14 @@ package main
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -402,80 +404,60 @@ func hasEnv(env []string, key string) bool {
 var errStdinClosed = errors.New("stdin is closed")
 
 // stdinQueue feeds a command's stdin from frames without ever blocking the
-// frame reader: bytes are queued and written by their own goroutine.
+// frame reader: bytes wait in an outbox and are written by their own
+// goroutine (run).
 type stdinQueue struct {
-	w    *os.File
-	tty  bool // w is a terminal master: closing sends EOT and keeps w open
-	wake chan struct{}
-
-	mu      sync.Mutex
-	chunks  [][]byte
-	closed  bool
-	stopped bool
+	w       *os.File
+	tty     bool // w is a terminal master: closing sends EOT and keeps w open
+	out     *protocol.Outbox
+	stopped atomic.Bool // the command exited, or a write failed
 }
 
 func newStdinQueue(w *os.File, tty bool) *stdinQueue {
-	return &stdinQueue{w: w, tty: tty, wake: make(chan struct{}, 1)}
+	return &stdinQueue{w: w, tty: tty, out: protocol.NewOutbox(math.MaxInt)}
 }
 
-func (q *stdinQueue) signal() {
-	select {
-	case q.wake <- struct{}{}:
-	default:
-	}
-}
-
+// push queues bytes for stdin; errStdinClosed once stdin was closed or the
+// command exited.
 func (q *stdinQueue) push(b []byte) error {
-	q.mu.Lock()
-	if q.closed || q.stopped {
-		q.mu.Unlock()
+	if q.out.Closing() {
 		return errStdinClosed
 	}
-	q.chunks = append(q.chunks, b)
-	q.mu.Unlock()
-	q.signal()
+	q.out.Push(b)
 	return nil
 }
 
-func (q *stdinQueue) close() {
-	q.mu.Lock()
-	q.closed = true
-	q.mu.Unlock()
-	q.signal()
-}
+// close ends stdin once the queued bytes are written.
+func (q *stdinQueue) close() { q.out.Finish() }
 
 // stop ends the writer when the command has exited.
 func (q *stdinQueue) stop() {
-	q.mu.Lock()
-	q.stopped = true
-	q.mu.Unlock()
-	q.signal()
+	q.stopped.Store(true)
+	q.out.Drop()
 	if !q.tty {
 		_ = q.w.Close() // unblocks a pending write
 	}
 }
 
+// run writes the queued bytes to stdin, then ends it (EOT on a terminal)
+// once closed.
 func (q *stdinQueue) run() {
 	for {
-		q.mu.Lock()
-		chunks, closed, stopped := q.chunks, q.closed, q.stopped
-		q.chunks = nil
-		q.mu.Unlock()
-		if stopped {
+		chunks, done := q.out.Next()
+		if q.stopped.Load() {
 			return
 		}
 		for _, c := range chunks {
 			if _, err := q.w.Write(c); err != nil {
-				q.mu.Lock()
-				q.stopped = true
-				q.mu.Unlock()
+				q.stopped.Store(true)
+				q.out.Drop()
 				if !q.tty {
 					_ = q.w.Close()
 				}
 				return
 			}
 		}
-		if closed {
+		if done {
 			if q.tty {
 				_, _ = q.w.Write([]byte{0x04})
 			} else {
@@ -483,6 +465,5 @@ func (q *stdinQueue) run() {
 			}
 			return
 		}
-		<-q.wake
 	}
 }
