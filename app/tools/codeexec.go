@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"threadbox/app/messages"
@@ -89,7 +90,10 @@ func (e *Executor) resume(ctx context.Context, call messages.ToolCall) (*wire.To
 	case p == nil && seen:
 		return nil, gone(stopped)
 	case p == nil:
-		return nil, gone(unknown)
+		// This server has not run the container's Python: after a restart
+		// or a hand-over, the interpreter restored with its sandbox may
+		// still be paused on these calls.
+		return e.resumeAttached(ctx, call, func() error { return gone(unknown) })
 	}
 	p.mu.Lock()
 	pc := p.paused
@@ -139,6 +143,79 @@ func (e *Executor) resume(ctx context.Context, call messages.ToolCall) (*wire.To
 	}
 	pc.started = time.Now() // the wait for the client is not the cell's time
 	ans, _, err := e.wait(ctx, call, p, pc.cell, append(msg, '\n'), e.cfg.PythonTimeout)
+	return e.cellResult(ctx, call, p, pc, ans, err)
+}
+
+// pausedCell returns the id of the cell whose tool calls the results
+// answer: the driver names each call toolu_<cell id>_<n>. "" when the ids
+// do not name one cell.
+func pausedCell(answers []messages.ToolAnswer) string {
+	cell := ""
+	for _, a := range answers {
+		rest, ok := strings.CutPrefix(a.ToolUseID, "toolu_")
+		i := strings.LastIndexByte(rest, '_')
+		if !ok || i <= 0 || (cell != "" && rest[:i] != cell) {
+			return ""
+		}
+		cell = rest[:i]
+	}
+	return cell
+}
+
+// resumeAttached resumes a cell that another server (or this one before
+// a restart) paused, in the interpreter restored with the container's
+// sandbox: it attaches to that interpreter (never starting one: results
+// mean nothing to a new interpreter) and sends the results to the cell
+// their call ids name. Without such an interpreter it answers gone().
+func (e *Executor) resumeAttached(ctx context.Context, call messages.ToolCall, gone func() error) (*wire.ToolResult, error) {
+	cellID := pausedCell(call.Resume)
+	if cellID == "" {
+		return nil, gone()
+	}
+	sl := e.cells.slot(call.ContainerID)
+	sl.mu.Lock()
+	if sl.p != nil || sl.seen {
+		sl.mu.Unlock()
+		return nil, gone()
+	}
+	p := &interpreter{slot: sl, turn: make(chan struct{}, 1), wake: make(chan struct{}, 1), ended: make(chan struct{})}
+	sess, err := e.sb.Start(ctx, call.ContainerID, sandbox.Command{
+		Args: []string{"python3", "-u", "-c", pythonDriver}, Dir: sandbox.WorkspaceDir, Env: call.Env,
+		Output: p.output, Tag: e.cells.tag, Attach: true,
+	}, nil)
+	if err != nil {
+		sl.mu.Unlock()
+		if errors.Is(err, sandbox.ErrNoSession) {
+			return nil, gone()
+		}
+		return nil, fmt.Errorf("tools: attach python: %w", err)
+	}
+	p.sess, p.life = sess, e.sb.Life(call.ContainerID)
+	go p.watch()
+	sl.p, sl.seen = p, true
+	sl.mu.Unlock()
+	select {
+	case p.turn <- struct{}{}:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("tools: python: %w", ctx.Err())
+	}
+	cell := &cellOutput{id: cellID, limit: e.cfg.MaxOutput}
+	p.mu.Lock()
+	p.cell = cell
+	p.mu.Unlock()
+	pc := &cellRun{callID: call.ID, cell: cell, started: time.Now(), end: e.begin(ctx, call.ContainerID)}
+	msg, err := json.Marshal(map[string]any{"id": cellID, "results": call.Resume, "attached": true})
+	if err != nil {
+		e.endPaused(p, pc)
+		<-p.turn
+		return nil, refuse(wire.CodeUnavailable, "The tool results could not be encoded: %s", err.Error())
+	}
+	ans, _, err := e.wait(ctx, call, p, cell, append(msg, '\n'), e.cfg.PythonTimeout)
+	if err == nil && ans != nil && ans.NotPaused {
+		pc.end(sandbox.Result{}, nil)
+		<-p.turn
+		return nil, gone()
+	}
 	return e.cellResult(ctx, call, p, pc, ans, err)
 }
 

@@ -201,6 +201,69 @@ func TestPythonDriverNewCellWhilePaused(t *testing.T) {
 	}
 }
 
+// TestPythonDriverResumeByCallIDs: the real driver names each pending call
+// after its cell, so that a server that did not pause the cell can resume
+// it, and answers results sent by an attaching server for a cell that is
+// not paused instead of leaving it waiting.
+func TestPythonDriverResumeByCallIDs(t *testing.T) {
+	needPython3(t)
+	c := exec.Command("python3", "-u", "-c", pythonDriver)
+	c.Dir = t.TempDir()
+	in, err := c.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := c.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Process.Kill(); _ = c.Wait() })
+	lines := bufio.NewScanner(out)
+	lines.Buffer(make([]byte, 1<<20), 1<<20)
+	next := func() (string, pythonAnswer) {
+		t.Helper()
+		for lines.Scan() {
+			rest, ok := strings.CutPrefix(lines.Text(), pyMarker)
+			if !ok {
+				continue
+			}
+			id, piece, _ := strings.Cut(rest, " ")
+			if js, ok := strings.CutPrefix(piece, "$ "); ok {
+				var a pythonAnswer
+				if err := json.Unmarshal([]byte(js), &a); err != nil {
+					t.Fatalf("answer %s: %v", js, err)
+				}
+				return id, a
+			}
+		}
+		t.Fatalf("the driver ended: %v", lines.Err())
+		return "", pythonAnswer{}
+	}
+	send := func(req map[string]any) {
+		t.Helper()
+		b, _ := json.Marshal(req)
+		if _, err := in.Write(append(b, '\n')); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send(map[string]any{"id": "CELL1", "code": "x = 41\nr = await ask(q=1)\nprint(r + x)", "tools": []map[string]any{{"name": "ask", "input_schema": map[string]any{}, "allowed": true}}, "caller": "code_execution_20260120"})
+	id, a := next()
+	if id != "CELL1" || len(a.Calls) != 1 || pausedCell([]messages.ToolAnswer{{ToolUseID: a.Calls[0].ID}}) != "CELL1" {
+		t.Fatalf("pause %s %+v, want a call id naming CELL1", id, a)
+	}
+	send(map[string]any{"id": "CELL1", "attached": true, "results": []map[string]any{{"tool_use_id": a.Calls[0].ID, "content": "1"}}})
+	if id, a = next(); id != "CELL1" || a.Stdout != "42\n" {
+		t.Fatalf("resumed %s %+v, want CELL1 printing 42", id, a)
+	}
+	send(map[string]any{"id": "CELL9", "attached": true, "results": []map[string]any{{"tool_use_id": "toolu_CELL9_00", "content": "1"}}})
+	if id, a = next(); id != "CELL9" || !a.NotPaused {
+		t.Fatalf("results for a cell not paused: %s %+v, want not_paused", id, a)
+	}
+}
+
 // needPython3 skips a test of the real driver where the host has no
 // python3, and fails it under CI=true, where .ci/run installs python3.
 func needPython3(t *testing.T) {

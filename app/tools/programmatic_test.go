@@ -130,3 +130,78 @@ func TestPythonPauseResume(t *testing.T) {
 		metered(t, m, 2) // the cell whose sandbox stopped under its pause counts
 	})
 }
+
+// TestPythonResumeAfterRestart: a server that did not pause a cell (this
+// one after a restart, or another after a hand-over) resumes it in the
+// interpreter restored with the sandbox: the call ids name the cell, the
+// interpreter is attached, never started anew, and the results reach the
+// paused cell. Results the interpreter has no paused cell for, and
+// results with no interpreter to attach to, answer unavailable.
+func TestPythonResumeAfterRestart(t *testing.T) {
+	reply := func(req pyRequest) pyReply {
+		switch {
+		case req.Code == "pause":
+			return answer(pythonAnswer{Calls: []wire.PendingCall{{ID: "toolu_" + req.ID + "_1", Name: "f", Input: json.RawMessage(`{}`)}}})
+		case req.Results != nil && strings.Contains(req.Results[0].ToolUseID, "stale"):
+			return answer(pythonAnswer{NotPaused: true})
+		case req.Results != nil:
+			return answer(pythonAnswer{Stdout: "got " + string(req.Results[0].Content) + "\n"})
+		}
+		return answer(pythonAnswer{Stdout: "ran\n"})
+	}
+	resume := func(e *Executor, toolUseID string) (*wire.ToolResult, error) {
+		c := call(messages.SubToolCodeExecution, `{"code":"pause"}`)
+		c.Resume = []messages.ToolAnswer{{ToolUseID: toolUseID, Content: json.RawMessage(`"sunny"`)}}
+		return e.Execute(context.Background(), c)
+	}
+	old, f := newPython(t, reply, Config{})
+	paused := run(t, old, messages.SubToolCodeExecution, `{"code":"pause"}`)
+	if len(paused.Pending) != 1 || !strings.HasPrefix(paused.Pending[0].ID, "toolu_") {
+		t.Fatalf("paused result %+v", paused)
+	}
+
+	// A new server without the interpreter to attach to: unavailable.
+	fresh := New(f, newFakeFiles(), Config{})
+	unavailable := func(r *wire.ToolResult, err error, why string) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantError(t, r, wire.ResultCodeExecutionError, wire.CodeUnavailable, "")
+		if !strings.Contains(r.Detail.Explanation, why) {
+			t.Fatalf("explanation %q, want it to say %q", r.Detail.Explanation, why)
+		}
+	}
+	r, err := resume(fresh, paused.Pending[0].ID)
+	unavailable(r, err, "has not run the container's Python")
+
+	// The restored interpreter, attached by a new server.
+	f.mu.Lock()
+	f.attach = f.sessions[0]
+	f.mu.Unlock()
+	next := New(f, newFakeFiles(), Config{})
+	r, err = resume(next, paused.Pending[0].ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Stdout != `got "sunny"`+"\n" || f.starts != 1 {
+		t.Fatalf("resumed result %+v after %d starts: want the paused cell's end in the first interpreter", r, f.starts)
+	}
+	f.mu.Lock()
+	got := f.sessions[0].reqs[1]
+	f.mu.Unlock()
+	if got.ID != f.sessions[0].reqs[0].ID || len(got.Results) != 1 {
+		t.Fatalf("results sent %+v, want for the paused cell %s", got, f.sessions[0].reqs[0].ID)
+	}
+
+	// Results for a cell the attached interpreter has not paused.
+	f.mu.Lock()
+	f.attach = f.sessions[0]
+	f.mu.Unlock()
+	other := New(f, newFakeFiles(), Config{})
+	r, err = resume(other, "toolu_stale_1")
+	unavailable(r, err, "no longer paused")
+	if r := run(t, other, messages.SubToolCodeExecution, `{"code":"print(1)"}`); r.Stdout != "ran\n" || f.starts != 1 {
+		t.Fatalf("the next cell %+v after %d starts: want the attached interpreter", r, f.starts)
+	}
+}

@@ -125,6 +125,9 @@ type pythonAnswer struct {
 	// Calls, when not empty, makes this a pause: the cell awaits these
 	// client tool calls.
 	Calls []wire.PendingCall `json:"calls"`
+	// NotPaused answers results sent by a server that attached to the
+	// interpreter (resumeAttached) when no cell of theirs is paused.
+	NotPaused bool `json:"not_paused"`
 	// Value, Error and Final answer a repl_execute call: the repr of its
 	// final expression, the traceback of its exception and what FINAL()
 	// marked.

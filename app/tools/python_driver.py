@@ -174,7 +174,10 @@ def _make_tool(spec, caller):
         json.dumps(inp)  # TypeError now, in the caller, for input JSON cannot carry
         loop = asyncio.get_running_loop()
         fut = loop.create_future()
-        _calls["pending"].append(({"id": "toolu_" + secrets.token_hex(12), "name": name, "input": inp}, fut))
+        # The call's id names its cell, so that a server that did not pause
+        # the cell (after a restart or a hand-over) can resume it.
+        cid = "toolu_%s_%s" % (_calls["req"].get("id"), secrets.token_hex(6))
+        _calls["pending"].append(({"id": cid, "name": name, "input": inp}, fut))
         if not _calls["scheduled"]:
             _calls["scheduled"] = True
             loop.call_soon(_flush_soon, loop, 3)
@@ -509,6 +512,10 @@ def _main():
             continue
         req = json.loads(line)
         if "code" not in req:
+            if req.get("attached") and req.get("id"):
+                # Results from a server that attached to this interpreter
+                # for a cell that is not paused: it must not wait for them.
+                _send({"id": req.get("id"), "not_paused": True, "stdout": "", "stderr": "", "return_code": 1, "files": []})
             continue  # the results or cancel of a cell that is over
         _tools(req)
         if req.get("repl"):

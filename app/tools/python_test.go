@@ -49,6 +49,9 @@ type fakePython struct {
 	stopped  bool // as after an idle stop: the next use boots a new life
 	life     uint64
 	reply    func(req pyRequest) pyReply
+	// attach, when set, is the session a Start with Attach finds: an
+	// interpreter restored with the sandbox after a restart.
+	attach *fakePySession
 }
 
 // Exec boots a stopped sandbox, as the owner does: a new life.
@@ -64,7 +67,15 @@ func (f *fakePython) Exec(ctx context.Context, containerID string, cmd sandbox.C
 
 func (f *fakePython) Start(_ context.Context, _ string, cmd sandbox.Command, _ *sandbox.TTY) (sandbox.Session, error) {
 	if cmd.Attach {
-		return nil, sandbox.ErrNoSession
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		if f.attach == nil {
+			return nil, sandbox.ErrNoSession
+		}
+		s := f.attach
+		f.attach = nil
+		s.out = cmd.Output // its output goes to the attaching server from now on
+		return s, nil
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
