@@ -331,3 +331,39 @@ func TestGvisorKilledServer(t *testing.T) {
 	}
 	two.term(t)
 }
+
+// TestGvisorPausedCellSurvivesRestart: a programmatic cell paused on the
+// client's tool call when the server stops gracefully is resumed by the
+// next server: the sandbox is checkpointed with the paused interpreter,
+// restored by the client's tool_result, and the new server attaches to
+// the interpreter and hands the result to the paused cell, whose earlier
+// variables are still there.
+func TestGvisorPausedCellSurvivesRestart(t *testing.T) {
+	bin := needGvisor(t)
+	s, fake := modelServer(t, "", "anthropic", map[string]string{"SANDBOX_BACKEND": "gvisor", "THREADBOX_AGENT_BIN": bin, "THREADBOX_INSTANCE": gvisorInstance(t)})
+	tok := s.bootstrap("acme", "admin@acme.test")
+	ctx := context.Background()
+	echoFinal(fake)
+	tools := ptcTools(codeExec2601)
+	fake.Push(fakeupstream.PythonCell("before = 'kept'\nv = await get_weather(city='Rome')\nprint(before, v['celsius'])"))
+	cl := msgClient(s, tok)
+	first, err := cl.Messages.New(ctx, msgParams("ptc-restart", userText("weather"), tools...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := pendingCalls(t, first)
+
+	s.stop()
+	env := maps.Clone(s.env)
+	env["LISTEN_ADDR"] = freeAddr(t)
+	s2 := &server{t: t, base: "http://" + env["LISTEN_ADDR"], dataDir: s.dataDir, env: env, stdout: &syncBuffer{}, stderr: &syncBuffer{}}
+	s2.run(t, []string{"serve"}, 20*time.Second)
+	cl2 := msgClient(s2, tok)
+	msg, err := cl2.Messages.New(ctx, msgParams("ptc-restart", append(userText("weather"), first.ToParam(), answer(calls, temperature)), tools...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := cellEnd(t, msg.Content, 0); r.ReturnCode != 0 || r.Stdout != "kept 27\n" {
+		t.Fatalf("the paused cell after the restart: %+v, want it resumed with its variables", r)
+	}
+}
