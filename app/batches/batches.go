@@ -119,6 +119,10 @@ type Store interface {
 	RenewRequest(ctx context.Context, holder, batchID, customID string, until time.Time) error
 	// FinishRequest records the result of a request holder claims.
 	FinishRequest(ctx context.Context, holder, batchID string, r Result) error
+	// ReleaseRequest gives back holder's claim of a request it stopped
+	// running (a graceful shutdown), uncounted, so that any server runs
+	// it at once.
+	ReleaseRequest(ctx context.Context, holder, batchID, customID string) error
 	// SettleBatches expires the pending and lapsed requests of batches past
 	// their expiry, ends the batches with every request finished at now,
 	// and deletes ended batches older than the retention cutoff.
@@ -357,7 +361,11 @@ func (s *Service) runOne(ctx context.Context, c Claimed) {
 	}()
 	msg, err := s.run(runCtx, c)
 	if ctx.Err() != nil {
-		return // shutting down: the claim lapses and the request runs again
+		// Shutting down: the request runs again, here or elsewhere.
+		if err := s.store.ReleaseRequest(context.WithoutCancel(ctx), s.cfg.Holder, c.BatchID, c.CustomID); err != nil {
+			s.log.Warn("batch request claim not given back; it lapses", "batch", c.BatchID, "custom_id", c.CustomID, "cause", err.Error())
+		}
+		return
 	}
 	res := Result{CustomID: c.CustomID, Status: Succeeded, Message: msg}
 	if err != nil {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	"gorm.io/gorm"
+
 	"threadbox/app/batches"
 	"threadbox/domain/fault"
 	"threadbox/domain/user"
@@ -266,6 +268,13 @@ func (s Batches) FinishRequest(ctx context.Context, holder, batchID string, r ba
 	err := s.q(ctx).Model(&batchRequestRow{}).Where("batch_id = ? AND custom_id = ? AND status = ? AND claimed_by = ?", batchID, r.CustomID, batches.Running, holder).
 		Updates(map[string]any{"status": r.Status, "message": string(r.Message), "error_kind": string(r.ErrorKind), "error_message": r.ErrorMessage,
 			"claimed_by": "", "lease_until": nil}).Error
+	return translate(err, "message batch request")
+}
+
+// ReleaseRequest gives back holder's claim of a request, uncounted.
+func (s Batches) ReleaseRequest(ctx context.Context, holder, batchID, customID string) error {
+	err := s.q(ctx).Model(&batchRequestRow{}).Where("batch_id = ? AND custom_id = ? AND status = ? AND claimed_by = ?", batchID, customID, batches.Running, holder).
+		Updates(map[string]any{"status": batches.Pending, "claimed_by": "", "lease_until": nil, "attempts": gorm.Expr("attempts - 1")}).Error
 	return translate(err, "message batch request")
 }
 
