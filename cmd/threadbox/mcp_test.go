@@ -683,3 +683,36 @@ func TestMCPClaudeCode(t *testing.T) {
 		t.Fatalf("the thread's files: %d %s", r.status, r.body)
 	}
 }
+
+// TestMCPRunningSandboxesQuota: the running-sandbox quota bounds MCP calls
+// as it bounds turns: with runningSandboxesPerUser 1, a call in a second
+// container (a thread's, chosen with use_sandbox) is the tool's error
+// naming the quota, before its folders or sandbox are made, and the
+// running one keeps serving.
+func TestMCPRunningSandboxesQuota(t *testing.T) {
+	bin := needDocker(t)
+	s := startServer(t, "", map[string]string{"SANDBOX_BACKEND": "docker", "THREADBOX_AGENT_BIN": bin, "MODEL_PROVIDER": "runner"})
+	f := newWSFixture(t, s)
+	f.patchFeatures(t, map[string]any{"quotas": map[string]any{"runningSandboxesPerUser": 1}})
+	cs, _ := mcpSession(t, s, "/mcp", f.admin)
+	echo := func(word string) *mcp.CallToolResult {
+		t.Helper()
+		return callTool(t, cs, "bash_code_execution", map[string]any{"command": "echo " + word})
+	}
+	if o := object(t, echo("one")); o["stdout"] != "one\n" {
+		t.Fatalf("first sandbox: %v", o)
+	}
+	mustOK(t, "use_sandbox", callTool(t, cs, "use_sandbox", map[string]any{"thread_id": f.tid}))
+	res := echo("two")
+	if !res.IsError || !strings.Contains(text(t, res), `quota "runningSandboxesPerUser" reached`) {
+		t.Fatalf("second sandbox: %s", text(t, res))
+	}
+	noFolder(t, s, f.admin, f.tid)
+	if got := sandboxesOf(t, s); len(got) != 1 {
+		t.Fatalf("sandboxes after the refusal: %v", got)
+	}
+	mustOK(t, "use_sandbox", callTool(t, cs, "use_sandbox", map[string]any{}))
+	if o := object(t, echo("again")); o["stdout"] != "again\n" {
+		t.Fatalf("the running sandbox: %v", o)
+	}
+}
