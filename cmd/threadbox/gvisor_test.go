@@ -367,3 +367,44 @@ func TestGvisorPausedCellSurvivesRestart(t *testing.T) {
 		t.Fatalf("the paused cell after the restart: %+v, want it resumed with its variables", r)
 	}
 }
+
+// TestGvisorPausedCellHandOver: a programmatic cell paused on one server
+// is resumed through another: the client's tool_result reaches the second
+// server, which takes the sandbox over (the first checkpoints it with the
+// paused interpreter), attaches to the interpreter and resumes the cell.
+func TestGvisorPausedCellHandOver(t *testing.T) {
+	bin := needGvisor(t)
+	dbURL := storetest.PostgresURL(t)
+	fake := fakeupstream.New()
+	t.Cleanup(fake.Close)
+	env := childEnv(t, dbURL, map[string]string{
+		"SANDBOX_BACKEND": "gvisor", "THREADBOX_AGENT_BIN": bin, "SWEEP_INTERVAL": "300ms", "THREADBOX_INSTANCE": gvisorInstance(t),
+		"MODEL_PROVIDER": "anthropic", "MODEL_BASE_URL": fake.URL(), "MODEL_NAME": "fake-model",
+	})
+	env["JWT_KEY_FILE"] = filepath.Join(filepath.Dir(env["DATA_DIR"]), "jwt.pem")
+	one := startChild(t, env)
+	env2 := maps.Clone(env)
+	env2["LISTEN_ADDR"] = freeAddr(t)
+	two := startChild(t, env2)
+	tok := one.bootstrap("acme", "admin@acme.test")
+	ctx := context.Background()
+	echoFinal(fake)
+	tools := ptcTools(codeExec2601)
+	fake.Push(fakeupstream.PythonCell("before = 'kept'\nv = await get_weather(city='Rome')\nprint(before, v['celsius'])"))
+	cl1 := msgClient(one.server, tok)
+	first, err := cl1.Messages.New(ctx, msgParams("ptc-handed", userText("weather"), tools...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := pendingCalls(t, first)
+	cl2 := msgClient(two.server, tok)
+	msg, err := cl2.Messages.New(ctx, msgParams("ptc-handed", append(userText("weather"), first.ToParam(), answer(calls, temperature)), tools...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := cellEnd(t, msg.Content, 0); r.ReturnCode != 0 || r.Stdout != "kept 27\n" {
+		t.Fatalf("the paused cell through the second server: %+v, want it resumed with its variables", r)
+	}
+	one.term(t)
+	two.term(t)
+}
