@@ -131,6 +131,12 @@ type Store interface {
 	Results(ctx context.Context, orgID, id string) ([]Result, error)
 }
 
+// Users finds the creator of a batch when its requests run
+// (infra/store.Accounts).
+type Users interface {
+	User(ctx context.Context, id string) (user.User, error)
+}
+
 // Preparer prepares a Messages turn (app/turns.Service).
 type Preparer interface {
 	Prepare(ctx context.Context, p user.Principal, req *wire.Request, th *turns.Thread) (*turns.Turn, error)
@@ -143,6 +149,10 @@ type Config struct {
 	Workers int           // requests this process runs at once
 	PerOrg  int           // requests of one org running at once, on every server together
 	Poll    time.Duration // how often to look for work
+	// Users, when set, is asked before each request runs: one whose
+	// creator was disabled or removed (or left the org) meanwhile is
+	// errored instead of running.
+	Users Users
 }
 
 // Service is the Message Batches use cases and their runner.
@@ -379,13 +389,25 @@ func (s *Service) runOne(ctx context.Context, c Claimed) {
 	s.finish(ctx, c, res)
 }
 
-// run runs one request as a live non-streamed Messages request does.
+// run runs one request as a live non-streamed Messages request does, as
+// its batch's creator, whose role is read again.
 func (s *Service) run(ctx context.Context, c Claimed) ([]byte, error) {
+	p := c.Principal
+	if s.cfg.Users != nil {
+		u, err := s.cfg.Users.User(ctx, p.UserID)
+		switch {
+		case fault.Is(err, fault.NotFound) || err == nil && (u.Disabled() || u.OrgID() != p.OrgID):
+			return nil, fault.New(fault.Forbidden, "the user who created this batch is disabled or no longer in the organization")
+		case err != nil:
+			return nil, err
+		}
+		p.Role = u.Role()
+	}
 	var req wire.Request
 	if err := req.UnmarshalJSON(c.Params); err != nil {
 		return nil, fault.Errorf(fault.Invalid, "invalid request body: %v", err)
 	}
-	turn, err := s.turns.Prepare(ctx, c.Principal, &req, nil)
+	turn, err := s.turns.Prepare(ctx, p, &req, nil)
 	if err != nil {
 		return nil, err
 	}

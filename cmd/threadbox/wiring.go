@@ -209,7 +209,7 @@ func wire(ctx context.Context, cfg Config, log *slog.Logger) (*system, error) {
 	// Message Batches run through the same front door as live requests,
 	// claimed by any server of the database (docs/batches.md).
 	sys.batches = batches.New(st.Batches(), sys.turns, batches.Config{
-		Holder: sys.leases.Holder(), Lease: cfg.LeaseTTL, Workers: cfg.BatchWorkers, PerOrg: cfg.BatchPerOrg,
+		Holder: sys.leases.Holder(), Lease: cfg.LeaseTTL, Workers: cfg.BatchWorkers, PerOrg: cfg.BatchPerOrg, Users: st.Accounts(),
 	}, log.With("component", "batches"))
 	sys.workspace = newWorkspace(cfg, sys, fs, log)
 	sys.mcp = newMCP(sys, log)
