@@ -464,6 +464,7 @@ func TestE2ELiveRun(t *testing.T) {
 	if got := e2e.Eval[string](b, "live box", `(() => { const p = `+card+`.querySelector('pre.live.stdout'); return p.scrollHeight > p.clientHeight ? String(p.scrollHeight - p.scrollTop - p.clientHeight <= 2) : 'no overflow'; })()`); got != "true" {
 		t.Errorf("the live output box at the end of 80 lines: at its end %s", got)
 	}
+	shoot(t, b, "live-run-1440")
 
 	// Reload: the reattached answer keeps its turn's time.
 	b.Do("reload", chromedp.Reload())
