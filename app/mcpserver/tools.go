@@ -5,18 +5,22 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"threadbox/app/files"
 	"threadbox/app/messages"
 	"threadbox/app/messages/wire"
 	"threadbox/domain/fault"
 	"threadbox/domain/file"
 	"threadbox/domain/id"
 	"threadbox/domain/org"
+	"threadbox/domain/user"
 )
 
 // toolDef is one tool of the server: its name, description and input
@@ -123,6 +127,7 @@ func (s *Service) runKit(ctx context.Context, req *mcp.CallToolRequest, c Caller
 	if tok := req.Params.GetProgressToken(); tok != nil && req.Session != nil {
 		call.Output = progress(ctx, req.Session, tok)
 	}
+	before := s.outputsNow(ctx, p, sb.ScopeID)
 	start := time.Now()
 	r, err := s.d.Tools.Execute(ctx, call)
 	attrs := []any{"org_id", p.OrgID, "user_id", p.UserID, "container_id", sb.ContainerID, "tool", name, "tool_use_id", call.ID, "duration_ms", time.Since(start).Milliseconds()}
@@ -131,7 +136,62 @@ func (s *Service) runKit(ctx context.Context, req *mcp.CallToolRequest, c Caller
 		return nil, err
 	}
 	s.log.Info("mcp tool call", append(attrs, "outcome", map[bool]string{true: "error", false: "ok"}[r.IsError()])...)
-	return resultOf(r, outputLinks(sb.ScopeID, r))
+	return resultOf(r, withChanged(outputLinks(sb.ScopeID, r), sb.ScopeID, before, s.outputsNow(ctx, p, sb.ScopeID)))
+}
+
+// outputsNow lists the container's output files by path, so that the
+// outputs a call made or changed are linked whatever tool made them (a
+// terminal session, a REPL cell or an edit names no files in its result).
+// Nil when they cannot be listed: the call then links only what its result
+// names.
+func (s *Service) outputsNow(ctx context.Context, p user.Principal, scope string) map[string]files.File {
+	if s.d.Files == nil {
+		return nil
+	}
+	out := map[string]files.File{}
+	lp := files.ListParams{Prefix: "outputs/", Limit: files.MaxListLimit}
+	for {
+		page, err := s.d.Files.List(ctx, p, scope, lp)
+		if err != nil {
+			return nil
+		}
+		for _, f := range page.Data {
+			out[f.Path] = f
+		}
+		if !page.HasMore || len(out) >= maxListedOutputs {
+			return out
+		}
+		lp.AfterID = page.LastID
+	}
+}
+
+// maxListedOutputs bounds the listing outputsNow makes before and after a
+// call; a container with more outputs links only what the result names
+// beyond them.
+const maxListedOutputs = 5000
+
+// withChanged adds to links the outputs that are new or changed between
+// the listings before and after a call, each once.
+func withChanged(links []*mcp.ResourceLink, scope string, before, after map[string]files.File) []*mcp.ResourceLink {
+	if before == nil || after == nil {
+		return links
+	}
+	seen := map[string]bool{}
+	for _, l := range links {
+		seen[l.URI] = true
+	}
+	paths := slices.Sorted(maps.Keys(after))
+	for _, p := range paths {
+		f := after[p]
+		if b, ok := before[p]; ok && b.ETag == f.ETag && b.SizeBytes == f.SizeBytes {
+			continue
+		}
+		if l := link(scope, f.Path, f.SizeBytes); !seen[l.URI] {
+			seen[l.URI] = true
+			links = append(links, l)
+		}
+	}
+	return links
 }
 
 // progress returns the ToolCall.Output that reports a call's output as

@@ -267,6 +267,22 @@ func TestMCPServerTools(t *testing.T) {
 			t.Fatalf("write_stdin %v", o)
 		}
 		object(t, callTool(t, cs, "write_stdin", map[string]any{"session_id": sid, "input": "\u0004", "wait_seconds": 5}))
+		// Outputs a tool made without naming them in its result come back
+		// as resource links too.
+		linked := func(res *mcp.CallToolResult, p string) bool {
+			for _, l := range links(res) {
+				if strings.HasSuffix(l.URI, p) {
+					return true
+				}
+			}
+			return false
+		}
+		if res := callTool(t, cs, "exec_command", map[string]any{"command": "echo hi > /mnt/user-data/outputs/from-exec.txt", "grace_seconds": 5}); res.IsError || !linked(res, "/mnt/user-data/outputs/from-exec.txt") {
+			t.Fatalf("exec_command's output not linked: %s", text(t, res))
+		}
+		if res := callTool(t, cs, "repl_execute", map[string]any{"code": "open('/mnt/user-data/outputs/from-repl.txt', 'w').write('x')"}); res.IsError || !linked(res, "/mnt/user-data/outputs/from-repl.txt") {
+			t.Fatalf("repl_execute's output not linked: %s", text(t, res))
+		}
 		o = object(t, callTool(t, cs, "edit_file", map[string]any{"path": "made.txt", "old_str": "data", "new_str": "edited"}))
 		if o["type"] != "edit_file_result" || o["match"] != "exact" {
 			t.Fatalf("edit_file %v", o)
