@@ -45,12 +45,15 @@ func timeOrNull(t time.Time) *time.Time {
 	return &u
 }
 
-func viewBatch(b batches.Batch) batchView {
+// viewBatch is b as the API shows it; its results_url is absolute, as
+// Anthropic's is, because the official TypeScript SDK fetches that URL as
+// given (base is the scheme and host the request came to).
+func viewBatch(b batches.Batch, base string) batchView {
 	v := batchView{ID: b.ID, Type: "message_batch", ProcessingStatus: b.Status,
 		RequestCounts: batchCounts{b.Counts.Processing, b.Counts.Succeeded, b.Counts.Errored, b.Counts.Canceled, b.Counts.Expired},
 		CreatedAt:     b.CreatedAt, ExpiresAt: b.ExpiresAt, EndedAt: timeOrNull(b.EndedAt), CancelInitiatedAt: timeOrNull(b.CancelInitiatedAt)}
 	if b.Status == batches.Ended {
-		u := batchesPrefix + "/" + b.ID + "/results"
+		u := base + batchesPrefix + "/" + b.ID + "/results"
 		v.ResultsURL = &u
 	}
 	return v
@@ -91,7 +94,7 @@ func (s *Server) createBatch(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(viewBatch(batch))
+	return c.JSON(viewBatch(batch, baseURL(c)))
 }
 
 // listBatches is GET /messages/batches: the caller's batches, newest first,
@@ -146,7 +149,7 @@ func (s *Server) listBatches(c *fiber.Ctx) error {
 		FirstID *string     `json:"first_id"`
 		LastID  *string     `json:"last_id"`
 		HasMore bool        `json:"has_more"`
-	}{Data: views(all[start:end], viewBatch), HasMore: hasMore}
+	}{Data: views(all[start:end], func(b batches.Batch) batchView { return viewBatch(b, baseURL(c)) }), HasMore: hasMore}
 	if n := len(page.Data); n > 0 {
 		page.FirstID, page.LastID = &page.Data[0].ID, &page.Data[n-1].ID
 	}
@@ -163,7 +166,7 @@ func (s *Server) getBatch(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(viewBatch(b))
+	return c.JSON(viewBatch(b, baseURL(c)))
 }
 
 // cancelBatch is POST /messages/batches/{id}/cancel.
@@ -176,7 +179,7 @@ func (s *Server) cancelBatch(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(viewBatch(b))
+	return c.JSON(viewBatch(b, baseURL(c)))
 }
 
 // deleteBatch is DELETE /messages/batches/{id}: an ended batch and its
