@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -24,6 +25,12 @@ const DefaultMaxTokens = 4096
 
 // BlockResource is the type of the content block that announces an artifact.
 const BlockResource = "zylon-resource"
+
+// BlockTiming is the type of the content block that tells how long a code
+// execution ran: from the end of its call's input to its result, as the
+// page's clock counts it. It follows the call's result (and its
+// zylon-resource blocks), so a stored turn keeps its durations.
+const BlockTiming = "zylon-timing"
 
 // TurnRequest is the body of a chat turn.
 type TurnRequest struct {
@@ -233,14 +240,18 @@ func (t *Turn) run(ctx context.Context, sink messages.Sink) (*wire.Response, err
 	if am, err = s.store.AppendMessage(dbctx, am); err != nil {
 		return nil, fmt.Errorf("workspace: store assistant message: %w", err)
 	}
-	rs := &resourceSink{out: sink, last: -1}
+	rs := &resourceSink{out: sink, last: -1, now: s.now}
 	t.turn.OnToolCall(func(hctx context.Context, call messages.ToolCall, _ *wire.ToolResult) {
+		took, timed := rs.took(call.ID)
 		arts, deferred := s.capture(context.WithoutCancel(hctx), t.thread, call.ContainerID, call.ID)
 		for _, a := range arts {
 			rs.inject(resourceBlock(a))
 		}
 		if deferred > 0 {
 			rs.inject(deferredNote(deferred, s.d.MaxArtifactsPerCall))
+		}
+		if timed {
+			rs.inject(timingBlock(call.ID, took))
 		}
 		// Keep the partial turn, still incomplete, after each tool call.
 		if content, err := json.Marshal(rs.col.Response().Content); err == nil {
@@ -352,7 +363,7 @@ func modelHistory(stored []thread.Message) ([]wire.Message, error) {
 		}
 		kept := blocks[:0]
 		for _, b := range blocks {
-			if b.Type != BlockResource {
+			if b.Type != BlockResource && b.Type != BlockTiming {
 				kept = append(kept, b)
 			}
 		}
@@ -506,12 +517,66 @@ type resourceSink struct {
 	shift int
 	last  int // highest block index sent
 	err   error
+	// now tells the time; calls are the server tool calls by block index
+	// (as received) until their input is complete, ready when they became
+	// complete by call id.
+	now   func() time.Time
+	mu    sync.Mutex
+	calls map[int]string
+	ready map[string]time.Time
+}
+
+// timingBlock is the zylon-timing block of the call id that ran took.
+func timingBlock(id string, took time.Duration) wire.ContentBlock {
+	raw, _ := json.Marshal(struct {
+		Type       string `json:"type"`
+		ToolUseID  string `json:"tool_use_id"`
+		DurationMS int64  `json:"duration_ms"`
+	}{BlockTiming, id, took.Milliseconds()})
+	return wire.ContentBlock{Type: BlockTiming, Raw: raw}
+}
+
+// took returns how long the server tool call id ran since its input was
+// complete; false for a call the stream did not show (a call from code).
+func (r *resourceSink) took(id string) (time.Duration, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	at, ok := r.ready[id]
+	if !ok || r.now == nil {
+		return 0, false
+	}
+	delete(r.ready, id)
+	return r.now().Sub(at), true
+}
+
+// watch notes when each server tool call's input is complete.
+func (r *resourceSink) watch(ev wire.Event) {
+	if r.now == nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch ev.Type {
+	case wire.EventContentBlockStart:
+		if b := ev.ContentBlock; b != nil && b.Type == wire.BlockServerToolUse && b.ID != "" {
+			if r.calls == nil {
+				r.calls, r.ready = map[int]string{}, map[string]time.Time{}
+			}
+			r.calls[ev.Index] = b.ID
+		}
+	case wire.EventContentBlockStop:
+		if id, ok := r.calls[ev.Index]; ok {
+			delete(r.calls, ev.Index)
+			r.ready[id] = r.now()
+		}
+	}
 }
 
 func (r *resourceSink) Send(ev wire.Event) error {
 	if r.err != nil {
 		return r.err
 	}
+	r.watch(ev)
 	switch ev.Type {
 	case wire.EventContentBlockStart, wire.EventContentBlockDelta, wire.EventContentBlockStop:
 		ev.Index += r.shift

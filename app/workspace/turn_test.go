@@ -203,7 +203,7 @@ func TestTurnInjectsResourceAfterToolResult(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"text", "server_tool_use", "bash_code_execution_tool_result", BlockResource, "text"}
+	want := []string{"text", "server_tool_use", "bash_code_execution_tool_result", BlockResource, BlockTiming, "text"}
 	if strings.Join(starts, ",") != strings.Join(want, ",") {
 		t.Fatalf("blocks %v, want %v", starts, want)
 	}
@@ -212,12 +212,24 @@ func TestTurnInjectsResourceAfterToolResult(t *testing.T) {
 			t.Fatalf("indexes %v are not 0..n", idx)
 		}
 	}
-	if len(resp.Content) != 5 || resp.Content[3].Type != BlockResource {
+	if len(resp.Content) != 6 || resp.Content[3].Type != BlockResource || !bytes.Contains(resp.Content[4].Raw, []byte(`"tool_use_id":"srvtoolu_1","duration_ms":`)) {
 		t.Fatalf("response content: %+v", resp.Content)
 	}
 	ms, _ := st.Threads().Messages(ctx, th.ID())
-	if len(ms) != 2 || !ms[1].Complete() || !bytes.Contains(ms[1].Content(), []byte(`"zylon-resource"`)) {
+	if len(ms) != 2 || !ms[1].Complete() || !bytes.Contains(ms[1].Content(), []byte(`"zylon-resource"`)) || !bytes.Contains(ms[1].Content(), []byte(`"zylon-timing"`)) {
 		t.Fatalf("stored: %d messages", len(ms))
+	}
+	// The model's history leaves both out.
+	hist, err := modelHistory(ms)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range hist {
+		for _, b := range m.Content {
+			if b.Type == BlockResource || b.Type == BlockTiming {
+				t.Fatalf("the model's history holds a %s block", b.Type)
+			}
+		}
 	}
 	arts, _, _ := svc.Artifacts(ctx, p, th.ProjectID(), artifact.Page{})
 	if len(arts) != 1 || arts[0].Version != 1 || arts[0].ToolUseID != "srvtoolu_1" || arts[0].MimeType != "image/png" {
@@ -432,7 +444,38 @@ func TestCaptureWaitsForTheDatabase(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !flaky.failed || len(resp.Content) != 5 || resp.Content[3].Type != BlockResource {
+	if !flaky.failed || len(resp.Content) != 6 || resp.Content[3].Type != BlockResource {
 		t.Fatalf("failed once %v; content %+v, want the resource block after the retry", flaky.failed, resp.Content)
+	}
+}
+
+// TestTimingOfACall: a call's duration runs from the end of its input to
+// its tool hook; a call the stream did not show has none.
+func TestTimingOfACall(t *testing.T) {
+	at := time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
+	r := &resourceSink{last: -1, now: func() time.Time { return at }}
+	call := wire.ContentBlock{Type: wire.BlockServerToolUse, ID: "srvtoolu_1", Name: "bash_code_execution"}
+	for _, ev := range []wire.Event{
+		{Type: wire.EventContentBlockStart, Index: 0, ContentBlock: &wire.ContentBlock{Type: wire.BlockText}},
+		{Type: wire.EventContentBlockStop, Index: 0},
+		{Type: wire.EventContentBlockStart, Index: 1, ContentBlock: &call},
+		{Type: wire.EventContentBlockStop, Index: 1},
+	} {
+		if err := r.Send(ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	at = at.Add(2500 * time.Millisecond)
+	if took, ok := r.took("srvtoolu_1"); !ok || took != 2500*time.Millisecond {
+		t.Fatalf("took %v %v, want 2.5s", took, ok)
+	}
+	if _, ok := r.took("srvtoolu_1"); ok {
+		t.Fatal("a call timed twice")
+	}
+	if _, ok := r.took("srvtoolu_from_code"); ok {
+		t.Fatal("a call the stream did not show was timed")
+	}
+	if got := string(timingBlock("srvtoolu_1", 2500*time.Millisecond).Raw); got != `{"type":"zylon-timing","tool_use_id":"srvtoolu_1","duration_ms":2500}` {
+		t.Fatalf("the timing block: %s", got)
 	}
 }

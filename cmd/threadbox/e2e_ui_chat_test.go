@@ -426,7 +426,7 @@ func TestE2EAttachHabits(t *testing.T) {
 // command is highlighted with a Copy button; a reload reattaches to the
 // turn stamped with the turn's own start; Stop ends the turn as a stop,
 // not a failure, before and after a reload; a finished card says how long
-// its command ran.
+// its command ran, live and after a reload.
 func TestE2ELiveRun(t *testing.T) {
 	e2e.NeedChromium(t)
 	agent := needDocker(t)
@@ -470,6 +470,8 @@ func TestE2ELiveRun(t *testing.T) {
 	b.Do("reload", chromedp.Reload())
 	open("open the thread again")
 	b.WaitText(".msg.assistant:last-child .exec pre.live.stdout", "line80", 20*time.Second)
+	// The stored quick command keeps its duration (the server's timing).
+	b.WaitTrue("the stored card's duration", `/^exit code 0 · \d+(\.\d)? s$/.test(document.querySelector('.msg.assistant .exec .exec-status').textContent)`, 5*time.Second)
 	msgs := s.do("GET", appAPI+"/thread/"+tid+"/messages", token, nil).json(t)["data"].([]any)
 	running := msgs[len(msgs)-1].(map[string]any)
 	if running["status"] != "running" {

@@ -982,6 +982,13 @@ class TurnView {
         this.body.append(card.el);
         break;
       }
+      case 'zylon-timing': {
+        // How long a code execution ran, as the server timed it: a stored
+        // or replayed card shows it, a live card keeps its own clock.
+        const card = this.cards.get(block.tool_use_id);
+        if (card && typeof block.duration_ms === 'number') card.setDuration(block.duration_ms);
+        break;
+      }
       case 'zylon-resource':
         this.resources++;
         st.el = resourceCard(block.resource || {});
@@ -1125,6 +1132,12 @@ function codeCard(block, opts = {}) {
     el,
     begin() { if (!t0) t0 = performance.now(); startClock(); },
     setPartial(json) { code.textContent = json; },
+    // setDuration adds the time the server measured to a card that ended
+    // without the page's own clock (a stored turn's, after a reload).
+    setDuration(ms) {
+      if (t0 || el.classList.contains('running') || el.classList.contains('failed')) return;
+      if (!/ · [\d.]+ s$| · \d+ min \d+ s$/.test(status.textContent)) status.textContent += ` · ${clock(ms, true)}`;
+    },
     // live shows output while the command runs; the result replaces it.
     // The live box follows its end while the reader is there.
     live(o) {
