@@ -39,6 +39,9 @@ type Store interface {
 	// RetainedFileBytes sums the sizes of the output files the org keeps
 	// after their containers were removed at their maximum age.
 	RetainedFileBytes(ctx context.Context, orgID string) (int64, error)
+	// SnapshotBytes sums what the files snapshots of the org's threads
+	// store (files unchanged between two snapshots counted once).
+	SnapshotBytes(ctx context.Context, orgID string) (int64, error)
 	// ReserveRunning saves c, a container about to boot recorded as
 	// running, when admit accepts the running containers of its owner and
 	// of its org (c not among them), counted in the same step, which no
@@ -183,7 +186,7 @@ func (s *Service) BeforeRun(ctx context.Context, orgID, userID, containerID stri
 // StorageUsed returns the bytes the org stores: its artifacts, its
 // threads' messages, its turns' event logs, its skills, the checkpoints of
 // its sandboxes (compressed, as stored), the output files kept after their
-// containers were removed, and the files of its containers as the host
+// containers were removed, its threads' files snapshots, and the files of its containers as the host
 // measures them (whoever wrote them: uploads, forks or code in the
 // sandbox).
 func (s *Service) StorageUsed(ctx context.Context, orgID string) (int64, error) {
@@ -198,6 +201,7 @@ func (s *Service) StorageUsed(ctx context.Context, orgID string) (int64, error) 
 		{"skill bytes", s.store.SkillBytes},
 		{"checkpoint bytes", s.store.CheckpointBytes},
 		{"retained file bytes", s.store.RetainedFileBytes},
+		{"snapshot bytes", s.store.SnapshotBytes},
 	} {
 		n, err := c.count(ctx, orgID)
 		if err != nil {

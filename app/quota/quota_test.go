@@ -60,6 +60,8 @@ func (f *fakeStore) TurnLogBytes(context.Context, string) (int64, error) {
 
 func (f *fakeStore) RetainedFileBytes(context.Context, string) (int64, error) { return 0, nil }
 
+func (f *fakeStore) SnapshotBytes(context.Context, string) (int64, error) { return 0, nil }
+
 func (f *fakeStore) SkillBytes(context.Context, string) (int64, error) {
 	f.calls = append(f.calls, "skills")
 	return f.skills, f.err

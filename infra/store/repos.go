@@ -20,6 +20,9 @@ type Threads struct{ *handle }
 // Artifacts keeps the artifacts saved from threads (app/workspace).
 type Artifacts struct{ *handle }
 
+// Snapshots keeps the records of threads' files snapshots (app/workspace).
+type Snapshots struct{ *handle }
+
 // Containers keeps container records and the tombstones of those removed
 // at their maximum age (app/containers).
 type Containers struct{ *handle }
@@ -60,6 +63,9 @@ func (s *Store) Threads() Threads { return Threads{s.handle} }
 
 // Artifacts returns the artifacts repository.
 func (s *Store) Artifacts() Artifacts { return Artifacts{s.handle} }
+
+// Snapshots returns the files snapshots' repository.
+func (s *Store) Snapshots() Snapshots { return Snapshots{s.handle} }
 
 // Containers returns the container records' repository.
 func (s *Store) Containers() Containers { return Containers{s.handle} }

@@ -82,6 +82,7 @@ type Layout struct {
 	containers  string
 	disks       string
 	checkpoints string // checkpoints.go
+	snapshots   string // snapshots.go
 	opts        Options
 
 	mu    sync.Mutex
@@ -114,6 +115,7 @@ func New(dataDir string, opts Options) *Layout {
 		containers:  filepath.Join(dataDir, "containers"),
 		disks:       filepath.Join(dataDir, "disks"),
 		checkpoints: filepath.Join(dataDir, "checkpoints"),
+		snapshots:   filepath.Join(dataDir, "snapshots"),
 		opts:        opts,
 		locks:       map[string]*idLock{},
 		used:        map[string]use{},

@@ -1,0 +1,71 @@
+package snapshot
+
+import (
+	"slices"
+	"testing"
+)
+
+func TestRetentionPrune(t *testing.T) {
+	// s builds snapshots named by id with (size, bytes) pairs.
+	s := func(id string, size, bytes int64) Snapshot { return Snapshot{ID: id, Size: size, Bytes: bytes} }
+	ids := func(ss []Snapshot) []string {
+		out := []string{}
+		for _, x := range ss {
+			out = append(out, x.ID)
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name      string
+		r         Retention
+		in        []Snapshot
+		drop      []string
+		keep      []string
+		firstKept int64 // the oldest kept's Bytes
+	}{
+		{"within the count", Retention{Count: 3}, []Snapshot{s("a", 10, 10), s("b", 10, 2)}, []string{}, []string{"a", "b"}, 10},
+		{"the oldest past the count", Retention{Count: 2}, []Snapshot{s("a", 10, 10), s("b", 10, 2), s("c", 12, 4)}, []string{"a"}, []string{"b", "c"}, 10},
+		{"default count", Retention{}, make20("x"), []string{}, ids(make20("x")), 1},
+		{"bytes: the next takes over the shared files", Retention{Bytes: 25}, []Snapshot{s("a", 10, 10), s("b", 12, 4), s("c", 20, 10)},
+			// a+b+c store 24; fits.
+			[]string{}, []string{"a", "b", "c"}, 10},
+		{"bytes: dropping one grows the next", Retention{Bytes: 23}, []Snapshot{s("a", 10, 10), s("b", 12, 4), s("c", 20, 10)},
+			// 24 > 23: drop a, b now stores 12: 22 fits.
+			[]string{"a"}, []string{"b", "c"}, 12},
+		{"bytes: a newest too large for the bound is dropped", Retention{Bytes: 5}, []Snapshot{s("a", 10, 10)}, []string{"a"}, []string{}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			drop, keep := tc.r.Prune(tc.in)
+			if got := ids(drop); !slices.Equal(got, tc.drop) {
+				t.Fatalf("drop = %v, want %v", got, tc.drop)
+			}
+			if got := ids(keep); !slices.Equal(got, tc.keep) {
+				t.Fatalf("keep = %v, want %v", got, tc.keep)
+			}
+			if len(keep) > 0 && keep[0].Bytes != tc.firstKept {
+				t.Fatalf("oldest kept stores %d, want %d", keep[0].Bytes, tc.firstKept)
+			}
+		})
+	}
+}
+
+// make20 returns DefaultCount snapshots of one byte each.
+func make20(prefix string) []Snapshot {
+	out := make([]Snapshot, DefaultCount)
+	for i := range out {
+		out[i] = Snapshot{ID: prefix + string(rune('a'+i)), Size: 1, Bytes: 1}
+	}
+	return out
+}
+
+func TestNewRetention(t *testing.T) {
+	for _, tc := range []struct {
+		count int
+		bytes int64
+		ok    bool
+	}{{0, 0, true}, {5, 1 << 20, true}, {-1, 0, false}, {0, -1, false}} {
+		if _, err := NewRetention(tc.count, tc.bytes); (err == nil) != tc.ok {
+			t.Errorf("NewRetention(%d, %d) err = %v", tc.count, tc.bytes, err)
+		}
+	}
+}

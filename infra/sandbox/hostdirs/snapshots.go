@@ -1,0 +1,464 @@
+package hostdirs
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// A thread's files snapshots live beside the containers' folders, in
+// DATA_DIR/snapshots/<safe thread id>/<safe snapshot id>/, one folder per
+// snapshot holding a copy of the container's workspace, uploads and outputs
+// folders and manifest.json, the size, modification time and SHA-256 of
+// each file. A snapshot is written under a temporary name and renamed when
+// whole, and never changed after: a file unchanged since the snapshot
+// before (same size and modification time, or same SHA-256) is a hard link
+// to that one's, so snapshots share their unchanged files. A changed file
+// is cloned (FICLONE: a reflink on XFS or btrfs, sharing the container
+// file's blocks until either is written) or, where the file system cannot,
+// copied. The container's folders are the sandbox's, so they are read and
+// written through file descriptors, one folder entry at a time, never
+// following a link: a link the sandbox made is kept as a link.
+
+// snapshotFolders are the container folders a snapshot holds.
+var snapshotFolders = []string{"workspace", "uploads", "outputs"}
+
+// manifestFile names a snapshot's list of its files.
+const manifestFile = "manifest.json"
+
+// entry describes one file of a snapshot, by its path under the
+// snapshot's folder ("workspace/a/b.txt").
+type entry struct {
+	Size    int64  `json:"size"`
+	MtimeNs int64  `json:"mtime_ns"`
+	Mode    uint32 `json:"mode"`
+	SHA256  string `json:"sha256,omitempty"`
+	Link    string `json:"link,omitempty"` // a symbolic link's target
+}
+
+// SnapshotStats says what a snapshot holds: its files and their bytes, and
+// the bytes it stores on its own (not linked from the snapshot before).
+type SnapshotStats struct {
+	Files  int
+	Size   int64
+	Stored int64
+	// Cloned counts the files cloned by reflink rather than copied.
+	Cloned int
+}
+
+// SnapshotDir returns the folder of a thread's snapshot.
+func (l *Layout) SnapshotDir(threadID, snapshotID string) string {
+	return filepath.Join(l.snapshots, SafeID(threadID), SafeID(snapshotID))
+}
+
+// TakeSnapshot copies container containerID's workspace, uploads and
+// outputs folders into thread threadID's snapshot snapshotID, linking the
+// files unchanged since snapshot prevID ("" for none).
+func (l *Layout) TakeSnapshot(ctx context.Context, threadID, snapshotID, prevID, containerID string) (SnapshotStats, error) {
+	defer l.lock(containerID)()
+	dst := l.SnapshotDir(threadID, snapshotID)
+	prev := map[string]entry{}
+	prevDir := ""
+	if prevID != "" {
+		prevDir = l.SnapshotDir(threadID, prevID)
+		if data, err := os.ReadFile(filepath.Join(prevDir, manifestFile)); err == nil {
+			_ = json.Unmarshal(data, &prev) // unreadable: nothing is linked
+		}
+	}
+	tmp := dst + ".tmp"
+	if err := os.RemoveAll(tmp); err != nil {
+		return SnapshotStats{}, fmt.Errorf("hostdirs: snapshot: %w", err)
+	}
+	if err := os.MkdirAll(tmp, 0o700); err != nil {
+		return SnapshotStats{}, fmt.Errorf("hostdirs: snapshot: %w", err)
+	}
+	t := &taker{ctx: ctx, prev: prev, prevDir: prevDir, dst: tmp, manifest: map[string]entry{}}
+	d := l.Dirs(containerID)
+	for _, name := range snapshotFolders {
+		src := filepath.Join(d.Root, name)
+		fd, err := unix.Open(src, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if errors.Is(err, unix.ENOENT) {
+			continue
+		}
+		if err == nil {
+			err = os.Mkdir(filepath.Join(tmp, name), 0o755)
+		}
+		if err == nil {
+			err = t.dir(fd, name)
+			unix.Close(fd)
+		}
+		if err != nil {
+			_ = os.RemoveAll(tmp)
+			return SnapshotStats{}, fmt.Errorf("hostdirs: snapshot %s: %w", name, err)
+		}
+	}
+	data, err := json.Marshal(t.manifest)
+	if err == nil {
+		err = os.WriteFile(filepath.Join(tmp, manifestFile), data, 0o600)
+	}
+	if err == nil {
+		_ = os.RemoveAll(dst)
+		err = os.Rename(tmp, dst)
+	}
+	if err != nil {
+		_ = os.RemoveAll(tmp)
+		return SnapshotStats{}, fmt.Errorf("hostdirs: snapshot: %w", err)
+	}
+	return t.stats, nil
+}
+
+// taker copies one container's folders into a snapshot.
+type taker struct {
+	ctx      context.Context
+	prev     map[string]entry
+	prevDir  string
+	dst      string
+	manifest map[string]entry
+	stats    SnapshotStats
+}
+
+// dir copies the folder open as fd, at rel under the snapshot.
+func (t *taker) dir(fd int, rel string) error {
+	names, err := readNames(fd)
+	if err != nil {
+		return err
+	}
+	for _, name := range names {
+		if err := t.ctx.Err(); err != nil {
+			return err
+		}
+		var st unix.Stat_t
+		if err := unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			if errors.Is(err, unix.ENOENT) {
+				continue // removed meanwhile
+			}
+			return err
+		}
+		r := rel + "/" + name
+		switch st.Mode & unix.S_IFMT {
+		case unix.S_IFDIR:
+			sub, err := unix.Openat(fd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+			if err != nil {
+				if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) {
+					continue // changed meanwhile
+				}
+				return err
+			}
+			err = os.Mkdir(filepath.Join(t.dst, r), os.FileMode(st.Mode&0o777)|0o700)
+			if err == nil {
+				err = t.dir(sub, r)
+			}
+			unix.Close(sub)
+			if err != nil {
+				return err
+			}
+		case unix.S_IFLNK:
+			target, err := readlinkat(fd, name)
+			if err != nil {
+				continue
+			}
+			if err := os.Symlink(target, filepath.Join(t.dst, r)); err != nil {
+				return err
+			}
+			t.manifest[r] = entry{Link: target}
+		case unix.S_IFREG:
+			if err := t.file(fd, name, r); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// file copies the regular file name of the folder fd to rel, or links
+// the previous snapshot's copy when it is unchanged.
+func (t *taker) file(dirfd int, name, rel string) error {
+	src, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+	if err != nil {
+		if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ELOOP) {
+			return nil // changed meanwhile
+		}
+		return err
+	}
+	in := os.NewFile(uintptr(src), name)
+	defer in.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(src, &st); err != nil {
+		return err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return nil
+	}
+	e := entry{Size: st.Size, MtimeNs: st.Mtim.Nano(), Mode: st.Mode & 0o777}
+	to := filepath.Join(t.dst, rel)
+	p, had := t.prev[rel]
+	if had && p.Link == "" && p.Size == e.Size && p.MtimeNs == e.MtimeNs {
+		e.SHA256 = p.SHA256
+		if err := os.Link(filepath.Join(t.prevDir, rel), to); err == nil {
+			t.add(rel, e, false)
+			return nil
+		}
+	}
+	sum, cloned, err := cloneFile(in, to, os.FileMode(e.Mode)|0o600)
+	if err != nil {
+		return err
+	}
+	e.SHA256 = sum
+	if had && p.Link == "" && p.SHA256 == sum && p.Size == e.Size {
+		// Touched, not changed: share the previous copy.
+		if err := os.Remove(to); err == nil && os.Link(filepath.Join(t.prevDir, rel), to) == nil {
+			t.add(rel, e, false)
+			return nil
+		}
+		if _, _, err := cloneFile(in, to, os.FileMode(e.Mode)|0o600); err != nil {
+			return err
+		}
+	}
+	if cloned {
+		t.stats.Cloned++
+	}
+	t.add(rel, e, true)
+	return nil
+}
+
+// add records a file of the snapshot; own tells that it is not linked.
+func (t *taker) add(rel string, e entry, own bool) {
+	t.manifest[rel] = e
+	t.stats.Files++
+	t.stats.Size += e.Size
+	if own {
+		t.stats.Stored += e.Size
+	}
+}
+
+// cloneFile makes a new file at to with in's content, by reflink where
+// the file systems allow and by copy otherwise, and returns the content's
+// hex SHA-256 and whether it was a reflink.
+func cloneFile(in *os.File, to string, mode os.FileMode) (string, bool, error) {
+	if _, err := in.Seek(0, io.SeekStart); err != nil {
+		return "", false, err
+	}
+	out, err := os.OpenFile(to, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
+	if err != nil {
+		return "", false, err
+	}
+	h := sha256.New()
+	cloned := unix.IoctlFileClone(int(out.Fd()), int(in.Fd())) == nil
+	if cloned {
+		err = hashFile(h, out.Name())
+	} else {
+		_, err = io.Copy(io.MultiWriter(out, h), in)
+	}
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		_ = os.Remove(to)
+		return "", false, err
+	}
+	return hex.EncodeToString(h.Sum(nil)), cloned, nil
+}
+
+// hashFile feeds the file at path to h.
+func hashFile(h hash.Hash, path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	_, err = io.Copy(h, f)
+	return err
+}
+
+// RestoreSnapshot makes container containerID's workspace, uploads and
+// outputs folders hold exactly what thread threadID's snapshot snapshotID
+// holds: their entries are removed, then the snapshot's files are cloned
+// (or copied) in, owned by the sandbox user when the server runs as root.
+// The container's folders must be prepared.
+func (l *Layout) RestoreSnapshot(ctx context.Context, threadID, snapshotID, containerID string) error {
+	defer l.lock(containerID)()
+	src := l.SnapshotDir(threadID, snapshotID)
+	if _, err := os.Stat(filepath.Join(src, manifestFile)); err != nil {
+		return fmt.Errorf("hostdirs: restore snapshot: %w", err)
+	}
+	d := l.Dirs(containerID)
+	chown := os.Geteuid() == 0
+	for _, name := range snapshotFolders {
+		fd, err := unix.Open(filepath.Join(d.Root, name), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return fmt.Errorf("hostdirs: restore snapshot %s: %w", name, err)
+		}
+		err = clearDir(ctx, fd)
+		if err == nil {
+			err = restoreDir(ctx, filepath.Join(src, name), fd, chown)
+		}
+		unix.Close(fd)
+		if err != nil {
+			return fmt.Errorf("hostdirs: restore snapshot %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// clearDir removes every entry of the folder open as fd.
+func clearDir(ctx context.Context, fd int) error {
+	names, err := readNames(fd)
+	if err != nil {
+		return err
+	}
+	for _, name := range names {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		err := unix.Unlinkat(fd, name, 0)
+		if errors.Is(err, unix.EISDIR) || errors.Is(err, unix.EPERM) {
+			sub, oerr := unix.Openat(fd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+			if oerr != nil {
+				return oerr
+			}
+			err = clearDir(ctx, sub)
+			unix.Close(sub)
+			if err == nil {
+				err = unix.Unlinkat(fd, name, unix.AT_REMOVEDIR)
+			}
+		}
+		if err != nil && !errors.Is(err, unix.ENOENT) {
+			return err
+		}
+	}
+	return nil
+}
+
+// restoreDir copies the snapshot folder from into the folder open as fd.
+func restoreDir(ctx context.Context, from string, fd int, chown bool) error {
+	ents, err := os.ReadDir(from)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil // the folder was missing when the snapshot was taken
+	}
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		path := filepath.Join(from, e.Name())
+		fi, err := os.Lstat(path)
+		if err != nil {
+			return err
+		}
+		switch {
+		case fi.Mode()&os.ModeSymlink != 0:
+			target, err := os.Readlink(path)
+			if err != nil {
+				return err
+			}
+			if err := unix.Symlinkat(target, fd, e.Name()); err != nil {
+				return err
+			}
+			if chown {
+				_ = unix.Fchownat(fd, e.Name(), SandboxUID, SandboxGID, unix.AT_SYMLINK_NOFOLLOW)
+			}
+		case fi.IsDir():
+			if err := unix.Mkdirat(fd, e.Name(), uint32(fi.Mode().Perm())); err != nil {
+				return err
+			}
+			sub, err := unix.Openat(fd, e.Name(), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+			if err != nil {
+				return err
+			}
+			if chown {
+				_ = unix.Fchown(sub, SandboxUID, SandboxGID)
+			}
+			err = restoreDir(ctx, path, sub, chown)
+			unix.Close(sub)
+			if err != nil {
+				return err
+			}
+		case fi.Mode().IsRegular():
+			if err := restoreFile(path, fd, e.Name(), uint32(fi.Mode().Perm()), chown); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// restoreFile clones (or copies) the snapshot file at path to name in the
+// folder fd.
+func restoreFile(path string, dirfd int, name string, mode uint32, chown bool) error {
+	in, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	ofd, err := unix.Openat(dirfd, name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, mode)
+	if err != nil {
+		return err
+	}
+	out := os.NewFile(uintptr(ofd), name)
+	if unix.IoctlFileClone(ofd, int(in.Fd())) != nil {
+		_, err = io.Copy(out, in)
+	}
+	if err == nil && chown {
+		err = unix.Fchown(ofd, SandboxUID, SandboxGID)
+	}
+	if err == nil {
+		err = unix.Fchmod(ofd, mode) // the umask narrowed it
+	}
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// DropSnapshot removes one of a thread's snapshots; a missing one is not
+// an error. Its files linked by a later snapshot stay there.
+func (l *Layout) DropSnapshot(ctx context.Context, threadID, snapshotID string) error {
+	if err := os.RemoveAll(l.SnapshotDir(threadID, snapshotID)); err != nil {
+		return fmt.Errorf("hostdirs: drop snapshot: %w", err)
+	}
+	return nil
+}
+
+// DropSnapshots removes every snapshot of a thread.
+func (l *Layout) DropSnapshots(ctx context.Context, threadID string) error {
+	if err := os.RemoveAll(filepath.Join(l.snapshots, SafeID(threadID))); err != nil {
+		return fmt.Errorf("hostdirs: drop snapshots: %w", err)
+	}
+	return nil
+}
+
+// readNames returns the names in the folder open as fd, without closing it.
+func readNames(fd int) ([]string, error) {
+	dup, err := unix.Dup(fd)
+	if err != nil {
+		return nil, err
+	}
+	f := os.NewFile(uintptr(dup), "dir")
+	defer f.Close()
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return nil, err
+	}
+	return f.Readdirnames(-1)
+}
+
+// readlinkat returns the target of the link name in the folder fd.
+func readlinkat(fd int, name string) (string, error) {
+	buf := make([]byte, 4096)
+	n, err := unix.Readlinkat(fd, name, buf)
+	if err != nil {
+		return "", err
+	}
+	return strings.Clone(string(buf[:n])), nil
+}
