@@ -16,6 +16,12 @@ CREATE TABLE thread_snapshots (
 );
 CREATE INDEX thread_snapshots_thread ON thread_snapshots(thread_id, taken_at);
 CREATE INDEX thread_snapshots_org ON thread_snapshots(org_id);
+-- The org's snapshot retention per thread: how many (0: the default, 20)
+-- and how many bytes (0: the storage quota alone).
+ALTER TABLE orgs ADD COLUMN quota_snapshots_per_thread      BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE orgs ADD COLUMN quota_snapshot_bytes_per_thread BIGINT NOT NULL DEFAULT 0;
 
 -- +goose Down
+ALTER TABLE orgs DROP COLUMN quota_snapshot_bytes_per_thread;
+ALTER TABLE orgs DROP COLUMN quota_snapshots_per_thread;
 DROP TABLE thread_snapshots;

@@ -52,6 +52,7 @@ func (s *Server) routes() {
 	app.Get("/thread/:id/turns/:turn/events", s.turnEvents)
 	app.Post("/thread/:id/turns/:turn/stop", s.stopTurn)
 	app.Post("/thread/:id/fork", s.forkThread)
+	app.Post("/thread/:id/rewind", s.rewindThread)
 	app.Post("/skills", s.uploadSkill)
 	app.Get("/skills", s.listSkills)
 	app.Delete("/skills/:id", s.deleteSkill)

@@ -1,6 +1,7 @@
 package web
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -69,13 +70,63 @@ func (s *Server) threadDownload(c *fiber.Ctx) error {
 	return sendContent(c, ct, disp)
 }
 
-// forkThread is POST /thread/{threadId}/fork.
+// turnRequest is the body of a rewind, and the optional body of a fork:
+// the assistant message whose turn the thread goes back to.
+type turnRequest struct {
+	MessageID *string `json:"message_id"`
+}
+
+// forkThread is POST /thread/{threadId}/fork: the whole thread, or with a
+// body naming message_id the thread as that turn left it.
 func (s *Server) forkThread(c *fiber.Ctx) error {
-	t, err := s.svc.Workspace.ForkThread(c.UserContext(), principal(c), c.Params("id"))
+	var req turnRequest
+	raw, err := body(c, maxJSONBody)
+	if err != nil {
+		return err
+	}
+	if raw = bytes.TrimSpace(raw); len(raw) > 0 {
+		if err := json.Unmarshal(raw, &req); err != nil {
+			return fault.Errorf(fault.Invalid, "invalid JSON body: %s", jsonErr(err))
+		}
+		if req.MessageID != nil && *req.MessageID == "" {
+			return fault.New(fault.Invalid, "message_id: must name an assistant message of the thread (leave it out to fork the whole thread)")
+		}
+	}
+	at := ""
+	if req.MessageID != nil {
+		at = *req.MessageID
+	}
+	t, err := s.svc.Workspace.ForkThread(c.UserContext(), principal(c), c.Params("id"), at)
 	if err != nil {
 		return err
 	}
 	return c.Status(fiber.StatusCreated).JSON(viewThread(t))
+}
+
+// rewoundView is a rewind's response.
+type rewoundView struct {
+	Thread     threadView `json:"thread"`
+	MessageID  string     `json:"message_id"`
+	SnapshotID string     `json:"snapshot_id"`
+	Replaced   []string   `json:"replaced"`
+	Files      int        `json:"files"`
+}
+
+// rewindThread is POST /thread/{threadId}/rewind: the thread back to the
+// turn of message_id, its files and its history.
+func (s *Server) rewindThread(c *fiber.Ctx) error {
+	var req turnRequest
+	if err := parseJSON(c, &req); err != nil {
+		return err
+	}
+	if req.MessageID == nil || *req.MessageID == "" {
+		return fault.New(fault.Invalid, "message_id: required (an assistant message of the thread)")
+	}
+	r, err := s.svc.Workspace.RewindThread(c.UserContext(), principal(c), c.Params("id"), *req.MessageID)
+	if err != nil {
+		return err
+	}
+	return c.JSON(rewoundView{Thread: viewThread(r.Thread), MessageID: r.MessageID, SnapshotID: r.SnapshotID, Replaced: r.Replaced, Files: r.Files})
 }
 
 type messageView struct {

@@ -121,6 +121,8 @@ type PolicyView struct {
 		RunningSandboxesPerOrg  int64 `json:"runningSandboxesPerOrg"`
 		ContainersPerUser       int64 `json:"containersPerUser"`
 		StorageBytesPerOrg      int64 `json:"storageBytesPerOrg"`
+		SnapshotsPerThread      int64 `json:"snapshotsPerThread"`
+		SnapshotBytesPerThread  int64 `json:"snapshotBytesPerThread"`
 	} `json:"quotas"`
 }
 
@@ -138,6 +140,8 @@ func ViewOf(p org.Policy) PolicyView {
 	v.Quotas.RunningSandboxesPerOrg = q.Limit(org.RunningSandboxesPerOrg)
 	v.Quotas.ContainersPerUser = q.Limit(org.ContainersPerUser)
 	v.Quotas.StorageBytesPerOrg = q.Limit(org.StorageBytesPerOrg)
+	v.Quotas.SnapshotsPerThread = q.Limit(org.SnapshotsPerThread)
+	v.Quotas.SnapshotBytesPerThread = q.Limit(org.SnapshotBytesPerThread)
 	return v
 }
 

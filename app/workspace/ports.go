@@ -57,6 +57,9 @@ type Containers interface {
 	// Scope resolves a thread id the caller may access to its container,
 	// creating it and preparing its folders.
 	Scope(ctx context.Context, p user.Principal, scopeID string, create bool) (container.Container, error)
+	// Peek returns the container a scope id names without making or
+	// preparing anything; ok is false when there is none yet.
+	Peek(ctx context.Context, p user.Principal, scopeID string) (c container.Container, ok bool, err error)
 	// ExpiresAt is the container's rolling expiry shown to clients.
 	ExpiresAt(c container.Container) time.Time
 	// Remove stops the container's sandbox and deletes its files and record.
@@ -163,6 +166,9 @@ type Deps struct {
 	// Quota, when set, keeps forks and artifacts within the storage quota
 	// (app/turns asks the quotas of turns).
 	Quota Quota
+	// Snapshots, when set, snapshot each thread's files at the end of its
+	// turns, which rewind and fork at a turn restore.
+	Snapshots Snapshots
 	// Audit, when set, records project renames and deletions in the org's
 	// audit log.
 	Audit Auditor

@@ -12,6 +12,7 @@ import (
 	"threadbox/domain/file"
 	"threadbox/domain/id"
 	"threadbox/domain/sandbox"
+	"threadbox/domain/snapshot"
 	"threadbox/domain/thread"
 	"threadbox/domain/user"
 )
@@ -101,6 +102,9 @@ func (s *Service) removeSandbox(ctx context.Context, th thread.Thread) error {
 			return fmt.Errorf("workspace: remove the container of thread %s: %w", th.ID(), err)
 		}
 	}
+	if err := s.dropSnapshots(ctx, th.ID()); err != nil {
+		return fmt.Errorf("workspace: remove the snapshots of thread %s: %w", th.ID(), err)
+	}
 	s.mu.Lock()
 	delete(s.seen, th.ID())
 	s.mu.Unlock()
@@ -117,10 +121,17 @@ var forkMounts = []string{sandbox.WorkspaceDir, sandbox.UploadsDir, sandbox.Outp
 // messages' and files' bytes are measured first, and a fork that does not
 // fit is refused before anything is made; the files are then copied
 // within the bytes measured.
-func (s *Service) ForkThread(ctx context.Context, p user.Principal, threadID string) (thread.Thread, error) {
+//
+// With messageID, an assistant message of the thread, the fork is of the
+// thread as that turn left it: its messages up to that one, and the files
+// of that turn's snapshot.
+func (s *Service) ForkThread(ctx context.Context, p user.Principal, threadID, messageID string) (thread.Thread, error) {
 	src, err := s.store.Thread(ctx, p.OrgID, p.UserID, threadID)
 	if err != nil {
 		return thread.Thread{}, err
+	}
+	if messageID != "" && !s.snapshotsOn() {
+		return thread.Thread{}, fault.New(fault.Unavailable, "thread files snapshots are not available on this server: fork the whole thread")
 	}
 	title := "Fork of " + src.Title()
 	if len(title) > 500 {
@@ -137,9 +148,23 @@ func (s *Service) ForkThread(ctx context.Context, p user.Principal, threadID str
 	if err != nil {
 		return thread.Thread{}, err
 	}
-	files, err := s.forkFiles(ctx, p, src)
-	if err != nil {
-		return thread.Thread{}, err
+	var (
+		files forkSource
+		snap  snapshot.Snapshot
+	)
+	if messageID == "" {
+		if files, err = s.forkFiles(ctx, p, src); err != nil {
+			return thread.Thread{}, err
+		}
+	} else {
+		at, err := turnAt(msgs, messageID)
+		if err != nil {
+			return thread.Thread{}, err
+		}
+		if snap, err = s.turnSnapshot(ctx, src.ID(), messageID); err != nil {
+			return thread.Thread{}, err
+		}
+		msgs, files.bytes = msgs[:at+1], snap.Size
 	}
 	if s.d.Quota != nil {
 		n := files.bytes
@@ -173,6 +198,15 @@ func (s *Service) ForkThread(ctx context.Context, p user.Principal, threadID str
 	if len(files.paths) > 0 {
 		if err := s.copyFiles(ctx, p, files, dst); err != nil {
 			return fail(err)
+		}
+	}
+	if snap.ID != "" {
+		to, err := s.d.Containers.Scope(ctx, p, dst.ID(), true)
+		if err != nil {
+			return fail(err)
+		}
+		if err := s.d.Snapshots.Files.RestoreSnapshot(ctx, src.ID(), snap.ID, to.ID()); err != nil {
+			return fail(fmt.Errorf("workspace: fork at a turn: %w", err))
 		}
 	}
 	return dst, nil

@@ -283,6 +283,9 @@ func (t *Turn) run(ctx context.Context, sink messages.Sink) (*wire.Response, err
 	if proposed != "" {
 		t.writeTitle(dbctx, proposed, textOf(t.content), textOf(resp.Content))
 	}
+	// The files as the turn left them, under its lease, so no rewind or
+	// other turn of the thread changes them meanwhile.
+	s.snapshotTurn(dbctx, t.p, t.thread, am.ID())
 	return resp, nil
 }
 

@@ -18,7 +18,7 @@ func TestQuotaBoundsOfTheOperator(t *testing.T) {
 	f := newWSFixture(t, s)
 	a := f.admin
 	quotas := func(cpu, sbo float64) map[string]any {
-		return map[string]any{"runningSandboxesPerUser": 0.0, "runningSandboxesPerOrg": 0.0, "containersPerUser": cpu, "storageBytesPerOrg": sbo}
+		return map[string]any{"runningSandboxesPerUser": 0.0, "runningSandboxesPerOrg": 0.0, "containersPerUser": cpu, "storageBytesPerOrg": sbo, "snapshotsPerThread": 0.0, "snapshotBytesPerThread": 0.0}
 	}
 	if got := quotasOf(t, s, a); mustJSON(got) != mustJSON(quotas(2, 1e6)) {
 		t.Fatalf("quotas in force with nothing set: %v", got)

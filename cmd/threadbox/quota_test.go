@@ -54,7 +54,7 @@ func TestQuotasInThePolicy(t *testing.T) {
 		f := newWSFixture(t, s)
 		a := f.admin
 		quotas := func(rsu, rso, cpu, sbo float64) map[string]any {
-			return map[string]any{"runningSandboxesPerUser": rsu, "runningSandboxesPerOrg": rso, "containersPerUser": cpu, "storageBytesPerOrg": sbo}
+			return map[string]any{"runningSandboxesPerUser": rsu, "runningSandboxesPerOrg": rso, "containersPerUser": cpu, "storageBytesPerOrg": sbo, "snapshotsPerThread": 0.0, "snapshotBytesPerThread": 0.0}
 		}
 		if got := quotasOf(t, s, a); mustJSON(got) != mustJSON(quotas(0, 0, 0, 0)) {
 			t.Fatalf("default quotas: %v", got)

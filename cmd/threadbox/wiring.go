@@ -211,7 +211,13 @@ func wire(ctx context.Context, cfg Config, log *slog.Logger) (*system, error) {
 	sys.batches = batches.New(st.Batches(), sys.turns, batches.Config{
 		Holder: sys.leases.Holder(), Lease: cfg.LeaseTTL, Workers: cfg.BatchWorkers, PerOrg: cfg.BatchPerOrg, Users: st.Accounts(),
 	}, log.With("component", "batches"))
-	sys.workspace = newWorkspace(cfg, sys, fs, log)
+	// Files snapshots are taken on the host, where the containers' folders
+	// are; the pods' claims are out of reach.
+	var snaps workspace.Snapshots
+	if pods == nil {
+		snaps = workspace.Snapshots{Records: st.Snapshots(), Files: layout}
+	}
+	sys.workspace = newWorkspace(cfg, sys, fs, snaps, log)
 	sys.mcp = newMCP(sys, log)
 	return sys, nil
 }

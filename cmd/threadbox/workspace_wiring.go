@@ -167,7 +167,7 @@ func presignExpiry(cfg Config) time.Duration {
 // detached turns' logs, thread files over the Files API use cases, the
 // artifact store under DATA_DIR. A model upstream writes threads' titles;
 // the offline runner, which only runs code, leaves the first line.
-func newWorkspace(cfg Config, sys *system, fs containerFiles, log *slog.Logger) *workspace.Service {
+func newWorkspace(cfg Config, sys *system, fs containerFiles, snaps workspace.Snapshots, log *slog.Logger) *workspace.Service {
 	var titles workspace.Titles
 	if cfg.ModelProvider == "anthropic" || cfg.ModelProvider == "openai" {
 		titles = sys.turns
@@ -185,6 +185,7 @@ func newWorkspace(cfg Config, sys *system, fs containerFiles, log *slog.Logger) 
 		MaxArtifactBytes: cfg.MaxArtifactBytes,
 		Leases:           sys.leases,
 		Quota:            sys.quota,
+		Snapshots:        snaps,
 		Audit:            sys.store.Accounts(),
 		Log:              log.With("component", "workspace"),
 	})

@@ -25,10 +25,18 @@ const (
 	// files, its artifacts, its skills, its threads' messages and its
 	// turns' logs.
 	StorageBytesPerOrg Quota = "storageBytesPerOrg"
+	// SnapshotsPerThread bounds the files snapshots one thread keeps (the
+	// oldest go first); 0 keeps the default, 20. It is a retention, not a
+	// refusal: a turn past it drops the thread's oldest snapshot.
+	SnapshotsPerThread Quota = "snapshotsPerThread"
+	// SnapshotBytesPerThread bounds the bytes one thread's files
+	// snapshots store together (the oldest go first); 0 bounds them by
+	// the storage quota alone.
+	SnapshotBytesPerThread Quota = "snapshotBytesPerThread"
 )
 
 // AllQuotas lists every quota in wire order.
-var AllQuotas = []Quota{RunningSandboxesPerUser, RunningSandboxesPerOrg, ContainersPerUser, StorageBytesPerOrg}
+var AllQuotas = []Quota{RunningSandboxesPerUser, RunningSandboxesPerOrg, ContainersPerUser, StorageBytesPerOrg, SnapshotsPerThread, SnapshotBytesPerThread}
 
 // Quotas are an org's resource limits, a value object. Zero means
 // unlimited, which is every quota's default.
@@ -37,6 +45,8 @@ type Quotas struct {
 	runningPerOrg     int64
 	containersPerUser int64
 	storageBytes      int64
+	snapshots         int64
+	snapshotBytes     int64
 }
 
 // NewQuotas builds quotas from their limits by name; a missing name is
@@ -62,6 +72,10 @@ func (q Quotas) Limit(name Quota) int64 {
 		return q.containersPerUser
 	case StorageBytesPerOrg:
 		return q.storageBytes
+	case SnapshotsPerThread:
+		return q.snapshots
+	case SnapshotBytesPerThread:
+		return q.snapshotBytes
 	}
 	return 0
 }
@@ -80,6 +94,10 @@ func (q *Quotas) set(name Quota, v int64) error {
 		q.containersPerUser = v
 	case StorageBytesPerOrg:
 		q.storageBytes = v
+	case SnapshotsPerThread:
+		q.snapshots = v
+	case SnapshotBytesPerThread:
+		q.snapshotBytes = v
 	default:
 		return fault.Errorf(fault.Invalid, "unknown quota %q", string(name))
 	}

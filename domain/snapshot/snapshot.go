@@ -31,6 +31,16 @@ type Snapshot struct {
 	TakenAt time.Time
 }
 
+// Stats say what taking a snapshot made: its files and their bytes, the
+// bytes it stores on its own (not shared with the snapshot before), and
+// how many files were cloned by reflink rather than copied.
+type Stats struct {
+	Files  int
+	Size   int64
+	Stored int64
+	Cloned int
+}
+
 // Retention bounds a thread's snapshots: at most Count of them (zero:
 // DefaultCount) storing at most Bytes together (zero: no bound but the
 // org's storage quota).

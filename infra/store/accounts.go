@@ -25,6 +25,8 @@ type orgRow struct {
 	QuotaRunningSandboxesPerOrg  int64
 	QuotaContainersPerUser       int64
 	QuotaStorageBytesPerOrg      int64
+	QuotaSnapshotsPerThread      int64
+	QuotaSnapshotBytesPerThread  int64
 	CreatedAt                    time.Time
 }
 
@@ -41,6 +43,8 @@ func toOrgRow(o org.Org) orgRow {
 		QuotaRunningSandboxesPerOrg:  p.Quotas().Limit(org.RunningSandboxesPerOrg),
 		QuotaContainersPerUser:       p.Quotas().Limit(org.ContainersPerUser),
 		QuotaStorageBytesPerOrg:      p.Quotas().Limit(org.StorageBytesPerOrg),
+		QuotaSnapshotsPerThread:      p.Quotas().Limit(org.SnapshotsPerThread),
+		QuotaSnapshotBytesPerThread:  p.Quotas().Limit(org.SnapshotBytesPerThread),
 		CreatedAt:                    o.CreatedAt()}
 }
 
@@ -57,6 +61,8 @@ func (r orgRow) domain() org.Org {
 		org.RunningSandboxesPerOrg:  max(r.QuotaRunningSandboxesPerOrg, 0),
 		org.ContainersPerUser:       max(r.QuotaContainersPerUser, 0),
 		org.StorageBytesPerOrg:      max(r.QuotaStorageBytesPerOrg, 0),
+		org.SnapshotsPerThread:      max(r.QuotaSnapshotsPerThread, 0),
+		org.SnapshotBytesPerThread:  max(r.QuotaSnapshotBytesPerThread, 0),
 	}); err == nil {
 		p = p.WithQuotas(q)
 	}
@@ -248,7 +254,7 @@ type credentialsRow struct {
 	OGenerated    bool
 	OUploaded     bool
 	OSigned       bool
-	OQuotas       [4]int64
+	OQuotas       [6]int64
 	OCreatedAt    time.Time
 }
 
@@ -258,7 +264,8 @@ const credentialsSQL = `SELECT t.id, t.user_id, t.org_id, t.name, t.kind, t.crea
 	u.org_id, u.email, u.role, u.disabled, u.password_hash, u.created_at,
 	o.name, o.disabled, o.feature_code_execution, o.feature_uploads, o.feature_uploads_max_bytes,
 	o.feature_downloads_generated, o.feature_downloads_uploaded, o.feature_content_credentials, o.quota_running_sandboxes_per_user,
-	o.quota_running_sandboxes_per_org, o.quota_containers_per_user, o.quota_storage_bytes_per_org, o.created_at
+	o.quota_running_sandboxes_per_org, o.quota_containers_per_user, o.quota_storage_bytes_per_org,
+	o.quota_snapshots_per_thread, o.quota_snapshot_bytes_per_thread, o.created_at
 	FROM api_tokens t JOIN users u ON u.id = t.user_id JOIN orgs o ON o.id = u.org_id WHERE t.id = $1`
 
 // Credentials returns a token record with its user and org in one query, for
@@ -287,7 +294,7 @@ func (s Accounts) credentials(ctx context.Context, tokenID string) (credentials,
 	err = row.Scan(&r.TID, &r.TUserID, &r.TOrgID, &r.TName, &r.TKind, &r.TCreatedAt, &r.TExpiresAt, &r.TRevokedAt, &r.TLastUsedAt,
 		&r.UOrgID, &r.UEmail, &r.URole, &r.UDisabled, &r.UPasswordHash, &r.UCreatedAt,
 		&r.OName, &r.ODisabled, &r.OCode, &r.OUploads, &r.OMaxBytes, &r.OGenerated, &r.OUploaded, &r.OSigned,
-		&r.OQuotas[0], &r.OQuotas[1], &r.OQuotas[2], &r.OQuotas[3], &r.OCreatedAt)
+		&r.OQuotas[0], &r.OQuotas[1], &r.OQuotas[2], &r.OQuotas[3], &r.OQuotas[4], &r.OQuotas[5], &r.OCreatedAt)
 	if errors.Is(err, sql.ErrNoRows) {
 		return credentials{}, fault.New(fault.NotFound, "token not found")
 	}
@@ -300,6 +307,7 @@ func (s Accounts) credentials(ctx context.Context, tokenID string) (credentials,
 		FeatureUploadsMaxBytes: r.OMaxBytes, FeatureDownloadsGenerated: r.OGenerated, FeatureDownloadsUploaded: r.OUploaded,
 		FeatureContentCredentials:    r.OSigned,
 		QuotaRunningSandboxesPerUser: r.OQuotas[0], QuotaRunningSandboxesPerOrg: r.OQuotas[1], QuotaContainersPerUser: r.OQuotas[2], QuotaStorageBytesPerOrg: r.OQuotas[3],
+		QuotaSnapshotsPerThread: r.OQuotas[4], QuotaSnapshotBytesPerThread: r.OQuotas[5],
 		CreatedAt: r.OCreatedAt}
 	return credentials{t.domain(), u.domain(), o.domain()}, nil
 }

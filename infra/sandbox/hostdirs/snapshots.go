@@ -12,8 +12,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
+
+	"threadbox/domain/snapshot"
 )
 
 // A thread's files snapshots live beside the containers' folders, in
@@ -46,16 +49,6 @@ type entry struct {
 	Link    string `json:"link,omitempty"` // a symbolic link's target
 }
 
-// SnapshotStats says what a snapshot holds: its files and their bytes, and
-// the bytes it stores on its own (not linked from the snapshot before).
-type SnapshotStats struct {
-	Files  int
-	Size   int64
-	Stored int64
-	// Cloned counts the files cloned by reflink rather than copied.
-	Cloned int
-}
-
 // SnapshotDir returns the folder of a thread's snapshot.
 func (l *Layout) SnapshotDir(threadID, snapshotID string) string {
 	return filepath.Join(l.snapshots, SafeID(threadID), SafeID(snapshotID))
@@ -64,7 +57,7 @@ func (l *Layout) SnapshotDir(threadID, snapshotID string) string {
 // TakeSnapshot copies container containerID's workspace, uploads and
 // outputs folders into thread threadID's snapshot snapshotID, linking the
 // files unchanged since snapshot prevID ("" for none).
-func (l *Layout) TakeSnapshot(ctx context.Context, threadID, snapshotID, prevID, containerID string) (SnapshotStats, error) {
+func (l *Layout) TakeSnapshot(ctx context.Context, threadID, snapshotID, prevID, containerID string) (snapshot.Stats, error) {
 	defer l.lock(containerID)()
 	dst := l.SnapshotDir(threadID, snapshotID)
 	prev := map[string]entry{}
@@ -77,10 +70,10 @@ func (l *Layout) TakeSnapshot(ctx context.Context, threadID, snapshotID, prevID,
 	}
 	tmp := dst + ".tmp"
 	if err := os.RemoveAll(tmp); err != nil {
-		return SnapshotStats{}, fmt.Errorf("hostdirs: snapshot: %w", err)
+		return snapshot.Stats{}, fmt.Errorf("hostdirs: snapshot: %w", err)
 	}
 	if err := os.MkdirAll(tmp, 0o700); err != nil {
-		return SnapshotStats{}, fmt.Errorf("hostdirs: snapshot: %w", err)
+		return snapshot.Stats{}, fmt.Errorf("hostdirs: snapshot: %w", err)
 	}
 	t := &taker{ctx: ctx, prev: prev, prevDir: prevDir, dst: tmp, manifest: map[string]entry{}}
 	d := l.Dirs(containerID)
@@ -99,7 +92,7 @@ func (l *Layout) TakeSnapshot(ctx context.Context, threadID, snapshotID, prevID,
 		}
 		if err != nil {
 			_ = os.RemoveAll(tmp)
-			return SnapshotStats{}, fmt.Errorf("hostdirs: snapshot %s: %w", name, err)
+			return snapshot.Stats{}, fmt.Errorf("hostdirs: snapshot %s: %w", name, err)
 		}
 	}
 	data, err := json.Marshal(t.manifest)
@@ -112,7 +105,7 @@ func (l *Layout) TakeSnapshot(ctx context.Context, threadID, snapshotID, prevID,
 	}
 	if err != nil {
 		_ = os.RemoveAll(tmp)
-		return SnapshotStats{}, fmt.Errorf("hostdirs: snapshot: %w", err)
+		return snapshot.Stats{}, fmt.Errorf("hostdirs: snapshot: %w", err)
 	}
 	return t.stats, nil
 }
@@ -124,7 +117,7 @@ type taker struct {
 	prevDir  string
 	dst      string
 	manifest map[string]entry
-	stats    SnapshotStats
+	stats    snapshot.Stats
 }
 
 // dir copies the folder open as fd, at rel under the snapshot.
@@ -223,6 +216,12 @@ func (t *taker) file(dirfd int, name, rel string) error {
 		if _, _, err := cloneFile(in, to, os.FileMode(e.Mode)|0o600); err != nil {
 			return err
 		}
+	}
+	// The copy keeps the file's modification time, which a restore gives
+	// back.
+	mt := time.Unix(0, e.MtimeNs)
+	if err := os.Chtimes(to, mt, mt); err != nil {
+		return err
 	}
 	if cloned {
 		t.stats.Cloned++
@@ -415,6 +414,12 @@ func restoreFile(path string, dirfd int, name string, mode uint32, chown bool) e
 	}
 	if err == nil {
 		err = unix.Fchmod(ofd, mode) // the umask narrowed it
+	}
+	if fi, serr := in.Stat(); err == nil && serr == nil {
+		// The snapshot's modification time, so that the next snapshot
+		// finds the file unchanged without reading it.
+		mt := unix.NsecToTimespec(fi.ModTime().UnixNano())
+		err = unix.UtimesNanoAt(dirfd, name, []unix.Timespec{mt, mt}, unix.AT_SYMLINK_NOFOLLOW)
 	}
 	if cerr := out.Close(); err == nil {
 		err = cerr

@@ -1,0 +1,270 @@
+package workspace
+
+import (
+	"context"
+	"fmt"
+
+	"threadbox/domain/fault"
+	"threadbox/domain/id"
+	"threadbox/domain/org"
+	"threadbox/domain/snapshot"
+	"threadbox/domain/thread"
+	"threadbox/domain/user"
+)
+
+// Time travel: at the end of every assistant turn the thread's container
+// files (workspace, uploads, outputs) are snapshotted; a rewind folds the
+// history after a turn as an earlier version and gives the container that
+// turn's files back, and a fork at a turn starts a new thread with the
+// history up to it and its files as they were then.
+
+// SnapshotRecords keeps the records of threads' files snapshots
+// (infra/store.Snapshots).
+type SnapshotRecords interface {
+	// SaveSnapshot records a snapshot, or saves what it stores on its own
+	// when it is recorded already.
+	SaveSnapshot(ctx context.Context, sn snapshot.Snapshot) error
+	// ThreadSnapshots lists a thread's snapshots, oldest first.
+	ThreadSnapshots(ctx context.Context, threadID string) ([]snapshot.Snapshot, error)
+	// MessageSnapshot returns the snapshot of the turn that answered with
+	// messageID (fault.NotFound when none is kept).
+	MessageSnapshot(ctx context.Context, threadID, messageID string) (snapshot.Snapshot, error)
+	// DeleteSnapshot forgets a snapshot.
+	DeleteSnapshot(ctx context.Context, id string) error
+}
+
+// SnapshotFiles takes and restores the snapshots of containers' folders
+// on the host (infra/sandbox/hostdirs.Layout).
+type SnapshotFiles interface {
+	// TakeSnapshot copies the container's folders into the thread's
+	// snapshot snapshotID, linking the files unchanged since prevID.
+	TakeSnapshot(ctx context.Context, threadID, snapshotID, prevID, containerID string) (snapshot.Stats, error)
+	// RestoreSnapshot makes the container's folders hold exactly the
+	// snapshot's files.
+	RestoreSnapshot(ctx context.Context, threadID, snapshotID, containerID string) error
+	// DropSnapshot removes one snapshot's files; DropSnapshots all of a
+	// thread's.
+	DropSnapshot(ctx context.Context, threadID, snapshotID string) error
+	DropSnapshots(ctx context.Context, threadID string) error
+}
+
+// Snapshots are the ports of time travel; without them no snapshot is
+// taken and rewind and fork at a turn are refused.
+type Snapshots struct {
+	Records SnapshotRecords
+	Files   SnapshotFiles
+}
+
+// enabled tells whether snapshots are configured.
+func (s *Service) snapshotsOn() bool {
+	return s.d.Snapshots.Records != nil && s.d.Snapshots.Files != nil
+}
+
+// retention returns the org's snapshot retention: its quotas
+// snapshotsPerThread and snapshotBytesPerThread.
+func (s *Service) retention(ctx context.Context, orgID string) snapshot.Retention {
+	if s.d.Policies == nil {
+		return snapshot.Retention{}
+	}
+	pol, err := s.d.Policies.OrgPolicy(ctx, orgID)
+	if err != nil {
+		return snapshot.Retention{}
+	}
+	q := pol.Quotas()
+	return snapshot.Retention{Count: int(q.Limit(org.SnapshotsPerThread)), Bytes: q.Limit(org.SnapshotBytesPerThread)}
+}
+
+// snapshotTurn snapshots the thread's files at the end of the turn that
+// answered with messageID, then drops the snapshots past the org's
+// retention. A snapshot that does not fit the org's storage quota is not
+// kept. It never fails the turn: what goes wrong is logged.
+func (s *Service) snapshotTurn(ctx context.Context, p user.Principal, th thread.Thread, messageID string) {
+	if !s.snapshotsOn() {
+		return
+	}
+	if err := s.takeSnapshot(ctx, p, th, messageID); err != nil {
+		s.log.Warn("files snapshot not taken", "thread", th.ID(), "message", messageID, "cause", err.Error())
+	}
+}
+
+// takeSnapshot is snapshotTurn's work.
+func (s *Service) takeSnapshot(ctx context.Context, p user.Principal, th thread.Thread, messageID string) error {
+	recs, files := s.d.Snapshots.Records, s.d.Snapshots.Files
+	snaps, err := recs.ThreadSnapshots(ctx, th.ID())
+	if err != nil {
+		return err
+	}
+	prev := ""
+	if len(snaps) > 0 {
+		prev = snaps[len(snaps)-1].ID
+	}
+	// A thread whose turns never made its container has no files: its
+	// snapshot is empty, and taking it makes no container.
+	containerID := th.ContainerID()
+	if s.d.Containers != nil {
+		if _, ok, err := s.d.Containers.Peek(ctx, p, th.ID()); err != nil {
+			return err
+		} else if ok {
+			c, err := s.d.Containers.Scope(ctx, p, th.ID(), true) // its folders prepared
+			if err != nil {
+				return err
+			}
+			containerID = c.ID()
+		}
+	}
+	sn := snapshot.Snapshot{ID: id.New("snp"), OrgID: th.OrgID(), ThreadID: th.ID(), MessageID: messageID, TakenAt: s.now().UTC()}
+	st, err := files.TakeSnapshot(ctx, th.ID(), sn.ID, prev, containerID)
+	if err != nil {
+		return err
+	}
+	sn.Files, sn.Size, sn.Bytes = st.Files, st.Size, st.Stored
+	if s.d.Quota != nil {
+		if err := s.d.Quota.BeforeStore(ctx, th.OrgID(), sn.Bytes); err != nil {
+			_ = files.DropSnapshot(ctx, th.ID(), sn.ID)
+			return err
+		}
+	}
+	drop, keep := s.retention(ctx, th.OrgID()).Prune(append(snaps, sn))
+	if len(keep) > 0 && keep[len(keep)-1].ID == sn.ID {
+		if err := recs.SaveSnapshot(ctx, keep[len(keep)-1]); err != nil {
+			_ = files.DropSnapshot(ctx, th.ID(), sn.ID)
+			return err
+		}
+	}
+	if len(keep) > 0 && len(drop) > 0 && keep[0].ID != sn.ID {
+		// The oldest kept now stores the files it shared with those dropped.
+		if err := recs.SaveSnapshot(ctx, keep[0]); err != nil {
+			return err
+		}
+	}
+	for _, d := range drop {
+		if err := recs.DeleteSnapshot(ctx, d.ID); err != nil {
+			return err
+		}
+		if err := files.DropSnapshot(ctx, th.ID(), d.ID); err != nil {
+			return err
+		}
+	}
+	s.log.Debug("files snapshot taken", "thread", th.ID(), "snapshot", sn.ID, "files", st.Files, "bytes", st.Size, "stored", st.Stored, "cloned", st.Cloned)
+	return nil
+}
+
+// dropSnapshots removes a thread's snapshots' files (their records go
+// with the thread).
+func (s *Service) dropSnapshots(ctx context.Context, threadID string) error {
+	if !s.snapshotsOn() {
+		return nil
+	}
+	return s.d.Snapshots.Files.DropSnapshots(ctx, threadID)
+}
+
+// Rewound is what a rewind did.
+type Rewound struct {
+	Thread     thread.Thread
+	MessageID  string   // the assistant message the thread went back to
+	SnapshotID string   // the snapshot its files came from
+	Replaced   []string // the messages folded as an earlier version
+	Files      int      // the files the container holds now
+}
+
+// RewindThread takes one of the caller's threads back to the turn that
+// answered with messageID: its container's files become that turn's
+// snapshot, and the messages after it an earlier version, as an edit or
+// a regenerate makes them. It is refused while a turn of the thread runs
+// (on any server), and recorded in the org's audit log.
+func (s *Service) RewindThread(ctx context.Context, p user.Principal, threadID, messageID string) (Rewound, error) {
+	th, err := s.store.Thread(ctx, p.OrgID, p.UserID, threadID)
+	if err != nil {
+		return Rewound{}, err
+	}
+	if !s.snapshotsOn() || s.d.Containers == nil {
+		return Rewound{}, fault.New(fault.Unavailable, "thread files snapshots are not available on this server")
+	}
+	ok, err := s.d.Leases.Acquire(ctx, turnLease(th.ID()))
+	if err != nil {
+		return Rewound{}, fmt.Errorf("workspace: turn lease: %w", err)
+	}
+	if !ok {
+		return Rewound{}, fault.New(fault.Conflict, "a turn is running in this thread: stop it or wait for it to end, then rewind")
+	}
+	defer func() {
+		if err := s.d.Leases.Release(context.WithoutCancel(ctx), turnLease(th.ID())); err != nil {
+			s.log.Warn("turn lease not released", "thread", th.ID(), "cause", err.Error())
+		}
+	}()
+	msgs, err := s.store.Messages(ctx, th.ID())
+	if err != nil {
+		return Rewound{}, err
+	}
+	at, err := turnAt(msgs, messageID)
+	if err != nil {
+		return Rewound{}, err
+	}
+	sn, err := s.turnSnapshot(ctx, th.ID(), messageID)
+	if err != nil {
+		return Rewound{}, err
+	}
+	c, err := s.d.Containers.Scope(ctx, p, th.ID(), true)
+	if err != nil {
+		return Rewound{}, err
+	}
+	if err := s.d.Snapshots.Files.RestoreSnapshot(ctx, th.ID(), sn.ID, c.ID()); err != nil {
+		return Rewound{}, fmt.Errorf("workspace: rewind: %w", err)
+	}
+	// Outputs found again are announced as new artifacts only if they
+	// change: forget what was captured, as a fresh container would.
+	s.mu.Lock()
+	delete(s.seen, th.ID())
+	s.mu.Unlock()
+	var folded []string
+	for _, m := range msgs[at+1:] {
+		if !m.Replaced() {
+			folded = append(folded, m.ID())
+		}
+	}
+	if err := s.store.ReplaceMessages(ctx, th.ID(), folded); err != nil {
+		return Rewound{}, fmt.Errorf("workspace: rewind: %w", err)
+	}
+	th = th.Touch(s.now())
+	_ = s.store.UpdateThread(ctx, th)
+	out := Rewound{Thread: th, MessageID: messageID, SnapshotID: sn.ID, Replaced: folded, Files: sn.Files}
+	if folded == nil {
+		out.Replaced = []string{}
+	}
+	if err := s.audit(ctx, p, "thread.rewind", th.ID(), nil, map[string]any{"message_id": messageID, "snapshot_id": sn.ID, "replaced": len(folded)}); err != nil {
+		return Rewound{}, err
+	}
+	return out, nil
+}
+
+// turnAt returns the index in msgs of the assistant message messageID, a
+// turn a rewind or a fork may go back to: one of the thread's, not an
+// earlier version.
+func turnAt(msgs []thread.Message, messageID string) (int, error) {
+	if messageID == "" {
+		return 0, fault.New(fault.Invalid, "message_id: required (an assistant message of the thread)")
+	}
+	for i, m := range msgs {
+		if m.ID() != messageID {
+			continue
+		}
+		switch {
+		case m.Role() != thread.Assistant:
+			return 0, fault.Errorf(fault.Invalid, "message_id: %s is a %s message; name an assistant message of the thread", messageID, m.Role())
+		case m.Replaced():
+			return 0, fault.Errorf(fault.Conflict, "message_id: %s is an earlier version, no longer in the thread's history", messageID)
+		}
+		return i, nil
+	}
+	return 0, fault.Errorf(fault.NotFound, "message_id: %s is not a message of this thread", messageID)
+}
+
+// turnSnapshot returns the snapshot of the turn that answered with
+// messageID, or a conflict saying none is kept.
+func (s *Service) turnSnapshot(ctx context.Context, threadID, messageID string) (snapshot.Snapshot, error) {
+	sn, err := s.d.Snapshots.Records.MessageSnapshot(ctx, threadID, messageID)
+	if fault.Is(err, fault.NotFound) {
+		return snapshot.Snapshot{}, fault.Errorf(fault.Conflict, "no files snapshot of the turn %s is kept (a turn that did not end, or one past the org's snapshot retention)", messageID)
+	}
+	return sn, err
+}
