@@ -180,18 +180,14 @@ func (s *Service) RewindThread(ctx context.Context, p user.Principal, threadID, 
 	if !s.snapshotsOn() || s.d.Containers == nil {
 		return Rewound{}, fault.New(fault.Unavailable, "thread files snapshots are not available on this server")
 	}
-	ok, err := s.d.Leases.Acquire(ctx, turnLease(th.ID()))
+	ok, err := s.holdThread(ctx, th.ID())
 	if err != nil {
-		return Rewound{}, fmt.Errorf("workspace: turn lease: %w", err)
+		return Rewound{}, err
 	}
 	if !ok {
-		return Rewound{}, fault.New(fault.Conflict, "a turn is running in this thread: stop it or wait for it to end, then rewind")
+		return Rewound{}, fault.New(fault.Conflict, "a turn is running in this thread (or another rewind): stop it or wait for it to end, then rewind")
 	}
-	defer func() {
-		if err := s.d.Leases.Release(context.WithoutCancel(ctx), turnLease(th.ID())); err != nil {
-			s.log.Warn("turn lease not released", "thread", th.ID(), "cause", err.Error())
-		}
-	}()
+	defer s.releaseThread(th.ID())
 	msgs, err := s.store.Messages(ctx, th.ID())
 	if err != nil {
 		return Rewound{}, err

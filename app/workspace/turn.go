@@ -146,9 +146,9 @@ func (s *Service) StartTurn(ctx context.Context, p user.Principal, threadID stri
 	// A chat turn's log carries its commands' output as it is produced:
 	// the chat shows it live, and a reattached page too.
 	prepared.LiveOutput()
-	ok, err := s.d.Leases.Acquire(ctx, turnLease(th.ID()))
+	ok, err := s.holdThread(ctx, th.ID())
 	if err != nil {
-		return nil, fmt.Errorf("workspace: turn lease: %w", err)
+		return nil, err
 	}
 	if !ok {
 		return nil, fault.New(fault.Conflict, "a turn is already running in this thread")
@@ -172,15 +172,46 @@ func storedBytes(content []wire.ContentBlock, reask bool) (int64, error) {
 // turnLease names the lease a thread's turn runs under.
 func turnLease(threadID string) string { return "turn:" + threadID }
 
+// holdThread takes the thread for a turn or a rewind: in this process
+// first (the database lease is this process's, whoever in it asks), then
+// its turn lease across servers. ok is false when either is held already.
+func (s *Service) holdThread(ctx context.Context, threadID string) (bool, error) {
+	s.mu.Lock()
+	if s.busy[threadID] {
+		s.mu.Unlock()
+		return false, nil
+	}
+	s.busy[threadID] = true
+	s.mu.Unlock()
+	ok, err := s.d.Leases.Acquire(ctx, turnLease(threadID))
+	if err != nil || !ok {
+		s.mu.Lock()
+		delete(s.busy, threadID)
+		s.mu.Unlock()
+	}
+	if err != nil {
+		return false, fmt.Errorf("workspace: turn lease: %w", err)
+	}
+	return ok, nil
+}
+
+// releaseThread gives back what holdThread took.
+func (s *Service) releaseThread(threadID string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := s.d.Leases.Release(ctx, turnLease(threadID)); err != nil {
+		s.log.Warn("turn lease not released", "thread", threadID, "cause", err.Error())
+	}
+	s.mu.Lock()
+	delete(s.busy, threadID)
+	s.mu.Unlock()
+}
+
 // Abort releases a turn that will not run.
 func (t *Turn) Abort() {
 	if !t.done {
 		t.done = true
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := t.s.d.Leases.Release(ctx, turnLease(t.thread.ID())); err != nil {
-			t.s.log.Warn("turn lease not released", "thread", t.thread.ID(), "cause", err.Error())
-		}
+		t.s.releaseThread(t.thread.ID())
 	}
 }
 

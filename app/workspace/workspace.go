@@ -39,6 +39,7 @@ type Service struct {
 
 	mu   sync.Mutex
 	seen map[string]map[string]stamp // per thread: outputs already captured
+	busy map[string]bool             // threads a turn or a rewind of this process holds
 	// blobs is held shared by each artifact save, from writing its blob
 	// to committing its row, and exclusively while unreferenced blobs are
 	// removed; with Deps.BlobLock, across every server on the database.
@@ -68,7 +69,7 @@ func New(store Store, artifacts Artifacts, d Deps) *Service {
 	if d.Leases == nil {
 		d.Leases = &processLeases{held: map[string]bool{}}
 	}
-	return &Service{store: store, artifacts: artifacts, d: d, now: d.Now, log: log, seen: map[string]map[string]stamp{}}
+	return &Service{store: store, artifacts: artifacts, d: d, now: d.Now, log: log, seen: map[string]map[string]stamp{}, busy: map[string]bool{}}
 }
 
 // CreateProject makes a project in the caller's org.

@@ -1,0 +1,307 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io/fs"
+	"maps"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// threadFiles returns the files of a thread's container on the host, by
+// folder and path ("workspace/a.txt") with their content.
+func threadFiles(t *testing.T, s *server, tid string) map[string]string {
+	t.Helper()
+	root := filepath.Join(s.dataDir, "containers", tid)
+	out := map[string]string{}
+	for _, dir := range []string{"workspace", "uploads", "outputs"} {
+		err := filepath.WalkDir(filepath.Join(root, dir), func(p string, e fs.DirEntry, err error) error {
+			if err != nil {
+				if os.IsNotExist(err) {
+					return nil
+				}
+				return err
+			}
+			if !e.Type().IsRegular() {
+				return nil
+			}
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			rel, _ := filepath.Rel(root, p)
+			out[filepath.ToSlash(rel)] = string(b)
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return out
+}
+
+// lastAnswer returns the id of a thread's last assistant message.
+func lastAnswer(t *testing.T, f wsFixture, tok, tid string) string {
+	t.Helper()
+	h := f.history(t, tok, tid)
+	m := h[len(h)-1].(map[string]any)
+	if m["role"] != "assistant" || m["complete"] != true {
+		t.Fatalf("last message is not a complete answer: %v", m)
+	}
+	return m["id"].(string)
+}
+
+// liveIDs returns the ids of a thread's messages that are not earlier
+// versions.
+func liveIDs(t *testing.T, f wsFixture, tok, tid string) []string {
+	t.Helper()
+	var out []string
+	for _, x := range f.history(t, tok, tid) {
+		if m := x.(map[string]any); m["replaced"] != true {
+			out = append(out, m["id"].(string))
+		}
+	}
+	return out
+}
+
+// TestRewindAndForkAtATurn: a thread whose turns write, overwrite and
+// delete files in its workspace and outputs is rewound to each turn in
+// turn and holds exactly that turn's files, with the later history folded
+// as an earlier version; a fork at the second turn has its history up to
+// there and its files as they were then, and diverges from its parent
+// without either seeing the other's later files. A rewind is refused
+// while a turn of the thread runs, and audited.
+func TestRewindAndForkAtATurn(t *testing.T) {
+	bin := needDocker(t)
+	databases(t, func(t *testing.T, db string) {
+		s, fake := modelServer(t, db, "anthropic", map[string]string{"SANDBOX_BACKEND": "docker", "THREADBOX_AGENT_BIN": bin})
+		f := newWSFixture(t, s)
+		a, tid := f.admin, f.tid
+		const ws, out = "/home/agent/workspace", "/mnt/user-data/outputs"
+		turns := []struct {
+			cmd  string
+			want map[string]string
+		}{
+			{fmt.Sprintf("echo one > %[1]s/a.txt; mkdir -p %[1]s/d; echo keep > %[1]s/d/k.txt; echo r1 > %[2]s/r.txt", ws, out),
+				map[string]string{"workspace/a.txt": "one\n", "workspace/d/k.txt": "keep\n", "outputs/r.txt": "r1\n"}},
+			{fmt.Sprintf("echo two > %[1]s/a.txt; echo b > %[1]s/b.txt; rm %[2]s/r.txt", ws, out),
+				map[string]string{"workspace/a.txt": "two\n", "workspace/b.txt": "b\n", "workspace/d/k.txt": "keep\n"}},
+			{fmt.Sprintf("rm %[1]s/a.txt; rm -r %[1]s/d; echo three > %[1]s/b.txt; echo r3 > %[2]s/r.txt", ws, out),
+				map[string]string{"workspace/b.txt": "three\n", "outputs/r.txt": "r3\n"}},
+		}
+		turn := func(tid, cmd, text string) string {
+			t.Helper()
+			fake.Push(bashStep(cmd), textStep("done"))
+			r := s.do("POST", appAPI+"/thread/"+tid+"/messages", a, map[string]any{"content": text, "pgpt": map[string]any{"tools": []any{"code_execution"}}})
+			mustStatus(t, text, r, 200)
+			return lastAnswer(t, f, a, tid)
+		}
+		var answers []string
+		for i, tc := range turns {
+			answers = append(answers, turn(tid, tc.cmd, fmt.Sprintf("turn %d", i+1)))
+			if got := threadFiles(t, s, tid); !maps.Equal(got, tc.want) {
+				t.Fatalf("after turn %d: %v, want %v", i+1, got, tc.want)
+			}
+		}
+		live := liveIDs(t, f, a, tid) // user, assistant per turn
+		if len(live) != 6 {
+			t.Fatalf("history: %v", live)
+		}
+
+		// Each turn in turn, from the last back to the first.
+		for _, i := range []int{2, 1, 0} {
+			r := s.do("POST", appAPI+"/thread/"+tid+"/rewind", a, map[string]any{"message_id": answers[i]})
+			mustStatus(t, fmt.Sprintf("rewind to turn %d", i+1), r, 200)
+			if i == 2 && r.status == 200 && len(r.json(t)["replaced"].([]any)) != 0 {
+				// Rewinding to the last turn folds nothing the first time.
+				if got := liveIDs(t, f, a, tid); len(got) != 6 {
+					t.Fatalf("rewind to the last turn folded history: %v", got)
+				}
+			}
+			if got := threadFiles(t, s, tid); !maps.Equal(got, turns[i].want) {
+				t.Fatalf("rewound to turn %d: %v, want %v", i+1, got, turns[i].want)
+			}
+		}
+		// Rewound to the first turn: only it is in the history; what
+		// came after is an earlier version.
+		if got := liveIDs(t, f, a, tid); len(got) != 2 || got[1] != answers[0] {
+			t.Fatalf("history after rewinding to turn 1: %v", got)
+		}
+		// A turn after the rewind starts from the first turn's files.
+		turn(tid, fmt.Sprintf("echo after > %s/after.txt", ws), "after the rewind")
+		want := maps.Clone(turns[0].want)
+		want["workspace/after.txt"] = "after\n"
+		if got := threadFiles(t, s, tid); !maps.Equal(got, want) {
+			t.Fatalf("a turn after the rewind: %v, want %v", got, want)
+		}
+
+		// Bad requests change nothing.
+		for _, tc := range []struct {
+			body   any
+			status int
+		}{
+			{map[string]any{}, 400},
+			{map[string]any{"message_id": live[0]}, 400},    // a user message
+			{map[string]any{"message_id": "msg_none"}, 404}, // not the thread's
+			{map[string]any{"message_id": answers[1]}, 409}, // an earlier version now
+		} {
+			r := s.do("POST", appAPI+"/thread/"+tid+"/rewind", a, tc.body)
+			if r.status != tc.status || !strings.Contains(string(r.body), `"error"`) {
+				t.Fatalf("rewind %v: %d %s, want %d in the error envelope", tc.body, r.status, r.body, tc.status)
+			}
+		}
+		if got := threadFiles(t, s, tid); !maps.Equal(got, want) {
+			t.Fatalf("a refused rewind changed the files: %v", got)
+		}
+
+		// A second thread, forked at its second turn.
+		src := f.thread(t, a, f.pid)
+		var srcAnswers []string
+		for i, tc := range turns {
+			srcAnswers = append(srcAnswers, turn(src, tc.cmd, fmt.Sprintf("turn %d", i+1)))
+		}
+		r := s.do("POST", appAPI+"/thread/"+src+"/fork", a, map[string]any{"message_id": srcAnswers[1]})
+		mustStatus(t, "fork at turn 2", r, 201)
+		fork := r.json(t)["id"].(string)
+		if got := threadFiles(t, s, fork); !maps.Equal(got, turns[1].want) {
+			t.Fatalf("fork at turn 2: %v, want %v", got, turns[1].want)
+		}
+		if h := f.history(t, a, fork); len(h) != 4 {
+			t.Fatalf("fork's history: %d messages, want 4", len(h))
+		}
+		// Each goes on its own way.
+		turn(fork, fmt.Sprintf("echo fork > %s/fork.txt", ws), "in the fork")
+		turn(src, fmt.Sprintf("echo parent > %s/parent.txt", ws), "in the parent")
+		forkWant := maps.Clone(turns[1].want)
+		forkWant["workspace/fork.txt"] = "fork\n"
+		parentWant := maps.Clone(turns[2].want)
+		parentWant["workspace/parent.txt"] = "parent\n"
+		if got := threadFiles(t, s, fork); !maps.Equal(got, forkWant) {
+			t.Fatalf("fork after its turn: %v, want %v", got, forkWant)
+		}
+		if got := threadFiles(t, s, src); !maps.Equal(got, parentWant) {
+			t.Fatalf("parent after its turn: %v, want %v", got, parentWant)
+		}
+
+		// Refused while a turn runs.
+		fake.Push(bashStep("sleep 20"), textStep("slept"))
+		body, _ := json.Marshal(map[string]any{"content": "sleep", "stream": true, "pgpt": map[string]any{"tools": []any{"code_execution"}}})
+		resp, evs, leave := openSSE(t, "POST", s.base+appAPI+"/thread/"+src+"/messages", a, body)
+		defer leave()
+		if resp.StatusCode != 200 {
+			t.Fatalf("start a long turn: %d", resp.StatusCode)
+		}
+		for {
+			ev, ok := nextEvent(t, evs, 60*time.Second)
+			if !ok {
+				t.Fatal("the stream ended before the command")
+			}
+			if strings.Contains(ev.data, `"server_tool_use"`) {
+				break
+			}
+		}
+		before := threadFiles(t, s, src)
+		r = s.do("POST", appAPI+"/thread/"+src+"/rewind", a, map[string]any{"message_id": srcAnswers[0]})
+		if r.status != 409 || !strings.Contains(string(r.body), "a turn is running") {
+			t.Fatalf("rewind while a turn runs: %d %s", r.status, r.body)
+		}
+		if got := threadFiles(t, s, src); !maps.Equal(got, before) {
+			t.Fatalf("a refused rewind changed the files: %v", got)
+		}
+		if r := s.do("POST", appAPI+"/thread/"+src+"/turns/"+resp.Header.Get("Threadbox-Turn-Id")+"/stop", a, nil); r.status/100 != 2 {
+			t.Fatalf("stop: %d %s", r.status, r.body)
+		}
+
+		// Audited.
+		r = s.do("GET", appAPI+"/org/audit", a, nil)
+		mustStatus(t, "audit", r, 200)
+		if n := strings.Count(string(r.body), `"thread.rewind"`); n != 3 {
+			t.Fatalf("audit holds %d rewinds, want 3: %s", n, r.body)
+		}
+	})
+}
+
+// TestSnapshotRetentionAndQuota: a thread keeps at most the org's
+// snapshotsPerThread snapshots (the oldest go first, and rewinding to
+// one of their turns is refused), the snapshots count toward the storage
+// quota, a snapshot that does not fit is not kept, and deleting the
+// thread removes them. Files come from uploads, so no sandbox runs.
+func TestSnapshotRetentionAndQuota(t *testing.T) {
+	databases(t, func(t *testing.T, db string) {
+		s, fake := modelServer(t, db, "anthropic", nil)
+		f := newWSFixture(t, s)
+		a, tid := f.admin, f.tid
+		turn := func(text string) string {
+			t.Helper()
+			fake.Push(textStep("ok"))
+			mustStatus(t, text, s.do("POST", appAPI+"/thread/"+tid+"/messages", a, map[string]any{"content": text}), 200)
+			return lastAnswer(t, f, a, tid)
+		}
+		f.patchFeatures(t, map[string]any{"quotas": map[string]any{"snapshotsPerThread": 2}})
+		var answers []string
+		for i := range 3 {
+			mustStatus(t, "upload", f.upload(t, a, tid, fmt.Sprintf("f%d.txt", i), "f.txt", strings.Repeat("x", 100)), 200)
+			answers = append(answers, turn(fmt.Sprintf("turn %d", i+1)))
+		}
+		if n := snapshotFolders(t, s, tid); n != 2 {
+			t.Fatalf("%d snapshots kept, want 2", n)
+		}
+		r := s.do("POST", appAPI+"/thread/"+tid+"/rewind", a, map[string]any{"message_id": answers[0]})
+		if r.status != 409 || !strings.Contains(string(r.body), "no files snapshot") {
+			t.Fatalf("rewind past the retention: %d %s", r.status, r.body)
+		}
+		mustStatus(t, "rewind to turn 2", s.do("POST", appAPI+"/thread/"+tid+"/rewind", a, map[string]any{"message_id": answers[1]}), 200)
+		if got := threadFiles(t, s, tid); len(got) != 2 || got["uploads/f0.txt"] == "" || got["uploads/f1.txt"] == "" {
+			t.Fatalf("files after rewinding to turn 2: %v", got)
+		}
+
+		// The storage quota counts the snapshots: the upload's bytes are
+		// held twice, the container's and the snapshot's, and a snapshot
+		// that would not fit is not kept.
+		other := f.thread(t, a, f.pid)
+		tid = other
+		const size = 20000
+		f.patchFeatures(t, map[string]any{"quotas": map[string]any{"snapshotsPerThread": 0, "storageBytesPerOrg": size * 5 / 2}})
+		mustStatus(t, "upload", f.upload(t, a, other, "big.bin", "big.bin", strings.Repeat("b", size)), 200)
+		turn("snapshot it")
+		if n := snapshotFolders(t, s, other); n != 1 {
+			t.Fatalf("%d snapshots, want 1", n)
+		}
+		// Without the snapshot counted, this would fit.
+		refused(t, "an upload past the quota with the snapshot", f.upload(t, a, other, "big2.bin", "big2.bin", strings.Repeat("c", size)), 413, "invalid_request_error", `quota "storageBytesPerOrg" exceeded`)
+		mustStatus(t, "delete the first thread", s.do("DELETE", appAPI+"/thread/"+f.tid, a, nil), 204)
+		// Room for a second file in the container, not for its snapshot
+		// too: the turn's snapshot is not kept.
+		f.patchFeatures(t, map[string]any{"quotas": map[string]any{"storageBytesPerOrg": size*3 + size/4}})
+		mustStatus(t, "upload", f.upload(t, a, other, "big2.bin", "big2.bin", strings.Repeat("c", size)), 200)
+		last := turn("no room to snapshot")
+		if n := snapshotFolders(t, s, other); n != 1 {
+			t.Fatalf("%d snapshots after a turn past the quota, want 1", n)
+		}
+		r = s.do("POST", appAPI+"/thread/"+other+"/rewind", a, map[string]any{"message_id": last})
+		if r.status != 409 {
+			t.Fatalf("rewind to a turn whose snapshot did not fit: %d %s", r.status, r.body)
+		}
+		mustStatus(t, "delete", s.do("DELETE", appAPI+"/thread/"+other, a, nil), 204)
+		if n := snapshotFolders(t, s, other); n != 0 {
+			t.Fatalf("%d snapshots after the thread was deleted", n)
+		}
+		if n := snapshotFolders(t, s, f.tid); n != 0 {
+			t.Fatalf("%d snapshots of the first thread after it was deleted", n)
+		}
+	})
+}
+
+// snapshotFolders counts a thread's snapshots on the host.
+func snapshotFolders(t *testing.T, s *server, tid string) int {
+	t.Helper()
+	es, err := os.ReadDir(filepath.Join(s.dataDir, "snapshots", tid))
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	return len(es)
+}
