@@ -186,9 +186,9 @@ func (s *Service) BeforeRun(ctx context.Context, orgID, userID, containerID stri
 // StorageUsed returns the bytes the org stores: its artifacts, its
 // threads' messages, its turns' event logs, its skills, the checkpoints of
 // its sandboxes (compressed, as stored), the output files kept after their
-// containers were removed, its threads' files snapshots, and the files of its containers as the host
-// measures them (whoever wrote them: uploads, forks or code in the
-// sandbox).
+// containers were removed, its threads' files snapshots, and the files of
+// its containers as the host measures them (whoever wrote them: uploads,
+// forks or code in the sandbox).
 func (s *Service) StorageUsed(ctx context.Context, orgID string) (int64, error) {
 	var total int64
 	for _, c := range []struct {
