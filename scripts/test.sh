@@ -107,7 +107,8 @@ beside=(./infra/sandbox/docker ./infra/sandbox/gvisor ./infra/sandbox/kubernetes
 parallel=$(go list ./... | grep -v -x -e threadbox/infra/sandbox/docker -e threadbox/infra/sandbox/gvisor -e threadbox/infra/sandbox/local -e threadbox/infra/sandbox/kubernetes -e threadbox/cmd/threadbox -e threadbox/cmd/threadbox-soak)
 status=0
 go test -count=1 -p 2 -timeout 20m "$@" $parallel || status=1
-go test -count=1 -p 1 -timeout 40m "$@" "${alone[@]}" || status=1
+# cmd/threadbox's end-to-end tests use the test cluster too.
 k8s_wait
+go test -count=1 -p 1 -timeout 40m "$@" "${alone[@]}" || status=1
 go test -count=1 -p 4 -timeout 30m "$@" "${beside[@]}" || status=1
 exit $status
