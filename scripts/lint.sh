@@ -37,15 +37,6 @@ where() {
 	grep -lF "\"$3\"" "${files[@]}" 2>/dev/null | xargs -r -n1 basename | paste -sd, -
 }
 
-# Known violations, as "<package> <kind> <import>", reported but not failed:
-# each goes with its fix. app/workspace's turn_test.go runs the turn use case
-# over the real store and blob store; it moves beside those adapters when the
-# thread work of app/workspace is separated from turn preparation.
-allowed=(
-	"threadbox/app/workspace test threadbox/infra/blob"
-	"threadbox/app/workspace test threadbox/infra/store"
-)
-
 # rule TITLE PATTERNS -- TEST: prints TITLE and every import for which the
 # awk condition TEST (over $1 package, $4 import) holds.
 rule() {
@@ -55,19 +46,9 @@ rule() {
 	while [ "$1" != -- ]; do pkgs+=("$1"); shift; done
 	cond=$2
 	local bad=""
-	local known=""
 	while read -r pkg dir kind imp; do
-		local line="$pkg ($(where "$dir" "$kind" "$imp")) imports $imp"
-		if printf '%s\n' "${allowed[@]}" | grep -qxF "$pkg $kind $imp"; then
-			known+="$line"$'\n'
-		else
-			bad+="$line"$'\n'
-		fi
+		bad+="$pkg ($(where "$dir" "$kind" "$imp")) imports $imp"$'\n'
 	done < <(imports "${pkgs[@]}" | awk "$cond")
-	if [ -n "$known" ]; then
-		echo "dependency rule: $title: known violations, allowed until fixed (scripts/lint.sh):"
-		printf '%s' "$known"
-	fi
 	if [ -n "$bad" ]; then
 		echo "dependency rule: $title:"
 		printf '%s' "$bad"

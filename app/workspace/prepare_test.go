@@ -38,7 +38,7 @@ func TestSandboxToolTurnAsksTheRunningQuota(t *testing.T) {
 	if _, err := svc.StartTurn(ctx, p, th.ID(), tr); !fault.Is(err, fault.RateLimited) || len(q.runs) != 1 || q.runs[0] != th.ID() {
 		t.Fatalf("sandbox-tool turn: %v, asked %v", err, q.runs)
 	}
-	if ms, _ := st.Threads().Messages(ctx, th.ID()); len(ms) != 0 {
+	if ms, _ := st.Messages(ctx, th.ID()); len(ms) != 0 {
 		t.Fatalf("a refused turn stored %d messages", len(ms))
 	}
 }
@@ -59,7 +59,7 @@ func TestChatTurnUploadsAreChecked(t *testing.T) {
 	if _, err := svc.StartTurn(ctx, p, th.ID(), upload(b)); !fault.Is(err, fault.Invalid) {
 		t.Fatalf("an upload of no file: %v", err)
 	}
-	if ms, _ := st.Threads().Messages(ctx, th.ID()); len(ms) != 0 {
+	if ms, _ := st.Messages(ctx, th.ID()); len(ms) != 0 {
 		t.Fatalf("a refused turn stored %d messages", len(ms))
 	}
 	turn, err := svc.StartTurn(ctx, p, th.ID(), upload(a))

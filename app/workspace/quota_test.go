@@ -71,7 +71,7 @@ func TestTurnRefusedPastTheRunningQuota(t *testing.T) {
 	if !fault.Is(err, fault.RateLimited) || len(q.runs) != 1 || q.runs[0] != th.ID() {
 		t.Fatalf("code-execution turn: %v, asked %v", err, q.runs)
 	}
-	if ms, _ := st.Threads().Messages(ctx, th.ID()); len(ms) != 0 {
+	if ms, _ := st.Messages(ctx, th.ID()); len(ms) != 0 {
 		t.Fatalf("a refused turn stored %d messages", len(ms))
 	}
 	// The thread is not left claimed: with room, the turn runs.
@@ -142,7 +142,7 @@ func TestTurnWithinTheStorageQuota(t *testing.T) {
 			t.Fatalf("turn past the storage quota: %v, asked %v, want [%d]", err, q.stores, len(want))
 		}
 	}
-	if ms, _ := st.Threads().Messages(ctx, th.ID()); len(ms) != 0 {
+	if ms, _ := st.Messages(ctx, th.ID()); len(ms) != 0 {
 		t.Fatalf("a refused turn stored %d messages", len(ms))
 	}
 	// With room the turn runs, and the thread is not left claimed.

@@ -74,7 +74,7 @@ func TestReplaceLastTurnAndAnswer(t *testing.T) {
 		t.Fatalf("the model saw:\n%s\nwant:\n%s", strings.Join(seen, "\n"), strings.Join(want, "\n"))
 	}
 	describe := func(threadID string) string {
-		ms, err := st.Threads().Messages(ctx, threadID)
+		ms, err := st.Messages(ctx, threadID)
 		if err != nil {
 			t.Fatal(err)
 		}

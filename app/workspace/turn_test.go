@@ -20,8 +20,6 @@ import (
 	"threadbox/domain/org"
 	"threadbox/domain/thread"
 	"threadbox/domain/user"
-	"threadbox/infra/blob"
-	"threadbox/infra/store"
 )
 
 // scriptEngine plays a fixed turn: a text block, a server call with its
@@ -131,14 +129,14 @@ type nopCloser struct{ io.ReadSeeker }
 
 func (nopCloser) Close() error { return nil }
 
-func setup(t *testing.T, eng engine) (*Service, *store.Store, user.Principal, thread.Thread) {
+func setup(t *testing.T, eng engine) (*Service, *memStore, user.Principal, thread.Thread) {
 	t.Helper()
 	return setupQuota(t, eng, nil)
 }
 
 // setupQuota is setup with q (nil: none) asked by the turns and the
 // workspace.
-func setupQuota(t *testing.T, eng engine, q *fakeQuota) (*Service, *store.Store, user.Principal, thread.Thread) {
+func setupQuota(t *testing.T, eng engine, q *fakeQuota) (*Service, *memStore, user.Principal, thread.Thread) {
 	t.Helper()
 	return setupWith(t, eng, func(td *turns.Deps, d *Deps) {
 		if q != nil {
@@ -148,31 +146,16 @@ func setupQuota(t *testing.T, eng engine, q *fakeQuota) (*Service, *store.Store,
 }
 
 // setupWith is setup with the turns' and the workspace's ports adjusted.
-func setupWith(t *testing.T, eng engine, adjust func(*turns.Deps, *Deps)) (*Service, *store.Store, user.Principal, thread.Thread) {
+func setupWith(t *testing.T, eng engine, adjust func(*turns.Deps, *Deps)) (*Service, *memStore, user.Principal, thread.Thread) {
 	t.Helper()
 	ctx := context.Background()
-	st, err := store.Open(ctx, "", t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	if _, err := st.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	o, _ := org.New("org_1", "acme", time.Now())
-	u, _ := user.New("usr_1", o.ID(), "a@acme.test", user.Member, time.Now())
-	if err := st.Accounts().CreateOrg(ctx, o); err != nil {
-		t.Fatal(err)
-	}
-	if err := st.Accounts().CreateUser(ctx, u); err != nil {
-		t.Fatal(err)
-	}
-	p := user.Principal{OrgID: o.ID(), UserID: u.ID(), Role: user.Member}
-	td := turns.Deps{Engine: loop{eng}, Containers: oneContainer{}, Records: st.Turns()}
-	d := Deps{Containers: oneContainer{}, Policies: oneContainer{}, Container: &outputs{data: "\x89PNG\r\n\x1a\nv1"}, Blobs: blob.New(t.TempDir())}
+	st := newMemStore()
+	p := user.Principal{OrgID: "org_1", UserID: "usr_1", Role: user.Member}
+	td := turns.Deps{Engine: loop{eng}, Containers: oneContainer{}, Records: newMemRecords()}
+	d := Deps{Containers: oneContainer{}, Policies: oneContainer{}, Container: &outputs{data: "\x89PNG\r\n\x1a\nv1"}, Blobs: &memBlobs{written: map[string]time.Time{}}}
 	adjust(&td, &d)
 	d.Turns = turns.New(td)
-	svc := New(st.Threads(), st.Artifacts(), d)
+	svc := New(st, st, d)
 	pr, err := svc.CreateProject(ctx, p, "P")
 	if err != nil {
 		t.Fatal(err)
@@ -215,7 +198,7 @@ func TestTurnInjectsResourceAfterToolResult(t *testing.T) {
 	if len(resp.Content) != 6 || resp.Content[3].Type != BlockResource || !bytes.Contains(resp.Content[4].Raw, []byte(`"tool_use_id":"srvtoolu_1","duration_ms":`)) {
 		t.Fatalf("response content: %+v", resp.Content)
 	}
-	ms, _ := st.Threads().Messages(ctx, th.ID())
+	ms, _ := st.Messages(ctx, th.ID())
 	if len(ms) != 2 || !ms[1].Complete() || !bytes.Contains(ms[1].Content(), []byte(`"zylon-resource"`)) || !bytes.Contains(ms[1].Content(), []byte(`"zylon-timing"`)) {
 		t.Fatalf("stored: %d messages", len(ms))
 	}
@@ -288,7 +271,7 @@ func TestInterruptedTurnKeepsItsPlace(t *testing.T) {
 				t.Fatal("the interruption was not reported")
 			}
 			bg := context.Background()
-			ms, _ := st.Threads().Messages(bg, th.ID())
+			ms, _ := st.Messages(bg, th.ID())
 			if len(ms) != 2 || !ms[0].Complete() || ms[1].Complete() || !bytes.Contains(ms[1].Content(), []byte("Running.")) {
 				t.Fatalf("stored after the turn: %d messages, assistant complete=%v %s", len(ms), len(ms) > 1 && ms[1].Complete(), ms[len(ms)-1].Content())
 			}
@@ -374,12 +357,8 @@ func (r *removals) Remove(_ context.Context, id string) error { r.ids = append(r
 // private threads too; the database alone would leave them on the host.
 func TestDeleteProjectRemovesThreadContainers(t *testing.T) {
 	ctx := context.Background()
-	svc, st, p, th := setup(t, scriptEngine{})
-	mate, _ := user.New("usr_2", p.OrgID, "b@acme.test", user.Member, time.Now())
-	if err := st.Accounts().CreateUser(ctx, mate); err != nil {
-		t.Fatal(err)
-	}
-	theirs, err := svc.CreateThread(ctx, user.Principal{OrgID: p.OrgID, UserID: mate.ID(), Role: user.Member}, th.ProjectID(), "theirs")
+	svc, _, p, th := setup(t, scriptEngine{})
+	theirs, err := svc.CreateThread(ctx, user.Principal{OrgID: p.OrgID, UserID: "usr_2", Role: user.Member}, th.ProjectID(), "theirs")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -105,7 +105,7 @@ func TestTurnLogIsCapped(t *testing.T) {
 			t.Fatalf("%s: the log holds %d bytes, cap %d", pass, bytes, limit)
 		}
 	}
-	ms, err := st.Threads().Messages(ctx, th.ID())
+	ms, err := st.Messages(ctx, th.ID())
 	if err != nil || len(ms) != 2 || !ms[1].Complete() {
 		t.Fatalf("stored messages: %d %v", len(ms), err)
 	}
