@@ -162,6 +162,10 @@ type Deps struct {
 	// DefaultHandoffWait), instead of failing at once.
 	Handoff     Handoff
 	HandoffWait time.Duration
+	// Retainer keeps each container's outputs before the container is
+	// removed at its maximum age, and forgets them with a container deleted
+	// for good; nil keeps nothing.
+	Retainer Retainer
 	// Checkpoints makes the owner checkpoint the sandboxes of backends
 	// that can, in its folders; nil: every sandbox keeps its files only.
 	Checkpoints Checkpoints
@@ -219,7 +223,7 @@ func New(d Deps) *Service {
 		d.HandoffWait = DefaultHandoffWait
 	}
 	return &Service{store: d.Store, backends: d.Backends, folders: d.Folders, leases: d.Leases,
-		handoff: d.Handoff, handoffWait: d.HandoffWait, threads: d.Threads, quota: d.Quota,
+		handoff: d.Handoff, handoffWait: d.HandoffWait, threads: d.Threads, quota: d.Quota, retainer: d.Retainer,
 		hooks: d.OnBoot, started: d.OnStart, swept: d.OnSweep, meters: d.Meters,
 		cfg: cfg, log: d.Log, now: time.Now, pool: newPool(), ckpt: lives{folders: d.Checkpoints},
 		running: map[string]*live{}, locks: map[string]*idLock{}}
@@ -242,10 +246,6 @@ type Retainer interface {
 	Retain(ctx context.Context, containerID, orgID, ownerID string) error
 	Forget(ctx context.Context, containerID string) error
 }
-
-// SetRetainer makes expiry keep each container's outputs through r. Call
-// it while wiring.
-func (s *Service) SetRetainer(r Retainer) { s.retainer = r }
 
 // RunningByBackend counts the sandboxes this process holds, per backend.
 func (s *Service) RunningByBackend() map[string]int {

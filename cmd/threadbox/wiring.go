@@ -54,6 +54,23 @@ type system struct {
 	closers    []func() error
 }
 
+// retainer keeps a container's outputs through the Files use cases
+// (containers.Retainer). The owner and those use cases need each other:
+// expiry keeps outputs through the files, and the files (a pod's, read by
+// running commands in it) reach containers through the owner. The owner is
+// built first with this retainer, which finds the files in the system when
+// it is asked, after the wiring has built them; nothing asks before the
+// system serves.
+type retainer struct{ sys *system }
+
+func (r retainer) Retain(ctx context.Context, containerID, orgID, ownerID string) error {
+	return r.sys.files.Retain(ctx, containerID, orgID, ownerID)
+}
+
+func (r retainer) Forget(ctx context.Context, containerID string) error {
+	return r.sys.files.Forget(ctx, containerID)
+}
+
 // Close releases what the system holds.
 func (s *system) Close() {
 	for i := len(s.closers) - 1; i >= 0; i-- {
@@ -161,6 +178,8 @@ func wire(ctx context.Context, cfg Config, log *slog.Logger) (*system, error) {
 	sys.containers = containers.New(containers.Deps{
 		Store: st.Containers(), Backends: sys.backends, Folders: folders{layout}, Leases: sys.leases,
 		Threads: st.Threads(), Quota: sys.quota, Handoff: st.Leases(),
+		// Output files outlive their container's maximum age (docs/files.md).
+		Retainer: retainer{sys},
 		// Sandboxes of backends that checkpoint keep their life across the
 		// idle stop, a hand-over and a graceful shutdown (docs/lifecycle.md);
 		// the checkpoints live in the blob store, where every server finds
@@ -193,9 +212,6 @@ func wire(ctx context.Context, cfg Config, log *slog.Logger) (*system, error) {
 	}
 	sys.files = files.New(files.Deps{Store: fs, Containers: sys.containers, Policies: sys.admin, Idempotency: st.UploadKeys(0), Quota: sys.quota,
 		Records: st.Files(), Blobs: retainedBlobs(cfg, sys.blobs)})
-	// Output files outlive their container's maximum age (docs/files.md):
-	// the one setter, as the files' use cases need the containers first.
-	sys.containers.SetRetainer(sys.files)
 	sys.messages = newMessages(cfg, sys, fs, log)
 	sys.skills = skills.New(skills.Deps{
 		Store:    st.Skills(),
