@@ -481,8 +481,8 @@ func TestTwoServersOneDatabase(t *testing.T) {
 	if a.status != 200 || !strings.Contains(a.body, `one\n`) {
 		t.Fatalf("first turn: %d %s", a.status, a.body)
 	}
-	// The sandbox runs on the first server: the second asks for it (issue
-	// 19), the first hands it over once idle, and the second boots it over
+	// The sandbox runs on the first server: the second asks for it (the
+	// hand-over of docs/lifecycle.md), the first hands it over once idle, and the second boots it over
 	// the same files; there is never a second sandbox of the container.
 	r = two.do("POST", appAPI+"/thread/"+tid+"/messages", f.admin, codeTurn("echo two; ls /mnt/user-data/outputs >/dev/null && echo files-here"))
 	if r.status != 200 || !strings.Contains(string(r.body), `two\n`) || strings.Contains(string(r.body), "held by another threadbox server") {

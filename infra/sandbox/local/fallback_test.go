@@ -103,7 +103,7 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// TestDockerDownServesFromLocal is the "done when": with
+// TestDockerDownServesFromLocal: with
 // SANDBOX_BACKEND=docker,local and no Docker daemon, commands are served by
 // the local backend and the log says why docker was passed over.
 func TestDockerDownServesFromLocal(t *testing.T) {
