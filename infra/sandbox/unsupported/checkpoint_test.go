@@ -13,7 +13,7 @@ import (
 // checkpoint, and says it cannot run and what it needs.
 func TestCheckpointsUnsupported(t *testing.T) {
 	ctx := context.Background()
-	for _, b := range []*Backend{mustNew(t, "firecracker"), Broken("docker", errors.New("docker: client: bad DOCKER_HOST"))} {
+	for _, b := range []*Backend{mustNew(t, "e2b"), Broken("docker", errors.New("docker: client: bad DOCKER_HOST"))} {
 		t.Run(b.Name(), func(t *testing.T) {
 			c := b.Checkpoints(ctx)
 			if c.Supported || !strings.Contains(c.Reason, b.err.Error()) {

@@ -1,5 +1,6 @@
-// Package unsupported holds the sandbox backends the contract names but this
-// build cannot run (e2b, firecracker), and stands in for a
+// Package unsupported holds the sandbox backends the contract names that
+// run on a provider's service this build does not call (e2b, superserve,
+// blaxel), and stands in for a
 // configured backend that could not even be set up (Broken). Each one is a
 // sandbox.Backend whose every call fails with an error naming the backend
 // and what it needs, so a SANDBOX_BACKEND list that names one falls through
@@ -18,12 +19,13 @@ import (
 
 // needs says, per backend name, what the backend would need to run.
 var needs = map[string]struct{ isolation, needs string }{
-	"e2b":         {"microVM", "an E2B account and API key and outbound network access to E2B; the e2b backend is not built yet"},
-	"firecracker": {"microVM", "KVM (/dev/kvm), the firecracker binary, a guest kernel and a root filesystem image; the firecracker backend is not built yet"},
+	"e2b":        {"microVM", "the provider's service: an E2B account and API key and outbound network access to E2B, which this build does not call"},
+	"superserve": {"microVM", "the provider's service: a Superserve account and API key and outbound network access to Superserve, which this build does not call"},
+	"blaxel":     {"microVM", "the provider's service: a Blaxel account and API key and outbound network access to Blaxel, which this build does not call"},
 }
 
 // ErrUnsupported is wrapped by every error of an unsupported backend.
-var ErrUnsupported = errors.New("sandbox backend not supported on this server")
+var ErrUnsupported = errors.New("not available")
 
 // Backend is a named backend that cannot serve.
 type Backend struct {
@@ -31,13 +33,13 @@ type Backend struct {
 	err  error
 }
 
-// New returns the placeholder for name ("e2b", "firecracker").
+// New returns the placeholder for name ("e2b", "superserve", "blaxel").
 func New(name string) (*Backend, error) {
 	n, ok := needs[name]
 	if !ok {
 		return nil, fmt.Errorf("unsupported: unknown backend %q", name)
 	}
-	return &Backend{name: name, err: fmt.Errorf("%s: %w: it needs %s", name, ErrUnsupported, n.needs)}, nil
+	return &Backend{name: name, err: fmt.Errorf("%s: %w: needs %s", name, ErrUnsupported, n.needs)}, nil
 }
 
 // Broken returns a stand-in for the configured backend name that could not
@@ -48,7 +50,7 @@ func Broken(name string, err error) *Backend {
 }
 
 // Names lists the backends this package stands in for.
-func Names() []string { return []string{"e2b", "firecracker"} }
+func Names() []string { return []string{"e2b", "superserve", "blaxel"} }
 
 // Name returns the backend's configuration name.
 func (b *Backend) Name() string { return b.name }

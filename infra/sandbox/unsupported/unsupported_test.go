@@ -11,8 +11,9 @@ import (
 
 func TestErrorsNameBackendAndNeeds(t *testing.T) {
 	tests := []struct{ name, need string }{
-		{"e2b", "API key"},
-		{"firecracker", "/dev/kvm"},
+		{"e2b", "E2B account"},
+		{"superserve", "Superserve account"},
+		{"blaxel", "Blaxel account"},
 	}
 	ctx := context.Background()
 	for _, tt := range tests {
@@ -29,7 +30,8 @@ func TestErrorsNameBackendAndNeeds(t *testing.T) {
 				"ensure":    b.Ensure(ctx, sandbox.Spec{ID: "x"}),
 			} {
 				if err == nil || !strings.HasPrefix(err.Error(), tt.name+": ") && !strings.Contains(err.Error(), ": "+tt.name+": ") ||
-					!strings.Contains(err.Error(), tt.need) || !errors.Is(err, ErrUnsupported) {
+					!strings.Contains(err.Error(), tt.need) || !strings.Contains(err.Error(), tt.name+": not available: needs the provider's service") ||
+					!errors.Is(err, ErrUnsupported) {
 					t.Errorf("%s: %v, want an error naming %s and %q", what, err, tt.name, tt.need)
 				}
 			}
@@ -41,8 +43,10 @@ func TestErrorsNameBackendAndNeeds(t *testing.T) {
 			}
 		})
 	}
-	if _, err := New("docker"); err == nil {
-		t.Error("New(docker) succeeded")
+	for _, name := range []string{"docker", "firecracker", "microvm"} {
+		if _, err := New(name); err == nil {
+			t.Errorf("New(%s) succeeded: it is not a provider's service", name)
+		}
 	}
 }
 

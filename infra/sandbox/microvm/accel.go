@@ -1,0 +1,91 @@
+package microvm
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// The accelerators a VM runs on.
+const (
+	AccelKVM = "kvm" // hardware virtualisation through /dev/kvm (or PVM's)
+	AccelTCG = "tcg" // QEMU's software CPU: emulation, tens of times slower
+)
+
+// kvmGetAPIVersion is the ioctl KVM_GET_API_VERSION; every KVM answers 12.
+const kvmGetAPIVersion = 0xAE00
+
+// accelHost is what the host offers for the accelerator choice; tests
+// fake it.
+type accelHost struct {
+	kvmDev string // /dev/kvm
+	pvmMod string // /sys/module/kvm_pvm: the host's KVM is PVM
+}
+
+var defaultAccelHost = accelHost{kvmDev: "/dev/kvm", pvmMod: "/sys/module/kvm_pvm"}
+
+// chooseAccel decides the accelerator from the setting (MICROVM_ACCEL:
+// "" picks KVM when it can run the guest kernel, "kvm" insists on it,
+// "tcg" asks for emulation) and whether the operator supplied the guest
+// kernel. With no usable accelerator the error says why: emulation is
+// never chosen silently.
+func chooseAccel(setting string, ownKernel bool, h accelHost) (string, error) {
+	switch setting {
+	case AccelTCG:
+		return AccelTCG, nil
+	case "", "auto", AccelKVM:
+	default:
+		return "", fmt.Errorf("MICROVM_ACCEL=%q is not kvm or tcg", setting)
+	}
+	if err := openKVM(h.kvmDev); err != nil {
+		return "", fmt.Errorf("no usable accelerator: %w; MICROVM_ACCEL=tcg runs the VMs emulated (tens of times slower)", err)
+	}
+	if _, err := os.Stat(h.pvmMod); err == nil && !ownKernel && setting != AccelKVM {
+		return "", errors.New("no usable accelerator: this host's KVM is PVM (software nested virtualisation, no VT-x/AMD-V), which runs only guest kernels built for PVM and fails on the stock one; set MICROVM_KERNEL to a PVM guest kernel (docs/microvm.md), or MICROVM_ACCEL=tcg to run the VMs emulated (tens of times slower)")
+	}
+	return AccelKVM, nil
+}
+
+// openKVM checks that dev opens and answers KVM's API version.
+func openKVM(dev string) error {
+	fd, err := unix.Open(dev, unix.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("%s: %w", dev, err)
+	}
+	defer unix.Close(fd)
+	v, err := unix.IoctlRetInt(fd, kvmGetAPIVersion)
+	if err != nil {
+		return fmt.Errorf("%s: KVM_GET_API_VERSION: %w", dev, err)
+	}
+	if v != 12 {
+		return fmt.Errorf("%s: KVM API version %d, want 12", dev, v)
+	}
+	return nil
+}
+
+// tscKHz reads the host's TSC rate from /proc/cpuinfo; QEMU's software
+// CPU reads the host's TSC, and the guest kernel, which cannot calibrate
+// it without a PIT, is told the rate (tsc_early_khz).
+func tscKHz() int64 {
+	f, err := os.Open("/proc/cpuinfo")
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		k, v, ok := strings.Cut(sc.Text(), ":")
+		if ok && strings.TrimSpace(k) == "cpu MHz" {
+			mhz, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err == nil && mhz > 0 {
+				return int64(mhz * 1000)
+			}
+		}
+	}
+	return 0
+}

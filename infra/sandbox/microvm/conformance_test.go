@@ -1,0 +1,114 @@
+package microvm
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"threadbox/domain/sandbox"
+	"threadbox/infra/sandbox/local"
+	"threadbox/infra/sandbox/sandboxtest"
+)
+
+// These tests boot real VMs under QEMU. They need root, qemu-system-x86,
+// the guest artefacts (`make microvm-guest`) and the sandbox root
+// filesystem (THREADBOX_ROOTFS or the cache of sandbox/build-offline.sh).
+// Under CI=true a missing prerequisite fails them; otherwise they skip.
+// Without MICROVM_ACCEL they run emulated (tcg): this host kind's KVM is
+// PVM, which does not run the stock guest kernel.
+
+// prerequisites fails or skips the test unless VMs can boot here.
+func prerequisites(t testing.TB) (rootfs, guest, agentBin string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		sandboxtest.Need(t, "microvm backend tests need root (QEMU's 9p ownership, loop quota)")
+	}
+	if _, err := exec.LookPath(DefaultQEMU); err != nil {
+		sandboxtest.Need(t, "QEMU not installed (qemu-system-x86): %v", err)
+	}
+	rootfs = local.FindRootFS(os.Getenv)
+	if rootfs == "" {
+		sandboxtest.Need(t, "no sandbox root filesystem (set THREADBOX_ROOTFS or run sandbox/build-offline.sh --rootfs-only)")
+	}
+	guest = FindGuest(os.Getenv)
+	if guest == "" {
+		sandboxtest.Need(t, "no microVM guest artefacts (run `make microvm-guest`)")
+	}
+	return rootfs, guest, sandboxtest.AgentBin(t)
+}
+
+// testAccel is the accelerator of the tests: MICROVM_ACCEL, else tcg.
+func testAccel() string {
+	if a := os.Getenv("MICROVM_ACCEL"); a != "" {
+		return a
+	}
+	return AccelTCG
+}
+
+// newTestBackend returns a backend on an instance and state folder of its
+// own, closed at the end of the test, after which nothing of it may be
+// left: no QEMU process, no state file.
+func newTestBackend(t testing.TB, cfg Config) *Backend {
+	t.Helper()
+	rootfs, guest, bin := prerequisites(t)
+	if cfg.RootFS == "" {
+		cfg.RootFS = rootfs
+	}
+	if cfg.Guest == "" {
+		cfg.Guest = guest
+	}
+	if cfg.AgentBin == "" {
+		cfg.AgentBin = bin
+	}
+	if cfg.Accel == "" {
+		cfg.Accel = testAccel()
+	}
+	if cfg.Instance == "" {
+		cfg.Instance = fmt.Sprintf("test%d", time.Now().UnixNano())
+	}
+	if cfg.StateDir == "" {
+		cfg.StateDir = t.TempDir()
+	}
+	if tt, ok := t.(*testing.T); ok && cfg.Logger == nil {
+		cfg.Logger = sandboxtest.Logger(tt)
+	}
+	b, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := b.Available(ctx); err != nil {
+		sandboxtest.Need(t, "microvm backend not available: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := b.Close(); err != nil {
+			t.Errorf("close: %v", err)
+		}
+		assertNothingLeft(t, b)
+	})
+	return b
+}
+
+// assertNothingLeft fails the test when anything of b outlives its Close:
+// a QEMU process of its instance or its state folder.
+func assertNothingLeft(t testing.TB, b *Backend) {
+	t.Helper()
+	if out, _ := exec.Command("pgrep", "-f", "--", "-initrd "+b.dir+"/").Output(); strings.TrimSpace(string(out)) != "" {
+		t.Errorf("QEMU processes left: %s", out)
+	}
+	if _, err := os.Stat(b.dir); err == nil {
+		t.Errorf("state folder left: %s", b.dir)
+	}
+}
+
+// TestConformance runs the conformance suite against microVMs.
+func TestConformance(t *testing.T) {
+	newBackend := func(t *testing.T) sandbox.Backend { return newTestBackend(t, Config{}) }
+	caps := sandboxtest.Capabilities{Memory: sandboxtest.MemoryOOMKill, Pids: true, Disk: true, CPU: true}
+	sandboxtest.Run(t, newBackend, caps)
+}

@@ -1,0 +1,58 @@
+#!/bin/busybox sh
+# The init of a threadbox microVM, run from the initramfs the backend makes
+# for each VM: it loads the virtio modules, mounts the sandbox image's root
+# filesystem (a read-only 9p share) and the container's folders (9p shares,
+# read-only where the config says so), /tmp, /proc, /sys and /dev, brings
+# up loopback, sets the process limit, finds the agent's virtio-serial port
+# and becomes the threadbox agent, as PID 1 of the new root, speaking over
+# that port. Any failure ends init, which ends the VM (panic=-1 with
+# -no-reboot), and the host reads why on the serial console.
+/bin/busybox --install -s /bin
+export PATH=/bin
+fail() { echo "threadbox-init: $*" >&2; exit 1; }
+mount -t proc proc /proc || fail "mount /proc"
+mount -t sysfs sysfs /sys || fail "mount /sys"
+mount -t devtmpfs devtmpfs /dev || fail "mount /dev"
+while read -r m; do
+  insmod "/lib/modules/$m.ko" || fail "insmod $m"
+done </lib/modules/order
+# TB_TMP, TB_PIDS, TB_MOUNTS and the agent's environment as "$@".
+. /threadbox/config || fail "config"
+opts=trans=virtio,version=9p2000.L,msize=262144
+mount -t 9p -o "$opts,ro,cache=loose" root /newroot || fail "mount the root filesystem"
+mount -t proc -o nosuid,nodev,noexec proc /newroot/proc || fail "mount /proc"
+mount -t sysfs -o ro,nosuid,nodev,noexec sysfs /newroot/sys || fail "mount /sys"
+mount -t tmpfs -o "nosuid,nodev,mode=1777,size=$TB_TMP" tmpfs /newroot/tmp || fail "mount /tmp"
+mount -t tmpfs -o mode=755,size=64m tmpfs /newroot/opt/threadbox || fail "mount /opt/threadbox"
+cp /threadbox/agent /newroot/opt/threadbox/agent && chmod 555 /newroot/opt/threadbox/agent || fail "copy the agent"
+mount -o remount,ro,nosuid,nodev /newroot/opt/threadbox || fail "remount /opt/threadbox"
+for m in $TB_MOUNTS; do
+  tag=${m%%:*}; rest=${m#*:}; target=${rest%:*}; mode=${rest##*:}
+  mount -t 9p -o "$opts,$mode,nosuid,nodev,cache=none" "$tag" "/newroot$target" || fail "mount $target"
+done
+mount --move /dev /newroot/dev || fail "move /dev"
+mkdir -p /newroot/dev/pts /newroot/dev/shm
+mount -t devpts -o nosuid,noexec,newinstance,ptmxmode=0666,mode=0620 devpts /newroot/dev/pts || fail "mount /dev/pts"
+ln -sf pts/ptmx /newroot/dev/ptmx
+mount -t tmpfs -o nosuid,nodev,noexec,mode=1777,size=64m shm /newroot/dev/shm || fail "mount /dev/shm"
+hostname sandbox
+ip link set lo up || fail "loopback"
+port=
+i=0
+while :; do
+  for d in /sys/class/virtio-ports/*; do
+    [ "$(cat "$d/name" 2>/dev/null)" = threadbox.agent ] && port=/newroot/dev/${d##*/}
+  done
+  [ -n "$port" ] && [ -e "$port" ] && break
+  i=$((i + 1))
+  [ $i -lt 400 ] || fail "no agent port"
+  sleep 0.05
+done
+ulimit -u "$TB_PIDS" || fail "process limit"
+umount /sys /proc
+# A virtio port opens once: one descriptor, read and written, for both
+# streams. The host waits for the ready line before it speaks the agent
+# protocol.
+exec 3<>"$port" || fail "agent port"
+echo threadbox-init-ready >&3 || fail "agent port"
+exec switch_root /newroot /usr/bin/env -i "$@" /opt/threadbox/agent <&3 >&3 3>&-

@@ -1,0 +1,749 @@
+// Package microvm runs each sandbox in a virtual machine of its own, with
+// its own guest kernel: QEMU's minimal `microvm` machine (virtio over MMIO,
+// no PCI, no firmware), one QEMU process per sandbox driven over QMP. The
+// sandbox image's root filesystem folder (the local and gvisor backends')
+// is shared read-only into every VM over 9p; the container's folders are
+// 9p shares of their own (uploads and skills read-only), so the guest
+// reaches no other host path. The VM has no network device. Its init (a
+// static busybox in an initramfs this package writes, init.sh) mounts
+// them and becomes the threadbox agent, which speaks the agent protocol
+// over a virtio-serial port whose host end is a socket of this process.
+//
+// The guest kernel, busybox and kernel modules come from Debian packages
+// (sandbox/microvm-guest.sh, `make microvm-guest`). The accelerator is KVM
+// where it can run the guest kernel; otherwise the backend is unavailable
+// with the reason, unless the operator asks for emulation
+// (MICROVM_ACCEL=tcg). VMs end with this process, as gVisor sandboxes do.
+package microvm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"threadbox/domain/sandbox"
+	"threadbox/infra/sandbox/agent"
+	"threadbox/infra/sandbox/boxes"
+	"threadbox/infra/sandbox/hostdirs"
+)
+
+// The VMMs a Backend can be configured with. Only QEMU is driven by this
+// build; the others are named so that a configuration asking for them is
+// answered with what is missing.
+const (
+	VMMQEMU            = "qemu"
+	VMMFirecracker     = "firecracker"
+	VMMCloudHypervisor = "cloud-hypervisor"
+)
+
+// Defaults applied to zero fields of Config.
+const (
+	DefaultName        = "microvm"
+	DefaultQEMU        = "qemu-system-x86_64"
+	DefaultStateDir    = "/run/threadbox-microvm"
+	DefaultInstance    = "default"
+	DefaultBootTimeout = 90 * time.Second
+	// MinMemoryBytes is the least RAM a VM gets: the guest kernel and the
+	// agent need about 60 MiB of it.
+	MinMemoryBytes = int64(128 << 20)
+)
+
+// agentPort names the virtio-serial port the agent speaks on.
+const agentPort = "threadbox.agent"
+
+// Config configures a Backend.
+type Config struct {
+	// Name is the backend's configuration name; default DefaultName.
+	Name string
+	// VMM is VMMQEMU (the default), VMMFirecracker or VMMCloudHypervisor.
+	VMM string
+	// QEMU is the QEMU binary; default DefaultQEMU looked up in PATH.
+	QEMU string
+	// Accel is the accelerator setting (MICROVM_ACCEL): "" uses KVM where
+	// it can run the guest kernel, AccelKVM insists on it, AccelTCG asks
+	// for emulation.
+	Accel string
+	// Guest is the folder of the guest artefacts (FindGuest). Required.
+	Guest string
+	// Kernel, when set, is the operator's guest kernel (for instance one
+	// built for PVM), used instead of the artefacts' one.
+	Kernel string
+	// RootFS is the host folder holding the sandbox image's root
+	// filesystem, as the local backend's (local.FindRootFS), resolved
+	// once. Required.
+	RootFS string
+	// AgentBin is the host path of the static threadbox-agent binary. Required.
+	AgentBin string
+	// StateDir holds each VM's initramfs while QEMU reads it, under a
+	// folder per Instance; default DefaultStateDir.
+	StateDir string
+	// Dirs, when set, prepares each container's host folders before boot;
+	// a Spec without Mounts then gets Dirs' mounts.
+	Dirs *hostdirs.Layout
+	// DiskQuota tells that Dirs enforces a per-container disk quota.
+	DiskQuota bool
+	// Limits are the defaults for zero fields of a Spec's Limits.
+	Limits sandbox.Limits
+	// Instance separates several servers (or test runs) on one host.
+	Instance string
+	// BootTimeout bounds a boot up to the agent's first answer.
+	BootTimeout time.Duration
+	// Logger receives lifecycle events and the VMs' consoles; default discards.
+	Logger *slog.Logger
+}
+
+// Backend runs sandboxes in microVMs. It implements sandbox.Backend.
+type Backend struct {
+	cfg    Config
+	log    *slog.Logger
+	rootfs string // cfg.RootFS resolved
+	dir    string // this instance's state folder
+
+	boxes           *boxes.Set[*box]
+	boxes.Ops[*box] // Exec, Start, Listen, Status, SandboxCPU
+	boxes.FilesOnly
+
+	availMu sync.Mutex
+	availAt time.Time // last successful check
+	accel   string    // the accelerator of the last successful check
+
+	baseMu  sync.Mutex
+	baseKey string // the agent's and guest's identity the base initramfs was written for
+	base    string // the base initramfs file
+
+	wg sync.WaitGroup // the QEMU processes' waiters
+
+	vmsMu sync.Mutex
+	vms   map[*box]bool // VMs whose QEMU has not exited
+}
+
+// box is one running VM.
+type box struct {
+	b         *Backend
+	id, name  string
+	cmd       *exec.Cmd
+	client    *agent.Client
+	qmp       *qmp
+	done      chan struct{} // closed when QEMU has exited
+	startedAt time.Time
+	console   *boxes.LogTail
+}
+
+// New returns a microvm backend. Missing prerequisites are not an error
+// here: Available reports them, so that the backend stays listed,
+// unavailable with the reason, where SANDBOX_BACKEND names it.
+func New(cfg Config) (*Backend, error) {
+	if cfg.Name == "" {
+		cfg.Name = DefaultName
+	}
+	switch cfg.VMM {
+	case "":
+		cfg.VMM = VMMQEMU
+	case VMMQEMU, VMMFirecracker, VMMCloudHypervisor:
+	default:
+		return nil, fmt.Errorf("%s: unknown VMM %q (qemu, firecracker, cloud-hypervisor)", cfg.Name, cfg.VMM)
+	}
+	if cfg.QEMU == "" {
+		cfg.QEMU = DefaultQEMU
+	}
+	if cfg.StateDir == "" {
+		cfg.StateDir = DefaultStateDir
+	}
+	if cfg.Instance == "" {
+		cfg.Instance = DefaultInstance
+	}
+	if cfg.BootTimeout <= 0 {
+		cfg.BootTimeout = DefaultBootTimeout
+	}
+	cfg.Limits = cfg.Limits.Or(sandbox.DefaultLimits())
+	lg := cfg.Logger
+	if lg == nil {
+		lg = slog.New(slog.DiscardHandler)
+	}
+	rootfs := cfg.RootFS
+	if r, err := filepath.EvalSymlinks(rootfs); err == nil && rootfs != "" {
+		rootfs = r
+	}
+	set := boxes.New[*box](cfg.Name)
+	return &Backend{cfg: cfg, log: lg, rootfs: rootfs, dir: filepath.Join(cfg.StateDir, hostdirs.SafeID(cfg.Instance)),
+		boxes: set, Ops: boxes.NewOps(set, nil), vms: map[*box]bool{},
+		FilesOnly: boxes.KeepsFilesOnly(cfg.Name, "files only: memory snapshots of microVMs are not taken yet; a VM's processes end at its stop")}, nil
+}
+
+// Name returns the backend's configuration name.
+func (b *Backend) Name() string { return b.cfg.Name }
+
+// Isolation returns the isolation of a microVM, with the accelerator it
+// runs on when known.
+func (b *Backend) Isolation() string {
+	b.availMu.Lock()
+	accel := b.accel
+	b.availMu.Unlock()
+	switch accel {
+	case AccelKVM:
+		return "hardware virtualisation, own kernel (KVM)"
+	case AccelTCG:
+		return "hardware virtualisation, own kernel (emulated: QEMU TCG)"
+	}
+	return "hardware virtualisation, own kernel"
+}
+
+// EnforcedLimits names the limits every VM gets: memory (its RAM), CPU
+// (its vCPUs), pids (the sandbox user's process limit in the guest),
+// nofile, /tmp's size, and disk where Dirs carries a quota.
+func (b *Backend) EnforcedLimits(context.Context) ([]string, string) {
+	out := []string{"memory", "cpu", "pids", "nofile", "tmp"}
+	if b.cfg.DiskQuota {
+		out = append(out, "disk")
+	}
+	b.availMu.Lock()
+	accel := b.accel
+	b.availMu.Unlock()
+	mech := "VM size (RAM, vCPUs) and guest rlimits"
+	if accel != "" {
+		mech += "; accelerator " + accel
+	}
+	return out, mech
+}
+
+// Available checks the VMM, the accelerator, the guest artefacts, the root
+// filesystem and the agent binary. A success is remembered for a few
+// seconds; the first boot proves the rest.
+func (b *Backend) Available(context.Context) error {
+	b.availMu.Lock()
+	defer b.availMu.Unlock()
+	if !b.availAt.IsZero() && time.Since(b.availAt) < 10*time.Second {
+		return nil
+	}
+	if b.cfg.VMM != VMMQEMU {
+		bin := b.cfg.VMM
+		if _, err := exec.LookPath(bin); err != nil {
+			return fmt.Errorf("%s: the %s VMM: binary %s not found (%w); SANDBOX_BACKEND=microvm runs the same guests on QEMU's microvm machine", b.cfg.Name, b.cfg.VMM, bin, err)
+		}
+		return fmt.Errorf("%s: the %s VMM is found but not driven by this build: only QEMU's microvm machine is (SANDBOX_BACKEND=microvm)", b.cfg.Name, b.cfg.VMM)
+	}
+	if _, err := exec.LookPath(b.cfg.QEMU); err != nil {
+		return fmt.Errorf("%s: QEMU (install Debian's qemu-system-x86): %w", b.cfg.Name, err)
+	}
+	accel, err := chooseAccel(b.cfg.Accel, b.cfg.Kernel != "", defaultAccelHost)
+	if err != nil {
+		return fmt.Errorf("%s: %w", b.cfg.Name, err)
+	}
+	if os.Geteuid() != 0 {
+		return fmt.Errorf("%s: QEMU must run as root to give the sandbox user's files their owner on the host; threadbox runs as another user", b.cfg.Name)
+	}
+	if _, err := LoadGuest(b.cfg.Guest, b.cfg.Kernel); err != nil {
+		return fmt.Errorf("%s: %w", b.cfg.Name, err)
+	}
+	if err := boxes.CheckRootFS(b.rootfs); err != nil {
+		return fmt.Errorf("%s: %w", b.cfg.Name, err)
+	}
+	if err := boxes.CheckAgentBin(b.cfg.AgentBin); err != nil {
+		return fmt.Errorf("%s: %w", b.cfg.Name, err)
+	}
+	b.accel = accel
+	b.availAt = time.Now()
+	return nil
+}
+
+// limits fills the zero fields of l from the backend's defaults.
+func (b *Backend) limits(l sandbox.Limits) sandbox.Limits { return l.Or(b.cfg.Limits) }
+
+// Ensure boots the VM for spec.ID unless it is running. A VM that died is
+// replaced by a fresh one over the same host folders.
+func (b *Backend) Ensure(ctx context.Context, spec sandbox.Spec) error {
+	if err := b.boxes.Ensure(ctx, spec, b.cfg.Dirs, b.start); err != nil {
+		return fmt.Errorf("%s: %w", b.cfg.Name, err)
+	}
+	return nil
+}
+
+// baseInitramfs returns the initramfs part every VM shares, written again
+// when the agent binary or the guest artefacts changed.
+func (b *Backend) baseInitramfs(g Guest) (string, error) {
+	b.baseMu.Lock()
+	defer b.baseMu.Unlock()
+	fi, err := os.Stat(b.cfg.AgentBin)
+	if err != nil {
+		return "", fmt.Errorf("agent binary: %w", err)
+	}
+	key := fmt.Sprintf("%s %d %d %s", b.cfg.AgentBin, fi.Size(), fi.ModTime().UnixNano(), g.Dir)
+	if key == b.baseKey && b.base != "" {
+		if _, err := os.Stat(b.base); err == nil {
+			return b.base, nil
+		}
+	}
+	if err := os.MkdirAll(b.dir, 0o700); err != nil {
+		return "", err
+	}
+	f, err := os.CreateTemp(b.dir, "base-*.cpio")
+	if err != nil {
+		return "", err
+	}
+	if err := writeBaseInitramfs(f, g, b.cfg.AgentBin); err != nil {
+		f.Close()
+		os.Remove(f.Name())
+		return "", fmt.Errorf("initramfs: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		os.Remove(f.Name())
+		return "", err
+	}
+	if b.base != "" {
+		_ = os.Remove(b.base)
+	}
+	b.base, b.baseKey = f.Name(), key
+	return b.base, nil
+}
+
+// vmConfig is the shell text the guest's init sources: the /tmp size, the
+// process limit, the folders to mount (9p tag, target, ro or rw) and the
+// agent's environment as the positional parameters.
+func vmConfig(spec sandbox.Spec, l sandbox.Limits) ([]byte, error) {
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "TB_TMP=%d\nTB_PIDS=%d\n", l.TmpBytes, l.Pids)
+	var mounts []string
+	for i, m := range spec.Mounts {
+		if !filepath.IsAbs(m.Target) || strings.ContainsAny(m.Target, " \t\n'\"\\:$`") {
+			return nil, fmt.Errorf("mount target %q: not a plain absolute path", m.Target)
+		}
+		mode := "rw"
+		if m.ReadOnly {
+			mode = "ro"
+		}
+		mounts = append(mounts, fmt.Sprintf("m%d:%s:%s", i, m.Target, mode))
+	}
+	fmt.Fprintf(&sb, "TB_MOUNTS=%s\nset --", shellQuote(strings.Join(mounts, " ")))
+	for _, kv := range sandboxEnv(spec, l) {
+		sb.WriteString(" " + shellQuote(kv))
+	}
+	sb.WriteString("\n")
+	return []byte(sb.String()), nil
+}
+
+// sandboxPath is PATH inside the sandbox.
+const sandboxPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// sandboxEnv is the environment of the agent and so of every command.
+func sandboxEnv(spec sandbox.Spec, l sandbox.Limits) []string {
+	env := []string{
+		"PATH=" + sandboxPath,
+		"HOME=/home/agent", "USER=agent", "LOGNAME=agent", "SHELL=/bin/bash", "LANG=C.UTF-8",
+		// The guest's own count of memory kills: the VM is the sandbox.
+		"THREADBOX_AGENT_OOM_EVENTS=/proc/vmstat",
+		fmt.Sprintf("THREADBOX_AGENT_RUN_AS=%d:%d", hostdirs.SandboxUID, hostdirs.SandboxGID),
+		fmt.Sprintf("THREADBOX_AGENT_NOFILE=%d", l.NoFile),
+	}
+	for _, kv := range spec.Env {
+		if k, _, ok := strings.Cut(kv, "="); ok && k != "" && !strings.HasPrefix(k, "THREADBOX_AGENT_") {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
+// vcpus is the VM's vCPU count for a CPU limit: rounded up, at least one,
+// at most the host's.
+func vcpus(cpus float64) int {
+	n := int(math.Ceil(cpus))
+	return max(1, min(n, runtime.NumCPU()))
+}
+
+// qemuArgs builds QEMU's command line for one VM. The agent's port and
+// QMP are sockets QEMU inherits as descriptors 3 and 4; the console is
+// QEMU's standard output.
+func (b *Backend) qemuArgs(name, accel string, g Guest, initrd string, spec sandbox.Spec, l sandbox.Limits) []string {
+	mem := max(l.MemoryBytes, MinMemoryBytes) >> 20
+	machine := "microvm,x-option-roms=off,pit=off,pic=off,rtc=off,isa-serial=on"
+	cmdline := "console=ttyS0 quiet loglevel=3 panic=-1 reboot=t rdinit=/init 8250.nr_uarts=1"
+	cpu := "host"
+	if accel == AccelTCG {
+		cpu = "max"
+		// Without a PIT the guest cannot calibrate the TSC, which QEMU's
+		// software CPU reads from the host: it is told the rate.
+		if khz := tscKHz(); khz > 0 {
+			cmdline += fmt.Sprintf(" tsc_early_khz=%d lpj=%d no_timer_check", khz, khz*1000/250)
+		}
+	}
+	args := []string{
+		"-name", name,
+		"-machine", machine, "-accel", accel, "-cpu", cpu,
+		"-m", strconv.FormatInt(mem, 10), "-smp", strconv.Itoa(vcpus(l.CPUs)),
+		"-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
+		"-kernel", g.Kernel, "-initrd", initrd, "-append", cmdline,
+		"-chardev", "stdio,id=console,signal=off", "-serial", "chardev:console",
+		"-chardev", "socket,id=agent,fd=3",
+		"-device", "virtio-serial-device,max_ports=2",
+		"-device", "virtserialport,chardev=agent,name=" + agentPort,
+		"-chardev", "socket,id=qmp,fd=4", "-mon", "chardev=qmp,mode=control",
+		"-fsdev", "local,id=root,path=" + b.rootfs + ",security_model=passthrough,readonly=on,multidevs=remap",
+		"-device", "virtio-9p-device,fsdev=root,mount_tag=root",
+	}
+	for i, m := range spec.Mounts {
+		fs := fmt.Sprintf("local,id=m%d,path=%s,security_model=passthrough,multidevs=remap", i, m.Source)
+		if m.ReadOnly {
+			fs += ",readonly=on"
+		}
+		args = append(args, "-fsdev", fs, "-device", fmt.Sprintf("virtio-9p-device,fsdev=m%d,mount_tag=m%d", i, i))
+	}
+	return args
+}
+
+// start boots spec's VM.
+func (b *Backend) start(ctx context.Context, spec sandbox.Spec) (*box, error) {
+	if err := b.Available(ctx); err != nil {
+		return nil, err
+	}
+	b.availMu.Lock()
+	accel := b.accel
+	b.availMu.Unlock()
+	g, err := LoadGuest(b.cfg.Guest, b.cfg.Kernel)
+	if err != nil {
+		return nil, err
+	}
+	for _, m := range spec.Mounts {
+		if strings.ContainsAny(m.Source, ",") {
+			return nil, fmt.Errorf("host folder %q: QEMU's options cannot hold a comma", m.Source)
+		}
+	}
+	if strings.Contains(b.rootfs, ",") {
+		return nil, fmt.Errorf("root filesystem %q: QEMU's options cannot hold a comma", b.rootfs)
+	}
+	l := b.limits(spec.Limits)
+	config, err := vmConfig(spec, l)
+	if err != nil {
+		return nil, err
+	}
+	base, err := b.baseInitramfs(g)
+	if err != nil {
+		return nil, err
+	}
+	name := hostdirs.SafeID(spec.ID) + "-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	initrd := filepath.Join(b.dir, name+".initrd")
+	if err := writeInitrd(initrd, base, config); err != nil {
+		return nil, err
+	}
+	// QEMU has read the initramfs once it answers QMP: the file (with the
+	// environment) goes then, or with the boot's failure.
+	defer os.Remove(initrd)
+	bx := &box{b: b, id: spec.ID, name: name, done: make(chan struct{}), console: boxes.NewLogTail(b.log, "vm console", spec.ID)}
+	agentConn, qmpConn, err := b.spawn(bx, b.qemuArgs("threadbox-"+name, accel, g, initrd, spec, l))
+	if err != nil {
+		return nil, err
+	}
+	fail := func(err error) (*box, error) {
+		bx.Kill()
+		<-bx.done
+		return nil, fmt.Errorf("%w: %s", err, bx.console.Tail())
+	}
+	bctx, cancel := context.WithTimeout(ctx, b.cfg.BootTimeout)
+	defer cancel()
+	if bx.qmp, err = newQMP(bctx, qmpConn); err != nil {
+		qmpConn.Close()
+		return fail(err)
+	}
+	if err := waitReady(bctx, agentConn, bx.done); err != nil {
+		agentConn.Close()
+		return fail(err)
+	}
+	bx.client = boxes.NewAgent(agentConn)
+	if err := boxes.Handshake(ctx, b.cfg.BootTimeout, bx.client, bx.done); err != nil {
+		return fail(err)
+	}
+	bx.startedAt = time.Now()
+	b.log.Info("sandbox booted", "id", spec.ID, "backend", b.cfg.Name, "vm", name, "accel", accel)
+	return bx, nil
+}
+
+// readyLine is what the guest's init writes on the agent's port just
+// before it becomes the agent.
+const readyLine = "threadbox-init-ready\n"
+
+// waitReady reads the agent's port up to the init's ready line, a byte at
+// a time so that nothing of the agent's protocol is read. It fails when
+// ctx ends first (the boot's bound) or the VM ended (done).
+func waitReady(ctx context.Context, conn net.Conn, done <-chan struct{}) error {
+	stop := context.AfterFunc(ctx, func() { _ = conn.SetReadDeadline(time.Unix(1, 0)) })
+	defer stop()
+	go func() {
+		select {
+		case <-done:
+			_ = conn.SetReadDeadline(time.Unix(1, 0))
+		case <-ctx.Done():
+		}
+	}()
+	var got []byte
+	one := make([]byte, 1)
+	for !strings.HasSuffix(string(got), readyLine) {
+		if _, err := io.ReadFull(conn, one); err != nil {
+			select {
+			case <-done:
+				return errors.New("the VM ended during boot")
+			default:
+			}
+			if ctx.Err() != nil {
+				return fmt.Errorf("boot: no word from the guest's init: %w", ctx.Err())
+			}
+			return fmt.Errorf("boot: agent port: %w", err)
+		}
+		got = append(got, one[0])
+		if len(got) > 4096 {
+			got = got[len(got)-len(readyLine):]
+		}
+	}
+	return conn.SetReadDeadline(time.Time{})
+}
+
+// writeInitrd writes one VM's initramfs at path: the shared part, then
+// its config.
+func writeInitrd(path, base string, config []byte) error {
+	src, err := os.Open(base)
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, src); err != nil {
+		f.Close()
+		os.Remove(path)
+		return err
+	}
+	if err := writeConfigInitramfs(f, config); err != nil {
+		f.Close()
+		os.Remove(path)
+		return err
+	}
+	return f.Close()
+}
+
+// socketPair returns the two ends of a unix stream socket pair: this
+// process's as a net.Conn, QEMU's as a file for it to inherit.
+func socketPair() (net.Conn, *os.File, error) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, fmt.Errorf("socketpair: %w", err)
+	}
+	mine := os.NewFile(uintptr(fds[0]), "host")
+	theirs := os.NewFile(uintptr(fds[1]), "qemu")
+	c, err := net.FileConn(mine)
+	mine.Close()
+	if err != nil {
+		theirs.Close()
+		return nil, nil, fmt.Errorf("socketpair: %w", err)
+	}
+	return c, theirs, nil
+}
+
+// spawn starts QEMU with args, returns this process's ends of the agent's
+// port and of QMP, and has a goroutine wait for QEMU and close bx.done.
+func (b *Backend) spawn(bx *box, args []string) (agentConn, qmpConn net.Conn, err error) {
+	agentConn, agentQ, err := socketPair()
+	if err != nil {
+		return nil, nil, err
+	}
+	qmpConn, qmpQ, err := socketPair()
+	if err != nil {
+		agentConn.Close()
+		agentQ.Close()
+		return nil, nil, err
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		agentConn.Close()
+		agentQ.Close()
+		qmpConn.Close()
+		qmpQ.Close()
+		return nil, nil, fmt.Errorf("pipe: %w", err)
+	}
+	// QEMU outlives the request that boots it: Stop and kill end it. It
+	// dies with this process.
+	cmd := exec.Command(b.cfg.QEMU, args...)
+	cmd.Stdout, cmd.Stderr = outW, outW
+	cmd.ExtraFiles = []*os.File{agentQ, qmpQ}
+	cmd.Dir = "/"
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	err = cmd.Start()
+	agentQ.Close()
+	qmpQ.Close()
+	outW.Close()
+	if err != nil {
+		agentConn.Close()
+		qmpConn.Close()
+		outR.Close()
+		return nil, nil, fmt.Errorf("start %s: %w", b.cfg.QEMU, err)
+	}
+	bx.cmd = cmd
+	b.vmsMu.Lock()
+	b.vms[bx] = true
+	b.vmsMu.Unlock()
+	b.wg.Add(2)
+	go func() {
+		defer b.wg.Done()
+		_, _ = io.Copy(bx.console, outR)
+		outR.Close()
+	}()
+	go func() {
+		defer b.wg.Done()
+		_ = cmd.Wait()
+		if bx.qmp != nil {
+			_ = bx.qmp.close()
+		} else {
+			qmpConn.Close()
+		}
+		b.vmsMu.Lock()
+		delete(b.vms, bx)
+		b.vmsMu.Unlock()
+		close(bx.done)
+	}()
+	return agentConn, qmpConn, nil
+}
+
+// Kill ends the VM: its agent connection, then QEMU (SIGKILL to its
+// process group). The guest writes its files through to the host as it
+// goes (9p without a cache), so nothing is lost that a command finished.
+func (bx *box) Kill() {
+	if bx.client != nil {
+		bx.client.Close()
+	}
+	if bx.cmd == nil || bx.cmd.Process == nil {
+		return
+	}
+	select {
+	case <-bx.done:
+		return
+	default:
+	}
+	_ = syscall.Kill(-bx.cmd.Process.Pid, syscall.SIGKILL)
+}
+
+// Agent returns the VM's agent connection.
+func (bx *box) Agent() boxes.Agent { return bx.client }
+
+// Done is closed when QEMU has exited.
+func (bx *box) Done() <-chan struct{} { return bx.done }
+
+// StartedAt returns when the VM booted.
+func (bx *box) StartedAt() time.Time { return bx.startedAt }
+
+// OOMKills is not counted on the host: the guest's kernel kills for
+// memory inside the VM, and the agent reads its count (/proc/vmstat).
+func (bx *box) OOMKills() (int64, bool) { return 0, false }
+
+// Why is unknown: a VM that ended says why on its console, which the log
+// has.
+func (bx *box) Why() string { return "" }
+
+// CPUTime reads the CPU time QEMU has used (every vCPU and its own
+// threads), as the host counts it.
+func (bx *box) CPUTime(context.Context) (time.Duration, error) {
+	if bx.cmd == nil || bx.cmd.Process == nil {
+		return 0, boxes.ErrCPUNotCounted
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", bx.cmd.Process.Pid))
+	if err != nil {
+		return 0, fmt.Errorf("%w: %w", boxes.ErrCPUNotCounted, err)
+	}
+	// Fields after the command's name (which may hold spaces): state is
+	// the first, utime the 12th, stime the 13th, in clock ticks.
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(f) < 13 {
+		return 0, boxes.ErrCPUNotCounted
+	}
+	u, _ := strconv.ParseInt(f[11], 10, 64)
+	k, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(u+k) * time.Second / 100, nil
+}
+
+// Warm is unsupported: a VM's folders are shares fixed when it boots.
+func (b *Backend) Warm(context.Context, sandbox.Spec) error {
+	return fmt.Errorf("%s: warm pool: %w: a VM's folders are 9p shares fixed at its boot", b.cfg.Name, sandbox.ErrUnsupported)
+}
+
+// Claim is unsupported: see Warm.
+func (b *Backend) Claim(_ context.Context, name string, _ sandbox.Spec) error {
+	return fmt.Errorf("%s: claim %s: %w: no warm VMs", b.cfg.Name, name, sandbox.ErrUnsupported)
+}
+
+// Stop ends the VM; its files stay.
+func (b *Backend) Stop(ctx context.Context, id string) error {
+	defer b.boxes.Lock(id)()
+	if stopped, err := b.boxes.Stop(ctx, id); !stopped || err != nil {
+		return err
+	}
+	b.log.Info("sandbox stopped", "id", id, "backend", b.cfg.Name)
+	return nil
+}
+
+// Remove stops the VM and forgets it. Host folders are the caller's.
+func (b *Backend) Remove(ctx context.Context, id string) error {
+	if err := b.Stop(ctx, id); err != nil {
+		return err
+	}
+	b.boxes.Forget(id)
+	return nil
+}
+
+// Reconcile adopts nothing: a VM's agent speaks over sockets of the
+// process that booted it, and QEMU dies with that process. It removes
+// what a process that died left in the instance's state folder (the
+// initramfs files of VMs it was booting).
+func (b *Backend) Reconcile(context.Context, func(id string) sandbox.Verdict) (adopted, removed []string, err error) {
+	b.baseMu.Lock()
+	base := b.base
+	b.baseMu.Unlock()
+	entries, err := os.ReadDir(b.dir)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, nil, fmt.Errorf("%s: reconcile: %w", b.cfg.Name, err)
+	}
+	for _, e := range entries {
+		p := filepath.Join(b.dir, e.Name())
+		fi, err := e.Info()
+		// A file of a boot under way here is younger than a boot's bound.
+		if p == base || err != nil || time.Since(fi.ModTime()) < b.cfg.BootTimeout {
+			continue
+		}
+		_ = os.Remove(p)
+	}
+	return nil, nil, nil
+}
+
+// Close ends every VM of this backend, waits for their QEMU processes, and
+// removes the instance's state folder.
+func (b *Backend) Close() error {
+	var errs []error
+	for _, id := range b.boxes.IDs(nil) {
+		errs = append(errs, b.Stop(context.Background(), id))
+	}
+	b.vmsMu.Lock()
+	for bx := range b.vms {
+		bx.Kill()
+	}
+	b.vmsMu.Unlock()
+	b.wg.Wait()
+	if err := os.RemoveAll(b.dir); err != nil {
+		errs = append(errs, err)
+	}
+	_ = os.Remove(b.cfg.StateDir) // when no other instance is left
+	return errors.Join(errs...)
+}
+
+var _ sandbox.Backend = (*Backend)(nil)

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# microvm-guest: builds the guest artefacts of the microvm sandbox backend
+# (`make microvm-guest`) from Debian packages, with apt-get from the apt
+# sources this host already uses: the kernel of linux-image-amd64 (its
+# current version), the kernel modules a microVM's init loads (virtio over
+# MMIO, the virtio console, 9p; Debian's cloud kernel has no 9p), and the
+# static busybox of busybox-static. The backend writes each VM's initramfs
+# from them (infra/sandbox/microvm/init.sh is its /init).
+#
+# They go to $CACHE/microvm-guest/<hash>/ (symlink $CACHE/microvm-guest/current),
+# <hash> the sha256 of this script and the packages' versions: the same
+# versions make the same files, and a folder already built is kept. $CACHE
+# is $THREADBOX_CACHE_DIR, else $DATA_DIR/cache, else /var/cache/threadbox,
+# as for the sandbox image's root filesystem (build-offline.sh).
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+die() { echo "microvm-guest: $*" >&2; exit 1; }
+
+if [ -n "${THREADBOX_CACHE_DIR:-}" ]; then CACHE="$THREADBOX_CACHE_DIR"
+elif [ -n "${DATA_DIR:-}" ]; then CACHE="$DATA_DIR/cache"
+else CACHE=/var/cache/threadbox; fi
+ROOTS="$CACHE/microvm-guest"
+
+# The modules, in the order the init loads them (each after its dependencies).
+MODULES="virtio_ring virtio virtio_mmio virtio_console netfs fscache 9pnet 9pnet_virtio 9p"
+
+candidate() { apt-cache policy "$1" 2>/dev/null | awk '/Candidate:/ {print $2; exit}'; }
+if [ -z "$(candidate linux-image-amd64)" ] || [ "$(candidate linux-image-amd64)" = "(none)" ]; then
+  apt-get update -qq
+fi
+kpkg=$(apt-cache depends linux-image-amd64 | awk '/Depends: linux-image-/ {print $2; exit}')
+[ -n "$kpkg" ] || die "linux-image-amd64 names no kernel package"
+kver=$(candidate "$kpkg")
+bver=$(candidate busybox-static)
+[ -n "$kver" ] && [ "$kver" != "(none)" ] || die "no version of $kpkg"
+[ -n "$bver" ] && [ "$bver" != "(none)" ] || die "no version of busybox-static"
+hash=$( (cat "$here/microvm-guest.sh"; echo "$kpkg=$kver busybox-static=$bver") | sha256sum | cut -c1-64)
+out="$ROOTS/$hash"
+echo "microvm-guest: $kpkg $kver, busybox-static $bver -> $out" >&2
+if [ -f "$out/.threadbox-complete" ]; then
+  echo "microvm-guest: already built" >&2
+else
+  work=$(mktemp -d "${TMPDIR:-/tmp}/microvm-guest.XXXXXX")
+  trap 'rm -rf "$work"' EXIT
+  chmod 755 "$work"
+  # apt-get download runs as _apt where it can: the folder must be its to write.
+  chown _apt "$work" 2>/dev/null || true
+  (cd "$work" && apt-get download -q "$kpkg=$kver" "busybox-static=$bver" >&2)
+  mkdir -p "$work/x"
+  for d in "$work"/*.deb; do dpkg-deb -x "$d" "$work/x"; done
+  rm -rf "$out.tmp"
+  mkdir -p "$out.tmp/modules"
+  cp "$work"/x/boot/vmlinuz-* "$out.tmp/vmlinuz"
+  cp "$work/x/bin/busybox" "$out.tmp/busybox"
+  for m in $MODULES; do
+    f=$(find "$work/x/lib/modules" -name "$m.ko" | head -1)
+    [ -n "$f" ] || die "module $m not in $kpkg"
+    cp "$f" "$out.tmp/modules/$m.ko"
+  done
+  printf '%s\n' $MODULES >"$out.tmp/modules/order"
+  printf '%s %s\nbusybox-static %s\n' "$kpkg" "$kver" "$bver" >"$out.tmp/packages"
+  echo "$hash" >"$out.tmp/.threadbox-complete"
+  rm -rf "$out"
+  mv "$out.tmp" "$out"
+fi
+ln -sfn "$hash" "$ROOTS/current"
+echo "microvm-guest: $out ($(du -sh "$out" | cut -f1))" >&2
