@@ -3,7 +3,7 @@ SHELL := /bin/bash
 GO    ?= go
 BIN   := bin
 
-.PHONY: ui-vendor build run test test-short lint bench soak chaos sandbox-image agent clean
+.PHONY: ui-vendor build run test test-short test-microvm lint bench soak chaos sandbox-image microvm-guest agent clean
 
 build: agent
 	$(GO) build -o $(BIN)/threadbox ./cmd/threadbox
@@ -51,6 +51,19 @@ chaos: build
 
 sandbox-image: agent
 	./sandbox/build-offline.sh
+
+# The microvm backend's guest kernel, modules and busybox, from Debian
+# packages, into the same cache as the sandbox image's root filesystem
+# (docs/microvm.md).
+microvm-guest:
+	./sandbox/microvm-guest.sh
+
+# The whole sandbox conformance suite on the microvm backend (make test
+# runs a part of it: under emulation each VM boots in seconds). Set
+# MICROVM_ACCEL=kvm on a host whose KVM runs the guest kernel; the default
+# here is emulation (tcg).
+test-microvm: agent
+	THREADBOX_AGENT_BIN=$(CURDIR)/$(BIN)/threadbox-agent MICROVM_CONFORMANCE=full $(GO) test -count=1 -timeout 60m -v -run 'TestConformance|TestKilledFromOutside|TestHostPathsInvisible' ./infra/sandbox/microvm
 
 clean:
 	rm -rf $(BIN)

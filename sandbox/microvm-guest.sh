@@ -2,7 +2,7 @@
 # microvm-guest: builds the guest artefacts of the microvm sandbox backend
 # (`make microvm-guest`) from Debian packages, with apt-get from the apt
 # sources this host already uses: the kernel of linux-image-amd64 (its
-# current version), the kernel modules a microVM's init loads (virtio over
+# current version, unpacked to vmlinux), the kernel modules a microVM's init loads (virtio over
 # MMIO, the virtio console, 9p; Debian's cloud kernel has no 9p), and the
 # static busybox of busybox-static. The backend writes each VM's initramfs
 # from them (infra/sandbox/microvm/init.sh is its /init).
@@ -47,10 +47,20 @@ else
   chown _apt "$work" 2>/dev/null || true
   (cd "$work" && apt-get download -q "$kpkg=$kver" "busybox-static=$bver" >&2)
   mkdir -p "$work/x"
-  for d in "$work"/*.deb; do dpkg-deb -x "$d" "$work/x"; done
+  # Only the kernel, the modules named and busybox are unpacked.
+  for d in "$work"/*.deb; do
+    dpkg-deb --fsys-tarfile "$d" | tar -x -C "$work/x" --wildcards './boot/vmlinuz-*' './bin/busybox' \
+      $(for m in $MODULES; do printf "*/%s.ko " "$m"; done) 2>/dev/null || true
+  done
   rm -rf "$out.tmp"
   mkdir -p "$out.tmp/modules"
-  cp "$work"/x/boot/vmlinuz-* "$out.tmp/vmlinuz"
+  # The kernel uncompressed (an ELF with a PVH entry, which QEMU boots
+  # directly): an emulated CPU takes seconds to unpack the xz image.
+  k=$(ls "$work"/x/boot/vmlinuz-* | head -1)
+  off=$(grep -abo $'\xfd7zXZ' "$k" | head -1 | cut -d: -f1)
+  [ -n "$off" ] || die "no xz payload in $k"
+  tail -c +$((off + 1)) "$k" | xz -dc >"$out.tmp/vmlinux" 2>/dev/null || true
+  head -c 4 "$out.tmp/vmlinux" | grep -q ELF || die "could not unpack $k"
   cp "$work/x/bin/busybox" "$out.tmp/busybox"
   for m in $MODULES; do
     f=$(find "$work/x/lib/modules" -name "$m.ko" | head -1)

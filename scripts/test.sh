@@ -99,12 +99,12 @@ fi
 # fork-bomb test there would starve the local jail: local and cmd/threadbox
 # (which boots local sandboxes as well as Docker ones and drives Chromium)
 # run alone, one after the other. The rest do not count processes by uid and
-# wait mostly on sandboxes, so they run side by side: docker's and gVisor's
-# suites, the kubernetes suite in its own cluster, and the soak over its own
+# wait mostly on sandboxes, so they run side by side: docker's, gVisor's and
+# the microVMs' suites (the last emulated here: about 3 minutes), the kubernetes suite in its own cluster, and the soak over its own
 # Docker daemon. Everything else runs two packages at a time.
 alone=(./infra/sandbox/local ./cmd/threadbox)
-beside=(./infra/sandbox/docker ./infra/sandbox/gvisor ./infra/sandbox/kubernetes ./cmd/threadbox-soak)
-parallel=$(go list ./... | grep -v -x -e threadbox/infra/sandbox/docker -e threadbox/infra/sandbox/gvisor -e threadbox/infra/sandbox/local -e threadbox/infra/sandbox/kubernetes -e threadbox/cmd/threadbox -e threadbox/cmd/threadbox-soak)
+beside=(./infra/sandbox/docker ./infra/sandbox/gvisor ./infra/sandbox/kubernetes ./infra/sandbox/microvm ./cmd/threadbox-soak)
+parallel=$(go list ./... | grep -v -x -e threadbox/infra/sandbox/docker -e threadbox/infra/sandbox/gvisor -e threadbox/infra/sandbox/microvm -e threadbox/infra/sandbox/local -e threadbox/infra/sandbox/kubernetes -e threadbox/cmd/threadbox -e threadbox/cmd/threadbox-soak)
 status=0
 go test -count=1 -p 2 -timeout 20m "$@" $parallel || status=1
 # cmd/threadbox's end-to-end tests use the test cluster too.

@@ -14,6 +14,7 @@ import (
 	"threadbox/infra/sandbox/gvisor"
 	"threadbox/infra/sandbox/hostdirs"
 	"threadbox/infra/sandbox/local"
+	"threadbox/infra/sandbox/microvm"
 	"threadbox/infra/sandbox/unsupported"
 )
 
@@ -57,8 +58,25 @@ func newBackend(name string, cfg Config, limits sandbox.Limits, quota bool, log 
 		return gvisor.New(gvisor.Config{RootFS: cfg.RootFS, AgentBin: agentBin(cfg), DiskQuota: quota, Limits: limits, Instance: cfg.Instance, Logger: log})
 	case "kubernetes":
 		return newKubernetes(cfg, limits, log)
+	case "microvm", "firecracker":
+		// firecracker is the microvm backend with the Firecracker VMM.
+		vmm := microvm.VMMQEMU
+		if name == "firecracker" {
+			vmm = microvm.VMMFirecracker
+		}
+		return microvm.New(microvm.Config{Name: name, VMM: vmm, QEMU: cfg.MicroVM.QEMU, Accel: cfg.MicroVM.Accel, Kernel: cfg.MicroVM.Kernel,
+			Guest: cfg.MicroVM.Guest, RootFS: cfg.RootFS, AgentBin: agentBin(cfg), DiskQuota: quota, Limits: limits, Instance: cfg.Instance, Logger: log})
 	}
 	return unsupported.New(name)
+}
+
+// MicroVMConfig configures the microvm backend (and firecracker, the same
+// backend with the Firecracker VMM).
+type MicroVMConfig struct {
+	Accel  string // MICROVM_ACCEL: "" (KVM where it can run the guest kernel), kvm or tcg (emulation)
+	Kernel string // MICROVM_KERNEL: the operator's guest kernel, such as one built for PVM
+	QEMU   string // MICROVM_QEMU: the QEMU binary; default qemu-system-x86_64
+	Guest  string // MICROVM_GUEST, else the cache's microvm-guest/current
 }
 
 // availableDeadline bounds each backend's availability check at start.

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -24,6 +25,9 @@ func TestSandboxBackendSetting(t *testing.T) {
 		{"local when listed", map[string]string{"SANDBOX_BACKEND": "docker,local"}, []string{"docker", "local"}},
 		{"local alone", map[string]string{"SANDBOX_BACKEND": "local"}, []string{"local"}},
 		{"none", map[string]string{"SANDBOX_BACKEND": ","}, nil},
+		// Backends that cannot run here are listed, never a configuration error.
+		{"microVMs and providers", map[string]string{"SANDBOX_BACKEND": "microvm,firecracker,e2b,superserve,blaxel"},
+			[]string{"microvm", "firecracker", "e2b", "superserve", "blaxel"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -36,6 +40,43 @@ func TestSandboxBackendSetting(t *testing.T) {
 				t.Errorf("SandboxBackend %q, want %q", cfg.SandboxBackend, tt.want)
 			}
 		})
+	}
+}
+
+// TestMicroVMAndProviderBackends: firecracker is the microvm backend with
+// the Firecracker VMM, unavailable where its binary is missing; e2b,
+// superserve and blaxel are unavailable, needing their provider's service;
+// microvm without an accelerator says so, and a bad MICROVM_ACCEL is a
+// configuration error.
+func TestMicroVMAndProviderBackends(t *testing.T) {
+	t.Setenv("PATH", t.TempDir())
+	cfg, err := loadConfig(func(k string) string {
+		return map[string]string{"DATA_DIR": t.TempDir(), "SANDBOX_BACKEND": "firecracker,microvm,e2b,superserve,blaxel"}[k]
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bs, _ := newBackends(cfg, nil, slog.New(slog.DiscardHandler))
+	want := map[string]string{
+		"firecracker": "firecracker: the firecracker VMM: binary firecracker not found",
+		"microvm":     "microvm: QEMU (install Debian's qemu-system-x86)",
+		"e2b":         "e2b: not available: needs the provider's service: an E2B account",
+		"superserve":  "superserve: not available: needs the provider's service: a Superserve account",
+		"blaxel":      "blaxel: not available: needs the provider's service: a Blaxel account",
+	}
+	if len(bs) != len(want) {
+		t.Fatalf("%d backends, want %d", len(bs), len(want))
+	}
+	for _, b := range bs {
+		err := b.Available(context.Background())
+		if err == nil || !strings.HasPrefix(err.Error(), want[b.Name()]) {
+			t.Errorf("%s: Available = %v, want it to start %q", b.Name(), err, want[b.Name()])
+		}
+	}
+	if _, err := loadConfig(func(k string) string {
+		return map[string]string{"DATA_DIR": t.TempDir(), "MICROVM_ACCEL": "fast"}[k]
+	}); err == nil || !strings.Contains(err.Error(), "MICROVM_ACCEL") {
+		t.Errorf("MICROVM_ACCEL=fast: %v, want a configuration error", err)
 	}
 }
 
@@ -89,6 +130,10 @@ func TestUnavailableBackendsSayWhy(t *testing.T) {
 			"unix:///nonexistent/threadbox-test/docker.sock", "docker", "docker: daemon", false},
 		{"docker client cannot be made", map[string]string{"SANDBOX_BACKEND": "docker"},
 			"nonsense:/x", "docker", "docker: client", false},
+		{"firecracker without its binary", map[string]string{"SANDBOX_BACKEND": "firecracker"},
+			"", "firecracker", "firecracker: the firecracker VMM: binary firecracker not found", false},
+		{"superserve needs its provider", map[string]string{"SANDBOX_BACKEND": "superserve"},
+			"", "superserve", "superserve: not available: needs the provider's service", false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -16,6 +16,7 @@ import (
 	"threadbox/domain/org"
 	"threadbox/infra/blob"
 	"threadbox/infra/sandbox/local"
+	"threadbox/infra/sandbox/microvm"
 	"threadbox/infra/webfetch"
 )
 
@@ -56,6 +57,7 @@ type Config struct {
 	SandboxIdle     time.Duration
 	SandboxQuota    string
 	RootFS          string
+	MicroVM         MicroVMConfig
 	SandboxMemory   int64
 	SandboxCPUs     float64
 	SandboxPids     int64
@@ -180,6 +182,12 @@ func loadConfig(getenv func(string) string) (Config, error) {
 		SandboxIdle:      dur("SANDBOX_IDLE", "5m"),
 		SandboxQuota:     env("SANDBOX_DISK_QUOTA", "auto"),
 		RootFS:           env("THREADBOX_ROOTFS", ""),
+		MicroVM: MicroVMConfig{
+			Accel:  env("MICROVM_ACCEL", ""),
+			Kernel: env("MICROVM_KERNEL", ""),
+			QEMU:   env("MICROVM_QEMU", ""),
+			Guest:  findGuest(getenv),
+		},
 		SandboxMemory:    num("SANDBOX_MEMORY_BYTES", 5<<30),
 		SandboxPids:      num("SANDBOX_PIDS", 512),
 		SandboxDisk:      num("SANDBOX_DISK_BYTES", 5<<30),
@@ -275,11 +283,11 @@ func loadConfig(getenv func(string) string) (Config, error) {
 	for _, b := range strings.Split(env("SANDBOX_BACKEND", DefaultSandboxBackend), ",") {
 		b = strings.TrimSpace(b)
 		switch b {
-		case "docker", "gvisor", "local", "kubernetes", "e2b", "firecracker":
+		case "docker", "gvisor", "local", "kubernetes", "microvm", "firecracker", "e2b", "superserve", "blaxel":
 			c.SandboxBackend = append(c.SandboxBackend, b)
 		case "":
 		default:
-			return Config{}, &configError{"SANDBOX_BACKEND", fmt.Sprintf("unknown backend %q (docker, gvisor, local, kubernetes, e2b, firecracker)", b)}
+			return Config{}, &configError{"SANDBOX_BACKEND", fmt.Sprintf("unknown backend %q (docker, gvisor, local, kubernetes, microvm, firecracker, e2b, superserve, blaxel)", b)}
 		}
 	}
 	svcs, serr := bridge.ParseServices(env("SANDBOX_ALLOW_SERVICES", ""))
@@ -301,6 +309,11 @@ func loadConfig(getenv func(string) string) (Config, error) {
 	case "auto", "loop", "none":
 	default:
 		return Config{}, &configError{"SANDBOX_DISK_QUOTA", fmt.Sprintf("%q is not auto, loop or none", c.SandboxQuota)}
+	}
+	switch c.MicroVM.Accel {
+	case "", "kvm", "tcg":
+	default:
+		return Config{}, &configError{"MICROVM_ACCEL", fmt.Sprintf("%q is not kvm or tcg (empty: KVM where it can run the guest kernel)", c.MicroVM.Accel)}
 	}
 	switch c.SandboxRuntime {
 	case "runc", "runsc":
@@ -374,4 +387,20 @@ func parseEmailDomains(v string) (org.EmailDomains, error) {
 		return org.EmailDomains{}, fmt.Errorf(`want a JSON object of email domain to org name, such as {"acme.example": "acme"}: %w`, err)
 	}
 	return org.NewEmailDomains(owners)
+}
+
+// findGuest finds the microVM guest artefacts as the root filesystem is
+// found: MICROVM_GUEST, else the cache (THREADBOX_CACHE_DIR, else
+// DATA_DIR/cache, else /var/cache/threadbox, also tried when DATA_DIR's
+// has none).
+func findGuest(getenv func(string) string) string {
+	if g := microvm.FindGuest(getenv); g != "" {
+		return g
+	}
+	return microvm.FindGuest(func(k string) string {
+		if k == "DATA_DIR" {
+			return ""
+		}
+		return getenv(k)
+	})
 }

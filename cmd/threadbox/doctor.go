@@ -149,6 +149,12 @@ func backendFix(name string) string {
 		return "install bubblewrap and build the root filesystem with `sandbox/build-offline.sh --rootfs-only` (docs/backends.md)"
 	case "gvisor":
 		return "run as root with runsc installed (scripts/ci-docker.sh installs it), build the root filesystem with `sandbox/build-offline.sh --rootfs-only` and the agent with `make agent` (docs/backends.md)"
+	case "microvm":
+		return "run as root with qemu-system-x86 installed and a usable KVM (or MICROVM_ACCEL=tcg for emulation), build the guest with `make microvm-guest`, the root filesystem with `sandbox/build-offline.sh --rootfs-only` and the agent with `make agent` (docs/microvm.md)"
+	case "firecracker":
+		return "this build drives QEMU's microvm machine only: use SANDBOX_BACKEND=microvm (docs/microvm.md)"
+	case "e2b", "superserve", "blaxel":
+		return "a hosted provider's service, which this build does not call: choose a self-hosted backend (docs/backends.md)"
 	}
 	return "see docs/backends.md"
 }

@@ -25,7 +25,7 @@ var initScript []byte
 // loads them.
 type Guest struct {
 	Dir     string // the folder, its symbolic links resolved
-	Kernel  string // vmlinuz
+	Kernel  string // vmlinux: uncompressed, booted at its PVH entry
 	Busybox string // a static busybox
 	Modules []string
 }
@@ -45,7 +45,7 @@ func FindGuest(getenv func(string) string) string {
 		if c == "" {
 			continue
 		}
-		if fi, err := os.Stat(filepath.Join(c, "vmlinuz")); err == nil && !fi.IsDir() {
+		if fi, err := os.Stat(filepath.Join(c, "vmlinux")); err == nil && !fi.IsDir() {
 			return c
 		}
 	}
@@ -61,7 +61,7 @@ func LoadGuest(dir, kernel string) (Guest, error) {
 	if r, err := filepath.EvalSymlinks(dir); err == nil {
 		dir = r
 	}
-	g := Guest{Dir: dir, Kernel: filepath.Join(dir, "vmlinuz"), Busybox: filepath.Join(dir, "busybox")}
+	g := Guest{Dir: dir, Kernel: filepath.Join(dir, "vmlinux"), Busybox: filepath.Join(dir, "busybox")}
 	if kernel != "" {
 		g.Kernel = kernel
 	}

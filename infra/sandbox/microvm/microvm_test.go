@@ -1,0 +1,248 @@
+package microvm
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"threadbox/domain/sandbox"
+	"threadbox/infra/sandbox/hostdirs"
+)
+
+// TestChooseAccel: KVM where it runs the stock kernel; on PVM only with
+// the operator's kernel or when insisted on; emulation only when asked;
+// no accelerator is an error naming MICROVM_ACCEL=tcg.
+func TestChooseAccel(t *testing.T) {
+	dir := t.TempDir()
+	pvm := filepath.Join(dir, "kvm_pvm")
+	if err := os.Mkdir(pvm, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	none := accelHost{kvmDev: filepath.Join(dir, "nokvm"), pvmMod: filepath.Join(dir, "nopvm")}
+	if a, err := chooseAccel("tcg", false, none); err != nil || a != AccelTCG {
+		t.Errorf("tcg: %q %v", a, err)
+	}
+	for _, setting := range []string{"", "kvm"} {
+		if _, err := chooseAccel(setting, false, none); err == nil || !strings.Contains(err.Error(), "no usable accelerator") || !strings.Contains(err.Error(), "MICROVM_ACCEL=tcg") {
+			t.Errorf("%q without /dev/kvm: %v", setting, err)
+		}
+	}
+	if _, err := chooseAccel("fast", false, none); err == nil {
+		t.Error("an unknown setting was accepted")
+	}
+	if openKVM("/dev/kvm") != nil {
+		return // the rest needs a /dev/kvm that answers
+	}
+	onPVM := accelHost{kvmDev: "/dev/kvm", pvmMod: pvm}
+	if _, err := chooseAccel("", false, onPVM); err == nil || !strings.Contains(err.Error(), "PVM") || !strings.Contains(err.Error(), "MICROVM_KERNEL") {
+		t.Errorf("PVM, stock kernel: %v", err)
+	}
+	if a, err := chooseAccel("", true, onPVM); err != nil || a != AccelKVM {
+		t.Errorf("PVM, the operator's kernel: %q %v", a, err)
+	}
+	if a, err := chooseAccel("", false, accelHost{kvmDev: "/dev/kvm", pvmMod: filepath.Join(dir, "nopvm")}); err != nil || a != AccelKVM {
+		t.Errorf("KVM: %q %v", a, err)
+	}
+}
+
+// TestVMConfig: the init's config quotes every environment value as one
+// shell word, keeps THREADBOX_AGENT_ variables of the spec out, and
+// refuses a mount target a shell word cannot carry.
+func TestVMConfig(t *testing.T) {
+	spec := sandbox.Spec{ID: "x", Env: []string{"TOKEN=it's $(secret) `x`\nline2", "THREADBOX_AGENT_RUN_AS=0:0"},
+		Mounts: []sandbox.Mount{{Source: "/h/w", Target: "/home/agent/workspace"}, {Source: "/h/u", Target: "/mnt/user-data/uploads", ReadOnly: true}}}
+	l := sandbox.Limits{TmpBytes: 1 << 20, Pids: 77, NoFile: 1024}
+	cfg, err := vmConfig(spec, l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	script := string(cfg) + `printf '%s\n' "TB_TMP=$TB_TMP" "TB_PIDS=$TB_PIDS" "TB_MOUNTS=$TB_MOUNTS"; for a in "$@"; do printf '<%s>\n' "$a"; done`
+	out, err := exec.Command("sh", "-c", script).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	got := string(out)
+	for _, want := range []string{"TB_TMP=1048576\n", "TB_PIDS=77\n", "TB_MOUNTS=m0:/home/agent/workspace:rw m1:/mnt/user-data/uploads:ro\n",
+		"<TOKEN=it's $(secret) `x`\nline2>", "<THREADBOX_AGENT_RUN_AS=1000:1000>", "<THREADBOX_AGENT_NOFILE=1024>", "<THREADBOX_AGENT_OOM_EVENTS=/proc/vmstat>"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("config gives %q, want %q in it", got, want)
+		}
+	}
+	if strings.Contains(got, "<THREADBOX_AGENT_RUN_AS=0:0>") {
+		t.Error("the spec set the agent's own variable")
+	}
+	spec.Mounts[0].Target = "/home/agent/work space"
+	if _, err := vmConfig(spec, l); err == nil {
+		t.Error("a target with a space was accepted")
+	}
+}
+
+// TestInitramfs: the archive is what cpio reads, the same bytes for the
+// same inputs.
+func TestInitramfs(t *testing.T) {
+	dir := t.TempDir()
+	for _, f := range []string{"busybox", "modules/a.ko", "agent"} {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, f)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, f), []byte("content of "+f), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	g := Guest{Dir: dir, Busybox: filepath.Join(dir, "busybox"), Modules: []string{"a"}}
+	var one, two bytes.Buffer
+	for _, b := range []*bytes.Buffer{&one, &two} {
+		if err := writeBaseInitramfs(b, g, filepath.Join(dir, "agent")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !bytes.Equal(one.Bytes(), two.Bytes()) || one.Len()%4 != 0 {
+		t.Fatalf("two writes differ, or the length %d is not aligned", one.Len())
+	}
+	if err := writeConfigInitramfs(&one, []byte("TB_PIDS=1\n")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := exec.LookPath("cpio"); err != nil {
+		t.Skip("no cpio to read the archive back")
+	}
+	out := t.TempDir()
+	cmd := exec.Command("cpio", "-idm", "--quiet", "--no-absolute-filenames")
+	cmd.Dir, cmd.Stdin = out, bytes.NewReader(one.Bytes())
+	if b, err := cmd.CombinedOutput(); err != nil && !bytes.Contains(b, []byte("console")) {
+		t.Fatalf("cpio: %v: %s", err, b)
+	}
+	for f, want := range map[string]string{"init": string(initScript), "bin/busybox": "content of busybox", "lib/modules/a.ko": "content of modules/a.ko",
+		"lib/modules/order": "a\n", "threadbox/agent": "content of agent"} {
+		if b, err := os.ReadFile(filepath.Join(out, f)); err != nil || string(b) != want {
+			t.Errorf("%s: %q %v", f, b, err)
+		}
+	}
+	// The config is the second archive, after the first's trailer, as
+	// the kernel reads them.
+	rest := one.Bytes()[bytes.Index(one.Bytes(), []byte("TRAILER!!!"))+12:]
+	cmd = exec.Command("cpio", "-idm", "--quiet", "--no-absolute-filenames")
+	cmd.Dir, cmd.Stdin = out, bytes.NewReader(bytes.TrimLeft(rest, "\x00"))
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("cpio, second archive: %v: %s", err, b)
+	}
+	if b, err := os.ReadFile(filepath.Join(out, "threadbox/config")); err != nil || string(b) != "TB_PIDS=1\n" {
+		t.Errorf("config: %q %v", b, err)
+	}
+}
+
+// TestKilledFromOutside: a VM whose QEMU is killed by someone else is
+// reconciled like a container that died: a command in flight fails as
+// unavailable, the status is no longer running, the next Ensure boots a
+// fresh VM over the same files, and nothing of the dead one is left.
+func TestKilledFromOutside(t *testing.T) {
+	b := newTestBackend(t, Config{})
+	data := t.TempDir()
+	dirs := hostdirs.New(data, hostdirs.Options{})
+	ctx := context.Background()
+	d, err := dirs.Prepare(ctx, "killed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = dirs.Remove(context.Background(), "killed") })
+	spec := sandbox.Spec{ID: "killed", Mounts: d.Mounts(), Limits: sandbox.Limits{MemoryBytes: 256 << 20}}
+	if err := b.Ensure(ctx, spec); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := b.Exec(ctx, "killed", sandbox.Command{Args: []string{"bash", "-c", "echo kept > f"}}); err != nil || r.ExitCode != 0 {
+		t.Fatalf("%+v %v", r, err)
+	}
+	bx := b.boxes.Get("killed")
+	pid := bx.cmd.Process.Pid
+	errc := make(chan error, 1)
+	go func() {
+		_, err := b.Exec(ctx, "killed", sandbox.Command{Args: []string{"sleep", "60"}, Timeout: 90 * time.Second})
+		errc <- err
+	}()
+	time.Sleep(time.Second)
+	if err := exec.Command("kill", "-KILL", strconv.Itoa(pid)).Run(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-errc:
+		if !errors.Is(err, sandbox.ErrUnavailable) {
+			t.Errorf("command in flight: %v, want unavailable", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the command in flight did not return")
+	}
+	if st, err := b.Status(ctx, "killed"); err != nil || st.State == sandbox.StateRunning {
+		t.Errorf("status after the kill: %+v %v", st, err)
+	}
+	if _, err := b.Exec(ctx, "killed", sandbox.Command{Args: []string{"true"}}); !errors.Is(err, sandbox.ErrUnavailable) {
+		t.Errorf("exec after the kill: %v, want unavailable", err)
+	}
+	if err := b.Ensure(ctx, spec); err != nil {
+		t.Fatal(err)
+	}
+	r, err := b.Exec(ctx, "killed", sandbox.Command{Args: []string{"cat", "f"}})
+	if err != nil || strings.TrimSpace(string(r.Stdout)) != "kept" {
+		t.Errorf("after the new boot: %q %v", r.Stdout, err)
+	}
+	if b.boxes.Get("killed").cmd.Process.Pid == pid {
+		t.Error("the same QEMU process")
+	}
+	if _, err := os.Stat("/proc/" + strconv.Itoa(pid)); err == nil {
+		t.Errorf("QEMU %d still there", pid)
+	}
+	// Only the shared initramfs stays in the state folder while VMs run.
+	entries, _ := os.ReadDir(b.dir)
+	for _, e := range entries {
+		if !strings.HasPrefix(e.Name(), "base-") {
+			t.Errorf("state file left: %s", e.Name())
+		}
+	}
+}
+
+// TestHostPathsInvisible: the guest sees its own folders and the shared
+// root filesystem, nothing else of the host: not a file beside its
+// folders, not the host's processes, mounts or kernel command line
+// secrets, and its environment is not on QEMU's command line.
+func TestHostPathsInvisible(t *testing.T) {
+	b := newTestBackend(t, Config{})
+	data := t.TempDir()
+	dirs := hostdirs.New(data, hostdirs.Options{})
+	ctx := context.Background()
+	d, err := dirs.Prepare(ctx, "hostpaths")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = dirs.Remove(context.Background(), "hostpaths") })
+	marker := "host-secret-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	if err := os.WriteFile(filepath.Join(data, marker), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(filepath.Dir(d.Workspace), marker), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	spec := sandbox.Spec{ID: "hostpaths", Mounts: d.Mounts(), Env: []string{"SECRET_TOKEN=" + marker}, Limits: sandbox.Limits{MemoryBytes: 256 << 20}}
+	if err := b.Ensure(ctx, spec); err != nil {
+		t.Fatal(err)
+	}
+	args, _ := os.ReadFile("/proc/" + strconv.Itoa(b.boxes.Get("hostpaths").cmd.Process.Pid) + "/cmdline")
+	if bytes.Contains(args, []byte(marker)) {
+		t.Error("the sandbox's environment is on QEMU's command line")
+	}
+	script := `for d in /home/agent/workspace/.. /mnt/user-data /mnt /home/agent /; do ls -a "$d" | grep -c ` + marker + ` ; done
+grep -c ` + marker + ` /proc/cmdline; test -e ` + data + ` && echo data-visible
+ps -e -o comm= | grep -c -i qemu
+echo "$SECRET_TOKEN" | grep -c ` + marker
+	r, err := b.Exec(ctx, "hostpaths", sandbox.Command{Args: []string{"bash", "-c", script}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Fields(string(r.Stdout)); strings.Join(got, " ") != "0 0 0 0 0 0 0 1" {
+		t.Errorf("probe: %q (stderr %q), want the marker only in the environment", r.Stdout, r.Stderr)
+	}
+}
