@@ -25,44 +25,43 @@ type envelopeBody struct {
 	Message string `json:"message"`
 }
 
+// statuses are the HTTP statuses of the error kinds; any other kind is a
+// server error.
+var statuses = map[fault.Kind]int{
+	fault.Invalid:         http.StatusBadRequest,
+	fault.Unauthenticated: http.StatusUnauthorized,
+	fault.Forbidden:       http.StatusForbidden,
+	fault.NotFound:        http.StatusNotFound,
+	fault.Conflict:        http.StatusConflict,
+	fault.TooLarge:        http.StatusRequestEntityTooLarge,
+	fault.RateLimited:     http.StatusTooManyRequests,
+	fault.Unavailable:     http.StatusServiceUnavailable,
+	fault.Upstream:        http.StatusBadGateway,
+	fault.Timeout:         http.StatusGatewayTimeout,
+}
+
 // statusOf maps an error kind to its HTTP status.
 func statusOf(k fault.Kind) int {
-	switch k {
-	case fault.Invalid:
-		return http.StatusBadRequest
-	case fault.Unauthenticated:
-		return http.StatusUnauthorized
-	case fault.Forbidden:
-		return http.StatusForbidden
-	case fault.NotFound:
-		return http.StatusNotFound
-	case fault.Conflict:
-		return http.StatusConflict
-	case fault.TooLarge:
-		return http.StatusRequestEntityTooLarge
-	case fault.RateLimited:
-		return http.StatusTooManyRequests
-	case fault.Unavailable:
-		return http.StatusServiceUnavailable
-	case fault.Upstream:
-		return http.StatusBadGateway
-	case fault.Timeout:
-		return http.StatusGatewayTimeout
+	if st, ok := statuses[k]; ok {
+		return st
 	}
 	return http.StatusInternalServerError
 }
 
+// errorTypes are the envelope's error types of the statuses that have
+// their own; other server errors are api_error, other client errors
+// invalid_request_error.
+var errorTypes = map[int]string{
+	http.StatusUnauthorized:    "authentication_error",
+	http.StatusForbidden:       "permission_error",
+	http.StatusNotFound:        "not_found_error",
+	http.StatusTooManyRequests: "rate_limit_error",
+}
+
 // typeOf maps an HTTP status to the envelope's error type.
 func typeOf(status int) string {
-	switch status {
-	case http.StatusUnauthorized:
-		return "authentication_error"
-	case http.StatusForbidden:
-		return "permission_error"
-	case http.StatusNotFound:
-		return "not_found_error"
-	case http.StatusTooManyRequests:
-		return "rate_limit_error"
+	if t, ok := errorTypes[status]; ok {
+		return t
 	}
 	if status >= 500 {
 		return "api_error"
