@@ -33,18 +33,12 @@ type SignHook interface {
 
 // HTTPHook signs by POSTing the digest (application/octet-stream) to an
 // endpoint, which answers 200 with the signature.
-type HTTPHook struct {
-	url    string
-	client *http.Client
-}
+type HTTPHook struct{ endpoint }
 
 // NewHTTPHook returns a hook calling url; a nil client is one with a
 // 10-second timeout.
 func NewHTTPHook(url string, client *http.Client) *HTTPHook {
-	if client == nil {
-		client = &http.Client{Timeout: 10 * time.Second}
-	}
-	return &HTTPHook{url: url, client: client}
+	return &HTTPHook{newEndpoint(url, client)}
 }
 
 // maxHookSignature bounds what a hook may answer.
@@ -52,25 +46,7 @@ const maxHookSignature = 1 << 10
 
 // SignDigest implements SignHook.
 func (h *HTTPHook) SignDigest(ctx context.Context, digest []byte) ([]byte, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.url, bytes.NewReader(digest))
-	if err != nil {
-		return nil, fmt.Errorf("c2pa: signing hook: %w", err)
-	}
-	req.Header.Set("Content-Type", "application/octet-stream")
-	req.Header.Set("X-Signature-Algorithm", "ES256")
-	resp, err := h.client.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("c2pa: signing hook: %w", err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, maxHookSignature+1))
-	if err != nil {
-		return nil, fmt.Errorf("c2pa: signing hook: %w", err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("c2pa: signing hook answered %s", resp.Status)
-	}
-	return body, nil
+	return h.post(ctx, "signing hook", "application/octet-stream", digest, maxHookSignature, "X-Signature-Algorithm", "ES256")
 }
 
 // CommandHook signs by running a program (no shell) with the digest on

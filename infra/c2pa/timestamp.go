@@ -8,10 +8,8 @@ import (
 	"encoding/asn1"
 	"errors"
 	"fmt"
-	"io"
 	"math/big"
 	"net/http"
-	"time"
 )
 
 // An RFC 3161 timestamp authority countersigns the claim's signature, so a
@@ -79,18 +77,12 @@ type signedDataHead struct {
 }
 
 // TSA asks an RFC 3161 timestamp authority over HTTP for tokens.
-type TSA struct {
-	url    string
-	client *http.Client
-}
+type TSA struct{ endpoint }
 
 // NewTSA returns a client of the timestamp authority at url; a nil client
 // is one with a 10-second timeout.
 func NewTSA(url string, client *http.Client) *TSA {
-	if client == nil {
-		client = &http.Client{Timeout: 10 * time.Second}
-	}
-	return &TSA{url: url, client: client}
+	return &TSA{newEndpoint(url, client)}
 }
 
 // maxTSAResponse bounds a timestamp response read.
@@ -114,25 +106,9 @@ func (t *TSA) Stamp(ctx context.Context, data []byte) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("c2pa: timestamp request: %w", err)
 	}
-	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, t.url, bytes.NewReader(req))
+	body, err := t.post(ctx, "timestamp authority", "application/timestamp-query", req, maxTSAResponse)
 	if err != nil {
-		return nil, fmt.Errorf("c2pa: timestamp request: %w", err)
-	}
-	hreq.Header.Set("Content-Type", "application/timestamp-query")
-	resp, err := t.client.Do(hreq)
-	if err != nil {
-		return nil, fmt.Errorf("c2pa: timestamp authority: %w", err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, maxTSAResponse+1))
-	if err != nil {
-		return nil, fmt.Errorf("c2pa: timestamp authority: %w", err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("c2pa: timestamp authority answered %s", resp.Status)
-	}
-	if len(body) > maxTSAResponse {
-		return nil, errors.New("c2pa: timestamp response too large")
+		return nil, err
 	}
 	return parseTimeStampResp(body, sum[:], nonce)
 }
