@@ -168,6 +168,8 @@ func TestPublic(t *testing.T) {
 		"169.254.169.254": false, "0.0.0.0": false, "224.0.0.1": false, "255.255.255.255": false,
 		"::1": false, "fe80::1": false, "fd12::1": false, "::ffff:10.0.0.1": false, "2001:db8::5": false,
 		"198.18.0.1": false, "100.100.100.100": false,
+		"1.1.1.1": true, "2606:4700::1111": true, "::": false, "fd00::1": false,
+		"100.64.0.1": false, "::ffff:127.0.0.1": false, "64:ff9b::7f00:1": false, "2002:7f00:1::": false,
 	}
 	for s, want := range cases {
 		if got := Public(netip.MustParseAddr(s)); got != want {

@@ -20,6 +20,7 @@ import (
 	"syscall"
 	"time"
 
+	"threadbox/domain/egress"
 	"threadbox/domain/fault"
 )
 
@@ -118,42 +119,10 @@ func (f *Fetcher) control(_, address string, _ syscall.RawConn) error {
 			return nil
 		}
 	}
-	if !Public(a) {
+	if !egress.Public(a) {
 		return fmt.Errorf("webfetch: %w: %s", errInternal, a)
 	}
 	return nil
-}
-
-// special are ranges that are neither loopback, private nor link-local by
-// netip's tests and still not the public internet.
-var special = []netip.Prefix{
-	netip.MustParsePrefix("0.0.0.0/8"),
-	netip.MustParsePrefix("100.64.0.0/10"), // carrier-grade NAT
-	netip.MustParsePrefix("192.0.0.0/24"),
-	netip.MustParsePrefix("192.0.2.0/24"),
-	netip.MustParsePrefix("198.18.0.0/15"),
-	netip.MustParsePrefix("198.51.100.0/24"),
-	netip.MustParsePrefix("203.0.113.0/24"),
-	netip.MustParsePrefix("240.0.0.0/4"),
-	netip.MustParsePrefix("64:ff9b::/96"), // NAT64: may embed an internal IPv4 address
-	netip.MustParsePrefix("64:ff9b:1::/48"),
-	netip.MustParsePrefix("2001:db8::/32"),
-	netip.MustParsePrefix("2002::/16"), // 6to4: embeds an IPv4 address
-}
-
-// Public reports whether a is an address of the public internet.
-func Public(a netip.Addr) bool {
-	a = a.Unmap()
-	if !a.IsValid() || a.IsLoopback() || a.IsPrivate() || a.IsLinkLocalUnicast() || a.IsLinkLocalMulticast() ||
-		a.IsInterfaceLocalMulticast() || a.IsMulticast() || a.IsUnspecified() {
-		return false
-	}
-	for _, p := range special {
-		if p.Contains(a) {
-			return false
-		}
-	}
-	return true
 }
 
 func checkScheme(u *url.URL) error {
