@@ -764,17 +764,31 @@ func (s *Service) take(ctx context.Context, id string) (*live, error) {
 	return nil, nil
 }
 
-func (s *Service) stopLocked(ctx context.Context, id string) error {
-	l, err := s.take(ctx, id)
-	if err != nil {
-		return err
+// letGo takes the container's sandbox out of this process's hands for the
+// caller to stop or remove: its sandbox time is reported and it is no
+// longer running here. It returns the sandbox (nil when none runs here)
+// and done, which gives back its warm slot and its lease once the caller
+// is through.
+func (s *Service) letGo(ctx context.Context, id string) (l *live, done func(), err error) {
+	if l, err = s.take(ctx, id); err != nil {
+		return nil, nil, err
 	}
-	defer s.giveBack(id)
 	s.report(ctx, id, l, true, false)
 	s.mu.Lock()
 	delete(s.running, id)
 	s.mu.Unlock()
-	defer s.dropSlot(l)
+	return l, func() {
+		s.dropSlot(l)
+		s.giveBack(id)
+	}, nil
+}
+
+func (s *Service) stopLocked(ctx context.Context, id string) error {
+	l, done, err := s.letGo(ctx, id)
+	if err != nil {
+		return err
+	}
+	defer done()
 	if l != nil {
 		if err := l.backend.Stop(ctx, id); err != nil && !errors.Is(err, sandbox.ErrNotFound) {
 			return fmt.Errorf("containers: stop: %w", err)
@@ -842,16 +856,11 @@ func (s *Service) expireLocked(ctx context.Context, c container.Container) error
 // removeLocked stops the container's sandbox, deletes its files and then
 // its record with forget; the caller holds its lock.
 func (s *Service) removeLocked(ctx context.Context, id string, forget func(ctx context.Context, id string) error) error {
-	l, err := s.take(ctx, id)
+	l, done, err := s.letGo(ctx, id)
 	if err != nil {
 		return err
 	}
-	defer s.giveBack(id)
-	s.report(ctx, id, l, true, false)
-	s.mu.Lock()
-	delete(s.running, id)
-	s.mu.Unlock()
-	defer s.dropSlot(l)
+	defer done()
 	if l != nil {
 		_ = l.backend.Remove(ctx, id)
 	} else {
