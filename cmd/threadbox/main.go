@@ -82,6 +82,17 @@ Every command takes --help. Settings come from the environment (see the README's
 Configuration).
 `
 
+// commands are the program's commands by name, each run with the
+// arguments after its name.
+var commands = map[string]func(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error{
+	"serve":   cmdServe,
+	"migrate": cmdMigrate,
+	"doctor":  cmdDoctor,
+	"dev":     cmdDev,
+	"admin":   cmdAdmin,
+	"token":   cmdToken,
+}
+
 // run is the whole program; main only wires the process to it.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
@@ -91,23 +102,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		}
 		return nil
 	}
-	cmd, rest := args[0], args[1:]
-	switch cmd {
-	case "serve":
-		return cmdServe(ctx, rest, getenv, stdout, stderr)
-	case "migrate":
-		return cmdMigrate(ctx, rest, getenv, stdout, stderr)
-	case "doctor":
-		return cmdDoctor(ctx, rest, getenv, stdout, stderr)
-	case "dev":
-		return cmdDev(ctx, rest, getenv, stdout, stderr)
-	case "admin":
-		return cmdAdmin(ctx, rest, getenv, stdout, stderr)
-	case "token":
-		return cmdToken(ctx, rest, getenv, stdout, stderr)
+	if command, ok := commands[args[0]]; ok {
+		return command(ctx, args[1:], getenv, stdout, stderr)
 	}
 	fmt.Fprint(stderr, usage)
-	return fmt.Errorf("%w: unknown command %q", errUsage, cmd)
+	return fmt.Errorf("%w: unknown command %q", errUsage, args[0])
 }
 
 func newFlags(name, synopsis string, stdout io.Writer) *flag.FlagSet {

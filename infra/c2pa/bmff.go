@@ -416,16 +416,22 @@ func fullBox(b []byte) (*boxReader, byte, uint32) {
 func fixChunkOffsets(n int) func([]byte, func(int64) int64) error {
 	return func(b []byte, move func(int64) int64) error {
 		r, _, _ := fullBox(b)
-		count, _ := r.uint(4)
-		if r.err == nil && uint64(len(b)-r.at) < count*uint64(n) {
-			return fmt.Errorf("%w: BMFF chunk offset table is truncated", ErrMalformed)
-		}
-		for range count {
-			v, at := r.uint(n)
-			r.put(at, n, move(int64(v)))
-		}
-		return r.err
+		return moveOffsets(r, n, "chunk offset", move)
 	}
+}
+
+// moveOffsets rewrites the table of offsets at r, a count then n-byte
+// entries; what names the table in errors.
+func moveOffsets(r *boxReader, n int, what string, move func(int64) int64) error {
+	count, _ := r.uint(4)
+	if r.err == nil && uint64(len(r.b)-r.at) < count*uint64(n) {
+		return fmt.Errorf("%w: BMFF %s table is truncated", ErrMalformed, what)
+	}
+	for range count {
+		v, at := r.uint(n)
+		r.put(at, n, move(int64(v)))
+	}
+	return r.err
 }
 
 // fixSaio rewrites a sample table's auxiliary information offsets.
@@ -439,15 +445,7 @@ func fixSaio(b []byte, move func(int64) int64) error {
 	if version != 0 {
 		n = 8
 	}
-	count, _ := r.uint(4)
-	if r.err == nil && uint64(len(b)-r.at) < count*uint64(n) {
-		return fmt.Errorf("%w: BMFF saio table is truncated", ErrMalformed)
-	}
-	for range count {
-		v, at := r.uint(n)
-		r.put(at, n, move(int64(v)))
-	}
-	return r.err
+	return moveOffsets(r, n, "saio", move)
 }
 
 // fixTfhd rewrites a track fragment header's explicit base data offset.
