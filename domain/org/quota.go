@@ -61,21 +61,30 @@ func NewQuotas(limits map[Quota]int64) (Quotas, error) {
 	return q, nil
 }
 
-// Limit returns quota name's limit; zero means unlimited.
-func (q Quotas) Limit(name Quota) int64 {
+// limit returns where quota name's limit is kept, or nil for an unknown
+// name.
+func (q *Quotas) limit(name Quota) *int64 {
 	switch name {
 	case RunningSandboxesPerUser:
-		return q.runningPerUser
+		return &q.runningPerUser
 	case RunningSandboxesPerOrg:
-		return q.runningPerOrg
+		return &q.runningPerOrg
 	case ContainersPerUser:
-		return q.containersPerUser
+		return &q.containersPerUser
 	case StorageBytesPerOrg:
-		return q.storageBytes
+		return &q.storageBytes
 	case SnapshotsPerThread:
-		return q.snapshots
+		return &q.snapshots
 	case SnapshotBytesPerThread:
-		return q.snapshotBytes
+		return &q.snapshotBytes
+	}
+	return nil
+}
+
+// Limit returns quota name's limit; zero means unlimited.
+func (q Quotas) Limit(name Quota) int64 {
+	if l := q.limit(name); l != nil {
+		return *l
 	}
 	return 0
 }
@@ -85,22 +94,11 @@ func (q *Quotas) set(name Quota, v int64) error {
 	if v < 0 {
 		return fault.Errorf(fault.Invalid, "quotas.%s must be 0 (unlimited) or a positive number", name)
 	}
-	switch name {
-	case RunningSandboxesPerUser:
-		q.runningPerUser = v
-	case RunningSandboxesPerOrg:
-		q.runningPerOrg = v
-	case ContainersPerUser:
-		q.containersPerUser = v
-	case StorageBytesPerOrg:
-		q.storageBytes = v
-	case SnapshotsPerThread:
-		q.snapshots = v
-	case SnapshotBytesPerThread:
-		q.snapshotBytes = v
-	default:
+	l := q.limit(name)
+	if l == nil {
 		return fault.Errorf(fault.Invalid, "unknown quota %q", string(name))
 	}
+	*l = v
 	return nil
 }
 
