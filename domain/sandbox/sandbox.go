@@ -113,25 +113,22 @@ func (l Limits) CPUQuotaMicros() int64 {
 
 // Or returns l with each zero (or negative) field taken from d.
 func (l Limits) Or(d Limits) Limits {
-	if l.MemoryBytes <= 0 {
-		l.MemoryBytes = d.MemoryBytes
+	return Limits{
+		MemoryBytes: positiveOr(l.MemoryBytes, d.MemoryBytes),
+		CPUs:        positiveOr(l.CPUs, d.CPUs),
+		Pids:        positiveOr(l.Pids, d.Pids),
+		NoFile:      positiveOr(l.NoFile, d.NoFile),
+		DiskBytes:   positiveOr(l.DiskBytes, d.DiskBytes),
+		TmpBytes:    positiveOr(l.TmpBytes, d.TmpBytes),
 	}
-	if l.CPUs <= 0 {
-		l.CPUs = d.CPUs
+}
+
+// positiveOr returns v when it is positive, else d.
+func positiveOr[T int64 | float64](v, d T) T {
+	if v > 0 {
+		return v
 	}
-	if l.Pids <= 0 {
-		l.Pids = d.Pids
-	}
-	if l.NoFile <= 0 {
-		l.NoFile = d.NoFile
-	}
-	if l.DiskBytes <= 0 {
-		l.DiskBytes = d.DiskBytes
-	}
-	if l.TmpBytes <= 0 {
-		l.TmpBytes = d.TmpBytes
-	}
-	return l
+	return d
 }
 
 // FolderTargets are the folders of every sandbox as mounts without a
