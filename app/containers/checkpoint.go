@@ -244,29 +244,7 @@ func (s *Service) Suspend(ctx context.Context) []string {
 	if s.ckpt.folders == nil {
 		return nil
 	}
-	s.mu.Lock()
-	var ids []string
-	for id, l := range s.running {
-		if l.active == 0 {
-			ids = append(ids, id)
-		}
-	}
-	s.mu.Unlock()
-	var done []string
-	for _, id := range ids {
-		unlock := s.lock(id)
-		s.mu.Lock()
-		l := s.running[id]
-		idle := l != nil && l.active == 0
-		s.mu.Unlock()
-		if idle && l.backend.Checkpoints(ctx).Supported {
-			if saved, err := s.suspendLocked(ctx, id); err == nil && saved {
-				done = append(done, id)
-			}
-		}
-		unlock()
-	}
-	return done
+	return s.suspendEach(ctx, func(l *live) bool { return l.active == 0 }, true)
 }
 
 // dropStale removes the checkpoints past the checkpoint maximum age and

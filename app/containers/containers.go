@@ -896,29 +896,39 @@ func (s *Service) Running(containerID string) bool {
 // stopped.
 func (s *Service) StopIdle(ctx context.Context) []string {
 	cutoff := s.now().Add(-s.cfg.Idle)
+	return s.suspendEach(ctx, func(l *live) bool { return l.active == 0 && l.lastUsed.Before(cutoff) }, false)
+}
+
+// suspendEach suspends (checkpoints where it can, and stops) each sandbox
+// this process holds that pick chooses, checked again under its
+// container's lock, and returns the containers suspended. With
+// checkpointed, only the sandboxes whose backend checkpoints are
+// suspended, and only those whose checkpoint was saved are returned. pick
+// is called with s.mu held.
+func (s *Service) suspendEach(ctx context.Context, pick func(*live) bool, checkpointed bool) []string {
 	s.mu.Lock()
-	var idle []string
+	var ids []string
 	for id, l := range s.running {
-		if l.active == 0 && l.lastUsed.Before(cutoff) {
-			idle = append(idle, id)
+		if pick(l) {
+			ids = append(ids, id)
 		}
 	}
 	s.mu.Unlock()
-	var stopped []string
-	for _, id := range idle {
+	var done []string
+	for _, id := range ids {
 		unlock := s.lock(id)
 		s.mu.Lock()
 		l := s.running[id]
-		still := l != nil && l.active == 0 && l.lastUsed.Before(cutoff)
+		still := l != nil && pick(l)
 		s.mu.Unlock()
-		if still {
-			if _, err := s.suspendLocked(ctx, id); err == nil {
-				stopped = append(stopped, id)
+		if still && (!checkpointed || l.backend.Checkpoints(ctx).Supported) {
+			if saved, err := s.suspendLocked(ctx, id); err == nil && (saved || !checkpointed) {
+				done = append(done, id)
 			}
 		}
 		unlock()
 	}
-	return stopped
+	return done
 }
 
 // dropSlot gives back the lease of the warm slot a sandbox was claimed
