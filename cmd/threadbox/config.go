@@ -143,23 +143,19 @@ func loadConfig(getenv func(string) string) (Config, error) {
 		}
 		return d
 	}
-	num := func(name string, def int64) int64 {
+	// whole reads a whole number of at least least; want says what it must
+	// be.
+	whole := func(name string, def, least int64, want string) int64 {
 		v := env(name, strconv.FormatInt(def, 10))
 		n, perr := strconv.ParseInt(v, 10, 64)
-		if (perr != nil || n <= 0) && err == nil {
-			err = &configError{name, fmt.Sprintf("%q is not a positive whole number", v)}
+		if (perr != nil || n < least) && err == nil {
+			err = &configError{name, fmt.Sprintf("%q is not %s", v, want)}
 		}
 		return n
 	}
+	num := func(name string, def int64) int64 { return whole(name, def, 1, "a positive whole number") }
 	// count is num where 0 is allowed (0 turns the feature off).
-	count := func(name string, def int64) int64 {
-		v := env(name, strconv.FormatInt(def, 10))
-		n, perr := strconv.ParseInt(v, 10, 64)
-		if (perr != nil || n < 0) && err == nil {
-			err = &configError{name, fmt.Sprintf("%q is not a whole number (0 turns it off)", v)}
-		}
-		return n
-	}
+	count := func(name string, def int64) int64 { return whole(name, def, 0, "a whole number (0 turns it off)") }
 	c := Config{
 		ListenAddr:       env("LISTEN_ADDR", "127.0.0.1:8080"),
 		DataDir:          env("DATA_DIR", "./data"),
