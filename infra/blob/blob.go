@@ -58,8 +58,7 @@ func (s *Store) Put(ctx context.Context, r io.Reader) (string, int64, error) {
 		return "", 0, fmt.Errorf("blob: %w", err)
 	}
 	defer os.Remove(tmp.Name()) // a no-op once renamed
-	h := sha256.New()
-	n, err := io.Copy(io.MultiWriter(tmp, h), readerCtx{ctx, r})
+	sum, n, err := copyHashed(ctx, tmp, r)
 	if err == nil {
 		err = tmp.Sync()
 	}
@@ -69,7 +68,6 @@ func (s *Store) Put(ctx context.Context, r io.Reader) (string, int64, error) {
 	if err != nil {
 		return "", 0, fmt.Errorf("blob: write: %w", err)
 	}
-	sum := hex.EncodeToString(h.Sum(nil))
 	dst := s.path(sum)
 	if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
 		return "", 0, fmt.Errorf("blob: %w", err)
@@ -171,6 +169,14 @@ func (s *Store) Open(_ context.Context, sum string) (io.ReadSeekCloser, error) {
 		return nil, fmt.Errorf("blob: open: %w", err)
 	}
 	return f, nil
+}
+
+// copyHashed copies r to w until ctx ends and returns the hex SHA-256 of
+// what it copied, the name a blob is stored under, and its size.
+func copyHashed(ctx context.Context, w io.Writer, r io.Reader) (string, int64, error) {
+	h := sha256.New()
+	n, err := io.Copy(io.MultiWriter(w, h), readerCtx{ctx, r})
+	return hex.EncodeToString(h.Sum(nil)), n, err
 }
 
 // readerCtx stops a copy once ctx ends.

@@ -2,8 +2,6 @@ package blob
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -196,15 +194,13 @@ func (s *S3) Put(ctx context.Context, r io.Reader) (string, int64, error) {
 	}
 	defer os.Remove(tmp.Name())
 	defer tmp.Close()
-	h := sha256.New()
-	n, err := io.Copy(io.MultiWriter(tmp, h), readerCtx{ctx, r})
+	sum, n, err := copyHashed(ctx, tmp, r)
 	if err != nil {
 		return "", 0, fmt.Errorf("blob: spool: %w", err)
 	}
 	if _, err := tmp.Seek(0, io.SeekStart); err != nil {
 		return "", 0, fmt.Errorf("blob: spool: %w", err)
 	}
-	sum := hex.EncodeToString(h.Sum(nil))
 	_, err = s.c.PutObject(ctx, s.bucket, s.key(sum), tmp, n, minio.PutObjectOptions{
 		ContentType: "application/octet-stream", PartSize: partSize, NumThreads: 1,
 	})
