@@ -42,8 +42,9 @@ type opts struct {
 	n         int
 	nDocker   int
 	nCold     int
-	only      string        // "sandbox", "files", "messages", "mcp", "lifecycle", "live", "density", "replicas", "credentials", "checkpoints" or "" for every section
+	only      string        // "sandbox", "files", "messages", "mcp", "lifecycle", "live", "density", "replicas", "credentials", "checkpoints", "microvm" or "" for every section
 	ckptN     int           // rounds of the checkpoints section (checkpoints.go)
+	vmN       int           // boots of the microvm section (microvm.go)
 	files     filesOpts     // the Files API section (files.go)
 	messages  messagesOpts  // the Messages API section (messages.go)
 	lifecycle lifecycleOpts // the lifecycle section (lifecycle.go)
@@ -65,7 +66,8 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.IntVar(&o.nDocker, "n-docker", 40, "docker exec round trips")
 	fs.IntVar(&o.nCold, "n-cold", 5, "cold boots per method")
 	fs.StringVar(&o.rootfs, "rootfs", envOr("THREADBOX_ROOTFS", defaultRootFS()), "root filesystem of the local backend (empty skips its rows)")
-	fs.StringVar(&o.only, "only", "", "run one section: sandbox, files, messages, mcp, lifecycle, live, density, replicas, credentials or checkpoints")
+	fs.StringVar(&o.only, "only", "", "run one section: sandbox, files, messages, mcp, lifecycle, live, density, replicas, credentials, checkpoints or microvm")
+	fs.IntVar(&o.vmN, "microvm-n", 5, "boots of the microvm section")
 	fs.IntVar(&o.mcp.n, "mcp-n", 200, "round trips per MCP row")
 	fs.IntVar(&o.ckptN, "checkpoint-n", 10, "rounds of the checkpoints section (cold boot, checkpoint, restore)")
 	fs.IntVar(&o.density.n, "density", 200, "idle sandboxes the density section opens")
@@ -97,9 +99,9 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		return serveFloorProxy(*floorAddr)
 	}
 	switch o.only {
-	case "", "sandbox", "files", "messages", "mcp", "lifecycle", "live", "density", "replicas", "credentials", "checkpoints":
+	case "", "sandbox", "files", "messages", "mcp", "lifecycle", "live", "density", "replicas", "credentials", "checkpoints", "microvm":
 	default:
-		return fmt.Errorf("-only %q is not sandbox, files, messages, mcp, lifecycle, live, density, replicas, credentials or checkpoints", o.only)
+		return fmt.Errorf("-only %q is not sandbox, files, messages, mcp, lifecycle, live, density, replicas, credentials, checkpoints or microvm", o.only)
 	}
 	want := func(section string) bool { return o.only == "" || o.only == section }
 	if want("credentials") {
@@ -107,7 +109,9 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 			return fmt.Errorf("credentials: %w", err)
 		}
 	}
-	removeStaleSandboxes(ctx)
+	if o.only != "microvm" { // the microvm section uses no Docker
+		removeStaleSandboxes(ctx)
+	}
 	if want("messages") {
 		if err := benchMessages(ctx, o, out); err != nil {
 			return fmt.Errorf("messages: %w", err)
@@ -150,6 +154,11 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	if want("checkpoints") {
 		if err := benchCheckpoints(ctx, agentBin, o.ckptN, out); err != nil {
 			return fmt.Errorf("checkpoints: %w", err)
+		}
+	}
+	if want("microvm") {
+		if err := benchMicroVM(ctx, agentBin, o.vmN, out); err != nil {
+			return fmt.Errorf("microvm: %w", err)
 		}
 	}
 	if !want("sandbox") {

@@ -373,9 +373,11 @@ func (b *Backend) qemuArgs(name, accel string, g Guest, initrd string, spec sand
 	// for one, and has no wall clock.
 	machine := "microvm,x-option-roms=off,pit=off,pic=off,rtc=on,isa-serial=on"
 	cmdline := "console=ttyS0 quiet loglevel=3 panic=-1 reboot=t rdinit=/init 8250.nr_uarts=1 i8042.noaux i8042.nomux i8042.nopnp cryptomgr.notests random.trust_cpu=on"
-	cpu := "host"
+	cpu, accelOpt := "host", accel
 	if accel == AccelTCG {
 		cpu = "max"
+		// The translation cache would grow to 1 GiB per VM by default.
+		accelOpt += ",tb-size=128"
 		// Without a PIT the guest cannot calibrate the TSC, which QEMU's
 		// software CPU reads from the host: it is told the rate.
 		if khz := tscKHz(); khz > 0 {
@@ -388,7 +390,7 @@ func (b *Backend) qemuArgs(name, accel string, g Guest, initrd string, spec sand
 	}
 	args := []string{
 		"-name", name,
-		"-machine", machine, "-accel", accel, "-cpu", cpu,
+		"-machine", machine, "-accel", accelOpt, "-cpu", cpu,
 		"-m", strconv.FormatInt(mem, 10), "-smp", strconv.Itoa(vcpus(l.CPUs)),
 		"-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
 		"-kernel", g.Kernel, "-initrd", initrd, "-append", cmdline,
@@ -753,3 +755,29 @@ func (b *Backend) Close() error {
 }
 
 var _ sandbox.Backend = (*Backend)(nil)
+
+// Ping sends one ping over the agent channel of id's running VM and waits
+// for its answer: the channel's round trip, without a process in the guest.
+func (b *Backend) Ping(ctx context.Context, id string) error {
+	bx, ok := b.boxes.Live(id)
+	if !ok {
+		return fmt.Errorf("%s: ping %s: %w", b.cfg.Name, id, sandbox.ErrNotFound)
+	}
+	return bx.client.Ping(ctx)
+}
+
+// PID returns the host process id of the QEMU of id's running VM, or 0.
+func (b *Backend) PID(id string) int {
+	bx, ok := b.boxes.Live(id)
+	if !ok || bx.cmd == nil || bx.cmd.Process == nil {
+		return 0
+	}
+	return bx.cmd.Process.Pid
+}
+
+// Accel returns the accelerator of the last successful Available, or "".
+func (b *Backend) Accel() string {
+	b.availMu.Lock()
+	defer b.availMu.Unlock()
+	return b.accel
+}

@@ -1,0 +1,133 @@
+package main
+
+// The microvm section: the microvm backend (one QEMU microvm machine per
+// sandbox) in-process, labelled with the accelerator it ran on: boot to
+// the first command's result, the agent channel's round trip (a ping over
+// virtio-serial) and a warm `true` through it, and the host memory (PSS of
+// the QEMU process) of an idle VM. With MICROVM_ACCEL unset it uses KVM
+// where the backend can, else emulation (tcg), and says why.
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"threadbox/domain/sandbox"
+	"threadbox/infra/sandbox/hostdirs"
+	"threadbox/infra/sandbox/microvm"
+)
+
+// benchMicroVM prints the microvm table: n boots, 500 pings and execs.
+func benchMicroVM(ctx context.Context, agentBin string, n int, out io.Writer) error {
+	rootfs, guest := defaultRootFS(), microvm.FindGuest(os.Getenv)
+	if rootfs == "" || guest == "" {
+		fmt.Fprintln(out, "microvm: skipped: no root filesystem (sandbox/build-offline.sh --rootfs-only) or guest (make microvm-guest)")
+		return nil
+	}
+	work, err := os.MkdirTemp("", "threadbox-bench-microvm-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(work)
+	cfg := microvm.Config{RootFS: rootfs, Guest: guest, AgentBin: agentBin, Accel: os.Getenv("MICROVM_ACCEL"),
+		Kernel: os.Getenv("MICROVM_KERNEL"), Instance: fmt.Sprintf("benchvm%d", os.Getpid()), StateDir: filepath.Join(work, "state")}
+	label := cfg.Accel
+	be, err := microvm.New(cfg)
+	if err != nil {
+		return err
+	}
+	if err := be.Available(ctx); err != nil && cfg.Accel == "" {
+		// No usable accelerator: measured emulated, and labelled so.
+		fmt.Fprintf(out, "\nmicrovm: measured emulated: %v\n", err)
+		label = "tcg (emulated: no usable KVM here)"
+		cfg.Accel = microvm.AccelTCG
+		if be, err = microvm.New(cfg); err != nil {
+			return err
+		}
+	}
+	defer be.Close()
+	if err := be.Available(ctx); err != nil {
+		fmt.Fprintf(out, "microvm: skipped: %v\n", err)
+		return nil
+	}
+	if label == "" {
+		label = be.Accel()
+	}
+	dirs := hostdirs.New(filepath.Join(work, "data"), hostdirs.Options{Quota: hostdirs.QuotaNone})
+	const id = "bench-vm"
+	d, err := dirs.Prepare(ctx, id)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = dirs.Remove(context.WithoutCancel(ctx), id) }()
+	spec := sandbox.Spec{ID: id, Mounts: d.Mounts(), Limits: sandbox.Limits{MemoryBytes: 512 << 20}}
+	trueCmd := sandbox.Command{Args: []string{"true"}, Timeout: 30 * time.Second}
+	fmt.Fprintf(os.Stderr, "bench: microvm (%d boots, accelerator %s)\n", n, label)
+	var boots []time.Duration
+	for range n {
+		_ = be.Stop(ctx, id)
+		start := time.Now()
+		if err := be.Ensure(ctx, spec); err != nil {
+			return err
+		}
+		if _, err := be.Exec(ctx, id, trueCmd); err != nil {
+			return err
+		}
+		boots = append(boots, time.Since(start))
+	}
+	var pings, execs []time.Duration
+	for range 500 {
+		start := time.Now()
+		if err := be.Ping(ctx, id); err != nil {
+			return err
+		}
+		pings = append(pings, time.Since(start))
+	}
+	for range 50 {
+		start := time.Now()
+		if _, err := be.Exec(ctx, id, trueCmd); err != nil {
+			return err
+		}
+		execs = append(execs, time.Since(start))
+	}
+	time.Sleep(2 * time.Second) // idle
+	pss := pssKiB(be.PID(id))
+	_ = be.Stop(ctx, id)
+	b50, b99 := percentiles(boots)
+	p50, p99 := percentiles(pings)
+	e50, e99 := percentiles(execs)
+	fmt.Fprintf(out, "\nmicrovm (QEMU microvm machine, accelerator %s)\n", label)
+	fmt.Fprintf(out, "%-52s %12s %12s %s\n", "row", "p50", "p99", "target")
+	fmt.Fprintf(out, "%-52s %12s %12s %s\n", "boot to first command", ms(b50), ms(b99), "-")
+	fmt.Fprintf(out, "%-52s %12s %12s %s\n", "agent channel round trip (ping over virtio-serial)", ms(p50), ms(p99), "p50 <= 1 ms")
+	fmt.Fprintf(out, "%-52s %12s %12s %s\n", "warm exec round trip (true)", ms(e50), ms(e99), "-")
+	fmt.Fprintf(out, "%-52s %12s %12s %s\n", "restore to first command", "not built", "", "p50 <= 300 ms")
+	fmt.Fprintf(out, "%-52s %12s\n", "host memory of an idle VM (QEMU PSS)", fmt.Sprintf("%d MiB", pss>>10))
+	return nil
+}
+
+// pssKiB reads a process's proportional set size in KiB (0 when unknown).
+func pssKiB(pid int) int64 {
+	if pid == 0 {
+		return 0
+	}
+	f, err := os.Open("/proc/" + strconv.Itoa(pid) + "/smaps_rollup")
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), "Pss:"); ok {
+			n, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			return n
+		}
+	}
+	return 0
+}
