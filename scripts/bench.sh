@@ -38,6 +38,11 @@
 # a cold boot to the first result, the checkpoint of an idle sandbox whose
 # Python process holds 50 MiB with its image's size on disk, and the restore
 # to the first command's result, against its target and the cold boot.
+# The microvm rows (-only microvm, -microvm-n boots, default 5) run the
+# microvm backend in-process (root, QEMU, make microvm-guest, the root
+# filesystem), labelled with the accelerator (MICROVM_ACCEL; unset and no
+# usable KVM: emulated, and it says why): boot to the first command, the
+# agent channel's round trip, a warm `true`, and an idle VM's PSS.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -x bin/threadbox-agent ] || CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o bin/threadbox-agent ./cmd/threadbox-agent
