@@ -86,8 +86,7 @@ func readZip(raw []byte, lim skill.Limits) ([]skill.File, error) {
 	if err != nil {
 		return nil, fault.Wrap(fault.Invalid, "skill archive: not a valid zip file", err)
 	}
-	tally := skill.NewTally(lim)
-	var out []skill.File
+	es := newEntries(lim)
 	for _, f := range zr.File {
 		mode := f.Mode()
 		kind := skill.Other
@@ -99,38 +98,17 @@ func readZip(raw []byte, lim skill.Limits) ([]skill.File, error) {
 		case mode.IsRegular():
 			kind = skill.RegularFile
 		}
-		rel, err := skill.CleanEntry(f.Name, kind)
-		if err != nil {
+		if err := es.add(f.Name, kind, int64(min(f.UncompressedSize64, 1<<62)), f.Open); err != nil {
 			return nil, err
 		}
-		size := int64(0)
-		if kind == skill.RegularFile {
-			size = int64(min(f.UncompressedSize64, 1<<62))
-		}
-		if err := tally.Add(f.Name, size); err != nil {
-			return nil, err
-		}
-		if kind == skill.Folder || rel == "" {
-			continue
-		}
-		rc, err := f.Open()
-		if err != nil {
-			return nil, fault.Wrap(fault.Invalid, "skill archive: unreadable entry "+f.Name, err)
-		}
-		data, err := readCapped(rc, f.Name, lim.MaxFileBytes)
-		rc.Close()
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, skill.File{Path: rel, Data: data})
 	}
-	return out, nil
+	return es.files, nil
 }
 
 func readTar(r io.Reader, lim skill.Limits) ([]skill.File, error) {
 	tr := tar.NewReader(r)
-	tally := skill.NewTally(lim)
-	var out []skill.File
+	es := newEntries(lim)
+	open := func() (io.ReadCloser, error) { return io.NopCloser(tr), nil }
 	for {
 		h, err := tr.Next()
 		if errors.Is(err, io.EOF) {
@@ -150,30 +128,55 @@ func readTar(r io.Reader, lim skill.Limits) ([]skill.File, error) {
 		case tar.TypeSymlink, tar.TypeLink:
 			kind = skill.Link
 		}
-		rel, err := skill.CleanEntry(h.Name, kind)
-		if err != nil {
+		if err := es.add(h.Name, kind, h.Size, open); err != nil {
 			return nil, err
 		}
-		size := int64(0)
-		if kind == skill.RegularFile {
-			size = h.Size
-		}
-		if err := tally.Add(h.Name, size); err != nil {
-			return nil, err
-		}
-		if kind == skill.Folder || rel == "" {
-			continue
-		}
-		data, err := readCapped(tr, h.Name, lim.MaxFileBytes)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, skill.File{Path: rel, Data: data})
 	}
-	if len(out) == 0 {
+	if len(es.files) == 0 {
 		return nil, fault.New(fault.Invalid, "skill archive is empty or not a zip or tar file")
 	}
-	return out, nil
+	return es.files, nil
+}
+
+// entries are the files read from an archive's entries, within the limits.
+type entries struct {
+	lim   skill.Limits
+	tally *skill.Tally
+	files []skill.File
+}
+
+func newEntries(lim skill.Limits) *entries {
+	return &entries{lim: lim, tally: skill.NewTally(lim)}
+}
+
+// add checks the entry name of kind (size counts for a regular file only)
+// against the limits and keeps its content, read through open, as a file;
+// a folder and the archive's root are only checked.
+func (es *entries) add(name string, kind skill.EntryKind, size int64, open func() (io.ReadCloser, error)) error {
+	rel, err := skill.CleanEntry(name, kind)
+	if err != nil {
+		return err
+	}
+	if kind != skill.RegularFile {
+		size = 0
+	}
+	if err := es.tally.Add(name, size); err != nil {
+		return err
+	}
+	if kind == skill.Folder || rel == "" {
+		return nil
+	}
+	rc, err := open()
+	if err != nil {
+		return fault.Wrap(fault.Invalid, "skill archive: unreadable entry "+name, err)
+	}
+	defer rc.Close()
+	data, err := readCapped(rc, name, es.lim.MaxFileBytes)
+	if err != nil {
+		return err
+	}
+	es.files = append(es.files, skill.File{Path: rel, Data: data})
+	return nil
 }
 
 // readCapped reads an entry whose declared size may lie.
