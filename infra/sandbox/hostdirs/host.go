@@ -11,6 +11,12 @@ import (
 // dir resolved), in the order of /proc/self/mountinfo: a mount before those
 // stacked on it. The host's view, for cleaning up and for measuring leaks.
 func MountsBelow(dir string) ([]string, error) {
+	return mountPoints(dir, func(p, abs string) bool { return p == abs || strings.HasPrefix(p, abs+"/") })
+}
+
+// mountPoints lists the mount points of /proc/self/mountinfo that keep
+// holds, given with the absolute path of dir (symbolic links resolved).
+func mountPoints(dir string, keep func(p, abs string) bool) ([]string, error) {
 	abs, err := filepath.Abs(dir)
 	if err != nil {
 		return nil, fmt.Errorf("hostdirs: %w", err)
@@ -28,7 +34,7 @@ func MountsBelow(dir string) ([]string, error) {
 		if len(f) < 5 {
 			continue
 		}
-		if p := unescapeMount(f[4]); p == abs || strings.HasPrefix(p, abs+"/") {
+		if p := unescapeMount(f[4]); keep(p, abs) {
 			out = append(out, p)
 		}
 	}

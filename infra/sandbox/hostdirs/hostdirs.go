@@ -8,8 +8,6 @@
 package hostdirs
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -394,26 +392,8 @@ func mountsUnder(dir string) ([]string, error) {
 
 // isMountPoint reports whether path is a mount point, from /proc/self/mountinfo.
 func isMountPoint(path string) (bool, error) {
-	abs, err := filepath.Abs(path)
-	if err != nil {
-		return false, fmt.Errorf("hostdirs: %w", err)
-	}
-	if real, err := filepath.EvalSymlinks(abs); err == nil {
-		abs = real
-	}
-	data, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return false, fmt.Errorf("hostdirs: %w", err)
-	}
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) > 4 && unescapeMount(f[4]) == abs {
-			return true, nil
-		}
-	}
-	return false, nil
+	ps, err := mountPoints(path, func(p, abs string) bool { return p == abs })
+	return len(ps) > 0, err
 }
 
 // unescapeMount decodes the octal escapes (\040 for space) of mountinfo.
