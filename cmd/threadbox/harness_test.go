@@ -85,6 +85,13 @@ func startServer(t *testing.T, dbURL string, extra map[string]string) *server {
 		// (TestWarmPoolServesNewThreads).
 		"SANDBOX_WARM_POOL": "0",
 	}
+	// Where the sandbox image's root filesystem is: the test process's own
+	// settings, so a server finds what the tests' checks found.
+	for _, k := range []string{"THREADBOX_CACHE_DIR", "THREADBOX_ROOTFS"} {
+		if v := os.Getenv(k); v != "" {
+			env[k] = v
+		}
+	}
 	for k, v := range extra {
 		env[k] = v
 	}
