@@ -427,11 +427,12 @@ func TestWorkspacePolicySwitches(t *testing.T) {
 	}
 }
 
-// TestWorkspaceTurnEndsWithItsClient: a chat turn whose client leaves while
-// a command runs ends (fasthttp does not cancel the handler: the server
-// watches the connection), so the thread takes its next turn at once
-// instead of answering 409 until the command is done.
-func TestWorkspaceTurnEndsWithItsClient(t *testing.T) {
+// TestWorkspaceTurnOutlivesItsClient: a chat turn whose client leaves while
+// a command runs goes on running in the server (a reload reattaches to it):
+// the thread names it as its running turn and refuses a second turn with
+// 409 while it runs; its owner's Stop ends it, and the thread takes its next
+// turn at once, without waiting for the command.
+func TestWorkspaceTurnOutlivesItsClient(t *testing.T) {
 	bin := needDocker(t)
 	s := startServer(t, "", map[string]string{"SANDBOX_BACKEND": "docker", "THREADBOX_AGENT_BIN": bin, "MODEL_PROVIDER": "runner"})
 	f := newWSFixture(t, s)
@@ -471,14 +472,30 @@ func TestWorkspaceTurnEndsWithItsClient(t *testing.T) {
 					t.Fatalf("the turn answered %d before the client left: %s", resp.StatusCode, b)
 				}
 			}
-			left := time.Now()
+			// The client has gone; the turn runs on.
+			time.Sleep(time.Second)
+			r := s.do("POST", appAPI+"/thread/"+tid+"/messages", f.admin, map[string]any{"content": "hello"})
+			if r.status != 409 || !strings.Contains(string(r.body), "a turn is already running in this thread") {
+				t.Fatalf("a second turn while the first runs: %d %s, want 409", r.status, r.body)
+			}
+			r = s.do("GET", appAPI+"/thread/"+tid+"/messages", f.admin, nil)
+			var listed struct {
+				RunningTurnID string `json:"running_turn_id"`
+			}
+			if err := json.Unmarshal(r.body, &listed); err != nil || r.status != 200 || listed.RunningTurnID == "" {
+				t.Fatalf("the thread names no running turn after its client left: %d %s", r.status, r.body)
+			}
+			if r := s.do("POST", appAPI+"/thread/"+tid+"/turns/"+listed.RunningTurnID+"/stop", f.admin, nil); r.status >= 300 {
+				t.Fatalf("stop: %d %s", r.status, r.body)
+			}
+			stopped := time.Now()
 			for {
 				r := s.do("POST", appAPI+"/thread/"+tid+"/messages", f.admin, map[string]any{"content": "hello"})
 				if r.status == 200 {
 					break
 				}
-				if r.status != 409 || time.Since(left) > 15*time.Second {
-					t.Fatalf("next turn %v after the client left: %d %s", time.Since(left), r.status, r.body)
+				if r.status != 409 || time.Since(stopped) > 15*time.Second {
+					t.Fatalf("next turn %v after the stop: %d %s", time.Since(stopped), r.status, r.body)
 				}
 				time.Sleep(250 * time.Millisecond)
 			}
