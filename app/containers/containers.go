@@ -942,6 +942,6 @@ func (s *Service) dropSlot(l *live) {
 	l.slot = ""
 	s.mu.Unlock()
 	if name != "" {
-		s.giveBack(name)
+		s.giveBackSlot(name)
 	}
 }

@@ -198,6 +198,22 @@ func (b *fakeBackend) Claim(_ context.Context, slot string, spec sandbox.Spec) e
 	return nil
 }
 
+// WarmSandboxes lists the warm slots booted and not claimed, by any
+// process sharing the fake (one host's engine), unless warmErr says
+// otherwise.
+func (b *fakeBackend) WarmSandboxes(context.Context) ([]string, error) {
+	if b.warmErr != nil {
+		return nil, b.warmErr
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var names []string
+	for name := range b.warm {
+		names = append(names, name)
+	}
+	return names, nil
+}
+
 func (b *fakeBackend) Name() string                    { return b.name }
 func (b *fakeBackend) Available(context.Context) error { return b.unavailable }
 func (b *fakeBackend) Isolation() string               { return "namespaces" }

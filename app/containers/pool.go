@@ -29,11 +29,31 @@ type pool struct {
 	off     map[string]string   // backend name → why it keeps none (ErrUnsupported)
 	failed  map[string]string   // backend name → the last warm boot's failure
 	claimed int                 // warm sandboxes claimed since start
-	kick    chan struct{}
+	// mine are the slots this process booted and whose lease it holds:
+	// ready, being claimed, or claimed by a sandbox that runs.
+	mine map[string]bool
+	kick chan struct{}
+	// fill orders this process's refills: the pool lease is per process,
+	// so it cannot.
+	fill sync.Mutex
 }
 
 func newPool() *pool {
-	return &pool{ready: map[string][]string{}, off: map[string]string{}, failed: map[string]string{}, kick: make(chan struct{}, 1)}
+	return &pool{ready: map[string][]string{}, off: map[string]string{}, failed: map[string]string{}, mine: map[string]bool{}, kick: make(chan struct{}, 1)}
+}
+
+// poolLease is the lease a process holds while it counts and boots the
+// warm sandboxes of a backend, so that processes sharing a host's
+// sandboxes (replicas on one Docker Engine) never fill its pool twice.
+func poolLease(backend string) string { return "warm-pool:" + backend }
+
+// giveBackSlot gives back the lease of the warm slot name, which this
+// process no longer keeps.
+func (s *Service) giveBackSlot(name string) {
+	s.pool.mu.Lock()
+	delete(s.pool.mine, name)
+	s.pool.mu.Unlock()
+	s.giveBack(name)
 }
 
 // take removes and returns a ready slot of backend, or "".
@@ -110,49 +130,132 @@ func (s *Service) RunPool(ctx context.Context) {
 	t := time.NewTicker(s.cfg.Sweep)
 	defer t.Stop()
 	for {
-		s.RefillPool(ctx)
+		var again <-chan time.Time
+		if s.refill(ctx) {
+			// Another process was counting: look again shortly.
+			again = time.After(min(time.Second, s.cfg.Sweep))
+		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		case <-s.pool.kick:
+		case <-again:
 		}
 	}
 }
 
 // RefillPool drops the warm sandboxes that ended (killed, the daemon
 // restarted), then boots warm sandboxes, one at a time, until every
-// backend that supports them has SANDBOX_WARM_POOL ready or the memory
-// budget is spent. A backend that answers ErrUnsupported is not asked
-// again.
-func (s *Service) RefillPool(ctx context.Context) {
+// backend that supports them has SANDBOX_WARM_POOL unclaimed warm
+// sandboxes on its host or the memory budget is spent. A backend that
+// answers ErrUnsupported is not asked again.
+//
+// The size bounds every unclaimed warm sandbox the backend lists
+// (Backend.WarmSandboxes), not only this process's: those another live
+// process booted count, and those whose process is gone (its slot's lease
+// lapsed) are removed first. The counting and booting happen under the
+// backend's pool lease, so replicas sharing a host never fill it twice and
+// a restarted process never adds a pool beside the one its predecessor
+// left.
+func (s *Service) RefillPool(ctx context.Context) { s.refill(ctx) }
+
+// refill is RefillPool; true when a backend was skipped because another
+// process held its pool lease.
+func (s *Service) refill(ctx context.Context) (busy bool) {
+	s.pool.fill.Lock()
+	defer s.pool.fill.Unlock()
 	s.pruneWarm(ctx)
 	for _, b := range s.backends {
-		for ctx.Err() == nil {
-			s.pool.mu.Lock()
-			skip := s.pool.off[b.Name()] != "" || len(s.pool.ready[b.Name()]) >= s.cfg.WarmPool
-			s.pool.mu.Unlock()
-			if skip || s.pool.warmCount() >= s.warmBudget() {
-				break
-			}
-			if b.Available(ctx) != nil {
-				break
-			}
-			if !s.warmOne(ctx, b) {
+		s.pool.mu.Lock()
+		off := s.pool.off[b.Name()] != ""
+		s.pool.mu.Unlock()
+		if off || b.Available(ctx) != nil {
+			continue
+		}
+		ok, err := s.leases.Acquire(ctx, poolLease(b.Name()))
+		if err != nil || !ok {
+			busy = true
+			continue
+		}
+		for ctx.Err() == nil && s.pool.warmCount() < s.warmBudget() {
+			if s.unclaimed(ctx, b) >= s.cfg.WarmPool || !s.warmOne(ctx, b) {
 				break
 			}
 		}
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		if err := s.leases.Release(rctx, poolLease(b.Name())); err != nil {
+			s.log.Warn("lease not released", "lease", poolLease(b.Name()), "cause", err.Error())
+		}
+		cancel()
 	}
+	return busy
+}
+
+// unclaimed counts b's unclaimed warm sandboxes on its host, after
+// removing those no live process holds. A backend that cannot list them
+// counts this process's ready ones; one that cannot answer counts as
+// full, so that nothing boots beyond what can be seen.
+func (s *Service) unclaimed(ctx context.Context, b sandbox.Backend) int {
+	s.pool.mu.Lock()
+	own := len(s.pool.ready[b.Name()])
+	s.pool.mu.Unlock()
+	names, err := b.WarmSandboxes(ctx)
+	switch {
+	case errors.Is(err, sandbox.ErrUnsupported):
+		return own
+	case err != nil:
+		s.log.Warn("warm sandboxes not counted", "backend", b.Name(), "cause", err.Error())
+		return s.cfg.WarmPool
+	}
+	n := 0
+	for _, name := range names {
+		if !s.reapWarm(ctx, b, name) {
+			n++
+		}
+	}
+	return n
+}
+
+// reapWarm removes the unclaimed warm sandbox name when no live process
+// holds its slot's lease (its process died, or gave it back without
+// removing it); true when it did.
+func (s *Service) reapWarm(ctx context.Context, b sandbox.Backend, name string) bool {
+	s.pool.mu.Lock()
+	mine := s.pool.mine[name]
+	s.pool.mu.Unlock()
+	if mine {
+		return false
+	}
+	if ok, err := s.leases.Acquire(ctx, sandboxLease(name)); err != nil || !ok {
+		return false
+	}
+	s.pool.mu.Lock()
+	mine = s.pool.mine[name]
+	s.pool.mu.Unlock()
+	if mine {
+		return false
+	}
+	defer s.giveBack(name)
+	if err := b.Remove(ctx, name); err != nil {
+		s.log.Warn("warm sandbox left by another process not removed", "backend", b.Name(), "slot", name, "cause", err.Error())
+		return false
+	}
+	s.log.Info("warm sandbox left by another process removed", "backend", b.Name(), "slot", name)
+	return true
 }
 
 // warmOne boots one warm sandbox on b; false when it could not.
 func (s *Service) warmOne(ctx context.Context, b sandbox.Backend) bool {
 	var raw [6]byte
 	_, _ = rand.Read(raw[:])
-	name := "warm-" + hex.EncodeToString(raw[:])
+	name := sandbox.WarmPrefix + hex.EncodeToString(raw[:])
 	if ok, err := s.leases.Acquire(ctx, sandboxLease(name)); err != nil || !ok {
 		return false
 	}
+	s.pool.mu.Lock()
+	s.pool.mine[name] = true
+	s.pool.mu.Unlock()
 	spec := sandbox.Spec{ID: name, Mounts: sandbox.FolderTargets(), Limits: s.cfg.Limits, Env: s.cfg.Env}
 	err := b.Warm(ctx, spec)
 	s.pool.mu.Lock()
@@ -171,7 +274,7 @@ func (s *Service) warmOne(ctx context.Context, b sandbox.Backend) bool {
 		s.pool.ready[b.Name()] = append(s.pool.ready[b.Name()], name)
 		return true
 	}
-	go s.giveBack(name)
+	go s.giveBackSlot(name)
 	return false
 }
 
@@ -191,7 +294,7 @@ func (s *Service) pruneWarm(ctx context.Context) {
 			s.pool.mu.Unlock()
 			s.log.Warn("warm sandbox ended before a claim; replacing it", "backend", b.Name(), "slot", name)
 			_ = b.Remove(ctx, name)
-			s.giveBack(name)
+			s.giveBackSlot(name)
 		}
 	}
 }
@@ -209,7 +312,7 @@ func (s *Service) drainPool() {
 			if err := b.Remove(ctx, name); err != nil {
 				s.log.Warn("warm sandbox not removed", "backend", b.Name(), "slot", name, "cause", err.Error())
 			}
-			s.giveBack(name)
+			s.giveBackSlot(name)
 		}
 	}
 }
@@ -222,14 +325,16 @@ func (s *Service) claim(ctx context.Context, b sandbox.Backend, spec sandbox.Spe
 	if name == "" {
 		return ""
 	}
-	s.pool.wake()
+	// The pool looks again once the claim is over: until then the
+	// backend still lists the sandbox as unclaimed.
+	defer s.pool.wake()
 	if err := b.Claim(ctx, name, spec); err != nil {
 		s.log.Warn("warm sandbox not claimed; booting cold", "container", spec.ID, "backend", b.Name(), "slot", name, "cause", err.Error())
 		go func() {
 			rctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			_ = b.Remove(rctx, name)
-			s.giveBack(name)
+			s.giveBackSlot(name)
 		}()
 		return ""
 	}

@@ -3,8 +3,10 @@ package containers
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -13,9 +15,85 @@ import (
 )
 
 func poolService(b *fakeBackend, leases *memLeases, cfg Config) *Service {
+	return poolProcess(b, leases, "p1", cfg)
+}
+
+// poolProcess is the owner of the process holder, sharing b (one host's
+// sandboxes) and leases (one database) with the other processes of a test.
+func poolProcess(b *fakeBackend, leases *memLeases, holder string, cfg Config) *Service {
 	st := &memStore{m: map[string]container.Container{}}
 	cfg.Idle, cfg.MaxAge = time.Minute, time.Hour
-	return New(Deps{Store: st, Backends: []sandbox.Backend{b}, Folders: &fakeFolders{}, Leases: leases.process("p1"), Config: cfg})
+	return New(Deps{Store: st, Backends: []sandbox.Backend{b}, Folders: &fakeFolders{}, Leases: leases.process(holder), Config: cfg})
+}
+
+// warmOnHost counts the unclaimed warm sandboxes on the fake's host.
+func warmOnHost(b *fakeBackend) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.warm)
+}
+
+// TestWarmPoolBoundAcrossProcesses: the pool's size bounds the unclaimed
+// warm sandboxes on a host, whichever process booted them. Replicas
+// refilling at once boot no more than the size between them; a process
+// started after another was killed boots none beside the ones the dead
+// one left while its leases live, removes them once the leases lapsed
+// and fills the pool again; a process finding another counting skips.
+func TestWarmPoolBoundAcrossProcesses(t *testing.T) {
+	ctx := context.Background()
+	b := newFake("docker")
+	leases := newLeases()
+	cfg := Config{WarmPool: 2}
+	first, second := poolProcess(b, leases, "p1", cfg), poolProcess(b, leases, "p2", cfg)
+	var wg sync.WaitGroup
+	for range 8 {
+		for _, s := range []*Service{first, second} {
+			wg.Add(1)
+			go func() { defer wg.Done(); s.RefillPool(ctx) }()
+		}
+	}
+	wg.Wait()
+	first.RefillPool(ctx)
+	second.RefillPool(ctx)
+	if n := warmOnHost(b); n != 2 {
+		t.Fatalf("two processes refilling a pool of 2: %d warm sandboxes on the host", n)
+	}
+	if got := first.WarmPool("docker").Ready + second.WarmPool("docker").Ready; got != 2 {
+		t.Fatalf("ready in the two processes: %d, want 2", got)
+	}
+
+	// Both processes are killed: their sandboxes live on, and so do their
+	// leases until they lapse. A new process boots none beside them.
+	killed := slices.Collect(maps.Keys(b.warm))
+	third := poolProcess(b, leases, "p3", cfg)
+	third.RefillPool(ctx)
+	if n, ready := warmOnHost(b), third.WarmPool("docker").Ready; n != 2 || ready != 0 {
+		t.Fatalf("restart while the killed processes' leases live: %d warm on the host, %d ready here; want 2, 0", n, ready)
+	}
+	leases.die("p1")
+	leases.die("p2")
+	third.RefillPool(ctx)
+	if n, ready := warmOnHost(b), third.WarmPool("docker").Ready; n != 2 || ready != 2 {
+		t.Fatalf("after the leases lapsed: %d warm on the host, %d ready here; want 2, 2", n, ready)
+	}
+	for _, name := range killed {
+		if !slices.Contains(b.removed, name) {
+			t.Fatalf("warm sandbox %s of the killed process still there", name)
+		}
+	}
+
+	// Another process counting: this one boots nothing and says so.
+	third.drainPool()
+	if ok, _ := leases.process("p2").Acquire(ctx, poolLease("docker")); !ok {
+		t.Fatal("pool lease not taken")
+	}
+	if busy := third.refill(ctx); !busy || warmOnHost(b) != 0 {
+		t.Fatalf("refill while another process counts: busy %v, %d warm", busy, warmOnHost(b))
+	}
+	_ = leases.process("p2").Release(ctx, poolLease("docker"))
+	if busy := third.refill(ctx); busy || warmOnHost(b) != 2 {
+		t.Fatalf("refill after: busy %v, %d warm", busy, warmOnHost(b))
+	}
 }
 
 // TestWarmPoolRefillsAfterClaims: new containers claim the warm

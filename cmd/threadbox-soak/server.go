@@ -201,7 +201,7 @@ func (s *server) probe(ctx context.Context) (sample, error) {
 	out := sample{at: time.Now(), pid: s.pid()}
 	// One listing, so that a warm sandbox made between two of them is not
 	// counted as warm without being counted at all.
-	b, err := exec.CommandContext(ctx, "docker", "ps", "-a", "--filter", "label=threadbox.instance="+s.instance, "--format", `{{.ID}} {{.Label "threadbox.warm"}}`).Output()
+	b, err := exec.CommandContext(ctx, "docker", "ps", "-a", "--filter", "label=threadbox.instance="+s.instance, "--format", `{{.ID}}|{{.Label "threadbox.warm"}}|{{.Names}}|{{.Label "threadbox.container"}}`).Output()
 	if err != nil {
 		var ee *exec.ExitError
 		if errors.As(err, &ee) {
@@ -209,7 +209,7 @@ func (s *server) probe(ctx context.Context) (sample, error) {
 		}
 		return out, fmt.Errorf("docker ps: %w", err)
 	}
-	out.containers, out.warm = countContainers(b)
+	out.containers, out.warm = countContainers(b, s.instance)
 	mounts, err := hostdirs.MountsBelow(s.data)
 	if err != nil {
 		return out, err
@@ -426,13 +426,18 @@ type logCount struct {
 	example string
 }
 
-// countContainers splits a `docker ps` listing of "<id> <threadbox.warm
-// label>" lines into the containers that are not warm and the warm ones.
-func countContainers(listing []byte) (containers, warm int) {
+// countContainers splits a `docker ps` listing of "<id>|<threadbox.warm
+// label>|<name>|<threadbox.container label>" lines into the containers that
+// serve a container (claimed warm sandboxes among them) and the unclaimed
+// warm ones: labelled warm and still named after their slot
+// (threadbox-<instance>-<slot>), since a claim renames the container but
+// cannot change its labels.
+func countContainers(listing []byte, instance string) (containers, warm int) {
 	for _, l := range strings.Split(string(listing), "\n") {
-		switch f := strings.Fields(l); {
-		case len(f) == 0:
-		case len(f) > 1 && f[1] == "true":
+		f := strings.Split(strings.TrimSpace(l), "|")
+		switch {
+		case len(f) == 1 && f[0] == "":
+		case len(f) == 4 && f[1] == "true" && f[2] == "threadbox-"+instance+"-"+f[3]:
 			warm++
 		default:
 			containers++

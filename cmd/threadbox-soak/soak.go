@@ -591,7 +591,7 @@ func run(ctx context.Context, cfg config, out io.Writer) (ok bool, err error) {
 	left = s.srv.cleanUp()
 	cleaned = true
 
-	o := outcome{poolSlack: poolSlack(cfg), warmPool: cfg.warmPool, lost: lost, running: running, undesigned: s.st.undesigned, nUndesign: s.st.nUndesign,
+	o := outcome{poolSlack: poolSlack(cfg), warmPool: cfg.warmPool, peakWarm: peak.warm, lost: lost, running: running, undesigned: s.st.undesigned, nUndesign: s.st.nUndesign,
 		baseline: baseline, final: final, procBase: procBase, rssHalf: rssHalf, threadsHalf: threadsHalf, sigterm: sigterm, left: left, repl: repl}
 	if s.up != nil {
 		o.refused = s.up.refused()
@@ -606,8 +606,8 @@ func run(ctx context.Context, cfg config, out io.Writer) (ok bool, err error) {
 	fmt.Fprintln(out)
 	fmt.Fprintln(out, "| resource | baseline | peak | after the sweeps |")
 	fmt.Fprintln(out, "|---|---:|---:|---:|")
-	fmt.Fprintf(out, "| Docker containers of the instance (not warm) | %d | %d | %d |\n", baseline.containers, peak.containers, final.containers)
-	fmt.Fprintf(out, "| warm-pool sandboxes (pool of %d) | %d | %d | %d |\n", cfg.warmPool, baseline.warm, peak.warm, final.warm)
+	fmt.Fprintf(out, "| Docker containers of the instance (claimed warm ones among them) | %d | %d | %d |\n", baseline.containers, peak.containers, final.containers)
+	fmt.Fprintf(out, "| unclaimed warm-pool sandboxes (pool of %d) | %d | %d | %d |\n", cfg.warmPool, baseline.warm, peak.warm, final.warm)
 	fmt.Fprintf(out, "| mounts under DATA_DIR | %d | %d | %d |\n", baseline.mounts, peak.mounts, final.mounts)
 	fmt.Fprintf(out, "| loop devices under DATA_DIR | %d | %d | %d |\n", baseline.loops, peak.loops, final.loops)
 	fmt.Fprintf(out, "| container folders and disk images | %d | %d | %d |\n", baseline.entries, peak.entries, final.entries)

@@ -151,8 +151,11 @@ func TestInvariants(t *testing.T) {
 	if held(invariants(outcome{repl: replTally{kept: 5, lost: []string{"user 1 read \"\""}}}))[repl] {
 		t.Error("a REPL value lost after graceful faults only held the invariant")
 	}
-	if !held(invariants(outcome{warmPool: 2, final: sample{warm: 2}}))["warm pool within its size"] {
+	if !held(invariants(outcome{warmPool: 2, peakWarm: 2, final: sample{warm: 2}}))["warm pool within its size"] {
 		t.Error("a full warm pool broke its invariant")
+	}
+	if held(invariants(outcome{warmPool: 2, peakWarm: 4, final: sample{warm: 2}}))["warm pool within its size"] {
+		t.Error("twice the pool's size at once (a restart booting a second pool) kept its invariant")
 	}
 	// Idle database connections are allowed, no more.
 	if !held(invariants(outcome{final: sample{fds: 30}, procBase: sample{fds: 20}, poolSlack: 10}))["threadbox open fds back to baseline"] {
@@ -214,17 +217,20 @@ func TestOutputNotKeptIsDesignedOnlyWhileTheDiskIsFull(t *testing.T) {
 }
 
 // TestCountContainers: one listing gives both counts (two listings could
-// see a warm sandbox in one and not the other: -1 containers).
+// see a warm sandbox in one and not the other: -1 containers), and a
+// claimed warm sandbox, renamed after its container but still labelled
+// warm, counts as a container, not as one of the pool.
 func TestCountContainers(t *testing.T) {
 	for _, tt := range []struct {
 		listing        string
 		containers, wm int
 	}{
 		{"", 0, 0},
-		{"a1 true\n", 0, 1},
-		{"a1 true\nb2 \nc3 false\nd4\n", 3, 1},
+		{"a1|true|threadbox-soak-warm-1|warm-1\n", 0, 1},
+		{"a1|true|threadbox-soak-warm-1|warm-1\nb2|||\nc3|false|threadbox-soak-thr_x|thr_x\nd4|true|threadbox-soak-thr_y|warm-2\n", 3, 1},
+		{"a1|true|threadbox-other-warm-1|warm-1\n", 1, 0},
 	} {
-		if c, w := countContainers([]byte(tt.listing)); c != tt.containers || w != tt.wm {
+		if c, w := countContainers([]byte(tt.listing), "soak"); c != tt.containers || w != tt.wm {
 			t.Errorf("%q: %d containers, %d warm; want %d, %d", tt.listing, c, w, tt.containers, tt.wm)
 		}
 	}

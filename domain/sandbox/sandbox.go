@@ -273,6 +273,10 @@ type Status struct {
 	StartedAt time.Time
 }
 
+// WarmPrefix begins the slot name of every warm sandbox (Backend.Warm),
+// which no container id begins with.
+const WarmPrefix = "warm-"
+
 // Backend runs sandboxes. Implementations live in infra/sandbox/docker and
 // infra/sandbox/local; the owner of sandboxes' lives is app/containers, the
 // only caller.
@@ -302,6 +306,11 @@ type Backend interface {
 	// environment or mount targets differ from the warm sandbox's: the
 	// caller then removes the slot and boots spec.ID cold.
 	Claim(ctx context.Context, slot string, spec Spec) error
+	// WarmSandboxes lists the slot names of the unclaimed warm sandboxes
+	// of this backend's instance that exist on the host, whichever process
+	// booted them and whether or not they still run: what the warm pool's
+	// size bounds. ErrUnsupported when the backend keeps none.
+	WarmSandboxes(ctx context.Context) ([]string, error)
 	// Exec runs cmd in the running sandbox id and waits for it to end.
 	Exec(ctx context.Context, id string, cmd Command) (Result, error)
 	// Start starts a long-lived cmd in the running sandbox id and returns

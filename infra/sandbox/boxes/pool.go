@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 
 	"threadbox/domain/sandbox"
@@ -63,6 +65,20 @@ func (p *Pool[B]) IDs() []string {
 	return ids
 }
 
+// Unclaimed returns the names of the held slots whose warm sandbox no
+// container claimed yet.
+func (p *Pool[B]) Unclaimed() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var names []string
+	for _, sl := range p.slots {
+		if sl.warm != nil {
+			names = append(names, sl.Name)
+		}
+	}
+	return names
+}
+
 // Dirs returns the folders of the held slots.
 func (p *Pool[B]) Dirs() []string {
 	p.mu.Lock()
@@ -75,16 +91,21 @@ func (p *Pool[B]) Dirs() []string {
 }
 
 // Drop removes the slot that serves id, if any, and returns it: a warm
-// sandbox is never used again once it stops.
+// sandbox is never used again once it stops. The slot of an unclaimed
+// warm sandbox another process booted (id is its name) goes too.
 func (p *Pool[B]) Drop(id string) (Slot, bool) {
 	p.mu.Lock()
 	sl, ok := p.slots[id]
 	delete(p.slots, id)
 	p.mu.Unlock()
-	if ok {
-		p.Remove(sl)
+	if !ok {
+		sl = p.Slot(id)
+		if _, err := os.Stat(filepath.Join(sl.Dir, "0")); err != nil || !strings.HasPrefix(id, sandbox.WarmPrefix) {
+			return Slot{}, false
+		}
 	}
-	return sl, ok
+	p.Remove(sl)
+	return sl, true
 }
 
 // Remove unmounts and deletes sl's folder, held or not.

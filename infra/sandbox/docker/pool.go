@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/errdefs"
 
 	"threadbox/domain/sandbox"
@@ -73,6 +74,28 @@ func (b *Backend) Claim(ctx context.Context, name string, spec sandbox.Spec) err
 		bx.mu.Unlock()
 		return nil
 	})
+}
+
+// WarmSandboxes lists the unclaimed warm sandboxes of this instance on the
+// Docker Engine, running or not, whichever process booted them: those
+// labelled warm whose container still has its slot's name (a claim
+// renames it).
+func (b *Backend) WarmSandboxes(ctx context.Context) ([]string, error) {
+	list, err := b.cli.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(
+		filters.Arg("label", LabelManaged+"=true"),
+		filters.Arg("label", LabelInstance+"="+b.cfg.Instance),
+		filters.Arg("label", LabelWarm+"=true"),
+	)})
+	if err != nil {
+		return nil, fmt.Errorf("docker: warm sandboxes: %w", err)
+	}
+	var names []string
+	for _, c := range list {
+		if id, warmName := b.reconcileID(c.Labels, c.Names); warmName != "" && id == warmName {
+			names = append(names, warmName)
+		}
+	}
+	return names, nil
 }
 
 // reconcileID returns the container id a container of this instance serves

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -144,7 +146,7 @@ func claimedSandboxIsAdopted(t *testing.T, id string) {
 		_ = slot.Clean(pool)
 		_ = dirs.Remove(ctx, id)
 	})
-	for _, name := range []string{"warm-adopt-1", "warm-adopt-2"} {
+	for _, name := range []string{"warm-adopt-1", "warm-adopt-2", "warm-adopt-3"} {
 		if err := first.Warm(ctx, sandbox.Spec{ID: name, Mounts: sandbox.FolderTargets()}); err != nil {
 			t.Fatal(err)
 		}
@@ -156,8 +158,22 @@ func claimedSandboxIsAdopted(t *testing.T, id string) {
 	if _, err := first.Exec(ctx, id, sandbox.Command{Args: []string{"bash", "-c", "echo kept > kept.txt; echo here > /tmp/still"}}); err != nil {
 		t.Fatal(err)
 	}
+	if names, err := first.WarmSandboxes(ctx); err != nil || !sameNames(names, "warm-adopt-2", "warm-adopt-3") {
+		t.Fatalf("warm sandboxes after a claim: %v %v; want the two unclaimed ones", names, err)
+	}
 	first.Close()
 	second := poolBackendAt(t, cfg)
+	// A later process sees the unclaimed warm sandboxes it did not boot,
+	// and removes one with its slot (the pool's bound reaps them so).
+	if names, err := second.WarmSandboxes(ctx); err != nil || !sameNames(names, "warm-adopt-2", "warm-adopt-3") {
+		t.Fatalf("warm sandboxes seen by a later process: %v %v", names, err)
+	}
+	if err := second.Remove(ctx, "warm-adopt-3"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(pool, hostdirs.SafeID("warm-adopt-3"))); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("slot of a removed warm sandbox another process booted: %v", err)
+	}
 	adopted, removed, err := second.Reconcile(ctx, func(string) sandbox.Verdict { return sandbox.Adopt })
 	if err != nil || len(adopted) != 1 || adopted[0] != id || len(removed) != 1 || removed[0] != "warm-adopt-2" {
 		t.Fatalf("reconcile: adopted %v removed %v err %v; want %s adopted and the unclaimed warm sandbox removed", adopted, removed, err, id)
@@ -166,10 +182,18 @@ func claimedSandboxIsAdopted(t *testing.T, id string) {
 	if err != nil || strings.TrimSpace(string(r.Stdout)) != "kept\nhere" {
 		t.Fatalf("adopted claimed sandbox: %q %v", r.Stdout, err)
 	}
+	if names, err := second.WarmSandboxes(ctx); err != nil || len(names) != 0 {
+		t.Fatalf("warm sandboxes after the reconcile: %v %v", names, err)
+	}
 	if err := second.Stop(ctx, id); err != nil {
 		t.Fatal(err)
 	}
 	if left, _ := os.ReadDir(pool); len(left) != 0 {
 		t.Fatalf("slots left after the stop: %v", left)
 	}
+}
+
+// sameNames reports whether names holds exactly want, in any order.
+func sameNames(names []string, want ...string) bool {
+	return len(names) == len(want) && !slices.ContainsFunc(want, func(w string) bool { return !slices.Contains(names, w) })
 }

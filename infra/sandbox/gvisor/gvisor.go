@@ -477,6 +477,11 @@ func (b *Backend) Claim(_ context.Context, name string, _ sandbox.Spec) error {
 	return fmt.Errorf("gvisor: claim %s: %w: no warm sandboxes", name, sandbox.ErrUnsupported)
 }
 
+// WarmSandboxes is unsupported: see Warm.
+func (b *Backend) WarmSandboxes(context.Context) ([]string, error) {
+	return nil, fmt.Errorf("gvisor: warm sandboxes: %w: no warm pool", sandbox.ErrUnsupported)
+}
+
 // Stop ends the sandbox; its files stay, and so does what a checkpoint of
 // it kept.
 func (b *Backend) Stop(ctx context.Context, id string) error {

@@ -411,6 +411,11 @@ func (b *Backend) Claim(_ context.Context, slot string, _ sandbox.Spec) error {
 	return fmt.Errorf("kubernetes: claim %s: %w: no warm pool", slot, sandbox.ErrUnsupported)
 }
 
+// WarmSandboxes fails: there are no warm pods (Warm).
+func (b *Backend) WarmSandboxes(context.Context) ([]string, error) {
+	return nil, fmt.Errorf("kubernetes: warm sandboxes: %w: no warm pool", sandbox.ErrUnsupported)
+}
+
 // Agent returns the sandbox's agent connection.
 func (bx *box) Agent() boxes.Agent { return bx.agent }
 

@@ -46,3 +46,9 @@ func (b *Backend) Claim(ctx context.Context, name string, spec sandbox.Spec) err
 		return nil
 	})
 }
+
+// WarmSandboxes lists this process's unclaimed warm jails: jails end
+// with the process that booted them, so there are no others.
+func (b *Backend) WarmSandboxes(context.Context) ([]string, error) {
+	return b.pool.Unclaimed(), nil
+}

@@ -117,3 +117,8 @@ func (b *Backend) Warm(context.Context, sandbox.Spec) error {
 func (b *Backend) Claim(context.Context, string, sandbox.Spec) error {
 	return fmt.Errorf("%w: %w", sandbox.ErrUnsupported, b.err)
 }
+
+// WarmSandboxes fails: no sandbox runs.
+func (b *Backend) WarmSandboxes(context.Context) ([]string, error) {
+	return nil, fmt.Errorf("%w: %w", sandbox.ErrUnsupported, b.err)
+}
