@@ -41,6 +41,10 @@ type Checkpoints interface {
 	Checkpoint(ctx context.Context, containerID string) (dir, backend string, ok bool, err error)
 	// DropCheckpoint removes the container's checkpoint.
 	DropCheckpoint(ctx context.Context, containerID string) error
+	// DropFiles removes what the checkpoints kept of the container's
+	// files beside its folders (a mirror in the blob store): the
+	// container is being removed.
+	DropFiles(ctx context.Context, containerID string) error
 	// StaleCheckpoints lists the containers whose checkpoint was taken
 	// before the cutoff, or whose container is gone.
 	StaleCheckpoints(ctx context.Context, takenBefore time.Time) ([]string, error)

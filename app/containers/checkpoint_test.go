@@ -107,6 +107,7 @@ func (d dirCheckpoints) StaleCheckpoints(_ context.Context, takenBefore time.Tim
 func (d dirCheckpoints) DropCheckpoint(_ context.Context, id string) error {
 	return os.RemoveAll(d.dir(id))
 }
+func (d dirCheckpoints) DropFiles(context.Context, string) error { return nil }
 
 // checkpointing returns an owner over backends whose checkpoints live in
 // a test folder, with a clock the test moves.

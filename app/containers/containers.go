@@ -872,6 +872,9 @@ func (s *Service) removeLocked(ctx context.Context, id string, forget func(ctx c
 		if err := s.ckpt.folders.DropCheckpoint(ctx, id); err != nil {
 			return fmt.Errorf("containers: remove the checkpoint: %w", err)
 		}
+		if err := s.ckpt.folders.DropFiles(ctx, id); err != nil {
+			return fmt.Errorf("containers: remove the checkpoints' files: %w", err)
+		}
 	}
 	if err := s.folders.Remove(ctx, id); err != nil {
 		return fmt.Errorf("containers: remove folders: %w", err)

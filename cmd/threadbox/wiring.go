@@ -22,7 +22,6 @@ import (
 	metering "threadbox/app/usage"
 	"threadbox/app/workspace"
 	"threadbox/domain/sandbox"
-	"threadbox/infra/checkpoints"
 	"threadbox/infra/fsroot"
 	"threadbox/infra/metrics"
 	"threadbox/infra/sandbox/hostdirs"
@@ -184,7 +183,7 @@ func wire(ctx context.Context, cfg Config, log *slog.Logger) (*system, error) {
 		// idle stop, a hand-over and a graceful shutdown (docs/lifecycle.md);
 		// the checkpoints live in the blob store, where every server finds
 		// them.
-		Checkpoints: checkpoints.New(layout, st.Containers(), checkpointArchives(cfg, sys.blobs), log.With("component", "checkpoints")),
+		Checkpoints: checkpointStore(cfg, layout, st, sys.blobs, log.With("component", "checkpoints")),
 		OnBoot:      []containers.BootHook{sys.sandbox.bootHook},
 		OnStart:     []func(bool){sys.metrics.SandboxStarted},
 		OnSweep:     []func(containers.SweepReport){sys.metrics.Swept},

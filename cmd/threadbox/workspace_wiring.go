@@ -15,7 +15,9 @@ import (
 	"threadbox/domain/skill"
 	"threadbox/infra/blob"
 	"threadbox/infra/checkpoints"
+	"threadbox/infra/sandbox/hostdirs"
 	"threadbox/infra/skillfs"
+	"threadbox/infra/store"
 )
 
 // skillFiles adapts infra/skillfs to the skills use case's port.
@@ -78,6 +80,24 @@ func checkpointArchives(cfg Config, blobs artifactStore) func(orgID string) (che
 		}
 		return blob.New(filepath.Join(cfg.DataDir, "checkpoint-archives", orgID)), nil
 	}
+}
+
+// checkpointStore keeps sandboxes' checkpoints in the blob store. With the
+// S3 store every checkpoint also mirrors its container's files, in the
+// keys checkpoint-files/<org>/<container>/ of BLOB_URL's bucket, so that a
+// host without the container's folders restores them with its sandbox.
+func checkpointStore(cfg Config, layout *hostdirs.Layout, st *store.Store, blobs artifactStore, log *slog.Logger) *checkpoints.Store {
+	cs := checkpoints.New(layout, st.Containers(), checkpointArchives(cfg, blobs), log)
+	s3, ok := blobs.(*blob.S3)
+	if !ok {
+		return cs
+	}
+	return cs.WithFiles(checkpoints.NewFiles(layout, func(orgID, containerID string) (checkpoints.FileBlobs, error) {
+		if !orgIDShape.MatchString(orgID) {
+			return nil, fmt.Errorf("checkpoint files: org id %q", orgID)
+		}
+		return s3.WithPrefix("checkpoint-files/" + orgID + "/" + hostdirs.SafeID(containerID) + "/"), nil
+	}))
 }
 
 func (a skillArchives) Put(ctx context.Context, orgID string, r io.Reader) (string, error) {

@@ -67,8 +67,17 @@ type Store struct {
 	folders Folders
 	records Records
 	blobs   func(orgID string) (Blobs, error)
+	files   *Files // nil: the files stay on their host
 	now     func() time.Time
 	log     *slog.Logger
+}
+
+// WithFiles makes every checkpoint carry a mirror of its container's files
+// (Files), applied by a host that restores it without its own copy; it
+// returns s.
+func (s *Store) WithFiles(f *Files) *Store {
+	s.files = f
+	return s
 }
 
 // New returns the store; blobs returns the blob store of an org.
@@ -96,6 +105,14 @@ func (s *Store) SealCheckpoint(ctx context.Context, id, backend string) error {
 		return fmt.Errorf("checkpoints: %w", err)
 	}
 	dir := s.folders.CheckpointDir(id)
+	var files Pending
+	if s.files != nil {
+		start := s.now()
+		if files, err = s.files.Mirror(ctx, c.OrgID(), id, dir); err != nil {
+			return err
+		}
+		s.log.Info("container files mirrored", "container", id, "sent", files.Sent, "took", s.now().Sub(start).String())
+	}
 	pr, pw := io.Pipe()
 	go func() { pw.CloseWithError(Pack(ctx, dir, pw, Zstd)) }()
 	sum, n, err := blobs.Put(ctx, pr)
@@ -111,6 +128,9 @@ func (s *Store) SealCheckpoint(ctx context.Context, id, backend string) error {
 	}
 	if perr == nil && prev.SHA256 != sum {
 		s.removeArchive(context.WithoutCancel(ctx), prev)
+	}
+	if err := files.Commit(context.WithoutCancel(ctx)); err != nil {
+		s.log.Warn("container files mirror not committed", "container", id, "cause", err.Error())
 	}
 	if err := writeMarker(dir, sum); err != nil {
 		return err
@@ -156,13 +176,21 @@ func (s *Store) Checkpoint(ctx context.Context, id string) (dir, backend string,
 	if err := Unpack(ctx, r, dir); err != nil {
 		return "", "", true, err
 	}
+	fetched := 0
+	if s.files != nil {
+		// This host's files of the container are not the checkpoint's:
+		// they become the mirror's before the sandbox sees them.
+		if fetched, err = s.files.Apply(ctx, c.OrgID(), id, dir); err != nil {
+			return "", "", true, err
+		}
+	}
 	if err := writeMarker(dir, rec.SHA256); err != nil {
 		return "", "", true, err
 	}
 	if err := s.folders.SealCheckpoint(ctx, id, rec.Backend); err != nil {
 		return "", "", true, err
 	}
-	s.log.Info("checkpoint fetched from the blob store", "container", id, "bytes", rec.Bytes, "took", s.now().Sub(start).String())
+	s.log.Info("checkpoint fetched from the blob store", "container", id, "bytes", rec.Bytes, "files_fetched", fetched, "took", s.now().Sub(start).String())
 	return dir, rec.Backend, true, nil
 }
 
@@ -180,6 +208,22 @@ func (s *Store) DropCheckpoint(ctx context.Context, id string) error {
 	}
 	errs = append(errs, s.folders.DropCheckpoint(ctx, id))
 	return errors.Join(errs...)
+}
+
+// DropFiles removes the mirror of the container's files from the blob
+// store: the container is being removed.
+func (s *Store) DropFiles(ctx context.Context, id string) error {
+	if s.files == nil {
+		return nil
+	}
+	c, err := s.records.Container(ctx, id)
+	if fault.Is(err, fault.NotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("checkpoints: container: %w", err)
+	}
+	return s.files.Forget(ctx, c.OrgID(), id)
 }
 
 // drop forgets rec and removes its archive.

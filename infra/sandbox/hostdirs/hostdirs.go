@@ -216,6 +216,13 @@ func (l *Layout) Prepare(ctx context.Context, id string) (Dirs, error) {
 	return d, nil
 }
 
+// FilesRoot prepares the container's folders (Prepare) and returns the
+// folder that holds them.
+func (l *Layout) FilesRoot(ctx context.Context, id string) (string, error) {
+	d, err := l.Prepare(ctx, id)
+	return d.Root, err
+}
+
 // readOnlyErr marks err as sandbox.ErrFoldersReadOnly when it is EROFS: an
 // ext4 image whose journal aborted refuses writes so without always
 // flagging its mount read-only.

@@ -1,0 +1,405 @@
+package checkpoints
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Files mirrors containers' files into the blob store with their
+// checkpoints, so that a host without the container's folders restores
+// them with its sandbox (the S3 store, several hosts).
+//
+// Each mirror is a manifest (every file, folder and symbolic link under
+// the container's folders with its mode, owner, size, modification time
+// and, for a file, the SHA-256 of its content) written into the checkpoint
+// folder, so it travels inside the checkpoint's archive, and one blob per
+// file content in the container's own namespace of the store. A mirror is
+// incremental: a file whose size, modification time and mode are those of
+// the previous mirror keeps its blob and is neither read nor sent again,
+// and blobs no file of the new mirror uses are removed once it is
+// recorded. The previous mirror is kept beside the container's folders
+// (stateFile), outside what any sandbox sees.
+type Files struct {
+	roots Roots
+	blobs func(orgID, containerID string) (FileBlobs, error)
+}
+
+// Roots prepares a container's folders on this host (mounting its disk
+// image first when quotas are on) and returns the folder that holds them
+// (infra/sandbox/hostdirs.Layout).
+type Roots interface {
+	FilesRoot(ctx context.Context, id string) (string, error)
+}
+
+// FileBlobs is one container's part of the blob store (infra/blob).
+type FileBlobs interface {
+	Blobs
+	Walk(ctx context.Context, fn func(sum string, written time.Time) error) error
+}
+
+// NewFiles returns the mirror of containers' files; blobs returns the
+// store namespace of one container of an org.
+func NewFiles(roots Roots, blobs func(orgID, containerID string) (FileBlobs, error)) *Files {
+	return &Files{roots: roots, blobs: blobs}
+}
+
+// manifestFile, in a checkpoint folder, is the mirror of the container's
+// files taken with it; stateFile, in the container's folder, is the last
+// mirror this host took or applied.
+const (
+	manifestFile = "threadbox-files.json"
+	stateFile    = ".threadbox-files.json"
+)
+
+// mirrored names the container's subfolders that are mirrored: the skills
+// folder is loaded again at each turn, and lost+found belongs to the disk
+// image.
+var mirrored = []string{"workspace", "uploads", "outputs"}
+
+// Manifest lists a container's files as one mirror holds them.
+type Manifest struct {
+	Entries []Entry `json:"entries"`
+}
+
+// Entry is one file, folder or symbolic link of a mirror.
+type Entry struct {
+	Path   string      `json:"path"` // slash-separated, below the container's folder
+	Mode   fs.FileMode `json:"mode"`
+	UID    int         `json:"uid"`
+	GID    int         `json:"gid"`
+	Size   int64       `json:"size,omitempty"`
+	MTime  int64       `json:"mtime,omitempty"` // Unix nanoseconds
+	SHA256 string      `json:"sha256,omitempty"`
+	Link   string      `json:"link,omitempty"`
+}
+
+// same reports whether a file of the previous mirror may stand for e
+// without reading it.
+func (e Entry) same(o Entry) bool {
+	return e.Mode == o.Mode && e.Size == o.Size && e.MTime == o.MTime && o.SHA256 != ""
+}
+
+// sums returns the blobs m's files use.
+func (m Manifest) sums() map[string]bool {
+	out := map[string]bool{}
+	for _, e := range m.Entries {
+		if e.SHA256 != "" {
+			out[e.SHA256] = true
+		}
+	}
+	return out
+}
+
+// Mirror sends the container's files that changed since the previous
+// mirror to its namespace of the store and writes the new manifest into
+// the checkpoint folder dir. It returns what Commit needs once the
+// checkpoint is recorded.
+func (f *Files) Mirror(ctx context.Context, orgID, id, dir string) (Pending, error) {
+	root, err := f.roots.FilesRoot(ctx, id)
+	if err != nil {
+		return Pending{}, fmt.Errorf("checkpoints: files: %w", err)
+	}
+	blobs, err := f.blobs(orgID, id)
+	if err != nil {
+		return Pending{}, fmt.Errorf("checkpoints: files: %w", err)
+	}
+	prev, _ := readManifest(filepath.Join(root, stateFile))
+	known := map[string]Entry{}
+	for _, e := range prev.Entries {
+		known[e.Path] = e
+	}
+	var m Manifest
+	sent := 0
+	for _, sub := range mirrored {
+		top := filepath.Join(root, sub)
+		if _, err := os.Lstat(top); errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		err := filepath.WalkDir(top, func(path string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			info, err := d.Info()
+			if err != nil {
+				return err
+			}
+			rel, _ := filepath.Rel(root, path)
+			e := Entry{Path: filepath.ToSlash(rel), Mode: info.Mode()}
+			if st, ok := info.Sys().(*syscall.Stat_t); ok {
+				e.UID, e.GID = int(st.Uid), int(st.Gid)
+			}
+			switch {
+			case d.IsDir():
+			case d.Type()&fs.ModeSymlink != 0:
+				if e.Link, err = os.Readlink(path); err != nil {
+					return err
+				}
+			case d.Type().IsRegular():
+				e.Size, e.MTime = info.Size(), info.ModTime().UnixNano()
+				if p, ok := known[e.Path]; ok && e.same(p) {
+					e.SHA256 = p.SHA256
+					break
+				}
+				if e.SHA256, err = putFile(ctx, blobs, path); err != nil {
+					return err
+				}
+				sent++
+			default:
+				return nil // sockets, fifos and devices are not files to keep
+			}
+			m.Entries = append(m.Entries, e)
+			return nil
+		})
+		if err != nil {
+			return Pending{}, fmt.Errorf("checkpoints: files: %w", err)
+		}
+	}
+	if err := writeManifest(filepath.Join(dir, manifestFile), m); err != nil {
+		return Pending{}, err
+	}
+	return Pending{root: root, blobs: blobs, prev: prev, next: m, Sent: sent}, nil
+}
+
+// Pending is a mirror sent but not yet the container's: Commit makes it
+// so once its checkpoint is recorded.
+type Pending struct {
+	root  string
+	blobs FileBlobs
+	prev  Manifest
+	next  Manifest
+	Sent  int // files whose content was sent
+}
+
+// Commit records the mirror as this host's last one and removes the
+// blobs of the previous mirror that no file uses any more.
+func (p Pending) Commit(ctx context.Context) error {
+	if p.blobs == nil {
+		return nil
+	}
+	if err := writeManifest(filepath.Join(p.root, stateFile), p.next); err != nil {
+		return err
+	}
+	keep := p.next.sums()
+	for sum := range p.prev.sums() {
+		if !keep[sum] {
+			if _, err := p.blobs.Remove(ctx, sum, time.Time{}); err != nil {
+				return fmt.Errorf("checkpoints: files: remove an unused blob: %w", err)
+			}
+		}
+	}
+	return nil
+}
+
+// Apply makes the container's folders on this host those of the mirror in
+// the checkpoint folder dir: files that differ are fetched from the
+// store, and what the mirror does not hold is removed. A checkpoint
+// without a mirror changes nothing.
+func (f *Files) Apply(ctx context.Context, orgID, id, dir string) (fetched int, err error) {
+	m, err := readManifest(filepath.Join(dir, manifestFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	root, err := f.roots.FilesRoot(ctx, id)
+	if err != nil {
+		return 0, fmt.Errorf("checkpoints: files: %w", err)
+	}
+	blobs, err := f.blobs(orgID, id)
+	if err != nil {
+		return 0, fmt.Errorf("checkpoints: files: %w", err)
+	}
+	realRoot, err := filepath.EvalSymlinks(root)
+	if err != nil {
+		return 0, fmt.Errorf("checkpoints: files: %w", err)
+	}
+	want := map[string]bool{}
+	for _, e := range m.Entries {
+		name := filepath.Clean(filepath.FromSlash(e.Path))
+		if !filepath.IsLocal(name) || !slices.Contains(mirrored, strings.SplitN(filepath.ToSlash(name), "/", 2)[0]) {
+			return fetched, fmt.Errorf("checkpoints: files: %q is not a file of a container", e.Path)
+		}
+		want[name] = true
+		path := filepath.Join(root, name)
+		// Never through a symbolic link: every folder above the entry is
+		// one the mirror made or found as a folder.
+		if parent, err := filepath.EvalSymlinks(filepath.Dir(path)); err != nil || parent != filepath.Join(realRoot, filepath.Dir(name)) {
+			return fetched, fmt.Errorf("checkpoints: files: %q lies beyond a symbolic link", e.Path)
+		}
+		n, err := applyEntry(ctx, blobs, path, e)
+		if err != nil {
+			return fetched, fmt.Errorf("checkpoints: files: %s: %w", e.Path, err)
+		}
+		fetched += n
+	}
+	// Folders last: writing into them moved their times.
+	for i := len(m.Entries) - 1; i >= 0; i-- {
+		if e := m.Entries[i]; e.Mode.IsDir() {
+			_ = os.Chmod(filepath.Join(root, filepath.FromSlash(e.Path)), e.Mode.Perm())
+		}
+	}
+	for _, sub := range mirrored {
+		var extra []string
+		_ = filepath.WalkDir(filepath.Join(root, sub), func(path string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return nil
+			}
+			rel, _ := filepath.Rel(root, path)
+			if !want[rel] && rel != sub {
+				extra = append(extra, path)
+				if d.IsDir() {
+					return filepath.SkipDir
+				}
+			}
+			return nil
+		})
+		for _, p := range extra {
+			if err := os.RemoveAll(p); err != nil {
+				return fetched, fmt.Errorf("checkpoints: files: %w", err)
+			}
+		}
+	}
+	return fetched, writeManifest(filepath.Join(root, stateFile), m)
+}
+
+// applyEntry makes path what e says, fetching its content only when the
+// file there differs; it returns 1 when it fetched.
+func applyEntry(ctx context.Context, blobs FileBlobs, path string, e Entry) (int, error) {
+	info, err := os.Lstat(path)
+	have := err == nil
+	switch {
+	case e.Mode.IsDir():
+		if have && !info.IsDir() {
+			if err := os.RemoveAll(path); err != nil {
+				return 0, err
+			}
+		}
+		if err := os.MkdirAll(path, 0o700); err != nil {
+			return 0, err
+		}
+		_ = os.Lchown(path, e.UID, e.GID)
+		return 0, nil
+	case e.Mode&fs.ModeSymlink != 0:
+		if have {
+			if l, err := os.Readlink(path); err == nil && l == e.Link {
+				return 0, nil
+			}
+			if err := os.RemoveAll(path); err != nil {
+				return 0, err
+			}
+		}
+		if err := os.Symlink(e.Link, path); err != nil {
+			return 0, err
+		}
+		_ = os.Lchown(path, e.UID, e.GID)
+		return 0, nil
+	}
+	if have && info.Mode() == e.Mode && info.Size() == e.Size && info.ModTime().UnixNano() == e.MTime {
+		return 0, nil
+	}
+	if have {
+		if err := os.RemoveAll(path); err != nil {
+			return 0, err
+		}
+	}
+	r, err := blobs.Open(ctx, e.SHA256)
+	if err != nil {
+		return 0, err
+	}
+	defer r.Close()
+	tmp := path + ".threadbox-part"
+	out, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return 0, err
+	}
+	_, err = io.Copy(out, r)
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		_ = os.Lchown(tmp, e.UID, e.GID)
+		err = os.Chmod(tmp, e.Mode.Perm())
+	}
+	if err == nil {
+		t := time.Unix(0, e.MTime)
+		err = os.Chtimes(tmp, t, t)
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		_ = os.Remove(tmp)
+		return 0, err
+	}
+	return 1, nil
+}
+
+// Forget removes every blob of the container's mirror: the container is
+// removed.
+func (f *Files) Forget(ctx context.Context, orgID, id string) error {
+	blobs, err := f.blobs(orgID, id)
+	if err != nil {
+		return fmt.Errorf("checkpoints: files: %w", err)
+	}
+	var sums []string
+	if err := blobs.Walk(ctx, func(sum string, _ time.Time) error { sums = append(sums, sum); return nil }); err != nil {
+		return fmt.Errorf("checkpoints: files: %w", err)
+	}
+	for _, sum := range sums {
+		if _, err := blobs.Remove(ctx, sum, time.Time{}); err != nil {
+			return fmt.Errorf("checkpoints: files: %w", err)
+		}
+	}
+	return nil
+}
+
+func putFile(ctx context.Context, blobs FileBlobs, path string) (string, error) {
+	in, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer in.Close()
+	sum, _, err := blobs.Put(ctx, in)
+	return sum, err
+}
+
+func readManifest(path string) (Manifest, error) {
+	var m Manifest
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return m, err
+	}
+	if err := json.Unmarshal(b, &m); err != nil {
+		return m, fmt.Errorf("checkpoints: files: %s: %w", filepath.Base(path), err)
+	}
+	return m, nil
+}
+
+func writeManifest(path string, m Manifest) error {
+	b, err := json.Marshal(m)
+	if err != nil {
+		return fmt.Errorf("checkpoints: files: %w", err)
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return fmt.Errorf("checkpoints: files: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("checkpoints: files: %w", err)
+	}
+	return nil
+}
