@@ -691,6 +691,11 @@ func (b *Backend) Claim(_ context.Context, name string, _ sandbox.Spec) error {
 	return fmt.Errorf("%s: claim %s: %w: no warm VMs", b.cfg.Name, name, sandbox.ErrUnsupported)
 }
 
+// WarmSandboxes is unsupported: see Warm.
+func (b *Backend) WarmSandboxes(context.Context) ([]string, error) {
+	return nil, fmt.Errorf("%s: warm sandboxes: %w: no warm VMs", b.cfg.Name, sandbox.ErrUnsupported)
+}
+
 // Stop ends the VM; its files stay.
 func (b *Backend) Stop(ctx context.Context, id string) error {
 	defer b.boxes.Lock(id)()
