@@ -118,6 +118,10 @@ var fastCases = []string{"Layout", "BashSemantics", "Timeout", "OutputDir", "Iso
 func TestConformance(t *testing.T) {
 	newBackend := func(t *testing.T) sandbox.Backend { return newTestBackend(t, Config{}) }
 	caps := sandboxtest.Capabilities{Memory: sandboxtest.MemoryOOMKill, Pids: true, Disk: true, CPU: true}
+	if testAccel() == AccelTCG {
+		// An emulated CPU: Python's first import of pandas took 30 s here.
+		caps.CommandTimeout = 3 * time.Minute
+	}
 	cases := fastCases
 	if os.Getenv("MICROVM_CONFORMANCE") == "full" {
 		cases = sandboxtest.Cases()

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -244,5 +245,36 @@ echo "$SECRET_TOKEN" | grep -c ` + marker
 	}
 	if got := strings.Fields(string(r.Stdout)); strings.Join(got, " ") != "0 0 0 0 0 0 0 1" {
 		t.Errorf("probe: %q (stderr %q), want the marker only in the environment", r.Stdout, r.Stderr)
+	}
+}
+
+// TestListenInGuest: a loopback address inside the VM hands its
+// connections to the host over the agent channel, as the API bridge of
+// every backend uses it, and the sandbox has no other way out.
+func TestListenInGuest(t *testing.T) {
+	b := newTestBackend(t, Config{})
+	ctx := context.Background()
+	if err := b.Ensure(ctx, sandbox.Spec{ID: "listen", Limits: sandbox.Limits{MemoryBytes: 256 << 20}}); err != nil {
+		t.Fatal(err)
+	}
+	l, err := b.Listen(ctx, "listen", "127.0.0.1:4040")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		buf := make([]byte, 4)
+		if _, err := io.ReadFull(c, buf); err == nil {
+			_, _ = c.Write(append([]byte("host saw "), buf...))
+		}
+	}()
+	r, err := b.Exec(ctx, "listen", sandbox.Command{Args: []string{"bash", "-c", "exec 3<>/dev/tcp/127.0.0.1/4040; printf ping >&3; head -c 13 <&3"}, Timeout: time.Minute})
+	if err != nil || string(r.Stdout) != "host saw ping" {
+		t.Errorf("through the listener: %q %q %v", r.Stdout, r.Stderr, err)
 	}
 }

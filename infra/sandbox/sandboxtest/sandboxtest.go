@@ -70,6 +70,10 @@ type Capabilities struct {
 	// CPU: the backend reads a sandbox's CPU time from its control group
 	// (SandboxCPU; sandbox time metering).
 	CPU bool
+	// CommandTimeout bounds each of the suite's probe commands; zero is
+	// 30 s. A backend whose CPU is emulated (a microVM without KVM runs
+	// code tens of times slower) needs longer for the same probes.
+	CommandTimeout time.Duration
 }
 
 // cpuMeter is a backend that reads a sandbox's CPU time (app/containers
@@ -227,15 +231,23 @@ func Sh(script string, timeout time.Duration) sandbox.Command {
 
 func (s *suite) exec(t *testing.T, be sandbox.Backend, id string, cmd sandbox.Command) (sandbox.Result, error) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), max(90*time.Second, s.probeTimeout()+time.Minute))
 	defer cancel()
 	return be.Exec(ctx, id, cmd)
+}
+
+// probeTimeout is how long one of the suite's probe commands may take.
+func (s *suite) probeTimeout() time.Duration {
+	if s.caps.CommandTimeout > 0 {
+		return s.caps.CommandTimeout
+	}
+	return 30 * time.Second
 }
 
 // run runs script in id and fails the test when it cannot run.
 func (s *suite) run(t *testing.T, id, script string) sandbox.Result {
 	t.Helper()
-	res, err := s.exec(t, s.be, id, Sh(script, 30*time.Second))
+	res, err := s.exec(t, s.be, id, Sh(script, s.probeTimeout()))
 	if err != nil {
 		t.Fatalf("exec %q in %s: %v", script, id, err)
 	}
@@ -366,7 +378,7 @@ func (s *suite) testOutputCaps(t *testing.T) {
 				if stream == "stderr" {
 					script = "{ " + script + "; } >&2"
 				}
-				cmd := Sh(script, 30*time.Second)
+				cmd := Sh(script, s.probeTimeout())
 				cmd.MaxOutput = MaxOutput
 				res, err := s.exec(t, s.be, id, cmd)
 				if err != nil {
@@ -393,7 +405,7 @@ func (s *suite) testOutputDir(t *testing.T) {
 	id := uniq("outdir")
 	s.boot(t, s.be, id, sandbox.Limits{})
 	cmd := Sh(`test -d "$OUTPUT_DIR" && test -z "$(find "$OUTPUT_DIR" -mindepth 1)" || exit 9
-echo chart > "$OUTPUT_DIR/chart.txt"; mkdir "$OUTPUT_DIR/sub"; echo deep > "$OUTPUT_DIR/sub/x"`, 30*time.Second)
+echo chart > "$OUTPUT_DIR/chart.txt"; mkdir "$OUTPUT_DIR/sub"; echo deep > "$OUTPUT_DIR/sub/x"`, s.probeTimeout())
 	cmd.OutputDir = true
 	res, err := s.exec(t, s.be, id, cmd)
 	if err != nil || res.ExitCode != 0 {
@@ -408,7 +420,7 @@ echo chart > "$OUTPUT_DIR/chart.txt"; mkdir "$OUTPUT_DIR/sub"; echo deep > "$OUT
 		t.Errorf("host outputs/chart.txt: %q %v", b, err)
 	}
 	// The next call gets a fresh, empty folder.
-	cmd = Sh(`test -d "$OUTPUT_DIR" && find "$OUTPUT_DIR" -mindepth 1 | wc -l`, 30*time.Second)
+	cmd = Sh(`test -d "$OUTPUT_DIR" && find "$OUTPUT_DIR" -mindepth 1 | wc -l`, s.probeTimeout())
 	cmd.OutputDir = true
 	if res, err := s.exec(t, s.be, id, cmd); err != nil || out(res) != "0" || len(res.OutputFiles) != 0 {
 		t.Errorf("second call: %q %v %v", res.Stdout, res.OutputFiles, err)
