@@ -32,11 +32,14 @@ func newTerminals(e *Executor) *terminals {
 // SessionBuffer bytes; cursors count every byte ever written, so a reader
 // that fell behind the window learns how much it missed.
 type terminal struct {
-	id   string
-	pid  int
-	sess sandbox.Session
-	max  int
-	done chan struct{}
+	id      string
+	pid     int
+	sess    sandbox.Session
+	max     int
+	done    chan struct{}
+	command string    // what it runs; "" for a session taken over (attach)
+	size    sandbox.TTY
+	started time.Time
 
 	mu       sync.Mutex
 	buf      []byte
@@ -44,6 +47,15 @@ type terminal struct {
 	exitCode *int
 	lost     string // why the session ended without an exit code
 	wake     chan struct{}
+	// changed is closed and replaced whenever output arrives, waking
+	// every watcher of the workspace's terminal view at once (wake wakes
+	// the one write_stdin call that waits).
+	changed chan struct{}
+}
+
+// newTerminal returns a session's terminal before it starts.
+func newTerminal(id string, limit int) *terminal {
+	return &terminal{id: id, max: limit, done: make(chan struct{}), wake: make(chan struct{}, 1), changed: make(chan struct{}), started: time.Now()}
 }
 
 func (t *terminal) output(_ sandbox.Stream, b []byte) {
@@ -57,6 +69,8 @@ func (t *terminal) output(_ sandbox.Stream, b []byte) {
 		}
 		t.buf = append(t.buf, b...)
 	}
+	close(t.changed)
+	t.changed = make(chan struct{})
 	t.mu.Unlock()
 	select {
 	case t.wake <- struct{}{}:
@@ -188,8 +202,9 @@ func (e *Executor) execCommand(ctx context.Context, call messages.ToolCall) (any
 	if err := e.terms.room(call.ContainerID); err != nil {
 		return nil, err
 	}
-	t := &terminal{id: "sess_" + rand.Text()[:16], max: e.cfg.SessionBuffer, done: make(chan struct{}), wake: make(chan struct{}, 1)}
-	started := time.Now()
+	t := newTerminal("sess_"+rand.Text()[:16], e.cfg.SessionBuffer)
+	t.command, t.size = *in.Command, size
+	started := t.started
 	end := e.begin(ctx, call.ContainerID)
 	sess, err := e.sb.Start(ctx, call.ContainerID, sandbox.Command{
 		Args:   []string{"bash", "-c", *in.Command},
@@ -247,7 +262,7 @@ func (t *terminal) watch(sess sandbox.Session, started time.Time, end func(sandb
 // a hand-over): its cursor goes on from the output that server received.
 // nil when the sandbox runs no such session.
 func (e *Executor) attach(ctx context.Context, call messages.ToolCall, id string) (*terminal, error) {
-	t := &terminal{id: id, max: e.cfg.SessionBuffer, done: make(chan struct{}), wake: make(chan struct{}, 1)}
+	t := newTerminal(id, e.cfg.SessionBuffer)
 	end := e.begin(ctx, call.ContainerID)
 	sess, err := e.sb.Start(ctx, call.ContainerID, sandbox.Command{Tag: terminalTag(id), Attach: true, Output: t.output}, nil)
 	if err != nil {
