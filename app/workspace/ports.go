@@ -8,6 +8,7 @@ import (
 
 	"threadbox/app/files"
 	"threadbox/app/messages/wire"
+	"threadbox/app/tools"
 	"threadbox/app/turns"
 	"threadbox/domain/artifact"
 	"threadbox/domain/audit"
@@ -176,7 +177,10 @@ type Deps struct {
 	// exchange; without it the title proposed from the first message's
 	// first line stays.
 	Titles Titles
-	Now    func() time.Time
+	// Terminals, when set, are the tool kit's exec_command sessions that
+	// the thread's terminal view lists, replays and follows.
+	Terminals Terminals
+	Now       func() time.Time
 	Log    *slog.Logger
 }
 
@@ -185,6 +189,20 @@ type Titles interface {
 	// Title returns the title model writes for exchange, the thread's
 	// first message and answer as text.
 	Title(ctx context.Context, p user.Principal, model, exchange string) (string, error)
+}
+
+// Terminals are the exec_command sessions the tool kit keeps for each
+// container (app/tools.Executor); a thread's container id is its id.
+type Terminals interface {
+	// Sessions lists the container's sessions, oldest first.
+	Sessions(containerID string) []tools.SessionInfo
+	// Session describes one; fault.NotFound when there is none.
+	Session(containerID, sessionID string) (tools.SessionInfo, error)
+	// Watch sends the session's output after since, then its output as
+	// it arrives, until the session or ctx ends.
+	Watch(ctx context.Context, containerID, sessionID string, since int64, send func(tools.Chunk) error) (tools.SessionInfo, error)
+	// Input types data into the session's terminal.
+	Input(containerID, sessionID string, data []byte) error
 }
 
 // Auditor appends events to the org's audit log (audit.Repository).

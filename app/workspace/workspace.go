@@ -27,6 +27,8 @@ type projectStore interface {
 type threadStore interface {
 	thread.Repository
 	thread.MessageRepository
+	// OrgThread returns the org's thread with id, whoever owns it.
+	OrgThread(ctx context.Context, orgID, id string) (thread.Thread, error)
 }
 
 // Service is the workspace use cases.

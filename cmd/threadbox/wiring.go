@@ -18,6 +18,7 @@ import (
 	"threadbox/app/messages"
 	"threadbox/app/quota"
 	"threadbox/app/skills"
+	"threadbox/app/tools"
 	"threadbox/app/turns"
 	metering "threadbox/app/usage"
 	"threadbox/app/workspace"
@@ -42,6 +43,7 @@ type system struct {
 	files      *files.Service
 	messages   *messages.Service     // the tool loop
 	kit        messages.ToolExecutor // the tool kit the loop runs server tools with (and the MCP server serves)
+	terminals  *tools.Executor       // the same kit unwrapped: its exec_command sessions, for the thread's terminal view
 	mcp        *mcpserver.Service    // the MCP server at /mcp
 	turns      *turns.Service        // prepares every turn (Messages API and chat) and keeps the detached turns' logs
 	skills     *skills.Service

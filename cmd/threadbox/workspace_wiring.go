@@ -207,6 +207,7 @@ func newWorkspace(cfg Config, sys *system, fs containerFiles, snaps workspace.Sn
 		Quota:            sys.quota,
 		Snapshots:        snaps,
 		Audit:            sys.store.Accounts(),
+		Terminals:        sys.terminals,
 		Log:              log.With("component", "workspace"),
 	})
 }
