@@ -21,9 +21,12 @@ m="$src/node_modules"
 cp "$m/marked/lib/marked.esm.js" "$out/marked.js"
 cp "$m/dompurify/dist/purify.es.mjs" "$out/purify.js"
 cp "$m/@highlightjs/cdn-assets/es/highlight.min.js" "$out/highlight.js"
+cp "$m/@xterm/xterm/lib/xterm.mjs" "$out/xterm.js"
+cp "$m/@xterm/xterm/css/xterm.css" "$out/xterm.css"
+cp "$m/@xterm/addon-fit/lib/addon-fit.mjs" "$out/xterm-fit.js"
 {
   echo "Third-party modules vendored by scripts/ui-vendor.sh, with their licenses."
-  for p in marked dompurify @highlightjs/cdn-assets; do
+  for p in marked dompurify @highlightjs/cdn-assets @xterm/xterm @xterm/addon-fit; do
     echo; echo "== $p $(node -p "require('./$m/$p/package.json').version")"
     cat "$m/$p/LICENSE"
   done
@@ -36,7 +39,7 @@ cp "$m/axe-core/axe.min.js" "$testout/axe.min.js"
 } > "$testout/LICENSES.txt"
 # The vendored modules carry no source maps: the page's CSP and the
 # embedded assets serve only what is listed here.
-sed -i '/^\/\/# sourceMappingURL=/d' "$out/marked.js" "$out/purify.js" "$out/highlight.js"
+sed -i '/^\/\/# sourceMappingURL=/d' "$out/marked.js" "$out/purify.js" "$out/highlight.js" "$out/xterm.js" "$out/xterm-fit.js"
 if [ "${1:-}" = --check ]; then
   for pair in "$out web/ui/vendor" "$testout e2e/vendor"; do
     set -- $pair

@@ -6,6 +6,7 @@ import { api, stream, upload, explain, decodeFileID, ApiError, APP } from './api
 import { resourceCard, downloadButton, previewInto } from './artifacts.js';
 import { renderMarkdown, withCopy, copyButton, highlightCode } from './markdown.js';
 import { notify } from './notice.js';
+import { terminalsSection, loadTerminals } from './terminal.js';
 
 const LONG_LINES = 20;
 const LONG_CHARS = 4000;
@@ -70,12 +71,13 @@ export async function renderThread(main, threadID, ctx) {
           h('div', { class: 'side-head' }, h('h2', { id: 'files-h' }, 'Thread files'),
             h('button', { type: 'button', onclick: () => loadFiles(view) }, 'Refresh')),
           files),
+        terminalsSection(view),
         h('section', { 'aria-labelledby': 'artifacts-h' },
           h('div', { class: 'side-head' }, h('h2', { id: 'artifacts-h' }, 'Project artifacts'),
             h('button', { type: 'button', onclick: () => loadArtifacts(view) }, 'Refresh')),
           artifacts))));
 
-  await Promise.all([loadHistory(view), loadFiles(view), loadArtifacts(view), showPolicy(view)]);
+  await Promise.all([loadHistory(view), loadFiles(view), loadArtifacts(view), showPolicy(view), loadTerminals(view)]);
   // The thread opens at its end with the composer focused, as chat apps
   // do: the next thing a user does is read the last answer or write.
   view.follow.end();
@@ -851,6 +853,7 @@ async function runTurn(view, content, runCode, signal, mode = '', asked = typeof
     turn.note(noCodeNote(await showPolicy(view)));
   }
   if (turn.codeRuns > 0 || turn.resources > 0) await Promise.all([loadFiles(view), loadArtifacts(view)]);
+  loadTerminals(view); // a turn may have started or ended a terminal session
   // A thread without a title of its own takes one from its first message.
   if (view.th.title === 'New thread') {
     try {
@@ -881,6 +884,7 @@ async function followTurn(view, turnID, signal, at) {
   turn.done();
   if (turn.truncated) await Promise.all([loadHistory(view), loadFiles(view), loadArtifacts(view)]);
   else if (turn.codeRuns > 0 || turn.resources > 0) await Promise.all([loadFiles(view), loadArtifacts(view)]);
+  loadTerminals(view);
 }
 
 /**
