@@ -37,7 +37,7 @@ type terminal struct {
 	sess    sandbox.Session
 	max     int
 	done    chan struct{}
-	command string    // what it runs; "" for a session taken over (attach)
+	command string // what it runs; "" for a session taken over (attach)
 	size    sandbox.TTY
 	started time.Time
 

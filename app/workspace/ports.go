@@ -181,7 +181,7 @@ type Deps struct {
 	// the thread's terminal view lists, replays and follows.
 	Terminals Terminals
 	Now       func() time.Time
-	Log    *slog.Logger
+	Log       *slog.Logger
 }
 
 // Titles asks the model for a thread's title (app/turns.Service).
