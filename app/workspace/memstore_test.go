@@ -134,6 +134,15 @@ func (m *memStore) Thread(_ context.Context, orgID, ownerID, id string) (thread.
 	return thread.Thread{}, errNoThread
 }
 
+func (m *memStore) OrgThread(_ context.Context, orgID, id string) (thread.Thread, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if t, ok := m.threads[id]; ok && t.OrgID() == orgID {
+		return t, nil
+	}
+	return thread.Thread{}, errNoThread
+}
+
 // Threads lists the owner's threads newest first, those whose title or
 // messages hold p.Query (case ignored) when it is set.
 func (m *memStore) Threads(_ context.Context, orgID, ownerID, projectID string, p thread.Page) ([]thread.Thread, error) {
