@@ -1,10 +1,14 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/input"
 	"github.com/chromedp/chromedp"
 
 	"threadbox/e2e"
@@ -61,7 +65,8 @@ func TestE2ETerminal(t *testing.T) {
 			// The owner types; the command runs in the sandbox and its
 			// output shows.
 			typed := "echo typed-$((6*7))-" + name
-			b.Do("type a command", chromedp.Focus(chromedp.CSS(".terminal-dialog .xterm-helper-textarea")), chromedp.KeyEvent(typed+"\r"))
+			b.Do("focus the terminal", chromedp.Focus(chromedp.CSS(".terminal-dialog .xterm-helper-textarea")))
+			typeKeys(t, b, typed+"\r")
 			b.WaitTrue("its output", rows+`.textContent.includes('typed-42-`+name+`')`, 15*time.Second)
 			if got := e2e.Eval[string](b, "the note", `document.querySelector('.terminal-dialog .terminal-note').textContent`); got == "" {
 				t.Error("the terminal view says nothing about who may type")
@@ -69,12 +74,45 @@ func TestE2ETerminal(t *testing.T) {
 			if tc.width == 375 {
 				noHorizontalOverflow(t, b, 375)
 			}
-			shootViewport(t, b, "terminal-"+name, ".terminal-dialog")
+			png := e2e.Run(b, "screenshot", chromedp.CaptureScreenshot())
+			dir, err := e2e.ArtifactsDir()
+			if err != nil {
+				t.Fatal(err)
+			}
+			path := filepath.Join(dir, "TestE2ETerminal-"+name+".png")
+			if err := os.WriteFile(path, png, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("screenshot: %s", path)
 			b.Do("close the terminal", chromedp.Click(chromedp.CSS(".terminal-dialog .terminal-close")))
 			b.WaitTrue("the view closed", `!document.querySelector('.terminal-dialog')`, 5*time.Second)
 		})
 	}
 	if evs := auditEvents(t, s, token, "terminal.input"); len(evs) < 4 {
 		t.Errorf("%d inputs audited, want one or more for each of the 4 views", len(evs))
+	}
+}
+
+// typeKeys types text into the focused element as a keyboard does: one
+// key press a character, the key down carrying its text ("\r" is Enter).
+// (chromedp.KeyEvent adds a char event of its own after each key down,
+// which a terminal emulator, reading key presses and input events, takes
+// as a second key.)
+func typeKeys(t *testing.T, b *e2e.Browser, text string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(b.Context(), 20*time.Second)
+	defer cancel()
+	for _, r := range text {
+		down := input.DispatchKeyEventParams{Type: input.DispatchKeyEventTypeKeyDown, Text: string(r), Key: string(r)}
+		up := input.DispatchKeyEventParams{Type: input.DispatchKeyEventTypeKeyUp, Key: string(r)}
+		if r == '\r' {
+			down = input.DispatchKeyEventParams{Type: input.DispatchKeyEventTypeKeyDown, Text: "\r", Key: "Enter", Code: "Enter", WindowsVirtualKeyCode: 13}
+			up = input.DispatchKeyEventParams{Type: input.DispatchKeyEventTypeKeyUp, Key: "Enter", Code: "Enter", WindowsVirtualKeyCode: 13}
+		}
+		for _, ev := range []input.DispatchKeyEventParams{down, up} {
+			if _, err := chromedp.Call(ctx, input.DispatchKeyEvent, ev); err != nil {
+				t.Fatalf("type %q: %v", r, err)
+			}
+		}
 	}
 }
