@@ -64,6 +64,7 @@ microvm-guest:
 # here is emulation (tcg).
 test-microvm: agent
 	THREADBOX_AGENT_BIN=$(CURDIR)/$(BIN)/threadbox-agent MICROVM_CONFORMANCE=full $(GO) test -count=1 -timeout 60m -v ./infra/sandbox/microvm
+	THREADBOX_AGENT_BIN=$(CURDIR)/$(BIN)/threadbox-agent MICROVM_CONFORMANCE=full $(GO) test -count=1 -timeout 10m -v -run TestSandboxToolsMicroVM ./cmd/threadbox
 
 clean:
 	rm -rf $(BIN)

@@ -1,0 +1,57 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"threadbox/infra/sandbox/local"
+	"threadbox/infra/sandbox/microvm"
+)
+
+// TestSandboxToolsMicroVM runs a Messages API turn's code tools in a
+// microVM: a Python session keeps its state across calls, and a command in
+// the VM reaches threadbox's Messages API through the sandbox's API bridge
+// with its own token. Under emulation a VM boots in seconds, so this runs
+// with the whole microvm suite (`make test-microvm`, MICROVM_CONFORMANCE=full)
+// rather than in `make test`.
+func TestSandboxToolsMicroVM(t *testing.T) {
+	if os.Getenv("MICROVM_CONFORMANCE") != "full" {
+		t.Skip("runs with `make test-microvm` (MICROVM_CONFORMANCE=full): an emulated VM boots in seconds")
+	}
+	bin := needAgent(t)
+	if os.Geteuid() != 0 {
+		missing(t, "the microvm backend needs root")
+	}
+	if _, err := exec.LookPath(microvm.DefaultQEMU); err != nil {
+		missing(t, "QEMU is missing (qemu-system-x86): %v", err)
+	}
+	if local.FindRootFS(os.Getenv) == "" || microvm.FindGuest(os.Getenv) == "" {
+		missing(t, "no sandbox root filesystem (make sandbox-image) or microVM guest (make microvm-guest)")
+	}
+	accel := os.Getenv("MICROVM_ACCEL")
+	if accel == "" {
+		accel = microvm.AccelTCG
+	}
+	s, fake := modelServer(t, "", "anthropic", map[string]string{"SANDBOX_BACKEND": "microvm", "MICROVM_ACCEL": accel,
+		"THREADBOX_AGENT_BIN": bin, "SANDBOX_MEMORY_BYTES": "536870912"})
+	cl := msgClient(s, s.bootstrap("acme", "admin@acme.test"))
+	fake.Push(steps(
+		call("repl_execute", map[string]any{"code": "n = 5"}),
+		call("repl_execute", map[string]any{"code": "n * 2"}),
+		call("sandbox_bash", map[string]any{"command": `uname -r; curl -sS -m 60 -H "Authorization: Bearer $ANTHROPIC_AUTH_TOKEN" -H 'content-type: application/json' -d '{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}' "$ANTHROPIC_BASE_URL/v1/messages"`}),
+	), textStep("from inside the VM"), textStep("ok"))
+	calls, _ := sandboxTurn(t, cl, "vm1")
+	if calls[1].str("value") != "10" {
+		t.Fatalf("repl state: %v / %v", calls[0].Content, calls[1].Content)
+	}
+	out := calls[2].str("stdout")
+	if !strings.Contains(out, "from inside the VM") {
+		t.Fatalf("curl from the VM: %q (stderr %q)", out, calls[2].str("stderr"))
+	}
+	t.Logf("in the VM: %q", out)
+	if host, _ := exec.Command("uname", "-r").Output(); strings.HasPrefix(out, strings.TrimSpace(string(host))+"\n") {
+		t.Errorf("the VM runs the host's kernel %q", host)
+	}
+}
