@@ -104,6 +104,9 @@ type RunOptions struct {
 	ExpiresAt func() time.Time
 	// OnToolCall, when set, is called after each sub-tool call.
 	OnToolCall ToolHook
+	// BeforeToolCall, when set, is called before each sub-tool call runs
+	// (with a nil result).
+	BeforeToolCall ToolHook
 	// Env holds KEY=value pairs passed to every sub-tool call (ToolCall.Env).
 	Env []string
 	// EnvFunc, when set, is called at the turn's first sub-tool call; the
@@ -606,6 +609,9 @@ func (t *turn) execute(ctx context.Context, call ToolCall) (*wire.ToolResult, er
 	if exec, _ := t.route(call.Name); exec == nil {
 		r = ErrorResult(call.Name, wire.CodeUnavailable, NotConfiguredMessage)
 	} else {
+		if t.opts.BeforeToolCall != nil {
+			t.opts.BeforeToolCall(ctx, call, nil)
+		}
 		var (
 			err  error
 			live *liveOutput

@@ -206,6 +206,11 @@ func (t *Turn) Model() string { return t.req.Model }
 // chat captures the outputs as artifacts).
 func (t *Turn) OnToolCall(h messages.ToolHook) { t.opts.OnToolCall = h }
 
+// BeforeToolCall makes the turn call h before each of its server tool
+// calls runs (the chat waits there for the files snapshot of the call
+// before).
+func (t *Turn) BeforeToolCall(h messages.ToolHook) { t.opts.BeforeToolCall = h }
+
 // Run runs the turn, sending its events to sink as they happen. A turn
 // that offers tools in a container gets its sandbox variables, and its
 // sandbox token stops working when Run returns.

@@ -46,6 +46,18 @@ type SnapshotFiles interface {
 	// thread's.
 	DropSnapshot(ctx context.Context, threadID, snapshotID string) error
 	DropSnapshots(ctx context.Context, threadID string) error
+	// SnapshotManifest lists a snapshot's files by path ("" is the empty
+	// snapshot); fault.NotFound when its files are gone.
+	SnapshotManifest(ctx context.Context, threadID, snapshotID string) (map[string]snapshot.File, error)
+	// SnapshotFile reads up to max bytes of a snapshot's regular file,
+	// and tells whether it holds more.
+	SnapshotFile(ctx context.Context, threadID, snapshotID, path string, max int64) ([]byte, bool, error)
+	// ContainerFiles returns the container's files at paths as they are
+	// now (missing ones left out).
+	ContainerFiles(ctx context.Context, containerID string, paths []string) (map[string]snapshot.File, error)
+	// RestorePaths makes each of the container's paths what the snapshot
+	// holds there, removing those it does not hold.
+	RestorePaths(ctx context.Context, threadID, snapshotID, containerID string, paths []string) error
 }
 
 // Snapshots are the ports of time travel; without them no snapshot is
@@ -78,21 +90,25 @@ func (s *Service) retention(ctx context.Context, orgID string) snapshot.Retentio
 // answered with messageID, then drops the snapshots past the org's
 // retention. A snapshot that does not fit the org's storage quota is not
 // kept. It never fails the turn: what goes wrong is logged.
-func (s *Service) snapshotTurn(ctx context.Context, p user.Principal, th thread.Thread, messageID string) {
+func (s *Service) snapshotTurn(ctx context.Context, p user.Principal, th thread.Thread, messageID, baseID string) {
 	if !s.snapshotsOn() {
 		return
 	}
-	if err := s.takeSnapshot(ctx, p, th, messageID); err != nil {
+	if _, _, err := s.takeSnapshot(ctx, p, th, snapshot.Snapshot{Kind: snapshot.KindTurn, MessageID: messageID, BaseID: baseID}); err != nil {
 		s.log.Warn("files snapshot not taken", "thread", th.ID(), "message", messageID, "cause", err.Error())
 	}
 }
 
-// takeSnapshot is snapshotTurn's work.
-func (s *Service) takeSnapshot(ctx context.Context, p user.Principal, th thread.Thread, messageID string) error {
+// takeSnapshot takes and records a snapshot of the thread's files of the
+// kind, turn and call sn names, linking the files unchanged since the
+// thread's newest snapshot, and applies the org's retention. A start
+// snapshot that holds what the newest one holds is not kept: that one is
+// returned, with false.
+func (s *Service) takeSnapshot(ctx context.Context, p user.Principal, th thread.Thread, sn snapshot.Snapshot) (snapshot.Snapshot, bool, error) {
 	recs, files := s.d.Snapshots.Records, s.d.Snapshots.Files
 	snaps, err := recs.ThreadSnapshots(ctx, th.ID())
 	if err != nil {
-		return err
+		return snapshot.Snapshot{}, false, err
 	}
 	prev := ""
 	if len(snaps) > 0 {
@@ -103,50 +119,61 @@ func (s *Service) takeSnapshot(ctx context.Context, p user.Principal, th thread.
 	containerID := th.ContainerID()
 	if s.d.Containers != nil {
 		if _, ok, err := s.d.Containers.Peek(ctx, p, th.ID()); err != nil {
-			return err
+			return snapshot.Snapshot{}, false, err
 		} else if ok {
 			c, err := s.d.Containers.Scope(ctx, p, th.ID(), true) // its folders prepared
 			if err != nil {
-				return err
+				return snapshot.Snapshot{}, false, err
 			}
 			containerID = c.ID()
 		}
 	}
-	sn := snapshot.Snapshot{ID: id.New("snp"), OrgID: th.OrgID(), ThreadID: th.ID(), MessageID: messageID, TakenAt: s.now().UTC()}
+	sn.ID, sn.OrgID, sn.ThreadID, sn.TakenAt = id.New("snp"), th.OrgID(), th.ID(), s.now().UTC()
 	st, err := files.TakeSnapshot(ctx, th.ID(), sn.ID, prev, containerID)
 	if err != nil {
-		return err
+		return snapshot.Snapshot{}, false, err
+	}
+	if sn.Kind == snapshot.KindStart && (st.Unchanged || prev == "" && st.Files == 0) {
+		// The newest snapshot (or, for a thread without any, the empty
+		// one) holds the files already.
+		_ = files.DropSnapshot(ctx, th.ID(), sn.ID)
+		if prev == "" {
+			return snapshot.Snapshot{}, false, nil
+		}
+		return snaps[len(snaps)-1], false, nil
 	}
 	sn.Files, sn.Size, sn.Bytes = st.Files, st.Size, st.Stored
 	if s.d.Quota != nil {
 		if err := s.d.Quota.BeforeStore(ctx, th.OrgID(), sn.Bytes); err != nil {
 			_ = files.DropSnapshot(ctx, th.ID(), sn.ID)
-			return err
+			return snapshot.Snapshot{}, false, err
 		}
 	}
 	drop, keep := s.retention(ctx, th.OrgID()).Prune(append(snaps, sn))
-	if len(keep) > 0 && keep[len(keep)-1].ID == sn.ID {
-		if err := recs.SaveSnapshot(ctx, keep[len(keep)-1]); err != nil {
-			_ = files.DropSnapshot(ctx, th.ID(), sn.ID)
-			return err
-		}
+	if len(keep) == 0 || keep[len(keep)-1].ID != sn.ID {
+		_ = files.DropSnapshot(ctx, th.ID(), sn.ID)
+		return snapshot.Snapshot{}, false, fault.New(fault.Conflict, "the snapshot alone exceeds the org's snapshotBytesPerThread")
 	}
-	if len(keep) > 0 && len(drop) > 0 && keep[0].ID != sn.ID {
+	if err := recs.SaveSnapshot(ctx, keep[len(keep)-1]); err != nil {
+		_ = files.DropSnapshot(ctx, th.ID(), sn.ID)
+		return snapshot.Snapshot{}, false, err
+	}
+	if len(drop) > 0 && keep[0].ID != sn.ID {
 		// The oldest kept now stores the files it shared with those dropped.
 		if err := recs.SaveSnapshot(ctx, keep[0]); err != nil {
-			return err
+			return snapshot.Snapshot{}, false, err
 		}
 	}
 	for _, d := range drop {
 		if err := recs.DeleteSnapshot(ctx, d.ID); err != nil {
-			return err
+			return snapshot.Snapshot{}, false, err
 		}
 		if err := files.DropSnapshot(ctx, th.ID(), d.ID); err != nil {
-			return err
+			return snapshot.Snapshot{}, false, err
 		}
 	}
-	s.log.Debug("files snapshot taken", "thread", th.ID(), "snapshot", sn.ID, "files", st.Files, "bytes", st.Size, "stored", st.Stored, "cloned", st.Cloned)
-	return nil
+	s.log.Debug("files snapshot taken", "thread", th.ID(), "snapshot", sn.ID, "kind", sn.Kind, "call", sn.CallID, "files", st.Files, "bytes", st.Size, "stored", st.Stored, "cloned", st.Cloned)
+	return sn, true, nil
 }
 
 // dropSnapshots removes a thread's snapshots' files (their records go

@@ -272,7 +272,13 @@ func (t *Turn) run(ctx context.Context, sink messages.Sink) (*wire.Response, err
 		return nil, fmt.Errorf("workspace: store assistant message: %w", err)
 	}
 	rs := &resourceSink{out: sink, last: -1, now: s.now}
+	// The files as each call left them, snapshotted while the model takes
+	// its next step; the next call waits for that snapshot.
+	snaps := s.turnSnapshots(dbctx, t.p, t.thread, am.ID())
+	defer snaps.wait()
+	t.turn.BeforeToolCall(func(context.Context, messages.ToolCall, *wire.ToolResult) { snaps.before() })
 	t.turn.OnToolCall(func(hctx context.Context, call messages.ToolCall, _ *wire.ToolResult) {
+		snaps.after(call.ID)
 		took, timed := rs.took(call.ID)
 		arts, deferred := s.capture(context.WithoutCancel(hctx), t.thread, call.ContainerID, call.ID)
 		for _, a := range arts {
@@ -316,7 +322,7 @@ func (t *Turn) run(ctx context.Context, sink messages.Sink) (*wire.Response, err
 	}
 	// The files as the turn left them, under its lease, so no rewind or
 	// other turn of the thread changes them meanwhile.
-	s.snapshotTurn(dbctx, t.p, t.thread, am.ID())
+	s.snapshotTurn(dbctx, t.p, t.thread, am.ID(), snaps.baseID())
 	return resp, nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -304,4 +305,139 @@ func snapshotFolders(t *testing.T, s *server, tid string) int {
 		t.Fatal(err)
 	}
 	return len(es)
+}
+
+// callIDs returns the ids of the sandbox tool calls of a thread's
+// message, in order.
+func callIDs(t *testing.T, f wsFixture, tok, tid, messageID string) []string {
+	t.Helper()
+	var out []string
+	for _, x := range f.history(t, tok, tid) {
+		m := x.(map[string]any)
+		if m["id"] != messageID {
+			continue
+		}
+		for _, b := range m["content"].([]any) {
+			if b := b.(map[string]any); b["type"] == "server_tool_use" {
+				out = append(out, b["id"].(string))
+			}
+		}
+	}
+	return out
+}
+
+// changeList renders a call's changes as "op path" lines.
+func changeList(v map[string]any) []string {
+	var out []string
+	for _, x := range v["changes"].([]any) {
+		c := x.(map[string]any)
+		out = append(out, fmt.Sprint(c["op"], " ", c["path"]))
+	}
+	return out
+}
+
+// TestToolCallChangesAndRevert: each sandbox tool call of a turn lists
+// the files it created, changed and deleted (an upload between turns is
+// not counted to the next call), with a unified diff of text files and
+// sizes of others; reverting a call gives back exactly its paths, is
+// refused when a later call changed them unless forced, and is audited.
+func TestToolCallChangesAndRevert(t *testing.T) {
+	bin := needDocker(t)
+	databases(t, func(t *testing.T, db string) {
+		s, fake := modelServer(t, db, "anthropic", map[string]string{"SANDBOX_BACKEND": "docker", "THREADBOX_AGENT_BIN": bin})
+		f := newWSFixture(t, s)
+		a, tid := f.admin, f.tid
+		const ws = "/home/agent/workspace"
+		// One turn, two calls.
+		fake.Push(
+			bashStep(fmt.Sprintf(`cd %s && echo one > a.txt && echo keep > k.txt && printf '\000\001\002' > bin.dat`, ws)),
+			bashStep(fmt.Sprintf(`cd %s && echo two > a.txt && rm k.txt && echo new > n.txt`, ws)),
+			textStep("done"))
+		r := s.do("POST", appAPI+"/thread/"+tid+"/messages", a, map[string]any{"content": "two calls", "pgpt": map[string]any{"tools": []any{"code_execution"}}})
+		mustStatus(t, "turn 1", r, 200)
+		calls := callIDs(t, f, a, tid, lastAnswer(t, f, a, tid))
+		// Between turns, an upload; then a turn of one call.
+		mustStatus(t, "upload", f.upload(t, a, tid, "up.txt", "up.txt", "uploaded"), 201)
+		fake.Push(bashStep(fmt.Sprintf(`echo three > %s/a.txt`, ws)), textStep("done"))
+		r = s.do("POST", appAPI+"/thread/"+tid+"/messages", a, map[string]any{"content": "one call", "pgpt": map[string]any{"tools": []any{"code_execution"}}})
+		mustStatus(t, "turn 2", r, 200)
+		calls = append(calls, callIDs(t, f, a, tid, lastAnswer(t, f, a, tid))...)
+		if len(calls) != 3 {
+			t.Fatalf("calls: %v", calls)
+		}
+
+		// The thread's list, oldest call first.
+		r = s.do("GET", appAPI+"/thread/"+tid+"/changes", a, nil)
+		mustStatus(t, "thread changes", r, 200)
+		all := r.json(t)["data"].([]any)
+		want := [][]string{
+			{"created workspace/a.txt", "created workspace/bin.dat", "created workspace/k.txt"},
+			{"changed workspace/a.txt", "deleted workspace/k.txt", "created workspace/n.txt"},
+			{"changed workspace/a.txt"},
+		}
+		if len(all) != 3 {
+			t.Fatalf("thread changes: %s", r.body)
+		}
+		for i, x := range all {
+			v := x.(map[string]any)
+			if v["call_id"] != calls[i] || !slices.Equal(changeList(v), want[i]) {
+				t.Fatalf("call %d: %v %v, want %s %v", i+1, v["call_id"], changeList(v), calls[i], want[i])
+			}
+		}
+
+		// One call's changes with diffs.
+		r = s.do("GET", appAPI+"/thread/"+tid+"/calls/"+calls[1]+"/changes", a, nil)
+		mustStatus(t, "call changes", r, 200)
+		ch := r.json(t)["changes"].([]any)
+		edit := ch[0].(map[string]any)
+		if d, _ := edit["diff"].(string); edit["text"] != true || !strings.Contains(d, "-one\n") || !strings.Contains(d, "+two\n") || edit["size_before"] != 4.0 || edit["size_after"] != 4.0 {
+			t.Fatalf("a.txt's change: %v", edit)
+		}
+		if del := ch[1].(map[string]any); del["size_after"] != nil || !strings.Contains(del["diff"].(string), "-keep") {
+			t.Fatalf("k.txt's change: %v", del)
+		}
+		r = s.do("GET", appAPI+"/thread/"+tid+"/calls/"+calls[0]+"/changes", a, nil)
+		mustStatus(t, "first call's changes", r, 200)
+		if b := r.json(t)["changes"].([]any)[1].(map[string]any); b["path"] != "workspace/bin.dat" || b["text"] != false || b["diff_omitted"] != "not text" || b["size_after"] != 3.0 {
+			t.Fatalf("bin.dat's change: %v", b)
+		}
+		refused(t, "changes of an unknown call", s.do("GET", appAPI+"/thread/"+tid+"/calls/srvtoolu_none/changes", a, nil), 404, "not_found_error")
+
+		// Reverting the second call is refused: the third changed a.txt.
+		before := threadFiles(t, s, tid)
+		refused(t, "revert under a later call", s.do("POST", appAPI+"/thread/"+tid+"/calls/"+calls[1]+"/revert", a, nil), 409, "invalid_request_error", "workspace/a.txt", calls[2], "force")
+		if got := threadFiles(t, s, tid); !maps.Equal(got, before) {
+			t.Fatalf("a refused revert changed the files: %v", got)
+		}
+		// The third call reverted: a.txt as the second left it.
+		r = s.do("POST", appAPI+"/thread/"+tid+"/calls/"+calls[2]+"/revert", a, nil)
+		mustStatus(t, "revert the last call", r, 200)
+		wantFiles := map[string]string{"workspace/a.txt": "two\n", "workspace/bin.dat": "\x00\x01\x02", "workspace/n.txt": "new\n", "uploads/up.txt": "uploaded"}
+		if got := threadFiles(t, s, tid); !maps.Equal(got, wantFiles) {
+			t.Fatalf("after reverting the last call: %q, want %q", got, wantFiles)
+		}
+		// Forced, the second: its paths as the first left them, the
+		// upload untouched.
+		r = s.do("POST", appAPI+"/thread/"+tid+"/calls/"+calls[1]+"/revert", a, map[string]any{"force": true})
+		mustStatus(t, "forced revert", r, 200)
+		if v := r.json(t); len(v["restored"].([]any)) != 3 || fmt.Sprint(v["forced"]) != "[workspace/a.txt]" {
+			t.Fatalf("forced revert: %s", r.body)
+		}
+		wantFiles = map[string]string{"workspace/a.txt": "one\n", "workspace/bin.dat": "\x00\x01\x02", "workspace/k.txt": "keep\n", "uploads/up.txt": "uploaded"}
+		if got := threadFiles(t, s, tid); !maps.Equal(got, wantFiles) {
+			t.Fatalf("after reverting the second call: %q, want %q", got, wantFiles)
+		}
+		// The sandbox sees the reverted files.
+		fake.Push(bashStep(fmt.Sprintf(`cat %s/a.txt %s/k.txt`, ws, ws)), textStep("done"))
+		r = s.do("POST", appAPI+"/thread/"+tid+"/messages", a, map[string]any{"content": "look", "pgpt": map[string]any{"tools": []any{"code_execution"}}})
+		mustStatus(t, "turn 3", r, 200)
+		if !strings.Contains(string(r.body), `one\nkeep\n`) {
+			t.Fatalf("the sandbox reads: %s", r.body)
+		}
+		r = s.do("GET", appAPI+"/org/audit", a, nil)
+		mustStatus(t, "audit", r, 200)
+		if n := strings.Count(string(r.body), `"thread.call_revert"`); n != 2 {
+			t.Fatalf("audit holds %d reverts, want 2: %s", n, r.body)
+		}
+	})
 }

@@ -14,14 +14,29 @@ import (
 // count.
 const DefaultCount = 20
 
+// Kinds of snapshot: a turn's end (what rewind and fork go back to), the
+// end of one of its sandbox tool calls, and the files as a turn found them
+// before its first call, when they differ from the thread's newest
+// snapshot (an upload, a terminal, a rewind or a revert changed them).
+const (
+	KindTurn  = "turn"
+	KindCall  = "call"
+	KindStart = "start"
+)
+
 // Snapshot records one snapshot of a thread's files, taken when the turn
-// that answered with MessageID ended.
+// that answered with MessageID ended, or one of its tool calls (CallID).
 type Snapshot struct {
 	ID        string
 	OrgID     string
 	ThreadID  string
-	MessageID string // the assistant message whose turn it ended
-	Files     int
+	MessageID string // the assistant message of the turn it was taken in
+	Kind      string // KindTurn, KindCall or KindStart
+	CallID    string // the tool call it ended (KindCall)
+	// BaseID is the snapshot holding the files as they were just before
+	// this one's changes ("": none, the container was empty).
+	BaseID string
+	Files  int
 	// Size is the bytes of the files it holds; Bytes is what it stores
 	// on its own: the files it does not share with the snapshot before it
 	// (unchanged files are linked to that one's). The oldest a thread
@@ -39,6 +54,9 @@ type Stats struct {
 	Size   int64
 	Stored int64
 	Cloned int
+	// Unchanged tells that the snapshot holds exactly what the one before
+	// held (the same paths, each with the same content).
+	Unchanged bool
 }
 
 // Retention bounds a thread's snapshots: at most Count of them (zero:
@@ -57,7 +75,7 @@ func NewRetention(count int, bytes int64) (Retention, error) {
 	return Retention{Count: count, Bytes: bytes}, nil
 }
 
-// count is the number of snapshots kept.
+// count is the number of turns whose snapshots are kept.
 func (r Retention) count() int {
 	if r.Count <= 0 {
 		return DefaultCount
@@ -65,8 +83,26 @@ func (r Retention) count() int {
 	return r.Count
 }
 
+// MaxPerTurn bounds the snapshots a thread keeps per kept turn (its
+// calls' and its start's), so turns that never end (stopped, failed)
+// cannot pile up snapshots unbounded by the count.
+const MaxPerTurn = 64
+
+// turns counts the turn-end snapshots among snaps.
+func turns(snaps []Snapshot) int {
+	n := 0
+	for _, s := range snaps {
+		if s.Kind == KindTurn || s.Kind == "" {
+			n++
+		}
+	}
+	return n
+}
+
 // Prune splits a thread's snapshots, oldest first, into those the
-// retention drops (the oldest ones) and those it keeps. A dropped
+// retention drops (the oldest ones) and those it keeps. The count bounds
+// the turns kept: a turn's calls' snapshots go with the turns around
+// them, and at most MaxPerTurn snapshots per counted turn are kept. A dropped
 // snapshot's files the next one linked become that one's own, so the
 // oldest kept stores its whole Size: its Bytes in keep say so, and the
 // caller saves it. A newest snapshot that alone stores more than Bytes is
@@ -77,7 +113,7 @@ func (r Retention) Prune(snaps []Snapshot) (drop, keep []Snapshot) {
 	for _, s := range keep {
 		total += s.Bytes
 	}
-	for len(keep) > 0 && (len(keep) > r.count() || r.Bytes > 0 && total > r.Bytes) {
+	for len(keep) > 0 && (turns(keep) > r.count() || len(keep) > r.count()*MaxPerTurn || r.Bytes > 0 && total > r.Bytes) {
 		drop = append(drop, keep[0])
 		total -= keep[0].Bytes
 		keep = keep[1:]

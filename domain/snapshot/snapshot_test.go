@@ -69,3 +69,52 @@ func TestNewRetention(t *testing.T) {
 		}
 	}
 }
+
+func TestRetentionCountsTurns(t *testing.T) {
+	in := []Snapshot{
+		{ID: "t1", Kind: KindTurn, Size: 1, Bytes: 1},
+		{ID: "s2", Kind: KindStart, Size: 1, Bytes: 1},
+		{ID: "c2", Kind: KindCall, Size: 1, Bytes: 1},
+		{ID: "t2", Kind: KindTurn, Size: 1, Bytes: 0},
+		{ID: "c3", Kind: KindCall, Size: 1, Bytes: 0},
+	}
+	drop, keep := Retention{Count: 1}.Prune(in)
+	if len(drop) != 1 || drop[0].ID != "t1" || len(keep) != 4 {
+		t.Fatalf("drop %v keep %v", drop, keep)
+	}
+	drop, _ = Retention{Count: 2}.Prune(in)
+	if len(drop) != 0 {
+		t.Fatalf("two turns kept whole, dropped %v", drop)
+	}
+}
+
+func TestDiffAndTouched(t *testing.T) {
+	a := File{Size: 1, Mode: 0o644, SHA256: "a"}
+	b := File{Size: 1, Mode: 0o644, SHA256: "b"}
+	before := map[string]File{"workspace/keep": a, "workspace/edit": a, "workspace/gone": a, "workspace/mode": a}
+	x := a
+	x.Mode = 0o755
+	after := map[string]File{"workspace/keep": a, "workspace/edit": b, "workspace/new": b, "workspace/mode": x}
+	got := Diff(before, after)
+	want := []string{"workspace/edit changed", "workspace/gone deleted", "workspace/mode changed", "workspace/new created"}
+	var have []string
+	for _, c := range got {
+		have = append(have, c.Path+" "+c.Op)
+	}
+	if !slices.Equal(have, want) {
+		t.Fatalf("diff %v, want %v", have, want)
+	}
+	// Later: edit changed again, gone recreated, new untouched.
+	later := map[string]File{"workspace/edit": a, "workspace/gone": b, "workspace/new": b, "workspace/mode": x}
+	if got := Touched(got, later); !slices.Equal(got, []string{"workspace/edit", "workspace/gone"}) {
+		t.Fatalf("touched %v", got)
+	}
+}
+
+func TestCheckPath(t *testing.T) {
+	for p, ok := range map[string]bool{"workspace/a.txt": true, "outputs/d/e": true, "workspace": false, "etc/passwd": false, "workspace/../x": false, "workspace//x": false, "/workspace/a": false} {
+		if err := CheckPath(p); (err == nil) != ok {
+			t.Errorf("CheckPath(%q) = %v", p, err)
+		}
+	}
+}

@@ -15,6 +15,9 @@ type snapshotRow struct {
 	OrgID      string
 	ThreadID   string
 	MessageID  string
+	Kind       string
+	CallID     string
+	BaseID     string
 	Files      int
 	FilesBytes int64
 	SizeBytes  int64
@@ -24,13 +27,16 @@ type snapshotRow struct {
 func (snapshotRow) TableName() string { return "thread_snapshots" }
 
 func (r snapshotRow) domain() snapshot.Snapshot {
-	return snapshot.Snapshot{ID: r.ID, OrgID: r.OrgID, ThreadID: r.ThreadID, MessageID: r.MessageID, Files: r.Files, Size: r.FilesBytes, Bytes: r.SizeBytes, TakenAt: r.TakenAt.UTC()}
+	return snapshot.Snapshot{ID: r.ID, OrgID: r.OrgID, ThreadID: r.ThreadID, MessageID: r.MessageID, Kind: r.Kind, CallID: r.CallID, BaseID: r.BaseID, Files: r.Files, Size: r.FilesBytes, Bytes: r.SizeBytes, TakenAt: r.TakenAt.UTC()}
 }
 
 // SaveSnapshot records a snapshot, or saves what it stores on its own when
 // it is recorded already.
 func (s Snapshots) SaveSnapshot(ctx context.Context, sn snapshot.Snapshot) error {
-	r := snapshotRow{sn.ID, sn.OrgID, sn.ThreadID, sn.MessageID, sn.Files, sn.Size, sn.Bytes, sn.TakenAt.UTC()}
+	if sn.Kind == "" {
+		sn.Kind = snapshot.KindTurn
+	}
+	r := snapshotRow{sn.ID, sn.OrgID, sn.ThreadID, sn.MessageID, sn.Kind, sn.CallID, sn.BaseID, sn.Files, sn.Size, sn.Bytes, sn.TakenAt.UTC()}
 	if n := s.q(ctx).Model(&snapshotRow{}).Where("id = ?", sn.ID).Update("size_bytes", sn.Bytes); n.Error != nil || n.RowsAffected > 0 {
 		return translate(n.Error, "snapshot")
 	}
@@ -45,7 +51,7 @@ func (s Snapshots) ThreadSnapshots(ctx context.Context, threadID string) ([]snap
 // MessageSnapshot returns the newest snapshot taken when the turn that
 // answered with messageID ended (fault.NotFound when none is kept).
 func (s Snapshots) MessageSnapshot(ctx context.Context, threadID, messageID string) (snapshot.Snapshot, error) {
-	return take[snapshotRow](s.q(ctx).Where("thread_id = ? AND message_id = ?", threadID, messageID).Order("taken_at DESC, id DESC").Limit(1), "snapshot")
+	return take[snapshotRow](s.q(ctx).Where("thread_id = ? AND message_id = ? AND kind = ?", threadID, messageID, snapshot.KindTurn).Order("taken_at DESC, id DESC").Limit(1), "snapshot")
 }
 
 // DeleteSnapshot forgets a snapshot; a missing one is not an error.

@@ -34,7 +34,7 @@ import (
 // following a link: a link the sandbox made is kept as a link.
 
 // snapshotFolders are the container folders a snapshot holds.
-var snapshotFolders = []string{"workspace", "uploads", "outputs"}
+var snapshotFolders = snapshot.Folders
 
 // manifestFile names a snapshot's list of its files.
 const manifestFile = "manifest.json"
@@ -95,6 +95,7 @@ func (l *Layout) TakeSnapshot(ctx context.Context, threadID, snapshotID, prevID,
 			return snapshot.Stats{}, fmt.Errorf("hostdirs: snapshot %s: %w", name, err)
 		}
 	}
+	t.stats.Unchanged = prevID != "" && sameManifest(prev, t.manifest)
 	data, err := json.Marshal(t.manifest)
 	if err == nil {
 		err = os.WriteFile(filepath.Join(tmp, manifestFile), data, 0o600)

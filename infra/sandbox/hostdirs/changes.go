@@ -1,0 +1,258 @@
+package hostdirs
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"threadbox/domain/fault"
+	"threadbox/domain/snapshot"
+)
+
+// What a tool call changed is read from the snapshots before and after it
+// (their manifests and files); reverting it writes back, path by path,
+// the files the snapshot before it held. As everywhere in the container's
+// folders, paths are walked one entry at a time through file descriptors,
+// never following a link.
+
+// sameManifest tells whether two manifests list the same paths with the
+// same content.
+func sameManifest(a, b map[string]entry) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for p, x := range a {
+		y, ok := b[p]
+		if !ok || !x.file().Same(y.file()) {
+			return false
+		}
+	}
+	return true
+}
+
+// file is the entry as the domain's snapshot.File.
+func (e entry) file() snapshot.File {
+	return snapshot.File{Size: e.Size, Mode: e.Mode, SHA256: e.SHA256, Link: e.Link}
+}
+
+// SnapshotManifest returns the files of a thread's snapshot by path
+// ("workspace/a.txt"); snapshotID "" is the empty snapshot.
+func (l *Layout) SnapshotManifest(ctx context.Context, threadID, snapshotID string) (map[string]snapshot.File, error) {
+	out := map[string]snapshot.File{}
+	if snapshotID == "" {
+		return out, nil
+	}
+	data, err := os.ReadFile(filepath.Join(l.SnapshotDir(threadID, snapshotID), manifestFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, fault.Errorf(fault.NotFound, "snapshot %s: its files are no longer kept", snapshotID)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("hostdirs: snapshot manifest: %w", err)
+	}
+	var m map[string]entry
+	if err := json.Unmarshal(data, &m); err != nil {
+		return nil, fmt.Errorf("hostdirs: snapshot manifest %s: %w", snapshotID, err)
+	}
+	for p, e := range m {
+		out[p] = e.file()
+	}
+	return out, nil
+}
+
+// SnapshotFile returns up to max bytes of the regular file at path in a
+// thread's snapshot, and whether it holds more.
+func (l *Layout) SnapshotFile(ctx context.Context, threadID, snapshotID, path string, max int64) ([]byte, bool, error) {
+	if err := snapshot.CheckPath(path); err != nil {
+		return nil, false, err
+	}
+	full := filepath.Join(l.SnapshotDir(threadID, snapshotID), filepath.FromSlash(path))
+	fi, err := os.Lstat(full)
+	if err != nil {
+		return nil, false, fmt.Errorf("hostdirs: snapshot file: %w", err)
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, false, fault.Errorf(fault.Invalid, "%s is not a regular file in the snapshot", path)
+	}
+	f, err := os.Open(full)
+	if err != nil {
+		return nil, false, fmt.Errorf("hostdirs: snapshot file: %w", err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, max+1))
+	if err != nil {
+		return nil, false, fmt.Errorf("hostdirs: snapshot file: %w", err)
+	}
+	if int64(len(data)) > max {
+		return data[:max], true, nil
+	}
+	return data, false, nil
+}
+
+// openParent opens the folder holding path in container containerID's
+// folders, one entry at a time without following links; with create, the
+// missing folders on the way are made (owned by the sandbox user when the
+// server runs as root). It returns the folder's descriptor and the last
+// name of path; a missing folder is os.ErrNotExist.
+func (l *Layout) openParent(containerID, path string, create bool) (int, string, error) {
+	if err := snapshot.CheckPath(path); err != nil {
+		return -1, "", err
+	}
+	parts := strings.Split(path, "/")
+	fd, err := unix.Open(l.Dirs(containerID).Root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, "", err
+	}
+	for _, name := range parts[:len(parts)-1] {
+		sub, err := unix.Openat(fd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if errors.Is(err, unix.ENOENT) && create {
+			if err = unix.Mkdirat(fd, name, 0o755); err == nil || errors.Is(err, unix.EEXIST) {
+				sub, err = unix.Openat(fd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+				if err == nil && os.Geteuid() == 0 {
+					_ = unix.Fchown(sub, SandboxUID, SandboxGID)
+				}
+			}
+		}
+		unix.Close(fd)
+		if err != nil {
+			if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.ELOOP) {
+				return -1, "", os.ErrNotExist
+			}
+			return -1, "", err
+		}
+		fd = sub
+	}
+	return fd, parts[len(parts)-1], nil
+}
+
+// ContainerFiles returns the files at paths in container containerID's
+// folders as they are now, hashed as a snapshot hashes them; a path that
+// is missing or not a file or link is left out.
+func (l *Layout) ContainerFiles(ctx context.Context, containerID string, paths []string) (map[string]snapshot.File, error) {
+	defer l.lock(containerID)()
+	out := map[string]snapshot.File{}
+	for _, p := range paths {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		f, ok, err := l.containerFile(containerID, p)
+		if err != nil {
+			return nil, fmt.Errorf("hostdirs: container file %s: %w", p, err)
+		}
+		if ok {
+			out[p] = f
+		}
+	}
+	return out, nil
+}
+
+// containerFile is one path of ContainerFiles.
+func (l *Layout) containerFile(containerID, path string) (snapshot.File, bool, error) {
+	dirfd, name, err := l.openParent(containerID, path, false)
+	if errors.Is(err, os.ErrNotExist) {
+		return snapshot.File{}, false, nil
+	}
+	if err != nil {
+		return snapshot.File{}, false, err
+	}
+	defer unix.Close(dirfd)
+	var st unix.Stat_t
+	if err := unix.Fstatat(dirfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return snapshot.File{}, false, nil
+		}
+		return snapshot.File{}, false, err
+	}
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFLNK:
+		target, err := readlinkat(dirfd, name)
+		return snapshot.File{Link: target}, err == nil, err
+	case unix.S_IFREG:
+		fd, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+		if err != nil {
+			return snapshot.File{}, false, err
+		}
+		f := os.NewFile(uintptr(fd), name)
+		defer f.Close()
+		h := sha256.New()
+		n, err := io.Copy(h, f)
+		if err != nil {
+			return snapshot.File{}, false, err
+		}
+		return snapshot.File{Size: n, Mode: st.Mode & 0o777, SHA256: hex.EncodeToString(h.Sum(nil))}, true, nil
+	}
+	return snapshot.File{}, false, nil
+}
+
+// RestorePaths makes each of paths in container containerID's folders
+// what it is in thread threadID's snapshot snapshotID: the snapshot's file
+// or link cloned (or copied) back, or the path removed when the snapshot
+// does not hold it ("" is the empty snapshot). Folders missing on the way
+// are made; nothing else of the container changes.
+func (l *Layout) RestorePaths(ctx context.Context, threadID, snapshotID, containerID string, paths []string) error {
+	defer l.lock(containerID)()
+	man, err := l.SnapshotManifest(ctx, threadID, snapshotID)
+	if err != nil {
+		return err
+	}
+	chown := os.Geteuid() == 0
+	for _, p := range paths {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		e, keep := man[p]
+		dirfd, name, err := l.openParent(containerID, p, keep)
+		if errors.Is(err, os.ErrNotExist) && !keep {
+			continue // gone already, with its folder
+		}
+		if err != nil {
+			return fmt.Errorf("hostdirs: restore %s: %w", p, err)
+		}
+		err = removeEntry(ctx, dirfd, name)
+		if err == nil && keep {
+			from := filepath.Join(l.SnapshotDir(threadID, snapshotID), filepath.FromSlash(p))
+			if e.Link != "" {
+				err = unix.Symlinkat(e.Link, dirfd, name)
+				if err == nil && chown {
+					_ = unix.Fchownat(dirfd, name, SandboxUID, SandboxGID, unix.AT_SYMLINK_NOFOLLOW)
+				}
+			} else {
+				err = restoreFile(from, dirfd, name, e.Mode, chown)
+			}
+		}
+		unix.Close(dirfd)
+		if err != nil {
+			return fmt.Errorf("hostdirs: restore %s: %w", p, err)
+		}
+	}
+	return nil
+}
+
+// removeEntry removes name from the folder dirfd, a folder with all it
+// holds; a missing one is not an error.
+func removeEntry(ctx context.Context, dirfd int, name string) error {
+	err := unix.Unlinkat(dirfd, name, 0)
+	if errors.Is(err, unix.EISDIR) || errors.Is(err, unix.EPERM) {
+		sub, oerr := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if oerr != nil {
+			return oerr
+		}
+		err = clearDir(ctx, sub)
+		unix.Close(sub)
+		if err == nil {
+			err = unix.Unlinkat(dirfd, name, unix.AT_REMOVEDIR)
+		}
+	}
+	if errors.Is(err, unix.ENOENT) {
+		return nil
+	}
+	return err
+}

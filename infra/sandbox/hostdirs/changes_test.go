@@ -1,0 +1,114 @@
+package hostdirs
+
+import (
+	"context"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"threadbox/domain/snapshot"
+)
+
+// TestCallChangesAndRestorePaths: the manifests of two snapshots tell what
+// changed between them, a snapshot of unchanged folders says so, the
+// container's files are read as a snapshot hashes them, and restoring
+// some paths from the earlier snapshot puts back exactly those: a deleted
+// file comes back, a created one goes, a changed one is as it was, and
+// the others stay as they are.
+func TestCallChangesAndRestorePaths(t *testing.T) {
+	ctx := context.Background()
+	l := New(t.TempDir(), Options{})
+	d, err := l.Prepare(ctx, "ctr_c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(rel, content string) {
+		p := filepath.Join(d.Root, rel)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("workspace/a.txt", "one\n")
+	write("workspace/d/gone.txt", "bye\n")
+	write("outputs/keep.txt", "keep\n")
+	if _, err := l.TakeSnapshot(ctx, "thr_c", "s1", "", "ctr_c"); err != nil {
+		t.Fatal(err)
+	}
+	st, err := l.TakeSnapshot(ctx, "thr_c", "s1b", "s1", "ctr_c")
+	if err != nil || !st.Unchanged {
+		t.Fatalf("unchanged folders: %+v %v", st, err)
+	}
+	// The call: one file changed, one deleted with its folder, one made.
+	write("workspace/a.txt", "two\n")
+	if err := os.RemoveAll(filepath.Join(d.Root, "workspace/d")); err != nil {
+		t.Fatal(err)
+	}
+	write("workspace/new/n.txt", "new\n")
+	st, err = l.TakeSnapshot(ctx, "thr_c", "s2", "s1", "ctr_c")
+	if err != nil || st.Unchanged {
+		t.Fatalf("changed folders: %+v %v", st, err)
+	}
+	before, err := l.SnapshotManifest(ctx, "thr_c", "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	after, err := l.SnapshotManifest(ctx, "thr_c", "s2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got, paths []string
+	for _, c := range snapshot.Diff(before, after) {
+		got = append(got, c.Op+" "+c.Path)
+		paths = append(paths, c.Path)
+	}
+	if want := []string{"changed workspace/a.txt", "deleted workspace/d/gone.txt", "created workspace/new/n.txt"}; !slices.Equal(got, want) {
+		t.Fatalf("changes %v, want %v", got, want)
+	}
+	if b, more, err := l.SnapshotFile(ctx, "thr_c", "s1", "workspace/d/gone.txt", 2); err != nil || string(b) != "by" || !more {
+		t.Fatalf("snapshot file: %q %v %v", b, more, err)
+	}
+	if _, _, err := l.SnapshotFile(ctx, "thr_c", "s1", "workspace/../../x", 10); err == nil {
+		t.Fatal("a path out of the snapshot was read")
+	}
+	now, err := l.ContainerFiles(ctx, "ctr_c", append(paths, "outputs/keep.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(now) != 3 || !now["workspace/a.txt"].Same(after["workspace/a.txt"]) || !now["outputs/keep.txt"].Same(before["outputs/keep.txt"]) {
+		t.Fatalf("container files %v", now)
+	}
+	// Another file changed later stays as it is.
+	write("outputs/keep.txt", "later\n")
+	if err := l.RestorePaths(ctx, "thr_c", "s1", "ctr_c", paths); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"workspace/a.txt": "one\n", "workspace/d/gone.txt": "bye\n", "outputs/keep.txt": "later\n"}
+	if got := tree(t, d); !maps.Equal(got, want) {
+		t.Fatalf("after restore %v, want %v", got, want)
+	}
+	// A link the sandbox put where a folder was is replaced, not followed.
+	outside := t.TempDir()
+	if err := os.RemoveAll(filepath.Join(d.Root, "workspace/d")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside, filepath.Join(d.Root, "workspace/d")); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.RestorePaths(ctx, "thr_c", "s1", "ctr_c", []string{"workspace/d/gone.txt"}); err == nil {
+		if ents, _ := os.ReadDir(outside); len(ents) != 0 {
+			t.Fatalf("restore wrote through a link: %v", ents)
+		}
+	}
+	// The empty snapshot removes.
+	if err := l.RestorePaths(ctx, "thr_c", "", "ctr_c", []string{"workspace/a.txt"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(filepath.Join(d.Root, "workspace/a.txt")); !os.IsNotExist(err) {
+		t.Fatalf("a.txt still there: %v", err)
+	}
+}
