@@ -238,6 +238,8 @@ async function loadHistory(view) {
       if (!m.replaced) group = null;
       const item = messageItem(group || view.log, m.role, m.created_at);
       item.blocks = blocks;
+      item.dataset.messageId = m.id;
+      if (m.role === 'assistant' && m.complete && !m.replaced) item.classList.add('turn-end');
       const t = new TurnView(item);
       for (const b of blocks) { t.start(b); t.stop(); }
       if (m.role === 'assistant' && m.status === 'running') t.error('This turn is still running; reload to see its end.');
@@ -251,6 +253,8 @@ async function loadHistory(view) {
     if (res.data.length === 0) view.log.append(h('li', { class: 'empty' }, 'No messages yet. Write one below; fenced ```python or ```bash blocks run in this thread\'s sandbox.'));
     showLatest(view);
     turnActions(view);
+    timeTravel(view);
+    loadChanges(view);
     // The reattached answer keeps the time its turn started.
     if (running && view.reattach) view.reattach(running, live ? live.created_at : undefined);
   } catch (err) {
@@ -450,6 +454,132 @@ function turnActions(view) {
   }
 }
 
+/**
+ * timeTravel offers, on every answer of the thread's history (not an
+ * earlier version), Rewind (the thread back to that turn, its files and
+ * history) and Fork (a new thread as that turn left it), while no turn
+ * runs.
+ */
+function timeTravel(view) {
+  view.log.querySelectorAll('.time-travel').forEach((el) => el.remove());
+  if (view.busy) return;
+  for (const li of topMessages(view)) {
+    if (!li.classList.contains('turn-end') || !li.dataset.messageId) continue;
+    const at = formatTime(li.querySelector('time') ? li.querySelector('time').getAttribute('datetime') : '');
+    li.append(h('div', { class: 'time-travel' },
+      h('button', { type: 'button', class: 'small rewind', 'aria-label': `Rewind the thread to this answer (${at}): its files and history`, onclick: () => rewindTo(view, li.dataset.messageId) }, 'Rewind here'),
+      h('button', { type: 'button', class: 'small fork-here', 'aria-label': `Fork a new thread at this answer (${at})`, onclick: () => forkAt(view, li.dataset.messageId) }, 'Fork here')));
+  }
+}
+
+/** markLastAnswer gives the answer that just ended its id and its buttons. */
+async function markLastAnswer(view) {
+  try {
+    const res = await api('GET', '/thread/' + encodeURIComponent(view.th.id) + '/messages');
+    const stored = res.data.filter((m) => !m.replaced);
+    const last = stored[stored.length - 1];
+    const li = topMessages(view).pop();
+    if (!last || !li || last.role !== 'assistant' || !li.classList.contains('assistant')) return;
+    li.dataset.messageId = last.id;
+    if (last.complete) li.classList.add('turn-end');
+    timeTravel(view);
+    await loadChanges(view);
+  } catch { /* the buttons come with the next reload */ }
+}
+
+async function rewindTo(view, messageID) {
+  const yes = await ask({ title: 'Rewind the thread?', text: 'The thread\'s files go back to what this answer left, and the messages after it become an earlier version.', ok: 'Rewind' });
+  if (!yes) return;
+  try {
+    await api('POST', '/thread/' + encodeURIComponent(view.th.id) + '/rewind', { message_id: messageID });
+    await Promise.all([loadHistory(view), loadFiles(view)]);
+    notify('Rewound: the thread\'s files and history are as that answer left them.');
+  } catch (err) { notify(explain(err)); }
+}
+
+async function forkAt(view, messageID) {
+  try {
+    const t = await api('POST', '/thread/' + encodeURIComponent(view.th.id) + '/fork', { message_id: messageID });
+    await view.ctx.refresh();
+    view.ctx.navigate('#/thread/' + t.id);
+  } catch (err) { notify(explain(err)); }
+}
+
+/** sizeOf says a change's sizes: "12 B", "12 B → 20 B". */
+function sizeOf(c) {
+  if (c.size_before == null) return humanSize(c.size_after);
+  if (c.size_after == null) return humanSize(c.size_before);
+  return `${humanSize(c.size_before)} → ${humanSize(c.size_after)}`;
+}
+
+/**
+ * loadChanges shows under each code card the files its call created,
+ * changed and deleted, with Diff (the call's text diffs) and Revert.
+ */
+async function loadChanges(view) {
+  let res;
+  try {
+    res = await api('GET', '/thread/' + encodeURIComponent(view.th.id) + '/changes');
+  } catch { return; } // the cards stay as they are
+  for (const cc of res.data) {
+    const card = view.log.querySelector(`article.exec[data-tool-use-id="${CSS.escape(cc.call_id)}"]`);
+    if (!card) continue;
+    const old = card.querySelector('.call-changes');
+    if (old) old.remove();
+    if (cc.changes.length === 0) {
+      card.append(h('div', { class: 'call-changes none meta' }, 'No files changed'));
+      continue;
+    }
+    const diff = h('div', { class: 'call-diff', hidden: true });
+    const list = h('ul', { class: 'change-list' }, cc.changes.map((c) =>
+      h('li', { class: 'change ' + c.op }, h('span', { class: 'op' }, c.op), ' ', h('code', {}, c.path), ' ', h('span', { class: 'meta' }, sizeOf(c)))));
+    const box = h('details', { class: 'call-changes' },
+      h('summary', {}, `Files changed (${cc.changes.length})`),
+      list,
+      h('div', { class: 'row' },
+        h('button', { type: 'button', class: 'small show-diff', onclick: () => showDiff(view, cc.call_id, diff) }, 'Diff'),
+        h('button', { type: 'button', class: 'small revert', onclick: () => revertCall(view, cc.call_id) }, 'Revert these changes')),
+      diff);
+    card.append(box);
+  }
+}
+
+/** showDiff shows (or hides) a call's diffs in el. */
+async function showDiff(view, callID, el) {
+  if (!el.hidden) { el.hidden = true; return; }
+  try {
+    const cc = await api('GET', `/thread/${encodeURIComponent(view.th.id)}/calls/${encodeURIComponent(callID)}/changes`);
+    replace(el, cc.changes.map((c) => h('section', { class: 'file-diff' },
+      h('h3', {}, h('code', {}, c.path), ' ', h('span', { class: 'meta' }, `${c.op} · ${sizeOf(c)}`)),
+      c.diff ? h('pre', { class: 'diff', tabindex: '0' }, c.diff.split('\n').map((line) =>
+        h('span', { class: line.startsWith('+') && !line.startsWith('+++') ? 'add' : line.startsWith('-') && !line.startsWith('---') ? 'del' : '' }, line + '\n')))
+        : h('p', { class: 'meta' }, c.diff_omitted ? `No diff: ${c.diff_omitted}.` : 'No diff.'))));
+    el.hidden = false;
+  } catch (err) { notify(explain(err)); }
+}
+
+/**
+ * revertCall gives the call's files back as they were before it; when a
+ * later change would be lost the server says which, and the user may
+ * confirm.
+ */
+async function revertCall(view, callID) {
+  const url = `/thread/${encodeURIComponent(view.th.id)}/calls/${encodeURIComponent(callID)}/revert`;
+  try {
+    const r = await api('POST', url, {});
+    notify(`Reverted ${r.restored.length} file${r.restored.length === 1 ? '' : 's'}.`);
+  } catch (err) {
+    if (!(err instanceof ApiError) || err.status !== 409 || /turn is running/.test(explain(err))) { notify(explain(err)); return; }
+    const yes = await ask({ title: 'Revert anyway?', text: explain(err), ok: 'Revert anyway' });
+    if (!yes) return;
+    try {
+      const r = await api('POST', url, { force: true });
+      notify(`Reverted ${r.restored.length} file${r.restored.length === 1 ? '' : 's'}.`);
+    } catch (err2) { notify(explain(err2)); return; }
+  }
+  await Promise.all([loadFiles(view), loadChanges(view)]);
+}
+
 /** textOf joins the text blocks of a message's content. */
 function textOf(blocks) {
   return (blocks || []).filter((b) => b.type === 'text').map((b) => b.text).join('\n');
@@ -601,6 +731,7 @@ function composer(view) {
     send.title = on ? 'A turn is running in this thread; stop it or wait for its end.' : '';
     view.busy = on;
     turnActions(view);
+    timeTravel(view);
   };
   form.addEventListener('submit', async (e) => {
     e.preventDefault();
@@ -854,6 +985,7 @@ async function runTurn(view, content, runCode, signal, mode = '', asked = typeof
   }
   if (turn.codeRuns > 0 || turn.resources > 0) await Promise.all([loadFiles(view), loadArtifacts(view)]);
   loadTerminals(view); // a turn may have started or ended a terminal session
+  await markLastAnswer(view);
   // A thread without a title of its own takes one from its first message.
   if (view.th.title === 'New thread') {
     try {
@@ -885,6 +1017,7 @@ async function followTurn(view, turnID, signal, at) {
   if (turn.truncated) await Promise.all([loadHistory(view), loadFiles(view), loadArtifacts(view)]);
   else if (turn.codeRuns > 0 || turn.resources > 0) await Promise.all([loadFiles(view), loadArtifacts(view)]);
   loadTerminals(view);
+  await markLastAnswer(view);
 }
 
 /**
