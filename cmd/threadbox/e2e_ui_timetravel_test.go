@@ -24,6 +24,8 @@ func TestE2ETimeTravel(t *testing.T) {
 	token := apiLogin(t, s, e2eEmail, e2ePassword)
 	pid := s.do("POST", appAPI+"/project", token, map[string]any{"name": "Travel"}).json(t)["id"]
 	const ws = "/home/agent/workspace"
+	b := e2e.Start(t, 1440, 1000)
+	uiLogin(b, s.base, e2eEmail, e2ePassword)
 	for _, l := range []struct {
 		width, height int
 		scheme        string
@@ -37,10 +39,10 @@ func TestE2ETimeTravel(t *testing.T) {
 				r := s.do("POST", appAPI+"/thread/"+tid+"/messages", token, map[string]any{"content": "```bash\n" + cmd + "\n```", "pgpt": map[string]any{"tools": []any{"code_execution"}}})
 				mustStatus(t, cmd, r, 200)
 			}
-			b := e2e.Start(t, l.width, l.height)
 			emulateScheme(t, b, l.scheme)
-			uiLogin(b, s.base, e2eEmail, e2ePassword)
-			b.Do("open the thread", chromedp.Navigate(s.base+"/#/thread/"+tid), chromedp.WaitVisible(chromedp.ID("message")))
+			b.SetViewport(l.width, l.height)
+			b.Do("open the thread", chromedp.Navigate(s.base+"/#/"), chromedp.WaitVisible(chromedp.CSS(".home")),
+				chromedp.Navigate(s.base+"/#/thread/"+tid), chromedp.WaitVisible(chromedp.ID("message")))
 			b.WaitTrue("each card's changes", `document.querySelectorAll('article.exec .call-changes').length === 2`, 15*time.Second)
 			lists := e2e.Eval[string](b, "the change lists", `[...document.querySelectorAll('article.exec .change-list')].map(ul => [...ul.children].map(li => li.textContent.replace(/\s+/g, ' ').trim()).join('; ')).join(' | ')`)
 			if lists != "created workspace/a.txt 4 B | changed workspace/a.txt 4 B → 4 B; created workspace/b.txt 4 B" {
@@ -63,11 +65,8 @@ func TestE2ETimeTravel(t *testing.T) {
 			// Rewind to the first answer: the second turn folded.
 			b.Do("rewind to the first answer", chromedp.Evaluate[chromedp.Void](`document.querySelector('.messages > .msg.assistant button.rewind').click()`),
 				chromedp.WaitVisible(chromedp.ID("dialog-ok")), chromedp.Click(chromedp.ID("dialog-ok")))
-			b.WaitTrue("the later turn folded", `document.querySelectorAll('.replaced-group .msg').length === 2 && document.querySelectorAll('.messages > .msg').length === 2`, 15*time.Second)
+			b.WaitTrue("the later turn folded, one answer to rewind to", `!!document.querySelector('.replaced-group') && document.querySelectorAll('.messages:not(.replaced-list) > .msg').length === 2 && document.querySelectorAll('button.rewind').length === 1`, 15*time.Second)
 			waitFiles(t, s, tid, want)
-			if n := e2e.Eval[int](b, "rewind buttons", `document.querySelectorAll('button.rewind').length`); n != 1 {
-				t.Errorf("%d Rewind buttons after the rewind, want 1 (earlier versions have none)", n)
-			}
 			noHorizontalOverflow(t, b, l.width)
 			shoot(t, b, fmt.Sprintf("timetravel-rewound-%d-%s", l.width, l.scheme))
 

@@ -357,7 +357,7 @@ func TestToolCallChangesAndRevert(t *testing.T) {
 		mustStatus(t, "turn 1", r, 200)
 		calls := callIDs(t, f, a, tid, lastAnswer(t, f, a, tid))
 		// Between turns, an upload; then a turn of one call.
-		mustStatus(t, "upload", f.upload(t, a, tid, "up.txt", "up.txt", "uploaded"), 201)
+		mustStatus(t, "upload", f.upload(t, a, tid, "up.txt", "up.txt", "uploaded"), 200)
 		fake.Push(bashStep(fmt.Sprintf(`echo three > %s/a.txt`, ws)), textStep("done"))
 		r = s.do("POST", appAPI+"/thread/"+tid+"/messages", a, map[string]any{"content": "one call", "pgpt": map[string]any{"tools": []any{"code_execution"}}})
 		mustStatus(t, "turn 2", r, 200)

@@ -493,7 +493,6 @@ async function rewindTo(view, messageID) {
   try {
     await api('POST', '/thread/' + encodeURIComponent(view.th.id) + '/rewind', { message_id: messageID });
     await Promise.all([loadHistory(view), loadFiles(view)]);
-    notify('Rewound: the thread\'s files and history are as that answer left them.');
   } catch (err) { notify(explain(err)); }
 }
 
@@ -552,7 +551,7 @@ async function showDiff(view, callID, el) {
     replace(el, cc.changes.map((c) => h('section', { class: 'file-diff' },
       h('h3', {}, h('code', {}, c.path), ' ', h('span', { class: 'meta' }, `${c.op} · ${sizeOf(c)}`)),
       c.diff ? h('pre', { class: 'diff', tabindex: '0' }, c.diff.split('\n').map((line) =>
-        h('span', { class: line.startsWith('+') && !line.startsWith('+++') ? 'add' : line.startsWith('-') && !line.startsWith('---') ? 'del' : '' }, line + '\n')))
+        h('span', { class: line.startsWith('+') && !line.startsWith('+++') ? 'add' : line.startsWith('-') && !line.startsWith('---') ? 'del' : '' }, line)))
         : h('p', { class: 'meta' }, c.diff_omitted ? `No diff: ${c.diff_omitted}.` : 'No diff.'))));
     el.hidden = false;
   } catch (err) { notify(explain(err)); }
@@ -566,15 +565,13 @@ async function showDiff(view, callID, el) {
 async function revertCall(view, callID) {
   const url = `/thread/${encodeURIComponent(view.th.id)}/calls/${encodeURIComponent(callID)}/revert`;
   try {
-    const r = await api('POST', url, {});
-    notify(`Reverted ${r.restored.length} file${r.restored.length === 1 ? '' : 's'}.`);
+    await api('POST', url, {});
   } catch (err) {
     if (!(err instanceof ApiError) || err.status !== 409 || /turn is running/.test(explain(err))) { notify(explain(err)); return; }
     const yes = await ask({ title: 'Revert anyway?', text: explain(err), ok: 'Revert anyway' });
     if (!yes) return;
     try {
-      const r = await api('POST', url, { force: true });
-      notify(`Reverted ${r.restored.length} file${r.restored.length === 1 ? '' : 's'}.`);
+      await api('POST', url, { force: true });
     } catch (err2) { notify(explain(err2)); return; }
   }
   await Promise.all([loadFiles(view), loadChanges(view)]);
