@@ -137,12 +137,12 @@ const (
 
 // FileChange is one path a tool call changed.
 type FileChange struct {
-	Path       string // under the container's folders: "workspace/a.txt"
-	Op         string // snapshot.Created, Changed or Deleted
-	Before     *snapshot.File
-	After      *snapshot.File
-	Text       bool   // both sides are text (UTF-8 without NUL bytes)
-	Diff       string // a unified diff of a text file, when asked and within the bounds
+	Path        string // under the container's folders: "workspace/a.txt"
+	Op          string // snapshot.Created, Changed or Deleted
+	Before      *snapshot.File
+	After       *snapshot.File
+	Text        bool   // both sides are text (UTF-8 without NUL bytes)
+	Diff        string // a unified diff of a text file, when asked and within the bounds
 	DiffOmitted string // why a text or other file has no diff
 }
 
