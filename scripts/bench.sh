@@ -38,6 +38,10 @@
 # a cold boot to the first result, the checkpoint of an idle sandbox whose
 # Python process holds 50 MiB with its image's size on disk, and the restore
 # to the first command's result, against its target and the cold boot.
+# The snapshots rows (-only snapshots) run in-process on host folders: a
+# turn's files snapshot of a 100 MiB workspace with a 1 MiB change and with
+# none beside copying the changed file and the whole workspace, a call's
+# change list, a rewind, a call's revert and the storage a snapshot adds.
 # The microvm rows (-only microvm, -microvm-n boots, default 5) run the
 # microvm backend in-process (root, QEMU, make microvm-guest, the root
 # filesystem), labelled with the accelerator (MICROVM_ACCEL; unset and no

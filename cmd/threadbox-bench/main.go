@@ -42,7 +42,7 @@ type opts struct {
 	n         int
 	nDocker   int
 	nCold     int
-	only      string        // "sandbox", "files", "messages", "mcp", "lifecycle", "live", "density", "replicas", "credentials", "checkpoints", "microvm" or "" for every section
+	only      string        // "sandbox", "files", "messages", "mcp", "lifecycle", "live", "density", "replicas", "credentials", "snapshots", "checkpoints", "microvm" or "" for every section
 	ckptN     int           // rounds of the checkpoints section (checkpoints.go)
 	vmN       int           // boots of the microvm section (microvm.go)
 	files     filesOpts     // the Files API section (files.go)
@@ -66,7 +66,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.IntVar(&o.nDocker, "n-docker", 40, "docker exec round trips")
 	fs.IntVar(&o.nCold, "n-cold", 5, "cold boots per method")
 	fs.StringVar(&o.rootfs, "rootfs", envOr("THREADBOX_ROOTFS", defaultRootFS()), "root filesystem of the local backend (empty skips its rows)")
-	fs.StringVar(&o.only, "only", "", "run one section: sandbox, files, messages, mcp, lifecycle, live, density, replicas, credentials, checkpoints or microvm")
+	fs.StringVar(&o.only, "only", "", "run one section: sandbox, files, messages, mcp, lifecycle, live, density, replicas, credentials, snapshots, checkpoints or microvm")
 	fs.IntVar(&o.vmN, "microvm-n", 5, "boots of the microvm section")
 	fs.IntVar(&o.mcp.n, "mcp-n", 200, "round trips per MCP row")
 	fs.IntVar(&o.ckptN, "checkpoint-n", 10, "rounds of the checkpoints section (cold boot, checkpoint, restore)")
@@ -99,9 +99,9 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		return serveFloorProxy(*floorAddr)
 	}
 	switch o.only {
-	case "", "sandbox", "files", "messages", "mcp", "lifecycle", "live", "density", "replicas", "credentials", "checkpoints", "microvm":
+	case "", "sandbox", "files", "messages", "mcp", "lifecycle", "live", "density", "replicas", "credentials", "snapshots", "checkpoints", "microvm":
 	default:
-		return fmt.Errorf("-only %q is not sandbox, files, messages, mcp, lifecycle, live, density, replicas, credentials, checkpoints or microvm", o.only)
+		return fmt.Errorf("-only %q is not sandbox, files, messages, mcp, lifecycle, live, density, replicas, credentials, snapshots, checkpoints or microvm", o.only)
 	}
 	want := func(section string) bool { return o.only == "" || o.only == section }
 	if want("credentials") {
@@ -109,7 +109,12 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 			return fmt.Errorf("credentials: %w", err)
 		}
 	}
-	if o.only != "microvm" { // the microvm section uses no Docker
+	if want("snapshots") {
+		if err := benchSnapshots(ctx, 20, out); err != nil {
+			return fmt.Errorf("snapshots: %w", err)
+		}
+	}
+	if o.only != "microvm" && o.only != "snapshots" { // these sections use no Docker
 		removeStaleSandboxes(ctx)
 	}
 	if want("messages") {
