@@ -523,46 +523,57 @@ func TestE2ECSVTable(t *testing.T) {
 	if r := s.do("PUT", appAPI+"/thread/"+tid+"/put-file/big.csv", token, []byte(csv.String()), "Content-Type", "text/csv"); r.status != 200 {
 		t.Fatalf("put: %d %s", r.status, r.body)
 	}
-	b := e2e.Start(t, 1440, 1000)
-	uiLogin(b, s.base, e2eEmail, e2ePassword)
-	b.Do("open the thread", chromedp.Navigate(s.base+"/#/thread/"+tid), chromedp.WaitVisible(chromedp.ID("message")))
-	item := `.file-list li[data-path="/mnt/user-data/uploads/big.csv"]`
-	b.Do("preview the CSV", chromedp.Click(chromedp.CSS(item+" button.preview-toggle")))
-	status := item + " .csv-status"
-	first := `document.querySelector('` + item + ` tbody tr td:first-child').textContent`
-	b.WaitText(status, "Rows 1–50 of ", 10*time.Second)
-	if got := e2e.Eval[string](b, "the first page", `document.querySelector('`+status+`').textContent + ' ' + document.querySelectorAll('`+item+` tbody tr').length + ' ' + `+first); !strings.HasSuffix(got, "+ 50 1") {
-		t.Errorf("the first page: %q, want rows 1–50 of a file read in part", got)
-	}
-	everyControlLabelled(t, b, "the CSV table")
+	// Every width and theme reads the table page by page to the end (the
+	// later rows by ranges of their own), sorts and filters it.
+	for _, tc := range []struct {
+		width, height int
+		scheme        string
+	}{{1440, 1000, "light"}, {1440, 1000, "dark"}, {375, 812, "light"}, {375, 812, "dark"}} {
+		t.Run(fmt.Sprintf("%d px %s", tc.width, tc.scheme), func(t *testing.T) {
+			b := e2e.Start(t, 1440, 1000)
+			emulateScheme(t, b, tc.scheme)
+			uiLogin(b, s.base, e2eEmail, e2ePassword)
+			b.SetViewport(tc.width, tc.height)
+			b.Do("open the thread", chromedp.Navigate(s.base+"/#/thread/"+tid), chromedp.WaitVisible(chromedp.ID("message")))
+			item := `.file-list li[data-path="/mnt/user-data/uploads/big.csv"]`
+			b.Do("preview the CSV", chromedp.Click(chromedp.CSS(item+" button.preview-toggle")))
+			status := item + " .csv-status"
+			first := `document.querySelector('` + item + ` tbody tr td:first-child').textContent`
+			b.WaitText(status, "Rows 1–50 of ", 10*time.Second)
+			if got := e2e.Eval[string](b, "the first page", `document.querySelector('`+status+`').textContent + ' ' + document.querySelectorAll('`+item+` tbody tr').length + ' ' + `+first); !strings.HasSuffix(got, "+ 50 1") {
+				t.Errorf("the first page: %q, want rows 1–50 of a file read in part", got)
+			}
+			everyControlLabelled(t, b, "the CSV table")
 
-	// Page to the end: the later pages are read as they are needed.
-	for page := 2; page <= rows/50; page++ {
-		b.Do("next rows", chromedp.Click(chromedp.CSS(item+" .csv-next")))
-		b.WaitText(status, fmt.Sprintf("Rows %d–%d of ", (page-1)*50+1, page*50), 10*time.Second)
-		if got := e2e.Eval[string](b, "first row", first); got != fmt.Sprint((page-1)*50+1) {
-			t.Fatalf("page %d starts with row %s", page, got)
-		}
-	}
-	if got := e2e.Eval[string](b, "the last page", `document.querySelector('`+status+`').textContent + ' ' + document.querySelector('`+item+` .csv-next').disabled`); got != fmt.Sprintf("Rows %d–%d of %d true", rows-49, rows, rows) {
-		t.Errorf("the last page: %q", got)
-	}
+			// Page to the end: the later pages are read as they are needed.
+			for page := 2; page <= rows/50; page++ {
+				b.Do("next rows", chromedp.Click(chromedp.CSS(item+" .csv-next")))
+				b.WaitText(status, fmt.Sprintf("Rows %d–%d of ", (page-1)*50+1, page*50), 10*time.Second)
+				if got := e2e.Eval[string](b, "first row", first); got != fmt.Sprint((page-1)*50+1) {
+					t.Fatalf("page %d starts with row %s", page, got)
+				}
+			}
+			if got := e2e.Eval[string](b, "the last page", `document.querySelector('`+status+`').textContent + ' ' + document.querySelector('`+item+` .csv-next').disabled`); got != fmt.Sprintf("Rows %d–%d of %d true", rows-49, rows, rows) {
+				t.Errorf("the last page: %q", got)
+			}
 
-	// Sort by amount: numbers as numbers, up then down.
-	amount := `document.querySelector('` + item + ` tbody tr td:nth-child(3)').textContent`
-	b.Do("sort by amount", chromedp.Click(chromedp.CSS(item+` button.sort[aria-label="Sort by amount"]`)))
-	if got := e2e.Eval[string](b, "sorted up", amount+` + ' ' + document.querySelector('`+item+` th[aria-sort]').getAttribute('aria-sort')`); got != "0 ascending" {
-		t.Errorf("sorted by amount, up: %q", got)
-	}
-	b.Do("sort by amount again", chromedp.Click(chromedp.CSS(item+` button.sort[aria-label="Sort by amount"]`)))
-	if got := e2e.Eval[string](b, "sorted down", amount+` + ' ' + document.querySelector('`+item+` th[aria-sort]').getAttribute('aria-sort')`); got != "999 descending" {
-		t.Errorf("sorted by amount, down: %q", got)
-	}
+			// Sort by amount: numbers as numbers, up then down.
+			amount := `document.querySelector('` + item + ` tbody tr td:nth-child(3)').textContent`
+			b.Do("sort by amount", chromedp.Click(chromedp.CSS(item+` button.sort[aria-label="Sort by amount"]`)))
+			if got := e2e.Eval[string](b, "sorted up", amount+` + ' ' + document.querySelector('`+item+` th[aria-sort]').getAttribute('aria-sort')`); got != "0 ascending" {
+				t.Errorf("sorted by amount, up: %q", got)
+			}
+			b.Do("sort by amount again", chromedp.Click(chromedp.CSS(item+` button.sort[aria-label="Sort by amount"]`)))
+			if got := e2e.Eval[string](b, "sorted down", amount+` + ' ' + document.querySelector('`+item+` th[aria-sort]').getAttribute('aria-sort')`); got != "999 descending" {
+				t.Errorf("sorted by amount, down: %q", got)
+			}
 
-	// Filter.
-	b.Do("filter", chromedp.SendKeys(chromedp.CSS(item+" .csv-filter"), "city_3"))
-	b.WaitText(status, `matching "city_3"`, 5*time.Second)
-	if got := e2e.Eval[string](b, "filtered", `document.querySelector('`+status+`').textContent + ' | ' + [...document.querySelectorAll('`+item+` tbody tr td:nth-child(2)')].every(td => td.textContent === 'city_3')`); got != fmt.Sprintf(`Rows 1–50 of %d matching "city_3" | true`, city3) {
-		t.Errorf("filtered: %q", got)
+			// Filter.
+			b.Do("filter", chromedp.SendKeys(chromedp.CSS(item+" .csv-filter"), "city_3"))
+			b.WaitText(status, `matching "city_3"`, 5*time.Second)
+			if got := e2e.Eval[string](b, "filtered", `document.querySelector('`+status+`').textContent + ' | ' + [...document.querySelectorAll('`+item+` tbody tr td:nth-child(2)')].every(td => td.textContent === 'city_3')`); got != fmt.Sprintf(`Rows 1–50 of %d matching "city_3" | true`, city3) {
+				t.Errorf("filtered: %q", got)
+			}
+		})
 	}
 }
