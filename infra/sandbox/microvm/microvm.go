@@ -182,7 +182,7 @@ func New(cfg Config) (*Backend, error) {
 	set := boxes.New[*box](cfg.Name)
 	return &Backend{cfg: cfg, log: lg, rootfs: rootfs, dir: filepath.Join(cfg.StateDir, hostdirs.SafeID(cfg.Instance)),
 		boxes: set, Ops: boxes.NewOps(set, nil), vms: map[*box]bool{},
-		FilesOnly: boxes.KeepsFilesOnly(cfg.Name, "files only: memory snapshots of microVMs are not taken yet; a VM's processes end at its stop")}, nil
+		FilesOnly: boxes.KeepsFilesOnly(cfg.Name, "files only: QEMU refuses to save a VM while a 9p share is mounted in it, and its root filesystem and folders are 9p shares; a VM's processes end at its stop")}, nil
 }
 
 // Name returns the backend's configuration name.
