@@ -408,3 +408,56 @@ func TestGvisorPausedCellHandOver(t *testing.T) {
 	one.term(t)
 	two.term(t)
 }
+
+// TestGvisorFilesTravelToAnotherHost: with the S3 store and no shared data
+// folder, a graceful shutdown checkpoints the gVisor sandbox and mirrors
+// its container's files with it, and a server on another data folder (the
+// same database and bucket, as another host) restores both: the file the
+// first wrote is there, and so are the sandbox's /tmp and its background
+// process, with no note of a fresh start.
+func TestGvisorFilesTravelToAnotherHost(t *testing.T) {
+	bin := needGvisor(t)
+	o, _ := needS3(t)
+	dbURL := storetest.PostgresURL(t)
+	keys := t.TempDir()
+	// The S3 adapter reads its credentials from the process's environment.
+	t.Setenv("AWS_ACCESS_KEY_ID", o.AccessKey)
+	t.Setenv("AWS_SECRET_ACCESS_KEY", o.SecretKey)
+	settings := map[string]string{
+		"SANDBOX_BACKEND": "gvisor", "THREADBOX_AGENT_BIN": bin, "THREADBOX_INSTANCE": gvisorInstance(t),
+		"BLOB_URL":           fmt.Sprintf("s3://%s?endpoint=%s&region=%s", o.Bucket, o.Endpoint, o.Region),
+		"BLOB_CREATE_BUCKET": "true", "JWT_KEY_FILE": filepath.Join(keys, "jwt.pem"),
+	}
+	first, fake := modelServer(t, dbURL, "anthropic", settings)
+	tok := first.bootstrap("acme", "admin@acme.test")
+	ctx := context.Background()
+	bash := func(s *server, fake *fakeupstream.Server, command string) anthropic.BashCodeExecutionResultBlock {
+		t.Helper()
+		fake.Push(bashStep(command), textStep("ok"))
+		cl := msgClient(s, tok)
+		msg, err := cl.Messages.New(ctx, msgParams("travel", userText("run"), codeExecTool...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, r := bashResult(t, msg.Content, 0)
+		return r
+	}
+	r := bash(first, fake, "echo 'written on the first host' > notes.txt; "+
+		"setsid sh -c 'echo $$ > /tmp/bg.pid; while :; do sleep 1; done' >/dev/null 2>&1 </dev/null & "+
+		"echo kept > /tmp/kept; for i in $(seq 100); do test -s /tmp/bg.pid && break; sleep 0.05; done; cat /tmp/bg.pid")
+	pid := strings.TrimSpace(r.Stdout)
+	if r.ReturnCode != 0 || pid == "" {
+		t.Fatalf("first host: %+v", r)
+	}
+	first.stop()
+
+	second, fake2 := modelServer(t, dbURL, "anthropic", settings)
+	if second.dataDir == first.dataDir {
+		t.Fatal("the second server shares the first's data folder")
+	}
+	r = bash(second, fake2, "cat notes.txt /tmp/kept; kill -0 "+pid+" && echo alive")
+	if r.ReturnCode != 0 || r.Stdout != "written on the first host\nkept\nalive\n" || strings.Contains(r.Stderr, "[threadbox]") {
+		t.Fatalf("on the other host: %+v", r)
+	}
+	second.stop()
+}
