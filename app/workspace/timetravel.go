@@ -31,6 +31,8 @@ type SnapshotRecords interface {
 	MessageSnapshot(ctx context.Context, threadID, messageID string) (snapshot.Snapshot, error)
 	// DeleteSnapshot forgets a snapshot.
 	DeleteSnapshot(ctx context.Context, id string) error
+	// ThreadsExist tells which of ids name a thread that exists.
+	ThreadsExist(ctx context.Context, ids []string) (map[string]bool, error)
 }
 
 // SnapshotFiles takes and restores the snapshots of containers' folders
@@ -46,6 +48,8 @@ type SnapshotFiles interface {
 	// thread's.
 	DropSnapshot(ctx context.Context, threadID, snapshotID string) error
 	DropSnapshots(ctx context.Context, threadID string) error
+	// SnapshotThreads lists the threads that have snapshots' files.
+	SnapshotThreads(ctx context.Context) ([]string, error)
 	// SnapshotManifest lists a snapshot's files by path ("" is the empty
 	// snapshot); fault.NotFound when its files are gone.
 	SnapshotManifest(ctx context.Context, threadID, snapshotID string) (map[string]snapshot.File, error)
@@ -183,6 +187,34 @@ func (s *Service) dropSnapshots(ctx context.Context, threadID string) error {
 		return nil
 	}
 	return s.d.Snapshots.Files.DropSnapshots(ctx, threadID)
+}
+
+// SweepSnapshots removes the snapshots' files of threads that no longer
+// exist (a thread deleted while its folder could not be removed, or by a
+// server that died first), and returns how many threads' it removed.
+func (s *Service) SweepSnapshots(ctx context.Context) (int, error) {
+	if !s.snapshotsOn() {
+		return 0, nil
+	}
+	ids, err := s.d.Snapshots.Files.SnapshotThreads(ctx)
+	if err != nil || len(ids) == 0 {
+		return 0, err
+	}
+	exist, err := s.d.Snapshots.Records.ThreadsExist(ctx, ids)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, id := range ids {
+		if exist[id] {
+			continue
+		}
+		if err := s.d.Snapshots.Files.DropSnapshots(ctx, id); err != nil {
+			return n, err
+		}
+		n++
+	}
+	return n, nil
 }
 
 // Rewound is what a rewind did.

@@ -462,8 +462,9 @@ func firstStart(ctx context.Context, accounts store.Accounts, a *auth.Service, c
 }
 
 // collectBlobs deletes, every interval until ctx ends, the artifact blobs
-// no artifact references any more (past the workspace's grace period), and
-// the event logs of turns past their retention.
+// no artifact references any more (past the workspace's grace period), the
+// files snapshots of threads that no longer exist, and the event logs of
+// turns past their retention.
 func collectBlobs(ctx context.Context, sys *system, every time.Duration, log *slog.Logger) {
 	t := time.NewTicker(every)
 	defer t.Stop()
@@ -491,6 +492,11 @@ func collectBlobs(ctx context.Context, sys *system, every time.Duration, log *sl
 			log.Error("expired files not deleted", "cause", err.Error())
 		} else if n > 0 {
 			log.Info("expired files deleted", "files", n)
+		}
+		if n, err := sys.workspace.SweepSnapshots(ctx); err != nil && ctx.Err() == nil {
+			log.Error("orphan snapshots not removed", "cause", err.Error())
+		} else if n > 0 {
+			log.Info("orphan snapshots removed", "threads", n)
 		}
 		if n, err := sys.turns.PruneTurns(ctx); err != nil && ctx.Err() == nil {
 			log.Error("turn logs not pruned", "cause", err.Error())

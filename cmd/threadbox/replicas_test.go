@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/url"
@@ -490,6 +491,73 @@ func TestReplicas(t *testing.T) {
 			if p.status != 206 || string(p.body) != content[8:16] || p.header.Get("Content-Range") != fmt.Sprintf("bytes 8-15/%d", len(content)) {
 				t.Fatalf("range: %d %q %v", p.status, p.body, p.header)
 			}
+		}
+	})
+
+	step(t, "rewind on either replica", func() {
+		// A thread's snapshots are in the shared DATA_DIR and its rewinds
+		// hold its turn lease: either replica rewinds it, and two rewinds
+		// at once on two replicas leave it consistent, its files those of
+		// the last answer its history keeps.
+		tid := f.thread(t, f.admin, f.pid)
+		var answers []string
+		wants := []map[string]string{}
+		for i, cmd := range []string{
+			"echo one > /home/agent/workspace/a.txt",
+			"echo two > /home/agent/workspace/a.txt; echo b > /home/agent/workspace/b.txt",
+			"rm /home/agent/workspace/a.txt; echo three > /home/agent/workspace/b.txt",
+		} {
+			r := rs.replicas[i%2].do("POST", appAPI+"/thread/"+tid+"/messages", f.admin, codeTurn(cmd))
+			mustStatus(t, cmd, r, 200)
+			answers = append(answers, lastAnswer(t, f, f.admin, tid))
+			wants = append(wants, threadFiles(t, lb, tid))
+		}
+		if !maps.Equal(wants[0], map[string]string{"workspace/a.txt": "one\n"}) || !maps.Equal(wants[2], map[string]string{"workspace/b.txt": "three\n"}) {
+			t.Fatalf("the turns' files: %v", wants)
+		}
+		// One after the other, each on the other replica.
+		for i, at := range []int{1, 0} {
+			r := rs.replicas[i].do("POST", appAPI+"/thread/"+tid+"/rewind", f.admin, map[string]any{"message_id": answers[at]})
+			mustStatus(t, fmt.Sprintf("rewind to turn %d on replica %d", at+1, i), r, 200)
+			if got := threadFiles(t, lb, tid); !maps.Equal(got, wants[at]) {
+				t.Fatalf("rewound on replica %d to turn %d: %v, want %v", i, at+1, got, wants[at])
+			}
+		}
+		// A turn after it, then two rewinds at once to different turns.
+		mustStatus(t, "a turn after the rewind", r1.do("POST", appAPI+"/thread/"+tid+"/messages", f.admin, codeTurn("echo four > /home/agent/workspace/d.txt")), 200)
+		after := lastAnswer(t, f, f.admin, tid)
+		afterFiles := threadFiles(t, lb, tid)
+		targets := []string{answers[0], after}
+		statuses := make([]int, 2)
+		var wg sync.WaitGroup
+		for i, s := range []*child{r0, r1} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				statuses[i] = s.do("POST", appAPI+"/thread/"+tid+"/rewind", f.admin, map[string]any{"message_id": targets[i]}).status
+			}()
+		}
+		wg.Wait()
+		for _, st := range statuses {
+			if st != 200 && st != 409 {
+				t.Fatalf("rewinds at once: %v", statuses)
+			}
+		}
+		live := liveIDs(t, f, f.admin, tid)
+		last := live[len(live)-1]
+		want := afterFiles
+		if last == answers[0] {
+			want = wants[0]
+		} else if last != after {
+			t.Fatalf("the history ends at %s, neither rewind's answer (%v)", last, targets)
+		}
+		for _, s := range []*child{r0, r1} {
+			if ids := liveIDs(t, wsFixture{s: s.server, admin: f.admin}, f.admin, tid); !slices.Equal(ids, live) {
+				t.Fatalf("replicas disagree on the history: %v / %v", ids, live)
+			}
+		}
+		if got := threadFiles(t, lb, tid); !maps.Equal(got, want) {
+			t.Fatalf("after rewinds at once (%v), the history ends at %s but the files are %v, want %v", statuses, last, got, want)
 		}
 	})
 

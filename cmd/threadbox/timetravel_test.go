@@ -233,7 +233,7 @@ func TestRewindAndForkAtATurn(t *testing.T) {
 // thread removes them. Files come from uploads, so no sandbox runs.
 func TestSnapshotRetentionAndQuota(t *testing.T) {
 	databases(t, func(t *testing.T, db string) {
-		s, fake := modelServer(t, db, "anthropic", nil)
+		s, fake := modelServer(t, db, "anthropic", map[string]string{"SWEEP_INTERVAL": "1s"})
 		f := newWSFixture(t, s)
 		a, tid := f.admin, f.tid
 		turn := func(text string) string {
@@ -293,6 +293,30 @@ func TestSnapshotRetentionAndQuota(t *testing.T) {
 		}
 		if n := snapshotFolders(t, s, f.tid); n != 0 {
 			t.Fatalf("%d snapshots of the first thread after it was deleted", n)
+		}
+
+		// Snapshots left of a thread that no longer exists are swept;
+		// a live thread's stay.
+		orphan := filepath.Join(s.dataDir, "snapshots", "thr_gone", "snp_left")
+		if err := os.MkdirAll(orphan, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		tid = f.thread(t, a, f.pid)
+		mustStatus(t, "upload", f.upload(t, a, tid, "live.txt", "live.txt", "live"), 200)
+		turn("a live thread's turn")
+		keep := snapshotFolders(t, s, tid)
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			if _, err := os.Stat(filepath.Dir(orphan)); os.IsNotExist(err) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the orphan snapshots were not swept")
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		if n := snapshotFolders(t, s, tid); n != keep || n == 0 {
+			t.Fatalf("the sweep touched a live thread's snapshots: %d, had %d", n, keep)
 		}
 	})
 }

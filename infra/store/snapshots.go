@@ -64,3 +64,20 @@ func (s Snapshots) DeleteSnapshot(ctx context.Context, id string) error {
 func (s Quota) SnapshotBytes(ctx context.Context, orgID string) (int64, error) {
 	return number(s.q(ctx).Model(&snapshotRow{}).Where("org_id = ?", orgID).Select(sumSizes), "snapshots")
 }
+
+// ThreadsExist tells which of ids name a thread that exists.
+func (s Snapshots) ThreadsExist(ctx context.Context, ids []string) (map[string]bool, error) {
+	out := map[string]bool{}
+	for len(ids) > 0 {
+		n := min(len(ids), 500)
+		var found []string
+		if err := s.q(ctx).Table("threads").Where("id IN ?", ids[:n]).Pluck("id", &found).Error; err != nil {
+			return nil, translate(err, "threads")
+		}
+		for _, id := range found {
+			out[id] = true
+		}
+		ids = ids[n:]
+	}
+	return out, nil
+}

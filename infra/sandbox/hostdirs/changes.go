@@ -256,3 +256,23 @@ func removeEntry(ctx context.Context, dirfd int, name string) error {
 	}
 	return err
 }
+
+// SnapshotThreads lists the threads that have a snapshots folder, by the
+// folder's name (a thread id whose SafeID is itself; others are left out,
+// as their id cannot be told back from the folder's name).
+func (l *Layout) SnapshotThreads(ctx context.Context) ([]string, error) {
+	ents, err := os.ReadDir(l.snapshots)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("hostdirs: snapshot threads: %w", err)
+	}
+	var out []string
+	for _, e := range ents {
+		if e.IsDir() && SafeID(e.Name()) == e.Name() {
+			out = append(out, e.Name())
+		}
+	}
+	return out, nil
+}
