@@ -32,6 +32,10 @@ type policyPatch struct {
 	ContentCredentials *struct {
 		Enabled *bool `json:"enabled"`
 	} `json:"contentCredentials"`
+	Egress *struct {
+		Enabled *bool     `json:"enabled"`
+		Allow   *[]string `json:"allow"`
+	} `json:"egress"`
 	Quotas quotasPatch `json:"quotas"`
 }
 
@@ -77,6 +81,9 @@ func (pp policyPatch) domain() org.PolicyPatch {
 	if pp.ContentCredentials != nil {
 		out.ContentCredentials = pp.ContentCredentials.Enabled
 	}
+	if pp.Egress != nil {
+		out.Egress, out.EgressAllow = pp.Egress.Enabled, pp.Egress.Allow
+	}
 	out.Quotas = pp.Quotas
 	return out
 }
@@ -96,6 +103,7 @@ var policyKeys = map[string][]string{
 	"uploads":            {"enabled", "maxBytes"},
 	"downloads":          {"generated", "uploaded"},
 	"contentCredentials": {"enabled"},
+	"egress":             {"enabled", "allow"},
 	"quotas":             nil,
 }
 
@@ -111,7 +119,7 @@ func parsePolicyPatch(b []byte) (policyPatch, error) {
 	for _, key := range slices.Sorted(maps.Keys(top)) {
 		members, known := policyKeys[key]
 		if !known {
-			return pp, fault.Errorf(fault.Invalid, "unknown policy key %q: the policy has codeExecution, uploads, downloads, contentCredentials and quotas", key)
+			return pp, fault.Errorf(fault.Invalid, "unknown policy key %q: the policy has codeExecution, uploads, downloads, contentCredentials, egress and quotas", key)
 		}
 		if members == nil {
 			continue

@@ -69,6 +69,7 @@ func (s *Server) routes() {
 	app.Get("/org/features", s.getFeatures)
 	app.Patch("/org/features", s.patchFeatures)
 	app.Get("/org/audit", s.listAudit)
+	app.Get("/org/egress", s.listEgress)
 	app.Get("/org/usage", s.getUsage)
 	app.Get("/org/users", s.listUsers)
 	app.Post("/org/users", s.createUser)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"threadbox/domain/audit"
+	"threadbox/domain/egress"
 	"threadbox/domain/fault"
 	"threadbox/domain/id"
 	"threadbox/domain/org"
@@ -38,6 +39,7 @@ type Service struct {
 	now     func() time.Time
 	bounds  org.Bounds
 	domains org.EmailDomains
+	ledger  egress.Ledger
 }
 
 // Deps is what the admin use cases are built from. Store and Hash are
@@ -54,6 +56,9 @@ type Deps struct {
 	// (org.Bounds): every policy read has the quotas in force, and an admin
 	// setting a quota above its ceiling is refused.
 	QuotaBounds org.Bounds
+	// EgressLedger keeps the record of every connection the egress proxy
+	// allowed or refused; nil answers an empty ledger.
+	EgressLedger egress.Ledger
 }
 
 // New returns the admin use cases built from d. A missing required
@@ -65,7 +70,7 @@ func New(d Deps) *Service {
 	if d.Hash == nil {
 		panic("admin: New: Deps.Hash is required")
 	}
-	return &Service{store: d.Store, hash: d.Hash, now: time.Now, bounds: d.QuotaBounds, domains: d.EmailDomains}
+	return &Service{store: d.Store, hash: d.Hash, now: time.Now, bounds: d.QuotaBounds, domains: d.EmailDomains, ledger: d.EgressLedger}
 }
 
 func requireAdmin(p user.Principal) error {
@@ -115,6 +120,12 @@ type PolicyView struct {
 	ContentCredentials struct {
 		Enabled bool `json:"enabled"`
 	} `json:"contentCredentials"`
+	// Egress is the sandbox's outbound network through the egress proxy:
+	// on or off, and the host patterns allowed when on.
+	Egress struct {
+		Enabled bool     `json:"enabled"`
+		Allow   []string `json:"allow"`
+	} `json:"egress"`
 	// Quotas are the resource limits; 0 is unlimited.
 	Quotas struct {
 		RunningSandboxesPerUser int64 `json:"runningSandboxesPerUser"`
@@ -135,6 +146,8 @@ func ViewOf(p org.Policy) PolicyView {
 	v.Downloads.Generated = p.Allows(org.DownloadsGenerated)
 	v.Downloads.Uploaded = p.Allows(org.DownloadsUploaded)
 	v.ContentCredentials.Enabled = p.Allows(org.ContentCredentials)
+	v.Egress.Enabled = p.Allows(org.Egress)
+	v.Egress.Allow = p.EgressAllow()
 	q := p.Quotas()
 	v.Quotas.RunningSandboxesPerUser = q.Limit(org.RunningSandboxesPerUser)
 	v.Quotas.RunningSandboxesPerOrg = q.Limit(org.RunningSandboxesPerOrg)
@@ -194,6 +207,23 @@ func (s *Service) AuditEvents(ctx context.Context, p user.Principal, limit int) 
 		return nil, err
 	}
 	return s.store.Events(ctx, p.OrgID, limit)
+}
+
+// EgressLedger returns a page of the caller's org egress ledger, newest
+// first; admins only. The filter's org is the caller's, whatever it says.
+func (s *Service) EgressLedger(ctx context.Context, p user.Principal, f egress.LedgerFilter) ([]egress.Record, error) {
+	if err := requireAdmin(p); err != nil {
+		return nil, err
+	}
+	if s.ledger == nil {
+		return []egress.Record{}, nil
+	}
+	f.OrgID = p.OrgID
+	recs, err := s.ledger.EgressRecords(ctx, f)
+	if err != nil {
+		return nil, fmt.Errorf("admin: egress ledger: %w", err)
+	}
+	return recs, nil
 }
 
 // Users lists the caller's org users; admins only.

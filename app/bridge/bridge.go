@@ -90,7 +90,18 @@ type Config struct {
 	// API and the services together); a connection beyond it is closed at
 	// once. 0 means DefaultMaxConns.
 	MaxConns int
+	// Egress, when set, serves connections to the egress proxy's port
+	// inside the sandbox (infra/egressproxy.Proxy.Serve); the proxy has its
+	// own bound on a sandbox's connections.
+	Egress ServeFunc
+	// EgressPort is the egress proxy's port inside the sandbox; 0 means
+	// the port just below APIPort.
+	EgressPort int
 }
+
+// NoProxy is NO_PROXY inside every sandbox: the bridge's own ports stay
+// direct.
+const NoProxy = "localhost,127.0.0.1,::1"
 
 // DefaultMaxConns is the default bound on a sandbox's open bridge
 // connections. With the agent protocol's flow-control window (256 KiB of
@@ -123,6 +134,9 @@ func New(serve ServeFunc, cfg Config) *Bridge {
 	if cfg.MaxConns <= 0 {
 		cfg.MaxConns = DefaultMaxConns
 	}
+	if cfg.EgressPort <= 0 {
+		cfg.EgressPort = cfg.APIPort - 1
+	}
 	if cfg.Dial == nil {
 		var d net.Dialer
 		cfg.Dial = d.DialContext
@@ -139,8 +153,34 @@ func (b *Bridge) BaseURL() string {
 	return "http://127.0.0.1:" + strconv.Itoa(b.cfg.APIPort) + APIPath
 }
 
+// ProxyURL is the egress proxy's address inside every sandbox, "" when
+// the bridge carries no egress.
+func (b *Bridge) ProxyURL() string {
+	if b.cfg.Egress == nil {
+		return ""
+	}
+	return "http://127.0.0.1:" + strconv.Itoa(b.cfg.EgressPort)
+}
+
+// ProxyEnv returns the variables that point common tools (curl, git, pip,
+// npm, Python and Node libraries) at the egress proxy, in both the upper
+// and lower case that different tools read; none when the bridge carries
+// no egress. The proxy refuses everything while the org's egress is off.
+func (b *Bridge) ProxyEnv() []string {
+	u := b.ProxyURL()
+	if u == "" {
+		return nil
+	}
+	var env []string
+	for _, k := range []string{"HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "npm_config_proxy", "npm_config_https_proxy"} {
+		env = append(env, k+"="+u)
+	}
+	return append(env, "NO_PROXY="+NoProxy, "no_proxy="+NoProxy)
+}
+
 // Env returns the variables set for every command of a turn: the product
-// API's address, the turn's token and model, and each service's address.
+// API's address, the turn's token and model, each service's address and
+// the egress proxy's.
 func (b *Bridge) Env(token, model string) []string {
 	env := []string{"ANTHROPIC_BASE_URL=" + b.BaseURL(), "ANTHROPIC_AUTH_TOKEN=" + token}
 	if model != "" {
@@ -150,7 +190,7 @@ func (b *Bridge) Env(token, model string) []string {
 		key := strings.ToUpper(strings.ReplaceAll(s.Name, "-", "_"))
 		env = append(env, "SANDBOX_SERVICE_"+key+"=127.0.0.1:"+strconv.Itoa(b.cfg.APIPort+1+i))
 	}
-	return env
+	return append(env, b.ProxyEnv()...)
 }
 
 // Boot makes the listeners in the container's sandbox, just booted or
@@ -184,10 +224,21 @@ func (b *Bridge) Boot(ctx context.Context, sb Listener, containerID string) erro
 			return fmt.Errorf("bridge: bridge: %w", err)
 		}
 	}
+	var proxy net.Listener
+	if b.cfg.Egress != nil {
+		if proxy, err = listen(b.cfg.EgressPort); err != nil {
+			return fmt.Errorf("bridge: egress proxy: %w", err)
+		}
+	}
 	slots := make(chan struct{}, b.cfg.MaxConns) // shared by the sandbox's listeners
 	go b.accept(containerID, api, slots, func(c net.Conn) { b.serve(c, containerID) })
 	for i, s := range b.cfg.Services {
 		go b.accept(containerID, listeners[1+i], slots, func(c net.Conn) { b.forward(c, s) })
+	}
+	if proxy != nil {
+		// The proxy bounds a sandbox's connections itself (per sandbox,
+		// refusing over the bound with an answer the tool can show).
+		go b.accept(containerID, proxy, make(chan struct{}, 4*b.cfg.MaxConns), func(c net.Conn) { b.cfg.Egress(c, containerID) })
 	}
 	return nil
 }

@@ -50,6 +50,7 @@ func (e *Executor) bash(ctx context.Context, call messages.ToolCall) (*wire.Tool
 		}
 	}
 	end := e.begin(ctx, call.ContainerID)
+	started := time.Now()
 	res, err := e.sb.Exec(ctx, call.ContainerID, sandbox.Command{
 		Args:      []string{"bash", "-c", *in.Command},
 		Dir:       sandbox.WorkspaceDir,
@@ -87,12 +88,24 @@ func (e *Executor) bash(ctx context.Context, call messages.ToolCall) (*wire.Tool
 	if res.Warning != "" {
 		out.Stderr = joinLine(out.Stderr, "[threadbox] "+res.Warning)
 	}
+	e.noteEgress(out, call.ContainerID, started)
 	files, err := e.outputFiles(ctx, call.ContainerID, res.OutputFiles, wire.ResultBashOutput)
 	if err != nil {
 		return nil, err
 	}
 	out.Files = files
 	return out, nil
+}
+
+// noteEgress ends a result's stderr with the outbound connections its
+// container was refused since started, if any.
+func (e *Executor) noteEgress(out *wire.ToolResult, containerID string, started time.Time) {
+	if e.cfg.Egress == nil {
+		return
+	}
+	if line := e.cfg.Egress.Refused(containerID, started); line != "" {
+		out.Stderr = joinLine(out.Stderr, "[threadbox] "+line)
+	}
 }
 
 // outputFiles lists the files a command or cell handed back, refusing
@@ -205,6 +218,11 @@ func (e *Executor) sandboxBash(ctx context.Context, call messages.ToolCall) (any
 	if res.TimedOut {
 		// The backend ended stderr with "Command timed out after Ns.".
 		out.ExitCode = 124
+	}
+	if e.cfg.Egress != nil {
+		if line := e.cfg.Egress.Refused(call.ContainerID, start); line != "" {
+			out.Stderr = joinLine(out.Stderr, "[threadbox] "+line)
+		}
 	}
 	out.Files = e.changedFiles(ctx, call, start)
 	out.FileCount = len(out.Files)

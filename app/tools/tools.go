@@ -62,6 +62,14 @@ type Meter interface {
 	Begin(ctx context.Context, containerID string) func(res sandbox.Result, err error)
 }
 
+// EgressNotes tells which outbound connections a container was refused
+// (app/egressgate.Log).
+type EgressNotes interface {
+	// Refused returns one line naming the connections the container was
+	// refused since since; "" when none.
+	Refused(containerID string, since time.Time) string
+}
+
 // Defaults of Config, for both tool families.
 const (
 	DefaultMaxOutput     = 1 << 20
@@ -131,6 +139,9 @@ type Config struct {
 	// BSLCommand is the bsl-language-server launcher looked up in the
 	// sandbox's PATH.
 	BSLCommand string
+	// Egress, when set, names in a bash result's stderr the outbound
+	// connections the command was refused, so the model sees why.
+	Egress EgressNotes
 }
 
 // orDefault sets *v to d when it is not above zero.

@@ -26,11 +26,13 @@ type sandboxWiring struct {
 
 // newSandboxWiring builds the bridge; its boot hook (bootHook) listens in
 // each sandbox the owner boots or adopts.
-func newSandboxWiring(cfg Config, a *auth.Service, log *slog.Logger) *sandboxWiring {
+func newSandboxWiring(cfg Config, a *auth.Service, eg *egressWiring, log *slog.Logger) *sandboxWiring {
 	w := &sandboxWiring{}
-	w.bridge = bridge.New(w.serveConn, bridge.Config{
-		APIPort: cfg.SandboxAPIPort, Services: cfg.SandboxServices, Logger: log.With("component", "bridge"),
-	})
+	bc := bridge.Config{APIPort: cfg.SandboxAPIPort, Services: cfg.SandboxServices, Logger: log.With("component", "bridge")}
+	if eg != nil {
+		bc.Egress = eg.proxy.Serve
+	}
+	w.bridge = bridge.New(w.serveConn, bc)
 	w.env = bridge.NewTurnEnv(authTokens{a}, w.bridge, 0)
 	return w
 }

@@ -105,6 +105,9 @@ type Config struct {
 	SandboxServices []bridge.Service
 	// SandboxAPIPort is the product API's loopback port inside sandboxes.
 	SandboxAPIPort int
+	// Egress is the operator's side of controlled egress (EGRESS_*;
+	// docs/egress.md).
+	Egress EgressConfig
 	// Procs is THREADBOX_PROCS: how many threads run the server's Go code
 	// at once; 0 means half the CPUs (see serveProcs).
 	Procs int
@@ -296,6 +299,9 @@ func loadConfig(getenv func(string) string) (Config, error) {
 		return Config{}, &configError{"SANDBOX_API_PORT", "must be a port number, with room after it for each allowed service"}
 	}
 	c.SandboxAPIPort = port
+	if c.Egress, err = loadEgressConfig(getenv); err != nil {
+		return Config{}, err
+	}
 	cpus, perr := strconv.ParseFloat(env("SANDBOX_CPUS", "1"), 64)
 	if perr != nil || cpus <= 0 || cpus > 64 {
 		return Config{}, &configError{"SANDBOX_CPUS", "must be a number of CPUs such as 1 or 0.5"}

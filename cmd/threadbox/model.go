@@ -46,7 +46,7 @@ func openAIBaseURL(raw string) string {
 // and the sandbox_v1 tools) in the containers' sandboxes, with host-side
 // file access through the file jail.
 func newMessages(cfg Config, sys *system, fs containerFiles, log *slog.Logger) *messages.Service {
-	executor := tools.New(sys.containers, fs, tools.Config{MaxOutput: int(cfg.ToolMaxOutput), MaxOutputFileBytes: cfg.MaxArtifactBytes, Log: log.With("component", "tools"), Meter: sys.usage, CellTimeout: cfg.PythonCellTimeout, ToolResultTimeout: cfg.PythonToolResultTimeout})
+	executor := tools.New(sys.containers, fs, tools.Config{MaxOutput: int(cfg.ToolMaxOutput), MaxOutputFileBytes: cfg.MaxArtifactBytes, Log: log.With("component", "tools"), Meter: sys.usage, CellTimeout: cfg.PythonCellTimeout, ToolResultTimeout: cfg.PythonToolResultTimeout, Egress: egressNotes(sys.egress)})
 	kit := sys.metrics.Tools(executor)
 	sys.terminals = executor
 	urls := webfetch.New(webfetch.Config{MaxBytes: cfg.URLFetchMaxBytes, Allow: cfg.URLFetchAllow})

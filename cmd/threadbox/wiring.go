@@ -12,6 +12,7 @@ import (
 	"threadbox/app/admin"
 	"threadbox/app/auth"
 	"threadbox/app/containers"
+	"threadbox/app/egressgate"
 	"threadbox/app/files"
 	"threadbox/app/lease"
 	"threadbox/app/mcpserver"
@@ -49,6 +50,7 @@ type system struct {
 	skills     *skills.Service
 	batches    *batches.Service  // runs Message Batches in the background
 	sandbox    *sandboxWiring    // the sandbox_v1 tools and the API bridge
+	egress     *egressWiring     // the egress proxy and its ledger writer; nil when EGRESS_PROXY=off
 	usage      *metering.Service // usage metering: commands, sandbox time and model tokens per org, user, container, thread and day
 	backends   []sandbox.Backend
 	blobs      artifactStore // DATA_DIR/artifacts or BLOB_URL
@@ -149,7 +151,7 @@ func wire(ctx context.Context, cfg Config, log *slog.Logger) (*system, error) {
 		sys.Close()
 		return nil, err
 	}
-	sys.admin = admin.New(admin.Deps{Store: st.Accounts(), Hash: sys.auth.HashPassword, EmailDomains: cfg.OrgEmailDomains, QuotaBounds: cfg.QuotaBounds})
+	sys.admin = admin.New(admin.Deps{Store: st.Accounts(), Hash: sys.auth.HashPassword, EmailDomains: cfg.OrgEmailDomains, QuotaBounds: cfg.QuotaBounds, EgressLedger: st.Egress()})
 	if sys.blobs, err = newBlobs(ctx, cfg); err != nil {
 		sys.Close()
 		return nil, err
@@ -175,7 +177,9 @@ func wire(ctx context.Context, cfg Config, log *slog.Logger) (*system, error) {
 		Runs: st.Usage(), Holder: sys.leases.Holder(), Settle: cfg.SweepInterval, Stale: cfg.LeaseTTL,
 		Log: log.With("component", "usage"),
 	})
-	sys.sandbox = newSandboxWiring(cfg, sys.auth, log)
+	sys.egress = newEgress(cfg.Egress, egressgate.NewGate(st.Containers(), sys.admin, 0), st.Egress(), sys.metrics, log)
+	sys.closers = append(sys.closers, sys.egress.Close)
+	sys.sandbox = newSandboxWiring(cfg, sys.auth, sys.egress, log)
 	sys.containers = containers.New(containers.Deps{
 		Store: st.Containers(), Backends: sys.backends, Folders: folders{layout}, Leases: sys.leases,
 		Threads: st.Threads(), Quota: sys.quota, Handoff: st.Leases(),

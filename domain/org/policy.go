@@ -2,7 +2,9 @@ package org
 
 import (
 	"slices"
+	"strings"
 
+	"threadbox/domain/egress"
 	"threadbox/domain/fault"
 )
 
@@ -18,6 +20,9 @@ const (
 	// ContentCredentials signs generated media on download with a C2PA
 	// manifest (docs/content-credentials.md).
 	ContentCredentials Feature = "contentCredentials"
+	// Egress opens the sandbox's outbound network through the egress proxy
+	// to the hosts of the org's allowlist (docs/egress.md); off by default.
+	Egress Feature = "egress"
 )
 
 // DefaultMaxUploadBytes is the default upload size cap (100 MiB).
@@ -34,6 +39,10 @@ type Policy struct {
 	// unsignedDownloads is contentCredentials off: the zero policy signs,
 	// as the default does.
 	unsignedDownloads bool
+	egress            bool
+	// egressAllow is the allowlist's patterns, canonical and one a line,
+	// which keeps a policy a comparable value.
+	egressAllow string
 	quotas            Quotas
 }
 
@@ -58,6 +67,42 @@ func (p Policy) WithQuotas(q Quotas) Policy { p.quotas = q; return p }
 // off.
 func (p Policy) WithContentCredentials(on bool) Policy { p.unsignedDownloads = !on; return p }
 
+// WithEgress returns the policy with egress on or off and its allowlist.
+func (p Policy) WithEgress(on bool, allow []egress.Pattern) Policy {
+	p.egress, p.egressAllow = on, joinPatterns(allow)
+	return p
+}
+
+func joinPatterns(allow []egress.Pattern) string {
+	s := make([]string, len(allow))
+	for i, a := range allow {
+		s[i] = a.String()
+	}
+	return strings.Join(s, "\n")
+}
+
+// EgressAllow returns the org's egress allowlist as written (kept while
+// egress is off, so switching it on again restores it).
+func (p Policy) EgressAllow() []string {
+	if p.egressAllow == "" {
+		return []string{}
+	}
+	return strings.Split(p.egressAllow, "\n")
+}
+
+// EgressPolicy returns the org's part of the egress decision. The
+// allowlist was checked when it was set; a pattern that no longer parses
+// (a row edited by hand) is left out.
+func (p Policy) EgressPolicy() egress.Policy {
+	out := egress.Policy{On: p.egress}
+	for _, s := range p.EgressAllow() {
+		if a, err := egress.ParsePattern(s); err == nil {
+			out.Allow = append(out.Allow, a)
+		}
+	}
+	return out
+}
+
 // Quotas returns the policy's resource quotas.
 func (p Policy) Quotas() Quotas { return p.quotas }
 
@@ -74,6 +119,8 @@ func (p Policy) Allows(f Feature) bool {
 		return p.downloadsUploaded
 	case ContentCredentials:
 		return !p.unsignedDownloads
+	case Egress:
+		return p.egress
 	}
 	return false
 }
@@ -90,6 +137,10 @@ type PolicyPatch struct {
 	DownloadsGenerated *bool
 	DownloadsUploaded  *bool
 	ContentCredentials *bool
+	Egress             *bool
+	// EgressAllow, when not nil, replaces the egress allowlist; each entry
+	// is a host pattern (egress.ParsePattern).
+	EgressAllow *[]string
 	// Quotas sets the named quotas (0 is unlimited, which is also what a
 	// merge patch's null restores); quotas not named are left as they are.
 	Quotas map[Quota]int64
@@ -119,6 +170,16 @@ func (p Policy) Patch(pp PolicyPatch) (Policy, error) {
 	}
 	if pp.ContentCredentials != nil {
 		n.unsignedDownloads = !*pp.ContentCredentials
+	}
+	if pp.Egress != nil {
+		n.egress = *pp.Egress
+	}
+	if pp.EgressAllow != nil {
+		allow, err := egress.ParsePatterns(*pp.EgressAllow)
+		if err != nil {
+			return p, err
+		}
+		n.egressAllow = joinPatterns(allow)
 	}
 	for _, name := range AllQuotas {
 		if v, ok := pp.Quotas[name]; ok {

@@ -63,3 +63,35 @@ func TestPolicyAllowsAndPatch(t *testing.T) {
 		t.Fatalf("refusal: %v", err)
 	}
 }
+
+func TestPolicyEgress(t *testing.T) {
+	def := DefaultPolicy()
+	if def.Allows(Egress) || def.EgressPolicy().On || len(def.EgressAllow()) != 0 {
+		t.Fatalf("egress is on by default: %+v", def.EgressPolicy())
+	}
+	got, err := def.Patch(PolicyPatch{Egress: ptr(true), EgressAllow: &[]string{"PyPI.example", "*.git.example:443", "pypi.example"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !got.Allows(Egress) {
+		t.Fatal("egress not on after the patch")
+	}
+	if a := got.EgressAllow(); len(a) != 2 || a[0] != "pypi.example" || a[1] != "*.git.example:443" {
+		t.Fatalf("allowlist %q, want the two patterns canonical and once each", a)
+	}
+	if ep := got.EgressPolicy(); !ep.On || len(ep.Allow) != 2 || !ep.Allow[1].Matches("a.git.example", 443) || ep.Allow[1].Matches("a.git.example", 80) {
+		t.Fatalf("egress policy %+v", ep)
+	}
+	off, err := got.Patch(PolicyPatch{Egress: ptr(false)})
+	if err != nil || off.Allows(Egress) || len(off.EgressAllow()) != 2 {
+		t.Fatalf("switching egress off keeps the allowlist: %v %q", err, off.EgressAllow())
+	}
+	bad, err := got.Patch(PolicyPatch{Egress: ptr(false), EgressAllow: &[]string{"ok.example", "*.com"}})
+	if !fault.Is(err, fault.Invalid) || bad != got {
+		t.Fatalf("a bad pattern must refuse the whole patch: %v", err)
+	}
+	cleared, err := got.Patch(PolicyPatch{EgressAllow: &[]string{}})
+	if err != nil || len(cleared.EgressAllow()) != 0 || !cleared.Allows(Egress) {
+		t.Fatalf("clearing the allowlist: %v %q", err, cleared.EgressAllow())
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"context"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -35,6 +36,8 @@ type Registry struct {
 	toolTime     *prometheus.HistogramVec
 	boots        *prometheus.CounterVec
 	sweepActions *prometheus.CounterVec
+	egressConns  *prometheus.CounterVec
+	egressBytes  *prometheus.CounterVec
 }
 
 // New returns a registry with every metric and the Go runtime and process
@@ -55,7 +58,9 @@ func New() *Registry {
 	r.toolTime = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "threadbox_tool_call_duration_seconds", Help: "Server tool call duration by tool.", Buckets: prometheus.ExponentialBuckets(0.005, 3, 10)}, []string{"tool"})
 	r.boots = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "threadbox_sandbox_starts_total", Help: "Sandboxes this process started holding, by how (boot, adopt)."}, []string{"how"})
 	r.sweepActions = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "threadbox_sweeper_actions_total", Help: "What the sweeper did, by action (stopped, expired, adopted, dropped, cleared, released)."}, []string{"action"})
-	for _, c := range []prometheus.Collector{r.requests, r.requestTime, r.bytesIn, r.bytesOut, r.modelCalls, r.modelTime, r.modelTokens, r.toolCalls, r.toolTime, r.boots, r.sweepActions} {
+	r.egressConns = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "threadbox_egress_connections_total", Help: "Connections through the egress proxy by verdict (allowed, refused) and reason (allowlist, egress-off, no-match, operator-deny, private-address, no-address, sni-mismatch, connection-limit, bad-request, no-sandbox)."}, []string{"verdict", "reason"})
+	r.egressBytes = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "threadbox_egress_bytes_total", Help: "Bytes through the egress proxy by direction (up: from sandboxes, down: to them)."}, []string{"direction"})
+	for _, c := range []prometheus.Collector{r.requests, r.requestTime, r.bytesIn, r.bytesOut, r.modelCalls, r.modelTime, r.modelTokens, r.toolCalls, r.toolTime, r.boots, r.sweepActions, r.egressConns, r.egressBytes} {
 		f(c)
 	}
 	return r
@@ -114,6 +119,21 @@ func (r *Registry) Swept(rep containers.SweepReport) {
 			r.sweepActions.WithLabelValues(action).Add(float64(len(ids)))
 		}
 	}
+}
+
+// EgressConnection counts one connection through the egress proxy
+// (egressgate.Counter). The reason is the rule's kind, never a pattern, so
+// the labels stay bounded.
+func (r *Registry) EgressConnection(allowed bool, rule string, bytesUp, bytesDown int64) {
+	verdict, reason := "refused", rule
+	if allowed {
+		verdict, reason = "allowed", "allowlist"
+	} else if i := strings.IndexByte(rule, ':'); i > 0 {
+		reason = rule[:i]
+	}
+	r.egressConns.WithLabelValues(verdict, reason).Inc()
+	r.egressBytes.WithLabelValues("up").Add(float64(bytesUp))
+	r.egressBytes.WithLabelValues("down").Add(float64(bytesDown))
 }
 
 // Model counts and times the steps of a model (messages.Model).

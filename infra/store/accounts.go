@@ -4,8 +4,10 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"strings"
 	"time"
 
+	"threadbox/domain/egress"
 	"threadbox/domain/fault"
 	"threadbox/domain/org"
 	"threadbox/domain/user"
@@ -21,6 +23,8 @@ type orgRow struct {
 	FeatureDownloadsGenerated    bool
 	FeatureDownloadsUploaded     bool
 	FeatureContentCredentials    bool
+	FeatureEgress                bool
+	EgressAllow                  string
 	QuotaRunningSandboxesPerUser int64
 	QuotaRunningSandboxesPerOrg  int64
 	QuotaContainersPerUser       int64
@@ -39,6 +43,8 @@ func toOrgRow(o org.Org) orgRow {
 		FeatureUploadsMaxBytes: p.MaxUploadBytes(), FeatureDownloadsGenerated: p.Allows(org.DownloadsGenerated),
 		FeatureDownloadsUploaded:     p.Allows(org.DownloadsUploaded),
 		FeatureContentCredentials:    p.Allows(org.ContentCredentials),
+		FeatureEgress:                p.Allows(org.Egress),
+		EgressAllow:                  strings.Join(p.EgressAllow(), "\n"),
 		QuotaRunningSandboxesPerUser: p.Quotas().Limit(org.RunningSandboxesPerUser),
 		QuotaRunningSandboxesPerOrg:  p.Quotas().Limit(org.RunningSandboxesPerOrg),
 		QuotaContainersPerUser:       p.Quotas().Limit(org.ContainersPerUser),
@@ -54,6 +60,7 @@ func (r orgRow) domain() org.Org {
 		p = org.DefaultPolicy()
 	}
 	p = p.WithContentCredentials(r.FeatureContentCredentials)
+	p = p.WithEgress(r.FeatureEgress, egressAllow(r.EgressAllow))
 	// A negative limit (written by hand) reads as no quota rather than
 	// failing every request of the org.
 	if q, err := org.NewQuotas(map[org.Quota]int64{
@@ -67,6 +74,19 @@ func (r orgRow) domain() org.Org {
 		p = p.WithQuotas(q)
 	}
 	return org.Restore(r.ID, r.Name, r.Disabled, p, r.CreatedAt.UTC())
+}
+
+// egressAllow reads a stored allowlist, one pattern a line; a line that
+// does not parse (edited by hand) is left out rather than failing every
+// request of the org.
+func egressAllow(s string) []egress.Pattern {
+	var out []egress.Pattern
+	for line := range strings.SplitSeq(s, "\n") {
+		if p, err := egress.ParsePattern(line); err == nil {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // CreateOrg stores a new org.
@@ -254,6 +274,8 @@ type credentialsRow struct {
 	OGenerated    bool
 	OUploaded     bool
 	OSigned       bool
+	OEgress       bool
+	OEgressAllow  string
 	OQuotas       [6]int64
 	OCreatedAt    time.Time
 }
@@ -263,7 +285,7 @@ type credentialsRow struct {
 const credentialsSQL = `SELECT t.id, t.user_id, t.org_id, t.name, t.kind, t.created_at, t.expires_at, t.revoked_at, t.last_used_at,
 	u.org_id, u.email, u.role, u.disabled, u.password_hash, u.created_at,
 	o.name, o.disabled, o.feature_code_execution, o.feature_uploads, o.feature_uploads_max_bytes,
-	o.feature_downloads_generated, o.feature_downloads_uploaded, o.feature_content_credentials, o.quota_running_sandboxes_per_user,
+	o.feature_downloads_generated, o.feature_downloads_uploaded, o.feature_content_credentials, o.feature_egress, o.egress_allow, o.quota_running_sandboxes_per_user,
 	o.quota_running_sandboxes_per_org, o.quota_containers_per_user, o.quota_storage_bytes_per_org,
 	o.quota_snapshots_per_thread, o.quota_snapshot_bytes_per_thread, o.created_at
 	FROM api_tokens t JOIN users u ON u.id = t.user_id JOIN orgs o ON o.id = u.org_id WHERE t.id = $1`
@@ -293,7 +315,7 @@ func (s Accounts) credentials(ctx context.Context, tokenID string) (credentials,
 	var r credentialsRow
 	err = row.Scan(&r.TID, &r.TUserID, &r.TOrgID, &r.TName, &r.TKind, &r.TCreatedAt, &r.TExpiresAt, &r.TRevokedAt, &r.TLastUsedAt,
 		&r.UOrgID, &r.UEmail, &r.URole, &r.UDisabled, &r.UPasswordHash, &r.UCreatedAt,
-		&r.OName, &r.ODisabled, &r.OCode, &r.OUploads, &r.OMaxBytes, &r.OGenerated, &r.OUploaded, &r.OSigned,
+		&r.OName, &r.ODisabled, &r.OCode, &r.OUploads, &r.OMaxBytes, &r.OGenerated, &r.OUploaded, &r.OSigned, &r.OEgress, &r.OEgressAllow,
 		&r.OQuotas[0], &r.OQuotas[1], &r.OQuotas[2], &r.OQuotas[3], &r.OQuotas[4], &r.OQuotas[5], &r.OCreatedAt)
 	if errors.Is(err, sql.ErrNoRows) {
 		return credentials{}, fault.New(fault.NotFound, "token not found")
@@ -305,7 +327,7 @@ func (s Accounts) credentials(ctx context.Context, tokenID string) (credentials,
 	u := userRow{ID: r.TUserID, OrgID: r.UOrgID, Email: r.UEmail, Role: r.URole, Disabled: r.UDisabled, PasswordHash: r.UPasswordHash, CreatedAt: r.UCreatedAt}
 	o := orgRow{ID: r.UOrgID, Name: r.OName, Disabled: r.ODisabled, FeatureCodeExecution: r.OCode, FeatureUploads: r.OUploads,
 		FeatureUploadsMaxBytes: r.OMaxBytes, FeatureDownloadsGenerated: r.OGenerated, FeatureDownloadsUploaded: r.OUploaded,
-		FeatureContentCredentials:    r.OSigned,
+		FeatureContentCredentials: r.OSigned, FeatureEgress: r.OEgress, EgressAllow: r.OEgressAllow,
 		QuotaRunningSandboxesPerUser: r.OQuotas[0], QuotaRunningSandboxesPerOrg: r.OQuotas[1], QuotaContainersPerUser: r.OQuotas[2], QuotaStorageBytesPerOrg: r.OQuotas[3],
 		QuotaSnapshotsPerThread: r.OQuotas[4], QuotaSnapshotBytesPerThread: r.OQuotas[5],
 		CreatedAt: r.OCreatedAt}

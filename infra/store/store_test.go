@@ -15,6 +15,7 @@ import (
 	"threadbox/app/usage"
 	"threadbox/domain/audit"
 	"threadbox/domain/container"
+	"threadbox/domain/egress"
 	"threadbox/domain/fault"
 	"threadbox/domain/org"
 	"threadbox/domain/project"
@@ -83,6 +84,7 @@ func suite(t *testing.T, s *store.Store) {
 	if got.Policy().Allows(org.DownloadsGenerated) || !got.Policy().Allows(org.DownloadsUploaded) || got.Policy().MaxUploadBytes() != 1234 || !got.Disabled() {
 		t.Fatalf("policy not saved: %+v", got)
 	}
+	egressPolicySuite(t, s, got)
 	if _, err := s.Accounts().Org(ctx, "missing"); !fault.Is(err, fault.NotFound) {
 		t.Fatalf("missing org: %v", err)
 	}
@@ -493,6 +495,7 @@ func suite(t *testing.T, s *store.Store) {
 		t.Fatal("an entry past the ttl was kept")
 	}
 	usageSuite(t, s, o.ID(), o2.ID(), u, mate)
+	egressLedgerSuite(t, s, o.ID(), o2.ID())
 }
 
 // TestCredentialsDoNotWaitForWriters: the per-request token lookup is
@@ -698,5 +701,82 @@ func usageScopeSuite(t *testing.T, s *store.Store, orgID string, admin user.User
 				t.Fatalf("report:\n got %+v\nwant %+v", got, tt.want)
 			}
 		})
+	}
+}
+
+// egressPolicySuite checks that the egress switch and its allowlist are
+// saved with the org, and read back by both the org lookup and the
+// credentials query.
+func egressPolicySuite(t *testing.T, s *store.Store, o org.Org) {
+	ctx := context.Background()
+	if o.Policy().Allows(org.Egress) {
+		t.Fatal("egress is on for a new org")
+	}
+	on := true
+	p, err := o.Policy().Patch(org.PolicyPatch{Egress: &on, EgressAllow: &[]string{"pypi.example", "*.git.example:443"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Accounts().UpdateOrg(ctx, o.WithPolicy(p)); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Accounts().OrgByName(ctx, o.Name())
+	if err != nil || !got.Policy().Allows(org.Egress) || strings.Join(got.Policy().EgressAllow(), " ") != "pypi.example *.git.example:443" {
+		t.Fatalf("egress policy not saved: %v %q", err, got.Policy().EgressAllow())
+	}
+	u, _ := user.New(id("usr"), o.ID(), id("e")+"@acme.test", user.Member, time.Now())
+	if err := s.Accounts().CreateUser(ctx, u); err != nil {
+		t.Fatal(err)
+	}
+	tok, _ := user.NewToken(id("tok"), u.ID(), o.ID(), "egress", user.APIToken, time.Now(), time.Hour)
+	if err := s.Accounts().CreateToken(ctx, tok); err != nil {
+		t.Fatal(err)
+	}
+	_, _, co, err := s.Accounts().Credentials(ctx, tok.ID())
+	if err != nil || co.Policy() != got.Policy() {
+		t.Fatalf("credentials read another policy: %v %+v", err, co.Policy().EgressPolicy())
+	}
+	if err := s.Accounts().UpdateOrg(ctx, o); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// egressLedgerSuite checks the ledger: records per org, newest first,
+// filtered, paged by cursor.
+func egressLedgerSuite(t *testing.T, s *store.Store, orgID, otherOrgID string) {
+	ctx := context.Background()
+	base := time.Now().UTC().Truncate(time.Millisecond)
+	var recs []egress.Record
+	for i := range 5 {
+		recs = append(recs, egress.Record{ID: fmt.Sprintf("egr_%02d", i), OrgID: orgID, UserID: "usr_a", ThreadID: "thr_a", ContainerID: "cnt_a",
+			Host: "pypi.example", Port: 443, Address: "203.0.114.9", Allowed: i%2 == 0, Rule: "pypi.example", Reason: "",
+			BytesUp: int64(i), BytesDown: int64(100 * i), Duration: time.Duration(i) * time.Second, At: base.Add(time.Duration(i/2) * time.Second)})
+	}
+	recs = append(recs, egress.Record{ID: "egr_x", OrgID: otherOrgID, ContainerID: "cnt_b", Host: "other.example", Port: 80, Rule: egress.RuleNoMatch, Reason: "not listed", At: base})
+	if err := s.Egress().AppendEgress(ctx, recs); err != nil {
+		t.Fatal(err)
+	}
+	all, err := s.Egress().EgressRecords(ctx, egress.LedgerFilter{OrgID: orgID})
+	if err != nil || len(all) != 5 || all[0].ID != "egr_04" || all[1].ID != "egr_03" || all[4].ID != "egr_00" {
+		t.Fatalf("ledger order: %v %+v", err, all)
+	}
+	if r := all[1]; r.BytesDown != 300 || r.Duration != 3*time.Second || r.Port != 443 || r.Address != "203.0.114.9" || !r.At.Equal(base.Add(time.Second)) || r.Allowed {
+		t.Fatalf("record round trip: %+v", r)
+	}
+	page1, _ := s.Egress().EgressRecords(ctx, egress.LedgerFilter{OrgID: orgID, Limit: 2})
+	page2, _ := s.Egress().EgressRecords(ctx, egress.LedgerFilter{OrgID: orgID, Limit: 2, Cursor: egress.Cursor{At: page1[1].At, ID: page1[1].ID}})
+	if len(page2) != 2 || page2[0].ID != "egr_02" || page2[1].ID != "egr_01" {
+		t.Fatalf("second page: %+v", page2)
+	}
+	no := false
+	denied, _ := s.Egress().EgressRecords(ctx, egress.LedgerFilter{OrgID: orgID, Allowed: &no, After: base.Add(time.Second)})
+	if len(denied) != 1 || denied[0].ID != "egr_03" {
+		t.Fatalf("denied since a time: %+v", denied)
+	}
+	if other, _ := s.Egress().EgressRecords(ctx, egress.LedgerFilter{OrgID: otherOrgID, Host: "other.example"}); len(other) != 1 || other[0].ID != "egr_x" {
+		t.Fatalf("the other org's ledger: %+v", other)
+	}
+	if none, _ := s.Egress().EgressRecords(ctx, egress.LedgerFilter{OrgID: orgID, ContainerID: "cnt_b"}); len(none) != 0 {
+		t.Fatal("ledger records leaked across orgs")
 	}
 }

@@ -1,0 +1,590 @@
+// Package egressproxy is the egress proxy of sandboxes: an HTTP forward
+// proxy with CONNECT that serves the connections the in-sandbox bridge
+// carries from a sandbox's loopback port (app/bridge), so a sandbox reaches
+// the hosts its org allows without a route or DNS of its own. Each
+// connection is decided by domain/egress.Decide on the policy in force when
+// it is asked for; the proxy resolves names itself, checks every address,
+// and dials only addresses it checked (no DNS rebinding); a CONNECT tunnel
+// carrying TLS must name the CONNECT host in its ClientHello. Every
+// connection, allowed or refused, is handed to the Recorder.
+package egressproxy
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/time/rate"
+
+	"threadbox/domain/egress"
+)
+
+// Policies returns, for a container, its scope and its org's egress policy
+// as in force now (app/egressgate.Gate, which caches it for a few seconds).
+type Policies interface {
+	EgressPolicy(ctx context.Context, containerID string) (egress.Scope, egress.Policy, error)
+}
+
+// Recorder receives the record of every connection, allowed or refused,
+// once it is over; it must not block.
+type Recorder interface {
+	Record(r egress.Record)
+}
+
+// Resolver resolves host names (net.Resolver).
+type Resolver interface {
+	LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error)
+}
+
+// Defaults of Config.
+const (
+	DefaultMaxConns    = 32
+	DefaultDialTimeout = 10 * time.Second
+	// helloTimeout bounds the wait for a tunnel's first bytes (the TLS
+	// ClientHello) after the proxy answered CONNECT.
+	helloTimeout = 10 * time.Second
+)
+
+// Rules named in records of connections refused by the proxy itself,
+// besides those of egress.Decide.
+const (
+	RuleSNIMismatch = "sni-mismatch"
+	RuleConnLimit   = "connection-limit"
+	RuleBadRequest  = "bad-request"
+	RuleNoSandbox   = "no-sandbox"
+)
+
+// Config tunes a Proxy.
+type Config struct {
+	// Ceiling is the operator's bound over every org's allowlist.
+	Ceiling egress.Ceiling
+	// Resolver resolves names; nil means net.DefaultResolver.
+	Resolver Resolver
+	// Dial connects to a checked address; nil means net.Dialer.
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// MaxConns bounds a sandbox's connections through the proxy at once;
+	// 0 means DefaultMaxConns.
+	MaxConns int
+	// BytesPerSecond bounds a sandbox's bandwidth through the proxy, each
+	// way; 0 means unbounded.
+	BytesPerSecond int64
+	// Logger receives the proxy's own failures; nil discards them.
+	Logger *slog.Logger
+}
+
+// Proxy is the egress proxy. Serve hands it one connection from a sandbox.
+type Proxy struct {
+	cfg      Config
+	policies Policies
+	rec      Recorder
+	log      *slog.Logger
+	srv      *http.Server
+	conns    *connListener
+	ids      atomic.Uint64
+
+	mu        sync.Mutex
+	sandboxes map[string]*sandboxState
+}
+
+// sandboxState is what the proxy holds for a sandbox with connections
+// open: their count and its bandwidth limiters.
+type sandboxState struct {
+	open     int
+	up, down *rate.Limiter
+}
+
+// New returns a proxy deciding with policies and recording to rec.
+func New(policies Policies, rec Recorder, cfg Config) *Proxy {
+	if cfg.Resolver == nil {
+		cfg.Resolver = net.DefaultResolver
+	}
+	if cfg.Dial == nil {
+		d := net.Dialer{Timeout: DefaultDialTimeout}
+		cfg.Dial = d.DialContext
+	}
+	if cfg.MaxConns <= 0 {
+		cfg.MaxConns = DefaultMaxConns
+	}
+	lg := cfg.Logger
+	if lg == nil {
+		lg = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	p := &Proxy{cfg: cfg, policies: policies, rec: rec, log: lg, conns: newConnListener(), sandboxes: map[string]*sandboxState{}}
+	p.srv = &http.Server{
+		Handler:           p,
+		ReadHeaderTimeout: 30 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(lg.Handler(), slog.LevelDebug),
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			if sc, ok := c.(*sandboxConn); ok {
+				return context.WithValue(ctx, containerKey{}, sc.containerID)
+			}
+			return ctx
+		},
+	}
+	go func() { _ = p.srv.Serve(p.conns) }()
+	return p
+}
+
+// Close stops the proxy and ends its connections.
+func (p *Proxy) Close() error {
+	_ = p.conns.Close()
+	return p.srv.Close()
+}
+
+type containerKey struct{}
+
+// sandboxConn is a connection from inside a container's sandbox, as the
+// bridge identified it: the container is never what the sandbox claims.
+type sandboxConn struct {
+	net.Conn
+	containerID string
+	once        sync.Once
+	done        chan struct{}
+}
+
+// Close closes the connection and lets Serve return.
+func (c *sandboxConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(func() { close(c.done) })
+	return err
+}
+
+// CloseWrite ends the sandbox's side of a tunnel when its far end did.
+func (c *sandboxConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
+}
+
+// Serve serves one connection from inside the container's sandbox (as the
+// bridge identified it) and returns when it is done.
+func (p *Proxy) Serve(conn net.Conn, containerID string) {
+	sc := &sandboxConn{Conn: conn, containerID: containerID, done: make(chan struct{})}
+	if !p.conns.push(sc) {
+		_ = conn.Close()
+		return
+	}
+	<-sc.done
+}
+
+// ServeHTTP serves one request from a sandbox: CONNECT opens a tunnel,
+// any other method with an absolute http:// URL is forwarded.
+func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	containerID, _ := r.Context().Value(containerKey{}).(string)
+	rec := egress.Record{ContainerID: containerID, At: start.UTC()}
+	host, port, err := target(r)
+	if err != nil {
+		rec.Rule, rec.Reason = RuleBadRequest, err.Error()
+		p.refuse(w, rec, http.StatusBadRequest)
+		return
+	}
+	rec.Host, rec.Port = host, port
+	scope, pol, err := p.policies.EgressPolicy(r.Context(), containerID)
+	if err != nil {
+		rec.Rule, rec.Reason = RuleNoSandbox, "the sandbox's policy could not be read"
+		p.log.Warn("egress: policy", "container", containerID, "err", err)
+		p.refuse(w, rec, http.StatusServiceUnavailable)
+		return
+	}
+	rec.OrgID, rec.UserID, rec.ThreadID = scope.OrgID, scope.UserID, scope.ThreadID
+	addrs, v := p.decide(r.Context(), pol, host, port)
+	rec.Rule = v.Rule
+	if !v.Allowed {
+		rec.Reason = v.Reason
+		if len(addrs) > 0 {
+			rec.Address = addrs[0].String()
+		}
+		p.refuse(w, rec, http.StatusForbidden)
+		return
+	}
+	release, ok := p.acquire(containerID)
+	if !ok {
+		rec.Rule, rec.Reason = RuleConnLimit, fmt.Sprintf("the sandbox has %d connections open, the most it may", p.cfg.MaxConns)
+		p.refuse(w, rec, http.StatusTooManyRequests)
+		return
+	}
+	defer release()
+	up, addr, err := p.dial(r.Context(), addrs, port)
+	if err != nil {
+		rec.Allowed, rec.Reason, rec.Duration = true, "unreachable: "+err.Error(), time.Since(start)
+		p.rec.Record(rec)
+		http.Error(w, "threadbox egress: "+host+" is unreachable", http.StatusBadGateway)
+		return
+	}
+	rec.Allowed, rec.Address = true, addr.String()
+	st := p.state(containerID)
+	cu := &countingConn{Conn: up, up: st.up, down: st.down}
+	if r.Method == http.MethodConnect {
+		p.tunnel(w, r, cu, &rec)
+	} else {
+		p.forward(w, r, cu, &rec)
+	}
+	rec.BytesUp, rec.BytesDown = cu.sent.Load(), cu.received.Load()
+	rec.Duration = time.Since(start)
+	p.rec.Record(rec)
+}
+
+// target returns the host and port a request asks for.
+func target(r *http.Request) (string, int, error) {
+	var hostport string
+	defPort := "80"
+	switch {
+	case r.Method == http.MethodConnect:
+		hostport, defPort = r.Host, ""
+	case r.URL.IsAbs() && r.URL.Scheme == "http":
+		hostport = r.URL.Host
+	case r.URL.IsAbs():
+		return "", 0, fmt.Errorf("the proxy forwards http:// URLs; %s:// goes through CONNECT", r.URL.Scheme)
+	default:
+		return "", 0, errors.New("the request names no host: use the proxy as HTTP_PROXY/HTTPS_PROXY")
+	}
+	host, portStr, err := net.SplitHostPort(hostport)
+	if err != nil {
+		if defPort == "" {
+			return "", 0, errors.New("CONNECT needs host:port")
+		}
+		host, portStr = strings.Trim(hostport, "[]"), defPort
+	}
+	port, err := strconv.Atoi(portStr)
+	if err != nil || port < 1 || port > 65535 || host == "" {
+		return "", 0, fmt.Errorf("%q is not host:port", hostport)
+	}
+	return strings.TrimSuffix(strings.ToLower(host), "."), port, nil
+}
+
+// decide returns the verdict for host:port and the addresses it covers.
+// A name is resolved only once the policy allows it, so a refused name
+// makes no DNS query (nothing leaks through the resolver).
+func (p *Proxy) decide(ctx context.Context, pol egress.Policy, host string, port int) ([]netip.Addr, egress.Verdict) {
+	if a, err := netip.ParseAddr(host); err == nil {
+		addrs := []netip.Addr{a.Unmap()}
+		return addrs, egress.Decide(p.cfg.Ceiling, pol, host, port, addrs)
+	}
+	if v := egress.Decide(p.cfg.Ceiling, pol, host, port, nil); v.Rule != egress.RuleNoAddress {
+		return nil, v
+	}
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	addrs, err := p.cfg.Resolver.LookupNetIP(rctx, "ip", host)
+	if err != nil {
+		return nil, egress.Verdict{Rule: egress.RuleNoAddress, Reason: host + " did not resolve"}
+	}
+	for i := range addrs {
+		addrs[i] = addrs[i].Unmap()
+	}
+	return addrs, egress.Decide(p.cfg.Ceiling, pol, host, port, addrs)
+}
+
+// dial connects to the first checked address that answers.
+func (p *Proxy) dial(ctx context.Context, addrs []netip.Addr, port int) (net.Conn, netip.Addr, error) {
+	var last error
+	for _, a := range addrs {
+		dctx, cancel := context.WithTimeout(ctx, DefaultDialTimeout)
+		c, err := p.cfg.Dial(dctx, "tcp", netip.AddrPortFrom(a, uint16(port)).String())
+		cancel()
+		if err == nil {
+			return c, a, nil
+		}
+		last = err
+	}
+	return nil, netip.Addr{}, last
+}
+
+// refuse answers a refused request and records it.
+func (p *Proxy) refuse(w http.ResponseWriter, rec egress.Record, status int) {
+	p.rec.Record(rec)
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("Connection", "close")
+	w.WriteHeader(status)
+	_, _ = io.WriteString(w, "threadbox egress refused "+net.JoinHostPort(rec.Host, strconv.Itoa(rec.Port))+": "+rec.Reason+"\n")
+}
+
+// acquire takes one of the sandbox's connection slots.
+func (p *Proxy) acquire(containerID string) (release func(), ok bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	st := p.stateLocked(containerID)
+	if st.open >= p.cfg.MaxConns {
+		return nil, false
+	}
+	st.open++
+	return func() {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if st.open--; st.open == 0 {
+			delete(p.sandboxes, containerID)
+		}
+	}, true
+}
+
+func (p *Proxy) state(containerID string) *sandboxState {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.stateLocked(containerID)
+}
+
+func (p *Proxy) stateLocked(containerID string) *sandboxState {
+	st := p.sandboxes[containerID]
+	if st == nil {
+		st = &sandboxState{}
+		if bps := p.cfg.BytesPerSecond; bps > 0 {
+			burst := int(max(bps, copyChunk))
+			st.up, st.down = rate.NewLimiter(rate.Limit(bps), burst), rate.NewLimiter(rate.Limit(bps), burst)
+		}
+		p.sandboxes[containerID] = st
+	}
+	return st
+}
+
+// tunnel answers CONNECT and pipes the tunnel, first checking that a TLS
+// ClientHello names the host the tunnel was opened to.
+func (p *Proxy) tunnel(w http.ResponseWriter, r *http.Request, up net.Conn, rec *egress.Record) {
+	defer up.Close()
+	hj, ok := w.(http.Hijacker)
+	if !ok {
+		http.Error(w, "threadbox egress: cannot tunnel", http.StatusInternalServerError)
+		return
+	}
+	client, brw, err := hj.Hijack()
+	if err != nil {
+		return
+	}
+	defer client.Close()
+	if _, err := io.WriteString(client, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
+		return
+	}
+	_ = client.SetReadDeadline(time.Now().Add(helloTimeout))
+	first, err := brw.Reader.Peek(1)
+	if err != nil {
+		return
+	}
+	var head []byte
+	if first[0] == 0x16 { // a TLS handshake record
+		sni, seen := clientHelloSNI(brw.Reader)
+		head = seen
+		if sni != "" && !sameHost(sni, rec.Host) {
+			rec.Allowed, rec.Rule = false, RuleSNIMismatch
+			rec.Reason = fmt.Sprintf("the TLS handshake names %s, not %s the tunnel was opened to", sni, rec.Host)
+			return
+		}
+	}
+	_ = client.SetReadDeadline(time.Time{})
+	if len(head) > 0 {
+		if _, err := up.Write(head); err != nil {
+			return
+		}
+	}
+	pipe(client, brw.Reader, up)
+}
+
+// forward sends one plain HTTP request to up and copies the answer back.
+func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, up net.Conn, rec *egress.Record) {
+	out := r.Clone(r.Context())
+	out.RequestURI = ""
+	out.Close = true
+	removeHopHeaders(out.Header)
+	tr := &http.Transport{
+		DialContext:        func(context.Context, string, string) (net.Conn, error) { return up, nil },
+		DisableKeepAlives:  true,
+		DisableCompression: true,
+		Proxy:              nil,
+	}
+	defer tr.CloseIdleConnections()
+	resp, err := tr.RoundTrip(out)
+	if err != nil {
+		rec.Reason = "upstream: " + err.Error()
+		http.Error(w, "threadbox egress: "+rec.Host+" did not answer", http.StatusBadGateway)
+		return
+	}
+	defer resp.Body.Close()
+	removeHopHeaders(resp.Header)
+	for k, vs := range resp.Header {
+		w.Header()[k] = vs
+	}
+	w.WriteHeader(resp.StatusCode)
+	_, _ = io.Copy(w, resp.Body)
+}
+
+// hopHeaders are the headers of one connection, not carried past the
+// proxy (RFC 9110, section 7.6.1), and the proxy's own.
+var hopHeaders = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
+
+func removeHopHeaders(h http.Header) {
+	for _, f := range h.Values("Connection") {
+		for name := range strings.SplitSeq(f, ",") {
+			h.Del(strings.TrimSpace(name))
+		}
+	}
+	for _, name := range hopHeaders {
+		h.Del(name)
+	}
+}
+
+// clientHelloSNI reads a TLS ClientHello from r with crypto/tls and
+// returns the server name it asks for and the bytes read, which the
+// tunnel then carries on as they were.
+func clientHelloSNI(r io.Reader) (string, []byte) {
+	rc := &recordingReader{r: r}
+	var sni string
+	errSeen := errors.New("hello seen")
+	srv := tls.Server(readOnlyConn{rc}, &tls.Config{GetConfigForClient: func(h *tls.ClientHelloInfo) (*tls.Config, error) {
+		sni = h.ServerName
+		return nil, errSeen
+	}})
+	_ = srv.Handshake()
+	return sni, rc.seen
+}
+
+// sameHost compares two host names, ignoring case and a trailing dot.
+func sameHost(a, b string) bool {
+	return strings.EqualFold(strings.TrimSuffix(a, "."), strings.TrimSuffix(b, "."))
+}
+
+type recordingReader struct {
+	r    io.Reader
+	seen []byte
+}
+
+func (r *recordingReader) Read(p []byte) (int, error) {
+	n, err := r.r.Read(p)
+	r.seen = append(r.seen, p[:n]...)
+	return n, err
+}
+
+// readOnlyConn lets crypto/tls read a ClientHello; what it would write
+// (an alert) goes nowhere.
+type readOnlyConn struct{ r io.Reader }
+
+func (c readOnlyConn) Read(p []byte) (int, error)     { return c.r.Read(p) }
+func (readOnlyConn) Write(p []byte) (int, error)      { return len(p), nil }
+func (readOnlyConn) Close() error                     { return nil }
+func (readOnlyConn) LocalAddr() net.Addr              { return &net.TCPAddr{} }
+func (readOnlyConn) RemoteAddr() net.Addr             { return &net.TCPAddr{} }
+func (readOnlyConn) SetDeadline(time.Time) error      { return nil }
+func (readOnlyConn) SetReadDeadline(time.Time) error  { return nil }
+func (readOnlyConn) SetWriteDeadline(time.Time) error { return nil }
+
+// copyChunk is the most one read or write moves, so that a rate limiter's
+// burst covers it.
+const copyChunk = 64 << 10
+
+// pipe copies both ways between the sandbox's client connection (read
+// through cr, which holds what the server buffered) and up until both
+// directions end.
+func pipe(client net.Conn, cr io.Reader, up net.Conn) {
+	done := make(chan struct{}, 2)
+	go func() {
+		buf := make([]byte, copyChunk)
+		_, _ = io.CopyBuffer(up, cr, buf)
+		closeWrite(up)
+		done <- struct{}{}
+	}()
+	go func() {
+		buf := make([]byte, copyChunk)
+		_, _ = io.CopyBuffer(client, up, buf)
+		closeWrite(client)
+		done <- struct{}{}
+	}()
+	<-done
+	<-done
+}
+
+func closeWrite(c net.Conn) {
+	if cw, ok := c.(interface{ CloseWrite() error }); ok {
+		_ = cw.CloseWrite()
+	} else if cc, ok := c.(*countingConn); ok {
+		closeWrite(cc.Conn)
+	}
+}
+
+// countingConn is an upstream connection that counts the bytes each way
+// and holds them to the sandbox's bandwidth limiters.
+type countingConn struct {
+	net.Conn
+	up, down       *rate.Limiter
+	sent, received atomic.Int64
+}
+
+func (c *countingConn) Write(p []byte) (int, error) {
+	var n int
+	for len(p) > 0 {
+		k := min(len(p), copyChunk)
+		if c.up != nil {
+			if err := c.up.WaitN(context.Background(), k); err != nil {
+				return n, err
+			}
+		}
+		w, err := c.Conn.Write(p[:k])
+		n += w
+		c.sent.Add(int64(w))
+		if err != nil {
+			return n, err
+		}
+		p = p[k:]
+	}
+	return n, nil
+}
+
+func (c *countingConn) Read(p []byte) (int, error) {
+	if len(p) > copyChunk {
+		p = p[:copyChunk]
+	}
+	n, err := c.Conn.Read(p)
+	c.received.Add(int64(n))
+	if c.down != nil && n > 0 {
+		if werr := c.down.WaitN(context.Background(), n); werr != nil && err == nil {
+			err = werr
+		}
+	}
+	return n, err
+}
+
+// connListener hands the connections Serve receives to the HTTP server.
+type connListener struct {
+	ch     chan net.Conn
+	once   sync.Once
+	closed chan struct{}
+}
+
+func newConnListener() *connListener {
+	return &connListener{ch: make(chan net.Conn), closed: make(chan struct{})}
+}
+
+func (l *connListener) push(c net.Conn) bool {
+	select {
+	case l.ch <- c:
+		return true
+	case <-l.closed:
+		return false
+	}
+}
+
+func (l *connListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.ch:
+		return c, nil
+	case <-l.closed:
+		return nil, net.ErrClosed
+	}
+}
+
+func (l *connListener) Close() error {
+	l.once.Do(func() { close(l.closed) })
+	return nil
+}
+
+func (l *connListener) Addr() net.Addr { return &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)} }
