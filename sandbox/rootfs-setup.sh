@@ -19,6 +19,17 @@ fi
 mkdir -p /home/agent/workspace /mnt/user-data/uploads /mnt/user-data/outputs /mnt/skills /opt/threadbox
 chown -R 1000:1000 /home/agent /mnt/user-data
 
+# Controlled egress (docs/egress.md): threadbox sets HTTP(S)_PROXY for every
+# command, which curl, git, pip and npm read. pip installs for the sandbox
+# user (Debian marks the system Python as externally managed) and waits
+# less than its default on an unreachable index.
+cat > /etc/pip.conf <<'PIPCONF'
+[global]
+break-system-packages = true
+timeout = 30
+disable-pip-version-check = true
+PIPCONF
+
 # Keep the image small: package caches and docs are not needed at run time.
 apt-get clean
 rm -rf /var/lib/apt/lists/* /usr/share/doc/* /usr/share/man/* /usr/share/info/* /var/cache/debconf/*-old

@@ -120,12 +120,12 @@ func TestFeaturesPolicyChangedByAdminsOnlyAndAudited(t *testing.T) {
 		s := startServer(t, db, nil)
 		a := s.bootstrap("acme", "admin@acme.test")
 		r := s.do("GET", "/api/v1/app/org/features", a, nil)
-		want := `{"codeExecution":{"enabled":true},"uploads":{"enabled":true,"maxBytes":104857600},"downloads":{"generated":true,"uploaded":true},"contentCredentials":{"enabled":true},"quotas":{"runningSandboxesPerUser":0,"runningSandboxesPerOrg":0,"containersPerUser":0,"storageBytesPerOrg":0,"snapshotsPerThread":0,"snapshotBytesPerThread":0}}`
+		want := `{"codeExecution":{"enabled":true},"uploads":{"enabled":true,"maxBytes":104857600},"downloads":{"generated":true,"uploaded":true},"contentCredentials":{"enabled":true},"egress":{"enabled":false,"allow":[]},"quotas":{"runningSandboxesPerUser":0,"runningSandboxesPerOrg":0,"containersPerUser":0,"storageBytesPerOrg":0,"snapshotsPerThread":0,"snapshotBytesPerThread":0}}`
 		if r.status != 200 || string(r.body) != want {
 			t.Fatalf("default policy: %d %s", r.status, r.body)
 		}
 		r = s.do("PATCH", "/api/v1/app/org/features", a, map[string]any{"downloads": map[string]any{"generated": false}, "uploads": map[string]any{"maxBytes": 1024}})
-		want = `{"codeExecution":{"enabled":true},"uploads":{"enabled":true,"maxBytes":1024},"downloads":{"generated":false,"uploaded":true},"contentCredentials":{"enabled":true},"quotas":{"runningSandboxesPerUser":0,"runningSandboxesPerOrg":0,"containersPerUser":0,"storageBytesPerOrg":0,"snapshotsPerThread":0,"snapshotBytesPerThread":0}}`
+		want = `{"codeExecution":{"enabled":true},"uploads":{"enabled":true,"maxBytes":1024},"downloads":{"generated":false,"uploaded":true},"contentCredentials":{"enabled":true},"egress":{"enabled":false,"allow":[]},"quotas":{"runningSandboxesPerUser":0,"runningSandboxesPerOrg":0,"containersPerUser":0,"storageBytesPerOrg":0,"snapshotsPerThread":0,"snapshotBytesPerThread":0}}`
 		if r.status != 200 || string(r.body) != want {
 			t.Fatalf("patched policy: %d %s", r.status, r.body)
 		}

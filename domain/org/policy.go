@@ -43,7 +43,7 @@ type Policy struct {
 	// egressAllow is the allowlist's patterns, canonical and one a line,
 	// which keeps a policy a comparable value.
 	egressAllow string
-	quotas            Quotas
+	quotas      Quotas
 }
 
 // DefaultPolicy has every feature on and no quota.

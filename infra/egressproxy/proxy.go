@@ -416,7 +416,23 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, up net.Conn, rec
 		w.Header()[k] = vs
 	}
 	w.WriteHeader(resp.StatusCode)
-	_, _ = io.Copy(w, resp.Body)
+	// Each read is passed on at once: a streamed answer (server-sent
+	// events, a long poll) reaches the sandbox as it comes.
+	rc := http.NewResponseController(w)
+	_ = rc.Flush()
+	buf := make([]byte, copyChunk)
+	for {
+		n, err := resp.Body.Read(buf)
+		if n > 0 {
+			if _, werr := w.Write(buf[:n]); werr != nil {
+				return
+			}
+			_ = rc.Flush()
+		}
+		if err != nil {
+			return
+		}
+	}
 }
 
 // hopHeaders are the headers of one connection, not carried past the

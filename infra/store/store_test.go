@@ -84,7 +84,7 @@ func suite(t *testing.T, s *store.Store) {
 	if got.Policy().Allows(org.DownloadsGenerated) || !got.Policy().Allows(org.DownloadsUploaded) || got.Policy().MaxUploadBytes() != 1234 || !got.Disabled() {
 		t.Fatalf("policy not saved: %+v", got)
 	}
-	egressPolicySuite(t, s, got)
+	egressPolicySuite(t, s)
 	if _, err := s.Accounts().Org(ctx, "missing"); !fault.Is(err, fault.NotFound) {
 		t.Fatalf("missing org: %v", err)
 	}
@@ -707,8 +707,12 @@ func usageScopeSuite(t *testing.T, s *store.Store, orgID string, admin user.User
 // egressPolicySuite checks that the egress switch and its allowlist are
 // saved with the org, and read back by both the org lookup and the
 // credentials query.
-func egressPolicySuite(t *testing.T, s *store.Store, o org.Org) {
+func egressPolicySuite(t *testing.T, s *store.Store) {
 	ctx := context.Background()
+	o, _ := org.New(id("org"), "egress-"+id("n"), time.Now())
+	if err := s.Accounts().CreateOrg(ctx, o); err != nil {
+		t.Fatal(err)
+	}
 	if o.Policy().Allows(org.Egress) {
 		t.Fatal("egress is on for a new org")
 	}

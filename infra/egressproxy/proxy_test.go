@@ -1,0 +1,334 @@
+package egressproxy_test
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"threadbox/domain/egress"
+	"threadbox/infra/egressproxy"
+)
+
+// policies serves one org's policy, which the test changes as an admin
+// would.
+type policies struct {
+	mu  sync.Mutex
+	pol egress.Policy
+}
+
+func (p *policies) set(on bool, allow ...string) {
+	pats, err := egress.ParsePatterns(allow)
+	if err != nil {
+		panic(err)
+	}
+	p.mu.Lock()
+	p.pol = egress.Policy{On: on, Allow: pats}
+	p.mu.Unlock()
+}
+
+func (p *policies) EgressPolicy(_ context.Context, containerID string) (egress.Scope, egress.Policy, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if containerID != "cnt_1" {
+		return egress.Scope{}, egress.Policy{}, fmt.Errorf("no container %s", containerID)
+	}
+	return egress.Scope{OrgID: "org_1", UserID: "usr_1", ThreadID: "thr_1", ContainerID: containerID}, p.pol, nil
+}
+
+// records keeps what the proxy recorded.
+type records struct {
+	mu   sync.Mutex
+	list []egress.Record
+	ch   chan egress.Record
+}
+
+func (r *records) Record(rec egress.Record) {
+	r.mu.Lock()
+	r.list = append(r.list, rec)
+	r.mu.Unlock()
+	r.ch <- rec
+}
+
+// next waits for the next record.
+func (r *records) next(t *testing.T) egress.Record {
+	t.Helper()
+	select {
+	case rec := <-r.ch:
+		return rec
+	case <-time.After(10 * time.Second):
+		t.Fatal("no record")
+		return egress.Record{}
+	}
+}
+
+// resolver is the test's DNS: names to loopback addresses, and a
+// rebinding name that resolves to an internal address.
+type resolver struct {
+	mu    sync.Mutex
+	names map[string][]netip.Addr
+	asked []string
+}
+
+func (r *resolver) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.asked = append(r.asked, host)
+	if a, ok := r.names[host]; ok {
+		return a, nil
+	}
+	return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
+}
+
+type rig struct {
+	pol   *policies
+	recs  *records
+	res   *resolver
+	proxy *egressproxy.Proxy
+	addr  string // the proxy as the sandbox sees it
+	port  string // the test servers' port
+}
+
+// newRig starts the proxy behind a loopback listener that hands each
+// connection to it as the bridge does, naming the container.
+func newRig(t *testing.T, cfg egressproxy.Config, srvPort string) *rig {
+	t.Helper()
+	r := &rig{pol: &policies{}, recs: &records{ch: make(chan egress.Record, 64)}, port: srvPort,
+		res: &resolver{names: map[string][]netip.Addr{
+			"pypi.test":   {netip.MustParseAddr("127.0.0.1")},
+			"other.test":  {netip.MustParseAddr("127.0.0.1")},
+			"rebind.test": {netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("169.254.169.254")},
+			"inside.test": {netip.MustParseAddr("10.1.2.3")},
+		}}}
+	var err error
+	if cfg.Ceiling, err = egress.NewCeiling([]string{"blocked.test"}, []string{"127.0.0.1"}); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Resolver = r.res
+	r.proxy = egressproxy.New(r.pol, r.recs, cfg)
+	t.Cleanup(func() { r.proxy.Close() })
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() { defer c.Close(); r.proxy.Serve(c, "cnt_1") }()
+		}
+	}()
+	r.addr = l.Addr().String()
+	return r
+}
+
+// client goes through the proxy, trusting the test server's certificate
+// and naming sni in the handshake ("" names the URL's host).
+func (r *rig) client(srv *httptest.Server, sni string) *http.Client {
+	tr := srv.Client().Transport.(*http.Transport).Clone()
+	tr.Proxy = http.ProxyURL(&url.URL{Scheme: "http", Host: r.addr})
+	if tr.TLSClientConfig == nil {
+		tr.TLSClientConfig = &tls.Config{}
+	}
+	tr.TLSClientConfig.ServerName = sni
+	tr.TLSClientConfig.InsecureSkipVerify = true // the certificate names example.com; the name checked here is the SNI
+	return &http.Client{Transport: tr, Timeout: 20 * time.Second}
+}
+
+func serverPort(t *testing.T, srv *httptest.Server) string {
+	_, port, _ := net.SplitHostPort(srv.Listener.Addr().String())
+	return port
+}
+
+func TestProxy(t *testing.T) {
+	body := strings.Repeat("wheel bytes ", 1000)
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Host-Seen", r.Host)
+		io.WriteString(w, body)
+	})
+	tlsSrv := httptest.NewTLSServer(h)
+	defer tlsSrv.Close()
+	plain := httptest.NewServer(h)
+	defer plain.Close()
+	r := newRig(t, egressproxy.Config{}, serverPort(t, tlsSrv))
+	tport, pport := serverPort(t, tlsSrv), serverPort(t, plain)
+
+	// get makes one request and closes the client's connections: a
+	// connection is recorded when it ends.
+	get := func(c *http.Client, u string) (*http.Response, string, error) {
+		defer c.CloseIdleConnections()
+		resp, err := c.Get(u)
+		if err != nil {
+			return nil, "", err
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp, string(b), nil
+	}
+
+	t.Run("egress off refuses and resolves nothing", func(t *testing.T) {
+		r.pol.set(false, "pypi.test")
+		resp, b, err := get(r.client(plain, ""), "http://pypi.test:"+pport+"/simple/")
+		if err != nil || resp.StatusCode != http.StatusForbidden || !strings.Contains(b, "outbound network is off") {
+			t.Fatalf("got %v %v %q", resp, err, b)
+		}
+		if rec := r.recs.next(t); rec.Allowed || rec.Rule != egress.RuleOff || rec.OrgID != "org_1" || rec.ThreadID != "thr_1" || rec.Host != "pypi.test" {
+			t.Fatalf("record %+v", rec)
+		}
+	})
+
+	r.pol.set(true, "pypi.test", "rebind.test", "inside.test", "blocked.test", "127.0.0.1")
+	t.Run("https through CONNECT", func(t *testing.T) {
+		resp, b, err := get(r.client(tlsSrv, ""), "https://pypi.test:"+tport+"/simple/")
+		if err != nil || resp.StatusCode != 200 || b != body {
+			t.Fatalf("got %v %v", resp, err)
+		}
+		rec := r.recs.next(t)
+		if !rec.Allowed || rec.Rule != "pypi.test" || rec.Address != "127.0.0.1" || rec.Port != int(mustAtoi(tport)) || rec.BytesDown < int64(len(body)) || rec.BytesUp == 0 || rec.ContainerID != "cnt_1" || rec.UserID != "usr_1" {
+			t.Fatalf("record %+v", rec)
+		}
+	})
+	t.Run("plain http forwarded", func(t *testing.T) {
+		resp, b, err := get(r.client(plain, ""), "http://pypi.test:"+pport+"/simple/pkg/")
+		if err != nil || resp.StatusCode != 200 || b != body || resp.Header.Get("X-Host-Seen") != "pypi.test:"+pport {
+			t.Fatalf("got %v %v", resp, err)
+		}
+		if rec := r.recs.next(t); !rec.Allowed || rec.BytesDown < int64(len(body)) {
+			t.Fatalf("record %+v", rec)
+		}
+	})
+	refused := []struct {
+		name, url, rule string
+		sni             string
+		resolves        bool
+	}{
+		{"a host not listed", "https://other.test:" + tport + "/", egress.RuleNoMatch, "", false},
+		{"the operator's deny list", "http://blocked.test:" + pport + "/", "operator-deny:blocked.test", "", false},
+		{"a name resolving to a private address", "https://inside.test:" + tport + "/", egress.RulePrivate, "", true},
+		{"a rebinding name with one internal address", "http://rebind.test:" + pport + "/", egress.RulePrivate, "", true},
+		{"an address not allowed", "http://10.0.0.1:" + pport + "/", egress.RuleNoMatch, "", false},
+		{"a TLS name other than the CONNECT host", "https://pypi.test:" + tport + "/", egressproxy.RuleSNIMismatch, "other.test", true},
+	}
+	for _, tc := range refused {
+		t.Run("refused: "+tc.name, func(t *testing.T) {
+			r.res.mu.Lock()
+			r.res.asked = nil
+			r.res.mu.Unlock()
+			c := r.client(tlsSrv, tc.sni)
+			resp, _, err := get(c, tc.url)
+			if err == nil && resp.StatusCode == 200 {
+				t.Fatal("the connection went through")
+			}
+			rec := r.recs.next(t)
+			if rec.Allowed || rec.Rule != tc.rule || rec.Reason == "" {
+				t.Fatalf("record %+v, want refused by %s", rec, tc.rule)
+			}
+			r.res.mu.Lock()
+			asked := len(r.res.asked)
+			r.res.mu.Unlock()
+			if (asked > 0) != tc.resolves {
+				t.Fatalf("resolver asked %d times; a name the policy refuses must not be resolved", asked)
+			}
+		})
+	}
+	t.Run("a policy change applies to the next connection", func(t *testing.T) {
+		r.pol.set(true, "other.test")
+		resp, _, err := get(r.client(tlsSrv, ""), "https://pypi.test:"+tport+"/")
+		if err == nil && resp.StatusCode == 200 {
+			t.Fatal("pypi.test still reachable after it left the allowlist")
+		}
+		if rec := r.recs.next(t); rec.Rule != egress.RuleNoMatch {
+			t.Fatalf("record %+v", rec)
+		}
+		resp, _, err = get(r.client(tlsSrv, ""), "https://other.test:"+tport+"/")
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("other.test after it joined the allowlist: %v %v", resp, err)
+		}
+		r.recs.next(t)
+	})
+	t.Run("a bare request is refused", func(t *testing.T) {
+		c, err := net.Dial("tcp", r.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		fmt.Fprintf(c, "GET /etc/passwd HTTP/1.1\r\nHost: x\r\n\r\n")
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil || resp.StatusCode != http.StatusBadRequest {
+			t.Fatalf("got %v %v", resp, err)
+		}
+		if rec := r.recs.next(t); rec.Rule != egressproxy.RuleBadRequest {
+			t.Fatalf("record %+v", rec)
+		}
+	})
+}
+
+func mustAtoi(s string) int64 {
+	var n int64
+	fmt.Sscan(s, &n)
+	return n
+}
+
+// TestProxyLimits checks the per-sandbox bounds: connections over the
+// count are refused with 429, and a download takes at least what the
+// bandwidth bound allows (a lower bound, which a slow machine cannot
+// break).
+func TestProxyLimits(t *testing.T) {
+	release := make(chan struct{})
+	payload := strings.Repeat("x", 768<<10)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/hold" {
+			w.WriteHeader(200)
+			w.(http.Flusher).Flush()
+			<-release
+			return
+		}
+		io.WriteString(w, payload)
+	}))
+	defer srv.Close()
+	defer close(release)
+	port := serverPort(t, srv)
+	r := newRig(t, egressproxy.Config{MaxConns: 1, BytesPerSecond: 256 << 10}, port)
+	r.pol.set(true, "pypi.test")
+	c := r.client(srv, "")
+
+	start := time.Now()
+	resp, err := c.Get("http://pypi.test:" + port + "/wheel")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, _ := io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if took := time.Since(start); n != int64(len(payload)) || took < 1500*time.Millisecond {
+		t.Fatalf("%d bytes in %v: 768 KiB at 256 KiB/s (with a 256 KiB burst) takes 2 s at least", n, took)
+	}
+	r.recs.next(t)
+
+	held, err := c.Get("http://pypi.test:" + port + "/hold")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Body.Close()
+	other := r.client(srv, "")
+	resp, err = other.Get("http://pypi.test:" + port + "/wheel")
+	if err != nil || resp.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("second connection: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	if rec := r.recs.next(t); rec.Rule != egressproxy.RuleConnLimit {
+		t.Fatalf("record %+v", rec)
+	}
+}
