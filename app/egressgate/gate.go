@@ -120,6 +120,9 @@ const (
 // NewLog returns a log writing to ledger; counter may be nil. Close
 // writes what is left.
 func NewLog(ledger egress.Ledger, counter Counter, log *slog.Logger) *Log {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
 	l := &Log{ledger: ledger, counter: counter, log: log, ch: make(chan egress.Record, 4096), done: make(chan struct{}), refused: map[string][]egress.Record{}}
 	go l.run()
 	return l

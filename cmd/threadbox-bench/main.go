@@ -42,7 +42,7 @@ type opts struct {
 	n         int
 	nDocker   int
 	nCold     int
-	only      string        // "sandbox", "files", "messages", "mcp", "lifecycle", "live", "density", "replicas", "credentials", "snapshots", "checkpoints", "microvm" or "" for every section
+	only      string        // "sandbox", "files", "messages", "mcp", "lifecycle", "live", "density", "replicas", "credentials", "snapshots", "checkpoints", "microvm", "egress" or "" for every section
 	ckptN     int           // rounds of the checkpoints section (checkpoints.go)
 	vmN       int           // boots of the microvm section (microvm.go)
 	files     filesOpts     // the Files API section (files.go)
@@ -99,9 +99,9 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		return serveFloorProxy(*floorAddr)
 	}
 	switch o.only {
-	case "", "sandbox", "files", "messages", "mcp", "lifecycle", "live", "density", "replicas", "credentials", "snapshots", "checkpoints", "microvm":
+	case "", "sandbox", "files", "messages", "mcp", "lifecycle", "live", "density", "replicas", "credentials", "snapshots", "checkpoints", "microvm", "egress":
 	default:
-		return fmt.Errorf("-only %q is not sandbox, files, messages, mcp, lifecycle, live, density, replicas, credentials, snapshots, checkpoints or microvm", o.only)
+		return fmt.Errorf("-only %q is not sandbox, files, messages, mcp, lifecycle, live, density, replicas, credentials, snapshots, checkpoints, microvm or egress", o.only)
 	}
 	want := func(section string) bool { return o.only == "" || o.only == section }
 	if want("credentials") {
@@ -109,12 +109,17 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 			return fmt.Errorf("credentials: %w", err)
 		}
 	}
+	if want("egress") {
+		if err := benchEgress(ctx, 200, out); err != nil {
+			return fmt.Errorf("egress: %w", err)
+		}
+	}
 	if want("snapshots") {
 		if err := benchSnapshots(ctx, 20, out); err != nil {
 			return fmt.Errorf("snapshots: %w", err)
 		}
 	}
-	if o.only != "microvm" && o.only != "snapshots" { // these sections use no Docker
+	if o.only != "microvm" && o.only != "snapshots" && o.only != "egress" { // these sections use no Docker
 		removeStaleSandboxes(ctx)
 	}
 	if want("messages") {

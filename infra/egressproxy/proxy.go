@@ -10,6 +10,7 @@
 package egressproxy
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -352,7 +353,7 @@ func (p *Proxy) stateLocked(containerID string) *sandboxState {
 
 // tunnel answers CONNECT and pipes the tunnel, first checking that a TLS
 // ClientHello names the host the tunnel was opened to.
-func (p *Proxy) tunnel(w http.ResponseWriter, r *http.Request, up net.Conn, rec *egress.Record) {
+func (p *Proxy) tunnel(w http.ResponseWriter, r *http.Request, up *countingConn, rec *egress.Record) {
 	defer up.Close()
 	hj, ok := w.(http.Hijacker)
 	if !ok {
@@ -500,23 +501,53 @@ const copyChunk = 64 << 10
 
 // pipe copies both ways between the sandbox's client connection (read
 // through cr, which holds what the server buffered) and up until both
-// directions end.
-func pipe(client net.Conn, cr io.Reader, up net.Conn) {
+// directions end. Without a bandwidth bound it copies between the bare
+// connections, which lets the kernel splice TCP to TCP; the counting
+// connection still counts what went each way.
+func pipe(client net.Conn, cr *bufio.Reader, up *countingConn) {
+	var src io.Reader = cr
+	dst := net.Conn(up)
+	if up.up == nil && up.down == nil {
+		if n := cr.Buffered(); n > 0 {
+			b, _ := cr.Peek(n)
+			w, err := up.Write(b)
+			if err != nil {
+				return
+			}
+			_, _ = cr.Discard(w)
+		}
+		src, dst = bareConn(client), up.Conn
+	}
 	done := make(chan struct{}, 2)
 	go func() {
-		buf := make([]byte, copyChunk)
-		_, _ = io.CopyBuffer(up, cr, buf)
-		closeWrite(up)
+		n, _ := io.Copy(dst, src)
+		if dst != net.Conn(up) {
+			up.sent.Add(n)
+		}
+		closeWrite(dst)
 		done <- struct{}{}
 	}()
 	go func() {
-		buf := make([]byte, copyChunk)
-		_, _ = io.CopyBuffer(client, up, buf)
+		var n int64
+		if dst == net.Conn(up) {
+			n, _ = io.CopyBuffer(client, up, make([]byte, copyChunk))
+		} else {
+			n, _ = io.Copy(bareConn(client), up.Conn)
+			up.received.Add(n)
+		}
 		closeWrite(client)
 		done <- struct{}{}
 	}()
 	<-done
 	<-done
+}
+
+// bareConn returns the connection a sandbox connection wraps.
+func bareConn(c net.Conn) net.Conn {
+	if sc, ok := c.(*sandboxConn); ok {
+		return sc.Conn
+	}
+	return c
 }
 
 func closeWrite(c net.Conn) {
