@@ -1,6 +1,6 @@
 // admin.js: the org admin page: feature switches that take effect at
 // once, users management, the org's usage (a chart of the last 30 days and
-// a table per user) and the audit log.
+// a table per user), the egress allowlist and ledger, and the audit log.
 
 import { h, append, replace, formatTime, ask } from './dom.js';
 import { api, explain, featureLabel } from './api.js';
@@ -11,6 +11,7 @@ const SWITCHES = [
   { id: 'f-uploads', feature: 'uploads', get: (p) => p.uploads.enabled, patch: (v) => ({ uploads: { enabled: v } }) },
   { id: 'f-generated', feature: 'downloads.generated', get: (p) => p.downloads.generated, patch: (v) => ({ downloads: { generated: v } }) },
   { id: 'f-uploaded', feature: 'downloads.uploaded', get: (p) => p.downloads.uploaded, patch: (v) => ({ downloads: { uploaded: v } }) },
+  { id: 'f-egress', feature: 'egress', get: (p) => p.egress.enabled, patch: (v) => ({ egress: { enabled: v } }) },
 ];
 
 /** renderAdmin shows the admin page in main. ctx: {me, onPolicy(p)}. */
@@ -19,6 +20,9 @@ export async function renderAdmin(main, ctx) {
   const featureBox = h('div', { class: 'switches' });
   const users = h('tbody');
   const audit = h('tbody');
+  const ledger = h('tbody');
+  const ledgerFilter = h('select', { id: 'egress-filter', onchange: () => loadLedger(ledger, ledgerFilter.value) },
+    h('option', { value: '' }, 'All connections'), h('option', { value: 'false' }, 'Refused only'), h('option', { value: 'true' }, 'Allowed only'));
   const chart = h('div', { id: 'usage-chart', class: 'usage-chart', role: 'img', 'aria-label': 'CPU seconds per day' });
   const usage = h('tbody');
   const usageKey = h('th', { scope: 'col' }, 'User');
@@ -51,6 +55,15 @@ export async function renderAdmin(main, ctx) {
           h('th', { scope: 'col' }, 'CPU s'), h('th', { scope: 'col', title: 'How long sandboxes ran, busy or idle' }, 'Sandbox s'),
           h('th', { scope: 'col', title: "CPU time of the sandboxes' control groups" }, 'Sandbox CPU s'),
           h('th', { scope: 'col' }, 'Input tokens'), h('th', { scope: 'col' }, 'Output tokens'))), usage))),
+    h('section', { 'aria-labelledby': 'egress-h', class: 'panel' },
+      h('div', { class: 'side-head' }, h('h2', { id: 'egress-h' }, 'Egress ledger'),
+        h('button', { type: 'button', onclick: () => loadLedger(ledger, ledgerFilter.value) }, 'Refresh')),
+      h('p', { class: 'hint' }, 'Every connection a sandbox asked the egress proxy for, newest first (the last 50).'),
+      h('label', {}, 'Show ', ledgerFilter),
+      h('div', { class: 'table-wrap', role: 'region', 'aria-label': 'Egress ledger', tabindex: '0' },
+        h('table', { id: 'egress-ledger' }, h('thead', {}, h('tr', {},
+          h('th', { scope: 'col' }, 'When'), h('th', { scope: 'col' }, 'Host'), h('th', { scope: 'col' }, 'Verdict'),
+          h('th', { scope: 'col' }, 'Rule'), h('th', { scope: 'col' }, 'Thread'), h('th', { scope: 'col' }, 'Bytes down'))), ledger))),
     h('section', { 'aria-labelledby': 'audit-h', class: 'panel' },
       h('div', { class: 'side-head' }, h('h2', { id: 'audit-h' }, 'Audit log'),
         h('button', { type: 'button', id: 'audit-refresh', onclick: () => loadAudit(audit) }, 'Refresh')),
@@ -64,7 +77,21 @@ export async function renderAdmin(main, ctx) {
   replace(main, page);
   renderSwitches(featureBox, policy, status, ctx, audit);
   replace(users, list.data.map((u) => userRow(u, users, ctx)));
-  await Promise.all([loadAudit(audit), reload()]);
+  await Promise.all([loadAudit(audit), reload(), loadLedger(ledger, '')]);
+}
+
+async function loadLedger(tbody, allowed) {
+  try {
+    const res = await api('GET', '/org/egress?limit=50' + (allowed ? `&allowed=${allowed}` : ''));
+    replace(tbody, res.data.length ? null : h('tr', {}, h('td', { colspan: '6' }, 'Nothing yet.')));
+    for (const r of res.data) {
+      append(tbody, [h('tr', {}, h('td', {}, formatTime(r.at)), h('td', {}, h('code', {}, `${r.host}:${r.port}`)),
+        h('td', { title: r.reason }, r.allowed ? 'allowed' : 'refused'), h('td', {}, h('code', {}, r.rule)),
+        h('td', {}, h('code', {}, r.thread_id || '—')), h('td', {}, String(r.bytes_down)))]);
+    }
+  } catch (err) {
+    replace(tbody, h('tr', {}, h('td', { colspan: '6', class: 'inline-error' }, explain(err))));
+  }
 }
 
 /** day formats a Date as its UTC calendar date, YYYY-MM-DD. */
@@ -155,7 +182,16 @@ function renderSwitches(box, policy, status, ctx, audit) {
     apply({ uploads: { maxBytes: Math.round(n * (1 << 20)) } }, `upload limit ${n} MiB`);
   } },
   h('label', { for: 'f-maxbytes' }, 'Largest upload (MiB)'), mb, h('button', { type: 'submit' }, 'Save limit'));
-  replace(box, rows, size);
+  const allow = h('textarea', { id: 'f-egress-allow', rows: '4', spellcheck: 'false', placeholder: 'pypi.org\n*.githubusercontent.com\ngit.example.com:443' });
+  allow.value = policy.egress.allow.join('\n');
+  const hosts = h('form', { class: 'egress-allow', onsubmit: (e) => {
+    e.preventDefault();
+    const list = allow.value.split(/[\s,]+/).filter(Boolean);
+    apply({ egress: { allow: list } }, `egress allowlist (${list.length} ${list.length === 1 ? 'pattern' : 'patterns'})`);
+  } },
+  h('label', { for: 'f-egress-allow' }, 'Hosts sandboxes may reach when egress is on, one a line (a host, *.suffix or an address, with an optional :port)'),
+  allow, h('button', { type: 'submit' }, 'Save allowlist'));
+  replace(box, rows, size, hosts);
 }
 
 function newUserForm(users, ctx) {

@@ -20,6 +20,7 @@ const FEATURES = {
   'uploads': 'file uploads',
   'downloads.generated': 'downloads of generated files',
   'downloads.uploaded': 'downloads of uploaded files',
+  'egress': 'outbound network (egress)',
 };
 
 /** featureLabel returns the readable name of a policy feature. */
