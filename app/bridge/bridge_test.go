@@ -318,3 +318,41 @@ func TestBridgeConnectionLimit(t *testing.T) {
 		t.Fatalf("%d connections were served, want 4", busy)
 	}
 }
+
+// TestBridgeCarriesEgress: with an egress handler the bridge listens on
+// the port below the API's, hands it each connection with the container
+// it listens for, and points the proxy variables at it.
+func TestBridgeCarriesEgress(t *testing.T) {
+	rb := &recordingBackend{fakeBackend: &fakeBackend{}}
+	egress := func(c net.Conn, containerID string) {
+		defer c.Close()
+		line, _ := bufio.NewReader(c).ReadString('\n')
+		_, _ = io.WriteString(c, "proxy for "+containerID+": "+line)
+	}
+	b := New(func(c net.Conn, _ string) { c.Close() }, Config{APIPort: 47800, Egress: egress})
+	if err := b.Boot(context.Background(), rb, "c9"); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		for _, l := range rb.listeners {
+			l.Close()
+		}
+	}()
+	if !slices.Equal(rb.listened, []string{"127.0.0.1:47800", "127.0.0.1:47799"}) {
+		t.Fatalf("listened on %v", rb.listened)
+	}
+	c := dial(t, rb.listeners[1])
+	_, _ = io.WriteString(c, "CONNECT x:443\n")
+	if got, _ := bufio.NewReader(c).ReadString('\n'); got != "proxy for c9: CONNECT x:443\n" {
+		t.Fatalf("egress connection answered %q", got)
+	}
+	env := b.Env("tok", "")
+	for _, want := range []string{"HTTPS_PROXY=http://127.0.0.1:47799", "http_proxy=http://127.0.0.1:47799", "NO_PROXY=localhost,127.0.0.1,::1"} {
+		if !slices.Contains(env, want) {
+			t.Fatalf("env %v lacks %s", env, want)
+		}
+	}
+	if env := New(nil, Config{}).Env("tok", ""); slices.ContainsFunc(env, func(s string) bool { return strings.Contains(s, "PROXY") }) {
+		t.Fatalf("proxy variables without a proxy: %v", env)
+	}
+}
