@@ -21,6 +21,7 @@ import (
 
 	"threadbox/domain/sandbox"
 	"threadbox/infra/checkpoints"
+	"threadbox/infra/sandbox/boxes"
 	"threadbox/infra/sandbox/gvisor"
 	"threadbox/infra/sandbox/hostdirs"
 )
@@ -71,7 +72,7 @@ func benchCheckpoints(ctx context.Context, agentBin string, n int, out io.Writer
 	}
 	defer os.RemoveAll(work)
 	instance := fmt.Sprintf("benchckpt%d", os.Getpid())
-	be, err := gvisor.New(gvisor.Config{RootFS: rootfs, AgentBin: agentBin, Instance: instance})
+	be, err := gvisor.New(gvisor.Config{Settings: boxes.Settings{Instance: instance}, RootFS: rootfs, AgentBin: agentBin})
 	if err != nil {
 		return err
 	}

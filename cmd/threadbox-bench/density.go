@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"threadbox/domain/sandbox"
+	"threadbox/infra/sandbox/boxes"
 	"threadbox/infra/sandbox/docker"
 	"threadbox/infra/sandbox/hostdirs"
 )
@@ -46,10 +47,10 @@ func benchDensity(ctx context.Context, o opts, out io.Writer) error {
 	defer os.RemoveAll(data)
 	instance := fmt.Sprintf("bench%d-density", os.Getpid())
 	be, err := docker.New(docker.Config{
-		Image: o.image, Runtime: o.runtime, AgentBin: agentBin,
+		Settings: boxes.Settings{Instance: instance},
+		Image:    o.image, Runtime: o.runtime, AgentBin: agentBin,
 		Dirs:      hostdirs.New(data, hostdirs.Options{Quota: hostdirs.QuotaNone}),
 		SocketDir: filepath.Join(data, "run"),
-		Instance:  instance,
 	})
 	if err != nil {
 		return err

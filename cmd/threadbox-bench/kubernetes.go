@@ -12,6 +12,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"threadbox/domain/sandbox"
+	"threadbox/infra/sandbox/boxes"
 	"threadbox/infra/sandbox/hostdirs"
 	k8s "threadbox/infra/sandbox/kubernetes"
 )
@@ -60,7 +61,8 @@ func benchKubernetes(ctx context.Context, kubeconfig string, n, nCold int) ([]be
 	}
 	// The test cluster's pods have no network but loopback, and no policy
 	// engine: nothing enforces the sandboxes' NetworkPolicy.
-	be, err := k8s.New(k8s.Config{Kubeconfig: kubeconfig, Namespace: ns, Instance: "bench", HostPathVolumes: true, PullPolicy: corev1.PullNever, OOMEvents: oom,
+	be, err := k8s.New(k8s.Config{
+		Settings: boxes.Settings{Instance: "bench"}, Kubeconfig: kubeconfig, Namespace: ns, HostPathVolumes: true, PullPolicy: corev1.PullNever, OOMEvents: oom,
 		NetworkPolicy: k8s.NetworkPolicyUnenforced})
 	if err != nil {
 		return nil, err

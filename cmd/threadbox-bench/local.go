@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"threadbox/domain/sandbox"
+	"threadbox/infra/sandbox/boxes"
 	"threadbox/infra/sandbox/hostdirs"
 	"threadbox/infra/sandbox/local"
 )
@@ -39,10 +40,10 @@ func benchLocal(ctx context.Context, rootfs, agentBin string, n, nCold int) ([]b
 		return nil, err
 	}
 	be, err := local.New(local.Config{
-		RootFS: rootfs, AgentBin: agentBin,
-		Dirs:     hostdirs.New(data, hostdirs.Options{Quota: hostdirs.QuotaNone}),
-		PoolDir:  filepath.Join(data, "pool"),
-		Instance: fmt.Sprintf("bench%d", os.Getpid()),
+		Settings: boxes.Settings{Instance: fmt.Sprintf("bench%d", os.Getpid())},
+		RootFS:   rootfs, AgentBin: agentBin,
+		Dirs:    hostdirs.New(data, hostdirs.Options{Quota: hostdirs.QuotaNone}),
+		PoolDir: filepath.Join(data, "pool"),
 	})
 	if err != nil {
 		return nil, err

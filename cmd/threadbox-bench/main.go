@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"threadbox/domain/sandbox"
+	"threadbox/infra/sandbox/boxes"
 	"threadbox/infra/sandbox/docker"
 	"threadbox/infra/sandbox/hostdirs"
 )
@@ -366,11 +367,11 @@ func benchSandbox(ctx context.Context, o opts, agentBin, id string) (be *docker.
 		return nil, nil, err
 	}
 	be, err = docker.New(docker.Config{
-		Image: o.image, Runtime: o.runtime, AgentBin: agentBin,
+		Settings: boxes.Settings{Instance: fmt.Sprintf("bench%d-%s", os.Getpid(), id)},
+		Image:    o.image, Runtime: o.runtime, AgentBin: agentBin,
 		Dirs:      hostdirs.New(data, hostdirs.Options{Quota: hostdirs.QuotaNone}),
 		SocketDir: filepath.Join(data, "run"),
 		PoolDir:   filepath.Join(data, "pool"),
-		Instance:  fmt.Sprintf("bench%d-%s", os.Getpid(), id),
 	})
 	if err != nil {
 		os.RemoveAll(data)

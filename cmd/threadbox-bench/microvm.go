@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"threadbox/domain/sandbox"
+	"threadbox/infra/sandbox/boxes"
 	"threadbox/infra/sandbox/hostdirs"
 	"threadbox/infra/sandbox/microvm"
 )
@@ -35,8 +36,9 @@ func benchMicroVM(ctx context.Context, agentBin string, n int, out io.Writer) er
 		return err
 	}
 	defer os.RemoveAll(work)
-	cfg := microvm.Config{RootFS: rootfs, Guest: guest, AgentBin: agentBin, Accel: os.Getenv("MICROVM_ACCEL"),
-		Kernel: os.Getenv("MICROVM_KERNEL"), Instance: fmt.Sprintf("benchvm%d", os.Getpid()), StateDir: filepath.Join(work, "state")}
+	cfg := microvm.Config{
+		Settings: boxes.Settings{Instance: fmt.Sprintf("benchvm%d", os.Getpid())}, RootFS: rootfs, Guest: guest, AgentBin: agentBin, Accel: os.Getenv("MICROVM_ACCEL"),
+		Kernel: os.Getenv("MICROVM_KERNEL"), StateDir: filepath.Join(work, "state")}
 	label := cfg.Accel
 	be, err := microvm.New(cfg)
 	if err != nil {

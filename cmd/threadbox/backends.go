@@ -10,6 +10,7 @@ import (
 	"threadbox/app/backends"
 	"threadbox/app/containers"
 	"threadbox/domain/sandbox"
+	"threadbox/infra/sandbox/boxes"
 	"threadbox/infra/sandbox/docker"
 	"threadbox/infra/sandbox/gvisor"
 	"threadbox/infra/sandbox/hostdirs"
@@ -51,11 +52,11 @@ func newBackend(name string, cfg Config, limits sandbox.Limits, quota bool, log 
 	log = log.With("backend", name)
 	switch name {
 	case "docker":
-		return docker.New(docker.Config{Image: cfg.SandboxImage, Runtime: cfg.SandboxRuntime, AgentBin: agentBin(cfg), SocketDir: filepath.Join(cfg.DataDir, "run"), PoolDir: filepath.Join(cfg.DataDir, "pool"), Limits: limits, DiskQuota: quota, Logger: log, Instance: cfg.Instance})
+		return docker.New(docker.Config{Settings: boxes.Settings{Limits: limits, Logger: log, Instance: cfg.Instance}, Image: cfg.SandboxImage, Runtime: cfg.SandboxRuntime, AgentBin: agentBin(cfg), SocketDir: filepath.Join(cfg.DataDir, "run"), PoolDir: filepath.Join(cfg.DataDir, "pool"), DiskQuota: quota})
 	case "local":
-		return local.New(local.Config{RootFS: cfg.RootFS, AgentBin: agentBin(cfg), DiskQuota: quota, Limits: limits, Instance: cfg.Instance, PoolDir: filepath.Join(cfg.DataDir, "pool-local"), Logger: log})
+		return local.New(local.Config{Settings: boxes.Settings{Limits: limits, Instance: cfg.Instance, Logger: log}, RootFS: cfg.RootFS, AgentBin: agentBin(cfg), DiskQuota: quota, PoolDir: filepath.Join(cfg.DataDir, "pool-local")})
 	case "gvisor":
-		return gvisor.New(gvisor.Config{RootFS: cfg.RootFS, AgentBin: agentBin(cfg), DiskQuota: quota, Limits: limits, Instance: cfg.Instance, Logger: log})
+		return gvisor.New(gvisor.Config{Settings: boxes.Settings{Limits: limits, Instance: cfg.Instance, Logger: log}, RootFS: cfg.RootFS, AgentBin: agentBin(cfg), DiskQuota: quota})
 	case "kubernetes":
 		return newKubernetes(cfg, limits, log)
 	case "microvm", "firecracker":
@@ -64,8 +65,9 @@ func newBackend(name string, cfg Config, limits sandbox.Limits, quota bool, log 
 		if name == "firecracker" {
 			vmm = microvm.VMMFirecracker
 		}
-		return microvm.New(microvm.Config{Name: name, VMM: vmm, QEMU: cfg.MicroVM.QEMU, Accel: cfg.MicroVM.Accel, Kernel: cfg.MicroVM.Kernel,
-			Guest: cfg.MicroVM.Guest, RootFS: cfg.RootFS, AgentBin: agentBin(cfg), DiskQuota: quota, Limits: limits, Instance: cfg.Instance, Logger: log})
+		return microvm.New(microvm.Config{
+			Settings: boxes.Settings{Limits: limits, Instance: cfg.Instance, Logger: log}, Name: name, VMM: vmm, QEMU: cfg.MicroVM.QEMU, Accel: cfg.MicroVM.Accel, Kernel: cfg.MicroVM.Kernel,
+			Guest: cfg.MicroVM.Guest, RootFS: cfg.RootFS, AgentBin: agentBin(cfg), DiskQuota: quota})
 	}
 	return unsupported.New(name)
 }

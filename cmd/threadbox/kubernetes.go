@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"threadbox/domain/sandbox"
+	"threadbox/infra/sandbox/boxes"
 	"threadbox/infra/sandbox/kubernetes"
 )
 
@@ -47,6 +48,7 @@ func newKubernetes(cfg Config, limits sandbox.Limits, log *slog.Logger) (*kubern
 		pull = kubernetes.PullPolicy(k.PullPolicy)
 	}
 	return kubernetes.New(kubernetes.Config{
+		Settings:        boxes.Settings{Instance: cfg.Instance, Limits: limits, Logger: log},
 		Kubeconfig:      k.Kubeconfig,
 		Namespace:       k.Namespace,
 		Image:           cfg.SandboxImage,
@@ -58,9 +60,6 @@ func newKubernetes(cfg Config, limits sandbox.Limits, log *slog.Logger) (*kubern
 		OOMEvents:       k.OOMEvents,
 		PodPidsLimit:    k.PodPidsLimit,
 		NetworkPolicy:   kubernetes.NetworkPolicy(k.NetworkPolicy),
-		Instance:        cfg.Instance,
-		Limits:          limits,
-		Logger:          log,
 	})
 }
 

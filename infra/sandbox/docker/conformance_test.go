@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"threadbox/domain/sandbox"
+	"threadbox/infra/sandbox/boxes"
 	"threadbox/infra/sandbox/docker"
 	"threadbox/infra/sandbox/sandboxtest"
 )
@@ -51,11 +52,10 @@ func conformanceRuntimes() []string {
 func conformanceBackend(t *testing.T, runtime string) sandbox.Backend {
 	t.Helper()
 	be, err := docker.New(docker.Config{
+		Settings:  boxes.Settings{Instance: fmt.Sprintf("conf%d", time.Now().UnixNano()), Logger: sandboxtest.Logger(t)},
 		Runtime:   runtime,
 		AgentBin:  sandboxtest.AgentBin(t),
 		SocketDir: t.TempDir(),
-		Instance:  fmt.Sprintf("conf%d", time.Now().UnixNano()),
-		Logger:    sandboxtest.Logger(t),
 	})
 	if err != nil {
 		sandboxtest.Need(t, "docker client: %v", err)

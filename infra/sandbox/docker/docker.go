@@ -52,12 +52,15 @@ const AgentPath = "/opt/threadbox/agent"
 const (
 	DefaultImage       = "threadbox-sandbox:latest"
 	DefaultRuntime     = "runc"
-	DefaultInstance    = "default"
 	DefaultBootTimeout = 30 * time.Second
 )
 
 // Config configures a Backend.
 type Config struct {
+	// Settings are what every backend takes: instance, limits, boot
+	// timeout and logger.
+	boxes.Settings
+
 	// Image is the sandbox image; default DefaultImage.
 	Image string
 	// Runtime is the OCI runtime ("runc", or "runsc" for gVisor).
@@ -76,11 +79,6 @@ type Config struct {
 	// Dirs, when set, prepares each container's host folders (and disk
 	// quota) before boot; a Spec without Mounts then gets Dirs' mounts.
 	Dirs *hostdirs.Layout
-	// Instance separates several threadbox servers (or test runs) on one
-	// daemon: names and Reconcile are scoped to it. Default DefaultInstance.
-	Instance string
-	// Limits are the defaults for zero fields of a Spec's Limits.
-	Limits sandbox.Limits
 	// DiskQuota tells that the host folders carry a disk quota (for the
 	// capability matrix).
 	DiskQuota bool
@@ -90,10 +88,6 @@ type Config struct {
 	// daemon can bind-mount, and this process's alone (Warm clears what an
 	// earlier process left there).
 	PoolDir string
-	// BootTimeout bounds a boot up to the agent's first answer.
-	BootTimeout time.Duration
-	// Logger receives lifecycle events and the agent's stderr; default discards.
-	Logger *slog.Logger
 }
 
 // Backend runs sandboxes as Docker containers. It implements sandbox.Backend.
@@ -147,20 +141,11 @@ func NewWithClient(cli *client.Client, cfg Config) *Backend {
 	if cfg.Runtime == "" {
 		cfg.Runtime = DefaultRuntime
 	}
-	if cfg.Instance == "" {
-		cfg.Instance = DefaultInstance
-	}
-	if cfg.BootTimeout <= 0 {
-		cfg.BootTimeout = DefaultBootTimeout
-	}
 	if cfg.NewAgent == nil {
 		cfg.NewAgent = func(rw io.ReadWriteCloser) boxes.Agent { return boxes.NewAgent(rw) }
 	}
-	cfg.Limits = cfg.Limits.Or(sandbox.DefaultLimits())
+	cfg.Defaults(DefaultBootTimeout)
 	lg := cfg.Logger
-	if lg == nil {
-		lg = slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
 	b := &Backend{cli: cli, info: cli, cfg: cfg, log: lg, boxes: boxes.New[*box]("docker")}
 	b.Ops = boxes.NewOps(b.boxes, b.missing)
 	b.pool = boxes.NewPool(b.boxes, cfg.PoolDir, lg)

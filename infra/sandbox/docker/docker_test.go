@@ -16,6 +16,7 @@ import (
 	"github.com/docker/docker/client"
 
 	"threadbox/domain/sandbox"
+	"threadbox/infra/sandbox/boxes"
 	"threadbox/infra/sandbox/hostdirs"
 	"threadbox/infra/sandbox/sandboxtest"
 )
@@ -76,13 +77,12 @@ func newEnv(t *testing.T, runtime string, o envOpts) *env {
 	data := t.TempDir()
 	dirs := hostdirs.New(data, hostdirs.Options{Quota: quota, DiskBytes: o.diskBytes})
 	cfg := Config{
+		Settings:  boxes.Settings{Instance: fmt.Sprintf("test%d", time.Now().UnixNano()), Limits: o.limits},
 		Image:     DefaultImage,
 		Runtime:   runtime,
 		AgentBin:  sandboxtest.AgentBin(t),
 		Dirs:      dirs,
 		SocketDir: filepath.Join(data, "run"),
-		Instance:  fmt.Sprintf("test%d", time.Now().UnixNano()),
-		Limits:    o.limits,
 	}
 	e := &env{t: t, runtime: runtime, data: data, dirs: dirs, cfg: cfg}
 	e.be = NewWithClient(cli, cfg)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"threadbox/domain/sandbox"
+	"threadbox/infra/sandbox/boxes"
 	"threadbox/infra/sandbox/docker"
 	"threadbox/infra/sandbox/hostdirs"
 	"threadbox/infra/sandbox/sandboxtest"
@@ -29,7 +30,7 @@ func poolBackend(t *testing.T, runtime string) *docker.Backend {
 			t.Errorf("slots left: %v", err)
 		}
 	})
-	return poolBackendAt(t, docker.Config{Runtime: runtime, SocketDir: t.TempDir(), PoolDir: pool, Instance: fmt.Sprintf("pool%d", time.Now().UnixNano())})
+	return poolBackendAt(t, docker.Config{Settings: boxes.Settings{Instance: fmt.Sprintf("pool%d", time.Now().UnixNano())}, Runtime: runtime, SocketDir: t.TempDir(), PoolDir: pool})
 }
 
 // poolBackendAt returns a Docker backend of cfg (a later instance of the
@@ -138,7 +139,7 @@ func TestClaimedSandboxIsAdopted(t *testing.T) {
 func claimedSandboxIsAdopted(t *testing.T, id string) {
 	ctx := context.Background()
 	pool := t.TempDir()
-	cfg := docker.Config{Runtime: docker.DefaultRuntime, SocketDir: t.TempDir(), PoolDir: pool, Instance: fmt.Sprintf("pool%d", time.Now().UnixNano())}
+	cfg := docker.Config{Settings: boxes.Settings{Instance: fmt.Sprintf("pool%d", time.Now().UnixNano())}, Runtime: docker.DefaultRuntime, SocketDir: t.TempDir(), PoolDir: pool}
 	first := poolBackendAt(t, cfg)
 	dirs := hostdirs.New(t.TempDir(), hostdirs.Options{})
 	t.Cleanup(func() {

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"threadbox/infra/sandbox/boxes"
 )
 
 func shortDir(t *testing.T) string {
@@ -112,7 +114,7 @@ func TestAcceptAgentGivesUp(t *testing.T) {
 }
 
 func TestSocketDirFallsBackToStdio(t *testing.T) {
-	b := NewWithClient(nil, Config{SocketDir: "/run/tb", Instance: "i"})
+	b := NewWithClient(nil, Config{Settings: boxes.Settings{Instance: "i"}, SocketDir: "/run/tb"})
 	if d := b.socketDir("c1"); filepath.Dir(d) != "/run/tb" {
 		t.Errorf("runc socket dir = %q", d)
 	}
@@ -120,9 +122,9 @@ func TestSocketDirFallsBackToStdio(t *testing.T) {
 		t.Errorf("two containers share %q", d)
 	}
 	for _, cfg := range []Config{
-		{Instance: "i"}, // no SocketDir
-		{SocketDir: "/run/tb", Runtime: "runsc", Instance: "i"},
-		{SocketDir: "/" + string(make([]byte, 120)), Instance: "i"},
+		{Settings: boxes.Settings{Instance: "i"}}, // no SocketDir
+		{SocketDir: "/run/tb", Runtime: "runsc", Settings: boxes.Settings{Instance: "i"}},
+		{SocketDir: "/" + string(make([]byte, 120)), Settings: boxes.Settings{Instance: "i"}},
 	} {
 		if d := NewWithClient(nil, cfg).socketDir("c1"); d != "" {
 			t.Errorf("config %+v: socket dir %q, want stdio", cfg.Runtime, d)

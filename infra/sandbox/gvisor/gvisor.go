@@ -48,7 +48,6 @@ const AgentPath = "/opt/threadbox/agent"
 const (
 	DefaultRunsc       = "runsc"
 	DefaultStateDir    = "/run/threadbox-gvisor"
-	DefaultInstance    = "default"
 	DefaultCgroupRoot  = "/sys/fs/cgroup"
 	DefaultBootTimeout = 30 * time.Second
 )
@@ -62,6 +61,10 @@ var runscFlags = []string{"--network=none", "--overlay2=none"}
 
 // Config configures a Backend.
 type Config struct {
+	// Settings are what every backend takes: instance, limits, boot
+	// timeout and logger.
+	boxes.Settings
+
 	// Runsc is the runsc binary; default DefaultRunsc looked up in PATH.
 	Runsc string
 	// RootFS is the host folder holding the sandbox image's root
@@ -80,19 +83,9 @@ type Config struct {
 	Dirs *hostdirs.Layout
 	// DiskQuota tells that Dirs enforces a per-container disk quota.
 	DiskQuota bool
-	// Limits are the defaults for zero fields of a Spec's Limits.
-	Limits sandbox.Limits
-	// Instance separates several servers (or test runs) on one host:
-	// runsc state, bundles and control groups are scoped to it. Default
-	// DefaultInstance.
-	Instance string
 	// CgroupRoot is where the control group hierarchies are mounted;
 	// default DefaultCgroupRoot.
 	CgroupRoot string
-	// BootTimeout bounds a boot (or a restore) up to the agent's first answer.
-	BootTimeout time.Duration
-	// Logger receives lifecycle events and the sandboxes' stderr; default discards.
-	Logger *slog.Logger
 }
 
 // Backend runs sandboxes under runsc. It implements sandbox.Backend.
@@ -153,20 +146,11 @@ func New(cfg Config) (*Backend, error) {
 	if cfg.StateDir == "" {
 		cfg.StateDir = DefaultStateDir
 	}
-	if cfg.Instance == "" {
-		cfg.Instance = DefaultInstance
-	}
 	if cfg.CgroupRoot == "" {
 		cfg.CgroupRoot = DefaultCgroupRoot
 	}
-	if cfg.BootTimeout <= 0 {
-		cfg.BootTimeout = DefaultBootTimeout
-	}
-	cfg.Limits = cfg.Limits.Or(sandbox.DefaultLimits())
+	cfg.Defaults(DefaultBootTimeout)
 	lg := cfg.Logger
-	if lg == nil {
-		lg = slog.New(slog.DiscardHandler)
-	}
 	rootfs := cfg.RootFS
 	if r, err := filepath.EvalSymlinks(rootfs); err == nil && rootfs != "" {
 		rootfs = r
@@ -644,7 +628,7 @@ var _ sandbox.Backend = (*Backend)(nil)
 // leaves their state for the next start's Reconcile; this is for servers
 // that must leave nothing behind, such as those of tests.
 func RemoveInstance(ctx context.Context, instance string) error {
-	b, err := New(Config{Instance: instance})
+	b, err := New(Config{Settings: boxes.Settings{Instance: instance}})
 	if err != nil {
 		return err
 	}

@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"threadbox/infra/sandbox/boxes"
 	k8s "threadbox/infra/sandbox/kubernetes"
 	"threadbox/infra/sandbox/sandboxtest"
 )
@@ -110,13 +111,12 @@ func oomEvents() string {
 func (c *cluster) backend(t *testing.T, instance string, mod ...func(*k8s.Config)) *k8s.Backend {
 	t.Helper()
 	cfg := k8s.Config{
+		Settings:        boxes.Settings{Instance: instance, Logger: sandboxtest.Logger(t)},
 		Kubeconfig:      c.kubeconfig,
 		Namespace:       c.ns,
-		Instance:        instance,
 		HostPathVolumes: true,
 		PullPolicy:      corev1.PullNever,
 		OOMEvents:       oomEvents(),
-		Logger:          sandboxtest.Logger(t),
 		// The test cluster has no policy engine (its pods have no network
 		// but loopback): said as the operator of such a cluster would.
 		NetworkPolicy: k8s.NetworkPolicyUnenforced,

@@ -63,7 +63,6 @@ const (
 	DefaultNamespace   = "default"
 	DefaultImage       = "threadbox-sandbox:latest"
 	DefaultAgentImage  = "threadbox-agent:latest"
-	DefaultInstance    = "default"
 	DefaultBootTimeout = 90 * time.Second
 	// DefaultOOMEvents is the cgroup v2 memory.events file the agent reads
 	// to tell an OOM kill; a cgroup v1 node needs
@@ -79,6 +78,10 @@ const (
 
 // Config configures a Backend.
 type Config struct {
+	// Settings are what every backend takes: instance, limits, boot
+	// timeout and logger.
+	boxes.Settings
+
 	// Kubeconfig is the path of a kubeconfig file; empty means in-cluster
 	// credentials. REST, when set, is used instead of either.
 	Kubeconfig string
@@ -117,18 +120,9 @@ type Config struct {
 	// OOMEvents is the agent's OOM counter file inside the pod; default
 	// DefaultOOMEvents.
 	OOMEvents string
-	// Instance separates several threadbox servers (or test runs) on one
-	// namespace: names and Reconcile are scoped to it.
-	Instance string
-	// Limits are the defaults for zero fields of a Spec's Limits.
-	Limits sandbox.Limits
-	// BootTimeout bounds a boot up to the agent's first answer.
-	BootTimeout time.Duration
 	// NewAgent wraps an attach stream in an agent client; default
 	// boxes.NewAgent.
 	NewAgent func(rw io.ReadWriteCloser) boxes.Agent
-	// Logger receives lifecycle events and the agent's stderr.
-	Logger *slog.Logger
 }
 
 // NetworkPolicy is what the operator declares about the enforcement of
@@ -246,20 +240,11 @@ func New(cfg Config) (*Backend, error) {
 	if cfg.OOMEvents == "" {
 		cfg.OOMEvents = DefaultOOMEvents
 	}
-	if cfg.Instance == "" {
-		cfg.Instance = DefaultInstance
-	}
-	if cfg.BootTimeout <= 0 {
-		cfg.BootTimeout = DefaultBootTimeout
-	}
 	if cfg.NewAgent == nil {
 		cfg.NewAgent = func(rw io.ReadWriteCloser) boxes.Agent { return boxes.NewAgent(rw) }
 	}
-	cfg.Limits = cfg.Limits.Or(sandbox.DefaultLimits())
+	cfg.Defaults(DefaultBootTimeout)
 	lg := cfg.Logger
-	if lg == nil {
-		lg = slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
 	b := &Backend{cfg: cfg, rest: rc, cs: cs, log: lg, boxes: boxes.New[*box]("kubernetes"),
 		FilesOnly: boxes.KeepsFilesOnly("kubernetes", checkpointReason)}
 	b.Ops = boxes.NewOps(b.boxes, b.missing)

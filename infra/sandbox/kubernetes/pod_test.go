@@ -11,6 +11,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"threadbox/domain/sandbox"
+	"threadbox/infra/sandbox/boxes"
 )
 
 func offline(t *testing.T, cfg Config) *Backend {
@@ -25,7 +26,7 @@ func offline(t *testing.T, cfg Config) *Backend {
 
 // TestPodSpecHardened: the pod carries every hardening setting (docs/scale-out.md).
 func TestPodSpecHardened(t *testing.T) {
-	b := offline(t, Config{Instance: "prod", RuntimeClass: "gvisor", HostPathVolumes: true})
+	b := offline(t, Config{Settings: boxes.Settings{Instance: "prod"}, RuntimeClass: "gvisor", HostPathVolumes: true})
 	root := "/data/containers/abc"
 	spec := sandbox.Spec{ID: "abc", Env: []string{"A=b=c"}, Mounts: []sandbox.Mount{
 		{Source: root + "/workspace", Target: sandbox.WorkspaceDir},
@@ -105,8 +106,8 @@ func TestPodSpecHardened(t *testing.T) {
 // TestNames: object names are valid DNS labels of any container id and
 // instance, and differ between instances.
 func TestNames(t *testing.T) {
-	a := offline(t, Config{Instance: "Some_Very.Long/Instance-Name-Of-Many-Characters"})
-	b := offline(t, Config{Instance: "other"})
+	a := offline(t, Config{Settings: boxes.Settings{Instance: "Some_Very.Long/Instance-Name-Of-Many-Characters"}})
+	b := offline(t, Config{Settings: boxes.Settings{Instance: "other"}})
 	id := strings.Repeat("ctr_ÄÖ/..", 20)
 	pa, ca, ha := a.names(id)
 	pb, _, _ := b.names(id)

@@ -14,6 +14,7 @@ import (
 	"threadbox/domain/container"
 	"threadbox/domain/fault"
 	"threadbox/domain/sandbox"
+	"threadbox/infra/sandbox/boxes"
 	"threadbox/infra/sandbox/docker"
 	"threadbox/infra/sandbox/hostdirs"
 )
@@ -112,12 +113,12 @@ func TestDockerDownServesFromLocal(t *testing.T) {
 	var logs syncBuffer
 	log := slog.New(slog.NewTextHandler(&logs, nil))
 
-	dk, err := docker.New(docker.Config{AgentBin: bin, Logger: log})
+	dk, err := docker.New(docker.Config{AgentBin: bin, Settings: boxes.Settings{Logger: log}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer dk.Close()
-	lc, err := New(Config{RootFS: rootfs, AgentBin: bin, Logger: log, Instance: fmt.Sprintf("fallback%d", time.Now().UnixNano())})
+	lc, err := New(Config{Settings: boxes.Settings{Logger: log, Instance: fmt.Sprintf("fallback%d", time.Now().UnixNano())}, RootFS: rootfs, AgentBin: bin})
 	if err != nil {
 		t.Fatal(err)
 	}

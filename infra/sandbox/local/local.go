@@ -39,7 +39,6 @@ const AgentPath = "/opt/threadbox/agent"
 const (
 	DefaultBootTimeout = 30 * time.Second
 	DefaultCgroupRoot  = "/sys/fs/cgroup"
-	DefaultInstance    = "default"
 	DefaultStageDir    = "/run/threadbox-local"
 )
 
@@ -63,6 +62,10 @@ const (
 
 // Config configures a Backend.
 type Config struct {
+	// Settings are what every backend takes: instance, limits, boot
+	// timeout and logger.
+	boxes.Settings
+
 	// RootFS is the host folder holding the sandbox image's root filesystem
 	// (sandbox/build-offline.sh --rootfs-only keeps it in
 	// $CACHE/sandbox-rootfs/current). Required.
@@ -76,16 +79,11 @@ type Config struct {
 	Dirs *hostdirs.Layout
 	// DiskQuota tells that Dirs enforces a per-container disk quota.
 	DiskQuota bool
-	// Limits are the defaults for zero fields of a Spec's Limits.
-	Limits sandbox.Limits
 	// CgroupRoot is where the cgroup hierarchies are mounted; default
 	// DefaultCgroupRoot.
 	CgroupRoot string
 	// NoCgroups forces rlimits even where cgroups could be used.
 	NoCgroups bool
-	// Instance separates several servers (or test runs) on one host: cgroup
-	// names are scoped to it. Default DefaultInstance.
-	Instance string
 	// UID and GID are the host ids a jail runs as when this process is root
 	// (the sandbox user of hostdirs by default). Otherwise the jail runs as
 	// this process's user.
@@ -104,10 +102,6 @@ type Config struct {
 	// warm jails' slots (infra/sandbox/slot): Warm boots jails whose
 	// folders Claim binds later. This process's alone.
 	PoolDir string
-	// BootTimeout bounds a boot up to the agent's first answer.
-	BootTimeout time.Duration
-	// Logger receives lifecycle events and the jail's stderr; default discards.
-	Logger *slog.Logger
 }
 
 // Backend runs sandboxes as bubblewrap jails. It implements sandbox.Backend.
@@ -153,26 +147,17 @@ func New(cfg Config) (*Backend, error) {
 	if cfg.CgroupRoot == "" {
 		cfg.CgroupRoot = DefaultCgroupRoot
 	}
-	if cfg.Instance == "" {
-		cfg.Instance = DefaultInstance
-	}
 	if cfg.UID == 0 {
 		cfg.UID = hostdirs.SandboxUID
 	}
 	if cfg.GID == 0 {
 		cfg.GID = hostdirs.SandboxGID
 	}
-	if cfg.BootTimeout <= 0 {
-		cfg.BootTimeout = DefaultBootTimeout
-	}
 	if cfg.StageDir == "" {
 		cfg.StageDir = DefaultStageDir
 	}
-	cfg.Limits = cfg.Limits.Or(sandbox.DefaultLimits())
+	cfg.Defaults(DefaultBootTimeout)
 	lg := cfg.Logger
-	if lg == nil {
-		lg = slog.New(slog.DiscardHandler)
-	}
 	set := boxes.New[*jail]("local")
 	return &Backend{cfg: cfg, log: lg, boxes: set, Ops: boxes.NewOps(set, nil), pool: boxes.NewPool(set, cfg.PoolDir, lg),
 		FilesOnly: boxes.KeepsFilesOnly("local", checkpointReason)}, nil

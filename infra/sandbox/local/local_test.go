@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"threadbox/domain/sandbox"
+	"threadbox/infra/sandbox/boxes"
 	"threadbox/infra/sandbox/hostdirs"
 	"threadbox/infra/sandbox/sandboxtest"
 )
@@ -139,7 +140,7 @@ func TestConformanceRlimits(t *testing.T) {
 // (once, at start).
 func TestWarning(t *testing.T) {
 	var buf strings.Builder
-	b, err := New(Config{RootFS: "/nonexistent", AgentBin: "/nonexistent", Logger: slog.New(slog.NewTextHandler(&buf, nil))})
+	b, err := New(Config{Settings: boxes.Settings{Logger: slog.New(slog.NewTextHandler(&buf, nil))}, RootFS: "/nonexistent", AgentBin: "/nonexistent"})
 	if err != nil {
 		t.Fatal(err)
 	}

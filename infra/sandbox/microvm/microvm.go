@@ -56,7 +56,6 @@ const (
 	DefaultName        = "microvm"
 	DefaultQEMU        = "qemu-system-x86_64"
 	DefaultStateDir    = "/run/threadbox-microvm"
-	DefaultInstance    = "default"
 	DefaultBootTimeout = 90 * time.Second
 	// MinMemoryBytes is the least RAM a VM gets: the guest kernel and the
 	// agent need about 60 MiB of it.
@@ -68,6 +67,10 @@ const agentPort = "threadbox.agent"
 
 // Config configures a Backend.
 type Config struct {
+	// Settings are what every backend takes: instance, limits, boot
+	// timeout and logger.
+	boxes.Settings
+
 	// Name is the backend's configuration name; default DefaultName.
 	Name string
 	// VMM is VMMQEMU (the default), VMMFirecracker or VMMCloudHypervisor.
@@ -97,14 +100,6 @@ type Config struct {
 	Dirs *hostdirs.Layout
 	// DiskQuota tells that Dirs enforces a per-container disk quota.
 	DiskQuota bool
-	// Limits are the defaults for zero fields of a Spec's Limits.
-	Limits sandbox.Limits
-	// Instance separates several servers (or test runs) on one host.
-	Instance string
-	// BootTimeout bounds a boot up to the agent's first answer.
-	BootTimeout time.Duration
-	// Logger receives lifecycle events and the VMs' consoles; default discards.
-	Logger *slog.Logger
 }
 
 // Backend runs sandboxes in microVMs. It implements sandbox.Backend.
@@ -164,17 +159,8 @@ func New(cfg Config) (*Backend, error) {
 	if cfg.StateDir == "" {
 		cfg.StateDir = DefaultStateDir
 	}
-	if cfg.Instance == "" {
-		cfg.Instance = DefaultInstance
-	}
-	if cfg.BootTimeout <= 0 {
-		cfg.BootTimeout = DefaultBootTimeout
-	}
-	cfg.Limits = cfg.Limits.Or(sandbox.DefaultLimits())
+	cfg.Defaults(DefaultBootTimeout)
 	lg := cfg.Logger
-	if lg == nil {
-		lg = slog.New(slog.DiscardHandler)
-	}
 	rootfs := cfg.RootFS
 	if r, err := filepath.EvalSymlinks(rootfs); err == nil && rootfs != "" {
 		rootfs = r

@@ -1,0 +1,44 @@
+package boxes
+
+import (
+	"log/slog"
+	"time"
+
+	"threadbox/domain/sandbox"
+)
+
+// Settings are the configuration every backend shares; each backend's
+// Config embeds them.
+type Settings struct {
+	// Instance separates several threadbox servers (or test runs) on one
+	// host, daemon or namespace: names, state and Reconcile are scoped to
+	// it. Default "default".
+	Instance string
+	// Limits are the defaults for zero fields of a Spec's Limits; zero
+	// fields here take sandbox.DefaultLimits.
+	Limits sandbox.Limits
+	// BootTimeout bounds a boot (or a restore) up to the agent's first
+	// answer; default the backend's.
+	BootTimeout time.Duration
+	// Logger receives lifecycle events and the sandboxes' stderr; default
+	// discards.
+	Logger *slog.Logger
+}
+
+// DefaultInstance is the Instance of a backend whose Settings name none.
+const DefaultInstance = "default"
+
+// Defaults fills the zero settings: DefaultInstance, the backend's boot
+// timeout, sandbox.DefaultLimits and a logger that discards.
+func (s *Settings) Defaults(bootTimeout time.Duration) {
+	if s.Instance == "" {
+		s.Instance = DefaultInstance
+	}
+	if s.BootTimeout <= 0 {
+		s.BootTimeout = bootTimeout
+	}
+	s.Limits = s.Limits.Or(sandbox.DefaultLimits())
+	if s.Logger == nil {
+		s.Logger = slog.New(slog.DiscardHandler)
+	}
+}
