@@ -475,11 +475,16 @@ func TestSandboxToolsAPI(t *testing.T) {
 			t.Fatalf("a live sandbox token from outside: %d %s", r.status, r.body)
 		}
 		fake.Push(steps(call("sandbox_bash", map[string]any{"command": `curl -sS -m 10 -o /dev/null -w '%{http_code}\n' -H "Authorization: Bearer ` + live + `" "$ANTHROPIC_BASE_URL/v1/files?scope_id=` + box + `"; ` +
-			`curl -sS -m 5 -o /dev/null http://1.1.1.1/ || echo unreachable-internet; ` +
-			`curl -sS -m 5 -o /dev/null http://172.17.0.1:2375/ || echo unreachable-host; ` +
+			// Through the egress proxy (off for this org) the proxy refuses;
+			// without it there is no route at all. 192.0.2.1 is a
+			// documentation address that no network routes.
+			`curl -fsS -m 5 -o /dev/null http://192.0.2.1/ || echo refused-internet; ` +
+			`curl -sS -m 5 --noproxy '*' -o /dev/null http://192.0.2.1/ || echo unreachable-internet; ` +
+			`curl -fsS -m 5 -o /dev/null http://172.17.0.1:2375/ || echo refused-host; ` +
+			`curl -sS -m 5 --noproxy '*' -o /dev/null http://172.17.0.1:2375/ || echo unreachable-host; ` +
 			`curl -sS -m 5 -o /dev/null http://127.0.0.1:47801/ || echo unreachable-port`})), textStep("B done"), textStep("A done"))
 		calls, _ := sandboxTurn(t, cl, "tools2")
-		if got := calls[0].str("stdout"); got != "403\nunreachable-internet\nunreachable-host\nunreachable-port\n" {
+		if got := calls[0].str("stdout"); got != "403\nrefused-internet\nunreachable-internet\nrefused-host\nunreachable-host\nunreachable-port\n" {
 			t.Fatalf("from another container: %q (stderr %q)", got, calls[0].str("stderr"))
 		}
 		// Let turn A end: its command waits for this upload.
