@@ -111,6 +111,9 @@ func TestInitramfs(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := exec.LookPath("cpio"); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("no cpio to read the archive back (.ci/run installs it)")
+		}
 		t.Skip("no cpio to read the archive back")
 	}
 	out := t.TempDir()
