@@ -2,6 +2,7 @@ package boxes
 
 import (
 	"log/slog"
+	"path/filepath"
 	"time"
 
 	"threadbox/domain/sandbox"
@@ -41,4 +42,18 @@ func (s *Settings) Defaults(bootTimeout time.Duration) {
 	if s.Logger == nil {
 		s.Logger = slog.New(slog.DiscardHandler)
 	}
+}
+
+// ResolveRootFS returns a root filesystem folder with its symbolic links
+// resolved (the image cache's current link names one recipe's folder), so
+// a backend keeps the folder it started with; path as given when it is
+// empty or cannot be resolved.
+func ResolveRootFS(path string) string {
+	if path == "" {
+		return ""
+	}
+	if r, err := filepath.EvalSymlinks(path); err == nil {
+		return r
+	}
+	return path
 }

@@ -151,10 +151,7 @@ func New(cfg Config) (*Backend, error) {
 	}
 	cfg.Defaults(DefaultBootTimeout)
 	lg := cfg.Logger
-	rootfs := cfg.RootFS
-	if r, err := filepath.EvalSymlinks(rootfs); err == nil && rootfs != "" {
-		rootfs = r
-	}
+	rootfs := boxes.ResolveRootFS(cfg.RootFS)
 	dir := filepath.Join(cfg.StateDir, hostdirs.SafeID(cfg.Instance))
 	set := boxes.New[*box]("gvisor")
 	return &Backend{cfg: cfg, log: lg, rootfs: rootfs, state: filepath.Join(dir, "state"), bndls: filepath.Join(dir, "bundles"),

@@ -161,10 +161,7 @@ func New(cfg Config) (*Backend, error) {
 	}
 	cfg.Defaults(DefaultBootTimeout)
 	lg := cfg.Logger
-	rootfs := cfg.RootFS
-	if r, err := filepath.EvalSymlinks(rootfs); err == nil && rootfs != "" {
-		rootfs = r
-	}
+	rootfs := boxes.ResolveRootFS(cfg.RootFS)
 	set := boxes.New[*box](cfg.Name)
 	return &Backend{cfg: cfg, log: lg, rootfs: rootfs, dir: filepath.Join(cfg.StateDir, hostdirs.SafeID(cfg.Instance)),
 		boxes: set, Ops: boxes.NewOps(set, nil), vms: map[*box]bool{},
