@@ -6,90 +6,16 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"threadbox/app/messages"
 	"threadbox/app/messages/wire"
+	"threadbox/app/turns/turnstest"
 	"threadbox/domain/fault"
 	"threadbox/domain/turn"
 	"threadbox/domain/user"
 )
-
-// memRecords keeps turns and their logs in memory, as the database does.
-type memRecords struct {
-	mu     sync.Mutex
-	turns  map[string]turn.Turn
-	events map[string][]turn.Event
-}
-
-func newMemRecords() *memRecords {
-	return &memRecords{turns: map[string]turn.Turn{}, events: map[string][]turn.Event{}}
-}
-
-func (m *memRecords) CreateTurn(_ context.Context, t turn.Turn) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.turns[t.ID()] = t
-	return nil
-}
-
-func (m *memRecords) Turn(_ context.Context, threadID, id string) (turn.Turn, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if t, ok := m.turns[id]; ok && t.ThreadID() == threadID {
-		return t, nil
-	}
-	return turn.Turn{}, fault.New(fault.NotFound, "turn not found")
-}
-
-func (m *memRecords) RunningTurn(_ context.Context, threadID string) (turn.Turn, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	for _, t := range m.turns {
-		if t.ThreadID() == threadID && t.State() == turn.Running {
-			return t, nil
-		}
-	}
-	return turn.Turn{}, fault.New(fault.NotFound, "no turn runs in this thread")
-}
-
-func (m *memRecords) EndTurn(_ context.Context, t turn.Turn) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.turns[t.ID()] = t
-	return nil
-}
-
-func (m *memRecords) RequestStop(_ context.Context, id string) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	t := m.turns[id]
-	m.turns[id] = turn.Restore(t.ID(), t.ThreadID(), t.OrgID(), t.UserID(), t.State(), true, t.CreatedAt(), t.EndedAt())
-	return nil
-}
-
-func (m *memRecords) AppendTurnEvents(_ context.Context, turnID string, evs []turn.Event) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.events[turnID] = append(m.events[turnID], evs...)
-	return nil
-}
-
-func (m *memRecords) TurnEvents(_ context.Context, turnID string, after int64, limit int) ([]turn.Event, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	var out []turn.Event
-	for _, ev := range m.events[turnID] {
-		if ev.Seq > after && len(out) < limit {
-			out = append(out, ev)
-		}
-	}
-	return out, nil
-}
-
-func (m *memRecords) PruneTurns(context.Context, time.Time) (int64, error) { return 0, nil }
 
 // chatty plays a turn of one text block sent as n deltas of size bytes
 // each, then fails with fail (nil: ends the turn); with hold set, it waits
@@ -171,7 +97,7 @@ func followAll(t *testing.T, svc *Service, threadID, turnID string) ([]turn.Even
 // beginning reads them from the database, then follows live.
 func TestRunningTurnKeepsOnlyUnstoredEvents(t *testing.T) {
 	hold := make(chan struct{})
-	svc := New(Deps{Records: newMemRecords()})
+	svc := New(Deps{Records: turnstest.NewRecords()})
 	id := detach(t, svc, chatty(3, 10, hold, nil))
 	l := svc.detached.get(id)
 	if l == nil {
@@ -230,7 +156,7 @@ func TestFailedTurnEndKeepsItsKind(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			recs := newMemRecords()
+			recs := turnstest.NewRecords()
 			svc := New(Deps{Records: recs})
 			id := detach(t, svc, chatty(1, 4, nil, tc.err))
 			if _, end := followAll(t, svc, "thr_1", id); end.State != turn.Failed || end.Err == nil {

@@ -6,13 +6,11 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"time"
 
 	"threadbox/domain/artifact"
 	"threadbox/domain/fault"
 	"threadbox/domain/project"
 	"threadbox/domain/thread"
-	"threadbox/domain/turn"
 )
 
 // memStore keeps projects, threads, their messages and artifacts in
@@ -342,77 +340,3 @@ func (m *memStore) ReferencedArtifactHashes(_ context.Context, sums []string) ([
 	}
 	return out, nil
 }
-
-// memRecords keeps turns and their logs in memory, as the database does.
-type memRecords struct {
-	mu     sync.Mutex
-	turns  map[string]turn.Turn
-	events map[string][]turn.Event
-}
-
-func newMemRecords() *memRecords {
-	return &memRecords{turns: map[string]turn.Turn{}, events: map[string][]turn.Event{}}
-}
-
-func (m *memRecords) CreateTurn(_ context.Context, t turn.Turn) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.turns[t.ID()] = t
-	return nil
-}
-
-func (m *memRecords) Turn(_ context.Context, threadID, id string) (turn.Turn, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if t, ok := m.turns[id]; ok && t.ThreadID() == threadID {
-		return t, nil
-	}
-	return turn.Turn{}, fault.New(fault.NotFound, "turn not found")
-}
-
-func (m *memRecords) RunningTurn(_ context.Context, threadID string) (turn.Turn, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	for _, t := range m.turns {
-		if t.ThreadID() == threadID && t.State() == turn.Running {
-			return t, nil
-		}
-	}
-	return turn.Turn{}, fault.New(fault.NotFound, "no turn runs in this thread")
-}
-
-func (m *memRecords) EndTurn(_ context.Context, t turn.Turn) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.turns[t.ID()] = t
-	return nil
-}
-
-func (m *memRecords) RequestStop(_ context.Context, id string) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	t := m.turns[id]
-	m.turns[id] = turn.Restore(t.ID(), t.ThreadID(), t.OrgID(), t.UserID(), t.State(), true, t.CreatedAt(), t.EndedAt())
-	return nil
-}
-
-func (m *memRecords) AppendTurnEvents(_ context.Context, turnID string, evs []turn.Event) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.events[turnID] = append(m.events[turnID], evs...)
-	return nil
-}
-
-func (m *memRecords) TurnEvents(_ context.Context, turnID string, after int64, limit int) ([]turn.Event, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	var out []turn.Event
-	for _, ev := range m.events[turnID] {
-		if ev.Seq > after && len(out) < limit {
-			out = append(out, ev)
-		}
-	}
-	return out, nil
-}
-
-func (m *memRecords) PruneTurns(context.Context, time.Time) (int64, error) { return 0, nil }

@@ -13,6 +13,7 @@ import (
 	"threadbox/app/messages"
 	"threadbox/app/messages/wire"
 	"threadbox/app/turns"
+	"threadbox/app/turns/turnstest"
 	"threadbox/domain/artifact"
 	"threadbox/domain/container"
 	"threadbox/domain/fault"
@@ -151,7 +152,7 @@ func setupWith(t *testing.T, eng engine, adjust func(*turns.Deps, *Deps)) (*Serv
 	ctx := context.Background()
 	st := newMemStore()
 	p := user.Principal{OrgID: "org_1", UserID: "usr_1", Role: user.Member}
-	td := turns.Deps{Engine: loop{eng}, Containers: oneContainer{}, Records: newMemRecords()}
+	td := turns.Deps{Engine: loop{eng}, Containers: oneContainer{}, Records: turnstest.NewRecords()}
 	d := Deps{Containers: oneContainer{}, Policies: oneContainer{}, Container: &outputs{data: "\x89PNG\r\n\x1a\nv1"}, Blobs: &memBlobs{written: map[string]time.Time{}}}
 	adjust(&td, &d)
 	d.Turns = turns.New(td)
