@@ -88,7 +88,7 @@ func (e *Executor) bash(ctx context.Context, call messages.ToolCall) (*wire.Tool
 	if res.Warning != "" {
 		out.Stderr = joinLine(out.Stderr, "[threadbox] "+res.Warning)
 	}
-	e.noteEgress(out, call.ContainerID, started)
+	out.Stderr = e.withEgress(out.Stderr, call.ContainerID, started)
 	files, err := e.outputFiles(ctx, call.ContainerID, res.OutputFiles, wire.ResultBashOutput)
 	if err != nil {
 		return nil, err
@@ -97,15 +97,17 @@ func (e *Executor) bash(ctx context.Context, call messages.ToolCall) (*wire.Tool
 	return out, nil
 }
 
-// noteEgress ends a result's stderr with the outbound connections its
-// container was refused since started, if any.
-func (e *Executor) noteEgress(out *wire.ToolResult, containerID string, started time.Time) {
+// withEgress ends a result's stderr with the outbound connections its
+// container was refused since started, if any: one rule for every tool
+// family's result.
+func (e *Executor) withEgress(stderr, containerID string, started time.Time) string {
 	if e.cfg.Egress == nil {
-		return
+		return stderr
 	}
 	if line := e.cfg.Egress.Refused(containerID, started); line != "" {
-		out.Stderr = joinLine(out.Stderr, "[threadbox] "+line)
+		return joinLine(stderr, "[threadbox] "+line)
 	}
+	return stderr
 }
 
 // outputFiles lists the files a command or cell handed back, refusing
@@ -219,11 +221,7 @@ func (e *Executor) sandboxBash(ctx context.Context, call messages.ToolCall) (any
 		// The backend ended stderr with "Command timed out after Ns.".
 		out.ExitCode = 124
 	}
-	if e.cfg.Egress != nil {
-		if line := e.cfg.Egress.Refused(call.ContainerID, start); line != "" {
-			out.Stderr = joinLine(out.Stderr, "[threadbox] "+line)
-		}
-	}
+	out.Stderr = e.withEgress(out.Stderr, call.ContainerID, start)
 	out.Files = e.changedFiles(ctx, call, start)
 	out.FileCount = len(out.Files)
 	for _, f := range out.Files {

@@ -270,7 +270,7 @@ func (e *Executor) cellResult(ctx context.Context, call messages.ToolCall, p *in
 		out.ReturnCode = cellTimeoutCode
 		out.Stderr = joinLine(out.Stderr, fmt.Sprintf("%s: the cell ran longer than its %ss wall-clock limit and was stopped; the interpreter and its variables are kept.", DetectionTimeout, seconds(e.cfg.CellTimeout)))
 	}
-	e.noteEgress(out, call.ContainerID, pc.started)
+	out.Stderr = e.withEgress(out.Stderr, call.ContainerID, pc.started)
 	files, err := e.outputFiles(ctx, call.ContainerID, ans.Files, wire.ResultCodeExecutionOutput)
 	if err != nil {
 		return nil, err
