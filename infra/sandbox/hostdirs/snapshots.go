@@ -320,19 +320,7 @@ func clearDir(ctx context.Context, fd int) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		err := unix.Unlinkat(fd, name, 0)
-		if errors.Is(err, unix.EISDIR) || errors.Is(err, unix.EPERM) {
-			sub, oerr := unix.Openat(fd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-			if oerr != nil {
-				return oerr
-			}
-			err = clearDir(ctx, sub)
-			unix.Close(sub)
-			if err == nil {
-				err = unix.Unlinkat(fd, name, unix.AT_REMOVEDIR)
-			}
-		}
-		if err != nil && !errors.Is(err, unix.ENOENT) {
+		if err := removeEntry(ctx, fd, name); err != nil {
 			return err
 		}
 	}
