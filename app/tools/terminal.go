@@ -90,17 +90,8 @@ func (t *terminal) alive() bool {
 // read returns the output after since, the new cursor and how many bytes
 // after since were dropped from the window.
 func (t *terminal) read(since int64) (string, int64, int64) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	base := t.total - int64(len(t.buf))
-	var dropped int64
-	if since < base {
-		dropped, since = base-since, base
-	}
-	if since > t.total {
-		since = t.total
-	}
-	return strings.ToValidUTF8(string(t.buf[since-base:]), "\uFFFD"), t.total, dropped
+	b, cursor, dropped, _ := t.readRaw(since)
+	return strings.ToValidUTF8(string(b), "\uFFFD"), cursor, dropped
 }
 
 func (t *terminal) cursor() int64 {
