@@ -1,13 +1,9 @@
 package web
 
 import (
-	"bytes"
-	"encoding/json"
-
 	"github.com/gofiber/fiber/v2"
 
 	"threadbox/app/workspace"
-	"threadbox/domain/fault"
 )
 
 // fileChangeView is one path a tool call changed; sizes are null on the
@@ -85,14 +81,8 @@ type revertRequest struct {
 // the call changed given back as they were before it.
 func (s *Server) revertCall(c *fiber.Ctx) error {
 	var req revertRequest
-	raw, err := body(c, maxJSONBody)
-	if err != nil {
+	if err := parseOptionalJSON(c, &req); err != nil {
 		return err
-	}
-	if raw = bytes.TrimSpace(raw); len(raw) > 0 {
-		if err := json.Unmarshal(raw, &req); err != nil {
-			return fault.Errorf(fault.Invalid, "invalid JSON body: %s", jsonErr(err))
-		}
 	}
 	r, err := s.svc.Workspace.RevertToolCall(c.UserContext(), principal(c), c.Params("id"), c.Params("callId"), req.Force)
 	if err != nil {

@@ -1,6 +1,7 @@
 package web
 
 import (
+	"bytes"
 	"encoding/json"
 	"io"
 
@@ -47,6 +48,21 @@ func parseJSONLimit(c *fiber.Ctx, v any, limit int64) error {
 	}
 	if err := json.Unmarshal(b, v); err != nil {
 		return fault.Errorf(fault.Invalid, "invalid JSON body: %s", jsonErr(err))
+	}
+	return nil
+}
+
+// parseOptionalJSON decodes a JSON body into v when there is one; an empty
+// body (or only white space) leaves v as it is.
+func parseOptionalJSON(c *fiber.Ctx, v any) error {
+	raw, err := body(c, maxJSONBody)
+	if err != nil {
+		return err
+	}
+	if raw = bytes.TrimSpace(raw); len(raw) > 0 {
+		if err := json.Unmarshal(raw, v); err != nil {
+			return fault.Errorf(fault.Invalid, "invalid JSON body: %s", jsonErr(err))
+		}
 	}
 	return nil
 }

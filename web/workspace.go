@@ -1,7 +1,6 @@
 package web
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -80,17 +79,11 @@ type turnRequest struct {
 // body naming message_id the thread as that turn left it.
 func (s *Server) forkThread(c *fiber.Ctx) error {
 	var req turnRequest
-	raw, err := body(c, maxJSONBody)
-	if err != nil {
+	if err := parseOptionalJSON(c, &req); err != nil {
 		return err
 	}
-	if raw = bytes.TrimSpace(raw); len(raw) > 0 {
-		if err := json.Unmarshal(raw, &req); err != nil {
-			return fault.Errorf(fault.Invalid, "invalid JSON body: %s", jsonErr(err))
-		}
-		if req.MessageID != nil && *req.MessageID == "" {
-			return fault.New(fault.Invalid, "message_id: must name an assistant message of the thread (leave it out to fork the whole thread)")
-		}
+	if req.MessageID != nil && *req.MessageID == "" {
+		return fault.New(fault.Invalid, "message_id: must name an assistant message of the thread (leave it out to fork the whole thread)")
 	}
 	at := ""
 	if req.MessageID != nil {
