@@ -24,6 +24,11 @@ func (b *fakeBackend) Checkpoint(ctx context.Context, id, dir string) error {
 	return fmt.Errorf("fake: %w", b.Checkpoints(ctx).Err())
 }
 
+// CheckpointRunning is unsupported.
+func (b *fakeBackend) CheckpointRunning(ctx context.Context, id, dir string) error {
+	return fmt.Errorf("fake: %w", b.Checkpoints(ctx).Err())
+}
+
 // Restore is unsupported.
 func (b *fakeBackend) Restore(ctx context.Context, spec sandbox.Spec, dir string) error {
 	return fmt.Errorf("fake: %w", b.Checkpoints(ctx).Err())
@@ -47,7 +52,14 @@ func (b *savingBackend) Checkpoints(context.Context) sandbox.CheckpointSupport {
 	return sandbox.CheckpointSupport{Supported: true, Mechanism: "fake"}
 }
 
+// Checkpoint writes the state; the owner stops the sandbox after.
 func (b *savingBackend) Checkpoint(ctx context.Context, id, dir string) error {
+	return b.CheckpointRunning(ctx, id, dir)
+}
+
+// CheckpointRunning writes the state as Checkpoint does and leaves the
+// sandbox running.
+func (b *savingBackend) CheckpointRunning(ctx context.Context, id, dir string) error {
 	if b.checkpointErr != nil {
 		return b.checkpointErr
 	}

@@ -233,22 +233,19 @@ func (e *Executor) interpreter(ctx context.Context, py *interpreters, call messa
 		Output: p.output,
 		Tag:    py.tag,
 	}
-	var sess sandbox.Session
-	if !sl.seen {
-		// The container's first interpreter in this process: one that
-		// another server started goes on when the sandbox was restored
-		// from its checkpoint (a restart, a hand-over).
-		cmd.Attach = true
-		var err error
-		if sess, err = e.sb.Start(ctx, call.ContainerID, cmd, nil); err == nil {
-			from = kept
-		} else if !errors.Is(err, sandbox.ErrNoSession) {
-			return nil, kept, fmt.Errorf("tools: attach python: %w", err)
-		}
+	// An interpreter no session of this process holds goes on where the
+	// sandbox was restored from a checkpoint: one another server started
+	// (a restart, a hand-over), or the one a rewind to an earlier turn
+	// brought back.
+	cmd.Attach = true
+	sess, err := e.sb.Start(ctx, call.ContainerID, cmd, nil)
+	switch {
+	case err == nil:
+		from = kept
+	case !errors.Is(err, sandbox.ErrNoSession):
+		return nil, kept, fmt.Errorf("tools: attach python: %w", err)
+	default:
 		cmd.Attach = false
-	}
-	if sess == nil {
-		var err error
 		if sess, err = e.sb.Start(ctx, call.ContainerID, cmd, nil); err != nil {
 			return nil, kept, fmt.Errorf("tools: start python: %w", err)
 		}

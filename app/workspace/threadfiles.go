@@ -208,6 +208,9 @@ func (s *Service) ForkThread(ctx context.Context, p user.Principal, threadID, me
 		if err := s.d.Snapshots.Files.RestoreSnapshot(ctx, src.ID(), snap.ID, to.ID()); err != nil {
 			return fail(fmt.Errorf("workspace: fork at a turn: %w", err))
 		}
+		if err := s.restoreState(ctx, src.ID(), snap, to.ID(), ""); err != nil {
+			return fail(fmt.Errorf("workspace: fork at a turn: %w", err))
+		}
 	}
 	return dst, nil
 }

@@ -62,13 +62,35 @@ type SnapshotFiles interface {
 	// RestorePaths makes each of the container's paths what the snapshot
 	// holds there, removing those it does not hold.
 	RestorePaths(ctx context.Context, threadID, snapshotID, containerID string, paths []string) error
+	// NewStateDir makes the empty folder of a turn snapshot's running
+	// state; StateDir names it, whether or not it exists; StateBytes
+	// returns the bytes it holds.
+	NewStateDir(ctx context.Context, threadID, snapshotID string) (string, error)
+	StateDir(threadID, snapshotID string) string
+	StateBytes(threadID, snapshotID string) int64
 }
 
-// Snapshots are the ports of time travel; without them no snapshot is
-// taken and rewind and fork at a turn are refused.
+// RunningState saves and puts back the running state of a container's
+// sandbox — its processes, their memory, interpreters and terminals —
+// where its backend checkpoints (app/containers.Service).
+type RunningState interface {
+	// SaveState saves the state of the container's running sandbox into
+	// dir and leaves it running; false when it saved none (no sandbox
+	// runs here, or its backend keeps files only).
+	SaveState(ctx context.Context, containerID, dir string) (bool, error)
+	// RestoreState makes the state saved in dir the one the container's
+	// next use restores, ending the sandbox that runs now; without a
+	// saved state the next use boots fresh and its tool result says why.
+	RestoreState(ctx context.Context, containerID, dir, why string) error
+}
+
+// Snapshots are the ports of time travel; without Records and Files no
+// snapshot is taken and rewind and fork at a turn are refused. Without
+// State a turn's snapshot keeps its files only.
 type Snapshots struct {
 	Records SnapshotRecords
 	Files   SnapshotFiles
+	State   RunningState
 }
 
 // enabled tells whether snapshots are configured.
@@ -147,6 +169,11 @@ func (s *Service) takeSnapshot(ctx context.Context, p user.Principal, th thread.
 		return snaps[len(snaps)-1], false, nil
 	}
 	sn.Files, sn.Size, sn.Bytes = st.Files, st.Size, st.Stored
+	if sn.Kind == snapshot.KindTurn && containerID != "" {
+		// Its own, shared with no other snapshot: in Size and Bytes.
+		n := s.saveState(ctx, th.ID(), sn.ID, containerID)
+		sn.Size, sn.Bytes = sn.Size+n, sn.Bytes+n
+	}
 	if s.d.Quota != nil {
 		if err := s.d.Quota.BeforeStore(ctx, th.OrgID(), sn.Bytes); err != nil {
 			_ = files.DropSnapshot(ctx, th.ID(), sn.ID)
@@ -178,6 +205,41 @@ func (s *Service) takeSnapshot(ctx context.Context, p user.Principal, th thread.
 	}
 	s.log.Debug("files snapshot taken", "thread", th.ID(), "snapshot", sn.ID, "kind", sn.Kind, "call", sn.CallID, "files", st.Files, "bytes", st.Size, "stored", st.Stored, "cloned", st.Cloned)
 	return sn, true, nil
+}
+
+// saveState saves the running state of the container's sandbox beside
+// the turn snapshot snapshotID, where its backend checkpoints, and returns
+// the bytes it holds. A state not saved leaves the snapshot with its files
+// only: a rewind to it boots the sandbox fresh.
+func (s *Service) saveState(ctx context.Context, threadID, snapshotID, containerID string) int64 {
+	if s.d.Snapshots.State == nil {
+		return 0
+	}
+	dir, err := s.d.Snapshots.Files.NewStateDir(ctx, threadID, snapshotID)
+	if err == nil {
+		var saved bool
+		if saved, err = s.d.Snapshots.State.SaveState(ctx, containerID, dir); err == nil {
+			if !saved {
+				return 0
+			}
+			return s.d.Snapshots.Files.StateBytes(threadID, snapshotID)
+		}
+	}
+	s.log.Warn("running state not saved with the turn's snapshot", "thread", threadID, "snapshot", snapshotID, "cause", err.Error())
+	return 0
+}
+
+// restoreState gives the container the running state kept with the turn
+// snapshot sn, or, where none is kept, a sandbox booted fresh over the
+// restored files, whose next tool result says why (unless why is "").
+func (s *Service) restoreState(ctx context.Context, threadID string, sn snapshot.Snapshot, containerID, why string) error {
+	if s.d.Snapshots.State == nil {
+		return nil
+	}
+	if err := s.d.Snapshots.State.RestoreState(ctx, containerID, s.d.Snapshots.Files.StateDir(threadID, sn.ID), why); err != nil {
+		return fmt.Errorf("workspace: running state: %w", err)
+	}
+	return nil
 }
 
 // dropSnapshots removes a thread's snapshots' files (their records go
@@ -264,6 +326,9 @@ func (s *Service) RewindThread(ctx context.Context, p user.Principal, threadID, 
 		return Rewound{}, err
 	}
 	if err := s.d.Snapshots.Files.RestoreSnapshot(ctx, th.ID(), sn.ID, c.ID()); err != nil {
+		return Rewound{}, fmt.Errorf("workspace: rewind: %w", err)
+	}
+	if err := s.restoreState(ctx, th.ID(), sn, c.ID(), "the thread went back to a turn whose running state was not kept"); err != nil {
 		return Rewound{}, fmt.Errorf("workspace: rewind: %w", err)
 	}
 	// Outputs found again are announced as new artifacts only if they

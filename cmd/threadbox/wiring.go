@@ -233,10 +233,11 @@ func wire(ctx context.Context, cfg Config, log *slog.Logger) (*system, error) {
 		Holder: sys.leases.Holder(), Lease: cfg.LeaseTTL, Workers: cfg.BatchWorkers, PerOrg: cfg.BatchPerOrg, Users: st.Accounts(),
 	}, log.With("component", "batches"))
 	// Files snapshots are taken on the host, where the containers' folders
-	// are; the pods' claims are out of reach.
+	// are; the pods' claims are out of reach. A turn's snapshot keeps the
+	// running state too where the sandbox's backend checkpoints.
 	var snaps workspace.Snapshots
 	if pods == nil {
-		snaps = workspace.Snapshots{Records: st.Snapshots(), Files: layout}
+		snaps = workspace.Snapshots{Records: st.Snapshots(), Files: layout, State: sys.containers}
 	}
 	sys.workspace = newWorkspace(cfg, sys, fs, snaps, log)
 	sys.mcp = newMCP(sys, log)

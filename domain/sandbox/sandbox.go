@@ -337,6 +337,14 @@ type Backend interface {
 	// ErrUnsupported when Checkpoints says no. On an error the sandbox may
 	// still run: the caller stops it.
 	Checkpoint(ctx context.Context, id, dir string) error
+	// CheckpointRunning saves the running state of sandbox id into dir
+	// (an existing, empty host folder), as Checkpoint does, and leaves the
+	// sandbox running: its processes pause while the state is written.
+	// The loopback listeners made through Listen end, as they do at a
+	// stop, and are made again by the caller. Restore boots a sandbox from
+	// the folder later, in place of the one running then. ErrUnsupported
+	// when Checkpoints says no.
+	CheckpointRunning(ctx context.Context, id, dir string) error
 	// Restore boots the sandbox of spec.ID from the checkpoint in dir, in
 	// place of a fresh boot: its processes go on where Checkpoint saved
 	// them, with spec.Mounts (the same targets) bound again. It wraps

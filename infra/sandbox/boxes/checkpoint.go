@@ -29,6 +29,11 @@ func (f FilesOnly) Checkpoint(ctx context.Context, id, dir string) error {
 	return fmt.Errorf("%s: %w", f.name, f.Checkpoints(ctx).Err())
 }
 
+// CheckpointRunning is unsupported: a sandbox keeps files only.
+func (f FilesOnly) CheckpointRunning(ctx context.Context, id, dir string) error {
+	return fmt.Errorf("%s: %w", f.name, f.Checkpoints(ctx).Err())
+}
+
 // Restore is unsupported: a sandbox keeps files only.
 func (f FilesOnly) Restore(ctx context.Context, spec sandbox.Spec, dir string) error {
 	return fmt.Errorf("%s: %w", f.name, f.Checkpoints(ctx).Err())

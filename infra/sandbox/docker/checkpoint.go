@@ -88,6 +88,11 @@ func (b *Backend) Checkpoint(ctx context.Context, id, dir string) error {
 	return fmt.Errorf("docker: %w", b.Checkpoints(ctx).Err())
 }
 
+// CheckpointRunning is unsupported: Checkpoints says why.
+func (b *Backend) CheckpointRunning(ctx context.Context, id, dir string) error {
+	return fmt.Errorf("docker: %w", b.Checkpoints(ctx).Err())
+}
+
 // Restore is unsupported: Checkpoints says why.
 func (b *Backend) Restore(ctx context.Context, spec sandbox.Spec, dir string) error {
 	return fmt.Errorf("docker: %w", b.Checkpoints(ctx).Err())

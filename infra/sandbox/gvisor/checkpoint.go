@@ -14,6 +14,7 @@ import (
 
 	"threadbox/domain/sandbox"
 	"threadbox/infra/sandbox/agent"
+	"threadbox/infra/sandbox/hostdirs"
 )
 
 // Checkpoints of gVisor sandboxes. Checkpoint holds the agent's connection
@@ -97,6 +98,20 @@ func (b *Backend) agentDigest() (string, error) {
 // connection is kept for a Restore by this process. On an error before
 // runsc saved anything the sandbox serves on; after, it has ended.
 func (b *Backend) Checkpoint(ctx context.Context, id, dir string) error {
+	return b.save(ctx, id, dir, false)
+}
+
+// CheckpointRunning saves the running sandbox id into dir and lets it go
+// on (runsc checkpoint --leave-running): its agent connection resumes and
+// its processes never notice. A later Restore from dir boots the sandbox
+// as it was here, with a client of its own (agent.Client.Release).
+func (b *Backend) CheckpointRunning(ctx context.Context, id, dir string) error {
+	return b.save(ctx, id, dir, true)
+}
+
+// save checkpoints the sandbox id into dir, leaving it running or not,
+// and writes what the checkpoint was taken with beside runsc's image.
+func (b *Backend) save(ctx context.Context, id, dir string, leaveRunning bool) error {
 	if err := b.Checkpoints(ctx).Err(); err != nil {
 		return fmt.Errorf("gvisor: %w", err)
 	}
@@ -113,38 +128,52 @@ func (b *Backend) Checkpoint(ctx context.Context, id, dir string) error {
 	if err := bx.client.Hold(ctx); err != nil {
 		return fmt.Errorf("gvisor: checkpoint %s: %w", id, err)
 	}
-	if _, err := b.runscOut(context.WithoutCancel(ctx), "checkpoint", "--compression=none", "--image-path", dir, bx.cid); err != nil {
+	args := []string{"checkpoint", "--compression=none", "--image-path", dir}
+	if leaveRunning {
+		args = append(args, "--leave-running")
+	}
+	_, err = b.runscOut(context.WithoutCancel(ctx), append(args, bx.cid)...)
+	if err != nil || leaveRunning {
 		select {
 		case <-bx.done:
 		default:
-			// Nothing was saved and the sandbox runs: it serves on.
+			// The sandbox runs (nothing was saved, or it was left
+			// running): it serves on over the same connection.
 			rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			if rerr := bx.client.Resume(rctx, nil); rerr != nil {
 				err = errors.Join(err, rerr)
 			}
 		}
+	}
+	if err != nil {
 		return fmt.Errorf("gvisor: checkpoint %s: %w", id, err)
 	}
-	// runsc checkpoint ends the sandbox; its runsc process follows.
-	select {
-	case <-bx.done:
-	case <-ctx.Done():
-		bx.Kill()
-		<-bx.done
-	}
-	b.boxes.Take(id)
 	took := time.Since(start)
+	if !leaveRunning {
+		// runsc checkpoint ends the sandbox; its runsc process follows.
+		select {
+		case <-bx.done:
+		case <-ctx.Done():
+			bx.Kill()
+			<-bx.done
+		}
+		b.boxes.Take(id)
+	}
 	data, err := json.Marshal(meta{Image: img, TakenAt: time.Now().UTC()})
 	if err == nil {
 		err = os.WriteFile(filepath.Join(dir, metaFile), data, 0o600)
 	}
 	if err != nil {
-		bx.client.Close()
+		if !leaveRunning {
+			bx.client.Close()
+		}
 		return fmt.Errorf("gvisor: checkpoint %s: %w", id, err)
 	}
-	b.putHeld(id, bx.client)
-	b.log.Info("sandbox checkpointed", "id", id, "backend", "gvisor", "container", bx.cid, "took", took.String(), "bytes", dirSize(dir))
+	if !leaveRunning {
+		b.putHeld(id, bx.client)
+	}
+	b.log.Info("sandbox checkpointed", "id", id, "backend", "gvisor", "container", bx.cid, "left_running", leaveRunning, "took", took.String(), "bytes", hostdirs.TreeBytes(dir))
 	return nil
 }
 
@@ -222,18 +251,4 @@ func (b *Backend) dropHeld(id string) {
 	if c := b.takeHeld(id); c != nil {
 		c.Close()
 	}
-}
-
-// dirSize returns the bytes of the regular files in dir.
-func dirSize(dir string) int64 {
-	var n int64
-	_ = filepath.WalkDir(dir, func(_ string, d os.DirEntry, err error) error {
-		if err == nil && d.Type().IsRegular() {
-			if fi, err := d.Info(); err == nil {
-				n += fi.Size()
-			}
-		}
-		return nil
-	})
-	return n
 }

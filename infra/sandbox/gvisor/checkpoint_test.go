@@ -136,7 +136,7 @@ func TestCheckpointRestore(t *testing.T) {
 	}
 	got := sh(t, be, id, "cat /tmp/kept /home/agent/workspace/file; kill -0 "+pid+" && echo alive")
 	first := time.Since(start)
-	t.Logf("checkpoint %v (image %d MiB), restore to the first command's result %v", took, dirSize(image)>>20, first)
+	t.Logf("checkpoint %v (image %d MiB), restore to the first command's result %v", took, hostdirs.TreeBytes(image)>>20, first)
 	if got != "kept\nfile\nalive" {
 		t.Fatalf("after the restore: %q, want /tmp, the files and the background process", got)
 	}
@@ -274,4 +274,91 @@ func TestRestoreIncompatible(t *testing.T) {
 	if got := sh(t, be, id, "cat /home/agent/workspace/file; test -e /tmp/t && echo tmp kept || echo fresh"); got != "file\nfresh" {
 		t.Fatalf("fresh boot after the refused restores: %q, want the files and a fresh /tmp", got)
 	}
+}
+
+// TestCheckpointRunning: a checkpoint that leaves the sandbox running
+// pauses nothing its processes notice — this process's interpreter
+// session and the background process go on — and a later restore from it
+// takes the sandbox back to that moment, after it changed /tmp, killed the
+// background process and ran on: the interpreter (attached by a new
+// backend instance, as after a rewind by another server), the background
+// process with its variable and /tmp are as they were at the checkpoint,
+// over files put back as they were then.
+func TestCheckpointRunning(t *testing.T) {
+	be := newTestBackend(t, Config{})
+	ctx := context.Background()
+	dirs := hostdirs.New(t.TempDir(), hostdirs.Options{})
+	id := "ckpt-" + strings.ReplaceAll(t.Name(), "/", "-")
+	d, err := dirs.Prepare(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = dirs.Remove(ctx, id) })
+	spec := sandbox.Spec{ID: id, Mounts: d.Mounts(), Limits: sandbox.Limits{MemoryBytes: 512 << 20}}
+	if err := be.Ensure(ctx, spec); err != nil {
+		t.Fatal(err)
+	}
+	var out output
+	sess, err := be.Start(ctx, id, sandbox.Command{Args: []string{"python3", "-u", "-c", repl}, Output: out.write, Tag: "python:test"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sess.Write([]byte("x = 41; print('set', flush=True)\n")); err != nil {
+		t.Fatal(err)
+	}
+	out.waitFor(t, "set")
+	pid := sh(t, be, id, holder+"; echo then > /tmp/kept; echo then > /home/agent/workspace/file")
+
+	image := filepath.Join(t.TempDir(), "image")
+	if err := os.Mkdir(image, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := be.CheckpointRunning(ctx, id, image); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("checkpoint leaving the sandbox running: %v, image %d MiB", time.Since(start), hostdirs.TreeBytes(image)>>20)
+	if st, err := be.Status(ctx, id); err != nil || st.State != sandbox.StateRunning {
+		t.Fatalf("status after the checkpoint: %+v %v, want running", st, err)
+	}
+	// Everything goes on: the session, the background process, commands.
+	if _, err := sess.Write([]byte("x = 99; print('later', x, flush=True)\n")); err != nil {
+		t.Fatal(err)
+	}
+	out.waitFor(t, "later 99")
+	if got := sh(t, be, id, askHolder); got != "42" {
+		t.Fatalf("background process after the checkpoint answered %q, want 42", got)
+	}
+	// The sandbox moves on: /tmp and the workspace change, the
+	// background process ends.
+	sh(t, be, id, "echo now > /tmp/kept; echo now > /home/agent/workspace/file; kill "+pid)
+
+	// Back to the checkpoint, by a new backend instance (new runsc
+	// container ids, a client new to the agent), over the files as they
+	// were then.
+	if err := be.Stop(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(d.Workspace, "file"), []byte("then\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	be2 := newTestBackend(t, Config{})
+	if err := be2.Restore(ctx, spec, image); err != nil {
+		t.Fatal(err)
+	}
+	if got := sh(t, be2, id, "cat /tmp/kept /home/agent/workspace/file; kill -0 "+pid+" && echo alive"); got != "then\nthen\nalive" {
+		t.Fatalf("restored: %q, want /tmp and the files as at the checkpoint and the background process alive", got)
+	}
+	if got := sh(t, be2, id, askHolder); got != "42" {
+		t.Fatalf("restored background process answered %q, want 42", got)
+	}
+	var out2 output
+	back, err := be2.Start(ctx, id, sandbox.Command{Tag: "python:test", Attach: true, Output: out2.write}, nil)
+	if err != nil {
+		t.Fatalf("attach to the restored interpreter: %v", err)
+	}
+	if _, err := back.Write([]byte("print('x is', x, flush=True)\n")); err != nil {
+		t.Fatal(err)
+	}
+	out2.waitFor(t, "x is 41")
 }

@@ -54,6 +54,52 @@ func (l *Layout) SnapshotDir(threadID, snapshotID string) string {
 	return filepath.Join(l.snapshots, SafeID(threadID), SafeID(snapshotID))
 }
 
+// stateFolder names the folder of a turn snapshot that holds the running
+// state of the container's sandbox (app/containers.Service.SaveState),
+// where its backend checkpoints. It is written after the snapshot's files
+// and goes with them.
+const stateFolder = "state"
+
+// NewStateDir makes the empty folder of the running state of a thread's
+// snapshot, replacing any earlier one, and returns it.
+func (l *Layout) NewStateDir(ctx context.Context, threadID, snapshotID string) (string, error) {
+	dir := l.StateDir(threadID, snapshotID)
+	if err := os.RemoveAll(dir); err != nil {
+		return "", fmt.Errorf("hostdirs: state folder: %w", err)
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return "", fmt.Errorf("hostdirs: state folder: %w", err)
+	}
+	return dir, nil
+}
+
+// StateDir returns the folder of the running state of a thread's
+// snapshot, whether or not it exists.
+func (l *Layout) StateDir(threadID, snapshotID string) string {
+	return filepath.Join(l.SnapshotDir(threadID, snapshotID), stateFolder)
+}
+
+// StateBytes returns the bytes the running state of a thread's snapshot
+// holds (0 without one).
+func (l *Layout) StateBytes(threadID, snapshotID string) int64 {
+	return TreeBytes(l.StateDir(threadID, snapshotID))
+}
+
+// TreeBytes returns the bytes of the regular files under dir, links not
+// followed; 0 when it does not exist.
+func TreeBytes(dir string) int64 {
+	var n int64
+	_ = filepath.WalkDir(dir, func(_ string, d os.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			if fi, err := d.Info(); err == nil {
+				n += fi.Size()
+			}
+		}
+		return nil
+	})
+	return n
+}
+
 // TakeSnapshot copies container containerID's workspace, uploads and
 // outputs folders into thread threadID's snapshot snapshotID, linking the
 // files unchanged since snapshot prevID ("" for none).

@@ -17,6 +17,11 @@ func (b *Backend) Checkpoint(ctx context.Context, id, dir string) error {
 	return fmt.Errorf("%w: %w", sandbox.ErrUnsupported, b.err)
 }
 
+// CheckpointRunning fails: no sandbox runs.
+func (b *Backend) CheckpointRunning(ctx context.Context, id, dir string) error {
+	return fmt.Errorf("%w: %w", sandbox.ErrUnsupported, b.err)
+}
+
 // Restore fails: no sandbox runs.
 func (b *Backend) Restore(ctx context.Context, spec sandbox.Spec, dir string) error {
 	return fmt.Errorf("%w: %w", sandbox.ErrUnsupported, b.err)

@@ -1,0 +1,180 @@
+package containers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"threadbox/domain/sandbox"
+)
+
+// Running state kept beside a thread's files snapshots, for time travel.
+// SaveState writes a state folder: the checkpoint the sandbox's backend
+// takes of it while it goes on running (sandbox.Backend.CheckpointRunning)
+// in image/, and the backend's name in the file backend. RestoreState puts
+// such a folder back as the container's checkpoint, so that the next use
+// of the container restores it in place of the sandbox that ran before.
+
+// stateBackendFile names the file of a state folder that names the
+// backend that took it.
+const stateBackendFile = "backend"
+
+// stateImage names the folder of a state folder that holds the image.
+const stateImage = "image"
+
+// SaveState saves the running state of the container's sandbox into dir,
+// an empty host folder, and leaves the sandbox running. It reports false,
+// saving nothing, when no sandbox of the container runs in this process,
+// a command runs in it, or its backend cannot checkpoint. The loopback
+// listeners the boot hooks made (the in-sandbox API bridge) are made
+// again.
+func (s *Service) SaveState(ctx context.Context, containerID, dir string) (bool, error) {
+	defer s.lock(containerID)()
+	s.mu.Lock()
+	l := s.running[containerID]
+	busy := l != nil && l.active > 0
+	s.mu.Unlock()
+	if l == nil || busy || !l.backend.Checkpoints(ctx).Supported {
+		return false, nil
+	}
+	image := filepath.Join(dir, stateImage)
+	if err := os.Mkdir(image, 0o700); err != nil {
+		return false, fmt.Errorf("containers: save state: %w", err)
+	}
+	err := l.backend.CheckpointRunning(ctx, containerID, image)
+	if err == nil {
+		err = os.WriteFile(filepath.Join(dir, stateBackendFile), []byte(l.backend.Name()), 0o600)
+	}
+	// Holding the sandbox for the checkpoint ended its listeners.
+	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	for _, h := range s.hooks {
+		if herr := h(hctx, s, containerID); herr != nil {
+			s.log.Warn("sandbox boot hook failed after saving its state", "container", containerID, "backend", l.backend.Name(), "cause", herr.Error())
+		}
+	}
+	if err != nil {
+		_ = os.RemoveAll(image)
+		_ = os.Remove(filepath.Join(dir, stateBackendFile))
+		if errors.Is(err, sandbox.ErrUnavailable) || errors.Is(err, sandbox.ErrNotFound) {
+			s.failed(containerID, l, "save state", err)
+		}
+		return false, fmt.Errorf("containers: save state: %w", err)
+	}
+	return true, nil
+}
+
+// RestoreState takes the container's sandbox back to the state saved in
+// dir by SaveState: the sandbox that runs now stops (on another server of
+// a scaled-out deployment, it is handed over first) and the state becomes
+// the container's checkpoint, which its next use restores. A dir without
+// a saved state ("" or empty) stops the sandbox all the same, and its next
+// tool result says the sandbox started fresh, for why (unless why is "").
+func (s *Service) RestoreState(ctx context.Context, containerID, dir, why string) error {
+	defer s.lock(containerID)()
+	s.mu.Lock()
+	here := s.running[containerID] != nil
+	s.mu.Unlock()
+	if !here {
+		ok, err := s.leases.Acquire(ctx, sandboxLease(containerID))
+		if err != nil {
+			return fmt.Errorf("containers: restore state: %w", err)
+		}
+		if !ok {
+			if ok, err = s.takeOver(ctx, containerID); err != nil {
+				return fmt.Errorf("containers: restore state: %w", err)
+			}
+			if !ok {
+				return errElsewhere(containerID)
+			}
+		}
+	}
+	if err := s.stopLocked(ctx, containerID); err != nil {
+		return err
+	}
+	fresh := func() error {
+		if why != "" {
+			s.ckpt.note(containerID, why)
+		}
+		return nil
+	}
+	if s.ckpt.folders == nil {
+		return fresh()
+	}
+	// A checkpoint taken at the stop, or at a hand-over, is of the
+	// running state given up.
+	if err := s.ckpt.folders.DropCheckpoint(ctx, containerID); err != nil {
+		return fmt.Errorf("containers: restore state: %w", err)
+	}
+	name, err := os.ReadFile(filepath.Join(dir, stateBackendFile))
+	if dir == "" || errors.Is(err, os.ErrNotExist) {
+		return fresh()
+	}
+	if err != nil {
+		return fmt.Errorf("containers: restore state: %w", err)
+	}
+	to, err := s.ckpt.folders.EmptyCheckpoint(ctx, containerID)
+	if err == nil {
+		err = linkTree(filepath.Join(dir, stateImage), to)
+	}
+	if err == nil {
+		err = s.ckpt.folders.SealCheckpoint(ctx, containerID, strings.TrimSpace(string(name)))
+	}
+	if err != nil {
+		_ = s.ckpt.folders.DropCheckpoint(context.WithoutCancel(ctx), containerID)
+		s.ckpt.note(containerID, "its saved state could not be put back: "+firstLine(err))
+		return fmt.Errorf("containers: restore state: %w", err)
+	}
+	s.ckpt.clearNote(containerID)
+	return nil
+}
+
+// linkTree fills the folder to with the regular files under from, each a
+// hard link where both are on one file system and a copy elsewhere: a
+// checkpoint image is only ever read.
+func linkTree(from, to string) error {
+	return filepath.WalkDir(from, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(from, path)
+		if err != nil || rel == "." {
+			return err
+		}
+		dst := filepath.Join(to, rel)
+		switch {
+		case d.IsDir():
+			return os.Mkdir(dst, 0o700)
+		case !d.Type().IsRegular():
+			return nil
+		}
+		if os.Link(path, dst) == nil {
+			return nil
+		}
+		return copyFile(path, dst)
+	})
+}
+
+// copyFile copies the regular file from to the new file to.
+func copyFile(from, to string) error {
+	in, err := os.Open(from)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(to, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(out, in)
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
