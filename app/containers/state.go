@@ -177,4 +177,3 @@ func copyFile(from, to string) error {
 	}
 	return err
 }
-
