@@ -13,7 +13,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -99,7 +98,7 @@ func benchCheckpoints(ctx context.Context, agentBin string, n int, out io.Writer
 		}
 		return strings.TrimSpace(string(r.Stdout)), err
 	}
-	var cold, ckpt, restore []time.Duration
+	var cold, ckpt, leftRunning, restore []time.Duration
 	var sizes []time.Duration // image bytes, sorted with the same helper
 	packs := map[checkpoints.Codec]*packed{checkpoints.Zstd: {}, checkpoints.Gzip: {}}
 	fmt.Fprintf(os.Stderr, "bench: gvisor checkpoints (%d rounds)\n", n)
@@ -116,6 +115,22 @@ func benchCheckpoints(ctx context.Context, agentBin string, n int, out io.Writer
 		if _, err := run(ckptHolder); err != nil {
 			return err
 		}
+		// A turn's running-state snapshot: the sandbox goes on.
+		running := filepath.Join(work, fmt.Sprintf("running%d", i))
+		if err := os.Mkdir(running, 0o700); err != nil {
+			return err
+		}
+		start = time.Now()
+		if err := be.CheckpointRunning(ctx, id, running); err != nil {
+			return err
+		}
+		if _, err := run("true"); err != nil {
+			return err
+		}
+		leftRunning = append(leftRunning, time.Since(start))
+		if err := os.RemoveAll(running); err != nil {
+			return err
+		}
 		image := filepath.Join(work, fmt.Sprintf("image%d", i))
 		if err := os.Mkdir(image, 0o700); err != nil {
 			return err
@@ -125,7 +140,7 @@ func benchCheckpoints(ctx context.Context, agentBin string, n int, out io.Writer
 			return err
 		}
 		ckpt = append(ckpt, time.Since(start))
-		sizes = append(sizes, time.Duration(treeSize(image)))
+		sizes = append(sizes, time.Duration(hostdirs.TreeBytes(image)))
 		for codec, p := range packs {
 			if err := p.measure(ctx, codec, image, filepath.Join(work, "unpacked")); err != nil {
 				return err
@@ -225,8 +240,10 @@ func benchCheckpoints(ctx context.Context, agentBin string, n int, out io.Writer
 	fmt.Fprintf(out, "%-58s %12s %12s %s\n", "row", "p50", "p99", "target / ratio")
 	fmt.Fprintf(out, "%-58s %12s %12s %s\n", "cold boot to first result (baseline)", ms(c50), ms(c99), "")
 	fmt.Fprintf(out, "%-58s %12s %12s %s\n", "checkpoint of the idle sandbox", ms(k50), ms(k99), "")
+	l50, l99 := percentiles(leftRunning)
+	fmt.Fprintf(out, "%-58s %12s %12s %s\n", "checkpoint left running, to the next command's result", ms(l50), ms(l99), "a turn's running-state snapshot")
 	fmt.Fprintf(out, "%-58s %12s %12s %s\n", "image size on disk", fmt.Sprintf("%.1f MiB", float64(s50)/(1<<20)), "", "")
-	fmt.Fprintf(out, "%-58s %12s %12s %s\n", "new sandbox restored from a template, to first result", ms(t50), ms(t99), fmt.Sprintf("image %.1f MiB; %.2fx the cold boot", float64(treeSize(tmplDir))/(1<<20), float64(t50)/float64(c50)))
+	fmt.Fprintf(out, "%-58s %12s %12s %s\n", "new sandbox restored from a template, to first result", ms(t50), ms(t99), fmt.Sprintf("image %.1f MiB; %.2fx the cold boot", float64(hostdirs.TreeBytes(tmplDir))/(1<<20), float64(t50)/float64(c50)))
 	for _, codec := range []checkpoints.Codec{checkpoints.Zstd, checkpoints.Gzip} {
 		p := packs[codec]
 		p50, p99 := percentiles(p.pack)
@@ -291,18 +308,4 @@ func (p *packed) measure(ctx context.Context, codec checkpoints.Codec, image, di
 	}
 	p.unpack = append(p.unpack, time.Since(start))
 	return nil
-}
-
-// treeSize returns the bytes of the regular files under dir.
-func treeSize(dir string) int64 {
-	var n int64
-	_ = filepath.WalkDir(dir, func(_ string, e fs.DirEntry, err error) error {
-		if err == nil && e.Type().IsRegular() {
-			if fi, err := e.Info(); err == nil {
-				n += fi.Size()
-			}
-		}
-		return nil
-	})
-	return n
 }

@@ -465,3 +465,68 @@ func TestToolCallChangesAndRevert(t *testing.T) {
 		}
 	})
 }
+
+// TestRewindRunningState: under gVisor a turn's snapshot keeps the
+// sandbox's running state with its files. A thread whose turns set a
+// Python variable and write, overwrite and delete files is forked at its
+// second turn — the fork's interpreter holds that turn's variable, its
+// parent's goes on with its own — then rewound to its second turn and to
+// its first, each time with that turn's variable and files.
+func TestRewindRunningState(t *testing.T) {
+	bin := needGvisor(t)
+	s, fake := modelServer(t, "", "anthropic", map[string]string{
+		"SANDBOX_BACKEND": "gvisor", "THREADBOX_AGENT_BIN": bin, "THREADBOX_INSTANCE": gvisorInstance(t),
+	})
+	f := newWSFixture(t, s)
+	a := f.admin
+	tools := []any{map[string]any{"type": "code_execution_20260120", "name": "code_execution"}}
+	const ws = "/home/agent/workspace"
+	turn := func(tid, code, text string) string {
+		t.Helper()
+		fake.Push(steps(pyStep(code)), textStep("done"))
+		r := s.do("POST", appAPI+"/thread/"+tid+"/messages", a, map[string]any{"content": text, "pgpt": map[string]any{"tools": tools}})
+		mustStatus(t, text, r, 200)
+		return lastAnswer(t, f, a, tid)
+	}
+	// holds checks, with a turn of its own, that the thread's interpreter
+	// holds x = want, and that its files are files.
+	holds := func(tid string, want int, files map[string]string) {
+		t.Helper()
+		turn(tid, `print(f"x={x}")`, "what is x?")
+		h := f.history(t, a, tid)
+		last, _ := json.Marshal(h[len(h)-1])
+		if !strings.Contains(string(last), fmt.Sprintf(`x=%d\n`, want)) {
+			t.Fatalf("thread %s: the interpreter does not hold x = %d: %s", tid, want, last)
+		}
+		if got := threadFiles(t, s, tid); !maps.Equal(got, files) {
+			t.Fatalf("thread %s: files %v, want %v", tid, got, files)
+		}
+	}
+	turns := []struct {
+		code  string
+		files map[string]string
+	}{
+		{fmt.Sprintf("x = 1\nopen('%[1]s/a.txt', 'w').write('one')\nopen('%[1]s/keep.txt', 'w').write('k')", ws),
+			map[string]string{"workspace/a.txt": "one", "workspace/keep.txt": "k"}},
+		{fmt.Sprintf("x = 2\nopen('%[1]s/a.txt', 'w').write('two')\nopen('%[1]s/b.txt', 'w').write('b')", ws),
+			map[string]string{"workspace/a.txt": "two", "workspace/b.txt": "b", "workspace/keep.txt": "k"}},
+		{fmt.Sprintf("x = 3\nimport os\nos.remove('%[1]s/a.txt')", ws),
+			map[string]string{"workspace/b.txt": "b", "workspace/keep.txt": "k"}},
+	}
+	var answers []string
+	for i, tc := range turns {
+		answers = append(answers, turn(f.tid, tc.code, fmt.Sprintf("turn %d", i+1)))
+	}
+
+	r := s.do("POST", appAPI+"/thread/"+f.tid+"/fork", a, map[string]any{"message_id": answers[1]})
+	mustStatus(t, "fork at turn 2", r, 201)
+	fork := r.json(t)["id"].(string)
+	holds(fork, 2, turns[1].files)
+	holds(f.tid, 3, turns[2].files)
+
+	for _, i := range []int{1, 0} {
+		r := s.do("POST", appAPI+"/thread/"+f.tid+"/rewind", a, map[string]any{"message_id": answers[i]})
+		mustStatus(t, fmt.Sprintf("rewind to turn %d", i+1), r, 200)
+		holds(f.tid, i+1, turns[i].files)
+	}
+}
