@@ -470,8 +470,9 @@ func TestToolCallChangesAndRevert(t *testing.T) {
 // sandbox's running state with its files. A thread whose turns set a
 // Python variable and write, overwrite and delete files is forked at its
 // second turn — the fork's interpreter holds that turn's variable, its
-// parent's goes on with its own — then rewound to its second turn and to
-// its first, each time with that turn's variable and files.
+// parent's goes on with its own — then rewound to each turn in turn, from
+// the last back to the first, each time with that turn's variable and
+// files.
 func TestRewindRunningState(t *testing.T) {
 	bin := needGvisor(t)
 	s, fake := modelServer(t, "", "anthropic", map[string]string{
@@ -524,7 +525,7 @@ func TestRewindRunningState(t *testing.T) {
 	holds(fork, 2, turns[1].files)
 	holds(f.tid, 3, turns[2].files)
 
-	for _, i := range []int{1, 0} {
+	for _, i := range []int{2, 1, 0} {
 		r := s.do("POST", appAPI+"/thread/"+f.tid+"/rewind", a, map[string]any{"message_id": answers[i]})
 		mustStatus(t, fmt.Sprintf("rewind to turn %d", i+1), r, 200)
 		holds(f.tid, i+1, turns[i].files)

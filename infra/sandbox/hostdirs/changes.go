@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 
@@ -232,8 +233,34 @@ func (l *Layout) RestorePaths(ctx context.Context, threadID, snapshotID, contain
 		if err != nil {
 			return fmt.Errorf("hostdirs: restore %s: %w", p, err)
 		}
+		if !keep {
+			l.pruneMade(containerID, threadID, snapshotID, p)
+		}
 	}
 	return nil
+}
+
+// pruneMade removes the folders above rel, nearest first, that snapshot
+// snapshotID ("" the empty one) did not hold and that are empty now: those
+// a reverted call made for the files it created. It stops at the first
+// folder the snapshot held, or that holds anything.
+func (l *Layout) pruneMade(containerID, threadID, snapshotID, rel string) {
+	for dir := path.Dir(rel); strings.Contains(dir, "/"); dir = path.Dir(dir) {
+		if snapshotID != "" {
+			if _, err := os.Lstat(filepath.Join(l.SnapshotDir(threadID, snapshotID), filepath.FromSlash(dir))); !errors.Is(err, os.ErrNotExist) {
+				return
+			}
+		}
+		dirfd, name, err := l.openParent(containerID, dir, false)
+		if err != nil {
+			return
+		}
+		err = unix.Unlinkat(dirfd, name, unix.AT_REMOVEDIR)
+		unix.Close(dirfd)
+		if err != nil {
+			return
+		}
+	}
 }
 
 // removeEntry removes name from the folder dirfd, a folder with all it

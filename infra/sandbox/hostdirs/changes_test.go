@@ -91,6 +91,10 @@ func TestCallChangesAndRestorePaths(t *testing.T) {
 	if got := tree(t, d); !maps.Equal(got, want) {
 		t.Fatalf("after restore %v, want %v", got, want)
 	}
+	// The folder made for the created file goes with it.
+	if _, err := os.Lstat(filepath.Join(d.Root, "workspace/new")); !os.IsNotExist(err) {
+		t.Fatalf("the folder the call made is still there: %v", err)
+	}
 	// A link the sandbox put where a folder was is replaced, not followed.
 	outside := t.TempDir()
 	if err := os.RemoveAll(filepath.Join(d.Root, "workspace/d")); err != nil {
