@@ -168,7 +168,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		}
 	}
 	if want("microvm") {
-		if err := benchMicroVM(ctx, agentBin, o.vmN, out); err != nil {
+		if err := benchMicroVM(ctx, o, agentBin, o.vmN, out); err != nil {
 			return fmt.Errorf("microvm: %w", err)
 		}
 	}

@@ -24,8 +24,9 @@ import (
 	"threadbox/infra/sandbox/microvm"
 )
 
-// benchMicroVM prints the microvm table: n boots, 500 pings and execs.
-func benchMicroVM(ctx context.Context, agentBin string, n int, out io.Writer) error {
+// benchMicroVM prints the microvm table: n boots, 500 pings and execs,
+// beside the same boots and execs on the docker backend in the same run.
+func benchMicroVM(ctx context.Context, o opts, agentBin string, n int, out io.Writer) error {
 	rootfs, guest := defaultRootFS(), microvm.FindGuest(os.Getenv)
 	if rootfs == "" || guest == "" {
 		fmt.Fprintln(out, "microvm: skipped: no root filesystem (sandbox/build-offline.sh --rootfs-only) or guest (make microvm-guest)")
@@ -101,6 +102,7 @@ func benchMicroVM(ctx context.Context, agentBin string, n int, out io.Writer) er
 	time.Sleep(2 * time.Second) // idle
 	pss := pssKiB(be.PID(id))
 	_ = be.Stop(ctx, id)
+	dockerBoots, dockerExecs, derr := dockerBaseline(ctx, o, agentBin, n, trueCmd)
 	b50, b99 := percentiles(boots)
 	p50, p99 := percentiles(pings)
 	e50, e99 := percentiles(execs)
@@ -109,9 +111,48 @@ func benchMicroVM(ctx context.Context, agentBin string, n int, out io.Writer) er
 	fmt.Fprintf(out, "%-52s %12s %12s %s\n", "boot to first command", ms(b50), ms(b99), "-")
 	fmt.Fprintf(out, "%-52s %12s %12s %s\n", "agent channel round trip (ping over virtio-serial)", ms(p50), ms(p99), "p50 <= 1 ms")
 	fmt.Fprintf(out, "%-52s %12s %12s %s\n", "warm exec round trip (true)", ms(e50), ms(e99), "-")
+	if derr != nil {
+		fmt.Fprintf(out, "%-52s %12s\n", "docker backend (baseline)", "skipped: "+derr.Error())
+	} else {
+		d50, d99 := percentiles(dockerBoots)
+		x50, x99 := percentiles(dockerExecs)
+		fmt.Fprintf(out, "%-52s %12s %12s %s\n", "docker backend: boot to first command (baseline)", ms(d50), ms(d99), fmt.Sprintf("microvm / docker = %.1fx", float64(b50)/float64(d50)))
+		fmt.Fprintf(out, "%-52s %12s %12s %s\n", "docker backend: warm exec round trip (baseline)", ms(x50), ms(x99), fmt.Sprintf("microvm / docker = %.1fx", float64(e50)/float64(x50)))
+	}
 	fmt.Fprintf(out, "%-52s %12s %12s %s\n", "restore to first command", "not built", "", "p50 <= 300 ms")
 	fmt.Fprintf(out, "%-52s %12s\n", "host memory of an idle VM (QEMU PSS)", fmt.Sprintf("%d MiB", pss>>10))
 	return nil
+}
+
+// dockerBaseline boots a sandbox on the docker backend (runtime as the
+// bench's -runtime says) n times up to its first command's result, then
+// runs cmd in it 50 times through the agent: the microvm rows' baseline.
+func dockerBaseline(ctx context.Context, o opts, agentBin string, n int, cmd sandbox.Command) (boots, execs []time.Duration, err error) {
+	const id = "bench-vm-baseline"
+	be, done, err := benchSandbox(ctx, o, agentBin, id)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer done()
+	for range n {
+		_ = be.Stop(ctx, id)
+		start := time.Now()
+		if err := be.Ensure(ctx, sandbox.Spec{ID: id}); err != nil {
+			return nil, nil, err
+		}
+		if _, err := be.Exec(ctx, id, cmd); err != nil {
+			return nil, nil, err
+		}
+		boots = append(boots, time.Since(start))
+	}
+	for range 50 {
+		start := time.Now()
+		if _, err := be.Exec(ctx, id, cmd); err != nil {
+			return nil, nil, err
+		}
+		execs = append(execs, time.Since(start))
+	}
+	return boots, execs, nil
 }
 
 // pssKiB reads a process's proportional set size in KiB (0 when unknown).
