@@ -90,10 +90,7 @@ func (pp policyPatch) domain() org.PolicyPatch {
 
 func (s *Server) getFeatures(c *fiber.Ctx) error {
 	p, err := s.svc.Admin.Policy(c.UserContext(), principal(c))
-	if err != nil {
-		return err
-	}
-	return c.JSON(admin.ViewOf(p))
+	return answer(c, p, err, admin.ViewOf)
 }
 
 // policyKeys lists the members of each object of a policy patch; quotas
@@ -152,10 +149,7 @@ func (s *Server) patchFeatures(c *fiber.Ctx) error {
 		return err
 	}
 	p, err := s.svc.Admin.PatchPolicy(c.UserContext(), principal(c), pp.domain())
-	if err != nil {
-		return err
-	}
-	return c.JSON(admin.ViewOf(p))
+	return answer(c, p, err, admin.ViewOf)
 }
 
 type auditView struct {
@@ -221,10 +215,7 @@ func viewUser(u user.User) userView {
 
 func (s *Server) listUsers(c *fiber.Ctx) error {
 	us, err := s.svc.Admin.Users(c.UserContext(), principal(c))
-	if err != nil {
-		return err
-	}
-	return c.JSON(listResponse[userView]{Data: views(us, viewUser)})
+	return answerList(c, us, err, viewUser)
 }
 
 type userRequest struct {
@@ -247,10 +238,7 @@ func (s *Server) createUser(c *fiber.Ctx) error {
 		nu.Password = *req.Password
 	}
 	u, err := s.svc.Admin.CreateUser(c.UserContext(), principal(c), nu)
-	if err != nil {
-		return err
-	}
-	return c.Status(fiber.StatusCreated).JSON(viewUser(u))
+	return answerCreated(c, u, err, viewUser)
 }
 
 func (s *Server) patchUser(c *fiber.Ctx) error {
@@ -264,8 +252,5 @@ func (s *Server) patchUser(c *fiber.Ctx) error {
 		ch.Role = &r
 	}
 	u, err := s.svc.Admin.UpdateUser(c.UserContext(), principal(c), c.Params("id"), ch)
-	if err != nil {
-		return err
-	}
-	return c.JSON(viewUser(u))
+	return answer(c, u, err, viewUser)
 }

@@ -1,7 +1,6 @@
 package web
 
 import (
-	"strconv"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
@@ -59,12 +58,9 @@ func (s *Server) projectArtifacts(c *fiber.Ctx) error {
 	default:
 		return fault.New(fault.Invalid, "order must be 'asc' or 'desc'")
 	}
-	if v := c.Query("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > artifact.MaxPage {
-			return fault.Errorf(fault.Invalid, "limit must be between 1 and %d", artifact.MaxPage)
-		}
-		page.Limit = n
+	var err error
+	if page.Limit, err = queryLimit(c, page.Limit, artifact.MaxPage); err != nil {
+		return err
 	}
 	as, more, err := s.svc.Workspace.Artifacts(c.UserContext(), principal(c), c.Params("id"), page)
 	if err != nil {
@@ -76,10 +72,7 @@ func (s *Server) projectArtifacts(c *fiber.Ctx) error {
 // getArtifact is GET /artifact/{id}.
 func (s *Server) getArtifact(c *fiber.Ctx) error {
 	a, err := s.svc.Workspace.Artifact(c.UserContext(), principal(c), c.Params("id"))
-	if err != nil {
-		return err
-	}
-	return c.JSON(viewArtifact(a))
+	return answer(c, a, err, viewArtifact)
 }
 
 // artifactContent is GET /artifact/{id}/content, gated by

@@ -156,10 +156,7 @@ func (s *Server) createToken(c *fiber.Ctx) error {
 
 func (s *Server) listTokens(c *fiber.Ctx) error {
 	ts, err := s.svc.Auth.Tokens(c.UserContext(), principal(c).UserID)
-	if err != nil {
-		return err
-	}
-	return c.JSON(listResponse[tokenView]{Data: views(ts, viewToken)})
+	return answerList(c, ts, err, viewToken)
 }
 
 func (s *Server) revokeToken(c *fiber.Ctx) error {

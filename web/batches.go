@@ -3,7 +3,6 @@ package web
 import (
 	"bytes"
 	"encoding/json"
-	"strconv"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
@@ -45,9 +44,15 @@ func timeOrNull(t time.Time) *time.Time {
 	return &u
 }
 
-// viewBatch is b as the API shows it; its results_url is absolute, as
-// Anthropic's is, because the official TypeScript SDK fetches that URL as
-// given (base is the scheme and host the request came to).
+// batchViewAt returns the view of a batch as the API shows it to a request
+// that came to base (its scheme and host): a batch's results_url is
+// absolute, as Anthropic's is, because the official TypeScript SDK fetches
+// that URL as given.
+func batchViewAt(base string) func(batches.Batch) batchView {
+	return func(b batches.Batch) batchView { return viewBatch(b, base) }
+}
+
+// viewBatch is b as the API shows it to a request that came to base.
 func viewBatch(b batches.Batch, base string) batchView {
 	v := batchView{ID: b.ID, Type: "message_batch", ProcessingStatus: b.Status,
 		RequestCounts: batchCounts{b.Counts.Processing, b.Counts.Succeeded, b.Counts.Errored, b.Counts.Canceled, b.Counts.Expired},
@@ -59,20 +64,17 @@ func viewBatch(b batches.Batch, base string) batchView {
 	return v
 }
 
-// batchesDoor returns the batches, or 503 when none are configured.
-func (s *Server) batchesDoor() (*batches.Service, error) {
+// batchesOn lets a request through to the Message Batches handlers, which
+// use s.svc.Batches, only when batches are configured: otherwise 503.
+func (s *Server) batchesOn(c *fiber.Ctx) error {
 	if s.svc.Batches == nil {
-		return nil, fault.New(fault.Unavailable, "Message Batches are not configured on this server")
+		return fault.New(fault.Unavailable, "Message Batches are not configured on this server")
 	}
-	return s.svc.Batches, nil
+	return c.Next()
 }
 
 // createBatch is POST /messages/batches: {"requests": [{"custom_id", "params"}]}.
 func (s *Server) createBatch(c *fiber.Ctx) error {
-	svc, err := s.batchesDoor()
-	if err != nil {
-		return err
-	}
 	b, err := body(c, maxJSONBody)
 	if err != nil {
 		return err
@@ -90,31 +92,22 @@ func (s *Server) createBatch(c *fiber.Ctx) error {
 	for i, r := range in.Requests {
 		reqs[i] = batches.Request{CustomID: r.CustomID, Params: r.Params}
 	}
-	batch, err := svc.Create(c.UserContext(), principal(c), reqs)
-	if err != nil {
-		return err
-	}
-	return c.JSON(viewBatch(batch, baseURL(c)))
+	batch, err := s.svc.Batches.Create(c.UserContext(), principal(c), reqs)
+	return answer(c, batch, err, batchViewAt(baseURL(c)))
 }
 
 // listBatches is GET /messages/batches: the caller's batches, newest first,
 // a page at a time (limit 1-1000, default 20; after_id or before_id).
 func (s *Server) listBatches(c *fiber.Ctx) error {
-	svc, err := s.batchesDoor()
+	limit, err := queryLimit(c, 20, 1000)
 	if err != nil {
 		return err
-	}
-	limit := 20
-	if v := c.Query("limit"); v != "" {
-		if limit, err = strconv.Atoi(v); err != nil || limit < 1 || limit > 1000 {
-			return fault.New(fault.Invalid, "limit must be between 1 and 1000")
-		}
 	}
 	after, before := c.Query("after_id"), c.Query("before_id")
 	if after != "" && before != "" {
 		return fault.New(fault.Invalid, "after_id and before_id cannot be used together")
 	}
-	all, err := svc.List(c.UserContext(), principal(c))
+	all, err := s.svc.Batches.List(c.UserContext(), principal(c))
 	if err != nil {
 		return err
 	}
@@ -149,7 +142,7 @@ func (s *Server) listBatches(c *fiber.Ctx) error {
 		FirstID *string     `json:"first_id"`
 		LastID  *string     `json:"last_id"`
 		HasMore bool        `json:"has_more"`
-	}{Data: views(all[start:end], func(b batches.Batch) batchView { return viewBatch(b, baseURL(c)) }), HasMore: hasMore}
+	}{Data: views(all[start:end], batchViewAt(baseURL(c))), HasMore: hasMore}
 	if n := len(page.Data); n > 0 {
 		page.FirstID, page.LastID = &page.Data[0].ID, &page.Data[n-1].ID
 	}
@@ -158,39 +151,21 @@ func (s *Server) listBatches(c *fiber.Ctx) error {
 
 // getBatch is GET /messages/batches/{id}.
 func (s *Server) getBatch(c *fiber.Ctx) error {
-	svc, err := s.batchesDoor()
-	if err != nil {
-		return err
-	}
-	b, err := svc.Get(c.UserContext(), principal(c), c.Params("message_batch_id"))
-	if err != nil {
-		return err
-	}
-	return c.JSON(viewBatch(b, baseURL(c)))
+	b, err := s.svc.Batches.Get(c.UserContext(), principal(c), c.Params("message_batch_id"))
+	return answer(c, b, err, batchViewAt(baseURL(c)))
 }
 
 // cancelBatch is POST /messages/batches/{id}/cancel.
 func (s *Server) cancelBatch(c *fiber.Ctx) error {
-	svc, err := s.batchesDoor()
-	if err != nil {
-		return err
-	}
-	b, err := svc.Cancel(c.UserContext(), principal(c), c.Params("message_batch_id"))
-	if err != nil {
-		return err
-	}
-	return c.JSON(viewBatch(b, baseURL(c)))
+	b, err := s.svc.Batches.Cancel(c.UserContext(), principal(c), c.Params("message_batch_id"))
+	return answer(c, b, err, batchViewAt(baseURL(c)))
 }
 
 // deleteBatch is DELETE /messages/batches/{id}: an ended batch and its
 // results.
 func (s *Server) deleteBatch(c *fiber.Ctx) error {
-	svc, err := s.batchesDoor()
-	if err != nil {
-		return err
-	}
 	id := c.Params("message_batch_id")
-	if err := svc.Delete(c.UserContext(), principal(c), id); err != nil {
+	if err := s.svc.Batches.Delete(c.UserContext(), principal(c), id); err != nil {
 		return err
 	}
 	return c.JSON(fiber.Map{"id": id, "type": "message_batch_deleted"})
@@ -206,11 +181,7 @@ type batchResultLine struct {
 // request, in the order of the requests. An errored request's error is
 // the envelope a live request would have answered.
 func (s *Server) batchResults(c *fiber.Ctx) error {
-	svc, err := s.batchesDoor()
-	if err != nil {
-		return err
-	}
-	results, err := svc.Results(c.UserContext(), principal(c), c.Params("message_batch_id"))
+	results, err := s.svc.Batches.Results(c.UserContext(), principal(c), c.Params("message_batch_id"))
 	if err != nil {
 		return err
 	}

@@ -391,10 +391,7 @@ func (s *Server) putFile(c *fiber.Ctx) error {
 	}
 	body := bodyReader(c)
 	f, err := s.svc.Files.Put(c.UserContext(), principal(c), c.Query("scope_id"), key, body, s.maxUpload)
-	if err != nil {
-		return err
-	}
-	return c.JSON(viewFile(f))
+	return answer(c, f, err, viewFile)
 }
 
 // pathKey returns the upload key a raw URL path tail names. The raw key is
@@ -416,12 +413,9 @@ func pathKey(raw string) (string, error) {
 // listFiles is GET /files.
 func (s *Server) listFiles(c *fiber.Ctx) error {
 	lp := files.ListParams{AfterID: c.Query("after_id"), BeforeID: c.Query("before_id"), Prefix: c.Query("prefix")}
-	if v := c.Query("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > files.MaxListLimit {
-			return fault.Errorf(fault.Invalid, "limit must be between 1 and %d", files.MaxListLimit)
-		}
-		lp.Limit = n
+	var err error
+	if lp.Limit, err = queryLimit(c, lp.Limit, files.MaxListLimit); err != nil {
+		return err
 	}
 	page, err := s.svc.Files.List(c.UserContext(), principal(c), c.Query("scope_id"), lp)
 	if err != nil {
@@ -464,10 +458,7 @@ func (s *Server) fileRoute(c *fiber.Ctx) error {
 
 func (s *Server) fileMetadata(c *fiber.Ctx, id string) error {
 	f, err := s.svc.Files.Metadata(c.UserContext(), principal(c), c.Query("scope_id"), id)
-	if err != nil {
-		return err
-	}
-	return c.JSON(viewFile(f))
+	return answer(c, f, err, viewFile)
 }
 
 // fileHead is HEAD /files/{file_id}: the file object in X-File-* headers.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"io"
+	"strconv"
 
 	"github.com/gofiber/fiber/v2"
 
@@ -67,6 +68,20 @@ func parseOptionalJSON(c *fiber.Ctx, v any) error {
 	return nil
 }
 
+// queryLimit reads the query parameter limit, a page's size from 1 to most;
+// without one it is def.
+func queryLimit(c *fiber.Ctx, def, most int) (int, error) {
+	v := c.Query("limit")
+	if v == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > most {
+		return 0, fault.Errorf(fault.Invalid, "limit must be between 1 and %d", most)
+	}
+	return n, nil
+}
+
 func jsonErr(err error) string {
 	switch e := err.(type) {
 	case *json.SyntaxError:
@@ -103,4 +118,30 @@ func pageOf[V any](data []V, more bool, idOf func(V) string) listResponse[V] {
 		resp.LastID = idOf(data[len(data)-1])
 	}
 	return resp
+}
+
+// answer is a handler's last step: the service call's error, for the error
+// mapper, or its result shown by view as the JSON body.
+func answer[T, V any](c *fiber.Ctx, v T, err error, view func(T) V) error {
+	if err != nil {
+		return err
+	}
+	return c.JSON(view(v))
+}
+
+// answerCreated is answer for a call that created v: 201 Created.
+func answerCreated[T, V any](c *fiber.Ctx, v T, err error, view func(T) V) error {
+	if err != nil {
+		return err
+	}
+	return c.Status(fiber.StatusCreated).JSON(view(v))
+}
+
+// answerList is answer for a call that returned a whole list: each item
+// shown by view, in a list object.
+func answerList[T, V any](c *fiber.Ctx, items []T, err error, view func(T) V) error {
+	if err != nil {
+		return err
+	}
+	return c.JSON(listResponse[V]{Data: views(items, view)})
 }

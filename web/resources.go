@@ -1,7 +1,6 @@
 package web
 
 import (
-	"strconv"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
@@ -33,26 +32,17 @@ func (s *Server) createProject(c *fiber.Ctx) error {
 		return err
 	}
 	p, err := s.svc.Workspace.CreateProject(c.UserContext(), principal(c), req.Name)
-	if err != nil {
-		return err
-	}
-	return c.Status(fiber.StatusCreated).JSON(viewProject(p))
+	return answerCreated(c, p, err, viewProject)
 }
 
 func (s *Server) listProjects(c *fiber.Ctx) error {
 	ps, err := s.svc.Workspace.Projects(c.UserContext(), principal(c))
-	if err != nil {
-		return err
-	}
-	return c.JSON(listResponse[projectView]{Data: views(ps, viewProject)})
+	return answerList(c, ps, err, viewProject)
 }
 
 func (s *Server) getProject(c *fiber.Ctx) error {
 	p, err := s.svc.Workspace.Project(c.UserContext(), principal(c), c.Params("id"))
-	if err != nil {
-		return err
-	}
-	return c.JSON(viewProject(p))
+	return answer(c, p, err, viewProject)
 }
 
 func (s *Server) patchProject(c *fiber.Ctx) error {
@@ -61,10 +51,7 @@ func (s *Server) patchProject(c *fiber.Ctx) error {
 		return err
 	}
 	p, err := s.svc.Workspace.RenameProject(c.UserContext(), principal(c), c.Params("id"), req.Name)
-	if err != nil {
-		return err
-	}
-	return c.JSON(viewProject(p))
+	return answer(c, p, err, viewProject)
 }
 
 func (s *Server) deleteProject(c *fiber.Ctx) error {
@@ -112,20 +99,13 @@ func (s *Server) createThread(c *fiber.Ctx) error {
 		req.ProjectID = req.Project
 	}
 	t, err := s.svc.Workspace.CreateThread(c.UserContext(), principal(c), req.ProjectID, req.Title)
-	if err != nil {
-		return err
-	}
-	return c.Status(fiber.StatusCreated).JSON(viewThread(t))
+	return answerCreated(c, t, err, viewThread)
 }
 
 func (s *Server) listThreads(c *fiber.Ctx) error {
-	limit := 20
-	if v := c.Query("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > 100 {
-			return fault.New(fault.Invalid, "limit must be between 1 and 100")
-		}
-		limit = n
+	limit, err := queryLimit(c, 20, 100)
+	if err != nil {
+		return err
 	}
 	if q := c.Query("q"); q != "" {
 		return s.searchThreads(c, q, limit)
@@ -168,10 +148,7 @@ func threadID(v threadView) string { return v.ID }
 
 func (s *Server) getThread(c *fiber.Ctx) error {
 	t, err := s.svc.Workspace.Thread(c.UserContext(), principal(c), c.Params("id"))
-	if err != nil {
-		return err
-	}
-	return c.JSON(viewThread(t))
+	return answer(c, t, err, viewThread)
 }
 
 func (s *Server) patchThread(c *fiber.Ctx) error {
@@ -180,10 +157,7 @@ func (s *Server) patchThread(c *fiber.Ctx) error {
 		return err
 	}
 	t, err := s.svc.Workspace.RetitleThread(c.UserContext(), principal(c), c.Params("id"), req.Title)
-	if err != nil {
-		return err
-	}
-	return c.JSON(viewThread(t))
+	return answer(c, t, err, viewThread)
 }
 
 func (s *Server) deleteThread(c *fiber.Ctx) error {

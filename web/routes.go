@@ -87,12 +87,12 @@ func (s *Server) routes() {
 	a.Post("/api/gpt/v1/messages/validate", s.validateMessage)
 	a.Post("/api/gpt/v1/messages/count_tokens", s.countTokens)
 	// Message Batches (docs/batches.md).
-	a.Post("/api/gpt/v1/messages/batches", s.createBatch)
-	a.Get("/api/gpt/v1/messages/batches", s.listBatches)
-	a.Get("/api/gpt/v1/messages/batches/:message_batch_id", s.getBatch)
-	a.Delete("/api/gpt/v1/messages/batches/:message_batch_id", s.deleteBatch)
-	a.Post("/api/gpt/v1/messages/batches/:message_batch_id/cancel", s.cancelBatch)
-	a.Get("/api/gpt/v1/messages/batches/:message_batch_id/results", s.batchResults)
+	a.Post("/api/gpt/v1/messages/batches", s.batchesOn, s.createBatch)
+	a.Get("/api/gpt/v1/messages/batches", s.batchesOn, s.listBatches)
+	a.Get("/api/gpt/v1/messages/batches/:message_batch_id", s.batchesOn, s.getBatch)
+	a.Delete("/api/gpt/v1/messages/batches/:message_batch_id", s.batchesOn, s.deleteBatch)
+	a.Post("/api/gpt/v1/messages/batches/:message_batch_id/cancel", s.batchesOn, s.cancelBatch)
+	a.Get("/api/gpt/v1/messages/batches/:message_batch_id/results", s.batchesOn, s.batchResults)
 	a.Get("/api/gpt/v1/models", s.listModels)
 	a.Get("/api/gpt/v1/models/:id", s.getModel)
 

@@ -59,10 +59,7 @@ func (s *Server) uploadSkill(c *fiber.Ctx) error {
 // listSkills is GET /skills: every version of the org's skills.
 func (s *Server) listSkills(c *fiber.Ctx) error {
 	sks, err := s.svc.Skills.List(c.UserContext(), principal(c))
-	if err != nil {
-		return err
-	}
-	return c.JSON(listResponse[skillView]{Data: views(sks, viewSkill)})
+	return answerList(c, sks, err, viewSkill)
 }
 
 // deleteSkill is DELETE /skills/{id}: the skill, every version of it.

@@ -73,13 +73,9 @@ type cursorPage[T any] struct {
 // cursorPageOf cuts the page the request's limit and page (the id of the last
 // item of the page before) select out of items.
 func cursorPageOf[T any](c *fiber.Ctx, items []T, idOf func(T) string) (cursorPage[T], error) {
-	limit := skillsPageDefault
-	if v := c.Query("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > skillsPageMax {
-			return cursorPage[T]{}, fault.Errorf(fault.Invalid, "limit must be between 1 and %d", skillsPageMax)
-		}
-		limit = n
+	limit, err := queryLimit(c, skillsPageDefault, skillsPageMax)
+	if err != nil {
+		return cursorPage[T]{}, err
 	}
 	start := 0
 	if after := c.Query("page"); after != "" {
@@ -160,10 +156,7 @@ func (s *Server) createSkill(c *fiber.Ctx) error {
 		return err
 	}
 	sm, err := s.svc.Skills.Create(c.UserContext(), principal(c), display, files)
-	if err != nil {
-		return err
-	}
-	return c.JSON(viewAPISkill(sm))
+	return answer(c, sm, err, viewAPISkill)
 }
 
 // listAPISkills is GET /v1/skills.
@@ -189,10 +182,7 @@ func (s *Server) listAPISkills(c *fiber.Ctx) error {
 // getAPISkill is GET /v1/skills/{skill_id}.
 func (s *Server) getAPISkill(c *fiber.Ctx) error {
 	sm, err := s.svc.Skills.Get(c.UserContext(), principal(c), c.Params("skill_id"))
-	if err != nil {
-		return err
-	}
-	return c.JSON(viewAPISkill(sm))
+	return answer(c, sm, err, viewAPISkill)
 }
 
 // deleteAPISkill is DELETE /v1/skills/{skill_id}: the skill with every
@@ -215,10 +205,7 @@ func (s *Server) createSkillVersion(c *fiber.Ctx) error {
 		return err
 	}
 	v, err := s.svc.Skills.CreateVersion(c.UserContext(), principal(c), c.Params("skill_id"), files)
-	if err != nil {
-		return err
-	}
-	return c.JSON(viewSkillVersion(v))
+	return answer(c, v, err, viewSkillVersion)
 }
 
 // listSkillVersions is GET /v1/skills/{skill_id}/versions, newest first.
@@ -238,10 +225,7 @@ func (s *Server) listSkillVersions(c *fiber.Ctx) error {
 // version id, number or "latest".
 func (s *Server) getSkillVersion(c *fiber.Ctx) error {
 	v, err := s.svc.Skills.Version(c.UserContext(), principal(c), c.Params("skill_id"), c.Params("version"))
-	if err != nil {
-		return err
-	}
-	return c.JSON(viewSkillVersion(v))
+	return answer(c, v, err, viewSkillVersion)
 }
 
 // deleteSkillVersion is DELETE /v1/skills/{skill_id}/versions/{version}.

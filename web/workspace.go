@@ -44,10 +44,7 @@ func (s *Server) threadPut(c *fiber.Ctx) error {
 	}
 	body := bodyReader(c)
 	f, err := s.svc.Workspace.PutFile(c.UserContext(), principal(c), c.Params("id"), key, body, s.maxUpload)
-	if err != nil {
-		return err
-	}
-	return c.JSON(viewFile(f))
+	return answer(c, f, err, viewFile)
 }
 
 // threadDownload is GET /thread/{threadId}/download-file?path=<sandbox path>.
@@ -90,10 +87,7 @@ func (s *Server) forkThread(c *fiber.Ctx) error {
 		at = *req.MessageID
 	}
 	t, err := s.svc.Workspace.ForkThread(c.UserContext(), principal(c), c.Params("id"), at)
-	if err != nil {
-		return err
-	}
-	return c.Status(fiber.StatusCreated).JSON(viewThread(t))
+	return answerCreated(c, t, err, viewThread)
 }
 
 // rewoundView is a rewind's response.

@@ -17,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"threadbox/app/lease"
 	"threadbox/app/messages"
 	"threadbox/app/messages/wire"
 	"threadbox/app/turns"
@@ -355,20 +356,11 @@ func (s *Service) runOne(ctx context.Context, c Claimed) {
 	}
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	go func() {
-		t := time.NewTicker(s.cfg.Lease / 3)
-		defer t.Stop()
-		for {
-			select {
-			case <-runCtx.Done():
-				return
-			case <-t.C:
-				if err := s.store.RenewRequest(runCtx, s.cfg.Holder, c.BatchID, c.CustomID, s.now().UTC().Add(s.cfg.Lease)); err != nil && runCtx.Err() == nil {
-					s.log.Warn("batch request claim not renewed", "batch", c.BatchID, "custom_id", c.CustomID, "cause", err.Error())
-				}
-			}
+	go lease.Every(runCtx, s.cfg.Lease/3, func() {
+		if err := s.store.RenewRequest(runCtx, s.cfg.Holder, c.BatchID, c.CustomID, s.now().UTC().Add(s.cfg.Lease)); err != nil && runCtx.Err() == nil {
+			s.log.Warn("batch request claim not renewed", "batch", c.BatchID, "custom_id", c.CustomID, "cause", err.Error())
 		}
-	}()
+	})
 	msg, err := s.run(runCtx, c)
 	if ctx.Err() != nil {
 		// Shutting down: the request runs again, here or elsewhere.

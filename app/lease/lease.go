@@ -148,16 +148,25 @@ func (k *Keeper) ReleaseAll(ctx context.Context) error {
 // Run renews this process's leases every third of their time to live until
 // ctx ends; ReleaseAll gives them back.
 func (k *Keeper) Run(ctx context.Context, onError func(error)) {
-	t := time.NewTicker(k.ttl / 3)
+	Every(ctx, k.ttl/3, func() {
+		if err := k.Renew(ctx); err != nil && onError != nil && ctx.Err() == nil {
+			onError(err)
+		}
+	})
+}
+
+// Every calls do each interval, the first time one interval from now, until
+// ctx ends: the beat at which a holder renews what lapses unless renewed (a
+// lease, a claim on a piece of work) or a lease holder does its periodic job.
+func Every(ctx context.Context, interval time.Duration, do func()) {
+	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if err := k.Renew(ctx); err != nil && onError != nil && ctx.Err() == nil {
-				onError(err)
-			}
+			do()
 		}
 	}
 }

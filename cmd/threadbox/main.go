@@ -21,6 +21,7 @@ import (
 
 	"threadbox/app/auth"
 	"threadbox/app/backends"
+	"threadbox/app/lease"
 	"threadbox/infra/jwt"
 	"threadbox/infra/store"
 	"threadbox/web"
@@ -466,14 +467,7 @@ func firstStart(ctx context.Context, accounts store.Accounts, a *auth.Service, c
 // files snapshots of threads that no longer exist, and the event logs of
 // turns past their retention.
 func collectBlobs(ctx context.Context, sys *system, every time.Duration, log *slog.Logger) {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	lease.Every(ctx, every, func() {
 		// One replica of a deployment collects (the holder of the
 		// collector lease, renewed with this process's other leases):
 		// each collection lists the whole store.
@@ -503,5 +497,5 @@ func collectBlobs(ctx context.Context, sys *system, every time.Duration, log *sl
 		} else if n > 0 {
 			log.Info("turn logs pruned", "turns", n)
 		}
-	}
+	})
 }
