@@ -382,16 +382,21 @@ var browserEscapes = strings.NewReplacer("%22", `"`, "%0D", "\r", "%0A", "\n", "
 // key validator as sent.
 func (s *Server) putFile(c *fiber.Ctx) error {
 	raw, ok := rawTail(c)
-	if !ok || raw == "" {
-		return fault.New(fault.Invalid, "a key is required: PUT /api/gpt/v1/files/{key}")
-	}
-	key, err := pathKey(raw)
+	key, err := putKey(raw, ok, "a key is required: PUT /api/gpt/v1/files/{key}")
 	if err != nil {
 		return err
 	}
-	body := bodyReader(c)
-	f, err := s.svc.Files.Put(c.UserContext(), principal(c), c.Query("scope_id"), key, body, s.maxUpload)
+	f, err := s.svc.Files.Put(c.UserContext(), principal(c), c.Query("scope_id"), key, bodyReader(c), s.maxUpload)
 	return answer(c, f, err, viewFile)
+}
+
+// putKey returns the key of a PUT whose raw path tail is raw (ok false
+// when the path has no tail): pathKey's, or missing when the tail is.
+func putKey(raw string, ok bool, missing string) (string, error) {
+	if !ok || raw == "" {
+		return "", fault.New(fault.Invalid, missing)
+	}
+	return pathKey(raw)
 }
 
 // pathKey returns the upload key a raw URL path tail names. The raw key is

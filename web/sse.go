@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/gofiber/fiber/v2"
+
+	"threadbox/app/messages/wire"
 )
 
 // sseWriter writes Server-Sent Events and flushes each one as it is
@@ -119,17 +121,22 @@ func sseHeaders(c *fiber.Ctx) {
 	c.Status(fiber.StatusOK)
 }
 
-// streamSSE answers with an event stream: fn runs once the handler has
-// returned, writing events through w; ctx ends when the client goes away.
-// Everything fn needs from the request must be read before streamSSE is
-// called: the fiber.Ctx is not valid inside fn.
+// streamSSE answers with an event stream a client follows: fn runs once
+// the handler has returned, writing events through w, which sends a ping
+// whenever the stream is silent for a while; ctx ends when the client goes
+// away (a write fails, or it closes the connection). Everything fn needs
+// from the request must be read before streamSSE is called: the fiber.Ctx
+// is not valid inside fn.
 func (s *Server) streamSSE(c *fiber.Ctx, fn func(ctx context.Context, w *sseWriter)) {
+	peer := c.Context().Conn()
 	sseHeaders(c)
 	c.Context().SetBodyStreamWriter(func(bw *bufio.Writer) {
 		defer s.survive("a stream writer")
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		fn(ctx, &sseWriter{w: bw, cancel: cancel, last: time.Now()})
+		w := &sseWriter{w: bw, cancel: cancel, last: time.Now(), peer: peer}
+		defer w.keepAlive(DefaultPingInterval, wire.EventPing, wire.Event{Type: wire.EventPing})()
+		fn(ctx, w)
 	})
 }
 

@@ -7,7 +7,6 @@ import (
 
 	"github.com/gofiber/fiber/v2"
 
-	"threadbox/app/messages/wire"
 	"threadbox/app/tools"
 )
 
@@ -75,10 +74,7 @@ func (s *Server) terminalOutput(c *fiber.Ctx) error {
 	if _, _, err := ws.TerminalSession(c.UserContext(), p, threadID, sessionID); err != nil {
 		return err
 	}
-	peer := c.Context().Conn()
 	s.streamSSE(c, func(ctx context.Context, w *sseWriter) {
-		w.peer = peer
-		defer w.keepAlive(DefaultPingInterval, wire.EventPing, wire.Event{Type: wire.EventPing})()
 		end, err := ws.WatchTerminal(ctx, p, threadID, sessionID, after, func(ch tools.Chunk) error {
 			data, err := json.Marshal(terminalChunk{Data: ch.Data, Cursor: ch.Cursor, Dropped: ch.Dropped})
 			if err != nil {

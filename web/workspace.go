@@ -33,17 +33,12 @@ func (s *Server) threadUpload(c *fiber.Ctx) error {
 // threadPut is PUT /thread/{threadId}/put-file/{path}: the raw body at the
 // key, taken from the raw request path.
 func (s *Server) threadPut(c *fiber.Ctx) error {
-	raw := string(c.Request().URI().PathOriginal())
-	_, tail, ok := strings.Cut(raw, "/put-file/")
-	if !ok || tail == "" {
-		return fault.New(fault.Invalid, "a path is required: PUT /api/v1/app/thread/{threadId}/put-file/{path}")
-	}
-	key, err := pathKey(tail)
+	_, tail, ok := strings.Cut(string(c.Request().URI().PathOriginal()), "/put-file/")
+	key, err := putKey(tail, ok, "a path is required: PUT /api/v1/app/thread/{threadId}/put-file/{path}")
 	if err != nil {
 		return err
 	}
-	body := bodyReader(c)
-	f, err := s.svc.Workspace.PutFile(c.UserContext(), principal(c), c.Params("id"), key, body, s.maxUpload)
+	f, err := s.svc.Workspace.PutFile(c.UserContext(), principal(c), c.Params("id"), key, bodyReader(c), s.maxUpload)
 	return answer(c, f, err, viewFile)
 }
 
@@ -265,10 +260,7 @@ func (s *Server) turnEvents(c *fiber.Ctx) error {
 	if _, err := ws.Turn(c.UserContext(), p, threadID, turnID); err != nil {
 		return err
 	}
-	peer := c.Context().Conn()
 	s.streamSSE(c, func(ctx context.Context, w *sseWriter) {
-		w.peer = peer
-		defer w.keepAlive(DefaultPingInterval, wire.EventPing, wire.Event{Type: wire.EventPing})()
 		end, err := ws.FollowTurn(ctx, p, threadID, turnID, after, func(ev turnpkg.Event) error {
 			return w.raw(ev.Seq, ev.Type, ev.Data)
 		})
