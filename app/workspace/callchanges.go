@@ -181,17 +181,7 @@ func (s *Service) ThreadChanges(ctx context.Context, p user.Principal, threadID 
 	if err != nil {
 		return nil, err
 	}
-	manifests := map[string]map[string]snapshot.File{}
-	manifest := func(id string) (map[string]snapshot.File, error) {
-		if m, ok := manifests[id]; ok {
-			return m, nil
-		}
-		m, err := s.d.Snapshots.Files.SnapshotManifest(ctx, th.ID(), id)
-		if err == nil {
-			manifests[id] = m
-		}
-		return m, err
-	}
+	manifest := s.manifests(ctx, th.ID())
 	out := []CallChanges{}
 	for _, sn := range snaps {
 		if sn.Kind != snapshot.KindCall {
@@ -207,6 +197,38 @@ func (s *Service) ThreadChanges(ctx context.Context, p user.Principal, threadID 
 		out = append(out, cc)
 	}
 	return out, nil
+}
+
+// manifests returns a reader of the manifests of a thread's snapshots that
+// reads each one once.
+func (s *Service) manifests(ctx context.Context, threadID string) func(id string) (map[string]snapshot.File, error) {
+	read := map[string]map[string]snapshot.File{}
+	return func(id string) (map[string]snapshot.File, error) {
+		if m, ok := read[id]; ok {
+			return m, nil
+		}
+		m, err := s.d.Snapshots.Files.SnapshotManifest(ctx, threadID, id)
+		if err == nil {
+			read[id] = m
+		}
+		return m, err
+	}
+}
+
+// oneCall finds the sandbox tool call callID among the thread's kept
+// snapshots and what it changed: the snapshots, the call's index among
+// them, and its changes.
+func (s *Service) oneCall(ctx context.Context, threadID, callID string, manifest func(string) (map[string]snapshot.File, error)) ([]snapshot.Snapshot, int, CallChanges, error) {
+	snaps, err := s.d.Snapshots.Records.ThreadSnapshots(ctx, threadID)
+	if err != nil {
+		return nil, 0, CallChanges{}, err
+	}
+	i, err := callSnapshot(snaps, callID)
+	if err != nil {
+		return nil, 0, CallChanges{}, err
+	}
+	cc, err := s.callChanges(ctx, threadID, snaps[i], snaps, manifest)
+	return snaps, i, cc, err
 }
 
 // callChanges lists what the call whose snapshot is sn changed.
@@ -253,18 +275,7 @@ func (s *Service) ToolCallChanges(ctx context.Context, p user.Principal, threadI
 	if !s.snapshotsOn() {
 		return CallChanges{}, fault.New(fault.Unavailable, "thread files snapshots are not available on this server")
 	}
-	snaps, err := s.d.Snapshots.Records.ThreadSnapshots(ctx, th.ID())
-	if err != nil {
-		return CallChanges{}, err
-	}
-	i, err := callSnapshot(snaps, callID)
-	if err != nil {
-		return CallChanges{}, err
-	}
-	manifest := func(id string) (map[string]snapshot.File, error) {
-		return s.d.Snapshots.Files.SnapshotManifest(ctx, th.ID(), id)
-	}
-	cc, err := s.callChanges(ctx, th.ID(), snaps[i], snaps, manifest)
+	_, _, cc, err := s.oneCall(ctx, th.ID(), callID, s.manifests(ctx, th.ID()))
 	if err != nil {
 		return CallChanges{}, err
 	}
@@ -328,33 +339,13 @@ type Reverted struct {
 // those paths, it is refused (fault.Conflict naming them) unless force.
 // Refused while a turn of the thread runs; audited.
 func (s *Service) RevertToolCall(ctx context.Context, p user.Principal, threadID, callID string, force bool) (Reverted, error) {
-	th, err := s.store.Thread(ctx, p.OrgID, p.UserID, threadID)
+	th, err := s.holdFiles(ctx, p, threadID, "a turn is running in this thread (or a rewind or revert): stop it or wait for it to end, then revert")
 	if err != nil {
 		return Reverted{}, err
-	}
-	if !s.snapshotsOn() || s.d.Containers == nil {
-		return Reverted{}, fault.New(fault.Unavailable, "thread files snapshots are not available on this server")
-	}
-	ok, err := s.holdThread(ctx, th.ID())
-	if err != nil {
-		return Reverted{}, err
-	}
-	if !ok {
-		return Reverted{}, fault.New(fault.Conflict, "a turn is running in this thread (or a rewind or revert): stop it or wait for it to end, then revert")
 	}
 	defer s.releaseThread(th.ID())
-	snaps, err := s.d.Snapshots.Records.ThreadSnapshots(ctx, th.ID())
-	if err != nil {
-		return Reverted{}, err
-	}
-	i, err := callSnapshot(snaps, callID)
-	if err != nil {
-		return Reverted{}, err
-	}
-	manifest := func(id string) (map[string]snapshot.File, error) {
-		return s.d.Snapshots.Files.SnapshotManifest(ctx, th.ID(), id)
-	}
-	cc, err := s.callChanges(ctx, th.ID(), snaps[i], snaps, manifest)
+	manifest := s.manifests(ctx, th.ID())
+	snaps, i, cc, err := s.oneCall(ctx, th.ID(), callID, manifest)
 	if err != nil {
 		return Reverted{}, err
 	}

@@ -294,19 +294,9 @@ type Rewound struct {
 // a regenerate makes them. It is refused while a turn of the thread runs
 // (on any server), and recorded in the org's audit log.
 func (s *Service) RewindThread(ctx context.Context, p user.Principal, threadID, messageID string) (Rewound, error) {
-	th, err := s.store.Thread(ctx, p.OrgID, p.UserID, threadID)
+	th, err := s.holdFiles(ctx, p, threadID, "a turn is running in this thread (or another rewind): stop it or wait for it to end, then rewind")
 	if err != nil {
 		return Rewound{}, err
-	}
-	if !s.snapshotsOn() || s.d.Containers == nil {
-		return Rewound{}, fault.New(fault.Unavailable, "thread files snapshots are not available on this server")
-	}
-	ok, err := s.holdThread(ctx, th.ID())
-	if err != nil {
-		return Rewound{}, err
-	}
-	if !ok {
-		return Rewound{}, fault.New(fault.Conflict, "a turn is running in this thread (or another rewind): stop it or wait for it to end, then rewind")
 	}
 	defer s.releaseThread(th.ID())
 	msgs, err := s.store.Messages(ctx, th.ID())

@@ -195,6 +195,28 @@ func (s *Service) holdThread(ctx context.Context, threadID string) (bool, error)
 	return ok, nil
 }
 
+// holdFiles looks up one of the caller's threads and holds it, as a turn
+// does, to change its container's files from its snapshots (a rewind, a
+// revert); releaseThread gives it back. It is refused without snapshots or
+// containers on this server, and with busy while the thread is held.
+func (s *Service) holdFiles(ctx context.Context, p user.Principal, threadID, busy string) (thread.Thread, error) {
+	th, err := s.store.Thread(ctx, p.OrgID, p.UserID, threadID)
+	if err != nil {
+		return thread.Thread{}, err
+	}
+	if !s.snapshotsOn() || s.d.Containers == nil {
+		return thread.Thread{}, fault.New(fault.Unavailable, "thread files snapshots are not available on this server")
+	}
+	ok, err := s.holdThread(ctx, th.ID())
+	if err != nil {
+		return thread.Thread{}, err
+	}
+	if !ok {
+		return thread.Thread{}, fault.New(fault.Conflict, busy)
+	}
+	return th, nil
+}
+
 // releaseThread gives back what holdThread took.
 func (s *Service) releaseThread(threadID string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
