@@ -114,18 +114,18 @@ func viewFile(scope string, f files.File) fileObject {
 // fileTools are the tools over the container's files.
 func fileTools() []toolDef {
 	return []toolDef{
-		{name: "list_files", run: (*Service).listFiles,
+		{name: "list_files", run: toolOf((*Service).listFiles),
 			desc: "List the uploaded files (/mnt/user-data/uploads) and output files (/mnt/user-data/outputs) of the sandbox, oldest first, " +
 				"as the Files API lists them; each comes with a resource link.",
 			schema: json.RawMessage(`{"type":"object","properties":{` +
 				`"prefix":{"type":"string","description":"Only files whose key starts with it (outputs' keys start with outputs/)."},` +
 				`"limit":{"type":"integer","minimum":1,"maximum":1000,"description":"Files per page (default 20)."},` +
 				`"after_id":{"type":"string","description":"The page after this file id."}},"additionalProperties":false}`)},
-		{name: "read_file", run: (*Service).readFile,
+		{name: "read_file", run: toolOf((*Service).readFile),
 			desc: "Read a file of the sandbox: an absolute path under /home/agent/workspace, /mnt/user-data/uploads or " +
 				"/mnt/user-data/outputs, or a path relative to the workspace. Text comes back as text, other files as an embedded resource.",
 			schema: json.RawMessage(`{"type":"object","properties":{"path":{"type":"string","minLength":1}},"required":["path"],"additionalProperties":false}`)},
-		{name: "write_file", run: (*Service).writeFile,
+		{name: "write_file", run: toolOf((*Service).writeFile),
 			desc: "Store a file in the sandbox as the Files API does: path is /mnt/user-data/outputs/<name> (a deliverable) or " +
 				"/mnt/user-data/uploads/<name> (an input, read-only to code), or a key (outputs/<name>, or <name> for uploads). " +
 				"Workspace files are written with text_editor_code_execution's create.",
@@ -133,23 +133,22 @@ func fileTools() []toolDef {
 				`"path":{"type":"string","minLength":1},"content":{"type":"string"},` +
 				`"encoding":{"type":"string","enum":["utf-8","base64"],"description":"How content is written (default utf-8)."}},` +
 				`"required":["path","content"],"additionalProperties":false}`)},
-		{name: "delete_file", run: (*Service).deleteFile,
+		{name: "delete_file", run: toolOf((*Service).deleteFile),
 			desc:   "Delete a file of the sandbox (uploads, outputs or workspace; absolute, or relative to the workspace).",
 			schema: json.RawMessage(`{"type":"object","properties":{"path":{"type":"string","minLength":1}},"required":["path"],"additionalProperties":false}`)},
 	}
 }
 
-func (s *Service) listFiles(ctx context.Context, req *mcp.CallToolRequest, c Caller, args json.RawMessage) (*mcp.CallToolResult, error) {
+// listFilesInput holds the arguments of list_files.
+type listFilesInput struct {
+	Prefix  string `json:"prefix"`
+	Limit   int    `json:"limit"`
+	AfterID string `json:"after_id"`
+}
+
+func (s *Service) listFiles(ctx context.Context, req *mcp.CallToolRequest, c Caller, in listFilesInput) (*mcp.CallToolResult, error) {
 	if s.d.Files == nil {
 		return errorResult("Container files are not configured on this server."), nil
-	}
-	var in struct {
-		Prefix  string `json:"prefix"`
-		Limit   int    `json:"limit"`
-		AfterID string `json:"after_id"`
-	}
-	if err := json.Unmarshal(args, &in); err != nil {
-		return errorResult("Invalid input: " + err.Error()), nil
 	}
 	scope := s.scopeOf(req.Session, c)
 	page, err := s.d.Files.List(ctx, c.Principal, scope, files.ListParams{Prefix: in.Prefix, Limit: in.Limit, AfterID: in.AfterID})
@@ -204,13 +203,12 @@ func (s *Service) read(ctx context.Context, c Caller, scope, sandboxPath string)
 // isText reports whether b reads as text.
 func isText(b []byte) bool { return utf8.Valid(b) && !strings.ContainsRune(string(b), 0) }
 
-func (s *Service) readFile(ctx context.Context, req *mcp.CallToolRequest, c Caller, args json.RawMessage) (*mcp.CallToolResult, error) {
-	var in struct {
-		Path string `json:"path"`
-	}
-	if err := json.Unmarshal(args, &in); err != nil {
-		return errorResult("Invalid input: " + err.Error()), nil
-	}
+// readFileInput holds the arguments of read_file.
+type readFileInput struct {
+	Path string `json:"path"`
+}
+
+func (s *Service) readFile(ctx context.Context, req *mcp.CallToolRequest, c Caller, in readFileInput) (*mcp.CallToolResult, error) {
 	scope := s.scopeOf(req.Session, c)
 	f, b, err := s.read(ctx, c, scope, absPath(in.Path))
 	if err != nil {
@@ -237,17 +235,16 @@ func keyOf(p string) (string, error) {
 	return "", fault.Errorf(fault.Invalid, "write_file stores files under %s or %s; write %s with text_editor_code_execution's create", sandbox.UploadsDir, sandbox.OutputsDir, p)
 }
 
-func (s *Service) writeFile(ctx context.Context, req *mcp.CallToolRequest, c Caller, args json.RawMessage) (*mcp.CallToolResult, error) {
+// writeFileInput holds the arguments of write_file.
+type writeFileInput struct {
+	Path     string `json:"path"`
+	Content  string `json:"content"`
+	Encoding string `json:"encoding"`
+}
+
+func (s *Service) writeFile(ctx context.Context, req *mcp.CallToolRequest, c Caller, in writeFileInput) (*mcp.CallToolResult, error) {
 	if s.d.Files == nil {
 		return errorResult("Container files are not configured on this server."), nil
-	}
-	var in struct {
-		Path     string `json:"path"`
-		Content  string `json:"content"`
-		Encoding string `json:"encoding"`
-	}
-	if err := json.Unmarshal(args, &in); err != nil {
-		return errorResult("Invalid input: " + err.Error()), nil
 	}
 	body := []byte(in.Content)
 	if in.Encoding == "base64" {
@@ -273,15 +270,14 @@ func (s *Service) writeFile(ctx context.Context, req *mcp.CallToolRequest, c Cal
 	return r, nil
 }
 
-func (s *Service) deleteFile(ctx context.Context, req *mcp.CallToolRequest, c Caller, args json.RawMessage) (*mcp.CallToolResult, error) {
+// deleteFileInput holds the arguments of delete_file.
+type deleteFileInput struct {
+	Path string `json:"path"`
+}
+
+func (s *Service) deleteFile(ctx context.Context, req *mcp.CallToolRequest, c Caller, in deleteFileInput) (*mcp.CallToolResult, error) {
 	if s.d.Files == nil {
 		return errorResult("Container files are not configured on this server."), nil
-	}
-	var in struct {
-		Path string `json:"path"`
-	}
-	if err := json.Unmarshal(args, &in); err != nil {
-		return errorResult("Invalid input: " + err.Error()), nil
 	}
 	p := absPath(in.Path)
 	if _, err := s.d.Files.Delete(ctx, c.Principal, s.scopeOf(req.Session, c), file.EncodeID(p)); err != nil {
@@ -372,13 +368,13 @@ func (s *Service) readResource(ctx context.Context, req *mcp.ReadResourceRequest
 // threadTools choose the session's container.
 func threadTools() []toolDef {
 	return []toolDef{
-		{name: "list_threads", run: (*Service).listThreads,
+		{name: "list_threads", run: toolOf((*Service).listThreads),
 			desc: "List your threads, newest first: each thread has its own sandbox. use_sandbox switches this session to one.",
 			schema: json.RawMessage(`{"type":"object","properties":{` +
 				`"project_id":{"type":"string","description":"Only this project's threads."},` +
 				`"limit":{"type":"integer","minimum":1,"maximum":100,"description":"Threads to list (default 20)."},` +
 				`"before":{"type":"string","description":"A thread id: list older threads."}},"additionalProperties":false}`)},
-		{name: "use_sandbox", run: (*Service).useSandbox,
+		{name: "use_sandbox", run: toolOf((*Service).useSandbox),
 			desc: "Choose the sandbox this session works in: a thread's (thread_id), a named container of yours (container_id; " +
 				"made on first use), or, with neither, your default container.",
 			schema: json.RawMessage(`{"type":"object","properties":{` +
@@ -386,17 +382,16 @@ func threadTools() []toolDef {
 	}
 }
 
-func (s *Service) listThreads(ctx context.Context, req *mcp.CallToolRequest, c Caller, args json.RawMessage) (*mcp.CallToolResult, error) {
+// listThreadsInput holds the arguments of list_threads.
+type listThreadsInput struct {
+	ProjectID string `json:"project_id"`
+	Limit     int    `json:"limit"`
+	Before    string `json:"before"`
+}
+
+func (s *Service) listThreads(ctx context.Context, req *mcp.CallToolRequest, c Caller, in listThreadsInput) (*mcp.CallToolResult, error) {
 	if s.d.Threads == nil {
 		return errorResult("Threads are not configured on this server."), nil
-	}
-	var in struct {
-		ProjectID string `json:"project_id"`
-		Limit     int    `json:"limit"`
-		Before    string `json:"before"`
-	}
-	if err := json.Unmarshal(args, &in); err != nil {
-		return errorResult("Invalid input: " + err.Error()), nil
 	}
 	if in.Limit == 0 {
 		in.Limit = 20
@@ -430,14 +425,13 @@ func (s *Service) listThreads(ctx context.Context, req *mcp.CallToolRequest, c C
 	return jsonResult(out)
 }
 
-func (s *Service) useSandbox(ctx context.Context, req *mcp.CallToolRequest, c Caller, args json.RawMessage) (*mcp.CallToolResult, error) {
-	var in struct {
-		ThreadID    string `json:"thread_id"`
-		ContainerID string `json:"container_id"`
-	}
-	if err := json.Unmarshal(args, &in); err != nil {
-		return errorResult("Invalid input: " + err.Error()), nil
-	}
+// useSandboxInput holds the arguments of use_sandbox.
+type useSandboxInput struct {
+	ThreadID    string `json:"thread_id"`
+	ContainerID string `json:"container_id"`
+}
+
+func (s *Service) useSandbox(ctx context.Context, req *mcp.CallToolRequest, c Caller, in useSandboxInput) (*mcp.CallToolResult, error) {
 	scope := ""
 	switch {
 	case in.ThreadID != "" && in.ContainerID != "":

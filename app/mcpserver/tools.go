@@ -32,6 +32,19 @@ type toolDef struct {
 	run        func(s *Service, ctx context.Context, req *mcp.CallToolRequest, c Caller, args json.RawMessage) (*mcp.CallToolResult, error)
 }
 
+// toolOf adapts a tool whose arguments decode into In, after the handler
+// checked them against the tool's schema; arguments that still do not
+// decode are the tool's error result.
+func toolOf[In any](run func(s *Service, ctx context.Context, req *mcp.CallToolRequest, c Caller, in In) (*mcp.CallToolResult, error)) func(*Service, context.Context, *mcp.CallToolRequest, Caller, json.RawMessage) (*mcp.CallToolResult, error) {
+	return func(s *Service, ctx context.Context, req *mcp.CallToolRequest, c Caller, args json.RawMessage) (*mcp.CallToolResult, error) {
+		var in In
+		if err := json.Unmarshal(args, &in); err != nil {
+			return errorResult("Invalid input: " + err.Error()), nil
+		}
+		return run(s, ctx, req, c, in)
+	}
+}
+
 // kitTools are the tool kit's tools, as the Messages API offers them to
 // the model: the code-execution sub-tools (bash, text editor, the Python
 // cell) and every sandbox_v1 tool.
