@@ -114,7 +114,7 @@ func viewFile(scope string, f files.File) fileObject {
 // fileTools are the tools over the container's files.
 func fileTools() []toolDef {
 	return []toolDef{
-		{name: "list_files", run: toolOf((*Service).listFiles),
+		{name: "list_files", files: true, run: toolOf((*Service).listFiles),
 			desc: "List the uploaded files (/mnt/user-data/uploads) and output files (/mnt/user-data/outputs) of the sandbox, oldest first, " +
 				"as the Files API lists them; each comes with a resource link.",
 			schema: json.RawMessage(`{"type":"object","properties":{` +
@@ -125,7 +125,7 @@ func fileTools() []toolDef {
 			desc: "Read a file of the sandbox: an absolute path under /home/agent/workspace, /mnt/user-data/uploads or " +
 				"/mnt/user-data/outputs, or a path relative to the workspace. Text comes back as text, other files as an embedded resource.",
 			schema: json.RawMessage(`{"type":"object","properties":{"path":{"type":"string","minLength":1}},"required":["path"],"additionalProperties":false}`)},
-		{name: "write_file", run: toolOf((*Service).writeFile),
+		{name: "write_file", files: true, run: toolOf((*Service).writeFile),
 			desc: "Store a file in the sandbox as the Files API does: path is /mnt/user-data/outputs/<name> (a deliverable) or " +
 				"/mnt/user-data/uploads/<name> (an input, read-only to code), or a key (outputs/<name>, or <name> for uploads). " +
 				"Workspace files are written with text_editor_code_execution's create.",
@@ -133,7 +133,7 @@ func fileTools() []toolDef {
 				`"path":{"type":"string","minLength":1},"content":{"type":"string"},` +
 				`"encoding":{"type":"string","enum":["utf-8","base64"],"description":"How content is written (default utf-8)."}},` +
 				`"required":["path","content"],"additionalProperties":false}`)},
-		{name: "delete_file", run: toolOf((*Service).deleteFile),
+		{name: "delete_file", files: true, run: toolOf((*Service).deleteFile),
 			desc:   "Delete a file of the sandbox (uploads, outputs or workspace; absolute, or relative to the workspace).",
 			schema: json.RawMessage(`{"type":"object","properties":{"path":{"type":"string","minLength":1}},"required":["path"],"additionalProperties":false}`)},
 	}
@@ -147,9 +147,6 @@ type listFilesInput struct {
 }
 
 func (s *Service) listFiles(ctx context.Context, req *mcp.CallToolRequest, c Caller, in listFilesInput) (*mcp.CallToolResult, error) {
-	if s.d.Files == nil {
-		return errorResult("Container files are not configured on this server."), nil
-	}
 	scope := s.scopeOf(req.Session, c)
 	page, err := s.d.Files.List(ctx, c.Principal, scope, files.ListParams{Prefix: in.Prefix, Limit: in.Limit, AfterID: in.AfterID})
 	if err != nil {
@@ -243,9 +240,6 @@ type writeFileInput struct {
 }
 
 func (s *Service) writeFile(ctx context.Context, req *mcp.CallToolRequest, c Caller, in writeFileInput) (*mcp.CallToolResult, error) {
-	if s.d.Files == nil {
-		return errorResult("Container files are not configured on this server."), nil
-	}
 	body := []byte(in.Content)
 	if in.Encoding == "base64" {
 		var err error
@@ -276,9 +270,6 @@ type deleteFileInput struct {
 }
 
 func (s *Service) deleteFile(ctx context.Context, req *mcp.CallToolRequest, c Caller, in deleteFileInput) (*mcp.CallToolResult, error) {
-	if s.d.Files == nil {
-		return errorResult("Container files are not configured on this server."), nil
-	}
 	p := absPath(in.Path)
 	if _, err := s.d.Files.Delete(ctx, c.Principal, s.scopeOf(req.Session, c), file.EncodeID(p)); err != nil {
 		return s.failed(err), nil

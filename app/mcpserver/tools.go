@@ -24,11 +24,13 @@ import (
 )
 
 // toolDef is one tool of the server: its name, description and input
-// schema (checked before the tool runs), and what runs it.
+// schema (checked before the tool runs), whether it works on the
+// container's files (and so is refused without them), and what runs it.
 type toolDef struct {
 	name, desc string
 	schema     json.RawMessage
 	resolved   *jsonschema.Resolved
+	files      bool
 	run        func(s *Service, ctx context.Context, req *mcp.CallToolRequest, c Caller, args json.RawMessage) (*mcp.CallToolResult, error)
 }
 
@@ -103,6 +105,9 @@ func (s *Service) handler(d toolDef) mcp.ToolHandler {
 		}
 		if err := d.resolved.Validate(v); err != nil {
 			return errorResult(fmt.Sprintf("Invalid input for %s: %s", d.name, err.Error())), nil
+		}
+		if d.files && s.d.Files == nil {
+			return errorResult("Container files are not configured on this server."), nil
 		}
 		return d.run(s, ctx, req, c, args)
 	}
