@@ -12,7 +12,7 @@
 #   - no file points outside the repository (the shared folder beside the
 #     checkout, or the internal product contract and package map by name);
 #   - no issue numbers or work-log stops in code, comments, docs, scripts or
-#     test names.
+#     test names, on one line or wrapped across two.
 # Each hit is printed as "<file>:<line>: <text>".
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -130,4 +130,18 @@ scan "files must not point outside the repository (docs/api.md is the API's refe
 # of the repository.
 scan "no issue numbers or work-log stops in code, comments, docs or test names" \
 	'(^|[^[:alnum:]_])(issues?[[:space:]_#-]*|stops?[[:space:]_#-]+)[0-9]+|(Test|Fuzz|Benchmark|Example)[[:alnum:]_]*(Issue|Stop)_?[0-9]+'
+# The same across a line break: a wrapped comment or paragraph ("issue" at
+# the end of one line, the number on the next behind a comment marker).
+if [ ${#files[@]} -gt 0 ]; then
+	hits=$(printf '%s\0' "${files[@]}" | xargs -0 -r perl -0777 -ne '
+		next if /\0/;
+		while (/(?<![[:alnum:]_])((?:issues?|stops?)[ \t#-]*\r?\n[ \t]*(?:\/\/+|#+|\*|--|>)?[ \t]*[0-9]+)/gi) {
+			(my $m = $1) =~ s/\s+/ /g; print "$ARGV: $m\n";
+		}' 2>/dev/null || true)
+	if [ -n "$hits" ]; then
+		echo "no issue numbers or work-log stops in code, comments, docs or test names (across a line break):"
+		printf '%s\n' "$hits"
+		fail=1
+	fi
+fi
 exit $fail
