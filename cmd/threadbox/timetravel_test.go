@@ -526,8 +526,10 @@ func TestRewindRunningState(t *testing.T) {
 	holds(f.tid, 3, turns[2].files)
 
 	for _, i := range []int{2, 1, 0} {
+		start := time.Now()
 		r := s.do("POST", appAPI+"/thread/"+f.tid+"/rewind", a, map[string]any{"message_id": answers[i]})
 		mustStatus(t, fmt.Sprintf("rewind to turn %d", i+1), r, 200)
+		t.Logf("rewind to turn %d with its running state: %v", i+1, time.Since(start))
 		holds(f.tid, i+1, turns[i].files)
 	}
 }
