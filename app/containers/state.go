@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -126,17 +125,20 @@ func (s *Service) RestoreState(ctx context.Context, containerID, dir, why string
 		err = s.ckpt.folders.SealCheckpoint(ctx, containerID, strings.TrimSpace(string(name)))
 	}
 	if err != nil {
+		// The files are back: the sandbox boots fresh over them, and its
+		// next tool result says why.
+		s.log.Warn("running state not put back: the sandbox boots fresh", "container", containerID, "cause", err.Error())
 		_ = s.ckpt.folders.DropCheckpoint(context.WithoutCancel(ctx), containerID)
 		s.ckpt.note(containerID, "its saved state could not be put back: "+firstLine(err))
-		return fmt.Errorf("containers: restore state: %w", err)
+		return nil
 	}
 	s.ckpt.clearNote(containerID)
 	return nil
 }
 
-// linkTree fills the folder to with the regular files under from, each a
-// hard link where both are on one file system and a copy elsewhere: a
-// checkpoint image is only ever read.
+// linkTree fills the folder to with hard links to the regular files under
+// from (a checkpoint image is only ever read): both are under the
+// server's data folder, on one file system.
 func linkTree(from, to string) error {
 	return filepath.WalkDir(from, func(path string, d os.DirEntry, err error) error {
 		if err != nil {
@@ -150,30 +152,9 @@ func linkTree(from, to string) error {
 		switch {
 		case d.IsDir():
 			return os.Mkdir(dst, 0o700)
-		case !d.Type().IsRegular():
-			return nil
+		case d.Type().IsRegular():
+			return os.Link(path, dst)
 		}
-		if os.Link(path, dst) == nil {
-			return nil
-		}
-		return copyFile(path, dst)
+		return nil
 	})
-}
-
-// copyFile copies the regular file from to the new file to.
-func copyFile(from, to string) error {
-	in, err := os.Open(from)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.OpenFile(to, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		return err
-	}
-	_, err = io.Copy(out, in)
-	if cerr := out.Close(); err == nil {
-		err = cerr
-	}
-	return err
 }
