@@ -40,6 +40,8 @@ type Service struct {
 	bounds  org.Bounds
 	domains org.EmailDomains
 	ledger  egress.Ledger
+	secrets egress.Secrets
+	sealer  Sealer
 }
 
 // Deps is what the admin use cases are built from. Store and Hash are
@@ -59,6 +61,10 @@ type Deps struct {
 	// EgressLedger keeps the record of every connection the egress proxy
 	// allowed or refused; nil answers an empty ledger.
 	EgressLedger egress.Ledger
+	// EgressSecrets keeps the orgs' egress secrets, sealed by Sealer; nil
+	// (or no Sealer) refuses to store any.
+	EgressSecrets egress.Secrets
+	Sealer        Sealer
 }
 
 // New returns the admin use cases built from d. A missing required
@@ -70,7 +76,7 @@ func New(d Deps) *Service {
 	if d.Hash == nil {
 		panic("admin: New: Deps.Hash is required")
 	}
-	return &Service{store: d.Store, hash: d.Hash, now: time.Now, bounds: d.QuotaBounds, domains: d.EmailDomains, ledger: d.EgressLedger}
+	return &Service{store: d.Store, hash: d.Hash, now: time.Now, bounds: d.QuotaBounds, domains: d.EmailDomains, ledger: d.EgressLedger, secrets: d.EgressSecrets, sealer: d.Sealer}
 }
 
 func requireAdmin(p user.Principal) error {

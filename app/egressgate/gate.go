@@ -31,6 +31,12 @@ type Policies interface {
 	OrgPolicy(ctx context.Context, orgID string) (org.Policy, error)
 }
 
+// Secrets returns an org's egress secrets with their values
+// (app/admin.Service).
+type Secrets interface {
+	OrgEgressSecrets(ctx context.Context, orgID string) ([]egress.Secret, error)
+}
+
 // DefaultTTL is how long a container's policy is kept: a change made by
 // an org admin reaches running sandboxes within it.
 const DefaultTTL = 2 * time.Second
@@ -39,6 +45,7 @@ const DefaultTTL = 2 * time.Second
 type Gate struct {
 	containers Containers
 	policies   Policies
+	secrets    Secrets
 	ttl        time.Duration
 	now        func() time.Time
 
@@ -60,7 +67,15 @@ func NewGate(containers Containers, policies Policies, ttl time.Duration) *Gate 
 	return &Gate{containers: containers, policies: policies, ttl: ttl, now: time.Now, cache: map[string]cached{}}
 }
 
-// EgressPolicy returns the container's scope and its org's egress policy.
+// WithSecrets makes the policies the gate returns carry the org's
+// secrets, read with the policy and kept as long.
+func (g *Gate) WithSecrets(s Secrets) *Gate {
+	g.secrets = s
+	return g
+}
+
+// EgressPolicy returns the container's scope and its org's egress policy
+// (with the org's secrets while egress is on).
 func (g *Gate) EgressPolicy(ctx context.Context, containerID string) (egress.Scope, egress.Policy, error) {
 	now := g.now()
 	g.mu.Lock()
@@ -77,7 +92,13 @@ func (g *Gate) EgressPolicy(ctx context.Context, containerID string) (egress.Sco
 	if err != nil {
 		return egress.Scope{}, egress.Policy{}, fmt.Errorf("egressgate: policy: %w", err)
 	}
-	c = cached{scope: egress.Scope{OrgID: ct.OrgID(), UserID: ct.OwnerID(), ThreadID: ct.ThreadID(), ContainerID: containerID}, pol: p.EgressPolicy(), at: now}
+	pol := p.EgressPolicy()
+	if pol.On && g.secrets != nil {
+		if pol.Secrets, err = g.secrets.OrgEgressSecrets(ctx, ct.OrgID()); err != nil {
+			return egress.Scope{}, egress.Policy{}, fmt.Errorf("egressgate: secrets: %w", err)
+		}
+	}
+	c = cached{scope: egress.Scope{OrgID: ct.OrgID(), UserID: ct.OwnerID(), ThreadID: ct.ThreadID(), ContainerID: containerID}, pol: pol, at: now}
 	g.mu.Lock()
 	if len(g.cache) > 4096 {
 		for k, v := range g.cache {

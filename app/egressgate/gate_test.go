@@ -110,3 +110,30 @@ func TestLogWritesBatchesAndNamesRefusals(t *testing.T) {
 		t.Fatalf("%d records written, counted %+v", n, cnt)
 	}
 }
+
+type fakeSecrets struct{ reads int }
+
+func (f *fakeSecrets) OrgEgressSecrets(_ context.Context, orgID string) ([]egress.Secret, error) {
+	f.reads++
+	s, err := egress.NewSecret(orgID, "api", []string{"api.example"}, "Authorization", "Bearer x", time.Now())
+	return []egress.Secret{s}, err
+}
+
+func TestGateCarriesSecretsWhileEgressIsOn(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	c := container.Restore("cnt_1", "thr_1", "org_1", "usr_1", "thr_1", container.Running, "docker", "", now, now)
+	fp := &fakePolicies{p: org.DefaultPolicy()}
+	fs := &fakeSecrets{}
+	g := NewGate(fakeContainers{"cnt_1": c}, fp, time.Second).WithSecrets(fs)
+	g.now = func() time.Time { return now }
+	if _, ep, err := g.EgressPolicy(context.Background(), "cnt_1"); err != nil || len(ep.Secrets) != 0 || fs.reads != 0 {
+		t.Fatalf("secrets read while egress is off: %+v %v %d", ep, err, fs.reads)
+	}
+	on := true
+	fp.p, _ = org.DefaultPolicy().Patch(org.PolicyPatch{Egress: &on, EgressAllow: &[]string{"api.example"}})
+	now = now.Add(2 * time.Second)
+	_, ep, err := g.EgressPolicy(context.Background(), "cnt_1")
+	if err != nil || len(ep.Secrets) != 1 || ep.Secrets[0].Value != "Bearer x" || fs.reads != 1 {
+		t.Fatalf("secrets not carried: %+v %v %d", ep, err, fs.reads)
+	}
+}

@@ -148,6 +148,9 @@ func NewCeiling(deny, allowPrivate []string) (Ceiling, error) {
 type Policy struct {
 	On    bool
 	Allow []Pattern
+	// Secrets are the org's secrets with their values, which the proxy
+	// adds to requests for their hosts.
+	Secrets []Secret
 }
 
 // Verdict says what happens to one connection and why. Rule is the

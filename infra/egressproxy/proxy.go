@@ -13,6 +13,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -82,6 +83,13 @@ type Config struct {
 	BytesPerSecond int64
 	// Logger receives the proxy's own failures; nil discards them.
 	Logger *slog.Logger
+	// CA, when set, lets the proxy terminate TLS for hosts an org bound a
+	// secret to, with a certificate the CA issues, and add the secret's
+	// header to each request; nil tunnels every host end to end.
+	CA *CA
+	// UpstreamRoots verify the hosts whose TLS the proxy terminates; nil
+	// means the system's roots.
+	UpstreamRoots *x509.CertPool
 }
 
 // Proxy is the egress proxy. Serve hands it one connection from a sandbox.
@@ -229,9 +237,14 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rec.Allowed, rec.Address = true, addr.String()
 	st := p.state(containerID)
 	cu := &countingConn{Conn: up, up: st.up, down: st.down}
-	if r.Method == http.MethodConnect {
+	secrets := egress.SecretsFor(pol.Secrets, host, port)
+	switch {
+	case r.Method == http.MethodConnect && len(secrets) > 0 && p.cfg.CA != nil:
+		rec.Rule = egress.SecretRule(rec.Rule, secrets)
+		p.intercept(w, cu, &rec, secrets)
+	case r.Method == http.MethodConnect:
 		p.tunnel(w, r, cu, &rec)
-	} else {
+	default:
 		p.forward(w, r, cu, &rec)
 	}
 	rec.BytesUp, rec.BytesDown = cu.sent.Load(), cu.received.Load()

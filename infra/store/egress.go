@@ -2,6 +2,8 @@ package store
 
 import (
 	"context"
+	"encoding/base64"
+	"strings"
 	"time"
 
 	"threadbox/domain/egress"
@@ -85,4 +87,57 @@ func (s Egress) EgressRecords(ctx context.Context, f egress.LedgerFilter) ([]egr
 		limit = egress.MaxLedgerPage
 	}
 	return find[egressRow](q.Order("at DESC").Order("id DESC").Limit(limit), "egress records")
+}
+
+// Egress secrets (domain/egress.Secrets): one row per org secret, its
+// value sealed by the caller (app/admin); the store never sees it plain.
+
+var _ egress.Secrets = Egress{}
+
+type egressSecretRow struct {
+	OrgID       string `gorm:"primaryKey"`
+	Name        string `gorm:"primaryKey"`
+	Hosts       string
+	Header      string
+	SealedValue string
+	CreatedAt   time.Time
+	UpdatedAt   time.Time
+}
+
+func (egressSecretRow) TableName() string { return "egress_secrets" }
+
+func (r egressSecretRow) domain() egress.Secret {
+	hosts, _ := egress.ParsePatterns(strings.Split(r.Hosts, "\n"))
+	sealed, _ := base64.StdEncoding.DecodeString(r.SealedValue)
+	return egress.Secret{OrgID: r.OrgID, Name: r.Name, Hosts: hosts, Header: r.Header, Sealed: sealed,
+		CreatedAt: r.CreatedAt.UTC(), UpdatedAt: r.UpdatedAt.UTC()}
+}
+
+// PutEgressSecret creates or replaces the org's secret of s.Name; a
+// replaced secret keeps its CreatedAt.
+func (s Egress) PutEgressSecret(ctx context.Context, sec egress.Secret) (bool, error) {
+	row := egressSecretRow{OrgID: sec.OrgID, Name: sec.Name, Hosts: strings.Join(sec.HostStrings(), "\n"), Header: sec.Header,
+		SealedValue: base64.StdEncoding.EncodeToString(sec.Sealed), CreatedAt: sec.CreatedAt.UTC(), UpdatedAt: sec.UpdatedAt.UTC()}
+	res := s.q(ctx).Model(&egressSecretRow{}).Where("org_id = ? AND name = ?", sec.OrgID, sec.Name).
+		Updates(map[string]any{"hosts": row.Hosts, "header": row.Header, "sealed_value": row.SealedValue, "updated_at": row.UpdatedAt})
+	if res.Error != nil {
+		return false, translate(res.Error, "egress secret")
+	}
+	if res.RowsAffected > 0 {
+		return false, nil
+	}
+	if err := s.q(ctx).Create(&row).Error; err != nil {
+		return false, translate(err, "egress secret")
+	}
+	return true, nil
+}
+
+// DeleteEgressSecret removes the org's secret.
+func (s Egress) DeleteEgressSecret(ctx context.Context, orgID, name string) error {
+	return one(s.q(ctx).Where("org_id = ? AND name = ?", orgID, name).Delete(&egressSecretRow{}), "egress secret")
+}
+
+// EgressSecrets returns the org's secrets by name, values sealed.
+func (s Egress) EgressSecrets(ctx context.Context, orgID string) ([]egress.Secret, error) {
+	return find[egressSecretRow](s.q(ctx).Where("org_id = ?", orgID).Order("name"), "egress secrets")
 }

@@ -496,6 +496,52 @@ func suite(t *testing.T, s *store.Store) {
 	}
 	usageSuite(t, s, o.ID(), o2.ID(), u, mate)
 	egressLedgerSuite(t, s, o.ID(), o2.ID())
+	egressSecretsSuite(t, s, o.ID(), o2.ID())
+}
+
+// egressSecretsSuite checks org secrets: created, replaced keeping the
+// creation time, listed by name per org with the sealed bytes intact,
+// deleted.
+func egressSecretsSuite(t *testing.T, s *store.Store, orgID, otherOrgID string) {
+	ctx := context.Background()
+	t0 := time.Now().UTC().Truncate(time.Millisecond)
+	mk := func(org, name, host string, at time.Time, sealed string) egress.Secret {
+		sec, err := egress.NewSecret(org, name, []string{host, "*.api.example:443"}, "authorization", "v", at)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sec.Value, sec.Sealed = "", []byte(sealed)
+		return sec
+	}
+	for _, sec := range []egress.Secret{mk(orgID, "zeta", "z.example", t0, "\x00\x01z"), mk(orgID, "alpha", "a.example", t0, "a"), mk(otherOrgID, "alpha", "o.example", t0, "o")} {
+		if created, err := s.Egress().PutEgressSecret(ctx, sec); err != nil || !created {
+			t.Fatalf("put %s: %v %v", sec.Name, created, err)
+		}
+	}
+	if created, err := s.Egress().PutEgressSecret(ctx, mk(orgID, "alpha", "b.example", t0.Add(time.Hour), "b")); err != nil || created {
+		t.Fatalf("replace: %v %v", created, err)
+	}
+	list, err := s.Egress().EgressSecrets(ctx, orgID)
+	if err != nil || len(list) != 2 || list[0].Name != "alpha" || list[1].Name != "zeta" {
+		t.Fatalf("secrets: %v %+v", err, list)
+	}
+	a := list[0]
+	if string(a.Sealed) != "b" || strings.Join(a.HostStrings(), " ") != "b.example *.api.example:443" || a.Header != "Authorization" ||
+		!a.CreatedAt.Equal(t0) || !a.UpdatedAt.Equal(t0.Add(time.Hour)) || a.Value != "" {
+		t.Fatalf("replaced secret: %+v", a)
+	}
+	if string(list[1].Sealed) != "\x00\x01z" {
+		t.Fatalf("sealed bytes changed: %q", list[1].Sealed)
+	}
+	if err := s.Egress().DeleteEgressSecret(ctx, orgID, "zeta"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Egress().DeleteEgressSecret(ctx, orgID, "zeta"); !fault.Is(err, fault.NotFound) {
+		t.Fatalf("deleting a missing secret: %v", err)
+	}
+	if other, _ := s.Egress().EgressSecrets(ctx, otherOrgID); len(other) != 1 || string(other[0].Sealed) != "o" {
+		t.Fatalf("the other org's secrets: %+v", other)
+	}
 }
 
 // TestCredentialsDoNotWaitForWriters: the per-request token lookup is

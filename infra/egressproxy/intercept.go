@@ -1,0 +1,147 @@
+package egressproxy
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"threadbox/domain/egress"
+)
+
+// intercept answers CONNECT to a host an org bound secrets to: it
+// terminates the sandbox's TLS with a certificate of the install's CA for
+// that host, opens its own TLS to the host (verified against the
+// upstream roots), and carries HTTP/1.1 requests across, setting each
+// secret's header on the way out. The secret's value exists only in the
+// threadbox process and on the wire to the host.
+func (p *Proxy) intercept(w http.ResponseWriter, up *countingConn, rec *egress.Record, secrets []egress.Secret) {
+	defer up.Close()
+	hj, ok := w.(http.Hijacker)
+	if !ok {
+		http.Error(w, "threadbox egress: cannot tunnel", http.StatusInternalServerError)
+		return
+	}
+	client, brw, err := hj.Hijack()
+	if err != nil {
+		return
+	}
+	defer client.Close()
+	if _, err := io.WriteString(client, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
+		return
+	}
+	leaf, err := p.cfg.CA.leaf(rec.Host)
+	if err != nil {
+		rec.Reason = err.Error()
+		return
+	}
+	down := tls.Server(&bufferedConn{Conn: client, r: brw.Reader}, &tls.Config{
+		Certificates: []tls.Certificate{*leaf},
+		NextProtos:   []string{"http/1.1"},
+		MinVersion:   tls.VersionTLS12,
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), helloTimeout)
+	err = down.HandshakeContext(ctx)
+	cancel()
+	if err != nil {
+		rec.Reason = "the sandbox's TLS handshake failed: " + err.Error()
+		return
+	}
+	if sni := down.ConnectionState().ServerName; sni != "" && !sameHost(sni, rec.Host) {
+		rec.Allowed, rec.Rule = false, RuleSNIMismatch
+		rec.Reason = "the TLS handshake names " + sni + ", not " + rec.Host + " the tunnel was opened to"
+		return
+	}
+	upTLS := tls.Client(up, &tls.Config{
+		ServerName: rec.Host,
+		RootCAs:    p.cfg.UpstreamRoots,
+		NextProtos: []string{"http/1.1"},
+		MinVersion: tls.VersionTLS12,
+	})
+	ctx, cancel = context.WithTimeout(context.Background(), DefaultDialTimeout)
+	err = upTLS.HandshakeContext(ctx)
+	cancel()
+	if err != nil {
+		rec.Reason = "upstream TLS: " + err.Error()
+		writeStatus(down, http.StatusBadGateway, "threadbox egress: "+rec.Host+" did not present a trusted certificate")
+		return
+	}
+	cr, ur := bufio.NewReader(down), bufio.NewReader(upTLS)
+	for {
+		req, err := http.ReadRequest(cr)
+		if err != nil {
+			return
+		}
+		for _, name := range []string{"Proxy-Authorization", "Proxy-Connection"} {
+			req.Header.Del(name)
+		}
+		for _, s := range secrets {
+			req.Header.Set(s.Header, s.Value)
+		}
+		if strings.EqualFold(req.Header.Get("Expect"), "100-continue") {
+			// The proxy sends the body on at once, so it answers the
+			// client's wait itself.
+			req.Header.Del("Expect")
+			if _, err := io.WriteString(down, "HTTP/1.1 100 Continue\r\n\r\n"); err != nil {
+				return
+			}
+		}
+		if err := req.Write(upTLS); err != nil {
+			return
+		}
+		resp, err := http.ReadResponse(ur, req)
+		for err == nil && resp.StatusCode >= 100 && resp.StatusCode < 200 && resp.StatusCode != http.StatusSwitchingProtocols {
+			if err = resp.Write(down); err == nil {
+				resp, err = http.ReadResponse(ur, req)
+			}
+		}
+		if err != nil {
+			writeStatus(down, http.StatusBadGateway, "threadbox egress: "+rec.Host+" did not answer")
+			return
+		}
+		werr := resp.Write(down)
+		_ = resp.Body.Close()
+		if werr != nil {
+			return
+		}
+		if resp.StatusCode == http.StatusSwitchingProtocols {
+			splice(down, cr, upTLS, ur)
+			return
+		}
+		if req.Close || resp.Close {
+			return
+		}
+	}
+}
+
+// splice copies both ways between the sandbox's side and the host's after
+// a protocol switch (a WebSocket), until both end.
+func splice(down net.Conn, dr *bufio.Reader, up net.Conn, ur *bufio.Reader) {
+	done := make(chan struct{}, 2)
+	go func() { _, _ = io.Copy(up, dr); closeWrite(up); done <- struct{}{} }()
+	go func() { _, _ = io.Copy(down, ur); closeWrite(down); done <- struct{}{} }()
+	<-done
+	<-done
+}
+
+// writeStatus answers the sandbox's request with a status and one line.
+func writeStatus(c net.Conn, status int, msg string) {
+	_ = c.SetWriteDeadline(time.Now().Add(5 * time.Second))
+	resp := &http.Response{StatusCode: status, ProtoMajor: 1, ProtoMinor: 1, Close: true,
+		Header: http.Header{"Content-Type": {"text/plain; charset=utf-8"}}, ContentLength: int64(len(msg) + 1),
+		Body: io.NopCloser(strings.NewReader(msg + "\n"))}
+	_ = resp.Write(c)
+}
+
+// bufferedConn is the sandbox's connection read through the buffer the
+// HTTP server filled before the hijack.
+type bufferedConn struct {
+	net.Conn
+	r *bufio.Reader
+}
+
+func (c *bufferedConn) Read(p []byte) (int, error) { return c.r.Read(p) }

@@ -1,0 +1,202 @@
+package egressproxy_test
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"io"
+	"math/big"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"threadbox/domain/egress"
+	"threadbox/infra/egressproxy"
+)
+
+// testPKI is a root the test trusts for its upstream servers and a server
+// certificate it issues for names.
+type testPKI struct {
+	root    *x509.Certificate
+	rootKey *ecdsa.PrivateKey
+	pool    *x509.CertPool
+}
+
+func newTestPKI(t *testing.T) *testPKI {
+	t.Helper()
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test upstream root"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageCertSign}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	root, _ := x509.ParseCertificate(der)
+	pool := x509.NewCertPool()
+	pool.AddCert(root)
+	return &testPKI{root: root, rootKey: key, pool: pool}
+}
+
+func (p *testPKI) server(t *testing.T, h http.Handler, names ...string) *httptest.Server {
+	t.Helper()
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: names[0]}, DNSNames: names,
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.root, &key.PublicKey, p.rootKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewUnstartedServer(h)
+	srv.TLS = &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}}
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func TestProxySecrets(t *testing.T) {
+	pki := newTestPKI(t)
+	seen := make(chan http.Header, 8)
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		seen <- r.Header.Clone()
+		if r.Method == http.MethodPost {
+			b, _ := io.ReadAll(r.Body)
+			io.WriteString(w, "posted "+string(b))
+			return
+		}
+		io.WriteString(w, "hello from "+r.TLS.ServerName)
+	})
+	srv := pki.server(t, h, "api.test", "plain.test")
+	port := serverPort(t, srv)
+	dir := t.TempDir()
+	ca, err := egressproxy.LoadOrCreateCA(filepath.Join(dir, "egress-ca.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again, err := egressproxy.LoadOrCreateCA(filepath.Join(dir, "egress-ca.pem")); err != nil || string(again.CertPEM()) != string(ca.CertPEM()) {
+		t.Fatalf("the CA was not kept: %v", err)
+	}
+	if fi, err := os.Stat(filepath.Join(dir, "egress-ca.pem")); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("CA file mode %v %v", fi, err)
+	}
+	trust := filepath.Join(dir, "trust")
+	if err := egressproxy.WriteTrust(trust, ca); err != nil {
+		t.Fatal(err)
+	}
+	bundle, _ := os.ReadFile(filepath.Join(trust, egressproxy.TrustBundleFile))
+	if !strings.HasSuffix(string(bundle), string(ca.CertPEM())) || strings.Contains(string(bundle), "PRIVATE KEY") {
+		t.Fatal("the trust bundle does not end with the CA or holds a key")
+	}
+
+	r := newRig(t, egressproxy.Config{CA: ca, UpstreamRoots: pki.pool}, port)
+	r.res.names["api.test"] = r.res.names["pypi.test"]
+	r.res.names["plain.test"] = r.res.names["pypi.test"]
+	sec, err := egress.NewSecret("org_1", "api-token", []string{"api.test"}, "authorization", "Bearer s3cret-value", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.pol.set(true, "api.test", "plain.test")
+	r.pol.mu.Lock()
+	r.pol.pol.Secrets = []egress.Secret{sec}
+	r.pol.mu.Unlock()
+
+	// client trusts roots and goes through the proxy.
+	client := func(roots *x509.CertPool) *http.Client {
+		return &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{
+			Proxy:           http.ProxyURL(&url.URL{Scheme: "http", Host: r.addr}),
+			TLSClientConfig: &tls.Config{RootCAs: roots},
+		}}
+	}
+	sandboxRoots := x509.NewCertPool()
+	sandboxRoots.AddCert(ca.Certificate())
+	sandboxRoots.AddCert(pki.root)
+
+	t.Run("the secret is added on the wire", func(t *testing.T) {
+		c := client(sandboxRoots)
+		req, _ := http.NewRequest(http.MethodGet, "https://api.test:"+port+"/v1/models", nil)
+		req.Header.Set("Authorization", "Bearer forged-by-the-sandbox")
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || string(b) != "hello from api.test" {
+			t.Fatalf("got %d %q", resp.StatusCode, b)
+		}
+		if got := (<-seen).Values("Authorization"); len(got) != 1 || got[0] != "Bearer s3cret-value" {
+			t.Fatalf("the server saw Authorization %q", got)
+		}
+		if resp.TLS.PeerCertificates[0].Issuer.CommonName != ca.Certificate().Subject.CommonName {
+			t.Fatalf("the sandbox's TLS was not terminated by the install's CA: issuer %s", resp.TLS.PeerCertificates[0].Issuer)
+		}
+		// A second request on the same connection, with a body.
+		resp, err = c.Post("https://api.test:"+port+"/v1/echo", "text/plain", strings.NewReader("body bytes"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ = io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if string(b) != "posted body bytes" || (<-seen).Get("Authorization") != "Bearer s3cret-value" {
+			t.Fatalf("second request: %q", b)
+		}
+		c.CloseIdleConnections()
+		rec := r.recs.next(t)
+		if !rec.Allowed || rec.Rule != "api.test secret:api-token" || rec.BytesUp == 0 || rec.BytesDown == 0 {
+			t.Fatalf("record %+v", rec)
+		}
+	})
+	t.Run("a host without a secret tunnels end to end", func(t *testing.T) {
+		c := client(pki.pool) // the sandbox would not trust a certificate of the proxy's here
+		resp, err := c.Get("https://plain.test:" + port + "/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		c.CloseIdleConnections()
+		if string(b) != "hello from plain.test" || resp.TLS.PeerCertificates[0].Issuer.CommonName != "test upstream root" {
+			t.Fatalf("got %q from %s", b, resp.TLS.PeerCertificates[0].Issuer)
+		}
+		if got := (<-seen).Get("Authorization"); got != "" {
+			t.Fatalf("a secret went to a host it is not bound to: %q", got)
+		}
+		if rec := r.recs.next(t); !rec.Allowed || rec.Rule != "plain.test" {
+			t.Fatalf("record %+v", rec)
+		}
+	})
+	t.Run("an upstream the proxy does not trust gets no secret", func(t *testing.T) {
+		other := newTestPKI(t).server(t, h, "api.test")
+		r2 := newRig(t, egressproxy.Config{CA: ca, UpstreamRoots: pki.pool}, serverPort(t, other))
+		r2.res.names["api.test"] = r2.res.names["pypi.test"]
+		r2.pol.set(true, "api.test")
+		r2.pol.mu.Lock()
+		r2.pol.pol.Secrets = []egress.Secret{sec}
+		r2.pol.mu.Unlock()
+		c := &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{
+			Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: r2.addr}), TLSClientConfig: &tls.Config{RootCAs: sandboxRoots}}}
+		resp, err := c.Get("https://api.test:" + serverPort(t, other) + "/")
+		if err == nil {
+			resp.Body.Close()
+		}
+		if err == nil && resp.StatusCode != http.StatusBadGateway {
+			t.Fatalf("got %d", resp.StatusCode)
+		}
+		select {
+		case hd := <-seen:
+			t.Fatalf("the untrusted server was sent a request: %v", hd)
+		default:
+		}
+		if rec := r2.recs.next(t); !strings.HasPrefix(rec.Reason, "upstream TLS") {
+			t.Fatalf("record %+v", rec)
+		}
+	})
+}
