@@ -9,6 +9,7 @@ import (
 
 	"github.com/gofiber/fiber/v2"
 
+	"threadbox/app/admin"
 	"threadbox/domain/egress"
 	"threadbox/domain/fault"
 )
@@ -158,4 +159,68 @@ func csvSafe(s string) string {
 		return "'" + s
 	}
 	return s
+}
+
+// egressSecretView is an org secret as the API shows it: never its value.
+type egressSecretView struct {
+	Name      string    `json:"name"`
+	Hosts     []string  `json:"hosts"`
+	Header    string    `json:"header"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
+}
+
+func egressSecretViewOf(s egress.Secret) egressSecretView {
+	return egressSecretView{Name: s.Name, Hosts: s.HostStrings(), Header: s.Header, CreatedAt: s.CreatedAt, UpdatedAt: s.UpdatedAt}
+}
+
+// listEgressSecrets is GET /org/egress/secrets: the org's secrets by
+// name, without values. Admins only.
+func (s *Server) listEgressSecrets(c *fiber.Ctx) error {
+	list, err := s.svc.Admin.EgressSecrets(c.UserContext(), principal(c))
+	if err != nil {
+		return err
+	}
+	out := struct {
+		Data []egressSecretView `json:"data"`
+	}{Data: make([]egressSecretView, 0, len(list))}
+	for _, sec := range list {
+		out.Data = append(out.Data, egressSecretViewOf(sec))
+	}
+	return c.JSON(out)
+}
+
+// egressSecretRequest is the body of PUT /org/egress/secrets/:name.
+type egressSecretRequest struct {
+	Hosts  []string `json:"hosts"`
+	Header string   `json:"header"`
+	Value  string   `json:"value"`
+}
+
+// putEgressSecret is PUT /org/egress/secrets/:name: creates (201) or
+// replaces (200) the org's secret; the answer never holds the value.
+// Admins only.
+func (s *Server) putEgressSecret(c *fiber.Ctx) error {
+	var req egressSecretRequest
+	if err := parseJSON(c, &req); err != nil {
+		return err
+	}
+	sec, created, err := s.svc.Admin.PutEgressSecret(c.UserContext(), principal(c), c.Params("name"),
+		admin.NewSecret{Hosts: req.Hosts, Header: req.Header, Value: req.Value})
+	if err != nil {
+		return err
+	}
+	status := fiber.StatusOK
+	if created {
+		status = fiber.StatusCreated
+	}
+	return c.Status(status).JSON(egressSecretViewOf(sec))
+}
+
+// deleteEgressSecret is DELETE /org/egress/secrets/:name. Admins only.
+func (s *Server) deleteEgressSecret(c *fiber.Ctx) error {
+	if err := s.svc.Admin.DeleteEgressSecret(c.UserContext(), principal(c), c.Params("name")); err != nil {
+		return err
+	}
+	return c.SendStatus(fiber.StatusNoContent)
 }

@@ -52,11 +52,11 @@ func newBackend(name string, cfg Config, limits sandbox.Limits, quota bool, log 
 	log = log.With("backend", name)
 	switch name {
 	case "docker":
-		return docker.New(docker.Config{Settings: boxes.Settings{Limits: limits, Logger: log, Instance: cfg.Instance}, Image: cfg.SandboxImage, Runtime: cfg.SandboxRuntime, AgentBin: agentBin(cfg), SocketDir: filepath.Join(cfg.DataDir, "run"), PoolDir: filepath.Join(cfg.DataDir, "pool"), DiskQuota: quota})
+		return docker.New(docker.Config{Settings: boxes.Settings{Limits: limits, Logger: log, Instance: cfg.Instance, TrustDir: egressTrustDir(cfg)}, Image: cfg.SandboxImage, Runtime: cfg.SandboxRuntime, AgentBin: agentBin(cfg), SocketDir: filepath.Join(cfg.DataDir, "run"), PoolDir: filepath.Join(cfg.DataDir, "pool"), DiskQuota: quota})
 	case "local":
-		return local.New(local.Config{Settings: boxes.Settings{Limits: limits, Instance: cfg.Instance, Logger: log}, RootFS: cfg.RootFS, AgentBin: agentBin(cfg), DiskQuota: quota, PoolDir: filepath.Join(cfg.DataDir, "pool-local")})
+		return local.New(local.Config{Settings: boxes.Settings{Limits: limits, Instance: cfg.Instance, Logger: log, TrustDir: egressTrustDir(cfg)}, RootFS: cfg.RootFS, AgentBin: agentBin(cfg), DiskQuota: quota, PoolDir: filepath.Join(cfg.DataDir, "pool-local")})
 	case "gvisor":
-		return gvisor.New(gvisor.Config{Settings: boxes.Settings{Limits: limits, Instance: cfg.Instance, Logger: log}, RootFS: cfg.RootFS, AgentBin: agentBin(cfg), DiskQuota: quota})
+		return gvisor.New(gvisor.Config{Settings: boxes.Settings{Limits: limits, Instance: cfg.Instance, Logger: log, TrustDir: egressTrustDir(cfg)}, RootFS: cfg.RootFS, AgentBin: agentBin(cfg), DiskQuota: quota})
 	case "kubernetes":
 		return newKubernetes(cfg, limits, log)
 	case "microvm", "firecracker":

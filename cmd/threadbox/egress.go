@@ -2,9 +2,12 @@ package main
 
 import (
 	"context"
+	"crypto/x509"
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -12,6 +15,7 @@ import (
 	"threadbox/app/tools"
 	"threadbox/domain/egress"
 	"threadbox/infra/egressproxy"
+	"threadbox/infra/seal"
 )
 
 // EgressConfig is the operator's side of controlled egress: the ceiling
@@ -32,6 +36,14 @@ type EgressConfig struct {
 	Resolver string
 	// Off is EGRESS_PROXY=off: no proxy inside sandboxes at all.
 	Off bool
+	// SecretKey is EGRESS_SECRET_KEY: the 32-byte key (64 hex digits or
+	// base64) that seals org secrets at rest; nil means the key file
+	// DATA_DIR/egress-secret.key, generated on first start.
+	SecretKey []byte
+	// UpstreamRoots is EGRESS_UPSTREAM_ROOTS: a PEM file of roots the
+	// proxy trusts, besides the system's, for hosts whose TLS it
+	// terminates to add a secret.
+	UpstreamRoots string
 }
 
 // loadEgressConfig reads EGRESS_*.
@@ -78,6 +90,12 @@ func loadEgressConfig(getenv func(string) string) (EgressConfig, error) {
 		}
 		c.Resolver = r
 	}
+	if k := strings.TrimSpace(getenv("EGRESS_SECRET_KEY")); k != "" {
+		if c.SecretKey, err = seal.ParseKey(k); err != nil {
+			return c, &configError{"EGRESS_SECRET_KEY", "must be 32 bytes as 64 hex digits or base64"}
+		}
+	}
+	c.UpstreamRoots = strings.TrimSpace(getenv("EGRESS_UPSTREAM_ROOTS"))
 	switch strings.TrimSpace(getenv("EGRESS_PROXY")) {
 	case "", "on":
 	case "off":
@@ -107,15 +125,84 @@ type egressWiring struct {
 	log   *egressgate.Log
 }
 
+// egressInstall is what the egress proxy keeps for the whole install: the
+// box that seals org secrets, and the CA with which the proxy terminates
+// TLS for hosts bound to a secret, which every sandbox trusts through the
+// trust folder.
+type egressInstall struct {
+	box      *seal.Box
+	ca       *egressproxy.CA // nil when the proxy is off
+	roots    *x509.CertPool  // the upstream roots; nil is the system's
+	trustDir string          // "" when the proxy is off
+}
+
+// egressSecretKeyFile, egressCAFile and egressTrustDir are where the
+// install's egress material is kept in DATA_DIR: the sealing key and the
+// CA's key (both 0600, never mounted anywhere), and the folder every
+// sandbox sees read-only (the CA's certificate and a bundle with it).
+func egressSecretKeyFile(dataDir string) string { return filepath.Join(dataDir, "egress-secret.key") }
+func egressCAFile(dataDir string) string        { return filepath.Join(dataDir, "egress-ca.pem") }
+
+// EgressTrustDir is the trust folder in dataDir; "" when the proxy is off.
+func egressTrustDir(cfg Config) string {
+	if cfg.Egress.Off {
+		return ""
+	}
+	return filepath.Join(cfg.DataDir, "egress-trust")
+}
+
+// newEgressInstall loads (or makes, on first start) the sealing key and
+// the CA, and writes the trust folder before any sandbox boots.
+func newEgressInstall(cfg Config, lg *slog.Logger) (*egressInstall, error) {
+	key := cfg.Egress.SecretKey
+	if key == nil {
+		k, created, err := seal.LoadOrCreateKey(egressSecretKeyFile(cfg.DataDir))
+		if err != nil {
+			return nil, err
+		}
+		if created {
+			lg.Info("egress: secret key generated", "file", egressSecretKeyFile(cfg.DataDir))
+		}
+		key = k
+	}
+	box, err := seal.New(key)
+	if err != nil {
+		return nil, err
+	}
+	in := &egressInstall{box: box, trustDir: egressTrustDir(cfg)}
+	if cfg.Egress.Off {
+		return in, nil
+	}
+	if in.ca, err = egressproxy.LoadOrCreateCA(egressCAFile(cfg.DataDir)); err != nil {
+		return nil, err
+	}
+	if err := egressproxy.WriteTrust(in.trustDir, in.ca); err != nil {
+		return nil, err
+	}
+	if cfg.Egress.UpstreamRoots != "" {
+		b, err := os.ReadFile(cfg.Egress.UpstreamRoots)
+		if err != nil {
+			return nil, &configError{"EGRESS_UPSTREAM_ROOTS", err.Error()}
+		}
+		if in.roots, err = x509.SystemCertPool(); err != nil {
+			in.roots = x509.NewCertPool()
+		}
+		if !in.roots.AppendCertsFromPEM(b) {
+			return nil, &configError{"EGRESS_UPSTREAM_ROOTS", "holds no PEM certificate"}
+		}
+	}
+	return in, nil
+}
+
 // newEgress builds the proxy; nil when the operator turned it off.
-func newEgress(cfg EgressConfig, gate *egressgate.Gate, ledger egress.Ledger, counter egressgate.Counter, lg *slog.Logger) *egressWiring {
+func newEgress(cfg EgressConfig, in *egressInstall, gate *egressgate.Gate, ledger egress.Ledger, counter egressgate.Counter, lg *slog.Logger) *egressWiring {
 	if cfg.Off {
 		return nil
 	}
 	l := egressgate.NewLog(ledger, counter, lg.With("component", "egress"))
 	p := egressproxy.New(gate, l, egressproxy.Config{
 		Ceiling: cfg.Ceiling, Resolver: cfg.resolver(), MaxConns: cfg.MaxConns, BytesPerSecond: cfg.BytesPerSecond,
-		Logger: lg.With("component", "egress"),
+		Logger: lg.With("component", "egress"), CA: in.ca, UpstreamRoots: in.roots,
 	})
 	return &egressWiring{proxy: p, log: l}
 }

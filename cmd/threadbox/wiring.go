@@ -151,7 +151,13 @@ func wire(ctx context.Context, cfg Config, log *slog.Logger) (*system, error) {
 		sys.Close()
 		return nil, err
 	}
-	sys.admin = admin.New(admin.Deps{Store: st.Accounts(), Hash: sys.auth.HashPassword, EmailDomains: cfg.OrgEmailDomains, QuotaBounds: cfg.QuotaBounds, EgressLedger: st.Egress()})
+	egressIn, err := newEgressInstall(cfg, log)
+	if err != nil {
+		sys.Close()
+		return nil, err
+	}
+	sys.admin = admin.New(admin.Deps{Store: st.Accounts(), Hash: sys.auth.HashPassword, EmailDomains: cfg.OrgEmailDomains, QuotaBounds: cfg.QuotaBounds,
+		EgressLedger: st.Egress(), EgressSecrets: st.Egress(), Sealer: egressIn.box})
 	if sys.blobs, err = newBlobs(ctx, cfg); err != nil {
 		sys.Close()
 		return nil, err
@@ -177,7 +183,7 @@ func wire(ctx context.Context, cfg Config, log *slog.Logger) (*system, error) {
 		Runs: st.Usage(), Holder: sys.leases.Holder(), Settle: cfg.SweepInterval, Stale: cfg.LeaseTTL,
 		Log: log.With("component", "usage"),
 	})
-	sys.egress = newEgress(cfg.Egress, egressgate.NewGate(st.Containers(), sys.admin, 0), st.Egress(), sys.metrics, log)
+	sys.egress = newEgress(cfg.Egress, egressIn, egressgate.NewGate(st.Containers(), sys.admin, 0).WithSecrets(sys.admin), st.Egress(), sys.metrics, log)
 	sys.closers = append(sys.closers, sys.egress.Close)
 	sys.sandbox = newSandboxWiring(cfg, sys.auth, sys.egress, log)
 	sys.containers = containers.New(containers.Deps{

@@ -24,6 +24,11 @@ type Settings struct {
 	// Logger receives lifecycle events and the sandboxes' stderr; default
 	// discards.
 	Logger *slog.Logger
+	// TrustDir is a host folder mounted read-only at TrustPath in every
+	// sandbox (the install's egress CA and a bundle with it), with
+	// TrustEnv set; "" mounts nothing. Docker (runc, runsc), gvisor and
+	// local honour it.
+	TrustDir string
 }
 
 // DefaultInstance is the Instance of a backend whose Settings name none.

@@ -223,6 +223,9 @@ func (b *Backend) hostConfig(spec sandbox.Spec, warm bool) *container.HostConfig
 	l := spec.Limits.Or(b.cfg.Limits)
 	mem, pids, nofile, tmp := l.MemoryBytes, l.Pids, l.NoFile, l.TmpBytes
 	binds := []string{b.cfg.AgentBin + ":" + AgentPath + ":ro"}
+	if b.cfg.TrustDir != "" {
+		binds = append(binds, b.cfg.TrustDir+":"+boxes.TrustPath+":ro")
+	}
 	for _, m := range spec.Mounts {
 		mode := "rw"
 		if m.ReadOnly {
@@ -273,10 +276,13 @@ func (b *Backend) bootBox(ctx context.Context, spec sandbox.Spec, warm bool) (*b
 		return nil, errors.New("no agent client configured")
 	}
 	name := b.ContainerName(spec.ID)
-	user, env := fmt.Sprintf("%d:%d", hostdirs.SandboxUID, hostdirs.SandboxGID), spec.Env
+	user, env := fmt.Sprintf("%d:%d", hostdirs.SandboxUID, hostdirs.SandboxGID), slices.Clone(spec.Env)
 	if b.agentAsRoot() {
 		user = "0:0"
-		env = append(slices.Clone(spec.Env), fmt.Sprintf("THREADBOX_AGENT_RUN_AS=%d:%d", hostdirs.SandboxUID, hostdirs.SandboxGID))
+		env = append(env, fmt.Sprintf("THREADBOX_AGENT_RUN_AS=%d:%d", hostdirs.SandboxUID, hostdirs.SandboxGID))
+	}
+	if b.cfg.TrustDir != "" {
+		env = append(env, boxes.TrustEnv()...)
 	}
 	cfg := &container.Config{
 		Image:        b.cfg.Image,

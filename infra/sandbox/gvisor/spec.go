@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"threadbox/domain/sandbox"
+	"threadbox/infra/sandbox/boxes"
 	"threadbox/infra/sandbox/hostdirs"
 )
 
@@ -111,6 +112,9 @@ func (b *Backend) bundleSpec(spec sandbox.Spec, l sandbox.Limits, cgroupsPath st
 		{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=1777", "size=" + strconv.FormatInt(l.TmpBytes, 10)}},
 		{Destination: AgentPath, Type: "bind", Source: b.cfg.AgentBin, Options: []string{"rbind", "ro"}},
 	}
+	if b.cfg.TrustDir != "" {
+		mounts = append(mounts, ociMount{Destination: boxes.TrustPath, Type: "bind", Source: b.cfg.TrustDir, Options: []string{"rbind", "ro"}})
+	}
 	for _, m := range spec.Mounts {
 		opt := "rw"
 		if m.ReadOnly {
@@ -123,7 +127,7 @@ func (b *Backend) bundleSpec(spec sandbox.Spec, l sandbox.Limits, cgroupsPath st
 		Process: ociProcess{
 			User:            ociUser{UID: 0, GID: 0},
 			Args:            []string{AgentPath},
-			Env:             sandboxEnv(spec),
+			Env:             b.sandboxEnv(spec),
 			Cwd:             sandbox.WorkspaceDir,
 			Capabilities:    ociCaps{Bounding: agentCaps, Effective: agentCaps, Permitted: agentCaps},
 			Rlimits:         []ociRlim{{Type: "RLIMIT_NOFILE", Hard: uint64(l.NoFile), Soft: uint64(l.NoFile)}},
@@ -146,7 +150,7 @@ func (b *Backend) bundleSpec(spec sandbox.Spec, l sandbox.Limits, cgroupsPath st
 }
 
 // sandboxEnv is the environment of the agent and so of every command.
-func sandboxEnv(spec sandbox.Spec) []string {
+func (b *Backend) sandboxEnv(spec sandbox.Spec) []string {
 	env := []string{
 		"PATH=" + sandboxPath,
 		"HOME=/home/agent", "USER=agent", "LOGNAME=agent", "SHELL=/bin/bash", "LANG=C.UTF-8",
@@ -158,6 +162,9 @@ func sandboxEnv(spec sandbox.Spec) []string {
 		if k, _, ok := strings.Cut(kv, "="); ok && k != "" && !strings.HasPrefix(k, "THREADBOX_AGENT_") {
 			env = append(env, kv)
 		}
+	}
+	if b.cfg.TrustDir != "" {
+		env = append(env, boxes.TrustEnv()...)
 	}
 	return env
 }

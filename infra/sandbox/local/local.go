@@ -384,8 +384,11 @@ func (b *Backend) bwrapArgs(spec sandbox.Spec, l sandbox.Limits, path func(strin
 		"--perms", "1777", "--size", strconv.FormatInt(l.TmpBytes, 10), "--tmpfs", "/tmp",
 		"--tmpfs", "/opt/threadbox",
 		"--ro-bind", path(b.cfg.AgentBin), AgentPath,
-		"--remount-ro", "/opt/threadbox",
 	}
+	if b.cfg.TrustDir != "" {
+		args = append(args, "--ro-bind", path(b.cfg.TrustDir), boxes.TrustPath)
+	}
+	args = append(args, "--remount-ro", "/opt/threadbox")
 	for _, m := range spec.Mounts {
 		flag := "--bind"
 		if m.ReadOnly {
@@ -473,6 +476,9 @@ func (b *Backend) bootJail(ctx context.Context, spec sandbox.Spec, warm bool) (*
 	}
 	var procs []string
 	env := append(jailEnv(spec), "TB_NOFILE="+strconv.FormatInt(l.NoFile, 10))
+	if b.cfg.TrustDir != "" {
+		env = append(env, boxes.TrustEnv()...)
+	}
 	if mode == LimitCgroupV1 || mode == LimitCgroupV2 {
 		cg, err := newCgroup(b.cfg, mode, spec.ID, l, b.jailUID())
 		if err != nil {
