@@ -15,6 +15,7 @@ import (
 	"threadbox/app/tools"
 	"threadbox/domain/egress"
 	"threadbox/infra/egressproxy"
+	"threadbox/infra/sandbox/boxes"
 	"threadbox/infra/seal"
 )
 
@@ -178,6 +179,9 @@ func newEgressInstall(cfg Config, lg *slog.Logger) (*egressInstall, error) {
 	}
 	if err := egressproxy.WriteTrust(in.trustDir, in.ca); err != nil {
 		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(in.trustDir, ".curlrc"), []byte(boxes.TrustCurlrc), 0o644); err != nil {
+		return nil, fmt.Errorf("egress: trust folder: %w", err)
 	}
 	if cfg.Egress.UpstreamRoots != "" {
 		b, err := os.ReadFile(cfg.Egress.UpstreamRoots)

@@ -24,12 +24,16 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/anthropics/anthropic-sdk-go/v2"
 	"golang.org/x/net/dns/dnsmessage"
 
+	"threadbox/infra/llm/fakeupstream"
 	"threadbox/infra/sandbox/local"
 )
 
@@ -101,20 +105,43 @@ type egressWorld struct {
 	tlsPort   string
 	plainPort string
 	caPEM     string
+	caFile    string // caPEM in a file, for EGRESS_UPSTREAM_ROOTS
+
+	mu    sync.Mutex
+	auth  []string            // the Authorization headers /api/echo was sent
+	alpns map[string][]string // the ALPN protocols each TLS name was last offered
+}
+
+// saw reports whether /api/echo was sent the Authorization value v.
+func (w *egressWorld) saw(v string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Contains(w.auth, v)
+}
+
+func (w *egressWorld) alpn(name string) []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.alpns[name]
 }
 
 func newEgressWorld(t *testing.T) *egressWorld {
 	t.Helper()
-	w := &egressWorld{}
+	w := &egressWorld{alpns: map[string][]string{}}
 	w.dns = serveTestDNS(t, map[string][]net.IP{
+		"api.test.":    {net.IPv4(127, 0, 0, 1)},
 		"pypi.test.":   {net.IPv4(127, 0, 0, 1)},
 		"git.test.":    {net.IPv4(127, 0, 0, 1)},
 		"plain.test.":  {net.IPv4(127, 0, 0, 1)},
 		"other.test.":  {net.IPv4(127, 0, 0, 1)},
 		"rebind.test.": {net.IPv4(127, 0, 0, 1), net.IPv4(169, 254, 169, 254)},
 	})
-	caPEM, cert := testCA(t, "pypi.test", "git.test", "other.test", "rebind.test")
+	caPEM, cert := testCA(t, "pypi.test", "git.test", "other.test", "rebind.test", "api.test")
 	w.caPEM = caPEM
+	w.caFile = filepath.Join(t.TempDir(), "upstream-roots.pem")
+	if err := os.WriteFile(w.caFile, []byte(caPEM), 0o644); err != nil {
+		t.Fatal(err)
+	}
 
 	wheel, wheelSum := testWheel(t)
 	repos := testGitRepo(t)
@@ -129,12 +156,24 @@ func newEgressWorld(t *testing.T) *egressWorld {
 	mux.HandleFunc("/files/tbegress_probe-1.0-py3-none-any.whl", func(rw http.ResponseWriter, r *http.Request) {
 		rw.Write(wheel)
 	})
+	mux.HandleFunc("/api/echo", func(rw http.ResponseWriter, r *http.Request) {
+		w.mu.Lock()
+		w.auth = append(w.auth, r.Header.Get("Authorization"))
+		w.mu.Unlock()
+		io.WriteString(rw, "api ok")
+	})
+	mux.HandleFunc("/hello", func(rw http.ResponseWriter, r *http.Request) { io.WriteString(rw, "hello") })
 	mux.Handle("/git/", &cgi.Handler{
 		Path: filepath.Join(strings.TrimSpace(string(gitExec)), "git-http-backend"), Root: "/git",
 		Env: []string{"GIT_PROJECT_ROOT=" + repos, "GIT_HTTP_EXPORT_ALL=1"},
 	})
 	tlsSrv := httptest.NewUnstartedServer(mux)
-	tlsSrv.TLS = &tls.Config{Certificates: []tls.Certificate{cert}}
+	tlsSrv.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, GetConfigForClient: func(h *tls.ClientHelloInfo) (*tls.Config, error) {
+		w.mu.Lock()
+		w.alpns[h.ServerName] = slices.Clone(h.SupportedProtos)
+		w.mu.Unlock()
+		return nil, nil
+	}}
 	tlsSrv.StartTLS()
 	t.Cleanup(tlsSrv.Close)
 	plain := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
@@ -186,11 +225,18 @@ func TestEgressThroughProxy(t *testing.T) {
 			env := b.env(t)
 			env["EGRESS_RESOLVER"] = w.dns
 			env["EGRESS_ALLOW_PRIVATE"] = "127.0.0.1"
+			env["EGRESS_UPSTREAM_ROOTS"] = w.caFile
 			s, fake := modelServer(t, "", "anthropic", env)
 			a := s.bootstrap("acme", "admin@acme.test")
-			allow := []string{"pypi.test", "git.test", "plain.test", "10.0.0.1", "rebind.test"}
+			allow := []string{"pypi.test", "git.test", "plain.test", "10.0.0.1", "rebind.test", "api.test"}
 			if r := s.do("PATCH", "/api/v1/app/org/features", a, map[string]any{"egress": map[string]any{"enabled": true, "allow": allow}}); r.status != 200 {
 				t.Fatalf("egress on: %d %s", r.status, r.body)
+			}
+			// A secret bound to api.test, made before the sandbox's first
+			// connection reads the policy.
+			secret := "tb-secret-" + b.name + "-" + hex.EncodeToString([]byte(b.name))[:6] + "-value"
+			if r := s.do("PUT", "/api/v1/app/org/egress/secrets/api-token", a, map[string]any{"hosts": []string{"api.test"}, "header": "Authorization", "value": "Bearer " + secret}); r.status != 201 || strings.Contains(string(r.body), secret) {
+				t.Fatalf("secret: %d %s", r.status, r.body)
 			}
 			cl := msgClient(s, a)
 			ca := "cat > /tmp/ca.pem <<'PEM'\n" + w.caPEM + "PEM\n"
@@ -254,6 +300,8 @@ func TestEgressThroughProxy(t *testing.T) {
 					t.Fatalf("pypi record %v", rec)
 				}
 			}
+
+			egressSecretInSandbox(t, w, s, a, cl, fake, secret)
 
 			// A policy change reaches the running sandbox within seconds.
 			if r := s.do("PATCH", "/api/v1/app/org/features", a, map[string]any{"egress": map[string]any{"allow": []string{"pypi.test"}}}); r.status != 200 {
@@ -402,4 +450,140 @@ func testGitRepo(t *testing.T) string {
 	}
 	run(root, "clone", "-q", "--bare", work, filepath.Join(repos, "probe.git"))
 	return repos
+}
+
+// egressSecretInSandbox checks, with secret bound to api.test, in the
+// running sandbox of the turn "egress1", that curl and Python reach
+// api.test through the proxy, which terminates their TLS with the
+// install's CA (trusted through the trust folder, with no option on the
+// command line) and adds the secret as a header, while the secret is in
+// no variable, no process environment and no file of the sandbox; that
+// the ledger names the secret's rule; and that a host without a secret
+// still sees the client's own TLS handshake.
+func egressSecretInSandbox(t *testing.T, w *egressWorld, s *server, admin string, cl anthropic.Client, fake *fakeupstream.Server, secret string) {
+	t.Helper()
+	// The secret is looked for in two halves the command joins, so the
+	// command's own text never holds it.
+	half := len(secret) / 2
+	find := "S=\"$(printf %s '" + secret[:half] + "' '" + secret[half:] + "')\"\n" +
+		"echo env=$(env | grep -cF \"$S\")\n" +
+		"echo environ=$(for f in /proc/[0-9]*/environ; do tr '\\0' '\\n' < $f; done 2>/dev/null | grep -cF \"$S\")\n" +
+		"echo files=$(grep -rlsF -e \"$S\" /tmp /home /mnt /opt /run /etc /var /root 2>/dev/null | head -3)\n"
+	fake.Push(steps(
+		call("sandbox_bash", map[string]any{"command": "curl -fsS -m 20 https://api.test:" + w.tlsPort + "/api/echo"}),
+		call("sandbox_bash", map[string]any{"command": "python3 -c \"import urllib.request; print(urllib.request.urlopen('https://api.test:" + w.tlsPort + "/api/echo', timeout=20).read().decode())\""}),
+		call("sandbox_bash", map[string]any{"command": "curl -fsS -m 20 --cacert /tmp/ca.pem https://git.test:" + w.tlsPort + "/hello"}),
+		call("sandbox_bash", map[string]any{"command": find}),
+	), textStep("done"))
+	calls, _ := sandboxTurn(t, cl, "egress1")
+	if len(calls) != 4 {
+		t.Fatalf("%d calls", len(calls))
+	}
+	for i, want := range []string{"api ok", "api ok\n", "hello", "env=0\nenviron=0\nfiles=\n"} {
+		if c := calls[i]; c.str("stdout") != want || c.num("exit_code") != 0 {
+			t.Fatalf("secret call %d: stdout %q, want %q; stderr %q", i, c.str("stdout"), want, c.str("stderr"))
+		}
+	}
+	if !w.saw("Bearer " + secret) {
+		t.Fatal("api.test was not sent the secret")
+	}
+	// The proxy offers only HTTP/1.1 when it terminates TLS; curl offers
+	// h2 too, so git.test saw curl's own handshake.
+	if got := w.alpn("git.test"); !slices.Contains(got, "h2") {
+		t.Fatalf("git.test was offered %v: not the client's own handshake", got)
+	}
+	if got := w.alpn("api.test"); !slices.Equal(got, []string{"http/1.1"}) {
+		t.Fatalf("api.test was offered %v: not the proxy's handshake", got)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		r := s.do("GET", "/api/v1/app/org/egress?host=api.test&limit=10", admin, nil)
+		if r.status == 200 && strings.Contains(string(r.body), `"rule":"api.test secret:api-token"`) {
+			if strings.Contains(string(r.body), secret) {
+				t.Fatal("the ledger holds the secret")
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("ledger lacks the secret's connection: %d %s", r.status, r.body)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if r := s.do("GET", "/api/v1/app/org/egress/secrets", admin, nil); r.status != 200 || strings.Contains(string(r.body), secret) || !strings.Contains(string(r.body), `"name":"api-token"`) {
+		t.Fatalf("secrets list: %d %s", r.status, r.body)
+	}
+}
+
+// TestEgressSecretsAPI: org secrets are written by admins only, never read
+// back (the list, the answers and the audit log lack the value), and
+// checked (name, hosts, header, value); members are refused.
+func TestEgressSecretsAPI(t *testing.T) {
+	databases(t, func(t *testing.T, db string) {
+		s := startServer(t, db, nil)
+		a := s.bootstrap("acme", "admin@acme.test")
+		const value = "Bearer plain-secret-value-123"
+		r := s.do("PUT", "/api/v1/app/org/egress/secrets/deploy", a, map[string]any{"hosts": []string{"api.example.com", "*.api.example.com:443"}, "header": "authorization", "value": value})
+		if r.status != 201 || strings.Contains(string(r.body), "plain-secret") || !strings.Contains(string(r.body), `"header":"Authorization"`) {
+			t.Fatalf("create: %d %s", r.status, r.body)
+		}
+		r = s.do("PUT", "/api/v1/app/org/egress/secrets/deploy", a, map[string]any{"hosts": []string{"api.example.com"}, "header": "X-Api-Key", "value": value + "-2"})
+		if r.status != 200 || strings.Contains(string(r.body), "plain-secret") {
+			t.Fatalf("replace: %d %s", r.status, r.body)
+		}
+		for _, bad := range []struct {
+			name string
+			body map[string]any
+		}{
+			{"bad%20name", map[string]any{"hosts": []string{"a.example"}, "header": "X-Key", "value": "v"}},
+			{"x", map[string]any{"hosts": []string{"*.com"}, "header": "X-Key", "value": "v"}},
+			{"x", map[string]any{"hosts": []string{}, "header": "X-Key", "value": "v"}},
+			{"x", map[string]any{"hosts": []string{"a.example"}, "header": "Host", "value": "v"}},
+			{"x", map[string]any{"hosts": []string{"a.example"}, "header": "X-Key", "value": "a\r\nX-Evil: 1"}},
+			{"x", map[string]any{"hosts": []string{"a.example"}, "header": "X-Key", "value": ""}},
+		} {
+			if r := s.do("PUT", "/api/v1/app/org/egress/secrets/"+bad.name, a, bad.body); r.status != 400 {
+				t.Fatalf("%s %v: %d %s", bad.name, bad.body, r.status, r.body)
+			}
+		}
+		r = s.do("GET", "/api/v1/app/org/egress/secrets", a, nil)
+		var list struct {
+			Data []map[string]any `json:"data"`
+		}
+		if r.status != 200 || json.Unmarshal(r.body, &list) != nil || len(list.Data) != 1 || list.Data[0]["header"] != "X-Api-Key" || strings.Contains(string(r.body), "plain-secret") {
+			t.Fatalf("list: %d %s", r.status, r.body)
+		}
+		if _, ok := list.Data[0]["value"]; ok {
+			t.Fatalf("the list has a value field: %s", r.body)
+		}
+		r = s.do("GET", "/api/v1/app/org/audit", a, nil)
+		for _, action := range []string{"org.egress_secrets.create", "org.egress_secrets.replace"} {
+			if r.status != 200 || !strings.Contains(string(r.body), action) {
+				t.Fatalf("audit lacks %s: %s", action, r.body)
+			}
+		}
+		if strings.Contains(string(r.body), "plain-secret") {
+			t.Fatal("the audit log holds the value")
+		}
+		r = s.do("POST", "/api/v1/app/org/users", a, map[string]any{"email": "m@acme.test", "role": "member"})
+		if r.status != 201 && r.status != 200 {
+			t.Fatalf("member: %d %s", r.status, r.body)
+		}
+		m, err := s.cli("token", "create", "--email", "m@acme.test", "--name", "m", "--ttl", "1h")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, req := range []struct{ method, path string }{{"GET", "/api/v1/app/org/egress/secrets"}, {"PUT", "/api/v1/app/org/egress/secrets/deploy"}, {"DELETE", "/api/v1/app/org/egress/secrets/deploy"}} {
+			if r := s.do(req.method, req.path, m, map[string]any{"hosts": []string{"a.example"}, "header": "X-Key", "value": "v"}); r.status != 403 {
+				t.Fatalf("a member: %s %s: %d", req.method, req.path, r.status)
+			}
+		}
+		if r := s.do("DELETE", "/api/v1/app/org/egress/secrets/deploy", a, nil); r.status != 204 {
+			t.Fatalf("delete: %d %s", r.status, r.body)
+		}
+		if r := s.do("DELETE", "/api/v1/app/org/egress/secrets/deploy", a, nil); r.status != 404 {
+			t.Fatalf("delete again: %d %s", r.status, r.body)
+		}
+		if r := s.do("GET", "/api/v1/app/org/audit", a, nil); !strings.Contains(string(r.body), "org.egress_secrets.delete") {
+			t.Fatalf("audit lacks the delete: %s", r.body)
+		}
+	})
 }
