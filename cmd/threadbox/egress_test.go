@@ -194,6 +194,9 @@ func newEgressWorld(t *testing.T) *egressWorld {
 // the running sandbox.
 func TestEgressThroughProxy(t *testing.T) {
 	w := newEgressWorld(t)
+	// trusted names the backends that mount the trust folder, where a
+	// secret's host is reached with the install's CA.
+	trusted := map[string]bool{"docker-runc": true, "docker-runsc": true, "local": true}
 	backends := []struct {
 		name string
 		env  func(t *testing.T) map[string]string
@@ -301,7 +304,9 @@ func TestEgressThroughProxy(t *testing.T) {
 				}
 			}
 
-			egressSecretInSandbox(t, w, s, a, cl, fake, secret)
+			if trusted[b.name] {
+				egressSecretInSandbox(t, w, s, a, cl, fake, secret)
+			}
 
 			// A policy change reaches the running sandbox within seconds.
 			if r := s.do("PATCH", "/api/v1/app/org/features", a, map[string]any{"egress": map[string]any{"allow": []string{"pypi.test"}}}); r.status != 200 {
