@@ -49,19 +49,16 @@ func timeOrNull(t time.Time) *time.Time {
 // absolute, as Anthropic's is, because the official TypeScript SDK fetches
 // that URL as given.
 func batchViewAt(base string) func(batches.Batch) batchView {
-	return func(b batches.Batch) batchView { return viewBatch(b, base) }
-}
-
-// viewBatch is b as the API shows it to a request that came to base.
-func viewBatch(b batches.Batch, base string) batchView {
-	v := batchView{ID: b.ID, Type: "message_batch", ProcessingStatus: b.Status,
-		RequestCounts: batchCounts{b.Counts.Processing, b.Counts.Succeeded, b.Counts.Errored, b.Counts.Canceled, b.Counts.Expired},
-		CreatedAt:     b.CreatedAt, ExpiresAt: b.ExpiresAt, EndedAt: timeOrNull(b.EndedAt), CancelInitiatedAt: timeOrNull(b.CancelInitiatedAt)}
-	if b.Status == batches.Ended {
-		u := base + batchesPrefix + "/" + b.ID + "/results"
-		v.ResultsURL = &u
+	return func(b batches.Batch) batchView {
+		v := batchView{ID: b.ID, Type: "message_batch", ProcessingStatus: b.Status,
+			RequestCounts: batchCounts{b.Counts.Processing, b.Counts.Succeeded, b.Counts.Errored, b.Counts.Canceled, b.Counts.Expired},
+			CreatedAt:     b.CreatedAt, ExpiresAt: b.ExpiresAt, EndedAt: timeOrNull(b.EndedAt), CancelInitiatedAt: timeOrNull(b.CancelInitiatedAt)}
+		if b.Status == batches.Ended {
+			u := base + batchesPrefix + "/" + b.ID + "/results"
+			v.ResultsURL = &u
+		}
+		return v
 	}
-	return v
 }
 
 // batchesOn lets a request through to the Message Batches handlers, which
