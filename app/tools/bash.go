@@ -166,11 +166,7 @@ type SandboxBashResult struct {
 const listScript = `find "$2" -xdev \( -name '.*' -prune \) -o -type f -newermt "@$1" -printf '%s\t%p\n' 2>/dev/null | head -n "$3"`
 
 // sandboxBash runs a sandbox_bash call.
-func (e *Executor) sandboxBash(ctx context.Context, call messages.ToolCall) (any, error) {
-	var in sandboxBashInput
-	if err := decodeInput(call.Input, &in); err != nil {
-		return nil, err
-	}
+func (e *Executor) sandboxBash(ctx context.Context, call messages.ToolCall, in sandboxBashInput) (any, error) {
 	if in.Command == nil || strings.TrimSpace(*in.Command) == "" {
 		return nil, invalidInput("Invalid input: 'command' is required.")
 	}

@@ -41,11 +41,7 @@ type BSLResult struct {
 }
 
 // bslCheck runs a bsl_check call.
-func (e *Executor) bslCheck(ctx context.Context, call messages.ToolCall) (any, error) {
-	var in bslInput
-	if err := decodeInput(call.Input, &in); err != nil {
-		return nil, err
-	}
+func (e *Executor) bslCheck(ctx context.Context, call messages.ToolCall, in bslInput) (any, error) {
 	if in.Path == nil || *in.Path == "" {
 		return nil, invalidInput("Invalid input: 'path' is required.")
 	}

@@ -419,11 +419,7 @@ type EditResult struct {
 
 // editFile runs an edit_file call: old_str found exactly, else ignoring
 // whitespace, else by near match (FindMatch).
-func (e *Executor) editFile(ctx context.Context, call messages.ToolCall) (any, error) {
-	var in editFileInput
-	if err := decodeInput(call.Input, &in); err != nil {
-		return nil, err
-	}
+func (e *Executor) editFile(ctx context.Context, call messages.ToolCall, in editFileInput) (any, error) {
 	for name, v := range map[string]*string{"path": in.Path, "old_str": in.OldStr, "new_str": in.NewStr} {
 		if v == nil {
 			return nil, invalidInput("Invalid input: '%s' is required.", name)

@@ -32,11 +32,7 @@ type ReplResult struct {
 // repl runs a repl_execute call in the container's REPL: an interpreter of
 // the Python driver (python.go) of its own, apart from code_execution's.
 // Past its timeout the REPL is killed, and its state with it.
-func (e *Executor) repl(ctx context.Context, call messages.ToolCall) (any, error) {
-	var in replInput
-	if err := decodeInput(call.Input, &in); err != nil {
-		return nil, err
-	}
+func (e *Executor) repl(ctx context.Context, call messages.ToolCall, in replInput) (any, error) {
 	if in.Code == nil {
 		return nil, invalidInput("Invalid input: 'code' is required.")
 	}

@@ -164,11 +164,7 @@ type execInput struct {
 
 // execCommand runs an exec_command call: a command on a pseudo-terminal,
 // kept as a session when it outlives its grace time.
-func (e *Executor) execCommand(ctx context.Context, call messages.ToolCall) (any, error) {
-	var in execInput
-	if err := decodeInput(call.Input, &in); err != nil {
-		return nil, err
-	}
+func (e *Executor) execCommand(ctx context.Context, call messages.ToolCall, in execInput) (any, error) {
 	if in.Command == nil || strings.TrimSpace(*in.Command) == "" {
 		return nil, invalidInput("Invalid input: 'command' is required.")
 	}
@@ -325,11 +321,7 @@ type writeInput struct {
 
 // writeStdin runs a write_stdin call: input to a session, and its output
 // since a cursor.
-func (e *Executor) writeStdin(ctx context.Context, call messages.ToolCall) (any, error) {
-	var in writeInput
-	if err := decodeInput(call.Input, &in); err != nil {
-		return nil, err
-	}
+func (e *Executor) writeStdin(ctx context.Context, call messages.ToolCall, in writeInput) (any, error) {
 	if in.SessionID == nil || *in.SessionID == "" {
 		return nil, invalidInput("Invalid input: 'session_id' is required.")
 	}

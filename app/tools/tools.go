@@ -208,12 +208,24 @@ var subTools = map[string]func(*Executor, context.Context, messages.ToolCall) (*
 // sandboxTools run the sandbox_v1 tools; each answers the content of a
 // sandbox_tool_result.
 var sandboxTools = map[string]func(*Executor, context.Context, messages.ToolCall) (any, error){
-	messages.ToolSandboxBash: (*Executor).sandboxBash,
-	messages.ToolReplExecute: (*Executor).repl,
-	messages.ToolExecCommand: (*Executor).execCommand,
-	messages.ToolWriteStdin:  (*Executor).writeStdin,
-	messages.ToolEditFile:    (*Executor).editFile,
-	messages.ToolBSLCheck:    (*Executor).bslCheck,
+	messages.ToolSandboxBash: withInput((*Executor).sandboxBash),
+	messages.ToolReplExecute: withInput((*Executor).repl),
+	messages.ToolExecCommand: withInput((*Executor).execCommand),
+	messages.ToolWriteStdin:  withInput((*Executor).writeStdin),
+	messages.ToolEditFile:    withInput((*Executor).editFile),
+	messages.ToolBSLCheck:    withInput((*Executor).bslCheck),
+}
+
+// withInput adapts a sandbox_v1 tool that takes its call's input decoded
+// into an In (decodeInput: a bad input is the call's error).
+func withInput[In any](run func(e *Executor, ctx context.Context, call messages.ToolCall, in In) (any, error)) func(*Executor, context.Context, messages.ToolCall) (any, error) {
+	return func(e *Executor, ctx context.Context, call messages.ToolCall) (any, error) {
+		var in In
+		if err := decodeInput(call.Input, &in); err != nil {
+			return nil, err
+		}
+		return run(e, ctx, call, in)
+	}
 }
 
 // Execute runs one call of either family. It returns an error only when
