@@ -35,7 +35,13 @@ type Usage struct {
 	ContainerID string // storage id of the container
 	ThreadID    string // the container's thread, empty for a user container
 	// Day is the UTC calendar date the usage counts on (YYYY-MM-DD).
-	Day          string
+	Day string
+	Counts
+}
+
+// Counts are what usage counts: commands with their wall and CPU time,
+// model tokens, and sandbox time.
+type Counts struct {
 	Commands     int64
 	Wall         time.Duration
 	CPU          time.Duration
@@ -45,6 +51,17 @@ type Usage struct {
 	// control groups used (every process in them, idle or not).
 	SandboxTime time.Duration
 	SandboxCPU  time.Duration
+}
+
+// Add adds o to c.
+func (c *Counts) Add(o Counts) {
+	c.Commands += o.Commands
+	c.Wall += o.Wall
+	c.CPU += o.CPU
+	c.InputTokens += o.InputTokens
+	c.OutputTokens += o.OutputTokens
+	c.SandboxTime += o.SandboxTime
+	c.SandboxCPU += o.SandboxCPU
 }
 
 // GroupBy is how a report groups its rows.
@@ -65,22 +82,14 @@ const (
 // its owner's UserID and Email; ThreadID empty for usage outside threads).
 // ClientID and Title are empty once their container or thread is deleted.
 type Row struct {
-	Day          string
-	UserID       string
-	Email        string
-	ContainerID  string
-	ClientID     string
-	ThreadID     string
-	Title        string
-	Commands     int64
-	Wall         time.Duration
-	CPU          time.Duration
-	InputTokens  int64
-	OutputTokens int64
-	// SandboxTime is how long sandboxes ran; SandboxCPU the CPU time their
-	// control groups used (every process in them, idle or not).
-	SandboxTime time.Duration
-	SandboxCPU  time.Duration
+	Day         string
+	UserID      string
+	Email       string
+	ContainerID string
+	ClientID    string
+	ThreadID    string
+	Title       string
+	Counts
 }
 
 // Store keeps the daily counters.
@@ -279,7 +288,7 @@ func (s *Service) Begin(ctx context.Context, containerID string) func(res sandbo
 	var once sync.Once
 	return func(res sandbox.Result, err error) {
 		once.Do(func() {
-			u := Usage{Commands: 1, Wall: res.Duration, CPU: res.CPUTime}
+			u := Usage{Counts: Counts{Commands: 1, Wall: res.Duration, CPU: res.CPUTime}}
 			if u.Wall <= 0 {
 				u.Wall = max(s.now().Sub(started), 0)
 			}
@@ -362,7 +371,7 @@ func (s *Service) Settle(ctx context.Context) (int, error) {
 	for i, r := range stale {
 		ended[i] = Ended{RunID: r.ID, Usage: Usage{
 			OrgID: r.OrgID, UserID: r.UserID, ContainerID: r.ContainerID, ThreadID: r.ThreadID,
-			Day: r.SeenAt.UTC().Format(DayLayout), Commands: 1, Wall: max(r.SeenAt.Sub(r.StartedAt), 0),
+			Day: r.SeenAt.UTC().Format(DayLayout), Counts: Counts{Commands: 1, Wall: max(r.SeenAt.Sub(r.StartedAt), 0)},
 		}}
 	}
 	if err := s.runs.EndRuns(ctx, ended, nil); err != nil {
@@ -378,7 +387,7 @@ func (s *Service) Sandbox(ctx context.Context, containerID string, up, cpu time.
 	if up <= 0 && cpu <= 0 {
 		return
 	}
-	s.forContainer(ctx, containerID, Usage{SandboxTime: up, SandboxCPU: cpu})
+	s.forContainer(ctx, containerID, Usage{Counts: Counts{SandboxTime: up, SandboxCPU: cpu}})
 }
 
 // Tokens records the model tokens of one request of the user in the
@@ -389,7 +398,7 @@ func (s *Service) Tokens(ctx context.Context, orgID, userID, containerID string,
 	if input == 0 && output == 0 {
 		return
 	}
-	u := Usage{OrgID: orgID, UserID: userID, InputTokens: int64(input), OutputTokens: int64(output)}
+	u := Usage{OrgID: orgID, UserID: userID, Counts: Counts{InputTokens: int64(input), OutputTokens: int64(output)}}
 	if orgID != "" && userID != "" && containerID == "" {
 		s.record(ctx, u)
 		return
@@ -440,13 +449,7 @@ func (s *Service) record(ctx context.Context, u Usage) {
 		s.mu.Lock()
 		p := s.pending[k]
 		p.OrgID, p.UserID, p.Day, p.ContainerID, p.ThreadID = u.OrgID, u.UserID, u.Day, u.ContainerID, u.ThreadID
-		p.Commands += u.Commands
-		p.Wall += u.Wall
-		p.CPU += u.CPU
-		p.InputTokens += u.InputTokens
-		p.OutputTokens += u.OutputTokens
-		p.SandboxTime += u.SandboxTime
-		p.SandboxCPU += u.SandboxCPU
+		p.Counts.Add(u.Counts)
 		s.pending[k] = p
 		s.mu.Unlock()
 		return

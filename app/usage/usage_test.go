@@ -68,34 +68,34 @@ func TestCommandAndTokens(t *testing.T) {
 	}{
 		{"command for the container's owner", func(s *Service) {
 			s.Begin(context.Background(), "c1")(sandbox.Result{Duration: 3 * time.Second, CPUTime: 2 * time.Second}, nil)
-		}, []Usage{{OrgID: "o1", UserID: "u1", Day: day, ContainerID: "c1", Commands: 1, Wall: 3 * time.Second, CPU: 2 * time.Second}}},
+		}, []Usage{{OrgID: "o1", UserID: "u1", Day: day, ContainerID: "c1", Counts: Counts{Commands: 1, Wall: 3 * time.Second, CPU: 2 * time.Second}}}},
 		{"sandbox time counts for the container's owner and thread", func(s *Service) {
 			s.Sandbox(context.Background(), "c2", 30*time.Second, 1500*time.Millisecond)
-		}, []Usage{{OrgID: "o1", UserID: "u1", Day: day, ContainerID: "c2", ThreadID: "t1", SandboxTime: 30 * time.Second, SandboxCPU: 1500 * time.Millisecond}}},
+		}, []Usage{{OrgID: "o1", UserID: "u1", Day: day, ContainerID: "c2", ThreadID: "t1", Counts: Counts{SandboxTime: 30 * time.Second, SandboxCPU: 1500 * time.Millisecond}}}},
 		{"no sandbox time, nothing recorded", func(s *Service) {
 			s.Sandbox(context.Background(), "c2", 0, 0)
 		}, nil},
 		{"command in a thread's container counts for the thread", func(s *Service) {
 			s.Begin(context.Background(), "c2")(sandbox.Result{Duration: time.Second}, nil)
-		}, []Usage{{OrgID: "o1", UserID: "u1", Day: day, ContainerID: "c2", ThreadID: "t1", Commands: 1, Wall: time.Second}}},
+		}, []Usage{{OrgID: "o1", UserID: "u1", Day: day, ContainerID: "c2", ThreadID: "t1", Counts: Counts{Commands: 1, Wall: time.Second}}}},
 		{"tokens of the user in a thread's container", func(s *Service) {
 			s.Tokens(context.Background(), "o1", "u1", "c2", 10, 5)
-		}, []Usage{{OrgID: "o1", UserID: "u1", Day: day, ContainerID: "c2", ThreadID: "t1", InputTokens: 10, OutputTokens: 5}}},
+		}, []Usage{{OrgID: "o1", UserID: "u1", Day: day, ContainerID: "c2", ThreadID: "t1", Counts: Counts{InputTokens: 10, OutputTokens: 5}}}},
 		{"tokens of a user of another org are not put in the container", func(s *Service) {
 			s.Tokens(context.Background(), "o2", "u2", "c2", 10, 5)
-		}, []Usage{{OrgID: "o2", UserID: "u2", Day: day, InputTokens: 10, OutputTokens: 5}}},
+		}, []Usage{{OrgID: "o2", UserID: "u2", Day: day, Counts: Counts{InputTokens: 10, OutputTokens: 5}}}},
 		{"tokens of the user in an unknown container still count for the user", func(s *Service) {
 			s.Tokens(context.Background(), "o1", "u1", "gone", 3, 0)
-		}, []Usage{{OrgID: "o1", UserID: "u1", Day: day, InputTokens: 3}}},
+		}, []Usage{{OrgID: "o1", UserID: "u1", Day: day, Counts: Counts{InputTokens: 3}}}},
 		{"command in an unknown container is dropped", func(s *Service) {
 			s.Begin(context.Background(), "nope")(sandbox.Result{Duration: time.Second}, nil)
 		}, nil},
 		{"tokens for the named user", func(s *Service) {
 			s.Tokens(context.Background(), "o2", "u2", "", 10, 5)
-		}, []Usage{{OrgID: "o2", UserID: "u2", Day: day, InputTokens: 10, OutputTokens: 5}}},
+		}, []Usage{{OrgID: "o2", UserID: "u2", Day: day, Counts: Counts{InputTokens: 10, OutputTokens: 5}}}},
 		{"tokens for the container's owner", func(s *Service) {
 			s.Tokens(context.Background(), "", "", "c1", 7, 0)
-		}, []Usage{{OrgID: "o1", UserID: "u1", Day: day, ContainerID: "c1", InputTokens: 7}}},
+		}, []Usage{{OrgID: "o1", UserID: "u1", Day: day, ContainerID: "c1", Counts: Counts{InputTokens: 7}}}},
 		{"no tokens, nothing recorded", func(s *Service) {
 			s.Tokens(context.Background(), "o2", "u2", "", 0, 0)
 		}, nil},
@@ -106,7 +106,7 @@ func TestCommandAndTokens(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			cancel()
 			s.Begin(ctx, "c1")(sandbox.Result{Duration: time.Second}, nil)
-		}, []Usage{{OrgID: "o1", UserID: "u1", Day: day, ContainerID: "c1", Commands: 1, Wall: time.Second}}},
+		}, []Usage{{OrgID: "o1", UserID: "u1", Day: day, ContainerID: "c1", Counts: Counts{Commands: 1, Wall: time.Second}}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -161,7 +161,7 @@ func TestReport(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			st := &fakeStore{rows: []Row{{Day: "2026-03-01", Commands: 2}}}
+			st := &fakeStore{rows: []Row{{Day: "2026-03-01", Counts: Counts{Commands: 2}}}}
 			rows, err := newService(st).Report(context.Background(), tt.p, tt.from, tt.to, tt.by)
 			if tt.fault != "" {
 				if !fault.Is(err, tt.fault) || len(st.reported) != 0 {
@@ -208,11 +208,11 @@ func TestBufferedUsage(t *testing.T) {
 	}
 	const day = "2026-03-02"
 	want := map[string]Usage{
-		"o1/":   {OrgID: "o1", UserID: "u1", Day: day, InputTokens: 11, OutputTokens: 7},
-		"o1/c1": {OrgID: "o1", UserID: "u1", Day: day, ContainerID: "c1", Commands: 1, Wall: 3 * time.Second, CPU: 2 * time.Second},
-		"o1/c2": {OrgID: "o1", UserID: "u1", Day: day, ContainerID: "c2", ThreadID: "t1", Commands: 1, Wall: time.Second,
-			InputTokens: 6, OutputTokens: 1, SandboxTime: time.Minute, SandboxCPU: 750 * time.Millisecond},
-		"o2/": {OrgID: "o2", UserID: "u2", Day: day, InputTokens: 4},
+		"o1/":   {OrgID: "o1", UserID: "u1", Day: day, Counts: Counts{InputTokens: 11, OutputTokens: 7}},
+		"o1/c1": {OrgID: "o1", UserID: "u1", Day: day, ContainerID: "c1", Counts: Counts{Commands: 1, Wall: 3 * time.Second, CPU: 2 * time.Second}},
+		"o1/c2": {OrgID: "o1", UserID: "u1", Day: day, ContainerID: "c2", ThreadID: "t1", Counts: Counts{Commands: 1, Wall: time.Second,
+			InputTokens: 6, OutputTokens: 1, SandboxTime: time.Minute, SandboxCPU: 750 * time.Millisecond}},
+		"o2/": {OrgID: "o2", UserID: "u2", Day: day, Counts: Counts{InputTokens: 4}},
 	}
 	if len(st.added) != len(want) {
 		t.Fatalf("after the report: %+v, want one sum per counter: %+v", st.added, want)
@@ -243,7 +243,7 @@ func TestBufferedUsage(t *testing.T) {
 func TestCommandEndings(t *testing.T) {
 	const day = "2026-03-02"
 	c1 := func(wall, cpu time.Duration) []Usage {
-		return []Usage{{OrgID: "o1", UserID: "u1", Day: day, ContainerID: "c1", Commands: 1, Wall: wall, CPU: cpu}}
+		return []Usage{{OrgID: "o1", UserID: "u1", Day: day, ContainerID: "c1", Counts: Counts{Commands: 1, Wall: wall, CPU: cpu}}}
 	}
 	tests := []struct {
 		name string
@@ -371,7 +371,7 @@ func TestTrackedRuns(t *testing.T) {
 	if err := s.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	want := Usage{OrgID: "o1", UserID: "u1", Day: "2026-03-02", ContainerID: "c2", ThreadID: "t1", Commands: 1, Wall: 8 * time.Second}
+	want := Usage{OrgID: "o1", UserID: "u1", Day: "2026-03-02", ContainerID: "c2", ThreadID: "t1", Counts: Counts{Commands: 1, Wall: 8 * time.Second}}
 	if len(runs.runs) != 0 || len(runs.added) != 1 || runs.added[0] != want {
 		t.Fatalf("after the flush: records %+v, added %+v", runs.runs, runs.added)
 	}
@@ -398,7 +398,7 @@ func TestTrackedRuns(t *testing.T) {
 	if err != nil || n != 1 {
 		t.Fatalf("settled %d: %v", n, err)
 	}
-	settled := Usage{OrgID: "o1", UserID: "u1", Day: "2026-03-03", ContainerID: "c1", Commands: 1, Wall: 30 * time.Second}
+	settled := Usage{OrgID: "o1", UserID: "u1", Day: "2026-03-03", ContainerID: "c1", Counts: Counts{Commands: 1, Wall: 30 * time.Second}}
 	if _, ok := runs.runs["run_live"]; !ok || len(runs.added) != 1 || runs.added[0] != settled {
 		t.Fatalf("settled %+v, records left %+v", runs.added, runs.runs)
 	}

@@ -61,7 +61,7 @@ func runsSuite(t *testing.T, a, b *store.Store) {
 
 	// Both servers end the stale run at once, each with its usage: it
 	// counts once.
-	u := usage.Usage{OrgID: orgID, UserID: "usr_1", Day: "2026-03-02", ContainerID: "usr_1--box", Commands: 1, Wall: 8 * time.Second}
+	u := usage.Usage{OrgID: orgID, UserID: "usr_1", Day: "2026-03-02", ContainerID: "usr_1--box", Counts: usage.Counts{Commands: 1, Wall: 8 * time.Second}}
 	var wg sync.WaitGroup
 	errs := make([]error, 2)
 	for i, st := range []*store.Store{a, b} {
@@ -83,7 +83,7 @@ func runsSuite(t *testing.T, a, b *store.Store) {
 	if err := a.Usage().StartRun(ctx, notStarted); err != nil {
 		t.Fatal(err)
 	}
-	tokens := usage.Usage{OrgID: orgID, UserID: "usr_1", Day: "2026-03-02", InputTokens: 10}
+	tokens := usage.Usage{OrgID: orgID, UserID: "usr_1", Day: "2026-03-02", Counts: usage.Counts{InputTokens: 10}}
 	if err := a.Usage().EndRuns(ctx, []usage.Ended{{RunID: mine.ID, Usage: u}, {RunID: notStarted.ID}}, []usage.Usage{tokens}); err != nil {
 		t.Fatal(err)
 	}

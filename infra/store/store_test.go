@@ -626,12 +626,12 @@ func TestCredentialsDoNotWaitForWriters(t *testing.T) {
 func usageSuite(t *testing.T, s *store.Store, orgID, otherOrgID string, admin, mate user.User) {
 	ctx := context.Background()
 	adds := []usage.Usage{
-		{OrgID: orgID, UserID: admin.ID(), Day: "2026-03-01", Commands: 1, Wall: 1500 * time.Millisecond, CPU: 700 * time.Millisecond},
-		{OrgID: orgID, UserID: admin.ID(), Day: "2026-03-01", InputTokens: 10, OutputTokens: 4},
-		{OrgID: orgID, UserID: mate.ID(), Day: "2026-03-01", Commands: 2, Wall: time.Second, CPU: 2 * time.Second},
-		{OrgID: orgID, UserID: admin.ID(), Day: "2026-03-02", Commands: 1, Wall: 250 * time.Millisecond, InputTokens: 5},
-		{OrgID: orgID, UserID: admin.ID(), Day: "2026-03-04", Commands: 9},      // past the span below
-		{OrgID: otherOrgID, UserID: admin.ID(), Day: "2026-03-01", Commands: 7}, // another org
+		{OrgID: orgID, UserID: admin.ID(), Day: "2026-03-01", Counts: usage.Counts{Commands: 1, Wall: 1500 * time.Millisecond, CPU: 700 * time.Millisecond}},
+		{OrgID: orgID, UserID: admin.ID(), Day: "2026-03-01", Counts: usage.Counts{InputTokens: 10, OutputTokens: 4}},
+		{OrgID: orgID, UserID: mate.ID(), Day: "2026-03-01", Counts: usage.Counts{Commands: 2, Wall: time.Second, CPU: 2 * time.Second}},
+		{OrgID: orgID, UserID: admin.ID(), Day: "2026-03-02", Counts: usage.Counts{Commands: 1, Wall: 250 * time.Millisecond, InputTokens: 5}},
+		{OrgID: orgID, UserID: admin.ID(), Day: "2026-03-04", Counts: usage.Counts{Commands: 9}},      // past the span below
+		{OrgID: otherOrgID, UserID: admin.ID(), Day: "2026-03-01", Counts: usage.Counts{Commands: 7}}, // another org
 	}
 	for _, u := range adds {
 		if err := s.Usage().AddUsage(ctx, u); err != nil {
@@ -642,7 +642,7 @@ func usageSuite(t *testing.T, s *store.Store, orgID, otherOrgID string, admin, m
 	var wg sync.WaitGroup
 	for range 8 {
 		wg.Go(func() {
-			if err := s.Usage().AddUsage(ctx, usage.Usage{OrgID: orgID, UserID: mate.ID(), Day: "2026-03-02", Commands: 1, CPU: 10 * time.Millisecond}); err != nil {
+			if err := s.Usage().AddUsage(ctx, usage.Usage{OrgID: orgID, UserID: mate.ID(), Day: "2026-03-02", Counts: usage.Counts{Commands: 1, CPU: 10 * time.Millisecond}}); err != nil {
 				t.Errorf("concurrent add: %v", err)
 			}
 		})
@@ -654,12 +654,12 @@ func usageSuite(t *testing.T, s *store.Store, orgID, otherOrgID string, admin, m
 		want []usage.Row
 	}{
 		{"by day", usage.ByDay, []usage.Row{
-			{Day: "2026-03-01", Commands: 3, Wall: 2500 * time.Millisecond, CPU: 2700 * time.Millisecond, InputTokens: 10, OutputTokens: 4},
-			{Day: "2026-03-02", Commands: 9, Wall: 250 * time.Millisecond, CPU: 80 * time.Millisecond, InputTokens: 5},
+			{Day: "2026-03-01", Counts: usage.Counts{Commands: 3, Wall: 2500 * time.Millisecond, CPU: 2700 * time.Millisecond, InputTokens: 10, OutputTokens: 4}},
+			{Day: "2026-03-02", Counts: usage.Counts{Commands: 9, Wall: 250 * time.Millisecond, CPU: 80 * time.Millisecond, InputTokens: 5}},
 		}},
 		{"by user", usage.ByUser, func() []usage.Row {
-			a := usage.Row{UserID: admin.ID(), Email: admin.Email(), Commands: 2, Wall: 1750 * time.Millisecond, CPU: 700 * time.Millisecond, InputTokens: 15, OutputTokens: 4}
-			m := usage.Row{UserID: mate.ID(), Email: mate.Email(), Commands: 10, Wall: time.Second, CPU: 2080 * time.Millisecond}
+			a := usage.Row{UserID: admin.ID(), Email: admin.Email(), Counts: usage.Counts{Commands: 2, Wall: 1750 * time.Millisecond, CPU: 700 * time.Millisecond, InputTokens: 15, OutputTokens: 4}}
+			m := usage.Row{UserID: mate.ID(), Email: mate.Email(), Counts: usage.Counts{Commands: 10, Wall: time.Second, CPU: 2080 * time.Millisecond}}
 			if m.UserID < a.UserID {
 				return []usage.Row{m, a}
 			}
@@ -706,12 +706,12 @@ func usageScopeSuite(t *testing.T, s *store.Store, orgID string, admin user.User
 	}
 	const day = "2027-05-05" // a day no other usage of the suite is on
 	adds := []usage.Usage{
-		{OrgID: orgID, UserID: admin.ID(), Day: day, ContainerID: tc.ID(), ThreadID: th.ID(), Commands: 2, Wall: 3 * time.Second, CPU: time.Second},
-		{OrgID: orgID, UserID: admin.ID(), Day: day, ContainerID: tc.ID(), ThreadID: th.ID(), InputTokens: 100, OutputTokens: 20},
-		{OrgID: orgID, UserID: admin.ID(), Day: day, ContainerID: uc.ID(), Commands: 1, Wall: time.Second},
-		{OrgID: orgID, UserID: admin.ID(), Day: day, ContainerID: uc.ID(), SandboxTime: time.Minute, SandboxCPU: 2 * time.Second},
-		{OrgID: orgID, UserID: admin.ID(), Day: day, ContainerID: uc.ID(), SandboxTime: 30 * time.Second, SandboxCPU: 500 * time.Millisecond},
-		{OrgID: orgID, UserID: admin.ID(), Day: day, InputTokens: 7},
+		{OrgID: orgID, UserID: admin.ID(), Day: day, ContainerID: tc.ID(), ThreadID: th.ID(), Counts: usage.Counts{Commands: 2, Wall: 3 * time.Second, CPU: time.Second}},
+		{OrgID: orgID, UserID: admin.ID(), Day: day, ContainerID: tc.ID(), ThreadID: th.ID(), Counts: usage.Counts{InputTokens: 100, OutputTokens: 20}},
+		{OrgID: orgID, UserID: admin.ID(), Day: day, ContainerID: uc.ID(), Counts: usage.Counts{Commands: 1, Wall: time.Second}},
+		{OrgID: orgID, UserID: admin.ID(), Day: day, ContainerID: uc.ID(), Counts: usage.Counts{SandboxTime: time.Minute, SandboxCPU: 2 * time.Second}},
+		{OrgID: orgID, UserID: admin.ID(), Day: day, ContainerID: uc.ID(), Counts: usage.Counts{SandboxTime: 30 * time.Second, SandboxCPU: 500 * time.Millisecond}},
+		{OrgID: orgID, UserID: admin.ID(), Day: day, Counts: usage.Counts{InputTokens: 7}},
 	}
 	for _, u := range adds {
 		if err := s.Usage().AddUsage(ctx, u); err != nil {
@@ -719,9 +719,9 @@ func usageScopeSuite(t *testing.T, s *store.Store, orgID string, admin user.User
 		}
 	}
 	byContainer := []usage.Row{
-		{UserID: admin.ID(), Email: admin.Email(), InputTokens: 7},
-		{UserID: admin.ID(), Email: admin.Email(), ContainerID: tc.ID(), ClientID: tc.ClientID(), ThreadID: th.ID(), Commands: 2, Wall: 3 * time.Second, CPU: time.Second, InputTokens: 100, OutputTokens: 20},
-		{UserID: admin.ID(), Email: admin.Email(), ContainerID: uc.ID(), ClientID: "scratch", Commands: 1, Wall: time.Second, SandboxTime: 90 * time.Second, SandboxCPU: 2500 * time.Millisecond},
+		{UserID: admin.ID(), Email: admin.Email(), Counts: usage.Counts{InputTokens: 7}},
+		{UserID: admin.ID(), Email: admin.Email(), ContainerID: tc.ID(), ClientID: tc.ClientID(), ThreadID: th.ID(), Counts: usage.Counts{Commands: 2, Wall: 3 * time.Second, CPU: time.Second, InputTokens: 100, OutputTokens: 20}},
+		{UserID: admin.ID(), Email: admin.Email(), ContainerID: uc.ID(), ClientID: "scratch", Counts: usage.Counts{Commands: 1, Wall: time.Second, SandboxTime: 90 * time.Second, SandboxCPU: 2500 * time.Millisecond}},
 	}
 	if byContainer[2].ContainerID < byContainer[1].ContainerID {
 		byContainer[1], byContainer[2] = byContainer[2], byContainer[1]
@@ -732,10 +732,10 @@ func usageScopeSuite(t *testing.T, s *store.Store, orgID string, admin user.User
 	}{
 		{usage.ByContainer, byContainer},
 		{usage.ByThread, []usage.Row{
-			{Commands: 1, Wall: time.Second, InputTokens: 7, SandboxTime: 90 * time.Second, SandboxCPU: 2500 * time.Millisecond},
-			{UserID: admin.ID(), Email: admin.Email(), ThreadID: th.ID(), Title: "Quarterly numbers", Commands: 2, Wall: 3 * time.Second, CPU: time.Second, InputTokens: 100, OutputTokens: 20},
+			{Counts: usage.Counts{Commands: 1, Wall: time.Second, InputTokens: 7, SandboxTime: 90 * time.Second, SandboxCPU: 2500 * time.Millisecond}},
+			{UserID: admin.ID(), Email: admin.Email(), ThreadID: th.ID(), Title: "Quarterly numbers", Counts: usage.Counts{Commands: 2, Wall: 3 * time.Second, CPU: time.Second, InputTokens: 100, OutputTokens: 20}},
 		}},
-		{usage.ByDay, []usage.Row{{Day: day, Commands: 3, Wall: 4 * time.Second, CPU: time.Second, InputTokens: 107, OutputTokens: 20, SandboxTime: 90 * time.Second, SandboxCPU: 2500 * time.Millisecond}}},
+		{usage.ByDay, []usage.Row{{Day: day, Counts: usage.Counts{Commands: 3, Wall: 4 * time.Second, CPU: time.Second, InputTokens: 107, OutputTokens: 20, SandboxTime: 90 * time.Second, SandboxCPU: 2500 * time.Millisecond}}}},
 	}
 	for _, tt := range tests {
 		t.Run("usage by "+string(tt.by), func(t *testing.T) {

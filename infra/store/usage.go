@@ -95,10 +95,10 @@ WHERE u.org_id = ? AND u.day >= ? AND u.day <= ? GROUP BY u.thread_id ORDER BY u
 	for i, g := range got {
 		rows[i] = usage.Row{
 			Day: g.Day, UserID: g.UserID, Email: g.Email, ContainerID: g.ContainerID, ClientID: g.ClientID,
-			ThreadID: g.ThreadID, Title: g.Title, Commands: g.Commands,
-			Wall: time.Duration(g.WallMs) * time.Millisecond, CPU: time.Duration(g.CpuMs) * time.Millisecond,
-			InputTokens: g.InputTokens, OutputTokens: g.OutputTokens,
-			SandboxTime: time.Duration(g.SandboxMs) * time.Millisecond, SandboxCPU: time.Duration(g.SandboxCpuMs) * time.Millisecond,
+			ThreadID: g.ThreadID, Title: g.Title, Counts: usage.Counts{Commands: g.Commands,
+				Wall: time.Duration(g.WallMs) * time.Millisecond, CPU: time.Duration(g.CpuMs) * time.Millisecond,
+				InputTokens: g.InputTokens, OutputTokens: g.OutputTokens,
+				SandboxTime: time.Duration(g.SandboxMs) * time.Millisecond, SandboxCPU: time.Duration(g.SandboxCpuMs) * time.Millisecond},
 		}
 	}
 	return rows, nil
