@@ -121,13 +121,23 @@ func sseHeaders(c *fiber.Ctx) {
 	c.Status(fiber.StatusOK)
 }
 
-// streamSSE answers with an event stream a client follows: fn runs once
-// the handler has returned, writing events through w, which sends a ping
-// whenever the stream is silent for a while; ctx ends when the client goes
-// away (a write fails, or it closes the connection). Everything fn needs
-// from the request must be read before streamSSE is called: the fiber.Ctx
-// is not valid inside fn.
-func (s *Server) streamSSE(c *fiber.Ctx, fn func(ctx context.Context, w *sseWriter)) {
+// followSSE answers with an event stream a client follows (a turn's
+// events, a terminal's output) from where it resumes (lastEventID). exists
+// runs first: its error (an unknown turn or session) is the answer, before
+// the stream begins. Then fn runs, once the handler has returned, writing
+// the events after after through w, which sends a ping whenever the stream
+// is silent for a while; ctx ends when the client goes away (a write
+// fails, or it closes the connection). Everything fn needs from the
+// request must be read before followSSE is called: the fiber.Ctx is not
+// valid inside fn.
+func (s *Server) followSSE(c *fiber.Ctx, exists func() error, fn func(ctx context.Context, w *sseWriter, after int64)) error {
+	after, err := lastEventID(c)
+	if err != nil {
+		return err
+	}
+	if err := exists(); err != nil {
+		return err
+	}
 	peer := c.Context().Conn()
 	sseHeaders(c)
 	c.Context().SetBodyStreamWriter(func(bw *bufio.Writer) {
@@ -136,8 +146,9 @@ func (s *Server) streamSSE(c *fiber.Ctx, fn func(ctx context.Context, w *sseWrit
 		defer cancel()
 		w := &sseWriter{w: bw, cancel: cancel, last: time.Now(), peer: peer}
 		defer w.keepAlive(DefaultPingInterval, wire.EventPing, wire.Event{Type: wire.EventPing})()
-		fn(ctx, w)
+		fn(ctx, w, after)
 	})
+	return nil
 }
 
 // raw writes one event whose data is already JSON, numbered id (the

@@ -64,17 +64,13 @@ type terminalChunk struct {
 // byte cursor after it, so a reconnecting EventSource resumes where it
 // stopped. The stream ends with an exit event when the session ends.
 func (s *Server) terminalOutput(c *fiber.Ctx) error {
-	after, err := lastEventID(c)
-	if err != nil {
-		return err
-	}
 	p, threadID, sessionID := principal(c), c.Params("id"), c.Params("session")
 	ws := s.svc.Workspace
-	// An unknown session is a plain 404, before the stream begins.
-	if _, _, err := ws.TerminalSession(c.UserContext(), p, threadID, sessionID); err != nil {
+	exists := func() error {
+		_, _, err := ws.TerminalSession(c.UserContext(), p, threadID, sessionID)
 		return err
 	}
-	s.streamSSE(c, func(ctx context.Context, w *sseWriter) {
+	return s.followSSE(c, exists, func(ctx context.Context, w *sseWriter, after int64) {
 		end, err := ws.WatchTerminal(ctx, p, threadID, sessionID, after, func(ch tools.Chunk) error {
 			data, err := json.Marshal(terminalChunk{Data: ch.Data, Cursor: ch.Cursor, Dropped: ch.Dropped})
 			if err != nil {
@@ -87,7 +83,6 @@ func (s *Server) terminalOutput(c *fiber.Ctx) error {
 		}
 		_ = w.Event("exit", viewTerminal(end))
 	})
-	return nil
 }
 
 // terminalInputBody is the body of POST .../terminals/{sessionId}/input.

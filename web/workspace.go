@@ -250,17 +250,13 @@ const TurnIDHeader = "Threadbox-Turn-Id"
 // stopped one's with a stopped event. A number beyond the log replays
 // nothing.
 func (s *Server) turnEvents(c *fiber.Ctx) error {
-	after, err := lastEventID(c)
-	if err != nil {
-		return err
-	}
 	p, threadID, turnID := principal(c), c.Params("id"), c.Params("turn")
 	ws := s.svc.Workspace
-	// An unknown turn is a plain 404, before the stream begins.
-	if _, err := ws.Turn(c.UserContext(), p, threadID, turnID); err != nil {
+	exists := func() error {
+		_, err := ws.Turn(c.UserContext(), p, threadID, turnID)
 		return err
 	}
-	s.streamSSE(c, func(ctx context.Context, w *sseWriter) {
+	return s.followSSE(c, exists, func(ctx context.Context, w *sseWriter, after int64) {
 		end, err := ws.FollowTurn(ctx, p, threadID, turnID, after, func(ev turnpkg.Event) error {
 			return w.raw(ev.Seq, ev.Type, ev.Data)
 		})
@@ -272,7 +268,6 @@ func (s *Server) turnEvents(c *fiber.Ctx) error {
 			_ = w.Event(ev.Type, ev)
 		}
 	})
-	return nil
 }
 
 // lastEventID reads where a follower resumes: the Last-Event-ID header
