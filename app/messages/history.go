@@ -49,7 +49,7 @@ func upstreamHistory(in []wire.Message) []wire.Message {
 					b.Raw = nil
 				}
 				cur = append(cur, b)
-			case wire.BlockBashResult, wire.BlockTextEditorResult, wire.BlockSandboxResult, wire.BlockCodeExecutionResult:
+			case wire.BlockBashResult, wire.BlockTextEditorResult, wire.BlockSandboxResult, wire.BlockCodeExecutionResult, wire.BlockWebFetchResult:
 				add(flushAs, false, cur...)
 				cur = nil
 				if b.Result != nil {

@@ -128,6 +128,12 @@ type ToolCall struct {
 	// the code_execution call ID is paused on: the paused cell goes on
 	// with them, Input is not run anew.
 	Resume []ToolAnswer
+	// OrgID and UserID name who the turn runs for (RunOptions); a
+	// web_fetch call is decided by that org's egress policy.
+	OrgID, UserID string
+	// WebFetch holds the request's web_fetch tool options for a web_fetch
+	// call; nil for every other call.
+	WebFetch *wire.WebFetchTool
 }
 
 // CodeTool is a client tool as code sees it: an async Python function

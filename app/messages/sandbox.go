@@ -46,13 +46,15 @@ func resultBlockType(name string) string {
 		return wire.BlockSandboxResult
 	case name == SubToolCodeExecution:
 		return wire.BlockCodeExecutionResult
+	case name == wire.SubToolWebFetch:
+		return wire.BlockWebFetchResult
 	}
 	return wire.BlockBashResult
 }
 
 // isResultBlock reports whether a block type carries a server tool result.
 func isResultBlock(t string) bool {
-	return t == wire.BlockBashResult || t == wire.BlockTextEditorResult || t == wire.BlockSandboxResult || t == wire.BlockCodeExecutionResult
+	return t == wire.BlockBashResult || t == wire.BlockTextEditorResult || t == wire.BlockSandboxResult || t == wire.BlockCodeExecutionResult || t == wire.BlockWebFetchResult
 }
 
 // SandboxToolDefinitions returns the definitions the model sees for the

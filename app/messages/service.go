@@ -73,6 +73,8 @@ type Tools struct {
 	CodeExecution ToolExecutor
 	// Sandbox runs the sandbox_v1 tools.
 	Sandbox ToolExecutor
+	// WebFetch runs the web_fetch tool (app/fetchtool).
+	WebFetch ToolExecutor
 }
 
 // New returns a Service asking model for steps and running server tools
@@ -142,6 +144,9 @@ type Plan struct {
 	ProgrammaticTools []string `json:"programmatic_tools"`
 	// ContainerUploads are the file ids of container_upload blocks.
 	ContainerUploads []string `json:"container_uploads"`
+	// WebFetch holds the options of the request's web_fetch tool; nil
+	// when the request has none.
+	WebFetch *wire.WebFetchTool `json:"web_fetch,omitempty"`
 }
 
 // Validate checks a request without running anything and says what it
@@ -191,6 +196,25 @@ func plan(req *wire.Request, allowedTypes []string) (*Plan, error) {
 			if HasPythonREPL(t.Type) {
 				p.ServerTools = append(p.ServerTools, SubToolCodeExecution)
 			}
+		case t.Type == wire.ToolTypeWebFetch2509 || t.Type == wire.ToolTypeWebFetch2602:
+			if t.Name != wire.SubToolWebFetch {
+				return nil, fault.Errorf(fault.Invalid, "tools.%d.name: the %s tool must be named \"web_fetch\"", i, t.Type)
+			}
+			if p.WebFetch != nil {
+				return nil, fault.Errorf(fault.Invalid, "tools.%d: web_fetch is enabled twice", i)
+			}
+			w, err := wire.WebFetchToolOf(t)
+			if err != nil {
+				return nil, fault.Errorf(fault.Invalid, "tools.%d: %v", i, err)
+			}
+			if len(w.AllowedDomains) > 0 && len(w.BlockedDomains) > 0 {
+				return nil, fault.Errorf(fault.Invalid, "tools.%d: allowed_domains and blocked_domains cannot be used together", i)
+			}
+			if w.MaxUses < 0 || w.MaxContentTokens < 0 {
+				return nil, fault.Errorf(fault.Invalid, "tools.%d: max_uses and max_content_tokens must be positive", i)
+			}
+			p.WebFetch = &w
+			p.ServerTools = append(p.ServerTools, wire.SubToolWebFetch)
 		case t.Type == wire.ToolTypeSandboxV1:
 			names := []string{t.Name}
 			switch {
@@ -218,7 +242,7 @@ func plan(req *wire.Request, allowedTypes []string) (*Plan, error) {
 			if err := checkAllowedCallers(i, t); err != nil {
 				return nil, err
 			}
-			if seen[t.Name] || t.Name == wire.SubToolBash || t.Name == wire.SubToolTextEditor {
+			if seen[t.Name] || t.Name == wire.SubToolBash || t.Name == wire.SubToolTextEditor || t.Name == wire.SubToolWebFetch {
 				return nil, fault.Errorf(fault.Invalid, "tools.%d.name: %q is used twice or reserved", i, t.Name)
 			}
 			seen[t.Name] = true
@@ -286,7 +310,12 @@ type turn struct {
 	next    int // index of the next content block
 	usage   wire.Usage
 	calls   int
+	fetches int // web_fetch calls run
 	codeRan bool
+	// context is the conversation's text as the web_fetch tool checks a
+	// URL against it: the request's messages, then each result of the
+	// turn; built at the first web_fetch call.
+	context *strings.Builder
 	env     []string // Env and EnvFunc's variables, once a sub-tool ran
 
 	// Programmatic tool calling (programmatic.go): the client's results
@@ -302,7 +331,10 @@ type turn struct {
 
 // toolCall returns the call of a server tool.
 func (t *turn) toolCall(id, name string, input json.RawMessage, env []string) ToolCall {
-	c := ToolCall{ID: id, Name: name, Input: input, ContainerID: t.opts.ContainerID, ScopeID: t.scopeID(), Env: env}
+	c := ToolCall{ID: id, Name: name, Input: input, ContainerID: t.opts.ContainerID, ScopeID: t.scopeID(), Env: env, OrgID: t.opts.OrgID, UserID: t.opts.UserID}
+	if name == wire.SubToolWebFetch {
+		c.WebFetch = t.plan.WebFetch
+	}
 	if name == SubToolCodeExecution {
 		c.CodeTools, c.CallerType = t.codeTools(), t.plan.ToolType
 	}
@@ -583,7 +615,7 @@ func blockEvents(b wire.ContentBlock) []wire.Event {
 // server_tool_use block in a history is the model upstream's own (web
 // search), run and answered by the upstream.
 func IsOwnServerTool(name string) bool {
-	return name == wire.SubToolBash || name == wire.SubToolTextEditor || name == SubToolCodeExecution || IsSandboxTool(name)
+	return name == wire.SubToolBash || name == wire.SubToolTextEditor || name == SubToolCodeExecution || IsSandboxTool(name) || name == wire.SubToolWebFetch
 }
 
 // route decides who runs a tool_use named name: a server tool's executor
@@ -594,6 +626,8 @@ func (t *turn) route(name string) (exec ToolExecutor, server bool) {
 		return t.s.tools.Sandbox, t.plan.Sandbox && slices.Contains(t.plan.ServerTools, name)
 	case name == wire.SubToolBash || name == wire.SubToolTextEditor || name == SubToolCodeExecution:
 		return t.s.tools.CodeExecution, t.plan.CodeExecution && slices.Contains(t.plan.ServerTools, name)
+	case name == wire.SubToolWebFetch:
+		return t.s.tools.WebFetch, t.plan.WebFetch != nil
 	}
 	return nil, false
 }
@@ -606,9 +640,15 @@ func (t *turn) isServerTool(name string) bool {
 // execute runs one sub-tool call and sends its result block.
 func (t *turn) execute(ctx context.Context, call ToolCall) (*wire.ToolResult, error) {
 	var r *wire.ToolResult
-	if exec, _ := t.route(call.Name); exec == nil {
+	if call.Name == wire.SubToolWebFetch {
+		r = t.fetchRefusal(call) // nil lets the call run
+	}
+	exec, _ := t.route(call.Name)
+	switch {
+	case r != nil:
+	case exec == nil:
 		r = ErrorResult(call.Name, wire.CodeUnavailable, NotConfiguredMessage)
-	} else {
+	default:
 		if t.opts.BeforeToolCall != nil {
 			t.opts.BeforeToolCall(ctx, call, nil)
 		}
@@ -645,9 +685,15 @@ func (t *turn) execute(ctx context.Context, call ToolCall) (*wire.ToolResult, er
 			}
 			return nil, fmt.Errorf("messages: %s: %w", call.Name, err)
 		}
-		t.codeRan = true
+		t.codeRan = t.codeRan || call.Name != wire.SubToolWebFetch
 	}
-	if call.Resume == nil {
+	switch {
+	case call.Name == wire.SubToolWebFetch:
+		if r.ErrorCode != wire.FetchMaxUsesExceeded {
+			t.fetches++
+		}
+		t.noteContext(r)
+	case call.Resume == nil:
 		t.calls++
 	}
 	blockType := resultBlockType(call.Name)
@@ -691,6 +737,8 @@ func ErrorResult(subTool, code, explanation string) *wire.ToolResult {
 		typ = wire.ResultCodeExecutionError
 	case IsSandboxTool(subTool):
 		typ = wire.ResultSandboxError
+	case subTool == wire.SubToolWebFetch:
+		return wire.WebFetchError(code)
 	}
 	return &wire.ToolResult{Type: typ, ErrorCode: code, Detail: &wire.ErrorDetail{Code: code, Explanation: explanation}}
 }
@@ -784,8 +832,8 @@ func (t *turn) finish(stopReason string, stopSequence *string) error {
 		d.Container = &c
 	}
 	u := t.usage
-	if t.calls > 0 || t.plan.CodeExecution {
-		u.ServerToolUse = &wire.ServerToolUse{CodeExecutionRequests: t.calls}
+	if t.calls > 0 || t.fetches > 0 || t.plan.CodeExecution || t.plan.WebFetch != nil {
+		u.ServerToolUse = &wire.ServerToolUse{CodeExecutionRequests: t.calls, WebFetchRequests: t.fetches}
 	}
 	if err := t.send(wire.Event{Type: wire.EventMessageDelta, MessageDelta: d, Usage: &u}); err != nil {
 		return err
@@ -822,8 +870,11 @@ func (t *turn) toolDefinitions() []ToolDefinition {
 	if t.plan.Sandbox {
 		defs = append(defs, SandboxToolDefinitions(t.plan.ServerTools)...)
 	}
+	if t.plan.WebFetch != nil {
+		defs = append(defs, webFetchDefinition)
+	}
 	for _, tool := range t.req.Tools {
-		if isCodeExecutionType(tool.Type) || tool.Type == wire.ToolTypeSandboxV1 || !directTool(tool) {
+		if isCodeExecutionType(tool.Type) || tool.Type == wire.ToolTypeSandboxV1 || isWebFetchType(tool.Type) || !directTool(tool) {
 			// A tool only code may call is the code's, not the model's.
 			continue
 		}

@@ -12,6 +12,8 @@ import (
 	"strings"
 
 	"threadbox/app/egressgate"
+	"threadbox/app/fetchtool"
+	"threadbox/app/messages"
 	"threadbox/app/tools"
 	"threadbox/domain/egress"
 	"threadbox/infra/egressproxy"
@@ -230,4 +232,14 @@ func egressNotes(e *egressWiring) tools.EgressNotes {
 		return nil
 	}
 	return e.log
+}
+
+// webFetchTool is the web_fetch tool's executor, fetching through the
+// egress proxy's decisions and ledger; nil (each call answered
+// "unavailable") when the operator turned the proxy off.
+func webFetchTool(sys *system, log *slog.Logger) messages.ToolExecutor {
+	if sys.egress == nil {
+		return nil
+	}
+	return fetchtool.New(sys.egress.proxy, sys.admin, log.With("component", "web_fetch"))
 }

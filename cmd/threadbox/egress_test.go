@@ -130,13 +130,14 @@ func newEgressWorld(t *testing.T) *egressWorld {
 	w := &egressWorld{alpns: map[string][]string{}}
 	w.dns = serveTestDNS(t, map[string][]net.IP{
 		"api.test.":    {net.IPv4(127, 0, 0, 1)},
+		"docs.test.":   {net.IPv4(127, 0, 0, 1)},
 		"pypi.test.":   {net.IPv4(127, 0, 0, 1)},
 		"git.test.":    {net.IPv4(127, 0, 0, 1)},
 		"plain.test.":  {net.IPv4(127, 0, 0, 1)},
 		"other.test.":  {net.IPv4(127, 0, 0, 1)},
 		"rebind.test.": {net.IPv4(127, 0, 0, 1), net.IPv4(169, 254, 169, 254)},
 	})
-	caPEM, cert := testCA(t, "pypi.test", "git.test", "other.test", "rebind.test", "api.test")
+	caPEM, cert := testCA(t, "pypi.test", "git.test", "other.test", "rebind.test", "api.test", "docs.test")
 	w.caPEM = caPEM
 	w.caFile = filepath.Join(t.TempDir(), "upstream-roots.pem")
 	if err := os.WriteFile(w.caFile, []byte(caPEM), 0o644); err != nil {
@@ -161,6 +162,10 @@ func newEgressWorld(t *testing.T) *egressWorld {
 		w.auth = append(w.auth, r.Header.Get("Authorization"))
 		w.mu.Unlock()
 		io.WriteString(rw, "api ok")
+	})
+	mux.HandleFunc("/doc.html", func(rw http.ResponseWriter, r *http.Request) {
+		rw.Header().Set("Content-Type", "text/html; charset=utf-8")
+		io.WriteString(rw, "<html><head><title>Release notes</title><script>ignored()</script></head><body><h1>Release 7</h1><p>The build number is 90417.</p></body></html>")
 	})
 	mux.HandleFunc("/hello", func(rw http.ResponseWriter, r *http.Request) { io.WriteString(rw, "hello") })
 	mux.Handle("/git/", &cgi.Handler{

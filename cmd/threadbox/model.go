@@ -56,7 +56,7 @@ func newMessages(cfg Config, sys *system, fs containerFiles, log *slog.Logger) *
 	}
 	model := sys.metrics.Model(newModel(cfg), provider)
 	sys.kit = kit
-	return messages.New(model, messages.Tools{CodeExecution: kit, Sandbox: kit}, messages.Config{
+	return messages.New(model, messages.Tools{CodeExecution: kit, Sandbox: kit, WebFetch: webFetchTool(sys, log)}, messages.Config{
 		MaxToolIterations: cfg.MaxToolIters,
 		TurnTimeout:       cfg.TurnTimeout,
 		AllowedToolTypes:  cfg.AllowToolTypes,

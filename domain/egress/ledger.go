@@ -69,3 +69,25 @@ type Ledger interface {
 	// EgressRecords returns a page of the records f selects, newest first.
 	EgressRecords(ctx context.Context, f LedgerFilter) ([]Record, error)
 }
+
+// Refused is the error of a connection the egress policy refused, for a
+// fetch threadbox makes itself on an org's behalf (the web_fetch tool).
+type Refused struct {
+	Host   string
+	Port   int
+	Rule   string
+	Reason string
+}
+
+func (e *Refused) Error() string { return "egress refused: " + e.Reason }
+
+// Fetched is what a fetch made through the egress policy got: the URL
+// it ended at (after redirects), the status, the media type and up to the
+// asked bound of the body (Truncated when there was more).
+type Fetched struct {
+	URL         string
+	Status      int
+	ContentType string
+	Body        []byte
+	Truncated   bool
+}

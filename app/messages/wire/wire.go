@@ -536,6 +536,20 @@ func (b ContentBlock) MarshalJSON() ([]byte, error) {
 			ToolUseID string      `json:"tool_use_id"`
 			Content   *ToolResult `json:"content"`
 		}{b.Type, b.ToolUseID, b.Result})
+	case BlockWebFetchResult:
+		if b.Result == nil {
+			return nil, fmt.Errorf("messages: %s block without result", b.Type)
+		}
+		caller := b.Caller
+		if caller == nil {
+			caller = &Caller{Type: CallerDirect}
+		}
+		return json.Marshal(struct {
+			Type      string      `json:"type"`
+			ToolUseID string      `json:"tool_use_id"`
+			Content   *ToolResult `json:"content"`
+			Caller    *Caller     `json:"caller"`
+		}{b.Type, b.ToolUseID, b.Result, caller})
 	case BlockContainerUpload:
 		return json.Marshal(struct {
 			Type   string `json:"type"`
@@ -598,6 +612,12 @@ func (b *ContentBlock) decode(data []byte) error {
 		b.Input = aux.Input
 	}
 	switch aux.Type {
+	case BlockWebFetchResult:
+		r, err := webFetchResultOf(aux.Content)
+		if err != nil {
+			return fmt.Errorf("messages: %s content: %w", aux.Type, err)
+		}
+		b.Result = r
 	case BlockSandboxResult:
 		r, err := sandboxResultOf(aux.Content)
 		if err != nil {
@@ -704,7 +724,7 @@ type ToolResult struct {
 
 // IsError reports whether the result is an error block.
 func (r *ToolResult) IsError() bool {
-	return r.Type == ResultBashError || r.Type == ResultEditorError || r.Type == ResultSandboxError || r.Type == ResultCodeExecutionError
+	return r.Type == ResultBashError || r.Type == ResultEditorError || r.Type == ResultSandboxError || r.Type == ResultCodeExecutionError || r.Type == ResultWebFetchError
 }
 
 // MarshalJSON writes the result in the shape of its type.
@@ -749,11 +769,16 @@ func (r ToolResult) MarshalJSON() ([]byte, error) {
 			NewLines int      `json:"new_lines"`
 			Lines    []string `json:"lines"`
 		}{r.Type, r.OldStart, r.OldLines, r.NewStart, r.NewLines, lines})
-	case ResultSandboxBody:
+	case ResultSandboxBody, ResultWebFetch:
 		if len(r.Body) == 0 {
-			return nil, fmt.Errorf("messages: sandbox result without body")
+			return nil, fmt.Errorf("messages: %s result without body", r.Type)
 		}
 		return r.Body, nil
+	case ResultWebFetchError:
+		return json.Marshal(struct {
+			Type      string `json:"type"`
+			ErrorCode string `json:"error_code"`
+		}{r.Type, r.ErrorCode})
 	case ResultBashError, ResultEditorError, ResultSandboxError, ResultCodeExecutionError:
 		return json.Marshal(struct {
 			Type      string       `json:"type"`
