@@ -7,7 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/anthropics/anthropic-sdk-go/v2"
 	msgwire "threadbox/app/messages/wire"
+
 	"threadbox/infra/llm/fakeupstream"
 )
 
@@ -39,6 +41,7 @@ func TestWebFetchWithCodeExecution(t *testing.T) {
 		}
 		return textStep("done")
 	})
+	var lastBody []byte
 	send := func(text string, tool map[string]any, calls ...msgwire.ContentBlock) map[string]any {
 		t.Helper()
 		if len(calls) > 0 {
@@ -52,6 +55,7 @@ func TestWebFetchWithCodeExecution(t *testing.T) {
 		if r.status != 200 {
 			t.Fatalf("messages: %d %s", r.status, r.body)
 		}
+		lastBody = r.body
 		return r.json(t)
 	}
 	results := func(m map[string]any, typ string) []map[string]any {
@@ -73,6 +77,24 @@ func TestWebFetchWithCodeExecution(t *testing.T) {
 	doc := fetched[0]["content"].(map[string]any)
 	if src := doc["source"].(map[string]any); doc["type"] != "document" || doc["title"] != "Release notes" || src["data"] != "Release 7\n\nThe build number is 90417." {
 		t.Fatalf("document: %v", doc)
+	}
+	// The official SDK reads the blocks as its own types.
+	var msg anthropic.Message
+	if err := json.Unmarshal(lastBody, &msg); err != nil {
+		t.Fatal(err)
+	}
+	var sdkDoc anthropic.WebFetchBlock
+	for _, b := range msg.Content {
+		if b.Type == "web_fetch_tool_result" {
+			r := b.AsWebFetchToolResult()
+			sdkDoc = r.Content.AsResponseWebFetchResultBlock()
+			if r.Caller.Type != "direct" {
+				t.Fatalf("caller %+v", r.Caller)
+			}
+		}
+	}
+	if sdkDoc.URL != page || sdkDoc.Content.Title != "Release notes" || sdkDoc.Content.Source.Data != "Release 7\n\nThe build number is 90417." {
+		t.Fatalf("the SDK read %+v", sdkDoc)
 	}
 	bash := results(m, "bash_code_execution_tool_result")
 	if len(bash) != 1 || bash[0]["stdout"] != "180834\n" {
