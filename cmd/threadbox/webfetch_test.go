@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"regexp"
 	"strings"
@@ -36,7 +37,8 @@ func TestWebFetchWithCodeExecution(t *testing.T) {
 	// sent and has bash double it.
 	number := regexp.MustCompile(`build number is (\d+)`)
 	fake.SetFallback(func(_ fakeupstream.Format, body json.RawMessage) fakeupstream.Reply {
-		if m := number.FindSubmatch(body); m != nil && !strings.Contains(string(body), "bash_code_execution_result") {
+		offered := strings.Contains(string(body), `"name":"bash_code_execution"`)
+		if m := number.FindSubmatch(body); m != nil && offered && !strings.Contains(string(body), "bash_code_execution_result") {
 			return bashStep("echo $((" + string(m[1]) + " * 2))")
 		}
 		return textStep("done")
@@ -122,6 +124,27 @@ func TestWebFetchWithCodeExecution(t *testing.T) {
 	}
 	if want := "web_fetch_tool_result_error:url_not_allowed web_fetch_tool_result_error:url_not_in_prior_context web_fetch_tool_result_error:max_uses_exceeded"; strings.Join(codes, " ") != want {
 		t.Fatalf("results %v, want %s", codes, want)
+	}
+
+	// Streamed through the official SDK, with its own tool type: the
+	// result block arrives whole in its content_block_start.
+	fake.Push(steps(call("web_fetch", map[string]any{"url": page})))
+	cl := msgClient(s, a)
+	stream := cl.Messages.NewStreaming(context.Background(), msgParams("", userText("Summarise "+page),
+		anthropic.ToolUnionParam{OfWebFetchTool20250910: &anthropic.WebFetchTool20250910Param{MaxUses: anthropic.Int(1)}}))
+	var acc anthropic.Message
+	streamed := ""
+	for stream.Next() {
+		ev := stream.Current()
+		if err := acc.Accumulate(ev); err != nil {
+			t.Fatal(err)
+		}
+		if ev.Type == "content_block_start" && ev.ContentBlock.Type == "web_fetch_tool_result" {
+			streamed = ev.ContentBlock.AsWebFetchToolResult().Content.AsResponseWebFetchResultBlock().Content.Source.Data
+		}
+	}
+	if err := stream.Err(); err != nil || streamed != "Release 7\n\nThe build number is 90417." || acc.Usage.ServerToolUse.WebFetchRequests != 1 {
+		t.Fatalf("streamed: %v %q %+v", err, streamed, acc.Usage)
 	}
 
 	// The ledger has the fetch and the refusal, with the turn's org and user.
