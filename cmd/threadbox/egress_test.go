@@ -201,7 +201,7 @@ func TestEgressThroughProxy(t *testing.T) {
 	w := newEgressWorld(t)
 	// trusted names the backends that mount the trust folder, where a
 	// secret's host is reached with the install's CA.
-	trusted := map[string]bool{"docker-runc": true, "docker-runsc": true, "local": true}
+	trusted := map[string]bool{"docker-runc": true, "docker-runsc": true, "local": true, "kubernetes": true}
 	backends := []struct {
 		name string
 		env  func(t *testing.T) map[string]string
@@ -215,6 +215,11 @@ func TestEgressThroughProxy(t *testing.T) {
 				missing(t, "runsc is not installed: %v", err)
 			}
 			return map[string]string{"SANDBOX_BACKEND": "docker", "SANDBOX_RUNTIME": "runsc", "THREADBOX_AGENT_BIN": bin}
+		}},
+		{"kubernetes", func(t *testing.T) map[string]string {
+			kubeconfig, ns, _ := needKubernetes(t)
+			return map[string]string{"SANDBOX_BACKEND": "kubernetes", "KUBECONFIG": kubeconfig, "K8S_NAMESPACE": ns, "K8S_NETWORK_POLICY": "unenforced",
+				"K8S_HOST_PATH_VOLUMES": "true", "K8S_IMAGE_PULL_POLICY": "Never", "THREADBOX_AGENT_BIN": needAgent(t)}
 		}},
 		{"local", func(t *testing.T) map[string]string {
 			bin := needAgent(t)

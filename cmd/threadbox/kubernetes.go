@@ -48,7 +48,7 @@ func newKubernetes(cfg Config, limits sandbox.Limits, log *slog.Logger) (*kubern
 		pull = kubernetes.PullPolicy(k.PullPolicy)
 	}
 	return kubernetes.New(kubernetes.Config{
-		Settings:        boxes.Settings{Instance: cfg.Instance, Limits: limits, Logger: log},
+		Settings:        boxes.Settings{Instance: cfg.Instance, Limits: limits, Logger: log, TrustDir: egressTrustDir(cfg)},
 		Kubeconfig:      k.Kubeconfig,
 		Namespace:       k.Namespace,
 		Image:           cfg.SandboxImage,

@@ -182,6 +182,9 @@ type Backend struct {
 
 	// A pod cannot be restored from a checkpoint.
 	boxes.FilesOnly
+
+	trustMu   sync.Mutex
+	trustDone bool // the trust ConfigMap is written (trust.go)
 }
 
 // box is one running sandbox: its pod and the agent over the attach stream.

@@ -268,8 +268,12 @@ func (b *Backend) boot(ctx context.Context, spec sandbox.Spec) (*box, error) {
 	if err := b.ensureObjects(cctx, spec, root, l); err != nil {
 		return nil, err
 	}
+	if err := b.ensureTrust(cctx); err != nil {
+		return nil, err
+	}
 	pods := b.cs.CoreV1().Pods(b.cfg.Namespace)
 	want := b.podSpec(spec, mounts, l)
+	b.trustPod(want)
 	// A pod of this name that this process does not hold (ended, or
 	// left behind) is replaced.
 	if err := b.deletePod(cctx, want.Name); err != nil {
