@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -240,4 +242,36 @@ func TestKubernetesStorageClassFiles(t *testing.T) {
 		t.Fatalf("turn after an idle stop: %d %s", r.status, r.body)
 	}
 	s.stop()
+}
+
+// TestKubernetesRewind: with the claims on the node's host folders
+// (K8S_HOST_PATH_VOLUMES), a thread's turns in pods are snapshotted like
+// any other's: a rewind gives the container its first turn's files back,
+// and the pod's next command sees them.
+func TestKubernetesRewind(t *testing.T) {
+	kubeconfig, ns, _ := needKubernetes(t)
+	s, fake := modelServer(t, "", "anthropic", map[string]string{
+		"SANDBOX_BACKEND": "kubernetes", "KUBECONFIG": kubeconfig, "K8S_NAMESPACE": ns, "K8S_NETWORK_POLICY": "unenforced",
+		"K8S_HOST_PATH_VOLUMES": "true", "K8S_IMAGE_PULL_POLICY": "Never",
+	})
+	f := newWSFixture(t, s)
+	turn := func(cmd, text string) string {
+		t.Helper()
+		fake.Push(bashStep(cmd), textStep("done"))
+		r := s.do("POST", appAPI+"/thread/"+f.tid+"/messages", f.admin, map[string]any{"content": text, "pgpt": map[string]any{"tools": []any{"code_execution"}}})
+		mustStatus(t, text, r, 200)
+		return lastAnswer(t, f, f.admin, f.tid)
+	}
+	const ws = "/home/agent/workspace"
+	first := turn("echo one > "+ws+"/a.txt", "turn 1")
+	turn("echo two > "+ws+"/a.txt; echo b > "+ws+"/b.txt", "turn 2")
+	mustStatus(t, "rewind", s.do("POST", appAPI+"/thread/"+f.tid+"/rewind", f.admin, map[string]any{"message_id": first}), 200)
+	if got, want := threadFiles(t, s, f.tid), map[string]string{"workspace/a.txt": "one\n"}; !maps.Equal(got, want) {
+		t.Fatalf("after the rewind: %v, want %v", got, want)
+	}
+	turn("cat "+ws+"/a.txt; ls "+ws, "after the rewind")
+	h := f.history(t, f.admin, f.tid)
+	if last, _ := json.Marshal(h[len(h)-1]); !strings.Contains(string(last), `one\na.txt\n`) {
+		t.Fatalf("the pod does not see the rewound files: %s", last)
+	}
 }
