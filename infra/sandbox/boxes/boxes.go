@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 
 	"threadbox/domain/sandbox"
@@ -21,6 +22,7 @@ import (
 // not usable; New makes one.
 type Set[B Box] struct {
 	name string // the backend's, the prefix of its errors
+	log  *slog.Logger
 
 	mu    sync.Mutex
 	boxes map[string]B           // running, by container id
@@ -28,9 +30,10 @@ type Set[B Box] struct {
 	locks map[string]*sync.Mutex // per id: boot, stop
 }
 
-// New returns an empty set of the backend name.
-func New[B Box](name string) *Set[B] {
-	return &Set[B]{name: name, boxes: map[string]B{}, known: map[string]bool{}, locks: map[string]*sync.Mutex{}}
+// New returns an empty set of the backend name, which logs the stops of
+// its sandboxes to log.
+func New[B Box](name string, log *slog.Logger) *Set[B] {
+	return &Set[B]{name: name, log: log, boxes: map[string]B{}, known: map[string]bool{}, locks: map[string]*sync.Mutex{}}
 }
 
 // Lock takes id's lock and returns its release.
@@ -131,20 +134,41 @@ func (s *Set[B]) Known(id string) bool {
 }
 
 // Stop takes id's box out of the set and kills it, then waits until its
-// sandbox has gone or ctx is done; the caller holds id's lock. It reports
-// whether there was a box.
-func (s *Set[B]) Stop(ctx context.Context, id string) (bool, error) {
+// sandbox has gone or ctx is done; the caller holds id's lock. A stop of a
+// box the set held is logged.
+func (s *Set[B]) Stop(ctx context.Context, id string) error {
 	b, ok := s.Take(id)
 	if !ok {
-		return false, nil
+		return nil
 	}
 	b.Kill()
 	select {
 	case <-b.Done():
-		return true, nil
 	case <-ctx.Done():
-		return true, fmt.Errorf("%s: stop %s: %w", s.name, id, ctx.Err())
+		return fmt.Errorf("%s: stop %s: %w", s.name, id, ctx.Err())
 	}
+	s.log.Info("sandbox stopped", "id", id, "backend", s.name)
+	return nil
+}
+
+// StopAll stops every box the set holds with stop, the backend's Stop,
+// and joins their errors: a backend's Close.
+func (s *Set[B]) StopAll(stop func(ctx context.Context, id string) error) error {
+	var errs []error
+	for _, id := range s.IDs(nil) {
+		errs = append(errs, stop(context.Background(), id))
+	}
+	return errors.Join(errs...)
+}
+
+// Remove stops id's sandbox with stop, the backend's Stop, then forgets
+// it: a backend's Remove. Host folders are the caller's.
+func (s *Set[B]) Remove(ctx context.Context, id string, stop func(ctx context.Context, id string) error) error {
+	if err := stop(ctx, id); err != nil {
+		return err
+	}
+	s.Forget(id)
+	return nil
 }
 
 // Forget drops what the set remembers of id besides a running box.
@@ -181,4 +205,17 @@ func (s *Set[B]) Ensure(ctx context.Context, spec sandbox.Spec, dirs *hostdirs.L
 	}
 	s.Put(spec.ID, b)
 	return nil
+}
+
+// Verdict says what a backend's Reconcile does with a sandbox it found
+// serving id: Leave when the set holds id's box (this process serves it),
+// Drop when id is unknown, else what decide says.
+func (s *Set[B]) Verdict(id string, decide func(id string) sandbox.Verdict) sandbox.Verdict {
+	if id == "" {
+		return sandbox.Drop
+	}
+	if _, held := s.Live(id); held {
+		return sandbox.Leave
+	}
+	return decide(id)
 }

@@ -3,6 +3,7 @@ package boxes
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -30,7 +31,7 @@ func (b *fakeBox) Kill() { b.killed <- struct{}{} }
 
 func TestEnsureBootsOnceAndAgainAfterAnEnd(t *testing.T) {
 	ctx := context.Background()
-	s := New[*fakeBox]("test")
+	s := New[*fakeBox]("test", slog.New(slog.DiscardHandler))
 	var boots atomic.Int32
 	boot := func(_ context.Context, spec sandbox.Spec) (*fakeBox, error) {
 		return newFakeBox(int(boots.Add(1))), nil
@@ -83,7 +84,7 @@ func TestEnsureBootsOnceAndAgainAfterAnEnd(t *testing.T) {
 
 func TestEnsureFailureAndBookkeeping(t *testing.T) {
 	ctx := context.Background()
-	s := New[*fakeBox]("test")
+	s := New[*fakeBox]("test", slog.New(slog.DiscardHandler))
 	boom := errors.New("boom")
 	err := s.Ensure(ctx, sandbox.Spec{ID: "x"}, nil, func(context.Context, sandbox.Spec) (*fakeBox, error) { return nil, boom })
 	if !errors.Is(err, sandbox.ErrUnavailable) || !errors.Is(err, boom) {

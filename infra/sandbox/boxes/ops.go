@@ -164,6 +164,12 @@ func (o Ops[B]) SandboxCPU(ctx context.Context, id string) (time.Duration, error
 	return d, nil
 }
 
+// Stop ends id's sandbox under id's lock (Set.Stop); its files stay.
+func (o Ops[B]) Stop(ctx context.Context, id string) error {
+	defer o.set.Lock(id)()
+	return o.set.Stop(ctx, id)
+}
+
 // Status reports id's state as the set knows it: running, stopped (held
 // before) or missing.
 func (o Ops[B]) Status(ctx context.Context, id string) (sandbox.Status, error) {

@@ -3,6 +3,7 @@ package boxes
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -94,7 +95,7 @@ func TestExec(t *testing.T) {
 		{name: "error, sandbox lives", put: true, err: boom, wantIs: boom},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := New[*opsBox]("test")
+			s := New[*opsBox]("test", slog.New(slog.DiscardHandler))
 			bx := &opsBox{done: make(chan struct{}), killsPerExec: tc.killsPerExec, counted: tc.counted, why: tc.why}
 			bx.a = &opsAgent{res: tc.res, err: tc.err, box: bx, dies: tc.dies, done: make(chan struct{})}
 			if tc.put || tc.known {
@@ -118,7 +119,7 @@ func TestExec(t *testing.T) {
 }
 
 func TestExecAsksMissing(t *testing.T) {
-	s := New[*opsBox]("test")
+	s := New[*opsBox]("test", slog.New(slog.DiscardHandler))
 	for _, missing := range []bool{true, false} {
 		_, err := NewOps(s, func(context.Context, string) bool { return missing }).Exec(context.Background(), "a", sandbox.Command{})
 		if errors.Is(err, sandbox.ErrNotFound) != missing || errors.Is(err, sandbox.ErrUnavailable) == missing {
@@ -129,7 +130,7 @@ func TestExecAsksMissing(t *testing.T) {
 
 func TestSessionsStatusAndNotRunning(t *testing.T) {
 	ctx := context.Background()
-	s := New[*opsBox]("test")
+	s := New[*opsBox]("test", slog.New(slog.DiscardHandler))
 	o := NewOps(s, nil)
 	if st, _ := o.Status(ctx, "a"); st.State != sandbox.StateMissing {
 		t.Errorf("before a boot: %+v", st)

@@ -3,7 +3,6 @@ package boxes
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -23,7 +22,6 @@ import (
 type Pool[B Box] struct {
 	set *Set[B]
 	dir string
-	log *slog.Logger
 
 	mu    sync.Mutex
 	slots map[string]Slot // by the id its sandbox serves: the slot's name until claimed, then the container's
@@ -37,9 +35,9 @@ type Slot struct {
 }
 
 // NewPool returns an empty pool of set's sandboxes whose slots are made
-// under dir.
-func NewPool[B Box](set *Set[B], dir string, log *slog.Logger) *Pool[B] {
-	return &Pool[B]{set: set, dir: dir, log: log, slots: map[string]Slot{}}
+// under dir; it logs to set's logger.
+func NewPool[B Box](set *Set[B], dir string) *Pool[B] {
+	return &Pool[B]{set: set, dir: dir, slots: map[string]Slot{}}
 }
 
 // Slot returns the slot of the warm sandbox named name, held or not.
@@ -111,7 +109,7 @@ func (p *Pool[B]) Drop(id string) (Slot, bool) {
 // Remove unmounts and deletes sl's folder, held or not.
 func (p *Pool[B]) Remove(sl Slot) {
 	if err := slot.Remove(sl.Dir); err != nil {
-		p.log.Warn("warm slot not removed", "slot", sl.Name, "cause", err.Error())
+		p.set.log.Warn("warm slot not removed", "slot", sl.Name, "cause", err.Error())
 	}
 }
 
@@ -197,6 +195,33 @@ func (p *Pool[B]) Claim(ctx context.Context, name string, spec sandbox.Spec, dir
 	p.slots[spec.ID] = sl
 	p.mu.Unlock()
 	p.set.Put(spec.ID, bx)
-	p.log.Info("warm sandbox claimed", "id", spec.ID, "slot", name, "backend", p.set.name)
+	p.set.log.Info("warm sandbox claimed", "id", spec.ID, "slot", name, "backend", p.set.name)
 	return nil
+}
+
+// NoWarmPool answers for a backend that cannot keep warm sandboxes: a
+// backend embeds it for its warm pool methods.
+type NoWarmPool struct {
+	name, reason string
+}
+
+// WarmsNone returns the warm pool answers of the backend name, which keeps
+// no warm sandboxes for reason.
+func WarmsNone(name, reason string) NoWarmPool {
+	return NoWarmPool{name: name, reason: reason}
+}
+
+// Warm is unsupported: the backend keeps no warm sandboxes.
+func (n NoWarmPool) Warm(context.Context, sandbox.Spec) error {
+	return fmt.Errorf("%s: warm pool: %w: %s", n.name, sandbox.ErrUnsupported, n.reason)
+}
+
+// Claim is unsupported: there are no warm sandboxes to claim.
+func (n NoWarmPool) Claim(_ context.Context, name string, _ sandbox.Spec) error {
+	return fmt.Errorf("%s: claim %s: %w: no warm pool", n.name, name, sandbox.ErrUnsupported)
+}
+
+// WarmSandboxes is unsupported: there are no warm sandboxes.
+func (n NoWarmPool) WarmSandboxes(context.Context) ([]string, error) {
+	return nil, fmt.Errorf("%s: warm sandboxes: %w: no warm pool", n.name, sandbox.ErrUnsupported)
 }

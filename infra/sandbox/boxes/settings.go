@@ -2,6 +2,7 @@ package boxes
 
 import (
 	"log/slog"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -61,4 +62,27 @@ func ResolveRootFS(path string) string {
 		return r
 	}
 	return path
+}
+
+// FindCached returns the folder of a build artefact the backends boot
+// from: the one the environment variable env names, else sub/current in
+// the cache the sandbox image's build uses ($THREADBOX_CACHE_DIR, else
+// $DATA_DIR/cache, else /var/cache/threadbox); the first that holds the
+// file marker (a path inside it), or "" when neither does.
+func FindCached(getenv func(string) string, env, sub, marker string) string {
+	cache := "/var/cache/threadbox"
+	if v := getenv("THREADBOX_CACHE_DIR"); v != "" {
+		cache = v
+	} else if v := getenv("DATA_DIR"); v != "" {
+		cache = filepath.Join(v, "cache")
+	}
+	for _, c := range []string{getenv(env), filepath.Join(cache, sub, "current")} {
+		if c == "" {
+			continue
+		}
+		if fi, err := os.Stat(filepath.Join(c, marker)); err == nil && !fi.IsDir() {
+			return c
+		}
+	}
+	return ""
 }

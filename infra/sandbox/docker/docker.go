@@ -67,9 +67,6 @@ type Config struct {
 	Runtime string
 	// AgentBin is the host path of the static threadbox-agent binary.
 	AgentBin string
-	// NewAgent wraps a sandbox's agent connection in a client; default
-	// boxes.NewAgent.
-	NewAgent func(rw io.ReadWriteCloser) boxes.Agent
 	// SocketDir, when set, is a host folder for the agents' unix sockets:
 	// with the runc runtime each sandbox's agent dials a socket in its own
 	// subfolder (mounted read-only at SocketMount) and the protocol skips the
@@ -141,14 +138,11 @@ func NewWithClient(cli *client.Client, cfg Config) *Backend {
 	if cfg.Runtime == "" {
 		cfg.Runtime = DefaultRuntime
 	}
-	if cfg.NewAgent == nil {
-		cfg.NewAgent = func(rw io.ReadWriteCloser) boxes.Agent { return boxes.NewAgent(rw) }
-	}
 	cfg.Defaults(DefaultBootTimeout)
 	lg := cfg.Logger
-	b := &Backend{cli: cli, info: cli, cfg: cfg, log: lg, boxes: boxes.New[*box]("docker")}
+	b := &Backend{cli: cli, info: cli, cfg: cfg, log: lg, boxes: boxes.New[*box]("docker", lg)}
 	b.Ops = boxes.NewOps(b.boxes, b.missing)
-	b.pool = boxes.NewPool(b.boxes, cfg.PoolDir, lg)
+	b.pool = boxes.NewPool(b.boxes, cfg.PoolDir)
 	return b
 }
 
@@ -173,9 +167,6 @@ func (b *Backend) Available(ctx context.Context) error {
 	}
 	if err := boxes.CheckAgentBin(b.cfg.AgentBin); err != nil {
 		return fmt.Errorf("docker: %w", err)
-	}
-	if b.cfg.NewAgent == nil {
-		return errors.New("docker: no agent client configured")
 	}
 	if b.cfg.Runtime != DefaultRuntime {
 		info, err := b.cli.Info(ctx)
@@ -272,9 +263,6 @@ func (b *Backend) boot(ctx context.Context, spec sandbox.Spec) (*box, error) {
 
 // bootBox boots one sandbox; warm marks it as the warm pool's.
 func (b *Backend) bootBox(ctx context.Context, spec sandbox.Spec, warm bool) (*box, error) {
-	if b.cfg.NewAgent == nil {
-		return nil, errors.New("no agent client configured")
-	}
 	name := b.ContainerName(spec.ID)
 	user, env := fmt.Sprintf("%d:%d", hostdirs.SandboxUID, hostdirs.SandboxGID), slices.Clone(spec.Env)
 	if b.agentAsRoot() {
@@ -405,7 +393,7 @@ func (b *Backend) attach(ctx context.Context, id, name, dockerID string, stdio b
 			return hj.Conn.Close()
 		})
 		bx.conn = rw
-		bx.agent = b.cfg.NewAgent(rw)
+		bx.agent = boxes.NewAgent(rw)
 	} else {
 		bx.conn = hj.Conn
 	}
@@ -426,7 +414,7 @@ func (b *Backend) attach(ctx context.Context, id, name, dockerID string, stdio b
 // useSocket makes conn, from the agent socket, bx's agent connection.
 func (b *Backend) useSocket(bx *box, conn *net.UnixConn) {
 	bx.conn = closers{conn, bx.conn}
-	bx.agent = b.cfg.NewAgent(conn)
+	bx.agent = boxes.NewAgent(conn)
 }
 
 // deathReason describes why a sandbox's container ended, from inspect.
@@ -541,11 +529,7 @@ func (b *Backend) Stop(ctx context.Context, id string) error {
 // Remove stops the sandbox and forgets it. Host folders are the caller's
 // (hostdirs.Layout.Remove).
 func (b *Backend) Remove(ctx context.Context, id string) error {
-	if err := b.Stop(ctx, id); err != nil {
-		return err
-	}
-	b.boxes.Forget(id)
-	return nil
+	return b.boxes.Remove(ctx, id, b.Stop)
 }
 
 // Status reports the sandbox's state from this backend and the daemon.
@@ -606,13 +590,7 @@ func (b *Backend) Reconcile(ctx context.Context, decide func(id string) sandbox.
 		if warmName != "" {
 			warmSeen[warmName] = true
 		}
-		if id != "" && b.boxes.Get(id) != nil {
-			continue
-		}
-		v := sandbox.Drop
-		if id != "" {
-			v = decide(id)
-		}
+		v := b.boxes.Verdict(id, decide)
 		if warmName != "" && id == warmName && v == sandbox.Adopt {
 			// A warm sandbox nobody claimed belongs to no pool once its
 			// process is gone.

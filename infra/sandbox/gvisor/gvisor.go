@@ -97,7 +97,11 @@ type Backend struct {
 	bndls  string // the bundles' parent folder
 
 	boxes           *boxes.Set[*box]
-	boxes.Ops[*box] // Exec, Start, Listen, Status, SandboxCPU
+	boxes.Ops[*box] // Exec, Start, Listen, Stop, Status, SandboxCPU
+	// gVisor's file server never sees a folder bound on the host after the
+	// sandbox started, so a sandbox cannot boot before its container's
+	// folders are known.
+	boxes.NoWarmPool
 
 	availMu sync.Mutex
 	availAt time.Time // last successful check
@@ -153,9 +157,10 @@ func New(cfg Config) (*Backend, error) {
 	lg := cfg.Logger
 	rootfs := boxes.ResolveRootFS(cfg.RootFS)
 	dir := filepath.Join(cfg.StateDir, hostdirs.SafeID(cfg.Instance))
-	set := boxes.New[*box]("gvisor")
+	set := boxes.New[*box]("gvisor", lg)
 	return &Backend{cfg: cfg, log: lg, rootfs: rootfs, state: filepath.Join(dir, "state"), bndls: filepath.Join(dir, "bundles"),
-		boxes: set, Ops: boxes.NewOps(set, nil), held: map[string]*agent.Client{}, cids: map[string]bool{}}, nil
+		boxes: set, Ops: boxes.NewOps(set, nil), held: map[string]*agent.Client{}, cids: map[string]bool{},
+		NoWarmPool: boxes.WarmsNone("gvisor", "gVisor's file server never sees a folder bound after the sandbox started")}, nil
 }
 
 // Name returns "gvisor".
@@ -446,47 +451,16 @@ func (bx *box) Why() string {
 	return ""
 }
 
-// Warm is unsupported: gVisor's file server never sees a folder bound
-// on the host after the sandbox started, so a sandbox cannot be booted
-// before its container's folders are known.
-func (b *Backend) Warm(context.Context, sandbox.Spec) error {
-	return fmt.Errorf("gvisor: warm pool: %w: gVisor's file server never sees a folder bound after the sandbox started", sandbox.ErrUnsupported)
-}
-
-// Claim is unsupported: see Warm.
-func (b *Backend) Claim(_ context.Context, name string, _ sandbox.Spec) error {
-	return fmt.Errorf("gvisor: claim %s: %w: no warm sandboxes", name, sandbox.ErrUnsupported)
-}
-
-// WarmSandboxes is unsupported: see Warm.
-func (b *Backend) WarmSandboxes(context.Context) ([]string, error) {
-	return nil, fmt.Errorf("gvisor: warm sandboxes: %w: no warm pool", sandbox.ErrUnsupported)
-}
-
-// Stop ends the sandbox; its files stay, and so does what a checkpoint of
-// it kept.
-func (b *Backend) Stop(ctx context.Context, id string) error {
-	defer b.boxes.Lock(id)()
-	return b.stopLocked(ctx, id)
-}
-
-func (b *Backend) stopLocked(ctx context.Context, id string) error {
-	if stopped, err := b.boxes.Stop(ctx, id); !stopped || err != nil {
-		return err
-	}
-	b.log.Info("sandbox stopped", "id", id, "backend", "gvisor")
-	return nil
-}
-
 // Remove stops the sandbox and forgets it, with any agent connection a
 // checkpoint kept. Host folders and checkpoints are the caller's.
 func (b *Backend) Remove(ctx context.Context, id string) error {
-	if err := b.Stop(ctx, id); err != nil {
-		return err
-	}
-	b.dropHeld(id)
-	b.boxes.Forget(id)
-	return nil
+	return b.boxes.Remove(ctx, id, func(ctx context.Context, id string) error {
+		if err := b.Stop(ctx, id); err != nil {
+			return err
+		}
+		b.dropHeld(id)
+		return nil
+	})
 }
 
 // CPUTime reads the sandbox's control group: the application kernel and
@@ -563,10 +537,7 @@ func (b *Backend) Reconcile(ctx context.Context, decide func(id string) sandbox.
 // checkpoints kept, waits for its runsc processes, and removes the state
 // folder when no container of the instance is left in it.
 func (b *Backend) Close() error {
-	var errs []error
-	for _, id := range b.boxes.IDs(nil) {
-		errs = append(errs, b.Stop(context.Background(), id))
-	}
+	errs := []error{b.boxes.StopAll(b.Stop)}
 	b.heldMu.Lock()
 	for id, c := range b.held {
 		c.Close()

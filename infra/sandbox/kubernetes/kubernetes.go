@@ -19,7 +19,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"strings"
 	"sync"
@@ -120,9 +119,6 @@ type Config struct {
 	// OOMEvents is the agent's OOM counter file inside the pod; default
 	// DefaultOOMEvents.
 	OOMEvents string
-	// NewAgent wraps an attach stream in an agent client; default
-	// boxes.NewAgent.
-	NewAgent func(rw io.ReadWriteCloser) boxes.Agent
 }
 
 // NetworkPolicy is what the operator declares about the enforcement of
@@ -182,6 +178,9 @@ type Backend struct {
 
 	// A pod cannot be restored from a checkpoint.
 	boxes.FilesOnly
+	// A pod's volumes are fixed when it is created, so a container's claim
+	// cannot be bound into a pod already running: new containers boot cold.
+	boxes.NoWarmPool
 
 	trustMu   sync.Mutex
 	trustDone bool // the trust ConfigMap is written (trust.go)
@@ -243,13 +242,11 @@ func New(cfg Config) (*Backend, error) {
 	if cfg.OOMEvents == "" {
 		cfg.OOMEvents = DefaultOOMEvents
 	}
-	if cfg.NewAgent == nil {
-		cfg.NewAgent = func(rw io.ReadWriteCloser) boxes.Agent { return boxes.NewAgent(rw) }
-	}
 	cfg.Defaults(DefaultBootTimeout)
 	lg := cfg.Logger
-	b := &Backend{cfg: cfg, rest: rc, cs: cs, log: lg, boxes: boxes.New[*box]("kubernetes"),
-		FilesOnly: boxes.KeepsFilesOnly("kubernetes", checkpointReason)}
+	b := &Backend{cfg: cfg, rest: rc, cs: cs, log: lg, boxes: boxes.New[*box]("kubernetes", lg),
+		FilesOnly:  boxes.KeepsFilesOnly("kubernetes", checkpointReason),
+		NoWarmPool: boxes.WarmsNone("kubernetes", "a running pod's volumes cannot change")}
 	b.Ops = boxes.NewOps(b.boxes, b.missing)
 	return b, nil
 }
@@ -387,23 +384,6 @@ func (b *Backend) Ensure(ctx context.Context, spec sandbox.Spec) error {
 	return nil
 }
 
-// Warm fails: a pod's volumes are fixed when it is created, so a
-// container's claim cannot be bound into a pod already running; new
-// containers boot cold (the warm pool is off for this backend).
-func (b *Backend) Warm(context.Context, sandbox.Spec) error {
-	return fmt.Errorf("kubernetes: warm pool: %w: a running pod's volumes cannot change", sandbox.ErrUnsupported)
-}
-
-// Claim fails: there are no warm pods (Warm).
-func (b *Backend) Claim(_ context.Context, slot string, _ sandbox.Spec) error {
-	return fmt.Errorf("kubernetes: claim %s: %w: no warm pool", slot, sandbox.ErrUnsupported)
-}
-
-// WarmSandboxes fails: there are no warm pods (Warm).
-func (b *Backend) WarmSandboxes(context.Context) ([]string, error) {
-	return nil, fmt.Errorf("kubernetes: warm sandboxes: %w: no warm pool", sandbox.ErrUnsupported)
-}
-
 // Agent returns the sandbox's agent connection.
 func (bx *box) Agent() boxes.Agent { return bx.agent }
 
@@ -511,13 +491,7 @@ func (b *Backend) Reconcile(ctx context.Context, decide func(id string) sandbox.
 		p := &pods.Items[i]
 		id := p.Annotations[AnnotationContainer]
 		seen[id] = true
-		if id != "" && b.boxes.Get(id) != nil {
-			continue
-		}
-		v := sandbox.Drop
-		if id != "" {
-			v = decide(id)
-		}
+		v := b.boxes.Verdict(id, decide)
 		switch {
 		case v == sandbox.Leave:
 			continue

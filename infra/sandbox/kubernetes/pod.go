@@ -365,7 +365,7 @@ func (b *Backend) attach(id string, p *corev1.Pod) (*box, error) {
 	} else {
 		bx.startedAt = time.Now()
 	}
-	stop, done, err := b.openStream(id, p.Name, containerSandbox, func(rw io.ReadWriteCloser) { bx.agent = b.cfg.NewAgent(rw) })
+	stop, done, err := b.openStream(id, p.Name, containerSandbox, func(rw io.ReadWriteCloser) { bx.agent = boxes.NewAgent(rw) })
 	if err != nil {
 		return nil, err
 	}

@@ -158,8 +158,8 @@ func New(cfg Config) (*Backend, error) {
 	}
 	cfg.Defaults(DefaultBootTimeout)
 	lg := cfg.Logger
-	set := boxes.New[*jail]("local")
-	return &Backend{cfg: cfg, log: lg, boxes: set, Ops: boxes.NewOps(set, nil), pool: boxes.NewPool(set, cfg.PoolDir, lg),
+	set := boxes.New[*jail]("local", lg)
+	return &Backend{cfg: cfg, log: lg, boxes: set, Ops: boxes.NewOps(set, nil), pool: boxes.NewPool(set, cfg.PoolDir),
 		FilesOnly: boxes.KeepsFilesOnly("local", checkpointReason)}, nil
 }
 
@@ -572,20 +572,12 @@ func (b *Backend) Stop(ctx context.Context, id string) error {
 	// A warm jail is never used again once it stops: its slot goes, even
 	// when the jail ended by itself.
 	defer b.pool.Drop(id)
-	if stopped, err := b.boxes.Stop(ctx, id); !stopped || err != nil {
-		return err
-	}
-	b.log.Info("sandbox stopped", "id", id, "backend", "local")
-	return nil
+	return b.boxes.Stop(ctx, id)
 }
 
 // Remove stops the jail and forgets it. Host folders are the caller's.
 func (b *Backend) Remove(ctx context.Context, id string) error {
-	if err := b.Stop(ctx, id); err != nil {
-		return err
-	}
-	b.boxes.Forget(id)
-	return nil
+	return b.boxes.Remove(ctx, id, b.Stop)
 }
 
 // CPUTime reads the jail's control group: every process in it counts.
@@ -601,10 +593,7 @@ func (j *jail) CPUTime(context.Context) (time.Duration, error) {
 // Close kills every jail of this backend and removes its (then empty)
 // cgroup folders.
 func (b *Backend) Close() error {
-	var errs []error
-	for _, id := range b.boxes.IDs(nil) {
-		errs = append(errs, b.Stop(context.Background(), id))
-	}
+	err := b.boxes.StopAll(b.Stop)
 	// The slots of warm jails that ended by themselves.
 	for _, id := range b.pool.IDs() {
 		b.pool.Drop(id)
@@ -612,7 +601,7 @@ func (b *Backend) Close() error {
 	if mode, _ := b.LimitMode(); mode != LimitRlimits {
 		removeParents(b.cfg)
 	}
-	return errors.Join(errs...)
+	return err
 }
 
 var _ sandbox.Backend = (*Backend)(nil)
@@ -622,19 +611,5 @@ var _ sandbox.Backend = (*Backend)(nil)
 // ($THREADBOX_CACHE_DIR, else $DATA_DIR/cache, else /var/cache/threadbox,
 // then sandbox-rootfs/current). It returns "" when neither holds /bin/bash.
 func FindRootFS(getenv func(string) string) string {
-	cache := "/var/cache/threadbox"
-	if v := getenv("THREADBOX_CACHE_DIR"); v != "" {
-		cache = v
-	} else if v := getenv("DATA_DIR"); v != "" {
-		cache = filepath.Join(v, "cache")
-	}
-	for _, c := range []string{getenv("THREADBOX_ROOTFS"), filepath.Join(cache, "sandbox-rootfs", "current")} {
-		if c == "" {
-			continue
-		}
-		if fi, err := os.Stat(filepath.Join(c, "bin", "bash")); err == nil && !fi.IsDir() {
-			return c
-		}
-	}
-	return ""
+	return boxes.FindCached(getenv, "THREADBOX_ROOTFS", "sandbox-rootfs", filepath.Join("bin", "bash"))
 }

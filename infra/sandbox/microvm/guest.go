@@ -12,6 +12,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"threadbox/infra/sandbox/boxes"
 )
 
 // initScript is the guest's /init (init.sh).
@@ -35,21 +37,7 @@ type Guest struct {
 // (THREADBOX_CACHE_DIR, else DATA_DIR/cache, else /var/cache/threadbox), or
 // "" when neither has a kernel.
 func FindGuest(getenv func(string) string) string {
-	cache := "/var/cache/threadbox"
-	if v := getenv("THREADBOX_CACHE_DIR"); v != "" {
-		cache = v
-	} else if v := getenv("DATA_DIR"); v != "" {
-		cache = filepath.Join(v, "cache")
-	}
-	for _, c := range []string{getenv("MICROVM_GUEST"), filepath.Join(cache, "microvm-guest", "current")} {
-		if c == "" {
-			continue
-		}
-		if fi, err := os.Stat(filepath.Join(c, "vmlinux")); err == nil && !fi.IsDir() {
-			return c
-		}
-	}
-	return ""
+	return boxes.FindCached(getenv, "MICROVM_GUEST", "microvm-guest", "vmlinux")
 }
 
 // LoadGuest reads the guest artefacts of dir; kernel, when set, replaces

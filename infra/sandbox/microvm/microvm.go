@@ -110,8 +110,10 @@ type Backend struct {
 	dir    string // this instance's state folder
 
 	boxes           *boxes.Set[*box]
-	boxes.Ops[*box] // Exec, Start, Listen, Status, SandboxCPU
+	boxes.Ops[*box] // Exec, Start, Listen, Stop, Status, SandboxCPU
 	boxes.FilesOnly
+	// A VM's folders are 9p shares fixed when it boots.
+	boxes.NoWarmPool
 
 	availMu sync.Mutex
 	availAt time.Time // last successful check
@@ -162,10 +164,11 @@ func New(cfg Config) (*Backend, error) {
 	cfg.Defaults(DefaultBootTimeout)
 	lg := cfg.Logger
 	rootfs := boxes.ResolveRootFS(cfg.RootFS)
-	set := boxes.New[*box](cfg.Name)
+	set := boxes.New[*box](cfg.Name, lg)
 	return &Backend{cfg: cfg, log: lg, rootfs: rootfs, dir: filepath.Join(cfg.StateDir, hostdirs.SafeID(cfg.Instance)),
 		boxes: set, Ops: boxes.NewOps(set, nil), vms: map[*box]bool{},
-		FilesOnly: boxes.KeepsFilesOnly(cfg.Name, "files only: QEMU refuses to save a VM while a 9p share is mounted in it, and its root filesystem and folders are 9p shares; a VM's processes end at its stop")}, nil
+		NoWarmPool: boxes.WarmsNone(cfg.Name, "a VM's folders are 9p shares fixed at its boot"),
+		FilesOnly:  boxes.KeepsFilesOnly(cfg.Name, "files only: QEMU refuses to save a VM while a 9p share is mounted in it, and its root filesystem and folders are 9p shares; a VM's processes end at its stop")}, nil
 }
 
 // Name returns the backend's configuration name.
@@ -664,38 +667,9 @@ func (bx *box) CPUTime(context.Context) (time.Duration, error) {
 	return time.Duration(u+k) * time.Second / 100, nil
 }
 
-// Warm is unsupported: a VM's folders are shares fixed when it boots.
-func (b *Backend) Warm(context.Context, sandbox.Spec) error {
-	return fmt.Errorf("%s: warm pool: %w: a VM's folders are 9p shares fixed at its boot", b.cfg.Name, sandbox.ErrUnsupported)
-}
-
-// Claim is unsupported: see Warm.
-func (b *Backend) Claim(_ context.Context, name string, _ sandbox.Spec) error {
-	return fmt.Errorf("%s: claim %s: %w: no warm VMs", b.cfg.Name, name, sandbox.ErrUnsupported)
-}
-
-// WarmSandboxes is unsupported: see Warm.
-func (b *Backend) WarmSandboxes(context.Context) ([]string, error) {
-	return nil, fmt.Errorf("%s: warm sandboxes: %w: no warm VMs", b.cfg.Name, sandbox.ErrUnsupported)
-}
-
-// Stop ends the VM; its files stay.
-func (b *Backend) Stop(ctx context.Context, id string) error {
-	defer b.boxes.Lock(id)()
-	if stopped, err := b.boxes.Stop(ctx, id); !stopped || err != nil {
-		return err
-	}
-	b.log.Info("sandbox stopped", "id", id, "backend", b.cfg.Name)
-	return nil
-}
-
 // Remove stops the VM and forgets it. Host folders are the caller's.
 func (b *Backend) Remove(ctx context.Context, id string) error {
-	if err := b.Stop(ctx, id); err != nil {
-		return err
-	}
-	b.boxes.Forget(id)
-	return nil
+	return b.boxes.Remove(ctx, id, b.Stop)
 }
 
 // Reconcile adopts nothing: a VM's agent speaks over sockets of the
@@ -725,10 +699,7 @@ func (b *Backend) Reconcile(context.Context, func(id string) sandbox.Verdict) (a
 // Close ends every VM of this backend, waits for their QEMU processes, and
 // removes the instance's state folder.
 func (b *Backend) Close() error {
-	var errs []error
-	for _, id := range b.boxes.IDs(nil) {
-		errs = append(errs, b.Stop(context.Background(), id))
-	}
+	errs := []error{b.boxes.StopAll(b.Stop)}
 	b.vmsMu.Lock()
 	for bx := range b.vms {
 		bx.Kill()
