@@ -36,20 +36,12 @@ func (s Usage) AddUsage(ctx context.Context, u usage.Usage) error {
 		u.SandboxTime.Milliseconds(), u.SandboxCPU.Milliseconds())
 }
 
-// usageSum is one row of a usage report as scanned.
+// usageSum is one row of a usage report as scanned: its names and counts,
+// and its times in milliseconds, as the table keeps them.
 type usageSum struct {
-	Day          string
-	UserID       string
-	Email        string
-	ContainerID  string
-	ClientID     string
-	ThreadID     string
-	Title        string
-	Commands     int64
+	usage.Row
 	WallMs       int64
 	CpuMs        int64
-	InputTokens  int64
-	OutputTokens int64
 	SandboxMs    int64
 	SandboxCpuMs int64
 }
@@ -93,13 +85,9 @@ WHERE u.org_id = ? AND u.day >= ? AND u.day <= ? GROUP BY u.thread_id ORDER BY u
 	}
 	rows := make([]usage.Row, len(got))
 	for i, g := range got {
-		rows[i] = usage.Row{
-			Day: g.Day, UserID: g.UserID, Email: g.Email, ContainerID: g.ContainerID, ClientID: g.ClientID,
-			ThreadID: g.ThreadID, Title: g.Title, Counts: usage.Counts{Commands: g.Commands,
-				Wall: time.Duration(g.WallMs) * time.Millisecond, CPU: time.Duration(g.CpuMs) * time.Millisecond,
-				InputTokens: g.InputTokens, OutputTokens: g.OutputTokens,
-				SandboxTime: time.Duration(g.SandboxMs) * time.Millisecond, SandboxCPU: time.Duration(g.SandboxCpuMs) * time.Millisecond},
-		}
+		rows[i] = g.Row
+		rows[i].Wall, rows[i].CPU = time.Duration(g.WallMs)*time.Millisecond, time.Duration(g.CpuMs)*time.Millisecond
+		rows[i].SandboxTime, rows[i].SandboxCPU = time.Duration(g.SandboxMs)*time.Millisecond, time.Duration(g.SandboxCpuMs)*time.Millisecond
 	}
 	return rows, nil
 }
