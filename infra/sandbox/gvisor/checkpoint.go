@@ -125,7 +125,7 @@ func (b *Backend) save(ctx context.Context, id, dir string, leaveRunning bool) e
 		return fmt.Errorf("gvisor: checkpoint %s: %w", id, err)
 	}
 	start := time.Now()
-	if err := bx.client.Hold(ctx); err != nil {
+	if err := bx.Client.Hold(ctx); err != nil {
 		return fmt.Errorf("gvisor: checkpoint %s: %w", id, err)
 	}
 	args := []string{"checkpoint", "--compression=none", "--image-path", dir}
@@ -135,13 +135,13 @@ func (b *Backend) save(ctx context.Context, id, dir string, leaveRunning bool) e
 	_, err = b.runscOut(context.WithoutCancel(ctx), append(args, bx.cid)...)
 	if err != nil || leaveRunning {
 		select {
-		case <-bx.done:
+		case <-bx.Done():
 		default:
 			// The sandbox runs (nothing was saved, or it was left
 			// running): it serves on over the same connection.
 			rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			if rerr := bx.client.Resume(rctx, nil); rerr != nil {
+			if rerr := bx.Client.Resume(rctx, nil); rerr != nil {
 				err = errors.Join(err, rerr)
 			}
 		}
@@ -153,10 +153,10 @@ func (b *Backend) save(ctx context.Context, id, dir string, leaveRunning bool) e
 	if !leaveRunning {
 		// runsc checkpoint ends the sandbox; its runsc process follows.
 		select {
-		case <-bx.done:
+		case <-bx.Done():
 		case <-ctx.Done():
 			bx.Kill()
-			<-bx.done
+			<-bx.Done()
 		}
 		b.boxes.Take(id)
 	}
@@ -166,12 +166,12 @@ func (b *Backend) save(ctx context.Context, id, dir string, leaveRunning bool) e
 	}
 	if err != nil {
 		if !leaveRunning {
-			bx.client.Close()
+			bx.Client.Close()
 		}
 		return fmt.Errorf("gvisor: checkpoint %s: %w", id, err)
 	}
 	if !leaveRunning {
-		b.putHeld(id, bx.client)
+		b.putHeld(id, bx.Client)
 	}
 	b.log.Info("sandbox checkpointed", "id", id, "backend", "gvisor", "container", bx.cid, "left_running", leaveRunning, "took", took.String(), "bytes", hostdirs.TreeBytes(dir))
 	return nil

@@ -30,7 +30,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"threadbox/domain/sandbox"
@@ -125,19 +124,18 @@ type Backend struct {
 
 // box is one running sandbox.
 type box struct {
-	b         *Backend
-	id, cid   string
-	bundle    string
-	mounts    []sandbox.Mount // the folders bound in, whose targets a checkpoint records
-	cmd       *exec.Cmd       // runsc run (or restore), the sandbox's parent
-	client    *agent.Client
-	done      chan struct{} // closed when runsc has exited: the sandbox and its state are gone
-	startedAt time.Time
-	stderr    *boxes.LogTail
-	cpu       cgroupacct.CPU
-	oomCount  cgroupacct.OOM       // its memory cgroup's oom_kill counter
-	oom       *cgroupacct.OOMWatch // its memory cgroup running out, as it happens
-	restored  bool                 // booted from a checkpoint
+	// The host process is runsc run (or restore), the sandbox's parent;
+	// Done is closed when it has exited: the sandbox and its state are gone.
+	boxes.Proc
+	b        *Backend
+	id, cid  string
+	bundle   string
+	mounts   []sandbox.Mount // the folders bound in, whose targets a checkpoint records
+	stderr   *boxes.LogTail
+	cpu      cgroupacct.CPU
+	oomCount cgroupacct.OOM       // its memory cgroup's oom_kill counter
+	oom      *cgroupacct.OOMWatch // its memory cgroup running out, as it happens
+	restored bool                 // booted from a checkpoint
 }
 
 // New returns a gvisor backend. A missing runsc, root filesystem or agent
@@ -282,7 +280,7 @@ func (b *Backend) start(ctx context.Context, spec sandbox.Spec, image string) (*
 	}
 	l := b.limits(spec.Limits)
 	cid := newCID(spec.ID)
-	bx := &box{b: b, id: spec.ID, cid: cid, bundle: filepath.Join(b.bndls, cid), mounts: spec.Mounts, done: make(chan struct{}),
+	bx := &box{b: b, id: spec.ID, cid: cid, bundle: filepath.Join(b.bndls, cid), mounts: spec.Mounts, Proc: boxes.NewProc(),
 		stderr: boxes.NewLogTail(b.log, "sandbox", spec.ID), restored: image != ""}
 	cgroupsPath := "/threadbox-gvisor/" + hostdirs.SafeID(b.cfg.Instance) + "/" + cid
 	if err := writeBundle(bx.bundle, b.bundleSpec(spec, l, cgroupsPath)); err != nil {
@@ -300,27 +298,27 @@ func (b *Backend) start(ctx context.Context, spec sandbox.Spec, image string) (*
 	if c := b.takeHeld(spec.ID); c != nil && image != "" {
 		// The agent connection of the checkpointed sandbox goes on over the
 		// restored one's pipes: the sessions it started stay this process's.
-		bx.client = c
+		bx.Client = c
 		err = c.Resume(ctx, conn)
 	} else {
 		if c != nil {
 			c.Close()
 		}
-		bx.client = boxes.NewAgent(conn)
+		bx.Client = boxes.NewAgent(conn)
 		if image != "" {
 			// A restored agent is held until told otherwise.
-			err = bx.client.Release(ctx)
+			err = bx.Client.Release(ctx)
 		}
 	}
 	if err == nil {
-		err = boxes.Handshake(ctx, b.cfg.BootTimeout, bx.client, bx.done)
+		err = boxes.Handshake(ctx, b.cfg.BootTimeout, bx.Client, bx.Done())
 	}
 	if err != nil {
 		bx.Kill()
-		<-bx.done
+		<-bx.Done()
 		return nil, fmt.Errorf("%w: %s", err, bx.stderr.Tail())
 	}
-	bx.startedAt = time.Now()
+	bx.Booted = time.Now()
 	cpu, oom := cgroupacct.At(b.cfg.CgroupRoot, cgroupsPath)
 	bx.cpu, bx.oomCount = cpu, oom
 	if w, err := cgroupacct.WatchOOM(oom); err == nil {
@@ -338,7 +336,7 @@ func (b *Backend) start(ctx context.Context, spec sandbox.Spec, image string) (*
 
 // spawn starts runsc with args, the sandbox's stdio on pipes of this
 // process, and returns the agent's connection. A goroutine waits for
-// runsc, removes the bundle and closes bx.done.
+// runsc, removes the bundle and closes bx.Done.
 func (b *Backend) spawn(bx *box, args []string) (io.ReadWriteCloser, error) {
 	inR, inW, err := os.Pipe()
 	if err != nil {
@@ -358,35 +356,15 @@ func (b *Backend) spawn(bx *box, args []string) (io.ReadWriteCloser, error) {
 		outW.Close()
 		return nil, fmt.Errorf("pipe: %w", err)
 	}
-	// runsc outlives the request that boots it: Stop and kill end it. It
-	// dies with this process, and the sandbox with its agent's input.
-	cmd := b.runsc(context.Background(), args...)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, errW
-	cmd.Dir = "/"
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	err = cmd.Start()
-	inR.Close()
-	outW.Close()
-	errW.Close()
-	if err != nil {
-		inW.Close()
-		outR.Close()
-		errR.Close()
-		return nil, fmt.Errorf("start runsc: %w", err)
-	}
-	bx.cmd = cmd
+	// runsc dies with this process, and the sandbox with its agent's input.
+	// It is known before it starts, so that Close finds it however soon
+	// it ends.
 	b.cidsMu.Lock()
 	b.cids[bx.cid] = true
 	b.cidsMu.Unlock()
-	b.wg.Add(2)
-	go func() {
-		defer b.wg.Done()
-		_, _ = io.Copy(bx.stderr, errR)
-		errR.Close()
-	}()
-	go func() {
-		defer b.wg.Done()
-		_ = cmd.Wait()
+	cmd := b.runsc(context.Background(), args...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, errW
+	err = bx.Start(cmd, []*os.File{inR, outW, errW}, errR, bx.stderr, &b.wg, func() {
 		bx.oom.Close()
 		// runsc leaves the state (and control group) of a container it
 		// killed or checkpointed: it goes with its process.
@@ -399,8 +377,16 @@ func (b *Backend) spawn(bx *box, args []string) (io.ReadWriteCloser, error) {
 		b.cidsMu.Lock()
 		delete(b.cids, bx.cid)
 		b.cidsMu.Unlock()
-		close(bx.done)
-	}()
+	})
+	if err != nil {
+		b.cidsMu.Lock()
+		delete(b.cids, bx.cid)
+		b.cidsMu.Unlock()
+		inW.Close()
+		outR.Close()
+		errR.Close()
+		return nil, fmt.Errorf("start runsc: %w", err)
+	}
 	return agent.NewConn(outR, inW, func() error {
 		inW.Close()
 		return outR.Close()
@@ -408,34 +394,20 @@ func (b *Backend) spawn(bx *box, args []string) (io.ReadWriteCloser, error) {
 }
 
 // Kill ends the sandbox: its agent connection, then the sandbox through
-// runsc. The runsc process exits once the sandbox is gone (bx.done).
+// runsc. The runsc process exits once the sandbox is gone (Done).
 func (bx *box) Kill() {
-	bx.client.Close()
-	if bx.cmd == nil || bx.cmd.Process == nil {
+	bx.Client.Close()
+	if !bx.Running() {
 		return
-	}
-	select {
-	case <-bx.done:
-		return
-	default:
 	}
 	// runsc kill ends the sandbox within tens of milliseconds; the process
 	// group goes too when runsc cannot be asked (its state gone).
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if _, err := bx.b.runscOut(ctx, "kill", bx.cid, "KILL"); err != nil {
-		_ = syscall.Kill(-bx.cmd.Process.Pid, syscall.SIGKILL)
+		bx.KillGroup()
 	}
 }
-
-// Agent returns the sandbox's agent connection.
-func (bx *box) Agent() boxes.Agent { return bx.client }
-
-// Done is closed when runsc has exited.
-func (bx *box) Done() <-chan struct{} { return bx.done }
-
-// StartedAt returns when the sandbox booted or was restored.
-func (bx *box) StartedAt() time.Time { return bx.startedAt }
 
 // OOMKills reads its memory control group's kill counter. The host's
 // kernel kills the biggest process of the group when it runs out of

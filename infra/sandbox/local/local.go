@@ -128,13 +128,10 @@ type Backend struct {
 
 // jail is one running sandbox.
 type jail struct {
-	id        string
-	cmd       *exec.Cmd
-	client    *agent.Client
-	cg        *cgroup // nil with rlimits
-	done      chan struct{}
-	startedAt time.Time
-	stderr    *boxes.LogTail
+	boxes.Proc // the host process is the jail's wrapper, then bwrap
+	id         string
+	cg         *cgroup // nil with rlimits
+	stderr     *boxes.LogTail
 }
 
 // New returns a local backend. A missing root filesystem or agent binary
@@ -468,7 +465,7 @@ func (b *Backend) bootJail(ctx context.Context, spec sandbox.Spec, warm bool) (*
 		return nil, fmt.Errorf("bubblewrap: %w", err)
 	}
 	l := b.limits(spec.Limits)
-	j := &jail{id: spec.ID, done: make(chan struct{}), stderr: boxes.NewLogTail(b.log, "jail", spec.ID)}
+	j := &jail{id: spec.ID, Proc: boxes.NewProc(), stderr: boxes.NewLogTail(b.log, "jail", spec.ID)}
 	mode, _ := b.LimitMode()
 	st, err := b.newStage()
 	if err != nil {
@@ -521,19 +518,19 @@ func (b *Backend) bootJail(ctx context.Context, spec sandbox.Spec, warm bool) (*
 		j.cg.remove()
 		return nil, fmt.Errorf("start bubblewrap: %w", err)
 	}
-	j.cmd = cmd
-	j.startedAt = time.Now()
+	j.Cmd = cmd
+	j.Booted = time.Now()
 	rw := agent.NewConn(stdout, stdin, stdin.Close)
-	j.client = boxes.NewAgent(rw)
+	j.Client = boxes.NewAgent(rw)
 	go func() {
 		_ = cmd.Wait()
-		j.client.Close()
+		j.Client.Close()
 		j.cg.remove()
-		close(j.done)
+		j.Exited()
 	}()
-	if err := boxes.Handshake(ctx, b.cfg.BootTimeout, j.client, j.done); err != nil {
+	if err := boxes.Handshake(ctx, b.cfg.BootTimeout, j.Client, j.Done()); err != nil {
 		j.Kill()
-		<-j.done
+		<-j.Done()
 		return nil, fmt.Errorf("%w: %s", err, j.stderr.Tail())
 	}
 	b.log.Info("sandbox booted", "id", spec.ID, "backend", "local", "limits", string(mode))
@@ -543,21 +540,10 @@ func (b *Backend) bootJail(ctx context.Context, spec sandbox.Spec, warm bool) (*
 // Kill ends the jail: its connection, the bwrap process group and, with
 // cgroups, every process left in its cgroup.
 func (j *jail) Kill() {
-	j.client.Close()
-	if j.cmd != nil && j.cmd.Process != nil {
-		_ = syscall.Kill(-j.cmd.Process.Pid, syscall.SIGKILL)
-	}
+	j.Client.Close()
+	j.KillGroup()
 	j.cg.killAll()
 }
-
-// Agent returns the jail's agent connection.
-func (j *jail) Agent() boxes.Agent { return j.client }
-
-// Done is closed when the jail has exited.
-func (j *jail) Done() <-chan struct{} { return j.done }
-
-// StartedAt returns when the jail booted.
-func (j *jail) StartedAt() time.Time { return j.startedAt }
 
 // OOMKills reads the jail's control group's kill counter (none under
 // rlimits).

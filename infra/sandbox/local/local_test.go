@@ -390,7 +390,7 @@ func TestJailKilledFromOutside(t *testing.T) {
 		errc <- err
 	}()
 	time.Sleep(500 * time.Millisecond)
-	if err := syscall.Kill(j.cmd.Process.Pid, syscall.SIGKILL); err != nil {
+	if err := syscall.Kill(j.Cmd.Process.Pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -401,7 +401,7 @@ func TestJailKilledFromOutside(t *testing.T) {
 	case <-time.After(15 * time.Second):
 		t.Fatal("pending exec did not return")
 	}
-	<-j.done
+	<-j.Done()
 	if j.cg != nil {
 		for _, d := range j.cg.dirs {
 			if _, err := os.Stat(d); !os.IsNotExist(err) {

@@ -31,13 +31,11 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"threadbox/domain/sandbox"
-	"threadbox/infra/sandbox/agent"
 	"threadbox/infra/sandbox/boxes"
 	"threadbox/infra/sandbox/hostdirs"
 )
@@ -131,14 +129,11 @@ type Backend struct {
 
 // box is one running VM.
 type box struct {
-	b         *Backend
-	id, name  string
-	cmd       *exec.Cmd
-	client    *agent.Client
-	qmp       *qmp
-	done      chan struct{} // closed when QEMU has exited
-	startedAt time.Time
-	console   *boxes.LogTail
+	boxes.Proc // the host process is QEMU
+	b          *Backend
+	id, name   string
+	qmp        *qmp
+	console    *boxes.LogTail
 }
 
 // New returns a microvm backend. Missing prerequisites are not an error
@@ -435,14 +430,14 @@ func (b *Backend) start(ctx context.Context, spec sandbox.Spec) (*box, error) {
 	// QEMU has read the initramfs once it answers QMP: the file (with the
 	// environment) goes then, or with the boot's failure.
 	defer os.Remove(initrd)
-	bx := &box{b: b, id: spec.ID, name: name, done: make(chan struct{}), console: boxes.NewLogTail(b.log, "vm console", spec.ID)}
+	bx := &box{b: b, id: spec.ID, name: name, Proc: boxes.NewProc(), console: boxes.NewLogTail(b.log, "vm console", spec.ID)}
 	agentConn, qmpConn, err := b.spawn(bx, b.qemuArgs("threadbox-"+name, accel, g, initrd, spec, l))
 	if err != nil {
 		return nil, err
 	}
 	fail := func(err error) (*box, error) {
 		bx.Kill()
-		<-bx.done
+		<-bx.Done()
 		return nil, fmt.Errorf("%w: %s", err, bx.console.Tail())
 	}
 	bctx, cancel := context.WithTimeout(ctx, b.cfg.BootTimeout)
@@ -451,15 +446,15 @@ func (b *Backend) start(ctx context.Context, spec sandbox.Spec) (*box, error) {
 		qmpConn.Close()
 		return fail(err)
 	}
-	if err := waitReady(bctx, agentConn, bx.done); err != nil {
+	if err := waitReady(bctx, agentConn, bx.Done()); err != nil {
 		agentConn.Close()
 		return fail(err)
 	}
-	bx.client = boxes.NewAgent(agentConn)
-	if err := boxes.Handshake(ctx, b.cfg.BootTimeout, bx.client, bx.done); err != nil {
+	bx.Client = boxes.NewAgent(agentConn)
+	if err := boxes.Handshake(ctx, b.cfg.BootTimeout, bx.Client, bx.Done()); err != nil {
 		return fail(err)
 	}
-	bx.startedAt = time.Now()
+	bx.Booted = time.Now()
 	b.log.Info("sandbox booted", "id", spec.ID, "backend", b.cfg.Name, "vm", name, "accel", accel)
 	return bx, nil
 }
@@ -547,7 +542,7 @@ func socketPair() (net.Conn, *os.File, error) {
 }
 
 // spawn starts QEMU with args, returns this process's ends of the agent's
-// port and of QMP, and has a goroutine wait for QEMU and close bx.done.
+// port and of QMP, and has a goroutine wait for QEMU and close bx.Done.
 func (b *Backend) spawn(bx *box, args []string) (agentConn, qmpConn net.Conn, err error) {
 	agentConn, agentQ, err := socketPair()
 	if err != nil {
@@ -567,36 +562,15 @@ func (b *Backend) spawn(bx *box, args []string) (agentConn, qmpConn net.Conn, er
 		qmpQ.Close()
 		return nil, nil, fmt.Errorf("pipe: %w", err)
 	}
-	// QEMU outlives the request that boots it: Stop and kill end it. It
-	// dies with this process.
-	cmd := exec.Command(b.cfg.QEMU, args...)
-	cmd.Stdout, cmd.Stderr = outW, outW
-	cmd.ExtraFiles = []*os.File{agentQ, qmpQ}
-	cmd.Dir = "/"
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	err = cmd.Start()
-	agentQ.Close()
-	qmpQ.Close()
-	outW.Close()
-	if err != nil {
-		agentConn.Close()
-		qmpConn.Close()
-		outR.Close()
-		return nil, nil, fmt.Errorf("start %s: %w", b.cfg.QEMU, err)
-	}
-	bx.cmd = cmd
+	// QEMU is known before it starts, so that Close finds it however soon
+	// it ends.
 	b.vmsMu.Lock()
 	b.vms[bx] = true
 	b.vmsMu.Unlock()
-	b.wg.Add(2)
-	go func() {
-		defer b.wg.Done()
-		_, _ = io.Copy(bx.console, outR)
-		outR.Close()
-	}()
-	go func() {
-		defer b.wg.Done()
-		_ = cmd.Wait()
+	cmd := exec.Command(b.cfg.QEMU, args...)
+	cmd.Stdout, cmd.Stderr = outW, outW
+	cmd.ExtraFiles = []*os.File{agentQ, qmpQ}
+	err = bx.Start(cmd, []*os.File{agentQ, qmpQ, outW}, outR, bx.console, &b.wg, func() {
 		if bx.qmp != nil {
 			_ = bx.qmp.close()
 		} else {
@@ -605,8 +579,16 @@ func (b *Backend) spawn(bx *box, args []string) (agentConn, qmpConn net.Conn, er
 		b.vmsMu.Lock()
 		delete(b.vms, bx)
 		b.vmsMu.Unlock()
-		close(bx.done)
-	}()
+	})
+	if err != nil {
+		b.vmsMu.Lock()
+		delete(b.vms, bx)
+		b.vmsMu.Unlock()
+		agentConn.Close()
+		qmpConn.Close()
+		outR.Close()
+		return nil, nil, fmt.Errorf("start %s: %w", b.cfg.QEMU, err)
+	}
 	return agentConn, qmpConn, nil
 }
 
@@ -614,28 +596,13 @@ func (b *Backend) spawn(bx *box, args []string) (agentConn, qmpConn net.Conn, er
 // process group). The guest writes its files through to the host as it
 // goes (9p without a cache), so nothing is lost that a command finished.
 func (bx *box) Kill() {
-	if bx.client != nil {
-		bx.client.Close()
+	if bx.Client != nil {
+		bx.Client.Close()
 	}
-	if bx.cmd == nil || bx.cmd.Process == nil {
-		return
+	if bx.Running() {
+		bx.KillGroup()
 	}
-	select {
-	case <-bx.done:
-		return
-	default:
-	}
-	_ = syscall.Kill(-bx.cmd.Process.Pid, syscall.SIGKILL)
 }
-
-// Agent returns the VM's agent connection.
-func (bx *box) Agent() boxes.Agent { return bx.client }
-
-// Done is closed when QEMU has exited.
-func (bx *box) Done() <-chan struct{} { return bx.done }
-
-// StartedAt returns when the VM booted.
-func (bx *box) StartedAt() time.Time { return bx.startedAt }
 
 // OOMKills is not counted on the host: the guest's kernel kills for
 // memory inside the VM, and the agent reads its count (/proc/vmstat).
@@ -648,10 +615,10 @@ func (bx *box) Why() string { return "" }
 // CPUTime reads the CPU time QEMU has used (every vCPU and its own
 // threads), as the host counts it.
 func (bx *box) CPUTime(context.Context) (time.Duration, error) {
-	if bx.cmd == nil || bx.cmd.Process == nil {
+	if bx.Cmd == nil || bx.Cmd.Process == nil {
 		return 0, boxes.ErrCPUNotCounted
 	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", bx.cmd.Process.Pid))
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", bx.Cmd.Process.Pid))
 	if err != nil {
 		return 0, fmt.Errorf("%w: %w", boxes.ErrCPUNotCounted, err)
 	}
@@ -722,16 +689,16 @@ func (b *Backend) Ping(ctx context.Context, id string) error {
 	if !ok {
 		return fmt.Errorf("%s: ping %s: %w", b.cfg.Name, id, sandbox.ErrNotFound)
 	}
-	return bx.client.Ping(ctx)
+	return bx.Client.Ping(ctx)
 }
 
 // PID returns the host process id of the QEMU of id's running VM, or 0.
 func (b *Backend) PID(id string) int {
 	bx, ok := b.boxes.Live(id)
-	if !ok || bx.cmd == nil || bx.cmd.Process == nil {
+	if !ok || bx.Cmd == nil || bx.Cmd.Process == nil {
 		return 0
 	}
-	return bx.cmd.Process.Pid
+	return bx.Cmd.Process.Pid
 }
 
 // Accel returns the accelerator of the last successful Available, or "".

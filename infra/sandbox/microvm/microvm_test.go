@@ -163,7 +163,7 @@ func TestKilledFromOutside(t *testing.T) {
 		t.Fatalf("%+v %v", r, err)
 	}
 	bx := b.boxes.Get("killed")
-	pid := bx.cmd.Process.Pid
+	pid := bx.Cmd.Process.Pid
 	errc := make(chan error, 1)
 	go func() {
 		_, err := b.Exec(ctx, "killed", sandbox.Command{Args: []string{"sleep", "60"}, Timeout: 90 * time.Second})
@@ -194,7 +194,7 @@ func TestKilledFromOutside(t *testing.T) {
 	if err != nil || strings.TrimSpace(string(r.Stdout)) != "kept" {
 		t.Errorf("after the new boot: %q %v", r.Stdout, err)
 	}
-	if b.boxes.Get("killed").cmd.Process.Pid == pid {
+	if b.boxes.Get("killed").Cmd.Process.Pid == pid {
 		t.Error("the same QEMU process")
 	}
 	if _, err := os.Stat("/proc/" + strconv.Itoa(pid)); err == nil {
@@ -234,7 +234,7 @@ func TestHostPathsInvisible(t *testing.T) {
 	if err := b.Ensure(ctx, spec); err != nil {
 		t.Fatal(err)
 	}
-	args, _ := os.ReadFile("/proc/" + strconv.Itoa(b.boxes.Get("hostpaths").cmd.Process.Pid) + "/cmdline")
+	args, _ := os.ReadFile("/proc/" + strconv.Itoa(b.boxes.Get("hostpaths").Cmd.Process.Pid) + "/cmdline")
 	if bytes.Contains(args, []byte(marker)) {
 		t.Error("the sandbox's environment is on QEMU's command line")
 	}
