@@ -21,19 +21,11 @@ import (
 // threadbox process and on the wire to the host.
 func (p *Proxy) intercept(w http.ResponseWriter, up *countingConn, rec *egress.Record, secrets []egress.Secret) {
 	defer up.Close()
-	hj, ok := w.(http.Hijacker)
+	client, brw, ok := establish(w)
 	if !ok {
-		http.Error(w, "threadbox egress: cannot tunnel", http.StatusInternalServerError)
-		return
-	}
-	client, brw, err := hj.Hijack()
-	if err != nil {
 		return
 	}
 	defer client.Close()
-	if _, err := io.WriteString(client, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
-		return
-	}
 	leaf, err := p.cfg.CA.leaf(rec.Host)
 	if err != nil {
 		rec.Reason = err.Error()

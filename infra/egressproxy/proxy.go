@@ -364,23 +364,36 @@ func (p *Proxy) stateLocked(containerID string) *sandboxState {
 	return st
 }
 
+// establish takes the client's connection of a CONNECT over from the HTTP
+// server and tells the client the tunnel is established; ok is false when
+// the connection cannot be taken or is gone (the caller has nothing left
+// to do).
+func establish(w http.ResponseWriter) (client net.Conn, brw *bufio.ReadWriter, ok bool) {
+	hj, ok := w.(http.Hijacker)
+	if !ok {
+		http.Error(w, "threadbox egress: cannot tunnel", http.StatusInternalServerError)
+		return nil, nil, false
+	}
+	client, brw, err := hj.Hijack()
+	if err != nil {
+		return nil, nil, false
+	}
+	if _, err := io.WriteString(client, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
+		client.Close()
+		return nil, nil, false
+	}
+	return client, brw, true
+}
+
 // tunnel answers CONNECT and pipes the tunnel, first checking that a TLS
 // ClientHello names the host the tunnel was opened to.
 func (p *Proxy) tunnel(w http.ResponseWriter, r *http.Request, up *countingConn, rec *egress.Record) {
 	defer up.Close()
-	hj, ok := w.(http.Hijacker)
+	client, brw, ok := establish(w)
 	if !ok {
-		http.Error(w, "threadbox egress: cannot tunnel", http.StatusInternalServerError)
-		return
-	}
-	client, brw, err := hj.Hijack()
-	if err != nil {
 		return
 	}
 	defer client.Close()
-	if _, err := io.WriteString(client, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
-		return
-	}
 	_ = client.SetReadDeadline(time.Now().Add(helloTimeout))
 	first, err := brw.Reader.Peek(1)
 	if err != nil {
