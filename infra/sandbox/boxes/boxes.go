@@ -1,10 +1,14 @@
 // Package boxes is what the sandbox backends that speak to an in-sandbox
 // agent share: their running sandboxes by container id (a lock per id that
 // orders boot and stop, the lookup that drops the ones that ended, the boot
-// of a missing one over its host folders), the calls that go through a
-// running sandbox's agent (ops.go), the checks and handshake of a boot
-// (boot.go), the log of a sandbox's stderr (logtail.go), and the answers of
-// a backend whose sandboxes keep files only across a stop (checkpoint.go).
+// of a missing one over its host folders, stop, remove and the verdict of
+// a reconcile), the calls that go through a running sandbox's agent
+// (ops.go), the host process of a sandbox this process started (proc.go),
+// the checks and handshake of a boot (boot.go), the log of a sandbox's
+// stderr (logtail.go), the warm pool and the answers of a backend without
+// one (pool.go), the answers of a backend whose sandboxes keep files only
+// across a stop (checkpoint.go), and the settings every backend takes
+// (settings.go).
 package boxes
 
 import (
