@@ -9,6 +9,7 @@ import (
 	"io"
 	"maps"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -20,6 +21,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"threadbox/domain/sandbox"
+	"threadbox/infra/sandbox/boxes"
 )
 
 // TestNetworkPolicyDeclaration: the backend runs no sandbox until the
@@ -147,7 +149,11 @@ func TestRoleIsWhatTheBackendUses(t *testing.T) {
 	}
 	used := map[string]bool{}
 	for _, hostPaths := range []bool{false, true} {
-		b := offline(t, Config{Namespace: "sandboxes", HostPathVolumes: hostPaths, NetworkPolicy: NetworkPolicyEnforced})
+		trust := t.TempDir()
+		if err := os.WriteFile(filepath.Join(trust, "ca-bundle.pem"), []byte("bundle"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		b := offline(t, Config{Settings: boxes.Settings{TrustDir: trust}, Namespace: "sandboxes", HostPathVolumes: hostPaths, NetworkPolicy: NetworkPolicyEnforced})
 		cs := fake.NewClientset()
 		b.cs = cs
 		ctx := context.Background()
@@ -163,7 +169,15 @@ func TestRoleIsWhatTheBackendUses(t *testing.T) {
 		if err := b.ensureObjects(ctx, spec, root, l); err != nil {
 			t.Fatal(err)
 		}
+		// The trust ConfigMap is made by one process and replaced by the next.
+		for range 2 {
+			b.trustDone = false
+			if err := b.ensureTrust(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
 		pod := b.podSpec(spec, mounts, l)
+		b.trustPod(pod)
 		if v := restrictedViolations(pod); len(v) > 0 {
 			t.Errorf("host paths %v: the sandbox pod breaks the restricted Pod Security Standard: %v", hostPaths, v)
 		}
