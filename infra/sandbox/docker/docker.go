@@ -97,8 +97,9 @@ type Backend struct {
 	boxes           *boxes.Set[*box]
 	boxes.Ops[*box] // Start, Listen, SandboxCPU
 
-	pool *boxes.Pool[*box]
-	criu criuProbe // what `criu check` said on this host (Checkpoints)
+	pool    *boxes.Pool[*box]
+	renames sync.WaitGroup // claimed sandboxes' containers being renamed (Claim)
+	criu    criuProbe      // what `criu check` said on this host (Checkpoints)
 }
 
 // box is one running sandbox and its agent connection.
@@ -114,6 +115,7 @@ type box struct {
 	oom       cgroupacct.OOM
 	cpu       cgroupacct.CPU
 	oomReady  chan struct{} // closed once oom and cpu are known (or unknowable)
+	renamed   chan struct{} // closed once a claim's rename is done; nil if none was started
 
 	mu       sync.Mutex
 	lastUsed time.Time
@@ -149,6 +151,7 @@ func NewWithClient(cli *client.Client, cfg Config) *Backend {
 // Close closes the agent connections and the client; containers keep running
 // (a later Reconcile adopts them).
 func (b *Backend) Close() error {
+	b.renames.Wait()
 	for _, bx := range b.boxes.TakeAll() {
 		bx.conn.Close()
 	}
@@ -505,10 +508,19 @@ func (bx *box) touch(delta int) {
 func (b *Backend) Stop(ctx context.Context, id string) error {
 	defer b.boxes.Lock(id)()
 	bx, _ := b.boxes.Take(id)
+	target := b.ContainerName(id)
 	if bx != nil {
 		bx.conn.Close()
+		if bx.renamed != nil {
+			// A claim's rename in flight would race the removal.
+			<-bx.renamed
+		}
+		if bx.dockerID != "" {
+			// A claimed sandbox whose rename failed still has its slot's name.
+			target = bx.dockerID
+		}
 	}
-	err := b.cli.ContainerRemove(ctx, b.ContainerName(id), container.RemoveOptions{Force: true})
+	err := b.cli.ContainerRemove(ctx, target, container.RemoveOptions{Force: true})
 	if err != nil && !errdefs.IsNotFound(err) {
 		return fmt.Errorf("docker: stop %s: %w", id, err)
 	}

@@ -47,33 +47,50 @@ func (b *Backend) Warm(ctx context.Context, spec sandbox.Spec) error {
 
 // Claim makes the warm sandbox name spec.ID's (boxes.Pool), and its Docker
 // container takes spec.ID's name. The sandbox's user, limits, environment
-// and mounts are then those a boot of spec would give.
+// and mounts are then those a boot of spec would give. The container is
+// renamed after Claim returns: the slot's owner file, written first, is
+// what says the sandbox is spec.ID's (reconcileID), and a rename is an
+// Engine API round trip that made up most of a claim's time.
 func (b *Backend) Claim(ctx context.Context, name string, spec sandbox.Spec) error {
 	return b.pool.Claim(ctx, name, spec, b.cfg.Dirs, b.cfg.Limits, func(bx *box, sl boxes.Slot) error {
 		// Before the rename: a restarted server reads the id of a claimed
-		// sandbox whose name is a hash of it from its slot (reconcileID).
+		// sandbox from its slot, whatever its container's name.
 		if err := slot.SetOwner(sl.Dir, spec.ID); err != nil {
 			return err
 		}
 		newName := b.ContainerName(spec.ID)
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		defer cancel()
-		err := b.cli.ContainerRename(rctx, bx.dockerID, newName)
-		if errdefs.IsConflict(err) {
-			// A leftover container of that name (stopped, orphaned, dead).
-			if rerr := b.cli.ContainerRemove(rctx, newName, container.RemoveOptions{Force: true}); rerr != nil && !errdefs.IsNotFound(rerr) {
-				return fmt.Errorf("remove stale %s: %w", newName, rerr)
-			}
-			err = b.cli.ContainerRename(rctx, bx.dockerID, newName)
-		}
-		if err != nil {
-			return fmt.Errorf("rename: %w", err)
-		}
+		renamed := make(chan struct{})
 		bx.mu.Lock()
-		bx.id, bx.name, bx.lastUsed = spec.ID, newName, time.Now()
+		bx.id, bx.name, bx.lastUsed, bx.renamed = spec.ID, newName, time.Now(), renamed
 		bx.mu.Unlock()
+		b.renames.Add(1)
+		go func() {
+			defer b.renames.Done()
+			defer close(renamed)
+			if err := b.rename(context.WithoutCancel(ctx), bx.dockerID, newName); err != nil {
+				b.log.Warn("claimed sandbox keeps its slot's name", "id", spec.ID, "slot", name, "cause", err.Error())
+			}
+		}()
 		return nil
 	})
+}
+
+// rename gives the container dockerID the name newName, removing a
+// leftover container of that name (stopped, orphaned, dead) first.
+func (b *Backend) rename(ctx context.Context, dockerID, newName string) error {
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	err := b.cli.ContainerRename(rctx, dockerID, newName)
+	if errdefs.IsConflict(err) {
+		if rerr := b.cli.ContainerRemove(rctx, newName, container.RemoveOptions{Force: true}); rerr != nil && !errdefs.IsNotFound(rerr) {
+			return fmt.Errorf("remove stale %s: %w", newName, rerr)
+		}
+		err = b.cli.ContainerRename(rctx, dockerID, newName)
+	}
+	if err != nil {
+		return fmt.Errorf("rename: %w", err)
+	}
+	return nil
 }
 
 // WarmSandboxes lists the unclaimed warm sandboxes of this instance on the
@@ -115,6 +132,11 @@ func (b *Backend) reconcileID(labels map[string]string, names []string) (id, war
 	}
 	name := strings.TrimPrefix(names[0], "/")
 	if name == b.ContainerName(warmName) {
+		// Claimed if its slot names an owner: Claim writes the owner
+		// before it renames the container.
+		if owner, err := slot.Owner(b.pool.Slot(warmName).Dir); err == nil && owner != "" {
+			return owner, warmName
+		}
 		return id, warmName // not claimed
 	}
 	claimed, ok := strings.CutPrefix(name, "threadbox-"+b.cfg.Instance+"-")

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/docker/docker/client"
+
 	"threadbox/domain/sandbox"
 	"threadbox/infra/sandbox/boxes"
 	"threadbox/infra/sandbox/docker"
@@ -123,20 +125,26 @@ func TestClaimedSandboxIsolation(t *testing.T) {
 // its /tmp (the same sandbox); its stop then removes its slot, and a warm
 // sandbox nobody claimed is dropped with its slot. Both kinds of id: one
 // that is its own Docker name, and one whose name is a hash of it (the id
-// is then read from the slot, not from the name).
+// is then read from the slot, not from the name); and one whose server
+// stopped before the claim's rename reached the Engine (the container
+// still has its slot's name: the slot's owner says whose it is).
 func TestClaimedSandboxIsAdopted(t *testing.T) {
 	if os.Geteuid() != 0 {
 		sandboxtest.Need(t, "the warm pool binds folders into running sandboxes: needs root")
 	}
-	for _, tc := range []struct{ name, id string }{
-		{"id is its name", fmt.Sprintf("adopt-%d", time.Now().UnixNano())},
-		{"name is a hash of the id", fmt.Sprintf("usr_adopt:%d/bench", time.Now().UnixNano())},
+	for _, tc := range []struct {
+		name, id  string
+		unrenamed bool
+	}{
+		{"id is its name", fmt.Sprintf("adopt-%d", time.Now().UnixNano()), false},
+		{"name is a hash of the id", fmt.Sprintf("usr_adopt:%d/bench", time.Now().UnixNano()), false},
+		{"not renamed yet", fmt.Sprintf("adopt-%d", time.Now().UnixNano()), true},
 	} {
-		t.Run(tc.name, func(t *testing.T) { claimedSandboxIsAdopted(t, tc.id) })
+		t.Run(tc.name, func(t *testing.T) { claimedSandboxIsAdopted(t, tc.id, tc.unrenamed) })
 	}
 }
 
-func claimedSandboxIsAdopted(t *testing.T, id string) {
+func claimedSandboxIsAdopted(t *testing.T, id string, unrenamed bool) {
 	ctx := context.Background()
 	pool := t.TempDir()
 	cfg := docker.Config{Settings: boxes.Settings{Instance: fmt.Sprintf("pool%d", time.Now().UnixNano())}, Runtime: docker.DefaultRuntime, SocketDir: t.TempDir(), PoolDir: pool}
@@ -163,6 +171,17 @@ func claimedSandboxIsAdopted(t *testing.T, id string) {
 		t.Fatalf("warm sandboxes after a claim: %v %v; want the two unclaimed ones", names, err)
 	}
 	first.Close()
+	if unrenamed {
+		// As if the server had stopped between the claim and its rename.
+		cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cli.Close()
+		if err := cli.ContainerRename(ctx, first.ContainerName(id), first.ContainerName("warm-adopt-1")); err != nil {
+			t.Fatal(err)
+		}
+	}
 	second := poolBackendAt(t, cfg)
 	// A later process sees the unclaimed warm sandboxes it did not boot,
 	// and removes one with its slot (the pool's bound reaps them so).
@@ -188,6 +207,9 @@ func claimedSandboxIsAdopted(t *testing.T, id string) {
 	}
 	if err := second.Stop(ctx, id); err != nil {
 		t.Fatal(err)
+	}
+	if left, err := docker.Instances(ctx); err != nil || slices.Contains(left, cfg.Instance) {
+		t.Fatalf("containers of the instance after the stop: %v %v", left, err)
 	}
 	if left, _ := os.ReadDir(pool); len(left) != 0 {
 		t.Fatalf("slots left after the stop: %v", left)
