@@ -8,8 +8,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"threadbox/domain/file"
+	"threadbox/infra/sandbox/hostdirs"
 )
 
 // mountFS mounts what args name (after "mount") on a new folder under dir
@@ -24,9 +26,17 @@ func mountFS(t *testing.T, dir, name string, args ...string) string {
 		t.Fatalf("mount %v: %v: %s", args, err, out)
 	}
 	t.Cleanup(func() {
-		if out, err := exec.Command("umount", at).CombinedOutput(); err != nil {
-			t.Errorf("umount %s: %v: %s", at, err, out)
+		// A loop device unmounted from a file in it lets go of that file
+		// a moment later: busy until then.
+		var out []byte
+		var err error
+		for try := 0; try < 50; try++ {
+			if out, err = exec.Command("umount", at).CombinedOutput(); err == nil {
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
 		}
+		t.Errorf("umount %s: %v: %s", at, err, out)
 	})
 	return at
 }
@@ -81,7 +91,18 @@ func TestWhoseDiskIsFull(t *testing.T) {
 	if out, err := exec.Command("mkfs.ext4", "-q", img).CombinedOutput(); err != nil {
 		t.Fatalf("mkfs: %v: %s", err, out)
 	}
-	inner := mountFS(t, dir, "inner", "-o", "loop,nosuid,nodev", img)
+	inner := filepath.Join(dir, "inner")
+	if err := os.Mkdir(inner, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := hostdirs.MountLoop(ctx, img, inner, "nosuid,nodev"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if out, err := exec.Command("umount", inner).CombinedOutput(); err != nil {
+			t.Errorf("umount %s: %v: %s", inner, err, out)
+		}
+	})
 	fs = containerFS(t, inner, Options{})
 	// Fill the disk under the image.
 	fill, err := os.Create(filepath.Join(outer, "fill"))

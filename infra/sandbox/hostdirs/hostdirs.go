@@ -330,10 +330,44 @@ func (l *Layout) mountQuota(ctx context.Context, id, root string) error {
 	} else if err != nil {
 		return fmt.Errorf("hostdirs: quota image: %w", err)
 	}
-	if err := run(ctx, "mount", "-o", "loop,nosuid,nodev", img, root); err != nil {
+	if err := MountLoop(ctx, img, root, "nosuid,nodev"); err != nil {
 		return fmt.Errorf("hostdirs: mount quota image: %w", err)
 	}
 	return nil
+}
+
+// loopLock is the host-wide lock file MountLoop holds while mount sets up
+// a loop device.
+const loopLock = "/run/threadbox-loop.lock"
+
+// MountLoop mounts the file system image img on the folder at through a
+// loop device, with the mount options opts, holding a lock every process
+// on the host takes for it: two mounts that look for a free loop device at
+// once can both pick the same one, and one of them then fails ("already
+// mounted or mount point busy"). A device another mount is still letting
+// go of can be offered as free too, so that failure is tried again a few
+// times while at is not mounted. A host where the lock file cannot be
+// opened mounts without it.
+func MountLoop(ctx context.Context, img, at, opts string) error {
+	if f, err := os.OpenFile(loopLock, os.O_RDWR|os.O_CREATE, 0o600); err == nil {
+		defer f.Close() // and so unlocks
+		_ = unix.Flock(int(f.Fd()), unix.LOCK_EX)
+	}
+	var err error
+	for try := 0; try < 5; try++ {
+		if err = run(ctx, "mount", "-o", "loop,"+opts, img, at); err == nil || !strings.Contains(err.Error(), "already mounted or mount point busy") {
+			return err
+		}
+		if mounted, merr := isMountPoint(at); merr != nil || mounted {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(time.Duration(50*(try+1)) * time.Millisecond):
+		}
+	}
+	return err
 }
 
 func (l *Layout) makeImage(ctx context.Context, img string) error {
