@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"threadbox/infra/sandbox/hostdirs"
+	"threadbox/infra/sandbox/slot"
 )
 
 // server is a threadbox process the soak started, and restarts after the
@@ -209,7 +210,10 @@ func (s *server) probe(ctx context.Context) (sample, error) {
 		}
 		return out, fmt.Errorf("docker ps: %w", err)
 	}
-	out.containers, out.warm = countContainers(b, s.instance)
+	out.containers, out.warm = countContainers(b, s.instance, func(name string) bool {
+		owner, err := slot.Owner(filepath.Join(s.data, "pool", hostdirs.SafeID(name)))
+		return err == nil && owner != ""
+	})
 	mounts, err := hostdirs.MountsBelow(s.data)
 	if err != nil {
 		return out, err
@@ -431,13 +435,15 @@ type logCount struct {
 // serve a container (claimed warm sandboxes among them) and the unclaimed
 // warm ones: labelled warm and still named after their slot
 // (threadbox-<instance>-<slot>), since a claim renames the container but
-// cannot change its labels.
-func countContainers(listing []byte, instance string) (containers, warm int) {
+// cannot change its labels, and whose slot claimed does not say is claimed
+// (a claim records its owner in the slot before the rename, which follows
+// the claim's answer).
+func countContainers(listing []byte, instance string, claimed func(slot string) bool) (containers, warm int) {
 	for _, l := range strings.Split(string(listing), "\n") {
 		f := strings.Split(strings.TrimSpace(l), "|")
 		switch {
 		case len(f) == 1 && f[0] == "":
-		case len(f) == 4 && f[1] == "true" && f[2] == "threadbox-"+instance+"-"+f[3]:
+		case len(f) == 4 && f[1] == "true" && f[2] == "threadbox-"+instance+"-"+f[3] && !claimed(f[3]):
 			warm++
 		default:
 			containers++

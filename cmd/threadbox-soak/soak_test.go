@@ -219,7 +219,8 @@ func TestOutputNotKeptIsDesignedOnlyWhileTheDiskIsFull(t *testing.T) {
 // TestCountContainers: one listing gives both counts (two listings could
 // see a warm sandbox in one and not the other: -1 containers), and a
 // claimed warm sandbox, renamed after its container but still labelled
-// warm, counts as a container, not as one of the pool.
+// warm, counts as a container, not as one of the pool, and so does one
+// whose slot names its owner before its rename.
 func TestCountContainers(t *testing.T) {
 	for _, tt := range []struct {
 		listing        string
@@ -229,8 +230,11 @@ func TestCountContainers(t *testing.T) {
 		{"a1|true|threadbox-soak-warm-1|warm-1\n", 0, 1},
 		{"a1|true|threadbox-soak-warm-1|warm-1\nb2|||\nc3|false|threadbox-soak-thr_x|thr_x\nd4|true|threadbox-soak-thr_y|warm-2\n", 3, 1},
 		{"a1|true|threadbox-other-warm-1|warm-1\n", 1, 0},
+		// Claimed (its slot names an owner) but not renamed yet.
+		{"a1|true|threadbox-soak-warm-3|warm-3\n", 1, 0},
 	} {
-		if c, w := countContainers([]byte(tt.listing), "soak"); c != tt.containers || w != tt.wm {
+		claimed := func(slot string) bool { return slot == "warm-3" }
+		if c, w := countContainers([]byte(tt.listing), "soak", claimed); c != tt.containers || w != tt.wm {
 			t.Errorf("%q: %d containers, %d warm; want %d, %d", tt.listing, c, w, tt.containers, tt.wm)
 		}
 	}
