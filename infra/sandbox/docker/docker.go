@@ -614,6 +614,12 @@ func (b *Backend) Reconcile(ctx context.Context, decide func(id string) sandbox.
 		if v == sandbox.Adopt && c.State == "running" && b.adopt(ctx, id, c.ID) {
 			if warmName != "" {
 				b.pool.Hold(id, b.pool.Slot(warmName))
+				if len(c.Names) > 0 && strings.TrimPrefix(c.Names[0], "/") != b.ContainerName(id) {
+					// Claimed, but its server went before the rename.
+					if err := b.rename(ctx, c.ID, b.ContainerName(id)); err != nil {
+						b.log.Warn("adopted sandbox keeps its slot's name", "id", id, "slot", warmName, "cause", err.Error())
+					}
+				}
 			}
 			adopted = append(adopted, id)
 			continue

@@ -198,6 +198,17 @@ func claimedSandboxIsAdopted(t *testing.T, id string, unrenamed bool) {
 	if err != nil || len(adopted) != 1 || adopted[0] != id || len(removed) != 1 || removed[0] != "warm-adopt-2" {
 		t.Fatalf("reconcile: adopted %v removed %v err %v; want %s adopted and the unclaimed warm sandbox removed", adopted, removed, err, id)
 	}
+	if unrenamed {
+		// The adoption gives it its container's name.
+		cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cli.Close()
+		if in, err := cli.ContainerInspect(ctx, second.ContainerName(id)); err != nil || !strings.HasSuffix(in.Name, second.ContainerName(id)) {
+			t.Fatalf("adopted claimed sandbox not renamed: %v", err)
+		}
+	}
 	r, err := second.Exec(ctx, id, sandbox.Command{Args: []string{"bash", "-c", "cat kept.txt /tmp/still"}})
 	if err != nil || strings.TrimSpace(string(r.Stdout)) != "kept\nhere" {
 		t.Fatalf("adopted claimed sandbox: %q %v", r.Stdout, err)
