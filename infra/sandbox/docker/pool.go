@@ -96,7 +96,7 @@ func (b *Backend) rename(ctx context.Context, dockerID, newName string) error {
 // WarmSandboxes lists the unclaimed warm sandboxes of this instance on the
 // Docker Engine, running or not, whichever process booted them: those
 // labelled warm whose container still has its slot's name (a claim
-// renames it).
+// renames it) and whose slot names no owner (a claim writes it first).
 func (b *Backend) WarmSandboxes(ctx context.Context) ([]string, error) {
 	list, err := b.cli.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(
 		filters.Arg("label", LabelManaged+"=true"),
