@@ -71,9 +71,14 @@ func childEnv(t *testing.T, dbURL string, extra map[string]string) map[string]st
 }
 
 // cleanUp removes what the servers of env may have left: the instance's
-// sandboxes, then the disk quota mounts under its data folder.
+// sandboxes, then the disk quota mounts under its data folder. The
+// sandboxes are removed twice, half a second apart: a container a killed
+// server asked for can still be made by the Docker daemon after the
+// first pass.
 func cleanUp(env map[string]string) {
 	ctx := context.Background()
+	_ = docker.RemoveInstance(ctx, env["THREADBOX_INSTANCE"], filepath.Join(env["DATA_DIR"], "pool"))
+	time.Sleep(500 * time.Millisecond)
 	_ = docker.RemoveInstance(ctx, env["THREADBOX_INSTANCE"], filepath.Join(env["DATA_DIR"], "pool"))
 	_, _ = hostdirs.New(env["DATA_DIR"], hostdirs.Options{Quota: hostdirs.QuotaLoop}).ReleaseUnused(ctx, 0, nil)
 }
