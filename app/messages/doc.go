@@ -38,4 +38,8 @@
 //   - usage sums the tokens of every model step of the request.
 //   - The sandbox_v1 tool type expands into its own tools (sandbox.go),
 //     whose calls run and answer like the code-execution sub-tools.
+//   - The web_fetch tool types run here too (webfetch.go, Tools.WebFetch):
+//     the model gets a plain web_fetch tool; a call whose URL the
+//     conversation never named, or past max_uses, is answered with the
+//     tool's error code without running.
 package messages

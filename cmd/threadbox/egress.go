@@ -146,7 +146,7 @@ type egressInstall struct {
 func egressSecretKeyFile(dataDir string) string { return filepath.Join(dataDir, "egress-secret.key") }
 func egressCAFile(dataDir string) string        { return filepath.Join(dataDir, "egress-ca.pem") }
 
-// EgressTrustDir is the trust folder in dataDir; "" when the proxy is off.
+// egressTrustDir is the trust folder in DATA_DIR; "" when the proxy is off.
 func egressTrustDir(cfg Config) string {
 	if cfg.Egress.Off {
 		return ""
