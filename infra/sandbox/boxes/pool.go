@@ -21,8 +21,9 @@ import (
 // a container claims it by having its folders bound onto the slot's,
 // whence they propagate into the sandbox. It is safe for concurrent use.
 type Pool[B Box] struct {
-	set *Set[B]
-	dir string
+	set    *Set[B]
+	dir    string
+	layout Layout
 
 	mu    sync.Mutex
 	slots map[string]Slot // by the id its sandbox serves: the slot's name until claimed, then the container's
@@ -35,10 +36,38 @@ type Slot struct {
 	warm *sandbox.Spec // the Warm spec, until the sandbox is claimed
 }
 
+// Layout shapes the slots of a pool: Make creates the slot folder dir of
+// a sandbox that binds mounts, Place names the folder under it where
+// mount i of the sandbox's is bound, and Remove unmounts and deletes it.
+type Layout interface {
+	Make(dir string, mounts []sandbox.Mount) error
+	Place(dir string, i int, m sandbox.Mount) string
+	Remove(dir string) error
+}
+
+// subfolders is the layout of a runtime that binds each slot subfolder
+// with rslave propagation: one empty subfolder per mount (slot.Make).
+type subfolders struct{}
+
+// Make creates the slot with a subfolder per mount.
+func (subfolders) Make(dir string, mounts []sandbox.Mount) error { return slot.Make(dir, len(mounts)) }
+
+// Place returns the subfolder of mount i.
+func (subfolders) Place(dir string, i int, _ sandbox.Mount) string { return slot.Path(dir, i) }
+
+// Remove unmounts and deletes the slot.
+func (subfolders) Remove(dir string) error { return slot.Remove(dir) }
+
 // NewPool returns an empty pool of set's sandboxes whose slots are made
-// under dir; it logs to set's logger.
+// under dir, one empty subfolder per mount; it logs to set's logger.
 func NewPool[B Box](set *Set[B], dir string) *Pool[B] {
-	return &Pool[B]{set: set, dir: dir, slots: map[string]Slot{}}
+	return NewPoolWith(set, dir, subfolders{})
+}
+
+// NewPoolWith returns an empty pool of set's sandboxes whose slots are
+// made under dir by layout.
+func NewPoolWith[B Box](set *Set[B], dir string, layout Layout) *Pool[B] {
+	return &Pool[B]{set: set, dir: dir, layout: layout, slots: map[string]Slot{}}
 }
 
 // Slot returns the slot of the warm sandbox named name, held or not.
@@ -99,7 +128,7 @@ func (p *Pool[B]) Drop(id string) (Slot, bool) {
 	p.mu.Unlock()
 	if !ok {
 		sl = p.Slot(id)
-		if _, err := os.Stat(filepath.Join(sl.Dir, "0")); err != nil || !strings.HasPrefix(id, sandbox.WarmPrefix) {
+		if _, err := os.Stat(sl.Dir); err != nil || !strings.HasPrefix(id, sandbox.WarmPrefix) {
 			return Slot{}, false
 		}
 	}
@@ -109,13 +138,14 @@ func (p *Pool[B]) Drop(id string) (Slot, bool) {
 
 // Remove unmounts and deletes sl's folder, held or not.
 func (p *Pool[B]) Remove(sl Slot) {
-	if err := slot.Remove(sl.Dir); err != nil {
+	if err := p.layout.Remove(sl.Dir); err != nil {
 		p.set.log.Warn("warm slot not removed", "slot", sl.Name, "cause", err.Error())
 	}
 }
 
 // Warm boots a warm sandbox named spec.ID with boot, over the empty
-// subfolders of a new slot in place of the sources of spec's mounts. A
+// folders of a new slot (its layout's places) in place of the sources of
+// spec's mounts. A
 // container whose limits, environment and folder targets are spec's can
 // claim it.
 func (p *Pool[B]) Warm(ctx context.Context, spec sandbox.Spec, boot func(context.Context, sandbox.Spec) (B, error)) error {
@@ -123,7 +153,7 @@ func (p *Pool[B]) Warm(ctx context.Context, spec sandbox.Spec, boot func(context
 	sl.warm = &spec
 	// Known before it exists, so that no Reconcile takes it for a stray.
 	p.Hold(spec.ID, sl)
-	if err := slot.Make(sl.Dir, len(spec.Mounts)); err != nil {
+	if err := p.layout.Make(sl.Dir, spec.Mounts); err != nil {
 		p.mu.Lock()
 		delete(p.slots, spec.ID)
 		p.mu.Unlock()
@@ -132,7 +162,7 @@ func (p *Pool[B]) Warm(ctx context.Context, spec sandbox.Spec, boot func(context
 	warm := spec
 	warm.Mounts = slices.Clone(spec.Mounts)
 	for i := range warm.Mounts {
-		warm.Mounts[i].Source = slot.Path(sl.Dir, i)
+		warm.Mounts[i].Source = p.layout.Place(sl.Dir, i, warm.Mounts[i])
 	}
 	if err := p.set.Ensure(ctx, warm, nil, boot); err != nil {
 		p.Drop(spec.ID)
@@ -163,7 +193,7 @@ func (p *Pool[B]) warmUp(ctx context.Context, name string) {
 
 // Claim makes the warm sandbox name serve the container spec.ID: spec's
 // folders (or, with dirs and none, the container's prepared ones) are
-// bound onto the slot's subfolders, whence they reach the sandbox; then
+// bound onto the slot's places for them, whence they reach the sandbox; then
 // claimed, the backend's own part, runs before the box serves spec.ID.
 // limits fills the zero limits of both specs before they are compared.
 func (p *Pool[B]) Claim(ctx context.Context, name string, spec sandbox.Spec, dirs *hostdirs.Layout, limits sandbox.Limits, claimed func(B, Slot) error) error {
@@ -201,7 +231,7 @@ func (p *Pool[B]) Claim(ctx context.Context, name string, spec sandbox.Spec, dir
 		return fail("folders differ from the warm sandbox's")
 	}
 	for i, m := range spec.Mounts {
-		if err := slot.Bind(sl.Dir, i, m.Source, m.ReadOnly); err != nil {
+		if err := slot.BindAt(p.layout.Place(sl.Dir, i, m), m.Source, m.ReadOnly); err != nil {
 			return fail("%w", err)
 		}
 	}

@@ -198,7 +198,7 @@ func (b *Backend) Restore(ctx context.Context, spec sandbox.Spec, dir string) er
 			b.dropHeld(spec.ID)
 			return nil, err
 		}
-		bx, err := b.start(ctx, spec, dir)
+		bx, err := b.start(ctx, spec, dir, "")
 		if err != nil {
 			b.dropHeld(spec.ID)
 			return nil, fmt.Errorf("%w: %w", sandbox.ErrCheckpointIncompatible, err)

@@ -96,6 +96,9 @@ func assertNothingLeft(t testing.TB, b *Backend) {
 	if _, err := os.Stat(filepath.Dir(b.state)); err == nil {
 		t.Errorf("state folder left: %s", filepath.Dir(b.state))
 	}
+	if _, err := os.Stat(b.views); err == nil {
+		t.Errorf("views folder left: %s", b.views)
+	}
 }
 
 // TestConformance runs the backend conformance suite against gVisor

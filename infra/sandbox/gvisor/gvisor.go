@@ -77,6 +77,10 @@ type Config struct {
 	// StateDir holds runsc's state and the sandboxes' bundles, under a
 	// folder per Instance; default DefaultStateDir. This process's alone.
 	StateDir string
+	// PoolDir holds the sandboxes' views (view.go), warm or not; default
+	// the folder "<instance>-views" beside the instance's in StateDir.
+	// This process's alone.
+	PoolDir string
 	// Dirs, when set, prepares each container's host folders before boot;
 	// a Spec without Mounts then gets Dirs' mounts.
 	Dirs *hostdirs.Layout
@@ -94,13 +98,11 @@ type Backend struct {
 	rootfs string // cfg.RootFS resolved
 	state  string // runsc --root
 	bndls  string // the bundles' parent folder
+	views  string // the views' parent folder
 
 	boxes           *boxes.Set[*box]
-	boxes.Ops[*box] // Exec, Start, Listen, Stop, Status, SandboxCPU
-	// gVisor's file server never sees a folder bound on the host after the
-	// sandbox started, so a sandbox cannot boot before its container's
-	// folders are known.
-	boxes.NoWarmPool
+	boxes.Ops[*box] // Exec, Start, Listen, Status, SandboxCPU
+	pool            *boxes.Pool[*box]
 
 	availMu sync.Mutex
 	availAt time.Time // last successful check
@@ -130,6 +132,7 @@ type box struct {
 	b        *Backend
 	id, cid  string
 	bundle   string
+	view     string          // the view its folders are bound from
 	mounts   []sandbox.Mount // the folders bound in, whose targets a checkpoint records
 	stderr   *boxes.LogTail
 	cpu      cgroupacct.CPU
@@ -155,10 +158,14 @@ func New(cfg Config) (*Backend, error) {
 	lg := cfg.Logger
 	rootfs := boxes.ResolveRootFS(cfg.RootFS)
 	dir := filepath.Join(cfg.StateDir, hostdirs.SafeID(cfg.Instance))
+	if cfg.PoolDir == "" {
+		// Beside the state folder, never in it: that one is removed whole.
+		cfg.PoolDir = dir + "-views"
+	}
 	set := boxes.New[*box]("gvisor", lg)
-	return &Backend{cfg: cfg, log: lg, rootfs: rootfs, state: filepath.Join(dir, "state"), bndls: filepath.Join(dir, "bundles"),
+	return &Backend{cfg: cfg, log: lg, rootfs: rootfs, state: filepath.Join(dir, "state"), bndls: filepath.Join(dir, "bundles"), views: cfg.PoolDir,
 		boxes: set, Ops: boxes.NewOps(set, nil), held: map[string]*agent.Client{}, cids: map[string]bool{},
-		NoWarmPool: boxes.WarmsNone("gvisor", "gVisor's file server never sees a folder bound after the sandbox started")}, nil
+		pool: boxes.NewPoolWith(set, cfg.PoolDir, viewLayout{rootfs: rootfs})}, nil
 }
 
 // Name returns "gvisor".
@@ -203,7 +210,7 @@ func (b *Backend) runscVersion() (string, error) {
 			return
 		}
 		line, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
-		b.version = line + " " + strings.Join(runscFlags, " ")
+		b.version = line + " " + strings.Join(runscFlags, " ") + " " + viewTargets
 	})
 	return b.version, b.versionErr
 }
@@ -258,7 +265,7 @@ func (b *Backend) Ensure(ctx context.Context, spec sandbox.Spec) error {
 	if err := b.boxes.Ensure(ctx, spec, b.cfg.Dirs, func(ctx context.Context, spec sandbox.Spec) (*box, error) {
 		// A fresh boot ends what a checkpoint of the sandbox kept.
 		b.dropHeld(spec.ID)
-		return b.start(ctx, spec, "")
+		return b.start(ctx, spec, "", "")
 	}); err != nil {
 		return fmt.Errorf("gvisor: %w", err)
 	}
@@ -272,18 +279,43 @@ func newCID(id string) string {
 }
 
 // start boots spec's sandbox under a new runsc container: fresh (runsc
-// run), or from the checkpoint in image (runsc restore). Either way runsc
-// runs in the foreground as the sandbox's parent and exits with it.
-func (b *Backend) start(ctx context.Context, spec sandbox.Spec, image string) (*box, error) {
+// run), or from the checkpoint in image (runsc restore). Its folders are
+// bound from view, a warm pool slot made for it, or else from a view of
+// its own made here. Either way runsc runs in the foreground as the
+// sandbox's parent and exits with it, and the view goes then.
+func (b *Backend) start(ctx context.Context, spec sandbox.Spec, image, view string) (*box, error) {
 	if _, err := b.runscVersion(); err != nil {
 		return nil, err
 	}
 	l := b.limits(spec.Limits)
 	cid := newCID(spec.ID)
-	bx := &box{b: b, id: spec.ID, cid: cid, bundle: filepath.Join(b.bndls, cid), mounts: spec.Mounts, Proc: boxes.NewProc(),
+	// Known before its view exists, so that no Reconcile takes the view
+	// for a stray.
+	b.cidsMu.Lock()
+	b.cids[cid] = true
+	b.cidsMu.Unlock()
+	forget := func() {
+		b.cidsMu.Lock()
+		delete(b.cids, cid)
+		b.cidsMu.Unlock()
+	}
+	if view == "" {
+		view = filepath.Join(b.views, "run-"+cid)
+		if err := makeView(view, b.rootfs, spec.Mounts); err != nil {
+			forget()
+			return nil, err
+		}
+	}
+	bx := &box{b: b, id: spec.ID, cid: cid, bundle: filepath.Join(b.bndls, cid), view: view, mounts: spec.Mounts, Proc: boxes.NewProc(),
 		stderr: boxes.NewLogTail(b.log, "sandbox", spec.ID), restored: image != ""}
 	cgroupsPath := "/threadbox-gvisor/" + hostdirs.SafeID(b.cfg.Instance) + "/" + cid
-	if err := writeBundle(bx.bundle, b.bundleSpec(spec, l, cgroupsPath)); err != nil {
+	err := bindView(view, spec.Mounts)
+	if err == nil {
+		err = writeBundle(bx.bundle, b.bundleSpec(spec, l, cgroupsPath, view))
+	}
+	if err != nil {
+		b.removeView(view)
+		forget()
 		return nil, err
 	}
 	args := []string{"run", "--bundle", bx.bundle, cid}
@@ -293,6 +325,8 @@ func (b *Backend) start(ctx context.Context, spec sandbox.Spec, image string) (*
 	conn, err := b.spawn(bx, args)
 	if err != nil {
 		_ = os.RemoveAll(bx.bundle)
+		b.removeView(view)
+		forget()
 		return nil, err
 	}
 	if c := b.takeHeld(spec.ID); c != nil && image != "" {
@@ -357,11 +391,8 @@ func (b *Backend) spawn(bx *box, args []string) (io.ReadWriteCloser, error) {
 		return nil, fmt.Errorf("pipe: %w", err)
 	}
 	// runsc dies with this process, and the sandbox with its agent's input.
-	// It is known before it starts, so that Close finds it however soon
-	// it ends.
-	b.cidsMu.Lock()
-	b.cids[bx.cid] = true
-	b.cidsMu.Unlock()
+	// It is known (start) before it starts, so that Close finds it however
+	// soon it ends.
 	cmd := b.runsc(context.Background(), args...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, errW
 	err = bx.Start(cmd, []*os.File{inR, outW, errW}, errR, bx.stderr, &b.wg, func() {
@@ -374,14 +405,12 @@ func (b *Backend) spawn(bx *box, args []string) (io.ReadWriteCloser, error) {
 		}
 		cancel()
 		_ = os.RemoveAll(bx.bundle)
+		b.removeView(bx.view)
 		b.cidsMu.Lock()
 		delete(b.cids, bx.cid)
 		b.cidsMu.Unlock()
 	})
 	if err != nil {
-		b.cidsMu.Lock()
-		delete(b.cids, bx.cid)
-		b.cidsMu.Unlock()
 		inW.Close()
 		outR.Close()
 		errR.Close()
@@ -421,6 +450,14 @@ func (bx *box) Why() string {
 		return "out of memory (the sandbox's memory limit was reached and the kernel killed it)"
 	}
 	return ""
+}
+
+// Stop ends the sandbox id; its files stay. A warm sandbox is never used
+// again once it stops: its slot goes, even when it ended by itself.
+func (b *Backend) Stop(ctx context.Context, id string) error {
+	defer b.boxes.Lock(id)()
+	defer b.pool.Drop(id)
+	return b.boxes.Stop(ctx, id)
 }
 
 // Remove stops the sandbox and forgets it, with any agent connection a
@@ -485,12 +522,15 @@ func (b *Backend) Reconcile(ctx context.Context, decide func(id string) sandbox.
 			mine[bx.cid] = true
 		}
 	}
+	keep := map[string]bool{}
 	for _, c := range all {
+		id := c.Annotations[annotationContainer]
 		if mine[c.ID] {
+			keepView(keep, c.ID, id)
 			continue
 		}
-		id := c.Annotations[annotationContainer]
 		if c.Status == "running" && id != "" && decide(id) == sandbox.Leave {
+			keepView(keep, c.ID, id)
 			continue
 		}
 		if _, err := b.runscOut(ctx, "delete", "--force", c.ID); err != nil {
@@ -502,6 +542,7 @@ func (b *Backend) Reconcile(ctx context.Context, decide func(id string) sandbox.
 			removed = append(removed, id)
 		}
 	}
+	b.removeStrayViews(keep)
 	return nil, removed, nil
 }
 
@@ -532,6 +573,13 @@ func (b *Backend) Close() error {
 		}
 	}
 	b.wg.Wait()
+	// The slots of warm sandboxes that ended by themselves, and any view
+	// left (every sandbox of this backend has ended).
+	for _, id := range b.pool.IDs() {
+		b.pool.Drop(id)
+	}
+	b.removeStrayViews(map[string]bool{})
+	_ = os.Remove(b.views)
 	if all, err := b.list(ctx); err == nil && len(all) == 0 {
 		// runsc keeps a few files of its own beside its containers' state.
 		_ = os.RemoveAll(filepath.Dir(b.state))
@@ -585,6 +633,8 @@ func RemoveInstance(ctx context.Context, instance string) error {
 	if err := os.RemoveAll(filepath.Dir(b.state)); err != nil {
 		errs = append(errs, err)
 	}
+	b.removeStrayViews(map[string]bool{})
+	_ = os.Remove(b.views)
 	b.removeCgroupParents()
 	return errors.Join(errs...)
 }

@@ -102,7 +102,9 @@ const sandboxPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bi
 // read-only at AgentPath as init (running as the sandbox's root, its
 // commands as the sandbox user), spec.Mounts bound in, no network but
 // loopback (runsc's --network=none), and the limits in cgroupsPath.
-func (b *Backend) bundleSpec(spec sandbox.Spec, l sandbox.Limits, cgroupsPath string) ociSpec {
+// spec.Mounts under /home/agent and /mnt reach the sandbox through the
+// view (view.go), whose parents are bound there; others are bound alone.
+func (b *Backend) bundleSpec(spec sandbox.Spec, l sandbox.Limits, cgroupsPath, view string) ociSpec {
 	mounts := []ociMount{
 		{Destination: "/proc", Type: "proc", Source: "proc"},
 		{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "strictatime", "mode=755", "size=65536k"}},
@@ -115,7 +117,15 @@ func (b *Backend) bundleSpec(spec sandbox.Spec, l sandbox.Limits, cgroupsPath st
 	if b.cfg.TrustDir != "" {
 		mounts = append(mounts, ociMount{Destination: boxes.TrustPath, Type: "bind", Source: b.cfg.TrustDir, Options: []string{"rbind", "ro"}})
 	}
+	for _, p := range viewParents {
+		// Read-write here: the view is read-only on the host, and the
+		// folders bound under it there keep their own flags.
+		mounts = append(mounts, ociMount{Destination: p.target, Type: "bind", Source: filepath.Join(view, p.name), Options: []string{"rbind", "rw"}})
+	}
 	for _, m := range spec.Mounts {
+		if place(view, m.Target) != "" {
+			continue
+		}
 		opt := "rw"
 		if m.ReadOnly {
 			opt = "ro"
@@ -125,10 +135,13 @@ func (b *Backend) bundleSpec(spec sandbox.Spec, l sandbox.Limits, cgroupsPath st
 	return ociSpec{
 		Version: "1.0.2",
 		Process: ociProcess{
-			User:            ociUser{UID: 0, GID: 0},
-			Args:            []string{AgentPath},
-			Env:             b.sandboxEnv(spec),
-			Cwd:             sandbox.WorkspaceDir,
+			User: ociUser{UID: 0, GID: 0},
+			Args: []string{AgentPath},
+			Env:  b.sandboxEnv(spec),
+			// Not a folder a claim binds over: the agent's would stay the
+			// one it started in, which a checkpoint cannot save. Commands
+			// run in the workspace by its path.
+			Cwd:             "/",
 			Capabilities:    ociCaps{Bounding: agentCaps, Effective: agentCaps, Permitted: agentCaps},
 			Rlimits:         []ociRlim{{Type: "RLIMIT_NOFILE", Hard: uint64(l.NoFile), Soft: uint64(l.NoFile)}},
 			NoNewPrivileges: true,

@@ -7,6 +7,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -40,6 +43,12 @@ func Make(dir string, n int) error {
 // attached, so the copies propagated into a sandbox are read-only too (a
 // bind remounted read-only afterwards would propagate writable).
 func Bind(dir string, i int, src string, readOnly bool) error {
+	return BindAt(Path(dir, i), src, readOnly)
+}
+
+// BindAt mounts the host folder src (recursively, read-only when asked) on
+// dst, a folder under a slot, as Bind does.
+func BindAt(dst, src string, readOnly bool) error {
 	fd, err := unix.OpenTree(unix.AT_FDCWD, src, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE)
 	if err != nil {
 		return fmt.Errorf("slot: open %s: %w", src, err)
@@ -51,8 +60,8 @@ func Bind(dir string, i int, src string, readOnly bool) error {
 			return fmt.Errorf("slot: read-only %s: %w", src, err)
 		}
 	}
-	if err := unix.MoveMount(fd, "", unix.AT_FDCWD, Path(dir, i), unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
-		return fmt.Errorf("slot: mount %s on %s: %w", src, Path(dir, i), err)
+	if err := unix.MoveMount(fd, "", unix.AT_FDCWD, dst, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		return fmt.Errorf("slot: mount %s on %s: %w", src, dst, err)
 	}
 	return nil
 }
@@ -91,4 +100,97 @@ func Clean(root string) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// MakeShared creates the folder dir and makes it a shared mount (bound
+// onto itself), as Make does, without subfolders.
+func MakeShared(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("slot: %w", err)
+	}
+	if err := unix.Mount(dir, dir, "", unix.MS_BIND, ""); err != nil {
+		_ = os.Remove(dir)
+		return fmt.Errorf("slot: bind %s: %w", dir, err)
+	}
+	if err := unix.Mount("", dir, "", unix.MS_SHARED, ""); err != nil {
+		_ = RemoveTree(dir)
+		return fmt.Errorf("slot: make %s shared: %w", dir, err)
+	}
+	return nil
+}
+
+// ReadOnly makes the mount at dir (made by MakeShared) read-only; the
+// mounts under it keep their own flags.
+func ReadOnly(dir string) error {
+	if err := unix.Mount("", dir, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY, ""); err != nil {
+		return fmt.Errorf("slot: read-only %s: %w", dir, err)
+	}
+	return nil
+}
+
+// RemoveTree unmounts every mount at or under dir, deepest first (lazily:
+// a sandbox still holding copies keeps them until it ends), and deletes
+// the folder. While a mount is left under dir it deletes nothing: a folder
+// bound there is a container's. A missing dir is no error.
+func RemoveTree(dir string) error {
+	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	for range 5 {
+		mps, err := mountsUnder(dir)
+		if err != nil {
+			return err
+		}
+		if len(mps) == 0 {
+			if err := os.RemoveAll(dir); err != nil {
+				return fmt.Errorf("slot: remove %s: %w", dir, err)
+			}
+			return nil
+		}
+		for _, p := range mps {
+			_ = unix.Unmount(p, unix.MNT_DETACH)
+		}
+	}
+	return fmt.Errorf("slot: remove %s: mounts are left under it", dir)
+}
+
+// mountsUnder returns the mount points at or under dir, deepest first.
+func mountsUnder(dir string) ([]string, error) {
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil, fmt.Errorf("slot: %w", err)
+	}
+	dir = filepath.Clean(dir)
+	var out []string
+	for _, line := range strings.Split(string(data), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 5 {
+			continue
+		}
+		mp := unescape(f[4])
+		if mp == dir || strings.HasPrefix(mp, dir+"/") {
+			out = append(out, mp)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return len(out[i]) > len(out[j]) })
+	return out, nil
+}
+
+// unescape decodes the octal escapes (\040 for a space) of a mountinfo field.
+func unescape(s string) string {
+	if !strings.Contains(s, "\\") {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
 }

@@ -17,3 +17,15 @@ func Remove(string) error { return errNotLinux }
 
 // Clean does nothing: there are no slots off Linux.
 func Clean(string) error { return nil }
+
+// BindAt fails: slots need Linux.
+func BindAt(string, string, bool) error { return errNotLinux }
+
+// MakeShared fails: slots need Linux.
+func MakeShared(string) error { return errNotLinux }
+
+// ReadOnly fails: slots need Linux.
+func ReadOnly(string) error { return errNotLinux }
+
+// RemoveTree fails: slots need Linux.
+func RemoveTree(string) error { return errNotLinux }
