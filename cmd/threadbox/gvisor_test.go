@@ -461,3 +461,39 @@ func TestGvisorFilesTravelToAnotherHost(t *testing.T) {
 	}
 	second.stop()
 }
+
+// TestGvisorWarmPoolServesNewSandboxes: with SANDBOX_WARM_POOL=1 a
+// gvisor-backed server keeps one warm sandbox; a new container's first
+// command runs in it (the runsc container booted warm serves it, with the
+// container's folders, read-only ones read-only), and the pool boots
+// another.
+func TestGvisorWarmPoolServesNewSandboxes(t *testing.T) {
+	bin := needGvisor(t)
+	s, fake := modelServer(t, "", "anthropic", map[string]string{"SANDBOX_BACKEND": "gvisor", "THREADBOX_AGENT_BIN": bin,
+		"THREADBOX_INSTANCE": gvisorInstance(t), "SANDBOX_WARM_POOL": "1", "SWEEP_INTERVAL": "300ms"})
+	tok := s.bootstrap("acme", "admin@acme.test")
+	state := filepath.Join(gvisor.DefaultStateDir, hostdirs.SafeID(s.env["THREADBOX_INSTANCE"]), "state")
+	running := func() []string {
+		out, _ := exec.Command(gvisor.DefaultRunsc, "--root", state, "list", "-quiet").Output()
+		return strings.Fields(string(out))
+	}
+	var warm []string
+	waitFor(t, 60*time.Second, func() bool { warm = running(); return len(warm) == 1 && strings.HasPrefix(warm[0], "warm-") },
+		func() string { return fmt.Sprintf("no warm sandbox booted: %v", warm) })
+	fake.Push(bashStep("echo hi > /mnt/user-data/outputs/hi.txt && cat /mnt/user-data/outputs/hi.txt; touch /mnt/skills/x 2>/dev/null || echo ro"), textStep("ok"))
+	cl := msgClient(s, tok)
+	msg, err := cl.Messages.New(context.Background(), msgParams("pooled", userText("run"), codeExecTool...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, r := bashResult(t, msg.Content, 0); r.ReturnCode != 0 || strings.TrimSpace(r.Stdout) != "hi\nro" {
+		t.Fatalf("the command: %+v", r)
+	}
+	var now []string
+	waitFor(t, 60*time.Second, func() bool {
+		now = running()
+		return len(now) == 2 && (now[0] == warm[0] || now[1] == warm[0])
+	}, func() string {
+		return fmt.Sprintf("want the claimed warm sandbox %s and a new warm one running, have %v", warm[0], now)
+	})
+}
