@@ -56,7 +56,7 @@ func newBackend(name string, cfg Config, limits sandbox.Limits, quota bool, log 
 	case "local":
 		return local.New(local.Config{Settings: boxes.Settings{Limits: limits, Instance: cfg.Instance, Logger: log, TrustDir: egressTrustDir(cfg)}, RootFS: cfg.RootFS, AgentBin: agentBin(cfg), DiskQuota: quota, PoolDir: filepath.Join(cfg.DataDir, "pool-local")})
 	case "gvisor":
-		return gvisor.New(gvisor.Config{Settings: boxes.Settings{Limits: limits, Instance: cfg.Instance, Logger: log, TrustDir: egressTrustDir(cfg)}, RootFS: cfg.RootFS, AgentBin: agentBin(cfg), DiskQuota: quota, PoolDir: filepath.Join(cfg.DataDir, "pool-gvisor")})
+		return gvisor.New(gvisor.Config{Settings: boxes.Settings{Limits: limits, Instance: cfg.Instance, Logger: log, TrustDir: egressTrustDir(cfg)}, RootFS: cfg.RootFS, AgentBin: agentBin(cfg), DiskQuota: quota})
 	case "kubernetes":
 		return newKubernetes(cfg, limits, log)
 	case "microvm", "firecracker":

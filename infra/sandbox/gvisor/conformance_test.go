@@ -96,8 +96,8 @@ func assertNothingLeft(t testing.TB, b *Backend) {
 	if _, err := os.Stat(filepath.Dir(b.state)); err == nil {
 		t.Errorf("state folder left: %s", filepath.Dir(b.state))
 	}
-	if _, err := os.Stat(b.views); err == nil {
-		t.Errorf("views folder left: %s", b.views)
+	if _, err := os.Stat(b.cfg.PoolDir); err == nil {
+		t.Errorf("views folder left: %s", b.cfg.PoolDir)
 	}
 }
 

@@ -77,9 +77,9 @@ type Config struct {
 	// StateDir holds runsc's state and the sandboxes' bundles, under a
 	// folder per Instance; default DefaultStateDir. This process's alone.
 	StateDir string
-	// PoolDir holds the sandboxes' views (view.go), warm or not; default
-	// the folder "<instance>-views" beside the instance's in StateDir.
-	// This process's alone.
+	// PoolDir holds the sandboxes' views (view.go), warm or not, in a
+	// folder per process; default the folder "<instance>-views" beside the
+	// instance's in StateDir. Like StateDir, on the host: views are mounts.
 	PoolDir string
 	// Dirs, when set, prepares each container's host folders before boot;
 	// a Spec without Mounts then gets Dirs' mounts.
@@ -98,7 +98,7 @@ type Backend struct {
 	rootfs string // cfg.RootFS resolved
 	state  string // runsc --root
 	bndls  string // the bundles' parent folder
-	views  string // the views' parent folder
+	views  string // the views' parent folder, this process's in PoolDir
 
 	boxes           *boxes.Set[*box]
 	boxes.Ops[*box] // Exec, Start, Listen, Status, SandboxCPU
@@ -163,9 +163,10 @@ func New(cfg Config) (*Backend, error) {
 		cfg.PoolDir = dir + "-views"
 	}
 	set := boxes.New[*box]("gvisor", lg)
-	return &Backend{cfg: cfg, log: lg, rootfs: rootfs, state: filepath.Join(dir, "state"), bndls: filepath.Join(dir, "bundles"), views: cfg.PoolDir,
-		boxes: set, Ops: boxes.NewOps(set, nil), held: map[string]*agent.Client{}, cids: map[string]bool{},
-		pool: boxes.NewPoolWith(set, cfg.PoolDir, viewLayout{rootfs: rootfs})}, nil
+	b := &Backend{cfg: cfg, log: lg, rootfs: rootfs, state: filepath.Join(dir, "state"), bndls: filepath.Join(dir, "bundles"), views: filepath.Join(cfg.PoolDir, strconv.Itoa(os.Getpid())),
+		boxes: set, Ops: boxes.NewOps(set, nil), held: map[string]*agent.Client{}, cids: map[string]bool{}}
+	b.pool = boxes.NewPoolWith(set, b.views, viewLayout{rootfs: rootfs})
+	return b, nil
 }
 
 // Name returns "gvisor".
@@ -522,15 +523,12 @@ func (b *Backend) Reconcile(ctx context.Context, decide func(id string) sandbox.
 			mine[bx.cid] = true
 		}
 	}
-	keep := map[string]bool{}
 	for _, c := range all {
-		id := c.Annotations[annotationContainer]
 		if mine[c.ID] {
-			keepView(keep, c.ID, id)
 			continue
 		}
+		id := c.Annotations[annotationContainer]
 		if c.Status == "running" && id != "" && decide(id) == sandbox.Leave {
-			keepView(keep, c.ID, id)
 			continue
 		}
 		if _, err := b.runscOut(ctx, "delete", "--force", c.ID); err != nil {
@@ -542,7 +540,7 @@ func (b *Backend) Reconcile(ctx context.Context, decide func(id string) sandbox.
 			removed = append(removed, id)
 		}
 	}
-	b.removeStrayViews(keep)
+	b.removeStrayViews()
 	return nil, removed, nil
 }
 
@@ -578,8 +576,9 @@ func (b *Backend) Close() error {
 	for _, id := range b.pool.IDs() {
 		b.pool.Drop(id)
 	}
-	b.removeStrayViews(map[string]bool{})
+	b.removeStrayViews()
 	_ = os.Remove(b.views)
+	_ = os.Remove(b.cfg.PoolDir)
 	if all, err := b.list(ctx); err == nil && len(all) == 0 {
 		// runsc keeps a few files of its own beside its containers' state.
 		_ = os.RemoveAll(filepath.Dir(b.state))
@@ -633,8 +632,12 @@ func RemoveInstance(ctx context.Context, instance string) error {
 	if err := os.RemoveAll(filepath.Dir(b.state)); err != nil {
 		errs = append(errs, err)
 	}
-	b.removeStrayViews(map[string]bool{})
-	_ = os.Remove(b.views)
+	// Every process's views: their sandboxes are gone.
+	procs, _ := os.ReadDir(b.cfg.PoolDir)
+	for _, p := range procs {
+		b.removeView(filepath.Join(b.cfg.PoolDir, p.Name()))
+	}
+	_ = os.Remove(b.cfg.PoolDir)
 	b.removeCgroupParents()
 	return errors.Join(errs...)
 }

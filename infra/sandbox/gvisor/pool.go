@@ -2,13 +2,15 @@ package gvisor
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
+	"syscall"
 
 	"threadbox/domain/sandbox"
 	"threadbox/infra/sandbox/boxes"
-	"threadbox/infra/sandbox/hostdirs"
 )
 
 // Warm boots a warm pool sandbox named spec.ID (boxes.Pool) over an empty
@@ -51,15 +53,11 @@ func (b *Backend) removeView(dir string) {
 	}
 }
 
-// removeStrayViews removes the views that serve no sandbox: neither one
-// this backend runs, boots or keeps warm, nor one of keep (runsc
-// containers left running, by container id and id served). Their
-// sandboxes ended with an earlier process.
-func (b *Backend) removeStrayViews(keep map[string]bool) {
-	entries, err := os.ReadDir(b.views)
-	if err != nil {
-		return
-	}
+// removeStrayViews removes the views that serve no sandbox: in this
+// process's folder those of no sandbox it runs, boots or keeps warm, and
+// the folders of processes that ended (their sandboxes ended with them).
+func (b *Backend) removeStrayViews() {
+	keep := map[string]bool{}
 	b.cidsMu.Lock()
 	for cid := range b.cids {
 		keep["run-"+cid] = true
@@ -68,17 +66,22 @@ func (b *Backend) removeStrayViews(keep map[string]bool) {
 	for _, dir := range b.pool.Dirs() {
 		keep[filepath.Base(dir)] = true
 	}
+	entries, _ := os.ReadDir(b.views)
 	for _, e := range entries {
 		if e.IsDir() && !keep[e.Name()] {
 			b.removeView(filepath.Join(b.views, e.Name()))
 		}
 	}
+	procs, _ := os.ReadDir(b.cfg.PoolDir)
+	for _, p := range procs {
+		if pid, err := strconv.Atoi(p.Name()); err == nil && pid != os.Getpid() && !alive(pid) {
+			b.removeView(filepath.Join(b.cfg.PoolDir, p.Name()))
+		}
+	}
 }
 
-// keepView marks the views of the runsc container cid, serving id, kept.
-func keepView(keep map[string]bool, cid, id string) {
-	keep["run-"+cid] = true
-	if id != "" {
-		keep[hostdirs.SafeID(id)] = true
-	}
+// alive reports whether the process pid exists.
+func alive(pid int) bool {
+	err := syscall.Kill(pid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
 }
