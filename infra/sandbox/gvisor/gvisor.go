@@ -15,6 +15,10 @@
 // (checkpoint.go): by this process or a later one, with new pipes and a
 // new runsc container id, as long as the runsc build, root filesystem,
 // agent and folder targets are the same.
+//
+// A sandbox's folders are bound from a view of its own (view.go), so that
+// a sandbox can also boot warm, before any container needs it, and be
+// claimed by one whose folders are then bound into its view (pool.go).
 package gvisor
 
 import (
