@@ -8,26 +8,18 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strconv"
-	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"threadbox/infra/sandbox/hostdirs"
 )
 
 // Make creates the slot dir with n empty subfolders and makes it a shared
 // mount, so that mounts made later under it propagate to the sandboxes
 // that bind its subfolders with rslave propagation.
 func Make(dir string, n int) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("slot: %w", err)
-	}
-	if err := unix.Mount(dir, dir, "", unix.MS_BIND, ""); err != nil {
-		_ = os.Remove(dir)
-		return fmt.Errorf("slot: bind %s: %w", dir, err)
-	}
-	if err := unix.Mount("", dir, "", unix.MS_SHARED, ""); err != nil {
-		_ = Remove(dir)
-		return fmt.Errorf("slot: make %s shared: %w", dir, err)
+	if err := MakeShared(dir); err != nil {
+		return err
 	}
 	for i := range n {
 		if err := os.Mkdir(Path(dir, i), 0o755); err != nil {
@@ -156,41 +148,10 @@ func RemoveTree(dir string) error {
 
 // mountsUnder returns the mount points at or under dir, deepest first.
 func mountsUnder(dir string) ([]string, error) {
-	data, err := os.ReadFile("/proc/self/mountinfo")
+	out, err := hostdirs.MountsBelow(dir)
 	if err != nil {
 		return nil, fmt.Errorf("slot: %w", err)
 	}
-	dir = filepath.Clean(dir)
-	var out []string
-	for _, line := range strings.Split(string(data), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 5 {
-			continue
-		}
-		mp := unescape(f[4])
-		if mp == dir || strings.HasPrefix(mp, dir+"/") {
-			out = append(out, mp)
-		}
-	}
 	sort.Slice(out, func(i, j int) bool { return len(out[i]) > len(out[j]) })
 	return out, nil
-}
-
-// unescape decodes the octal escapes (\040 for a space) of a mountinfo field.
-func unescape(s string) string {
-	if !strings.Contains(s, "\\") {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
