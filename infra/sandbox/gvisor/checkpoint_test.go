@@ -81,6 +81,53 @@ func sh(t *testing.T, be *Backend, id, script string) string {
 // askHolder signals the holder and returns what it answered.
 const askHolder = `rm -f /tmp/answer; kill -USR1 $(cat /tmp/holder.pid) && for i in $(seq 100); do test -s /tmp/answer && break; sleep 0.05; done; cat /tmp/answer`
 
+// living is a sandbox with a life to checkpoint: an interpreter session
+// of this process (tagged replTag) holding x = 41, the background holder
+// and what script wrote, and an empty folder for its image.
+type living struct {
+	id    string
+	d     hostdirs.Dirs
+	spec  sandbox.Spec
+	sess  sandbox.Session
+	out   *output
+	pid   string // the holder's
+	image string
+}
+
+// replTag tags the interpreter session of a living sandbox.
+const replTag = "python:test"
+
+// startLiving boots a living sandbox on be, named after the test, and runs
+// script in it after the holder.
+func startLiving(t *testing.T, be *Backend, script string) living {
+	t.Helper()
+	ctx := context.Background()
+	dirs := hostdirs.New(t.TempDir(), hostdirs.Options{})
+	l := living{id: "ckpt-" + strings.ReplaceAll(t.Name(), "/", "-"), out: &output{}}
+	var err error
+	if l.d, err = dirs.Prepare(ctx, l.id); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = dirs.Remove(ctx, l.id) })
+	l.spec = sandbox.Spec{ID: l.id, Mounts: l.d.Mounts(), Limits: sandbox.Limits{MemoryBytes: 512 << 20}}
+	if err := be.Ensure(ctx, l.spec); err != nil {
+		t.Fatal(err)
+	}
+	if l.sess, err = be.Start(ctx, l.id, sandbox.Command{Args: []string{"python3", "-u", "-c", repl}, Output: l.out.write, Tag: replTag}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.sess.Write([]byte("x = 41; print('set', flush=True)\n")); err != nil {
+		t.Fatal(err)
+	}
+	l.out.waitFor(t, "set")
+	l.pid = sh(t, be, l.id, holder+"; "+script)
+	l.image = filepath.Join(t.TempDir(), "image")
+	if err := os.Mkdir(l.image, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
 // TestCheckpointRestore: a sandbox's life survives a checkpoint, its stop
 // and a restore — an interpreter session of this process holding a
 // variable, a background process holding another and 50 MiB, /tmp — with
@@ -90,35 +137,12 @@ const askHolder = `rm -f /tmp/answer; kill -USR1 $(cat /tmp/holder.pid) && for i
 func TestCheckpointRestore(t *testing.T) {
 	be := newTestBackend(t, Config{})
 	ctx := context.Background()
-	dirs := hostdirs.New(t.TempDir(), hostdirs.Options{})
-	id := "ckpt-" + strings.ReplaceAll(t.Name(), "/", "-")
-	d, err := dirs.Prepare(ctx, id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = dirs.Remove(ctx, id) })
-	spec := sandbox.Spec{ID: id, Mounts: d.Mounts(), Limits: sandbox.Limits{MemoryBytes: 512 << 20}}
 	if c := be.Checkpoints(ctx); !c.Supported || !strings.Contains(c.Mechanism, "runsc") {
 		t.Fatalf("Checkpoints = %+v, want supported with the runsc build", c)
 	}
-	if err := be.Ensure(ctx, spec); err != nil {
-		t.Fatal(err)
-	}
-	var out output
-	sess, err := be.Start(ctx, id, sandbox.Command{Args: []string{"python3", "-u", "-c", repl}, Output: out.write}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := sess.Write([]byte("x = 41; print('set', flush=True)\n")); err != nil {
-		t.Fatal(err)
-	}
-	out.waitFor(t, "set")
-	pid := sh(t, be, id, holder+"; echo kept > /tmp/kept; echo file > /home/agent/workspace/file")
+	l := startLiving(t, be, "echo kept > /tmp/kept; echo file > /home/agent/workspace/file")
+	id, spec, sess, out, pid, image := l.id, l.spec, l.sess, l.out, l.pid, l.image
 
-	image := filepath.Join(t.TempDir(), "image")
-	if err := os.Mkdir(image, 0o700); err != nil {
-		t.Fatal(err)
-	}
 	start := time.Now()
 	if err := be.Checkpoint(ctx, id, image); err != nil {
 		t.Fatal(err)
@@ -287,32 +311,9 @@ func TestRestoreIncompatible(t *testing.T) {
 func TestCheckpointRunning(t *testing.T) {
 	be := newTestBackend(t, Config{})
 	ctx := context.Background()
-	dirs := hostdirs.New(t.TempDir(), hostdirs.Options{})
-	id := "ckpt-" + strings.ReplaceAll(t.Name(), "/", "-")
-	d, err := dirs.Prepare(ctx, id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = dirs.Remove(ctx, id) })
-	spec := sandbox.Spec{ID: id, Mounts: d.Mounts(), Limits: sandbox.Limits{MemoryBytes: 512 << 20}}
-	if err := be.Ensure(ctx, spec); err != nil {
-		t.Fatal(err)
-	}
-	var out output
-	sess, err := be.Start(ctx, id, sandbox.Command{Args: []string{"python3", "-u", "-c", repl}, Output: out.write, Tag: "python:test"}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := sess.Write([]byte("x = 41; print('set', flush=True)\n")); err != nil {
-		t.Fatal(err)
-	}
-	out.waitFor(t, "set")
-	pid := sh(t, be, id, holder+"; echo then > /tmp/kept; echo then > /home/agent/workspace/file")
+	l := startLiving(t, be, "echo then > /tmp/kept; echo then > /home/agent/workspace/file")
+	id, spec, d, sess, out, pid, image := l.id, l.spec, l.d, l.sess, l.out, l.pid, l.image
 
-	image := filepath.Join(t.TempDir(), "image")
-	if err := os.Mkdir(image, 0o700); err != nil {
-		t.Fatal(err)
-	}
 	start := time.Now()
 	if err := be.CheckpointRunning(ctx, id, image); err != nil {
 		t.Fatal(err)
@@ -353,7 +354,7 @@ func TestCheckpointRunning(t *testing.T) {
 		t.Fatalf("restored background process answered %q, want 42", got)
 	}
 	var out2 output
-	back, err := be2.Start(ctx, id, sandbox.Command{Tag: "python:test", Attach: true, Output: out2.write}, nil)
+	back, err := be2.Start(ctx, id, sandbox.Command{Tag: replTag, Attach: true, Output: out2.write}, nil)
 	if err != nil {
 		t.Fatalf("attach to the restored interpreter: %v", err)
 	}

@@ -217,7 +217,7 @@ func (b *Backend) podSpec(spec sandbox.Spec, mounts []sandbox.Mount, l sandbox.L
 			},
 		})
 	}
-	return &corev1.Pod{
+	pod := &corev1.Pod{
 		ObjectMeta: b.meta(spec.ID, podName),
 		Spec: corev1.PodSpec{
 			RestartPolicy:                 corev1.RestartPolicyNever,
@@ -249,6 +249,8 @@ func (b *Backend) podSpec(spec sandbox.Spec, mounts []sandbox.Mount, l sandbox.L
 			},
 		},
 	}
+	b.trustPod(pod)
+	return pod
 }
 
 // boot makes the claim and policy unless they exist, creates the pod, waits
@@ -273,7 +275,6 @@ func (b *Backend) boot(ctx context.Context, spec sandbox.Spec) (*box, error) {
 	}
 	pods := b.cs.CoreV1().Pods(b.cfg.Namespace)
 	want := b.podSpec(spec, mounts, l)
-	b.trustPod(want)
 	// A pod of this name that this process does not hold (ended, or
 	// left behind) is replaced.
 	if err := b.deletePod(cctx, want.Name); err != nil {

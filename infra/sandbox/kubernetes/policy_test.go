@@ -177,7 +177,6 @@ func TestRoleIsWhatTheBackendUses(t *testing.T) {
 			}
 		}
 		pod := b.podSpec(spec, mounts, l)
-		b.trustPod(pod)
 		if v := restrictedViolations(pod); len(v) > 0 {
 			t.Errorf("host paths %v: the sandbox pod breaks the restricted Pod Security Standard: %v", hostPaths, v)
 		}

@@ -73,7 +73,7 @@ func (b *Backend) ensureTrust(ctx context.Context) error {
 
 // trustPod mounts the trust ConfigMap into the pod's sandbox container
 // and sets the variables that point the tools at it, when there is a
-// trust folder.
+// trust folder: the last step of podSpec.
 func (b *Backend) trustPod(p *corev1.Pod) {
 	if b.cfg.TrustDir == "" {
 		return
