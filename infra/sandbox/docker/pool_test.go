@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -55,28 +54,6 @@ func poolBackendAt(t *testing.T, cfg docker.Config) *docker.Backend {
 	return be
 }
 
-var warmSeq atomic.Int64
-
-// claiming boots every sandbox of the conformance suite as the warm pool
-// does: a warm sandbox with no folders first, then claimed for the
-// suite's container.
-type claiming struct{ *docker.Backend }
-
-func (c claiming) Ensure(ctx context.Context, spec sandbox.Spec) error {
-	if st, err := c.Status(ctx, spec.ID); err == nil && st.State == sandbox.StateRunning {
-		return nil
-	}
-	name := fmt.Sprintf("warm-%d-%d", os.Getpid(), warmSeq.Add(1))
-	if err := c.Warm(ctx, sandbox.Spec{ID: name, Mounts: sandbox.FolderTargets(), Limits: spec.Limits, Env: spec.Env}); err != nil {
-		return err
-	}
-	if err := c.Claim(ctx, name, spec); err != nil {
-		_ = c.Remove(ctx, name)
-		return err
-	}
-	return nil
-}
-
 // TestConformanceClaimed runs the conformance suite on sandboxes claimed
 // from the warm pool, under every runtime of SANDBOX_TEST_RUNTIMES that
 // supports the pool (runc; needs root). A runtime that cannot (runsc) must
@@ -100,7 +77,7 @@ func TestConformanceClaimed(t *testing.T) {
 				t.Logf("%s: %v", rt, err)
 				return
 			}
-			newBackend := func(t *testing.T) sandbox.Backend { return claiming{poolBackend(t, rt)} }
+			newBackend := func(t *testing.T) sandbox.Backend { return sandboxtest.Claiming(poolBackend(t, rt)) }
 			caps := sandboxtest.Capabilities{Memory: sandboxtest.MemoryOOMKill, Pids: true, Disk: true, CPU: true}
 			sandboxtest.Run(t, newBackend, caps)
 		})

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,31 +13,10 @@ import (
 	"threadbox/infra/sandbox/sandboxtest"
 )
 
-var warmSeq atomic.Int64
-
-// claimingSandboxes boots every sandbox of the conformance suite as the
-// warm pool does: a warm sandbox over an empty view first, then claimed.
-type claimingSandboxes struct{ *Backend }
-
-func (c claimingSandboxes) Ensure(ctx context.Context, spec sandbox.Spec) error {
-	if st, err := c.Status(ctx, spec.ID); err == nil && st.State == sandbox.StateRunning {
-		return nil
-	}
-	name := fmt.Sprintf("warm-%d-%d", os.Getpid(), warmSeq.Add(1))
-	if err := c.Warm(ctx, sandbox.Spec{ID: name, Mounts: sandbox.FolderTargets(), Limits: spec.Limits, Env: spec.Env}); err != nil {
-		return err
-	}
-	if err := c.Claim(ctx, name, spec); err != nil {
-		_ = c.Remove(ctx, name)
-		return err
-	}
-	return nil
-}
-
 // TestConformanceClaimed runs the conformance suite on sandboxes claimed
 // from the warm pool.
 func TestConformanceClaimed(t *testing.T) {
-	newBackend := func(t *testing.T) sandbox.Backend { return claimingSandboxes{newTestBackend(t, Config{})} }
+	newBackend := func(t *testing.T) sandbox.Backend { return sandboxtest.Claiming(newTestBackend(t, Config{})) }
 	caps := sandboxtest.Capabilities{Memory: sandboxtest.MemoryOOMKill, Pids: true, Disk: true, CPU: true}
 	sandboxtest.Run(t, newBackend, caps)
 }
