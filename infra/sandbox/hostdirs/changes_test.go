@@ -24,15 +24,7 @@ func TestCallChangesAndRestorePaths(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	write := func(rel, content string) {
-		p := filepath.Join(d.Root, rel)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	write := func(rel, content string) { t.Helper(); writeUnder(t, d.Root, rel, content) }
 	write("workspace/a.txt", "one\n")
 	write("workspace/d/gone.txt", "bye\n")
 	write("outputs/keep.txt", "keep\n")

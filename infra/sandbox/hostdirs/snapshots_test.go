@@ -55,15 +55,7 @@ func TestSnapshotTakeAndRestore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	write := func(rel, content string) {
-		p := filepath.Join(d.Root, rel)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	write := func(rel, content string) { t.Helper(); writeUnder(t, d.Root, rel, content) }
 	write("workspace/keep.txt", "kept")
 	write("workspace/dir/a.txt", "one")
 	write("outputs/report.csv", "x,y")
@@ -180,4 +172,16 @@ func BenchmarkSnapshotTurn(b *testing.B) {
 			}
 		}
 	})
+}
+
+// writeUnder writes content to the file rel under root, making its folders.
+func writeUnder(t *testing.T, root, rel, content string) {
+	t.Helper()
+	p := filepath.Join(root, rel)
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
 }
