@@ -395,6 +395,28 @@ func errExpired(clientID string) error {
 
 // errElsewhere is the answer when another server process holds the
 // container's sandbox.
+// errKept is acquire's answer when another live server keeps the
+// container's sandbox after being asked to hand it over.
+var errKept = errors.New("containers: the sandbox's holder kept it")
+
+// acquire takes the container's sandbox lease, asking another live server
+// that holds it to hand the sandbox over (handed reports that it did);
+// errKept when it did not within the hand-over wait. The caller holds the
+// container's lock.
+func (s *Service) acquire(ctx context.Context, id string) (handed bool, err error) {
+	ok, err := s.leases.Acquire(ctx, sandboxLease(id))
+	if err != nil || ok {
+		return false, err
+	}
+	if ok, err = s.takeOver(ctx, id); err != nil {
+		return false, err
+	}
+	if !ok {
+		return false, errKept
+	}
+	return true, nil
+}
+
 func errElsewhere(id string) error {
 	return fault.Errorf(fault.Unavailable, "the sandbox of container %q is held by another threadbox server; try again shortly", id)
 }
@@ -450,17 +472,14 @@ func (s *Service) ensure(ctx context.Context, id string) (*live, error) {
 		// Nothing runs without a record.
 		return nil, s.hide(id, "boot", fmt.Errorf("containers: boot %s: %w", id, err))
 	}
-	ok, err := s.leases.Acquire(ctx, sandboxLease(id))
+	handed, err := s.acquire(ctx, id)
+	if errors.Is(err, errKept) {
+		return nil, errElsewhere(c.ClientID())
+	}
 	if err != nil {
 		return nil, s.hide(id, "boot", fmt.Errorf("containers: boot %s: %w", id, err))
 	}
-	if !ok {
-		if ok, err = s.takeOver(ctx, id); err != nil {
-			return nil, s.hide(id, "boot", fmt.Errorf("containers: boot %s: %w", id, err))
-		}
-		if !ok {
-			return nil, errElsewhere(c.ClientID())
-		}
+	if handed {
 		// The holder may have changed the record while handing over.
 		if c, err = s.store.Container(ctx, id); err != nil {
 			s.giveBack(id)

@@ -80,17 +80,10 @@ func (s *Service) RestoreState(ctx context.Context, containerID, dir, why string
 	here := s.running[containerID] != nil
 	s.mu.Unlock()
 	if !here {
-		ok, err := s.leases.Acquire(ctx, sandboxLease(containerID))
-		if err != nil {
+		if _, err := s.acquire(ctx, containerID); errors.Is(err, errKept) {
+			return errElsewhere(containerID)
+		} else if err != nil {
 			return fmt.Errorf("containers: restore state: %w", err)
-		}
-		if !ok {
-			if ok, err = s.takeOver(ctx, containerID); err != nil {
-				return fmt.Errorf("containers: restore state: %w", err)
-			}
-			if !ok {
-				return errElsewhere(containerID)
-			}
 		}
 	}
 	if err := s.stopLocked(ctx, containerID); err != nil {
