@@ -206,8 +206,12 @@ func TestKubernetesStorageClassFiles(t *testing.T) {
 	if dl := s.do("GET", appAPI+"/artifact/"+art+"/content", f.admin, nil); dl.status != 200 || string(dl.body) != "made-in-a-pod-sc\n" {
 		t.Fatalf("artifact content: %d %q", dl.status, dl.body)
 	}
-	// The upload and the output are not in threadbox's own folders.
+	// The upload and the output are not in threadbox's own folders; only
+	// the turn's time-travel snapshot, kept apart, holds a copy of them.
 	filepath.WalkDir(s.dataDir, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && p == filepath.Join(s.dataDir, "claim-snapshots") {
+			return fs.SkipDir
+		}
 		if err == nil && (d.Name() == "in.txt" || d.Name() == "sc.txt") {
 			t.Errorf("%s is in threadbox's folders: the file did not go through the pod", p)
 		}
@@ -244,34 +248,66 @@ func TestKubernetesStorageClassFiles(t *testing.T) {
 	s.stop()
 }
 
-// TestKubernetesRewind: with the claims on the node's host folders
-// (K8S_HOST_PATH_VOLUMES), a thread's turns in pods are snapshotted like
-// any other's: a rewind gives the container its first turn's files back,
-// and the pod's next command sees them.
+// TestKubernetesRewind: a thread's turns in pods are snapshotted like any
+// other's, whether the claims are the node's host folders
+// (K8S_HOST_PATH_VOLUMES) or come from a storage class that threadbox
+// reaches only through the pod's files sidecar: a rewind gives the
+// container its first turn's files back, removing what later turns
+// added, and the pod's next command sees exactly them; a call's change
+// list and the revert of its changes work on the claim too.
 func TestKubernetesRewind(t *testing.T) {
-	kubeconfig, ns, _ := needKubernetes(t)
-	s, fake := modelServer(t, "", "anthropic", map[string]string{
-		"SANDBOX_BACKEND": "kubernetes", "KUBECONFIG": kubeconfig, "K8S_NAMESPACE": ns, "K8S_NETWORK_POLICY": "unenforced",
-		"K8S_HOST_PATH_VOLUMES": "true", "K8S_IMAGE_PULL_POLICY": "Never",
-	})
-	f := newWSFixture(t, s)
-	turn := func(cmd, text string) string {
-		t.Helper()
-		fake.Push(bashStep(cmd), textStep("done"))
-		r := s.do("POST", appAPI+"/thread/"+f.tid+"/messages", f.admin, map[string]any{"content": text, "pgpt": map[string]any{"tools": []any{"code_execution"}}})
-		mustStatus(t, text, r, 200)
-		return lastAnswer(t, f, f.admin, f.tid)
-	}
-	const ws = "/home/agent/workspace"
-	first := turn("echo one > "+ws+"/a.txt", "turn 1")
-	turn("echo two > "+ws+"/a.txt; echo b > "+ws+"/b.txt", "turn 2")
-	mustStatus(t, "rewind", s.do("POST", appAPI+"/thread/"+f.tid+"/rewind", f.admin, map[string]any{"message_id": first}), 200)
-	if got, want := threadFiles(t, s, f.tid), map[string]string{"workspace/a.txt": "one\n"}; !maps.Equal(got, want) {
-		t.Fatalf("after the rewind: %v, want %v", got, want)
-	}
-	turn("cat "+ws+"/a.txt; ls "+ws, "after the rewind")
-	h := f.history(t, f.admin, f.tid)
-	if last, _ := json.Marshal(h[len(h)-1]); !strings.Contains(string(last), `one\na.txt\n`) {
-		t.Fatalf("the pod does not see the rewound files: %s", last)
+	kubeconfig, ns, cs := needKubernetes(t)
+	for _, mode := range []string{"host-path", "storage-class"} {
+		t.Run(mode, func(t *testing.T) {
+			env := map[string]string{
+				"SANDBOX_BACKEND": "kubernetes", "KUBECONFIG": kubeconfig, "K8S_NAMESPACE": ns, "K8S_NETWORK_POLICY": "unenforced",
+				"K8S_HOST_PATH_VOLUMES": "true", "K8S_IMAGE_PULL_POLICY": "Never",
+			}
+			if mode == "storage-class" {
+				env["K8S_HOST_PATH_VOLUMES"], env["K8S_STORAGE_CLASS"] = "false", k8stest.Provisioner(t, cs, ns)
+			}
+			s, fake := modelServer(t, "", "anthropic", env)
+			f := newWSFixture(t, s)
+			turn := func(cmd, text string) string {
+				t.Helper()
+				fake.Push(bashStep(cmd), textStep("done"))
+				r := s.do("POST", appAPI+"/thread/"+f.tid+"/messages", f.admin, map[string]any{"content": text, "pgpt": map[string]any{"tools": []any{"code_execution"}}})
+				mustStatus(t, text, r, 200)
+				return lastAnswer(t, f, f.admin, f.tid)
+			}
+			const ws = "/home/agent/workspace"
+			first := turn("echo one > "+ws+"/a.txt", "turn 1")
+			turn("echo two > "+ws+"/a.txt; echo b > "+ws+"/b.txt", "turn 2")
+			changes := string(s.do("GET", appAPI+"/thread/"+f.tid+"/changes", f.admin, nil).body)
+			if !strings.Contains(changes, "workspace/b.txt") {
+				t.Fatalf("the change list does not name the second turn's new file: %s", changes)
+			}
+			mustStatus(t, "rewind", s.do("POST", appAPI+"/thread/"+f.tid+"/rewind", f.admin, map[string]any{"message_id": first}), 200)
+			if mode == "host-path" {
+				if got, want := threadFiles(t, s, f.tid), map[string]string{"workspace/a.txt": "one\n"}; !maps.Equal(got, want) {
+					t.Fatalf("after the rewind: %v, want %v", got, want)
+				}
+			}
+			lastOutput := func() string {
+				h := f.history(t, f.admin, f.tid)
+				last, _ := json.Marshal(h[len(h)-1])
+				return string(last)
+			}
+			turn("cat "+ws+"/a.txt; ls "+ws, "after the rewind")
+			if last := lastOutput(); !strings.Contains(last, `one\na.txt\n`) || strings.Contains(last, "b.txt") {
+				t.Fatalf("the pod does not see exactly the rewound files: %s", last)
+			}
+			// Reverting one call's changes puts back exactly its paths.
+			third := turn("echo three > "+ws+"/a.txt; echo c > "+ws+"/c.txt", "turn 3")
+			calls := callIDs(t, f, f.admin, f.tid, third)
+			if len(calls) != 1 {
+				t.Fatalf("turn 3's calls: %v", calls)
+			}
+			mustStatus(t, "revert", s.do("POST", appAPI+"/thread/"+f.tid+"/calls/"+calls[0]+"/revert", f.admin, nil), 200)
+			turn("cat "+ws+"/a.txt; ls "+ws, "after the revert")
+			if last := lastOutput(); !strings.Contains(last, `one\na.txt\n`) || strings.Contains(last, "c.txt") {
+				t.Fatalf("the pod does not see the reverted files: %s", last)
+			}
+		})
 	}
 }

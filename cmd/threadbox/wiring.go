@@ -27,6 +27,7 @@ import (
 	"threadbox/infra/fsroot"
 	"threadbox/infra/metrics"
 	"threadbox/infra/sandbox/hostdirs"
+	"threadbox/infra/sandbox/kubernetes"
 	"threadbox/infra/skillfs"
 	"threadbox/infra/store"
 )
@@ -238,12 +239,14 @@ func wire(ctx context.Context, cfg Config, log *slog.Logger) (*system, error) {
 	sys.batches = batches.New(st.Batches(), sys.turns, batches.Config{
 		Holder: sys.leases.Holder(), Lease: cfg.LeaseTTL, Workers: cfg.BatchWorkers, PerOrg: cfg.BatchPerOrg, Users: st.Accounts(),
 	}, log.With("component", "batches"))
-	// Files snapshots are taken on the host, where the containers' folders
-	// are; the pods' claims are out of reach. A turn's snapshot keeps the
-	// running state too where the sandbox's backend checkpoints.
-	var snaps workspace.Snapshots
-	if pods == nil {
-		snaps = workspace.Snapshots{Records: st.Snapshots(), Files: layout, State: sys.containers}
+	// Files snapshots are kept on the host, where the containers' folders
+	// are. The pods' claims in storage-class mode are not: they are
+	// mirrored into DATA_DIR/claim-snapshots around each snapshot. A
+	// turn's snapshot keeps the running state too where the sandbox's
+	// backend checkpoints.
+	snaps := workspace.Snapshots{Records: st.Snapshots(), Files: layout, State: sys.containers}
+	if pods != nil {
+		snaps.Files = kubernetes.NewSnapshots(hostdirs.New(filepath.Join(cfg.DataDir, "claim-snapshots"), hostdirs.Options{}), pods)
 	}
 	sys.workspace = newWorkspace(cfg, sys, fs, snaps, log)
 	sys.mcp = newMCP(sys, log)
