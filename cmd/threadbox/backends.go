@@ -66,7 +66,7 @@ func newBackend(name string, cfg Config, limits sandbox.Limits, quota bool, log 
 			vmm = microvm.VMMFirecracker
 		}
 		return microvm.New(microvm.Config{
-			Settings: boxes.Settings{Limits: limits, Instance: cfg.Instance, Logger: log}, Name: name, VMM: vmm, QEMU: cfg.MicroVM.QEMU, Accel: cfg.MicroVM.Accel, Kernel: cfg.MicroVM.Kernel,
+			Settings: boxes.Settings{Limits: limits, Instance: cfg.Instance, Logger: log, TrustDir: egressTrustDir(cfg)}, Name: name, VMM: vmm, QEMU: cfg.MicroVM.QEMU, Accel: cfg.MicroVM.Accel, Kernel: cfg.MicroVM.Kernel,
 			Guest: cfg.MicroVM.Guest, RootFS: cfg.RootFS, AgentBin: agentBin(cfg), DiskQuota: quota})
 	}
 	return unsupported.New(name)

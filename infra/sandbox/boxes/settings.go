@@ -28,7 +28,8 @@ type Settings struct {
 	// TrustDir is a host folder mounted read-only at TrustPath in every
 	// sandbox (the install's egress CA and a bundle with it), with
 	// TrustEnv set; "" mounts nothing. Docker (runc, runsc), gvisor and
-	// local bind it; kubernetes mounts a ConfigMap of its files.
+	// local bind it; microvm shares it over 9p, read-only; kubernetes
+	// mounts a ConfigMap of its files.
 	TrustDir string
 }
 

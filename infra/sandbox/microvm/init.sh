@@ -25,6 +25,7 @@ mount -t sysfs -o ro,nosuid,nodev,noexec sysfs /newroot/sys || fail "mount /sys"
 mount -t tmpfs -o "nosuid,nodev,mode=1777,size=$TB_TMP" tmpfs /newroot/tmp || fail "mount /tmp"
 mount -t tmpfs -o mode=755,size=64m tmpfs /newroot/opt/threadbox || fail "mount /opt/threadbox"
 cp /threadbox/agent /newroot/opt/threadbox/agent && chmod 555 /newroot/opt/threadbox/agent || fail "copy the agent"
+mkdir /newroot/opt/threadbox/trust || fail "make the trust folder's mount point"
 mount -o remount,ro,nosuid,nodev /newroot/opt/threadbox || fail "remount /opt/threadbox"
 for m in $TB_MOUNTS; do
   tag=${m%%:*}; rest=${m#*:}; target=${rest%:*}; mode=${rest##*:}

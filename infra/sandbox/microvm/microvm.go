@@ -28,6 +28,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -393,6 +394,18 @@ func (b *Backend) qemuArgs(name, accel string, g Guest, initrd string, spec sand
 	return args
 }
 
+// withTrust returns spec with the trust folder (Settings.TrustDir) as one
+// more read-only 9p share at boxes.TrustPath, and its variables, when the
+// backend has one.
+func (b *Backend) withTrust(spec sandbox.Spec) sandbox.Spec {
+	if b.cfg.TrustDir == "" {
+		return spec
+	}
+	spec.Mounts = append(slices.Clone(spec.Mounts), sandbox.Mount{Source: b.cfg.TrustDir, Target: boxes.TrustPath, ReadOnly: true})
+	spec.Env = append(slices.Clone(spec.Env), boxes.TrustEnv()...)
+	return spec
+}
+
 // start boots spec's VM.
 func (b *Backend) start(ctx context.Context, spec sandbox.Spec) (*box, error) {
 	if err := b.Available(ctx); err != nil {
@@ -405,6 +418,7 @@ func (b *Backend) start(ctx context.Context, spec sandbox.Spec) (*box, error) {
 	if err != nil {
 		return nil, err
 	}
+	spec = b.withTrust(spec)
 	for _, m := range spec.Mounts {
 		if strings.ContainsAny(m.Source, ",") {
 			return nil, fmt.Errorf("host folder %q: QEMU's options cannot hold a comma", m.Source)

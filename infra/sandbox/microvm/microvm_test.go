@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"threadbox/domain/sandbox"
+	"threadbox/infra/sandbox/boxes"
 	"threadbox/infra/sandbox/hostdirs"
 )
 
@@ -252,10 +253,16 @@ echo "$SECRET_TOKEN" | grep -c ` + marker
 }
 
 // TestListenInGuest: a loopback address inside the VM hands its
-// connections to the host over the agent channel, as the API bridge of
-// every backend uses it, and the sandbox has no other way out.
+// connections to the host over the agent channel, as the API bridge and
+// the egress proxy of every backend use it, and the sandbox has no other
+// way out. The egress proxy's trust folder is shared read-only, with the
+// variables that point the tools at its bundle.
 func TestListenInGuest(t *testing.T) {
-	b := newTestBackend(t, Config{})
+	trust := t.TempDir()
+	if err := os.WriteFile(filepath.Join(trust, "ca-bundle.pem"), []byte("the install's bundle\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	b := newTestBackend(t, Config{Settings: boxes.Settings{TrustDir: trust}})
 	ctx := context.Background()
 	if err := b.Ensure(ctx, sandbox.Spec{ID: "listen", Limits: sandbox.Limits{MemoryBytes: 256 << 20}}); err != nil {
 		t.Fatal(err)
@@ -279,5 +286,9 @@ func TestListenInGuest(t *testing.T) {
 	r, err := b.Exec(ctx, "listen", sandbox.Command{Args: []string{"bash", "-c", "exec 3<>/dev/tcp/127.0.0.1/4040; printf ping >&3; head -c 13 <&3"}, Timeout: time.Minute})
 	if err != nil || string(r.Stdout) != "host saw ping" {
 		t.Errorf("through the listener: %q %q %v", r.Stdout, r.Stderr, err)
+	}
+	r, err = b.Exec(ctx, "listen", sandbox.Command{Args: []string{"bash", "-c", `cat "$SSL_CERT_FILE"; touch /opt/threadbox/trust/x 2>/dev/null || echo read-only`}, Timeout: time.Minute})
+	if err != nil || string(r.Stdout) != "the install's bundle\nread-only\n" {
+		t.Errorf("the trust folder: %q %q %v", r.Stdout, r.Stderr, err)
 	}
 }
