@@ -308,6 +308,17 @@ func TestKubernetesRewind(t *testing.T) {
 			if last := lastOutput(); !strings.Contains(last, `one\na.txt\n`) || strings.Contains(last, "c.txt") {
 				t.Fatalf("the pod does not see the reverted files: %s", last)
 			}
+			// Deleting the thread removes its snapshots, and with a storage
+			// class its claim's mirror.
+			mustStatus(t, "delete the thread", s.do("DELETE", appAPI+"/thread/"+f.tid, f.admin, nil), 204)
+			for _, dir := range []string{"snapshots", "claim-snapshots"} {
+				filepath.WalkDir(filepath.Join(s.dataDir, dir), func(p string, d fs.DirEntry, err error) error {
+					if err == nil && strings.Contains(p, f.tid) {
+						t.Errorf("%s is left after the thread was deleted", p)
+					}
+					return nil
+				})
+			}
 		})
 	}
 }

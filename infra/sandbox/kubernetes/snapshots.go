@@ -124,6 +124,16 @@ func (s *Snapshots) RestorePaths(ctx context.Context, threadID, snapshotID, cont
 	return s.push(ctx, containerID, paths)
 }
 
+// DropSnapshots removes every snapshot of a thread and the mirror of its
+// container's claim (a thread's container has the thread's id).
+func (s *Snapshots) DropSnapshots(ctx context.Context, threadID string) error {
+	defer s.lock(threadID)()
+	if err := s.Layout.DropSnapshots(ctx, threadID); err != nil {
+		return err
+	}
+	return s.Layout.Remove(ctx, threadID)
+}
+
 // folder is one snapshotted folder: its mirror on the host and its path in
 // the sandbox.
 type folder struct {
