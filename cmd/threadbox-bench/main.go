@@ -16,6 +16,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"sort"
 	"sync"
@@ -30,7 +31,16 @@ import (
 )
 
 func main() {
-	if err := run(context.Background(), os.Args[1:], os.Stdout); err != nil {
+	// An interrupt cancels the sections' context, so each removes what it
+	// made before the process ends; a second one kills at once.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	go func() {
+		<-ctx.Done()
+		stop()
+	}()
+	err := run(ctx, os.Args[1:], os.Stdout)
+	stop()
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "threadbox-bench:", err)
 		os.Exit(1)
 	}
@@ -71,7 +81,9 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.IntVar(&o.vmN, "microvm-n", 5, "boots of the microvm section")
 	fs.IntVar(&o.mcp.n, "mcp-n", 200, "round trips per MCP row")
 	fs.IntVar(&o.ckptN, "checkpoint-n", 10, "rounds of the checkpoints section (cold boot, checkpoint, restore)")
-	fs.IntVar(&o.density.n, "density", 200, "idle sandboxes the density section opens")
+	fs.IntVar(&o.density.n, "density", 1000, "idle sandboxes the density section opens")
+	fs.IntVar(&o.density.parallel, "density-parallel", 8, "sandboxes the density section opens at once")
+	fs.IntVar(&o.density.bare, "density-bare", 200, "bare containers of the density section's baseline (0 skips it)")
 	fs.StringVar(&o.replicas.databaseURL, "replicas-database-url", envOr("TEST_DATABASE_URL", ""), "PostgreSQL server of the replicas section's throwaway database (empty skips it)")
 	fs.IntVar(&o.replicas.n, "replicas-n", 2000, "requests per replicas row at concurrency 16")
 	fs.StringVar(&o.files.threadboxBin, "threadbox", "bin/threadbox", "the threadbox server binary (files section)")

@@ -710,12 +710,32 @@ func RemoveInstance(ctx context.Context, instance string, poolDirs ...string) er
 	if err != nil {
 		return fmt.Errorf("docker: list %s: %w", instance, err)
 	}
-	var errs []error
-	for _, c := range list {
-		if err := cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true}); err != nil && !errdefs.IsNotFound(err) {
-			errs = append(errs, err)
-		}
+	// A few removals at once: one at a time, a thousand sandboxes took
+	// minutes, most of it waiting on the daemon's round trips.
+	var (
+		mu   sync.Mutex
+		errs []error
+		wg   sync.WaitGroup
+	)
+	todo := make(chan string)
+	for range min(len(list), 4) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for id := range todo {
+				if err := cli.ContainerRemove(ctx, id, container.RemoveOptions{Force: true}); err != nil && !errdefs.IsNotFound(err) {
+					mu.Lock()
+					errs = append(errs, err)
+					mu.Unlock()
+				}
+			}
+		}()
 	}
+	for _, c := range list {
+		todo <- c.ID
+	}
+	close(todo)
+	wg.Wait()
 	for _, dir := range poolDirs {
 		errs = append(errs, slot.Clean(dir))
 	}
