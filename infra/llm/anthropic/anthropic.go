@@ -30,6 +30,7 @@ type Config = upstream.Config
 // messages.Model.
 type Model struct {
 	client sdk.Client
+	send   *sender // the SDK's requests for steps, sent without it; nil: through it
 	model  string
 }
 
@@ -38,8 +39,9 @@ type Model struct {
 func New(cfg Config) *Model {
 	// threadbox registers no OpenTelemetry provider: the SDK's spans would
 	// be built per call for nothing (a few % of a request's CPU).
-	opts := []option.RequestOption{option.WithHTTPClient(upstream.Doer(cfg.Client())), option.WithMaxRetries(cfg.Retries()),
-		option.WithMiddleware(upstream.Middleware(cfg.RetryWait())), option.WithoutOpenTelemetry()}
+	next, mw := upstream.Doer(cfg.Client()), upstream.Middleware(cfg.RetryWait())
+	opts := []option.RequestOption{option.WithHTTPClient(next), option.WithMaxRetries(cfg.Retries()),
+		option.WithMiddleware(mw), option.WithoutOpenTelemetry()}
 	if cfg.BaseURL != "" {
 		// The SDK adds v1/messages; accept a base URL given with /v1 too.
 		base := strings.TrimSuffix(strings.TrimSuffix(cfg.BaseURL, "/"), "/v1")
@@ -52,7 +54,7 @@ func New(cfg Config) *Model {
 	} else {
 		opts = append(opts, option.WithAPIKey("none"))
 	}
-	return &Model{client: sdk.NewClient(opts...), model: cfg.Model}
+	return &Model{client: sdk.NewClient(opts...), send: newSender(opts, next, mw, cfg.Retries()), model: cfg.Model}
 }
 
 // body builds the upstream request body: the messages first, then the
@@ -226,12 +228,12 @@ func (m *Model) Step(ctx context.Context, req messages.StepRequest) (*messages.S
 	if err != nil {
 		return nil, err
 	}
-	// The SDK sends, retries and reads the reply, as Messages.New does with
-	// the same ten-minute limit per attempt, and hands the body over as
-	// read (into raw): one json.Unmarshal decodes it into the loop's own
+	// The SDK's request is sent, retried and its reply read, as
+	// Messages.New does with the same ten-minute limit per attempt (by the
+	// sender, or the SDK when there is none), and the body is handed over
+	// as read (into raw): one json.Unmarshal decodes it into the loop's own
 	// type, where the SDK would copy it into a json.Decoder first.
-	var raw []byte
-	err = m.client.Post(ctx, "v1/messages", body, &raw, option.WithRequestTimeout(nonStreamingTimeout))
+	raw, _, err := m.post(ctx, body, false)
 	if err != nil {
 		return nil, upstreamError(ctx, err, true)
 	}
@@ -256,11 +258,11 @@ func (m *Model) StreamStep(ctx context.Context, req messages.StepRequest, emit f
 	if err != nil {
 		return nil, err
 	}
-	// The SDK sends and retries the request and splits the event stream
-	// (as Messages.NewStreaming does); each event is decoded once, into the
-	// loop's own type, not first into the SDK's event union.
-	var raw *http.Response
-	err = m.client.Post(ctx, "v1/messages", nil, &raw, option.WithRequestBody("application/json", body))
+	// The SDK's request is sent and retried (by the sender, or the SDK)
+	// and the SDK splits the event stream (as Messages.NewStreaming does);
+	// each event is decoded once, into the loop's own type, not first into
+	// the SDK's event union.
+	_, raw, err := m.post(ctx, body, true)
 	stream := ssestream.NewStream[wire.Event](ssestream.NewDecoder(raw), err)
 	defer stream.Close()
 	res := &messages.StepResult{}
@@ -312,6 +314,25 @@ func (m *Model) StreamStep(ctx context.Context, req messages.StepRequest, emit f
 	}
 	res.Content = acc.Response().Content
 	return res, nil
+}
+
+// post sends a step's body to the upstream's Messages endpoint: by the
+// sender when there is one, else through the SDK. A non-streamed step's
+// reply is read whole (raw), a streamed one's is handed over unread (res).
+func (m *Model) post(ctx context.Context, body []byte, stream bool) (raw []byte, res *http.Response, err error) {
+	if m.send != nil {
+		return m.send.post(ctx, body, stream)
+	}
+	if stream {
+		err = m.client.Post(ctx, "v1/messages", nil, &res, option.WithRequestBody("application/json", body))
+	} else {
+		err = m.client.Post(ctx, "v1/messages", body, &raw, option.WithRequestTimeout(nonStreamingTimeout))
+	}
+	if err != nil {
+		// The SDK read and closed an error reply's body already.
+		return nil, nil, err
+	}
+	return raw, res, nil
 }
 
 // upstreamError maps an SDK error. beforeStream tells whether the upstream
