@@ -61,6 +61,10 @@ type lives struct {
 	restoring map[string]bool          // a restore is being held (hold keeps the life)
 	notes     map[string]string        // by container id
 	early     map[string]chan struct{} // restores started ahead of a request (Prewarm), by container id
+	// canRestore is whether a backend of this server restores checkpoints,
+	// as its backends said at canRestoreAt.
+	canRestore   bool
+	canRestoreAt time.Time
 }
 
 // begin starts a life of the container's sandbox, or goes on with the one
@@ -286,7 +290,7 @@ func (s *Service) dropStale(ctx context.Context) []string {
 // checkpoint that cannot be used) is met again, or noted, for the request.
 func (s *Service) Prewarm(ctx context.Context, containerID string) <-chan struct{} {
 	done := make(chan struct{})
-	if s.ckpt.folders == nil || s.Running(containerID) {
+	if s.ckpt.folders == nil || !s.restores(ctx) || s.Running(containerID) {
 		close(done)
 		return done
 	}
@@ -325,6 +329,34 @@ func (s *Service) Prewarm(ctx context.Context, containerID string) <-chan struct
 		}
 	}()
 	return done
+}
+
+// restores reports whether a backend of this server restores checkpoints,
+// asking the backends at most every 10 s. Without one, a checkpoint is
+// never restored here (its first use drops it with a note, as a restore
+// that fails does), so Prewarm has nothing to start: not even the lookup
+// of the container's checkpoint, a database read per request that was a
+// sixth of the CPU of a Messages API request offering code execution.
+func (s *Service) restores(ctx context.Context) bool {
+	now := s.now()
+	s.ckpt.mu.Lock()
+	if !s.ckpt.canRestoreAt.IsZero() && now.Sub(s.ckpt.canRestoreAt) < 10*time.Second && !now.Before(s.ckpt.canRestoreAt) {
+		ok := s.ckpt.canRestore
+		s.ckpt.mu.Unlock()
+		return ok
+	}
+	s.ckpt.mu.Unlock()
+	ok := false
+	for _, b := range s.backends {
+		if b.Checkpoints(ctx).Supported {
+			ok = true
+			break
+		}
+	}
+	s.ckpt.mu.Lock()
+	s.ckpt.canRestore, s.ckpt.canRestoreAt = ok, now
+	s.ckpt.mu.Unlock()
+	return ok
 }
 
 // firstLine returns err's text up to its first line break.

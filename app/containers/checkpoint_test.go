@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -383,5 +384,49 @@ func TestPrewarm(t *testing.T) {
 	}
 	if len(b.restored) != 1 || b.booted[c.ID()] != 1 || s.TakeNote(c.ID()) != "" {
 		t.Fatalf("the command after it: restored %v, booted %d", b.restored, b.booted[c.ID()])
+	}
+}
+
+// lookups counts the checkpoint lookups of a dirCheckpoints.
+type lookups struct {
+	dirCheckpoints
+	n *atomic.Int32
+}
+
+func (l lookups) Checkpoint(ctx context.Context, id string) (string, string, bool, error) {
+	l.n.Add(1)
+	return l.dirCheckpoints.Checkpoint(ctx, id)
+}
+
+// TestPrewarmWithoutRestoringBackend: on a server none of whose backends
+// restores checkpoints, Prewarm starts nothing, not even the lookup of the
+// container's checkpoint; the first command still finds a checkpoint
+// another server took, drops it and boots fresh with a note, as before.
+func TestPrewarmWithoutRestoringBackend(t *testing.T) {
+	ctx := context.Background()
+	d, _, _ := testDeps(newFake("docker"))
+	ck := dirCheckpoints{root: t.TempDir(), fail: map[string]error{}}
+	var n atomic.Int32
+	d.Checkpoints = lookups{ck, &n}
+	s := New(d)
+	c, _ := s.ForUser(ctx, alice, "box")
+	if _, err := ck.EmptyCheckpoint(ctx, c.ID()); err != nil {
+		t.Fatal(err)
+	}
+	if err := ck.SealCheckpoint(ctx, c.ID(), "gvisor"); err != nil {
+		t.Fatal(err)
+	}
+	<-s.Prewarm(ctx, c.ID())
+	if n.Load() != 0 || s.Running(c.ID()) {
+		t.Fatalf("Prewarm looked the checkpoint up %d times, running %v; want nothing done", n.Load(), s.Running(c.ID()))
+	}
+	if _, err := s.Exec(ctx, c.ID(), sandbox.Command{Args: []string{"true"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, ok, _ := ck.Checkpoint(ctx, c.ID()); ok || n.Load() != 1 {
+		t.Fatalf("after the command: checkpoint kept %v, lookups %d; want it dropped after one lookup", ok, n.Load())
+	}
+	if note := s.TakeNote(c.ID()); !strings.Contains(note, "could not be restored") {
+		t.Fatalf("note %q", note)
 	}
 }
