@@ -64,14 +64,23 @@ func NewQuotas(limits map[Quota]int64) (Quotas, error) {
 // limit returns where quota name's limit is kept, or nil for an unknown
 // name.
 func (q *Quotas) limit(name Quota) *int64 {
-	return map[Quota]*int64{
-		RunningSandboxesPerUser: &q.runningPerUser,
-		RunningSandboxesPerOrg:  &q.runningPerOrg,
-		ContainersPerUser:       &q.containersPerUser,
-		StorageBytesPerOrg:      &q.storageBytes,
-		SnapshotsPerThread:      &q.snapshots,
-		SnapshotBytesPerThread:  &q.snapshotBytes,
-	}[name]
+	// A switch, not a map built per call: the org policy applies its
+	// bounds on every request, a few dozen lookups each.
+	switch name {
+	case RunningSandboxesPerUser:
+		return &q.runningPerUser
+	case RunningSandboxesPerOrg:
+		return &q.runningPerOrg
+	case ContainersPerUser:
+		return &q.containersPerUser
+	case StorageBytesPerOrg:
+		return &q.storageBytes
+	case SnapshotsPerThread:
+		return &q.snapshots
+	case SnapshotBytesPerThread:
+		return &q.snapshotBytes
+	}
+	return nil
 }
 
 // Limit returns quota name's limit; zero means unlimited.
