@@ -34,7 +34,7 @@ type sseWriter struct {
 
 // Event writes one event named name whose data is v as JSON, and flushes it.
 func (s *sseWriter) Event(name string, v any) error {
-	data, err := json.Marshal(v)
+	data, err := marshalEvent(v)
 	if err != nil {
 		return fmt.Errorf("sse: encode %s: %w", name, err)
 	}
@@ -47,14 +47,29 @@ func (s *sseWriter) writeLocked(name string, data []byte) error {
 	if s.err != nil {
 		return s.err
 	}
-	if _, err := fmt.Fprintf(s.w, "event: %s\ndata: %s\n\n", name, data); err != nil {
-		return s.fail(err)
+	_, _ = s.w.WriteString("event: ")
+	_, _ = s.w.WriteString(name)
+	_, _ = s.w.WriteString("\ndata: ")
+	_, _ = s.w.Write(data)
+	if _, err := s.w.WriteString("\n\n"); err != nil {
+		return s.fail(err) // a bufio.Writer keeps its first error
 	}
 	if err := s.w.Flush(); err != nil {
 		return s.fail(err)
 	}
 	s.last = time.Now()
 	return nil
+}
+
+// marshalEvent is json.Marshal(v). A Messages API event's own encoding is
+// json.Marshal's of a struct, compact and HTML-escaped already, which is
+// what json.Marshal would make of it once more after scanning it again
+// (TestMarshalEventIsMarshal).
+func marshalEvent(v any) ([]byte, error) {
+	if ev, ok := v.(wire.Event); ok {
+		return ev.MarshalJSON()
+	}
+	return json.Marshal(v)
 }
 
 func (s *sseWriter) fail(err error) error {
