@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -952,8 +953,78 @@ type ErrorBody struct {
 	Message string `json:"message"`
 }
 
-// MarshalJSON writes the event's data payload.
+// MarshalJSON writes the event's data payload. The events of a stream's
+// every answer (a message's start, a text block's start, deltas and stop,
+// the message's delta, ping and stop) are appended to one buffer; the rest
+// go through json.Marshal (marshalReflect), whose output the fast path's
+// is byte for byte (FuzzEventMarshalMatchesReflect).
 func (e Event) MarshalJSON() ([]byte, error) {
+	if b, ok, err := e.appendFast(make([]byte, 0, 96)); ok || err != nil {
+		return b, err
+	}
+	return e.marshalReflect()
+}
+
+// appendFast appends the event as marshalReflect writes it, when it is of
+// a kind it knows (ok).
+func (e Event) appendFast(dst []byte) (b []byte, ok bool, err error) {
+	dst = appendString(append(dst, `{"type":`...), e.Type)
+	switch e.Type {
+	case EventContentBlockDelta:
+		d := e.Delta
+		if d == nil || d.Type != DeltaText {
+			return nil, false, nil
+		}
+		dst = strconv.AppendInt(append(dst, `,"index":`...), int64(e.Index), 10)
+		dst = appendString(append(dst, `,"delta":{"type":"text_delta","text":`...), d.Text)
+		return append(dst, '}', '}'), true, nil
+	case EventContentBlockStop:
+		dst = strconv.AppendInt(append(dst, `,"index":`...), int64(e.Index), 10)
+		return append(dst, '}'), true, nil
+	case EventContentBlockStart:
+		b := e.ContentBlock
+		if b == nil || b.Type != BlockText || len(b.Citations) != 0 {
+			return nil, false, nil
+		}
+		dst = strconv.AppendInt(append(dst, `,"index":`...), int64(e.Index), 10)
+		dst, err = appendBlock(append(dst, `,"content_block":`...), b)
+		return append(dst, '}'), err == nil, err
+	case EventMessageStart:
+		if e.Message == nil {
+			return nil, false, nil
+		}
+		enc, err := e.Message.MarshalJSON()
+		if err != nil {
+			return nil, false, err
+		}
+		return append(append(append(dst, `,"message":`...), enc...), '}'), true, nil
+	case EventMessageDelta:
+		d := e.MessageDelta
+		if d == nil || d.Container != nil {
+			return nil, false, nil
+		}
+		dst = appendString(append(dst, `,"delta":{"stop_reason":`...), d.StopReason)
+		dst = append(dst, `,"stop_sequence":`...)
+		if d.StopSequence == nil {
+			dst = append(dst, "null"...)
+		} else {
+			dst = appendString(dst, *d.StopSequence)
+		}
+		dst = append(dst, `,"container":null},"usage":`...)
+		if e.Usage == nil {
+			dst = append(dst, "null"...)
+		} else if dst, err = appendUsage(dst, e.Usage); err != nil {
+			return nil, false, err
+		}
+		return append(dst, '}'), true, nil
+	case EventError, EventToolOutput:
+		return nil, false, nil
+	}
+	return append(dst, '}'), true, nil // the type alone
+}
+
+// marshalReflect writes the event's data payload through json.Marshal.
+func (e Event) marshalReflect() ([]byte, error) {
 	switch e.Type {
 	case EventMessageStart:
 		return json.Marshal(struct {

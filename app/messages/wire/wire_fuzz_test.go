@@ -106,3 +106,55 @@ func FuzzFastPathsMatchSlow(f *testing.F) {
 		}
 	})
 }
+
+// FuzzEventMarshalMatchesReflect holds Event.MarshalJSON's fast path to
+// json.Marshal's encoding of the same event (marshalReflect): events decoded
+// from any stream event's JSON, and events of every kind built around any
+// text.
+func FuzzEventMarshalMatchesReflect(f *testing.F) {
+	for _, s := range []string{
+		`{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hi <b> & \u2028"}}`,
+		`{"type":"content_block_start","index":1,"content_block":{"type":"text","text":""}}`,
+		`{"type":"content_block_start","index":1,"content_block":{"type":"text","text":"a","citations":[]}}`,
+		`{"type":"content_block_start","index":2,"content_block":{"type":"tool_use","id":"t","name":"n","input":{}}}`,
+		`{"type":"content_block_stop","index":7}`,
+		`{"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"output_tokens":5}}`,
+		`{"type":"message_delta","delta":{"stop_reason":"tool_use","stop_sequence":"x","container":{"id":"c","expires_at":"2026-01-01T00:00:00Z"}},"usage":{"input_tokens":1,"output_tokens":2,"server_tool_use":{"code_execution_requests":1}}}`,
+		`{"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","model":"m","content":[],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":1,"output_tokens":0}}}`,
+		`{"type":"message_stop"}`, `{"type":"ping"}`, `{"type":"error","error":{"type":"api_error","message":"x"}}`,
+		`{"type":"threadbox_tool_output","tool_use_id":"s","stream":"stdout","text":"a","elapsed_ms":1}`,
+		`{"type":"content_block_delta","index":-3,"delta":{"type":"input_json_delta","partial_json":"{\"a\""}}`,
+		`{"type":"content_block_delta","index":0}`, `{"type":"message_delta"}`, `{"type":"message_start"}`,
+	} {
+		f.Add([]byte(s), "text <&> \u2028 \xff", 3)
+	}
+	check := func(t *testing.T, e Event) {
+		t.Helper()
+		got, gerr := e.MarshalJSON()
+		want, werr := e.marshalReflect()
+		if (gerr != nil) != (werr != nil) {
+			t.Fatalf("%s: errors differ: %v, %v", e.Type, gerr, werr)
+		}
+		if werr == nil && !bytes.Equal(got, want) {
+			t.Fatalf("%s:\nfast    %s\nreflect %s", e.Type, got, want)
+		}
+	}
+	f.Fuzz(func(t *testing.T, data []byte, text string, index int) {
+		var e Event
+		if e.UnmarshalJSON(data) == nil {
+			check(t, e)
+		}
+		stop := text
+		for _, e := range []Event{
+			{Type: EventContentBlockDelta, Index: index, Delta: &BlockDelta{Type: DeltaText, Text: text}},
+			{Type: EventContentBlockStart, Index: index, ContentBlock: &ContentBlock{Type: BlockText, Text: text}},
+			{Type: EventContentBlockStop, Index: index},
+			{Type: EventMessageDelta, MessageDelta: &MessageDelta{StopReason: text, StopSequence: &stop}, Usage: &Usage{OutputTokens: index}},
+			{Type: EventMessageDelta, MessageDelta: &MessageDelta{}},
+			{Type: EventMessageStart, Message: &Response{ID: text, Type: "message", Role: RoleAssistant, Model: text, Content: []ContentBlock{{Type: BlockText, Text: text}}}},
+			{Type: text},
+		} {
+			check(t, e)
+		}
+	})
+}
