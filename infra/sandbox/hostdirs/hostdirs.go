@@ -128,7 +128,7 @@ var unsafeChars = regexp.MustCompile(`[^A-Za-z0-9_.-]+`)
 // keep a readable prefix and gain a hash of the whole id, so distinct ids
 // never share a name.
 func SafeID(id string) string {
-	if safePattern.MatchString(id) && !strings.Contains(id, "..") {
+	if safeName(id) && !strings.Contains(id, "..") {
 		return id
 	}
 	sum := sha256.Sum256([]byte(id))
@@ -143,15 +143,34 @@ func SafeID(id string) string {
 	return prefix + "-" + hex.EncodeToString(sum[:6])
 }
 
+// safeName is safePattern.MatchString(id), without the regular
+// expression's machinery: SafeID runs on every Messages API request that
+// may run code (FuzzSafeNameIsSafePattern).
+func safeName(id string) bool {
+	if len(id) == 0 || len(id) > 100 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		alnum := 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9'
+		if !alnum && (i == 0 || c != '_' && c != '.' && c != '-') {
+			return false
+		}
+	}
+	return true
+}
+
 // Dirs returns the folders of container id without touching the disk.
 func (l *Layout) Dirs(id string) Dirs {
+	// root is clean and ends in a name (SafeID is never empty), so each
+	// folder is root and its name: what filepath.Join would make of them.
 	root := filepath.Join(l.containers, SafeID(id))
 	return Dirs{
 		Root:      root,
-		Workspace: filepath.Join(root, "workspace"),
-		Uploads:   filepath.Join(root, "uploads"),
-		Outputs:   filepath.Join(root, "outputs"),
-		Skills:    filepath.Join(root, "skills"),
+		Workspace: root + string(filepath.Separator) + "workspace",
+		Uploads:   root + string(filepath.Separator) + "uploads",
+		Outputs:   root + string(filepath.Separator) + "outputs",
+		Skills:    root + string(filepath.Separator) + "skills",
 	}
 }
 

@@ -363,3 +363,24 @@ func needLoopQuota(t *testing.T) {
 		t.Skip("loop quota needs root, mkfs.ext4 and e2fsck")
 	}
 }
+
+// FuzzSafeNameIsSafePattern holds the hand-written check of SafeID to the
+// regular expression it stands for, and Dirs to filepath.Join.
+func FuzzSafeNameIsSafePattern(f *testing.F) {
+	for _, s := range []string{"ctr_01", "a", "", "-a", ".", "a..b", "a/b", "A.b-c_d", strings.Repeat("x", 100), strings.Repeat("x", 101), "a\n", "é", "0"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, id string) {
+		if got, want := safeName(id), safePattern.MatchString(id); got != want {
+			t.Fatalf("safeName(%q) = %v, the pattern says %v", id, got, want)
+		}
+		l := &Layout{containers: "/srv/threadbox/containers"}
+		d := l.Dirs(id)
+		root := filepath.Join(l.containers, SafeID(id))
+		want := Dirs{Root: root, Workspace: filepath.Join(root, "workspace"), Uploads: filepath.Join(root, "uploads"),
+			Outputs: filepath.Join(root, "outputs"), Skills: filepath.Join(root, "skills")}
+		if d != want {
+			t.Fatalf("Dirs(%q) = %+v, want %+v", id, d, want)
+		}
+	})
+}
