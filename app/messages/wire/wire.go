@@ -1070,8 +1070,123 @@ func (e Event) marshalReflect() ([]byte, error) {
 	}{e.Type})
 }
 
-// UnmarshalJSON decodes an event's data payload.
+// UnmarshalJSON decodes an event's data payload: the events every streamed
+// answer is made of by unmarshalFast, any other as json.Unmarshal decodes
+// it (unmarshalReflect; FuzzEventUnmarshalMatchesReflect holds the two to
+// the same events).
 func (e *Event) UnmarshalJSON(data []byte) error {
+	if e.unmarshalFast(data) {
+		return nil
+	}
+	return e.unmarshalReflect(data)
+}
+
+// unmarshalFast decodes a text block's start, a text delta, a block's stop,
+// ping and message_stop as unmarshalReflect would, and reports whether it
+// did. Anything else — another kind, a member it does not expect (in
+// another case, twice, or unknown), an index that is not a plain integer,
+// a value of another type — it leaves alone.
+func (e *Event) unmarshalFast(data []byte) bool {
+	if !json.Valid(data) {
+		return false
+	}
+	const (
+		hasType = 1 << iota
+		hasIndex
+		hasDelta
+		hasBlock
+	)
+	var (
+		typ          string
+		index        int
+		delta, block []byte
+		seen         int
+		ok           = true
+	)
+	objectMembers(data, func(key string, v []byte) {
+		var bit int
+		switch key {
+		case "type":
+			bit = hasType
+			typ, ok = quickString(v)
+		case "index":
+			bit = hasIndex
+			ok = quickInt(v, &index)
+		case "delta":
+			bit, delta = hasDelta, v
+		case "content_block":
+			bit, block = hasBlock, v
+		default:
+			ok = false
+		}
+		if !ok || seen&bit != 0 {
+			ok = false
+			seen = -1
+		}
+		if seen >= 0 {
+			seen |= bit
+		}
+	})
+	if !ok || seen < 0 {
+		return false
+	}
+	switch {
+	case typ == EventContentBlockDelta && seen == hasType|hasIndex|hasDelta:
+		text, ok := textDelta(delta)
+		if !ok {
+			return false
+		}
+		*e = Event{Type: typ, Index: index, Delta: &BlockDelta{Type: DeltaText, Text: text}}
+	case typ == EventContentBlockStart && seen == hasType|hasIndex|hasBlock:
+		if len(block) == 0 || block[0] != '{' {
+			return false
+		}
+		var b ContentBlock
+		if b.UnmarshalJSON(block) != nil || b.Type != BlockText {
+			return false
+		}
+		*e = Event{Type: typ, Index: index, ContentBlock: &b}
+	case typ == EventContentBlockStop && seen == hasType|hasIndex:
+		*e = Event{Type: typ, Index: index}
+	case (typ == EventPing || typ == EventMessageStop) && seen == hasType:
+		*e = Event{Type: typ}
+	default:
+		return false
+	}
+	return true
+}
+
+// textDelta decodes a text_delta's object, {"type":"text_delta","text":…}
+// in either order and nothing else, and reports whether it was one.
+func textDelta(v []byte) (string, bool) {
+	if len(v) == 0 || v[0] != '{' {
+		return "", false
+	}
+	var text string
+	typed, texted, ok := false, false, true
+	objectMembers(v, func(key string, v []byte) {
+		switch {
+		case key == "type" && !typed:
+			typed = true
+			t, isStr := quickString(v)
+			ok = ok && isStr && t == DeltaText
+		case key == "text" && !texted:
+			texted = true
+			var isStr bool
+			if text, isStr = quickString(v); !isStr {
+				// Escapes (a line break): encoding/json reads the string.
+				isStr = len(v) > 0 && v[0] == '"' && json.Unmarshal(v, &text) == nil
+			}
+			ok = ok && isStr
+		default:
+			ok = false
+		}
+	})
+	return text, ok && typed && texted
+}
+
+// unmarshalReflect decodes an event's data payload through json.Unmarshal.
+func (e *Event) unmarshalReflect(data []byte) error {
 	var aux struct {
 		Type         string          `json:"type"`
 		Message      *Response       `json:"message"`

@@ -158,3 +158,39 @@ func FuzzEventMarshalMatchesReflect(f *testing.F) {
 		}
 	})
 }
+
+// FuzzEventUnmarshalMatchesReflect holds Event.UnmarshalJSON's fast path
+// to json.Unmarshal's decoding (unmarshalReflect): the same event, or an
+// error from both.
+func FuzzEventUnmarshalMatchesReflect(f *testing.F) {
+	for _, s := range []string{
+		`{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hi <b> \n \u2028"}}`,
+		`{"index":3,"delta":{"text":"x","type":"text_delta"},"type":"content_block_delta"}`,
+		`{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"a","Text":"b"}}`,
+		`{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"{"}}`,
+		`{"type":"content_block_delta","index":1e2,"delta":{"type":"text_delta","text":"a"}}`,
+		`{"type":"content_block_delta","index":null,"delta":null}`,
+		`{"type":"content_block_start","index":1,"content_block":{"type":"text","text":""}}`,
+		`{"type":"content_block_start","index":1,"content_block":{"type":"text","text":"a","citations":null}}`,
+		`{"type":"content_block_start","index":2,"content_block":{"type":"tool_use","id":"t","name":"n","input":{}}}`,
+		`{"type":"content_block_stop","index":7}`, `{"type":"content_block_stop","index":-0}`,
+		`{"type":"content_block_stop","index":99999999999999999999}`,
+		`{"type":"message_stop"}`, `{"type":"ping"}`, `{"type":"ping","type":"message_stop"}`, `{"Type":"ping"}`,
+		`{"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"output_tokens":5}}`,
+		`{"type":"error","error":{"type":"api_error","message":"x"}}`, `{"type":"p\u0069ng"}`,
+		`null`, `[]`, `{}`, `{"type":1}`, `{"type":"ping"`, ` {"type" : "ping"} `,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var got, want Event
+		gerr := got.UnmarshalJSON(data)
+		werr := want.unmarshalReflect(data)
+		if (gerr != nil) != (werr != nil) {
+			t.Fatalf("%q: errors differ: %v, %v", data, gerr, werr)
+		}
+		if werr == nil && !reflect.DeepEqual(got, want) {
+			t.Fatalf("%q:\nfast    %+v\nreflect %+v", data, got, want)
+		}
+	})
+}
