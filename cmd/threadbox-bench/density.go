@@ -169,7 +169,7 @@ func benchDensity(ctx context.Context, o opts, out io.Writer) error {
 	fmt.Fprintf(tw, "cgroup memory per idle sandbox (usage / rss)\t%s / %s\t\n", per(cg), per(cgRSS))
 	fmt.Fprintf(tw, "containerd shim PSS per idle sandbox\t%s\t\n", per(shim))
 	if bare != nil {
-		fmt.Fprintf(tw, "baseline: bare container's cgroup + shim PSS\t%s + %s\t\n", kib(bare.cgroup), kib(bare.shim))
+		fmt.Fprintf(tw, "baseline: bare container's cgroup + shim PSS + daemons' growth\t%s + %s + %s\t\n", kib(bare.cgroup), kib(bare.shim), kib(bare.daemons))
 	}
 	fmt.Fprintf(tw, "dockerd + containerd PSS growth\t%s (%s per sandbox)\t\n", kib(daemons), per(daemons))
 	fmt.Fprintf(tw, "host memory in all (cgroups + shims + daemons' growth)\t%s\t\n", kib(cg+shim+daemons))
@@ -247,10 +247,10 @@ func openConcurrently(ctx context.Context, what string, n, parallel int, open fu
 // densityBare is the baseline: bare containers of the same image created
 // and started through the Engine API, with no folders, agent or attach.
 type densityBare struct {
-	n            int
-	took         time.Duration
-	cpu          cpuTimes // while opening them
-	cgroup, shim int64    // per container
+	n                     int
+	took                  time.Duration
+	cpu                   cpuTimes // while opening them
+	cgroup, shim, daemons int64    // per container
 }
 
 // dockerCPU is the CPU the Docker stack spent.
@@ -266,6 +266,7 @@ func benchBare(ctx context.Context, o opts, instance string, n, parallel int) (*
 	}
 	defer be.Close()
 	fmt.Fprintf(os.Stderr, "bench: density: baseline: %d bare containers, %d at a time\n", n, parallel)
+	daemons0 := daemonPSS()
 	cpu0 := cpuNow()
 	opened, took, err := openConcurrently(ctx, "density baseline", n, parallel, func(ctx context.Context, i int) error {
 		return be.StartBare(ctx, fmt.Sprintf("%04d", i))
@@ -275,13 +276,14 @@ func benchBare(ctx context.Context, o opts, instance string, n, parallel int) (*
 		return nil, err
 	}
 	time.Sleep(3 * time.Second)
+	daemons := daemonPSS() - daemons0
 	ids := instanceContainers(ctx, instance)
 	cg, _, shim := containersMemory(ids)
 	k := int64(max(len(ids), 1))
 	if err := docker.RemoveInstance(context.WithoutCancel(ctx), instance); err != nil {
 		return nil, err
 	}
-	return &densityBare{n: opened, took: took, cpu: cpu, cgroup: cg / k, shim: shim / k}, nil
+	return &densityBare{n: opened, took: took, cpu: cpu, cgroup: cg / k, shim: shim / k, daemons: daemons / k}, nil
 }
 
 // containersMemory sums the memory cgroups' usage and rss and the shims'

@@ -82,7 +82,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.IntVar(&o.mcp.n, "mcp-n", 200, "round trips per MCP row")
 	fs.IntVar(&o.ckptN, "checkpoint-n", 10, "rounds of the checkpoints section (cold boot, checkpoint, restore)")
 	fs.IntVar(&o.density.n, "density", 1000, "idle sandboxes the density section opens")
-	fs.IntVar(&o.density.parallel, "density-parallel", 8, "sandboxes the density section opens at once")
+	fs.IntVar(&o.density.parallel, "density-parallel", 4, "sandboxes the density section opens at once")
 	fs.IntVar(&o.density.bare, "density-bare", 200, "bare containers of the density section's baseline (0 skips it)")
 	fs.StringVar(&o.replicas.databaseURL, "replicas-database-url", envOr("TEST_DATABASE_URL", ""), "PostgreSQL server of the replicas section's throwaway database (empty skips it)")
 	fs.IntVar(&o.replicas.n, "replicas-n", 2000, "requests per replicas row at concurrency 16")

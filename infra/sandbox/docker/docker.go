@@ -307,6 +307,9 @@ func (b *Backend) bootBox(ctx context.Context, spec sandbox.Spec, warm bool) (*b
 		defer ln.Close()
 		cfg.Env = append(slices.Clone(cfg.Env), "THREADBOX_AGENT_DIAL="+SocketMount+"/"+socketName)
 		hc.Binds = append(hc.Binds, dir+":"+SocketMount+":ro")
+		// The protocol goes over the socket: the agent's stdin is
+		// /dev/null, and the daemon keeps no stdin pipe for it.
+		cfg.OpenStdin, cfg.AttachStdin = false, false
 	}
 	// The create is not cut short by a caller that goes (a stopped turn):
 	// the daemon would finish it after the client left, leaving a
