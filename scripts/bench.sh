@@ -30,9 +30,12 @@
 # growth while 1 and then 50 followers read a turn printing 10 MiB.
 # The sandbox rows also time a new container's first command on a warm pool
 # sandbox (claim to result, runc as root) beside the cold boot. The density
-# rows (-only density, -density N, default 200) open N idle sandboxes and
-# print the memory each costs (cgroup, containerd shim PSS, threadbox side),
-# the time to open them and the first command of the last one.
+# rows (-only density, -density N, default 1000) open N idle sandboxes,
+# -density-parallel at a time (default 4), and print the time to open them
+# beside bare containers created and started through the Engine API
+# (-density-bare of them, default 200), the CPU each party spent per open,
+# the memory each sandbox costs (cgroup, containerd shim PSS, the daemons'
+# growth, threadbox side) and the first command of the last ones.
 # The checkpoints rows (-only checkpoints, -checkpoint-n rounds, default 10)
 # run the gvisor backend in-process (root, runsc and the root filesystem):
 # a cold boot to the first result, the checkpoint of an idle sandbox whose

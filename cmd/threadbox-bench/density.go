@@ -141,6 +141,7 @@ func benchDensity(ctx context.Context, o opts, out io.Writer) error {
 	daemons := daemonPSS() - daemons0
 	ids := instanceContainers(ctx, instance)
 	cg, cgRSS, shim := containersMemory(ids)
+	ownShims := shimCPU(ids)
 	n := int64(max(len(ids), 1))
 	per := func(v int64) string { return kib(v / n) }
 	fmt.Fprintf(out, "density: runtime %s, image %s, %s; %d idle sandboxes opened, %d at a time", o.runtime, o.image, time.Now().UTC().Format(time.RFC3339), opened, parallel)
@@ -158,12 +159,12 @@ func benchDensity(ctx context.Context, o opts, out io.Writer) error {
 	}
 	fmt.Fprintf(tw, "one open, as its caller waits: p50 / p99\t%s / %s\t\n", ms(ensures.pct(50)+folders.pct(50)), ms(ensures.pct(99)+folders.pct(99)))
 	fmt.Fprintf(tw, "  of which host folders (Prepare): p50 / p99\t%s / %s\t\n", ms(folders.pct(50)), ms(folders.pct(99)))
-	fmt.Fprintf(tw, "CPU per open: dockerd / containerd / shims and runc\t%s / %s / %s\t\n", ms(cpu.dockerd/time.Duration(opened)), ms(cpu.containerd/time.Duration(opened)), ms(cpu.shims/time.Duration(opened)))
+	fmt.Fprintf(tw, "CPU per open: dockerd / containerd / its shim and runc\t%s / %s / %s\t\n", ms(cpu.dockerd/time.Duration(opened)), ms(cpu.containerd/time.Duration(opened)), ms(ownShims/time.Duration(n)))
 	if bare != nil {
 		k := time.Duration(bare.n)
-		fmt.Fprintf(tw, "baseline: CPU per bare container: dockerd / containerd / shims and runc\t%s / %s / %s\t\n", ms(bare.cpu.dockerd/k), ms(bare.cpu.containerd/k), ms(bare.cpu.shims/k))
+		fmt.Fprintf(tw, "baseline: CPU per bare container, the same\t%s / %s / %s\t\n", ms(bare.cpu.dockerd/k), ms(bare.cpu.containerd/k), ms(bare.shimCPU))
 	}
-	fmt.Fprintf(tw, "CPU per open: threadbox / everything else on the host\t%s / %s\t\n", ms(cpu.self/time.Duration(opened)), ms(cpu.other()/time.Duration(opened)))
+	fmt.Fprintf(tw, "CPU per open: threadbox / everything else on the host\t%s / %s\t\n", ms(cpu.self/time.Duration(opened)), ms(cpu.other(ownShims)/time.Duration(opened)))
 	fmt.Fprintf(tw, "host CPUs busy while opening\t%.0f%% of %d\t\n", 100*cpu.busy.Seconds()/(openTime.Seconds()*float64(runtime.NumCPU())), runtime.NumCPU())
 	fmt.Fprintf(tw, "first command (true) of the last one; median / max of the last %d\t%s; %s / %s\t\n", len(firsts.d), ms(first), ms(firsts.pct(50)), ms(firsts.pct(100)))
 	fmt.Fprintf(tw, "cgroup memory per idle sandbox (usage / rss)\t%s / %s\t\n", per(cg), per(cgRSS))
@@ -189,7 +190,8 @@ func benchDensity(ctx context.Context, o opts, out io.Writer) error {
 		// The Docker stack's CPU for as many bare containers, spread over
 		// every CPU of the host with nothing else running: no open of
 		// a Docker container can beat it on this host.
-		cpuFloor := bare.cpu.docker() * time.Duration(opened) / time.Duration(bare.n) / time.Duration(runtime.NumCPU())
+		perBare := (bare.cpu.dockerd+bare.cpu.containerd)/time.Duration(bare.n) + bare.shimCPU
+		cpuFloor := perBare * time.Duration(opened) / time.Duration(runtime.NumCPU())
 		fmt.Fprintf(out, "; the Docker stack's CPU for as many bare containers over %d CPUs: %s, %.2fx the target", runtime.NumCPU(), cpuFloor.Round(time.Millisecond), cpuFloor.Seconds()/densityTargetOpen.Seconds())
 	}
 	fmt.Fprintf(out, "), first command of the last ones <= 5 ms (median of %d: %s, %.2fx)\n\n", len(firsts.d), ms(firsts.pct(50)), firsts.pct(50).Seconds()/densityTargetFirst.Seconds())
@@ -249,12 +251,10 @@ func openConcurrently(ctx context.Context, what string, n, parallel int, open fu
 type densityBare struct {
 	n                     int
 	took                  time.Duration
-	cpu                   cpuTimes // while opening them
-	cgroup, shim, daemons int64    // per container
+	cpu                   cpuTimes      // while opening them
+	shimCPU               time.Duration // per container, its own shim's
+	cgroup, shim, daemons int64         // per container
 }
-
-// dockerCPU is the CPU the Docker stack spent.
-func (c cpuTimes) docker() time.Duration { return c.dockerd + c.containerd + c.shims }
 
 // benchBare opens n bare containers (the image's sleep, network none, the
 // same labels so that the removal finds them), reads their memory and
@@ -279,11 +279,12 @@ func benchBare(ctx context.Context, o opts, instance string, n, parallel int) (*
 	daemons := daemonPSS() - daemons0
 	ids := instanceContainers(ctx, instance)
 	cg, _, shim := containersMemory(ids)
+	ownShims := shimCPU(ids)
 	k := int64(max(len(ids), 1))
 	if err := docker.RemoveInstance(context.WithoutCancel(ctx), instance); err != nil {
 		return nil, err
 	}
-	return &densityBare{n: opened, took: took, cpu: cpu, cgroup: cg / k, shim: shim / k, daemons: daemons / k}, nil
+	return &densityBare{n: opened, took: took, cpu: cpu, shimCPU: ownShims / time.Duration(k), cgroup: cg / k, shim: shim / k, daemons: daemons / k}, nil
 }
 
 // containersMemory sums the memory cgroups' usage and rss and the shims'
@@ -326,60 +327,40 @@ func openFiles() int {
 	return len(ents)
 }
 
-// cpuTimes is CPU time spent so far by the parties of a container's boot:
-// the Docker daemon, containerd, the containerd shims (with the runc
-// processes they ran and reaped), this process, and the whole host.
+// cpuTimes is CPU time spent so far by the parties of a container's boot
+// that outlive it: the Docker daemon, containerd, this process, and the
+// whole host. Shims come and go with other work's containers; shimCPU
+// reads a run's own.
 type cpuTimes struct {
-	dockerd, containerd, shims, self, busy time.Duration
+	dockerd, containerd, self, busy time.Duration
 }
 
 func (c cpuTimes) since(a cpuTimes) cpuTimes {
-	return cpuTimes{c.dockerd - a.dockerd, c.containerd - a.containerd, c.shims - a.shims, c.self - a.self, c.busy - a.busy}
+	return cpuTimes{c.dockerd - a.dockerd, c.containerd - a.containerd, c.self - a.self, c.busy - a.busy}
 }
 
-// other is the host's busy time not spent by the named parties.
-func (c cpuTimes) other() time.Duration {
-	return max(c.busy-c.dockerd-c.containerd-c.shims-c.self, 0)
+// other is the host's busy time not spent by the named parties, nor by
+// shims (the run's own, shims).
+func (c cpuTimes) other(shims time.Duration) time.Duration {
+	return max(c.busy-c.dockerd-c.containerd-c.self-shims, 0)
 }
 
-// cpuNow reads the CPU times of the parties from /proc (clock ticks of
-// 10 ms). A shim that ended meanwhile takes its time with it, which the
-// host's busy time still counts.
+// cpuNow reads the CPU times of the parties from /proc.
 func cpuNow() cpuTimes {
 	const tick = 10 * time.Millisecond
 	var c cpuTimes
 	procs, _ := filepath.Glob("/proc/[0-9]*/stat")
 	self := strconv.Itoa(os.Getpid())
 	for _, p := range procs {
-		b, err := os.ReadFile(p)
-		if err != nil {
-			continue
-		}
-		open, close := bytes.IndexByte(b, '('), bytes.LastIndexByte(b, ')')
-		if open < 0 || close < open {
-			continue
-		}
-		comm := string(b[open+1 : close])
-		f := strings.Fields(string(b[close+1:]))
-		if len(f) < 15 {
-			continue
-		}
-		// Fields 14-17 of stat: utime, stime, cutime, cstime.
-		var ticks int64
-		for _, v := range f[11:15] {
-			n, _ := strconv.ParseInt(v, 10, 64)
-			ticks += n
-		}
-		d := time.Duration(ticks) * tick
+		comm, _ := os.ReadFile(filepath.Join(filepath.Dir(p), "comm"))
+		name := strings.TrimSpace(string(comm))
 		switch {
 		case filepath.Base(filepath.Dir(p)) == self:
-			c.self += d
-		case comm == "dockerd":
-			c.dockerd += d
-		case comm == "containerd":
-			c.containerd += d
-		case strings.HasPrefix(comm, "containerd-shim"):
-			c.shims += d
+			c.self += statCPU(p)
+		case name == "dockerd":
+			c.dockerd += statCPU(p)
+		case name == "containerd":
+			c.containerd += statCPU(p)
 		}
 	}
 	if b, err := os.ReadFile("/proc/stat"); err == nil {
@@ -457,12 +438,34 @@ func statField(path, key string) int64 {
 // shimRSS sums the proportional set size (Pss) of the containerd shims
 // serving ids.
 func shimRSS(ids []string) int64 {
+	var sum int64
+	eachShim(ids, func(dir string) {
+		// Pss: the shims share their binary's pages, which RSS would
+		// count once per shim.
+		if kb, err := procStatusLine(filepath.Join(dir, "smaps_rollup"), "Pss"); err == nil {
+			sum += kb << 10
+		}
+	})
+	return sum
+}
+
+// shimCPU sums the CPU time of the containerd shims serving ids since they
+// started, with that of the runc processes they ran and reaped: what each
+// container cost its shim, whatever other containers' shims did meanwhile.
+func shimCPU(ids []string) time.Duration {
+	var sum time.Duration
+	eachShim(ids, func(dir string) { sum += statCPU(filepath.Join(dir, "stat")) })
+	return sum
+}
+
+// eachShim calls f with the /proc folder of each containerd shim serving
+// one of ids.
+func eachShim(ids []string, f func(dir string)) {
 	want := map[string]bool{}
 	for _, id := range ids {
 		want[id] = true
 	}
 	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
-	var sum int64
 	for _, p := range procs {
 		b, err := os.ReadFile(p)
 		if err != nil || !bytes.Contains(b, []byte("containerd-shim")) {
@@ -471,15 +474,33 @@ func shimRSS(ids []string) int64 {
 		args := strings.Split(string(b), "\x00")
 		for i, a := range args {
 			if a == "-id" && i+1 < len(args) && want[args[i+1]] {
-				// Pss: the shims share their binary's pages, which RSS
-				// would count once per shim.
-				if kb, err := procStatusLine(filepath.Join(filepath.Dir(p), "smaps_rollup"), "Pss"); err == nil {
-					sum += kb << 10
-				}
+				f(filepath.Dir(p))
 			}
 		}
 	}
-	return sum
+}
+
+// statCPU reads a /proc/PID/stat's CPU time: its own and that of the
+// children it reaped (fields 14-17, in clock ticks of 10 ms).
+func statCPU(path string) time.Duration {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0
+	}
+	end := bytes.LastIndexByte(b, ')')
+	if end < 0 {
+		return 0
+	}
+	f := strings.Fields(string(b[end+1:]))
+	if len(f) < 15 {
+		return 0
+	}
+	var ticks int64
+	for _, v := range f[11:15] {
+		n, _ := strconv.ParseInt(v, 10, 64)
+		ticks += n
+	}
+	return time.Duration(ticks) * 10 * time.Millisecond
 }
 
 // procStatusKiB reads a "<field>: N kB" line of /proc/PID/status.
