@@ -124,8 +124,11 @@ type Backend struct {
 
 	wg sync.WaitGroup // the runsc processes' waiters
 
-	cidsMu sync.Mutex
-	cids   map[string]bool // the runsc containers of this backend whose runsc has not exited
+	self owner // the backend that makes its runsc containers (owner.go)
+
+	cidsMu   sync.Mutex
+	cids     map[string]bool // the runsc containers of this backend not yet deleted
+	deleting map[string]bool // those of cids being deleted after their sandbox ended
 }
 
 // box is one running sandbox.
@@ -142,6 +145,7 @@ type box struct {
 	cpu      cgroupacct.CPU
 	oomCount cgroupacct.OOM       // its memory cgroup's oom_kill counter
 	oom      *cgroupacct.OOMWatch // its memory cgroup running out, as it happens
+	procs    []string             // the cgroup.procs files its control group may have
 	restored bool                 // booted from a checkpoint
 }
 
@@ -168,7 +172,7 @@ func New(cfg Config) (*Backend, error) {
 	}
 	set := boxes.New[*box]("gvisor", lg)
 	b := &Backend{cfg: cfg, log: lg, rootfs: rootfs, state: filepath.Join(dir, "state"), bndls: filepath.Join(dir, "bundles"), views: filepath.Join(cfg.PoolDir, strconv.Itoa(os.Getpid())),
-		boxes: set, Ops: boxes.NewOps(set, nil), held: map[string]*agent.Client{}, cids: map[string]bool{}}
+		boxes: set, Ops: boxes.NewOps(set, nil), held: map[string]*agent.Client{}, self: newOwner(), cids: map[string]bool{}, deleting: map[string]bool{}}
 	b.pool = boxes.NewPoolWith(set, b.views, viewLayout{rootfs: rootfs})
 	return b, nil
 }
@@ -311,9 +315,9 @@ func (b *Backend) start(ctx context.Context, spec sandbox.Spec, image, view stri
 			return nil, err
 		}
 	}
-	bx := &box{b: b, id: spec.ID, cid: cid, bundle: filepath.Join(b.bndls, cid), view: view, mounts: spec.Mounts, Proc: boxes.NewProc(),
-		stderr: boxes.NewLogTail(b.log, "sandbox", spec.ID), restored: image != ""}
 	cgroupsPath := "/threadbox-gvisor/" + hostdirs.SafeID(b.cfg.Instance) + "/" + cid
+	bx := &box{b: b, id: spec.ID, cid: cid, bundle: filepath.Join(b.bndls, cid), view: view, mounts: spec.Mounts, Proc: boxes.NewProc(),
+		stderr: boxes.NewLogTail(b.log, "sandbox", spec.ID), procs: b.procsFiles(cgroupsPath), restored: image != ""}
 	err := bindView(view, spec.Mounts)
 	if err == nil {
 		err = writeBundle(bx.bundle, b.bundleSpec(spec, l, cgroupsPath, view))
@@ -327,6 +331,7 @@ func (b *Backend) start(ctx context.Context, spec sandbox.Spec, image, view stri
 	if image != "" {
 		args = []string{"restore", "--image-path", image, "--bundle", bx.bundle, cid}
 	}
+	spawned := time.Now()
 	conn, err := b.spawn(bx, args)
 	if err != nil {
 		_ = os.RemoveAll(bx.bundle)
@@ -334,22 +339,26 @@ func (b *Backend) start(ctx context.Context, spec sandbox.Spec, image, view stri
 		forget()
 		return nil, err
 	}
-	if c := b.takeHeld(spec.ID); c != nil && image != "" {
-		// The agent connection of the checkpointed sandbox goes on over the
-		// restored one's pipes: the sessions it started stay this process's.
-		bx.Client = c
-		err = c.Resume(ctx, conn)
+	if image != "" {
+		// The restored agent is held until told otherwise: its answer
+		// (Released) is the handshake.
+		rctx, cancel := context.WithTimeout(ctx, b.cfg.BootTimeout)
+		if c := b.takeHeld(spec.ID); c != nil {
+			// The agent connection of the checkpointed sandbox goes on over
+			// the restored one's pipes: the sessions it started stay this
+			// process's.
+			bx.Client = c
+			err = c.Resume(rctx, conn)
+		} else {
+			bx.Client = boxes.NewAgent(conn)
+			err = bx.Client.Release(rctx)
+		}
+		cancel()
 	} else {
-		if c != nil {
+		if c := b.takeHeld(spec.ID); c != nil {
 			c.Close()
 		}
 		bx.Client = boxes.NewAgent(conn)
-		if image != "" {
-			// A restored agent is held until told otherwise.
-			err = bx.Client.Release(ctx)
-		}
-	}
-	if err == nil {
 		err = boxes.Handshake(ctx, b.cfg.BootTimeout, bx.Client, bx.Done())
 	}
 	if err != nil {
@@ -357,6 +366,9 @@ func (b *Backend) start(ctx context.Context, spec sandbox.Spec, image, view stri
 		<-bx.Done()
 		return nil, fmt.Errorf("%w: %s", err, bx.stderr.Tail())
 	}
+	// From runsc's start to the agent's first answer: the part of a boot or
+	// restore that is runsc's.
+	took := time.Since(spawned)
 	bx.Booted = time.Now()
 	cpu, oom := cgroupacct.At(b.cfg.CgroupRoot, cgroupsPath)
 	bx.cpu, bx.oomCount = cpu, oom
@@ -369,7 +381,7 @@ func (b *Backend) start(ctx context.Context, spec sandbox.Spec, image, view stri
 	if image != "" {
 		what = "sandbox restored"
 	}
-	b.log.Info(what, "id", spec.ID, "backend", "gvisor", "container", cid)
+	b.log.Info(what, "id", spec.ID, "backend", "gvisor", "container", cid, "runsc", took.String())
 	return bx, nil
 }
 
@@ -403,17 +415,31 @@ func (b *Backend) spawn(bx *box, args []string) (io.ReadWriteCloser, error) {
 	err = bx.Start(cmd, []*os.File{inR, outW, errW}, errR, bx.stderr, &b.wg, func() {
 		bx.oom.Close()
 		// runsc leaves the state (and control group) of a container it
-		// killed or checkpointed: it goes with its process.
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		if _, err := b.runscOut(ctx, "delete", "--force", bx.cid); err != nil && !strings.Contains(err.Error(), "does not exist") {
-			b.log.Warn("runsc container not deleted", "id", bx.id, "container", bx.cid, "cause", err.Error())
+		// killed, checkpointed or restored: it goes with its process. The
+		// sandbox is gone once runsc exited by itself and its control
+		// group holds no process (the sandbox's and its file server's
+		// exits are over: they hold no folder of the view any more). Then
+		// the view goes and Done is closed at once, and runsc deletes the
+		// container after: it waits until the host's init has reaped the
+		// file server, which a restoring runsc leaves to it (over a second
+		// where init reaps slowly). Otherwise the container is deleted
+		// first, which ends what is left of the sandbox.
+		gone := cmd.ProcessState != nil && cmd.ProcessState.Exited() && cgroupEmpty(bx.procs, sandboxExitWait)
+		if !gone {
+			b.deleteContainer(bx)
 		}
-		cancel()
 		_ = os.RemoveAll(bx.bundle)
 		b.removeView(bx.view)
-		b.cidsMu.Lock()
-		delete(b.cids, bx.cid)
-		b.cidsMu.Unlock()
+		if gone {
+			b.cidsMu.Lock()
+			b.deleting[bx.cid] = true
+			b.cidsMu.Unlock()
+			b.wg.Add(1)
+			go func() {
+				defer b.wg.Done()
+				b.deleteContainer(bx)
+			}()
+		}
 	})
 	if err != nil {
 		inW.Close()
@@ -427,6 +453,62 @@ func (b *Backend) spawn(bx *box, args []string) (io.ReadWriteCloser, error) {
 	}), nil
 }
 
+// sandboxExitWait bounds the wait, once runsc exited, for the sandbox's
+// processes to leave its control group.
+const sandboxExitWait = 2 * time.Second
+
+// killGrace is how long Kill lets runsc exit by itself when runsc kill
+// could not reach the sandbox.
+const killGrace = time.Second
+
+// deleteContainer deletes the runsc container of bx (its state and control
+// group, and whatever of its sandbox is left) and forgets it.
+func (b *Backend) deleteContainer(bx *box) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := b.runscOut(ctx, "delete", "--force", bx.cid); err != nil && !strings.Contains(err.Error(), "does not exist") {
+		b.log.Warn("runsc container not deleted", "id", bx.id, "container", bx.cid, "cause", err.Error())
+	}
+	b.cidsMu.Lock()
+	delete(b.cids, bx.cid)
+	delete(b.deleting, bx.cid)
+	b.cidsMu.Unlock()
+}
+
+// procsFiles returns the cgroup.procs files the control group cgroupsPath
+// has under the backend's cgroup root: the memory hierarchy's (cgroup v1)
+// or the unified one's.
+func (b *Backend) procsFiles(cgroupsPath string) []string {
+	out := []string{filepath.Join(b.cfg.CgroupRoot, "memory", cgroupsPath, "cgroup.procs")}
+	for _, dir := range cgroupacct.V2Dirs(b.cfg.CgroupRoot, cgroupsPath) {
+		out = append(out, filepath.Join(dir, "cgroup.procs"))
+	}
+	return out
+}
+
+// cgroupEmpty waits up to max for every existing file of procs to list no
+// process, and reports whether they came to; a process that exited leaves
+// its control group before its parent reaps it.
+func cgroupEmpty(procs []string, max time.Duration) bool {
+	deadline := time.Now().Add(max)
+	for {
+		empty := true
+		for _, p := range procs {
+			if data, err := os.ReadFile(p); err == nil && strings.TrimSpace(string(data)) != "" {
+				empty = false
+				break
+			}
+		}
+		if empty {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 // Kill ends the sandbox: its agent connection, then the sandbox through
 // runsc. The runsc process exits once the sandbox is gone (Done).
 func (bx *box) Kill() {
@@ -434,12 +516,20 @@ func (bx *box) Kill() {
 	if !bx.Running() {
 		return
 	}
-	// runsc kill ends the sandbox within tens of milliseconds; the process
-	// group goes too when runsc cannot be asked (its state gone).
+	// runsc kill ends the sandbox within tens of milliseconds. It cannot
+	// reach a sandbox already ending (its agent ends when its input
+	// closes, above), whose runsc then exits by itself; killed instead,
+	// runsc would leave the sandbox's end to its deletion. The process
+	// group goes when runsc does not exit (its state gone, the sandbox
+	// hung).
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if _, err := bx.b.runscOut(ctx, "kill", bx.cid, "KILL"); err != nil {
-		bx.KillGroup()
+		select {
+		case <-bx.Done():
+		case <-time.After(killGrace):
+			bx.KillGroup()
+		}
 	}
 }
 
@@ -510,12 +600,17 @@ func (b *Backend) list(ctx context.Context) ([]listed, error) {
 	return all, nil
 }
 
-// Reconcile removes the runsc containers of this instance that this
-// process does not run. A sandbox's agent speaks over the pipes of the
-// process that booted it, so none can be adopted: one still running
-// belongs to another live process (decide says Leave) or to none (its
-// process died without taking it down), and is removed then; what is left
-// of a stopped one (its state, its control group) is removed.
+// Reconcile removes the runsc containers of this instance that no live
+// backend owns. A sandbox's agent speaks over the pipes of the process
+// that booted it, so none can be adopted. A container this backend made
+// and has not deleted yet (booting, warm, running, or being deleted after
+// its end) stays, and so does one another live backend made
+// (annotationOwner: another server of the instance on this host, or
+// another backend of this process), whatever runsc says of it: one being
+// created or taken down does not run yet or any more. The containers of
+// makers that ended are removed, except one still running whose
+// container another live process holds (decide says Leave), as for a
+// container made before owners were recorded.
 func (b *Backend) Reconcile(ctx context.Context, decide func(id string) sandbox.Verdict) (adopted, removed []string, err error) {
 	all, err := b.list(ctx)
 	if err != nil {
@@ -527,8 +622,16 @@ func (b *Backend) Reconcile(ctx context.Context, decide func(id string) sandbox.
 			mine[bx.cid] = true
 		}
 	}
+	b.cidsMu.Lock()
+	for cid := range b.cids {
+		mine[cid] = true
+	}
+	b.cidsMu.Unlock()
 	for _, c := range all {
 		if mine[c.ID] {
+			continue
+		}
+		if o, ok := parseOwner(c.Annotations[annotationOwner]); ok && o != b.self && o.alive() {
 			continue
 		}
 		id := c.Annotations[annotationContainer]
@@ -536,7 +639,9 @@ func (b *Backend) Reconcile(ctx context.Context, decide func(id string) sandbox.
 			continue
 		}
 		if _, err := b.runscOut(ctx, "delete", "--force", c.ID); err != nil {
-			b.log.Warn("stale gVisor sandbox not removed", "container", c.ID, "cause", err.Error())
+			if !strings.Contains(err.Error(), "does not exist") {
+				b.log.Warn("stale gVisor sandbox not removed", "container", c.ID, "cause", err.Error())
+			}
 			continue
 		}
 		_ = os.RemoveAll(filepath.Join(b.bndls, c.ID))
@@ -566,11 +671,13 @@ func (b *Backend) Close() error {
 	b.cidsMu.Lock()
 	left := make([]string, 0, len(b.cids))
 	for cid := range b.cids {
-		left = append(left, cid)
+		if !b.deleting[cid] {
+			left = append(left, cid)
+		}
 	}
 	b.cidsMu.Unlock()
 	for _, cid := range left {
-		if _, err := b.runscOut(ctx, "delete", "--force", cid); err != nil {
+		if _, err := b.runscOut(ctx, "delete", "--force", cid); err != nil && !strings.Contains(err.Error(), "does not exist") {
 			errs = append(errs, err)
 		}
 	}

@@ -158,7 +158,7 @@ func (b *Backend) bundleSpec(spec sandbox.Spec, l sandbox.Limits, cgroupsPath, v
 			},
 			CgroupsPath: cgroupsPath,
 		},
-		Annotations: map[string]string{annotationContainer: spec.ID},
+		Annotations: map[string]string{annotationContainer: spec.ID, annotationOwner: b.self.String()},
 	}
 }
 

@@ -144,13 +144,18 @@ func copyTree(src, dst string) error {
 	})
 }
 
-// copyFile copies the regular file src to dst with mode.
+// copyFile copies the regular file src to dst with mode. No process is
+// forked while dst is open: a child forked meanwhile would hold it open
+// for writing until it execs, and the view could not be made read-only
+// (busy) until then.
 func copyFile(src, dst string, mode fs.FileMode) error {
 	in, err := os.Open(src)
 	if err != nil {
 		return err
 	}
 	defer in.Close()
+	syscall.ForkLock.RLock()
+	defer syscall.ForkLock.RUnlock()
 	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
 	if err != nil {
 		return err
