@@ -15,6 +15,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -68,7 +69,8 @@ func benchDensity(ctx context.Context, o opts, out io.Writer) error {
 			return fmt.Errorf("baseline: %w", err)
 		}
 	}
-	data, err := os.MkdirTemp("", "threadbox-bench-density-")
+	removeStaleDensityData()
+	data, err := os.MkdirTemp("", fmt.Sprintf("threadbox-bench%d-density-", os.Getpid()))
 	if err != nil {
 		return err
 	}
@@ -197,6 +199,22 @@ func benchDensity(ctx context.Context, o opts, out io.Writer) error {
 	fmt.Fprintf(out, "), first command of the last ones <= 5 ms (median of %d: %s, %.2fx)\n\n", len(firsts.d), ms(firsts.pct(50)), firsts.pct(50).Seconds()/densityTargetFirst.Seconds())
 	fmt.Fprintln(os.Stderr, "bench: density: removing")
 	return nil
+}
+
+// removeStaleDensityData removes the data folders of earlier density runs
+// whose process is gone (killed before its own removal ran); their
+// containers go with removeStaleSandboxes.
+func removeStaleDensityData() {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), "threadbox-bench*-density-*"))
+	for _, dir := range dirs {
+		var pid int
+		if _, err := fmt.Sscanf(filepath.Base(dir), "threadbox-bench%d-", &pid); err != nil || pid <= 0 || pid == os.Getpid() {
+			continue
+		}
+		if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+			_ = os.RemoveAll(dir)
+		}
+	}
 }
 
 // removeDensity removes every container of the section's instance and of
