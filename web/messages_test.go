@@ -42,11 +42,10 @@ func TestEventStreamHoldsPreamble(t *testing.T) {
 		}
 	})
 
-	t.Run("output commits and each send waits for its write", func(t *testing.T) {
+	t.Run("output commits, waits for the writer, and each send is written before it returns", func(t *testing.T) {
 		e := newEventStream(context.Background())
 		_ = e.Send(start)
 		_ = e.Send(ping)
-		writeErr := errors.New("client gone")
 		sent := make(chan error, 1)
 		go func() { sent <- e.Send(block) }()
 		select {
@@ -57,21 +56,39 @@ func TestEventStreamHoldsPreamble(t *testing.T) {
 		if pre := e.preamble(); len(pre) != 2 || pre[0].Type != wire.EventMessageStart {
 			t.Fatalf("preamble %v", pre)
 		}
-		if ev := <-e.out; ev.Type != wire.EventContentBlockStart {
-			t.Fatalf("out %v", ev.Type)
-		}
 		select {
 		case <-sent:
-			t.Fatal("Send returned before the write")
+			t.Fatal("Send returned before the stream's writer was attached")
 		case <-time.After(20 * time.Millisecond):
 		}
-		e.ack <- writeErr
-		if err := <-sent; err != writeErr {
+		var buf bytes.Buffer
+		e.attach(&sseWriter{w: bufio.NewWriter(&buf), cancel: func() {}, last: time.Now()})
+		if err := <-sent; err != nil {
 			t.Fatalf("Send returned %v", err)
+		}
+		if !strings.HasPrefix(buf.String(), "event: content_block_start\ndata: ") {
+			t.Fatalf("written %q", buf.String())
 		}
 		e.finish(nil)
 		if err := <-e.end; err != nil {
 			t.Fatalf("end %v", err)
+		}
+	})
+
+	t.Run("a failed write is the send's error and cancels the stream", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		e := newEventStream(ctx)
+		writeErr := errors.New("client gone")
+		e.attach(&sseWriter{w: bufio.NewWriter(failingWriter{writeErr}), cancel: cancel, last: time.Now()})
+		if err := e.Send(block); !errors.Is(err, writeErr) {
+			t.Fatalf("Send returned %v", err)
+		}
+		if ctx.Err() == nil {
+			t.Fatal("the stream was not cancelled")
+		}
+		if err := e.Send(block); err == nil {
+			t.Fatal("a send after the failure succeeded")
 		}
 	})
 
@@ -109,3 +126,8 @@ func TestSSEKeepAlive(t *testing.T) {
 		t.Fatalf("ping between events: %q", buf.String())
 	}
 }
+
+// failingWriter fails every write with err.
+type failingWriter struct{ err error }
+
+func (f failingWriter) Write([]byte) (int, error) { return 0, f.err }
