@@ -214,7 +214,7 @@ func encoded(defs []ToolDefinition) []ToolDefinition {
 		if err != nil {
 			panic("messages: tool definition " + d.Name + ": " + err.Error()) // a constant: caught by any test
 		}
-		defs[i].Raw = raw
+		defs[i].Raw, defs[i].Canonical = raw, true // json.Marshal's output
 	}
 	return defs
 }

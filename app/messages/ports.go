@@ -57,6 +57,10 @@ type ToolDefinition struct {
 	// Raw, when set, is the definition as the Anthropic API takes it: a
 	// client's tool as sent, or the product's own tools encoded once.
 	Raw json.RawMessage
+	// Canonical says Raw is json.Marshal's own output (compact, with <, >
+	// and & escaped), as the product's tools are: an encoder may copy it
+	// into a json.Marshal-equal array without scanning it again.
+	Canonical bool
 }
 
 // MarshalJSON encodes the definition as the Anthropic API takes it: Raw

@@ -178,12 +178,13 @@ func (m *Model) plainBody(req messages.StepRequest, stream bool) ([]byte, error)
 // marshalTools is json.Marshal(tools), byte for byte: each definition's
 // own encoding (encoded once, or the client's as sent) is put in the array
 // as it is when json.Marshal would leave it so (compact, with <, > and &
-// escaped), without json.Marshal's scan of each; otherwise json.Marshal.
+// escaped: a canonical definition's is, a client's is checked), without
+// json.Marshal's scan of each; otherwise json.Marshal.
 func marshalTools(tools []messages.ToolDefinition) ([]byte, error) {
 	out := []byte{'['}
 	for i, t := range tools {
 		b, err := t.MarshalJSON()
-		if err != nil || !marshalsAsItself(b) {
+		if err != nil || !(t.Canonical && len(t.Raw) > 0 || marshalsAsItself(b)) {
 			return json.Marshal(tools)
 		}
 		if i > 0 {

@@ -427,8 +427,14 @@ func FuzzMarshalToolsIsMarshal(f *testing.F) {
 		if !json.Valid(raw) {
 			return
 		}
+		// A canonical definition is json.Marshal's own output, as the
+		// product's tools are encoded once.
+		canon, err := json.Marshal(messages.ToolDefinition{Name: string(raw), InputSchema: json.RawMessage(raw)})
+		if err != nil {
+			t.Fatal(err)
+		}
 		tools := []messages.ToolDefinition{{Raw: json.RawMessage(`{"type":"code_execution_20250825","name":"code_execution"}`)}, {Raw: raw},
-			{Name: "f<", Description: "d", InputSchema: json.RawMessage(`{"type": "object"}`)}}
+			{Name: "f<", Description: "d", InputSchema: json.RawMessage(`{"type": "object"}`)}, {Raw: canon, Canonical: true}}
 		want, wantErr := json.Marshal(tools)
 		got, err := marshalTools(tools)
 		if (err == nil) != (wantErr == nil) || string(got) != string(want) {

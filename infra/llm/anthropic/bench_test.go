@@ -69,3 +69,41 @@ func BenchmarkStep(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkMarshalTools encodes four tool definitions of about 1 KB each,
+// as the code-execution tools are, marked canonical (copied as they are)
+// or not (each scanned first).
+func BenchmarkMarshalTools(b *testing.B) {
+	var tools []messages.ToolDefinition
+	for i := range 4 {
+		schema := `{"type":"object","properties":{`
+		for j := range 12 {
+			if j > 0 {
+				schema += ","
+			}
+			schema += `"field_` + string(rune('a'+j)) + `":{"type":"string","description":"What the command does, in a sentence or two of plain words."}`
+		}
+		schema += `},"required":["field_a"]}`
+		raw, err := messages.ToolDefinition{Name: "tool_" + string(rune('a'+i)), Description: "A tool.", InputSchema: []byte(schema)}.MarshalJSON()
+		if err != nil {
+			b.Fatal(err)
+		}
+		tools = append(tools, messages.ToolDefinition{Raw: raw})
+	}
+	for _, canonical := range []bool{false, true} {
+		for i := range tools {
+			tools[i].Canonical = canonical
+		}
+		name := "scanned"
+		if canonical {
+			name = "canonical"
+		}
+		b.Run(name, func(b *testing.B) {
+			for b.Loop() {
+				if _, err := marshalTools(tools); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
