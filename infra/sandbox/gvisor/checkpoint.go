@@ -173,6 +173,8 @@ func (b *Backend) save(ctx context.Context, id, dir string, leaveRunning bool) e
 	if !leaveRunning {
 		b.putHeld(id, bx.Client)
 	}
+	// A restore of it will find a container ready to restore into.
+	b.prepareReady(bx.mounts, bx.limits)
 	b.log.Info("sandbox checkpointed", "id", id, "backend", "gvisor", "container", bx.cid, "left_running", leaveRunning, "took", took.String(), "bytes", hostdirs.TreeBytes(dir))
 	return nil
 }
@@ -198,7 +200,11 @@ func (b *Backend) Restore(ctx context.Context, spec sandbox.Spec, dir string) er
 			b.dropHeld(spec.ID)
 			return nil, err
 		}
-		bx, err := b.start(ctx, spec, dir, "")
+		bx, err := b.start(ctx, spec, dir, "", true)
+		if errors.Is(err, errReadyFailed) {
+			b.log.Warn("restore into the ready gVisor sandbox failed; restoring into a new one", "id", spec.ID, "cause", err.Error())
+			bx, err = b.start(ctx, spec, dir, "", false)
+		}
 		if err != nil {
 			b.dropHeld(spec.ID)
 			return nil, fmt.Errorf("%w: %w", sandbox.ErrCheckpointIncompatible, err)

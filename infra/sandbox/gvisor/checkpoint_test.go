@@ -363,3 +363,78 @@ func TestCheckpointRunning(t *testing.T) {
 	}
 	out2.waitFor(t, "x is 41")
 }
+
+// waitReady waits until be keeps a container ready to restore into.
+func waitReady(t *testing.T, be *Backend) string {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		be.readyMu.Lock()
+		r := be.ready
+		be.readyMu.Unlock()
+		if r != nil {
+			return r.cid
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatal("no container was made ready for a restore after the checkpoint")
+	return ""
+}
+
+// TestRestoreIntoReadyContainer: after a checkpoint the backend keeps a
+// runsc container created ahead (over an empty view, with the agent's
+// pipes), and the restore goes into it: the container's folders are bound
+// into its view, the session of this process and the background process
+// go on, the files and /tmp are there, and a new ready container is made
+// for the next restore. A restore of other limits does not take it.
+func TestRestoreIntoReadyContainer(t *testing.T) {
+	be := newTestBackend(t, Config{})
+	ctx := context.Background()
+	l := startLiving(t, be, "echo kept > /tmp/kept; echo file > /home/agent/workspace/file")
+	if err := be.Checkpoint(ctx, l.id, l.image); err != nil {
+		t.Fatal(err)
+	}
+	cid := waitReady(t, be)
+	if err := be.Restore(ctx, l.spec, l.image); err != nil {
+		t.Fatal(err)
+	}
+	if got := be.boxes.Get(l.id).cid; got != cid {
+		t.Fatalf("restored into runsc container %s, want the ready %s", got, cid)
+	}
+	if got := sh(t, be, l.id, "cat /tmp/kept /home/agent/workspace/file; echo new > /home/agent/workspace/new"); got != "kept\nfile" {
+		t.Fatalf("after the restore: %q, want /tmp and the files", got)
+	}
+	if data, err := os.ReadFile(filepath.Join(l.d.Workspace, "new")); err != nil || string(data) != "new\n" {
+		t.Fatalf("a file written in the restored sandbox reads %q on the host (%v)", data, err)
+	}
+	if _, err := l.sess.Write([]byte("print(x + 1, flush=True)\n")); err != nil {
+		t.Fatal(err)
+	}
+	l.out.waitFor(t, "42")
+	if got := sh(t, be, l.id, askHolder); got != "42" {
+		t.Fatalf("background process answered %q, want 42", got)
+	}
+	// The next one is made; a restore with other limits leaves it.
+	next := waitReady(t, be)
+	if next == cid {
+		t.Fatal("the ready container was not replaced after its use")
+	}
+	image2 := filepath.Join(t.TempDir(), "image2")
+	if err := os.Mkdir(image2, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := be.Checkpoint(ctx, l.id, image2); err != nil {
+		t.Fatal(err)
+	}
+	other := l.spec
+	other.Limits.MemoryBytes = 256 << 20
+	if err := be.Restore(ctx, other, image2); err != nil {
+		t.Fatal(err)
+	}
+	if got := be.boxes.Get(l.id).cid; strings.HasPrefix(got, "restore-ready") {
+		t.Fatalf("a restore of other limits went into the ready container %s", got)
+	}
+	if got := sh(t, be, l.id, askHolder); got != "42" {
+		t.Fatalf("background process answered %q, want 42", got)
+	}
+}

@@ -126,6 +126,11 @@ type Backend struct {
 
 	self owner // the backend that makes its runsc containers (owner.go)
 
+	readyMu   sync.Mutex
+	ready     *readyBox // a container ready to restore into (ready.go)
+	readyBusy bool      // one is being made
+	closed    bool      // Close began: no more are made
+
 	cidsMu   sync.Mutex
 	cids     map[string]bool // the runsc containers of this backend not yet deleted
 	deleting map[string]bool // those of cids being deleted after their sandbox ended
@@ -146,6 +151,7 @@ type box struct {
 	oomCount cgroupacct.OOM       // its memory cgroup's oom_kill counter
 	oom      *cgroupacct.OOMWatch // its memory cgroup running out, as it happens
 	procs    []string             // the cgroup.procs files its control group may have
+	limits   sandbox.Limits       // its limits, as its control group enforces them
 	restored bool                 // booted from a checkpoint
 }
 
@@ -274,7 +280,7 @@ func (b *Backend) Ensure(ctx context.Context, spec sandbox.Spec) error {
 	if err := b.boxes.Ensure(ctx, spec, b.cfg.Dirs, func(ctx context.Context, spec sandbox.Spec) (*box, error) {
 		// A fresh boot ends what a checkpoint of the sandbox kept.
 		b.dropHeld(spec.ID)
-		return b.start(ctx, spec, "", "")
+		return b.start(ctx, spec, "", "", false)
 	}); err != nil {
 		return fmt.Errorf("gvisor: %w", err)
 	}
@@ -292,22 +298,53 @@ func newCID(id string) string {
 // bound from view, a warm pool slot made for it, or else from a view of
 // its own made here. Either way runsc runs in the foreground as the
 // sandbox's parent and exits with it, and the view goes then.
-func (b *Backend) start(ctx context.Context, spec sandbox.Spec, image, view string) (*box, error) {
+//
+// A restore with useReady goes into the ready container (ready.go) when
+// one fits; an error of that attempt wraps errReadyFailed.
+func (b *Backend) start(ctx context.Context, spec sandbox.Spec, image, view string, useReady bool) (*box, error) {
 	if _, err := b.runscVersion(); err != nil {
 		return nil, err
 	}
 	l := b.limits(spec.Limits)
+	var ready *readyBox
+	if useReady && image != "" && view == "" {
+		ready = b.takeReady(spec.Mounts, l)
+	}
 	cid := newCID(spec.ID)
-	// Known before its view exists, so that no Reconcile takes the view
-	// for a stray.
-	b.cidsMu.Lock()
-	b.cids[cid] = true
-	b.cidsMu.Unlock()
+	if ready != nil {
+		cid, view = ready.cid, ready.view
+	} else {
+		// Known before its view exists, so that no Reconcile takes the
+		// view for a stray.
+		b.cidsMu.Lock()
+		b.cids[cid] = true
+		b.cidsMu.Unlock()
+	}
 	forget := func() {
+		if ready != nil {
+			// runsc created the container: it goes.
+			dctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			_, _ = b.runscOut(dctx, "delete", "--force", cid)
+			cancel()
+			_ = os.RemoveAll(ready.bundle)
+		}
 		b.cidsMu.Lock()
 		delete(b.cids, cid)
 		b.cidsMu.Unlock()
 	}
+	bx, err := b.startIn(ctx, spec, image, view, l, cid, ready, forget)
+	if err != nil && ready != nil {
+		return nil, fmt.Errorf("%w: %w", errReadyFailed, err)
+	}
+	return bx, err
+}
+
+// errReadyFailed marks an error of a restore into the ready container.
+var errReadyFailed = errors.New("restore into the ready container failed")
+
+// startIn is start with its runsc container id cid chosen: a new one, or
+// the ready container's. forget undoes what start did before.
+func (b *Backend) startIn(ctx context.Context, spec sandbox.Spec, image, view string, l sandbox.Limits, cid string, ready *readyBox, forget func()) (*box, error) {
 	if view == "" {
 		view = filepath.Join(b.views, "run-"+cid)
 		if err := makeView(view, b.rootfs, spec.Mounts); err != nil {
@@ -317,26 +354,33 @@ func (b *Backend) start(ctx context.Context, spec sandbox.Spec, image, view stri
 	}
 	cgroupsPath := "/threadbox-gvisor/" + hostdirs.SafeID(b.cfg.Instance) + "/" + cid
 	bx := &box{b: b, id: spec.ID, cid: cid, bundle: filepath.Join(b.bndls, cid), view: view, mounts: spec.Mounts, Proc: boxes.NewProc(),
-		stderr: boxes.NewLogTail(b.log, "sandbox", spec.ID), procs: b.procsFiles(cgroupsPath), restored: image != ""}
+		stderr: boxes.NewLogTail(b.log, "sandbox", spec.ID), procs: b.procsFiles(cgroupsPath), limits: l, restored: image != ""}
 	err := bindView(view, spec.Mounts)
-	if err == nil {
+	if err == nil && ready == nil {
 		err = writeBundle(bx.bundle, b.bundleSpec(spec, l, cgroupsPath, view))
 	}
 	if err != nil {
-		b.removeView(view)
+		if ready != nil {
+			ready.close()
+		}
 		forget()
+		b.removeView(view)
 		return nil, err
 	}
 	args := []string{"run", "--bundle", bx.bundle, cid}
-	if image != "" {
+	switch {
+	case ready != nil:
+		// runsc restores into the container it created, with its bundle.
+		args = []string{"restore", "--image-path", image, cid}
+	case image != "":
 		args = []string{"restore", "--image-path", image, "--bundle", bx.bundle, cid}
 	}
 	spawned := time.Now()
-	conn, err := b.spawn(bx, args)
+	conn, err := b.spawn(bx, args, ready)
 	if err != nil {
+		forget()
 		_ = os.RemoveAll(bx.bundle)
 		b.removeView(view)
-		forget()
 		return nil, err
 	}
 	if image != "" {
@@ -388,31 +432,42 @@ func (b *Backend) start(ctx context.Context, spec sandbox.Spec, image, view stri
 // spawn starts runsc with args, the sandbox's stdio on pipes of this
 // process, and returns the agent's connection. A goroutine waits for
 // runsc, removes the bundle and closes bx.Done.
-func (b *Backend) spawn(bx *box, args []string) (io.ReadWriteCloser, error) {
-	inR, inW, err := os.Pipe()
-	if err != nil {
-		return nil, fmt.Errorf("pipe: %w", err)
-	}
-	outR, outW, err := os.Pipe()
-	if err != nil {
-		inR.Close()
-		inW.Close()
-		return nil, fmt.Errorf("pipe: %w", err)
-	}
-	errR, errW, err := os.Pipe()
-	if err != nil {
-		inR.Close()
-		inW.Close()
-		outR.Close()
-		outW.Close()
-		return nil, fmt.Errorf("pipe: %w", err)
-	}
+func (b *Backend) spawn(bx *box, args []string, ready *readyBox) (io.ReadWriteCloser, error) {
 	// runsc dies with this process, and the sandbox with its agent's input.
 	// It is known (start) before it starts, so that Close finds it however
 	// soon it ends.
 	cmd := b.runsc(context.Background(), args...)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, errW
-	err = bx.Start(cmd, []*os.File{inR, outW, errW}, errR, bx.stderr, &b.wg, func() {
+	var theirs []*os.File
+	var out *os.File
+	var conn io.ReadWriteCloser
+	if ready != nil {
+		// The ready container's sandbox has the agent's pipes since its
+		// creation; runsc restore's own output goes to the log.
+		r, w, err := os.Pipe()
+		if err != nil {
+			return nil, fmt.Errorf("pipe: %w", err)
+		}
+		cmd.Stdout, cmd.Stderr = w, w
+		theirs, out, conn = []*os.File{w}, r, ready.conn
+		b.wg.Add(1)
+		go func() {
+			defer b.wg.Done()
+			_, _ = io.Copy(bx.stderr, ready.errR)
+			ready.errR.Close()
+		}()
+	} else {
+		p, err := newPipes()
+		if err != nil {
+			return nil, err
+		}
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = p.inR, p.outW, p.errW
+		theirs, out = []*os.File{p.inR, p.outW, p.errW}, p.errR
+		conn = agent.NewConn(p.outR, p.inW, func() error {
+			p.inW.Close()
+			return p.outR.Close()
+		})
+	}
+	err := bx.Start(cmd, theirs, out, bx.stderr, &b.wg, func() {
 		bx.oom.Close()
 		// runsc leaves the state (and control group) of a container it
 		// killed, checkpointed or restored: it goes with its process. The
@@ -442,15 +497,44 @@ func (b *Backend) spawn(bx *box, args []string) (io.ReadWriteCloser, error) {
 		}
 	})
 	if err != nil {
-		inW.Close()
-		outR.Close()
-		errR.Close()
+		conn.Close()
+		out.Close()
 		return nil, fmt.Errorf("start runsc: %w", err)
 	}
-	return agent.NewConn(outR, inW, func() error {
-		inW.Close()
-		return outR.Close()
-	}), nil
+	return conn, nil
+}
+
+// pipes are a sandbox's stdin, stdout and stderr: this process writes
+// inW and reads outR and errR; the others are the sandbox's.
+type pipes struct{ inR, inW, outR, outW, errR, errW *os.File }
+
+// newPipes makes a sandbox's pipes.
+func newPipes() (*pipes, error) {
+	var p pipes
+	var err error
+	if p.inR, p.inW, err = os.Pipe(); err != nil {
+		return nil, fmt.Errorf("pipe: %w", err)
+	}
+	if p.outR, p.outW, err = os.Pipe(); err != nil {
+		p.inR.Close()
+		p.inW.Close()
+		return nil, fmt.Errorf("pipe: %w", err)
+	}
+	if p.errR, p.errW, err = os.Pipe(); err != nil {
+		p.inR.Close()
+		p.inW.Close()
+		p.outR.Close()
+		p.outW.Close()
+		return nil, fmt.Errorf("pipe: %w", err)
+	}
+	return &p, nil
+}
+
+// closeTheirs closes the sandbox's ends, once it has them.
+func (p *pipes) closeTheirs() {
+	p.inR.Close()
+	p.outW.Close()
+	p.errW.Close()
 }
 
 // sandboxExitWait bounds the wait, once runsc exited, for the sandbox's
@@ -657,6 +741,7 @@ func (b *Backend) Reconcile(ctx context.Context, decide func(id string) sandbox.
 // checkpoints kept, waits for its runsc processes, and removes the state
 // folder when no container of the instance is left in it.
 func (b *Backend) Close() error {
+	b.closeReady()
 	errs := []error{b.boxes.StopAll(b.Stop)}
 	b.heldMu.Lock()
 	for id, c := range b.held {

@@ -26,7 +26,7 @@ func (b *Backend) Warm(ctx context.Context, spec sandbox.Spec) error {
 		}
 	}
 	return b.pool.Warm(ctx, spec, func(ctx context.Context, s sandbox.Spec) (*box, error) {
-		return b.start(ctx, s, "", b.pool.Slot(spec.ID).Dir)
+		return b.start(ctx, s, "", b.pool.Slot(spec.ID).Dir, false)
 	})
 }
 
