@@ -152,9 +152,10 @@ func (b *Backend) save(ctx context.Context, id, dir string, leaveRunning bool) e
 	took := time.Since(start)
 	if !leaveRunning {
 		// runsc checkpoint ends the sandbox; its runsc process follows.
+		bx.awaitEnd(ctx)
 		select {
 		case <-bx.Done():
-		case <-ctx.Done():
+		default:
 			bx.Kill()
 			<-bx.Done()
 		}

@@ -153,6 +153,10 @@ type box struct {
 	procs    []string             // the cgroup.procs files its control group may have
 	limits   sandbox.Limits       // its limits, as its control group enforces them
 	restored bool                 // booted from a checkpoint
+	// foster: its sandbox is not its runsc's child (runsc create made it,
+	// runsc restore restored into it), so runsc learns of the sandbox's
+	// end only once the host's init reaped it.
+	foster bool
 }
 
 // New returns a gvisor backend. A missing runsc, root filesystem or agent
@@ -354,7 +358,7 @@ func (b *Backend) startIn(ctx context.Context, spec sandbox.Spec, image, view st
 	}
 	cgroupsPath := "/threadbox-gvisor/" + hostdirs.SafeID(b.cfg.Instance) + "/" + cid
 	bx := &box{b: b, id: spec.ID, cid: cid, bundle: filepath.Join(b.bndls, cid), view: view, mounts: spec.Mounts, Proc: boxes.NewProc(),
-		stderr: boxes.NewLogTail(b.log, "sandbox", spec.ID), procs: b.procsFiles(cgroupsPath), limits: l, restored: image != ""}
+		stderr: boxes.NewLogTail(b.log, "sandbox", spec.ID), procs: b.procsFiles(cgroupsPath), limits: l, restored: image != "", foster: ready != nil}
 	err := bindView(view, spec.Mounts)
 	if err == nil && ready == nil {
 		err = writeBundle(bx.bundle, b.bundleSpec(spec, l, cgroupsPath, view))
@@ -479,7 +483,13 @@ func (b *Backend) spawn(bx *box, args []string, ready *readyBox) (io.ReadWriteCl
 		// file server, which a restoring runsc leaves to it (over a second
 		// where init reaps slowly). Otherwise the container is deleted
 		// first, which ends what is left of the sandbox.
-		gone := cmd.ProcessState != nil && cmd.ProcessState.Exited() && cgroupEmpty(bx.procs, sandboxExitWait)
+		wait := sandboxExitWait
+		if cmd.ProcessState == nil || !cmd.ProcessState.Exited() {
+			// runsc was killed: by awaitEnd once the sandbox ended, or
+			// because it did not end.
+			wait = 0
+		}
+		gone := cgroupEmpty(bx.procs, wait)
 		if !gone {
 			b.deleteContainer(bx)
 		}
@@ -608,12 +618,33 @@ func (bx *box) Kill() {
 	// hung).
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if _, err := bx.b.runscOut(ctx, "kill", bx.cid, "KILL"); err != nil {
+	_, err := bx.b.runscOut(ctx, "kill", bx.cid, "KILL")
+	switch {
+	case bx.foster:
+		bx.awaitEnd(context.Background())
+	case err != nil:
 		select {
 		case <-bx.Done():
 		case <-time.After(killGrace):
 			bx.KillGroup()
 		}
+	}
+}
+
+// awaitEnd waits for the runsc process of a sandbox that is ending to
+// exit, or for ctx to end. A foster sandbox's runsc would wait for the
+// host's init to reap the sandbox: once its control group lists no
+// process it has nothing left to do, and is killed.
+func (bx *box) awaitEnd(ctx context.Context) {
+	if bx.foster {
+		// Ended or not (then the exit handler deletes the container,
+		// which ends the sandbox), its runsc goes.
+		cgroupEmpty(bx.procs, sandboxExitWait)
+		bx.KillGroup()
+	}
+	select {
+	case <-bx.Done():
+	case <-ctx.Done():
 	}
 }
 
