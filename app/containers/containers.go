@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -487,9 +488,15 @@ func (s *Service) ensure(ctx context.Context, id string) (*live, error) {
 		}
 	}
 	if c.State() == container.Running {
-		// With its lease, a record still saying running is stale (its
-		// sandbox died, or its server did): it must not count against its
-		// own boot, and the life it claims is gone.
+		// With its lease, a record still saying running is stale: its
+		// server stopped or died. Where its backend still runs the
+		// sandbox, this request adopts it (as the sweep would) and it
+		// goes on with its processes and sessions.
+		if l := s.adoptStale(ctx, c); l != nil {
+			return l, nil
+		}
+		// Its sandbox died too: the record must not count against its own
+		// boot, and the life it claims is gone.
 		s.ckpt.note(id, "its earlier sandbox ended without a checkpoint: its server stopped or it was killed")
 		c = c.Stopped()
 		if err := s.store.UpdateContainer(ctx, c); err != nil {
@@ -512,6 +519,31 @@ func (s *Service) ensure(ctx context.Context, id string) (*live, error) {
 		return nil, s.hide(id, "boot", err)
 	}
 	return l, nil
+}
+
+// adoptStale takes over the sandbox of container c, whose record says it
+// runs under a holder that is gone (this process holds its lease now),
+// where c's backend still runs it: the first request after a restart does
+// not wait for the sweep's adoption, nor boot the sandbox fresh. nil when
+// no backend runs it. The caller holds c's lock.
+func (s *Service) adoptStale(ctx context.Context, c container.Container) *live {
+	for _, b := range s.backends {
+		if b.Name() != c.Backend() || b.Available(ctx) != nil {
+			continue
+		}
+		adopted, _, err := b.Reconcile(ctx, func(id string) sandbox.Verdict {
+			if id == c.ID() {
+				return sandbox.Adopt
+			}
+			return sandbox.Leave
+		})
+		if err != nil || !slices.Contains(adopted, c.ID()) {
+			return nil
+		}
+		s.log.Info("sandbox adopted by its first request after its server went", "container", c.ID(), "backend", b.Name())
+		return s.hold(ctx, c, b, 1, true)
+	}
+	return nil
 }
 
 // unreserve gives back the running slot a failed boot reserved: the

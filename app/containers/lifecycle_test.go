@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -273,7 +275,14 @@ func TestAdoptionMeetsABoot(t *testing.T) {
 	}))
 	b.mu.Lock()
 	b.found = append(b.found, c.ID())
+	// The request comes while the sweep adopts (the request's own
+	// adoption of the stale sandbox goes through Reconcile too: it does
+	// not send a second request).
+	var sent atomic.Bool
 	b.adopting = func(id string) {
+		if sent.Swap(true) {
+			return
+		}
 		if _, err := s2.Exec(ctx, id, sandbox.Command{}); err != nil {
 			t.Errorf("a command while its sandbox is adopted: %v", err)
 		}
@@ -453,5 +462,45 @@ func TestBootOutlivesItsCaller(t *testing.T) {
 	}
 	if rec, _ := st.Container(context.Background(), c.ID()); rec.State() != container.Running {
 		t.Fatalf("record %q after a boot its caller left, want running", rec.State())
+	}
+}
+
+// TestFirstRequestAdoptsAStaleSandbox: after a restart, a request that
+// comes before the sweep adopted the container's sandbox adopts it
+// itself, where its backend still runs it, instead of booting it fresh:
+// its life goes on, with no note; where the backend no longer runs it,
+// the request boots it fresh with the note.
+func TestFirstRequestAdoptsAStaleSandbox(t *testing.T) {
+	ctx := context.Background()
+	b, _, c, s2 := restarted(t)
+	b.mu.Lock()
+	b.found = append(b.found, c.ID())
+	boots := b.booted[c.ID()]
+	b.mu.Unlock()
+	if _, err := s2.Exec(ctx, c.ID(), sandbox.Command{}); err != nil {
+		t.Fatal(err)
+	}
+	b.mu.Lock()
+	adopted, booted := b.verdicts[c.ID()] == sandbox.Adopt, b.booted[c.ID()]
+	b.mu.Unlock()
+	if !adopted || booted != boots || !s2.Running(c.ID()) {
+		t.Fatalf("verdict adopt %v, boots %d (were %d), running %v: want the sandbox adopted by the request", adopted, booted, boots, s2.Running(c.ID()))
+	}
+	if note := s2.TakeNote(c.ID()); note != "" {
+		t.Fatalf("an adopted sandbox's note: %q", note)
+	}
+
+	// The sandbox is gone from the backend: the request boots it fresh.
+	b2, _, c2, s3 := restarted(t)
+	if _, err := s3.Exec(ctx, c2.ID(), sandbox.Command{}); err != nil {
+		t.Fatal(err)
+	}
+	if note := s3.TakeNote(c2.ID()); !strings.HasPrefix(note, FreshNote) {
+		t.Fatalf("note of a sandbox booted fresh after its server went: %q", note)
+	}
+	b2.mu.Lock()
+	defer b2.mu.Unlock()
+	if b2.booted[c2.ID()] != 2 {
+		t.Fatalf("boots %d, want the fresh boot", b2.booted[c2.ID()])
 	}
 }

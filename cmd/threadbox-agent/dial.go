@@ -20,9 +20,15 @@ const (
 )
 
 // dialer serves the protocol on connections it makes to the host's unix
-// socket, one at a time, each with a fresh server: a command never outlives
-// the connection that started it, so a new host never sees frames meant for
-// an old one.
+// socket, one at a time, with one server for the agent's life. When a
+// connection ends (its host stopped or died) the commands it started are
+// killed, as nobody is left to read their results, but the tagged
+// sessions — the interpreters and terminals a host attaches to by tag —
+// go on: the next host names them in its Release and attaches to them, so
+// a restarted or adopting host finds an interpreter's variables and a
+// terminal's output where they were. Until then their output waits (the
+// pipes fill, the sessions block), and no frame of an older connection's
+// command reaches a newer host.
 type dialer struct {
 	cfg    config
 	reaper *reaper
@@ -33,7 +39,7 @@ type dialer struct {
 	srv *server
 }
 
-// current returns the server of the connection being served, or nil.
+// current returns the server, or nil before the first connection.
 func (d *dialer) current() *server {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -59,22 +65,21 @@ func (d *dialer) loop(ctx context.Context) error {
 			continue
 		}
 		wait = minRedial
-		srv := newServer(d.cfg, conn, d.reaper, d.env, d.log)
 		d.mu.Lock()
-		d.srv = srv
+		if d.srv == nil {
+			d.srv = newServer(d.cfg, nil, d.reaper, d.env, d.log)
+		}
+		srv := d.srv
 		d.mu.Unlock()
+		srv.attach(conn)
 		d.log.Debug("agent: connected", "socket", d.cfg.dial)
 		serr := srv.serve(conn)
 		_ = conn.Close()
-		d.mu.Lock()
-		d.srv = nil
-		d.mu.Unlock()
+		srv.detach()
 		if serr != nil && !errors.Is(serr, net.ErrClosed) {
 			d.log.Warn("agent: connection", "err", serr)
 		}
-		// Nobody is left to read the results of what was running.
-		srv.killAll()
-		if !srv.drain(sessionDrain) {
+		if !srv.drain(sessionDrain, true) {
 			d.log.Warn("agent: commands of the old connection still running")
 		}
 		if ctx.Err() != nil {

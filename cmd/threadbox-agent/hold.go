@@ -23,6 +23,7 @@ func (s *server) hold(f protocol.Frame) bool {
 		s.writeLocked(protocol.TypeReleased, f.ID, s.released())
 		s.held = false
 		s.outMu.Unlock()
+		s.outCond.Broadcast()
 		return true
 	case s.held:
 		s.log.Debug("agent: frame while held", "type", f.Type, "id", f.ID)
@@ -32,17 +33,20 @@ func (s *server) hold(f protocol.Frame) bool {
 }
 
 // released returns the payload of a Released frame: the next id and the
-// tagged commands running, with the output bytes written for each so far.
-// The caller holds outMu, so no output is written meanwhile.
+// tagged commands running, with the output bytes written for each so far;
+// they are the current host's from now on. The caller holds outMu, so no
+// output is written meanwhile.
 func (s *server) released() []byte {
 	r := protocol.Released{NextID: s.maxID + 1}
 	s.mu.Lock()
 	for _, p := range s.procs {
 		if p.req.Tag != "" && p.pid != 0 {
 			r.Sessions = append(r.Sessions, protocol.Running{ID: p.id, PID: p.pid, Tag: p.req.Tag, Sent: p.written})
+			p.gen = s.gen
 		}
 	}
 	s.mu.Unlock()
+	s.awaitRelease = false
 	payload, err := protocol.Encode(r)
 	if err != nil {
 		s.log.Error("agent: encode", "type", protocol.TypeReleased, "err", err)
@@ -54,13 +58,45 @@ func (s *server) released() []byte {
 func (s *server) sendOutput(p *proc, t protocol.Type, b []byte) {
 	s.outMu.Lock()
 	defer s.outMu.Unlock()
-	s.writeLocked(t, p.id, b)
-	p.written += int64(len(b))
+	if s.procFrameLocked(p) {
+		s.writeLocked(t, p.id, b)
+		p.written += int64(len(b))
+	}
 }
 
-// writeLocked writes one frame; the caller holds outMu.
+// sendExit writes p's Exit frame.
+func (s *server) sendExit(p *proc, exit protocol.Exit) {
+	b, err := protocol.Encode(exit)
+	if err != nil {
+		s.log.Error("agent: encode", "type", protocol.TypeExit, "err", err)
+		return
+	}
+	s.outMu.Lock()
+	defer s.outMu.Unlock()
+	if s.procFrameLocked(p) {
+		s.writeLocked(protocol.TypeExit, p.id, b)
+	}
+}
+
+// procFrameLocked reports whether a frame of p may be written to the
+// current host: p is its command, or a session the host took in its
+// Release. A tagged session kept from an ended connection waits for the
+// next host's Release; any other command of an ended connection has its
+// frames dropped. The caller holds outMu.
+func (s *server) procFrameLocked(p *proc) bool {
+	for p.gen != s.gen {
+		if !s.awaitRelease || p.req.Tag == "" {
+			return false
+		}
+		s.outCond.Wait()
+	}
+	return true
+}
+
+// writeLocked writes one frame; the caller holds outMu. Without a host
+// connection (between two of a dialing agent) the frame is dropped.
 func (s *server) writeLocked(t protocol.Type, id uint32, payload []byte) {
-	if s.outBroken {
+	if s.outBroken || s.out == nil {
 		return
 	}
 	if err := protocol.WriteFrame(s.out, t, id, payload); err != nil {

@@ -28,8 +28,9 @@
 // With -dial the agent connects to that unix socket (the host's, bind-mounted
 // into the sandbox) and serves the protocol there instead of on its stdio,
 // which spares every frame the hops through the container engine. When the
-// connection ends (the host restarted) it kills what it was running and dials
-// again, so a new host can adopt the sandbox.
+// connection ends (the host restarted) it kills the commands it was running,
+// keeps its tagged sessions (interpreters, terminals) for the next host, and
+// dials again, so a new host can adopt the sandbox and attach to them.
 //
 // THREADBOX_AGENT_* variables are not passed on to commands.
 package main

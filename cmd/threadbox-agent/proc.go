@@ -42,9 +42,11 @@ type proc struct {
 	oomBefore int64
 	oomKnown  bool
 
-	// written counts the output bytes sent to the host; the server's
-	// outMu guards it.
+	// written counts the output bytes sent to the host; gen is the host
+	// connection whose command it is (server.gen). The server's outMu
+	// guards both.
 	written int64
+	gen     uint64
 
 	mu       sync.Mutex
 	exited   bool
@@ -56,7 +58,8 @@ func startProc(s *server, id uint32, req protocol.Exec) (p *proc, err error) {
 	if len(req.Args) == 0 {
 		return nil, errors.New("exec: empty argv")
 	}
-	p = &proc{s: s, id: id, req: req, cap: req.MaxOutput}
+	// Only the serve loop's goroutine, this one, changes gen.
+	p = &proc{s: s, id: id, req: req, cap: req.MaxOutput, gen: s.gen}
 	if p.cap <= 0 {
 		p.cap = protocol.DefaultMaxOutput
 	}
@@ -276,7 +279,7 @@ func (p *proc) run() {
 		}
 	}
 	p.s.remove(p.id)
-	p.s.sendJSON(protocol.TypeExit, p.id, exit)
+	p.s.sendExit(p, exit)
 }
 
 // pump streams f as frames of type t up to the cap, then keeps reading and

@@ -28,6 +28,14 @@ type server struct {
 	// reads or writes it, as it does maxID.
 	held  bool
 	maxID uint32 // the highest id the host used
+	// gen numbers the host connections of a dialing agent (dial.go); a
+	// command's frames are written only while its gen is the server's.
+	// awaitRelease is set from a connection's end until the next host's
+	// Release, while the tagged sessions kept for it wait to be named. Both
+	// are guarded by outMu; outCond (on outMu) wakes the waiting sessions.
+	gen          uint64
+	awaitRelease bool
+	outCond      *sync.Cond
 
 	mu    sync.Mutex
 	procs map[uint32]*proc
@@ -35,7 +43,9 @@ type server struct {
 }
 
 func newServer(cfg config, out io.Writer, rp *reaper, env []string, log *slog.Logger) *server {
-	return &server{cfg: cfg, log: log, reaper: rp, env: env, out: out, procs: map[uint32]*proc{}}
+	s := &server{cfg: cfg, log: log, reaper: rp, env: env, out: out, procs: map[uint32]*proc{}}
+	s.outCond = sync.NewCond(&s.outMu)
+	return s
 }
 
 // send writes one frame to the host. After the first write error the
@@ -152,14 +162,69 @@ func (s *server) killAll() {
 	}
 }
 
-// drain waits up to d for every command of this server to finish and
-// reports whether they did.
-func (s *server) drain(d time.Duration) bool {
+// attach makes out the host connection the server writes to (a dialing
+// agent's next connection). When tagged sessions were kept from the
+// connection before, their frames wait for this host's Release, which
+// names them to it.
+func (s *server) attach(out io.Writer) {
+	s.outMu.Lock()
+	defer s.outMu.Unlock()
+	s.out, s.outBroken = out, false
+	if s.awaitRelease && s.running(true) == 0 {
+		s.awaitRelease = false
+	}
+}
+
+// detach ends the host connection the server wrote to, after its serve
+// loop returned: loopback listeners and their connections close, the
+// untagged commands are killed and their frames dropped (nobody is left
+// to read their results), and the tagged sessions (interpreters,
+// terminals) go on, their output waiting for the next host's Release. A
+// hold the connection ended in is over.
+func (s *server) detach() {
+	s.closeAllStreams()
+	if !s.held {
+		s.outMu.Lock()
+	}
+	s.held = false
+	s.out = nil
+	s.gen++
+	s.awaitRelease = true
+	s.mu.Lock()
+	for _, p := range s.procs {
+		if p.req.Tag == "" {
+			_ = syscall.Kill(-p.pid, syscall.SIGKILL)
+		}
+	}
+	s.mu.Unlock()
+	s.outMu.Unlock()
+	s.outCond.Broadcast()
+}
+
+// running counts the running commands with a tag (tagged) or without.
+func (s *server) running(tagged bool) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, p := range s.procs {
+		if (p.req.Tag != "") == tagged {
+			n++
+		}
+	}
+	return n
+}
+
+// drain waits up to d for every command of this server to finish (with
+// untaggedOnly, every untagged one) and reports whether they did.
+func (s *server) drain(d time.Duration, untaggedOnly bool) bool {
 	deadline := time.Now().Add(d)
 	for {
 		s.mu.Lock()
 		n := len(s.procs)
 		s.mu.Unlock()
+		if untaggedOnly {
+			n = s.running(false)
+		}
 		if n == 0 {
 			return true
 		}

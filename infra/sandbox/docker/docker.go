@@ -417,10 +417,13 @@ func (b *Backend) attach(ctx context.Context, id, name, dockerID string, stdio b
 	return bx, nil
 }
 
-// useSocket makes conn, from the agent socket, bx's agent connection.
-func (b *Backend) useSocket(bx *box, conn *net.UnixConn) {
+// useSocket makes conn, from the agent socket, bx's agent connection,
+// and returns its client.
+func (b *Backend) useSocket(bx *box, conn *net.UnixConn) *agent.Client {
+	cl := boxes.NewAgent(conn)
 	bx.conn = closers{conn, bx.conn}
-	bx.agent = boxes.NewAgent(conn)
+	bx.agent = cl
+	return cl
 }
 
 // deathReason describes why a sandbox's container ended, from inspect.
@@ -681,7 +684,16 @@ func (b *Backend) adopt(ctx context.Context, id, dockerID string) bool {
 			bx.conn.Close()
 			return false
 		}
-		b.useSocket(bx, conn)
+		cl := b.useSocket(bx, conn)
+		// The agent kept its tagged sessions (interpreters, terminals)
+		// from the old host; the release names them to this one, which
+		// attaches to them by tag, and numbers its requests above the
+		// old host's.
+		if err := cl.Release(pctx); err != nil {
+			b.log.Warn("sandbox not adopted", "id", id, "err", err)
+			bx.conn.Close()
+			return false
+		}
 	}
 	if err := bx.agent.Ping(pctx); err != nil {
 		bx.conn.Close()

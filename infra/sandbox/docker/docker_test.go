@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -624,4 +625,69 @@ func TestCPUBandwidthPeriod(t *testing.T) {
 			t.Logf("no cgroup file of container %s found on this host; checked the container's settings only", info.ID)
 		}
 	})
+}
+
+// TestAdoptedSandboxKeepsItsSessions: a threadbox restart leaves a runc
+// sandbox running; the new backend adopts it and attaches, by tag, to the
+// session the old one started, which answers its input with its earlier
+// output counted, while the old backend's untagged command is gone.
+func TestAdoptedSandboxKeepsItsSessions(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, "runc", envOpts{})
+	e.ensure("kept", sandbox.Limits{})
+	var mu sync.Mutex
+	var got bytes.Buffer
+	output := func(_ sandbox.Stream, b []byte) {
+		mu.Lock()
+		defer mu.Unlock()
+		got.Write(b)
+	}
+	seen := func(want string) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			mu.Lock()
+			s := got.String()
+			mu.Unlock()
+			if strings.Contains(s, want) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("session output %q, want %q", s, want)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	cmd := sandbox.Command{Args: []string{"sh", "-c", "echo ready; while read l; do echo got $l; done"}, Tag: "terminal:kept", Output: output}
+	if _, err := e.be.Start(ctx, "kept", cmd, nil); err != nil {
+		t.Fatal(err)
+	}
+	seen("ready\n")
+	go func() { _, _ = e.be.Exec(ctx, "kept", sh("sleep 300", 10*time.Minute)) }()
+	time.Sleep(300 * time.Millisecond)
+	e.be.Close()
+
+	be2 := e.reopen()
+	e.be = be2
+	if adopted, _, err := be2.Reconcile(ctx, adoptAll); err != nil || len(adopted) != 1 {
+		t.Fatalf("reconcile adopted %v: %v", adopted, err)
+	}
+	mu.Lock()
+	got.Reset()
+	mu.Unlock()
+	attached, err := be2.Start(ctx, "kept", sandbox.Command{Tag: "terminal:kept", Attach: true, Output: output}, nil)
+	if err != nil {
+		t.Fatalf("attach to the session after the restart: %v", err)
+	}
+	if attached.Offset() != int64(len("ready\n")) {
+		t.Errorf("offset %d, want the %d bytes written before", attached.Offset(), len("ready\n"))
+	}
+	if _, err := attached.Write([]byte("x\n")); err != nil {
+		t.Fatal(err)
+	}
+	seen("got x\n")
+	if r := e.run("kept", "pgrep -x sleep || echo none"); strings.TrimSpace(string(r.Stdout)) != "none" {
+		t.Errorf("the old backend's untagged command still runs: %q", r.Stdout)
+	}
+	_ = attached.Kill()
 }
