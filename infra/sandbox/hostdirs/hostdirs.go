@@ -83,16 +83,48 @@ type Layout struct {
 	snapshots   string // snapshots.go
 	opts        Options
 
+	locks IDLocks
 	mu    sync.Mutex
-	locks map[string]*idLock // held or awaited, by container id
-	used  map[string]use     // by folder name: the last Prepare
+	used  map[string]use // by folder name: the last Prepare
 }
 
-// idLock orders the work on one container's folders; it is dropped when
-// its last user leaves, so the map holds only containers in use.
+// IDLocks orders the work on containers' folders one container at a time:
+// Lock waits for the container's current holder. A container's entry goes
+// when its last user leaves, so only containers in use are kept. The zero
+// value is ready to use.
+type IDLocks struct {
+	mu    sync.Mutex
+	locks map[string]*idLock // held or awaited, by container id
+}
+
+// idLock is one container's lock and how many hold or await it.
 type idLock struct {
 	mu    sync.Mutex
 	users int
+}
+
+// Lock holds container id's lock until the returned func is called.
+func (k *IDLocks) Lock(id string) func() {
+	k.mu.Lock()
+	if k.locks == nil {
+		k.locks = map[string]*idLock{}
+	}
+	m, ok := k.locks[id]
+	if !ok {
+		m = &idLock{}
+		k.locks[id] = m
+	}
+	m.users++
+	k.mu.Unlock()
+	m.mu.Lock()
+	return func() {
+		m.mu.Unlock()
+		k.mu.Lock()
+		if m.users--; m.users == 0 {
+			delete(k.locks, id)
+		}
+		k.mu.Unlock()
+	}
 }
 
 // use is the last Prepare of a container's folders.
@@ -115,7 +147,6 @@ func New(dataDir string, opts Options) *Layout {
 		checkpoints: filepath.Join(dataDir, "checkpoints"),
 		snapshots:   filepath.Join(dataDir, "snapshots"),
 		opts:        opts,
-		locks:       map[string]*idLock{},
 		used:        map[string]use{},
 	}
 }
@@ -179,25 +210,7 @@ func (l *Layout) DiskImage(id string) string {
 	return filepath.Join(l.disks, SafeID(id)+".ext4")
 }
 
-func (l *Layout) lock(id string) func() {
-	l.mu.Lock()
-	m, ok := l.locks[id]
-	if !ok {
-		m = &idLock{}
-		l.locks[id] = m
-	}
-	m.users++
-	l.mu.Unlock()
-	m.mu.Lock()
-	return func() {
-		m.mu.Unlock()
-		l.mu.Lock()
-		if m.users--; m.users == 0 {
-			delete(l.locks, id)
-		}
-		l.mu.Unlock()
-	}
-}
+func (l *Layout) lock(id string) func() { return l.locks.Lock(id) }
 
 // Prepare creates the container's folders (mounting its quota file system
 // first when quotas are on) and returns them. It is cheap when they exist;

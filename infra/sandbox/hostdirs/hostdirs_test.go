@@ -233,9 +233,9 @@ func TestLocksAreDropped(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	l.mu.Lock()
-	n := len(l.locks)
-	l.mu.Unlock()
+	l.locks.mu.Lock()
+	n := len(l.locks.locks)
+	l.locks.mu.Unlock()
 	if n != 0 {
 		t.Fatalf("%d locks kept after every container was removed", n)
 	}

@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -35,40 +34,7 @@ import (
 type Snapshots struct {
 	*hostdirs.Layout
 	files *Files
-
-	mu    sync.Mutex
-	locks map[string]*mirrorLock // held or awaited, by container id
-}
-
-// mirrorLock orders the copies between one container's claim and its
-// mirror; it is dropped when its last user leaves.
-type mirrorLock struct {
-	mu    sync.Mutex
-	users int
-}
-
-// lock holds containerID's mirror until the returned func is called.
-func (s *Snapshots) lock(containerID string) func() {
-	s.mu.Lock()
-	if s.locks == nil {
-		s.locks = map[string]*mirrorLock{}
-	}
-	l, ok := s.locks[containerID]
-	if !ok {
-		l = &mirrorLock{}
-		s.locks[containerID] = l
-	}
-	l.users++
-	s.mu.Unlock()
-	l.mu.Lock()
-	return func() {
-		l.mu.Unlock()
-		s.mu.Lock()
-		if l.users--; l.users == 0 {
-			delete(s.locks, containerID)
-		}
-		s.mu.Unlock()
-	}
+	locks hostdirs.IDLocks // orders the copies between a claim and its mirror
 }
 
 // NewSnapshots returns the time-travel snapshots of files' containers,
@@ -80,7 +46,7 @@ func NewSnapshots(layout *hostdirs.Layout, files *Files) *Snapshots {
 // TakeSnapshot copies the claim's workspace, uploads and outputs into the
 // mirror, then snapshots the mirror.
 func (s *Snapshots) TakeSnapshot(ctx context.Context, threadID, snapshotID, prevID, containerID string) (snapshot.Stats, error) {
-	defer s.lock(containerID)()
+	defer s.locks.Lock(containerID)()
 	if err := s.pull(ctx, containerID); err != nil {
 		return snapshot.Stats{}, err
 	}
@@ -90,7 +56,7 @@ func (s *Snapshots) TakeSnapshot(ctx context.Context, threadID, snapshotID, prev
 // RestoreSnapshot makes the claim's folders hold exactly the snapshot's
 // files.
 func (s *Snapshots) RestoreSnapshot(ctx context.Context, threadID, snapshotID, containerID string) error {
-	defer s.lock(containerID)()
+	defer s.locks.Lock(containerID)()
 	// The mirror first matches the claim, so that only what the snapshot
 	// changes is written back.
 	if err := s.pull(ctx, containerID); err != nil {
@@ -104,7 +70,7 @@ func (s *Snapshots) RestoreSnapshot(ctx context.Context, threadID, snapshotID, c
 
 // ContainerFiles returns the claim's files at paths as they are now.
 func (s *Snapshots) ContainerFiles(ctx context.Context, containerID string, paths []string) (map[string]snapshot.File, error) {
-	defer s.lock(containerID)()
+	defer s.locks.Lock(containerID)()
 	if err := s.pull(ctx, containerID); err != nil {
 		return nil, err
 	}
@@ -114,7 +80,7 @@ func (s *Snapshots) ContainerFiles(ctx context.Context, containerID string, path
 // RestorePaths makes each of the claim's paths what the snapshot holds
 // there, removing those it does not hold.
 func (s *Snapshots) RestorePaths(ctx context.Context, threadID, snapshotID, containerID string, paths []string) error {
-	defer s.lock(containerID)()
+	defer s.locks.Lock(containerID)()
 	if err := s.pull(ctx, containerID); err != nil {
 		return err
 	}
@@ -127,7 +93,7 @@ func (s *Snapshots) RestorePaths(ctx context.Context, threadID, snapshotID, cont
 // DropSnapshots removes every snapshot of a thread and the mirror of its
 // container's claim (a thread's container has the thread's id).
 func (s *Snapshots) DropSnapshots(ctx context.Context, threadID string) error {
-	defer s.lock(threadID)()
+	defer s.locks.Lock(threadID)()
 	if err := s.Layout.DropSnapshots(ctx, threadID); err != nil {
 		return err
 	}
