@@ -141,6 +141,25 @@ func must(t *testing.T, err error) {
 // host's ends.
 func inProcess(t *testing.T) (w io.Writer, frames <-chan protocol.Frame) {
 	t.Helper()
+	hostW, hostR := inProcessPipes(t)
+	ch := make(chan protocol.Frame, 64)
+	go func() {
+		defer close(ch)
+		for {
+			f, err := protocol.ReadFrame(hostR)
+			if err != nil {
+				return
+			}
+			ch <- f
+		}
+	}()
+	return hostW, ch
+}
+
+// inProcessPipes runs a server in the test process over pipes and returns
+// the host's ends of them, its input and its output.
+func inProcessPipes(t *testing.T) (io.Writer, io.Reader) {
+	t.Helper()
 	root := t.TempDir()
 	cfg := config{
 		workspace: filepath.Join(root, "ws"), outputs: filepath.Join(root, "out"), tmpRoot: filepath.Join(root, "tmp"),
@@ -156,27 +175,18 @@ func inProcess(t *testing.T) (w io.Writer, frames <-chan protocol.Frame) {
 	srv := newServer(cfg, agentW, rp, environ(os.Environ()), log)
 	served := make(chan error, 1)
 	go func() { served <- srv.serve(agentR) }()
-	ch := make(chan protocol.Frame, 64)
-	go func() {
-		defer close(ch)
-		for {
-			f, err := protocol.ReadFrame(hostR)
-			if err != nil {
-				return
-			}
-			ch <- f
-		}
-	}()
 	t.Cleanup(func() {
 		_ = hostW.Close()
 		if err := <-served; err != nil {
 			t.Errorf("serve: %v", err)
 		}
 		srv.killAll()
+		// Reaped by this server's reaper, none is left to another test's.
+		srv.drain(5*time.Second, false)
 		cancel()
 		_ = hostR.Close()
 	})
-	return hostW, ch
+	return hostW, hostR
 }
 
 func next(t *testing.T, frames <-chan protocol.Frame) protocol.Frame {

@@ -118,6 +118,9 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == fileop.Command {
 		os.Exit(runFile(os.Args[2:]))
 	}
+	if len(os.Args) > 1 && os.Args[1] == relayCommand {
+		os.Exit(runRelay(os.Args[2:]))
+	}
 	cfg, err := parseConfig(os.Args[1:], os.Getenv)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

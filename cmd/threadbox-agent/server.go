@@ -93,6 +93,11 @@ func (s *server) handle(f protocol.Frame) {
 	if f.ID&protocol.AgentIDBit == 0 {
 		s.maxID = max(s.maxID, f.ID)
 	}
+	if f.Type == protocol.TypeHangup {
+		// Held or not: the host that held it is gone.
+		s.hangup(f.ID)
+		return
+	}
 	if s.hold(f) {
 		return
 	}
@@ -199,6 +204,24 @@ func (s *server) detach() {
 	s.mu.Unlock()
 	s.outMu.Unlock()
 	s.outCond.Broadcast()
+}
+
+// hangup ends the host connection of an agent reached through a relay
+// (protocol.TypeHangup): as when a dialing agent's connection ends
+// (detach), and the next host writes and reads over the same pipes, its
+// frames after the answer, HungUp, which is written last.
+func (s *server) hangup(id uint32) {
+	// A held agent's serve loop (this one) keeps outMu.
+	if !s.held {
+		s.outMu.Lock()
+	}
+	out := s.out
+	if !s.held {
+		s.outMu.Unlock()
+	}
+	s.detach()
+	s.attach(out)
+	s.send(protocol.TypeHungUp, id, nil)
 }
 
 // running counts the running commands with a tag (tagged) or without.

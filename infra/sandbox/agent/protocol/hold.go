@@ -48,3 +48,24 @@ type Running struct {
 	// command before Released: what the host before had received.
 	Sent int64 `json:"sent"`
 }
+
+// Frames of a relay. A host process may reach the agent through a relay
+// that holds the agent's stdio and outlives the host (the gvisor
+// backend's, cmd/threadbox-agent/relay.go): hosts come and go over its
+// socket, one at a time, and the agent's pipes stay open. When a host's
+// connection ends, the relay writes Hangup after the last whole frame of
+// that host; the agent then does what a dialing agent does when its
+// connection ends (the untagged commands are killed and their frames
+// dropped, the tagged sessions wait) and answers HungUp, its last frame
+// until the next host's Release. The relay drops the agent's frames up to
+// that answer, so the next host's stream starts at a frame boundary with
+// nothing of the host before:
+//
+//	relay -> agent  Hangup    id H  (none)   the host's connection ended
+//	agent -> relay  HungUp    id H  (none)   nothing more until Release
+const (
+	// TypeHangup tells the agent its host's connection ended.
+	TypeHangup Type = 0x17
+	// TypeHungUp answers Hangup.
+	TypeHungUp Type = 0x27
+)

@@ -120,6 +120,10 @@ func (t Type) String() string {
 		return "held"
 	case TypeReleased:
 		return "released"
+	case TypeHangup:
+		return "hangup"
+	case TypeHungUp:
+		return "hung-up"
 	case TypeStreamOpen, TypeStreamOpened, TypeStreamData, TypeStreamClose, TypeStreamAck:
 		return fmt.Sprintf("stream(0x%02x)", byte(t))
 	}

@@ -1,0 +1,273 @@
+package main
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"sync"
+	"syscall"
+	"time"
+
+	"threadbox/infra/sandbox/agent/protocol"
+)
+
+// relayCommand is the subcommand that runs the agent binary as a relay on
+// the host: `threadbox-agent relay -socket PATH [-log PATH] -- COMMAND...`.
+//
+// A sandbox whose agent speaks over its stdio (gVisor's) ends when the
+// process holding the other ends of those pipes does. The relay holds them
+// instead of threadbox, so that the sandbox outlives a threadbox process
+// that dies at once (kill -9) and the next one takes it over. It makes the
+// agent's pipes, runs COMMAND with them as its stdio (`runsc run --detach`,
+// `runsc create`: it leaves the sandbox running with the pipes and exits),
+// reaps the sandbox's processes as their subreaper, and serves one host
+// connection at a time on the unix socket, relaying whole frames both
+// ways (protocol.TypeHangup). The sandbox's stderr is appended to the log.
+// It tells the host it is ready, or why not, on the descriptor -ready names (else on stderr), and exits
+// once the agent's output ends (the sandbox is gone).
+const relayCommand = "relay"
+
+// relayReap bounds the wait, once the agent's output ended, for the
+// sandbox's processes to exit and be reaped.
+const relayReap = 10 * time.Second
+
+// runRelay runs the relay subcommand and returns its exit code.
+func runRelay(args []string) int {
+	fs := flag.NewFlagSet("threadbox-agent relay", flag.ContinueOnError)
+	socket := fs.String("socket", "", "unix socket the host connects to")
+	logPath := fs.String("log", "", "file the sandbox's stderr is appended to")
+	readyFD := fs.Int("ready", -1, "descriptor the relay writes ok, or why it failed, to and closes")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	ready := io.WriteCloser(nopCloser{os.Stderr})
+	if *readyFD >= 0 {
+		ready = os.NewFile(uintptr(*readyFD), "ready")
+	}
+	fail := func(format string, a ...any) int {
+		fmt.Fprintf(ready, format, a...)
+		ready.Close()
+		return 1
+	}
+	if *socket == "" || fs.NArg() == 0 {
+		return fail("relay: usage: relay -socket PATH [-log PATH] -- COMMAND...")
+	}
+	if err := setChildSubreaper(); err != nil {
+		return fail("relay: subreaper: %v", err)
+	}
+	log := io.Discard
+	if *logPath != "" {
+		f, err := os.OpenFile(*logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+		if err != nil {
+			return fail("relay: log: %v", err)
+		}
+		defer f.Close()
+		log = f
+	}
+	p, err := relayPipes()
+	if err != nil {
+		return fail("relay: %v", err)
+	}
+	copied := make(chan struct{})
+	go func() {
+		_, _ = io.Copy(log, p.errR)
+		close(copied)
+	}()
+	cmd := exec.Command(fs.Arg(0), fs.Args()[1:]...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = p.inR, p.outW, p.errW
+	err = cmd.Run()
+	p.inR.Close()
+	p.outW.Close()
+	p.errW.Close()
+	if err != nil {
+		// The sandbox, if any was left, ends with its input.
+		p.inW.Close()
+		p.outR.Close()
+		select {
+		case <-copied:
+		case <-time.After(time.Second):
+		}
+		return fail("relay: %s: %v", fs.Arg(0), err)
+	}
+	_ = os.Remove(*socket)
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: *socket, Net: "unix"})
+	if err != nil {
+		p.inW.Close()
+		return fail("relay: listen: %v", err)
+	}
+	ln.SetUnlinkOnClose(true)
+	if err := os.Chmod(*socket, 0o600); err != nil {
+		ln.Close()
+		p.inW.Close()
+		return fail("relay: %v", err)
+	}
+	fmt.Fprintln(ready, "ok")
+	ready.Close()
+	r := &relay{agentIn: p.inW}
+	go r.accept(ln)
+	r.fromAgent(p.outR)
+	// The agent's output ended: the sandbox is gone or going.
+	ln.Close()
+	r.closeHost()
+	p.inW.Close()
+	reapAll(relayReap)
+	return 0
+}
+
+// nopCloser is a writer whose Close does nothing.
+type nopCloser struct{ io.Writer }
+
+func (nopCloser) Close() error { return nil }
+
+// agentPipes are the agent's stdin, stdout and stderr: the relay writes
+// inW and reads outR and errR; the others are the sandbox's.
+type agentPipes struct{ inR, inW, outR, outW, errR, errW *os.File }
+
+// relayPipes makes the agent's pipes.
+func relayPipes() (*agentPipes, error) {
+	var p agentPipes
+	var err error
+	if p.inR, p.inW, err = os.Pipe(); err != nil {
+		return nil, err
+	}
+	if p.outR, p.outW, err = os.Pipe(); err != nil {
+		return nil, err
+	}
+	if p.errR, p.errW, err = os.Pipe(); err != nil {
+		return nil, err
+	}
+	return &p, nil
+}
+
+// reapAll waits for every child (the sandbox's processes, reparented to
+// the relay) to exit, up to max.
+func reapAll(max time.Duration) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			var ws syscall.WaitStatus
+			if _, err := syscall.Wait4(-1, &ws, 0, nil); errors.Is(err, syscall.ECHILD) {
+				return
+			} else if err != nil && !errors.Is(err, syscall.EINTR) {
+				return
+			}
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(max):
+	}
+}
+
+// relay passes whole frames between one host connection at a time and
+// the agent's pipes.
+type relay struct {
+	agentIn io.Writer // the agent's stdin: only the host loop writes it
+
+	mu   sync.Mutex
+	host net.Conn // the connected host, nil between hosts
+	// gate is set from a host's end until the agent answers the Hangup
+	// numbered gateID: the agent's frames up to that answer are dropped.
+	gate   bool
+	gateID uint32
+	hangs  uint32
+}
+
+// accept serves the hosts that connect, one after another, until ln
+// closes.
+func (r *relay) accept(ln *net.UnixListener) {
+	for {
+		c, err := ln.AcceptUnix()
+		if err != nil {
+			return
+		}
+		r.serveHost(c)
+	}
+}
+
+// serveHost passes the frames of host c to the agent until c ends, then
+// tells the agent its host is gone. A frame c sent in part is not passed.
+func (r *relay) serveHost(c net.Conn) {
+	r.mu.Lock()
+	r.host = c
+	r.mu.Unlock()
+	in := bufio.NewReaderSize(c, 64<<10)
+	var buf []byte
+	var err error
+	for {
+		if buf, err = readRawFrame(in, buf[:0]); err != nil {
+			break
+		}
+		if _, err = r.agentIn.Write(buf); err != nil {
+			break
+		}
+	}
+	c.Close()
+	r.mu.Lock()
+	r.host = nil
+	r.hangs++
+	id := protocol.AgentIDBit | r.hangs
+	r.gate, r.gateID = true, id
+	r.mu.Unlock()
+	_ = protocol.WriteFrame(r.agentIn, protocol.TypeHangup, id, nil)
+}
+
+// closeHost ends the connection of the host connected, if any.
+func (r *relay) closeHost() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.host != nil {
+		r.host.Close()
+	}
+}
+
+// fromAgent passes the agent's frames to the connected host until the
+// agent's output ends. Frames with no host to take them, or from before
+// the agent's answer to the last Hangup, are dropped.
+func (r *relay) fromAgent(out io.Reader) {
+	in := bufio.NewReaderSize(out, 64<<10)
+	var buf []byte
+	var err error
+	for {
+		if buf, err = readRawFrame(in, buf[:0]); err != nil {
+			return
+		}
+		r.mu.Lock()
+		if r.gate {
+			if protocol.Type(buf[0]) == protocol.TypeHungUp && binary.BigEndian.Uint32(buf[1:5]) == r.gateID {
+				r.gate = false
+			}
+			r.mu.Unlock()
+			continue
+		}
+		c := r.host
+		r.mu.Unlock()
+		if c != nil {
+			// A host that is gone is seen by its own loop.
+			_, _ = c.Write(buf)
+		}
+	}
+}
+
+// readRawFrame appends one whole frame read from r, header and payload,
+// to buf.
+func readRawFrame(r io.Reader, buf []byte) ([]byte, error) {
+	buf = append(buf, make([]byte, protocol.HeaderSize)...)
+	if _, err := io.ReadFull(r, buf[:protocol.HeaderSize]); err != nil {
+		return buf, err
+	}
+	n := binary.BigEndian.Uint32(buf[5:9])
+	if n > protocol.MaxPayload {
+		return buf, protocol.ErrFrameTooLarge
+	}
+	buf = append(buf, make([]byte, n)...)
+	_, err := io.ReadFull(r, buf[protocol.HeaderSize:])
+	return buf, err
+}
