@@ -121,6 +121,10 @@ func (s *Service) Life(containerID string) uint64 {
 	return s.ckpt.life[containerID]
 }
 
+// lostWithItsServer is the note's reason for a sandbox whose server went
+// without a checkpoint and which no process could adopt.
+const lostWithItsServer = "its earlier sandbox ended without a checkpoint: its server stopped or it was killed"
+
 // FreshNote starts the one-line note of a sandbox that booted fresh
 // although its earlier life did not end on purpose.
 const FreshNote = "[threadbox] This container's sandbox started fresh from its files"

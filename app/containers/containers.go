@@ -497,7 +497,7 @@ func (s *Service) ensure(ctx context.Context, id string) (*live, error) {
 		}
 		// Its sandbox died too: the record must not count against its own
 		// boot, and the life it claims is gone.
-		s.ckpt.note(id, "its earlier sandbox ended without a checkpoint: its server stopped or it was killed")
+		s.ckpt.note(id, lostWithItsServer)
 		c = c.Stopped()
 		if err := s.store.UpdateContainer(ctx, c); err != nil {
 			s.giveBack(id)

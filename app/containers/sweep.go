@@ -151,7 +151,8 @@ func (s *Service) reconcile(ctx context.Context) (adopted, dropped []string) {
 }
 
 // clear sets idle every record that claims a running sandbox which no
-// live process holds: its holder died and nothing could adopt it.
+// live process holds: its holder died and nothing could adopt it, so its
+// next result says its life is gone.
 func (s *Service) clear(ctx context.Context) ([]string, error) {
 	running, err := s.store.ContainersInState(ctx, container.Running)
 	if err != nil {
@@ -167,6 +168,7 @@ func (s *Service) clear(ctx context.Context) ([]string, error) {
 		if err == nil && ok && !s.Running(c.ID()) {
 			if cur, err := s.store.Container(ctx, c.ID()); err == nil && cur.State() == container.Running {
 				if s.store.UpdateContainer(ctx, cur.Stopped()) == nil {
+					s.ckpt.note(c.ID(), lostWithItsServer)
 					cleared = append(cleared, c.ID())
 				}
 			}

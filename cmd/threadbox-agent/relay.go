@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"flag"
@@ -10,6 +11,10 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -79,6 +84,16 @@ func runRelay(args []string) int {
 		_, _ = io.Copy(log, p.errR)
 		close(copied)
 	}()
+	// Told to stop, the relay ends the sandbox it holds (and runsc, while it runs): one created and
+	// not started has no agent to end with its input.
+	stop := make(chan os.Signal, 1)
+	signal.Notify(stop, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	go func() {
+		<-stop
+		killChildren()
+		reapAll(relayReap)
+		os.Exit(1)
+	}()
 	cmd := exec.Command(fs.Arg(0), fs.Args()[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = p.inR, p.outW, p.errW
 	err = cmd.Run()
@@ -95,14 +110,21 @@ func runRelay(args []string) int {
 		}
 		return fail("relay: %s: %v", fs.Arg(0), err)
 	}
-	_ = os.Remove(*socket)
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: *socket, Net: "unix"})
+	// A socket address is short: the socket is bound by its name in its
+	// folder, the relay's working directory from now on.
+	if err := os.Chdir(filepath.Dir(*socket)); err != nil {
+		p.inW.Close()
+		return fail("relay: %v", err)
+	}
+	name := filepath.Base(*socket)
+	_ = os.Remove(name)
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: name, Net: "unix"})
 	if err != nil {
 		p.inW.Close()
 		return fail("relay: listen: %v", err)
 	}
 	ln.SetUnlinkOnClose(true)
-	if err := os.Chmod(*socket, 0o600); err != nil {
+	if err := os.Chmod(name, 0o600); err != nil {
 		ln.Close()
 		p.inW.Close()
 		return fail("relay: %v", err)
@@ -117,7 +139,35 @@ func runRelay(args []string) int {
 	r.closeHost()
 	p.inW.Close()
 	reapAll(relayReap)
+	killChildren()
+	reapAll(time.Second)
 	return 0
+}
+
+// killChildren sends SIGKILL to every child of the relay: the sandbox's
+// processes, reparented to it.
+func killChildren() {
+	self := strconv.Itoa(os.Getpid())
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		data, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// The command name (field 2) is in parentheses and may hold spaces;
+		// the parent's pid is field 4.
+		i := bytes.LastIndexByte(data, ')')
+		if i < 0 {
+			continue
+		}
+		if f := strings.Fields(string(data[i+1:])); len(f) > 1 && f[1] == self {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
 }
 
 // nopCloser is a writer whose Close does nothing.

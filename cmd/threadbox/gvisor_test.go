@@ -302,16 +302,116 @@ func TestGvisorHandOver(t *testing.T) {
 	two.term(t)
 }
 
-// TestGvisorKilledServer: a gVisor sandbox ends with the threadbox process
-// that ran it, so a kill -9 (no checkpoint) loses its life: once the dead
-// server's lease lapsed, the next server boots the sandbox fresh over its
-// files, and the next command's result starts with the one-line note
-// saying so; the files written before are there, /tmp is not.
+// TestGvisorSessionsSurviveKill: a gVisor sandbox outlives a threadbox
+// process killed at once (kill -9): its relay holds the agent's stdio. Once
+// the dead process's lease lapsed, the next process adopts the sandbox and
+// attaches to the sessions the first one started: the code_execution
+// interpreter still holds x, an exec_command session answers write_stdin
+// under its id with its cursor going on, a background HTTP server still
+// answers and /tmp is there, with no note of a fresh start. Then the idle
+// stop checkpoints the adopted sandbox and the next cell restores it, x
+// still there.
+func TestGvisorSessionsSurviveKill(t *testing.T) {
+	bin := needGvisor(t)
+	fake := fakeupstream.New()
+	t.Cleanup(fake.Close)
+	env := childEnv(t, "", map[string]string{
+		"SANDBOX_BACKEND": "gvisor", "THREADBOX_AGENT_BIN": bin, "SWEEP_INTERVAL": "300ms", "LEASE_TTL": "2s",
+		"THREADBOX_INSTANCE": gvisorInstance(t), "SANDBOX_IDLE": "1h",
+		"MODEL_PROVIDER": "anthropic", "MODEL_BASE_URL": fake.URL(), "MODEL_NAME": "fake-model",
+	})
+	env["JWT_KEY_FILE"] = filepath.Join(filepath.Dir(env["DATA_DIR"]), "jwt.pem")
+	one := startChild(t, env)
+	tok := one.bootstrap("acme", "admin@acme.test")
+	ctx := context.Background()
+	const box = "killed"
+	cell := func(s *server, code string) anthropic.CodeExecutionResultBlock {
+		t.Helper()
+		fake.Push(steps(pyStep(code)), textStep("ok"))
+		cl := msgClient(s, tok)
+		msg, err := cl.Messages.New(ctx, msgParams(box, userText("run"), codeExec2601...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return pyResult(t, msg.Content, 0)
+	}
+	tool := func(s *server, name string, input map[string]any) sandboxBlock {
+		t.Helper()
+		fake.Push(steps(call(name, input)), textStep("ok"))
+		calls, _ := sandboxTurn(t, msgClient(s, tok), box)
+		return calls[0]
+	}
+	const serve = `import subprocess, time, urllib.request
+subprocess.Popen(["python3", "-m", "http.server", "8123", "--bind", "127.0.0.1", "--directory", "/tmp"],
+    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+open("/tmp/kept", "w").write("kept")
+for _ in range(100):
+    try:
+        urllib.request.urlopen("http://127.0.0.1:8123/kept", timeout=1)
+        break
+    except OSError:
+        time.sleep(0.1)
+x = 41`
+	if r := cell(one.server, serve); r.ReturnCode != 0 {
+		t.Fatalf("first cell %+v", r)
+	}
+	term := tool(one.server, "exec_command", map[string]any{"command": "python3 -i -q", "grace_seconds": 1})
+	sid := term.str("session_id")
+	if term.Content["alive"] != true || !strings.HasPrefix(sid, "sess_") {
+		t.Fatalf("exec_command %v", term.Content)
+	}
+	w := tool(one.server, "write_stdin", map[string]any{"session_id": sid, "input": "y = 6 * 7\n", "since": term.num("cursor"), "wait_seconds": 5})
+	cursor := w.num("cursor")
+	if w.Content["alive"] != true || cursor < term.num("cursor") {
+		t.Fatalf("write_stdin %v", w.Content)
+	}
+
+	one.kill()
+	env2 := maps.Clone(env)
+	env2["LISTEN_ADDR"] = freeAddr(t)
+	env2["SANDBOX_IDLE"] = "4s"
+	two := startChild(t, env2)
+	const check = `import urllib.request
+print(x + 1, urllib.request.urlopen("http://127.0.0.1:8123/kept", timeout=5).read().decode())`
+	if r := cell(two.server, check); r.ReturnCode != 0 || r.Stdout != "42 kept\n" || r.Stderr != "" {
+		t.Fatalf("cell after kill -9 %+v: want the sandbox adopted, the interpreter attached with x and the HTTP server up", r)
+	}
+	r := tool(two.server, "write_stdin", map[string]any{"session_id": sid, "input": "print(y)\n", "since": cursor, "wait_seconds": 5})
+	if r.Type != "write_stdin_result" || r.Content["alive"] != true || !strings.Contains(r.str("stdout"), "42") ||
+		strings.Contains(r.str("stdout"), "6 * 7") || r.num("cursor") <= cursor || r.num("dropped_bytes") != 0 {
+		t.Fatalf("write_stdin after kill -9 %v: want the session attached, its cursor going on", r.Content)
+	}
+	cursor = r.num("cursor")
+
+	// The adopted sandbox's idle stop checkpoints it; the next cell
+	// restores it.
+	for deadline := time.Now().Add(60 * time.Second); !strings.Contains(two.stdout.String(), "sandbox checkpointed"); time.Sleep(200 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the adopted sandbox was not checkpointed at its idle stop\n%s", two.stdout.String())
+		}
+	}
+	if r := cell(two.server, check); r.ReturnCode != 0 || r.Stdout != "42 kept\n" || r.Stderr != "" {
+		t.Fatalf("cell after the idle stop %+v: want the sandbox restored with x and the HTTP server", r)
+	}
+	r = tool(two.server, "write_stdin", map[string]any{"session_id": sid, "input": "print(y + 1)\n", "since": cursor, "wait_seconds": 5})
+	if r.Content["alive"] != true || !strings.Contains(r.str("stdout"), "43") || r.num("cursor") <= cursor {
+		t.Fatalf("write_stdin after the idle stop %v: want the session restored", r.Content)
+	}
+	two.term(t)
+}
+
+// TestGvisorKilledServer: a gVisor sandbox lost with its threadbox process
+// (kill -9, then the host's sandboxes gone, as in a host crash) boots
+// fresh over its files at the next server's first use, once the dead
+// server's lease lapsed, and the next command's result starts with the
+// one-line note saying so; the files written before are there, /tmp is
+// not.
 func TestGvisorKilledServer(t *testing.T) {
 	bin := needGvisor(t)
+	instance := gvisorInstance(t)
 	env := childEnv(t, "", map[string]string{
 		"SANDBOX_BACKEND": "gvisor", "THREADBOX_AGENT_BIN": bin, "MODEL_PROVIDER": "runner", "SWEEP_INTERVAL": "300ms",
-		"LEASE_TTL": "2s", "THREADBOX_INSTANCE": gvisorInstance(t),
+		"LEASE_TTL": "2s", "THREADBOX_INSTANCE": instance,
 	})
 	env["JWT_KEY_FILE"] = filepath.Join(filepath.Dir(env["DATA_DIR"]), "jwt.pem")
 	one := startChild(t, env)
@@ -321,13 +421,16 @@ func TestGvisorKilledServer(t *testing.T) {
 		t.Fatalf("turn on the first server: %d %s", r.status, r.body)
 	}
 	one.kill()
+	if err := gvisor.RemoveInstance(context.Background(), instance); err != nil {
+		t.Fatal(err)
+	}
 	env2 := maps.Clone(env)
 	env2["LISTEN_ADDR"] = freeAddr(t)
 	two := startChild(t, env2)
 	r = two.do("POST", appAPI+"/thread/"+f.tid+"/messages", f.admin, codeTurn("cat written.txt; cat /tmp/kept 2>/dev/null || echo no-tmp"))
 	body := string(r.body)
 	if r.status != 200 || !strings.Contains(body, `file\nno-tmp\n`) || !strings.Contains(body, containers.FreshNote) {
-		t.Fatalf("turn on the next server after kill -9: %d %s; want a fresh sandbox over the files, with the note", r.status, body)
+		t.Fatalf("turn on the next server after the sandbox was lost: %d %s; want a fresh sandbox over the files, with the note\n%s", r.status, body, two.stdout.String())
 	}
 	two.term(t)
 }

@@ -153,10 +153,7 @@ type box struct {
 	procs    []string             // the cgroup.procs files its control group may have
 	limits   sandbox.Limits       // its limits, as its control group enforces them
 	restored bool                 // booted from a checkpoint
-	// foster: its sandbox is not its runsc's child (runsc create made it,
-	// runsc restore restored into it), so runsc learns of the sandbox's
-	// end only once the host's init reaped it.
-	foster bool
+	relay    *relayProc           // the relay holding its agent's stdio (relay.go)
 }
 
 // New returns a gvisor backend. A missing runsc, root filesystem or agent
@@ -300,8 +297,8 @@ func newCID(id string) string {
 // start boots spec's sandbox under a new runsc container: fresh (runsc
 // run), or from the checkpoint in image (runsc restore). Its folders are
 // bound from view, a warm pool slot made for it, or else from a view of
-// its own made here. Either way runsc runs in the foreground as the
-// sandbox's parent and exits with it, and the view goes then.
+// its own made here. Either way runsc leaves the sandbox running under
+// its relay (relay.go), and the view goes when the sandbox does.
 //
 // A restore with useReady goes into the ready container (ready.go) when
 // one fits; an error of that attempt wraps errReadyFailed.
@@ -326,11 +323,9 @@ func (b *Backend) start(ctx context.Context, spec sandbox.Spec, image, view stri
 	}
 	forget := func() {
 		if ready != nil {
-			// runsc created the container: it goes.
-			dctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			_, _ = b.runscOut(dctx, "delete", "--force", cid)
-			cancel()
-			_ = os.RemoveAll(ready.bundle)
+			// runsc created the container: it goes, and its relay with it.
+			b.dropReady(ready)
+			return
 		}
 		b.cidsMu.Lock()
 		delete(b.cids, cid)
@@ -346,6 +341,17 @@ func (b *Backend) start(ctx context.Context, spec sandbox.Spec, image, view stri
 // errReadyFailed marks an error of a restore into the ready container.
 var errReadyFailed = errors.New("restore into the ready container failed")
 
+// cgroupsPath is the control group path of the runsc container cid.
+func (b *Backend) cgroupsPath(cid string) string {
+	return "/threadbox-gvisor/" + hostdirs.SafeID(b.cfg.Instance) + "/" + cid
+}
+
+// newBox returns the box of sandbox id in the runsc container cid.
+func (b *Backend) newBox(id, cid, view string, mounts []sandbox.Mount, l sandbox.Limits, restored bool) *box {
+	return &box{b: b, id: id, cid: cid, bundle: filepath.Join(b.bndls, cid), view: view, mounts: mounts, Proc: boxes.NewProc(),
+		stderr: boxes.NewLogTail(b.log, "sandbox", id), procs: b.procsFiles(b.cgroupsPath(cid)), limits: l, restored: restored}
+}
+
 // startIn is start with its runsc container id cid chosen: a new one, or
 // the ready container's. forget undoes what start did before.
 func (b *Backend) startIn(ctx context.Context, spec sandbox.Spec, image, view string, l sandbox.Limits, cid string, ready *readyBox, forget func()) (*box, error) {
@@ -356,44 +362,102 @@ func (b *Backend) startIn(ctx context.Context, spec sandbox.Spec, image, view st
 			return nil, err
 		}
 	}
-	cgroupsPath := "/threadbox-gvisor/" + hostdirs.SafeID(b.cfg.Instance) + "/" + cid
-	bx := &box{b: b, id: spec.ID, cid: cid, bundle: filepath.Join(b.bndls, cid), view: view, mounts: spec.Mounts, Proc: boxes.NewProc(),
-		stderr: boxes.NewLogTail(b.log, "sandbox", spec.ID), procs: b.procsFiles(cgroupsPath), limits: l, restored: image != "", foster: ready != nil}
+	bx := b.newBox(spec.ID, cid, view, spec.Mounts, l, image != "")
 	err := bindView(view, spec.Mounts)
 	if err == nil && ready == nil {
-		err = writeBundle(bx.bundle, b.bundleSpec(spec, l, cgroupsPath, view))
+		err = writeBundle(bx.bundle, b.bundleSpec(spec, l, b.cgroupsPath(cid), view))
 	}
-	if err != nil {
-		if ready != nil {
-			ready.close()
-		}
-		forget()
-		b.removeView(view)
-		return nil, err
-	}
-	args := []string{"run", "--bundle", bx.bundle, cid}
-	switch {
-	case ready != nil:
-		// runsc restores into the container it created, with its bundle.
-		args = []string{"restore", "--image-path", image, cid}
-	case image != "":
-		args = []string{"restore", "--image-path", image, "--bundle", bx.bundle, cid}
-	}
-	spawned := time.Now()
-	conn, err := b.spawn(bx, args, ready)
 	if err != nil {
 		forget()
 		_ = os.RemoveAll(bx.bundle)
 		b.removeView(view)
 		return nil, err
 	}
+	spawned := time.Now()
+	conn, err := b.launch(ctx, bx, image, ready)
+	if err == nil {
+		err = writeRecord(bx)
+		if err != nil {
+			conn.Close()
+			b.endLaunched(bx)
+		}
+	}
+	if err != nil {
+		forget()
+		_ = os.RemoveAll(bx.bundle)
+		b.removeView(view)
+		return nil, err
+	}
+	b.watch(bx)
+	if err := b.connect(ctx, bx, conn, image != ""); err != nil {
+		bx.Kill()
+		<-bx.Done()
+		return nil, fmt.Errorf("%w: %s", err, bx.stderr.Tail())
+	}
+	// From runsc's start to the agent's first answer: the part of a boot or
+	// restore that is runsc's.
+	took := time.Since(spawned)
+	what := "sandbox booted"
 	if image != "" {
-		// The restored agent is held until told otherwise: its answer
-		// (Released) is the handshake.
+		what = "sandbox restored"
+	}
+	b.log.Info(what, "id", spec.ID, "backend", "gvisor", "container", cid, "runsc", took.String())
+	return bx, nil
+}
+
+// launch has runsc run the sandbox of bx (or restore it from image) under
+// a relay, or restores it into the ready container, whose relay runs
+// already, and returns the connection to the relay.
+func (b *Backend) launch(ctx context.Context, bx *box, image string, ready *readyBox) (io.ReadWriteCloser, error) {
+	if ready != nil {
+		bx.relay = ready.relay
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.cfg.BootTimeout)
+		defer cancel()
+		if _, err := b.runscOut(rctx, "restore", "--detach", "--image-path", image, bx.cid); err != nil {
+			return nil, err
+		}
+		return ready.conn, nil
+	}
+	args := []string{"run", "--detach", "--bundle", bx.bundle, bx.cid}
+	if image != "" {
+		args = []string{"restore", "--detach", "--image-path", image, "--bundle", bx.bundle, bx.cid}
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.cfg.BootTimeout)
+	defer cancel()
+	rp, err := b.startRelay(sctx, bx.bundle, args)
+	if err != nil {
+		// What runsc made of the container goes.
+		b.deleteContainer(bx)
+		return nil, err
+	}
+	bx.relay = rp
+	conn, err := dialRelay(sctx, bx.bundle)
+	if err != nil {
+		b.endLaunched(bx)
+		return nil, err
+	}
+	return conn, nil
+}
+
+// endLaunched ends a sandbox that runs under its relay but was not kept:
+// its container is deleted, and its relay exits.
+func (b *Backend) endLaunched(bx *box) {
+	b.deleteContainer(bx)
+	bx.relay.kill()
+	bx.relay.wait()
+}
+
+// connect makes the agent client of bx over conn, the connection to its
+// relay: the client a checkpoint of the sandbox kept, resumed over it, or
+// a new one. A restored or adopted agent (held) waits for a Release,
+// whose answer names the sessions it kept; a fresh one answers a ping.
+func (b *Backend) connect(ctx context.Context, bx *box, conn io.ReadWriteCloser, held bool) error {
+	var err error
+	if held {
 		rctx, cancel := context.WithTimeout(ctx, b.cfg.BootTimeout)
-		if c := b.takeHeld(spec.ID); c != nil {
+		if c := b.takeHeld(bx.id); c != nil {
 			// The agent connection of the checkpointed sandbox goes on over
-			// the restored one's pipes: the sessions it started stay this
+			// the restored one's relay: the sessions it started stay this
 			// process's.
 			bx.Client = c
 			err = c.Resume(rctx, conn)
@@ -403,93 +467,44 @@ func (b *Backend) startIn(ctx context.Context, spec sandbox.Spec, image, view st
 		}
 		cancel()
 	} else {
-		if c := b.takeHeld(spec.ID); c != nil {
+		if c := b.takeHeld(bx.id); c != nil {
 			c.Close()
 		}
 		bx.Client = boxes.NewAgent(conn)
 		err = boxes.Handshake(ctx, b.cfg.BootTimeout, bx.Client, bx.Done())
 	}
 	if err != nil {
-		bx.Kill()
-		<-bx.Done()
-		return nil, fmt.Errorf("%w: %s", err, bx.stderr.Tail())
+		return err
 	}
-	// From runsc's start to the agent's first answer: the part of a boot or
-	// restore that is runsc's.
-	took := time.Since(spawned)
 	bx.Booted = time.Now()
-	cpu, oom := cgroupacct.At(b.cfg.CgroupRoot, cgroupsPath)
+	cpu, oom := cgroupacct.At(b.cfg.CgroupRoot, b.cgroupsPath(bx.cid))
 	bx.cpu, bx.oomCount = cpu, oom
 	if w, err := cgroupacct.WatchOOM(oom); err == nil {
 		bx.oom = w
 	} else {
-		b.log.Warn("sandbox memory kills not watched", "id", spec.ID, "cause", err.Error())
+		b.log.Warn("sandbox memory kills not watched", "id", bx.id, "cause", err.Error())
 	}
-	what := "sandbox booted"
-	if image != "" {
-		what = "sandbox restored"
-	}
-	b.log.Info(what, "id", spec.ID, "backend", "gvisor", "container", cid, "runsc", took.String())
-	return bx, nil
+	return nil
 }
 
-// spawn starts runsc with args, the sandbox's stdio on pipes of this
-// process, and returns the agent's connection. A goroutine waits for
-// runsc, removes the bundle and closes bx.Done.
-func (b *Backend) spawn(bx *box, args []string, ready *readyBox) (io.ReadWriteCloser, error) {
-	// runsc dies with this process, and the sandbox with its agent's input.
-	// It is known (start) before it starts, so that Close finds it however
-	// soon it ends.
-	cmd := b.runsc(context.Background(), args...)
-	var theirs []*os.File
-	var out *os.File
-	var conn io.ReadWriteCloser
-	if ready != nil {
-		// The ready container's sandbox has the agent's pipes since its
-		// creation; runsc restore's own output goes to the log.
-		r, w, err := os.Pipe()
-		if err != nil {
-			return nil, fmt.Errorf("pipe: %w", err)
-		}
-		cmd.Stdout, cmd.Stderr = w, w
-		theirs, out, conn = []*os.File{w}, r, ready.conn
-		b.wg.Add(1)
-		go func() {
-			defer b.wg.Done()
-			_, _ = io.Copy(bx.stderr, ready.errR)
-			ready.errR.Close()
-		}()
-	} else {
-		p, err := newPipes()
-		if err != nil {
-			return nil, err
-		}
-		cmd.Stdin, cmd.Stdout, cmd.Stderr = p.inR, p.outW, p.errW
-		theirs, out = []*os.File{p.inR, p.outW, p.errW}, p.errR
-		conn = agent.NewConn(p.outR, p.inW, func() error {
-			p.inW.Close()
-			return p.outR.Close()
-		})
-	}
-	err := bx.Start(cmd, theirs, out, bx.stderr, &b.wg, func() {
+// watch waits in the background for the relay of bx to exit (its sandbox
+// ended), then removes what is left of the sandbox and closes Done.
+func (b *Backend) watch(bx *box) {
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		bx.relay.wait()
 		bx.oom.Close()
-		// runsc leaves the state (and control group) of a container it
-		// killed, checkpointed or restored: it goes with its process. The
-		// sandbox is gone once runsc exited by itself and its control
-		// group holds no process (the sandbox's and its file server's
-		// exits are over: they hold no folder of the view any more). Then
-		// the view goes and Done is closed at once, and runsc deletes the
-		// container after: it waits until the host's init has reaped the
-		// file server, which a restoring runsc leaves to it (over a second
-		// where init reaps slowly). Otherwise the container is deleted
-		// first, which ends what is left of the sandbox.
-		wait := sandboxExitWait
-		if cmd.ProcessState == nil || !cmd.ProcessState.Exited() {
-			// runsc was killed: by awaitEnd once the sandbox ended, or
-			// because it did not end.
-			wait = 0
+		if data, err := os.ReadFile(filepath.Join(bx.bundle, relayLog)); err == nil {
+			_, _ = bx.stderr.Write(data)
 		}
-		gone := cgroupEmpty(bx.procs, wait)
+		// The sandbox is gone once its relay exited (it reaped the
+		// sandbox's processes) and its control group holds no process (its
+		// file server holds no folder of the view any more). Then the view
+		// goes and Done is closed at once, and the container is deleted
+		// after. Otherwise (the relay was killed) the container is deleted
+		// first, which ends what is left of the sandbox.
+		gone := cgroupEmpty(bx.procs, sandboxExitWait)
 		if !gone {
 			b.deleteContainer(bx)
 		}
@@ -505,46 +520,21 @@ func (b *Backend) spawn(bx *box, args []string, ready *readyBox) (io.ReadWriteCl
 				b.deleteContainer(bx)
 			}()
 		}
-	})
-	if err != nil {
-		conn.Close()
-		out.Close()
-		return nil, fmt.Errorf("start runsc: %w", err)
-	}
-	return conn, nil
+		bx.Exited()
+	}()
 }
 
-// pipes are a sandbox's stdin, stdout and stderr: this process writes
-// inW and reads outR and errR; the others are the sandbox's.
-type pipes struct{ inR, inW, outR, outW, errR, errW *os.File }
-
-// newPipes makes a sandbox's pipes.
-func newPipes() (*pipes, error) {
-	var p pipes
-	var err error
-	if p.inR, p.inW, err = os.Pipe(); err != nil {
-		return nil, fmt.Errorf("pipe: %w", err)
+// Running reports whether the sandbox runs: its relay has not exited.
+func (bx *box) Running() bool {
+	if bx.relay == nil {
+		return false
 	}
-	if p.outR, p.outW, err = os.Pipe(); err != nil {
-		p.inR.Close()
-		p.inW.Close()
-		return nil, fmt.Errorf("pipe: %w", err)
+	select {
+	case <-bx.Done():
+		return false
+	default:
+		return true
 	}
-	if p.errR, p.errW, err = os.Pipe(); err != nil {
-		p.inR.Close()
-		p.inW.Close()
-		p.outR.Close()
-		p.outW.Close()
-		return nil, fmt.Errorf("pipe: %w", err)
-	}
-	return &p, nil
-}
-
-// closeTheirs closes the sandbox's ends, once it has them.
-func (p *pipes) closeTheirs() {
-	p.inR.Close()
-	p.outW.Close()
-	p.errW.Close()
 }
 
 // sandboxExitWait bounds the wait, once runsc exited, for the sandbox's
@@ -604,44 +594,32 @@ func cgroupEmpty(procs []string, max time.Duration) bool {
 }
 
 // Kill ends the sandbox: its agent connection, then the sandbox through
-// runsc. The runsc process exits once the sandbox is gone (Done).
+// runsc. Its relay exits once the sandbox is gone (Done).
 func (bx *box) Kill() {
-	bx.Client.Close()
+	if bx.Client != nil {
+		bx.Client.Close()
+	}
 	if !bx.Running() {
 		return
 	}
-	// runsc kill ends the sandbox within tens of milliseconds. It cannot
-	// reach a sandbox already ending (its agent ends when its input
-	// closes, above), whose runsc then exits by itself; killed instead,
-	// runsc would leave the sandbox's end to its deletion. The process
-	// group goes when runsc does not exit (its state gone, the sandbox
-	// hung).
+	// runsc kill ends the sandbox within tens of milliseconds. When it
+	// cannot reach the sandbox (ending already, or hung), the relay goes:
+	// the agent's input closes, and a sandbox still there when the relay
+	// is gone is deleted (watch).
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	_, err := bx.b.runscOut(ctx, "kill", bx.cid, "KILL")
-	switch {
-	case bx.foster:
-		bx.awaitEnd(context.Background())
-	case err != nil:
+	if _, err := bx.b.runscOut(ctx, "kill", bx.cid, "KILL"); err != nil {
 		select {
 		case <-bx.Done():
 		case <-time.After(killGrace):
-			bx.KillGroup()
+			bx.relay.kill()
 		}
 	}
 }
 
-// awaitEnd waits for the runsc process of a sandbox that is ending to
-// exit, or for ctx to end. A foster sandbox's runsc would wait for the
-// host's init to reap the sandbox: once its control group lists no
-// process it has nothing left to do, and is killed.
+// awaitEnd waits for a sandbox that is ending to be gone, or for ctx to
+// end.
 func (bx *box) awaitEnd(ctx context.Context) {
-	if bx.foster {
-		// Ended or not (then the exit handler deletes the container,
-		// which ends the sandbox), its runsc goes.
-		cgroupEmpty(bx.procs, sandboxExitWait)
-		bx.KillGroup()
-	}
 	select {
 	case <-bx.Done():
 	case <-ctx.Done():
@@ -715,17 +693,17 @@ func (b *Backend) list(ctx context.Context) ([]listed, error) {
 	return all, nil
 }
 
-// Reconcile removes the runsc containers of this instance that no live
-// backend owns. A sandbox's agent speaks over the pipes of the process
-// that booted it, so none can be adopted. A container this backend made
-// and has not deleted yet (booting, warm, running, or being deleted after
-// its end) stays, and so does one another live backend made
-// (annotationOwner: another server of the instance on this host, or
-// another backend of this process), whatever runsc says of it: one being
-// created or taken down does not run yet or any more. The containers of
-// makers that ended are removed, except one still running whose
-// container another live process holds (decide says Leave), as for a
-// container made before owners were recorded.
+// Reconcile adopts or removes the runsc containers of this instance that
+// no live backend owns. A container this backend made and has not deleted
+// yet (booting, warm, running, or being deleted after its end) stays, and
+// so does one another live backend made (annotationOwner: another server
+// of the instance on this host, or another backend of this process),
+// whatever runsc says of it: one being created or taken down does not run
+// yet or any more. Of the containers whose makers ended, a running one is
+// left when another live process holds its sandbox (decide says Leave), as
+// for a container made before owners were recorded, and adopted when
+// decide says Adopt and its relay still runs (relay.go): its agent's
+// sessions are this process's from then on. The others are removed.
 func (b *Backend) Reconcile(ctx context.Context, decide func(id string) sandbox.Verdict) (adopted, removed []string, err error) {
 	all, err := b.list(ctx)
 	if err != nil {
@@ -743,15 +721,35 @@ func (b *Backend) Reconcile(ctx context.Context, decide func(id string) sandbox.
 	}
 	b.cidsMu.Unlock()
 	for _, c := range all {
+		id := c.Annotations[annotationContainer]
+		if r, err := b.readRecord(c.ID); err == nil {
+			// A claimed warm sandbox serves another id than its slot's.
+			id = r.ID
+		}
 		if mine[c.ID] {
+			// One this backend adopts meanwhile, or adopted, is adopted
+			// for a caller that asks for it too.
+			if id != "" && c.Status == "running" && decide(id) == sandbox.Adopt && b.adopt(ctx, c.ID, id) == nil {
+				adopted = append(adopted, id)
+			}
 			continue
 		}
 		if o, ok := parseOwner(c.Annotations[annotationOwner]); ok && o != b.self && o.alive() {
 			continue
 		}
-		id := c.Annotations[annotationContainer]
-		if c.Status == "running" && id != "" && decide(id) == sandbox.Leave {
-			continue
+		if c.Status == "running" && id != "" {
+			switch decide(id) {
+			case sandbox.Leave:
+				continue
+			case sandbox.Adopt:
+				if err := b.adopt(ctx, c.ID, id); err == nil {
+					b.log.Info("sandbox adopted", "id", id, "backend", "gvisor", "container", c.ID)
+					adopted = append(adopted, id)
+					continue
+				} else {
+					b.log.Warn("sandbox not adopted", "id", id, "container", c.ID, "cause", err.Error())
+				}
+			}
 		}
 		if _, err := b.runscOut(ctx, "delete", "--force", c.ID); err != nil {
 			if !strings.Contains(err.Error(), "does not exist") {
@@ -759,13 +757,22 @@ func (b *Backend) Reconcile(ctx context.Context, decide func(id string) sandbox.
 			}
 			continue
 		}
+		b.killRelayOf(c.ID)
 		_ = os.RemoveAll(filepath.Join(b.bndls, c.ID))
 		if id != "" {
 			removed = append(removed, id)
 		}
 	}
 	b.removeStrayViews()
-	return nil, removed, nil
+	return adopted, removed, nil
+}
+
+// killRelayOf ends the relay of the container cid, whose sandbox is gone,
+// if it still runs.
+func (b *Backend) killRelayOf(cid string) {
+	if r, err := b.readRecord(cid); err == nil {
+		(&relayProc{pid: r.RelayPID, start: r.RelayStart}).kill()
+	}
 }
 
 // Close ends every sandbox of this backend, forgets the agent connections
@@ -855,7 +862,9 @@ func RemoveInstance(ctx context.Context, instance string) error {
 		if _, err := b.runscOut(ctx, "delete", "--force", c.ID); err != nil {
 			errs = append(errs, err)
 		}
+		b.killRelayOf(c.ID)
 	}
+	stopRelaysUnder(b.bndls)
 	if err := os.RemoveAll(filepath.Dir(b.state)); err != nil {
 		errs = append(errs, err)
 	}

@@ -36,7 +36,8 @@ func (b *Backend) Warm(ctx context.Context, spec sandbox.Spec) error {
 func (b *Backend) Claim(ctx context.Context, name string, spec sandbox.Spec) error {
 	return b.pool.Claim(ctx, name, spec, b.cfg.Dirs, b.cfg.Limits, func(bx *box, _ boxes.Slot) error {
 		bx.id = spec.ID
-		return nil
+		// A process that adopts it adopts it as spec.ID's.
+		return writeRecord(bx)
 	})
 }
 
@@ -55,27 +56,40 @@ func (b *Backend) removeView(dir string) {
 
 // removeStrayViews removes the views that serve no sandbox: in this
 // process's folder those of no sandbox it runs, boots or keeps warm, and
-// the folders of processes that ended (their sandboxes ended with them).
+// in the folders of processes that ended those of no sandbox still
+// running (an adopted one's view stays where its process made it).
 func (b *Backend) removeStrayViews() {
 	keep := map[string]bool{}
 	b.cidsMu.Lock()
 	for cid := range b.cids {
-		keep["run-"+cid] = true
+		keep[filepath.Join(b.views, "run-"+cid)] = true
 	}
 	b.cidsMu.Unlock()
 	for _, dir := range b.pool.Dirs() {
-		keep[filepath.Base(dir)] = true
+		keep[dir] = true
 	}
-	entries, _ := os.ReadDir(b.views)
-	for _, e := range entries {
-		if e.IsDir() && !keep[e.Name()] {
-			b.removeView(filepath.Join(b.views, e.Name()))
+	// Every running container's, whoever runs it.
+	bundles, _ := os.ReadDir(b.bndls)
+	for _, e := range bundles {
+		if r, err := b.readRecord(e.Name()); err == nil {
+			keep[r.View] = true
 		}
 	}
+	removeIn := func(dir string) {
+		entries, _ := os.ReadDir(dir)
+		for _, e := range entries {
+			if path := filepath.Join(dir, e.Name()); e.IsDir() && !keep[path] {
+				b.removeView(path)
+			}
+		}
+	}
+	removeIn(b.views)
 	procs, _ := os.ReadDir(b.cfg.PoolDir)
 	for _, p := range procs {
 		if pid, err := strconv.Atoi(p.Name()); err == nil && pid != os.Getpid() && !alive(pid) {
-			b.removeView(filepath.Join(b.cfg.PoolDir, p.Name()))
+			dir := filepath.Join(b.cfg.PoolDir, p.Name())
+			removeIn(dir)
+			_ = os.Remove(dir)
 		}
 	}
 }

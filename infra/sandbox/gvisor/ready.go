@@ -3,14 +3,13 @@ package gvisor
 import (
 	"context"
 	"fmt"
-	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
 	"threadbox/domain/sandbox"
-	"threadbox/infra/sandbox/agent"
 	"threadbox/infra/sandbox/hostdirs"
 )
 
@@ -27,20 +26,15 @@ import (
 // before; a restore that fails in the ready container is tried again
 // without it.
 
-// readyBox is a runsc container created ahead of a restore.
+// readyBox is a runsc container created ahead of a restore, under its
+// relay (relay.go).
 type readyBox struct {
 	cid, bundle, view string
 	targets           []sandbox.Mount // its folder targets, sources empty
 	limits            sandbox.Limits
-	procs             []string           // its control group's cgroup.procs files
-	conn              io.ReadWriteCloser // the agent's stdio, this process's ends
-	errR              *os.File           // the sandbox's stderr, this process's end
-}
-
-// close ends this process's ends of its pipes.
-func (r *readyBox) close() {
-	_ = r.conn.Close()
-	_ = r.errR.Close()
+	procs             []string // its control group's cgroup.procs files
+	relay             *relayProc
+	conn              net.Conn // to its relay
 }
 
 // prepareReady makes a ready container for restores of sandboxes with
@@ -113,26 +107,22 @@ func (b *Backend) makeReady(targets []sandbox.Mount, l sandbox.Limits) (*readyBo
 	if err := writeBundle(r.bundle, b.bundleSpec(sandbox.Spec{ID: "restore-ready", Mounts: targets}, l, cgroupsPath, r.view)); err != nil {
 		return fail(err)
 	}
-	p, err := newPipes()
-	if err != nil {
-		return fail(err)
-	}
 	// runsc create exits once the sandbox waits to be started or
-	// restored; the sandbox keeps the pipes' other ends.
+	// restored; the relay keeps the agent's pipes.
 	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.BootTimeout)
 	defer cancel()
-	cmd := b.runsc(ctx, "create", "--bundle", r.bundle, cid)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = p.inR, p.outW, p.errW
-	err = cmd.Run()
-	p.closeTheirs()
-	r.conn = agent.NewConn(p.outR, p.inW, func() error {
-		p.inW.Close()
-		return p.outR.Close()
-	})
-	r.errR = p.errR
+	rp, err := b.startRelay(ctx, r.bundle, []string{"create", "--bundle", r.bundle, cid})
 	if err != nil {
-		r.close()
 		return fail(fmt.Errorf("runsc create: %w", err))
+	}
+	r.relay = rp
+	if err := putRecord(r.bundle, record{View: r.view, RelayPID: rp.pid, RelayStart: rp.start}); err != nil {
+		b.log.Warn("ready gVisor sandbox has no relay record", "cause", err.Error())
+	}
+	if r.conn, err = dialRelay(ctx, r.bundle); err != nil {
+		rp.kill()
+		rp.wait()
+		return fail(err)
 	}
 	return r, nil
 }
@@ -163,14 +153,17 @@ func (b *Backend) takeReady(mounts []sandbox.Mount, l sandbox.Limits) *readyBox 
 	return r
 }
 
-// dropReady deletes a ready container that will not be used.
+// dropReady deletes a ready container that will not be used; its relay
+// exits with it.
 func (b *Backend) dropReady(r *readyBox) {
-	r.close()
+	_ = r.conn.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if _, err := b.runscOut(ctx, "delete", "--force", r.cid); err != nil && !strings.Contains(err.Error(), "does not exist") {
 		b.log.Warn("runsc container not deleted", "container", r.cid, "cause", err.Error())
 	}
+	r.relay.kill()
+	r.relay.wait()
 	_ = os.RemoveAll(r.bundle)
 	b.removeView(r.view)
 	b.cidsMu.Lock()
