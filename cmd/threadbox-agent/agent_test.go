@@ -130,7 +130,7 @@ func TestReadOOMKills(t *testing.T) {
 	}
 }
 
-func must(t *testing.T, err error) {
+func must(t testing.TB, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
@@ -158,7 +158,7 @@ func inProcess(t *testing.T) (w io.Writer, frames <-chan protocol.Frame) {
 
 // inProcessPipes runs a server in the test process over pipes and returns
 // the host's ends of them, its input and its output.
-func inProcessPipes(t *testing.T) (io.Writer, io.Reader) {
+func inProcessPipes(t testing.TB) (io.Writer, io.Reader) {
 	t.Helper()
 	root := t.TempDir()
 	cfg := config{

@@ -3,12 +3,11 @@
 // per container over the sandbox image's root filesystem folder (the local
 // backend's, read-only), with the container's folders bound in, no network
 // but loopback, and the threadbox agent as its init speaking the agent
-// protocol over the sandbox's stdin and stdout, pipes of this process.
-// runsc makes a control group per sandbox for its memory, CPU and pids
-// limits. A runsc process stays the sandbox's parent while it runs (it
-// reaps the sandbox and removes its state when it ends), and sandboxes end
-// with this process, as the local backend's jails do: their agent's input
-// is this process's pipe.
+// protocol over the sandbox's stdin and stdout. runsc makes a control
+// group per sandbox for its memory, CPU and pids limits. The agent's pipes
+// are held by a relay on the host (relay.go), which reaps the sandbox and
+// passes frames between it and one threadbox process at a time: a sandbox
+// outlives a threadbox process killed at once, and the next one adopts it.
 //
 // Because runsc is driven directly, a running sandbox can be saved into a
 // folder and booted again from it, its processes going on where they were
@@ -845,9 +844,10 @@ var _ sandbox.Backend = (*Backend)(nil)
 
 // RemoveInstance deletes every runsc container of instance on this host
 // (under DefaultStateDir), then its state folder and control group
-// folders. threadbox's sandboxes end with it, but one killed at once
-// leaves their state for the next start's Reconcile; this is for servers
-// that must leave nothing behind, such as those of tests.
+// folders, and stops their relays. threadbox ends its sandboxes when it
+// stops, but one killed at once leaves them for the next start to adopt;
+// this is for servers that must leave nothing behind, such as those of
+// tests.
 func RemoveInstance(ctx context.Context, instance string) error {
 	b, err := New(Config{Settings: boxes.Settings{Instance: instance}})
 	if err != nil {

@@ -41,8 +41,8 @@ func (b *Backend) Claim(ctx context.Context, name string, spec sandbox.Spec) err
 	})
 }
 
-// WarmSandboxes lists this process's unclaimed warm sandboxes: sandboxes
-// end with the process that booted them, so there are no others.
+// WarmSandboxes lists this process's unclaimed warm sandboxes: those of
+// a process killed at once serve no container, and Reconcile removes them.
 func (b *Backend) WarmSandboxes(context.Context) ([]string, error) {
 	return b.pool.Unclaimed(), nil
 }
