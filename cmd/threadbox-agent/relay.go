@@ -30,7 +30,9 @@ import (
 // instead of threadbox, so that the sandbox outlives a threadbox process
 // that dies at once (kill -9) and the next one takes it over. It makes the
 // agent's pipes, runs COMMAND with them as its stdio (`runsc run --detach`,
-// `runsc create`: it leaves the sandbox running with the pipes and exits),
+// `runsc create`: it leaves the sandbox running with the pipes and exits;
+// the relay says it is ready once COMMAND started, or with -wait once it
+// exited successfully),
 // reaps the sandbox's processes as their subreaper, and serves one host
 // connection at a time on the unix socket, relaying whole frames both
 // ways (protocol.TypeHangup). The sandbox's stderr is appended to the log.
@@ -48,6 +50,7 @@ func runRelay(args []string) int {
 	socket := fs.String("socket", "", "unix socket the host connects to")
 	logPath := fs.String("log", "", "file the sandbox's stderr is appended to")
 	readyFD := fs.Int("ready", -1, "descriptor the relay writes ok, or why it failed, to and closes")
+	wait := fs.Bool("wait", false, "say ok once COMMAND exited successfully (runsc create), not once it started")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -94,40 +97,53 @@ func runRelay(args []string) int {
 		reapAll(relayReap)
 		os.Exit(1)
 	}()
-	cmd := exec.Command(fs.Arg(0), fs.Args()[1:]...)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = p.inR, p.outW, p.errW
-	err = cmd.Run()
-	p.inR.Close()
-	p.outW.Close()
-	p.errW.Close()
-	if err != nil {
-		// The sandbox, if any was left, ends with its input.
-		p.inW.Close()
-		p.outR.Close()
-		select {
-		case <-copied:
-		case <-time.After(time.Second):
-		}
-		return fail("relay: %s: %v", fs.Arg(0), err)
-	}
 	// A socket address is short: the socket is bound by its name in its
 	// folder, the relay's working directory from now on.
 	if err := os.Chdir(filepath.Dir(*socket)); err != nil {
-		p.inW.Close()
 		return fail("relay: %v", err)
 	}
 	name := filepath.Base(*socket)
 	_ = os.Remove(name)
 	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: name, Net: "unix"})
 	if err != nil {
-		p.inW.Close()
 		return fail("relay: listen: %v", err)
 	}
 	ln.SetUnlinkOnClose(true)
 	if err := os.Chmod(name, 0o600); err != nil {
 		ln.Close()
-		p.inW.Close()
 		return fail("relay: %v", err)
+	}
+	cmd := exec.Command(fs.Arg(0), fs.Args()[1:]...)
+	cmd.Dir = "/"
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = p.inR, p.outW, p.errW
+	err = cmd.Start()
+	p.inR.Close()
+	p.outW.Close()
+	p.errW.Close()
+	if err == nil && *wait {
+		err = cmd.Wait()
+	}
+	if err != nil {
+		// What runsc left of the sandbox ends.
+		ln.Close()
+		p.inW.Close()
+		killChildren()
+		reapAll(time.Second)
+		select {
+		case <-copied:
+		case <-time.After(time.Second):
+		}
+		return fail("relay: %s: %v", fs.Arg(0), err)
+	}
+	if !*wait {
+		// The host learns of a failure from the sandbox's end: runsc
+		// leaves nothing, and the agent's output ends.
+		go func() {
+			if err := cmd.Wait(); err != nil {
+				fmt.Fprintf(log, "relay: %s: %v\n", fs.Arg(0), err)
+				killChildren()
+			}
+		}()
 	}
 	fmt.Fprintln(ready, "ok")
 	ready.Close()

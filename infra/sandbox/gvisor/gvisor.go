@@ -21,6 +21,7 @@
 package gvisor
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -373,7 +374,11 @@ func (b *Backend) startIn(ctx context.Context, spec sandbox.Spec, image, view st
 		return nil, err
 	}
 	spawned := time.Now()
-	conn, err := b.launch(ctx, bx, image, ready)
+	// A runsc restore into the ready container runs beside the agent's
+	// release; if it fails, so does the release, at once.
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	conn, restoreErr, err := b.launch(cctx, cancel, bx, image, ready)
 	if err == nil {
 		err = writeRecord(bx)
 		if err != nil {
@@ -388,7 +393,10 @@ func (b *Backend) startIn(ctx context.Context, spec sandbox.Spec, image, view st
 		return nil, err
 	}
 	b.watch(bx)
-	if err := b.connect(ctx, bx, conn, image != ""); err != nil {
+	if err := b.connect(cctx, bx, conn, image != ""); err != nil {
+		if rerr := restoreErr(); rerr != nil {
+			err = rerr
+		}
 		bx.Kill()
 		<-bx.Done()
 		return nil, fmt.Errorf("%w: %s", err, bx.stderr.Tail())
@@ -406,36 +414,58 @@ func (b *Backend) startIn(ctx context.Context, spec sandbox.Spec, image, view st
 
 // launch has runsc run the sandbox of bx (or restore it from image) under
 // a relay, or restores it into the ready container, whose relay runs
-// already, and returns the connection to the relay.
-func (b *Backend) launch(ctx context.Context, bx *box, image string, ready *readyBox) (io.ReadWriteCloser, error) {
+// already, and returns the connection to the relay. A restore into the
+// ready container goes on in the background: restoreErr says how it
+// failed, once it did, and cancel is called then.
+func (b *Backend) launch(ctx context.Context, cancel context.CancelFunc, bx *box, image string, ready *readyBox) (conn io.ReadWriteCloser, restoreErr func() error, err error) {
+	none := func() error { return nil }
 	if ready != nil {
 		bx.relay = ready.relay
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.cfg.BootTimeout)
-		defer cancel()
-		if _, err := b.runscOut(rctx, "restore", "--detach", "--image-path", image, bx.cid); err != nil {
-			return nil, err
+		var out bytes.Buffer
+		cmd := b.runsc(context.WithoutCancel(ctx), "restore", "--detach", "--image-path", image, bx.cid)
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Start(); err != nil {
+			return nil, nil, fmt.Errorf("runsc restore: %w", err)
 		}
-		return ready.conn, nil
+		var mu sync.Mutex
+		var failed error
+		b.wg.Add(1)
+		go func() {
+			defer b.wg.Done()
+			if err := cmd.Wait(); err != nil {
+				mu.Lock()
+				failed = fmt.Errorf("runsc restore: %w: %s", err, strings.TrimSpace(out.String()))
+				mu.Unlock()
+				cancel()
+			}
+		}()
+		return ready.conn, func() error {
+			mu.Lock()
+			defer mu.Unlock()
+			return failed
+		}, nil
 	}
 	args := []string{"run", "--detach", "--bundle", bx.bundle, bx.cid}
 	if image != "" {
 		args = []string{"restore", "--detach", "--image-path", image, "--bundle", bx.bundle, bx.cid}
 	}
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.cfg.BootTimeout)
-	defer cancel()
-	rp, err := b.startRelay(sctx, bx.bundle, args)
+	sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), b.cfg.BootTimeout)
+	defer scancel()
+	rp, err := b.startRelay(sctx, bx.bundle, false, args)
 	if err != nil {
 		// What runsc made of the container goes.
 		b.deleteContainer(bx)
-		return nil, err
+		return nil, nil, err
 	}
 	bx.relay = rp
-	conn, err := dialRelay(sctx, bx.bundle)
+	c, err := dialRelay(sctx, bx.bundle)
 	if err != nil {
+		// Gone already: runsc failed, and said why in the sandbox's log.
+		err = fmt.Errorf("%w: %s", err, logTail(filepath.Join(bx.bundle, relayLog)))
 		b.endLaunched(bx)
-		return nil, err
+		return nil, nil, err
 	}
-	return conn, nil
+	return c, none, nil
 }
 
 // endLaunched ends a sandbox that runs under its relay but was not kept:

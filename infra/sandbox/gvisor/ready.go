@@ -111,7 +111,7 @@ func (b *Backend) makeReady(targets []sandbox.Mount, l sandbox.Limits) (*readyBo
 	// restored; the relay keeps the agent's pipes.
 	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.BootTimeout)
 	defer cancel()
-	rp, err := b.startRelay(ctx, r.bundle, []string{"create", "--bundle", r.bundle, cid})
+	rp, err := b.startRelay(ctx, r.bundle, true, []string{"create", "--bundle", r.bundle, cid})
 	if err != nil {
 		return fail(fmt.Errorf("runsc create: %w", err))
 	}

@@ -59,15 +59,19 @@ type record struct {
 }
 
 // startRelay starts the relay of the container whose bundle is bundle,
-// running runsc with args, and returns once runsc did (the sandbox runs,
-// or is created) or failed.
-func (b *Backend) startRelay(ctx context.Context, bundle string, args []string) (*relayProc, error) {
+// running runsc with args, and returns once runsc started (with wait, once
+// it exited: the sandbox is created) or failed.
+func (b *Backend) startRelay(ctx context.Context, bundle string, wait bool, args []string) (*relayProc, error) {
 	readyR, readyW, err := os.Pipe()
 	if err != nil {
 		return nil, fmt.Errorf("pipe: %w", err)
 	}
 	defer readyR.Close()
-	full := append([]string{"relay", "-socket", filepath.Join(bundle, relaySocket), "-log", filepath.Join(bundle, relayLog), "-ready", "3", "--", b.cfg.Runsc, "--root", b.state}, runscFlags...)
+	full := []string{"relay", "-socket", filepath.Join(bundle, relaySocket), "-log", filepath.Join(bundle, relayLog), "-ready", "3"}
+	if wait {
+		full = append(full, "-wait")
+	}
+	full = append(append(full, "--", b.cfg.Runsc, "--root", b.state), runscFlags...)
 	cmd := exec.Command(b.cfg.AgentBin, append(full, args...)...)
 	cmd.Dir = "/"
 	cmd.ExtraFiles = []*os.File{readyW}
