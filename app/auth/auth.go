@@ -140,7 +140,7 @@ func (s *Service) Authenticate(ctx context.Context, bearer string) (user.Princip
 	// A claim of another kind than its record's is refused: a browser
 	// session's refresh token (kind refresh, record kind session) opens
 	// only the refresh endpoint, never the API.
-	if !tok.Usable(now) || tok.UserID() != c.UserID || tok.OrgID() != c.OrgID || tok.Kind() != c.Kind {
+	if !tok.Usable(now) || !tok.AccessibleBy(c.OrgID, c.UserID) || tok.Kind() != c.Kind {
 		return user.Principal{}, errUnauthenticated
 	}
 	if u.Disabled() || u.OrgID() != c.OrgID {
@@ -316,7 +316,7 @@ func (s *Service) RevokeOwn(ctx context.Context, p user.Principal, tokenID strin
 	if err != nil {
 		return err
 	}
-	if t.UserID() != p.UserID || t.OrgID() != p.OrgID {
+	if !t.AccessibleBy(p.OrgID, p.UserID) {
 		return fault.New(fault.NotFound, "token not found")
 	}
 	return s.store.RevokeToken(ctx, tokenID, s.now())

@@ -82,7 +82,7 @@ func (s *Service) EndSession(ctx context.Context, refresh string) error {
 	} else if err != nil {
 		return fmt.Errorf("auth: end session: %w", err)
 	}
-	if tok.UserID() != c.UserID || tok.Kind() != user.SessionToken || tok.RevokedAt() != nil {
+	if tok.OwnerID() != c.UserID || tok.Kind() != user.SessionToken || tok.RevokedAt() != nil {
 		return nil
 	}
 	if err := s.store.RevokeToken(ctx, tok.ID(), s.now()); err != nil {
@@ -107,7 +107,7 @@ func (s *Service) sessionOf(ctx context.Context, refresh string) (user.Token, us
 	} else if err != nil {
 		return user.Token{}, user.User{}, fmt.Errorf("auth: session: %w", err)
 	}
-	if !tok.Usable(s.now()) || tok.Kind() != user.SessionToken || tok.UserID() != c.UserID || tok.OrgID() != c.OrgID {
+	if !tok.Usable(s.now()) || tok.Kind() != user.SessionToken || !tok.AccessibleBy(c.OrgID, c.UserID) {
 		return user.Token{}, user.User{}, errNoSession
 	}
 	if u.Disabled() || u.OrgID() != c.OrgID {
@@ -174,7 +174,7 @@ func (s *Service) AuthenticateTicket(ctx context.Context, ticket, resource strin
 	} else if err != nil {
 		return user.Principal{}, fmt.Errorf("auth: ticket: %w", err)
 	}
-	if !tok.Usable(s.now()) || tok.UserID() != c.UserID || tok.OrgID() != c.OrgID || tok.Kind() == user.SandboxToken {
+	if !tok.Usable(s.now()) || !tok.AccessibleBy(c.OrgID, c.UserID) || tok.Kind() == user.SandboxToken {
 		return user.Principal{}, bad
 	}
 	if u.Disabled() || u.OrgID() != c.OrgID || o.Disabled() {

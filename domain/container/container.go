@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"threadbox/domain/fault"
+	"threadbox/domain/org"
 )
 
 // DefaultClientID names the container used by requests that name none.
@@ -26,15 +27,12 @@ const (
 
 // Container is a named sandbox scope owned by a user or by a thread.
 type Container struct {
-	id           string
+	org.Owned    // its storage id (unique across users), org, owner and creation
 	clientID     string
-	orgID        string
-	ownerID      string
 	threadID     string
 	state        State
 	backend      string // the backend serving its sandbox, while one runs
 	holder       string // the server process holding its sandbox, while one runs
-	createdAt    time.Time
 	lastActiveAt time.Time
 }
 
@@ -113,7 +111,7 @@ func NewForUser(orgID, ownerID, clientID string, now time.Time) (Container, erro
 		return Container{}, fault.New(fault.Invalid, "container org and owner are required")
 	}
 	now = now.UTC()
-	return Container{id: UserScopedID(ownerID, clientID), clientID: clientID, orgID: orgID, ownerID: ownerID, state: Idle, createdAt: now, lastActiveAt: now}, nil
+	return Container{Owned: org.Own(UserScopedID(ownerID, clientID), orgID, ownerID, now), clientID: clientID, state: Idle, lastActiveAt: now}, nil
 }
 
 // NewForThread returns the container of a thread: its id is the thread id.
@@ -122,34 +120,22 @@ func NewForThread(orgID, ownerID, threadID string, now time.Time) (Container, er
 		return Container{}, fault.New(fault.Invalid, "container org, owner and thread are required")
 	}
 	now = now.UTC()
-	return Container{id: threadID, clientID: threadID, orgID: orgID, ownerID: ownerID, threadID: threadID, state: Idle, createdAt: now, lastActiveAt: now}, nil
+	return Container{Owned: org.Own(threadID, orgID, ownerID, now), clientID: threadID, threadID: threadID, state: Idle, lastActiveAt: now}, nil
 }
 
 // Restore rebuilds a container from storage.
 func Restore(id, clientID, orgID, ownerID, threadID string, state State, backend, holder string, createdAt, lastActiveAt time.Time) Container {
-	return Container{id, clientID, orgID, ownerID, threadID, state, backend, holder, createdAt, lastActiveAt}
+	return Container{org.Own(id, orgID, ownerID, createdAt), clientID, threadID, state, backend, holder, lastActiveAt}
 }
-
-// ID returns the storage id, unique across users.
-func (c Container) ID() string { return c.id }
 
 // ClientID returns the id as the API shows it to its owner.
 func (c Container) ClientID() string { return c.clientID }
-
-// OrgID returns the owning org.
-func (c Container) OrgID() string { return c.orgID }
-
-// OwnerID returns the owning user.
-func (c Container) OwnerID() string { return c.ownerID }
 
 // ThreadID returns the thread that owns the container, or "".
 func (c Container) ThreadID() string { return c.threadID }
 
 // State returns the recorded state.
 func (c Container) State() State { return c.state }
-
-// CreatedAt returns when the container was created.
-func (c Container) CreatedAt() time.Time { return c.createdAt }
 
 // LastActiveAt returns when the container was last used.
 func (c Container) LastActiveAt() time.Time { return c.lastActiveAt }
@@ -191,7 +177,7 @@ func (c Container) Stopped() Container {
 // Expired reports whether the container has passed its maximum age. A
 // thread's container has none: its files live as long as the thread.
 func (c Container) Expired(now time.Time, maxAge time.Duration) bool {
-	return maxAge > 0 && c.threadID == "" && !now.Before(c.createdAt.Add(maxAge))
+	return maxAge > 0 && c.threadID == "" && !now.Before(c.CreatedAt().Add(maxAge))
 }
 
 // ExpiresAt is the rolling expiry shown to clients: when the running
@@ -200,16 +186,11 @@ func (c Container) Expired(now time.Time, maxAge time.Duration) bool {
 func (c Container) ExpiresAt(idle, maxAge time.Duration) time.Time {
 	t := c.lastActiveAt.Add(idle)
 	if maxAge > 0 && c.threadID == "" {
-		if hard := c.createdAt.Add(maxAge); hard.Before(t) {
+		if hard := c.CreatedAt().Add(maxAge); hard.Before(t) {
 			t = hard
 		}
 	}
 	return t
-}
-
-// AccessibleBy reports whether user userID of org orgID may use the container.
-func (c Container) AccessibleBy(orgID, userID string) bool {
-	return c.orgID == orgID && c.ownerID == userID
 }
 
 // Repository stores containers.

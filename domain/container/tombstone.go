@@ -19,7 +19,7 @@ type Tombstone struct {
 
 // Tombstone returns the container's tombstone, removed at now.
 func (c Container) Tombstone(now time.Time) Tombstone {
-	return Tombstone{ID: c.id, ClientID: c.clientID, OrgID: c.orgID, OwnerID: c.ownerID, CreatedAt: c.createdAt, ExpiredAt: now.UTC()}
+	return Tombstone{ID: c.ID(), ClientID: c.clientID, OrgID: c.OrgID(), OwnerID: c.OwnerID(), CreatedAt: c.CreatedAt(), ExpiredAt: now.UTC()}
 }
 
 // KeepsTombstone reports whether the container leaves a tombstone when it

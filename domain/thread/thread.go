@@ -9,16 +9,14 @@ import (
 	"time"
 
 	"threadbox/domain/fault"
+	"threadbox/domain/org"
 )
 
 // Thread is a chat conversation in a project, private to its owner.
 type Thread struct {
-	id        string
-	orgID     string
+	org.Owned // its id (also its container's), org, owner and creation
 	projectID string
-	ownerID   string
 	title     string
-	createdAt time.Time
 	updatedAt time.Time
 }
 
@@ -30,7 +28,7 @@ func New(id, orgID, projectID, ownerID, title string, now time.Time) (Thread, er
 	if id == "" || orgID == "" || projectID == "" || ownerID == "" {
 		return Thread{}, fault.New(fault.Invalid, "thread id, org, project and owner are required")
 	}
-	t := Thread{id: id, orgID: orgID, projectID: projectID, ownerID: ownerID, createdAt: now.UTC()}
+	t := Thread{Owned: org.Own(id, orgID, ownerID, now.UTC()), projectID: projectID}
 	if strings.TrimSpace(title) == "" {
 		title = DefaultTitle
 	}
@@ -39,7 +37,7 @@ func New(id, orgID, projectID, ownerID, title string, now time.Time) (Thread, er
 
 // Restore rebuilds a thread from storage.
 func Restore(id, orgID, projectID, ownerID, title string, createdAt, updatedAt time.Time) Thread {
-	return Thread{id, orgID, projectID, ownerID, title, createdAt, updatedAt}
+	return Thread{org.Own(id, orgID, ownerID, createdAt), projectID, title, updatedAt}
 }
 
 // Retitle returns the thread with a new, validated title.
@@ -150,34 +148,17 @@ func plainTitle(line string) string {
 // Touch returns the thread marked as changed at now.
 func (t Thread) Touch(now time.Time) Thread { t.updatedAt = now.UTC(); return t }
 
-// ID returns the thread's id, which is also its container's id.
-func (t Thread) ID() string { return t.id }
-
-// ContainerID returns the id of the thread's container.
-func (t Thread) ContainerID() string { return t.id }
-
-// OrgID returns the owning org.
-func (t Thread) OrgID() string { return t.orgID }
+// ContainerID returns the id of the thread's container: the thread's id.
+func (t Thread) ContainerID() string { return t.ID() }
 
 // ProjectID returns the project the thread is in.
 func (t Thread) ProjectID() string { return t.projectID }
 
-// OwnerID returns the user who owns the thread.
-func (t Thread) OwnerID() string { return t.ownerID }
-
 // Title returns the thread's title.
 func (t Thread) Title() string { return t.title }
 
-// CreatedAt returns when the thread was created.
-func (t Thread) CreatedAt() time.Time { return t.createdAt }
-
 // UpdatedAt returns when the thread last changed.
 func (t Thread) UpdatedAt() time.Time { return t.updatedAt }
-
-// AccessibleBy reports whether user userID of org orgID may use the thread.
-func (t Thread) AccessibleBy(orgID, userID string) bool {
-	return t.orgID == orgID && t.ownerID == userID
-}
 
 // Page asks for one page of a listing, newest first.
 type Page struct {

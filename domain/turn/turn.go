@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"threadbox/domain/fault"
+	"threadbox/domain/org"
 )
 
 // State is where a turn is in its life.
@@ -24,11 +25,11 @@ const (
 
 // Turn is the record of a detached turn.
 type Turn struct {
-	id, threadID, orgID, userID string
-	state                       State
-	stopRequested               bool
-	createdAt                   time.Time
-	endedAt                     time.Time
+	org.Owned     // its id, its thread's org and owner (who started it), its start
+	threadID      string
+	state         State
+	stopRequested bool
+	endedAt       time.Time
 }
 
 // New returns a running turn of a user's thread.
@@ -36,34 +37,22 @@ func New(id, threadID, orgID, userID string, now time.Time) (Turn, error) {
 	if id == "" || threadID == "" || orgID == "" || userID == "" {
 		return Turn{}, fault.New(fault.Invalid, "a turn needs an id, a thread, an org and a user")
 	}
-	return Turn{id: id, threadID: threadID, orgID: orgID, userID: userID, state: Running, createdAt: now.UTC()}, nil
+	return Turn{Owned: org.Own(id, orgID, userID, now.UTC()), threadID: threadID, state: Running}, nil
 }
 
 // Restore rebuilds a turn from storage.
 func Restore(id, threadID, orgID, userID string, state State, stopRequested bool, createdAt, endedAt time.Time) Turn {
-	return Turn{id, threadID, orgID, userID, state, stopRequested, createdAt, endedAt}
+	return Turn{org.Own(id, orgID, userID, createdAt), threadID, state, stopRequested, endedAt}
 }
-
-// ID returns the turn's id.
-func (t Turn) ID() string { return t.id }
 
 // ThreadID returns the thread the turn runs in.
 func (t Turn) ThreadID() string { return t.threadID }
-
-// OrgID returns the org of the turn's thread.
-func (t Turn) OrgID() string { return t.orgID }
-
-// UserID returns the thread's owner, who started the turn.
-func (t Turn) UserID() string { return t.userID }
 
 // State returns where the turn is.
 func (t Turn) State() State { return t.state }
 
 // StopRequested reports whether its owner asked the turn to stop.
 func (t Turn) StopRequested() bool { return t.stopRequested }
-
-// CreatedAt returns when the turn started.
-func (t Turn) CreatedAt() time.Time { return t.createdAt }
 
 // EndedAt returns when the turn ended (zero while it runs).
 func (t Turn) EndedAt() time.Time { return t.endedAt }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"threadbox/domain/fault"
+	"threadbox/domain/org"
 )
 
 // TokenKind tells long-lived API tokens from short session tokens.
@@ -27,12 +28,9 @@ const (
 
 // Token is the record of an issued bearer token; its id is the JWT's jti.
 type Token struct {
-	id         string
-	userID     string
-	orgID      string
+	org.Owned  // its id, its user's org, its user (the owner), when it was issued
 	name       string
 	kind       TokenKind
-	createdAt  time.Time
 	expiresAt  time.Time
 	revokedAt  *time.Time
 	lastUsedAt *time.Time
@@ -51,31 +49,19 @@ func NewToken(id, userID, orgID, name string, kind TokenKind, now time.Time, ttl
 		return Token{}, fault.New(fault.Invalid, "token lifetime must be positive")
 	}
 	now = now.UTC()
-	return Token{id: id, userID: userID, orgID: orgID, name: name, kind: kind, createdAt: now, expiresAt: now.Add(ttl)}, nil
+	return Token{Owned: org.Own(id, orgID, userID, now), name: name, kind: kind, expiresAt: now.Add(ttl)}, nil
 }
 
 // RestoreToken rebuilds a token record from storage.
 func RestoreToken(id, userID, orgID, name string, kind TokenKind, createdAt, expiresAt time.Time, revokedAt, lastUsedAt *time.Time) Token {
-	return Token{id, userID, orgID, name, kind, createdAt, expiresAt, revokedAt, lastUsedAt}
+	return Token{org.Own(id, orgID, userID, createdAt), name, kind, expiresAt, revokedAt, lastUsedAt}
 }
-
-// ID returns the token id (the jti).
-func (t Token) ID() string { return t.id }
-
-// UserID returns the owner.
-func (t Token) UserID() string { return t.userID }
-
-// OrgID returns the owner's org.
-func (t Token) OrgID() string { return t.orgID }
 
 // Name returns the label given at creation.
 func (t Token) Name() string { return t.name }
 
 // Kind returns the token kind.
 func (t Token) Kind() TokenKind { return t.kind }
-
-// CreatedAt returns when the token was issued.
-func (t Token) CreatedAt() time.Time { return t.createdAt }
 
 // ExpiresAt returns when the token stops working.
 func (t Token) ExpiresAt() time.Time { return t.expiresAt }

@@ -195,7 +195,7 @@ func utcPtr(t *time.Time) *time.Time {
 
 // CreateToken stores a token record.
 func (s Accounts) CreateToken(ctx context.Context, t user.Token) error {
-	r := tokenRow{ID: t.ID(), UserID: t.UserID(), OrgID: t.OrgID(), Name: t.Name(), Kind: string(t.Kind()), CreatedAt: t.CreatedAt(), ExpiresAt: t.ExpiresAt(), RevokedAt: t.RevokedAt(), LastUsedAt: t.LastUsedAt()}
+	r := tokenRow{ID: t.ID(), UserID: t.OwnerID(), OrgID: t.OrgID(), Name: t.Name(), Kind: string(t.Kind()), CreatedAt: t.CreatedAt(), ExpiresAt: t.ExpiresAt(), RevokedAt: t.RevokedAt(), LastUsedAt: t.LastUsedAt()}
 	return translate(s.q(ctx).Create(&r).Error, "token")
 }
 

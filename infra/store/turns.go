@@ -47,7 +47,7 @@ func (r turnEventRow) domain() turn.Event {
 
 // CreateTurn stores a new turn.
 func (s Turns) CreateTurn(ctx context.Context, t turn.Turn) error {
-	r := turnRow{ID: t.ID(), ThreadID: t.ThreadID(), OrgID: t.OrgID(), UserID: t.UserID(), State: string(t.State()), StopRequested: t.StopRequested(), CreatedAt: t.CreatedAt()}
+	r := turnRow{ID: t.ID(), ThreadID: t.ThreadID(), OrgID: t.OrgID(), UserID: t.OwnerID(), State: string(t.State()), StopRequested: t.StopRequested(), CreatedAt: t.CreatedAt()}
 	return translate(s.q(ctx).Create(&r).Error, "turn")
 }
 

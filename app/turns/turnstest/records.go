@@ -67,7 +67,7 @@ func (m *Records) RequestStop(_ context.Context, id string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	t := m.turns[id]
-	m.turns[id] = turn.Restore(t.ID(), t.ThreadID(), t.OrgID(), t.UserID(), t.State(), true, t.CreatedAt(), t.EndedAt())
+	m.turns[id] = turn.Restore(t.ID(), t.ThreadID(), t.OrgID(), t.OwnerID(), t.State(), true, t.CreatedAt(), t.EndedAt())
 	return nil
 }
 
