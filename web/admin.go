@@ -225,11 +225,7 @@ type userRequest struct {
 	Disabled *bool   `json:"disabled"`
 }
 
-func (s *Server) createUser(c *fiber.Ctx) error {
-	var req userRequest
-	if err := parseJSON(c, &req); err != nil {
-		return err
-	}
+func (s *Server) createUser(c *fiber.Ctx, req userRequest) error {
 	nu := admin.NewUser{Email: req.Email}
 	if req.Role != nil {
 		nu.Role = user.Role(*req.Role)
@@ -241,11 +237,7 @@ func (s *Server) createUser(c *fiber.Ctx) error {
 	return answerCreated(c, u, err, viewUser)
 }
 
-func (s *Server) patchUser(c *fiber.Ctx) error {
-	var req userRequest
-	if err := parseJSON(c, &req); err != nil {
-		return err
-	}
+func (s *Server) patchUser(c *fiber.Ctx, req userRequest) error {
 	ch := admin.UserChange{Disabled: req.Disabled, Password: req.Password}
 	if req.Role != nil {
 		r := user.Role(*req.Role)

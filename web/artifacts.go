@@ -69,12 +69,6 @@ func (s *Server) projectArtifacts(c *fiber.Ctx) error {
 	return c.JSON(pageOf(views(as, viewArtifact), more, func(v artifactView) string { return v.ID }))
 }
 
-// getArtifact is GET /artifact/{id}.
-func (s *Server) getArtifact(c *fiber.Ctx) error {
-	a, err := s.svc.Workspace.Artifact(c.UserContext(), principal(c), c.Params("id"))
-	return answer(c, a, err, viewArtifact)
-}
-
 // artifactContent is GET /artifact/{id}/content, gated by
 // downloads.generated, served like a Files API download.
 func (s *Server) artifactContent(c *fiber.Ctx) error {

@@ -131,11 +131,7 @@ type createTokenRequest struct {
 	TTL  string `json:"ttl"` // a Go duration such as "720h"; empty means the default
 }
 
-func (s *Server) createToken(c *fiber.Ctx) error {
-	var req createTokenRequest
-	if err := parseJSON(c, &req); err != nil {
-		return err
-	}
+func (s *Server) createToken(c *fiber.Ctx, req createTokenRequest) error {
 	var ttl time.Duration
 	if req.TTL != "" {
 		d, err := time.ParseDuration(req.TTL)
@@ -157,11 +153,4 @@ func (s *Server) createToken(c *fiber.Ctx) error {
 func (s *Server) listTokens(c *fiber.Ctx) error {
 	ts, err := s.svc.Auth.Tokens(c.UserContext(), principal(c).UserID)
 	return answerList(c, ts, err, viewToken)
-}
-
-func (s *Server) revokeToken(c *fiber.Ctx) error {
-	if err := s.svc.Auth.RevokeOwn(c.UserContext(), principal(c), c.Params("id")); err != nil {
-		return err
-	}
-	return c.SendStatus(fiber.StatusNoContent)
 }

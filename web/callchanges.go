@@ -79,11 +79,7 @@ type revertRequest struct {
 
 // revertCall is POST /thread/{threadId}/calls/{callId}/revert: the files
 // the call changed given back as they were before it.
-func (s *Server) revertCall(c *fiber.Ctx) error {
-	var req revertRequest
-	if err := parseOptionalJSON(c, &req); err != nil {
-		return err
-	}
+func (s *Server) revertCall(c *fiber.Ctx, req revertRequest) error {
 	r, err := s.svc.Workspace.RevertToolCall(c.UserContext(), principal(c), c.Params("id"), c.Params("callId"), req.Force)
 	if err != nil {
 		return err

@@ -40,11 +40,7 @@ type downloadURLResponse struct {
 // link. The file is checked as its download checks it (the thread is the
 // caller's, the policy allows it, it exists), so a refusal is told here,
 // where the page can show it, rather than to the browser's download bar.
-func (s *Server) downloadURL(c *fiber.Ctx) error {
-	var req downloadURLRequest
-	if err := parseJSON(c, &req); err != nil {
-		return err
-	}
+func (s *Server) downloadURL(c *fiber.Ctx, req downloadURLRequest) error {
 	u, err := url.Parse(req.URL)
 	if err != nil || u.Scheme != "" || u.Host != "" {
 		return fault.New(fault.Invalid, "url must be a download path of this server, e.g. /api/v1/app/thread/{id}/download-file?path=…")

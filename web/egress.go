@@ -200,11 +200,7 @@ type egressSecretRequest struct {
 // putEgressSecret is PUT /org/egress/secrets/:name: creates (201) or
 // replaces (200) the org's secret; the answer never holds the value.
 // Admins only.
-func (s *Server) putEgressSecret(c *fiber.Ctx) error {
-	var req egressSecretRequest
-	if err := parseJSON(c, &req); err != nil {
-		return err
-	}
+func (s *Server) putEgressSecret(c *fiber.Ctx, req egressSecretRequest) error {
 	sec, created, err := s.svc.Admin.PutEgressSecret(c.UserContext(), principal(c), c.Params("name"),
 		admin.NewSecret{Hosts: req.Hosts, Header: req.Header, Value: req.Value})
 	if err != nil {
@@ -215,12 +211,4 @@ func (s *Server) putEgressSecret(c *fiber.Ctx) error {
 		status = fiber.StatusCreated
 	}
 	return c.Status(status).JSON(egressSecretViewOf(sec))
-}
-
-// deleteEgressSecret is DELETE /org/egress/secrets/:name. Admins only.
-func (s *Server) deleteEgressSecret(c *fiber.Ctx) error {
-	if err := s.svc.Admin.DeleteEgressSecret(c.UserContext(), principal(c), c.Params("name")); err != nil {
-		return err
-	}
-	return c.SendStatus(fiber.StatusNoContent)
 }

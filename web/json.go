@@ -2,6 +2,7 @@ package web
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"strconv"
@@ -9,6 +10,7 @@ import (
 	"github.com/gofiber/fiber/v2"
 
 	"threadbox/domain/fault"
+	"threadbox/domain/user"
 )
 
 // maxJSONBody caps JSON request bodies read whole.
@@ -135,6 +137,39 @@ func answerCreated[T, V any](c *fiber.Ctx, v T, err error, view func(T) V) error
 		return err
 	}
 	return c.Status(fiber.StatusCreated).JSON(view(v))
+}
+
+// withJSON is handler h given the request's JSON body decoded by parse
+// (parseJSON or parseOptionalJSON) into a T: a body parse refuses is
+// answered before h runs.
+func withJSON[T any](parse func(*fiber.Ctx, any) error, h func(*fiber.Ctx, T) error) fiber.Handler {
+	return func(c *fiber.Ctx) error {
+		var req T
+		if err := parse(c, &req); err != nil {
+			return err
+		}
+		return h(c, req)
+	}
+}
+
+// getByParam is the handler of GET of one resource of the caller named
+// by the route parameter param: get's result shown by view.
+func getByParam[T, V any](param string, get func(context.Context, user.Principal, string) (T, error), view func(T) V) fiber.Handler {
+	return func(c *fiber.Ctx) error {
+		v, err := get(c.UserContext(), principal(c), c.Params(param))
+		return answer(c, v, err, view)
+	}
+}
+
+// deleteByParam is the handler of DELETE of one resource of the caller
+// named by the route parameter param: 204 No Content once del removed it.
+func deleteByParam(param string, del func(context.Context, user.Principal, string) error) fiber.Handler {
+	return func(c *fiber.Ctx) error {
+		if err := del(c.UserContext(), principal(c), c.Params(param)); err != nil {
+			return err
+		}
+		return c.SendStatus(fiber.StatusNoContent)
+	}
 }
 
 // answerList is answer for a call that returned a whole list: each item

@@ -26,11 +26,7 @@ type projectRequest struct {
 	Name string `json:"name"`
 }
 
-func (s *Server) createProject(c *fiber.Ctx) error {
-	var req projectRequest
-	if err := parseJSON(c, &req); err != nil {
-		return err
-	}
+func (s *Server) createProject(c *fiber.Ctx, req projectRequest) error {
 	p, err := s.svc.Workspace.CreateProject(c.UserContext(), principal(c), req.Name)
 	return answerCreated(c, p, err, viewProject)
 }
@@ -40,25 +36,9 @@ func (s *Server) listProjects(c *fiber.Ctx) error {
 	return answerList(c, ps, err, viewProject)
 }
 
-func (s *Server) getProject(c *fiber.Ctx) error {
-	p, err := s.svc.Workspace.Project(c.UserContext(), principal(c), c.Params("id"))
-	return answer(c, p, err, viewProject)
-}
-
-func (s *Server) patchProject(c *fiber.Ctx) error {
-	var req projectRequest
-	if err := parseJSON(c, &req); err != nil {
-		return err
-	}
+func (s *Server) patchProject(c *fiber.Ctx, req projectRequest) error {
 	p, err := s.svc.Workspace.RenameProject(c.UserContext(), principal(c), c.Params("id"), req.Name)
 	return answer(c, p, err, viewProject)
-}
-
-func (s *Server) deleteProject(c *fiber.Ctx) error {
-	if err := s.svc.Workspace.DeleteProject(c.UserContext(), principal(c), c.Params("id")); err != nil {
-		return err
-	}
-	return c.SendStatus(fiber.StatusNoContent)
 }
 
 type threadView struct {
@@ -90,11 +70,7 @@ type threadRequest struct {
 	Title     string `json:"title"`
 }
 
-func (s *Server) createThread(c *fiber.Ctx) error {
-	var req threadRequest
-	if err := parseJSON(c, &req); err != nil {
-		return err
-	}
+func (s *Server) createThread(c *fiber.Ctx, req threadRequest) error {
 	if req.ProjectID == "" {
 		req.ProjectID = req.Project
 	}
@@ -146,23 +122,7 @@ func (s *Server) searchThreads(c *fiber.Ctx, q string, limit int) error {
 // threadID is the id a page of threads continues after.
 func threadID(v threadView) string { return v.ID }
 
-func (s *Server) getThread(c *fiber.Ctx) error {
-	t, err := s.svc.Workspace.Thread(c.UserContext(), principal(c), c.Params("id"))
-	return answer(c, t, err, viewThread)
-}
-
-func (s *Server) patchThread(c *fiber.Ctx) error {
-	var req threadRequest
-	if err := parseJSON(c, &req); err != nil {
-		return err
-	}
+func (s *Server) patchThread(c *fiber.Ctx, req threadRequest) error {
 	t, err := s.svc.Workspace.RetitleThread(c.UserContext(), principal(c), c.Params("id"), req.Title)
 	return answer(c, t, err, viewThread)
-}
-
-func (s *Server) deleteThread(c *fiber.Ctx) error {
-	if err := s.svc.Workspace.DeleteThread(c.UserContext(), principal(c), c.Params("id")); err != nil {
-		return err
-	}
-	return c.SendStatus(fiber.StatusNoContent)
 }

@@ -179,12 +179,6 @@ func (s *Server) listAPISkills(c *fiber.Ctx) error {
 	return c.JSON(page)
 }
 
-// getAPISkill is GET /v1/skills/{skill_id}.
-func (s *Server) getAPISkill(c *fiber.Ctx) error {
-	sm, err := s.svc.Skills.Get(c.UserContext(), principal(c), c.Params("skill_id"))
-	return answer(c, sm, err, viewAPISkill)
-}
-
 // deleteAPISkill is DELETE /v1/skills/{skill_id}: the skill with every
 // version.
 func (s *Server) deleteAPISkill(c *fiber.Ctx) error {

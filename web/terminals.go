@@ -93,11 +93,7 @@ type terminalInputBody struct {
 // terminalInput is POST /thread/{threadId}/terminals/{sessionId}/input:
 // keys typed into the session by the thread's owner, recorded in the
 // audit log; anyone else is refused.
-func (s *Server) terminalInput(c *fiber.Ctx) error {
-	var b terminalInputBody
-	if err := parseJSON(c, &b); err != nil {
-		return err
-	}
+func (s *Server) terminalInput(c *fiber.Ctx, b terminalInputBody) error {
 	if err := s.svc.Workspace.TerminalInput(c.UserContext(), principal(c), c.Params("id"), c.Params("session"), b.Data); err != nil {
 		return err
 	}

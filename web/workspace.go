@@ -69,11 +69,7 @@ type turnRequest struct {
 
 // forkThread is POST /thread/{threadId}/fork: the whole thread, or with a
 // body naming message_id the thread as that turn left it.
-func (s *Server) forkThread(c *fiber.Ctx) error {
-	var req turnRequest
-	if err := parseOptionalJSON(c, &req); err != nil {
-		return err
-	}
+func (s *Server) forkThread(c *fiber.Ctx, req turnRequest) error {
 	if req.MessageID != nil && *req.MessageID == "" {
 		return fault.New(fault.Invalid, "message_id: must name an assistant message of the thread (leave it out to fork the whole thread)")
 	}
@@ -96,11 +92,7 @@ type rewoundView struct {
 
 // rewindThread is POST /thread/{threadId}/rewind: the thread back to the
 // turn of message_id, its files and its history.
-func (s *Server) rewindThread(c *fiber.Ctx) error {
-	var req turnRequest
-	if err := parseJSON(c, &req); err != nil {
-		return err
-	}
+func (s *Server) rewindThread(c *fiber.Ctx, req turnRequest) error {
 	if req.MessageID == nil || *req.MessageID == "" {
 		return fault.New(fault.Invalid, "message_id: required (an assistant message of the thread)")
 	}
@@ -190,11 +182,7 @@ type turnBody struct {
 
 // threadTurn is POST /thread/{threadId}/messages: one chat turn, answered
 // as a Messages API response or, with stream, as its event stream.
-func (s *Server) threadTurn(c *fiber.Ctx) error {
-	var b turnBody
-	if err := parseJSON(c, &b); err != nil {
-		return err
-	}
+func (s *Server) threadTurn(c *fiber.Ctx, b turnBody) error {
 	var um wire.Message
 	switch {
 	case len(b.Content) == 0 && b.Replace == workspace.ReplaceLastAnswer:
