@@ -5,6 +5,7 @@ package fault
 import (
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // Kind classifies an error for the edges.
@@ -56,6 +57,17 @@ func Errorf(k Kind, format string, args ...any) error {
 
 // Wrap returns an error of kind k with a caller-safe message and a hidden cause.
 func Wrap(k Kind, msg string, cause error) error { return &Error{Kind: k, Message: msg, Err: cause} }
+
+// Text returns s without its surrounding white space, or an Invalid
+// error saying that what must be 1 to max characters when nothing is left
+// or more than max bytes are: the check of a name or a title.
+func Text(what, s string, max int) (string, error) {
+	s = strings.TrimSpace(s)
+	if s == "" || len(s) > max {
+		return "", Errorf(Invalid, "%s must be 1 to %d characters", what, max)
+	}
+	return s, nil
+}
 
 // KindOf returns the kind of the first *Error in err's chain, or Internal.
 func KindOf(err error) Kind {

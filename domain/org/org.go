@@ -3,7 +3,6 @@ package org
 
 import (
 	"context"
-	"strings"
 	"time"
 
 	"threadbox/domain/fault"
@@ -20,12 +19,12 @@ type Org struct {
 
 // New returns a valid org with the default policy.
 func New(id, name string, now time.Time) (Org, error) {
-	name = strings.TrimSpace(name)
 	if id == "" {
 		return Org{}, fault.New(fault.Invalid, "org id is required")
 	}
-	if name == "" || len(name) > 200 {
-		return Org{}, fault.New(fault.Invalid, "org name must be 1 to 200 characters")
+	name, err := fault.Text("org name", name, 200)
+	if err != nil {
+		return Org{}, err
 	}
 	return Org{id: id, name: name, policy: DefaultPolicy(), createdAt: now.UTC()}, nil
 }

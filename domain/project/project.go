@@ -3,7 +3,6 @@ package project
 
 import (
 	"context"
-	"strings"
 	"time"
 
 	"threadbox/domain/fault"
@@ -35,9 +34,9 @@ func Restore(id, orgID, ownerID, name string, createdAt, updatedAt time.Time) Pr
 
 // Rename returns the project with a new, validated name.
 func (p Project) Rename(name string, now time.Time) (Project, error) {
-	name = strings.TrimSpace(name)
-	if name == "" || len(name) > 200 {
-		return Project{}, fault.New(fault.Invalid, "project name must be 1 to 200 characters")
+	name, err := fault.Text("project name", name, 200)
+	if err != nil {
+		return Project{}, err
 	}
 	p.name = name
 	p.updatedAt = now.UTC()

@@ -42,9 +42,9 @@ func Restore(id, orgID, projectID, ownerID, title string, createdAt, updatedAt t
 
 // Retitle returns the thread with a new, validated title.
 func (t Thread) Retitle(title string, now time.Time) (Thread, error) {
-	title = strings.TrimSpace(title)
-	if title == "" || len(title) > 500 {
-		return Thread{}, fault.New(fault.Invalid, "thread title must be 1 to 500 characters")
+	title, err := fault.Text("thread title", title, 500)
+	if err != nil {
+		return Thread{}, err
 	}
 	t.title = title
 	t.updatedAt = now.UTC()
