@@ -26,14 +26,7 @@ type bashInput struct {
 }
 
 // bash runs a bash_code_execution call.
-func (e *Executor) bash(ctx context.Context, call messages.ToolCall) (*wire.ToolResult, error) {
-	if e.sb == nil {
-		return nil, refuse(wire.CodeUnavailable, "%s", messages.NotConfiguredMessage)
-	}
-	var in bashInput
-	if err := decodeInput(call.Input, &in); err != nil {
-		return nil, err
-	}
+func (e *Executor) bash(ctx context.Context, call messages.ToolCall, in bashInput) (*wire.ToolResult, error) {
 	if in.Command == nil && !in.Restart {
 		return nil, invalidInput("Invalid input: 'command' is required.")
 	}

@@ -39,9 +39,6 @@ type pythonInput struct {
 
 // python runs one cell of the code_execution sub-tool.
 func (e *Executor) python(ctx context.Context, call messages.ToolCall) (*wire.ToolResult, error) {
-	if e.sb == nil {
-		return nil, refuse(wire.CodeUnavailable, "%s", messages.NotConfiguredMessage)
-	}
 	if call.Resume != nil {
 		return e.resume(ctx, call)
 	}

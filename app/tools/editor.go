@@ -148,14 +148,7 @@ type editorInput struct {
 }
 
 // editor runs a text_editor_code_execution call.
-func (e *Executor) editor(ctx context.Context, call messages.ToolCall) (*wire.ToolResult, error) {
-	if e.files == nil {
-		return nil, refuse(wire.CodeUnavailable, "%s", messages.NotConfiguredMessage)
-	}
-	var in editorInput
-	if err := decodeInput(call.Input, &in); err != nil {
-		return nil, err
-	}
+func (e *Executor) editor(ctx context.Context, call messages.ToolCall, in editorInput) (*wire.ToolResult, error) {
 	if in.Command == nil {
 		return nil, invalidInput("Invalid input: 'command' is required.")
 	}

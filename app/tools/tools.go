@@ -200,9 +200,26 @@ func New(sb Sandbox, files Files, cfg Config) *Executor {
 // subTools run the code-execution sub-tools; each answers a result of its
 // own type.
 var subTools = map[string]func(*Executor, context.Context, messages.ToolCall) (*wire.ToolResult, error){
-	wire.SubToolBash:              (*Executor).bash,
-	wire.SubToolTextEditor:        (*Executor).editor,
-	messages.SubToolCodeExecution: (*Executor).python,
+	wire.SubToolBash:              needing(hasSandbox, withInput((*Executor).bash)),
+	wire.SubToolTextEditor:        needing(hasFiles, withInput((*Executor).editor)),
+	messages.SubToolCodeExecution: needing(hasSandbox, (*Executor).python),
+}
+
+// hasSandbox and hasFiles report whether the executor has the port a tool
+// needs.
+func hasSandbox(e *Executor) bool { return e.sb != nil }
+func hasFiles(e *Executor) bool   { return e.files != nil }
+
+// needing adapts a tool that needs the port has reports: without it, the
+// call is refused as not configured before anything else is looked at.
+func needing[Out any](has func(*Executor) bool, run func(*Executor, context.Context, messages.ToolCall) (Out, error)) func(*Executor, context.Context, messages.ToolCall) (Out, error) {
+	return func(e *Executor, ctx context.Context, call messages.ToolCall) (Out, error) {
+		if !has(e) {
+			var none Out
+			return none, refuse(wire.CodeUnavailable, "%s", messages.NotConfiguredMessage)
+		}
+		return run(e, ctx, call)
+	}
 }
 
 // sandboxTools run the sandbox_v1 tools; each answers the content of a
@@ -216,13 +233,14 @@ var sandboxTools = map[string]func(*Executor, context.Context, messages.ToolCall
 	messages.ToolBSLCheck:    withInput((*Executor).bslCheck),
 }
 
-// withInput adapts a sandbox_v1 tool that takes its call's input decoded
-// into an In (decodeInput: a bad input is the call's error).
-func withInput[In any](run func(e *Executor, ctx context.Context, call messages.ToolCall, in In) (any, error)) func(*Executor, context.Context, messages.ToolCall) (any, error) {
-	return func(e *Executor, ctx context.Context, call messages.ToolCall) (any, error) {
+// withInput adapts a tool that takes its call's input decoded into an In
+// (decodeInput: a bad input is the call's error).
+func withInput[In, Out any](run func(e *Executor, ctx context.Context, call messages.ToolCall, in In) (Out, error)) func(*Executor, context.Context, messages.ToolCall) (Out, error) {
+	return func(e *Executor, ctx context.Context, call messages.ToolCall) (Out, error) {
 		var in In
 		if err := decodeInput(call.Input, &in); err != nil {
-			return nil, err
+			var none Out
+			return none, err
 		}
 		return run(e, ctx, call, in)
 	}
@@ -260,7 +278,7 @@ func (e *Executor) sandboxTool(ctx context.Context, call messages.ToolCall) (*wi
 	switch {
 	case !ok:
 		return nil, invalidInput("Unknown tool %q.", call.Name)
-	case e.sb == nil:
+	case !hasSandbox(e):
 		return nil, refuse(wire.CodeUnavailable, "%s", messages.NotConfiguredMessage)
 	}
 	body, err := tool(e, ctx, call)
