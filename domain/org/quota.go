@@ -2,6 +2,7 @@ package org
 
 import (
 	"fmt"
+	"slices"
 
 	"threadbox/domain/fault"
 )
@@ -35,18 +36,19 @@ const (
 	SnapshotBytesPerThread Quota = "snapshotBytesPerThread"
 )
 
-// AllQuotas lists every quota in wire order.
-var AllQuotas = []Quota{RunningSandboxesPerUser, RunningSandboxesPerOrg, ContainersPerUser, StorageBytesPerOrg, SnapshotsPerThread, SnapshotBytesPerThread}
+// quotaOrder lists every quota in wire order; a quota's place in it is
+// where Quotas keeps its limit.
+var quotaOrder = [...]Quota{RunningSandboxesPerUser, RunningSandboxesPerOrg, ContainersPerUser, StorageBytesPerOrg, SnapshotsPerThread, SnapshotBytesPerThread}
 
-// Quotas are an org's resource limits, a value object. Zero means
-// unlimited, which is every quota's default.
+// AllQuotas lists every quota in wire order (a copy of quotaOrder, so that
+// a caller cannot move where Quotas keeps a limit).
+var AllQuotas = slices.Clone(quotaOrder[:])
+
+// Quotas are an org's resource limits, a value object: each quota's limit
+// at the quota's place in quotaOrder. Zero means unlimited, which is every
+// quota's default.
 type Quotas struct {
-	runningPerUser    int64
-	runningPerOrg     int64
-	containersPerUser int64
-	storageBytes      int64
-	snapshots         int64
-	snapshotBytes     int64
+	limits [len(quotaOrder)]int64
 }
 
 // NewQuotas builds quotas from their limits by name; a missing name is
@@ -64,21 +66,12 @@ func NewQuotas(limits map[Quota]int64) (Quotas, error) {
 // limit returns where quota name's limit is kept, or nil for an unknown
 // name.
 func (q *Quotas) limit(name Quota) *int64 {
-	// A switch, not a map built per call: the org policy applies its
-	// bounds on every request, a few dozen lookups each.
-	switch name {
-	case RunningSandboxesPerUser:
-		return &q.runningPerUser
-	case RunningSandboxesPerOrg:
-		return &q.runningPerOrg
-	case ContainersPerUser:
-		return &q.containersPerUser
-	case StorageBytesPerOrg:
-		return &q.storageBytes
-	case SnapshotsPerThread:
-		return &q.snapshots
-	case SnapshotBytesPerThread:
-		return &q.snapshotBytes
+	// A look through six names, not a map built per call: the org policy
+	// applies its bounds on every request, a few dozen lookups each.
+	for i, n := range quotaOrder {
+		if n == name {
+			return &q.limits[i]
+		}
 	}
 	return nil
 }
@@ -127,20 +120,22 @@ func (q Quotas) Admit(name Quota, used int64) error {
 // BytesLeft returns how many more bytes the org may store when used are in
 // use, or -1 when it has no storage quota.
 func (q Quotas) BytesLeft(used int64) int64 {
-	if q.storageBytes == 0 {
+	storage := q.Limit(StorageBytesPerOrg)
+	if storage == 0 {
 		return -1
 	}
-	return max(q.storageBytes-used, 0)
+	return max(storage-used, 0)
 }
 
 // AdmitBytes checks that n more bytes fit the storage quota when used are
 // in use; a refusal is a fault.TooLarge naming the quota. With n zero it
 // refuses only an org already past its quota.
 func (q Quotas) AdmitBytes(used, n int64) error {
-	if q.storageBytes == 0 || used+n <= q.storageBytes {
+	storage := q.Limit(StorageBytesPerOrg)
+	if storage == 0 || used+n <= storage {
 		return nil
 	}
-	return StorageExceeded(q.storageBytes, used, n)
+	return StorageExceeded(storage, used, n)
 }
 
 // StorageExceeded returns the refusal of storing n more bytes (0 when
