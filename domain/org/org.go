@@ -1,4 +1,5 @@
-// Package org holds the tenant aggregate and its feature policy.
+// Package org holds the tenant aggregate, its feature policy and quotas,
+// and Owned, the identity of the records its users own.
 package org
 
 import (
