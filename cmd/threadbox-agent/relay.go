@@ -23,21 +23,22 @@ import (
 )
 
 // relayCommand is the subcommand that runs the agent binary as a relay on
-// the host: `threadbox-agent relay -socket PATH [-log PATH] -- COMMAND...`.
+// the host: `threadbox-agent relay -socket PATH [-log PATH] [-ready FD]
+// [-wait] -- COMMAND...`.
 //
 // A sandbox whose agent speaks over its stdio (gVisor's) ends when the
 // process holding the other ends of those pipes does. The relay holds them
 // instead of threadbox, so that the sandbox outlives a threadbox process
-// that dies at once (kill -9) and the next one takes it over. It makes the
-// agent's pipes, runs COMMAND with them as its stdio (`runsc run --detach`,
-// `runsc create`: it leaves the sandbox running with the pipes and exits;
-// the relay says it is ready once COMMAND started, or with -wait once it
-// exited successfully),
-// reaps the sandbox's processes as their subreaper, and serves one host
-// connection at a time on the unix socket, relaying whole frames both
-// ways (protocol.TypeHangup). The sandbox's stderr is appended to the log.
-// It tells the host it is ready, or why not, on the descriptor -ready names (else on stderr), and exits
-// once the agent's output ends (the sandbox is gone).
+// that dies at once (kill -9) and the next one takes it over. It writes
+// its pid beside the socket (relay.pid), makes the agent's pipes, listens
+// on the socket and runs COMMAND with the pipes as its stdio (`runsc run
+// --detach`, `runsc create`: runsc leaves the sandbox with the pipes and
+// exits). It says ok on descriptor FD (else on stderr) once COMMAND
+// started, or with -wait once it exited successfully, and why not
+// otherwise. Then it reaps the sandbox's processes as their subreaper and
+// serves one host connection at a time, passing whole frames both ways
+// (protocol.TypeHangup); the sandbox's stderr is appended to the log. It
+// exits once the agent's output ends (the sandbox is gone).
 const relayCommand = "relay"
 
 // relayReap bounds the wait, once the agent's output ended, for the
@@ -68,6 +69,10 @@ func runRelay(args []string) int {
 	}
 	if err := setChildSubreaper(); err != nil {
 		return fail("relay: subreaper: %v", err)
+	}
+	// First, so that whoever cleans up the socket's folder finds the relay.
+	if err := os.WriteFile(filepath.Join(filepath.Dir(*socket), "relay.pid"), []byte(strconv.Itoa(os.Getpid())+"\n"), 0o600); err != nil {
+		return fail("relay: %v", err)
 	}
 	log := io.Discard
 	if *logPath != "" {

@@ -37,6 +37,7 @@ const (
 	relaySocket = "relay.sock"  // in the bundle
 	relayRecord = "relay.json"  // in the bundle
 	relayLog    = "sandbox.log" // the sandbox's stderr, in the bundle
+	relayPID    = "relay.pid"   // the relay's pid, in the bundle
 )
 
 // relayProc is a running relay: this process's child, or one an earlier
@@ -193,25 +194,25 @@ func putRecord(bundle string, r record) error {
 	return nil
 }
 
-// stopRelaysUnder tells every relay whose socket lies under dir to stop:
-// those of containers runsc may not list (one whose runsc create had not
-// written its state yet).
+// stopRelaysUnder tells the relay of every bundle in dir to stop, by the
+// pid it wrote first thing (relay.pid): also those of containers runsc may
+// not list yet (a runsc create under way).
 func stopRelaysUnder(dir string) {
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
+	bundles, _ := os.ReadDir(dir)
+	for _, e := range bundles {
+		data, err := os.ReadFile(filepath.Join(dir, e.Name(), relayPID))
 		if err != nil {
 			continue
 		}
-		data, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		if err != nil {
+		pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
+		if err != nil || pid <= 0 {
 			continue
 		}
-		args := strings.Split(string(data), "\x00")
-		if len(args) < 4 || args[1] != "relay" || args[2] != "-socket" || !strings.HasPrefix(args[3], dir+"/") {
-			continue
+		// The same process: its command line names this bundle's socket.
+		cmdline, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+		if err == nil && bytes.Contains(cmdline, []byte(filepath.Join(dir, e.Name(), relaySocket))) {
+			_ = syscall.Kill(pid, syscall.SIGTERM)
 		}
-		_ = syscall.Kill(pid, syscall.SIGTERM)
 	}
 }
 
