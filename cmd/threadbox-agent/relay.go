@@ -45,6 +45,37 @@ const relayCommand = "relay"
 // sandbox's processes to exit and be reaped.
 const relayReap = 10 * time.Second
 
+// relayLogMax bounds the sandbox's log: a sandbox may live for weeks.
+const relayLogMax = 1 << 20
+
+// cappedLog appends to a file and starts it again once it would pass max
+// bytes, so that it keeps the sandbox's latest lines.
+type cappedLog struct {
+	mu   sync.Mutex
+	f    *os.File
+	max  int64
+	size int64
+}
+
+func (l *cappedLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.size == 0 {
+		if st, err := l.f.Stat(); err == nil {
+			l.size = st.Size()
+		}
+	}
+	if l.size+int64(len(p)) > l.max {
+		if err := l.f.Truncate(0); err == nil {
+			_, _ = l.f.Seek(0, io.SeekStart)
+			l.size = 0
+		}
+	}
+	n, err := l.f.Write(p)
+	l.size += int64(n)
+	return n, err
+}
+
 // runRelay runs the relay subcommand and returns its exit code.
 func runRelay(args []string) int {
 	fs := flag.NewFlagSet("threadbox-agent relay", flag.ContinueOnError)
@@ -81,7 +112,7 @@ func runRelay(args []string) int {
 			return fail("relay: log: %v", err)
 		}
 		defer f.Close()
-		log = f
+		log = &cappedLog{f: f, max: relayLogMax}
 	}
 	p, err := relayPipes()
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"io"
 	"net"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -171,5 +172,24 @@ func BenchmarkRelayPing(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// TestCappedLog: the sandbox's log starts again once it would pass its
+// bound, keeping the latest lines whole.
+func TestCappedLog(t *testing.T) {
+	f, err := os.Create(filepath.Join(t.TempDir(), "sandbox.log"))
+	must(t, err)
+	defer f.Close()
+	l := &cappedLog{f: f, max: 10}
+	for _, line := range []string{"one\n", "two\n", "three\n"} {
+		if _, err := l.Write([]byte(line)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	data, err := os.ReadFile(f.Name())
+	must(t, err)
+	if string(data) != "three\n" {
+		t.Fatalf("log %q, want only the line after the bound was reached", data)
 	}
 }
