@@ -131,3 +131,38 @@ func TestSSEKeepAlive(t *testing.T) {
 type failingWriter struct{ err error }
 
 func (f failingWriter) Write([]byte) (int, error) { return 0, f.err }
+
+// TestEventStreamHoldsUntilFlush checks the stream's bursts: an event
+// held reaches the client only with the next event sent, or on Flush.
+func TestEventStreamHoldsUntilFlush(t *testing.T) {
+	var out bytes.Buffer
+	e := newEventStream(context.Background())
+	e.attach(&sseWriter{w: bufio.NewWriter(&out), cancel: func() {}, last: time.Now()})
+	block := wire.Event{Type: wire.EventContentBlockStart, ContentBlock: &wire.ContentBlock{Type: wire.BlockText}}
+	stop := wire.Event{Type: wire.EventContentBlockStop}
+	if err := e.Hold(block); err != nil {
+		t.Fatal(err)
+	}
+	if out.Len() != 0 {
+		t.Fatalf("a held event reached the client: %q", out.String())
+	}
+	if err := e.Send(stop); err != nil {
+		t.Fatal(err)
+	}
+	if got := out.String(); !strings.HasPrefix(got, "event: content_block_start\n") || !strings.HasSuffix(got, "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n") {
+		t.Fatalf("sent %q", got)
+	}
+	out.Reset()
+	if err := e.Hold(stop); err != nil {
+		t.Fatal(err)
+	}
+	if out.Len() != 0 {
+		t.Fatalf("a held event reached the client: %q", out.String())
+	}
+	if err := e.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if got := out.String(); got != "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n" {
+		t.Fatalf("flushed %q", got)
+	}
+}

@@ -32,18 +32,46 @@ type sseWriter struct {
 	last time.Time // when the last event was written
 }
 
-// Event writes one event named name whose data is v as JSON, and flushes it.
+// Event writes one event named name whose data is v as JSON, and flushes it
+// with whatever Hold wrote before it.
 func (s *sseWriter) Event(name string, v any) error {
+	return s.event(name, v, true)
+}
+
+// Hold writes one event as Event does but does not flush it: the next
+// Event or Flush sends it on. A caller that holds an event writes or
+// flushes another before it waits for anything.
+func (s *sseWriter) Hold(name string, v any) error {
+	return s.event(name, v, false)
+}
+
+// Flush sends on what Hold wrote.
+func (s *sseWriter) Flush() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil {
+		return s.err
+	}
+	if s.w.Buffered() == 0 {
+		return nil
+	}
+	if err := s.w.Flush(); err != nil {
+		return s.fail(err)
+	}
+	return nil
+}
+
+func (s *sseWriter) event(name string, v any, flush bool) error {
 	data, err := marshalEvent(v)
 	if err != nil {
 		return fmt.Errorf("sse: encode %s: %w", name, err)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.writeLocked(name, data)
+	return s.writeLocked(name, data, flush)
 }
 
-func (s *sseWriter) writeLocked(name string, data []byte) error {
+func (s *sseWriter) writeLocked(name string, data []byte, flush bool) error {
 	if s.err != nil {
 		return s.err
 	}
@@ -54,8 +82,10 @@ func (s *sseWriter) writeLocked(name string, data []byte) error {
 	if _, err := s.w.WriteString("\n\n"); err != nil {
 		return s.fail(err) // a bufio.Writer keeps its first error
 	}
-	if err := s.w.Flush(); err != nil {
-		return s.fail(err)
+	if flush {
+		if err := s.w.Flush(); err != nil {
+			return s.fail(err)
+		}
 	}
 	s.last = time.Now()
 	return nil
@@ -112,7 +142,7 @@ func (s *sseWriter) keepAlive(every time.Duration, name string, v any) (stop fun
 			case s.peer != nil && peerClosed(s.peer):
 				werr = s.fail(errPeerClosed)
 			case time.Since(s.last) >= every:
-				werr = s.writeLocked(name, data)
+				werr = s.writeLocked(name, data, true)
 			}
 			s.mu.Unlock()
 			if werr != nil {
@@ -177,5 +207,5 @@ func (s *sseWriter) raw(id int64, name string, data []byte) error {
 	if _, err := fmt.Fprintf(s.w, "id: %d\n", id); err != nil {
 		return s.fail(err)
 	}
-	return s.writeLocked(name, data)
+	return s.writeLocked(name, data, true)
 }

@@ -81,6 +81,10 @@ func (s *Server) answerTurn(c *fiber.Ctx, stream bool, run runFunc, what string)
 	// Nothing is written while the preamble is held: watch the connection.
 	stopWatch := watchPeer(c.Context().Conn(), DefaultPingInterval/2, cancel)
 	defer stopWatch()
+	// A stream committed by the turn's first event writes the preamble
+	// with that event; one committed because the turn took its time sends
+	// the preamble at once.
+	flushPreamble := false
 	select {
 	case <-st.committed:
 	case err := <-st.early:
@@ -91,6 +95,7 @@ func (s *Server) answerTurn(c *fiber.Ctx, stream bool, run runFunc, what string)
 			cancel()
 			return s.turnError(c, what, <-st.early)
 		}
+		flushPreamble = true
 	}
 	peer := c.Context().Conn()
 	sseHeaders(c)
@@ -101,9 +106,12 @@ func (s *Server) answerTurn(c *fiber.Ctx, stream bool, run runFunc, what string)
 		stop := w.keepAlive(DefaultPingInterval, wire.EventPing, wire.Event{Type: wire.EventPing})
 		defer stop()
 		for _, ev := range st.preamble() {
-			if w.Event(ev.Type, ev) != nil {
+			if w.Hold(ev.Type, ev) != nil {
 				return
 			}
+		}
+		if flushPreamble && w.Flush() != nil {
+			return
 		}
 		// From here the turn writes its events itself, under the
 		// writer's lock, until it ends: this goroutine only waits.
@@ -221,13 +229,45 @@ func (e *eventStream) preamble() []wire.Event {
 }
 
 // Send holds the preamble, then writes each event and returns once it was
-// written and flushed.
+// written and flushed, with any event held before it.
 func (e *eventStream) Send(ev wire.Event) error {
+	w, err := e.writer(ev)
+	if w == nil {
+		return err
+	}
+	return w.Event(ev.Type, ev)
+}
+
+// Hold is Send without the flush (messages.HoldingSink): the turn sends
+// or flushes once the events at hand are written.
+func (e *eventStream) Hold(ev wire.Event) error {
+	w, err := e.writer(ev)
+	if w == nil {
+		return err
+	}
+	return w.Hold(ev.Type, ev)
+}
+
+// Flush sends on the events Hold wrote.
+func (e *eventStream) Flush() error {
+	e.mu.Lock()
+	w := e.w
+	e.mu.Unlock()
+	if w == nil {
+		return nil // nothing was written yet
+	}
+	return w.Flush()
+}
+
+// writer returns the writer ev is to be written with, once the stream is
+// attached, or nil when ev is held in the preamble (err nil) or the stream
+// has ended (err says why).
+func (e *eventStream) writer(ev wire.Event) (*sseWriter, error) {
 	e.mu.Lock()
 	if !e.isCommit && (ev.Type == wire.EventMessageStart || ev.Type == wire.EventPing) {
 		e.pre = append(e.pre, ev)
 		e.mu.Unlock()
-		return nil
+		return nil, nil
 	}
 	e.commitLocked()
 	w := e.w
@@ -236,16 +276,16 @@ func (e *eventStream) Send(ev wire.Event) error {
 		select {
 		case <-e.attached:
 		case <-e.ctx.Done():
-			return fmt.Errorf("messages: stream: %w", e.ctx.Err())
+			return nil, fmt.Errorf("messages: stream: %w", e.ctx.Err())
 		}
 		e.mu.Lock()
 		w = e.w
 		e.mu.Unlock()
 	}
 	if err := e.ctx.Err(); err != nil {
-		return fmt.Errorf("messages: stream: %w", err)
+		return nil, fmt.Errorf("messages: stream: %w", err)
 	}
-	return w.Event(ev.Type, ev)
+	return w, nil
 }
 
 // finish reports Run's result to the writer, or to the handler when the

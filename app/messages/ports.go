@@ -105,6 +105,11 @@ type StepEvent struct {
 	Index int
 	Block wire.ContentBlock
 	Delta wire.BlockDelta
+	// More says the step's next event is already at hand (it came in the
+	// same read from the upstream): the loop may hold this one and write
+	// the two to the client together. An event without More is written
+	// out, with any held before it, before the model reads on.
+	More bool
 }
 
 // ToolCall is one sub-tool call to run in a container.
@@ -170,6 +175,18 @@ type ToolExecutor interface {
 // (say, the client went away) stops the turn and is returned by Run.
 type Sink interface {
 	Send(ev wire.Event) error
+}
+
+// HoldingSink is a Sink that can write events in bursts: Hold writes ev
+// without sending it on to the client yet, Flush sends everything held,
+// and Send sends ev with everything held before it. The loop holds an
+// event only when the next one is already at hand, and sends or flushes
+// before anything that may wait (the model's next read, a tool call, the
+// turn's end).
+type HoldingSink interface {
+	Sink
+	Hold(ev wire.Event) error
+	Flush() error
 }
 
 // SinkFunc adapts a function to Sink.

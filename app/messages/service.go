@@ -295,6 +295,7 @@ func (s *Service) Run(ctx context.Context, req *wire.Request, opts RunOptions, s
 		return err
 	}
 	t := &turn{s: s, req: req, plan: p, opts: opts, sink: sink, start: s.cfg.Now()}
+	t.holder, _ = sink.(HoldingSink)
 	return t.run(ctx)
 }
 
@@ -306,6 +307,10 @@ type turn struct {
 	opts  RunOptions
 	sink  Sink
 	start time.Time
+	// holder is sink when it can hold events (HoldingSink); held says
+	// events were held since the last send or flush.
+	holder HoldingSink
+	held   bool
 
 	next    int // index of the next content block
 	usage   wire.Usage
@@ -368,7 +373,43 @@ func (t *turn) scopeID() string {
 }
 
 func (t *turn) send(ev wire.Event) error {
+	t.held = false // a send writes the held events out too
 	if err := t.sink.Send(ev); err != nil {
+		return fmt.Errorf("messages: send: %w", err)
+	}
+	return nil
+}
+
+// sendAside is send for the goroutines of a running call's live output:
+// nothing is held while a call runs, and it leaves the turn's own state
+// alone.
+func (t *turn) sendAside(ev wire.Event) error {
+	if err := t.sink.Send(ev); err != nil {
+		return fmt.Errorf("messages: send: %w", err)
+	}
+	return nil
+}
+
+// hold writes ev for the client without sending it on yet, where the sink
+// can hold it: the caller sends the next event, or flushes, at once.
+func (t *turn) hold(ev wire.Event) error {
+	if t.holder == nil {
+		return t.send(ev)
+	}
+	t.held = true
+	if err := t.holder.Hold(ev); err != nil {
+		return fmt.Errorf("messages: send: %w", err)
+	}
+	return nil
+}
+
+// flush sends the events held since the last send on to the client.
+func (t *turn) flush() error {
+	if !t.held {
+		return nil
+	}
+	t.held = false
+	if err := t.holder.Flush(); err != nil {
 		return fmt.Errorf("messages: send: %w", err)
 	}
 	return nil
@@ -551,15 +592,29 @@ func (t *turn) step(ctx context.Context, req StepRequest) (*stepOutput, error) {
 			case StepBlockStop:
 				out = wire.Event{Type: wire.EventContentBlockStop}
 			default:
-				return nil
+				if ev.More {
+					return nil
+				}
+				return t.flush()
 			}
 			if idx, ok := live[ev.Index]; ok {
 				out.Index = idx
+				if ev.More {
+					return t.hold(out)
+				}
 				return t.send(out)
 			}
 			o.held[ev.Index] = append(o.held[ev.Index], out)
-			return nil
+			if ev.More {
+				return nil
+			}
+			return t.flush()
 		})
+		// Whatever the step held goes out before the turn goes on (to a
+		// tool call, the next step, its end) or reports its error.
+		if ferr := t.flush(); err == nil && ferr != nil {
+			return nil, ferr
+		}
 		if err != nil {
 			return nil, fmt.Errorf("messages: model step: %w", err)
 		}
@@ -657,7 +712,7 @@ func (t *turn) execute(ctx context.Context, call ToolCall) (*wire.ToolResult, er
 			live *liveOutput
 		)
 		if t.opts.LiveOutput {
-			live = newLiveOutput(call.ID, t.send)
+			live = newLiveOutput(call.ID, t.sendAside)
 			call.Output = func(s string, chunk []byte) { live.write(s, chunk) }
 		}
 		r, err = exec.Execute(ctx, call)
@@ -835,7 +890,8 @@ func (t *turn) finish(stopReason string, stopSequence *string) error {
 	if t.calls > 0 || t.fetches > 0 || t.plan.CodeExecution || t.plan.WebFetch != nil {
 		u.ServerToolUse = &wire.ServerToolUse{CodeExecutionRequests: t.calls, WebFetchRequests: t.fetches}
 	}
-	if err := t.send(wire.Event{Type: wire.EventMessageDelta, MessageDelta: d, Usage: &u}); err != nil {
+	// message_stop follows at once: the two are written together.
+	if err := t.hold(wire.Event{Type: wire.EventMessageDelta, MessageDelta: d, Usage: &u}); err != nil {
 		return err
 	}
 	return t.send(wire.Event{Type: wire.EventMessageStop})

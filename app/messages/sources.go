@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	"threadbox/app/messages/wire"
@@ -72,10 +73,9 @@ func eachMedia(req *wire.Request, fn mediaFunc) (int, error) {
 	for i := range req.Messages {
 		for j := range req.Messages[i].Content {
 			b := &req.Messages[i].Content[j]
-			where := fmt.Sprintf("messages.%d.content.%d", i, j)
 			switch b.Type {
 			case wire.BlockImage, wire.BlockDocument:
-				raw, err := w.block(b.Type, b.Raw, where, true)
+				raw, err := w.block(b.Type, b.Raw, blockPath(i, j), true)
 				if err != nil {
 					return w.urls, err
 				}
@@ -85,7 +85,7 @@ func eachMedia(req *wire.Request, fn mediaFunc) (int, error) {
 				if len(b.Content) == 0 || json.Unmarshal(b.Content, &parts) != nil {
 					continue // a string, or nothing
 				}
-				out, err := w.blocks(parts, where+".content", true)
+				out, err := w.blocks(parts, blockPath(i, j)+".content", true)
 				if err != nil {
 					return w.urls, err
 				}
@@ -96,6 +96,12 @@ func eachMedia(req *wire.Request, fn mediaFunc) (int, error) {
 		}
 	}
 	return w.urls, nil
+}
+
+// blockPath names block j of message i in an error: built only for the
+// media and tool result blocks it may be needed for, most blocks being text.
+func blockPath(i, j int) string {
+	return "messages." + strconv.Itoa(i) + ".content." + strconv.Itoa(j)
 }
 
 // mediaWalk is the state of one eachMedia.

@@ -1082,8 +1082,8 @@ func (e *Event) UnmarshalJSON(data []byte) error {
 }
 
 // unmarshalFast decodes a text block's start, a text delta, a block's stop,
-// ping and message_stop as unmarshalReflect would, and reports whether it
-// did. Anything else — another kind, a member it does not expect (in
+// ping, message_start, message_delta and message_stop as unmarshalReflect
+// would, and reports whether it did. Anything else — another kind, a member it does not expect (in
 // another case, twice, or unknown), an index that is not a plain integer,
 // a value of another type — it leaves alone.
 func (e *Event) unmarshalFast(data []byte) bool {
@@ -1095,13 +1095,15 @@ func (e *Event) unmarshalFast(data []byte) bool {
 		hasIndex
 		hasDelta
 		hasBlock
+		hasMessage
+		hasUsage
 	)
 	var (
-		typ          string
-		index        int
-		delta, block []byte
-		seen         int
-		ok           = true
+		typ                          string
+		index                        int
+		delta, block, message, usage []byte
+		seen                         int
+		ok                           = true
 	)
 	objectMembers(data, func(key string, v []byte) {
 		var bit int
@@ -1116,6 +1118,10 @@ func (e *Event) unmarshalFast(data []byte) bool {
 			bit, delta = hasDelta, v
 		case "content_block":
 			bit, block = hasBlock, v
+		case "message":
+			bit, message = hasMessage, v
+		case "usage":
+			bit, usage = hasUsage, v
 		default:
 			ok = false
 		}
@@ -1150,6 +1156,28 @@ func (e *Event) unmarshalFast(data []byte) bool {
 		*e = Event{Type: typ, Index: index}
 	case (typ == EventPing || typ == EventMessageStop) && seen == hasType:
 		*e = Event{Type: typ}
+	case typ == EventMessageStart && seen == hasType|hasMessage:
+		// The message by its own decoder, as json.Unmarshal would call it.
+		if len(message) == 0 || message[0] != '{' {
+			return false
+		}
+		var r Response
+		if r.UnmarshalJSON(message) != nil {
+			return false
+		}
+		*e = Event{Type: typ, Message: &r}
+	case typ == EventMessageDelta && seen == hasType|hasDelta|hasUsage:
+		if len(delta) == 0 || delta[0] != '{' || len(usage) == 0 || usage[0] != '{' {
+			return false
+		}
+		var (
+			d MessageDelta
+			u Usage
+		)
+		if json.Unmarshal(delta, &d) != nil || json.Unmarshal(usage, &u) != nil {
+			return false
+		}
+		*e = Event{Type: typ, MessageDelta: &d, Usage: &u}
 	default:
 		return false
 	}

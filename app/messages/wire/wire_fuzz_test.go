@@ -179,6 +179,14 @@ func FuzzEventUnmarshalMatchesReflect(f *testing.F) {
 		`{"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"output_tokens":5}}`,
 		`{"type":"error","error":{"type":"api_error","message":"x"}}`, `{"type":"p\u0069ng"}`,
 		`null`, `[]`, `{}`, `{"type":1}`, `{"type":"ping"`, ` {"type" : "ping"} `,
+		`{"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","model":"m","content":[],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":12,"output_tokens":0}}}`,
+		`{"type":"message_start","message":{"id":"m","content":[{"type":"text","text":"a"}],"usage":{"input_tokens":1,"cache_read_input_tokens":2}}}`,
+		`{"type":"message_start","message":null}`, `{"type":"message_start","message":[]}`, `{"message":{},"type":"message_start"}`,
+		`{"type":"message_start","message":{"usage":{"input_tokens":"x"}}}`, `{"type":"message_start","Message":{}}`,
+		`{"type":"message_delta","delta":{"stop_reason":"tool_use","stop_sequence":"x","container":{"id":"c","expires_at":"2026-01-01T00:00:00Z"}},"usage":{"input_tokens":1,"output_tokens":2,"server_tool_use":{"code_execution_requests":1}}}`,
+		`{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":null}`, `{"type":"message_delta","delta":null,"usage":{}}`,
+		`{"usage":{"output_tokens":3},"delta":{},"type":"message_delta"}`, `{"type":"message_delta","delta":{"stop_reason":1},"usage":{}}`,
+		`{"type":"message_delta","delta":{},"usage":{"output_tokens":1.5}}`, `{"type":"message_delta","delta":{},"usage":{},"usage":{}}`,
 	} {
 		f.Add([]byte(s))
 	}

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -264,6 +265,29 @@ func (m *Model) StreamStep(ctx context.Context, req messages.StepRequest, emit f
 	// each event is decoded once, into the loop's own type, not first into
 	// the SDK's event union.
 	_, raw, err := m.post(ctx, body, true)
+	// The events decoded from one read of the upstream are emitted with
+	// More set, but for the last: it is emitted, without More, before the
+	// next read, which may wait. The client then gets a burst of events
+	// the upstream sent together in one write, as a proxy copying the
+	// upstream's reads would.
+	var (
+		pending *messages.StepEvent
+		emitErr error
+	)
+	release := func() error {
+		if pending == nil || emitErr != nil {
+			return emitErr
+		}
+		ev := *pending
+		pending = nil
+		emitErr = emit(ev)
+		return emitErr
+	}
+	if raw != nil && raw.Body != nil {
+		if _, traced := raw.Body.(interface{ Unwrap() io.ReadCloser }); !traced {
+			raw.Body = &beforeRead{ReadCloser: raw.Body, hook: release}
+		}
+	}
 	stream := ssestream.NewStream[wire.Event](ssestream.NewDecoder(raw), err)
 	defer stream.Close()
 	res := &messages.StepResult{}
@@ -302,10 +326,17 @@ func (m *Model) StreamStep(ctx context.Context, req messages.StepRequest, emit f
 			stopped = true
 		}
 		if out != nil {
-			if err := emit(*out); err != nil {
-				return nil, err
+			if pending != nil {
+				pending.More = true
+				if err := release(); err != nil {
+					return nil, err
+				}
 			}
+			pending = out
 		}
+	}
+	if err := release(); err != nil {
+		return nil, err
 	}
 	if err := stream.Err(); err != nil {
 		return nil, upstreamError(ctx, err, !started)
@@ -362,4 +393,18 @@ func upstreamError(ctx context.Context, err error, beforeStream bool) error {
 		return &messages.UpstreamError{Type: "api_error", Message: "The model upstream stream failed."}
 	}
 	return fmt.Errorf("anthropic: %w: %v", messages.ErrUpstreamUnavailable, err)
+}
+
+// beforeRead is a body that calls hook before each read; a hook's error
+// is the read's.
+type beforeRead struct {
+	io.ReadCloser
+	hook func() error
+}
+
+func (b *beforeRead) Read(p []byte) (int, error) {
+	if err := b.hook(); err != nil {
+		return 0, err
+	}
+	return b.ReadCloser.Read(p)
 }
