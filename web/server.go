@@ -112,6 +112,8 @@ type Server struct {
 	// keepAlive is how often an idle streamed event stream gets a
 	// comment (keepAliveEvery).
 	keepAlive time.Duration
+	// turnRunner runs streamed turns (turnstream.go).
+	turnRunner *turnRunner
 }
 
 // New builds the Fiber app with every route.
@@ -124,6 +126,7 @@ func New(svc Services, log *slog.Logger, opt Options) *Server {
 	}
 	s := &Server{svc: svc, log: log, classifiers: opt.Classifiers, maxUpload: opt.MaxUploadBytes, trusted: opt.TrustedProxies, opt: opt, started: time.Now().UTC().Truncate(time.Second)}
 	s.stopping, s.stop = context.WithCancel(context.Background())
+	s.turnRunner = newTurnRunner()
 	s.keepAlive = keepAliveEvery
 	if svc.MCP != nil {
 		s.mcp = newMCPHandler(svc.MCP, s)

@@ -65,7 +65,7 @@ func (s *Server) answerTurn(c *fiber.Ctx, stream bool, run runFunc, what string)
 	ctx, cancel := context.WithCancel(context.Background())
 	st := newEventStream(ctx)
 	log := s.log
-	go func() {
+	s.turnRunner.run(func() {
 		var err error
 		defer func() {
 			if r := recover(); r != nil { // a panic fails the turn, not the server
@@ -75,7 +75,7 @@ func (s *Server) answerTurn(c *fiber.Ctx, stream bool, run runFunc, what string)
 			st.finish(err)
 		}()
 		err = run(ctx, st)
-	}()
+	})
 	wait := time.NewTimer(maxHold)
 	defer wait.Stop()
 	// Nothing is written while the preamble is held: watch the connection.
@@ -300,4 +300,49 @@ func (e *eventStream) finish(err error) {
 		return
 	}
 	e.early <- err
+}
+
+// turnRunner runs streamed turns on goroutines kept between turns. A
+// turn's calls go deep (the loop, the model adapter, the JSON encoders):
+// on a goroutine of its own each turn grew its stack several times over,
+// copying it each time, a twentieth of a streamed request's CPU. A kept
+// goroutine has its stack grown already. One waits turnIdle for the next
+// turn and then ends, so that a quiet server keeps none.
+type turnRunner struct {
+	work chan func()
+}
+
+// turnIdle is how long a turn's goroutine waits for the next turn.
+const turnIdle = time.Second
+
+func newTurnRunner() *turnRunner {
+	return &turnRunner{work: make(chan func())}
+}
+
+// run runs fn on a waiting goroutine, or on a new one when none waits (or
+// r is nil). fn must not panic.
+func (r *turnRunner) run(fn func()) {
+	if r == nil {
+		go fn()
+		return
+	}
+	select {
+	case r.work <- fn:
+	default:
+		go r.loop(fn)
+	}
+}
+
+func (r *turnRunner) loop(fn func()) {
+	idle := time.NewTimer(turnIdle)
+	defer idle.Stop()
+	for {
+		fn()
+		idle.Reset(turnIdle)
+		select {
+		case fn = <-r.work:
+		case <-idle.C:
+			return
+		}
+	}
 }
