@@ -102,29 +102,47 @@ func TestEventStreamHoldsPreamble(t *testing.T) {
 	})
 }
 
+// TestSSEKeepAlive checks the keep-alive at given times: a ping once the
+// stream was silent for the interval, none before, none after an event;
+// and that the running keep-alive ticks.
 func TestSSEKeepAlive(t *testing.T) {
 	var buf bytes.Buffer
-	w := &sseWriter{w: bufio.NewWriter(&buf), cancel: func() {}, last: time.Now()}
-	stop := w.keepAlive(40*time.Millisecond, "ping", map[string]string{"type": "ping"})
-	time.Sleep(200 * time.Millisecond)
-	stop()
-	n := strings.Count(buf.String(), "event: ping\ndata: {\"type\":\"ping\"}\n\n")
-	if n < 2 || n > 6 {
-		t.Fatalf("%d pings in 200ms at a 40ms interval: %q", n, buf.String())
+	t0 := time.Now()
+	w := &sseWriter{w: bufio.NewWriter(&buf), cancel: func() {}, last: t0}
+	const ping = "event: ping\ndata: {\"type\":\"ping\"}\n\n"
+	data := []byte(`{"type":"ping"}`)
+	pings := func() int { return strings.Count(buf.String(), ping) }
+	const every = time.Hour
+	// Silent for less than the interval: no ping.
+	if err := w.tick(t0.Add(every-time.Second), every, "ping", data); err != nil || pings() != 0 {
+		t.Fatalf("tick before the interval: %v, %q", err, buf.String())
 	}
-	// Writes reset the silence: no ping while events flow.
+	// Silent for the interval: one ping, which is a write like any.
+	if err := w.tick(t0.Add(every), every, "ping", data); err != nil || pings() != 1 {
+		t.Fatalf("tick after the interval: %v, %q", err, buf.String())
+	}
+	// An event resets the silence.
+	if err := w.Event("x", 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.tick(time.Now().Add(every-time.Second), every, "ping", data); err != nil || pings() != 1 {
+		t.Fatalf("tick after an event: %v, %q", err, buf.String())
+	}
+	// The running keep-alive ticks by itself.
 	buf.Reset()
-	stop = w.keepAlive(100*time.Millisecond, "ping", map[string]string{"type": "ping"})
-	for range 10 {
-		if err := w.Event("x", 1); err != nil {
-			t.Fatal(err)
+	stop := w.keepAlive(10*time.Millisecond, "ping", map[string]string{"type": "ping"})
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		w.mu.Lock()
+		n := pings()
+		w.mu.Unlock()
+		if n > 0 {
+			break
 		}
-		time.Sleep(20 * time.Millisecond)
+		if time.Now().After(deadline) {
+			t.Fatal("no ping from the running keep-alive")
+		}
 	}
 	stop()
-	if strings.Contains(buf.String(), "ping") {
-		t.Fatalf("ping between events: %q", buf.String())
-	}
 }
 
 // failingWriter fails every write with err.

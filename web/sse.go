@@ -132,21 +132,10 @@ func (s *sseWriter) keepAlive(every time.Duration, name string, v any) (stop fun
 			select {
 			case <-quit:
 				return
-			case <-t.C:
-			}
-			s.mu.Lock()
-			var werr error
-			switch {
-			case s.err != nil:
-				werr = s.err
-			case s.peer != nil && peerClosed(s.peer):
-				werr = s.fail(errPeerClosed)
-			case time.Since(s.last) >= every:
-				werr = s.writeLocked(name, data, true)
-			}
-			s.mu.Unlock()
-			if werr != nil {
-				return
+			case now := <-t.C:
+				if s.tick(now, every, name, data) != nil {
+					return
+				}
 			}
 		}
 	}()
@@ -155,6 +144,23 @@ func (s *sseWriter) keepAlive(every time.Duration, name string, v any) (stop fun
 		once.Do(func() { close(quit) })
 		<-done
 	}
+}
+
+// tick is one check of the keep-alive at now: the stream fails once the
+// client closed it, and gets the event name with data once it has been
+// silent for every.
+func (s *sseWriter) tick(now time.Time, every time.Duration, name string, data []byte) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.err != nil:
+		return s.err
+	case s.peer != nil && peerClosed(s.peer):
+		return s.fail(errPeerClosed)
+	case now.Sub(s.last) >= every:
+		return s.writeLocked(name, data, true)
+	}
+	return nil
 }
 
 // sseHeaders sets the headers of an event stream answer.
