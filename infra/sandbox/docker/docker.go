@@ -603,6 +603,7 @@ func (b *Backend) Reconcile(ctx context.Context, decide func(id string) sandbox.
 		return nil, nil, fmt.Errorf("docker: reconcile: %w", err)
 	}
 	warmSeen := map[string]bool{}
+	var errs []error
 	for _, c := range list {
 		id, warmName := b.reconcileID(c.Labels, c.Names)
 		if warmName != "" {
@@ -630,8 +631,13 @@ func (b *Backend) Reconcile(ctx context.Context, decide func(id string) sandbox.
 			adopted = append(adopted, id)
 			continue
 		}
-		if err := b.cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true}); err != nil && !errdefs.IsNotFound(err) {
-			return adopted, removed, fmt.Errorf("docker: reconcile: remove %s: %w", c.ID, err)
+		// Another removal under way (the pool's own cleanup of a warm
+		// sandbox) removes it as well; any other failure is reported after
+		// the rest are done, so that one container does not keep the
+		// others from being adopted.
+		if err := b.cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true}); err != nil && !errdefs.IsNotFound(err) && !errdefs.IsConflict(err) {
+			errs = append(errs, fmt.Errorf("docker: reconcile: remove %s: %w", c.ID, err))
+			continue
 		}
 		sock := id
 		if warmName != "" {
@@ -649,7 +655,7 @@ func (b *Backend) Reconcile(ctx context.Context, decide func(id string) sandbox.
 	if len(adopted)+len(removed) > 0 {
 		b.log.Info("sandboxes reconciled", "adopted", len(adopted), "removed", len(removed))
 	}
-	return adopted, removed, nil
+	return adopted, removed, errors.Join(errs...)
 }
 
 // adopt re-attaches to a running sandbox and keeps it when its agent answers.
