@@ -142,18 +142,23 @@ func must(t testing.TB, err error) {
 func inProcess(t *testing.T) (w io.Writer, frames <-chan protocol.Frame) {
 	t.Helper()
 	hostW, hostR := inProcessPipes(t)
+	return hostW, readFrames(hostR)
+}
+
+// readFrames returns the frames read from r, closed when r ends.
+func readFrames(r io.Reader) <-chan protocol.Frame {
 	ch := make(chan protocol.Frame, 64)
 	go func() {
 		defer close(ch)
 		for {
-			f, err := protocol.ReadFrame(hostR)
+			f, err := protocol.ReadFrame(r)
 			if err != nil {
 				return
 			}
 			ch <- f
 		}
 	}()
-	return hostW, ch
+	return ch
 }
 
 // inProcessPipes runs a server in the test process over pipes and returns

@@ -65,18 +65,7 @@ func (h *dialHost) accept() (net.Conn, <-chan protocol.Frame) {
 	c, err := h.ln.Accept()
 	must(h.t, err)
 	h.conns = append(h.conns, c)
-	ch := make(chan protocol.Frame, 64)
-	go func() {
-		defer close(ch)
-		for {
-			f, err := protocol.ReadFrame(c)
-			if err != nil {
-				return
-			}
-			ch <- f
-		}
-	}()
-	return c, ch
+	return c, readFrames(c)
 }
 
 // TestDialKeepsSessions: when the host's connection ends, the agent kills

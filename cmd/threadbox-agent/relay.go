@@ -300,17 +300,10 @@ func (r *relay) serveHost(c net.Conn) {
 	r.mu.Lock()
 	r.host = c
 	r.mu.Unlock()
-	in := bufio.NewReaderSize(c, 64<<10)
-	var buf []byte
-	var err error
-	for {
-		if buf, err = readRawFrame(in, buf[:0]); err != nil {
-			break
-		}
-		if _, err = r.agentIn.Write(buf); err != nil {
-			break
-		}
-	}
+	eachFrame(c, func(f []byte) bool {
+		_, err := r.agentIn.Write(f)
+		return err == nil
+	})
 	c.Close()
 	r.mu.Lock()
 	r.host = nil
@@ -334,26 +327,35 @@ func (r *relay) closeHost() {
 // agent's output ends. Frames with no host to take them, or from before
 // the agent's answer to the last Hangup, are dropped.
 func (r *relay) fromAgent(out io.Reader) {
-	in := bufio.NewReaderSize(out, 64<<10)
-	var buf []byte
-	var err error
-	for {
-		if buf, err = readRawFrame(in, buf[:0]); err != nil {
-			return
-		}
+	eachFrame(out, func(f []byte) bool {
 		r.mu.Lock()
 		if r.gate {
-			if protocol.Type(buf[0]) == protocol.TypeHungUp && binary.BigEndian.Uint32(buf[1:5]) == r.gateID {
+			if protocol.Type(f[0]) == protocol.TypeHungUp && binary.BigEndian.Uint32(f[1:5]) == r.gateID {
 				r.gate = false
 			}
 			r.mu.Unlock()
-			continue
+			return true
 		}
 		c := r.host
 		r.mu.Unlock()
 		if c != nil {
 			// A host that is gone is seen by its own loop.
-			_, _ = c.Write(buf)
+			_, _ = c.Write(f)
+		}
+		return true
+	})
+}
+
+// eachFrame reads whole frames (header and payload) from r and hands each
+// to fn, whose slice is reused after it returns, until r ends, a frame is
+// malformed or fn returns false.
+func eachFrame(r io.Reader, fn func(frame []byte) bool) {
+	in := bufio.NewReaderSize(r, 64<<10)
+	var buf []byte
+	var err error
+	for {
+		if buf, err = readRawFrame(in, buf[:0]); err != nil || !fn(buf) {
+			return
 		}
 	}
 }

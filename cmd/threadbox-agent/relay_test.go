@@ -34,7 +34,7 @@ func relayed(t testing.TB) string {
 type relayHost struct {
 	t      *testing.T
 	c      net.Conn
-	frames chan protocol.Frame
+	frames <-chan protocol.Frame
 }
 
 // connect makes a host connection to the relay at sock.
@@ -42,17 +42,7 @@ func connect(t *testing.T, sock string) *relayHost {
 	t.Helper()
 	c, err := net.Dial("unix", sock)
 	must(t, err)
-	h := &relayHost{t: t, c: c, frames: make(chan protocol.Frame, 64)}
-	go func() {
-		defer close(h.frames)
-		for {
-			f, err := protocol.ReadFrame(c)
-			if err != nil {
-				return
-			}
-			h.frames <- f
-		}
-	}()
+	h := &relayHost{t: t, c: c, frames: readFrames(c)}
 	t.Cleanup(func() { c.Close() })
 	return h
 }

@@ -153,65 +153,6 @@ func TestGvisorSandboxSurvivesRestart(t *testing.T) {
 	}
 }
 
-// TestGvisorSessionsSurviveRestart: after a graceful restart the new
-// server attaches to the sessions the old one started in the restored
-// sandbox: the code_execution interpreter still holds x, and an
-// exec_command session answers write_stdin under its id, its cursor going
-// on from where it was.
-func TestGvisorSessionsSurviveRestart(t *testing.T) {
-	bin := needGvisor(t)
-	s, fake := modelServer(t, "", "anthropic", map[string]string{"SANDBOX_BACKEND": "gvisor", "THREADBOX_AGENT_BIN": bin, "THREADBOX_INSTANCE": gvisorInstance(t)})
-	tok := s.bootstrap("acme", "admin@acme.test")
-	ctx := context.Background()
-	const box = "sessions"
-	cell := func(s *server, code string) anthropic.CodeExecutionResultBlock {
-		t.Helper()
-		fake.Push(steps(pyStep(code)), textStep("ok"))
-		cl := msgClient(s, tok)
-		msg, err := cl.Messages.New(ctx, msgParams(box, userText("run"), codeExec2601...))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return pyResult(t, msg.Content, 0)
-	}
-	tool := func(s *server, name string, input map[string]any) sandboxBlock {
-		t.Helper()
-		fake.Push(steps(call(name, input)), textStep("ok"))
-		calls, _ := sandboxTurn(t, msgClient(s, tok), box)
-		return calls[0]
-	}
-	if r := cell(s, "x = 41"); r.ReturnCode != 0 {
-		t.Fatalf("first cell %+v", r)
-	}
-	term := tool(s, "exec_command", map[string]any{"command": "python3 -i -q", "grace_seconds": 1})
-	sid := term.str("session_id")
-	if term.Content["alive"] != true || !strings.HasPrefix(sid, "sess_") {
-		t.Fatalf("exec_command %v", term.Content)
-	}
-	w := tool(s, "write_stdin", map[string]any{"session_id": sid, "input": "y = 6 * 7\n", "since": term.num("cursor"), "wait_seconds": 5})
-	cursor := w.num("cursor")
-	if w.Content["alive"] != true || cursor < term.num("cursor") {
-		t.Fatalf("write_stdin %v", w.Content)
-	}
-
-	s.stop()
-	env := maps.Clone(s.env)
-	env["LISTEN_ADDR"] = freeAddr(t)
-	s2 := &server{t: t, base: "http://" + env["LISTEN_ADDR"], dataDir: s.dataDir, env: env, stdout: &syncBuffer{}, stderr: &syncBuffer{}}
-	s2.run(t, []string{"serve"}, 20*time.Second)
-	if r := cell(s2, "print(x + 1)"); r.ReturnCode != 0 || r.Stdout != "42\n" || r.Stderr != "" {
-		t.Fatalf("cell after the restart %+v: want the interpreter attached with x", r)
-	}
-	r := tool(s2, "write_stdin", map[string]any{"session_id": sid, "input": "print(y)\n", "since": cursor, "wait_seconds": 5})
-	if r.Type != "write_stdin_result" || r.Content["alive"] != true || !strings.Contains(r.str("stdout"), "42") ||
-		strings.Contains(r.str("stdout"), "6 * 7") || r.num("cursor") <= cursor || r.num("dropped_bytes") != 0 {
-		t.Fatalf("write_stdin after the restart %v: want the session attached, its cursor going on", r.Content)
-	}
-	if r := tool(s2, "write_stdin", map[string]any{"session_id": sid, "input": "exit()\n", "wait_seconds": 5}); r.Content["alive"] != false || r.num("exit_code") != 0 {
-		t.Fatalf("exit %v", r.Content)
-	}
-}
-
 // TestGvisorSessionsHandOver: two threadbox processes on one PostgreSQL
 // database and one data folder, under the gvisor backend, behind one
 // model. The second takes over a sandbox the first holds (the first
@@ -232,25 +173,8 @@ func TestGvisorSessionsHandOver(t *testing.T) {
 	env2 := maps.Clone(env)
 	env2["LISTEN_ADDR"] = freeAddr(t)
 	two := startChild(t, env2)
-	tok := one.bootstrap("acme", "admin@acme.test")
-	ctx := context.Background()
-	const box = "handed"
-	cell := func(s *server, code string) anthropic.CodeExecutionResultBlock {
-		t.Helper()
-		fake.Push(steps(pyStep(code)), textStep("ok"))
-		cl := msgClient(s, tok)
-		msg, err := cl.Messages.New(ctx, msgParams(box, userText("run"), codeExec2601...))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return pyResult(t, msg.Content, 0)
-	}
-	tool := func(s *server, name string, input map[string]any) sandboxBlock {
-		t.Helper()
-		fake.Push(steps(call(name, input)), textStep("ok"))
-		calls, _ := sandboxTurn(t, msgClient(s, tok), box)
-		return calls[0]
-	}
+	c := sessionCalls{t: t, fake: fake, tok: one.bootstrap("acme", "admin@acme.test"), box: "handed"}
+	cell, tool := c.cell, c.tool
 	if r := cell(one.server, "x = 41"); r.ReturnCode != 0 {
 		t.Fatalf("first cell %+v", r)
 	}
@@ -299,104 +223,6 @@ func TestGvisorHandOver(t *testing.T) {
 		t.Fatalf("turn on the second server after the hand-over: %d %s", r.status, r.body)
 	}
 	one.term(t)
-	two.term(t)
-}
-
-// TestGvisorSessionsSurviveKill: a gVisor sandbox outlives a threadbox
-// process killed at once (kill -9): its relay holds the agent's stdio. Once
-// the dead process's lease lapsed, the next process adopts the sandbox and
-// attaches to the sessions the first one started: the code_execution
-// interpreter still holds x, an exec_command session answers write_stdin
-// under its id with its cursor going on, a background HTTP server still
-// answers and /tmp is there, with no note of a fresh start. Then the idle
-// stop checkpoints the adopted sandbox and the next cell restores it, x
-// still there.
-func TestGvisorSessionsSurviveKill(t *testing.T) {
-	bin := needGvisor(t)
-	fake := fakeupstream.New()
-	t.Cleanup(fake.Close)
-	env := childEnv(t, "", map[string]string{
-		"SANDBOX_BACKEND": "gvisor", "THREADBOX_AGENT_BIN": bin, "SWEEP_INTERVAL": "300ms", "LEASE_TTL": "2s",
-		"THREADBOX_INSTANCE": gvisorInstance(t), "SANDBOX_IDLE": "1h",
-		"MODEL_PROVIDER": "anthropic", "MODEL_BASE_URL": fake.URL(), "MODEL_NAME": "fake-model",
-	})
-	env["JWT_KEY_FILE"] = filepath.Join(filepath.Dir(env["DATA_DIR"]), "jwt.pem")
-	one := startChild(t, env)
-	tok := one.bootstrap("acme", "admin@acme.test")
-	ctx := context.Background()
-	const box = "killed"
-	cell := func(s *server, code string) anthropic.CodeExecutionResultBlock {
-		t.Helper()
-		fake.Push(steps(pyStep(code)), textStep("ok"))
-		cl := msgClient(s, tok)
-		msg, err := cl.Messages.New(ctx, msgParams(box, userText("run"), codeExec2601...))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return pyResult(t, msg.Content, 0)
-	}
-	tool := func(s *server, name string, input map[string]any) sandboxBlock {
-		t.Helper()
-		fake.Push(steps(call(name, input)), textStep("ok"))
-		calls, _ := sandboxTurn(t, msgClient(s, tok), box)
-		return calls[0]
-	}
-	const serve = `import subprocess, time, urllib.request
-subprocess.Popen(["python3", "-m", "http.server", "8123", "--bind", "127.0.0.1", "--directory", "/tmp"],
-    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-open("/tmp/kept", "w").write("kept")
-for _ in range(100):
-    try:
-        urllib.request.urlopen("http://127.0.0.1:8123/kept", timeout=1)
-        break
-    except OSError:
-        time.sleep(0.1)
-x = 41`
-	if r := cell(one.server, serve); r.ReturnCode != 0 {
-		t.Fatalf("first cell %+v", r)
-	}
-	term := tool(one.server, "exec_command", map[string]any{"command": "python3 -i -q", "grace_seconds": 1})
-	sid := term.str("session_id")
-	if term.Content["alive"] != true || !strings.HasPrefix(sid, "sess_") {
-		t.Fatalf("exec_command %v", term.Content)
-	}
-	w := tool(one.server, "write_stdin", map[string]any{"session_id": sid, "input": "y = 6 * 7\n", "since": term.num("cursor"), "wait_seconds": 5})
-	cursor := w.num("cursor")
-	if w.Content["alive"] != true || cursor < term.num("cursor") {
-		t.Fatalf("write_stdin %v", w.Content)
-	}
-
-	one.kill()
-	env2 := maps.Clone(env)
-	env2["LISTEN_ADDR"] = freeAddr(t)
-	env2["SANDBOX_IDLE"] = "4s"
-	two := startChild(t, env2)
-	const check = `import urllib.request
-print(x + 1, urllib.request.urlopen("http://127.0.0.1:8123/kept", timeout=5).read().decode())`
-	if r := cell(two.server, check); r.ReturnCode != 0 || r.Stdout != "42 kept\n" || r.Stderr != "" {
-		t.Fatalf("cell after kill -9 %+v: want the sandbox adopted, the interpreter attached with x and the HTTP server up", r)
-	}
-	r := tool(two.server, "write_stdin", map[string]any{"session_id": sid, "input": "print(y)\n", "since": cursor, "wait_seconds": 5})
-	if r.Type != "write_stdin_result" || r.Content["alive"] != true || !strings.Contains(r.str("stdout"), "42") ||
-		strings.Contains(r.str("stdout"), "6 * 7") || r.num("cursor") <= cursor || r.num("dropped_bytes") != 0 {
-		t.Fatalf("write_stdin after kill -9 %v: want the session attached, its cursor going on", r.Content)
-	}
-	cursor = r.num("cursor")
-
-	// The adopted sandbox's idle stop checkpoints it; the next cell
-	// restores it.
-	for deadline := time.Now().Add(60 * time.Second); !strings.Contains(two.stdout.String(), "sandbox checkpointed"); time.Sleep(200 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the adopted sandbox was not checkpointed at its idle stop\n%s", two.stdout.String())
-		}
-	}
-	if r := cell(two.server, check); r.ReturnCode != 0 || r.Stdout != "42 kept\n" || r.Stderr != "" {
-		t.Fatalf("cell after the idle stop %+v: want the sandbox restored with x and the HTTP server", r)
-	}
-	r = tool(two.server, "write_stdin", map[string]any{"session_id": sid, "input": "print(y + 1)\n", "since": cursor, "wait_seconds": 5})
-	if r.Content["alive"] != true || !strings.Contains(r.str("stdout"), "43") || r.num("cursor") <= cursor {
-		t.Fatalf("write_stdin after the idle stop %v: want the session restored", r.Content)
-	}
 	two.term(t)
 }
 
