@@ -160,6 +160,11 @@ func TestSweep(t *testing.T) {
 	if rec, _ := st.Container(ctx, gone.ID()); rec.State() != container.Idle {
 		t.Fatalf("record of a vanished sandbox: %q", rec.State())
 	}
+	// Its life is gone, and its next result says so, whether the sweep or
+	// a request finds the record first.
+	if n := p2.TakeNote(gone.ID()); !strings.HasPrefix(n, FreshNote) || !strings.Contains(n, lostWithItsServer) {
+		t.Fatalf("note of a cleared record %q, want the fresh-start note", n)
+	}
 	if rec, _ := st.Container(ctx, c.ID()); rec.Holder() != "p2" || rec.State() != container.Running {
 		t.Fatalf("adopted record: %q %q", rec.Holder(), rec.State())
 	}
