@@ -333,8 +333,11 @@ func (l *Layout) Remove(ctx context.Context, id string) error {
 	if err := os.RemoveAll(d.Root); err != nil {
 		return fmt.Errorf("hostdirs: remove: %w", err)
 	}
-	if err := os.Remove(l.DiskImage(id)); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("hostdirs: remove: %w", err)
+	// The image, and one half made by a server killed while it made it.
+	for _, img := range []string{l.DiskImage(id), l.DiskImage(id) + ".tmp"} {
+		if err := os.Remove(img); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("hostdirs: remove: %w", err)
+		}
 	}
 	if err := os.RemoveAll(l.CheckpointDir(id)); err != nil {
 		return fmt.Errorf("hostdirs: remove: %w", err)

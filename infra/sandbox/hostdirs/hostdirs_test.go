@@ -323,8 +323,15 @@ func TestOrphans(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "disks", "image-only.ext4"), nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// An image half made by a server killed while it made it, and one of
+	// a live container's.
+	for _, p := range []string{"half-made.ext4.tmp", "gone.ext4.tmp"} {
+		if err := os.WriteFile(filepath.Join(dir, "disks", p), nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
 	old := time.Now().Add(-time.Hour)
-	for _, p := range []string{"containers/live", "containers/gone", "disks/image-only.ext4"} {
+	for _, p := range []string{"containers/live", "containers/gone", "disks/image-only.ext4", "disks/half-made.ext4.tmp", "disks/gone.ext4.tmp"} {
 		if err := os.Chtimes(filepath.Join(dir, p), old, old); err != nil {
 			t.Fatal(err)
 		}
@@ -339,13 +346,16 @@ func TestOrphans(t *testing.T) {
 		t.Fatal(err)
 	}
 	slices.Sort(got)
-	if !slices.Equal(got, []string{"gone", "image-only"}) {
-		t.Fatalf("orphans %v, want [gone image-only]", got)
+	if !slices.Equal(got, []string{"gone", "half-made", "image-only"}) {
+		t.Fatalf("orphans %v, want [gone half-made image-only]", got)
 	}
 	for _, name := range got {
 		if err := l.Remove(ctx, name); err != nil {
 			t.Fatal(err)
 		}
+	}
+	if ents, _ := os.ReadDir(filepath.Join(dir, "disks")); len(ents) != 0 {
+		t.Fatalf("disks after the removal: %v, want none", ents)
 	}
 	if got, _ := l.Orphans(ctx, []string{"live"}, 0); !slices.Equal(got, []string{"fresh"}) {
 		t.Fatalf("orphans after the removal, of any age: %v, want [fresh]", got)

@@ -10,7 +10,8 @@ import (
 	"time"
 )
 
-// Orphans returns the names of container folders and disk images that no
+// Orphans returns the names of container folders and disk images (made or
+// half made) that no
 // container of known claims and that nothing changed within olderThan:
 // left by a container deleted while a request prepared its folders again,
 // or by a removal that failed half way. The caller removes them (Remove
@@ -32,9 +33,11 @@ func (l *Layout) Orphans(ctx context.Context, known []string, olderThan time.Dur
 		for _, e := range ents {
 			name := e.Name()
 			if dir == l.disks {
+				// An image, or one being made (.ext4.tmp) that a
+				// server killed while it made it left behind.
 				var ok bool
-				if name, ok = strings.CutSuffix(name, ".ext4"); !ok {
-					continue // an image being made (.tmp)
+				if name, ok = strings.CutSuffix(strings.TrimSuffix(name, ".tmp"), ".ext4"); !ok {
+					continue
 				}
 			}
 			if keep[name] || SafeID(name) != name {
