@@ -537,11 +537,19 @@ func (s *Service) adoptStale(ctx context.Context, c container.Container) *live {
 			}
 			return sandbox.Leave
 		})
-		if err != nil || !slices.Contains(adopted, c.ID()) {
-			return nil
+		if err == nil && slices.Contains(adopted, c.ID()) {
+			s.log.Info("sandbox adopted by its first request after its server went", "container", c.ID(), "backend", b.Name())
+			return s.hold(ctx, c, b, 1, true)
 		}
-		s.log.Info("sandbox adopted by its first request after its server went", "container", c.ID(), "backend", b.Name())
-		return s.hold(ctx, c, b, 1, true)
+		// A sweep of this process adopting it meanwhile: the backend
+		// holds it (and offered it to neither call again), and the
+		// sweep, finding it held when it takes the lock, leaves it to
+		// this request.
+		if st, err := b.Status(ctx, c.ID()); err == nil && st.State == sandbox.StateRunning {
+			s.log.Info("sandbox adopted by the sweep under its first request after its server went", "container", c.ID(), "backend", b.Name())
+			return s.hold(ctx, c, b, 1, true)
+		}
+		return nil
 	}
 	return nil
 }

@@ -163,7 +163,8 @@ type fakeBackend struct {
 	stopped     []string
 	removed     []string
 	listened    []string
-	found       []string // sandboxes this process did not boot
+	found       []string        // sandboxes this process did not boot
+	held        map[string]bool // sandboxes of found this process adopted
 	verdicts    map[string]sandbox.Verdict
 	warmErr     error
 	warm        map[string]bool   // warm slots booted and not claimed
@@ -231,12 +232,19 @@ func (b *fakeBackend) Listen(_ context.Context, id, _ string) (net.Listener, err
 }
 
 // Reconcile offers the sandboxes in found (left by an earlier process) to
-// decide and does what it says.
+// decide and does what it says; as the real backends do, it offers none
+// this process holds (adopted by an earlier call).
 func (b *fakeBackend) Reconcile(_ context.Context, decide func(string) sandbox.Verdict) (adopted, removed []string, err error) {
 	b.mu.Lock()
 	found := slices.Clone(b.found)
 	b.mu.Unlock()
 	for _, id := range found {
+		b.mu.Lock()
+		held := b.held[id]
+		b.mu.Unlock()
+		if held {
+			continue
+		}
 		v := decide(id)
 		b.mu.Lock()
 		if b.verdicts == nil {
@@ -246,6 +254,12 @@ func (b *fakeBackend) Reconcile(_ context.Context, decide func(string) sandbox.V
 		b.mu.Unlock()
 		switch v {
 		case sandbox.Adopt:
+			b.mu.Lock()
+			if b.held == nil {
+				b.held = map[string]bool{}
+			}
+			b.held[id] = true
+			b.mu.Unlock()
 			if b.adopting != nil {
 				b.adopting(id)
 			}
@@ -262,15 +276,15 @@ func (b *fakeBackend) Reconcile(_ context.Context, decide func(string) sandbox.V
 	return adopted, removed, nil
 }
 
-// Status reports a warm slot running and one in dead ended; others say
-// nothing.
+// Status reports a warm slot or an adopted sandbox running and one in
+// dead ended; others say nothing.
 func (b *fakeBackend) Status(_ context.Context, id string) (sandbox.Status, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	switch {
 	case b.dead[id]:
 		return sandbox.Status{State: sandbox.StateMissing}, nil
-	case b.warm[id]:
+	case b.warm[id], b.held[id]:
 		return sandbox.Status{State: sandbox.StateRunning}, nil
 	}
 	return sandbox.Status{}, nil

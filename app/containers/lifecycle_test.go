@@ -267,7 +267,9 @@ func onBoot(h BootHook) func(*Deps) {
 // TestAdoptionMeetsABoot: a request that starts a container's sandbox
 // while the sweep is adopting it (just after a restart) leaves one holder,
 // and the boot hooks run once. They ran twice, and the API bridge then
-// listened twice in one sandbox ("address already in use").
+// listened twice in one sandbox ("address already in use"). The request
+// takes the sandbox the sweep adopted as it is: no fresh boot, and no note
+// saying its life was lost.
 func TestAdoptionMeetsABoot(t *testing.T) {
 	ctx := context.Background()
 	var mu sync.Mutex
@@ -280,6 +282,7 @@ func TestAdoptionMeetsABoot(t *testing.T) {
 	}))
 	b.mu.Lock()
 	b.found = append(b.found, c.ID())
+	boots := b.booted[c.ID()]
 	// The request comes while the sweep adopts (the request's own
 	// adoption of the stale sandbox goes through Reconcile too: it does
 	// not send a second request).
@@ -303,6 +306,14 @@ func TestAdoptionMeetsABoot(t *testing.T) {
 	}
 	if !s2.Running(c.ID()) {
 		t.Fatal("the sandbox is not held after the adoption")
+	}
+	if note := s2.TakeNote(c.ID()); note != "" {
+		t.Fatalf("note of a sandbox the sweep adopted under a request: %q", note)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.booted[c.ID()] != boots {
+		t.Fatalf("boots %d (were %d): the request booted an adopted sandbox again", b.booted[c.ID()], boots)
 	}
 }
 

@@ -325,7 +325,8 @@ type Backend interface {
 	Stop(ctx context.Context, id string) error
 	// Remove stops the sandbox and forgets it; host folders are the caller's.
 	Remove(ctx context.Context, id string) error
-	// Status reports the sandbox's state.
+	// Status reports the sandbox's state: StateRunning only while this
+	// process runs it (booted or adopted it, and holds its agent).
 	Status(ctx context.Context, id string) (Status, error)
 	// Checkpoints reports whether the backend can checkpoint and restore
 	// sandboxes on this host (their processes, memory, open files,
