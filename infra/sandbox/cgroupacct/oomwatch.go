@@ -1,10 +1,12 @@
 package cgroupacct
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 
 	"golang.org/x/sys/unix"
@@ -14,34 +16,125 @@ import (
 // memory: for a sandbox that dies of it with its control group, whose
 // counter can no longer be read once its runtime removed the group.
 // Cgroup v1 registers an eventfd for memory.oom_control notifications;
-// cgroup v2 watches memory.events with inotify.
+// cgroup v2 watches memory.events with inotify, through the OOMWatcher
+// that made it.
 type OOMWatch struct {
 	oom    OOM
 	v1     bool
 	base   [2]int64 // the oom and oom_kill counts of memory.events at the start (v2)
 	killed atomic.Bool
-	f      *os.File
+	f      *os.File // the eventfd (v1)
 	extra  *os.File // the oom_control file a v1 registration names
+	by     *OOMWatcher
+	wd     int32 // the inotify watch of memory.events (v2)
 }
 
-// WatchOOM starts watching o. The zero OOM cannot be watched.
-func WatchOOM(o OOM) (*OOMWatch, error) {
+// OOMWatcher makes the OOM watches of one owner (a sandbox backend). The
+// cgroup v2 ones share one inotify instance: the kernel allows 128
+// instances per user by default (fs.inotify.max_user_instances), so one
+// per sandbox would leave every sandbox after the 128th unwatched, while
+// watches of one instance are counted by the thousand. The zero
+// OOMWatcher is ready; Close ends it.
+type OOMWatcher struct {
+	mu      sync.Mutex
+	f       *os.File            // the inotify instance, once a v2 watch made it
+	watches map[int32]*OOMWatch // by inotify watch descriptor
+	closed  bool
+}
+
+// Watch starts watching o. The zero OOM cannot be watched.
+func (ws *OOMWatcher) Watch(o OOM) (*OOMWatch, error) {
 	if _, ok := o.Read(); !ok {
 		return nil, errors.New("cgroupacct: no oom_kill counter to watch")
 	}
 	w := &OOMWatch{oom: o, v1: filepath.Base(o.Path) == "memory.oom_control"}
-	var err error
 	if w.v1 {
-		err = w.eventfd()
-	} else {
-		w.base, _ = w.counts()
-		err = w.inotify()
+		if err := w.eventfd(); err != nil {
+			return nil, err
+		}
+		go w.loop()
+		return w, nil
 	}
-	if err != nil {
+	w.base, _ = w.counts()
+	if err := ws.add(w); err != nil {
 		return nil, err
 	}
-	go w.loop()
 	return w, nil
+}
+
+// add watches w's memory.events on the shared inotify instance, made at
+// the first v2 watch.
+func (ws *OOMWatcher) add(w *OOMWatch) error {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	if ws.closed {
+		return errors.New("cgroupacct: the OOM watcher is closed")
+	}
+	if ws.f == nil {
+		fd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
+		if err != nil {
+			return fmt.Errorf("cgroupacct: inotify: %w", err)
+		}
+		ws.f = os.NewFile(uintptr(fd), "oom-inotify")
+		ws.watches = map[int32]*OOMWatch{}
+		go ws.loop(ws.f)
+	}
+	wd, err := unix.InotifyAddWatch(int(ws.f.Fd()), w.oom.Path, unix.IN_MODIFY)
+	if err != nil {
+		return fmt.Errorf("cgroupacct: watch %s: %w", w.oom.Path, err)
+	}
+	w.by, w.wd = ws, int32(wd)
+	ws.watches[w.wd] = w
+	return nil
+}
+
+// loop reads the shared instance's events until Close and looks at the
+// counts of each watch an event names; a watch whose file went (its
+// group was removed: IN_IGNORED) is forgotten.
+func (ws *OOMWatcher) loop(f *os.File) {
+	buf := make([]byte, 64*(unix.SizeofInotifyEvent+unix.NAME_MAX+1))
+	for {
+		n, err := f.Read(buf)
+		if err != nil {
+			return
+		}
+		for off := 0; off+unix.SizeofInotifyEvent <= n; {
+			wd := int32(binary.NativeEndian.Uint32(buf[off:]))
+			mask := binary.NativeEndian.Uint32(buf[off+4:])
+			off += unix.SizeofInotifyEvent + int(binary.NativeEndian.Uint32(buf[off+12:]))
+			ws.mu.Lock()
+			w := ws.watches[wd]
+			if mask&unix.IN_IGNORED != 0 {
+				delete(ws.watches, wd)
+			}
+			ws.mu.Unlock()
+			if w != nil && mask&unix.IN_MODIFY != 0 {
+				w.check()
+			}
+		}
+	}
+}
+
+// remove stops watching w.
+func (ws *OOMWatcher) remove(w *OOMWatch) {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	if ws.watches[w.wd] != w {
+		return
+	}
+	delete(ws.watches, w.wd)
+	_, _ = unix.InotifyRmWatch(int(ws.f.Fd()), uint32(w.wd))
+}
+
+// Close ends the shared instance and every v2 watch on it.
+func (ws *OOMWatcher) Close() {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	ws.closed = true
+	if ws.f != nil {
+		ws.f.Close()
+		ws.f, ws.watches = nil, nil
+	}
 }
 
 // eventfd registers an eventfd for the v1 group's OOM notifications.
@@ -65,20 +158,6 @@ func (w *OOMWatch) eventfd() error {
 	return nil
 }
 
-// inotify watches the v2 group's memory.events for changes.
-func (w *OOMWatch) inotify() error {
-	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
-	if err != nil {
-		return fmt.Errorf("cgroupacct: inotify: %w", err)
-	}
-	w.f = os.NewFile(uintptr(fd), "oom-inotify")
-	if _, err := unix.InotifyAddWatch(fd, w.oom.Path, unix.IN_MODIFY); err != nil {
-		w.f.Close()
-		return fmt.Errorf("cgroupacct: watch %s: %w", w.oom.Path, err)
-	}
-	return nil
-}
-
 // counts reads the oom and oom_kill counts of a v2 memory.events.
 func (w *OOMWatch) counts() ([2]int64, bool) {
 	data, err := os.ReadFile(w.oom.Path)
@@ -90,30 +169,27 @@ func (w *OOMWatch) counts() ([2]int64, bool) {
 	return [2]int64{oom, kill}, true
 }
 
-// loop looks at each notification until the group goes or Close. A v1
-// notification is the group running out of memory (it comes before the
-// kill, whose counter may not have moved yet) or the group's removal
-// (then its file no longer reads); a v2 one, any change of memory.events.
+// loop looks at each v1 notification until the group goes or Close: the
+// group running out of memory (it comes before the kill, whose counter
+// may not have moved yet) or the group's removal (then its file no
+// longer reads).
 func (w *OOMWatch) loop() {
-	buf := make([]byte, 4096)
+	buf := make([]byte, 8)
 	for {
 		if _, err := w.f.Read(buf); err != nil {
 			return
 		}
-		if w.v1 {
-			if _, ok := w.oom.Read(); !ok {
-				return
-			}
-			w.killed.Store(true)
-			continue
-		}
-		c, ok := w.counts()
-		if !ok {
+		if _, ok := w.oom.Read(); !ok {
 			return
 		}
-		if c[0] > w.base[0] || c[1] > w.base[1] {
-			w.killed.Store(true)
-		}
+		w.killed.Store(true)
+	}
+}
+
+// check looks at a v2 group's counts after memory.events changed.
+func (w *OOMWatch) check() {
+	if c, ok := w.counts(); ok && (c[0] > w.base[0] || c[1] > w.base[1]) {
+		w.killed.Store(true)
 	}
 }
 
@@ -130,6 +206,9 @@ func (w *OOMWatch) Killed() bool {
 func (w *OOMWatch) Close() {
 	if w == nil {
 		return
+	}
+	if w.by != nil {
+		w.by.remove(w)
 	}
 	if w.f != nil {
 		w.f.Close()

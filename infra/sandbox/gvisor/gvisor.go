@@ -107,6 +107,7 @@ type Backend struct {
 	boxes           *boxes.Set[*box]
 	boxes.Ops[*box] // Exec, Start, Listen, Status, SandboxCPU
 	pool            *boxes.Pool[*box]
+	ooms            cgroupacct.OOMWatcher // the sandboxes' memory kills, as they happen
 
 	availMu sync.Mutex
 	availAt time.Time // last successful check
@@ -508,7 +509,7 @@ func (b *Backend) connect(ctx context.Context, bx *box, conn io.ReadWriteCloser,
 	bx.Booted = time.Now()
 	cpu, oom := cgroupacct.At(b.cfg.CgroupRoot, b.cgroupsPath(bx.cid))
 	bx.cpu, bx.oomCount = cpu, oom
-	if w, err := cgroupacct.WatchOOM(oom); err == nil {
+	if w, err := b.ooms.Watch(oom); err == nil {
 		bx.oom = w
 	} else {
 		b.log.Warn("sandbox memory kills not watched", "id", bx.id, "cause", err.Error())
@@ -810,6 +811,7 @@ func (b *Backend) killRelayOf(cid string) {
 func (b *Backend) Close() error {
 	b.closeReady()
 	errs := []error{b.boxes.StopAll(b.Stop)}
+	b.ooms.Close()
 	b.heldMu.Lock()
 	for id, c := range b.held {
 		c.Close()

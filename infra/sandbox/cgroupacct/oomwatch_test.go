@@ -1,0 +1,107 @@
+package cgroupacct
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// inotifyInstances counts this process's inotify instances.
+func inotifyInstances(t *testing.T) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range ents {
+		if l, err := os.Readlink(filepath.Join("/proc/self/fd", e.Name())); err == nil && l == "anon_inode:inotify" {
+			n++
+		}
+	}
+	return n
+}
+
+// TestOOMWatcherSharesOneInstance: the cgroup v2 watches of one watcher
+// share one inotify instance, so more sandboxes than the kernel's default
+// 128 instances per user are watched; a change of one group's kill count
+// marks that group only, a group removed is forgotten, and Close ends the
+// instance.
+func TestOOMWatcherSharesOneInstance(t *testing.T) {
+	const groups = 200
+	dir := t.TempDir()
+	before := inotifyInstances(t)
+	var ws OOMWatcher
+	watches := make([]*OOMWatch, groups)
+	for i := range watches {
+		p := filepath.Join(dir, fmt.Sprintf("g%d", i), "memory.events")
+		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte("low 0\nhigh 0\nmax 0\noom 0\noom_kill 0\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		w, err := ws.Watch(OOM{Path: p})
+		if err != nil {
+			t.Fatalf("watch %d: %v", i, err)
+		}
+		watches[i] = w
+	}
+	if n := inotifyInstances(t) - before; n != 1 {
+		t.Fatalf("%d inotify instances for %d watches, want 1", n, groups)
+	}
+
+	killed := watches[150]
+	if err := os.WriteFile(killed.oom.Path, []byte("low 0\nhigh 0\nmax 3\noom 1\noom_kill 1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the kill to be noted", killed.Killed)
+	for i, w := range watches {
+		if i != 150 && w.Killed() {
+			t.Fatalf("group %d marked killed by another group's kill", i)
+		}
+	}
+
+	// A group removed (its runtime removed the cgroup) is forgotten.
+	gone := watches[7]
+	if err := os.RemoveAll(filepath.Dir(gone.oom.Path)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the removed group to be forgotten", func() bool {
+		ws.mu.Lock()
+		defer ws.mu.Unlock()
+		return ws.watches[gone.wd] == nil
+	})
+	gone.Close()
+	watches[8].Close()
+	ws.mu.Lock()
+	left := len(ws.watches)
+	ws.mu.Unlock()
+	if left != groups-2 {
+		t.Fatalf("%d watches left, want %d", left, groups-2)
+	}
+
+	ws.Close()
+	if n := inotifyInstances(t) - before; n != 0 {
+		t.Fatalf("%d inotify instances after Close, want none", n)
+	}
+	if _, err := ws.Watch(OOM{Path: watches[0].oom.Path}); err == nil {
+		t.Fatal("a closed watcher made a watch")
+	}
+	for _, w := range watches {
+		w.Close() // after the watcher's Close: nothing to do
+	}
+}
+
+// waitFor polls cond until it holds, failing the test after a while.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
