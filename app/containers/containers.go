@@ -121,9 +121,9 @@ type Service struct {
 
 	mu        sync.Mutex
 	running   map[string]*live // the sandboxes this process holds, by container id
-	locks     map[string]*idLock
-	orphansAt time.Time       // the last look for orphan folders
-	orphans   map[string]bool // the orphan folders found at that look
+	locks     sandbox.Locks    // the decisions about one container at a time
+	orphansAt time.Time        // the last look for orphan folders
+	orphans   map[string]bool  // the orphan folders found at that look
 }
 
 // live is a sandbox this process holds and the backend that serves it.
@@ -133,12 +133,6 @@ type live struct {
 	lastUsed time.Time
 	active   int
 	meter    metered // guarded by Service.mu
-}
-
-// idLock orders the decisions about one container within this process.
-type idLock struct {
-	mu    sync.Mutex
-	users int
 }
 
 // Deps is what the owner is built from. Store and Folders are required;
@@ -227,7 +221,7 @@ func New(d Deps) *Service {
 		handoff: d.Handoff, handoffWait: d.HandoffWait, threads: d.Threads, quota: d.Quota, retainer: d.Retainer,
 		hooks: d.OnBoot, started: d.OnStart, swept: d.OnSweep, meters: d.Meters,
 		cfg: cfg, log: d.Log, now: time.Now, pool: newPool(), ckpt: lives{folders: d.Checkpoints},
-		running: map[string]*live{}, locks: map[string]*idLock{}}
+		running: map[string]*live{}}
 }
 
 // soleLeases are the leases of a process alone on its database: it always
@@ -428,27 +422,8 @@ func (s *Service) Touch(ctx context.Context, c container.Container) (container.C
 	return c, s.store.UpdateContainer(ctx, c)
 }
 
-// lock takes the container's lock within this process; the entry goes when
-// its last user leaves, so the map holds only containers in use.
-func (s *Service) lock(id string) func() {
-	s.mu.Lock()
-	l, ok := s.locks[id]
-	if !ok {
-		l = &idLock{}
-		s.locks[id] = l
-	}
-	l.users++
-	s.mu.Unlock()
-	l.mu.Lock()
-	return func() {
-		l.mu.Unlock()
-		s.mu.Lock()
-		if l.users--; l.users == 0 {
-			delete(s.locks, id)
-		}
-		s.mu.Unlock()
-	}
-}
+// lock takes the container's lock within this process.
+func (s *Service) lock(id string) func() { return s.locks.Lock(id) }
 
 // ensure boots the container's sandbox unless this process holds one,
 // trying each backend in order, and marks it in use. The boot is taken under

@@ -29,29 +29,19 @@ type Set[B Box] struct {
 	log  *slog.Logger
 
 	mu    sync.Mutex
-	boxes map[string]B           // running, by container id
-	known map[string]bool        // ids booted at least once
-	locks map[string]*sync.Mutex // per id: boot, stop
+	boxes map[string]B    // running, by container id
+	known map[string]bool // ids booted at least once
+	locks sandbox.Locks   // per id: boot, stop
 }
 
 // New returns an empty set of the backend name, which logs the stops of
 // its sandboxes to log.
 func New[B Box](name string, log *slog.Logger) *Set[B] {
-	return &Set[B]{name: name, log: log, boxes: map[string]B{}, known: map[string]bool{}, locks: map[string]*sync.Mutex{}}
+	return &Set[B]{name: name, log: log, boxes: map[string]B{}, known: map[string]bool{}}
 }
 
 // Lock takes id's lock and returns its release.
-func (s *Set[B]) Lock(id string) (unlock func()) {
-	s.mu.Lock()
-	m, ok := s.locks[id]
-	if !ok {
-		m = &sync.Mutex{}
-		s.locks[id] = m
-	}
-	s.mu.Unlock()
-	m.Lock()
-	return m.Unlock
-}
+func (s *Set[B]) Lock(id string) (unlock func()) { return s.locks.Lock(id) }
 
 // ended reports whether b has ended: its sandbox went, or its agent
 // connection gave up (keepalive: the sandbox is hung), which kills it.
@@ -178,7 +168,6 @@ func (s *Set[B]) Remove(ctx context.Context, id string, stop func(ctx context.Co
 // Forget drops what the set remembers of id besides a running box.
 func (s *Set[B]) Forget(id string) {
 	s.mu.Lock()
-	delete(s.locks, id)
 	delete(s.known, id)
 	s.mu.Unlock()
 }

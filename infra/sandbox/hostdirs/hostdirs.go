@@ -83,48 +83,9 @@ type Layout struct {
 	snapshots   string // snapshots.go
 	opts        Options
 
-	locks IDLocks
+	locks sandbox.Locks // the work on one container's folders at a time
 	mu    sync.Mutex
 	used  map[string]use // by folder name: the last Prepare
-}
-
-// IDLocks orders the work on containers' folders one container at a time:
-// Lock waits for the container's current holder. A container's entry goes
-// when its last user leaves, so only containers in use are kept. The zero
-// value is ready to use.
-type IDLocks struct {
-	mu    sync.Mutex
-	locks map[string]*idLock // held or awaited, by container id
-}
-
-// idLock is one container's lock and how many hold or await it.
-type idLock struct {
-	mu    sync.Mutex
-	users int
-}
-
-// Lock holds container id's lock until the returned func is called.
-func (k *IDLocks) Lock(id string) func() {
-	k.mu.Lock()
-	if k.locks == nil {
-		k.locks = map[string]*idLock{}
-	}
-	m, ok := k.locks[id]
-	if !ok {
-		m = &idLock{}
-		k.locks[id] = m
-	}
-	m.users++
-	k.mu.Unlock()
-	m.mu.Lock()
-	return func() {
-		m.mu.Unlock()
-		k.mu.Lock()
-		if m.users--; m.users == 0 {
-			delete(k.locks, id)
-		}
-		k.mu.Unlock()
-	}
 }
 
 // use is the last Prepare of a container's folders.

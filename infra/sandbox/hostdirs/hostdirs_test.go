@@ -233,10 +233,7 @@ func TestLocksAreDropped(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	l.locks.mu.Lock()
-	n := len(l.locks.locks)
-	l.locks.mu.Unlock()
-	if n != 0 {
+	if n := l.locks.InUse(); n != 0 {
 		t.Fatalf("%d locks kept after every container was removed", n)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"threadbox/domain/file"
+	"threadbox/domain/sandbox"
 	"threadbox/domain/snapshot"
 	"threadbox/infra/sandbox/hostdirs"
 )
@@ -34,7 +35,7 @@ import (
 type Snapshots struct {
 	*hostdirs.Layout
 	files *Files
-	locks hostdirs.IDLocks // orders the copies between a claim and its mirror
+	locks sandbox.Locks // orders the copies between a claim and its mirror
 }
 
 // NewSnapshots returns the time-travel snapshots of files' containers,
