@@ -4,11 +4,14 @@
 package c2patest
 
 import (
+	"bufio"
 	"encoding/json"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"sync"
 	"testing"
 )
 
@@ -104,19 +107,17 @@ func ValidateTrusting(t testing.TB, mime string, b, anchors []byte) Report {
 		}
 		t.Skipf("the C2PA validator is not installed (node, npm ci --prefix %s)", dir)
 	}
-	f := filepath.Join(t.TempDir(), "asset")
-	if err := os.WriteFile(f, b, 0o600); err != nil {
+	req := request{Format: mime, File: filepath.Join(t.TempDir(), "asset")}
+	if err := os.WriteFile(req.File, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	args := []string{filepath.Join(dir, "validate.mjs"), mime, f}
 	if anchors != nil {
-		a := filepath.Join(t.TempDir(), "anchors.pem")
-		if err := os.WriteFile(a, anchors, 0o600); err != nil {
+		req.Anchors = filepath.Join(t.TempDir(), "anchors.pem")
+		if err := os.WriteFile(req.Anchors, anchors, 0o600); err != nil {
 			t.Fatal(err)
 		}
-		args = append(args, a)
 	}
-	out, err := exec.Command("node", args...).Output()
+	out, err := shared.validate(filepath.Join(dir, "validate.mjs"), req)
 	if err != nil {
 		t.Fatalf("validator: %v", err)
 	}
@@ -126,4 +127,64 @@ func ValidateTrusting(t testing.TB, mime string, b, anchors []byte) Report {
 	}
 	r.Raw = string(out)
 	return r
+}
+
+// request is one file for the validator to read.
+type request struct {
+	Format  string `json:"format"`
+	File    string `json:"file"`
+	Anchors string `json:"anchors,omitempty"`
+}
+
+// validator is one validate.mjs serving a whole test binary: starting
+// Node and compiling the WebAssembly module took about 0.6 s a file, and
+// a run reads hundreds. It ends when the test binary does (its input
+// closes with the binary).
+type validator struct {
+	mu  sync.Mutex
+	in  io.WriteCloser
+	out *bufio.Reader
+	cmd *exec.Cmd
+}
+
+// shared is the test binary's validator, started by its first use.
+var shared validator
+
+// validate asks the validator (started from script when none runs) to
+// read req's file, and returns its answer.
+func (v *validator) validate(script string, req request) ([]byte, error) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.cmd == nil {
+		cmd := exec.Command("node", script)
+		cmd.Stderr = os.Stderr
+		in, err := cmd.StdinPipe()
+		if err != nil {
+			return nil, err
+		}
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			return nil, err
+		}
+		if err := cmd.Start(); err != nil {
+			return nil, err
+		}
+		v.cmd, v.in, v.out = cmd, in, bufio.NewReader(out)
+	}
+	line, err := json.Marshal(req)
+	if err == nil {
+		_, err = v.in.Write(append(line, '\n'))
+	}
+	var answer []byte
+	if err == nil {
+		answer, err = v.out.ReadBytes('\n')
+	}
+	if err != nil {
+		// A validator that died is started again for the next file.
+		v.in.Close()
+		_ = v.cmd.Wait()
+		v.cmd = nil
+		return nil, err
+	}
+	return answer, nil
 }
