@@ -171,6 +171,7 @@ type fakeBackend struct {
 	claims      map[string]string // container id → the slot it claimed
 	dead        map[string]bool   // sandboxes that ended by themselves
 	adopting    func(id string)   // called as Reconcile adopts id
+	decided     func(id string)   // called after Reconcile's decision about id
 }
 
 // Warm boots the warm slot spec.ID unless warmErr says otherwise.
@@ -252,6 +253,9 @@ func (b *fakeBackend) Reconcile(_ context.Context, decide func(string) sandbox.V
 		}
 		b.verdicts[id] = v
 		b.mu.Unlock()
+		if b.decided != nil {
+			b.decided(id)
+		}
 		switch v {
 		case sandbox.Adopt:
 			b.mu.Lock()

@@ -103,6 +103,57 @@ func TestADeadSandboxClearsItsRecord(t *testing.T) {
 	}
 }
 
+// TestClearWaitsForWhatReconcileLeft: the sweep's clear leaves alone the
+// records of sandboxes its reconcile could not settle — one left to a
+// holder whose lease lapsed just after, and those of a backend it could
+// not ask — and a later sweep adopts them with their lives. The clear set
+// them idle, and the next sweep then removed a running sandbox and gave
+// its container a fresh start.
+func TestClearWaitsForWhatReconcileLeft(t *testing.T) {
+	ctx := context.Background()
+	st := &memStore{m: map[string]container.Container{}}
+	leases := newLeases()
+	p1, _ := process(st, leases, "p1", newFake("docker"))
+	c, _ := p1.ForUser(ctx, alice, "")
+	if _, err := p1.Exec(ctx, c.ID(), sandbox.Command{}); err != nil {
+		t.Fatal(err)
+	}
+
+	// The holder's lease lapses between the reconcile and the clear.
+	b2 := newFake("docker")
+	b2.found = []string{c.ID()}
+	b2.decided = func(string) { leases.die("p1") }
+	p2, _ := process(st, leases, "p2", b2)
+	r, err := p2.Sweep(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Cleared)+len(r.Adopted)+len(r.Dropped) != 0 {
+		t.Fatalf("first sweep %+v: want the sandbox left to its holder and its record kept", r)
+	}
+	b2.decided = nil
+	if r, err = p2.Sweep(ctx); err != nil || !slices.Equal(r.Adopted, []string{c.ID()}) || len(r.Cleared) != 0 {
+		t.Fatalf("second sweep %+v %v: want the sandbox adopted", r, err)
+	}
+	if note := p2.TakeNote(c.ID()); note != "" {
+		t.Fatalf("note of an adopted sandbox: %q", note)
+	}
+
+	// A backend the sweep cannot ask: its records wait for it.
+	b3 := newFake("docker")
+	b3.found = []string{c.ID()}
+	b3.unavailable = errors.New("daemon not answering")
+	leases.die("p2")
+	p3, _ := process(st, leases, "p3", b3)
+	if r, err = p3.Sweep(ctx); err != nil || len(r.Cleared) != 0 {
+		t.Fatalf("sweep with the backend unavailable %+v %v: want nothing cleared", r, err)
+	}
+	b3.unavailable = nil
+	if r, err = p3.Sweep(ctx); err != nil || !slices.Equal(r.Adopted, []string{c.ID()}) {
+		t.Fatalf("sweep with the backend back %+v %v: want the sandbox adopted", r, err)
+	}
+}
+
 func TestSweep(t *testing.T) {
 	ctx := context.Background()
 	st := &memStore{m: map[string]container.Container{}}

@@ -73,8 +73,9 @@ func (s *Service) Sweep(ctx context.Context) (SweepReport, error) {
 		}()
 	}
 	wg.Wait()
-	r.Adopted, r.Dropped = s.reconcile(ctx)
-	if r.Cleared, err = s.clear(ctx); err != nil {
+	var pending reconciled
+	r.Adopted, r.Dropped, pending = s.reconcile(ctx)
+	if r.Cleared, err = s.clear(ctx, pending); err != nil {
 		return r, err
 	}
 	r.Released, err = s.folders.Release(ctx, s.cfg.Idle, s.Running)
@@ -83,13 +84,38 @@ func (s *Service) Sweep(ctx context.Context) (SweepReport, error) {
 	return r, err
 }
 
+// reconciled is what a sweep's reconcile could not settle: the backends it
+// could not ask (unavailable, or their Reconcile failed) and the sandboxes
+// it left to a holder. The clear after it leaves their records alone,
+// since a sandbox of theirs may still run: a lease that lapses between
+// the reconcile and the clear would otherwise have the clear set idle the
+// record of a sandbox the next sweep adopts, and lose its life.
+type reconciled struct {
+	backends map[string]bool // by name
+	left     map[string]bool // by container id
+}
+
+// skips reports whether the clear leaves c's record to a later sweep.
+func (p reconciled) skips(c container.Container) bool {
+	return p.backends[c.Backend()] || p.left[c.ID()]
+}
+
 // reconcile asks each available backend for the sandboxes this process does
 // not run and decides about each: adopt it when its record is live and no
 // other process holds its lease, leave it to a live holder, remove it
 // otherwise.
-func (s *Service) reconcile(ctx context.Context) (adopted, dropped []string) {
+func (s *Service) reconcile(ctx context.Context) (adopted, dropped []string, pending reconciled) {
+	pending = reconciled{backends: map[string]bool{}, left: map[string]bool{}}
+	var leftMu sync.Mutex
+	leave := func(id string) sandbox.Verdict {
+		leftMu.Lock()
+		pending.left[id] = true
+		leftMu.Unlock()
+		return sandbox.Leave
+	}
 	for _, b := range s.backends {
 		if b.Available(ctx) != nil {
+			pending.backends[b.Name()] = true
 			continue
 		}
 		taken := map[string]container.Container{}
@@ -100,7 +126,7 @@ func (s *Service) reconcile(ctx context.Context) (adopted, dropped []string) {
 			// A lease held by this process is a boot under way; one held by
 			// another is that process's sandbox.
 			if mine, other, err := s.leases.Holds(ctx, sandboxLease(id)); err != nil || mine || other {
-				return sandbox.Leave
+				return leave(id)
 			}
 			c, err := s.store.Container(ctx, id)
 			if fault.Is(err, fault.NotFound) {
@@ -111,11 +137,11 @@ func (s *Service) reconcile(ctx context.Context) (adopted, dropped []string) {
 				return sandbox.Leave
 			}
 			if err != nil {
-				return sandbox.Leave
+				return leave(id)
 			}
 			ok, err := s.leases.Acquire(ctx, sandboxLease(id))
 			if err != nil || !ok {
-				return sandbox.Leave
+				return leave(id)
 			}
 			taken[id] = c
 			if c.State() != container.Running {
@@ -125,6 +151,7 @@ func (s *Service) reconcile(ctx context.Context) (adopted, dropped []string) {
 		}
 		a, d, err := b.Reconcile(ctx, decide)
 		if err != nil {
+			pending.backends[b.Name()] = true
 			s.log.Error("reconcile failed", "backend", b.Name(), "cause", err.Error())
 		}
 		for _, id := range a {
@@ -147,20 +174,21 @@ func (s *Service) reconcile(ctx context.Context) (adopted, dropped []string) {
 		}
 		adopted, dropped = append(adopted, a...), append(dropped, d...)
 	}
-	return adopted, dropped
+	return adopted, dropped, pending
 }
 
 // clear sets idle every record that claims a running sandbox which no
 // live process holds: its holder died and nothing could adopt it, so its
-// next result says its life is gone.
-func (s *Service) clear(ctx context.Context) ([]string, error) {
+// next result says its life is gone. What the sweep's reconcile could not
+// settle (pending) waits for the next sweep.
+func (s *Service) clear(ctx context.Context, pending reconciled) ([]string, error) {
 	running, err := s.store.ContainersInState(ctx, container.Running)
 	if err != nil {
 		return nil, err
 	}
 	var cleared []string
 	for _, c := range running {
-		if s.Running(c.ID()) {
+		if s.Running(c.ID()) || pending.skips(c) {
 			continue
 		}
 		unlock := s.lock(c.ID())
