@@ -425,8 +425,10 @@ func TestSweepExpiresAndReleases(t *testing.T) {
 			abandoned = e.Name()
 		}
 	}
+	// Its quota image exists; its loop mount may already be released (idle
+	// for a second on a loaded machine), and must be gone at the end.
 	image := filepath.Join(env["DATA_DIR"], "disks", abandoned+".ext4")
-	if _, err := os.Stat(image); abandoned == "" || err != nil || !strings.Contains(loops(), abandoned) {
+	if _, err := os.Stat(image); abandoned == "" || err != nil {
 		t.Fatalf("abandoned container %q: image %v, loops %s", abandoned, err, loops())
 	}
 	waitFor(t, 30*time.Second, func() bool {
