@@ -95,21 +95,23 @@ fi
 
 # The packages that boot real sandboxes run after the rest. The local
 # backend's rlimit mode counts the processes of the host's uid 1000
-# host-wide, and the sandboxes of docker (runc) and kubernetes run as that
-# uid too, so their fork-bomb tests would starve the local jail: the local
-# package runs alone. The others wait mostly on sandboxes and do not count
-# processes by uid, so they run side by side: cmd/threadbox's end-to-end
-# tests (whose local sandboxes have cgroup limits), docker's, gVisor's and
-# the microVMs' suites (the last emulated here), the kubernetes suite in
-# its own cluster, and the soak. Everything else runs two packages at a
-# time.
-alone=(./infra/sandbox/local)
-beside=(./cmd/threadbox ./infra/sandbox/docker ./infra/sandbox/gvisor ./infra/sandbox/kubernetes ./infra/sandbox/microvm ./cmd/threadbox-soak)
+# host-wide, and sandboxes of docker (runc) and kubernetes run as that uid
+# too, so a fork-bomb test there would starve the local jail: the local
+# package runs alone. cmd/threadbox (which boots local sandboxes as well as
+# Docker, gVisor and Kubernetes ones and drives Chromium) runs alone next:
+# run beside the sandbox suites on 2 CPUs it took as long as the two phases
+# one after the other, and its end-to-end tests met timeouts under that
+# load. The rest do not count processes by uid and wait mostly on
+# sandboxes, so they run side by side: docker's, gVisor's and the
+# microVMs' suites (the last emulated here), the kubernetes suite in its
+# own cluster, and the soak. Everything else runs two packages at a time.
+alone=(./infra/sandbox/local ./cmd/threadbox)
+beside=(./infra/sandbox/docker ./infra/sandbox/gvisor ./infra/sandbox/kubernetes ./infra/sandbox/microvm ./cmd/threadbox-soak)
 parallel=$(go list ./... | grep -v -x -e threadbox/infra/sandbox/docker -e threadbox/infra/sandbox/gvisor -e threadbox/infra/sandbox/microvm -e threadbox/infra/sandbox/local -e threadbox/infra/sandbox/kubernetes -e threadbox/cmd/threadbox -e threadbox/cmd/threadbox-soak)
 status=0
 go test -count=1 -p 2 -timeout 20m "$@" $parallel || status=1
-go test -count=1 -p 1 -timeout 20m "$@" "${alone[@]}" || status=1
 # cmd/threadbox's end-to-end tests and the kubernetes suite use the test cluster.
 k8s_wait
-go test -count=1 -p 6 -timeout 40m "$@" "${beside[@]}" || status=1
+go test -count=1 -p 1 -timeout 40m "$@" "${alone[@]}" || status=1
+go test -count=1 -p 4 -timeout 30m "$@" "${beside[@]}" || status=1
 exit $status
