@@ -1,6 +1,7 @@
 package boxes
 
 import (
+	"cmp"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -39,9 +40,7 @@ const DefaultInstance = "default"
 // Defaults fills the zero settings: DefaultInstance, the backend's boot
 // timeout, sandbox.DefaultLimits and a logger that discards.
 func (s *Settings) Defaults(bootTimeout time.Duration) {
-	if s.Instance == "" {
-		s.Instance = DefaultInstance
-	}
+	s.Instance = cmp.Or(s.Instance, DefaultInstance)
 	if s.BootTimeout <= 0 {
 		s.BootTimeout = bootTimeout
 	}

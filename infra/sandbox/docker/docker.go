@@ -8,6 +8,7 @@
 package docker
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -134,12 +135,8 @@ func New(cfg Config) (*Backend, error) {
 
 // NewWithClient uses an existing Engine API client.
 func NewWithClient(cli *client.Client, cfg Config) *Backend {
-	if cfg.Image == "" {
-		cfg.Image = DefaultImage
-	}
-	if cfg.Runtime == "" {
-		cfg.Runtime = DefaultRuntime
-	}
+	cfg.Image = cmp.Or(cfg.Image, DefaultImage)
+	cfg.Runtime = cmp.Or(cfg.Runtime, DefaultRuntime)
 	cfg.Defaults(DefaultBootTimeout)
 	lg := cfg.Logger
 	b := &Backend{cli: cli, info: cli, cfg: cfg, log: lg, boxes: boxes.New[*box]("docker", lg)}

@@ -22,6 +22,7 @@ package gvisor
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -161,15 +162,9 @@ type box struct {
 // binary is not an error here: Available reports it, so that the backend
 // stays listed, unavailable with the reason, where SANDBOX_BACKEND names it.
 func New(cfg Config) (*Backend, error) {
-	if cfg.Runsc == "" {
-		cfg.Runsc = DefaultRunsc
-	}
-	if cfg.StateDir == "" {
-		cfg.StateDir = DefaultStateDir
-	}
-	if cfg.CgroupRoot == "" {
-		cfg.CgroupRoot = DefaultCgroupRoot
-	}
+	cfg.Runsc = cmp.Or(cfg.Runsc, DefaultRunsc)
+	cfg.StateDir = cmp.Or(cfg.StateDir, DefaultStateDir)
+	cfg.CgroupRoot = cmp.Or(cfg.CgroupRoot, DefaultCgroupRoot)
 	cfg.Defaults(DefaultBootTimeout)
 	lg := cfg.Logger
 	rootfs := boxes.ResolveRootFS(cfg.RootFS)

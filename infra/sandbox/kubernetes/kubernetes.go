@@ -14,6 +14,7 @@
 package kubernetes
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -227,21 +228,11 @@ func New(cfg Config) (*Backend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes: client: %w", err)
 	}
-	if cfg.Namespace == "" {
-		cfg.Namespace = DefaultNamespace
-	}
-	if cfg.Image == "" {
-		cfg.Image = DefaultImage
-	}
-	if cfg.AgentImage == "" {
-		cfg.AgentImage = DefaultAgentImage
-	}
-	if cfg.PullPolicy == "" {
-		cfg.PullPolicy = corev1.PullIfNotPresent
-	}
-	if cfg.OOMEvents == "" {
-		cfg.OOMEvents = DefaultOOMEvents
-	}
+	cfg.Namespace = cmp.Or(cfg.Namespace, DefaultNamespace)
+	cfg.Image = cmp.Or(cfg.Image, DefaultImage)
+	cfg.AgentImage = cmp.Or(cfg.AgentImage, DefaultAgentImage)
+	cfg.PullPolicy = cmp.Or(cfg.PullPolicy, corev1.PullIfNotPresent)
+	cfg.OOMEvents = cmp.Or(cfg.OOMEvents, DefaultOOMEvents)
 	cfg.Defaults(DefaultBootTimeout)
 	lg := cfg.Logger
 	b := &Backend{cfg: cfg, rest: rc, cs: cs, log: lg, boxes: boxes.New[*box]("kubernetes", lg),

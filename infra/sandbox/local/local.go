@@ -12,6 +12,7 @@
 package local
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -138,21 +139,15 @@ type jail struct {
 // is not an error here: Available reports it, so that the backend stays
 // listed, unavailable with the reason, where SANDBOX_BACKEND names it.
 func New(cfg Config) (*Backend, error) {
-	if cfg.Bwrap == "" {
-		cfg.Bwrap = "bwrap"
-	}
-	if cfg.CgroupRoot == "" {
-		cfg.CgroupRoot = DefaultCgroupRoot
-	}
+	cfg.Bwrap = cmp.Or(cfg.Bwrap, "bwrap")
+	cfg.CgroupRoot = cmp.Or(cfg.CgroupRoot, DefaultCgroupRoot)
 	if cfg.UID == 0 {
 		cfg.UID = hostdirs.SandboxUID
 	}
 	if cfg.GID == 0 {
 		cfg.GID = hostdirs.SandboxGID
 	}
-	if cfg.StageDir == "" {
-		cfg.StageDir = DefaultStageDir
-	}
+	cfg.StageDir = cmp.Or(cfg.StageDir, DefaultStageDir)
 	cfg.Defaults(DefaultBootTimeout)
 	lg := cfg.Logger
 	set := boxes.New[*jail]("local", lg)

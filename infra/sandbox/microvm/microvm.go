@@ -17,6 +17,7 @@
 package microvm
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -141,9 +142,7 @@ type box struct {
 // here: Available reports them, so that the backend stays listed,
 // unavailable with the reason, where SANDBOX_BACKEND names it.
 func New(cfg Config) (*Backend, error) {
-	if cfg.Name == "" {
-		cfg.Name = DefaultName
-	}
+	cfg.Name = cmp.Or(cfg.Name, DefaultName)
 	switch cfg.VMM {
 	case "":
 		cfg.VMM = VMMQEMU
@@ -151,12 +150,8 @@ func New(cfg Config) (*Backend, error) {
 	default:
 		return nil, fmt.Errorf("%s: unknown VMM %q (qemu, firecracker, cloud-hypervisor)", cfg.Name, cfg.VMM)
 	}
-	if cfg.QEMU == "" {
-		cfg.QEMU = DefaultQEMU
-	}
-	if cfg.StateDir == "" {
-		cfg.StateDir = DefaultStateDir
-	}
+	cfg.QEMU = cmp.Or(cfg.QEMU, DefaultQEMU)
+	cfg.StateDir = cmp.Or(cfg.StateDir, DefaultStateDir)
 	cfg.Defaults(DefaultBootTimeout)
 	lg := cfg.Logger
 	rootfs := boxes.ResolveRootFS(cfg.RootFS)
