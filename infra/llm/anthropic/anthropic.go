@@ -73,10 +73,7 @@ func (m *Model) mapBody(req messages.StepRequest, stream bool) ([]byte, error) {
 	for k, v := range req.Extra {
 		out[k] = v
 	}
-	model := req.Model
-	if model == "" || model == "default" {
-		model = m.model
-	}
+	model := upstream.ResolveModel(req.Model, m.model)
 	out["model"] = model
 	out["max_tokens"] = req.MaxTokens
 	if len(req.System) > 0 {
@@ -141,10 +138,7 @@ func (m *Model) plainBody(req messages.StepRequest, stream bool) ([]byte, error)
 	if err != nil {
 		return nil, fmt.Errorf("anthropic: encode messages: %w", err)
 	}
-	model := req.Model
-	if model == "" || model == "default" {
-		model = m.model
-	}
+	model := upstream.ResolveModel(req.Model, m.model)
 	name, err := json.Marshal(model)
 	if err != nil {
 		return nil, fmt.Errorf("anthropic: encode request: %w", err)

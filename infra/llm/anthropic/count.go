@@ -7,6 +7,7 @@ import (
 
 	"threadbox/app/messages"
 	"threadbox/app/messages/wire"
+	"threadbox/infra/llm/upstream"
 )
 
 // CountTokens asks the upstream's token count endpoint
@@ -14,10 +15,7 @@ import (
 // take: its messages, system prompt, tools, tool_choice and thinking, the
 // fields that endpoint reads.
 func (m *Model) CountTokens(ctx context.Context, req messages.StepRequest) (int, error) {
-	model := req.Model
-	if model == "" || model == "default" {
-		model = m.model
-	}
+	model := upstream.ResolveModel(req.Model, m.model)
 	out := map[string]any{"model": model}
 	msgs, err := wire.MarshalMessages(req.Messages)
 	if err != nil {

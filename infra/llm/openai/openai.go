@@ -85,10 +85,7 @@ type (
 
 // body builds the chat-completions request body.
 func (m *Model) body(req messages.StepRequest, stream bool) ([]byte, error) {
-	model := req.Model
-	if model == "" || model == "default" {
-		model = m.model
-	}
+	model := upstream.ResolveModel(req.Model, m.model)
 	out := map[string]any{"model": model, "max_tokens": req.MaxTokens}
 	var msgs []chatMessage
 	if sys := systemText(req.System); sys != "" {

@@ -105,6 +105,15 @@ type Config struct {
 	HTTPClient *http.Client
 }
 
+// ResolveModel returns the model a request names, or configured (a
+// Config's Model) where it names none or "default".
+func ResolveModel(requested, configured string) string {
+	if requested == "" || requested == "default" {
+		return configured
+	}
+	return requested
+}
+
 // Client returns the configured HTTP client, or a new kept-alive one.
 func (c Config) Client() *http.Client {
 	if c.HTTPClient != nil {

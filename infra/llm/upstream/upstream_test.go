@@ -106,3 +106,17 @@ func TestDoerFollowsRedirectsAndReportsAsClient(t *testing.T) {
 		t.Fatal("a client with its own redirect rule is not used whole")
 	}
 }
+
+// TestResolveModel: a request's own model is kept; none, or "default",
+// is the configured one.
+func TestResolveModel(t *testing.T) {
+	for _, c := range []struct{ requested, want string }{
+		{"", "configured"},
+		{"default", "configured"},
+		{"claude-x", "claude-x"},
+	} {
+		if got := ResolveModel(c.requested, "configured"); got != c.want {
+			t.Errorf("ResolveModel(%q) = %q, want %q", c.requested, got, c.want)
+		}
+	}
+}
