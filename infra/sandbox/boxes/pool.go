@@ -136,6 +136,16 @@ func (p *Pool[B]) Drop(id string) (Slot, bool) {
 	return sl, true
 }
 
+// Stop ends id's sandbox under id's lock (Set.Stop) and drops its slot
+// (Drop), even when the sandbox ended by itself; its files stay. It is
+// the Stop of a backend with a warm pool whose sandboxes stop by their
+// box's Kill.
+func (p *Pool[B]) Stop(ctx context.Context, id string) error {
+	defer p.set.Lock(id)()
+	defer p.Drop(id)
+	return p.set.Stop(ctx, id)
+}
+
 // Remove unmounts and deletes sl's folder, held or not.
 func (p *Pool[B]) Remove(sl Slot) {
 	if err := p.layout.Remove(sl.Dir); err != nil {

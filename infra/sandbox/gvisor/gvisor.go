@@ -668,9 +668,7 @@ func (bx *box) Why() string {
 // Stop ends the sandbox id; its files stay. A warm sandbox is never used
 // again once it stops: its slot goes, even when it ended by itself.
 func (b *Backend) Stop(ctx context.Context, id string) error {
-	defer b.boxes.Lock(id)()
-	defer b.pool.Drop(id)
-	return b.boxes.Stop(ctx, id)
+	return b.pool.Stop(ctx, id)
 }
 
 // Remove stops the sandbox and forgets it, with any agent connection a

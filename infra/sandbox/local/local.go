@@ -547,13 +547,10 @@ func (j *jail) OOMKills() (int64, bool) { return j.cg.oomKills() }
 // Why is not known of a jail: its host processes leave no record.
 func (j *jail) Why() string { return "" }
 
-// Stop kills the jail; its files stay.
+// Stop kills the jail; its files stay. A warm jail is never used again
+// once it stops: its slot goes, even when the jail ended by itself.
 func (b *Backend) Stop(ctx context.Context, id string) error {
-	defer b.boxes.Lock(id)()
-	// A warm jail is never used again once it stops: its slot goes, even
-	// when the jail ended by itself.
-	defer b.pool.Drop(id)
-	return b.boxes.Stop(ctx, id)
+	return b.pool.Stop(ctx, id)
 }
 
 // Remove stops the jail and forgets it. Host folders are the caller's.
