@@ -346,39 +346,33 @@ func (s *Service) Bootstrap(ctx context.Context, orgName, email, password string
 		return Issued{}, false, err
 	}
 	u, err := s.store.UserByEmail(ctx, strings.ToLower(strings.TrimSpace(email)))
+	newAdmin := fault.Is(err, fault.NotFound)
 	switch {
-	case fault.Is(err, fault.NotFound):
+	case newAdmin:
 		if u, err = user.New(id.New("usr"), o.ID(), email, user.Admin, now); err != nil {
 			return Issued{}, false, err
 		}
-		if password != "" {
-			h, err := HashPassword(password)
-			if err != nil {
-				return Issued{}, false, err
-			}
-			u = u.WithPasswordHash(h)
+	case err != nil:
+		return Issued{}, false, err
+	case u.OrgID() != o.ID():
+		return Issued{}, false, fault.Errorf(fault.Conflict, "%s already belongs to another organization", u.Email())
+	default:
+		u = u.WithRole(user.Admin).WithDisabled(false)
+	}
+	if password != "" {
+		h, err := HashPassword(password)
+		if err != nil {
+			return Issued{}, false, err
 		}
+		u = u.WithPasswordHash(h)
+	}
+	if newAdmin {
 		if err := s.store.CreateUser(ctx, u); err != nil {
 			return Issued{}, false, fmt.Errorf("auth: create admin: %w", err)
 		}
 		created = true
-	case err != nil:
+	} else if err := s.store.UpdateUser(ctx, u); err != nil {
 		return Issued{}, false, err
-	default:
-		if u.OrgID() != o.ID() {
-			return Issued{}, false, fault.Errorf(fault.Conflict, "%s already belongs to another organization", u.Email())
-		}
-		if password != "" {
-			h, err := HashPassword(password)
-			if err != nil {
-				return Issued{}, false, err
-			}
-			u = u.WithPasswordHash(h)
-		}
-		u = u.WithRole(user.Admin).WithDisabled(false)
-		if err := s.store.UpdateUser(ctx, u); err != nil {
-			return Issued{}, false, err
-		}
 	}
 	iss, err := s.issue(ctx, u, user.APIToken, "bootstrap", "", s.cfg.APITokenTTL)
 	return iss, created, err
