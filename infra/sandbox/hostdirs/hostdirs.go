@@ -405,26 +405,10 @@ func (l *Layout) unmount(ctx context.Context, root string) error {
 	return nil
 }
 
-// mountsUnder lists the mount points directly inside dir.
+// mountsUnder lists the mount points directly inside dir (symbolic links
+// of dir resolved).
 func mountsUnder(dir string) ([]string, error) {
-	all, err := MountsBelow(dir)
-	if err != nil || len(all) == 0 {
-		return nil, err
-	}
-	abs, err := filepath.Abs(dir)
-	if err != nil {
-		return nil, fmt.Errorf("hostdirs: %w", err)
-	}
-	if real, err := filepath.EvalSymlinks(abs); err == nil {
-		abs = real
-	}
-	var out []string
-	for _, p := range all {
-		if filepath.Dir(p) == abs {
-			out = append(out, p)
-		}
-	}
-	return out, nil
+	return mountPoints(dir, func(p, abs string) bool { return filepath.Dir(p) == abs })
 }
 
 // isMountPoint reports whether path is a mount point, from /proc/self/mountinfo.
