@@ -138,21 +138,8 @@ func systemText(raw json.RawMessage) string {
 	if len(raw) == 0 {
 		return ""
 	}
-	var s string
-	if json.Unmarshal(raw, &s) == nil {
-		return s
-	}
-	var blocks []wire.ContentBlock
-	if json.Unmarshal(raw, &blocks) != nil {
-		return ""
-	}
-	var parts []string
-	for _, b := range blocks {
-		if b.Type == wire.BlockText {
-			parts = append(parts, b.Text)
-		}
-	}
-	return strings.Join(parts, "\n\n")
+	text, _ := flatText(raw, "\n\n")
+	return text
 }
 
 // toolChoice maps an Anthropic tool_choice to the OpenAI one.
@@ -182,13 +169,22 @@ func toolChoice(raw json.RawMessage) any {
 
 // resultText flattens a tool_result's content (a string or blocks).
 func resultText(raw json.RawMessage) string {
+	if text, ok := flatText(raw, "\n"); ok {
+		return text
+	}
+	return string(raw)
+}
+
+// flatText is the text of raw, a string or content blocks: the string, or
+// the text blocks' text joined by sep; ok is false when raw is neither.
+func flatText(raw json.RawMessage, sep string) (text string, ok bool) {
 	var s string
 	if json.Unmarshal(raw, &s) == nil {
-		return s
+		return s, true
 	}
 	var blocks []wire.ContentBlock
 	if json.Unmarshal(raw, &blocks) != nil {
-		return string(raw)
+		return "", false
 	}
 	var parts []string
 	for _, b := range blocks {
@@ -196,7 +192,7 @@ func resultText(raw json.RawMessage) string {
 			parts = append(parts, b.Text)
 		}
 	}
-	return strings.Join(parts, "\n")
+	return strings.Join(parts, sep), true
 }
 
 // convertMessage turns one Anthropic message into chat messages.

@@ -433,3 +433,26 @@ func TestImagesOnlyAsData(t *testing.T) {
 		})
 	}
 }
+
+// TestFlattenedText: a system prompt and a tool result, each a string or
+// content blocks, flatten to their text; a system prompt's blocks are
+// joined by a blank line, a result's by a newline, and a result that is
+// neither is passed on as it came.
+func TestFlattenedText(t *testing.T) {
+	blocks := json.RawMessage(`[{"type":"text","text":"one"},{"type":"image","source":{"type":"url","url":"http://x/y.png"}},{"type":"text","text":"two"}]`)
+	for _, c := range []struct {
+		name, got, want string
+	}{
+		{"system string", systemText(json.RawMessage(`"be brief"`)), "be brief"},
+		{"system blocks", systemText(blocks), "one\n\ntwo"},
+		{"system empty", systemText(nil), ""},
+		{"system neither", systemText(json.RawMessage(`{"a":1}`)), ""},
+		{"result string", resultText(json.RawMessage(`"done"`)), "done"},
+		{"result blocks", resultText(blocks), "one\ntwo"},
+		{"result neither", resultText(json.RawMessage(`{"a":1}`)), `{"a":1}`},
+	} {
+		if c.got != c.want {
+			t.Errorf("%s: %q, want %q", c.name, c.got, c.want)
+		}
+	}
+}
