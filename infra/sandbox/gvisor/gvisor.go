@@ -359,15 +359,19 @@ func (b *Backend) startIn(ctx context.Context, spec sandbox.Spec, image, view st
 		}
 	}
 	bx := b.newBox(spec.ID, cid, view, spec.Mounts, l, image != "")
+	// fail undoes what startIn made, for a failure before the sandbox runs.
+	fail := func(err error) (*box, error) {
+		forget()
+		_ = os.RemoveAll(bx.bundle)
+		b.removeView(view)
+		return nil, err
+	}
 	err := bindView(view, spec.Mounts)
 	if err == nil && ready == nil {
 		err = writeBundle(bx.bundle, b.bundleSpec(spec, l, b.cgroupsPath(cid), view))
 	}
 	if err != nil {
-		forget()
-		_ = os.RemoveAll(bx.bundle)
-		b.removeView(view)
-		return nil, err
+		return fail(err)
 	}
 	spawned := time.Now()
 	// A runsc restore into the ready container runs beside the agent's
@@ -383,10 +387,7 @@ func (b *Backend) startIn(ctx context.Context, spec sandbox.Spec, image, view st
 		}
 	}
 	if err != nil {
-		forget()
-		_ = os.RemoveAll(bx.bundle)
-		b.removeView(view)
-		return nil, err
+		return fail(err)
 	}
 	b.watch(bx)
 	if err := b.connect(cctx, bx, conn, image != ""); err != nil {
