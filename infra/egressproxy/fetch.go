@@ -92,15 +92,10 @@ func (p *Proxy) fetchDial(ctx context.Context, scope egress.Scope, pol egress.Po
 	}
 	rec := egress.Record{OrgID: scope.OrgID, UserID: scope.UserID, ThreadID: scope.ThreadID, ContainerID: scope.ContainerID,
 		Host: host, Port: port, At: start.UTC()}
-	addrs, v := p.decide(ctx, pol, host, port)
-	rec.Rule = v.Rule
-	if !v.Allowed {
-		rec.Reason = v.Reason
-		if len(addrs) > 0 {
-			rec.Address = addrs[0].String()
-		}
+	addrs, allowed := p.check(ctx, pol, &rec)
+	if !allowed {
 		p.rec.Record(rec)
-		return nil, &egress.Refused{Host: host, Port: port, Rule: v.Rule, Reason: v.Reason}
+		return nil, &egress.Refused{Host: host, Port: port, Rule: rec.Rule, Reason: rec.Reason}
 	}
 	c, a, err := p.dial(ctx, addrs, port)
 	if err != nil {

@@ -210,13 +210,8 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rec.OrgID, rec.UserID, rec.ThreadID = scope.OrgID, scope.UserID, scope.ThreadID
-	addrs, v := p.decide(r.Context(), pol, host, port)
-	rec.Rule = v.Rule
-	if !v.Allowed {
-		rec.Reason = v.Reason
-		if len(addrs) > 0 {
-			rec.Address = addrs[0].String()
-		}
+	addrs, allowed := p.check(r.Context(), pol, &rec)
+	if !allowed {
 		p.refuse(w, rec, http.StatusForbidden)
 		return
 	}
@@ -278,6 +273,21 @@ func target(r *http.Request) (string, int, error) {
 		return "", 0, fmt.Errorf("%q is not host:port", hostport)
 	}
 	return strings.TrimSuffix(strings.ToLower(host), "."), port, nil
+}
+
+// check is decide for rec's host and port, noted in rec: the verdict's
+// rule and, when it refuses, its reason and the first address the name
+// resolved to. It returns the addresses and whether the policy allows them.
+func (p *Proxy) check(ctx context.Context, pol egress.Policy, rec *egress.Record) ([]netip.Addr, bool) {
+	addrs, v := p.decide(ctx, pol, rec.Host, rec.Port)
+	rec.Rule = v.Rule
+	if !v.Allowed {
+		rec.Reason = v.Reason
+		if len(addrs) > 0 {
+			rec.Address = addrs[0].String()
+		}
+	}
+	return addrs, v.Allowed
 }
 
 // decide returns the verdict for host:port and the addresses it covers.
