@@ -132,9 +132,7 @@ func (p *Process) onFrame(f protocol.Frame) {
 		if e.TimedOut && p.output != nil {
 			p.queue = append(p.queue, chunk{sandbox.Stderr, []byte(timeoutSuffix(p.stderr, p.errTrunc || e.StderrTruncated, p.timeout))})
 		}
-		p.closeStarted()
-		p.finishClosed = true
-		close(p.finished)
+		p.closeFinished()
 		p.mu.Unlock()
 		p.signal()
 	case protocol.TypeError:
@@ -144,9 +142,7 @@ func (p *Process) onFrame(f protocol.Frame) {
 		}
 		p.mu.Lock()
 		p.startErr = fmt.Errorf("%w: %s", ErrStart, e.Message)
-		p.closeStarted()
-		p.finishClosed = true
-		close(p.finished)
+		p.closeFinished()
 		p.mu.Unlock()
 		p.signal()
 	}
@@ -157,6 +153,13 @@ func (p *Process) closeStarted() {
 		p.startClosed = true
 		close(p.started)
 	}
+}
+
+// closeFinished marks the command ended, and so started too; p.mu is held.
+func (p *Process) closeFinished() {
+	p.closeStarted()
+	p.finishClosed = true
+	close(p.finished)
 }
 
 func (p *Process) signal() {
