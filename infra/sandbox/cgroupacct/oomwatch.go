@@ -88,9 +88,7 @@ func (ws *OOMWatcher) add(w *OOMWatch) error {
 	return nil
 }
 
-// loop reads the shared instance's events until Close and looks at the
-// counts of each watch an event names; a watch whose file went (its
-// group was removed: IN_IGNORED) is forgotten.
+// loop reads the shared instance's events until Close.
 func (ws *OOMWatcher) loop(f *os.File) {
 	buf := make([]byte, 64*(unix.SizeofInotifyEvent+unix.NAME_MAX+1))
 	for {
@@ -98,19 +96,33 @@ func (ws *OOMWatcher) loop(f *os.File) {
 		if err != nil {
 			return
 		}
-		for off := 0; off+unix.SizeofInotifyEvent <= n; {
-			wd := int32(binary.NativeEndian.Uint32(buf[off:]))
-			mask := binary.NativeEndian.Uint32(buf[off+4:])
-			off += unix.SizeofInotifyEvent + int(binary.NativeEndian.Uint32(buf[off+12:]))
-			ws.mu.Lock()
-			w := ws.watches[wd]
-			if mask&unix.IN_IGNORED != 0 {
-				delete(ws.watches, wd)
+		ws.dispatch(buf[:n])
+	}
+}
+
+// dispatch looks at the counts of each watch an event of events names; a
+// watch whose file went (its group was removed: IN_IGNORED) is forgotten.
+// A queue overflow (events lost) looks at every watch's counts.
+func (ws *OOMWatcher) dispatch(events []byte) {
+	for off := 0; off+unix.SizeofInotifyEvent <= len(events); {
+		wd := int32(binary.NativeEndian.Uint32(events[off:]))
+		mask := binary.NativeEndian.Uint32(events[off+4:])
+		off += unix.SizeofInotifyEvent + int(binary.NativeEndian.Uint32(events[off+12:]))
+		var check []*OOMWatch
+		ws.mu.Lock()
+		switch {
+		case mask&unix.IN_Q_OVERFLOW != 0:
+			for _, w := range ws.watches {
+				check = append(check, w)
 			}
-			ws.mu.Unlock()
-			if w != nil && mask&unix.IN_MODIFY != 0 {
-				w.check()
-			}
+		case mask&unix.IN_IGNORED != 0:
+			delete(ws.watches, wd)
+		case mask&unix.IN_MODIFY != 0 && ws.watches[wd] != nil:
+			check = append(check, ws.watches[wd])
+		}
+		ws.mu.Unlock()
+		for _, w := range check {
+			w.check()
 		}
 	}
 }

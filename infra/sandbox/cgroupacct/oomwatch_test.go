@@ -1,11 +1,14 @@
 package cgroupacct
 
 import (
+	"encoding/binary"
 	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // inotifyInstances counts this process's inotify instances.
@@ -92,6 +95,51 @@ func TestOOMWatcherSharesOneInstance(t *testing.T) {
 	}
 	for _, w := range watches {
 		w.Close() // after the watcher's Close: nothing to do
+	}
+}
+
+// TestOOMWatcherDispatch: an event names the one watch whose counts are
+// looked at; a queue overflow, after which events were lost, looks at
+// every watch's; IN_IGNORED forgets the watch.
+func TestOOMWatcherDispatch(t *testing.T) {
+	dir := t.TempDir()
+	ws := OOMWatcher{watches: map[int32]*OOMWatch{}}
+	for wd := int32(1); wd <= 3; wd++ {
+		p := filepath.Join(dir, fmt.Sprint(wd))
+		if err := os.WriteFile(p, []byte("oom 0\noom_kill 0\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		ws.watches[wd] = &OOMWatch{oom: OOM{Path: p}, wd: wd}
+	}
+	for wd := int32(1); wd <= 3; wd++ {
+		// Every group was killed; only the events tell the watches.
+		if err := os.WriteFile(ws.watches[wd].oom.Path, []byte("oom 1\noom_kill 1\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	event := func(wd int32, mask uint32) []byte {
+		b := make([]byte, unix.SizeofInotifyEvent)
+		binary.NativeEndian.PutUint32(b, uint32(wd))
+		binary.NativeEndian.PutUint32(b[4:], mask)
+		return b
+	}
+	killed := func() (out []bool) {
+		for wd := int32(1); wd <= 3; wd++ {
+			out = append(out, ws.watches[wd].Killed())
+		}
+		return out
+	}
+	ws.dispatch(event(2, unix.IN_MODIFY))
+	if got := fmt.Sprint(killed()); got != "[false true false]" {
+		t.Fatalf("after a change of group 2: killed %s, want [false true false]", got)
+	}
+	ws.dispatch(event(-1, unix.IN_Q_OVERFLOW))
+	if got := fmt.Sprint(killed()); got != "[true true true]" {
+		t.Fatalf("after a queue overflow: killed %s, want every group", got)
+	}
+	ws.dispatch(append(event(3, unix.IN_IGNORED), event(1, unix.IN_MODIFY)...))
+	if _, ok := ws.watches[3]; ok || len(ws.watches) != 2 {
+		t.Fatalf("watches after IN_IGNORED of 3: %v", ws.watches)
 	}
 }
 
