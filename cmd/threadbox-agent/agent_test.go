@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -118,15 +119,35 @@ func TestReadOOMKills(t *testing.T) {
 	dir := t.TempDir()
 	p := filepath.Join(dir, "memory.events")
 	must(t, os.WriteFile(p, []byte("low 0\nhigh 0\nmax 4\noom 2\noom_kill 3\noom_group_kill 0\n"), 0o644))
-	if n, ok := readOOMKills(p); !ok || n != 3 {
+	if n, ok := (&oomCount{path: p}).kills(); !ok || n != 3 {
 		t.Fatalf("got %d %v, want 3 true", n, ok)
 	}
-	if _, ok := readOOMKills(filepath.Join(dir, "missing")); ok {
+	if _, ok := (&oomCount{path: filepath.Join(dir, "missing")}).kills(); ok {
 		t.Fatal("missing file read as ok")
 	}
 	must(t, os.WriteFile(p, []byte("low 0\n"), 0o644))
-	if _, ok := readOOMKills(p); ok {
+	if _, ok := (&oomCount{path: p}).kills(); ok {
 		t.Fatal("file without oom_kill read as ok")
+	}
+}
+
+// TestOOMCountRereads: the counter's file is opened once, so each read must
+// see the file as it is now, and a file longer than the first buffer (a
+// virtual machine's /proc/vmstat) must be read to its end.
+func TestOOMCountRereads(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "vmstat")
+	long := strings.Repeat("nr_free_pages 12345\n", 400) // 8 KiB before the line
+	must(t, os.WriteFile(p, []byte(long+"oom_kill 1\n"), 0o644))
+	o := &oomCount{path: p}
+	if n, ok := o.kills(); !ok || n != 1 {
+		t.Fatalf("got %d %v, want 1 true", n, ok)
+	}
+	must(t, os.WriteFile(p, []byte(long+"oom_kill 7\n"), 0o644))
+	if n, ok := o.kills(); !ok || n != 7 {
+		t.Fatalf("after the count rose: got %d %v, want 7 true", n, ok)
+	}
+	if n, ok := (&oomCount{path: "/proc/vmstat"}).kills(); !ok || n < 0 {
+		t.Fatalf("/proc/vmstat: got %d %v, want its oom_kill count", n, ok)
 	}
 }
 

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"io"
@@ -10,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 )
 
@@ -89,17 +89,56 @@ func moveFile(from, to string) error {
 	return os.Remove(from)
 }
 
-// readOOMKills returns the oom_kill counter of a cgroup v2 memory.events
-// file, and false when it cannot be read.
-func readOOMKills(path string) (int64, bool) {
-	f, err := os.Open(path)
-	if err != nil {
+// oomCount reads the memory cgroup's oom_kill counter (a cgroup v2
+// memory.events file, or /proc/vmstat in a virtual machine), which every
+// command reads as it starts and again when it is killed. The file is
+// opened once and read from its start each time, which saves an open and a
+// close per read; a file that cannot be opened at the first read counts as
+// none from then on (a control group file is there from the sandbox's
+// start or never).
+type oomCount struct {
+	path string
+
+	mu     sync.Mutex
+	opened bool
+	f      *os.File
+	buf    []byte
+}
+
+// kills returns the oom_kill counter, and false when it cannot be read.
+func (o *oomCount) kills() (int64, bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if !o.opened {
+		o.opened = true
+		o.f, _ = os.Open(o.path)
+		o.buf = make([]byte, 4096)
+	}
+	if o.f == nil {
 		return 0, false
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		k, v, ok := strings.Cut(sc.Text(), " ")
+	n := 0
+	for {
+		m, err := o.f.ReadAt(o.buf[n:], int64(n))
+		n += m
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return 0, false
+		}
+		if n == len(o.buf) {
+			o.buf = append(o.buf, make([]byte, len(o.buf))...)
+		}
+	}
+	return parseOOMKills(o.buf[:n])
+}
+
+// parseOOMKills returns the oom_kill line's value of a memory.events or
+// vmstat text, and false when it has none.
+func parseOOMKills(b []byte) (int64, bool) {
+	for line := range strings.Lines(string(b)) {
+		k, v, ok := strings.Cut(line, " ")
 		if ok && k == "oom_kill" {
 			n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
 			return n, err == nil

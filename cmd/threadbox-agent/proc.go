@@ -101,7 +101,7 @@ func startProc(s *server, id uint32, req protocol.Exec) (p *proc, err error) {
 	cmd.Args[0] = req.Args[0]
 	cmd.Dir = dir
 	cmd.Env = env
-	p.oomBefore, p.oomKnown = readOOMKills(s.cfg.oomEvents)
+	p.oomBefore, p.oomKnown = s.oom.kills()
 
 	if req.TTY != nil {
 		err = p.startTTY(cmd)
@@ -124,12 +124,12 @@ func (p *proc) startPipes(cmd *exec.Cmd) error {
 			_ = f.Close()
 		}
 	}
-	outR, outW, err := os.Pipe()
+	outR, outW, err := outputPipe()
 	if err != nil {
 		return err
 	}
 	files = append(files, outR, outW)
-	errR, errW, err := os.Pipe()
+	errR, errW, err := outputPipe()
 	if err != nil {
 		closeAll()
 		return err
@@ -143,6 +143,8 @@ func (p *proc) startPipes(cmd *exec.Cmd) error {
 		}
 		files = append(files, inR, inW)
 		cmd.Stdin = inR
+	} else if null := p.s.devNull(); null != nil {
+		cmd.Stdin = null
 	}
 	cmd.Stdout = outW
 	cmd.Stderr = errW
@@ -166,6 +168,25 @@ func (p *proc) startPipes(cmd *exec.Cmd) error {
 	}
 	p.pid, p.status, p.stdout, p.stderr = pid, status, outR, errR
 	return nil
+}
+
+// outputPipe makes a pipe for a command's output: the read end
+// non-blocking, served by the runtime's poller, and the write end a plain
+// blocking descriptor that the child inherits as it is. os.Pipe would
+// register both ends with the poller, and starting the command would then
+// set the write end back to blocking and closing it unregister it: eight
+// system calls per command that do nothing.
+func outputPipe() (r, w *os.File, err error) {
+	var fds [2]int
+	if err := syscall.Pipe2(fds[:], syscall.O_CLOEXEC); err != nil {
+		return nil, nil, os.NewSyscallError("pipe2", err)
+	}
+	if err := syscall.SetNonblock(fds[0], true); err != nil {
+		_ = syscall.Close(fds[0])
+		_ = syscall.Close(fds[1])
+		return nil, nil, os.NewSyscallError("fcntl", err)
+	}
+	return os.NewFile(uintptr(fds[0]), "|0"), os.NewFile(uintptr(fds[1]), "|1"), nil
 }
 
 func (p *proc) startTTY(cmd *exec.Cmd) error {
@@ -259,7 +280,7 @@ func (p *proc) run() {
 		exit.ExitCode = -1
 		exit.Signal = int(ws.Signal())
 		if ws.Signal() == syscall.SIGKILL && p.oomKnown {
-			if n, ok := readOOMKills(p.s.cfg.oomEvents); ok && n > p.oomBefore {
+			if n, ok := p.s.oom.kills(); ok && n > p.oomBefore {
 				exit.OOMHint = true
 			}
 		}

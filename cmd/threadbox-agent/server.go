@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"sync"
 	"syscall"
 	"time"
@@ -40,10 +41,22 @@ type server struct {
 	mu    sync.Mutex
 	procs map[uint32]*proc
 	st    *streams // loopback listeners and their connections, made on first use
+
+	oom      *oomCount
+	nullOnce sync.Once
+	null     *os.File
+}
+
+// devNull is /dev/null, opened once, for the stdin of every command that
+// takes none (os/exec would open and close it for each), or nil when it
+// cannot be opened (os/exec then opens it itself).
+func (s *server) devNull() *os.File {
+	s.nullOnce.Do(func() { s.null, _ = os.Open(os.DevNull) })
+	return s.null
 }
 
 func newServer(cfg config, out io.Writer, rp *reaper, env []string, log *slog.Logger) *server {
-	s := &server{cfg: cfg, log: log, reaper: rp, env: env, out: out, procs: map[uint32]*proc{}}
+	s := &server{cfg: cfg, log: log, reaper: rp, env: env, out: out, procs: map[uint32]*proc{}, oom: &oomCount{path: cfg.oomEvents}}
 	s.outCond = sync.NewCond(&s.outMu)
 	return s
 }
