@@ -29,6 +29,24 @@ func TestParseOOMKill(t *testing.T) {
 	}
 }
 
+// TestOOMRead reads the counter from a file, and nothing from a missing
+// file or an unknown counter.
+func TestOOMRead(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "memory.oom_control")
+	if err := os.WriteFile(p, []byte("oom_kill_disable 0\nunder_oom 0\noom_kill 4\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if n, ok := (OOM{Path: p}).Read(); !ok || n != 4 {
+		t.Fatalf("Read = %d, %v; want 4, true", n, ok)
+	}
+	if _, ok := (OOM{Path: p + ".missing"}).Read(); ok {
+		t.Fatal("a missing file read as ok")
+	}
+	if _, ok := (OOM{}).Read(); ok {
+		t.Fatal("the zero OOM read as ok")
+	}
+}
+
 // TestAt finds a control group's CPU and OOM counters by its path on
 // either cgroup version, and nothing where it has none.
 func TestAt(t *testing.T) {
