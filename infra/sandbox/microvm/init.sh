@@ -2,7 +2,7 @@
 # The init of a threadbox microVM, run from the initramfs the backend makes
 # for each VM: it loads the virtio modules, mounts the sandbox image's root
 # filesystem (a read-only 9p share) and the container's folders (9p shares,
-# read-only where the config says so), /tmp, /proc, /sys and /dev, brings
+# or a subfolder of each for a warm VM; read-only where the config says so), /tmp, /proc, /sys and /dev, brings
 # up loopback, sets the process limit, finds the agent's virtio-serial port
 # and becomes the threadbox agent, as PID 1 of the new root, speaking over
 # that port. Any failure ends init, which ends the VM (panic=-1 with
@@ -27,9 +27,19 @@ mount -t tmpfs -o mode=755,size=64m tmpfs /newroot/opt/threadbox || fail "mount 
 cp /threadbox/agent /newroot/opt/threadbox/agent && chmod 555 /newroot/opt/threadbox/agent || fail "copy the agent"
 mkdir /newroot/opt/threadbox/trust || fail "make the trust folder's mount point"
 mount -o remount,ro,nosuid,nodev /newroot/opt/threadbox || fail "remount /opt/threadbox"
+# Each entry: tag:target:mode:sub. A share whose sub is "." is mounted at
+# the target; otherwise (a warm VM's) its subfolder sub is, the share's own
+# mount let go once it is bound there.
 for m in $TB_MOUNTS; do
-  tag=${m%%:*}; rest=${m#*:}; target=${rest%:*}; mode=${rest##*:}
-  mount -t 9p -o "$opts,$mode,nosuid,nodev,cache=none" "$tag" "/newroot$target" || fail "mount $target"
+  tag=${m%%:*}; rest=${m#*:}; target=${rest%%:*}; rest=${rest#*:}; mode=${rest%%:*}; sub=${rest#*:}
+  if [ "$sub" = . ]; then
+    mount -t 9p -o "$opts,$mode,nosuid,nodev,cache=none" "$tag" "/newroot$target" || fail "mount $target"
+  else
+    mkdir -p "/shares/$tag" || fail "share $tag"
+    mount -t 9p -o "$opts,$mode,nosuid,nodev,cache=none" "$tag" "/shares/$tag" || fail "mount share $tag"
+    mount --bind "/shares/$tag/$sub" "/newroot$target" || fail "mount $target"
+    umount "/shares/$tag" || fail "let go of share $tag"
+  fi
 done
 mount --move /dev /newroot/dev || fail "move /dev"
 mkdir -p /newroot/dev/pts /newroot/dev/shm

@@ -112,8 +112,12 @@ type Backend struct {
 	boxes           *boxes.Set[*box]
 	boxes.Ops[*box] // Exec, Start, Listen, Stop, Status, SandboxCPU
 	boxes.FilesOnly
-	// A VM's folders are 9p shares fixed when it boots.
-	boxes.NoWarmPool
+
+	// pool keeps warm VMs (pool.go); slots is this process's folder of
+	// their slots, and slotsClean removes those of processes that ended.
+	pool       *boxes.Pool[*box]
+	slots      string
+	slotsClean sync.Once
 
 	availMu sync.Mutex
 	availAt time.Time // last successful check
@@ -156,10 +160,12 @@ func New(cfg Config) (*Backend, error) {
 	lg := cfg.Logger
 	rootfs := boxes.ResolveRootFS(cfg.RootFS)
 	set := boxes.New[*box](cfg.Name, lg)
-	return &Backend{cfg: cfg, log: lg, rootfs: rootfs, dir: filepath.Join(cfg.StateDir, hostdirs.SafeID(cfg.Instance)),
+	dir := filepath.Join(cfg.StateDir, hostdirs.SafeID(cfg.Instance))
+	slots := filepath.Join(dir+"-slots", strconv.Itoa(os.Getpid()))
+	return &Backend{cfg: cfg, log: lg, rootfs: rootfs, dir: dir,
 		boxes: set, Ops: boxes.NewOps(set, nil), vms: map[*box]bool{},
-		NoWarmPool: boxes.WarmsNone(cfg.Name, "a VM's folders are 9p shares fixed at its boot"),
-		FilesOnly:  boxes.KeepsFilesOnly(cfg.Name, "files only: QEMU refuses to save a VM while a 9p share is mounted in it, and its root filesystem and folders are 9p shares; a VM's processes end at its stop")}, nil
+		pool: boxes.NewPoolWith(set, slots, shareLayout{}), slots: slots,
+		FilesOnly: boxes.KeepsFilesOnly(cfg.Name, "files only: QEMU refuses to save a VM while a 9p share is mounted in it, and its root filesystem and folders are 9p shares; a VM's processes end at its stop")}, nil
 }
 
 // Name returns the backend's configuration name.
@@ -244,7 +250,9 @@ func (b *Backend) limits(l sandbox.Limits) sandbox.Limits { return l.Or(b.cfg.Li
 // Ensure boots the VM for spec.ID unless it is running. A VM that died is
 // replaced by a fresh one over the same host folders.
 func (b *Backend) Ensure(ctx context.Context, spec sandbox.Spec) error {
-	if err := b.boxes.Ensure(ctx, spec, b.cfg.Dirs, b.start); err != nil {
+	if err := b.boxes.Ensure(ctx, spec, b.cfg.Dirs, func(ctx context.Context, spec sandbox.Spec) (*box, error) {
+		return b.start(ctx, spec, false)
+	}); err != nil {
 		return fmt.Errorf("%s: %w", b.cfg.Name, err)
 	}
 	return nil
@@ -288,22 +296,49 @@ func (b *Backend) baseInitramfs(g Guest) (string, error) {
 	return b.base, nil
 }
 
+// share is how the guest reaches one of a VM's folders: QEMU serves the
+// host folder Export as a 9p share, and the guest mounts the share, or its
+// subfolder Sub when set (a warm VM's, pool.go), at the folder's target.
+type share struct {
+	sandbox.Mount
+	Export, Sub string
+}
+
+// shares returns the shares of spec's folders: each folder's source
+// itself, or for a warm VM (whose sources are its slot's places) the
+// place's parent with the place as its subfolder.
+func shares(spec sandbox.Spec, warm bool) []share {
+	out := make([]share, len(spec.Mounts))
+	for i, m := range spec.Mounts {
+		out[i] = share{Mount: m, Export: m.Source}
+		if warm {
+			out[i].Export, out[i].Sub = filepath.Dir(m.Source), filepath.Base(m.Source)
+		}
+	}
+	return out
+}
+
 // vmConfig is the shell text the guest's init sources: the /tmp size, the
-// process limit, the folders to mount (9p tag, target, ro or rw) and the
-// agent's environment as the positional parameters.
-func vmConfig(spec sandbox.Spec, l sandbox.Limits) ([]byte, error) {
+// process limit, the folders to mount (9p tag, target, ro or rw, and the
+// share's subfolder or "." for its root) and the agent's environment as
+// the positional parameters.
+func vmConfig(spec sandbox.Spec, sh []share, l sandbox.Limits) ([]byte, error) {
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "TB_TMP=%d\nTB_PIDS=%d\n", l.TmpBytes, l.Pids)
 	var mounts []string
-	for i, m := range spec.Mounts {
+	for i, m := range sh {
 		if !filepath.IsAbs(m.Target) || strings.ContainsAny(m.Target, " \t\n'\"\\:$`") {
 			return nil, fmt.Errorf("mount target %q: not a plain absolute path", m.Target)
+		}
+		sub := cmp.Or(m.Sub, ".")
+		if strings.ContainsAny(sub, " \t\n'\"\\:$`/") {
+			return nil, fmt.Errorf("share subfolder %q: not a plain name", sub)
 		}
 		mode := "rw"
 		if m.ReadOnly {
 			mode = "ro"
 		}
-		mounts = append(mounts, fmt.Sprintf("m%d:%s:%s", i, m.Target, mode))
+		mounts = append(mounts, fmt.Sprintf("m%d:%s:%s:%s", i, m.Target, mode, sub))
 	}
 	fmt.Fprintf(&sb, "TB_MOUNTS=%s\nset --", shellQuote(strings.Join(mounts, " ")))
 	for _, kv := range sandboxEnv(spec, l) {
@@ -344,7 +379,7 @@ func vcpus(cpus float64) int {
 // qemuArgs builds QEMU's command line for one VM. The agent's port and
 // QMP are sockets QEMU inherits as descriptors 3 and 4; the console is
 // QEMU's standard output.
-func (b *Backend) qemuArgs(name, accel string, g Guest, initrd string, spec sandbox.Spec, l sandbox.Limits) []string {
+func (b *Backend) qemuArgs(name, accel string, g Guest, initrd string, sh []share, l sandbox.Limits) []string {
 	mem := max(l.MemoryBytes, MinMemoryBytes) >> 20
 	// The RTC stays: without it the guest kernel spends seconds waiting
 	// for one, and has no wall clock.
@@ -379,8 +414,8 @@ func (b *Backend) qemuArgs(name, accel string, g Guest, initrd string, spec sand
 		"-fsdev", "local,id=root,path=" + b.rootfs + ",security_model=passthrough,readonly=on,multidevs=remap",
 		"-device", "virtio-9p-device,fsdev=root,mount_tag=root",
 	}
-	for i, m := range spec.Mounts {
-		fs := fmt.Sprintf("local,id=m%d,path=%s,security_model=passthrough,multidevs=remap", i, m.Source)
+	for i, m := range sh {
+		fs := fmt.Sprintf("local,id=m%d,path=%s,security_model=passthrough,multidevs=remap", i, m.Export)
 		if m.ReadOnly {
 			fs += ",readonly=on"
 		}
@@ -389,20 +424,9 @@ func (b *Backend) qemuArgs(name, accel string, g Guest, initrd string, spec sand
 	return args
 }
 
-// withTrust returns spec with the trust folder (Settings.TrustDir) as one
-// more read-only 9p share at boxes.TrustPath, and its variables, when the
-// backend has one.
-func (b *Backend) withTrust(spec sandbox.Spec) sandbox.Spec {
-	if b.cfg.TrustDir == "" {
-		return spec
-	}
-	spec.Mounts = append(slices.Clone(spec.Mounts), sandbox.Mount{Source: b.cfg.TrustDir, Target: boxes.TrustPath, ReadOnly: true})
-	spec.Env = append(slices.Clone(spec.Env), boxes.TrustEnv()...)
-	return spec
-}
-
-// start boots spec's VM.
-func (b *Backend) start(ctx context.Context, spec sandbox.Spec) (*box, error) {
+// start boots spec's VM; warm tells a warm VM's boot, whose folder
+// sources are its slot's places (pool.go).
+func (b *Backend) start(ctx context.Context, spec sandbox.Spec, warm bool) (*box, error) {
 	if err := b.Available(ctx); err != nil {
 		return nil, err
 	}
@@ -413,17 +437,21 @@ func (b *Backend) start(ctx context.Context, spec sandbox.Spec) (*box, error) {
 	if err != nil {
 		return nil, err
 	}
-	spec = b.withTrust(spec)
-	for _, m := range spec.Mounts {
-		if strings.ContainsAny(m.Source, ",") {
-			return nil, fmt.Errorf("host folder %q: QEMU's options cannot hold a comma", m.Source)
+	sh := shares(spec, warm)
+	if b.cfg.TrustDir != "" {
+		sh = append(sh, share{Mount: sandbox.Mount{Source: b.cfg.TrustDir, Target: boxes.TrustPath, ReadOnly: true}, Export: b.cfg.TrustDir})
+		spec.Env = append(slices.Clone(spec.Env), boxes.TrustEnv()...)
+	}
+	for _, m := range sh {
+		if strings.ContainsAny(m.Export, ",") {
+			return nil, fmt.Errorf("host folder %q: QEMU's options cannot hold a comma", m.Export)
 		}
 	}
 	if strings.Contains(b.rootfs, ",") {
 		return nil, fmt.Errorf("root filesystem %q: QEMU's options cannot hold a comma", b.rootfs)
 	}
 	l := b.limits(spec.Limits)
-	config, err := vmConfig(spec, l)
+	config, err := vmConfig(spec, sh, l)
 	if err != nil {
 		return nil, err
 	}
@@ -440,7 +468,7 @@ func (b *Backend) start(ctx context.Context, spec sandbox.Spec) (*box, error) {
 	// environment) goes then, or with the boot's failure.
 	defer os.Remove(initrd)
 	bx := &box{b: b, id: spec.ID, name: name, Proc: boxes.NewProc(), console: boxes.NewLogTail(b.log, "vm console", spec.ID)}
-	agentConn, qmpConn, err := b.spawn(bx, b.qemuArgs("threadbox-"+name, accel, g, initrd, spec, l))
+	agentConn, qmpConn, err := b.spawn(bx, b.qemuArgs("threadbox-"+name, accel, g, initrd, sh, l))
 	if err != nil {
 		return nil, err
 	}
@@ -682,6 +710,13 @@ func (b *Backend) Close() error {
 	}
 	b.vmsMu.Unlock()
 	b.wg.Wait()
+	// The slots of warm VMs that ended by themselves.
+	for _, id := range b.pool.IDs() {
+		b.pool.Drop(id)
+	}
+	if err := b.removeSlots(true); err != nil {
+		errs = append(errs, err)
+	}
 	if err := os.RemoveAll(b.dir); err != nil {
 		errs = append(errs, err)
 	}

@@ -61,7 +61,7 @@ func TestVMConfig(t *testing.T) {
 	spec := sandbox.Spec{ID: "x", Env: []string{"TOKEN=it's $(secret) `x`\nline2", "THREADBOX_AGENT_RUN_AS=0:0"},
 		Mounts: []sandbox.Mount{{Source: "/h/w", Target: "/home/agent/workspace"}, {Source: "/h/u", Target: "/mnt/user-data/uploads", ReadOnly: true}}}
 	l := sandbox.Limits{TmpBytes: 1 << 20, Pids: 77, NoFile: 1024}
-	cfg, err := vmConfig(spec, l)
+	cfg, err := vmConfig(spec, shares(spec, false), l)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +71,7 @@ func TestVMConfig(t *testing.T) {
 		t.Fatalf("%v: %s", err, out)
 	}
 	got := string(out)
-	for _, want := range []string{"TB_TMP=1048576\n", "TB_PIDS=77\n", "TB_MOUNTS=m0:/home/agent/workspace:rw m1:/mnt/user-data/uploads:ro\n",
+	for _, want := range []string{"TB_TMP=1048576\n", "TB_PIDS=77\n", "TB_MOUNTS=m0:/home/agent/workspace:rw:. m1:/mnt/user-data/uploads:ro:.\n",
 		"<TOKEN=it's $(secret) `x`\nline2>", "<THREADBOX_AGENT_RUN_AS=1000:1000>", "<THREADBOX_AGENT_NOFILE=1024>", "<THREADBOX_AGENT_OOM_EVENTS=/proc/vmstat>"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("config gives %q, want %q in it", got, want)
@@ -81,8 +81,53 @@ func TestVMConfig(t *testing.T) {
 		t.Error("the spec set the agent's own variable")
 	}
 	spec.Mounts[0].Target = "/home/agent/work space"
-	if _, err := vmConfig(spec, l); err == nil {
+	if _, err := vmConfig(spec, shares(spec, false), l); err == nil {
 		t.Error("a target with a space was accepted")
+	}
+}
+
+// TestInitMounts runs the init's loop over TB_MOUNTS (with mount, mkdir
+// and umount only printed) on the config of a VM booted cold and of a
+// warm VM: a cold VM's shares are mounted at their targets, a warm VM's
+// subfolder of each share is, and the share's own mount is let go.
+func TestInitMounts(t *testing.T) {
+	init := string(initScript)
+	start := strings.Index(init, "for m in $TB_MOUNTS; do")
+	end := strings.Index(init[start:], "\ndone\n")
+	if start < 0 || end < 0 {
+		t.Fatal("no mount loop in init.sh")
+	}
+	loop := init[start : start+end+len("\ndone\n")]
+	spec := sandbox.Spec{ID: "x", Mounts: []sandbox.Mount{{Source: "/slot/0/d", Target: "/home/agent/workspace"}, {Source: "/slot/1/d", Target: "/mnt/user-data/uploads", ReadOnly: true}}}
+	for _, tc := range []struct {
+		warm bool
+		want []string
+	}{
+		{false, []string{
+			"mount -t 9p -o o,rw,nosuid,nodev,cache=none m0 /newroot/home/agent/workspace",
+			"mount -t 9p -o o,ro,nosuid,nodev,cache=none m1 /newroot/mnt/user-data/uploads",
+		}},
+		{true, []string{
+			"mount -t 9p -o o,rw,nosuid,nodev,cache=none m0 /shares/m0",
+			"mount --bind /shares/m0/d /newroot/home/agent/workspace",
+			"umount /shares/m0",
+			"mount -t 9p -o o,ro,nosuid,nodev,cache=none m1 /shares/m1",
+			"mount --bind /shares/m1/d /newroot/mnt/user-data/uploads",
+			"umount /shares/m1",
+		}},
+	} {
+		cfg, err := vmConfig(spec, shares(spec, tc.warm), sandbox.Limits{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		script := string(cfg) + "mount() { echo mount \"$*\"; }; umount() { echo umount \"$*\"; }; mkdir() { :; }; fail() { echo \"FAIL $*\"; exit 1; }; opts=o\n" + loop
+		out, err := exec.Command("sh", "-c", script).CombinedOutput()
+		if err != nil {
+			t.Fatalf("warm %v: %v: %s", tc.warm, err, out)
+		}
+		if got := strings.TrimSpace(string(out)); got != strings.Join(tc.want, "\n") {
+			t.Errorf("warm %v: the init does\n%s\nwant\n%s", tc.warm, got, strings.Join(tc.want, "\n"))
+		}
 	}
 }
 

@@ -1,0 +1,122 @@
+package microvm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"syscall"
+
+	"threadbox/domain/sandbox"
+	"threadbox/infra/sandbox/boxes"
+	"threadbox/infra/sandbox/slot"
+)
+
+// The warm pool. A warm VM is booted before any container needs it, over
+// the empty folders of a slot, and a container claims it by having its
+// folders bound onto the slot's (boxes.Pool). QEMU opens the root of each
+// 9p share once, at its start, and a folder bound onto that root later
+// would stay hidden from it; but it walks every path below the root
+// afresh, crossing the mounts it meets. So each share of a warm VM is a
+// folder of the slot, <slot>/<i>, whose subfolder d the guest's init
+// mounts at the sandbox path (the share's mount itself is then let go),
+// and the claim binds the container's folder onto <slot>/<i>/d: from then
+// on every lookup the guest makes there reaches the container's files.
+// The guest mounts the shares without a cache, so nothing it saw of the
+// empty folder stays.
+
+// shareSub is the subfolder of a warm VM's share that the guest mounts.
+const shareSub = "d"
+
+// shareLayout is the slot layout of warm VMs (boxes.Layout).
+type shareLayout struct{}
+
+// Make creates the slot dir with a share folder per mount, each holding
+// the empty subfolder the guest mounts.
+func (shareLayout) Make(dir string, mounts []sandbox.Mount) error {
+	for i := range mounts {
+		if err := os.MkdirAll(filepath.Join(dir, strconv.Itoa(i), shareSub), 0o755); err != nil {
+			_ = slot.RemoveTree(dir)
+			return fmt.Errorf("slot: %w", err)
+		}
+	}
+	return nil
+}
+
+// Place returns the folder the container's mount i is bound onto.
+func (shareLayout) Place(dir string, i int, _ sandbox.Mount) string {
+	return filepath.Join(dir, strconv.Itoa(i), shareSub)
+}
+
+// Remove unmounts what was bound under the slot and deletes it; while a
+// mount is left under it, it deletes nothing (a folder bound there is a
+// container's).
+func (shareLayout) Remove(dir string) error { return slot.RemoveTree(dir) }
+
+// Warm boots a warm VM named spec.ID over an empty slot; a container
+// whose limits, environment and folder targets are spec's can claim it.
+// The slots of processes that ended are removed first: their VMs ended
+// with them.
+func (b *Backend) Warm(ctx context.Context, spec sandbox.Spec) error {
+	b.slotsClean.Do(func() {
+		if err := b.removeSlots(false); err != nil {
+			b.log.Warn("earlier warm slots not removed", "cause", err.Error())
+		}
+	})
+	return b.pool.Warm(ctx, spec, func(ctx context.Context, s sandbox.Spec) (*box, error) {
+		return b.start(ctx, s, true)
+	})
+}
+
+// Claim makes the warm VM name spec.ID's: the container's folders are
+// bound onto the slot's places, where the guest's mounts find them.
+func (b *Backend) Claim(ctx context.Context, name string, spec sandbox.Spec) error {
+	return b.pool.Claim(ctx, name, spec, b.cfg.Dirs, b.cfg.Limits, func(bx *box, _ boxes.Slot) error {
+		bx.id = spec.ID
+		return nil
+	})
+}
+
+// WarmSandboxes lists this process's unclaimed warm VMs: VMs end with the
+// process that booted them, so there are no others.
+func (b *Backend) WarmSandboxes(context.Context) ([]string, error) {
+	return b.pool.Unclaimed(), nil
+}
+
+// Stop ends id's VM and drops its slot, if it came from the pool; its
+// files stay.
+func (b *Backend) Stop(ctx context.Context, id string) error {
+	return b.pool.Stop(ctx, id)
+}
+
+// removeSlots removes the slot folders of processes that ended, and with
+// mine this process's own folder too (at Close, once its slots are
+// dropped). A slot with a mount left under it is kept.
+func (b *Backend) removeSlots(mine bool) error {
+	root := filepath.Dir(b.slots)
+	entries, err := os.ReadDir(root)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("%s: slots: %w", b.cfg.Name, err)
+	}
+	var errs []error
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || !e.IsDir() || (pid == os.Getpid()) != mine || pid != os.Getpid() && alive(pid) {
+			continue
+		}
+		errs = append(errs, slot.RemoveTree(filepath.Join(root, e.Name())))
+	}
+	_ = os.Remove(root) // when no other process's slots are left
+	return errors.Join(errs...)
+}
+
+// alive reports whether the process pid exists.
+func alive(pid int) bool {
+	err := syscall.Kill(pid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
+}

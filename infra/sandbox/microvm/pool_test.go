@@ -1,0 +1,149 @@
+package microvm
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"threadbox/domain/sandbox"
+	"threadbox/infra/sandbox/hostdirs"
+	"threadbox/infra/sandbox/sandboxtest"
+	"threadbox/infra/sandbox/slot"
+)
+
+// claimedCases are the suite's cases run on VMs claimed from the warm
+// pool: a few, since each boots a VM under emulation here.
+var claimedCases = []string{"BashSemantics", "OutputDir", "Isolation"}
+
+// TestConformanceClaimed runs conformance cases on VMs claimed from the
+// warm pool (all of them with MICROVM_CONFORMANCE=full).
+func TestConformanceClaimed(t *testing.T) {
+	newBackend := func(t *testing.T) sandbox.Backend { return sandboxtest.Claiming(newTestBackend(t, Config{})) }
+	caps := sandboxtest.Capabilities{Memory: sandboxtest.MemoryOOMKill, Pids: true, Disk: true, CPU: true}
+	if testAccel() == AccelTCG {
+		caps.CommandTimeout = 3 * time.Minute
+	}
+	cases := claimedCases
+	if os.Getenv("MICROVM_CONFORMANCE") == "full" {
+		cases = sandboxtest.Cases()
+	}
+	sandboxtest.RunCases(t, newBackend, caps, cases...)
+}
+
+// TestClaimedFolders: a warm VM is listed until claimed; once claimed it
+// sees the files the host wrote in the container's folders before the
+// claim, its writes land in them, the read-only folders refuse writes,
+// and nothing of the empty slot it booted over shows. Its stop removes
+// the slot and leaves the container's files.
+func TestClaimedFolders(t *testing.T) {
+	b := newTestBackend(t, Config{})
+	ctx := context.Background()
+	dirs := hostdirs.New(t.TempDir(), hostdirs.Options{})
+	id, name := fmt.Sprintf("claimed-%d", time.Now().UnixNano()), "warm-folders-1"
+	t.Cleanup(func() { _ = b.Remove(ctx, id); _ = b.Remove(ctx, name); _ = dirs.Remove(ctx, id) })
+	if err := b.Warm(ctx, sandbox.Spec{ID: name, Mounts: sandbox.FolderTargets()}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := b.WarmSandboxes(ctx); err != nil || len(got) != 1 || got[0] != name {
+		t.Fatalf("warm sandboxes: %v, %v", got, err)
+	}
+	slotDir := b.pool.Slot(name).Dir
+	d, err := dirs.Prepare(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for dir, file := range map[string]string{d.Workspace: "w.txt", d.Uploads: "u.txt", d.Skills: "s.txt"} {
+		if err := os.WriteFile(filepath.Join(dir, file), []byte("from host"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b.Claim(ctx, name, sandbox.Spec{ID: id, Mounts: d.Mounts()}); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := b.WarmSandboxes(ctx); len(got) != 0 {
+		t.Errorf("a claimed VM is still listed warm: %v", got)
+	}
+	run := func(script string) string {
+		t.Helper()
+		r, err := b.Exec(ctx, id, sandbox.Command{Args: []string{"bash", "-c", script}, Timeout: 2 * time.Minute})
+		if err != nil {
+			t.Fatalf("%q: %v", script, err)
+		}
+		return strings.TrimSpace(string(r.Stdout) + string(r.Stderr))
+	}
+	targets := map[string]string{}
+	for _, m := range d.Mounts() {
+		targets[m.Source] = m.Target
+	}
+	for _, c := range []struct{ script, want string }{
+		{"cat " + targets[d.Workspace] + "/w.txt " + targets[d.Uploads] + "/u.txt " + targets[d.Skills] + "/s.txt", "from hostfrom hostfrom host"},
+		{"echo from guest > " + targets[d.Workspace] + "/g.txt && echo ok", "ok"},
+		{"touch " + targets[d.Uploads] + "/x 2>/dev/null && echo writable || echo ro", "ro"},
+		{"touch " + targets[d.Skills] + "/x 2>/dev/null && echo writable || echo ro", "ro"},
+		{"ls -A " + targets[d.Outputs] + " | wc -l", "0"},
+	} {
+		if got := run(c.script); got != c.want {
+			t.Errorf("%s: %q, want %q", c.script, got, c.want)
+		}
+	}
+	if got, err := os.ReadFile(filepath.Join(d.Workspace, "g.txt")); err != nil || string(got) != "from guest\n" {
+		t.Errorf("the guest's file on the host: %q %v", got, err)
+	}
+	if err := b.Stop(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(slotDir); !os.IsNotExist(err) {
+		t.Errorf("the slot is left after the stop: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(d.Workspace, "w.txt")); err != nil {
+		t.Errorf("the container's file went with the slot: %v", err)
+	}
+}
+
+// TestSlotRemovalKeepsBoundFolders: removing a slot with a container's
+// folder still bound under it unmounts the folder before it deletes
+// anything, so the container's files stay.
+func TestSlotRemovalKeepsBoundFolders(t *testing.T) {
+	if os.Geteuid() != 0 {
+		sandboxtest.Need(t, "binding a folder needs root")
+	}
+	dir := filepath.Join(t.TempDir(), "slot")
+	mounts := sandbox.FolderTargets()
+	if err := (shareLayout{}).Make(dir, mounts); err != nil {
+		t.Fatal(err)
+	}
+	src := t.TempDir()
+	if err := os.WriteFile(filepath.Join(src, "keep.txt"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	place := (shareLayout{}).Place(dir, 0, mounts[0])
+	if place != filepath.Join(dir, "0", shareSub) {
+		t.Fatalf("place %s", place)
+	}
+	if err := slot.BindAt(place, src, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(place, "keep.txt")); err != nil {
+		t.Fatalf("the bound folder does not show at its place: %v", err)
+	}
+	if err := (shareLayout{}).Remove(dir); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("slot left: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(src, "keep.txt")); err != nil {
+		t.Errorf("the bound folder's file went with the slot: %v", err)
+	}
+}
+
+// TestClaimedIsolation: a claimed VM sees only its claimant's folders,
+// none of another container's files or of a previous claimant's
+// processes, environment or /tmp, and is never claimed twice.
+func TestClaimedIsolation(t *testing.T) {
+	sandboxtest.ClaimedIsolation(t, newTestBackend(t, Config{}))
+}
