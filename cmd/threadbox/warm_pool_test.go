@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os/exec"
 	"strings"
 	"testing"
@@ -40,9 +41,21 @@ func TestWarmPoolServesNewThreads(t *testing.T) {
 		}
 		srv := startChild(t, env)
 		f := newWSFixture(t, srv.server)
+		// warmPool is the capability matrix's warm_pool of the one backend.
+		warmPool := func() map[string]any {
+			r := srv.do("GET", "/api/gpt/v1/sandbox/backends", f.admin, nil)
+			rows, _ := r.json(t)["data"].([]any)
+			if r.status != 200 || len(rows) != 1 {
+				t.Fatalf("matrix: %d %s", r.status, r.body)
+			}
+			wp, _ := rows[0].(map[string]any)["warm_pool"].(map[string]any)
+			return wp
+		}
+		// The owner counts a warm sandbox ready once its boot and warm-up
+		// are over; Docker lists its container from its creation.
 		var warm []string
-		waitFor(t, 60*time.Second, func() bool { warm = unclaimed(); return len(warm) == 1 },
-			func() string { return "no warm sandbox booted" })
+		waitFor(t, 60*time.Second, func() bool { warm = unclaimed(); return len(warm) == 1 && warmPool()["ready"] == 1.0 },
+			func() string { return fmt.Sprintf("no warm sandbox booted and ready: %v %v", unclaimed(), warmPool()) })
 		if r := srv.do("POST", appAPI+"/thread/"+f.tid+"/messages", f.admin, codeTurn("echo hi > /mnt/user-data/outputs/hi.txt")); r.status != 200 {
 			t.Fatalf("turn: %d %s", r.status, r.body)
 		}
@@ -53,15 +66,9 @@ func TestWarmPoolServesNewThreads(t *testing.T) {
 		if r := srv.do("GET", appAPI+"/thread/"+f.tid+"/download-file?path=/mnt/user-data/outputs/hi.txt", f.admin, nil); r.status != 200 || strings.TrimSpace(string(r.body)) != "hi" {
 			t.Fatalf("the command's output file: %d %q", r.status, r.body)
 		}
-		waitFor(t, 60*time.Second, func() bool { w := unclaimed(); return len(w) == 1 && w[0] != warm[0] },
+		waitFor(t, 60*time.Second, func() bool { w := unclaimed(); return len(w) == 1 && w[0] != warm[0] && warmPool()["ready"] == 1.0 },
 			func() string { return "the pool did not refill" })
-		r := srv.do("GET", "/api/gpt/v1/sandbox/backends", f.admin, nil)
-		rows, _ := r.json(t)["data"].([]any)
-		if r.status != 200 || len(rows) != 1 {
-			t.Fatalf("matrix: %d %s", r.status, r.body)
-		}
-		wp, _ := rows[0].(map[string]any)["warm_pool"].(map[string]any)
-		if wp["size"] != 1.0 || wp["ready"] != 1.0 {
+		if wp := warmPool(); wp["size"] != 1.0 || wp["ready"] != 1.0 {
 			t.Fatalf("matrix warm_pool: %v", wp)
 		}
 	})
