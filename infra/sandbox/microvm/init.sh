@@ -18,6 +18,30 @@ while read -r m; do
 done </lib/modules/order
 # TB_TMP, TB_PIDS, TB_MOUNTS and the agent's environment as "$@".
 . /threadbox/config || fail "config"
+# A virtio port opens once: one descriptor, read and written, for both
+# streams, kept open across the move of /dev into the new root.
+port=
+i=0
+while :; do
+  for d in /sys/class/virtio-ports/*; do
+    [ "$(cat "$d/name" 2>/dev/null)" = threadbox.agent ] && port=/dev/${d##*/}
+  done
+  [ -n "$port" ] && [ -e "$port" ] && break
+  i=$((i + 1))
+  [ $i -lt 400 ] || fail "no agent port"
+  sleep 0.05
+done
+exec 3<>"$port" || fail "agent port"
+# A template of warm VMs holds here, before any 9p share is mounted (QEMU
+# saves no VM with one mounted): the host saves it once the held line is
+# out, and each copy it restores goes on from here when the host writes
+# "go SECONDS", its clock, which the copy's own has fallen behind.
+if [ "${TB_HOLD:-}" = 1 ]; then
+  echo threadbox-init-held >&3 || fail "agent port"
+  read -r word now <&3 || fail "agent port"
+  [ "$word" = go ] || fail "expected go from the host, got $word"
+  date -s "@$now" >/dev/null || fail "set the clock"
+fi
 opts=trans=virtio,version=9p2000.L,msize=262144
 mount -t 9p -o "$opts,ro,cache=loose" root /newroot || fail "mount the root filesystem"
 mount -t proc -o nosuid,nodev,noexec proc /newroot/proc || fail "mount /proc"
@@ -48,22 +72,8 @@ ln -sf pts/ptmx /newroot/dev/ptmx
 mount -t tmpfs -o nosuid,nodev,noexec,mode=1777,size=64m shm /newroot/dev/shm || fail "mount /dev/shm"
 hostname sandbox
 ip link set lo up || fail "loopback"
-port=
-i=0
-while :; do
-  for d in /sys/class/virtio-ports/*; do
-    [ "$(cat "$d/name" 2>/dev/null)" = threadbox.agent ] && port=/newroot/dev/${d##*/}
-  done
-  [ -n "$port" ] && [ -e "$port" ] && break
-  i=$((i + 1))
-  [ $i -lt 400 ] || fail "no agent port"
-  sleep 0.05
-done
 ulimit -u "$TB_PIDS" || fail "process limit"
 umount /sys /proc
-# A virtio port opens once: one descriptor, read and written, for both
-# streams. The host waits for the ready line before it speaks the agent
-# protocol.
-exec 3<>"$port" || fail "agent port"
+# The host waits for the ready line before it speaks the agent protocol.
 echo threadbox-init-ready >&3 || fail "agent port"
 exec switch_root /newroot /usr/bin/env -i "$@" /opt/threadbox/agent <&3 >&3 3>&-

@@ -119,6 +119,12 @@ type Backend struct {
 	slots      string
 	slotsClean sync.Once
 
+	// tmpl is the template warm VMs are restored from (template.go), and
+	// tmplFailed the configurations whose template could not be made.
+	tmplMu     sync.Mutex
+	tmpl       *template
+	tmplFailed map[string]error
+
 	availMu sync.Mutex
 	availAt time.Time // last successful check
 	accel   string    // the accelerator of the last successful check
@@ -140,6 +146,8 @@ type box struct {
 	id, name   string
 	qmp        *qmp
 	console    *boxes.LogTail
+	// restored tells a warm VM restored from the template (template.go).
+	restored bool
 }
 
 // New returns a microvm backend. Missing prerequisites are not an error
@@ -164,7 +172,7 @@ func New(cfg Config) (*Backend, error) {
 	slots := filepath.Join(dir+"-slots", strconv.Itoa(os.Getpid()))
 	return &Backend{cfg: cfg, log: lg, rootfs: rootfs, dir: dir,
 		boxes: set, Ops: boxes.NewOps(set, nil), vms: map[*box]bool{},
-		pool: boxes.NewPoolWith(set, slots, shareLayout{}), slots: slots,
+		pool: boxes.NewPoolWith(set, slots, shareLayout{}), slots: slots, tmplFailed: map[string]error{},
 		FilesOnly: boxes.KeepsFilesOnly(cfg.Name, "files only: QEMU refuses to save a VM while a 9p share is mounted in it, and its root filesystem and folders are 9p shares; a VM's processes end at its stop")}, nil
 }
 
@@ -320,11 +328,15 @@ func shares(spec sandbox.Spec, warm bool) []share {
 
 // vmConfig is the shell text the guest's init sources: the /tmp size, the
 // process limit, the folders to mount (9p tag, target, ro or rw, and the
-// share's subfolder or "." for its root) and the agent's environment as
-// the positional parameters.
-func vmConfig(spec sandbox.Spec, sh []share, l sandbox.Limits) ([]byte, error) {
+// share's subfolder or "." for its root), whether the init holds to be
+// saved as a template (TB_HOLD) and the agent's environment as the
+// positional parameters.
+func vmConfig(spec sandbox.Spec, sh []share, l sandbox.Limits, hold bool) ([]byte, error) {
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "TB_TMP=%d\nTB_PIDS=%d\n", l.TmpBytes, l.Pids)
+	if hold {
+		sb.WriteString("TB_HOLD=1\n")
+	}
 	var mounts []string
 	for i, m := range sh {
 		if !filepath.IsAbs(m.Target) || strings.ContainsAny(m.Target, " \t\n'\"\\:$`") {
@@ -379,7 +391,16 @@ func vcpus(cpus float64) int {
 // qemuArgs builds QEMU's command line for one VM. The agent's port and
 // QMP are sockets QEMU inherits as descriptors 3 and 4; the console is
 // QEMU's standard output.
-func (b *Backend) qemuArgs(name, accel string, g Guest, initrd string, sh []share, l sandbox.Limits) []string {
+// memory is where a VM's RAM lives: QEMU's own memory when path is empty,
+// else the file path (a template's, or its copy's), shared with the file
+// (a template writes its RAM there) or a private copy on write of it (a
+// copy); incoming makes QEMU wait for the VM's state to restore.
+type memory struct {
+	path            string
+	share, incoming bool
+}
+
+func (b *Backend) qemuArgs(name, accel string, g Guest, initrd string, sh []share, l sandbox.Limits, ram memory) []string {
 	mem := max(l.MemoryBytes, MinMemoryBytes) >> 20
 	// The RTC stays: without it the guest kernel spends seconds waiting
 	// for one, and has no wall clock.
@@ -414,6 +435,17 @@ func (b *Backend) qemuArgs(name, accel string, g Guest, initrd string, sh []shar
 		"-fsdev", "local,id=root,path=" + b.rootfs + ",security_model=passthrough,readonly=on,multidevs=remap",
 		"-device", "virtio-9p-device,fsdev=root,mount_tag=root",
 	}
+	if ram.path != "" {
+		args[slices.Index(args, "-machine")+1] += ",memory-backend=mem"
+		share := "off"
+		if ram.share {
+			share = "on"
+		}
+		args = append(args, "-object", fmt.Sprintf("memory-backend-file,id=mem,size=%dM,mem-path=%s,share=%s", mem, ram.path, share))
+	}
+	if ram.incoming {
+		args = append(args, "-incoming", "defer")
+	}
 	for i, m := range sh {
 		fs := fmt.Sprintf("local,id=m%d,path=%s,security_model=passthrough,multidevs=remap", i, m.Export)
 		if m.ReadOnly {
@@ -424,9 +456,34 @@ func (b *Backend) qemuArgs(name, accel string, g Guest, initrd string, sh []shar
 	return args
 }
 
+// bootKind says what a boot makes.
+type bootKind int
+
+const (
+	// bootCold is a container's VM, its folders exported as they are.
+	bootCold bootKind = iota
+	// bootWarm is a warm VM, its slot's share folders exported (pool.go).
+	bootWarm
+	// bootTemplate is a warm VM saved where its init holds (template.go);
+	// the box returned is not running any more.
+	bootTemplate
+	// bootClone is a warm VM restored from the template.
+	bootClone
+)
+
 // start boots spec's VM; warm tells a warm VM's boot, whose folder
 // sources are its slot's places (pool.go).
 func (b *Backend) start(ctx context.Context, spec sandbox.Spec, warm bool) (*box, error) {
+	kind := bootCold
+	if warm {
+		kind = bootWarm
+	}
+	return b.boot(ctx, spec, kind, nil)
+}
+
+// boot starts spec's VM as kind says: booted, saved as the template t, or
+// restored from t.
+func (b *Backend) boot(ctx context.Context, spec sandbox.Spec, kind bootKind, t *template) (*box, error) {
 	if err := b.Available(ctx); err != nil {
 		return nil, err
 	}
@@ -437,7 +494,7 @@ func (b *Backend) start(ctx context.Context, spec sandbox.Spec, warm bool) (*box
 	if err != nil {
 		return nil, err
 	}
-	sh := shares(spec, warm)
+	sh := shares(spec, kind != bootCold)
 	if b.cfg.TrustDir != "" {
 		sh = append(sh, share{Mount: sandbox.Mount{Source: b.cfg.TrustDir, Target: boxes.TrustPath, ReadOnly: true}, Export: b.cfg.TrustDir})
 		spec.Env = append(slices.Clone(spec.Env), boxes.TrustEnv()...)
@@ -451,24 +508,37 @@ func (b *Backend) start(ctx context.Context, spec sandbox.Spec, warm bool) (*box
 		return nil, fmt.Errorf("root filesystem %q: QEMU's options cannot hold a comma", b.rootfs)
 	}
 	l := b.limits(spec.Limits)
-	config, err := vmConfig(spec, sh, l)
-	if err != nil {
-		return nil, err
-	}
-	base, err := b.baseInitramfs(g)
-	if err != nil {
-		return nil, err
-	}
 	name := hostdirs.SafeID(spec.ID) + "-" + strconv.FormatInt(time.Now().UnixNano(), 36)
-	initrd := filepath.Join(b.dir, name+".initrd")
-	if err := writeInitrd(initrd, base, config); err != nil {
-		return nil, err
+	var initrd string
+	var mem memory
+	switch kind {
+	case bootClone:
+		// The copy's initramfs is the template's: a restored VM carries
+		// what its template read, and QEMU wants the same files.
+		initrd, mem = t.initrd(), memory{path: t.ram(), incoming: true}
+	default:
+		config, err := vmConfig(spec, sh, l, kind == bootTemplate)
+		if err != nil {
+			return nil, err
+		}
+		base, err := b.baseInitramfs(g)
+		if err != nil {
+			return nil, err
+		}
+		if kind == bootTemplate {
+			initrd, mem = t.initrd(), memory{path: t.ram(), share: true}
+		} else {
+			initrd = filepath.Join(b.dir, name+".initrd")
+			// QEMU has read the initramfs once it answers QMP: the file
+			// (with the environment) goes then, or with the boot's failure.
+			defer os.Remove(initrd)
+		}
+		if err := writeInitrd(initrd, base, config); err != nil {
+			return nil, err
+		}
 	}
-	// QEMU has read the initramfs once it answers QMP: the file (with the
-	// environment) goes then, or with the boot's failure.
-	defer os.Remove(initrd)
 	bx := &box{b: b, id: spec.ID, name: name, Proc: boxes.NewProc(), console: boxes.NewLogTail(b.log, "vm console", spec.ID)}
-	agentConn, qmpConn, err := b.spawn(bx, b.qemuArgs("threadbox-"+name, accel, g, initrd, sh, l))
+	agentConn, qmpConn, err := b.spawn(bx, b.qemuArgs("threadbox-"+name, accel, g, initrd, sh, l, mem))
 	if err != nil {
 		return nil, err
 	}
@@ -483,7 +553,30 @@ func (b *Backend) start(ctx context.Context, spec sandbox.Spec, warm bool) (*box
 		qmpConn.Close()
 		return fail(err)
 	}
-	if err := waitReady(bctx, agentConn, bx.Done()); err != nil {
+	switch kind {
+	case bootTemplate:
+		defer agentConn.Close()
+		if err := waitLine(bctx, agentConn, bx.Done(), heldLine); err != nil {
+			return fail(err)
+		}
+		if err := bx.qmp.save(bctx, t.state()); err != nil {
+			return fail(err)
+		}
+		bx.Kill()
+		<-bx.Done()
+		b.log.Info("warm VM template saved", "backend", b.cfg.Name, "vm", name, "accel", accel)
+		return bx, nil
+	case bootClone:
+		if err := bx.qmp.restore(bctx, t.state()); err != nil {
+			agentConn.Close()
+			return fail(err)
+		}
+		if _, err := fmt.Fprintf(agentConn, "go %d\n", time.Now().Unix()); err != nil {
+			agentConn.Close()
+			return fail(fmt.Errorf("restore: agent port: %w", err))
+		}
+	}
+	if err := waitLine(bctx, agentConn, bx.Done(), readyLine); err != nil {
 		agentConn.Close()
 		return fail(err)
 	}
@@ -492,7 +585,8 @@ func (b *Backend) start(ctx context.Context, spec sandbox.Spec, warm bool) (*box
 		return fail(err)
 	}
 	bx.Booted = time.Now()
-	b.log.Info("sandbox booted", "id", spec.ID, "backend", b.cfg.Name, "vm", name, "accel", accel)
+	bx.restored = kind == bootClone
+	b.log.Info("sandbox booted", "id", spec.ID, "backend", b.cfg.Name, "vm", name, "accel", accel, "from_template", kind == bootClone)
 	return bx, nil
 }
 
@@ -500,10 +594,15 @@ func (b *Backend) start(ctx context.Context, spec sandbox.Spec, warm bool) (*box
 // before it becomes the agent.
 const readyLine = "threadbox-init-ready\n"
 
-// waitReady reads the agent's port up to the init's ready line, a byte at
-// a time so that nothing of the agent's protocol is read. It fails when
-// ctx ends first (the boot's bound) or the VM ended (done).
-func waitReady(ctx context.Context, conn net.Conn, done <-chan struct{}) error {
+// heldLine is what a template's init writes on the agent's port where it
+// holds to be saved.
+const heldLine = "threadbox-init-held\n"
+
+// waitLine reads the agent's port up to the init's line (readyLine or
+// heldLine), a byte at a time so that nothing of the agent's protocol is
+// read. It fails when ctx ends first (the boot's bound) or the VM ended
+// (done).
+func waitLine(ctx context.Context, conn net.Conn, done <-chan struct{}, line string) error {
 	stop := context.AfterFunc(ctx, func() { _ = conn.SetReadDeadline(time.Unix(1, 0)) })
 	defer stop()
 	go func() {
@@ -515,7 +614,7 @@ func waitReady(ctx context.Context, conn net.Conn, done <-chan struct{}) error {
 	}()
 	var got []byte
 	one := make([]byte, 1)
-	for !strings.HasSuffix(string(got), readyLine) {
+	for !strings.HasSuffix(string(got), line) {
 		if _, err := io.ReadFull(conn, one); err != nil {
 			select {
 			case <-done:
@@ -529,7 +628,7 @@ func waitReady(ctx context.Context, conn net.Conn, done <-chan struct{}) error {
 		}
 		got = append(got, one[0])
 		if len(got) > 4096 {
-			got = got[len(got)-len(readyLine):]
+			got = got[len(got)-len(line):]
 		}
 	}
 	return conn.SetReadDeadline(time.Time{})

@@ -61,7 +61,7 @@ func TestVMConfig(t *testing.T) {
 	spec := sandbox.Spec{ID: "x", Env: []string{"TOKEN=it's $(secret) `x`\nline2", "THREADBOX_AGENT_RUN_AS=0:0"},
 		Mounts: []sandbox.Mount{{Source: "/h/w", Target: "/home/agent/workspace"}, {Source: "/h/u", Target: "/mnt/user-data/uploads", ReadOnly: true}}}
 	l := sandbox.Limits{TmpBytes: 1 << 20, Pids: 77, NoFile: 1024}
-	cfg, err := vmConfig(spec, shares(spec, false), l)
+	cfg, err := vmConfig(spec, shares(spec, false), l, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +81,7 @@ func TestVMConfig(t *testing.T) {
 		t.Error("the spec set the agent's own variable")
 	}
 	spec.Mounts[0].Target = "/home/agent/work space"
-	if _, err := vmConfig(spec, shares(spec, false), l); err == nil {
+	if _, err := vmConfig(spec, shares(spec, false), l, false); err == nil {
 		t.Error("a target with a space was accepted")
 	}
 }
@@ -116,7 +116,7 @@ func TestInitMounts(t *testing.T) {
 			"umount /shares/m1",
 		}},
 	} {
-		cfg, err := vmConfig(spec, shares(spec, tc.warm), sandbox.Limits{})
+		cfg, err := vmConfig(spec, shares(spec, tc.warm), sandbox.Limits{}, false)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -55,8 +55,9 @@ func (shareLayout) Place(dir string, i int, _ sandbox.Mount) string {
 // container's).
 func (shareLayout) Remove(dir string) error { return slot.RemoveTree(dir) }
 
-// Warm boots a warm VM named spec.ID over an empty slot; a container
-// whose limits, environment and folder targets are spec's can claim it.
+// Warm starts a warm VM named spec.ID over an empty slot, restored from
+// the template of its configuration (template.go); a container whose
+// limits, environment and folder targets are spec's can claim it.
 // The slots of processes that ended are removed first: their VMs ended
 // with them.
 func (b *Backend) Warm(ctx context.Context, spec sandbox.Spec) error {
@@ -65,9 +66,7 @@ func (b *Backend) Warm(ctx context.Context, spec sandbox.Spec) error {
 			b.log.Warn("earlier warm slots not removed", "cause", err.Error())
 		}
 	})
-	return b.pool.Warm(ctx, spec, func(ctx context.Context, s sandbox.Spec) (*box, error) {
-		return b.start(ctx, s, true)
-	})
+	return b.pool.Warm(ctx, spec, b.warmBoot)
 }
 
 // Claim makes the warm VM name spec.ID's: the container's folders are

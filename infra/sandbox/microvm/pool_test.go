@@ -147,3 +147,82 @@ func TestSlotRemovalKeepsBoundFolders(t *testing.T) {
 func TestClaimedIsolation(t *testing.T) {
 	sandboxtest.ClaimedIsolation(t, newTestBackend(t, Config{}))
 }
+
+// TestWarmFromTemplate: warm VMs are restored from one template: each
+// claimed copy runs with the host's clock, its own /tmp and processes
+// (the copies share the template's memory only until they write it),
+// and the template's files are gone with the backend. A configuration
+// whose template cannot be made boots its warm VMs instead.
+func TestWarmFromTemplate(t *testing.T) {
+	b := newTestBackend(t, Config{})
+	ctx := context.Background()
+	dirs := hostdirs.New(t.TempDir(), hostdirs.Options{})
+	env := []string{"POOL_ENV=same"}
+	var ids []string
+	for i := range 2 {
+		name, id := fmt.Sprintf("warm-tmpl-%d", i), fmt.Sprintf("tmpl-%d-%d", i, time.Now().UnixNano())
+		t.Cleanup(func() { _ = b.Remove(ctx, id); _ = b.Remove(ctx, name); _ = dirs.Remove(ctx, id) })
+		if err := b.Warm(ctx, sandbox.Spec{ID: name, Mounts: sandbox.FolderTargets(), Env: env}); err != nil {
+			t.Fatal(err)
+		}
+		if bx := b.boxes.Get(name); bx == nil || !bx.restored {
+			t.Fatalf("warm VM %s was not restored from the template", name)
+		}
+		d, err := dirs.Prepare(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Claim(ctx, name, sandbox.Spec{ID: id, Mounts: d.Mounts(), Env: env}); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	run := func(id, script string) string {
+		t.Helper()
+		r, err := b.Exec(ctx, id, sandbox.Command{Args: []string{"bash", "-c", script}, Timeout: 2 * time.Minute})
+		if err != nil || r.ExitCode != 0 {
+			t.Fatalf("%s: %q: %+v %v", id, script, r, err)
+		}
+		return strings.TrimSpace(string(r.Stdout))
+	}
+	for _, id := range ids {
+		got := run(id, "date +%s")
+		var guest int64
+		if _, err := fmt.Sscan(got, &guest); err != nil {
+			t.Fatalf("date: %q", got)
+		}
+		if d := time.Now().Unix() - guest; d < -5 || d > 5 {
+			t.Errorf("%s: the guest's clock is %d s off the host's", id, d)
+		}
+		if got := run(id, "echo $POOL_ENV"); got != "same" {
+			t.Errorf("%s: environment %q", id, got)
+		}
+	}
+	run(ids[0], "echo first > /tmp/mine; (sleep 600 >/dev/null 2>&1 &)")
+	if got := run(ids[1], "ls -A /tmp; pgrep -x sleep || echo none"); got != "none" {
+		t.Errorf("the second copy sees the first's /tmp or processes: %q", got)
+	}
+	b.tmplMu.Lock()
+	tdir := b.tmpl.dir
+	b.tmplMu.Unlock()
+	if _, err := os.Stat(filepath.Join(tdir, "state")); err != nil {
+		t.Fatalf("no template state: %v", err)
+	}
+
+	// A configuration whose template cannot be made: its warm VMs boot.
+	other := sandbox.Spec{ID: "warm-tmpl-failed", Mounts: sandbox.FolderTargets(), Env: []string{"POOL_ENV=other"}}
+	t.Cleanup(func() { _ = b.Remove(ctx, other.ID) })
+	key, err := b.templateKey(other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.tmplMu.Lock()
+	b.tmplFailed[key] = fmt.Errorf("made to fail by the test")
+	b.tmplMu.Unlock()
+	if err := b.Warm(ctx, other); err != nil {
+		t.Fatal(err)
+	}
+	if bx := b.boxes.Get(other.ID); bx == nil || bx.restored {
+		t.Fatal("the warm VM of a configuration without a template was not booted")
+	}
+}

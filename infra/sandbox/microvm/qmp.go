@@ -126,3 +126,89 @@ func (q *qmp) status(ctx context.Context) (string, error) {
 
 // close ends the connection.
 func (q *qmp) close() error { return q.conn.Close() }
+
+// ignoreShared has QEMU leave out of a saved state the RAM that a shared
+// memory file holds, and take it from the memory file at a restore.
+var ignoreShared = map[string]any{"capabilities": []map[string]any{{"capability": "x-ignore-shared", "state": true}}}
+
+// save writes the VM's state (its CPUs and devices; its RAM stays in its
+// shared memory file) to the file path, and waits until it is written,
+// the VM paused.
+func (q *qmp) save(ctx context.Context, path string) error {
+	if _, err := q.exec(ctx, "migrate-set-capabilities", ignoreShared); err != nil {
+		return err
+	}
+	// No bandwidth limit: the state is a file on this host.
+	if _, err := q.exec(ctx, "migrate-set-parameters", map[string]any{"max-bandwidth": int64(1) << 40}); err != nil {
+		return err
+	}
+	if _, err := q.exec(ctx, "migrate", map[string]any{"uri": "exec:cat > " + shellQuote(path)}); err != nil {
+		return err
+	}
+	for {
+		raw, err := q.exec(ctx, "query-migrate", nil)
+		if err != nil {
+			return err
+		}
+		var st struct {
+			Status    string `json:"status"`
+			ErrorDesc string `json:"error-desc"`
+		}
+		if err := json.Unmarshal(raw, &st); err != nil {
+			return fmt.Errorf("qmp query-migrate: %w", err)
+		}
+		switch st.Status {
+		case "completed":
+			return nil
+		case "failed", "cancelled":
+			return fmt.Errorf("save: migration %s: %s", st.Status, st.ErrorDesc)
+		}
+		if err := sleepCtx(ctx, 2*time.Millisecond); err != nil {
+			return fmt.Errorf("save: %w", err)
+		}
+	}
+}
+
+// restore loads the VM's state from the file path into a QEMU started
+// with "-incoming defer" (its RAM a private copy of the saved memory
+// file), and waits until the VM runs.
+func (q *qmp) restore(ctx context.Context, path string) error {
+	if _, err := q.exec(ctx, "migrate-set-capabilities", ignoreShared); err != nil {
+		return err
+	}
+	if _, err := q.exec(ctx, "migrate-incoming", map[string]any{"uri": "exec:cat " + shellQuote(path)}); err != nil {
+		return err
+	}
+	for {
+		st, err := q.status(ctx)
+		if err != nil {
+			return fmt.Errorf("restore: %w", err)
+		}
+		switch st {
+		case "running":
+			return nil
+		case "inmigrate":
+		case "paused":
+			if _, err := q.exec(ctx, "cont", nil); err != nil {
+				return fmt.Errorf("restore: %w", err)
+			}
+		default:
+			return fmt.Errorf("restore: the VM is %s", st)
+		}
+		if err := sleepCtx(ctx, 2*time.Millisecond); err != nil {
+			return fmt.Errorf("restore: %w", err)
+		}
+	}
+}
+
+// sleepCtx waits d, or until ctx ends.
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
