@@ -67,7 +67,7 @@ func newBackend(name string, cfg Config, limits sandbox.Limits, quota bool, log 
 		}
 		return microvm.New(microvm.Config{
 			Settings: boxes.Settings{Limits: limits, Instance: cfg.Instance, Logger: log, TrustDir: egressTrustDir(cfg)}, Name: name, VMM: vmm, QEMU: cfg.MicroVM.QEMU, Accel: cfg.MicroVM.Accel, Kernel: cfg.MicroVM.Kernel,
-			Guest: cfg.MicroVM.Guest, RootFS: cfg.RootFS, AgentBin: agentBin(cfg), DiskQuota: quota})
+			Guest: cfg.MicroVM.Guest, RootFS: cfg.RootFS, AgentBin: agentBin(cfg), DiskQuota: quota, NoTemplate: cfg.MicroVM.Template == "off"})
 	}
 	return unsupported.New(name)
 }
@@ -75,10 +75,13 @@ func newBackend(name string, cfg Config, limits sandbox.Limits, quota bool, log 
 // MicroVMConfig configures the microvm backend (and firecracker, the same
 // backend with the Firecracker VMM).
 type MicroVMConfig struct {
-	Accel  string // MICROVM_ACCEL: "" (KVM where it can run the guest kernel), kvm or tcg (emulation)
-	Kernel string // MICROVM_KERNEL: the operator's guest kernel, such as one built for PVM
-	QEMU   string // MICROVM_QEMU: the QEMU binary; default qemu-system-x86_64
-	Guest  string // MICROVM_GUEST, else the cache's microvm-guest/current
+	Accel string // MICROVM_ACCEL: "" (KVM where it can run the guest kernel), kvm or tcg (emulation)
+	// Template is MICROVM_TEMPLATE: on (the default) restores warm VMs
+	// from a template snapshot, off boots each.
+	Template string
+	Kernel   string // MICROVM_KERNEL: the operator's guest kernel, such as one built for PVM
+	QEMU     string // MICROVM_QEMU: the QEMU binary; default qemu-system-x86_64
+	Guest    string // MICROVM_GUEST, else the cache's microvm-guest/current
 }
 
 // availableDeadline bounds each backend's availability check at start.

@@ -78,6 +78,11 @@ func TestMicroVMAndProviderBackends(t *testing.T) {
 	}); err == nil || !strings.Contains(err.Error(), "MICROVM_ACCEL") {
 		t.Errorf("MICROVM_ACCEL=fast: %v, want a configuration error", err)
 	}
+	if _, err := loadConfig(func(k string) string {
+		return map[string]string{"DATA_DIR": t.TempDir(), "MICROVM_TEMPLATE": "maybe"}[k]
+	}); err == nil || !strings.Contains(err.Error(), "MICROVM_TEMPLATE") {
+		t.Errorf("MICROVM_TEMPLATE=maybe: %v, want a configuration error", err)
+	}
 }
 
 // scrapeToken is the METRICS_TOKEN of the servers whose readiness report

@@ -182,10 +182,11 @@ func loadConfig(getenv func(string) string) (Config, error) {
 		SandboxQuota:     env("SANDBOX_DISK_QUOTA", "auto"),
 		RootFS:           env("THREADBOX_ROOTFS", ""),
 		MicroVM: MicroVMConfig{
-			Accel:  env("MICROVM_ACCEL", ""),
-			Kernel: env("MICROVM_KERNEL", ""),
-			QEMU:   env("MICROVM_QEMU", ""),
-			Guest:  findGuest(getenv),
+			Accel:    env("MICROVM_ACCEL", ""),
+			Template: env("MICROVM_TEMPLATE", "on"),
+			Kernel:   env("MICROVM_KERNEL", ""),
+			QEMU:     env("MICROVM_QEMU", ""),
+			Guest:    findGuest(getenv),
 		},
 		SandboxMemory:    num("SANDBOX_MEMORY_BYTES", 5<<30),
 		SandboxPids:      num("SANDBOX_PIDS", 512),
@@ -316,6 +317,11 @@ func loadConfig(getenv func(string) string) (Config, error) {
 	case "", "kvm", "tcg":
 	default:
 		return Config{}, &configError{"MICROVM_ACCEL", fmt.Sprintf("%q is not kvm or tcg (empty: KVM where it can run the guest kernel)", c.MicroVM.Accel)}
+	}
+	switch c.MicroVM.Template {
+	case "on", "off":
+	default:
+		return Config{}, &configError{"MICROVM_TEMPLATE", fmt.Sprintf("%q is not on or off", c.MicroVM.Template)}
 	}
 	switch c.SandboxRuntime {
 	case "runc", "runsc":

@@ -100,6 +100,11 @@ type Config struct {
 	Dirs *hostdirs.Layout
 	// DiskQuota tells that Dirs enforces a per-container disk quota.
 	DiskQuota bool
+	// NoTemplate boots every warm VM instead of restoring it from a
+	// template snapshot (template.go), so that no two VMs share a page of
+	// host memory, at the cost of a boot's time and a whole VM's memory
+	// each (MICROVM_TEMPLATE=off).
+	NoTemplate bool
 }
 
 // Backend runs sandboxes in microVMs. It implements sandbox.Backend.

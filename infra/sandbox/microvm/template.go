@@ -45,6 +45,9 @@ func (t *template) initrd() string { return filepath.Join(t.dir, "initrd") }
 // warmBoot starts the warm VM of spec: restored from the template of its
 // configuration, made first if there is none, or booted when that fails.
 func (b *Backend) warmBoot(ctx context.Context, spec sandbox.Spec) (*box, error) {
+	if b.cfg.NoTemplate {
+		return b.boot(ctx, spec, bootWarm, nil)
+	}
 	t, err := b.templateFor(ctx, spec)
 	if err == nil {
 		bx, err := b.boot(ctx, spec, bootClone, t)
