@@ -1,6 +1,7 @@
 package boxes
 
 import (
+	"errors"
 	"io"
 	"os"
 	"os/exec"
@@ -88,4 +89,11 @@ func (p *Proc) Start(cmd *exec.Cmd, theirs []*os.File, out io.ReadCloser, log io
 		p.Exited()
 	}()
 	return nil
+}
+
+// Alive reports whether the process pid exists: one this process may not
+// signal exists too.
+func Alive(pid int) bool {
+	err := syscall.Kill(pid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
 }

@@ -2,12 +2,10 @@ package gvisor
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
-	"syscall"
 
 	"threadbox/domain/sandbox"
 	"threadbox/infra/sandbox/boxes"
@@ -86,16 +84,10 @@ func (b *Backend) removeStrayViews() {
 	removeIn(b.views)
 	procs, _ := os.ReadDir(b.cfg.PoolDir)
 	for _, p := range procs {
-		if pid, err := strconv.Atoi(p.Name()); err == nil && pid != os.Getpid() && !alive(pid) {
+		if pid, err := strconv.Atoi(p.Name()); err == nil && pid != os.Getpid() && !boxes.Alive(pid) {
 			dir := filepath.Join(b.cfg.PoolDir, p.Name())
 			removeIn(dir)
 			_ = os.Remove(dir)
 		}
 	}
-}
-
-// alive reports whether the process pid exists.
-func alive(pid int) bool {
-	err := syscall.Kill(pid, 0)
-	return err == nil || errors.Is(err, syscall.EPERM)
 }

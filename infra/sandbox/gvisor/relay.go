@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"threadbox/domain/sandbox"
+	"threadbox/infra/sandbox/boxes"
 )
 
 // A gVisor sandbox's agent speaks over its stdio, and a sandbox ends when
@@ -124,7 +125,7 @@ func (rp *relayProc) kill() {
 // alive reports whether the relay still runs.
 func (rp *relayProc) alive() bool {
 	if rp.start == "" {
-		return alive(rp.pid)
+		return boxes.Alive(rp.pid)
 	}
 	s, ok := processStart(rp.pid)
 	return ok && s == rp.start

@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"syscall"
 
 	"threadbox/domain/sandbox"
 	"threadbox/infra/sandbox/boxes"
@@ -105,17 +104,11 @@ func (b *Backend) removeSlots(mine bool) error {
 	var errs []error
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
-		if err != nil || !e.IsDir() || (pid == os.Getpid()) != mine || pid != os.Getpid() && alive(pid) {
+		if err != nil || !e.IsDir() || (pid == os.Getpid()) != mine || pid != os.Getpid() && boxes.Alive(pid) {
 			continue
 		}
 		errs = append(errs, slot.RemoveTree(filepath.Join(root, e.Name())))
 	}
 	_ = os.Remove(root) // when no other process's slots are left
 	return errors.Join(errs...)
-}
-
-// alive reports whether the process pid exists.
-func alive(pid int) bool {
-	err := syscall.Kill(pid, 0)
-	return err == nil || errors.Is(err, syscall.EPERM)
 }
