@@ -782,12 +782,18 @@ func (b *Backend) Remove(ctx context.Context, id string) error {
 
 // Reconcile adopts nothing: a VM's agent speaks over sockets of the
 // process that booted it, and QEMU dies with that process. It removes
-// what a process that died left in the instance's state folder (the
-// initramfs files of VMs it was booting).
+// what a process that died left in the instance's state folder: the
+// initramfs files of VMs it was booting, and its warm VMs' template.
 func (b *Backend) Reconcile(context.Context, func(id string) sandbox.Verdict) (adopted, removed []string, err error) {
 	b.baseMu.Lock()
 	base := b.base
 	b.baseMu.Unlock()
+	b.tmplMu.Lock()
+	current := ""
+	if b.tmpl != nil {
+		current = b.tmpl.dir
+	}
+	b.tmplMu.Unlock()
 	entries, err := os.ReadDir(b.dir)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, nil, fmt.Errorf("%s: reconcile: %w", b.cfg.Name, err)
@@ -795,8 +801,15 @@ func (b *Backend) Reconcile(context.Context, func(id string) sandbox.Verdict) (a
 	for _, e := range entries {
 		p := filepath.Join(b.dir, e.Name())
 		fi, err := e.Info()
-		// A file of a boot under way here is younger than a boot's bound.
-		if p == base || err != nil || time.Since(fi.ModTime()) < b.cfg.BootTimeout {
+		// A file of a boot under way here, or a template being made, is
+		// younger than a boot's bound.
+		if p == base || p == current || err != nil || time.Since(fi.ModTime()) < b.cfg.BootTimeout {
+			continue
+		}
+		if e.IsDir() && strings.HasPrefix(e.Name(), "template-") {
+			// A template a process that ended left (its memory file
+			// holds a VM's RAM on the state folder's tmpfs).
+			_ = os.RemoveAll(p)
 			continue
 		}
 		_ = os.Remove(p)

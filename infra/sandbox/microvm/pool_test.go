@@ -226,3 +226,46 @@ func TestWarmFromTemplate(t *testing.T) {
 		t.Fatal("the warm VM of a configuration without a template was not booted")
 	}
 }
+
+// TestReconcileRemovesLeftTemplates: the template and initramfs files a
+// process that ended left in the state folder are removed, this
+// backend's own template is kept.
+func TestReconcileRemovesLeftTemplates(t *testing.T) {
+	dir := t.TempDir()
+	b, err := New(Config{StateDir: dir, Guest: dir, RootFS: dir, AgentBin: filepath.Join(dir, "agent")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := time.Now().Add(-2 * DefaultBootTimeout)
+	mk := func(rel string) string {
+		p := filepath.Join(b.dir, rel)
+		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		for q := p; q != b.dir; q = filepath.Dir(q) {
+			if err := os.Chtimes(q, old, old); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return p
+	}
+	left := mk("template-left/ram")
+	mine := mk("template-mine/ram")
+	initrd := mk("vm-1.initrd")
+	young := filepath.Join(b.dir, "template-young")
+	if err := os.Mkdir(young, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	b.tmpl = &template{dir: filepath.Dir(mine)}
+	if _, _, err := b.Reconcile(context.Background(), nil); err != nil {
+		t.Fatal(err)
+	}
+	for p, want := range map[string]bool{filepath.Dir(left): false, initrd: false, mine: true, young: true} {
+		if _, err := os.Stat(p); (err == nil) != want {
+			t.Errorf("%s: exists %v, want %v", p, err == nil, want)
+		}
+	}
+}
