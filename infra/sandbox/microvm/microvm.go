@@ -783,7 +783,8 @@ func (b *Backend) Remove(ctx context.Context, id string) error {
 // Reconcile adopts nothing: a VM's agent speaks over sockets of the
 // process that booted it, and QEMU dies with that process. It removes
 // what a process that died left in the instance's state folder: the
-// initramfs files of VMs it was booting, and its warm VMs' template.
+// initramfs files of VMs it was booting, its warm VMs' template, and
+// their slots with the container folders bound there.
 func (b *Backend) Reconcile(context.Context, func(id string) sandbox.Verdict) (adopted, removed []string, err error) {
 	b.baseMu.Lock()
 	base := b.base
@@ -813,6 +814,10 @@ func (b *Backend) Reconcile(context.Context, func(id string) sandbox.Verdict) (a
 			continue
 		}
 		_ = os.Remove(p)
+	}
+	// The warm slots of processes that ended, with what they bound there.
+	if err := b.removeSlots(false); err != nil {
+		b.log.Warn("warm slots of an ended process not removed", "cause", err.Error())
 	}
 	return nil, nil, nil
 }

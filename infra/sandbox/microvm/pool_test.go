@@ -227,9 +227,9 @@ func TestWarmFromTemplate(t *testing.T) {
 	}
 }
 
-// TestReconcileRemovesLeftTemplates: the template and initramfs files a
-// process that ended left in the state folder are removed, this
-// backend's own template is kept.
+// TestReconcileRemovesLeftTemplates: the template, initramfs files and
+// warm slots a process that ended left are removed; this backend's own
+// template and slots are kept.
 func TestReconcileRemovesLeftTemplates(t *testing.T) {
 	dir := t.TempDir()
 	b, err := New(Config{StateDir: dir, Guest: dir, RootFS: dir, AgentBin: filepath.Join(dir, "agent")})
@@ -260,10 +260,19 @@ func TestReconcileRemovesLeftTemplates(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.tmpl = &template{dir: filepath.Dir(mine)}
+	// The slot folders of an ended process and of this one.
+	deadSlot := filepath.Join(filepath.Dir(b.slots), "999999999", "warm-1", "0", shareSub)
+	mySlot := filepath.Join(b.slots, "warm-2", "0", shareSub)
+	for _, d := range []string{deadSlot, mySlot} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if _, _, err := b.Reconcile(context.Background(), nil); err != nil {
 		t.Fatal(err)
 	}
-	for p, want := range map[string]bool{filepath.Dir(left): false, initrd: false, mine: true, young: true} {
+	for p, want := range map[string]bool{filepath.Dir(left): false, initrd: false, mine: true, young: true,
+		filepath.Join(filepath.Dir(b.slots), "999999999"): false, mySlot: true} {
 		if _, err := os.Stat(p); (err == nil) != want {
 			t.Errorf("%s: exists %v, want %v", p, err == nil, want)
 		}
