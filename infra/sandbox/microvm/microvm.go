@@ -264,7 +264,7 @@ func (b *Backend) limits(l sandbox.Limits) sandbox.Limits { return l.Or(b.cfg.Li
 // replaced by a fresh one over the same host folders.
 func (b *Backend) Ensure(ctx context.Context, spec sandbox.Spec) error {
 	if err := b.boxes.Ensure(ctx, spec, b.cfg.Dirs, func(ctx context.Context, spec sandbox.Spec) (*box, error) {
-		return b.start(ctx, spec, false)
+		return b.boot(ctx, spec, bootCold, nil)
 	}); err != nil {
 		return fmt.Errorf("%s: %w", b.cfg.Name, err)
 	}
@@ -475,16 +475,6 @@ const (
 	// bootClone is a warm VM restored from the template.
 	bootClone
 )
-
-// start boots spec's VM; warm tells a warm VM's boot, whose folder
-// sources are its slot's places (pool.go).
-func (b *Backend) start(ctx context.Context, spec sandbox.Spec, warm bool) (*box, error) {
-	kind := bootCold
-	if warm {
-		kind = bootWarm
-	}
-	return b.boot(ctx, spec, kind, nil)
-}
 
 // boot starts spec's VM as kind says: booted, saved as the template t, or
 // restored from t.
