@@ -40,28 +40,7 @@ func TestClaimedFolders(t *testing.T) {
 	ctx := context.Background()
 	dirs := hostdirs.New(t.TempDir(), hostdirs.Options{})
 	id, name := fmt.Sprintf("claimed-%d", time.Now().UnixNano()), "warm-folders-1"
-	t.Cleanup(func() { _ = b.Remove(ctx, id); _ = b.Remove(ctx, name); _ = dirs.Remove(ctx, id) })
-	if err := b.Warm(ctx, sandbox.Spec{ID: name, Mounts: sandbox.FolderTargets()}); err != nil {
-		t.Fatal(err)
-	}
-	if got, err := b.WarmSandboxes(ctx); err != nil || len(got) != 1 || got[0] != name {
-		t.Fatalf("warm sandboxes: %v, %v", got, err)
-	}
-	d, err := dirs.Prepare(ctx, id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for dir, file := range map[string]string{d.Workspace: "w.txt", d.Uploads: "u.txt", d.Skills: "s.txt"} {
-		if err := os.WriteFile(dir+"/"+file, []byte("from host"), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := b.Claim(ctx, name, sandbox.Spec{ID: id, Mounts: d.Mounts()}); err != nil {
-		t.Fatal(err)
-	}
-	if got, _ := b.WarmSandboxes(ctx); len(got) != 0 {
-		t.Fatalf("claimed sandbox still listed warm: %v", got)
-	}
+	d := sandboxtest.WarmClaimed(t, b, dirs, name, id)
 	run := func(script string) string {
 		t.Helper()
 		r, err := b.Exec(ctx, id, sandbox.Command{Args: []string{"bash", "-c", script}, Timeout: 20 * time.Second})

@@ -114,3 +114,38 @@ func (c claiming) Ensure(ctx context.Context, spec sandbox.Spec) error {
 	}
 	return nil
 }
+
+// WarmClaimed boots the warm sandbox name on be (a backend whose Warm
+// works), checks that it is listed warm, prepares the container id's
+// folders in dirs with a file the host wrote in workspace (w.txt),
+// uploads (u.txt) and skills (s.txt), "from host" each, has the warm
+// sandbox claimed for id, and checks that it is no longer listed warm. It
+// returns the container's folders; the test's cleanup removes both
+// sandboxes and the folders.
+func WarmClaimed(t *testing.T, be sandbox.Backend, dirs *hostdirs.Layout, name, id string) hostdirs.Dirs {
+	t.Helper()
+	ctx := context.Background()
+	t.Cleanup(func() { _ = be.Remove(ctx, id); _ = be.Remove(ctx, name); _ = dirs.Remove(ctx, id) })
+	if err := be.Warm(ctx, sandbox.Spec{ID: name, Mounts: sandbox.FolderTargets()}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := be.WarmSandboxes(ctx); err != nil || len(got) != 1 || got[0] != name {
+		t.Fatalf("warm sandboxes: %v, %v", got, err)
+	}
+	d, err := dirs.Prepare(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for dir, file := range map[string]string{d.Workspace: "w.txt", d.Uploads: "u.txt", d.Skills: "s.txt"} {
+		if err := os.WriteFile(dir+"/"+file, []byte("from host"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := be.Claim(ctx, name, sandbox.Spec{ID: id, Mounts: d.Mounts()}); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := be.WarmSandboxes(ctx); len(got) != 0 {
+		t.Fatalf("claimed sandbox still listed warm: %v", got)
+	}
+	return d
+}
