@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -296,16 +297,44 @@ func (b *Backend) boot(ctx context.Context, spec sandbox.Spec) (*box, error) {
 	if err != nil {
 		return fail(err)
 	}
-	bx, err := b.attach(spec.ID, p)
+	bx, err := attachAgent(bctx, attachTry, b.log.With("id", spec.ID, "pod", p.Name), func() (*box, error) { return b.attach(spec.ID, p) })
 	if err != nil {
+		if bx != nil {
+			err = fmt.Errorf("%w%s", err, b.deathReason(bx))
+		}
 		return fail(err)
-	}
-	if err := boxes.Handshake(bctx, b.cfg.BootTimeout, bx.agent, bx.done); err != nil {
-		bx.stop()
-		return fail(fmt.Errorf("%w%s", err, b.deathReason(bx)))
 	}
 	b.log.Info("sandbox booted", "id", spec.ID, "pod", p.Name, "runtimeClass", b.cfg.RuntimeClass)
 	return bx, nil
+}
+
+// attachTry bounds one attach stream's first answer. The agent answers
+// in milliseconds once its container runs; an API server or kubelet
+// under load has been seen to open an attach stream that carries
+// nothing, and a second stream then works.
+const attachTry = 15 * time.Second
+
+// attachAgent opens a stream with open and pings the agent through it.
+// A stream that gives no answer within try is closed and another one
+// opened, until ctx ends. A stream that ends, or an agent that fails
+// the ping, fails at once. On failure the last box is returned, closed,
+// for its death reason.
+func attachAgent(ctx context.Context, try time.Duration, log *slog.Logger, open func() (*box, error)) (*box, error) {
+	for attempt := 1; ; attempt++ {
+		bx, err := open()
+		if err != nil {
+			return nil, err
+		}
+		err = boxes.Handshake(ctx, try, bx.agent, bx.done)
+		if err == nil {
+			return bx, nil
+		}
+		bx.stop()
+		if !errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
+			return bx, err
+		}
+		log.Warn("sandbox attach stream gave no answer; attaching again", "attempt", attempt, "after", try)
+	}
 }
 
 // waitRunning polls the pod until its containers run, failing
