@@ -86,18 +86,28 @@ func TestVMConfig(t *testing.T) {
 	}
 }
 
-// TestInitMounts runs the init's loop over TB_MOUNTS (with mount, mkdir
+// TestInitMounts runs the init's loops over TB_MOUNTS (with mount, mkdir
 // and umount only printed) on the config of a VM booted cold and of a
-// warm VM: a cold VM's shares are mounted at their targets, a warm VM's
+// warm VM: a warm VM's share mount points are made before a template's
+// hold; a cold VM's shares are mounted at their targets, a warm VM's
 // subfolder of each share is, and the share's own mount is let go.
 func TestInitMounts(t *testing.T) {
 	init := string(initScript)
-	start := strings.Index(init, "for m in $TB_MOUNTS; do")
-	end := strings.Index(init[start:], "\ndone\n")
-	if start < 0 || end < 0 {
-		t.Fatal("no mount loop in init.sh")
+	// The loop that makes a warm VM's share mount points before a
+	// template's hold, and the mount loop after it.
+	snippet := func(from, to string, last bool) string {
+		start := strings.Index(init, from)
+		if last {
+			start = strings.LastIndex(init, from)
+		}
+		end := strings.Index(init[max(start, 0):], to)
+		if start < 0 || end < 0 {
+			t.Fatalf("no %q in init.sh", from)
+		}
+		return init[start : start+end+len(to)]
 	}
-	loop := init[start : start+end+len("\ndone\n")]
+	points := snippet("shares=\n", "|| fail \"share mount points\"\n", false)
+	loop := snippet("for m in $TB_MOUNTS; do", "\ndone\n", true)
 	spec := sandbox.Spec{ID: "x", Mounts: []sandbox.Mount{{Source: "/slot/0/d", Target: "/home/agent/workspace"}, {Source: "/slot/1/d", Target: "/mnt/user-data/uploads", ReadOnly: true}}}
 	for _, tc := range []struct {
 		warm bool
@@ -108,6 +118,7 @@ func TestInitMounts(t *testing.T) {
 			"mount -t 9p -o o,ro,nosuid,nodev,cache=none m1 /newroot/mnt/user-data/uploads",
 		}},
 		{true, []string{
+			"mkdir -p /shares/m0 /shares/m1",
 			"mount -t 9p -o o,rw,nosuid,nodev,cache=none m0 /shares/m0",
 			"mount --bind /shares/m0/d /newroot/home/agent/workspace",
 			"umount /shares/m0",
@@ -120,7 +131,7 @@ func TestInitMounts(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		script := string(cfg) + "mount() { echo mount \"$*\"; }; umount() { echo umount \"$*\"; }; mkdir() { :; }; fail() { echo \"FAIL $*\"; exit 1; }; opts=o\n" + loop
+		script := string(cfg) + "mount() { echo mount \"$*\"; }; umount() { echo umount \"$*\"; }; mkdir() { echo mkdir \"$*\"; }; fail() { echo \"FAIL $*\"; exit 1; }; opts=o\n" + points + loop
 		out, err := exec.Command("sh", "-c", script).CombinedOutput()
 		if err != nil {
 			t.Fatalf("warm %v: %v: %s", tc.warm, err, out)
