@@ -37,6 +37,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -49,6 +50,7 @@ import (
 	"time"
 
 	"threadbox/infra/sandbox/agent/fileop"
+	"threadbox/infra/sandbox/microvm/guestinit"
 )
 
 // config holds the agent's settings. Every path is a path inside the
@@ -64,6 +66,11 @@ type config struct {
 	dial      string // unix socket of the host to serve; "" serves stdio
 	runAs     string // uid:gid commands run as when the agent runs as root; "" keeps the agent's
 	nofile    uint64 // RLIMIT_NOFILE of the agent and so of every command; 0 keeps it
+
+	// A microVM guest's init starts the agent to finish it (guestinit).
+	vmInit   bool
+	vmShares []guestinit.Share
+	vmHold   bool
 }
 
 // envPrefix starts every environment variable that configures the agent;
@@ -90,9 +97,21 @@ func parseConfig(args []string, getenv func(string) string) (config, error) {
 	level := fs.String("log-level", def("LOG_LEVEL", "info"), "log level: debug, info, warn, error (env THREADBOX_AGENT_LOG_LEVEL)")
 	fs.StringVar(&cfg.dial, "dial", def("DIAL", ""), "unix socket to connect to and serve instead of stdio (env THREADBOX_AGENT_DIAL)")
 	fs.StringVar(&cfg.runAs, "run-as", def("RUN_AS", ""), "uid:gid to run commands as when the agent runs as root (env THREADBOX_AGENT_RUN_AS)")
+	fs.BoolVar(&cfg.vmInit, "vm-init", false, "finish a microVM guest's init before serving: mount the root filesystem and -vm-shares, move into the new root")
+	vmShares := fs.String("vm-shares", "", "with -vm-init: the container's folders as tag:target:ro|rw:sub words")
+	fs.BoolVar(&cfg.vmHold, "vm-hold", false, "with -vm-init: hold to be saved as a template of warm VMs, until the host's go")
 	nofile := fs.String("nofile", def("NOFILE", ""), "RLIMIT_NOFILE (soft and hard) of the agent and every command; empty keeps it (env THREADBOX_AGENT_NOFILE)")
 	if err := fs.Parse(args); err != nil {
 		return config{}, fmt.Errorf("agent: flags: %w", err)
+	}
+	var err error
+	if *vmShares != "" {
+		if !cfg.vmInit {
+			return config{}, errors.New("agent: -vm-shares goes with -vm-init")
+		}
+		if cfg.vmShares, err = guestinit.ParseShares(*vmShares); err != nil {
+			return config{}, fmt.Errorf("agent: -vm-shares: %w", err)
+		}
 	}
 	if *nofile != "" {
 		n, err := strconv.ParseUint(*nofile, 10, 64)
@@ -101,7 +120,6 @@ func parseConfig(args []string, getenv func(string) string) (config, error) {
 		}
 		cfg.nofile = n
 	}
-	var err error
 	if cfg.grace, err = time.ParseDuration(*grace); err != nil || cfg.grace < 0 {
 		return config{}, fmt.Errorf("agent: bad grace %q", *grace)
 	}
@@ -127,6 +145,14 @@ func main() {
 		os.Exit(2)
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: cfg.logLevel}))
+	if cfg.vmInit {
+		// The guest's init: a failure ends it, and so the VM, whose
+		// console the host reads for why.
+		if err := guestinit.Run(os.Stdin, os.Stdout, cfg.vmShares, cfg.vmHold); err != nil {
+			fmt.Fprintln(os.Stderr, "threadbox-init:", err)
+			os.Exit(1)
+		}
+	}
 	in, out, err := takeStdio()
 	if err != nil {
 		log.Error("agent: take stdio", "err", err)

@@ -19,6 +19,7 @@ package microvm
 import (
 	"cmp"
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
@@ -40,6 +41,7 @@ import (
 	"threadbox/domain/sandbox"
 	"threadbox/infra/sandbox/boxes"
 	"threadbox/infra/sandbox/hostdirs"
+	"threadbox/infra/sandbox/microvm/guestinit"
 )
 
 // The VMMs a Backend can be configured with. Only QEMU is driven by this
@@ -344,18 +346,11 @@ func vmConfig(spec sandbox.Spec, sh []share, l sandbox.Limits, hold bool) ([]byt
 	}
 	var mounts []string
 	for i, m := range sh {
-		if !filepath.IsAbs(m.Target) || strings.ContainsAny(m.Target, " \t\n'\"\\:$`") {
-			return nil, fmt.Errorf("mount target %q: not a plain absolute path", m.Target)
+		gs := guestinit.Share{Tag: "m" + strconv.Itoa(i), Target: m.Target, ReadOnly: m.ReadOnly, Sub: m.Sub}
+		if err := gs.Check(); err != nil {
+			return nil, err
 		}
-		sub := cmp.Or(m.Sub, ".")
-		if strings.ContainsAny(sub, " \t\n'\"\\:$`/") {
-			return nil, fmt.Errorf("share subfolder %q: not a plain name", sub)
-		}
-		mode := "rw"
-		if m.ReadOnly {
-			mode = "ro"
-		}
-		mounts = append(mounts, fmt.Sprintf("m%d:%s:%s:%s", i, m.Target, mode, sub))
+		mounts = append(mounts, gs.String())
 	}
 	fmt.Fprintf(&sb, "TB_MOUNTS=%s\nset --", shellQuote(strings.Join(mounts, " ")))
 	for _, kv := range sandboxEnv(spec, l) {
@@ -551,7 +546,7 @@ func (b *Backend) boot(ctx context.Context, spec sandbox.Spec, kind bootKind, t 
 	switch kind {
 	case bootTemplate:
 		defer agentConn.Close()
-		if err := waitLine(bctx, agentConn, bx.Done(), heldLine); err != nil {
+		if err := waitLine(bctx, agentConn, bx.Done(), guestinit.HeldLine); err != nil {
 			return fail(err)
 		}
 		if err := bx.qmp.save(bctx, t.state()); err != nil {
@@ -566,12 +561,14 @@ func (b *Backend) boot(ctx context.Context, spec sandbox.Spec, kind bootKind, t 
 			agentConn.Close()
 			return fail(err)
 		}
-		if _, err := fmt.Fprintf(agentConn, "go %d\n", time.Now().Unix()); err != nil {
+		seed := make([]byte, guestinit.SeedBytes)
+		_, _ = rand.Read(seed)
+		if _, err := io.WriteString(agentConn, guestinit.Go(time.Now().Unix(), seed)); err != nil {
 			agentConn.Close()
 			return fail(fmt.Errorf("restore: agent port: %w", err))
 		}
 	}
-	if err := waitLine(bctx, agentConn, bx.Done(), readyLine); err != nil {
+	if err := waitLine(bctx, agentConn, bx.Done(), guestinit.ReadyLine); err != nil {
 		agentConn.Close()
 		return fail(err)
 	}
@@ -585,17 +582,9 @@ func (b *Backend) boot(ctx context.Context, spec sandbox.Spec, kind bootKind, t 
 	return bx, nil
 }
 
-// readyLine is what the guest's init writes on the agent's port just
-// before it becomes the agent.
-const readyLine = "threadbox-init-ready\n"
-
-// heldLine is what a template's init writes on the agent's port where it
-// holds to be saved.
-const heldLine = "threadbox-init-held\n"
-
-// waitLine reads the agent's port up to the init's line (readyLine or
-// heldLine), a byte at a time so that nothing of the agent's protocol is
-// read. It fails when ctx ends first (the boot's bound) or the VM ended
+// waitLine reads the agent's port up to the init's line
+// (guestinit.ReadyLine or HeldLine), a byte at a time so that nothing of
+// the agent's protocol is read. It fails when ctx ends first (the boot's bound) or the VM ended
 // (done).
 func waitLine(ctx context.Context, conn net.Conn, done <-chan struct{}, line string) error {
 	stop := context.AfterFunc(ctx, func() { _ = conn.SetReadDeadline(time.Unix(1, 0)) })

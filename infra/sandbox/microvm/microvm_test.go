@@ -16,6 +16,7 @@ import (
 	"threadbox/domain/sandbox"
 	"threadbox/infra/sandbox/boxes"
 	"threadbox/infra/sandbox/hostdirs"
+	"threadbox/infra/sandbox/microvm/guestinit"
 )
 
 // TestChooseAccel: KVM where it runs the stock kernel; on PVM only with
@@ -86,43 +87,29 @@ func TestVMConfig(t *testing.T) {
 	}
 }
 
-// TestInitMounts runs the init's loops over TB_MOUNTS (with mount, mkdir
-// and umount only printed) on the config of a VM booted cold and of a
-// warm VM: a warm VM's share mount points are made before a template's
-// hold; a cold VM's shares are mounted at their targets, a warm VM's
-// subfolder of each share is, and the share's own mount is let go.
+// TestInitMounts reads TB_MOUNTS from the init's config of a VM booted
+// cold and of a warm VM as the guest's agent does, and checks the mounts it
+// plans: a cold VM's shares are mounted at their targets; a warm VM's
+// share is mounted aside, its subfolder bound at the target, and the
+// share's own mount let go.
 func TestInitMounts(t *testing.T) {
-	init := string(initScript)
-	// The loop that makes a warm VM's share mount points before a
-	// template's hold, and the mount loop after it.
-	snippet := func(from, to string, last bool) string {
-		start := strings.Index(init, from)
-		if last {
-			start = strings.LastIndex(init, from)
-		}
-		end := strings.Index(init[max(start, 0):], to)
-		if start < 0 || end < 0 {
-			t.Fatalf("no %q in init.sh", from)
-		}
-		return init[start : start+end+len(to)]
-	}
-	points := snippet("shares=\n", "|| fail \"share mount points\"\n", false)
-	loop := snippet("for m in $TB_MOUNTS; do", "\ndone\n", true)
 	spec := sandbox.Spec{ID: "x", Mounts: []sandbox.Mount{{Source: "/slot/0/d", Target: "/home/agent/workspace"}, {Source: "/slot/1/d", Target: "/mnt/user-data/uploads", ReadOnly: true}}}
+	const o = "trans=virtio,version=9p2000.L,msize=262144"
 	for _, tc := range []struct {
 		warm bool
 		want []string
 	}{
 		{false, []string{
-			"mount -t 9p -o o,rw,nosuid,nodev,cache=none m0 /newroot/home/agent/workspace",
-			"mount -t 9p -o o,ro,nosuid,nodev,cache=none m1 /newroot/mnt/user-data/uploads",
+			"mount -t 9p -o nosuid,nodev," + o + ",cache=none m0 /newroot/home/agent/workspace",
+			"mount -t 9p -o ro,nosuid,nodev," + o + ",cache=none m1 /newroot/mnt/user-data/uploads",
 		}},
 		{true, []string{
-			"mkdir -p /shares/m0 /shares/m1",
-			"mount -t 9p -o o,rw,nosuid,nodev,cache=none m0 /shares/m0",
+			"mkdir /shares/m0",
+			"mount -t 9p -o nosuid,nodev," + o + ",cache=none m0 /shares/m0",
 			"mount --bind /shares/m0/d /newroot/home/agent/workspace",
 			"umount /shares/m0",
-			"mount -t 9p -o o,ro,nosuid,nodev,cache=none m1 /shares/m1",
+			"mkdir /shares/m1",
+			"mount -t 9p -o ro,nosuid,nodev," + o + ",cache=none m1 /shares/m1",
 			"mount --bind /shares/m1/d /newroot/mnt/user-data/uploads",
 			"umount /shares/m1",
 		}},
@@ -131,13 +118,22 @@ func TestInitMounts(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		script := string(cfg) + "mount() { echo mount \"$*\"; }; umount() { echo umount \"$*\"; }; mkdir() { echo mkdir \"$*\"; }; fail() { echo \"FAIL $*\"; exit 1; }; opts=o\n" + points + loop
-		out, err := exec.Command("sh", "-c", script).CombinedOutput()
+		out, err := exec.Command("sh", "-c", string(cfg)+`printf %s "$TB_MOUNTS"`).CombinedOutput()
 		if err != nil {
-			t.Fatalf("warm %v: %v: %s", tc.warm, err, out)
+			t.Fatalf("%v: %s", err, out)
 		}
-		if got := strings.TrimSpace(string(out)); got != strings.Join(tc.want, "\n") {
-			t.Errorf("warm %v: the init does\n%s\nwant\n%s", tc.warm, got, strings.Join(tc.want, "\n"))
+		sh, err := guestinit.ParseShares(string(out))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, op := range guestinit.Plan(sh) {
+			if s := op.String(); strings.Contains(s, " m0 ") || strings.Contains(s, " m1 ") || strings.Contains(s, "/shares/") {
+				got = append(got, s)
+			}
+		}
+		if strings.Join(got, "\n") != strings.Join(tc.want, "\n") {
+			t.Errorf("warm %v: the init does\n%s\nwant\n%s", tc.warm, strings.Join(got, "\n"), strings.Join(tc.want, "\n"))
 		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"threadbox/domain/sandbox"
 	"threadbox/infra/sandbox/boxes"
+	"threadbox/infra/sandbox/hostdirs"
 	"threadbox/infra/sandbox/slot"
 )
 
@@ -33,10 +34,19 @@ const shareSub = "d"
 type shareLayout struct{}
 
 // Make creates the slot dir with a share folder per mount, each holding
-// the empty subfolder the guest mounts.
+// the empty subfolder the guest mounts, owned as the container's folder
+// bound onto it at the claim will be (hostdirs: the writable ones the
+// sandbox user's). The guest keeps the owner and mode its mount's root had
+// when it was mounted until something stats it, and checks the sandbox
+// user's writes against them.
 func (shareLayout) Make(dir string, mounts []sandbox.Mount) error {
-	for i := range mounts {
-		if err := os.MkdirAll(filepath.Join(dir, strconv.Itoa(i), shareSub), 0o755); err != nil {
+	for i, m := range mounts {
+		sub := filepath.Join(dir, strconv.Itoa(i), shareSub)
+		err := os.MkdirAll(sub, 0o755)
+		if err == nil && !m.ReadOnly {
+			err = os.Chown(sub, hostdirs.SandboxUID, hostdirs.SandboxGID)
+		}
+		if err != nil {
 			_ = slot.RemoveTree(dir)
 			return fmt.Errorf("slot: %w", err)
 		}

@@ -36,7 +36,8 @@ func TestConformanceClaimed(t *testing.T) {
 
 // TestClaimedFolders: a warm VM is listed until claimed; once claimed it
 // sees the files the host wrote in the container's folders before the
-// claim, its writes land in them, the read-only folders refuse writes,
+// claim, the sandbox user's writes land in them (outputs the first thing
+// it touches), the read-only folders refuse writes,
 // and nothing of the empty slot it booted over shows. Its stop removes
 // the slot and leaves the container's files.
 func TestClaimedFolders(t *testing.T) {
@@ -59,11 +60,15 @@ func TestClaimedFolders(t *testing.T) {
 		targets[m.Source] = m.Target
 	}
 	for _, c := range []struct{ script, want string }{
+		// First, before anything stats the folder: the sandbox user's
+		// write into outputs is checked against what the guest saw at
+		// its mount, the slot's folder.
+		{"echo made > " + targets[d.Outputs] + "/o.txt && echo ok", "ok"},
 		{"cat " + targets[d.Workspace] + "/w.txt " + targets[d.Uploads] + "/u.txt " + targets[d.Skills] + "/s.txt", "from hostfrom hostfrom host"},
 		{"echo from guest > " + targets[d.Workspace] + "/g.txt && echo ok", "ok"},
 		{"touch " + targets[d.Uploads] + "/x 2>/dev/null && echo writable || echo ro", "ro"},
 		{"touch " + targets[d.Skills] + "/x 2>/dev/null && echo writable || echo ro", "ro"},
-		{"ls -A " + targets[d.Outputs] + " | wc -l", "0"},
+		{"ls -A " + targets[d.Outputs], "o.txt"},
 	} {
 		if got := run(c.script); got != c.want {
 			t.Errorf("%s: %q, want %q", c.script, got, c.want)
@@ -71,6 +76,9 @@ func TestClaimedFolders(t *testing.T) {
 	}
 	if got, err := os.ReadFile(filepath.Join(d.Workspace, "g.txt")); err != nil || string(got) != "from guest\n" {
 		t.Errorf("the guest's file on the host: %q %v", got, err)
+	}
+	if got, err := os.ReadFile(filepath.Join(d.Outputs, "o.txt")); err != nil || string(got) != "made\n" {
+		t.Errorf("the guest's output on the host: %q %v", got, err)
 	}
 	if err := b.Stop(ctx, id); err != nil {
 		t.Fatal(err)
@@ -136,7 +144,8 @@ func TestClaimedIsolation(t *testing.T) {
 }
 
 // TestWarmFromTemplate: warm VMs are restored from one template: each
-// claimed copy runs with the host's clock, its own /tmp and processes
+// claimed copy runs with the host's clock, its own random generator
+// state, its own /tmp and processes
 // (the copies share the template's memory only until they write it),
 // and the template's files are gone with the backend. A configuration
 // whose template cannot be made boots its warm VMs instead.
@@ -184,6 +193,11 @@ func TestWarmFromTemplate(t *testing.T) {
 		if got := run(id, "echo $POOL_ENV"); got != "same" {
 			t.Errorf("%s: environment %q", id, got)
 		}
+	}
+	// Each copy's kernel was reseeded with the host's seed of its own:
+	// copies of one generator state would give code the same bytes.
+	if a, b := run(ids[0], "od -An -tx1 -N16 /dev/urandom"), run(ids[1], "od -An -tx1 -N16 /dev/urandom"); a == b {
+		t.Errorf("both copies read %s from /dev/urandom", a)
 	}
 	run(ids[0], "echo first > /tmp/mine; (sleep 600 >/dev/null 2>&1 &)")
 	if got := run(ids[1], "ls -A /tmp; pgrep -x sleep || echo none"); got != "none" {

@@ -1,0 +1,374 @@
+// Package guestinit is the last part of a microVM guest's init, which the
+// threadbox agent runs in-process before it serves: it waits for the
+// host's word when the VM is a template of warm VMs, sets the clock and
+// reseeds the kernel's random generator of a restored copy, mounts the
+// sandbox image's root filesystem and the container's folders (9p
+// shares), moves what the shell part of the init made into the new root,
+// and moves into it.
+//
+// It is Go rather than the init's shell because a copy restored from a
+// template runs it after the restore: every busybox command there is a
+// process whose code the emulator translates afresh, and the agent already
+// runs in the template.
+package guestinit
+
+import (
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// Lines the guest writes on the agent's port before it speaks the agent
+// protocol.
+const (
+	// HeldLine says a template's guest holds, to be saved.
+	HeldLine = "threadbox-init-held\n"
+	// ReadyLine says the guest is about to serve the agent protocol.
+	ReadyLine = "threadbox-init-ready\n"
+)
+
+// SeedBytes is the size of the random seed the host sends a restored copy.
+const SeedBytes = 32
+
+// Share is one container folder a guest mounts: the 9p tag, its target
+// path in the sandbox, whether it is read-only, and Sub, the share's
+// subfolder mounted at the target ("" for the share's root; a warm VM's
+// shares are slots whose subfolder the host binds the container's folder
+// onto at its claim).
+type Share struct {
+	Tag      string
+	Target   string
+	ReadOnly bool
+	Sub      string
+}
+
+// String is the share as one word of the init's config,
+// tag:target:mode:sub.
+func (s Share) String() string {
+	mode := "rw"
+	if s.ReadOnly {
+		mode = "ro"
+	}
+	sub := s.Sub
+	if sub == "" {
+		sub = "."
+	}
+	return s.Tag + ":" + s.Target + ":" + mode + ":" + sub
+}
+
+// Check says why s cannot be written as one config word, or nil.
+func (s Share) Check() error {
+	if s.Tag == "" || strings.ContainsAny(s.Tag, " \t\n:/") {
+		return fmt.Errorf("share tag %q: not a plain name", s.Tag)
+	}
+	if !filepath.IsAbs(s.Target) || strings.ContainsAny(s.Target, " \t\n'\"\\:$`") {
+		return fmt.Errorf("mount target %q: not a plain absolute path", s.Target)
+	}
+	if s.Sub == "." || strings.ContainsAny(s.Sub, " \t\n'\"\\:$`/") || s.Sub == ".." {
+		return fmt.Errorf("share subfolder %q: not a plain name", s.Sub)
+	}
+	return nil
+}
+
+// ParseShares reads the init config's list of shares (words of
+// tag:target:mode:sub, space-separated).
+func ParseShares(words string) ([]Share, error) {
+	var out []Share
+	for _, w := range strings.Fields(words) {
+		parts := strings.Split(w, ":")
+		if len(parts) != 4 || (parts[2] != "ro" && parts[2] != "rw") {
+			return nil, fmt.Errorf("share %q: want tag:target:ro|rw:sub", w)
+		}
+		s := Share{Tag: parts[0], Target: parts[1], ReadOnly: parts[2] == "ro", Sub: parts[3]}
+		if s.Sub == "." {
+			s.Sub = ""
+		}
+		if err := s.Check(); err != nil {
+			return nil, err
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+// Paths of the guest's initramfs: the new root's mount point, and the
+// tmpfs mounts the shell part of the init makes at their paths in the
+// sandbox.
+const (
+	NewRoot  = "/newroot"       // where the root filesystem is mounted
+	tmpDir   = "/tmp"           // the sandbox's /tmp, a tmpfs
+	agentDir = "/opt/threadbox" // the agent's folder, a read-only tmpfs
+	sharesAt = "/shares"        // a warm VM's shares, mounted for a moment
+)
+
+// options9p are the 9p mount options of every share.
+const options9p = "trans=virtio,version=9p2000.L,msize=262144"
+
+// Op is one step of the mounts: a mount(2) (Move and Bind are its
+// MS_MOVE and MS_BIND), an umount(2) (Unmount), or a folder made (Mkdir).
+type Op struct {
+	Source, Target, FSType string
+	Flags                  uintptr
+	Data                   string
+	Unmount, Mkdir         bool
+}
+
+// String is the step as the mount command would be written.
+func (o Op) String() string {
+	switch {
+	case o.Mkdir:
+		return "mkdir " + o.Target
+	case o.Unmount:
+		return "umount " + o.Target
+	case o.Flags&unix.MS_MOVE != 0:
+		return "mount --move " + o.Source + " " + o.Target
+	case o.Flags&unix.MS_BIND != 0:
+		return "mount --bind " + o.Source + " " + o.Target
+	}
+	opts := []string{}
+	for _, f := range []struct {
+		bit  uintptr
+		name string
+	}{{unix.MS_RDONLY, "ro"}, {unix.MS_NOSUID, "nosuid"}, {unix.MS_NODEV, "nodev"}, {unix.MS_NOEXEC, "noexec"}} {
+		if o.Flags&f.bit != 0 {
+			opts = append(opts, f.name)
+		}
+	}
+	if o.Data != "" {
+		opts = append(opts, o.Data)
+	}
+	return "mount -t " + o.FSType + " -o " + strings.Join(opts, ",") + " " + o.Source + " " + o.Target
+}
+
+// Plan is the mounts that make the new root: the root filesystem
+// (read-only, cached), /proc, /sys, the staged /tmp and agent folder, each
+// share (a share's root at its target, or a warm VM's subfolder bound
+// there and the share's own mount let go), and /dev; then the
+// initramfs's /sys and /proc go.
+func Plan(shares []Share) []Op {
+	ops := []Op{
+		{Source: "root", Target: NewRoot, FSType: "9p", Flags: unix.MS_RDONLY, Data: options9p + ",cache=loose"},
+		{Source: "proc", Target: NewRoot + "/proc", FSType: "proc", Flags: unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC},
+		{Source: "sysfs", Target: NewRoot + "/sys", FSType: "sysfs", Flags: unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC},
+		{Source: tmpDir, Target: NewRoot + tmpDir, Flags: unix.MS_MOVE},
+		{Source: agentDir, Target: NewRoot + agentDir, Flags: unix.MS_MOVE},
+	}
+	for _, s := range shares {
+		flags := uintptr(unix.MS_NOSUID | unix.MS_NODEV)
+		if s.ReadOnly {
+			flags |= unix.MS_RDONLY
+		}
+		share := Op{Source: s.Tag, Target: NewRoot + s.Target, FSType: "9p", Flags: flags, Data: options9p + ",cache=none"}
+		if s.Sub == "" {
+			ops = append(ops, share)
+			continue
+		}
+		at := sharesAt + "/" + s.Tag
+		share.Target = at
+		ops = append(ops, Op{Target: at, Mkdir: true}, share,
+			Op{Source: at + "/" + s.Sub, Target: NewRoot + s.Target, Flags: unix.MS_BIND},
+			Op{Target: at, Unmount: true})
+	}
+	return append(ops,
+		Op{Source: "/dev", Target: NewRoot + "/dev", Flags: unix.MS_MOVE},
+		Op{Target: "/sys", Unmount: true},
+		Op{Target: "/proc", Unmount: true})
+}
+
+// Do carries out one step.
+func (o Op) Do() error {
+	var err error
+	switch {
+	case o.Mkdir:
+		err = os.MkdirAll(o.Target, 0o755)
+	case o.Unmount:
+		err = unix.Unmount(o.Target, 0)
+	default:
+		err = unix.Mount(o.Source, o.Target, o.FSType, o.Flags, o.Data)
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w", o, err)
+	}
+	return nil
+}
+
+// Go is the host's word to a restored copy: go on, at this clock (Unix
+// seconds), with this random seed.
+func Go(unixSeconds int64, seed []byte) string {
+	return "go " + strconv.FormatInt(unixSeconds, 10) + " " + hex.EncodeToString(seed) + "\n"
+}
+
+// ParseGo reads the host's word.
+func ParseGo(line string) (unixSeconds int64, seed []byte, err error) {
+	f := strings.Fields(line)
+	if len(f) != 3 || f[0] != "go" {
+		return 0, nil, fmt.Errorf("expected go from the host, got %q", strings.TrimSpace(line))
+	}
+	if unixSeconds, err = strconv.ParseInt(f[1], 10, 64); err != nil || unixSeconds <= 0 {
+		return 0, nil, fmt.Errorf("the host's clock %q", f[1])
+	}
+	if seed, err = hex.DecodeString(f[2]); err != nil || len(seed) != SeedBytes {
+		return 0, nil, fmt.Errorf("the host's seed: want %d hex bytes", SeedBytes)
+	}
+	return unixSeconds, seed, nil
+}
+
+// Run finishes the init: with hold (a template) it writes HeldLine on out
+// and waits for the host's word on in (read a byte at a time, so that
+// nothing after the line is taken), then sets the clock and reseeds the
+// random generator; it mounts Plan(shares), moves into the new root and
+// writes ReadyLine.
+func Run(in io.Reader, out io.Writer, shares []Share, hold bool) error {
+	if hold {
+		if _, err := io.WriteString(out, HeldLine); err != nil {
+			return fmt.Errorf("agent port: %w", err)
+		}
+		line, err := readLine(in)
+		if err != nil {
+			return fmt.Errorf("agent port: %w", err)
+		}
+		secs, seed, err := ParseGo(line)
+		if err != nil {
+			return err
+		}
+		tv := unix.Timeval{Sec: secs}
+		if err := unix.Settimeofday(&tv); err != nil {
+			return fmt.Errorf("set the clock: %w", err)
+		}
+		if err := reseed(seed); err != nil {
+			return err
+		}
+	}
+	for _, o := range Plan(shares) {
+		if err := o.Do(); err != nil {
+			return err
+		}
+	}
+	if err := removeInitramfs(NewRoot); err != nil {
+		return err
+	}
+	if err := switchRoot(NewRoot); err != nil {
+		return err
+	}
+	if _, err := io.WriteString(out, ReadyLine); err != nil {
+		return fmt.Errorf("agent port: %w", err)
+	}
+	return nil
+}
+
+// readLine reads up to and with the first newline, one byte at a time.
+func readLine(r io.Reader) (string, error) {
+	var b strings.Builder
+	one := make([]byte, 1)
+	for b.Len() < 4096 {
+		if _, err := io.ReadFull(r, one); err != nil {
+			return "", err
+		}
+		if one[0] == '\n' {
+			return b.String(), nil
+		}
+		b.WriteByte(one[0])
+	}
+	return "", errors.New("the host's line is too long")
+}
+
+// reseed gives the kernel's random generator the host's seed, credited,
+// and makes it reseed now. Copies restored from one template start with
+// the same generator state; without this they would hand code the same
+// "random" bytes.
+func reseed(seed []byte) error {
+	f, err := os.OpenFile("/dev/urandom", os.O_WRONLY, 0)
+	if err != nil {
+		return fmt.Errorf("reseed: %w", err)
+	}
+	defer f.Close()
+	// struct rand_pool_info: entropy_count (bits), buf_size (bytes), buf.
+	info := make([]byte, 8+len(seed))
+	binary.NativeEndian.PutUint32(info[0:4], uint32(8*len(seed)))
+	binary.NativeEndian.PutUint32(info[4:8], uint32(len(seed)))
+	copy(info[8:], seed)
+	if _, _, errno := unix.Syscall(unix.SYS_IOCTL, f.Fd(), unix.RNDADDENTROPY, uintptr(unsafe.Pointer(&info[0]))); errno != 0 {
+		return fmt.Errorf("reseed: add the host's seed: %w", errno)
+	}
+	if err := unix.IoctlSetInt(int(f.Fd()), unix.RNDRESEEDCRNG, 0); err != nil {
+		return fmt.Errorf("reseed: %w", err)
+	}
+	return nil
+}
+
+// removeInitramfs deletes the initramfs's files (busybox, the modules, the
+// agent's first copy, the config with the agent's environment) but keep,
+// the new root's mount point, to give their memory back, as busybox's
+// switch_root does. It never crosses into another file system.
+func removeInitramfs(keep string) error {
+	var root unix.Stat_t
+	if err := unix.Lstat("/", &root); err != nil {
+		return fmt.Errorf("remove the initramfs: %w", err)
+	}
+	entries, err := os.ReadDir("/")
+	if err != nil {
+		return fmt.Errorf("remove the initramfs: %w", err)
+	}
+	for _, e := range entries {
+		if p := "/" + e.Name(); p != keep {
+			if err := removeSameDev(p, root.Dev); err != nil {
+				return fmt.Errorf("remove the initramfs: %w", err)
+			}
+		}
+	}
+	return nil
+}
+
+// removeSameDev removes path and what it holds on file system dev.
+func removeSameDev(path string, dev uint64) error {
+	var st unix.Stat_t
+	if err := unix.Lstat(path, &st); err != nil {
+		return err
+	}
+	if st.Dev != dev {
+		return nil
+	}
+	if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+		entries, err := os.ReadDir(path)
+		if err != nil {
+			return err
+		}
+		for _, e := range entries {
+			if err := removeSameDev(path+"/"+e.Name(), dev); err != nil {
+				return err
+			}
+		}
+		if err := unix.Rmdir(path); err != nil && !errors.Is(err, unix.EBUSY) {
+			return err
+		}
+		return nil
+	}
+	return unix.Unlink(path)
+}
+
+// switchRoot makes dir the root, as busybox's switch_root does: the mount
+// at dir moves onto /, the process's root and working folder follow.
+func switchRoot(dir string) error {
+	if err := unix.Chdir(dir); err != nil {
+		return fmt.Errorf("switch root: %w", err)
+	}
+	if err := unix.Mount(".", "/", "", unix.MS_MOVE, ""); err != nil {
+		return fmt.Errorf("switch root: move %s onto /: %w", dir, err)
+	}
+	if err := unix.Chroot("."); err != nil {
+		return fmt.Errorf("switch root: %w", err)
+	}
+	if err := unix.Chdir("/"); err != nil {
+		return fmt.Errorf("switch root: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,98 @@
+package guestinit
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+func TestParseShares(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want []Share
+		err  bool
+	}{
+		{in: "", want: nil},
+		{in: "m0:/home/agent/workspace:rw:. m1:/mnt/user-data/uploads:ro:d",
+			want: []Share{{"m0", "/home/agent/workspace", false, ""}, {"m1", "/mnt/user-data/uploads", true, "d"}}},
+		{in: "m0:/w:rw", err: true},
+		{in: "m0:/w:rx:.", err: true},
+		{in: "m0:relative:rw:.", err: true},
+		{in: "m0:/w:rw:..", err: true},
+		{in: "m0:/w:rw:a/b", err: true},
+		{in: ":/w:rw:.", err: true},
+	} {
+		got, err := ParseShares(tc.in)
+		if (err != nil) != tc.err {
+			t.Errorf("%q: error %v, want error %v", tc.in, err, tc.err)
+			continue
+		}
+		if !tc.err && len(got) != len(tc.want) {
+			t.Errorf("%q: %+v, want %+v", tc.in, got, tc.want)
+			continue
+		}
+		for i := range tc.want {
+			if got[i] != tc.want[i] {
+				t.Errorf("%q: share %d is %+v, want %+v", tc.in, i, got[i], tc.want[i])
+			}
+			if back, err := ParseShares(got[i].String()); err != nil || back[0] != got[i] {
+				t.Errorf("%+v does not read back: %+v %v", got[i], back, err)
+			}
+		}
+	}
+}
+
+func TestGoWord(t *testing.T) {
+	seed := bytes.Repeat([]byte{0xab}, SeedBytes)
+	secs, got, err := ParseGo(strings.TrimSuffix(Go(1765000000, seed), "\n"))
+	if err != nil || secs != 1765000000 || !bytes.Equal(got, seed) {
+		t.Fatalf("round trip: %d %x %v", secs, got, err)
+	}
+	for _, bad := range []string{"", "go", "go 12", "halt 12 " + strings.Repeat("00", SeedBytes), "go x " + strings.Repeat("00", SeedBytes),
+		"go 0 " + strings.Repeat("00", SeedBytes), "go 12 abcd", "go 12 " + strings.Repeat("zz", SeedBytes)} {
+		if _, _, err := ParseGo(bad); err == nil {
+			t.Errorf("%q was taken", bad)
+		}
+	}
+}
+
+// TestPlan: the root filesystem first, read-only; /tmp and the agent's
+// folder moved in before the shares; /dev moved last, then the
+// initramfs's /sys and /proc let go.
+func TestPlan(t *testing.T) {
+	var got []string
+	for _, o := range Plan([]Share{{Tag: "m0", Target: "/home/agent/workspace"}}) {
+		got = append(got, o.String())
+	}
+	const o = "trans=virtio,version=9p2000.L,msize=262144"
+	want := []string{
+		"mount -t 9p -o ro," + o + ",cache=loose root /newroot",
+		"mount -t proc -o nosuid,nodev,noexec proc /newroot/proc",
+		"mount -t sysfs -o ro,nosuid,nodev,noexec sysfs /newroot/sys",
+		"mount --move /tmp /newroot/tmp",
+		"mount --move /opt/threadbox /newroot/opt/threadbox",
+		"mount -t 9p -o nosuid,nodev," + o + ",cache=none m0 /newroot/home/agent/workspace",
+		"mount --move /dev /newroot/dev",
+		"umount /sys",
+		"umount /proc",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("plan\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// TestReadLine: the host's word is read up to its newline and nothing
+// after it, which is the agent protocol's.
+func TestReadLine(t *testing.T) {
+	r := strings.NewReader("go 1 ab\nPROTOCOL")
+	line, err := readLine(r)
+	if err != nil || line != "go 1 ab" {
+		t.Fatalf("%q %v", line, err)
+	}
+	if rest := r.Len(); rest != len("PROTOCOL") {
+		t.Errorf("%d bytes left, want the protocol's %d", rest, len("PROTOCOL"))
+	}
+	if _, err := readLine(strings.NewReader(strings.Repeat("x", 5000))); err == nil {
+		t.Error("an endless line was taken")
+	}
+}
