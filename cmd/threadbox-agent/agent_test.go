@@ -33,7 +33,12 @@ func TestParseConfig(t *testing.T) {
 	if defaults.workspace != "/home/agent/workspace" || defaults.outputs != "/mnt/user-data/outputs" || defaults.grace != 2*time.Second || defaults.nofile != 0 {
 		t.Fatalf("defaults %+v", defaults)
 	}
-	for _, args := range [][]string{{"-grace", "soon"}, {"-drain", "-1s"}, {"-log-level", "loud"}, {"-no-such-flag"}, {"-nofile", "many"}, {"-nofile", "3"}} {
+	vm, err := parseConfig([]string{"-vm-init", "-vm-hold", "-vm-shares", "m0:/home/agent/workspace:rw:d m1:/mnt/skills:ro:."}, func(string) string { return "" })
+	if err != nil || !vm.vmInit || !vm.vmHold || len(vm.vmShares) != 2 || vm.vmShares[0].Sub != "d" || !vm.vmShares[1].ReadOnly {
+		t.Fatalf("microVM init config %+v %v", vm, err)
+	}
+	for _, args := range [][]string{{"-grace", "soon"}, {"-drain", "-1s"}, {"-log-level", "loud"}, {"-no-such-flag"}, {"-nofile", "many"}, {"-nofile", "3"},
+		{"-vm-shares", "m0:/w:rw:."}, {"-vm-init", "-vm-shares", "m0:w:rw:."}} {
 		if _, err := parseConfig(args, func(string) string { return "" }); err == nil {
 			t.Errorf("parseConfig(%q) accepted", args)
 		}
