@@ -15,6 +15,10 @@ const (
 	UploadsDir   = "/mnt/user-data/uploads"
 	OutputsDir   = "/mnt/user-data/outputs"
 	SkillsDir    = "/mnt/skills"
+	// AgentDir holds the threadbox agent, read-only, in every sandbox;
+	// AgentPath is the agent binary, the sandbox's init.
+	AgentDir  = "/opt/threadbox"
+	AgentPath = AgentDir + "/agent"
 )
 
 // ErrUnavailable reports that the sandbox could not run the command: it was

@@ -45,8 +45,8 @@ const (
 	LabelWarm = "threadbox.warm"
 )
 
-// AgentPath is where the agent binary is bind-mounted inside the sandbox.
-const AgentPath = "/opt/threadbox/agent"
+// AgentPath is where the agent binary appears inside the sandbox.
+const AgentPath = sandbox.AgentPath
 
 // Defaults applied to zero fields of Config (sandbox.DefaultLimits fills
 // the zero limits).

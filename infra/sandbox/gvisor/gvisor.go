@@ -45,7 +45,7 @@ import (
 )
 
 // AgentPath is where the agent binary appears inside the sandbox.
-const AgentPath = "/opt/threadbox/agent"
+const AgentPath = sandbox.AgentPath
 
 // Defaults applied to zero fields of Config (sandbox.DefaultLimits fills
 // the zero limits).

@@ -55,8 +55,8 @@ var SandboxNamespaceLabels = map[string]string{
 	"pod-security.kubernetes.io/enforce-version": "latest",
 }
 
-// AgentPath is where the agent binary is inside the sandbox container.
-const AgentPath = "/opt/threadbox/agent"
+// AgentPath is where the agent binary appears inside the sandbox.
+const AgentPath = sandbox.AgentPath
 
 // Defaults applied to zero fields of Config.
 const (

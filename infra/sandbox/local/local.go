@@ -32,8 +32,8 @@ import (
 	"threadbox/infra/sandbox/hostdirs"
 )
 
-// AgentPath is where the agent binary appears inside the jail.
-const AgentPath = "/opt/threadbox/agent"
+// AgentPath is where the agent binary appears inside the sandbox.
+const AgentPath = sandbox.AgentPath
 
 // Defaults applied to zero fields of Config (sandbox.DefaultLimits fills
 // the zero limits).
@@ -227,7 +227,7 @@ func (b *Backend) Available(ctx context.Context) error {
 	}
 	args := append(filterArgs, "--unshare-user", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
 		"--die-with-parent", "--uid", strconv.Itoa(hostdirs.SandboxUID), "--gid", strconv.Itoa(hostdirs.SandboxGID),
-		"--ro-bind", st.path(b.cfg.RootFS), "/", "--tmpfs", "/opt/threadbox", "--ro-bind", st.path(b.cfg.AgentBin), AgentPath,
+		"--ro-bind", st.path(b.cfg.RootFS), "/", "--tmpfs", sandbox.AgentDir, "--ro-bind", st.path(b.cfg.AgentBin), AgentPath,
 		AgentPath, "-h")
 	cmd := b.command(pctx, bw, nil, st, args, []string{"PATH=" + jailPath}, false)
 	if filter != nil {
@@ -374,7 +374,7 @@ func (b *Backend) bwrapArgs(spec sandbox.Spec, l sandbox.Limits, path func(strin
 		"--proc", "/proc",
 		"--dev", "/dev",
 		"--perms", "1777", "--size", strconv.FormatInt(l.TmpBytes, 10), "--tmpfs", "/tmp",
-		"--tmpfs", "/opt/threadbox",
+		"--tmpfs", sandbox.AgentDir,
 		"--ro-bind", path(b.cfg.AgentBin), AgentPath,
 	}
 	if b.cfg.TrustDir != "" {

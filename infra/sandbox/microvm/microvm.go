@@ -5,9 +5,10 @@
 // is shared read-only into every VM over 9p; the container's folders are
 // 9p shares of their own (uploads and skills read-only), so the guest
 // reaches no other host path. The VM has no network device. Its init (a
-// static busybox in an initramfs this package writes, init.sh) mounts
-// them and becomes the threadbox agent, which speaks the agent protocol
-// over a virtio-serial port whose host end is a socket of this process.
+// static busybox in an initramfs this package writes, init.sh) becomes
+// the threadbox agent, which mounts them (guestinit) and speaks the agent
+// protocol over a virtio-serial port whose host end is a socket of this
+// process.
 //
 // The guest kernel, busybox and kernel modules come from Debian packages
 // (sandbox/microvm-guest.sh, `make microvm-guest`). The accelerator is KVM

@@ -16,15 +16,16 @@ import (
 )
 
 // Warm VMs are restored from a template rather than each booted. The
-// template is a warm VM booted once, up to where its init holds: its
-// modules loaded and its agent's port open, no 9p share mounted yet (QEMU
-// saves no VM with one mounted). There it is saved: its RAM lives in a
+// template is a warm VM booted once, up to where its agent holds: its
+// modules loaded, its agent started, no 9p share mounted yet (QEMU saves
+// no VM with one mounted). There it is saved: its RAM lives in a
 // memory file (shared with the file), and QEMU writes the rest of its
 // state (CPUs, devices) to a state file. A warm VM is then a QEMU started
 // with the template's arguments, its own slot's shares, and the memory
 // file mapped as a private copy on write, that loads the state file and
-// runs: the init goes on when the host writes "go" with its clock, mounts
-// the shares, which QEMU serves from the new slot, and becomes the agent.
+// runs: the agent goes on when the host writes "go" with its clock and a
+// random seed (guestinit), mounts the shares, which QEMU serves from the
+// new slot, and serves.
 // The copies share the template's pages until they write them.
 //
 // A template serves warm VMs of one configuration (limits, environment,

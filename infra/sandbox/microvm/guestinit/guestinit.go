@@ -25,6 +25,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"threadbox/domain/sandbox"
 )
 
 // Lines the guest writes on the agent's port before it speaks the agent
@@ -104,10 +106,9 @@ func ParseShares(words string) ([]Share, error) {
 // tmpfs mounts the shell part of the init makes at their paths in the
 // sandbox.
 const (
-	NewRoot  = "/newroot"       // where the root filesystem is mounted
-	tmpDir   = "/tmp"           // the sandbox's /tmp, a tmpfs
-	agentDir = "/opt/threadbox" // the agent's folder, a read-only tmpfs
-	sharesAt = "/shares"        // a warm VM's shares, mounted for a moment
+	NewRoot  = "/newroot" // where the root filesystem is mounted
+	tmpDir   = "/tmp"     // the sandbox's /tmp, a tmpfs
+	sharesAt = "/shares"  // a warm VM's shares, mounted for a moment
 )
 
 // options9p are the 9p mount options of every share.
@@ -160,7 +161,7 @@ func Plan(shares []Share) []Op {
 		{Source: "proc", Target: NewRoot + "/proc", FSType: "proc", Flags: unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC},
 		{Source: "sysfs", Target: NewRoot + "/sys", FSType: "sysfs", Flags: unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC},
 		{Source: tmpDir, Target: NewRoot + tmpDir, Flags: unix.MS_MOVE},
-		{Source: agentDir, Target: NewRoot + agentDir, Flags: unix.MS_MOVE},
+		{Source: sandbox.AgentDir, Target: NewRoot + sandbox.AgentDir, Flags: unix.MS_MOVE},
 	}
 	for _, s := range shares {
 		flags := uintptr(unix.MS_NOSUID | unix.MS_NODEV)
