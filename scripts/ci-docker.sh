@@ -27,22 +27,13 @@ fi
 # coreutils `ls` uses: `ls /` answers "Invalid argument" in the sandbox. The
 # runsc of Debian 13 (trixie) works; it is one static binary with no
 # dependencies, so it is taken from Debian's trixie suite with a private apt
-# state that leaves this host's sources untouched.
+# state that leaves this host's sources untouched (debian-trixie.sh).
 RUNSC_MIN=20240729
 runsc_version() { dpkg-query -W -f '${Version}' runsc 2>/dev/null | sed -E 's/^0\.0~([0-9]{8}).*/\1/'; }
 if [ "$(runsc_version)" \< "$RUNSC_MIN" ]; then
   log "runsc $(runsc_version) is older than $RUNSC_MIN: installing Debian trixie's runsc"
-  mirror=$(grep -rhoE 'https?://[^ ]+/debian/?( |$)' /etc/apt/sources.list /etc/apt/sources.list.d/ 2>/dev/null | head -1 | tr -d ' ' || true)
-  if [ -z "$mirror" ]; then
-    echo "ci-docker: no Debian mirror in this host's apt sources; cannot fetch a newer runsc" >&2
-    exit 1
-  fi
   st=$(mktemp -d)
-  mkdir -p "$st/lists/partial" "$st/cache/archives/partial"
-  echo "deb ${mirror%/} trixie main" > "$st/sources.list"
-  aptopts=(-o "Dir::Etc::sourcelist=$st/sources.list" -o "Dir::Etc::sourceparts=-" -o "Dir::State::Lists=$st/lists" -o "Dir::Cache=$st/cache" -o "APT::Sandbox::User=root")
-  $SUDO apt-get "${aptopts[@]}" update -qq
-  (cd "$st" && $SUDO apt-get "${aptopts[@]}" download runsc)
+  $SUDO bash -c '. "$1"; trixie_apt "$2" && cd "$2" && apt-get "${TRIXIE_APT[@]}" download runsc' _ "$(dirname "$0")/debian-trixie.sh" "$st"
   $SUDO dpkg -i "$st"/runsc_*.deb
   rm -rf "$st"
 fi

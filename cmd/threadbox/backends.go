@@ -80,7 +80,7 @@ type MicroVMConfig struct {
 	// from a template snapshot, off boots each.
 	Template string
 	Kernel   string // MICROVM_KERNEL: the operator's guest kernel, such as one built for PVM
-	QEMU     string // MICROVM_QEMU: the QEMU binary; default qemu-system-x86_64
+	QEMU     string // MICROVM_QEMU: the QEMU binary; default the guest artefacts' QEMU, else qemu-system-x86_64 in PATH
 	Guest    string // MICROVM_GUEST, else the cache's microvm-guest/current
 }
 

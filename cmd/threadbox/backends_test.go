@@ -51,7 +51,7 @@ func TestSandboxBackendSetting(t *testing.T) {
 func TestMicroVMAndProviderBackends(t *testing.T) {
 	t.Setenv("PATH", t.TempDir())
 	cfg, err := loadConfig(func(k string) string {
-		return map[string]string{"DATA_DIR": t.TempDir(), "SANDBOX_BACKEND": "firecracker,microvm,e2b,superserve,blaxel"}[k]
+		return map[string]string{"DATA_DIR": t.TempDir(), "THREADBOX_CACHE_DIR": t.TempDir(), "SANDBOX_BACKEND": "firecracker,microvm,e2b,superserve,blaxel"}[k]
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -59,7 +59,7 @@ func TestMicroVMAndProviderBackends(t *testing.T) {
 	bs, _ := newBackends(cfg, nil, slog.New(slog.DiscardHandler))
 	want := map[string]string{
 		"firecracker": "firecracker: the firecracker VMM: binary firecracker not found",
-		"microvm":     "microvm: QEMU (install Debian's qemu-system-x86)",
+		"microvm":     "microvm: QEMU (`make microvm-guest` unpacks it",
 		"e2b":         "e2b: not available: needs the provider's service: an E2B account",
 		"superserve":  "superserve: not available: needs the provider's service: a Superserve account",
 		"blaxel":      "blaxel: not available: needs the provider's service: a Blaxel account",

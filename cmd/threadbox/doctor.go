@@ -150,7 +150,7 @@ func backendFix(name string) string {
 	case "gvisor":
 		return "run as root with runsc installed (scripts/ci-docker.sh installs it), build the root filesystem with `sandbox/build-offline.sh --rootfs-only` and the agent with `make agent` (docs/backends.md)"
 	case "microvm":
-		return "run as root with qemu-system-x86 installed and a usable KVM (or MICROVM_ACCEL=tcg for emulation), build the guest with `make microvm-guest`, the root filesystem with `sandbox/build-offline.sh --rootfs-only` and the agent with `make agent` (docs/microvm.md)"
+		return "run as root with a usable KVM (or MICROVM_ACCEL=tcg for emulation), build the guest and its QEMU with `make microvm-guest`, the root filesystem with `sandbox/build-offline.sh --rootfs-only` and the agent with `make agent` (docs/microvm.md)"
 	case "firecracker":
 		return "this build drives QEMU's microvm machine only: use SANDBOX_BACKEND=microvm (docs/microvm.md)"
 	case "e2b", "superserve", "blaxel":

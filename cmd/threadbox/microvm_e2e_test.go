@@ -26,11 +26,8 @@ func TestSandboxToolsMicroVM(t *testing.T) {
 	if os.Geteuid() != 0 {
 		missing(t, "the microvm backend needs root")
 	}
-	if _, err := exec.LookPath(microvm.DefaultQEMU); err != nil {
-		missing(t, "QEMU is missing (qemu-system-x86): %v", err)
-	}
-	if local.FindRootFS(os.Getenv) == "" || microvm.FindGuest(os.Getenv) == "" {
-		missing(t, "no sandbox root filesystem (make sandbox-image) or microVM guest (make microvm-guest)")
+	if local.FindRootFS(os.Getenv) == "" || microvm.GuestQEMU(microvm.FindGuest(os.Getenv)) == "" {
+		missing(t, "no sandbox root filesystem (make sandbox-image) or microVM guest with its QEMU (make microvm-guest)")
 	}
 	accel := os.Getenv("MICROVM_ACCEL")
 	if accel == "" {

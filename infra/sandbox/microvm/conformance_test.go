@@ -14,8 +14,8 @@ import (
 	"threadbox/infra/sandbox/sandboxtest"
 )
 
-// These tests boot real VMs under QEMU. They need root, qemu-system-x86,
-// the guest artefacts (`make microvm-guest`) and the sandbox root
+// These tests boot real VMs under QEMU. They need root, the guest
+// artefacts with their QEMU (`make microvm-guest`) and the sandbox root
 // filesystem (THREADBOX_ROOTFS or the cache of sandbox/build-offline.sh).
 // Under CI=true a missing prerequisite fails them; otherwise they skip.
 // Without MICROVM_ACCEL they run emulated (tcg): this host kind's KVM is
@@ -27,9 +27,6 @@ func prerequisites(t testing.TB) (rootfs, guest, agentBin string) {
 	if os.Geteuid() != 0 {
 		sandboxtest.Need(t, "microvm backend tests need root (QEMU's 9p ownership, loop quota)")
 	}
-	if _, err := exec.LookPath(DefaultQEMU); err != nil {
-		sandboxtest.Need(t, "QEMU not installed (qemu-system-x86): %v", err)
-	}
 	rootfs = local.FindRootFS(os.Getenv)
 	if rootfs == "" {
 		sandboxtest.Need(t, "no sandbox root filesystem (set THREADBOX_ROOTFS or run sandbox/build-offline.sh --rootfs-only)")
@@ -37,6 +34,9 @@ func prerequisites(t testing.TB) (rootfs, guest, agentBin string) {
 	guest = FindGuest(os.Getenv)
 	if guest == "" {
 		sandboxtest.Need(t, "no microVM guest artefacts (run `make microvm-guest`)")
+	}
+	if GuestQEMU(guest) == "" {
+		sandboxtest.Need(t, "the guest artefacts carry no QEMU (rebuild them with `make microvm-guest`)")
 	}
 	return rootfs, guest, sandboxtest.AgentBin(t)
 }

@@ -40,6 +40,20 @@ func FindGuest(getenv func(string) string) string {
 	return boxes.FindCached(getenv, "MICROVM_GUEST", "microvm-guest", "vmlinux")
 }
 
+// GuestQEMU returns the QEMU the guest artefacts of dir carry (the wrapper
+// sandbox/microvm-guest.sh writes, which starts Debian 13's QEMU with its
+// own libraries), or "" when dir has none.
+func GuestQEMU(dir string) string {
+	if dir == "" {
+		return ""
+	}
+	q := filepath.Join(dir, DefaultQEMU)
+	if fi, err := os.Stat(q); err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
+		return ""
+	}
+	return q
+}
+
 // LoadGuest reads the guest artefacts of dir; kernel, when set, replaces
 // the folder's kernel (an operator's, such as one built for PVM).
 func LoadGuest(dir, kernel string) (Guest, error) {

@@ -78,7 +78,8 @@ type Config struct {
 	Name string
 	// VMM is VMMQEMU (the default), VMMFirecracker or VMMCloudHypervisor.
 	VMM string
-	// QEMU is the QEMU binary; default DefaultQEMU looked up in PATH.
+	// QEMU is the QEMU binary; default the one the guest artefacts carry
+	// (GuestQEMU), else DefaultQEMU looked up in PATH.
 	QEMU string
 	// Accel is the accelerator setting (MICROVM_ACCEL): "" uses KVM where
 	// it can run the guest kernel, AccelKVM insists on it, AccelTCG asks
@@ -170,7 +171,7 @@ func New(cfg Config) (*Backend, error) {
 	default:
 		return nil, fmt.Errorf("%s: unknown VMM %q (qemu, firecracker, cloud-hypervisor)", cfg.Name, cfg.VMM)
 	}
-	cfg.QEMU = cmp.Or(cfg.QEMU, DefaultQEMU)
+	cfg.QEMU = cmp.Or(cfg.QEMU, GuestQEMU(cfg.Guest), DefaultQEMU)
 	cfg.StateDir = cmp.Or(cfg.StateDir, DefaultStateDir)
 	cfg.Defaults(DefaultBootTimeout)
 	lg := cfg.Logger
@@ -237,7 +238,7 @@ func (b *Backend) Available(context.Context) error {
 		return fmt.Errorf("%s: the %s VMM is found but not driven by this build: only QEMU's microvm machine is (SANDBOX_BACKEND=microvm)", b.cfg.Name, b.cfg.VMM)
 	}
 	if _, err := exec.LookPath(b.cfg.QEMU); err != nil {
-		return fmt.Errorf("%s: QEMU (install Debian's qemu-system-x86): %w", b.cfg.Name, err)
+		return fmt.Errorf("%s: QEMU (`make microvm-guest` unpacks it beside the guest kernel; or set MICROVM_QEMU): %w", b.cfg.Name, err)
 	}
 	accel, err := chooseAccel(b.cfg.Accel, b.cfg.Kernel != "", defaultAccelHost)
 	if err != nil {

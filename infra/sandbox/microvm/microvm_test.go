@@ -55,6 +55,38 @@ func TestChooseAccel(t *testing.T) {
 	}
 }
 
+// TestGuestQEMU: the backend runs the QEMU the guest artefacts carry,
+// unless MICROVM_QEMU names another; a folder without one (or with a
+// file that cannot run) leaves QEMU to PATH.
+func TestGuestQEMU(t *testing.T) {
+	withQEMU, plainFile, none := t.TempDir(), t.TempDir(), t.TempDir()
+	if err := os.WriteFile(filepath.Join(withQEMU, DefaultQEMU), []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(plainFile, DefaultQEMU), []byte("not a program"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, guest, qemu, want string
+	}{
+		{"carried", withQEMU, "", filepath.Join(withQEMU, DefaultQEMU)},
+		{"operator's", withQEMU, "/opt/qemu/bin/qemu-system-x86_64", "/opt/qemu/bin/qemu-system-x86_64"},
+		{"not executable", plainFile, "", DefaultQEMU},
+		{"none in the folder", none, "", DefaultQEMU},
+		{"no guest folder", "", "", DefaultQEMU},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b, err := New(Config{Guest: tc.guest, QEMU: tc.qemu})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if b.cfg.QEMU != tc.want {
+				t.Errorf("QEMU = %q, want %q", b.cfg.QEMU, tc.want)
+			}
+		})
+	}
+}
+
 // TestVMConfig: the init's config quotes every environment value as one
 // shell word, keeps THREADBOX_AGENT_ variables of the spec out, and
 // refuses a mount target a shell word cannot carry.
