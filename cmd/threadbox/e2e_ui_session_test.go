@@ -69,7 +69,10 @@ func TestE2ESessions(t *testing.T) {
 		}
 	}
 	inTab("open the thread", chromedp.Navigate(s.base+"/#/thread/"+tid), chromedp.WaitVisible(chromedp.ID("message")))
-	waitInTab("the thread", `document.getElementById('thread-title') && document.getElementById('thread-title').textContent.includes('Across tabs')`)
+	// The thread view focuses its message box once its history, files,
+	// artifacts and terminals are loaded: until then a load of the second
+	// tab could be the request that finds the sign-out below.
+	waitInTab("the thread, loaded", `document.getElementById('thread-title') && document.getElementById('thread-title').textContent.includes('Across tabs') && document.activeElement && document.activeElement.id === 'message'`)
 
 	// Signing out in the first tab signs the second out at its next request.
 	b.Do("sign out in the first tab", chromedp.Click(chromedp.ID("logout")))
