@@ -18,7 +18,9 @@
 #
 # They go to $CACHE/microvm-guest/<hash>/ (symlink $CACHE/microvm-guest/current),
 # <hash> the sha256 of this script and the packages' versions: the same
-# versions make the same files, and a folder already built is kept. $CACHE
+# versions make the same files, and a folder already built is kept (with
+# the one current before it; older ones are removed). Offline, a guest
+# already built is kept as it is. $CACHE
 # is $THREADBOX_CACHE_DIR, else $DATA_DIR/cache, else /var/cache/threadbox,
 # as for the sandbox image's root filesystem (build-offline.sh).
 set -euo pipefail
@@ -33,12 +35,22 @@ ROOTS="$CACHE/microvm-guest"
 # The modules, in the order the init loads them (each after its dependencies).
 MODULES="virtio_ring virtio virtio_mmio virtio_console netfs fscache 9pnet 9pnet_virtio 9p"
 
+# keep_built: without a package index to read (offline, or the mirror is
+# down), a guest already built serves as it is; else the build fails.
+keep_built() {
+  if [ -f "$ROOTS/current/.threadbox-complete" ]; then
+    echo "microvm-guest: $1; keeping the guest built before, $(readlink -f "$ROOTS/current")" >&2
+    exit 0
+  fi
+  die "$1"
+}
+
 candidate() { apt-cache policy "$1" 2>/dev/null | awk '/Candidate:/ {print $2; exit}'; }
 if [ -z "$(candidate linux-image-amd64)" ] || [ "$(candidate linux-image-amd64)" = "(none)" ]; then
-  apt-get update -qq
+  apt-get update -qq --error-on=any || keep_built "cannot read this host's package index"
 fi
 kpkg=$(apt-cache depends linux-image-amd64 | awk '/Depends: linux-image-/ {print $2; exit}')
-[ -n "$kpkg" ] || die "linux-image-amd64 names no kernel package"
+[ -n "$kpkg" ] || keep_built "linux-image-amd64 names no kernel package"
 kver=$(candidate "$kpkg")
 bver=$(candidate busybox-static)
 [ -n "$kver" ] && [ "$kver" != "(none)" ] || die "no version of $kpkg"
@@ -49,7 +61,7 @@ tx=$(mktemp -d "${TMPDIR:-/tmp}/microvm-vmm.XXXXXX")
 trap 'rm -rf "$tx"' EXIT
 # shellcheck source=../scripts/debian-trixie.sh
 . "$here/../scripts/debian-trixie.sh"
-trixie_apt "$tx" || die "cannot read Debian trixie's package index"
+trixie_apt "$tx" || keep_built "cannot read Debian trixie's package index"
 VMM_PACKAGES="qemu-system-x86 qemu-system-data"
 vmm_uris=$(apt-get "${TRIXIE_APT[@]}" -qq --print-uris install --download-only --no-install-recommends $VMM_PACKAGES | awk '{print $1, $2}' | sort)
 [ -n "$vmm_uris" ] || die "apt resolved no package for $VMM_PACKAGES"
@@ -122,5 +134,17 @@ WRAP
   rm -rf "$out"
   mv "$out.tmp" "$out"
 fi
+# A new build keeps the one current before it (a server started before
+# may still boot VMs from it, LoadGuest resolves the link) and removes
+# older ones.
+prev=$(readlink "$ROOTS/current" 2>/dev/null || true)
 ln -sfn "$hash" "$ROOTS/current"
+[ "$prev" = "$hash" ] || for d in "$ROOTS"/*/; do
+  d=${d%/}
+  case "$(basename "$d")" in
+    "$hash" | "$prev" | current) ;;
+    *.tmp) [ -n "$(find "$d" -maxdepth 0 -mmin +60)" ] && rm -rf "$d" ;;
+    *) [ -f "$d/.threadbox-complete" ] && rm -rf "$d" && echo "microvm-guest: removed an older build, $d" >&2 ;;
+  esac
+done
 echo "microvm-guest: $out ($(du -sh "$out" | cut -f1))" >&2
