@@ -151,7 +151,10 @@ type Service struct {
 	now        func() time.Time
 	log        *slog.Logger
 
-	every   time.Duration // with Deps.Buffer: how often Run writes the pending sums
+	every time.Duration // with Deps.Buffer: how often Run writes the pending sums
+	// flushMu makes flushes one at a time: a report's flush waits for one
+	// under way, whose sums it would otherwise not see written.
+	flushMu sync.Mutex
 	mu      sync.Mutex
 	pending map[counter]Usage // metered but not yet written, by counter
 	owners  map[string]owner  // containers looked up, by id (their org, owner and thread never change)
@@ -511,8 +514,11 @@ func (s *Service) see(ctx context.Context) {
 
 // Flush writes the buffered sums, and the ended runs with the removal of
 // their records in the same transaction; what fails stays buffered for
-// the next flush.
+// the next flush. It returns once a flush under way when it was called
+// has written too, so that what was metered before it is in the store.
 func (s *Service) Flush(ctx context.Context) error {
+	s.flushMu.Lock()
+	defer s.flushMu.Unlock()
 	s.mu.Lock()
 	batch, ended := s.pending, s.ended
 	s.pending, s.ended = map[counter]Usage{}, nil

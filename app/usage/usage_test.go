@@ -19,6 +19,7 @@ type fakeStore struct {
 	addErr   error
 	rows     []Row
 	reported []string // orgID, from, to, by of each report
+	onReport func()   // called as a report reads, when set
 }
 
 func (f *fakeStore) AddUsage(ctx context.Context, u Usage) error {
@@ -31,6 +32,9 @@ func (f *fakeStore) AddUsage(ctx context.Context, u Usage) error {
 
 func (f *fakeStore) UsageReport(ctx context.Context, orgID, from, to string, by GroupBy) ([]Row, error) {
 	f.reported = append(f.reported, orgID, from, to, string(by))
+	if f.onReport != nil {
+		f.onReport()
+	}
 	return f.rows, nil
 }
 
@@ -401,5 +405,59 @@ func TestTrackedRuns(t *testing.T) {
 	settled := Usage{OrgID: "o1", UserID: "u1", Day: "2026-03-03", ContainerID: "c1", Counts: Counts{Commands: 1, Wall: 30 * time.Second}}
 	if _, ok := runs.runs["run_live"]; !ok || len(runs.added) != 1 || runs.added[0] != settled {
 		t.Fatalf("settled %+v, records left %+v", runs.added, runs.runs)
+	}
+}
+
+// gatedRuns is fakeRuns whose EndRuns, once entered (entered closes),
+// waits for release.
+type gatedRuns struct {
+	*fakeRuns
+	entered, release chan struct{}
+}
+
+func (g *gatedRuns) EndRuns(ctx context.Context, ended []Ended, sums []Usage) error {
+	close(g.entered)
+	<-g.release
+	return g.fakeRuns.EndRuns(ctx, ended, sums)
+}
+
+// TestReportWaitsForFlushUnderWay: a report reads the store only after a
+// flush under way (the periodic one) has written what it took from the
+// buffer: a command that ended before the report is in it.
+func TestReportWaitsForFlushUnderWay(t *testing.T) {
+	ctx := context.Background()
+	runs := &gatedRuns{fakeRuns: &fakeRuns{}, entered: make(chan struct{}), release: make(chan struct{})}
+	written := -1
+	st := &fakeStore{}
+	st.onReport = func() {
+		runs.mu.Lock()
+		written = len(runs.added)
+		runs.mu.Unlock()
+	}
+	s := newService(st, func(d *Deps) { d.Buffer = time.Hour; d.Runs = runs; d.Holder = "h" })
+	s.Begin(ctx, "c1")(sandbox.Result{Duration: time.Second}, nil)
+	flushed := make(chan error, 1)
+	go func() { flushed <- s.Flush(ctx) }()
+	<-runs.entered
+	reported := make(chan error, 1)
+	admin := user.Principal{OrgID: "o1", UserID: "u1", Role: user.Admin}
+	go func() {
+		_, err := s.Report(ctx, admin, "2026-03-01", "2026-03-31", ByDay)
+		reported <- err
+	}()
+	select {
+	case <-reported:
+		t.Fatal("the report read the store while a flush was writing what it took")
+	case <-time.After(200 * time.Millisecond):
+	}
+	close(runs.release)
+	if err := <-flushed; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-reported; err != nil {
+		t.Fatal(err)
+	}
+	if written != 1 {
+		t.Fatalf("the report read %d written usages, want the command's", written)
 	}
 }
