@@ -3,12 +3,15 @@
 # (`make microvm-guest`) from Debian packages, with apt-get from the apt
 # sources this host already uses: the kernel of linux-image-amd64 (its
 # current version, unpacked to vmlinux), the kernel modules a microVM's init loads (virtio over
-# MMIO, the virtio console, 9p; Debian's cloud kernel has no 9p), and the
+# MMIO, the virtio console, 9p, FUSE and virtiofs; Debian's cloud kernel
+# has no 9p), and the
 # static busybox of busybox-static. The backend writes each VM's initramfs
 # from them (infra/sandbox/microvm/init.sh is its /init).
 #
 # Beside them, the VMM: QEMU 10 of Debian 13 (trixie: qemu-system-x86 and
-# the libraries it needs, its firmware from qemu-system-data),
+# the libraries it needs, its firmware from qemu-system-data) and the
+# virtiofs daemon of the same release (virtiofsd, started by the wrapper
+# ./virtiofsd),
 # unpacked into vmm/ with Debian 13's own C library and started through it
 # by the wrapper ./qemu-system-x86_64, so Debian 12's libraries are not
 # touched. Its emulated CPU runs the guest's commands about twice as fast
@@ -33,7 +36,7 @@ else CACHE=/var/cache/threadbox; fi
 ROOTS="$CACHE/microvm-guest"
 
 # The modules, in the order the init loads them (each after its dependencies).
-MODULES="virtio_ring virtio virtio_mmio virtio_console netfs fscache 9pnet 9pnet_virtio 9p"
+MODULES="virtio_ring virtio virtio_mmio virtio_console netfs fscache 9pnet 9pnet_virtio 9p fuse virtiofs"
 
 # keep_built: without a package index to read (offline, or the mirror is
 # down), a guest already built serves as it is; else the build fails.
@@ -62,7 +65,7 @@ trap 'rm -rf "$tx"' EXIT
 # shellcheck source=../scripts/debian-trixie.sh
 . "$here/../scripts/debian-trixie.sh"
 trixie_apt "$tx" || keep_built "cannot read Debian trixie's package index"
-VMM_PACKAGES="qemu-system-x86 qemu-system-data"
+VMM_PACKAGES="qemu-system-x86 qemu-system-data virtiofsd"
 vmm_uris=$(apt-get "${TRIXIE_APT[@]}" -qq --print-uris install --download-only --no-install-recommends $VMM_PACKAGES | awk '{print $1, $2}' | sort)
 [ -n "$vmm_uris" ] || die "apt resolved no package for $VMM_PACKAGES"
 hash=$( (cat "$here/microvm-guest.sh" "$here/../scripts/debian-trixie.sh"; echo "$kpkg=$kver busybox-static=$bver"; echo "$vmm_uris" | awk '{print $2}') | sha256sum | cut -c1-64)
@@ -109,6 +112,7 @@ else
   mkdir -p "$out.tmp/keep/usr/bin" "$out.tmp/keep/usr/share"
   mv "$out.tmp/vmm/usr/lib" "$out.tmp/keep/usr/lib"
   mv "$out.tmp/vmm/usr/bin/qemu-system-x86_64" "$out.tmp/keep/usr/bin/"
+  mv "$out.tmp/vmm/usr/libexec/virtiofsd" "$out.tmp/keep/usr/bin/"
   mv "$out.tmp/vmm/usr/share/qemu" "$out.tmp/keep/usr/share/"
   # The microvm machine's firmware is qboot, as Debian 12 links it: the
   # SeaBIOS build Debian 13 links instead takes over a minute to hand an
@@ -117,7 +121,7 @@ else
   rm -rf "$out.tmp/vmm"
   mv "$out.tmp/keep" "$out.tmp/vmm"
   lib=/usr/lib/x86_64-linux-gnu
-  for f in "$lib/ld-linux-x86-64.so.2" /usr/bin/qemu-system-x86_64 /usr/share/qemu/bios-microvm.bin; do
+  for f in "$lib/ld-linux-x86-64.so.2" /usr/bin/qemu-system-x86_64 /usr/bin/virtiofsd /usr/share/qemu/bios-microvm.bin; do
     [ -e "$out.tmp/vmm$f" ] || die "VMM: $f missing from $VMM_PACKAGES"
   done
   cat >"$out.tmp/qemu-system-x86_64" <<WRAP
@@ -127,8 +131,16 @@ else
 d="\$(dirname "\$(readlink -f "\$0")")/vmm"
 QEMU_MODULE_DIR="\$d$lib/qemu" exec "\$d$lib/ld-linux-x86-64.so.2" --library-path "\$d$lib" "\$d/usr/bin/qemu-system-x86_64" -L "\$d/usr/share/qemu" "\$@"
 WRAP
-  chmod 755 "$out.tmp/qemu-system-x86_64"
+  cat >"$out.tmp/virtiofsd" <<WRAP
+#!/bin/sh
+# virtiofsd of Debian 13, with Debian 13's C library and its own
+# libraries (sandbox/microvm-guest.sh).
+d="\$(dirname "\$(readlink -f "\$0")")/vmm"
+exec "\$d$lib/ld-linux-x86-64.so.2" --library-path "\$d$lib" "\$d/usr/bin/virtiofsd" "\$@"
+WRAP
+  chmod 755 "$out.tmp/qemu-system-x86_64" "$out.tmp/virtiofsd"
   "$out.tmp/qemu-system-x86_64" --version | head -1 >&2 || die "the VMM does not start"
+  "$out.tmp/virtiofsd" --version >&2 || die "virtiofsd does not start"
   { printf '%s %s\nbusybox-static %s\n' "$kpkg" "$kver" "$bver"; echo "$vmm_uris" | awk '{print $2}'; } >"$out.tmp/packages"
   echo "$hash" >"$out.tmp/.threadbox-complete"
   rm -rf "$out"

@@ -34,11 +34,14 @@ func TestParseConfig(t *testing.T) {
 		t.Fatalf("defaults %+v", defaults)
 	}
 	vm, err := parseConfig([]string{"-vm-init", "-vm-hold", "-vm-shares", "m0:/home/agent/workspace:rw:d m1:/mnt/skills:ro:."}, func(string) string { return "" })
-	if err != nil || !vm.vmInit || !vm.vmHold || len(vm.vmShares) != 2 || vm.vmShares[0].Sub != "d" || !vm.vmShares[1].ReadOnly {
+	if err != nil || !vm.vmInit || !vm.vmHold || len(vm.vmShares) != 2 || vm.vmShares[0].Sub != "d" || !vm.vmShares[1].ReadOnly || vm.vmFS != "9p" {
+		t.Fatalf("microVM init config %+v %v", vm, err)
+	}
+	if vm, err = parseConfig([]string{"-vm-init", "-vm-fs", "virtiofs"}, func(string) string { return "" }); err != nil || vm.vmFS != "virtiofs" {
 		t.Fatalf("microVM init config %+v %v", vm, err)
 	}
 	for _, args := range [][]string{{"-grace", "soon"}, {"-drain", "-1s"}, {"-log-level", "loud"}, {"-no-such-flag"}, {"-nofile", "many"}, {"-nofile", "3"},
-		{"-vm-shares", "m0:/w:rw:."}, {"-vm-init", "-vm-shares", "m0:w:rw:."}} {
+		{"-vm-shares", "m0:/w:rw:."}, {"-vm-init", "-vm-shares", "m0:w:rw:."}, {"-vm-init", "-vm-fs", "nfs"}} {
 		if _, err := parseConfig(args, func(string) string { return "" }); err == nil {
 			t.Errorf("parseConfig(%q) accepted", args)
 		}

@@ -1,6 +1,11 @@
 package main
 
-import "threadbox/infra/sandbox/agent/protocol"
+import (
+	"time"
+
+	"threadbox/infra/sandbox/agent/protocol"
+	"threadbox/infra/sandbox/microvm/guestinit"
+)
 
 // hold handles the frames of a checkpoint (protocol/hold.go) and, while
 // the agent is held, every frame: it reports whether f was taken. Hold
@@ -14,9 +19,11 @@ func (s *server) hold(f protocol.Frame) bool {
 			s.outMu.Lock()
 			s.writeLocked(protocol.TypeHeld, f.ID, nil)
 			s.held = true
+			s.heldAt = time.Now()
 		}
 		return true
 	case f.Type == protocol.TypeRelease:
+		s.resumeGuest(f.Payload)
 		if !s.held {
 			s.outMu.Lock()
 		}
@@ -30,6 +37,29 @@ func (s *server) hold(f protocol.Frame) bool {
 		return true
 	}
 	return false
+}
+
+// resumeGuest applies a Release frame's clock and seed in a microVM guest
+// (the agent finished its init), whose clock stood still while it was
+// saved: the frame's clock is the host's when the VM ran again, to which
+// the guest adds its own monotonic time since the Hold it was saved after
+// (guestinit.Resume). Elsewhere the runtime keeps the clock, and they are
+// ignored. A failure is logged: the sandbox serves on.
+func (s *server) resumeGuest(payload []byte) {
+	if !s.cfg.vmInit || len(payload) == 0 || s.heldAt.IsZero() {
+		return
+	}
+	var r protocol.Release
+	if err := protocol.Decode(payload, &r); err != nil {
+		s.log.Error("agent: release", "err", err)
+		return
+	}
+	if r.ClockUnixNano <= 0 {
+		return
+	}
+	if err := guestinit.Resume(r.ClockUnixNano, s.heldAt, r.Seed); err != nil {
+		s.log.Error("agent: resume the guest", "err", err)
+	}
 }
 
 // released returns the payload of a Released frame: the next id and the

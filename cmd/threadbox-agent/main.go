@@ -71,6 +71,7 @@ type config struct {
 	vmInit   bool
 	vmShares []guestinit.Share
 	vmHold   bool
+	vmFS     string
 }
 
 // envPrefix starts every environment variable that configures the agent;
@@ -100,6 +101,7 @@ func parseConfig(args []string, getenv func(string) string) (config, error) {
 	fs.BoolVar(&cfg.vmInit, "vm-init", false, "finish a microVM guest's init before serving: mount the root filesystem and -vm-shares, move into the new root")
 	vmShares := fs.String("vm-shares", "", "with -vm-init: the container's folders as tag:target:ro|rw:sub words")
 	fs.BoolVar(&cfg.vmHold, "vm-hold", false, "with -vm-init: hold to be saved as a template of warm VMs, until the host's go")
+	fs.StringVar(&cfg.vmFS, "vm-fs", guestinit.FS9p, "with -vm-init: the file system of the root and the shares, 9p or virtiofs")
 	nofile := fs.String("nofile", def("NOFILE", ""), "RLIMIT_NOFILE (soft and hard) of the agent and every command; empty keeps it (env THREADBOX_AGENT_NOFILE)")
 	if err := fs.Parse(args); err != nil {
 		return config{}, fmt.Errorf("agent: flags: %w", err)
@@ -112,6 +114,9 @@ func parseConfig(args []string, getenv func(string) string) (config, error) {
 		if cfg.vmShares, err = guestinit.ParseShares(*vmShares); err != nil {
 			return config{}, fmt.Errorf("agent: -vm-shares: %w", err)
 		}
+	}
+	if err := guestinit.CheckFS(cfg.vmFS); err != nil {
+		return config{}, fmt.Errorf("agent: -vm-fs: %w", err)
 	}
 	if *nofile != "" {
 		n, err := strconv.ParseUint(*nofile, 10, 64)
@@ -148,7 +153,7 @@ func main() {
 	if cfg.vmInit {
 		// The guest's init: a failure ends it, and so the VM, whose
 		// console the host reads for why.
-		if err := guestinit.Run(os.Stdin, os.Stdout, cfg.vmShares, cfg.vmHold); err != nil {
+		if err := guestinit.Run(os.Stdin, os.Stdout, cfg.vmShares, cfg.vmFS, cfg.vmHold); err != nil {
 			fmt.Fprintln(os.Stderr, "threadbox-init:", err)
 			os.Exit(1)
 		}

@@ -29,6 +29,9 @@ type server struct {
 	// reads or writes it, as it does maxID.
 	held  bool
 	maxID uint32 // the highest id the host used
+	// heldAt is when the last Hold came: a microVM saved after it resumes
+	// its clock from it (resumeGuest).
+	heldAt time.Time
 	// gen numbers the host connections of a dialing agent (dial.go); a
 	// command's frames are written only while its gen is the server's.
 	// awaitRelease is set from a connection's end until the next host's

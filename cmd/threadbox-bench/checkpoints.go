@@ -29,6 +29,7 @@ import (
 	"threadbox/infra/sandbox/boxes"
 	"threadbox/infra/sandbox/gvisor"
 	"threadbox/infra/sandbox/hostdirs"
+	"threadbox/infra/sandbox/sandboxtest"
 )
 
 // Targets of the checkpoints section.
@@ -42,28 +43,6 @@ const (
 // short answer of a fast model (a real one takes longer, leaving the
 // restore more time).
 const modelTurn = 500 * time.Millisecond
-
-// ckptHolder starts a Python process out of the command's process group
-// that holds x = 41 and 50 MiB (every page touched); on SIGUSR1 it writes
-// x + 1 to /tmp/answer.
-const ckptHolder = `setsid python3 -c '
-import os, signal, time
-x = 41
-ballast = bytearray(50 << 20)
-ballast[::4096] = b"x" * len(ballast[::4096])
-def answer(*_):
-    with open("/tmp/answer.tmp", "w") as f:
-        f.write(str(x + 1))
-    os.rename("/tmp/answer.tmp", "/tmp/answer")
-signal.signal(signal.SIGUSR1, answer)
-open("/tmp/holder.pid", "w").write(str(os.getpid()))
-while True:
-    time.sleep(1)
-' >/dev/null 2>&1 </dev/null &
-for i in $(seq 100); do test -s /tmp/holder.pid && break; sleep 0.05; done; cat /tmp/holder.pid`
-
-// ckptAsk signals the holder and prints its answer.
-const ckptAsk = `rm -f /tmp/answer; kill -USR1 $(cat /tmp/holder.pid) && for i in $(seq 100); do test -s /tmp/answer && break; sleep 0.05; done; cat /tmp/answer`
 
 // benchCheckpoints prints the checkpoints table: n rounds.
 func benchCheckpoints(ctx context.Context, agentBin string, n int, out io.Writer) error {
@@ -126,7 +105,7 @@ func benchCheckpoints(ctx context.Context, agentBin string, n int, out io.Writer
 			return err
 		}
 		cold = append(cold, time.Since(start))
-		if _, err := run(ckptHolder); err != nil {
+		if _, err := run(sandboxtest.Holder); err != nil {
 			return err
 		}
 		// A turn's running-state snapshot: the sandbox goes on.
@@ -166,7 +145,7 @@ func benchCheckpoints(ctx context.Context, agentBin string, n int, out io.Writer
 		}
 		restore = append(restore, time.Since(start))
 		floor = append(floor, floors.last())
-		if got, err := run(ckptAsk); err != nil || got != "42" {
+		if got, err := run(sandboxtest.AskHolder); err != nil || got != "42" {
 			return fmt.Errorf("the restored holder answered %q (%v), want 42", got, err)
 		}
 		if err := os.RemoveAll(image); err != nil {
@@ -185,7 +164,7 @@ func benchCheckpoints(ctx context.Context, agentBin string, n int, out io.Writer
 			return err
 		}
 		rewind = append(rewind, time.Since(start))
-		if got, err := run(ckptAsk); err != nil || got != "42" {
+		if got, err := run(sandboxtest.AskHolder); err != nil || got != "42" {
 			return fmt.Errorf("the rewound holder answered %q (%v), want 42", got, err)
 		}
 		if err := os.RemoveAll(running); err != nil {
@@ -204,7 +183,7 @@ func benchCheckpoints(ctx context.Context, agentBin string, n int, out io.Writer
 		if err := be.Ensure(ctx, spec); err != nil {
 			return err
 		}
-		if _, err := run(ckptHolder); err != nil {
+		if _, err := run(sandboxtest.Holder); err != nil {
 			return err
 		}
 		image := filepath.Join(work, fmt.Sprintf("early%d", i))
@@ -225,7 +204,7 @@ func benchCheckpoints(ctx context.Context, agentBin string, n int, out io.Writer
 			return err
 		}
 		early = append(early, time.Since(start))
-		if got, err := run(ckptAsk); err != nil || got != "42" {
+		if got, err := run(sandboxtest.AskHolder); err != nil || got != "42" {
 			return fmt.Errorf("the restored holder answered %q (%v), want 42", got, err)
 		}
 		_ = be.Stop(ctx, id)

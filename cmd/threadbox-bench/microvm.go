@@ -4,8 +4,9 @@ package main
 // sandbox) in-process, labelled with the accelerator it ran on: boot to
 // the first command's result, a warm VM restored from the template, its
 // claim to the first command's result, the agent channel's round trip (a ping over virtio-serial) and a
-// warm `true` through it, and the host memory (PSS of the QEMU process) of
-// an idle VM. With MICROVM_ACCEL unset it uses KVM
+// warm `true` through it, a checkpoint of a booted VM and its restore to
+// the first command's result, and the host memory (PSS of the QEMU process
+// and its virtiofsd processes) of an idle VM. With MICROVM_ACCEL unset it uses KVM
 // where the backend can, else emulation (tcg), and says why.
 
 import (
@@ -17,12 +18,14 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"threadbox/domain/sandbox"
 	"threadbox/infra/sandbox/boxes"
 	"threadbox/infra/sandbox/hostdirs"
 	"threadbox/infra/sandbox/microvm"
+	"threadbox/infra/sandbox/sandboxtest"
 )
 
 // benchMicroVM prints the microvm table: n boots, 500 pings and execs,
@@ -101,7 +104,43 @@ func benchMicroVM(ctx context.Context, o opts, agentBin string, n int, out io.Wr
 		execs = append(execs, time.Since(start))
 	}
 	time.Sleep(2 * time.Second) // idle
-	pss := pssKiB(be.PID(id))
+	var pss int64
+	for _, pid := range be.PIDs(id) {
+		pss += pssKiB(pid)
+	}
+	// Checkpoints of the booted VM, with a Python process holding 50 MiB
+	// (the gVisor checkpoint rows' sandbox): saved and ended, then restored
+	// up to the next command's result.
+	var saves, restores []time.Duration
+	var imageBytes int64
+	ckpt := be.Checkpoints(ctx)
+	if ckpt.Supported {
+		hold := sandbox.Command{Args: []string{"bash", "-c", sandboxtest.Holder}, Timeout: 2 * time.Minute}
+		if _, err := be.Exec(ctx, id, hold); err != nil {
+			return err
+		}
+		for i := range n {
+			dir := filepath.Join(work, fmt.Sprintf("checkpoint-%d", i))
+			if err := os.Mkdir(dir, 0o700); err != nil {
+				return err
+			}
+			start := time.Now()
+			if err := be.Checkpoint(ctx, id, dir); err != nil {
+				return err
+			}
+			saves = append(saves, time.Since(start))
+			imageBytes = diskBytes(dir)
+			start = time.Now()
+			if err := be.Restore(ctx, spec, dir); err != nil {
+				return err
+			}
+			if _, err := be.Exec(ctx, id, trueCmd); err != nil {
+				return err
+			}
+			restores = append(restores, time.Since(start))
+			_ = os.RemoveAll(dir)
+		}
+	}
 	_ = be.Stop(ctx, id)
 	// The warm pool: a warm VM restored from the template (the first
 	// makes the template, untimed), then claimed for the container up to
@@ -169,8 +208,15 @@ func benchMicroVM(ctx context.Context, o opts, agentBin string, n int, out io.Wr
 		fmt.Fprintf(out, "%-52s %12s %12s %s\n", "docker backend: boot to first command (baseline)", ms(d50), ms(d99), fmt.Sprintf("microvm / docker = %.1fx", float64(b50)/float64(d50)))
 		fmt.Fprintf(out, "%-52s %12s %12s %s\n", "docker backend: warm exec round trip (baseline)", ms(x50), ms(x99), fmt.Sprintf("microvm / docker = %.1fx", float64(e50)/float64(x50)))
 	}
-	fmt.Fprintf(out, "%-52s %12s %12s %s\n", "restore of a running sandbox's checkpoint", "not built", "", "")
-	fmt.Fprintf(out, "%-52s %12s\n", "host memory of an idle VM, booted (QEMU PSS)", fmt.Sprintf("%d MiB", pss>>10))
+	if ckpt.Supported {
+		s50, s99 := percentiles(saves)
+		x50, x99 := percentiles(restores)
+		fmt.Fprintf(out, "%-52s %12s %12s %s\n", "checkpoint of the VM (Python holding 50 MiB), ended", ms(s50), ms(s99), fmt.Sprintf("%d MiB on disk (RAM and state)", imageBytes>>20))
+		fmt.Fprintf(out, "%-52s %12s %12s %s\n", "restore from the checkpoint to first command", ms(x50), ms(x99), fmt.Sprintf("boot / restore = %.1fx", float64(b50)/float64(x50)))
+	} else {
+		fmt.Fprintf(out, "%-52s %12s\n", "checkpoint of a running VM", ckpt.Reason)
+	}
+	fmt.Fprintf(out, "%-52s %12s\n", "host memory of an idle VM, booted (QEMU and virtiofsd PSS)", fmt.Sprintf("%d MiB", pss>>10))
 	fmt.Fprintf(out, "%-52s %12s\n", "host memory of an idle VM, 1 of 3 from a template", fmt.Sprintf("%d MiB", clonePSS>>10))
 	fmt.Fprintf(out, "%-52s %12s\n", "the template's memory file (once)", fmt.Sprintf("%d MiB", templateKiB>>10))
 	return nil
@@ -225,4 +271,21 @@ func pssKiB(pid int) int64 {
 		}
 	}
 	return 0
+}
+
+// diskBytes sums the disk space the regular files under dir take (a
+// sparse file's holes take none).
+func diskBytes(dir string) int64 {
+	var n int64
+	_ = filepath.WalkDir(dir, func(_ string, d os.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			if fi, err := d.Info(); err == nil {
+				if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+					n += st.Blocks * 512
+				}
+			}
+		}
+		return nil
+	})
+	return n
 }

@@ -78,18 +78,7 @@ func TestGvisorSandboxSurvivesRestart(t *testing.T) {
 	s, fake := modelServer(t, "", "anthropic", map[string]string{"SANDBOX_BACKEND": "gvisor", "THREADBOX_AGENT_BIN": bin, "THREADBOX_INSTANCE": gvisorInstance(t)})
 	tok := s.bootstrap("acme", "admin@acme.test")
 	ctx := context.Background()
-	bash := func(s *server, command string) anthropic.BashCodeExecutionResultBlock {
-		t.Helper()
-		fake.Push(bashStep(command), textStep("ok"))
-		cl := msgClient(s, tok)
-		msg, err := cl.Messages.New(ctx, msgParams("durable", userText("run"), codeExecTool...))
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, r := bashResult(t, msg.Content, 0)
-		return r
-	}
-	r := bash(s, "setsid sh -c 'echo $$ > /tmp/bg.pid; while :; do sleep 1; done' >/dev/null 2>&1 </dev/null & "+
+	r := bashTurn(t, s, fake, tok, "durable", "setsid sh -c 'echo $$ > /tmp/bg.pid; while :; do sleep 1; done' >/dev/null 2>&1 </dev/null & "+
 		"echo kept > /tmp/kept; for i in $(seq 100); do test -s /tmp/bg.pid && break; sleep 0.05; done; cat /tmp/bg.pid")
 	pid := strings.TrimSpace(r.Stdout)
 	if r.ReturnCode != 0 || pid == "" {
@@ -359,17 +348,9 @@ func TestGvisorFilesTravelToAnotherHost(t *testing.T) {
 	}
 	first, fake := modelServer(t, dbURL, "anthropic", settings)
 	tok := first.bootstrap("acme", "admin@acme.test")
-	ctx := context.Background()
 	bash := func(s *server, fake *fakeupstream.Server, command string) anthropic.BashCodeExecutionResultBlock {
 		t.Helper()
-		fake.Push(bashStep(command), textStep("ok"))
-		cl := msgClient(s, tok)
-		msg, err := cl.Messages.New(ctx, msgParams("travel", userText("run"), codeExecTool...))
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, r := bashResult(t, msg.Content, 0)
-		return r
+		return bashTurn(t, s, fake, tok, "travel", command)
 	}
 	r := bash(first, fake, "echo 'written on the first host' > notes.txt; "+
 		"setsid sh -c 'echo $$ > /tmp/bg.pid; while :; do sleep 1; done' >/dev/null 2>&1 </dev/null & "+

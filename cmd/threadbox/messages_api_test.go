@@ -84,6 +84,21 @@ func codeExecRequests(t *testing.T, m *anthropic.Message) int {
 	return v.Usage.ServerToolUse.CodeExecutionRequests
 }
 
+// bashTurn runs one Messages API request of tok on s, in container, whose
+// model (fake, s's upstream) calls bash with command and then answers, and
+// returns the call's result.
+func bashTurn(t *testing.T, s *server, fake *fakeupstream.Server, tok, container, command string) anthropic.BashCodeExecutionResultBlock {
+	t.Helper()
+	fake.Push(bashStep(command), textStep("ok"))
+	cl := msgClient(s, tok)
+	msg, err := cl.Messages.New(context.Background(), msgParams(container, userText("run"), codeExecTool...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, r := bashResult(t, msg.Content, 0)
+	return r
+}
+
 // bashResult checks that blocks i and i+1 are a bash call and its result
 // and returns the result.
 func bashResult(t *testing.T, content []anthropic.ContentBlockUnion, i int) (anthropic.ServerToolUseBlock, anthropic.BashCodeExecutionResultBlock) {

@@ -1,8 +1,11 @@
 package main
 
 import (
+	"fmt"
+	"maps"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -26,13 +29,8 @@ func TestSandboxToolsMicroVM(t *testing.T) {
 	if os.Geteuid() != 0 {
 		missing(t, "the microvm backend needs root")
 	}
-	if local.FindRootFS(os.Getenv) == "" || microvm.GuestQEMU(microvm.FindGuest(os.Getenv)) == "" {
-		missing(t, "no sandbox root filesystem (make sandbox-image) or microVM guest with its QEMU (make microvm-guest)")
-	}
-	accel := os.Getenv("MICROVM_ACCEL")
-	if accel == "" {
-		accel = microvm.AccelTCG
-	}
+	needMicroVM(t)
+	accel := microVMAccel()
 	for _, pool := range []string{"0", "1"} {
 		t.Run("warm pool "+pool, func(t *testing.T) {
 			s, fake := modelServer(t, "", "anthropic", map[string]string{"SANDBOX_BACKEND": "microvm", "MICROVM_ACCEL": accel,
@@ -73,5 +71,75 @@ func TestSandboxToolsMicroVM(t *testing.T) {
 				t.Errorf("the turn's sandbox was not a warm VM restored from the template; the log:\n%s", logs)
 			}
 		})
+	}
+}
+
+// needMicroVM fails or skips the test unless the microvm backend can boot
+// VMs here: root, the sandbox root filesystem and the guest with its QEMU.
+func needMicroVM(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		missing(t, "the microvm backend needs root")
+	}
+	if local.FindRootFS(os.Getenv) == "" || microvm.GuestQEMU(microvm.FindGuest(os.Getenv)) == "" {
+		missing(t, "no sandbox root filesystem (make sandbox-image) or microVM guest with its QEMU (make microvm-guest)")
+	}
+}
+
+// microVMAccel is the tests' accelerator: MICROVM_ACCEL, else emulation.
+func microVMAccel() string {
+	if a := os.Getenv("MICROVM_ACCEL"); a != "" {
+		return a
+	}
+	return microvm.AccelTCG
+}
+
+// TestMicroVMSandboxSurvivesRestart: a graceful shutdown checkpoints the
+// microVM it holds (its processes would end with the process), and the
+// next request after the restart restores it from its archive in the blob
+// store (this host's copy removed, as on another host): a background
+// process an earlier bash call started still runs, /tmp is kept, and the
+// guest's clock is the host's.
+func TestMicroVMSandboxSurvivesRestart(t *testing.T) {
+	bin := needAgent(t)
+	needMicroVM(t)
+	s, fake := modelServer(t, "", "anthropic", map[string]string{"SANDBOX_BACKEND": "microvm", "MICROVM_ACCEL": microVMAccel(),
+		"THREADBOX_AGENT_BIN": bin, "SANDBOX_MEMORY_BYTES": "536870912", "SANDBOX_WARM_POOL": "0", "LOG_LEVEL": "info"})
+	tok := s.bootstrap("acme", "admin@acme.test")
+	r := bashTurn(t, s, fake, tok, "durable", "setsid sh -c 'echo $$ > /tmp/bg.pid; while :; do sleep 1; done' >/dev/null 2>&1 </dev/null & "+
+		"echo kept > /tmp/kept; for i in $(seq 100); do test -s /tmp/bg.pid && break; sleep 0.1; done; cat /tmp/bg.pid")
+	pid := strings.TrimSpace(r.Stdout)
+	if r.ReturnCode != 0 || pid == "" {
+		t.Fatalf("starting the background process: %+v", r)
+	}
+	s.stop()
+	archives := func() []string {
+		found, _ := filepath.Glob(filepath.Join(s.dataDir, "checkpoint-archives", "*", "??", "*"))
+		return found
+	}
+	if a := archives(); len(a) != 1 {
+		t.Fatalf("checkpoint archives after the graceful shutdown: %v, want one; the log:\n%s", a, s.stdout.String()+s.stderr.String())
+	}
+	if err := os.RemoveAll(filepath.Join(s.dataDir, "checkpoints")); err != nil {
+		t.Fatal(err)
+	}
+	env := maps.Clone(s.env)
+	env["LISTEN_ADDR"] = freeAddr(t)
+	s2 := &server{t: t, base: "http://" + env["LISTEN_ADDR"], dataDir: s.dataDir, env: env, stdout: &syncBuffer{}, stderr: &syncBuffer{}}
+	s2.run(t, []string{"serve"}, 20*time.Second)
+	r = bashTurn(t, s2, fake, tok, "durable", "cat /tmp/kept; kill -0 "+pid+" && echo alive; echo $(( $(date +%s) ))")
+	lines := strings.Split(strings.TrimSpace(r.Stdout), "\n")
+	if len(lines) != 3 || lines[0] != "kept" || lines[1] != "alive" || r.Stderr != "" {
+		t.Fatalf("after the restart: %+v, want /tmp and the background process back; the log:\n%s", r, s2.stdout.String()+s2.stderr.String())
+	}
+	var guest int64
+	if _, err := fmt.Sscan(lines[2], &guest); err != nil {
+		t.Fatalf("date: %q", lines[2])
+	}
+	if off := time.Now().Unix() - guest; off < -5 || off > 5 {
+		t.Errorf("after the restore the guest's clock is %d s off the host's", off)
+	}
+	if logs := s2.stdout.String() + s2.stderr.String(); !strings.Contains(logs, "sandbox restored from its checkpoint") {
+		t.Errorf("the sandbox was not restored from its checkpoint; the log:\n%s", logs)
 	}
 }

@@ -160,6 +160,10 @@ func Unpack(ctx context.Context, r io.Reader, dir string) error {
 	}
 }
 
+// writeFile writes r to a new file at path, sparse: a block of zeros is
+// skipped over, not written, so that a memory image's untouched pages (a
+// microVM's RAM, which the archive holds as zeros) take no disk space and
+// read back as holes.
 func writeFile(path string, r io.Reader) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return err
@@ -168,9 +172,47 @@ func writeFile(path string, r io.Reader) error {
 	if err != nil {
 		return err
 	}
-	_, err = io.Copy(f, r)
+	err = writeSparse(f, r)
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
 	return err
+}
+
+// sparseBlock is the unit writeSparse skips when it is all zeros.
+const sparseBlock = 4096
+
+// writeSparse copies r into f (empty), leaving each whole block of zeros
+// a hole, and sets f's size to what r held.
+func writeSparse(f *os.File, r io.Reader) error {
+	buf := make([]byte, 1<<20)
+	var off int64
+	for {
+		n, err := io.ReadFull(r, buf)
+		for b := 0; b < n; b += sparseBlock {
+			blk := buf[b:min(b+sparseBlock, n)]
+			if !allZero(blk) {
+				if _, werr := f.WriteAt(blk, off); werr != nil {
+					return werr
+				}
+			}
+			off += int64(len(blk))
+		}
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			return f.Truncate(off)
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// allZero reports whether b holds only zeros.
+func allZero(b []byte) bool {
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -73,6 +74,47 @@ func TestArchive(t *testing.T) {
 			}
 		})
 	}
+	// A memory image with untouched pages (a microVM's RAM: 64 MiB, two
+	// pages written, one of them partly zero) unpacks with the same bytes
+	// and its zeros as holes.
+	t.Run("sparse", func(t *testing.T) {
+		src := t.TempDir()
+		f, err := os.Create(filepath.Join(src, "vm.ram"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		page := bytes.Repeat([]byte{7}, 4096)
+		page[100] = 0
+		for _, off := range []int64{8192, 40 << 20} {
+			if _, err := f.WriteAt(page, off); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := f.Truncate(64 << 20); err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+		var buf bytes.Buffer
+		if err := checkpoints.Pack(ctx, src, &buf, checkpoints.Zstd); err != nil {
+			t.Fatal(err)
+		}
+		dst := t.TempDir()
+		if err := checkpoints.Unpack(ctx, &buf, dst); err != nil {
+			t.Fatal(err)
+		}
+		want, _ := os.ReadFile(filepath.Join(src, "vm.ram"))
+		got, err := os.ReadFile(filepath.Join(dst, "vm.ram"))
+		if err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("unpacked RAM differs (%d bytes, want %d): %v", len(got), len(want), err)
+		}
+		var st syscall.Stat_t
+		if err := syscall.Stat(filepath.Join(dst, "vm.ram"), &st); err != nil {
+			t.Fatal(err)
+		}
+		if used := st.Blocks * 512; used > 1<<20 {
+			t.Errorf("the unpacked 64 MiB image with two pages written takes %d bytes of disk, want its zeros as holes", used)
+		}
+	})
 	// An archive naming a path outside its folder, a link or the host's
 	// bookkeeping is refused and writes nothing outside.
 	for _, h := range []tar.Header{

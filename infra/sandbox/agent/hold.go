@@ -181,6 +181,16 @@ func (c *Client) Hold(ctx context.Context) error {
 // rw is nil, and waits for Released. Commands and sessions started before
 // Hold go on.
 func (c *Client) Resume(ctx context.Context, rw io.ReadWriteCloser) error {
+	return c.ResumeWith(ctx, rw, protocol.Release{})
+}
+
+// ResumeWith is Resume with r as the Release frame's payload (a restored
+// microVM's clock and seed).
+func (c *Client) ResumeWith(ctx context.Context, rw io.ReadWriteCloser, r protocol.Release) error {
+	payload, err := releasePayload(r)
+	if err != nil {
+		return err
+	}
 	c.connMu.Lock()
 	if !c.held {
 		c.connMu.Unlock()
@@ -198,7 +208,7 @@ func (c *Client) Resume(ctx context.Context, rw io.ReadWriteCloser) error {
 	id := c.newID()
 	ch := c.ask(id)
 	// The writer waits while held: this is the only write.
-	if _, err := cur.Write(protocol.AppendFrame(nil, protocol.TypeRelease, id, nil)); err != nil {
+	if _, err := cur.Write(protocol.AppendFrame(nil, protocol.TypeRelease, id, payload)); err != nil {
 		c.unhold()
 		c.fail(fmt.Errorf("resume: %w", err))
 		return fmt.Errorf("agent: resume: %w", c.err)
@@ -215,9 +225,19 @@ func (c *Client) Resume(ctx context.Context, rw io.ReadWriteCloser) error {
 // on a client new to it: later requests are numbered above every id the
 // agent knows.
 func (c *Client) Release(ctx context.Context) error {
+	return c.ReleaseWith(ctx, protocol.Release{})
+}
+
+// ReleaseWith is Release with r as the Release frame's payload (a restored
+// microVM's clock and seed).
+func (c *Client) ReleaseWith(ctx context.Context, r protocol.Release) error {
+	payload, err := releasePayload(r)
+	if err != nil {
+		return err
+	}
 	id := c.newID()
 	ch := c.ask(id)
-	if err := c.send(ctx, protocol.TypeRelease, id, nil); err != nil {
+	if err := c.send(ctx, protocol.TypeRelease, id, payload); err != nil {
 		return fmt.Errorf("agent: release: %w", err)
 	}
 	f, err := c.await(ctx, id, ch, protocol.TypeReleased)
@@ -225,6 +245,19 @@ func (c *Client) Release(ctx context.Context) error {
 		return err
 	}
 	return c.released(f)
+}
+
+// releasePayload encodes r, nothing when r is empty (what every agent
+// takes).
+func releasePayload(r protocol.Release) ([]byte, error) {
+	if r.ClockUnixNano == 0 && len(r.Seed) == 0 {
+		return nil, nil
+	}
+	b, err := protocol.Encode(r)
+	if err != nil {
+		return nil, fmt.Errorf("agent: release: %w", err)
+	}
+	return b, nil
 }
 
 // released takes in the agent's Released frame f: later requests are

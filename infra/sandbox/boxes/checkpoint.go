@@ -2,9 +2,18 @@ package boxes
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
 
 	"threadbox/domain/sandbox"
+	"threadbox/infra/sandbox/agent"
 )
 
 // FilesOnly answers for a backend whose sandboxes keep their files only
@@ -37,4 +46,122 @@ func (f FilesOnly) CheckpointRunning(ctx context.Context, id, dir string) error 
 // Restore is unsupported: a sandbox keeps files only.
 func (f FilesOnly) Restore(ctx context.Context, spec sandbox.Spec, dir string) error {
 	return fmt.Errorf("%s: %w", f.name, f.Checkpoints(ctx).Err())
+}
+
+// CheckpointRecordFile is the file beside a backend's checkpoint that
+// says what it was taken with.
+const CheckpointRecordFile = "threadbox-checkpoint.json"
+
+// CheckpointRecord is the content of CheckpointRecordFile.
+type CheckpointRecord struct {
+	Image   sandbox.CheckpointImage `json:"image"`
+	TakenAt time.Time               `json:"taken_at"`
+}
+
+// WriteCheckpointRecord writes into dir that its checkpoint was taken
+// with img, now.
+func WriteCheckpointRecord(dir string, img sandbox.CheckpointImage) error {
+	data, err := json.Marshal(CheckpointRecord{Image: img, TakenAt: time.Now().UTC()})
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, CheckpointRecordFile), data, 0o600)
+}
+
+// ReadCheckpointRecord reads what the checkpoint in dir was taken with; a
+// missing or damaged record wraps sandbox.ErrCheckpointIncompatible.
+func ReadCheckpointRecord(dir string) (CheckpointRecord, error) {
+	data, err := os.ReadFile(filepath.Join(dir, CheckpointRecordFile))
+	if err != nil {
+		return CheckpointRecord{}, fmt.Errorf("%w: %w", sandbox.ErrCheckpointIncompatible, err)
+	}
+	var r CheckpointRecord
+	if err := json.Unmarshal(data, &r); err != nil {
+		return CheckpointRecord{}, fmt.Errorf("%w: %s: %w", sandbox.ErrCheckpointIncompatible, CheckpointRecordFile, err)
+	}
+	return r, nil
+}
+
+// AgentDigest is the sha256 of an agent binary, which a checkpoint
+// records: a restore needs the same agent. It is read again when the
+// binary's size or modification time changed.
+type AgentDigest struct {
+	mu     sync.Mutex
+	key    string
+	digest string
+}
+
+// Of returns the digest of the agent binary at path.
+func (d *AgentDigest) Of(path string) (string, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return "", fmt.Errorf("agent binary: %w", err)
+	}
+	key := fmt.Sprintf("%s %d/%d", path, fi.Size(), fi.ModTime().UnixNano())
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.key == key {
+		return d.digest, nil
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return "", fmt.Errorf("agent binary: %w", err)
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", fmt.Errorf("agent binary: %w", err)
+	}
+	d.key, d.digest = key, "sha256:"+hex.EncodeToString(h.Sum(nil))
+	return d.digest, nil
+}
+
+// HeldClients keeps the agent clients of checkpointed sandboxes, by
+// sandbox id, for their restore by this process: the sessions they
+// started (interpreters, terminals) stay theirs across it.
+type HeldClients struct {
+	mu   sync.Mutex
+	held map[string]*agent.Client
+}
+
+// Put keeps c for id, ending a client kept before.
+func (h *HeldClients) Put(id string, c *agent.Client) {
+	h.mu.Lock()
+	if h.held == nil {
+		h.held = map[string]*agent.Client{}
+	}
+	old := h.held[id]
+	h.held[id] = c
+	h.mu.Unlock()
+	if old != nil && old != c {
+		old.Close()
+	}
+}
+
+// Take returns and forgets the client kept for id, or nil.
+func (h *HeldClients) Take(id string) *agent.Client {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	c := h.held[id]
+	delete(h.held, id)
+	return c
+}
+
+// Drop ends the client kept for id, if any: the sessions it started end
+// (their sandbox is not coming back).
+func (h *HeldClients) Drop(id string) {
+	if c := h.Take(id); c != nil {
+		c.Close()
+	}
+}
+
+// DropAll ends every client kept.
+func (h *HeldClients) DropAll() {
+	h.mu.Lock()
+	held := h.held
+	h.held = nil
+	h.mu.Unlock()
+	for _, c := range held {
+		c.Close()
+	}
 }

@@ -2,25 +2,20 @@ package gvisor
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"os"
-	"path/filepath"
 	"time"
 
 	"threadbox/domain/sandbox"
-	"threadbox/infra/sandbox/agent"
+	"threadbox/infra/sandbox/boxes"
 	"threadbox/infra/sandbox/hostdirs"
 )
 
 // Checkpoints of gVisor sandboxes. Checkpoint holds the agent's connection
 // between frames (agent.Client.Hold), has runsc save the sandbox into the
 // folder (runsc checkpoint, uncompressed; the sandbox ends with it) and
-// writes beside it what the checkpoint was taken with (metaFile). Restore
+// writes beside it what the checkpoint was taken with
+// (boxes.CheckpointRecordFile). Restore
 // compares that with this server (sandbox.CheckpointImage.Mismatch: the
 // same runsc build and flags, root filesystem folder, agent binary and
 // folder targets) and boots the sandbox from the folder under a new runsc
@@ -30,15 +25,6 @@ import (
 // (agent.Client.Resume), so the sessions it started (interpreters,
 // terminals) are still its own; a later process releases the restored
 // agent with a client of its own (agent.Client.Release).
-
-// metaFile is the file beside runsc's image that says what it was taken with.
-const metaFile = "threadbox-checkpoint.json"
-
-// meta is the content of metaFile.
-type meta struct {
-	Image   sandbox.CheckpointImage `json:"image"`
-	TakenAt time.Time               `json:"taken_at"`
-}
 
 // Checkpoints answers that sandboxes are checkpointed where runsc can run
 // them, naming the runsc build; otherwise files only, and why.
@@ -57,7 +43,7 @@ func (b *Backend) image(mounts []sandbox.Mount) (sandbox.CheckpointImage, error)
 	if err != nil {
 		return sandbox.CheckpointImage{}, err
 	}
-	sum, err := b.agentDigest()
+	sum, err := b.digest.Of(b.cfg.AgentBin)
 	if err != nil {
 		return sandbox.CheckpointImage{}, err
 	}
@@ -66,32 +52,6 @@ func (b *Backend) image(mounts []sandbox.Mount) (sandbox.CheckpointImage, error)
 		targets[i] = sandbox.Mount{Target: m.Target, ReadOnly: m.ReadOnly}
 	}
 	return sandbox.CheckpointImage{Backend: b.Name(), Runtime: v, RootFS: b.rootfs, Agent: sum, Targets: targets}, nil
-}
-
-// agentDigest returns the sha256 of the agent binary, read again when its
-// size or modification time changed.
-func (b *Backend) agentDigest() (string, error) {
-	fi, err := os.Stat(b.cfg.AgentBin)
-	if err != nil {
-		return "", fmt.Errorf("agent binary: %w", err)
-	}
-	key := fmt.Sprintf("%d/%d", fi.Size(), fi.ModTime().UnixNano())
-	b.digestMu.Lock()
-	defer b.digestMu.Unlock()
-	if b.digestKey == key {
-		return b.digest, nil
-	}
-	f, err := os.Open(b.cfg.AgentBin)
-	if err != nil {
-		return "", fmt.Errorf("agent binary: %w", err)
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", fmt.Errorf("agent binary: %w", err)
-	}
-	b.digestKey, b.digest = key, "sha256:"+hex.EncodeToString(h.Sum(nil))
-	return b.digest, nil
 }
 
 // Checkpoint saves the running sandbox id into dir and stops it. The agent
@@ -161,18 +121,14 @@ func (b *Backend) save(ctx context.Context, id, dir string, leaveRunning bool) e
 		}
 		b.boxes.Take(id)
 	}
-	data, err := json.Marshal(meta{Image: img, TakenAt: time.Now().UTC()})
-	if err == nil {
-		err = os.WriteFile(filepath.Join(dir, metaFile), data, 0o600)
-	}
-	if err != nil {
+	if err := boxes.WriteCheckpointRecord(dir, img); err != nil {
 		if !leaveRunning {
 			bx.Client.Close()
 		}
 		return fmt.Errorf("gvisor: checkpoint %s: %w", id, err)
 	}
 	if !leaveRunning {
-		b.putHeld(id, bx.Client)
+		b.held.Put(id, bx.Client)
 	}
 	// A restore of it will find a container ready to restore into.
 	b.prepareReady(bx.mounts, bx.limits)
@@ -188,9 +144,9 @@ func (b *Backend) Restore(ctx context.Context, spec sandbox.Spec, dir string) er
 		return fmt.Errorf("gvisor: %w", err)
 	}
 	err := b.boxes.Ensure(ctx, spec, b.cfg.Dirs, func(ctx context.Context, spec sandbox.Spec) (*box, error) {
-		m, err := readMeta(dir)
+		m, err := boxes.ReadCheckpointRecord(dir)
 		if err != nil {
-			b.dropHeld(spec.ID)
+			b.held.Drop(spec.ID)
 			return nil, err
 		}
 		now, err := b.image(spec.Mounts)
@@ -198,7 +154,7 @@ func (b *Backend) Restore(ctx context.Context, spec sandbox.Spec, dir string) er
 			return nil, err
 		}
 		if err := m.Image.Mismatch(now); err != nil {
-			b.dropHeld(spec.ID)
+			b.held.Drop(spec.ID)
 			return nil, err
 		}
 		bx, err := b.start(ctx, spec, dir, "", true)
@@ -207,7 +163,7 @@ func (b *Backend) Restore(ctx context.Context, spec sandbox.Spec, dir string) er
 			bx, err = b.start(ctx, spec, dir, "", false)
 		}
 		if err != nil {
-			b.dropHeld(spec.ID)
+			b.held.Drop(spec.ID)
 			return nil, fmt.Errorf("%w: %w", sandbox.ErrCheckpointIncompatible, err)
 		}
 		return bx, nil
@@ -216,46 +172,4 @@ func (b *Backend) Restore(ctx context.Context, spec sandbox.Spec, dir string) er
 		return fmt.Errorf("gvisor: restore: %w", err)
 	}
 	return nil
-}
-
-// readMeta reads what the checkpoint in dir was taken with.
-func readMeta(dir string) (meta, error) {
-	data, err := os.ReadFile(filepath.Join(dir, metaFile))
-	if err != nil {
-		return meta{}, fmt.Errorf("%w: %w", sandbox.ErrCheckpointIncompatible, err)
-	}
-	var m meta
-	if err := json.Unmarshal(data, &m); err != nil {
-		return meta{}, fmt.Errorf("%w: %s: %w", sandbox.ErrCheckpointIncompatible, metaFile, err)
-	}
-	return m, nil
-}
-
-// putHeld keeps the agent client of a checkpointed sandbox, ending one
-// kept before.
-func (b *Backend) putHeld(id string, c *agent.Client) {
-	b.heldMu.Lock()
-	old := b.held[id]
-	b.held[id] = c
-	b.heldMu.Unlock()
-	if old != nil && old != c {
-		old.Close()
-	}
-}
-
-// takeHeld returns and forgets the agent client kept for id, or nil.
-func (b *Backend) takeHeld(id string) *agent.Client {
-	b.heldMu.Lock()
-	defer b.heldMu.Unlock()
-	c := b.held[id]
-	delete(b.held, id)
-	return c
-}
-
-// dropHeld ends the agent client kept for id, if any: the sessions it
-// started end (their sandbox is not coming back).
-func (b *Backend) dropHeld(id string) {
-	if c := b.takeHeld(id); c != nil {
-		c.Close()
-	}
 }

@@ -8,78 +8,20 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"threadbox/domain/sandbox"
+	"threadbox/infra/sandbox/boxes"
 	"threadbox/infra/sandbox/hostdirs"
+	"threadbox/infra/sandbox/sandboxtest"
 )
-
-// output collects a session's output.
-type output struct {
-	mu  sync.Mutex
-	buf strings.Builder
-}
-
-func (o *output) write(_ sandbox.Stream, b []byte) {
-	o.mu.Lock()
-	o.buf.Write(b)
-	o.mu.Unlock()
-}
-
-func (o *output) String() string {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.buf.String()
-}
-
-// waitFor waits until the session's output has want.
-func (o *output) waitFor(t *testing.T, want string) {
-	t.Helper()
-	for deadline := time.Now().Add(20 * time.Second); !strings.Contains(o.String(), want); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("output %q never had %q", o.String(), want)
-		}
-	}
-}
-
-// repl is a Python interpreter that runs each line it reads.
-const repl = "import sys\nfor line in sys.stdin:\n    exec(line)\n"
-
-// holder is a background Python process, out of any command's process
-// group, holding a variable and 50 MiB: on SIGUSR1 it writes x + 1 to
-// /tmp/answer.
-const holder = `setsid python3 -c '
-import os, signal, time
-x = 41
-ballast = bytearray(50 << 20)
-ballast[::4096] = b"x" * len(ballast[::4096])
-def answer(*_):
-    with open("/tmp/answer.tmp", "w") as f:
-        f.write(str(x + 1))
-    os.rename("/tmp/answer.tmp", "/tmp/answer")
-signal.signal(signal.SIGUSR1, answer)
-open("/tmp/holder.pid", "w").write(str(os.getpid()))
-while True:
-    time.sleep(1)
-' >/dev/null 2>&1 </dev/null &
-for i in $(seq 100); do test -s /tmp/holder.pid && break; sleep 0.05; done; cat /tmp/holder.pid`
 
 // sh runs script in the sandbox id on be and returns its trimmed output.
 func sh(t *testing.T, be *Backend, id, script string) string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	r, err := be.Exec(ctx, id, sandbox.Command{Args: []string{"bash", "-c", script}, Timeout: 30 * time.Second})
-	if err != nil {
-		t.Fatalf("%q: %v", script, err)
-	}
-	return strings.TrimSpace(string(r.Stdout) + string(r.Stderr))
+	return sandboxtest.Bash(t, be, id, script, 30*time.Second)
 }
-
-// askHolder signals the holder and returns what it answered.
-const askHolder = `rm -f /tmp/answer; kill -USR1 $(cat /tmp/holder.pid) && for i in $(seq 100); do test -s /tmp/answer && break; sleep 0.05; done; cat /tmp/answer`
 
 // living is a sandbox with a life to checkpoint: an interpreter session
 // of this process (tagged replTag) holding x = 41, the background holder
@@ -89,7 +31,7 @@ type living struct {
 	d     hostdirs.Dirs
 	spec  sandbox.Spec
 	sess  sandbox.Session
-	out   *output
+	out   *sandboxtest.Output
 	pid   string // the holder's
 	image string
 }
@@ -103,7 +45,7 @@ func startLiving(t *testing.T, be *Backend, script string) living {
 	t.Helper()
 	ctx := context.Background()
 	dirs := hostdirs.New(t.TempDir(), hostdirs.Options{})
-	l := living{id: "ckpt-" + strings.ReplaceAll(t.Name(), "/", "-"), out: &output{}}
+	l := living{id: "ckpt-" + strings.ReplaceAll(t.Name(), "/", "-"), out: &sandboxtest.Output{}}
 	var err error
 	if l.d, err = dirs.Prepare(ctx, l.id); err != nil {
 		t.Fatal(err)
@@ -113,14 +55,14 @@ func startLiving(t *testing.T, be *Backend, script string) living {
 	if err := be.Ensure(ctx, l.spec); err != nil {
 		t.Fatal(err)
 	}
-	if l.sess, err = be.Start(ctx, l.id, sandbox.Command{Args: []string{"python3", "-u", "-c", repl}, Output: l.out.write, Tag: replTag}, nil); err != nil {
+	if l.sess, err = be.Start(ctx, l.id, sandbox.Command{Args: []string{"python3", "-u", "-c", sandboxtest.REPL}, Output: l.out.Write, Tag: replTag}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := l.sess.Write([]byte("x = 41; print('set', flush=True)\n")); err != nil {
 		t.Fatal(err)
 	}
-	l.out.waitFor(t, "set")
-	l.pid = sh(t, be, l.id, holder+"; "+script)
+	l.out.WaitFor(t, "set", 20*time.Second)
+	l.pid = sh(t, be, l.id, sandboxtest.Holder+"; "+script)
 	l.image = filepath.Join(t.TempDir(), "image")
 	if err := os.Mkdir(l.image, 0o700); err != nil {
 		t.Fatal(err)
@@ -168,8 +110,8 @@ func TestCheckpointRestore(t *testing.T) {
 	if _, err := sess.Write([]byte("print(x + 1, flush=True)\n")); err != nil {
 		t.Fatal(err)
 	}
-	out.waitFor(t, "42")
-	if got := sh(t, be, id, askHolder); got != "42" {
+	out.WaitFor(t, "42", 20*time.Second)
+	if got := sh(t, be, id, sandboxtest.AskHolder); got != "42" {
 		t.Fatalf("background process answered %q, want 42", got)
 	}
 
@@ -202,16 +144,16 @@ func TestCheckpointRestore(t *testing.T) {
 	if err := be2.Restore(ctx, spec, copied); err != nil {
 		t.Fatal(err)
 	}
-	if got := sh(t, be2, id, askHolder+"; cat /tmp/kept"); got != "42kept" && got != "42\nkept" {
+	if got := sh(t, be2, id, sandboxtest.AskHolder+"; cat /tmp/kept"); got != "42kept" && got != "42\nkept" {
 		t.Fatalf("after a restart: %q, want the background process's 42 and /tmp", got)
 	}
 	// The new backend's requests are numbered past the old ones: sessions
 	// and commands start as before.
-	var out2 output
-	if _, err := be2.Start(ctx, id, sandbox.Command{Args: []string{"python3", "-u", "-c", "print('new', flush=True)"}, Output: out2.write}, nil); err != nil {
+	var out2 sandboxtest.Output
+	if _, err := be2.Start(ctx, id, sandbox.Command{Args: []string{"python3", "-u", "-c", "print('new', flush=True)"}, Output: out2.Write}, nil); err != nil {
 		t.Fatal(err)
 	}
-	out2.waitFor(t, "new")
+	out2.WaitFor(t, "new", 20*time.Second)
 }
 
 // TestRestoreIncompatible: a checkpoint this server cannot restore —
@@ -240,28 +182,28 @@ func TestRestoreIncompatible(t *testing.T) {
 	if err := be.Checkpoint(ctx, id, image); err != nil {
 		t.Fatal(err)
 	}
-	record, err := os.ReadFile(filepath.Join(image, metaFile))
+	record, err := os.ReadFile(filepath.Join(image, boxes.CheckpointRecordFile))
 	if err != nil {
 		t.Fatal(err)
 	}
-	edit := func(f func(m *meta)) func() {
+	edit := func(f func(m *boxes.CheckpointRecord)) func() {
 		return func() {
-			var m meta
+			var m boxes.CheckpointRecord
 			if err := json.Unmarshal(record, &m); err != nil {
 				t.Fatal(err)
 			}
 			f(&m)
 			data, _ := json.Marshal(m)
-			if err := os.WriteFile(filepath.Join(image, metaFile), data, 0o600); err != nil {
+			if err := os.WriteFile(filepath.Join(image, boxes.CheckpointRecordFile), data, 0o600); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
 	damage := func() {
-		edit(func(*meta) {})()
+		edit(func(*boxes.CheckpointRecord) {})()
 		entries, _ := os.ReadDir(image)
 		for _, e := range entries {
-			if e.Name() != metaFile {
+			if e.Name() != boxes.CheckpointRecordFile {
 				if err := os.Truncate(filepath.Join(image, e.Name()), 100); err != nil {
 					t.Fatal(err)
 				}
@@ -274,10 +216,10 @@ func TestRestoreIncompatible(t *testing.T) {
 		spec  sandbox.Spec
 		want  string
 	}{
-		{"no record", func() { _ = os.Remove(filepath.Join(image, metaFile)) }, spec, metaFile},
-		{"another runsc build", edit(func(m *meta) { m.Image.Runtime = "runsc version 0.0~20221219.0" }), spec, "runtime"},
-		{"another root filesystem", edit(func(m *meta) { m.Image.RootFS = "/elsewhere" }), spec, "root filesystem"},
-		{"other folders", edit(func(*meta) {}), sandbox.Spec{ID: id, Mounts: d.Mounts()[:2]}, "folders"},
+		{"no record", func() { _ = os.Remove(filepath.Join(image, boxes.CheckpointRecordFile)) }, spec, boxes.CheckpointRecordFile},
+		{"another runsc build", edit(func(m *boxes.CheckpointRecord) { m.Image.Runtime = "runsc version 0.0~20221219.0" }), spec, "runtime"},
+		{"another root filesystem", edit(func(m *boxes.CheckpointRecord) { m.Image.RootFS = "/elsewhere" }), spec, "root filesystem"},
+		{"other folders", edit(func(*boxes.CheckpointRecord) {}), sandbox.Spec{ID: id, Mounts: d.Mounts()[:2]}, "folders"},
 		{"damaged image", damage, spec, "restoring container"},
 	}
 	for _, tt := range tests {
@@ -326,8 +268,8 @@ func TestCheckpointRunning(t *testing.T) {
 	if _, err := sess.Write([]byte("x = 99; print('later', x, flush=True)\n")); err != nil {
 		t.Fatal(err)
 	}
-	out.waitFor(t, "later 99")
-	if got := sh(t, be, id, askHolder); got != "42" {
+	out.WaitFor(t, "later 99", 20*time.Second)
+	if got := sh(t, be, id, sandboxtest.AskHolder); got != "42" {
 		t.Fatalf("background process after the checkpoint answered %q, want 42", got)
 	}
 	// The sandbox moves on: /tmp and the workspace change, the
@@ -350,18 +292,18 @@ func TestCheckpointRunning(t *testing.T) {
 	if got := sh(t, be2, id, "cat /tmp/kept /home/agent/workspace/file; kill -0 "+pid+" && echo alive"); got != "then\nthen\nalive" {
 		t.Fatalf("restored: %q, want /tmp and the files as at the checkpoint and the background process alive", got)
 	}
-	if got := sh(t, be2, id, askHolder); got != "42" {
+	if got := sh(t, be2, id, sandboxtest.AskHolder); got != "42" {
 		t.Fatalf("restored background process answered %q, want 42", got)
 	}
-	var out2 output
-	back, err := be2.Start(ctx, id, sandbox.Command{Tag: replTag, Attach: true, Output: out2.write}, nil)
+	var out2 sandboxtest.Output
+	back, err := be2.Start(ctx, id, sandbox.Command{Tag: replTag, Attach: true, Output: out2.Write}, nil)
 	if err != nil {
 		t.Fatalf("attach to the restored interpreter: %v", err)
 	}
 	if _, err := back.Write([]byte("print('x is', x, flush=True)\n")); err != nil {
 		t.Fatal(err)
 	}
-	out2.waitFor(t, "x is 41")
+	out2.WaitFor(t, "x is 41", 20*time.Second)
 }
 
 // waitReady waits until be keeps a container ready to restore into.
@@ -410,8 +352,8 @@ func TestRestoreIntoReadyContainer(t *testing.T) {
 	if _, err := l.sess.Write([]byte("print(x + 1, flush=True)\n")); err != nil {
 		t.Fatal(err)
 	}
-	l.out.waitFor(t, "42")
-	if got := sh(t, be, l.id, askHolder); got != "42" {
+	l.out.WaitFor(t, "42", 20*time.Second)
+	if got := sh(t, be, l.id, sandboxtest.AskHolder); got != "42" {
 		t.Fatalf("background process answered %q, want 42", got)
 	}
 	// The next one is made; a restore with other limits leaves it.
@@ -434,7 +376,7 @@ func TestRestoreIntoReadyContainer(t *testing.T) {
 	if got := be.boxes.Get(l.id).cid; strings.HasPrefix(got, "restore-ready") {
 		t.Fatalf("a restore of other limits went into the ready container %s", got)
 	}
-	if got := sh(t, be, l.id, askHolder); got != "42" {
+	if got := sh(t, be, l.id, sandboxtest.AskHolder); got != "42" {
 		t.Fatalf("background process answered %q, want 42", got)
 	}
 }

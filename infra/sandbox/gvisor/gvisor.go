@@ -38,7 +38,6 @@ import (
 	"time"
 
 	"threadbox/domain/sandbox"
-	"threadbox/infra/sandbox/agent"
 	"threadbox/infra/sandbox/boxes"
 	"threadbox/infra/sandbox/cgroupacct"
 	"threadbox/infra/sandbox/hostdirs"
@@ -117,12 +116,9 @@ type Backend struct {
 	version     string // `runsc --version`'s first line, with runscFlags
 	versionErr  error
 
-	digestMu  sync.Mutex
-	digestKey string // the agent binary's size and modification time when digest was taken
-	digest    string
+	digest boxes.AgentDigest // the agent binary's, which checkpoints record
 
-	heldMu sync.Mutex
-	held   map[string]*agent.Client // agent connections kept across a checkpoint, by container id
+	held boxes.HeldClients // agent connections kept across a checkpoint, by container id
 
 	wg sync.WaitGroup // the runsc processes' waiters
 
@@ -175,7 +171,7 @@ func New(cfg Config) (*Backend, error) {
 	}
 	set := boxes.New[*box]("gvisor", lg)
 	b := &Backend{cfg: cfg, log: lg, rootfs: rootfs, state: filepath.Join(dir, "state"), bndls: filepath.Join(dir, "bundles"), views: filepath.Join(cfg.PoolDir, strconv.Itoa(os.Getpid())),
-		boxes: set, Ops: boxes.NewOps(set, nil), held: map[string]*agent.Client{}, self: newOwner(), cids: map[string]bool{}, deleting: map[string]bool{}}
+		boxes: set, Ops: boxes.NewOps(set, nil), self: newOwner(), cids: map[string]bool{}, deleting: map[string]bool{}}
 	b.pool = boxes.NewPoolWith(set, b.views, viewLayout{rootfs: rootfs})
 	return b, nil
 }
@@ -276,7 +272,7 @@ func (b *Backend) limits(l sandbox.Limits) sandbox.Limits { return l.Or(b.cfg.Li
 func (b *Backend) Ensure(ctx context.Context, spec sandbox.Spec) error {
 	if err := b.boxes.Ensure(ctx, spec, b.cfg.Dirs, func(ctx context.Context, spec sandbox.Spec) (*box, error) {
 		// A fresh boot ends what a checkpoint of the sandbox kept.
-		b.dropHeld(spec.ID)
+		b.held.Drop(spec.ID)
 		return b.start(ctx, spec, "", "", false)
 	}); err != nil {
 		return fmt.Errorf("gvisor: %w", err)
@@ -481,7 +477,7 @@ func (b *Backend) connect(ctx context.Context, bx *box, conn io.ReadWriteCloser,
 	var err error
 	if held {
 		rctx, cancel := context.WithTimeout(ctx, b.cfg.BootTimeout)
-		if c := b.takeHeld(bx.id); c != nil {
+		if c := b.held.Take(bx.id); c != nil {
 			// The agent connection of the checkpointed sandbox goes on over
 			// the restored one's relay: the sessions it started stay this
 			// process's.
@@ -493,7 +489,7 @@ func (b *Backend) connect(ctx context.Context, bx *box, conn io.ReadWriteCloser,
 		}
 		cancel()
 	} else {
-		if c := b.takeHeld(bx.id); c != nil {
+		if c := b.held.Take(bx.id); c != nil {
 			c.Close()
 		}
 		bx.Client = boxes.NewAgent(conn)
@@ -679,7 +675,7 @@ func (b *Backend) Remove(ctx context.Context, id string) error {
 		if err := b.Stop(ctx, id); err != nil {
 			return err
 		}
-		b.dropHeld(id)
+		b.held.Drop(id)
 		return nil
 	})
 }
@@ -806,12 +802,7 @@ func (b *Backend) Close() error {
 	b.closeReady()
 	errs := []error{b.boxes.StopAll(b.Stop)}
 	b.ooms.Close()
-	b.heldMu.Lock()
-	for id, c := range b.held {
-		c.Close()
-		delete(b.held, id)
-	}
-	b.heldMu.Unlock()
+	b.held.DropAll()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	// What is left of this backend's own containers (another server of

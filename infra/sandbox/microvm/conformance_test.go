@@ -104,6 +104,11 @@ func assertNothingLeft(t testing.TB, b *Backend) {
 	if _, err := os.Stat(b.dir); err == nil {
 		t.Errorf("state folder left: %s", b.dir)
 	}
+	if b.cfg.Virtiofsd != "" {
+		if out, _ := exec.Command("pgrep", "-f", "--", "virtiofsd --fd=3 --shared-dir "+b.rootfs).Output(); strings.TrimSpace(string(out)) != "" {
+			t.Errorf("virtiofsd processes left: %s", out)
+		}
+	}
 }
 
 // fastCases are the suite's cases run by default: each boots a VM or two,

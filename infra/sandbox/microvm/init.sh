@@ -4,7 +4,7 @@
 # port, makes /tmp and the agent's folder (tmpfs), /dev's terminals and
 # shared memory, brings up loopback, sets the process limit, and becomes
 # the threadbox agent, which mounts the sandbox image's root filesystem (a
-# read-only 9p share) and the container's folders and serves as PID 1 of
+# read-only 9p or virtiofs share) and the container's folders and serves as PID 1 of
 # the new root over that port. Any failure ends init, which ends the VM
 # (panic=-1 with -no-reboot), and the host reads why on the serial console.
 /bin/busybox --install -s /bin
@@ -16,7 +16,7 @@ mount -t devtmpfs devtmpfs /dev || fail "mount /dev"
 while read -r m; do
   insmod "/lib/modules/$m.ko" || fail "insmod $m"
 done </lib/modules/order
-# TB_TMP, TB_PIDS, TB_MOUNTS and the agent's environment as "$@".
+# TB_TMP, TB_PIDS, TB_FS, TB_MOUNTS and the agent's environment as "$@".
 . /threadbox/config || fail "config"
 # A virtio port opens once: one descriptor, read and written, for both
 # streams, kept open across the move of /dev into the new root.
@@ -60,4 +60,4 @@ ulimit -u "$TB_PIDS" || fail "process limit"
 # own has fallen behind, and a random seed of the copy's own).
 hold=
 [ "${TB_HOLD:-}" = 1 ] && hold=-vm-hold
-exec env -i "$@" /opt/threadbox/agent -vm-init -vm-shares "$TB_MOUNTS" $hold <&3 >&3 3>&-
+exec env -i "$@" /opt/threadbox/agent -vm-init -vm-fs "${TB_FS:-9p}" -vm-shares "$TB_MOUNTS" $hold <&3 >&3 3>&-

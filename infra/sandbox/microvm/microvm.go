@@ -81,6 +81,11 @@ type Config struct {
 	// QEMU is the QEMU binary; default the one the guest artefacts carry
 	// (GuestQEMU), else DefaultQEMU looked up in PATH.
 	QEMU string
+	// Virtiofsd is the virtiofs daemon that serves the shares of VMs whose
+	// running state can be checkpointed (virtiofs.go); default the one
+	// the guest artefacts carry (GuestVirtiofsd). Without one, every VM's
+	// shares are 9p and checkpoints keep files only.
+	Virtiofsd string
 	// Accel is the accelerator setting (MICROVM_ACCEL): "" uses KVM where
 	// it can run the guest kernel, AccelKVM insists on it, AccelTCG asks
 	// for emulation.
@@ -120,7 +125,13 @@ type Backend struct {
 
 	boxes           *boxes.Set[*box]
 	boxes.Ops[*box] // Exec, Start, Listen, Stop, Status, SandboxCPU
-	boxes.FilesOnly
+
+	// Checkpoints (checkpoint.go): the agent binary's digest they record,
+	// the agent clients of checkpointed VMs, and the VMM's version.
+	digest      boxes.AgentDigest
+	held        boxes.HeldClients
+	versionOnce sync.Once
+	version     string
 
 	// pool keeps warm VMs (pool.go); slots is this process's folder of
 	// their slots, and slotsClean removes those of processes that ended.
@@ -157,6 +168,17 @@ type box struct {
 	console    *boxes.LogTail
 	// restored tells a warm VM restored from the template (template.go).
 	restored bool
+	// fs is the file system of its shares (guestinit.FS9p or FSVirtiofs),
+	// fsd the virtiofsd processes serving them.
+	fs  string
+	fsd fsDaemons
+	// ram is the memory file of a VM with virtiofs shares (vmram.go).
+	ram *vmRAM
+	// What a checkpoint of it records and its restore needs again: its
+	// shares (the trust folder's among them), its limits and the guest.
+	shares []share
+	limits sandbox.Limits
+	guest  Guest
 }
 
 // New returns a microvm backend. Missing prerequisites are not an error
@@ -172,6 +194,7 @@ func New(cfg Config) (*Backend, error) {
 		return nil, fmt.Errorf("%s: unknown VMM %q (qemu, firecracker, cloud-hypervisor)", cfg.Name, cfg.VMM)
 	}
 	cfg.QEMU = cmp.Or(cfg.QEMU, GuestQEMU(cfg.Guest), DefaultQEMU)
+	cfg.Virtiofsd = cmp.Or(cfg.Virtiofsd, GuestVirtiofsd(cfg.Guest))
 	cfg.StateDir = cmp.Or(cfg.StateDir, DefaultStateDir)
 	cfg.Defaults(DefaultBootTimeout)
 	lg := cfg.Logger
@@ -181,8 +204,7 @@ func New(cfg Config) (*Backend, error) {
 	slots := filepath.Join(dir+"-slots", strconv.Itoa(os.Getpid()))
 	return &Backend{cfg: cfg, log: lg, rootfs: rootfs, dir: dir,
 		boxes: set, Ops: boxes.NewOps(set, nil), vms: map[*box]bool{},
-		pool: boxes.NewPoolWith(set, slots, shareLayout{}), slots: slots, tmplFailed: map[string]error{},
-		FilesOnly: boxes.KeepsFilesOnly(cfg.Name, "files only: QEMU refuses to save a VM while a 9p share is mounted in it, and its root filesystem and folders are 9p shares; a VM's processes end at its stop")}, nil
+		pool: boxes.NewPoolWith(set, slots, shareLayout{}), slots: slots, tmplFailed: map[string]error{}}, nil
 }
 
 // Name returns the backend's configuration name.
@@ -268,7 +290,7 @@ func (b *Backend) limits(l sandbox.Limits) sandbox.Limits { return l.Or(b.cfg.Li
 // replaced by a fresh one over the same host folders.
 func (b *Backend) Ensure(ctx context.Context, spec sandbox.Spec) error {
 	if err := b.boxes.Ensure(ctx, spec, b.cfg.Dirs, func(ctx context.Context, spec sandbox.Spec) (*box, error) {
-		return b.boot(ctx, spec, bootCold, nil)
+		return b.boot(ctx, spec, bootCold, nil, "")
 	}); err != nil {
 		return fmt.Errorf("%s: %w", b.cfg.Name, err)
 	}
@@ -336,13 +358,13 @@ func shares(spec sandbox.Spec, warm bool) []share {
 }
 
 // vmConfig is the shell text the guest's init sources: the /tmp size, the
-// process limit, the folders to mount (9p tag, target, ro or rw, and the
-// share's subfolder or "." for its root), whether the init holds to be
-// saved as a template (TB_HOLD) and the agent's environment as the
-// positional parameters.
-func vmConfig(spec sandbox.Spec, sh []share, l sandbox.Limits, hold bool) ([]byte, error) {
+// process limit, the file system of the shares (fs), the folders to mount
+// (tag, target, ro or rw, and the share's subfolder or "." for its root),
+// whether the init holds to be saved as a template (TB_HOLD) and the
+// agent's environment as the positional parameters.
+func vmConfig(spec sandbox.Spec, sh []share, l sandbox.Limits, fs string, hold bool) ([]byte, error) {
 	var sb strings.Builder
-	fmt.Fprintf(&sb, "TB_TMP=%d\nTB_PIDS=%d\n", l.TmpBytes, l.Pids)
+	fmt.Fprintf(&sb, "TB_TMP=%d\nTB_PIDS=%d\nTB_FS=%s\n", l.TmpBytes, l.Pids, fs)
 	if hold {
 		sb.WriteString("TB_HOLD=1\n")
 	}
@@ -390,19 +412,26 @@ func vcpus(cpus float64) int {
 	return max(1, min(n, runtime.NumCPU()))
 }
 
-// qemuArgs builds QEMU's command line for one VM. The agent's port and
-// QMP are sockets QEMU inherits as descriptors 3 and 4; the console is
-// QEMU's standard output.
-// memory is where a VM's RAM lives: QEMU's own memory when path is empty,
-// else the file path (a template's, or its copy's), shared with the file
-// (a template writes its RAM there) or a private copy on write of it (a
-// copy); incoming makes QEMU wait for the VM's state to restore.
+// memory is where a VM's RAM lives: QEMU's own memory; the file path (a
+// template's, or its copy's), shared with the file (a template writes its
+// RAM there) or a private copy on write of it (a copy); or the memory file
+// of this process QEMU inherits as descriptor fd, shared (virtiofsd maps
+// it too). incoming makes QEMU wait for the VM's state to restore.
 type memory struct {
 	path            string
 	share, incoming bool
+	// fd, when set, is the descriptor of the VM's memory file that QEMU
+	// inherits (a memfd of this process, vmram.go), in place of path.
+	fd int
 }
 
-func (b *Backend) qemuArgs(name, accel string, g Guest, initrd string, sh []share, l sandbox.Limits, ram memory) []string {
+// qemuArgs builds QEMU's command line for one VM. The agent's port and
+// QMP are sockets QEMU inherits as descriptors 3 and 4; the console is
+// QEMU's standard output. fs is the shares' file system: over virtiofs,
+// QEMU inherits the connections to their virtiofsd processes as the
+// descriptors after the memory file's (ram.fd), the root filesystem's
+// first.
+func (b *Backend) qemuArgs(name, accel string, g Guest, initrd string, sh []share, l sandbox.Limits, ram memory, fs string) []string {
 	mem := max(l.MemoryBytes, MinMemoryBytes) >> 20
 	// The RTC stays: without it the guest kernel spends seconds waiting
 	// for one, and has no wall clock.
@@ -434,10 +463,12 @@ func (b *Backend) qemuArgs(name, accel string, g Guest, initrd string, sh []shar
 		"-device", "virtio-serial-device,max_ports=2",
 		"-device", "virtserialport,chardev=agent,name=" + agentPort,
 		"-chardev", "socket,id=qmp,fd=4", "-mon", "chardev=qmp,mode=control",
-		"-fsdev", "local,id=root,path=" + b.rootfs + ",security_model=passthrough,readonly=on,multidevs=remap",
-		"-device", "virtio-9p-device,fsdev=root,mount_tag=root",
 	}
-	if ram.path != "" {
+	switch {
+	case ram.fd != 0:
+		args[slices.Index(args, "-machine")+1] += ",memory-backend=mem"
+		args = append(args, "-object", fmt.Sprintf("memory-backend-file,id=mem,size=%dM,mem-path=/dev/fd/%d,share=on", mem, ram.fd))
+	case ram.path != "":
 		args[slices.Index(args, "-machine")+1] += ",memory-backend=mem"
 		share := "off"
 		if ram.share {
@@ -448,6 +479,17 @@ func (b *Backend) qemuArgs(name, accel string, g Guest, initrd string, sh []shar
 	if ram.incoming {
 		args = append(args, "-incoming", "defer")
 	}
+	if fs == guestinit.FSVirtiofs {
+		// vhost-user devices need virtio 1 (virtio-mmio's version 2).
+		args = append(args, "-global", "virtio-mmio.force-legacy=false")
+		for i, s := range b.fsShares(sh) {
+			args = append(args, "-chardev", fmt.Sprintf("socket,id=fs%d,fd=%d", i, ram.fd+1+i),
+				"-device", fmt.Sprintf("vhost-user-fs-device,chardev=fs%d,tag=%s", i, s.tag))
+		}
+		return args
+	}
+	args = append(args, "-fsdev", "local,id=root,path="+b.rootfs+",security_model=passthrough,readonly=on,multidevs=remap",
+		"-device", "virtio-9p-device,fsdev=root,mount_tag=root")
 	for i, m := range sh {
 		fs := fmt.Sprintf("local,id=m%d,path=%s,security_model=passthrough,multidevs=remap", i, m.Export)
 		if m.ReadOnly {
@@ -471,11 +513,16 @@ const (
 	bootTemplate
 	// bootClone is a warm VM restored from the template.
 	bootClone
+	// bootRestore is a container's VM restored from its checkpoint
+	// (checkpoint.go).
+	bootRestore
 )
 
-// boot starts spec's VM as kind says: booted, saved as the template t, or
-// restored from t.
-func (b *Backend) boot(ctx context.Context, spec sandbox.Spec, kind bootKind, t *template) (*box, error) {
+// boot starts spec's VM as kind says: booted, saved as the template t,
+// restored from t, or restored from the checkpoint in the folder image.
+// A container's VM has its shares over virtiofs where the guest can, so
+// that its running state can be checkpointed; warm VMs' are 9p.
+func (b *Backend) boot(ctx context.Context, spec sandbox.Spec, kind bootKind, t *template, image string) (*box, error) {
 	if err := b.Available(ctx); err != nil {
 		return nil, err
 	}
@@ -486,7 +533,13 @@ func (b *Backend) boot(ctx context.Context, spec sandbox.Spec, kind bootKind, t 
 	if err != nil {
 		return nil, err
 	}
-	sh := shares(spec, kind != bootCold)
+	fs := guestinit.FS9p
+	if (kind == bootCold || kind == bootRestore) && b.virtiofsOK(g) {
+		fs = guestinit.FSVirtiofs
+	} else if kind == bootRestore {
+		return nil, fmt.Errorf("%w: no virtiofsd, or a guest without virtiofs", sandbox.ErrCheckpointIncompatible)
+	}
+	sh := shares(spec, kind == bootWarm || kind == bootTemplate || kind == bootClone)
 	if b.cfg.TrustDir != "" {
 		sh = append(sh, share{Mount: sandbox.Mount{Source: b.cfg.TrustDir, Target: boxes.TrustPath, ReadOnly: true}, Export: b.cfg.TrustDir})
 		spec.Env = append(slices.Clone(spec.Env), boxes.TrustEnv()...)
@@ -508,8 +561,16 @@ func (b *Backend) boot(ctx context.Context, spec sandbox.Spec, kind bootKind, t 
 		// The copy's initramfs is the template's: a restored VM carries
 		// what its template read, and QEMU wants the same files.
 		initrd, mem = t.initrd(), memory{path: t.ram(), incoming: true}
+	case bootRestore:
+		// The guest's memory comes from the checkpoint; QEMU reads an
+		// initramfs at its start all the same, and the shared part,
+		// without any VM's config, serves.
+		if initrd, err = b.baseInitramfs(g); err != nil {
+			return nil, err
+		}
+		mem = memory{incoming: true}
 	default:
-		config, err := vmConfig(spec, sh, l, kind == bootTemplate)
+		config, err := vmConfig(spec, sh, l, fs, kind == bootTemplate)
 		if err != nil {
 			return nil, err
 		}
@@ -529,9 +590,42 @@ func (b *Backend) boot(ctx context.Context, spec sandbox.Spec, kind bootKind, t 
 			return nil, err
 		}
 	}
-	bx := &box{b: b, id: spec.ID, name: name, Proc: boxes.NewProc(), console: boxes.NewLogTail(b.log, "vm console", spec.ID)}
-	agentConn, qmpConn, err := b.spawn(bx, b.qemuArgs("threadbox-"+name, accel, g, initrd, sh, l, mem))
+	bx := &box{b: b, id: spec.ID, name: name, Proc: boxes.NewProc(), console: boxes.NewLogTail(b.log, "vm console", spec.ID),
+		fs: fs, shares: sh, limits: l, guest: g}
+	var extra []*os.File
+	if fs == guestinit.FSVirtiofs {
+		// Its RAM is a memory file of this process's, which virtiofsd maps
+		// too and a checkpoint copies (vmram.go); a restore's is filled
+		// from the checkpoint first.
+		from := ""
+		if kind == bootRestore {
+			from = filepath.Join(image, ramFile)
+		}
+		if bx.ram, err = newVMRAM(name, from); err != nil {
+			if kind == bootRestore {
+				err = fmt.Errorf("%w: %w", sandbox.ErrCheckpointIncompatible, err)
+			}
+			return nil, err
+		}
+		qemuRAM, err := bx.ram.forQEMU()
+		if err != nil {
+			bx.ram.Close()
+			return nil, err
+		}
+		mem.fd = 5
+		extra = append(extra, qemuRAM)
+		vhost, err := b.startVirtiofsd(&bx.fsd, b.fsShares(sh), bx.console)
+		if err != nil {
+			qemuRAM.Close()
+			bx.ram.Close()
+			return nil, err
+		}
+		extra = append(extra, vhost...)
+	}
+	agentConn, qmpConn, err := b.spawn(bx, b.qemuArgs("threadbox-"+name, accel, g, initrd, sh, l, mem, fs), extra)
 	if err != nil {
+		bx.fsd.kill()
+		bx.ram.Close()
 		return nil, err
 	}
 	fail := func(err error) (*box, error) {
@@ -551,7 +645,7 @@ func (b *Backend) boot(ctx context.Context, spec sandbox.Spec, kind bootKind, t 
 		if err := waitLine(bctx, agentConn, bx.Done(), guestinit.HeldLine); err != nil {
 			return fail(err)
 		}
-		if err := bx.qmp.save(bctx, t.state()); err != nil {
+		if err := bx.qmp.save(bctx, t.state(), true); err != nil {
 			return fail(err)
 		}
 		bx.Kill()
@@ -559,16 +653,32 @@ func (b *Backend) boot(ctx context.Context, spec sandbox.Spec, kind bootKind, t 
 		b.log.Info("warm VM template saved", "backend", b.cfg.Name, "vm", name, "accel", accel)
 		return bx, nil
 	case bootClone:
-		if err := bx.qmp.restore(bctx, t.state()); err != nil {
+		if err := bx.qmp.restore(bctx, t.state(), true); err != nil {
 			agentConn.Close()
 			return fail(err)
 		}
 		seed := make([]byte, guestinit.SeedBytes)
 		_, _ = rand.Read(seed)
-		if _, err := io.WriteString(agentConn, guestinit.Go(time.Now().Unix(), seed)); err != nil {
+		// The copy runs from now on: the guest adds to this the time it
+		// takes to read it.
+		if _, err := io.WriteString(agentConn, guestinit.Go(time.Now().UnixNano(), seed)); err != nil {
 			agentConn.Close()
 			return fail(fmt.Errorf("restore: agent port: %w", err))
 		}
+	case bootRestore:
+		started := time.Now()
+		if err := bx.qmp.restore(bctx, filepath.Join(image, stateFile), true); err != nil {
+			agentConn.Close()
+			return fail(fmt.Errorf("%w: %w", sandbox.ErrCheckpointIncompatible, err))
+		}
+		loaded := time.Now()
+		if err := b.release(bctx, bx, agentConn); err != nil {
+			return fail(err)
+		}
+		bx.Booted = time.Now()
+		b.log.Info("sandbox restored from its checkpoint", "id", spec.ID, "backend", b.cfg.Name, "vm", name, "accel", accel,
+			"load", loaded.Sub(started).String(), "release", bx.Booted.Sub(loaded).String())
+		return bx, nil
 	}
 	if err := waitLine(bctx, agentConn, bx.Done(), guestinit.ReadyLine); err != nil {
 		agentConn.Close()
@@ -580,7 +690,7 @@ func (b *Backend) boot(ctx context.Context, spec sandbox.Spec, kind bootKind, t 
 	}
 	bx.Booted = time.Now()
 	bx.restored = kind == bootClone
-	b.log.Info("sandbox booted", "id", spec.ID, "backend", b.cfg.Name, "vm", name, "accel", accel, "from_template", kind == bootClone)
+	b.log.Info("sandbox booted", "id", spec.ID, "backend", b.cfg.Name, "vm", name, "accel", accel, "from_template", kind == bootClone, "shares", fs)
 	return bx, nil
 }
 
@@ -665,7 +775,14 @@ func socketPair() (net.Conn, *os.File, error) {
 
 // spawn starts QEMU with args, returns this process's ends of the agent's
 // port and of QMP, and has a goroutine wait for QEMU and close bx.Done.
-func (b *Backend) spawn(bx *box, args []string) (agentConn, qmpConn net.Conn, err error) {
+// extra (the memory file, then the vhost-user connections) are inherited
+// from descriptor 5 on, and closed here in any case.
+func (b *Backend) spawn(bx *box, args []string, extra []*os.File) (agentConn, qmpConn net.Conn, err error) {
+	defer func() {
+		for _, f := range extra {
+			f.Close()
+		}
+	}()
 	agentConn, agentQ, err := socketPair()
 	if err != nil {
 		return nil, nil, err
@@ -691,8 +808,12 @@ func (b *Backend) spawn(bx *box, args []string) (agentConn, qmpConn net.Conn, er
 	b.vmsMu.Unlock()
 	cmd := exec.Command(b.cfg.QEMU, args...)
 	cmd.Stdout, cmd.Stderr = outW, outW
-	cmd.ExtraFiles = []*os.File{agentQ, qmpQ}
+	cmd.ExtraFiles = append([]*os.File{agentQ, qmpQ}, extra...)
 	err = bx.Start(cmd, []*os.File{agentQ, qmpQ, outW}, outR, bx.console, &b.wg, func() {
+		// Its virtiofsd processes end with QEMU's connections; those that
+		// have not yet are ended. Its memory file goes.
+		bx.fsd.kill()
+		bx.ram.Close()
 		if bx.qmp != nil {
 			_ = bx.qmp.close()
 		} else {
@@ -724,6 +845,7 @@ func (bx *box) Kill() {
 	if bx.Running() {
 		bx.KillGroup()
 	}
+	bx.fsd.kill()
 }
 
 // OOMKills is not counted on the host: the guest's kernel kills for
@@ -807,6 +929,7 @@ func (b *Backend) Reconcile(context.Context, func(id string) sandbox.Verdict) (a
 // removes the instance's state folder.
 func (b *Backend) Close() error {
 	errs := []error{b.boxes.StopAll(b.Stop)}
+	b.held.DropAll()
 	b.vmsMu.Lock()
 	for bx := range b.vms {
 		bx.Kill()
@@ -846,6 +969,23 @@ func (b *Backend) PID(id string) int {
 		return 0
 	}
 	return bx.Cmd.Process.Pid
+}
+
+// PIDs returns the host process ids of id's running VM: its QEMU's, then
+// its virtiofsd processes'; none when it does not run.
+func (b *Backend) PIDs(id string) []int {
+	pid := b.PID(id)
+	if pid == 0 {
+		return nil
+	}
+	bx, _ := b.boxes.Live(id)
+	out := []int{pid}
+	bx.fsd.mu.Lock()
+	for _, p := range bx.fsd.procs {
+		out = append(out, p.Pid)
+	}
+	bx.fsd.mu.Unlock()
+	return out
 }
 
 // Accel returns the accelerator of the last successful Available, or "".

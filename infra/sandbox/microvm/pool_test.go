@@ -80,6 +80,14 @@ func TestClaimedFolders(t *testing.T) {
 	if got, err := os.ReadFile(filepath.Join(d.Outputs, "o.txt")); err != nil || string(got) != "made\n" {
 		t.Errorf("the guest's output on the host: %q %v", got, err)
 	}
+	// A claimed VM's shares are 9p: its checkpoint fails, saying so, and
+	// it serves on.
+	if err := b.Checkpoint(ctx, id, t.TempDir()); err == nil || !strings.Contains(err.Error(), "9p") {
+		t.Errorf("checkpoint of a claimed VM: %v, want a failure naming its 9p shares", err)
+	}
+	if got := run("cat " + targets[d.Workspace] + "/g.txt"); got != "from guest" {
+		t.Errorf("after the refused checkpoint: %q", got)
+	}
 	if err := b.Stop(ctx, id); err != nil {
 		t.Fatal(err)
 	}

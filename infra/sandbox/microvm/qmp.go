@@ -127,22 +127,25 @@ func (q *qmp) status(ctx context.Context) (string, error) {
 // close ends the connection.
 func (q *qmp) close() error { return q.conn.Close() }
 
-// ignoreShared has QEMU leave out of a saved state the RAM that a shared
-// memory file holds, and take it from the memory file at a restore.
-var ignoreShared = map[string]any{"capabilities": []map[string]any{{"capability": "x-ignore-shared", "state": true}}}
+// capabilities sets x-ignore-shared: with it, QEMU leaves out of a saved
+// state the RAM that a shared memory file holds, and takes it from the
+// memory file at a restore; without it, the RAM is in the state.
+func capabilities(ignoreShared bool) map[string]any {
+	return map[string]any{"capabilities": []map[string]any{{"capability": "x-ignore-shared", "state": ignoreShared}}}
+}
 
-// save writes the VM's state (its CPUs and devices; its RAM stays in its
-// shared memory file) to the file path, and waits until it is written,
-// the VM paused.
-func (q *qmp) save(ctx context.Context, path string) error {
-	if _, err := q.exec(ctx, "migrate-set-capabilities", ignoreShared); err != nil {
+// save writes the VM's state (its CPUs and devices, and its RAM unless
+// shared says it stays in its shared memory file) to the file path, and
+// waits until it is written, the VM paused.
+func (q *qmp) save(ctx context.Context, path string, shared bool) error {
+	if _, err := q.exec(ctx, "migrate-set-capabilities", capabilities(shared)); err != nil {
 		return err
 	}
 	// No bandwidth limit: the state is a file on this host.
 	if _, err := q.exec(ctx, "migrate-set-parameters", map[string]any{"max-bandwidth": int64(1) << 40}); err != nil {
 		return err
 	}
-	if _, err := q.exec(ctx, "migrate", map[string]any{"uri": "exec:cat > " + shellQuote(path)}); err != nil {
+	if _, err := q.exec(ctx, "migrate", map[string]any{"uri": "file:" + path}); err != nil {
 		return err
 	}
 	for {
@@ -170,13 +173,14 @@ func (q *qmp) save(ctx context.Context, path string) error {
 }
 
 // restore loads the VM's state from the file path into a QEMU started
-// with "-incoming defer" (its RAM a private copy of the saved memory
-// file), and waits until the VM runs.
-func (q *qmp) restore(ctx context.Context, path string) error {
-	if _, err := q.exec(ctx, "migrate-set-capabilities", ignoreShared); err != nil {
+// with "-incoming defer" (with shared, its RAM a private copy of the
+// saved memory file; else the RAM is in the state), and waits until the
+// VM runs.
+func (q *qmp) restore(ctx context.Context, path string, shared bool) error {
+	if _, err := q.exec(ctx, "migrate-set-capabilities", capabilities(shared)); err != nil {
 		return err
 	}
-	if _, err := q.exec(ctx, "migrate-incoming", map[string]any{"uri": "exec:cat " + shellQuote(path)}); err != nil {
+	if _, err := q.exec(ctx, "migrate-incoming", map[string]any{"uri": "file:" + path}); err != nil {
 		return err
 	}
 	for {

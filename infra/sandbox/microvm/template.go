@@ -12,6 +12,7 @@ import (
 	"syscall"
 
 	"threadbox/domain/sandbox"
+	"threadbox/infra/sandbox/microvm/guestinit"
 	"threadbox/infra/sandbox/slot"
 )
 
@@ -47,11 +48,11 @@ func (t *template) initrd() string { return filepath.Join(t.dir, "initrd") }
 // configuration, made first if there is none, or booted when that fails.
 func (b *Backend) warmBoot(ctx context.Context, spec sandbox.Spec) (*box, error) {
 	if b.cfg.NoTemplate {
-		return b.boot(ctx, spec, bootWarm, nil)
+		return b.boot(ctx, spec, bootWarm, nil, "")
 	}
 	t, err := b.templateFor(ctx, spec)
 	if err == nil {
-		bx, err := b.boot(ctx, spec, bootClone, t)
+		bx, err := b.boot(ctx, spec, bootClone, t, "")
 		if err == nil {
 			return bx, nil
 		}
@@ -59,7 +60,7 @@ func (b *Backend) warmBoot(ctx context.Context, spec sandbox.Spec) (*box, error)
 	} else {
 		b.log.Warn("no template of warm VMs; they boot", "cause", err.Error())
 	}
-	return b.boot(ctx, spec, bootWarm, nil)
+	return b.boot(ctx, spec, bootWarm, nil, "")
 }
 
 // templateKey names the configuration of spec's warm VM, which a
@@ -75,7 +76,7 @@ func (b *Backend) templateKey(spec sandbox.Spec) (string, error) {
 	for i := range sh {
 		sh[i].Sub = shareSub
 	}
-	config, err := vmConfig(spec, sh, l, true)
+	config, err := vmConfig(spec, sh, l, guestinit.FS9p, true)
 	if err != nil {
 		return "", err
 	}
@@ -148,7 +149,7 @@ func (b *Backend) makeTemplate(ctx context.Context, spec sandbox.Spec, key strin
 	for i := range ts.Mounts {
 		ts.Mounts[i].Source = (shareLayout{}).Place(sl, i, ts.Mounts[i])
 	}
-	_, err = b.boot(ctx, ts, bootTemplate, t)
+	_, err = b.boot(ctx, ts, bootTemplate, t, "")
 	if rerr := slot.RemoveTree(sl); err == nil {
 		err = rerr
 	}

@@ -7,7 +7,7 @@ package protocol
 //
 //	host  -> agent  Hold      id H  (none)      stop writing frames
 //	agent -> host   Held      id H  (none)      the last frame until Release
-//	host  -> agent  Release   id R  (none)      write frames again
+//	host  -> agent  Release   id R  Release     write frames again
 //	agent -> host   Released  id R  Released    the first frame after Hold
 //
 // The host sends nothing between Hold and Release, and answers Held by
@@ -26,6 +26,20 @@ const (
 	// TypeReleased answers Release; payload Released.
 	TypeReleased Type = 0x26
 )
+
+// Release is the payload of a Release frame, which may be empty. A
+// restored microVM's guest has a clock that stood still while it was
+// saved and the random generator state of the moment it was saved: the
+// host gives it its clock and a seed of its own, which the agent of a
+// microVM guest applies before it writes again (other agents ignore
+// them: their runtime keeps the clock).
+type Release struct {
+	// ClockUnixNano is the host's clock when the restored sandbox started
+	// running, Unix nanoseconds; 0 for none.
+	ClockUnixNano int64 `json:"clock_unix_nano,omitempty"`
+	// Seed is random bytes for the guest's generator.
+	Seed []byte `json:"seed,omitempty"`
+}
 
 // Released is the payload of a Released frame.
 type Released struct {

@@ -2,9 +2,9 @@
 // threadbox agent runs in-process before it serves: it waits for the
 // host's word when the VM is a template of warm VMs, sets the clock and
 // reseeds the kernel's random generator of a restored copy, mounts the
-// sandbox image's root filesystem and the container's folders (9p
-// shares), moves what the shell part of the init made into the new root,
-// and moves into it.
+// sandbox image's root filesystem and the container's folders (9p or
+// virtiofs shares), moves what the shell part of the init made into the
+// new root, and moves into it.
 //
 // It is Go rather than the init's shell because a copy restored from a
 // template runs it after the restore: every busybox command there is a
@@ -22,6 +22,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -114,6 +115,22 @@ const (
 // options9p are the 9p mount options of every share.
 const options9p = "trans=virtio,version=9p2000.L,msize=262144"
 
+// The file systems a guest's shares are served with: QEMU's own 9p, or
+// virtiofs (a virtiofsd per share on the host), the one QEMU can save a
+// VM with mounted.
+const (
+	FS9p       = "9p"
+	FSVirtiofs = "virtiofs"
+)
+
+// CheckFS says why fs is not a share file system, or nil.
+func CheckFS(fs string) error {
+	if fs != FS9p && fs != FSVirtiofs {
+		return fmt.Errorf("share file system %q: want %s or %s", fs, FS9p, FSVirtiofs)
+	}
+	return nil
+}
+
 // Op is one step of the mounts: a mount(2) (Move and Bind are its
 // MS_MOVE and MS_BIND), an umount(2) (Unmount), or a folder made (Mkdir).
 type Op struct {
@@ -150,14 +167,19 @@ func (o Op) String() string {
 	return "mount -t " + o.FSType + " -o " + strings.Join(opts, ",") + " " + o.Source + " " + o.Target
 }
 
-// Plan is the mounts that make the new root: the root filesystem
-// (read-only, cached), /proc, /sys, the staged /tmp and agent folder, each
-// share (a share's root at its target, or a warm VM's subfolder bound
-// there and the share's own mount let go), and /dev; then the
-// initramfs's /sys and /proc go.
-func Plan(shares []Share) []Op {
+// Plan is the mounts that make the new root, its shares served with fs
+// (FS9p or FSVirtiofs): the root filesystem (read-only; over 9p with the
+// guest's cache, virtiofsd caches it over virtiofs), /proc, /sys, the
+// staged /tmp and agent folder, each share (a share's root at its target,
+// or a warm VM's subfolder bound there and the share's own mount let go),
+// and /dev; then the initramfs's /sys and /proc go.
+func Plan(shares []Share, fs string) []Op {
+	root := Op{Source: "root", Target: NewRoot, FSType: "9p", Flags: unix.MS_RDONLY, Data: options9p + ",cache=loose"}
+	if fs == FSVirtiofs {
+		root.FSType, root.Data = FSVirtiofs, ""
+	}
 	ops := []Op{
-		{Source: "root", Target: NewRoot, FSType: "9p", Flags: unix.MS_RDONLY, Data: options9p + ",cache=loose"},
+		root,
 		{Source: "proc", Target: NewRoot + "/proc", FSType: "proc", Flags: unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC},
 		{Source: "sysfs", Target: NewRoot + "/sys", FSType: "sysfs", Flags: unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC},
 		{Source: tmpDir, Target: NewRoot + tmpDir, Flags: unix.MS_MOVE},
@@ -169,6 +191,9 @@ func Plan(shares []Share) []Op {
 			flags |= unix.MS_RDONLY
 		}
 		share := Op{Source: s.Tag, Target: NewRoot + s.Target, FSType: "9p", Flags: flags, Data: options9p + ",cache=none"}
+		if fs == FSVirtiofs {
+			share.FSType, share.Data = FSVirtiofs, ""
+		}
 		if s.Sub == "" {
 			ops = append(ops, share)
 			continue
@@ -202,54 +227,51 @@ func (o Op) Do() error {
 	return nil
 }
 
-// Go is the host's word to a restored copy: go on, at this clock (Unix
-// seconds), with this random seed.
-func Go(unixSeconds int64, seed []byte) string {
-	return "go " + strconv.FormatInt(unixSeconds, 10) + " " + hex.EncodeToString(seed) + "\n"
+// Go is the host's word to a restored copy: go on, with the host's clock
+// (Unix nanoseconds) when the copy started running, and this random seed.
+func Go(resumedUnixNano int64, seed []byte) string {
+	return "go " + strconv.FormatInt(resumedUnixNano, 10) + " " + hex.EncodeToString(seed) + "\n"
 }
 
 // ParseGo reads the host's word.
-func ParseGo(line string) (unixSeconds int64, seed []byte, err error) {
+func ParseGo(line string) (resumedUnixNano int64, seed []byte, err error) {
 	f := strings.Fields(line)
 	if len(f) != 3 || f[0] != "go" {
 		return 0, nil, fmt.Errorf("expected go from the host, got %q", strings.TrimSpace(line))
 	}
-	if unixSeconds, err = strconv.ParseInt(f[1], 10, 64); err != nil || unixSeconds <= 0 {
+	if resumedUnixNano, err = strconv.ParseInt(f[1], 10, 64); err != nil || resumedUnixNano <= 0 {
 		return 0, nil, fmt.Errorf("the host's clock %q", f[1])
 	}
 	if seed, err = hex.DecodeString(f[2]); err != nil || len(seed) != SeedBytes {
 		return 0, nil, fmt.Errorf("the host's seed: want %d hex bytes", SeedBytes)
 	}
-	return unixSeconds, seed, nil
+	return resumedUnixNano, seed, nil
 }
 
 // Run finishes the init: with hold (a template) it writes HeldLine on out
 // and waits for the host's word on in (read a byte at a time, so that
 // nothing after the line is taken), then sets the clock and reseeds the
-// random generator; it mounts Plan(shares), moves into the new root and
-// writes ReadyLine.
-func Run(in io.Reader, out io.Writer, shares []Share, hold bool) error {
+// random generator; it mounts Plan(shares, fs), moves into the new root
+// and writes ReadyLine.
+func Run(in io.Reader, out io.Writer, shares []Share, fs string, hold bool) error {
 	if hold {
 		if _, err := io.WriteString(out, HeldLine); err != nil {
 			return fmt.Errorf("agent port: %w", err)
 		}
+		held := time.Now()
 		line, err := readLine(in)
 		if err != nil {
 			return fmt.Errorf("agent port: %w", err)
 		}
-		secs, seed, err := ParseGo(line)
+		resumed, seed, err := ParseGo(line)
 		if err != nil {
 			return err
 		}
-		tv := unix.Timeval{Sec: secs}
-		if err := unix.Settimeofday(&tv); err != nil {
-			return fmt.Errorf("set the clock: %w", err)
-		}
-		if err := reseed(seed); err != nil {
+		if err := Resume(resumed, held, seed); err != nil {
 			return err
 		}
 	}
-	for _, o := range Plan(shares) {
+	for _, o := range Plan(shares, fs) {
 		if err := o.Do(); err != nil {
 			return err
 		}
@@ -280,6 +302,27 @@ func readLine(r io.Reader) (string, error) {
 		b.WriteByte(one[0])
 	}
 	return "", errors.New("the host's line is too long")
+}
+
+// Resume sets the clock of a restored guest, which stood still while it
+// was saved, and gives its random generator the host's seed (SeedBytes;
+// none for a VM that was paused, not copied).
+// resumedUnixNano is the host's clock when the guest started running
+// again, and held the guest's time when it held to be saved: the guest's
+// monotonic clock stood still from then until it ran again (QEMU saves
+// and restores the guest's time stamp counter), so the time since it
+// resumed is the monotonic time since held, however long this guest,
+// slow after a restore (an emulated CPU translates its code afresh),
+// took to read the host's word.
+func Resume(resumedUnixNano int64, held time.Time, seed []byte) error {
+	tv := unix.NsecToTimeval(resumedUnixNano + int64(time.Since(held)))
+	if err := unix.Settimeofday(&tv); err != nil {
+		return fmt.Errorf("set the clock: %w", err)
+	}
+	if len(seed) == 0 {
+		return nil
+	}
+	return reseed(seed)
 }
 
 // reseed gives the kernel's random generator the host's seed, credited,

@@ -44,9 +44,9 @@ func TestParseShares(t *testing.T) {
 
 func TestGoWord(t *testing.T) {
 	seed := bytes.Repeat([]byte{0xab}, SeedBytes)
-	secs, got, err := ParseGo(strings.TrimSuffix(Go(1765000000, seed), "\n"))
-	if err != nil || secs != 1765000000 || !bytes.Equal(got, seed) {
-		t.Fatalf("round trip: %d %x %v", secs, got, err)
+	ns, got, err := ParseGo(strings.TrimSuffix(Go(1765000000123456789, seed), "\n"))
+	if err != nil || ns != 1765000000123456789 || !bytes.Equal(got, seed) {
+		t.Fatalf("round trip: %d %x %v", ns, got, err)
 	}
 	for _, bad := range []string{"", "go", "go 12", "halt 12 " + strings.Repeat("00", SeedBytes), "go x " + strings.Repeat("00", SeedBytes),
 		"go 0 " + strings.Repeat("00", SeedBytes), "go 12 abcd", "go 12 " + strings.Repeat("zz", SeedBytes)} {
@@ -58,26 +58,39 @@ func TestGoWord(t *testing.T) {
 
 // TestPlan: the root filesystem first, read-only; /tmp and the agent's
 // folder moved in before the shares; /dev moved last, then the
-// initramfs's /sys and /proc let go.
+// initramfs's /sys and /proc let go; over 9p or virtiofs.
 func TestPlan(t *testing.T) {
-	var got []string
-	for _, o := range Plan([]Share{{Tag: "m0", Target: "/home/agent/workspace"}}) {
-		got = append(got, o.String())
-	}
 	const o = "trans=virtio,version=9p2000.L,msize=262144"
-	want := []string{
-		"mount -t 9p -o ro," + o + ",cache=loose root /newroot",
-		"mount -t proc -o nosuid,nodev,noexec proc /newroot/proc",
-		"mount -t sysfs -o ro,nosuid,nodev,noexec sysfs /newroot/sys",
-		"mount --move /tmp /newroot/tmp",
-		"mount --move /opt/threadbox /newroot/opt/threadbox",
-		"mount -t 9p -o nosuid,nodev," + o + ",cache=none m0 /newroot/home/agent/workspace",
-		"mount --move /dev /newroot/dev",
-		"umount /sys",
-		"umount /proc",
+	for _, tc := range []struct {
+		fs       string
+		root, m0 string
+	}{
+		{FS9p, "mount -t 9p -o ro," + o + ",cache=loose root /newroot", "mount -t 9p -o nosuid,nodev," + o + ",cache=none m0 /newroot/home/agent/workspace"},
+		{FSVirtiofs, "mount -t virtiofs -o ro root /newroot", "mount -t virtiofs -o nosuid,nodev m0 /newroot/home/agent/workspace"},
+	} {
+		t.Run(tc.fs, func(t *testing.T) {
+			var got []string
+			for _, op := range Plan([]Share{{Tag: "m0", Target: "/home/agent/workspace"}}, tc.fs) {
+				got = append(got, op.String())
+			}
+			want := []string{
+				tc.root,
+				"mount -t proc -o nosuid,nodev,noexec proc /newroot/proc",
+				"mount -t sysfs -o ro,nosuid,nodev,noexec sysfs /newroot/sys",
+				"mount --move /tmp /newroot/tmp",
+				"mount --move /opt/threadbox /newroot/opt/threadbox",
+				tc.m0,
+				"mount --move /dev /newroot/dev",
+				"umount /sys",
+				"umount /proc",
+			}
+			if strings.Join(got, "\n") != strings.Join(want, "\n") {
+				t.Errorf("plan\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+			}
+		})
 	}
-	if strings.Join(got, "\n") != strings.Join(want, "\n") {
-		t.Errorf("plan\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	if CheckFS("nfs") == nil || CheckFS(FS9p) != nil || CheckFS(FSVirtiofs) != nil {
+		t.Error("CheckFS takes 9p and virtiofs only")
 	}
 }
 
