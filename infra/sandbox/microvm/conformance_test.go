@@ -104,9 +104,11 @@ func assertNothingLeft(t testing.TB, b *Backend) {
 	if _, err := os.Stat(b.dir); err == nil {
 		t.Errorf("state folder left: %s", b.dir)
 	}
-	if b.cfg.Virtiofsd != "" {
-		if out, _ := exec.Command("pgrep", "-f", "--", "virtiofsd --fd=3 --shared-dir "+b.rootfs).Output(); strings.TrimSpace(string(out)) != "" {
-			t.Errorf("virtiofsd processes left: %s", out)
+	b.fsdMu.Lock()
+	defer b.fsdMu.Unlock()
+	for _, pid := range b.fsdStarted {
+		if cmd, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); err == nil && strings.Contains(string(cmd), "virtiofsd") {
+			t.Errorf("virtiofsd process %d left: %q", pid, cmd)
 		}
 	}
 }

@@ -153,7 +153,12 @@ type Backend struct {
 	baseKey string // the agent's and guest's identity the base initramfs was written for
 	base    string // the base initramfs file
 
-	wg sync.WaitGroup // the QEMU processes' waiters
+	wg sync.WaitGroup // the QEMU and virtiofsd processes' waiters
+
+	// fsdStarted are the virtiofsd processes this backend started, which
+	// the tests check are gone after Close.
+	fsdMu      sync.Mutex
+	fsdStarted []int
 
 	vmsMu sync.Mutex
 	vms   map[*box]bool // VMs whose QEMU has not exited
