@@ -89,11 +89,7 @@ func TestGvisorSandboxSurvivesRestart(t *testing.T) {
 	if gvisorRunning(t, s) {
 		t.Fatal("a gVisor sandbox runs after the server stopped")
 	}
-	archives := func() []string {
-		found, _ := filepath.Glob(filepath.Join(s.dataDir, "checkpoint-archives", "*", "??", "*"))
-		return found
-	}
-	if a := archives(); len(a) != 1 {
+	if a := archivesIn(s.dataDir); len(a) != 1 {
 		t.Fatalf("checkpoint archives after the graceful shutdown: %v, want one", a)
 	}
 	// The host's copy of the checkpoint goes, as on another host: the
@@ -137,7 +133,7 @@ func TestGvisorSandboxSurvivesRestart(t *testing.T) {
 	if r.Stdout != "kept\nalive\n" || r.Stderr != "" {
 		t.Fatalf("after the restart: %+v, want /tmp and the background process back", r)
 	}
-	if a := archives(); len(a) != 0 {
+	if a := archivesIn(s.dataDir); len(a) != 0 {
 		t.Fatalf("checkpoint archives after the restore: %v, want none (a checkpoint is used once)", a)
 	}
 }
@@ -406,4 +402,11 @@ func TestGvisorWarmPoolServesNewSandboxes(t *testing.T) {
 	}, func() string {
 		return fmt.Sprintf("want the claimed warm sandbox %s and a new warm one running, have %v", warm[0], now)
 	})
+}
+
+// archivesIn lists the checkpoint archives in the blob store under
+// dataDir (the default, local one).
+func archivesIn(dataDir string) []string {
+	found, _ := filepath.Glob(filepath.Join(dataDir, "checkpoint-archives", "*", "??", "*"))
+	return found
 }

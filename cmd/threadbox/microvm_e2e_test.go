@@ -113,11 +113,7 @@ func TestMicroVMSandboxSurvivesRestart(t *testing.T) {
 		t.Fatalf("starting the background process: %+v", r)
 	}
 	s.stop()
-	archives := func() []string {
-		found, _ := filepath.Glob(filepath.Join(s.dataDir, "checkpoint-archives", "*", "??", "*"))
-		return found
-	}
-	if a := archives(); len(a) != 1 {
+	if a := archivesIn(s.dataDir); len(a) != 1 {
 		t.Fatalf("checkpoint archives after the graceful shutdown: %v, want one; the log:\n%s", a, s.stdout.String()+s.stderr.String())
 	}
 	if err := os.RemoveAll(filepath.Join(s.dataDir, "checkpoints")); err != nil {

@@ -79,6 +79,17 @@ func (i CheckpointImage) Mismatch(now CheckpointImage) error {
 	return nil
 }
 
+// TargetsOf returns the mounts ms without their host sources: what a
+// checkpoint records of a sandbox's folders, which a restore must give the
+// same targets (the sources may differ).
+func TargetsOf(ms []Mount) []Mount {
+	out := make([]Mount, len(ms))
+	for i, m := range ms {
+		out[i] = Mount{Target: m.Target, ReadOnly: m.ReadOnly}
+	}
+	return out
+}
+
 // targets lists mounts' targets, read-only ones marked.
 func targets(ms []Mount) string {
 	out := make([]string, 0, len(ms))

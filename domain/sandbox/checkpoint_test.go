@@ -61,3 +61,18 @@ func TestCheckpointSupportErr(t *testing.T) {
 		})
 	}
 }
+
+// TestTargetsOf: a checkpoint records each folder's target and mode, never
+// its host source, and a record of other sources still matches.
+func TestTargetsOf(t *testing.T) {
+	ms := []Mount{{Source: "/data/a/ws", Target: "/home/agent/workspace"}, {Source: "/data/a/up", Target: "/mnt/user-data/uploads", ReadOnly: true}}
+	got := TargetsOf(ms)
+	want := []Mount{{Target: "/home/agent/workspace"}, {Target: "/mnt/user-data/uploads", ReadOnly: true}}
+	if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] {
+		t.Fatalf("TargetsOf = %+v, want %+v", got, want)
+	}
+	other := []Mount{{Source: "/elsewhere/ws", Target: "/home/agent/workspace"}, {Source: "/elsewhere/up", Target: "/mnt/user-data/uploads", ReadOnly: true}}
+	if !SameTargets(got, TargetsOf(other)) {
+		t.Error("the same targets from other sources do not match")
+	}
+}

@@ -47,11 +47,7 @@ func (b *Backend) image(mounts []sandbox.Mount) (sandbox.CheckpointImage, error)
 	if err != nil {
 		return sandbox.CheckpointImage{}, err
 	}
-	targets := make([]sandbox.Mount, len(mounts))
-	for i, m := range mounts {
-		targets[i] = sandbox.Mount{Target: m.Target, ReadOnly: m.ReadOnly}
-	}
-	return sandbox.CheckpointImage{Backend: b.Name(), Runtime: v, RootFS: b.rootfs, Agent: sum, Targets: targets}, nil
+	return sandbox.CheckpointImage{Backend: b.Name(), Runtime: v, RootFS: b.rootfs, Agent: sum, Targets: sandbox.TargetsOf(mounts)}, nil
 }
 
 // Checkpoint saves the running sandbox id into dir and stops it. The agent

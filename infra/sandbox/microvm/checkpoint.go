@@ -85,13 +85,13 @@ func (b *Backend) image(g Guest, sh []share, l sandbox.Limits) (sandbox.Checkpoi
 	b.availMu.Lock()
 	accel := b.accel
 	b.availMu.Unlock()
-	targets := make([]sandbox.Mount, len(sh))
+	mounts := make([]sandbox.Mount, len(sh))
 	for i, m := range sh {
-		targets[i] = sandbox.Mount{Target: m.Target, ReadOnly: m.ReadOnly}
+		mounts[i] = m.Mount
 	}
 	runtime := fmt.Sprintf("%s; %s; guest %s, kernel %s; %d MiB, %d vCPUs", b.qemuVersion(), accel, g.Dir, g.Kernel,
 		max(l.MemoryBytes, MinMemoryBytes)>>20, vcpus(l.CPUs))
-	return sandbox.CheckpointImage{Backend: b.Name(), Runtime: runtime, RootFS: b.rootfs, Agent: sum, Targets: targets}, nil
+	return sandbox.CheckpointImage{Backend: b.Name(), Runtime: runtime, RootFS: b.rootfs, Agent: sum, Targets: sandbox.TargetsOf(mounts)}, nil
 }
 
 // Checkpoint saves the running VM id into dir and ends it. The agent
