@@ -89,7 +89,7 @@ func (b *Backend) image(g Guest, sh []share, l sandbox.Limits) (sandbox.Checkpoi
 	for i, m := range sh {
 		mounts[i] = m.Mount
 	}
-	runtime := fmt.Sprintf("%s; %s; guest %s, kernel %s; %d MiB, %d vCPUs", b.qemuVersion(), accel, g.Dir, g.Kernel,
+	runtime := fmt.Sprintf("%s; %s, CPU %s; guest %s, kernel %s; %d MiB, %d vCPUs", b.qemuVersion(), accel, cpuModel(accel), g.Dir, g.Kernel,
 		max(l.MemoryBytes, MinMemoryBytes)>>20, vcpus(l.CPUs))
 	return sandbox.CheckpointImage{Backend: b.Name(), Runtime: runtime, RootFS: b.rootfs, Agent: sum, Targets: sandbox.TargetsOf(mounts)}, nil
 }

@@ -442,9 +442,8 @@ func (b *Backend) qemuArgs(name, accel string, g Guest, initrd string, sh []shar
 	// for one, and has no wall clock.
 	machine := "microvm,x-option-roms=off,pit=off,pic=off,rtc=on,isa-serial=on"
 	cmdline := "console=ttyS0 quiet loglevel=3 panic=-1 reboot=t rdinit=/init 8250.nr_uarts=1 i8042.noaux i8042.nomux i8042.nopnp cryptomgr.notests random.trust_cpu=on"
-	cpu, accelOpt := "host", accel
+	cpu, accelOpt := cpuModel(accel), accel
 	if accel == AccelTCG {
-		cpu = "max"
 		// The translation cache would grow to 1 GiB per VM by default.
 		accelOpt += ",tb-size=128"
 		// Without a PIT the guest cannot calibrate the TSC, which QEMU's

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -374,5 +375,34 @@ func TestListenInGuest(t *testing.T) {
 	r, err = b.Exec(ctx, "listen", sandbox.Command{Args: []string{"bash", "-c", `cat "$SSL_CERT_FILE"; touch /opt/threadbox/trust/x 2>/dev/null || echo read-only`}, Timeout: time.Minute})
 	if err != nil || string(r.Stdout) != "the install's bundle\nread-only\n" {
 		t.Errorf("the trust folder: %q %q %v", r.Stdout, r.Stderr, err)
+	}
+}
+
+// TestGuestCPU: emulated, the guest's CPU is the x86-64 baseline with the
+// kernel's hardening features: no AVX, whose emulation is slow, but SMEP,
+// SMAP and UMIP, which keep the guest kernel out of its programs' memory.
+func TestGuestCPU(t *testing.T) {
+	if testAccel() != AccelTCG {
+		t.Skip("under KVM the guest sees the host's CPU")
+	}
+	b := newTestBackend(t, Config{})
+	ctx := context.Background()
+	if err := b.Ensure(ctx, sandbox.Spec{ID: "cpu", Limits: sandbox.Limits{MemoryBytes: 256 << 20}}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := b.Exec(ctx, "cpu", sandbox.Command{Args: []string{"bash", "-c", `grep -m1 '^flags' /proc/cpuinfo`}, Timeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	flags := strings.Fields(strings.TrimPrefix(strings.TrimSpace(string(r.Stdout)), "flags"))
+	for _, f := range []string{"smep", "smap", "umip", "rdrand", "fsgsbase"} {
+		if !slices.Contains(flags, f) {
+			t.Errorf("the guest's CPU lacks %s: %q", f, r.Stdout)
+		}
+	}
+	for _, f := range flags {
+		if strings.HasPrefix(f, "avx") {
+			t.Errorf("the guest's CPU offers %s: %q", f, r.Stdout)
+		}
 	}
 }

@@ -88,7 +88,7 @@ func (b *Backend) templateKey(spec sandbox.Spec) (string, error) {
 	fmt.Fprintf(h, "%s\x00%d %d\x00%s\x00%s\x00%s\x00%s\x00%s\x00%d %d\x00", config, fi.Size(), fi.ModTime().UnixNano(), b.cfg.AgentBin,
 		g.Dir, g.Kernel, b.rootfs, b.cfg.TrustDir, l.MemoryBytes, vcpus(l.CPUs))
 	b.availMu.Lock()
-	h.Write([]byte(b.accel))
+	h.Write([]byte(b.accel + "\x00" + cpuModel(b.accel)))
 	b.availMu.Unlock()
 	return hex.EncodeToString(h.Sum(nil)), nil
 }
