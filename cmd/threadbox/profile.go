@@ -31,6 +31,7 @@ func startProfiling(addr string) error {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	go func() {
 		if err := http.Serve(ln, mux); err != nil && !errors.Is(err, net.ErrClosed) {
 			fmt.Fprintln(os.Stderr, "threadbox: profiles:", err)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -886,6 +887,16 @@ func BenchmarkExecTrue(b *testing.B) {
 	}
 }
 
+// BenchmarkHostTrue is the floor of BenchmarkExecTrue: the same command
+// forked and waited for by the test process itself.
+func BenchmarkHostTrue(b *testing.B) {
+	for b.Loop() {
+		if err := exec.Command("true").Run(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 func BenchmarkPing(b *testing.B) {
 	a := startAgent(b, nil)
 	ctx := context.Background()
@@ -893,6 +904,21 @@ func BenchmarkPing(b *testing.B) {
 	for b.Loop() {
 		if err := a.client.Ping(ctx); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkExecTrueOutputDir is BenchmarkExecTrue with an $OUTPUT_DIR made
+// for the command and read after it, as the code-execution tools ask.
+func BenchmarkExecTrueOutputDir(b *testing.B) {
+	a := startAgent(b, nil)
+	ctx := context.Background()
+	cmd := sandbox.Command{Args: []string{"true"}, OutputDir: true}
+	b.ResetTimer()
+	for b.Loop() {
+		res, err := a.client.Exec(ctx, cmd)
+		if err != nil || res.ExitCode != 0 {
+			b.Fatalf("exec: %v %+v", err, res)
 		}
 	}
 }
