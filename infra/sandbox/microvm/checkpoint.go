@@ -157,13 +157,12 @@ func (b *Backend) save(ctx context.Context, id, dir string, leaveRunning bool) e
 	}
 	took := time.Since(start)
 	if !leaveRunning {
-		// The client stays for a restore: the VM ends without it.
-		c := bx.Client
-		bx.Client = nil
-		bx.Kill()
+		// The client stays, held, for a restore: the VM ends without it.
+		// The box keeps its client meanwhile: whoever looks the box up
+		// before it is taken finds it ending, never without a client.
+		bx.killVM()
 		<-bx.Done()
 		b.boxes.Take(id)
-		bx.Client = c
 	}
 	if err := boxes.WriteCheckpointRecord(dir, img); err != nil {
 		if !leaveRunning {

@@ -846,6 +846,12 @@ func (bx *box) Kill() {
 	if bx.Client != nil {
 		bx.Client.Close()
 	}
+	bx.killVM()
+}
+
+// killVM ends QEMU and its virtiofsd processes, leaving the agent client
+// as it is: a checkpoint keeps it, held, for a restore by this process.
+func (bx *box) killVM() {
 	if bx.Running() {
 		bx.KillGroup()
 	}
