@@ -15,6 +15,7 @@ import (
 
 	"threadbox/domain/fault"
 	"threadbox/domain/file"
+	"threadbox/domain/file/filetype"
 	"threadbox/domain/org"
 	"threadbox/domain/user"
 )
@@ -424,7 +425,7 @@ func (s *Service) open(ctx context.Context, p user.Principal, scopeID, cid strin
 	if err != nil {
 		return Content{}, readErr(err, name)
 	}
-	head := make([]byte, file.SniffLen)
+	head := make([]byte, filetype.SniffLen)
 	n, err := io.ReadFull(body, head)
 	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
 		body.Close()
@@ -515,7 +516,7 @@ func (s *Service) sniff(ctx context.Context, cid, sandboxPath string) []byte {
 		return nil
 	}
 	defer body.Close()
-	head := make([]byte, file.SniffLen)
+	head := make([]byte, filetype.SniffLen)
 	n, _ := io.ReadFull(body, head)
 	return head[:n]
 }
@@ -525,7 +526,7 @@ func (s *Service) fileOf(scopeID string, m file.Mount, info file.Info, head []by
 	p, _ := s.table.Path(m, info.Rel)
 	key, _ := file.KeyOf(m, info.Rel)
 	name := path.Base(info.Rel)
-	t := file.Detect(name, head)
+	t := filetype.Detect(name, head)
 	return File{
 		ID:           file.EncodeID(p),
 		Path:         p,
@@ -603,7 +604,7 @@ type headReader struct {
 
 func (h *headReader) Read(p []byte) (int, error) {
 	n, err := h.r.Read(p)
-	if room := file.SniffLen - len(h.buf); room > 0 && n > 0 {
+	if room := filetype.SniffLen - len(h.buf); room > 0 && n > 0 {
 		h.buf = append(h.buf, p[:min(n, room)]...)
 	}
 	return n, err

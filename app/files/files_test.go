@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"threadbox/app/admin"
-	"threadbox/domain/file"
+	"threadbox/domain/file/filetype"
 )
 
 // The org policy source serves the Policies port. The use cases' tests run
@@ -21,7 +21,7 @@ func TestHeadReaderKeepsFirstBytes(t *testing.T) {
 	if err != nil || !bytes.Equal(got, data) {
 		t.Fatal("data changed in passing")
 	}
-	if !bytes.Equal(h.buf, data[:file.SniffLen]) {
+	if !bytes.Equal(h.buf, data[:filetype.SniffLen]) {
 		t.Errorf("head = %d bytes", len(h.buf))
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"threadbox/domain/fault"
 	"threadbox/domain/file"
+	"threadbox/domain/file/filetype"
 	"threadbox/domain/org"
 	"threadbox/domain/user"
 )
@@ -136,7 +137,7 @@ func (s *Service) containerRecords(ctx context.Context, cid string) (map[string]
 func (s *Service) retainedFile(ctx context.Context, scopeID string, r Record) File {
 	var head []byte
 	if body, err := s.blobs.Open(ctx, r.SHA256); err == nil {
-		head = make([]byte, file.SniffLen)
+		head = make([]byte, filetype.SniffLen)
 		n, _ := io.ReadFull(body, head)
 		head = head[:n]
 		body.Close()
@@ -148,7 +149,7 @@ func (s *Service) recordFile(scopeID string, r Record, head []byte) File {
 	loc, _ := s.table.Resolve(r.Path)
 	key, _ := file.KeyOf(loc.Mount, loc.Rel)
 	name := path.Base(r.Path)
-	t := file.Detect(name, head)
+	t := filetype.Detect(name, head)
 	return File{
 		ID:           file.EncodeID(r.Path),
 		Path:         r.Path,
@@ -179,7 +180,7 @@ func (s *Service) openRetained(ctx context.Context, p user.Principal, scopeID st
 	if err != nil {
 		return Content{}, fault.Wrap(fault.Internal, "file storage error", err)
 	}
-	head := make([]byte, file.SniffLen)
+	head := make([]byte, filetype.SniffLen)
 	n, err := io.ReadFull(body, head)
 	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
 		body.Close()

@@ -18,6 +18,7 @@ import (
 	"threadbox/domain/container"
 	"threadbox/domain/fault"
 	"threadbox/domain/file"
+	"threadbox/domain/file/filetype"
 	"threadbox/domain/sandbox"
 	"threadbox/domain/thread"
 )
@@ -69,7 +70,7 @@ func parseURI(uri string) (scope, sandboxPath string, err error) {
 
 // link is the resource link of a container file (size < 0: unknown).
 func link(scope, sandboxPath string, size int64) *mcp.ResourceLink {
-	l := &mcp.ResourceLink{URI: fileURI(scope, sandboxPath), Name: path.Base(sandboxPath), Title: sandboxPath, MIMEType: file.Detect(path.Base(sandboxPath), nil).MIME}
+	l := &mcp.ResourceLink{URI: fileURI(scope, sandboxPath), Name: path.Base(sandboxPath), Title: sandboxPath, MIMEType: filetype.Detect(path.Base(sandboxPath), nil).MIME}
 	if size >= 0 {
 		l.Size = &size
 	}

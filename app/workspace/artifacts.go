@@ -14,6 +14,7 @@ import (
 	"threadbox/domain/artifact"
 	"threadbox/domain/fault"
 	"threadbox/domain/file"
+	"threadbox/domain/file/filetype"
 	"threadbox/domain/id"
 	"threadbox/domain/org"
 	"threadbox/domain/sandbox"
@@ -230,7 +231,7 @@ func (s *Service) saveArtifact(ctx context.Context, th thread.Thread, containerI
 		return artifact.Artifact{}, false, fmt.Errorf("open: %w", err)
 	}
 	defer f.Close()
-	head := make([]byte, file.SniffLen)
+	head := make([]byte, filetype.SniffLen)
 	n, err := io.ReadFull(f, head)
 	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
 		return artifact.Artifact{}, false, fmt.Errorf("read: %w", err)
@@ -274,7 +275,7 @@ func (s *Service) saveArtifact(ctx context.Context, th thread.Thread, containerI
 	name := path.Base(info.Rel)
 	a := artifact.Artifact{
 		ID: id.New("art"), OrgID: th.OrgID(), ProjectID: th.ProjectID(), ThreadID: th.ID(), CreatedBy: th.OwnerID(), ToolUseID: toolUseID,
-		Path: p, Name: name, MimeType: file.Detect(name, head[:n]).MIME, SizeBytes: size, SHA256: sum,
+		Path: p, Name: name, MimeType: filetype.Detect(name, head[:n]).MIME, SizeBytes: size, SHA256: sum,
 		Version: version, CreatedAt: s.now().UTC(),
 	}
 	if err := s.artifacts.CreateArtifact(ctx, a); err != nil {
@@ -328,7 +329,7 @@ func (s *Service) ArtifactContent(ctx context.Context, p user.Principal, artifac
 	if err != nil {
 		return files.Content{}, err
 	}
-	head := make([]byte, file.SniffLen)
+	head := make([]byte, filetype.SniffLen)
 	n, err := io.ReadFull(body, head)
 	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
 		body.Close()
@@ -338,7 +339,7 @@ func (s *Service) ArtifactContent(ctx context.Context, p user.Principal, artifac
 		body.Close()
 		return files.Content{}, fmt.Errorf("workspace: rewind artifact: %w", err)
 	}
-	t := file.Detect(a.Name, head[:n])
+	t := filetype.Detect(a.Name, head[:n])
 	return files.Content{File: files.File{
 		ID: file.EncodeID(a.Path), Path: a.Path, CreatedAt: a.CreatedAt, Filename: a.Name, MIMEType: t.MIME,
 		SizeBytes: a.SizeBytes, Downloadable: true, ETag: a.SHA256, ScopeID: a.ThreadID, Inline: t.Inline,
