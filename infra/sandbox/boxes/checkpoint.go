@@ -124,8 +124,15 @@ type HeldClients struct {
 	held map[string]*agent.Client
 }
 
-// Put keeps c for id, ending a client kept before.
+// Put keeps c for id, ending a client kept before. A client already
+// closed (its sandbox was killed with it while the checkpoint was
+// written) is not kept: the restore takes the agent over with a new
+// client, where a closed one would fail it.
 func (h *HeldClients) Put(id string, c *agent.Client) {
+	if c.Err() != nil {
+		h.Drop(id)
+		return
+	}
 	h.mu.Lock()
 	if h.held == nil {
 		h.held = map[string]*agent.Client{}
