@@ -191,11 +191,23 @@ func TestGvisorHandOver(t *testing.T) {
 		"SANDBOX_BACKEND": "gvisor", "THREADBOX_AGENT_BIN": bin, "MODEL_PROVIDER": "runner", "SWEEP_INTERVAL": "300ms",
 		"THREADBOX_INSTANCE": gvisorInstance(t),
 	})
+	one, two := handOver(t, env)
+	one.term(t)
+	two.term(t)
+}
+
+// handOver starts two servers with env (one PostgreSQL database, one data
+// folder) and runs a thread's turn on the first, which leaves a background
+// process and a file in /tmp, then a turn on the second, which asks the
+// first for the sandbox: the process and the file must be there, with no
+// note of a fresh start. It returns the two servers, still running.
+func handOver(t *testing.T, env map[string]string) (one, two *child) {
+	t.Helper()
 	env["JWT_KEY_FILE"] = filepath.Join(filepath.Dir(env["DATA_DIR"]), "jwt.pem")
-	one := startChild(t, env)
+	one = startChild(t, env)
 	env2 := maps.Clone(env)
 	env2["LISTEN_ADDR"] = freeAddr(t)
-	two := startChild(t, env2)
+	two = startChild(t, env2)
 	f := newWSFixture(t, one.server)
 	r := one.do("POST", appAPI+"/thread/"+f.tid+"/messages", f.admin, codeTurn(
 		"setsid sh -c 'echo $$ > /tmp/bg.pid; while :; do sleep 1; done' >/dev/null 2>&1 </dev/null & "+
@@ -205,10 +217,9 @@ func TestGvisorHandOver(t *testing.T) {
 	}
 	r = two.do("POST", appAPI+"/thread/"+f.tid+"/messages", f.admin, codeTurn("cat /tmp/kept; kill -0 $(cat /tmp/bg.pid) && echo bg-alive"))
 	if r.status != 200 || !strings.Contains(string(r.body), `kept\nbg-alive\n`) || strings.Contains(string(r.body), "started fresh") {
-		t.Fatalf("turn on the second server after the hand-over: %d %s", r.status, r.body)
+		t.Fatalf("turn on the second server after the hand-over: %d %s\nthe first server's log:\n%s\nthe second's:\n%s", r.status, r.body, one.stdout.String(), two.stdout.String())
 	}
-	one.term(t)
-	two.term(t)
+	return one, two
 }
 
 // TestGvisorKilledServer: a gVisor sandbox lost with its threadbox process

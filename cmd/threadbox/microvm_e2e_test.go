@@ -155,22 +155,7 @@ func TestMicroVMHandOver(t *testing.T) {
 		"SANDBOX_MEMORY_BYTES": "536870912", "SANDBOX_WARM_POOL": "0", "MODEL_PROVIDER": "runner",
 		"SWEEP_INTERVAL": "300ms", "LOG_LEVEL": "info",
 	})
-	env["JWT_KEY_FILE"] = filepath.Join(filepath.Dir(env["DATA_DIR"]), "jwt.pem")
-	one := startChild(t, env)
-	env2 := maps.Clone(env)
-	env2["LISTEN_ADDR"] = freeAddr(t)
-	two := startChild(t, env2)
-	f := newWSFixture(t, one.server)
-	r := one.do("POST", appAPI+"/thread/"+f.tid+"/messages", f.admin, codeTurn(
-		"setsid sh -c 'echo $$ > /tmp/bg.pid; while :; do sleep 1; done' >/dev/null 2>&1 </dev/null & "+
-			"echo kept > /tmp/kept; for i in $(seq 100); do test -s /tmp/bg.pid && break; sleep 0.1; done; echo started"))
-	if r.status != 200 || !strings.Contains(string(r.body), `started\n`) {
-		t.Fatalf("turn on the first server: %d %s", r.status, r.body)
-	}
-	r = two.do("POST", appAPI+"/thread/"+f.tid+"/messages", f.admin, codeTurn("cat /tmp/kept; kill -0 $(cat /tmp/bg.pid) && echo bg-alive"))
-	if r.status != 200 || !strings.Contains(string(r.body), `kept\nbg-alive\n`) || strings.Contains(string(r.body), "started fresh") {
-		t.Fatalf("turn on the second server after the hand-over: %d %s\nthe first server's log:\n%s\nthe second's:\n%s", r.status, r.body, one.stdout.String(), two.stdout.String())
-	}
+	one, two := handOver(t, env)
 	if logs := two.stdout.String(); !strings.Contains(logs, "sandbox restored from its checkpoint") {
 		t.Errorf("the second server did not restore the VM from its checkpoint; its log:\n%s", logs)
 	}
