@@ -597,19 +597,16 @@ func (b *Backend) boot(ctx context.Context, spec sandbox.Spec, kind bootKind, t 
 	bx := &box{b: b, id: spec.ID, name: name, Proc: boxes.NewProc(), console: boxes.NewLogTail(b.log, "vm console", spec.ID),
 		fs: fs, shares: sh, limits: l, guest: g}
 	var extra []*os.File
+	var filled <-chan error // a restore's RAM copy (vmram.go)
 	if fs == guestinit.FSVirtiofs {
 		// Its RAM is a memory file of this process's, which virtiofsd maps
 		// too and a checkpoint copies (vmram.go); a restore's is filled
-		// from the checkpoint first.
-		from := ""
-		if kind == bootRestore {
-			from = filepath.Join(image, ramFile)
-		}
-		if bx.ram, err = newVMRAM(name, from); err != nil {
-			if kind == bootRestore {
-				err = fmt.Errorf("%w: %w", sandbox.ErrCheckpointIncompatible, err)
-			}
+		// from the checkpoint while QEMU starts.
+		if bx.ram, err = newVMRAM(name); err != nil {
 			return nil, err
+		}
+		if kind == bootRestore {
+			filled = bx.ram.fill(filepath.Join(image, ramFile))
 		}
 		qemuRAM, err := bx.ram.forQEMU()
 		if err != nil {
@@ -671,6 +668,10 @@ func (b *Backend) boot(ctx context.Context, spec sandbox.Spec, kind bootKind, t 
 		}
 	case bootRestore:
 		started := time.Now()
+		if err := <-filled; err != nil {
+			agentConn.Close()
+			return fail(fmt.Errorf("%w: %w", sandbox.ErrCheckpointIncompatible, err))
+		}
 		if err := bx.qmp.restore(bctx, filepath.Join(image, stateFile), true); err != nil {
 			agentConn.Close()
 			return fail(fmt.Errorf("%w: %w", sandbox.ErrCheckpointIncompatible, err))

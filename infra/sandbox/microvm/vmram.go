@@ -26,28 +26,37 @@ type vmRAM struct {
 	f *os.File
 }
 
-// newVMRAM makes a VM's memory file, filled from the checkpoint's RAM
-// file from when set.
-func newVMRAM(name, from string) (*vmRAM, error) {
+// newVMRAM makes a VM's memory file, empty.
+func newVMRAM(name string) (*vmRAM, error) {
 	fd, err := unix.MemfdCreate("threadbox-vm-"+name, unix.MFD_CLOEXEC)
 	if err != nil {
 		return nil, fmt.Errorf("memory file: %w", err)
 	}
-	r := &vmRAM{f: os.NewFile(uintptr(fd), "vm-ram")}
-	if from == "" {
-		return r, nil
-	}
-	src, err := os.Open(from)
-	if err != nil {
-		r.Close()
-		return nil, fmt.Errorf("the checkpoint's RAM: %w", err)
-	}
-	defer src.Close()
-	if err := copySparse(r.f, src); err != nil {
-		r.Close()
-		return nil, fmt.Errorf("the checkpoint's RAM: %w", err)
-	}
-	return r, nil
+	return &vmRAM{f: os.NewFile(uintptr(fd), "vm-ram")}, nil
+}
+
+// fill copies the checkpoint's RAM file from into the memory file in the
+// background and gives the copy's result on the channel. A restore starts
+// QEMU and its virtiofsd processes meanwhile (the copy took 55–60 ms of a
+// 0.5 s restore here): QEMU maps the file but touches none of it until it
+// loads the saved state, which waits for the copy. A Close during the
+// copy fails it.
+func (r *vmRAM) fill(from string) <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		src, err := os.Open(from)
+		if err != nil {
+			done <- fmt.Errorf("the checkpoint's RAM: %w", err)
+			return
+		}
+		defer src.Close()
+		if err := copySparse(r.f, src); err != nil {
+			done <- fmt.Errorf("the checkpoint's RAM: %w", err)
+			return
+		}
+		done <- nil
+	}()
+	return done
 }
 
 // forQEMU returns a descriptor of the memory file for QEMU to inherit.
