@@ -106,10 +106,9 @@ func assertNothingLeft(t testing.TB, b *Backend) {
 	}
 	b.fsdMu.Lock()
 	defer b.fsdMu.Unlock()
-	for _, pid := range b.fsdStarted {
-		if cmd, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); err == nil && strings.Contains(string(cmd), "virtiofsd") {
-			t.Errorf("virtiofsd process %d left: %q", pid, cmd)
-		}
+	for pid := range b.fsdRunning {
+		cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		t.Errorf("virtiofsd process %d not waited for after Close: %q", pid, cmd)
 	}
 }
 

@@ -155,10 +155,10 @@ type Backend struct {
 
 	wg sync.WaitGroup // the QEMU and virtiofsd processes' waiters
 
-	// fsdStarted are the virtiofsd processes this backend started, which
-	// the tests check are gone after Close.
+	// fsdRunning are the virtiofsd processes this backend started that
+	// have not been waited for, by pid: none may be left after Close.
 	fsdMu      sync.Mutex
-	fsdStarted []int
+	fsdRunning map[int]bool
 
 	vmsMu sync.Mutex
 	vms   map[*box]bool // VMs whose QEMU has not exited

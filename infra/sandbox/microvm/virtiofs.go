@@ -141,13 +141,20 @@ func (b *Backend) startVirtiofsd(d *fsDaemons, shares []fsShare, log io.Writer) 
 		d.mu.Lock()
 		d.procs = append(d.procs, cmd.Process)
 		d.mu.Unlock()
+		pid := cmd.Process.Pid
 		b.fsdMu.Lock()
-		b.fsdStarted = append(b.fsdStarted, cmd.Process.Pid)
+		if b.fsdRunning == nil {
+			b.fsdRunning = map[int]bool{}
+		}
+		b.fsdRunning[pid] = true
 		b.fsdMu.Unlock()
 		b.wg.Add(1)
 		go func() {
 			defer b.wg.Done()
 			_ = cmd.Wait()
+			b.fsdMu.Lock()
+			delete(b.fsdRunning, pid)
+			b.fsdMu.Unlock()
 		}()
 	}
 	return qemuEnds, nil
