@@ -146,12 +146,17 @@ type box struct {
 	mounts   []sandbox.Mount // the folders bound in, whose targets a checkpoint records
 	stderr   *boxes.LogTail
 	cpu      cgroupacct.CPU
-	oomCount cgroupacct.OOM       // its memory cgroup's oom_kill counter
-	oom      *cgroupacct.OOMWatch // its memory cgroup running out, as it happens
-	procs    []string             // the cgroup.procs files its control group may have
-	limits   sandbox.Limits       // its limits, as its control group enforces them
-	restored bool                 // booted from a checkpoint
-	relay    *relayProc           // the relay holding its agent's stdio (relay.go)
+	oomCount cgroupacct.OOM // its memory cgroup's oom_kill counter
+	// oom is its memory cgroup running out, as it happens: made once the
+	// agent answered, while the watcher of its end (watch) already runs,
+	// so both go through oomMu, and one made after the end is closed.
+	oomMu    sync.Mutex
+	oom      *cgroupacct.OOMWatch
+	oomEnded bool
+	procs    []string       // the cgroup.procs files its control group may have
+	limits   sandbox.Limits // its limits, as its control group enforces them
+	restored bool           // booted from a checkpoint
+	relay    *relayProc     // the relay holding its agent's stdio (relay.go)
 }
 
 // New returns a gvisor backend. A missing runsc, root filesystem or agent
@@ -502,7 +507,7 @@ func (b *Backend) connect(ctx context.Context, bx *box, conn io.ReadWriteCloser,
 	cpu, oom := cgroupacct.At(b.cfg.CgroupRoot, b.cgroupsPath(bx.cid))
 	bx.cpu, bx.oomCount = cpu, oom
 	if w, err := b.ooms.Watch(oom); err == nil {
-		bx.oom = w
+		bx.setOOM(w)
 	} else {
 		b.log.Warn("sandbox memory kills not watched", "id", bx.id, "cause", err.Error())
 	}
@@ -516,7 +521,7 @@ func (b *Backend) watch(bx *box) {
 	go func() {
 		defer b.wg.Done()
 		bx.relay.wait()
-		bx.oom.Close()
+		bx.endOOM()
 		if data, err := os.ReadFile(filepath.Join(bx.bundle, relayLog)); err == nil {
 			_, _ = bx.stderr.Write(data)
 		}
@@ -544,6 +549,34 @@ func (b *Backend) watch(bx *box) {
 		}
 		bx.Exited()
 	}()
+}
+
+// setOOM keeps w as the watch of the sandbox's memory kills, or closes it
+// when the sandbox has ended already.
+func (bx *box) setOOM(w *cgroupacct.OOMWatch) {
+	bx.oomMu.Lock()
+	defer bx.oomMu.Unlock()
+	if bx.oomEnded {
+		w.Close()
+		return
+	}
+	bx.oom = w
+}
+
+// endOOM stops watching the sandbox's memory kills: it has ended.
+func (bx *box) endOOM() {
+	bx.oomMu.Lock()
+	defer bx.oomMu.Unlock()
+	bx.oomEnded = true
+	bx.oom.Close()
+}
+
+// oomKilled reports whether the watch saw the sandbox's memory cgroup
+// run out.
+func (bx *box) oomKilled() bool {
+	bx.oomMu.Lock()
+	defer bx.oomMu.Unlock()
+	return bx.oom.Killed()
 }
 
 // Running reports whether the sandbox runs: its relay has not exited.
@@ -656,7 +689,7 @@ func (bx *box) OOMKills() (int64, bool) { return bx.oomCount.Read() }
 
 // Why says out of memory when the sandbox's control group killed for it.
 func (bx *box) Why() string {
-	if bx.oom.Killed() {
+	if bx.oomKilled() {
 		return "out of memory (the sandbox's memory limit was reached and the kernel killed it)"
 	}
 	return ""
