@@ -3,7 +3,7 @@ SHELL := /bin/bash
 GO    ?= go
 BIN   := bin
 
-.PHONY: ui-vendor build run test test-short test-microvm lint bench soak chaos sandbox-image microvm-guest agent clean
+.PHONY: ui-vendor build run test test-short test-microvm race lint bench soak chaos sandbox-image microvm-guest agent clean
 
 build: agent
 	$(GO) build -o $(BIN)/threadbox ./cmd/threadbox
@@ -24,6 +24,11 @@ run: build
 # The full suite: starts a throwaway PostgreSQL cluster when TEST_DATABASE_URL is unset.
 test: agent
 	./scripts/test.sh
+
+# The whole suite under the race detector, with the same services as
+# `make test` (docs/testing.md): about 45 minutes on 2 CPUs, not part of CI.
+race: agent
+	./scripts/test.sh -race
 
 lint:
 	./scripts/lint.sh
