@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -35,15 +36,13 @@ type terminal struct {
 	id      string
 	pid     int
 	sess    sandbox.Session
-	max     int
 	done    chan struct{}
 	command string // what it runs; "" for a session taken over (attach)
 	size    sandbox.TTY
 	started time.Time
 
 	mu       sync.Mutex
-	buf      []byte
-	total    int64 // bytes ever received; the cursor after the last one
+	out      window
 	exitCode *int
 	lost     string // why the session ended without an exit code
 	wake     chan struct{}
@@ -55,20 +54,64 @@ type terminal struct {
 
 // newTerminal returns a session's terminal before it starts.
 func newTerminal(id string, limit int) *terminal {
-	return &terminal{id: id, max: limit, done: make(chan struct{}), wake: make(chan struct{}, 1), changed: make(chan struct{}), started: time.Now()}
+	return &terminal{id: id, out: window{max: limit}, done: make(chan struct{}), wake: make(chan struct{}, 1), changed: make(chan struct{}), started: time.Now()}
+}
+
+// window keeps the last max bytes of a session's output. Its buffer grows
+// to max and is then written around, so that a write costs its own length
+// however full the window is (moving the kept bytes down for each chunk
+// cost a copy of the whole window: a session printing without pause was
+// read slower than it printed). Cursors count every byte of the session's
+// output from start, the cursor of the first byte the window received.
+type window struct {
+	buf   []byte
+	max   int
+	start int64 // the cursor of the first byte written here
+	n     int64 // bytes written here
+}
+
+// end is the cursor after the last byte.
+func (w *window) end() int64 { return w.start + w.n }
+
+// write appends b, dropping what no longer fits.
+func (w *window) write(b []byte) {
+	if w.max <= 0 {
+		w.n += int64(len(b))
+		return
+	}
+	if len(b) > w.max {
+		w.n += int64(len(b) - w.max)
+		b = b[len(b)-w.max:]
+	}
+	if size := int(min(int64(w.max), w.n+int64(len(b)))); len(w.buf) < size {
+		w.buf = slices.Grow(w.buf, size-len(w.buf))[:size]
+	}
+	at := int(w.n % int64(w.max))
+	k := copy(w.buf[at:], b)
+	copy(w.buf, b[k:])
+	w.n += int64(len(b))
+}
+
+// since returns a copy of what the window holds after cursor, the cursor
+// after it, and how many bytes after cursor it no longer holds.
+func (w *window) since(cursor int64) (data []byte, end, dropped int64) {
+	end = w.end()
+	if base := end - int64(len(w.buf)); cursor < base {
+		dropped, cursor = base-cursor, base
+	}
+	cursor = min(cursor, end)
+	data = make([]byte, end-cursor)
+	if len(data) > 0 {
+		at := int((cursor - w.start) % int64(w.max))
+		k := copy(data, w.buf[at:])
+		copy(data[k:], w.buf)
+	}
+	return data, end, dropped
 }
 
 func (t *terminal) output(_ sandbox.Stream, b []byte) {
 	t.mu.Lock()
-	t.total += int64(len(b))
-	if len(b) >= t.max {
-		t.buf = append(t.buf[:0], b[len(b)-t.max:]...)
-	} else {
-		if over := len(t.buf) + len(b) - t.max; over > 0 {
-			t.buf = append(t.buf[:0], t.buf[over:]...)
-		}
-		t.buf = append(t.buf, b...)
-	}
+	t.out.write(b)
 	close(t.changed)
 	t.changed = make(chan struct{})
 	t.mu.Unlock()
@@ -97,7 +140,7 @@ func (t *terminal) read(since int64) (string, int64, int64) {
 func (t *terminal) cursor() int64 {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.total
+	return t.out.end()
 }
 
 // wait waits until the session ends, deadline passes, or (when early) new
@@ -260,7 +303,7 @@ func (e *Executor) attach(ctx context.Context, call messages.ToolCall, id string
 		return nil, err
 	}
 	t.mu.Lock()
-	t.total += sess.Offset()
+	t.out.start += sess.Offset()
 	t.mu.Unlock()
 	t.watch(sess, time.Now(), end)
 	e.terms.add(call.ContainerID, t)

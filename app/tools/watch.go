@@ -91,15 +91,8 @@ func (e *Executor) Session(containerID, sessionID string) (SessionInfo, error) {
 func (t *terminal) readRaw(since int64) ([]byte, int64, int64, <-chan struct{}) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	base := t.total - int64(len(t.buf))
-	var dropped int64
-	if since < base {
-		dropped, since = base-since, base
-	}
-	if since > t.total {
-		since = t.total
-	}
-	return append([]byte(nil), t.buf[since-base:]...), t.total, dropped, t.changed
+	data, end, dropped := t.out.since(since)
+	return data, end, dropped, t.changed
 }
 
 // Watch sends the session's output after since (what its buffer still
