@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"log/slog"
@@ -74,4 +75,64 @@ func zombie(pid int) bool {
 	s := string(b)
 	i := strings.LastIndexByte(s, ')')
 	return i > 0 && len(s) > i+2 && s[i+2] == 'Z'
+}
+
+// TestReaperLoopSleepsWhenIdle: an idle agent's reaper waits for signals
+// alone; a command's start arms its safety reap, which collects a status
+// whose SIGCHLD never came, and which goes on for idleAfter after the
+// last start and then stops.
+func TestReaperLoopSleepsWhenIdle(t *testing.T) {
+	// No signal.Notify: no SIGCHLD ever reaches this reaper, as if every
+	// one were lost.
+	r := &reaper{log: slog.New(slog.NewTextHandler(io.Discard, nil)), sig: make(chan os.Signal, 1), kick: make(chan struct{}, 1),
+		every: 10 * time.Millisecond, idleAfter: 200 * time.Millisecond, waiting: map[int]chan exited{}, early: map[int]earlyExit{}}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go r.loop(ctx)
+
+	// Longer than the second the loop once reaped every: an idle
+	// sandbox's agent then woke once a second, however long it idled.
+	time.Sleep(1200 * time.Millisecond)
+	if n := r.wakes.Load(); n != 0 {
+		t.Fatalf("an idle reaper woke %d times", n)
+	}
+	_, ch, err := r.start(func() (int, error) {
+		cmd := exec.Command("sh", "-c", "exit 3")
+		if err := cmd.Start(); err != nil {
+			return 0, err
+		}
+		pid := cmd.Process.Pid
+		_ = cmd.Process.Release()
+		return pid, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case ex := <-ch:
+		if ex.status.ExitStatus() != 3 {
+			t.Fatalf("exit status %d, want 3", ex.status.ExitStatus())
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a command whose SIGCHLD never came was not reaped")
+	}
+	// Armed until idleAfter has passed since the start, then asleep.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		r.mu.Lock()
+		armed := r.armed
+		r.mu.Unlock()
+		if !armed {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the reaper's safety reap was still armed long after the last command")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	woke := r.wakes.Load()
+	time.Sleep(100 * time.Millisecond)
+	if n := r.wakes.Load() - woke; n != 0 {
+		t.Fatalf("the reaper woke %d times once idle again", n)
+	}
 }
