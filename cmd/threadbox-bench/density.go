@@ -122,6 +122,14 @@ func benchDensity(ctx context.Context, o opts, out io.Writer) error {
 	if opened == 0 {
 		return fmt.Errorf("density: no sandbox opened: %w", openErr)
 	}
+	// What the idle sandboxes spend doing nothing, before any command ran
+	// in them: their control groups' CPU (the agents) and their shims',
+	// over idleWindow, once they settled.
+	ids := instanceContainers(ctx, instance)
+	time.Sleep(3 * time.Second)
+	idleCg0, idleShim0 := containersCPU(ids), shimCPU(ids)
+	time.Sleep(idleWindow)
+	idleCg, idleShim := containersCPU(ids)-idleCg0, shimCPU(ids)-idleShim0
 	// The first command of the last one, and of the 8 opened before it (one
 	// sample on this shared machine is mostly noise): the median is the
 	// row's figure.
@@ -141,7 +149,6 @@ func benchDensity(ctx context.Context, o opts, out io.Writer) error {
 	fd1 := openFiles()
 	avail1 := memAvailable()
 	daemons := daemonPSS() - daemons0
-	ids := instanceContainers(ctx, instance)
 	cg, cgRSS, shim := containersMemory(ids)
 	ownShims := shimCPU(ids)
 	n := int64(max(len(ids), 1))
@@ -171,6 +178,10 @@ func benchDensity(ctx context.Context, o opts, out io.Writer) error {
 	fmt.Fprintf(tw, "first command (true) of the last one; median / max of the last %d\t%s; %s / %s\t\n", len(firsts.d), ms(first), ms(firsts.pct(50)), ms(firsts.pct(100)))
 	fmt.Fprintf(tw, "cgroup memory per idle sandbox (usage / rss)\t%s / %s\t\n", per(cg), per(cgRSS))
 	fmt.Fprintf(tw, "containerd shim PSS per idle sandbox\t%s\t\n", per(shim))
+	perSec := func(d time.Duration) string {
+		return fmt.Sprintf("%.1f µs/s", float64(d.Microseconds())/float64(n)/idleWindow.Seconds())
+	}
+	fmt.Fprintf(tw, "CPU of an idle sandbox over %s: its cgroup / its shim\t%s / %s\t\n", idleWindow, perSec(idleCg), perSec(idleShim))
 	if bare != nil {
 		fmt.Fprintf(tw, "baseline: bare container's cgroup + shim PSS + daemons' growth\t%s + %s + %s\t\n", kib(bare.cgroup), kib(bare.shim), kib(bare.daemons))
 	}
@@ -424,6 +435,32 @@ func instanceContainers(ctx context.Context, instance string) []string {
 
 // cgroupMemory reads a container's memory cgroup: usage (with page cache)
 // and rss; cgroup v1 (cgroupfs driver) or v2 (systemd driver).
+// idleWindow is how long the density section watches the idle sandboxes'
+// CPU.
+const idleWindow = 10 * time.Second
+
+// containersCPU sums the CPU time the control groups of ids have used.
+func containersCPU(ids []string) time.Duration {
+	var sum time.Duration
+	for _, id := range ids {
+		sum += cgroupCPU(id)
+	}
+	return sum
+}
+
+// cgroupCPU reads the CPU time container id's control group has used:
+// cpuacct.usage (nanoseconds) under cgroup v1, cpu.stat's usage_usec under
+// v2.
+func cgroupCPU(id string) time.Duration {
+	for _, dir := range []string{"/sys/fs/cgroup/cpuacct/docker/" + id, "/sys/fs/cgroup/cpu,cpuacct/docker/" + id} {
+		if b, err := os.ReadFile(dir + "/cpuacct.usage"); err == nil {
+			ns, _ := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+			return time.Duration(ns)
+		}
+	}
+	return time.Duration(statField("/sys/fs/cgroup/system.slice/docker-"+id+".scope/cpu.stat", "usage_usec")) * time.Microsecond
+}
+
 func cgroupMemory(id string) (usage, rss int64) {
 	for _, dir := range []string{"/sys/fs/cgroup/memory/docker/" + id, "/sys/fs/cgroup/system.slice/docker-" + id + ".scope"} {
 		if b, err := os.ReadFile(dir + "/memory.usage_in_bytes"); err == nil {
