@@ -26,7 +26,7 @@ test: agent
 	./scripts/test.sh
 
 # The whole suite under the race detector, with the same services as
-# `make test` (docs/testing.md): about 45 minutes on 2 CPUs, not part of CI.
+# `make test`; not part of CI (docs/testing.md says what each part takes).
 race: agent
 	./scripts/test.sh -race
 

@@ -433,8 +433,6 @@ func instanceContainers(ctx context.Context, instance string) []string {
 	return strings.Fields(string(b))
 }
 
-// cgroupMemory reads a container's memory cgroup: usage (with page cache)
-// and rss; cgroup v1 (cgroupfs driver) or v2 (systemd driver).
 // idleWindow is how long the density section watches the idle sandboxes'
 // CPU.
 const idleWindow = 10 * time.Second
@@ -461,6 +459,8 @@ func cgroupCPU(id string) time.Duration {
 	return time.Duration(statField("/sys/fs/cgroup/system.slice/docker-"+id+".scope/cpu.stat", "usage_usec")) * time.Microsecond
 }
 
+// cgroupMemory reads a container's memory cgroup: usage (with page cache)
+// and rss; cgroup v1 (cgroupfs driver) or v2 (systemd driver).
 func cgroupMemory(id string) (usage, rss int64) {
 	for _, dir := range []string{"/sys/fs/cgroup/memory/docker/" + id, "/sys/fs/cgroup/system.slice/docker-" + id + ".scope"} {
 		if b, err := os.ReadFile(dir + "/memory.usage_in_bytes"); err == nil {
