@@ -71,7 +71,13 @@ func (s *server) released() []byte {
 	s.mu.Lock()
 	for _, p := range s.procs {
 		if p.req.Tag != "" && p.pid != 0 {
-			r.Sessions = append(r.Sessions, protocol.Running{ID: p.id, PID: p.pid, Tag: p.req.Tag, Sent: p.written})
+			run := protocol.Running{ID: p.id, PID: p.pid, Tag: p.req.Tag, Sent: p.written}
+			if p.window != nil {
+				// The host that takes the Release acks only what it reads.
+				run.Window = p.req.Window
+				p.window.reset()
+			}
+			r.Sessions = append(r.Sessions, run)
 			p.gen = s.gen
 		}
 	}

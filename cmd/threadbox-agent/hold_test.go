@@ -1,7 +1,9 @@
 package main
 
 import (
+	"fmt"
 	"testing"
+	"time"
 
 	"threadbox/infra/sandbox/agent/protocol"
 )
@@ -101,5 +103,84 @@ func TestReleasedSessions(t *testing.T) {
 		if f := next(t, frames); f.Type == protocol.TypeExit {
 			exits++
 		}
+	}
+}
+
+// TestServerOutputWindow: a command that asks for flow control has at most
+// its window of output out until the host acks it; an ack lets the next
+// part out, and a Release starts the window afresh for the host that takes
+// it, naming the window in its session.
+func TestServerOutputWindow(t *testing.T) {
+	w, frames := inProcess(t)
+	send := func(ty protocol.Type, id uint32, payload string) {
+		t.Helper()
+		must(t, protocol.WriteFrame(w, ty, id, []byte(payload)))
+	}
+	const window = 4096
+	// out reads frames until none came for 300 ms and returns the stdout
+	// bytes of id among them.
+	out := func() (n int, other []protocol.Frame) {
+		t.Helper()
+		for {
+			select {
+			case f, ok := <-frames:
+				if !ok {
+					t.Fatal("connection closed")
+				}
+				if f.Type == protocol.TypeStdout && f.ID == 8 {
+					n += len(f.Payload)
+				} else {
+					other = append(other, f)
+				}
+			case <-time.After(300 * time.Millisecond):
+				return n, other
+			}
+		}
+	}
+	send(protocol.TypeExec, 8, fmt.Sprintf(`{"args":["sh","-c","head -c 100000 /dev/zero"],"tag":"t","window":%d}`, window))
+	f := next(t, frames)
+	var st protocol.Started
+	if f.Type != protocol.TypeStarted || protocol.Decode(f.Payload, &st) != nil || st.Window != window {
+		t.Fatalf("exec answered with %v %s, want started with window %d", f.Type, f.Payload, window)
+	}
+	if n, _ := out(); n != window {
+		t.Fatalf("%d bytes out before any ack, want the window's %d", n, window)
+	}
+	send(protocol.TypeOutputAck, 8, `{"bytes":1000}`)
+	if n, _ := out(); n != 1000 {
+		t.Fatalf("%d bytes out after an ack of 1000", n)
+	}
+	send(protocol.TypeHold, 20, "")
+	if f := next(t, frames); f.Type != protocol.TypeHeld {
+		t.Fatalf("hold answered with %v", f.Type)
+	}
+	send(protocol.TypeRelease, 21, "")
+	n, other := out()
+	if len(other) != 1 || other[0].Type != protocol.TypeReleased {
+		t.Fatalf("release answered with %v", other)
+	}
+	var r protocol.Released
+	must(t, protocol.Decode(other[0].Payload, &r))
+	if len(r.Sessions) != 1 || r.Sessions[0].ID != 8 || r.Sessions[0].Window != window || r.Sessions[0].Sent != window+1000 {
+		t.Fatalf("released sessions %+v", r.Sessions)
+	}
+	if n != window {
+		t.Fatalf("%d bytes out after the release, want a fresh window's %d", n, window)
+	}
+	// Acked as it comes (an ack gives back only what is out), it ends.
+	got := 2*window + 1000
+	for {
+		send(protocol.TypeOutputAck, 8, fmt.Sprintf(`{"bytes":%d}`, window))
+		f := next(t, frames)
+		if f.Type == protocol.TypeExit {
+			break
+		}
+		if f.Type != protocol.TypeStdout {
+			t.Fatalf("got %v", f.Type)
+		}
+		got += len(f.Payload)
+	}
+	if got != 100000 {
+		t.Fatalf("%d bytes out in all, want 100000", got)
 	}
 }

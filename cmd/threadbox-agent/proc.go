@@ -47,6 +47,9 @@ type proc struct {
 	// guards both.
 	written int64
 	gen     uint64
+	// window is the output's flow control (protocol.Exec.Window), nil
+	// without it.
+	window *credit
 
 	mu       sync.Mutex
 	exited   bool
@@ -62,6 +65,9 @@ func startProc(s *server, id uint32, req protocol.Exec) (p *proc, err error) {
 	p = &proc{s: s, id: id, req: req, cap: req.MaxOutput, gen: s.gen}
 	if p.cap <= 0 {
 		p.cap = protocol.DefaultMaxOutput
+	}
+	if req.Window > 0 {
+		p.window = newCredit(req.Window)
 	}
 	dir := req.Dir
 	if dir == "" {
@@ -251,16 +257,7 @@ func (p *proc) run() {
 
 	drained := make(chan struct{})
 	go func() { wg.Wait(); close(drained) }()
-	select {
-	case <-drained:
-	case <-time.After(p.s.cfg.drain):
-		// A process that left the group still holds the output open.
-		p.s.log.Warn("agent: output still open after exit; closing", "id", p.id, "pid", p.pid)
-		for _, f := range readers {
-			_ = f.Close()
-		}
-		<-drained
-	}
+	p.drain(drained, readers)
 	if p.stdin != nil {
 		p.stdin.stop()
 	}
@@ -303,14 +300,50 @@ func (p *proc) run() {
 	p.s.sendExit(p, exit)
 }
 
+// drain waits, once the command exited, until its output is read to the
+// end (drained is closed). Output still open after the agent's drain time
+// is held by a process that left the group: the readers are closed then.
+// Time spent waiting for the host's acks does not count: that output is
+// the host's to take, however slowly.
+func (p *proc) drain(drained <-chan struct{}, readers []*os.File) {
+	timer := time.NewTimer(p.s.cfg.drain)
+	defer timer.Stop()
+	for {
+		select {
+		case <-drained:
+			return
+		case <-timer.C:
+		}
+		if p.window != nil && p.window.blocked() {
+			timer.Reset(p.s.cfg.drain)
+			continue
+		}
+		p.s.log.Warn("agent: output still open after exit; closing", "id", p.id, "pid", p.pid)
+		if p.window != nil {
+			p.window.close()
+		}
+		for _, f := range readers {
+			_ = f.Close()
+		}
+		<-drained
+		return
+	}
+}
+
 // pump streams f as frames of type t up to the cap, then keeps reading and
-// dropping so that the command never blocks on a full pipe. It reports
-// whether anything was dropped.
+// dropping so that the command never blocks on a full pipe. With flow
+// control it reads only what the window has room for, so the command
+// blocks on its full pipe or terminal while the host is behind. It
+// reports whether anything was dropped.
 func (p *proc) pump(f *os.File, t protocol.Type) (truncated bool) {
 	buf := make([]byte, protocol.MaxChunk)
 	sent := 0
 	for {
-		n, err := f.Read(buf)
+		want := len(buf)
+		if p.window != nil {
+			want = min(want, p.window.room())
+		}
+		n, err := f.Read(buf[:want])
 		if n > 0 {
 			keep := n
 			if sent+n > p.cap {
@@ -318,6 +351,9 @@ func (p *proc) pump(f *os.File, t protocol.Type) (truncated bool) {
 				truncated = true
 			}
 			if keep > 0 {
+				if p.window != nil {
+					p.window.sent(keep)
+				}
 				p.s.sendOutput(p, t, buf[:keep])
 				sent += keep
 			}

@@ -141,7 +141,11 @@ func (s *server) handle(f protocol.Frame) {
 		s.mu.Lock()
 		s.procs[f.ID] = p
 		s.mu.Unlock()
-		s.sendJSON(protocol.TypeStarted, f.ID, protocol.Started{PID: p.pid})
+		started := protocol.Started{PID: p.pid}
+		if p.window != nil {
+			started.Window = req.Window
+		}
+		s.sendJSON(protocol.TypeStarted, f.ID, started)
 		go p.run()
 	case protocol.TypeStdin, protocol.TypeCloseStdin, protocol.TypeResize, protocol.TypeSignal:
 		p := s.proc(f.ID)
@@ -152,6 +156,11 @@ func (s *server) handle(f protocol.Frame) {
 		}
 		if err := p.control(f); err != nil {
 			s.log.Debug("agent: control", "type", f.Type, "id", f.ID, "err", err)
+		}
+	case protocol.TypeOutputAck:
+		var a protocol.Ack
+		if p := s.proc(f.ID); p != nil && p.window != nil && protocol.Decode(f.Payload, &a) == nil {
+			p.window.acked(a.Bytes)
 		}
 	case protocol.TypeStreamOpen, protocol.TypeStreamData, protocol.TypeStreamClose, protocol.TypeStreamAck:
 		s.handleStream(f)
@@ -215,6 +224,10 @@ func (s *server) detach() {
 	for _, p := range s.procs {
 		if p.req.Tag == "" {
 			_ = syscall.Kill(-p.pid, syscall.SIGKILL)
+			// Nobody will ack the rest of its output, which is dropped.
+			if p.window != nil {
+				p.window.close()
+			}
 		}
 	}
 	s.mu.Unlock()

@@ -28,10 +28,7 @@ type streams struct {
 type streamConn struct {
 	c      net.Conn
 	out    *protocol.Outbox
-	credit chan struct{} // signalled when acks arrive or the connection closes
-
-	mu      sync.Mutex
-	unacked int // bytes sent to the host and not acknowledged
+	window *credit // closed once the host closed its end or the connection went
 }
 
 func (s *server) streamTable() *streams {
@@ -85,7 +82,7 @@ func (s *server) handleStream(f protocol.Frame) {
 		c := st.conns[f.ID]
 		st.mu.Unlock()
 		if c != nil {
-			c.acked(a.Bytes)
+			c.window.acked(a.Bytes)
 		}
 	case protocol.TypeStreamClose:
 		st.mu.Lock()
@@ -98,7 +95,7 @@ func (s *server) handleStream(f protocol.Frame) {
 		}
 		if c != nil {
 			c.out.Finish()
-			c.signalCredit()
+			c.window.close()
 		}
 	}
 }
@@ -129,7 +126,7 @@ func (s *server) accept(st *streams, lid uint32, l net.Listener) {
 			}
 			return
 		}
-		c := &streamConn{c: nc, out: protocol.NewOutbox(maxStreamQueue), credit: make(chan struct{}, 1)}
+		c := &streamConn{c: nc, out: protocol.NewOutbox(maxStreamQueue), window: newCredit(protocol.StreamWindow)}
 		st.mu.Lock()
 		st.next++
 		id := protocol.AgentIDBit | (st.next &^ protocol.AgentIDBit)
@@ -146,12 +143,10 @@ func (s *server) accept(st *streams, lid uint32, l net.Listener) {
 func (s *server) readStream(st *streams, id uint32, c *streamConn) {
 	buf := make([]byte, protocol.MaxChunk)
 	for {
-		room := c.room()
+		room := c.window.room()
 		n, err := c.c.Read(buf[:min(room, len(buf))])
 		if n > 0 {
-			c.mu.Lock()
-			c.unacked += n
-			c.mu.Unlock()
+			c.window.sent(n)
 			s.send(protocol.TypeStreamData, id, buf[:n])
 		}
 		if err != nil {
@@ -173,7 +168,7 @@ func (s *server) closeStream(st *streams, id uint32, tell bool) {
 	}
 	_ = c.c.Close()
 	c.out.Drop()
-	c.signalCredit()
+	c.window.close()
 	if tell {
 		s.send(protocol.TypeStreamClose, id, nil)
 	}
@@ -192,38 +187,4 @@ func (s *server) closeAllStreams() {
 	for _, c := range cs {
 		_ = c.c.Close()
 	}
-}
-
-func (c *streamConn) signalCredit() {
-	select {
-	case c.credit <- struct{}{}:
-	default:
-	}
-}
-
-// room waits until the window has room (or the connection is closing) and
-// returns how many bytes may be sent; at least 1 once closing, so that the
-// reader sees the end of the connection.
-func (c *streamConn) room() int {
-	for {
-		c.mu.Lock()
-		r := protocol.StreamWindow - c.unacked
-		c.mu.Unlock()
-		closing := c.out.Closing()
-		if r > 0 {
-			return r
-		}
-		if closing {
-			return 1
-		}
-		<-c.credit
-	}
-}
-
-// acked gives n bytes of the window back.
-func (c *streamConn) acked(n int) {
-	c.mu.Lock()
-	c.unacked = max(c.unacked-n, 0)
-	c.mu.Unlock()
-	c.signalCredit()
 }

@@ -466,6 +466,10 @@ func (c *Client) launch(ctx context.Context, cmd sandbox.Command, tty *TTY, open
 	if tty != nil {
 		req.TTY = &protocol.TTY{Rows: tty.Rows, Cols: tty.Cols}
 	}
+	if limit == streamMaxOutput && cmd.Output != nil {
+		// Uncapped output is bounded by flow control instead.
+		req.Window = protocol.OutputWindow
+	}
 	payload, err := protocol.Encode(req)
 	if err != nil {
 		return nil, fmt.Errorf("agent: exec: %w", err)

@@ -12,9 +12,9 @@
 // one command from its Exec frame to the agent's Exit (or Error) frame, so
 // any number of commands run concurrently over one connection:
 //
-//	host  -> agent  Ping, Exec{args,dir,env,timeout,max_output,output_dir,open_stdin,tty},
-//	                Stdin(bytes), CloseStdin, Resize{rows,cols}, Signal{signal}
-//	agent -> host   Pong, Started{pid}, Stdout(bytes), Stderr(bytes),
+//	host  -> agent  Ping, Exec{args,dir,env,timeout,max_output,output_dir,open_stdin,tty,tag,window},
+//	                Stdin(bytes), CloseStdin, Resize{rows,cols}, Signal{signal}, OutputAck{bytes}
+//	agent -> host   Pong, Started{pid,window}, Stdout(bytes), Stderr(bytes),
 //	                Exit{exit_code,signal,timed_out,*_truncated,oom_hint,output_files}, Error{message}
 //
 // Hold and Release (protocol/hold.go) quiet both directions at a frame
@@ -33,7 +33,12 @@
 //
 // Start with StartOptions.Stream runs a long-lived command whose output is
 // not capped and not kept: it goes only to Command.Output (terminal
-// sessions, REPLs).
+// sessions, REPLs, file reads). Such a command keeps to flow control
+// (protocol.Exec.Window): the agent sends at most protocol.OutputWindow
+// bytes of its output that Command.Output has not yet taken, and the
+// client gives the window back with OutputAck frames as it hands chunks
+// over. A slow Output callback so holds back the command in the sandbox,
+// as a slow terminal does, instead of making the host queue its output.
 //
 // The agent caps each output stream at the command's MaxOutput and sends
 // nothing beyond it, so the host holds at most two caps per command. Exec

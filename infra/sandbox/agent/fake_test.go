@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -240,4 +241,205 @@ func TestClientCPUTime(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestClientOutputFlowControl: a streamed command asks for flow control,
+// and the client gives the window back as its Output callback takes the
+// output, only to an agent that said it keeps to it; an agent that sends
+// far past the window gets its command killed; a capped command asks for
+// none.
+func TestClientOutputFlowControl(t *testing.T) {
+	chunk := make([]byte, protocol.MaxChunk)
+	start := func(t *testing.T, c *agent.Client, cmd sandbox.Command, stream bool) <-chan *agent.Process {
+		started := make(chan *agent.Process, 1)
+		go func() {
+			p, err := c.Start(context.Background(), cmd, agent.StartOptions{Stream: stream})
+			if err != nil {
+				t.Error(err)
+			}
+			started <- p
+		}()
+		return started
+	}
+	execWindow := func(t *testing.T, fr protocol.Frame) int {
+		var req protocol.Exec
+		if fr.Type != protocol.TypeExec || protocol.Decode(fr.Payload, &req) != nil {
+			t.Fatalf("got %v, want exec", fr.Type)
+		}
+		return req.Window
+	}
+	// acked reads the client's frames until a ping's answer and sums the
+	// acks of id among them.
+	acked := func(t *testing.T, c *agent.Client, f *fakeAgent, id uint32) (total int, others []protocol.Type) {
+		pinged := make(chan error, 1)
+		go func() { pinged <- c.Ping(context.Background()) }()
+		for {
+			fr := f.next()
+			switch {
+			case fr.Type == protocol.TypePing:
+				f.send(protocol.TypePong, fr.ID, nil)
+				if err := <-pinged; err != nil {
+					t.Fatal(err)
+				}
+				return total, others
+			case fr.Type == protocol.TypeOutputAck && fr.ID == id:
+				var a protocol.Ack
+				if err := protocol.Decode(fr.Payload, &a); err != nil {
+					t.Fatal(err)
+				}
+				total += a.Bytes
+			default:
+				others = append(others, fr.Type)
+			}
+		}
+	}
+
+	t.Run("acks what the callback took", func(t *testing.T) {
+		c, f := newFake(t)
+		var mu sync.Mutex
+		took := 0
+		started := start(t, c, sandbox.Command{Args: []string{"x"}, Output: func(_ sandbox.Stream, b []byte) {
+			mu.Lock()
+			took += len(b)
+			mu.Unlock()
+		}}, true)
+		fr := f.next()
+		if w := execWindow(t, fr); w != protocol.OutputWindow {
+			t.Fatalf("a streamed command asked for window %d, want %d", w, protocol.OutputWindow)
+		}
+		f.sendJSON(protocol.TypeStarted, fr.ID, protocol.Started{PID: 1, Window: protocol.OutputWindow})
+		<-started
+		const n = 40 // 1.25 MiB: five windows
+		for range n {
+			f.send(protocol.TypeStdout, fr.ID, chunk)
+		}
+		// Acks follow delivery; wait until all is delivered, then count.
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+			mu.Lock()
+			done := took == n*len(chunk)
+			mu.Unlock()
+			if done {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("took %d bytes, want %d", took, n*len(chunk))
+			}
+		}
+		total, _ := acked(t, c, f, fr.ID)
+		// Acks go in quarters of the window; what is left under a quarter
+		// waits for more output.
+		if total > n*len(chunk) || n*len(chunk)-total >= protocol.OutputWindow/4 {
+			t.Fatalf("acked %d of %d bytes", total, n*len(chunk))
+		}
+		f.sendJSON(protocol.TypeExit, fr.ID, protocol.Exit{})
+	})
+
+	t.Run("no acks to an agent without flow control", func(t *testing.T) {
+		c, f := newFake(t)
+		started := start(t, c, sandbox.Command{Args: []string{"x"}, Output: func(sandbox.Stream, []byte) {}}, true)
+		fr := f.next()
+		f.sendJSON(protocol.TypeStarted, fr.ID, protocol.Started{PID: 1})
+		<-started
+		for range 40 {
+			f.send(protocol.TypeStdout, fr.ID, chunk)
+		}
+		time.Sleep(50 * time.Millisecond) // let delivery run
+		if total, others := acked(t, c, f, fr.ID); total != 0 || len(others) != 0 {
+			t.Fatalf("acked %d bytes, other frames %v, to an agent without flow control", total, others)
+		}
+		f.sendJSON(protocol.TypeExit, fr.ID, protocol.Exit{})
+	})
+
+	t.Run("an agent past the window gets its command killed", func(t *testing.T) {
+		c, f := newFake(t)
+		gate := make(chan struct{})
+		defer close(gate)
+		started := start(t, c, sandbox.Command{Args: []string{"x"}, Output: func(sandbox.Stream, []byte) { <-gate }}, true)
+		fr := f.next()
+		f.sendJSON(protocol.TypeStarted, fr.ID, protocol.Started{PID: 1, Window: protocol.OutputWindow})
+		<-started
+		// The callback holds the first chunk; four windows more are kept,
+		// and the one past them is the agent's fault.
+		for range 4*protocol.OutputWindow/len(chunk) + 2 {
+			f.send(protocol.TypeStdout, fr.ID, chunk)
+		}
+		kill := f.next()
+		var sig protocol.Signal
+		if kill.Type != protocol.TypeSignal || kill.ID != fr.ID || protocol.Decode(kill.Payload, &sig) != nil || sig.Signal != 9 {
+			t.Fatalf("got %v for %d, want SIGKILL for %d", kill.Type, kill.ID, fr.ID)
+		}
+		f.sendJSON(protocol.TypeExit, fr.ID, protocol.Exit{ExitCode: -1, Signal: 9})
+	})
+
+	t.Run("an orphan's output is acked as it arrives, and not again once attached", func(t *testing.T) {
+		c, f := newFake(t)
+		done := make(chan error, 1)
+		go func() { done <- c.Release(context.Background()) }()
+		rel := f.next()
+		f.sendJSON(protocol.TypeReleased, rel.ID, protocol.Released{NextID: 500, Sessions: []protocol.Running{
+			{ID: 7, PID: 70, Tag: "terminal:a", Window: protocol.OutputWindow},
+		}})
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		// Unattached, it runs on: three quarters of a window are acked at
+		// once (the rest is under a quarter).
+		for range 7 {
+			f.send(protocol.TypeStdout, 7, chunk)
+		}
+		var total int
+		for deadline := time.Now().Add(5 * time.Second); total < 3*protocol.OutputWindow/4; {
+			n, _ := acked(t, c, f, 7)
+			total += n
+			if time.Now().After(deadline) {
+				t.Fatalf("acked %d bytes of an orphan's %d", total, 7*len(chunk))
+			}
+		}
+		var mu sync.Mutex
+		took := 0
+		s, err := c.Session(context.Background(), sandbox.Command{Tag: "terminal:a", Attach: true, Output: func(_ sandbox.Stream, b []byte) {
+			mu.Lock()
+			took += len(b)
+			mu.Unlock()
+		}}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 9 {
+			f.send(protocol.TypeStdout, 7, chunk)
+		}
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+			mu.Lock()
+			all := took == 16*len(chunk)
+			mu.Unlock()
+			if all {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("attached session took %d bytes, want %d", took, 16*len(chunk))
+			}
+		}
+		n, _ := acked(t, c, f, 7)
+		// 16 chunks are 2 windows: all acked but for under a quarter, and
+		// nothing twice.
+		if total += n; total > 16*len(chunk) || 16*len(chunk)-total >= protocol.OutputWindow/4 {
+			t.Fatalf("acked %d of %d bytes", total, 16*len(chunk))
+		}
+		f.sendJSON(protocol.TypeExit, 7, protocol.Exit{})
+		if _, err := s.Wait(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("a capped command asks for none", func(t *testing.T) {
+		c, f := newFake(t)
+		started := start(t, c, sandbox.Command{Args: []string{"x"}, Output: func(sandbox.Stream, []byte) {}}, false)
+		fr := f.next()
+		if w := execWindow(t, fr); w != 0 {
+			t.Fatalf("a capped command asked for window %d", w)
+		}
+		f.sendJSON(protocol.TypeStarted, fr.ID, protocol.Started{PID: 1})
+		<-started
+		f.sendJSON(protocol.TypeExit, fr.ID, protocol.Exit{})
+	})
 }

@@ -281,16 +281,20 @@ func (c *Client) released(f protocol.Frame) error {
 // Orphans: the tagged commands a restored agent still runs for a host
 // before this client (Released.Sessions). Their frames are kept, up to
 // orphanBuffer bytes each (the oldest output goes first, counted as written
-// before the attach), until Attach hands them to a Process.
+// before the attach), until Attach hands them to a Process. The output of
+// an orphan that keeps to flow control is acknowledged as it arrives, so
+// that it runs on, unread, as it did before flow control: orphanBuffer
+// bounds what is kept.
 
 // orphanBuffer bounds the output kept for one orphan.
 const orphanBuffer = 1 << 20
 
 // orphan is a command of an earlier host, not yet attached to.
 type orphan struct {
-	run    protocol.Running
-	frames []protocol.Frame
-	size   int
+	run     protocol.Running
+	frames  []protocol.Frame
+	size    int
+	unacked int // output bytes received and not yet acknowledged
 }
 
 // keepOrphans starts keeping the frames of the commands in runs.
@@ -316,6 +320,13 @@ func (c *Client) keepOrphanFrame(f protocol.Frame) bool {
 	}
 	o.frames = append(o.frames, f)
 	o.size += len(f.Payload)
+	if o.run.Window > 0 && (f.Type == protocol.TypeStdout || f.Type == protocol.TypeStderr) {
+		if o.unacked += len(f.Payload); o.unacked >= outputAckEvery {
+			n := o.unacked
+			o.unacked = 0
+			go c.sendAck(protocol.TypeOutputAck, f.ID, n) // the read loop never blocks
+		}
+	}
 	for o.size > orphanBuffer && len(o.frames) > 1 {
 		old := o.frames[0]
 		if old.Type != protocol.TypeStdout && old.Type != protocol.TypeStderr {
@@ -346,9 +357,15 @@ func (c *Client) Attach(tag string, output func(sandbox.Stream, []byte)) (*Proce
 		return nil, fmt.Errorf("agent: attach %q: %w", tag, sandbox.ErrNoSession)
 	}
 	delete(c.orphans, o.run.ID)
+	if o.run.Window > 0 && output == nil {
+		output = func(sandbox.Stream, []byte) {} // its output must still be taken
+	}
 	p := newProcess(c, o.run.ID, streamMaxOutput, sandbox.Command{MaxOutput: streamMaxOutput, Output: output})
 	p.pid, p.offset = o.run.PID, o.run.Sent
 	p.mu.Lock()
+	p.window = o.run.Window
+	// The kept output was acknowledged as it arrived but for o.unacked.
+	p.preAcked = max(o.size-o.unacked, 0)
 	p.closeStarted()
 	p.mu.Unlock()
 	c.procs[p.id] = p

@@ -41,7 +41,27 @@ type Process struct {
 	queue        []chunk
 	startClosed  bool
 	finishClosed bool
+	// window is the flow control the agent keeps to for this command
+	// (protocol.Started.Window), 0 for none; queued counts the bytes
+	// queued for output; preAcked the queued bytes acknowledged already
+	// (an orphan's, see keepOrphanFrame); overrun is set once the agent
+	// sent far past the window.
+	window   int
+	queued   int
+	preAcked int
+	overrun  bool
 }
+
+// outputAckEvery is how many bytes of a command's output the client
+// acknowledges at once: a quarter of the window, so the agent always gets
+// room back before it runs dry.
+const outputAckEvery = protocol.OutputWindow / 4
+
+// maxOutputQueue bounds the output queued for a command that keeps to flow
+// control: its stdout and stderr may each fill the window, and a Release
+// starts the window afresh. An agent that sends more does not keep to it:
+// the command is killed and the rest of its output dropped.
+const maxOutputQueue = 4 * protocol.OutputWindow
 
 type chunk struct {
 	stream sandbox.Stream
@@ -91,6 +111,7 @@ func (p *Process) onFrame(f protocol.Frame) {
 		_ = protocol.Decode(f.Payload, &s)
 		p.mu.Lock()
 		p.pid = s.PID
+		p.window = s.Window
 		p.closeStarted()
 		p.mu.Unlock()
 	case protocol.TypeStdout, protocol.TypeStderr:
@@ -103,8 +124,13 @@ func (p *Process) onFrame(f protocol.Frame) {
 		// misbehaving agent cannot grow host memory.
 		data := f.Payload
 		if p.stream {
-			if p.output != nil && len(data) > 0 {
+			if p.output != nil && len(data) > 0 && !p.overrun {
 				p.queue = append(p.queue, chunk{stream, data})
+				p.queued += len(data)
+				if p.window > 0 && p.queued > maxOutputQueue {
+					p.overrun, p.queue, p.queued = true, nil, 0
+					p.killAsync()
+				}
 			}
 			p.mu.Unlock()
 			p.signal()
@@ -171,15 +197,34 @@ func (p *Process) signal() {
 
 // deliver hands queued chunks to the Output callback, in arrival order and
 // outside the read loop, so that a slow callback delays only its command.
+// With flow control it gives the window back as chunks are handed over.
 func (p *Process) deliver() {
 	defer close(p.delivered)
+	consumed := 0 // handed over and not yet acknowledged
 	for {
 		p.mu.Lock()
-		q, fin := p.queue, p.finishClosed
+		q, fin, window := p.queue, p.finishClosed, p.window
 		p.queue = nil
 		p.mu.Unlock()
 		for _, ch := range q {
 			p.output(ch.stream, ch.data)
+			if window == 0 {
+				continue
+			}
+			p.mu.Lock()
+			p.queued = max(p.queued-len(ch.data), 0)
+			n := len(ch.data)
+			if p.preAcked > 0 {
+				skip := min(p.preAcked, n)
+				p.preAcked -= skip
+				n -= skip
+			}
+			fin = p.finishClosed
+			p.mu.Unlock()
+			if consumed += n; consumed >= outputAckEvery && !fin {
+				p.c.sendAck(protocol.TypeOutputAck, p.id, consumed)
+				consumed = 0
+			}
 		}
 		if len(q) > 0 {
 			continue // more may have arrived meanwhile

@@ -190,11 +190,7 @@ func (c *Client) dispatchStream(f protocol.Frame) bool {
 		sc := &streamConn{Conn: near, far: far, local: streamAddr(parent.addr), remote: streamAddr(o.Addr), out: protocol.NewOutbox(maxStreamQueue)}
 		if o.Window > 0 {
 			id := f.ID
-			sc.ack = func(n int) {
-				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				defer cancel()
-				_ = c.sendJSON(ctx, protocol.TypeStreamAck, id, protocol.Ack{Bytes: n})
-			}
+			sc.ack = func(n int) { c.sendAck(protocol.TypeStreamAck, id, n) }
 		}
 		c.st.mu.Lock()
 		c.st.conns[f.ID] = sc
@@ -232,6 +228,14 @@ func (c *Client) sendAsync(t protocol.Type, id uint32) {
 		defer cancel()
 		_ = c.send(ctx, t, id, nil)
 	}()
+}
+
+// sendAck acknowledges n consumed bytes of id (StreamAck for a loopback
+// connection, OutputAck for a command's output), giving up after 5 s.
+func (c *Client) sendAck(t protocol.Type, id uint32, n int) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = c.sendJSON(ctx, t, id, protocol.Ack{Bytes: n})
 }
 
 // pumpOut carries what the caller writes to the agent until the pipe ends.

@@ -3,8 +3,11 @@ package agent_test
 import (
 	"bufio"
 	"bytes"
+	"fmt"
 	"io"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -12,6 +15,7 @@ import (
 
 	"threadbox/domain/sandbox"
 	"threadbox/infra/sandbox/agent"
+	"threadbox/infra/sandbox/agent/protocol"
 )
 
 // echoServe answers each line read from conn with "echo: " and the line.
@@ -149,5 +153,98 @@ func TestStartStreamKeepsNoOutput(t *testing.T) {
 	// none was kept in the result.
 	if got.Len() != 3000000 || len(res.Stdout) != 0 || res.StdoutTruncated {
 		t.Fatalf("streamed %d bytes, result kept %d (truncated %v)", got.Len(), len(res.Stdout), res.StdoutTruncated)
+	}
+}
+
+// TestStreamedOutputKeepsToWindow: while a streamed command's Output
+// callback does not take its output, the agent stops reading it, so the
+// command blocks on its full pipe instead of the host queueing what it
+// prints; once the callback takes it again, all of it arrives, in order.
+func TestStreamedOutputKeepsToWindow(t *testing.T) {
+	ta := startAgent(t, nil)
+	ctx := testCtx(t, 60*time.Second)
+	marker := filepath.Join(ta.dirs.workspace, "printed")
+	const size = 8 << 20 // far beyond the window and the pipe's buffer
+	gate := make(chan struct{})
+	var mu sync.Mutex
+	var got bytes.Buffer
+	first := make(chan struct{})
+	var once sync.Once
+	p, err := ta.client.Start(ctx, sandbox.Command{
+		Args: []string{"sh", "-c", fmt.Sprintf("head -c %d /dev/zero | tr '\\0' a && echo end && touch %s", size, marker)},
+		Output: func(_ sandbox.Stream, b []byte) {
+			once.Do(func() { close(first) })
+			<-gate
+			mu.Lock()
+			got.Write(b)
+			mu.Unlock()
+		},
+	}, agent.StartOptions{Stream: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-first
+	// Without flow control the command prints its 8 MiB into the host's
+	// queue in well under a second and ends.
+	time.Sleep(time.Second)
+	if _, err := os.Stat(marker); err == nil {
+		t.Fatal("the command printed everything while its output was not taken")
+	}
+	select {
+	case <-p.Done():
+		t.Fatal("the command ended while its output was not taken")
+	default:
+	}
+	close(gate)
+	res, err := p.Wait(ctx)
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("wait: %+v %v", res, err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	want := strings.Repeat("a", size) + "end\n"
+	if got.Len() != len(want) || got.String() != want {
+		t.Fatalf("streamed %d bytes, want %d in order", got.Len(), len(want))
+	}
+	if _, err := os.Stat(marker); err != nil {
+		t.Fatalf("the command did not finish: %v", err)
+	}
+}
+
+// TestStreamedOutputOutlivesTheDrainTime: a streamed command that ended
+// while the rest of its output waited for the host to take it still has
+// all of it delivered, however long the host takes: the agent's drain
+// time is for output held open by a process that left the group, not for
+// a slow host.
+func TestStreamedOutputOutlivesTheDrainTime(t *testing.T) {
+	ta := startAgent(t, []string{"THREADBOX_AGENT_DRAIN=100ms"})
+	ctx := testCtx(t, 30*time.Second)
+	// More than the window, less than the window and the pipe's buffer:
+	// the command ends while the agent waits for acks.
+	const size = protocol.OutputWindow + 40<<10
+	gate := make(chan struct{})
+	var mu sync.Mutex
+	var got bytes.Buffer
+	p, err := ta.client.Start(ctx, sandbox.Command{
+		Args: []string{"sh", "-c", fmt.Sprintf("head -c %d /dev/zero | tr '\\0' b", size)},
+		Output: func(_ sandbox.Stream, b []byte) {
+			<-gate
+			mu.Lock()
+			got.Write(b)
+			mu.Unlock()
+		},
+	}, agent.StartOptions{Stream: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second) // ten drain times
+	close(gate)
+	if _, err := p.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if got.Len() != size || got.String() != strings.Repeat("b", size) {
+		t.Fatalf("streamed %d bytes, want %d", got.Len(), size)
 	}
 }

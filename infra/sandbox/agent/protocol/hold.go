@@ -61,6 +61,10 @@ type Running struct {
 	// Sent counts the output bytes (stdout and stderr) written for the
 	// command before Released: what the host before had received.
 	Sent int64 `json:"sent"`
+	// Window is the command's window of flow control (Exec.Window), which
+	// the agent starts afresh for the host that took the Release; zero
+	// for none.
+	Window int `json:"window,omitempty"`
 }
 
 // Frames of a relay. A host process may reach the agent through a relay

@@ -55,6 +55,10 @@ const (
 	TypeResize Type = 0x13
 	// TypeSignal sends a signal to the command's process group; payload Signal.
 	TypeSignal Type = 0x14
+	// TypeOutputAck gives back window to a command that keeps to flow
+	// control (Exec.Window): payload Ack, the output bytes the host
+	// consumed since its last OutputAck.
+	TypeOutputAck Type = 0x18
 )
 
 // Frame types sent by the agent.
@@ -102,6 +106,8 @@ func (t Type) String() string {
 		return "resize"
 	case TypeSignal:
 		return "signal"
+	case TypeOutputAck:
+		return "output-ack"
 	case TypeStarted:
 		return "started"
 	case TypeStdout:
@@ -220,13 +226,30 @@ type Exec struct {
 	// restored sandbox later can find it (Released.Sessions) and attach to
 	// it; empty for none.
 	Tag string `json:"tag,omitempty"`
+	// Window asks for flow control of the command's output: while Window
+	// bytes or more of it that the host has not given back with OutputAck
+	// are out, the agent reads no more of it, so a host that reads slowly
+	// leaves the backlog in the sandbox's pipe or terminal, where the
+	// command's writes block as they would on a slow terminal. (Its
+	// stdout and stderr are read side by side, so up to twice Window may
+	// be out.) Zero means none: MaxOutput bounds the output instead.
+	Window int `json:"window,omitempty"`
 }
+
+// OutputWindow is the window of flow control the host asks for on a
+// command whose output it streams without a cap (a terminal session, an
+// interpreter, a file read).
+const OutputWindow = 256 << 10
 
 // Started is the payload of a Started frame.
 type Started struct {
 	// PID is the command's process id in the sandbox; it is also the id of
 	// its process group.
 	PID int `json:"pid"`
+	// Window is the Exec's Window when the agent keeps to it; zero when it
+	// does not (an agent from before flow control), and the host then
+	// sends no OutputAck.
+	Window int `json:"window,omitempty"`
 }
 
 // Exit is the payload of an Exit frame.

@@ -50,8 +50,9 @@ type Opened struct {
 	Window int `json:"window,omitempty"`
 }
 
-// Ack is the payload of a StreamAck frame: how many more bytes of the
-// connection the host has consumed.
+// Ack is the payload of a StreamAck frame (how many more bytes of the
+// connection the host has consumed) and of an OutputAck frame (how many
+// more bytes of the command's output).
 type Ack struct {
 	Bytes int `json:"bytes"`
 }
