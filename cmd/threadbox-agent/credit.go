@@ -65,8 +65,12 @@ func (c *credit) sent(n int) {
 	c.mu.Unlock()
 }
 
-// acked gives n bytes of the window back.
+// acked gives n bytes of the window back; an ack of nothing or less is
+// ignored.
 func (c *credit) acked(n int) {
+	if n <= 0 {
+		return
+	}
 	c.mu.Lock()
 	c.unacked = max(c.unacked-n, 0)
 	c.mu.Unlock()

@@ -114,3 +114,83 @@ func FuzzClientFromAgent(f *testing.F) {
 		l.Close()
 	})
 }
+
+// FuzzClientStreamFromAgent: the same for a streamed command (a terminal
+// session, a file read), whose output keeps to flow control: whatever the
+// agent sends, the client neither panics nor hangs, hands the callback
+// only whole chunks of the command's own output in order, and acks no
+// more than the callback took. The host starts the command (id 1); then
+// the fuzzed bytes arrive and the connection ends.
+func FuzzClientStreamFromAgent(f *testing.F) {
+	const id = 1
+	chunk := make([]byte, 1<<10) // small: the engine minimizes what it finds
+	f.Add(frames(
+		protocol.Frame{Type: protocol.TypeStarted, ID: id, Payload: js(protocol.Started{PID: 42, Window: protocol.OutputWindow})},
+		protocol.Frame{Type: protocol.TypeStdout, ID: id, Payload: chunk},
+		protocol.Frame{Type: protocol.TypeStdout, ID: id, Payload: chunk},
+		protocol.Frame{Type: protocol.TypeStderr, ID: id, Payload: []byte("oops\n")},
+		protocol.Frame{Type: protocol.TypeExit, ID: id, Payload: js(protocol.Exit{})},
+	))
+	f.Add(frames(
+		protocol.Frame{Type: protocol.TypeStarted, ID: id, Payload: js(protocol.Started{PID: 42, Window: -5})},
+		protocol.Frame{Type: protocol.TypeStdout, ID: id, Payload: []byte("x")},
+		protocol.Frame{Type: protocol.TypeStarted, ID: id, Payload: js(protocol.Started{PID: 43, Window: 1})},
+		protocol.Frame{Type: protocol.TypeStdout, ID: id + 1, Payload: []byte("not this one's")},
+	))
+	f.Add(frames(
+		protocol.Frame{Type: protocol.TypeStarted, ID: id, Payload: []byte(`{"pid":1,"window":1e99}`)},
+		protocol.Frame{Type: protocol.TypeExit, ID: id, Payload: []byte(`{`)},
+	))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		host, sbx := net.Pipe()
+		c := agent.NewClient(host)
+		defer c.Close()
+		acked := make(chan int, 1)
+		go func() {
+			defer sbx.Close()
+			if _, err := protocol.ReadFrame(sbx); err != nil {
+				return
+			}
+			total := make(chan int, 1)
+			go func() {
+				n := 0
+				for {
+					f, err := protocol.ReadFrame(sbx)
+					if err != nil {
+						total <- n
+						return
+					}
+					var a protocol.Ack
+					if f.Type == protocol.TypeOutputAck && protocol.Decode(f.Payload, &a) == nil {
+						n += a.Bytes
+					}
+				}
+			}()
+			sbx.Write(data)
+			sbx.Close()
+			acked <- <-total
+		}()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		var took int
+		p, err := c.Start(ctx, sandbox.Command{Args: []string{"x"}, Output: func(_ sandbox.Stream, b []byte) { took += len(b) }}, agent.StartOptions{Stream: true})
+		if ctx.Err() != nil {
+			t.Fatalf("start hung: %v", err)
+		}
+		if err == nil {
+			_, _ = p.Wait(ctx)
+			if ctx.Err() != nil {
+				t.Fatal("wait hung")
+			}
+		}
+		select {
+		case <-c.Done():
+		case <-time.After(10 * time.Second):
+			t.Fatal("the client did not see the connection end")
+		}
+		c.Close()
+		if n := <-acked; err == nil && n > took {
+			t.Fatalf("acked %d bytes, the callback took %d", n, took)
+		}
+	})
+}
