@@ -165,25 +165,15 @@ func TestStreamedOutputKeepsToWindow(t *testing.T) {
 	ctx := testCtx(t, 60*time.Second)
 	marker := filepath.Join(ta.dirs.workspace, "printed")
 	const size = 8 << 20 // far beyond the window and the pipe's buffer
-	gate := make(chan struct{})
-	var mu sync.Mutex
-	var got bytes.Buffer
-	first := make(chan struct{})
-	var once sync.Once
+	out := newGatedOutput()
 	p, err := ta.client.Start(ctx, sandbox.Command{
-		Args: []string{"sh", "-c", fmt.Sprintf("head -c %d /dev/zero | tr '\\0' a && echo end && touch %s", size, marker)},
-		Output: func(_ sandbox.Stream, b []byte) {
-			once.Do(func() { close(first) })
-			<-gate
-			mu.Lock()
-			got.Write(b)
-			mu.Unlock()
-		},
+		Args:   []string{"sh", "-c", fmt.Sprintf("head -c %d /dev/zero | tr '\\0' a && echo end && touch %s", size, marker)},
+		Output: out.write,
 	}, agent.StartOptions{Stream: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	<-first
+	<-out.first
 	// Without flow control the command prints its 8 MiB into the host's
 	// queue in well under a second and ends.
 	time.Sleep(time.Second)
@@ -195,16 +185,13 @@ func TestStreamedOutputKeepsToWindow(t *testing.T) {
 		t.Fatal("the command ended while its output was not taken")
 	default:
 	}
-	close(gate)
+	close(out.gate)
 	res, err := p.Wait(ctx)
 	if err != nil || res.ExitCode != 0 {
 		t.Fatalf("wait: %+v %v", res, err)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	want := strings.Repeat("a", size) + "end\n"
-	if got.Len() != len(want) || got.String() != want {
-		t.Fatalf("streamed %d bytes, want %d in order", got.Len(), len(want))
+	if got, want := out.String(), strings.Repeat("a", size)+"end\n"; got != want {
+		t.Fatalf("streamed %d bytes, want %d in order", len(got), len(want))
 	}
 	if _, err := os.Stat(marker); err != nil {
 		t.Fatalf("the command did not finish: %v", err)
@@ -222,29 +209,48 @@ func TestStreamedOutputOutlivesTheDrainTime(t *testing.T) {
 	// More than the window, less than the window and the pipe's buffer:
 	// the command ends while the agent waits for acks.
 	const size = protocol.OutputWindow + 40<<10
-	gate := make(chan struct{})
-	var mu sync.Mutex
-	var got bytes.Buffer
+	out := newGatedOutput()
 	p, err := ta.client.Start(ctx, sandbox.Command{
-		Args: []string{"sh", "-c", fmt.Sprintf("head -c %d /dev/zero | tr '\\0' b", size)},
-		Output: func(_ sandbox.Stream, b []byte) {
-			<-gate
-			mu.Lock()
-			got.Write(b)
-			mu.Unlock()
-		},
+		Args:   []string{"sh", "-c", fmt.Sprintf("head -c %d /dev/zero | tr '\\0' b", size)},
+		Output: out.write,
 	}, agent.StartOptions{Stream: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(time.Second) // ten drain times
-	close(gate)
+	close(out.gate)
 	if _, err := p.Wait(ctx); err != nil {
 		t.Fatal(err)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if got.Len() != size || got.String() != strings.Repeat("b", size) {
-		t.Fatalf("streamed %d bytes, want %d", got.Len(), size)
+	if got := out.String(); got != strings.Repeat("b", size) {
+		t.Fatalf("streamed %d bytes, want %d", len(got), size)
 	}
+}
+
+// gatedOutput is an Output callback that takes nothing until its gate is
+// closed: a reader on the host that is behind. first is closed when the
+// first chunk arrives.
+type gatedOutput struct {
+	gate, first chan struct{}
+	once        sync.Once
+	mu          sync.Mutex
+	got         bytes.Buffer
+}
+
+func newGatedOutput() *gatedOutput {
+	return &gatedOutput{gate: make(chan struct{}), first: make(chan struct{})}
+}
+
+func (g *gatedOutput) write(_ sandbox.Stream, b []byte) {
+	g.once.Do(func() { close(g.first) })
+	<-g.gate
+	g.mu.Lock()
+	g.got.Write(b)
+	g.mu.Unlock()
+}
+
+func (g *gatedOutput) String() string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.got.String()
 }
