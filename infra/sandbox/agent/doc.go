@@ -38,7 +38,10 @@
 // bytes of its output that Command.Output has not yet taken, and the
 // client gives the window back with OutputAck frames as it hands chunks
 // over. A slow Output callback so holds back the command in the sandbox,
-// as a slow terminal does, instead of making the host queue its output.
+// as a slow terminal does, instead of making the host queue its output;
+// a callback must therefore never wait for something only the command's
+// later progress brings (it would wait for ever), and one whose reader
+// went away drops what it is given.
 //
 // The agent caps each output stream at the command's MaxOutput and sends
 // nothing beyond it, so the host holds at most two caps per command. Exec
