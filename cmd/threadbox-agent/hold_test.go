@@ -117,11 +117,14 @@ func TestServerOutputWindow(t *testing.T) {
 		must(t, protocol.WriteFrame(w, ty, id, []byte(payload)))
 	}
 	const window = 4096
-	// out reads frames until none came for 300 ms and returns the stdout
-	// bytes of id among them.
-	out := func() (n int, other []protocol.Frame) {
+	// out reads frames until want stdout bytes of the command came (or 10 s
+	// passed), then until none came for 300 ms, and returns the stdout
+	// bytes among them and the other frames.
+	out := func(want int) (n int, other []protocol.Frame) {
 		t.Helper()
+		deadline := time.After(10 * time.Second)
 		for {
+			quiet := time.After(300 * time.Millisecond)
 			select {
 			case f, ok := <-frames:
 				if !ok {
@@ -132,7 +135,12 @@ func TestServerOutputWindow(t *testing.T) {
 				} else {
 					other = append(other, f)
 				}
-			case <-time.After(300 * time.Millisecond):
+				continue
+			case <-deadline:
+				return n, other
+			case <-quiet:
+			}
+			if n >= want {
 				return n, other
 			}
 		}
@@ -143,11 +151,11 @@ func TestServerOutputWindow(t *testing.T) {
 	if f.Type != protocol.TypeStarted || protocol.Decode(f.Payload, &st) != nil || st.Window != window {
 		t.Fatalf("exec answered with %v %s, want started with window %d", f.Type, f.Payload, window)
 	}
-	if n, _ := out(); n != window {
+	if n, _ := out(window); n != window {
 		t.Fatalf("%d bytes out before any ack, want the window's %d", n, window)
 	}
 	send(protocol.TypeOutputAck, 8, `{"bytes":1000}`)
-	if n, _ := out(); n != 1000 {
+	if n, _ := out(1000); n != 1000 {
 		t.Fatalf("%d bytes out after an ack of 1000", n)
 	}
 	send(protocol.TypeHold, 20, "")
@@ -155,7 +163,7 @@ func TestServerOutputWindow(t *testing.T) {
 		t.Fatalf("hold answered with %v", f.Type)
 	}
 	send(protocol.TypeRelease, 21, "")
-	n, other := out()
+	n, other := out(window)
 	if len(other) != 1 || other[0].Type != protocol.TypeReleased {
 		t.Fatalf("release answered with %v", other)
 	}

@@ -6,6 +6,7 @@ import (
 	"io"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -336,14 +337,20 @@ func TestClientOutputFlowControl(t *testing.T) {
 
 	t.Run("no acks to an agent without flow control", func(t *testing.T) {
 		c, f := newFake(t)
-		started := start(t, c, sandbox.Command{Args: []string{"x"}, Output: func(sandbox.Stream, []byte) {}}, true)
+		var took atomic.Int64
+		started := start(t, c, sandbox.Command{Args: []string{"x"}, Output: func(_ sandbox.Stream, b []byte) { took.Add(int64(len(b))) }}, true)
 		fr := f.next()
 		f.sendJSON(protocol.TypeStarted, fr.ID, protocol.Started{PID: 1})
 		<-started
 		for range 40 {
 			f.send(protocol.TypeStdout, fr.ID, chunk)
 		}
-		time.Sleep(50 * time.Millisecond) // let delivery run
+		// Everything was delivered before the acks are counted.
+		for deadline := time.Now().Add(5 * time.Second); took.Load() < 40*int64(len(chunk)); time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("took %d bytes, want %d", took.Load(), 40*len(chunk))
+			}
+		}
 		if total, others := acked(t, c, f, fr.ID); total != 0 || len(others) != 0 {
 			t.Fatalf("acked %d bytes, other frames %v, to an agent without flow control", total, others)
 		}

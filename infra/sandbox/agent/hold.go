@@ -291,10 +291,10 @@ const orphanBuffer = 1 << 20
 
 // orphan is a command of an earlier host, not yet attached to.
 type orphan struct {
-	run     protocol.Running
-	frames  []protocol.Frame
-	size    int
-	unacked int // output bytes received and not yet acknowledged
+	run    protocol.Running
+	frames []protocol.Frame
+	size   int
+	acks   acks // of its output, when it keeps to flow control
 }
 
 // keepOrphans starts keeping the frames of the commands in runs.
@@ -308,7 +308,7 @@ func (c *Client) keepOrphans(runs []protocol.Running) {
 		if c.orphans == nil {
 			c.orphans = map[uint32]*orphan{}
 		}
-		c.orphans[r.ID] = &orphan{run: r}
+		c.orphans[r.ID] = &orphan{run: r, acks: newAcks(r.Window)}
 	}
 }
 
@@ -321,9 +321,7 @@ func (c *Client) keepOrphanFrame(f protocol.Frame) bool {
 	o.frames = append(o.frames, f)
 	o.size += len(f.Payload)
 	if o.run.Window > 0 && (f.Type == protocol.TypeStdout || f.Type == protocol.TypeStderr) {
-		if o.unacked += len(f.Payload); o.unacked >= outputAckEvery {
-			n := o.unacked
-			o.unacked = 0
+		if n := o.acks.took(len(f.Payload)); n > 0 {
 			go c.sendAck(protocol.TypeOutputAck, f.ID, n) // the read loop never blocks
 		}
 	}
@@ -364,8 +362,8 @@ func (c *Client) Attach(tag string, output func(sandbox.Stream, []byte)) (*Proce
 	p.pid, p.offset = o.run.PID, o.run.Sent
 	p.mu.Lock()
 	p.window = o.run.Window
-	// The kept output was acknowledged as it arrived but for o.unacked.
-	p.preAcked = max(o.size-o.unacked, 0)
+	// The kept output was acknowledged as it arrived but for what is pending.
+	p.preAcked = max(o.size-o.acks.pending, 0)
 	p.closeStarted()
 	p.mu.Unlock()
 	c.procs[p.id] = p

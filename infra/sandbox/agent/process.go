@@ -52,11 +52,6 @@ type Process struct {
 	overrun  bool
 }
 
-// outputAckEvery is how many bytes of a command's output the client
-// acknowledges at once: a quarter of the window, so the agent always gets
-// room back before it runs dry.
-const outputAckEvery = protocol.OutputWindow / 4
-
 // maxOutputQueue bounds the output queued for a command that keeps to flow
 // control: its stdout and stderr may each fill the window, and a Release
 // starts the window afresh. An agent that sends more does not keep to it:
@@ -200,7 +195,7 @@ func (p *Process) signal() {
 // With flow control it gives the window back as chunks are handed over.
 func (p *Process) deliver() {
 	defer close(p.delivered)
-	consumed := 0 // handed over and not yet acknowledged
+	taken := newAcks(protocol.OutputWindow)
 	for {
 		p.mu.Lock()
 		q, fin, window := p.queue, p.finishClosed, p.window
@@ -221,9 +216,8 @@ func (p *Process) deliver() {
 			}
 			fin = p.finishClosed
 			p.mu.Unlock()
-			if consumed += n; consumed >= outputAckEvery && !fin {
-				p.c.sendAck(protocol.TypeOutputAck, p.id, consumed)
-				consumed = 0
+			if n := taken.took(n); n > 0 && !fin {
+				p.c.sendAck(protocol.TypeOutputAck, p.id, n)
 			}
 		}
 		if len(q) > 0 {

@@ -15,9 +15,23 @@ import (
 // that keeps to flow control never gets there (protocol.StreamWindow).
 const maxStreamQueue = protocol.StreamWindow
 
-// ackEvery is how many consumed bytes the host acknowledges at once; it is
-// below the window, so the agent always gets room back.
-const ackEvery = protocol.StreamWindow / 4
+// acks counts the bytes taken from one flow-controlled stream (a loopback
+// connection's, a command's output) and says when to acknowledge them: a
+// quarter of the window at a time, so the agent always gets room back
+// before it runs dry.
+type acks struct{ every, pending int }
+
+func newAcks(window int) acks { return acks{every: window / 4} }
+
+// took counts n more bytes taken and returns how many to acknowledge now,
+// 0 while under a quarter of the window.
+func (a *acks) took(n int) int {
+	if a.pending += n; a.pending < a.every {
+		return 0
+	}
+	n, a.pending = a.pending, 0
+	return n
+}
 
 // streams is the client's table of loopback listeners and connections.
 type streams struct {
@@ -283,16 +297,15 @@ func (c *Client) closeStreams() {
 }
 
 // consumed acknowledges, when the agent keeps to flow control, the bytes
-// the caller read, ackEvery at a time.
+// the caller read.
 func (s *streamConn) consumed() func(n int) {
 	if s.ack == nil {
 		return nil
 	}
-	n := 0
+	a := newAcks(protocol.StreamWindow)
 	return func(read int) {
-		if n += read; n >= ackEvery {
+		if n := a.took(read); n > 0 {
 			s.ack(n)
-			n = 0
 		}
 	}
 }

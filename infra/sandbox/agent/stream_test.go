@@ -16,6 +16,7 @@ import (
 	"threadbox/domain/sandbox"
 	"threadbox/infra/sandbox/agent"
 	"threadbox/infra/sandbox/agent/protocol"
+	"threadbox/infra/sandbox/sandboxtest"
 )
 
 // echoServe answers each line read from conn with "echo: " and the line.
@@ -231,26 +232,17 @@ func TestStreamedOutputOutlivesTheDrainTime(t *testing.T) {
 // closed: a reader on the host that is behind. first is closed when the
 // first chunk arrives.
 type gatedOutput struct {
+	sandboxtest.Output
 	gate, first chan struct{}
 	once        sync.Once
-	mu          sync.Mutex
-	got         bytes.Buffer
 }
 
 func newGatedOutput() *gatedOutput {
 	return &gatedOutput{gate: make(chan struct{}), first: make(chan struct{})}
 }
 
-func (g *gatedOutput) write(_ sandbox.Stream, b []byte) {
+func (g *gatedOutput) write(s sandbox.Stream, b []byte) {
 	g.once.Do(func() { close(g.first) })
 	<-g.gate
-	g.mu.Lock()
-	g.got.Write(b)
-	g.mu.Unlock()
-}
-
-func (g *gatedOutput) String() string {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.got.String()
+	g.Write(s, b)
 }
