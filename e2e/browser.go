@@ -51,6 +51,8 @@ type Browser struct {
 	t         testing.TB
 	ctx       context.Context
 	downloads string
+	profile   string
+	scratch   string
 
 	mu      sync.Mutex
 	console []string
@@ -64,6 +66,11 @@ func Start(t testing.TB, width, height int) *Browser {
 	t.Helper()
 	exe := NeedChromium(t)
 	profile := t.TempDir()
+	// Chromium makes its single-instance socket's folder (and other scratch
+	// files) in TMPDIR and leaves it behind when it is killed, as every
+	// browser is at the end of a test: a folder of the test's own keeps
+	// them from piling up in the machine's /tmp.
+	scratch := t.TempDir()
 	opts := []chromedp.ExecAllocatorOption{
 		chromedp.ExecPath(exe),
 		chromedp.Headless,
@@ -81,10 +88,11 @@ func Start(t testing.TB, width, height int) *Browser {
 		chromedp.Flag("disable-extensions", true),
 		chromedp.Flag("disable-default-apps", true),
 		chromedp.Flag("password-store", "basic"),
+		chromedp.Env("TMPDIR=" + scratch),
 	}
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancelTab := chromedp.NewContext(actx)
-	b := &Browser{t: t, ctx: ctx, downloads: t.TempDir()}
+	b := &Browser{t: t, ctx: ctx, downloads: t.TempDir(), profile: profile, scratch: scratch}
 	t.Cleanup(func() {
 		cancelTab()
 		cancelAlloc()
