@@ -69,8 +69,14 @@ func Start(t testing.TB, width, height int) *Browser {
 	// Chromium makes its single-instance socket's folder (and other scratch
 	// files) in TMPDIR and leaves it behind when it is killed, as every
 	// browser is at the end of a test: a folder of the test's own keeps
-	// them from piling up in the machine's /tmp.
-	scratch := t.TempDir()
+	// them from piling up in the machine's /tmp. Not t.TempDir: its path
+	// holds the test's name, and a socket's path must fit in 108 bytes.
+	scratch, err := os.MkdirTemp("", "chromium")
+	if err != nil {
+		t.Fatalf("e2e: scratch folder: %v", err)
+	}
+	// Registered before the browser's cleanup, so it runs after it.
+	t.Cleanup(func() { _ = os.RemoveAll(scratch) })
 	opts := []chromedp.ExecAllocatorOption{
 		chromedp.ExecPath(exe),
 		chromedp.Headless,
@@ -104,7 +110,7 @@ func Start(t testing.TB, width, height int) *Browser {
 	}
 	start, cancel := context.WithTimeout(ctx, DefaultTimeout)
 	defer cancel()
-	_, err := chromedp.CallBrowser(start, browser.SetDownloadBehavior, browser.SetDownloadBehaviorParams{
+	_, err = chromedp.CallBrowser(start, browser.SetDownloadBehavior, browser.SetDownloadBehaviorParams{
 		Behavior: browser.SetDownloadBehaviorBehaviorAllow, DownloadPath: b.downloads,
 	})
 	if err != nil {
