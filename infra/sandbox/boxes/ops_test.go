@@ -50,6 +50,7 @@ func (a *opsAgent) Done() <-chan struct{} { return a.done }
 
 type opsBox struct {
 	a            *opsAgent
+	agent        Agent // answers in a's place when set
 	done         chan struct{}
 	kills        int64
 	killsPerExec int64
@@ -57,7 +58,12 @@ type opsBox struct {
 	why          string
 }
 
-func (b *opsBox) Agent() Agent            { return b.a }
+func (b *opsBox) Agent() Agent {
+	if b.agent != nil {
+		return b.agent
+	}
+	return b.a
+}
 func (b *opsBox) Done() <-chan struct{}   { return b.done }
 func (b *opsBox) StartedAt() time.Time    { return time.Unix(1, 0) }
 func (b *opsBox) OOMKills() (int64, bool) { return b.kills, b.counted }

@@ -25,6 +25,10 @@ type Pool[B Box] struct {
 	dir    string
 	layout Layout
 
+	// warmUpWait is how long warmUp waits for the warm-up's end:
+	// the command's timeout and defaultWarmUpGrace.
+	warmUpWait time.Duration
+
 	mu    sync.Mutex
 	slots map[string]Slot // by the id its sandbox serves: the slot's name until claimed, then the container's
 }
@@ -67,7 +71,7 @@ func NewPool[B Box](set *Set[B], dir string) *Pool[B] {
 // NewPoolWith returns an empty pool of set's sandboxes whose slots are
 // made under dir by layout.
 func NewPoolWith[B Box](set *Set[B], dir string, layout Layout) *Pool[B] {
-	return &Pool[B]{set: set, dir: dir, layout: layout, slots: map[string]Slot{}}
+	return &Pool[B]{set: set, dir: dir, layout: layout, warmUpWait: warmUpCommand.Timeout + defaultWarmUpGrace, slots: map[string]Slot{}}
 }
 
 // Slot returns the slot of the warm sandbox named name, held or not.
@@ -155,10 +159,11 @@ func (p *Pool[B]) Remove(sl Slot) {
 
 // Warm boots a warm sandbox named spec.ID with boot, over the empty
 // folders of a new slot (its layout's places) in place of the sources of
-// spec's mounts. A
-// container whose limits, environment and folder targets are spec's can
-// claim it.
-func (p *Pool[B]) Warm(ctx context.Context, spec sandbox.Spec, boot func(context.Context, sandbox.Spec) (B, error)) error {
+// spec's mounts, and runs warmUpCommand in it. A container whose limits,
+// environment and folder targets are spec's can claim it. A sandbox whose
+// agent does not report the warm-up's end in time is stopped with stop,
+// the backend's Stop, and Warm fails: on an error nothing is left.
+func (p *Pool[B]) Warm(ctx context.Context, spec sandbox.Spec, boot func(context.Context, sandbox.Spec) (B, error), stop func(context.Context, string) error) error {
 	sl := p.Slot(spec.ID)
 	sl.warm = &spec
 	// Known before it exists, so that no Reconcile takes it for a stray.
@@ -178,7 +183,15 @@ func (p *Pool[B]) Warm(ctx context.Context, spec sandbox.Spec, boot func(context
 		p.Drop(spec.ID)
 		return fmt.Errorf("%s: warm: %w", p.set.name, err)
 	}
-	p.warmUp(ctx, spec.ID)
+	if err := p.warmUp(ctx, spec.ID); err != nil {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		defer cancel()
+		if serr := stop(sctx, spec.ID); serr != nil {
+			p.set.log.Warn("warm sandbox whose warm-up hung not stopped", "slot", spec.ID, "cause", serr.Error())
+		}
+		p.Drop(spec.ID)
+		return fmt.Errorf("%s: warm %s: %w: %w", p.set.name, spec.ID, sandbox.ErrUnavailable, err)
+	}
 	return nil
 }
 
@@ -189,16 +202,32 @@ func (p *Pool[B]) Warm(ctx context.Context, spec sandbox.Spec, boot func(context
 // It leaves nothing behind: no file, no process.
 var warmUpCommand = sandbox.Command{Args: []string{"bash", "-c", "/usr/bin/true"}, Timeout: 10 * time.Second}
 
-// warmUp runs warmUpCommand in the warm sandbox name. A failure is logged
-// only: the sandbox serves as well without it.
-func (p *Pool[B]) warmUp(ctx context.Context, name string) {
+// defaultWarmUpGrace is how long after warmUpCommand's own timeout, which the
+// agent enforces, the host still waits for the command's end to be
+// reported.
+const defaultWarmUpGrace = 20 * time.Second
+
+// warmUp runs warmUpCommand in the warm sandbox name. A command that
+// failed is logged only: the sandbox serves as well without it. An agent
+// that reports no end within the command's timeout and defaultWarmUpGrace has
+// lost it (seen once, in an emulated VM restored from its template) and
+// would lose a user's command as well: that is the error, and no warm
+// pool's refill waits on it for ever.
+func (p *Pool[B]) warmUp(ctx context.Context, name string) error {
 	bx, ok := p.set.Live(name)
 	if !ok {
-		return
+		return nil
 	}
-	if res, err := bx.Agent().Exec(ctx, warmUpCommand); err != nil || res.ExitCode != 0 {
+	wctx, cancel := context.WithTimeout(ctx, p.warmUpWait)
+	defer cancel()
+	res, err := bx.Agent().Exec(wctx, warmUpCommand)
+	if err != nil && wctx.Err() != nil && ctx.Err() == nil {
+		return fmt.Errorf("the agent reported no end of the warm-up command within %s", p.warmUpWait)
+	}
+	if err != nil || res.ExitCode != 0 {
 		p.set.log.Warn("warm sandbox's warm-up command failed", "slot", name, "exit", res.ExitCode, "cause", fmt.Sprint(err))
 	}
+	return nil
 }
 
 // Claim makes the warm sandbox name serve the container spec.ID: spec's

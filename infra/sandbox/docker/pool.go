@@ -42,7 +42,7 @@ func (b *Backend) Warm(ctx context.Context, spec sandbox.Spec) error {
 	}
 	return b.pool.Warm(ctx, spec, func(ctx context.Context, s sandbox.Spec) (*box, error) {
 		return b.bootBox(ctx, s, true)
-	})
+	}, b.Stop)
 }
 
 // Claim makes the warm sandbox name spec.ID's (boxes.Pool), and its Docker

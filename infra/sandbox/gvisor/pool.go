@@ -25,7 +25,7 @@ func (b *Backend) Warm(ctx context.Context, spec sandbox.Spec) error {
 	}
 	return b.pool.Warm(ctx, spec, func(ctx context.Context, s sandbox.Spec) (*box, error) {
 		return b.start(ctx, s, "", b.pool.Slot(spec.ID).Dir, false)
-	})
+	}, b.Stop)
 }
 
 // Claim makes the warm sandbox name spec.ID's (boxes.Pool): the

@@ -36,7 +36,7 @@ func (b *Backend) Warm(ctx context.Context, spec sandbox.Spec) error {
 	})
 	return b.pool.Warm(ctx, spec, func(ctx context.Context, s sandbox.Spec) (*jail, error) {
 		return b.bootJail(ctx, s, true)
-	})
+	}, b.Stop)
 }
 
 // Claim makes the warm jail name spec.ID's (boxes.Pool).

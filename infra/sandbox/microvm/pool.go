@@ -75,7 +75,7 @@ func (b *Backend) Warm(ctx context.Context, spec sandbox.Spec) error {
 			b.log.Warn("earlier warm slots not removed", "cause", err.Error())
 		}
 	})
-	return b.pool.Warm(ctx, spec, b.warmBoot)
+	return b.pool.Warm(ctx, spec, b.warmBoot, b.Stop)
 }
 
 // Claim makes the warm VM name spec.ID's: the container's folders are
