@@ -111,10 +111,17 @@ fi
 beside=(./infra/sandbox/docker ./infra/sandbox/gvisor ./infra/sandbox/kubernetes ./infra/sandbox/microvm ./cmd/threadbox-soak)
 parallel=$(go list ./... | grep -v -x -e threadbox/infra/sandbox/docker -e threadbox/infra/sandbox/gvisor -e threadbox/infra/sandbox/microvm -e threadbox/infra/sandbox/local -e threadbox/infra/sandbox/kubernetes -e threadbox/cmd/threadbox -e threadbox/cmd/threadbox-soak)
 status=0
+t0=$(date +%s)
+# Each phase's start, in seconds since the tests began, for reading a run's log.
+phase() { echo "=== test: $* ($(( $(date +%s) - t0 ))s)"; }
+phase "the packages that boot no sandbox"
 go test -count=1 -p 2 -timeout 20m "$@" $parallel || status=1
 # cmd/threadbox's end-to-end tests and the kubernetes suite use the test cluster.
+phase "waiting for the test cluster"
 k8s_wait
+phase "infra/sandbox/local"
 go test -count=1 -timeout 20m "$@" ./infra/sandbox/local || status=1
+phase "cmd/threadbox"
 # cmd/threadbox's tests, every other one in each half (in the order the
 # package lists them), unless the arguments choose tests themselves. The
 # first go test builds the test binary the two halves then share.
@@ -133,5 +140,7 @@ else
   wait "$two" || status=1
   cat test-artifacts/threadbox-first.log test-artifacts/threadbox-second.log
 fi
+phase "the sandbox suites side by side"
 go test -count=1 -p 4 -timeout 30m "$@" "${beside[@]}" || status=1
+phase "done"
 exit $status

@@ -34,14 +34,15 @@ func emptyDir(t *testing.T) string {
 }
 
 // clockOff returns how far the guest's clock is from the host's, in
-// seconds.
+// seconds (sandboxtest.ClockOff).
 func clockOff(t *testing.T, b *Backend, id string) int64 {
 	t.Helper()
 	var guest int64
+	before := time.Now()
 	if got := sh(t, b, id, "date +%s"); func() bool { _, err := fmt.Sscan(got, &guest); return err != nil }() {
 		t.Fatalf("date: %q", got)
 	}
-	return time.Now().Unix() - guest
+	return sandboxtest.ClockOff(before, time.Now(), guest)
 }
 
 // TestCheckpointRestore: a VM's life survives a checkpoint, its end and a

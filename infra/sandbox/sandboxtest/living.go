@@ -88,3 +88,18 @@ func Bash(t *testing.T, be sandbox.Backend, id, script string, timeout time.Dura
 	}
 	return strings.TrimSpace(string(r.Stdout) + string(r.Stderr))
 }
+
+// ClockOff returns how many seconds a guest's clock, read as guest (`date
+// +%s`) at some moment between before and after on the host, is off the
+// host's: 0 when it lies between the two, positive when the guest is
+// behind, negative when it is ahead. The time the reading took (a restore,
+// a slow command under load) does not count as an offset.
+func ClockOff(before, after time.Time, guest int64) int64 {
+	switch {
+	case guest < before.Unix():
+		return before.Unix() - guest
+	case guest > after.Unix():
+		return after.Unix() - guest
+	}
+	return 0
+}
