@@ -2,6 +2,7 @@ package boxes
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -202,6 +203,16 @@ func (p *Pool[B]) Warm(ctx context.Context, spec sandbox.Spec, boot func(context
 // It leaves nothing behind: no file, no process.
 var warmUpCommand = sandbox.Command{Args: []string{"bash", "-c", "/usr/bin/true"}, Timeout: 10 * time.Second}
 
+// lostWarmUpProbe lists every task in a sandbox whose agent lost its
+// warm-up: its path, name, state, the kernel function it waits in and
+// the system call it is in (its number first; "running" when in none).
+var lostWarmUpProbe = sandbox.Command{Dir: "/", Timeout: 10 * time.Second, Args: []string{"/bin/sh", "-c",
+	`for t in /proc/[0-9]*/task/[0-9]*; do echo "$t $(cat $t/comm) $(sed 's/.*) //' $t/stat | cut -d' ' -f1) $(cat $t/wchan) $(cut -d' ' -f1 $t/syscall)"; done 2>/dev/null`}}
+
+// ErrWarmUpLost marks a Warm that failed because the sandbox's agent
+// reported no end of the warm-up command in time.
+var ErrWarmUpLost = errors.New("the agent reported no end of the warm-up command")
+
 // defaultWarmUpGrace is how long after warmUpCommand's own timeout, which the
 // agent enforces, the host still waits for the command's end to be
 // reported.
@@ -222,7 +233,14 @@ func (p *Pool[B]) warmUp(ctx context.Context, name string) error {
 	defer cancel()
 	res, err := bx.Agent().Exec(wctx, warmUpCommand)
 	if err != nil && wctx.Err() != nil && ctx.Err() == nil {
-		return fmt.Errorf("the agent reported no end of the warm-up command within %s", p.warmUpWait)
+		// What each of the sandbox's tasks waits on, for the log: run from
+		// "/", so that a share that stopped answering does not hold it too.
+		pctx, pcancel := context.WithTimeout(ctx, min(p.warmUpWait, 15*time.Second))
+		probe, perr := bx.Agent().Exec(pctx, lostWarmUpProbe)
+		pcancel()
+		p.set.log.Warn("warm sandbox's agent lost its warm-up command", "slot", name,
+			"tasks", string(probe.Stdout), "probe_error", fmt.Sprint(perr))
+		return fmt.Errorf("%w within %s", ErrWarmUpLost, p.warmUpWait)
 	}
 	if err != nil || res.ExitCode != 0 {
 		p.set.log.Warn("warm sandbox's warm-up command failed", "slot", name, "exit", res.ExitCode, "cause", fmt.Sprint(err))

@@ -85,8 +85,8 @@ func TestWarmUp(t *testing.T) {
 				}
 				return
 			}
-			if !errors.Is(err, sandbox.ErrUnavailable) {
-				t.Fatalf("Warm: %v, want an error wrapping ErrUnavailable", err)
+			if !errors.Is(err, sandbox.ErrUnavailable) || !errors.Is(err, ErrWarmUpLost) {
+				t.Fatalf("Warm: %v, want an error wrapping ErrUnavailable and ErrWarmUpLost", err)
 			}
 			if live || len(stopped) != 1 || stopped[0] != spec.ID || !os.IsNotExist(slotErr) {
 				t.Fatalf("after the lost warm-up: live %v, stopped %q, slot %v", live, stopped, slotErr)

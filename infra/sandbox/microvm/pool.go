@@ -68,14 +68,24 @@ func (shareLayout) Remove(dir string) error { return slot.RemoveTree(dir) }
 // the template of its configuration (template.go); a container whose
 // limits, environment and folder targets are spec's can claim it.
 // The slots of processes that ended are removed first: their VMs ended
-// with them.
+// with them. A VM restored from the template whose agent lost its
+// warm-up command (boxes.ErrWarmUpLost: seen under heavy load, cause not
+// yet known) is stopped and the warm VM booted instead, as when a
+// restore fails.
 func (b *Backend) Warm(ctx context.Context, spec sandbox.Spec) error {
 	b.slotsClean.Do(func() {
 		if err := b.removeSlots(false); err != nil {
 			b.log.Warn("earlier warm slots not removed", "cause", err.Error())
 		}
 	})
-	return b.pool.Warm(ctx, spec, b.warmBoot, b.Stop)
+	err := b.pool.Warm(ctx, spec, b.warmBoot, b.Stop)
+	if !errors.Is(err, boxes.ErrWarmUpLost) || b.cfg.NoTemplate {
+		return err
+	}
+	b.log.Warn("warm VM restored from the template lost its warm-up command; it boots", "slot", spec.ID, "cause", err.Error())
+	return b.pool.Warm(ctx, spec, func(ctx context.Context, s sandbox.Spec) (*box, error) {
+		return b.boot(ctx, s, bootWarm, nil, "")
+	}, b.Stop)
 }
 
 // Claim makes the warm VM name spec.ID's: the container's folders are
