@@ -205,7 +205,8 @@ var warmUpCommand = sandbox.Command{Args: []string{"bash", "-c", "/usr/bin/true"
 
 // lostWarmUpProbe lists every task in a sandbox whose agent lost its
 // warm-up: its path, name, state, the kernel function it waits in and
-// the system call it is in (its number first; "running" when in none).
+// the system call it is in (its number first; "running" for a task on a
+// CPU).
 var lostWarmUpProbe = sandbox.Command{Dir: "/", Timeout: 10 * time.Second, Args: []string{"/bin/sh", "-c",
 	`for t in /proc/[0-9]*/task/[0-9]*; do echo "$t $(cat $t/comm) $(sed 's/.*) //' $t/stat | cut -d' ' -f1) $(cat $t/wchan) $(cut -d' ' -f1 $t/syscall)"; done 2>/dev/null`}}
 
@@ -221,7 +222,7 @@ const defaultWarmUpGrace = 20 * time.Second
 // warmUp runs warmUpCommand in the warm sandbox name. A command that
 // failed is logged only: the sandbox serves as well without it. An agent
 // that reports no end within the command's timeout and defaultWarmUpGrace has
-// lost it (seen once, in an emulated VM restored from its template) and
+// lost it (seen in emulated VMs restored from their template) and
 // would lose a user's command as well: that is the error, and no warm
 // pool's refill waits on it for ever.
 func (p *Pool[B]) warmUp(ctx context.Context, name string) error {
