@@ -335,6 +335,27 @@ func TestClientOutputFlowControl(t *testing.T) {
 		f.sendJSON(protocol.TypeExit, fr.ID, protocol.Exit{})
 	})
 
+	t.Run("acks keep to the window the agent granted", func(t *testing.T) {
+		// An agent that grants less than asked must get it back by quarters
+		// of its own window, or it waits for ever after one window.
+		c, f := newFake(t)
+		var took atomic.Int64
+		started := start(t, c, sandbox.Command{Args: []string{"x"}, Output: func(_ sandbox.Stream, b []byte) { took.Add(int64(len(b))) }}, true)
+		fr := f.next()
+		f.sendJSON(protocol.TypeStarted, fr.ID, protocol.Started{PID: 1, Window: len(chunk)})
+		<-started
+		f.send(protocol.TypeStdout, fr.ID, chunk)
+		for deadline := time.Now().Add(5 * time.Second); took.Load() < int64(len(chunk)); time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("took %d bytes, want %d", took.Load(), len(chunk))
+			}
+		}
+		if total, _ := acked(t, c, f, fr.ID); total != len(chunk) {
+			t.Fatalf("acked %d bytes of a window of %d taken whole, want all of it", total, len(chunk))
+		}
+		f.sendJSON(protocol.TypeExit, fr.ID, protocol.Exit{})
+	})
+
 	t.Run("no acks to an agent without flow control", func(t *testing.T) {
 		c, f := newFake(t)
 		var took atomic.Int64

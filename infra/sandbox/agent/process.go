@@ -195,7 +195,7 @@ func (p *Process) signal() {
 // With flow control it gives the window back as chunks are handed over.
 func (p *Process) deliver() {
 	defer close(p.delivered)
-	taken := newAcks(protocol.OutputWindow)
+	var taken acks // of the window the agent granted, once it is known
 	for {
 		p.mu.Lock()
 		q, fin, window := p.queue, p.finishClosed, p.window
@@ -216,6 +216,9 @@ func (p *Process) deliver() {
 			}
 			fin = p.finishClosed
 			p.mu.Unlock()
+			if taken.every == 0 {
+				taken = newAcks(window)
+			}
 			if n := taken.took(n); n > 0 && !fin {
 				p.c.sendAck(protocol.TypeOutputAck, p.id, n)
 			}

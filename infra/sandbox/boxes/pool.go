@@ -158,13 +158,31 @@ func (p *Pool[B]) Remove(sl Slot) {
 	}
 }
 
-// Warm boots a warm sandbox named spec.ID with boot, over the empty
-// folders of a new slot (its layout's places) in place of the sources of
-// spec's mounts, and runs warmUpCommand in it. A container whose limits,
-// environment and folder targets are spec's can claim it. A sandbox whose
-// agent does not report the warm-up's end in time is stopped with stop,
-// the backend's Stop, and Warm fails: on an error nothing is left.
-func (p *Pool[B]) Warm(ctx context.Context, spec sandbox.Spec, boot func(context.Context, sandbox.Spec) (B, error), stop func(context.Context, string) error) error {
+// Warm boots a warm sandbox named spec.ID with the first of boots, over
+// the empty folders of a new slot (its layout's places) in place of the
+// sources of spec's mounts, and runs warmUpCommand in it. A container
+// whose limits, environment and folder targets are spec's can claim it. A
+// sandbox whose agent does not report the warm-up's end in time is
+// stopped with stop, the backend's Stop, and the next of boots tried (a
+// backend's plainer way to boot, as a fresh boot is to a microVM restored
+// from its template); when none is left Warm fails with ErrWarmUpLost. On
+// an error nothing is left.
+func (p *Pool[B]) Warm(ctx context.Context, spec sandbox.Spec, stop func(context.Context, string) error, boots ...func(context.Context, sandbox.Spec) (B, error)) error {
+	if len(boots) == 0 {
+		return fmt.Errorf("%s: warm %s: no way to boot it", p.set.name, spec.ID)
+	}
+	for i, boot := range boots {
+		err := p.warm(ctx, spec, boot, stop)
+		if !errors.Is(err, ErrWarmUpLost) || i == len(boots)-1 {
+			return err
+		}
+		p.set.log.Warn("warm sandbox lost its warm-up command; it is booted the next way", "slot", spec.ID, "cause", err.Error())
+	}
+	return nil
+}
+
+// warm is one try of Warm, with boot.
+func (p *Pool[B]) warm(ctx context.Context, spec sandbox.Spec, boot func(context.Context, sandbox.Spec) (B, error), stop func(context.Context, string) error) error {
 	sl := p.Slot(spec.ID)
 	sl.warm = &spec
 	// Known before it exists, so that no Reconcile takes it for a stray.

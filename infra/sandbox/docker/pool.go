@@ -40,9 +40,9 @@ func (b *Backend) Warm(ctx context.Context, spec sandbox.Spec) error {
 	if why := b.warmUnsupported(); why != "" {
 		return fmt.Errorf("docker: warm pool: %w: %s", sandbox.ErrUnsupported, why)
 	}
-	return b.pool.Warm(ctx, spec, func(ctx context.Context, s sandbox.Spec) (*box, error) {
+	return b.pool.Warm(ctx, spec, b.Stop, func(ctx context.Context, s sandbox.Spec) (*box, error) {
 		return b.bootBox(ctx, s, true)
-	}, b.Stop)
+	})
 }
 
 // Claim makes the warm sandbox name spec.ID's (boxes.Pool), and its Docker

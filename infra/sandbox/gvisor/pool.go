@@ -23,9 +23,9 @@ func (b *Backend) Warm(ctx context.Context, spec sandbox.Spec) error {
 			return fmt.Errorf("gvisor: warm pool: %w: folder %s is not under /home/agent or /mnt", sandbox.ErrUnsupported, m.Target)
 		}
 	}
-	return b.pool.Warm(ctx, spec, func(ctx context.Context, s sandbox.Spec) (*box, error) {
+	return b.pool.Warm(ctx, spec, b.Stop, func(ctx context.Context, s sandbox.Spec) (*box, error) {
 		return b.start(ctx, s, "", b.pool.Slot(spec.ID).Dir, false)
-	}, b.Stop)
+	})
 }
 
 // Claim makes the warm sandbox name spec.ID's (boxes.Pool): the

@@ -34,9 +34,9 @@ func (b *Backend) Warm(ctx context.Context, spec sandbox.Spec) error {
 			b.log.Warn("earlier warm slots not removed", "cause", err.Error())
 		}
 	})
-	return b.pool.Warm(ctx, spec, func(ctx context.Context, s sandbox.Spec) (*jail, error) {
+	return b.pool.Warm(ctx, spec, b.Stop, func(ctx context.Context, s sandbox.Spec) (*jail, error) {
 		return b.bootJail(ctx, s, true)
-	}, b.Stop)
+	})
 }
 
 // Claim makes the warm jail name spec.ID's (boxes.Pool).

@@ -78,14 +78,10 @@ func (b *Backend) Warm(ctx context.Context, spec sandbox.Spec) error {
 			b.log.Warn("earlier warm slots not removed", "cause", err.Error())
 		}
 	})
-	err := b.pool.Warm(ctx, spec, b.warmBoot, b.Stop)
-	if !errors.Is(err, boxes.ErrWarmUpLost) || b.cfg.NoTemplate {
-		return err
+	if b.cfg.NoTemplate {
+		return b.pool.Warm(ctx, spec, b.Stop, b.freshWarmBoot)
 	}
-	b.log.Warn("warm VM restored from the template lost its warm-up command; it boots", "slot", spec.ID, "cause", err.Error())
-	return b.pool.Warm(ctx, spec, func(ctx context.Context, s sandbox.Spec) (*box, error) {
-		return b.boot(ctx, s, bootWarm, nil, "")
-	}, b.Stop)
+	return b.pool.Warm(ctx, spec, b.Stop, b.warmBoot, b.freshWarmBoot)
 }
 
 // Claim makes the warm VM name spec.ID's: the container's folders are

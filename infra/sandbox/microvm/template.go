@@ -48,7 +48,7 @@ func (t *template) initrd() string { return filepath.Join(t.dir, "initrd") }
 // configuration, made first if there is none, or booted when that fails.
 func (b *Backend) warmBoot(ctx context.Context, spec sandbox.Spec) (*box, error) {
 	if b.cfg.NoTemplate {
-		return b.boot(ctx, spec, bootWarm, nil, "")
+		return b.freshWarmBoot(ctx, spec)
 	}
 	t, err := b.templateFor(ctx, spec)
 	if err == nil {
@@ -60,6 +60,11 @@ func (b *Backend) warmBoot(ctx context.Context, spec sandbox.Spec) (*box, error)
 	} else {
 		b.log.Warn("no template of warm VMs; they boot", "cause", err.Error())
 	}
+	return b.freshWarmBoot(ctx, spec)
+}
+
+// freshWarmBoot boots spec's warm VM from its kernel, without a template.
+func (b *Backend) freshWarmBoot(ctx context.Context, spec sandbox.Spec) (*box, error) {
 	return b.boot(ctx, spec, bootWarm, nil, "")
 }
 
