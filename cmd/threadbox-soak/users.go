@@ -885,8 +885,20 @@ func (u *user) stopLeftTurn(ctx context.Context, t *threadEntry, turnID string) 
 	if ms.RunningTurnID != "" {
 		return wrongf("thread %s still names a running turn %s after its turn was stopped", t.id, ms.RunningTurnID)
 	}
-	if n := len(ms.Data); f.stoppedEvent && (n == 0 || ms.Data[n-1].Role != "assistant" || ms.Data[n-1].Status != "stopped") {
-		return wrongf("the stopped turn's answer is not stored as stopped: %+v", ms.Data[max(n-1, 0):])
+	if !f.stoppedEvent {
+		return nil
+	}
+	// A stop cuts the answer, which is stored stopped, unless the answer
+	// was whole first (its message_stop came before the stopped event: the
+	// stop cut only what follows an answer, such as writing the title, as
+	// when code execution is off and the answer is text alone); a whole
+	// answer is stored complete.
+	want := "stopped"
+	if f.stopped {
+		want = "complete"
+	}
+	if n := len(ms.Data); n == 0 || ms.Data[n-1].Role != "assistant" || ms.Data[n-1].Status != want {
+		return wrongf("the stopped turn's answer is not stored as %s (message_stop seen: %v): %+v", want, f.stopped, ms.Data[max(n-1, 0):])
 	}
 	return nil
 }
