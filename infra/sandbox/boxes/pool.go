@@ -224,9 +224,10 @@ var warmUpCommand = sandbox.Command{Args: []string{"bash", "-c", "/usr/bin/true"
 // lostWarmUpProbe lists every task in a sandbox whose agent lost its
 // warm-up: its path, name, state, the kernel function it waits in and
 // the system call it is in (its number first; "running" for a task on a
-// CPU).
+// CPU); then the interrupts each CPU took (a VM's timer and devices) and
+// the load.
 var lostWarmUpProbe = sandbox.Command{Dir: "/", Timeout: 10 * time.Second, Args: []string{"/bin/sh", "-c",
-	`for t in /proc/[0-9]*/task/[0-9]*; do echo "$t $(cat $t/comm) $(sed 's/.*) //' $t/stat | cut -d' ' -f1) $(cat $t/wchan) $(cut -d' ' -f1 $t/syscall)"; done 2>/dev/null`}}
+	`for t in /proc/[0-9]*/task/[0-9]*; do echo "$t $(cat $t/comm) $(sed 's/.*) //' $t/stat | cut -d' ' -f1) $(cat $t/wchan) $(cut -d' ' -f1 $t/syscall)"; done 2>/dev/null; cat /proc/interrupts /proc/loadavg 2>/dev/null`}}
 
 // ErrWarmUpLost marks a Warm that failed because the sandbox's agent
 // reported no end of the warm-up command in time.
