@@ -9,9 +9,8 @@ import (
 
 // outcome is what the end of a run found, the input of the invariants.
 type outcome struct {
-	// poolSlack is how many more sockets the server may keep at the end
-	// than at the start as idle database connections (PostgreSQL's pool
-	// keeps up to 10 idle; SQLite's file needs none).
+	// poolSlack is how many more open files the server may keep at the
+	// end than at the start for idle database connections (poolSlack).
 	poolSlack   int
 	warmPool    int      // the server's SANDBOX_WARM_POOL
 	peakWarm    int      // the most unclaimed warm sandboxes one sample saw
@@ -70,7 +69,7 @@ func invariants(o outcome) []check {
 	p := o.procBase
 	held, desc := threadsBounded(p.threads, f.threads, o.threadsHalf)
 	add("threadbox OS threads back to baseline or at their plateau", held, "%s", desc)
-	add("threadbox open fds back to baseline", f.fds <= p.fds+fdSlack+o.poolSlack, "%d → %d (slack %d, and %d idle database connections)", p.fds, f.fds, fdSlack, o.poolSlack)
+	add("threadbox open fds back to baseline", f.fds <= p.fds+fdSlack+o.poolSlack, "%d → %d (slack %d, and %d for idle database connections)", p.fds, f.fds, fdSlack, o.poolSlack)
 	grew, desc := rssGrowth(o.rssHalf)
 	add("RSS without growth over the last half", !grew, "%s", desc)
 	add("SIGTERM stops threadbox within its grace", len(o.sigterm) == 0, "%d did not%s", len(o.sigterm), first(o.sigterm))

@@ -688,11 +688,14 @@ func dbName(cfg config) string {
 	return "sqlite"
 }
 
-// poolSlack is the idle database connections the server may keep: the
-// store keeps up to 10 to PostgreSQL (infra/store), none for SQLite.
+// poolSlack is the open files the server's idle database connections may
+// hold beyond the start's: the store keeps up to 10 connections to
+// PostgreSQL (a socket each) and up to 5 read-only ones to SQLite's file
+// (infra/store), each with the database and its write-ahead log open,
+// of which the start may have opened none.
 func poolSlack(cfg config) int {
 	if cfg.databaseURL != "" {
 		return 10
 	}
-	return 0
+	return 2 * 5
 }
