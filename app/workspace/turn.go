@@ -340,7 +340,7 @@ func (t *Turn) run(ctx context.Context, sink messages.Sink) (*wire.Response, err
 	}
 	_ = s.store.UpdateThread(dbctx, t.thread.Touch(s.now()))
 	if proposed != "" {
-		t.writeTitle(dbctx, proposed, textOf(t.content), textOf(resp.Content))
+		t.writeTitle(ctx, proposed, textOf(t.content), textOf(resp.Content))
 	}
 	// The files as the turn left them, under its lease, so no rewind or
 	// other turn of the thread changes them meanwhile.
@@ -359,20 +359,24 @@ const titleExcerpt = 2000
 // exchange just ended (asked and answer its text), in one small request,
 // and keeps it when the thread still has the title proposed from the
 // first line; when the request fails that title stays. It runs before the
-// turn ends, so the page that reads the thread then sees the title.
+// turn ends, so the page that reads the thread then sees the title. A
+// stop of the turn (ctx) cuts the request short: the proposed title stays.
 func (t *Turn) writeTitle(ctx context.Context, proposed, asked, answer string) {
 	s := t.s
 	if s.d.Titles == nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(ctx, titleTimeout)
+	tctx, cancel := context.WithTimeout(ctx, titleTimeout)
 	defer cancel()
 	exchange := "User: " + excerpt(asked, titleExcerpt) + "\n\nAssistant: " + excerpt(answer, titleExcerpt)
-	written, err := s.d.Titles.Title(ctx, t.p, t.turn.Model(), exchange)
+	written, err := s.d.Titles.Title(tctx, t.p, t.turn.Model(), exchange)
 	if err != nil {
-		s.log.Warn("thread title not written", "thread", t.thread.ID(), "cause", err.Error())
+		if ctx.Err() == nil {
+			s.log.Warn("thread title not written", "thread", t.thread.ID(), "cause", err.Error())
+		}
 		return
 	}
+	ctx = context.WithoutCancel(ctx)
 	th, err := s.store.Thread(ctx, t.p.OrgID, t.p.UserID, t.thread.ID())
 	if err != nil {
 		return

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"maps"
 	"net/http"
 	"path/filepath"
@@ -18,6 +19,7 @@ import (
 	"threadbox/app/turns"
 	"threadbox/app/workspace"
 	"threadbox/domain/thread"
+	"threadbox/infra/llm/fakeupstream"
 	"threadbox/infra/store/storetest"
 )
 
@@ -338,4 +340,69 @@ func TestDetachedTurnAcrossServers(t *testing.T) {
 	}
 	waitFor(t, 10*time.Second, func() bool { return lastStatus(two.server, f.admin, f.tid) == "assistant stopped" },
 		func() string { return "the stopped turn shows as " + lastStatus(two.server, f.admin, f.tid) })
+}
+
+// TestStopWhileTheTitleIsWritten: a stop that comes once the answer is
+// whole, while the turn asks the model for a new thread's title, cuts that
+// request short: the turn's log ends with the stopped event while the
+// model still holds the title back, the whole answer is stored complete,
+// and the thread keeps the title proposed from its first line.
+func TestStopWhileTheTitleIsWritten(t *testing.T) {
+	s, fake := modelServer(t, "", "anthropic", nil)
+	f := newWSFixture(t, s)
+	r := s.do("POST", appAPI+"/thread", f.admin, map[string]any{"project_id": f.pid})
+	if r.status != 201 {
+		t.Fatalf("thread: %d %s", r.status, r.body)
+	}
+	tid := r.json(t)["id"].(string)
+	held := make(chan struct{})
+	defer close(held)
+	text := func(s string) []msgwire.ContentBlock {
+		return []msgwire.ContentBlock{{Type: msgwire.BlockText, Text: s}}
+	}
+	fake.Push(fakeupstream.Reply{Content: text("North sold more.")}, fakeupstream.Reply{Content: text("Never written"), Gate: held})
+	body, _ := json.Marshal(map[string]any{"content": "Sales check\nWhich region sold more?", "stream": true})
+	resp, evs, _ := openSSE(t, "POST", s.base+appAPI+"/thread/"+tid+"/messages", f.admin, body)
+	turnID := resp.Header.Get("Threadbox-Turn-Id")
+	if resp.StatusCode != 200 || turnID == "" {
+		t.Fatalf("start: %d, turn id %q", resp.StatusCode, turnID)
+	}
+	for {
+		ev, ok := nextEvent(t, evs, 30*time.Second)
+		if !ok {
+			t.Fatal("the stream ended before the answer did")
+		}
+		if ev.name == msgwire.EventMessageStop {
+			break
+		}
+	}
+	waitFor(t, 10*time.Second, func() bool { return len(fake.Requests()) == 2 },
+		func() string {
+			return fmt.Sprintf("%d model requests, want the answer's and the title's", len(fake.Requests()))
+		})
+	if r := s.do("POST", appAPI+"/thread/"+tid+"/turns/"+turnID+"/stop", f.admin, nil); r.status != 200 {
+		t.Fatalf("stop: %d %s", r.status, r.body)
+	}
+	// The title's request is bounded at 20 s: a stop that waited for it
+	// would leave the stream quiet past the 10 s each event is given.
+	var last liveEvent
+	for {
+		ev, ok := nextEvent(t, evs, 10*time.Second)
+		if !ok {
+			break
+		}
+		last = ev
+	}
+	if last.name != turns.StoppedEvent {
+		t.Fatalf("the stream ended with %q %s, want the stopped event", last.name, last.data)
+	}
+	if got := lastStatus(s, f.admin, tid); got != "assistant complete" {
+		t.Errorf("the whole answer is stored as %q, want assistant complete", got)
+	}
+	if got := s.do("GET", appAPI+"/thread/"+tid, f.admin, nil).json(t)["title"]; got != "Sales check" {
+		t.Errorf("title %v, want the first line", got)
+	}
+	if got := fake.Refused(); len(got) > 0 {
+		t.Fatalf("the upstream refused: %q", got)
+	}
 }
