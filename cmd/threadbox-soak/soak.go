@@ -517,7 +517,7 @@ func run(ctx context.Context, cfg config, out io.Writer) (ok bool, err error) {
 	}
 
 	// Clean up what the users made, then wait for the sweeps.
-	var threads, markers, files, artifacts int
+	var threads, markers, files, artifacts, unknownThreads int
 	for _, u := range s.users {
 		th, mk, fi, ar := u.led.counts()
 		threads, markers, files, artifacts = threads+th, markers+mk, files+fi, artifacts+ar
@@ -533,6 +533,14 @@ func run(ctx context.Context, cfg config, out io.Writer) (ok bool, err error) {
 				return false, fmt.Errorf("clean up thread %s: %w", t.id, err)
 			}
 		}
+		// A fork or a new thread whose answer a fault cut may have been
+		// made all the same: the user never learned its id, and deletes
+		// it as a user would, from the list of its threads.
+		n, err := u.deleteUnknownThreads(ctx)
+		if err != nil {
+			return false, fmt.Errorf("clean up user %d's other threads: %w", u.n, err)
+		}
+		unknownThreads += n
 	}
 	var final sample
 	settled := time.Now()
@@ -599,8 +607,8 @@ func run(ctx context.Context, cfg config, out io.Writer) (ok bool, err error) {
 	ops, designed, bad := s.st.totals()
 	fmt.Fprintf(out, "\nRun: %s, load %v, %d users, seed %d, %d operations (%d designed errors, %d other errors); sweeps settled in %v\n",
 		time.Now().UTC().Format(time.RFC3339), loadEnd.Sub(loadStart).Round(time.Second), cfg.users, cfg.seed, ops, designed, bad, settleTook.Round(time.Second))
-	fmt.Fprintf(out, "Ledger at the end: %d live threads, %d acknowledged turns in them, %d files, %d artifacts; all verified through the API, then the threads deleted\n",
-		threads, markers, files, artifacts)
+	fmt.Fprintf(out, "Ledger at the end: %d live threads, %d acknowledged turns in them, %d files, %d artifacts; all verified through the API, then the threads deleted, and %d more the users listed (made by a fork or new thread whose answer a fault cut)\n",
+		threads, markers, files, artifacts, unknownThreads)
 	fmt.Fprintf(out, "Faults injected: %s\n\n", faultSummary(faults))
 	s.st.table(out)
 	fmt.Fprintln(out)

@@ -990,3 +990,37 @@ func tornChunked(ctx context.Context, base, path, token string) error {
 	}
 	return nil
 }
+
+// deleteUnknownThreads deletes every thread the user's list holds, once
+// the ledger's own are deleted: those a fork or a new thread made although
+// a fault cut its answer. It returns how many it deleted.
+func (u *user) deleteUnknownThreads(ctx context.Context) (int, error) {
+	n := 0
+	for {
+		var page struct {
+			Data []struct {
+				ID string `json:"id"`
+			} `json:"data"`
+		}
+		if err := retry(ctx, func() error {
+			return u.c.json(ctx, "GET", "/api/v1/app/thread?limit=100", nil, &page)
+		}); err != nil {
+			return n, err
+		}
+		if len(page.Data) == 0 {
+			return n, nil
+		}
+		for _, t := range page.Data {
+			if err := retry(ctx, func() error {
+				_, err := u.c.do(ctx, "DELETE", "/api/v1/app/thread/"+t.ID, nil, "")
+				if ae, ok := err.(*apiError); ok && ae.Status == 404 {
+					return nil
+				}
+				return err
+			}); err != nil {
+				return n, fmt.Errorf("delete thread %s: %w", t.ID, err)
+			}
+			n++
+		}
+	}
+}
