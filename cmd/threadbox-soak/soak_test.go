@@ -83,11 +83,20 @@ func TestShortChaos(t *testing.T) {
 
 // TestCheckerCatchesPlanted plants a lost write (an acknowledged upload
 // the server never got) and a leaked sandbox container of the instance,
-// and sees the checker report both.
+// and sees the checker report both. It also makes a thread with a file
+// that no user's ledger holds, as a fork whose answer a fault cut does:
+// the users delete it from their lists, so its folder is no leak.
 func TestCheckerCatchesPlanted(t *testing.T) {
 	needDocker(t)
 	cfg := shortConfig(t, 2, 20*time.Second, false)
 	cfg.plantBeforeVerify = func(s *soak) {
+		ctx := context.Background()
+		var made struct{ ID string }
+		if err := s.users[1].c.json(ctx, "POST", "/api/v1/app/thread", map[string]string{"project_id": s.users[1].project}, &made); err != nil {
+			t.Errorf("make a thread no ledger holds: %v", err)
+		} else if _, err := s.users[1].c.do(ctx, "PUT", "/api/v1/app/thread/"+made.ID+"/put-file/unknown.txt", strings.NewReader("x"), "text/plain"); err != nil {
+			t.Errorf("put a file in it: %v", err)
+		}
 		u := s.users[0]
 		th := u.led.liveThreads()
 		if len(th) == 0 {
@@ -116,6 +125,8 @@ func TestCheckerCatchesPlanted(t *testing.T) {
 		"planted-lost.bin",
 		"| containers back to baseline | **NO** | 0 → 1 |",
 		"| nothing left after threadbox stopped | **NO** | 1 containers |",
+		"and 1 more the users listed",
+		"| container folders and disk images back to baseline | yes |",
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("report lacks %q", want)
