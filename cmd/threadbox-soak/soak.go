@@ -522,14 +522,7 @@ func run(ctx context.Context, cfg config, out io.Writer) (ok bool, err error) {
 		th, mk, fi, ar := u.led.counts()
 		threads, markers, files, artifacts = threads+th, markers+mk, files+fi, artifacts+ar
 		for _, t := range u.led.liveThreads() {
-			if err := retry(ctx, func() error {
-				_, err := u.c.do(ctx, "DELETE", "/api/v1/app/thread/"+t.id, nil, "")
-				// A retry after a delete whose answer was lost finds it gone.
-				if ae, ok := err.(*apiError); ok && ae.Status == 404 {
-					return nil
-				}
-				return err
-			}); err != nil {
+			if err := u.deleteThreadAtLast(ctx, t.id); err != nil {
 				return false, fmt.Errorf("clean up thread %s: %w", t.id, err)
 			}
 		}

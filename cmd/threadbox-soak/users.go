@@ -991,11 +991,24 @@ func tornChunked(ctx context.Context, base, path, token string) error {
 	return nil
 }
 
+// deleteThreadAtLast deletes thread id, retrying while the server
+// restarts; a retry after a delete whose answer was lost finds it gone.
+func (u *user) deleteThreadAtLast(ctx context.Context, id string) error {
+	return retry(ctx, func() error {
+		_, err := u.c.do(ctx, "DELETE", "/api/v1/app/thread/"+id, nil, "")
+		if ae, ok := err.(*apiError); ok && ae.Status == 404 {
+			return nil
+		}
+		return err
+	})
+}
+
 // deleteUnknownThreads deletes every thread the user's list holds, once
 // the ledger's own are deleted: those a fork or a new thread made although
-// a fault cut its answer. It returns how many it deleted.
+// a fault cut its answer. It returns how many it deleted, and fails when
+// the list still holds a thread it deleted (a delete that did not take).
 func (u *user) deleteUnknownThreads(ctx context.Context) (int, error) {
-	n := 0
+	deleted := map[string]bool{}
 	for {
 		var page struct {
 			Data []struct {
@@ -1005,22 +1018,19 @@ func (u *user) deleteUnknownThreads(ctx context.Context) (int, error) {
 		if err := retry(ctx, func() error {
 			return u.c.json(ctx, "GET", "/api/v1/app/thread?limit=100", nil, &page)
 		}); err != nil {
-			return n, err
+			return len(deleted), err
 		}
 		if len(page.Data) == 0 {
-			return n, nil
+			return len(deleted), nil
 		}
 		for _, t := range page.Data {
-			if err := retry(ctx, func() error {
-				_, err := u.c.do(ctx, "DELETE", "/api/v1/app/thread/"+t.ID, nil, "")
-				if ae, ok := err.(*apiError); ok && ae.Status == 404 {
-					return nil
-				}
-				return err
-			}); err != nil {
-				return n, fmt.Errorf("delete thread %s: %w", t.ID, err)
+			if deleted[t.ID] {
+				return len(deleted), wrongf("thread %s is still listed after its delete", t.ID)
 			}
-			n++
+			if err := u.deleteThreadAtLast(ctx, t.ID); err != nil {
+				return len(deleted), fmt.Errorf("delete thread %s: %w", t.ID, err)
+			}
+			deleted[t.ID] = true
 		}
 	}
 }

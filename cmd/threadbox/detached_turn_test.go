@@ -19,7 +19,6 @@ import (
 	"threadbox/app/turns"
 	"threadbox/app/workspace"
 	"threadbox/domain/thread"
-	"threadbox/infra/llm/fakeupstream"
 	"threadbox/infra/store/storetest"
 )
 
@@ -357,10 +356,9 @@ func TestStopWhileTheTitleIsWritten(t *testing.T) {
 	tid := r.json(t)["id"].(string)
 	held := make(chan struct{})
 	defer close(held)
-	text := func(s string) []msgwire.ContentBlock {
-		return []msgwire.ContentBlock{{Type: msgwire.BlockText, Text: s}}
-	}
-	fake.Push(fakeupstream.Reply{Content: text("North sold more.")}, fakeupstream.Reply{Content: text("Never written"), Gate: held})
+	title := textStep("Never written")
+	title.Gate = held
+	fake.Push(textStep("North sold more."), title)
 	body, _ := json.Marshal(map[string]any{"content": "Sales check\nWhich region sold more?", "stream": true})
 	resp, evs, _ := openSSE(t, "POST", s.base+appAPI+"/thread/"+tid+"/messages", f.admin, body)
 	turnID := resp.Header.Get("Threadbox-Turn-Id")

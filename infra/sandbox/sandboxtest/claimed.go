@@ -38,7 +38,7 @@ func ClaimedIsolation(t *testing.T, be sandbox.Backend) {
 			t.Fatalf("claim %s for %s: %v", slotName, id, err)
 		}
 	}
-	// One check walks the whole root filesystem (walkTimeout).
+	// One check walks the whole root filesystem (secretSearch).
 	run := func(id, script string) string {
 		t.Helper()
 		r, err := be.Exec(ctx, id, sandbox.Command{Args: []string{"bash", "-c", script}, Timeout: walkTimeout})
@@ -65,7 +65,7 @@ func ClaimedIsolation(t *testing.T, be sandbox.Backend) {
 	claim("warm-iso-2", b)
 	for _, c := range []struct{ script, want string }{
 		{"ls -A /home/agent/workspace | wc -l", "0"},
-		{"find / -xdev -name secret-of-a.txt 2>/dev/null; find /home /mnt /tmp -name secret-of-a.txt 2>/dev/null; echo end", "end"},
+		{secretSearch, "end"},
 		{"ls -A /tmp; echo end", "end"},
 		{"pgrep -x sleep || echo none", "none"},
 		{"echo ${LEFT:-unset} $POOL_ENV", "unset same"},
