@@ -48,17 +48,20 @@ export THREADBOX_AGENT_BIN="${THREADBOX_AGENT_BIN:-$PWD/bin/threadbox-agent}"
 # --- kubernetes test cluster ---
 # A single-node cluster in a private network namespace for the kubernetes
 # backend's tests (scripts/k8s-up.sh; a cold build of its binaries takes
-# minutes, later runs reuse the cache). It comes up in the background while
-# the packages that need no sandbox are tested, and is waited for before
-# the packages that do. THREADBOX_K8S=off leaves it out; an existing
-# THREADBOX_K8S_KUBECONFIG is used as it is. Without it the kubernetes
-# tests fail under CI=true and skip elsewhere.
-if [ -z "${THREADBOX_K8S_KUBECONFIG:-}" ] && [ "${THREADBOX_K8S:-on}" != off ] && [ "$(id -u)" = 0 ]; then
-  if [ ! -f "${K8S_STATE:-/run/threadbox-k8s}/up" ]; then k8s_up=1; fi
-  k8s_out=$(mktemp)
-  bash scripts/k8s-up.sh > "$k8s_out" &
-  k8s_pid=$!
-fi
+# minutes, later runs reuse the cache). It comes up in the background once
+# the sandbox image it imports is ready, and is waited for only before the
+# last phase: the kubernetes suite and cmd/threadbox's TestKubernetes…
+# tests, the only ones that use it. THREADBOX_K8S=off leaves it out; an
+# existing THREADBOX_K8S_KUBECONFIG is used as it is. Without it the
+# kubernetes tests fail under CI=true and skip elsewhere.
+k8s_start() {
+  if [ -z "${THREADBOX_K8S_KUBECONFIG:-}" ] && [ "${THREADBOX_K8S:-on}" != off ] && [ "$(id -u)" = 0 ]; then
+    if [ ! -f "${K8S_STATE:-/run/threadbox-k8s}/up" ]; then k8s_up=1; fi
+    k8s_out=$(mktemp)
+    bash scripts/k8s-up.sh > "$k8s_out" &
+    k8s_pid=$!
+  fi
+}
 k8s_wait() {
   [ -n "$k8s_pid" ] || return 0
   if wait "$k8s_pid"; then export THREADBOX_K8S_KUBECONFIG="$(cat "$k8s_out")"
@@ -93,21 +96,25 @@ if [ ! -d "$c2pa/node_modules/@contentauth/c2pa-wasm" ]; then
   else echo "test: no npm; the Content Credentials tests will $( [ "${CI:-}" = true ] && echo fail || echo skip )" >&2; fi
 fi
 
-# The packages that boot real sandboxes run after the rest. The local
-# backend's rlimit mode counts the processes of the host's uid 1000
-# host-wide, and sandboxes of docker (runc) and kubernetes run as that uid
-# too, so a fork-bomb test there would starve the local jail: the local
-# package runs alone. cmd/threadbox (which boots local sandboxes as well as
-# Docker, gVisor and Kubernetes ones and drives Chromium) runs next, in two
-# halves side by side: its tests wait on sandboxes, browsers and servers
-# about half the time, so two halves together take about three quarters of
-# the time of one after the other (641 against 858 s here). Run beside the
-# sandbox suites as well it took as long as the two phases one after the
-# other, and its end-to-end tests met timeouts under that load. The rest
-# do not count processes by uid and wait mostly on sandboxes, so they run
-# side by side: docker's, gVisor's and the microVMs' suites (the last
-# emulated here), the kubernetes suite in its own cluster, and the soak.
-# Everything else runs two packages at a time.
+# The packages that boot no sandbox run first: they need neither the
+# sandbox image nor the test cluster, so on a new machine they run while
+# the image builds (.ci/run starts its build beside lint). The packages
+# that boot real sandboxes run after them. The local backend's rlimit mode
+# counts the processes of the host's uid 1000 host-wide, and sandboxes of
+# docker (runc) and kubernetes run as that uid too, so a fork-bomb test
+# there would starve the local jail: the local package runs alone.
+# cmd/threadbox (which boots local, Docker and gVisor sandboxes and drives
+# Chromium) runs next, in two halves side by
+# side: its tests wait on sandboxes, browsers and servers about half the
+# time, so two halves together take about three quarters of the time of
+# one after the other (641 against 858 s here). Run beside the sandbox
+# suites as well it took as long as the two phases one after the other,
+# and its end-to-end tests met timeouts under that load. The rest do not
+# count processes by uid and wait mostly on sandboxes, so they run side by
+# side: docker's, gVisor's and the microVMs' suites (the last emulated
+# here), the kubernetes suite and cmd/threadbox's TestKubernetes… tests in
+# the test cluster, and the soak. Everything else runs two packages at a
+# time.
 beside=(./infra/sandbox/docker ./infra/sandbox/gvisor ./infra/sandbox/kubernetes ./infra/sandbox/microvm ./cmd/threadbox-soak)
 parallel=$(go list ./... | grep -v -x -e threadbox/infra/sandbox/docker -e threadbox/infra/sandbox/gvisor -e threadbox/infra/sandbox/microvm -e threadbox/infra/sandbox/local -e threadbox/infra/sandbox/kubernetes -e threadbox/cmd/threadbox -e threadbox/cmd/threadbox-soak)
 status=0
@@ -116,21 +123,31 @@ t0=$(date +%s)
 phase() { echo "=== test: $* ($(( $(date +%s) - t0 ))s)"; }
 phase "the packages that boot no sandbox"
 go test -count=1 -p 2 -timeout 20m "$@" $parallel || status=1
-# cmd/threadbox's end-to-end tests and the kubernetes suite use the test cluster.
-phase "waiting for the test cluster"
-k8s_wait
+# The sandbox image and the root filesystem the local jail shares: as root
+# with a Docker daemon, a build under way is waited for and a missing or
+# outdated image is built (sandbox/build-offline.sh; a current one returns
+# at once).
+phase "the sandbox image"
+if [ "$(id -u)" = 0 ] && docker info >/dev/null 2>&1; then
+  ./sandbox/build-offline.sh || status=1
+fi
+k8s_start
 phase "infra/sandbox/local"
 go test -count=1 -timeout 20m "$@" ./infra/sandbox/local || status=1
 phase "cmd/threadbox"
-# cmd/threadbox's tests, every other one in each half (in the order the
-# package lists them), unless the arguments choose tests themselves. The
-# first go test builds the test binary the two halves then share.
+mkdir -p test-artifacts
 if printf '%s\n' "$@" | grep -q -e '^-run' -e '^-test.run'; then
+  # The arguments choose the tests: they run at once, with the cluster.
+  k8s_wait
   go test -count=1 -timeout 40m "$@" ./cmd/threadbox || status=1
+  k8s_tests=""
 else
-  mkdir -p test-artifacts
+  # Every other test in each half (in the order the package lists them),
+  # but the TestKubernetes… ones, which run in the last phase. The first
+  # go test builds the test binary every later one shares.
   names=$(go test -count=1 -list '.*' "$@" ./cmd/threadbox | grep -E '^(Test|Fuzz|Example)') || status=1
-  half() { printf '%s\n' "$names" | awk -v k="$1" 'NR % 2 == k' | paste -sd'|'; }
+  k8s_tests=$(printf '%s\n' "$names" | { grep '^TestKubernetes' || true; } | paste -sd'|')
+  half() { printf '%s\n' "$names" | { grep -v '^TestKubernetes' || true; } | awk -v k="$1" 'NR % 2 == k' | paste -sd'|'; }
   first=$(half 1) second=$(half 0)
   go test -count=1 -timeout 40m "$@" -run "^($first)\$" ./cmd/threadbox > test-artifacts/threadbox-first.log 2>&1 &
   one=$!
@@ -140,7 +157,18 @@ else
   wait "$two" || status=1
   cat test-artifacts/threadbox-first.log test-artifacts/threadbox-second.log
 fi
+phase "waiting for the test cluster"
+k8s_wait
 phase "the sandbox suites side by side"
+k8s_e2e=""
+if [ -n "$k8s_tests" ]; then
+  go test -count=1 -timeout 30m "$@" -run "^($k8s_tests)\$" ./cmd/threadbox > test-artifacts/threadbox-kubernetes.log 2>&1 &
+  k8s_e2e=$!
+fi
 go test -count=1 -p 4 -timeout 30m "$@" "${beside[@]}" || status=1
+if [ -n "$k8s_e2e" ]; then
+  wait "$k8s_e2e" || status=1
+  cat test-artifacts/threadbox-kubernetes.log
+fi
 phase "done"
 exit $status

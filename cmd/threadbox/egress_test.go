@@ -190,18 +190,11 @@ func newEgressWorld(t *testing.T) *egressWorld {
 	return w
 }
 
-// TestEgressThroughProxy runs real tools in real sandboxes of each backend
-// through the egress proxy: pip installs a wheel from a package index over
-// HTTPS, git clones over HTTPS, curl fetches over plain HTTP; a host not
-// listed, a listed private address, a name resolving to an internal
-// address and a raw socket to an outside address all fail, the first three
-// in the ledger and named in the tool result; and a policy change reaches
-// the running sandbox.
+// TestEgressThroughProxy runs egressThroughProxy in real sandboxes of the
+// Docker backend (runc and gVisor) and of the local jail;
+// TestKubernetesEgressThroughProxy runs it on the test cluster.
 func TestEgressThroughProxy(t *testing.T) {
 	w := newEgressWorld(t)
-	// trusted names the backends that mount the trust folder, where a
-	// secret's host is reached with the install's CA.
-	trusted := map[string]bool{"docker-runc": true, "docker-runsc": true, "local": true, "kubernetes": true}
 	backends := []struct {
 		name string
 		env  func(t *testing.T) map[string]string
@@ -215,11 +208,6 @@ func TestEgressThroughProxy(t *testing.T) {
 				missing(t, "runsc is not installed: %v", err)
 			}
 			return map[string]string{"SANDBOX_BACKEND": "docker", "SANDBOX_RUNTIME": "runsc", "THREADBOX_AGENT_BIN": bin}
-		}},
-		{"kubernetes", func(t *testing.T) map[string]string {
-			kubeconfig, ns, _ := needKubernetes(t)
-			return map[string]string{"SANDBOX_BACKEND": "kubernetes", "KUBECONFIG": kubeconfig, "K8S_NAMESPACE": ns, "K8S_NETWORK_POLICY": "unenforced",
-				"K8S_HOST_PATH_VOLUMES": "true", "K8S_IMAGE_PULL_POLICY": "Never", "THREADBOX_AGENT_BIN": needAgent(t)}
 		}},
 		{"local", func(t *testing.T) map[string]string {
 			bin := needAgent(t)
@@ -235,99 +223,119 @@ func TestEgressThroughProxy(t *testing.T) {
 	for _, b := range backends {
 		t.Run(b.name, func(t *testing.T) {
 			t.Parallel()
-			env := b.env(t)
-			env["EGRESS_RESOLVER"] = w.dns
-			env["EGRESS_ALLOW_PRIVATE"] = "127.0.0.1"
-			env["EGRESS_UPSTREAM_ROOTS"] = w.caFile
-			s, fake := modelServer(t, "", "anthropic", env)
-			a := s.bootstrap("acme", "admin@acme.test")
-			allow := []string{"pypi.test", "git.test", "plain.test", "10.0.0.1", "rebind.test", "api.test"}
-			if r := s.do("PATCH", "/api/v1/app/org/features", a, map[string]any{"egress": map[string]any{"enabled": true, "allow": allow}}); r.status != 200 {
-				t.Fatalf("egress on: %d %s", r.status, r.body)
-			}
-			// A secret bound to api.test, made before the sandbox's first
-			// connection reads the policy.
-			secret := "tb-secret-" + b.name + "-" + hex.EncodeToString([]byte(b.name))[:6] + "-value"
-			if r := s.do("PUT", "/api/v1/app/org/egress/secrets/api-token", a, map[string]any{"hosts": []string{"api.test"}, "header": "Authorization", "value": "Bearer " + secret}); r.status != 201 || strings.Contains(string(r.body), secret) {
-				t.Fatalf("secret: %d %s", r.status, r.body)
-			}
-			cl := msgClient(s, a)
-			ca := "cat > /tmp/ca.pem <<'PEM'\n" + w.caPEM + "PEM\n"
-			fake.Push(steps(
-				call("sandbox_bash", map[string]any{"command": ca + "pip install -q --no-cache-dir --index-url https://pypi.test:" + w.tlsPort + "/simple/ --cert /tmp/ca.pem --target /tmp/pylib tbegress-probe && PYTHONPATH=/tmp/pylib python3 -c 'import tbegress_probe; print(tbegress_probe.VALUE)'", "timeout_seconds": 120}),
-				call("sandbox_bash", map[string]any{"command": "GIT_SSL_CAINFO=/tmp/ca.pem git clone -q https://git.test:" + w.tlsPort + "/git/probe.git /tmp/probe && cat /tmp/probe/README", "timeout_seconds": 120}),
-				call("sandbox_bash", map[string]any{"command": "curl -fsS -m 20 http://plain.test:" + w.plainPort + "/"}),
-				call("sandbox_bash", map[string]any{"command": "curl -fsS -m 20 --cacert /tmp/ca.pem https://other.test:" + w.tlsPort + "/"}),
-				call("sandbox_bash", map[string]any{"command": "curl -fsS -m 20 http://10.0.0.1:" + w.plainPort + "/"}),
-				call("sandbox_bash", map[string]any{"command": "curl -fsS -m 20 --cacert /tmp/ca.pem https://rebind.test:" + w.tlsPort + "/"}),
-				call("sandbox_bash", map[string]any{"command": "python3 -c \"import socket; socket.create_connection(('192.0.2.1', 80), timeout=5)\""}),
-			), textStep("done"))
-			calls, _ := sandboxTurn(t, cl, "egress1")
-			if len(calls) != 7 {
-				t.Fatalf("%d calls", len(calls))
-			}
-			for i, want := range []string{"42\n", "probe repository\n", "plain hello"} {
-				if c := calls[i]; c.str("stdout") != want || c.num("exit_code") != 0 {
-					t.Fatalf("call %d: stdout %q, want %q; stderr %q", i, c.str("stdout"), want, c.str("stderr"))
-				}
-			}
-			for i, host := range map[int]string{3: "other.test:" + w.tlsPort, 4: "10.0.0.1:" + w.plainPort, 5: "rebind.test:" + w.tlsPort} {
-				c := calls[i]
-				if c.num("exit_code") == 0 || !strings.Contains(c.str("stderr"), "[threadbox] Egress refused: "+host+" (") {
-					t.Fatalf("call %d (%s): exit %v, stderr %q", i, host, c.num("exit_code"), c.str("stderr"))
-				}
-			}
-			if c := calls[6]; c.num("exit_code") == 0 || !strings.Contains(c.str("stderr"), "Network is unreachable") && !strings.Contains(c.str("stderr"), "No route to host") {
-				t.Fatalf("a raw socket to an outside address: exit %v, stderr %q", c.num("exit_code"), c.str("stderr"))
-			}
-
-			// The ledger has every connection made through the proxy.
-			want := map[string]string{"pypi.test": "pypi.test", "git.test": "git.test", "plain.test": "plain.test",
-				"other.test": "no-match", "10.0.0.1": "private-address", "rebind.test": "private-address"}
-			var recs []map[string]any
-			for deadline := time.Now().Add(10 * time.Second); ; {
-				r := s.do("GET", "/api/v1/app/org/egress?limit=1000", a, nil)
-				var page struct {
-					Data []map[string]any `json:"data"`
-				}
-				if r.status != 200 || json.Unmarshal(r.body, &page) != nil {
-					t.Fatalf("ledger: %d %s", r.status, r.body)
-				}
-				recs = page.Data
-				seen := map[string]bool{}
-				for _, rec := range recs {
-					if want[rec["host"].(string)] == rec["rule"] {
-						seen[rec["host"].(string)] = true
-					}
-				}
-				if len(seen) == len(want) {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("ledger lacks connections: saw %v in %v", seen, recs)
-				}
-				time.Sleep(200 * time.Millisecond)
-			}
-			for _, rec := range recs {
-				if rec["host"] == "pypi.test" && (rec["allowed"] != true || rec["bytes_down"].(float64) < 1000 || rec["address"] != "127.0.0.1" || rec["thread_id"] == nil || rec["container_id"] == "") {
-					t.Fatalf("pypi record %v", rec)
-				}
-			}
-
-			if trusted[b.name] {
-				egressSecretInSandbox(t, w, s, a, cl, fake, secret)
-			}
-
-			// A policy change reaches the running sandbox within seconds.
-			if r := s.do("PATCH", "/api/v1/app/org/features", a, map[string]any{"egress": map[string]any{"allow": []string{"pypi.test"}}}); r.status != 200 {
-				t.Fatalf("allowlist change: %d %s", r.status, r.body)
-			}
-			fake.Push(steps(call("sandbox_bash", map[string]any{"command": "for i in $(seq 80); do code=$(curl -s -o /dev/null -w '%{http_code}' http://plain.test:" + w.plainPort + "/); [ \"$code\" = 403 ] && echo refused && break; sleep 0.25; done"})), textStep("ok"))
-			calls, _ = sandboxTurn(t, cl, "egress1")
-			if calls[0].str("stdout") != "refused\n" {
-				t.Fatalf("plain.test still reachable after it left the allowlist: %q", calls[0].str("stdout"))
-			}
+			egressThroughProxy(t, w, b.name, b.env(t))
 		})
+	}
+}
+
+// TestKubernetesEgressThroughProxy is TestEgressThroughProxy on the test
+// cluster.
+func TestKubernetesEgressThroughProxy(t *testing.T) {
+	w := newEgressWorld(t)
+	kubeconfig, ns, _ := needKubernetes(t)
+	egressThroughProxy(t, w, "kubernetes", map[string]string{"SANDBOX_BACKEND": "kubernetes", "KUBECONFIG": kubeconfig, "K8S_NAMESPACE": ns, "K8S_NETWORK_POLICY": "unenforced",
+		"K8S_HOST_PATH_VOLUMES": "true", "K8S_IMAGE_PULL_POLICY": "Never", "THREADBOX_AGENT_BIN": needAgent(t)})
+}
+
+// egressThroughProxy runs real tools in a real sandbox of the backend env
+// chooses, through the egress proxy: pip installs a wheel from a package
+// index over HTTPS, git clones over HTTPS, curl fetches over plain HTTP; a
+// host not listed, a listed private address, a name resolving to an
+// internal address and a raw socket to an outside address all fail, the
+// first three in the ledger and named in the tool result; a secret's host
+// gets the secret; and a policy
+// change reaches the running sandbox.
+func egressThroughProxy(t *testing.T, w *egressWorld, name string, env map[string]string) {
+	env["EGRESS_RESOLVER"] = w.dns
+	env["EGRESS_ALLOW_PRIVATE"] = "127.0.0.1"
+	env["EGRESS_UPSTREAM_ROOTS"] = w.caFile
+	s, fake := modelServer(t, "", "anthropic", env)
+	a := s.bootstrap("acme", "admin@acme.test")
+	allow := []string{"pypi.test", "git.test", "plain.test", "10.0.0.1", "rebind.test", "api.test"}
+	if r := s.do("PATCH", "/api/v1/app/org/features", a, map[string]any{"egress": map[string]any{"enabled": true, "allow": allow}}); r.status != 200 {
+		t.Fatalf("egress on: %d %s", r.status, r.body)
+	}
+	// A secret bound to api.test, made before the sandbox's first
+	// connection reads the policy.
+	secret := "tb-secret-" + name + "-" + hex.EncodeToString([]byte(name))[:6] + "-value"
+	if r := s.do("PUT", "/api/v1/app/org/egress/secrets/api-token", a, map[string]any{"hosts": []string{"api.test"}, "header": "Authorization", "value": "Bearer " + secret}); r.status != 201 || strings.Contains(string(r.body), secret) {
+		t.Fatalf("secret: %d %s", r.status, r.body)
+	}
+	cl := msgClient(s, a)
+	ca := "cat > /tmp/ca.pem <<'PEM'\n" + w.caPEM + "PEM\n"
+	fake.Push(steps(
+		call("sandbox_bash", map[string]any{"command": ca + "pip install -q --no-cache-dir --index-url https://pypi.test:" + w.tlsPort + "/simple/ --cert /tmp/ca.pem --target /tmp/pylib tbegress-probe && PYTHONPATH=/tmp/pylib python3 -c 'import tbegress_probe; print(tbegress_probe.VALUE)'", "timeout_seconds": 120}),
+		call("sandbox_bash", map[string]any{"command": "GIT_SSL_CAINFO=/tmp/ca.pem git clone -q https://git.test:" + w.tlsPort + "/git/probe.git /tmp/probe && cat /tmp/probe/README", "timeout_seconds": 120}),
+		call("sandbox_bash", map[string]any{"command": "curl -fsS -m 20 http://plain.test:" + w.plainPort + "/"}),
+		call("sandbox_bash", map[string]any{"command": "curl -fsS -m 20 --cacert /tmp/ca.pem https://other.test:" + w.tlsPort + "/"}),
+		call("sandbox_bash", map[string]any{"command": "curl -fsS -m 20 http://10.0.0.1:" + w.plainPort + "/"}),
+		call("sandbox_bash", map[string]any{"command": "curl -fsS -m 20 --cacert /tmp/ca.pem https://rebind.test:" + w.tlsPort + "/"}),
+		call("sandbox_bash", map[string]any{"command": "python3 -c \"import socket; socket.create_connection(('192.0.2.1', 80), timeout=5)\""}),
+	), textStep("done"))
+	calls, _ := sandboxTurn(t, cl, "egress1")
+	if len(calls) != 7 {
+		t.Fatalf("%d calls", len(calls))
+	}
+	for i, want := range []string{"42\n", "probe repository\n", "plain hello"} {
+		if c := calls[i]; c.str("stdout") != want || c.num("exit_code") != 0 {
+			t.Fatalf("call %d: stdout %q, want %q; stderr %q", i, c.str("stdout"), want, c.str("stderr"))
+		}
+	}
+	for i, host := range map[int]string{3: "other.test:" + w.tlsPort, 4: "10.0.0.1:" + w.plainPort, 5: "rebind.test:" + w.tlsPort} {
+		c := calls[i]
+		if c.num("exit_code") == 0 || !strings.Contains(c.str("stderr"), "[threadbox] Egress refused: "+host+" (") {
+			t.Fatalf("call %d (%s): exit %v, stderr %q", i, host, c.num("exit_code"), c.str("stderr"))
+		}
+	}
+	if c := calls[6]; c.num("exit_code") == 0 || !strings.Contains(c.str("stderr"), "Network is unreachable") && !strings.Contains(c.str("stderr"), "No route to host") {
+		t.Fatalf("a raw socket to an outside address: exit %v, stderr %q", c.num("exit_code"), c.str("stderr"))
+	}
+
+	// The ledger has every connection made through the proxy.
+	want := map[string]string{"pypi.test": "pypi.test", "git.test": "git.test", "plain.test": "plain.test",
+		"other.test": "no-match", "10.0.0.1": "private-address", "rebind.test": "private-address"}
+	var recs []map[string]any
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		r := s.do("GET", "/api/v1/app/org/egress?limit=1000", a, nil)
+		var page struct {
+			Data []map[string]any `json:"data"`
+		}
+		if r.status != 200 || json.Unmarshal(r.body, &page) != nil {
+			t.Fatalf("ledger: %d %s", r.status, r.body)
+		}
+		recs = page.Data
+		seen := map[string]bool{}
+		for _, rec := range recs {
+			if want[rec["host"].(string)] == rec["rule"] {
+				seen[rec["host"].(string)] = true
+			}
+		}
+		if len(seen) == len(want) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("ledger lacks connections: saw %v in %v", seen, recs)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	for _, rec := range recs {
+		if rec["host"] == "pypi.test" && (rec["allowed"] != true || rec["bytes_down"].(float64) < 1000 || rec["address"] != "127.0.0.1" || rec["thread_id"] == nil || rec["container_id"] == "") {
+			t.Fatalf("pypi record %v", rec)
+		}
+	}
+
+	// Every backend mounts the trust folder, where a secret's host is
+	// reached with the install's CA.
+	egressSecretInSandbox(t, w, s, a, cl, fake, secret)
+
+	// A policy change reaches the running sandbox within seconds.
+	if r := s.do("PATCH", "/api/v1/app/org/features", a, map[string]any{"egress": map[string]any{"allow": []string{"pypi.test"}}}); r.status != 200 {
+		t.Fatalf("allowlist change: %d %s", r.status, r.body)
+	}
+	fake.Push(steps(call("sandbox_bash", map[string]any{"command": "for i in $(seq 80); do code=$(curl -s -o /dev/null -w '%{http_code}' http://plain.test:" + w.plainPort + "/); [ \"$code\" = 403 ] && echo refused && break; sleep 0.25; done"})), textStep("ok"))
+	calls, _ = sandboxTurn(t, cl, "egress1")
+	if calls[0].str("stdout") != "refused\n" {
+		t.Fatalf("plain.test still reachable after it left the allowlist: %q", calls[0].str("stdout"))
 	}
 }
 

@@ -25,8 +25,13 @@ import (
 // (THREADBOX_K8S_KUBECONFIG, set by scripts/test.sh after
 // scripts/k8s-up.sh) and a namespace of the test's own, deleted with its
 // pods, claims and volumes when the test ends (after the server stopped).
+// Only a test named TestKubernetes… may use the cluster: scripts/test.sh
+// runs the package's other tests before the cluster is up, and these after.
 func needKubernetes(t *testing.T) (kubeconfig, ns string, cs kubernetes.Interface) {
 	t.Helper()
+	if !strings.HasPrefix(t.Name(), "TestKubernetes") {
+		t.Fatalf("%s uses the test cluster but is not named TestKubernetes…: scripts/test.sh would run it before the cluster is up", t.Name())
+	}
 	kubeconfig = os.Getenv("THREADBOX_K8S_KUBECONFIG")
 	if kubeconfig == "" {
 		missing(t, "no test cluster: THREADBOX_K8S_KUBECONFIG is unset (scripts/k8s-up.sh)")
