@@ -54,8 +54,13 @@ chaos: build
 	$(GO) build -o $(BIN)/threadbox-soak ./cmd/threadbox-soak
 	$(BIN)/threadbox-soak -chaos $(SOAK_FLAGS)
 
+# One build at a time: CI starts one in the background beside lint, and
+# scripts/test.sh runs this again before the tests that boot sandboxes,
+# waiting for it (then the image is current and nothing is done). The lock
+# is taken here rather than in build-offline.sh, whose text is part of the
+# image's recipe.
 sandbox-image: agent
-	./sandbox/build-offline.sh
+	flock $${TMPDIR:-/tmp}/threadbox-sandbox-image.lock ./sandbox/build-offline.sh
 
 # The microvm backend's guest kernel, modules and busybox, from Debian
 # packages, into the same cache as the sandbox image's root filesystem

@@ -13,8 +13,7 @@
 # $THREADBOX_CACHE_DIR, else $DATA_DIR/cache, else /var/cache/threadbox.
 #
 # Flags: --force rebuilds even when the label matches; --rootfs-only stops
-# after the folder (no Docker needed). Needs root (debootstrap, chroot). A
-# second build started while one runs waits for it.
+# after the folder (no Docker needed). Needs root (debootstrap, chroot).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 IMAGE="${SANDBOX_IMAGE:-threadbox-sandbox:latest}"
@@ -46,13 +45,6 @@ ROOTS="$CACHE/sandbox-rootfs"
 root="$ROOTS/$hash"
 
 echo "build-offline: recipe $short, image $IMAGE, root filesystem $root" >&2
-
-# One build at a time: CI starts one in the background beside lint, and
-# scripts/test.sh waits for it here before the tests that boot sandboxes
-# (then finds the image current).
-mkdir -p "$ROOTS"
-exec 9>"$ROOTS/.lock"
-flock 9
 
 if [ "$rootfs_only" = false ] && [ "$force" = false ]; then
   have=$(docker image inspect "$IMAGE" --format '{{index .Config.Labels "threadbox.recipe"}}' 2>/dev/null || true)

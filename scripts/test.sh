@@ -125,11 +125,11 @@ phase "the packages that boot no sandbox"
 go test -count=1 -p 2 -timeout 20m "$@" $parallel || status=1
 # The sandbox image and the root filesystem the local jail shares: as root
 # with a Docker daemon, a build under way is waited for and a missing or
-# outdated image is built (sandbox/build-offline.sh; a current one returns
-# at once).
+# outdated image is built (make sandbox-image; a current one returns at
+# once).
 phase "the sandbox image"
 if [ "$(id -u)" = 0 ] && docker info >/dev/null 2>&1; then
-  ./sandbox/build-offline.sh || status=1
+  make -s sandbox-image || status=1
 fi
 k8s_start
 phase "infra/sandbox/local"
