@@ -141,12 +141,30 @@ func (m *memStore) OrgThread(_ context.Context, orgID, id string) (thread.Thread
 	return thread.Thread{}, errNoThread
 }
 
+// FinishFork clears the owner's thread's fork mark.
+func (m *memStore) FinishFork(_ context.Context, orgID, ownerID, id string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	t, ok := m.threads[id]
+	if !ok || t.OrgID() != orgID || t.OwnerID() != ownerID {
+		return errNoThread
+	}
+	m.threads[id] = t.Forked()
+	return nil
+}
+
+// UnfinishedForks returns the threads still marked as forks being made.
+func (m *memStore) UnfinishedForks(context.Context) ([]thread.Thread, error) {
+	return m.threadsWhere(thread.Thread.Forking), nil
+}
+
 // Threads lists the owner's threads newest first, those whose title or
-// messages hold p.Query (case ignored) when it is set.
+// messages hold p.Query (case ignored) when it is set; a fork being made
+// is not listed.
 func (m *memStore) Threads(_ context.Context, orgID, ownerID, projectID string, p thread.Page) ([]thread.Thread, error) {
 	q := strings.ToLower(p.Query)
 	out := m.threadsWhere(func(t thread.Thread) bool {
-		return t.OrgID() == orgID && t.OwnerID() == ownerID && (projectID == "" || t.ProjectID() == projectID)
+		return t.OrgID() == orgID && t.OwnerID() == ownerID && (projectID == "" || t.ProjectID() == projectID) && !t.Forking()
 	})
 	out = slices.DeleteFunc(out, func(t thread.Thread) bool { return q != "" && !m.mentions(t, q) })
 	if p.Before != "" {

@@ -1,6 +1,7 @@
 package workspace
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -125,6 +126,11 @@ var forkMounts = []string{sandbox.WorkspaceDir, sandbox.UploadsDir, sandbox.Outp
 // With messageID, an assistant message of the thread, the fork is of the
 // thread as that turn left it: its messages up to that one, and the files
 // of that turn's snapshot.
+//
+// Until it is whole the new thread is marked as a fork being made, which
+// no listing shows, and the fork holds a lease of its own: a fork whose
+// server died while it copied is removed by SweepUnfinishedForks, and one
+// that failed is deleted at once.
 func (s *Service) ForkThread(ctx context.Context, p user.Principal, threadID, messageID string) (thread.Thread, error) {
 	src, err := s.store.Thread(ctx, p.OrgID, p.UserID, threadID)
 	if err != nil {
@@ -144,6 +150,7 @@ func (s *Service) ForkThread(ctx context.Context, p user.Principal, threadID, me
 	if err != nil {
 		return thread.Thread{}, err
 	}
+	dst = dst.AsFork()
 	msgs, err := s.store.Messages(ctx, src.ID())
 	if err != nil {
 		return thread.Thread{}, err
@@ -175,6 +182,10 @@ func (s *Service) ForkThread(ctx context.Context, p user.Principal, threadID, me
 			return thread.Thread{}, err
 		}
 	}
+	if ok, err := s.d.Leases.Acquire(ctx, forkLease(dst.ID())); err != nil || !ok {
+		return thread.Thread{}, cmp.Or(err, fmt.Errorf("workspace: fork: the new thread's lease %s is taken", dst.ID()))
+	}
+	defer func() { _ = s.d.Leases.Release(context.WithoutCancel(ctx), forkLease(dst.ID())) }()
 	if err := s.store.CreateThread(ctx, dst); err != nil {
 		return thread.Thread{}, err
 	}
@@ -212,7 +223,67 @@ func (s *Service) ForkThread(ctx context.Context, p user.Principal, threadID, me
 			return fail(fmt.Errorf("workspace: fork at a turn: %w", err))
 		}
 	}
-	return dst, nil
+	if err := s.store.FinishFork(ctx, p.OrgID, p.UserID, dst.ID()); err != nil {
+		return fail(err)
+	}
+	return dst.Forked(), nil
+}
+
+// forkLease names the lease a fork is made under.
+func forkLease(threadID string) string { return "fork:" + threadID }
+
+// SweepUnfinishedForks deletes, with their messages and files, the forks
+// whose making stopped before they were whole (their server died or was
+// killed while it copied), and returns how many. A fork whose lease a
+// server holds is still being made and is left alone.
+func (s *Service) SweepUnfinishedForks(ctx context.Context) (int, error) {
+	forks, err := s.store.UnfinishedForks(ctx)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, t := range forks {
+		name := forkLease(t.ID())
+		if mine, other, err := s.d.Leases.Holds(ctx, name); err != nil || mine || other {
+			if err != nil {
+				return n, err
+			}
+			continue
+		}
+		ok, err := s.d.Leases.Acquire(ctx, name)
+		if err != nil {
+			return n, err
+		}
+		if !ok {
+			continue
+		}
+		dropped, err := s.dropUnfinishedFork(ctx, t)
+		_ = s.d.Leases.Release(context.WithoutCancel(ctx), name)
+		if err != nil {
+			return n, fmt.Errorf("workspace: remove the unfinished fork %s: %w", t.ID(), err)
+		}
+		if dropped {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// dropUnfinishedFork deletes the fork t under its lease, unless it was
+// made (or deleted) since it was listed.
+func (s *Service) dropUnfinishedFork(ctx context.Context, t thread.Thread) (bool, error) {
+	cur, err := s.store.Thread(ctx, t.OrgID(), t.OwnerID(), t.ID())
+	if fault.Is(err, fault.NotFound) {
+		return false, nil
+	}
+	if err != nil || !cur.Forking() {
+		return false, err
+	}
+	err = s.DeleteThread(ctx, user.Principal{OrgID: t.OrgID(), UserID: t.OwnerID()}, t.ID())
+	if fault.Is(err, fault.NotFound) {
+		return false, nil
+	}
+	return err == nil, err
 }
 
 // forkSource is what a fork copies of its source thread's container: the

@@ -464,8 +464,9 @@ func firstStart(ctx context.Context, accounts store.Accounts, a *auth.Service, c
 
 // collectBlobs deletes, every interval until ctx ends, the artifact blobs
 // no artifact references any more (past the workspace's grace period), the
-// files snapshots of threads that no longer exist, and the event logs of
-// turns past their retention.
+// files snapshots of threads that no longer exist, the forks whose server
+// died while it made them, and the event logs of turns past their
+// retention.
 func collectBlobs(ctx context.Context, sys *system, every time.Duration, log *slog.Logger) {
 	lease.Every(ctx, every, func() {
 		// One replica of a deployment collects (the holder of the
@@ -491,6 +492,11 @@ func collectBlobs(ctx context.Context, sys *system, every time.Duration, log *sl
 			log.Error("orphan snapshots not removed", "cause", err.Error())
 		} else if n > 0 {
 			log.Info("orphan snapshots removed", "threads", n)
+		}
+		if n, err := sys.workspace.SweepUnfinishedForks(ctx); err != nil && ctx.Err() == nil {
+			log.Error("unfinished forks not removed", "cause", err.Error())
+		} else if n > 0 {
+			log.Info("unfinished forks removed", "threads", n)
 		}
 		if n, err := sys.turns.PruneTurns(ctx); err != nil && ctx.Err() == nil {
 			log.Error("turn logs not pruned", "cause", err.Error())

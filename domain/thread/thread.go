@@ -18,6 +18,7 @@ type Thread struct {
 	projectID string
 	title     string
 	updatedAt time.Time
+	forking   bool
 }
 
 // DefaultTitle is the title of a thread made without one.
@@ -37,7 +38,23 @@ func New(id, orgID, projectID, ownerID, title string, now time.Time) (Thread, er
 
 // Restore rebuilds a thread from storage.
 func Restore(id, orgID, projectID, ownerID, title string, createdAt, updatedAt time.Time) Thread {
-	return Thread{org.Own(id, orgID, ownerID, createdAt), projectID, title, updatedAt}
+	return Thread{Owned: org.Own(id, orgID, ownerID, createdAt), projectID: projectID, title: title, updatedAt: updatedAt}
+}
+
+// Forking reports whether the thread is a fork still being made: its
+// messages and files are still being copied, and it is listed to nobody.
+func (t Thread) Forking() bool { return t.forking }
+
+// AsFork returns the thread marked as a fork still being made.
+func (t Thread) AsFork() Thread {
+	t.forking = true
+	return t
+}
+
+// Forked returns the thread with its fork made.
+func (t Thread) Forked() Thread {
+	t.forking = false
+	return t
 }
 
 // Retitle returns the thread with a new, validated title.
@@ -171,7 +188,7 @@ type Page struct {
 }
 
 // Repository stores threads. Lookups are scoped by org and owner: another
-// user's thread is not found.
+// user's thread is not found. A listing leaves out the forks being made.
 type Repository interface {
 	CreateThread(ctx context.Context, t Thread) error
 	Thread(ctx context.Context, orgID, ownerID, id string) (Thread, error)
@@ -181,4 +198,9 @@ type Repository interface {
 	// ProjectThreads returns every thread of a project of the org, whoever
 	// owns it (for deleting the project).
 	ProjectThreads(ctx context.Context, orgID, projectID string) ([]Thread, error)
+	// FinishFork marks the owner's thread id, a fork being made, as made.
+	FinishFork(ctx context.Context, orgID, ownerID, id string) error
+	// UnfinishedForks returns every thread, in every org, still marked as
+	// a fork being made.
+	UnfinishedForks(ctx context.Context) ([]Thread, error)
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -218,6 +219,47 @@ func suite(t *testing.T, s *store.Store) {
 	}
 	if err := s.Threads().DeleteThread(ctx, o2.ID(), other.ID(), ids[0]); !fault.Is(err, fault.NotFound) {
 		t.Fatalf("other org deletes thread: %v", err)
+	}
+
+	// A fork being made is found by id and among the unfinished forks,
+	// but listed (and searched) only once it is made.
+	fk, _ := thread.New(id("thr"), o.ID(), pr.ID(), u.ID(), "Fork of t1", now.Add(time.Minute))
+	if err := s.Threads().CreateThread(ctx, fk.AsFork()); err != nil {
+		t.Fatal(err)
+	}
+	listed := func() bool {
+		for _, q := range []string{"", "fork of"} {
+			page, err := s.Threads().Threads(ctx, o.ID(), u.ID(), "", thread.Page{Limit: 10, Query: q})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.ContainsFunc(page, func(th thread.Thread) bool { return th.ID() == fk.ID() }) {
+				return false
+			}
+		}
+		return true
+	}
+	unfinished := func() bool {
+		forks, err := s.Threads().UnfinishedForks(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return slices.ContainsFunc(forks, func(th thread.Thread) bool { return th.ID() == fk.ID() && th.Forking() && th.OwnerID() == u.ID() })
+	}
+	if got, err := s.Threads().Thread(ctx, o.ID(), u.ID(), fk.ID()); err != nil || !got.Forking() || listed() || !unfinished() {
+		t.Fatalf("fork being made: %v forking %v, listed %v, unfinished %v", err, got.Forking(), listed(), unfinished())
+	}
+	if err := s.Threads().FinishFork(ctx, o.ID(), other.ID(), fk.ID()); !fault.Is(err, fault.NotFound) {
+		t.Fatalf("another user finishes the fork: %v", err)
+	}
+	if err := s.Threads().FinishFork(ctx, o.ID(), u.ID(), fk.ID()); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.Threads().Thread(ctx, o.ID(), u.ID(), fk.ID()); err != nil || got.Forking() || !listed() || unfinished() {
+		t.Fatalf("fork made: %v forking %v, listed %v, unfinished %v", err, got.Forking(), listed(), unfinished())
+	}
+	if err := s.Threads().DeleteThread(ctx, o.ID(), u.ID(), fk.ID()); err != nil {
+		t.Fatal(err)
 	}
 
 	// Messages keep their order; an incomplete turn is visible as such.

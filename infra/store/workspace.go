@@ -73,18 +73,37 @@ type threadRow struct {
 	Title     string
 	CreatedAt time.Time
 	UpdatedAt time.Time
+	Forking   bool
 }
 
 func (threadRow) TableName() string { return "threads" }
 
 func (r threadRow) domain() thread.Thread {
-	return thread.Restore(r.ID, r.OrgID, r.ProjectID, r.OwnerID, r.Title, r.CreatedAt.UTC(), r.UpdatedAt.UTC())
+	t := thread.Restore(r.ID, r.OrgID, r.ProjectID, r.OwnerID, r.Title, r.CreatedAt.UTC(), r.UpdatedAt.UTC())
+	if r.Forking {
+		t = t.AsFork()
+	}
+	return t
 }
 
-// CreateThread stores a new thread.
+// CreateThread stores a new thread (a fork still being made, too).
 func (s Threads) CreateThread(ctx context.Context, t thread.Thread) error {
-	r := threadRow{t.ID(), t.OrgID(), t.ProjectID(), t.OwnerID(), t.Title(), t.CreatedAt(), t.UpdatedAt()}
+	r := threadRow{t.ID(), t.OrgID(), t.ProjectID(), t.OwnerID(), t.Title(), t.CreatedAt(), t.UpdatedAt(), t.Forking()}
 	return translate(s.q(ctx).Create(&r).Error, "thread")
+}
+
+// FinishFork marks the owner's thread id, a fork, as made: it is listed
+// from then on. Only this write clears the mark, so an update of the
+// thread read while it was made cannot set it again.
+func (s Threads) FinishFork(ctx context.Context, orgID, ownerID, id string) error {
+	return one(s.q(ctx).Model(&threadRow{}).Where("id = ? AND org_id = ? AND owner_id = ?", id, orgID, ownerID).
+		Update("forking", false), "thread")
+}
+
+// UnfinishedForks returns every thread still marked as a fork being made,
+// in every org.
+func (s Threads) UnfinishedForks(ctx context.Context) ([]thread.Thread, error) {
+	return find[threadRow](s.q(ctx).Where("forking").Order("id"), "forks")
 }
 
 // Thread returns the owner's thread with id.
@@ -101,9 +120,10 @@ func (s Threads) OrgThread(ctx context.Context, orgID, id string) (thread.Thread
 // likeEscaper escapes LIKE's wildcards (and its escape character).
 var likeEscaper = strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`)
 
-// Threads lists the owner's threads newest first, optionally in one project.
+// Threads lists the owner's threads newest first, optionally in one
+// project; a fork still being made is not listed.
 func (s Threads) Threads(ctx context.Context, orgID, ownerID, projectID string, p thread.Page) ([]thread.Thread, error) {
-	q := s.q(ctx).Where("org_id = ? AND owner_id = ?", orgID, ownerID)
+	q := s.q(ctx).Where("org_id = ? AND owner_id = ? AND NOT forking", orgID, ownerID)
 	if projectID != "" {
 		q = q.Where("project_id = ?", projectID)
 	}

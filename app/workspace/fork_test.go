@@ -1,0 +1,133 @@
+package workspace
+
+import (
+	"context"
+	"io"
+	"slices"
+	"sync"
+	"testing"
+
+	"threadbox/app/turns"
+	"threadbox/domain/fault"
+	"threadbox/domain/file"
+	"threadbox/domain/thread"
+)
+
+// gatedFiles is a container with one output file whose copies wait at a
+// gate: the first Write tells entered, then waits for open.
+type gatedFiles struct {
+	*outputs
+	once    sync.Once
+	entered chan struct{}
+	open    chan struct{}
+}
+
+func (g *gatedFiles) Write(ctx context.Context, _, p string, r io.Reader, _ int64) (file.Info, error) {
+	g.once.Do(func() { close(g.entered) })
+	select {
+	case <-g.open:
+	case <-ctx.Done():
+		return file.Info{}, ctx.Err()
+	}
+	n, err := io.Copy(io.Discard, r)
+	return file.Info{Rel: p, Size: n}, err
+}
+
+// TestForkIsListedOnlyWhenMade forks a thread whose file copy waits: while
+// it copies, the fork is no listing's and the sweep leaves it (its lease is
+// held); once made it is listed and stays. A fork whose maker is gone — a
+// thread still marked as a fork being made, with no lease held, as a
+// server killed mid-copy leaves it — is deleted by the sweep with its
+// sandbox.
+func TestForkIsListedOnlyWhenMade(t *testing.T) {
+	ctx := context.Background()
+	files := &gatedFiles{outputs: &outputs{data: "\x89PNG\r\n\x1a\nv1"}, entered: make(chan struct{}), open: make(chan struct{})}
+	rm := &removals{}
+	svc, st, p, th := setupWith(t, scriptEngine{}, func(_ *turns.Deps, d *Deps) {
+		d.Container, d.Containers = files, rm
+	})
+	titles := func() []string {
+		list, err := svc.Threads(ctx, p, "", thread.Page{Limit: 50})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, l := range list {
+			out = append(out, l.Title())
+		}
+		return out
+	}
+
+	type forked struct {
+		th  thread.Thread
+		err error
+	}
+	done := make(chan forked, 1)
+	go func() {
+		f, err := svc.ForkThread(ctx, p, th.ID(), "")
+		done <- forked{f, err}
+	}()
+	<-files.entered
+	forks, err := st.UnfinishedForks(ctx)
+	if err != nil || len(forks) != 1 || forks[0].Title() != "Fork of T" {
+		t.Fatalf("unfinished forks while copying: %v %v", forks, err)
+	}
+	if got := titles(); !slices.Equal(got, []string{"T"}) {
+		t.Fatalf("listed while the fork copies: %q", got)
+	}
+	if n, err := svc.SweepUnfinishedForks(ctx); n != 0 || err != nil {
+		t.Fatalf("the sweep took a fork being made: %d %v", n, err)
+	}
+	close(files.open)
+	f := <-done
+	if f.err != nil || f.th.Forking() || f.th.ID() != forks[0].ID() {
+		t.Fatalf("fork: %v forking %v", f.err, f.th.Forking())
+	}
+	if got := titles(); !slices.Contains(got, "Fork of T") || len(got) != 2 {
+		t.Fatalf("listed once made: %q", got)
+	}
+	if n, err := svc.SweepUnfinishedForks(ctx); n != 0 || err != nil || slices.Contains(rm.ids, f.th.ID()) {
+		t.Fatalf("the sweep took a fork made: %d %v", n, err)
+	}
+
+	// A fork cut short by its server's death: its thread is marked, and
+	// no lease is held for it.
+	cut, err := thread.New("thr_cut", p.OrgID, th.ProjectID(), p.UserID, "Fork of T", th.CreatedAt())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.CreateThread(ctx, cut.AsFork()); err != nil {
+		t.Fatal(err)
+	}
+	if got := titles(); len(got) != 2 {
+		t.Fatalf("a cut fork is listed: %q", got)
+	}
+	if n, err := svc.SweepUnfinishedForks(ctx); n != 1 || err != nil {
+		t.Fatalf("sweep of a cut fork: %d %v", n, err)
+	}
+	if _, err := st.Thread(ctx, p.OrgID, p.UserID, cut.ID()); !fault.Is(err, fault.NotFound) || !slices.Contains(rm.ids, cut.ID()) {
+		t.Fatalf("the cut fork stays (%v) or its sandbox does (removed %v)", err, rm.ids)
+	}
+	if _, err := st.Thread(ctx, p.OrgID, p.UserID, f.th.ID()); err != nil {
+		t.Fatalf("the fork made is gone: %v", err)
+	}
+}
+
+// TestFailedForkLeavesNothing forks a thread whose files cannot be
+// written: the fork fails and its thread is deleted at once.
+func TestFailedForkLeavesNothing(t *testing.T) {
+	ctx := context.Background()
+	rm := &removals{}
+	svc, st, p, th := setupWith(t, scriptEngine{}, func(_ *turns.Deps, d *Deps) { d.Containers = rm })
+	if _, err := svc.ForkThread(ctx, p, th.ID(), ""); err == nil {
+		t.Fatal("a fork whose files cannot be written succeeded")
+	}
+	forks, err := st.UnfinishedForks(ctx)
+	if err != nil || len(forks) != 0 {
+		t.Fatalf("a failed fork stays: %v %v", forks, err)
+	}
+	list, err := svc.Threads(ctx, p, "", thread.Page{Limit: 50})
+	if err != nil || len(list) != 1 || len(rm.ids) != 1 {
+		t.Fatalf("after a failed fork: %v %v, removed %v", list, err, rm.ids)
+	}
+}
