@@ -67,6 +67,22 @@ func WithKeepalive(interval, timeout time.Duration) Option {
 	}
 }
 
+// DefaultOverrun is how long past its timeout a command run by Exec may
+// go on before the client takes its sandbox for hung (WithOverrun).
+const DefaultOverrun = 30 * time.Second
+
+// WithOverrun sets how long past its timeout a command run by Exec may go
+// on, neither ending nor waiting for the host to take its output, before
+// the client gives the connection up as a keepalive's silence does. The
+// agent signals a timed-out command at once and kills it after a grace of
+// seconds, so a command still running long after is held by something the
+// agent cannot end (a task the kernel cannot kill, a stalled guest), and
+// without a bound the call would wait as long as its caller does. 0 takes
+// no bound.
+func WithOverrun(d time.Duration) Option {
+	return func(c *Client) { c.overrun = max(d, 0) }
+}
+
 // Client speaks the agent protocol over one connection. It is safe for
 // concurrent use. When the connection breaks, every pending and later call
 // fails with an error wrapping sandbox.ErrUnavailable.
@@ -75,6 +91,7 @@ type Client struct {
 	maxOutput    int
 	keepInterval time.Duration
 	keepTimeout  time.Duration
+	overrun      time.Duration // WithOverrun
 
 	out    chan []byte // encoded frames for the writer goroutine
 	done   chan struct{}
@@ -104,6 +121,7 @@ func NewClient(rw io.ReadWriteCloser, opts ...Option) *Client {
 	c := &Client{
 		rw:        rw,
 		maxOutput: protocol.DefaultMaxOutput,
+		overrun:   DefaultOverrun,
 		out:       make(chan []byte, 64),
 		done:      make(chan struct{}),
 		procs:     map[uint32]*Process{},
@@ -419,7 +437,8 @@ func (c *Client) Session(ctx context.Context, cmd sandbox.Command, tty *sandbox.
 // arrives. Cancelling ctx kills the command's process group in the sandbox
 // and returns at once with ctx's error. A lost connection returns an error
 // wrapping sandbox.ErrUnavailable; a command that could not start, one
-// wrapping ErrStart.
+// wrapping ErrStart. A command with a timeout that is still running its
+// overrun past it (WithOverrun) fails the connection.
 func (c *Client) Exec(ctx context.Context, cmd sandbox.Command) (sandbox.Result, error) {
 	p, err := c.launch(ctx, cmd, nil, len(cmd.Stdin) > 0)
 	if err != nil {
@@ -434,6 +453,10 @@ func (c *Client) Exec(ctx context.Context, cmd sandbox.Command) (sandbox.Result,
 			p.killAsync()
 			return sandbox.Result{}, fmt.Errorf("agent: close stdin: %w", err)
 		}
+	}
+	if p.timeout > 0 && c.overrun > 0 {
+		stop := p.watchOverrun(c.overrun)
+		defer stop()
 	}
 	res, err := p.Wait(ctx)
 	if err != nil && ctx.Err() != nil {

@@ -471,3 +471,130 @@ func TestClientOutputFlowControl(t *testing.T) {
 		f.sendJSON(protocol.TypeExit, fr.ID, protocol.Exit{})
 	})
 }
+
+// TestExecOverrunFailsTheConnection: a command the agent does not end
+// within its overrun past its timeout fails the connection (the sandbox
+// is taken for hung) instead of waiting as long as the caller; one that
+// ends late but within it, one without a timeout and one whose
+// connection is held for a checkpoint are waited for.
+func TestExecOverrunFailsTheConnection(t *testing.T) {
+	const timeout, overrun = 100 * time.Millisecond, 300 * time.Millisecond
+	type outcome struct {
+		res sandbox.Result
+		err error
+	}
+	exec := func(c *agent.Client, cmd sandbox.Command) <-chan outcome {
+		done := make(chan outcome, 1)
+		go func() {
+			res, err := c.Exec(context.Background(), cmd)
+			done <- outcome{res, err}
+		}()
+		return done
+	}
+	started := func(f *fakeAgent) uint32 {
+		fr := f.next()
+		if fr.Type != protocol.TypeExec {
+			t.Fatalf("got %v, want exec", fr.Type)
+		}
+		f.sendJSON(protocol.TypeStarted, fr.ID, protocol.Started{PID: 1})
+		return fr.ID
+	}
+	quiet := func(t *testing.T, c *agent.Client, done <-chan outcome, d time.Duration) {
+		t.Helper()
+		select {
+		case o := <-done:
+			t.Fatalf("Exec returned %+v (%v) while the command ran", o.res, o.err)
+		case <-c.Done():
+			t.Fatalf("connection failed: %v", c.Err())
+		case <-time.After(d):
+		}
+	}
+
+	t.Run("a command the agent never ends", func(t *testing.T) {
+		c, f := newFake(t, agent.WithOverrun(overrun))
+		done := exec(c, sandbox.Command{Args: []string{"x"}, Timeout: timeout})
+		started(f)
+		var o outcome
+		select {
+		case o = <-done:
+		case <-time.After(5 * time.Second):
+			t.Fatal("Exec still waits 5 s after the command's timeout")
+		}
+		if !errors.Is(o.err, sandbox.ErrUnavailable) || !strings.Contains(o.err.Error(), "does not end it") {
+			t.Fatalf("err = %v, want the sandbox taken for hung", o.err)
+		}
+		select {
+		case <-c.Done():
+		default:
+			t.Fatal("the connection is still up")
+		}
+	})
+
+	t.Run("a command that ends late within its overrun", func(t *testing.T) {
+		c, f := newFake(t, agent.WithOverrun(overrun))
+		done := exec(c, sandbox.Command{Args: []string{"x"}, Timeout: timeout})
+		id := started(f)
+		quiet(t, c, done, timeout+overrun/2)
+		f.sendJSON(protocol.TypeExit, id, protocol.Exit{TimedOut: true})
+		if o := <-done; o.err != nil || !o.res.TimedOut || o.res.ExitCode != 124 {
+			t.Fatalf("result %+v (%v), want timed out", o.res, o.err)
+		}
+		// The watch ended with the command.
+		time.Sleep(overrun)
+		if err := c.Err(); err != nil {
+			t.Fatalf("connection after the command ended: %v", err)
+		}
+	})
+
+	t.Run("a command without a timeout", func(t *testing.T) {
+		c, f := newFake(t, agent.WithOverrun(overrun))
+		done := exec(c, sandbox.Command{Args: []string{"x"}})
+		id := started(f)
+		quiet(t, c, done, 3*overrun)
+		f.sendJSON(protocol.TypeExit, id, protocol.Exit{})
+		if o := <-done; o.err != nil {
+			t.Fatal(o.err)
+		}
+	})
+
+	t.Run("a connection held for a checkpoint", func(t *testing.T) {
+		c, f := newFake(t, agent.WithOverrun(overrun))
+		ctx := context.Background()
+		done := exec(c, sandbox.Command{Args: []string{"x"}, Timeout: timeout})
+		id := started(f)
+		held := make(chan error, 1)
+		go func() { held <- c.Hold(ctx) }()
+		hold := f.next()
+		if hold.Type != protocol.TypeHold {
+			t.Fatalf("frame %v, want hold", hold.Type)
+		}
+		f.send(protocol.TypeHeld, hold.ID, nil)
+		if err := <-held; err != nil {
+			t.Fatal(err)
+		}
+		conn := f.reconnect()
+		quiet(t, c, done, timeout+3*overrun)
+		resumed := make(chan error, 1)
+		go func() { resumed <- c.Resume(ctx, conn) }()
+		rel := f.next()
+		f.sendJSON(protocol.TypeReleased, rel.ID, protocol.Released{NextID: rel.ID + 1})
+		if err := <-resumed; err != nil {
+			t.Fatal(err)
+		}
+		f.sendJSON(protocol.TypeExit, id, protocol.Exit{TimedOut: true})
+		if o := <-done; o.err != nil {
+			t.Fatal(o.err)
+		}
+	})
+
+	t.Run("no bound", func(t *testing.T) {
+		c, f := newFake(t, agent.WithOverrun(0))
+		done := exec(c, sandbox.Command{Args: []string{"x"}, Timeout: timeout})
+		id := started(f)
+		quiet(t, c, done, timeout+3*overrun)
+		f.sendJSON(protocol.TypeExit, id, protocol.Exit{TimedOut: true})
+		if o := <-done; o.err != nil {
+			t.Fatal(o.err)
+		}
+	})
+}

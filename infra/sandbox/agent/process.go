@@ -269,6 +269,37 @@ func (p *Process) Wait(ctx context.Context) (sandbox.Result, error) {
 	return p.result(), nil
 }
 
+// watchOverrun fails the connection when the command is still running
+// overrun past its timeout, and returns what stops the watch. Exec's
+// output keeps to no window, so the agent's end of a command never waits
+// for the host; a connection held for a checkpoint starts the bound
+// again.
+func (p *Process) watchOverrun(overrun time.Duration) (stop func()) {
+	quit := make(chan struct{})
+	go func() {
+		t := time.NewTimer(time.Until(p.begun.Add(p.timeout + overrun)))
+		defer t.Stop()
+		for {
+			select {
+			case <-t.C:
+			case <-p.finished:
+				return
+			case <-p.c.done:
+				return
+			case <-quit:
+				return
+			}
+			if p.c.isHeld() {
+				t.Reset(overrun)
+				continue
+			}
+			p.c.fail(fmt.Errorf("command %d still running %s after its %s timeout: the sandbox does not end it", p.id, overrun, p.timeout))
+			return
+		}
+	}()
+	return func() { close(quit) }
+}
+
 // result builds the Result once the Exit frame is in.
 func (p *Process) result() sandbox.Result {
 	p.mu.Lock()
