@@ -562,16 +562,7 @@ func TestExecOverrunFailsTheConnection(t *testing.T) {
 		ctx := context.Background()
 		done := exec(c, sandbox.Command{Args: []string{"x"}, Timeout: timeout})
 		id := started(f)
-		held := make(chan error, 1)
-		go func() { held <- c.Hold(ctx) }()
-		hold := f.next()
-		if hold.Type != protocol.TypeHold {
-			t.Fatalf("frame %v, want hold", hold.Type)
-		}
-		f.send(protocol.TypeHeld, hold.ID, nil)
-		if err := <-held; err != nil {
-			t.Fatal(err)
-		}
+		f.holds(c)
 		conn := f.reconnect()
 		quiet(t, c, done, timeout+3*overrun)
 		resumed := make(chan error, 1)

@@ -41,6 +41,21 @@ func (f *fakeAgent) reconnect() io.ReadWriteCloser {
 	})
 }
 
+// holds has c hold its connection, f answering as the agent does.
+func (f *fakeAgent) holds(c *agent.Client) {
+	f.t.Helper()
+	held := make(chan error, 1)
+	go func() { held <- c.Hold(context.Background()) }()
+	hold := f.next()
+	if hold.Type != protocol.TypeHold {
+		f.t.Fatalf("frame %v, want hold", hold.Type)
+	}
+	f.send(protocol.TypeHeld, hold.ID, nil)
+	if err := <-held; err != nil {
+		f.t.Fatal(err)
+	}
+}
+
 // TestClientHoldResume: a held client writes nothing after Hold, survives
 // the end of its connection, and goes on over a new one: Release is the
 // first frame there, then what a session wrote meanwhile, and the
@@ -66,16 +81,7 @@ func TestClientHoldResume(t *testing.T) {
 	f.sendJSON(protocol.TypeStarted, exec.ID, protocol.Started{PID: 7})
 	sess := <-started
 
-	held := make(chan error, 1)
-	go func() { held <- c.Hold(ctx) }()
-	hold := f.next()
-	if hold.Type != protocol.TypeHold {
-		t.Fatalf("frame %v, want hold", hold.Type)
-	}
-	f.send(protocol.TypeHeld, hold.ID, nil)
-	if err := <-held; err != nil {
-		t.Fatal(err)
-	}
+	f.holds(c)
 	wrote := make(chan error, 1)
 	go func() { _, err := sess.Write([]byte("x = 41\n")); wrote <- err }()
 	conn := f.reconnect()
