@@ -322,9 +322,12 @@ func TestCrashAndRestart(t *testing.T) {
 		}, func() string {
 			return fmt.Sprintf("orphans %v, sandboxes %v\n%s", orphans(t, st, instance, dead), sandboxes(t, instance), second.stdout.String())
 		})
-		if !strings.Contains(second.stdout.String(), `"swept sandboxes"`) || !strings.Contains(second.stdout.String(), kept) {
-			t.Errorf("the start did not log what it adopted:\n%s", second.stdout.String())
-		}
+		// The sweep logs what it adopted once the whole sweep is done,
+		// after the records above say so.
+		waitFor(t, 10*time.Second, func() bool {
+			out := second.stdout.String()
+			return strings.Contains(out, `"swept sandboxes"`) && strings.Contains(out, kept)
+		}, func() string { return "the start did not log what it adopted:\n" + second.stdout.String() })
 		step("adopted")
 		waitFor(t, 10*time.Second, func() bool { return lastStatus(second.server, f.admin, busy) == "assistant failed" },
 			func() string { return "the interrupted turn shows as " + lastStatus(second.server, f.admin, busy) })
