@@ -15,18 +15,19 @@ import (
 // only if nothing at all was committed since it was read: a revocation, a
 // disabled user or org, a moved container is seen on the very next request,
 // as without the memo. The version check costs a third of the lookup it
-// replaces (no join, no row to scan); on Linux it is made only when the
-// database's folder saw a write since the last one (dirWatch: one
-// non-blocking read of an inotify queue, a few microseconds where the
-// query, a read transaction with its locks, costs tens). PostgreSQL has no
-// such cheap check, so it has no memo and queries every time.
+// replaces (no join, no row to scan); on Unix systems it is made only when
+// the header of the database's WAL index changed since the last look
+// (walIndex: a read of shared memory, where the query, a read transaction
+// with its locks, costs tens of microseconds). PostgreSQL has no such cheap
+// check, so it has no memo and queries every time.
 type memo struct {
-	db    *sql.DB
-	watch *dirWatch // nil: the version is read on every lookup
+	db  *sql.DB
+	shm string // the database's WAL index (-shm file); "": none to map
 
 	mu      sync.Mutex
 	conn    *sql.Conn // holds the version statement's connection
 	version *sql.Stmt
+	index   *walIndex      // mapped while conn is open; nil: the version is read on every lookup
 	at      int64          // the data_version the entries were read at
 	entries map[string]any // by lookup and key
 	closed  bool
@@ -46,10 +47,10 @@ func (m *memo) current(ctx context.Context) (int64, bool) {
 	if m.closed {
 		return 0, false
 	}
-	// Nothing written since the version was read: it still holds. The
-	// watch forgets what it saw before the query below, so a commit made
-	// after that query is seen by the next look.
-	if m.watch != nil && m.watch.quiet() && m.entries != nil {
+	// Nothing committed since the version was read: it still holds. The
+	// index remembers the header it read before the query below, so a
+	// commit that returns after that read is seen by the next look.
+	if m.index != nil && m.index.quiet() && m.entries != nil {
 		return m.at, true
 	}
 	m.checks.Add(1)
@@ -57,7 +58,7 @@ func (m *memo) current(ctx context.Context) (int64, bool) {
 	if m.version == nil {
 		conn, err := m.db.Conn(ctx)
 		if err != nil {
-			m.entries = nil // what the watch saw is gone with it
+			m.entries = nil
 			return 0, false
 		}
 		st, err := conn.PrepareContext(ctx, "PRAGMA data_version")
@@ -67,12 +68,12 @@ func (m *memo) current(ctx context.Context) (int64, bool) {
 			return 0, false
 		}
 		m.conn, m.version = conn, st
+		m.mapIndex(ctx)
 	}
 	var v int64
 	if err := m.version.QueryRowContext(ctx).Scan(&v); err != nil {
-		m.version.Close()
-		m.conn.Close()
-		m.conn, m.version, m.entries = nil, nil, nil
+		m.release()
+		m.entries = nil
 		return 0, false
 	}
 	if v != m.at || m.entries == nil {
@@ -112,16 +113,44 @@ func lookup[T any](ctx context.Context, m *memo, key string, load func() (T, err
 	return val, nil
 }
 
-func (m *memo) close() {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.closed = true
-	if m.watch != nil {
-		m.watch.close()
+// mapIndex maps the WAL index once the version's connection is attached
+// (its first query takes the database's shared lock, which it then holds)
+// and reads the header once, so that the query that follows is covered.
+// Without a mapping the version is read on every lookup.
+func (m *memo) mapIndex(ctx context.Context) {
+	if m.shm == "" {
+		return
+	}
+	var v int64
+	if err := m.version.QueryRowContext(ctx).Scan(&v); err != nil {
+		return
+	}
+	ix, err := openWALIndex(m.shm)
+	if err != nil {
+		return
+	}
+	ix.quiet()
+	m.index = ix
+}
+
+// release closes the version's connection and unmaps the index, which
+// must not outlive it.
+func (m *memo) release() {
+	if m.index != nil {
+		m.index.close()
+		m.index = nil
 	}
 	if m.version != nil {
 		m.version.Close()
 		m.conn.Close()
+		m.conn, m.version = nil, nil
 	}
+}
+
+func (m *memo) close() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.closed = true
+	m.release()
 	m.entries = nil
 }

@@ -74,7 +74,7 @@ func Open(ctx context.Context, url, dataDir string) (*Store, error) {
 		if err := os.MkdirAll(dataDir, 0o700); err != nil {
 			return nil, fmt.Errorf("store: data dir: %w", err)
 		}
-		dsn = "file:" + filepath.Join(dataDir, "threadbox.db") + "?_pragma=foreign_keys(1)&_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)&_pragma=synchronous(NORMAL)&_pragma=journal_size_limit(1048576)"
+		dsn = sqliteURI(filepath.Join(dataDir, "threadbox.db")) + "?_pragma=foreign_keys(1)&_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)&_pragma=synchronous(NORMAL)&_pragma=journal_size_limit(1048576)"
 		db, err = gorm.Open(sqlite.Open(dsn), cfg)
 	}
 	if err != nil {
@@ -119,12 +119,16 @@ func Open(ctx context.Context, url, dataDir string) (*Store, error) {
 	}
 	rd := &reads{db: readDB}
 	if dialect == "sqlite" {
-		rd.memo = &memo{db: readDB}
-		// Without a watch (not Linux, no inotify left) the memo reads the
-		// version on every lookup.
-		rd.memo.watch, _ = watchDir(dataDir)
+		rd.memo = &memo{db: readDB, shm: filepath.Join(dataDir, "threadbox.db-shm")}
 	}
 	return &Store{&handle{db: db, sqlDB: sqlDB, txdb: txdb, reads: rd, dialect: dialect, url: url}}, nil
+}
+
+// sqliteURI returns the URI filename SQLite opens path by: "%", "?" and
+// "#" in the path are escaped, or the driver would take what follows them
+// for the URI's parameters or fragment and open another file.
+func sqliteURI(path string) string {
+	return "file:" + strings.NewReplacer("%", "%25", "?", "%3f", "#", "%23").Replace(path)
 }
 
 // reads serves the lookups every request makes (credentials, the

@@ -5,6 +5,8 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -870,5 +872,42 @@ func egressLedgerSuite(t *testing.T, s *store.Store, orgID, otherOrgID string) {
 	}
 	if none, _ := s.Egress().EgressRecords(ctx, egress.LedgerFilter{OrgID: orgID, ContainerID: "cnt_b"}); len(none) != 0 {
 		t.Fatal("ledger records leaked across orgs")
+	}
+}
+
+// TestDataDirWithURICharacters: a data folder whose name holds what a
+// SQLite URI gives a meaning to ("%", "?", "#") keeps its database in that
+// folder, each folder its own.
+func TestDataDirWithURICharacters(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	for i, name := range []string{"run#1", "run#2", "what?", "100% sure", "a%23b"} {
+		dir := filepath.Join(root, name)
+		s, err := store.Open(ctx, "", dir)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if _, err := s.Migrate(ctx); err != nil {
+			t.Fatalf("%s: migrate: %v", name, err)
+		}
+		o, _ := org.New(fmt.Sprintf("org_uri%d", i), "uri", time.Now())
+		if err := s.Accounts().CreateOrg(ctx, o); err != nil {
+			t.Fatalf("%s: an org in a new database: %v", name, err)
+		}
+		s.Close()
+		if _, err := os.Stat(filepath.Join(dir, "threadbox.db")); err != nil {
+			t.Fatalf("%s: the database is not in its folder: %v", name, err)
+		}
+	}
+	ents, err := os.ReadDir(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ents) != 5 {
+		var names []string
+		for _, e := range ents {
+			names = append(names, e.Name())
+		}
+		t.Fatalf("the root holds %q, want the five folders only", names)
 	}
 }
