@@ -422,6 +422,16 @@ func (s *Service) Touch(ctx context.Context, c container.Container) (container.C
 	return c, s.store.UpdateContainer(ctx, c)
 }
 
+// MarkSkills records whether the container's skills folder may hold skills
+// (container.Container.MayHoldSkills) and returns it so marked: set before
+// skills are loaded into the folder, cleared after it was emptied.
+func (s *Service) MarkSkills(ctx context.Context, c container.Container, may bool) (container.Container, error) {
+	if err := s.store.MarkSkills(ctx, c.ID(), may); err != nil {
+		return container.Container{}, fmt.Errorf("containers: mark skills: %w", err)
+	}
+	return c.WithSkills(may), nil
+}
+
 // lock takes the container's lock within this process.
 func (s *Service) lock(id string) func() { return s.locks.Lock(id) }
 

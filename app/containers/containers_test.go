@@ -50,6 +50,16 @@ func (s *memStore) UpdateContainer(_ context.Context, c container.Container) err
 	s.m[c.ID()] = c
 	return nil
 }
+func (s *memStore) MarkSkills(_ context.Context, id string, may bool) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, ok := s.m[id]
+	if !ok || s.deleted[id] {
+		return fault.New(fault.NotFound, "container not found")
+	}
+	s.m[id] = c.WithSkills(may)
+	return nil
+}
 func (s *memStore) DeleteContainer(_ context.Context, id string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -43,6 +43,9 @@ func (r *recordingContainers) Peek(context.Context, user.Principal, string) (con
 func (r *recordingContainers) Touch(_ context.Context, c container.Container) (container.Container, error) {
 	return c.Touch(time.Now()), nil
 }
+func (r *recordingContainers) MarkSkills(_ context.Context, c container.Container, may bool) (container.Container, error) {
+	return c.WithSkills(may), nil
+}
 
 func (r *recordingContainers) ExpiresAt(container.Container) time.Time { return time.Time{} }
 

@@ -55,6 +55,9 @@ type Containers interface {
 	Peek(ctx context.Context, p user.Principal, scopeID string) (c container.Container, ok bool, err error)
 	// Touch records a use of the container now.
 	Touch(ctx context.Context, c container.Container) (container.Container, error)
+	// MarkSkills records whether the container's skills folder may hold
+	// skills.
+	MarkSkills(ctx context.Context, c container.Container, may bool) (container.Container, error)
 	// ExpiresAt is the container's rolling expiry shown to clients.
 	ExpiresAt(c container.Container) time.Time
 }
@@ -326,8 +329,24 @@ func (s *Service) loadSkills(ctx context.Context, p user.Principal, c container.
 	if err != nil {
 		return err
 	}
+	switch {
+	case len(found) > 0:
+		// Marked before the folder is written, so that a load cut short
+		// is unloaded by the next turn all the same.
+		if _, err := s.d.Containers.MarkSkills(ctx, c, true); err != nil {
+			return err
+		}
+	case !c.MayHoldSkills():
+		// Nothing to load and nothing loaded: the folder is empty.
+		return nil
+	}
 	if err := s.d.Skills.Load(ctx, c.ID(), found); err != nil {
 		return err
+	}
+	if len(found) == 0 {
+		if _, err := s.d.Containers.MarkSkills(ctx, c, false); err != nil {
+			return err
+		}
 	}
 	if text := skills.Prompt(found, code); text != "" {
 		if req.System, err = WithSystemText(req.System, text); err != nil {

@@ -99,6 +99,9 @@ func (oneContainer) ForUser(context.Context, user.Principal, string) (container.
 func (oneContainer) Touch(_ context.Context, c container.Container) (container.Container, error) {
 	return c.Touch(time.Now()), nil
 }
+func (oneContainer) MarkSkills(_ context.Context, c container.Container, may bool) (container.Container, error) {
+	return c.WithSkills(may), nil
+}
 func (oneContainer) ExpiresAt(container.Container) time.Time { return time.Now().Add(time.Hour) }
 func (oneContainer) Remove(context.Context, string) error    { return nil }
 func (oneContainer) OrgPolicy(context.Context, string) (org.Policy, error) {

@@ -34,6 +34,7 @@ type Container struct {
 	backend      string // the backend serving its sandbox, while one runs
 	holder       string // the server process holding its sandbox, while one runs
 	lastActiveAt time.Time
+	skills       bool // its skills folder may hold skills (see MayHoldSkills)
 }
 
 // ValidateClientID checks an id given by an API client.
@@ -125,7 +126,7 @@ func NewForThread(orgID, ownerID, threadID string, now time.Time) (Container, er
 
 // Restore rebuilds a container from storage.
 func Restore(id, clientID, orgID, ownerID, threadID string, state State, backend, holder string, createdAt, lastActiveAt time.Time) Container {
-	return Container{org.Own(id, orgID, ownerID, createdAt), clientID, threadID, state, backend, holder, lastActiveAt}
+	return Container{Owned: org.Own(id, orgID, ownerID, createdAt), clientID: clientID, threadID: threadID, state: state, backend: backend, holder: holder, lastActiveAt: lastActiveAt}
 }
 
 // ClientID returns the id as the API shows it to its owner.
@@ -145,6 +146,18 @@ func (c Container) Touch(now time.Time) Container { c.lastActiveAt = now.UTC(); 
 
 // WithState returns the container in state s.
 func (c Container) WithState(s State) Container { c.state = s; return c }
+
+// MayHoldSkills reports whether the container's skills folder may hold
+// skills: it is set before any skill is loaded into the folder and
+// cleared once a turn without skills emptied it, so a container that
+// says no has an empty folder (a new container's folders are made empty,
+// and a removed one's go before its record). A turn that asks for no
+// skills of such a container has nothing to unload and need not look.
+func (c Container) MayHoldSkills() bool { return c.skills }
+
+// WithSkills returns the container whose skills folder may hold skills
+// (may) or is empty.
+func (c Container) WithSkills(may bool) Container { c.skills = may; return c }
 
 // Backend names the backend serving the running sandbox ("" when none runs).
 func (c Container) Backend() string { return c.backend }
@@ -198,6 +211,9 @@ type Repository interface {
 	CreateContainer(ctx context.Context, c Container) error
 	Container(ctx context.Context, id string) (Container, error)
 	UpdateContainer(ctx context.Context, c Container) error
+	// MarkSkills records whether the container id's skills folder may
+	// hold skills (Container.MayHoldSkills), and nothing else of it.
+	MarkSkills(ctx context.Context, id string, may bool) error
 	DeleteContainer(ctx context.Context, id string) error
 	// ExpireContainer forgets the container t is of and keeps t, in one
 	// transaction; forgetting one already gone keeps t all the same.

@@ -344,6 +344,29 @@ func suite(t *testing.T, s *store.Store) {
 	if gc, _ := s.Containers().Container(ctx, c.ID()); gc.State() != container.Idle || gc.Backend() != "" || gc.Holder() != "" {
 		t.Fatalf("stopped container: %+v", gc)
 	}
+	// The skills mark: a new container's folder is empty; the mark is
+	// written alone, and an update of the state from an older read keeps it.
+	if gc, _ := s.Containers().Container(ctx, c.ID()); gc.MayHoldSkills() {
+		t.Fatal("a new container may hold skills")
+	}
+	if err := s.Containers().MarkSkills(ctx, c.ID(), true); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Containers().UpdateContainer(ctx, gc.Stopped().Touch(now)); err != nil {
+		t.Fatal(err)
+	}
+	if gc, _ := s.Containers().Container(ctx, c.ID()); !gc.MayHoldSkills() || !gc.LastActiveAt().Equal(now) {
+		t.Fatalf("marked, then updated: may hold skills %v, last active %v", gc.MayHoldSkills(), gc.LastActiveAt())
+	}
+	if err := s.Containers().MarkSkills(ctx, c.ID(), false); err != nil {
+		t.Fatal(err)
+	}
+	if gc, _ := s.Containers().Container(ctx, c.ID()); gc.MayHoldSkills() {
+		t.Fatal("unmarked container may hold skills")
+	}
+	if err := s.Containers().MarkSkills(ctx, "ctr_none", true); !fault.Is(err, fault.NotFound) {
+		t.Fatalf("mark of a missing container: %v", err)
+	}
 	if err := s.Containers().DeleteContainer(ctx, c.ID()); err != nil {
 		t.Fatal(err)
 	}

@@ -234,23 +234,24 @@ type containerRow struct {
 	Holder       string
 	CreatedAt    time.Time
 	LastActiveAt time.Time
+	SkillsLoaded bool
 }
 
 func (containerRow) TableName() string { return "containers" }
 
 func (r containerRow) domain() container.Container {
-	return container.Restore(r.ID, r.ClientID, r.OrgID, r.OwnerID, r.ThreadID, container.State(r.State), r.Backend, r.Holder, r.CreatedAt.UTC(), r.LastActiveAt.UTC())
+	return container.Restore(r.ID, r.ClientID, r.OrgID, r.OwnerID, r.ThreadID, container.State(r.State), r.Backend, r.Holder, r.CreatedAt.UTC(), r.LastActiveAt.UTC()).WithSkills(r.SkillsLoaded)
 }
 
 // CreateContainer stores a new container.
 func (s Containers) CreateContainer(ctx context.Context, c container.Container) error {
-	r := containerRow{c.ID(), c.ClientID(), c.OrgID(), c.OwnerID(), c.ThreadID(), string(c.State()), c.Backend(), c.Holder(), c.CreatedAt(), c.LastActiveAt()}
+	r := containerRow{c.ID(), c.ClientID(), c.OrgID(), c.OwnerID(), c.ThreadID(), string(c.State()), c.Backend(), c.Holder(), c.CreatedAt(), c.LastActiveAt(), c.MayHoldSkills()}
 	return translate(s.q(ctx).Create(&r).Error, "container")
 }
 
 // containerSQL reads one container (the Messages API resolves one per
 // request); $1 binds on both dialects.
-const containerSQL = `SELECT id, client_id, org_id, owner_id, thread_id, state, backend, holder, created_at, last_active_at FROM containers WHERE id = $1`
+const containerSQL = `SELECT id, client_id, org_id, owner_id, thread_id, state, backend, holder, created_at, last_active_at, skills_loaded FROM containers WHERE id = $1`
 
 // Container returns the container with id. Outside a transaction it is a
 // prepared lookup on the read pool, kept on SQLite until the next commit
@@ -268,7 +269,7 @@ func (s Containers) Container(ctx context.Context, id string) (container.Contain
 		if err != nil {
 			return container.Container{}, err
 		}
-		err = row.Scan(&r.ID, &r.ClientID, &r.OrgID, &r.OwnerID, &r.ThreadID, &r.State, &r.Backend, &r.Holder, &r.CreatedAt, &r.LastActiveAt)
+		err = row.Scan(&r.ID, &r.ClientID, &r.OrgID, &r.OwnerID, &r.ThreadID, &r.State, &r.Backend, &r.Holder, &r.CreatedAt, &r.LastActiveAt, &r.SkillsLoaded)
 		if errors.Is(err, sql.ErrNoRows) {
 			return container.Container{}, fault.New(fault.NotFound, "container not found")
 		}
@@ -283,6 +284,12 @@ func (s Containers) Container(ctx context.Context, id string) (container.Contain
 func (s Containers) UpdateContainer(ctx context.Context, c container.Container) error {
 	return one(s.q(ctx).Model(&containerRow{}).Where("id = ?", c.ID()).
 		Updates(map[string]any{"state": string(c.State()), "backend": c.Backend(), "holder": c.Holder(), "last_active_at": c.LastActiveAt()}), "container")
+}
+
+// MarkSkills records whether the container id's skills folder may hold
+// skills.
+func (s Containers) MarkSkills(ctx context.Context, id string, may bool) error {
+	return one(s.q(ctx).Model(&containerRow{}).Where("id = ?", id).Update("skills_loaded", may), "container")
 }
 
 // DeleteContainer forgets a container.

@@ -46,6 +46,14 @@ func (s *memStore) UpdateContainer(ctx context.Context, c container.Container) e
 	return s.CreateContainer(ctx, c)
 }
 
+func (s *memStore) MarkSkills(ctx context.Context, id string, may bool) error {
+	c, err := s.Container(ctx, id)
+	if err != nil {
+		return err
+	}
+	return s.CreateContainer(ctx, c.WithSkills(may))
+}
+
 func (s *memStore) DeleteContainer(_ context.Context, id string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
