@@ -346,6 +346,20 @@ func TestE2EAccountsAndThreads(t *testing.T) {
 			chromedp.KeyEvent("Too late\r"))
 	}
 	b.WaitText("#login-error", "Your session has expired or was revoked. Please sign in again.", 10*time.Second)
+	// That message is all the page says: the refused request's own error,
+	// the server's words, shows neither in the notice nor anywhere else.
+	// The request's caller gets its error just after the sign-in form is
+	// drawn, so the page is read after a pause that lets it show.
+	const rawError = "invalid or expired authentication token"
+	shown := e2e.Eval[string](b, "the page after the sign-in message", fmt.Sprintf(`new Promise((resolve) => setTimeout(() => {
+		const notice = document.getElementById('notice');
+		if (!notice.hidden && notice.textContent.includes(%[1]q)) resolve('in the notice');
+		else if (document.body.innerText.includes(%[1]q)) resolve('on the page');
+		else resolve('');
+	}, 1000))`, rawError))
+	if shown != "" {
+		t.Errorf("the raw error %q shows %s beside the sign-in message", rawError, shown)
+	}
 }
 
 // pageAccessToken is a script that resolves to a new access token of the

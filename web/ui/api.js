@@ -5,12 +5,18 @@
 
 export const APP = '/api/v1/app';
 
-/** ApiError is a failed call: HTTP status, error type and message. */
+/**
+ * ApiError is a failed call: HTTP status, error type and message;
+ * sessionEnded is true when the call was refused because the session it
+ * was made in is over (a 401 the renewal could not mend), which the
+ * sign-in form, drawn by then, already says.
+ */
 export class ApiError extends Error {
-  constructor(status, type, message) {
+  constructor(status, type, message, sessionEnded = false) {
     super(message);
     this.status = status;
     this.type = type;
+    this.sessionEnded = sessionEnded;
   }
 }
 
@@ -30,10 +36,14 @@ export function featureLabel(name) {
 
 /**
  * explain turns an error into the sentence shown to the user. A policy
- * refusal names the feature the org admin switched off.
+ * refusal names the feature the org admin switched off. A call refused
+ * because the session ended gets no sentence (an empty one, which notify
+ * does not show): the sign-in form says it clearly, and the server's own
+ * words would only repeat it less so beside that form.
  */
 export function explain(err) {
   if (!(err instanceof ApiError)) return (err && err.message) || String(err);
+  if (err.sessionEnded) return '';
   const m = /feature "([^"]+)" is disabled/.exec(err.message);
   if (m && (err.status === 403 || err.type === 'permission_error')) {
     return `Refused: your organization's admin has switched off ${featureLabel(m[1])} (${m[1]}).`;
@@ -174,8 +184,9 @@ async function failure(resp, ends = true) {
     const body = await resp.json();
     if (body && body.error) { type = body.error.type; message = body.error.message; }
   } catch { /* not JSON */ }
-  if (ends && resp.status === 401 && session.get()) {
+  if (ends && resp.status === 401) {
     expire('Your session has expired or was revoked. Please sign in again.');
+    return new ApiError(resp.status, type, message, true);
   }
   return new ApiError(resp.status, type, message);
 }
@@ -203,7 +214,8 @@ export async function login(email, password) {
     method: 'POST', headers: { 'Content-Type': 'application/json' },
     body: JSON.stringify({ email, password, refresh_cookie: true }),
   });
-  if (!resp.ok) throw await failure(resp);
+  // A 401 here is a wrong email or password, not a session that ended.
+  if (!resp.ok) throw await failure(resp, false);
   const s = await resp.json();
   session.save(s);
   return s;
@@ -274,8 +286,9 @@ export async function upload(url, file, onProgress, name = file.name) {
       try { body = JSON.parse(xhr.responseText); } catch { /* not JSON */ }
       if (xhr.status >= 200 && xhr.status < 300) { resolve(body); return; }
       const e = body && body.error ? body.error : { type: 'api_error', message: `${xhr.status} ${xhr.statusText}` };
-      if (xhr.status === 401 && session.get()) expire('Your session has expired or was revoked. Please sign in again.');
-      reject(new ApiError(xhr.status, e.type, e.message));
+      const ended = xhr.status === 401;
+      if (ended) expire('Your session has expired or was revoked. Please sign in again.');
+      reject(new ApiError(xhr.status, e.type, e.message, ended));
     });
     xhr.addEventListener('error', () => reject(new ApiError(0, 'api_error', 'The upload failed: the connection was lost.')));
     xhr.addEventListener('abort', () => reject(new ApiError(0, 'api_error', 'The upload was cancelled.')));

@@ -150,6 +150,8 @@ async function route() {
       renderHome();
     }
   } catch (err) {
+    // A session that ended meanwhile left the sign-in form in its place.
+    if (!state.me) return;
     replace(main, h('div', { class: 'panel' }, h('h1', {}, 'Something went wrong'), h('p', { class: 'inline-error', role: 'alert' }, explain(err))));
   }
 }
