@@ -20,7 +20,8 @@ import (
 // side panel, its terminal view (xterm.js) replays the output from before
 // the viewer joined, and what the owner types there runs in the sandbox
 // and shows; at 1440 px and 375 px, in the light and dark themes, each
-// typing its own command into the one session.
+// typing its own command into the one session. A session that ends while
+// the view is open leaves the sign-in form in sight, the view closed.
 func TestE2ETerminal(t *testing.T) {
 	e2e.NeedChromium(t)
 	agent := needDocker(t)
@@ -88,6 +89,28 @@ func TestE2ETerminal(t *testing.T) {
 			b.WaitTrue("the view closed", `!document.querySelector('.terminal-dialog')`, 5*time.Second)
 		})
 	}
+	// A session that ends while the terminal view is open: the owner's
+	// next key is refused, and the sign-in form is what the page shows,
+	// not under the modal view.
+	t.Run("session ended with the view open", func(t *testing.T) {
+		b := e2e.Start(t, 1440, 1000)
+		uiLogin(b, s.base, e2eEmail, e2ePassword)
+		b.Do("open the thread", chromedp.Navigate(s.base+"/#/thread/"+tid), chromedp.WaitVisible(chromedp.ID("message")))
+		b.WaitTrue("the session is listed", `!!document.querySelector('`+item+` button.open-terminal')`, 10*time.Second)
+		b.Do("open the terminal", chromedp.Evaluate[chromedp.Void](`document.querySelector('`+item+` button.open-terminal').scrollIntoView()`),
+			chromedp.Click(chromedp.CSS(item+" button.open-terminal")))
+		b.WaitTrue("the replay", rows+` && `+rows+`.textContent.includes('before-join')`, 15*time.Second)
+		b.Do("revoke the session", chromedp.Evaluate[chromedp.Void](`(async () => {
+			const s = await (await fetch('/api/v1/app/auth/refresh', {method: 'POST', headers: {'X-Threadbox-Refresh': '1'}})).json();
+			await fetch('/api/v1/app/tokens/' + s.id, {method: 'DELETE', headers: {Authorization: 'Bearer ' + s.token}});
+		})()`, chromedp.EvalAwaitPromise))
+		b.Do("focus the terminal", chromedp.Focus(chromedp.CSS(".terminal-dialog .xterm-helper-textarea")))
+		typeKeys(t, b, "x")
+		b.WaitText("#login-error", "Your session has expired or was revoked. Please sign in again.", 10*time.Second)
+		if open := e2e.Eval[int](b, "open dialogs", `document.querySelectorAll('dialog[open]').length`); open != 0 {
+			t.Errorf("%d dialogs still open over the sign-in form", open)
+		}
+	})
 	if evs := auditEvents(t, s, token, "terminal.input"); len(evs) < 4 {
 		t.Errorf("%d inputs audited, want one or more for each of the 4 views", len(evs))
 	}

@@ -403,6 +403,9 @@ function boot() {
   shortcuts();
   onSessionExpired((message) => {
     state.me = null;
+    // A dialog still open (a terminal view, a question) is modal: it would
+    // stand over the sign-in form and keep the user from it.
+    for (const dlg of document.querySelectorAll('dialog[open]')) dlg.close();
     renderLogin(message);
   });
   $('logout').addEventListener('click', async () => {
