@@ -234,24 +234,27 @@ func benchMessages(ctx context.Context, o opts, out io.Writer) error {
 	if len(reqs) < mo.iters+1 {
 		return fmt.Errorf("tool loop: the upstream saw %d requests, want %d", len(reqs), mo.iters+1)
 	}
+	directP50 := func(body json.RawMessage) (time.Duration, error) {
+		d, err := timedConcurrent(1, max(20, mo.n/(mo.iters+1)), direct(string(body)))
+		p50, _ := percentiles(d)
+		return p50, err
+	}
 	var loopModel time.Duration
 	for _, r := range reqs[len(reqs)-mo.iters-1:] {
-		d, err := timedConcurrent(1, max(20, mo.n/(mo.iters+1)), direct(string(r.Body)))
+		p50, err := directP50(r.Body)
 		if err != nil {
 			return err
 		}
-		p50, _ := percentiles(d)
 		loopModel += p50
 	}
 	if _, err := through(loop0)(); err != nil {
 		return err
 	}
 	reqs = up.Requests()
-	d0, err := timedConcurrent(1, max(20, mo.n/(mo.iters+1)), direct(string(reqs[len(reqs)-1].Body)))
+	model0, err := directP50(reqs[len(reqs)-1].Body)
 	if err != nil {
 		return err
 	}
-	model0, _ := percentiles(d0)
 	model, err := timedConcurrent(1, mo.n, direct(upBody))
 	if err != nil {
 		return err
