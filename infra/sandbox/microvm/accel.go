@@ -4,7 +4,9 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -89,24 +91,43 @@ func openKVM(dev string) error {
 	return nil
 }
 
-// tscKHz reads the host's TSC rate from /proc/cpuinfo; QEMU's software
-// CPU reads the host's TSC, and the guest kernel, which cannot calibrate
-// it without a PIT, is told the rate (tsc_early_khz).
-func tscKHz() int64 {
+// hostTSC reads the host's TSC rate and whether it is invariant (it
+// ticks at one rate on every CPU, in every power state) from
+// /proc/cpuinfo. QEMU's software CPU reads the host's TSC, and the guest
+// kernel, which cannot calibrate it without a PIT, is told the rate
+// (tsc_early_khz).
+func hostTSC() (khz int64, invariant bool) {
 	f, err := os.Open("/proc/cpuinfo")
 	if err != nil {
-		return 0
+		return 0, false
 	}
 	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
+	return parseCPUInfo(f)
+}
+
+// parseCPUInfo reads the first CPU's "cpu MHz" and "flags" lines of a
+// /proc/cpuinfo.
+func parseCPUInfo(r io.Reader) (khz int64, invariant bool) {
+	var mhz, flags bool
+	sc := bufio.NewScanner(r)
+	for sc.Scan() && !(mhz && flags) {
 		k, v, ok := strings.Cut(sc.Text(), ":")
-		if ok && strings.TrimSpace(k) == "cpu MHz" {
-			mhz, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
-			if err == nil && mhz > 0 {
-				return int64(mhz * 1000)
+		if !ok {
+			continue
+		}
+		switch strings.TrimSpace(k) {
+		case "cpu MHz":
+			if f, err := strconv.ParseFloat(strings.TrimSpace(v), 64); err == nil && f > 0 && !mhz {
+				khz, mhz = int64(f*1000), true
+			}
+		case "flags":
+			if !flags {
+				have := strings.Fields(v)
+				invariant = slices.Contains(have, "tsc_reliable") ||
+					slices.Contains(have, "constant_tsc") && slices.Contains(have, "nonstop_tsc")
+				flags = true
 			}
 		}
 	}
-	return 0
+	return khz, invariant
 }

@@ -448,8 +448,18 @@ func (b *Backend) qemuArgs(name, accel string, g Guest, initrd string, sh []shar
 		accelOpt += ",tb-size=128"
 		// Without a PIT the guest cannot calibrate the TSC, which QEMU's
 		// software CPU reads from the host: it is told the rate.
-		if khz := tscKHz(); khz > 0 {
+		khz, invariant := hostTSC()
+		if khz > 0 {
 			cmdline += fmt.Sprintf(" tsc_early_khz=%d lpj=%d no_timer_check", khz, khz*1000/250)
+		}
+		// An invariant host TSC is one in the guest too. Unless told so,
+		// the guest checks it against the only other clock it has, the
+		// timer tick, which an emulated CPU starved by a busy host misses:
+		// it then calls the TSC unstable and keeps time by the tick, and
+		// its clock falls behind the host's by a second every few. A
+		// template saved so passes that on to every copy.
+		if invariant {
+			cmdline += " tsc=reliable"
 		}
 		// The software CPU does not speculate, so the guest's mitigations
 		// of speculative execution (page-table isolation's flush at every

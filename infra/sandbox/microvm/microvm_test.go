@@ -406,3 +406,29 @@ func TestGuestCPU(t *testing.T) {
 		}
 	}
 }
+
+// TestParseCPUInfo reads the TSC's rate and invariance from the first
+// CPU of a /proc/cpuinfo.
+func TestParseCPUInfo(t *testing.T) {
+	for _, c := range []struct {
+		name      string
+		in        string
+		khz       int64
+		invariant bool
+	}{
+		{"reliable", "processor\t: 0\ncpu MHz\t\t: 2096.027\nflags\t\t: fpu tsc constant_tsc tsc_reliable nonstop_tsc\n", 2096027, true},
+		{"constant and nonstop", "cpu MHz : 3000.000\nflags : fpu tsc constant_tsc nonstop_tsc\n", 3000000, true},
+		{"constant only", "cpu MHz : 3000.000\nflags : fpu tsc constant_tsc\n", 3000000, false},
+		{"first CPU only", "cpu MHz : 1000.5\nflags : tsc\n\ncpu MHz : 2000\nflags : tsc_reliable\n", 1000500, false},
+		{"no rate", "flags : tsc_reliable\n", 0, true},
+		{"garbage", "cpu MHz : fast\nflags\n", 0, false},
+		{"empty", "", 0, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			khz, invariant := parseCPUInfo(strings.NewReader(c.in))
+			if khz != c.khz || invariant != c.invariant {
+				t.Errorf("got %d kHz, invariant %v; want %d, %v", khz, invariant, c.khz, c.invariant)
+			}
+		})
+	}
+}

@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -286,5 +288,78 @@ func TestReconcileRemovesLeftTemplates(t *testing.T) {
 		if _, err := os.Stat(p); (err == nil) != want {
 			t.Errorf("%s: exists %v, want %v", p, err == nil, want)
 		}
+	}
+}
+
+// TestGuestClockUnderLoad: a warm VM whose template booted while every
+// host CPU was busy keeps time by a clock that a starved emulated CPU
+// cannot lose: its clock source is not the timer tick, and its clock keeps
+// pace with the host's while the host stays busy. (An emulated guest left
+// to check its TSC against the tick calls it unstable under such load,
+// and then falls a second behind every few.)
+func TestGuestClockUnderLoad(t *testing.T) {
+	b := newTestBackend(t, Config{})
+	ctx := context.Background()
+	busy(t, 3*runtime.NumCPU())
+	dirs := hostdirs.New(t.TempDir(), hostdirs.Options{})
+	name, id := "warm-busy", fmt.Sprintf("busy-%d", time.Now().UnixNano())
+	t.Cleanup(func() { _ = b.Remove(ctx, id); _ = b.Remove(ctx, name); _ = dirs.Remove(ctx, id) })
+	if err := b.Warm(ctx, sandbox.Spec{ID: name, Mounts: sandbox.FolderTargets()}); err != nil {
+		t.Fatal(err)
+	}
+	d, err := dirs.Prepare(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Claim(ctx, name, sandbox.Spec{ID: id, Mounts: d.Mounts()}); err != nil {
+		t.Fatal(err)
+	}
+	// offset returns the guest's clock less the host's, within the time
+	// the command took, and the guest's clock source.
+	offset := func() (time.Duration, string) {
+		t.Helper()
+		before := time.Now()
+		r, err := b.Exec(ctx, id, sandbox.Command{Args: []string{"bash", "-c",
+			"date +%s%N; cat /sys/devices/system/clocksource/clocksource0/current_clocksource"}, Timeout: 2 * time.Minute})
+		after := time.Now()
+		if err != nil || r.ExitCode != 0 {
+			t.Fatalf("%+v %v", r, err)
+		}
+		var guest int64
+		var source string
+		if _, err := fmt.Sscan(string(r.Stdout), &guest, &source); err != nil {
+			t.Fatalf("%q: %v", r.Stdout, err)
+		}
+		switch g := time.Unix(0, guest); {
+		case g.Before(before):
+			return g.Sub(before), source
+		case g.After(after):
+			return g.Sub(after), source
+		}
+		return 0, source
+	}
+	first, source := offset()
+	if strings.Contains(source, "jiffies") {
+		t.Errorf("the guest keeps time by the timer tick (%s)", source)
+	}
+	time.Sleep(6 * time.Second)
+	last, source := offset()
+	if strings.Contains(source, "jiffies") {
+		t.Errorf("the guest keeps time by the timer tick (%s)", source)
+	}
+	if first < -time.Second || first > time.Second || last < -time.Second || last > time.Second {
+		t.Errorf("the guest's clock is %v off the host's, then %v six seconds later", first, last)
+	}
+}
+
+// busy keeps n processes spinning on the host's CPUs until t ends.
+func busy(t *testing.T, n int) {
+	t.Helper()
+	for range n {
+		cmd := exec.Command("sh", "-c", "while :; do :; done")
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	}
 }
