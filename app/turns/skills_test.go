@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -109,5 +110,131 @@ func TestLoadSkills(t *testing.T) {
 		if len(folders.held[c.ID()]) > 0 && !cs.c.MayHoldSkills() {
 			t.Fatalf("%s: the folder holds skills and the record says it is empty", st.name)
 		}
+	}
+}
+
+// gatedContainers records one container's skills mark, and holds a turn
+// that clears it until the test lets it go.
+type gatedContainers struct {
+	recordingContainers
+	mu       sync.Mutex
+	may      bool
+	clearing chan struct{} // closed when a turn starts clearing the mark
+	clear    chan struct{} // closed by the test: the clearing goes on
+}
+
+func (g *gatedContainers) MarkSkills(_ context.Context, c container.Container, may bool) (container.Container, error) {
+	if !may {
+		close(g.clearing)
+		<-g.clear
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.may = may
+	return c.WithSkills(may), nil
+}
+
+// syncFolders is skillFolders safe for turns side by side.
+type syncFolders struct {
+	mu sync.Mutex
+	skillFolders
+}
+
+func (f *syncFolders) Load(ctx context.Context, containerID string, sk []skill.Skill) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.skillFolders.Load(ctx, containerID, sk)
+}
+
+// TestLoadSkillsSideBySide: while a turn without skills empties a
+// container's folder and is about to record it empty, a turn that asks
+// for a skill waits, and then loads it and records it: the folder and the
+// record agree. (Interleaved, the record said empty over a folder holding
+// the skill, and no later turn would have emptied it.)
+func TestLoadSkillsSideBySide(t *testing.T) {
+	p := user.Principal{OrgID: "org_1", UserID: "usr_1", Kind: user.APIToken}
+	c, err := container.NewForUser(p.OrgID, p.UserID, "work", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c = c.WithSkills(true)
+	folders := &syncFolders{skillFolders: skillFolders{held: map[string][]string{c.ID(): {"old"}}}}
+	cs := &gatedContainers{may: true, clearing: make(chan struct{}), clear: make(chan struct{})}
+	s := New(Deps{Containers: cs, Skills: folders})
+	turn := func(skills ...string) <-chan error {
+		var refs []wire.SkillParam
+		for _, name := range skills {
+			refs = append(refs, wire.SkillParam{Type: "custom", SkillID: name})
+		}
+		done := make(chan error, 1)
+		go func() {
+			done <- s.loadSkills(context.Background(), p, c, &wire.Request{Container: &wire.ContainerParam{ID: "work", Skills: refs}}, true)
+		}()
+		return done
+	}
+	without := turn()
+	<-cs.clearing
+	with := turn("pdf")
+	// The turn with the skill has time to run through; it must not.
+	var withErr error
+	select {
+	case withErr = <-with:
+		t.Errorf("the turn with a skill loaded it (%v) while the other emptied the folder", withErr)
+		with = nil
+	case <-time.After(300 * time.Millisecond):
+	}
+	close(cs.clear)
+	if err := <-without; err != nil {
+		t.Fatal(err)
+	}
+	if with != nil {
+		withErr = <-with
+	}
+	if withErr != nil {
+		t.Fatal(withErr)
+	}
+	folders.mu.Lock()
+	held := folders.held[c.ID()]
+	folders.mu.Unlock()
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if !slices.Equal(held, []string{"pdf"}) || !cs.may {
+		t.Errorf("the folder holds %q and the record says it may hold skills: %v; want [pdf], true", held, cs.may)
+	}
+}
+
+// TestContainerLocks: a container's lock is held by one at a time, a
+// waiter gives up with its context, and a lock nobody holds is dropped.
+func TestContainerLocks(t *testing.T) {
+	var l containerLocks
+	ctx := context.Background()
+	unlock, err := l.lock(ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := l.lock(ctx, "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	other()
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := l.lock(cctx, "a"); !errors.Is(err, context.Canceled) {
+		t.Fatalf("a second holder of a held lock: %v", err)
+	}
+	got := make(chan struct{})
+	go func() {
+		u, err := l.lock(ctx, "a")
+		if err == nil {
+			u()
+		}
+		close(got)
+	}()
+	unlock()
+	<-got
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.m) != 0 {
+		t.Errorf("%d locks kept after everyone let go", len(l.m))
 	}
 }
