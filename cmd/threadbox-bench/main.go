@@ -91,7 +91,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.IntVar(&o.files.runs, "files-runs", 3, "Files API transfers per row")
 	fs.IntVar(&o.messages.n, "messages-n", 400, "requests per Messages API latency row")
 	fs.StringVar(&o.messages.rows, "messages-rows", "", "run only the Messages API latency rows whose name contains this (for profiling one row)")
-	fs.IntVar(&o.messages.loops, "messages-loops", 20, "requests per Messages API tool-loop row")
+	fs.IntVar(&o.messages.loops, "messages-loops", 100, "paired rounds of the Messages API tool-loop row")
 	fs.IntVar(&o.messages.iters, "messages-iters", 5, "tool iterations per tool-loop request")
 	fs.StringVar(&o.messages.procs, "messages-procs", "", "THREADBOX_PROCS of the Messages API server (default: its own)")
 	fs.IntVar(&o.lifecycle.n, "lifecycle-n", 300, "containers created, used once and expired in the lifecycle section")
