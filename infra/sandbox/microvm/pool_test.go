@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -357,6 +358,8 @@ func busy(t *testing.T, n int) {
 	t.Helper()
 	for range n {
 		cmd := exec.Command("sh", "-c", "while :; do :; done")
+		// Gone with the test binary, even one killed before its cleanup.
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
