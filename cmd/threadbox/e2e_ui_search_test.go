@@ -123,3 +123,42 @@ func TestE2EThreadSearch(t *testing.T) {
 	b.Do("open the sidebar", chromedp.Click(chromedp.ID("menu")), chromedp.WaitVisible(chromedp.ID("thread-search")))
 	noHorizontalOverflow(t, b, 375)
 }
+
+// TestE2EThreadKeepsTheUsersFocus: a thread focuses its message box once
+// its history, files and artifacts are in, unless the user put the focus
+// elsewhere meanwhile: a search typed while the thread loads stays in the
+// search field.
+func TestE2EThreadKeepsTheUsersFocus(t *testing.T) {
+	e2e.NeedChromium(t)
+	s := e2eServer(t, nil)
+	token := apiLogin(t, s, e2eEmail, e2ePassword)
+	pid := s.do("POST", appAPI+"/project", token, map[string]any{"name": "Slow"}).json(t)["id"]
+	tid := s.do("POST", appAPI+"/thread", token, map[string]any{"project_id": pid, "title": "Slow to load"}).json(t)["id"].(string)
+	b := e2e.Start(t, 1440, 900)
+	uiLogin(b, s.base, e2eEmail, e2ePassword)
+	// The page's requests for the thread's file list wait until the test
+	// lets them go: the thread is still loading while the user types.
+	b.Do("hold the thread's file list", chromedp.Evaluate[chromedp.Void](`(() => {
+		const real = window.fetch;
+		let held = [];
+		window.releaseFiles = () => { const h = held; held = null; h.forEach((go) => go()); };
+		window.fetch = (url, init) => held && String(url).includes('/files?scope_id=')
+			? new Promise((go) => held.push(go)).then(() => real(url, init))
+			: real(url, init);
+	})()`))
+	b.Do("open the thread", chromedp.Evaluate[chromedp.Void](`location.hash = '#/thread/`+tid+`'`))
+	b.WaitText("#thread-title", "Slow to load", 10*time.Second)
+	b.Do("type a search while it loads", chromedp.Focus(chromedp.ID("thread-search")), chromedp.KeyEvent("slow"))
+	b.Do("let the file list in", chromedp.Evaluate[chromedp.Void](`window.releaseFiles()`))
+	b.WaitText(`ul[aria-label="Thread files"] .empty`, "No files yet.", 10*time.Second)
+	if got := e2e.Eval[string](b, "focus", `document.activeElement.id + ' ' + document.getElementById('thread-search').value`); got != "thread-search slow" {
+		t.Errorf("after the thread loaded, the focus and the search field: %q, want %q", got, "thread-search slow")
+	}
+	// Opened with the focus left where it was, the thread focuses its
+	// message box.
+	b.Do("open it again", chromedp.Evaluate[chromedp.Void](`location.hash = '#/'`), chromedp.Evaluate[chromedp.Void](`document.activeElement.blur(); location.hash = '#/thread/`+tid+`'`))
+	b.WaitText("#thread-title", "Slow to load", 10*time.Second)
+	if _, err := chromedp.Run(b.Context(), chromedp.Poll[bool](`document.activeElement && document.activeElement.id === 'message'`, chromedp.WithPollingTimeout(10*time.Second))); err != nil {
+		t.Errorf("a thread opened with nothing else focused did not focus its message box: %v", err)
+	}
+}

@@ -21,6 +21,7 @@ let shown = null;
  * refresh() (the sidebar), features() (the org policy)}.
  */
 export async function renderThread(main, threadID, ctx) {
+  const focusedAtOpen = document.activeElement;
   const th = await api('GET', '/thread/' + encodeURIComponent(threadID));
   if (shown) shown.abort();
   shown = new AbortController();
@@ -80,9 +81,13 @@ export async function renderThread(main, threadID, ctx) {
   await Promise.all([loadHistory(view), loadFiles(view), loadArtifacts(view), showPolicy(view), loadTerminals(view)]);
   // The thread opens at its end with the composer focused, as chat apps
   // do: the next thing a user does is read the last answer or write.
+  // Unless the user put the focus elsewhere while it loaded (the search
+  // field, say): what they type stays where they type it, and an Enter
+  // meant for a search does not send a message.
   view.follow.end();
   const message = document.getElementById('message');
-  if (message) message.focus({ preventScroll: true });
+  const active = document.activeElement;
+  if (message && (!active || active === document.body || active === focusedAtOpen || !active.isConnected)) message.focus({ preventScroll: true });
   return th;
 }
 
