@@ -202,39 +202,3 @@ func TestLoadSkillsSideBySide(t *testing.T) {
 		t.Errorf("the folder holds %q and the record says it may hold skills: %v; want [pdf], true", held, cs.may)
 	}
 }
-
-// TestContainerLocks: a container's lock is held by one at a time, a
-// waiter gives up with its context, and a lock nobody holds is dropped.
-func TestContainerLocks(t *testing.T) {
-	var l containerLocks
-	ctx := context.Background()
-	unlock, err := l.lock(ctx, "a")
-	if err != nil {
-		t.Fatal(err)
-	}
-	other, err := l.lock(ctx, "b")
-	if err != nil {
-		t.Fatal(err)
-	}
-	other()
-	cctx, cancel := context.WithCancel(ctx)
-	cancel()
-	if _, err := l.lock(cctx, "a"); !errors.Is(err, context.Canceled) {
-		t.Fatalf("a second holder of a held lock: %v", err)
-	}
-	got := make(chan struct{})
-	go func() {
-		u, err := l.lock(ctx, "a")
-		if err == nil {
-			u()
-		}
-		close(got)
-	}()
-	unlock()
-	<-got
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if len(l.m) != 0 {
-		t.Errorf("%d locks kept after everyone let go", len(l.m))
-	}
-}

@@ -27,6 +27,7 @@ import (
 	"threadbox/domain/container"
 	"threadbox/domain/fault"
 	"threadbox/domain/id"
+	"threadbox/domain/sandbox"
 	"threadbox/domain/skill"
 	"threadbox/domain/turn"
 	"threadbox/domain/user"
@@ -147,7 +148,7 @@ type Service struct {
 	log      *slog.Logger
 	prepared preparedSet
 	// skillLocks serialise each container's skills loads (loadSkills).
-	skillLocks containerLocks
+	skillLocks sandbox.Locks
 	// detached are the turns running in this process (detached.go).
 	detached detachedTurns
 }
@@ -339,11 +340,7 @@ func (s *Service) loadSkills(ctx context.Context, p user.Principal, c container.
 	// turn's unload and another's load interleaved could otherwise leave
 	// the other's skills in a folder the record calls empty, which no
 	// later turn would empty.
-	unlock, err := s.skillLocks.lock(ctx, c.ID())
-	if err != nil {
-		return err
-	}
-	defer unlock()
+	defer s.skillLocks.Lock(c.ID())()
 	if len(found) > 0 {
 		// Marked before the folder is written, so that a load cut short
 		// is unloaded by the next turn all the same.
@@ -536,47 +533,6 @@ func (p *preparedSet) add(key string) {
 		p.m = make(map[string]struct{}, 64)
 	}
 	p.m[key] = struct{}{}
-}
-
-// containerLocks are locks by container storage id, each held for a
-// while and dropped when nobody holds or waits for it.
-type containerLocks struct {
-	mu sync.Mutex
-	m  map[string]*containerLock
-}
-
-type containerLock struct {
-	ch chan struct{} // holds one token while the lock is held
-	n  int           // holders and waiters
-}
-
-// lock takes id's lock, or gives up with ctx; unlock lets it go.
-func (l *containerLocks) lock(ctx context.Context, id string) (unlock func(), err error) {
-	l.mu.Lock()
-	if l.m == nil {
-		l.m = map[string]*containerLock{}
-	}
-	k := l.m[id]
-	if k == nil {
-		k = &containerLock{ch: make(chan struct{}, 1)}
-		l.m[id] = k
-	}
-	k.n++
-	l.mu.Unlock()
-	done := func() {
-		l.mu.Lock()
-		if k.n--; k.n == 0 {
-			delete(l.m, id)
-		}
-		l.mu.Unlock()
-	}
-	select {
-	case k.ch <- struct{}{}:
-		return func() { <-k.ch; done() }, nil
-	case <-ctx.Done():
-		done()
-		return nil, ctx.Err()
-	}
 }
 
 // beforeRun asks the quotas before the turn makes its container, so that

@@ -87,7 +87,7 @@ export async function renderThread(main, threadID, ctx) {
   view.follow.end();
   const message = document.getElementById('message');
   const active = document.activeElement;
-  if (message && (!active || active === document.body || active === focusedAtOpen || !active.isConnected)) message.focus({ preventScroll: true });
+  if (message && (!active || active === document.body || active === focusedAtOpen)) message.focus({ preventScroll: true });
   return th;
 }
 

@@ -33,13 +33,13 @@ func emptyDir(t *testing.T) string {
 	return d
 }
 
-// clockOff returns how far the guest's clock is from the host's, in
-// seconds (sandboxtest.ClockOff).
-func clockOff(t *testing.T, b *Backend, id string) int64 {
+// clockOff returns how far the guest's clock is from the host's
+// (sandboxtest.ClockOff).
+func clockOff(t *testing.T, b *Backend, id string) time.Duration {
 	t.Helper()
 	var guest int64
 	before := time.Now()
-	if got := sh(t, b, id, "date +%s"); func() bool { _, err := fmt.Sscan(got, &guest); return err != nil }() {
+	if got := sh(t, b, id, "date +%s%N"); func() bool { _, err := fmt.Sscan(got, &guest); return err != nil }() {
 		t.Fatalf("date: %q", got)
 	}
 	return sandboxtest.ClockOff(before, time.Now(), guest)
@@ -122,8 +122,8 @@ func TestCheckpointRestore(t *testing.T) {
 	if got != "kept\nfile\nalive" {
 		t.Fatalf("after the restore: %q, want /tmp, the files and the background process", got)
 	}
-	if off := clockOff(t, b, id); off < -2 || off > 2 {
-		t.Errorf("after the restore the guest's clock is %d s off the host's", off)
+	if off := clockOff(t, b, id); off < -2*time.Second || off > 2*time.Second {
+		t.Errorf("after the restore the guest's clock is %v off the host's", off)
 	}
 	if _, err := sess.Write([]byte("print(x + 1, flush=True)\n")); err != nil {
 		t.Fatal(err)
@@ -141,8 +141,8 @@ func TestCheckpointRestore(t *testing.T) {
 	if got := sh(t, b, id, "echo after > /tmp/after; cat /tmp/kept"); got != "kept" {
 		t.Fatalf("after a checkpoint left running: %q", got)
 	}
-	if off := clockOff(t, b, id); off < -2 || off > 2 {
-		t.Errorf("after a checkpoint left running the guest's clock is %d s off the host's", off)
+	if off := clockOff(t, b, id); off < -2*time.Second || off > 2*time.Second {
+		t.Errorf("after a checkpoint left running the guest's clock is %v off the host's", off)
 	}
 	// A restart: this backend goes, a new one restores that checkpoint.
 	if err := b.Close(); err != nil {
@@ -155,8 +155,8 @@ func TestCheckpointRestore(t *testing.T) {
 	if got := sh(t, b2, id, sandboxtest.AskHolder+"; echo; test -e /tmp/after && echo after || echo saved; cat /tmp/kept"); got != "42\nsaved\nkept" {
 		t.Fatalf("after a restart: %q, want the holder's 42, /tmp as it was saved (without what came after)", got)
 	}
-	if off := clockOff(t, b2, id); off < -2 || off > 2 {
-		t.Errorf("after a restart's restore the guest's clock is %d s off the host's", off)
+	if off := clockOff(t, b2, id); off < -2*time.Second || off > 2*time.Second {
+		t.Errorf("after a restart's restore the guest's clock is %v off the host's", off)
 	}
 	var out2 sandboxtest.Output
 	if _, err := b2.Start(ctx, id, sandbox.Command{Args: []string{"python3", "-u", "-c", "print('new', flush=True)"}, Output: out2.Write}, nil); err != nil {

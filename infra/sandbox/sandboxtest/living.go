@@ -89,17 +89,18 @@ func Bash(t *testing.T, be sandbox.Backend, id, script string, timeout time.Dura
 	return strings.TrimSpace(string(r.Stdout) + string(r.Stderr))
 }
 
-// ClockOff returns how many seconds a guest's clock, read as guest (`date
-// +%s`) at some moment between before and after on the host, is off the
-// host's: 0 when it lies between the two, positive when the guest is
-// behind, negative when it is ahead. The time the reading took (a restore,
-// a slow command under load) does not count as an offset.
-func ClockOff(before, after time.Time, guest int64) int64 {
-	switch {
-	case guest < before.Unix():
-		return before.Unix() - guest
-	case guest > after.Unix():
-		return after.Unix() - guest
+// ClockOff returns how far a guest's clock, read as guest (Unix
+// nanoseconds, `date +%s%N`) at some moment between before and after on
+// the host, is off the host's: 0 when it lies between the two, positive
+// when the guest is behind, negative when it is ahead. The time the
+// reading took (a restore, a slow command under load) does not count as
+// an offset.
+func ClockOff(before, after time.Time, guest int64) time.Duration {
+	switch g := time.Unix(0, guest); {
+	case g.Before(before):
+		return before.Sub(g)
+	case g.After(after):
+		return after.Sub(g)
 	}
 	return 0
 }
