@@ -214,10 +214,15 @@ func (w *OOMWatch) Killed() bool {
 	return w.killed.Load()
 }
 
-// Close stops watching.
+// Close stops watching, with a last look at a v2 group's counts: a kill
+// whose event the watcher had not read yet still counts while the group's
+// file reads.
 func (w *OOMWatch) Close() {
 	if w == nil {
 		return
+	}
+	if !w.v1 {
+		w.check()
 	}
 	if w.by != nil {
 		w.by.remove(w)
@@ -228,4 +233,42 @@ func (w *OOMWatch) Close() {
 	if w.extra != nil {
 		w.extra.Close()
 	}
+}
+
+// OOMSlot holds the OOM watch of one sandbox through its life. The watch
+// is made once the sandbox's control group is known, which may be after
+// the sandbox ended; the end closes the watch, and one set after the end
+// is closed at once. The zero OOMSlot is empty.
+type OOMSlot struct {
+	mu    sync.Mutex
+	w     *OOMWatch
+	ended bool
+}
+
+// Set keeps w as the sandbox's watch, or closes it when the sandbox has
+// ended already.
+func (s *OOMSlot) Set(w *OOMWatch) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ended {
+		w.Close()
+		return
+	}
+	s.w = w
+}
+
+// End stops watching: the sandbox has ended.
+func (s *OOMSlot) End() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ended = true
+	s.w.Close()
+}
+
+// Killed reports whether the watch saw the sandbox's memory cgroup run
+// out.
+func (s *OOMSlot) Killed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Killed()
 }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -151,5 +153,106 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// inotifyWatches counts the inotify watches this process holds, from the
+// fdinfo of its inotify instances.
+func inotifyWatches(t *testing.T) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range ents {
+		if l, err := os.Readlink(filepath.Join("/proc/self/fd", e.Name())); err != nil || l != "anon_inode:inotify" {
+			continue
+		}
+		info, err := os.ReadFile(filepath.Join("/proc/self/fdinfo", e.Name()))
+		if err != nil {
+			continue
+		}
+		n += strings.Count(string(info), "inotify wd:")
+	}
+	return n
+}
+
+// TestOOMSlotFollowsTheSandbox: the watch of a sandbox's memory kills is
+// made once its control group is known, while the watcher of its end
+// already runs. A watch kept while the sandbox runs is closed when it
+// ends, one made after it ended is closed at once, and the two sides may
+// meet.
+func TestOOMSlotFollowsTheSandbox(t *testing.T) {
+	events := filepath.Join(t.TempDir(), "memory.events")
+	if err := os.WriteFile(events, []byte("low 0\nhigh 0\nmax 0\noom 0\noom_kill 0\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var ws OOMWatcher
+	defer ws.Close()
+	watch := func() *OOMWatch {
+		t.Helper()
+		w, err := ws.Watch(OOM{Path: events})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return w
+	}
+	before := inotifyWatches(t)
+
+	running := &OOMSlot{}
+	running.Set(watch())
+	if n := inotifyWatches(t) - before; n != 1 {
+		t.Fatalf("%d watches for a running sandbox, want 1", n)
+	}
+	running.End()
+	if n := inotifyWatches(t) - before; n != 0 {
+		t.Fatalf("%d watches left after the sandbox ended, want 0", n)
+	}
+
+	ended := &OOMSlot{}
+	ended.End()
+	ended.Set(watch())
+	if n := inotifyWatches(t) - before; n != 0 {
+		t.Fatalf("the watch made after the sandbox ended is kept (%d watches)", n)
+	}
+	if ended.Killed() {
+		t.Fatal("an ended sandbox's closed watch says it ran out of memory")
+	}
+
+	for range 50 {
+		bx := &OOMSlot{}
+		w := watch()
+		var wg sync.WaitGroup
+		wg.Go(func() { bx.Set(w) })
+		wg.Go(func() { bx.End() })
+		wg.Wait()
+	}
+	if n := inotifyWatches(t) - before; n != 0 {
+		t.Fatalf("%d watches left after sandboxes whose end met their watch's start", n)
+	}
+}
+
+// TestOOMWatchLastLook: closing a v2 watch looks at the group's counts
+// once more, so a kill whose event the watcher had not read yet (the
+// sandbox ended at once) still counts.
+func TestOOMWatchLastLook(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "memory.events")
+	if err := os.WriteFile(p, []byte("oom 0\noom_kill 0\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	w := &OOMWatch{oom: OOM{Path: p}}
+	if err := os.WriteFile(p, []byte("oom 1\noom_kill 1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	if !w.Killed() {
+		t.Fatal("a kill counted before the watch closed is not seen")
+	}
+
+	gone := &OOMWatch{oom: OOM{Path: filepath.Join(t.TempDir(), "memory.events")}}
+	gone.Close()
+	if gone.Killed() {
+		t.Fatal("a group whose file is gone counts as killed")
 	}
 }

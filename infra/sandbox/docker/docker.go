@@ -96,7 +96,8 @@ type Backend struct {
 	log  *slog.Logger
 
 	boxes           *boxes.Set[*box]
-	boxes.Ops[*box] // Start, Listen, SandboxCPU
+	boxes.Ops[*box]                       // Start, Listen, SandboxCPU
+	ooms            cgroupacct.OOMWatcher // the sandboxes' memory kills, as they happen
 
 	pool    *boxes.Pool[*box]
 	renames sync.WaitGroup // claimed sandboxes' containers being renamed (Claim)
@@ -116,7 +117,10 @@ type box struct {
 	oom       cgroupacct.OOM
 	cpu       cgroupacct.CPU
 	oomReady  chan struct{} // closed once oom and cpu are known (or unknowable)
-	renamed   chan struct{} // closed once a claim's rename is done; nil if none was started
+	// oomWatch is its memory cgroup running out, as it happens: the
+	// group's counter goes with the container (deathReason).
+	oomWatch cgroupacct.OOMSlot
+	renamed  chan struct{} // closed once a claim's rename is done; nil if none was started
 
 	mu       sync.Mutex
 	lastUsed time.Time
@@ -152,6 +156,7 @@ func (b *Backend) Close() error {
 	for _, bx := range b.boxes.TakeAll() {
 		bx.conn.Close()
 	}
+	b.ooms.Close()
 	return b.cli.Close()
 }
 
@@ -352,7 +357,7 @@ func (b *Backend) bootBox(ctx context.Context, spec sandbox.Spec, warm bool) (*b
 		ictx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		if in, err := b.cli.ContainerInspect(ictx, created.ID); err == nil && in.State != nil {
-			bx.setCgroups(cgroupacct.OOMForProcess(in.State.Pid, "/sys/fs/cgroup"), cgroupacct.ForProcess(in.State.Pid, "/sys/fs/cgroup"))
+			b.findCgroups(bx, in.State.Pid)
 			initPid <- in.State.Pid
 		}
 	}()
@@ -409,6 +414,7 @@ func (b *Backend) attach(ctx context.Context, id, name, dockerID string, stdio b
 			pw.CloseWithError(fmt.Errorf("sandbox stream ended: %w", err))
 		}
 		hj.Conn.Close()
+		bx.oomWatch.End()
 		close(bx.done)
 	}()
 	return bx, nil
@@ -438,7 +444,10 @@ func (b *Backend) deathReason(bx *box) string {
 		return ""
 	}
 	var parts []string
-	if in.State.OOMKilled {
+	// The daemon's OOMKilled misses a kill whose event reached it after
+	// the exit's; a container killed by signal (137) whose memory cgroup
+	// ran out, as the watch saw, died of it too.
+	if in.State.OOMKilled || in.State.ExitCode == 137 && bx.oomWatch.Killed() {
 		parts = append(parts, "out of memory")
 	}
 	parts = append(parts, fmt.Sprintf("exit code %d", in.State.ExitCode))
@@ -483,10 +492,21 @@ func (b *Backend) missing(ctx context.Context, id string) bool {
 	return err == nil && st.State == sandbox.StateMissing
 }
 
-func (bx *box) setCgroups(oom cgroupacct.OOM, cpu cgroupacct.CPU) {
+// findCgroups finds the control group counters of bx from its init's
+// pid and starts watching its memory kills.
+func (b *Backend) findCgroups(bx *box, pid int) {
+	oom, cpu := cgroupacct.OOMForProcess(pid, "/sys/fs/cgroup"), cgroupacct.ForProcess(pid, "/sys/fs/cgroup")
 	bx.mu.Lock()
 	bx.oom, bx.cpu = oom, cpu
 	bx.mu.Unlock()
+	if oom.Path == "" {
+		return
+	}
+	if w, err := b.ooms.Watch(oom); err == nil {
+		bx.oomWatch.Set(w)
+	} else {
+		b.log.Warn("sandbox memory kills not watched", "id", bx.id, "cause", err.Error())
+	}
 }
 
 func (bx *box) oomCounter() cgroupacct.OOM {
@@ -703,7 +723,7 @@ func (b *Backend) adopt(ctx context.Context, id, dockerID string) bool {
 		return false
 	}
 	bx.startedAt, _ = time.Parse(time.RFC3339Nano, in.State.StartedAt)
-	bx.setCgroups(cgroupacct.OOMForProcess(in.State.Pid, "/sys/fs/cgroup"), cgroupacct.ForProcess(in.State.Pid, "/sys/fs/cgroup"))
+	b.findCgroups(bx, in.State.Pid)
 	close(bx.oomReady)
 	b.boxes.Put(id, bx)
 	return true

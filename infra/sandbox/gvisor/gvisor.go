@@ -148,11 +148,8 @@ type box struct {
 	cpu      cgroupacct.CPU
 	oomCount cgroupacct.OOM // its memory cgroup's oom_kill counter
 	// oom is its memory cgroup running out, as it happens: made once the
-	// agent answered, while the watcher of its end (watch) already runs,
-	// so both go through oomMu, and one made after the end is closed.
-	oomMu    sync.Mutex
-	oom      *cgroupacct.OOMWatch
-	oomEnded bool
+	// agent answered, while the watcher of its end (watch) already runs.
+	oom      cgroupacct.OOMSlot
 	procs    []string       // the cgroup.procs files its control group may have
 	limits   sandbox.Limits // its limits, as its control group enforces them
 	restored bool           // booted from a checkpoint
@@ -507,7 +504,7 @@ func (b *Backend) connect(ctx context.Context, bx *box, conn io.ReadWriteCloser,
 	cpu, oom := cgroupacct.At(b.cfg.CgroupRoot, b.cgroupsPath(bx.cid))
 	bx.cpu, bx.oomCount = cpu, oom
 	if w, err := b.ooms.Watch(oom); err == nil {
-		bx.setOOM(w)
+		bx.oom.Set(w)
 	} else {
 		b.log.Warn("sandbox memory kills not watched", "id", bx.id, "cause", err.Error())
 	}
@@ -521,7 +518,7 @@ func (b *Backend) watch(bx *box) {
 	go func() {
 		defer b.wg.Done()
 		bx.relay.wait()
-		bx.endOOM()
+		bx.oom.End()
 		if data, err := os.ReadFile(filepath.Join(bx.bundle, relayLog)); err == nil {
 			_, _ = bx.stderr.Write(data)
 		}
@@ -549,34 +546,6 @@ func (b *Backend) watch(bx *box) {
 		}
 		bx.Exited()
 	}()
-}
-
-// setOOM keeps w as the watch of the sandbox's memory kills, or closes it
-// when the sandbox has ended already.
-func (bx *box) setOOM(w *cgroupacct.OOMWatch) {
-	bx.oomMu.Lock()
-	defer bx.oomMu.Unlock()
-	if bx.oomEnded {
-		w.Close()
-		return
-	}
-	bx.oom = w
-}
-
-// endOOM stops watching the sandbox's memory kills: it has ended.
-func (bx *box) endOOM() {
-	bx.oomMu.Lock()
-	defer bx.oomMu.Unlock()
-	bx.oomEnded = true
-	bx.oom.Close()
-}
-
-// oomKilled reports whether the watch saw the sandbox's memory cgroup
-// run out.
-func (bx *box) oomKilled() bool {
-	bx.oomMu.Lock()
-	defer bx.oomMu.Unlock()
-	return bx.oom.Killed()
 }
 
 // Running reports whether the sandbox runs: its relay has not exited.
@@ -689,7 +658,7 @@ func (bx *box) OOMKills() (int64, bool) { return bx.oomCount.Read() }
 
 // Why says out of memory when the sandbox's control group killed for it.
 func (bx *box) Why() string {
-	if bx.oomKilled() {
+	if bx.oom.Killed() {
 		return "out of memory (the sandbox's memory limit was reached and the kernel killed it)"
 	}
 	return ""
