@@ -13,19 +13,37 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// inotifyInstances counts this process's inotify instances.
-func inotifyInstances(t *testing.T) int {
+// inotify counts this process's inotify instances and the watches they
+// hold (from their fdinfo).
+func inotify(t *testing.T) (instances, watches int) {
 	t.Helper()
 	ents, err := os.ReadDir("/proc/self/fd")
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := 0
 	for _, e := range ents {
-		if l, err := os.Readlink(filepath.Join("/proc/self/fd", e.Name())); err == nil && l == "anon_inode:inotify" {
-			n++
+		if l, err := os.Readlink(filepath.Join("/proc/self/fd", e.Name())); err != nil || l != "anon_inode:inotify" {
+			continue
+		}
+		instances++
+		if info, err := os.ReadFile(filepath.Join("/proc/self/fdinfo", e.Name())); err == nil {
+			watches += strings.Count(string(info), "inotify wd:")
 		}
 	}
+	return instances, watches
+}
+
+// inotifyInstances counts this process's inotify instances.
+func inotifyInstances(t *testing.T) int {
+	t.Helper()
+	n, _ := inotify(t)
+	return n
+}
+
+// inotifyWatches counts the inotify watches this process holds.
+func inotifyWatches(t *testing.T) int {
+	t.Helper()
+	_, n := inotify(t)
 	return n
 }
 
@@ -154,28 +172,6 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-}
-
-// inotifyWatches counts the inotify watches this process holds, from the
-// fdinfo of its inotify instances.
-func inotifyWatches(t *testing.T) int {
-	t.Helper()
-	ents, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := 0
-	for _, e := range ents {
-		if l, err := os.Readlink(filepath.Join("/proc/self/fd", e.Name())); err != nil || l != "anon_inode:inotify" {
-			continue
-		}
-		info, err := os.ReadFile(filepath.Join("/proc/self/fdinfo", e.Name()))
-		if err != nil {
-			continue
-		}
-		n += strings.Count(string(info), "inotify wd:")
-	}
-	return n
 }
 
 // TestOOMSlotFollowsTheSandbox: the watch of a sandbox's memory kills is
