@@ -5,12 +5,14 @@ import (
 	"context"
 	"errors"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -430,5 +432,49 @@ func TestParseCPUInfo(t *testing.T) {
 				t.Errorf("got %d kHz, invariant %v; want %d, %v", khz, invariant, c.khz, c.invariant)
 			}
 		})
+	}
+}
+
+// TestWalkManyFiles: a guest walks its root filesystem, more files (some
+// 57,000) than a virtiofsd may hold descriptors on this host (its hard
+// limit on open files, 20,000 here, which it cannot raise without
+// CAP_SYS_RESOURCE), and sees every one without an error: the root
+// filesystem's share keeps the guest's inodes cached, and virtiofsd
+// refers to them by file handle, not by a descriptor each.
+func TestWalkManyFiles(t *testing.T) {
+	b := newTestBackend(t, Config{})
+	// The entries the sandbox's user can list: a folder closed to others
+	// (/root) counts, what it holds does not.
+	files := 0
+	if err := filepath.WalkDir(b.cfg.RootFS+"/", func(_ string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		files++
+		if info, err := d.Info(); err == nil && d.IsDir() && info.Mode().Perm()&0o005 != 0o005 {
+			return filepath.SkipDir
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d entries in the root filesystem; this process's hard limit on open files %d", files, lim.Max)
+	ctx := context.Background()
+	if err := b.Ensure(ctx, sandbox.Spec{ID: "walk", Limits: sandbox.Limits{MemoryBytes: 512 << 20}}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := b.Exec(ctx, "walk", sandbox.Command{Args: []string{"bash", "-c", "find / -xdev 2>&1 >/dev/null | grep -v 'Permission denied$' >&2; find / -xdev 2>/dev/null | wc -l"}, Timeout: 5 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := strconv.Atoi(strings.TrimSpace(string(r.Stdout)))
+	// The guest mounts over a few of them (/dev's nodes, the agent's and
+	// the trust folder's mount points).
+	if got < files-64 || got > files || len(r.Stderr) > 0 {
+		t.Errorf("the guest found %d of the root filesystem's %d entries; stderr %.300q", got, files, r.Stderr)
 	}
 }

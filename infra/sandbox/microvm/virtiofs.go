@@ -71,7 +71,12 @@ func (b *Backend) fsShares(sh []share) []fsShare {
 // takes its listening socket as descriptor 3.
 func virtiofsdArgs(s fsShare) []string {
 	args := []string{"--fd=3", "--shared-dir", s.dir, "--sandbox", "chroot",
-		"--migration-mode", "find-paths", "--migration-on-error", "guest-error", "--log-level", "error"}
+		"--migration-mode", "find-paths", "--migration-on-error", "guest-error", "--log-level", "error",
+		// A file handle per inode the guest holds, not an open descriptor:
+		// a guest that walked more files than virtiofsd's limit on open
+		// files (the host's hard limit where it may not raise it) got
+		// "Too many open files in system" on every new file after.
+		"--inode-file-handles=prefer"}
 	if s.cached {
 		args = append(args, "--cache", "always")
 	} else {
