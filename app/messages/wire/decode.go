@@ -153,16 +153,12 @@ func quickBlocks(v []byte) ([]ContentBlock, bool) {
 		return nil, false
 	}
 	blocks := []ContentBlock{}
-	for i := skipSpace(v, 1); i < len(v) && v[i] != ']'; {
-		end := skipValue(v, i)
+	for elem := range arrayElements(v) {
 		var b ContentBlock
-		if !quickTextBlock(v[i:end], &b) {
+		if !quickTextBlock(elem, &b) {
 			return nil, false
 		}
 		blocks = append(blocks, b)
-		if i = skipSpace(v, end); i < len(v) && v[i] == ',' {
-			i = skipSpace(v, i+1)
-		}
 	}
 	return blocks, true
 }
@@ -307,16 +303,12 @@ func quickMessages(v []byte) ([]Message, bool) {
 		return nil, false
 	}
 	msgs := []Message{}
-	for i := skipSpace(v, 1); i < len(v) && v[i] != ']'; {
-		end := skipValue(v, i)
-		m, ok := quickMessage(v[i:end])
+	for elem := range arrayElements(v) {
+		m, ok := quickMessage(elem)
 		if !ok {
 			return nil, false
 		}
 		msgs = append(msgs, m)
-		if i = skipSpace(v, end); i < len(v) && v[i] == ',' {
-			i = skipSpace(v, i+1)
-		}
 	}
 	return msgs, true
 }

@@ -12,6 +12,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"iter"
 	"reflect"
 	"strconv"
 	"strings"
@@ -200,6 +201,23 @@ func objectMembers(data []byte, fn func(key string, value []byte)) {
 			return
 		}
 		i++
+	}
+}
+
+// arrayElements yields each element of the JSON array data, in order, as
+// written. data must be valid JSON, as json.Unmarshal checked, and start
+// with '['.
+func arrayElements(data []byte) iter.Seq[[]byte] {
+	return func(yield func([]byte) bool) {
+		for i := skipSpace(data, 1); i < len(data) && data[i] != ']'; {
+			end := skipValue(data, i)
+			if !yield(data[i:end]) {
+				return
+			}
+			if i = skipSpace(data, end); i < len(data) && data[i] == ',' {
+				i = skipSpace(data, i+1)
+			}
+		}
 	}
 }
 
@@ -397,16 +415,12 @@ func (c *wireContent) UnmarshalJSON(data []byte) error {
 		// split here and each block decoded on its own: json.Unmarshal of
 		// the array would check and scan it twice more.
 		var blocks []ContentBlock
-		for i := skipSpace(data, 1); i < len(data) && data[i] != ']'; {
-			end := skipValue(data, i)
+		for elem := range arrayElements(data) {
 			var b ContentBlock
-			if err := b.UnmarshalJSON(data[i:end]); err != nil {
+			if err := b.UnmarshalJSON(elem); err != nil {
 				return err
 			}
 			blocks = append(blocks, b)
-			if i = skipSpace(data, end); i < len(data) && data[i] == ',' {
-				i = skipSpace(data, i+1)
-			}
 		}
 		if blocks == nil {
 			blocks = []ContentBlock{}
