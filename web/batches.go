@@ -134,16 +134,7 @@ func (s *Server) listBatches(c *fiber.Ctx) error {
 		start, end = max(0, i-limit), i
 		hasMore = start > 0
 	}
-	page := struct {
-		Data    []batchView `json:"data"`
-		FirstID *string     `json:"first_id"`
-		LastID  *string     `json:"last_id"`
-		HasMore bool        `json:"has_more"`
-	}{Data: views(all[start:end], batchViewAt(baseURL(c))), HasMore: hasMore}
-	if n := len(page.Data); n > 0 {
-		page.FirstID, page.LastID = &page.Data[0].ID, &page.Data[n-1].ID
-	}
-	return c.JSON(page)
+	return c.JSON(idPageOf(views(all[start:end], batchViewAt(baseURL(c))), hasMore, func(v batchView) string { return v.ID }))
 }
 
 // getBatch is GET /messages/batches/{id}.

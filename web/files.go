@@ -100,14 +100,6 @@ func expiresIn(v string) (time.Duration, error) {
 	return time.Duration(n) * time.Second, nil
 }
 
-// filePage is a page of the file listing.
-type filePage struct {
-	Data    []fileObject `json:"data"`
-	FirstID *string      `json:"first_id"`
-	LastID  *string      `json:"last_id"`
-	HasMore bool         `json:"has_more"`
-}
-
 type fileDeleted struct {
 	ID   string `json:"id"`
 	Type string `json:"type"`
@@ -426,14 +418,7 @@ func (s *Server) listFiles(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	out := filePage{Data: make([]fileObject, len(page.Data)), HasMore: page.HasMore}
-	for i, f := range page.Data {
-		out.Data[i] = viewFile(f)
-	}
-	if len(out.Data) > 0 {
-		out.FirstID, out.LastID = &page.FirstID, &page.LastID
-	}
-	return c.JSON(out)
+	return c.JSON(idPageOf(views(page.Data, viewFile), page.HasMore, func(o fileObject) string { return o.ID }))
 }
 
 // fileRoute dispatches GET, HEAD and DELETE /files/{file_id}[/content] on

@@ -103,6 +103,27 @@ type listResponse[T any] struct {
 	LastID  string `json:"last_id,omitempty"`
 }
 
+// idPage is a page of a listing in Anthropic's shape (the Files API, the
+// Message Batches API, the Models API): the ids of its first and last items,
+// null when it is empty, and whether more follow.
+type idPage[V any] struct {
+	Data    []V     `json:"data"`
+	FirstID *string `json:"first_id"`
+	LastID  *string `json:"last_id"`
+	HasMore bool    `json:"has_more"`
+}
+
+// idPageOf is the idPage of data, whose items' ids are idOf's; more says
+// that more follow.
+func idPageOf[V any](data []V, more bool, idOf func(V) string) idPage[V] {
+	page := idPage[V]{Data: data, HasMore: more}
+	if n := len(data); n > 0 {
+		first, last := idOf(data[0]), idOf(data[n-1])
+		page.FirstID, page.LastID = &first, &last
+	}
+	return page
+}
+
 // views shows each of items by view.
 func views[T, V any](items []T, view func(T) V) []V {
 	out := make([]V, len(items))

@@ -102,14 +102,6 @@ func served() capabilities {
 	return c
 }
 
-// modelList is GET /v1/models's page.
-type modelList struct {
-	Data    []modelView `json:"data"`
-	HasMore bool        `json:"has_more"`
-	FirstID *string     `json:"first_id"`
-	LastID  *string     `json:"last_id"`
-}
-
 // models lists what "model" may name here: the configured model and
 // "default", which means it.
 func (s *Server) models() []modelView {
@@ -125,9 +117,7 @@ func (s *Server) models() []modelView {
 
 // listModels is GET /api/gpt/v1/models.
 func (s *Server) listModels(c *fiber.Ctx) error {
-	ms := s.models()
-	first, last := ms[0].ID, ms[len(ms)-1].ID
-	return c.JSON(modelList{Data: ms, FirstID: &first, LastID: &last})
+	return c.JSON(idPageOf(s.models(), false, func(m modelView) string { return m.ID }))
 }
 
 // getModel is GET /api/gpt/v1/models/{id}.
