@@ -257,14 +257,11 @@ const containerSQL = `SELECT id, client_id, org_id, owner_id, thread_id, state, 
 // prepared lookup on the read pool, kept on SQLite until the next commit
 // (memo.go).
 func (s Containers) Container(ctx context.Context, id string) (container.Container, error) {
-	var r containerRow
 	if s.bound {
-		if err := s.q(ctx).Where("id = ?", id).Take(&r).Error; err != nil {
-			return container.Container{}, translate(err, "container")
-		}
-		return r.domain(), nil
+		return take[containerRow](s.q(ctx).Where("id = ?", id), "container")
 	}
 	return lookup(ctx, s.reads.memo, "container\x00"+id, func() (container.Container, error) {
+		var r containerRow
 		row, err := s.reads.queryRow(ctx, containerSQL, id)
 		if err != nil {
 			return container.Container{}, err
