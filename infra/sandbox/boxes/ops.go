@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"time"
 
 	"threadbox/domain/sandbox"
@@ -41,10 +42,12 @@ type Box interface {
 	// StartedAt returns when it booted.
 	StartedAt() time.Time
 	// OOMKills counts the kernel's memory kills in the sandbox; ok is
-	// false when they are not counted.
+	// false when they are not counted. Once the sandbox has ended it
+	// returns the count it had then (a rise around a command tells that
+	// the sandbox ran out of memory under it).
 	OOMKills() (n int64, ok bool)
-	// Why says why the sandbox, which has ended, went ("out of memory",
-	// "pod deleted"), or "" when that is not known.
+	// Why says what else is known of why the sandbox, which has ended,
+	// went ("pod deleted", "container ended (exit code 137)"), or "".
 	Why() string
 	// CPUTime reads the CPU time the sandbox has used since it booted, as
 	// the host's control group counts it (every process in it); an error
@@ -71,12 +74,17 @@ func NewOps[B Box](set *Set[B], missing func(ctx context.Context, id string) boo
 	return Ops[B]{set: set, missing: missing}
 }
 
+// outOfMemory is how a sandbox's end is said when its memory kills rose
+// under the command.
+const outOfMemory = "out of memory"
+
 // Exec runs cmd through the agent of id's running box; of an id with none,
 // the error wraps sandbox.ErrNotFound when its sandbox does not exist and
 // sandbox.ErrUnavailable when it is stopped. A command that failed
 // while the sandbox's memory kills rose is marked OOMKilled. When the
 // sandbox ends under the command, the error wraps sandbox.ErrUnavailable
-// and says why; the next Ensure boots a fresh one.
+// and says why (out of memory when its kills rose since the command
+// began); the next Ensure boots a fresh one.
 func (o Ops[B]) Exec(ctx context.Context, id string, cmd sandbox.Command) (sandbox.Result, error) {
 	s := o.set
 	bx, ok := s.Live(id)
@@ -114,7 +122,13 @@ func (o Ops[B]) Exec(ctx context.Context, id string, cmd sandbox.Command) (sandb
 	case <-time.After(2 * time.Second):
 	}
 	why := "sandbox ended"
-	if w := bx.Why(); w != "" {
+	w := bx.Why()
+	if counted && !strings.Contains(w, outOfMemory) {
+		if n, ok := bx.OOMKills(); ok && n > before {
+			why += ": " + outOfMemory + " (the sandbox's memory limit was reached and the kernel killed it)"
+		}
+	}
+	if w != "" {
 		why += ": " + w
 	}
 	return res, fmt.Errorf("%s: exec %s: %w: %s: %w", s.name, id, sandbox.ErrUnavailable, why, err)

@@ -90,6 +90,7 @@ func TestExec(t *testing.T) {
 		wantIs       error
 		wantText     string
 		wantOOM      bool
+		ooms         int // times the error says "out of memory"
 	}{
 		{name: "never booted", wantIs: sandbox.ErrNotFound},
 		{name: "stopped", known: true, wantIs: sandbox.ErrUnavailable, wantText: "not running"},
@@ -97,12 +98,15 @@ func TestExec(t *testing.T) {
 		{name: "killed for memory", put: true, res: sandbox.Result{ExitCode: 137}, killsPerExec: 1, counted: true, wantOOM: true},
 		{name: "kills not counted", put: true, res: sandbox.Result{ExitCode: 137}, killsPerExec: 1},
 		{name: "failed, no kill", put: true, res: sandbox.Result{ExitCode: 1}, counted: true},
-		{name: "sandbox died under it", put: true, err: boom, dies: true, why: "out of memory", wantIs: sandbox.ErrUnavailable, wantText: "sandbox ended: out of memory"},
+		{name: "sandbox died under it", put: true, err: boom, dies: true, why: "pod deleted", wantIs: sandbox.ErrUnavailable, wantText: "sandbox ended: pod deleted"},
+		{name: "sandbox died of memory under it", put: true, err: boom, dies: true, killsPerExec: 1, counted: true, why: "container ended (exit code 137)", wantIs: sandbox.ErrUnavailable, wantText: "sandbox ended: out of memory (the sandbox's memory limit was reached and the kernel killed it): container ended (exit code 137)", ooms: 1},
+		{name: "sandbox died otherwise after an earlier kill", put: true, err: boom, dies: true, counted: true, why: "container ended (exit code 137)", wantIs: sandbox.ErrUnavailable, wantText: "sandbox ended: container ended (exit code 137)"},
+		{name: "the backend says out of memory", put: true, err: boom, dies: true, killsPerExec: 1, counted: true, why: "container ended (out of memory, exit code 137)", wantIs: sandbox.ErrUnavailable, wantText: "sandbox ended: container ended (out of memory, exit code 137)", ooms: 1},
 		{name: "error, sandbox lives", put: true, err: boom, wantIs: boom},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := New[*opsBox]("test", slog.New(slog.DiscardHandler))
-			bx := &opsBox{done: make(chan struct{}), killsPerExec: tc.killsPerExec, counted: tc.counted, why: tc.why}
+			bx := &opsBox{done: make(chan struct{}), kills: 1, killsPerExec: tc.killsPerExec, counted: tc.counted, why: tc.why}
 			bx.a = &opsAgent{res: tc.res, err: tc.err, box: bx, dies: tc.dies, done: make(chan struct{})}
 			if tc.put || tc.known {
 				s.Put("a", bx)
@@ -116,6 +120,9 @@ func TestExec(t *testing.T) {
 			}
 			if err != nil && (!strings.HasPrefix(err.Error(), "test: exec a: ") || !strings.Contains(err.Error(), tc.wantText)) {
 				t.Errorf("err %q, want it to say %q", err, tc.wantText)
+			}
+			if err != nil && strings.Count(err.Error(), "out of memory") != tc.ooms {
+				t.Errorf("err %q says out of memory %d times, want %d", err, strings.Count(err.Error(), "out of memory"), tc.ooms)
 			}
 			if res.OOMKilled != tc.wantOOM {
 				t.Errorf("OOMKilled %v, want %v", res.OOMKilled, tc.wantOOM)

@@ -14,19 +14,20 @@ import (
 
 // OOMWatch notes, as they happen, the kills a memory cgroup makes for
 // memory: for a sandbox that dies of it with its control group, whose
-// counter can no longer be read once its runtime removed the group.
+// counter can no longer be read once its runtime removed the group. Its
+// count (Kills) goes on where the group's counter stopped.
 // Cgroup v1 registers an eventfd for memory.oom_control notifications;
 // cgroup v2 watches memory.events with inotify, through the OOMWatcher
 // that made it.
 type OOMWatch struct {
-	oom    OOM
-	v1     bool
-	base   [2]int64 // the oom and oom_kill counts of memory.events at the start (v2)
-	killed atomic.Bool
-	f      *os.File // the eventfd (v1)
-	extra  *os.File // the oom_control file a v1 registration names
-	by     *OOMWatcher
-	wd     int32 // the inotify watch of memory.events (v2)
+	oom   OOM
+	v1    bool
+	base  [2]int64 // the oom and oom_kill counts at the start (v1: oom_kill only)
+	kills atomic.Int64
+	f     *os.File // the eventfd (v1)
+	extra *os.File // the oom_control file a v1 registration names
+	by    *OOMWatcher
+	wd    int32 // the inotify watch of memory.events (v2)
 }
 
 // OOMWatcher makes the OOM watches of one owner (a sandbox backend). The
@@ -49,6 +50,8 @@ func (ws *OOMWatcher) Watch(o OOM) (*OOMWatch, error) {
 	}
 	w := &OOMWatch{oom: o, v1: filepath.Base(o.Path) == "memory.oom_control"}
 	if w.v1 {
+		w.base[1], _ = o.Read()
+		w.kills.Store(w.base[1])
 		if err := w.eventfd(); err != nil {
 			return nil, err
 		}
@@ -56,6 +59,7 @@ func (ws *OOMWatcher) Watch(o OOM) (*OOMWatch, error) {
 		return w, nil
 	}
 	w.base, _ = w.counts()
+	w.kills.Store(w.base[1])
 	if err := ws.add(w); err != nil {
 		return nil, err
 	}
@@ -182,40 +186,63 @@ func (w *OOMWatch) counts() ([2]int64, bool) {
 }
 
 // loop looks at each v1 notification until the group goes or Close: the
-// group running out of memory (it comes before the kill, whose counter
-// may not have moved yet) or the group's removal (then its file no
-// longer reads).
+// group running out of memory or the group's removal (then its file no
+// longer reads). A notification comes before the kill, whose counter may
+// not have moved yet, so each counts as one kill: the count rises with
+// every time the group ran out, which is what a reader compares.
 func (w *OOMWatch) loop() {
 	buf := make([]byte, 8)
 	for {
 		if _, err := w.f.Read(buf); err != nil {
 			return
 		}
-		if _, ok := w.oom.Read(); !ok {
+		n, ok := w.oom.Read()
+		if !ok {
 			return
 		}
-		w.killed.Store(true)
+		// The eventfd's value is the number of notifications since the
+		// last read.
+		w.raise(max(w.kills.Load()+int64(binary.NativeEndian.Uint64(buf)), n))
 	}
 }
 
-// check looks at a v2 group's counts after memory.events changed.
+// check looks at a v2 group's counts after memory.events changed: a kill,
+// or the group running out when the killer found nothing to kill.
 func (w *OOMWatch) check() {
-	if c, ok := w.counts(); ok && (c[0] > w.base[0] || c[1] > w.base[1]) {
-		w.killed.Store(true)
+	if c, ok := w.counts(); ok {
+		w.raise(w.base[1] + max(c[0]-w.base[0], c[1]-w.base[1]))
 	}
+}
+
+// raise sets the count to n unless it is higher already.
+func (w *OOMWatch) raise(n int64) {
+	for {
+		old := w.kills.Load()
+		if n <= old || w.kills.CompareAndSwap(old, n) {
+			return
+		}
+	}
+}
+
+// Kills returns the kills the watch counted, on the scale of the group's
+// oom_kill counter: the counter's value when the watch began plus each
+// time since that the group ran out of memory. It stays once the group
+// is gone.
+func (w *OOMWatch) Kills() int64 {
+	if w == nil {
+		return 0
+	}
+	return w.kills.Load()
 }
 
 // Killed reports whether the group ran out of memory since the watch
 // began.
 func (w *OOMWatch) Killed() bool {
-	if w == nil {
-		return false
-	}
-	return w.killed.Load()
+	return w != nil && w.kills.Load() > w.base[1]
 }
 
-// Close stops watching, with a last look at a v2 group's counts: a kill
-// whose event the watcher had not read yet still counts while the group's
+// Close stops watching, with a last look at the group's counts: a kill
+// whose event the watch had not read yet still counts while the group's
 // file reads.
 func (w *OOMWatch) Close() {
 	if w == nil {
@@ -223,6 +250,8 @@ func (w *OOMWatch) Close() {
 	}
 	if !w.v1 {
 		w.check()
+	} else if n, ok := w.oom.Read(); ok {
+		w.raise(n)
 	}
 	if w.by != nil {
 		w.by.remove(w)
@@ -265,10 +294,21 @@ func (s *OOMSlot) End() {
 	s.w.Close()
 }
 
-// Killed reports whether the watch saw the sandbox's memory cgroup run
-// out.
-func (s *OOMSlot) Killed() bool {
+// Kills counts the sandbox's memory kills: live's counter while the
+// group is there, and once its runtime removed it with the sandbox, what
+// the watch counted until then; ok is false when neither is known. A
+// reader compares two counts taken around a command: the second is higher
+// when the group ran out of memory in between, even if the sandbox died
+// of it and took its group along.
+func (s *OOMSlot) Kills(live OOM) (n int64, ok bool) {
+	n, ok = live.Read()
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.w.Killed()
+	w := s.w
+	s.mu.Unlock()
+	if w != nil {
+		if k := w.Kills(); !ok || k > n {
+			return k, true
+		}
+	}
+	return n, ok
 }

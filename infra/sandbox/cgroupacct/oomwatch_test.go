@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -212,8 +213,8 @@ func TestOOMSlotFollowsTheSandbox(t *testing.T) {
 	if n := inotifyWatches(t) - before; n != 0 {
 		t.Fatalf("the watch made after the sandbox ended is kept (%d watches)", n)
 	}
-	if ended.Killed() {
-		t.Fatal("an ended sandbox's closed watch says it ran out of memory")
+	if _, ok := ended.Kills(OOM{}); ok {
+		t.Fatal("an ended sandbox keeps the watch made after its end")
 	}
 
 	for range 50 {
@@ -250,5 +251,112 @@ func TestOOMWatchLastLook(t *testing.T) {
 	gone.Close()
 	if gone.Killed() {
 		t.Fatal("a group whose file is gone counts as killed")
+	}
+}
+
+// TestOOMSlotKillsOutliveTheGroup: a sandbox's kill count reads its
+// group's counter while the group is there, and once the runtime removed
+// the group with the sandbox, the count its watch reached, so a count
+// taken before a command and one taken after the sandbox died under it
+// differ when it died of memory, and only then.
+func TestOOMSlotKillsOutliveTheGroup(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		kill  bool
+		count int64
+	}{
+		{name: "died of memory", kill: true, count: 3},
+		{name: "died otherwise", count: 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := filepath.Join(t.TempDir(), "g", "memory.events")
+			if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(p, []byte("oom 2\noom_kill 2\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			var ws OOMWatcher
+			defer ws.Close()
+			w, err := ws.Watch(OOM{Path: p})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var slot OOMSlot
+			slot.Set(w)
+			live := OOM{Path: p}
+			before, ok := slot.Kills(live)
+			if !ok || before != 2 {
+				t.Fatalf("kills before the command %d, %v; want 2, true", before, ok)
+			}
+			if tc.kill {
+				if err := os.WriteFile(p, []byte("oom 3\noom_kill 3\n"), 0o600); err != nil {
+					t.Fatal(err)
+				}
+				waitFor(t, "the kill to be counted", func() bool { return w.Kills() == 3 })
+			}
+			// The sandbox died; its runtime removed the group.
+			if err := os.RemoveAll(filepath.Dir(p)); err != nil {
+				t.Fatal(err)
+			}
+			slot.End()
+			if n, ok := slot.Kills(live); !ok || n != tc.count {
+				t.Fatalf("kills after the group went %d, %v; want %d, true", n, ok, tc.count)
+			}
+		})
+	}
+	var empty OOMSlot
+	if _, ok := empty.Kills(OOM{}); ok {
+		t.Fatal("a sandbox with neither a counter nor a watch counts kills")
+	}
+}
+
+// TestOOMWatchCgroupV1: on a host whose memory controller is on cgroup
+// v1, a real group's memory kill raises its watch's count through the
+// eventfd notification, and the count stays after the group is removed.
+func TestOOMWatchCgroupV1(t *testing.T) {
+	root := "/sys/fs/cgroup/memory"
+	if _, err := os.Stat(filepath.Join(root, "cgroup.event_control")); err != nil {
+		t.Skip("no cgroup v1 memory controller here")
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("making a memory cgroup needs root")
+	}
+	dir, err := os.MkdirTemp(root, "threadbox-oomwatch-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.Remove(dir)
+	for _, f := range []string{"memory.limit_in_bytes", "memory.memsw.limit_in_bytes"} {
+		if err := os.WriteFile(filepath.Join(dir, f), []byte("16777216"), 0); err != nil && f == "memory.limit_in_bytes" {
+			t.Fatal(err)
+		}
+	}
+	var ws OOMWatcher
+	defer ws.Close()
+	live := OOM{Path: filepath.Join(dir, "memory.oom_control")}
+	w, err := ws.Watch(live)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var slot OOMSlot
+	slot.Set(w)
+	before, ok := slot.Kills(live)
+	if !ok {
+		t.Fatal("the group's counter does not read")
+	}
+	// The shell moves itself into the group, then holds 64 MiB of
+	// /dev/zero (tail keeps the last 64 MiB of an endless pipe).
+	hog := exec.Command("sh", "-c", "echo $$ > "+filepath.Join(dir, "cgroup.procs")+" && cat /dev/zero | tail -c 67108864")
+	if err := hog.Run(); err == nil {
+		t.Fatal("the hog ended without being killed")
+	}
+	waitFor(t, "the kill to be counted", func() bool { return w.Kills() > before })
+	if err := os.Remove(dir); err != nil {
+		t.Fatal(err)
+	}
+	slot.End()
+	if n, ok := slot.Kills(live); !ok || n <= before {
+		t.Fatalf("kills after the group went %d, %v; want more than %d", n, ok, before)
 	}
 }

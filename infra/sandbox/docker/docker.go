@@ -118,7 +118,7 @@ type box struct {
 	cpu       cgroupacct.CPU
 	oomReady  chan struct{} // closed once oom and cpu are known (or unknowable)
 	// oomWatch is its memory cgroup running out, as it happens: the
-	// group's counter goes with the container (deathReason).
+	// group's counter goes with the container (OOMKills).
 	oomWatch cgroupacct.OOMSlot
 	renamed  chan struct{} // closed once a claim's rename is done; nil if none was started
 
@@ -445,9 +445,9 @@ func (b *Backend) deathReason(bx *box) string {
 	}
 	var parts []string
 	// The daemon's OOMKilled misses a kill whose event reached it after
-	// the exit's; a container killed by signal (137) whose memory cgroup
-	// ran out, as the watch saw, died of it too.
-	if in.State.OOMKilled || in.State.ExitCode == 137 && bx.oomWatch.Killed() {
+	// the exit's; boxes.Ops.Exec tells that from the kill counts around
+	// the command (OOMKills), which the watch keeps past the container.
+	if in.State.OOMKilled {
 		parts = append(parts, "out of memory")
 	}
 	parts = append(parts, fmt.Sprintf("exit code %d", in.State.ExitCode))
@@ -470,8 +470,9 @@ func (bx *box) Done() <-chan struct{} { return bx.done }
 // StartedAt returns when the container started.
 func (bx *box) StartedAt() time.Time { return bx.startedAt }
 
-// OOMKills reads the container's memory control group's kill counter.
-func (bx *box) OOMKills() (int64, bool) { return bx.oomCounter().Read() }
+// OOMKills reads the container's memory control group's kill counter,
+// and once the group went with the container, what its watch counted.
+func (bx *box) OOMKills() (int64, bool) { return bx.oomWatch.Kills(bx.oomCounter()) }
 
 // Why says why the container ended, from inspect.
 func (bx *box) Why() string { return strings.TrimPrefix(bx.b.deathReason(bx), ": ") }

@@ -653,16 +653,12 @@ func (bx *box) awaitEnd(ctx context.Context) {
 // OOMKills reads its memory control group's kill counter. The host's
 // kernel kills the biggest process of the group when it runs out of
 // memory: with gVisor's systrap platform, the host process that holds the
-// command's memory.
-func (bx *box) OOMKills() (int64, bool) { return bx.oomCount.Read() }
+// command's memory. Once the group went with the sandbox, it returns
+// what the group's watch counted until then.
+func (bx *box) OOMKills() (int64, bool) { return bx.oom.Kills(bx.oomCount) }
 
-// Why says out of memory when the sandbox's control group killed for it.
-func (bx *box) Why() string {
-	if bx.oom.Killed() {
-		return "out of memory (the sandbox's memory limit was reached and the kernel killed it)"
-	}
-	return ""
-}
+// Why says nothing more than OOMKills tells: runsc leaves no reason.
+func (bx *box) Why() string { return "" }
 
 // Stop ends the sandbox id; its files stay. A warm sandbox is never used
 // again once it stops: its slot goes, even when it ended by itself.
