@@ -2,6 +2,7 @@ package hostdirs
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -217,17 +218,20 @@ func (l *Layout) RestorePaths(ctx context.Context, threadID, snapshotID, contain
 		if err != nil {
 			return fmt.Errorf("hostdirs: restore %s: %w", p, err)
 		}
-		err = removeEntry(ctx, dirfd, name)
-		if err == nil && keep {
+		if keep {
 			from := filepath.Join(l.SnapshotDir(threadID, snapshotID), filepath.FromSlash(p))
-			if e.Link != "" {
-				err = unix.Symlinkat(e.Link, dirfd, name)
-				if err == nil && chown {
-					_ = unix.Fchownat(dirfd, name, SandboxUID, SandboxGID, unix.AT_SYMLINK_NOFOLLOW)
+			err = replaceEntry(ctx, dirfd, name, func(to string) error {
+				if e.Link == "" {
+					return restoreFile(from, dirfd, to, e.Mode, chown)
 				}
-			} else {
-				err = restoreFile(from, dirfd, name, e.Mode, chown)
-			}
+				err := unix.Symlinkat(e.Link, dirfd, to)
+				if err == nil && chown {
+					_ = unix.Fchownat(dirfd, to, SandboxUID, SandboxGID, unix.AT_SYMLINK_NOFOLLOW)
+				}
+				return err
+			})
+		} else {
+			err = removeEntry(ctx, dirfd, name)
 		}
 		unix.Close(dirfd)
 		if err != nil {
@@ -261,6 +265,40 @@ func (l *Layout) pruneMade(containerID, threadID, snapshotID, rel string) {
 			return
 		}
 	}
+}
+
+// replaceEntry puts what put writes in place of name in the folder dirfd
+// without a moment when name is missing: put writes a new entry under a
+// hidden name beside it, which is renamed over name, so a program in the
+// sandbox reads the old file or the new one, never neither. When the new
+// entry does not fit beside the old one (the disk quota), name is removed
+// first and put writes it in place; a folder at name, which a rename
+// cannot replace, is removed before the rename. A put that fails
+// otherwise leaves name as it was.
+func replaceEntry(ctx context.Context, dirfd int, name string, put func(to string) error) error {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	tmp := ".threadbox-restore-" + hex.EncodeToString(b[:])
+	if err := put(tmp); err != nil {
+		_ = unix.Unlinkat(dirfd, tmp, 0)
+		if !errors.Is(err, unix.ENOSPC) && !errors.Is(err, unix.EDQUOT) {
+			return err
+		}
+		if err := removeEntry(ctx, dirfd, name); err != nil {
+			return err
+		}
+		return put(name)
+	}
+	err := unix.Renameat(dirfd, tmp, dirfd, name)
+	if errors.Is(err, unix.EISDIR) || errors.Is(err, unix.ENOTEMPTY) || errors.Is(err, unix.EEXIST) {
+		if err = removeEntry(ctx, dirfd, name); err == nil {
+			err = unix.Renameat(dirfd, tmp, dirfd, name)
+		}
+	}
+	if err != nil {
+		_ = unix.Unlinkat(dirfd, tmp, 0)
+	}
+	return err
 }
 
 // removeEntry removes name from the folder dirfd, a folder with all it

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"threadbox/domain/snapshot"
@@ -106,5 +107,96 @@ func TestCallChangesAndRestorePaths(t *testing.T) {
 	}
 	if _, err := os.Lstat(filepath.Join(d.Root, "workspace/a.txt")); !os.IsNotExist(err) {
 		t.Fatalf("a.txt still there: %v", err)
+	}
+}
+
+// TestRestorePathsReplacesInPlace: restoring a file puts the snapshot's
+// copy over the one there, so a reader in the sandbox never finds the
+// path missing; a folder where the snapshot has a file is replaced; and a
+// restore that fails leaves the file as it was, with no stray entry.
+func TestRestorePathsReplacesInPlace(t *testing.T) {
+	ctx := context.Background()
+	l := New(t.TempDir(), Options{})
+	d, err := l.Prepare(ctx, "ctr_r")
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(rel, content string) { t.Helper(); writeUnder(t, d.Root, rel, content) }
+	write("workspace/a.txt", "one\n")
+	write("workspace/b.txt", "bee\n")
+	if _, err := l.TakeSnapshot(ctx, "thr_r", "s1", "", "ctr_r"); err != nil {
+		t.Fatal(err)
+	}
+	write("workspace/a.txt", "two\n")
+	if _, err := l.TakeSnapshot(ctx, "thr_r", "s2", "s1", "ctr_r"); err != nil {
+		t.Fatal(err)
+	}
+
+	a := filepath.Join(d.Root, "workspace/a.txt")
+	stop := make(chan struct{})
+	missing := make(chan error, 1)
+	go func() {
+		defer close(missing)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if _, err := os.ReadFile(a); err != nil {
+				missing <- err
+				return
+			}
+		}
+	}()
+	for i := range 200 {
+		snap := []string{"s1", "s2"}[i%2]
+		if err := l.RestorePaths(ctx, "thr_r", snap, "ctr_r", []string{"workspace/a.txt"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(stop)
+	if err := <-missing; err != nil {
+		t.Fatalf("a reader found the file missing while it was restored: %v", err)
+	}
+	if got, _ := os.ReadFile(a); string(got) != "two\n" {
+		t.Fatalf("after the restores a.txt is %q, want the last snapshot's", got)
+	}
+
+	// A folder the sandbox put where the snapshot has a file.
+	if err := os.Remove(a); err != nil {
+		t.Fatal(err)
+	}
+	write("workspace/a.txt/inside", "x\n")
+	if err := l.RestorePaths(ctx, "thr_r", "s1", "ctr_r", []string{"workspace/a.txt"}); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := os.ReadFile(a); string(got) != "one\n" {
+		t.Fatalf("the folder was not replaced by the file: %q", got)
+	}
+
+	// A snapshot copy that cannot be read: the file stays as it is.
+	write("workspace/b.txt", "changed\n")
+	stored := filepath.Join(l.SnapshotDir("thr_r", "s2"), "workspace", "b.txt")
+	if err := os.Remove(stored); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(stored, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.RestorePaths(ctx, "thr_r", "s2", "ctr_r", []string{"workspace/b.txt"}); err == nil {
+		t.Fatal("a restore from an unreadable copy succeeded")
+	}
+	if got, _ := os.ReadFile(filepath.Join(d.Root, "workspace/b.txt")); string(got) != "changed\n" {
+		t.Fatalf("a failed restore left b.txt %q, want it as it was", got)
+	}
+	ents, err := os.ReadDir(filepath.Join(d.Root, "workspace"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), ".") {
+			t.Fatalf("a stray entry is left: %s", e.Name())
+		}
 	}
 }
