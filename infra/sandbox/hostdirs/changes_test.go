@@ -200,3 +200,37 @@ func TestRestorePathsReplacesInPlace(t *testing.T) {
 		}
 	}
 }
+
+// TestRestorePathsUnderTheQuota: a file restored where its old copy and
+// the snapshot's do not fit side by side under the container's disk quota
+// is restored all the same, by removing the old one first.
+func TestRestorePathsUnderTheQuota(t *testing.T) {
+	needLoopQuota(t)
+	ctx := context.Background()
+	l := New(t.TempDir(), Options{Quota: QuotaLoop, DiskBytes: 32 << 20})
+	t.Cleanup(func() { _ = l.Remove(context.Background(), "ctr_q") })
+	d, err := l.Prepare(ctx, "ctr_q")
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := func(b byte) string { return strings.Repeat(string(b), 20<<20) }
+	writeUnder(t, d.Root, "workspace/big.bin", big('a'))
+	if _, err := l.TakeSnapshot(ctx, "thr_q", "s1", "", "ctr_q"); err != nil {
+		t.Fatal(err)
+	}
+	writeUnder(t, d.Root, "workspace/big.bin", big('b'))
+	if err := l.RestorePaths(ctx, "thr_q", "s1", "ctr_q", []string{"workspace/big.bin"}); err != nil {
+		t.Fatalf("restore of a file that fits only once: %v", err)
+	}
+	got, err := os.ReadFile(filepath.Join(d.Root, "workspace/big.bin"))
+	if err != nil || string(got) != big('a') {
+		t.Fatalf("big.bin after the restore: %d bytes, %v; want the snapshot's 20 MiB", len(got), err)
+	}
+	ents, err := os.ReadDir(filepath.Join(d.Root, "workspace"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ents) != 1 {
+		t.Fatalf("workspace holds %d entries after the restore, want big.bin alone", len(ents))
+	}
+}
