@@ -48,6 +48,14 @@ func gvisorInstance(t *testing.T) string {
 		if err := gvisor.RemoveInstance(context.Background(), instance); err != nil {
 			t.Errorf("gvisor sandboxes of %s not removed: %v", instance, err)
 		}
+		// Nor any of its control groups, in either cgroup layout.
+		left, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", "*", "threadbox-gvisor", hostdirs.SafeID(instance)))
+		if v2 := filepath.Join("/sys/fs/cgroup", "threadbox-gvisor", hostdirs.SafeID(instance)); exists(t, v2) {
+			left = append(left, v2)
+		}
+		if len(left) > 0 {
+			t.Errorf("control groups of %s left: %v", instance, left)
+		}
 	})
 	return instance
 }

@@ -827,32 +827,62 @@ func (b *Backend) Close() error {
 	b.removeStrayViews()
 	_ = os.Remove(b.views)
 	_ = os.Remove(b.cfg.PoolDir)
+	b.removeGroups(left)
 	if all, err := b.list(ctx); err == nil && len(all) == 0 {
 		// runsc keeps a few files of its own beside its containers' state.
 		_ = os.RemoveAll(filepath.Dir(b.state))
 	}
-	b.removeCgroupParents()
+	b.removeCgroupParents(false)
 	return errors.Join(errs...)
 }
 
 // removeCgroupParents deletes the (then empty) control group folders runsc
 // made above the sandboxes' own: /threadbox-gvisor/<instance> in each
-// hierarchy, and /threadbox-gvisor when no other instance is left.
-func (b *Backend) removeCgroupParents() {
-	roots := []string{b.cfg.CgroupRoot}
-	if !b.cgroupV2() {
-		entries, _ := os.ReadDir(b.cfg.CgroupRoot)
-		roots = roots[:0]
-		for _, e := range entries {
-			if e.IsDir() {
-				roots = append(roots, filepath.Join(b.cfg.CgroupRoot, e.Name()))
+// hierarchy, and /threadbox-gvisor when no other instance is left. With
+// strays, it first deletes the empty groups left below the instance's
+// folder, for when every container of the instance is gone: runsc leaves
+// the group of a container made ahead of a restore (created, never
+// started) when its server was killed before deleting it.
+func (b *Backend) removeCgroupParents(strays bool) {
+	for _, r := range b.cgroupRoots() {
+		dir := filepath.Join(r, "threadbox-gvisor", hostdirs.SafeID(b.cfg.Instance))
+		if strays {
+			groups, _ := os.ReadDir(dir)
+			for _, g := range groups {
+				if g.IsDir() {
+					_ = os.Remove(filepath.Join(dir, g.Name())) // a group with processes stays
+				}
 			}
 		}
-	}
-	for _, r := range roots {
-		_ = os.Remove(filepath.Join(r, "threadbox-gvisor", hostdirs.SafeID(b.cfg.Instance)))
+		_ = os.Remove(dir)
 		_ = os.Remove(filepath.Join(r, "threadbox-gvisor"))
 	}
+}
+
+// removeGroups deletes the control groups of the containers cids where
+// runsc left them; a group with processes stays.
+func (b *Backend) removeGroups(cids []string) {
+	for _, r := range b.cgroupRoots() {
+		for _, cid := range cids {
+			_ = os.Remove(filepath.Join(r, "threadbox-gvisor", hostdirs.SafeID(b.cfg.Instance), cid))
+		}
+	}
+}
+
+// cgroupRoots returns the roots of the hierarchies runsc makes the
+// sandboxes' groups in: the cgroup v2 mount, or each v1 controller's.
+func (b *Backend) cgroupRoots() []string {
+	if b.cgroupV2() {
+		return []string{b.cfg.CgroupRoot}
+	}
+	entries, _ := os.ReadDir(b.cfg.CgroupRoot)
+	var roots []string
+	for _, e := range entries {
+		if e.IsDir() {
+			roots = append(roots, filepath.Join(b.cfg.CgroupRoot, e.Name()))
+		}
+	}
+	return roots
 }
 
 var _ sandbox.Backend = (*Backend)(nil)
@@ -889,6 +919,6 @@ func RemoveInstance(ctx context.Context, instance string) error {
 		b.removeView(filepath.Join(b.cfg.PoolDir, p.Name()))
 	}
 	_ = os.Remove(b.cfg.PoolDir)
-	b.removeCgroupParents()
+	b.removeCgroupParents(true)
 	return errors.Join(errs...)
 }

@@ -164,6 +164,7 @@ func (b *Backend) dropReady(r *readyBox) {
 	}
 	r.relay.kill()
 	r.relay.wait()
+	b.removeGroups([]string{r.cid})
 	_ = os.RemoveAll(r.bundle)
 	b.removeView(r.view)
 	b.cidsMu.Lock()
