@@ -14,6 +14,9 @@ import (
 	"threadbox/infra/sandbox/sandboxtest"
 )
 
+// TestMain removes the agent binary the tests built once they end.
+func TestMain(m *testing.M) { sandboxtest.Main(m) }
+
 // TestConformance runs the backend conformance suite (infra/sandboxtest)
 // against the Docker backend under every runtime of SANDBOX_TEST_RUNTIMES
 // (default "runc"; CI sets "runc,runsc"). Under CI=true a missing daemon,

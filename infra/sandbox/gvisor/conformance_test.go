@@ -15,6 +15,9 @@ import (
 	"threadbox/infra/sandbox/sandboxtest"
 )
 
+// TestMain removes the agent binary the tests built once they end.
+func TestMain(m *testing.M) { sandboxtest.Main(m) }
+
 // These tests run real gVisor sandboxes. They need root, runsc and the
 // sandbox root filesystem (THREADBOX_ROOTFS or the cache of
 // sandbox/build-offline.sh, as the local backend's). Under CI=true a

@@ -20,6 +20,9 @@ import (
 	"threadbox/infra/sandbox/sandboxtest"
 )
 
+// TestMain removes the agent binary the tests built once they end.
+func TestMain(m *testing.M) { sandboxtest.Main(m) }
+
 // These tests run real bubblewrap jails. They need root (for the jail's
 // cgroups and the loop-mounted disk quota), bwrap and the sandbox root
 // filesystem. Under CI=true a missing prerequisite fails them; otherwise

@@ -14,6 +14,9 @@ import (
 	"threadbox/infra/sandbox/sandboxtest"
 )
 
+// TestMain removes the agent binary the tests built once they end.
+func TestMain(m *testing.M) { sandboxtest.Main(m) }
+
 // These tests boot real VMs under QEMU. They need root, the guest
 // artefacts with their QEMU (`make microvm-guest`) and the sandbox root
 // filesystem (THREADBOX_ROOTFS or the cache of sandbox/build-offline.sh).

@@ -24,11 +24,25 @@ func Need(t testing.TB, format string, args ...any) {
 var (
 	agentOnce sync.Once
 	agentBin  string
+	agentDir  string // the folder of the agent AgentBin built, if it did
 	agentErr  error
 )
 
+// Main runs a package's tests, then removes the agent binary AgentBin
+// built for them, so that a test run leaves nothing in the temporary
+// folder. A package whose tests call AgentBin has
+// func TestMain(m *testing.M) { sandboxtest.Main(m) }.
+func Main(m *testing.M) {
+	code := m.Run()
+	if agentDir != "" {
+		_ = os.RemoveAll(agentDir)
+	}
+	os.Exit(code)
+}
+
 // AgentBin returns the absolute path of $THREADBOX_AGENT_BIN, or else of a
-// fresh static build of cmd/threadbox-agent made once per test binary.
+// fresh static build of cmd/threadbox-agent made once per test binary
+// (which Main removes at the end).
 func AgentBin(t testing.TB) string {
 	t.Helper()
 	agentOnce.Do(func() {
@@ -43,6 +57,7 @@ func AgentBin(t testing.TB) string {
 			agentErr = err
 			return
 		}
+		agentDir = dir
 		// Jails run as uid 1000 and bind the agent from here.
 		if err := os.Chmod(dir, 0o755); err != nil {
 			agentErr = err
