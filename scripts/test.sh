@@ -7,6 +7,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# What the host holds before the run, to tell at the end what the run left
+# behind (scripts/leaks.sh): a leak fails the run.
+leaks_before=$(mktemp)
+bash scripts/leaks.sh list > "$leaks_before"
+
 pgdir=""
 k8s_up=""
 k8s_pid=""
@@ -23,6 +28,10 @@ cleanup() {
     else pg_ctl -D "$pgdir/data" -m immediate stop >/dev/null 2>&1 || true; fi
     rm -rf "$pgdir"
   fi
+  leaked=0
+  bash scripts/leaks.sh check "$leaks_before" || leaked=1
+  rm -f "$leaks_before"
+  if [ "$leaked" = 1 ]; then exit 1; fi
 }
 trap cleanup EXIT
 
