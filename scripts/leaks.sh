@@ -26,14 +26,21 @@ list() {
     ip netns list 2>/dev/null | awk '{print "netns " $1}'
   fi
   # Processes by program name; a process is its pid and start time, so a
-  # pid used again is a new process.
+  # pid used again is a new process. Sandboxes, VMs, browsers and servers
+  # count wherever they run; common programs (node, python3, sleep, socat)
+  # only in the run's own session (LEAKS_SID), so that another user's
+  # shell on the machine is not taken for the run's.
   for p in /proc/[0-9]*; do
     comm=$(cat "$p/comm" 2>/dev/null) || continue
+    stat=$(cat "$p/stat" 2>/dev/null) || continue
+    stat=${stat##*) } # the fields after the command's name, from the state on
     case "$comm" in
-      qemu-system-*|virtiofsd|runsc*|threadbox*|chromium|chrome|chromedriver|headless_shell|haproxy|postgres|etcd|kube*|containerd*|versitygw|node|python3|sleep|socat)
-        start=$(awk '{print $22}' "$p/stat" 2>/dev/null) || continue
-        echo "process ${p#/proc/}@$start $comm" ;;
+      qemu-system-*|virtiofsd|runsc*|threadbox*|chromium|chrome|chromedriver|headless_shell|haproxy|postgres|etcd|kube*|containerd*|versitygw) ;;
+      node|python3|sleep|socat)
+        [ -n "${LEAKS_SID:-}" ] && [ "$(echo "$stat" | awk '{print $4}')" = "$LEAKS_SID" ] || continue ;;
+      *) continue ;;
     esac
+    echo "process ${p#/proc/}@$(echo "$stat" | awk '{print $20}') $comm"
   done
   # Lock files stay by design: the next build takes the same lock.
   find /tmp -mindepth 1 -maxdepth 1 \( -name 'threadbox*' -o -name 'Test*' -o -name 'Fuzz*' \

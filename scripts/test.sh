@@ -10,6 +10,8 @@ cd "$(dirname "$0")/.."
 # What the host holds before the run, to tell at the end what the run left
 # behind (scripts/leaks.sh): a leak fails the run.
 leaks_before=$(mktemp)
+LEAKS_SID=$(ps -o sid= -p $$ | tr -d ' ')
+export LEAKS_SID
 bash scripts/leaks.sh list > "$leaks_before"
 
 pgdir=""
