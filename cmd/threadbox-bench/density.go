@@ -229,14 +229,25 @@ func removeStaleDensityData() {
 }
 
 // removeDensity removes every container of the section's instance and of
-// its baseline, even when ctx was cancelled (an interrupt).
+// its baseline, even when ctx was cancelled (an interrupt). A daemon
+// loaded by a thousand removals may take longer than one round's 10
+// minutes, so a round that ran out of time is followed by another, up to
+// three each.
 func removeDensity(ctx context.Context, instance string) {
 	fmt.Fprintln(os.Stderr, "bench: density: removing the section's containers")
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Minute)
-	defer cancel()
 	for _, inst := range []string{instance, instance + "-bare"} {
-		if err := docker.RemoveInstance(rctx, inst); err != nil {
-			fmt.Fprintln(os.Stderr, "bench: density: removing:", err)
+		for round := 1; ; round++ {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Minute)
+			err := docker.RemoveInstance(rctx, inst)
+			cancel()
+			if err == nil {
+				break
+			}
+			if !errors.Is(err, context.DeadlineExceeded) || round == 3 {
+				fmt.Fprintln(os.Stderr, "bench: density: removing:", err)
+				break
+			}
+			fmt.Fprintln(os.Stderr, "bench: density: still removing after", round*10, "minutes")
 		}
 	}
 }
