@@ -11,13 +11,29 @@ import (
 
 // Backoff bounds of the dialer: the first retry comes quickly (the host
 // listens before the sandbox starts), later ones at most every maxRedial.
+// A host gone for longer than awayRedial (stopped without its sandboxes,
+// or dead) is dialed at most every awayMaxRedial: a thousand sandboxes left
+// so dialing four times a second kept both CPUs of a 2-CPU host busy. A
+// host adopting its sandboxes waits 3 s for each agent's dial, which
+// awayMaxRedial stays well under.
 const (
-	minRedial = 5 * time.Millisecond
-	maxRedial = 250 * time.Millisecond
+	minRedial     = 5 * time.Millisecond
+	maxRedial     = 250 * time.Millisecond
+	awayRedial    = 30 * time.Second
+	awayMaxRedial = time.Second
 	// sessionDrain bounds the wait for the commands of an ended connection
 	// to exit before the next connection is served.
 	sessionDrain = 2 * time.Second
 )
+
+// nextRedial returns the wait before the dial after one that failed
+// having waited wait, when the host has been away for away.
+func nextRedial(wait, away time.Duration) time.Duration {
+	if away >= awayRedial {
+		return min(2*wait, awayMaxRedial)
+	}
+	return min(2*wait, maxRedial)
+}
 
 // dialer serves the protocol on connections it makes to the host's unix
 // socket, one at a time, with one server for the agent's life. When a
@@ -49,6 +65,7 @@ func (d *dialer) current() *server {
 // loop dials, serves and dials again until ctx ends.
 func (d *dialer) loop(ctx context.Context) error {
 	wait := minRedial
+	lost := time.Now() // since when no host is connected
 	for {
 		conn, err := (&net.Dialer{}).DialContext(ctx, "unix", d.cfg.dial)
 		if err != nil {
@@ -61,7 +78,7 @@ func (d *dialer) loop(ctx context.Context) error {
 				return nil
 			case <-time.After(wait):
 			}
-			wait = min(2*wait, maxRedial)
+			wait = nextRedial(wait, time.Since(lost))
 			continue
 		}
 		wait = minRedial
@@ -85,5 +102,6 @@ func (d *dialer) loop(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
+		lost = time.Now()
 	}
 }

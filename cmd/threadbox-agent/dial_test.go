@@ -151,3 +151,24 @@ func TestDialWithoutSessions(t *testing.T) {
 		t.Fatalf("ping on the new connection: %v %d", f.Type, f.ID)
 	}
 }
+
+// TestNextRedial: the dialer backs off from 5 ms to 250 ms while its host
+// has been away for less than 30 s (a restart, which adopts the sandbox
+// again), and to 1 s after (a host stopped without its sandboxes), which a
+// host adopting sandboxes still finds within its 3 s wait.
+func TestNextRedial(t *testing.T) {
+	for _, tc := range []struct {
+		wait, away, want time.Duration
+	}{
+		{minRedial, 0, 10 * time.Millisecond},
+		{160 * time.Millisecond, time.Second, maxRedial},
+		{maxRedial, 29 * time.Second, maxRedial},
+		{maxRedial, awayRedial, 500 * time.Millisecond},
+		{500 * time.Millisecond, time.Minute, awayMaxRedial},
+		{awayMaxRedial, time.Hour, awayMaxRedial},
+	} {
+		if got := nextRedial(tc.wait, tc.away); got != tc.want {
+			t.Errorf("nextRedial(%v, away %v) = %v, want %v", tc.wait, tc.away, got, tc.want)
+		}
+	}
+}
