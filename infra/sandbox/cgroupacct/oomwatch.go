@@ -235,12 +235,6 @@ func (w *OOMWatch) Kills() int64 {
 	return w.kills.Load()
 }
 
-// Killed reports whether the group ran out of memory since the watch
-// began.
-func (w *OOMWatch) Killed() bool {
-	return w != nil && w.kills.Load() > w.base[1]
-}
-
 // Close stops watching, with a last look at the group's counts: a kill
 // whose event the watch had not read yet still counts while the group's
 // file reads.
