@@ -83,16 +83,33 @@ else
     log "starting docker.service"
     $SUDO systemctl start docker || true
   fi
-  if ! running; then
-    log "starting dockerd in the background (log: /var/log/dockerd.log)"
-    $SUDO rm -f /var/run/docker.pid
-    # setsid: the daemon outlives this script and the shell that ran it.
-    $SUDO setsid nohup dockerd >>/var/log/dockerd.log 2>&1 </dev/null &
-  fi
 fi
-for i in $(seq 1 60); do
+start_dockerd() {
+  $SUDO rm -f /var/run/docker.pid
+  # setsid: the daemon outlives this script and the shell that ran it.
+  $SUDO setsid nohup dockerd >>/var/log/dockerd.log 2>&1 </dev/null &
+}
+# A containerd whose container shims were killed (a host whose processes
+# were all ended while containers ran) cleans up after each dead shim before
+# it answers, about 0.1 s apiece; dockerd gives it 15 s and exits. The work
+# done is kept, so the daemon is started again until it comes up: a host
+# that ended a thousand containers this way needs a few starts.
+if ! running && ! pgrep -x dockerd >/dev/null; then
+  log "starting dockerd in the background (log: /var/log/dockerd.log)"
+  start_dockerd
+fi
+starts=1
+for i in $(seq 1 600); do
   if running; then break; fi
   sleep 1
+  if running; then break; fi
+  if ! pgrep -x dockerd >/dev/null && [ "$starts" -lt 20 ]; then
+    log "dockerd exited before it answered ($(tail -n 1 /var/log/dockerd.log | cut -c1-120)); starting it again"
+    start_dockerd
+    starts=$((starts + 1))
+  fi
+  # A daemon that neither answers nor exits within a minute is stuck.
+  if [ "$i" -ge 60 ] && [ "$starts" -eq 1 ]; then break; fi
 done
 if ! running; then
   log "dockerd did not come up; last log lines:"

@@ -3,7 +3,9 @@
 #   leaks.sh list         prints the host's current state, a line a thing
 #   leaks.sh check FILE   prints what is there now and was not in FILE (a
 #                         list taken before the run) and exits 1 if anything
-# Looked at: Docker containers, the control groups threadbox's backends make
+# Looked at: Docker containers and containerd's state folders of their
+# tasks (a container removed while its shim was killed keeps one, and each
+# slows the next containerd start), the control groups threadbox's backends make
 # (below their shared parent folders, which stay for the next instance),
 # mounts, loop devices, network namespaces, processes of the programs the
 # tests start (sandboxes, VMs, browsers, servers), and the temporary
@@ -16,6 +18,8 @@ list() {
   if command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1; then
     docker ps -aq --no-trunc | sed 's/^/container /'
   fi
+  find /run/docker/containerd/daemon/io.containerd.runtime.v2.task /run/containerd/io.containerd.runtime.v2.task \
+    -mindepth 2 -maxdepth 2 -type d 2>/dev/null | sed 's/^/task /'
   find /sys/fs/cgroup -mindepth 2 -maxdepth 4 -type d \
     \( -path '/sys/fs/cgroup/threadbox-*/*' -o -path '/sys/fs/cgroup/*/threadbox-*/*' \) 2>/dev/null | sed 's/^/cgroup /'
   awk '{print "mount " $5}' /proc/self/mountinfo
