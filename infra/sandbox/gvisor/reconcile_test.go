@@ -7,8 +7,10 @@ import (
 	"path/filepath"
 	"strconv"
 	"testing"
+	"time"
 
 	"threadbox/domain/sandbox"
+	"threadbox/infra/sandbox/hostdirs"
 )
 
 // created makes a runsc container of be that is created but not started,
@@ -86,16 +88,11 @@ func TestReconcileLeavesWhatLiveBackendsMake(t *testing.T) {
 		delete(a.cids, ownBoot)
 		a.cidsMu.Unlock()
 	})
-	// A maker that ended: a process that has exited.
-	done := exec.Command("true")
-	if err := done.Run(); err != nil {
-		t.Fatal(err)
+	leftover := created(t, a, "left-by-a-dead-server", deadOwner(t))
+	groups := a.groupsOf(leftover)
+	if len(groups) == 0 {
+		t.Fatal("the container left by a dead server has no control group to look for")
 	}
-	dead := owner{pid: done.ProcessState.Pid(), start: "1", token: "ended"}
-	if start, ok := processStart(dead.pid); ok {
-		dead.start = start + "0" // the pid was given again: another process
-	}
-	leftover := created(t, a, "left-by-a-dead-server", dead)
 	if st, ok := listedStatus(t, a, othersBoot); !ok || st == "running" {
 		t.Fatalf("the container being made elsewhere is %q (listed %v), want created", st, ok)
 	}
@@ -116,6 +113,74 @@ func TestReconcileLeavesWhatLiveBackendsMake(t *testing.T) {
 	if len(removed) != 1 || removed[0] != "left-by-a-dead-server" {
 		t.Errorf("removed %v, want [left-by-a-dead-server]", removed)
 	}
+	if left := a.groupsOf(leftover); len(left) > 0 {
+		t.Errorf("Reconcile left the control groups of the container it removed: %v", left)
+	}
+}
+
+// deadOwner returns the owner of a maker that ended: a process that has
+// exited.
+func deadOwner(t *testing.T) owner {
+	t.Helper()
+	done := exec.Command("true")
+	if err := done.Run(); err != nil {
+		t.Fatal(err)
+	}
+	dead := owner{pid: done.ProcessState.Pid(), start: "1", token: "ended"}
+	if start, ok := processStart(dead.pid); ok {
+		dead.start = start + "0" // the pid was given again: another process
+	}
+	return dead
+}
+
+// TestReconcileRemovesTheReadyContainerOfADeadServer: a container kept
+// ready for restores by a server that was killed (created under its relay,
+// never started) is removed by the next server's Reconcile with its relay
+// and control groups.
+func TestReconcileRemovesTheReadyContainerOfADeadServer(t *testing.T) {
+	killed := newTestBackend(t, Config{})
+	killed.self = deadOwner(t) // its containers say their maker ended
+	r, err := killed.makeReady(nil, killed.limits(sandbox.Limits{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { killed.dropReady(r) })
+	if len(killed.groupsOf(r.cid)) == 0 {
+		t.Fatal("the ready container has no control group to look for")
+	}
+	next := newTestBackend(t, Config{Settings: killed.cfg.Settings, StateDir: killed.cfg.StateDir, PoolDir: t.TempDir()})
+	if _, _, err := next.Reconcile(context.Background(), func(string) sandbox.Verdict { return sandbox.Drop }); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := listedStatus(t, next, r.cid); ok {
+		t.Error("Reconcile left the ready container of a server that ended")
+	}
+	exited := make(chan struct{})
+	go func() {
+		r.relay.wait()
+		close(exited)
+	}()
+	select {
+	case <-exited:
+	case <-time.After(10 * time.Second):
+		t.Error("Reconcile left the ready container's relay running")
+	}
+	if left := next.groupsOf(r.cid); len(left) > 0 {
+		t.Errorf("Reconcile left the control groups of the ready container: %v", left)
+	}
+}
+
+// groupsOf returns the control group folders of the runsc container cid
+// that exist.
+func (b *Backend) groupsOf(cid string) []string {
+	var out []string
+	for _, r := range b.cgroupRoots() {
+		dir := filepath.Join(r, "threadbox-gvisor", hostdirs.SafeID(b.cfg.Instance), cid)
+		if _, err := os.Stat(dir); err == nil {
+			out = append(out, dir)
+		}
+	}
+	return out
 }
 
 // TestOwner: the owner annotation reads back, and tells a live process
