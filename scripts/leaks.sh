@@ -18,8 +18,9 @@ list() {
   if command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1; then
     docker ps -aq --no-trunc | sed 's/^/container /'
   fi
-  find /run/docker/containerd/daemon/io.containerd.runtime.v2.task /run/containerd/io.containerd.runtime.v2.task \
-    -mindepth 2 -maxdepth 2 -type d 2>/dev/null | sed 's/^/task /'
+  # (find fails on a folder that is not there: the other may be.)
+  { find /run/docker/containerd/daemon/io.containerd.runtime.v2.task /run/containerd/io.containerd.runtime.v2.task \
+    -mindepth 2 -maxdepth 2 -type d 2>/dev/null || true; } | sed 's/^/task /'
   find /sys/fs/cgroup -mindepth 2 -maxdepth 4 -type d \
     \( -path '/sys/fs/cgroup/threadbox-*/*' -o -path '/sys/fs/cgroup/*/threadbox-*/*' \) 2>/dev/null | sed 's/^/cgroup /'
   awk '{print "mount " $5}' /proc/self/mountinfo
