@@ -12,7 +12,10 @@ cd "$(dirname "$0")/.."
 leaks_before=$(mktemp)
 LEAKS_SID=$(ps -o sid= -p $$ | tr -d ' ')
 export LEAKS_SID
-bash scripts/leaks.sh list > "$leaks_before"
+if ! bash scripts/leaks.sh list > "$leaks_before"; then
+  echo "test: scripts/leaks.sh could not list what the host holds" >&2
+  exit 1
+fi
 
 pgdir=""
 k8s_up=""
