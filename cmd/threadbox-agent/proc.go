@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -54,6 +55,9 @@ type proc struct {
 	mu       sync.Mutex
 	exited   bool
 	timedOut bool
+	// stage is where run is, for the log of a command that outlives its
+	// kill (logStuck).
+	stage atomic.Value // string
 }
 
 // startProc starts the command of req and registers it with the reaper.
@@ -242,7 +246,9 @@ func (p *proc) run() {
 		timer = time.AfterFunc(time.Duration(p.req.TimeoutMillis)*time.Millisecond, p.timeout)
 	}
 
+	p.stage.Store("running")
 	ex := <-p.status
+	p.stage.Store("reading its last output")
 	ws := ex.status
 	elapsed := time.Since(p.begun)
 	p.mu.Lock()
@@ -283,6 +289,7 @@ func (p *proc) run() {
 		}
 	}
 	if p.outDir != "" {
+		p.stage.Store("collecting its output files")
 		files, err := moveOutputs(p.outDir, p.s.cfg.outputs)
 		// Files the command wrote straight into the outputs folder are
 		// its outputs too.
@@ -297,7 +304,9 @@ func (p *proc) run() {
 		}
 	}
 	p.s.remove(p.id)
+	p.stage.Store("sending its exit")
 	p.s.sendExit(p, exit)
+	p.stage.Store("ended")
 }
 
 // drain waits, once the command exited, until its output is read to the
@@ -383,6 +392,61 @@ func (p *proc) timeout() {
 			_ = syscall.Kill(-p.pid, syscall.SIGKILL)
 		}
 	})
+	time.AfterFunc(p.s.cfg.grace+stuckAfter, p.logStuck)
+}
+
+// stuckAfter is how long past its grace a timed-out command may go on
+// before the agent logs what holds it. The host gives the sandbox up when
+// a command outlives its timeout by 30 s (agent.DefaultOverrun).
+const stuckAfter = 10 * time.Second
+
+// logStuck logs, when the timed-out command p has not ended, where its end
+// is and the processes left in its group with their states and what they
+// wait in: one the kernel cannot kill (state D) waits on something
+// outside the sandbox, such as a file server that does not answer.
+func (p *proc) logStuck() {
+	stage, _ := p.stage.Load().(string)
+	if stage == "ended" {
+		return
+	}
+	p.s.log.Warn("agent: timed-out command not ended", "id", p.id, "pid", p.pid, "stage", stage, "group", groupStates("/proc", p.pid))
+}
+
+// groupStates describes the processes of the process group pgid under
+// the proc file system at root: "pid (name) state wchan", "; "-separated.
+func groupStates(root string, pgid int) string {
+	entries, _ := os.ReadDir(root)
+	var out []string
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile(filepath.Join(root, e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		s := string(stat)
+		i := strings.LastIndexByte(s, ')')
+		if i < 0 {
+			continue
+		}
+		// After the name: state, ppid, pgrp.
+		f := strings.Fields(s[i+1:])
+		if len(f) < 3 || f[2] != strconv.Itoa(pgid) {
+			continue
+		}
+		wchan, _ := os.ReadFile(filepath.Join(root, e.Name(), "wchan"))
+		desc := fmt.Sprintf("%d %s %s", pid, s[strings.IndexByte(s, '('):i+1], f[0])
+		if w := strings.TrimSpace(string(wchan)); w != "" && w != "0" {
+			desc += " in " + w
+		}
+		out = append(out, desc)
+	}
+	if len(out) == 0 {
+		return "none"
+	}
+	return strings.Join(out, "; ")
 }
 
 // control applies a Stdin, CloseStdin, Resize or Signal frame.
