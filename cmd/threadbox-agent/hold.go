@@ -100,18 +100,24 @@ func (s *server) sendOutput(p *proc, t protocol.Type, b []byte) {
 	}
 }
 
-// sendExit writes p's Exit frame.
-func (s *server) sendExit(p *proc, exit protocol.Exit) {
+// sendExit writes p's Exit frame, and says why when it could not: the
+// command's connection ended, or the host's is broken.
+func (s *server) sendExit(p *proc, exit protocol.Exit) (unsent string) {
 	b, err := protocol.Encode(exit)
 	if err != nil {
 		s.log.Error("agent: encode", "type", protocol.TypeExit, "err", err)
-		return
+		return "not encoded"
 	}
 	s.outMu.Lock()
 	defer s.outMu.Unlock()
-	if s.procFrameLocked(p) {
-		s.writeLocked(protocol.TypeExit, p.id, b)
+	if !s.procFrameLocked(p) {
+		return "its connection ended"
 	}
+	s.writeLocked(protocol.TypeExit, p.id, b)
+	if s.outBroken || s.out == nil {
+		return "the host's connection is broken"
+	}
+	return ""
 }
 
 // procFrameLocked reports whether a frame of p may be written to the

@@ -305,7 +305,10 @@ func (p *proc) run() {
 	}
 	p.s.remove(p.id)
 	p.stage.Store("sending its exit")
-	p.s.sendExit(p, exit)
+	if why := p.s.sendExit(p, exit); why != "" {
+		p.stage.Store("exit not sent: " + why)
+		return
+	}
 	p.stage.Store("ended")
 }
 
@@ -400,10 +403,11 @@ func (p *proc) timeout() {
 // a command outlives its timeout by 30 s (agent.DefaultOverrun).
 const stuckAfter = 10 * time.Second
 
-// logStuck logs, when the timed-out command p has not ended, where its end
-// is and the processes left in its group with their states and what they
-// wait in: one the kernel cannot kill (state D) waits on something
-// outside the sandbox, such as a file server that does not answer.
+// logStuck logs, when the timed-out command p has not ended (or its exit
+// was not sent), where its end is and the processes left in its group
+// with their states and what they wait in: one the kernel cannot kill
+// (state D) waits on something outside the sandbox, such as a file server
+// that does not answer.
 func (p *proc) logStuck() {
 	stage, _ := p.stage.Load().(string)
 	if stage == "ended" {

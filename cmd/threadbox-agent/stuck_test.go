@@ -10,6 +10,9 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
+
+	"threadbox/infra/sandbox/agent/protocol"
 )
 
 // TestGroupStates: the processes of one group are described with their
@@ -51,8 +54,14 @@ func TestGroupStates(t *testing.T) {
 	must(t, cmd.Start())
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	pid := cmd.Process.Pid
+	// Once it went to sleep (it runs for a moment after its start).
 	want := fmt.Sprintf("%d (sleep) S", pid)
-	if got := groupStates("/proc", pid); !strings.HasPrefix(got, want) {
+	got := groupStates("/proc", pid)
+	for deadline := time.Now().Add(5 * time.Second); !strings.HasPrefix(got, want) && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+		got = groupStates("/proc", pid)
+	}
+	if !strings.HasPrefix(got, want) {
 		t.Errorf("groupStates of a sleeping command = %q, want it to start with %q", got, want)
 	}
 }
@@ -74,5 +83,21 @@ func TestLogStuck(t *testing.T) {
 	p.logStuck()
 	if buf.Len() != 0 {
 		t.Errorf("a command that ended was logged: %q", buf.String())
+	}
+}
+
+// TestLogStuckExitNotSent: a timed-out command whose exit could not be
+// sent is logged with the reason.
+func TestLogStuckExitNotSent(t *testing.T) {
+	var buf bytes.Buffer
+	s := &server{log: slog.New(slog.NewTextHandler(&buf, nil)), gen: 2}
+	p := &proc{s: s, id: 9, pid: 999999999, gen: 1}
+	if why := s.sendExit(p, protocol.Exit{}); why != "its connection ended" {
+		t.Fatalf("sendExit of a command of an ended connection: %q", why)
+	}
+	p.stage.Store("exit not sent: its connection ended")
+	p.logStuck()
+	if got := buf.String(); !strings.Contains(got, `stage="exit not sent: its connection ended"`) {
+		t.Errorf("log of a command whose exit was not sent: %q", got)
 	}
 }
