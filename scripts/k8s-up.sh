@@ -21,6 +21,9 @@
 #                 pids field, so this node setting is how SANDBOX_PIDS is
 #                 enforced (threadbox's K8S_POD_PIDS_LIMIT declares it)
 #   THREADBOX_AGENT_BIN  static agent for the agent image (default: built)
+# With --status it starts nothing and exits 0 when the cluster of K8S_STATE
+# is up and every daemon of it runs. A state folder whose daemons are gone
+# (the host's processes were ended) is torn down before a new bring-up.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 repo="$(cd "$here/.." && pwd)"
@@ -37,10 +40,30 @@ say() { echo "k8s-up: $* ($(( $(date +%s) - start ))s)" >&2; }
 die() { echo "k8s-up: $*" >&2; exit 1; }
 
 [ "$(id -u)" = 0 ] || die "must run as root"
-if [ -f "$STATE/up" ]; then
+# alive: the state folder records a cluster that came up, and every daemon
+# it lists still runs.
+alive() {
+  [ -f "$STATE/up" ] || return 1
+  local f st
+  for f in "$STATE"/*.pid; do
+    [ -f "$f" ] || continue
+    # Running, not a zombie its parent has not reaped.
+    st=$(ps -o stat= -p "$(cat "$f")" 2>/dev/null) || return 1
+    case "$st" in Z*|"") return 1 ;; esac
+  done
+}
+# --status: exits 0 when a cluster is up and alive, and starts nothing.
+if [ "${1:-}" = --status ]; then alive; exit; fi
+if alive; then
   say "already up (scripts/k8s-down.sh ends it)"
   echo "$STATE/admin.kubeconfig"
   exit 0
+fi
+if [ -f "$STATE/up" ]; then
+  # A host whose processes were all ended keeps the state folder (/run)
+  # of a cluster whose daemons are gone: what is left goes first.
+  say "the last cluster's daemons are gone: tearing down what is left of it"
+  K8S_STATE="$STATE" K8S_CACHE="$CACHE" bash "$here/k8s-down.sh" >&2 || true
 fi
 for p in etcd containerd runc ctr socat openssl gcc nsenter python3; do
   command -v "$p" >/dev/null || die "$p missing (apt-get install etcd-server containerd runc socat openssl gcc util-linux python3)"

@@ -70,7 +70,8 @@ export THREADBOX_AGENT_BIN="${THREADBOX_AGENT_BIN:-$PWD/bin/threadbox-agent}"
 # kubernetes tests fail under CI=true and skip elsewhere.
 k8s_start() {
   if [ -z "${THREADBOX_K8S_KUBECONFIG:-}" ] && [ "${THREADBOX_K8S:-on}" != off ] && [ "$(id -u)" = 0 ]; then
-    if [ ! -f "${K8S_STATE:-/run/threadbox-k8s}/up" ]; then k8s_up=1; fi
+    # A cluster up and alive before the run is left up after it.
+    if ! bash scripts/k8s-up.sh --status; then k8s_up=1; fi
     k8s_out=$(mktemp)
     bash scripts/k8s-up.sh > "$k8s_out" &
     k8s_pid=$!
