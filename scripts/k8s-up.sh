@@ -100,6 +100,8 @@ wait_for() {
 }
 
 say "network namespace $NS"
+# One of an earlier cluster whose state folder is gone is this script's own.
+ip netns delete $NS 2>/dev/null || true
 ip netns add $NS
 echo $NS >"$STATE/netns"
 ip -n $NS link set lo up
