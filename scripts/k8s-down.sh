@@ -68,17 +68,34 @@ for root in "$STATE" "$CACHE/containerd-root"; do
 done
 [ -d "$STATE/kubelet" ] && { umount "$STATE/kubelet" 2>/dev/null || true; }
 
-# The pods' network namespaces (found above) and the node's.
+# The pods' network namespaces: those found above through containerd's
+# tasks, and those the CNI plugin recorded (scripts/k8s/cni-none), which
+# are all there is when the cluster's containerd is gone.
 for f in /run/netns/cni-*; do
   [ -e "$f" ] || continue
   ino=$(stat -L -c %i "$f" 2>/dev/null) || continue
   grep -qx "$ino" "$STATE/pod-netns" 2>/dev/null && ip netns delete "$(basename "$f")" 2>/dev/null
 done
+if [ -f "$STATE/pod-netns-paths" ]; then
+  while read -r f; do
+    case "$f" in /run/netns/cni-* | /var/run/netns/cni-*) [ -e "$f" ] && ip netns delete "$(basename "$f")" 2>/dev/null ;; esac
+  done <"$STATE/pod-netns-paths"
+fi
 [ -f "$STATE/netns" ] && ip netns delete "$(cat "$STATE/netns")" 2>/dev/null
 
-# The kubelet's pod cgroups (cgroupfs driver), once empty: rmdir removes
-# only cgroups without processes.
+# The kubelet's pod cgroups (cgroupfs driver). A pod's processes whose
+# shim is gone (the host's processes were ended, but not all) are still in
+# them: they are killed first, then rmdir removes the empty groups.
 if [ -f "$STATE/kubelet.yaml" ]; then
+  left=$(cat /sys/fs/cgroup/*/kubepods/cgroup.procs /sys/fs/cgroup/*/kubepods/*/cgroup.procs \
+    /sys/fs/cgroup/*/kubepods/*/*/cgroup.procs /sys/fs/cgroup/*/kubepods/*/*/*/cgroup.procs \
+    /sys/fs/cgroup/kubepods/cgroup.procs /sys/fs/cgroup/kubepods/*/cgroup.procs \
+    /sys/fs/cgroup/kubepods/*/*/cgroup.procs /sys/fs/cgroup/kubepods/*/*/*/cgroup.procs 2>/dev/null | sort -u)
+  if [ -n "$left" ]; then
+    say "killing the pods' processes left in their groups: $(echo $left)"
+    kill -KILL $left 2>/dev/null
+    sleep 1
+  fi
   for d in /sys/fs/cgroup/*/kubepods /sys/fs/cgroup/kubepods; do
     [ -d "$d" ] && find "$d" -depth -type d -exec rmdir {} \; 2>/dev/null
   done
