@@ -86,6 +86,11 @@ else
 fi
 start_dockerd() {
   $SUDO rm -f /var/run/docker.pid
+  # The log is appended to at every start: past 64 MiB it becomes
+  # dockerd.log.1 (one older generation kept) and a new one starts.
+  if [ "$(stat -c %s /var/log/dockerd.log 2>/dev/null || echo 0)" -gt $((64 << 20)) ]; then
+    $SUDO mv -f /var/log/dockerd.log /var/log/dockerd.log.1
+  fi
   # setsid: the daemon outlives this script and the shell that ran it.
   $SUDO setsid nohup dockerd >>/var/log/dockerd.log 2>&1 </dev/null &
 }
