@@ -417,31 +417,15 @@ func (p *proc) logStuck() {
 }
 
 // groupStates describes the processes of the process group pgid under
-// the proc file system at root: "pid (name) state wchan", "; "-separated.
+// the proc file system at root: "pid (name) state in wchan", "; "-separated.
 func groupStates(root string, pgid int) string {
-	entries, _ := os.ReadDir(root)
 	var out []string
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
+	for _, p := range readProcs(root) {
+		if p.pgrp != pgid {
 			continue
 		}
-		stat, err := os.ReadFile(filepath.Join(root, e.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		s := string(stat)
-		i := strings.LastIndexByte(s, ')')
-		if i < 0 {
-			continue
-		}
-		// After the name: state, ppid, pgrp.
-		f := strings.Fields(s[i+1:])
-		if len(f) < 3 || f[2] != strconv.Itoa(pgid) {
-			continue
-		}
-		wchan, _ := os.ReadFile(filepath.Join(root, e.Name(), "wchan"))
-		desc := fmt.Sprintf("%d %s %s", pid, s[strings.IndexByte(s, '('):i+1], f[0])
+		desc := fmt.Sprintf("%d %s %s", p.pid, p.name, p.state)
+		wchan, _ := os.ReadFile(filepath.Join(root, strconv.Itoa(p.pid), "wchan"))
 		if w := strings.TrimSpace(string(wchan)); w != "" && w != "0" {
 			desc += " in " + w
 		}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/binary"
 	"errors"
 	"flag"
@@ -14,7 +13,6 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -199,25 +197,10 @@ func runRelay(args []string) int {
 // killChildren sends SIGKILL to every child of the relay: the sandbox's
 // processes, reparented to it.
 func killChildren() {
-	self := strconv.Itoa(os.Getpid())
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		data, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		// The command name (field 2) is in parentheses and may hold spaces;
-		// the parent's pid is field 4.
-		i := bytes.LastIndexByte(data, ')')
-		if i < 0 {
-			continue
-		}
-		if f := strings.Fields(string(data[i+1:])); len(f) > 1 && f[1] == self {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
+	self := os.Getpid()
+	for _, p := range readProcs("/proc") {
+		if p.ppid == self {
+			_ = syscall.Kill(p.pid, syscall.SIGKILL)
 		}
 	}
 }

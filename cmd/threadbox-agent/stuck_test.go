@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -99,5 +100,42 @@ func TestLogStuckExitNotSent(t *testing.T) {
 	p.logStuck()
 	if got := buf.String(); !strings.Contains(got, `stage="exit not sent: its connection ended"`) {
 		t.Errorf("log of a command whose exit was not sent: %q", got)
+	}
+}
+
+// TestReadProcs: the stat of each process is read for its name (which may
+// hold spaces and parentheses), state, parent and group; an entry that is
+// not a process or whose stat does not parse is left out, and a real child
+// of this process is found with its parent (what the relay's killChildren
+// picks its targets by) and its own group.
+func TestReadProcs(t *testing.T) {
+	root := t.TempDir()
+	put := func(pid, stat string) {
+		t.Helper()
+		must(t, os.MkdirAll(filepath.Join(root, pid), 0o755))
+		must(t, os.WriteFile(filepath.Join(root, pid, "stat"), []byte(stat), 0o644))
+	}
+	put("7", "7 (a) b) S 1 7 7 0 -1")
+	put("8", "8 (torn")
+	put("9", "9 (short) S 1")
+	put("self", "1 (not a pid) S 0 1 1")
+	got := readProcs(root)
+	want := []procStat{{pid: 7, name: "(a) b)", state: "S", ppid: 1, pgrp: 7}}
+	if !slices.Equal(got, want) {
+		t.Errorf("readProcs = %+v, want %+v", got, want)
+	}
+
+	cmd := exec.Command("sleep", "30")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	must(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	pid := cmd.Process.Pid
+	procs := readProcs("/proc")
+	i := slices.IndexFunc(procs, func(p procStat) bool { return p.pid == pid })
+	if i < 0 {
+		t.Fatalf("the child %d is not listed", pid)
+	}
+	if p := procs[i]; p.ppid != os.Getpid() || p.pgrp != pid {
+		t.Errorf("the child read as %+v, want parent %d and group %d", p, os.Getpid(), pid)
 	}
 }
