@@ -864,7 +864,7 @@ func (b *Backend) removeCgroupParents(strays bool) {
 func (b *Backend) removeGroups(cids []string) {
 	for _, r := range b.cgroupRoots() {
 		for _, cid := range cids {
-			_ = os.Remove(filepath.Join(r, "threadbox-gvisor", hostdirs.SafeID(b.cfg.Instance), cid))
+			_ = os.Remove(filepath.Join(r, b.cgroupsPath(cid)))
 		}
 	}
 }

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"threadbox/domain/sandbox"
-	"threadbox/infra/sandbox/hostdirs"
 )
 
 // A restore spends about half its time making the sandbox runsc restores
@@ -87,7 +86,7 @@ func (b *Backend) makeReady(targets []sandbox.Mount, l sandbox.Limits) (*readyBo
 	b.cidsMu.Lock()
 	b.cids[cid] = true
 	b.cidsMu.Unlock()
-	cgroupsPath := "/threadbox-gvisor/" + hostdirs.SafeID(b.cfg.Instance) + "/" + cid
+	cgroupsPath := b.cgroupsPath(cid)
 	r := &readyBox{cid: cid, bundle: filepath.Join(b.bndls, cid), view: filepath.Join(b.views, "run-"+cid),
 		targets: targets, limits: l, procs: b.procsFiles(cgroupsPath)}
 	fail := func(err error) (*readyBox, error) {

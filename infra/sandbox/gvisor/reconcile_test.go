@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"threadbox/domain/sandbox"
-	"threadbox/infra/sandbox/hostdirs"
 )
 
 // created makes a runsc container of be that is created but not started,
@@ -25,7 +24,7 @@ func created(t *testing.T, be *Backend, id string, maker owner) string {
 		t.Fatal(err)
 	}
 	bundle := filepath.Join(be.bndls, cid)
-	spec := be.bundleSpec(sandbox.Spec{ID: id}, be.limits(sandbox.Limits{}), "/threadbox-gvisor/"+be.cfg.Instance+"/"+cid, view)
+	spec := be.bundleSpec(sandbox.Spec{ID: id}, be.limits(sandbox.Limits{}), be.cgroupsPath(cid), view)
 	spec.Annotations[annotationOwner] = maker.String()
 	if err := writeBundle(bundle, spec); err != nil {
 		t.Fatal(err)
@@ -148,6 +147,12 @@ func TestReconcileRemovesTheReadyContainerOfADeadServer(t *testing.T) {
 	if len(killed.groupsOf(r.cid)) == 0 {
 		t.Fatal("the ready container has no control group to look for")
 	}
+	if st, ok := listedStatus(t, killed, r.cid); !ok || st != "created" {
+		t.Fatalf("the ready container is %q (listed %v), want created", st, ok)
+	}
+	if !r.relay.alive() {
+		t.Fatal("the ready container's relay is not running before Reconcile")
+	}
 	next := newTestBackend(t, Config{Settings: killed.cfg.Settings, StateDir: killed.cfg.StateDir, PoolDir: t.TempDir()})
 	if _, _, err := next.Reconcile(context.Background(), func(string) sandbox.Verdict { return sandbox.Drop }); err != nil {
 		t.Fatal(err)
@@ -175,7 +180,7 @@ func TestReconcileRemovesTheReadyContainerOfADeadServer(t *testing.T) {
 func (b *Backend) groupsOf(cid string) []string {
 	var out []string
 	for _, r := range b.cgroupRoots() {
-		dir := filepath.Join(r, "threadbox-gvisor", hostdirs.SafeID(b.cfg.Instance), cid)
+		dir := filepath.Join(r, b.cgroupsPath(cid))
 		if _, err := os.Stat(dir); err == nil {
 			out = append(out, dir)
 		}
