@@ -98,7 +98,7 @@ start_dockerd() {
 # were all ended while containers ran) cleans up after each dead shim before
 # it answers, about 0.1 s apiece; dockerd gives it 15 s and exits. The work
 # done is kept, so the daemon is started again until it comes up: a host
-# that ended a thousand containers this way needs a few starts.
+# that ended hundreds of containers this way needs a few starts.
 if ! running && ! pgrep -x dockerd >/dev/null; then
   log "starting dockerd in the background (log: /var/log/dockerd.log)"
   start_dockerd

@@ -38,10 +38,6 @@ stop kube-apiserver 5
 # The pods' containers, then containerd, then the shims it left.
 if [ -S "$STATE/containerd.sock" ] && [ -f "$STATE/containerd.pid" ]; then
   ctr=(ctr --address "$STATE/containerd.sock" -n k8s.io)
-  # The pods' network namespaces: those the tasks of this containerd are in.
-  for pid in $("${ctr[@]}" tasks ls 2>/dev/null | awk 'NR > 1 {print $2}'); do
-    stat -L -c %i "/proc/$pid/ns/net" 2>/dev/null
-  done | sort -u >"$STATE/pod-netns"
   for t in $("${ctr[@]}" tasks ls -q 2>/dev/null); do
     "${ctr[@]}" tasks kill -s KILL "$t" >/dev/null 2>&1
   done
@@ -68,14 +64,9 @@ for root in "$STATE" "$CACHE/containerd-root"; do
 done
 [ -d "$STATE/kubelet" ] && { umount "$STATE/kubelet" 2>/dev/null || true; }
 
-# The pods' network namespaces: those found above through containerd's
-# tasks, and those the CNI plugin recorded (scripts/k8s/cni-none), which
-# are all there is when the cluster's containerd is gone.
-for f in /run/netns/cni-*; do
-  [ -e "$f" ] || continue
-  ino=$(stat -L -c %i "$f" 2>/dev/null) || continue
-  grep -qx "$ino" "$STATE/pod-netns" 2>/dev/null && ip netns delete "$(basename "$f")" 2>/dev/null
-done
+# The pods' network namespaces, which the CNI plugin recorded as it set
+# each pod up (scripts/k8s/cni-none): found so whether or not the cluster's
+# containerd is still there to list its tasks. Then the node's.
 if [ -f "$STATE/pod-netns-paths" ]; then
   while read -r f; do
     case "$f" in /run/netns/cni-* | /var/run/netns/cni-*) [ -e "$f" ] && ip netns delete "$(basename "$f")" 2>/dev/null ;; esac
@@ -87,10 +78,7 @@ fi
 # shim is gone (the host's processes were ended, but not all) are still in
 # them: they are killed first, then rmdir removes the empty groups.
 if [ -f "$STATE/kubelet.yaml" ]; then
-  left=$(cat /sys/fs/cgroup/*/kubepods/cgroup.procs /sys/fs/cgroup/*/kubepods/*/cgroup.procs \
-    /sys/fs/cgroup/*/kubepods/*/*/cgroup.procs /sys/fs/cgroup/*/kubepods/*/*/*/cgroup.procs \
-    /sys/fs/cgroup/kubepods/cgroup.procs /sys/fs/cgroup/kubepods/*/cgroup.procs \
-    /sys/fs/cgroup/kubepods/*/*/cgroup.procs /sys/fs/cgroup/kubepods/*/*/*/cgroup.procs 2>/dev/null | sort -u)
+  left=$(find /sys/fs/cgroup/*/kubepods /sys/fs/cgroup/kubepods -name cgroup.procs -exec cat {} + 2>/dev/null | sort -u)
   if [ -n "$left" ]; then
     say "killing the pods' processes left in their groups: $(echo $left)"
     kill -KILL $left 2>/dev/null
