@@ -314,8 +314,8 @@ var commandUser *syscall.Credential
 
 // setNoFile lowers the agent's RLIMIT_NOFILE, soft and hard, to n (0 keeps
 // it): commands inherit it and, without privileges, cannot raise it. This
-// is how the kubernetes backend applies SANDBOX_NOFILE, which a pod spec
-// has no field for. It is per process, as Docker's nofile ulimit is.
+// is how the kubernetes backend applies the sandbox's Limits.NoFile, which
+// a pod spec has no field for. It is per process, as Docker's nofile ulimit is.
 func setNoFile(n uint64) error {
 	if n == 0 {
 		return nil
