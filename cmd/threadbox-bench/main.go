@@ -77,7 +77,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.IntVar(&o.nDocker, "n-docker", 40, "docker exec round trips")
 	fs.IntVar(&o.nCold, "n-cold", 5, "cold boots per method")
 	fs.StringVar(&o.rootfs, "rootfs", envOr("THREADBOX_ROOTFS", defaultRootFS()), "root filesystem of the local backend (empty skips its rows)")
-	fs.StringVar(&o.only, "only", "", "run one section: sandbox, files, messages, mcp, lifecycle, live, density, replicas, credentials, snapshots, checkpoints or microvm")
+	fs.StringVar(&o.only, "only", "", "run one section: sandbox, files, messages, mcp, lifecycle, live, density, replicas, credentials, snapshots, checkpoints, microvm or egress")
 	fs.IntVar(&o.vmN, "microvm-n", 5, "boots of the microvm section")
 	fs.IntVar(&o.mcp.n, "mcp-n", 200, "round trips per MCP row")
 	fs.IntVar(&o.ckptN, "checkpoint-n", 10, "rounds of the checkpoints section (cold boot, checkpoint, restore)")
