@@ -178,8 +178,19 @@ func (r rawJSON) MarshalJSON() ([]byte, error) {
 	return r, nil
 }
 
+// auditPage is the audit log's page size without a limit, and auditMaxPage
+// the largest a limit may ask for.
+const (
+	auditPage    = 100
+	auditMaxPage = 1000
+)
+
 func (s *Server) listAudit(c *fiber.Ctx) error {
-	evs, err := s.svc.Admin.AuditEvents(c.UserContext(), principal(c), c.QueryInt("limit", 100))
+	limit, err := queryLimit(c, auditPage, auditMaxPage)
+	if err != nil {
+		return err
+	}
+	evs, err := s.svc.Admin.AuditEvents(c.UserContext(), principal(c), limit)
 	if err != nil {
 		return err
 	}

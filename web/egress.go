@@ -81,10 +81,11 @@ func parseEgressFilter(c *fiber.Ctx) (egress.LedgerFilter, error) {
 			*b.to = t
 		}
 	}
-	f.Limit = c.QueryInt("limit", egressDefaultPage)
-	if f.Limit < 1 || f.Limit > egress.MaxLedgerPage {
-		return f, fault.Errorf(fault.Invalid, "limit must be between 1 and %d", egress.MaxLedgerPage)
+	limit, err := queryLimit(c, egressDefaultPage, egress.MaxLedgerPage)
+	if err != nil {
+		return f, err
 	}
+	f.Limit = limit
 	if v := c.Query("cursor"); v != "" {
 		cur, err := parseEgressCursor(v)
 		if err != nil {
