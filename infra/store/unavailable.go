@@ -22,6 +22,21 @@ const unavailableMessage = "the database is unavailable (restarting or unreachab
 // full: the request may succeed later, once space was freed.
 const diskFullMessage = "the server's disk is full; try again later"
 
+// unstorableMessage is what a caller is told when PostgreSQL refuses a
+// text value of the request: its text types hold neither NUL characters
+// nor bytes that are not UTF-8.
+const unstorableMessage = "the request holds text the database cannot take: a NUL character (\\u0000) or bytes that are not UTF-8"
+
+// unstorableText reports whether err is PostgreSQL refusing a text value:
+// character_not_in_repertoire (22021: a NUL, invalid UTF-8) or
+// untranslatable_character (22P05). Such values come from the request (a
+// name, a title, a query parameter), so the request is answered as
+// invalid rather than as the server's failure.
+func unstorableText(err error) bool {
+	var pgErr *pgconn.PgError
+	return fault.KindOf(err) == fault.Internal && errors.As(err, &pgErr) && (pgErr.Code == "22021" || pgErr.Code == "22P05")
+}
+
 // diskFull reports whether err says the database could not write for
 // want of disk space (SQLite's SQLITE_FULL, PostgreSQL's disk_full).
 func diskFull(err error) bool {
@@ -66,8 +81,12 @@ func unavailable(err error) bool {
 
 // dbError wraps a database error of the operation what: one that says the
 // database is unavailable or its disk full becomes fault.Unavailable
-// (answered 503, a retry may help), any other stays an internal error.
+// (answered 503, a retry may help), one refusing a text value of the
+// request fault.Invalid (400), any other stays an internal error.
 func dbError(what string, err error) error {
+	if unstorableText(err) {
+		return fault.Wrap(fault.Invalid, unstorableMessage, fmt.Errorf("store: %s: %w", what, err))
+	}
 	if diskFull(err) {
 		return fault.Wrap(fault.Unavailable, diskFullMessage, fmt.Errorf("store: %s: %w", what, err))
 	}

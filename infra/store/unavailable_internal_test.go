@@ -19,7 +19,9 @@ import (
 // answer now — PostgreSQL shutting down or starting, a refused or reset
 // connection, SQLite locked past its busy timeout, a disk full — are fault.Unavailable
 // (503, a retry may help) with a message that says so; errors of the
-// request itself keep their kinds, and other failures stay internal.
+// request itself keep their kinds, PostgreSQL's refusal of a text value
+// (a NUL, invalid UTF-8) is the request's (400), and other failures stay
+// internal.
 func TestTranslateDatabaseUnavailable(t *testing.T) {
 	refused := &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
 	cases := []struct {
@@ -37,6 +39,8 @@ func TestTranslateDatabaseUnavailable(t *testing.T) {
 		{"sqlite busy", errors.New("database is locked (5) (SQLITE_BUSY)"), fault.Unavailable},
 		{"sqlite full", errors.New("database or disk is full (13)"), fault.Unavailable},
 		{"postgres disk full", &pgconn.PgError{Code: "53100"}, fault.Unavailable},
+		{"NUL in text", &pgconn.PgError{Code: "22021", Message: `invalid byte sequence for encoding "UTF8": 0x00`}, fault.Invalid},
+		{"untranslatable text", &pgconn.PgError{Code: "22P05"}, fault.Invalid},
 		{"syntax error", &pgconn.PgError{Code: "42601"}, fault.Internal},
 		{"unique", errors.New("UNIQUE constraint failed: threads.id"), fault.Conflict},
 		{"other", errors.New("disk I/O error"), fault.Internal},
