@@ -398,7 +398,7 @@ func putKey(raw string, ok bool, missing string) (string, error) {
 // literal.
 func pathKey(raw string) (string, error) {
 	if err := file.ValidateKey(raw); err != nil {
-		return "", fault.Errorf(fault.Invalid, "invalid file path %q: keys are relative, contain no '..' or empty segments, no backslash, and do not end in '/'", raw)
+		return "", fault.Errorf(fault.Invalid, "invalid file path %q: keys are UTF-8 and relative, contain no '..' or empty segments, no backslash or control character, and do not end in '/'", raw)
 	}
 	key, err := url.PathUnescape(raw)
 	if err != nil {

@@ -184,7 +184,7 @@ func (s *Service) Put(ctx context.Context, p user.Principal, scopeID, key string
 func (s *Service) put(ctx context.Context, p user.Principal, scopeID, key string, body io.Reader, limit int64, expiresIn time.Duration) (File, error) {
 	sandboxPath, err := file.KeyPath(key)
 	if err != nil {
-		return File{}, fault.Errorf(fault.Invalid, "invalid file path %q: keys are relative, contain no '..' or empty segments, no backslash, and do not end in '/'", key)
+		return File{}, fault.Errorf(fault.Invalid, "invalid file path %q: keys are UTF-8 and relative, contain no '..' or empty segments, no backslash or control character, and do not end in '/'", key)
 	}
 	policy, err := s.policies.OrgPolicy(ctx, p.OrgID)
 	if err != nil {

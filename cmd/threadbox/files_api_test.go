@@ -917,6 +917,53 @@ func TestFilesAPIHostileFilenames(t *testing.T) {
 	}
 }
 
+// TestFilesAPIKeysAreUTF8: a key whose bytes are not UTF-8, however it is
+// sent (a PUT's percent-encoded path, ?path=, a multipart file name, a
+// thread's put-file), is refused with 400 before anything is written. Such
+// a key was stored: JSON showed its name with U+FFFD in place of the
+// bytes, and on PostgreSQL, which refuses the bytes, the upload was
+// answered 500 after the file was written.
+func TestFilesAPIKeysAreUTF8(t *testing.T) {
+	databases(t, func(t *testing.T, dbURL string) {
+		s := startServer(t, dbURL, nil)
+		f := newWSFixture(t, s)
+		const scope = "names"
+		mustStatus(t, "first", s.put(f.admin, scope, "x.txt", "x"), 200)
+		named, ct := multipartBody(t, mpField{rawDisposition: `form-data; name="file"; filename*=UTF-8''a%FFb.txt`, value: "q"})
+		keyed, keyedCT := multipartBody(t, mpField{name: "file", filename: "plain.txt", value: "q"})
+		cases := []struct {
+			name   string
+			method string
+			target string
+			body   []byte
+			hdr    []string
+		}{
+			{"PUT key", "PUT", filesAPI + "/a%FFb.txt?scope_id=" + scope, []byte("q"), nil},
+			{"PUT overlong dots", "PUT", filesAPI + "/%C0%AE%C0%AE/x.txt?scope_id=" + scope, []byte("q"), nil},
+			{"upload ?path=", "POST", filesAPI + "?scope_id=" + scope + "&path=a%FFb.txt", keyed, []string{"Content-Type", keyedCT}},
+			{"upload file name", "POST", filesAPI + "?scope_id=" + scope, named, []string{"Content-Type", ct}},
+			{"thread put-file", "PUT", appAPI + "/thread/" + f.tid + "/put-file/a%FFb.txt", []byte("q"), nil},
+		}
+		for _, tc := range cases {
+			r := s.raw(tc.method, tc.target, f.admin, tc.body, tc.hdr...)
+			if r.status != 400 || !strings.Contains(string(r.body), "UTF-8") {
+				t.Errorf("%s: %d %s, want 400 naming UTF-8", tc.name, r.status, r.body)
+			}
+		}
+		// Nothing was written: each scope holds only what was stored before.
+		for _, dirs := range []hostdirs.Dirs{s.hostDirs(f.admin, scope), s.hostDirs(f.admin, f.tid)} {
+			for _, dir := range []string{dirs.Uploads, dirs.Outputs} {
+				entries, _ := os.ReadDir(dir)
+				for _, e := range entries {
+					if e.Name() != "x.txt" {
+						t.Errorf("%s holds %q after the refused uploads", dir, e.Name())
+					}
+				}
+			}
+		}
+	})
+}
+
 func TestFilesAPIAccessOtherUsersAndOrgs(t *testing.T) {
 	databases(t, func(t *testing.T, db string) {
 		s := startServer(t, db, nil)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/url"
 	"strings"
+	"unicode/utf8"
 
 	"threadbox/domain/sandbox"
 )
@@ -21,10 +22,16 @@ const OutputsKeyPrefix = "outputs/"
 var ErrInvalidKey = errors.New("invalid key")
 
 // ValidateKey checks an upload key (the `path=` of a POST or the key of a
-// PUT): relative, at most MaxKeyLen bytes, no empty, "." or ".." segment, no
-// backslash, NUL or other control character, not ending in "/", and none of
-// these hidden behind percent-encoding (%2e%2e, .%2e, %2F, %5C, %00).
+// PUT): UTF-8, relative, at most MaxKeyLen bytes, no empty, "." or ".."
+// segment, no backslash, NUL or other control character, not ending in
+// "/", and none of these hidden behind percent-encoding (%2e%2e, .%2e, %2F,
+// %5C, %00). A key is a file name the API shows in JSON and records in the
+// database, so bytes that are not UTF-8 are refused before anything is
+// written: JSON would show them as U+FFFD, and PostgreSQL refuses them.
 func ValidateKey(key string) error {
+	if !utf8.ValidString(key) {
+		return ErrInvalidKey
+	}
 	if err := checkKey(key); err != nil {
 		return err
 	}

@@ -32,6 +32,9 @@ func TestValidateKey(t *testing.T) {
 		{"a\\b", false},
 		{"..\\x", false},
 		{"a\x00b", false},
+		{"a\xffb", false},
+		{"\xc0\xae\xc0\xae/x", false},
+		{"a%ffb", true}, // the raw key of a URL path; its decoded form is refused
 		{"a\nb", false},
 		{"%2e%2e/x", false},
 		{"%2E%2E/x", false},
