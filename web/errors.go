@@ -109,6 +109,9 @@ func (s *Server) classify(err error) (int, string) {
 	case errors.Is(err, errTornBody):
 		// The client left mid-upload: its request, not the server, failed.
 		return http.StatusBadRequest, errTornBody.Error()
+	case errors.Is(err, errUnclosedMultipart):
+		// The file store reports the upload's read error as its own.
+		return http.StatusBadRequest, errUnclosedMultipart.Error()
 	}
 	for _, cl := range s.classifiers {
 		if st, msg, ok := cl(err); ok {

@@ -263,30 +263,36 @@ func (s *Server) receiveUpload(c *fiber.Ctx, store func(files.UploadRequest) (fi
 		stored   files.File
 		uploaded bool
 	)
+	// refuse answers err for a body found bad after its file was stored
+	// (a field after it, the body's end): the file is removed again,
+	// unless an Idempotency-Key remembers it.
+	refuse := func(err error) error {
+		if uploaded && c.Get("Idempotency-Key") == "" {
+			_, _ = s.svc.Files.Delete(c.UserContext(), principal(c), stored.ScopeID, stored.ID)
+		}
+		return err
+	}
 	for {
 		part, err := mr.NextPart()
-		if errors.Is(err, io.EOF) {
+		// Only a bare io.EOF is the closing boundary; NextPart wraps the
+		// io.EOF of a body that ended without one.
+		if err == io.EOF {
 			break
 		}
 		if err != nil {
-			return fault.Wrap(fault.Invalid, "malformed multipart body", err)
+			return refuse(fault.Wrap(fault.Invalid, "malformed multipart body", err))
 		}
 		switch name := part.FormName(); {
 		case name == "path":
 			v, err := io.ReadAll(io.LimitReader(part, file.MaxKeyLen+1))
 			if err != nil {
-				return fault.Wrap(fault.Invalid, "malformed multipart body", err)
+				return refuse(fault.Wrap(fault.Invalid, "malformed multipart body", err))
 			}
 			if len(v) > file.MaxKeyLen {
-				return fault.Errorf(fault.Invalid, "path is longer than %d bytes", file.MaxKeyLen)
+				return refuse(fault.Errorf(fault.Invalid, "path is longer than %d bytes", file.MaxKeyLen))
 			}
 			if uploaded {
-				// The file was stored before its key arrived: undo it,
-				// unless an Idempotency-Key remembers it.
-				if c.Get("Idempotency-Key") == "" {
-					_, _ = s.svc.Files.Delete(c.UserContext(), principal(c), stored.ScopeID, stored.ID)
-				}
-				return fault.New(fault.Invalid, "the 'path' field must come before the 'file' field")
+				return refuse(fault.New(fault.Invalid, "the 'path' field must come before the 'file' field"))
 			}
 			if keyGiven && string(v) != key {
 				return fault.New(fault.Invalid, "path was given twice with different values")
@@ -297,17 +303,17 @@ func (s *Server) receiveUpload(c *fiber.Ctx, store func(files.UploadRequest) (fi
 			// the file stored, which a bad value removes again.
 			v, err := io.ReadAll(io.LimitReader(part, 64))
 			if err != nil {
-				return fault.Wrap(fault.Invalid, "malformed multipart body", err)
+				return refuse(fault.Wrap(fault.Invalid, "malformed multipart body", err))
 			}
 			d, err := expiresIn(string(v))
 			if err == nil && uploaded {
-				stored, err = s.svc.Files.Expire(c.UserContext(), principal(c), stored.ScopeID, stored.ID, d)
+				var expiring files.File
+				if expiring, err = s.svc.Files.Expire(c.UserContext(), principal(c), stored.ScopeID, stored.ID, d); err == nil {
+					stored = expiring
+				}
 			}
 			if err != nil {
-				if uploaded && c.Get("Idempotency-Key") == "" {
-					_, _ = s.svc.Files.Delete(c.UserContext(), principal(c), stored.ScopeID, stored.ID)
-				}
-				return err
+				return refuse(err)
 			}
 			ttl = d
 		case name == "file" && !uploaded:
@@ -329,7 +335,7 @@ func (s *Server) receiveUpload(c *fiber.Ctx, store func(files.UploadRequest) (fi
 			uploaded = true
 		default:
 			if _, err := io.Copy(io.Discard, part); err != nil {
-				return fault.Wrap(fault.Invalid, "malformed multipart body", err)
+				return refuse(fault.Wrap(fault.Invalid, "malformed multipart body", err))
 			}
 		}
 	}
@@ -343,16 +349,32 @@ func (s *Server) receiveUpload(c *fiber.Ctx, store func(files.UploadRequest) (fi
 const multipartBuffer = 256 << 10
 
 // fillReader fills each read as far as it can: a multipart part returns a
-// few KiB per read, and fuller reads mean fewer, larger file writes.
+// few KiB per read, and fuller reads mean fewer, larger file writes. A
+// part that ends without a boundary after it (the body ended first) is
+// errUnclosedMultipart, never the end of the file: its bytes may stop
+// anywhere.
 type fillReader struct{ r io.Reader }
 
 func (f fillReader) Read(p []byte) (int, error) {
-	n, err := io.ReadFull(f.r, p)
-	if errors.Is(err, io.ErrUnexpectedEOF) {
-		err = io.EOF
+	n := 0
+	for n < len(p) {
+		m, err := f.r.Read(p[n:])
+		n += m
+		switch {
+		case err == nil:
+		case errors.Is(err, io.ErrUnexpectedEOF):
+			return n, errUnclosedMultipart // not %w: copy loops take ErrUnexpectedEOF for the end
+		default:
+			return n, err
+		}
 	}
-	return n, err
+	return n, nil
 }
+
+// errUnclosedMultipart is a multipart body whose part ended without the
+// boundary that closes it: the body was cut short, or framed wrongly (a
+// Content-Length shorter than the body), so the part is not stored.
+var errUnclosedMultipart = errors.New("malformed multipart body: it ended before the boundary that closes its part")
 
 // partFilename returns the file name a multipart part declares, as sent
 // (multipart.Part.FileName would silently strip folders), with the escapes

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"io"
 	"mime/multipart"
@@ -962,6 +963,52 @@ func TestFilesAPIKeysAreUTF8(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestFilesAPIUnclosedMultipart: a multipart upload whose body ends inside
+// a part (cut short, or sent with a Content-Length shorter than the body)
+// is refused with 400 and stores nothing: neither the file part it cut,
+// which was stored as if complete, nor a whole file followed by a part it
+// cut, which was kept though the answer was 400. A file already at the
+// key keeps its bytes.
+func TestFilesAPIUnclosedMultipart(t *testing.T) {
+	s := startServer(t, "", nil)
+	a := s.bootstrap("acme", "admin@acme.test")
+	const scope = "cut"
+	mustStatus(t, "first", s.put(a, scope, "kept.txt", "the bytes before"), 200)
+	const ct = "multipart/form-data; boundary=XyZ"
+	part := func(name, filename, value string) string {
+		disp := `form-data; name="` + name + `"`
+		if filename != "" {
+			disp += `; filename="` + filename + `"`
+		}
+		return "--XyZ\r\nContent-Disposition: " + disp + "\r\n\r\n" + value
+	}
+	cases := []struct {
+		name, body string
+	}{
+		{"the file part cut", part("file", "cut.txt", "the start of a longer file")},
+		{"the file part cut inside the boundary", part("file", "cut.txt", "the start of a longer file") + "\r\n--Xy"},
+		{"an existing key's file part cut", part("file", "kept.txt", "the start of new bytes")},
+		{"a field after the file cut", part("file", "cut.txt", "whole") + "\r\n" + part("note", "", "cut")},
+	}
+	d := s.hostDirs(a, scope)
+	for _, tc := range cases {
+		r := s.raw("POST", filesAPI+"?scope_id="+scope, a, []byte(tc.body), "Content-Type", ct)
+		if r.status != 400 || !strings.Contains(string(r.body), "malformed multipart body") {
+			t.Errorf("%s: %d %s, want 400 malformed multipart body", tc.name, r.status, r.body)
+		}
+		if _, err := os.Stat(filepath.Join(d.Uploads, "cut.txt")); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s: cut.txt was stored (%v)", tc.name, err)
+			os.Remove(filepath.Join(d.Uploads, "cut.txt"))
+		}
+		if b, err := os.ReadFile(filepath.Join(d.Uploads, "kept.txt")); err != nil || string(b) != "the bytes before" {
+			t.Errorf("%s: kept.txt holds %q (%v), want the bytes before", tc.name, b, err)
+		}
+	}
+	// The same body, closed, is stored.
+	r := s.raw("POST", filesAPI+"?scope_id="+scope, a, []byte(part("file", "cut.txt", "whole")+"\r\n--XyZ--\r\n"), "Content-Type", ct)
+	mustStatus(t, "closed body", r, 200)
 }
 
 func TestFilesAPIAccessOtherUsersAndOrgs(t *testing.T) {
