@@ -163,3 +163,79 @@ func TestTextTheDatabaseCannotTake(t *testing.T) {
 		}
 	})
 }
+
+// TestAdminListingLimits: the audit log's and the egress ledger's limit is
+// a whole number from 1 to 1000, as the API document says; anything else
+// is refused with 400 in the error envelope. Both took a limit that was
+// not a number (or, for the audit log, out of range) for the default page
+// and answered 200.
+func TestAdminListingLimits(t *testing.T) {
+	s := startServer(t, "", nil)
+	a := s.bootstrap("acme", "admin@acme.test")
+	for _, path := range []string{appAPI + "/org/audit", appAPI + "/org/egress"} {
+		for _, tc := range []struct {
+			limit  string
+			status int
+		}{
+			{"", 200}, {"1", 200}, {"1000", 200},
+			{"0", 400}, {"-1", 400}, {"1001", 400}, {"abc", 400}, {"1.5", 400}, {"99999999999999999999", 400},
+		} {
+			target := path
+			if tc.limit != "" {
+				target += "?limit=" + tc.limit
+			}
+			r := s.do("GET", target, a, nil)
+			if r.status != tc.status {
+				t.Errorf("GET %s: %d %s, want %d", target, r.status, r.body, tc.status)
+				continue
+			}
+			if r.status == 400 && r.errorType(t) != "invalid_request_error" {
+				t.Errorf("GET %s: %s", target, r.body)
+			}
+		}
+	}
+}
+
+// TestSkillUploadAfterARefusedOne: an upload the database refuses after
+// the skill's files were written (text PostgreSQL cannot store, in the
+// description or the display name) leaves no version that blocks the
+// next: a good upload of the same skill is stored. Before, the refused
+// upload's files stayed at the version, and every later upload of the
+// skill was answered 500 ("file exists").
+func TestSkillUploadAfterARefusedOne(t *testing.T) {
+	databases(t, func(t *testing.T, dbURL string) {
+		s := startServer(t, dbURL, nil)
+		a := s.bootstrap("acme", "admin@acme.test")
+		apiCreate := func(display string) response {
+			body, ct := multipartBody(t,
+				mpField{name: "display_name", value: display},
+				mpField{name: "files[]", filename: "named/SKILL.md", value: wsManifest("named", "Says hello")})
+			return s.raw("POST", "/api/gpt/v1/skills", a, body, "Content-Type", ct)
+		}
+		cases := []struct {
+			name      string
+			bad, good func() response
+		}{
+			{"an archive whose description is not UTF-8",
+				func() response {
+					return s.do("POST", appAPI+"/skills", a, wsZip(t, wsEntry{name: "SKILL.md", body: wsManifest("latin", "caf\xe9")}), "Content-Type", "application/zip")
+				},
+				func() response {
+					return s.do("POST", appAPI+"/skills", a, wsZip(t, wsEntry{name: "SKILL.md", body: wsManifest("latin", "café")}), "Content-Type", "application/zip")
+				}},
+			{"a Skills API display name with a NUL",
+				func() response { return apiCreate("Named\x00") },
+				func() response {
+					return s.do("POST", appAPI+"/skills", a, wsZip(t, wsEntry{name: "SKILL.md", body: wsManifest("named", "Says hello")}), "Content-Type", "application/zip")
+				}},
+		}
+		for _, tc := range cases {
+			if r := tc.bad(); r.status >= 500 {
+				t.Errorf("%s: %d %s", tc.name, r.status, r.body)
+			}
+			if r := tc.good(); r.status != 201 && r.status != 200 {
+				t.Errorf("%s, then a good upload: %d %s", tc.name, r.status, r.body)
+			}
+		}
+	})
+}

@@ -42,7 +42,11 @@ func (s *Store) dir(orgID, name string, version int) (string, error) {
 
 // Save writes the files of one skill version. They are written into a
 // temporary folder that is renamed into place, so a version is either
-// absent or whole.
+// absent or whole. A folder already at the version is replaced: the
+// skills service saves a version no record names yet (under its lock), so
+// such a folder is what an upload left whose record was never written (the
+// database refused it, or the server stopped in between), and keeping it
+// would refuse every later upload of that version.
 func (s *Store) Save(ctx context.Context, orgID, name string, version int, files []skill.File) error {
 	dst, err := s.dir(orgID, name, version)
 	if err != nil {
@@ -64,9 +68,29 @@ func (s *Store) Save(ctx context.Context, orgID, name string, version int, files
 		return err
 	}
 	if err := os.Rename(tmp, dst); err != nil {
-		return fmt.Errorf("skillfs: store: %w", err)
+		if !errors.Is(err, fs.ErrExist) {
+			return fmt.Errorf("skillfs: store: %w", err)
+		}
+		if err := replaceDir(parent, tmp, dst); err != nil {
+			return fmt.Errorf("skillfs: store: %w", err)
+		}
 	}
 	return nil
+}
+
+// replaceDir puts the folder src in the place of the folder dst, both in
+// parent: dst is moved aside first (a folder is never renamed over one
+// that holds files), then removed.
+func replaceDir(parent, src, dst string) error {
+	stale, err := os.MkdirTemp(parent, ".stale-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(stale)
+	if err := os.Rename(dst, filepath.Join(stale, "old")); err != nil {
+		return err
+	}
+	return os.Rename(src, dst)
 }
 
 // writeTree writes files below root; their paths are clean and relative
