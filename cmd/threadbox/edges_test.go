@@ -196,12 +196,13 @@ func TestAdminListingLimits(t *testing.T) {
 	}
 }
 
-// TestSkillUploadAfterARefusedOne: an upload the database refuses after
-// the skill's files were written (text PostgreSQL cannot store, in the
-// description or the display name) leaves no version that blocks the
-// next: a good upload of the same skill is stored. Before, the refused
-// upload's files stayed at the version, and every later upload of the
-// skill was answered 500 ("file exists").
+// TestSkillUploadAfterARefusedOne: a SKILL.md description that is not
+// UTF-8 and a display name with a NUL are refused with 400 on both
+// databases (SQLite stored them; PostgreSQL refused them after the skill's
+// files were written), and leave no version that blocks the next upload: a
+// good upload of the same skill is stored. Before, the refused upload's
+// files stayed at the version, and every later upload of the skill was
+// answered 500 ("file exists").
 func TestSkillUploadAfterARefusedOne(t *testing.T) {
 	databases(t, func(t *testing.T, dbURL string) {
 		s := startServer(t, dbURL, nil)
@@ -230,8 +231,8 @@ func TestSkillUploadAfterARefusedOne(t *testing.T) {
 				}},
 		}
 		for _, tc := range cases {
-			if r := tc.bad(); r.status >= 500 {
-				t.Errorf("%s: %d %s", tc.name, r.status, r.body)
+			if r := tc.bad(); r.status != 400 || !strings.Contains(string(r.body), "UTF-8") {
+				t.Errorf("%s: %d %s, want 400 naming UTF-8", tc.name, r.status, r.body)
 			}
 			if r := tc.good(); r.status != 201 && r.status != 200 {
 				t.Errorf("%s, then a good upload: %d %s", tc.name, r.status, r.body)
