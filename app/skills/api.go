@@ -93,7 +93,7 @@ func (s *Service) Limits() skill.Limits { return s.limits }
 // files' names are their paths, under one top-level folder or none, with a
 // SKILL.md whose name the org has no skill of yet. Org admins only.
 func (s *Service) Create(ctx context.Context, p user.Principal, displayName string, files []skill.File) (Summary, error) {
-	if len(displayName) > maxDisplayName || strings.ContainsAny(displayName, "\r\n") || !skill.Storable(displayName) {
+	if len(displayName) > maxDisplayName || strings.ContainsAny(displayName, "\r\n") || !fault.Storable(displayName) {
 		return Summary{}, fault.Errorf(fault.Invalid, "display_name must be one line of UTF-8 text of at most %d characters, without NUL characters", maxDisplayName)
 	}
 	sk, err := s.uploadFiles(ctx, p, files, uploadMode{create: true, displayName: strings.TrimSpace(displayName)})

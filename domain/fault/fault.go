@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"unicode/utf8"
 )
 
 // Kind classifies an error for the edges.
@@ -60,13 +61,25 @@ func Wrap(k Kind, msg string, cause error) error { return &Error{Kind: k, Messag
 
 // Text returns s without its surrounding white space, or an Invalid
 // error saying that what must be 1 to max characters when nothing is left
-// or more than max bytes are: the check of a name or a title.
+// or more than max bytes are, and that it must be UTF-8 text without NUL
+// characters when it is not: the check of a name or a title. PostgreSQL's
+// text holds neither a NUL nor bytes that are not UTF-8, so refusing them
+// here makes both databases take the same names.
 func Text(what, s string, max int) (string, error) {
 	s = strings.TrimSpace(s)
 	if s == "" || len(s) > max {
 		return "", Errorf(Invalid, "%s must be 1 to %d characters", what, max)
 	}
+	if !Storable(s) {
+		return "", Errorf(Invalid, "%s must be UTF-8 text without NUL characters", what)
+	}
 	return s, nil
+}
+
+// Storable reports whether s is text every database of the product can
+// store: UTF-8 without NUL characters.
+func Storable(s string) bool {
+	return utf8.ValidString(s) && !strings.ContainsRune(s, 0)
 }
 
 // KindOf returns the kind of the first *Error in err's chain, or Internal.

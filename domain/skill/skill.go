@@ -8,7 +8,6 @@ import (
 	"regexp"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"threadbox/domain/fault"
 )
@@ -185,17 +184,10 @@ func ParseManifest(doc []byte) (Manifest, error) {
 	if strings.TrimSpace(m.Description) == "" || len(m.Description) > maxDescription {
 		return Manifest{}, fault.Errorf(fault.Invalid, "SKILL.md description must be 1 to %d characters", maxDescription)
 	}
-	if !Storable(m.Description) {
+	if !fault.Storable(m.Description) {
 		return Manifest{}, fault.New(fault.Invalid, "SKILL.md description must be UTF-8 text without NUL characters")
 	}
 	return m, nil
-}
-
-// Storable reports whether s is text a skill's record may hold: UTF-8
-// without NUL characters, which PostgreSQL refuses (and SQLite would
-// keep), so that both databases take the same skills.
-func Storable(s string) bool {
-	return utf8.ValidString(s) && !strings.ContainsRune(s, 0)
 }
 
 func unquote(v string) string {

@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"strings"
 	"time"
+	"unicode"
 
 	"threadbox/domain/fault"
 	"threadbox/domain/org"
@@ -105,8 +106,17 @@ func (t Thread) WriteTitle(proposed, written string, now time.Time) Thread {
 }
 
 // titleOf returns text's first line that holds anything, as plain text
-// (plainTitle), cut at a word within maxProposedTitle characters.
+// (plainTitle), cut at a word within maxProposedTitle characters. Bytes
+// that are not UTF-8 and control characters other than white space are
+// dropped: a title is shown as text and stored in any database
+// (fault.Text).
 func titleOf(text string) string {
+	text = strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) && !unicode.IsSpace(r) {
+			return -1
+		}
+		return r
+	}, strings.ToValidUTF8(text, ""))
 	var line string
 	for l := range strings.SplitSeq(text, "\n") {
 		if l = strings.Join(strings.Fields(l), " "); l != "" && !strings.HasPrefix(l, "```") {

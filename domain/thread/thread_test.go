@@ -62,6 +62,9 @@ func TestProposeTitle(t *testing.T) {
 		{"quote", "", "> Summarize this", "Summarize this"},
 		{"rule skipped", "", "---\nNext steps", "Next steps"},
 		{"only marks", "", "##\n**Sales**", "Sales"},
+		{"NUL and controls dropped", "", "Plot\x00 sales\x1b[1m", "Plot sales[1m"},
+		{"bytes not UTF-8 dropped", "", "caf\xe9 sales", "caf sales"},
+		{"only a NUL", "", "\x00", DefaultTitle},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

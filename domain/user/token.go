@@ -45,6 +45,9 @@ func NewToken(id, userID, orgID, name string, kind TokenKind, now time.Time, ttl
 	if len(name) > 200 {
 		return Token{}, fault.New(fault.Invalid, "token name must be at most 200 characters")
 	}
+	if !fault.Storable(name) {
+		return Token{}, fault.New(fault.Invalid, "token name must be UTF-8 text without NUL characters")
+	}
 	if ttl <= 0 {
 		return Token{}, fault.New(fault.Invalid, "token lifetime must be positive")
 	}

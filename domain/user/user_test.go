@@ -42,4 +42,9 @@ func TestTokenUsable(t *testing.T) {
 	if _, err := NewToken("tok_2", "usr_1", "org_1", "", APIToken, now, 0); err == nil {
 		t.Fatal("zero ttl accepted")
 	}
+	for _, name := range []string{"a\x00b", "caf\xe9"} {
+		if _, err := NewToken("tok_3", "usr_1", "org_1", name, APIToken, now, time.Hour); err == nil {
+			t.Fatalf("token name %q accepted", name)
+		}
+	}
 }
