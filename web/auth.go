@@ -13,11 +13,21 @@ import (
 
 const principalKey = "threadbox.principal"
 
+// bearerToken returns the token of an Authorization header of the Bearer
+// scheme, whose name HTTP compares without regard to case ("bearer" and
+// "BEARER" are Bearer too), and whether the header is of that scheme.
+func bearerToken(h string) (string, bool) {
+	scheme, token, ok := strings.Cut(strings.TrimSpace(h), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	return strings.TrimSpace(token), true
+}
+
 // authenticate requires a valid bearer token and stores the principal for
 // the handler. Sandbox tokens only reach the Messages API.
 func (s *Server) authenticate(c *fiber.Ctx) error {
-	h := c.Get(fiber.HeaderAuthorization)
-	token, ok := strings.CutPrefix(h, "Bearer ")
+	token, ok := bearerToken(c.Get(fiber.HeaderAuthorization))
 	if !ok {
 		if xk := c.Get("X-Api-Key"); xk != "" {
 			token, ok = xk, true

@@ -117,7 +117,7 @@ func (s *Server) serveMCP(c *fiber.Ctx) error {
 	c.Request().Header.VisitAll(func(k, v []byte) { r.Header.Add(string(k), string(v)) })
 	// authenticate took the token from X-Api-Key as well; the transport
 	// reads only Authorization.
-	if _, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); !ok {
+	if _, ok := bearerToken(r.Header.Get("Authorization")); !ok {
 		r.Header.Set("Authorization", "Bearer "+strings.TrimSpace(c.Get("X-Api-Key")))
 	}
 	r.Host = c.Hostname()

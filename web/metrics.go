@@ -2,7 +2,6 @@ package web
 
 import (
 	"crypto/subtle"
-	"strings"
 
 	"github.com/gofiber/fiber/v2"
 	"github.com/gofiber/fiber/v2/middleware/adaptor"
@@ -30,6 +29,6 @@ func (s *Server) hasScrapeToken(c *fiber.Ctx) bool {
 	if s.opt.MetricsToken == "" {
 		return false
 	}
-	tok, ok := strings.CutPrefix(c.Get(fiber.HeaderAuthorization), "Bearer ")
+	tok, ok := bearerToken(c.Get(fiber.HeaderAuthorization))
 	return ok && subtle.ConstantTimeCompare([]byte(tok), []byte(s.opt.MetricsToken)) == 1
 }

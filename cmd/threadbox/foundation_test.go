@@ -189,6 +189,19 @@ func TestAuthAttacks(t *testing.T) {
 		if r := s.do("GET", "/api/v1/app/project", sign(base, f.kid), nil); r.status != 200 {
 			t.Fatalf("control token refused: %d %s", r.status, r.body)
 		}
+		// The scheme's name is case-insensitive in HTTP.
+		for _, h := range []string{"bearer " + good, "BEARER " + good, "  Bearer   " + good + " "} {
+			req, _ := http.NewRequest("GET", s.base+"/api/v1/app/project", nil)
+			req.Header.Set("Authorization", h)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != 200 {
+				t.Fatalf("Authorization %.12q…: %d", h, resp.StatusCode)
+			}
+		}
 		attacks := map[string]string{
 			"alg none":           none(),
 			"HS256 with pub key": hs(),
