@@ -48,7 +48,14 @@ func (s *Server) getUsage(c *fiber.Ctx) error {
 		if err != nil {
 			return fault.New(fault.Invalid, "to must be a date, YYYY-MM-DD")
 		}
-		from = t.AddDate(0, 0, -(usageDefaultDays - 1)).Format(usage.DayLayout)
+		// The default span starts no earlier than the first day a date
+		// can name, so that a to near it does not make a from that is not
+		// one.
+		start := t.AddDate(0, 0, -(usageDefaultDays - 1))
+		if first := time.Date(0, 1, 1, 0, 0, 0, 0, time.UTC); start.Before(first) {
+			start = first
+		}
+		from = start.Format(usage.DayLayout)
 	}
 	by := usage.GroupBy(c.Query("group_by", string(usage.ByDay)))
 	rows, err := s.svc.Usage.Report(c.UserContext(), principal(c), from, to, by)

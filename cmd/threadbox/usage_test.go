@@ -102,6 +102,8 @@ func TestOrgUsage(t *testing.T) {
 			{"bad date", f.admin, "from=yesterday&to=" + today, 400},
 			{"to before from", f.admin, "from=" + today + "&to=2020-01-01", 400},
 			{"default span", f.admin, "", 200},
+			{"default span before the first day", f.admin, "to=0000-01-05", 200},
+			{"bad to", f.admin, "to=05-01-2026", 400},
 		} {
 			if r := s.do("GET", appAPI+"/org/usage?"+tt.query, tt.token, nil); r.status != tt.status {
 				t.Errorf("%s: %d %s, want %d", tt.name, r.status, r.body, tt.status)
