@@ -100,41 +100,15 @@ func (s *Server) listBatches(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	after, before := c.Query("after_id"), c.Query("before_id")
-	if after != "" && before != "" {
-		return fault.New(fault.Invalid, "after_id and before_id cannot be used together")
-	}
 	all, err := s.svc.Batches.List(c.UserContext(), principal(c))
 	if err != nil {
 		return err
 	}
-	index := func(id, param string) (int, error) {
-		for i, b := range all {
-			if b.ID == id {
-				return i, nil
-			}
-		}
-		return 0, fault.Errorf(fault.Invalid, "%s %q does not name a listed batch", param, id)
+	page, more, err := pageSpan(c, all, limit, func(b batches.Batch) string { return b.ID }, "batch")
+	if err != nil {
+		return err
 	}
-	start, end := 0, min(limit, len(all))
-	hasMore := end < len(all)
-	switch {
-	case after != "":
-		i, err := index(after, "after_id")
-		if err != nil {
-			return err
-		}
-		start, end = i+1, min(i+1+limit, len(all))
-		hasMore = end < len(all)
-	case before != "":
-		i, err := index(before, "before_id")
-		if err != nil {
-			return err
-		}
-		start, end = max(0, i-limit), i
-		hasMore = start > 0
-	}
-	return c.JSON(idPageOf(views(all[start:end], batchViewAt(baseURL(c))), hasMore, func(v batchView) string { return v.ID }))
+	return c.JSON(idPageOf(views(page, batchViewAt(baseURL(c))), more, func(v batchView) string { return v.ID }))
 }
 
 // getBatch is GET /messages/batches/{id}.

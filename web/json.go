@@ -124,6 +124,44 @@ func idPageOf[V any](data []V, more bool, idOf func(V) string) idPage[V] {
 	return page
 }
 
+// pageSpan is one page of all, a list already in its order, as the
+// Anthropic API pages its lists: at most limit items from the start, or
+// after the item the query parameter after_id names, or before the one
+// before_id names (not both); what is the kind of item an error names.
+// more says whether items follow the page, or with before_id precede it.
+func pageSpan[T any](c *fiber.Ctx, all []T, limit int, idOf func(T) string, what string) (page []T, more bool, err error) {
+	after, before := c.Query("after_id"), c.Query("before_id")
+	if after != "" && before != "" {
+		return nil, false, fault.New(fault.Invalid, "after_id and before_id cannot be used together")
+	}
+	index := func(id, param string) (int, error) {
+		for i, v := range all {
+			if idOf(v) == id {
+				return i, nil
+			}
+		}
+		return 0, fault.Errorf(fault.Invalid, "%s %q does not name a listed %s", param, id, what)
+	}
+	switch {
+	case after != "":
+		i, err := index(after, "after_id")
+		if err != nil {
+			return nil, false, err
+		}
+		end := min(i+1+limit, len(all))
+		return all[i+1 : end], end < len(all), nil
+	case before != "":
+		i, err := index(before, "before_id")
+		if err != nil {
+			return nil, false, err
+		}
+		start := max(0, i-limit)
+		return all[start:i], start > 0, nil
+	}
+	end := min(limit, len(all))
+	return all[:end], end < len(all), nil
+}
+
 // views shows each of items by view.
 func views[T, V any](items []T, view func(T) V) []V {
 	out := make([]V, len(items))

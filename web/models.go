@@ -115,9 +115,19 @@ func (s *Server) models() []modelView {
 	return append(out, view("default", "The server's configured model"))
 }
 
-// listModels is GET /api/gpt/v1/models.
+// listModels is GET /api/gpt/v1/models, a page at a time as the Anthropic
+// API pages it (limit 1-1000, default 20; after_id or before_id).
 func (s *Server) listModels(c *fiber.Ctx) error {
-	return c.JSON(idPageOf(s.models(), false, func(m modelView) string { return m.ID }))
+	limit, err := queryLimit(c, 20, 1000)
+	if err != nil {
+		return err
+	}
+	id := func(m modelView) string { return m.ID }
+	page, more, err := pageSpan(c, s.models(), limit, id, "model")
+	if err != nil {
+		return err
+	}
+	return c.JSON(idPageOf(page, more, id))
 }
 
 // getModel is GET /api/gpt/v1/models/{id}.

@@ -52,6 +52,39 @@ func TestSDKModelCapabilities(t *testing.T) {
 	}
 }
 
+// TestSDKModelsPaging: the models list pages as the Anthropic API's lists
+// do: the SDK's auto-pager, a page of one model at a time, finds both
+// models once each, and a limit or a cursor the list cannot take is a 400.
+func TestSDKModelsPaging(t *testing.T) {
+	s, _ := modelServer(t, "", "anthropic", nil)
+	tok := s.bootstrap("acme", "admin@acme.test")
+	cl := msgClient(s, tok)
+	var ids []string
+	iter := cl.Models.ListAutoPaging(context.Background(), anthropic.ModelListParams{Limit: anthropic.Int(1)})
+	for iter.Next() {
+		ids = append(ids, iter.Current().ID)
+	}
+	if err := iter.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(ids, ",") != "fake-model,default" {
+		t.Fatalf("paged models %v", ids)
+	}
+	first := s.do("GET", "/api/gpt/v1/models?limit=1", tok, nil).json(t)
+	if len(first["data"].([]any)) != 1 || first["has_more"] != true || first["last_id"] != "fake-model" {
+		t.Fatalf("first page %v", first)
+	}
+	last := s.do("GET", "/api/gpt/v1/models?before_id=default", tok, nil).json(t)
+	if len(last["data"].([]any)) != 1 || last["has_more"] != false || last["first_id"] != "fake-model" {
+		t.Fatalf("page before default %v", last)
+	}
+	for _, q := range []string{"limit=0", "limit=abc", "after_id=nope", "after_id=default&before_id=default"} {
+		if r := s.do("GET", "/api/gpt/v1/models?"+q, tok, nil); r.status != 400 || r.errorType(t) != "invalid_request_error" {
+			t.Fatalf("%s: %d %s", q, r.status, r.body)
+		}
+	}
+}
+
 // TestSDKCountTokens: with an Anthropic upstream, count_tokens is the
 // upstream's count of what a turn would send it (the configured model,
 // code execution's sub-tools in place of the code_execution tool), not an
