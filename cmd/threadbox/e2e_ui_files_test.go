@@ -299,3 +299,35 @@ func TestE2ELivePreview(t *testing.T) {
 		})
 	}
 }
+
+// TestE2EArtifactLivePreview: an SVG file a turn's code writes to the
+// outputs shows live in its artifact card, as it does among the thread's
+// files: the card's frame loads it for a preview (its script runs and
+// reports), not as a download the sandboxed frame refuses, which left the
+// card blank.
+func TestE2EArtifactLivePreview(t *testing.T) {
+	e2e.NeedChromium(t)
+	agent := needDocker(t)
+	s := e2eServer(t, map[string]string{"SANDBOX_BACKEND": "docker", "THREADBOX_AGENT_BIN": agent, "MODEL_PROVIDER": "runner"})
+	token := apiLogin(t, s, e2eEmail, e2ePassword)
+	pid := s.do("POST", appAPI+"/project", token, map[string]any{"name": "Badges"}).json(t)["id"]
+	tid := s.do("POST", appAPI+"/thread", token, map[string]any{"project_id": pid, "title": "Badge"}).json(t)["id"].(string)
+	svg := `<svg xmlns="http://www.w3.org/2000/svg" width="80" height="40"><rect width="80" height="40" fill="#c33"/>` +
+		`<script>parent.postMessage(JSON.stringify({svg: 'ran'}), '*')</script></svg>`
+	r := s.do("POST", appAPI+"/thread/"+tid+"/messages", token, map[string]any{
+		"content": "```bash\ncat > /mnt/user-data/outputs/badge.svg <<'SVG'\n" + svg + "\nSVG\n```", "pgpt": map[string]any{"tools": []any{"code_execution"}}})
+	if r.status != 200 {
+		t.Fatalf("turn: %d %s", r.status, r.body)
+	}
+	b := e2e.Start(t, 1440, 1000)
+	uiLogin(b, s.base, e2eEmail, e2ePassword)
+	b.Do("listen to the frames", chromedp.Evaluate[chromedp.Void](`window.frameSaid = []; addEventListener('message', (e) => window.frameSaid.push(e.origin + ' ' + e.data))`))
+	b.Do("open the thread", chromedp.Navigate(s.base+"/#/thread/"+tid), chromedp.WaitVisible(chromedp.ID("message")))
+	card := `.artifact[data-name="badge.svg"]`
+	b.WaitTrue("the card's frame", `!!document.querySelector('`+card+` iframe.live-preview')`, 20*time.Second)
+	b.Do("show the card", chromedp.Evaluate[chromedp.Void](`document.querySelector('`+card+`').scrollIntoView()`))
+	if got := e2e.Eval[string](b, "the frame's address", `new URL(document.querySelector('`+card+` iframe').src).searchParams.getAll('disposition').join(',')`); got != "preview" {
+		t.Errorf("the frame asks for disposition %q, want preview", got)
+	}
+	b.WaitTrue("the SVG's script ran in the card", `window.frameSaid.includes('null {"svg":"ran"}')`, 15*time.Second)
+}

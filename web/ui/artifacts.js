@@ -66,6 +66,17 @@ export function previewInto(el, r, name) {
   return fillPreview(el, r, name);
 }
 
+/**
+ * withDisposition returns url asking for disposition d in place of the one
+ * it may carry: an artifact's preview_url asks for inline already, and the
+ * server reads the first disposition it is given.
+ */
+function withDisposition(url, d) {
+  const u = new URL(url, location.origin);
+  u.searchParams.set('disposition', d);
+  return u.pathname + u.search;
+}
+
 async function fillPreview(el, r, name) {
   const mime = (r.mime_type || '').split(';')[0].trim().toLowerCase();
   const url = r.preview_url || r.download_url;
@@ -76,7 +87,7 @@ async function fillPreview(el, r, name) {
       // to scripts in an opaque origin (no same-origin access, no top
       // navigation, forms or popups), from a one-minute ticket URL the
       // server sends under a CSP that loads nothing from the network.
-      const t = await api('POST', '/download-url', { url: url + (url.includes('?') ? '&' : '?') + 'disposition=preview' });
+      const t = await api('POST', '/download-url', { url: withDisposition(url, 'preview') });
       replace(el, h('iframe', {
         src: t.url, sandbox: 'allow-scripts', referrerpolicy: 'no-referrer',
         title: `Live preview of ${name}`, class: 'live-preview', loading: 'lazy',
@@ -85,7 +96,7 @@ async function fillPreview(el, r, name) {
       // The browser's own viewer shows it (where it has one), from a
       // one-minute ticket URL served inline under the server's sandboxing
       // CSP; the page's CSP allows same-origin frames only.
-      const t = await api('POST', '/download-url', { url: url + (url.includes('?') ? '&' : '?') + 'disposition=inline' });
+      const t = await api('POST', '/download-url', { url: withDisposition(url, 'inline') });
       replace(el, h('iframe', { src: t.url, title: `Preview of ${name}`, class: 'pdf-preview', loading: 'lazy' }));
     } else if (mime.startsWith('image/') && mime !== 'image/svg+xml') {
       const blob = await fetchBlob(url);
