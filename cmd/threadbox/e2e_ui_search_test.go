@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"net/url"
 	"strings"
 	"testing"
@@ -122,6 +123,37 @@ func TestE2EThreadSearch(t *testing.T) {
 	b.SetViewport(375, 800)
 	b.Do("open the sidebar", chromedp.Click(chromedp.ID("menu")), chromedp.WaitVisible(chromedp.ID("thread-search")))
 	noHorizontalOverflow(t, b, 375)
+}
+
+// TestE2ESearchFollowsRenameAndDelete: the sidebar's search results
+// stay true while they are shown: a thread renamed shows its new title
+// there, and a thread deleted leaves them (once it stayed, a link to a
+// thread that was gone).
+func TestE2ESearchFollowsRenameAndDelete(t *testing.T) {
+	e2e.NeedChromium(t)
+	s := e2eServer(t, nil)
+	token := apiLogin(t, s, e2eEmail, e2ePassword)
+	pid := s.do("POST", appAPI+"/project", token, map[string]any{"name": "Trips"}).json(t)["id"]
+	var ids []string
+	for _, title := range []string{"Lisbon flights", "Lisbon hotels"} {
+		ids = append(ids, s.do("POST", appAPI+"/thread", token, map[string]any{"project_id": pid, "title": title}).json(t)["id"].(string))
+	}
+	b := e2e.Start(t, 1440, 900)
+	uiLogin(b, s.base, e2eEmail, e2ePassword)
+	b.Do("search", chromedp.Focus(chromedp.ID("thread-search")), chromedp.KeyEvent("lisbon\r"))
+	b.WaitText("#search-status", "2 threads found.", 10*time.Second)
+	results := `[...document.querySelectorAll('.search-results a')].map(a => a.textContent).sort().join(' | ')`
+
+	b.Do("open the first thread", chromedp.Click(chromedp.CSS(fmt.Sprintf(`.search-results a[data-thread-id=%q]`, ids[0]))))
+	b.WaitText("#thread-title", "Lisbon flights", 10*time.Second)
+	b.Do("rename it", chromedp.Click(chromedp.CSS(".thread-head .rename")), chromedp.WaitVisible(chromedp.ID("dialog-input")),
+		chromedp.SetValue(chromedp.ID("dialog-input"), "Lisbon flights, booked"), chromedp.Click(chromedp.ID("dialog-ok")))
+	b.WaitText("#thread-title", "Lisbon flights, booked", 10*time.Second)
+	b.WaitTrue("the new title among the results", results+` === 'Lisbon flights, booked | Lisbon hotels'`, 10*time.Second)
+
+	b.Do("delete it", chromedp.Click(chromedp.CSS(".thread-head button.danger")), chromedp.WaitVisible(chromedp.ID("dialog-ok")), chromedp.Click(chromedp.ID("dialog-ok")))
+	b.WaitTrue("the welcome page", `!!document.querySelector('.home')`, 10*time.Second)
+	b.WaitTrue("the deleted thread gone from the results", results+` === 'Lisbon hotels' && document.getElementById('search-status').textContent === '1 thread found.'`, 10*time.Second)
 }
 
 // TestE2EThreadKeepsTheUsersFocus: a thread focuses its message box once

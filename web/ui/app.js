@@ -183,6 +183,7 @@ async function loadProjects() {
     notify(explain(err));
   }
   renderSidebar();
+  searchAgain(); // a thread renamed or deleted shows so in the results
   if (onHome()) renderHome();
 }
 
@@ -196,6 +197,8 @@ async function loadThreads(projectID, more = false) {
 }
 
 let sidebarList = null;
+/** searchAgain runs the sidebar's search again while it shows results. */
+let searchAgain = () => {};
 
 /** renderSidebar draws the project list; the new-project form stays put,
  * so what the user is typing there survives a refresh. */
@@ -259,6 +262,7 @@ function searchBox() {
       if (mine === seq) status.textContent = explain(err);
     }
   };
+  searchAgain = () => { if (input.value.trim()) run(); };
   form.addEventListener('submit', (e) => { e.preventDefault(); run(); });
   input.addEventListener('input', () => { clearTimeout(timer); timer = setTimeout(run, 300); });
   return form;
