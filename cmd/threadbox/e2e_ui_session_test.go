@@ -100,3 +100,36 @@ func TestE2ESessions(t *testing.T) {
 		t.Errorf("after the session's end the page still shows %q signed in", got)
 	}
 }
+
+// TestE2ESignOutForgetsTheSearch: signing out leaves nothing of the
+// user's search in the page for whoever signs in next on the browser: no
+// query, no results with the last user's thread titles and message text.
+func TestE2ESignOutForgetsTheSearch(t *testing.T) {
+	e2e.NeedChromium(t)
+	s := e2eServer(t, nil)
+	token := apiLogin(t, s, e2eEmail, e2ePassword)
+	if r := s.do("POST", appAPI+"/org/users", token, map[string]any{"email": "bob@acme.test", "role": "member", "password": "bob-password-1"}); r.status != 201 {
+		t.Fatalf("add bob: %d %s", r.status, r.body)
+	}
+	pid := s.do("POST", appAPI+"/project", token, map[string]any{"name": "Shared"}).json(t)["id"]
+	s.do("POST", appAPI+"/thread", token, map[string]any{"project_id": pid, "title": "Salary review of Bob"})
+	b := e2e.Start(t, 1440, 900)
+	uiLogin(b, s.base, e2eEmail, e2ePassword)
+	b.Do("search", chromedp.Focus(chromedp.ID("thread-search")), chromedp.KeyEvent("salary\r"))
+	b.WaitText("#search-status", "1 thread found.", 10*time.Second)
+	b.Do("sign out", chromedp.Click(chromedp.ID("logout")), chromedp.WaitVisible(chromedp.ID("email")))
+
+	// In the same page, as the next person at the browser signs in.
+	b.Do("sign in as Bob",
+		chromedp.SendKeys(chromedp.ID("email"), "bob@acme.test"),
+		chromedp.SendKeys(chromedp.ID("password"), "bob-password-1"),
+		chromedp.Click(chromedp.ID("login")),
+		chromedp.WaitVisible(chromedp.ID("new-project")))
+	b.WaitTrue("Bob's sidebar", `[...document.querySelectorAll('.project-name')].some(p => p.textContent.includes('Shared'))`, 10*time.Second)
+	if got := e2e.Eval[string](b, "the search", `document.getElementById('thread-search').value + '|' + document.getElementById('search-status').textContent`); got != "|" {
+		t.Errorf("the search field and status after another user's sign-out: %q", got)
+	}
+	if e2e.Eval[bool](b, "the sidebar", `document.getElementById('sidebar').textContent.includes('Salary')`) {
+		t.Error("the sidebar shows the last user's thread to the next one")
+	}
+}

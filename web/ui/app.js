@@ -57,6 +57,14 @@ function setMenu(open) {
 function renderLogin(message = '', kind = 'error') {
   state.me = null;
   showSignedIn(false);
+  // Nothing of the last user's sidebar (their search, the projects they
+  // opened) stays for whoever signs in next.
+  sidebarList = null;
+  searchAgain = () => {};
+  replace(sidebar);
+  state.projects = [];
+  state.open.clear();
+  state.threads.clear();
   const err = h('p', { class: 'login-error', role: 'alert', id: 'login-error' }, message);
   if (kind === 'info') err.classList.add('info');
   const email = h('input', { type: 'email', id: 'email', name: 'email', autocomplete: 'username', required: true });
