@@ -555,3 +555,26 @@ func TestE2EDarkThemeAndTimestamps(t *testing.T) {
 	}
 	b.WaitTrue("the dark background", `getComputedStyle(document.documentElement).backgroundColor === 'rgb(21, 24, 29)'`, 5*time.Second)
 }
+
+// TestE2EPageTitle: the browser tab names what the page shows: a thread
+// by its title, again once it is renamed, and the sign-in form once the
+// user signed out (it kept the last page's name).
+func TestE2EPageTitle(t *testing.T) {
+	e2e.NeedChromium(t)
+	s := e2eServer(t, nil)
+	token := apiLogin(t, s, e2eEmail, e2ePassword)
+	pid := s.do("POST", appAPI+"/project", token, map[string]any{"name": "Tabs"}).json(t)["id"]
+	tid := s.do("POST", appAPI+"/thread", token, map[string]any{"project_id": pid, "title": "Draft"}).json(t)["id"].(string)
+	b := e2e.Start(t, 1440, 900)
+	uiLogin(b, s.base, e2eEmail, e2ePassword)
+	b.Do("open the thread", chromedp.Navigate(s.base+"/#/thread/"+tid), chromedp.WaitVisible(chromedp.ID("message")))
+	b.WaitTrue("the thread's name on the tab", `document.title === 'Draft — threadbox'`, 10*time.Second)
+	b.Do("rename it", chromedp.Click(chromedp.CSS(".thread-head .rename")), chromedp.WaitVisible(chromedp.ID("dialog-input")),
+		chromedp.SetValue(chromedp.ID("dialog-input"), "Final plan"), chromedp.Click(chromedp.ID("dialog-ok")))
+	b.WaitText("#thread-title", "Final plan", 10*time.Second)
+	b.WaitTrue("the new name on the tab", `document.title === 'Final plan — threadbox'`, 5*time.Second)
+	b.Do("sign out", chromedp.Click(chromedp.ID("logout")), chromedp.WaitVisible(chromedp.ID("email")))
+	if got := e2e.Eval[string](b, "the tab", `document.title`); got != "Sign in — threadbox" {
+		t.Errorf("after signing out the tab says %q", got)
+	}
+}

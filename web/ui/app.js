@@ -65,6 +65,7 @@ function renderLogin(message = '', kind = 'error') {
   state.projects = [];
   state.open.clear();
   state.threads.clear();
+  document.title = 'Sign in — threadbox';
   const err = h('p', { class: 'login-error', role: 'alert', id: 'login-error' }, message);
   if (kind === 'info') err.classList.add('info');
   const email = h('input', { type: 'email', id: 'email', name: 'email', autocomplete: 'username', required: true });

@@ -183,6 +183,7 @@ async function renameThread(view, title) {
   try {
     view.th = await api('PATCH', '/thread/' + view.th.id, { title: name });
     title.textContent = view.th.title;
+    document.title = `${view.th.title} — threadbox`;
     view.ctx.refresh();
   } catch (err) { notify(explain(err)); }
 }
