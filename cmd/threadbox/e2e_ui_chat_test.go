@@ -322,6 +322,29 @@ func TestE2EMessageHabits(t *testing.T) {
 	everyControlLabelled(t, b, "thread with a task list")
 }
 
+// TestE2EExportMenuCloses: the thread's Export menu closes as menus do,
+// with Escape (the focus back on Export) and with a click elsewhere; it
+// stayed open over the Delete button until Export was pressed again.
+func TestE2EExportMenuCloses(t *testing.T) {
+	e2e.NeedChromium(t)
+	s := e2eServer(t, nil)
+	token := apiLogin(t, s, e2eEmail, e2ePassword)
+	pid := s.do("POST", appAPI+"/project", token, map[string]any{"name": "Menus"}).json(t)["id"]
+	tid := s.do("POST", appAPI+"/thread", token, map[string]any{"project_id": pid, "title": "Export"}).json(t)["id"].(string)
+	b := e2e.Start(t, 1440, 1000)
+	uiLogin(b, s.base, e2eEmail, e2ePassword)
+	b.SetViewport(375, 812)
+	b.Do("open the thread", chromedp.Navigate(s.base+"/#/thread/"+tid), chromedp.WaitVisible(chromedp.ID("message")))
+	menu := `document.querySelector('.thread-head details.export')`
+	b.Do("open the menu from the keyboard", chromedp.Focus(chromedp.CSS(".thread-head details.export summary")), chromedp.KeyEvent("\r"),
+		chromedp.WaitVisible(chromedp.ID("export-md")), chromedp.KeyEvent("\t"))
+	b.Do("press Escape", chromedp.KeyEvent(kb.Escape))
+	b.WaitTrue("the menu closed, the focus on Export", `!`+menu+`.open && document.activeElement === `+menu+`.querySelector('summary')`, 5*time.Second)
+	b.Do("open the menu", chromedp.Click(chromedp.CSS(".thread-head details.export summary")), chromedp.WaitVisible(chromedp.ID("export-md")))
+	b.Do("click elsewhere", chromedp.Click(chromedp.ID("thread-title")))
+	b.WaitTrue("the menu closed", `!`+menu+`.open`, 5*time.Second)
+}
+
 // TestE2EAttachHabits: an upload of a name already in the thread keeps
 // both files (the new one numbered, and the page says so); each file shows
 // once in the composer, as a chip; files pasted into the message box or

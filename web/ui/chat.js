@@ -44,6 +44,15 @@ export async function renderThread(main, threadID, ctx) {
     h('div', { class: 'menu-items' },
       h('button', { type: 'button', class: 'small', id: 'export-md', onclick: () => exportThread(view, 'md') }, 'Markdown (.md)'),
       h('button', { type: 'button', class: 'small', id: 'export-json', onclick: () => exportThread(view, 'json') }, 'JSON (.json)')));
+  // It closes as menus do: Escape (the focus back on Export), or a click
+  // elsewhere.
+  exportMenu.addEventListener('keydown', (e) => {
+    if (e.key !== 'Escape' || !exportMenu.open) return;
+    e.preventDefault();
+    exportMenu.open = false;
+    exportMenu.querySelector('summary').focus();
+  });
+  document.addEventListener('click', (e) => { if (exportMenu.open && !exportMenu.contains(e.target)) exportMenu.open = false; }, { signal: shown.signal });
   const actions = h('div', { class: 'actions' },
     // On narrow screens the files come after the conversation: one press
     // brings them into view.
