@@ -578,3 +578,32 @@ func TestE2EPageTitle(t *testing.T) {
 		t.Errorf("after signing out the tab says %q", got)
 	}
 }
+
+// TestE2ENoticeInView: the page's notice shows where the user is: a
+// refusal of something done far down the admin page (a password too short
+// for a user, at 375 px) is in view, not at the top of the page, above
+// the fold, while the dialog closes without a word.
+func TestE2ENoticeInView(t *testing.T) {
+	e2e.NeedChromium(t)
+	s := e2eServer(t, nil)
+	token := apiLogin(t, s, e2eEmail, e2ePassword)
+	if r := s.do("POST", appAPI+"/org/users", token, map[string]any{"email": "bob@acme.test", "role": "member"}); r.status != 201 {
+		t.Fatalf("add bob: %d %s", r.status, r.body)
+	}
+	b := e2e.Start(t, 1440, 1000)
+	emulateScheme(t, b, "dark")
+	uiLogin(b, s.base, e2eEmail, e2ePassword)
+	b.SetViewport(375, 812)
+	b.Do("open the admin page", chromedp.Navigate(s.base+"/#/admin"), chromedp.WaitVisible(chromedp.ID("f-code")))
+	bob := `#users tbody tr:last-child button`
+	b.WaitText("#users tbody tr:last-child", "bob@acme.test", 10*time.Second)
+	b.Do("set a short password", chromedp.Evaluate[chromedp.Void](`document.querySelector('#audit').scrollIntoView()`),
+		chromedp.Click(chromedp.CSS(bob)), chromedp.WaitVisible(chromedp.ID("dialog-input")),
+		chromedp.SetValue(chromedp.ID("dialog-input"), "short"), chromedp.Click(chromedp.ID("dialog-ok")))
+	b.WaitText("#notice-text", "password must be at least 8 characters", 10*time.Second)
+	if got := e2e.Eval[string](b, "where the notice is", `(() => { const r = document.getElementById('notice').getBoundingClientRect(); return r.top >= 0 && r.bottom <= innerHeight ? 'in view' : 'at ' + Math.round(r.top) + '..' + Math.round(r.bottom) + ' of ' + innerHeight; })()`); got != "in view" {
+		t.Errorf("the refusal's notice is out of view: %s", got)
+	}
+	shoot(t, b, "notice-375")
+	noHorizontalOverflow(t, b, 375)
+}
