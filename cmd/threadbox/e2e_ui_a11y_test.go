@@ -11,19 +11,20 @@ import (
 )
 
 // TestE2EAccessibility runs axe-core (pinned, vendored in e2e/vendor) on
-// the sign-in page, a thread with its answer, the thread's files with a
-// CSV and a text preview open, and the admin page, at 1440 and 375 px in
-// the light and dark themes: no serious or critical violation of the WCAG
-// 2.1 A and AA rules and axe's best practices (the skip link to the
-// message box is TestE2EConversationLayout's). The conversation is a
-// polite live region, so streamed text is read out.
+// the sign-in page, a thread with its answer (its message has a table, a
+// task list and a highlighted code block with comments), the thread's
+// files with a CSV and a text preview open, and the admin page, at 1440
+// and 375 px in the light and dark themes: no serious or critical
+// violation of the WCAG 2.1 A and AA rules and axe's best practices (the
+// skip link to the message box is TestE2EConversationLayout's). The
+// conversation is a polite live region, so streamed text is read out.
 func TestE2EAccessibility(t *testing.T) {
 	e2e.NeedChromium(t)
 	s := e2eServer(t, nil)
 	token := apiLogin(t, s, e2eEmail, e2ePassword)
 	pid := s.do("POST", appAPI+"/project", token, map[string]any{"name": "Access"}).json(t)["id"]
 	tid := s.do("POST", appAPI+"/thread", token, map[string]any{"project_id": pid, "title": "Checked"}).json(t)["id"].(string)
-	if r := s.do("POST", appAPI+"/thread/"+tid+"/messages", token, map[string]any{"content": "## Totals\n\n| region | total |\n|---|---|\n| North | 40 |\n\n- [x] load\n- [ ] plot"}); r.status != 200 {
+	if r := s.do("POST", appAPI+"/thread/"+tid+"/messages", token, map[string]any{"content": "## Totals\n\n| region | total |\n|---|---|\n| North | 40 |\n\n- [x] load\n- [ ] plot\n\n```python\n# the total of the regions\ntotal = 40 + 21  # North and South\n```"}); r.status != 200 {
 		t.Fatalf("turn: %d %s", r.status, r.body)
 	}
 	for name, body := range map[string]string{"sales.csv": salesCSV, "notes.txt": "hello from the notes\n"} {
