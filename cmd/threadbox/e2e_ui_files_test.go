@@ -208,6 +208,47 @@ func TestE2EAttachToMessage(t *testing.T) {
 	}
 }
 
+// TestE2EDeletedFileLeavesTheMessage: a file deleted from the thread's
+// files while it is attached to the message being written is taken off
+// the message too; it stayed there, and the message was refused with the
+// server's words about a file id no longer in the container.
+func TestE2EDeletedFileLeavesTheMessage(t *testing.T) {
+	e2e.NeedChromium(t)
+	s := e2eServer(t, nil)
+	token := apiLogin(t, s, e2eEmail, e2ePassword)
+	pid := s.do("POST", appAPI+"/project", token, map[string]any{"name": "Attach"}).json(t)["id"]
+	tid := s.do("POST", appAPI+"/thread", token, map[string]any{"project_id": pid, "title": "Changed my mind"}).json(t)["id"].(string)
+	dir := t.TempDir()
+	var paths []string
+	for _, name := range []string{"sales.csv", "notes.txt"} {
+		p := dir + "/" + name
+		if err := os.WriteFile(p, []byte("data of "+name+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		paths = append(paths, p)
+	}
+	b := e2e.Start(t, 1440, 1000)
+	uiLogin(b, s.base, e2eEmail, e2ePassword)
+	b.Do("open the thread", chromedp.Navigate(s.base+"/#/thread/"+tid), chromedp.WaitVisible(chromedp.ID("message")))
+	b.Do("pick two files", chromedp.SetUploadFiles(chromedp.ID("file-input"), paths))
+	b.WaitTrue("both attached", `document.querySelectorAll('.attachments .attachment.done').length === 2`, 20*time.Second)
+	item := `.file-list li[data-path="/mnt/user-data/uploads/notes.txt"]`
+	b.WaitTrue("notes.txt among the files", `!!document.querySelector('`+item+` .delete-file')`, 10*time.Second)
+	b.Do("delete notes.txt", chromedp.Click(chromedp.CSS(item+" .delete-file")), chromedp.WaitVisible(chromedp.ID("dialog-ok")), chromedp.Click(chromedp.ID("dialog-ok")))
+	b.WaitTrue("notes.txt gone from the files", `!document.querySelector('`+item+`')`, 10*time.Second)
+	if got := e2e.Eval[string](b, "attached", `[...document.querySelectorAll('.attachments .attachment')].map(a => a.dataset.name).join(' ')`); got != "sales.csv" {
+		t.Errorf("attached after notes.txt was deleted: %q", got)
+	}
+	b.Do("send", chromedp.Focus(chromedp.ID("message")), chromedp.KeyEvent("Sum the sales\r"))
+	b.WaitText(".msg.assistant .text", "offline runner model", 30*time.Second)
+	if n := e2e.Eval[int](b, "errors", `document.querySelectorAll('.turn-error').length`); n != 0 {
+		t.Errorf("the message was refused: %s", e2e.Eval[string](b, "error", `document.querySelector('.turn-error').textContent`))
+	}
+	if got := e2e.Eval[string](b, "the message", `document.querySelector('.msg.user .blocks').textContent`); !strings.Contains(got, "sales.csv") || strings.Contains(got, "notes.txt") {
+		t.Errorf("the message shown: %q", got)
+	}
+}
+
 // livePage is an HTML output that draws with its own script and reports to
 // the page what its sandbox let it do.
 const livePage = `<!doctype html><html><head><title>Live chart</title><style>body{font:16px sans-serif}</style></head>

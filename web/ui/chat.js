@@ -325,6 +325,9 @@ function fileItem(view, f, path, kind, url) {
     if (!yes) return;
     try {
       await api('DELETE', `/api/gpt/v1/files/${encodeURIComponent(f.id)}?scope_id=${encodeURIComponent(view.th.id)}`);
+      // A deleted file cannot go with the message being written either.
+      for (const a of view.attached) if (a.id === f.id) a.removed = true;
+      view.showAttached();
       await loadFiles(view);
       const h2 = document.getElementById('files-h');
       if (h2) { h2.setAttribute('tabindex', '-1'); h2.focus(); }
