@@ -24,7 +24,7 @@ func TestE2EAccessibility(t *testing.T) {
 	token := apiLogin(t, s, e2eEmail, e2ePassword)
 	pid := s.do("POST", appAPI+"/project", token, map[string]any{"name": "Access"}).json(t)["id"]
 	tid := s.do("POST", appAPI+"/thread", token, map[string]any{"project_id": pid, "title": "Checked"}).json(t)["id"].(string)
-	if r := s.do("POST", appAPI+"/thread/"+tid+"/messages", token, map[string]any{"content": "## Totals\n\n| region | total |\n|---|---|\n| North | 40 |\n\n- [x] load\n- [ ] plot\n\n```python\n# the total of the regions\ntotal = 40 + 21  # North and South\n```"}); r.status != 200 {
+	if r := s.do("POST", appAPI+"/thread/"+tid+"/messages", token, map[string]any{"content": "## Totals\n\n| region | total |\n|---|---|\n| North | 40 |\n\n- [x] load\n- [ ] plot\n\n```python\n# the total of the regions\ntotal = 40 + 21  # North and South, the two regions of the sales report of the first quarter\n```"}); r.status != 200 {
 		t.Fatalf("turn: %d %s", r.status, r.body)
 	}
 	for name, body := range map[string]string{"sales.csv": salesCSV, "notes.txt": "hello from the notes\n"} {

@@ -56,6 +56,9 @@ export function renderMarkdown(text) {
     const lang = [...code.classList].find((c) => c.startsWith('language-'));
     if (lang && hljs.getLanguage(lang.slice('language-'.length))) hljs.highlightElement(code);
     const pre = code.parentElement;
+    // A long line scrolls sideways: the keyboard reaches it too.
+    pre.setAttribute('tabindex', '0');
+    pre.setAttribute('aria-label', lang ? `${lang.slice('language-'.length)} code` : 'Code');
     const spot = document.createComment('');
     pre.replaceWith(spot);
     spot.replaceWith(withCopy(pre, code.textContent, lang ? lang.slice('language-'.length) : 'code'));
