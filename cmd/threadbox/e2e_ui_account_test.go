@@ -522,6 +522,41 @@ func TestE2EMarkdown(t *testing.T) {
 	}
 }
 
+// TestE2EWideTableScrolls: at 375 px a Markdown table wider than its
+// message keeps its words whole and scrolls sideways, from the keyboard
+// too; it was squeezed into the message, a letter or two a line.
+func TestE2EWideTableScrolls(t *testing.T) {
+	e2e.NeedChromium(t)
+	s := e2eServer(t, nil)
+	token := apiLogin(t, s, e2eEmail, e2ePassword)
+	pid := s.do("POST", appAPI+"/project", token, map[string]any{"name": "Tables"}).json(t)["id"]
+	tid := s.do("POST", appAPI+"/thread", token, map[string]any{"project_id": pid, "title": "Wide"}).json(t)["id"].(string)
+	msg := "| region | total | first | second | third | fourth | remarks |\n|---|---|---|---|---|---|---|\n| Northeastern | 40 | 10 | 10 | 10 | 10 | steady |\n"
+	if r := s.do("POST", appAPI+"/thread/"+tid+"/messages", token, map[string]any{"content": msg}); r.status != 200 {
+		t.Fatalf("turn: %d %s", r.status, r.body)
+	}
+	b := e2e.Start(t, 1440, 1000)
+	uiLogin(b, s.base, e2eEmail, e2ePassword)
+	b.SetViewport(375, 812)
+	b.Do("open the thread", chromedp.Navigate(s.base+"/#/thread/"+tid), chromedp.WaitVisible(chromedp.ID("message")))
+	b.WaitTrue("the table", `!!document.querySelector('.msg.user .md table')`, 10*time.Second)
+	// A word on one line has one box.
+	split := e2e.Eval[string](b, "words split", `[...document.querySelectorAll('.msg.user .md table th, .msg.user .md table td')].filter((c) => {
+		const r = document.createRange(); r.selectNodeContents(c); return r.getClientRects().length > 1; }).map((c) => c.textContent).join(' ')`)
+	if split != "" {
+		t.Errorf("cells whose word is split across lines: %s", split)
+	}
+	if got := e2e.Eval[string](b, "the scroller", `(() => { const t = document.querySelector('.msg.user .md table');
+		for (let e = t; e && !e.classList.contains('md'); e = e.parentElement) if (e.scrollWidth > e.clientWidth) return e.tabIndex + ' ' + (e.getAttribute('aria-label') || '');
+		return 'none'; })()`); got != "0 Table" {
+		t.Errorf("what scrolls the table sideways (tab index, name): %q, want %q", got, "0 Table")
+	}
+	noHorizontalOverflow(t, b, 375)
+	for _, v := range b.Axe("a wide table at 375 px") {
+		t.Errorf("%s", v)
+	}
+}
+
 // TestE2EDarkThemeAndTimestamps: the page follows the system's dark
 // setting (its own colours, not the light theme's), and every message says
 // when it was sent.

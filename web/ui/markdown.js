@@ -49,6 +49,13 @@ export function renderMarkdown(text) {
     const done = box.classList.contains('done');
     box.replaceWith(h('input', { type: 'checkbox', class: 'task', disabled: true, checked: done, 'aria-label': done ? 'Done' : 'Not done' }));
   }
+  for (const table of frag.querySelectorAll('table')) {
+    // A table wider than the message scrolls sideways, from the keyboard
+    // too, as the CSV viewer's does.
+    const spot = document.createComment('');
+    table.replaceWith(spot);
+    spot.replaceWith(h('div', { class: 'table-wrap', tabindex: '0', role: 'region', 'aria-label': 'Table' }, table));
+  }
   for (const li of frag.querySelectorAll('li')) {
     if (li.querySelector(':scope > input.task, :scope > p > input.task')) li.classList.add('task-item');
   }
