@@ -119,6 +119,9 @@ func TestE2EAccountsAndThreads(t *testing.T) {
 		chromedp.WaitVisible(chromedp.ID("dialog-ok")),
 		chromedp.Click(chromedp.ID("dialog-ok")))
 	b.WaitTrue("back home with one thread", `location.hash === '#/' && document.querySelectorAll('.threads a').length === 1`, 10*time.Second)
+	// The focus, which was on the dialog of a page that went, carries on
+	// from the new page's heading, not from the start of the document.
+	b.WaitTrue("the focus on the welcome page's heading", `document.activeElement === document.querySelector('.home h1')`, 5*time.Second)
 	if r := s.do("GET", appAPI+"/thread/"+fork, token, nil); r.status != 404 {
 		t.Fatalf("the deleted fork: %d %s", r.status, r.body)
 	}

@@ -23,7 +23,18 @@ const main = $('main');
 const sidebar = $('sidebar');
 const narrow = window.matchMedia('(max-width: 899px)');
 
-function navigate(hash) {
+/** focusPageNext asks the next route to put the focus on the page's heading. */
+let focusPageNext = false;
+
+/**
+ * navigate shows the page of hash. With focus, the new page's heading
+ * takes the focus once it is drawn: for a page reached after the one the
+ * focus was on went away (a deleted thread), so that the keyboard and a
+ * screen reader carry on from the new page rather than from the start of
+ * the document.
+ */
+function navigate(hash, { focus = false } = {}) {
+  focusPageNext = focus;
   if (location.hash === hash) route();
   else location.hash = hash;
 }
@@ -123,6 +134,8 @@ async function start() {
 
 async function route() {
   if (!state.me) return;
+  const focusPage = focusPageNext;
+  focusPageNext = false;
   const hash = location.hash || '#/';
   document.querySelectorAll('#topnav a').forEach((a) => a.removeAttribute('aria-current'));
   const inThread = hash.startsWith('#/thread/');
@@ -157,6 +170,10 @@ async function route() {
       renderSidebar();
       document.title = 'threadbox';
       renderHome();
+    }
+    if (focusPage) {
+      const heading = main.querySelector('h1');
+      if (heading) { heading.setAttribute('tabindex', '-1'); heading.focus(); }
     }
   } catch (err) {
     // A session that ended meanwhile left the sign-in form in its place.

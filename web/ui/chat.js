@@ -211,7 +211,7 @@ async function deleteThread(view) {
   try {
     await api('DELETE', '/thread/' + view.th.id);
     await view.ctx.refresh();
-    view.ctx.navigate('#/');
+    view.ctx.navigate('#/', { focus: true });
   } catch (err) { notify(explain(err)); }
 }
 
