@@ -153,16 +153,16 @@ func TestE2EThreadFiles(t *testing.T) {
 	noHorizontalOverflow(t, b, 375)
 }
 
-// TestE2EAttachToMessage: files uploaded in the composer are
-// attached to the message being written, listed there and removable, and
-// the message sent names them (container_upload blocks before its text),
-// in the page and as stored.
-func TestE2EAttachToMessage(t *testing.T) {
+// attachTwoFiles signs in to a new server's page, opens a new thread
+// titled title and picks sales.csv and notes.txt in its composer; it
+// returns the server, the user's token, the thread's id and the browser.
+func attachTwoFiles(t *testing.T, title string) (*server, string, string, *e2e.Browser) {
+	t.Helper()
 	e2e.NeedChromium(t)
 	s := e2eServer(t, nil)
 	token := apiLogin(t, s, e2eEmail, e2ePassword)
 	pid := s.do("POST", appAPI+"/project", token, map[string]any{"name": "Attach"}).json(t)["id"]
-	tid := s.do("POST", appAPI+"/thread", token, map[string]any{"project_id": pid, "title": "With attachments"}).json(t)["id"].(string)
+	tid := s.do("POST", appAPI+"/thread", token, map[string]any{"project_id": pid, "title": title}).json(t)["id"].(string)
 	dir := t.TempDir()
 	var paths []string
 	for _, name := range []string{"sales.csv", "notes.txt"} {
@@ -176,6 +176,15 @@ func TestE2EAttachToMessage(t *testing.T) {
 	uiLogin(b, s.base, e2eEmail, e2ePassword)
 	b.Do("open the thread", chromedp.Navigate(s.base+"/#/thread/"+tid), chromedp.WaitVisible(chromedp.ID("message")))
 	b.Do("pick two files", chromedp.SetUploadFiles(chromedp.ID("file-input"), paths))
+	return s, token, tid, b
+}
+
+// TestE2EAttachToMessage: files uploaded in the composer are
+// attached to the message being written, listed there and removable, and
+// the message sent names them (container_upload blocks before its text),
+// in the page and as stored.
+func TestE2EAttachToMessage(t *testing.T) {
+	s, token, tid, b := attachTwoFiles(t, "With attachments")
 	b.WaitTrue("both attached", `document.querySelectorAll('.attachments .attachment').length === 2`, 20*time.Second)
 	everyControlLabelled(t, b, "composer with attachments")
 	b.Do("remove one", chromedp.Click(chromedp.CSS(`.attachments button[aria-label="Remove notes.txt from the message"]`)))
@@ -213,24 +222,7 @@ func TestE2EAttachToMessage(t *testing.T) {
 // the message too; it stayed there, and the message was refused with the
 // server's words about a file id no longer in the container.
 func TestE2EDeletedFileLeavesTheMessage(t *testing.T) {
-	e2e.NeedChromium(t)
-	s := e2eServer(t, nil)
-	token := apiLogin(t, s, e2eEmail, e2ePassword)
-	pid := s.do("POST", appAPI+"/project", token, map[string]any{"name": "Attach"}).json(t)["id"]
-	tid := s.do("POST", appAPI+"/thread", token, map[string]any{"project_id": pid, "title": "Changed my mind"}).json(t)["id"].(string)
-	dir := t.TempDir()
-	var paths []string
-	for _, name := range []string{"sales.csv", "notes.txt"} {
-		p := dir + "/" + name
-		if err := os.WriteFile(p, []byte("data of "+name+"\n"), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		paths = append(paths, p)
-	}
-	b := e2e.Start(t, 1440, 1000)
-	uiLogin(b, s.base, e2eEmail, e2ePassword)
-	b.Do("open the thread", chromedp.Navigate(s.base+"/#/thread/"+tid), chromedp.WaitVisible(chromedp.ID("message")))
-	b.Do("pick two files", chromedp.SetUploadFiles(chromedp.ID("file-input"), paths))
+	_, _, _, b := attachTwoFiles(t, "Changed my mind")
 	b.WaitTrue("both attached", `document.querySelectorAll('.attachments .attachment.done').length === 2`, 20*time.Second)
 	item := `.file-list li[data-path="/mnt/user-data/uploads/notes.txt"]`
 	b.WaitTrue("notes.txt among the files", `!!document.querySelector('`+item+` .delete-file')`, 10*time.Second)
