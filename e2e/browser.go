@@ -54,8 +54,9 @@ type Browser struct {
 	profile   string
 	scratch   string
 
-	mu      sync.Mutex
-	console []string
+	mu          sync.Mutex
+	console     []string
+	downloadLog []string // what the browser said of each download, in order
 }
 
 // Start launches Chromium with a fresh profile and a tab of width×height
@@ -110,11 +111,15 @@ func Start(t testing.TB, width, height int) *Browser {
 	}
 	start, cancel := context.WithTimeout(ctx, DefaultTimeout)
 	defer cancel()
+	eventsOn := true
 	_, err = chromedp.CallBrowser(start, browser.SetDownloadBehavior, browser.SetDownloadBehaviorParams{
-		Behavior: browser.SetDownloadBehaviorBehaviorAllow, DownloadPath: b.downloads,
+		Behavior: browser.SetDownloadBehaviorBehaviorAllow, DownloadPath: b.downloads, EventsEnabled: &eventsOn,
 	})
 	if err != nil {
 		t.Fatalf("e2e: download folder: %v", err)
+	}
+	if err := chromedp.ListenBrowser(ctx, b.noteDownload); err != nil {
+		t.Fatalf("e2e: download events: %v", err)
 	}
 	go b.collectConsole()
 	// A failure screenshot of an earlier run must not pass for this one's.
@@ -135,8 +140,44 @@ func Start(t testing.TB, width, height int) *Browser {
 		if c := b.Console(); len(c) > 0 {
 			t.Logf("e2e: browser console:\n%s", strings.Join(c, "\n"))
 		}
+		if said := b.pageSays(); said != "" {
+			t.Logf("e2e: the page's notice and status lines: %s", said)
+		}
 	})
 	return b
+}
+
+// noteDownload records the start and the end of each download. It runs on
+// the loop that reads the browser's messages, so it only appends.
+func (b *Browser) noteDownload(ev any) {
+	var line string
+	switch ev := ev.(type) {
+	case *browser.EventDownloadWillBegin:
+		line = fmt.Sprintf("%s began: %s from %s", ev.GUID, ev.SuggestedFilename, ev.URL)
+	case *browser.EventDownloadProgress:
+		if ev.State == browser.DownloadProgressStateInProgress {
+			return
+		}
+		line = fmt.Sprintf("%s %s after %.0f of %.0f bytes", ev.GUID, ev.State, ev.ReceivedBytes, ev.TotalBytes)
+	default:
+		return
+	}
+	b.mu.Lock()
+	b.downloadLog = append(b.downloadLog, line)
+	b.mu.Unlock()
+}
+
+// pageSays returns the text of the page's notice and of its non-empty
+// status lines (a download button's error shows in one), for the log of a
+// failed test.
+func (b *Browser) pageSays() string {
+	ctx, cancel := context.WithTimeout(b.ctx, 5*time.Second)
+	defer cancel()
+	said, err := chromedp.Run(ctx, chromedp.Evaluate[string](`[...document.querySelectorAll('.notice, [role=status]')].map((e) => e.textContent.trim()).filter(Boolean).join(' | ')`))
+	if err != nil {
+		return ""
+	}
+	return said
 }
 
 func (b *Browser) collectConsole() {
@@ -278,7 +319,13 @@ func (b *Browser) WaitDownload(name string, timeout time.Duration) []byte {
 			for _, e := range entries {
 				names = append(names, e.Name())
 			}
-			b.t.Fatalf("e2e: download %s did not arrive within %s (folder holds %v)", name, timeout, names)
+			b.mu.Lock()
+			events := strings.Join(b.downloadLog, "; ")
+			b.mu.Unlock()
+			if events == "" {
+				events = "no download began"
+			}
+			b.t.Fatalf("e2e: download %s did not arrive within %s (folder holds %v; the browser: %s)", name, timeout, names, events)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

@@ -53,6 +53,35 @@ type lingerConn struct {
 	*net.TCPConn
 	stall time.Duration
 	once  sync.Once
+
+	// mu orders read deadlines; after Close, lingerEnd bounds them.
+	mu        sync.Mutex
+	lingerEnd time.Time
+}
+
+// SetReadDeadline sets the read deadline; once the connection is closing
+// it never reaches past the linger's end. The server sets a deadline for
+// the next request after a response, and a close from another goroutine
+// (the graceful shutdown closing idle connections) can come between its
+// decision to keep reading and that call: unbounded, the read would wait
+// the whole idle timeout for a client that neither sends nor closes, and
+// hold the shutdown with it.
+func (c *lingerConn) SetReadDeadline(t time.Time) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.lingerEnd.IsZero() && (t.IsZero() || t.After(c.lingerEnd)) {
+		t = c.lingerEnd
+	}
+	return c.TCPConn.SetReadDeadline(t)
+}
+
+// SetDeadline sets both deadlines, the read one bounded as SetReadDeadline
+// bounds it.
+func (c *lingerConn) SetDeadline(t time.Time) error {
+	if err := c.SetReadDeadline(t); err != nil {
+		return err
+	}
+	return c.TCPConn.SetWriteDeadline(t)
 }
 
 // Write writes p, failing with os.ErrDeadlineExceeded once the client
@@ -89,8 +118,11 @@ func (c *lingerConn) Close() error {
 			_ = c.TCPConn.Close()
 			return
 		}
+		c.mu.Lock()
+		c.lingerEnd = time.Now().Add(lingerTime)
+		_ = c.TCPConn.SetReadDeadline(c.lingerEnd)
+		c.mu.Unlock()
 		go func() {
-			_ = c.TCPConn.SetReadDeadline(time.Now().Add(lingerTime))
 			_, _ = io.CopyN(io.Discard, c.TCPConn, lingerBytes)
 			_ = c.TCPConn.Close()
 		}()
