@@ -220,6 +220,9 @@ type detachedTurns struct {
 	mu   sync.Mutex
 	live map[string]*liveTurn
 	wg   sync.WaitGroup
+	// stopping is set once the server stops (StopDetached): no turn
+	// starts any more.
+	stopping bool
 }
 
 func (d *detachedTurns) get(id string) *liveTurn {
@@ -228,13 +231,21 @@ func (d *detachedTurns) get(id string) *liveTurn {
 	return d.live[id]
 }
 
-func (d *detachedTurns) put(l *liveTurn) {
+// start adds a turn about to run to the set; false once the server is
+// stopping, when the turn must not start: nothing would end it before
+// the process exits.
+func (d *detachedTurns) start(l *liveTurn) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if d.stopping {
+		return false
+	}
 	if d.live == nil {
 		d.live = map[string]*liveTurn{}
 	}
 	d.live[l.rec.ID()] = l
+	d.wg.Add(1)
+	return true
 }
 
 func (d *detachedTurns) drop(id string) {
@@ -262,7 +273,8 @@ type Detached struct {
 // Detach runs d in the server, apart from the request that started it,
 // and returns the turn's id at once. Its events go to the turn's log as
 // they happen (Follow reads them); it goes on when its client goes away,
-// until it ends or its owner stops it (Stop).
+// until it ends or its owner stops it (Stop). Once the server is stopping
+// (StopDetached) no turn starts: Detach answers unavailable.
 func (s *Service) Detach(ctx context.Context, d Detached) (string, error) {
 	if s.d.Records == nil {
 		d.Release()
@@ -279,8 +291,14 @@ func (s *Service) Detach(ctx context.Context, d Detached) (string, error) {
 	}
 	runCtx, cancel := context.WithCancelCause(context.Background())
 	l := &liveTurn{rec: rec, cancel: cancel, maxBytes: s.d.LogMaxBytes, changed: make(chan struct{})}
-	s.detached.put(l)
-	s.detached.wg.Add(1)
+	if !s.detached.start(l) {
+		cancel(ErrServerStopping)
+		if err := s.d.Records.EndTurn(context.WithoutCancel(ctx), rec.End(turn.Failed, s.now())); err != nil {
+			s.log.Error("turn end not stored", "turn", rec.ID(), "cause", err.Error())
+		}
+		d.Release()
+		return "", fault.New(fault.Unavailable, "The server is stopping; send the message again.")
+	}
 	go func() {
 		defer s.detached.wg.Done()
 		defer cancel(nil)
@@ -611,8 +629,11 @@ func (s *Service) PruneTurns(ctx context.Context) (int64, error) {
 // StopDetached waits, until ctx ends, for the turns running in this
 // process to end (the server is stopping), then ends those still running
 // (as failed: the server stopped) and waits a little for them to store
-// their ends.
+// their ends. From its call on no turn starts (Detach).
 func (s *Service) StopDetached(ctx context.Context) {
+	s.detached.mu.Lock()
+	s.detached.stopping = true
+	s.detached.mu.Unlock()
 	done := make(chan struct{})
 	go func() {
 		s.detached.wg.Wait()
