@@ -180,7 +180,9 @@ func (l *liveTurn) append(typ string, data []byte) {
 // since returns the events after seq after that are in memory, a channel
 // closed at the next change, whether the log is complete, and stored,
 // true when events after after were dropped from memory: they are read
-// from the database.
+// from the database. The end event is held back until it is stored (or
+// its storing is over): a follower told the turn ended and following it
+// again, on this server or another, finds the same end in the database.
 func (l *liveTurn) since(after int64) (evs []turn.Event, changed <-chan struct{}, done, stored bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -190,6 +192,9 @@ func (l *liveTurn) since(after int64) (evs []turn.Event, changed <-chan struct{}
 	}
 	if i := after - l.dropped; i < int64(len(l.events)) {
 		evs = append(evs, l.events[i:]...)
+	}
+	if n := len(evs); n > 0 && evs[n-1].Type == endEvent && evs[n-1].Seq > l.stored && !l.done {
+		evs = evs[:n-1]
 	}
 	return evs, l.changed, l.done, false
 }
@@ -351,8 +356,10 @@ func (s *Service) watch(ctx context.Context, l *liveTurn) (stop func()) {
 // finish ends a detached turn: every event stored, the record's end, the
 // turn released (the chat gives its thread's turn lease back), and only
 // then the end event, so that a client told the turn ended may start the
-// next one at once (on any server); then the turn leaves this process's
-// set and its followers read the database.
+// next one at once (on any server); its followers learn of it once it is
+// stored (since), so that one told the turn ended finds the same end on
+// any server. Then the turn leaves this process's set and its followers
+// read the database.
 func (s *Service) finish(ctx context.Context, release func(), l *liveTurn, runErr error) {
 	end := endOf(ctx, runErr)
 	if end.State == turn.Stopped {
