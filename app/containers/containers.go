@@ -622,7 +622,10 @@ func (s *Service) hold(ctx context.Context, c container.Container, b sandbox.Bac
 	s.mu.Unlock()
 	if err := s.store.UpdateContainer(ctx, c.Booted(b.Name(), s.leases.Holder(), s.now())); fault.Is(err, fault.NotFound) {
 		// Deleted meanwhile (its thread was, while the sandbox booted or
-		// was adopted): nobody is to hold it, and no hook is for it.
+		// was adopted): nobody is to hold it, and no hook is for it. Its
+		// lease goes back too: this process would otherwise renew it for
+		// as long as it lives, and a container made anew under the same
+		// id could boot on no other server.
 		s.log.Info("sandbox of a container deleted meanwhile: removing it", "container", c.ID())
 		s.mu.Lock()
 		delete(s.running, c.ID())
@@ -632,6 +635,7 @@ func (s *Service) hold(ctx context.Context, c container.Container, b sandbox.Bac
 		if err := b.Remove(rctx, c.ID()); err != nil {
 			s.log.Warn("sandbox not removed", "container", c.ID(), "cause", err.Error())
 		}
+		s.giveBack(c.ID())
 		return l
 	} else if err != nil {
 		s.log.Error("container record not updated", "container", c.ID(), "cause", err.Error())

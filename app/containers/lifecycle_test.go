@@ -571,3 +571,32 @@ func TestFirstRequestAdoptsAStaleSandbox(t *testing.T) {
 		t.Fatalf("boots %d, want the fresh boot", b2.booted[c2.ID()])
 	}
 }
+
+// TestBootOfADeletedContainerGivesItsLeaseBack: a sandbox that booted for
+// a container deleted meanwhile (its thread was) is removed, and its
+// lease given back: a container made anew under the same id (a user's
+// default one) is not held by this process for good, where another server
+// could never boot it.
+func TestBootOfADeletedContainerGivesItsLeaseBack(t *testing.T) {
+	ctx := context.Background()
+	st, leases := &memStore{m: map[string]container.Container{}}, newLeases()
+	b := newFake("docker")
+	s1, _ := process(st, leases, "p1", b)
+	c, err := s1.ForUser(ctx, alice, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.mu.Lock()
+	st.deleted = map[string]bool{c.ID(): true}
+	st.mu.Unlock()
+	_, _ = s1.Exec(ctx, c.ID(), sandbox.Command{})
+	b.mu.Lock()
+	removed := slices.Contains(b.removed, c.ID())
+	b.mu.Unlock()
+	if !removed || s1.Running(c.ID()) {
+		t.Fatalf("the sandbox of the deleted container: removed %v, held %v; want removed and not held", removed, s1.Running(c.ID()))
+	}
+	if mine, other, _ := leases.process("p2").Holds(ctx, sandboxLease(c.ID())); mine || other {
+		t.Fatal("the lease of the deleted container's sandbox is still held")
+	}
+}
