@@ -243,7 +243,7 @@ func (s *Service) restore(ctx context.Context, c container.Container, spec sandb
 	s.ckpt.restored(id)
 	s.ckpt.clearNote(id)
 	s.log.Info("sandbox restored from its checkpoint", "container", id, "backend", name)
-	return s.hold(ctx, c, b, 1, false), true, nil
+	return s.hold(ctx, c, b, 1, false, ""), true, nil
 }
 
 // Suspend checkpoints and stops every sandbox this process holds whose

@@ -524,7 +524,7 @@ func (s *Service) adoptStale(ctx context.Context, c container.Container) *live {
 		})
 		if err == nil && slices.Contains(adopted, c.ID()) {
 			s.log.Info("sandbox adopted by its first request after its server went", "container", c.ID(), "backend", b.Name())
-			return s.hold(ctx, c, b, 1, true)
+			return s.hold(ctx, c, b, 1, true, "")
 		}
 		// A sweep of this process adopting it meanwhile: the backend
 		// holds it (and offered it to neither call again), and the
@@ -532,7 +532,7 @@ func (s *Service) adoptStale(ctx context.Context, c container.Container) *live {
 		// this request.
 		if st, err := b.Status(ctx, c.ID()); err == nil && st.State == sandbox.StateRunning {
 			s.log.Info("sandbox adopted by the sweep under its first request after its server went", "container", c.ID(), "backend", b.Name())
-			return s.hold(ctx, c, b, 1, true)
+			return s.hold(ctx, c, b, 1, true, "")
 		}
 		return nil
 	}
@@ -579,11 +579,7 @@ func (s *Service) boot(ctx context.Context, c container.Container) (*live, error
 			continue
 		}
 		if name := s.claim(ctx, b, spec); name != "" {
-			l := s.hold(ctx, c, b, 1, false)
-			s.mu.Lock()
-			l.slot = name
-			s.mu.Unlock()
-			return l, nil
+			return s.hold(ctx, c, b, 1, false, name), nil
 		}
 		if err := b.Ensure(ctx, spec); err != nil {
 			if ctx.Err() != nil {
@@ -593,7 +589,7 @@ func (s *Service) boot(ctx context.Context, c container.Container) (*live, error
 			s.log.Error("sandbox boot failed", "container", id, "backend", b.Name(), "cause", err.Error())
 			continue
 		}
-		return s.hold(ctx, c, b, 1, false), nil
+		return s.hold(ctx, c, b, 1, false, ""), nil
 	}
 	return nil, fmt.Errorf("%w: no sandbox backend could start a sandbox (%s)", sandbox.ErrUnavailable, strings.Join(reasons, "; ")) // logged by hide
 }
@@ -606,15 +602,16 @@ func reason(b sandbox.Backend, err error) string {
 	return b.Name() + ": " + err.Error()
 }
 
-// hold records that this process holds c's running sandbox on b, booted
-// or adopted, then runs the boot hooks.
-func (s *Service) hold(ctx context.Context, c container.Container, b sandbox.Backend, active int, adopted bool) *live {
+// hold records that this process holds c's running sandbox on b, booted,
+// claimed from the warm slot named slot (whose lease it keeps; "" for
+// none) or adopted, then runs the boot hooks.
+func (s *Service) hold(ctx context.Context, c container.Container, b sandbox.Backend, active int, adopted bool, slot string) *live {
 	// The sandbox runs whether or not its caller is still there: its
 	// record and its boot hooks (the API bridge) must not fail with the
 	// caller's context.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	l := &live{backend: b, lastUsed: s.now(), active: active}
+	l := &live{backend: b, lastUsed: s.now(), active: active, slot: slot}
 	s.ckpt.begin(c.ID())
 	s.startMeter(ctx, c.ID(), l, adopted)
 	s.mu.Lock()
@@ -636,6 +633,7 @@ func (s *Service) hold(ctx context.Context, c container.Container, b sandbox.Bac
 			s.log.Warn("sandbox not removed", "container", c.ID(), "cause", err.Error())
 		}
 		s.giveBack(c.ID())
+		s.dropSlot(l)
 		return l
 	} else if err != nil {
 		s.log.Error("container record not updated", "container", c.ID(), "cause", err.Error())

@@ -236,3 +236,36 @@ func TestWarmPoolUnsupported(t *testing.T) {
 		t.Fatalf("status: %+v", st)
 	}
 }
+
+// TestClaimForADeletedContainerGivesTheSlotBack: a warm sandbox claimed
+// for a container deleted meanwhile (its thread was) is removed with the
+// lease of the slot it came from: the pool does not count a slot nobody
+// holds, and no other process is kept from it for as long as this one
+// lives.
+func TestClaimForADeletedContainerGivesTheSlotBack(t *testing.T) {
+	ctx := context.Background()
+	b := newFake("docker")
+	leases := newLeases()
+	st := &memStore{m: map[string]container.Container{}}
+	s := New(Deps{Store: st, Backends: []sandbox.Backend{b}, Folders: &fakeFolders{}, Leases: leases.process("p1"),
+		Config: Config{WarmPool: 1, Idle: time.Minute, MaxAge: time.Hour}})
+	s.RefillPool(ctx)
+	slots := slices.Collect(maps.Keys(b.warm))
+	if len(slots) != 1 {
+		t.Fatalf("warm sandboxes after a refill: %v, want one", slots)
+	}
+	c, err := s.ForUser(ctx, alice, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.mu.Lock()
+	st.deleted = map[string]bool{c.ID(): true}
+	st.mu.Unlock()
+	_, _ = s.Exec(ctx, c.ID(), sandbox.Command{})
+	if s.Running(c.ID()) || s.pool.claimed != 1 {
+		t.Fatalf("the claim for the deleted container: held %v, claims %d; want not held after one claim", s.Running(c.ID()), s.pool.claimed)
+	}
+	if mine, other, _ := leases.process("p2").Holds(ctx, sandboxLease(slots[0])); mine || other {
+		t.Fatal("the lease of the slot the deleted container's sandbox came from is still held")
+	}
+}

@@ -159,7 +159,7 @@ func (s *Service) reconcile(ctx context.Context) (adopted, dropped []string, pen
 			// A request may have started it meanwhile (the lease is this
 			// process's): it holds the sandbox, and its hooks ran.
 			if !s.Running(id) {
-				s.hold(ctx, taken[id], b, 0, true)
+				s.hold(ctx, taken[id], b, 0, true, "")
 			}
 			unlock()
 			delete(taken, id)
