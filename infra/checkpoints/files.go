@@ -321,8 +321,14 @@ func applyEntry(ctx context.Context, blobs FileBlobs, path string, e Entry) (int
 		return 0, err
 	}
 	defer r.Close()
+	// Whatever holds the temporary name (the sandbox may have left a link
+	// there) goes first; the file is then made new, never opened through
+	// a link.
 	tmp := path + ".threadbox-part"
-	out, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err := os.RemoveAll(tmp); err != nil {
+		return 0, err
+	}
+	out, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
 	if err != nil {
 		return 0, err
 	}

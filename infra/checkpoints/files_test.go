@@ -235,3 +235,44 @@ func TestFilesMirrorStaysInside(t *testing.T) {
 		}
 	}
 }
+
+// TestFilesApplyNeverWritesThroughALink: a symbolic link the sandbox left
+// in its folders, named as the temporary file Apply writes a fetched file
+// under, is replaced, never followed: the file's content lands in the
+// container's folder and nothing is written where the link points.
+func TestFilesApplyNeverWritesThroughALink(t *testing.T) {
+	ctx := context.Background()
+	outside := t.TempDir()
+	target := filepath.Join(outside, "victim")
+	write(t, target, "the host's own")
+	layout := hostdirs.New(t.TempDir(), hostdirs.Options{Quota: hostdirs.QuotaNone})
+	d, err := layout.Prepare(ctx, "thr_a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	write(t, filepath.Join(d.Workspace, "x"), "old")
+	if err := os.Symlink(target, filepath.Join(d.Workspace, "x.threadbox-part")); err != nil {
+		t.Fatal(err)
+	}
+	store := blob.New(t.TempDir())
+	sum, n, err := store.Put(ctx, strings.NewReader("from the sandbox"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := checkpoints.NewFiles(layout, func(string, string) (checkpoints.FileBlobs, error) { return store, nil })
+	dir := t.TempDir()
+	b, _ := json.Marshal(checkpoints.Manifest{Entries: []checkpoints.Entry{
+		{Path: "workspace", Mode: os.ModeDir | 0o755},
+		{Path: "workspace/x", Mode: 0o644, Size: n, MTime: time.Now().UnixNano(), SHA256: sum},
+	}})
+	write(t, filepath.Join(dir, "threadbox-files.json"), string(b))
+	if _, err := files.Apply(ctx, "org_a", "thr_a", dir); err != nil {
+		t.Fatal(err)
+	}
+	if got := read(t, target); got != "the host's own" {
+		t.Fatalf("Apply wrote through the sandbox's link: the host file now holds %q", got)
+	}
+	if got := read(t, filepath.Join(d.Workspace, "x")); got != "from the sandbox" {
+		t.Fatalf("the container's file holds %q", got)
+	}
+}
