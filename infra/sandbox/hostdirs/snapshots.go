@@ -303,7 +303,7 @@ func cloneFile(in *os.File, to string, mode os.FileMode) (string, bool, error) {
 	if cloned {
 		err = hashFile(h, out.Name())
 	} else {
-		_, err = io.Copy(io.MultiWriter(out, h), in)
+		err = copySparse(out, in, h)
 	}
 	if cerr := out.Close(); err == nil {
 		err = cerr
@@ -313,6 +313,79 @@ func cloneFile(in *os.File, to string, mode os.FileMode) (string, bool, error) {
 		return "", false, err
 	}
 	return hex.EncodeToString(h.Sum(nil)), cloned, nil
+}
+
+// copySparse copies in, from its start, into out (new and empty), and
+// feeds what it copies to h when h is not nil. Only in's data is written:
+// its holes stay holes in out, so a file the sandbox made sparse (a
+// size of terabytes with a few blocks written) takes no more room in the
+// copy than in the container, where the container's disk quota bounds
+// it; written out as zeros, it would fill the host's disk. A hole is fed
+// to h as the zeros it reads as. The copy holds in's size when it was
+// stat'ed: a file that shrinks meanwhile ends early.
+func copySparse(out, in *os.File, h io.Writer) error {
+	fi, err := in.Stat()
+	if err != nil {
+		return err
+	}
+	size, fd := fi.Size(), int(in.Fd())
+	w := io.Writer(out)
+	if h != nil {
+		w = io.MultiWriter(out, h)
+	}
+	for off := int64(0); off < size; {
+		data, err := unix.Seek(fd, off, unix.SEEK_DATA)
+		if errors.Is(err, unix.ENXIO) { // a hole to the end
+			data = size
+		} else if err != nil {
+			return err
+		}
+		data = min(data, size)
+		if h != nil {
+			if err := hashZeros(h, data-off); err != nil {
+				return err
+			}
+		}
+		if data == size {
+			break
+		}
+		hole, err := unix.Seek(fd, data, unix.SEEK_HOLE)
+		if err != nil {
+			return err
+		}
+		hole = min(hole, size)
+		if _, err := out.Seek(data, io.SeekStart); err != nil {
+			return err
+		}
+		if _, err := in.Seek(data, io.SeekStart); err != nil {
+			return err
+		}
+		n, err := io.Copy(w, io.LimitReader(in, hole-data))
+		if err != nil {
+			return err
+		}
+		if n < hole-data { // shrunk meanwhile
+			size = data + n
+			break
+		}
+		off = hole
+	}
+	return out.Truncate(size)
+}
+
+// zeros is a block of zeros for hashZeros.
+var zeros = make([]byte, 64<<10)
+
+// hashZeros feeds n zero bytes to h.
+func hashZeros(h io.Writer, n int64) error {
+	for n > 0 {
+		k := min(n, int64(len(zeros)))
+		if _, err := h.Write(zeros[:k]); err != nil {
+			return err
+		}
+		n -= k
+	}
+	return nil
 }
 
 // hashFile feeds the file at path to h.
@@ -442,7 +515,7 @@ func restoreFile(path string, dirfd int, name string, mode uint32, chown bool) e
 	}
 	out := os.NewFile(uintptr(ofd), name)
 	if unix.IoctlFileClone(ofd, int(in.Fd())) != nil {
-		_, err = io.Copy(out, in)
+		err = copySparse(out, in, nil)
 	}
 	if err == nil && chown {
 		err = unix.Fchown(ofd, SandboxUID, SandboxGID)
