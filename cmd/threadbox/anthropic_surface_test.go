@@ -142,3 +142,56 @@ func TestSDKCountTokens(t *testing.T) {
 		t.Fatalf("estimate %s %v", est.RawJSON(), err)
 	}
 }
+
+// TestSDKCacheControlReachesUpstream: the cache_control breakpoints an SDK
+// sets on the blocks of a conversation — a text block, a tool_use and its
+// tool_result — reach the model upstream with the blocks, as they do on
+// the system prompt and the tools, so prompt caching works through
+// threadbox.
+func TestSDKCacheControlReachesUpstream(t *testing.T) {
+	s, fake := modelServer(t, "", "anthropic", nil)
+	tok := s.bootstrap("acme", "admin@acme.test")
+	cl := msgClient(s, tok)
+	cache := anthropic.NewCacheControlEphemeralParam()
+	text := func(s string) anthropic.ContentBlockParamUnion {
+		return anthropic.ContentBlockParamUnion{OfText: &anthropic.TextBlockParam{Text: s, CacheControl: cache}}
+	}
+	use := anthropic.ContentBlockParamUnion{OfToolUse: &anthropic.ToolUseBlockParam{ID: "toolu_1", Name: "lookup", Input: map[string]any{}, CacheControl: cache}}
+	result := anthropic.ContentBlockParamUnion{OfToolResult: &anthropic.ToolResultBlockParam{ToolUseID: "toolu_1",
+		Content: []anthropic.ToolResultBlockParamContentUnion{{OfText: &anthropic.TextBlockParam{Text: "42"}}}, CacheControl: cache}}
+	_, err := cl.Messages.New(context.Background(), anthropic.MessageNewParams{
+		Model: "default", MaxTokens: 16,
+		Tools: []anthropic.ToolUnionParam{{OfTool: &anthropic.ToolParam{Name: "lookup", InputSchema: anthropic.ToolInputSchemaParam{Properties: map[string]any{}}}}},
+		Messages: []anthropic.MessageParam{
+			anthropic.NewUserMessage(text("a long document to cache")),
+			anthropic.NewAssistantMessage(use),
+			anthropic.NewUserMessage(result, text("and now?")),
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reqs := fake.Requests()
+	if len(reqs) != 1 {
+		t.Fatalf("%d upstream requests", len(reqs))
+	}
+	var sent struct {
+		Messages []struct {
+			Content []map[string]json.RawMessage `json:"content"`
+		} `json:"messages"`
+	}
+	if err := json.Unmarshal(reqs[0].Body, &sent); err != nil {
+		t.Fatal(err)
+	}
+	marked := 0
+	for _, m := range sent.Messages {
+		for _, b := range m.Content {
+			if string(b["cache_control"]) == `{"type":"ephemeral"}` {
+				marked++
+			}
+		}
+	}
+	if marked != 4 {
+		t.Fatalf("%d of the 4 cache_control breakpoints reached the upstream: %s", marked, reqs[0].Body)
+	}
+}

@@ -48,12 +48,15 @@ func foldsTo(key string, names ...string) bool {
 }
 
 var blockKeys = []string{"type", "text", "citations", "thinking", "signature", "data", "id", "name", "input",
-	"tool_use_id", "content", "is_error", "file_id", "caller"}
+	"tool_use_id", "content", "is_error", "file_id", "caller", "cache_control"}
 
 // quickTextBlock decodes a text block without citations; ok is false for
 // anything else. data is valid JSON.
 func quickTextBlock(data []byte, b *ContentBlock) (ok bool) {
-	var typ, text string
+	var (
+		typ, text string
+		cache     json.RawMessage
+	)
 	ok = true
 	objectMembers(data, func(k string, v []byte) {
 		if !ok {
@@ -68,6 +71,11 @@ func quickTextBlock(data []byte, b *ContentBlock) (ok bool) {
 			}
 		case "citations":
 			ok = isNull(v)
+		case "cache_control":
+			cache = v // the last one counts, as for encoding/json
+			if isNull(v) {
+				cache = nil
+			}
 		default:
 			for _, n := range blockKeys {
 				if strings.EqualFold(k, n) {
@@ -81,6 +89,9 @@ func quickTextBlock(data []byte, b *ContentBlock) (ok bool) {
 		return false
 	}
 	*b = ContentBlock{Type: BlockText, Text: text, Raw: append(json.RawMessage(nil), data...)}
+	if cache != nil {
+		b.CacheControl = append(json.RawMessage(nil), cache...)
+	}
 	return true
 }
 

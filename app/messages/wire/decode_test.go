@@ -51,6 +51,9 @@ func TestFastDecodeMatchesSlow(t *testing.T) {
 		`{"type":"text","text":"c","citations":null}`, `{"type":"text","text":"c","citations":[]}`,
 		`{"type":"thinking","thinking":"t","signature":"s"}`, `{"type":"Text","text":"x"}`, `{"Type":"text","text":"x"}`,
 		`{"type":"text","text":"x","is_error":true}`, `{"text":"x"}`, `[]`, `{"type":"text","text":"\xff"}`,
+		`{"type":"text","text":"c","cache_control":{"type":"ephemeral"}}`, `{"type":"text","text":"c","cache_control":null}`,
+		`{"type":"text","text":"c","cache_control":{"type":"ephemeral"},"cache_control":null}`,
+		`{"type":"text","text":"c","Cache_Control":{"type":"ephemeral"}}`,
 	}
 	for _, in := range blocks {
 		var want ContentBlock

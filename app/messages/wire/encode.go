@@ -64,10 +64,10 @@ func appendString(dst []byte, s string) []byte {
 }
 
 // appendBlock appends a content block as json.Marshal writes it in a list:
-// a text block without citations directly, any other through its
-// MarshalJSON and json.Marshal's compaction.
+// a text block without citations or cache_control directly, any other
+// through its MarshalJSON and json.Marshal's compaction.
 func appendBlock(dst []byte, b *ContentBlock) ([]byte, error) {
-	if b.Type == BlockText && len(b.Citations) == 0 {
+	if b.Type == BlockText && len(b.Citations) == 0 && len(b.CacheControl) == 0 {
 		dst = append(dst, `{"type":"text","text":`...)
 		return append(appendString(dst, b.Text), '}'), nil
 	}

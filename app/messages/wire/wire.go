@@ -495,6 +495,11 @@ type ContentBlock struct {
 
 	FileID string // container_upload
 
+	// CacheControl is the block's prompt-caching breakpoint
+	// ({"type": "ephemeral", "ttl"?}) on text, tool_use and tool_result
+	// blocks, passed on to the model as the client set it.
+	CacheControl json.RawMessage
+
 	// Raw is the block as received, used for types not listed above and
 	// re-emitted unchanged.
 	Raw json.RawMessage
@@ -504,14 +509,15 @@ type ContentBlock struct {
 func (b ContentBlock) MarshalJSON() ([]byte, error) {
 	switch b.Type {
 	case BlockText:
-		if len(b.Citations) == 0 {
+		if len(b.Citations) == 0 && len(b.CacheControl) == 0 {
 			return appendBlock(make([]byte, 0, len(b.Text)+32), &b)
 		}
 		return json.Marshal(struct {
-			Type      string          `json:"type"`
-			Text      string          `json:"text"`
-			Citations json.RawMessage `json:"citations,omitempty"`
-		}{b.Type, b.Text, b.Citations})
+			Type         string          `json:"type"`
+			Text         string          `json:"text"`
+			Citations    json.RawMessage `json:"citations,omitempty"`
+			CacheControl json.RawMessage `json:"cache_control,omitempty"`
+		}{b.Type, b.Text, b.Citations, b.CacheControl})
 	case BlockThinking:
 		return json.Marshal(struct {
 			Type      string `json:"type"`
@@ -529,19 +535,21 @@ func (b ContentBlock) MarshalJSON() ([]byte, error) {
 			in = json.RawMessage(`{}`)
 		}
 		return json.Marshal(struct {
-			Type   string          `json:"type"`
-			ID     string          `json:"id"`
-			Name   string          `json:"name"`
-			Input  json.RawMessage `json:"input"`
-			Caller *Caller         `json:"caller,omitempty"`
-		}{b.Type, b.ID, b.Name, in, b.Caller})
+			Type         string          `json:"type"`
+			ID           string          `json:"id"`
+			Name         string          `json:"name"`
+			Input        json.RawMessage `json:"input"`
+			Caller       *Caller         `json:"caller,omitempty"`
+			CacheControl json.RawMessage `json:"cache_control,omitempty"`
+		}{b.Type, b.ID, b.Name, in, b.Caller, b.CacheControl})
 	case BlockToolResult:
 		return json.Marshal(struct {
-			Type      string          `json:"type"`
-			ToolUseID string          `json:"tool_use_id"`
-			Content   json.RawMessage `json:"content,omitempty"`
-			IsError   bool            `json:"is_error,omitempty"`
-		}{b.Type, b.ToolUseID, b.Content, b.IsError})
+			Type         string          `json:"type"`
+			ToolUseID    string          `json:"tool_use_id"`
+			Content      json.RawMessage `json:"content,omitempty"`
+			IsError      bool            `json:"is_error,omitempty"`
+			CacheControl json.RawMessage `json:"cache_control,omitempty"`
+		}{b.Type, b.ToolUseID, b.Content, b.IsError, b.CacheControl})
 	case BlockBashResult, BlockTextEditorResult, BlockSandboxResult, BlockCodeExecutionResult:
 		if b.Result == nil {
 			return nil, fmt.Errorf("messages: %s block without result", b.Type)
@@ -605,6 +613,8 @@ func (b *ContentBlock) decode(data []byte) error {
 		IsError   bool            `json:"is_error"`
 		FileID    string          `json:"file_id"`
 		Caller    *Caller         `json:"caller"`
+		// CacheControl is kept on the blocks that take it.
+		CacheControl json.RawMessage `json:"cache_control"`
 	}
 	if err := json.Unmarshal(data, &aux); err != nil {
 		return err
@@ -625,6 +635,9 @@ func (b *ContentBlock) decode(data []byte) error {
 	}
 	if len(aux.Input) > 0 && string(aux.Input) != "null" {
 		b.Input = aux.Input
+	}
+	if takesCacheControl(aux.Type) && len(aux.CacheControl) > 0 && string(aux.CacheControl) != "null" {
+		b.CacheControl = aux.CacheControl
 	}
 	switch aux.Type {
 	case BlockWebFetchResult:
@@ -651,6 +664,14 @@ func (b *ContentBlock) decode(data []byte) error {
 		}
 	}
 	return nil
+}
+
+// takesCacheControl reports whether blocks of type typ keep a
+// cache_control breakpoint (ContentBlock.CacheControl); any other block
+// the client sends keeps it in Raw, or loses it with the rest of its
+// fields when threadbox writes it anew.
+func takesCacheControl(typ string) bool {
+	return typ == BlockText || typ == BlockToolUse || typ == BlockToolResult
 }
 
 // Caller is the caller of a tool_use block (programmatic tool calling):

@@ -78,6 +78,7 @@ func FuzzFastPathsMatchSlow(f *testing.F) {
 		`{"model":"m","max_tokens":8,"messages":[],"tools":[{"name":"f","input_schema":{"type":"object"}}],"tool_choice":{"type":"auto"},"container":{"id":"c","skills":[{"type":"custom","skill_id":"s"}]},"system":[{"type":"text","text":"s"}],"temperature":0.5,"top_k":3,"top_p":null,"stop_sequences":["x"],"metadata":{"user_id":"u"},"thinking":{"type":"enabled","budget_tokens":1024}}`,
 		`{"tools":null,"container":null,"system":null,"tools":[{"name":"a"}],"tools":[{"type":"x"}],"container":"a","container":{"id":"b"}}`,
 		`{"temperature":"hot","top_k":1.5,"stop_sequences":"x","tools":{}}`,
+		`{"model":"m","max_tokens":8,"messages":[{"role":"user","content":[{"type":"text","text":"a","cache_control":{"type":"ephemeral","ttl":"1h"}}]}]}`,
 		`{"id":"a","id":"b"}`, `{"usage":{"input_tokens":-}}`, `[]`, `null`, `{}`,
 	} {
 		f.Add([]byte(s))

@@ -127,6 +127,32 @@ func TestMarshalMessages(t *testing.T) {
 	}
 }
 
+// TestCacheControlKept: the cache_control breakpoint of a text, tool_use or
+// tool_result block goes on with the block, as the client wrote it; other
+// blocks written anew (thinking) have none.
+func TestCacheControlKept(t *testing.T) {
+	var req Request
+	in := `{"model":"m","max_tokens":1,"messages":[
+		{"role":"user","content":[{"type":"text","text":"doc","cache_control":{"type":"ephemeral","ttl":"1h"}}]},
+		{"role":"assistant","content":[{"type":"thinking","thinking":"t","signature":"s","cache_control":{"type":"ephemeral"}},
+			{"type":"tool_use","id":"toolu_1","name":"f","input":{},"cache_control":{"type":"ephemeral"}}]},
+		{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_1","content":"ok","cache_control":{"type":"ephemeral"}}]}]}`
+	if err := req.UnmarshalJSON([]byte(in)); err != nil {
+		t.Fatal(err)
+	}
+	got, err := MarshalMessages(req.Messages)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `[{"role":"user","content":[{"type":"text","text":"doc","cache_control":{"type":"ephemeral","ttl":"1h"}}]},` +
+		`{"role":"assistant","content":[{"type":"thinking","thinking":"t","signature":"s"},` +
+		`{"type":"tool_use","id":"toolu_1","name":"f","input":{},"cache_control":{"type":"ephemeral"}}]},` +
+		`{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_1","content":"ok","cache_control":{"type":"ephemeral"}}]}]`
+	if string(got) != want {
+		t.Fatalf("got  %s\nwant %s", got, want)
+	}
+}
+
 // BenchmarkEncodeLongHistory encodes the history BenchmarkDecodeLongHistory
 // decodes, as every step sends it upstream.
 func BenchmarkEncodeLongHistory(b *testing.B) {
