@@ -898,7 +898,8 @@ func (t *turn) finish(stopReason string, stopSequence *string) error {
 }
 
 // toolChoice passes the client's tool_choice on; one naming the
-// code-execution tool becomes "any", as the model knows only its sub-tools.
+// code-execution tool becomes "any", as the model knows only its sub-tools,
+// with the choice's other options (disable_parallel_tool_use) kept.
 func (t *turn) toolChoice() json.RawMessage {
 	var tc struct {
 		Type string `json:"type"`
@@ -908,7 +909,17 @@ func (t *turn) toolChoice() json.RawMessage {
 		return t.req.ToolChoice
 	}
 	if tc.Type == "tool" && tc.Name == "code_execution" && t.plan.CodeExecution {
-		return json.RawMessage(`{"type":"any"}`)
+		var fields map[string]json.RawMessage
+		if json.Unmarshal(t.req.ToolChoice, &fields) != nil {
+			return json.RawMessage(`{"type":"any"}`)
+		}
+		delete(fields, "name")
+		fields["type"] = json.RawMessage(`"any"`)
+		b, err := json.Marshal(fields)
+		if err != nil {
+			return json.RawMessage(`{"type":"any"}`)
+		}
+		return b
 	}
 	return t.req.ToolChoice
 }

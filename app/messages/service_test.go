@@ -650,6 +650,7 @@ func BenchmarkLoopIteration(b *testing.B) {
 func TestToolChoiceNamingCodeExecution(t *testing.T) {
 	for _, tc := range []struct{ in, want string }{
 		{`{"type":"tool","name":"code_execution"}`, `{"type":"any"}`},
+		{`{"type":"tool","name":"code_execution","disable_parallel_tool_use":true}`, `{"disable_parallel_tool_use":true,"type":"any"}`},
 		{`{"type":"tool","name":"get_weather"}`, `{"type":"tool","name":"get_weather"}`},
 		{`{"type":"auto"}`, `{"type":"auto"}`},
 	} {

@@ -195,3 +195,32 @@ func TestSDKCacheControlReachesUpstream(t *testing.T) {
 		t.Fatalf("%d of the 4 cache_control breakpoints reached the upstream: %s", marked, reqs[0].Body)
 	}
 }
+
+// TestToolChoiceForcingCodeExecutionKeepsItsOptions: a tool_choice that
+// forces the code_execution tool reaches the upstream as a choice of any of
+// its sub-tools with the client's other options kept, so
+// disable_parallel_tool_use still holds the model to one call at a time.
+func TestToolChoiceForcingCodeExecutionKeepsItsOptions(t *testing.T) {
+	s, fake := modelServer(t, "", "anthropic", nil)
+	tok := s.bootstrap("acme", "admin@acme.test")
+	r := s.do("POST", "/api/gpt/v1/messages", tok, `{"model":"default","max_tokens":16,
+		"tools":[{"type":"code_execution_20250825","name":"code_execution"}],
+		"tool_choice":{"type":"tool","name":"code_execution","disable_parallel_tool_use":true},
+		"messages":[{"role":"user","content":"count the files"}]}`)
+	if r.status != 200 {
+		t.Fatalf("%d %s", r.status, r.body)
+	}
+	reqs := fake.Requests()
+	if len(reqs) != 1 {
+		t.Fatalf("%d upstream requests", len(reqs))
+	}
+	var sent struct {
+		ToolChoice map[string]any `json:"tool_choice"`
+	}
+	if err := json.Unmarshal(reqs[0].Body, &sent); err != nil {
+		t.Fatal(err)
+	}
+	if sent.ToolChoice["type"] != "any" || sent.ToolChoice["disable_parallel_tool_use"] != true || sent.ToolChoice["name"] != nil {
+		t.Fatalf("the upstream's tool_choice: %v", sent.ToolChoice)
+	}
+}
