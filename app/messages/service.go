@@ -242,7 +242,10 @@ func plan(req *wire.Request, allowedTypes []string) (*Plan, error) {
 			if err := checkAllowedCallers(i, t); err != nil {
 				return nil, err
 			}
-			if seen[t.Name] || t.Name == wire.SubToolBash || t.Name == wire.SubToolTextEditor || t.Name == wire.SubToolWebFetch {
+			// A name of a server sub-tool is the client's when the request
+			// does not offer that server tool (checked below, once every
+			// tool is known).
+			if seen[t.Name] {
 				return nil, fault.Errorf(fault.Invalid, "tools.%d.name: %q is used twice or reserved", i, t.Name)
 			}
 			seen[t.Name] = true

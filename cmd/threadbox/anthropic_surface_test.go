@@ -224,3 +224,40 @@ func TestToolChoiceForcingCodeExecutionKeepsItsOptions(t *testing.T) {
 		t.Fatalf("the upstream's tool_choice: %v", sent.ToolChoice)
 	}
 }
+
+// TestClientToolsNamedAsServerSubTools: a client tool may bear the name of
+// one of threadbox's sub-tools (web_fetch, bash_code_execution,
+// text_editor_code_execution) when the request does not offer that server
+// tool, as with Anthropic: the model's call of it is handed back to the
+// client, not run. Beside the server tool of that name it is still a 400.
+func TestClientToolsNamedAsServerSubTools(t *testing.T) {
+	s, fake := modelServer(t, "", "anthropic", nil)
+	tok := s.bootstrap("acme", "admin@acme.test")
+	for _, name := range []string{"web_fetch", "bash_code_execution", "text_editor_code_execution"} {
+		fake.Push(steps(call(name, map[string]any{"url": "https://example.com"})))
+		r := s.do("POST", "/api/gpt/v1/messages", tok, `{"model":"default","max_tokens":64,
+			"tools":[{"name":"`+name+`","description":"the client's own","input_schema":{"type":"object"}}],
+			"messages":[{"role":"user","content":"go"}]}`)
+		if r.status != 200 {
+			t.Fatalf("a client tool named %s: %d %s", name, r.status, r.body)
+		}
+		var msg struct {
+			StopReason string `json:"stop_reason"`
+			Content    []struct {
+				Type, Name string
+			} `json:"content"`
+		}
+		if err := json.Unmarshal(r.body, &msg); err != nil {
+			t.Fatal(err)
+		}
+		if msg.StopReason != "tool_use" || len(msg.Content) != 1 || msg.Content[0].Type != "tool_use" || msg.Content[0].Name != name {
+			t.Fatalf("a client tool named %s: %s", name, r.body)
+		}
+	}
+	r := s.do("POST", "/api/gpt/v1/messages", tok, `{"model":"default","max_tokens":64,
+		"tools":[{"type":"code_execution_20250825","name":"code_execution"},{"name":"bash_code_execution","input_schema":{"type":"object"}}],
+		"messages":[{"role":"user","content":"go"}]}`)
+	if r.status != 400 || r.errorType(t) != "invalid_request_error" {
+		t.Fatalf("a client tool named as a sub-tool of the request: %d %s", r.status, r.body)
+	}
+}
