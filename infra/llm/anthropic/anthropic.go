@@ -311,10 +311,7 @@ func (m *Model) StreamStep(ctx context.Context, req messages.StepRequest, emit f
 				res.StopSequence = ev.MessageDelta.StopSequence
 			}
 			if ev.Usage != nil {
-				res.Usage.OutputTokens = ev.Usage.OutputTokens
-				if ev.Usage.InputTokens > 0 {
-					res.Usage.InputTokens = ev.Usage.InputTokens
-				}
+				mergeDeltaUsage(&res.Usage, *ev.Usage)
 			}
 		case wire.EventMessageStop:
 			stopped = true
@@ -401,4 +398,25 @@ func (b *beforeRead) Read(p []byte) (int, error) {
 		return 0, err
 	}
 	return b.ReadCloser.Read(p)
+}
+
+// mergeDeltaUsage takes the counts of a message_delta's usage into u, the
+// usage of the message_start. The delta's counts are the message's totals
+// so far: its output tokens always, and the input, cache and server tool
+// counts where it gives them (Anthropic's API does; a compatible upstream
+// may give them in message_start alone).
+func mergeDeltaUsage(u *wire.Usage, d wire.Usage) {
+	u.OutputTokens = d.OutputTokens
+	if d.InputTokens > 0 {
+		u.InputTokens = d.InputTokens
+	}
+	if d.CacheCreationInputTokens > 0 {
+		u.CacheCreationInputTokens = d.CacheCreationInputTokens
+	}
+	if d.CacheReadInputTokens > 0 {
+		u.CacheReadInputTokens = d.CacheReadInputTokens
+	}
+	if d.ServerToolUse != nil {
+		u.ServerToolUse = d.ServerToolUse
+	}
 }

@@ -4,6 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -439,6 +442,43 @@ func FuzzMarshalToolsIsMarshal(f *testing.F) {
 		got, err := marshalTools(tools)
 		if (err == nil) != (wantErr == nil) || string(got) != string(want) {
 			t.Fatalf("raw %q:\n got %s (%v)\nwant %s (%v)", raw, got, err, want, wantErr)
+		}
+	})
+}
+
+// TestStreamedUsageTotals: a streamed step's usage holds the cache counts
+// whether the upstream gives them in message_start (as Anthropic's API
+// does) or in message_delta alone, and the delta's totals win.
+func TestStreamedUsageTotals(t *testing.T) {
+	usage := wire.Usage{InputTokens: 12, OutputTokens: 7, CacheCreationInputTokens: 5, CacheReadInputTokens: 30}
+	t.Run("fake upstream", func(t *testing.T) {
+		up := fakeupstream.New(fakeupstream.Reply{Content: []wire.ContentBlock{{Type: wire.BlockText, Text: "hi"}}, Usage: usage})
+		defer up.Close()
+		res, err := New(Config{BaseURL: up.URL(), Model: "claude-test"}).StreamStep(context.Background(), stepRequest(), func(messages.StepEvent) error { return nil })
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Usage != usage {
+			t.Fatalf("usage %+v, want %+v", res.Usage, usage)
+		}
+	})
+	t.Run("counts in message_delta alone", func(t *testing.T) {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "text/event-stream")
+			fmt.Fprint(w, "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"type\":\"message\",\"role\":\"assistant\",\"model\":\"claude-test\",\"content\":[],\"stop_reason\":null,\"stop_sequence\":null,\"usage\":{\"input_tokens\":12,\"output_tokens\":1}}}\n\n"+
+				"event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n"+
+				"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"hi\"}}\n\n"+
+				"event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n"+
+				"event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\",\"stop_sequence\":null},\"usage\":{\"input_tokens\":12,\"output_tokens\":7,\"cache_creation_input_tokens\":5,\"cache_read_input_tokens\":30}}\n\n"+
+				"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n")
+		}))
+		defer srv.Close()
+		res, err := New(Config{BaseURL: srv.URL, Model: "claude-test"}).StreamStep(context.Background(), stepRequest(), func(messages.StepEvent) error { return nil })
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Usage != usage {
+			t.Fatalf("usage %+v, want %+v", res.Usage, usage)
 		}
 	})
 }

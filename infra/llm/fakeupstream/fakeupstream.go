@@ -380,7 +380,9 @@ func streamAnthropic(w http.ResponseWriter, rep Reply) {
 	}
 	start := anthropicMessage(rep, nil)
 	start.StopReason, start.StopSequence = "", nil
-	start.Usage = wire.Usage{InputTokens: rep.Usage.InputTokens}
+	// As Anthropic's API does: the input side's counts in message_start,
+	// the totals again in message_delta.
+	start.Usage = wire.Usage{InputTokens: rep.Usage.InputTokens, CacheCreationInputTokens: rep.Usage.CacheCreationInputTokens, CacheReadInputTokens: rep.Usage.CacheReadInputTokens, OutputTokens: min(rep.Usage.OutputTokens, 1)}
 	if !s.event(wire.EventMessageStart, wire.Event{Type: wire.EventMessageStart, Message: start}, fail) {
 		return
 	}
