@@ -230,10 +230,19 @@ func TestE2EAccountsAndThreads(t *testing.T) {
 	if r := s.do("DELETE", appAPI+"/thread/"+sid, token, nil); r.status != 204 {
 		t.Fatalf("delete the scratch thread: %d %s", r.status, r.body)
 	}
-	b.Do("send to the deleted thread", chromedp.SetValue(chromedp.ID("message"), "again"), chromedp.Click(chromedp.ID("send")))
-	b.WaitTrue("the refusal", `document.querySelectorAll('.msg.assistant .turn-error').length === 1`, 20*time.Second)
-	if got := e2e.Eval[string](b, "composer", `document.getElementById('message').value`); got != "again" {
-		t.Errorf("the refused message was not given back: composer holds %q", got)
+	// The refusal shows once, in the page's notice; the conversation keeps
+	// only what is stored, so sending the given-back text again shows it
+	// no second time.
+	for round := 1; round <= 2; round++ {
+		b.Do("send to the deleted thread", chromedp.SetValue(chromedp.ID("message"), "again"), chromedp.Click(chromedp.ID("send")))
+		b.WaitTrue("the refusal", `!document.getElementById('notice').hidden && document.getElementById('notice-text').textContent !== '' && !document.getElementById('send').disabled`, 20*time.Second)
+		if got := e2e.Eval[string](b, "composer", `document.getElementById('message').value`); got != "again" {
+			t.Errorf("send %d: the refused message was not given back: composer holds %q", round, got)
+		}
+		if got := e2e.Eval[string](b, "conversation", `[...document.querySelectorAll('.msg')].map((m) => (m.classList.contains('user') ? 'user' : 'assistant') + (m.querySelector('.turn-error') ? ' with an error' : '')).join(', ')`); got != "user, assistant" {
+			t.Errorf("send %d: the conversation after a refused message: %s; want the stored message and its answer alone", round, got)
+		}
+		b.Do("dismiss the notice", chromedp.Click(chromedp.ID("notice-close")))
 	}
 	b.Do("back home", chromedp.Navigate(s.base+"/#/"), chromedp.WaitVisible(chromedp.ID("new-project")))
 

@@ -265,7 +265,7 @@ async function loadHistory(view) {
       }
       t.done();
     }
-    if (res.data.length === 0) view.log.append(h('li', { class: 'empty' }, 'No messages yet. Write one below; fenced ```python or ```bash blocks run in this thread\'s sandbox.'));
+    if (res.data.length === 0) view.log.append(emptyLog());
     showLatest(view);
     turnActions(view);
     timeTravel(view);
@@ -676,6 +676,11 @@ function supersede(view, mode) {
   list.parentElement.showVersion(-1);
 }
 
+/** emptyLog is the conversation's placeholder while it has no message. */
+function emptyLog() {
+  return h('li', { class: 'empty' }, 'No messages yet. Write one below; fenced ```python or ```bash blocks run in this thread\'s sandbox.');
+}
+
 /** messageItem adds a message to the log, headed by who said it and when
  * (at: the stored time; now for a message being written). */
 function messageItem(log, role, at = new Date().toISOString()) {
@@ -959,9 +964,10 @@ function attachment(view, file, name) {
  */
 async function runTurn(view, content, runCode, signal, mode = '', asked = typeof content === 'string' ? content : textOf(content)) {
   if (mode) supersede(view, mode);
+  let item = null;
   if (mode !== 'last_answer') {
     const blocks = typeof content === 'string' ? [{ type: 'text', text: content }] : content;
-    const item = messageItem(view.log, 'user');
+    item = messageItem(view.log, 'user');
     item.blocks = blocks;
     const mine = new TurnView(item);
     for (const b of blocks) { mine.start(b); mine.stop(); }
@@ -980,14 +986,20 @@ async function runTurn(view, content, runCode, signal, mode = '', asked = typeof
     }
     if (!turn.ended()) turn.error('The answer stopped before it was complete.');
   } catch (err) {
-    if (err.name === 'AbortError') turn.stopped();
-    else { turn.error(explain(err)); notify(explain(err)); }
     if (err instanceof ApiError && err.status >= 400) {
-      // Refused before it ran: nothing was replaced, the thread shows as stored.
-      turn.done();
+      // Refused before it ran: nothing was stored or replaced, so the
+      // conversation shows nothing of it (the composer gives the text
+      // back, and a second send must not show the message twice); the
+      // refusal shows once, in the page's notice.
+      turn.li.remove();
+      if (item) item.remove();
+      if (!view.log.querySelector('.msg')) view.log.append(emptyLog());
+      notify(explain(err));
       if (mode) await loadHistory(view);
       return false;
     }
+    if (err.name === 'AbortError') turn.stopped();
+    else turn.error(explain(err));
   }
   turn.done();
   if (turn.truncated) {
