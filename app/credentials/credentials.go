@@ -88,7 +88,10 @@ func (s *Service) Wants(f files.File) bool {
 // signed form when the file is generated, of a signed type, and the org's
 // policy has contentCredentials on. The signed form's SizeBytes is the
 // signed size and its ETag the stored file's with the signature's tag; its
-// Body still closes the stored file.
+// Body still closes the stored file. The signed form is kept for a repeat
+// download of the file from the same source (ct.Source): its path and tag,
+// and the scope id as the client gave it, are alike for files in two
+// users' containers. A content that names no source is signed each time.
 func (s *Service) Apply(ctx context.Context, p user.Principal, ct files.Content, prov Provenance) (files.Content, error) {
 	if !s.Wants(ct.File) {
 		return ct, nil
@@ -106,7 +109,10 @@ func (s *Service) Apply(ctx context.Context, p user.Principal, ct files.Content,
 		prov.Path = ct.File.Path
 	}
 	stored := readerAt(ct.Body)
-	key := strings.Join([]string{ct.File.Path, ct.File.ETag, fmt.Sprint(ct.File.SizeBytes), prov.Org, prov.Thread, prov.Container, prov.ToolUseID}, "\x00")
+	key := ""
+	if ct.Source != "" {
+		key = strings.Join([]string{ct.Source, ct.File.Path, ct.File.ETag, fmt.Sprint(ct.File.SizeBytes), prov.Org, prov.Thread, prov.Container, prov.ToolUseID}, "\x00")
+	}
 	sig, ok := s.cached(key)
 	if !ok {
 		sig, err = s.signer.Sign(ctx, stored, ct.File.SizeBytes, ct.File.MIMEType, prov)
@@ -123,17 +129,25 @@ func (s *Service) Apply(ctx context.Context, p user.Principal, ct files.Content,
 	f := ct.File
 	f.SizeBytes = sig.Size
 	f.ETag = ct.File.ETag + "-c2pa-" + sig.Tag
-	return files.Content{File: f, Body: &signedBody{SectionReader: io.NewSectionReader(sig.At(stored), 0, sig.Size), c: ct.Body}}, nil
+	return files.Content{File: f, Body: &signedBody{SectionReader: io.NewSectionReader(sig.At(stored), 0, sig.Size), c: ct.Body}, Source: ct.Source}, nil
 }
 
+// cached returns the signed form kept under key; the empty key has none.
 func (s *Service) cached(key string) (Signed, bool) {
+	if key == "" {
+		return Signed{}, false
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	v, ok := s.cache[key]
 	return v, ok
 }
 
+// keep keeps a signed form under key, unless key is empty.
 func (s *Service) keep(key string, v Signed) {
+	if key == "" {
+		return
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, ok := s.cache[key]; ok {

@@ -2,12 +2,18 @@ package credentials
 
 import (
 	"bytes"
+	"cmp"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"io"
 	"log/slog"
+	"strings"
 	"testing"
+	"time"
 
 	"threadbox/app/files"
+	"threadbox/domain/file"
 	"threadbox/domain/org"
 	"threadbox/domain/user"
 )
@@ -105,7 +111,7 @@ func TestApplyKeepsTheSignedForm(t *testing.T) {
 	sg := &prefixSigner{}
 	svc := New(sg, policies{org.DefaultPolicy()}, slog.New(slog.DiscardHandler))
 	for range 3 {
-		ct := files.Content{File: files.File{Path: "/p", MIMEType: "image/png", SizeBytes: 3, Downloadable: true, ETag: "e"}, Body: &body{Reader: bytes.NewReader([]byte("png"))}}
+		ct := files.Content{File: files.File{Path: "/p", MIMEType: "image/png", SizeBytes: 3, Downloadable: true, ETag: "e"}, Body: &body{Reader: bytes.NewReader([]byte("png"))}, Source: "container:c"}
 		if _, err := svc.Apply(context.Background(), user.Principal{OrgID: "o"}, ct, Provenance{}); err != nil {
 			t.Fatal(err)
 		}
@@ -113,8 +119,94 @@ func TestApplyKeepsTheSignedForm(t *testing.T) {
 	if sg.n != 1 {
 		t.Fatalf("signed %d times, want once", sg.n)
 	}
+	for range 2 {
+		ct := files.Content{File: files.File{Path: "/p", MIMEType: "image/png", SizeBytes: 3, Downloadable: true, ETag: "e"}, Body: &body{Reader: bytes.NewReader([]byte("png"))}}
+		if _, err := svc.Apply(context.Background(), user.Principal{OrgID: "o"}, ct, Provenance{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if sg.n != 3 {
+		t.Fatalf("signed %d times, want a content of no source signed each time", sg.n)
+	}
 	var nilSvc *Service
 	if nilSvc.Wants(files.File{MIMEType: "image/png", Downloadable: true}) {
 		t.Fatal("a nil service wants to sign")
+	}
+}
+
+// hashSigner "signs" by putting the SHA-256 of the bytes it read before
+// them, as a manifest binds the content it was made for.
+type hashSigner struct{}
+
+func (hashSigner) Signs(mime string) bool { return mime == "image/png" }
+
+func (hashSigner) Sign(_ context.Context, r io.ReaderAt, size int64, _ string, _ Provenance) (Signed, error) {
+	b := make([]byte, size)
+	if _, err := r.ReadAt(b, 0); err != nil && err != io.EOF {
+		return Signed{}, err
+	}
+	sum := sha256.Sum256(b)
+	mark := []byte("[" + hex.EncodeToString(sum[:4]) + "]")
+	return Signed{Size: size + int64(len(mark)), Tag: string(mark), At: func(stored io.ReaderAt) io.ReaderAt {
+		return &joined{mark: mark, rest: io.NewSectionReader(stored, 0, size)}
+	}}, nil
+}
+
+// userContainers gives each user a default container of their own, as
+// app/containers does for a download with no scope_id.
+type userContainers struct{}
+
+func (userContainers) Container(_ context.Context, p user.Principal, scopeID string, _ bool) (string, error) {
+	return p.UserID + "--" + cmp.Or(scopeID, "default"), nil
+}
+
+func (c userContainers) StorageID(ctx context.Context, p user.Principal, scopeID string) (string, error) {
+	return c.Container(ctx, p, scopeID, false)
+}
+
+// twinStore holds one file per container at the same path, whose stat
+// (size, modification time, inode) is the same in every container, as on
+// per-container filesystem images made alike.
+type twinStore struct {
+	files.Store
+	content map[string]string // by container storage id
+}
+
+func (s twinStore) Open(_ context.Context, cid, sandboxPath string) (io.ReadSeekCloser, file.Info, error) {
+	c, ok := s.content[cid]
+	if !ok {
+		return nil, file.Info{}, file.ErrNotFound
+	}
+	at := time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
+	info := file.Info{Rel: strings.TrimPrefix(sandboxPath, "/mnt/user-data/outputs/"), Size: int64(len(c)), Created: at, Modified: at, Inode: 12}
+	return &body{Reader: bytes.NewReader([]byte(c))}, info, nil
+}
+
+// Two users of one org download a file from their default containers (no
+// scope_id) at the same path with the same stat: each gets their own
+// file signed, never the signed form kept from the other's.
+func TestApplyKeepsNoSignedFormAcrossContainers(t *testing.T) {
+	png := "\x89PNG\r\n\x1a\n"
+	content := map[string]string{"usr_a--default": png + "alice's", "usr_b--default": png + "bobby's"}
+	fs := files.New(files.Deps{Store: twinStore{content: content}, Containers: userContainers{}, Policies: policies{org.DefaultPolicy()}})
+	svc := New(hashSigner{}, policies{org.DefaultPolicy()}, slog.New(slog.DiscardHandler))
+	id := file.EncodeID("/mnt/user-data/outputs/chart.png")
+	for _, u := range []string{"usr_a", "usr_b"} {
+		p := user.Principal{OrgID: "org_1", UserID: u}
+		ct, err := fs.Open(context.Background(), p, "", id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := svc.Apply(context.Background(), p, ct, Provenance{}) // as the web layer makes it of no scope_id
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, _ := io.ReadAll(got.Body)
+		got.Body.Close()
+		own := content[u+"--default"]
+		sum := sha256.Sum256([]byte(own))
+		if want := "[" + hex.EncodeToString(sum[:4]) + "]" + own; string(out) != want {
+			t.Fatalf("%s got %q, want %q: a signed form made for another container's file", u, out, want)
+		}
 	}
 }

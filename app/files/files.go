@@ -77,6 +77,12 @@ type UploadRequest struct {
 type Content struct {
 	File File
 	Body io.ReadSeekCloser
+	// Source names what holds the bytes, telling apart files of the same
+	// path in two containers: "container:" and the storage id of the
+	// container the file is in, or "blob:" and the SHA-256 of stored
+	// content. File.ScopeID cannot: a scope id as the client gave it names
+	// a container of each user's own (no scope id, the default one).
+	Source string
 }
 
 // Deps are what a Service needs.
@@ -435,7 +441,7 @@ func (s *Service) open(ctx context.Context, p user.Principal, scopeID, cid strin
 		body.Close()
 		return Content{}, fmt.Errorf("files: rewind %s: %w", name, err)
 	}
-	return Content{File: s.fileOf(scopeID, loc.Mount, info, head[:n]), Body: body}, nil
+	return Content{File: s.fileOf(scopeID, loc.Mount, info, head[:n]), Body: body, Source: "container:" + cid}, nil
 }
 
 // Delete removes one file (uploaded, output or workspace) and returns its id.

@@ -190,7 +190,7 @@ func (s *Service) openRetained(ctx context.Context, p user.Principal, scopeID st
 		body.Close()
 		return Content{}, fmt.Errorf("files: rewind retained %s: %w", r.Path, err)
 	}
-	return Content{File: s.recordFile(scopeID, r, head[:n]), Body: body}, nil
+	return Content{File: s.recordFile(scopeID, r, head[:n]), Body: body, Source: "blob:" + r.SHA256}, nil
 }
 
 // checkExpiry checks an upload's expires_in_seconds.

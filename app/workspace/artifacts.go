@@ -343,7 +343,7 @@ func (s *Service) ArtifactContent(ctx context.Context, p user.Principal, artifac
 	return files.Content{File: files.File{
 		ID: file.EncodeID(a.Path), Path: a.Path, CreatedAt: a.CreatedAt, Filename: a.Name, MIMEType: t.MIME,
 		SizeBytes: a.SizeBytes, Downloadable: true, ETag: a.SHA256, ScopeID: a.ThreadID, Inline: t.Inline,
-	}, Body: body}, nil
+	}, Body: body, Source: "blob:" + a.SHA256}, nil
 }
 
 // Presigner makes time-limited download URLs of blobs (infra/blob.S3).
