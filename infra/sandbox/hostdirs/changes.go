@@ -145,7 +145,7 @@ func (l *Layout) ContainerFiles(ctx context.Context, containerID string, paths [
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		f, ok, err := l.containerFile(containerID, p)
+		f, ok, err := l.containerFile(ctx, containerID, p)
 		if err != nil {
 			return nil, fmt.Errorf("hostdirs: container file %s: %w", p, err)
 		}
@@ -156,8 +156,11 @@ func (l *Layout) ContainerFiles(ctx context.Context, containerID string, paths [
 	return out, nil
 }
 
-// containerFile is one path of ContainerFiles.
-func (l *Layout) containerFile(containerID, path string) (snapshot.File, bool, error) {
+// containerFile is one path of ContainerFiles. A regular file is hashed
+// as the descriptor opened finds it, the size it has then and no more,
+// until ctx ends: the sandbox may have put something else at the path
+// since it was checked (a FIFO that never ends), or write on.
+func (l *Layout) containerFile(ctx context.Context, containerID, path string) (snapshot.File, bool, error) {
 	dirfd, name, err := l.openParent(containerID, path, false)
 	if errors.Is(err, os.ErrNotExist) {
 		return snapshot.File{}, false, nil
@@ -178,20 +181,42 @@ func (l *Layout) containerFile(containerID, path string) (snapshot.File, bool, e
 		target, err := readlinkat(dirfd, name)
 		return snapshot.File{Link: target}, err == nil, err
 	case unix.S_IFREG:
+		if l.opts.opening != nil {
+			l.opts.opening(path)
+		}
 		fd, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
 		if err != nil {
 			return snapshot.File{}, false, err
 		}
 		f := os.NewFile(uintptr(fd), name)
 		defer f.Close()
+		if err := unix.Fstat(fd, &st); err != nil {
+			return snapshot.File{}, false, err
+		}
+		if st.Mode&unix.S_IFMT != unix.S_IFREG {
+			return snapshot.File{}, false, nil
+		}
 		h := sha256.New()
-		n, err := io.Copy(h, f)
+		n, err := io.Copy(h, io.LimitReader(&ctxReader{ctx: ctx, r: f}, st.Size))
 		if err != nil {
 			return snapshot.File{}, false, err
 		}
 		return snapshot.File{Size: n, Mode: st.Mode & 0o777, SHA256: hex.EncodeToString(h.Sum(nil))}, true, nil
 	}
 	return snapshot.File{}, false, nil
+}
+
+// ctxReader stops a copy when its context ends.
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c *ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(p)
 }
 
 // RestorePaths makes each of paths in container containerID's folders

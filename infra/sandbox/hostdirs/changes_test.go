@@ -2,12 +2,16 @@ package hostdirs
 
 import (
 	"context"
+	"errors"
 	"maps"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 
 	"threadbox/domain/snapshot"
 )
@@ -232,5 +236,90 @@ func TestRestorePathsUnderTheQuota(t *testing.T) {
 	}
 	if len(ents) != 1 {
 		t.Fatalf("workspace holds %d entries after the restore, want big.bin alone", len(ents))
+	}
+}
+
+// TestContainerFilesReadsOnlyARegularFile: a file the sandbox swaps for a
+// FIFO between the check of its path and its open, a FIFO whose writer
+// never writes, is left out as a FIFO found at the path is: reading it
+// would wait for data, under the container's lock, for as long as the
+// sandbox likes.
+func TestContainerFilesReadsOnlyARegularFile(t *testing.T) {
+	ctx := context.Background()
+	l := New(t.TempDir(), Options{})
+	d, err := l.Prepare(ctx, "ctr_f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeUnder(t, d.Root, "workspace/a.txt", "one\n")
+	a := filepath.Join(d.Root, "workspace/a.txt")
+	writer := make(chan int, 1)
+	l.opts.opening = func(string) {
+		if err := os.Remove(a); err != nil {
+			t.Error(err)
+			return
+		}
+		if err := unix.Mkfifo(a, 0o644); err != nil {
+			t.Error(err)
+			return
+		}
+		// Open for reading and writing, it holds the FIFO's write end.
+		w, err := unix.Open(a, unix.O_RDWR|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		writer <- w
+	}
+	type result struct {
+		files map[string]snapshot.File
+		err   error
+	}
+	done := make(chan result, 1)
+	go func() {
+		files, err := l.ContainerFiles(ctx, "ctr_f", []string{"workspace/a.txt"})
+		done <- result{files, err}
+	}()
+	// Closing the write end ends a read of the FIFO: it then reads as
+	// empty.
+	closeWriter := func() {
+		select {
+		case w := <-writer:
+			unix.Close(w)
+		default:
+		}
+	}
+	select {
+	case r := <-done:
+		closeWriter()
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		if f, ok := r.files["workspace/a.txt"]; ok {
+			t.Fatalf("the FIFO was hashed as a file: %+v", f)
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("ContainerFiles is still reading the FIFO put in place of the file")
+		closeWriter()
+		<-done
+	}
+}
+
+// TestContainerFilesStopsWithItsContext: a context that ends while a file
+// is hashed ends the hash, as it would end the read of a sparse file of
+// terabytes, all zeros.
+func TestContainerFilesStopsWithItsContext(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	l := New(t.TempDir(), Options{})
+	d, err := l.Prepare(ctx, "ctr_x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeUnder(t, d.Root, "workspace/a.txt", "one\n")
+	l.opts.opening = func(string) { cancel() }
+	files, err := l.ContainerFiles(ctx, "ctr_x", []string{"workspace/a.txt"})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("got %v, %v; want the context's end", files, err)
 	}
 }

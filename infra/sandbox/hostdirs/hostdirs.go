@@ -50,6 +50,10 @@ const (
 type Options struct {
 	Quota     QuotaMode // empty means QuotaNone
 	DiskBytes int64     // quota per container; zero means 5 GiB
+	// opening, when set, runs just before ContainerFiles opens a path it
+	// found a regular file, with the path: what the sandbox may do
+	// meanwhile (tests).
+	opening func(path string)
 }
 
 // DefaultDiskBytes is the default quota per container (SANDBOX_DISK_BYTES).
