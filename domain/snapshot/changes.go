@@ -8,8 +8,9 @@ import (
 )
 
 // File is one file of a snapshot, or of a container's folders: a regular
-// file (its size, permission bits and SHA-256) or a symbolic link (Link,
-// its target).
+// file (its size, permission bits and the digest of its content: its
+// SHA-256, or one of its data for a file with holes, marked so that the
+// two kinds never compare as equal) or a symbolic link (Link, its target).
 type File struct {
 	Size   int64
 	Mode   uint32

@@ -3,7 +3,6 @@ package hostdirs
 import (
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -157,9 +156,9 @@ func (l *Layout) ContainerFiles(ctx context.Context, containerID string, paths [
 }
 
 // containerFile is one path of ContainerFiles. A regular file is hashed
-// as the descriptor opened finds it, the size it has then and no more,
-// until ctx ends: the sandbox may have put something else at the path
-// since it was checked (a FIFO that never ends), or write on.
+// as the descriptor opened finds it, by its data up to the size it has
+// then, unless ctx has ended: the sandbox may have put something else at
+// the path since it was checked (a FIFO that never ends), or write on.
 func (l *Layout) containerFile(ctx context.Context, containerID, path string) (snapshot.File, bool, error) {
 	dirfd, name, err := l.openParent(containerID, path, false)
 	if errors.Is(err, os.ErrNotExist) {
@@ -196,27 +195,18 @@ func (l *Layout) containerFile(ctx context.Context, containerID, path string) (s
 		if st.Mode&unix.S_IFMT != unix.S_IFREG {
 			return snapshot.File{}, false, nil
 		}
-		h := sha256.New()
-		n, err := io.Copy(h, io.LimitReader(&ctxReader{ctx: ctx, r: f}, st.Size))
+		// The hash reads the file's data alone (a hole is never read), up
+		// to the size it has now: bounded by the container's disk quota.
+		if err := ctx.Err(); err != nil {
+			return snapshot.File{}, false, err
+		}
+		sum, n, err := hashFile(f)
 		if err != nil {
 			return snapshot.File{}, false, err
 		}
-		return snapshot.File{Size: n, Mode: st.Mode & 0o777, SHA256: hex.EncodeToString(h.Sum(nil))}, true, nil
+		return snapshot.File{Size: n, Mode: st.Mode & 0o777, SHA256: sum}, true, nil
 	}
 	return snapshot.File{}, false, nil
-}
-
-// ctxReader stops a copy when its context ends.
-type ctxReader struct {
-	ctx context.Context
-	r   io.Reader
-}
-
-func (c *ctxReader) Read(p []byte) (int, error) {
-	if err := c.ctx.Err(); err != nil {
-		return 0, err
-	}
-	return c.r.Read(p)
 }
 
 // RestorePaths makes each of paths in container containerID's folders

@@ -2,12 +2,9 @@ package hostdirs
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash"
 	"io"
 	"os"
 	"path/filepath"
@@ -22,16 +19,18 @@ import (
 // A thread's files snapshots live beside the containers' folders, in
 // DATA_DIR/snapshots/<safe thread id>/<safe snapshot id>/, one folder per
 // snapshot holding a copy of the container's workspace, uploads and outputs
-// folders and manifest.json, the size, modification time and SHA-256 of
-// each file. A snapshot is written under a temporary name and renamed when
-// whole, and never changed after: a file unchanged since the snapshot
-// before (same size and modification time, or same SHA-256) is a hard link
-// to that one's, so snapshots share their unchanged files. A changed file
-// is cloned (FICLONE: a reflink on XFS or btrfs, sharing the container
-// file's blocks until either is written) or, where the file system cannot,
-// copied. The container's folders are the sandbox's, so they are read and
-// written through file descriptors, one folder entry at a time, never
-// following a link: a link the sandbox made is kept as a link.
+// folders and manifest.json, the size, modification time and digest of
+// each file (the SHA-256 of its content, or of its data for a file with
+// holes: digest.go). A snapshot is written under a temporary name and
+// renamed when whole, and never changed after: a file unchanged since the
+// snapshot before (same size and modification time, or same digest) is a
+// hard link to that one's, so snapshots share their unchanged files. A
+// changed file is cloned (FICLONE: a reflink on XFS or btrfs, sharing the
+// container file's blocks until either is written) or, where the file
+// system cannot, copied, its holes kept. The container's folders are the
+// sandbox's, so they are read and written through file descriptors, one
+// folder entry at a time, never following a link: a link the sandbox made
+// is kept as a link.
 
 // snapshotFolders are the container folders a snapshot holds.
 var snapshotFolders = snapshot.Folders
@@ -45,8 +44,8 @@ type entry struct {
 	Size    int64  `json:"size"`
 	MtimeNs int64  `json:"mtime_ns"`
 	Mode    uint32 `json:"mode"`
-	SHA256  string `json:"sha256,omitempty"`
-	Link    string `json:"link,omitempty"` // a symbolic link's target
+	SHA256  string `json:"sha256,omitempty"` // the content's digest (hashFile)
+	Link    string `json:"link,omitempty"`   // a symbolic link's target
 }
 
 // SnapshotDir returns the folder of a thread's snapshot.
@@ -289,21 +288,18 @@ func (t *taker) add(rel string, e entry, own bool) {
 
 // cloneFile makes a new file at to with in's content, by reflink where
 // the file systems allow and by copy otherwise, and returns the content's
-// hex SHA-256 and whether it was a reflink.
+// digest (hashFile's) and whether it was a reflink.
 func cloneFile(in *os.File, to string, mode os.FileMode) (string, bool, error) {
-	if _, err := in.Seek(0, io.SeekStart); err != nil {
-		return "", false, err
-	}
-	out, err := os.OpenFile(to, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
+	out, err := os.OpenFile(to, os.O_RDWR|os.O_CREATE|os.O_EXCL, mode)
 	if err != nil {
 		return "", false, err
 	}
-	h := sha256.New()
+	var sum string
 	cloned := unix.IoctlFileClone(int(out.Fd()), int(in.Fd())) == nil
 	if cloned {
-		err = hashFile(h, out.Name())
+		sum, _, err = hashFile(out)
 	} else {
-		err = copySparse(out, in, h)
+		sum, err = copySparse(out, in, true)
 	}
 	if cerr := out.Close(); err == nil {
 		err = cerr
@@ -312,91 +308,41 @@ func cloneFile(in *os.File, to string, mode os.FileMode) (string, bool, error) {
 		_ = os.Remove(to)
 		return "", false, err
 	}
-	return hex.EncodeToString(h.Sum(nil)), cloned, nil
+	return sum, cloned, nil
 }
 
-// copySparse copies in, from its start, into out (new and empty), and
-// feeds what it copies to h when h is not nil. Only in's data is written:
-// its holes stay holes in out, so a file the sandbox made sparse (a
-// size of terabytes with a few blocks written) takes no more room in the
-// copy than in the container, where the container's disk quota bounds
-// it; written out as zeros, it would fill the host's disk. A hole is fed
-// to h as the zeros it reads as. The copy holds in's size when it was
+// copySparse copies in into out (new and empty) and, with digest, returns
+// the digest of what it copied (hashFile's). Only in's data is read and
+// written: its holes stay holes in out, so a file the sandbox made sparse
+// (a size of terabytes with a few blocks written) takes no more room in
+// the copy than in the container, where the container's disk quota
+// bounds it, and no more time than its data; written out as zeros, it
+// would fill the host's disk. The copy holds in's size when it was
 // stat'ed: a file that shrinks meanwhile ends early.
-func copySparse(out, in *os.File, h io.Writer) error {
+func copySparse(out, in *os.File, digest bool) (string, error) {
 	fi, err := in.Stat()
 	if err != nil {
-		return err
+		return "", err
 	}
-	size, fd := fi.Size(), int(in.Fd())
-	w := io.Writer(out)
-	if h != nil {
-		w = io.MultiWriter(out, h)
+	var h *contentHash
+	if digest {
+		if h, err = newContentHash(in, fi.Size()); err != nil {
+			return "", err
+		}
 	}
-	for off := int64(0); off < size; {
-		data, err := unix.Seek(fd, off, unix.SEEK_DATA)
-		if errors.Is(err, unix.ENXIO) { // a hole to the end
-			data = size
-		} else if err != nil {
-			return err
+	size, err := copyExtents(in, fi.Size(), func(off int64) io.Writer {
+		if h == nil {
+			return io.NewOffsetWriter(out, off)
 		}
-		data = min(data, size)
-		if h != nil {
-			if err := hashZeros(h, data-off); err != nil {
-				return err
-			}
-		}
-		if data == size {
-			break
-		}
-		hole, err := unix.Seek(fd, data, unix.SEEK_HOLE)
-		if err != nil {
-			return err
-		}
-		hole = min(hole, size)
-		if _, err := out.Seek(data, io.SeekStart); err != nil {
-			return err
-		}
-		if _, err := in.Seek(data, io.SeekStart); err != nil {
-			return err
-		}
-		n, err := io.Copy(w, io.LimitReader(in, hole-data))
-		if err != nil {
-			return err
-		}
-		if n < hole-data { // shrunk meanwhile
-			size = data + n
-			break
-		}
-		off = hole
+		return io.MultiWriter(io.NewOffsetWriter(out, off), io.NewOffsetWriter(h, off))
+	})
+	if err == nil {
+		err = out.Truncate(size)
 	}
-	return out.Truncate(size)
-}
-
-// zeros is a block of zeros for hashZeros.
-var zeros = make([]byte, 64<<10)
-
-// hashZeros feeds n zero bytes to h.
-func hashZeros(h io.Writer, n int64) error {
-	for n > 0 {
-		k := min(n, int64(len(zeros)))
-		if _, err := h.Write(zeros[:k]); err != nil {
-			return err
-		}
-		n -= k
+	if err != nil || h == nil {
+		return "", err
 	}
-	return nil
-}
-
-// hashFile feeds the file at path to h.
-func hashFile(h hash.Hash, path string) error {
-	f, err := os.Open(path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	_, err = io.Copy(h, f)
-	return err
+	return h.sum(size), nil
 }
 
 // RestoreSnapshot makes container containerID's workspace, uploads and
@@ -515,7 +461,7 @@ func restoreFile(path string, dirfd int, name string, mode uint32, chown bool) e
 	}
 	out := os.NewFile(uintptr(ofd), name)
 	if unix.IoctlFileClone(ofd, int(in.Fd())) != nil {
-		err = copySparse(out, in, nil)
+		_, err = copySparse(out, in, false)
 	}
 	if err == nil && chown {
 		err = unix.Fchown(ofd, SandboxUID, SandboxGID)
