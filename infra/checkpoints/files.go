@@ -21,14 +21,18 @@ import (
 //
 // Each mirror is a manifest (every file, folder and symbolic link under
 // the container's folders with its mode, owner, size, modification time
-// and, for a file, the SHA-256 of its content) written into the checkpoint
+// and, for a file, the blob of its content) written into the checkpoint
 // folder, so it travels inside the checkpoint's archive, and one blob per
-// file content in the container's own namespace of the store. A mirror is
-// incremental: a file whose size, modification time and mode are those of
-// the previous mirror keeps its blob and is neither read nor sent again,
-// and blobs no file of the new mirror uses are removed once it is
-// recorded. The previous mirror is kept beside the container's folders
-// (stateFile), outside what any sandbox sees.
+// file content in the container's own namespace of the store. A file in
+// which the file system reports holes (a sparse file: code in the sandbox
+// makes one of terabytes at no cost to its disk quota) is sent as its
+// data extents and their map (sparse.go), so that its blob, and the time
+// to send and fetch it, is what the file holds rather than its size. A
+// mirror is incremental: a file whose size, modification time and mode
+// are those of the previous mirror keeps its blob and is neither read nor
+// sent again, and blobs no file of the new mirror uses are removed once
+// it is recorded. The previous mirror is kept beside the container's
+// folders (stateFile), outside what any sandbox sees.
 type Files struct {
 	roots Roots
 	blobs func(orgID, containerID string) (FileBlobs, error)
@@ -78,23 +82,36 @@ type Entry struct {
 	UID    int         `json:"uid"`
 	GID    int         `json:"gid"`
 	Size   int64       `json:"size,omitempty"`
-	MTime  int64       `json:"mtime,omitempty"` // Unix nanoseconds
-	SHA256 string      `json:"sha256,omitempty"`
+	MTime  int64       `json:"mtime,omitempty"`  // Unix nanoseconds
+	SHA256 string      `json:"sha256,omitempty"` // the blob of a file's content
 	Link   string      `json:"link,omitempty"`
+	// Extents is the blob of a file with holes, in place of SHA256: its
+	// data extents and their map (encodeSparse). SHA256 is then empty, so
+	// that a server that knows no such blob refuses the entry rather than
+	// write the blob out as the file.
+	Extents string `json:"extents,omitempty"`
 }
 
 // same reports whether a file of the previous mirror may stand for e
 // without reading it.
 func (e Entry) same(o Entry) bool {
-	return e.Mode == o.Mode && e.Size == o.Size && e.MTime == o.MTime && o.SHA256 != ""
+	return e.Mode == o.Mode && e.Size == o.Size && e.MTime == o.MTime && o.blob() != ""
+}
+
+// blob returns the blob of a file's content, whichever way it is kept.
+func (e Entry) blob() string {
+	if e.Extents != "" {
+		return e.Extents
+	}
+	return e.SHA256
 }
 
 // sums returns the blobs m's files use.
 func (m Manifest) sums() map[string]bool {
 	out := map[string]bool{}
 	for _, e := range m.Entries {
-		if e.SHA256 != "" {
-			out[e.SHA256] = true
+		if b := e.blob(); b != "" {
+			out[b] = true
 		}
 	}
 	return out
@@ -150,11 +167,17 @@ func (f *Files) Mirror(ctx context.Context, orgID, id, dir string) (Pending, err
 			case d.Type().IsRegular():
 				e.Size, e.MTime = info.Size(), info.ModTime().UnixNano()
 				if p, ok := known[e.Path]; ok && e.same(p) {
-					e.SHA256 = p.SHA256
+					e.SHA256, e.Extents = p.SHA256, p.Extents
 					break
 				}
-				if e.SHA256, err = putFile(ctx, blobs, path); err != nil {
+				sum, sparse, err := putFile(ctx, blobs, path, e.Size)
+				if err != nil {
 					return err
+				}
+				if sparse {
+					e.Extents = sum
+				} else {
+					e.SHA256 = sum
 				}
 				sent++
 			default:
@@ -316,7 +339,7 @@ func applyEntry(ctx context.Context, blobs FileBlobs, path string, e Entry) (int
 			return 0, err
 		}
 	}
-	r, err := blobs.Open(ctx, e.SHA256)
+	r, err := blobs.Open(ctx, e.blob())
 	if err != nil {
 		return 0, err
 	}
@@ -332,7 +355,11 @@ func applyEntry(ctx context.Context, blobs FileBlobs, path string, e Entry) (int
 	if err != nil {
 		return 0, err
 	}
-	_, err = io.Copy(out, r)
+	if e.Extents != "" {
+		err = decodeSparse(out, r, e.Size)
+	} else {
+		_, err = io.Copy(out, r)
+	}
 	if cerr := out.Close(); err == nil {
 		err = cerr
 	}
@@ -373,14 +400,34 @@ func (f *Files) Forget(ctx context.Context, orgID, id string) error {
 	return nil
 }
 
-func putFile(ctx context.Context, blobs FileBlobs, path string) (string, error) {
+// putFile sends the first size bytes of the file at path (its size when
+// the walk found it) to the store and returns their blob, and whether it
+// holds them as a sparse file's data extents: so it does when the file
+// system reports a hole in them.
+func putFile(ctx context.Context, blobs FileBlobs, path string, size int64) (string, bool, error) {
 	in, err := os.Open(path)
 	if err != nil {
-		return "", err
+		return "", false, err
 	}
 	defer in.Close()
-	sum, _, err := blobs.Put(ctx, in)
-	return sum, err
+	sparse, err := hasHole(in, size)
+	if err != nil {
+		return "", false, err
+	}
+	if !sparse {
+		sum, _, err := blobs.Put(ctx, io.NewSectionReader(in, 0, size))
+		return sum, false, err
+	}
+	pr, pw := io.Pipe()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		pw.CloseWithError(encodeSparse(pw, in, size))
+	}()
+	sum, _, err := blobs.Put(ctx, pr)
+	pr.CloseWithError(errors.New("checkpoints: files: the store stopped reading"))
+	<-done
+	return sum, true, err
 }
 
 func readManifest(path string) (Manifest, error) {

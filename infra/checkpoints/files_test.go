@@ -4,13 +4,16 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -274,5 +277,179 @@ func TestFilesApplyNeverWritesThroughALink(t *testing.T) {
 	}
 	if got := read(t, filepath.Join(d.Workspace, "x")); got != "from the sandbox" {
 		t.Fatalf("the container's file holds %q", got)
+	}
+}
+
+// boundedBlobs refuses a blob longer than limit bytes, so that a mirror
+// that sends more fails at once rather than filling the disk.
+type boundedBlobs struct {
+	checkpoints.FileBlobs
+	limit int64
+}
+
+func (b boundedBlobs) Put(ctx context.Context, r io.Reader) (string, int64, error) {
+	return b.FileBlobs.Put(ctx, &boundedReader{r: r, left: b.limit})
+}
+
+type boundedReader struct {
+	r    io.Reader
+	left int64
+}
+
+func (b *boundedReader) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	if b.left -= int64(n); b.left < 0 {
+		return 0, errors.New("the blob is past the test's bound")
+	}
+	return n, err
+}
+
+// TestFilesMirrorKeepsSparseFilesSparse: a file of 1 TiB with a few bytes
+// written (code in a sandbox makes one with truncate, at no cost to its
+// disk quota) is mirrored as what it holds: the manifest names its blob
+// as extents, not as a SHA-256 of its content, the blob store keeps a few
+// bytes for it, and a host that never had it restores it with its size,
+// content and modification time, sparse; the next mirror, with nothing
+// changed, sends nothing and restores the same.
+func TestFilesMirrorKeepsSparseFilesSparse(t *testing.T) {
+	ctx := context.Background()
+	blobDir := t.TempDir()
+	store := blob.New(blobDir)
+	host := func() (*checkpoints.Files, hostdirs.Dirs) {
+		t.Helper()
+		layout := hostdirs.New(t.TempDir(), hostdirs.Options{Quota: hostdirs.QuotaNone})
+		d, err := layout.Prepare(ctx, "thr_a")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return checkpoints.NewFiles(layout, func(string, string) (checkpoints.FileBlobs, error) {
+			return boundedBlobs{store, 1 << 20}, nil
+		}), d
+	}
+	files, da := host()
+	const size = 1 << 40
+	p := filepath.Join(da.Workspace, "huge.bin")
+	pieces := map[int64]string{0: "head", size / 2: "middle", size - 4: "tail"}
+	f, err := os.Create(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Truncate(size); err != nil {
+		t.Skipf("this file system holds no file of %d bytes: %v", int64(size), err)
+	}
+	for off, s := range pieces {
+		if _, err := f.WriteAt([]byte(s), off); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if allocated(t, p) > 1<<20 {
+		t.Skip("this file system does not keep sparse files")
+	}
+	write(t, filepath.Join(da.Workspace, "note.txt"), "dense")
+	mtime := time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC)
+	if err := os.Chtimes(p, mtime, mtime); err != nil {
+		t.Fatal(err)
+	}
+	// restored checks the file a host restored from the checkpoint folder
+	// dir.
+	restored := func(dir string) {
+		t.Helper()
+		to, db := host()
+		within(t, 2*time.Minute, func() error { _, err := to.Apply(ctx, "org_a", "thr_a", dir); return err })
+		q := filepath.Join(db.Workspace, "huge.bin")
+		fi, err := os.Stat(q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Size() != size || !fi.ModTime().Equal(mtime) {
+			t.Fatalf("restored: %d bytes, modified %v", fi.Size(), fi.ModTime())
+		}
+		if n := allocated(t, q); n > 1<<20 {
+			t.Fatalf("the restored file takes %d bytes", n)
+		}
+		g, err := os.Open(q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer g.Close()
+		for off, s := range map[int64]string{0: "head", size / 2: "middle", size - 4: "tail", size / 4: "\x00\x00\x00"} {
+			b := make([]byte, len(s))
+			if _, err := g.ReadAt(b, off); err != nil || string(b) != s {
+				t.Errorf("restored at %d: %q, want %q (%v)", off, b, s, err)
+			}
+		}
+		if got := read(t, filepath.Join(db.Workspace, "note.txt")); got != "dense" {
+			t.Errorf("note.txt holds %q", got)
+		}
+	}
+	first := t.TempDir()
+	within(t, 2*time.Minute, func() error {
+		pending, err := files.Mirror(ctx, "org_a", "thr_a", first)
+		if err != nil {
+			return err
+		}
+		return pending.Commit(ctx)
+	})
+	var m checkpoints.Manifest
+	if err := json.Unmarshal([]byte(read(t, filepath.Join(first, "threadbox-files.json"))), &m); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range m.Entries {
+		if sparse := e.Path == "workspace/huge.bin"; e.Mode.IsRegular() && (sparse != (e.Extents != "") || sparse == (e.SHA256 != "")) {
+			t.Errorf("manifest entry %+v", e)
+		}
+	}
+	var stored int64
+	_ = filepath.WalkDir(blobDir, func(_ string, d fs.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			if fi, err := d.Info(); err == nil {
+				stored += fi.Size()
+			}
+		}
+		return nil
+	})
+	if stored > 64<<10 {
+		t.Fatalf("the blob store holds %d bytes for a file of %d bytes with 14 written", stored, int64(size))
+	}
+	restored(first)
+	second := t.TempDir()
+	var sent int
+	within(t, 2*time.Minute, func() error {
+		pending, err := files.Mirror(ctx, "org_a", "thr_a", second)
+		sent = pending.Sent
+		return err
+	})
+	if sent != 0 {
+		t.Fatalf("an unchanged mirror sent %d files", sent)
+	}
+	restored(second)
+}
+
+// allocated returns the bytes the file at path takes on its disk.
+func allocated(t *testing.T, path string) int64 {
+	t.Helper()
+	var st syscall.Stat_t
+	if err := syscall.Stat(path, &st); err != nil {
+		t.Fatal(err)
+	}
+	return st.Blocks * 512
+}
+
+// within runs fn, failing the test when it has not returned after d: a
+// bound that only tells a hang, far above what fn takes.
+func within(t *testing.T, d time.Duration, fn func() error) {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- fn() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(d):
+		t.Fatalf("not done after %v", d)
 	}
 }
