@@ -12,6 +12,7 @@ import (
 
 	"threadbox/app/admin"
 	"threadbox/domain/fault"
+	"threadbox/domain/jsonfield"
 	"threadbox/domain/org"
 	"threadbox/domain/user"
 )
@@ -54,7 +55,7 @@ func (q *quotasPatch) UnmarshalJSON(b []byte) error {
 		return nil
 	}
 	var raw map[string]*int64
-	if err := json.Unmarshal(b, &raw); err != nil {
+	if err := jsonfield.Unmarshal(b, &raw); err != nil {
 		return err
 	}
 	*q = make(quotasPatch, len(raw))
@@ -111,7 +112,7 @@ func parsePolicyPatch(b []byte) (policyPatch, error) {
 	var pp policyPatch
 	var top map[string]json.RawMessage
 	if err := json.Unmarshal(b, &top); err != nil || top == nil {
-		return pp, fault.New(fault.Invalid, "request body must be a JSON object")
+		return pp, errNotObject
 	}
 	for _, key := range slices.Sorted(maps.Keys(top)) {
 		members, known := policyKeys[key]
@@ -131,8 +132,8 @@ func parsePolicyPatch(b []byte) (policyPatch, error) {
 			}
 		}
 	}
-	if err := json.Unmarshal(b, &pp); err != nil {
-		return pp, fault.Errorf(fault.Invalid, "invalid JSON body: %s", jsonErr(err))
+	if err := jsonfield.Unmarshal(b, &pp); err != nil {
+		return pp, bodyError("invalid JSON body", err, jsonErr)
 	}
 	return pp, nil
 }

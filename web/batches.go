@@ -9,6 +9,7 @@ import (
 
 	"threadbox/app/batches"
 	"threadbox/domain/fault"
+	"threadbox/domain/jsonfield"
 )
 
 // batchesPrefix is where Message Batches live.
@@ -82,8 +83,8 @@ func (s *Server) createBatch(c *fiber.Ctx) error {
 			Params   json.RawMessage `json:"params"`
 		} `json:"requests"`
 	}
-	if err := json.Unmarshal(b, &in); err != nil {
-		return fault.Errorf(fault.Invalid, "invalid request body: %s", jsonErr(err))
+	if err := jsonfield.Unmarshal(b, &in); err != nil {
+		return bodyError("invalid request body", err, jsonErr)
 	}
 	reqs := make([]batches.Request, len(in.Requests))
 	for i, r := range in.Requests {

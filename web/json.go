@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"strconv"
 
 	"github.com/gofiber/fiber/v2"
 
 	"threadbox/domain/fault"
+	"threadbox/domain/jsonfield"
 	"threadbox/domain/user"
 )
 
@@ -35,6 +37,9 @@ func body(c *fiber.Ctx, limit int64) ([]byte, error) {
 	return b, nil
 }
 
+// errNotObject refuses a request body that is not a JSON object.
+var errNotObject = fault.New(fault.Invalid, "the request body must be a JSON object")
+
 // parseJSON decodes a JSON body into v; unknown fields are ignored.
 func parseJSON(c *fiber.Ctx, v any) error {
 	return parseJSONLimit(c, v, maxJSONBody)
@@ -47,10 +52,10 @@ func parseJSONLimit(c *fiber.Ctx, v any, limit int64) error {
 		return err
 	}
 	if len(b) == 0 {
-		return fault.New(fault.Invalid, "request body must be a JSON object")
+		return errNotObject
 	}
-	if err := json.Unmarshal(b, v); err != nil {
-		return fault.Errorf(fault.Invalid, "invalid JSON body: %s", jsonErr(err))
+	if err := jsonfield.Unmarshal(b, v); err != nil {
+		return bodyError("invalid JSON body", err, jsonErr)
 	}
 	return nil
 }
@@ -63,8 +68,8 @@ func parseOptionalJSON(c *fiber.Ctx, v any) error {
 		return err
 	}
 	if raw = bytes.TrimSpace(raw); len(raw) > 0 {
-		if err := json.Unmarshal(raw, v); err != nil {
-			return fault.Errorf(fault.Invalid, "invalid JSON body: %s", jsonErr(err))
+		if err := jsonfield.Unmarshal(raw, v); err != nil {
+			return bodyError("invalid JSON body", err, jsonErr)
 		}
 	}
 	return nil
@@ -84,15 +89,29 @@ func queryLimit(c *fiber.Ctx, def, most int) (int, error) {
 	return n, nil
 }
 
-func jsonErr(err error) string {
-	switch e := err.(type) {
-	case *json.SyntaxError:
-		return e.Error()
-	case *json.UnmarshalTypeError:
-		if e.Field != "" {
-			return "field " + e.Field + " must be " + e.Type.String()
+// bodyError is the Invalid error of a JSON request body that decoding
+// (jsonfield.Unmarshal) refused with err. A value of the wrong type is
+// named by its path in the body as the client wrote it, and what it must
+// be; a body that is not an object is told so; any other refusal follows
+// prefix, in detail's words.
+func bodyError(prefix string, err error, detail func(error) string) error {
+	if te, ok := errors.AsType[*jsonfield.TypeError](err); ok {
+		switch {
+		case te.Path == "" && te.Want == "an object":
+			return fault.Wrap(fault.Invalid, errNotObject.Error(), err)
+		case te.Path == "":
+			return fault.Wrap(fault.Invalid, "the request body must be "+te.Want, err)
 		}
-		return "wrong type: want " + e.Type.String()
+		return fault.Wrap(fault.Invalid, te.Error(), err)
+	}
+	return fault.Wrap(fault.Invalid, prefix+": "+detail(err), err)
+}
+
+// jsonErr tells why a JSON body is refused: a syntax error as
+// encoding/json words it, anything else only as malformed.
+func jsonErr(err error) string {
+	if se, ok := errors.AsType[*json.SyntaxError](err); ok {
+		return se.Error()
 	}
 	return "malformed"
 }

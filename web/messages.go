@@ -9,7 +9,6 @@ import (
 	"threadbox/app/messages"
 	"threadbox/app/messages/wire"
 	"threadbox/app/turns"
-	"threadbox/domain/fault"
 )
 
 // parseMessagesRequest decodes a Messages API body.
@@ -19,19 +18,25 @@ func parseMessagesRequest(c *fiber.Ctx) (*wire.Request, error) {
 		return nil, err
 	}
 	if len(b) == 0 {
-		return nil, fault.New(fault.Invalid, "request body must be a JSON object")
+		return nil, errNotObject
 	}
 	// Its own UnmarshalJSON validates the whole body; json.Unmarshal would
 	// scan it once more first.
 	var req wire.Request
 	if err := req.UnmarshalJSON(b); err != nil {
-		msg := jsonErr(err)
-		if msg == "malformed" {
-			msg = err.Error()
-		}
-		return nil, fault.Errorf(fault.Invalid, "invalid request body: %s", msg)
+		return nil, bodyError("invalid request body", err, wireErr)
 	}
 	return &req, nil
+}
+
+// wireErr tells why wire refused a Messages API body: a syntax error as
+// encoding/json words it, any other refusal in wire's words, which name
+// the field as the client wrote it.
+func wireErr(err error) string {
+	if msg := jsonErr(err); msg != "malformed" {
+		return msg
+	}
+	return err.Error()
 }
 
 // frontDoor returns the turns service (503 when none is configured) and

@@ -16,6 +16,7 @@ import (
 	"threadbox/app/messages/wire"
 	"threadbox/app/workspace"
 	"threadbox/domain/fault"
+	"threadbox/domain/jsonfield"
 	"threadbox/domain/thread"
 	turnpkg "threadbox/domain/turn"
 )
@@ -190,8 +191,10 @@ func (s *Server) threadTurn(c *fiber.Ctx, b turnBody) error {
 	case len(b.Content) == 0:
 		return fault.New(fault.Invalid, "content: required (a string or an array of content blocks)")
 	default:
-		if err := json.Unmarshal([]byte(`{"role":"user","content":`+string(b.Content)+`}`), &um); err != nil {
-			return fault.Errorf(fault.Invalid, "content: must be a string or an array of content blocks: %s", jsonErr(err))
+		// The content as a user message's: a value of the wrong type is
+		// named by the same path as in the body, under "content".
+		if err := jsonfield.Unmarshal([]byte(`{"role":"user","content":`+string(b.Content)+`}`), &um); err != nil {
+			return bodyError("content: must be a string or an array of content blocks", err, jsonErr)
 		}
 	}
 	tr := workspace.TurnRequest{Content: um.Content, Skills: b.Skills, Model: b.Model, Stream: b.Stream, Replace: b.Replace}

@@ -11,6 +11,7 @@ package batches
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"regexp"
@@ -23,6 +24,7 @@ import (
 	"threadbox/app/turns"
 	"threadbox/domain/fault"
 	"threadbox/domain/id"
+	"threadbox/domain/jsonfield"
 	"threadbox/domain/user"
 )
 
@@ -205,7 +207,11 @@ func (s *Service) Create(ctx context.Context, p user.Principal, reqs []Request) 
 			return Batch{}, fault.Errorf(fault.Invalid, "requests.%d.params: required", i)
 		}
 		if err := req.UnmarshalJSON(r.Params); err != nil {
-			return Batch{}, fault.Errorf(fault.Invalid, "requests.%d.params: %v", i, err)
+			at := fmt.Sprintf("requests.%d.params", i)
+			if te, ok := errors.AsType[*jsonfield.TypeError](err); ok {
+				return Batch{}, fault.Wrap(fault.Invalid, te.Under(at).Error(), err)
+			}
+			return Batch{}, fault.Errorf(fault.Invalid, "%s: %v", at, err)
 		}
 		if req.Stream {
 			return Batch{}, fault.Errorf(fault.Invalid, "requests.%d.params.stream: a batch request cannot stream", i)

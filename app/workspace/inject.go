@@ -9,6 +9,7 @@ import (
 	"threadbox/app/messages"
 	"threadbox/app/messages/wire"
 	"threadbox/domain/fault"
+	"threadbox/domain/jsonfield"
 	"threadbox/domain/org"
 )
 
@@ -25,13 +26,16 @@ type AskedTool struct {
 // UnmarshalJSON accepts a name or a tool object.
 func (a *AskedTool) UnmarshalJSON(data []byte) error {
 	data = bytes.TrimSpace(data)
-	if len(data) > 0 && data[0] == '"' {
+	switch {
+	case len(data) > 0 && data[0] == '"':
 		var name string
 		if err := json.Unmarshal(data, &name); err != nil {
 			return err
 		}
 		a.Tool = wire.Tool{Name: name}
 		return nil
+	case len(data) > 0 && data[0] != '{' && string(data) != "null":
+		return &jsonfield.TypeError{Want: "a string or an object"}
 	}
 	return json.Unmarshal(data, &a.Tool)
 }

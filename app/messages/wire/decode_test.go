@@ -2,8 +2,11 @@ package wire
 
 import (
 	"encoding/json"
+	"errors"
 	"reflect"
 	"testing"
+
+	"threadbox/domain/jsonfield"
 )
 
 // TestFastDecodeMatchesSlow: a response and a content block decode to what
@@ -97,6 +100,47 @@ func TestFastRequestMatchesSlow(t *testing.T) {
 		}
 		if wantErr == nil && !reflect.DeepEqual(got, want) {
 			t.Fatalf("%s:\n got %+v\nwant %+v", in, got, want)
+		}
+	}
+}
+
+// TestRequestTypeErrorNamesTheField: a request with a value of the wrong
+// type is refused with the value's path in the request as the client
+// wrote it and what it must be, wherever the value is: a top-level field,
+// a message, a content block, a tool, the container, a tool result's
+// content.
+func TestRequestTypeErrorNamesTheField(t *testing.T) {
+	tests := []struct{ body, want string }{
+		{`{"model":"m","max_tokens":"64","messages":[]}`, "max_tokens: must be an integer"},
+		{`{"model":"m","max_tokens":1.5,"messages":[]}`, "max_tokens: must be an integer"},
+		{`{"model":5}`, "model: must be a string"},
+		{`{"stream":"yes"}`, "stream: must be true or false"},
+		{`{"temperature":"hot"}`, "temperature: must be a number"},
+		{`{"top_k":1.5}`, "top_k: must be an integer"},
+		{`{"stop_sequences":"x"}`, "stop_sequences: must be an array"},
+		{`{"stop_sequences":["x",1]}`, "stop_sequences.1: must be a string"},
+		{`{"messages":{}}`, "messages: must be an array"},
+		{`{"messages":["hi"]}`, "messages.0: must be an object"},
+		{`{"messages":[{"role":"user","content":"a"},{"role":7,"content":"b"}]}`, "messages.1.role: must be a string"},
+		{`{"messages":[{"role":"user","content":5}]}`, "messages.0.content: must be a string or an array"},
+		{`{"messages":[{"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":5}]}]}`, "messages.0.content.1.text: must be a string"},
+		{`{"messages":[{"role":"user","content":[{"type":"tool_result","tool_use_id":"t","is_error":"no"}]}]}`, "messages.0.content.0.is_error: must be true or false"},
+		{`{"messages":[{"role":"user","content":["a"]}]}`, "messages.0.content.0: must be an object"},
+		{`{"messages":[{"role":"assistant","content":[{"type":"bash_code_execution_tool_result","tool_use_id":"s","content":{"type":"bash_code_execution_result","return_code":"0"}}]}]}`, "messages.0.content.0.content.return_code: must be an integer"},
+		{`{"messages":[{"role":"assistant","content":[{"type":"bash_code_execution_tool_result","tool_use_id":"s","content":{"type":"bash_code_execution_result","content":[7]}}]}]}`, "messages.0.content.0.content.content.0: must be an object"},
+		{`{"tools":{}}`, "tools: must be an array"},
+		{`{"tools":[{"name":"a"},{"name":1}]}`, "tools.1.name: must be a string"},
+		{`{"container":5}`, "container: must be a string or an object"},
+		{`{"container":{"id":"c","skills":[{"skill_id":3}]}}`, "container.skills.0.skill_id: must be a string"},
+		{`{"Max_Tokens":"x"}`, "Max_Tokens: must be an integer"},
+		{`[]`, "must be an object"},
+		{`"hi"`, "must be an object"},
+	}
+	for _, tc := range tests {
+		var r Request
+		err := r.UnmarshalJSON([]byte(tc.body))
+		if _, ok := errors.AsType[*jsonfield.TypeError](err); !ok || err.Error() != tc.want {
+			t.Errorf("%s: %v (%T), want %q", tc.body, err, err, tc.want)
 		}
 	}
 }

@@ -3,6 +3,8 @@ package wire
 import (
 	"encoding/json"
 	"fmt"
+
+	"threadbox/domain/jsonfield"
 )
 
 // The web_fetch server tool, which threadbox runs itself (app/fetchtool):
@@ -105,7 +107,7 @@ func webFetchResultOf(content json.RawMessage) (*ToolResult, error) {
 		Type      string `json:"type"`
 		ErrorCode string `json:"error_code"`
 	}
-	if err := json.Unmarshal(content, &head); err != nil {
+	if err := jsonfield.Unmarshal(content, &head); err != nil {
 		return nil, err
 	}
 	switch head.Type {

@@ -11,13 +11,15 @@ package wire
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"iter"
-	"reflect"
 	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"threadbox/domain/jsonfield"
 )
 
 // Roles of a message.
@@ -126,14 +128,15 @@ func (r *Request) UnmarshalJSON(data []byte) error {
 	return r.decode(data)
 }
 
-// decode is UnmarshalJSON through encoding/json.
+// decode is UnmarshalJSON through encoding/json. A value of the wrong
+// type is a *jsonfield.TypeError naming it by its path in the request.
 func (r *Request) decode(data []byte) error {
 	type plain Request
 	var p struct {
 		plain
 		Messages []wireMessage `json:"messages"`
 	}
-	if err := json.Unmarshal(data, &p); err != nil {
+	if err := jsonfield.Unmarshal(data, &p); err != nil {
 		return err
 	}
 	if p.Messages != nil {
@@ -322,12 +325,15 @@ type SkillParam struct {
 // UnmarshalJSON accepts a string id or an object.
 func (c *ContainerParam) UnmarshalJSON(data []byte) error {
 	data = bytes.TrimSpace(data)
-	if len(data) > 0 && data[0] == '"' {
+	switch {
+	case len(data) > 0 && data[0] == '"':
 		return json.Unmarshal(data, &c.ID)
+	case len(data) > 0 && data[0] != '{' && string(data) != "null":
+		return &jsonfield.TypeError{Want: "a string or an object"}
 	}
 	type plain ContainerParam
 	var p plain
-	if err := json.Unmarshal(data, &p); err != nil {
+	if err := jsonfield.Unmarshal(data, &p); err != nil {
 		return err
 	}
 	*c = ContainerParam(p)
@@ -344,7 +350,7 @@ type Message struct {
 // UnmarshalJSON accepts string content as a single text block.
 func (m *Message) UnmarshalJSON(data []byte) error {
 	var w wireMessage
-	if err := json.Unmarshal(data, &w); err != nil {
+	if err := jsonfield.Unmarshal(data, &w); err != nil {
 		return err
 	}
 	m.Role, m.Content = w.Role, w.Content
@@ -418,7 +424,7 @@ func (c *wireContent) UnmarshalJSON(data []byte) error {
 		for elem := range arrayElements(data) {
 			var b ContentBlock
 			if err := b.UnmarshalJSON(elem); err != nil {
-				return err
+				return jsonfield.Under(strconv.Itoa(len(blocks)), err) // the block's index
 			}
 			blocks = append(blocks, b)
 		}
@@ -427,7 +433,7 @@ func (c *wireContent) UnmarshalJSON(data []byte) error {
 		}
 		*c = blocks
 	default:
-		return &json.UnmarshalTypeError{Value: "non-array content", Type: reflect.TypeFor[[]ContentBlock]()}
+		return &jsonfield.TypeError{Want: "a string or an array"}
 	}
 	return nil
 }
@@ -451,7 +457,7 @@ type Tool struct {
 func (t *Tool) UnmarshalJSON(data []byte) error {
 	type plain Tool
 	var p plain
-	if err := json.Unmarshal(data, &p); err != nil {
+	if err := jsonfield.Unmarshal(data, &p); err != nil {
 		return err
 	}
 	*t = Tool(p)
@@ -616,7 +622,7 @@ func (b *ContentBlock) decode(data []byte) error {
 		// CacheControl is kept on the blocks that take it.
 		CacheControl json.RawMessage `json:"cache_control"`
 	}
-	if err := json.Unmarshal(data, &aux); err != nil {
+	if err := jsonfield.Unmarshal(data, &aux); err != nil {
 		return err
 	}
 	if aux.Type == "" {
@@ -643,19 +649,19 @@ func (b *ContentBlock) decode(data []byte) error {
 	case BlockWebFetchResult:
 		r, err := webFetchResultOf(aux.Content)
 		if err != nil {
-			return fmt.Errorf("messages: %s content: %w", aux.Type, err)
+			return contentError(aux.Type, err)
 		}
 		b.Result = r
 	case BlockSandboxResult:
 		r, err := sandboxResultOf(aux.Content)
 		if err != nil {
-			return fmt.Errorf("messages: %s content: %w", aux.Type, err)
+			return contentError(aux.Type, err)
 		}
 		b.Result = r
 	case BlockBashResult, BlockTextEditorResult, BlockCodeExecutionResult:
 		var r ToolResult
-		if err := json.Unmarshal(aux.Content, &r); err != nil {
-			return fmt.Errorf("messages: %s content: %w", aux.Type, err)
+		if err := jsonfield.Unmarshal(aux.Content, &r); err != nil {
+			return contentError(aux.Type, err)
 		}
 		b.Result = &r
 	default:
@@ -664,6 +670,16 @@ func (b *ContentBlock) decode(data []byte) error {
 		}
 	}
 	return nil
+}
+
+// contentError is the error of a result block of type typ whose content
+// decoding refused with err: a value of the wrong type named by its path
+// from the block, any other error with the block's type.
+func contentError(typ string, err error) error {
+	if _, ok := errors.AsType[*jsonfield.TypeError](err); ok {
+		return jsonfield.Under("content", err)
+	}
+	return fmt.Errorf("messages: %s content: %w", typ, err)
 }
 
 // takesCacheControl reports whether blocks of type typ keep a
@@ -846,7 +862,7 @@ func (r *ToolResult) UnmarshalJSON(data []byte) error {
 		ErrorCode    string          `json:"error_code"`
 		Detail       *ErrorDetail    `json:"detail"`
 	}
-	if err := json.Unmarshal(data, &aux); err != nil {
+	if err := jsonfield.Unmarshal(data, &aux); err != nil {
 		return err
 	}
 	*r = ToolResult{
@@ -862,7 +878,7 @@ func (r *ToolResult) UnmarshalJSON(data []byte) error {
 	case c[0] == '"':
 		return json.Unmarshal(c, &r.FileContent)
 	case c[0] == '[':
-		return json.Unmarshal(c, &r.Files)
+		return jsonfield.Under("content", jsonfield.Unmarshal(c, &r.Files))
 	}
 	return nil
 }
@@ -1303,12 +1319,12 @@ func sandboxResultOf(content json.RawMessage) (*ToolResult, error) {
 	var head struct {
 		Type string `json:"type"`
 	}
-	if err := json.Unmarshal(content, &head); err != nil {
+	if err := jsonfield.Unmarshal(content, &head); err != nil {
 		return nil, err
 	}
 	if head.Type == ResultSandboxError {
 		var r ToolResult
-		if err := json.Unmarshal(content, &r); err != nil {
+		if err := jsonfield.Unmarshal(content, &r); err != nil {
 			return nil, err
 		}
 		return &r, nil

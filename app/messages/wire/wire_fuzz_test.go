@@ -3,13 +3,20 @@ package wire
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"reflect"
+	"strings"
 	"testing"
+
+	"threadbox/domain/jsonfield"
 )
 
-// FuzzRequestUnmarshalJSON: no body panics the decoder; a body it accepts
-// is valid JSON whose unknown members are kept byte for byte in Extra, and
-// the request encodes to a body that decodes to the same encoding.
+// FuzzRequestUnmarshalJSON: no body panics the decoder; a body it refuses
+// for a value of the wrong type is refused in the client's terms (a
+// jsonfield.TypeError, never encoding/json's, which names Go types); a body
+// it accepts is valid JSON whose unknown members are kept byte for byte in
+// Extra, and the request encodes to a body that decodes to the same
+// encoding.
 func FuzzRequestUnmarshalJSON(f *testing.F) {
 	for _, s := range []string{
 		`{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}`,
@@ -22,12 +29,25 @@ func FuzzRequestUnmarshalJSON(f *testing.F) {
 		`{"system":[{"type":"text","text":"s"}],"stream":true,"metadata":{"user_id":"u"},"thinking":{"type":"enabled","budget_tokens":1024}}`,
 		` { "messages" : [ ] , "z" : null } `,
 		`[]`, `null`, `{}`, `{"messages":{}}`,
+		`{"max_tokens":"5","messages":[{"role":"user","content":[{"type":"text","text":1}]}]}`,
+		`{"container":5,"tools":[{"name":[]}]}`,
 	} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var r Request
 		if err := r.UnmarshalJSON(data); err != nil {
+			if _, ok := errors.AsType[*json.UnmarshalTypeError](err); ok {
+				t.Fatalf("%q: refused in encoding/json's terms: %v", data, err)
+			}
+			if te, ok := errors.AsType[*jsonfield.TypeError](err); ok {
+				written := stringsOf(data)
+				for seg := range strings.SplitSeq(te.Path, ".") {
+					if te.Path != "" && !written[seg] && strings.Trim(seg, "0123456789") != "" {
+						t.Fatalf("%q: refused naming %q, which it does not have: %v", data, seg, err)
+					}
+				}
+			}
 			return
 		}
 		if !json.Valid(data) {
@@ -62,6 +82,22 @@ func FuzzRequestUnmarshalJSON(f *testing.F) {
 			t.Fatalf("round trip of %q:\n%s\n%s (%v)", data, enc, enc2, err)
 		}
 	})
+}
+
+// stringsOf returns every string of the JSON value data, keys and values,
+// unescaped.
+func stringsOf(data []byte) map[string]bool {
+	out := map[string]bool{}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return out
+		}
+		if s, ok := tok.(string); ok {
+			out[s] = true
+		}
+	}
 }
 
 // FuzzFastPathsMatchSlow: whatever the bytes, the hand-written fast paths
