@@ -263,7 +263,7 @@ func (f *Files) run(ctx context.Context, cl *agent.Client, req fileop.Request, s
 	if ferr := <-fed; ferr != nil && out.reply.Error == nil {
 		return call{}, ferr
 	}
-	if req.Op == fileop.OpOpen && out.reply.Error == nil {
+	if req.Op == fileop.OpOpenExtents && out.reply.Error == nil {
 		if out.reply.Info == nil || out.reply.Info.Size < 0 {
 			return call{}, fmt.Errorf("kubernetes: file open: %w: no size", errReply)
 		}
@@ -334,12 +334,14 @@ func feed(ctx context.Context, p *agent.Process, r io.Reader, acked *atomic.Int6
 	}
 }
 
-// spool reads exactly size bytes of r into memory or an unlinked
-// temporary file, ready to read from the start.
+// spool reads the data extents of a file of size bytes from r
+// (fileop.ReadExtents) into memory or an unlinked temporary file, ready to
+// read from the start. The temporary file gets only the data: a sparse
+// file of the pod takes no more of threadbox's disk than it holds.
 func (f *Files) spool(r io.Reader, size int64) (io.ReadSeekCloser, error) {
 	if size <= memoryLimit {
 		b := make([]byte, size)
-		if _, err := io.ReadFull(r, b); err != nil {
+		if err := fileop.ReadExtents(r, size, byteWriterAt(b)); err != nil {
 			return nil, fmt.Errorf("kubernetes: read file: %w", err)
 		}
 		return nopCloser{bytes.NewReader(b)}, nil
@@ -349,11 +351,12 @@ func (f *Files) spool(r io.Reader, size int64) (io.ReadSeekCloser, error) {
 		return nil, fmt.Errorf("kubernetes: read file: %w", err)
 	}
 	_ = os.Remove(tmp.Name())
-	if n, err := io.Copy(tmp, io.LimitReader(r, size)); err != nil || n != size {
+	err = fileop.ReadExtents(r, size, tmp)
+	if err == nil {
+		err = tmp.Truncate(size)
+	}
+	if err != nil {
 		tmp.Close()
-		if err == nil {
-			err = io.ErrUnexpectedEOF
-		}
 		return nil, fmt.Errorf("kubernetes: read file: %w", err)
 	}
 	if _, err := tmp.Seek(0, io.SeekStart); err != nil {
@@ -364,6 +367,16 @@ func (f *Files) spool(r io.Reader, size int64) (io.ReadSeekCloser, error) {
 }
 
 type nopCloser struct{ *bytes.Reader }
+
+// byteWriterAt writes into a byte slice of fixed length.
+type byteWriterAt []byte
+
+func (b byteWriterAt) WriteAt(p []byte, off int64) (int, error) {
+	if off < 0 || off > int64(len(b)) || int64(len(p)) > int64(len(b))-off {
+		return 0, fmt.Errorf("kubernetes: read file: %d bytes at %d of %d", len(p), off, len(b))
+	}
+	return copy(b[off:], p), nil
+}
 
 func (nopCloser) Close() error { return nil }
 
@@ -399,11 +412,11 @@ func (f *Files) Stat(ctx context.Context, containerID, sandboxPath string) (file
 	return *c.reply.Info, nil
 }
 
-// Open opens the regular file at sandboxPath: its bytes are read from the
-// pod at once and kept (in memory, or in an unlinked file of TempDir)
-// until Close.
+// Open opens the regular file at sandboxPath: its data is read from the
+// pod at once and kept (in memory, or in an unlinked file of TempDir,
+// holes and all) until Close.
 func (f *Files) Open(ctx context.Context, containerID, sandboxPath string) (io.ReadSeekCloser, file.Info, error) {
-	c, err := f.do(ctx, containerID, fileop.Request{Op: fileop.OpOpen, Path: sandboxPath}, nil)
+	c, err := f.do(ctx, containerID, fileop.Request{Op: fileop.OpOpenExtents, Path: sandboxPath}, nil)
 	if err != nil {
 		return nil, file.Info{}, err
 	}

@@ -17,6 +17,7 @@ import (
 	"threadbox/domain/file"
 	"threadbox/domain/sandbox"
 	"threadbox/domain/snapshot"
+	"threadbox/infra/sandbox/agent/fileop"
 	"threadbox/infra/sandbox/hostdirs"
 )
 
@@ -300,7 +301,8 @@ func pruneEmpty(dir string) error {
 }
 
 // writeMirror replaces the mirror's file dst with r's bytes, making its
-// parents.
+// parents. From a file (Files.Open's spool of a large one) only the data
+// extents are copied, so the holes of a sparse file stay holes.
 func writeMirror(dst string, r io.Reader) error {
 	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
 		return err
@@ -309,7 +311,11 @@ func writeMirror(dst string, r io.Reader) error {
 	if err != nil {
 		return err
 	}
-	_, err = io.Copy(tmp, r)
+	if f, ok := r.(*os.File); ok {
+		err = copySparse(tmp, f)
+	} else {
+		_, err = io.Copy(tmp, r)
+	}
 	if cerr := tmp.Close(); err == nil {
 		err = cerr
 	}
@@ -320,4 +326,21 @@ func writeMirror(dst string, r io.Reader) error {
 		_ = os.Remove(tmp.Name())
 	}
 	return err
+}
+
+// copySparse copies the data extents of src into dst (new and empty) where
+// they lie and gives dst src's size: what lies between is a hole.
+func copySparse(dst, src *os.File) error {
+	st, err := src.Stat()
+	if err != nil {
+		return err
+	}
+	err = fileop.DataExtents(src, st.Size(), func(off, n int64) error {
+		_, err := io.Copy(io.NewOffsetWriter(dst, off), io.NewSectionReader(src, off, n))
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	return dst.Truncate(st.Size())
 }

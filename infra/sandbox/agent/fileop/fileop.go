@@ -10,7 +10,9 @@
 // The command's stdout carries, in order: for a write (and OpSkills), progress lines
 // "+<bytes>\n" (the bytes of stdin consumed so far, for the host's flow
 // control); then one JSON line, the Reply; then, for an open whose Reply
-// has no error, exactly Reply.Info.Size bytes of the file. Stdin carries
+// has no error, exactly Reply.Info.Size bytes of the file (OpOpen) or
+// only its data extents, its holes left out (OpOpenExtents, ReadExtents).
+// Stdin carries
 // the bytes of a write as chunks (EncodeChunk) ended by an empty one: a
 // stdin that ends without it (the host's reader failed, the host went) is
 // a cut-short upload, which stores nothing. The exit status is 0 whenever
@@ -34,6 +36,7 @@ const Command = "file"
 const (
 	OpStat         = "stat"          // Info of a regular file or folder
 	OpOpen         = "open"          // Info, then the file's bytes
+	OpOpenExtents  = "open-extents"  // Info, then the file's data extents
 	OpWalk         = "walk"          // Infos: every regular file under a folder
 	OpList         = "list"          // Infos: the entries directly inside a folder
 	OpWrite        = "write"         // stdin stored at Path, at most Limit bytes
@@ -154,7 +157,7 @@ func ParseRequest(arg string) (Request, error) {
 		return r, fmt.Errorf("fileop: request: %w", err)
 	}
 	switch r.Op {
-	case OpStat, OpOpen, OpWalk, OpList, OpWrite, OpRemove:
+	case OpStat, OpOpen, OpOpenExtents, OpWalk, OpList, OpWrite, OpRemove:
 		if r.Path == "" {
 			return r, fmt.Errorf("fileop: %s without a path", r.Op)
 		}

@@ -39,7 +39,7 @@ func Serve(ctx context.Context, fs Files, skillsDir string, req Request, stdin i
 		if info, err = fs.Stat(ctx, "", req.Path); err == nil {
 			rep.Info = &info
 		}
-	case OpOpen:
+	case OpOpen, OpOpenExtents:
 		var info file.Info
 		if body, info, err = fs.Open(ctx, "", req.Path); err == nil {
 			rep.Info = &info
@@ -73,7 +73,12 @@ func Serve(ctx context.Context, fs Files, skillsDir string, req Request, stdin i
 	if _, err := w.Write(append(line, '\n')); err != nil {
 		return fmt.Errorf("fileop: reply: %w", err)
 	}
-	if body != nil {
+	if body != nil && req.Op == OpOpenExtents {
+		defer body.Close()
+		if err := writeExtents(w, body, rep.Info.Size); err != nil {
+			return fmt.Errorf("fileop: send %s: %w", req.Path, err)
+		}
+	} else if body != nil {
 		defer body.Close()
 		// Exactly Info.Size bytes follow: a file that grew since is cut,
 		// one that shrank is padded with nothing and the host sees the

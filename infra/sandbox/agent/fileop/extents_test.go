@@ -1,0 +1,76 @@
+package fileop_test
+
+import (
+	"bytes"
+	"encoding/binary"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"threadbox/infra/sandbox/agent/fileop"
+)
+
+// bufAt is a WriterAt over a byte slice.
+type bufAt []byte
+
+func (b bufAt) WriteAt(p []byte, off int64) (int, error) { return copy(b[off:], p), nil }
+
+// TestServeOpenExtents: an open-extents reply carries a sparse file's
+// data only, and ReadExtents puts it back where it lay.
+func TestServeOpenExtents(t *testing.T) {
+	fs, d := folders(t)
+	const size = 64 << 20
+	f, err := os.Create(filepath.Join(d.Outputs, "sparse"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt([]byte("head"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt([]byte("tail"), size-4); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	_, rep, rest := serve(t, fs, d.Skills, fileop.Request{Op: fileop.OpOpenExtents, Path: "/mnt/user-data/outputs/sparse"}, nil)
+	if rep.Error != nil || rep.Info == nil || rep.Info.Size != size {
+		t.Fatalf("reply %+v", rep)
+	}
+	if len(rest) > 1<<20 {
+		t.Errorf("%d bytes sent for a file of 8 data bytes", len(rest))
+	}
+	got := make([]byte, size)
+	if err := fileop.ReadExtents(bytes.NewReader(rest), size, bufAt(got)); err != nil {
+		t.Fatal(err)
+	}
+	want := make([]byte, size)
+	copy(want, "head")
+	copy(want[size-4:], "tail")
+	if !bytes.Equal(got, want) {
+		t.Error("the extents do not read as the file")
+	}
+}
+
+// TestReadExtentsRefuses: extents beyond the file, out of order, empty
+// or cut short are refused.
+func TestReadExtentsRefuses(t *testing.T) {
+	ext := func(off, n uint64, data string) []byte {
+		return append(binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(nil, off), n), data...)
+	}
+	cat := func(parts ...[]byte) []byte { return bytes.Join(parts, nil) }
+	for name, stream := range map[string][]byte{
+		"beyond the size": cat(ext(8, 4, "abcd"), ext(10, 0, "")),
+		"out of order":    cat(ext(4, 2, "ab"), ext(0, 2, "cd"), ext(10, 0, "")),
+		"empty extent":    cat(ext(2, 0, ""), ext(10, 0, "")),
+		"no end":          ext(0, 2, "ab"),
+		"cut short":       ext(0, 4, "ab"),
+		"end of another":  ext(11, 0, ""),
+	} {
+		if err := fileop.ReadExtents(bytes.NewReader(stream), 10, bufAt(make([]byte, 64))); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	got := make([]byte, 10)
+	if err := fileop.ReadExtents(bytes.NewReader(cat(ext(2, 3, "abc"), ext(7, 1, "d"), ext(10, 0, ""))), 10, bufAt(got)); err != nil || string(got) != "\x00\x00abc\x00\x00d\x00\x00" {
+		t.Errorf("read %q, %v", got, err)
+	}
+}

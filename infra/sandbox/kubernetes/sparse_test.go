@@ -1,0 +1,130 @@
+package kubernetes
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"syscall"
+	"testing"
+
+	"threadbox/domain/sandbox"
+	"threadbox/infra/fsroot"
+	"threadbox/infra/sandbox/agent/fileop"
+)
+
+// countingWriter counts the bytes written through it.
+type countingWriter struct {
+	w io.Writer
+	n atomic.Int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n.Add(int64(n))
+	return n, err
+}
+
+// allocated returns the bytes the file system holds for f.
+func allocated(t *testing.T, f *os.File) int64 {
+	t.Helper()
+	var st syscall.Stat_t
+	if err := syscall.Fstat(int(f.Fd()), &st); err != nil {
+		t.Fatal(err)
+	}
+	return st.Blocks * 512
+}
+
+// TestOpenKeepsHoles: a sparse file of the pod (code can make one of
+// terabytes with `truncate -s`) crosses the files sidecar's stream as its
+// data, and neither the opened file's spool nor the snapshot mirror on
+// threadbox's disk takes more room than that data; both read as the file.
+func TestOpenKeepsHoles(t *testing.T) {
+	root := t.TempDir()
+	d := fsroot.Dirs{Workspace: filepath.Join(root, "w"), Uploads: filepath.Join(root, "u"), Outputs: filepath.Join(root, "o"), Skills: filepath.Join(root, "s")}
+	for _, p := range []string{d.Workspace, d.Uploads, d.Outputs, d.Skills} {
+		if err := os.Mkdir(p, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const size = 256 << 20
+	head, tail := bytes.Repeat([]byte("head"), 1024), []byte("tail")
+	pf, err := os.Create(filepath.Join(d.Workspace, "big"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pf.WriteAt(head, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pf.WriteAt(tail, size-int64(len(tail))); err != nil {
+		t.Fatal(err)
+	}
+	pf.Close()
+
+	// The sidecar's side, as `threadbox-agent file` runs it.
+	pod := fsroot.NewContainers(func(string) fsroot.Dirs { return d }, fsroot.Options{})
+	pr, pw := io.Pipe()
+	sent := &countingWriter{w: pw}
+	go func() {
+		req := fileop.Request{Op: fileop.OpOpenExtents, Path: sandbox.WorkspaceDir + "/big"}
+		pw.CloseWithError(fileop.Serve(context.Background(), pod, d.Skills, req, nil, sent))
+	}()
+	defer pr.Close()
+
+	// Threadbox's side.
+	br := bufio.NewReader(pr)
+	line, err := br.ReadBytes('\n')
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep fileop.Reply
+	if err := json.Unmarshal(line, &rep); err != nil || rep.Error != nil || rep.Info == nil || rep.Info.Size != size {
+		t.Fatalf("reply %s: %v", line, err)
+	}
+	f := &Files{TempDir: t.TempDir()}
+	body, err := f.spool(br, rep.Info.Size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer body.Close()
+	if n := sent.n.Load(); n > 1<<20 {
+		t.Errorf("the sidecar sent %d bytes for a file of %d data bytes", n, len(head)+len(tail))
+	}
+	if sp, ok := body.(*os.File); !ok {
+		t.Fatalf("a file of %d bytes spooled as %T", size, body)
+	} else if a := allocated(t, sp); a > 1<<20 {
+		t.Errorf("the spooled file takes %d bytes of threadbox's disk", a)
+	}
+
+	dst := filepath.Join(t.TempDir(), "mirror", "big")
+	if err := writeMirror(dst, body); err != nil {
+		t.Fatal(err)
+	}
+	mf, err := os.Open(dst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mf.Close()
+	if a := allocated(t, mf); a > 1<<20 {
+		t.Errorf("the mirror's copy takes %d bytes of threadbox's disk", a)
+	}
+	if st, err := mf.Stat(); err != nil || st.Size() != size {
+		t.Fatalf("mirror's copy: %v, %v", st, err)
+	}
+	got := make([]byte, len(head))
+	if _, err := mf.ReadAt(got, 0); err != nil || !bytes.Equal(got, head) {
+		t.Errorf("mirror's head %q, %v", got[:8], err)
+	}
+	got = make([]byte, len(tail))
+	if _, err := mf.ReadAt(got, size-int64(len(tail))); err != nil || !bytes.Equal(got, tail) {
+		t.Errorf("mirror's tail %q, %v", got, err)
+	}
+	zero := make([]byte, 4096)
+	if _, err := mf.ReadAt(zero, size/2); err != nil || !bytes.Equal(zero, make([]byte, 4096)) {
+		t.Errorf("mirror's middle is not zeros: %v", err)
+	}
+}
