@@ -13,6 +13,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Files mirrors containers' files into the blob store with their
@@ -170,7 +172,10 @@ func (f *Files) Mirror(ctx context.Context, orgID, id, dir string) (Pending, err
 					e.SHA256, e.Extents = p.SHA256, p.Extents
 					break
 				}
-				sum, sparse, err := putFile(ctx, blobs, path, e.Size)
+				sum, sparse, err := putFile(ctx, blobs, root, e.Path, e.Size)
+				if errors.Is(err, errNotFile) {
+					return nil // swapped since the walk: the next mirror sees what it is now
+				}
 				if err != nil {
 					return err
 				}
@@ -400,12 +405,14 @@ func (f *Files) Forget(ctx context.Context, orgID, id string) error {
 	return nil
 }
 
-// putFile sends the first size bytes of the file at path (its size when
-// the walk found it) to the store and returns their blob, and whether it
-// holds them as a sparse file's data extents: so it does when the file
-// system reports a hole in them.
-func putFile(ctx context.Context, blobs FileBlobs, path string, size int64) (string, bool, error) {
-	in, err := os.Open(path)
+// putFile sends the first size bytes of the file rel (slash-separated)
+// under root (its size when the walk found it) to the store and returns
+// their blob, and whether it holds them as a sparse file's data extents:
+// so it does when the file system reports a hole in them. The file is
+// opened by openFile, never through a link: one that is no longer a
+// regular file inside root is errNotFile.
+func putFile(ctx context.Context, blobs FileBlobs, root, rel string, size int64) (string, bool, error) {
+	in, err := openFile(root, rel)
 	if err != nil {
 		return "", false, err
 	}
@@ -455,4 +462,52 @@ func writeManifest(path string, m Manifest) error {
 		return fmt.Errorf("checkpoints: files: %w", err)
 	}
 	return nil
+}
+
+// errNotFile reports a path the walk found a regular file that is not one
+// when it is opened: code in the sandbox made it, or a folder above it, a
+// symbolic link or another kind of file since.
+var errNotFile = errors.New("not a regular file of the container's folders")
+
+// openFile opens the regular file rel (slash-separated, local) under root
+// without following a symbolic link anywhere below root: each folder is
+// opened relative to the one above it with O_NOFOLLOW, and the file with
+// O_NOFOLLOW and O_NONBLOCK (a fifo does not wait for a writer), then
+// checked to be regular by the Fstat of what was opened. A link or
+// another kind of file on the way is errNotFile.
+func openFile(root, rel string) (*os.File, error) {
+	fd, err := unix.Open(root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: root, Err: err}
+	}
+	notFile := func(err error) error {
+		if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) {
+			return fmt.Errorf("open %s: %w: %w", rel, errNotFile, err)
+		}
+		return &fs.PathError{Op: "open", Path: rel, Err: err}
+	}
+	comps := strings.Split(rel, "/")
+	for _, c := range comps[:len(comps)-1] {
+		sub, err := unix.Openat(fd, c, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		_ = unix.Close(fd)
+		if err != nil {
+			return nil, notFile(err)
+		}
+		fd = sub
+	}
+	ffd, err := unix.Openat(fd, comps[len(comps)-1], unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+	_ = unix.Close(fd)
+	if err != nil {
+		return nil, notFile(err)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(ffd, &st); err != nil {
+		_ = unix.Close(ffd)
+		return nil, &fs.PathError{Op: "stat", Path: rel, Err: err}
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		_ = unix.Close(ffd)
+		return nil, fmt.Errorf("open %s: %w", rel, errNotFile)
+	}
+	return os.NewFile(uintptr(ffd), filepath.Join(root, filepath.FromSlash(rel))), nil
 }

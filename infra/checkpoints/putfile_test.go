@@ -1,0 +1,90 @@
+package checkpoints
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// memBlobs keeps what is put, by a name of its own.
+type memBlobs struct{ put map[string][]byte }
+
+func (m *memBlobs) Put(_ context.Context, r io.Reader) (string, int64, error) {
+	b, err := io.ReadAll(r)
+	if err != nil {
+		return "", 0, err
+	}
+	sum := "blob" + string(rune('a'+len(m.put)))
+	m.put[sum] = b
+	return sum, int64(len(b)), nil
+}
+
+func (m *memBlobs) Open(context.Context, string) (io.ReadSeekCloser, error) {
+	return nil, os.ErrNotExist
+}
+func (m *memBlobs) Remove(context.Context, string, time.Time) (bool, error) { return false, nil }
+func (m *memBlobs) Walk(context.Context, func(string, time.Time) error) error {
+	return nil
+}
+
+// TestPutFileNeverFollowsALink: a file the walk found regular that code
+// swapped for a symbolic link, a folder above it swapped for a link, or a
+// FIFO in its place, is not sent: no file outside the container's folders
+// reaches the store, and a FIFO does not hold the mirror up.
+func TestPutFileNeverFollowsALink(t *testing.T) {
+	root := t.TempDir()
+	outside := t.TempDir()
+	secret := filepath.Join(outside, "secret")
+	if err := os.WriteFile(secret, []byte("the server's secret"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(root, "workspace", "dir"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// The last component is a link.
+	if err := os.Symlink(secret, filepath.Join(root, "workspace", "a")); err != nil {
+		t.Fatal(err)
+	}
+	// A folder above is a link.
+	if err := os.Symlink(outside, filepath.Join(root, "workspace", "up")); err != nil {
+		t.Fatal(err)
+	}
+	// A FIFO, which an open without O_NONBLOCK waits on for a writer.
+	if err := syscall.Mkfifo(filepath.Join(root, "workspace", "dir", "fifo"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "workspace", "dir", "plain"), []byte("plain"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	blobs := &memBlobs{put: map[string][]byte{}}
+	if sum, sparse, err := putFile(context.Background(), blobs, root, "workspace/dir/plain", 5); err != nil || sparse || string(blobs.put[sum]) != "plain" {
+		t.Fatalf("a regular file: %q, %v, %v", blobs.put[sum], sparse, err)
+	}
+	for _, rel := range []string{"workspace/a", "workspace/up/secret", "workspace/dir/fifo"} {
+		blobs := &memBlobs{put: map[string][]byte{}}
+		done := make(chan error, 1)
+		go func() {
+			_, _, err := putFile(context.Background(), blobs, root, rel, 19)
+			done <- err
+		}()
+		select {
+		case err := <-done:
+			if !errors.Is(err, errNotFile) {
+				t.Errorf("%s: %v, want errNotFile", rel, err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s: the send still waits after 5s", rel)
+		}
+		for _, b := range blobs.put {
+			if bytes.Contains(b, []byte("secret")) {
+				t.Errorf("%s: the store got %q, a file outside the container's folders", rel, b)
+			}
+		}
+	}
+}
