@@ -163,30 +163,50 @@ func (s *Snapshots) pull(ctx context.Context, containerID string) error {
 		if err := os.MkdirAll(fo.host, 0o755); err != nil {
 			return fmt.Errorf("kubernetes: snapshot mirror of %s: %w", containerID, err)
 		}
-		have, err := mirrorFiles(fo.host)
-		if err != nil {
+		if err := syncMirror(containerID, fo.host, infos, func(info file.Info) error { return s.fetch(ctx, containerID, fo, info) }); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// syncMirror makes the mirror folder host of container containerID hold
+// the claim's regular files infos: what the claim no longer holds goes first, with the folders it
+// leaves empty, then fetch copies each file the mirror lacks or holds
+// another version of. Removing first lets a path change its kind: a file
+// that became a folder (a → a/b), or a folder that became a file, would
+// otherwise stand in the way of its new copy on every pull.
+func syncMirror(containerID, host string, infos []file.Info, fetch func(file.Info) error) error {
+	have, err := mirrorFiles(host)
+	if err != nil {
+		return fmt.Errorf("kubernetes: snapshot mirror of %s: %w", containerID, err)
+	}
+	walked := make(map[string]bool, len(infos))
+	for _, info := range infos {
+		if !info.Dir {
+			walked[info.Rel] = true
+		}
+	}
+	for rel := range have {
+		if walked[rel] {
+			continue
+		}
+		if err := os.Remove(filepath.Join(host, filepath.FromSlash(rel))); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("kubernetes: snapshot mirror of %s: %w", containerID, err)
 		}
-		for _, info := range infos {
-			if info.Dir {
-				continue
-			}
-			m, ok := have[info.Rel]
-			delete(have, info.Rel)
-			if ok && m.same(info) {
-				continue
-			}
-			if err := s.fetch(ctx, containerID, fo, info); err != nil {
-				return err
-			}
+	}
+	if err := pruneEmpty(host); err != nil {
+		return fmt.Errorf("kubernetes: snapshot mirror of %s: %w", containerID, err)
+	}
+	for _, info := range infos {
+		if info.Dir {
+			continue
 		}
-		for rel := range have {
-			if err := os.Remove(filepath.Join(fo.host, filepath.FromSlash(rel))); err != nil && !errors.Is(err, fs.ErrNotExist) {
-				return fmt.Errorf("kubernetes: snapshot mirror of %s: %w", containerID, err)
-			}
+		if m, ok := have[info.Rel]; ok && m.same(info) {
+			continue
 		}
-		if err := pruneEmpty(fo.host); err != nil {
-			return fmt.Errorf("kubernetes: snapshot mirror of %s: %w", containerID, err)
+		if err := fetch(info); err != nil {
+			return err
 		}
 	}
 	return nil
