@@ -12,5 +12,8 @@ type Principal struct {
 	ContainerID string
 }
 
-// IsAdmin reports whether the caller administers their org.
-func (p Principal) IsAdmin() bool { return p.Role == Admin }
+// IsAdmin reports whether the caller administers their org. A sandbox
+// token never does, whatever its user's role: it acts for its user on the
+// container of its own sandbox only, so code running there cannot use an
+// admin's authority over the org (its skills, users, policy or usage).
+func (p Principal) IsAdmin() bool { return p.Role == Admin && p.Kind != SandboxToken }
