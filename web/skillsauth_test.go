@@ -6,17 +6,93 @@ import (
 	"io"
 	"log/slog"
 	"net/http/httptest"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
 
 	"threadbox/app/skills"
-	"threadbox/domain/org"
+	"threadbox/domain/fault"
 	"threadbox/domain/skill"
 	"threadbox/domain/user"
-	"threadbox/infra/store"
 )
+
+// memSkills keeps skill records in memory (skill.Repository).
+type memSkills struct {
+	mu sync.Mutex
+	m  map[string]skill.Skill // by id
+}
+
+func (r *memSkills) CreateSkill(_ context.Context, s skill.Skill) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.m[s.ID] = s
+	return nil
+}
+
+func (r *memSkills) Skill(_ context.Context, orgID, id string) (skill.Skill, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if s, ok := r.m[id]; ok && s.OrgID == orgID {
+		return s, nil
+	}
+	return skill.Skill{}, fault.New(fault.NotFound, "skill not found")
+}
+
+func (r *memSkills) SkillsByOrg(_ context.Context, orgID string) ([]skill.Skill, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []skill.Skill
+	for _, s := range r.m {
+		if s.OrgID == orgID {
+			out = append(out, s)
+		}
+	}
+	return out, nil
+}
+
+func (r *memSkills) DeleteSkill(_ context.Context, orgID, id string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if s, ok := r.m[id]; ok && s.OrgID == orgID {
+		delete(r.m, id)
+	}
+	return nil
+}
+
+func (r *memSkills) LatestSkill(ctx context.Context, orgID, name string) (skill.Skill, error) {
+	return r.SkillVersion(ctx, orgID, name, 0)
+}
+
+// SkillVersion returns the version asked for, or the newest for 0.
+func (r *memSkills) SkillVersion(_ context.Context, orgID, name string, version int) (skill.Skill, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var found skill.Skill
+	for _, s := range r.m {
+		if s.OrgID == orgID && s.Name == name && (s.Version == version || version == 0 && s.Version > found.Version) {
+			found = s
+		}
+	}
+	if found.ID == "" {
+		return skill.Skill{}, fault.New(fault.NotFound, "skill not found")
+	}
+	return found, nil
+}
+
+func (r *memSkills) DeleteSkillVersions(_ context.Context, orgID, name string) (int, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for id, s := range r.m {
+		if s.OrgID == orgID && s.Name == name {
+			delete(r.m, id)
+			n++
+		}
+	}
+	return n, nil
+}
 
 // TestSandboxTokensManageNoSkills deletes an org's skill through the
 // Skills API as an admin's sandbox token, as code in the sandbox of an
@@ -24,27 +100,13 @@ import (
 // refused with 403 and the skill stays; the admin's own token deletes it.
 func TestSandboxTokensManageNoSkills(t *testing.T) {
 	ctx := context.Background()
-	st, err := store.Open(ctx, "", t.TempDir())
-	if err != nil {
+	st := &memSkills{m: map[string]skill.Skill{}}
+	sk := skill.Skill{ID: "skl_1", OrgID: "org_1", Name: "report", Description: "Writes reports.", Version: 1, SHA256: "00", CreatedAt: time.Now()}
+	if err := st.CreateSkill(ctx, sk); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { st.Close() })
-	if _, err := st.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	o, err := org.New("org_1", "acme", time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := st.Accounts().CreateOrg(ctx, o); err != nil {
-		t.Fatal(err)
-	}
-	sk := skill.Skill{ID: "skl_1", OrgID: o.ID(), Name: "report", Description: "Writes reports.", Version: 1, SHA256: "00", CreatedAt: time.Now()}
-	if err := st.Skills().CreateSkill(ctx, sk); err != nil {
-		t.Fatal(err)
-	}
-	srv := &Server{log: slog.New(slog.DiscardHandler), svc: Services{Skills: skills.New(skills.Deps{Store: st.Skills()})}}
-	admin := user.Principal{UserID: "usr_1", OrgID: o.ID(), Role: user.Admin, TokenID: "tok_1", Kind: user.APIToken}
+	srv := &Server{log: slog.New(slog.DiscardHandler), svc: Services{Skills: skills.New(skills.Deps{Store: st})}}
+	admin := user.Principal{UserID: "usr_1", OrgID: "org_1", Role: user.Admin, TokenID: "tok_1", Kind: user.APIToken}
 	sandbox := admin
 	sandbox.TokenID, sandbox.Kind, sandbox.ContainerID = "tok_2", user.SandboxToken, "thr_1"
 
@@ -66,7 +128,7 @@ func TestSandboxTokensManageNoSkills(t *testing.T) {
 	if status, typ := del(sandbox); status != fiber.StatusForbidden || typ != "permission_error" {
 		t.Fatalf("an admin's sandbox token deleting a skill: %d %s, want 403 permission_error", status, typ)
 	}
-	if _, err := st.Skills().Skill(ctx, o.ID(), sk.ID); err != nil {
+	if _, err := st.Skill(ctx, sk.OrgID, sk.ID); err != nil {
 		t.Fatalf("the skill is gone after the sandbox token's refused delete: %v", err)
 	}
 	if status, typ := del(admin); status != fiber.StatusOK {
