@@ -11,6 +11,8 @@ import (
 	"os"
 
 	"golang.org/x/sys/unix"
+
+	"threadbox/infra/sparse"
 )
 
 // A file's digest, in a snapshot's manifest and in what ContainerFiles
@@ -157,40 +159,29 @@ func hashFile(f *os.File) (string, int64, error) {
 	return h.sum(size), size, nil
 }
 
-// copyExtents reads in's data extents below size (SEEK_DATA, SEEK_HOLE),
+// copyExtents reads in's data extents below size (sparse.DataExtents),
 // each into the writer to gives for its offset, and returns in's size as
 // read: less than size when in shrank meanwhile. Nothing is read for a
 // hole.
 func copyExtents(in *os.File, size int64, to func(off int64) io.Writer) (int64, error) {
-	fd := int(in.Fd())
 	buf := make([]byte, 64<<10)
-	for off := int64(0); off < size; {
-		data, err := unix.Seek(fd, off, unix.SEEK_DATA)
-		if errors.Is(err, unix.ENXIO) { // a hole to the end
-			break
-		}
+	got := size
+	err := sparse.DataExtents(in, size, func(off, n int64) error {
+		c, err := io.CopyBuffer(to(off), io.NewSectionReader(in, off, n), buf)
 		if err != nil {
-			return 0, err
+			return err
 		}
-		if data >= size {
-			break
+		if c < n { // shrunk meanwhile
+			got = off + c
+			return errShrunk
 		}
-		hole, err := unix.Seek(fd, data, unix.SEEK_HOLE)
-		if errors.Is(err, unix.ENXIO) { // shrunk meanwhile
-			return data, nil
-		}
-		if err != nil {
-			return 0, err
-		}
-		hole = min(hole, size)
-		n, err := io.CopyBuffer(to(data), io.NewSectionReader(in, data, hole-data), buf)
-		if err != nil {
-			return 0, err
-		}
-		if n < hole-data { // shrunk meanwhile
-			return data + n, nil
-		}
-		off = hole
+		return nil
+	})
+	if err != nil && !errors.Is(err, errShrunk) {
+		return 0, err
 	}
-	return size, nil
+	return got, nil
 }
+
+// errShrunk ends copyExtents at the end of a file that shrank meanwhile.
+var errShrunk = errors.New("the file shrank")

@@ -24,6 +24,7 @@ import (
 	"threadbox/infra/sandbox/agent"
 	"threadbox/infra/sandbox/agent/fileop"
 	"threadbox/infra/sandbox/boxes"
+	"threadbox/infra/sparse"
 )
 
 // containerFiles is the files sidecar of a pod in storage-class mode.
@@ -335,13 +336,13 @@ func feed(ctx context.Context, p *agent.Process, r io.Reader, acked *atomic.Int6
 }
 
 // spool reads the data extents of a file of size bytes from r
-// (fileop.ReadExtents) into memory or an unlinked temporary file, ready to
+// (sparse.Read) into memory or an unlinked temporary file, ready to
 // read from the start. The temporary file gets only the data: a sparse
 // file of the pod takes no more of threadbox's disk than it holds.
 func (f *Files) spool(r io.Reader, size int64) (io.ReadSeekCloser, error) {
 	if size <= memoryLimit {
 		b := make([]byte, size)
-		if err := fileop.ReadExtents(r, size, byteWriterAt(b)); err != nil {
+		if err := sparse.Read(r, size, byteWriterAt(b)); err != nil {
 			return nil, fmt.Errorf("kubernetes: read file: %w", err)
 		}
 		return nopCloser{bytes.NewReader(b)}, nil
@@ -351,7 +352,7 @@ func (f *Files) spool(r io.Reader, size int64) (io.ReadSeekCloser, error) {
 		return nil, fmt.Errorf("kubernetes: read file: %w", err)
 	}
 	_ = os.Remove(tmp.Name())
-	err = fileop.ReadExtents(r, size, tmp)
+	err = sparse.Read(r, size, tmp)
 	if err == nil {
 		err = tmp.Truncate(size)
 	}

@@ -17,8 +17,8 @@ import (
 	"threadbox/domain/file"
 	"threadbox/domain/sandbox"
 	"threadbox/domain/snapshot"
-	"threadbox/infra/sandbox/agent/fileop"
 	"threadbox/infra/sandbox/hostdirs"
+	"threadbox/infra/sparse"
 )
 
 // Snapshots takes and restores the files snapshots of time travel for
@@ -355,7 +355,7 @@ func copySparse(dst, src *os.File) error {
 	if err != nil {
 		return err
 	}
-	err = fileop.DataExtents(src, st.Size(), func(off, n int64) error {
+	err = sparse.DataExtents(src, st.Size(), func(off, n int64) error {
 		_, err := io.Copy(io.NewOffsetWriter(dst, off), io.NewSectionReader(src, off, n))
 		return err
 	})

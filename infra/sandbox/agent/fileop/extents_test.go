@@ -2,12 +2,12 @@ package fileop_test
 
 import (
 	"bytes"
-	"encoding/binary"
 	"os"
 	"path/filepath"
 	"testing"
 
 	"threadbox/infra/sandbox/agent/fileop"
+	"threadbox/infra/sparse"
 )
 
 // bufAt is a WriterAt over a byte slice.
@@ -16,7 +16,7 @@ type bufAt []byte
 func (b bufAt) WriteAt(p []byte, off int64) (int, error) { return copy(b[off:], p), nil }
 
 // TestServeOpenExtents: an open-extents reply carries a sparse file's
-// data only, and ReadExtents puts it back where it lay.
+// data only, and sparse.Read puts it back where it lay.
 func TestServeOpenExtents(t *testing.T) {
 	fs, d := folders(t)
 	const size = 64 << 20
@@ -39,7 +39,7 @@ func TestServeOpenExtents(t *testing.T) {
 		t.Errorf("%d bytes sent for a file of 8 data bytes", len(rest))
 	}
 	got := make([]byte, size)
-	if err := fileop.ReadExtents(bytes.NewReader(rest), size, bufAt(got)); err != nil {
+	if err := sparse.Read(bytes.NewReader(rest), size, bufAt(got)); err != nil {
 		t.Fatal(err)
 	}
 	want := make([]byte, size)
@@ -47,30 +47,5 @@ func TestServeOpenExtents(t *testing.T) {
 	copy(want[size-4:], "tail")
 	if !bytes.Equal(got, want) {
 		t.Error("the extents do not read as the file")
-	}
-}
-
-// TestReadExtentsRefuses: extents beyond the file, out of order, empty
-// or cut short are refused.
-func TestReadExtentsRefuses(t *testing.T) {
-	ext := func(off, n uint64, data string) []byte {
-		return append(binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(nil, off), n), data...)
-	}
-	cat := func(parts ...[]byte) []byte { return bytes.Join(parts, nil) }
-	for name, stream := range map[string][]byte{
-		"beyond the size": cat(ext(8, 4, "abcd"), ext(10, 0, "")),
-		"out of order":    cat(ext(4, 2, "ab"), ext(0, 2, "cd"), ext(10, 0, "")),
-		"empty extent":    cat(ext(2, 0, ""), ext(10, 0, "")),
-		"no end":          ext(0, 2, "ab"),
-		"cut short":       ext(0, 4, "ab"),
-		"end of another":  ext(11, 0, ""),
-	} {
-		if err := fileop.ReadExtents(bytes.NewReader(stream), 10, bufAt(make([]byte, 64))); err == nil {
-			t.Errorf("%s: accepted", name)
-		}
-	}
-	got := make([]byte, 10)
-	if err := fileop.ReadExtents(bytes.NewReader(cat(ext(2, 3, "abc"), ext(7, 1, "d"), ext(10, 0, ""))), 10, bufAt(got)); err != nil || string(got) != "\x00\x00abc\x00\x00d\x00\x00" {
-		t.Errorf("read %q, %v", got, err)
 	}
 }

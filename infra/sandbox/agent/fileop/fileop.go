@@ -11,7 +11,7 @@
 // "+<bytes>\n" (the bytes of stdin consumed so far, for the host's flow
 // control); then one JSON line, the Reply; then, for an open whose Reply
 // has no error, exactly Reply.Info.Size bytes of the file (OpOpen) or
-// only its data extents, its holes left out (OpOpenExtents, ReadExtents).
+// only its data extents, its holes left out, as infra/sparse's extent stream (OpOpenExtents).
 // Stdin carries
 // the bytes of a write as chunks (EncodeChunk) ended by an empty one: a
 // stdin that ends without it (the host's reader failed, the host went) is

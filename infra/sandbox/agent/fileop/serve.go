@@ -9,6 +9,7 @@ import (
 	"strconv"
 
 	"threadbox/domain/file"
+	"threadbox/infra/sparse"
 )
 
 // Files is the confined access the agent's side uses (infra/fsroot's
@@ -75,7 +76,7 @@ func Serve(ctx context.Context, fs Files, skillsDir string, req Request, stdin i
 	}
 	if body != nil && req.Op == OpOpenExtents {
 		defer body.Close()
-		if err := writeExtents(w, body, rep.Info.Size); err != nil {
+		if err := sparse.Write(w, body, rep.Info.Size); err != nil {
 			return fmt.Errorf("fileop: send %s: %w", req.Path, err)
 		}
 	} else if body != nil {
