@@ -13,13 +13,13 @@ import (
 	"path/filepath"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"threadbox/infra/blob"
 	"threadbox/infra/checkpoints"
 	"threadbox/infra/sandbox/hostdirs"
+	"threadbox/infra/sparse/sparsetest"
 )
 
 // s3Bucket connects to the S3-compatible server scripts/s3-start.sh
@@ -329,25 +329,7 @@ func TestFilesMirrorKeepsSparseFilesSparse(t *testing.T) {
 	files, da := host()
 	const size = 1 << 40
 	p := filepath.Join(da.Workspace, "huge.bin")
-	pieces := map[int64]string{0: "head", size / 2: "middle", size - 4: "tail"}
-	f, err := os.Create(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Truncate(size); err != nil {
-		t.Skipf("this file system holds no file of %d bytes: %v", int64(size), err)
-	}
-	for off, s := range pieces {
-		if _, err := f.WriteAt([]byte(s), off); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := f.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if allocated(t, p) > 1<<20 {
-		t.Skip("this file system does not keep sparse files")
-	}
+	sparsetest.Make(t, p, size, sparsetest.Piece{Off: 0, Data: "head"}, sparsetest.Piece{Off: size / 2, Data: "middle"}, sparsetest.Piece{Off: size - 4, Data: "tail"})
 	write(t, filepath.Join(da.Workspace, "note.txt"), "dense")
 	mtime := time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC)
 	if err := os.Chtimes(p, mtime, mtime); err != nil {
@@ -358,7 +340,7 @@ func TestFilesMirrorKeepsSparseFilesSparse(t *testing.T) {
 	restored := func(dir string) {
 		t.Helper()
 		to, db := host()
-		within(t, 2*time.Minute, func() error { _, err := to.Apply(ctx, "org_a", "thr_a", dir); return err })
+		sparsetest.Within(t, 2*time.Minute, func() error { _, err := to.Apply(ctx, "org_a", "thr_a", dir); return err })
 		q := filepath.Join(db.Workspace, "huge.bin")
 		fi, err := os.Stat(q)
 		if err != nil {
@@ -367,7 +349,7 @@ func TestFilesMirrorKeepsSparseFilesSparse(t *testing.T) {
 		if fi.Size() != size || !fi.ModTime().Equal(mtime) {
 			t.Fatalf("restored: %d bytes, modified %v", fi.Size(), fi.ModTime())
 		}
-		if n := allocated(t, q); n > 1<<20 {
+		if n := sparsetest.Allocated(t, q); n > 1<<20 {
 			t.Fatalf("the restored file takes %d bytes", n)
 		}
 		g, err := os.Open(q)
@@ -386,7 +368,7 @@ func TestFilesMirrorKeepsSparseFilesSparse(t *testing.T) {
 		}
 	}
 	first := t.TempDir()
-	within(t, 2*time.Minute, func() error {
+	sparsetest.Within(t, 2*time.Minute, func() error {
 		pending, err := files.Mirror(ctx, "org_a", "thr_a", first)
 		if err != nil {
 			return err
@@ -417,7 +399,7 @@ func TestFilesMirrorKeepsSparseFilesSparse(t *testing.T) {
 	restored(first)
 	second := t.TempDir()
 	var sent int
-	within(t, 2*time.Minute, func() error {
+	sparsetest.Within(t, 2*time.Minute, func() error {
 		pending, err := files.Mirror(ctx, "org_a", "thr_a", second)
 		sent = pending.Sent
 		return err
@@ -426,30 +408,4 @@ func TestFilesMirrorKeepsSparseFilesSparse(t *testing.T) {
 		t.Fatalf("an unchanged mirror sent %d files", sent)
 	}
 	restored(second)
-}
-
-// allocated returns the bytes the file at path takes on its disk.
-func allocated(t *testing.T, path string) int64 {
-	t.Helper()
-	var st syscall.Stat_t
-	if err := syscall.Stat(path, &st); err != nil {
-		t.Fatal(err)
-	}
-	return st.Blocks * 512
-}
-
-// within runs fn, failing the test when it has not returned after d: a
-// bound that only tells a hang, far above what fn takes.
-func within(t *testing.T, d time.Duration, fn func() error) {
-	t.Helper()
-	done := make(chan error, 1)
-	go func() { done <- fn() }()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(d):
-		t.Fatalf("not done after %v", d)
-	}
 }

@@ -1,4 +1,4 @@
-package sparse
+package sparse_test
 
 import (
 	"bytes"
@@ -6,52 +6,44 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"threadbox/infra/sparse"
+	"threadbox/infra/sparse/sparsetest"
 )
-
-// bufAt is a WriterAt over a byte slice.
-type bufAt []byte
-
-func (b bufAt) WriteAt(p []byte, off int64) (int, error) { return copy(b[off:], p), nil }
 
 // TestWriteKeepsHoles: the extent stream of a sparse file carries its
 // data alone, and Read puts it back where it lay; a reader that is not a
 // file is sent as one extent.
 func TestWriteKeepsHoles(t *testing.T) {
 	const size = 64 << 20
-	f, err := os.Create(filepath.Join(t.TempDir(), "sparse"))
+	pieces := []sparsetest.Piece{{Off: 0, Data: "head"}, {Off: size - 4, Data: "tail"}}
+	path := filepath.Join(t.TempDir(), "sparse")
+	sparsetest.Make(t, path, size, pieces...)
+	f, err := os.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	if _, err := f.WriteAt([]byte("head"), 0); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.WriteAt([]byte("tail"), size-4); err != nil {
-		t.Fatal(err)
-	}
 	var stream bytes.Buffer
-	if err := Write(&stream, f, size); err != nil {
+	if err := sparse.Write(&stream, f, size); err != nil {
 		t.Fatal(err)
 	}
 	if stream.Len() > 1<<20 {
 		t.Errorf("%d bytes written for a file of 8 data bytes", stream.Len())
 	}
 	got := make([]byte, size)
-	if err := Read(&stream, size, bufAt(got)); err != nil {
+	if err := sparse.Read(&stream, size, sparsetest.BufAt(got)); err != nil {
 		t.Fatal(err)
 	}
-	want := make([]byte, size)
-	copy(want, "head")
-	copy(want[size-4:], "tail")
-	if !bytes.Equal(got, want) {
+	if !bytes.Equal(got, sparsetest.Want(size, pieces...)) {
 		t.Error("the extents do not read as the file")
 	}
 	stream.Reset()
-	if err := Write(&stream, bytes.NewReader([]byte("abc")), 3); err != nil {
+	if err := sparse.Write(&stream, bytes.NewReader([]byte("abc")), 3); err != nil {
 		t.Fatal(err)
 	}
 	small := make([]byte, 3)
-	if err := Read(&stream, 3, bufAt(small)); err != nil || string(small) != "abc" || stream.Len() != 0 {
+	if err := sparse.Read(&stream, 3, sparsetest.BufAt(small)); err != nil || string(small) != "abc" || stream.Len() != 0 {
 		t.Errorf("a reader's stream read back as %q (%v), %d bytes left", small, err, stream.Len())
 	}
 }
@@ -71,12 +63,12 @@ func TestReadRefuses(t *testing.T) {
 		"cut short":       ext(0, 4, "ab"),
 		"end of another":  ext(11, 0, ""),
 	} {
-		if err := Read(bytes.NewReader(stream), 10, bufAt(make([]byte, 64))); err == nil {
+		if err := sparse.Read(bytes.NewReader(stream), 10, sparsetest.BufAt(make([]byte, 64))); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
 	}
 	got := make([]byte, 10)
-	if err := Read(bytes.NewReader(cat(ext(2, 3, "abc"), ext(7, 1, "d"), ext(10, 0, ""))), 10, bufAt(got)); err != nil || string(got) != "\x00\x00abc\x00\x00d\x00\x00" {
+	if err := sparse.Read(bytes.NewReader(cat(ext(2, 3, "abc"), ext(7, 1, "d"), ext(10, 0, ""))), 10, sparsetest.BufAt(got)); err != nil || string(got) != "\x00\x00abc\x00\x00d\x00\x00" {
 		t.Errorf("read %q, %v", got, err)
 	}
 }

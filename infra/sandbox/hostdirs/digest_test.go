@@ -7,59 +7,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
+
+	"threadbox/infra/sparse/sparsetest"
 )
-
-// piece is data written at an offset of a file.
-type piece struct {
-	off  int64
-	data string
-}
-
-// makeSparse makes the file p of size bytes holding the pieces, written
-// in order, and nothing else written; the test skips where the file
-// system does not keep it sparse.
-func makeSparse(t *testing.T, p string, size int64, pieces ...piece) {
-	t.Helper()
-	f, err := os.Create(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if err := f.Truncate(size); err != nil {
-		t.Skipf("this file system holds no file of %d bytes: %v", size, err)
-	}
-	for _, pc := range pieces {
-		if _, err := f.WriteAt([]byte(pc.data), pc.off); err != nil {
-			t.Fatal(err)
-		}
-	}
-	var st syscall.Stat_t
-	if err := syscall.Fstat(int(f.Fd()), &st); err != nil {
-		t.Fatal(err)
-	}
-	if st.Blocks*512 > 1<<20 {
-		t.Skip("this file system does not keep sparse files")
-	}
-}
-
-// within runs fn, failing the test when it has not returned after d: a
-// bound that only tells a hang, far above what fn takes.
-func within(t *testing.T, d time.Duration, fn func() error) {
-	t.Helper()
-	done := make(chan error, 1)
-	go func() { done <- fn() }()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(d):
-		t.Fatalf("not done after %v", d)
-	}
-}
 
 // TestSparseFileCostsItsData: a file of 1 TiB with three small writes
 // (code in a sandbox makes one with truncate, at no cost to its disk
@@ -68,7 +20,9 @@ func within(t *testing.T, d time.Duration, fn func() error) {
 // the snapshot's digest marks it as sparse, the container's file reads
 // the same as the manifest says both before and after the restore (a
 // touched file is linked, not copied), and the restored file has the
-// same size and content.
+// same size and content. Neither the snapshot's copy nor the restored
+// file takes more of the host's disk than the data: the holes are never
+// written out as zeros.
 func TestSparseFileCostsItsData(t *testing.T) {
 	ctx := context.Background()
 	l := New(t.TempDir(), Options{})
@@ -78,12 +32,15 @@ func TestSparseFileCostsItsData(t *testing.T) {
 	}
 	const size = 1 << 40
 	p := filepath.Join(d.Workspace, "huge.bin")
-	at := []piece{{0, "head"}, {size / 2, "middle"}, {size - 4, "tail"}}
-	makeSparse(t, p, size, at...)
+	at := []sparsetest.Piece{{Off: 0, Data: "head"}, {Off: size / 2, Data: "middle"}, {Off: size - 4, Data: "tail"}}
+	sparsetest.Make(t, p, size, at...)
 	const rel = "workspace/huge.bin"
-	within(t, 2*time.Minute, func() error {
+	sparsetest.Within(t, 2*time.Minute, func() error {
 		if _, err := l.TakeSnapshot(ctx, "thr_t", "s1", "", "ctr_t"); err != nil {
 			return err
+		}
+		if n := sparsetest.Allocated(t, filepath.Join(l.SnapshotDir("thr_t", "s1"), rel)); n > 1<<20 {
+			return fmt.Errorf("the snapshot's copy of a sparse file of %d bytes takes %d bytes of the host's disk", int64(size), n)
 		}
 		man, err := l.SnapshotManifest(ctx, "thr_t", "s1")
 		if err != nil {
@@ -113,6 +70,9 @@ func TestSparseFileCostsItsData(t *testing.T) {
 		if err := l.RestoreSnapshot(ctx, "thr_t", "s1", "ctr_t"); err != nil {
 			return err
 		}
+		if n := sparsetest.Allocated(t, p); n > 1<<20 {
+			return fmt.Errorf("the restored sparse file takes %d bytes", n)
+		}
 		if now, err = l.ContainerFiles(ctx, "ctr_t", []string{rel}); err != nil {
 			return err
 		}
@@ -129,10 +89,10 @@ func TestSparseFileCostsItsData(t *testing.T) {
 	if fi, err := f.Stat(); err != nil || fi.Size() != size {
 		t.Fatalf("restored: %v %v", fi, err)
 	}
-	for _, pc := range append(at, piece{size / 4, "\x00\x00"}) {
-		b := make([]byte, len(pc.data))
-		if _, err := f.ReadAt(b, pc.off); err != nil || string(b) != pc.data {
-			t.Errorf("restored at %d: %q, want %q (%v)", pc.off, b, pc.data, err)
+	for _, pc := range append(at, sparsetest.Piece{Off: size / 4, Data: "\x00\x00"}) {
+		b := make([]byte, len(pc.Data))
+		if _, err := f.ReadAt(b, pc.Off); err != nil || string(b) != pc.Data {
+			t.Errorf("restored at %d: %q, want %q (%v)", pc.Off, b, pc.Data, err)
 		}
 	}
 }
@@ -157,11 +117,11 @@ func TestFileDigest(t *testing.T) {
 		return sum
 	}
 	const size = 1 << 20
-	x, yz := piece{5000, "x"}, piece{300000, "yz"}
-	makeSparse(t, filepath.Join(dir, "a"), size, x, yz)
-	makeSparse(t, filepath.Join(dir, "b"), size, piece{0, string(make([]byte, 20000))}, x, yz)
-	makeSparse(t, filepath.Join(dir, "c"), size, x, piece{300000, "yZ"})
-	makeSparse(t, filepath.Join(dir, "d"), size+1, x, yz)
+	x, yz := sparsetest.Piece{Off: 5000, Data: "x"}, sparsetest.Piece{Off: 300000, Data: "yz"}
+	sparsetest.Make(t, filepath.Join(dir, "a"), size, x, yz)
+	sparsetest.Make(t, filepath.Join(dir, "b"), size, sparsetest.Piece{Off: 0, Data: string(make([]byte, 20000))}, x, yz)
+	sparsetest.Make(t, filepath.Join(dir, "c"), size, x, sparsetest.Piece{Off: 300000, Data: "yZ"})
+	sparsetest.Make(t, filepath.Join(dir, "d"), size+1, x, yz)
 	content := make([]byte, size)
 	content[5000], content[300000], content[300001] = 'x', 'y', 'z'
 	if err := os.WriteFile(filepath.Join(dir, "dense"), content, 0o600); err != nil {

@@ -8,8 +8,6 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
-	"strings"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -185,78 +183,5 @@ func writeUnder(t *testing.T, root, rel, content string) {
 	}
 	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
 		t.Fatal(err)
-	}
-}
-
-// TestSnapshotKeepsSparseFilesSparse: a file the sandbox made sparse (a
-// large size, few blocks written) takes no more of the host's disk in its
-// snapshot, nor back in the container after a restore, than it took in
-// the container: its holes are never written out as zeros.
-func TestSnapshotKeepsSparseFilesSparse(t *testing.T) {
-	ctx := context.Background()
-	l := New(t.TempDir(), Options{})
-	d, err := l.Prepare(ctx, "ctr_s")
-	if err != nil {
-		t.Fatal(err)
-	}
-	const size = 256 << 20
-	p := filepath.Join(d.Workspace, "sparse.bin")
-	f, err := os.Create(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.WriteAt([]byte("head"), 0); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.WriteAt([]byte("tail"), size-4); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Close(); err != nil {
-		t.Fatal(err)
-	}
-	allocated := func(path string) int64 {
-		t.Helper()
-		var st syscall.Stat_t
-		if err := syscall.Stat(path, &st); err != nil {
-			t.Fatal(err)
-		}
-		return st.Blocks * 512
-	}
-	if allocated(p) > 1<<20 {
-		t.Skip("this file system does not keep sparse files")
-	}
-	if _, err := l.TakeSnapshot(ctx, "thr_s", "snp_1", "", "ctr_s"); err != nil {
-		t.Fatal(err)
-	}
-	copied := filepath.Join(l.SnapshotDir("thr_s", "snp_1"), "workspace", "sparse.bin")
-	if n := allocated(copied); n > 1<<20 {
-		t.Fatalf("the snapshot's copy of a sparse file of %d bytes takes %d bytes of the host's disk", int64(size), n)
-	}
-	if err := os.Remove(p); err != nil {
-		t.Fatal(err)
-	}
-	if err := l.RestoreSnapshot(ctx, "thr_s", "snp_1", "ctr_s"); err != nil {
-		t.Fatal(err)
-	}
-	if n := allocated(p); n > 1<<20 {
-		t.Fatalf("the restored sparse file takes %d bytes", n)
-	}
-	b, err := os.ReadFile(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(b) != size || string(b[:4]) != "head" || string(b[size-4:]) != "tail" || b[size/2] != 0 {
-		t.Fatalf("restored sparse file: %d bytes, wrong content", len(b))
-	}
-	man, err := l.SnapshotManifest(ctx, "thr_s", "snp_1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	now, err := l.ContainerFiles(ctx, "ctr_s", []string{"workspace/sparse.bin"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := man["workspace/sparse.bin"]; got.Size != size || !strings.HasPrefix(got.SHA256, sparsePrefix) || !got.Same(now["workspace/sparse.bin"]) {
-		t.Fatalf("manifest entry %+v, the restored file %+v", got, now["workspace/sparse.bin"])
 	}
 }

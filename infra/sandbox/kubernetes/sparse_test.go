@@ -9,12 +9,12 @@ import (
 	"os"
 	"path/filepath"
 	"sync/atomic"
-	"syscall"
 	"testing"
 
 	"threadbox/domain/sandbox"
 	"threadbox/infra/fsroot"
 	"threadbox/infra/sandbox/agent/fileop"
+	"threadbox/infra/sparse/sparsetest"
 )
 
 // countingWriter counts the bytes written through it.
@@ -27,16 +27,6 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 	n, err := c.w.Write(p)
 	c.n.Add(int64(n))
 	return n, err
-}
-
-// allocated returns the bytes the file system holds for f.
-func allocated(t *testing.T, f *os.File) int64 {
-	t.Helper()
-	var st syscall.Stat_t
-	if err := syscall.Fstat(int(f.Fd()), &st); err != nil {
-		t.Fatal(err)
-	}
-	return st.Blocks * 512
 }
 
 // TestOpenKeepsHoles: a sparse file of the pod (code can make one of
@@ -53,17 +43,8 @@ func TestOpenKeepsHoles(t *testing.T) {
 	}
 	const size = 256 << 20
 	head, tail := bytes.Repeat([]byte("head"), 1024), []byte("tail")
-	pf, err := os.Create(filepath.Join(d.Workspace, "big"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := pf.WriteAt(head, 0); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := pf.WriteAt(tail, size-int64(len(tail))); err != nil {
-		t.Fatal(err)
-	}
-	pf.Close()
+	sparsetest.Make(t, filepath.Join(d.Workspace, "big"), size,
+		sparsetest.Piece{Off: 0, Data: string(head)}, sparsetest.Piece{Off: size - int64(len(tail)), Data: string(tail)})
 
 	// The sidecar's side, as `threadbox-agent file` runs it.
 	pod := fsroot.NewContainers(func(string) fsroot.Dirs { return d }, fsroot.Options{})
@@ -96,7 +77,7 @@ func TestOpenKeepsHoles(t *testing.T) {
 	}
 	if sp, ok := body.(*os.File); !ok {
 		t.Fatalf("a file of %d bytes spooled as %T", size, body)
-	} else if a := allocated(t, sp); a > 1<<20 {
+	} else if a := sparsetest.AllocatedFile(t, sp); a > 1<<20 {
 		t.Errorf("the spooled file takes %d bytes of threadbox's disk", a)
 	}
 
@@ -109,7 +90,7 @@ func TestOpenKeepsHoles(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer mf.Close()
-	if a := allocated(t, mf); a > 1<<20 {
+	if a := sparsetest.AllocatedFile(t, mf); a > 1<<20 {
 		t.Errorf("the mirror's copy takes %d bytes of threadbox's disk", a)
 	}
 	if st, err := mf.Stat(); err != nil || st.Size() != size {
