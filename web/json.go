@@ -95,7 +95,7 @@ func queryLimit(c *fiber.Ctx, def, most int) (int, error) {
 // be; a body that is not an object is told so; any other refusal follows
 // prefix, in detail's words.
 func bodyError(prefix string, err error, detail func(error) string) error {
-	if te, ok := errors.AsType[*jsonfield.TypeError](err); ok {
+	if te, ok := errors.AsType[*jsonfield.FieldError](err); ok {
 		switch {
 		case te.Path == "" && te.Want == "an object":
 			return fault.Wrap(fault.Invalid, errNotObject.Error(), err)

@@ -208,7 +208,7 @@ func (s *Service) Create(ctx context.Context, p user.Principal, reqs []Request) 
 		}
 		if err := req.UnmarshalJSON(r.Params); err != nil {
 			at := fmt.Sprintf("requests.%d.params", i)
-			if te, ok := errors.AsType[*jsonfield.TypeError](err); ok {
+			if te, ok := errors.AsType[*jsonfield.FieldError](err); ok {
 				return Batch{}, fault.Wrap(fault.Invalid, te.Under(at).Error(), err)
 			}
 			return Batch{}, fault.Errorf(fault.Invalid, "%s: %v", at, err)

@@ -35,7 +35,7 @@ func (a *AskedTool) UnmarshalJSON(data []byte) error {
 		a.Tool = wire.Tool{Name: name}
 		return nil
 	case len(data) > 0 && data[0] != '{' && string(data) != "null":
-		return &jsonfield.TypeError{Want: "a string or an object"}
+		return &jsonfield.FieldError{Want: "a string or an object"}
 	}
 	return json.Unmarshal(data, &a.Tool)
 }

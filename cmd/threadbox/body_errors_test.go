@@ -9,17 +9,24 @@ import (
 // of the server's Go types, fields and decoders.
 var goWords = []string{"wire.", "web.", "plain", "struct", "int64", "float64", "[]", "Go value", "unmarshal", "json:"}
 
-// TestWrongTypeNamesTheField: a JSON request body with a value of the wrong
-// type, on the Messages API, its token count, its batches and the app API,
-// is a 400 invalid_request_error whose message names the value by its
-// path in the body as the client wrote it and says what it must be, in
-// words and without the server's Go type names; a body that is not a JSON
-// object is told so.
-func TestWrongTypeNamesTheField(t *testing.T) {
+// TestBodyErrorsNameTheField: a JSON request body with a value of the
+// wrong type, or a content block without its type, without its result or
+// with a result of a kind its block does not hold, on the Messages API, its
+// token count, its batches and the app API, is a 400 invalid_request_error
+// whose message names the value by its path in the body as the client
+// wrote it and says what is wrong, in words and without the server's Go
+// type names; a body that is not a JSON object is told so.
+func TestBodyErrorsNameTheField(t *testing.T) {
 	s, _ := modelServer(t, "", "anthropic", nil)
 	f := newWSFixture(t, s)
 	const gpt = "/api/gpt/v1"
 	turn := appAPI + "/thread/" + f.tid + "/messages"
+	// history is a request whose second message holds a bash call and
+	// the given block as its result.
+	history := func(result string) string {
+		return `{"model":"m","max_tokens":64,"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":[{"type":"server_tool_use","id":"srvtoolu_1","name":"bash_code_execution","input":{"command":"ls"}},` +
+			result + `]},{"role":"user","content":"go on"}]}`
+	}
 	cases := []struct {
 		name, method, path, body, want string
 	}{
@@ -48,6 +55,14 @@ func TestWrongTypeNamesTheField(t *testing.T) {
 		{"a policy's number", "PATCH", appAPI + "/org/features", `{"uploads":{"maxBytes":"big"}}`, "uploads.maxBytes: must be an integer"},
 		{"a quota", "PATCH", appAPI + "/org/features", `{"quotas":{"containersPerUser":"3"}}`, "quotas.containersPerUser: must be an integer"},
 		{"a token's name", "POST", appAPI + "/tokens", `{"name":5}`, "name: must be a string"},
+		{"a content block without its type", "POST", gpt + "/messages", `{"model":"m","max_tokens":64,"messages":[{"role":"user","content":[{"type":"text","text":"a"},{"text":"b"}]}]}`, "messages.0.content.1.type: required"},
+		{"a counted block without its type", "POST", gpt + "/messages/count_tokens", `{"model":"m","messages":[{"role":"user","content":[{"text":"b"}]}]}`, "messages.0.content.0.type: required"},
+		{"a batch request's block without its type", "POST", gpt + "/messages/batches", `{"requests":[{"custom_id":"a","params":{"model":"m","max_tokens":1,"messages":[{"role":"user","content":[{}]}]}}]}`, "requests.0.params.messages.0.content.0.type: required"},
+		{"a result block without its result", "POST", gpt + "/messages", history(`{"type":"bash_code_execution_tool_result","tool_use_id":"srvtoolu_1"}`), "messages.1.content.1.content: required"},
+		{"a result of an unknown kind", "POST", gpt + "/messages", history(`{"type":"bash_code_execution_tool_result","tool_use_id":"srvtoolu_1","content":{"type":"zzz"}}`), `messages.1.content.1.content.type: must be "bash_code_execution_result" or "bash_code_execution_tool_result_error"`},
+		{"a result without its kind", "POST", gpt + "/messages", history(`{"type":"text_editor_code_execution_tool_result","tool_use_id":"srvtoolu_1","content":{}}`), `messages.1.content.1.content.type: must be "text_editor_code_execution_view_result", "text_editor_code_execution_create_result", "text_editor_code_execution_str_replace_result" or "text_editor_code_execution_tool_result_error"`},
+		{"a web fetch result without its kind", "POST", gpt + "/messages", history(`{"type":"web_fetch_tool_result","tool_use_id":"srvtoolu_1","content":{}}`), `messages.1.content.1.content.type: must be "web_fetch_result" or "web_fetch_tool_result_error"`},
+		{"a chat turn's block without its type", "POST", turn, `{"content":[{"text":"a"}]}`, "content.0.type: required"},
 		{"a login's email", "POST", appAPI + "/auth/login", `{"email":5,"password":"x"}`, "email: must be a string"},
 	}
 	for _, tc := range cases {

@@ -2,7 +2,9 @@
 // the wrong type in the terms of the one who wrote the JSON: the value's
 // path in it, as written (messages.0.content.1.text), and what it must be,
 // in words ("an integer", "a string"). encoding/json names Go types and
-// fields instead, and leaves out the indices of arrays.
+// fields instead, and leaves out the indices of arrays. An UnmarshalJSON
+// method that refuses a value for another reason (a missing member, an
+// unknown kind) tells it the same way, and is placed by the same path.
 package jsonfield
 
 import (
@@ -18,59 +20,78 @@ import (
 	"sync"
 )
 
-// TypeError is a JSON value of the wrong type.
-type TypeError struct {
+// FieldError is a JSON value that decoding refused: of the wrong type
+// (Want says what it must be), or missing or not one its decoder takes
+// (Problem says what is wrong).
+type FieldError struct {
 	// Path is where the value is, from the root of the decoded JSON: the
 	// keys of objects as written and the indices of arrays, joined by
 	// dots; empty for the root itself.
 	Path string
-	// Want says what the value must be: "an integer", "a string", "an
-	// object", "an array", "true or false", "a number"...
+	// Want says what a value of the wrong type must be: "an integer", "a
+	// string", "an object", "an array", "true or false", "a number"...
 	Want string
+	// Problem says what is wrong with a value of the right type, or with
+	// its absence, as in "required" or `must be "a" or "b"`; empty for a
+	// value of the wrong type.
+	Problem string
 }
 
-// Error says where the value is and what it must be, as in "max_tokens:
-// must be an integer".
-func (e *TypeError) Error() string {
-	if e.Path == "" {
-		return "must be " + e.Want
+// Required is the error of a member named name that a value must have
+// and does not.
+func Required(name string) *FieldError {
+	return &FieldError{Path: name, Problem: "required"}
+}
+
+// Error says where the value is and what is wrong, as in "max_tokens:
+// must be an integer" or "messages.0.content.1.type: required".
+func (e *FieldError) Error() string {
+	what := "must be " + e.Want
+	if e.Problem != "" {
+		what = e.Problem
 	}
-	return e.Path + ": must be " + e.Want
+	if e.Path == "" {
+		return what
+	}
+	return e.Path + ": " + what
 }
 
 // Under returns e as seen from a value that holds e's root at path at
 // (itself a dotted path).
-func (e *TypeError) Under(at string) *TypeError {
-	switch {
-	case at == "":
+func (e *FieldError) Under(at string) *FieldError {
+	if at == "" {
 		return e
-	case e.Path == "":
-		return &TypeError{Path: at, Want: e.Want}
 	}
-	return &TypeError{Path: at + "." + e.Path, Want: e.Want}
+	under := *e
+	under.Path = at
+	if e.Path != "" {
+		under.Path = at + "." + e.Path
+	}
+	return &under
 }
 
 // Under returns err as seen from a value that holds the root of what
-// err's decoding read at path at: a *TypeError in err's chain with at
+// err's decoding read at path at: a *FieldError in err's chain with at
 // before its path, any other error as it is. An UnmarshalJSON method that
 // decodes a part of its value on its own reports that part's errors
 // through Under.
 func Under(at string, err error) error {
-	if te, ok := errors.AsType[*TypeError](err); ok {
+	if te, ok := errors.AsType[*FieldError](err); ok {
 		return te.Under(at)
 	}
 	return err
 }
 
 // Unmarshal is json.Unmarshal, but a value of the wrong type is reported as
-// a *TypeError. Decoding itself is json.Unmarshal's, so what decodes, and
+// a *FieldError. Decoding itself is json.Unmarshal's, so what decodes, and
 // every other error, is the same. An UnmarshalJSON method of a type within
-// v tells its own values of the wrong type when it returns a *TypeError
-// (decoding them with Unmarshal); a json.UnmarshalTypeError it returns is
-// told by the field names encoding/json gives it.
+// v tells its own refusals when it returns a *FieldError (decoding its
+// parts with Unmarshal), and Unmarshal puts the value's path before it; a
+// json.UnmarshalTypeError it returns is told by the field names
+// encoding/json gives it.
 func Unmarshal(data []byte, v any) error {
 	err := json.Unmarshal(data, v)
-	if err == nil || !isTypeError(err) {
+	if err == nil || !isFieldError(err) {
 		return err
 	}
 	if te := locate(data, reflect.TypeOf(v).Elem()); te != nil {
@@ -78,17 +99,18 @@ func Unmarshal(data []byte, v any) error {
 	}
 	// What encoding/json reported but the walk did not find: only a
 	// method that decodes differently alone than within its value.
-	if te, ok := errors.AsType[*TypeError](err); ok {
+	if te, ok := errors.AsType[*FieldError](err); ok {
 		return te
 	}
 	ue, _ := errors.AsType[*json.UnmarshalTypeError](err)
-	return &TypeError{Path: ue.Field, Want: want(ue.Type)}
+	return &FieldError{Path: ue.Field, Want: want(ue.Type)}
 }
 
-// isTypeError reports whether err is a value of the wrong type, told by
-// encoding/json or by an UnmarshalJSON method.
-func isTypeError(err error) bool {
-	if _, ok := errors.AsType[*TypeError](err); ok {
+// isFieldError reports whether err is a value Unmarshal tells by its path:
+// one of the wrong type, told by encoding/json, or any refusal an
+// UnmarshalJSON method tells as a *FieldError.
+func isFieldError(err error) bool {
+	if _, ok := errors.AsType[*FieldError](err); ok {
 		return true
 	}
 	_, ok := errors.AsType[*json.UnmarshalTypeError](err)
@@ -107,7 +129,7 @@ var (
 // follows encoding/json's rules: null decodes into anything, an object's
 // member matches a field by name (then by name in any case) or is skipped,
 // and a type with an UnmarshalJSON method is asked itself.
-func locate(data []byte, t reflect.Type) *TypeError {
+func locate(data []byte, t reflect.Type) *FieldError {
 	data = bytes.TrimSpace(data)
 	null := string(data) == "null"
 	for t.Kind() == reflect.Pointer {
@@ -118,18 +140,18 @@ func locate(data []byte, t reflect.Type) *TypeError {
 	}
 	if reflect.PointerTo(t).Implements(unmarshalerType) {
 		err := json.Unmarshal(data, reflect.New(t).Interface())
-		if te, ok := errors.AsType[*TypeError](err); ok {
+		if te, ok := errors.AsType[*FieldError](err); ok {
 			return te
 		}
 		if ue, ok := errors.AsType[*json.UnmarshalTypeError](err); ok {
-			return &TypeError{Path: ue.Field, Want: want(ue.Type)}
+			return &FieldError{Path: ue.Field, Want: want(ue.Type)}
 		}
 		return nil
 	}
 	if null {
 		return nil
 	}
-	wrong := &TypeError{Want: want(t)}
+	wrong := &FieldError{Want: want(t)}
 	if reflect.PointerTo(t).Implements(textUnmarshalerType) {
 		if data[0] != '"' {
 			return wrong
@@ -146,7 +168,7 @@ func locate(data []byte, t reflect.Type) *TypeError {
 			return wrong
 		}
 		fs := fieldsOf(t)
-		return eachMember(data, func(key string, v []byte) *TypeError {
+		return eachMember(data, func(key string, v []byte) *FieldError {
 			if f := fs.lookup(key); f != nil && !f.quoted {
 				return locate(v, f.typ)
 			}
@@ -156,7 +178,7 @@ func locate(data []byte, t reflect.Type) *TypeError {
 		if data[0] != '{' {
 			return wrong
 		}
-		return eachMember(data, func(_ string, v []byte) *TypeError { return locate(v, t.Elem()) })
+		return eachMember(data, func(_ string, v []byte) *FieldError { return locate(v, t.Elem()) })
 	case reflect.Slice, reflect.Array:
 		if t.Kind() == reflect.Slice && t.Elem().Kind() == reflect.Uint8 && data[0] == '"' {
 			return nil // base64
@@ -164,7 +186,7 @@ func locate(data []byte, t reflect.Type) *TypeError {
 		if data[0] != '[' {
 			return wrong
 		}
-		return eachElement(data, t, func(v []byte) *TypeError { return locate(v, t.Elem()) })
+		return eachElement(data, t, func(v []byte) *FieldError { return locate(v, t.Elem()) })
 	case reflect.String:
 		if data[0] == '"' || t == numberType && isNumber(data) {
 			return nil
@@ -178,7 +200,7 @@ func locate(data []byte, t reflect.Type) *TypeError {
 		_, err := strconv.ParseInt(string(data), 10, t.Bits())
 		if errors.Is(err, strconv.ErrRange) {
 			most := int64(^uint64(0) >> (65 - t.Bits()))
-			return &TypeError{Want: fmt.Sprintf("an integer from %d to %d", -most-1, most)}
+			return &FieldError{Want: fmt.Sprintf("an integer from %d to %d", -most-1, most)}
 		}
 		if err != nil {
 			return wrong
@@ -186,7 +208,7 @@ func locate(data []byte, t reflect.Type) *TypeError {
 	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
 		_, err := strconv.ParseUint(string(data), 10, t.Bits())
 		if errors.Is(err, strconv.ErrRange) {
-			return &TypeError{Want: fmt.Sprintf("an integer from 0 to %d", ^uint64(0)>>(64-t.Bits()))}
+			return &FieldError{Want: fmt.Sprintf("an integer from 0 to %d", ^uint64(0)>>(64-t.Bits()))}
 		}
 		if err != nil {
 			return wrong
@@ -246,7 +268,7 @@ func want(t reflect.Type) string {
 // eachMember calls fn with each member of the JSON object data in order,
 // its key unescaped, until fn returns an error, which it returns under
 // the key.
-func eachMember(data []byte, fn func(key string, value []byte) *TypeError) *TypeError {
+func eachMember(data []byte, fn func(key string, value []byte) *FieldError) *FieldError {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	if _, err := dec.Token(); err != nil { // {
 		return nil
@@ -272,7 +294,7 @@ func eachMember(data []byte, fn func(key string, value []byte) *TypeError) *Type
 // decodes into a value of type t (every one for a slice, the first Len
 // for an array) until fn returns an error, which it returns under the
 // element's index.
-func eachElement(data []byte, t reflect.Type, fn func(value []byte) *TypeError) *TypeError {
+func eachElement(data []byte, t reflect.Type, fn func(value []byte) *FieldError) *FieldError {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	if _, err := dec.Token(); err != nil { // [
 		return nil

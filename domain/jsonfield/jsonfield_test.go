@@ -45,7 +45,8 @@ type embedding struct {
 	Meta  map[string]item `json:"meta"`
 }
 
-// custom decodes a string as a name, and an object through Unmarshal.
+// custom decodes a string as a name, and an object through Unmarshal; an
+// object must name its item, and may not count below zero.
 type custom struct {
 	Name string
 	Item item
@@ -55,7 +56,16 @@ func (c *custom) UnmarshalJSON(data []byte) error {
 	if len(data) > 0 && data[0] == '"' {
 		return json.Unmarshal(data, &c.Name)
 	}
-	return Unmarshal(data, &c.Item)
+	if err := Unmarshal(data, &c.Item); err != nil {
+		return err
+	}
+	switch {
+	case c.Item.Name == "":
+		return Required("name")
+	case c.Item.Count < 0:
+		return &FieldError{Path: "count", Problem: "must be 0 or more"}
+	}
+	return nil
 }
 
 type holder struct {
@@ -89,16 +99,19 @@ func TestUnmarshalNamesTheField(t *testing.T) {
 		{"an embedded struct's field", func() any { return new(embedding) }, `{"max_tokens":"5"}`, "max_tokens: must be an integer"},
 		{"a map's value", func() any { return new(embedding) }, `{"meta":{"a.b":{"count":"1"}}}`, "meta.a.b.count: must be an integer"},
 		{"within an UnmarshalJSON method", func() any { return new(holder) }, `{"tools":["a",{"name":"b","count":"x"}]}`, "tools.1.count: must be an integer"},
+		{"a member an UnmarshalJSON method requires", func() any { return new(holder) }, `{"tools":["a",{"count":1}]}`, "tools.1.name: required"},
+		{"a value an UnmarshalJSON method refuses", func() any { return new(holder) }, `{"tools":[{"name":"a","count":-1}]}`, "tools.0.count: must be 0 or more"},
+		{"a refusal after a type error", func() any { return new(holder) }, `{"tools":[{"name":"a","count":"x"},{"count":1}]}`, "tools.0.count: must be an integer"},
 		{"an escaped key", func() any { return new(sample) }, `{"m\u006fdel":[]}`, "model: must be a string"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			err := Unmarshal([]byte(tc.body), tc.into())
-			te, ok := errors.AsType[*TypeError](err)
+			te, ok := errors.AsType[*FieldError](err)
 			if !ok || err.Error() != tc.want {
 				t.Fatalf("%s: %v (%T), want %q", tc.body, err, err, tc.want)
 			}
-			if te.Path == "" && tc.want != "must be "+te.Want {
+			if te.Path == "" && te.Problem == "" && tc.want != "must be "+te.Want {
 				t.Fatalf("%s: root error %+v", tc.body, te)
 			}
 		})
@@ -155,7 +168,7 @@ func FuzzUnmarshalMatchesEncodingJSON(f *testing.F) {
 			}
 			return
 		}
-		te, ok := errors.AsType[*TypeError](gerr)
+		te, ok := errors.AsType[*FieldError](gerr)
 		if !ok {
 			t.Fatalf("%q: %v (%T), encoding/json %v", data, gerr, gerr, werr)
 		}

@@ -139,7 +139,7 @@ func TestRequestTypeErrorNamesTheField(t *testing.T) {
 	for _, tc := range tests {
 		var r Request
 		err := r.UnmarshalJSON([]byte(tc.body))
-		if _, ok := errors.AsType[*jsonfield.TypeError](err); !ok || err.Error() != tc.want {
+		if _, ok := errors.AsType[*jsonfield.FieldError](err); !ok || err.Error() != tc.want {
 			t.Errorf("%s: %v (%T), want %q", tc.body, err, err, tc.want)
 		}
 	}

@@ -2,7 +2,6 @@ package wire
 
 import (
 	"encoding/json"
-	"fmt"
 
 	"threadbox/domain/jsonfield"
 )
@@ -116,5 +115,5 @@ func webFetchResultOf(content json.RawMessage) (*ToolResult, error) {
 	case ResultWebFetch:
 		return &ToolResult{Type: ResultWebFetch, Body: append(json.RawMessage(nil), content...)}, nil
 	}
-	return nil, fmt.Errorf("a web_fetch result of type %q", head.Type)
+	return nil, resultTypeError(BlockWebFetchResult)
 }

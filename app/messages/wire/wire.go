@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -129,7 +130,7 @@ func (r *Request) UnmarshalJSON(data []byte) error {
 }
 
 // decode is UnmarshalJSON through encoding/json. A value of the wrong
-// type is a *jsonfield.TypeError naming it by its path in the request.
+// type is a *jsonfield.FieldError naming it by its path in the request.
 func (r *Request) decode(data []byte) error {
 	type plain Request
 	var p struct {
@@ -329,7 +330,7 @@ func (c *ContainerParam) UnmarshalJSON(data []byte) error {
 	case len(data) > 0 && data[0] == '"':
 		return json.Unmarshal(data, &c.ID)
 	case len(data) > 0 && data[0] != '{' && string(data) != "null":
-		return &jsonfield.TypeError{Want: "a string or an object"}
+		return &jsonfield.FieldError{Want: "a string or an object"}
 	}
 	type plain ContainerParam
 	var p plain
@@ -433,7 +434,7 @@ func (c *wireContent) UnmarshalJSON(data []byte) error {
 		}
 		*c = blocks
 	default:
-		return &jsonfield.TypeError{Want: "a string or an array"}
+		return &jsonfield.FieldError{Want: "a string or an array"}
 	}
 	return nil
 }
@@ -626,7 +627,7 @@ func (b *ContentBlock) decode(data []byte) error {
 		return err
 	}
 	if aux.Type == "" {
-		return fmt.Errorf("messages: content block without type")
+		return jsonfield.Required("type")
 	}
 	*b = ContentBlock{
 		Type: aux.Type, Text: aux.Text, Thinking: aux.Thinking, Signature: aux.Signature, Data: aux.Data,
@@ -646,24 +647,15 @@ func (b *ContentBlock) decode(data []byte) error {
 		b.CacheControl = aux.CacheControl
 	}
 	switch aux.Type {
-	case BlockWebFetchResult:
-		r, err := webFetchResultOf(aux.Content)
+	case BlockWebFetchResult, BlockSandboxResult, BlockBashResult, BlockTextEditorResult, BlockCodeExecutionResult:
+		if isNull(bytes.TrimSpace(aux.Content)) || len(bytes.TrimSpace(aux.Content)) == 0 {
+			return jsonfield.Required("content")
+		}
+		r, err := resultOf(aux.Type, aux.Content)
 		if err != nil {
 			return contentError(aux.Type, err)
 		}
 		b.Result = r
-	case BlockSandboxResult:
-		r, err := sandboxResultOf(aux.Content)
-		if err != nil {
-			return contentError(aux.Type, err)
-		}
-		b.Result = r
-	case BlockBashResult, BlockTextEditorResult, BlockCodeExecutionResult:
-		var r ToolResult
-		if err := jsonfield.Unmarshal(aux.Content, &r); err != nil {
-			return contentError(aux.Type, err)
-		}
-		b.Result = &r
 	default:
 		if len(aux.Content) > 0 && string(aux.Content) != "null" {
 			b.Content = aux.Content
@@ -672,11 +664,52 @@ func (b *ContentBlock) decode(data []byte) error {
 	return nil
 }
 
+// resultTypes are the types of result a server tool's result block of
+// each type may hold; a sandbox_tool_result also holds any body of its
+// tool's own.
+var resultTypes = map[string][]string{
+	BlockBashResult:          {ResultBash, ResultBashError},
+	BlockTextEditorResult:    {ResultEditorView, ResultEditorCreate, ResultEditorStrReplace, ResultEditorError},
+	BlockCodeExecutionResult: {ResultCodeExecution, ResultCodeExecutionError},
+	BlockWebFetchResult:      {ResultWebFetch, ResultWebFetchError},
+}
+
+// resultOf decodes the content of a result block of type typ, refusing a
+// result of a type such a block does not hold.
+func resultOf(typ string, content json.RawMessage) (*ToolResult, error) {
+	switch typ {
+	case BlockSandboxResult:
+		return sandboxResultOf(content)
+	case BlockWebFetchResult:
+		return webFetchResultOf(content)
+	}
+	var r ToolResult
+	if err := jsonfield.Unmarshal(content, &r); err != nil {
+		return nil, err
+	}
+	if !slices.Contains(resultTypes[typ], r.Type) {
+		return nil, resultTypeError(typ)
+	}
+	return &r, nil
+}
+
+// resultTypeError is the error of a result of a type that a result block
+// of type typ does not hold, at the result's type.
+func resultTypeError(typ string) *jsonfield.FieldError {
+	want := resultTypes[typ]
+	quoted := make([]string, len(want))
+	for i, w := range want {
+		quoted[i] = strconv.Quote(w)
+	}
+	last := len(quoted) - 1
+	return &jsonfield.FieldError{Path: "type", Problem: "must be " + strings.Join(quoted[:last], ", ") + " or " + quoted[last]}
+}
+
 // contentError is the error of a result block of type typ whose content
 // decoding refused with err: a value of the wrong type named by its path
 // from the block, any other error with the block's type.
 func contentError(typ string, err error) error {
-	if _, ok := errors.AsType[*jsonfield.TypeError](err); ok {
+	if _, ok := errors.AsType[*jsonfield.FieldError](err); ok {
 		return jsonfield.Under("content", err)
 	}
 	return fmt.Errorf("messages: %s content: %w", typ, err)

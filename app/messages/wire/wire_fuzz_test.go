@@ -13,7 +13,7 @@ import (
 
 // FuzzRequestUnmarshalJSON: no body panics the decoder; a body it refuses
 // for a value of the wrong type is refused in the client's terms (a
-// jsonfield.TypeError, never encoding/json's, which names Go types); a body
+// jsonfield.FieldError, never encoding/json's, which names Go types); a body
 // it accepts is valid JSON whose unknown members are kept byte for byte in
 // Extra, and the request encodes to a body that decodes to the same
 // encoding.
@@ -40,7 +40,7 @@ func FuzzRequestUnmarshalJSON(f *testing.F) {
 			if _, ok := errors.AsType[*json.UnmarshalTypeError](err); ok {
 				t.Fatalf("%q: refused in encoding/json's terms: %v", data, err)
 			}
-			if te, ok := errors.AsType[*jsonfield.TypeError](err); ok {
+			if te, ok := errors.AsType[*jsonfield.FieldError](err); ok {
 				written := stringsOf(data)
 				for seg := range strings.SplitSeq(te.Path, ".") {
 					if te.Path != "" && !written[seg] && strings.Trim(seg, "0123456789") != "" {
