@@ -322,7 +322,10 @@ func (s *Service) Prewarm(ctx context.Context, containerID string) <-chan struct
 		// Under the container's lock, as a restore reads it: fetching the
 		// checkpoint (unpacking its archive on a server without a copy)
 		// never overlaps another fetch or a restore of the same one.
-		unlock := s.lock(containerID)
+		unlock, err := s.lockFor(ctx, containerID)
+		if err != nil {
+			return
+		}
 		_, _, ok, _ := s.ckpt.folders.Checkpoint(ctx, containerID)
 		unlock()
 		if !ok {

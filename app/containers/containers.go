@@ -337,7 +337,11 @@ func (s *Service) tombstoned(ctx context.Context, p user.Principal, id string) e
 // default container) and is errExpired, or made anew when recreate is set;
 // an id with a tombstone is errExpired too, as long as it exists.
 func (s *Service) resolve(ctx context.Context, id string, recreate bool, mk func() (container.Container, error), p user.Principal) (container.Container, error) {
-	defer s.lock(id)()
+	unlock, err := s.lockFor(ctx, id)
+	if err != nil {
+		return container.Container{}, err
+	}
+	defer unlock()
 	c, err := s.store.Container(ctx, id)
 	switch {
 	case fault.Is(err, fault.NotFound):
@@ -432,14 +436,31 @@ func (s *Service) MarkSkills(ctx context.Context, c container.Container, may boo
 	return c.WithSkills(may), nil
 }
 
-// lock takes the container's lock within this process.
+// lock takes the container's lock within this process, however long it
+// waits: for the owner's own work, which must finish (the sweep, a
+// hand-over, the shutdown's checkpoints).
 func (s *Service) lock(id string) func() { return s.locks.Lock(id) }
+
+// lockFor takes the container's lock for a request, giving up with the
+// end of its context: a chat turn stopped, or a Messages API request whose
+// client left, does not wait behind the boot or restore under way (up to a
+// minute), which goes on by itself and serves the next caller.
+func (s *Service) lockFor(ctx context.Context, id string) (unlock func(), err error) {
+	if unlock, err = s.locks.LockContext(ctx, id); err != nil {
+		return nil, fmt.Errorf("containers: wait for container %s: %w", id, err)
+	}
+	return unlock, nil
+}
 
 // ensure boots the container's sandbox unless this process holds one,
 // trying each backend in order, and marks it in use. The boot is taken under
 // the container's lease, so no other process boots it at once.
 func (s *Service) ensure(ctx context.Context, id string) (*live, error) {
-	defer s.lock(id)()
+	unlock, err := s.lockFor(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
 	s.mu.Lock()
 	l := s.running[id]
 	if l != nil {
@@ -786,7 +807,11 @@ func (s *Service) Restart(ctx context.Context, containerID string) error {
 
 // Stop shuts the container's sandbox down; its files stay.
 func (s *Service) Stop(ctx context.Context, containerID string) error {
-	defer s.lock(containerID)()
+	unlock, err := s.lockFor(ctx, containerID)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	return s.stopLocked(ctx, containerID)
 }
 
@@ -852,7 +877,11 @@ func (s *Service) stopLocked(ctx context.Context, id string) error {
 
 // Remove stops the container's sandbox and deletes its files and record.
 func (s *Service) Remove(ctx context.Context, containerID string) error {
-	defer s.lock(containerID)()
+	unlock, err := s.lockFor(ctx, containerID)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	if err := s.removeLocked(ctx, containerID, s.store.DeleteContainer); err != nil {
 		return err
 	}

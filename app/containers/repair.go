@@ -28,7 +28,11 @@ func errUnrepaired(err error) error {
 // sandbox that sees them writable again.
 func (s *Service) prepare(ctx context.Context, id string) ([]sandbox.Mount, error) {
 	return s.prepareOr(ctx, id, func() error {
-		defer s.lock(id)()
+		unlock, err := s.lockFor(ctx, id)
+		if err != nil {
+			return err
+		}
+		defer unlock()
 		if err := s.stopLocked(ctx, id); err != nil {
 			return fmt.Errorf("containers: repair %s: %w", id, err)
 		}

@@ -33,7 +33,11 @@ const stateImage = "image"
 // listeners the boot hooks made (the in-sandbox API bridge) are made
 // again.
 func (s *Service) SaveState(ctx context.Context, containerID, dir string) (bool, error) {
-	defer s.lock(containerID)()
+	unlock, err := s.lockFor(ctx, containerID)
+	if err != nil {
+		return false, err
+	}
+	defer unlock()
 	s.mu.Lock()
 	l := s.running[containerID]
 	busy := l != nil && l.active > 0
@@ -45,7 +49,7 @@ func (s *Service) SaveState(ctx context.Context, containerID, dir string) (bool,
 	if err := os.Mkdir(image, 0o700); err != nil {
 		return false, fmt.Errorf("containers: save state: %w", err)
 	}
-	err := l.backend.CheckpointRunning(ctx, containerID, image)
+	err = l.backend.CheckpointRunning(ctx, containerID, image)
 	if err == nil {
 		err = os.WriteFile(filepath.Join(dir, stateBackendFile), []byte(l.backend.Name()), 0o600)
 	}
@@ -75,7 +79,11 @@ func (s *Service) SaveState(ctx context.Context, containerID, dir string) (bool,
 // a saved state ("" or empty) stops the sandbox all the same, and its next
 // tool result says the sandbox started fresh, for why (unless why is "").
 func (s *Service) RestoreState(ctx context.Context, containerID, dir, why string) error {
-	defer s.lock(containerID)()
+	unlock, err := s.lockFor(ctx, containerID)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	s.mu.Lock()
 	here := s.running[containerID] != nil
 	s.mu.Unlock()

@@ -1,6 +1,8 @@
 package sandbox
 
 import (
+	"context"
+	"errors"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -44,4 +46,38 @@ func TestLocks(t *testing.T) {
 	if n := k.InUse(); n != 0 {
 		t.Fatalf("%d ids in use after every holder left, want 0", n)
 	}
+}
+
+// TestLockContext: a waiter whose context ends gives up with its error
+// while the holder keeps the lock, takes nothing with it, and leaves no
+// entry behind; a free lock is taken whatever the context says.
+func TestLockContext(t *testing.T) {
+	var k Locks
+	unlock := k.Lock("a")
+	ctx, cancel := context.WithCancel(context.Background())
+	gaveUp := make(chan error, 1)
+	go func() {
+		release, err := k.LockContext(ctx, "a")
+		if err == nil {
+			release()
+		}
+		gaveUp <- err
+	}()
+	cancel()
+	if err := <-gaveUp; !errors.Is(err, context.Canceled) {
+		t.Fatalf("waiter with its context ended: %v, want context.Canceled", err)
+	}
+	if n := k.InUse(); n != 1 {
+		t.Fatalf("%d ids in use with a held and its waiter gone, want 1", n)
+	}
+	unlock()
+	if n := k.InUse(); n != 0 {
+		t.Fatalf("%d ids in use after the holder left, want 0", n)
+	}
+	release, err := k.LockContext(ctx, "a")
+	if err != nil {
+		t.Fatalf("a free lock with the context ended: %v, want it taken", err)
+	}
+	release()
+	k.Lock("a")() // the waiter that gave up holds nothing
 }
