@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -200,5 +201,67 @@ func TestLoadSkillsSideBySide(t *testing.T) {
 	defer cs.mu.Unlock()
 	if !slices.Equal(held, []string{"pdf"}) || !cs.may {
 		t.Errorf("the folder holds %q and the record says it may hold skills: %v; want [pdf], true", held, cs.may)
+	}
+}
+
+// TestStoppedTurnDoesNotWaitForAnotherSkillsLoad: a turn whose context
+// ends while another turn loads or unloads the same container's skills
+// (which may wait for the container's sandbox to boot) gives up waiting
+// with the end of its context, touching neither the folder nor the
+// record; the other turn goes on.
+func TestStoppedTurnDoesNotWaitForAnotherSkillsLoad(t *testing.T) {
+	p := user.Principal{OrgID: "org_1", UserID: "usr_1", Kind: user.APIToken}
+	c, err := container.NewForUser(p.OrgID, p.UserID, "work", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c = c.WithSkills(true)
+	folders := &syncFolders{skillFolders: skillFolders{held: map[string][]string{c.ID(): {"old"}}}}
+	cs := &gatedContainers{may: true, clearing: make(chan struct{}), clear: make(chan struct{})}
+	s := New(Deps{Containers: cs, Skills: folders})
+	without := make(chan error, 1)
+	go func() {
+		without <- s.loadSkills(context.Background(), p, c, &wire.Request{Container: &wire.ContainerParam{ID: "work"}}, true)
+	}()
+	<-cs.clearing
+	ctx, stop := context.WithCancel(context.Background())
+	stop()
+	refs := []wire.SkillParam{{Type: "custom", SkillID: "pdf"}}
+	var let atomic.Bool
+	type ended struct {
+		err  error
+		held bool // the other turn still held the folder
+	}
+	stopped := make(chan ended, 1)
+	go func() {
+		err := s.loadSkills(ctx, p, c, &wire.Request{Container: &wire.ContainerParam{ID: "work", Skills: refs}}, true)
+		stopped <- ended{err, !let.Load()}
+	}()
+	// The other turn is let go once the stopped one returned, or long
+	// after: one that waits for it returns only then, which held tells.
+	var got ended
+	select {
+	case got = <-stopped:
+	case <-time.After(30 * time.Second):
+		let.Store(true)
+		close(cs.clear)
+		got = <-stopped
+	}
+	if !got.held || !errors.Is(got.err, context.Canceled) {
+		t.Errorf("a stopped turn's load while another held the folder: returned while it held it %v, error %v; want it to return then with the end of its context", got.held, got.err)
+	}
+	if !let.Load() {
+		close(cs.clear)
+	}
+	if err := <-without; err != nil {
+		t.Fatal(err)
+	}
+	folders.mu.Lock()
+	held := folders.held[c.ID()]
+	folders.mu.Unlock()
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if len(held) != 0 || cs.may {
+		t.Errorf("the folder holds %q and the record says it may hold skills: %v; want the other turn's empty folder", held, cs.may)
 	}
 }

@@ -339,8 +339,12 @@ func (s *Service) loadSkills(ctx context.Context, p user.Principal, c container.
 	// One turn at a time writes a container's folder and its mark: a
 	// turn's unload and another's load interleaved could otherwise leave
 	// the other's skills in a folder the record calls empty, which no
-	// later turn would empty.
-	defer s.skillLocks.Lock(c.ID())()
+	// later turn would empty. A turn stopped meanwhile gives up waiting.
+	unlock, err := s.skillLocks.LockContext(ctx, c.ID())
+	if err != nil {
+		return fmt.Errorf("turns: wait for the skills of container %s: %w", c.ID(), err)
+	}
+	defer unlock()
 	if len(found) > 0 {
 		// Marked before the folder is written, so that a load cut short
 		// is unloaded by the next turn all the same.
