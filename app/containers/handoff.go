@@ -23,12 +23,13 @@ const DefaultHandoffWait = 15 * time.Second
 
 // takeOver asks the holder of the container's sandbox lease to hand it
 // over and waits until this process has taken the lease, or the wait ends
-// (false). The caller holds the container's lock.
+// (false). A caller whose context ends first gets the end of its context:
+// the holder did not refuse it. The caller holds the container's lock.
 func (s *Service) takeOver(ctx context.Context, id string) (bool, error) {
 	if s.handoff == nil {
 		return false, nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.handoffWait)
+	wait, cancel := context.WithTimeout(ctx, s.handoffWait)
 	defer cancel()
 	asked := time.Time{}
 	tick := time.NewTicker(100 * time.Millisecond)
@@ -37,20 +38,23 @@ func (s *Service) takeOver(ctx context.Context, id string) (bool, error) {
 		// Asked again every few seconds: a holder busy with a command
 		// when first asked hands over once the command ends.
 		if time.Since(asked) > 3*time.Second {
-			if err := s.handoff.WantLease(ctx, sandboxLease(id)); err != nil {
+			if err := s.handoff.WantLease(wait, sandboxLease(id)); err != nil {
+				if wait.Err() != nil {
+					return false, ctx.Err()
+				}
 				return false, err
 			}
 			asked = time.Now()
 		}
 		select {
-		case <-ctx.Done():
-			return false, nil
+		case <-wait.Done():
+			return false, ctx.Err()
 		case <-tick.C:
 		}
-		ok, err := s.leases.Acquire(ctx, sandboxLease(id))
+		ok, err := s.leases.Acquire(wait, sandboxLease(id))
 		if err != nil || ok {
-			if ctx.Err() != nil {
-				return false, nil
+			if wait.Err() != nil {
+				return false, ctx.Err()
 			}
 			return ok, err
 		}

@@ -2,6 +2,7 @@ package containers
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sync"
 	"testing"
@@ -86,5 +87,37 @@ func TestHandOver(t *testing.T) {
 	p1.handoffWait = 2 * time.Second
 	if _, err := p1.Exec(ctx, c.ID(), sandbox.Command{}); err != nil || b1.booted[c.ID()] != 2 {
 		t.Fatalf("after the command ended: %v, p1 booted %d", err, b1.booted[c.ID()])
+	}
+}
+
+// TestHandOverWaitEndsWithItsCaller: a request whose context ends while
+// it waits for another process to hand a busy sandbox over gets the end
+// of its context, not the answer that the sandbox is held elsewhere (the
+// holder refused nothing), and the holder's sandbox is untouched.
+func TestHandOverWaitEndsWithItsCaller(t *testing.T) {
+	st := &memStore{m: map[string]container.Container{}}
+	leases := newLeases()
+	b1, b2 := newFake("docker"), newFake("docker")
+	hb := &bus{}
+	handoff := func(d *Deps) { d.Handoff, d.HandoffWait = hb, time.Hour }
+	p1, _ := process(st, leases, "p1", b1, handoff)
+	p2, _ := process(st, leases, "p2", b2, handoff)
+	hb.procs = []*Service{p1, p2}
+	c, _ := p2.ForUser(context.Background(), alice, "")
+	if _, err := p2.Exec(context.Background(), c.ID(), sandbox.Command{}); err != nil {
+		t.Fatal(err)
+	}
+	p2.mu.Lock()
+	p2.running[c.ID()].active++ // a command runs in it
+	p2.mu.Unlock()
+
+	ctx, stop := context.WithCancel(context.Background())
+	time.AfterFunc(50*time.Millisecond, stop)
+	_, err := p1.Exec(ctx, c.ID(), sandbox.Command{})
+	if !errors.Is(err, context.Canceled) || fault.Is(err, fault.Unavailable) {
+		t.Fatalf("a request that ended during the hand-over wait: %v; want the end of its context", err)
+	}
+	if len(b2.stopped) != 0 || !p2.Running(c.ID()) || b1.booted[c.ID()] != 0 {
+		t.Fatalf("the holder's sandbox was taken: p2 stopped %v, p1 booted %d", b2.stopped, b1.booted[c.ID()])
 	}
 }
