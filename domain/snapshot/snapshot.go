@@ -37,18 +37,20 @@ type Snapshot struct {
 	// this one's changes ("": none, the container was empty).
 	BaseID string
 	Files  int
-	// Size is the bytes of the files it holds; Bytes is what it stores
-	// on its own: the files it does not share with the snapshot before it
-	// (unchanged files are linked to that one's). The oldest a thread
-	// keeps stores all it holds (Bytes equals Size).
+	// Size is the bytes the files it holds store; Bytes is what it
+	// stores on its own: the files it does not share with the snapshot
+	// before it (unchanged files are linked to that one's). The oldest a
+	// thread keeps stores all it holds (Bytes equals Size). A sparse file
+	// counts its data, not its size: a snapshot copies its data alone.
 	Size    int64
 	Bytes   int64
 	TakenAt time.Time
 }
 
-// Stats say what taking a snapshot made: its files and their bytes, the
-// bytes it stores on its own (not shared with the snapshot before), and
-// how many files were cloned by reflink rather than copied.
+// Stats say what taking a snapshot made: its files and the bytes they
+// store, the bytes it stores on its own (not shared with the snapshot
+// before), and how many files were cloned by reflink rather than copied.
+// A sparse file's bytes are its data, not its size.
 type Stats struct {
 	Files  int
 	Size   int64

@@ -55,6 +55,19 @@ func DataExtents(f *os.File, size int64, fn func(off, n int64) error) error {
 	return nil
 }
 
+// DataBytes returns the bytes of the data extents of f's first size
+// bytes: what a copy by its data (Write, or a copy that keeps its holes)
+// stores, which for a sparse file is far less than its size. It moves
+// f's offset.
+func DataBytes(f *os.File, size int64) (int64, error) {
+	var n int64
+	err := DataExtents(f, size, func(_, k int64) error {
+		n += k
+		return nil
+	})
+	return n, err
+}
+
 // Write writes the extent stream of body's first size bytes to w: its
 // data extents when body is a file, else one extent of the whole size
 // (body must then read at offsets). An extent that shrinks while it is

@@ -79,19 +79,24 @@ func (l *Layout) StateDir(threadID, snapshotID string) string {
 }
 
 // StateBytes returns the bytes the running state of a thread's snapshot
-// holds (0 without one).
+// stores (0 without one).
 func (l *Layout) StateBytes(threadID, snapshotID string) int64 {
 	return TreeBytes(l.StateDir(threadID, snapshotID))
 }
 
-// TreeBytes returns the bytes of the regular files under dir, links not
-// followed; 0 when it does not exist.
+// TreeBytes returns the bytes the regular files under dir store (a sparse
+// file's data, not its size: storedBytes), links not followed; 0 when it
+// does not exist.
 func TreeBytes(dir string) int64 {
 	var n int64
-	_ = filepath.WalkDir(dir, func(_ string, d os.DirEntry, err error) error {
+	_ = filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
 		if err == nil && d.Type().IsRegular() {
 			if fi, err := d.Info(); err == nil {
-				n += fi.Size()
+				if k, err := storedBytes(path, fi); err == nil {
+					n += k
+				} else {
+					n += fi.Size()
+				}
 			}
 		}
 		return nil
@@ -244,8 +249,7 @@ func (t *taker) file(dirfd int, name, rel string) error {
 	if had && p.Link == "" && p.Size == e.Size && p.MtimeNs == e.MtimeNs {
 		e.SHA256 = p.SHA256
 		if err := os.Link(filepath.Join(t.prevDir, rel), to); err == nil {
-			t.add(rel, e, false)
-			return nil
+			return t.add(rel, e, false)
 		}
 	}
 	sum, cloned, err := cloneFile(in, to, os.FileMode(e.Mode)|0o600)
@@ -256,8 +260,7 @@ func (t *taker) file(dirfd int, name, rel string) error {
 	if had && p.Link == "" && p.SHA256 == sum && p.Size == e.Size {
 		// Touched, not changed: share the previous copy.
 		if err := os.Remove(to); err == nil && os.Link(filepath.Join(t.prevDir, rel), to) == nil {
-			t.add(rel, e, false)
-			return nil
+			return t.add(rel, e, false)
 		}
 		if _, _, err := cloneFile(in, to, os.FileMode(e.Mode)|0o600); err != nil {
 			return err
@@ -272,18 +275,30 @@ func (t *taker) file(dirfd int, name, rel string) error {
 	if cloned {
 		t.stats.Cloned++
 	}
-	t.add(rel, e, true)
-	return nil
+	return t.add(rel, e, true)
 }
 
 // add records a file of the snapshot; own tells that it is not linked.
-func (t *taker) add(rel string, e entry, own bool) {
+// The snapshot's Size and Stored count what its copy at rel stores, a
+// sparse file's data and not its size (storedBytes): the manifest keeps
+// the size, which restores and listings give back.
+func (t *taker) add(rel string, e entry, own bool) error {
+	path := filepath.Join(t.dst, rel)
+	fi, err := os.Lstat(path)
+	if err != nil {
+		return err
+	}
+	n, err := storedBytes(path, fi)
+	if err != nil {
+		return err
+	}
 	t.manifest[rel] = e
 	t.stats.Files++
-	t.stats.Size += e.Size
+	t.stats.Size += n
 	if own {
-		t.stats.Stored += e.Size
+		t.stats.Stored += n
 	}
+	return nil
 }
 
 // cloneFile makes a new file at to with in's content, by reflink where

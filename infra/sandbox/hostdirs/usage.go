@@ -7,11 +7,15 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"syscall"
+
+	"threadbox/infra/sparse"
 )
 
-// Usage returns the bytes a container's files use: the sizes of the regular
-// files in its workspace, uploads and outputs folders (its skills folder
-// holds copies of the org's skills and is not counted). Links are not
+// Usage returns the bytes a container's files use: what the regular files
+// in its workspace, uploads and outputs folders store (storedBytes: a
+// sparse file counts its data, not its size; its skills folder holds
+// copies of the org's skills and is not counted). Links are not
 // followed. With loop quotas a container whose disk is not mounted (no
 // Prepare since the server started) is measured by its image's allocated
 // blocks instead, which also counts the file system's own few megabytes. A
@@ -35,7 +39,7 @@ func (l *Layout) Usage(ctx context.Context, id string) (int64, error) {
 	}
 	var total int64
 	for _, dir := range []string{d.Workspace, d.Uploads, d.Outputs} {
-		err := filepath.WalkDir(dir, func(_ string, e fs.DirEntry, err error) error {
+		err := filepath.WalkDir(dir, func(path string, e fs.DirEntry, err error) error {
 			if err != nil {
 				if errors.Is(err, fs.ErrNotExist) {
 					return nil // gone meanwhile
@@ -49,18 +53,47 @@ func (l *Layout) Usage(ctx context.Context, id string) (int64, error) {
 				return nil
 			}
 			fi, err := e.Info()
+			if err == nil {
+				var n int64
+				n, err = storedBytes(path, fi)
+				total += n
+			}
 			if errors.Is(err, fs.ErrNotExist) {
-				return nil
+				return nil // gone meanwhile
 			}
-			if err != nil {
-				return err
-			}
-			total += fi.Size()
-			return nil
+			return err
 		})
 		if err != nil {
 			return 0, fmt.Errorf("hostdirs: usage: %w", err)
 		}
 	}
 	return total, nil
+}
+
+// storedBytes returns the bytes the regular file at path stores, fi being
+// its Lstat: its size, or for a file with holes the bytes of its data
+// extents. Code in a sandbox makes a file of terabytes with a few blocks
+// written (truncate -s 1T) at no cost to its disk quota, and snapshots
+// copy its data alone: counted at its size it would fill every quota
+// that sums files. A file whose allocated blocks cover its size has no
+// hole worth reading for; any other is opened (never through a link) and
+// its extents summed. What path names when it is opened is measured by
+// that open file, and counts nothing unless it is a regular file.
+func storedBytes(path string, fi os.FileInfo) (int64, error) {
+	if allocated(fi) >= fi.Size() {
+		return fi.Size(), nil
+	}
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK|syscall.O_NOCTTY, 0)
+	if errors.Is(err, syscall.ELOOP) {
+		return 0, nil // a link now: links are not counted
+	}
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	now, err := f.Stat()
+	if err != nil || !now.Mode().IsRegular() {
+		return 0, err
+	}
+	return sparse.DataBytes(f, now.Size())
 }

@@ -1,0 +1,85 @@
+package hostdirs
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"threadbox/domain/snapshot"
+	"threadbox/infra/sparse/sparsetest"
+)
+
+// TestSparseFileCountsItsData: a container holding a file of 1 TiB with
+// three small writes (truncate -s 1T, at no cost to its disk quota) and
+// one ordinary file counts the sparse file's data, not its size, wherever
+// bytes are summed for a quota: the snapshot's size and what it stores,
+// which a retention of 1 MiB per thread keeps; the next snapshot that
+// links it; the container's usage; and a folder's TreeBytes (a turn's
+// running state). The manifest still gives the file's size.
+func TestSparseFileCountsItsData(t *testing.T) {
+	ctx := context.Background()
+	l := New(t.TempDir(), Options{})
+	d, err := l.Prepare(ctx, "ctr_s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const size = 1 << 40
+	at := []sparsetest.Piece{{Off: 0, Data: "head"}, {Off: size / 2, Data: "middle"}, {Off: size - 4, Data: "tail"}}
+	p := filepath.Join(d.Workspace, "huge.bin")
+	sparsetest.Make(t, p, size, at...)
+	writeUnder(t, d.Root, "workspace/notes.txt", "some notes")
+	// The data lies in blocks of the file system: at least the bytes
+	// written, far below 1 MiB.
+	low, high := int64(len("headmiddletail")+len("some notes")), int64(1<<20)
+	within := func(what string, n int64) error {
+		if n < low || n > high {
+			return fmt.Errorf("%s: %d bytes, want the data's %d to %d", what, n, low, high)
+		}
+		return nil
+	}
+	sparsetest.Within(t, 2*time.Minute, func() error {
+		s1, err := l.TakeSnapshot(ctx, "thr_s", "s1", "", "ctr_s")
+		if err != nil {
+			return err
+		}
+		if err := within("the snapshot's size", s1.Size); err != nil {
+			return err
+		}
+		if s1.Stored != s1.Size || s1.Files != 2 {
+			return fmt.Errorf("the first snapshot stores %d of its %d bytes, %d files", s1.Stored, s1.Size, s1.Files)
+		}
+		sn := snapshot.Snapshot{ID: "s1", Size: s1.Size, Bytes: s1.Stored}
+		if _, keep := (snapshot.Retention{Bytes: high}).Prune([]snapshot.Snapshot{sn}); len(keep) != 1 {
+			return fmt.Errorf("a retention of %d bytes per thread drops a snapshot storing %d", high, s1.Stored)
+		}
+		man, err := l.SnapshotManifest(ctx, "thr_s", "s1")
+		if err != nil {
+			return err
+		}
+		if got := man["workspace/huge.bin"].Size; got != size {
+			return fmt.Errorf("the manifest gives the file %d bytes, want its size %d", got, int64(size))
+		}
+		mt := time.Now().Add(time.Minute)
+		if err := os.Chtimes(p, mt, mt); err != nil {
+			return err
+		}
+		s2, err := l.TakeSnapshot(ctx, "thr_s", "s2", "s1", "ctr_s")
+		if err != nil {
+			return err
+		}
+		if s2.Size != s1.Size || s2.Stored != 0 {
+			return fmt.Errorf("the snapshot linking the files: %+v, want the size %d and nothing stored", s2, s1.Size)
+		}
+		used, err := l.Usage(ctx, "ctr_s")
+		if err != nil {
+			return err
+		}
+		if err := within("the container's usage", used); err != nil {
+			return err
+		}
+		return within("TreeBytes", TreeBytes(d.Workspace))
+	})
+}
