@@ -163,7 +163,11 @@ func (f *Files) Mirror(ctx context.Context, orgID, id, dir string) (Pending, err
 			switch {
 			case d.IsDir():
 			case d.Type()&fs.ModeSymlink != 0:
-				if e.Link, err = os.Readlink(path); err != nil {
+				e.Link, err = readLink(root, e.Path)
+				if errors.Is(err, errNotFile) {
+					return nil // swapped since the walk: the next mirror sees what it is now
+				}
+				if err != nil {
 					return err
 				}
 			case d.Type().IsRegular():
@@ -469,36 +473,78 @@ func writeManifest(path string, m Manifest) error {
 // symbolic link or another kind of file since.
 var errNotFile = errors.New("not a regular file of the container's folders")
 
-// openFile opens the regular file rel (slash-separated, local) under root
-// without following a symbolic link anywhere below root: each folder is
-// opened relative to the one above it with O_NOFOLLOW, and the file with
-// O_NOFOLLOW and O_NONBLOCK (a fifo does not wait for a writer), then
-// checked to be regular by the Fstat of what was opened. A link or
-// another kind of file on the way is errNotFile.
-func openFile(root, rel string) (*os.File, error) {
+// openParent opens the folder that holds rel (slash-separated, local)
+// under root without following a symbolic link anywhere below root: each
+// folder is opened relative to the one above it with O_NOFOLLOW. It
+// returns the folder's descriptor, for the caller to close, and rel's
+// last name. A link or another kind of file on the way is errNotFile.
+func openParent(root, rel string) (int, string, error) {
 	fd, err := unix.Open(root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, &fs.PathError{Op: "open", Path: root, Err: err}
-	}
-	notFile := func(err error) error {
-		if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) {
-			return fmt.Errorf("open %s: %w: %w", rel, errNotFile, err)
-		}
-		return &fs.PathError{Op: "open", Path: rel, Err: err}
+		return -1, "", &fs.PathError{Op: "open", Path: root, Err: err}
 	}
 	comps := strings.Split(rel, "/")
 	for _, c := range comps[:len(comps)-1] {
 		sub, err := unix.Openat(fd, c, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 		_ = unix.Close(fd)
 		if err != nil {
-			return nil, notFile(err)
+			return -1, "", notFile("open", rel, err)
 		}
 		fd = sub
 	}
-	ffd, err := unix.Openat(fd, comps[len(comps)-1], unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+	return fd, comps[len(comps)-1], nil
+}
+
+// notFile is the error of op on rel: errNotFile when what lies on the
+// way is a link or not a folder.
+func notFile(op, rel string, err error) error {
+	if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) {
+		return fmt.Errorf("%s %s: %w: %w", op, rel, errNotFile, err)
+	}
+	return &fs.PathError{Op: op, Path: rel, Err: err}
+}
+
+// readLink returns the target of the symbolic link rel (slash-separated,
+// local) under root, read relative to its folder opened by openParent:
+// a folder above it that code in the sandbox swapped for a link since
+// the walk is errNotFile, never a way to read a link of the host. What
+// is no longer a link is errNotFile too.
+func readLink(root, rel string) (string, error) {
+	fd, name, err := openParent(root, rel)
+	if err != nil {
+		return "", err
+	}
+	defer unix.Close(fd)
+	for size := 256; ; size *= 2 {
+		buf := make([]byte, size)
+		n, err := unix.Readlinkat(fd, name, buf)
+		if errors.Is(err, unix.EINVAL) {
+			return "", fmt.Errorf("readlink %s: %w: %w", rel, errNotFile, err)
+		}
+		if err != nil {
+			return "", notFile("readlink", rel, err)
+		}
+		if n < size {
+			return string(buf[:n]), nil
+		}
+	}
+}
+
+// openFile opens the regular file rel (slash-separated, local) under root
+// without following a symbolic link anywhere below root: its folder is
+// opened by openParent, and the file with O_NOFOLLOW and O_NONBLOCK (a
+// fifo does not wait for a writer), then checked to be regular by the
+// Fstat of what was opened. A link or another kind of file on the way is
+// errNotFile.
+func openFile(root, rel string) (*os.File, error) {
+	fd, name, err := openParent(root, rel)
+	if err != nil {
+		return nil, err
+	}
+	ffd, err := unix.Openat(fd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
 	_ = unix.Close(fd)
 	if err != nil {
-		return nil, notFile(err)
+		return nil, notFile("open", rel, err)
 	}
 	var st unix.Stat_t
 	if err := unix.Fstat(ffd, &st); err != nil {

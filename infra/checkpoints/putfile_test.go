@@ -88,3 +88,36 @@ func TestPutFileNeverFollowsALink(t *testing.T) {
 		}
 	}
 }
+
+// TestReadLinkNeverFollowsALink: the target of a link the walk found is
+// read relative to its folder: a folder above it that code swapped for a
+// link to a host folder gives errNotFile, never the target of a link of
+// the host, and so does a link swapped for a file.
+func TestReadLinkNeverFollowsALink(t *testing.T) {
+	root := t.TempDir()
+	outside := t.TempDir()
+	if err := os.Symlink("/the/host's/target", filepath.Join(outside, "hostlink")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(root, "workspace", "dir"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("../own/target", filepath.Join(root, "workspace", "dir", "own")); err != nil {
+		t.Fatal(err)
+	}
+	// A folder above is a link to the host's folder.
+	if err := os.Symlink(outside, filepath.Join(root, "workspace", "up")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "workspace", "dir", "plain"), []byte("plain"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := readLink(root, "workspace/dir/own"); err != nil || got != "../own/target" {
+		t.Fatalf("the container's link: %q, %v", got, err)
+	}
+	for _, rel := range []string{"workspace/up/hostlink", "workspace/dir/plain"} {
+		if got, err := readLink(root, rel); !errors.Is(err, errNotFile) {
+			t.Errorf("%s: %q, %v, want errNotFile", rel, got, err)
+		}
+	}
+}
