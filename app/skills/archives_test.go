@@ -15,15 +15,20 @@ import (
 	"threadbox/domain/user"
 )
 
-// memRepo is the skill records of a test.
+// memRepo is the skill records of a test; while refuse is set, it is
+// what creating a record answers (a database that refuses the record).
 type memRepo struct {
-	mu   sync.Mutex
-	rows []skill.Skill
+	mu     sync.Mutex
+	rows   []skill.Skill
+	refuse error
 }
 
 func (r *memRepo) CreateSkill(_ context.Context, s skill.Skill) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.refuse != nil {
+		return r.refuse
+	}
 	r.rows = append(r.rows, s)
 	return nil
 }
@@ -174,5 +179,45 @@ func TestArchivesRestoreAndDelete(t *testing.T) {
 	}
 	if _, ok := arch.m["org_b/"+sk.SHA256]; !ok {
 		t.Fatal("another org's copy of the archive was deleted")
+	}
+}
+
+// TestSkillUploadRefusedByTheDatabaseLeavesNoArchive: an upload whose
+// record the database refuses leaves no archive in the store, and the
+// next upload of the skill stores its own; a refused upload of content a
+// recorded version holds leaves that version's archive, which it
+// restores from.
+func TestSkillUploadRefusedByTheDatabaseLeavesNoArchive(t *testing.T) {
+	ctx := context.Background()
+	repo, arch := &memRepo{}, &memArchives{m: map[string][]byte{}}
+	svc := New(Deps{Store: repo, Files: &memFiles{saved: map[string][]skill.File{}}, Archives: arch})
+	admin := user.Principal{UserID: "u1", OrgID: "org_a", Role: user.Admin}
+	first := zipOf(t, entry{name: "SKILL.md", body: "---\nname: report\ndescription: Reports\n---\n"})
+	second := zipOf(t, entry{name: "SKILL.md", body: "---\nname: report\ndescription: Reports better\n---\n"})
+
+	repo.refuse = fault.New(fault.Invalid, "the database refused the record")
+	if _, err := svc.Upload(ctx, admin, bytes.NewReader(first)); !fault.Is(err, fault.Invalid) {
+		t.Fatalf("a refused record: %v, want the database's refusal", err)
+	}
+	if len(arch.m) != 0 {
+		t.Fatalf("a refused upload left %d archives", len(arch.m))
+	}
+	repo.refuse = nil
+	sk, err := svc.Upload(ctx, admin, bytes.NewReader(first))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := arch.m["org_a/"+sk.SHA256]; !ok || len(arch.m) != 1 {
+		t.Fatalf("the upload after a refused one: archives %d, its own kept %v", len(arch.m), ok)
+	}
+
+	repo.refuse = fault.New(fault.Invalid, "the database refused the record")
+	for _, raw := range [][]byte{first, second} {
+		if _, err := svc.Upload(ctx, admin, bytes.NewReader(raw)); err == nil {
+			t.Fatal("a refused record was answered as stored")
+		}
+	}
+	if _, ok := arch.m["org_a/"+sk.SHA256]; !ok || len(arch.m) != 1 {
+		t.Fatalf("after refused uploads: archives %d, the recorded version's kept %v", len(arch.m), ok)
 	}
 }

@@ -235,13 +235,39 @@ func (s *Service) upload(ctx context.Context, p user.Principal, raw []byte, mode
 		}
 	}
 	if err := s.files.Save(ctx, p.OrgID, sk.Name, sk.Version, entries); err != nil {
+		s.dropArchive(ctx, p.OrgID, sk.SHA256)
 		return skill.Skill{}, fmt.Errorf("skills: save: %w", err)
 	}
 	if err := s.store.CreateSkill(ctx, sk); err != nil {
+		s.dropArchive(ctx, p.OrgID, sk.SHA256)
 		return skill.Skill{}, err
 	}
 	s.audit(ctx, p, "skills.upload", sk.ID, map[string]any{"name": sk.Name, "version": sk.Version, "display_name": sk.DisplayName, "sha256": sk.SHA256})
 	return sk, nil
+}
+
+// dropArchive removes the archive of an upload that was not recorded,
+// unless a version of the org's skills records the same content: the
+// store keeps one archive per content, which that version restores from.
+// Another upload of the same content names the same skill, so it holds
+// the same lock and cannot record it meanwhile. It is called with that
+// lock held. A failure leaves the archive, which no quota counts, and
+// the upload's own error is what the caller answers.
+func (s *Service) dropArchive(ctx context.Context, orgID, sum string) {
+	if s.archives == nil {
+		return
+	}
+	ctx = context.WithoutCancel(ctx)
+	all, err := s.store.SkillsByOrg(ctx, orgID)
+	if err != nil {
+		return
+	}
+	for _, v := range all {
+		if v.SHA256 == sum {
+			return
+		}
+	}
+	_ = s.archives.Remove(ctx, orgID, sum)
 }
 
 // List lists every version of the caller's org's skills.
