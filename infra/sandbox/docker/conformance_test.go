@@ -54,12 +54,22 @@ func conformanceRuntimes() []string {
 // The suite hands it explicit mounts, so it has no Dirs of its own.
 func conformanceBackend(t *testing.T, runtime string) sandbox.Backend {
 	t.Helper()
-	be, err := docker.New(docker.Config{
-		Settings:  boxes.Settings{Instance: fmt.Sprintf("conf%d", time.Now().UnixNano()), Logger: sandboxtest.Logger(t)},
+	return backendAt(t, docker.Config{
+		Settings:  boxes.Settings{Instance: fmt.Sprintf("conf%d", time.Now().UnixNano())},
 		Runtime:   runtime,
-		AgentBin:  sandboxtest.AgentBin(t),
 		SocketDir: t.TempDir(),
 	})
+}
+
+// backendAt returns a Docker backend of cfg with the test's agent and
+// logger (a later instance of the same server shares its folders and
+// instance). Every container of its instance goes when the test ends, or
+// when the test binary reaches its timeout first (sandboxtest.Cleanup).
+func backendAt(t *testing.T, cfg docker.Config) *docker.Backend {
+	t.Helper()
+	cfg.AgentBin = sandboxtest.AgentBin(t)
+	cfg.Logger = sandboxtest.Logger(t)
+	be, err := docker.New(cfg)
 	if err != nil {
 		sandboxtest.Need(t, "docker client: %v", err)
 	}
@@ -67,8 +77,11 @@ func conformanceBackend(t *testing.T, runtime string) sandbox.Backend {
 	defer cancel()
 	if err := be.Available(ctx); err != nil {
 		be.Close()
-		sandboxtest.Need(t, "docker backend (%s) not available: %v", runtime, err)
+		sandboxtest.Need(t, "docker backend (%s) not available: %v", cfg.Runtime, err)
 	}
-	t.Cleanup(func() { be.Close() })
+	sandboxtest.Cleanup(t, func() {
+		be.Close()
+		_ = docker.RemoveInstance(context.Background(), cfg.Instance)
+	})
 	return be
 }

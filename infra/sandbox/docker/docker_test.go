@@ -91,7 +91,7 @@ func newEnv(t *testing.T, runtime string, o envOpts) *env {
 		cli.Close()
 		sandboxtest.Need(t, "docker backend not available: %v", err)
 	}
-	t.Cleanup(func() {
+	sandboxtest.Cleanup(t, func() {
 		ctx := context.Background()
 		// Remove every container of this instance, then the quota mounts.
 		e.be.Reconcile(ctx, adoptAll) // adopts live ones…
@@ -395,7 +395,7 @@ func TestReconcileLeavesOthersAlone(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { e.be.cli.ContainerRemove(context.Background(), c.ID, container.RemoveOptions{Force: true}) })
+		sandboxtest.Cleanup(t, func() { e.be.cli.ContainerRemove(context.Background(), c.ID, container.RemoveOptions{Force: true}) })
 		return c.ID
 	}
 	suffix := fmt.Sprint(time.Now().UnixNano())

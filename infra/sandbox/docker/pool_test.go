@@ -26,32 +26,12 @@ import (
 func poolBackend(t *testing.T, runtime string) *docker.Backend {
 	t.Helper()
 	pool := t.TempDir()
-	t.Cleanup(func() {
+	sandboxtest.Cleanup(t, func() {
 		if err := slot.Clean(pool); err != nil {
 			t.Errorf("slots left: %v", err)
 		}
 	})
-	return poolBackendAt(t, docker.Config{Settings: boxes.Settings{Instance: fmt.Sprintf("pool%d", time.Now().UnixNano())}, Runtime: runtime, SocketDir: t.TempDir(), PoolDir: pool})
-}
-
-// poolBackendAt returns a Docker backend of cfg (a later instance of the
-// same server shares its folders and instance).
-func poolBackendAt(t *testing.T, cfg docker.Config) *docker.Backend {
-	t.Helper()
-	cfg.AgentBin = sandboxtest.AgentBin(t)
-	cfg.Logger = sandboxtest.Logger(t)
-	be, err := docker.New(cfg)
-	if err != nil {
-		sandboxtest.Need(t, "docker client: %v", err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	if err := be.Available(ctx); err != nil {
-		be.Close()
-		sandboxtest.Need(t, "docker backend (%s) not available: %v", cfg.Runtime, err)
-	}
-	t.Cleanup(func() { be.Close() })
-	return be
+	return backendAt(t, docker.Config{Settings: boxes.Settings{Instance: fmt.Sprintf("pool%d", time.Now().UnixNano())}, Runtime: runtime, SocketDir: t.TempDir(), PoolDir: pool})
 }
 
 // TestConformanceClaimed runs the conformance suite on sandboxes claimed
@@ -125,9 +105,9 @@ func claimedSandboxIsAdopted(t *testing.T, id string, unrenamed bool) {
 	ctx := context.Background()
 	pool := t.TempDir()
 	cfg := docker.Config{Settings: boxes.Settings{Instance: fmt.Sprintf("pool%d", time.Now().UnixNano())}, Runtime: docker.DefaultRuntime, SocketDir: t.TempDir(), PoolDir: pool}
-	first := poolBackendAt(t, cfg)
+	first := backendAt(t, cfg)
 	dirs := hostdirs.New(t.TempDir(), hostdirs.Options{})
-	t.Cleanup(func() {
+	sandboxtest.Cleanup(t, func() {
 		_ = docker.RemoveInstance(ctx, cfg.Instance)
 		_ = slot.Clean(pool)
 		_ = dirs.Remove(ctx, id)
@@ -159,7 +139,7 @@ func claimedSandboxIsAdopted(t *testing.T, id string, unrenamed bool) {
 			t.Fatal(err)
 		}
 	}
-	second := poolBackendAt(t, cfg)
+	second := backendAt(t, cfg)
 	// A later process sees the unclaimed warm sandboxes it did not boot,
 	// and removes one with its slot (the pool's bound reaps them so).
 	if names, err := second.WarmSandboxes(ctx); err != nil || !sameNames(names, "warm-adopt-2", "warm-adopt-3") {

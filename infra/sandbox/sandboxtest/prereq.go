@@ -30,10 +30,14 @@ var (
 
 // Main runs a package's tests, then removes the agent binary AgentBin
 // built for them, so that a test run leaves nothing in the temporary
-// folder. A package whose tests call AgentBin has
-// func TestMain(m *testing.M) { sandboxtest.Main(m) }.
+// folder. A run that would reach the binary's -test.timeout ends a little
+// before it instead, after the cleanups the running tests registered with
+// Cleanup, and fails. A package whose tests start sandboxes or call
+// AgentBin has func TestMain(m *testing.M) { sandboxtest.Main(m) }.
 func Main(m *testing.M) {
+	disarm := endBeforeTimeout()
 	code := m.Run()
+	disarm()
 	if agentDir != "" {
 		_ = os.RemoveAll(agentDir)
 	}
