@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"threadbox/infra/sandbox/docker"
+	"threadbox/infra/sandbox/sandboxtest"
 )
 
 // fakeHost is a devHost whose answers a test sets; it records the recipe
@@ -193,7 +194,7 @@ func TestDevBuildsMissingImage(t *testing.T) {
 	image := "threadbox-devtest:" + hex.EncodeToString(b)
 	recipeTag := "threadbox-sandbox:" + hash[:12]
 	prevID := imageID(recipeTag)
-	t.Cleanup(func() {
+	sandboxtest.Cleanup(t, func() {
 		if prevID != "" {
 			dockerCmd(t, "tag", prevID, recipeTag)
 		} else if imageID(recipeTag) == imageID(image) {
@@ -218,7 +219,7 @@ func TestDevBuildsMissingImage(t *testing.T) {
 		"LOG_LEVEL":           "warn",
 	}}
 	s.dataDir = s.env["DATA_DIR"]
-	t.Cleanup(func() {
+	sandboxtest.Cleanup(t, func() {
 		_ = docker.RemoveInstance(context.Background(), s.env["THREADBOX_INSTANCE"], filepath.Join(s.dataDir, "pool"))
 	})
 	started := time.Now()

@@ -18,6 +18,7 @@ import (
 	"threadbox/infra/sandbox/gvisor"
 	"threadbox/infra/sandbox/hostdirs"
 	"threadbox/infra/sandbox/local"
+	"threadbox/infra/sandbox/sandboxtest"
 	"threadbox/infra/store/storetest"
 )
 
@@ -44,7 +45,7 @@ func needGvisor(t *testing.T) string {
 func gvisorInstance(t *testing.T) string {
 	t.Helper()
 	instance := fmt.Sprintf("gv%d", time.Now().UnixNano())
-	t.Cleanup(func() {
+	sandboxtest.Cleanup(t, func() {
 		if err := gvisor.RemoveInstance(context.Background(), instance); err != nil {
 			t.Errorf("gvisor sandboxes of %s not removed: %v", instance, err)
 		}

@@ -21,6 +21,7 @@ import (
 
 	"threadbox/infra/llm/fakeupstream"
 	"threadbox/infra/sandbox/docker"
+	"threadbox/infra/sandbox/sandboxtest"
 	"threadbox/infra/store/storetest"
 	"threadbox/web"
 	"threadbox/web/openapitest"
@@ -104,7 +105,7 @@ func startServer(t *testing.T, dbURL string, extra map[string]string) *server {
 	}
 	instance := env["THREADBOX_INSTANCE"]
 	pool := filepath.Join(env["DATA_DIR"], "pool")
-	t.Cleanup(func() { _ = docker.RemoveInstance(context.Background(), instance, pool) }) // without a daemon there are none
+	sandboxtest.Cleanup(t, func() { _ = docker.RemoveInstance(context.Background(), instance, pool) }) // without a daemon there are none
 	s := &server{t: t, base: "http://" + addr, dataDir: env["DATA_DIR"], env: env, stdout: &syncBuffer{}, stderr: &syncBuffer{}}
 	s.run(t, []string{"serve"}, 20*time.Second)
 	return s
@@ -131,7 +132,7 @@ func (s *server) run(t *testing.T, args []string, ready time.Duration) {
 			}
 		})
 	}
-	t.Cleanup(s.stop)
+	sandboxtest.Cleanup(t, s.stop)
 	deadline := time.Now().Add(ready)
 	for {
 		resp, err := http.Get(s.base + "/healthz")

@@ -19,6 +19,7 @@ import (
 
 	k8s "threadbox/infra/sandbox/kubernetes"
 	"threadbox/infra/sandbox/kubernetes/k8stest"
+	"threadbox/infra/sandbox/sandboxtest"
 )
 
 // needKubernetes returns the test cluster's kubeconfig
@@ -50,7 +51,7 @@ func needKubernetes(t *testing.T) (kubeconfig, ns string, cs kubernetes.Interfac
 	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: k8s.SandboxNamespaceLabels}}, metav1.CreateOptions{}); err != nil {
 		missing(t, "test cluster at %s: %v", rc.Host, err)
 	}
-	t.Cleanup(func() {
+	sandboxtest.Cleanup(t, func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 		defer cancel()
 		zero := int64(0)

@@ -22,12 +22,15 @@ import (
 	"threadbox/domain/container"
 	"threadbox/infra/sandbox/docker"
 	"threadbox/infra/sandbox/hostdirs"
+	"threadbox/infra/sandbox/sandboxtest"
 	"threadbox/infra/store"
 	"threadbox/infra/store/storetest"
 )
 
 // TestMain lets a test start threadbox as a process of its own (this test
-// binary, re-run with THREADBOX_TEST_CHILD=serve), which it may then kill.
+// binary, re-run with THREADBOX_TEST_CHILD=serve), which it may then kill,
+// and runs the tests with sandboxtest.Main: a run that reaches its timeout
+// stops the tests' servers and removes their sandboxes before it ends.
 func TestMain(m *testing.M) {
 	if os.Getenv("THREADBOX_TEST_CHILD") == "serve" {
 		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
@@ -39,7 +42,7 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
-	os.Exit(m.Run())
+	sandboxtest.Main(m)
 }
 
 // child is a threadbox serving from a process of its own.
@@ -67,7 +70,7 @@ func childEnv(t *testing.T, dbURL string, extra map[string]string) map[string]st
 	for k, v := range extra {
 		env[k] = v
 	}
-	t.Cleanup(func() { cleanUp(env) })
+	sandboxtest.Cleanup(t, func() { cleanUp(env) })
 	return env
 }
 
@@ -101,7 +104,7 @@ func startChild(t *testing.T, env map[string]string) *child {
 	c := &child{cmd: cmd, exited: make(chan error, 1)}
 	go func() { c.exited <- cmd.Wait() }()
 	c.server = &server{t: t, base: "http://" + env["LISTEN_ADDR"], dataDir: env["DATA_DIR"], env: env, stdout: out, stop: c.kill}
-	t.Cleanup(c.kill)
+	sandboxtest.Cleanup(t, c.kill)
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		if resp, err := http.Get(c.base + "/healthz"); err == nil {

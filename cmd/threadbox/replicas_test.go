@@ -23,6 +23,7 @@ import (
 	"github.com/minio/minio-go/v7/pkg/credentials"
 
 	"threadbox/infra/blob"
+	"threadbox/infra/sandbox/sandboxtest"
 	"threadbox/infra/store/storetest"
 )
 
@@ -196,7 +197,7 @@ func startReplicas(t *testing.T, n int, extra map[string]string) *replicaSet {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	sandboxtest.Cleanup(t, func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	rs.lb = &server{t: t, base: "http://" + lbAddr, dataDir: env["DATA_DIR"], env: env, stdout: out}
 	waitFor(t, 20*time.Second, func() bool {
 		resp, err := http.Get(rs.lb.base + "/healthz")

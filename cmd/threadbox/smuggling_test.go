@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"threadbox/infra/sandbox/sandboxtest"
 )
 
 // TestRefusedBodiesCaptureNothingBehindAProxy is the request-capture attack
@@ -146,7 +148,7 @@ func startReusingProxy(t *testing.T, server string) string {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	sandboxtest.Cleanup(t, func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	waitFor(t, 20*time.Second, func() bool {
 		resp, err := http.Get("http://" + addr + "/healthz")
 		if err != nil {

@@ -50,7 +50,7 @@ func startLiving(t *testing.T, be *Backend, script string) living {
 	if l.d, err = dirs.Prepare(ctx, l.id); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = dirs.Remove(ctx, l.id) })
+	sandboxtest.Cleanup(t, func() { _ = dirs.Remove(ctx, l.id) })
 	l.spec = sandbox.Spec{ID: l.id, Mounts: l.d.Mounts(), Limits: sandbox.Limits{MemoryBytes: 512 << 20}}
 	if err := be.Ensure(ctx, l.spec); err != nil {
 		t.Fatal(err)
@@ -169,7 +169,7 @@ func TestRestoreIncompatible(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = dirs.Remove(ctx, id) })
+	sandboxtest.Cleanup(t, func() { _ = dirs.Remove(ctx, id) })
 	spec := sandbox.Spec{ID: id, Mounts: d.Mounts()}
 	if err := be.Ensure(ctx, spec); err != nil {
 		t.Fatal(err)

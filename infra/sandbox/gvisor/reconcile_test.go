@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"threadbox/domain/sandbox"
+	"threadbox/infra/sandbox/sandboxtest"
 )
 
 // created makes a runsc container of be that is created but not started,
@@ -29,7 +30,7 @@ func created(t *testing.T, be *Backend, id string, maker owner) string {
 	if err := writeBundle(bundle, spec); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
+	sandboxtest.Cleanup(t, func() {
 		_, _ = be.runscOut(ctx, "delete", "--force", cid)
 		be.removeView(view)
 	})

@@ -56,7 +56,7 @@ func newCluster(t *testing.T) *cluster {
 	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: c.ns, Labels: k8s.SandboxNamespaceLabels}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { c.cleanup(t) })
+	sandboxtest.Cleanup(t, func() { c.cleanup(t) })
 	// The namespace's default service account (pods need it) comes from
 	// the controller-manager a moment later.
 	for {

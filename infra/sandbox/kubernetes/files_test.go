@@ -17,6 +17,7 @@ import (
 	"threadbox/domain/sandbox"
 	k8s "threadbox/infra/sandbox/kubernetes"
 	"threadbox/infra/sandbox/kubernetes/k8stest"
+	"threadbox/infra/sandbox/sandboxtest"
 )
 
 // bootLife boots a sandbox of the default mounts before each file
@@ -81,7 +82,7 @@ func TestFilesThroughThePod(t *testing.T) {
 	id := "ctr-files"
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	t.Cleanup(func() { _ = be.Remove(context.Background(), id) })
+	sandboxtest.Cleanup(t, func() { _ = be.Remove(context.Background(), id) })
 
 	// 3 MiB: more than the write window's progress step and the in-memory
 	// limit of an opened file.

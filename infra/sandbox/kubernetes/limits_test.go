@@ -12,6 +12,7 @@ import (
 
 	"threadbox/domain/sandbox"
 	k8s "threadbox/infra/sandbox/kubernetes"
+	"threadbox/infra/sandbox/sandboxtest"
 )
 
 // podPidsLimit reads the podPidsLimit of the kubelet that runs the pods
@@ -56,7 +57,7 @@ func TestLimitsEnforced(t *testing.T) {
 	}
 	dirs := folders(t)
 	bootOn(t, be, dirs, "ctr-limits")
-	t.Cleanup(func() { _ = be.Remove(context.Background(), "ctr-limits") })
+	sandboxtest.Cleanup(t, func() { _ = be.Remove(context.Background(), "ctr-limits") })
 
 	if got := sh(t, be, "ctr-limits", "ulimit -n; ulimit -Hn; ulimit -n 1024 2>/dev/null && echo raised || echo refused"); got != "256\n256\nrefused" {
 		t.Errorf("open files limit: %q", got)

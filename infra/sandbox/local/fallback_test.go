@@ -17,6 +17,7 @@ import (
 	"threadbox/infra/sandbox/boxes"
 	"threadbox/infra/sandbox/docker"
 	"threadbox/infra/sandbox/hostdirs"
+	"threadbox/infra/sandbox/sandboxtest"
 )
 
 // memStore is an in-memory container.Repository.
@@ -130,7 +131,7 @@ func TestDockerDownServesFromLocal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer lc.Close()
+	sandboxtest.Cleanup(t, func() { lc.Close() })
 
 	data, err := os.MkdirTemp("", "threadbox-fallback-")
 	if err != nil {

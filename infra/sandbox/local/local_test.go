@@ -104,7 +104,7 @@ func newTestBackend(t *testing.T, cfg Config) *Backend {
 	if err := b.Available(ctx); err != nil {
 		sandboxtest.Need(t, "local backend not available: %v", err)
 	}
-	t.Cleanup(func() { b.Close() })
+	sandboxtest.Cleanup(t, func() { b.Close() })
 	return b
 }
 

@@ -13,7 +13,7 @@ import (
 func poolTestBackend(t *testing.T, cfg Config) *Backend {
 	t.Helper()
 	pool := t.TempDir()
-	t.Cleanup(func() {
+	sandboxtest.Cleanup(t, func() {
 		if err := slot.Clean(pool); err != nil {
 			t.Errorf("slots left: %v", err)
 		}

@@ -64,7 +64,7 @@ func TestCheckpointRestore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = dirs.Remove(ctx, id) })
+	sandboxtest.Cleanup(t, func() { _ = dirs.Remove(ctx, id) })
 	spec := sandbox.Spec{ID: id, Mounts: d.Mounts(), Limits: sandbox.Limits{MemoryBytes: 512 << 20}}
 	if err := b.Ensure(ctx, spec); err != nil {
 		t.Fatal(err)

@@ -88,7 +88,7 @@ func newTestBackend(t testing.TB, cfg Config) *Backend {
 	if err := b.Available(ctx); err != nil {
 		sandboxtest.Need(t, "microvm backend not available: %v", err)
 	}
-	t.Cleanup(func() {
+	sandboxtest.Cleanup(t, func() {
 		if err := b.Close(); err != nil {
 			t.Errorf("close: %v", err)
 		}

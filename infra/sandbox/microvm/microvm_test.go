@@ -22,6 +22,7 @@ import (
 	"threadbox/infra/sandbox/boxes"
 	"threadbox/infra/sandbox/hostdirs"
 	"threadbox/infra/sandbox/microvm/guestinit"
+	"threadbox/infra/sandbox/sandboxtest"
 )
 
 // TestChooseAccel: KVM where it runs the stock kernel; on PVM only with
@@ -244,7 +245,7 @@ func TestKilledFromOutside(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = dirs.Remove(context.Background(), "killed") })
+	sandboxtest.Cleanup(t, func() { _ = dirs.Remove(context.Background(), "killed") })
 	spec := sandbox.Spec{ID: "killed", Mounts: d.Mounts(), Limits: sandbox.Limits{MemoryBytes: 256 << 20}}
 	if err := b.Ensure(ctx, spec); err != nil {
 		t.Fatal(err)
@@ -312,7 +313,7 @@ func TestHostPathsInvisible(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = dirs.Remove(context.Background(), "hostpaths") })
+	sandboxtest.Cleanup(t, func() { _ = dirs.Remove(context.Background(), "hostpaths") })
 	marker := "host-secret-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	if err := os.WriteFile(filepath.Join(data, marker), []byte("x"), 0o644); err != nil {
 		t.Fatal(err)

@@ -168,7 +168,7 @@ func TestWarmFromTemplate(t *testing.T) {
 	var ids []string
 	for i := range 2 {
 		name, id := fmt.Sprintf("warm-tmpl-%d", i), fmt.Sprintf("tmpl-%d-%d", i, time.Now().UnixNano())
-		t.Cleanup(func() { _ = b.Remove(ctx, id); _ = b.Remove(ctx, name); _ = dirs.Remove(ctx, id) })
+		sandboxtest.Cleanup(t, func() { _ = b.Remove(ctx, id); _ = b.Remove(ctx, name); _ = dirs.Remove(ctx, id) })
 		if err := b.Warm(ctx, sandbox.Spec{ID: name, Mounts: sandbox.FolderTargets(), Env: env}); err != nil {
 			t.Fatal(err)
 		}
@@ -224,7 +224,7 @@ func TestWarmFromTemplate(t *testing.T) {
 
 	// A configuration whose template cannot be made: its warm VMs boot.
 	other := sandbox.Spec{ID: "warm-tmpl-failed", Mounts: sandbox.FolderTargets(), Env: []string{"POOL_ENV=other"}}
-	t.Cleanup(func() { _ = b.Remove(ctx, other.ID) })
+	sandboxtest.Cleanup(t, func() { _ = b.Remove(ctx, other.ID) })
 	key, err := b.templateKey(other)
 	if err != nil {
 		t.Fatal(err)
@@ -304,7 +304,7 @@ func TestGuestClockUnderLoad(t *testing.T) {
 	busy(t, 3*runtime.NumCPU())
 	dirs := hostdirs.New(t.TempDir(), hostdirs.Options{})
 	name, id := "warm-busy", fmt.Sprintf("busy-%d", time.Now().UnixNano())
-	t.Cleanup(func() { _ = b.Remove(ctx, id); _ = b.Remove(ctx, name); _ = dirs.Remove(ctx, id) })
+	sandboxtest.Cleanup(t, func() { _ = b.Remove(ctx, id); _ = b.Remove(ctx, name); _ = dirs.Remove(ctx, id) })
 	if err := b.Warm(ctx, sandbox.Spec{ID: name, Mounts: sandbox.FolderTargets()}); err != nil {
 		t.Fatal(err)
 	}
@@ -357,6 +357,6 @@ func busy(t *testing.T, n int) {
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		sandboxtest.Cleanup(t, func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	}
 }

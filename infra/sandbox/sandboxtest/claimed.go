@@ -26,7 +26,7 @@ func ClaimedIsolation(t *testing.T, be sandbox.Backend) {
 	env := []string{"POOL_ENV=same"}
 	claim := func(slotName, id string) {
 		t.Helper()
-		t.Cleanup(func() { _ = be.Remove(ctx, id); _ = be.Remove(ctx, slotName); _ = dirs.Remove(ctx, id) })
+		Cleanup(t, func() { _ = be.Remove(ctx, id); _ = be.Remove(ctx, slotName); _ = dirs.Remove(ctx, id) })
 		if err := be.Warm(ctx, sandbox.Spec{ID: slotName, Mounts: sandbox.FolderTargets(), Env: env}); err != nil {
 			t.Fatalf("warm %s: %v", slotName, err)
 		}
@@ -126,7 +126,7 @@ func (c claiming) Ensure(ctx context.Context, spec sandbox.Spec) error {
 func WarmClaimed(t *testing.T, be sandbox.Backend, dirs *hostdirs.Layout, name, id string) hostdirs.Dirs {
 	t.Helper()
 	ctx := context.Background()
-	t.Cleanup(func() { _ = be.Remove(ctx, id); _ = be.Remove(ctx, name); _ = dirs.Remove(ctx, id) })
+	Cleanup(t, func() { _ = be.Remove(ctx, id); _ = be.Remove(ctx, name); _ = dirs.Remove(ctx, id) })
 	if err := be.Warm(ctx, sandbox.Spec{ID: name, Mounts: sandbox.FolderTargets()}); err != nil {
 		t.Fatal(err)
 	}

@@ -169,7 +169,7 @@ func newSuite(t *testing.T, newBackend func(t *testing.T) sandbox.Backend, caps 
 		dirs:       hostdirs.New(data, hostdirs.Options{Quota: quota, DiskBytes: DiskBytes}),
 		used:       map[string]bool{},
 	}
-	t.Cleanup(func() {
+	Cleanup(t, func() {
 		ctx := context.Background()
 		s.mu.Lock()
 		defer s.mu.Unlock()
@@ -179,7 +179,7 @@ func newSuite(t *testing.T, newBackend func(t *testing.T) sandbox.Backend, caps 
 		_ = os.RemoveAll(data)
 	})
 	s.be = newBackend(t)
-	t.Cleanup(func() {
+	Cleanup(t, func() {
 		ctx := context.Background()
 		s.mu.Lock()
 		defer s.mu.Unlock()
