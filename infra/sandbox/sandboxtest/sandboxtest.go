@@ -108,7 +108,8 @@ type suite struct {
 // Run runs the conformance suite against the backends newBackend returns.
 // newBackend is called once for the suite and again where a test needs a
 // fresh backend instance (as after a server restart); every instance must
-// serve the same sandboxes and clean up after itself (t.Cleanup).
+// serve the same sandboxes and clean up after itself (Cleanup, so that a
+// run that times out removes them too).
 func Run(t *testing.T, newBackend func(t *testing.T) sandbox.Backend, caps Capabilities) {
 	RunCases(t, newBackend, caps, Cases()...)
 }
