@@ -47,8 +47,9 @@ func TestTimeoutRemovesSandboxes(t *testing.T) {
 	}
 	suffix := fmt.Sprint(time.Now().UnixNano())
 	instance, ref := "timeout"+suffix, "threadbox-timeout-test:"+suffix
-	t.Cleanup(func() { _ = docker.RemoveInstance(ctx, instance) })
 	importEmptyImage(t, cli, ref)
+	// Before the image's removal: a container left keeps its image.
+	t.Cleanup(func() { _ = docker.RemoveInstance(ctx, instance) })
 
 	cmd := exec.Command(os.Args[0], "-test.run=^TestTimeoutChild$", "-test.timeout=20s", "-test.v")
 	// The child's temporary folders are made in the test's own (the
