@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 )
 
 // Locks orders work on sandboxes one id at a time within a process: the
@@ -55,7 +56,12 @@ func (k *Locks) LockContext(ctx context.Context, id string) (unlock func(), err 
 			return nil, ctx.Err()
 		}
 	}
+	var released atomic.Bool
 	return func() {
+		// A second call would take the token of the lock's next holder.
+		if released.Swap(true) {
+			panic("sandbox: unlock of " + id + "'s lock, released before")
+		}
 		<-m.tok
 		k.leave(id, m)
 	}, nil

@@ -81,3 +81,18 @@ func TestLockContext(t *testing.T) {
 	release()
 	k.Lock("a")() // the waiter that gave up holds nothing
 }
+
+// TestUnlockTwicePanics: releasing a lock twice is a defect of its caller,
+// told at once, rather than a release of the lock's next holder.
+func TestUnlockTwicePanics(t *testing.T) {
+	var k Locks
+	unlock := k.Lock("a")
+	unlock()
+	k.Lock("a") // the next holder, which keeps it
+	defer func() {
+		if recover() == nil {
+			t.Fatal("a second unlock did not panic")
+		}
+	}()
+	unlock()
+}
