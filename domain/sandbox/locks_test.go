@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // TestLocks: one id's holders take turns, other ids do not wait for them,
@@ -83,16 +84,24 @@ func TestLockContext(t *testing.T) {
 }
 
 // TestUnlockTwicePanics: releasing a lock twice is a defect of its caller,
-// told at once, rather than a release of the lock's next holder.
+// told at once, rather than a release of the lock's next holder or a wait
+// that never ends.
 func TestUnlockTwicePanics(t *testing.T) {
 	var k Locks
 	unlock := k.Lock("a")
 	unlock()
 	k.Lock("a") // the next holder, which keeps it
-	defer func() {
-		if recover() == nil {
+	panicked := make(chan bool, 1)
+	go func() {
+		defer func() { panicked <- recover() != nil }()
+		unlock()
+	}()
+	select {
+	case p := <-panicked:
+		if !p {
 			t.Fatal("a second unlock did not panic")
 		}
-	}()
-	unlock()
+	case <-time.After(time.Minute):
+		t.Fatal("a second unlock still waits after a minute")
+	}
 }
