@@ -2,6 +2,8 @@ package workspace
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"slices"
 	"sync"
@@ -10,6 +12,7 @@ import (
 	"threadbox/app/turns"
 	"threadbox/domain/fault"
 	"threadbox/domain/file"
+	"threadbox/domain/sandbox"
 	"threadbox/domain/thread"
 )
 
@@ -129,5 +132,58 @@ func TestFailedForkLeavesNothing(t *testing.T) {
 	list, err := svc.Threads(ctx, p, "", thread.Page{Limit: 50})
 	if err != nil || len(list) != 1 || len(rm.ids) != 1 {
 		t.Fatalf("after a failed fork: %v %v, removed %v", list, err, rm.ids)
+	}
+}
+
+// sparseFiles is a container whose outputs hold one file of 1 TiB with
+// 4 KiB of data, copied by its data alone; reading it whole fails.
+type sparseFiles struct {
+	copies []string // path and limit of each CopyFile
+}
+
+const sparseSize, sparseData = 1 << 40, 4096
+
+func (*sparseFiles) Walk(_ context.Context, _, dir string) ([]file.Info, error) {
+	if dir != sandbox.OutputsDir {
+		return nil, nil
+	}
+	return []file.Info{{Rel: "disk.img", Size: sparseSize, Holes: sparseSize - sparseData}}, nil
+}
+
+func (*sparseFiles) Open(context.Context, string, string) (io.ReadSeekCloser, file.Info, error) {
+	return nil, file.Info{}, errors.New("a file of 1 TiB read whole")
+}
+
+func (*sparseFiles) Write(context.Context, string, string, io.Reader, int64) (file.Info, error) {
+	return file.Info{}, errors.New("a file of 1 TiB written whole")
+}
+
+func (s *sparseFiles) CopyFile(_ context.Context, _, _, p string, limit int64) (file.Info, int64, error) {
+	s.copies = append(s.copies, fmt.Sprintf("%s %d", p, limit))
+	if limit < sparseData {
+		return file.Info{}, 0, file.ErrTooLarge
+	}
+	return file.Info{Size: sparseSize, Holes: sparseSize - sparseData}, sparseData, nil
+}
+
+// TestForkCopiesASparseFileByItsData forks a thread whose outputs hold a
+// file of 1 TiB with 4 KiB of data (`truncate -s 1T` in its sandbox): the
+// storage quota is asked about its data, not its size, and the file is
+// copied by its data within those bytes.
+func TestForkCopiesASparseFileByItsData(t *testing.T) {
+	ctx := context.Background()
+	files, q := &sparseFiles{}, &fakeQuota{left: 1 << 20}
+	svc, _, p, th := setupWith(t, scriptEngine{}, func(_ *turns.Deps, d *Deps) {
+		d.Container, d.Quota = files, q
+	})
+	if _, err := svc.ForkThread(ctx, p, th.ID(), ""); err != nil {
+		t.Fatalf("fork: %v", err)
+	}
+	if len(q.stores) != 1 || q.stores[0] < sparseData || q.stores[0] >= 1<<20 {
+		t.Fatalf("the quota was asked about %v bytes, want the data's %d and the messages'", q.stores, sparseData)
+	}
+	want := fmt.Sprintf("%s/disk.img %d", sandbox.OutputsDir, sparseData)
+	if !slices.Equal(files.copies, []string{want}) {
+		t.Fatalf("copies %q, want %q", files.copies, want)
 	}
 }

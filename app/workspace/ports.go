@@ -87,6 +87,18 @@ type ContainerFiles interface {
 	Write(ctx context.Context, containerID, sandboxPath string, r io.Reader, limit int64) (file.Info, error)
 }
 
+// DataCopier is a ContainerFiles that copies a file between containers by
+// its data alone (infra/fsroot.Containers), keeping its holes: a fork
+// copies a sandbox's `truncate -s 1T` file as its few written blocks, as
+// its Walk counts it (file.Info.Holes). Without it a fork copies each
+// file whole.
+type DataCopier interface {
+	// CopyFile copies the regular file at sandboxPath of container from
+	// to the same path of container to, at most limit bytes of data, and
+	// returns the copy and the bytes of data it holds.
+	CopyFile(ctx context.Context, from, to, sandboxPath string, limit int64) (file.Info, int64, error)
+}
+
 // Syncer is a ContainerFiles that can make one file durable, with the
 // folder entries that lead to it (infra/fsroot.Containers): the outputs a
 // turn announces must outlive a crash, or a full disk under the container's

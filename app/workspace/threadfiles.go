@@ -119,9 +119,10 @@ var forkMounts = []string{sandbox.WorkspaceDir, sandbox.UploadsDir, sandbox.Outp
 // the caller's threads: its complete messages and its files (workspace,
 // uploads and outputs). Artifacts are not copied: they belong to the
 // project already. The copy counts toward the org's storage quota: the
-// messages' and files' bytes are measured first, and a fork that does not
-// fit is refused before anything is made; the files are then copied
-// within the bytes measured.
+// messages' and files' bytes are measured first (a sparse file's data,
+// not its size, where files are copied by their data: DataCopier), and a
+// fork that does not fit is refused before anything is made; the files
+// are then copied within the bytes measured.
 //
 // With messageID, an assistant message of the thread, the fork is of the
 // thread as that turn left it: its messages up to that one, and the files
@@ -287,7 +288,7 @@ func (s *Service) dropUnfinishedFork(ctx context.Context, t thread.Thread) (bool
 }
 
 // forkSource is what a fork copies of its source thread's container: the
-// sandbox paths of its files and the bytes they held when listed.
+// sandbox paths of its files and the bytes their copies store, as listed.
 type forkSource struct {
 	containerID string
 	paths       []string
@@ -323,7 +324,7 @@ func (s *Service) forkFiles(ctx context.Context, p user.Principal, src thread.Th
 			}
 			if p, ok := table.Path(loc.Mount, info.Rel); ok {
 				out.paths = append(out.paths, p)
-				out.bytes += info.Size
+				out.bytes += s.copyBytes(info)
 			}
 		}
 	}
@@ -350,8 +351,25 @@ func (s *Service) copyFiles(ctx context.Context, p user.Principal, src forkSourc
 	return nil
 }
 
-// copyFile copies one file, at most limit bytes, and returns its size.
+// copyBytes is what a fork's copy of the listed file stores: its data
+// where the files are copied by their data (DataCopier), else its size.
+func (s *Service) copyBytes(info file.Info) int64 {
+	if _, ok := s.d.Container.(DataCopier); ok {
+		return info.Data()
+	}
+	return info.Size
+}
+
+// copyFile copies one file, at most limit bytes (of data, where the files
+// are copied by their data), and returns what the copy stores.
 func (s *Service) copyFile(ctx context.Context, from, to, p string, limit int64) (int64, error) {
+	if c, ok := s.d.Container.(DataCopier); ok {
+		_, n, err := c.CopyFile(ctx, from, to, p, limit)
+		if errors.Is(err, file.ErrNotFound) {
+			return 0, nil // removed meanwhile
+		}
+		return n, copyErr(p, err)
+	}
 	r, _, err := s.d.Container.Open(ctx, from, p)
 	if errors.Is(err, file.ErrNotFound) {
 		return 0, nil // removed meanwhile
@@ -361,11 +379,16 @@ func (s *Service) copyFile(ctx context.Context, from, to, p string, limit int64)
 	}
 	defer r.Close()
 	info, err := s.d.Container.Write(ctx, to, p, r, limit)
-	if errors.Is(err, file.ErrTooLarge) && !errors.Is(err, file.ErrDiskFull) {
-		return 0, fault.Errorf(fault.Conflict, "the thread's files grew while they were copied (%s); fork it again", p)
+	return info.Size, copyErr(p, err)
+}
+
+// copyErr explains why the copy of the file at p failed (nil: it did not).
+func copyErr(p string, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, file.ErrTooLarge) && !errors.Is(err, file.ErrDiskFull):
+		return fault.Errorf(fault.Conflict, "the thread's files grew while they were copied (%s); fork it again", p)
 	}
-	if err != nil {
-		return 0, fmt.Errorf("workspace: fork: write %s: %w", p, err)
-	}
-	return info.Size, nil
+	return fmt.Errorf("workspace: fork: write %s: %w", p, err)
 }

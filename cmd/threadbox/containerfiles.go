@@ -27,9 +27,10 @@ type containerFiles interface {
 }
 
 var (
-	_ containerFiles   = (*fsroot.Containers)(nil)
-	_ containerFiles   = (*kubernetes.Files)(nil)
-	_ workspace.Syncer = (*fsroot.Containers)(nil) // each output synced before it is announced
+	_ containerFiles       = (*fsroot.Containers)(nil)
+	_ containerFiles       = (*kubernetes.Files)(nil)
+	_ workspace.Syncer     = (*fsroot.Containers)(nil) // each output synced before it is announced
+	_ workspace.DataCopier = (*fsroot.Containers)(nil) // a fork copies a sparse file by its data
 )
 
 // podFiles returns the file access through the pods when the first

@@ -26,10 +26,18 @@ var (
 
 // Info describes one file (or folder) found within a mount.
 type Info struct {
-	Rel      string // slash-separated path within the mount
-	Size     int64
+	Rel  string // slash-separated path within the mount
+	Size int64
+	// Holes is the bytes of a regular file's holes: its size less its
+	// data, which a sandbox's `truncate -s 1T` makes at no cost to its
+	// disk. Zero where the file has none, or where the lister does not
+	// measure them (only the host's own listings do).
+	Holes    int64
 	Dir      bool
 	Created  time.Time // birth time where the filesystem keeps it, else Modified
 	Modified time.Time
 	Inode    uint64
 }
+
+// Data returns the bytes of a regular file's data: Size less its Holes.
+func (i Info) Data() int64 { return i.Size - i.Holes }

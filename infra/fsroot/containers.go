@@ -122,6 +122,25 @@ func (c *Containers) Write(ctx context.Context, containerID, sandboxPath string,
 	return fs.Write(ctx, loc.Mount, loc.Rel, r, limit)
 }
 
+// CopyFile copies the regular file at sandboxPath of container from to the
+// same path of container to, atomically, by its data alone: its holes stay
+// holes (FS.WriteData), so a file of 1 TiB made by `truncate -s 1T` costs
+// the copy its written blocks. More than limit bytes of data (limit < 0:
+// no limit) fail with ErrTooLarge. It returns the copy and the bytes of
+// data it holds.
+func (c *Containers) CopyFile(ctx context.Context, from, to, sandboxPath string, limit int64) (file.Info, int64, error) {
+	src, loc, err := c.locate(from, sandboxPath)
+	if err != nil {
+		return file.Info{}, 0, err
+	}
+	in, info, err := src.Open(ctx, loc.Mount, loc.Rel)
+	if err != nil {
+		return file.Info{}, 0, err
+	}
+	defer in.Close()
+	return c.FS(to).WriteData(ctx, loc.Mount, loc.Rel, in, info.Size, limit)
+}
+
 // Remove deletes the file at sandboxPath (a symlink itself, never its
 // target).
 func (c *Containers) Remove(ctx context.Context, containerID, sandboxPath string) error {

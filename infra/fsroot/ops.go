@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"threadbox/domain/file"
+	"threadbox/infra/sparse"
 )
 
 // Open opens the regular file rel of mount m for reading. A symlink anywhere
@@ -184,6 +185,11 @@ func (f *FS) walkDir(ctx context.Context, dir int, rel string, depth int, count 
 			return fmt.Errorf("fsroot: more than %d entries: %w", MaxEntries, ErrTooLarge)
 		}
 		info := infoOf(joinRel(rel, name), &st)
+		if t == unix.S_IFREG {
+			if info.Holes, err = holes(dir, name, &st); err != nil {
+				return mapErrno("measure "+info.Rel, err)
+			}
+		}
 		if err := visit(info, dir); err != nil {
 			return err
 		}
@@ -209,6 +215,36 @@ func (f *FS) walkDir(ctx context.Context, dir int, rel string, depth int, count 
 	return nil
 }
 
+// holes returns the bytes of the holes of the regular file name under
+// dir, whose statx is st: none when its blocks cover its size, else its
+// size less its data extents (sparse.DataBytes) as the file opened (never
+// through a link) has them. A file that is no longer a regular file, or
+// no longer there, has none.
+func holes(dir int, name string, st *unix.Statx_t) (int64, error) {
+	if int64(st.Blocks)*512 >= int64(st.Size) {
+		return 0, nil
+	}
+	fd, err := unix.Openat(dir, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+	if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENXIO) {
+		return 0, nil // removed or swapped meanwhile
+	}
+	if err != nil {
+		return 0, err
+	}
+	f := os.NewFile(uintptr(fd), name)
+	defer f.Close()
+	now, err := statxAt(fd, "")
+	if err != nil || fileType(&now) != unix.S_IFREG {
+		return 0, err
+	}
+	size := min(int64(st.Size), int64(now.Size))
+	data, err := sparse.DataBytes(f, size)
+	if err != nil {
+		return 0, err
+	}
+	return max(int64(st.Size)-data, 0), nil
+}
+
 // Write stores what r yields at rel in mount m atomically: parents are
 // created, the bytes go to a temporary file in the same folder, which is
 // synced and renamed over rel, and the folder is synced. More than limit
@@ -216,6 +252,59 @@ func (f *FS) walkDir(ctx context.Context, dir int, rel string, depth int, count 
 // A symlink at rel is replaced, never followed; a symlink among the parents
 // fails with ErrSymlink. The skills mount is read-only (ErrReadOnly).
 func (f *FS) Write(ctx context.Context, m file.Mount, rel string, r io.Reader, limit int64) (file.Info, error) {
+	return f.replace(ctx, m, rel, func(out *os.File) error {
+		var src io.Reader = &ctxReader{ctx: ctx, r: r}
+		if limit >= 0 {
+			src = io.LimitReader(src, limit+1)
+		}
+		n, err := copyLarge(out, src)
+		if err != nil {
+			return f.diskFullErr("write "+rel, int(out.Fd()), err)
+		}
+		if limit >= 0 && n > limit {
+			return fmt.Errorf("fsroot: write %s: more than %d bytes: %w", rel, limit, ErrTooLarge)
+		}
+		return nil
+	})
+}
+
+// WriteData stores the first size bytes of src at rel in mount m as Write
+// does, by their data alone: each data extent of src is written where it
+// lies and the holes between stay holes, so a sparse file of terabytes
+// costs the disk its few written blocks. More than limit bytes of data
+// (limit < 0: no limit) fail with ErrTooLarge and leave rel as it was.
+// It returns the file written and the bytes of data it holds.
+func (f *FS) WriteData(ctx context.Context, m file.Mount, rel string, src *os.File, size, limit int64) (file.Info, int64, error) {
+	var data int64
+	info, err := f.replace(ctx, m, rel, func(out *os.File) error {
+		buf := make([]byte, copyBufferSize)
+		err := sparse.DataExtents(src, size, func(off, n int64) error {
+			if data += n; limit >= 0 && data > limit {
+				return fmt.Errorf("fsroot: write %s: more than %d bytes of data: %w", rel, limit, ErrTooLarge)
+			}
+			in := &ctxReader{ctx: ctx, r: io.NewSectionReader(src, off, n)}
+			_, err := io.CopyBuffer(io.NewOffsetWriter(out, off), in, buf)
+			if err != nil {
+				return f.diskFullErr("write "+rel, int(out.Fd()), err)
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		// The holes up to the size read as zeros, as they did in src.
+		if err := out.Truncate(size); err != nil {
+			return f.diskFullErr("write "+rel, int(out.Fd()), err)
+		}
+		return nil
+	})
+	return info, data, err
+}
+
+// replace makes rel in mount m what fill writes into a new temporary file
+// beside it, atomically, as Write describes; a fill that fails leaves rel
+// as it was.
+func (f *FS) replace(ctx context.Context, m file.Mount, rel string, fill func(out *os.File) error) (file.Info, error) {
 	if err := ctx.Err(); err != nil {
 		return file.Info{}, err
 	}
@@ -257,16 +346,8 @@ func (f *FS) Write(ctx context.Context, m file.Mount, rel string, r io.Reader, l
 			_ = unix.Unlinkat(parent, tmp, 0)
 		}
 	}()
-	var src io.Reader = &ctxReader{ctx: ctx, r: r}
-	if limit >= 0 {
-		src = io.LimitReader(src, limit+1)
-	}
-	n, err := copyLarge(out, src)
-	if err != nil {
-		return file.Info{}, f.diskFullErr("write "+rel, fd, err)
-	}
-	if limit >= 0 && n > limit {
-		return file.Info{}, fmt.Errorf("fsroot: write %s: more than %d bytes: %w", rel, limit, ErrTooLarge)
+	if err := fill(out); err != nil {
+		return file.Info{}, err
 	}
 	if o := f.opts.Owner; o != nil {
 		if err := unix.Fchown(fd, o.UID, o.GID); err != nil {
