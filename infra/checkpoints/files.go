@@ -140,29 +140,12 @@ func (f *Files) Mirror(ctx context.Context, orgID, id, dir string) (Pending, err
 	var m Manifest
 	sent := 0
 	for _, sub := range mirrored {
-		top := filepath.Join(root, sub)
-		if _, err := os.Lstat(top); errors.Is(err, fs.ErrNotExist) {
-			continue
-		}
-		err := filepath.WalkDir(top, func(path string, d fs.DirEntry, err error) error {
-			if err != nil {
-				return err
-			}
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			info, err := d.Info()
-			if err != nil {
-				return err
-			}
-			rel, _ := filepath.Rel(root, path)
-			e := Entry{Path: filepath.ToSlash(rel), Mode: info.Mode()}
-			if st, ok := info.Sys().(*syscall.Stat_t); ok {
-				e.UID, e.GID = int(st.Uid), int(st.Gid)
-			}
-			switch {
-			case d.IsDir():
-			case d.Type()&fs.ModeSymlink != 0:
+		err := walk(ctx, root, sub, func(rel string, st *unix.Stat_t) error {
+			e := Entry{Path: rel, Mode: fileMode(st), UID: int(st.Uid), GID: int(st.Gid)}
+			var err error
+			switch st.Mode & unix.S_IFMT {
+			case unix.S_IFDIR:
+			case unix.S_IFLNK:
 				e.Link, err = readLink(root, e.Path)
 				if errors.Is(err, errNotFile) {
 					return nil // swapped since the walk: the next mirror sees what it is now
@@ -170,8 +153,8 @@ func (f *Files) Mirror(ctx context.Context, orgID, id, dir string) (Pending, err
 				if err != nil {
 					return err
 				}
-			case d.Type().IsRegular():
-				e.Size, e.MTime = info.Size(), info.ModTime().UnixNano()
+			case unix.S_IFREG:
+				e.Size, e.MTime = st.Size, st.Mtim.Nano()
 				if p, ok := known[e.Path]; ok && e.same(p) {
 					e.SHA256, e.Extents = p.SHA256, p.Extents
 					break
@@ -407,6 +390,109 @@ func (f *Files) Forget(ctx context.Context, orgID, id string) error {
 		}
 	}
 	return nil
+}
+
+// beforeDescend, when set, is called with each folder the mirror's walk
+// found, before it opens it (tests swap the folder for a link there).
+var beforeDescend func(rel string)
+
+// walk calls visit with every folder, regular file, symbolic link and
+// other file at or below the folder top of root (rel slash-separated,
+// below root), folders before what they hold, in lexical order, with its
+// Lstat. It never goes through a symbolic link: each folder is opened
+// relative to the one that holds it with O_NOFOLLOW|O_DIRECTORY, its
+// entries are read and stat'ed through that descriptor, and what visit
+// sees of a folder is the Fstat of the folder opened. A folder that code
+// in the sandbox swapped for a link (or removed) since it was listed is
+// left out, never followed: no name, mode or owner of a host folder's
+// entries is recorded. A top that does not exist is no error.
+func walk(ctx context.Context, root, top string, visit func(rel string, st *unix.Stat_t) error) error {
+	fd, err := unix.Open(root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return &fs.PathError{Op: "open", Path: root, Err: err}
+	}
+	defer unix.Close(fd)
+	return walkAt(ctx, fd, top, top, visit)
+}
+
+// walkAt walks the entry name of the open folder parent, rel below the
+// walk's root.
+func walkAt(ctx context.Context, parent int, name, rel string, visit func(rel string, st *unix.Stat_t) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if len(rel) > unix.PathMax {
+		// As a walk by path would: it also bounds the folders held open.
+		return &fs.PathError{Op: "lstat", Path: rel[:64] + "…", Err: unix.ENAMETOOLONG}
+	}
+	var st unix.Stat_t
+	if err := unix.Fstatat(parent, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return nil // removed since it was listed
+		}
+		return &fs.PathError{Op: "lstat", Path: rel, Err: err}
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		return visit(rel, &st)
+	}
+	if beforeDescend != nil {
+		beforeDescend(rel)
+	}
+	fd, err := unix.Openat(parent, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) {
+		return nil // removed or swapped since it was listed: the next mirror sees what it is now
+	}
+	if err != nil {
+		return &fs.PathError{Op: "open", Path: rel, Err: err}
+	}
+	dir := os.NewFile(uintptr(fd), rel)
+	defer dir.Close()
+	if err := unix.Fstat(fd, &st); err != nil {
+		return &fs.PathError{Op: "stat", Path: rel, Err: err}
+	}
+	if err := visit(rel, &st); err != nil {
+		return err
+	}
+	names, err := dir.Readdirnames(-1)
+	if err != nil {
+		return &fs.PathError{Op: "readdir", Path: rel, Err: err}
+	}
+	slices.Sort(names)
+	for _, n := range names {
+		if err := walkAt(ctx, fd, n, rel+"/"+n, visit); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// fileMode is the fs.FileMode of a stat's mode, as os.Lstat gives it.
+func fileMode(st *unix.Stat_t) fs.FileMode {
+	mode := fs.FileMode(st.Mode & 0o777)
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFDIR:
+		mode |= fs.ModeDir
+	case unix.S_IFLNK:
+		mode |= fs.ModeSymlink
+	case unix.S_IFIFO:
+		mode |= fs.ModeNamedPipe
+	case unix.S_IFSOCK:
+		mode |= fs.ModeSocket
+	case unix.S_IFBLK:
+		mode |= fs.ModeDevice
+	case unix.S_IFCHR:
+		mode |= fs.ModeDevice | fs.ModeCharDevice
+	}
+	if st.Mode&unix.S_ISUID != 0 {
+		mode |= fs.ModeSetuid
+	}
+	if st.Mode&unix.S_ISGID != 0 {
+		mode |= fs.ModeSetgid
+	}
+	if st.Mode&unix.S_ISVTX != 0 {
+		mode |= fs.ModeSticky
+	}
+	return mode
 }
 
 // putFile sends the first size bytes of the file rel (slash-separated)

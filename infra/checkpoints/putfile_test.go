@@ -7,6 +7,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -118,6 +120,76 @@ func TestReadLinkNeverFollowsALink(t *testing.T) {
 	for _, rel := range []string{"workspace/up/hostlink", "workspace/dir/plain"} {
 		if got, err := readLink(root, rel); !errors.Is(err, errNotFile) {
 			t.Errorf("%s: %q, %v, want errNotFile", rel, got, err)
+		}
+	}
+}
+
+// oneRoot is the Roots of a single container's folder.
+type oneRoot string
+
+func (r oneRoot) FilesRoot(context.Context, string) (string, error) { return string(r), nil }
+
+// TestMirrorNeverWalksThroughALink: a folder the mirror's walk found,
+// which code swaps for a symbolic link to a host folder before the walk
+// descends into it, is left out: no entry of the host folder (its names,
+// modes and owners) is in the manifest, nor any of its content in the
+// store. The container's other files are mirrored.
+func TestMirrorNeverWalksThroughALink(t *testing.T) {
+	root, outside, dir := t.TempDir(), t.TempDir(), t.TempDir()
+	if err := os.MkdirAll(filepath.Join(outside, "host-folder"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(outside, "host-file"), []byte("the server's secret"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"workspace/dir/sub", "workspace/keep"} {
+		if err := os.MkdirAll(filepath.Join(root, p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(root, "workspace", "keep", "notes"), []byte("notes"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	swapped := false
+	beforeDescend = func(rel string) {
+		if rel != "workspace/dir" {
+			return
+		}
+		p := filepath.Join(root, "workspace", "dir")
+		if err := os.RemoveAll(p); err != nil {
+			t.Error(err)
+		}
+		if err := os.Symlink(outside, p); err != nil {
+			t.Error(err)
+		}
+		swapped = true
+	}
+	t.Cleanup(func() { beforeDescend = nil })
+	blobs := &memBlobs{put: map[string][]byte{}}
+	files := NewFiles(oneRoot(root), func(string, string) (FileBlobs, error) { return blobs, nil })
+	if _, err := files.Mirror(context.Background(), "org", "ctr", dir); err != nil {
+		t.Fatal(err)
+	}
+	if !swapped {
+		t.Fatal("the walk never reached the folder")
+	}
+	m, err := readManifest(filepath.Join(dir, manifestFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var paths []string
+	for _, e := range m.Entries {
+		paths = append(paths, e.Path)
+		if strings.HasPrefix(e.Path, "workspace/dir/") {
+			t.Errorf("the manifest holds %q, an entry of a host folder (%v)", e.Path, e.Mode)
+		}
+	}
+	if !slices.Contains(paths, "workspace/keep/notes") {
+		t.Errorf("the container's file is not mirrored: %q", paths)
+	}
+	for _, b := range blobs.put {
+		if bytes.Contains(b, []byte("secret")) {
+			t.Errorf("the store got %q, a file outside the container's folders", b)
 		}
 	}
 }
