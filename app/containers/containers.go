@@ -238,7 +238,10 @@ func (soleLeases) Holds(context.Context, string) (bool, bool, error) { return fa
 // age, which stay downloadable, and the records it forgets when a
 // container is deleted for good.
 type Retainer interface {
-	Retain(ctx context.Context, containerID, orgID, ownerID string) error
+	// Retain keeps the container's outputs and returns the sandbox paths
+	// of those it left out (outputs whose holes, stored whole, would not
+	// fit the org's storage quota).
+	Retain(ctx context.Context, containerID, orgID, ownerID string) (skipped []string, err error)
 	Forget(ctx context.Context, containerID string) error
 }
 
@@ -916,8 +919,12 @@ func (s *Service) expire(ctx context.Context, c container.Container) (ok bool, e
 // next sweep.
 func (s *Service) expireLocked(ctx context.Context, c container.Container) error {
 	if s.retainer != nil {
-		if err := s.retainer.Retain(ctx, c.ID(), c.OrgID(), c.OwnerID()); err != nil {
+		skipped, err := s.retainer.Retain(ctx, c.ID(), c.OrgID(), c.OwnerID())
+		if err != nil {
 			return fmt.Errorf("containers: retain outputs: %w", err)
+		}
+		if len(skipped) > 0 {
+			s.log.Warn("outputs not retained: stored whole, their holes would pass the org's storage quota", "container", c.ID(), "org", c.OrgID(), "paths", skipped)
 		}
 	}
 	return s.removeLocked(ctx, c.ID(), func(ctx context.Context, id string) error {

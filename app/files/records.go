@@ -265,18 +265,27 @@ func (s *Service) Expire(ctx context.Context, p user.Principal, scopeID, fileID 
 // record, so it stays downloadable by its file id (with the container's
 // scope id) until it is deleted or expires. The container's removal waits
 // for it: an error leaves the container for the next sweep.
-func (s *Service) Retain(ctx context.Context, containerID, orgID, ownerID string) error {
+//
+// A retained output is stored whole, its holes written out: a sparse
+// output (`truncate -s 1T` in the sandbox, at no cost to its disk) would
+// cost the blob store its size. Its data already counts toward the org's
+// storage quota, so an output with holes is retained only when its holes
+// fit what the org may still store; one that does not is left out, goes
+// with its container, and its sandbox path is returned in skipped for the
+// caller to log. Without a storage quota every output is retained.
+func (s *Service) Retain(ctx context.Context, containerID, orgID, ownerID string) (skipped []string, err error) {
 	if s.records == nil || s.blobs == nil {
-		return nil
+		return nil, nil
 	}
 	root, _ := s.table.Path(file.Outputs, ".")
 	infos, err := s.store.Walk(ctx, containerID, root)
 	if errors.Is(err, file.ErrNotFound) {
-		return nil
+		return nil, nil
 	}
 	if err != nil {
-		return fmt.Errorf("files: retain %s: %w", containerID, err)
+		return nil, fmt.Errorf("files: retain %s: %w", containerID, err)
 	}
+	room := int64(-2) // what the org may still store, asked at the first hole; -1: no quota
 	for _, info := range infos {
 		sp, _ := s.table.Path(file.Outputs, info.Rel)
 		old, err := s.records.FileRecord(ctx, containerID, sp)
@@ -284,26 +293,53 @@ func (s *Service) Retain(ctx context.Context, containerID, orgID, ownerID string
 		case err == nil && old.Expired(s.now()):
 			continue
 		case err != nil && !fault.Is(err, fault.NotFound):
-			return fmt.Errorf("files: retain %s: %w", sp, err)
+			return skipped, fmt.Errorf("files: retain %s: %w", sp, err)
+		}
+		if info.Holes > 0 {
+			if room == -2 {
+				if room, err = s.storageLeft(ctx, orgID); err != nil {
+					return skipped, fmt.Errorf("files: retain %s: %w", sp, err)
+				}
+			}
+			if room >= 0 && info.Holes > room {
+				skipped = append(skipped, sp)
+				continue
+			}
+			if room >= 0 {
+				room -= info.Holes
+			}
 		}
 		body, _, err := s.store.Open(ctx, containerID, sp)
 		if err != nil {
 			if errors.Is(err, file.ErrNotFound) || errors.Is(err, file.ErrSymlink) || errors.Is(err, file.ErrNotRegular) {
 				continue
 			}
-			return fmt.Errorf("files: retain %s: %w", sp, err)
+			return skipped, fmt.Errorf("files: retain %s: %w", sp, err)
 		}
 		sum, n, err := s.blobs.Put(ctx, body)
 		body.Close()
 		if err != nil {
-			return fmt.Errorf("files: retain %s: %w", sp, err)
+			return skipped, fmt.Errorf("files: retain %s: %w", sp, err)
 		}
 		r := Record{ContainerID: containerID, Path: sp, OrgID: orgID, OwnerID: ownerID, SHA256: sum, SizeBytes: n, CreatedAt: info.Created.UTC(), ExpiresAt: old.ExpiresAt}
 		if err := s.records.PutFileRecord(ctx, r); err != nil {
-			return fmt.Errorf("files: retain %s: %w", sp, err)
+			return skipped, fmt.Errorf("files: retain %s: %w", sp, err)
 		}
 	}
-	return nil
+	return skipped, nil
+}
+
+// storageLeft returns what the org may still store: 0 when its storage
+// quota is reached, -1 without a quota.
+func (s *Service) storageLeft(ctx context.Context, orgID string) (int64, error) {
+	if s.quota == nil {
+		return -1, nil
+	}
+	left, err := s.quota.StorageLeft(ctx, orgID)
+	if fault.Is(err, fault.TooLarge) {
+		return 0, nil
+	}
+	return left, err
 }
 
 // Forget deletes the records (and retained contents) of a container

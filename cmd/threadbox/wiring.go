@@ -67,7 +67,7 @@ type system struct {
 // system serves.
 type retainer struct{ sys *system }
 
-func (r retainer) Retain(ctx context.Context, containerID, orgID, ownerID string) error {
+func (r retainer) Retain(ctx context.Context, containerID, orgID, ownerID string) ([]string, error) {
 	return r.sys.files.Retain(ctx, containerID, orgID, ownerID)
 }
 

@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -16,6 +17,7 @@ import (
 	"threadbox/domain/user"
 	"threadbox/infra/blob"
 	"threadbox/infra/fsroot"
+	"threadbox/infra/sparse/sparsetest"
 )
 
 // memRecords keeps file records in memory (the database's are tested
@@ -103,7 +105,10 @@ type recordsEnv struct {
 	blobs string
 }
 
-func newRecordsEnv(t *testing.T) *recordsEnv {
+func newRecordsEnv(t *testing.T) *recordsEnv { return newRecordsEnvQuota(t, nil) }
+
+// newRecordsEnvQuota is newRecordsEnv with the storage quota q (nil: none).
+func newRecordsEnvQuota(t *testing.T, q files.Quota) *recordsEnv {
 	base := t.TempDir()
 	e := &recordsEnv{base: base, now: time.Date(2026, 10, 8, 10, 30, 0, 0, time.UTC), recs: &memRecords{recs: map[[2]string]files.Record{}}, blobs: filepath.Join(base, "blobs")}
 	dirsOf := func(cid string) fsroot.Dirs {
@@ -116,6 +121,7 @@ func newRecordsEnv(t *testing.T) *recordsEnv {
 		Containers: &goneContainers{base: base},
 		Policies:   &fakePolicies{policy: org.DefaultPolicy()},
 		Records:    e.recs,
+		Quota:      q,
 		Blobs:      blob.New(e.blobs),
 		Now:        func() time.Time { return e.now },
 	})
@@ -200,7 +206,7 @@ func TestRetainedOutputs(t *testing.T) {
 		t.Fatal(err)
 	}
 	up, _ := e.svc.Upload(ctx, alice, files.UploadRequest{ScopeID: "s1", Key: "in.txt", Body: strings.NewReader("in"), Limit: 1 << 20})
-	if err := e.svc.Retain(ctx, "c-s1", "o1", "u1"); err != nil {
+	if _, err := e.svc.Retain(ctx, "c-s1", "o1", "u1"); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.RemoveAll(filepath.Join(e.base, "c-s1")); err != nil {
@@ -240,5 +246,46 @@ func TestRetainedOutputs(t *testing.T) {
 	left, _ := filepath.Glob(filepath.Join(e.blobs, "*", "*"))
 	if len(left) != 0 {
 		t.Fatalf("the retained content stayed: %v", left)
+	}
+}
+
+// TestRetainedOutputWithHoles: an output of 64 MiB with a few bytes
+// written (a sandbox's truncate) would be stored whole in the blob store,
+// its holes written out: past what the org may still store (1 MiB) it is
+// not retained and its path is returned; an ordinary output beside it is
+// retained. Without a storage quota it is retained whole.
+func TestRetainedOutputWithHoles(t *testing.T) {
+	const size = 64 << 20
+	for _, tc := range []struct {
+		name  string
+		quota files.Quota
+		want  []string
+	}{
+		{"quota", &fakeQuota{left: 1 << 20}, []string{"/mnt/user-data/outputs/disk.img"}},
+		{"no quota", nil, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newRecordsEnvQuota(t, tc.quota)
+			ctx := context.Background()
+			outs := filepath.Join(e.base, "c-s1", "outputs")
+			sparsetest.Make(t, filepath.Join(outs, "disk.img"), size, sparsetest.Piece{Off: size / 2, Data: "middle"})
+			if err := os.WriteFile(filepath.Join(outs, "report.csv"), []byte("a,b\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			skipped, err := e.svc.Retain(ctx, "c-s1", "o1", "u1")
+			if err != nil || !slices.Equal(skipped, tc.want) {
+				t.Fatalf("retain: skipped %q, %v; want %q", skipped, err, tc.want)
+			}
+			if r, err := e.recs.FileRecord(ctx, "c-s1", "/mnt/user-data/outputs/report.csv"); err != nil || r.SizeBytes != 4 {
+				t.Fatalf("the ordinary output: %+v %v", r, err)
+			}
+			r, err := e.recs.FileRecord(ctx, "c-s1", "/mnt/user-data/outputs/disk.img")
+			if tc.want != nil && err == nil {
+				t.Fatalf("the output with holes was retained: %+v", r)
+			}
+			if tc.want == nil && (err != nil || r.SizeBytes != size) {
+				t.Fatalf("without a quota the output with holes is retained whole: %+v %v", r, err)
+			}
+		})
 	}
 }
