@@ -185,8 +185,17 @@ func New(store Store, t Preparer, cfg Config, log *slog.Logger) *Service {
 	return &Service{store: store, turns: t, cfg: cfg, log: log, now: time.Now, wake: make(chan struct{}, 1)}
 }
 
+// errSandboxToken refuses Message Batches to a sandbox token. The token
+// lives for one turn and acts on its own container only, while a batch
+// runs after the turn has ended and lists, reads and cancels every batch
+// of the user, whatever container their requests ran in.
+var errSandboxToken = fault.New(fault.Forbidden, "a sandbox token cannot use Message Batches: a batch runs after the turn that made the token has ended")
+
 // Create checks and records a batch; its requests start in the background.
 func (s *Service) Create(ctx context.Context, p user.Principal, reqs []Request) (Batch, error) {
+	if p.Kind == user.SandboxToken {
+		return Batch{}, errSandboxToken
+	}
 	if len(reqs) == 0 {
 		return Batch{}, fault.New(fault.Invalid, "requests: at least one request is required")
 	}
@@ -232,6 +241,9 @@ func (s *Service) Create(ctx context.Context, p user.Principal, reqs []Request) 
 
 // Get returns a batch of the caller's.
 func (s *Service) Get(ctx context.Context, p user.Principal, batchID string) (Batch, error) {
+	if p.Kind == user.SandboxToken {
+		return Batch{}, errSandboxToken
+	}
 	b, err := s.store.Batch(ctx, p.OrgID, batchID)
 	if err != nil || b.Principal.UserID != p.UserID {
 		return Batch{}, fault.Errorf(fault.NotFound, "message batch not found: %s", batchID)
@@ -241,6 +253,9 @@ func (s *Service) Get(ctx context.Context, p user.Principal, batchID string) (Ba
 
 // List returns the caller's batches, newest first.
 func (s *Service) List(ctx context.Context, p user.Principal) ([]Batch, error) {
+	if p.Kind == user.SandboxToken {
+		return nil, errSandboxToken
+	}
 	return s.store.Batches(ctx, p.OrgID, p.UserID)
 }
 
@@ -388,9 +403,14 @@ func (s *Service) runOne(ctx context.Context, c Claimed) {
 }
 
 // run runs one request as a live non-streamed Messages request does, as
-// its batch's creator, whose role is read again.
+// its batch's creator, whose role is read again. A batch a sandbox token
+// created (stored before such tokens were refused) does not run: its
+// token ended with its turn.
 func (s *Service) run(ctx context.Context, c Claimed) ([]byte, error) {
 	p := c.Principal
+	if p.Kind == user.SandboxToken {
+		return nil, errSandboxToken
+	}
 	if s.cfg.Users != nil {
 		u, err := s.cfg.Users.User(ctx, p.UserID)
 		switch {
