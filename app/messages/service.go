@@ -124,6 +124,10 @@ type RunOptions struct {
 	// LiveOutput sends the output of server tool calls while they run, as
 	// EventToolOutput events (live.go).
 	LiveOutput bool
+	// NoURLFetch refuses images and documents named by URL instead of
+	// fetching them: a sandbox token's request, whose sandbox reaches the
+	// network only through its org's egress policy.
+	NoURLFetch bool
 }
 
 // Plan is what a request would do, as found by Validate.
@@ -294,7 +298,11 @@ func (s *Service) Run(ctx context.Context, req *wire.Request, opts RunOptions, s
 			return err
 		}
 	}
-	if err := inlineSources(ctx, req, s.cfg.URLs); err != nil {
+	urls := s.cfg.URLs
+	if opts.NoURLFetch {
+		urls = sandboxURLs{}
+	}
+	if err := inlineSources(ctx, req, urls); err != nil {
 		return err
 	}
 	t := &turn{s: s, req: req, plan: p, opts: opts, sink: sink, start: s.cfg.Now()}

@@ -17,6 +17,17 @@ type URLFetcher interface {
 	Fetch(ctx context.Context, url string, accept []string) (mediaType string, data []byte, err error)
 }
 
+// sandboxURLs is the URLFetcher of a sandbox token's requests: it fetches
+// nothing. Code in a sandbox reaches the network only through the egress
+// proxy, under its org's egress policy; a URL fetched here on its behalf
+// would reach any public address, the policy notwithstanding.
+type sandboxURLs struct{}
+
+func (sandboxURLs) Fetch(context.Context, string, []string) (string, []byte, error) {
+	return "", nil, fault.New(fault.Forbidden, "a request made from inside a sandbox cannot name images or documents by URL: "+
+		"fetch the file in the sandbox (its egress policy applies) and send it as base64 data")
+}
+
 // inlineSources rewrites the image and document blocks of req's messages
 // (a tool result's content and a document's content source included) as
 // they go on to the model: a url source becomes a base64 source fetched by

@@ -261,7 +261,8 @@ func (s *Service) Prepare(ctx context.Context, p user.Principal, req *wire.Reque
 	if err != nil {
 		return nil, err
 	}
-	t := &Turn{s: s, p: p, req: req, opts: messages.RunOptions{Plan: plan, OrgID: p.OrgID, UserID: p.UserID}}
+	t := &Turn{s: s, p: p, req: req, opts: messages.RunOptions{Plan: plan, OrgID: p.OrgID, UserID: p.UserID,
+		NoURLFetch: p.Kind == user.SandboxToken}}
 	if th == nil && !needsContainer(req, plan) {
 		return t, nil
 	}
