@@ -5,8 +5,10 @@ import (
 
 	"github.com/gofiber/fiber/v2"
 
+	"threadbox/app/messages"
 	"threadbox/app/messages/wire"
 	"threadbox/domain/fault"
+	"threadbox/domain/user"
 )
 
 // The calls the official SDKs and the tools built on them make beside
@@ -154,7 +156,9 @@ func (s *Server) countTokens(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	n, err := s.svc.Counter.CountTokens(c.UserContext(), req)
+	// A sandbox token's request fetches no URL, as in its turns
+	// (app/turns Prepare).
+	n, err := s.svc.Counter.CountTokens(c.UserContext(), req, messages.CountOptions{NoURLFetch: principal(c).Kind == user.SandboxToken})
 	if err != nil {
 		return s.turnError(c, "count_tokens", err)
 	}

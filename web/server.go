@@ -63,7 +63,7 @@ type Services struct {
 // TokenCounter counts a count_tokens request's input tokens
 // (app/messages).
 type TokenCounter interface {
-	CountTokens(ctx context.Context, req *wire.Request) (messages.TokenCount, error)
+	CountTokens(ctx context.Context, req *wire.Request, opts messages.CountOptions) (messages.TokenCount, error)
 }
 
 // Options tune the HTTP server.

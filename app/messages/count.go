@@ -20,6 +20,13 @@ type TokenCount struct {
 	Estimated bool
 }
 
+// CountOptions tune a count_tokens request.
+type CountOptions struct {
+	// NoURLFetch refuses images and documents named by URL, as
+	// RunOptions.NoURLFetch does.
+	NoURLFetch bool
+}
+
 // CountTokens counts the input tokens of a count_tokens request: the
 // request is checked as a turn's would be, and the step its turn would
 // first send the model (the history as the model reads it and the tool
@@ -28,7 +35,10 @@ type TokenCount struct {
 // Where it cannot (ErrNoTokenCount, a model that is no TokenCounter, or an
 // upstream without the endpoint, answering 404 or 405) the count is an
 // estimate and says so. max_tokens is not part of a count request.
-func (s *Service) CountTokens(ctx context.Context, req *wire.Request) (TokenCount, error) {
+// Images and documents named by URL are fetched here and counted as
+// data, as a turn sends them (no upstream fetches a user's URL), or
+// refused under opts.NoURLFetch.
+func (s *Service) CountTokens(ctx context.Context, req *wire.Request, opts CountOptions) (TokenCount, error) {
 	if req.Model == "" {
 		return TokenCount{}, fault.New(fault.Invalid, "model: Field required")
 	}
@@ -40,7 +50,16 @@ func (s *Service) CountTokens(ctx context.Context, req *wire.Request) (TokenCoun
 	}
 	if c, ok := s.model.(TokenCounter); ok {
 		t := &turn{s: s, req: &checked, plan: p}
-		history, _, _ := stripProgrammatic(cloneMessages(req.Messages))
+		inlined := checked
+		inlined.Messages = cloneMessages(req.Messages)
+		urls := s.cfg.URLs
+		if opts.NoURLFetch {
+			urls = sandboxURLs{}
+		}
+		if err := inlineSources(ctx, &inlined, urls); err != nil {
+			return TokenCount{}, err
+		}
+		history, _, _ := stripProgrammatic(inlined.Messages)
 		tools := t.toolDefinitions()
 		step := StepRequest{
 			Model: req.Model, System: req.System, Messages: readableHistory(upstreamHistory(history), tools),
