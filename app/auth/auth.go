@@ -26,6 +26,9 @@ type Claims struct {
 	Role        user.Role
 	Kind        user.TokenKind
 	ContainerID string
+	// Within names the sandbox token a sandbox token was issued under
+	// (user.Principal.Within).
+	Within string
 	// Resource is what a download ticket opens (one URL path and file).
 	Resource  string
 	IssuedAt  time.Time
@@ -149,13 +152,35 @@ func (s *Service) Authenticate(ctx context.Context, bearer string) (user.Princip
 	if o.Disabled() {
 		return user.Principal{}, fault.New(fault.Unauthenticated, "this organization is disabled")
 	}
+	if c.Within != "" {
+		// A sandbox token of a turn started from inside a sandbox ends
+		// with the token of the turn that started it.
+		if err := s.usableWithin(ctx, c.Within, c.OrgID, c.UserID, now); err != nil {
+			return user.Principal{}, err
+		}
+	}
 	if last := tok.LastUsedAt(); last == nil || now.Sub(*last) > time.Minute {
 		if err := s.store.TouchToken(ctx, tok.ID(), now); err != nil {
 			return user.Principal{}, fmt.Errorf("auth: touch token: %w", err)
 		}
 	}
 	// The role comes from the user record, so a demotion takes effect at once.
-	return user.Principal{UserID: u.ID(), OrgID: u.OrgID(), Role: u.Role(), TokenID: tok.ID(), Kind: tok.Kind(), ContainerID: c.ContainerID}, nil
+	return user.Principal{UserID: u.ID(), OrgID: u.OrgID(), Role: u.Role(), TokenID: tok.ID(), Kind: tok.Kind(), ContainerID: c.ContainerID, Within: c.Within}, nil
+}
+
+// usableWithin refuses unless the sandbox token id (the first of a chain
+// of sandbox tokens) is usable at now and is the user's.
+func (s *Service) usableWithin(ctx context.Context, id, orgID, userID string, now time.Time) error {
+	t, err := s.store.Token(ctx, id)
+	if fault.Is(err, fault.NotFound) {
+		return errUnauthenticated
+	} else if err != nil {
+		return fmt.Errorf("auth: token: %w", err)
+	}
+	if !t.Usable(now) || !t.AccessibleBy(orgID, userID) || t.Kind() != user.SandboxToken {
+		return fault.New(fault.Unauthenticated, "the turn this sandbox token was made for has ended")
+	}
+	return nil
 }
 
 // Issued is a freshly signed token and its record.
@@ -165,12 +190,22 @@ type Issued struct {
 }
 
 func (s *Service) issue(ctx context.Context, u user.User, kind user.TokenKind, name, containerID string, ttl time.Duration) (Issued, error) {
+	return s.issueWithin(ctx, u, kind, name, containerID, "", time.Time{}, ttl)
+}
+
+// issueWithin is issue for a token that works only while the sandbox
+// token within does ("": no such bound) and expires by notAfter (zero:
+// no such bound).
+func (s *Service) issueWithin(ctx context.Context, u user.User, kind user.TokenKind, name, containerID, within string, notAfter time.Time, ttl time.Duration) (Issued, error) {
 	now := s.now()
+	if !notAfter.IsZero() && now.Add(ttl).After(notAfter) {
+		ttl = notAfter.Sub(now)
+	}
 	rec, err := user.NewToken(id.New("tok"), u.ID(), u.OrgID(), name, kind, now, ttl)
 	if err != nil {
 		return Issued{}, err
 	}
-	signed, err := s.codec.Sign(Claims{TokenID: rec.ID(), UserID: u.ID(), OrgID: u.OrgID(), Role: u.Role(), Kind: kind, ContainerID: containerID, IssuedAt: rec.CreatedAt(), ExpiresAt: rec.ExpiresAt()})
+	signed, err := s.codec.Sign(Claims{TokenID: rec.ID(), UserID: u.ID(), OrgID: u.OrgID(), Role: u.Role(), Kind: kind, ContainerID: containerID, Within: within, IssuedAt: rec.CreatedAt(), ExpiresAt: rec.ExpiresAt()})
 	if err != nil {
 		return Issued{}, fmt.Errorf("auth: sign: %w", err)
 	}
@@ -286,11 +321,29 @@ func (s *Service) CreateAPITokenFor(ctx context.Context, email, name string, ttl
 }
 
 // CreateSandboxToken issues a short-lived token acting as the caller, usable
-// only for the given container.
+// only for the given container. When the caller is itself a sandbox token
+// (a turn started from inside a sandbox), the new token is bound to the
+// first sandbox token of the chain: it expires no later and stops working
+// when that one is revoked at the end of its turn, so work started from
+// inside a sandbox cannot go on issuing itself tokens after the turn.
 func (s *Service) CreateSandboxToken(ctx context.Context, p user.Principal, containerID string, ttl time.Duration) (Issued, error) {
 	u, err := s.store.User(ctx, p.UserID)
 	if err != nil {
 		return Issued{}, err
+	}
+	if p.Kind == user.SandboxToken {
+		within := p.Within
+		if within == "" {
+			within = p.TokenID
+		}
+		root, err := s.store.Token(ctx, within)
+		if err != nil {
+			return Issued{}, fmt.Errorf("auth: token: %w", err)
+		}
+		if !root.Usable(s.now()) || !root.AccessibleBy(p.OrgID, p.UserID) {
+			return Issued{}, fault.New(fault.Unauthenticated, "the turn this sandbox token was made for has ended")
+		}
+		return s.issueWithin(ctx, u, user.SandboxToken, "sandbox", containerID, within, root.ExpiresAt(), ttl)
 	}
 	return s.issue(ctx, u, user.SandboxToken, "sandbox", containerID, ttl)
 }

@@ -10,6 +10,11 @@ type Principal struct {
 	Kind    TokenKind
 	// ContainerID limits a sandbox token to the container it was made for.
 	ContainerID string
+	// Within is, for a sandbox token issued to a turn that a sandbox token
+	// started (a Messages request from inside a sandbox), the first
+	// sandbox token of that chain: the token works only while that one
+	// does, so nothing started from inside a sandbox outlives its turn.
+	Within string
 }
 
 // IsAdmin reports whether the caller administers their org. A sandbox

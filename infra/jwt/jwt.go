@@ -41,6 +41,7 @@ type claims struct {
 	Role        string `json:"role"`
 	Kind        string `json:"kind"`
 	ContainerID string `json:"ctr,omitempty"`
+	Within      string `json:"wtn,omitempty"`
 	Resource    string `json:"res,omitempty"`
 }
 
@@ -78,7 +79,7 @@ func (c *Codec) Sign(cl auth.Claims) (string, error) {
 			IssuedAt: gojwt.NewNumericDate(cl.IssuedAt), NotBefore: gojwt.NewNumericDate(cl.IssuedAt.Add(-time.Second)),
 			ExpiresAt: gojwt.NewNumericDate(cl.ExpiresAt),
 		},
-		OrgID: cl.OrgID, Role: string(cl.Role), Kind: string(cl.Kind), ContainerID: cl.ContainerID, Resource: cl.Resource,
+		OrgID: cl.OrgID, Role: string(cl.Role), Kind: string(cl.Kind), ContainerID: cl.ContainerID, Within: cl.Within, Resource: cl.Resource,
 	})
 	t.Header["kid"] = c.kid
 	s, err := t.SignedString(c.priv)
@@ -119,7 +120,7 @@ func (c *Codec) Verify(token string) (auth.Claims, error) {
 	if cl.ID == "" || cl.Subject == "" || cl.OrgID == "" {
 		return auth.Claims{}, errors.New("jwt: missing jti, sub or org")
 	}
-	out := auth.Claims{TokenID: cl.ID, UserID: cl.Subject, OrgID: cl.OrgID, Role: user.Role(cl.Role), Kind: user.TokenKind(cl.Kind), ContainerID: cl.ContainerID, Resource: cl.Resource}
+	out := auth.Claims{TokenID: cl.ID, UserID: cl.Subject, OrgID: cl.OrgID, Role: user.Role(cl.Role), Kind: user.TokenKind(cl.Kind), ContainerID: cl.ContainerID, Within: cl.Within, Resource: cl.Resource}
 	if cl.IssuedAt != nil {
 		out.IssuedAt = cl.IssuedAt.Time
 	}
