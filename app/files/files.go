@@ -151,6 +151,12 @@ func (s *Service) Upload(ctx context.Context, p user.Principal, req UploadReques
 		return File{}, fault.New(fault.Invalid, "Idempotency-Key is longer than 255 characters")
 	}
 	idemKey := p.OrgID + "\x00" + p.UserID + "\x00" + req.IdempotencyKey
+	if p.Kind == user.SandboxToken {
+		// A sandbox token's keys are its container's own: its uploads
+		// without scope_id go to that container, not to the user's default
+		// one, and it may not learn of the user's uploads elsewhere.
+		idemKey += "\x00sandbox\x00" + p.ContainerID
+	}
 	fingerprint := req.ScopeID + "\x00" + key
 	saved, claimed, err := s.idem.Claim(ctx, idemKey, fingerprint)
 	if err != nil {
