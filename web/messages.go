@@ -59,6 +59,15 @@ func (s *Server) createMessage(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
+	if s.svc.Auth != nil {
+		// A turn started from inside a sandbox ends when the turn whose
+		// token it came with does.
+		ctx, err := s.svc.Auth.Bound(c.UserContext(), principal(c))
+		if err != nil {
+			return err
+		}
+		c.SetUserContext(ctx)
+	}
 	turn, err := door.Prepare(c.UserContext(), principal(c), req, nil)
 	if err != nil {
 		return err

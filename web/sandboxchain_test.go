@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -16,6 +17,9 @@ import (
 	"time"
 
 	"threadbox/app/auth"
+	"threadbox/app/messages"
+	"threadbox/app/messages/wire"
+	"threadbox/app/turns"
 	"threadbox/domain/fault"
 	"threadbox/domain/org"
 	"threadbox/domain/user"
@@ -164,5 +168,69 @@ func TestNestedSandboxTokensEndWithTheirTurn(t *testing.T) {
 	}
 	if _, err := a.CreateSandboxToken(ctx, pn, "ctr_1", 30*time.Minute); !strings.Contains(fmt.Sprint(err), "ended") {
 		t.Errorf("a further token from the nested turn after its parent's ended: %v, want refused", err)
+	}
+}
+
+// heldEngine runs every turn until its context ends or the test lets it
+// go, handing the test each turn's context as it starts.
+type heldEngine struct {
+	started chan context.Context
+	release chan struct{}
+}
+
+func (heldEngine) Validate(*wire.Request) (*messages.Plan, error) { return &messages.Plan{}, nil }
+
+func (e heldEngine) Run(ctx context.Context, _ *wire.Request, _ messages.RunOptions, _ messages.Sink) error {
+	e.started <- ctx
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-e.release:
+		return errors.New("released by the test")
+	}
+}
+
+// TestSandboxTurnsEndWithTheirTurn sends a Messages request from inside a
+// sandbox with its turn's token, streamed and not, as a background process
+// could keep one running: when the turn ends (its token is revoked) the
+// request's turn is stopped with it, not run on to its end.
+func TestSandboxTurnsEndWithTheirTurn(t *testing.T) {
+	for _, stream := range []bool{false, true} {
+		t.Run(fmt.Sprintf("stream=%v", stream), func(t *testing.T) {
+			ctx := context.Background()
+			t0 := time.Now().Add(-time.Hour)
+			st := &memAuth{org: org.Restore("org_1", "acme", false, org.Policy{}, t0),
+				users:  map[string]user.User{"usr_1": user.Restore("usr_1", "org_1", "u@acme.test", user.Member, false, "", t0)},
+				tokens: map[string]user.Token{}}
+			a := auth.New(st, nil, jsonCodec{}, auth.Config{})
+			eng := heldEngine{started: make(chan context.Context, 1), release: make(chan struct{})}
+			srv := New(Services{Auth: a, Turns: turns.New(turns.Deps{Engine: eng, Containers: noContainers{}})}, slog.New(slog.DiscardHandler), Options{})
+			srv.app.Handler()
+
+			api := user.Principal{UserID: "usr_1", OrgID: "org_1", Role: user.Member, TokenID: "tok_api", Kind: user.APIToken}
+			tok, err := a.CreateSandboxToken(ctx, api, "ctr_1", 30*time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			client, server := net.Pipe()
+			served := make(chan struct{})
+			go func() { defer close(served); srv.ServeSandboxConn(server, "ctr_1") }()
+			defer func() { client.Close(); <-served }()
+			defer close(eng.release)
+			body := fmt.Sprintf(`{"model":"m","max_tokens":5,"stream":%v,"messages":[{"role":"user","content":"hi"}]}`, stream)
+			go fmt.Fprintf(client, "POST /api/gpt/v1/messages HTTP/1.1\r\nHost: 127.0.0.1:47800\r\nAuthorization: Bearer %s\r\n"+
+				"Content-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", tok.Token, len(body), body)
+			go func() { _, _ = io.Copy(io.Discard, client) }()
+			turnCtx := <-eng.started
+			if err := turnCtx.Err(); err != nil {
+				t.Fatalf("the turn's context ended before its token was revoked: %v", err)
+			}
+			if err := a.Revoke(ctx, tok.Record.ID()); err != nil { // the sandbox's turn ends
+				t.Fatal(err)
+			}
+			if turnCtx.Err() == nil {
+				t.Error("the request's turn runs on after the turn whose token it came with ended")
+			}
+		})
 	}
 }

@@ -62,7 +62,9 @@ func (s *Server) answerTurn(c *fiber.Ctx, stream bool, run runFunc, what string)
 		c.Response().Header.SetContentType(fiber.MIMEApplicationJSON)
 		return nil
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	// The request's context, not the handler's: it lives on after the
+	// handler returns (Background, or a sandbox token's bound).
+	ctx, cancel := context.WithCancel(c.UserContext())
 	st := newEventStream(ctx)
 	log := s.log
 	s.turnRunner.run(func() {

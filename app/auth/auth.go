@@ -83,6 +83,8 @@ type Service struct {
 	gate   *passwordGate
 	// compare checks a password against its hash (bcrypt).
 	compare func(hash, password []byte) error
+	// revocations ends the requests bound to a token revoked here (Bound).
+	revocations revocations
 }
 
 // New returns the auth service.
@@ -372,12 +374,20 @@ func (s *Service) RevokeOwn(ctx context.Context, p user.Principal, tokenID strin
 	if !t.AccessibleBy(p.OrgID, p.UserID) {
 		return fault.New(fault.NotFound, "token not found")
 	}
-	return s.store.RevokeToken(ctx, tokenID, s.now())
+	if err := s.store.RevokeToken(ctx, tokenID, s.now()); err != nil {
+		return err
+	}
+	s.revocations.revoked(tokenID)
+	return nil
 }
 
 // Revoke revokes any token by id (operator CLI).
 func (s *Service) Revoke(ctx context.Context, tokenID string) error {
-	return s.store.RevokeToken(ctx, tokenID, s.now())
+	if err := s.store.RevokeToken(ctx, tokenID, s.now()); err != nil {
+		return err
+	}
+	s.revocations.revoked(tokenID)
+	return nil
 }
 
 // Bootstrap creates the org and its admin when missing, sets the password
