@@ -24,6 +24,7 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -34,6 +35,7 @@ import (
 	"threadbox/app/messages"
 	"threadbox/app/messages/wire"
 	"threadbox/app/turns"
+	"threadbox/domain/id"
 	"threadbox/domain/org"
 	"threadbox/domain/thread"
 	"threadbox/domain/user"
@@ -120,7 +122,25 @@ func New(d Deps) *Service {
 	})
 	s.addTools()
 	s.addResources()
+	s.srv.AddReceivingMiddleware(s.recoverPanics)
 	return s
+}
+
+// recoverPanics answers a request whose handler panicked with an error
+// and logs the panic. The SDK runs handlers on goroutines of its own, out
+// of reach of the HTTP server's recovery: a panic there (in a tool of the
+// kit, say) would end the whole process.
+func (s *Service) recoverPanics(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (res mcp.Result, err error) {
+		defer func() {
+			if r := recover(); r != nil {
+				eid := id.New("err")
+				s.log.Error("panic in an MCP request", "method", method, "error_id", eid, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+				res, err = nil, fmt.Errorf("internal error (error id %s; the server's log has the cause)", eid)
+			}
+		}()
+		return next(ctx, method, req)
+	}
 }
 
 // instructions tell the client's model what the server is.
