@@ -43,7 +43,10 @@ func (s *Server) sandboxServer() *fasthttp.Server {
 	h := base.Handler // the app's handler behind guardRequests
 	return &fasthttp.Server{
 		Handler: func(ctx *fasthttp.RequestCtx) {
-			if !bytes.HasPrefix(ctx.Path(), []byte(sandboxAPIPrefix)) {
+			// Both the normalised path and the path as sent, which Fiber
+			// routes by: "/api/v1/app/x/..%2F..%2F..%2Fgpt%2F" is normalised
+			// into /api/gpt/ but routed outside it.
+			if !bytes.HasPrefix(ctx.Path(), []byte(sandboxAPIPrefix)) || !bytes.HasPrefix(ctx.URI().PathOriginal(), []byte(sandboxAPIPrefix)) {
 				// Its body is not read: the connection ends with the
 				// answer, so that it cannot be taken for a request.
 				ctx.SetConnectionClose()
