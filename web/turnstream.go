@@ -24,6 +24,8 @@ const DefaultPingInterval = 2 * time.Second
 // maxHold is how long a stream's preamble may be held waiting for the
 // model's first output, so that an upstream that fails (after the adapter's
 // retries) is answered with its HTTP status rather than an error event.
+// It exceeds messages.DefaultStartWait, so that a stream opened at maxHold
+// has its message_start.
 const maxHold = 10 * time.Second
 
 // runFunc runs a turn, sending its events to sink.

@@ -96,6 +96,11 @@ const (
 	StepBlockDelta
 	// StepBlockStop closes block Index.
 	StepBlockStop
+	// StepStart says the upstream began its answer, before any block;
+	// Usage holds the step's input tokens (and cache counts) as the
+	// upstream gives them there, as Anthropic's message_start does. An
+	// adapter whose upstream counts them only at the end sends none.
+	StepStart
 )
 
 // StepEvent is one streamed piece of a model step. Indexes count from 0
@@ -105,6 +110,7 @@ type StepEvent struct {
 	Index int
 	Block wire.ContentBlock
 	Delta wire.BlockDelta
+	Usage wire.Usage // StepStart's
 	// More says the step's next event is already at hand (it came in the
 	// same read from the upstream): the loop may hold this one and write
 	// the two to the client together. An event without More is written

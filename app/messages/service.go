@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"threadbox/app/messages/wire"
@@ -18,6 +20,7 @@ import (
 const (
 	DefaultMaxToolIterations = 20
 	DefaultTurnTimeout       = 10 * time.Minute
+	DefaultStartWait         = 5 * time.Second
 )
 
 // NotConfiguredMessage is the explanation of the error block a sub-tool call
@@ -45,6 +48,12 @@ type Config struct {
 	URLs URLFetcher
 	// Tokens, when set, records the model tokens of every step.
 	Tokens TokenMeter
+	// StartWait is how long a streamed turn's message_start waits for the
+	// model's first step to start, which gives the step's input tokens,
+	// before it is sent without them. It must stay below how long the web
+	// layer holds a stream's preamble (maxHold), so that a stream it
+	// opens has its message_start to open with.
+	StartWait time.Duration
 }
 
 // TokenMeter records the model tokens of one step of a turn for the user
@@ -88,6 +97,9 @@ func New(model Model, tools Tools, cfg Config) *Service {
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.StartWait <= 0 {
+		cfg.StartWait = DefaultStartWait
 	}
 	return &Service{model: model, tools: tools, cfg: cfg}
 }
@@ -307,7 +319,25 @@ func (s *Service) Run(ctx context.Context, req *wire.Request, opts RunOptions, s
 	}
 	t := &turn{s: s, req: req, plan: p, opts: opts, sink: sink, start: s.cfg.Now()}
 	t.holder, _ = sink.(HoldingSink)
-	return t.run(ctx)
+	if !req.Stream {
+		if err := t.begin(wire.Usage{}); err != nil {
+			return err
+		}
+	} else {
+		// message_start waits for the first step's input tokens (StepStart),
+		// the turn's first other event, or StartWait.
+		t.startMu.Lock()
+		t.startTimer = time.AfterFunc(s.cfg.StartWait, func() { _ = t.begin(wire.Usage{}) })
+		t.startMu.Unlock()
+		defer t.startTimer.Stop()
+	}
+	err := t.run(ctx)
+	if err != nil {
+		// A turn that fails before its first step started still opens
+		// with message_start, for the sinks that keep its events.
+		_ = t.begin(wire.Usage{})
+	}
+	return err
 }
 
 // turn is the state of one running request.
@@ -322,6 +352,13 @@ type turn struct {
 	// events were held since the last send or flush.
 	holder HoldingSink
 	held   bool
+
+	// The message's start (message_start, ping) is sent once, by begin:
+	// at the first step's start, before the turn's first other event, or
+	// by startTimer, whichever comes first. begun says it was sent.
+	startMu    sync.Mutex
+	begun      atomic.Bool
+	startTimer *time.Timer
 
 	next    int // index of the next content block
 	usage   wire.Usage
@@ -383,7 +420,44 @@ func (t *turn) scopeID() string {
 	return ""
 }
 
+// begin sends the message's start unless it was sent: message_start, whose
+// usage holds u's input side, and a ping. It may be called from any
+// goroutine.
+func (t *turn) begin(u wire.Usage) error {
+	t.startMu.Lock()
+	defer t.startMu.Unlock()
+	if t.begun.Load() {
+		return nil
+	}
+	// Set once the start was sent: a send that finds it set follows it.
+	defer t.begun.Store(true)
+	if t.startTimer != nil {
+		t.startTimer.Stop()
+	}
+	msg := &wire.Response{ID: "msg_" + id.Text(), Type: "message", Role: wire.RoleAssistant, Model: t.req.Model, Content: []wire.ContentBlock{},
+		Usage: wire.Usage{InputTokens: u.InputTokens, CacheCreationInputTokens: u.CacheCreationInputTokens, CacheReadInputTokens: u.CacheReadInputTokens}}
+	if err := t.sink.Send(wire.Event{Type: wire.EventMessageStart, Message: msg}); err != nil {
+		return fmt.Errorf("messages: send: %w", err)
+	}
+	if err := t.sink.Send(wire.Event{Type: wire.EventPing}); err != nil {
+		return fmt.Errorf("messages: send: %w", err)
+	}
+	return nil
+}
+
+// open sends the message's start, unless it was sent, before the turn's
+// first other event.
+func (t *turn) open() error {
+	if t.begun.Load() {
+		return nil
+	}
+	return t.begin(wire.Usage{})
+}
+
 func (t *turn) send(ev wire.Event) error {
+	if err := t.open(); err != nil {
+		return err
+	}
 	t.held = false // a send writes the held events out too
 	if err := t.sink.Send(ev); err != nil {
 		return fmt.Errorf("messages: send: %w", err)
@@ -395,6 +469,9 @@ func (t *turn) send(ev wire.Event) error {
 // nothing is held while a call runs, and it leaves the turn's own state
 // alone.
 func (t *turn) sendAside(ev wire.Event) error {
+	if err := t.open(); err != nil {
+		return err
+	}
 	if err := t.sink.Send(ev); err != nil {
 		return fmt.Errorf("messages: send: %w", err)
 	}
@@ -406,6 +483,9 @@ func (t *turn) sendAside(ev wire.Event) error {
 func (t *turn) hold(ev wire.Event) error {
 	if t.holder == nil {
 		return t.send(ev)
+	}
+	if err := t.open(); err != nil {
+		return err
 	}
 	t.held = true
 	if err := t.holder.Hold(ev); err != nil {
@@ -427,13 +507,6 @@ func (t *turn) flush() error {
 }
 
 func (t *turn) run(ctx context.Context) error {
-	msg := &wire.Response{ID: "msg_" + id.Text(), Type: "message", Role: wire.RoleAssistant, Model: t.req.Model, Content: []wire.ContentBlock{}}
-	if err := t.send(wire.Event{Type: wire.EventMessageStart, Message: msg}); err != nil {
-		return err
-	}
-	if err := t.send(wire.Event{Type: wire.EventPing}); err != nil {
-		return err
-	}
 	history, resume, callers := stripProgrammatic(cloneMessages(t.req.Messages))
 	t.resume, t.callers = resume, callers
 	if err := t.resolvePending(ctx, history); err != nil {
@@ -602,6 +675,10 @@ func (t *turn) step(ctx context.Context, req StepRequest) (*stepOutput, error) {
 				out = wire.Event{Type: wire.EventContentBlockDelta, Delta: &d}
 			case StepBlockStop:
 				out = wire.Event{Type: wire.EventContentBlockStop}
+			case StepStart:
+				// The first step's start gives message_start its input
+				// tokens; a later step's counts go to message_delta.
+				return t.begin(ev.Usage)
 			default:
 				if ev.More {
 					return nil

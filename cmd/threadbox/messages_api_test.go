@@ -877,6 +877,44 @@ func testMessagesWithoutSandbox(t *testing.T, dbURL string) {
 		}
 	})
 
+	t.Run("streamed usage", func(t *testing.T) {
+		// Two model steps (the call's result is an error block: no
+		// sandbox): message_start carries the first step's input side as
+		// the upstream gave it, message_delta the turn's totals.
+		first := bashStep("echo hi")
+		first.Usage = msgwire.Usage{InputTokens: 40, OutputTokens: 5, CacheReadInputTokens: 20}
+		second := textStep("done")
+		second.Usage = msgwire.Usage{InputTokens: 60, OutputTokens: 7, CacheReadInputTokens: 20}
+		fake.Push(first, second)
+		stream := cl.Messages.NewStreaming(ctx, msgParams("", userText("run"), codeExecTool...))
+		var (
+			acc   anthropic.Message
+			start *anthropic.Usage
+		)
+		for stream.Next() {
+			ev := stream.Current()
+			if start == nil {
+				if ev.Type != "message_start" {
+					t.Fatalf("the stream opens with %s", ev.Type)
+				}
+				u := ev.AsMessageStart().Message.Usage
+				start = &u
+			}
+			if err := acc.Accumulate(ev); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := stream.Err(); err != nil {
+			t.Fatal(err)
+		}
+		if start.InputTokens != 40 || start.CacheReadInputTokens != 20 {
+			t.Fatalf("message_start usage: %d input, %d cache read; want the first step's 40 and 20", start.InputTokens, start.CacheReadInputTokens)
+		}
+		if u := acc.Usage; u.InputTokens != 100 || u.OutputTokens != 12 || u.CacheReadInputTokens != 40 {
+			t.Fatalf("accumulated usage: %d input, %d output, %d cache read; want 100, 12, 40", u.InputTokens, u.OutputTokens, u.CacheReadInputTokens)
+		}
+	})
+
 	t.Run("upstream errors", func(t *testing.T) {
 		fake.Push(fakeupstream.Reply{Status: 400, ErrorMessage: "prompt is too long"})
 		_, err := cl.Messages.New(ctx, msgParams("", userText("x")))

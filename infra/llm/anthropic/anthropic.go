@@ -299,6 +299,9 @@ func (m *Model) StreamStep(ctx context.Context, req messages.StepRequest, emit f
 			if ev.Message != nil {
 				res.Usage = ev.Message.Usage
 			}
+			// The step's input tokens, known at its start: the loop's
+			// message_start carries them.
+			out = &messages.StepEvent{Kind: messages.StepStart, Usage: res.Usage}
 		case wire.EventContentBlockStart:
 			out = &messages.StepEvent{Kind: messages.StepBlockStart, Index: ev.Index, Block: *ev.ContentBlock}
 		case wire.EventContentBlockDelta:

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -132,9 +133,14 @@ func TestStreamStep(t *testing.T) {
 	if len(evs) < 6 || text.String() != toolReply.Content[0].Text || input.String() != string(toolReply.Content[1].Input) {
 		t.Fatalf("%d events, text %q, input %q", len(evs), text.String(), input.String())
 	}
-	want := []messages.StepEventKind{messages.StepBlockStart, messages.StepBlockStop, messages.StepBlockStart, messages.StepBlockStop}
-	if len(kinds) != 4 || kinds[0] != want[0] || kinds[1] != want[1] || kinds[2] != want[2] || kinds[3] != want[3] {
-		t.Fatalf("kinds = %v", kinds)
+	want := []messages.StepEventKind{messages.StepStart, messages.StepBlockStart, messages.StepBlockStop, messages.StepBlockStart, messages.StepBlockStop}
+	if !slices.Equal(kinds, want) {
+		t.Fatalf("kinds = %v, want %v", kinds, want)
+	}
+	// The step's start carries the input tokens of the upstream's
+	// message_start.
+	if u := evs[0].Usage; u.InputTokens != toolReply.Usage.InputTokens {
+		t.Fatalf("start usage %+v, want %d input tokens", u, toolReply.Usage.InputTokens)
 	}
 }
 

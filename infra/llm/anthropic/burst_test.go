@@ -39,9 +39,11 @@ func TestStreamStepMarksBursts(t *testing.T) {
 	defer srv.Close()
 	m := New(Config{BaseURL: srv.URL, APIKey: "k", Model: "m", MaxRetries: -1})
 	var got []messages.StepEvent
+	burst := true
 	res, err := m.StreamStep(context.Background(), stepRequest(), func(ev messages.StepEvent) error {
 		got = append(got, ev)
-		if len(got) == 2 {
+		if burst && !ev.More {
+			burst = false
 			close(emitted) // the first burst's last event, before the rest was sent
 		}
 		return nil
@@ -55,7 +57,7 @@ func TestStreamStepMarksBursts(t *testing.T) {
 	want := []struct {
 		kind messages.StepEventKind
 		more bool
-	}{{messages.StepBlockStart, true}, {messages.StepBlockDelta, false}, {messages.StepBlockDelta, true}, {messages.StepBlockStop, false}}
+	}{{messages.StepStart, true}, {messages.StepBlockStart, true}, {messages.StepBlockDelta, false}, {messages.StepBlockDelta, true}, {messages.StepBlockStop, false}}
 	if len(got) != len(want) {
 		t.Fatalf("events %+v", got)
 	}

@@ -70,6 +70,10 @@ const (
 	// SandboxTools: the model may call the sandbox_v1 tools
 	// beside the code-execution sub-tools.
 	SandboxTools Capability = "sandbox_v1 tool calls"
+	// StartUsage: a streamed step reports its input tokens (and cache
+	// counts) when it starts, before its first block (StepStart), so that
+	// the stream's message_start carries them.
+	StartUsage Capability = "input tokens at a streamed step's start"
 )
 
 // knownBugs are cases that fail today for a reason outside the adapters,
@@ -103,7 +107,7 @@ const (
 )
 
 // capabilities are those a case may need.
-var capabilities = []Capability{Upstream, ClientTools, UpstreamPauseTurn, MaxTokens, StopSequence, UpstreamServerTools, Thinking, ParallelCalls, SandboxTools}
+var capabilities = []Capability{Upstream, ClientTools, UpstreamPauseTurn, MaxTokens, StopSequence, UpstreamServerTools, Thinking, ParallelCalls, SandboxTools, StartUsage}
 
 // Run runs the suite against the adapter of row.
 func Run(t *testing.T, row Row) {
@@ -159,6 +163,7 @@ var cases = []testCase{
 	{name: "upstream_server_tools", needs: []Capability{UpstreamServerTools}, run: testUpstreamServerTools},
 	{name: "history_without_its_tools", run: testHistoryWithoutTools},
 	{name: "empty_text", run: testEmptyText},
+	{name: "start_usage", needs: []Capability{StartUsage}, run: testStartUsage},
 	{name: "retries", needs: []Capability{Upstream}, run: testRetries},
 	{name: "upstream_errors", needs: []Capability{Upstream}, run: testUpstreamErrors},
 	{name: "cancelled", run: testCancelled},
@@ -368,6 +373,10 @@ func streamMismatch(evs []messages.StepEvent, res *messages.StepResult) string {
 	started := 0
 	for n, ev := range evs {
 		switch ev.Kind {
+		case messages.StepStart:
+			if n != 0 {
+				return fmt.Sprintf("event %d starts the step, which must come first and once", n)
+			}
 		case messages.StepBlockStart:
 			if ev.Index != started {
 				return fmt.Sprintf("event %d starts block %d, want %d", n, ev.Index, started)
@@ -675,6 +684,48 @@ func testStopSequence(e *env) {
 	}
 	if body := string(e.up.Requests()[0].Body); !strings.Contains(body, `["three"]`) {
 		e.t.Errorf("the stop sequences did not reach the upstream: %s", body)
+	}
+}
+
+// testStartUsage: a streamed turn's message_start carries the input
+// tokens and cache counts the upstream gave at the first step's start;
+// message_delta carries the totals of the turn's two steps.
+func testStartUsage(e *env) {
+	if !e.stream {
+		e.t.Skip("a step that does not stream has no start to report")
+	}
+	first := reply(runnerCall(1, 1, "echo hi")...)
+	first.Usage = wire.Usage{InputTokens: 40, OutputTokens: 5, CacheCreationInputTokens: 3, CacheReadInputTokens: 20}
+	second := reply(textBlock(scriptedFinal))
+	second.Usage = wire.Usage{InputTokens: 60, OutputTokens: 7, CacheReadInputTokens: 20}
+	e.script(first, second)
+	var evs []wire.Event
+	req := &wire.Request{Model: "default", MaxTokens: 1024, Stream: true, Messages: []wire.Message{userText(oneBlock)}, Tools: []wire.Tool{codeExecution}}
+	err := e.loop(messages.Config{}).Run(context.Background(), req, messages.RunOptions{ContainerID: "container-1"}, messages.SinkFunc(func(ev wire.Event) error {
+		evs = append(evs, ev)
+		return nil
+	}))
+	if err != nil {
+		e.t.Fatalf("loop: %v", err)
+	}
+	if len(evs) == 0 || evs[0].Type != wire.EventMessageStart || evs[0].Message == nil {
+		e.t.Fatalf("the stream does not open with message_start: %+v", evs)
+	}
+	want := wire.Usage{InputTokens: 40, CacheCreationInputTokens: 3, CacheReadInputTokens: 20}
+	if got := evs[0].Message.Usage; got != want {
+		e.t.Errorf("message_start usage = %+v, want the first step's input side %+v", got, want)
+	}
+	var delta *wire.Usage
+	for _, ev := range evs {
+		if ev.Type == wire.EventMessageDelta {
+			delta = ev.Usage
+		}
+	}
+	if delta == nil {
+		e.t.Fatal("no message_delta with usage")
+	}
+	if delta.InputTokens != 100 || delta.OutputTokens != 12 || delta.CacheCreationInputTokens != 3 || delta.CacheReadInputTokens != 40 {
+		e.t.Errorf("message_delta usage = %+v, want both steps' totals (100 in, 12 out, 3 cache creation, 40 cache read)", *delta)
 	}
 }
 

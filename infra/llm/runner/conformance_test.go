@@ -17,6 +17,7 @@ func TestConformance(t *testing.T) {
 	llmtest.Run(t, llmtest.Row{
 		New: func(upstream.Config) messages.Model { return runner.New() },
 		Cannot: map[llmtest.Capability]string{
+			llmtest.StartUsage:          "the runner counts no input tokens",
 			llmtest.Upstream:            "the runner answers in-process: there is no upstream to fail, refuse or retry",
 			llmtest.ClientTools:         "the runner only calls bash_code_execution, once for each code block of the prompt; it never calls a client's tool",
 			llmtest.UpstreamPauseTurn:   "the runner never pauses by itself; the loop's own pause_turn is the loop_pause_turn case, which it passes",

@@ -1,0 +1,132 @@
+package messages
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"threadbox/app/messages/wire"
+)
+
+// startModel is fakeModel whose streamed steps first report their start
+// with the step's input tokens, as the Anthropic adapter does. Before it
+// starts, it calls waits when set.
+type startModel struct {
+	*fakeModel
+	waits func() error
+}
+
+func (m startModel) StreamStep(ctx context.Context, req StepRequest, emit func(StepEvent) error) (*StepResult, error) {
+	if m.waits != nil {
+		if err := m.waits(); err != nil {
+			return nil, err
+		}
+	}
+	m.mu.Lock()
+	var u wire.Usage
+	if len(m.steps) > 0 {
+		u = m.steps[0].Usage
+	}
+	m.mu.Unlock()
+	if err := emit(StepEvent{Kind: StepStart, Usage: u}); err != nil {
+		return nil, err
+	}
+	return m.fakeModel.StreamStep(ctx, req, emit)
+}
+
+// streamTurn runs a streamed request and returns its events.
+func streamTurn(t *testing.T, model Model, cfg Config) ([]wire.Event, error) {
+	t.Helper()
+	req := request(wire.ToolTypeCodeExecution2508, user("go"))
+	req.Stream = true
+	var (
+		mu  sync.Mutex
+		evs []wire.Event
+	)
+	err := New(model, allTools(&fakeTools{}), cfg).Run(context.Background(), req, RunOptions{}, SinkFunc(func(ev wire.Event) error {
+		mu.Lock()
+		defer mu.Unlock()
+		evs = append(evs, ev)
+		return nil
+	}))
+	mu.Lock()
+	defer mu.Unlock()
+	return evs, err
+}
+
+// TestMessageStartCarriesFirstStepInput: a streamed turn's message_start
+// carries the input side of the first step's usage as the model reported
+// it at the step's start; message_delta carries the totals of every step.
+func TestMessageStartCarriesFirstStepInput(t *testing.T) {
+	first := step(wire.StopToolUse, toolUse("a", wire.SubToolBash, `{"command":"ls"}`))
+	first.Usage = wire.Usage{InputTokens: 40, OutputTokens: 5, CacheCreationInputTokens: 3, CacheReadInputTokens: 20}
+	second := step(wire.StopEndTurn, text("Done."))
+	second.Usage = wire.Usage{InputTokens: 60, OutputTokens: 7, CacheReadInputTokens: 20}
+	evs, err := streamTurn(t, startModel{fakeModel: &fakeModel{steps: []*StepResult{first, second}}}, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if evs[0].Type != wire.EventMessageStart || evs[1].Type != wire.EventPing {
+		t.Fatalf("the stream opens with %s, %s", evs[0].Type, evs[1].Type)
+	}
+	if got, want := evs[0].Message.Usage, (wire.Usage{InputTokens: 40, CacheCreationInputTokens: 3, CacheReadInputTokens: 20}); got != want {
+		t.Fatalf("message_start usage %+v, want %+v", got, want)
+	}
+	d := evs[len(evs)-2]
+	if d.Type != wire.EventMessageDelta || d.Usage.InputTokens != 100 || d.Usage.OutputTokens != 12 || d.Usage.CacheCreationInputTokens != 3 || d.Usage.CacheReadInputTokens != 40 {
+		t.Fatalf("message_delta %+v usage %+v, want the totals", d, d.Usage)
+	}
+}
+
+// TestMessageStartAfterStartWait: a model that has not started its first
+// step within StartWait gets message_start sent without input tokens,
+// once, so that a stream opened meanwhile opens with it.
+func TestMessageStartAfterStartWait(t *testing.T) {
+	var model startModel
+	var evs []wire.Event
+	opened := make(chan struct{})
+	model.fakeModel = &fakeModel{steps: []*StepResult{step(wire.StopEndTurn, text("Hello."))}}
+	model.waits = func() error {
+		// The step starts only after message_start was sent.
+		select {
+		case <-opened:
+			return nil
+		case <-time.After(30 * time.Second):
+			return errors.New("no message_start while the model waited")
+		}
+	}
+	req := request("", user("go"))
+	req.Stream = true
+	var once sync.Once
+	err := New(model, Tools{}, Config{StartWait: time.Millisecond}).Run(context.Background(), req, RunOptions{}, SinkFunc(func(ev wire.Event) error {
+		evs = append(evs, ev)
+		if ev.Type == wire.EventPing {
+			once.Do(func() { close(opened) })
+		}
+		return nil
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	starts := 0
+	for _, ev := range evs {
+		if ev.Type == wire.EventMessageStart {
+			starts++
+		}
+	}
+	if evs[0].Type != wire.EventMessageStart || starts != 1 || evs[0].Message.Usage.InputTokens != 0 {
+		t.Fatalf("%d message_start events, the first event %s %+v", starts, evs[0].Type, evs[0].Message)
+	}
+}
+
+// TestMessageStartBeforeFailure: a streamed turn whose first step fails
+// before it started still opens with message_start.
+func TestMessageStartBeforeFailure(t *testing.T) {
+	model := &fakeModel{err: &UpstreamError{StatusCode: 529, Type: "overloaded_error", Message: "Overloaded"}}
+	evs, err := streamTurn(t, model, Config{})
+	if err == nil || len(evs) != 2 || evs[0].Type != wire.EventMessageStart || evs[1].Type != wire.EventPing {
+		t.Fatalf("err %v, events %+v", err, evs)
+	}
+}
