@@ -80,7 +80,6 @@ func (s *Service) capture(ctx context.Context, th thread.Thread, containerID, to
 	if s.d.Container == nil || s.d.Blobs == nil {
 		return nil, 0
 	}
-	syncer, _ := s.d.Container.(Syncer)
 	infos, err := s.d.Container.Walk(ctx, containerID, sandbox.OutputsDir)
 	if err != nil {
 		if !errors.Is(err, file.ErrNotFound) {
@@ -146,10 +145,8 @@ func (s *Service) capture(ctx context.Context, th thread.Thread, containerID, to
 		// an acknowledged turn named must not come back empty after a
 		// crash. Only this file and its folders: nothing another tenant
 		// wrote is waited for.
-		if syncer != nil {
-			if err := syncer.SyncFile(ctx, containerID, p); err != nil && !errors.Is(err, file.ErrNotFound) {
-				s.log.Warn("artifact capture: sync output", "thread", th.ID(), "path", p, "err", err)
-			}
+		if err := s.d.Container.SyncFile(ctx, containerID, p); err != nil && !errors.Is(err, file.ErrNotFound) && !errors.Is(err, errors.ErrUnsupported) {
+			s.log.Warn("artifact capture: sync output", "thread", th.ID(), "path", p, "err", err)
 		}
 		var (
 			a       artifact.Artifact

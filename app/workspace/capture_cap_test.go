@@ -2,7 +2,6 @@ package workspace
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -15,7 +14,10 @@ import (
 )
 
 // manyOutputs is a container whose outputs folder holds n small files.
-type manyOutputs struct{ n int }
+type manyOutputs struct {
+	readOnly
+	n int
+}
 
 func (m manyOutputs) name(i int) string { return fmt.Sprintf("f%03d.txt", i) }
 
@@ -30,10 +32,6 @@ func (m manyOutputs) Walk(context.Context, string, string) ([]file.Info, error) 
 func (m manyOutputs) Open(_ context.Context, _, p string) (io.ReadSeekCloser, file.Info, error) {
 	rel := strings.TrimPrefix(p, "/mnt/user-data/outputs/")
 	return nopCloser{strings.NewReader(rel[:4])}, file.Info{Rel: rel, Size: 4}, nil
-}
-
-func (manyOutputs) Write(context.Context, string, string, io.Reader, int64) (file.Info, error) {
-	return file.Info{}, errors.New("read-only fake")
 }
 
 // TestArtifactsPerToolCallAreCapped: one tool call saves at most

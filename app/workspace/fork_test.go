@@ -17,7 +17,7 @@ import (
 )
 
 // gatedFiles is a container with one output file whose copies wait at a
-// gate: the first Write tells entered, then waits for open.
+// gate: the first CopyFile tells entered, then waits for open.
 type gatedFiles struct {
 	*outputs
 	once    sync.Once
@@ -25,15 +25,15 @@ type gatedFiles struct {
 	open    chan struct{}
 }
 
-func (g *gatedFiles) Write(ctx context.Context, _, p string, r io.Reader, _ int64) (file.Info, error) {
+func (g *gatedFiles) CopyFile(ctx context.Context, _, _, p string, _ int64) (file.Info, int64, error) {
 	g.once.Do(func() { close(g.entered) })
 	select {
 	case <-g.open:
 	case <-ctx.Done():
-		return file.Info{}, ctx.Err()
+		return file.Info{}, 0, ctx.Err()
 	}
-	n, err := io.Copy(io.Discard, r)
-	return file.Info{Rel: p, Size: n}, err
+	n := int64(len(g.data))
+	return file.Info{Rel: p, Size: n}, n, nil
 }
 
 // TestForkIsListedOnlyWhenMade forks a thread whose file copy waits: while
@@ -157,6 +157,8 @@ func (*sparseFiles) Open(context.Context, string, string) (io.ReadSeekCloser, fi
 func (*sparseFiles) Write(context.Context, string, string, io.Reader, int64) (file.Info, error) {
 	return file.Info{}, errors.New("a file of 1 TiB written whole")
 }
+
+func (*sparseFiles) SyncFile(context.Context, string, string) error { return nil }
 
 func (s *sparseFiles) CopyFile(_ context.Context, _, _, p string, limit int64) (file.Info, int64, error) {
 	s.copies = append(s.copies, fmt.Sprintf("%s %d", p, limit))

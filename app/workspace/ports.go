@@ -85,27 +85,20 @@ type ContainerFiles interface {
 	Open(ctx context.Context, containerID, sandboxPath string) (io.ReadSeekCloser, file.Info, error)
 	// Write stores r at sandboxPath, at most limit bytes (negative: no limit).
 	Write(ctx context.Context, containerID, sandboxPath string, r io.Reader, limit int64) (file.Info, error)
-}
-
-// DataCopier is a ContainerFiles that copies a file between containers by
-// its data alone (infra/fsroot.Containers), keeping its holes: a fork
-// copies a sandbox's `truncate -s 1T` file as its few written blocks, as
-// its Walk counts it (file.Info.Holes). Without it a fork copies each
-// file whole.
-type DataCopier interface {
 	// CopyFile copies the regular file at sandboxPath of container from
 	// to the same path of container to, at most limit bytes of data, and
-	// returns the copy and the bytes of data it holds.
+	// returns the copy and the bytes it stores. Where the files are kept
+	// by their data (infra/fsroot), a file's holes stay holes, so a fork
+	// copies a sandbox's `truncate -s 1T` file as its few written blocks,
+	// as Walk counts it (file.Info.Data); elsewhere the copy is whole.
 	CopyFile(ctx context.Context, from, to, sandboxPath string, limit int64) (file.Info, int64, error)
-}
-
-// Syncer is a ContainerFiles that can make one file durable, with the
-// folder entries that lead to it (infra/fsroot.Containers): the outputs a
-// turn announces must outlive a crash, or a full disk under the container's
-// file system. Only the announced files are synced, never a whole file
-// system, which on a disk the containers share would make each tool call
-// wait for every tenant's writes.
-type Syncer interface {
+	// SyncFile makes the regular file at sandboxPath durable, with the
+	// folder entries that lead to it: the outputs a turn announces must
+	// outlive a crash, or a full disk under the container's file system.
+	// Only the announced files are synced, never a whole file system,
+	// which on a disk the containers share would make each tool call wait
+	// for every tenant's writes. Files it cannot reach answer
+	// errors.ErrUnsupported (the kubernetes pods' volumes).
 	SyncFile(ctx context.Context, containerID, sandboxPath string) error
 }
 

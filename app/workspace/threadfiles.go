@@ -120,7 +120,7 @@ var forkMounts = []string{sandbox.WorkspaceDir, sandbox.UploadsDir, sandbox.Outp
 // uploads and outputs). Artifacts are not copied: they belong to the
 // project already. The copy counts toward the org's storage quota: the
 // messages' and files' bytes are measured first (a sparse file's data,
-// not its size, where files are copied by their data: DataCopier), and a
+// not its size, where files are copied by their data), and a
 // fork that does not fit is refused before anything is made; the files
 // are then copied within the bytes measured.
 //
@@ -324,7 +324,7 @@ func (s *Service) forkFiles(ctx context.Context, p user.Principal, src thread.Th
 			}
 			if p, ok := table.Path(loc.Mount, info.Rel); ok {
 				out.paths = append(out.paths, p)
-				out.bytes += s.copyBytes(info)
+				out.bytes += info.Data()
 			}
 		}
 	}
@@ -351,35 +351,14 @@ func (s *Service) copyFiles(ctx context.Context, p user.Principal, src forkSourc
 	return nil
 }
 
-// copyBytes is what a fork's copy of the listed file stores: its data
-// where the files are copied by their data (DataCopier), else its size.
-func (s *Service) copyBytes(info file.Info) int64 {
-	if _, ok := s.d.Container.(DataCopier); ok {
-		return info.Data()
-	}
-	return info.Size
-}
-
 // copyFile copies one file, at most limit bytes (of data, where the files
 // are copied by their data), and returns what the copy stores.
 func (s *Service) copyFile(ctx context.Context, from, to, p string, limit int64) (int64, error) {
-	if c, ok := s.d.Container.(DataCopier); ok {
-		_, n, err := c.CopyFile(ctx, from, to, p, limit)
-		if errors.Is(err, file.ErrNotFound) {
-			return 0, nil // removed meanwhile
-		}
-		return n, copyErr(p, err)
-	}
-	r, _, err := s.d.Container.Open(ctx, from, p)
+	_, n, err := s.d.Container.CopyFile(ctx, from, to, p, limit)
 	if errors.Is(err, file.ErrNotFound) {
 		return 0, nil // removed meanwhile
 	}
-	if err != nil {
-		return 0, fmt.Errorf("workspace: fork: open %s: %w", p, err)
-	}
-	defer r.Close()
-	info, err := s.d.Container.Write(ctx, to, p, r, limit)
-	return info.Size, copyErr(p, err)
+	return n, copyErr(p, err)
 }
 
 // copyErr explains why the copy of the file at p failed (nil: it did not).

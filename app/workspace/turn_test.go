@@ -110,6 +110,7 @@ func (oneContainer) OrgPolicy(context.Context, string) (org.Policy, error) {
 
 // outputs is a container with one output file.
 type outputs struct {
+	readOnly
 	data   string
 	synced []string // files synced, in order
 }
@@ -125,9 +126,18 @@ func (o *outputs) Walk(context.Context, string, string) ([]file.Info, error) {
 func (o *outputs) Open(context.Context, string, string) (io.ReadSeekCloser, file.Info, error) {
 	return nopCloser{strings.NewReader(o.data)}, file.Info{Rel: "chart.png", Size: int64(len(o.data))}, nil
 }
-func (o *outputs) Write(context.Context, string, string, io.Reader, int64) (file.Info, error) {
+
+// readOnly is the writing half of a fake container's files that takes no
+// writes and syncs nothing.
+type readOnly struct{}
+
+func (readOnly) Write(context.Context, string, string, io.Reader, int64) (file.Info, error) {
 	return file.Info{}, errors.New("read-only fake")
 }
+func (readOnly) CopyFile(context.Context, string, string, string, int64) (file.Info, int64, error) {
+	return file.Info{}, 0, errors.New("read-only fake")
+}
+func (readOnly) SyncFile(context.Context, string, string) error { return nil }
 
 type nopCloser struct{ io.ReadSeeker }
 
@@ -302,16 +312,16 @@ func TestInterruptedTurnKeepsItsPlace(t *testing.T) {
 
 // bigOutputs lists one output file of the given apparent size whose
 // content never ends (a sparse file, or one still growing).
-type bigOutputs struct{ size int64 }
+type bigOutputs struct {
+	readOnly
+	size int64
+}
 
 func (o bigOutputs) Walk(context.Context, string, string) ([]file.Info, error) {
 	return []file.Info{{Rel: "huge.bin", Size: o.size, Modified: time.Unix(1, 0)}}, nil
 }
 func (o bigOutputs) Open(context.Context, string, string) (io.ReadSeekCloser, file.Info, error) {
 	return endless{}, file.Info{Rel: "huge.bin", Size: o.size}, nil
-}
-func (o bigOutputs) Write(context.Context, string, string, io.Reader, int64) (file.Info, error) {
-	return file.Info{}, errors.New("read-only fake")
 }
 
 type endless struct{}

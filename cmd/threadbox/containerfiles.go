@@ -24,13 +24,14 @@ import (
 type containerFiles interface {
 	files.Store
 	tools.Files
+	workspace.ContainerFiles
 }
 
 var (
-	_ containerFiles       = (*fsroot.Containers)(nil)
-	_ containerFiles       = (*kubernetes.Files)(nil)
-	_ workspace.Syncer     = (*fsroot.Containers)(nil) // each output synced before it is announced
-	_ workspace.DataCopier = (*fsroot.Containers)(nil) // a fork copies a sparse file by its data
+	_ containerFiles           = (*fsroot.Containers)(nil)
+	_ containerFiles           = (*kubernetes.Files)(nil)
+	_ workspace.ContainerFiles = (*fsroot.Containers)(nil)
+	_ workspace.ContainerFiles = (*kubernetes.Files)(nil)
 )
 
 // podFiles returns the file access through the pods when the first

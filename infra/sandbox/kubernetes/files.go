@@ -479,6 +479,29 @@ func (f *Files) Write(ctx context.Context, containerID, sandboxPath string, r io
 	return *c.reply.Info, nil
 }
 
+// CopyFile copies the regular file at sandboxPath of container from to the
+// same path of container to, at most limit bytes (negative: no limit), and
+// returns the copy and the bytes it stores. The copy goes through both
+// pods and is whole: the sidecar writes a file's holes as zeros.
+func (f *Files) CopyFile(ctx context.Context, from, to, sandboxPath string, limit int64) (file.Info, int64, error) {
+	r, _, err := f.Open(ctx, from, sandboxPath)
+	if err != nil {
+		return file.Info{}, 0, err
+	}
+	defer r.Close()
+	info, err := f.Write(ctx, to, sandboxPath, r, limit)
+	if err != nil {
+		return file.Info{}, 0, err
+	}
+	return info, info.Size, nil
+}
+
+// SyncFile answers errors.ErrUnsupported: the pods' volumes are synced by
+// their own storage, which threadbox does not reach.
+func (f *Files) SyncFile(context.Context, string, string) error {
+	return fmt.Errorf("kubernetes: sync a pod's file: %w", errors.ErrUnsupported)
+}
+
 // WriteFile creates or replaces the file at sandboxPath atomically.
 func (f *Files) WriteFile(ctx context.Context, containerID, sandboxPath string, data []byte) error {
 	_, err := f.Write(ctx, containerID, sandboxPath, bytes.NewReader(data), int64(len(data)))
