@@ -323,7 +323,10 @@ function projectItem(p) {
       const again = sidebar.querySelector(`[data-project-id="${p.id}"] .project-name`);
       if (again) again.focus();
     },
-  }, h('span', { class: 'caret', 'aria-hidden': 'true' }, open ? '▾' : '▸'), p.name);
+    // A long name is cut with an ellipsis on one line (styles.css); the
+    // title shows it whole.
+    title: p.name,
+  }, h('span', { class: 'caret', 'aria-hidden': 'true' }, open ? '▾' : '▸'), h('span', { class: 'project-label' }, p.name));
   const rename = h('button', { type: 'button', class: 'small', 'aria-label': `Rename project ${p.name}`, onclick: async () => {
     const v = await ask({ title: 'Rename project', label: 'Project name', value: p.name, ok: 'Rename' });
     if (!v) return;
