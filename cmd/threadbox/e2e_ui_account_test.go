@@ -305,7 +305,7 @@ func TestE2EAccountsAndThreads(t *testing.T) {
 		t.Errorf("Rename/Delete offered to a member on the admin's project")
 	}
 	b.Do("open the admin page by hand", chromedp.Navigate(s.base+"/#/admin"))
-	b.WaitText("main", "only organization admins may do this", 10*time.Second)
+	b.WaitText("main", "Only organization admins may do this.", 10*time.Second)
 
 	// With code execution switched off, a member's code blocks do not run,
 	// and the page names the feature that may be off (a member cannot read
@@ -361,12 +361,13 @@ func TestE2EAccountsAndThreads(t *testing.T) {
 	// That message is all the page says: the refused request's own error,
 	// the server's words, shows neither in the notice nor anywhere else.
 	// The request's caller gets its error just after the sign-in form is
-	// drawn, so the page is read after a pause that lets it show.
+	// drawn, so the page is read after a pause that lets it show; the page
+	// shows errors as sentences, so any case of the words counts.
 	const rawError = "invalid or expired authentication token"
 	shown := e2e.Eval[string](b, "the page after the sign-in message", fmt.Sprintf(`new Promise((resolve) => setTimeout(() => {
 		const notice = document.getElementById('notice');
-		if (!notice.hidden && notice.textContent.includes(%[1]q)) resolve('in the notice');
-		else if (document.body.innerText.includes(%[1]q)) resolve('on the page');
+		if (!notice.hidden && notice.textContent.toLowerCase().includes(%[1]q)) resolve('in the notice');
+		else if (document.body.innerText.toLowerCase().includes(%[1]q)) resolve('on the page');
 		else resolve('');
 	}, 1000))`, rawError))
 	if shown != "" {
@@ -647,7 +648,7 @@ func TestE2ENoticeInView(t *testing.T) {
 	b.Do("set a short password", chromedp.Evaluate[chromedp.Void](`document.querySelector('#audit').scrollIntoView()`),
 		chromedp.Click(chromedp.CSS(bob)), chromedp.WaitVisible(chromedp.ID("dialog-input")),
 		chromedp.SetValue(chromedp.ID("dialog-input"), "short"), chromedp.Click(chromedp.ID("dialog-ok")))
-	b.WaitText("#notice-text", "password must be at least 8 characters", 10*time.Second)
+	b.WaitText("#notice-text", "Password must be at least 8 characters", 10*time.Second)
 	if got := e2e.Eval[string](b, "where the notice is", `(() => { const r = document.getElementById('notice').getBoundingClientRect(); return r.top >= 0 && r.bottom <= innerHeight ? 'in view' : 'at ' + Math.round(r.top) + '..' + Math.round(r.bottom) + ' of ' + innerHeight; })()`); got != "in view" {
 		t.Errorf("the refusal's notice is out of view: %s", got)
 	}

@@ -4,6 +4,7 @@ package main
 // 280 px wide, and names and text that are long, or that look like markup.
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -63,4 +64,66 @@ func TestE2ENarrowSidebar(t *testing.T) {
 	}
 	noHorizontalOverflow(t, b, 280)
 	shoot(t, b, "sidebar-280")
+}
+
+// TestE2EErrorsAsSentences: the server words its errors as Go does ("thread
+// not found"); the page shows each as a sentence, in its notice and
+// wherever else it reports one, without renaming what the message names.
+func TestE2EErrorsAsSentences(t *testing.T) {
+	e2e.NeedChromium(t)
+	s := e2eServer(t, nil)
+	token := apiLogin(t, s, e2eEmail, e2ePassword)
+	pid := s.do("POST", appAPI+"/project", token, map[string]any{"name": "Errors"}).json(t)["id"]
+	tid := s.do("POST", appAPI+"/thread", token, map[string]any{"project_id": pid, "title": "Gone soon"}).json(t)["id"].(string)
+	b := e2e.Start(t, 1440, 900)
+	uiLogin(b, s.base, e2eEmail, e2ePassword)
+	b.Do("open the thread", chromedp.Navigate(s.base+"/#/thread/"+tid), chromedp.WaitVisible(chromedp.ID("message")))
+
+	// Another client deletes the thread; renaming it here is refused.
+	if r := s.do("DELETE", appAPI+"/thread/"+tid, token, nil); r.status != 204 && r.status != 200 {
+		t.Fatalf("delete: %d %s", r.status, r.body)
+	}
+	r := s.do("PATCH", appAPI+"/thread/"+tid, token, map[string]any{"title": "Renamed"})
+	said, _ := r.json(t)["error"].(map[string]any)["message"].(string)
+	if r.status != 404 || said == "" || said[0] < 'a' || said[0] > 'z' {
+		t.Fatalf("the server's refusal is not a lower-case message: %d %s", r.status, r.body)
+	}
+	want := strings.ToUpper(said[:1]) + strings.TrimSuffix(said[1:], ".") + "."
+	b.Do("rename the deleted thread",
+		chromedp.Click(chromedp.CSS(".thread-head button.rename")),
+		chromedp.WaitVisible(chromedp.ID("dialog-input")),
+		chromedp.SetValue(chromedp.ID("dialog-input"), "Renamed"),
+		chromedp.Click(chromedp.ID("dialog-ok")))
+	b.WaitTrue("the notice", `!document.getElementById('notice').hidden`, 10*time.Second)
+	if got := e2e.Eval[string](b, "notice", `document.getElementById('notice-text').textContent`); got != want {
+		t.Errorf("the notice says %q, want %q", got, want)
+	}
+
+	// The rule itself, on messages of other shapes: names keep their case,
+	// a message that ends a sentence gets no second full stop.
+	got := e2e.Eval[[]string](b, "sentences", `import('/ui/api.js').then((m) => [
+		'internal server error (error id err_1)',
+		'pgpt.tools must be a list',
+		'x-api-key header missing',
+		'Refused: already a sentence.',
+		'is this a question?',
+		'feature "uploads" is disabled',
+		'',
+	].map(m.sentence))`)
+	wantAll := []string{
+		"Internal server error (error id err_1).",
+		"pgpt.tools must be a list.",
+		"x-api-key header missing.",
+		"Refused: already a sentence.",
+		"Is this a question?",
+		`Feature "uploads" is disabled.`,
+		"",
+	}
+	if strings.Join(got, "\n") != strings.Join(wantAll, "\n") {
+		t.Errorf("sentences:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(wantAll, "\n"))
+	}
+	// A request that got no answer: fetch's own words mean nothing to a user.
+	if got := e2e.Eval[string](b, "no answer", `import('/ui/api.js').then((m) => m.explain(new TypeError('Failed to fetch')))`); got != "The server could not be reached. Check the connection and try again." {
+		t.Errorf("a request without an answer: %q", got)
+	}
 }

@@ -42,13 +42,31 @@ export function featureLabel(name) {
  * words would only repeat it less so beside that form.
  */
 export function explain(err) {
-  if (!(err instanceof ApiError)) return (err && err.message) || String(err);
+  if (!(err instanceof ApiError)) {
+    // fetch rejects with a TypeError when no answer came at all.
+    if (err instanceof TypeError && /fetch|network/i.test(err.message)) return 'The server could not be reached. Check the connection and try again.';
+    return sentence((err && err.message) || String(err));
+  }
   if (err.sessionEnded) return '';
   const m = /feature "([^"]+)" is disabled/.exec(err.message);
   if (m && (err.status === 403 || err.type === 'permission_error')) {
     return `Refused: your organization's admin has switched off ${featureLabel(m[1])} (${m[1]}).`;
   }
-  return err.message;
+  return sentence(err.message);
+}
+
+/**
+ * sentence returns a message as a sentence: the server words its errors
+ * as Go does ("thread not found"), lower case and without a full stop.
+ * A first word of plain lower-case letters is capitalised (not a name
+ * such as "pgpt.tools" or "x-api-key"), and a full stop is added unless
+ * the message ends with one, a question or an exclamation mark.
+ */
+export function sentence(message) {
+  let s = String(message ?? '').trim();
+  if (!s) return '';
+  if (/^[a-z]+(\s|$)/.test(s)) s = s[0].toUpperCase() + s.slice(1);
+  return /[.!?…]$/.test(s) ? s : s + '.';
 }
 
 let expiredHandler = () => {};
