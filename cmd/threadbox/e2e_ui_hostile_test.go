@@ -4,6 +4,8 @@ package main
 // 280 px wide, and names and text that are long, or that look like markup.
 
 import (
+	"fmt"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -125,5 +127,110 @@ func TestE2EErrorsAsSentences(t *testing.T) {
 	// A request that got no answer: fetch's own words mean nothing to a user.
 	if got := e2e.Eval[string](b, "no answer", `import('/ui/api.js').then((m) => m.explain(new TypeError('Failed to fetch')))`); got != "The server could not be reached. Check the connection and try again." {
 		t.Errorf("a request without an answer: %q", got)
+	}
+}
+
+// hostileWord is a word too long for any line of the page.
+var hostileWord = strings.Repeat("Antidisestablishmentarianism", 4)
+
+// noSidewaysScroll fails for each element matching selector that scrolls
+// sideways: its content is wider than it is (a long word not broken).
+// Elements meant to scroll (code, tables) scroll inside themselves and do
+// not widen what holds them.
+func noSidewaysScroll(t *testing.T, b *e2e.Browser, what, selector string) {
+	t.Helper()
+	bad := e2e.Eval[[]string](b, what, fmt.Sprintf(`[...document.querySelectorAll(%q)].filter((e) => e.scrollWidth > e.clientWidth + 1)
+		.map((e) => {
+			const r = e.getBoundingClientRect();
+			const wide = [...e.querySelectorAll('*')].filter((c) => c.getBoundingClientRect().right > r.right + 1).slice(0, 3)
+				.map((c) => c.tagName + '.' + c.className + ' ' + Math.round(c.getBoundingClientRect().width) + ' px');
+			return e.tagName + '.' + e.className + ': ' + e.scrollWidth + ' px of content in ' + e.clientWidth + ' (' + wide.join('; ') + ')';
+		})`, selector))
+	for _, s := range bad {
+		t.Errorf("%s scrolls sideways: %s", what, s)
+	}
+}
+
+// TestE2EHostileContent: names, titles and messages that hold markup,
+// javascript: links or words longer than a line. Markup shows as the text
+// it is and never runs, no link leaves for a script URL, and at 375 px
+// nothing is pushed sideways: the thread, its files, the sidebar and its
+// search, and the dialogs that name a project.
+func TestE2EHostileContent(t *testing.T) {
+	e2e.NeedChromium(t)
+	s := e2eServer(t, nil)
+	token := apiLogin(t, s, e2eEmail, e2ePassword)
+	project := `<img src=x onerror="window.pwned='project'">` + hostileWord
+	title := `<script>window.pwned='title'</script>` + hostileWord
+	file := `<svg onload="window.pwned='file'">` + hostileWord + `.txt`
+	pr := s.do("POST", appAPI+"/project", token, map[string]any{"name": project})
+	if pr.status != 201 {
+		t.Fatalf("project: %d %s", pr.status, pr.body)
+	}
+	pid := pr.json(t)["id"]
+	th := s.do("POST", appAPI+"/thread", token, map[string]any{"project_id": pid, "title": title})
+	if th.status != 201 {
+		t.Fatalf("thread: %d %s", th.status, th.body)
+	}
+	tid := th.json(t)["id"].(string)
+	if r := s.do("PUT", appAPI+"/thread/"+tid+"/put-file/"+url.PathEscape(file), token, []byte("<script>window.pwned='text'</script>\n"), "Content-Type", "application/octet-stream"); r.status != 200 {
+		t.Fatalf("put %s: %d %s", file, r.status, r.body)
+	}
+	msg := "[a](javascript:alert(1)) [b](JavaScript:alert(1)) [c](java\tscript:alert(1)) [d](data:text/html,<script>alert(1)</script>) " +
+		"[e](vbscript:msgbox) <javascript:alert(1)> [f][r] [ok](https://example.com/" + hostileWord + ")\n\n[r]: javascript:alert(1)\n\n" +
+		hostileWord + " `" + hostileWord + "` **" + hostileWord + "**\n\n# " + hostileWord + "\n\n> " + hostileWord + "\n\n" +
+		"<b onmouseover=\"window.pwned='md'\">bold?</b>\n"
+	if r := s.do("POST", appAPI+"/thread/"+tid+"/messages", token, map[string]any{"content": msg}); r.status != 200 {
+		t.Fatalf("turn: %d %s", r.status, r.body)
+	}
+
+	b := e2e.Start(t, 1440, 1000)
+	uiLogin(b, s.base, e2eEmail, e2ePassword)
+	b.SetViewport(375, 812)
+	b.Do("open the thread", chromedp.Navigate(s.base+"/#/thread/"+tid), chromedp.WaitVisible(chromedp.ID("message")))
+	b.WaitTrue("the answer", `document.querySelectorAll('.msg').length === 2`, 20*time.Second)
+	b.WaitTrue("the file", `!!document.querySelector('.file-list .file-name')`, 10*time.Second)
+	if got := e2e.Eval[string](b, "title", `document.getElementById('thread-title').textContent`); got != title {
+		t.Errorf("the thread's title shows as %q", got)
+	}
+	if got := e2e.Eval[string](b, "file name", `document.querySelector('.file-list .file-name').textContent`); got != file {
+		t.Errorf("the file's name shows as %q", got)
+	}
+	links := e2e.Eval[[]string](b, "links", `[...document.querySelectorAll('.msg a[href]')].map((a) => a.getAttribute('href'))`)
+	for _, l := range links {
+		if !strings.HasPrefix(l, "https://") {
+			t.Errorf("a link of the message leads to %q", l)
+		}
+	}
+	if len(links) != 1 {
+		t.Errorf("links of the message: %q, want the https one alone", links)
+	}
+	b.Do("preview the file", chromedp.Click(chromedp.CSS(".file-list .preview-toggle")))
+	b.WaitText(".file-list .file-preview pre", "<script>", 10*time.Second)
+	noSidewaysScroll(t, b, "the thread at 375 px", ".log-region, .msg, .side > section, .file-list > li, .thread-head, .conversation")
+	noHorizontalOverflow(t, b, 375)
+	shoot(t, b, "thread-375")
+
+	// The sidebar: the project, its thread, and the search finding it.
+	b.Do("open the sidebar", chromedp.Click(chromedp.ID("menu")), chromedp.WaitVisible(chromedp.CSS(`.project .project-name`)))
+	b.Do("open the project", chromedp.Evaluate[chromedp.Void](`(() => { const p = document.querySelector('.project .project-name'); if (p.getAttribute('aria-expanded') !== 'true') p.click(); })()`),
+		chromedp.WaitVisible(chromedp.CSS(`.threads a`)))
+	if got := e2e.Eval[string](b, "names", `document.querySelector('.project-name').title + '|' + document.querySelector('.threads a').textContent`); got != project+"|"+title {
+		t.Errorf("the sidebar shows %q", got)
+	}
+	b.Do("search", chromedp.SendKeys(chromedp.ID("thread-search"), "Antidisestablishment"))
+	b.WaitTrue("a result", `!!document.querySelector('.search-results a')`, 10*time.Second)
+	noSidewaysScroll(t, b, "the sidebar at 375 px", ".sidebar, .project, .threads, .search-results, .search-results a")
+	noHorizontalOverflow(t, b, 375)
+	shoot(t, b, "sidebar-375")
+
+	// The dialogs that name the project.
+	for _, button := range []string{".project .new-thread", ".project .project-actions .danger"} {
+		b.Do("open the dialog of "+button, chromedp.Click(chromedp.CSS(button)), chromedp.WaitVisible(chromedp.ID("dialog-ok")))
+		noSidewaysScroll(t, b, "the dialog of "+button, "#dialog, #dialog form, #dialog h2, #dialog p")
+		b.Do("cancel", chromedp.Click(chromedp.ID("dialog-cancel")), chromedp.WaitNotVisible(chromedp.ID("dialog-ok")))
+	}
+	if got := e2e.Eval[string](b, "scripts run", `String(window.pwned)`); got != "undefined" {
+		t.Errorf("markup in a name or a message ran: %s", got)
 	}
 }
