@@ -6,6 +6,8 @@ package main
 import (
 	"fmt"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -207,6 +209,40 @@ func TestE2EHostileContent(t *testing.T) {
 	}
 	b.Do("preview the file", chromedp.Click(chromedp.CSS(".file-list .preview-toggle")))
 	b.WaitText(".file-list .file-preview pre", "<script>", 10*time.Second)
+	// The same name attached again: its chip says it was kept under
+	// another name, and the message sent names the file.
+	local := filepath.Join(t.TempDir(), file)
+	if err := os.WriteFile(local, []byte("again\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	b.Do("attach the file", chromedp.SetUploadFiles(chromedp.ID("file-input"), []string{local}))
+	b.WaitTrue("the chip", `!!document.querySelector('.attachment.done .renamed')`, 20*time.Second)
+	noSidewaysScroll(t, b, "the composer at 375 px", ".composer, .attachments, .attachment")
+	// The taller composer stays inside the conversation: the panel after
+	// it does not cover it.
+	covered := e2e.Eval[string](b, "the composer's buttons", `(() => {
+		const out = [];
+		for (const id of ['send', 'file-input']) {
+			const el = document.getElementById(id);
+			const at = el.labels && el.labels.length ? el.labels[0] : el;
+			at.scrollIntoView({ block: 'center' });
+			const r = at.getBoundingClientRect();
+			const top = document.elementFromPoint(r.x + r.width / 2, r.y + r.height / 2);
+			if (!at.contains(top)) out.push(id + ' under ' + (top ? top.tagName + '.' + top.className : 'nothing'));
+		}
+		const conv = document.querySelector('.conversation').getBoundingClientRect();
+		const side = document.querySelector('.side').getBoundingClientRect();
+		if (conv.bottom > side.top + 1 && side.top > conv.top) out.push('the conversation ends at ' + Math.round(conv.bottom) + ', the panel starts at ' + Math.round(side.top));
+		return out.join(', ');
+	})()`)
+	if covered != "" {
+		t.Errorf("the composer at 375 px with a tall attachment: %s", covered)
+	}
+	b.Do("send", chromedp.SetValue(chromedp.ID("message"), "Read it"), chromedp.Click(chromedp.ID("send")))
+	b.WaitTrue("the second answer", `document.querySelectorAll('.msg').length === 4 && !document.querySelector('[aria-busy]')`, 30*time.Second)
+	if got := e2e.Eval[string](b, "attached", `document.querySelector('.msg.user:nth-last-child(2) .attached-file').textContent`); !strings.HasPrefix(got, "Attached file: /mnt/user-data/uploads/<svg") {
+		t.Errorf("the message names its file as %q", got)
+	}
 	noSidewaysScroll(t, b, "the thread at 375 px", ".log-region, .msg, .side > section, .file-list > li, .thread-head, .conversation")
 	noHorizontalOverflow(t, b, 375)
 	shoot(t, b, "thread-375")
