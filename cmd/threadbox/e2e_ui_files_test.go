@@ -359,6 +359,8 @@ func TestE2EArtifactLivePreview(t *testing.T) {
 	card := `.artifact[data-name="badge.svg"]`
 	b.WaitTrue("the card's frame", `!!document.querySelector('`+card+` iframe.live-preview')`, 20*time.Second)
 	b.Do("show the card", chromedp.Evaluate[chromedp.Void](`document.querySelector('`+card+`').scrollIntoView()`))
+	// The frame's ticket is asked for once it is in view.
+	b.WaitTrue("the frame's ticket", `document.querySelector('`+card+` iframe').src !== ''`, 15*time.Second)
 	if got := e2e.Eval[string](b, "the frame's address", `new URL(document.querySelector('`+card+` iframe').src).searchParams.getAll('disposition').join(',')`); got != "preview" {
 		t.Errorf("the frame asks for disposition %q, want preview", got)
 	}

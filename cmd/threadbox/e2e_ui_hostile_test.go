@@ -270,3 +270,52 @@ func TestE2EHostileContent(t *testing.T) {
 		t.Errorf("markup in a name or a message ran: %s", got)
 	}
 }
+
+// TestE2ELivePreviewTicketWhenShown: a live preview's frame asks for its
+// one-minute ticket when it comes into view, not when its card is drawn:
+// a card far up a thread, framed lazily from a ticket asked for at once,
+// found it expired when the reader scrolled up to it a minute later.
+func TestE2ELivePreviewTicketWhenShown(t *testing.T) {
+	e2e.NeedChromium(t)
+	s := e2eServer(t, nil)
+	token := apiLogin(t, s, e2eEmail, e2ePassword)
+	pid := s.do("POST", appAPI+"/project", token, map[string]any{"name": "Previews"}).json(t)["id"]
+	tid := s.do("POST", appAPI+"/thread", token, map[string]any{"project_id": pid, "title": "Far up"}).json(t)["id"].(string)
+	fileURL := map[string]string{}
+	for _, name := range []string{"far", "near"} {
+		page := `<!doctype html><p>hi</p><script>parent.postMessage('` + name + `', '*')</script>`
+		if r := s.do("PUT", appAPI+"/thread/"+tid+"/put-file/"+name+".html", token, []byte(page), "Content-Type", "application/octet-stream"); r.status != 200 {
+			t.Fatalf("put %s.html: %d %s", name, r.status, r.body)
+		}
+		fileURL[name] = appAPI + "/thread/" + tid + "/download-file?path=" + url.QueryEscape("/mnt/user-data/uploads/"+name+".html")
+	}
+	b := e2e.Start(t, 1440, 900)
+	uiLogin(b, s.base, e2eEmail, e2ePassword)
+	b.Do("open the thread", chromedp.Navigate(s.base+"/#/thread/"+tid), chromedp.WaitVisible(chromedp.ID("message")))
+	// The page's own cards: the far one drawn first, below a tall block
+	// (as a card of an earlier turn lies out of view), then one in view.
+	b.Do("draw the cards", chromedp.Evaluate[chromedp.Void](fmt.Sprintf(`import('/ui/artifacts.js').then((m) => {
+		window.frameSaid = [];
+		addEventListener('message', (e) => window.frameSaid.push(e.data));
+		const far = m.resourceCard({ name: 'far.html', mime_type: 'text/html', download_url: %q });
+		const near = m.resourceCard({ name: 'near.html', mime_type: 'text/html', download_url: %q });
+		const spacer = document.createElement('div');
+		const box = document.createElement('div');
+		box.id = 'cards';
+		box.append(near, spacer, far);
+		document.getElementById('main').prepend(box);
+		spacer.style.height = '5000px'; // through the CSSOM: the page's CSP refuses style attributes
+	})`, fileURL["far"], fileURL["near"]), chromedp.EvalAwaitPromise))
+	// The card in view is framed; by then the far one would have its
+	// ticket too, had it asked for it when it was drawn, before the other.
+	b.WaitTrue("the near preview's script", `window.frameSaid.includes('near')`, 15*time.Second)
+	far := `document.querySelector('.artifact[data-name="far.html"] iframe')`
+	if got := e2e.Eval[string](b, "the far frame's address", far+`.getAttribute('src') || ''`); got != "" {
+		t.Errorf("the frame out of view already has its ticket: %s", got)
+	}
+	b.Do("scroll to the far card", chromedp.Evaluate[chromedp.Void](far+`.scrollIntoView()`))
+	b.WaitTrue("the far preview's script", `window.frameSaid.includes('far')`, 15*time.Second)
+	if got := e2e.Eval[string](b, "the frame", `(() => { const f = `+far+`; return f.getAttribute('sandbox') + ' ' + new URL(f.src).searchParams.get('disposition'); })()`); got != "allow-scripts preview" {
+		t.Errorf("the frame: %q", got)
+	}
+}

@@ -77,6 +77,25 @@ function withDisposition(url, d) {
   return u.pathname + u.search;
 }
 
+/**
+ * framed loads url into frame with disposition d once the frame comes
+ * near the view. Its ticket is valid for a minute, so it is asked for
+ * then: a frame loaded lazily from a ticket asked for when the card was
+ * drawn (a card far up a thread read for a while) met an expired ticket.
+ */
+async function framed(frame, url, d) {
+  await new Promise((resolve) => {
+    const seen = new IntersectionObserver((entries) => {
+      if (!entries.some((e) => e.isIntersecting)) return;
+      seen.disconnect();
+      resolve();
+    }, { rootMargin: '200px 0px' });
+    seen.observe(frame);
+  });
+  const t = await api('POST', '/download-url', { url: withDisposition(url, d) });
+  frame.src = t.url;
+}
+
 async function fillPreview(el, r, name) {
   const mime = (r.mime_type || '').split(';')[0].trim().toLowerCase();
   const url = r.preview_url || r.download_url;
@@ -87,17 +106,19 @@ async function fillPreview(el, r, name) {
       // to scripts in an opaque origin (no same-origin access, no top
       // navigation, forms or popups), from a one-minute ticket URL the
       // server sends under a CSP that loads nothing from the network.
-      const t = await api('POST', '/download-url', { url: withDisposition(url, 'preview') });
-      replace(el, h('iframe', {
-        src: t.url, sandbox: 'allow-scripts', referrerpolicy: 'no-referrer',
-        title: `Live preview of ${name}`, class: 'live-preview', loading: 'lazy',
-      }));
+      const frame = h('iframe', {
+        sandbox: 'allow-scripts', referrerpolicy: 'no-referrer',
+        title: `Live preview of ${name}`, class: 'live-preview',
+      });
+      replace(el, frame);
+      await framed(frame, url, 'preview');
     } else if (mime === 'application/pdf') {
       // The browser's own viewer shows it (where it has one), from a
       // one-minute ticket URL served inline under the server's sandboxing
       // CSP; the page's CSP allows same-origin frames only.
-      const t = await api('POST', '/download-url', { url: withDisposition(url, 'inline') });
-      replace(el, h('iframe', { src: t.url, title: `Preview of ${name}`, class: 'pdf-preview', loading: 'lazy' }));
+      const frame = h('iframe', { title: `Preview of ${name}`, class: 'pdf-preview' });
+      replace(el, frame);
+      await framed(frame, url, 'inline');
     } else if (mime.startsWith('image/') && mime !== 'image/svg+xml') {
       const blob = await fetchBlob(url);
       const img = h('img', { alt: `Preview of ${name}`, src: URL.createObjectURL(blob), class: 'image-preview' });
