@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -62,9 +63,20 @@ func (p *Proxy) intercept(w http.ResponseWriter, up *countingConn, rec *egress.R
 		writeStatus(down, http.StatusBadGateway, "threadbox egress: "+rec.Host+" did not present a trusted certificate")
 		return
 	}
-	cr, ur := bufio.NewReader(down), bufio.NewReader(upTLS)
+	// http.ReadRequest and ReadResponse put no bound on a header: each is
+	// read under maxHeaderBytes, as the proxy's own server reads the
+	// sandbox's requests, and the body after it without one.
+	dl, ul := &headerLimit{r: down, n: -1}, &headerLimit{r: upTLS, n: -1}
+	cr, ur := bufio.NewReader(dl), bufio.NewReader(ul)
 	for {
+		dl.n = maxHeaderBytes
 		req, err := http.ReadRequest(cr)
+		dl.n = -1
+		if errors.Is(err, errHeaderTooLarge) {
+			rec.Reason = "the sandbox sent a request header over the bound"
+			writeStatus(down, http.StatusRequestHeaderFieldsTooLarge, "threadbox egress: the request header is too large")
+			return
+		}
 		if err != nil {
 			return
 		}
@@ -85,10 +97,15 @@ func (p *Proxy) intercept(w http.ResponseWriter, up *countingConn, rec *egress.R
 		if err := req.Write(upTLS); err != nil {
 			return
 		}
-		resp, err := http.ReadResponse(ur, req)
+		readResponse := func() (*http.Response, error) {
+			ul.n = maxHeaderBytes
+			defer func() { ul.n = -1 }()
+			return http.ReadResponse(ur, req)
+		}
+		resp, err := readResponse()
 		for err == nil && resp.StatusCode >= 100 && resp.StatusCode < 200 && resp.StatusCode != http.StatusSwitchingProtocols {
 			if err = resp.Write(down); err == nil {
-				resp, err = http.ReadResponse(ur, req)
+				resp, err = readResponse()
 			}
 		}
 		if err != nil {
@@ -127,6 +144,34 @@ func writeStatus(c net.Conn, status int, msg string) {
 		Header: http.Header{"Content-Type": {"text/plain; charset=utf-8"}}, ContentLength: int64(len(msg) + 1),
 		Body: io.NopCloser(strings.NewReader(msg + "\n"))}
 	_ = resp.Write(c)
+}
+
+// maxHeaderBytes bounds the header of a request or an answer carried
+// across an intercepted tunnel: http.DefaultMaxHeaderBytes, the bound of
+// the proxy's own server.
+const maxHeaderBytes = http.DefaultMaxHeaderBytes
+
+var errHeaderTooLarge = errors.New("header over the bound")
+
+// headerLimit reads r, at most n more bytes while n is not negative (a
+// header is being read), without a bound while it is.
+type headerLimit struct {
+	r io.Reader
+	n int64
+}
+
+func (l *headerLimit) Read(p []byte) (int, error) {
+	if l.n == 0 {
+		return 0, errHeaderTooLarge
+	}
+	if l.n > 0 && int64(len(p)) > l.n {
+		p = p[:l.n]
+	}
+	n, err := l.r.Read(p)
+	if l.n > 0 {
+		l.n -= int64(n)
+	}
+	return n, err
 }
 
 // bufferedConn is the sandbox's connection read through the buffer the

@@ -48,6 +48,13 @@ func newTestPKI(t *testing.T) *testPKI {
 
 func (p *testPKI) server(t *testing.T, h http.Handler, names ...string) *httptest.Server {
 	t.Helper()
+	return p.serverWith(t, h, nil, names...)
+}
+
+// serverWith is server with its http.Server set up by conf before it
+// starts.
+func (p *testPKI) serverWith(t *testing.T, h http.Handler, conf func(*http.Server), names ...string) *httptest.Server {
+	t.Helper()
 	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: names[0]}, DNSNames: names,
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
@@ -56,6 +63,9 @@ func (p *testPKI) server(t *testing.T, h http.Handler, names ...string) *httptes
 		t.Fatal(err)
 	}
 	srv := httptest.NewUnstartedServer(h)
+	if conf != nil {
+		conf(srv.Config)
+	}
 	srv.TLS = &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}}
 	srv.StartTLS()
 	t.Cleanup(srv.Close)
@@ -199,4 +209,56 @@ func TestProxySecrets(t *testing.T) {
 			t.Fatalf("record %+v", rec)
 		}
 	})
+}
+
+// TestProxySecretsHeaderBound checks that a request carried across an
+// intercepted tunnel is read under the same header bound as the proxy's
+// own requests: a larger one is refused with 431 and never reaches the
+// host, however much the host would accept.
+func TestProxySecretsHeaderBound(t *testing.T) {
+	pki := newTestPKI(t)
+	reached := make(chan struct{}, 1)
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		reached <- struct{}{}
+		io.WriteString(w, "ok")
+	})
+	srv := pki.serverWith(t, h, func(s *http.Server) { s.MaxHeaderBytes = 8 << 20 }, "api.test")
+	port := serverPort(t, srv)
+	ca, err := egressproxy.LoadOrCreateCA(filepath.Join(t.TempDir(), "egress-ca.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := newRig(t, egressproxy.Config{CA: ca, UpstreamRoots: pki.pool}, port)
+	r.res.names["api.test"] = r.res.names["pypi.test"]
+	sec, err := egress.NewSecret("org_1", "api-token", []string{"api.test"}, "authorization", "Bearer s3cret-value", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.pol.set(true, "api.test")
+	r.pol.mu.Lock()
+	r.pol.pol.Secrets = []egress.Secret{sec}
+	r.pol.mu.Unlock()
+	roots := x509.NewCertPool()
+	roots.AddCert(ca.Certificate())
+	c := &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{
+		Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: r.addr}), TLSClientConfig: &tls.Config{RootCAs: roots}}}
+	defer c.CloseIdleConnections()
+
+	req, _ := http.NewRequest(http.MethodGet, "https://api.test:"+port+"/", nil)
+	req.Header.Set("X-Filler", strings.Repeat("a", 2<<20))
+	resp, err := c.Do(req)
+	if err == nil {
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
+			t.Fatalf("a 2 MiB header: got %d, want 431", resp.StatusCode)
+		}
+	}
+	select {
+	case <-reached:
+		t.Fatal("a request over the header bound reached the host")
+	default:
+	}
+	if rec := r.recs.next(t); !strings.Contains(rec.Reason, "header") {
+		t.Fatalf("record %+v", rec)
+	}
 }
