@@ -45,7 +45,8 @@ func ParsePattern(s string) (Pattern, error) {
 	if strings.HasPrefix(host, "*.") {
 		p.wildcard, host = true, host[2:]
 	}
-	if !validHost(host) {
+	host, ok := NormalizeHost(host)
+	if !ok {
 		return Pattern{}, fault.Errorf(fault.Invalid, "the egress pattern %q is not a host name, a \"*.\" suffix or an IP address", s)
 	}
 	if p.wildcard && !strings.Contains(host, ".") {
@@ -56,6 +57,30 @@ func ParsePattern(s string) (Pattern, error) {
 	}
 	p.host = host
 	return p, nil
+}
+
+// NormalizeHost returns host as the rules compare it: lower-case, without
+// a trailing dot, and an IP address in its one canonical form (an
+// IPv4-mapped IPv6 address as IPv4, so "::ffff:192.0.2.1" and "192.0.2.1"
+// are the same host). ok is false when host is neither an IP address
+// (without a zone) nor a host name of ASCII letters, digits, '-' and '_'
+// of at most 253 bytes: a name in another script is asked for in its
+// punycode ("xn--") form, as clients send it.
+func NormalizeHost(host string) (string, bool) {
+	if len(host) > 255 { // a name and its trailing dot, or any address
+		return "", false
+	}
+	host = strings.TrimSuffix(strings.ToLower(host), ".")
+	if a, err := netip.ParseAddr(host); err == nil {
+		if a.Zone() != "" {
+			return "", false
+		}
+		return a.Unmap().String(), true
+	}
+	if !validHost(host) {
+		return "", false
+	}
+	return host, true
 }
 
 // String returns the pattern as it is written.
@@ -75,12 +100,23 @@ func (p Pattern) String() string {
 
 // Matches reports whether host (a name or an address) and port fall under
 // the pattern. A wildcard covers subdomains only, not the suffix itself.
+//
+// host is compared as NormalizeHost returns it, so an address matches
+// whichever way it is written, and a host that is neither a name nor an
+// address matches nothing. A wildcard never covers an address: "*.0.2.1"
+// is not a pattern over "192.0.2.1".
 func (p Pattern) Matches(host string, port int) bool {
 	if p.port != 0 && p.port != port {
 		return false
 	}
-	host = strings.TrimSuffix(strings.ToLower(host), ".")
+	host, ok := NormalizeHost(host)
+	if !ok {
+		return false
+	}
 	if p.wildcard {
+		if _, err := netip.ParseAddr(host); err == nil {
+			return false
+		}
 		return strings.HasSuffix(host, "."+p.host)
 	}
 	return host == p.host

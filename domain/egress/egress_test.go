@@ -2,6 +2,7 @@ package egress
 
 import (
 	"net/netip"
+	"strings"
 	"testing"
 
 	"threadbox/domain/fault"
@@ -19,6 +20,11 @@ func TestParsePattern(t *testing.T) {
 		{in: "203.0.113.7", want: "203.0.113.7"},
 		{in: "[2001:db8::1]:443", want: "[2001:db8::1]:443"},
 		{in: "2001:db8::1", want: "2001:db8::1"},
+		{in: "2001:0DB8:0::1", want: "2001:db8::1"},
+		{in: "::ffff:203.0.113.7", want: "203.0.113.7"},
+		{in: "pypi.example.", want: "pypi.example"},
+		{in: "fe80::1%eth0", bad: true},
+		{in: "b\u00fccher.example", bad: true},
 		{in: "", bad: true},
 		{in: "*", bad: true},
 		{in: "*.com", bad: true},
@@ -63,6 +69,15 @@ func TestPatternMatches(t *testing.T) {
 		{"*.example.org", "badexample.org", 443, false},
 		{"git.example:443", "git.example", 443, true},
 		{"git.example:443", "git.example", 22, false},
+		{"203.0.113.7", "::ffff:203.0.113.7", 80, true},
+		{"::ffff:203.0.113.7", "203.0.113.7", 80, true},
+		{"2001:db8::1", "2001:0db8:0:0::1", 443, true},
+		{"2001:db8::1", "fe80::1%eth0", 443, false},
+		{"*.0.113.7", "203.0.113.7", 443, false},
+		{"*.example.org", "b\u00fccher.example.org", 443, false},
+		{"*.example.org", "a\x00.example.org", 443, false},
+		{"*.example.org", "a..example.org", 443, false},
+		{"*.example.org", strings.Repeat("a.", 200) + "example.org", 443, false},
 	}
 	for _, c := range cases {
 		p, err := ParsePattern(c.pattern)

@@ -247,13 +247,19 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p.rec.Record(rec)
 }
 
-// target returns the host and port a request asks for.
+// target returns the host and port a request asks for, the host as
+// egress.NormalizeHost writes it. A CONNECT names its target in the request
+// line (authority form), never in a Host header; a host that is neither a
+// name nor an address is refused before anything is decided, so what the
+// ledger records is bounded and plain.
 func target(r *http.Request) (string, int, error) {
 	var hostport string
 	defPort := "80"
 	switch {
+	case r.Method == http.MethodConnect && r.URL.Host == "":
+		return "", 0, errors.New("CONNECT needs host:port in the request line")
 	case r.Method == http.MethodConnect:
-		hostport, defPort = r.Host, ""
+		hostport, defPort = r.URL.Host, ""
 	case r.URL.IsAbs() && r.URL.Scheme == "http":
 		hostport = r.URL.Host
 	case r.URL.IsAbs():
@@ -270,9 +276,13 @@ func target(r *http.Request) (string, int, error) {
 	}
 	port, err := strconv.Atoi(portStr)
 	if err != nil || port < 1 || port > 65535 || host == "" {
-		return "", 0, fmt.Errorf("%q is not host:port", hostport)
+		return "", 0, fmt.Errorf("%.64q is not host:port", hostport)
 	}
-	return strings.TrimSuffix(strings.ToLower(host), "."), port, nil
+	h, ok := egress.NormalizeHost(host)
+	if !ok {
+		return "", 0, fmt.Errorf("%.64q is not a host name or an IP address (a name in another script goes in its xn-- form)", host)
+	}
+	return h, port, nil
 }
 
 // check is decide for rec's host and port, noted in rec: the verdict's

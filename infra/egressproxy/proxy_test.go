@@ -274,6 +274,39 @@ func TestProxy(t *testing.T) {
 			t.Fatalf("record %+v", rec)
 		}
 	})
+	r.pol.set(true, "pypi.test", "127.0.0.1")
+	for _, tc := range []struct{ name, req string }{
+		{"a host too long for a name", "CONNECT " + strings.Repeat("a.", 150<<10) + "pypi.test:" + tport + " HTTP/1.1\r\nHost: x\r\n\r\n"},
+		{"a name not in ASCII", "CONNECT b\u00fccher.test:" + tport + " HTTP/1.1\r\nHost: x\r\n\r\n"},
+		{"a CONNECT naming its target only in Host", "CONNECT /x HTTP/1.1\r\nHost: pypi.test:" + tport + "\r\n\r\n"},
+		{"an address with a zone", "GET http://[fe80::1%25lo]:" + pport + "/ HTTP/1.1\r\nHost: x\r\n\r\n"},
+	} {
+		t.Run("bad target: "+tc.name, func(t *testing.T) {
+			c, err := net.Dial("tcp", r.addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			io.WriteString(c, tc.req)
+			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err != nil || resp.StatusCode != http.StatusBadRequest {
+				t.Fatalf("got %v %v", resp, err)
+			}
+			rec := r.recs.next(t)
+			if rec.Allowed || rec.Rule != egressproxy.RuleBadRequest || rec.Host != "" || len(rec.Reason) > 200 {
+				t.Fatalf("record %.300v", rec)
+			}
+		})
+	}
+	t.Run("an address matches however it is written", func(t *testing.T) {
+		resp, b, err := get(r.client(plain, ""), "http://[::ffff:127.0.0.1]:"+pport+"/")
+		if err != nil || resp.StatusCode != 200 || b != body {
+			t.Fatalf("got %v %v", resp, err)
+		}
+		if rec := r.recs.next(t); !rec.Allowed || rec.Host != "127.0.0.1" || rec.Rule != "127.0.0.1" {
+			t.Fatalf("record %+v", rec)
+		}
+	})
 }
 
 func mustAtoi(s string) int64 {
