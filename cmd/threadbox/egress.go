@@ -24,7 +24,8 @@ import (
 // EgressConfig is the operator's side of controlled egress: the ceiling
 // over every org's allowlist and the proxy's per-sandbox limits.
 type EgressConfig struct {
-	// Ceiling holds EGRESS_DENY (host patterns no org may reach) and
+	// Ceiling holds EGRESS_DENY (host patterns, addresses and prefixes no
+	// org may reach) and
 	// EGRESS_ALLOW_PRIVATE (non-public addresses, prefixes or host patterns
 	// that may be reached).
 	Ceiling egress.Ceiling

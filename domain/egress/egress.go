@@ -148,19 +148,35 @@ func ParsePatterns(list []string) ([]Pattern, error) {
 // reachable at all (EGRESS_ALLOW_PRIVATE, host patterns or CIDR prefixes).
 // Private, loopback, link-local and other non-public addresses are refused
 // unless listed there.
+//
+// A deny entry that is an address or a CIDR prefix refuses every name that
+// resolves into it, not only the address asked for as such, so an
+// operator can keep orgs off an address whatever name leads there (the
+// install's own public address, say).
 type Ceiling struct {
 	deny         []Pattern
+	denyPrefixes []netip.Prefix
 	allowPrivate []netip.Prefix
 	privateHosts []Pattern
 }
 
-// NewCeiling reads the operator's deny patterns and private allowances.
+// NewCeiling reads the operator's deny patterns (host patterns, addresses
+// or CIDR prefixes) and private allowances.
 func NewCeiling(deny, allowPrivate []string) (Ceiling, error) {
-	d, err := ParsePatterns(deny)
+	var c Ceiling
+	var patterns []string
+	for _, s := range deny {
+		if pfx, err := netip.ParsePrefix(strings.TrimSpace(s)); err == nil {
+			c.denyPrefixes = append(c.denyPrefixes, unmapPrefix(pfx))
+			continue
+		}
+		patterns = append(patterns, s)
+	}
+	d, err := ParsePatterns(patterns)
 	if err != nil {
 		return Ceiling{}, err
 	}
-	c := Ceiling{deny: d}
+	c.deny = d
 	for _, s := range allowPrivate {
 		s = strings.TrimSpace(s)
 		if pfx, err := netip.ParsePrefix(s); err == nil {
@@ -235,12 +251,40 @@ func Decide(c Ceiling, p Policy, host string, port int, addrs []netip.Addr) Verd
 	}
 	for _, ad := range addrs {
 		ad = ad.Unmap()
+		if rule, denied := c.deniesAddress(ad, port); denied {
+			return Verdict{Rule: RuleCeilingPre + rule, Reason: "the operator does not allow " + ad.String() + ", which " + host + " resolved to"}
+		}
 		if Public(ad) || c.privateAllowed(host, port, ad) {
 			continue
 		}
 		return Verdict{Rule: RulePrivate, Reason: host + " resolved to the non-public address " + ad.String()}
 	}
 	return Verdict{Allowed: true, Rule: rule}
+}
+
+// deniesAddress reports whether the operator's deny list covers the
+// address a at port, and the entry that does.
+func (c Ceiling) deniesAddress(a netip.Addr, port int) (string, bool) {
+	for _, pfx := range c.denyPrefixes {
+		if pfx.Contains(a) {
+			return pfx.String(), true
+		}
+	}
+	for _, d := range c.deny {
+		if !d.wildcard && d.Matches(a.String(), port) {
+			return d.String(), true
+		}
+	}
+	return "", false
+}
+
+// unmapPrefix writes an IPv4-mapped prefix as the IPv4 prefix it covers,
+// since addresses are compared unmapped.
+func unmapPrefix(p netip.Prefix) netip.Prefix {
+	if a := p.Addr(); a.Is4In6() && p.Bits() >= 96 {
+		return netip.PrefixFrom(a.Unmap(), p.Bits()-96).Masked()
+	}
+	return p.Masked()
 }
 
 func (c Ceiling) privateAllowed(host string, port int, a netip.Addr) bool {

@@ -108,7 +108,7 @@ func TestParsePatternsBounds(t *testing.T) {
 }
 
 func TestDecide(t *testing.T) {
-	ceiling, err := NewCeiling([]string{"*.internal.example", "metadata.example"}, []string{"10.9.0.0/16", "registry.lan", "192.168.5.5"})
+	ceiling, err := NewCeiling([]string{"*.internal.example", "metadata.example", "151.101.0.0/16", "93.184.216.7", "93.184.216.99:22", "::ffff:151.102.0.0/112"}, []string{"10.9.0.0/16", "registry.lan", "192.168.5.5"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,6 +151,12 @@ func TestDecide(t *testing.T) {
 		{"operator-allowed private address", on, "a.corp.example", 443, addrs("192.168.5.5"), true, "*.corp.example"},
 		{"operator-allowed private host", on, "registry.lan", 5000, addrs("192.168.1.9"), true, "registry.lan"},
 		{"no address", on, "pypi.example", 443, nil, false, RuleNoAddress},
+		{"a name resolving to an operator-denied address", on, "pypi.example", 443, addrs("93.184.216.34", "93.184.216.7"), false, "operator-deny:93.184.216.7"},
+		{"a name resolving into an operator-denied prefix", on, "pypi.example", 443, addrs("151.101.1.20"), false, "operator-deny:151.101.0.0/16"},
+		{"an IPv4-mapped address in an operator-denied prefix", on, "pypi.example", 443, addrs("::ffff:151.101.1.20"), false, "operator-deny:151.101.0.0/16"},
+		{"an operator-denied mapped prefix", on, "pypi.example", 443, addrs("151.102.3.4"), false, "operator-deny:151.102.0.0/16"},
+		{"an operator-denied address at another port", on, "pypi.example", 443, addrs("93.184.216.99"), true, "pypi.example"},
+		{"an operator-denied address at its port", on, "a.corp.example", 22, addrs("93.184.216.99"), false, "operator-deny:93.184.216.99:22"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
