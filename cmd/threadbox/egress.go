@@ -25,9 +25,8 @@ import (
 // over every org's allowlist and the proxy's per-sandbox limits.
 type EgressConfig struct {
 	// Ceiling holds EGRESS_DENY (host patterns, addresses and prefixes no
-	// org may reach) and
-	// EGRESS_ALLOW_PRIVATE (non-public addresses, prefixes or host patterns
-	// that may be reached).
+	// org may reach) and EGRESS_ALLOW_PRIVATE (non-public addresses,
+	// prefixes or host patterns that may be reached).
 	Ceiling egress.Ceiling
 	// MaxConns is EGRESS_MAX_CONNS: a sandbox's connections through the
 	// proxy at once.
