@@ -313,10 +313,13 @@ var nonPublic = []netip.Prefix{
 	netip.MustParsePrefix("198.51.100.0/24"),
 	netip.MustParsePrefix("203.0.113.0/24"),
 	netip.MustParsePrefix("240.0.0.0/4"),
+	netip.MustParsePrefix("::/96"),        // IPv4-compatible (deprecated): embeds an IPv4 address
 	netip.MustParsePrefix("64:ff9b::/96"), // NAT64: may embed an internal IPv4 address
 	netip.MustParsePrefix("64:ff9b:1::/48"),
 	netip.MustParsePrefix("100::/64"),
+	netip.MustParsePrefix("2001::/32"), // Teredo: embeds IPv4 addresses
 	netip.MustParsePrefix("2001:db8::/32"),
+	netip.MustParsePrefix("3fff::/20"), // documentation
 	netip.MustParsePrefix("2002::/16"), // 6to4: embeds an IPv4 address
 	netip.MustParsePrefix("fc00::/7"),
 }

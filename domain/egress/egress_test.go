@@ -191,6 +191,8 @@ func TestPublic(t *testing.T) {
 		"198.18.0.1": false, "100.100.100.100": false,
 		"1.1.1.1": true, "2606:4700::1111": true, "::": false, "fd00::1": false,
 		"100.64.0.1": false, "::ffff:127.0.0.1": false, "64:ff9b::7f00:1": false, "2002:7f00:1::": false,
+		"::127.0.0.1": false, "::169.254.169.254": false, "2001:0:4136:e378:8000:63bf:3fff:fdd2": false,
+		"3fff::1": false, "2001:4860:4860::8888": true,
 	}
 	for s, want := range cases {
 		if got := Public(netip.MustParseAddr(s)); got != want {
