@@ -5,10 +5,14 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"threadbox/app/messages"
 	"threadbox/app/messages/wire"
+	"threadbox/app/turns"
+	"threadbox/app/turns/turnstest"
 	"threadbox/domain/fault"
+	"threadbox/domain/thread"
 	"threadbox/domain/user"
 )
 
@@ -102,5 +106,77 @@ func TestReplaceLastTurnAndAnswer(t *testing.T) {
 	}
 	if _, err := svc.StartTurn(ctx, p, th.ID(), TurnRequest{Replace: "first_turn", Content: text("x")}); fault.KindOf(err) != fault.Invalid {
 		t.Errorf("an unknown replace: %v", err)
+	}
+}
+
+// hookedStore is a memStore that calls onMessages (once) after it read a
+// thread's messages, before it returns them.
+type hookedStore struct {
+	*memStore
+	onMessages func()
+}
+
+func (h *hookedStore) Messages(ctx context.Context, threadID string) ([]thread.Message, error) {
+	ms, err := h.memStore.Messages(ctx, threadID)
+	if f := h.onMessages; f != nil {
+		h.onMessages = nil
+		f()
+	}
+	return ms, err
+}
+
+// TestTurnReadsHistoryHoldingItsThread: a turn holds its thread before it
+// reads the history it asks and the messages it replaces, so a second
+// regenerate started while the first reads is refused, and the thread
+// keeps one answer to its last message instead of two in a row.
+func TestTurnReadsHistoryHoldingItsThread(t *testing.T) {
+	ctx := context.Background()
+	var seen []string
+	st := newMemStore()
+	hooked := &hookedStore{memStore: st}
+	p := user.Principal{OrgID: "org_1", UserID: "usr_1", Role: user.Member}
+	eng := recordEngine{seen: &seen}
+	d := Deps{Containers: oneContainer{}, Policies: oneContainer{}, Container: &outputs{data: "\x89PNG\r\n\x1a\nv1"}, Blobs: &memBlobs{written: map[string]time.Time{}}}
+	d.Turns = turns.New(turns.Deps{Engine: loop{eng}, Containers: oneContainer{}, Records: turnstest.NewRecords()})
+	svc := New(hooked, st, d)
+	pr, err := svc.CreateProject(ctx, p, "P")
+	if err != nil {
+		t.Fatal(err)
+	}
+	th, err := svc.CreateThread(ctx, p, pr.ID(), "T")
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func(tr TurnRequest) error {
+		turn, err := svc.StartTurn(ctx, p, th.ID(), tr)
+		if err != nil {
+			return err
+		}
+		_, err = turn.Run(ctx, nil)
+		return err
+	}
+	if err := run(TurnRequest{Content: []wire.ContentBlock{{Type: wire.BlockText, Text: "one"}}}); err != nil {
+		t.Fatal(err)
+	}
+	var inner error
+	hooked.onMessages = func() { inner = run(TurnRequest{Replace: ReplaceLastAnswer}) }
+	if err := run(TurnRequest{Replace: ReplaceLastAnswer}); err != nil {
+		t.Fatal(err)
+	}
+	if fault.KindOf(inner) != fault.Conflict {
+		t.Errorf("a regenerate while another reads the thread: %v, want a conflict", inner)
+	}
+	ms, err := st.Messages(ctx, th.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var live []string
+	for _, m := range ms {
+		if !m.Replaced() {
+			live = append(live, string(m.Role()))
+		}
+	}
+	if got := strings.Join(live, " "); got != "user assistant" {
+		t.Fatalf("the thread's history is %q, want %q", got, "user assistant")
 	}
 }

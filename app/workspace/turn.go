@@ -86,7 +86,29 @@ func (s *Service) StartTurn(ctx context.Context, p user.Principal, threadID stri
 	if err != nil {
 		return nil, err
 	}
+	// The thread is held before its history is read: a turn, a rewind or
+	// a revert that ended meanwhile would otherwise leave this turn asking
+	// the model a history the thread no longer has, and replacing messages
+	// another turn already replaced.
+	ok, err := s.holdThread(ctx, th.ID())
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, fault.New(fault.Conflict, "a turn is already running in this thread")
+	}
+	t, err := s.startTurn(ctx, p, th, tr)
+	if err != nil {
+		s.releaseThread(th.ID())
+		return nil, err
+	}
+	return t, nil
+}
+
+// startTurn is StartTurn on a thread it holds.
+func (s *Service) startTurn(ctx context.Context, p user.Principal, th thread.Thread, tr TurnRequest) (*Turn, error) {
 	var (
+		err     error
 		history []wire.Message
 		replace []string
 		reask   bool
@@ -146,13 +168,6 @@ func (s *Service) StartTurn(ctx context.Context, p user.Principal, threadID stri
 	// A chat turn's log carries its commands' output as it is produced:
 	// the chat shows it live, and a reattached page too.
 	prepared.LiveOutput()
-	ok, err := s.holdThread(ctx, th.ID())
-	if err != nil {
-		return nil, err
-	}
-	if !ok {
-		return nil, fault.New(fault.Conflict, "a turn is already running in this thread")
-	}
 	return &Turn{s: s, p: p, thread: th, turn: prepared, content: tr.Content, replace: replace, reask: reask}, nil
 }
 
