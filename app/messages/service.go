@@ -533,9 +533,7 @@ func (t *turn) run(ctx context.Context) error {
 		t.usage.OutputTokens += res.Usage.OutputTokens
 		t.usage.CacheCreationInputTokens += res.Usage.CacheCreationInputTokens
 		t.usage.CacheReadInputTokens += res.Usage.CacheReadInputTokens
-		if m := t.s.cfg.Tokens; m != nil {
-			m.Tokens(ctx, t.opts.OrgID, t.opts.UserID, t.opts.ContainerID, res.Usage.InputTokens, res.Usage.OutputTokens)
-		}
+		t.meter(ctx, res.Usage.InputTokens, res.Usage.OutputTokens)
 
 		client, server := false, 0
 		for i, b := range res.Content {
@@ -656,6 +654,7 @@ func (t *turn) step(ctx context.Context, req StepRequest) (*stepOutput, error) {
 		return b
 	}
 	if t.req.Stream {
+		var started wire.Usage // the step's input tokens, as its start told them
 		res, err := t.s.model.StreamStep(ctx, req, func(ev StepEvent) error {
 			var out wire.Event
 			switch ev.Kind {
@@ -678,6 +677,7 @@ func (t *turn) step(ctx context.Context, req StepRequest) (*stepOutput, error) {
 			case StepStart:
 				// The first step's start gives message_start its input
 				// tokens; a later step's counts go to message_delta.
+				started = ev.Usage
 				return t.begin(ev.Usage)
 			default:
 				if ev.More {
@@ -701,9 +701,15 @@ func (t *turn) step(ctx context.Context, req StepRequest) (*stepOutput, error) {
 		// Whatever the step held goes out before the turn goes on (to a
 		// tool call, the next step, its end) or reports its error.
 		if ferr := t.flush(); err == nil && ferr != nil {
+			// The step ended upstream: all of it counts.
+			t.meter(ctx, res.Usage.InputTokens, res.Usage.OutputTokens)
 			return nil, ferr
 		}
 		if err != nil {
+			// A step cut short (its client went away, the turn was
+			// stopped, the upstream failed) still used the input the
+			// upstream counted at its start; its output is not known.
+			t.meter(ctx, started.InputTokens, 0)
 			return nil, fmt.Errorf("messages: model step: %w", err)
 		}
 		o.res = res
@@ -718,6 +724,14 @@ func (t *turn) step(ctx context.Context, req StepRequest) (*stepOutput, error) {
 		o.held[i] = blockEvents(startBlock(i, b))
 	}
 	return o, nil
+}
+
+// meter records the model tokens of one step for the turn's user, in its
+// container.
+func (t *turn) meter(ctx context.Context, input, output int) {
+	if m := t.s.cfg.Tokens; m != nil {
+		m.Tokens(ctx, t.opts.OrgID, t.opts.UserID, t.opts.ContainerID, input, output)
+	}
 }
 
 // blockEvents returns a complete block as start, deltas and stop events,
