@@ -399,6 +399,9 @@ func (s *Service) RevertToolCall(ctx context.Context, p user.Principal, threadID
 		}
 		return Reverted{}, fault.Errorf(fault.Conflict, "the tool call's files were changed after it: %s; reverting would lose those changes: send force: true to revert anyway", strings.Join(say, ", "))
 	}
+	// From the restore on, the revert outlives a client that goes away:
+	// files reverted without their audit event would go unrecorded.
+	ctx = context.WithoutCancel(ctx)
 	if err := s.d.Snapshots.Files.RestorePaths(ctx, th.ID(), cc.BaseID, c.ID(), paths); err != nil {
 		return Reverted{}, fmt.Errorf("workspace: revert a call: %w", err)
 	}

@@ -315,6 +315,9 @@ func (s *Service) RewindThread(ctx context.Context, p user.Principal, threadID, 
 	if err != nil {
 		return Rewound{}, err
 	}
+	// From the restore on, the rewind outlives a client that goes away:
+	// files restored under a history left unfolded would disagree with it.
+	ctx = context.WithoutCancel(ctx)
 	if err := s.d.Snapshots.Files.RestoreSnapshot(ctx, th.ID(), sn.ID, c.ID()); err != nil {
 		return Rewound{}, fmt.Errorf("workspace: rewind: %w", err)
 	}
