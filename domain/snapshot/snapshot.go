@@ -5,6 +5,7 @@
 package snapshot
 
 import (
+	"math"
 	"time"
 
 	"threadbox/domain/fault"
@@ -90,6 +91,16 @@ func (r Retention) count() int {
 // cannot pile up snapshots unbounded by the count.
 const MaxPerTurn = 64
 
+// most is how many snapshots of every kind a thread keeps at most: MaxPerTurn
+// per counted turn, and no bound for a count whose product overflows (an
+// org may set its count as high as an int64 holds).
+func (r Retention) most() int {
+	if c := r.count(); c <= math.MaxInt/MaxPerTurn {
+		return c * MaxPerTurn
+	}
+	return math.MaxInt
+}
+
 // turns counts the turn-end snapshots among snaps.
 func turns(snaps []Snapshot) int {
 	n := 0
@@ -115,7 +126,7 @@ func (r Retention) Prune(snaps []Snapshot) (drop, keep []Snapshot) {
 	for _, s := range keep {
 		total += s.Bytes
 	}
-	for len(keep) > 0 && (turns(keep) > r.count() || len(keep) > r.count()*MaxPerTurn || r.Bytes > 0 && total > r.Bytes) {
+	for len(keep) > 0 && (turns(keep) > r.count() || len(keep) > r.most() || r.Bytes > 0 && total > r.Bytes) {
 		drop = append(drop, keep[0])
 		total -= keep[0].Bytes
 		keep = keep[1:]

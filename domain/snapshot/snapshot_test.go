@@ -1,6 +1,7 @@
 package snapshot
 
 import (
+	"math"
 	"slices"
 	"testing"
 )
@@ -32,6 +33,8 @@ func TestRetentionPrune(t *testing.T) {
 		{"bytes: dropping one grows the next", Retention{Bytes: 23}, []Snapshot{s("a", 10, 10), s("b", 12, 4), s("c", 20, 10)},
 			// 24 > 23: drop a, b now stores 12: 22 fits.
 			[]string{"a"}, []string{"b", "c"}, 12},
+		{"a count too large to multiply keeps them all", Retention{Count: math.MaxInt64/MaxPerTurn + 1}, []Snapshot{s("a", 10, 10), s("b", 10, 2)}, []string{}, []string{"a", "b"}, 10},
+		{"the largest count keeps them all", Retention{Count: math.MaxInt}, []Snapshot{s("a", 10, 10), s("b", 10, 2)}, []string{}, []string{"a", "b"}, 10},
 		{"bytes: a newest too large for the bound is dropped", Retention{Bytes: 5}, []Snapshot{s("a", 10, 10)}, []string{"a"}, []string{}, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
