@@ -287,7 +287,7 @@ func (s *Service) Record(ctx context.Context, u Usage) error {
 // never fails a command.
 func (s *Service) Begin(ctx context.Context, containerID string) func(res sandbox.Result, err error) {
 	started := s.now()
-	runID := s.startRun(ctx, containerID, started)
+	runID, o := s.startRun(ctx, containerID, started)
 	var once sync.Once
 	return func(res sandbox.Result, err error) {
 		once.Do(func() {
@@ -304,43 +304,44 @@ func (s *Service) Begin(ctx context.Context, containerID string) func(res sandbo
 				}
 				return
 			}
-			s.endRun(ctx, runID, containerID, u)
+			s.endRun(ctx, runID, containerID, o, u)
 		})
 	}
 }
 
 // startRun records the start of a run in the container, when runs are
-// tracked; it returns the run's id, or "" when none was recorded.
-func (s *Service) startRun(ctx context.Context, containerID string, at time.Time) string {
+// tracked; it returns the run's id and whom it counts for, or "" when
+// none was recorded.
+func (s *Service) startRun(ctx context.Context, containerID string, at time.Time) (string, owner) {
 	if s.runs == nil {
-		return ""
+		return "", owner{}
 	}
 	ctx = context.WithoutCancel(ctx)
 	o, err := s.ownerOf(ctx, containerID)
 	if err != nil {
 		s.log.Warn("run not recorded: container lookup", "container", containerID, "cause", err.Error())
-		return ""
+		return "", owner{}
 	}
 	r := Run{ID: id.New("run"), OrgID: o.org, UserID: o.user, ContainerID: containerID, ThreadID: o.thread, Holder: s.holder, StartedAt: at.UTC(), SeenAt: at.UTC()}
 	if err := s.runs.StartRun(ctx, r); err != nil {
 		s.log.Warn("run not recorded", "container", containerID, "cause", err.Error())
-		return ""
+		return "", owner{}
 	}
 	s.mu.Lock()
 	s.running++
 	s.mu.Unlock()
-	return r.ID
+	return r.ID, o
 }
 
-// endRun counts a recorded run's usage u (none: drop its record): with
-// Deps.Buffer at the next write, in one transaction with its record's removal.
-func (s *Service) endRun(ctx context.Context, runID, containerID string, u Usage) {
+// endRun counts a recorded run's usage u (none: drop its record) for o,
+// the container's owner found when it started, as its record names them:
+// the container is not looked up again, so a lookup failing then cannot
+// drop a command whose record the end deletes. With Deps.Buffer it is
+// written at the next write, in one transaction with its record's removal.
+func (s *Service) endRun(ctx context.Context, runID, containerID string, o owner, u Usage) {
 	ctx = context.WithoutCancel(ctx)
 	if u.Commands > 0 {
-		var ok bool
-		if u, ok = s.resolve(ctx, containerID, u); !ok {
-			u = Usage{}
-		}
+		u.OrgID, u.UserID, u.ContainerID, u.ThreadID = o.org, o.user, containerID, o.thread
 		if u.Day == "" {
 			u.Day = s.now().UTC().Format(DayLayout)
 		}

@@ -461,3 +461,44 @@ func TestReportWaitsForFlushUnderWay(t *testing.T) {
 		t.Fatalf("the report read %d written usages, want the command's", written)
 	}
 }
+
+// downContainers is fakeContainers until down is set, then fails every
+// lookup, as a database that went away does.
+type downContainers struct{ down *bool }
+
+func (d downContainers) Container(ctx context.Context, id string) (container.Container, error) {
+	if *d.down {
+		return container.Container{}, errors.New("database down")
+	}
+	return fakeContainers{}.Container(ctx, id)
+}
+
+// TestRunEndsWithoutALookup: a tracked command counts for the owner its
+// start found, even when the container cannot be looked up at its end
+// (the remembered containers started over, the database is down), since
+// its end deletes the record a settling would have counted.
+func TestRunEndsWithoutALookup(t *testing.T) {
+	ctx := context.Background()
+	runs := &fakeRuns{}
+	down := false
+	now := time.Date(2026, 3, 2, 1, 0, 0, 0, time.UTC)
+	s := newService(&fakeStore{}, func(d *Deps) {
+		d.Now = func() time.Time { return now }
+		d.Containers = downContainers{&down}
+		d.Buffer = time.Hour
+		d.Runs, d.Holder, d.Settle, d.Stale = runs, "srv-a", time.Minute, 20*time.Second
+	})
+	end := s.Begin(ctx, "c2")
+	s.mu.Lock()
+	s.owners = nil
+	s.mu.Unlock()
+	down = true
+	end(sandbox.Result{Duration: 3 * time.Second}, nil)
+	if err := s.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	want := Usage{OrgID: "o1", UserID: "u1", Day: "2026-03-02", ContainerID: "c2", ThreadID: "t1", Counts: Counts{Commands: 1, Wall: 3 * time.Second}}
+	if len(runs.runs) != 0 || len(runs.added) != 1 || runs.added[0] != want {
+		t.Fatalf("records %+v, added %+v, want %+v", runs.runs, runs.added, want)
+	}
+}
