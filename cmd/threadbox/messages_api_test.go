@@ -591,7 +591,7 @@ func TestMessagesAPIAnthropicSDK(t *testing.T) {
 			{`{"model":"m","max_tokens":10,"tools":[{"type":"code_execution_20250825","name":"bash"}],"messages":[{"role":"user","content":"x"}]}`, 400, `must be named \"code_execution\"`},
 			{`{"model":"m","max_tokens":10,"container":"bad id!","messages":[{"role":"user","content":"x"}]}`, 400, "invalid container id"},
 			{`{"model":"m","max_tokens":10,"container":"thr_nope","messages":[{"role":"user","content":"x"}]}`, 404, "container not found"},
-			{`{"model":"m","max_tokens":10,"messages":[{"role":"user","content":[{"text":"x"}]}]}`, 400, "content block without type"},
+			{`{"model":"m","max_tokens":10,"messages":[{"role":"user","content":[{"text":"x"}]}]}`, 400, "messages.0.content.0.type: required"},
 			{`not json`, 400, "invalid request body"},
 		} {
 			r := s.do("POST", "/api/gpt/v1/messages", tok, tc.body)
