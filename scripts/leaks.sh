@@ -23,7 +23,9 @@ list() {
     -mindepth 2 -maxdepth 2 -type d 2>/dev/null || true; } | sed 's/^/task /'
   find /sys/fs/cgroup -mindepth 2 -maxdepth 4 -type d \
     \( -path '/sys/fs/cgroup/threadbox-*/*' -o -path '/sys/fs/cgroup/*/threadbox-*/*' \) 2>/dev/null | sed 's/^/cgroup /'
-  awk '{print "mount " $5}' /proc/self/mountinfo
+  # iproute2 makes /run/netns a mount point at its first namespace and
+  # never undoes it; the namespaces in it are listed below.
+  awk '$5 != "/run/netns" && $5 != "/var/run/netns" {print "mount " $5}' /proc/self/mountinfo
   if command -v losetup >/dev/null 2>&1; then
     losetup -a 2>/dev/null | sed 's/^/loop /'
   fi
