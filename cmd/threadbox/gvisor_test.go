@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"os"
@@ -68,11 +69,24 @@ func gvisorRunning(t *testing.T, s *server) bool {
 	if _, err := os.Stat(state); err != nil {
 		return false
 	}
-	out, err := exec.Command(gvisor.DefaultRunsc, "--root", state, "list", "-quiet").Output()
+	out, err := exec.Command(gvisor.DefaultRunsc, "--root", state, "list", "--format=json").Output()
 	if err != nil {
 		t.Fatalf("runsc list: %v", err)
 	}
-	return strings.TrimSpace(string(out)) != ""
+	var listed []struct {
+		Status string `json:"status"`
+	}
+	if err := json.Unmarshal(out, &listed); err != nil {
+		t.Fatalf("runsc list: %v: %s", err, out)
+	}
+	// A container made ready for the next restore (created, not started)
+	// runs nothing.
+	for _, c := range listed {
+		if c.Status == "running" {
+			return true
+		}
+	}
+	return false
 }
 
 // TestGvisorSandboxSurvivesRestart: a graceful shutdown checkpoints the
