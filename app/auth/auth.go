@@ -374,19 +374,24 @@ func (s *Service) RevokeOwn(ctx context.Context, p user.Principal, tokenID strin
 	if !t.AccessibleBy(p.OrgID, p.UserID) {
 		return fault.New(fault.NotFound, "token not found")
 	}
-	if err := s.store.RevokeToken(ctx, tokenID, s.now()); err != nil {
-		return err
-	}
-	s.revocations.revoked(tokenID)
-	return nil
+	return s.revoke(ctx, tokenID)
 }
 
-// Revoke revokes any token by id (operator CLI).
+// Revoke revokes any token by id (operator CLI, and a turn's sandbox token
+// when the turn ends).
 func (s *Service) Revoke(ctx context.Context, tokenID string) error {
-	if err := s.store.RevokeToken(ctx, tokenID, s.now()); err != nil {
-		return err
-	}
+	return s.revoke(ctx, tokenID)
+}
+
+// revoke records the token revoked and ends the requests bound to it
+// (Bound). Those end even when the store fails: the caller asked for the
+// token to stop working, and may retry the store's part.
+func (s *Service) revoke(ctx context.Context, tokenID string) error {
+	err := s.store.RevokeToken(ctx, tokenID, s.now())
 	s.revocations.revoked(tokenID)
+	if err != nil {
+		return fmt.Errorf("auth: revoke token: %w", err)
+	}
 	return nil
 }
 

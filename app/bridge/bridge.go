@@ -314,11 +314,28 @@ type Tokens interface {
 // at the turn's end is missed.
 const DefaultTokenTTL = 30 * time.Minute
 
+// RevokeRetryFor bounds how long a turn's token revocation is retried
+// after a failure (the store briefly unreachable) before it is given up and
+// the token left to expire.
+const RevokeRetryFor = 2 * time.Minute
+
+// Backoff between revocation attempts: it starts at revokeBackoffMin and
+// doubles up to revokeBackoffMax.
+const (
+	revokeBackoffMin = 200 * time.Millisecond
+	revokeBackoffMax = 10 * time.Second
+)
+
 // TurnEnv gives each turn its sandbox variables.
 type TurnEnv struct {
 	tokens Tokens
 	bridge *Bridge
 	ttl    time.Duration
+
+	// retryFor, backoffMin and backoffMax pace the retries of a failed
+	// revocation (RevokeRetryFor and the revokeBackoff constants).
+	retryFor, backoffMin, backoffMax time.Duration
+	pending                          sync.WaitGroup // revocations being retried
 }
 
 // NewTurnEnv returns a TurnEnv issuing tokens valid for ttl (0 means
@@ -327,13 +344,62 @@ func NewTurnEnv(tokens Tokens, bridge *Bridge, ttl time.Duration) *TurnEnv {
 	if ttl <= 0 {
 		ttl = DefaultTokenTTL
 	}
-	return &TurnEnv{tokens: tokens, bridge: bridge, ttl: ttl}
+	return &TurnEnv{
+		tokens: tokens, bridge: bridge, ttl: ttl,
+		retryFor: RevokeRetryFor, backoffMin: revokeBackoffMin, backoffMax: revokeBackoffMax,
+	}
+}
+
+// Wait returns once no failed revocation is being retried any more: each
+// has succeeded or been given up.
+func (t *TurnEnv) Wait() { t.pending.Wait() }
+
+// revoke revokes token id. The first attempt runs before revoke returns;
+// if it fails, the revocation is retried in the background with a growing
+// pause until it succeeds or retryFor has passed, so that a token of a
+// finished turn does not stay usable for the rest of its lifetime because
+// of one store error. Every attempt runs on its own context: the turn's
+// request is over by now.
+func (t *TurnEnv) revoke(id string) {
+	err := t.revokeOnce(id)
+	if err == nil {
+		return
+	}
+	t.bridge.log.Debug("bridge: revoking a turn's token failed; retrying", "token", id, "err", err)
+	t.pending.Add(1)
+	go func() {
+		defer t.pending.Done()
+		deadline := time.Now().Add(t.retryFor)
+		pause := t.backoffMin
+		for attempts := 2; ; attempts++ {
+			if time.Now().Add(pause).After(deadline) {
+				t.bridge.log.Warn("bridge: could not revoke a turn's sandbox token; it stays usable until it expires",
+					"token", id, "attempts", attempts-1, "err", err)
+				return
+			}
+			time.Sleep(pause)
+			if err = t.revokeOnce(id); err == nil {
+				return
+			}
+			pause = min(2*pause, t.backoffMax)
+		}
+	}()
+}
+
+func (t *TurnEnv) revokeOnce(id string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := t.tokens.Revoke(ctx, id); err != nil {
+		return fmt.Errorf("bridge: revoke turn token: %w", err)
+	}
+	return nil
 }
 
 // Begin prepares the variables every command of p's turn in the container
 // gets. env issues the turn's token on its first call (a turn that runs no
 // command writes nothing) and returns the same variables on later ones; end
-// revokes the token if it was issued. Call end when the turn is over.
+// revokes the token if it was issued, retrying in the background for a
+// while if the first attempt fails (revoke). Call end when the turn is over.
 func (t *TurnEnv) Begin(p user.Principal, containerID, model string) (env func(context.Context) ([]string, error), end func()) {
 	var (
 		mu     sync.Mutex
@@ -364,9 +430,7 @@ func (t *TurnEnv) Begin(p user.Principal, containerID, model string) (env func(c
 		if id == "" {
 			return
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = t.tokens.Revoke(ctx, id)
+		t.revoke(id)
 		id = ""
 	}
 	return env, end

@@ -2,10 +2,13 @@ package bridge
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
+	"math"
 	"net"
 	"slices"
 	"strings"
@@ -354,5 +357,82 @@ func TestBridgeCarriesEgress(t *testing.T) {
 	}
 	if env := New(nil, Config{}).Env("tok", ""); slices.ContainsFunc(env, func(s string) bool { return strings.Contains(s, "PROXY") }) {
 		t.Fatalf("proxy variables without a proxy: %v", env)
+	}
+}
+
+// flakyTokens is a token store whose first failures revokes fail, as a
+// database briefly unreachable would.
+type flakyTokens struct {
+	mu       sync.Mutex
+	failures int
+	attempts int
+	revoked  map[string]bool
+}
+
+func (f *flakyTokens) IssueSandboxToken(_ context.Context, _ user.Principal, containerID string, _ time.Duration) (string, string, error) {
+	return "jwt-" + containerID, "tok_1", nil
+}
+
+func (f *flakyTokens) Revoke(_ context.Context, id string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.attempts++
+	if f.failures > 0 {
+		f.failures--
+		return errors.New("store down")
+	}
+	if f.revoked == nil {
+		f.revoked = map[string]bool{}
+	}
+	f.revoked[id] = true
+	return nil
+}
+
+// usable reports whether the token still works: it is not revoked.
+func (f *flakyTokens) usable(id string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return !f.revoked[id]
+}
+
+// TestTurnEnvRetriesRevoke: a revocation at a turn's end that fails is
+// retried, so the token of the finished turn ends revoked instead of
+// staying usable until it expires.
+func TestTurnEnvRetriesRevoke(t *testing.T) {
+	tokens := &flakyTokens{failures: 3}
+	te := NewTurnEnv(tokens, New(nil, Config{}), 0)
+	te.backoffMin, te.backoffMax = time.Millisecond, time.Millisecond
+	env, end := te.Begin(user.Principal{UserID: "u1"}, "c9", "claude-x")
+	if _, err := env(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	end()
+	te.Wait()
+	if tokens.usable("tok_1") {
+		t.Fatalf("the token is usable after its turn ended (%d revoke attempts)", tokens.attempts)
+	}
+	if tokens.attempts != 4 {
+		t.Fatalf("%d revoke attempts, want 4", tokens.attempts)
+	}
+}
+
+// TestTurnEnvRevokeGivesUp: a revocation that keeps failing is given up
+// once its retry time has passed, with a warning.
+func TestTurnEnvRevokeGivesUp(t *testing.T) {
+	var logs bytes.Buffer
+	tokens := &flakyTokens{failures: math.MaxInt}
+	te := NewTurnEnv(tokens, New(nil, Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))}), 0)
+	te.retryFor, te.backoffMin, te.backoffMax = 20*time.Millisecond, time.Millisecond, 2*time.Millisecond
+	env, end := te.Begin(user.Principal{UserID: "u1"}, "c9", "claude-x")
+	if _, err := env(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	end()
+	te.Wait()
+	if tokens.attempts < 2 {
+		t.Fatalf("%d revoke attempts: not retried", tokens.attempts)
+	}
+	if !strings.Contains(logs.String(), "level=WARN") || !strings.Contains(logs.String(), "tok_1") {
+		t.Fatalf("no warning logged: %q", logs.String())
 	}
 }
