@@ -21,6 +21,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -53,6 +54,12 @@ type Resolver interface {
 const (
 	DefaultMaxConns    = 32
 	DefaultDialTimeout = 10 * time.Second
+	// DefaultResponseHeaderTimeout bounds the wait for the header of a
+	// host's answer to a request the proxy forwards.
+	DefaultResponseHeaderTimeout = 60 * time.Second
+	// DefaultTunnelIdleTimeout closes a tunnel over which no byte passed
+	// either way for that long.
+	DefaultTunnelIdleTimeout = 10 * time.Minute
 	// helloTimeout bounds the wait for a tunnel's first bytes (the TLS
 	// ClientHello) after the proxy answered CONNECT.
 	helloTimeout = 10 * time.Second
@@ -90,6 +97,16 @@ type Config struct {
 	// UpstreamRoots verify the hosts whose TLS the proxy terminates; nil
 	// means the system's roots.
 	UpstreamRoots *x509.CertPool
+	// ResponseHeaderTimeout bounds the wait for the header of a host's
+	// answer once a forwarded request was sent (plain http:// and the
+	// requests of a tunnel the proxy terminates); past it the sandbox gets
+	// 504. 0 means DefaultResponseHeaderTimeout.
+	ResponseHeaderTimeout time.Duration
+	// TunnelIdleTimeout closes both sides of a CONNECT tunnel once a whole
+	// period this long passed with no byte either way; a tunnel that keeps
+	// carrying bytes stays open however long it lasts. 0 means
+	// DefaultTunnelIdleTimeout.
+	TunnelIdleTimeout time.Duration
 }
 
 // Proxy is the egress proxy. Serve hands it one connection from a sandbox.
@@ -124,6 +141,12 @@ func New(policies Policies, rec Recorder, cfg Config) *Proxy {
 	}
 	if cfg.MaxConns <= 0 {
 		cfg.MaxConns = DefaultMaxConns
+	}
+	if cfg.ResponseHeaderTimeout <= 0 {
+		cfg.ResponseHeaderTimeout = DefaultResponseHeaderTimeout
+	}
+	if cfg.TunnelIdleTimeout <= 0 {
+		cfg.TunnelIdleTimeout = DefaultTunnelIdleTimeout
 	}
 	lg := cfg.Logger
 	if lg == nil {
@@ -435,7 +458,9 @@ func (p *Proxy) tunnel(w http.ResponseWriter, r *http.Request, up *countingConn,
 			return
 		}
 	}
-	pipe(client, brw.Reader, up)
+	if pipe(client, brw.Reader, up, p.cfg.TunnelIdleTimeout) {
+		rec.Reason = fmt.Sprintf("closed after %v with no traffic", p.cfg.TunnelIdleTimeout)
+	}
 }
 
 // forward sends one plain HTTP request to up and copies the answer back.
@@ -445,15 +470,20 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, up net.Conn, rec
 	out.Close = true
 	removeHopHeaders(out.Header)
 	tr := &http.Transport{
-		DialContext:        func(context.Context, string, string) (net.Conn, error) { return up, nil },
-		DisableKeepAlives:  true,
-		DisableCompression: true,
-		Proxy:              nil,
+		DialContext:           func(context.Context, string, string) (net.Conn, error) { return up, nil },
+		DisableKeepAlives:     true,
+		DisableCompression:    true,
+		Proxy:                 nil,
+		ResponseHeaderTimeout: p.cfg.ResponseHeaderTimeout,
 	}
 	defer tr.CloseIdleConnections()
 	resp, err := tr.RoundTrip(out)
 	if err != nil {
 		rec.Reason = "upstream: " + err.Error()
+		if isTimeout(err) {
+			http.Error(w, fmt.Sprintf("threadbox egress: %s did not answer within %v", rec.Host, p.cfg.ResponseHeaderTimeout), http.StatusGatewayTimeout)
+			return
+		}
 		http.Error(w, "threadbox egress: "+rec.Host+" did not answer", http.StatusBadGateway)
 		return
 	}
@@ -547,10 +577,12 @@ const copyChunk = 64 << 10
 
 // pipe copies both ways between the sandbox's client connection (read
 // through cr, which holds what the server buffered) and up until both
-// directions end. Without a bandwidth bound it copies between the bare
-// connections, which lets the kernel splice TCP to TCP; the counting
-// connection still counts what went each way.
-func pipe(client net.Conn, cr *bufio.Reader, up *countingConn) {
+// directions end, or until a whole idle period passed with no byte either
+// way; it reports whether it closed the tunnel as idle. Without a
+// bandwidth bound it copies between the bare connections, which lets the
+// kernel splice TCP to TCP; the counting connection still counts what went
+// each way.
+func pipe(client net.Conn, cr *bufio.Reader, up *countingConn, idle time.Duration) (idled bool) {
 	var src io.Reader = cr
 	dst := net.Conn(up)
 	if up.up == nil && up.down == nil {
@@ -558,34 +590,114 @@ func pipe(client net.Conn, cr *bufio.Reader, up *countingConn) {
 			b, _ := cr.Peek(n)
 			w, err := up.Write(b)
 			if err != nil {
-				return
+				return false
 			}
 			_, _ = cr.Discard(w)
 		}
 		src, dst = bareConn(client), up.Conn
 	}
-	done := make(chan struct{}, 2)
-	go func() {
-		n, _ := io.Copy(dst, src)
+	reports := make(chan copyReport, 2)
+	var resume [2]chan bool
+	for i := range resume {
+		resume[i] = make(chan bool, 1)
+	}
+	go copyRounds(0, resume[0], reports, func() (int64, error) {
+		n, err := io.Copy(dst, src)
 		if dst != net.Conn(up) {
 			up.sent.Add(n)
 		}
-		closeWrite(dst)
-		done <- struct{}{}
-	}()
-	go func() {
-		var n int64
+		return n, err
+	}, func() { closeWrite(dst) })
+	go copyRounds(1, resume[1], reports, func() (int64, error) {
 		if dst == net.Conn(up) {
-			n, _ = io.CopyBuffer(client, up, make([]byte, copyChunk))
-		} else {
-			n, _ = io.Copy(bareConn(client), up.Conn)
-			up.received.Add(n)
+			return io.CopyBuffer(client, up, make([]byte, copyChunk))
 		}
-		closeWrite(client)
-		done <- struct{}{}
-	}()
-	<-done
-	<-done
+		n, err := io.Copy(bareConn(client), up.Conn)
+		up.received.Add(n)
+		return n, err
+	}, func() { closeWrite(client) })
+
+	// Every idle period, both reads are interrupted (a deadline in the
+	// past) so that each direction reports the bytes it moved since the
+	// last check, then resumed; a copy the kernel splices reports nothing
+	// until it returns, so this is how the proxy sees a tunnel's traffic.
+	// A period with no byte either way closes the tunnel.
+	live := 2
+	var moved int64
+	timer := time.NewTimer(idle)
+	defer timer.Stop()
+	for live > 0 {
+		select {
+		case r := <-reports:
+			moved += r.n
+			live--
+			continue
+		case <-timer.C:
+		}
+		past := time.Unix(1, 0)
+		_ = client.SetReadDeadline(past)
+		_ = up.SetReadDeadline(past)
+		var paused []int
+		for range live {
+			r := <-reports
+			moved += r.n
+			if r.final {
+				live--
+			} else {
+				paused = append(paused, r.dir)
+			}
+		}
+		goOn := moved > 0 || live == 0
+		if goOn {
+			_ = client.SetReadDeadline(time.Time{})
+			_ = up.SetReadDeadline(time.Time{})
+		} else {
+			idled = true
+			_ = client.Close()
+			_ = up.Close()
+		}
+		for _, d := range paused {
+			resume[d] <- goOn
+		}
+		if !goOn {
+			return idled
+		}
+		moved = 0
+		timer.Reset(idle)
+	}
+	return idled
+}
+
+// copyReport is what one direction of a tunnel moved in one round: until
+// it ended (final) or until the idle check interrupted it.
+type copyReport struct {
+	dir   int
+	n     int64
+	final bool
+}
+
+// copyRounds runs copy until it ends, reporting each round's bytes; a
+// round the idle check interrupted waits for its word to go on or stop.
+// end runs once the direction ended on its own.
+func copyRounds(dir int, resume <-chan bool, reports chan<- copyReport, copy func() (int64, error), end func()) {
+	for {
+		n, err := copy()
+		if err == nil || !isTimeout(err) {
+			end()
+			reports <- copyReport{dir: dir, n: n, final: true}
+			return
+		}
+		reports <- copyReport{dir: dir, n: n}
+		if !<-resume {
+			return
+		}
+	}
+}
+
+// isTimeout reports whether err is a deadline or a timeout.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, os.ErrDeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()
 }
 
 // bareConn returns the connection a sandbox connection wraps.

@@ -365,3 +365,145 @@ func TestProxyLimits(t *testing.T) {
 		t.Fatalf("record %+v", rec)
 	}
 }
+
+// silentHost listens on loopback and accepts connections, reading what
+// they send and never answering, until the test ends.
+func silentHost(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() { defer c.Close(); io.Copy(io.Discard, c) }()
+		}
+	}()
+	_, port, _ := net.SplitHostPort(l.Addr().String())
+	return port
+}
+
+// echoHost listens on loopback and sends back every byte it reads.
+func echoHost(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() { defer c.Close(); io.Copy(c, c) }()
+		}
+	}()
+	_, port, _ := net.SplitHostPort(l.Addr().String())
+	return port
+}
+
+// TestProxyResponseHeaderTimeout checks that a forwarded request to a host
+// that accepts the connection and never answers gets 504 once the bound
+// on the wait for the answer's header passed, instead of holding the
+// sandbox's connection and the proxy for as long as the host likes.
+func TestProxyResponseHeaderTimeout(t *testing.T) {
+	port := silentHost(t)
+	r := newRig(t, egressproxy.Config{ResponseHeaderTimeout: 200 * time.Millisecond}, port)
+	r.pol.set(true, "pypi.test")
+	c := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: r.addr})}, Timeout: 20 * time.Second}
+	defer c.CloseIdleConnections()
+	resp, err := c.Get("http://pypi.test:" + port + "/simple/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusGatewayTimeout || !strings.HasPrefix(string(b), "threadbox egress: pypi.test did not answer within") {
+		t.Fatalf("got %d %q", resp.StatusCode, b)
+	}
+	if rec := r.recs.next(t); !rec.Allowed || !strings.Contains(rec.Reason, "timeout") {
+		t.Fatalf("record %+v", rec)
+	}
+}
+
+// openTunnel opens a CONNECT tunnel through the rig to 127.0.0.1:port.
+func (r *rig) openTunnel(t *testing.T, port string) (net.Conn, *bufio.Reader) {
+	t.Helper()
+	c, err := net.Dial("tcp", r.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	fmt.Fprintf(c, "CONNECT 127.0.0.1:%s HTTP/1.1\r\nHost: 127.0.0.1:%s\r\n\r\n", port, port)
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("CONNECT: %v %v", resp, err)
+	}
+	return c, br
+}
+
+// echo sends one line through a tunnel and reads it back.
+func echo(t *testing.T, c net.Conn, br *bufio.Reader, line string) {
+	t.Helper()
+	if _, err := io.WriteString(c, line+"\n"); err != nil {
+		t.Fatalf("write: %v", err)
+	}
+	got, err := br.ReadString('\n')
+	if err != nil || got != line+"\n" {
+		t.Fatalf("echo of %q: %q %v", line, got, err)
+	}
+}
+
+// TestProxyTunnelIdle checks the idle bound of CONNECT tunnels: a tunnel
+// carrying no byte either way for its idle time is closed on both sides,
+// while one that keeps carrying bytes for several times as long stays
+// open, and is closed once it falls silent. Both ways of copying are
+// covered: the kernel's splice, and the copy through the bandwidth bound.
+func TestProxyTunnelIdle(t *testing.T) {
+	for _, bps := range []int64{0, 1 << 20} {
+		t.Run(fmt.Sprintf("%d bytes per second", bps), func(t *testing.T) { testTunnelIdle(t, bps) })
+	}
+}
+
+func testTunnelIdle(t *testing.T, bps int64) {
+	const idle = 500 * time.Millisecond
+	port := echoHost(t)
+	r := newRig(t, egressproxy.Config{TunnelIdleTimeout: idle, BytesPerSecond: bps}, port)
+	r.pol.set(true, "127.0.0.1")
+
+	// waitClosed reads until the proxy closes the tunnel; the deadline
+	// only keeps a failing test from hanging.
+	waitClosed := func(t *testing.T, c net.Conn, br *bufio.Reader) {
+		t.Helper()
+		c.SetReadDeadline(time.Now().Add(15 * time.Second))
+		if b, err := br.ReadString('\n'); err != io.EOF {
+			t.Fatalf("the idle tunnel is still open: read %q %v", b, err)
+		}
+		rec := r.recs.next(t)
+		if !rec.Allowed || !strings.Contains(rec.Reason, "no traffic") || rec.BytesUp == 0 || rec.BytesDown == 0 {
+			t.Fatalf("record %+v", rec)
+		}
+	}
+
+	t.Run("an idle tunnel is closed", func(t *testing.T) {
+		c, br := r.openTunnel(t, port)
+		echo(t, c, br, "hello")
+		waitClosed(t, c, br)
+	})
+	t.Run("an active tunnel stays open past its idle time", func(t *testing.T) {
+		c, br := r.openTunnel(t, port)
+		for i := range 40 { // about 4 idle periods
+			echo(t, c, br, fmt.Sprint("line ", i))
+			time.Sleep(idle / 10)
+		}
+		waitClosed(t, c, br)
+	})
+}
