@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -69,9 +70,17 @@ func (p *Proxy) intercept(w http.ResponseWriter, up *countingConn, rec *egress.R
 	dl, ul := &headerLimit{r: down, n: -1}, &headerLimit{r: upTLS, n: -1}
 	cr, ur := bufio.NewReader(dl), bufio.NewReader(ul)
 	for {
+		// The wait for the sandbox's next request is the tunnel's idle
+		// time; the request's body is read without a bound.
+		_ = client.SetReadDeadline(time.Now().Add(p.cfg.TunnelIdleTimeout))
 		dl.n = maxHeaderBytes
 		req, err := http.ReadRequest(cr)
 		dl.n = -1
+		_ = client.SetReadDeadline(time.Time{})
+		if err != nil && isTimeout(err) {
+			rec.Reason = fmt.Sprintf("closed after %v with no traffic", p.cfg.TunnelIdleTimeout)
+			return
+		}
 		if errors.Is(err, errHeaderTooLarge) {
 			rec.Reason = "the sandbox sent a request header over the bound"
 			writeStatus(down, http.StatusRequestHeaderFieldsTooLarge, "threadbox egress: the request header is too large")
@@ -99,7 +108,8 @@ func (p *Proxy) intercept(w http.ResponseWriter, up *countingConn, rec *egress.R
 		}
 		readResponse := func() (*http.Response, error) {
 			ul.n = maxHeaderBytes
-			defer func() { ul.n = -1 }()
+			_ = upTLS.SetReadDeadline(time.Now().Add(p.cfg.ResponseHeaderTimeout))
+			defer func() { ul.n = -1; _ = upTLS.SetReadDeadline(time.Time{}) }()
 			return http.ReadResponse(ur, req)
 		}
 		resp, err := readResponse()
@@ -107,6 +117,11 @@ func (p *Proxy) intercept(w http.ResponseWriter, up *countingConn, rec *egress.R
 			if err = resp.Write(down); err == nil {
 				resp, err = readResponse()
 			}
+		}
+		if err != nil && isTimeout(err) {
+			rec.Reason = "upstream: " + err.Error()
+			writeStatus(down, http.StatusGatewayTimeout, fmt.Sprintf("threadbox egress: %s did not answer within %v", rec.Host, p.cfg.ResponseHeaderTimeout))
+			return
 		}
 		if err != nil {
 			writeStatus(down, http.StatusBadGateway, "threadbox egress: "+rec.Host+" did not answer")

@@ -433,15 +433,15 @@ func TestProxyResponseHeaderTimeout(t *testing.T) {
 	}
 }
 
-// openTunnel opens a CONNECT tunnel through the rig to 127.0.0.1:port.
-func (r *rig) openTunnel(t *testing.T, port string) (net.Conn, *bufio.Reader) {
+// openTunnel opens a CONNECT tunnel through the rig to host:port.
+func (r *rig) openTunnel(t *testing.T, host, port string) (net.Conn, *bufio.Reader) {
 	t.Helper()
 	c, err := net.Dial("tcp", r.addr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	fmt.Fprintf(c, "CONNECT 127.0.0.1:%s HTTP/1.1\r\nHost: 127.0.0.1:%s\r\n\r\n", port, port)
+	fmt.Fprintf(c, "CONNECT %s:%s HTTP/1.1\r\nHost: %[1]s:%[2]s\r\n\r\n", host, port)
 	br := bufio.NewReader(c)
 	resp, err := http.ReadResponse(br, nil)
 	if err != nil || resp.StatusCode != http.StatusOK {
@@ -494,12 +494,12 @@ func testTunnelIdle(t *testing.T, bps int64) {
 	}
 
 	t.Run("an idle tunnel is closed", func(t *testing.T) {
-		c, br := r.openTunnel(t, port)
+		c, br := r.openTunnel(t, "127.0.0.1", port)
 		echo(t, c, br, "hello")
 		waitClosed(t, c, br)
 	})
 	t.Run("an active tunnel stays open past its idle time", func(t *testing.T) {
-		c, br := r.openTunnel(t, port)
+		c, br := r.openTunnel(t, "127.0.0.1", port)
 		for i := range 40 { // about 4 idle periods
 			echo(t, c, br, fmt.Sprint("line ", i))
 			time.Sleep(idle / 10)

@@ -1,12 +1,14 @@
 package egressproxy_test
 
 import (
+	"bufio"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"fmt"
 	"io"
 	"math/big"
 	"net/http"
@@ -261,4 +263,83 @@ func TestProxySecretsHeaderBound(t *testing.T) {
 	if rec := r.recs.next(t); !strings.Contains(rec.Reason, "header") {
 		t.Fatalf("record %+v", rec)
 	}
+}
+
+// TestProxySecretsTimeouts checks the time limits of a tunnel the proxy
+// terminates for a secret: a host that never answers a request gets the
+// sandbox a 504 after the bound on the answer's header, and a connection
+// that sends no next request for the idle time is closed.
+func TestProxySecretsTimeouts(t *testing.T) {
+	pki := newTestPKI(t)
+	stop := make(chan struct{})
+	srv := pki.server(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/hang" {
+			<-stop
+		}
+		io.WriteString(w, "ok\n")
+	}), "api.test")
+	defer close(stop)
+	port := serverPort(t, srv)
+	ca, err := egressproxy.LoadOrCreateCA(filepath.Join(t.TempDir(), "egress-ca.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := newRig(t, egressproxy.Config{CA: ca, UpstreamRoots: pki.pool,
+		ResponseHeaderTimeout: 200 * time.Millisecond, TunnelIdleTimeout: 300 * time.Millisecond}, port)
+	r.res.names["api.test"] = r.res.names["pypi.test"]
+	sec, err := egress.NewSecret("org_1", "api-token", []string{"api.test"}, "authorization", "Bearer s3cret-value", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.pol.set(true, "api.test")
+	r.pol.mu.Lock()
+	r.pol.pol.Secrets = []egress.Secret{sec}
+	r.pol.mu.Unlock()
+	roots := x509.NewCertPool()
+	roots.AddCert(ca.Certificate())
+
+	// open makes a tunnel to api.test and the sandbox's TLS inside it.
+	open := func(t *testing.T) (*tls.Conn, *bufio.Reader) {
+		c, br := r.openTunnel(t, "api.test", port)
+		if br.Buffered() > 0 {
+			t.Fatal("bytes after the CONNECT answer")
+		}
+		tc := tls.Client(c, &tls.Config{ServerName: "api.test", RootCAs: roots})
+		return tc, bufio.NewReader(tc)
+	}
+	get := func(t *testing.T, tc *tls.Conn, br *bufio.Reader, path string) (*http.Response, string) {
+		t.Helper()
+		fmt.Fprintf(tc, "GET %s HTTP/1.1\r\nHost: api.test:%s\r\n\r\n", path, port)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		return resp, string(b)
+	}
+
+	t.Run("a host that never answers", func(t *testing.T) {
+		tc, br := open(t)
+		tc.SetReadDeadline(time.Now().Add(15 * time.Second))
+		resp, b := get(t, tc, br, "/hang")
+		if resp.StatusCode != http.StatusGatewayTimeout || !strings.HasPrefix(b, "threadbox egress: api.test did not answer within") {
+			t.Fatalf("got %d %q", resp.StatusCode, b)
+		}
+		if rec := r.recs.next(t); !rec.Allowed || !strings.Contains(rec.Reason, "timeout") {
+			t.Fatalf("record %+v", rec)
+		}
+	})
+	t.Run("an idle connection is closed", func(t *testing.T) {
+		tc, br := open(t)
+		tc.SetReadDeadline(time.Now().Add(15 * time.Second))
+		if resp, b := get(t, tc, br, "/"); resp.StatusCode != 200 || b != "ok\n" {
+			t.Fatalf("got %d %q", resp.StatusCode, b)
+		}
+		if b, err := br.ReadByte(); err != io.EOF {
+			t.Fatalf("the idle connection is still open: read %q %v", b, err)
+		}
+		if rec := r.recs.next(t); !rec.Allowed || !strings.Contains(rec.Reason, "no traffic") {
+			t.Fatalf("record %+v", rec)
+		}
+	})
 }
