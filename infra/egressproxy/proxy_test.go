@@ -474,7 +474,9 @@ func TestProxyTunnelIdle(t *testing.T) {
 }
 
 func testTunnelIdle(t *testing.T, bps int64) {
-	const idle = 500 * time.Millisecond
+	// Long enough that a loaded machine does not stall the active
+	// tunnel's lines for a whole period.
+	const idle = 2 * time.Second
 	port := echoHost(t)
 	r := newRig(t, egressproxy.Config{TunnelIdleTimeout: idle, BytesPerSecond: bps}, port)
 	r.pol.set(true, "127.0.0.1")
