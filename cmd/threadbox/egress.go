@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"threadbox/app/egressgate"
 	"threadbox/app/fetchtool"
@@ -34,6 +35,12 @@ type EgressConfig struct {
 	// BytesPerSecond is EGRESS_BYTES_PER_SECOND: a sandbox's bandwidth
 	// through the proxy, each way; 0 is unbounded.
 	BytesPerSecond int64
+	// ResponseTimeout is EGRESS_RESPONSE_TIMEOUT: how long a forwarded
+	// request waits for the header of the host's answer (504 past it).
+	ResponseTimeout time.Duration
+	// TunnelIdle is EGRESS_TUNNEL_IDLE: how long a tunnel may carry no
+	// byte either way before it is closed.
+	TunnelIdle time.Duration
 	// Resolver is EGRESS_RESOLVER: the DNS server (host:port) the proxy
 	// asks; "" is the system's.
 	Resolver string
@@ -85,6 +92,23 @@ func loadEgressConfig(getenv func(string) string) (EgressConfig, error) {
 	}
 	c.MaxConns = int(min(mc, 1<<16))
 	if c.BytesPerSecond, err = num("EGRESS_BYTES_PER_SECOND", 0); err != nil {
+		return c, err
+	}
+	wait := func(name string, def time.Duration) (time.Duration, error) {
+		v := strings.TrimSpace(getenv(name))
+		if v == "" {
+			return def, nil
+		}
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			return 0, &configError{name, "must be a duration above zero, such as 90s or 30m"}
+		}
+		return d, nil
+	}
+	if c.ResponseTimeout, err = wait("EGRESS_RESPONSE_TIMEOUT", egressproxy.DefaultResponseHeaderTimeout); err != nil {
+		return c, err
+	}
+	if c.TunnelIdle, err = wait("EGRESS_TUNNEL_IDLE", egressproxy.DefaultTunnelIdleTimeout); err != nil {
 		return c, err
 	}
 	if r := strings.TrimSpace(getenv("EGRESS_RESOLVER")); r != "" {
@@ -208,6 +232,7 @@ func newEgress(cfg EgressConfig, in *egressInstall, gate *egressgate.Gate, ledge
 	l := egressgate.NewLog(ledger, counter, lg.With("component", "egress"))
 	p := egressproxy.New(gate, l, egressproxy.Config{
 		Ceiling: cfg.Ceiling, Resolver: cfg.resolver(), MaxConns: cfg.MaxConns, BytesPerSecond: cfg.BytesPerSecond,
+		ResponseHeaderTimeout: cfg.ResponseTimeout, TunnelIdleTimeout: cfg.TunnelIdle,
 		Logger: lg.With("component", "egress"), CA: in.ca, UpstreamRoots: in.roots,
 	})
 	return &egressWiring{proxy: p, log: l}

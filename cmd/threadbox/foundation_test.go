@@ -16,6 +16,7 @@ import (
 	gojwt "github.com/golang-jwt/jwt/v5"
 
 	"threadbox/domain/org"
+	"threadbox/infra/egressproxy"
 	"threadbox/infra/jwt"
 	"threadbox/infra/store"
 )
@@ -89,14 +90,16 @@ func TestBootstrapIsIdempotentAndTokensCLI(t *testing.T) {
 
 func TestBadConfigNamesTheVariable(t *testing.T) {
 	cases := map[string]string{
-		"LISTEN_ADDR":       "nonsense",
-		"DATABASE_URL":      "mysql://x",
-		"SANDBOX_IDLE":      "soon",
-		"SANDBOX_BACKEND":   "docker,vmware",
-		"MODEL_PROVIDER":    "gemini",
-		"PUBLIC_URL":        "ftp://x",
-		"THREADBOX_PROCS":   "0",
-		"ORG_EMAIL_DOMAINS": `{"localhost": "acme"}`,
+		"LISTEN_ADDR":             "nonsense",
+		"DATABASE_URL":            "mysql://x",
+		"SANDBOX_IDLE":            "soon",
+		"SANDBOX_BACKEND":         "docker,vmware",
+		"MODEL_PROVIDER":          "gemini",
+		"PUBLIC_URL":              "ftp://x",
+		"THREADBOX_PROCS":         "0",
+		"ORG_EMAIL_DOMAINS":       `{"localhost": "acme"}`,
+		"EGRESS_RESPONSE_TIMEOUT": "soon",
+		"EGRESS_TUNNEL_IDLE":      "0s",
 	}
 	for name, val := range cases {
 		env := map[string]string{"DATA_DIR": t.TempDir(), name: val}
@@ -311,4 +314,19 @@ func login(t *testing.T, s *server, email, password string) string {
 		t.Fatalf("login %s: %d %s", email, r.status, r.body)
 	}
 	return r.json(t)["token"].(string)
+}
+
+// TestEgressTimeSettings: EGRESS_RESPONSE_TIMEOUT and EGRESS_TUNNEL_IDLE set
+// the proxy's two time limits, which default to the proxy's own.
+func TestEgressTimeSettings(t *testing.T) {
+	env := map[string]string{}
+	c, err := loadEgressConfig(func(k string) string { return env[k] })
+	if err != nil || c.ResponseTimeout != egressproxy.DefaultResponseHeaderTimeout || c.TunnelIdle != egressproxy.DefaultTunnelIdleTimeout {
+		t.Fatalf("defaults: %v, %v, %v", c.ResponseTimeout, c.TunnelIdle, err)
+	}
+	env = map[string]string{"EGRESS_RESPONSE_TIMEOUT": "5m", "EGRESS_TUNNEL_IDLE": "1h"}
+	c, err = loadEgressConfig(func(k string) string { return env[k] })
+	if err != nil || c.ResponseTimeout != 5*time.Minute || c.TunnelIdle != time.Hour {
+		t.Fatalf("set: %v, %v, %v", c.ResponseTimeout, c.TunnelIdle, err)
+	}
 }
