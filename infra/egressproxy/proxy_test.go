@@ -369,27 +369,17 @@ func TestProxyLimits(t *testing.T) {
 // silentHost listens on loopback and accepts connections, reading what
 // they send and never answering, until the test ends.
 func silentHost(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go func() { defer c.Close(); io.Copy(io.Discard, c) }()
-		}
-	}()
-	_, port, _ := net.SplitHostPort(l.Addr().String())
-	return port
+	return loopbackHost(t, func(c net.Conn) { io.Copy(io.Discard, c) })
 }
 
 // echoHost listens on loopback and sends back every byte it reads.
 func echoHost(t *testing.T) string {
+	return loopbackHost(t, func(c net.Conn) { io.Copy(c, c) })
+}
+
+// loopbackHost listens on loopback until the test ends, serves each
+// connection with serve and closes it, and returns the port.
+func loopbackHost(t *testing.T, serve func(net.Conn)) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -402,7 +392,7 @@ func echoHost(t *testing.T) string {
 			if err != nil {
 				return
 			}
-			go func() { defer c.Close(); io.Copy(c, c) }()
+			go func() { defer c.Close(); serve(c) }()
 		}
 	}()
 	_, port, _ := net.SplitHostPort(l.Addr().String())

@@ -226,22 +226,7 @@ func TestProxySecretsHeaderBound(t *testing.T) {
 	})
 	srv := pki.serverWith(t, h, func(s *http.Server) { s.MaxHeaderBytes = 8 << 20 }, "api.test")
 	port := serverPort(t, srv)
-	ca, err := egressproxy.LoadOrCreateCA(filepath.Join(t.TempDir(), "egress-ca.pem"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := newRig(t, egressproxy.Config{CA: ca, UpstreamRoots: pki.pool}, port)
-	r.res.names["api.test"] = r.res.names["pypi.test"]
-	sec, err := egress.NewSecret("org_1", "api-token", []string{"api.test"}, "authorization", "Bearer s3cret-value", time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.pol.set(true, "api.test")
-	r.pol.mu.Lock()
-	r.pol.pol.Secrets = []egress.Secret{sec}
-	r.pol.mu.Unlock()
-	roots := x509.NewCertPool()
-	roots.AddCert(ca.Certificate())
+	r, roots := secretRig(t, pki, port, egressproxy.Config{})
 	c := &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{
 		Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: r.addr}), TLSClientConfig: &tls.Config{RootCAs: roots}}}
 	defer c.CloseIdleConnections()
@@ -265,6 +250,31 @@ func TestProxySecretsHeaderBound(t *testing.T) {
 	}
 }
 
+// secretRig is a proxy with its own CA, cfg's limits, the test PKI's roots
+// upstream, and a policy that allows api.test (the host at port) and adds
+// an org secret's authorization header to it; roots trust the proxy's CA.
+func secretRig(t *testing.T, pki *testPKI, port string, cfg egressproxy.Config) (*rig, *x509.CertPool) {
+	t.Helper()
+	ca, err := egressproxy.LoadOrCreateCA(filepath.Join(t.TempDir(), "egress-ca.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.CA, cfg.UpstreamRoots = ca, pki.pool
+	r := newRig(t, cfg, port)
+	r.res.names["api.test"] = r.res.names["pypi.test"]
+	sec, err := egress.NewSecret("org_1", "api-token", []string{"api.test"}, "authorization", "Bearer s3cret-value", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.pol.set(true, "api.test")
+	r.pol.mu.Lock()
+	r.pol.pol.Secrets = []egress.Secret{sec}
+	r.pol.mu.Unlock()
+	roots := x509.NewCertPool()
+	roots.AddCert(ca.Certificate())
+	return r, roots
+}
+
 // TestProxySecretsTimeouts checks the time limits of a tunnel the proxy
 // terminates for a secret: a host that never answers a request gets the
 // sandbox a 504 after the bound on the answer's header, and a connection
@@ -280,23 +290,8 @@ func TestProxySecretsTimeouts(t *testing.T) {
 	}), "api.test")
 	defer close(stop)
 	port := serverPort(t, srv)
-	ca, err := egressproxy.LoadOrCreateCA(filepath.Join(t.TempDir(), "egress-ca.pem"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := newRig(t, egressproxy.Config{CA: ca, UpstreamRoots: pki.pool,
-		ResponseHeaderTimeout: 200 * time.Millisecond, TunnelIdleTimeout: 300 * time.Millisecond}, port)
-	r.res.names["api.test"] = r.res.names["pypi.test"]
-	sec, err := egress.NewSecret("org_1", "api-token", []string{"api.test"}, "authorization", "Bearer s3cret-value", time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.pol.set(true, "api.test")
-	r.pol.mu.Lock()
-	r.pol.pol.Secrets = []egress.Secret{sec}
-	r.pol.mu.Unlock()
-	roots := x509.NewCertPool()
-	roots.AddCert(ca.Certificate())
+	r, roots := secretRig(t, pki, port, egressproxy.Config{
+		ResponseHeaderTimeout: 200 * time.Millisecond, TunnelIdleTimeout: 300 * time.Millisecond})
 
 	// open makes a tunnel to api.test and the sandbox's TLS inside it.
 	open := func(t *testing.T) (*tls.Conn, *bufio.Reader) {
