@@ -3,10 +3,7 @@ package web
 import (
 	"context"
 	"encoding/json"
-	"io"
 	"log/slog"
-	"net/http/httptest"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -105,18 +102,7 @@ func TestSandboxTokensUseNoBatches(t *testing.T) {
 		app.Delete(batchesPrefix+"/:message_batch_id", as, srv.batchesOn, srv.deleteBatch)
 		app.Post(batchesPrefix+"/:message_batch_id/cancel", as, srv.batchesOn, srv.cancelBatch)
 		app.Get(batchesPrefix+"/:message_batch_id/results", as, srv.batchesOn, srv.batchResults)
-		req := httptest.NewRequest(method, path, strings.NewReader(body))
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := app.Test(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(resp.Body)
-		var e struct {
-			Error struct{ Type string } `json:"error"`
-		}
-		_ = json.Unmarshal(b, &e)
-		return resp.StatusCode, e.Error.Type, b
+		return callAs(t, app, method, path, body)
 	}
 	const create = `{"requests":[{"custom_id":"a","params":{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}}]}`
 

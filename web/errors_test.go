@@ -1,7 +1,13 @@
 package web
 
 import (
+	"encoding/json"
+	"io"
+	"net/http/httptest"
+	"strings"
 	"testing"
+
+	"github.com/gofiber/fiber/v2"
 
 	"threadbox/domain/fault"
 )
@@ -33,4 +39,29 @@ func TestFaultKindsAnswered(t *testing.T) {
 			t.Errorf("%s: answered %d %s, want %d %s", tc.kind, st, typeOf(st), tc.status, tc.typ)
 		}
 	}
+}
+
+// callAs sends method path with the JSON body (none when "") to app and
+// returns the status, the error envelope's type ("" on success) and the
+// body.
+func callAs(t *testing.T, app *fiber.App, method, path, body string) (status int, errType string, raw []byte) {
+	t.Helper()
+	var r io.Reader
+	if body != "" {
+		r = strings.NewReader(body)
+	}
+	req := httptest.NewRequest(method, path, r)
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := app.Test(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ = io.ReadAll(resp.Body)
+	var e struct {
+		Error struct{ Type string } `json:"error"`
+	}
+	_ = json.Unmarshal(raw, &e)
+	return resp.StatusCode, e.Error.Type, raw
 }

@@ -2,10 +2,7 @@ package web
 
 import (
 	"context"
-	"encoding/json"
-	"io"
 	"log/slog"
-	"net/http/httptest"
 	"sync"
 	"testing"
 	"time"
@@ -114,16 +111,8 @@ func TestSandboxTokensManageNoSkills(t *testing.T) {
 		t.Helper()
 		app := fiber.New(fiber.Config{ErrorHandler: srv.errorHandler})
 		app.Delete("/api/gpt/v1/skills/:skill_id", func(c *fiber.Ctx) error { c.Locals(principalKey, p); return c.Next() }, srv.deleteAPISkill)
-		resp, err := app.Test(httptest.NewRequest("DELETE", "/api/gpt/v1/skills/"+skills.SkillID(sk.Name), nil))
-		if err != nil {
-			t.Fatal(err)
-		}
-		body, _ := io.ReadAll(resp.Body)
-		var e struct {
-			Error struct{ Type string } `json:"error"`
-		}
-		_ = json.Unmarshal(body, &e)
-		return resp.StatusCode, e.Error.Type
+		status, typ, _ := callAs(t, app, "DELETE", "/api/gpt/v1/skills/"+skills.SkillID(sk.Name), "")
+		return status, typ
 	}
 	if status, typ := del(sandbox); status != fiber.StatusForbidden || typ != "permission_error" {
 		t.Fatalf("an admin's sandbox token deleting a skill: %d %s, want 403 permission_error", status, typ)

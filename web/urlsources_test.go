@@ -2,10 +2,7 @@ package web
 
 import (
 	"context"
-	"encoding/json"
-	"io"
 	"log/slog"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -71,18 +68,7 @@ func TestSandboxTokensFetchNoURLs(t *testing.T) {
 		app.Post("/api/gpt/v1/messages", func(c *fiber.Ctx) error { c.Locals(principalKey, p); return c.Next() }, srv.createMessage)
 		body := `{"model":"m","max_tokens":5,"messages":[{"role":"user","content":[` +
 			`{"type":"image","source":{"type":"url","url":"` + url + `"}},{"type":"text","text":"what is it?"}]}]}`
-		req := httptest.NewRequest("POST", "/api/gpt/v1/messages", strings.NewReader(body))
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := app.Test(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(resp.Body)
-		var e struct {
-			Error struct{ Type string } `json:"error"`
-		}
-		_ = json.Unmarshal(b, &e)
-		return resp.StatusCode, e.Error.Type, b
+		return callAs(t, app, "POST", "/api/gpt/v1/messages", body)
 	}
 	if status, typ, body := send(sandbox, "https://collector.example/p.png?secret=s3cr3t"); status != fiber.StatusForbidden || typ != "permission_error" {
 		t.Fatalf("a sandbox token's image URL: %d %s %s, want 403 permission_error", status, typ, body)
@@ -141,18 +127,7 @@ func TestCountTokensSendsNoURLs(t *testing.T) {
 		app.Post("/api/gpt/v1/messages/count_tokens", func(c *fiber.Ctx) error { c.Locals(principalKey, p); return c.Next() }, srv.countTokens)
 		body := `{"model":"m","messages":[{"role":"user","content":[` +
 			`{"type":"image","source":{"type":"url","url":"` + url + `"}},{"type":"text","text":"what is it?"}]}]}`
-		req := httptest.NewRequest("POST", "/api/gpt/v1/messages/count_tokens", strings.NewReader(body))
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := app.Test(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(resp.Body)
-		var e struct {
-			Error struct{ Type string } `json:"error"`
-		}
-		_ = json.Unmarshal(b, &e)
-		return resp.StatusCode, e.Error.Type, b
+		return callAs(t, app, "POST", "/api/gpt/v1/messages/count_tokens", body)
 	}
 	if status, _, body := count(api, "https://images.example/cat.png"); status != fiber.StatusOK {
 		t.Fatalf("counting an image URL: %d %s, want 200", status, body)
