@@ -147,12 +147,10 @@ func (f *syncFolders) Load(ctx context.Context, containerID string, sk []skill.S
 	return f.skillFolders.Load(ctx, containerID, sk)
 }
 
-// TestLoadSkillsSideBySide: while a turn without skills empties a
-// container's folder and is about to record it empty, a turn that asks
-// for a skill waits, and then loads it and records it: the folder and the
-// record agree. (Interleaved, the record said empty over a folder holding
-// the skill, and no later turn would have emptied it.)
-func TestLoadSkillsSideBySide(t *testing.T) {
+// gatedSkills is a service whose container may hold skills and holds the
+// skill "old", and whose emptying of a skills folder waits at cs's gate.
+func gatedSkills(t *testing.T) (user.Principal, container.Container, *syncFolders, *gatedContainers, *Service) {
+	t.Helper()
 	p := user.Principal{OrgID: "org_1", UserID: "usr_1", Kind: user.APIToken}
 	c, err := container.NewForUser(p.OrgID, p.UserID, "work", time.Now())
 	if err != nil {
@@ -162,6 +160,16 @@ func TestLoadSkillsSideBySide(t *testing.T) {
 	folders := &syncFolders{skillFolders: skillFolders{held: map[string][]string{c.ID(): {"old"}}}}
 	cs := &gatedContainers{may: true, clearing: make(chan struct{}), clear: make(chan struct{})}
 	s := New(Deps{Containers: cs, Skills: folders})
+	return p, c, folders, cs, s
+}
+
+// TestLoadSkillsSideBySide: while a turn without skills empties a
+// container's folder and is about to record it empty, a turn that asks
+// for a skill waits, and then loads it and records it: the folder and the
+// record agree. (Interleaved, the record said empty over a folder holding
+// the skill, and no later turn would have emptied it.)
+func TestLoadSkillsSideBySide(t *testing.T) {
+	p, c, folders, cs, s := gatedSkills(t)
 	turn := func(skills ...string) <-chan error {
 		var refs []wire.SkillParam
 		for _, name := range skills {
@@ -210,15 +218,7 @@ func TestLoadSkillsSideBySide(t *testing.T) {
 // with the end of its context, touching neither the folder nor the
 // record; the other turn goes on.
 func TestStoppedTurnDoesNotWaitForAnotherSkillsLoad(t *testing.T) {
-	p := user.Principal{OrgID: "org_1", UserID: "usr_1", Kind: user.APIToken}
-	c, err := container.NewForUser(p.OrgID, p.UserID, "work", time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	c = c.WithSkills(true)
-	folders := &syncFolders{skillFolders: skillFolders{held: map[string][]string{c.ID(): {"old"}}}}
-	cs := &gatedContainers{may: true, clearing: make(chan struct{}), clear: make(chan struct{})}
-	s := New(Deps{Containers: cs, Skills: folders})
+	p, c, folders, cs, s := gatedSkills(t)
 	without := make(chan error, 1)
 	go func() {
 		without <- s.loadSkills(context.Background(), p, c, &wire.Request{Container: &wire.ContainerParam{ID: "work"}}, true)
