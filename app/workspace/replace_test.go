@@ -139,14 +139,7 @@ func TestTurnReadsHistoryHoldingItsThread(t *testing.T) {
 	d := Deps{Containers: oneContainer{}, Policies: oneContainer{}, Container: &outputs{data: "\x89PNG\r\n\x1a\nv1"}, Blobs: &memBlobs{written: map[string]time.Time{}}}
 	d.Turns = turns.New(turns.Deps{Engine: loop{eng}, Containers: oneContainer{}, Records: turnstest.NewRecords()})
 	svc := New(hooked, st, d)
-	pr, err := svc.CreateProject(ctx, p, "P")
-	if err != nil {
-		t.Fatal(err)
-	}
-	th, err := svc.CreateThread(ctx, p, pr.ID(), "T")
-	if err != nil {
-		t.Fatal(err)
-	}
+	th := projectThread(t, ctx, svc, p)
 	run := func(tr TurnRequest) error {
 		turn, err := svc.StartTurn(ctx, p, th.ID(), tr)
 		if err != nil {

@@ -89,14 +89,7 @@ func TestRewindOutlivesItsClient(t *testing.T) {
 	defer cancel()
 	p := user.Principal{OrgID: "org_1", UserID: "usr_1", Role: user.Member}
 	svc := New(ctxStore{st}, st, Deps{Containers: oneContainer{}, Snapshots: Snapshots{Records: oneSnapshot{}, Files: restoreFiles{restored: cancel}}})
-	pr, err := svc.CreateProject(ctx, p, "P")
-	if err != nil {
-		t.Fatal(err)
-	}
-	th, err := svc.CreateThread(ctx, p, pr.ID(), "T")
-	if err != nil {
-		t.Fatal(err)
-	}
+	th := projectThread(t, ctx, svc, p)
 	for _, m := range []struct {
 		id   string
 		role thread.Role
@@ -180,14 +173,7 @@ func TestRevertOutlivesItsClient(t *testing.T) {
 	log := &ctxAudit{}
 	svc := New(st, st, Deps{Containers: oneContainer{}, Audit: log,
 		Snapshots: Snapshots{Records: callSnapshots{}, Files: createdFile{restoreFiles{restored: cancel}}}})
-	pr, err := svc.CreateProject(ctx, p, "P")
-	if err != nil {
-		t.Fatal(err)
-	}
-	th, err := svc.CreateThread(ctx, p, pr.ID(), "T")
-	if err != nil {
-		t.Fatal(err)
-	}
+	th := projectThread(t, ctx, svc, p)
 	r, err := svc.RevertToolCall(ctx, p, th.ID(), "c1", false)
 	if err != nil {
 		t.Fatalf("revert: %v", err)

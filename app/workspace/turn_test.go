@@ -143,6 +143,20 @@ type nopCloser struct{ io.ReadSeeker }
 
 func (nopCloser) Close() error { return nil }
 
+// projectThread makes p a project "P" holding a thread "T".
+func projectThread(t *testing.T, ctx context.Context, svc *Service, p user.Principal) thread.Thread {
+	t.Helper()
+	pr, err := svc.CreateProject(ctx, p, "P")
+	if err != nil {
+		t.Fatal(err)
+	}
+	th, err := svc.CreateThread(ctx, p, pr.ID(), "T")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return th
+}
+
 func setup(t *testing.T, eng engine) (*Service, *memStore, user.Principal, thread.Thread) {
 	t.Helper()
 	return setupQuota(t, eng, nil)
@@ -170,14 +184,7 @@ func setupWith(t *testing.T, eng engine, adjust func(*turns.Deps, *Deps)) (*Serv
 	adjust(&td, &d)
 	d.Turns = turns.New(td)
 	svc := New(st, st, d)
-	pr, err := svc.CreateProject(ctx, p, "P")
-	if err != nil {
-		t.Fatal(err)
-	}
-	th, err := svc.CreateThread(ctx, p, pr.ID(), "T")
-	if err != nil {
-		t.Fatal(err)
-	}
+	th := projectThread(t, ctx, svc, p)
 	return svc, st, p, th
 }
 
