@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"threadbox/domain/egress"
@@ -64,6 +65,15 @@ func (p *Proxy) intercept(w http.ResponseWriter, up *countingConn, rec *egress.R
 		writeStatus(down, http.StatusBadGateway, "threadbox egress: "+rec.Host+" did not present a trusted certificate")
 		return
 	}
+	// A body that stalls mid-way, either way, and a switched protocol
+	// gone silent are bounded as a plain tunnel is: a whole idle period
+	// with no byte to or from the host closes both sides.
+	watch := watchIdle(client, up, p.cfg.TunnelIdleTimeout)
+	defer func() {
+		if watch.stop() {
+			rec.Reason = fmt.Sprintf("closed after %v with no traffic", p.cfg.TunnelIdleTimeout)
+		}
+	}()
 	// http.ReadRequest and ReadResponse put no bound on a header: each is
 	// read under maxHeaderBytes, as the proxy's own server reads the
 	// sandbox's requests, and the body after it without one.
@@ -71,12 +81,15 @@ func (p *Proxy) intercept(w http.ResponseWriter, up *countingConn, rec *egress.R
 	cr, ur := bufio.NewReader(dl), bufio.NewReader(ul)
 	for {
 		// The wait for the sandbox's next request is the tunnel's idle
-		// time; the request's body is read without a bound.
-		_ = client.SetReadDeadline(time.Now().Add(p.cfg.TunnelIdleTimeout))
-		dl.n = maxHeaderBytes
-		req, err := http.ReadRequest(cr)
-		dl.n = -1
-		_ = client.SetReadDeadline(time.Time{})
+		// time, under a deadline of its own.
+		var req *http.Request
+		watch.bounded(func() {
+			_ = client.SetReadDeadline(time.Now().Add(p.cfg.TunnelIdleTimeout))
+			dl.n = maxHeaderBytes
+			req, err = http.ReadRequest(cr)
+			dl.n = -1
+			_ = client.SetReadDeadline(time.Time{})
+		})
 		if err != nil && isTimeout(err) {
 			rec.Reason = fmt.Sprintf("closed after %v with no traffic", p.cfg.TunnelIdleTimeout)
 			return
@@ -106,11 +119,15 @@ func (p *Proxy) intercept(w http.ResponseWriter, up *countingConn, rec *egress.R
 		if err := req.Write(upTLS); err != nil {
 			return
 		}
-		readResponse := func() (*http.Response, error) {
-			ul.n = maxHeaderBytes
-			_ = upTLS.SetReadDeadline(time.Now().Add(p.cfg.ResponseHeaderTimeout))
-			defer func() { ul.n = -1; _ = upTLS.SetReadDeadline(time.Time{}) }()
-			return http.ReadResponse(ur, req)
+		readResponse := func() (resp *http.Response, err error) {
+			watch.bounded(func() {
+				ul.n = maxHeaderBytes
+				_ = upTLS.SetReadDeadline(time.Now().Add(p.cfg.ResponseHeaderTimeout))
+				resp, err = http.ReadResponse(ur, req)
+				ul.n = -1
+				_ = upTLS.SetReadDeadline(time.Time{})
+			})
+			return resp, err
 		}
 		resp, err := readResponse()
 		for err == nil && resp.StatusCode >= 100 && resp.StatusCode < 200 && resp.StatusCode != http.StatusSwitchingProtocols {
@@ -143,13 +160,83 @@ func (p *Proxy) intercept(w http.ResponseWriter, up *countingConn, rec *egress.R
 }
 
 // splice copies both ways between the sandbox's side and the host's after
-// a protocol switch (a WebSocket), until both end.
+// a protocol switch (a WebSocket), until both end (or the tunnel's idle
+// watch closes them).
 func splice(down net.Conn, dr *bufio.Reader, up net.Conn, ur *bufio.Reader) {
 	done := make(chan struct{}, 2)
 	go func() { _, _ = io.Copy(up, dr); closeWrite(up); done <- struct{}{} }()
 	go func() { _, _ = io.Copy(down, ur); closeWrite(down); done <- struct{}{} }()
 	<-done
 	<-done
+}
+
+// idleWatch closes both sides of an intercepted tunnel once a whole idle
+// period passed with no byte written to or read from the host, which is
+// every byte the tunnel carries either way: a stalled body stops both.
+// Waits with a bound of their own (the sandbox's next request, an
+// answer's header) are left to that bound: a period in which one ran is
+// not idle. As for a plain tunnel, a silent tunnel ends between one and
+// two idle periods after its last byte.
+type idleWatch struct {
+	client  net.Conn
+	up      *countingConn
+	waits   atomic.Int64 // bounded waits begun or ended
+	waiting atomic.Bool
+	idled   atomic.Bool
+	done    chan struct{}
+	exited  chan struct{}
+}
+
+// watchIdle starts watching the tunnel between client and up.
+func watchIdle(client net.Conn, up *countingConn, idle time.Duration) *idleWatch {
+	w := &idleWatch{client: client, up: up, done: make(chan struct{}), exited: make(chan struct{})}
+	go w.run(idle, w.moved())
+	return w
+}
+
+// moved is what the tunnel carried so far, both ways.
+func (w *idleWatch) moved() int64 { return w.up.sent.Load() + w.up.received.Load() }
+
+func (w *idleWatch) run(idle time.Duration, last int64) {
+	defer close(w.exited)
+	tick := time.NewTicker(idle)
+	defer tick.Stop()
+	var lastWaits int64
+	for {
+		select {
+		case <-w.done:
+			return
+		case <-tick.C:
+		}
+		n, waits := w.moved(), w.waits.Load()
+		if n != last || waits != lastWaits || w.waiting.Load() {
+			last, lastWaits = n, waits
+			continue
+		}
+		w.idled.Store(true)
+		_ = w.client.Close()
+		_ = w.up.Close()
+		return
+	}
+}
+
+// bounded runs wait, a wait under a deadline of its own, outside the
+// watch.
+func (w *idleWatch) bounded(wait func()) {
+	w.waits.Add(1)
+	w.waiting.Store(true)
+	defer func() {
+		w.waiting.Store(false)
+		w.waits.Add(1)
+	}()
+	wait()
+}
+
+// stop ends the watch and reports whether it closed the tunnel as idle.
+func (w *idleWatch) stop() bool {
+	close(w.done)
+	<-w.exited
+	return w.idled.Load()
 }
 
 // writeStatus answers the sandbox's request with a status and one line.

@@ -8,9 +8,11 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"errors"
 	"fmt"
 	"io"
 	"math/big"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -337,4 +339,113 @@ func TestProxySecretsTimeouts(t *testing.T) {
 			t.Fatalf("record %+v", rec)
 		}
 	})
+}
+
+// TestProxySecretsStalls checks the idle bound inside a tunnel the proxy
+// terminates for a secret: a request body the sandbox stops sending, an
+// answer's body the host stops sending and a WebSocket gone silent each
+// close the tunnel once its idle time passed with no byte either way,
+// while a WebSocket that keeps carrying lines stays open past it.
+func TestProxySecretsStalls(t *testing.T) {
+	pki := newTestPKI(t)
+	stop := make(chan struct{})
+	srv := pki.server(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/upload":
+			b, _ := io.ReadAll(r.Body)
+			fmt.Fprintf(w, "read %d bytes\n", len(b))
+		case "/download":
+			w.Header().Set("Content-Length", "100")
+			io.WriteString(w, "ten bytes\n")
+			w.(http.Flusher).Flush()
+			<-stop
+		case "/ws":
+			c, brw, err := w.(http.Hijacker).Hijack()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+			io.WriteString(c, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
+			io.Copy(c, brw) // echoes every line
+		}
+	}), "api.test")
+	defer close(stop)
+	port := serverPort(t, srv)
+
+	// open makes a tunnel to api.test through r and the sandbox's TLS
+	// inside it; the read deadline only keeps a failing test from hanging.
+	open := func(t *testing.T, r *rig, roots *x509.CertPool) (*tls.Conn, *bufio.Reader) {
+		t.Helper()
+		c, _ := r.openTunnel(t, "api.test", port)
+		tc := tls.Client(c, &tls.Config{ServerName: "api.test", RootCAs: roots})
+		tc.SetReadDeadline(time.Now().Add(15 * time.Second))
+		return tc, bufio.NewReader(tc)
+	}
+	// closed checks that err ended a read because the proxy closed the
+	// tunnel, and that the record says so.
+	closed := func(t *testing.T, r *rig, err error) {
+		t.Helper()
+		if err == nil || isTimeout(err) {
+			t.Fatalf("the stalled tunnel is still open: %v", err)
+		}
+		if rec := r.recs.next(t); !rec.Allowed || !strings.Contains(rec.Reason, "no traffic") {
+			t.Fatalf("record %+v", rec)
+		}
+	}
+	upgrade := func(t *testing.T, tc *tls.Conn, br *bufio.Reader) {
+		t.Helper()
+		fmt.Fprintf(tc, "GET /ws HTTP/1.1\r\nHost: api.test:%s\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n", port)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
+			t.Fatalf("upgrade: %v %v", resp, err)
+		}
+	}
+
+	r, roots := secretRig(t, pki, port, egressproxy.Config{TunnelIdleTimeout: 300 * time.Millisecond})
+	t.Run("a request body that stalls", func(t *testing.T) {
+		tc, br := open(t, r, roots)
+		fmt.Fprintf(tc, "POST /upload HTTP/1.1\r\nHost: api.test:%s\r\nContent-Length: 100\r\n\r\nten bytes\n", port)
+		_, err := br.ReadByte()
+		closed(t, r, err)
+	})
+	t.Run("an answer's body that stalls", func(t *testing.T) {
+		tc, br := open(t, r, roots)
+		fmt.Fprintf(tc, "GET /download HTTP/1.1\r\nHost: api.test:%s\r\n\r\n", port)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("got %v %v", resp, err)
+		}
+		b, err := io.ReadAll(resp.Body)
+		if string(b) != "ten bytes\n" {
+			t.Fatalf("body %q", b)
+		}
+		closed(t, r, err)
+	})
+	t.Run("a silent WebSocket", func(t *testing.T) {
+		tc, br := open(t, r, roots)
+		upgrade(t, tc, br)
+		echo(t, tc, br, "hello")
+		_, err := br.ReadByte()
+		closed(t, r, err)
+	})
+	t.Run("an active WebSocket stays open past its idle time", func(t *testing.T) {
+		// Long enough that a loaded machine does not stall the lines for
+		// a whole period.
+		const idle = time.Second
+		r, roots := secretRig(t, pki, port, egressproxy.Config{TunnelIdleTimeout: idle})
+		tc, br := open(t, r, roots)
+		upgrade(t, tc, br)
+		for i := range 25 { // about 2.5 idle periods
+			echo(t, tc, br, fmt.Sprint("line ", i))
+			time.Sleep(idle / 10)
+		}
+		_, err := br.ReadByte()
+		closed(t, r, err)
+	})
+}
+
+// isTimeout reports whether err is a deadline's.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }
