@@ -206,11 +206,14 @@ type Policy struct {
 }
 
 // Verdict says what happens to one connection and why. Rule is the
-// pattern or the reason that decided it, as the ledger records it.
+// pattern or the reason that decided it, as the ledger records it;
+// Address is the resolved address that refused it, when one did (not
+// always the first the name resolved to).
 type Verdict struct {
 	Allowed bool
 	Rule    string
 	Reason  string
+	Address netip.Addr
 }
 
 // Rules named in verdicts that no pattern decided.
@@ -252,12 +255,12 @@ func Decide(c Ceiling, p Policy, host string, port int, addrs []netip.Addr) Verd
 	for _, ad := range addrs {
 		ad = ad.Unmap()
 		if rule, denied := c.deniesAddress(ad, port); denied {
-			return Verdict{Rule: RuleCeilingPre + rule, Reason: "the operator does not allow " + ad.String() + ", which " + host + " resolved to"}
+			return Verdict{Rule: RuleCeilingPre + rule, Reason: "the operator does not allow " + ad.String() + ", which " + host + " resolved to", Address: ad}
 		}
 		if Public(ad) || c.privateAllowed(host, port, ad) {
 			continue
 		}
-		return Verdict{Rule: RulePrivate, Reason: host + " resolved to the non-public address " + ad.String()}
+		return Verdict{Rule: RulePrivate, Reason: host + " resolved to the non-public address " + ad.String(), Address: ad}
 	}
 	return Verdict{Allowed: true, Rule: rule}
 }

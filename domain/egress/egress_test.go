@@ -107,6 +107,30 @@ func TestParsePatternsBounds(t *testing.T) {
 	}
 }
 
+// TestDecideNamesTheRefusedAddress checks that a refusal caused by one of
+// several resolved addresses names that address, not the first.
+func TestDecideNamesTheRefusedAddress(t *testing.T) {
+	ceiling, err := NewCeiling([]string{"93.184.216.7"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	allow, err := ParsePatterns([]string{"pypi.example"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	on := Policy{On: true, Allow: allow}
+	first := netip.MustParseAddr("93.184.216.34")
+	for _, refused := range []string{"10.0.0.3", "93.184.216.7", "::ffff:127.0.0.1"} {
+		v := Decide(ceiling, on, "pypi.example", 443, []netip.Addr{first, netip.MustParseAddr(refused)})
+		if want := netip.MustParseAddr(refused).Unmap(); v.Allowed || v.Address != want {
+			t.Fatalf("%s after %s: %+v; want refused naming %s", refused, first, v, want)
+		}
+	}
+	if v := Decide(ceiling, on, "other.example", 443, []netip.Addr{first}); v.Allowed || v.Address.IsValid() {
+		t.Fatalf("a refusal no address caused names one: %+v", v)
+	}
+}
+
 func TestDecide(t *testing.T) {
 	ceiling, err := NewCeiling([]string{"*.internal.example", "metadata.example", "151.101.0.0/16", "93.184.216.7", "93.184.216.99:22", "::ffff:151.102.0.0/112"}, []string{"10.9.0.0/16", "registry.lan", "192.168.5.5"})
 	if err != nil {

@@ -309,14 +309,18 @@ func target(r *http.Request) (string, int, error) {
 }
 
 // check is decide for rec's host and port, noted in rec: the verdict's
-// rule and, when it refuses, its reason and the first address the name
-// resolved to. It returns the addresses and whether the policy allows them.
+// rule and, when it refuses, its reason and the address refused (the
+// resolved address that caused it, or the host when it is an address).
+// It returns the addresses and whether the policy allows them.
 func (p *Proxy) check(ctx context.Context, pol egress.Policy, rec *egress.Record) ([]netip.Addr, bool) {
 	addrs, v := p.decide(ctx, pol, rec.Host, rec.Port)
 	rec.Rule = v.Rule
 	if !v.Allowed {
 		rec.Reason = v.Reason
-		if len(addrs) > 0 {
+		switch {
+		case v.Address.IsValid():
+			rec.Address = v.Address.String()
+		case len(addrs) > 0:
 			rec.Address = addrs[0].String()
 		}
 	}

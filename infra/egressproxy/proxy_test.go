@@ -214,13 +214,14 @@ func TestProxy(t *testing.T) {
 		name, url, rule string
 		sni             string
 		resolves        bool
+		address         string // the address the record names
 	}{
-		{"a host not listed", "https://other.test:" + tport + "/", egress.RuleNoMatch, "", false},
-		{"the operator's deny list", "http://blocked.test:" + pport + "/", "operator-deny:blocked.test", "", false},
-		{"a name resolving to a private address", "https://inside.test:" + tport + "/", egress.RulePrivate, "", true},
-		{"a rebinding name with one internal address", "http://rebind.test:" + pport + "/", egress.RulePrivate, "", true},
-		{"an address not allowed", "http://10.0.0.1:" + pport + "/", egress.RuleNoMatch, "", false},
-		{"a TLS name other than the CONNECT host", "https://pypi.test:" + tport + "/", egressproxy.RuleSNIMismatch, "other.test", true},
+		{"a host not listed", "https://other.test:" + tport + "/", egress.RuleNoMatch, "", false, ""},
+		{"the operator's deny list", "http://blocked.test:" + pport + "/", "operator-deny:blocked.test", "", false, ""},
+		{"a name resolving to a private address", "https://inside.test:" + tport + "/", egress.RulePrivate, "", true, "10.1.2.3"},
+		{"a rebinding name with one internal address", "http://rebind.test:" + pport + "/", egress.RulePrivate, "", true, "169.254.169.254"},
+		{"an address not allowed", "http://10.0.0.1:" + pport + "/", egress.RuleNoMatch, "", false, "10.0.0.1"},
+		{"a TLS name other than the CONNECT host", "https://pypi.test:" + tport + "/", egressproxy.RuleSNIMismatch, "other.test", true, "127.0.0.1"},
 	}
 	for _, tc := range refused {
 		t.Run("refused: "+tc.name, func(t *testing.T) {
@@ -233,8 +234,8 @@ func TestProxy(t *testing.T) {
 				t.Fatal("the connection went through")
 			}
 			rec := r.recs.next(t)
-			if rec.Allowed || rec.Rule != tc.rule || rec.Reason == "" {
-				t.Fatalf("record %+v, want refused by %s", rec, tc.rule)
+			if rec.Allowed || rec.Rule != tc.rule || rec.Reason == "" || rec.Address != tc.address {
+				t.Fatalf("record %+v, want refused by %s at address %q", rec, tc.rule, tc.address)
 			}
 			r.res.mu.Lock()
 			asked := len(r.res.asked)
