@@ -2,18 +2,22 @@
 // sandbox and keeps what it reports: the org policy of a container, read
 // per connection and kept a few seconds (a change reaches running
 // sandboxes within that); the ledger of every connection, written in
-// batches; and the connections a container was refused lately, which the
-// command that made them shows in its tool result.
+// batches, each container's refusals under a token bucket; and the
+// connections a container was refused lately, which the command that
+// made them shows in its tool result.
 package egressgate
 
 import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"golang.org/x/time/rate"
 
 	"threadbox/domain/container"
 	"threadbox/domain/egress"
@@ -125,9 +129,11 @@ type Log struct {
 	log     *slog.Logger
 	ch      chan egress.Record
 	done    chan struct{}
+	now     func() time.Time
 
 	mu      sync.Mutex
 	refused map[string][]egress.Record // by container, oldest first
+	buckets map[string]*refusalBucket  // by container
 }
 
 // Defaults of the log's batches and of the refusals it keeps.
@@ -138,19 +144,49 @@ const (
 	refusedMaxAge = 10 * time.Minute
 )
 
+// A container's refusals reach the ledger one record each at most
+// RefusalBurst at once and RefusalsPerSecond a second after that (a token
+// bucket per container), so that a sandbox looping on a refused host
+// cannot fill the writer's queue and crowd out other sandboxes' records.
+// The refusals past the bucket are counted, still named in the tool
+// result and counted in the metrics, and written as one RuleSuppressed
+// record once the bucket holds a token again (or when the log closes).
+const (
+	RefusalBurst      = 64
+	RefusalsPerSecond = 8
+)
+
+// RuleSuppressed is the rule of the record that stands for a container's
+// refusals not written one by one.
+const RuleSuppressed = "refusals-suppressed"
+
+// refusalBucket is a container's token bucket of refusal records and the
+// refusals it held back since the last summary.
+type refusalBucket struct {
+	lim        *rate.Limiter
+	suppressed int
+	last       egress.Record // the latest refusal held back
+}
+
 // NewLog returns a log writing to ledger; counter may be nil. Close
 // writes what is left.
 func NewLog(ledger egress.Ledger, counter Counter, log *slog.Logger) *Log {
+	return newLog(ledger, counter, log, time.Now)
+}
+
+func newLog(ledger egress.Ledger, counter Counter, log *slog.Logger, now func() time.Time) *Log {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	l := &Log{ledger: ledger, counter: counter, log: log, ch: make(chan egress.Record, 4096), done: make(chan struct{}), refused: map[string][]egress.Record{}}
+	l := &Log{ledger: ledger, counter: counter, log: log, ch: make(chan egress.Record, 4096), done: make(chan struct{}), now: now,
+		refused: map[string][]egress.Record{}, buckets: map[string]*refusalBucket{}}
 	go l.run()
 	return l
 }
 
 // Record takes one connection's record. It does not block: when the
-// writer is that far behind, the record goes to the server log only.
+// writer is that far behind, the record goes to the server log only. A
+// refusal past its container's bucket is counted instead of queued.
 func (l *Log) Record(r egress.Record) {
 	if r.ID == "" {
 		r.ID = id.New("egr")
@@ -165,13 +201,57 @@ func (l *Log) Record(r egress.Record) {
 			list = list[len(list)-refusedKept:]
 		}
 		l.refused[r.ContainerID] = list
+		admitted := l.admitLocked(r)
 		l.mu.Unlock()
+		if !admitted {
+			return
+		}
 	}
 	select {
 	case l.ch <- r:
 	default:
 		l.log.Warn("egress: ledger writer behind; record dropped", "container", r.ContainerID, "host", r.Host, "allowed", r.Allowed, "rule", r.Rule)
 	}
+}
+
+// admitLocked takes a token of r's container for the refusal r, or
+// counts r as held back when there is none.
+func (l *Log) admitLocked(r egress.Record) bool {
+	b := l.buckets[r.ContainerID]
+	if b == nil {
+		b = &refusalBucket{lim: rate.NewLimiter(RefusalsPerSecond, RefusalBurst)}
+		l.buckets[r.ContainerID] = b
+	}
+	if b.lim.AllowN(l.now(), 1) {
+		return true
+	}
+	b.suppressed++
+	b.last = r
+	return false
+}
+
+// suppressedRecords returns one record for each container whose held-back
+// refusals may be written now: those whose bucket holds a token again, or
+// every one when all is set. It forgets the buckets that are full again.
+func (l *Log) suppressedRecords(all bool) []egress.Record {
+	now := l.now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []egress.Record
+	for cid, b := range l.buckets {
+		if b.suppressed > 0 && (all || b.lim.AllowN(now, 1)) {
+			last := b.last
+			out = append(out, egress.Record{ID: id.New("egr"), OrgID: last.OrgID, UserID: last.UserID, ThreadID: last.ThreadID, ContainerID: cid,
+				Rule: RuleSuppressed, At: now.UTC(),
+				Reason: fmt.Sprintf("%d more refused connections of this sandbox, over %d a second, not recorded one by one; the last to %s",
+					b.suppressed, RefusalsPerSecond, net.JoinHostPort(last.Host, strconv.Itoa(last.Port)))})
+			b.suppressed, b.last = 0, egress.Record{}
+		}
+		if b.suppressed == 0 && b.lim.TokensAt(now) >= RefusalBurst {
+			delete(l.buckets, cid)
+		}
+	}
+	return out
 }
 
 func (l *Log) run() {
@@ -194,6 +274,7 @@ func (l *Log) run() {
 		select {
 		case r, ok := <-l.ch:
 			if !ok {
+				batch = append(batch, l.suppressedRecords(true)...)
 				flush()
 				return
 			}
@@ -201,6 +282,7 @@ func (l *Log) run() {
 				flush()
 			}
 		case <-tick.C:
+			batch = append(batch, l.suppressedRecords(false)...)
 			flush()
 		}
 	}

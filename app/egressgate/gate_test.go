@@ -2,6 +2,8 @@ package egressgate
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -108,6 +110,92 @@ func TestLogWritesBatchesAndNamesRefusals(t *testing.T) {
 	}
 	if n != 5 || cnt.allowed != 1 || cnt.refused != 4 {
 		t.Fatalf("%d records written, counted %+v", n, cnt)
+	}
+}
+
+// clock is a time the test moves.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *clock) advance(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+// records returns what the ledger was given, in order.
+func (l *ledger) records() []egress.Record {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []egress.Record
+	for _, b := range l.batches {
+		out = append(out, b...)
+	}
+	return out
+}
+
+// TestLogBoundsEachSandboxsRefusals checks the per-container bucket of
+// refusal records: a container refused past it has the rest counted into
+// one record, written once its bucket holds a token again and at close,
+// while another container's refusals are all written.
+func TestLogBoundsEachSandboxsRefusals(t *testing.T) {
+	clk := &clock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	led := &ledger{}
+	l := newLog(led, nil, nil, clk.Now)
+	refuse := func(cid, host string) {
+		l.Record(egress.Record{OrgID: "org_1", UserID: "usr_1", ContainerID: cid, Host: host, Port: 443, Rule: egress.RuleNoMatch, Reason: "not listed", At: clk.Now()})
+	}
+	for i := range RefusalBurst + 10 {
+		refuse("cnt_loud", fmt.Sprintf("h%d.example", i))
+	}
+	for range 3 {
+		refuse("cnt_quiet", "evil.example")
+	}
+	if got := l.Refused("cnt_loud", clk.Now()); !strings.Contains(got, "h73.example:443") {
+		t.Fatalf("a refusal held back is not named in the tool result: %q", got)
+	}
+	// summaries returns the reasons of cnt_loud's summary records.
+	summaries := func() []string {
+		var out []string
+		for _, r := range led.records() {
+			if r.Rule == RuleSuppressed && r.ContainerID == "cnt_loud" && r.OrgID == "org_1" && !r.Allowed && r.ID != "" {
+				out = append(out, r.Reason)
+			}
+		}
+		return out
+	}
+	clk.advance(time.Second / RefusalsPerSecond) // one token
+	for deadline := time.Now().Add(10 * time.Second); len(summaries()) == 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no summary once the bucket holds a token again")
+		}
+	}
+	refuse("cnt_loud", "held.example") // the summary took the token
+	l.Close()
+
+	loud, quiet := 0, 0
+	for _, r := range led.records() {
+		switch {
+		case r.Rule == RuleSuppressed:
+		case r.ContainerID == "cnt_loud":
+			loud++
+		case r.ContainerID == "cnt_quiet":
+			quiet++
+		}
+	}
+	got := summaries()
+	if loud != RefusalBurst || quiet != 3 || len(got) != 2 ||
+		!strings.HasPrefix(got[0], "10 more refused connections") || !strings.Contains(got[0], "h73.example:443") ||
+		!strings.HasPrefix(got[1], "1 more refused connections") || !strings.Contains(got[1], "held.example:443") {
+		t.Fatalf("%d records of cnt_loud, %d of cnt_quiet, summaries %q", loud, quiet, got)
 	}
 }
 
