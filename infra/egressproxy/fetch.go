@@ -82,16 +82,25 @@ func (p *Proxy) Fetch(ctx context.Context, scope egress.Scope, pol egress.Policy
 }
 
 // fetchDial makes one connection of a fetch: decided, dialled and
-// recorded as a sandbox's would be.
+// recorded as a sandbox's would be, its host written as
+// egress.NormalizeHost writes it (a host that is neither a name nor an
+// address is refused as bad-request, with no host in the ledger).
 func (p *Proxy) fetchDial(ctx context.Context, scope egress.Scope, pol egress.Policy, addr string) (net.Conn, error) {
 	start := time.Now()
-	host, portStr, err := net.SplitHostPort(addr)
+	raw, portStr, err := net.SplitHostPort(addr)
 	port, perr := strconv.Atoi(portStr)
 	if err != nil || perr != nil {
 		return nil, fmt.Errorf("egressproxy: fetch: %q is not host:port", addr)
 	}
 	rec := egress.Record{OrgID: scope.OrgID, UserID: scope.UserID, ThreadID: scope.ThreadID, ContainerID: scope.ContainerID,
-		Host: host, Port: port, At: start.UTC()}
+		Port: port, At: start.UTC()}
+	host, ok := egress.NormalizeHost(raw)
+	if !ok {
+		rec.Rule, rec.Reason = RuleBadRequest, fmt.Sprintf("%.64q is not a host name or an IP address", raw)
+		p.rec.Record(rec)
+		return nil, &egress.Refused{Port: port, Rule: rec.Rule, Reason: rec.Reason}
+	}
+	rec.Host = host
 	addrs, allowed := p.check(ctx, pol, &rec)
 	if !allowed {
 		p.rec.Record(rec)

@@ -63,6 +63,21 @@ func TestProxyFetch(t *testing.T) {
 		t.Fatalf("redirect hop %+v", rec)
 	}
 
+	// The host is recorded, resolved and decided as the proxy writes it,
+	// whatever form the URL gave it.
+	if _, err := r.proxy.Fetch(ctx, scope, policy(true, "pypi.test"), "https://PyPI.test.:"+port+"/page", 100, nil); err != nil {
+		t.Fatalf("a host with a trailing dot: %v", err)
+	}
+	if rec := r.recs.next(t); !rec.Allowed || rec.Host != "pypi.test" {
+		t.Fatalf("record %+v", rec)
+	}
+	// The certificate names no address: the fetch fails after the
+	// connection was made, and recorded.
+	r.proxy.Fetch(ctx, scope, policy(true, "127.0.0.1"), "https://[::ffff:127.0.0.1]:"+port+"/", 100, nil)
+	if rec := r.recs.next(t); !rec.Allowed || rec.Host != "127.0.0.1" || rec.Address != "127.0.0.1" {
+		t.Fatalf("record %+v", rec)
+	}
+
 	_, err = r.proxy.Fetch(ctx, scope, policy(false, "pypi.test"), "https://pypi.test:"+port+"/", 100, nil)
 	if !errors.As(err, &refused) || refused.Rule != egress.RuleOff {
 		t.Fatalf("egress off: %v", err)
