@@ -239,8 +239,9 @@ func (soleLeases) Holds(context.Context, string) (bool, bool, error) { return fa
 // container is deleted for good.
 type Retainer interface {
 	// Retain keeps the container's outputs and returns the sandbox paths
-	// of those it left out (outputs whose holes, stored whole, would not
-	// fit the org's storage quota).
+	// of those it left out (outputs larger than the server retains, or
+	// whose holes, stored whole, would pass its cap or the org's storage
+	// quota).
 	Retain(ctx context.Context, containerID, orgID, ownerID string) (skipped []string, err error)
 	Forget(ctx context.Context, containerID string) error
 }
@@ -924,7 +925,7 @@ func (s *Service) expireLocked(ctx context.Context, c container.Container) error
 			return fmt.Errorf("containers: retain outputs: %w", err)
 		}
 		if len(skipped) > 0 {
-			s.log.Warn("outputs not retained: stored whole, their holes would pass the org's storage quota", "container", c.ID(), "org", c.OrgID(), "paths", skipped)
+			s.log.Warn("outputs not retained: stored whole, they would pass the server's cap or the org's storage quota", "container", c.ID(), "org", c.OrgID(), "paths", skipped)
 		}
 	}
 	return s.removeLocked(ctx, c.ID(), func(ctx context.Context, id string) error {

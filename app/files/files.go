@@ -95,7 +95,17 @@ type Deps struct {
 	Records     Records          // nil means no expiry and no retained outputs
 	Blobs       Blobs            // where retained outputs are kept; nil means none is
 	Now         func() time.Time // nil means time.Now
+	// MaxRetainedBytes bounds what Retain writes to the blob store for one
+	// container, quota or not: an output larger is not retained, and the
+	// holes its outputs write out may not pass it together. Zero means
+	// DefaultMaxRetainedBytes.
+	MaxRetainedBytes int64
 }
+
+// DefaultMaxRetainedBytes is Deps.MaxRetainedBytes' default, the default
+// of ARTIFACT_MAX_BYTES too: the blob store of retained files is on the
+// host's disk as the artifacts' is.
+const DefaultMaxRetainedBytes = 1 << 30
 
 // Service runs the Files API use cases.
 type Service struct {
@@ -108,6 +118,7 @@ type Service struct {
 	blobs      Blobs
 	now        func() time.Time
 	table      file.Table
+	maxRetain  int64
 }
 
 // New returns the Files API use cases over d.
@@ -117,6 +128,9 @@ func New(d Deps) *Service {
 	}
 	if d.Idempotency == nil {
 		d.Idempotency = NewMemoryIdempotency(0, d.Now)
+	}
+	if d.MaxRetainedBytes <= 0 {
+		d.MaxRetainedBytes = DefaultMaxRetainedBytes
 	}
 	return &Service{
 		store:      d.Store,
@@ -128,6 +142,7 @@ func New(d Deps) *Service {
 		blobs:      d.Blobs,
 		now:        d.Now,
 		table:      file.DefaultTable(),
+		maxRetain:  d.MaxRetainedBytes,
 	}
 }
 

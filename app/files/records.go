@@ -268,11 +268,13 @@ func (s *Service) Expire(ctx context.Context, p user.Principal, scopeID, fileID 
 //
 // A retained output is stored whole, its holes written out: a sparse
 // output (`truncate -s 1T` in the sandbox, at no cost to its disk) would
-// cost the blob store its size. Its data already counts toward the org's
-// storage quota, so an output with holes is retained only when its holes
-// fit what the org may still store; one that does not is left out, goes
-// with its container, and its sandbox path is returned in skipped for the
-// caller to log. Without a storage quota every output is retained.
+// cost the blob store its size. So, quota or not, an output larger than
+// the server's cap (Deps.MaxRetainedBytes) is not retained, and one with
+// holes only when its holes fit the room left for holes: the cap, less
+// the holes of the outputs retained before it, and no more than the org
+// may still store under its storage quota (its data already counts
+// toward it). An output left out goes with its container, and its sandbox
+// path is returned in skipped for the caller to log.
 func (s *Service) Retain(ctx context.Context, containerID, orgID, ownerID string) (skipped []string, err error) {
 	if s.records == nil || s.blobs == nil {
 		return nil, nil
@@ -285,7 +287,7 @@ func (s *Service) Retain(ctx context.Context, containerID, orgID, ownerID string
 	if err != nil {
 		return nil, fmt.Errorf("files: retain %s: %w", containerID, err)
 	}
-	room := int64(-2) // what the org may still store, asked at the first hole; -1: no quota
+	room := int64(-1) // what holes may still take, measured at the first hole
 	for _, info := range infos {
 		sp, _ := s.table.Path(file.Outputs, info.Rel)
 		old, err := s.records.FileRecord(ctx, containerID, sp)
@@ -295,51 +297,79 @@ func (s *Service) Retain(ctx context.Context, containerID, orgID, ownerID string
 		case err != nil && !fault.Is(err, fault.NotFound):
 			return skipped, fmt.Errorf("files: retain %s: %w", sp, err)
 		}
+		if info.Size > s.maxRetain {
+			skipped = append(skipped, sp)
+			continue
+		}
 		if info.Holes > 0 {
-			if room == -2 {
-				if room, err = s.storageLeft(ctx, orgID); err != nil {
+			if room < 0 {
+				if room, err = s.holeRoom(ctx, orgID); err != nil {
 					return skipped, fmt.Errorf("files: retain %s: %w", sp, err)
 				}
 			}
-			if room >= 0 && info.Holes > room {
+			if info.Holes > room {
 				skipped = append(skipped, sp)
 				continue
 			}
-			if room >= 0 {
-				room -= info.Holes
-			}
+			room -= info.Holes
 		}
-		body, _, err := s.store.Open(ctx, containerID, sp)
-		if err != nil {
-			if errors.Is(err, file.ErrNotFound) || errors.Is(err, file.ErrSymlink) || errors.Is(err, file.ErrNotRegular) {
-				continue
-			}
-			return skipped, fmt.Errorf("files: retain %s: %w", sp, err)
-		}
-		sum, n, err := s.blobs.Put(ctx, body)
-		body.Close()
+		kept, err := s.retain(ctx, containerID, sp, Record{ContainerID: containerID, Path: sp, OrgID: orgID, OwnerID: ownerID, CreatedAt: info.Created.UTC(), ExpiresAt: old.ExpiresAt})
 		if err != nil {
 			return skipped, fmt.Errorf("files: retain %s: %w", sp, err)
 		}
-		r := Record{ContainerID: containerID, Path: sp, OrgID: orgID, OwnerID: ownerID, SHA256: sum, SizeBytes: n, CreatedAt: info.Created.UTC(), ExpiresAt: old.ExpiresAt}
-		if err := s.records.PutFileRecord(ctx, r); err != nil {
-			return skipped, fmt.Errorf("files: retain %s: %w", sp, err)
+		if !kept {
+			skipped = append(skipped, sp)
 		}
 	}
 	return skipped, nil
 }
 
-// storageLeft returns what the org may still store: 0 when its storage
-// quota is reached, -1 without a quota.
-func (s *Service) storageLeft(ctx context.Context, orgID string) (int64, error) {
+// retain copies the output at sp into the blob store and records r for
+// it. An output gone, no longer a regular file, or grown past the cap
+// since it was listed (the sandbox still runs) is not kept; one grown is
+// reported so (false), and its partial copy removed.
+func (s *Service) retain(ctx context.Context, containerID, sp string, r Record) (kept bool, err error) {
+	body, _, err := s.store.Open(ctx, containerID, sp)
+	if err != nil {
+		if errors.Is(err, file.ErrNotFound) || errors.Is(err, file.ErrSymlink) || errors.Is(err, file.ErrNotRegular) {
+			return true, nil
+		}
+		return false, err
+	}
+	sum, n, err := s.blobs.Put(ctx, io.LimitReader(body, s.maxRetain+1))
+	body.Close()
+	if err != nil {
+		return false, err
+	}
+	if n > s.maxRetain {
+		held, err := s.records.FileContentReferenced(ctx, sum)
+		if err == nil && !held {
+			_, err = s.blobs.Remove(ctx, sum, time.Now())
+		}
+		return false, err
+	}
+	r.SHA256, r.SizeBytes = sum, n
+	return true, s.records.PutFileRecord(ctx, r)
+}
+
+// holeRoom returns what the holes of a container's outputs may take
+// together: the server's cap, or what the org may still store under its
+// storage quota when that is less (0 when the quota is reached).
+func (s *Service) holeRoom(ctx context.Context, orgID string) (int64, error) {
 	if s.quota == nil {
-		return -1, nil
+		return s.maxRetain, nil
 	}
 	left, err := s.quota.StorageLeft(ctx, orgID)
 	if fault.Is(err, fault.TooLarge) {
 		return 0, nil
 	}
-	return left, err
+	if err != nil {
+		return 0, err
+	}
+	if left < 0 {
+		return s.maxRetain, nil
+	}
+	return min(left, s.maxRetain), nil
 }
 
 // Forget deletes the records (and retained contents) of a container

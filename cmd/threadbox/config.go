@@ -92,7 +92,9 @@ type Config struct {
 	TrustedProxies   []netip.Prefix
 	URLFetchMaxBytes int64
 	MaxUploadBytes   int64
-	// MaxArtifactBytes caps the output files kept as artifacts.
+	// MaxArtifactBytes caps the output files kept as artifacts or retained
+	// when their container expires, and the holes the retained outputs of
+	// one container write out together.
 	MaxArtifactBytes int64
 	// QuotaBounds are the operator's default and ceiling of every org
 	// quota (QUOTA_<NAME>, QUOTA_<NAME>_MAX; quotabounds.go).

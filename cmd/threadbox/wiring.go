@@ -223,7 +223,7 @@ func wire(ctx context.Context, cfg Config, log *slog.Logger) (*system, error) {
 		fs = pods
 	}
 	sys.files = files.New(files.Deps{Store: fs, Containers: sys.containers, Policies: sys.admin, Idempotency: st.UploadKeys(0), Quota: sys.quota,
-		Records: st.Files(), Blobs: retainedBlobs(cfg, sys.blobs)})
+		Records: st.Files(), Blobs: retainedBlobs(cfg, sys.blobs), MaxRetainedBytes: cfg.MaxArtifactBytes})
 	sys.messages = newMessages(cfg, sys, fs, log)
 	sys.skills = skills.New(skills.Deps{
 		Store:    st.Skills(),

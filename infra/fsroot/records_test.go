@@ -2,6 +2,7 @@ package fsroot_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"os"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 
 	"threadbox/app/files"
 	"threadbox/domain/fault"
+	"threadbox/domain/file"
 	"threadbox/domain/org"
 	"threadbox/domain/user"
 	"threadbox/infra/blob"
@@ -109,6 +111,12 @@ func newRecordsEnv(t *testing.T) *recordsEnv { return newRecordsEnvQuota(t, nil)
 
 // newRecordsEnvQuota is newRecordsEnv with the storage quota q (nil: none).
 func newRecordsEnvQuota(t *testing.T, q files.Quota) *recordsEnv {
+	return newRecordsEnvDeps(t, func(d *files.Deps) { d.Quota = q })
+}
+
+// newRecordsEnvDeps is newRecordsEnv with its service's Deps changed by
+// edit.
+func newRecordsEnvDeps(t *testing.T, edit func(*files.Deps)) *recordsEnv {
 	base := t.TempDir()
 	e := &recordsEnv{base: base, now: time.Date(2026, 10, 8, 10, 30, 0, 0, time.UTC), recs: &memRecords{recs: map[[2]string]files.Record{}}, blobs: filepath.Join(base, "blobs")}
 	dirsOf := func(cid string) fsroot.Dirs {
@@ -116,15 +124,16 @@ func newRecordsEnvQuota(t *testing.T, q files.Quota) *recordsEnv {
 		return fsroot.Dirs{Workspace: filepath.Join(root, "workspace"), Uploads: filepath.Join(root, "uploads"),
 			Outputs: filepath.Join(root, "outputs"), Skills: filepath.Join(root, "skills")}
 	}
-	e.svc = files.New(files.Deps{
+	d := files.Deps{
 		Store:      fsroot.NewContainers(dirsOf, fsroot.Options{}),
 		Containers: &goneContainers{base: base},
 		Policies:   &fakePolicies{policy: org.DefaultPolicy()},
 		Records:    e.recs,
-		Quota:      q,
 		Blobs:      blob.New(e.blobs),
 		Now:        func() time.Time { return e.now },
-	})
+	}
+	edit(&d)
+	e.svc = files.New(d)
 	for _, d := range []string{"workspace", "uploads", "outputs", "skills"} {
 		if err := os.MkdirAll(filepath.Join(base, "c-s1", d), 0o755); err != nil {
 			t.Fatal(err)
@@ -288,4 +297,114 @@ func TestRetainedOutputWithHoles(t *testing.T) {
 			}
 		})
 	}
+}
+
+// cappedBlobs is a blob store that refuses to take more than max bytes in
+// one Put: a test whose retention would write out a terabyte fails at
+// once instead of filling the disk.
+type cappedBlobs struct {
+	files.Blobs
+	max int64
+}
+
+func (b cappedBlobs) Put(ctx context.Context, r io.Reader) (string, int64, error) {
+	return b.Blobs.Put(ctx, &cappedReader{r: r, left: b.max})
+}
+
+type cappedReader struct {
+	r    io.Reader
+	left int64
+}
+
+func (c *cappedReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	if c.left -= int64(n); c.left < 0 {
+		return n, errors.New("more written to the blob store than the test allows")
+	}
+	return n, err
+}
+
+// growingStore is a file store whose Walk is followed by grow: an output
+// that grows between being listed and being copied.
+type growingStore struct {
+	files.Store
+	grow func()
+}
+
+func (g growingStore) Walk(ctx context.Context, containerID, sandboxPath string) ([]file.Info, error) {
+	infos, err := g.Store.Walk(ctx, containerID, sandboxPath)
+	g.grow()
+	return infos, err
+}
+
+// TestRetainedOutputsAreBounded: without a storage quota retention still
+// writes out no more than the server's cap. A sparse output of 1 TiB is
+// left out while an ordinary one beside it is retained; outputs with holes
+// are retained while their holes together fit the cap; an output that grew
+// past the cap after it was listed is left out, its partial copy removed.
+func TestRetainedOutputsAreBounded(t *testing.T) {
+	const tib = 1 << 40
+	ctx := context.Background()
+	retain := func(t *testing.T, e *recordsEnv, want []string) {
+		t.Helper()
+		skipped, err := e.svc.Retain(ctx, "c-s1", "o1", "u1")
+		if err != nil || !slices.Equal(skipped, want) {
+			t.Fatalf("retain: skipped %q, %v; want %q", skipped, err, want)
+		}
+		for _, p := range want {
+			if r, err := e.recs.FileRecord(ctx, "c-s1", p); err == nil {
+				t.Fatalf("%s was retained: %+v", p, r)
+			}
+		}
+	}
+	writeCSV := func(t *testing.T, e *recordsEnv) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(e.base, "c-s1", "outputs", "report.csv"), []byte("a,b\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	kept := func(t *testing.T, e *recordsEnv, p string, size int64) {
+		t.Helper()
+		if r, err := e.recs.FileRecord(ctx, "c-s1", p); err != nil || r.SizeBytes != size {
+			t.Fatalf("%s: %+v %v", p, r, err)
+		}
+	}
+	t.Run("a terabyte", func(t *testing.T) {
+		e := newRecordsEnvDeps(t, func(d *files.Deps) { d.Blobs = cappedBlobs{Blobs: d.Blobs, max: 64 << 20} })
+		sparsetest.Make(t, filepath.Join(e.base, "c-s1", "outputs", "disk.img"), tib, sparsetest.Piece{Off: tib / 2, Data: "middle"})
+		writeCSV(t, e)
+		retain(t, e, []string{"/mnt/user-data/outputs/disk.img"})
+		kept(t, e, "/mnt/user-data/outputs/report.csv", 4)
+	})
+	t.Run("holes together", func(t *testing.T) {
+		const limit, size = 1 << 20, 768 << 10
+		e := newRecordsEnvDeps(t, func(d *files.Deps) { d.MaxRetainedBytes = limit })
+		for _, name := range []string{"a.img", "b.img"} {
+			sparsetest.Make(t, filepath.Join(e.base, "c-s1", "outputs", name), size, sparsetest.Piece{Off: 0, Data: "head"})
+		}
+		writeCSV(t, e)
+		retain(t, e, []string{"/mnt/user-data/outputs/b.img"})
+		kept(t, e, "/mnt/user-data/outputs/a.img", size)
+		kept(t, e, "/mnt/user-data/outputs/report.csv", 4)
+	})
+	t.Run("grown after listing", func(t *testing.T) {
+		const limit = 1 << 20
+		var out string
+		e := newRecordsEnvDeps(t, func(d *files.Deps) {
+			d.MaxRetainedBytes = limit
+			d.Store = growingStore{Store: d.Store, grow: func() {
+				if err := os.WriteFile(out, make([]byte, 2*limit), 0o644); err != nil {
+					t.Error(err)
+				}
+			}}
+		})
+		out = filepath.Join(e.base, "c-s1", "outputs", "log.txt")
+		if err := os.WriteFile(out, []byte("start\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		retain(t, e, []string{"/mnt/user-data/outputs/log.txt"})
+		if left, _ := filepath.Glob(filepath.Join(e.blobs, "*", "*")); len(left) != 0 {
+			t.Fatalf("the partial copy stayed: %v", left)
+		}
+	})
 }
