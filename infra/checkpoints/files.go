@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"threadbox/infra/dirwalk"
 )
 
 // Files mirrors containers' files into the blob store with their
@@ -140,8 +142,9 @@ func (f *Files) Mirror(ctx context.Context, orgID, id, dir string) (Pending, err
 	var m Manifest
 	sent := 0
 	for _, sub := range mirrored {
-		err := walk(ctx, root, sub, func(rel string, st *unix.Stat_t) error {
-			e := Entry{Path: rel, Mode: fileMode(st), UID: int(st.Uid), GID: int(st.Gid)}
+		err := walker.Walk(ctx, root, sub, func(de *dirwalk.Entry) error {
+			st := &de.Stat
+			e := Entry{Path: de.Rel, Mode: fileMode(st), UID: int(st.Uid), GID: int(st.Gid)}
 			var err error
 			switch st.Mode & unix.S_IFMT {
 			case unix.S_IFDIR:
@@ -267,25 +270,24 @@ func (f *Files) Apply(ctx context.Context, orgID, id, dir string) (fetched int, 
 			_ = os.Chmod(filepath.Join(root, filepath.FromSlash(e.Path)), e.Mode.Perm())
 		}
 	}
+	// What the mirror does not hold is removed through the folder the walk
+	// opened, never by path: a folder swapped for a link meanwhile is not
+	// gone through.
 	for _, sub := range mirrored {
-		var extra []string
-		_ = filepath.WalkDir(filepath.Join(root, sub), func(path string, d fs.DirEntry, err error) error {
-			if err != nil {
+		err := walker.Walk(ctx, root, sub, func(e *dirwalk.Entry) error {
+			if e.Rel == sub || want[filepath.FromSlash(e.Rel)] {
 				return nil
 			}
-			rel, _ := filepath.Rel(root, path)
-			if !want[rel] && rel != sub {
-				extra = append(extra, path)
-				if d.IsDir() {
-					return filepath.SkipDir
-				}
+			if err := dirwalk.Remove(ctx, e.Dir, e.Name); err != nil {
+				return err
+			}
+			if e.IsDir() {
+				return fs.SkipDir
 			}
 			return nil
 		})
-		for _, p := range extra {
-			if err := os.RemoveAll(p); err != nil {
-				return fetched, fmt.Errorf("checkpoints: files: %w", err)
-			}
+		if err != nil {
+			return fetched, fmt.Errorf("checkpoints: files: %w", err)
 		}
 	}
 	return fetched, writeManifest(filepath.Join(root, stateFile), m)
@@ -392,79 +394,9 @@ func (f *Files) Forget(ctx context.Context, orgID, id string) error {
 	return nil
 }
 
-// beforeDescend, when set, is called with each folder the mirror's walk
-// found, before it opens it (tests swap the folder for a link there).
-var beforeDescend func(rel string)
-
-// walk calls visit with every folder, regular file, symbolic link and
-// other file at or below the folder top of root (rel slash-separated,
-// below root), folders before what they hold, in lexical order, with its
-// Lstat. It never goes through a symbolic link: each folder is opened
-// relative to the one that holds it with O_NOFOLLOW|O_DIRECTORY, its
-// entries are read and stat'ed through that descriptor, and what visit
-// sees of a folder is the Fstat of the folder opened. A folder that code
-// in the sandbox swapped for a link (or removed) since it was listed is
-// left out, never followed: no name, mode or owner of a host folder's
-// entries is recorded. A top that does not exist is no error.
-func walk(ctx context.Context, root, top string, visit func(rel string, st *unix.Stat_t) error) error {
-	fd, err := unix.Open(root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return &fs.PathError{Op: "open", Path: root, Err: err}
-	}
-	defer unix.Close(fd)
-	return walkAt(ctx, fd, top, top, visit)
-}
-
-// walkAt walks the entry name of the open folder parent, rel below the
-// walk's root.
-func walkAt(ctx context.Context, parent int, name, rel string, visit func(rel string, st *unix.Stat_t) error) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if len(rel) > unix.PathMax {
-		// As a walk by path would: it also bounds the folders held open.
-		return &fs.PathError{Op: "lstat", Path: rel[:64] + "…", Err: unix.ENAMETOOLONG}
-	}
-	var st unix.Stat_t
-	if err := unix.Fstatat(parent, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-		if errors.Is(err, unix.ENOENT) {
-			return nil // removed since it was listed
-		}
-		return &fs.PathError{Op: "lstat", Path: rel, Err: err}
-	}
-	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
-		return visit(rel, &st)
-	}
-	if beforeDescend != nil {
-		beforeDescend(rel)
-	}
-	fd, err := unix.Openat(parent, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) {
-		return nil // removed or swapped since it was listed: the next mirror sees what it is now
-	}
-	if err != nil {
-		return &fs.PathError{Op: "open", Path: rel, Err: err}
-	}
-	dir := os.NewFile(uintptr(fd), rel)
-	defer dir.Close()
-	if err := unix.Fstat(fd, &st); err != nil {
-		return &fs.PathError{Op: "stat", Path: rel, Err: err}
-	}
-	if err := visit(rel, &st); err != nil {
-		return err
-	}
-	names, err := dir.Readdirnames(-1)
-	if err != nil {
-		return &fs.PathError{Op: "readdir", Path: rel, Err: err}
-	}
-	slices.Sort(names)
-	for _, n := range names {
-		if err := walkAt(ctx, fd, n, rel+"/"+n, visit); err != nil {
-			return err
-		}
-	}
-	return nil
-}
+// walker walks the container's folders by the folders it opened, never
+// through a link (tests set its BeforeDescend).
+var walker dirwalk.Walker
 
 // fileMode is the fs.FileMode of a stat's mode, as os.Lstat gives it.
 func fileMode(st *unix.Stat_t) fs.FileMode {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -151,7 +152,7 @@ func TestMirrorNeverWalksThroughALink(t *testing.T) {
 		t.Fatal(err)
 	}
 	swapped := false
-	beforeDescend = func(rel string) {
+	walker.BeforeDescend = func(rel string) {
 		if rel != "workspace/dir" {
 			return
 		}
@@ -164,7 +165,7 @@ func TestMirrorNeverWalksThroughALink(t *testing.T) {
 		}
 		swapped = true
 	}
-	t.Cleanup(func() { beforeDescend = nil })
+	t.Cleanup(func() { walker.BeforeDescend = nil })
 	blobs := &memBlobs{put: map[string][]byte{}}
 	files := NewFiles(oneRoot(root), func(string, string) (FileBlobs, error) { return blobs, nil })
 	if _, err := files.Mirror(context.Background(), "org", "ctr", dir); err != nil {
@@ -191,5 +192,57 @@ func TestMirrorNeverWalksThroughALink(t *testing.T) {
 		if bytes.Contains(b, []byte("secret")) {
 			t.Errorf("the store got %q, a file outside the container's folders", b)
 		}
+	}
+}
+
+// TestApplyNeverRemovesThroughALink: a folder the clean-up walk of Apply
+// found, which code swaps for a symbolic link to a host folder before the
+// walk descends into it, is left out: the host folder's file, which the
+// mirror does not hold, is not removed through the link. What the mirror
+// does not hold in the container's folders is removed.
+func TestApplyNeverRemovesThroughALink(t *testing.T) {
+	root, outside, dir := t.TempDir(), t.TempDir(), t.TempDir()
+	hostFile := filepath.Join(outside, "x")
+	if err := os.WriteFile(hostFile, []byte("the host's own"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sub := filepath.Join(root, "workspace", "dir")
+	if err := os.MkdirAll(sub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	extra := filepath.Join(root, "workspace", "extra")
+	if err := os.WriteFile(extra, []byte("not in the mirror"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	m := Manifest{Entries: []Entry{{Path: "workspace", Mode: fs.ModeDir | 0o755}, {Path: "workspace/dir", Mode: fs.ModeDir | 0o755}}}
+	if err := writeManifest(filepath.Join(dir, manifestFile), m); err != nil {
+		t.Fatal(err)
+	}
+	swapped := false
+	walker.BeforeDescend = func(rel string) {
+		if rel != "workspace/dir" {
+			return
+		}
+		if err := os.RemoveAll(sub); err != nil {
+			t.Error(err)
+		}
+		if err := os.Symlink(outside, sub); err != nil {
+			t.Error(err)
+		}
+		swapped = true
+	}
+	t.Cleanup(func() { walker.BeforeDescend = nil })
+	files := NewFiles(oneRoot(root), func(string, string) (FileBlobs, error) { return &memBlobs{put: map[string][]byte{}}, nil })
+	if _, err := files.Apply(context.Background(), "org", "ctr", dir); err != nil {
+		t.Fatal(err)
+	}
+	if !swapped {
+		t.Fatal("the walk never reached the folder")
+	}
+	if _, err := os.Stat(hostFile); err != nil {
+		t.Errorf("the host folder's file is gone: %v", err)
+	}
+	if _, err := os.Lstat(extra); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("a file the mirror does not hold is left: %v", err)
 	}
 }

@@ -17,6 +17,7 @@ import (
 
 	"threadbox/domain/fault"
 	"threadbox/domain/snapshot"
+	"threadbox/infra/dirwalk"
 )
 
 // What a tool call changed is read from the snapshots before and after it
@@ -246,7 +247,7 @@ func (l *Layout) RestorePaths(ctx context.Context, threadID, snapshotID, contain
 				return err
 			})
 		} else {
-			err = removeEntry(ctx, dirfd, name)
+			err = dirwalk.Remove(ctx, dirfd, name)
 		}
 		unix.Close(dirfd)
 		if err != nil {
@@ -299,40 +300,19 @@ func replaceEntry(ctx context.Context, dirfd int, name string, put func(to strin
 		if !errors.Is(err, unix.ENOSPC) && !errors.Is(err, unix.EDQUOT) {
 			return err
 		}
-		if err := removeEntry(ctx, dirfd, name); err != nil {
+		if err := dirwalk.Remove(ctx, dirfd, name); err != nil {
 			return err
 		}
 		return put(name)
 	}
 	err := unix.Renameat(dirfd, tmp, dirfd, name)
 	if errors.Is(err, unix.EISDIR) || errors.Is(err, unix.ENOTEMPTY) || errors.Is(err, unix.EEXIST) {
-		if err = removeEntry(ctx, dirfd, name); err == nil {
+		if err = dirwalk.Remove(ctx, dirfd, name); err == nil {
 			err = unix.Renameat(dirfd, tmp, dirfd, name)
 		}
 	}
 	if err != nil {
 		_ = unix.Unlinkat(dirfd, tmp, 0)
-	}
-	return err
-}
-
-// removeEntry removes name from the folder dirfd, a folder with all it
-// holds; a missing one is not an error.
-func removeEntry(ctx context.Context, dirfd int, name string) error {
-	err := unix.Unlinkat(dirfd, name, 0)
-	if errors.Is(err, unix.EISDIR) || errors.Is(err, unix.EPERM) {
-		sub, oerr := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-		if oerr != nil {
-			return oerr
-		}
-		err = clearDir(ctx, sub)
-		unix.Close(sub)
-		if err == nil {
-			err = unix.Unlinkat(dirfd, name, unix.AT_REMOVEDIR)
-		}
-	}
-	if errors.Is(err, unix.ENOENT) {
-		return nil
 	}
 	return err
 }

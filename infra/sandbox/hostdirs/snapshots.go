@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"threadbox/domain/snapshot"
+	"threadbox/infra/dirwalk"
 )
 
 // A thread's files snapshots live beside the containers' folders, in
@@ -85,24 +86,28 @@ func (l *Layout) StateBytes(threadID, snapshotID string) int64 {
 }
 
 // TreeBytes returns the bytes the regular files under dir store (a sparse
-// file's data, not its size: storedBytes), links not followed; 0 when it
-// does not exist.
+// file's data, not its size: storedBytes), links not followed, dir itself
+// included; 0 when it does not exist. It walks by the folders it opened
+// (treeWalker): a folder swapped for a link while it is measured is left
+// out, never gone through.
 func TreeBytes(dir string) int64 {
 	var n int64
-	_ = filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
-		if err == nil && d.Type().IsRegular() {
-			if fi, err := d.Info(); err == nil {
-				if k, err := storedBytes(path, fi); err == nil {
-					n += k
-				} else {
-					n += fi.Size()
-				}
-			}
+	_ = treeWalker.Walk(context.Background(), dir, ".", func(e *dirwalk.Entry) error {
+		if e.Stat.Mode&unix.S_IFMT != unix.S_IFREG {
+			return nil
+		}
+		if k, err := storedBytesAt(e.Dir, e.Name, &e.Stat); err == nil {
+			n += k
+		} else {
+			n += e.Stat.Size
 		}
 		return nil
 	})
 	return n
 }
+
+// treeWalker is the walk of TreeBytes (tests set its BeforeDescend).
+var treeWalker dirwalk.Walker
 
 // TakeSnapshot copies container containerID's workspace, uploads and
 // outputs folders into thread threadID's snapshot snapshotID, linking the
@@ -173,7 +178,7 @@ type taker struct {
 
 // dir copies the folder open as fd, at rel under the snapshot.
 func (t *taker) dir(fd int, rel string) error {
-	names, err := readNames(fd)
+	names, err := dirwalk.Names(fd)
 	if err != nil {
 		return err
 	}
@@ -378,30 +383,13 @@ func (l *Layout) RestoreSnapshot(ctx context.Context, threadID, snapshotID, cont
 		if err != nil {
 			return fmt.Errorf("hostdirs: restore snapshot %s: %w", name, err)
 		}
-		err = clearDir(ctx, fd)
+		err = dirwalk.Clear(ctx, fd)
 		if err == nil {
 			err = restoreDir(ctx, filepath.Join(src, name), fd, chown)
 		}
 		unix.Close(fd)
 		if err != nil {
 			return fmt.Errorf("hostdirs: restore snapshot %s: %w", name, err)
-		}
-	}
-	return nil
-}
-
-// clearDir removes every entry of the folder open as fd.
-func clearDir(ctx context.Context, fd int) error {
-	names, err := readNames(fd)
-	if err != nil {
-		return err
-	}
-	for _, name := range names {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		if err := removeEntry(ctx, fd, name); err != nil {
-			return err
 		}
 	}
 	return nil
@@ -511,20 +499,6 @@ func (l *Layout) DropSnapshots(ctx context.Context, threadID string) error {
 		return fmt.Errorf("hostdirs: drop snapshots: %w", err)
 	}
 	return nil
-}
-
-// readNames returns the names in the folder open as fd, without closing it.
-func readNames(fd int) ([]string, error) {
-	dup, err := unix.Dup(fd)
-	if err != nil {
-		return nil, err
-	}
-	f := os.NewFile(uintptr(dup), "dir")
-	defer f.Close()
-	if _, err := f.Seek(0, io.SeekStart); err != nil {
-		return nil, err
-	}
-	return f.Readdirnames(-1)
 }
 
 // readlinkat returns the target of the link name in the folder fd.

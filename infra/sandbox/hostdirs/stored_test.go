@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -81,5 +83,78 @@ func TestSparseFileCountsItsData(t *testing.T) {
 			return err
 		}
 		return within("TreeBytes", TreeBytes(d.Workspace))
+	})
+}
+
+// TestTreeBytesNeverWalksThroughALink: a folder that code swaps for a
+// symbolic link to a host folder, back and forth, while its tree is
+// measured never makes TreeBytes count the host folder's file; and a
+// folder swapped for a link just before the walk opens it is left out.
+// (A walk by path counts the host file within a few hundred measures.)
+func TestTreeBytesNeverWalksThroughALink(t *testing.T) {
+	dir, outside := t.TempDir(), t.TempDir()
+	if err := os.WriteFile(filepath.Join(outside, "host-file"), make([]byte, 1<<20), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sub := filepath.Join(dir, "sub")
+	if err := os.MkdirAll(sub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(sub, "notes"), []byte("notes"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// Files listed before the folder keep the walk a while between listing
+	// the folder and going into it.
+	for i := range 50 {
+		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("a%02d", i)), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Run("swap race", func(t *testing.T) {
+		var stop atomic.Bool
+		var swaps atomic.Int64
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			stash, link := filepath.Join(dir, ".stash"), filepath.Join(dir, ".link")
+			for !stop.Load() {
+				_ = os.Symlink(outside, link)
+				if os.Rename(sub, stash) == nil {
+					_ = os.Rename(link, sub)
+					swaps.Add(1)
+					_ = os.Remove(sub)
+					_ = os.Rename(stash, sub)
+				}
+			}
+		}()
+		defer func() { stop.Store(true); wg.Wait() }()
+		for i := 0; i < 3000 || swaps.Load() == 0; i++ {
+			if n := TreeBytes(dir); n >= 1<<20 {
+				t.Fatalf("measure %d counted %d bytes: the host folder's file, through the link", i, n)
+			}
+		}
+	})
+	t.Run("swapped before it is opened", func(t *testing.T) {
+		swapped := false
+		treeWalker.BeforeDescend = func(rel string) {
+			if rel != "sub" {
+				return
+			}
+			if err := os.RemoveAll(sub); err != nil {
+				t.Error(err)
+			}
+			if err := os.Symlink(outside, sub); err != nil {
+				t.Error(err)
+			}
+			swapped = true
+		}
+		t.Cleanup(func() { treeWalker.BeforeDescend = nil })
+		if n := TreeBytes(dir); n != 0 {
+			t.Errorf("TreeBytes counted %d bytes through the link", n)
+		}
+		if !swapped {
+			t.Error("the walk never reached the folder")
+		}
 	})
 }

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"syscall"
 
+	"golang.org/x/sys/unix"
+
 	"threadbox/infra/sparse"
 )
 
@@ -83,7 +85,25 @@ func storedBytes(path string, fi os.FileInfo) (int64, error) {
 	if allocated(fi) >= fi.Size() {
 		return fi.Size(), nil
 	}
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK|syscall.O_NOCTTY, 0)
+	return dataBytes(os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK|syscall.O_NOCTTY, 0))
+}
+
+// storedBytesAt is storedBytes of the entry name of the open folder
+// dirfd, st being its Lstat.
+func storedBytesAt(dirfd int, name string, st *unix.Stat_t) (int64, error) {
+	if st.Blocks*512 >= st.Size {
+		return st.Size, nil
+	}
+	fd, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return dataBytes(nil, err)
+	}
+	return dataBytes(os.NewFile(uintptr(fd), name), nil)
+}
+
+// dataBytes returns the bytes of data of f, as its open (err) gave it:
+// nothing for a link or anything but a regular file.
+func dataBytes(f *os.File, err error) (int64, error) {
 	if errors.Is(err, syscall.ELOOP) {
 		return 0, nil // a link now: links are not counted
 	}
