@@ -83,8 +83,10 @@ type Service struct {
 	gate   *passwordGate
 	// compare checks a password against its hash (bcrypt).
 	compare func(hash, password []byte) error
-	// revocations ends the requests bound to a token revoked here (Bound).
+	// revocations ends the requests bound to a token revoked (Bound).
 	revocations revocations
+	// notices tells the other servers of a revoked token (nil: none).
+	notices Notices
 }
 
 // New returns the auth service.
@@ -383,14 +385,20 @@ func (s *Service) Revoke(ctx context.Context, tokenID string) error {
 	return s.revoke(ctx, tokenID)
 }
 
-// revoke records the token revoked and ends the requests bound to it
-// (Bound). Those end even when the store fails: the caller asked for the
-// token to stop working, and may retry the store's part.
+// revoke records the token revoked, ends the requests bound to it here
+// (Bound) and tells the other servers (Notices), which end theirs. Those
+// here end even when the store fails: the caller asked for the token to
+// stop working, and may retry the rest, the notice included.
 func (s *Service) revoke(ctx context.Context, tokenID string) error {
 	err := s.store.RevokeToken(ctx, tokenID, s.now())
 	s.revocations.revoked(tokenID)
 	if err != nil {
 		return fmt.Errorf("auth: revoke token: %w", err)
+	}
+	if s.notices != nil {
+		if err := s.notices.TokenRevoked(ctx, tokenID); err != nil {
+			return fmt.Errorf("auth: announce revoked token: %w", err)
+		}
 	}
 	return nil
 }

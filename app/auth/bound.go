@@ -9,11 +9,24 @@ import (
 	"threadbox/domain/user"
 )
 
+// Notices tells every server on the database, this one included, of a
+// revoked token, so that each ends the requests bound to it
+// (infra/store.Notices: a PostgreSQL notification). Each server hands
+// what it hears to Revoked.
+type Notices interface {
+	TokenRevoked(ctx context.Context, tokenID string) error
+}
+
+// SetNotices makes every revocation through the service be told to the
+// other servers (call it before serving).
+func (s *Service) SetNotices(n Notices) { s.notices = n }
+
 // Bound returns ctx, for a sandbox token's request, ended when the token
 // or the first sandbox token of its chain (user.Principal.Within) is
-// revoked through this service — its turn ended — or expires: a request
-// from inside a sandbox (a Messages turn) does not run on after its turn.
-// A token that no longer works is refused. Other callers get ctx as is.
+// revoked — its turn ended — on this server or on any other that tells
+// this one (Revoked), or expires: a request from inside a sandbox (a
+// Messages turn) does not run on after its turn. A token that no longer
+// works is refused. Other callers get ctx as is.
 func (s *Service) Bound(ctx context.Context, p user.Principal) (context.Context, error) {
 	if p.Kind != user.SandboxToken {
 		return ctx, nil
@@ -22,16 +35,42 @@ func (s *Service) Bound(ctx context.Context, p user.Principal) (context.Context,
 	if root == "" {
 		root = p.TokenID
 	}
+	// Watched before the token is read: a revocation told between the
+	// two still ends the request, and one told before is in the record.
+	watched, cancel := context.WithCancel(ctx)
+	s.revocations.watch(watched, cancel, p.TokenID, root)
 	t, err := s.store.Token(ctx, root)
 	if err != nil {
+		cancel()
 		return nil, fmt.Errorf("auth: token: %w", err)
 	}
 	if !t.Usable(s.now()) {
+		cancel()
 		return nil, fault.New(fault.Unauthenticated, "the turn this sandbox token was made for has ended")
 	}
-	bound, cancel := context.WithDeadline(ctx, t.ExpiresAt())
-	s.revocations.watch(bound, cancel, p.TokenID, root)
+	bound, expire := context.WithDeadline(watched, t.ExpiresAt())
+	context.AfterFunc(watched, expire)
 	return bound, nil
+}
+
+// Revoked ends the requests bound on this server to token id (Bound): a
+// server calls it with each revoked token it hears of (Notices).
+func (s *Service) Revoked(tokenID string) { s.revocations.revoked(tokenID) }
+
+// EndRevokedBound ends the requests bound on this server to a token that
+// no longer works: a server calls it when it starts listening to Notices
+// again, for the revocations told while it did not listen.
+func (s *Service) EndRevokedBound(ctx context.Context) error {
+	now := s.now()
+	for _, id := range s.revocations.ids() {
+		t, err := s.store.Token(ctx, id)
+		if fault.Is(err, fault.NotFound) || err == nil && !t.Usable(now) {
+			s.revocations.revoked(id)
+		} else if err != nil {
+			return fmt.Errorf("auth: token: %w", err)
+		}
+	}
+	return nil
 }
 
 // revocations ends the contexts bound to tokens when those are revoked.
@@ -64,6 +103,17 @@ func (r *revocations) watch(ctx context.Context, cancel context.CancelFunc, ids 
 			}
 		}
 	})
+}
+
+// ids returns the ids of the tokens contexts are bound to.
+func (r *revocations) ids() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ids := make([]string, 0, len(r.by))
+	for id := range r.by {
+		ids = append(ids, id)
+	}
+	return ids
 }
 
 // revoked cancels the contexts bound to token id.

@@ -14,7 +14,7 @@ import (
 )
 
 // bus hands a wanted lease to every process, as PostgreSQL's
-// notifications do (infra/store.Store.WantLease, WatchWantedLeases).
+// notifications do (infra/store.Leases.WantLease, Notices.Watch).
 type bus struct {
 	mu    sync.Mutex
 	procs []*Service

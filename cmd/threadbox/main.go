@@ -169,7 +169,7 @@ func openAuth(ctx context.Context, getenv func(string) string) (*auth.Service, f
 	if err != nil {
 		return nil, nil, err
 	}
-	a, err := newAuth(cfg, st.Accounts(), st.Logins())
+	a, err := newAuth(cfg, st)
 	if err != nil {
 		st.Close()
 		return nil, nil, err
@@ -177,19 +177,24 @@ func openAuth(ctx context.Context, getenv func(string) string) (*auth.Service, f
 	return a, st.Close, nil
 }
 
-func newAuth(cfg Config, accounts store.Accounts, logins store.Logins) (*auth.Service, error) {
+// newAuth returns the auth use cases over st. A revocation through them is
+// told to every server on the database (an operator's included), which
+// ends the requests bound to the token there.
+func newAuth(cfg Config, st *store.Store) (*auth.Service, error) {
 	key, _, err := jwt.LoadOrCreateKey(cfg.JWTKeyFile)
 	if err != nil {
 		return nil, err
 	}
-	return auth.New(accounts, logins, jwt.New(key, cfg.JWTIssuer, cfg.JWTAudience), auth.Config{
+	a := auth.New(st.Accounts(), st.Logins(), jwt.New(key, cfg.JWTIssuer, cfg.JWTAudience), auth.Config{
 		SessionTTL:      cfg.SessionTTL,
 		AccessTTL:       cfg.AccessTTL,
 		EmailLoginLimit: cfg.LoginEmailLimit,
 		AddrLoginLimit:  cfg.LoginAddrLimit,
 		LoginWindow:     cfg.LoginWindow,
 		PasswordChecks:  cfg.LoginChecks,
-	}), nil
+	})
+	a.SetNotices(st.Notices())
+	return a, nil
 }
 
 func cmdMigrate(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
@@ -372,9 +377,7 @@ func cmdServe(ctx context.Context, args []string, getenv func(string) string, st
 	}()
 	go func() {
 		defer bg.Done()
-		// Another server asking for a sandbox this one holds gets it once
-		// no command runs in it (docs/scale-out.md).
-		sys.store.Leases().WatchWantedLeases(bgctx, sys.containers.HandBack)
+		watchNotices(bgctx, sys.store.Notices(), sys.auth, sys.containers.HandBack, log)
 	}()
 	go func() {
 		defer bg.Done()
@@ -440,6 +443,23 @@ func cmdServe(ctx context.Context, args []string, getenv func(string) string, st
 		return fmt.Errorf("serve: shutdown: %w", shutdownErr)
 	}
 	return nil
+}
+
+// watchNotices serves, until ctx ends, what the servers on the database
+// tell each other: another server asking for a sandbox this one holds gets
+// it from handBack once no command runs in it, and a token revoked on any
+// server ends the requests bound to it here (docs/scale-out.md). Each time
+// it listens anew, the requests bound to tokens revoked meanwhile end.
+func watchNotices(ctx context.Context, n store.Notices, a *auth.Service, handBack func(string), log *slog.Logger) {
+	n.Watch(ctx, store.Handlers{
+		WantedLease:  handBack,
+		RevokedToken: a.Revoked,
+		Listening: func() {
+			if err := a.EndRevokedBound(ctx); err != nil && ctx.Err() == nil {
+				log.Error("requests bound to revoked tokens not checked", "cause", err.Error())
+			}
+		},
+	})
 }
 
 // firstStart bootstraps an admin on an empty database and tells the operator

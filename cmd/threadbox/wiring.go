@@ -148,7 +148,7 @@ func wire(ctx context.Context, cfg Config, log *slog.Logger) (*system, error) {
 		defer cancel()
 		return sys.leases.ReleaseAll(ctx)
 	})
-	if sys.auth, err = newAuth(cfg, st.Accounts(), st.Logins()); err != nil {
+	if sys.auth, err = newAuth(cfg, st); err != nil {
 		sys.Close()
 		return nil, err
 	}

@@ -4,10 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"database/sql/driver"
-	"fmt"
 	"time"
-
-	"github.com/jackc/pgx/v5/stdlib"
 )
 
 // artifactBlobsLock is the PostgreSQL advisory lock key of the artifact
@@ -80,8 +77,8 @@ func (s Locks) Lock(ctx context.Context, key string) (func(), error) {
 const leaseWanted = "threadbox_lease_wanted"
 
 // WantLease tells every server on the database that the named lease is
-// wanted (a PostgreSQL notification; on the embedded SQLite, which one
-// process uses alone, nothing).
+// wanted (a PostgreSQL notification, heard through Notices.Watch; on the
+// embedded SQLite, which one process uses alone, nothing).
 func (s Leases) WantLease(ctx context.Context, name string) error {
 	if s.dialect != "postgres" {
 		return nil
@@ -90,53 +87,4 @@ func (s Leases) WantLease(ctx context.Context, name string) error {
 		return dbError("want lease", err)
 	}
 	return nil
-}
-
-// WatchWantedLeases calls fn with the name of every lease a server asks
-// for (WantLease), its own asks included, until ctx ends. It listens on a
-// connection of its own and listens again after the database comes back.
-// On the embedded SQLite it only waits for ctx.
-func (s Leases) WatchWantedLeases(ctx context.Context, fn func(name string)) {
-	if s.dialect != "postgres" {
-		<-ctx.Done()
-		return
-	}
-	for ctx.Err() == nil {
-		err := s.listen(ctx, fn)
-		if ctx.Err() != nil {
-			return
-		}
-		_ = err // the database went away: listen again shortly
-		select {
-		case <-ctx.Done():
-		case <-time.After(time.Second):
-		}
-	}
-}
-
-func (s Leases) listen(ctx context.Context, fn func(name string)) error {
-	conn, err := s.sqlDB.Conn(ctx)
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	return conn.Raw(func(dc any) error {
-		sc, ok := dc.(*stdlib.Conn)
-		if !ok {
-			return fmt.Errorf("store: listen: driver connection is %T", dc)
-		}
-		pc := sc.Conn()
-		if _, err := pc.Exec(ctx, "LISTEN "+leaseWanted); err != nil {
-			return driver.ErrBadConn
-		}
-		for {
-			n, err := pc.WaitForNotification(ctx)
-			if err != nil {
-				// Interrupted or broken: the connection never goes
-				// back to the pool (it still listens).
-				return driver.ErrBadConn
-			}
-			fn(n.Payload)
-		}
-	})
 }

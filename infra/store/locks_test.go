@@ -115,7 +115,10 @@ func TestNamedLockAndWantedLeases(t *testing.T) {
 	heard := make(chan string, 4)
 	wctx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})
-	go func() { b.Leases().WatchWantedLeases(wctx, func(name string) { heard <- name }); close(done) }()
+	go func() {
+		b.Notices().Watch(wctx, store.Handlers{WantedLease: func(name string) { heard <- name }})
+		close(done)
+	}()
 	deadline := time.After(10 * time.Second)
 	for got := false; !got; {
 		// The watcher may not listen yet: ask until it hears.

@@ -49,6 +49,9 @@ type handle struct {
 
 	dialect string
 	url     string
+	// local hands revoked tokens to this Store's watchers on SQLite
+	// (Notices).
+	local *localNotices
 }
 
 // Open connects to PostgreSQL when url is set, else to the SQLite file
@@ -121,7 +124,7 @@ func Open(ctx context.Context, url, dataDir string) (*Store, error) {
 	if dialect == "sqlite" {
 		rd.memo = &memo{db: readDB, shm: filepath.Join(dataDir, "threadbox.db-shm")}
 	}
-	return &Store{&handle{db: db, sqlDB: sqlDB, txdb: txdb, reads: rd, dialect: dialect, url: url}}, nil
+	return &Store{&handle{db: db, sqlDB: sqlDB, txdb: txdb, reads: rd, dialect: dialect, url: url, local: &localNotices{}}}, nil
 }
 
 // sqliteURI returns the URI filename SQLite opens path by: "%", "?" and
@@ -270,7 +273,7 @@ func (s *Store) InTx(ctx context.Context, fn func(tx *Store) error) error {
 // inTx runs fn with a handle bound to one transaction.
 func (h *handle) inTx(ctx context.Context, fn func(tx *handle) error) error {
 	err := h.txq(ctx).Transaction(func(tx *gorm.DB) error {
-		return fn(&handle{db: tx, sqlDB: h.sqlDB, reads: h.reads, bound: true, dialect: h.dialect})
+		return fn(&handle{db: tx, sqlDB: h.sqlDB, reads: h.reads, bound: true, dialect: h.dialect, local: h.local})
 	})
 	if unavailable(err) || diskFull(err) {
 		// A transaction that could not begin or commit; fn's own errors
