@@ -335,7 +335,17 @@ type TurnEnv struct {
 	// retryFor, backoffMin and backoffMax pace the retries of a failed
 	// revocation (RevokeRetryFor and the revokeBackoff constants).
 	retryFor, backoffMin, backoffMax time.Duration
-	pending                          sync.WaitGroup // revocations being retried
+
+	mu       sync.Mutex
+	retrying int           // revocations being retried
+	idle     chan struct{} // closed when retrying drops to 0
+	// hurry is closed when Finish begins: retries pause no longer than
+	// backoffMin. stop ends when Finish's time is up: retries give up.
+	hurry      chan struct{}
+	hurryOnce  sync.Once
+	stop       context.Context
+	giveUp     context.CancelFunc
+	giveUpOnce sync.Once
 }
 
 // NewTurnEnv returns a TurnEnv issuing tokens valid for ttl (0 means
@@ -344,40 +354,102 @@ func NewTurnEnv(tokens Tokens, bridge *Bridge, ttl time.Duration) *TurnEnv {
 	if ttl <= 0 {
 		ttl = DefaultTokenTTL
 	}
+	stop, giveUp := context.WithCancel(context.Background())
 	return &TurnEnv{
 		tokens: tokens, bridge: bridge, ttl: ttl,
 		retryFor: RevokeRetryFor, backoffMin: revokeBackoffMin, backoffMax: revokeBackoffMax,
+		hurry: make(chan struct{}), stop: stop, giveUp: giveUp,
 	}
 }
 
-// Wait returns once no failed revocation is being retried any more: each
-// has succeeded or been given up.
-func (t *TurnEnv) Wait() { t.pending.Wait() }
+// Finish is for a server stopping: the revocations being retried are
+// retried at once, then after the shortest pause, and Finish returns once
+// each has succeeded or been given up. A retry left running would end
+// with the process and leave its token usable until it expires. When ctx
+// ends first (the shutdown grace is over), those still failing are given
+// up, each logged, and Finish returns once they have stopped; a
+// revocation that fails after that is not retried.
+func (t *TurnEnv) Finish(ctx context.Context) {
+	t.hurryOnce.Do(func() { close(t.hurry) })
+	for {
+		t.mu.Lock()
+		idle := t.idle
+		t.mu.Unlock()
+		if idle == nil {
+			return
+		}
+		select {
+		case <-idle:
+		case <-ctx.Done():
+			t.giveUpOnce.Do(t.giveUp)
+			<-idle
+		}
+	}
+}
+
+// hurried reports whether Finish has begun.
+func (t *TurnEnv) hurried() bool {
+	select {
+	case <-t.hurry:
+		return true
+	default:
+		return false
+	}
+}
 
 // revoke revokes token id. The first attempt runs before revoke returns;
 // if it fails, the revocation is retried in the background with a growing
 // pause until it succeeds or retryFor has passed, so that a token of a
 // finished turn does not stay usable for the rest of its lifetime because
-// of one store error. Every attempt runs on its own context: the turn's
-// request is over by now.
+// of one store error (Finish hurries it). Every attempt runs on its own
+// context: the turn's request is over by now.
 func (t *TurnEnv) revoke(id string) {
 	err := t.revokeOnce(id)
 	if err == nil {
 		return
 	}
 	t.bridge.log.Debug("bridge: revoking a turn's token failed; retrying", "token", id, "err", err)
-	t.pending.Add(1)
+	t.mu.Lock()
+	if t.retrying == 0 {
+		t.idle = make(chan struct{})
+	}
+	t.retrying++
+	t.mu.Unlock()
 	go func() {
-		defer t.pending.Done()
+		defer func() {
+			t.mu.Lock()
+			if t.retrying--; t.retrying == 0 {
+				close(t.idle)
+				t.idle = nil
+			}
+			t.mu.Unlock()
+		}()
 		deadline := time.Now().Add(t.retryFor)
 		pause := t.backoffMin
+		rushed := false // retried at once since Finish began
 		for attempts := 2; ; attempts++ {
-			if time.Now().Add(pause).After(deadline) {
-				t.bridge.log.Warn("bridge: could not revoke a turn's sandbox token; it stays usable until it expires",
-					"token", id, "attempts", attempts-1, "err", err)
+			hurry := t.hurry
+			if t.hurried() {
+				hurry = nil
+				if pause = t.backoffMin; !rushed {
+					pause, rushed = 0, true
+				}
+			}
+			if time.Now().Add(pause).After(deadline) || t.stop.Err() != nil {
+				t.gaveUp(id, attempts-1, err)
 				return
 			}
-			time.Sleep(pause)
+			wait := time.NewTimer(pause)
+			select {
+			case <-wait.C:
+			case <-hurry: // Finish began: retry now
+				wait.Stop()
+				rushed = true
+			case <-t.stop.Done():
+				wait.Stop()
+				t.gaveUp(id, attempts-1, err)
+				return
+			}
 			if err = t.revokeOnce(id); err == nil {
 				return
 			}
@@ -386,8 +458,13 @@ func (t *TurnEnv) revoke(id string) {
 	}()
 }
 
+func (t *TurnEnv) gaveUp(id string, attempts int, err error) {
+	t.bridge.log.Warn("bridge: could not revoke a turn's sandbox token; it stays usable until it expires",
+		"token", id, "attempts", attempts, "err", err)
+}
+
 func (t *TurnEnv) revokeOnce(id string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(t.stop, 10*time.Second)
 	defer cancel()
 	if err := t.tokens.Revoke(ctx, id); err != nil {
 		return fmt.Errorf("bridge: revoke turn token: %w", err)

@@ -407,7 +407,7 @@ func TestTurnEnvRetriesRevoke(t *testing.T) {
 		t.Fatal(err)
 	}
 	end()
-	te.Wait()
+	te.Finish(context.Background())
 	if tokens.usable("tok_1") {
 		t.Fatalf("the token is usable after its turn ended (%d revoke attempts)", tokens.attempts)
 	}
@@ -428,9 +428,58 @@ func TestTurnEnvRevokeGivesUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	end()
-	te.Wait()
+	te.Finish(context.Background())
 	if tokens.attempts < 2 {
 		t.Fatalf("%d revoke attempts: not retried", tokens.attempts)
+	}
+	if !strings.Contains(logs.String(), "level=WARN") || !strings.Contains(logs.String(), "tok_1") {
+		t.Fatalf("no warning logged: %q", logs.String())
+	}
+}
+
+// TestTurnEnvFinishRevokesBeforeTheServerStops: a server stopping while
+// a turn's revocation waits for its next retry gets it retried at once,
+// and Finish returns once the token is revoked, instead of the retry
+// ending with the process and the token staying usable until it expires.
+func TestTurnEnvFinishRevokesBeforeTheServerStops(t *testing.T) {
+	tokens := &flakyTokens{failures: 1}
+	te := NewTurnEnv(tokens, New(nil, Config{}), 0)
+	// The next retry would come long after the server has stopped.
+	te.retryFor, te.backoffMin = 2*time.Hour, time.Hour
+	env, end := te.Begin(user.Principal{UserID: "u1"}, "c9", "claude-x")
+	if _, err := env(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	end()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	te.Finish(ctx)
+	if tokens.usable("tok_1") {
+		t.Fatalf("the token is usable after the server finished its revocations (%d attempts)", tokens.attempts)
+	}
+}
+
+// TestTurnEnvFinishGivesUpWhenTheGraceEnds: revocations that still fail
+// when the shutdown grace ends are given up, with a warning, and Finish
+// returns with none left running.
+func TestTurnEnvFinishGivesUpWhenTheGraceEnds(t *testing.T) {
+	var logs bytes.Buffer
+	tokens := &flakyTokens{failures: math.MaxInt}
+	te := NewTurnEnv(tokens, New(nil, Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))}), 0)
+	te.backoffMin = time.Millisecond
+	env, end := te.Begin(user.Principal{UserID: "u1"}, "c9", "claude-x")
+	if _, err := env(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	end()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // the grace is over
+	te.Finish(ctx)
+	te.mu.Lock()
+	left := te.retrying
+	te.mu.Unlock()
+	if left != 0 {
+		t.Fatalf("%d revocations still retried after Finish returned", left)
 	}
 	if !strings.Contains(logs.String(), "level=WARN") || !strings.Contains(logs.String(), "tok_1") {
 		t.Fatalf("no warning logged: %q", logs.String())

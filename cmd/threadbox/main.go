@@ -433,11 +433,20 @@ func cmdServe(ctx context.Context, args []string, getenv func(string) string, st
 	shutdownErr := srv.Shutdown(sctx)
 	// No request comes in any more. Sandboxes whose backend checkpoints
 	// them (gvisor's, which end with this process) are saved and stopped
-	// (their time metered), and their next use restores them.
+	// (their time metered), and their next use restores them. Meanwhile
+	// the revocations of ended turns' sandbox tokens that failed and wait
+	// for a retry are retried at once and waited for: a retry would end
+	// with the process, and the token stay usable until it expires.
 	cctx, ccancel := context.WithTimeout(context.Background(), cfg.ShutdownGrace)
+	revoked := make(chan struct{})
+	go func() {
+		defer close(revoked)
+		sys.sandbox.env.Finish(cctx)
+	}()
 	if saved := sys.containers.Suspend(cctx); len(saved) > 0 {
 		log.Info("sandboxes checkpointed for the restart", "count", len(saved))
 	}
+	<-revoked
 	ccancel()
 	if shutdownErr != nil {
 		return fmt.Errorf("serve: shutdown: %w", shutdownErr)
