@@ -71,6 +71,9 @@ type Config struct {
 	// one (default: four times PasswordChecks). More are refused with 503.
 	PasswordChecks int
 	PasswordQueue  int
+	// Notices tells every server on the database of a revoked token, so
+	// that each ends the requests bound to it (nil: this server only).
+	Notices Notices
 }
 
 // Service is the auth use cases.
@@ -85,8 +88,6 @@ type Service struct {
 	compare func(hash, password []byte) error
 	// revocations ends the requests bound to a token revoked (Bound).
 	revocations revocations
-	// notices tells the other servers of a revoked token (nil: none).
-	notices Notices
 }
 
 // New returns the auth service.
@@ -395,8 +396,8 @@ func (s *Service) revoke(ctx context.Context, tokenID string) error {
 	if err != nil {
 		return fmt.Errorf("auth: revoke token: %w", err)
 	}
-	if s.notices != nil {
-		if err := s.notices.TokenRevoked(ctx, tokenID); err != nil {
+	if s.cfg.Notices != nil {
+		if err := s.cfg.Notices.TokenRevoked(ctx, tokenID); err != nil {
 			return fmt.Errorf("auth: announce revoked token: %w", err)
 		}
 	}

@@ -17,10 +17,6 @@ type Notices interface {
 	TokenRevoked(ctx context.Context, tokenID string) error
 }
 
-// SetNotices makes every revocation through the service be told to the
-// other servers (call it before serving).
-func (s *Service) SetNotices(n Notices) { s.notices = n }
-
 // Bound returns ctx, for a sandbox token's request, ended when the token
 // or the first sandbox token of its chain (user.Principal.Within) is
 // revoked — its turn ended — on this server or on any other that tells

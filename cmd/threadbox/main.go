@@ -185,16 +185,15 @@ func newAuth(cfg Config, st *store.Store) (*auth.Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := auth.New(st.Accounts(), st.Logins(), jwt.New(key, cfg.JWTIssuer, cfg.JWTAudience), auth.Config{
+	return auth.New(st.Accounts(), st.Logins(), jwt.New(key, cfg.JWTIssuer, cfg.JWTAudience), auth.Config{
 		SessionTTL:      cfg.SessionTTL,
 		AccessTTL:       cfg.AccessTTL,
 		EmailLoginLimit: cfg.LoginEmailLimit,
 		AddrLoginLimit:  cfg.LoginAddrLimit,
 		LoginWindow:     cfg.LoginWindow,
 		PasswordChecks:  cfg.LoginChecks,
-	})
-	a.SetNotices(st.Notices())
-	return a, nil
+		Notices:         st.Notices(),
+	}), nil
 }
 
 func cmdMigrate(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
