@@ -2,9 +2,9 @@
 // sandboxes per user and per org, containers per user and storage bytes per
 // org. The container manager calls BeforeCreate and Reserve; the
 // requests that may boot a sandbox call BeforeRun before they create
-// anything; uploads, artifact saving, forks, skill uploads, chat turns
-// and requests that run code ask StorageLeft or BeforeStore before they
-// write. Each refusal names its quota (org.Quotas.Admit).
+// anything; uploads, artifact saving, forks, skill uploads, chat turns,
+// rewinds, reverts and requests that run code ask StorageLeft or
+// BeforeStore before they write. Each refusal names its quota (org.Quotas.Admit).
 package quota
 
 import (
@@ -251,8 +251,9 @@ func (s *Service) StorageLeft(ctx context.Context, orgID string) (int64, error) 
 // n more bytes that would take the org past its storage quota; with n
 // zero (what will be stored is not known yet) it refuses an org with
 // nothing left. A fork calls it with the bytes it will copy, a chat turn
-// with its user message, a skill upload with its files, a request that
-// runs code with zero.
+// with its user message, a skill upload with its files, a rewind or a
+// revert with what it adds to the container's files, a request that runs
+// code with zero.
 func (s *Service) BeforeStore(ctx context.Context, orgID string, n int64) error {
 	q, err := s.quotas(ctx, orgID)
 	if err != nil || q.Limit(org.StorageBytesPerOrg) == 0 {

@@ -337,7 +337,8 @@ type Reverted struct {
 // changed and deleted files restored, created ones removed; nothing else
 // changes. When a later call (or anything else since) changed one of
 // those paths, it is refused (fault.Conflict naming them) unless force.
-// Refused while a turn of the thread runs; audited.
+// Refused while a turn of the thread runs, and when the files it gives
+// back would take the org past its storage quota; audited.
 func (s *Service) RevertToolCall(ctx context.Context, p user.Principal, threadID, callID string, force bool) (Reverted, error) {
 	th, err := s.holdFiles(ctx, p, threadID, "a turn is running in this thread (or a rewind or revert): stop it or wait for it to end, then revert")
 	if err != nil {
@@ -398,6 +399,9 @@ func (s *Service) RevertToolCall(ctx context.Context, p user.Principal, threadID
 			}
 		}
 		return Reverted{}, fault.Errorf(fault.Conflict, "the tool call's files were changed after it: %s; reverting would lose those changes: send force: true to revert anyway", strings.Join(say, ", "))
+	}
+	if err := s.restoreFits(ctx, th.OrgID(), th.ID(), cc.BaseID, c.ID(), paths); err != nil {
+		return Reverted{}, err
 	}
 	// From the restore on, the revert outlives a client that goes away:
 	// files reverted without their audit event would go unrecorded.

@@ -62,6 +62,11 @@ type SnapshotFiles interface {
 	// RestorePaths makes each of the container's paths what the snapshot
 	// holds there, removing those it does not hold.
 	RestorePaths(ctx context.Context, threadID, snapshotID, containerID string, paths []string) error
+	// RestoreGrowth returns how many more bytes the container's files
+	// store once paths (nil: its folders whole, as RestoreSnapshot makes
+	// them) are what the snapshot holds: negative when the restore frees
+	// space. A sparse file counts its data, as a snapshot's Size does.
+	RestoreGrowth(ctx context.Context, threadID, snapshotID, containerID string, paths []string) (int64, error)
 	// NewStateDir makes the empty folder of a turn snapshot's running
 	// state; StateDir names it, whether or not it exists; StateBytes
 	// returns the bytes it holds.
@@ -242,6 +247,25 @@ func (s *Service) restoreState(ctx context.Context, threadID string, sn snapshot
 	return nil
 }
 
+// restoreFits refuses, with the storage quota's refusal (fault.TooLarge),
+// restoring paths (nil: all) of the thread's snapshot snapshotID into the
+// container when what the restore adds to the container's files does not
+// fit what the org may still store. A restore that adds nothing is never
+// refused: it frees space, or leaves it as it is.
+func (s *Service) restoreFits(ctx context.Context, orgID, threadID, snapshotID, containerID string, paths []string) error {
+	if s.d.Quota == nil {
+		return nil
+	}
+	n, err := s.d.Snapshots.Files.RestoreGrowth(ctx, threadID, snapshotID, containerID, paths)
+	if err != nil {
+		return fmt.Errorf("workspace: measure the restore: %w", err)
+	}
+	if n <= 0 {
+		return nil
+	}
+	return s.d.Quota.BeforeStore(ctx, orgID, n)
+}
+
 // dropSnapshots removes a thread's snapshots' files (their records go
 // with the thread).
 func (s *Service) dropSnapshots(ctx context.Context, threadID string) error {
@@ -292,7 +316,8 @@ type Rewound struct {
 // answered with messageID: its container's files become that turn's
 // snapshot, and the messages after it an earlier version, as an edit or
 // a regenerate makes them. It is refused while a turn of the thread runs
-// (on any server), and recorded in the org's audit log.
+// (on any server), and when the files it gives back would take the org
+// past its storage quota; it is recorded in the org's audit log.
 func (s *Service) RewindThread(ctx context.Context, p user.Principal, threadID, messageID string) (Rewound, error) {
 	th, err := s.holdFiles(ctx, p, threadID, "a turn is running in this thread (or another rewind): stop it or wait for it to end, then rewind")
 	if err != nil {
@@ -313,6 +338,9 @@ func (s *Service) RewindThread(ctx context.Context, p user.Principal, threadID, 
 	}
 	c, err := s.d.Containers.Scope(ctx, p, th.ID(), true)
 	if err != nil {
+		return Rewound{}, err
+	}
+	if err := s.restoreFits(ctx, th.OrgID(), th.ID(), sn.ID, c.ID(), nil); err != nil {
 		return Rewound{}, err
 	}
 	// From the restore on, the rewind outlives a client that goes away:

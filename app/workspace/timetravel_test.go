@@ -185,3 +185,108 @@ func TestRevertOutlivesItsClient(t *testing.T) {
 		t.Fatalf("audited %q, want thread.call_revert", got)
 	}
 }
+
+// growingFiles restores a snapshot that adds grow bytes to the
+// container's files, and counts its restores.
+type growingFiles struct {
+	createdFile
+	grow     int64
+	restores *int
+}
+
+func (f growingFiles) RestoreGrowth(context.Context, string, string, string, []string) (int64, error) {
+	return f.grow, nil
+}
+
+func (f growingFiles) RestoreSnapshot(context.Context, string, string, string) error {
+	*f.restores++
+	return nil
+}
+
+func (f growingFiles) RestorePaths(context.Context, string, string, string, []string) error {
+	*f.restores++
+	return nil
+}
+
+// timeTravelRig is a thread of two turns, u1 a1 u2 a2, whose turns and
+// tool call c1 have snapshots growing the container's files by grow
+// bytes, under an org whose storage quota refuses every byte more.
+func timeTravelRig(t *testing.T, grow int64) (*Service, *memStore, user.Principal, string, *fakeQuota, *int) {
+	t.Helper()
+	ctx := context.Background()
+	st := newMemStore()
+	p := user.Principal{OrgID: "org_1", UserID: "usr_1", Role: user.Member}
+	q, restores := &fakeQuota{refuseStore: true}, new(int)
+	svc := New(st, st, Deps{Containers: oneContainer{}, Quota: q,
+		Snapshots: Snapshots{Records: snapshotsOf{}, Files: growingFiles{grow: grow, restores: restores}}})
+	th := projectThread(t, ctx, svc, p)
+	for _, m := range []struct {
+		id   string
+		role thread.Role
+	}{{"u1", thread.User}, {"a1", thread.Assistant}, {"u2", thread.User}, {"a2", thread.Assistant}} {
+		msg, err := thread.NewMessage(m.id, th.ID(), m.role, []byte("[]"), true, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.AppendMessage(ctx, msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return svc, st, p, th.ID(), q, restores
+}
+
+// snapshotsOf keeps a turn snapshot for every assistant message and one
+// call snapshot, of call c1.
+type snapshotsOf struct{ SnapshotRecords }
+
+func (snapshotsOf) MessageSnapshot(ctx context.Context, threadID, messageID string) (snapshot.Snapshot, error) {
+	return oneSnapshot{}.MessageSnapshot(ctx, threadID, messageID)
+}
+
+func (snapshotsOf) ThreadSnapshots(ctx context.Context, threadID string) ([]snapshot.Snapshot, error) {
+	return callSnapshots{}.ThreadSnapshots(ctx, threadID)
+}
+
+// TestTimeTravelWithinTheStorageQuota: a rewind or a revert whose files
+// would take the org past its storage quota is refused with the quota's
+// refusal before it changes anything — no file restored, no message
+// folded — and one that frees space is not refused, however full the
+// org.
+func TestTimeTravelWithinTheStorageQuota(t *testing.T) {
+	ctx := context.Background()
+	svc, st, p, thID, q, restores := timeTravelRig(t, 40)
+	_, err := svc.RewindThread(ctx, p, thID, "a1")
+	if !fault.Is(err, fault.TooLarge) || !strings.Contains(err.Error(), "storageBytesPerOrg") {
+		t.Fatalf("rewind past the quota: %v, want the storage quota's refusal", err)
+	}
+	_, err = svc.RevertToolCall(ctx, p, thID, "c1", true)
+	if !fault.Is(err, fault.TooLarge) {
+		t.Fatalf("revert past the quota: %v, want the storage quota's refusal", err)
+	}
+	if len(q.stores) != 2 || q.stores[0] != 40 || q.stores[1] != 40 {
+		t.Fatalf("the quota was asked about %v, want the 40 bytes each restore adds", q.stores)
+	}
+	if *restores != 0 {
+		t.Fatalf("%d restores ran although refused", *restores)
+	}
+	ms, err := st.Messages(ctx, thID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range ms {
+		if m.Replaced() {
+			t.Fatalf("a refused rewind folded %s", m.ID())
+		}
+	}
+
+	svc, _, p, thID, q, restores = timeTravelRig(t, -40)
+	if _, err := svc.RewindThread(ctx, p, thID, "a1"); err != nil {
+		t.Fatalf("a rewind that frees space: %v", err)
+	}
+	if _, err := svc.RevertToolCall(ctx, p, thID, "c1", true); err != nil {
+		t.Fatalf("a revert that frees space: %v", err)
+	}
+	if *restores != 2 || len(q.stores) != 0 {
+		t.Fatalf("restores %d, quota asked about %v; want both restored, nothing asked", *restores, q.stores)
+	}
+}

@@ -158,3 +158,70 @@ func TestTreeBytesNeverWalksThroughALink(t *testing.T) {
 		}
 	})
 }
+
+// TestRestoreGrowthCountsData: what a restore adds to a container's files
+// counts a sparse file of 1 TiB by its data, as the container's usage
+// does: restoring a whole snapshot adds exactly what the usage grows by,
+// and restoring paths adds each snapshot file's data less what the
+// container's file there stores (a link counting nothing).
+func TestRestoreGrowthCountsData(t *testing.T) {
+	ctx := context.Background()
+	l := New(t.TempDir(), Options{})
+	d, err := l.Prepare(ctx, "ctr_g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const size = 1 << 40
+	huge := filepath.Join(d.Workspace, "huge.bin")
+	sparsetest.Make(t, huge, size, sparsetest.Piece{Off: 0, Data: "head"}, sparsetest.Piece{Off: size - 4, Data: "tail"})
+	writeUnder(t, d.Root, "workspace/notes.txt", "some notes")
+	if _, err := l.TakeSnapshot(ctx, "thr_g", "s1", "", "ctr_g"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(huge); err != nil {
+		t.Fatal(err)
+	}
+	writeUnder(t, d.Root, "workspace/big.txt", string(make([]byte, 8192)))
+	if err := os.Symlink("notes.txt", filepath.Join(d.Workspace, "link")); err != nil {
+		t.Fatal(err)
+	}
+	data, err := l.RestoreGrowth(ctx, "thr_g", "s1", "ctr_g", []string{"workspace/huge.bin"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if data < int64(len("headtail")) || data > 1<<20 {
+		t.Fatalf("restoring the sparse file adds %d bytes, want its data's, far below 1 MiB", data)
+	}
+	for _, tc := range []struct {
+		paths []string
+		want  int64
+	}{
+		{[]string{"workspace/big.txt"}, -8192},            // removed: not in the snapshot
+		{[]string{"workspace/notes.txt"}, 0},              // the same size
+		{[]string{"workspace/link", "workspace/gone"}, 0}, // a link, and nothing at all
+		{[]string{"workspace/huge.bin", "workspace/big.txt"}, data - 8192},
+	} {
+		got, err := l.RestoreGrowth(ctx, "thr_g", "s1", "ctr_g", tc.paths)
+		if err != nil || got != tc.want {
+			t.Errorf("RestoreGrowth(%v) = %d, %v; want %d", tc.paths, got, err, tc.want)
+		}
+	}
+	whole, err := l.RestoreGrowth(ctx, "thr_g", "s1", "ctr_g", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, err := l.Usage(ctx, "ctr_g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.RestoreSnapshot(ctx, "thr_g", "s1", "ctr_g"); err != nil {
+		t.Fatal(err)
+	}
+	after, err := l.Usage(ctx, "ctr_g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if whole != after-before {
+		t.Fatalf("restoring the snapshot was to add %d bytes; the usage went from %d to %d", whole, before, after)
+	}
+}

@@ -41,35 +41,45 @@ func (l *Layout) Usage(ctx context.Context, id string) (int64, error) {
 	}
 	var total int64
 	for _, dir := range []string{d.Workspace, d.Uploads, d.Outputs} {
-		err := filepath.WalkDir(dir, func(path string, e fs.DirEntry, err error) error {
-			if err != nil {
-				if errors.Is(err, fs.ErrNotExist) {
-					return nil // gone meanwhile
-				}
-				return err
-			}
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			if !e.Type().IsRegular() {
-				return nil
-			}
-			fi, err := e.Info()
-			if err == nil {
-				var n int64
-				n, err = storedBytes(path, fi)
-				total += n
-			}
-			if errors.Is(err, fs.ErrNotExist) {
-				return nil // gone meanwhile
-			}
-			return err
-		})
+		n, err := treeStored(ctx, dir)
 		if err != nil {
 			return 0, fmt.Errorf("hostdirs: usage: %w", err)
 		}
+		total += n
 	}
 	return total, nil
+}
+
+// treeStored sums what the regular files under dir store (storedBytes),
+// links not followed; a missing dir, or a file gone meanwhile, stores
+// nothing.
+func treeStored(ctx context.Context, dir string) (int64, error) {
+	var total int64
+	err := filepath.WalkDir(dir, func(path string, e fs.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil
+			}
+			return err
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if !e.Type().IsRegular() {
+			return nil
+		}
+		fi, err := e.Info()
+		if err == nil {
+			var n int64
+			n, err = storedBytes(path, fi)
+			total += n
+		}
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		return err
+	})
+	return total, err
 }
 
 // storedBytes returns the bytes the regular file at path stores, fi being

@@ -79,6 +79,17 @@ func (s *Snapshots) ContainerFiles(ctx context.Context, containerID string, path
 	return s.Layout.ContainerFiles(ctx, containerID, paths)
 }
 
+// RestoreGrowth returns how many more bytes the claim's files store once
+// paths (nil: its folders whole) are what the snapshot holds, measured
+// on the mirror once it matches the claim.
+func (s *Snapshots) RestoreGrowth(ctx context.Context, threadID, snapshotID, containerID string, paths []string) (int64, error) {
+	defer s.locks.Lock(containerID)()
+	if err := s.pull(ctx, containerID); err != nil {
+		return 0, err
+	}
+	return s.Layout.RestoreGrowth(ctx, threadID, snapshotID, containerID, paths)
+}
+
 // RestorePaths makes each of the claim's paths what the snapshot holds
 // there, removing those it does not hold.
 func (s *Snapshots) RestorePaths(ctx context.Context, threadID, snapshotID, containerID string, paths []string) error {
