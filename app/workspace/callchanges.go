@@ -344,7 +344,8 @@ func (s *Service) RevertToolCall(ctx context.Context, p user.Principal, threadID
 	if err != nil {
 		return Reverted{}, err
 	}
-	defer s.releaseThread(th.ID())
+	hold := &threadHold{s: s, id: th.ID()}
+	defer hold.release()
 	manifest := s.manifests(ctx, th.ID())
 	snaps, i, cc, err := s.oneCall(ctx, th.ID(), callID, manifest)
 	if err != nil {
@@ -403,8 +404,9 @@ func (s *Service) RevertToolCall(ctx context.Context, p user.Principal, threadID
 	if err := s.restoreFits(ctx, th.OrgID(), th.ID(), cc.BaseID, c.ID(), paths); err != nil {
 		return Reverted{}, err
 	}
-	// From the restore on, the revert outlives a client that goes away:
-	// files reverted without their audit event would go unrecorded.
+	// From the restore on, the revert outlives a client that goes away,
+	// and a failed audit after it is retried (finishRestore): files
+	// reverted without their audit event would go unrecorded.
 	ctx = context.WithoutCancel(ctx)
 	if err := s.d.Snapshots.Files.RestorePaths(ctx, th.ID(), cc.BaseID, c.ID(), paths); err != nil {
 		return Reverted{}, fmt.Errorf("workspace: revert a call: %w", err)
@@ -418,7 +420,8 @@ func (s *Service) RevertToolCall(ctx context.Context, p user.Principal, threadID
 			out.Forced = append(out.Forced, path)
 		}
 	}
-	if err := s.audit(ctx, p, "thread.call_revert", th.ID(), nil, map[string]any{"call_id": callID, "restored": len(paths), "forced": len(out.Forced)}); err != nil {
+	e := s.auditEvent(p, "thread.call_revert", th.ID(), nil, map[string]any{"call_id": callID, "restored": len(paths), "forced": len(out.Forced)})
+	if err := s.finishRestore(ctx, hold, "revert", s.auditStep(e)); err != nil {
 		return Reverted{}, err
 	}
 	return out, nil

@@ -323,7 +323,8 @@ func (s *Service) RewindThread(ctx context.Context, p user.Principal, threadID, 
 	if err != nil {
 		return Rewound{}, err
 	}
-	defer s.releaseThread(th.ID())
+	hold := &threadHold{s: s, id: th.ID()}
+	defer hold.release()
 	msgs, err := s.store.Messages(ctx, th.ID())
 	if err != nil {
 		return Rewound{}, err
@@ -343,8 +344,9 @@ func (s *Service) RewindThread(ctx context.Context, p user.Principal, threadID, 
 	if err := s.restoreFits(ctx, th.OrgID(), th.ID(), sn.ID, c.ID(), nil); err != nil {
 		return Rewound{}, err
 	}
-	// From the restore on, the rewind outlives a client that goes away:
-	// files restored under a history left unfolded would disagree with it.
+	// From the restore on, the rewind outlives a client that goes away,
+	// and a failed write after it is retried (finishRestore): files
+	// restored under a history left unfolded would disagree with it.
 	ctx = context.WithoutCancel(ctx)
 	if err := s.d.Snapshots.Files.RestoreSnapshot(ctx, th.ID(), sn.ID, c.ID()); err != nil {
 		return Rewound{}, fmt.Errorf("workspace: rewind: %w", err)
@@ -363,17 +365,25 @@ func (s *Service) RewindThread(ctx context.Context, p user.Principal, threadID, 
 			folded = append(folded, m.ID())
 		}
 	}
-	if err := s.store.ReplaceMessages(ctx, th.ID(), folded); err != nil {
-		return Rewound{}, fmt.Errorf("workspace: rewind: %w", err)
-	}
 	th = th.Touch(s.now())
-	_ = s.store.UpdateThread(ctx, th)
+	err = s.finishRestore(ctx, hold, "rewind",
+		func(ctx context.Context) error {
+			if err := s.store.ReplaceMessages(ctx, th.ID(), folded); err != nil {
+				return fmt.Errorf("workspace: rewind: %w", err)
+			}
+			return nil
+		},
+		func(ctx context.Context) error {
+			_ = s.store.UpdateThread(ctx, th) // its activity time alone
+			return nil
+		},
+		s.auditStep(s.auditEvent(p, "thread.rewind", th.ID(), nil, map[string]any{"message_id": messageID, "snapshot_id": sn.ID, "replaced": len(folded)})))
+	if err != nil {
+		return Rewound{}, err
+	}
 	out := Rewound{Thread: th, MessageID: messageID, SnapshotID: sn.ID, Replaced: folded, Files: sn.Files}
 	if folded == nil {
 		out.Replaced = []string{}
-	}
-	if err := s.audit(ctx, p, "thread.rewind", th.ID(), nil, map[string]any{"message_id": messageID, "snapshot_id": sn.ID, "replaced": len(folded)}); err != nil {
-		return Rewound{}, err
 	}
 	return out, nil
 }

@@ -3,6 +3,8 @@ package workspace
 import (
 	"context"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -288,5 +290,114 @@ func TestTimeTravelWithinTheStorageQuota(t *testing.T) {
 	}
 	if *restores != 2 || len(q.stores) != 0 {
 		t.Fatalf("restores %d, quota asked about %v; want both restored, nothing asked", *restores, q.stores)
+	}
+}
+
+// downStore is a memStore whose message folds fail as an unreachable
+// database does while down is set.
+type downStore struct {
+	*memStore
+	down *atomic.Bool
+}
+
+func (d downStore) ReplaceMessages(ctx context.Context, threadID string, ids []string) error {
+	if d.down.Load() {
+		return fault.New(fault.Unavailable, "the database is unavailable")
+	}
+	return d.memStore.ReplaceMessages(ctx, threadID, ids)
+}
+
+// downAudit keeps the events appended while down is not set.
+type downAudit struct {
+	down    *atomic.Bool
+	mu      sync.Mutex
+	actions []string
+}
+
+func (a *downAudit) AppendEvent(_ context.Context, e audit.Event) error {
+	if a.down.Load() {
+		return fault.New(fault.Unavailable, "the database is unavailable")
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.actions = append(a.actions, e.Action)
+	return nil
+}
+
+// TestTimeTravelFinishesWithoutItsClient: a rewind whose history fold
+// fails once its files are restored (the database down), and a revert
+// whose audit event does, answer the failure and finish on their own
+// once the database is back: the history folded after the turn, each
+// audited once, the thread held until then so nothing else starts on
+// files and a history that disagree.
+func TestTimeTravelFinishesWithoutItsClient(t *testing.T) {
+	was := finishBackoff
+	finishBackoff = [2]time.Duration{time.Millisecond, 10 * time.Millisecond}
+	t.Cleanup(func() { finishBackoff = was })
+	ctx := context.Background()
+	st, down := newMemStore(), &atomic.Bool{}
+	log := &downAudit{down: down}
+	p := user.Principal{OrgID: "org_1", UserID: "usr_1", Role: user.Member}
+	restores := new(int)
+	svc := New(downStore{st, down}, st, Deps{Containers: oneContainer{}, Audit: log,
+		Snapshots: Snapshots{Records: snapshotsOf{}, Files: growingFiles{restores: restores}}})
+	th := projectThread(t, ctx, svc, p)
+	for _, m := range []struct {
+		id   string
+		role thread.Role
+	}{{"u1", thread.User}, {"a1", thread.Assistant}, {"u2", thread.User}, {"a2", thread.Assistant}} {
+		msg, err := thread.NewMessage(m.id, th.ID(), m.role, []byte("[]"), true, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.AppendMessage(ctx, msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	folded := func() string {
+		ms, err := st.Messages(ctx, th.ID())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for _, m := range ms {
+			if m.Replaced() {
+				ids = append(ids, m.ID())
+			}
+		}
+		return strings.Join(ids, " ")
+	}
+
+	down.Store(true)
+	if _, err := svc.RewindThread(ctx, p, th.ID(), "a1"); !fault.Is(err, fault.Unavailable) {
+		t.Fatalf("rewind with the database down: %v, want it unavailable", err)
+	}
+	if *restores != 1 {
+		t.Fatalf("%d restores, want the rewind's", *restores)
+	}
+	if _, err := svc.RevertToolCall(ctx, p, th.ID(), "c1", true); !fault.Is(err, fault.Conflict) {
+		t.Fatalf("a revert while the rewind's fold is retried: %v, want the thread held", err)
+	}
+	if got := folded(); got != "" {
+		t.Fatalf("folded %q with the database down", got)
+	}
+	down.Store(false)
+	svc.finishing.Wait()
+	if got := folded(); got != "u2 a2" {
+		t.Fatalf("folded %q once the database was back, want %q", got, "u2 a2")
+	}
+
+	down.Store(true)
+	if _, err := svc.RevertToolCall(ctx, p, th.ID(), "c1", true); !fault.Is(err, fault.Unavailable) {
+		t.Fatalf("revert with the database down: %v, want it unavailable", err)
+	}
+	down.Store(false)
+	svc.finishing.Wait()
+	if got := strings.Join(log.actions, " "); got != "thread.rewind thread.call_revert" {
+		t.Fatalf("audited %q, want the rewind and the revert once each", got)
+	}
+	// Both finished: the thread is free again.
+	if _, err := svc.RewindThread(ctx, p, th.ID(), "a1"); err != nil {
+		t.Fatalf("a rewind once both finished: %v", err)
 	}
 }

@@ -46,6 +46,9 @@ type Service struct {
 	// to committing its row, and exclusively while unreferenced blobs are
 	// removed; with Deps.BlobLock, across every server on the database.
 	blobs blobGate
+	// finishing counts the retries of the database writes of rewinds and
+	// reverts whose files were restored (finishRestore).
+	finishing sync.WaitGroup
 }
 
 // New returns the workspace service over the thread and artifact records.
@@ -120,9 +123,11 @@ func (s *Service) RenameProject(ctx context.Context, p user.Principal, projectID
 // audit records a change made by p in the org's audit log, when the
 // service has one.
 func (s *Service) audit(ctx context.Context, p user.Principal, action, target string, before, after any) error {
-	if s.d.Audit == nil {
-		return nil
-	}
+	return s.appendAudit(ctx, s.auditEvent(p, action, target, before, after))
+}
+
+// auditEvent makes the audit event of an action of p on target.
+func (s *Service) auditEvent(p user.Principal, action, target string, before, after any) audit.Event {
 	e := audit.Event{ID: id.New("aud"), OrgID: p.OrgID, ActorID: p.UserID, Action: action, Target: target, At: s.now().UTC()}
 	if before != nil {
 		e.Before, _ = json.Marshal(before)
@@ -130,8 +135,16 @@ func (s *Service) audit(ctx context.Context, p user.Principal, action, target st
 	if after != nil {
 		e.After, _ = json.Marshal(after)
 	}
+	return e
+}
+
+// appendAudit records e in the org's audit log, when one is kept.
+func (s *Service) appendAudit(ctx context.Context, e audit.Event) error {
+	if s.d.Audit == nil {
+		return nil
+	}
 	if err := s.d.Audit.AppendEvent(ctx, e); err != nil {
-		return fmt.Errorf("workspace: audit %s: %w", action, err)
+		return fmt.Errorf("workspace: audit %s: %w", e.Action, err)
 	}
 	return nil
 }
