@@ -36,6 +36,11 @@ type Usage struct {
 	ThreadID    string // the container's thread, empty for a user container
 	// Day is the UTC calendar date the usage counts on (YYYY-MM-DD).
 	Day string
+	// Key, when set, names this write: a write whose key the store has
+	// recorded already adds nothing, so a write sent again after its
+	// commit's answer was lost counts once. A buffered sum gets one when
+	// it is first written, and keeps it until a write succeeds.
+	Key string
 	Counts
 }
 
@@ -95,8 +100,12 @@ type Row struct {
 // Store keeps the daily counters.
 type Store interface {
 	// AddUsage adds u to the counters of (u.OrgID, u.UserID, u.Day,
-	// u.ContainerID, u.ThreadID), creating them at zero first.
+	// u.ContainerID, u.ThreadID), creating them at zero first, and records
+	// u.Key in the same transaction; a u whose Key is recorded already adds
+	// nothing.
 	AddUsage(ctx context.Context, u Usage) error
+	// PruneUsageKeys forgets the keys of the writes recorded before t.
+	PruneUsageKeys(ctx context.Context, t time.Time) error
 	// UsageReport sums the org's counters of the days from..to (inclusive,
 	// YYYY-MM-DD) grouped by day, user, container or thread, ordered by the
 	// grouping's key.
@@ -135,7 +144,8 @@ type Runs interface {
 	StaleRuns(ctx context.Context, t time.Time) ([]Run, error)
 	// EndRuns, in one transaction, deletes the records of the ended runs
 	// and adds the usage of each whose record it deleted (one deleted
-	// already, settled by another server, adds nothing), then adds sums.
+	// already, settled by another server, adds nothing), then adds sums
+	// as AddUsage does (one whose Key is recorded already adds nothing).
 	EndRuns(ctx context.Context, ended []Ended, sums []Usage) error
 }
 
@@ -157,7 +167,11 @@ type Service struct {
 	flushMu sync.Mutex
 	mu      sync.Mutex
 	pending map[counter]Usage // metered but not yet written, by counter
-	owners  map[string]owner  // containers looked up, by id (their org, owner and thread never change)
+	// retry are the sums of failed writes, each with its Key: sent again
+	// as they were, never merged with later metering, since the write may
+	// have landed all the same.
+	retry  []Usage
+	owners map[string]owner // containers looked up, by id (their org, owner and thread never change)
 
 	// With Deps.Runs: the record of each run, this server's name in them,
 	// how often Run settles the runs of servers gone (and after how long
@@ -464,8 +478,9 @@ func (s *Service) record(ctx context.Context, u Usage) {
 }
 
 // Run writes the buffered sums every interval until ctx ends, then once
-// more; with Deps.Runs it also marks this server's running commands seen
-// at each write, and settles the runs of servers gone every settle
+// more, and every hour forgets the keys of the writes older than a day;
+// with Deps.Runs it also marks this server's running commands seen at
+// each write, and settles the runs of servers gone every settle
 // interval. It returns at once without Deps.Buffer.
 func (s *Service) Run(ctx context.Context) {
 	if s.every <= 0 {
@@ -473,7 +488,7 @@ func (s *Service) Run(ctx context.Context) {
 	}
 	t := time.NewTicker(s.every)
 	defer t.Stop()
-	var settled time.Time
+	var settled, pruned time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -488,6 +503,10 @@ func (s *Service) Run(ctx context.Context) {
 				s.log.Warn("usage not recorded", "cause", err.Error())
 			}
 			s.see(ctx)
+			if time.Since(pruned) >= time.Hour {
+				pruned = time.Now()
+				s.pruneKeys(ctx)
+			}
 			if s.runs != nil && time.Since(settled) >= s.settle {
 				settled = time.Now()
 				if n, err := s.Settle(ctx); err != nil {
@@ -513,44 +532,61 @@ func (s *Service) see(ctx context.Context) {
 	}
 }
 
-// Flush writes the buffered sums, and the ended runs with the removal of
-// their records in the same transaction; what fails stays buffered for
-// the next flush. It returns once a flush under way when it was called
-// has written too, so that what was metered before it is in the store.
+// Flush writes the buffered sums, each under a key of its own, and the
+// ended runs with the removal of their records in the same transaction.
+// What fails is sent again by the next flush as it was, under the same
+// key: a write whose commit landed but whose answer was lost then adds
+// nothing the second time (an ended run's record is gone already). It
+// returns once a flush under way when it was called has written too, so
+// that what was metered before it is in the store.
 func (s *Service) Flush(ctx context.Context) error {
 	s.flushMu.Lock()
 	defer s.flushMu.Unlock()
 	s.mu.Lock()
-	batch, ended := s.pending, s.ended
-	s.pending, s.ended = map[counter]Usage{}, nil
+	batch, ended, sums := s.pending, s.ended, s.retry
+	s.pending, s.ended, s.retry = map[counter]Usage{}, nil, nil
 	s.mu.Unlock()
-	if s.runs != nil && len(batch)+len(ended) > 0 {
-		sums := make([]Usage, 0, len(batch))
-		for _, u := range batch {
-			sums = append(sums, u)
-		}
+	for _, u := range batch {
+		u.Key = id.New("usw")
+		sums = append(sums, u)
+	}
+	failed := func(sums []Usage, ended []Ended) {
+		s.mu.Lock()
+		s.retry = append(sums, s.retry...)
+		s.ended = append(ended, s.ended...)
+		s.mu.Unlock()
+	}
+	if s.runs != nil && len(sums)+len(ended) > 0 {
 		if err := s.runs.EndRuns(ctx, ended, sums); err != nil {
-			s.mu.Lock()
-			s.ended = append(ended, s.ended...)
-			s.mu.Unlock()
-			for _, u := range sums {
-				s.record(ctx, u) // back into the buffer
-			}
+			failed(sums, ended)
 			return fmt.Errorf("usage: flush: %w", err)
 		}
 		return nil
 	}
 	var errs []error
-	for _, u := range batch {
+	var again []Usage
+	for _, u := range sums {
 		if err := s.store.AddUsage(ctx, u); err != nil {
 			errs = append(errs, err)
-			s.record(ctx, u) // back into the buffer
+			again = append(again, u)
 		}
 	}
 	if len(errs) > 0 {
+		failed(again, nil)
 		return fmt.Errorf("usage: flush: %w", errors.Join(errs...))
 	}
 	return nil
+}
+
+// keyTTL is how long the store keeps the key of a write: long past the
+// next flush, which sends a failed write again.
+const keyTTL = 24 * time.Hour
+
+// pruneKeys forgets the keys of the writes older than keyTTL.
+func (s *Service) pruneKeys(ctx context.Context) {
+	if err := s.store.PruneUsageKeys(ctx, s.now().Add(-keyTTL)); err != nil {
+		s.log.Warn("usage write keys not pruned", "cause", err.Error())
+	}
 }
 
 // Report sums the usage of the caller's org over the days from..to

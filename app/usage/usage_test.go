@@ -13,20 +13,30 @@ import (
 	"threadbox/domain/user"
 )
 
-// fakeStore records additions and answers reports with rows.
+// fakeStore records additions (their keys cleared, to compare them)
+// and answers reports with rows.
 type fakeStore struct {
 	added    []Usage
 	addErr   error
 	rows     []Row
 	reported []string // orgID, from, to, by of each report
 	onReport func()   // called as a report reads, when set
+	keys     []string // the keys of the writes, in order
+	pruned   []time.Time
 }
 
 func (f *fakeStore) AddUsage(ctx context.Context, u Usage) error {
+	f.keys = append(f.keys, u.Key)
 	if f.addErr != nil {
 		return f.addErr
 	}
+	u.Key = ""
 	f.added = append(f.added, u)
+	return nil
+}
+
+func (f *fakeStore) PruneUsageKeys(_ context.Context, t time.Time) error {
+	f.pruned = append(f.pruned, t)
 	return nil
 }
 
@@ -336,7 +346,10 @@ func (f *fakeRuns) EndRuns(_ context.Context, ended []Ended, sums []Usage) error
 			f.added = append(f.added, e.Usage)
 		}
 	}
-	f.added = append(f.added, sums...)
+	for _, u := range sums {
+		u.Key = ""
+		f.added = append(f.added, u)
+	}
 	return nil
 }
 
@@ -500,5 +513,104 @@ func TestRunEndsWithoutALookup(t *testing.T) {
 	want := Usage{OrgID: "o1", UserID: "u1", Day: "2026-03-02", ContainerID: "c2", ThreadID: "t1", Counts: Counts{Commands: 1, Wall: 3 * time.Second}}
 	if len(runs.runs) != 0 || len(runs.added) != 1 || runs.added[0] != want {
 		t.Fatalf("records %+v, added %+v, want %+v", runs.runs, runs.added, want)
+	}
+}
+
+// lostReplies is a store whose writes land but whose answer is lost the
+// first lose times, as when the connection drops during a commit; like
+// the database, it adds a keyed write once.
+type lostReplies struct {
+	fakeStore
+	lose    int
+	written map[string]bool
+}
+
+func (l *lostReplies) AddUsage(ctx context.Context, u Usage) error {
+	if u.Key != "" && l.written[u.Key] {
+		l.keys = append(l.keys, u.Key)
+		return nil
+	}
+	if l.written == nil {
+		l.written = map[string]bool{}
+	}
+	l.written[u.Key] = true
+	_ = l.fakeStore.AddUsage(ctx, u)
+	if l.lose > 0 {
+		l.lose--
+		return errors.New("connection reset during commit")
+	}
+	return nil
+}
+
+// lostRunReplies is fakeRuns whose first lose transactions commit but
+// answer an error.
+type lostRunReplies struct {
+	fakeRuns
+	lose    int
+	written map[string]bool
+}
+
+func (l *lostRunReplies) EndRuns(ctx context.Context, ended []Ended, sums []Usage) error {
+	if l.written == nil {
+		l.written = map[string]bool{}
+	}
+	var fresh []Usage
+	for _, u := range sums {
+		if !l.written[u.Key] {
+			l.written[u.Key] = true
+			fresh = append(fresh, u)
+		}
+	}
+	_ = l.fakeRuns.EndRuns(ctx, ended, fresh)
+	if l.lose > 0 {
+		l.lose--
+		return errors.New("connection reset during commit")
+	}
+	return nil
+}
+
+// TestFlushLostReplyCountsOnce: a flush whose write landed but whose
+// answer was lost sends the same sums again under the same keys, apart
+// from what was metered since, so each counts once; with tracked runs
+// too, where the sums go with the runs' ends in one transaction.
+func TestFlushLostReplyCountsOnce(t *testing.T) {
+	ctx := context.Background()
+	total := func(added []Usage) (n int64) {
+		for _, u := range added {
+			n += u.InputTokens
+		}
+		return n
+	}
+	st := &lostReplies{lose: 1}
+	s := newService(&st.fakeStore, func(d *Deps) { d.Buffer, d.Store = time.Hour, st })
+	s.Tokens(ctx, "o1", "u1", "", 10, 0)
+	if err := s.Flush(ctx); err == nil {
+		t.Fatal("a write whose answer was lost was not reported")
+	}
+	s.Tokens(ctx, "o1", "u1", "", 1, 0)
+	if err := s.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := total(st.added); got != 11 {
+		t.Fatalf("%d tokens counted, want the 11 metered", got)
+	}
+	if len(st.keys) != 3 || st.keys[0] == "" || st.keys[1] != st.keys[0] || st.keys[2] == st.keys[0] {
+		t.Fatalf("write keys %q, want the failed sum's sent again and the new sum's its own", st.keys)
+	}
+
+	runs := &lostRunReplies{lose: 1}
+	s = newService(&fakeStore{}, func(d *Deps) {
+		d.Buffer, d.Runs, d.Holder, d.Settle, d.Stale = time.Hour, runs, "srv-a", time.Minute, time.Minute
+	})
+	s.Tokens(ctx, "o1", "u1", "", 10, 0)
+	if err := s.Flush(ctx); err == nil {
+		t.Fatal("a transaction whose answer was lost was not reported")
+	}
+	s.Tokens(ctx, "o1", "u1", "", 1, 0)
+	if err := s.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := total(runs.added); got != 11 {
+		t.Fatalf("with tracked runs, %d tokens counted, want the 11 metered", got)
 	}
 }

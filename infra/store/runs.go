@@ -48,7 +48,7 @@ func (s Usage) StaleRuns(ctx context.Context, t time.Time) ([]usage.Run, error) 
 // EndRuns, in one transaction, deletes the records of the ended runs and
 // adds the usage of each whose record it deleted (a record another server
 // deleted first, settling the run, adds nothing: the run counts once),
-// then adds sums.
+// then adds sums (one whose key is recorded already adds nothing).
 func (s Usage) EndRuns(ctx context.Context, ended []usage.Ended, sums []usage.Usage) error {
 	return s.inTx(ctx, func(tx *handle) error {
 		for _, e := range ended {
@@ -59,12 +59,12 @@ func (s Usage) EndRuns(ctx context.Context, ended []usage.Ended, sums []usage.Us
 			if res.RowsAffected == 0 || e.Usage.Commands == 0 {
 				continue
 			}
-			if err := (Usage{tx}).AddUsage(ctx, e.Usage); err != nil {
+			if err := (Usage{tx}).add(ctx, e.Usage); err != nil {
 				return err
 			}
 		}
 		for _, u := range sums {
-			if err := (Usage{tx}).AddUsage(ctx, u); err != nil {
+			if err := (Usage{tx}).add(ctx, u); err != nil {
 				return err
 			}
 		}

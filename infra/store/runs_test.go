@@ -95,3 +95,81 @@ func runsSuite(t *testing.T, a, b *store.Store) {
 		t.Fatalf("records left %+v %v", stale, err)
 	}
 }
+
+// TestUsageWriteKeys runs keyed usage writes against SQLite and
+// PostgreSQL: a write sent again under its key, alone or with the ends of
+// runs, adds nothing the second time; a write without a key always adds;
+// and a key pruned no longer holds a write back.
+func TestUsageWriteKeys(t *testing.T) {
+	t.Run("sqlite", func(t *testing.T) {
+		s, err := store.Open(context.Background(), "", t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		usageKeysSuite(t, s)
+	})
+	t.Run("postgres", func(t *testing.T) {
+		usageKeysSuite(t, storetest.Postgres(t))
+	})
+}
+
+func usageKeysSuite(t *testing.T, s *store.Store) {
+	ctx := context.Background()
+	if _, err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	orgID := id("org")
+	tokens := func(key string, n int64) usage.Usage {
+		return usage.Usage{OrgID: orgID, UserID: "usr_1", Day: "2026-03-02", Key: key, Counts: usage.Counts{InputTokens: n}}
+	}
+	counted := func() int64 {
+		t.Helper()
+		rows, err := s.Usage().UsageReport(ctx, orgID, "2026-03-02", "2026-03-02", usage.ByDay)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rows) == 0 {
+			return 0
+		}
+		return rows[0].InputTokens
+	}
+	for range 2 {
+		if err := s.Usage().AddUsage(ctx, tokens("usw_a", 10)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := counted(); got != 10 {
+		t.Fatalf("a keyed write sent twice counted %d tokens, want 10", got)
+	}
+	r := usage.Run{ID: id("run"), OrgID: orgID, UserID: "usr_1", ContainerID: "usr_1--box", Holder: "srv-a", StartedAt: time.Now(), SeenAt: time.Now()}
+	if err := s.Usage().StartRun(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	ended := []usage.Ended{{RunID: r.ID, Usage: usage.Usage{OrgID: orgID, UserID: "usr_1", Day: "2026-03-02", Counts: usage.Counts{Commands: 1}}}}
+	for range 2 {
+		if err := s.Usage().EndRuns(ctx, ended, []usage.Usage{tokens("usw_b", 5), tokens("usw_a", 10)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := counted(); got != 15 {
+		t.Fatalf("keyed sums ended with runs twice counted %d tokens, want 15", got)
+	}
+	for range 2 {
+		if err := s.Usage().AddUsage(ctx, tokens("", 1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := counted(); got != 17 {
+		t.Fatalf("two writes without a key counted %d tokens in all, want 17", got)
+	}
+	if err := s.Usage().PruneUsageKeys(ctx, time.Now().Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Usage().AddUsage(ctx, tokens("usw_a", 10)); err != nil {
+		t.Fatal(err)
+	}
+	if got := counted(); got != 27 {
+		t.Fatalf("a write under a pruned key counted %d tokens in all, want 27", got)
+	}
+}

@@ -10,7 +10,9 @@ import (
 
 // Usage metering (app/usage.Store): one row of counters per org, user, UTC
 // day, container and thread, each addition one upsert so that concurrent commands and several
-// servers on one database never lose a count.
+// servers on one database never lose a count. A keyed addition records its
+// key in usage_writes in the same transaction, so that sent again it
+// counts once.
 
 var (
 	_ usage.Store      = Usage{}
@@ -29,11 +31,37 @@ ON CONFLICT (org_id, user_id, day, container_id, thread_id) DO UPDATE SET
   sandbox_cpu_ms = usage_daily.sandbox_cpu_ms + excluded.sandbox_cpu_ms`
 
 // AddUsage adds u to the counters of its org, user, day, container and
-// thread.
+// thread; a keyed u does so in one transaction with the record of its
+// key, and adds nothing when its key is recorded already (a write sent
+// again after its commit's answer was lost).
 func (s Usage) AddUsage(ctx context.Context, u usage.Usage) error {
+	if u.Key == "" {
+		return s.add(ctx, u)
+	}
+	return s.inTx(ctx, func(tx *handle) error { return Usage{tx}.add(ctx, u) })
+}
+
+// add is AddUsage within the caller's transaction, if any: the key is
+// recorded first, and a key recorded already (its insert a no-op) leaves
+// the counters as they are.
+func (s Usage) add(ctx context.Context, u usage.Usage) error {
+	if u.Key != "" {
+		res := s.q(ctx).Exec(`INSERT INTO usage_writes (id, written_at) VALUES (?, ?) ON CONFLICT (id) DO NOTHING`, u.Key, time.Now().UTC())
+		if res.Error != nil {
+			return dbError("record usage write", res.Error)
+		}
+		if res.RowsAffected == 0 {
+			return nil // written already
+		}
+	}
 	return s.exec(ctx, "add usage", addUsageSQL, u.OrgID, u.UserID, u.Day, u.ContainerID, u.ThreadID, u.Commands,
 		u.Wall.Milliseconds(), u.CPU.Milliseconds(), u.InputTokens, u.OutputTokens,
 		u.SandboxTime.Milliseconds(), u.SandboxCPU.Milliseconds())
+}
+
+// PruneUsageKeys forgets the keys of the usage writes recorded before t.
+func (s Usage) PruneUsageKeys(ctx context.Context, t time.Time) error {
+	return s.exec(ctx, "prune usage write keys", `DELETE FROM usage_writes WHERE written_at < ?`, t.UTC())
 }
 
 // usageSum is one row of a usage report as scanned: its names and counts,
