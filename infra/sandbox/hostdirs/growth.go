@@ -27,23 +27,17 @@ func (l *Layout) RestoreGrowth(ctx context.Context, threadID, snapshotID, contai
 	var after, before int64
 	if paths == nil {
 		if snapshotID != "" {
-			for _, name := range snapshotFolders {
-				n, err := treeStored(ctx, filepath.Join(src, name))
-				if err != nil {
-					return 0, fmt.Errorf("hostdirs: restore growth: %w", err)
-				}
-				after += n
-			}
-		}
-		d := l.Dirs(containerID)
-		for _, dir := range []string{d.Workspace, d.Uploads, d.Outputs} {
-			n, err := treeStored(ctx, dir)
+			n, err := storedFolders(ctx, src)
 			if err != nil {
 				return 0, fmt.Errorf("hostdirs: restore growth: %w", err)
 			}
-			before += n
+			after = n
 		}
-		return after - before, nil
+		n, err := storedFolders(ctx, l.Dirs(containerID).Root)
+		if err != nil {
+			return 0, fmt.Errorf("hostdirs: restore growth: %w", err)
+		}
+		return after - n, nil
 	}
 	for _, p := range paths {
 		if err := ctx.Err(); err != nil {

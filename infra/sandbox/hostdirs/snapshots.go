@@ -88,26 +88,12 @@ func (l *Layout) StateBytes(threadID, snapshotID string) int64 {
 // TreeBytes returns the bytes the regular files under dir store (a sparse
 // file's data, not its size: storedBytes), links not followed, dir itself
 // included; 0 when it does not exist. It walks by the folders it opened
-// (treeWalker): a folder swapped for a link while it is measured is left
+// (storedTree): a folder swapped for a link while it is measured is left
 // out, never gone through.
 func TreeBytes(dir string) int64 {
-	var n int64
-	_ = treeWalker.Walk(context.Background(), dir, ".", func(e *dirwalk.Entry) error {
-		if e.Stat.Mode&unix.S_IFMT != unix.S_IFREG {
-			return nil
-		}
-		if k, err := storedBytesAt(e.Dir, e.Name, &e.Stat); err == nil {
-			n += k
-		} else {
-			n += e.Stat.Size
-		}
-		return nil
-	})
+	n, _ := storedTree(context.Background(), dir, ".")
 	return n
 }
-
-// treeWalker is the walk of TreeBytes (tests set its BeforeDescend).
-var treeWalker dirwalk.Walker
 
 // TakeSnapshot copies container containerID's workspace, uploads and
 // outputs folders into thread threadID's snapshot snapshotID, linking the

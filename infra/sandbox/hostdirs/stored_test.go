@@ -92,7 +92,30 @@ func TestSparseFileCountsItsData(t *testing.T) {
 // folder swapped for a link just before the walk opens it is left out.
 // (A walk by path counts the host file within a few hundred measures.)
 func TestTreeBytesNeverWalksThroughALink(t *testing.T) {
-	dir, outside := t.TempDir(), t.TempDir()
+	dir := t.TempDir()
+	neverMeasuresThroughALink(t, dir, "sub", func() (int64, error) { return TreeBytes(dir), nil })
+}
+
+// TestUsageNeverWalksThroughALink: as TreeBytes, a container's usage
+// (which its org's storage quota sums) never counts a host folder's file
+// through a folder of its workspace swapped for a link.
+func TestUsageNeverWalksThroughALink(t *testing.T) {
+	ctx := context.Background()
+	l := New(t.TempDir(), Options{})
+	d, err := l.Prepare(ctx, "ctr_swap")
+	if err != nil {
+		t.Fatal(err)
+	}
+	neverMeasuresThroughALink(t, d.Workspace, "workspace/sub", func() (int64, error) { return l.Usage(ctx, "ctr_swap") })
+}
+
+// neverMeasuresThroughALink fills dir with a folder sub holding a file of
+// 5 bytes and races a swapper of sub for a link to a host folder holding
+// 1 MiB against measure, then swaps sub just before the walk opens it
+// (treeWalker.BeforeDescend at rel): measure never counts the host file.
+func neverMeasuresThroughALink(t *testing.T, dir, rel string, measure func() (int64, error)) {
+	t.Helper()
+	outside := t.TempDir()
 	if err := os.WriteFile(filepath.Join(outside, "host-file"), make([]byte, 1<<20), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -130,15 +153,19 @@ func TestTreeBytesNeverWalksThroughALink(t *testing.T) {
 		}()
 		defer func() { stop.Store(true); wg.Wait() }()
 		for i := 0; i < 3000 || swaps.Load() == 0; i++ {
-			if n := TreeBytes(dir); n >= 1<<20 {
+			n, err := measure()
+			if err != nil {
+				t.Fatalf("measure %d: %v", i, err)
+			}
+			if n >= 1<<20 {
 				t.Fatalf("measure %d counted %d bytes: the host folder's file, through the link", i, n)
 			}
 		}
 	})
 	t.Run("swapped before it is opened", func(t *testing.T) {
 		swapped := false
-		treeWalker.BeforeDescend = func(rel string) {
-			if rel != "sub" {
+		treeWalker.BeforeDescend = func(at string) {
+			if at != rel {
 				return
 			}
 			if err := os.RemoveAll(sub); err != nil {
@@ -150,11 +177,15 @@ func TestTreeBytesNeverWalksThroughALink(t *testing.T) {
 			swapped = true
 		}
 		t.Cleanup(func() { treeWalker.BeforeDescend = nil })
-		if n := TreeBytes(dir); n != 0 {
-			t.Errorf("TreeBytes counted %d bytes through the link", n)
+		n, err := measure()
+		if err != nil {
+			t.Fatal(err)
 		}
 		if !swapped {
-			t.Error("the walk never reached the folder")
+			t.Fatal("the walk never reached the folder")
+		}
+		if n != 0 {
+			t.Errorf("counted %d bytes through the link", n)
 		}
 	})
 }

@@ -6,11 +6,11 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"syscall"
 
 	"golang.org/x/sys/unix"
 
+	"threadbox/infra/dirwalk"
 	"threadbox/infra/sparse"
 )
 
@@ -18,7 +18,8 @@ import (
 // in its workspace, uploads and outputs folders store (storedBytes: a
 // sparse file counts its data, not its size; its skills folder holds
 // copies of the org's skills and is not counted). Links are not
-// followed. With loop quotas a container whose disk is not mounted (no
+// followed, nor folders swapped for links while they are measured
+// (storedTree). With loop quotas a container whose disk is not mounted (no
 // Prepare since the server started) is measured by its image's allocated
 // blocks instead, which also counts the file system's own few megabytes. A
 // container without folders uses nothing.
@@ -39,48 +40,61 @@ func (l *Layout) Usage(ctx context.Context, id string) (int64, error) {
 			}
 		}
 	}
+	total, err := storedFolders(ctx, d.Root)
+	if err != nil {
+		return 0, fmt.Errorf("hostdirs: usage: %w", err)
+	}
+	return total, nil
+}
+
+// storedFolders returns what the regular files of root's workspace,
+// uploads and outputs folders store (storedTree): a container's, or a
+// snapshot's, which holds the same folders. A missing root stores nothing.
+func storedFolders(ctx context.Context, root string) (int64, error) {
 	var total int64
-	for _, dir := range []string{d.Workspace, d.Uploads, d.Outputs} {
-		n, err := treeStored(ctx, dir)
+	for _, dir := range snapshotFolders {
+		n, err := storedTree(ctx, root, dir)
+		if errors.Is(err, fs.ErrNotExist) {
+			return 0, nil // root is gone (the walk opens it first)
+		}
 		if err != nil {
-			return 0, fmt.Errorf("hostdirs: usage: %w", err)
+			return 0, err
 		}
 		total += n
 	}
 	return total, nil
 }
 
-// treeStored sums what the regular files under dir store (storedBytes),
-// links not followed; a missing dir, or a file gone meanwhile, stores
-// nothing.
-func treeStored(ctx context.Context, dir string) (int64, error) {
-	var total int64
-	err := filepath.WalkDir(dir, func(path string, e fs.DirEntry, err error) error {
-		if err != nil {
-			if errors.Is(err, fs.ErrNotExist) {
-				return nil
-			}
-			return err
-		}
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		if !e.Type().IsRegular() {
+// storedTree returns the bytes the regular files at or below top, a
+// folder of root, store (storedBytesAt), links not followed. It walks by
+// the folders it opened (treeWalker): code in the sandbox may swap a
+// folder for a link to a host folder at any moment, and a walk by path
+// would then count (and open) the host folder's files; a folder swapped
+// while it is measured is left out instead. A file removed meanwhile
+// counts nothing, one that cannot be measured its size. The error is the
+// walk's (root not opened, a folder not listed, ctx done), with what it
+// counted until then.
+func storedTree(ctx context.Context, root, top string) (int64, error) {
+	var n int64
+	err := treeWalker.Walk(ctx, root, top, func(e *dirwalk.Entry) error {
+		if e.Stat.Mode&unix.S_IFMT != unix.S_IFREG {
 			return nil
 		}
-		fi, err := e.Info()
-		if err == nil {
-			var n int64
-			n, err = storedBytes(path, fi)
-			total += n
+		k, err := storedBytesAt(e.Dir, e.Name, &e.Stat)
+		switch {
+		case errors.Is(err, unix.ENOENT):
+			k = 0
+		case err != nil:
+			k = e.Stat.Size
 		}
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil
-		}
-		return err
+		n += k
+		return nil
 	})
-	return total, err
+	return n, err
 }
+
+// treeWalker is the walk of storedTree (tests set its BeforeDescend).
+var treeWalker dirwalk.Walker
 
 // storedBytes returns the bytes the regular file at path stores, fi being
 // its Lstat: its size, or for a file with holes the bytes of its data
