@@ -8,10 +8,10 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -241,10 +241,6 @@ func (f *Files) Apply(ctx context.Context, orgID, id, dir string) (fetched int, 
 	if err != nil {
 		return 0, fmt.Errorf("checkpoints: files: %w", err)
 	}
-	realRoot, err := filepath.EvalSymlinks(root)
-	if err != nil {
-		return 0, fmt.Errorf("checkpoints: files: %w", err)
-	}
 	want := map[string]bool{}
 	for _, e := range m.Entries {
 		name := filepath.Clean(filepath.FromSlash(e.Path))
@@ -252,13 +248,7 @@ func (f *Files) Apply(ctx context.Context, orgID, id, dir string) (fetched int, 
 			return fetched, fmt.Errorf("checkpoints: files: %q is not a file of a container", e.Path)
 		}
 		want[name] = true
-		path := filepath.Join(root, name)
-		// Never through a symbolic link: every folder above the entry is
-		// one the mirror made or found as a folder.
-		if parent, err := filepath.EvalSymlinks(filepath.Dir(path)); err != nil || parent != filepath.Join(realRoot, filepath.Dir(name)) {
-			return fetched, fmt.Errorf("checkpoints: files: %q lies beyond a symbolic link", e.Path)
-		}
-		n, err := applyEntry(ctx, blobs, path, e)
+		n, err := applyAt(ctx, blobs, root, filepath.ToSlash(name), e)
 		if err != nil {
 			return fetched, fmt.Errorf("checkpoints: files: %s: %w", e.Path, err)
 		}
@@ -267,7 +257,7 @@ func (f *Files) Apply(ctx context.Context, orgID, id, dir string) (fetched int, 
 	// Folders last: writing into them moved their times.
 	for i := len(m.Entries) - 1; i >= 0; i-- {
 		if e := m.Entries[i]; e.Mode.IsDir() {
-			_ = os.Chmod(filepath.Join(root, filepath.FromSlash(e.Path)), e.Mode.Perm())
+			chmodFolder(root, path.Clean(e.Path), e.Mode.Perm())
 		}
 	}
 	// What the mirror does not hold is removed through the folder the walk
@@ -293,43 +283,71 @@ func (f *Files) Apply(ctx context.Context, orgID, id, dir string) (fetched int, 
 	return fetched, writeManifest(filepath.Join(root, stateFile), m)
 }
 
-// applyEntry makes path what e says, fetching its content only when the
-// file there differs; it returns 1 when it fetched.
-func applyEntry(ctx context.Context, blobs FileBlobs, path string, e Entry) (int, error) {
-	info, err := os.Lstat(path)
+// applyAt makes rel (slash-separated, local) under root what e says. It
+// writes relative to rel's folder opened by openParent, never by path:
+// code in the sandbox may swap a folder above rel for a link to a host
+// folder at any moment, and a write by path would then land in the host
+// folder. A link on the way when the folder is opened is errNotFile; one
+// swapped in later is not gone through, what is written lands in the
+// folder opened. A missing folder on the way is made.
+func applyAt(ctx context.Context, blobs FileBlobs, root, rel string, e Entry) (int, error) {
+	dirfd, name, err := openParent(root, rel, true)
+	if errors.Is(err, errNotFile) {
+		return 0, fmt.Errorf("lies beyond a symbolic link: %w", err)
+	}
+	if err != nil {
+		return 0, err
+	}
+	defer unix.Close(dirfd)
+	if beforeWrite != nil {
+		beforeWrite(rel)
+	}
+	return applyEntry(ctx, blobs, dirfd, name, e)
+}
+
+// applyEntry makes the entry name of the open folder dirfd what e says,
+// fetching its content only when the file there differs; it returns 1
+// when it fetched.
+func applyEntry(ctx context.Context, blobs FileBlobs, dirfd int, name string, e Entry) (int, error) {
+	var st unix.Stat_t
+	err := unix.Fstatat(dirfd, name, &st, unix.AT_SYMLINK_NOFOLLOW)
+	if err != nil && !errors.Is(err, unix.ENOENT) {
+		return 0, &fs.PathError{Op: "lstat", Path: name, Err: err}
+	}
 	have := err == nil
+	kind := st.Mode & unix.S_IFMT
 	switch {
 	case e.Mode.IsDir():
-		if have && !info.IsDir() {
-			if err := os.RemoveAll(path); err != nil {
+		if have && kind != unix.S_IFDIR {
+			if err := dirwalk.Remove(ctx, dirfd, name); err != nil {
 				return 0, err
 			}
 		}
-		if err := os.MkdirAll(path, 0o700); err != nil {
-			return 0, err
+		if err := unix.Mkdirat(dirfd, name, 0o700); err != nil && !errors.Is(err, unix.EEXIST) {
+			return 0, &fs.PathError{Op: "mkdir", Path: name, Err: err}
 		}
-		_ = os.Lchown(path, e.UID, e.GID)
+		_ = unix.Fchownat(dirfd, name, e.UID, e.GID, unix.AT_SYMLINK_NOFOLLOW)
 		return 0, nil
 	case e.Mode&fs.ModeSymlink != 0:
 		if have {
-			if l, err := os.Readlink(path); err == nil && l == e.Link {
+			if l, err := readLinkAt(dirfd, name); err == nil && l == e.Link {
 				return 0, nil
 			}
-			if err := os.RemoveAll(path); err != nil {
+			if err := dirwalk.Remove(ctx, dirfd, name); err != nil {
 				return 0, err
 			}
 		}
-		if err := os.Symlink(e.Link, path); err != nil {
-			return 0, err
+		if err := unix.Symlinkat(e.Link, dirfd, name); err != nil {
+			return 0, &fs.PathError{Op: "symlink", Path: name, Err: err}
 		}
-		_ = os.Lchown(path, e.UID, e.GID)
+		_ = unix.Fchownat(dirfd, name, e.UID, e.GID, unix.AT_SYMLINK_NOFOLLOW)
 		return 0, nil
 	}
-	if have && info.Mode() == e.Mode && info.Size() == e.Size && info.ModTime().UnixNano() == e.MTime {
+	if have && fileMode(&st) == e.Mode && st.Size == e.Size && st.Mtim.Nano() == e.MTime {
 		return 0, nil
 	}
 	if have {
-		if err := os.RemoveAll(path); err != nil {
+		if err := dirwalk.Remove(ctx, dirfd, name); err != nil {
 			return 0, err
 		}
 	}
@@ -341,38 +359,57 @@ func applyEntry(ctx context.Context, blobs FileBlobs, path string, e Entry) (int
 	// Whatever holds the temporary name (the sandbox may have left a link
 	// there) goes first; the file is then made new, never opened through
 	// a link.
-	tmp := path + ".threadbox-part"
-	if err := os.RemoveAll(tmp); err != nil {
+	tmp := name + ".threadbox-part"
+	if err := dirwalk.Remove(ctx, dirfd, tmp); err != nil {
 		return 0, err
 	}
-	out, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
+	fd, err := unix.Openat(dirfd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 	if err != nil {
-		return 0, err
+		return 0, &fs.PathError{Op: "open", Path: tmp, Err: err}
 	}
+	out := os.NewFile(uintptr(fd), tmp)
 	if e.Extents != "" {
 		err = decodeSparse(out, r, e.Size)
 	} else {
 		_, err = io.Copy(out, r)
 	}
+	if err == nil {
+		_ = out.Chown(e.UID, e.GID)
+		err = out.Chmod(e.Mode.Perm())
+	}
 	if cerr := out.Close(); err == nil {
 		err = cerr
 	}
 	if err == nil {
-		_ = os.Lchown(tmp, e.UID, e.GID)
-		err = os.Chmod(tmp, e.Mode.Perm())
+		t := unix.NsecToTimespec(e.MTime)
+		err = unix.UtimesNanoAt(dirfd, tmp, []unix.Timespec{t, t}, unix.AT_SYMLINK_NOFOLLOW)
 	}
 	if err == nil {
-		t := time.Unix(0, e.MTime)
-		err = os.Chtimes(tmp, t, t)
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
+		err = unix.Renameat(dirfd, tmp, dirfd, name)
 	}
 	if err != nil {
-		_ = os.Remove(tmp)
+		_ = unix.Unlinkat(dirfd, tmp, 0)
 		return 0, err
 	}
 	return 1, nil
+}
+
+// chmodFolder sets the permissions of the folder rel (slash-separated,
+// local) under root, through the folder opened by openParent and then
+// itself opened with O_NOFOLLOW: one that is no longer a folder inside
+// root is left alone.
+func chmodFolder(root, rel string, perm fs.FileMode) {
+	dirfd, name, err := openParent(root, rel, false)
+	if err != nil {
+		return
+	}
+	defer unix.Close(dirfd)
+	fd, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return
+	}
+	_ = unix.Fchmod(fd, uint32(perm))
+	_ = unix.Close(fd)
 }
 
 // Forget removes every blob of the container's mirror: the container is
@@ -397,6 +434,10 @@ func (f *Files) Forget(ctx context.Context, orgID, id string) error {
 // walker walks the container's folders by the folders it opened, never
 // through a link (tests set its BeforeDescend).
 var walker dirwalk.Walker
+
+// beforeWrite, when set, is called with each entry Apply makes, just
+// before it writes it (tests swap a folder above it for a link there).
+var beforeWrite func(rel string)
 
 // fileMode is the fs.FileMode of a stat's mode, as os.Lstat gives it.
 func fileMode(st *unix.Stat_t) fs.FileMode {
@@ -495,8 +536,9 @@ var errNotFile = errors.New("not a regular file of the container's folders")
 // under root without following a symbolic link anywhere below root: each
 // folder is opened relative to the one above it with O_NOFOLLOW. It
 // returns the folder's descriptor, for the caller to close, and rel's
-// last name. A link or another kind of file on the way is errNotFile.
-func openParent(root, rel string) (int, string, error) {
+// last name. A link or another kind of file on the way is errNotFile; a
+// missing folder is made (0700, as os.MkdirAll would) when mkdir is set.
+func openParent(root, rel string, mkdir bool) (int, string, error) {
 	fd, err := unix.Open(root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return -1, "", &fs.PathError{Op: "open", Path: root, Err: err}
@@ -504,6 +546,11 @@ func openParent(root, rel string) (int, string, error) {
 	comps := strings.Split(rel, "/")
 	for _, c := range comps[:len(comps)-1] {
 		sub, err := unix.Openat(fd, c, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if mkdir && errors.Is(err, unix.ENOENT) {
+			if err = unix.Mkdirat(fd, c, 0o700); err == nil || errors.Is(err, unix.EEXIST) {
+				sub, err = unix.Openat(fd, c, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+			}
+		}
 		_ = unix.Close(fd)
 		if err != nil {
 			return -1, "", notFile("open", rel, err)
@@ -528,19 +575,29 @@ func notFile(op, rel string, err error) error {
 // the walk is errNotFile, never a way to read a link of the host. What
 // is no longer a link is errNotFile too.
 func readLink(root, rel string) (string, error) {
-	fd, name, err := openParent(root, rel)
+	fd, name, err := openParent(root, rel, false)
 	if err != nil {
 		return "", err
 	}
 	defer unix.Close(fd)
+	l, err := readLinkAt(fd, name)
+	if errors.Is(err, unix.EINVAL) {
+		return "", fmt.Errorf("readlink %s: %w: %w", rel, errNotFile, err)
+	}
+	if err != nil {
+		return "", notFile("readlink", rel, err)
+	}
+	return l, nil
+}
+
+// readLinkAt returns the target of the symbolic link name in the open
+// folder dirfd (EINVAL when it is no link).
+func readLinkAt(dirfd int, name string) (string, error) {
 	for size := 256; ; size *= 2 {
 		buf := make([]byte, size)
-		n, err := unix.Readlinkat(fd, name, buf)
-		if errors.Is(err, unix.EINVAL) {
-			return "", fmt.Errorf("readlink %s: %w: %w", rel, errNotFile, err)
-		}
+		n, err := unix.Readlinkat(dirfd, name, buf)
 		if err != nil {
-			return "", notFile("readlink", rel, err)
+			return "", err
 		}
 		if n < size {
 			return string(buf[:n]), nil
@@ -555,7 +612,7 @@ func readLink(root, rel string) (string, error) {
 // Fstat of what was opened. A link or another kind of file on the way is
 // errNotFile.
 func openFile(root, rel string) (*os.File, error) {
-	fd, name, err := openParent(root, rel)
+	fd, name, err := openParent(root, rel, false)
 	if err != nil {
 		return nil, err
 	}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -28,13 +29,23 @@ func (m *memBlobs) Put(_ context.Context, r io.Reader) (string, int64, error) {
 	return sum, int64(len(b)), nil
 }
 
-func (m *memBlobs) Open(context.Context, string) (io.ReadSeekCloser, error) {
-	return nil, os.ErrNotExist
+func (m *memBlobs) Open(_ context.Context, sum string) (io.ReadSeekCloser, error) {
+	b, ok := m.put[sum]
+	if !ok {
+		return nil, os.ErrNotExist
+	}
+	return nopCloser{bytes.NewReader(b)}, nil
 }
+
 func (m *memBlobs) Remove(context.Context, string, time.Time) (bool, error) { return false, nil }
 func (m *memBlobs) Walk(context.Context, func(string, time.Time) error) error {
 	return nil
 }
+
+// nopCloser is an io.ReadSeeker that closes as nothing.
+type nopCloser struct{ io.ReadSeeker }
+
+func (nopCloser) Close() error { return nil }
 
 // TestPutFileNeverFollowsALink: a file the walk found regular that code
 // swapped for a symbolic link, a folder above it swapped for a link, or a
@@ -244,5 +255,72 @@ func TestApplyNeverRemovesThroughALink(t *testing.T) {
 	}
 	if _, err := os.Lstat(extra); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("a file the mirror does not hold is left: %v", err)
+	}
+}
+
+// TestApplyNeverWritesBeyondASwappedFolder: a folder above an entry that
+// code swaps for a symbolic link to a host folder after Apply reached the
+// entry, just before it writes it, never makes Apply write into the host
+// folder: a file, a folder and a link each land in the folder Apply
+// opened, which the swap moved aside, and the host folder stays empty.
+func TestApplyNeverWritesBeyondASwappedFolder(t *testing.T) {
+	ctx := context.Background()
+	const content = "from the mirror"
+	blobs := &memBlobs{put: map[string][]byte{}}
+	sum, n, err := blobs.Put(ctx, strings.NewReader(content))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range []Entry{
+		{Path: "workspace/sub/f", Mode: 0o644, Size: n, MTime: time.Now().UnixNano(), SHA256: sum},
+		{Path: "workspace/sub/d", Mode: fs.ModeDir | 0o755},
+		{Path: "workspace/sub/l", Mode: fs.ModeSymlink | 0o777, Link: "f"},
+	} {
+		t.Run(path.Base(e.Path), func(t *testing.T) {
+			root, outside, dir := t.TempDir(), t.TempDir(), t.TempDir()
+			sub, aside := filepath.Join(root, "workspace", "sub"), filepath.Join(root, "aside")
+			if err := os.MkdirAll(sub, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			m := Manifest{Entries: []Entry{
+				{Path: "workspace", Mode: fs.ModeDir | 0o755},
+				{Path: "workspace/sub", Mode: fs.ModeDir | 0o755},
+				e,
+			}}
+			if err := writeManifest(filepath.Join(dir, manifestFile), m); err != nil {
+				t.Fatal(err)
+			}
+			swapped := false
+			beforeWrite = func(rel string) {
+				if rel != e.Path {
+					return
+				}
+				// Aside, out of the mirrored folders, so that Apply's
+				// clean-up leaves it to be looked at.
+				if err := os.Rename(sub, aside); err != nil {
+					t.Error(err)
+				}
+				if err := os.Symlink(outside, sub); err != nil {
+					t.Error(err)
+				}
+				swapped = true
+			}
+			t.Cleanup(func() { beforeWrite = nil })
+			files := NewFiles(oneRoot(root), func(string, string) (FileBlobs, error) { return blobs, nil })
+			_, err := files.Apply(ctx, "org", "ctr", dir)
+			if !swapped {
+				t.Fatal("Apply never reached the entry")
+			}
+			if left, rerr := os.ReadDir(outside); rerr != nil || len(left) != 0 {
+				t.Fatalf("Apply (error %v) wrote into the host folder through the link: %v %v", err, left, rerr)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			fi, err := os.Lstat(filepath.Join(aside, path.Base(e.Path)))
+			if err != nil || fi.Mode().Type() != e.Mode.Type() {
+				t.Fatalf("the entry is not in the folder Apply opened: %v %v", fi, err)
+			}
+		})
 	}
 }
