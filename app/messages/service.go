@@ -325,8 +325,11 @@ func (s *Service) Run(ctx context.Context, req *wire.Request, opts RunOptions, s
 		}
 	} else {
 		// message_start waits for the first step's input tokens (StepStart),
-		// the turn's first other event, or StartWait.
+		// the turn's first other event, or StartWait. The events of calls
+		// the turn runs before its first step (a resumed cell, pending
+		// calls) wait with it (keep).
 		t.startMu.Lock()
+		t.keeping = true
 		t.startTimer = time.AfterFunc(s.cfg.StartWait, func() { _ = t.begin(wire.Usage{}) })
 		t.startMu.Unlock()
 		defer t.startTimer.Stop()
@@ -356,9 +359,14 @@ type turn struct {
 	// The message's start (message_start, ping) is sent once, by begin:
 	// at the first step's start, before the turn's first other event, or
 	// by startTimer, whichever comes first. begun says it was sent.
+	// keeping says the turn runs the calls that come before its first
+	// step, whose events (kept) follow the start when it is sent, so that
+	// they do not open the message without the step's input tokens.
 	startMu    sync.Mutex
 	begun      atomic.Bool
 	startTimer *time.Timer
+	keeping    bool
+	kept       []wire.Event
 
 	next    int // index of the next content block
 	usage   wire.Usage
@@ -442,7 +450,38 @@ func (t *turn) begin(u wire.Usage) error {
 	if err := t.sink.Send(wire.Event{Type: wire.EventPing}); err != nil {
 		return fmt.Errorf("messages: send: %w", err)
 	}
+	kept := t.kept
+	t.kept, t.keeping = nil, false
+	for _, ev := range kept {
+		if err := t.sink.Send(ev); err != nil {
+			return fmt.Errorf("messages: send: %w", err)
+		}
+	}
 	return nil
+}
+
+// keep holds ev back until the message's start is sent, while the turn
+// runs the calls before its first step; it reports whether it did.
+func (t *turn) keep(ev wire.Event) bool {
+	if t.begun.Load() {
+		return false
+	}
+	t.startMu.Lock()
+	defer t.startMu.Unlock()
+	if t.begun.Load() || !t.keeping {
+		return false
+	}
+	t.kept = append(t.kept, ev)
+	return true
+}
+
+// stopKeeping ends keep's hold once the turn's first step is asked for:
+// the step's start sends the kept events after message_start, as does the
+// step's first other event or the turn's end.
+func (t *turn) stopKeeping() {
+	t.startMu.Lock()
+	t.keeping = false
+	t.startMu.Unlock()
 }
 
 // open sends the message's start, unless it was sent, before the turn's
@@ -455,6 +494,9 @@ func (t *turn) open() error {
 }
 
 func (t *turn) send(ev wire.Event) error {
+	if t.keep(ev) {
+		return nil
+	}
 	if err := t.open(); err != nil {
 		return err
 	}
@@ -469,6 +511,9 @@ func (t *turn) send(ev wire.Event) error {
 // nothing is held while a call runs, and it leaves the turn's own state
 // alone.
 func (t *turn) sendAside(ev wire.Event) error {
+	if t.keep(ev) {
+		return nil
+	}
 	if err := t.open(); err != nil {
 		return err
 	}
@@ -483,6 +528,9 @@ func (t *turn) sendAside(ev wire.Event) error {
 func (t *turn) hold(ev wire.Event) error {
 	if t.holder == nil {
 		return t.send(ev)
+	}
+	if t.keep(ev) {
+		return nil
 	}
 	if err := t.open(); err != nil {
 		return err
@@ -512,6 +560,7 @@ func (t *turn) run(ctx context.Context) error {
 	if err := t.resolvePending(ctx, history); err != nil {
 		return err
 	}
+	t.stopKeeping()
 	if t.paused {
 		// The resumed code called client tools again.
 		return t.finish(wire.StopToolUse, nil)

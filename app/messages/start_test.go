@@ -2,6 +2,7 @@ package messages
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"sync"
 	"testing"
@@ -128,5 +129,85 @@ func TestMessageStartBeforeFailure(t *testing.T) {
 	evs, err := streamTurn(t, model, Config{})
 	if err == nil || len(evs) != 2 || evs[0].Type != wire.EventMessageStart || evs[1].Type != wire.EventPing {
 		t.Fatalf("err %v, events %+v", err, evs)
+	}
+}
+
+// resumingCells answers a resumed cell with its output, or, with again,
+// pauses it on get_weather once more.
+type resumingCells struct{ again bool }
+
+func (c resumingCells) Execute(ctx context.Context, call ToolCall) (*wire.ToolResult, error) {
+	if call.Resume == nil {
+		return nil, errors.New("a cell ran that was not resumed")
+	}
+	if c.again {
+		return pausingCells{}.Execute(ctx, call)
+	}
+	return &wire.ToolResult{Type: wire.ResultCodeExecution, Stdout: "sunny\n", Files: []wire.OutputFile{}}, nil
+}
+
+// resumeRequest is a streamed request that answers the get_weather call a
+// paused cell made.
+func resumeRequest() *wire.Request {
+	weather := wire.Tool{Name: "get_weather", InputSchema: json.RawMessage(`{"type":"object"}`), AllowedCallers: []string{wire.ToolTypeCodeExecution2601}}
+	req := request(wire.ToolTypeCodeExecution2601, user("go"),
+		wire.Message{Role: wire.RoleAssistant, Content: []wire.ContentBlock{
+			{Type: wire.BlockServerToolUse, ID: "srvtoolu_cell", Name: SubToolCodeExecution, Input: json.RawMessage(`{"code":"print(await get_weather())"}`)},
+			{Type: wire.BlockToolUse, ID: "toolu_w", Name: "get_weather", Input: json.RawMessage(`{}`), Caller: &wire.Caller{Type: wire.ToolTypeCodeExecution2601, ToolID: "srvtoolu_cell"}},
+		}},
+		wire.Message{Role: wire.RoleUser, Content: []wire.ContentBlock{{Type: wire.BlockToolResult, ToolUseID: "toolu_w", Content: json.RawMessage(`"sunny"`)}}})
+	req.Tools = append(req.Tools, weather)
+	req.Container = &wire.ContainerParam{ID: testContainer.ID}
+	req.Stream = true
+	return req
+}
+
+// TestMessageStartOfResumedCell: a turn that begins by resuming a paused
+// cell opens with message_start carrying its first step's input tokens,
+// the cell's result after it; one that makes no step (the cell paused
+// again) opens with message_start without counts when it ends, without
+// waiting for StartWait.
+func TestMessageStartOfResumedCell(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		again bool
+		want  wire.Usage
+	}{
+		{"first step's input", false, wire.Usage{InputTokens: 40, CacheReadInputTokens: 20}},
+		{"no step", true, wire.Usage{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			first := step(wire.StopEndTurn, text("Sunny."))
+			first.Usage = wire.Usage{InputTokens: 40, OutputTokens: 5, CacheReadInputTokens: 20}
+			model := startModel{fakeModel: &fakeModel{steps: []*StepResult{first}}}
+			var evs []wire.Event
+			svc := New(model, allTools(resumingCells{again: tc.again}), Config{StartWait: time.Hour})
+			err := svc.Run(context.Background(), resumeRequest(), RunOptions{Container: testContainer}, SinkFunc(func(ev wire.Event) error {
+				evs = append(evs, ev)
+				return nil
+			}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(evs) < 4 || evs[0].Type != wire.EventMessageStart || evs[1].Type != wire.EventPing {
+				t.Fatalf("the stream opens with %+v", evs)
+			}
+			if got := evs[0].Message.Usage; got != tc.want {
+				t.Fatalf("message_start usage %+v, want %+v", got, tc.want)
+			}
+			if b := evs[2].ContentBlock; evs[2].Type != wire.EventContentBlockStart || b == nil {
+				t.Fatalf("after the start: %+v", evs[2])
+			}
+			if last := evs[len(evs)-1]; last.Type != wire.EventMessageStop {
+				t.Fatalf("the stream ends with %s", last.Type)
+			}
+			want := wire.BlockCodeExecutionResult
+			if tc.again {
+				want = wire.BlockToolUse
+			}
+			if got := evs[2].ContentBlock.Type; got != want {
+				t.Fatalf("the first block is %s, want %s", got, want)
+			}
+		})
 	}
 }
