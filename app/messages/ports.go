@@ -97,7 +97,8 @@ const (
 	// StepBlockStop closes block Index.
 	StepBlockStop
 	// StepStart says the upstream began its answer, before any block;
-	// Usage holds the step's input tokens (and cache counts) as the
+	// Usage holds the step's input tokens (and cache counts), and the
+	// output tokens counted so far (Anthropic's usually 1), as the
 	// upstream gives them there, as Anthropic's message_start does. An
 	// adapter whose upstream counts them only at the end sends none.
 	StepStart

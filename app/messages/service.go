@@ -429,8 +429,8 @@ func (t *turn) scopeID() string {
 }
 
 // begin sends the message's start unless it was sent: message_start, whose
-// usage holds u's input side, and a ping. It may be called from any
-// goroutine.
+// usage holds u's input side and the output the upstream's own start
+// counted (usually 1), and a ping. It may be called from any goroutine.
 func (t *turn) begin(u wire.Usage) error {
 	t.startMu.Lock()
 	defer t.startMu.Unlock()
@@ -443,7 +443,7 @@ func (t *turn) begin(u wire.Usage) error {
 		t.startTimer.Stop()
 	}
 	msg := &wire.Response{ID: "msg_" + id.Text(), Type: "message", Role: wire.RoleAssistant, Model: t.req.Model, Content: []wire.ContentBlock{},
-		Usage: wire.Usage{InputTokens: u.InputTokens, CacheCreationInputTokens: u.CacheCreationInputTokens, CacheReadInputTokens: u.CacheReadInputTokens}}
+		Usage: wire.Usage{InputTokens: u.InputTokens, OutputTokens: u.OutputTokens, CacheCreationInputTokens: u.CacheCreationInputTokens, CacheReadInputTokens: u.CacheReadInputTokens}}
 	if err := t.sink.Send(wire.Event{Type: wire.EventMessageStart, Message: msg}); err != nil {
 		return fmt.Errorf("messages: send: %w", err)
 	}

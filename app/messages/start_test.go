@@ -12,8 +12,8 @@ import (
 )
 
 // startModel is fakeModel whose streamed steps first report their start
-// with the step's input tokens, as the Anthropic adapter does. Before it
-// starts, it calls waits when set.
+// with the step's input tokens and 1 output token, as the Anthropic
+// adapter does. Before it starts, it calls waits when set.
 type startModel struct {
 	*fakeModel
 	waits func() error
@@ -29,6 +29,7 @@ func (m startModel) StreamStep(ctx context.Context, req StepRequest, emit func(S
 	var u wire.Usage
 	if len(m.steps) > 0 {
 		u = m.steps[0].Usage
+		u.OutputTokens = min(u.OutputTokens, 1)
 	}
 	m.mu.Unlock()
 	if err := emit(StepEvent{Kind: StepStart, Usage: u}); err != nil {
@@ -58,8 +59,10 @@ func streamTurn(t *testing.T, model Model, cfg Config) ([]wire.Event, error) {
 }
 
 // TestMessageStartCarriesFirstStepInput: a streamed turn's message_start
-// carries the input side of the first step's usage as the model reported
-// it at the step's start; message_delta carries the totals of every step.
+// carries the first step's usage as the model reported it at the step's
+// start (its input side, and the output counted there, as Anthropic's
+// message_start counts it); message_delta carries the totals of every
+// step.
 func TestMessageStartCarriesFirstStepInput(t *testing.T) {
 	first := step(wire.StopToolUse, toolUse("a", wire.SubToolBash, `{"command":"ls"}`))
 	first.Usage = wire.Usage{InputTokens: 40, OutputTokens: 5, CacheCreationInputTokens: 3, CacheReadInputTokens: 20}
@@ -72,7 +75,7 @@ func TestMessageStartCarriesFirstStepInput(t *testing.T) {
 	if evs[0].Type != wire.EventMessageStart || evs[1].Type != wire.EventPing {
 		t.Fatalf("the stream opens with %s, %s", evs[0].Type, evs[1].Type)
 	}
-	if got, want := evs[0].Message.Usage, (wire.Usage{InputTokens: 40, CacheCreationInputTokens: 3, CacheReadInputTokens: 20}); got != want {
+	if got, want := evs[0].Message.Usage, (wire.Usage{InputTokens: 40, OutputTokens: 1, CacheCreationInputTokens: 3, CacheReadInputTokens: 20}); got != want {
 		t.Fatalf("message_start usage %+v, want %+v", got, want)
 	}
 	d := evs[len(evs)-2]
@@ -173,7 +176,7 @@ func TestMessageStartOfResumedCell(t *testing.T) {
 		again bool
 		want  wire.Usage
 	}{
-		{"first step's input", false, wire.Usage{InputTokens: 40, CacheReadInputTokens: 20}},
+		{"first step's input", false, wire.Usage{InputTokens: 40, OutputTokens: 1, CacheReadInputTokens: 20}},
 		{"no step", true, wire.Usage{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

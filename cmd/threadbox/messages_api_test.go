@@ -879,8 +879,9 @@ func testMessagesWithoutSandbox(t *testing.T, dbURL string) {
 
 	t.Run("streamed usage", func(t *testing.T) {
 		// Two model steps (the call's result is an error block: no
-		// sandbox): message_start carries the first step's input side as
-		// the upstream gave it, message_delta the turn's totals.
+		// sandbox): message_start carries the first step's start as the
+		// upstream gave it (the input side, 1 output token), message_delta
+		// the turn's totals.
 		first := bashStep("echo hi")
 		first.Usage = msgwire.Usage{InputTokens: 40, OutputTokens: 5, CacheReadInputTokens: 20}
 		second := textStep("done")
@@ -907,8 +908,8 @@ func testMessagesWithoutSandbox(t *testing.T, dbURL string) {
 		if err := stream.Err(); err != nil {
 			t.Fatal(err)
 		}
-		if start.InputTokens != 40 || start.CacheReadInputTokens != 20 {
-			t.Fatalf("message_start usage: %d input, %d cache read; want the first step's 40 and 20", start.InputTokens, start.CacheReadInputTokens)
+		if start.InputTokens != 40 || start.CacheReadInputTokens != 20 || start.OutputTokens != 1 {
+			t.Fatalf("message_start usage: %d input, %d cache read, %d output; want the first step's 40 and 20, and the upstream's 1", start.InputTokens, start.CacheReadInputTokens, start.OutputTokens)
 		}
 		if u := acc.Usage; u.InputTokens != 100 || u.OutputTokens != 12 || u.CacheReadInputTokens != 40 {
 			t.Fatalf("accumulated usage: %d input, %d output, %d cache read; want 100, 12, 40", u.InputTokens, u.OutputTokens, u.CacheReadInputTokens)

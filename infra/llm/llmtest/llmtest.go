@@ -711,9 +711,11 @@ func testStartUsage(e *env) {
 	if len(evs) == 0 || evs[0].Type != wire.EventMessageStart || evs[0].Message == nil {
 		e.t.Fatalf("the stream does not open with message_start: %+v", evs)
 	}
-	want := wire.Usage{InputTokens: 40, CacheCreationInputTokens: 3, CacheReadInputTokens: 20}
+	// The fake upstream's message_start counts 1 output token, as
+	// Anthropic's does: the loop's passes it on.
+	want := wire.Usage{InputTokens: 40, OutputTokens: 1, CacheCreationInputTokens: 3, CacheReadInputTokens: 20}
 	if got := evs[0].Message.Usage; got != want {
-		e.t.Errorf("message_start usage = %+v, want the first step's input side %+v", got, want)
+		e.t.Errorf("message_start usage = %+v, want the first step's start as the upstream gave it %+v", got, want)
 	}
 	var delta *wire.Usage
 	for _, ev := range evs {
