@@ -30,6 +30,9 @@ type sseWriter struct {
 	mu   sync.Mutex
 	err  error
 	last time.Time // when the last event was written
+	// quiet holds the keep-alive's events until the stream's first event
+	// was written (followSSE's quietStart).
+	quiet bool
 }
 
 // Event writes one event named name whose data is v as JSON, and flushes it
@@ -88,6 +91,7 @@ func (s *sseWriter) writeLocked(name string, data []byte, flush bool) error {
 		}
 	}
 	s.last = time.Now()
+	s.quiet = false
 	return nil
 }
 
@@ -148,7 +152,7 @@ func (s *sseWriter) keepAlive(every time.Duration, name string, v any) (stop fun
 
 // tick is one check of the keep-alive at now: the stream fails once the
 // client closed it, and gets the event name with data once it has been
-// silent for every.
+// silent for every (and, when quiet, has had its first event).
 func (s *sseWriter) tick(now time.Time, every time.Duration, name string, data []byte) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -157,7 +161,7 @@ func (s *sseWriter) tick(now time.Time, every time.Duration, name string, data [
 		return s.err
 	case s.peer != nil && peerClosed(s.peer):
 		return s.fail(errPeerClosed)
-	case now.Sub(s.last) >= every:
+	case !s.quiet && now.Sub(s.last) >= every:
 		return s.writeLocked(name, data, true)
 	}
 	return nil
@@ -178,10 +182,13 @@ func sseHeaders(c *fiber.Ctx) {
 // the stream begins. Then fn runs, once the handler has returned, writing
 // the events after after through w, which sends a ping whenever the stream
 // is silent for a while; ctx ends when the client goes away (a write
-// fails, or it closes the connection). Everything fn needs from the
-// request must be read before followSSE is called: the fiber.Ctx is not
-// valid inside fn.
-func (s *Server) followSSE(c *fiber.Ctx, exists func() error, fn func(ctx context.Context, w *sseWriter, after int64)) error {
+// fails, or it closes the connection). With quietStart, a stream followed
+// from its start sends no ping before its first event: a turn's stream
+// opens with message_start, as Anthropic's streams do, however long the
+// model takes to start (a client that closes its connection meanwhile is
+// still noticed). Everything fn needs from the request must be read
+// before followSSE is called: the fiber.Ctx is not valid inside fn.
+func (s *Server) followSSE(c *fiber.Ctx, quietStart bool, exists func() error, fn func(ctx context.Context, w *sseWriter, after int64)) error {
 	after, err := lastEventID(c)
 	if err != nil {
 		return err
@@ -191,11 +198,15 @@ func (s *Server) followSSE(c *fiber.Ctx, exists func() error, fn func(ctx contex
 	}
 	peer := c.Context().Conn()
 	sseHeaders(c)
+	quiet := quietStart && after == 0
+	// A quiet stream's first bytes may wait for the model: its headers go
+	// at once, so that its client knows it was accepted.
+	c.Response().ImmediateHeaderFlush = quiet
 	c.Context().SetBodyStreamWriter(func(bw *bufio.Writer) {
 		defer s.survive("a stream writer")
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		w := &sseWriter{w: bw, cancel: cancel, last: time.Now(), peer: peer}
+		w := &sseWriter{w: bw, cancel: cancel, last: time.Now(), peer: peer, quiet: quiet}
 		defer w.keepAlive(DefaultPingInterval, wire.EventPing, wire.Event{Type: wire.EventPing})()
 		fn(ctx, w, after)
 	})

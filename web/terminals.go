@@ -70,7 +70,7 @@ func (s *Server) terminalOutput(c *fiber.Ctx) error {
 		_, _, err := ws.TerminalSession(c.UserContext(), p, threadID, sessionID)
 		return err
 	}
-	return s.followSSE(c, exists, func(ctx context.Context, w *sseWriter, after int64) {
+	return s.followSSE(c, false, exists, func(ctx context.Context, w *sseWriter, after int64) {
 		end, err := ws.WatchTerminal(ctx, p, threadID, sessionID, after, func(ch tools.Chunk) error {
 			data, err := json.Marshal(terminalChunk{Data: ch.Data, Cursor: ch.Cursor, Dropped: ch.Dropped})
 			if err != nil {

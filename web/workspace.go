@@ -239,7 +239,8 @@ const TurnIDHeader = "Threadbox-Turn-Id"
 // replayed after Last-Event-ID (or ?after=) and then followed live until
 // the turn ends: a failed turn's stream ends with an error event, a
 // stopped one's with a stopped event. A number beyond the log replays
-// nothing.
+// nothing. Followed from the start, the stream's first event is the
+// turn's message_start: no ping comes before it.
 func (s *Server) turnEvents(c *fiber.Ctx) error {
 	p, threadID, turnID := principal(c), c.Params("id"), c.Params("turn")
 	ws := s.svc.Workspace
@@ -247,7 +248,7 @@ func (s *Server) turnEvents(c *fiber.Ctx) error {
 		_, err := ws.Turn(c.UserContext(), p, threadID, turnID)
 		return err
 	}
-	return s.followSSE(c, exists, func(ctx context.Context, w *sseWriter, after int64) {
+	return s.followSSE(c, true, exists, func(ctx context.Context, w *sseWriter, after int64) {
 		end, err := ws.FollowTurn(ctx, p, threadID, turnID, after, func(ev turnpkg.Event) error {
 			return w.raw(ev.Seq, ev.Type, ev.Data)
 		})
