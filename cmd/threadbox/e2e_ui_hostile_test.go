@@ -14,7 +14,9 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	msgwire "threadbox/app/messages/wire"
 	"threadbox/e2e"
+	"threadbox/infra/llm/fakeupstream"
 )
 
 // TestE2ENarrowSidebar: at 280 px a long project name is cut with an
@@ -129,6 +131,44 @@ func TestE2EErrorsAsSentences(t *testing.T) {
 	// A request that got no answer: fetch's own words mean nothing to a user.
 	if got := e2e.Eval[string](b, "no answer", `import('/ui/api.js').then((m) => m.explain(new TypeError('Failed to fetch')))`); got != "The server could not be reached. Check the connection and try again." {
 		t.Errorf("a request without an answer: %q", got)
+	}
+}
+
+// TestE2ETurnErrorsAsSentences: the reasons a stored turn gives for what
+// went wrong — a call that could not run, a turn that failed — are the
+// server's words, some as Go writes them; the page shows them as it shows
+// any server error, as sentences.
+func TestE2ETurnErrorsAsSentences(t *testing.T) {
+	e2e.NeedChromium(t)
+	fake := fakeupstream.New()
+	t.Cleanup(fake.Close)
+	s := e2eServer(t, map[string]string{"MODEL_PROVIDER": "anthropic", "MODEL_BASE_URL": fake.URL(), "MODEL_NAME": "fake-model"})
+	token := apiLogin(t, s, e2eEmail, e2ePassword)
+	pid := s.do("POST", appAPI+"/project", token, map[string]any{"name": "Errors"}).json(t)["id"]
+	tid := s.do("POST", appAPI+"/thread", token, map[string]any{"project_id": pid, "title": "Refusals"}).json(t)["id"].(string)
+
+	// The editor refuses a path outside the session's mounts with the
+	// contract's message, which ends without a full stop.
+	fake.Push(steps(call(msgwire.SubToolTextEditor, map[string]any{"command": "view", "path": "/etc/passwd"})), textStep("Refused."))
+	r := s.do("POST", appAPI+"/thread/"+tid+"/messages", token, map[string]any{"content": "show /etc/passwd", "pgpt": map[string]any{"tools": []any{"code_execution"}}})
+	if r.status != 200 || !strings.Contains(string(r.body), "does not match any session mount") {
+		t.Fatalf("the refused call's turn: %d %s", r.status, r.body)
+	}
+	// The upstream refuses the next turn in its own words.
+	fake.Push(fakeupstream.Reply{Status: 400, ErrorMessage: "prompt is too long"})
+	if r := s.do("POST", appAPI+"/thread/"+tid+"/messages", token, map[string]any{"content": "again"}); r.status != 400 {
+		t.Fatalf("the failing turn: %d %s", r.status, r.body)
+	}
+
+	b := e2e.Start(t, 1440, 900)
+	uiLogin(b, s.base, e2eEmail, e2ePassword)
+	b.Do("open the thread", chromedp.Navigate(s.base+"/#/thread/"+tid), chromedp.WaitVisible(chromedp.ID("message")))
+	b.WaitTrue("the failed turn", `document.querySelectorAll('.msg.assistant > .turn-error').length > 0`, 10*time.Second)
+	if got := e2e.Eval[string](b, "the call", `document.querySelector('.msg.assistant .turn-error').textContent`); got != "Could not run (invalid_tool_input): Path '/etc/passwd' does not match any session mount." {
+		t.Errorf("the refused call shows %q", got)
+	}
+	if got := e2e.Eval[string](b, "the turn", `[...document.querySelectorAll('.msg.assistant > .turn-error')].pop().textContent`); got != "This turn failed: Prompt is too long." {
+		t.Errorf("the failed turn shows %q", got)
 	}
 }
 

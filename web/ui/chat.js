@@ -2,7 +2,7 @@
 // execution cards, artifacts), uploads, and the thread's files.
 
 import { h, append, replace, humanSize, ask, formatTime } from './dom.js';
-import { api, stream, upload, explain, decodeFileID, ApiError, APP } from './api.js';
+import { api, stream, upload, explain, sentence, decodeFileID, ApiError, APP } from './api.js';
 import { resourceCard, downloadButton, previewInto } from './artifacts.js';
 import { renderMarkdown, withCopy, copyButton, highlightCode } from './markdown.js';
 import { notify } from './notice.js';
@@ -261,7 +261,7 @@ async function loadHistory(view) {
       else if (m.role === 'assistant' && m.status === 'stopped') t.stopped();
       else if (m.role === 'assistant' && !m.complete) {
         t.endCards('interrupted');
-        t.error(m.end_detail ? `This turn failed: ${m.end_detail}` : 'This turn did not finish.');
+        t.error(m.end_detail ? `This turn failed: ${sentence(m.end_detail)}` : 'This turn did not finish.');
       }
       t.done();
     }
@@ -1358,7 +1358,7 @@ function codeCard(block, opts = {}) {
         const why = (c.detail && c.detail.explanation) || (res.detail && res.detail.explanation) || '';
         el.classList.add('failed');
         status.textContent = 'could not run' + time;
-        replace(outputs, h('p', { class: 'turn-error' }, `Could not run (${errCode})${why ? ': ' + why : ''}`));
+        replace(outputs, h('p', { class: 'turn-error' }, `Could not run (${errCode})${why ? ': ' + sentence(why) : '.'}`));
         return;
       }
       if (c.type === 'bash_code_execution_result') {
