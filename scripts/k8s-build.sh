@@ -30,7 +30,12 @@ trap 'rm -rf "$tmp"' EXIT
 ver=v1.37.2
 ld="-s -w -X k8s.io/component-base/version.gitVersion=$ver -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=37"
 echo "k8s-build: building ${progs[*]} $ver as one binary (cold: minutes)" >&2
-(cd "$mod" && CGO_ENABLED=0 go build -trimpath -ldflags "$ld" -o "$tmp/kube" .)
+# Built as threadbox's own packages are (cgo on, paths kept), and
+# scripts/k8s/build/go.mod requires the versions threadbox's go.mod does
+# of every module both use: the packages both import (client-go, the API
+# types, apimachinery, protobuf, ...) are compiled once, by whichever
+# build reaches them first, and the other takes them from Go's build cache.
+(cd "$mod" && go build -ldflags "$ld" -o "$tmp/kube" .)
 mkdir -p "$bin"
 mv "$tmp/kube" "$bin/kube"
 for p in "${progs[@]}"; do ln -sfn kube "$bin/$p"; done

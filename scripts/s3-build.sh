@@ -17,6 +17,9 @@ exec 9>"$bin.lock"
 flock 9
 if [ -x "$bin" ]; then echo "$bin"; exit 0; fi
 echo "s3-build: building the S3 server (once; a few minutes) into $bin" >&2
-(cd scripts/s3server && CGO_ENABLED=0 go build -trimpath -o "$bin.tmp" github.com/versity/versitygw/cmd/versitygw) >&2
+# Built as threadbox's own packages are (cgo on, paths kept), and
+# scripts/s3server/go.mod requires threadbox's versions of the modules both
+# use: the packages both import are compiled once (Go's build cache).
+(cd scripts/s3server && go build -o "$bin.tmp" github.com/versity/versitygw/cmd/versitygw) >&2
 mv "$bin.tmp" "$bin"
 echo "$bin"
