@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"threadbox/infra/dirwalk/dirwalktest"
 )
 
 // memBlobs keeps what is put, by a name of its own.
@@ -162,27 +164,13 @@ func TestMirrorNeverWalksThroughALink(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(root, "workspace", "keep", "notes"), []byte("notes"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	swapped := false
-	walker.BeforeDescend = func(rel string) {
-		if rel != "workspace/dir" {
-			return
-		}
-		p := filepath.Join(root, "workspace", "dir")
-		if err := os.RemoveAll(p); err != nil {
-			t.Error(err)
-		}
-		if err := os.Symlink(outside, p); err != nil {
-			t.Error(err)
-		}
-		swapped = true
-	}
-	t.Cleanup(func() { walker.BeforeDescend = nil })
+	swapped := dirwalktest.SwapAt(t, &walker, "workspace/dir", filepath.Join(root, "workspace", "dir"), outside)
 	blobs := &memBlobs{put: map[string][]byte{}}
 	files := NewFiles(oneRoot(root), func(string, string) (FileBlobs, error) { return blobs, nil })
 	if _, err := files.Mirror(context.Background(), "org", "ctr", dir); err != nil {
 		t.Fatal(err)
 	}
-	if !swapped {
+	if !swapped() {
 		t.Fatal("the walk never reached the folder")
 	}
 	m, err := readManifest(filepath.Join(dir, manifestFile))
@@ -229,25 +217,12 @@ func TestApplyNeverRemovesThroughALink(t *testing.T) {
 	if err := writeManifest(filepath.Join(dir, manifestFile), m); err != nil {
 		t.Fatal(err)
 	}
-	swapped := false
-	walker.BeforeDescend = func(rel string) {
-		if rel != "workspace/dir" {
-			return
-		}
-		if err := os.RemoveAll(sub); err != nil {
-			t.Error(err)
-		}
-		if err := os.Symlink(outside, sub); err != nil {
-			t.Error(err)
-		}
-		swapped = true
-	}
-	t.Cleanup(func() { walker.BeforeDescend = nil })
+	swapped := dirwalktest.SwapAt(t, &walker, "workspace/dir", sub, outside)
 	files := NewFiles(oneRoot(root), func(string, string) (FileBlobs, error) { return &memBlobs{put: map[string][]byte{}}, nil })
 	if _, err := files.Apply(context.Background(), "org", "ctr", dir); err != nil {
 		t.Fatal(err)
 	}
-	if !swapped {
+	if !swapped() {
 		t.Fatal("the walk never reached the folder")
 	}
 	if _, err := os.Stat(hostFile); err != nil {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"threadbox/domain/snapshot"
+	"threadbox/infra/dirwalk/dirwalktest"
 	"threadbox/infra/sparse/sparsetest"
 )
 
@@ -163,25 +164,12 @@ func neverMeasuresThroughALink(t *testing.T, dir, rel string, measure func() (in
 		}
 	})
 	t.Run("swapped before it is opened", func(t *testing.T) {
-		swapped := false
-		treeWalker.BeforeDescend = func(at string) {
-			if at != rel {
-				return
-			}
-			if err := os.RemoveAll(sub); err != nil {
-				t.Error(err)
-			}
-			if err := os.Symlink(outside, sub); err != nil {
-				t.Error(err)
-			}
-			swapped = true
-		}
-		t.Cleanup(func() { treeWalker.BeforeDescend = nil })
+		swapped := dirwalktest.SwapAt(t, &treeWalker, rel, sub, outside)
 		n, err := measure()
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !swapped {
+		if !swapped() {
 			t.Fatal("the walk never reached the folder")
 		}
 		if n != 0 {
