@@ -82,6 +82,24 @@ func (c ctxStore) ReplaceMessages(ctx context.Context, threadID string, ids []st
 	return c.memStore.ReplaceMessages(ctx, threadID, ids)
 }
 
+// twoTurns appends the history u1 a1 u2 a2 (two user messages, each
+// answered) to thread threadID.
+func twoTurns(t *testing.T, ctx context.Context, st *memStore, threadID string) {
+	t.Helper()
+	for _, m := range []struct {
+		id   string
+		role thread.Role
+	}{{"u1", thread.User}, {"a1", thread.Assistant}, {"u2", thread.User}, {"a2", thread.Assistant}} {
+		msg, err := thread.NewMessage(m.id, threadID, m.role, []byte("[]"), true, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.AppendMessage(ctx, msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // TestRewindOutlivesItsClient: a rewind whose client goes away once the
 // files are restored still folds the history after the turn, so the
 // thread's files and history agree.
@@ -92,18 +110,7 @@ func TestRewindOutlivesItsClient(t *testing.T) {
 	p := user.Principal{OrgID: "org_1", UserID: "usr_1", Role: user.Member}
 	svc := New(ctxStore{st}, st, Deps{Containers: oneContainer{}, Snapshots: Snapshots{Records: oneSnapshot{}, Files: restoreFiles{restored: cancel}}})
 	th := projectThread(t, ctx, svc, p)
-	for _, m := range []struct {
-		id   string
-		role thread.Role
-	}{{"u1", thread.User}, {"a1", thread.Assistant}, {"u2", thread.User}, {"a2", thread.Assistant}} {
-		msg, err := thread.NewMessage(m.id, th.ID(), m.role, []byte("[]"), true, time.Now())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := st.AppendMessage(ctx, msg); err != nil {
-			t.Fatal(err)
-		}
-	}
+	twoTurns(t, ctx, st, th.ID())
 	if _, err := svc.RewindThread(ctx, p, th.ID(), "a1"); err != nil {
 		t.Fatalf("rewind: %v", err)
 	}
@@ -222,18 +229,7 @@ func timeTravelRig(t *testing.T, grow int64) (*Service, *memStore, user.Principa
 	svc := New(st, st, Deps{Containers: oneContainer{}, Quota: q,
 		Snapshots: Snapshots{Records: snapshotsOf{}, Files: growingFiles{grow: grow, restores: restores}}})
 	th := projectThread(t, ctx, svc, p)
-	for _, m := range []struct {
-		id   string
-		role thread.Role
-	}{{"u1", thread.User}, {"a1", thread.Assistant}, {"u2", thread.User}, {"a2", thread.Assistant}} {
-		msg, err := thread.NewMessage(m.id, th.ID(), m.role, []byte("[]"), true, time.Now())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := st.AppendMessage(ctx, msg); err != nil {
-			t.Fatal(err)
-		}
-	}
+	twoTurns(t, ctx, st, th.ID())
 	return svc, st, p, th.ID(), q, restores
 }
 
@@ -342,18 +338,7 @@ func TestTimeTravelFinishesWithoutItsClient(t *testing.T) {
 	svc := New(downStore{st, down}, st, Deps{Containers: oneContainer{}, Audit: log,
 		Snapshots: Snapshots{Records: snapshotsOf{}, Files: growingFiles{restores: restores}}})
 	th := projectThread(t, ctx, svc, p)
-	for _, m := range []struct {
-		id   string
-		role thread.Role
-	}{{"u1", thread.User}, {"a1", thread.Assistant}, {"u2", thread.User}, {"a2", thread.Assistant}} {
-		msg, err := thread.NewMessage(m.id, th.ID(), m.role, []byte("[]"), true, time.Now())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := st.AppendMessage(ctx, msg); err != nil {
-			t.Fatal(err)
-		}
-	}
+	twoTurns(t, ctx, st, th.ID())
 	folded := func() string {
 		ms, err := st.Messages(ctx, th.ID())
 		if err != nil {
