@@ -3,6 +3,8 @@ package auth
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 
 	"threadbox/domain/fault"
@@ -105,11 +107,7 @@ func (r *revocations) watch(ctx context.Context, cancel context.CancelFunc, ids 
 func (r *revocations) ids() []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	ids := make([]string, 0, len(r.by))
-	for id := range r.by {
-		ids = append(ids, id)
-	}
-	return ids
+	return slices.Collect(maps.Keys(r.by))
 }
 
 // revoked cancels the contexts bound to token id.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -91,11 +92,7 @@ func (p *Pool[B]) Hold(id string, sl Slot) {
 func (p *Pool[B]) IDs() []string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	ids := make([]string, 0, len(p.slots))
-	for id := range p.slots {
-		ids = append(ids, id)
-	}
-	return ids
+	return slices.Collect(maps.Keys(p.slots))
 }
 
 // Unclaimed returns the names of the held slots whose warm sandbox no
