@@ -89,6 +89,9 @@ type rewoundView struct {
 	SnapshotID string     `json:"snapshot_id"`
 	Replaced   []string   `json:"replaced"`
 	Files      int        `json:"files"`
+	// Note says what of the turn the rewind could not give back: its
+	// running state; absent when the rewind is whole.
+	Note string `json:"note,omitempty"`
 }
 
 // rewindThread is POST /thread/{threadId}/rewind: the thread back to the
@@ -101,7 +104,7 @@ func (s *Server) rewindThread(c *fiber.Ctx, req turnRequest) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(rewoundView{Thread: viewThread(r.Thread), MessageID: r.MessageID, SnapshotID: r.SnapshotID, Replaced: r.Replaced, Files: r.Files})
+	return c.JSON(rewoundView{Thread: viewThread(r.Thread), MessageID: r.MessageID, SnapshotID: r.SnapshotID, Replaced: r.Replaced, Files: r.Files, Note: r.Note})
 }
 
 type messageView struct {

@@ -3,6 +3,7 @@ package workspace
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"threadbox/domain/fault"
 	"threadbox/domain/id"
@@ -310,6 +311,9 @@ type Rewound struct {
 	SnapshotID string   // the snapshot its files came from
 	Replaced   []string // the messages folded as an earlier version
 	Files      int      // the files the container holds now
+	// Note says, in one line, what of the turn the rewind could not give
+	// back: its running state ("" when the rewind is whole).
+	Note string
 }
 
 // RewindThread takes one of the caller's threads back to the turn that
@@ -351,8 +355,13 @@ func (s *Service) RewindThread(ctx context.Context, p user.Principal, threadID, 
 	if err := s.d.Snapshots.Files.RestoreSnapshot(ctx, th.ID(), sn.ID, c.ID()); err != nil {
 		return Rewound{}, fmt.Errorf("workspace: rewind: %w", err)
 	}
+	// The files are the turn's now, so the history is folded to match
+	// them whatever becomes of the running state: one not put back is
+	// logged and told in the answer, as a lost checkpoint is told.
+	note := ""
 	if err := s.restoreState(ctx, th.ID(), sn, c.ID(), "the thread went back to a turn whose running state was not kept"); err != nil {
-		return Rewound{}, fmt.Errorf("workspace: rewind: %w", err)
+		s.log.Warn("rewind: running state not put back; the history is folded to match the restored files", "thread", th.ID(), "snapshot", sn.ID, "cause", err.Error())
+		note = "The files and the history went back to the turn, but its running state was not put back (" + firstLine(err) + "): the sandbox's processes, terminals and variables are not the turn's."
 	}
 	// Outputs found again are announced as new artifacts only if they
 	// change: forget what was captured, as a fresh container would.
@@ -381,7 +390,7 @@ func (s *Service) RewindThread(ctx context.Context, p user.Principal, threadID, 
 	if err != nil {
 		return Rewound{}, err
 	}
-	out := Rewound{Thread: th, MessageID: messageID, SnapshotID: sn.ID, Replaced: folded, Files: sn.Files}
+	out := Rewound{Thread: th, MessageID: messageID, SnapshotID: sn.ID, Replaced: folded, Files: sn.Files, Note: note}
 	if folded == nil {
 		out.Replaced = []string{}
 	}
@@ -418,4 +427,10 @@ func (s *Service) turnSnapshot(ctx context.Context, threadID, messageID string) 
 		return snapshot.Snapshot{}, fault.Errorf(fault.Conflict, "no files snapshot of the turn %s is kept (a turn that did not end, or one past the org's snapshot retention)", messageID)
 	}
 	return sn, err
+}
+
+// firstLine returns the first line of err's message.
+func firstLine(err error) string {
+	msg, _, _ := strings.Cut(err.Error(), "\n")
+	return msg
 }

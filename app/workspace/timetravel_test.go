@@ -2,6 +2,7 @@ package workspace
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -384,5 +385,59 @@ func TestTimeTravelFinishesWithoutItsClient(t *testing.T) {
 	// Both finished: the thread is free again.
 	if _, err := svc.RewindThread(ctx, p, th.ID(), "a1"); err != nil {
 		t.Fatalf("a rewind once both finished: %v", err)
+	}
+}
+
+// stateFiles is growingFiles that names each snapshot's running state
+// folder.
+type stateFiles struct{ growingFiles }
+
+func (stateFiles) StateDir(threadID, snapshotID string) string {
+	return "/state/" + threadID + "/" + snapshotID
+}
+
+// failingState fails to put any running state back, as a sandbox that
+// cannot be stopped does.
+type failingState struct{ RunningState }
+
+func (failingState) RestoreState(context.Context, string, string, string) error {
+	return errors.New("the sandbox did not stop")
+}
+
+// TestRewindFoldsWhenTheStateFails: a rewind whose running state cannot
+// be put back once the turn's files are restored still folds the
+// history after the turn, so files and history agree, and its answer
+// says the running state is not the turn's.
+func TestRewindFoldsWhenTheStateFails(t *testing.T) {
+	ctx := context.Background()
+	st := newMemStore()
+	p := user.Principal{OrgID: "org_1", UserID: "usr_1", Role: user.Member}
+	restores := new(int)
+	svc := New(st, st, Deps{Containers: oneContainer{}, Snapshots: Snapshots{Records: snapshotsOf{},
+		Files: stateFiles{growingFiles{restores: restores}}, State: failingState{}}})
+	th := projectThread(t, ctx, svc, p)
+	twoTurns(t, ctx, st, th.ID())
+	r, err := svc.RewindThread(ctx, p, th.ID(), "a1")
+	if err != nil {
+		t.Fatalf("rewind whose running state failed: %v, want the files and history rewound", err)
+	}
+	if *restores != 1 {
+		t.Fatalf("%d restores, want the rewind's", *restores)
+	}
+	if !strings.Contains(r.Note, "running state was not put back") || !strings.Contains(r.Note, "the sandbox did not stop") {
+		t.Fatalf("note %q, want it to say the running state was not put back and why", r.Note)
+	}
+	ms, err := st.Messages(ctx, th.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var folded []string
+	for _, m := range ms {
+		if m.Replaced() {
+			folded = append(folded, m.ID())
+		}
+	}
+	if got := strings.Join(folded, " "); got != "u2 a2" || strings.Join(r.Replaced, " ") != "u2 a2" {
+		t.Fatalf("folded %q (answered %q) after the files were restored, want %q", got, r.Replaced, "u2 a2")
 	}
 }

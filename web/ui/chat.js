@@ -509,8 +509,9 @@ async function rewindTo(view, messageID) {
   const yes = await ask({ title: 'Rewind the thread?', text: 'The thread\'s files go back to what this answer left, and the messages after it become an earlier version.', ok: 'Rewind' });
   if (!yes) return;
   try {
-    await api('POST', '/thread/' + encodeURIComponent(view.th.id) + '/rewind', { message_id: messageID });
+    const r = await api('POST', '/thread/' + encodeURIComponent(view.th.id) + '/rewind', { message_id: messageID });
     await Promise.all([loadHistory(view), loadFiles(view)]);
+    if (r.note) notify(r.note, 'info');
   } catch (err) { notify(explain(err)); }
 }
 
