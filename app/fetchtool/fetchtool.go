@@ -127,18 +127,21 @@ func (e *Executor) Execute(ctx context.Context, call messages.ToolCall) (*wire.T
 
 // Allowed reports whether the tool's domain filters let host be fetched:
 // a domain covers itself and its subdomains; blocked_domains refuses,
-// allowed_domains (when given) must cover it.
+// allowed_domains (when given) must cover it. host is as
+// egress.NormalizeHost writes it, which is how the Fetcher passes it; a
+// domain of the lists is compared in that form too, so neither case, a
+// trailing dot nor an address's spelling gets a host past them.
 func Allowed(opts wire.WebFetchTool, host string) bool {
-	host = strings.TrimSuffix(strings.ToLower(host), ".")
 	covers := func(list []string) bool {
 		for _, d := range list {
-			d = strings.ToLower(strings.TrimSpace(d))
+			d = strings.TrimSpace(d)
 			if i := strings.Index(d, "://"); i >= 0 {
 				d = d[i+3:]
 			}
 			d, _, _ = strings.Cut(d, "/")
-			d = strings.TrimSuffix(d, ".")
-			if d != "" && (host == d || strings.HasSuffix(host, "."+d)) {
+			d = strings.TrimSuffix(strings.TrimPrefix(d, "["), "]")
+			d, ok := egress.NormalizeHost(d)
+			if ok && (host == d || strings.HasSuffix(host, "."+d)) {
 				return true
 			}
 		}

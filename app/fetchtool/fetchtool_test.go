@@ -26,7 +26,10 @@ func TestAllowed(t *testing.T) {
 		{[]string{"https://example.com/docs"}, nil, "example.com", true},
 		{[]string{"example.com"}, nil, "other.org", false},
 		{nil, []string{"evil.example"}, "evil.example", false},
-		{nil, []string{"evil.example"}, "a.evil.example.", false},
+		{nil, []string{"evil.example"}, "a.evil.example", false},
+		{nil, []string{"Evil.EXAMPLE."}, "a.evil.example", false},
+		{nil, []string{"[::ffff:192.0.2.1]"}, "192.0.2.1", false},
+		{[]string{"::FFFF:192.0.2.1"}, nil, "192.0.2.1", true},
 		{nil, []string{"evil.example"}, "good.example", true},
 	}
 	for _, c := range cases {

@@ -11,6 +11,9 @@ import (
 	"strconv"
 	"sync"
 	"time"
+	"unicode/utf8"
+
+	"golang.org/x/net/idna"
 
 	"threadbox/domain/egress"
 )
@@ -25,7 +28,8 @@ const (
 // through the same decisions as a sandbox's connections (the policy, the
 // operator's ceiling, names resolved here and every address checked) and
 // into the same ledger: every connection, each redirect's included, is
-// one record. allow, when set, must accept each host (a redirect's too).
+// one record. allow, when set, must accept each host (a redirect's too),
+// which it is given as egress.NormalizeHost writes it.
 // At most limit bytes of the body are read. A connection the policy
 // refuses is an error wrapping *egress.Refused. No org secret is added.
 func (p *Proxy) Fetch(ctx context.Context, scope egress.Scope, pol egress.Policy, rawURL string, limit int64, allow func(host string) bool) (*egress.Fetched, error) {
@@ -47,8 +51,8 @@ func (p *Proxy) Fetch(ctx context.Context, scope egress.Scope, pol egress.Policy
 		if req.URL.Scheme != "http" && req.URL.Scheme != "https" {
 			return fmt.Errorf("a redirect to %s://", req.URL.Scheme)
 		}
-		if allow != nil && !allow(req.URL.Hostname()) {
-			return &egress.Refused{Host: req.URL.Hostname(), Reason: "a redirect to " + req.URL.Hostname() + ", which the tool does not allow"}
+		if host, ok := filter(req.URL.Hostname(), allow); !ok {
+			return &egress.Refused{Host: host, Reason: "a redirect to " + host + ", which the tool does not allow"}
 		}
 		return nil
 	}}
@@ -56,8 +60,8 @@ func (p *Proxy) Fetch(ctx context.Context, scope egress.Scope, pol egress.Policy
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, fmt.Errorf("egressproxy: fetch: %q is not an http(s) URL", rawURL)
 	}
-	if allow != nil && !allow(u.Hostname()) {
-		return nil, &egress.Refused{Host: u.Hostname(), Reason: u.Hostname() + " is not allowed by the tool"}
+	if host, ok := filter(u.Hostname(), allow); !ok {
+		return nil, &egress.Refused{Host: host, Reason: host + " is not allowed by the tool"}
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
@@ -79,6 +83,40 @@ func (p *Proxy) Fetch(ctx context.Context, scope egress.Scope, pol egress.Policy
 		f.Body, f.Truncated = body[:limit], true
 	}
 	return f, nil
+}
+
+// filter reports whether allow (when set) accepts a URL's host, which it
+// is given as the connection's record will write it: the name the client
+// dials (an internationalized name in its punycode form, as net/http
+// dials it) through egress.NormalizeHost. A host that does not normalize
+// is refused, so no form of a host reaches the dial unfiltered. host is
+// the normalized host, or the raw one when it does not normalize.
+func filter(raw string, allow func(host string) bool) (host string, ok bool) {
+	if allow == nil {
+		return raw, true
+	}
+	host = raw
+	if !isASCII(host) {
+		a, err := idna.Lookup.ToASCII(host)
+		if err != nil {
+			return raw, false
+		}
+		host = a
+	}
+	host, ok = egress.NormalizeHost(host)
+	if !ok {
+		return raw, false
+	}
+	return host, allow(host)
+}
+
+func isASCII(s string) bool {
+	for i := range len(s) {
+		if s[i] >= utf8.RuneSelf {
+			return false
+		}
+	}
+	return true
 }
 
 // fetchDial makes one connection of a fetch: decided, dialled and

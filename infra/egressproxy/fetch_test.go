@@ -99,3 +99,61 @@ func TestProxyFetch(t *testing.T) {
 	default:
 	}
 }
+
+// TestProxyFetchFilterSeesNormalHost: the caller's filter is given a
+// URL's host, and a redirect's, as the ledger writes it, so a host spelt
+// with capitals, a trailing dot or as an IPv4-mapped address is refused
+// by a filter that names it plainly, and a name in another script in the
+// punycode form it is dialled in.
+func TestProxyFetchFilterSeesNormalHost(t *testing.T) {
+	pki := newTestPKI(t)
+	var port string
+	srv := pki.server(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/away" {
+			http.Redirect(w, r, "https://OTHER.test.:"+port+"/", http.StatusFound)
+			return
+		}
+		io.WriteString(w, "page")
+	}), "pypi.test", "other.test")
+	port = serverPort(t, srv)
+	r := newRig(t, egressproxy.Config{UpstreamRoots: pki.pool}, port)
+	pats, _ := egress.ParsePatterns([]string{"pypi.test", "other.test", "127.0.0.1"})
+	pol := egress.Policy{On: true, Allow: pats}
+	scope := egress.Scope{OrgID: "org_1", UserID: "usr_1", ContainerID: "cnt_1"}
+	ctx := context.Background()
+	var seen []string
+	block := func(blocked string) func(string) bool {
+		return func(host string) bool {
+			seen = append(seen, host)
+			return host != blocked
+		}
+	}
+
+	for _, c := range []struct{ url, blocked string }{
+		{"https://PyPI.TEST.:" + port + "/", "pypi.test"},
+		{"https://[::ffff:127.0.0.1]:" + port + "/", "127.0.0.1"},
+		{"https://Bücher.test:" + port + "/", "xn--bcher-kva.test"}, // as net/http dials it
+	} {
+		seen = nil
+		_, err := r.proxy.Fetch(ctx, scope, pol, c.url, 100, block(c.blocked))
+		var refused *egress.Refused
+		if !errors.As(err, &refused) || refused.Host != c.blocked || len(seen) != 1 || seen[0] != c.blocked {
+			t.Fatalf("%s with %s blocked: %v; the filter saw %q", c.url, c.blocked, err, seen)
+		}
+	}
+
+	seen = nil
+	_, err := r.proxy.Fetch(ctx, scope, pol, "https://pypi.test:"+port+"/away", 100, block("other.test"))
+	var refused *egress.Refused
+	if !errors.As(err, &refused) || refused.Host != "other.test" || len(seen) != 2 || seen[1] != "other.test" {
+		t.Fatalf("a redirect to a blocked host: %v; the filter saw %q", err, seen)
+	}
+	if rec := r.recs.next(t); rec.Host != "pypi.test" || !rec.Allowed {
+		t.Fatalf("first hop %+v", rec)
+	}
+	select {
+	case rec := <-r.recs.ch:
+		t.Fatalf("a host the filter refused was recorded: %+v", rec)
+	default:
+	}
+}
