@@ -31,7 +31,10 @@ const (
 // one record. allow, when set, must accept each host (a redirect's too),
 // which it is given as egress.NormalizeHost writes it.
 // At most limit bytes of the body are read. A connection the policy
-// refuses is an error wrapping *egress.Refused. No org secret is added.
+// refuses is an error wrapping *egress.Refused, and so is a host allow
+// refuses, with no rule and no record: allow is the caller's own limit,
+// not the org's policy, and it refuses before any connection is asked
+// for. No org secret is added.
 func (p *Proxy) Fetch(ctx context.Context, scope egress.Scope, pol egress.Policy, rawURL string, limit int64, allow func(host string) bool) (*egress.Fetched, error) {
 	tr := &http.Transport{
 		DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {

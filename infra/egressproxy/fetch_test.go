@@ -87,7 +87,7 @@ func TestProxyFetch(t *testing.T) {
 	}
 
 	_, err = r.proxy.Fetch(ctx, scope, policy(true, "pypi.test"), "https://pypi.test:"+port+"/", 100, func(string) bool { return false })
-	if !errors.As(err, &refused) {
+	if !errors.As(err, &refused) || refused.Rule != "" {
 		t.Fatalf("the caller's filter: %v", err)
 	}
 	if _, err := r.proxy.Fetch(ctx, scope, policy(true, "pypi.test"), "ftp://pypi.test/", 100, nil); err == nil || errors.As(err, &refused) {
@@ -95,7 +95,7 @@ func TestProxyFetch(t *testing.T) {
 	}
 	select {
 	case rec := <-r.recs.ch:
-		t.Fatalf("a fetch refused before any connection was recorded: %+v", rec)
+		t.Fatalf("a fetch refused before any connection (the caller's filter, an ftp URL) was recorded: %+v", rec)
 	default:
 	}
 }
