@@ -157,7 +157,9 @@ const (
 )
 
 // RuleSuppressed is the rule of the record that stands for a container's
-// refusals not written one by one.
+// refusals not written one by one. It carries the host and port of the
+// last of them, so the ledger's host filter finds it, and their number in
+// its reason.
 const RuleSuppressed = "refusals-suppressed"
 
 // refusalBucket is a container's token bucket of refusal records and the
@@ -242,7 +244,7 @@ func (l *Log) suppressedRecords(all bool) []egress.Record {
 		if b.suppressed > 0 && (all || b.lim.AllowN(now, 1)) {
 			last := b.last
 			out = append(out, egress.Record{ID: id.New("egr"), OrgID: last.OrgID, UserID: last.UserID, ThreadID: last.ThreadID, ContainerID: cid,
-				Rule: RuleSuppressed, At: now.UTC(),
+				Host: last.Host, Port: last.Port, Rule: RuleSuppressed, At: now.UTC(),
 				Reason: fmt.Sprintf("%d more refused connections of this sandbox, over %d a second, not recorded one by one; the last to %s",
 					b.suppressed, RefusalsPerSecond, net.JoinHostPort(last.Host, strconv.Itoa(last.Port)))})
 			b.suppressed, b.last = 0, egress.Record{}

@@ -69,8 +69,17 @@ func (l *ledger) AppendEgress(_ context.Context, recs []egress.Record) error {
 	return nil
 }
 
-func (l *ledger) EgressRecords(context.Context, egress.LedgerFilter) ([]egress.Record, error) {
-	return nil, nil
+// EgressRecords selects the records as the store does: each field of f
+// that is set must equal the record's.
+func (l *ledger) EgressRecords(_ context.Context, f egress.LedgerFilter) ([]egress.Record, error) {
+	var out []egress.Record
+	for _, r := range l.records() {
+		if r.OrgID == f.OrgID && (f.ContainerID == "" || r.ContainerID == f.ContainerID) && (f.Host == "" || r.Host == f.Host) &&
+			(f.Allowed == nil || r.Allowed == *f.Allowed) {
+			out = append(out, r)
+		}
+	}
+	return out, nil
 }
 
 type counter struct{ allowed, refused int }
@@ -196,6 +205,14 @@ func TestLogBoundsEachSandboxsRefusals(t *testing.T) {
 		!strings.HasPrefix(got[0], "10 more refused connections") || !strings.Contains(got[0], "h73.example:443") ||
 		!strings.HasPrefix(got[1], "1 more refused connections") || !strings.Contains(got[1], "held.example:443") {
 		t.Fatalf("%d records of cnt_loud, %d of cnt_quiet, summaries %q", loud, quiet, got)
+	}
+	// A summary is found by the host of the last refusal it stands for,
+	// which has no record of its own.
+	for _, host := range []string{"h73.example", "held.example"} {
+		recs, _ := led.EgressRecords(context.Background(), egress.LedgerFilter{OrgID: "org_1", Host: host})
+		if len(recs) != 1 || recs[0].Rule != RuleSuppressed || recs[0].Port != 443 {
+			t.Fatalf("the ledger's records of %s: %+v", host, recs)
+		}
 	}
 }
 
