@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
 	"threadbox/domain/container"
+	"threadbox/domain/fault"
 	"threadbox/domain/sandbox"
 )
 
@@ -170,7 +170,7 @@ func (s *Service) checkpoint(ctx context.Context, id string, l *live) bool {
 	fail := func(err error) bool {
 		s.log.Warn("sandbox not checkpointed: it stops and its next use boots fresh", "container", id, "backend", b.Name(), "cause", err.Error())
 		_ = s.ckpt.folders.DropCheckpoint(context.WithoutCancel(ctx), id)
-		s.ckpt.note(id, "its checkpoint failed: "+firstLine(err))
+		s.ckpt.note(id, "its checkpoint failed: "+fault.FirstLine(err))
 		return false
 	}
 	dir, err := s.ckpt.folders.EmptyCheckpoint(ctx, id)
@@ -237,7 +237,7 @@ func (s *Service) restore(ctx context.Context, c container.Container, spec sandb
 			level = "was taken with something this server does not have"
 		}
 		s.log.Warn("checkpoint dropped: the sandbox boots fresh", "container", id, "backend", name, "why", level, "cause", why.Error())
-		s.ckpt.note(id, "its checkpoint could not be restored: "+firstLine(why))
+		s.ckpt.note(id, "its checkpoint could not be restored: "+fault.FirstLine(why))
 		return nil, false, nil
 	}
 	s.ckpt.restored(id)
@@ -364,10 +364,4 @@ func (s *Service) restores(ctx context.Context) bool {
 	s.ckpt.canRestore, s.ckpt.canRestoreAt = ok, now
 	s.ckpt.mu.Unlock()
 	return ok
-}
-
-// firstLine returns err's text up to its first line break.
-func firstLine(err error) string {
-	msg, _, _ := strings.Cut(err.Error(), "\n")
-	return msg
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"threadbox/domain/fault"
 	"threadbox/domain/sandbox"
 )
 
@@ -130,7 +131,7 @@ func (s *Service) RestoreState(ctx context.Context, containerID, dir, why string
 		// next tool result says why.
 		s.log.Warn("running state not put back: the sandbox boots fresh", "container", containerID, "cause", err.Error())
 		_ = s.ckpt.folders.DropCheckpoint(context.WithoutCancel(ctx), containerID)
-		s.ckpt.note(containerID, "its saved state could not be put back: "+firstLine(err))
+		s.ckpt.note(containerID, "its saved state could not be put back: "+fault.FirstLine(err))
 		return nil
 	}
 	s.ckpt.clearNote(containerID)

@@ -3,7 +3,6 @@ package workspace
 import (
 	"context"
 	"fmt"
-	"strings"
 
 	"threadbox/domain/fault"
 	"threadbox/domain/id"
@@ -361,7 +360,7 @@ func (s *Service) RewindThread(ctx context.Context, p user.Principal, threadID, 
 	note := ""
 	if err := s.restoreState(ctx, th.ID(), sn, c.ID(), "the thread went back to a turn whose running state was not kept"); err != nil {
 		s.log.Warn("rewind: running state not put back; the history is folded to match the restored files", "thread", th.ID(), "snapshot", sn.ID, "cause", err.Error())
-		note = "The files and the history went back to the turn, but its running state was not put back (" + firstLine(err) + "): the sandbox's processes, terminals and variables are not the turn's."
+		note = "The files and the history went back to the turn, but its running state was not put back (" + fault.FirstLine(err) + "): the sandbox's processes, terminals and variables are not the turn's."
 	}
 	// Outputs found again are announced as new artifacts only if they
 	// change: forget what was captured, as a fresh container would.
@@ -427,10 +426,4 @@ func (s *Service) turnSnapshot(ctx context.Context, threadID, messageID string) 
 		return snapshot.Snapshot{}, fault.Errorf(fault.Conflict, "no files snapshot of the turn %s is kept (a turn that did not end, or one past the org's snapshot retention)", messageID)
 	}
 	return sn, err
-}
-
-// firstLine returns the first line of err's message.
-func firstLine(err error) string {
-	msg, _, _ := strings.Cut(err.Error(), "\n")
-	return msg
 }

@@ -100,6 +100,13 @@ func MessageOf(err error) string {
 	return "internal server error"
 }
 
+// FirstLine returns err's text up to its first line break: a cause told
+// in a one-line note (a command's output, say, may follow it).
+func FirstLine(err error) string {
+	msg, _, _ := strings.Cut(err.Error(), "\n")
+	return msg
+}
+
 // Is reports whether err has kind k.
 func Is(err error, k Kind) bool {
 	var e *Error

@@ -1,6 +1,10 @@
 package fault
 
-import "testing"
+import (
+	"errors"
+	"fmt"
+	"testing"
+)
 
 func TestText(t *testing.T) {
 	tests := []struct {
@@ -23,6 +27,26 @@ func TestText(t *testing.T) {
 			}
 			if err != nil && KindOf(err) != Invalid {
 				t.Fatalf("Text(%q): kind %v, want Invalid", tt.in, KindOf(err))
+			}
+		})
+	}
+}
+
+func TestFirstLine(t *testing.T) {
+	tests := []struct {
+		name string
+		err  error
+		want string
+	}{
+		{"one line", errors.New("the sandbox did not stop"), "the sandbox did not stop"},
+		{"with output after it", errors.New("runsc restore: exit status 1\nW1207 log line\nmore"), "runsc restore: exit status 1"},
+		{"wrapped", fmt.Errorf("workspace: running state: %w", errors.New("stop: timeout\ndetail")), "workspace: running state: stop: timeout"},
+		{"empty first line", errors.New("\nsecond"), ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := FirstLine(tt.err); got != tt.want {
+				t.Fatalf("FirstLine = %q, want %q", got, tt.want)
 			}
 		})
 	}
