@@ -67,6 +67,19 @@ func (m *memAuth) RevokeToken(_ context.Context, id string, at time.Time) error 
 	return nil
 }
 
+func (m *memAuth) RevokeUserTokens(_ context.Context, userID string, at time.Time) ([]user.Token, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var revoked []user.Token
+	for id, t := range m.tokens {
+		if t.OwnerID() == userID && t.RevokedAt() == nil {
+			m.tokens[id] = t.Revoke(at)
+			revoked = append(revoked, m.tokens[id])
+		}
+	}
+	return revoked, nil
+}
+
 func (m *memAuth) TouchToken(context.Context, string, time.Time) error { return nil }
 
 func (m *memAuth) Credentials(ctx context.Context, id string) (user.Token, user.User, org.Org, error) {
@@ -192,45 +205,57 @@ func (e heldEngine) Run(ctx context.Context, _ *wire.Request, _ messages.RunOpti
 
 // TestSandboxTurnsEndWithTheirTurn sends a Messages request from inside a
 // sandbox with its turn's token, streamed and not, as a background process
-// could keep one running: when the turn ends (its token is revoked) the
-// request's turn is stopped with it, not run on to its end.
+// could keep one running: when the turn ends (its token is revoked), or
+// the user is disabled or has their password reset (all their tokens are
+// revoked at once), the request's turn is stopped with it, not run on to
+// its end.
 func TestSandboxTurnsEndWithTheirTurn(t *testing.T) {
+	ends := map[string]func(ctx context.Context, a *auth.Service, tok auth.Issued) error{
+		"turn ended": func(ctx context.Context, a *auth.Service, tok auth.Issued) error {
+			return a.Revoke(ctx, tok.Record.ID())
+		},
+		"user disabled": func(ctx context.Context, a *auth.Service, tok auth.Issued) error {
+			return a.RevokeUserTokens(ctx, tok.Record.OwnerID())
+		},
+	}
 	for _, stream := range []bool{false, true} {
-		t.Run(fmt.Sprintf("stream=%v", stream), func(t *testing.T) {
-			ctx := context.Background()
-			t0 := time.Now().Add(-time.Hour)
-			st := &memAuth{org: org.Restore("org_1", "acme", false, org.Policy{}, t0),
-				users:  map[string]user.User{"usr_1": user.Restore("usr_1", "org_1", "u@acme.test", user.Member, false, "", t0)},
-				tokens: map[string]user.Token{}}
-			a := auth.New(st, nil, jsonCodec{}, auth.Config{})
-			eng := heldEngine{started: make(chan context.Context, 1), release: make(chan struct{})}
-			srv := New(Services{Auth: a, Turns: turns.New(turns.Deps{Engine: eng, Containers: noContainers{}})}, slog.New(slog.DiscardHandler), Options{})
-			srv.app.Handler()
+		for how, end := range ends {
+			t.Run(fmt.Sprintf("stream=%v/%s", stream, how), func(t *testing.T) {
+				ctx := context.Background()
+				t0 := time.Now().Add(-time.Hour)
+				st := &memAuth{org: org.Restore("org_1", "acme", false, org.Policy{}, t0),
+					users:  map[string]user.User{"usr_1": user.Restore("usr_1", "org_1", "u@acme.test", user.Member, false, "", t0)},
+					tokens: map[string]user.Token{}}
+				a := auth.New(st, nil, jsonCodec{}, auth.Config{})
+				eng := heldEngine{started: make(chan context.Context, 1), release: make(chan struct{})}
+				srv := New(Services{Auth: a, Turns: turns.New(turns.Deps{Engine: eng, Containers: noContainers{}})}, slog.New(slog.DiscardHandler), Options{})
+				srv.app.Handler()
 
-			api := user.Principal{UserID: "usr_1", OrgID: "org_1", Role: user.Member, TokenID: "tok_api", Kind: user.APIToken}
-			tok, err := a.CreateSandboxToken(ctx, api, "ctr_1", 30*time.Minute)
-			if err != nil {
-				t.Fatal(err)
-			}
-			client, server := net.Pipe()
-			served := make(chan struct{})
-			go func() { defer close(served); srv.ServeSandboxConn(server, "ctr_1") }()
-			defer func() { client.Close(); <-served }()
-			defer close(eng.release)
-			body := fmt.Sprintf(`{"model":"m","max_tokens":5,"stream":%v,"messages":[{"role":"user","content":"hi"}]}`, stream)
-			go fmt.Fprintf(client, "POST /api/gpt/v1/messages HTTP/1.1\r\nHost: 127.0.0.1:47800\r\nAuthorization: Bearer %s\r\n"+
-				"Content-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", tok.Token, len(body), body)
-			go func() { _, _ = io.Copy(io.Discard, client) }()
-			turnCtx := <-eng.started
-			if err := turnCtx.Err(); err != nil {
-				t.Fatalf("the turn's context ended before its token was revoked: %v", err)
-			}
-			if err := a.Revoke(ctx, tok.Record.ID()); err != nil { // the sandbox's turn ends
-				t.Fatal(err)
-			}
-			if turnCtx.Err() == nil {
-				t.Error("the request's turn runs on after the turn whose token it came with ended")
-			}
-		})
+				api := user.Principal{UserID: "usr_1", OrgID: "org_1", Role: user.Member, TokenID: "tok_api", Kind: user.APIToken}
+				tok, err := a.CreateSandboxToken(ctx, api, "ctr_1", 30*time.Minute)
+				if err != nil {
+					t.Fatal(err)
+				}
+				client, server := net.Pipe()
+				served := make(chan struct{})
+				go func() { defer close(served); srv.ServeSandboxConn(server, "ctr_1") }()
+				defer func() { client.Close(); <-served }()
+				defer close(eng.release)
+				body := fmt.Sprintf(`{"model":"m","max_tokens":5,"stream":%v,"messages":[{"role":"user","content":"hi"}]}`, stream)
+				go fmt.Fprintf(client, "POST /api/gpt/v1/messages HTTP/1.1\r\nHost: 127.0.0.1:47800\r\nAuthorization: Bearer %s\r\n"+
+					"Content-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", tok.Token, len(body), body)
+				go func() { _, _ = io.Copy(io.Discard, client) }()
+				turnCtx := <-eng.started
+				if err := turnCtx.Err(); err != nil {
+					t.Fatalf("the turn's context ended before its token was revoked: %v", err)
+				}
+				if err := end(ctx, a, tok); err != nil {
+					t.Fatal(err)
+				}
+				if turnCtx.Err() == nil {
+					t.Errorf("the request's turn runs on after its token was revoked (%s)", how)
+				}
+			})
+		}
 	}
 }

@@ -22,11 +22,16 @@ type Store interface {
 	user.Repository
 	audit.Repository
 	InTxAdmin(ctx context.Context, fn func(Store) error) error
+}
+
+// Tokens revokes a user's tokens and ends the requests bound to them, on
+// every server (app/auth).
+type Tokens interface {
 	// RevokeUserTokens revokes every live token of a user.
-	RevokeUserTokens(ctx context.Context, userID string, at time.Time) error
+	RevokeUserTokens(ctx context.Context, userID string) error
 	// RevokeUserSessions revokes a user's sessions and sandbox tokens but
 	// the token except.
-	RevokeUserSessions(ctx context.Context, userID, except string, at time.Time) error
+	RevokeUserSessions(ctx context.Context, userID, except string) error
 }
 
 // PasswordHasher hashes new passwords.
@@ -35,6 +40,7 @@ type PasswordHasher func(password string) (string, error)
 // Service is the admin use cases.
 type Service struct {
 	store   Store
+	tokens  Tokens
 	hash    PasswordHasher
 	now     func() time.Time
 	bounds  org.Bounds
@@ -44,11 +50,14 @@ type Service struct {
 	sealer  Sealer
 }
 
-// Deps is what the admin use cases are built from. Store and Hash are
-// required.
+// Deps is what the admin use cases are built from. Store, Tokens and
+// Hash are required.
 type Deps struct {
-	// Store keeps orgs, users, their tokens and the audit log (required).
+	// Store keeps orgs, users and the audit log (required).
 	Store Store
+	// Tokens revokes the tokens of a user whose password is reset or who
+	// is disabled (required).
+	Tokens Tokens
 	// Hash hashes new passwords (required).
 	Hash PasswordHasher
 	// EmailDomains keeps each email domain an org owns for that org: an
@@ -73,10 +82,13 @@ func New(d Deps) *Service {
 	if d.Store == nil {
 		panic("admin: New: Deps.Store is required")
 	}
+	if d.Tokens == nil {
+		panic("admin: New: Deps.Tokens is required")
+	}
 	if d.Hash == nil {
 		panic("admin: New: Deps.Hash is required")
 	}
-	return &Service{store: d.Store, hash: d.Hash, now: time.Now, bounds: d.QuotaBounds, domains: d.EmailDomains, ledger: d.EgressLedger, secrets: d.EgressSecrets, sealer: d.Sealer}
+	return &Service{store: d.Store, tokens: d.Tokens, hash: d.Hash, now: time.Now, bounds: d.QuotaBounds, domains: d.EmailDomains, ledger: d.EgressLedger, secrets: d.EgressSecrets, sealer: d.Sealer}
 }
 
 func requireAdmin(p user.Principal) error {
@@ -331,14 +343,15 @@ func (s *Service) UpdateUser(ctx context.Context, p user.Principal, userID strin
 	// intruder out, and re-enabling it brings no old token back. An admin
 	// changing their own password keeps the session they changed it from
 	// and their API tokens (as GitHub and Google do); their other sessions
-	// end.
+	// end. Requests bound to a revoked sandbox token end with it, on every
+	// server.
 	switch {
 	case ch.Password != nil && u.ID() == p.UserID:
-		if err := s.store.RevokeUserSessions(ctx, u.ID(), p.TokenID, s.now()); err != nil {
+		if err := s.tokens.RevokeUserSessions(ctx, u.ID(), p.TokenID); err != nil {
 			return user.User{}, fmt.Errorf("admin: revoke your other sessions: %w", err)
 		}
 	case ch.Password != nil || (ch.Disabled != nil && *ch.Disabled):
-		if err := s.store.RevokeUserTokens(ctx, u.ID(), s.now()); err != nil {
+		if err := s.tokens.RevokeUserTokens(ctx, u.ID()); err != nil {
 			return user.User{}, fmt.Errorf("admin: revoke the user's tokens: %w", err)
 		}
 	}

@@ -4,6 +4,7 @@ package auth
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"runtime"
@@ -48,6 +49,12 @@ type Store interface {
 	user.TokenRepository
 	// Credentials returns a token record with its user and org at once.
 	Credentials(ctx context.Context, tokenID string) (user.Token, user.User, org.Org, error)
+	// RevokeUserTokens revokes every live token of a user and returns
+	// those it revoked.
+	RevokeUserTokens(ctx context.Context, userID string, at time.Time) ([]user.Token, error)
+	// RevokeUserSessions revokes a user's live sessions and sandbox tokens
+	// but the token except, and returns those it revoked.
+	RevokeUserSessions(ctx context.Context, userID, except string, at time.Time) ([]user.Token, error)
 }
 
 // Config tunes token lifetimes and login throttling; zero values take the
@@ -386,16 +393,59 @@ func (s *Service) Revoke(ctx context.Context, tokenID string) error {
 	return s.revoke(ctx, tokenID)
 }
 
+// RevokeUserTokens revokes every live token of a user (a password reset,
+// a disabled account) and ends the requests bound to them on every server,
+// as Revoke does.
+func (s *Service) RevokeUserTokens(ctx context.Context, userID string) error {
+	now := s.now()
+	toks, err := s.store.RevokeUserTokens(ctx, userID, now)
+	if err != nil {
+		return fmt.Errorf("auth: revoke the user's tokens: %w", err)
+	}
+	return s.announceAll(ctx, toks, now)
+}
+
+// RevokeUserSessions revokes a user's live sessions and sandbox tokens but
+// the token except (a user changing their own password keeps the session
+// they changed it from) and ends the requests bound to them on every
+// server, as Revoke does.
+func (s *Service) RevokeUserSessions(ctx context.Context, userID, except string) error {
+	now := s.now()
+	toks, err := s.store.RevokeUserSessions(ctx, userID, except, now)
+	if err != nil {
+		return fmt.Errorf("auth: revoke the user's sessions: %w", err)
+	}
+	return s.announceAll(ctx, toks, now)
+}
+
 // revoke records the token revoked, ends the requests bound to it here
 // (Bound) and tells the other servers (Notices), which end theirs. Those
 // here end even when the store fails: the caller asked for the token to
 // stop working, and may retry the rest, the notice included.
 func (s *Service) revoke(ctx context.Context, tokenID string) error {
-	err := s.store.RevokeToken(ctx, tokenID, s.now())
-	s.revocations.revoked(tokenID)
-	if err != nil {
+	if err := s.store.RevokeToken(ctx, tokenID, s.now()); err != nil {
+		s.revocations.revoked(tokenID)
 		return fmt.Errorf("auth: revoke token: %w", err)
 	}
+	return s.announce(ctx, tokenID)
+}
+
+// announceAll passes the sandbox tokens of toks, revoked at now, to announce:
+// only those have requests bound to them, and only until they expire.
+func (s *Service) announceAll(ctx context.Context, toks []user.Token, now time.Time) error {
+	var errs []error
+	for _, t := range toks {
+		if t.Kind() == user.SandboxToken && now.Before(t.ExpiresAt()) {
+			errs = append(errs, s.announce(ctx, t.ID()))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// announce ends the requests bound here to a token the store has just
+// recorded revoked and tells the other servers (Notices).
+func (s *Service) announce(ctx context.Context, tokenID string) error {
+	s.revocations.revoked(tokenID)
 	if s.cfg.Notices != nil {
 		if err := s.cfg.Notices.TokenRevoked(ctx, tokenID); err != nil {
 			return fmt.Errorf("auth: announce revoked token: %w", err)

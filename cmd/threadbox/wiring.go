@@ -157,7 +157,7 @@ func wire(ctx context.Context, cfg Config, log *slog.Logger) (*system, error) {
 		sys.Close()
 		return nil, err
 	}
-	sys.admin = admin.New(admin.Deps{Store: st.Accounts(), Hash: sys.auth.HashPassword, EmailDomains: cfg.OrgEmailDomains, QuotaBounds: cfg.QuotaBounds,
+	sys.admin = admin.New(admin.Deps{Store: st.Accounts(), Tokens: sys.auth, Hash: sys.auth.HashPassword, EmailDomains: cfg.OrgEmailDomains, QuotaBounds: cfg.QuotaBounds,
 		EgressLedger: st.Egress(), EgressSecrets: st.Egress(), Sealer: egressIn.box})
 	if sys.blobs, err = newBlobs(ctx, cfg); err != nil {
 		sys.Close()

@@ -7,6 +7,9 @@ import (
 	"strings"
 	"time"
 
+	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
+
 	"threadbox/domain/egress"
 	"threadbox/domain/fault"
 	"threadbox/domain/org"
@@ -223,18 +226,30 @@ func (s Accounts) RevokeToken(ctx context.Context, id string, at time.Time) erro
 }
 
 // RevokeUserTokens revokes every live token of a user (sessions, API and
-// sandbox tokens).
-func (s Accounts) RevokeUserTokens(ctx context.Context, userID string, at time.Time) error {
-	err := s.q(ctx).Model(&tokenRow{}).Where("user_id = ? AND revoked_at IS NULL", userID).Update("revoked_at", at.UTC()).Error
-	return translate(err, "tokens")
+// sandbox tokens) and returns those it revoked.
+func (s Accounts) RevokeUserTokens(ctx context.Context, userID string, at time.Time) ([]user.Token, error) {
+	return revokeTokens(s.q(ctx).Where("user_id = ? AND revoked_at IS NULL", userID), at)
 }
 
 // RevokeUserSessions revokes the live sessions (and sandbox tokens) of a
-// user but the token except; API tokens stay.
-func (s Accounts) RevokeUserSessions(ctx context.Context, userID, except string, at time.Time) error {
-	err := s.q(ctx).Model(&tokenRow{}).Where("user_id = ? AND revoked_at IS NULL AND kind IN ? AND id <> ?", userID,
-		[]string{string(user.SessionToken), string(user.SandboxToken)}, except).Update("revoked_at", at.UTC()).Error
-	return translate(err, "tokens")
+// user but the token except, and returns those it revoked; API tokens stay.
+func (s Accounts) RevokeUserSessions(ctx context.Context, userID, except string, at time.Time) ([]user.Token, error) {
+	return revokeTokens(s.q(ctx).Where("user_id = ? AND revoked_at IS NULL AND kind IN ? AND id <> ?", userID,
+		[]string{string(user.SessionToken), string(user.SandboxToken)}, except), at)
+}
+
+// revokeTokens revokes the tokens q selects in one statement and returns
+// them as revoked (RETURNING, on PostgreSQL and SQLite alike).
+func revokeTokens(q *gorm.DB, at time.Time) ([]user.Token, error) {
+	var rows []tokenRow
+	if err := q.Model(&rows).Clauses(clause.Returning{}).Update("revoked_at", at.UTC()).Error; err != nil {
+		return nil, translate(err, "tokens")
+	}
+	out := make([]user.Token, len(rows))
+	for i, r := range rows {
+		out[i] = r.domain()
+	}
+	return out, nil
 }
 
 // TouchToken records a use of the token.

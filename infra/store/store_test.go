@@ -167,13 +167,48 @@ func suite(t *testing.T, s *store.Store) {
 	if err := s.Accounts().RevokeToken(ctx, "nope", now); !fault.Is(err, fault.NotFound) {
 		t.Fatalf("revoke missing: %v", err)
 	}
-	// Revoking all of a user's tokens ends the live ones and keeps the
-	// time of those already revoked.
-	if err := s.Accounts().RevokeUserTokens(ctx, u.ID(), now.Add(5*time.Minute)); err != nil {
+	// Revoking a user's sessions ends their live sessions and sandbox
+	// tokens but the one kept, and returns those it ended.
+	box, _ := user.NewToken(id("tok"), u.ID(), o.ID(), "turn", user.SandboxToken, now, time.Hour)
+	kept, _ := user.NewToken(id("tok"), u.ID(), o.ID(), "", user.SessionToken, now, time.Hour)
+	api, _ := user.NewToken(id("tok"), u.ID(), o.ID(), "ci", user.APIToken, now, time.Hour)
+	for _, tk := range []user.Token{box, kept, api} {
+		if err := s.Accounts().CreateToken(ctx, tk); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ended, err := s.Accounts().RevokeUserSessions(ctx, u.ID(), kept.ID(), now.Add(4*time.Minute))
+	if err != nil {
 		t.Fatal(err)
 	}
-	if gs, _ := s.Accounts().Token(ctx, sess.ID()); gs.Usable(now) || gs.RevokedAt() == nil || !gs.RevokedAt().Equal(now.Add(5*time.Minute)) {
+	endedIDs := map[string]user.TokenKind{}
+	for _, tk := range ended {
+		endedIDs[tk.ID()] = tk.Kind()
+		if tk.RevokedAt() == nil || !tk.RevokedAt().Equal(now.Add(4*time.Minute)) {
+			t.Fatalf("a token revoked with the user's sessions: %+v", tk)
+		}
+	}
+	if len(endedIDs) != 2 || endedIDs[sess.ID()] != user.SessionToken || endedIDs[box.ID()] != user.SandboxToken {
+		t.Fatalf("revoking the user's sessions ended %v, want the session %s and the sandbox token %s", endedIDs, sess.ID(), box.ID())
+	}
+	// Revoking all of a user's tokens ends the live ones, returns them,
+	// and keeps the time of those already revoked.
+	ended, err = s.Accounts().RevokeUserTokens(ctx, u.ID(), now.Add(5*time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	endedIDs = map[string]user.TokenKind{}
+	for _, tk := range ended {
+		endedIDs[tk.ID()] = tk.Kind()
+	}
+	if len(endedIDs) != 2 || endedIDs[kept.ID()] != user.SessionToken || endedIDs[api.ID()] != user.APIToken {
+		t.Fatalf("revoking all of the user's tokens ended %v, want %s and %s", endedIDs, kept.ID(), api.ID())
+	}
+	if gs, _ := s.Accounts().Token(ctx, kept.ID()); gs.Usable(now) || gs.RevokedAt() == nil || !gs.RevokedAt().Equal(now.Add(5*time.Minute)) {
 		t.Fatalf("session after revoking all: %+v", gs)
+	}
+	if gs, _ := s.Accounts().Token(ctx, sess.ID()); !gs.RevokedAt().Equal(now.Add(4 * time.Minute)) {
+		t.Fatalf("an earlier revocation was rewritten: %+v", gs)
 	}
 	if gt, _ := s.Accounts().Token(ctx, tok.ID()); !gt.RevokedAt().Equal(now.Add(2 * time.Minute)) {
 		t.Fatalf("an earlier revocation was rewritten: %+v", gt)
