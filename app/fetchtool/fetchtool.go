@@ -14,6 +14,7 @@ import (
 	"errors"
 	"log/slog"
 	"mime"
+	"net/netip"
 	"strings"
 	"time"
 	"unicode"
@@ -141,7 +142,7 @@ func Allowed(opts wire.WebFetchTool, host string) bool {
 			d, _, _ = strings.Cut(d, "/")
 			d = strings.TrimSuffix(strings.TrimPrefix(d, "["), "]")
 			d, ok := egress.NormalizeHost(d)
-			if ok && (host == d || strings.HasSuffix(host, "."+d)) {
+			if ok && (host == d || isName(d) && strings.HasSuffix(host, "."+d)) {
 				return true
 			}
 		}
@@ -151,6 +152,20 @@ func Allowed(opts wire.WebFetchTool, host string) bool {
 		return false
 	}
 	return len(opts.AllowedDomains) == 0 || covers(opts.AllowedDomains)
+}
+
+// isName reports whether host is a name rather than an address: only a
+// name covers the names below it (an entry 2.3.4 is no name, and must
+// not cover the address 1.2.3.4).
+func isName(host string) bool {
+	_, err := netip.ParseAddr(host)
+	return err != nil && !isNumeric(host)
+}
+
+// isNumeric reports whether s is digits and dots only: part of an IPv4
+// address, not a name (a name's last label is never all digits).
+func isNumeric(s string) bool {
+	return strings.Trim(s, "0123456789.") == ""
 }
 
 func isText(mt string) bool {

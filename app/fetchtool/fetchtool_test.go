@@ -31,6 +31,9 @@ func TestAllowed(t *testing.T) {
 		{nil, []string{"[::ffff:192.0.2.1]"}, "192.0.2.1", false},
 		{[]string{"::FFFF:192.0.2.1"}, nil, "192.0.2.1", true},
 		{nil, []string{"evil.example"}, "good.example", true},
+		{nil, []string{"2.3.4"}, "1.2.3.4", true},
+		{[]string{"0.2.1"}, nil, "192.0.2.1", false},
+		{[]string{"192.0.2.1"}, nil, "192.0.2.1", true},
 	}
 	for _, c := range cases {
 		if got := Allowed(wire.WebFetchTool{AllowedDomains: c.allowed, BlockedDomains: c.blocked}, c.host); got != c.want {
