@@ -116,10 +116,12 @@ func (s *Service) RestoreState(ctx context.Context, containerID, dir, why string
 	if dir == "" || errors.Is(err, os.ErrNotExist) {
 		return fresh()
 	}
-	if err != nil {
-		return fmt.Errorf("containers: restore state: %w", err)
+	// A state that cannot be read is put back as one that cannot be
+	// linked: the sandbox has stopped, so it boots fresh with the note.
+	var to string
+	if err == nil {
+		to, err = s.ckpt.folders.EmptyCheckpoint(ctx, containerID)
 	}
-	to, err := s.ckpt.folders.EmptyCheckpoint(ctx, containerID)
 	if err == nil {
 		err = linkTree(filepath.Join(dir, stateImage), to)
 	}

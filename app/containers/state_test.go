@@ -70,6 +70,24 @@ func TestRunningState(t *testing.T) {
 		t.Fatalf("note %q", n)
 	}
 
+	// A state whose backend cannot be read stops the sandbox all the
+	// same, and the next use boots fresh with the note, never an error.
+	broken := t.TempDir()
+	if err := os.Mkdir(filepath.Join(broken, stateBackendFile), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	run(t, s, c.ID())
+	if err := s.RestoreState(ctx, c.ID(), broken, "the thread went back"); err != nil {
+		t.Fatalf("a state that cannot be read: %v", err)
+	}
+	if _, _, ok, _ := ck.Checkpoint(ctx, c.ID()); ok || s.Running(c.ID()) {
+		t.Fatalf("an unreadable state: checkpoint %v, running %v; want neither", ok, s.Running(c.ID()))
+	}
+	run(t, s, c.ID())
+	if n := s.TakeNote(c.ID()); !strings.Contains(n, "could not be put back") {
+		t.Fatalf("note after an unreadable state %q", n)
+	}
+
 	// A files-only backend saves nothing.
 	f := newFake("docker")
 	s2, _, _ := checkpointing(t, f)
