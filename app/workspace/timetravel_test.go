@@ -101,6 +101,23 @@ func twoTurns(t *testing.T, ctx context.Context, st *memStore, threadID string) 
 	}
 }
 
+// foldedIDs returns the ids of thread threadID's folded messages, in
+// order, joined by spaces.
+func foldedIDs(t *testing.T, st *memStore, threadID string) string {
+	t.Helper()
+	ms, err := st.Messages(context.Background(), threadID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, m := range ms {
+		if m.Replaced() {
+			ids = append(ids, m.ID())
+		}
+	}
+	return strings.Join(ids, " ")
+}
+
 // TestRewindOutlivesItsClient: a rewind whose client goes away once the
 // files are restored still folds the history after the turn, so the
 // thread's files and history agree.
@@ -115,17 +132,7 @@ func TestRewindOutlivesItsClient(t *testing.T) {
 	if _, err := svc.RewindThread(ctx, p, th.ID(), "a1"); err != nil {
 		t.Fatalf("rewind: %v", err)
 	}
-	ms, err := st.Messages(context.Background(), th.ID())
-	if err != nil {
-		t.Fatal(err)
-	}
-	var folded []string
-	for _, m := range ms {
-		if m.Replaced() {
-			folded = append(folded, m.ID())
-		}
-	}
-	if got := strings.Join(folded, " "); got != "u2 a2" {
+	if got := foldedIDs(t, st, th.ID()); got != "u2 a2" {
 		t.Fatalf("folded %q after the files were restored, want %q", got, "u2 a2")
 	}
 }
@@ -268,14 +275,8 @@ func TestTimeTravelWithinTheStorageQuota(t *testing.T) {
 	if *restores != 0 {
 		t.Fatalf("%d restores ran although refused", *restores)
 	}
-	ms, err := st.Messages(ctx, thID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, m := range ms {
-		if m.Replaced() {
-			t.Fatalf("a refused rewind folded %s", m.ID())
-		}
+	if got := foldedIDs(t, st, thID); got != "" {
+		t.Fatalf("a refused rewind folded %s", got)
 	}
 
 	svc, _, p, thID, q, restores = timeTravelRig(t, -40)
@@ -340,19 +341,7 @@ func TestTimeTravelFinishesWithoutItsClient(t *testing.T) {
 		Snapshots: Snapshots{Records: snapshotsOf{}, Files: growingFiles{restores: restores}}})
 	th := projectThread(t, ctx, svc, p)
 	twoTurns(t, ctx, st, th.ID())
-	folded := func() string {
-		ms, err := st.Messages(ctx, th.ID())
-		if err != nil {
-			t.Fatal(err)
-		}
-		var ids []string
-		for _, m := range ms {
-			if m.Replaced() {
-				ids = append(ids, m.ID())
-			}
-		}
-		return strings.Join(ids, " ")
-	}
+	folded := func() string { return foldedIDs(t, st, th.ID()) }
 
 	down.Store(true)
 	if _, err := svc.RewindThread(ctx, p, th.ID(), "a1"); !fault.Is(err, fault.Unavailable) {
@@ -427,17 +416,7 @@ func TestRewindFoldsWhenTheStateFails(t *testing.T) {
 	if !strings.Contains(r.Note, "running state was not put back") || !strings.Contains(r.Note, "the sandbox did not stop") {
 		t.Fatalf("note %q, want it to say the running state was not put back and why", r.Note)
 	}
-	ms, err := st.Messages(ctx, th.ID())
-	if err != nil {
-		t.Fatal(err)
-	}
-	var folded []string
-	for _, m := range ms {
-		if m.Replaced() {
-			folded = append(folded, m.ID())
-		}
-	}
-	if got := strings.Join(folded, " "); got != "u2 a2" || strings.Join(r.Replaced, " ") != "u2 a2" {
+	if got := foldedIDs(t, st, th.ID()); got != "u2 a2" || strings.Join(r.Replaced, " ") != "u2 a2" {
 		t.Fatalf("folded %q (answered %q) after the files were restored, want %q", got, r.Replaced, "u2 a2")
 	}
 }

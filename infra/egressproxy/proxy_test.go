@@ -117,21 +117,7 @@ func newRig(t *testing.T, cfg egressproxy.Config, srvPort string) *rig {
 	cfg.Resolver = r.res
 	r.proxy = egressproxy.New(r.pol, r.recs, cfg)
 	t.Cleanup(func() { r.proxy.Close() })
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go func() { defer c.Close(); r.proxy.Serve(c, "cnt_1") }()
-		}
-	}()
-	r.addr = l.Addr().String()
+	r.addr = net.JoinHostPort("127.0.0.1", loopbackHost(t, func(c net.Conn) { r.proxy.Serve(c, "cnt_1") }))
 	return r
 }
 
