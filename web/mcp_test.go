@@ -11,13 +11,11 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"threadbox/app/auth"
 	"threadbox/app/mcpserver"
 	"threadbox/app/messages"
 	"threadbox/app/messages/wire"
 	"threadbox/app/turns"
 	"threadbox/domain/fault"
-	"threadbox/domain/org"
 	"threadbox/domain/user"
 )
 
@@ -64,11 +62,7 @@ func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 // the session) stay up, as a panic in a Messages turn fails only the turn.
 func TestMCPToolPanicKeepsServer(t *testing.T) {
 	ctx := context.Background()
-	t0 := time.Now().Add(-time.Hour)
-	st := &memAuth{org: org.Restore("org_1", "acme", false, org.Policy{}, t0),
-		users:  map[string]user.User{"usr_1": user.Restore("usr_1", "org_1", "u@acme.test", user.Member, false, "", t0)},
-		tokens: map[string]user.Token{}}
-	a := auth.New(st, nil, jsonCodec{}, auth.Config{})
+	a := oneMember()
 	tok, err := a.CreateAPITokenFor(ctx, "u@acme.test", "mcp", time.Hour)
 	if err != nil {
 		t.Fatal(err)

@@ -112,6 +112,16 @@ func (jsonCodec) Verify(token string) (auth.Claims, error) {
 	return c, err
 }
 
+// oneMember returns an auth service over a store holding one org, acme,
+// and its member u@acme.test (usr_1).
+func oneMember() *auth.Service {
+	t0 := time.Now().Add(-time.Hour)
+	st := &memAuth{org: org.Restore("org_1", "acme", false, org.Policy{}, t0),
+		users:  map[string]user.User{"usr_1": user.Restore("usr_1", "org_1", "u@acme.test", user.Member, false, "", t0)},
+		tokens: map[string]user.Token{}}
+	return auth.New(st, nil, jsonCodec{}, auth.Config{})
+}
+
 // TestNestedSandboxTokensEndWithTheirTurn: code in a turn's sandbox sends a
 // Messages request with the turn's sandbox token, and the turn that request
 // starts gets a sandbox token of its own. That token lasts no longer than
@@ -121,11 +131,7 @@ func (jsonCodec) Verify(token string) (auth.Claims, error) {
 // the API on after the turn, nor issue itself further tokens.
 func TestNestedSandboxTokensEndWithTheirTurn(t *testing.T) {
 	ctx := context.Background()
-	t0 := time.Now().Add(-time.Hour)
-	st := &memAuth{org: org.Restore("org_1", "acme", false, org.Policy{}, t0),
-		users:  map[string]user.User{"usr_1": user.Restore("usr_1", "org_1", "u@acme.test", user.Member, false, "", t0)},
-		tokens: map[string]user.Token{}}
-	a := auth.New(st, nil, jsonCodec{}, auth.Config{})
+	a := oneMember()
 	srv := New(Services{Auth: a}, slog.New(slog.DiscardHandler), Options{})
 	srv.app.Handler() // builds the routes, as listening does
 
@@ -222,11 +228,7 @@ func TestSandboxTurnsEndWithTheirTurn(t *testing.T) {
 		for how, end := range ends {
 			t.Run(fmt.Sprintf("stream=%v/%s", stream, how), func(t *testing.T) {
 				ctx := context.Background()
-				t0 := time.Now().Add(-time.Hour)
-				st := &memAuth{org: org.Restore("org_1", "acme", false, org.Policy{}, t0),
-					users:  map[string]user.User{"usr_1": user.Restore("usr_1", "org_1", "u@acme.test", user.Member, false, "", t0)},
-					tokens: map[string]user.Token{}}
-				a := auth.New(st, nil, jsonCodec{}, auth.Config{})
+				a := oneMember()
 				eng := heldEngine{started: make(chan context.Context, 1), release: make(chan struct{})}
 				srv := New(Services{Auth: a, Turns: turns.New(turns.Deps{Engine: eng, Containers: noContainers{}})}, slog.New(slog.DiscardHandler), Options{})
 				srv.app.Handler()
