@@ -90,17 +90,9 @@ func (m *Model) mapBody(req messages.StepRequest, stream bool) ([]byte, error) {
 	set("tool_choice", req.ToolChoice)
 	set("metadata", req.Metadata)
 	set("thinking", req.Thinking)
-	if req.Temperature != nil {
-		out["temperature"] = *req.Temperature
-	}
-	if req.TopP != nil {
-		out["top_p"] = *req.TopP
-	}
+	upstream.PutSampling(out, req.Temperature, req.TopP, req.StopSequences, "stop_sequences")
 	if req.TopK != nil {
 		out["top_k"] = *req.TopK
-	}
-	if len(req.StopSequences) > 0 {
-		out["stop_sequences"] = req.StopSequences
 	}
 	if stream {
 		out["stream"] = true

@@ -151,6 +151,7 @@ var cases = []testCase{
 	{name: "tool_history", run: testToolHistory},
 	{name: "max_tokens", needs: []Capability{MaxTokens}, run: testMaxTokens},
 	{name: "stop_sequence", needs: []Capability{StopSequence}, run: testStopSequence},
+	{name: "sampling", needs: []Capability{Upstream}, run: testSampling},
 	{name: "server_tools", run: testServerTools},
 	{name: "tool_choice", run: testToolChoice},
 	{name: "parallel_server_calls", needs: []Capability{ParallelCalls}, run: testParallelServerCalls},
@@ -684,6 +685,44 @@ func testStopSequence(e *env) {
 	}
 	if body := string(e.up.Requests()[0].Body); !strings.Contains(body, `["three"]`) {
 		e.t.Errorf("the stop sequences did not reach the upstream: %s", body)
+	}
+}
+
+// testSampling: the sampling settings a request sets reach the upstream
+// under the names of its API (top_k in Anthropic's alone: OpenAI's has
+// none), and those it leaves unset stay out of the body.
+func testSampling(e *env) {
+	send := func(req messages.StepRequest) map[string]json.RawMessage {
+		e.t.Helper()
+		e.script(reply(textBlock("ok")))
+		n := len(e.up.Requests())
+		if _, err := e.step(context.Background(), e.model, req); err != nil {
+			e.t.Fatal(err)
+		}
+		var body map[string]json.RawMessage
+		if err := json.Unmarshal(e.up.Requests()[n].Body, &body); err != nil {
+			e.t.Fatal(err)
+		}
+		return body
+	}
+	temp, topP, topK := 0.25, 0.5, 7
+	req := stepRequest(nil, userText("Pick a number."))
+	req.Temperature, req.TopP, req.TopK = &temp, &topP, &topK
+	want := map[string]string{"temperature": "0.25", "top_p": "0.5"}
+	if e.row.Format == fakeupstream.Anthropic {
+		want["top_k"] = "7"
+	}
+	body := send(req)
+	for k, v := range want {
+		if got := string(body[k]); got != v {
+			e.t.Errorf("%s in the upstream's body = %q, want %s", k, got, v)
+		}
+	}
+	body = send(stepRequest(nil, userText("Pick a number.")))
+	for _, k := range []string{"temperature", "top_p", "top_k", "stop", "stop_sequences"} {
+		if v, ok := body[k]; ok {
+			e.t.Errorf("%s = %s in the upstream's body of a request that set none", k, v)
+		}
 	}
 }
 

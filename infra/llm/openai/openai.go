@@ -113,15 +113,7 @@ func (m *Model) body(req messages.StepRequest, stream bool) ([]byte, error) {
 			out["tool_choice"] = tc
 		}
 	}
-	if req.Temperature != nil {
-		out["temperature"] = *req.Temperature
-	}
-	if req.TopP != nil {
-		out["top_p"] = *req.TopP
-	}
-	if len(req.StopSequences) > 0 {
-		out["stop"] = req.StopSequences
-	}
+	upstream.PutSampling(out, req.Temperature, req.TopP, req.StopSequences, "stop")
 	if stream {
 		out["stream"] = true
 		out["stream_options"] = map[string]bool{"include_usage": true}

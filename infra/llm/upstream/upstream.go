@@ -212,3 +212,20 @@ func asClient(req *http.Request, err error) error {
 	}
 	return &url.Error{Op: op, URL: req.URL.String(), Err: err}
 }
+
+// PutSampling copies the sampling settings a request set into a vendor's
+// request body: temperature and top_p under their names in both vendors'
+// APIs, the stop sequences under stopKey ("stop_sequences" in Anthropic's,
+// "stop" in OpenAI's). A setting left unset stays out, so the upstream's
+// default applies.
+func PutSampling(out map[string]any, temperature, topP *float64, stop []string, stopKey string) {
+	if temperature != nil {
+		out["temperature"] = *temperature
+	}
+	if topP != nil {
+		out["top_p"] = *topP
+	}
+	if len(stop) > 0 {
+		out[stopKey] = stop
+	}
+}
