@@ -19,6 +19,8 @@ import (
 	"github.com/chromedp/cdproto/browser"
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
+
+	"threadbox/infra/sandbox/sandboxtest"
 )
 
 // DefaultChromium is the browser the tests drive unless THREADBOX_CHROMIUM
@@ -76,8 +78,9 @@ func Start(t testing.TB, width, height int) *Browser {
 	if err != nil {
 		t.Fatalf("e2e: scratch folder: %v", err)
 	}
-	// Registered before the browser's cleanup, so it runs after it.
-	t.Cleanup(func() { _ = os.RemoveAll(scratch) })
+	// Registered before the browser's cleanup, so it runs after it. Both
+	// run when a run of sandboxtest.Main reaches its timeout, too.
+	sandboxtest.Cleanup(t, func() { _ = os.RemoveAll(scratch) })
 	opts := []chromedp.ExecAllocatorOption{
 		chromedp.ExecPath(exe),
 		chromedp.Headless,
@@ -100,7 +103,7 @@ func Start(t testing.TB, width, height int) *Browser {
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancelTab := chromedp.NewContext(actx)
 	b := &Browser{t: t, ctx: ctx, downloads: t.TempDir(), profile: profile, scratch: scratch}
-	t.Cleanup(func() {
+	sandboxtest.Cleanup(t, func() {
 		cancelTab()
 		cancelAlloc()
 	})

@@ -3,7 +3,6 @@ package agent_test
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -14,43 +13,13 @@ import (
 	"time"
 
 	"threadbox/infra/sandbox/agent"
+	"threadbox/infra/sandbox/sandboxtest"
 )
 
-// agentBin is the threadbox-agent binary the tests run: $THREADBOX_AGENT_BIN
-// when it names a file, else one built by TestMain.
-var agentBin string
-
-func TestMain(m *testing.M) {
-	os.Exit(runMain(m))
-}
-
-func runMain(m *testing.M) int {
-	if bin := os.Getenv("THREADBOX_AGENT_BIN"); bin != "" {
-		if _, err := os.Stat(bin); err == nil {
-			agentBin = bin
-			return m.Run()
-		}
-	}
-	dir, err := os.MkdirTemp("", "threadbox-agent-test-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	if err := os.Chmod(dir, 0o755); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	agentBin = filepath.Join(dir, "threadbox-agent")
-	build := exec.Command("go", "build", "-o", agentBin, "threadbox/cmd/threadbox-agent")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "build agent:", err)
-		return 1
-	}
-	return m.Run()
-}
+// TestMain runs the tests under sandboxtest.Main: the agents they start
+// are ended by their cleanups even when the run reaches its timeout, and
+// the agent binary sandboxtest.AgentBin built is removed at the end.
+func TestMain(m *testing.M) { sandboxtest.Main(m) }
 
 // sandboxDirs are the folders one test agent uses in place of the sandbox's.
 type sandboxDirs struct {
@@ -106,7 +75,7 @@ func startAgentWrapped(t testing.TB, wrapper []string, extraEnv []string, opts .
 		outputs:   filepath.Join(root, "outputs"),
 		tmp:       filepath.Join(root, "tmp"),
 	}
-	argv := append(slices.Clone(wrapper), agentBin)
+	argv := append(slices.Clone(wrapper), sandboxtest.AgentBin(t))
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = append(os.Environ(),
 		"THREADBOX_AGENT_WORKSPACE="+d.workspace,
@@ -135,7 +104,7 @@ func startAgentWrapped(t testing.TB, wrapper []string, extraEnv []string, opts .
 	})
 	c := agent.NewClient(rw, opts...)
 	ta := &testAgent{client: c, cmd: cmd, dirs: d, stderr: stderr}
-	t.Cleanup(func() {
+	sandboxtest.Cleanup(t, func() {
 		_ = c.Close()
 		reapAgent(t, cmd, stderr)
 	})
