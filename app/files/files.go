@@ -570,13 +570,17 @@ func (s *Service) fileOf(scopeID string, m file.Mount, info file.Info, head []by
 }
 
 // etag is a hash of what changes when a file is rewritten (inode, size,
-// modification time), so it costs no read of the content. It is not the
-// content's MD5.
+// modification and status change times), so it costs no read of the
+// content. It is not the content's MD5. The status change time is what
+// code in the sandbox cannot set back: a file rewritten in place at the
+// same size, its modification time then restored, still gets a new ETag,
+// and no cache keyed by it (a signed download's) serves the old content.
 func etag(info file.Info) string {
-	var b [24]byte
+	var b [32]byte
 	binary.LittleEndian.PutUint64(b[0:], info.Inode)
 	binary.LittleEndian.PutUint64(b[8:], uint64(info.Size))
 	binary.LittleEndian.PutUint64(b[16:], uint64(info.Modified.UnixNano()))
+	binary.LittleEndian.PutUint64(b[24:], uint64(info.Changed.UnixNano()))
 	sum := md5.Sum(b[:])
 	return hex.EncodeToString(sum[:])
 }

@@ -22,14 +22,17 @@ import (
 	"threadbox/domain/user"
 )
 
-// stamp is what changes when an output file is rewritten.
+// stamp is what changes when an output file is rewritten: the status
+// change time too, which code cannot set back as it can the modification
+// time.
 type stamp struct {
-	size  int64
-	mod   time.Time
-	inode uint64
+	size    int64
+	mod     time.Time
+	changed time.Time
+	inode   uint64
 }
 
-func stampOf(i file.Info) stamp { return stamp{i.Size, i.Modified, i.Inode} }
+func stampOf(i file.Info) stamp { return stamp{i.Size, i.Modified, i.Changed, i.Inode} }
 
 // ArtifactURL returns the download URL of an artifact's content.
 func ArtifactURL(artifactID string) string {

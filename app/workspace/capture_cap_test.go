@@ -2,6 +2,8 @@ package workspace
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"strings"
@@ -83,4 +85,54 @@ func TestArtifactsPerToolCallAreCapped(t *testing.T) {
 			t.Fatalf("%d artifacts (%v), want %d", len(arts), err, want.total)
 		}
 	}
+}
+
+// rewrittenOutput is a container whose one output is rewritten in place
+// between turns: same size, modification time and inode, as code that
+// sets the time back leaves it; only its status change time moves.
+type rewrittenOutput struct {
+	readOnly
+	content *string
+	changed *time.Time
+}
+
+func (r rewrittenOutput) Walk(context.Context, string, string) ([]file.Info, error) {
+	return []file.Info{{Rel: "chart.txt", Size: int64(len(*r.content)), Modified: time.Unix(1, 0), Changed: *r.changed, Inode: 7}}, nil
+}
+
+func (r rewrittenOutput) Open(context.Context, string, string) (io.ReadSeekCloser, file.Info, error) {
+	return nopCloser{strings.NewReader(*r.content)}, file.Info{Rel: "chart.txt", Size: int64(len(*r.content))}, nil
+}
+
+// TestCaptureSeesRewriteInPlace: an output rewritten with its modification
+// time set back is saved again, not taken for the one saved before.
+func TestCaptureSeesRewriteInPlace(t *testing.T) {
+	ctx := context.Background()
+	svc, _, p, th := setup(t, scriptEngine{})
+	content, changed := "first", time.Unix(100, 0)
+	svc.d.Container = rewrittenOutput{content: &content, changed: &changed}
+	turn := func() {
+		t.Helper()
+		tr, err := svc.StartTurn(ctx, p, th.ID(), TurnRequest{Content: []wire.ContentBlock{{Type: "text", Text: "go"}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tr.Run(ctx, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	turn()
+	content, changed = "other", time.Unix(200, 0)
+	turn()
+	arts, _, err := svc.Artifacts(ctx, p, th.ProjectID(), artifact.Page{Limit: artifact.MaxPage})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := sha256.Sum256([]byte("other"))
+	for _, a := range arts {
+		if a.SHA256 == hex.EncodeToString(want[:]) {
+			return
+		}
+	}
+	t.Errorf("no artifact holds the rewritten content: %d artifacts, none of sha256 %x", len(arts), want)
 }

@@ -36,7 +36,12 @@ type Info struct {
 	Dir      bool
 	Created  time.Time // birth time where the filesystem keeps it, else Modified
 	Modified time.Time
-	Inode    uint64
+	// Changed is the inode's status change time (ctime): every write,
+	// truncation or touch moves it to now, and no call a sandbox can make
+	// sets it back, as `touch -d` sets Modified. Zero where the lister does
+	// not report it.
+	Changed time.Time
+	Inode   uint64
 }
 
 // Data returns the bytes of a regular file's data: Size less its Holes.

@@ -386,6 +386,52 @@ func idsOf(p files.Page) []string {
 	return out
 }
 
+// TestETagSeesRewriteInPlace checks that a file rewritten in place, at
+// the same size and with its modification time set back (as code in a
+// sandbox can do), gets a new ETag: caches keyed by it must not serve the
+// old content.
+func TestETagSeesRewriteInPlace(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	e.upload(t, "data.csv", "a,b\n") // makes the container's folders
+	ws := filepath.Join(e.base, "c-s1", "workspace", "chart.png")
+	if err := os.WriteFile(ws, []byte("\x89PNG\r\n\x1a\nfirst"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	id := file.EncodeID("/home/agent/workspace/chart.png")
+	before, err := e.svc.Metadata(ctx, alice, "s1", id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := os.Stat(ws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(ws, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt([]byte("other"), 8); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(ws, st.ModTime(), st.ModTime()); err != nil {
+		t.Fatal(err)
+	}
+	after, err := e.svc.Metadata(ctx, alice, "s1", id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.SizeBytes != before.SizeBytes {
+		t.Fatalf("size %d, was %d: the rewrite was not in place", after.SizeBytes, before.SizeBytes)
+	}
+	if after.ETag == before.ETag {
+		t.Errorf("ETag %s unchanged after the file was rewritten with its modification time set back", after.ETag)
+	}
+}
+
 func TestMetadata(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()

@@ -279,6 +279,7 @@ func infoOf(rel string, st *unix.Statx_t) file.Info {
 		Dir:      st.Mode&unix.S_IFMT == unix.S_IFDIR,
 		Created:  created,
 		Modified: mod,
+		Changed:  ts(st.Ctime),
 		Inode:    st.Ino,
 	}
 }
