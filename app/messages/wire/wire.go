@@ -996,32 +996,27 @@ type BlockDelta struct {
 	Citation    json.RawMessage `json:"citation,omitempty"`
 }
 
-// MarshalJSON always writes the field that carries the delta's payload.
+// MarshalJSON always writes the field that carries the delta's payload,
+// even when it is empty, after the type; a delta of another type is written
+// with the fields it has.
 func (d BlockDelta) MarshalJSON() ([]byte, error) {
+	var key, val string
 	switch d.Type {
 	case DeltaText:
-		return json.Marshal(struct {
-			Type string `json:"type"`
-			Text string `json:"text"`
-		}{d.Type, d.Text})
+		key, val = "text", d.Text
 	case DeltaInputJSON:
-		return json.Marshal(struct {
-			Type        string `json:"type"`
-			PartialJSON string `json:"partial_json"`
-		}{d.Type, d.PartialJSON})
+		key, val = "partial_json", d.PartialJSON
 	case DeltaThinking:
-		return json.Marshal(struct {
-			Type     string `json:"type"`
-			Thinking string `json:"thinking"`
-		}{d.Type, d.Thinking})
+		key, val = "thinking", d.Thinking
 	case DeltaSignature:
-		return json.Marshal(struct {
-			Type      string `json:"type"`
-			Signature string `json:"signature"`
-		}{d.Type, d.Signature})
+		key, val = "signature", d.Signature
+	default:
+		type plain BlockDelta
+		return json.Marshal(plain(d))
 	}
-	type plain BlockDelta
-	return json.Marshal(plain(d))
+	b := appendString(append(make([]byte, 0, len(d.Type)+len(key)+len(val)+24), `{"type":`...), d.Type)
+	b = appendString(append(append(append(b, `,"`...), key...), `":`...), val)
+	return append(b, '}'), nil
 }
 
 // MessageDelta is the delta of a message_delta event.

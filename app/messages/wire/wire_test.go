@@ -226,3 +226,29 @@ func TestRequestFieldNamesAreCaseSensitive(t *testing.T) {
 		t.Fatalf("unknown fields: %v %v", err, r.Extra)
 	}
 }
+
+// TestBlockDeltaMarshal checks each delta's encoding: its type, then the
+// field of its payload, present even when empty, escaped as encoding/json
+// escapes a string (HTML characters, line separators, invalid UTF-8); a
+// delta of another type keeps the fields it has.
+func TestBlockDeltaMarshal(t *testing.T) {
+	for _, tt := range []struct {
+		d    BlockDelta
+		want string
+	}{
+		{BlockDelta{Type: DeltaText, Text: "hi"}, `{"type":"text_delta","text":"hi"}`},
+		{BlockDelta{Type: DeltaText}, `{"type":"text_delta","text":""}`},
+		{BlockDelta{Type: DeltaText, Text: "<a&b>\u2028\"\\\xff"}, `{"type":"text_delta","text":"\u003ca\u0026b\u003e\u2028\"\\\ufffd"}`},
+		{BlockDelta{Type: DeltaInputJSON, PartialJSON: `{"a":`}, `{"type":"input_json_delta","partial_json":"{\"a\":"}`},
+		{BlockDelta{Type: DeltaInputJSON}, `{"type":"input_json_delta","partial_json":""}`},
+		{BlockDelta{Type: DeltaThinking, Thinking: "hmm"}, `{"type":"thinking_delta","thinking":"hmm"}`},
+		{BlockDelta{Type: DeltaSignature}, `{"type":"signature_delta","signature":""}`},
+		{BlockDelta{Type: "citations_delta", Citation: json.RawMessage(`{"type":"char_location"}`)}, `{"type":"citations_delta","citation":{"type":"char_location"}}`},
+		{BlockDelta{Type: "other_delta", Text: "x"}, `{"type":"other_delta","text":"x"}`},
+	} {
+		got, err := json.Marshal(tt.d)
+		if err != nil || string(got) != tt.want {
+			t.Errorf("Marshal(%+v) = %s, %v; want %s", tt.d, got, err, tt.want)
+		}
+	}
+}
