@@ -2,7 +2,8 @@ package main
 
 // The checkpoints section: the gvisor backend (runsc driven directly) saves
 // an idle sandbox whose Python process holds 50 MiB and restores it, beside
-// a cold boot of the same sandbox in the same run. Each round boots the
+// a cold boot of the same sandbox and `docker start` of a stopped runsc
+// container of the sandbox image in the same run. Each round boots the
 // sandbox cold up to its first command's result, starts the Python holder,
 // checkpoints the idle sandbox (the sandbox ends with it), measures the
 // image on disk and the cost of archiving it for the blob store (zstd, as
@@ -14,11 +15,13 @@ package main
 // container, up to its first command's result.
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -44,8 +47,9 @@ const (
 // restore more time).
 const modelTurn = 500 * time.Millisecond
 
-// benchCheckpoints prints the checkpoints table: n rounds.
-func benchCheckpoints(ctx context.Context, agentBin string, n int, out io.Writer) error {
+// benchCheckpoints prints the checkpoints table: n rounds. image is the
+// sandbox image of the `docker start` baseline.
+func benchCheckpoints(ctx context.Context, agentBin, image string, n int, out io.Writer) error {
 	rootfs := defaultRootFS()
 	if rootfs == "" {
 		fmt.Fprintln(out, "checkpoints: skipped: no sandbox root filesystem (sandbox/build-offline.sh --rootfs-only)")
@@ -267,6 +271,8 @@ func benchCheckpoints(ctx context.Context, agentBin string, n int, out io.Writer
 			return err
 		}
 	}
+	fmt.Fprintf(os.Stderr, "bench: docker start of a stopped runsc container (%d rounds)\n", n)
+	starts, startErr := dockerStarts(ctx, image, n)
 	w50, w99 := percentiles(claims)
 	c50, c99 := percentiles(cold)
 	k50, k99 := percentiles(ckpt)
@@ -275,6 +281,13 @@ func benchCheckpoints(ctx context.Context, agentBin string, n int, out io.Writer
 	fmt.Fprintf(out, "\ngVisor checkpoints (runsc directly: %s; an idle sandbox whose Python holds 50 MiB), %d rounds, %s\n", be.Checkpoints(ctx).Mechanism, n, time.Now().UTC().Format(time.RFC3339))
 	fmt.Fprintf(out, "%-58s %12s %12s %s\n", "row", "p50", "p99", "target / ratio")
 	fmt.Fprintf(out, "%-58s %12s %12s %s\n", "cold boot to first result (baseline)", ms(c50), ms(c99), "")
+	if startErr != nil {
+		fmt.Fprintf(out, "%-58s %12s\n", "docker start to first result (baseline)", "skipped: "+startErr.Error())
+	} else {
+		d50, d99 := percentiles(starts)
+		fmt.Fprintf(out, "%-58s %12s %12s %s\n", "docker start to first result (baseline)", ms(d50), ms(d99),
+			fmt.Sprintf("files only, no process state; the restore is %.2fx it", float64(r50)/float64(d50)))
+	}
 	fmt.Fprintf(out, "%-58s %12s %12s %s\n", "checkpoint of the idle sandbox", ms(k50), ms(k99), "")
 	l50, l99 := percentiles(leftRunning)
 	fmt.Fprintf(out, "%-58s %12s %12s %s\n", "checkpoint left running, to the next command's result", ms(l50), ms(l99), "a turn's running-state snapshot")
@@ -319,6 +332,41 @@ func benchCheckpoints(ctx context.Context, agentBin string, n int, out io.Writer
 	fmt.Fprintf(out, "%-58s %12s %12s %s\n", fmt.Sprintf("restore started with the request, model %s: tool call's wait", ms(modelTurn)), ms(e50), ms(e99),
 		fmt.Sprintf("p50 <= %s: %s", ms(targetRestoreP50), verdict))
 	return nil
+}
+
+// dockerStarts times n starts of a stopped container of image under runsc
+// up to a command's result (`docker start`, then `docker exec … true`): how
+// a sandbox product built on Docker resumes a stopped sandbox, its files
+// kept and its processes lost. The container is stopped, untimed, between
+// rounds, and removed at the end.
+func dockerStarts(ctx context.Context, image string, n int) ([]time.Duration, error) {
+	docker := func(args ...string) (string, error) {
+		b, err := exec.CommandContext(ctx, "docker", args...).CombinedOutput()
+		if err != nil {
+			return "", fmt.Errorf("docker %s: %w: %s", args[0], err, bytes.TrimSpace(b))
+		}
+		return strings.TrimSpace(string(b)), nil
+	}
+	id, err := docker("create", "--network", "none", "--runtime", "runsc", "--entrypoint", "sleep", image, "infinity")
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _, _ = exec.Command("docker", "rm", "-f", id).CombinedOutput() }()
+	var out []time.Duration
+	for range n {
+		start := time.Now()
+		if _, err := docker("start", id); err != nil {
+			return nil, err
+		}
+		if _, err := docker("exec", id, "true"); err != nil {
+			return nil, err
+		}
+		out = append(out, time.Since(start))
+		if _, err := docker("stop", "-t", "0", id); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }
 
 // packed collects the cost of archiving checkpoint images with one codec.

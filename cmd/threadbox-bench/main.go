@@ -175,7 +175,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		return err
 	}
 	if want("checkpoints") {
-		if err := benchCheckpoints(ctx, agentBin, o.ckptN, out); err != nil {
+		if err := benchCheckpoints(ctx, agentBin, o.image, o.ckptN, out); err != nil {
 			return fmt.Errorf("checkpoints: %w", err)
 		}
 	}
