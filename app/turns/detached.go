@@ -625,12 +625,13 @@ func (s *Service) Running(ctx context.Context, threadID string, held Held) (turn
 }
 
 // PruneTurns deletes the logs of turns that ended more than
-// Deps.LogRetention ago; the chat's messages stay.
-func (s *Service) PruneTurns(ctx context.Context) (int64, error) {
+// Deps.LogRetention ago, and reports how many; the chat's messages stay.
+func (s *Service) PruneTurns(ctx context.Context) (int, error) {
 	if s.d.Records == nil {
 		return 0, nil
 	}
-	return s.d.Records.PruneTurns(ctx, s.now().Add(-s.d.LogRetention))
+	n, err := s.d.Records.PruneTurns(ctx, s.now().Add(-s.d.LogRetention))
+	return int(n), err
 }
 
 // StopDetached waits, until ctx ends, for the turns running in this

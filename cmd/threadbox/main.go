@@ -511,25 +511,20 @@ func collectBlobs(ctx context.Context, sys *system, every time.Duration, log *sl
 		} else if err != nil && ctx.Err() == nil {
 			log.Error("artifact blob collection: collector lease", "cause", err.Error())
 		}
-		if n, err := sys.files.SweepExpired(ctx); err != nil && ctx.Err() == nil {
-			log.Error("expired files not deleted", "cause", err.Error())
-		} else if n > 0 {
-			log.Info("expired files deleted", "files", n)
-		}
-		if n, err := sys.workspace.SweepSnapshots(ctx); err != nil && ctx.Err() == nil {
-			log.Error("orphan snapshots not removed", "cause", err.Error())
-		} else if n > 0 {
-			log.Info("orphan snapshots removed", "threads", n)
-		}
-		if n, err := sys.workspace.SweepUnfinishedForks(ctx); err != nil && ctx.Err() == nil {
-			log.Error("unfinished forks not removed", "cause", err.Error())
-		} else if n > 0 {
-			log.Info("unfinished forks removed", "threads", n)
-		}
-		if n, err := sys.turns.PruneTurns(ctx); err != nil && ctx.Err() == nil {
-			log.Error("turn logs not pruned", "cause", err.Error())
-		} else if n > 0 {
-			log.Info("turn logs pruned", "turns", n)
+		for _, sw := range []struct {
+			run              func(context.Context) (int, error)
+			failed, done, of string
+		}{
+			{sys.files.SweepExpired, "expired files not deleted", "expired files deleted", "files"},
+			{sys.workspace.SweepSnapshots, "orphan snapshots not removed", "orphan snapshots removed", "threads"},
+			{sys.workspace.SweepUnfinishedForks, "unfinished forks not removed", "unfinished forks removed", "threads"},
+			{sys.turns.PruneTurns, "turn logs not pruned", "turn logs pruned", "turns"},
+		} {
+			if n, err := sw.run(ctx); err != nil && ctx.Err() == nil {
+				log.Error(sw.failed, "cause", err.Error())
+			} else if n > 0 {
+				log.Info(sw.done, sw.of, n)
+			}
 		}
 	})
 }
