@@ -333,6 +333,61 @@ func TestE2ELivePreview(t *testing.T) {
 	}
 }
 
+// leavingPage is an HTML file whose script, asked by the page, navigates
+// its own frame: by setting location to a relative address (as a report's
+// link to a page beside it does) or by clicking a link to another origin.
+const leavingPage = `<!doctype html><html><body><p>A report</p><script>
+addEventListener('message', (e) => {
+  if (e.data === 'location') location.href = 'page2.html';
+  if (e.data === 'link') { const a = document.createElement('a'); a.href = 'https://example.com/'; document.body.append(a); a.click(); }
+});
+parent.postMessage('shown', '*');
+</script></body></html>`
+
+// TestE2ELivePreviewStays: a live preview whose script navigates its
+// frame does not leave the frame showing another document: the file is
+// put back in a fresh frame; when it leaves again, a note with a button
+// that shows it once more takes the frame's place, and the file shown
+// by the button is put back as before.
+func TestE2ELivePreviewStays(t *testing.T) {
+	e2e.NeedChromium(t)
+	s := e2eServer(t, nil)
+	token := apiLogin(t, s, e2eEmail, e2ePassword)
+	pid := s.do("POST", appAPI+"/project", token, map[string]any{"name": "Previews"}).json(t)["id"]
+	tid := s.do("POST", appAPI+"/thread", token, map[string]any{"project_id": pid, "title": "Leaving"}).json(t)["id"].(string)
+	if r := s.do("PUT", appAPI+"/thread/"+tid+"/put-file/report.html", token, []byte(leavingPage), "Content-Type", "application/octet-stream"); r.status != 200 {
+		t.Fatalf("put: %d %s", r.status, r.body)
+	}
+	b := e2e.Start(t, 1440, 1000)
+	uiLogin(b, s.base, e2eEmail, e2ePassword)
+	b.Do("open the thread", chromedp.Navigate(s.base+"/#/thread/"+tid), chromedp.WaitVisible(chromedp.ID("message")))
+	item := `.file-list li[data-path="/mnt/user-data/uploads/report.html"]`
+	frame := `document.querySelector('` + item + ` .file-preview iframe.live-preview')`
+	shown := `window.frameSaid.filter((s) => s === 'null shown').length`
+	b.Do("listen to the frames", chromedp.Evaluate[chromedp.Void](`window.frameSaid = []; addEventListener('message', (e) => window.frameSaid.push(e.origin + ' ' + e.data))`))
+	b.Do("preview the report", chromedp.Click(chromedp.CSS(item+" button.preview-toggle")))
+	b.WaitTrue("the report shown", shown+` === 1`, 15*time.Second)
+
+	b.Do("the report sets location", chromedp.Evaluate[chromedp.Void](frame+`.contentWindow.postMessage('location', '*')`))
+	b.WaitTrue("the report shown again", shown+` === 2`, 15*time.Second)
+	if got := e2e.Eval[string](b, "the frame", `[...document.querySelectorAll('`+item+` .file-preview iframe')].map((f) => f.className + ' ' + new URL(f.src).searchParams.get('disposition')).join(',')`); got != "live-preview preview" {
+		t.Errorf("after the report navigated, the preview holds %q, want one live-preview frame of the file", got)
+	}
+
+	b.Do("the report follows a link", chromedp.Evaluate[chromedp.Void](frame+`.contentWindow.postMessage('link', '*')`))
+	b.WaitText(item+" .file-preview .preview-left", "tried to open another page", 15*time.Second)
+	if n := e2e.Eval[int](b, "frames", `document.querySelectorAll('`+item+` .file-preview iframe').length`); n != 0 {
+		t.Errorf("%d frames beside the note, want none", n)
+	}
+	b.Do("show it again", chromedp.Click(chromedp.CSS(item+" .file-preview .preview-left button")))
+	b.WaitTrue("the report shown once more", shown+` === 3`, 15*time.Second)
+	b.Do("the report follows the link again", chromedp.Evaluate[chromedp.Void](frame+`.contentWindow.postMessage('link', '*')`))
+	b.WaitTrue("the report put back", shown+` === 4`, 15*time.Second)
+	if said := e2e.Eval[string](b, "what the frames said", `window.frameSaid.join('\n')`); said != strings.Repeat("null shown\n", 3)+"null shown" {
+		t.Errorf("the frames said:\n%s", said)
+	}
+}
+
 // TestE2EArtifactLivePreview: an SVG file a turn's code writes to the
 // outputs shows live in its artifact card, as it does among the thread's
 // files: the card's frame loads it for a preview (its script runs and

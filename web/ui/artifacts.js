@@ -96,6 +96,38 @@ async function framed(frame, url, d) {
   frame.src = t.url;
 }
 
+/**
+ * liveFrame shows an HTML or SVG file live in el. A sandboxed frame that
+ * runs scripts may still navigate itself (a script setting location, a
+ * link, a meta refresh): no sandbox flag or CSP directive Chromium
+ * honours forbids it, and an opaque origin gets no navigate event to
+ * cancel. The page's CSP lets the frame reach only this origin; past
+ * that, the frame's first load is the file and any later load is the
+ * frame leaving it, so the file is put back in a fresh frame (with a
+ * fresh ticket). A file that leaves again gets a note and a button that
+ * shows it once more, not a reload loop.
+ */
+async function liveFrame(el, url, name, restore) {
+  const frame = h('iframe', {
+    sandbox: 'allow-scripts', referrerpolicy: 'no-referrer',
+    title: `Live preview of ${name}`, class: 'live-preview',
+  });
+  replace(el, frame);
+  await framed(frame, url, 'preview');
+  // The frame's about:blank load came when it was inserted, before src.
+  let loads = 0;
+  frame.addEventListener('load', () => {
+    if (++loads === 1 || !frame.isConnected) return;
+    if (restore) {
+      liveFrame(el, url, name, false).catch((err) => replace(el, h('p', { class: 'inline-error', role: 'status' }, `No preview: ${explain(err)}`)));
+      return;
+    }
+    replace(el, h('p', { class: 'preview-left', role: 'status' },
+      `The preview of ${name} tried to open another page, which a preview may not do. `,
+      h('button', { type: 'button', class: 'small', onclick: () => liveFrame(el, url, name, true).catch((err) => notify(explain(err))) }, 'Show the preview again')));
+  });
+}
+
 async function fillPreview(el, r, name) {
   const mime = (r.mime_type || '').split(';')[0].trim().toLowerCase();
   const url = r.preview_url || r.download_url;
@@ -106,12 +138,7 @@ async function fillPreview(el, r, name) {
       // to scripts in an opaque origin (no same-origin access, no top
       // navigation, forms or popups), from a one-minute ticket URL the
       // server sends under a CSP that loads nothing from the network.
-      const frame = h('iframe', {
-        sandbox: 'allow-scripts', referrerpolicy: 'no-referrer',
-        title: `Live preview of ${name}`, class: 'live-preview',
-      });
-      replace(el, frame);
-      await framed(frame, url, 'preview');
+      await liveFrame(el, url, name, true);
     } else if (mime === 'application/pdf') {
       // The browser's own viewer shows it (where it has one), from a
       // one-minute ticket URL served inline under the server's sandboxing
