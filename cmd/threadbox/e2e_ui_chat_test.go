@@ -322,6 +322,52 @@ func TestE2EMessageHabits(t *testing.T) {
 	everyControlLabelled(t, b, "thread with a task list")
 }
 
+// TestE2EExportKeepsReasonsVerbatim: the Markdown export shows a failed
+// turn's reason, a call's reason for not running and a file's name and
+// path as the text they are: a reason holding Markdown or HTML adds no
+// heading, link or HTML to the document (marked, the page's own parser,
+// reads the export back) and comes back whole from a code span or block.
+func TestE2EExportKeepsReasonsVerbatim(t *testing.T) {
+	e2e.NeedChromium(t)
+	s := e2eServer(t, nil)
+	b := e2e.Start(t, 1024, 768)
+	b.Do("open the page", chromedp.Navigate(s.base+"/"), chromedp.WaitVisible(chromedp.ID("email")))
+	for _, reason := range []string{
+		"# Not a heading",
+		"upstream said:\n# Not a heading\n\n## Nor this",
+		"```\nfenced\n```\n\n# after the fence",
+		"<script>alert(1)</script>",
+		"see [this](javascript:alert(1))",
+		"<img src=x onerror=alert(1)>",
+		"a `tick` and ``two``",
+		"`starts and ends with a tick`",
+		"plain words",
+	} {
+		t.Run(reason, func(t *testing.T) {
+			arg, _ := json.Marshal(reason)
+			got := e2e.Eval[string](b, "the export read back", `Promise.all([import('/ui/chat.js'), import('/ui/vendor/marked.js')]).then(([chat, { marked }]) => {
+				const reason = `+string(arg)+`;
+				const md = chat.threadMarkdown({ title: 'Export' }, [{ role: 'assistant', created_at: 'then', status: 'failed', end_detail: reason, content: [
+					{ type: 'bash_code_execution_tool_result', content: { error_code: reason } },
+					{ type: 'zylon-resource', resource: { name: reason, path: reason } },
+				] }]);
+				const found = { headings: [], other: [], verbatim: 0 };
+				const walk = (tokens) => { for (const tk of tokens || []) {
+					if (tk.type === 'heading') found.headings.push(tk.text);
+					if (tk.type === 'html' || tk.type === 'link' || tk.type === 'image') found.other.push(tk.type + ' ' + tk.raw);
+					if ((tk.type === 'code' || tk.type === 'codespan') && (tk.text === reason || tk.text === reason.replace(/\n/g, ' '))) found.verbatim++;
+					walk(tk.tokens);
+				} };
+				walk(marked.lexer(md));
+				return JSON.stringify(found);
+			})`)
+			if want := `{"headings":["Export","Assistant · then"],"other":[],"verbatim":4}`; got != want {
+				t.Errorf("the export read back: %s, want %s", got, want)
+			}
+		})
+	}
+}
+
 // TestE2EExportMenuCloses: the thread's Export menu closes as menus do,
 // with Escape (the focus back on Export) and with a click elsewhere; it
 // stayed open over the Delete button until Export was pressed again.

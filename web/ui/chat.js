@@ -156,6 +156,22 @@ function fence(text, lang = '') {
   return `${f}${lang}\n${text.replace(/\n$/, '')}\n${f}`;
 }
 
+/**
+ * verbatim returns text as a code span, which Markdown shows as it is
+ * (no heading, link or HTML in it): its fence is one backtick longer than
+ * any run in text, and a space pads a text that starts or ends with one.
+ * Text of several lines is a fenced block instead, as tool output is.
+ */
+function verbatim(text) {
+  const s = String(text);
+  if (!s) return '';
+  if (/[\r\n]/.test(s)) return '\n\n' + fence(s) + '\n\n';
+  const longest = Math.max(0, ...(s.match(/`+/g) || []).map((m) => m.length));
+  const f = '`'.repeat(longest + 1);
+  const pad = /^`|`$/.test(s) ? ' ' : '';
+  return `${f}${pad}${s}${pad}${f}`;
+}
+
 /** threadMarkdown renders stored messages as one Markdown document. */
 export function threadMarkdown(th, messages) {
   const out = [`# ${th.title || 'Untitled thread'}`, ''];
@@ -165,7 +181,7 @@ export function threadMarkdown(th, messages) {
     const blocks = typeof m.content === 'string' ? [{ type: 'text', text: m.content }] : (m.content || []);
     for (const b of blocks) {
       if (b.type === 'text') out.push(b.text, '');
-      else if (b.type === 'container_upload') out.push(`Attached file: \`${decodeFileID(b.file_id)}\``, '');
+      else if (b.type === 'container_upload') out.push(`Attached file: ${verbatim(decodeFileID(b.file_id))}`, '');
       else if (b.type === 'server_tool_use' || b.type === 'tool_use') {
         const inp = b.input || {};
         const py = pythonHeredoc.exec(inp.command || '');
@@ -175,13 +191,13 @@ export function threadMarkdown(th, messages) {
         if (c.stdout) out.push('Output:', '', fence(c.stdout), '');
         if (c.stderr) out.push('Errors:', '', fence(c.stderr), '');
         if (typeof c.return_code === 'number') out.push(`Exit code: ${c.return_code}`, '');
-        if (c.error_code) out.push(`Could not run: ${c.error_code}`, '');
+        if (c.error_code) out.push(`Could not run: ${verbatim(c.error_code)}`, '');
       } else if (b.type === 'zylon-resource' && b.resource) {
-        out.push(`File: ${b.resource.name || ''}${b.resource.path ? ` (\`${b.resource.path}\`)` : ''}`, '');
+        out.push(`File: ${verbatim(b.resource.name || '')}${b.resource.path ? ` (${verbatim(b.resource.path)})` : ''}`, '');
       }
     }
     if (m.status === 'stopped') out.push('_Stopped._', '');
-    else if (m.status === 'failed') out.push(`_This turn did not finish${m.end_detail ? `: ${m.end_detail}` : ''}._`, '');
+    else if (m.status === 'failed') out.push(m.end_detail ? `_This turn did not finish:_ ${verbatim(m.end_detail)}` : '_This turn did not finish._', '');
   }
   return out.join('\n').replace(/\n{3,}/g, '\n\n').trimEnd() + '\n';
 }
