@@ -55,6 +55,9 @@ type Store interface {
 	// RevokeUserSessions revokes a user's live sessions and sandbox tokens
 	// but the token except, and returns those it revoked.
 	RevokeUserSessions(ctx context.Context, userID, except string, at time.Time) ([]user.Token, error)
+	// DeleteEndedTokens deletes the token records that expired or were
+	// revoked before before and returns how many it deleted.
+	DeleteEndedTokens(ctx context.Context, before time.Time) (int64, error)
 }
 
 // Config tunes token lifetimes and login throttling; zero values take the

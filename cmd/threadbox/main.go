@@ -493,8 +493,8 @@ func firstStart(ctx context.Context, accounts store.Accounts, a *auth.Service, c
 // collectBlobs deletes, every interval until ctx ends, the artifact blobs
 // no artifact references any more (past the workspace's grace period), the
 // files snapshots of threads that no longer exist, the forks whose server
-// died while it made them, and the event logs of turns past their
-// retention.
+// died while it made them, the event logs of turns past their retention,
+// and the token records that expired or were revoked more than a day ago.
 func collectBlobs(ctx context.Context, sys *system, every time.Duration, log *slog.Logger) {
 	lease.Every(ctx, every, func() {
 		// One replica of a deployment collects (the holder of the
@@ -519,6 +519,7 @@ func collectBlobs(ctx context.Context, sys *system, every time.Duration, log *sl
 			{sys.workspace.SweepSnapshots, "orphan snapshots not removed", "orphan snapshots removed", "threads"},
 			{sys.workspace.SweepUnfinishedForks, "unfinished forks not removed", "unfinished forks removed", "threads"},
 			{sys.turns.PruneTurns, "turn logs not pruned", "turn logs pruned", "turns"},
+			{sys.auth.SweepTokens, "ended tokens not deleted", "ended tokens deleted", "tokens"},
 		} {
 			if n, err := sw.run(ctx); err != nil && ctx.Err() == nil {
 				log.Error(sw.failed, "cause", err.Error())

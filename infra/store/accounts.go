@@ -257,6 +257,14 @@ func (s Accounts) TouchToken(ctx context.Context, id string, at time.Time) error
 	return translate(s.q(ctx).Model(&tokenRow{}).Where("id = ?", id).Update("last_used_at", at.UTC()).Error, "token")
 }
 
+// DeleteEndedTokens deletes the token records that expired or were revoked
+// before before, and returns how many it deleted.
+func (s Accounts) DeleteEndedTokens(ctx context.Context, before time.Time) (int64, error) {
+	b := before.UTC()
+	res := s.q(ctx).Where("expires_at < ? OR revoked_at < ?", b, b).Delete(&tokenRow{})
+	return res.RowsAffected, translate(res.Error, "tokens")
+}
+
 // OrgCount returns how many orgs exist (zero on a fresh install).
 func (s Accounts) OrgCount(ctx context.Context) (int64, error) {
 	var n int64

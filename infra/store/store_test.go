@@ -213,6 +213,7 @@ func suite(t *testing.T, s *store.Store) {
 	if gt, _ := s.Accounts().Token(ctx, tok.ID()); !gt.RevokedAt().Equal(now.Add(2 * time.Minute)) {
 		t.Fatalf("an earlier revocation was rewritten: %+v", gt)
 	}
+	endedTokensSuite(t, s, u, now)
 
 	// Projects are scoped by org.
 	pr, _ := project.New(id("prj"), o.ID(), u.ID(), "Research", now)
@@ -967,5 +968,66 @@ func TestDataDirWithURICharacters(t *testing.T) {
 			names = append(names, e.Name())
 		}
 		t.Fatalf("the root holds %q, want the five folders only", names)
+	}
+}
+
+// endedTokensSuite: deleting the token records that ended before a time
+// deletes those that expired or were revoked before it, whatever their
+// kind, and keeps those that ended since and the live ones; a deleted
+// record is gone from the credentials lookup too.
+func endedTokensSuite(t *testing.T, s *store.Store, u user.User, now time.Time) {
+	t.Helper()
+	ctx := context.Background()
+	cutoff := now.Add(-24 * time.Hour)
+	mk := func(kind user.TokenKind, issued time.Time, ttl time.Duration, revoked *time.Time) user.Token {
+		tk, err := user.NewToken(id("tok"), u.ID(), u.OrgID(), "sweep", kind, issued, ttl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Accounts().CreateToken(ctx, tk); err != nil {
+			t.Fatal(err)
+		}
+		if revoked != nil {
+			if err := s.Accounts().RevokeToken(ctx, tk.ID(), *revoked); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return tk
+	}
+	longAgo, lately := now.Add(-48*time.Hour), now.Add(-time.Hour)
+	gone := []user.Token{
+		mk(user.SessionToken, now.Add(-60*time.Hour), 12*time.Hour, nil),        // expired 48 h ago
+		mk(user.APIToken, now.Add(-72*time.Hour), 365*24*time.Hour, &longAgo),   // revoked 48 h ago, not expired
+		mk(user.SandboxToken, now.Add(-49*time.Hour), 30*time.Minute, &longAgo), // revoked and expired
+	}
+	kept := []user.Token{
+		mk(user.SessionToken, now.Add(-13*time.Hour), 12*time.Hour, nil),          // expired an hour ago
+		mk(user.APIToken, now.Add(-72*time.Hour), 365*24*time.Hour, &lately),      // revoked an hour ago
+		mk(user.SandboxToken, now.Add(-25*time.Hour), time.Hour+time.Minute, nil), // expired a minute after the cutoff
+		mk(user.APIToken, now, time.Hour, nil),                                    // live
+	}
+	// The lookup of a record before the sweep must not outlive it.
+	if _, _, _, err := s.Accounts().Credentials(ctx, gone[0].ID()); err != nil {
+		t.Fatal(err)
+	}
+	n, err := s.Accounts().DeleteEndedTokens(ctx, cutoff)
+	if err != nil || n != int64(len(gone)) {
+		t.Fatalf("delete ended tokens: n=%d err=%v, want %d", n, err, len(gone))
+	}
+	for _, tk := range gone {
+		if _, err := s.Accounts().Token(ctx, tk.ID()); !fault.Is(err, fault.NotFound) {
+			t.Fatalf("a %s token that ended before the cutoff was kept: %v", tk.Kind(), err)
+		}
+		if _, _, _, err := s.Accounts().Credentials(ctx, tk.ID()); !fault.Is(err, fault.NotFound) {
+			t.Fatalf("credentials of a deleted %s token: %v", tk.Kind(), err)
+		}
+	}
+	for _, tk := range kept {
+		if _, err := s.Accounts().Token(ctx, tk.ID()); err != nil {
+			t.Fatalf("a %s token that ended after the cutoff, or lives, was deleted: %v", tk.Kind(), err)
+		}
+	}
+	if n, err := s.Accounts().DeleteEndedTokens(ctx, cutoff); err != nil || n != 0 {
+		t.Fatalf("a second sweep deleted %d (%v), want 0", n, err)
 	}
 }
