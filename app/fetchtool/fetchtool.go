@@ -131,16 +131,20 @@ func (e *Executor) Execute(ctx context.Context, call messages.ToolCall) (*wire.T
 // allowed_domains (when given) must cover it. host is as
 // egress.NormalizeHost writes it, which is how the Fetcher passes it; a
 // domain of the lists is compared in that form too, so neither case, a
-// trailing dot nor an address's spelling gets a host past them.
+// trailing dot nor an address's spelling gets a host past them. The lists
+// match hosts, on every port: the request's check refuses an entry that
+// names a port (wire.WebFetchTool.CheckDomains); one that comes here
+// anyway covers its host when it blocks and nothing when it allows, so it
+// never lets more through than it says.
 func Allowed(opts wire.WebFetchTool, host string) bool {
-	covers := func(list []string) bool {
-		for _, d := range list {
-			d = strings.TrimSpace(d)
-			if i := strings.Index(d, "://"); i >= 0 {
-				d = d[i+3:]
+	// covers reports whether an entry of list covers host; an entry
+	// naming a port counts only when ported is set.
+	covers := func(list []string, ported bool) bool {
+		for _, entry := range list {
+			d, port := wire.SplitDomain(entry)
+			if port != "" && !ported {
+				continue
 			}
-			d, _, _ = strings.Cut(d, "/")
-			d = strings.TrimSuffix(strings.TrimPrefix(d, "["), "]")
 			d, ok := egress.NormalizeHost(d)
 			if ok && (host == d || isName(d) && strings.HasSuffix(host, "."+d)) {
 				return true
@@ -148,10 +152,10 @@ func Allowed(opts wire.WebFetchTool, host string) bool {
 		}
 		return false
 	}
-	if covers(opts.BlockedDomains) {
+	if covers(opts.BlockedDomains, true) {
 		return false
 	}
-	return len(opts.AllowedDomains) == 0 || covers(opts.AllowedDomains)
+	return len(opts.AllowedDomains) == 0 || covers(opts.AllowedDomains, false)
 }
 
 // isName reports whether host is a name rather than an address: only a

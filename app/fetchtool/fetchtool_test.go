@@ -34,6 +34,20 @@ func TestAllowed(t *testing.T) {
 		{nil, []string{"2.3.4"}, "1.2.3.4", true},
 		{[]string{"0.2.1"}, nil, "192.0.2.1", false},
 		{[]string{"192.0.2.1"}, nil, "192.0.2.1", true},
+		// The lists match hosts, on every port. A request whose entry
+		// names a port is refused (wire.WebFetchTool.CheckDomains); one
+		// that comes here anyway blocks its host and allows nothing.
+		{nil, []string{"example.test:8443"}, "example.test", false},
+		{nil, []string{"https://example.test:8443/docs"}, "a.example.test", false},
+		{nil, []string{"192.0.2.1:80"}, "192.0.2.1", false},
+		{nil, []string{"[2001:db8::1]:8443"}, "2001:db8::1", false},
+		{nil, []string{"example.test:8443"}, "other.test", true},
+		{[]string{"example.test:8443"}, nil, "example.test", false},
+		{[]string{"[2001:db8::1]:8443"}, nil, "2001:db8::1", false},
+		// An IPv6 address is no host and port, bracketed or not.
+		{[]string{"2001:db8::1"}, nil, "2001:db8::1", true},
+		{[]string{"[2001:DB8::1]"}, nil, "2001:db8::1", true},
+		{nil, []string{"2001:db8::1"}, "2001:db8::1", false},
 	}
 	for _, c := range cases {
 		if got := Allowed(wire.WebFetchTool{AllowedDomains: c.allowed, BlockedDomains: c.blocked}, c.host); got != c.want {

@@ -223,6 +223,9 @@ func plan(req *wire.Request, allowedTypes []string) (*Plan, error) {
 			if err != nil {
 				return nil, fault.Errorf(fault.Invalid, "tools.%d: %v", i, err)
 			}
+			if err := w.CheckDomains(); err != nil {
+				return nil, fault.Errorf(fault.Invalid, "tools.%d.%v", i, err)
+			}
 			if len(w.AllowedDomains) > 0 && len(w.BlockedDomains) > 0 {
 				return nil, fault.Errorf(fault.Invalid, "tools.%d: allowed_domains and blocked_domains cannot be used together", i)
 			}

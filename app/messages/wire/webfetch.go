@@ -2,6 +2,8 @@ package wire
 
 import (
 	"encoding/json"
+	"fmt"
+	"strings"
 
 	"threadbox/domain/jsonfield"
 )
@@ -53,6 +55,47 @@ func WebFetchToolOf(t Tool) (WebFetchTool, error) {
 	}
 	err := json.Unmarshal(t.Raw, &w)
 	return w, err
+}
+
+// CheckDomains refuses an entry of allowed_domains or blocked_domains that
+// names a port: the lists match hosts, on every port (SplitDomain), so
+// such an entry would match nothing. The error names the entry's field
+// and index ("blocked_domains.1").
+func (w WebFetchTool) CheckDomains() error {
+	for _, l := range []struct {
+		name    string
+		entries []string
+	}{{"allowed_domains", w.AllowedDomains}, {"blocked_domains", w.BlockedDomains}} {
+		for i, d := range l.entries {
+			if host, port := SplitDomain(d); port != "" {
+				return fmt.Errorf("%s.%d: %q names a port, but a domain list matches a host on every port: write the host alone (%q)", l.name, i, d, host)
+			}
+		}
+	}
+	return nil
+}
+
+// SplitDomain returns the host an entry of allowed_domains or
+// blocked_domains names, and the port written after it ("" for none).
+// An entry may be written as a URL: its scheme and path are dropped. An
+// IPv6 address may be bracketed, and must be to carry a port.
+func SplitDomain(entry string) (host, port string) {
+	d := strings.TrimSpace(entry)
+	if i := strings.Index(d, "://"); i >= 0 {
+		d = d[i+3:]
+	}
+	d, _, _ = strings.Cut(d, "/")
+	if rest, ok := strings.CutPrefix(d, "["); ok {
+		if host, after, ok := strings.Cut(rest, "]"); ok && (after == "" || after[0] == ':') {
+			return host, strings.TrimPrefix(after, ":")
+		}
+		return rest, ""
+	}
+	if strings.Count(d, ":") == 1 { // a name or an IPv4 address and a port; a bare IPv6 address has more
+		host, port, _ = strings.Cut(d, ":")
+		return host, port
+	}
+	return d, ""
 }
 
 // FetchedDocument is a successful web_fetch result: the URL fetched, when,
