@@ -131,22 +131,21 @@ func (e *Executor) Execute(ctx context.Context, call messages.ToolCall) (*wire.T
 // allowed_domains (when given) must cover it. host is as
 // egress.NormalizeHost writes it, which is how the Fetcher passes it; a
 // domain of the lists is compared in that form too, so neither case, a
-// trailing dot nor an address's spelling gets a host past them. The lists
-// match hosts, on every port: the request's check refuses an entry that
-// names a port (wire.WebFetchTool.CheckDomains); one that comes here
-// anyway covers its host when it blocks and nothing when it allows, so it
+// trailing dot nor an address's spelling gets a host past them
+// (wire.DomainHost). The request's check refuses an entry that covers no
+// host, such as one naming a port or a wildcard
+// (wire.WebFetchTool.CheckDomains); one that comes here anyway blocks
+// what its host part names, on every port, and allows nothing, so it
 // never lets more through than it says.
 func Allowed(opts wire.WebFetchTool, host string) bool {
-	// covers reports whether an entry of list covers host; an entry
-	// naming a port counts only when ported is set.
-	covers := func(list []string, ported bool) bool {
+	covers := func(list []string, blocking bool) bool {
 		for _, entry := range list {
-			d, port := wire.SplitDomain(entry)
-			if port != "" && !ported {
-				continue
+			d, err := wire.DomainHost(entry)
+			if err != nil && blocking {
+				h, _ := wire.SplitDomain(entry)
+				d, err = wire.DomainHost(strings.TrimPrefix(h, "*."))
 			}
-			d, ok := egress.NormalizeHost(d)
-			if ok && (host == d || isName(d) && strings.HasSuffix(host, "."+d)) {
+			if err == nil && (host == d || isName(d) && strings.HasSuffix(host, "."+d)) {
 				return true
 			}
 		}

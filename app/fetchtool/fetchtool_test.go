@@ -48,6 +48,15 @@ func TestAllowed(t *testing.T) {
 		{[]string{"2001:db8::1"}, nil, "2001:db8::1", true},
 		{[]string{"[2001:DB8::1]"}, nil, "2001:db8::1", true},
 		{nil, []string{"2001:db8::1"}, "2001:db8::1", false},
+		// A name in another script is matched in its punycode form, the
+		// form the fetch resolves and hands this filter.
+		{nil, []string{"Bücher.example"}, "xn--bcher-kva.example", false},
+		{nil, []string{"bücher.example"}, "www.xn--bcher-kva.example", false},
+		{[]string{"bücher.example"}, nil, "xn--bcher-kva.example", true},
+		// A wildcard is refused by the request's check; one that comes
+		// here anyway blocks its domain and allows nothing.
+		{nil, []string{"*.evil.example"}, "a.evil.example", false},
+		{[]string{"*.good.example"}, nil, "a.good.example", false},
 	}
 	for _, c := range cases {
 		if got := Allowed(wire.WebFetchTool{AllowedDomains: c.allowed, BlockedDomains: c.blocked}, c.host); got != c.want {

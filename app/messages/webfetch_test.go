@@ -35,12 +35,13 @@ func TestPlanWebFetch(t *testing.T) {
 	}
 }
 
-// TestPlanWebFetchDomainWithAPort: the domain lists match hosts, on every
-// port, so an entry naming a port would match nothing (and a blocked one
-// would block nothing): the request is refused as invalid, naming the
-// entry and the host to write instead. URLs without a port and IPv6
-// addresses, bracketed or not, are no ports.
-func TestPlanWebFetchDomainWithAPort(t *testing.T) {
+// TestPlanWebFetchDomainsCoverHosts: the domain lists match hosts, on
+// every port, a domain with its subdomains, so an entry naming a port, a
+// wildcard or no host would match nothing (and a blocked one would block
+// nothing): the request is refused as invalid, naming the entry and what
+// to write instead. URLs without a port, IPv6 addresses (bracketed or
+// not) and names in another script are hosts.
+func TestPlanWebFetchDomainsCoverHosts(t *testing.T) {
 	req := func(tool string) *wire.Request {
 		var r wire.Request
 		body := `{"model":"m","max_tokens":10,"messages":[{"role":"user","content":"hi"}],"tools":[` + tool + `]}`
@@ -53,6 +54,9 @@ func TestPlanWebFetchDomainWithAPort(t *testing.T) {
 		`{"type":"web_fetch_20250910","name":"web_fetch","allowed_domains":["example.test:8443"]}`:                    `tools.0.allowed_domains.0: "example.test:8443" names a port`,
 		`{"type":"web_fetch_20260209","name":"web_fetch","blocked_domains":["a.example","https://b.example:8443/x"]}`: `tools.0.blocked_domains.1: "https://b.example:8443/x" names a port`,
 		`{"type":"web_fetch_20260209","name":"web_fetch","blocked_domains":["[2001:db8::1]:443"]}`:                    `write the host alone ("2001:db8::1")`,
+		`{"type":"web_fetch_20260209","name":"web_fetch","blocked_domains":["*.evil.example"]}`:                       `tools.0.blocked_domains.0: "*.evil.example" is a wildcard, but a domain covers its subdomains already: write "evil.example"`,
+		`{"type":"web_fetch_20260209","name":"web_fetch","blocked_domains":["evil example"]}`:                         `tools.0.blocked_domains.0: "evil example" names no host`,
+		`{"type":"web_fetch_20260209","name":"web_fetch","allowed_domains":["ok.example",""]}`:                        `tools.0.allowed_domains.1: "" names no host`,
 	} {
 		_, err := plan(req(tool), nil)
 		if !fault.Is(err, fault.Invalid) || !strings.Contains(err.Error(), want) {
@@ -62,6 +66,7 @@ func TestPlanWebFetchDomainWithAPort(t *testing.T) {
 	for _, tool := range []string{
 		`{"type":"web_fetch_20260209","name":"web_fetch","allowed_domains":["example.test","https://example.test/docs","2001:db8::1","[2001:db8::2]"]}`,
 		`{"type":"web_fetch_20260209","name":"web_fetch","blocked_domains":["192.0.2.1","http://evil.example/"]}`,
+		`{"type":"web_fetch_20260209","name":"web_fetch","blocked_domains":["bücher.example","Evil.EXAMPLE."]}`,
 	} {
 		if _, err := plan(req(tool), nil); err != nil {
 			t.Errorf("%s: %v", tool, err)

@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"strings"
 
+	"golang.org/x/net/idna"
+
+	"threadbox/domain/egress"
 	"threadbox/domain/jsonfield"
 )
 
@@ -58,21 +61,45 @@ func WebFetchToolOf(t Tool) (WebFetchTool, error) {
 }
 
 // CheckDomains refuses an entry of allowed_domains or blocked_domains that
-// names a port: the lists match hosts, on every port (SplitDomain), so
-// such an entry would match nothing. The error names the entry's field
-// and index ("blocked_domains.1").
+// covers no host (DomainHost): it would match nothing, and a blocked one
+// would block nothing. The error names the entry's field and index
+// ("blocked_domains.1").
 func (w WebFetchTool) CheckDomains() error {
 	for _, l := range []struct {
 		name    string
 		entries []string
 	}{{"allowed_domains", w.AllowedDomains}, {"blocked_domains", w.BlockedDomains}} {
 		for i, d := range l.entries {
-			if host, port := SplitDomain(d); port != "" {
-				return fmt.Errorf("%s.%d: %q names a port, but a domain list matches a host on every port: write the host alone (%q)", l.name, i, d, host)
+			if _, err := DomainHost(d); err != nil {
+				return fmt.Errorf("%s.%d: %w", l.name, i, err)
 			}
 		}
 	}
 	return nil
+}
+
+// DomainHost returns the host an entry of allowed_domains or
+// blocked_domains covers (with its subdomains, when it is a name), as
+// egress.NormalizeHost writes hosts: lower-case, no trailing dot, an
+// address in its canonical form, a name in another script in its punycode
+// form, as the fetch resolves it. An entry that names a port, a wildcard,
+// or no host at all covers nothing, and the error says what to write.
+func DomainHost(entry string) (string, error) {
+	d, port := SplitDomain(entry)
+	if port != "" {
+		return "", fmt.Errorf("%q names a port, but a domain list matches a host on every port: write the host alone (%q)", entry, d)
+	}
+	if rest, ok := strings.CutPrefix(d, "*."); ok {
+		return "", fmt.Errorf("%q is a wildcard, but a domain covers its subdomains already: write %q", entry, rest)
+	}
+	if a, err := idna.Lookup.ToASCII(d); err == nil {
+		d = a
+	}
+	host, ok := egress.NormalizeHost(d)
+	if !ok {
+		return "", fmt.Errorf("%q names no host: write a domain such as \"example.com\" (it covers its subdomains) or an IP address", entry)
+	}
+	return host, nil
 }
 
 // SplitDomain returns the host an entry of allowed_domains or
