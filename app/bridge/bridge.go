@@ -19,6 +19,7 @@ import (
 	"sync"
 	"time"
 
+	"threadbox/domain/fault"
 	"threadbox/domain/sandbox"
 	"threadbox/domain/user"
 )
@@ -463,10 +464,14 @@ func (t *TurnEnv) gaveUp(id string, attempts int, err error) {
 		"token", id, "attempts", attempts, "err", err)
 }
 
+// revokeOnce revokes the token id. A token whose record is gone counts as
+// revoked: the sweep deletes the records of tokens that expired a while
+// ago (a turn that outlived its token), and a token without a record is
+// refused as a revoked one is.
 func (t *TurnEnv) revokeOnce(id string) error {
 	ctx, cancel := context.WithTimeout(t.stop, 10*time.Second)
 	defer cancel()
-	if err := t.tokens.Revoke(ctx, id); err != nil {
+	if err := t.tokens.Revoke(ctx, id); err != nil && !fault.Is(err, fault.NotFound) {
 		return fmt.Errorf("bridge: revoke turn token: %w", err)
 	}
 	return nil

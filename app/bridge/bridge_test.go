@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"threadbox/domain/fault"
 	"threadbox/domain/sandbox"
 	"threadbox/domain/user"
 )
@@ -413,6 +414,36 @@ func TestTurnEnvRetriesRevoke(t *testing.T) {
 	}
 	if tokens.attempts != 4 {
 		t.Fatalf("%d revoke attempts, want 4", tokens.attempts)
+	}
+}
+
+// goneTokens is a token store that no longer holds the turn's token: the
+// sweep deleted its record once it had expired a while ago.
+type goneTokens struct{ flakyTokens }
+
+func (g *goneTokens) Revoke(context.Context, string) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.attempts++
+	return fault.New(fault.NotFound, "token not found")
+}
+
+// TestTurnEnvRevokeOfAGoneToken: a turn that outlived its token's record
+// ends without retries or a warning: a token without a record is refused
+// as a revoked one is.
+func TestTurnEnvRevokeOfAGoneToken(t *testing.T) {
+	var logs bytes.Buffer
+	tokens := &goneTokens{}
+	te := NewTurnEnv(tokens, New(nil, Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))}), 0)
+	te.retryFor, te.backoffMin, te.backoffMax = 20*time.Millisecond, time.Millisecond, 2*time.Millisecond
+	env, end := te.Begin(user.Principal{UserID: "u1"}, "c9", "claude-x")
+	if _, err := env(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	end()
+	te.Finish(context.Background())
+	if tokens.attempts != 1 || strings.Contains(logs.String(), "level=WARN") {
+		t.Fatalf("%d revoke attempts, logs %q; want one attempt and no warning", tokens.attempts, logs.String())
 	}
 }
 
