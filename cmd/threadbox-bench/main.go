@@ -360,7 +360,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		ms(rows[3].p99), ms(life50), ms(life99), ms(hc50), ms(hc99), float64(rows[3].p99)/float64(hc99))
 	fmt.Fprintf(out, "\nagent p50 / host fork p50 = %.2fx (target <= 1.3x)\n", float64(agent50)/float64(host50))
 	fmt.Fprintf(out, "docker exec p50 / agent p50 = %.1fx (target >= 20x)\n", float64(exec50)/float64(agent50))
-	fmt.Fprintf(out, "cold boot p50 / docker run p50 = %.2fx (target <= 1x)\n", float64(rows[4].p50)/float64(rows[5].p50))
+	fmt.Fprintf(out, "cold boot p50 / docker run p50 = %.2fx (target <= 0.5x)\n", float64(rows[4].p50)/float64(rows[5].p50))
 	if perr == nil {
 		fmt.Fprintf(out, "warm pool claim p50 = %s (target <= 5 ms under runc); cold boot p50 / claim p50 = %.1fx (target >= 6x)\n",
 			ms(rows[6].p50), float64(rows[4].p50)/float64(rows[6].p50))
