@@ -172,9 +172,19 @@ function verbatim(text) {
   return `${f}${pad}${s}${pad}${f}`;
 }
 
+/**
+ * headingText returns text as one line of a Markdown heading that shows it
+ * as it is: white space folded to single spaces and every ASCII
+ * punctuation character backslash-escaped, so that no Markdown or HTML in
+ * a thread's title takes effect.
+ */
+function headingText(text) {
+  return String(text).replace(/\s+/g, ' ').trim().replace(/[!-/:-@[-`{-~]/g, '\\$&');
+}
+
 /** threadMarkdown renders stored messages as one Markdown document. */
 export function threadMarkdown(th, messages) {
-  const out = [`# ${th.title || 'Untitled thread'}`, ''];
+  const out = [`# ${headingText(th.title || 'Untitled thread')}`, ''];
   for (const m of messages) {
     const who = m.role === 'user' ? 'You' : 'Assistant';
     out.push(`## ${who} · ${m.created_at}${m.replaced ? ' (earlier version)' : ''}`, '');
