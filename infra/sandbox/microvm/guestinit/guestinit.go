@@ -248,12 +248,19 @@ func ParseGo(line string) (resumedUnixNano int64, seed []byte, err error) {
 	return resumedUnixNano, seed, nil
 }
 
-// Run finishes the init: with hold (a template) it writes HeldLine on out
+// Run finishes the init: it removes the initramfs's files; with hold (a
+// template, saved from then on) it writes HeldLine on out
 // and waits for the host's word on in (read a byte at a time, so that
 // nothing after the line is taken), then sets the clock and reseeds the
 // random generator; it mounts Plan(shares, fs), moves into the new root
 // and writes ReadyLine.
 func Run(in io.Reader, out io.Writer, shares []Share, fs string, hold bool) error {
+	// Nothing needs the initramfs's files any more (the agent runs from
+	// its staged copy), and a template saved without them spares each
+	// copy restored from it their removal.
+	if err := removeFiles(NewRoot); err != nil {
+		return err
+	}
 	if hold {
 		if _, err := io.WriteString(out, HeldLine); err != nil {
 			return fmt.Errorf("agent port: %w", err)
@@ -275,9 +282,6 @@ func Run(in io.Reader, out io.Writer, shares []Share, fs string, hold bool) erro
 		if err := o.Do(); err != nil {
 			return err
 		}
-	}
-	if err := removeInitramfs(NewRoot); err != nil {
-		return err
 	}
 	if err := switchRoot(NewRoot); err != nil {
 		return err
@@ -349,6 +353,9 @@ func reseed(seed []byte) error {
 	return nil
 }
 
+// removeFiles is removeInitramfs; tests replace it.
+var removeFiles = removeInitramfs
+
 // removeInitramfs deletes the initramfs's files (busybox, the modules, the
 // agent's first copy, the config with the agent's environment) but keep,
 // the new root's mount point, to give their memory back, as busybox's
@@ -391,7 +398,9 @@ func removeSameDev(path string, dev uint64) error {
 				return err
 			}
 		}
-		if err := unix.Rmdir(path); err != nil && !errors.Is(err, unix.EBUSY) {
+		// A folder still holding another file system's mount point (the
+		// staged /opt/threadbox's /opt) stays, as a mount point does.
+		if err := unix.Rmdir(path); err != nil && !errors.Is(err, unix.EBUSY) && !errors.Is(err, unix.ENOTEMPTY) {
 			return err
 		}
 		return nil

@@ -109,3 +109,44 @@ func TestReadLine(t *testing.T) {
 		t.Error("an endless line was taken")
 	}
 }
+
+// heldWriter records whether the initramfs's files were gone when the
+// init wrote HeldLine.
+type heldWriter struct {
+	removed    *bool
+	goneAtHeld bool
+	wroteHeld  bool
+}
+
+func (w *heldWriter) Write(p []byte) (int, error) {
+	if string(p) == HeldLine {
+		w.wroteHeld, w.goneAtHeld = true, *w.removed
+	}
+	return len(p), nil
+}
+
+// A template's init removes the initramfs's files before it holds, so
+// that the saved template holds no files to remove and no copy restored
+// from it removes them again.
+func TestRunRemovesInitramfsBeforeHold(t *testing.T) {
+	removed := false
+	defer func(f func(string) error) { removeFiles = f }(removeFiles)
+	removeFiles = func(keep string) error {
+		if keep != NewRoot {
+			t.Errorf("removal keeps %q, want %q", keep, NewRoot)
+		}
+		removed = true
+		return nil
+	}
+	out := &heldWriter{removed: &removed}
+	// The host's word never comes: Run ends at the hold.
+	if err := Run(strings.NewReader(""), out, nil, FS9p, true); err == nil {
+		t.Fatal("Run went on without the host's word")
+	}
+	if !out.wroteHeld {
+		t.Fatal("no held line written")
+	}
+	if !out.goneAtHeld {
+		t.Error("the initramfs's files were still there when the template held")
+	}
+}
