@@ -352,3 +352,25 @@ while time.process_time() < 0.5: pass'; exit 0`, 450 * time.Millisecond, 5 * tim
 		})
 	}
 }
+
+// A microVM's agent sets itself up before the guest's init runs, and so
+// before a template's init holds to be saved: no copy restored from the
+// template sets it up again. A failed setup runs no init.
+func TestStartVMSetsUpBeforeInit(t *testing.T) {
+	var steps []string
+	a, code := startVM(func() (*agent, int) {
+		steps = append(steps, "set up")
+		return &agent{}, 0
+	}, func() error {
+		steps = append(steps, "init")
+		return nil
+	})
+	if a == nil || code != 0 || strings.Join(steps, ", ") != "set up, init" {
+		t.Fatalf("steps %q, agent %v, code %d; want set up, then init", steps, a, code)
+	}
+	steps = nil
+	if a, code := startVM(func() (*agent, int) { steps = append(steps, "set up"); return nil, 2 },
+		func() error { steps = append(steps, "init"); return nil }); a != nil || code != 2 || len(steps) != 1 {
+		t.Fatalf("a failed setup: steps %q, agent %v, code %d", steps, a, code)
+	}
+}

@@ -150,12 +150,16 @@ func main() {
 		os.Exit(2)
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: cfg.logLevel}))
+	var a *agent
 	if cfg.vmInit {
 		// The guest's init: a failure ends it, and so the VM, whose
 		// console the host reads for why.
-		if err := guestinit.Run(os.Stdin, os.Stdout, cfg.vmShares, cfg.vmFS, cfg.vmHold); err != nil {
-			fmt.Fprintln(os.Stderr, "threadbox-init:", err)
-			os.Exit(1)
+		var code int
+		a, code = startVM(func() (*agent, int) { return setUp(cfg, log) }, func() error {
+			return guestinit.Run(os.Stdin, os.Stdout, cfg.vmShares, cfg.vmFS, cfg.vmHold)
+		})
+		if a == nil {
+			os.Exit(code)
 		}
 	}
 	in, out, err := takeStdio()
@@ -163,21 +167,65 @@ func main() {
 		log.Error("agent: take stdio", "err", err)
 		os.Exit(1)
 	}
-	os.Exit(run(cfg, in, out, log))
+	if a == nil {
+		var code int
+		if a, code = setUp(cfg, log); a == nil {
+			os.Exit(code)
+		}
+	}
+	os.Exit(a.serve(cfg, in, out, log))
+}
+
+// startVM sets the process up as the agent (setUp), then runs the guest's
+// init (init), which mounts the root filesystem and, in a template,
+// holds to be saved. The setup needs no root filesystem: done first, a
+// template is saved with it done and no copy restored from it does it
+// again (its signal handling starts a thread, slow in an emulated guest).
+// A failed init is written on stderr and ends the agent with 1.
+func startVM(setUp func() (*agent, int), init func() error) (*agent, int) {
+	a, code := setUp()
+	if a == nil {
+		return nil, code
+	}
+	if err := init(); err != nil {
+		fmt.Fprintln(os.Stderr, "threadbox-init:", err)
+		return nil, 1
+	}
+	return a, 0
 }
 
 // run serves the protocol until the host closes the connection or the
 // agent is told to stop, then kills every command left.
 func run(cfg config, in io.Reader, out io.Writer, log *slog.Logger) int {
+	a, code := setUp(cfg, log)
+	if a == nil {
+		return code
+	}
+	return a.serve(cfg, in, out, log)
+}
+
+// agent is the process set up to serve: its reaper and its signals.
+type agent struct {
+	ctx  context.Context
+	stop context.CancelFunc
+	rp   *reaper
+	term chan os.Signal
+}
+
+// setUp makes the process the agent: its commands' user and file limit,
+// a child subreaper that is not dumpable, its reaper and its handling of
+// signals. It needs no file system. On a failure it returns nil and the
+// exit code.
+func setUp(cfg config, log *slog.Logger) (*agent, int) {
 	// Orphans of commands are reparented to the agent even when it is not
 	// PID 1 (as under bubblewrap or in tests), so that it reaps them.
 	if err := setCommandUser(cfg.runAs); err != nil {
 		log.Error("agent: run-as", "err", err)
-		return 2
+		return nil, 2
 	}
 	if err := setNoFile(cfg.nofile); err != nil {
 		log.Error("agent: nofile", "err", err)
-		return 2
+		return nil, 2
 	}
 	if err := setChildSubreaper(); err != nil {
 		log.Warn("agent: cannot become a child subreaper", "err", err)
@@ -191,11 +239,7 @@ func run(cfg config, in io.Reader, out io.Writer, log *slog.Logger) int {
 	if err := setNotDumpable(); err != nil {
 		log.Warn("agent: cannot make itself non-dumpable", "err", err)
 	}
-	if err := os.MkdirAll(cfg.workspace, 0o755); err != nil {
-		log.Warn("agent: workspace", "err", err)
-	}
 	ctx, stop := context.WithCancel(context.Background())
-	defer stop()
 	rp := newReaper(log)
 	go rp.loop(ctx)
 
@@ -216,6 +260,17 @@ func run(cfg config, in io.Reader, out io.Writer, log *slog.Logger) int {
 		dropSignals(log)
 	} else {
 		signal.Notify(term, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	}
+	return &agent{ctx: ctx, stop: stop, rp: rp, term: term}, 0
+}
+
+// serve serves the protocol on in and out until the host closes the
+// connection or the agent is told to stop, then kills every command left.
+func (a *agent) serve(cfg config, in io.Reader, out io.Writer, log *slog.Logger) int {
+	defer a.stop()
+	ctx, rp, term := a.ctx, a.rp, a.term
+	if err := os.MkdirAll(cfg.workspace, 0o755); err != nil {
+		log.Warn("agent: workspace", "err", err)
 	}
 	env := environ(os.Environ())
 	dctx, dstop := context.WithCancel(ctx)
