@@ -133,3 +133,42 @@ func TestE2ESignOutForgetsTheSearch(t *testing.T) {
 		t.Error("the sidebar shows the last user's thread to the next one")
 	}
 }
+
+// TestE2EStaleRouteKeepsTheNewerPage: a thread's page that comes back
+// after a later route began (the route after sign-in and a click, say)
+// does not replace the page the later route showed, which may have sent a
+// turn meanwhile.
+func TestE2EStaleRouteKeepsTheNewerPage(t *testing.T) {
+	e2e.NeedChromium(t)
+	s := e2eServer(t, nil)
+	token := apiLogin(t, s, e2eEmail, e2ePassword)
+	pid := s.do("POST", appAPI+"/project", token, map[string]any{"name": "Routes"}).json(t)["id"]
+	tid := s.do("POST", appAPI+"/thread", token, map[string]any{"project_id": pid, "title": "Twice"}).json(t)["id"].(string)
+	b := e2e.Start(t, 1440, 1000)
+	uiLogin(b, s.base, e2eEmail, e2ePassword)
+	b.Do("open the thread", chromedp.Navigate(s.base+"/#/thread/"+tid), chromedp.WaitVisible(chromedp.ID("message")))
+	// The next load of the thread answers late; the one after it at once.
+	e2e.Eval[bool](b, "slow the next thread load", `(() => {
+		const orig = window.fetch;
+		let slow = true;
+		window.fetch = (input, init) => {
+			const url = typeof input === 'string' ? input : input.url;
+			if (slow && (!init || !init.method || init.method === 'GET') && url.endsWith('/thread/`+tid+`')) {
+				slow = false;
+				return new Promise((r) => setTimeout(r, 800)).then(() => orig(input, init)).finally(() => { window.staleLoaded = true; });
+			}
+			return orig(input, init);
+		};
+		document.querySelector('.thread-view').dataset.page = 'first';
+		window.dispatchEvent(new HashChangeEvent('hashchange')); // the slow route
+		window.dispatchEvent(new HashChangeEvent('hashchange')); // the later one
+		return true;
+	})()`)
+	b.WaitTrue("the later route's page", `!!document.querySelector('.thread-view:not([data-page])')`, 10*time.Second)
+	e2e.Eval[bool](b, "mark it", `(document.querySelector('.thread-view').dataset.page = 'later', true)`)
+	b.WaitTrue("the slow route's load", `window.staleLoaded === true`, 10*time.Second)
+	got := e2e.Eval[string](b, "the page after the slow route came back", `new Promise((r) => setTimeout(r, 300)).then(() => document.querySelector('.thread-view').dataset.page || 'replaced')`)
+	if got != "later" {
+		t.Errorf("the page shown is %q, want the later route's", got)
+	}
+}

@@ -27,6 +27,13 @@ const narrow = window.matchMedia('(max-width: 899px)');
 let focusPageNext = false;
 
 /**
+ * routes counts the routes begun: a route whose page comes back after a
+ * later one began is stale, and must not replace the page the later one
+ * showed (nor abort what that page does, a turn it sent).
+ */
+let routes = 0;
+
+/**
  * navigate shows the page of hash. With focus, the new page's heading
  * takes the focus once it is drawn: for a page reached after the one the
  * focus was on went away (a deleted thread), so that the keyboard and a
@@ -134,6 +141,8 @@ async function start() {
 
 async function route() {
   if (!state.me) return;
+  const mine = ++routes;
+  const current = () => mine === routes;
   const focusPage = focusPageNext;
   focusPageNext = false;
   const hash = location.hash || '#/';
@@ -150,7 +159,8 @@ async function route() {
       state.currentThread = id;
       // Nothing of the previous thread stays clickable while this one loads.
       replace(main, h('p', { class: 'loading', role: 'status' }, 'Loading the thread…'));
-      const th = await renderThread(main, id, { me: state.me, navigate, refresh: loadProjects, features });
+      const th = await renderThread(main, id, { me: state.me, navigate, refresh: loadProjects, features, current });
+      if (!th) return; // a later route showed its page
       state.currentProject = th.project_id;
       if (!state.open.has(th.project_id)) { state.open.add(th.project_id); await loadThreads(th.project_id); }
       renderSidebar();
@@ -176,8 +186,9 @@ async function route() {
       if (heading) { heading.setAttribute('tabindex', '-1'); heading.focus(); }
     }
   } catch (err) {
-    // A session that ended meanwhile left the sign-in form in its place.
-    if (!state.me) return;
+    // A session that ended meanwhile left the sign-in form in its place,
+    // and a later route its own page.
+    if (!state.me || !current()) return;
     replace(main, h('div', { class: 'panel' }, h('h1', {}, 'Something went wrong'), h('p', { class: 'inline-error', role: 'alert' }, explain(err))));
   }
 }

@@ -17,12 +17,16 @@ const UPLOADS = '/mnt/user-data/uploads/';
 let shown = null;
 
 /**
- * renderThread shows thread threadID in main. ctx: {me, navigate(hash),
- * refresh() (the sidebar), features() (the org policy)}.
+ * renderThread shows thread threadID in main and returns the thread.
+ * ctx: {me, navigate(hash), refresh() (the sidebar), features() (the org
+ * policy), current() (false once a later route began: the thread is not
+ * shown, and null is returned)}.
  */
 export async function renderThread(main, threadID, ctx) {
   const focusedAtOpen = document.activeElement;
   const th = await api('GET', '/thread/' + encodeURIComponent(threadID));
+  // A later route began while the thread loaded: its page stands.
+  if (ctx.current && !ctx.current()) return null;
   if (shown) shown.abort();
   shown = new AbortController();
   const title = h('h1', { id: 'thread-title' }, th.title || 'Untitled thread');
