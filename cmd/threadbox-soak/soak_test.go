@@ -3,6 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -253,5 +256,29 @@ func TestCountContainers(t *testing.T) {
 		if c, w := countContainers([]byte(tt.listing), "soak", claimed); c != tt.containers || w != tt.wm {
 			t.Errorf("%q: %d containers, %d warm; want %d, %d", tt.listing, c, w, tt.containers, tt.wm)
 		}
+	}
+}
+
+// TestCheckAfterDeleteWithoutAnswerIsNoWrongAnswer: when the check that
+// follows a thread's deletion gets no answer at all (threadbox went down
+// in a fault), the operation fails with that transport error, which the
+// classifier counts as designed during a fault, not as a wrong answer.
+func TestCheckAfterDeleteWithoutAnswerIsNoWrongAnswer(t *testing.T) {
+	var srv *httptest.Server
+	srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == "DELETE" {
+			w.WriteHeader(http.StatusNoContent)
+			go srv.CloseClientConnections()
+			srv.Listener.Close() // the next request finds no server
+			return
+		}
+		w.WriteHeader(http.StatusNotFound)
+	}))
+	defer srv.Close()
+	u := &user{c: &client{base: srv.URL, hc: srv.Client(), token: func() string { return "t" }}, led: &ledger{}}
+	err := u.deleteWhileRunning(context.Background(), &threadEntry{id: "thr_1"}, "trn_1")
+	var w *wrong
+	if err == nil || errors.As(err, &w) || !transportFailed(err) {
+		t.Fatalf("deleteWhileRunning = %v, want the transport error", err)
 	}
 }

@@ -56,6 +56,14 @@ func (w *wrong) Error() string { return "wrong answer: " + w.msg }
 
 func wrongf(format string, a ...any) error { return &wrong{fmt.Sprintf(format, a...)} }
 
+// transportFailed reports whether err is a request that got no answer (the
+// connection failed): not a wrong answer, but an error the run's
+// classifier counts as designed during a fault and as an error otherwise.
+func transportFailed(err error) bool {
+	ae := asAPIError(err)
+	return ae != nil && ae.Transport != nil
+}
+
 func randHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
@@ -727,6 +735,9 @@ func (u *user) rotateToken(ctx context.Context) error {
 		return fmt.Errorf("revoke %s with the new token %s: %w", oldID, tok.ID, err)
 	}
 	_, err := u.c.doToken(ctx, old, "GET", "/api/v1/app/me", nil, "")
+	if transportFailed(err) {
+		return err // the classifier tells a fault's from another
+	}
 	if ae := asAPIError(err); ae == nil || ae.Status != 401 || ae.Type != "authentication_error" {
 		return wrongf("a revoked token was not refused: %v", err)
 	}
@@ -911,6 +922,9 @@ func (u *user) deleteWhileRunning(ctx context.Context, t *threadEntry, turnID st
 	}
 	u.led.threadDeleted(t)
 	_, err := u.c.do(ctx, "GET", "/api/v1/app/thread/"+t.id+"/turns/"+turnID+"/events", nil, "")
+	if transportFailed(err) {
+		return err // the classifier tells a fault's from another
+	}
 	if ae := asAPIError(err); ae == nil || ae.Status != 404 {
 		return wrongf("the turn of a deleted thread answers %v, want 404", err)
 	}
