@@ -362,10 +362,12 @@ func TestBridgeCarriesEgress(t *testing.T) {
 }
 
 // flakyTokens is a token store whose first failures revokes fail, as a
-// database briefly unreachable would.
+// database briefly unreachable would, with failWith (nil: a store that is
+// down).
 type flakyTokens struct {
 	mu       sync.Mutex
 	failures int
+	failWith error
 	attempts int
 	revoked  map[string]bool
 }
@@ -380,6 +382,9 @@ func (f *flakyTokens) Revoke(_ context.Context, id string) error {
 	f.attempts++
 	if f.failures > 0 {
 		f.failures--
+		if f.failWith != nil {
+			return f.failWith
+		}
 		return errors.New("store down")
 	}
 	if f.revoked == nil {
@@ -417,23 +422,11 @@ func TestTurnEnvRetriesRevoke(t *testing.T) {
 	}
 }
 
-// goneTokens is a token store that no longer holds the turn's token: the
-// sweep deleted its record once it had expired a while ago.
-type goneTokens struct{ flakyTokens }
-
-func (g *goneTokens) Revoke(context.Context, string) error {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.attempts++
-	return fault.New(fault.NotFound, "token not found")
-}
-
-// TestTurnEnvRevokeOfAGoneToken: a turn that outlived its token's record
-// ends without retries or a warning: a token without a record is refused
-// as a revoked one is.
-func TestTurnEnvRevokeOfAGoneToken(t *testing.T) {
+// endOneTurn issues a turn's token, ends the turn and finishes the
+// TurnEnv, with retries over 20 ms; it returns what was logged.
+func endOneTurn(t *testing.T, tokens *flakyTokens) string {
+	t.Helper()
 	var logs bytes.Buffer
-	tokens := &goneTokens{}
 	te := NewTurnEnv(tokens, New(nil, Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))}), 0)
 	te.retryFor, te.backoffMin, te.backoffMax = 20*time.Millisecond, time.Millisecond, 2*time.Millisecond
 	env, end := te.Begin(user.Principal{UserID: "u1"}, "c9", "claude-x")
@@ -442,29 +435,29 @@ func TestTurnEnvRevokeOfAGoneToken(t *testing.T) {
 	}
 	end()
 	te.Finish(context.Background())
-	if tokens.attempts != 1 || strings.Contains(logs.String(), "level=WARN") {
-		t.Fatalf("%d revoke attempts, logs %q; want one attempt and no warning", tokens.attempts, logs.String())
+	return logs.String()
+}
+
+// TestTurnEnvRevokeOfAGoneToken: a turn that outlived its token's record
+// (the sweep deleted it) ends without retries or a warning: a token
+// without a record is refused as a revoked one is.
+func TestTurnEnvRevokeOfAGoneToken(t *testing.T) {
+	tokens := &flakyTokens{failures: math.MaxInt, failWith: fault.New(fault.NotFound, "token not found")}
+	if logs := endOneTurn(t, tokens); tokens.attempts != 1 || strings.Contains(logs, "level=WARN") {
+		t.Fatalf("%d revoke attempts, logs %q; want one attempt and no warning", tokens.attempts, logs)
 	}
 }
 
 // TestTurnEnvRevokeGivesUp: a revocation that keeps failing is given up
 // once its retry time has passed, with a warning.
 func TestTurnEnvRevokeGivesUp(t *testing.T) {
-	var logs bytes.Buffer
 	tokens := &flakyTokens{failures: math.MaxInt}
-	te := NewTurnEnv(tokens, New(nil, Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))}), 0)
-	te.retryFor, te.backoffMin, te.backoffMax = 20*time.Millisecond, time.Millisecond, 2*time.Millisecond
-	env, end := te.Begin(user.Principal{UserID: "u1"}, "c9", "claude-x")
-	if _, err := env(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	end()
-	te.Finish(context.Background())
+	logs := endOneTurn(t, tokens)
 	if tokens.attempts < 2 {
 		t.Fatalf("%d revoke attempts: not retried", tokens.attempts)
 	}
-	if !strings.Contains(logs.String(), "level=WARN") || !strings.Contains(logs.String(), "tok_1") {
-		t.Fatalf("no warning logged: %q", logs.String())
+	if !strings.Contains(logs, "level=WARN") || !strings.Contains(logs, "tok_1") {
+		t.Fatalf("no warning logged: %q", logs)
 	}
 }
 

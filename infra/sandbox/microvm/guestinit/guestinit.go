@@ -255,10 +255,16 @@ func ParseGo(line string) (resumedUnixNano int64, seed []byte, err error) {
 // random generator; it mounts Plan(shares, fs), moves into the new root
 // and writes ReadyLine.
 func Run(in io.Reader, out io.Writer, shares []Share, fs string, hold bool) error {
+	return run(in, out, shares, fs, hold, removeInitramfs)
+}
+
+// run is Run with the removal of the initramfs's files, all but keep's,
+// as remove (removeInitramfs, or a test's).
+func run(in io.Reader, out io.Writer, shares []Share, fs string, hold bool, remove func(keep string) error) error {
 	// Nothing needs the initramfs's files any more (the agent runs from
 	// its staged copy), and a template saved without them spares each
 	// copy restored from it their removal.
-	if err := removeFiles(NewRoot); err != nil {
+	if err := remove(NewRoot); err != nil {
 		return err
 	}
 	if hold {
@@ -352,9 +358,6 @@ func reseed(seed []byte) error {
 	}
 	return nil
 }
-
-// removeFiles is removeInitramfs; tests replace it.
-var removeFiles = removeInitramfs
 
 // removeInitramfs deletes the initramfs's files (busybox, the modules, the
 // agent's first copy, the config with the agent's environment) but keep,

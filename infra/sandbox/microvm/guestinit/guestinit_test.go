@@ -130,8 +130,7 @@ func (w *heldWriter) Write(p []byte) (int, error) {
 // from it removes them again.
 func TestRunRemovesInitramfsBeforeHold(t *testing.T) {
 	removed := false
-	defer func(f func(string) error) { removeFiles = f }(removeFiles)
-	removeFiles = func(keep string) error {
+	remove := func(keep string) error {
 		if keep != NewRoot {
 			t.Errorf("removal keeps %q, want %q", keep, NewRoot)
 		}
@@ -140,7 +139,7 @@ func TestRunRemovesInitramfsBeforeHold(t *testing.T) {
 	}
 	out := &heldWriter{removed: &removed}
 	// The host's word never comes: Run ends at the hold.
-	if err := Run(strings.NewReader(""), out, nil, FS9p, true); err == nil {
+	if err := run(strings.NewReader(""), out, nil, FS9p, true, remove); err == nil {
 		t.Fatal("Run went on without the host's word")
 	}
 	if !out.wroteHeld {
