@@ -21,9 +21,7 @@ import (
 func TestE2EAccessibility(t *testing.T) {
 	e2e.NeedChromium(t)
 	s := e2eServer(t, nil)
-	token := apiLogin(t, s, e2eEmail, e2ePassword)
-	pid := s.do("POST", appAPI+"/project", token, map[string]any{"name": "Access"}).json(t)["id"]
-	tid := s.do("POST", appAPI+"/thread", token, map[string]any{"project_id": pid, "title": "Checked"}).json(t)["id"].(string)
+	tid, token := apiThread(t, s, "Access", "Checked")
 	if r := s.do("POST", appAPI+"/thread/"+tid+"/messages", token, map[string]any{"content": "## Totals\n\n| region | total |\n|---|---|\n| North | 40 |\n\n- [x] load\n- [ ] plot\n\n```python\n# the total of the regions\ntotal = 40 + 21  # North and South, the two regions of the sales report of the first quarter\n```"}); r.status != 200 {
 		t.Fatalf("turn: %d %s", r.status, r.body)
 	}

@@ -492,9 +492,7 @@ func TestE2EUploadLimitsBeforeSending(t *testing.T) {
 func TestE2EMarkdown(t *testing.T) {
 	e2e.NeedChromium(t)
 	s := e2eServer(t, nil)
-	token := apiLogin(t, s, e2eEmail, e2ePassword)
-	pid := s.do("POST", appAPI+"/project", token, map[string]any{"name": "Docs"}).json(t)["id"]
-	tid := s.do("POST", appAPI+"/thread", token, map[string]any{"project_id": pid, "title": "Markdown"}).json(t)["id"].(string)
+	tid, token := apiThread(t, s, "Docs", "Markdown")
 	msg := "# Totals\n\n| region | total |\n|---|---|\n| North | 40 |\n\n- one\n- two\n\n[docs](https://example.com/docs) and [bad](javascript:alert(1))\n\n" +
 		"<img src=x onerror=\"window.pwned=1\">\n\n```python\nprint('hi')\n```\n"
 	if r := s.do("POST", appAPI+"/thread/"+tid+"/messages", token, map[string]any{"content": msg}); r.status != 200 {
@@ -541,9 +539,7 @@ func TestE2EMarkdown(t *testing.T) {
 func TestE2EWideTableScrolls(t *testing.T) {
 	e2e.NeedChromium(t)
 	s := e2eServer(t, nil)
-	token := apiLogin(t, s, e2eEmail, e2ePassword)
-	pid := s.do("POST", appAPI+"/project", token, map[string]any{"name": "Tables"}).json(t)["id"]
-	tid := s.do("POST", appAPI+"/thread", token, map[string]any{"project_id": pid, "title": "Wide"}).json(t)["id"].(string)
+	tid, token := apiThread(t, s, "Tables", "Wide")
 	msg := "| region | total | first | second | third | fourth | remarks |\n|---|---|---|---|---|---|---|\n| Northeastern | 40 | 10 | 10 | 10 | 10 | steady |\n"
 	if r := s.do("POST", appAPI+"/thread/"+tid+"/messages", token, map[string]any{"content": msg}); r.status != 200 {
 		t.Fatalf("turn: %d %s", r.status, r.body)
@@ -576,9 +572,7 @@ func TestE2EWideTableScrolls(t *testing.T) {
 func TestE2EDarkThemeAndTimestamps(t *testing.T) {
 	e2e.NeedChromium(t)
 	s := e2eServer(t, nil)
-	token := apiLogin(t, s, e2eEmail, e2ePassword)
-	pid := s.do("POST", appAPI+"/project", token, map[string]any{"name": "Night"}).json(t)["id"]
-	tid := s.do("POST", appAPI+"/thread", token, map[string]any{"project_id": pid, "title": "Late"}).json(t)["id"].(string)
+	tid, token := apiThread(t, s, "Night", "Late")
 	if r := s.do("POST", appAPI+"/thread/"+tid+"/messages", token, map[string]any{"content": "hello"}); r.status != 200 {
 		t.Fatalf("turn: %d %s", r.status, r.body)
 	}
@@ -610,12 +604,7 @@ func TestE2EDarkThemeAndTimestamps(t *testing.T) {
 func TestE2EPageTitle(t *testing.T) {
 	e2e.NeedChromium(t)
 	s := e2eServer(t, nil)
-	token := apiLogin(t, s, e2eEmail, e2ePassword)
-	pid := s.do("POST", appAPI+"/project", token, map[string]any{"name": "Tabs"}).json(t)["id"]
-	tid := s.do("POST", appAPI+"/thread", token, map[string]any{"project_id": pid, "title": "Draft"}).json(t)["id"].(string)
-	b := e2e.Start(t, 1440, 900)
-	uiLogin(b, s.base, e2eEmail, e2ePassword)
-	b.Do("open the thread", chromedp.Navigate(s.base+"/#/thread/"+tid), chromedp.WaitVisible(chromedp.ID("message")))
+	b, _, _ := threadPage(t, s, "Tabs", "Draft", 1440, 900)
 	b.WaitTrue("the thread's name on the tab", `document.title === 'Draft — threadbox'`, 10*time.Second)
 	b.Do("rename it", chromedp.Click(chromedp.CSS(".thread-head .rename")), chromedp.WaitVisible(chromedp.ID("dialog-input")),
 		chromedp.SetValue(chromedp.ID("dialog-input"), "Final plan"), chromedp.Click(chromedp.ID("dialog-ok")))

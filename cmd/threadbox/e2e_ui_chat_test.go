@@ -83,9 +83,7 @@ func themeIs(b *e2e.Browser, theme string) {
 func TestE2EFieldsReadableInBothThemes(t *testing.T) {
 	e2e.NeedChromium(t)
 	s := e2eServer(t, nil)
-	token := apiLogin(t, s, e2eEmail, e2ePassword)
-	pid := s.do("POST", appAPI+"/project", token, map[string]any{"name": "Colours"}).json(t)["id"]
-	tid := s.do("POST", appAPI+"/thread", token, map[string]any{"project_id": pid, "title": "Contrast"}).json(t)["id"].(string)
+	tid, _ := apiThread(t, s, "Colours", "Contrast")
 	b := e2e.Start(t, 1440, 1000)
 
 	// Signed out: the sign-in form, and no failed request logged.
@@ -375,9 +373,7 @@ func TestE2EExportKeepsReasonsVerbatim(t *testing.T) {
 func TestE2EExportMenuCloses(t *testing.T) {
 	e2e.NeedChromium(t)
 	s := e2eServer(t, nil)
-	token := apiLogin(t, s, e2eEmail, e2ePassword)
-	pid := s.do("POST", appAPI+"/project", token, map[string]any{"name": "Menus"}).json(t)["id"]
-	tid := s.do("POST", appAPI+"/thread", token, map[string]any{"project_id": pid, "title": "Export"}).json(t)["id"].(string)
+	tid, _ := apiThread(t, s, "Menus", "Export")
 	b := e2e.Start(t, 1440, 1000)
 	uiLogin(b, s.base, e2eEmail, e2ePassword)
 	b.SetViewport(375, 812)
@@ -400,9 +396,7 @@ func TestE2EExportMenuCloses(t *testing.T) {
 func TestE2EAttachHabits(t *testing.T) {
 	e2e.NeedChromium(t)
 	s := e2eServer(t, nil)
-	token := apiLogin(t, s, e2eEmail, e2ePassword)
-	pid := s.do("POST", appAPI+"/project", token, map[string]any{"name": "Attach"}).json(t)["id"]
-	tid := s.do("POST", appAPI+"/thread", token, map[string]any{"project_id": pid, "title": "Uploads"}).json(t)["id"].(string)
+	tid, token := apiThread(t, s, "Attach", "Uploads")
 	dir := t.TempDir()
 	first, second := filepath.Join(dir, "a", "sales.csv"), filepath.Join(dir, "b", "sales.csv")
 	for path, body := range map[string]string{first: "first\n", second: "second\n"} {
@@ -501,9 +495,7 @@ func TestE2ELiveRun(t *testing.T) {
 	e2e.NeedChromium(t)
 	agent := needDocker(t)
 	s := e2eServer(t, map[string]string{"SANDBOX_BACKEND": "docker", "THREADBOX_AGENT_BIN": agent, "MODEL_PROVIDER": "runner"})
-	token := apiLogin(t, s, e2eEmail, e2ePassword)
-	pid := s.do("POST", appAPI+"/project", token, map[string]any{"name": "Live"}).json(t)["id"]
-	tid := s.do("POST", appAPI+"/thread", token, map[string]any{"project_id": pid, "title": "Clock"}).json(t)["id"].(string)
+	tid, token := apiThread(t, s, "Live", "Clock")
 	b := e2e.Start(t, 1440, 1000)
 	uiLogin(b, s.base, e2eEmail, e2ePassword)
 	open := func(what string) {
@@ -574,9 +566,7 @@ func TestE2ELiveRun(t *testing.T) {
 func TestE2ECSVTable(t *testing.T) {
 	e2e.NeedChromium(t)
 	s := e2eServer(t, nil)
-	token := apiLogin(t, s, e2eEmail, e2ePassword)
-	pid := s.do("POST", appAPI+"/project", token, map[string]any{"name": "Tables"}).json(t)["id"]
-	tid := s.do("POST", appAPI+"/thread", token, map[string]any{"project_id": pid, "title": "Big CSV"}).json(t)["id"].(string)
+	tid, token := apiThread(t, s, "Tables", "Big CSV")
 	var csv strings.Builder
 	csv.WriteString("id,city,amount,note\n")
 	const rows = 1500

@@ -33,9 +33,7 @@ const onePagePDF = "%PDF-1.4\n1 0 obj<</Type/Catalog/Pages 2 0 R>>endobj 2 0 obj
 func TestE2EThreadFiles(t *testing.T) {
 	e2e.NeedChromium(t)
 	s := e2eServer(t, nil)
-	token := apiLogin(t, s, e2eEmail, e2ePassword)
-	pid := s.do("POST", appAPI+"/project", token, map[string]any{"name": "Files"}).json(t)["id"]
-	tid := s.do("POST", appAPI+"/thread", token, map[string]any{"project_id": pid, "title": "With files"}).json(t)["id"].(string)
+	tid, token := apiThread(t, s, "Files", "With files")
 	img := image.NewRGBA(image.Rect(0, 0, 4, 4))
 	img.Set(1, 1, color.RGBA{R: 200, A: 255})
 	var pngBuf bytes.Buffer
@@ -265,9 +263,7 @@ fetch('/api/v1/app/me').then(() => { r.fetch = 'open'; }, () => { r.fetch = 'blo
 func TestE2ELivePreview(t *testing.T) {
 	e2e.NeedChromium(t)
 	s := e2eServer(t, nil)
-	token := apiLogin(t, s, e2eEmail, e2ePassword)
-	pid := s.do("POST", appAPI+"/project", token, map[string]any{"name": "Previews"}).json(t)["id"]
-	tid := s.do("POST", appAPI+"/thread", token, map[string]any{"project_id": pid, "title": "Live preview"}).json(t)["id"].(string)
+	tid, token := apiThread(t, s, "Previews", "Live preview")
 	svg := `<svg xmlns="http://www.w3.org/2000/svg" width="80" height="40"><rect width="80" height="40" fill="#c33"/>` +
 		`<script>parent.postMessage(JSON.stringify({svg: 'ran'}), '*')</script></svg>`
 	for name, body := range map[string]string{"chart.html": livePage, "badge.svg": svg} {
@@ -339,7 +335,7 @@ func TestE2ELivePreview(t *testing.T) {
 const leavingPage = `<!doctype html><html><body><p>A report</p><script>
 addEventListener('message', (e) => {
   if (e.data === 'location') location.href = 'page2.html';
-  if (e.data === 'link') { const a = document.createElement('a'); a.href = 'https://example.com/'; document.body.append(a); a.click(); }
+  if (e.data === 'link') { const a = document.createElement('a'); a.href = 'http://127.0.0.1:9/'; document.body.append(a); a.click(); }
 });
 parent.postMessage('shown', '*');
 </script></body></html>`
@@ -352,9 +348,7 @@ parent.postMessage('shown', '*');
 func TestE2ELivePreviewStays(t *testing.T) {
 	e2e.NeedChromium(t)
 	s := e2eServer(t, nil)
-	token := apiLogin(t, s, e2eEmail, e2ePassword)
-	pid := s.do("POST", appAPI+"/project", token, map[string]any{"name": "Previews"}).json(t)["id"]
-	tid := s.do("POST", appAPI+"/thread", token, map[string]any{"project_id": pid, "title": "Leaving"}).json(t)["id"].(string)
+	tid, token := apiThread(t, s, "Previews", "Leaving")
 	if r := s.do("PUT", appAPI+"/thread/"+tid+"/put-file/report.html", token, []byte(leavingPage), "Content-Type", "application/octet-stream"); r.status != 200 {
 		t.Fatalf("put: %d %s", r.status, r.body)
 	}
@@ -397,9 +391,7 @@ func TestE2EArtifactLivePreview(t *testing.T) {
 	e2e.NeedChromium(t)
 	agent := needDocker(t)
 	s := e2eServer(t, map[string]string{"SANDBOX_BACKEND": "docker", "THREADBOX_AGENT_BIN": agent, "MODEL_PROVIDER": "runner"})
-	token := apiLogin(t, s, e2eEmail, e2ePassword)
-	pid := s.do("POST", appAPI+"/project", token, map[string]any{"name": "Badges"}).json(t)["id"]
-	tid := s.do("POST", appAPI+"/thread", token, map[string]any{"project_id": pid, "title": "Badge"}).json(t)["id"].(string)
+	tid, token := apiThread(t, s, "Badges", "Badge")
 	svg := `<svg xmlns="http://www.w3.org/2000/svg" width="80" height="40"><rect width="80" height="40" fill="#c33"/>` +
 		`<script>parent.postMessage(JSON.stringify({svg: 'ran'}), '*')</script></svg>`
 	r := s.do("POST", appAPI+"/thread/"+tid+"/messages", token, map[string]any{

@@ -78,12 +78,7 @@ func TestE2ENarrowSidebar(t *testing.T) {
 func TestE2EErrorsAsSentences(t *testing.T) {
 	e2e.NeedChromium(t)
 	s := e2eServer(t, nil)
-	token := apiLogin(t, s, e2eEmail, e2ePassword)
-	pid := s.do("POST", appAPI+"/project", token, map[string]any{"name": "Errors"}).json(t)["id"]
-	tid := s.do("POST", appAPI+"/thread", token, map[string]any{"project_id": pid, "title": "Gone soon"}).json(t)["id"].(string)
-	b := e2e.Start(t, 1440, 900)
-	uiLogin(b, s.base, e2eEmail, e2ePassword)
-	b.Do("open the thread", chromedp.Navigate(s.base+"/#/thread/"+tid), chromedp.WaitVisible(chromedp.ID("message")))
+	b, tid, token := threadPage(t, s, "Errors", "Gone soon", 1440, 900)
 
 	// Another client deletes the thread; renaming it here is refused.
 	if r := s.do("DELETE", appAPI+"/thread/"+tid, token, nil); r.status != 204 && r.status != 200 {
@@ -143,9 +138,7 @@ func TestE2ETurnErrorsAsSentences(t *testing.T) {
 	fake := fakeupstream.New()
 	t.Cleanup(fake.Close)
 	s := e2eServer(t, map[string]string{"MODEL_PROVIDER": "anthropic", "MODEL_BASE_URL": fake.URL(), "MODEL_NAME": "fake-model"})
-	token := apiLogin(t, s, e2eEmail, e2ePassword)
-	pid := s.do("POST", appAPI+"/project", token, map[string]any{"name": "Errors"}).json(t)["id"]
-	tid := s.do("POST", appAPI+"/thread", token, map[string]any{"project_id": pid, "title": "Refusals"}).json(t)["id"].(string)
+	tid, token := apiThread(t, s, "Errors", "Refusals")
 
 	// The editor refuses a path outside the session's mounts with the
 	// contract's message, which ends without a full stop.
@@ -318,9 +311,7 @@ func TestE2EHostileContent(t *testing.T) {
 func TestE2ELivePreviewTicketWhenShown(t *testing.T) {
 	e2e.NeedChromium(t)
 	s := e2eServer(t, nil)
-	token := apiLogin(t, s, e2eEmail, e2ePassword)
-	pid := s.do("POST", appAPI+"/project", token, map[string]any{"name": "Previews"}).json(t)["id"]
-	tid := s.do("POST", appAPI+"/thread", token, map[string]any{"project_id": pid, "title": "Far up"}).json(t)["id"].(string)
+	tid, token := apiThread(t, s, "Previews", "Far up")
 	fileURL := map[string]string{}
 	for _, name := range []string{"far", "near"} {
 		page := `<!doctype html><p>hi</p><script>parent.postMessage('` + name + `', '*')</script>`

@@ -163,9 +163,7 @@ func TestE2ESearchFollowsRenameAndDelete(t *testing.T) {
 func TestE2EThreadKeepsTheUsersFocus(t *testing.T) {
 	e2e.NeedChromium(t)
 	s := e2eServer(t, nil)
-	token := apiLogin(t, s, e2eEmail, e2ePassword)
-	pid := s.do("POST", appAPI+"/project", token, map[string]any{"name": "Slow"}).json(t)["id"]
-	tid := s.do("POST", appAPI+"/thread", token, map[string]any{"project_id": pid, "title": "Slow to load"}).json(t)["id"].(string)
+	tid, _ := apiThread(t, s, "Slow", "Slow to load")
 	b := e2e.Start(t, 1440, 900)
 	uiLogin(b, s.base, e2eEmail, e2ePassword)
 	// The page's requests for the thread's file list wait until the test

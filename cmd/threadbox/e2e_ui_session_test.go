@@ -20,12 +20,7 @@ import (
 func TestE2ESessions(t *testing.T) {
 	e2e.NeedChromium(t)
 	s := e2eServer(t, nil)
-	token := apiLogin(t, s, e2eEmail, e2ePassword)
-	pid := s.do("POST", appAPI+"/project", token, map[string]any{"name": "Kept"}).json(t)["id"]
-	tid := s.do("POST", appAPI+"/thread", token, map[string]any{"project_id": pid, "title": "Across tabs"}).json(t)["id"].(string)
-	b := e2e.Start(t, 1440, 900)
-	uiLogin(b, s.base, e2eEmail, e2ePassword)
-	b.Do("open the thread", chromedp.Navigate(s.base+"/#/thread/"+tid), chromedp.WaitVisible(chromedp.ID("message")))
+	b, tid, token := threadPage(t, s, "Kept", "Across tabs", 1440, 900)
 	b.WaitText("#thread-title", "Across tabs", 10*time.Second)
 
 	// A reload keeps the session: the thread is shown again, not the
@@ -141,12 +136,7 @@ func TestE2ESignOutForgetsTheSearch(t *testing.T) {
 func TestE2EStaleRouteKeepsTheNewerPage(t *testing.T) {
 	e2e.NeedChromium(t)
 	s := e2eServer(t, nil)
-	token := apiLogin(t, s, e2eEmail, e2ePassword)
-	pid := s.do("POST", appAPI+"/project", token, map[string]any{"name": "Routes"}).json(t)["id"]
-	tid := s.do("POST", appAPI+"/thread", token, map[string]any{"project_id": pid, "title": "Twice"}).json(t)["id"].(string)
-	b := e2e.Start(t, 1440, 1000)
-	uiLogin(b, s.base, e2eEmail, e2ePassword)
-	b.Do("open the thread", chromedp.Navigate(s.base+"/#/thread/"+tid), chromedp.WaitVisible(chromedp.ID("message")))
+	b, tid, _ := threadPage(t, s, "Routes", "Twice", 1440, 1000)
 	// The next load of the thread answers late; the one after it at once.
 	e2e.Eval[bool](b, "slow the next thread load", `(() => {
 		const orig = window.fetch;

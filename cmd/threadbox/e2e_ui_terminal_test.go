@@ -29,9 +29,7 @@ func TestE2ETerminal(t *testing.T) {
 	t.Cleanup(fake.Close)
 	s := e2eServer(t, map[string]string{"SANDBOX_BACKEND": "docker", "THREADBOX_AGENT_BIN": agent,
 		"MODEL_PROVIDER": "anthropic", "MODEL_BASE_URL": fake.URL(), "MODEL_NAME": "fake-model"})
-	token := apiLogin(t, s, e2eEmail, e2ePassword)
-	pid := s.do("POST", appAPI+"/project", token, map[string]any{"name": "Terminals"}).json(t)["id"]
-	tid := s.do("POST", appAPI+"/thread", token, map[string]any{"project_id": pid, "title": "Live terminal"}).json(t)["id"].(string)
+	tid, token := apiThread(t, s, "Terminals", "Live terminal")
 	sid := startTerminal(t, s, fake, token, tid)
 
 	item := `.terminal-list li[data-session-id="` + sid + `"]`

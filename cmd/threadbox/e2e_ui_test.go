@@ -65,6 +65,27 @@ func uiLogin(b *e2e.Browser, base, email, password string) {
 		chromedp.WaitVisible(chromedp.ID("new-project")))
 }
 
+// apiThread signs the e2e user in through the API and makes a project and
+// a thread in it; it returns the thread's id and the user's token.
+func apiThread(t *testing.T, s *server, project, title string) (string, string) {
+	t.Helper()
+	token := apiLogin(t, s, e2eEmail, e2ePassword)
+	pid := s.do("POST", appAPI+"/project", token, map[string]any{"name": project}).json(t)["id"]
+	return s.do("POST", appAPI+"/thread", token, map[string]any{"project_id": pid, "title": title}).json(t)["id"].(string), token
+}
+
+// threadPage makes a project and a thread in it (apiThread), then opens a
+// browser of width×height, signs in and shows the thread; it returns the
+// browser, the thread's id and an API token of the user.
+func threadPage(t *testing.T, s *server, project, title string, width, height int) (*e2e.Browser, string, string) {
+	t.Helper()
+	tid, token := apiThread(t, s, project, title)
+	b := e2e.Start(t, width, height)
+	uiLogin(b, s.base, e2eEmail, e2ePassword)
+	b.Do("open the thread", chromedp.Navigate(s.base+"/#/thread/"+tid), chromedp.WaitVisible(chromedp.ID("message")))
+	return b, tid, token
+}
+
 // shoot saves a screenshot that the test keeps (for the docs and for a
 // look), logging where.
 func shoot(t *testing.T, b *e2e.Browser, name string) {

@@ -24,9 +24,7 @@ import (
 func TestE2EEditAndRegenerate(t *testing.T) {
 	e2e.NeedChromium(t)
 	s := e2eServer(t, nil)
-	token := apiLogin(t, s, e2eEmail, e2ePassword)
-	pid := s.do("POST", appAPI+"/project", token, map[string]any{"name": "Drafts"}).json(t)["id"]
-	tid := s.do("POST", appAPI+"/thread", token, map[string]any{"project_id": pid, "title": "Versions"}).json(t)["id"].(string)
+	tid, token := apiThread(t, s, "Drafts", "Versions")
 	turnURL := appAPI + "/thread/" + tid + "/messages"
 	if r := s.do("POST", turnURL, token, map[string]any{"replace": "last_answer"}); r.status != 409 {
 		t.Errorf("regenerate in an empty thread: %d %s", r.status, r.body)
