@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"threadbox/infra/dirwalk"
+	"threadbox/infra/sparse"
 )
 
 // Files mirrors containers' files into the blob store with their
@@ -480,11 +481,11 @@ func putFile(ctx context.Context, blobs FileBlobs, root, rel string, size int64)
 		return "", false, err
 	}
 	defer in.Close()
-	sparse, err := hasHole(in, size)
+	holes, err := sparse.HasHole(in, size)
 	if err != nil {
 		return "", false, err
 	}
-	if !sparse {
+	if !holes {
 		sum, _, err := blobs.Put(ctx, io.NewSectionReader(in, 0, size))
 		return sum, false, err
 	}

@@ -8,8 +8,6 @@ import (
 	"io"
 	"os"
 
-	"golang.org/x/sys/unix"
-
 	"threadbox/infra/sparse"
 )
 
@@ -25,22 +23,6 @@ import (
 
 // sparseMagic begins the blob of a sparse file.
 const sparseMagic = "threadbox sparse file 1\n"
-
-// hasHole tells whether the file system reports a hole in f's first size
-// bytes. It moves f's offset: f is read at offsets after it.
-func hasHole(f *os.File, size int64) (bool, error) {
-	if size <= 0 {
-		return false, nil
-	}
-	hole, err := unix.Seek(int(f.Fd()), 0, unix.SEEK_HOLE)
-	if errors.Is(err, unix.ENXIO) { // emptied meanwhile
-		return false, nil
-	}
-	if err != nil {
-		return false, err
-	}
-	return hole < size, nil
-}
 
 // encodeSparse writes the blob of f's first size bytes as a sparse file's:
 // nothing of its holes is read or written. A file that shrinks meanwhile

@@ -55,6 +55,23 @@ func DataExtents(f *os.File, size int64, fn func(off, n int64) error) error {
 	return nil
 }
 
+// HasHole tells whether the file system reports a hole in f's first size
+// bytes: a file without one is all data, and is read as it is. It moves
+// f's offset: f is read at offsets after it.
+func HasHole(f *os.File, size int64) (bool, error) {
+	if size <= 0 {
+		return false, nil
+	}
+	hole, err := unix.Seek(int(f.Fd()), 0, unix.SEEK_HOLE)
+	if errors.Is(err, unix.ENXIO) { // emptied meanwhile
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("sparse: seek hole: %w", err)
+	}
+	return hole < size, nil
+}
+
 // DataBytes returns the bytes of the data extents of f's first size
 // bytes: what a copy by its data (Write, or a copy that keeps its holes)
 // stores, which for a sparse file is far less than its size. It moves

@@ -10,8 +10,6 @@ import (
 	"io"
 	"os"
 
-	"golang.org/x/sys/unix"
-
 	"threadbox/infra/sparse"
 )
 
@@ -65,15 +63,11 @@ type contentHash struct {
 // offsets after it.
 func newContentHash(f *os.File, size int64) (*contentHash, error) {
 	c := &contentHash{h: sha256.New(), at: -1}
-	if size == 0 {
-		return c, nil
-	}
-	hole, err := unix.Seek(int(f.Fd()), 0, unix.SEEK_HOLE)
-	switch {
-	case errors.Is(err, unix.ENXIO): // emptied meanwhile
-	case err != nil:
+	holes, err := sparse.HasHole(f, size)
+	if err != nil {
 		return nil, err
-	case hole < size:
+	}
+	if holes {
 		c.sparse, c.block = true, make([]byte, sparseBlock)
 	}
 	return c, nil
