@@ -85,6 +85,48 @@ func DataBytes(f *os.File, size int64) (int64, error) {
 	return n, err
 }
 
+// CopyExtents reads in's data extents below size (DataExtents), each
+// into the writer to gives for its offset, and returns in's size as read:
+// less than size when in shrank meanwhile. Nothing is read for a hole.
+func CopyExtents(in *os.File, size int64, to func(off int64) io.Writer) (int64, error) {
+	buf := make([]byte, 64<<10)
+	got := size
+	err := DataExtents(in, size, func(off, n int64) error {
+		c, err := io.CopyBuffer(to(off), io.NewSectionReader(in, off, n), buf)
+		if err != nil {
+			return err
+		}
+		if c < n { // shrunk meanwhile
+			got = off + c
+			return errShrunk
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, errShrunk) {
+		return 0, err
+	}
+	return got, nil
+}
+
+// errShrunk ends CopyExtents at the end of a file that shrank meanwhile.
+var errShrunk = errors.New("the file shrank")
+
+// Copy makes dst (new and empty) a copy of src by its data alone: each
+// data extent is written where it lies, and dst is given src's size, so
+// src's holes stay holes. The copy holds src's size when it was stat'ed:
+// a file that shrinks meanwhile ends early.
+func Copy(dst, src *os.File) error {
+	fi, err := src.Stat()
+	if err != nil {
+		return err
+	}
+	size, err := CopyExtents(src, fi.Size(), func(off int64) io.Writer { return io.NewOffsetWriter(dst, off) })
+	if err != nil {
+		return err
+	}
+	return dst.Truncate(size)
+}
+
 // Write writes the extent stream of body's first size bytes to w: its
 // data extents when body is a file, else one extent of the whole size
 // (body must then read at offsets). An extent that shrinks while it is

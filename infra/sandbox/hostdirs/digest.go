@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
-	"errors"
 	"hash"
 	"io"
 	"os"
@@ -146,36 +145,9 @@ func hashFile(f *os.File) (string, int64, error) {
 	if err != nil {
 		return "", 0, err
 	}
-	size, err := copyExtents(f, fi.Size(), func(off int64) io.Writer { return io.NewOffsetWriter(h, off) })
+	size, err := sparse.CopyExtents(f, fi.Size(), func(off int64) io.Writer { return io.NewOffsetWriter(h, off) })
 	if err != nil {
 		return "", 0, err
 	}
 	return h.sum(size), size, nil
 }
-
-// copyExtents reads in's data extents below size (sparse.DataExtents),
-// each into the writer to gives for its offset, and returns in's size as
-// read: less than size when in shrank meanwhile. Nothing is read for a
-// hole.
-func copyExtents(in *os.File, size int64, to func(off int64) io.Writer) (int64, error) {
-	buf := make([]byte, 64<<10)
-	got := size
-	err := sparse.DataExtents(in, size, func(off, n int64) error {
-		c, err := io.CopyBuffer(to(off), io.NewSectionReader(in, off, n), buf)
-		if err != nil {
-			return err
-		}
-		if c < n { // shrunk meanwhile
-			got = off + c
-			return errShrunk
-		}
-		return nil
-	})
-	if err != nil && !errors.Is(err, errShrunk) {
-		return 0, err
-	}
-	return got, nil
-}
-
-// errShrunk ends copyExtents at the end of a file that shrank meanwhile.
-var errShrunk = errors.New("the file shrank")

@@ -15,6 +15,7 @@ import (
 
 	"threadbox/domain/snapshot"
 	"threadbox/infra/dirwalk"
+	"threadbox/infra/sparse"
 )
 
 // A thread's files snapshots live beside the containers' folders, in
@@ -305,7 +306,7 @@ func cloneFile(in *os.File, to string, mode os.FileMode) (string, bool, error) {
 	if cloned {
 		sum, _, err = hashFile(out)
 	} else {
-		sum, err = copySparse(out, in, true)
+		sum, err = copySparse(out, in)
 	}
 	if cerr := out.Close(); err == nil {
 		err = cerr
@@ -317,35 +318,30 @@ func cloneFile(in *os.File, to string, mode os.FileMode) (string, bool, error) {
 	return sum, cloned, nil
 }
 
-// copySparse copies in into out (new and empty) and, with digest, returns
-// the digest of what it copied (hashFile's). Only in's data is read and
-// written: its holes stay holes in out, so a file the sandbox made sparse
-// (a size of terabytes with a few blocks written) takes no more room in
-// the copy than in the container, where the container's disk quota
-// bounds it, and no more time than its data; written out as zeros, it
-// would fill the host's disk. The copy holds in's size when it was
+// copySparse copies in into out (new and empty) and returns the digest of
+// what it copied (hashFile's). Only in's data is read and written
+// (sparse.Copy): its holes stay holes in out, so a file the sandbox made
+// sparse (a size of terabytes with a few blocks written) takes no more
+// room in the copy than in the container, where the container's disk
+// quota bounds it, and no more time than its data; written out as zeros,
+// it would fill the host's disk. The copy holds in's size when it was
 // stat'ed: a file that shrinks meanwhile ends early.
-func copySparse(out, in *os.File, digest bool) (string, error) {
+func copySparse(out, in *os.File) (string, error) {
 	fi, err := in.Stat()
 	if err != nil {
 		return "", err
 	}
-	var h *contentHash
-	if digest {
-		if h, err = newContentHash(in, fi.Size()); err != nil {
-			return "", err
-		}
+	h, err := newContentHash(in, fi.Size())
+	if err != nil {
+		return "", err
 	}
-	size, err := copyExtents(in, fi.Size(), func(off int64) io.Writer {
-		if h == nil {
-			return io.NewOffsetWriter(out, off)
-		}
+	size, err := sparse.CopyExtents(in, fi.Size(), func(off int64) io.Writer {
 		return io.MultiWriter(io.NewOffsetWriter(out, off), io.NewOffsetWriter(h, off))
 	})
 	if err == nil {
 		err = out.Truncate(size)
 	}
-	if err != nil || h == nil {
+	if err != nil {
 		return "", err
 	}
 	return h.sum(size), nil
@@ -450,7 +446,7 @@ func restoreFile(path string, dirfd int, name string, mode uint32, chown bool) e
 	}
 	out := os.NewFile(uintptr(ofd), name)
 	if unix.IoctlFileClone(ofd, int(in.Fd())) != nil {
-		_, err = copySparse(out, in, false)
+		err = sparse.Copy(out, in)
 	}
 	if err == nil && chown {
 		err = unix.Fchown(ofd, SandboxUID, SandboxGID)

@@ -343,7 +343,7 @@ func writeMirror(dst string, r io.Reader) error {
 		return err
 	}
 	if f, ok := r.(*os.File); ok {
-		err = copySparse(tmp, f)
+		err = sparse.Copy(tmp, f)
 	} else {
 		_, err = io.Copy(tmp, r)
 	}
@@ -357,21 +357,4 @@ func writeMirror(dst string, r io.Reader) error {
 		_ = os.Remove(tmp.Name())
 	}
 	return err
-}
-
-// copySparse copies the data extents of src into dst (new and empty) where
-// they lie and gives dst src's size: what lies between is a hole.
-func copySparse(dst, src *os.File) error {
-	st, err := src.Stat()
-	if err != nil {
-		return err
-	}
-	err = sparse.DataExtents(src, st.Size(), func(off, n int64) error {
-		_, err := io.Copy(io.NewOffsetWriter(dst, off), io.NewSectionReader(src, off, n))
-		return err
-	})
-	if err != nil {
-		return err
-	}
-	return dst.Truncate(st.Size())
 }
