@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"threadbox/domain/sandbox"
 	k8s "threadbox/infra/sandbox/kubernetes"
 	"threadbox/infra/sandbox/kubernetes/k8stest"
 	"threadbox/infra/sandbox/sandboxtest"
@@ -136,7 +137,7 @@ func TestKubernetesEndToEnd(t *testing.T) {
 			outs = append(outs, res.Stdout)
 		}
 	}
-	if len(outs) != 1 || !strings.HasPrefix(outs[0], "from-k8s\n"+k8s.AgentPath) {
+	if len(outs) != 1 || !strings.HasPrefix(outs[0], "from-k8s\n"+sandbox.AgentPath) {
 		t.Fatalf("Messages API code execution: %q", outs)
 	}
 	if pods, err := cs.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: k8s.LabelManaged + "=true"}); err != nil || len(pods.Items) != 2 {

@@ -45,9 +45,6 @@ const (
 	LabelWarm = "threadbox.warm"
 )
 
-// AgentPath is where the agent binary appears inside the sandbox.
-const AgentPath = sandbox.AgentPath
-
 // Defaults applied to zero fields of Config (sandbox.DefaultLimits fills
 // the zero limits).
 const (
@@ -218,7 +215,7 @@ func (b *Backend) agentAsRoot() bool { return b.cfg.Runtime == "runsc" }
 func (b *Backend) hostConfig(spec sandbox.Spec, warm bool) *container.HostConfig {
 	l := spec.Limits.Or(b.cfg.Limits)
 	mem, pids, nofile, tmp := l.MemoryBytes, l.Pids, l.NoFile, l.TmpBytes
-	binds := []string{b.cfg.AgentBin + ":" + AgentPath + ":ro"}
+	binds := []string{b.cfg.AgentBin + ":" + sandbox.AgentPath + ":ro"}
 	if b.cfg.TrustDir != "" {
 		binds = append(binds, b.cfg.TrustDir+":"+boxes.TrustPath+":ro")
 	}
@@ -279,7 +276,7 @@ func (b *Backend) bootBox(ctx context.Context, spec sandbox.Spec, warm bool) (*b
 	}
 	cfg := &container.Config{
 		Image:        b.cfg.Image,
-		Entrypoint:   []string{AgentPath},
+		Entrypoint:   []string{sandbox.AgentPath},
 		Cmd:          []string{},
 		User:         user,
 		WorkingDir:   sandbox.WorkspaceDir,

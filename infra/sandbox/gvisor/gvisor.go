@@ -43,9 +43,6 @@ import (
 	"threadbox/infra/sandbox/hostdirs"
 )
 
-// AgentPath is where the agent binary appears inside the sandbox.
-const AgentPath = sandbox.AgentPath
-
 // Defaults applied to zero fields of Config (sandbox.DefaultLimits fills
 // the zero limits).
 const (

@@ -99,7 +99,7 @@ const sandboxPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bi
 
 // bundleSpec builds the OCI configuration of one sandbox: the root
 // filesystem read-only, /tmp a tmpfs of the limit's size, the agent bound
-// read-only at AgentPath as init (running as the sandbox's root, its
+// read-only at sandbox.AgentPath as init (running as the sandbox's root, its
 // commands as the sandbox user), spec.Mounts bound in, no network but
 // loopback (runsc's --network=none), and the limits in cgroupsPath.
 // spec.Mounts under /home/agent and /mnt reach the sandbox through the
@@ -112,7 +112,7 @@ func (b *Backend) bundleSpec(spec sandbox.Spec, l sandbox.Limits, cgroupsPath, v
 		{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid", "noexec", "nodev", "mode=1777", "size=65536k"}},
 		{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
 		{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=1777", "size=" + strconv.FormatInt(l.TmpBytes, 10)}},
-		{Destination: AgentPath, Type: "bind", Source: b.cfg.AgentBin, Options: []string{"rbind", "ro"}},
+		{Destination: sandbox.AgentPath, Type: "bind", Source: b.cfg.AgentBin, Options: []string{"rbind", "ro"}},
 	}
 	if b.cfg.TrustDir != "" {
 		mounts = append(mounts, ociMount{Destination: boxes.TrustPath, Type: "bind", Source: b.cfg.TrustDir, Options: []string{"rbind", "ro"}})
@@ -136,7 +136,7 @@ func (b *Backend) bundleSpec(spec sandbox.Spec, l sandbox.Limits, cgroupsPath, v
 		Version: "1.0.2",
 		Process: ociProcess{
 			User: ociUser{UID: 0, GID: 0},
-			Args: []string{AgentPath},
+			Args: []string{sandbox.AgentPath},
 			Env:  b.sandboxEnv(spec),
 			// Not a folder a claim binds over: the agent's would stay the
 			// one it started in, which a checkpoint cannot save. Commands

@@ -55,9 +55,6 @@ var SandboxNamespaceLabels = map[string]string{
 	"pod-security.kubernetes.io/enforce-version": "latest",
 }
 
-// AgentPath is where the agent binary appears inside the sandbox.
-const AgentPath = sandbox.AgentPath
-
 // Defaults applied to zero fields of Config.
 const (
 	DefaultNamespace   = "default"

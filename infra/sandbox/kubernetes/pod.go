@@ -156,7 +156,7 @@ func (b *Backend) podSpec(spec sandbox.Spec, mounts []sandbox.Mount, l sandbox.L
 		env = append(env, corev1.EnvVar{Name: "THREADBOX_AGENT_NOFILE", Value: strconv.FormatInt(l.NoFile, 10)})
 	}
 	vm := []corev1.VolumeMount{
-		{Name: volAgent, MountPath: filepath.Dir(AgentPath), ReadOnly: true},
+		{Name: volAgent, MountPath: filepath.Dir(sandbox.AgentPath), ReadOnly: true},
 		{Name: volTmp, MountPath: "/tmp"},
 	}
 	for _, m := range mounts {
@@ -185,7 +185,7 @@ func (b *Backend) podSpec(spec sandbox.Spec, mounts []sandbox.Mount, l sandbox.L
 		Name:            containerSandbox,
 		Image:           b.cfg.Image,
 		ImagePullPolicy: b.cfg.PullPolicy,
-		Command:         []string{AgentPath},
+		Command:         []string{sandbox.AgentPath},
 		WorkingDir:      sandbox.WorkspaceDir,
 		Env:             env,
 		Stdin:           true,
@@ -234,8 +234,8 @@ func (b *Backend) podSpec(spec sandbox.Spec, mounts []sandbox.Mount, l sandbox.L
 				Name:            containerAgent,
 				Image:           b.cfg.AgentImage,
 				ImagePullPolicy: b.cfg.PullPolicy,
-				Command:         []string{"/install", "/threadbox-agent", AgentPath},
-				VolumeMounts:    []corev1.VolumeMount{{Name: volAgent, MountPath: filepath.Dir(AgentPath)}},
+				Command:         []string{"/install", "/threadbox-agent", sandbox.AgentPath},
+				VolumeMounts:    []corev1.VolumeMount{{Name: volAgent, MountPath: filepath.Dir(sandbox.AgentPath)}},
 				SecurityContext: hardened(),
 				Resources: corev1.ResourceRequirements{
 					Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("32Mi"), corev1.ResourceCPU: resource.MustParse("200m")},

@@ -69,7 +69,7 @@ func TestPodSpecHardened(t *testing.T) {
 	if c.Resources.Limits.Memory().Value() != 1<<30 || c.Resources.Limits.Cpu().MilliValue() != 500 {
 		t.Errorf("limits %v, want the spec's memory and cpu", c.Resources.Limits)
 	}
-	if !c.Stdin || c.StdinOnce || c.TTY || !slices.Equal(c.Command, []string{AgentPath}) {
+	if !c.Stdin || c.StdinOnce || c.TTY || !slices.Equal(c.Command, []string{sandbox.AgentPath}) {
 		t.Errorf("sandbox container: stdin %v once %v tty %v command %q", c.Stdin, c.StdinOnce, c.TTY, c.Command)
 	}
 	if !slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == "A" && e.Value == "b=c" }) {

@@ -32,9 +32,6 @@ import (
 	"threadbox/infra/sandbox/hostdirs"
 )
 
-// AgentPath is where the agent binary appears inside the sandbox.
-const AgentPath = sandbox.AgentPath
-
 // Defaults applied to zero fields of Config (sandbox.DefaultLimits fills
 // the zero limits).
 const (
@@ -227,8 +224,8 @@ func (b *Backend) Available(ctx context.Context) error {
 	}
 	args := append(filterArgs, "--unshare-user", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
 		"--die-with-parent", "--uid", strconv.Itoa(hostdirs.SandboxUID), "--gid", strconv.Itoa(hostdirs.SandboxGID),
-		"--ro-bind", st.path(b.cfg.RootFS), "/", "--tmpfs", sandbox.AgentDir, "--ro-bind", st.path(b.cfg.AgentBin), AgentPath,
-		AgentPath, "-h")
+		"--ro-bind", st.path(b.cfg.RootFS), "/", "--tmpfs", sandbox.AgentDir, "--ro-bind", st.path(b.cfg.AgentBin), sandbox.AgentPath,
+		sandbox.AgentPath, "-h")
 	cmd := b.command(pctx, bw, nil, st, args, []string{"PATH=" + jailPath}, false)
 	if filter != nil {
 		cmd.ExtraFiles = []*os.File{filter}
@@ -375,7 +372,7 @@ func (b *Backend) bwrapArgs(spec sandbox.Spec, l sandbox.Limits, path func(strin
 		"--dev", "/dev",
 		"--perms", "1777", "--size", strconv.FormatInt(l.TmpBytes, 10), "--tmpfs", "/tmp",
 		"--tmpfs", sandbox.AgentDir,
-		"--ro-bind", path(b.cfg.AgentBin), AgentPath,
+		"--ro-bind", path(b.cfg.AgentBin), sandbox.AgentPath,
 	}
 	if b.cfg.TrustDir != "" {
 		args = append(args, "--ro-bind", path(b.cfg.TrustDir), boxes.TrustPath)
@@ -389,7 +386,7 @@ func (b *Backend) bwrapArgs(spec sandbox.Spec, l sandbox.Limits, path func(strin
 		args = append(args, flag, path(m.Source), m.Target)
 	}
 	args = append(args, "--chdir", sandbox.WorkspaceDir)
-	return append(args, AgentPath)
+	return append(args, sandbox.AgentPath)
 }
 
 // jailEnv is the environment of the jail's agent and so of every command:

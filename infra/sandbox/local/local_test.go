@@ -198,7 +198,7 @@ func TestJailCommandLine(t *testing.T) {
 		"--ro-bind /srv/rootfs /",
 		"--proc /proc", "--dev /dev",
 		"--size 1234 --tmpfs /tmp",
-		"--ro-bind /opt/agent " + AgentPath, "--remount-ro /opt/threadbox",
+		"--ro-bind /opt/agent " + sandbox.AgentPath, "--remount-ro /opt/threadbox",
 		"--bind /d/ws " + sandbox.WorkspaceDir,
 		"--ro-bind /d/up " + sandbox.UploadsDir,
 		"--chdir " + sandbox.WorkspaceDir,
@@ -207,7 +207,7 @@ func TestJailCommandLine(t *testing.T) {
 			t.Errorf("bwrap args lack %q:\n%s", want, args)
 		}
 	}
-	if !strings.HasSuffix(args, " "+AgentPath) {
+	if !strings.HasSuffix(args, " "+sandbox.AgentPath) {
 		t.Errorf("the agent is not the jail's command: %s", args)
 	}
 	// The environment (tokens included) never shows on the command line.
@@ -241,7 +241,7 @@ func TestJailCommandLineStaged(t *testing.T) {
 	args := strings.Join(b.bwrapArgs(spec, b.limits(sandbox.Limits{}), st.path), " ")
 	for _, want := range []string{
 		"--ro-bind /run/stage/0 /",
-		"--ro-bind /run/stage/1 " + AgentPath,
+		"--ro-bind /run/stage/1 " + sandbox.AgentPath,
 		"--bind /run/stage/2 " + sandbox.WorkspaceDir,
 		"--ro-bind /run/stage/3 " + sandbox.UploadsDir,
 		"--bind /run/stage/2 /mnt/again",
