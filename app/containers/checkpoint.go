@@ -149,9 +149,7 @@ func (s *Service) TakeNote(containerID string) string {
 // then stopped (its files stay). It reports whether a checkpoint was
 // taken. The caller holds the container's lock.
 func (s *Service) suspendLocked(ctx context.Context, id string) (bool, error) {
-	s.mu.Lock()
-	l := s.running[id]
-	s.mu.Unlock()
+	l, _ := s.held(id)
 	saved := false
 	if l != nil && s.ckpt.folders != nil && l.backend.Checkpoints(ctx).Supported {
 		saved = s.checkpoint(ctx, id, l)

@@ -456,6 +456,15 @@ func (s *Service) lockFor(ctx context.Context, id string) (unlock func(), err er
 	return unlock, nil
 }
 
+// held returns the sandbox this process holds for container id (nil when
+// it holds none) and whether a command runs in it.
+func (s *Service) held(id string) (l *live, busy bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l = s.running[id]
+	return l, l != nil && l.active > 0
+}
+
 // ensure boots the container's sandbox unless this process holds one,
 // trying each backend in order, and marks it in use. The boot is taken under
 // the container's lease, so no other process boots it at once.
@@ -749,9 +758,7 @@ func (s *Service) Use(ctx context.Context, containerID string, fn func(ctx conte
 // sandbox, booting it when needed; sandbox.ErrUnsupported when its backend
 // cannot forward.
 func (s *Service) Listen(ctx context.Context, containerID, addr string) (net.Listener, error) {
-	s.mu.Lock()
-	l := s.running[containerID]
-	s.mu.Unlock()
+	l, _ := s.held(containerID)
 	if l == nil {
 		var err error
 		if l, err = s.ensure(ctx, containerID); err != nil {
@@ -823,10 +830,7 @@ func (s *Service) Stop(ctx context.Context, containerID string) error {
 // a removal: one this process runs is its own; otherwise the lease is taken,
 // and another live holder is the request's error.
 func (s *Service) take(ctx context.Context, id string) (*live, error) {
-	s.mu.Lock()
-	l := s.running[id]
-	s.mu.Unlock()
-	if l != nil {
+	if l, _ := s.held(id); l != nil {
 		return l, nil
 	}
 	ok, err := s.leases.Acquire(ctx, sandboxLease(id))

@@ -72,19 +72,12 @@ func (s *Service) HandBack(name string) {
 	if !ok {
 		return
 	}
-	s.mu.Lock()
-	l := s.running[id]
-	s.mu.Unlock()
-	if l == nil {
+	if l, _ := s.held(id); l == nil {
 		return
 	}
 	go func() {
 		defer s.lock(id)()
-		s.mu.Lock()
-		l := s.running[id]
-		idle := l != nil && l.active == 0
-		s.mu.Unlock()
-		if !idle {
+		if l, busy := s.held(id); l == nil || busy {
 			return
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

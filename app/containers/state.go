@@ -39,10 +39,7 @@ func (s *Service) SaveState(ctx context.Context, containerID, dir string) (bool,
 		return false, err
 	}
 	defer unlock()
-	s.mu.Lock()
-	l := s.running[containerID]
-	busy := l != nil && l.active > 0
-	s.mu.Unlock()
+	l, busy := s.held(containerID)
 	if l == nil || busy || !l.backend.Checkpoints(ctx).Supported {
 		return false, nil
 	}
@@ -85,10 +82,7 @@ func (s *Service) RestoreState(ctx context.Context, containerID, dir, why string
 		return err
 	}
 	defer unlock()
-	s.mu.Lock()
-	here := s.running[containerID] != nil
-	s.mu.Unlock()
-	if !here {
+	if l, _ := s.held(containerID); l == nil {
 		if _, err := s.acquire(ctx, containerID); errors.Is(err, errKept) {
 			return errElsewhere(containerID)
 		} else if err != nil {
