@@ -1,12 +1,12 @@
 package microvm
 
 import (
-	"errors"
 	"fmt"
-	"io"
 	"os"
 
 	"golang.org/x/sys/unix"
+
+	"threadbox/infra/sparse"
 )
 
 // The RAM of a VM whose running state can be checkpointed: a memfd of
@@ -39,18 +39,28 @@ func newVMRAM(name string) (*vmRAM, error) {
 // background and gives the copy's result on the channel. A restore starts
 // QEMU and its virtiofsd processes meanwhile (the copy took 55–60 ms of a
 // 0.5 s restore here): QEMU maps the file but touches none of it until it
-// loads the saved state, which waits for the copy. A Close during the
-// copy fails it.
+// loads the saved state, which waits for the copy. The memory file has
+// its size before fill returns: QEMU refuses one smaller than the VM's
+// RAM. A Close during the copy fails it.
 func (r *vmRAM) fill(from string) <-chan error {
 	done := make(chan error, 1)
-	go func() {
-		src, err := os.Open(from)
-		if err != nil {
-			done <- fmt.Errorf("the checkpoint's RAM: %w", err)
-			return
+	src, err := os.Open(from)
+	if err == nil {
+		var fi os.FileInfo
+		if fi, err = src.Stat(); err == nil {
+			err = r.f.Truncate(fi.Size())
 		}
+		if err != nil {
+			src.Close()
+		}
+	}
+	if err != nil {
+		done <- fmt.Errorf("the checkpoint's RAM: %w", err)
+		return done
+	}
+	go func() {
 		defer src.Close()
-		if err := copySparse(r.f, src); err != nil {
+		if err := sparse.Copy(r.f, src); err != nil {
 			done <- fmt.Errorf("the checkpoint's RAM: %w", err)
 			return
 		}
@@ -75,7 +85,7 @@ func (r *vmRAM) saveTo(path string) error {
 	if err != nil {
 		return fmt.Errorf("save the RAM: %w", err)
 	}
-	if err := copySparse(dst, r.f); err != nil {
+	if err := sparse.Copy(dst, r.f); err != nil {
 		dst.Close()
 		return fmt.Errorf("save the RAM: %w", err)
 	}
@@ -91,36 +101,4 @@ func (r *vmRAM) Close() {
 	if r != nil {
 		_ = r.f.Close()
 	}
-}
-
-// copySparse makes dst (empty) a copy of src of src's size, writing only
-// src's data extents: its holes stay holes.
-func copySparse(dst, src *os.File) error {
-	fi, err := src.Stat()
-	if err != nil {
-		return err
-	}
-	size := fi.Size()
-	if err := dst.Truncate(size); err != nil {
-		return err
-	}
-	buf := make([]byte, 1<<20)
-	for off := int64(0); off < size; {
-		data, err := unix.Seek(int(src.Fd()), off, unix.SEEK_DATA)
-		if errors.Is(err, unix.ENXIO) {
-			return nil // only a hole is left
-		}
-		if err != nil {
-			return fmt.Errorf("seek data: %w", err)
-		}
-		hole, err := unix.Seek(int(src.Fd()), data, unix.SEEK_HOLE)
-		if err != nil {
-			return fmt.Errorf("seek hole: %w", err)
-		}
-		if _, err := io.CopyBuffer(io.NewOffsetWriter(dst, data), io.NewSectionReader(src, data, hole-data), buf); err != nil {
-			return err
-		}
-		off = hole
-	}
-	return nil
 }
