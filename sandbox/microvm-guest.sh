@@ -3,7 +3,8 @@
 # (`make microvm-guest`) from Debian packages, with apt-get from the apt
 # sources this host already uses: the kernel of linux-image-amd64 (its
 # current version, unpacked to vmlinux), the kernel modules a microVM's init loads (virtio over
-# MMIO, the virtio console, 9p, FUSE and virtiofs; Debian's cloud kernel
+# MMIO, the virtio console and block device, erofs for the root
+# filesystem's image, 9p, FUSE and virtiofs; Debian's cloud kernel
 # has no 9p), and the
 # static busybox of busybox-static. The backend writes each VM's initramfs
 # from them (infra/sandbox/microvm/init.sh is its /init).
@@ -36,7 +37,7 @@ else CACHE=/var/cache/threadbox; fi
 ROOTS="$CACHE/microvm-guest"
 
 # The modules, in the order the init loads them (each after its dependencies).
-MODULES="virtio_ring virtio virtio_mmio virtio_console netfs fscache 9pnet 9pnet_virtio 9p fuse virtiofs"
+MODULES="virtio_ring virtio virtio_mmio virtio_console virtio_blk crc32c_generic libcrc32c erofs netfs fscache 9pnet 9pnet_virtio 9p fuse virtiofs"
 
 # keep_built: without a package index to read (offline, or the mirror is
 # down), a guest already built serves as it is; else the build fails.

@@ -34,14 +34,14 @@ func TestParseConfig(t *testing.T) {
 		t.Fatalf("defaults %+v", defaults)
 	}
 	vm, err := parseConfig([]string{"-vm-init", "-vm-hold", "-vm-shares", "m0:/home/agent/workspace:rw:d m1:/mnt/skills:ro:."}, func(string) string { return "" })
-	if err != nil || !vm.vmInit || !vm.vmHold || len(vm.vmShares) != 2 || vm.vmShares[0].Sub != "d" || !vm.vmShares[1].ReadOnly || vm.vmFS != "9p" {
+	if err != nil || !vm.vmInit || !vm.vm.Hold || len(vm.vm.Shares) != 2 || vm.vm.Shares[0].Sub != "d" || !vm.vm.Shares[1].ReadOnly || vm.vm.FS != "9p" || vm.vm.Root != "shared" {
 		t.Fatalf("microVM init config %+v %v", vm, err)
 	}
-	if vm, err = parseConfig([]string{"-vm-init", "-vm-fs", "virtiofs"}, func(string) string { return "" }); err != nil || vm.vmFS != "virtiofs" {
+	if vm, err = parseConfig([]string{"-vm-init", "-vm-fs", "virtiofs", "-vm-root", "image"}, func(string) string { return "" }); err != nil || vm.vm.FS != "virtiofs" || vm.vm.Root != "image" {
 		t.Fatalf("microVM init config %+v %v", vm, err)
 	}
 	for _, args := range [][]string{{"-grace", "soon"}, {"-drain", "-1s"}, {"-log-level", "loud"}, {"-no-such-flag"}, {"-nofile", "many"}, {"-nofile", "3"},
-		{"-vm-shares", "m0:/w:rw:."}, {"-vm-init", "-vm-shares", "m0:w:rw:."}, {"-vm-init", "-vm-fs", "nfs"}} {
+		{"-vm-shares", "m0:/w:rw:."}, {"-vm-init", "-vm-shares", "m0:w:rw:."}, {"-vm-init", "-vm-fs", "nfs"}, {"-vm-init", "-vm-root", "disk"}} {
 		if _, err := parseConfig(args, func(string) string { return "" }); err == nil {
 			t.Errorf("parseConfig(%q) accepted", args)
 		}
@@ -361,7 +361,7 @@ func TestStartVMSetsUpBeforeInit(t *testing.T) {
 	a, code := startVM(func() (*agent, int) {
 		steps = append(steps, "set up")
 		return &agent{}, 0
-	}, func() error {
+	}, func(*agent) error {
 		steps = append(steps, "init")
 		return nil
 	})
@@ -370,7 +370,7 @@ func TestStartVMSetsUpBeforeInit(t *testing.T) {
 	}
 	steps = nil
 	if a, code := startVM(func() (*agent, int) { steps = append(steps, "set up"); return nil, 2 },
-		func() error { steps = append(steps, "init"); return nil }); a != nil || code != 2 || len(steps) != 1 {
+		func(*agent) error { steps = append(steps, "init"); return nil }); a != nil || code != 2 || len(steps) != 1 {
 		t.Fatalf("a failed setup: steps %q, agent %v, code %d", steps, a, code)
 	}
 }

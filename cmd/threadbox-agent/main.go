@@ -68,10 +68,8 @@ type config struct {
 	nofile    uint64 // RLIMIT_NOFILE of the agent and so of every command; 0 keeps it
 
 	// A microVM guest's init starts the agent to finish it (guestinit).
-	vmInit   bool
-	vmShares []guestinit.Share
-	vmHold   bool
-	vmFS     string
+	vmInit bool
+	vm     guestinit.Init
 }
 
 // envPrefix starts every environment variable that configures the agent;
@@ -100,8 +98,9 @@ func parseConfig(args []string, getenv func(string) string) (config, error) {
 	fs.StringVar(&cfg.runAs, "run-as", def("RUN_AS", ""), "uid:gid to run commands as when the agent runs as root (env THREADBOX_AGENT_RUN_AS)")
 	fs.BoolVar(&cfg.vmInit, "vm-init", false, "finish a microVM guest's init before serving: mount the root filesystem and -vm-shares, move into the new root")
 	vmShares := fs.String("vm-shares", "", "with -vm-init: the container's folders as tag:target:ro|rw:sub words")
-	fs.BoolVar(&cfg.vmHold, "vm-hold", false, "with -vm-init: hold to be saved as a template of warm VMs, until the host's go")
-	fs.StringVar(&cfg.vmFS, "vm-fs", guestinit.FS9p, "with -vm-init: the file system of the root and the shares, 9p or virtiofs")
+	fs.BoolVar(&cfg.vm.Hold, "vm-hold", false, "with -vm-init: hold to be saved as a template of warm VMs, until the host's go")
+	fs.StringVar(&cfg.vm.FS, "vm-fs", guestinit.FS9p, "with -vm-init: the file system of the shares (and of a shared root), 9p or virtiofs")
+	fs.StringVar(&cfg.vm.Root, "vm-root", guestinit.RootShared, "with -vm-init: the root filesystem's source, shared (as the shares are) or image (an erofs image on the first block device)")
 	nofile := fs.String("nofile", def("NOFILE", ""), "RLIMIT_NOFILE (soft and hard) of the agent and every command; empty keeps it (env THREADBOX_AGENT_NOFILE)")
 	if err := fs.Parse(args); err != nil {
 		return config{}, fmt.Errorf("agent: flags: %w", err)
@@ -111,12 +110,15 @@ func parseConfig(args []string, getenv func(string) string) (config, error) {
 		if !cfg.vmInit {
 			return config{}, errors.New("agent: -vm-shares goes with -vm-init")
 		}
-		if cfg.vmShares, err = guestinit.ParseShares(*vmShares); err != nil {
+		if cfg.vm.Shares, err = guestinit.ParseShares(*vmShares); err != nil {
 			return config{}, fmt.Errorf("agent: -vm-shares: %w", err)
 		}
 	}
-	if err := guestinit.CheckFS(cfg.vmFS); err != nil {
+	if err := guestinit.CheckFS(cfg.vm.FS); err != nil {
 		return config{}, fmt.Errorf("agent: -vm-fs: %w", err)
+	}
+	if err := guestinit.CheckRoot(cfg.vm.Root); err != nil {
+		return config{}, fmt.Errorf("agent: -vm-root: %w", err)
 	}
 	if *nofile != "" {
 		n, err := strconv.ParseUint(*nofile, 10, 64)
@@ -155,8 +157,10 @@ func main() {
 		// The guest's init: a failure ends it, and so the VM, whose
 		// console the host reads for why.
 		var code int
-		a, code = startVM(func() (*agent, int) { return setUp(cfg, log) }, func() error {
-			return guestinit.Run(os.Stdin, os.Stdout, cfg.vmShares, cfg.vmFS, cfg.vmHold)
+		a, code = startVM(func() (*agent, int) { return setUp(cfg, log) }, func(a *agent) error {
+			vm := cfg.vm
+			vm.Warm = a.warmRoot
+			return guestinit.Run(os.Stdin, os.Stdout, vm)
 		})
 		if a == nil {
 			os.Exit(code)
@@ -182,12 +186,12 @@ func main() {
 // template is saved with it done and no copy restored from it does it
 // again (its signal handling starts a thread, slow in an emulated guest).
 // A failed init is written on stderr and ends the agent with 1.
-func startVM(setUp func() (*agent, int), init func() error) (*agent, int) {
+func startVM(setUp func() (*agent, int), init func(*agent) error) (*agent, int) {
 	a, code := setUp()
 	if a == nil {
 		return nil, code
 	}
-	if err := init(); err != nil {
+	if err := init(a); err != nil {
 		fmt.Fprintln(os.Stderr, "threadbox-init:", err)
 		return nil, 1
 	}

@@ -67,7 +67,7 @@ func newBackend(name string, cfg Config, limits sandbox.Limits, quota bool, log 
 		}
 		return microvm.New(microvm.Config{
 			Settings: boxes.Settings{Limits: limits, Instance: cfg.Instance, Logger: log, TrustDir: egressTrustDir(cfg)}, Name: name, VMM: vmm, QEMU: cfg.MicroVM.QEMU, Accel: cfg.MicroVM.Accel, Kernel: cfg.MicroVM.Kernel,
-			Guest: cfg.MicroVM.Guest, RootFS: cfg.RootFS, AgentBin: agentBin(cfg), DiskQuota: quota, NoTemplate: cfg.MicroVM.Template == "off"})
+			Guest: cfg.MicroVM.Guest, RootFS: cfg.RootFS, AgentBin: agentBin(cfg), DiskQuota: quota, NoTemplate: cfg.MicroVM.Template == "off", RootImage: cfg.MicroVM.RootImage})
 	}
 	return unsupported.New(name)
 }
@@ -82,6 +82,10 @@ type MicroVMConfig struct {
 	Kernel   string // MICROVM_KERNEL: the operator's guest kernel, such as one built for PVM
 	QEMU     string // MICROVM_QEMU: the QEMU binary; default the guest artefacts' QEMU, else qemu-system-x86_64 in PATH
 	Guest    string // MICROVM_GUEST, else the cache's microvm-guest/current
+	// RootImage is MICROVM_ROOT_IMAGE: the erofs image of the root
+	// filesystem warm VMs mount (made when missing); default beside the
+	// root filesystem's folder; off shares the root over 9p.
+	RootImage string
 }
 
 // availableDeadline bounds each backend's availability check at start.

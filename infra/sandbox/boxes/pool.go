@@ -211,12 +211,9 @@ func (p *Pool[B]) warm(ctx context.Context, spec sandbox.Spec, boot func(context
 	return nil
 }
 
-// warmUpCommand is run once in every warm sandbox before any claim. The
-// first command a new sandbox runs costs about twice a later one (its
-// file system's first lookups and loads of the shell and its libraries,
-// the agent's first fork); run here, that cost is off the claim's path.
-// It leaves nothing behind: no file, no process.
-var warmUpCommand = sandbox.Command{Args: []string{"bash", "-c", "/usr/bin/true"}, Timeout: 10 * time.Second}
+// warmUpCommand is run once in every warm sandbox before any claim
+// (sandbox.WarmUpCommand).
+var warmUpCommand = sandbox.WarmUpCommand
 
 // lostWarmUpProbe lists every task in a sandbox whose agent lost its
 // warm-up: its path, name, state, the kernel function it waits in and

@@ -4,7 +4,8 @@
 # port, makes /tmp and the agent's folder (tmpfs), /dev's terminals and
 # shared memory, brings up loopback, sets the process limit, and becomes
 # the threadbox agent, which mounts the sandbox image's root filesystem (a
-# read-only 9p or virtiofs share) and the container's folders and serves as PID 1 of
+# read-only 9p or virtiofs share, or an erofs image on the VM's block
+# device) and the container's folders and serves as PID 1 of
 # the new root over that port. Any failure ends init, which ends the VM
 # (panic=-1 with -no-reboot), and the host reads why on the serial console.
 /bin/busybox --install -s /bin
@@ -16,7 +17,7 @@ mount -t devtmpfs devtmpfs /dev || fail "mount /dev"
 while read -r m; do
   insmod "/lib/modules/$m.ko" || fail "insmod $m"
 done </lib/modules/order
-# TB_TMP, TB_PIDS, TB_FS, TB_MOUNTS and the agent's environment as "$@".
+# TB_TMP, TB_PIDS, TB_FS, TB_ROOT, TB_MOUNTS and the agent's environment as "$@".
 . /threadbox/config || fail "config"
 # A virtio port opens once: one descriptor, read and written, for both
 # streams, kept open across the move of /dev into the new root.
@@ -54,10 +55,11 @@ ulimit -u "$TB_PIDS" || fail "process limit"
 # filesystem and the container's folders, moves /tmp, its own folder and
 # /dev into the new root, moves into it as PID 1 and serves the host over
 # the port. A template of warm VMs starts its agent here too, held before
-# any 9p share is mounted (QEMU saves no VM with one mounted): the host
+# any 9p share is mounted (QEMU saves no VM with one mounted; a root
+# image it mounts and warms before): the host
 # saves it once the held line is out, and each copy it restores goes on
 # from here when the host writes its word (the clock, which the copy's
 # own has fallen behind, and a random seed of the copy's own).
 hold=
 [ "${TB_HOLD:-}" = 1 ] && hold=-vm-hold
-exec env -i "$@" /opt/threadbox/agent -vm-init -vm-fs "${TB_FS:-9p}" -vm-shares "$TB_MOUNTS" $hold <&3 >&3 3>&-
+exec env -i "$@" /opt/threadbox/agent -vm-init -vm-fs "${TB_FS:-9p}" -vm-root "${TB_ROOT:-shared}" -vm-shares "$TB_MOUNTS" $hold <&3 >&3 3>&-

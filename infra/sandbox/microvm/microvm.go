@@ -109,6 +109,11 @@ type Config struct {
 	Dirs *hostdirs.Layout
 	// DiskQuota tells that Dirs enforces a per-container disk quota.
 	DiskQuota bool
+	// RootImage is the erofs image of RootFS that warm VMs mount
+	// (rootimage.go), made when missing; default RootFS's path with
+	// ".erofs" added; "off" shares the root over 9p with them too
+	// (MICROVM_ROOT_IMAGE).
+	RootImage string
 	// NoTemplate boots every warm VM instead of restoring it from a
 	// template snapshot (template.go), so that no two VMs share a page of
 	// host memory, at the cost of a boot's time and a whole VM's memory
@@ -148,6 +153,12 @@ type Backend struct {
 	availMu sync.Mutex
 	availAt time.Time // last successful check
 	accel   string    // the accelerator of the last successful check
+
+	// rootImg is the root filesystem's image warm VMs mount, or
+	// rootImgErr why they have none (rootimage.go).
+	rootImgMu  sync.Mutex
+	rootImg    string
+	rootImgErr error
 
 	baseMu  sync.Mutex
 	baseKey string // the agent's and guest's identity the base initramfs was written for
@@ -363,13 +374,14 @@ func shares(spec sandbox.Spec, warm bool) []share {
 }
 
 // vmConfig is the shell text the guest's init sources: the /tmp size, the
-// process limit, the file system of the shares (fs), the folders to mount
+// process limit, the file system of the shares (fs), the root
+// filesystem's source (guestinit.RootShared or RootImage), the folders to mount
 // (tag, target, ro or rw, and the share's subfolder or "." for its root),
 // whether the init holds to be saved as a template (TB_HOLD) and the
 // agent's environment as the positional parameters.
-func vmConfig(spec sandbox.Spec, sh []share, l sandbox.Limits, fs string, hold bool) ([]byte, error) {
+func vmConfig(spec sandbox.Spec, sh []share, l sandbox.Limits, fs, root string, hold bool) ([]byte, error) {
 	var sb strings.Builder
-	fmt.Fprintf(&sb, "TB_TMP=%d\nTB_PIDS=%d\nTB_FS=%s\n", l.TmpBytes, l.Pids, fs)
+	fmt.Fprintf(&sb, "TB_TMP=%d\nTB_PIDS=%d\nTB_FS=%s\nTB_ROOT=%s\n", l.TmpBytes, l.Pids, fs, root)
 	if hold {
 		sb.WriteString("TB_HOLD=1\n")
 	}
@@ -435,8 +447,9 @@ type memory struct {
 // QEMU's standard output. fs is the shares' file system: over virtiofs,
 // QEMU inherits the connections to their virtiofsd processes as the
 // descriptors after the memory file's (ram.fd), the root filesystem's
-// first.
-func (b *Backend) qemuArgs(name, accel string, g Guest, initrd string, sh []share, l sandbox.Limits, ram memory, fs string) []string {
+// first. With image set (over 9p), the root filesystem is that erofs
+// image, the VM's read-only block device.
+func (b *Backend) qemuArgs(name, accel string, g Guest, initrd string, sh []share, l sandbox.Limits, ram memory, fs, image string) []string {
 	mem := max(l.MemoryBytes, MinMemoryBytes) >> 20
 	// The RTC stays: without it the guest kernel spends seconds waiting
 	// for one, and has no wall clock.
@@ -502,8 +515,13 @@ func (b *Backend) qemuArgs(name, accel string, g Guest, initrd string, sh []shar
 		}
 		return args
 	}
-	args = append(args, "-fsdev", "local,id=root,path="+b.rootfs+",security_model=passthrough,readonly=on,multidevs=remap",
-		"-device", "virtio-9p-device,fsdev=root,mount_tag=root")
+	if image != "" {
+		args = append(args, "-drive", "file="+image+",if=none,id=root,format=raw,readonly=on",
+			"-device", "virtio-blk-device,drive=root")
+	} else {
+		args = append(args, "-fsdev", "local,id=root,path="+b.rootfs+",security_model=passthrough,readonly=on,multidevs=remap",
+			"-device", "virtio-9p-device,fsdev=root,mount_tag=root")
+	}
 	for i, m := range sh {
 		fs := fmt.Sprintf("local,id=m%d,path=%s,security_model=passthrough,multidevs=remap", i, m.Export)
 		if m.ReadOnly {
@@ -553,7 +571,16 @@ func (b *Backend) boot(ctx context.Context, spec sandbox.Spec, kind bootKind, t 
 	} else if kind == bootRestore {
 		return nil, fmt.Errorf("%w: no virtiofsd, or a guest without virtiofs", sandbox.ErrCheckpointIncompatible)
 	}
-	sh := shares(spec, kind == bootWarm || kind == bootTemplate || kind == bootClone)
+	warm := kind == bootWarm || kind == bootTemplate || kind == bootClone
+	sh := shares(spec, warm)
+	// Warm VMs mount the root filesystem's image where there is one
+	// (rootimage.go).
+	root, rootImg := guestinit.RootShared, ""
+	if warm {
+		if img, err := b.rootImage(ctx); err == nil {
+			root, rootImg = guestinit.RootImage, img
+		}
+	}
 	if b.cfg.TrustDir != "" {
 		sh = append(sh, share{Mount: sandbox.Mount{Source: b.cfg.TrustDir, Target: boxes.TrustPath, ReadOnly: true}, Export: b.cfg.TrustDir})
 		spec.Env = append(slices.Clone(spec.Env), boxes.TrustEnv()...)
@@ -584,7 +611,7 @@ func (b *Backend) boot(ctx context.Context, spec sandbox.Spec, kind bootKind, t 
 		}
 		mem = memory{incoming: true}
 	default:
-		config, err := vmConfig(spec, sh, l, fs, kind == bootTemplate)
+		config, err := vmConfig(spec, sh, l, fs, root, kind == bootTemplate)
 		if err != nil {
 			return nil, err
 		}
@@ -633,7 +660,7 @@ func (b *Backend) boot(ctx context.Context, spec sandbox.Spec, kind bootKind, t 
 		}
 		extra = append(extra, vhost...)
 	}
-	agentConn, qmpConn, err := b.spawn(bx, b.qemuArgs("threadbox-"+name, accel, g, initrd, sh, l, mem, fs), extra)
+	agentConn, qmpConn, err := b.spawn(bx, b.qemuArgs("threadbox-"+name, accel, g, initrd, sh, l, mem, fs, rootImg), extra)
 	if err != nil {
 		bx.fsd.kill()
 		bx.ram.Close()
@@ -705,7 +732,7 @@ func (b *Backend) boot(ctx context.Context, spec sandbox.Spec, kind bootKind, t 
 	}
 	bx.Booted = time.Now()
 	bx.restored = kind == bootClone
-	b.log.Info("sandbox booted", "id", spec.ID, "backend", b.cfg.Name, "vm", name, "accel", accel, "from_template", kind == bootClone, "shares", fs)
+	b.log.Info("sandbox booted", "id", spec.ID, "backend", b.cfg.Name, "vm", name, "accel", accel, "from_template", kind == bootClone, "shares", fs, "root", root)
 	return bx, nil
 }
 

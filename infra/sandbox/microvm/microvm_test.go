@@ -100,7 +100,7 @@ func TestVMConfig(t *testing.T) {
 	spec := sandbox.Spec{ID: "x", Env: []string{"TOKEN=it's $(secret) `x`\nline2", "THREADBOX_AGENT_RUN_AS=0:0"},
 		Mounts: []sandbox.Mount{{Source: "/h/w", Target: "/home/agent/workspace"}, {Source: "/h/u", Target: "/mnt/user-data/uploads", ReadOnly: true}}}
 	l := sandbox.Limits{TmpBytes: 1 << 20, Pids: 77, NoFile: 1024}
-	cfg, err := vmConfig(spec, shares(spec, false), l, guestinit.FS9p, false)
+	cfg, err := vmConfig(spec, shares(spec, false), l, guestinit.FS9p, guestinit.RootShared, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +120,7 @@ func TestVMConfig(t *testing.T) {
 		t.Error("the spec set the agent's own variable")
 	}
 	spec.Mounts[0].Target = "/home/agent/work space"
-	if _, err := vmConfig(spec, shares(spec, false), l, guestinit.FS9p, false); err == nil {
+	if _, err := vmConfig(spec, shares(spec, false), l, guestinit.FS9p, guestinit.RootShared, false); err == nil {
 		t.Error("a target with a space was accepted")
 	}
 }
@@ -152,7 +152,7 @@ func TestInitMounts(t *testing.T) {
 			"umount /shares/m1",
 		}},
 	} {
-		cfg, err := vmConfig(spec, shares(spec, tc.warm), sandbox.Limits{}, guestinit.FS9p, false)
+		cfg, err := vmConfig(spec, shares(spec, tc.warm), sandbox.Limits{}, guestinit.FS9p, guestinit.RootShared, false)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -165,7 +165,7 @@ func TestInitMounts(t *testing.T) {
 			t.Fatal(err)
 		}
 		var got []string
-		for _, op := range guestinit.Plan(sh, guestinit.FS9p) {
+		for _, op := range guestinit.Plan(sh, guestinit.FS9p, guestinit.RootShared) {
 			if s := op.String(); strings.Contains(s, " m0 ") || strings.Contains(s, " m1 ") || strings.Contains(s, "/shares/") {
 				got = append(got, s)
 			}

@@ -155,7 +155,8 @@ func TestClaimedIsolation(t *testing.T) {
 }
 
 // TestWarmFromTemplate: warm VMs are restored from one template: each
-// claimed copy runs with the host's clock, its own random generator
+// claimed copy runs with the host's clock, its root filesystem the
+// image the template held mounted, its own random generator
 // state, its own /tmp and processes
 // (the copies share the template's memory only until they write it),
 // and the template's files are gone with the backend. A configuration
@@ -205,6 +206,10 @@ func TestWarmFromTemplate(t *testing.T) {
 		if got := run(id, "echo $POOL_ENV"); got != "same" {
 			t.Errorf("%s: environment %q", id, got)
 		}
+		// The root is the image the template held mounted, read-only.
+		if got := run(id, `awk '$2 == "/" {print $3, substr($4, 1, 2)}' /proc/mounts`); got != "erofs ro" {
+			t.Errorf("%s: the root is mounted as %q, want the read-only erofs image", id, got)
+		}
 	}
 	// Each copy's kernel was reseeded with the host's seed of its own:
 	// copies of one generator state would give code the same bytes.
@@ -225,7 +230,7 @@ func TestWarmFromTemplate(t *testing.T) {
 	// A configuration whose template cannot be made: its warm VMs boot.
 	other := sandbox.Spec{ID: "warm-tmpl-failed", Mounts: sandbox.FolderTargets(), Env: []string{"POOL_ENV=other"}}
 	sandboxtest.Cleanup(t, func() { _ = b.Remove(ctx, other.ID) })
-	key, err := b.templateKey(other)
+	key, err := b.templateKey(ctx, other)
 	if err != nil {
 		t.Fatal(err)
 	}

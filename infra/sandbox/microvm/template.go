@@ -70,7 +70,7 @@ func (b *Backend) freshWarmBoot(ctx context.Context, spec sandbox.Spec) (*box, e
 
 // templateKey names the configuration of spec's warm VM, which a
 // template serves.
-func (b *Backend) templateKey(spec sandbox.Spec) (string, error) {
+func (b *Backend) templateKey(ctx context.Context, spec sandbox.Spec) (string, error) {
 	g, err := LoadGuest(b.cfg.Guest, b.cfg.Kernel)
 	if err != nil {
 		return "", err
@@ -81,17 +81,28 @@ func (b *Backend) templateKey(spec sandbox.Spec) (string, error) {
 	for i := range sh {
 		sh[i].Sub = shareSub
 	}
-	config, err := vmConfig(spec, sh, l, guestinit.FS9p, true)
+	root, image := guestinit.RootShared, ""
+	if img, err := b.rootImage(ctx); err == nil {
+		root, image = guestinit.RootImage, img
+	}
+	config, err := vmConfig(spec, sh, l, guestinit.FS9p, root, true)
 	if err != nil {
 		return "", err
+	}
+	// The image as it is: a template holds its pages in its page cache.
+	var imageID string
+	if image != "" {
+		if ifi, err := os.Stat(image); err == nil {
+			imageID = fmt.Sprintf("%s %d %d", image, ifi.Size(), ifi.ModTime().UnixNano())
+		}
 	}
 	fi, err := os.Stat(b.cfg.AgentBin)
 	if err != nil {
 		return "", fmt.Errorf("agent binary: %w", err)
 	}
 	h := sha256.New()
-	fmt.Fprintf(h, "%s\x00%d %d\x00%s\x00%s\x00%s\x00%s\x00%s\x00%d %d\x00", config, fi.Size(), fi.ModTime().UnixNano(), b.cfg.AgentBin,
-		g.Dir, g.Kernel, b.rootfs, b.cfg.TrustDir, l.MemoryBytes, vcpus(l.CPUs))
+	fmt.Fprintf(h, "%s\x00%d %d\x00%s\x00%s\x00%s\x00%s\x00%s\x00%s\x00%d %d\x00", config, fi.Size(), fi.ModTime().UnixNano(), b.cfg.AgentBin,
+		g.Dir, g.Kernel, b.rootfs, imageID, b.cfg.TrustDir, l.MemoryBytes, vcpus(l.CPUs))
 	b.availMu.Lock()
 	h.Write([]byte(b.accel + "\x00" + cpuModel(b.accel)))
 	b.availMu.Unlock()
@@ -102,7 +113,7 @@ func (b *Backend) templateKey(spec sandbox.Spec) (string, error) {
 // (and dropping another configuration's) when there is none. A
 // configuration whose template could not be made is not tried again.
 func (b *Backend) templateFor(ctx context.Context, spec sandbox.Spec) (*template, error) {
-	key, err := b.templateKey(spec)
+	key, err := b.templateKey(ctx, spec)
 	if err != nil {
 		return nil, err
 	}

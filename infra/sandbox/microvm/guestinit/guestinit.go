@@ -2,9 +2,10 @@
 // threadbox agent runs in-process before it serves: it waits for the
 // host's word when the VM is a template of warm VMs, sets the clock and
 // reseeds the kernel's random generator of a restored copy, mounts the
-// sandbox image's root filesystem and the container's folders (9p or
-// virtiofs shares), moves what the shell part of the init made into the
-// new root, and moves into it.
+// sandbox image's root filesystem (a 9p or virtiofs share, or an erofs
+// image on a block device, which a template mounts before it holds) and
+// the container's folders (9p or virtiofs shares), moves what the shell
+// part of the init made into the new root, and moves into it.
 //
 // It is Go rather than the init's shell because a copy restored from a
 // template runs it after the restore: every busybox command there is a
@@ -123,6 +124,27 @@ const (
 	FSVirtiofs = "virtiofs"
 )
 
+// Where a guest's root filesystem comes from: shared from the host like
+// the container's folders (over their file system), or a read-only erofs
+// image of it on the VM's first block device (RootDevice). QEMU saves a
+// VM with a block device's file system mounted, not with a 9p share, so a
+// template of warm VMs holds an image root mounted, and with it in the
+// guest's page cache what its warm-up read.
+const (
+	RootShared = "shared"
+	RootImage  = "image"
+	// RootDevice is the image's block device in the guest.
+	RootDevice = "/dev/vda"
+)
+
+// CheckRoot says why root is not a root's source, or nil.
+func CheckRoot(root string) error {
+	if root != RootShared && root != RootImage {
+		return fmt.Errorf("root filesystem source %q: want %s or %s", root, RootShared, RootImage)
+	}
+	return nil
+}
+
 // CheckFS says why fs is not a share file system, or nil.
 func CheckFS(fs string) error {
 	if fs != FS9p && fs != FSVirtiofs {
@@ -168,23 +190,38 @@ func (o Op) String() string {
 }
 
 // Plan is the mounts that make the new root, its shares served with fs
-// (FS9p or FSVirtiofs): the root filesystem (read-only; over 9p with the
-// guest's cache, virtiofsd caches it over virtiofs), /proc, /sys, the
-// staged /tmp and agent folder, each share (a share's root at its target,
-// or a warm VM's subfolder bound there and the share's own mount let go),
-// and /dev; then the initramfs's /sys and /proc go.
-func Plan(shares []Share, fs string) []Op {
-	root := Op{Source: "root", Target: NewRoot, FSType: "9p", Flags: unix.MS_RDONLY, Data: options9p + ",cache=loose"}
-	if fs == FSVirtiofs {
-		root.FSType, root.Data = FSVirtiofs, ""
+// (FS9p or FSVirtiofs) and its root filesystem from root (RootShared or
+// RootImage): rootPlan's, then sharePlan's.
+func Plan(shares []Share, fs, root string) []Op {
+	return append(rootPlan(fs, root), sharePlan(shares, fs)...)
+}
+
+// rootPlan is the part of the new root that needs none of the container's
+// folders: the root filesystem (read-only; over 9p with the guest's cache,
+// virtiofsd caches it over virtiofs; an image is the guest's own block
+// device), /proc, /sys, and the staged /tmp and agent folder.
+func rootPlan(fs, root string) []Op {
+	r := Op{Source: "root", Target: NewRoot, FSType: "9p", Flags: unix.MS_RDONLY, Data: options9p + ",cache=loose"}
+	switch {
+	case root == RootImage:
+		r.Source, r.FSType, r.Data = RootDevice, "erofs", ""
+	case fs == FSVirtiofs:
+		r.FSType, r.Data = FSVirtiofs, ""
 	}
-	ops := []Op{
-		root,
+	return []Op{
+		r,
 		{Source: "proc", Target: NewRoot + "/proc", FSType: "proc", Flags: unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC},
 		{Source: "sysfs", Target: NewRoot + "/sys", FSType: "sysfs", Flags: unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC},
 		{Source: tmpDir, Target: NewRoot + tmpDir, Flags: unix.MS_MOVE},
 		{Source: sandbox.AgentDir, Target: NewRoot + sandbox.AgentDir, Flags: unix.MS_MOVE},
 	}
+}
+
+// sharePlan mounts each share (a share's root at its target, or a warm
+// VM's subfolder bound there and the share's own mount let go), then
+// moves /dev in and lets the initramfs's /sys and /proc go.
+func sharePlan(shares []Share, fs string) []Op {
+	var ops []Op
 	for _, s := range shares {
 		flags := uintptr(unix.MS_NOSUID | unix.MS_NODEV)
 		if s.ReadOnly {
@@ -248,26 +285,56 @@ func ParseGo(line string) (resumedUnixNano int64, seed []byte, err error) {
 	return resumedUnixNano, seed, nil
 }
 
-// Run finishes the init: it removes the initramfs's files; with hold (a
-// template, saved from then on) it writes HeldLine on out
-// and waits for the host's word on in (read a byte at a time, so that
-// nothing after the line is taken), then sets the clock and reseeds the
-// random generator; it mounts Plan(shares, fs), moves into the new root
-// and writes ReadyLine.
-func Run(in io.Reader, out io.Writer, shares []Share, fs string, hold bool) error {
-	return run(in, out, shares, fs, hold, removeInitramfs)
+// Init is what the guest's init is told: the shares, their file system
+// (FS9p or FSVirtiofs), the root filesystem's source (RootShared or
+// RootImage), and whether the VM is a template, which holds to be saved.
+type Init struct {
+	Shares []Share
+	FS     string
+	Root   string
+	Hold   bool
+	// Warm, when set, runs in a template whose root is an image, with the
+	// root mounted at the path it is given, before the template holds:
+	// what it reads stays in the guest's page cache, which every copy
+	// restored from the template starts with.
+	Warm func(root string) error
+}
+
+// Run finishes the init: it removes the initramfs's files; it mounts an
+// image root (and runs c.Warm in a template); with c.Hold (a template,
+// saved from then on) it writes HeldLine on out and waits for the host's
+// word on in (read a byte at a time, so that nothing after the line is
+// taken), then sets the clock and reseeds the random generator; it mounts
+// the rest of Plan, moves into the new root and writes ReadyLine.
+func Run(in io.Reader, out io.Writer, c Init) error {
+	return run(in, out, c, removeInitramfs, Op.Do)
 }
 
 // run is Run with the removal of the initramfs's files, all but keep's,
-// as remove (removeInitramfs, or a test's).
-func run(in io.Reader, out io.Writer, shares []Share, fs string, hold bool, remove func(keep string) error) error {
+// as remove (removeInitramfs, or a test's), and each step of the mounts
+// carried out by step (Op.Do, or a test's).
+func run(in io.Reader, out io.Writer, c Init, remove func(keep string) error, step func(Op) error) error {
 	// Nothing needs the initramfs's files any more (the agent runs from
 	// its staged copy), and a template saved without them spares each
 	// copy restored from it their removal.
 	if err := remove(NewRoot); err != nil {
 		return err
 	}
-	if hold {
+	rootOps, shareOps := rootPlan(c.FS, c.Root), sharePlan(c.Shares, c.FS)
+	// An image root is the guest's own device: it is mounted before a
+	// template holds, so that no copy mounts it or reads its shell again.
+	if c.Root == RootImage {
+		if err := do(rootOps, step); err != nil {
+			return err
+		}
+		rootOps = nil
+		if c.Hold && c.Warm != nil {
+			if err := c.Warm(NewRoot); err != nil {
+				return fmt.Errorf("warm the root filesystem: %w", err)
+			}
+		}
+	}
+	if c.Hold {
 		if _, err := io.WriteString(out, HeldLine); err != nil {
 			return fmt.Errorf("agent port: %w", err)
 		}
@@ -284,16 +351,24 @@ func run(in io.Reader, out io.Writer, shares []Share, fs string, hold bool, remo
 			return err
 		}
 	}
-	for _, o := range Plan(shares, fs) {
-		if err := o.Do(); err != nil {
-			return err
-		}
+	if err := do(append(rootOps, shareOps...), step); err != nil {
+		return err
 	}
 	if err := switchRoot(NewRoot); err != nil {
 		return err
 	}
 	if _, err := io.WriteString(out, ReadyLine); err != nil {
 		return fmt.Errorf("agent port: %w", err)
+	}
+	return nil
+}
+
+// do carries out ops in order with step, up to the first that fails.
+func do(ops []Op, step func(Op) error) error {
+	for _, o := range ops {
+		if err := step(o); err != nil {
+			return err
+		}
 	}
 	return nil
 }

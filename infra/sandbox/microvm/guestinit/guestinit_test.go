@@ -2,6 +2,7 @@ package guestinit
 
 import (
 	"bytes"
+	"errors"
 	"strings"
 	"testing"
 )
@@ -62,15 +63,16 @@ func TestGoWord(t *testing.T) {
 func TestPlan(t *testing.T) {
 	const o = "trans=virtio,version=9p2000.L,msize=262144"
 	for _, tc := range []struct {
-		fs       string
+		fs, from string
 		root, m0 string
 	}{
-		{FS9p, "mount -t 9p -o ro," + o + ",cache=loose root /newroot", "mount -t 9p -o nosuid,nodev," + o + ",cache=none m0 /newroot/home/agent/workspace"},
-		{FSVirtiofs, "mount -t virtiofs -o ro root /newroot", "mount -t virtiofs -o nosuid,nodev m0 /newroot/home/agent/workspace"},
+		{FS9p, RootShared, "mount -t 9p -o ro," + o + ",cache=loose root /newroot", "mount -t 9p -o nosuid,nodev," + o + ",cache=none m0 /newroot/home/agent/workspace"},
+		{FSVirtiofs, RootShared, "mount -t virtiofs -o ro root /newroot", "mount -t virtiofs -o nosuid,nodev m0 /newroot/home/agent/workspace"},
+		{FS9p, RootImage, "mount -t erofs -o ro /dev/vda /newroot", "mount -t 9p -o nosuid,nodev," + o + ",cache=none m0 /newroot/home/agent/workspace"},
 	} {
-		t.Run(tc.fs, func(t *testing.T) {
+		t.Run(tc.fs+"-"+tc.from, func(t *testing.T) {
 			var got []string
-			for _, op := range Plan([]Share{{Tag: "m0", Target: "/home/agent/workspace"}}, tc.fs) {
+			for _, op := range Plan([]Share{{Tag: "m0", Target: "/home/agent/workspace"}}, tc.fs, tc.from) {
 				got = append(got, op.String())
 			}
 			want := []string{
@@ -91,6 +93,9 @@ func TestPlan(t *testing.T) {
 	}
 	if CheckFS("nfs") == nil || CheckFS(FS9p) != nil || CheckFS(FSVirtiofs) != nil {
 		t.Error("CheckFS takes 9p and virtiofs only")
+	}
+	if CheckRoot("") == nil || CheckRoot(RootShared) != nil || CheckRoot(RootImage) != nil {
+		t.Error("CheckRoot takes shared and image only")
 	}
 }
 
@@ -139,7 +144,11 @@ func TestRunRemovesInitramfsBeforeHold(t *testing.T) {
 	}
 	out := &heldWriter{removed: &removed}
 	// The host's word never comes: Run ends at the hold.
-	if err := run(strings.NewReader(""), out, nil, FS9p, true, remove); err == nil {
+	noMount := func(o Op) error {
+		t.Errorf("%s before the hold, with a shared root", o)
+		return nil
+	}
+	if err := run(strings.NewReader(""), out, Init{FS: FS9p, Root: RootShared, Hold: true}, remove, noMount); err == nil {
 		t.Fatal("Run went on without the host's word")
 	}
 	if !out.wroteHeld {
@@ -148,4 +157,69 @@ func TestRunRemovesInitramfsBeforeHold(t *testing.T) {
 	if !out.goneAtHeld {
 		t.Error("the initramfs's files were still there when the template held")
 	}
+}
+
+// A template whose root is an image mounts it, with /proc, /sys, /tmp and
+// the agent's folder, and warms it, all before it holds, so that copies
+// restored from it start with the root mounted and its shell read; the
+// shares, which QEMU cannot save mounted, wait for the host's word.
+func TestRunMountsAnImageRootBeforeHold(t *testing.T) {
+	var events []string
+	remove := func(string) error { return nil }
+	step := func(o Op) error {
+		events = append(events, o.String())
+		return nil
+	}
+	warm := func(root string) error {
+		events = append(events, "warm "+root)
+		return nil
+	}
+	out := writerFunc(func(p []byte) {
+		if string(p) == HeldLine {
+			events = append(events, "held")
+		}
+	})
+	c := Init{Shares: []Share{{Tag: "m0", Target: "/home/agent/workspace", Sub: "d"}}, FS: FS9p, Root: RootImage, Hold: true, Warm: warm}
+	// The host's word never comes: Run ends at the hold.
+	if err := run(strings.NewReader(""), out, c, remove, step); err == nil {
+		t.Fatal("Run went on without the host's word")
+	}
+	var want []string
+	for _, o := range rootPlan(FS9p, RootImage) {
+		want = append(want, o.String())
+	}
+	want = append(want, "warm "+NewRoot, "held")
+	if strings.Join(events, "\n") != strings.Join(want, "\n") {
+		t.Errorf("before the host's word the init did\n%s\nwant\n%s", strings.Join(events, "\n"), strings.Join(want, "\n"))
+	}
+
+	// A warm VM booted, not saved, does not warm its root: nothing is
+	// kept of it.
+	events = nil
+	c.Hold = false
+	stopAtShares := func(o Op) error {
+		if strings.HasPrefix(o.Target, sharesAt) {
+			return errors.New("stopped at the shares")
+		}
+		return step(o)
+	}
+	if err := run(strings.NewReader(""), out, c, remove, stopAtShares); err == nil {
+		t.Fatal("the init went past the shares")
+	}
+	if len(events) != len(rootPlan(FS9p, RootImage)) {
+		t.Errorf("a booted warm VM did %q before its shares", events)
+	}
+	for _, e := range events {
+		if strings.HasPrefix(e, "warm ") {
+			t.Error("a booted warm VM warmed its root")
+		}
+	}
+}
+
+// writerFunc is an io.Writer that hands each write to a function.
+type writerFunc func(p []byte)
+
+func (w writerFunc) Write(p []byte) (int, error) {
+	w(p)
+	return len(p), nil
 }
