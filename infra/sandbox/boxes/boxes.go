@@ -7,8 +7,8 @@
 // the checks and handshake of a boot (boot.go), the log of a sandbox's
 // stderr (logtail.go), the warm pool and the answers of a backend without
 // one (pool.go), the answers of a backend whose sandboxes keep files only
-// across a stop (checkpoint.go), and the settings every backend takes
-// (settings.go).
+// across a stop and the checkpoint calls of one that saves them
+// (checkpoint.go), and the settings every backend takes (settings.go).
 package boxes
 
 import (

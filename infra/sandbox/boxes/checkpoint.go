@@ -48,6 +48,50 @@ func (f FilesOnly) Restore(ctx context.Context, spec sandbox.Spec, dir string) e
 	return fmt.Errorf("%s: %w", f.name, f.Checkpoints(ctx).Err())
 }
 
+// Saves are the checkpoint calls of sandbox.Backend for a backend that
+// saves its running boxes of type B: a backend embeds them, and answers
+// Checkpoints and Restore itself.
+type Saves[B Box] struct {
+	set     *Set[B]
+	support func(context.Context) sandbox.CheckpointSupport
+	save    func(ctx context.Context, id string, bx B, dir string, leaveRunning bool) error
+}
+
+// NewSaves returns the checkpoint calls over set's boxes. support is the
+// backend's Checkpoints; save saves the running box bx of id into dir,
+// ending it or leaving it running, and is called with id's lock held.
+func NewSaves[B Box](set *Set[B], support func(context.Context) sandbox.CheckpointSupport, save func(ctx context.Context, id string, bx B, dir string, leaveRunning bool) error) Saves[B] {
+	return Saves[B]{set: set, support: support, save: save}
+}
+
+// Checkpoint saves the running sandbox id into dir and ends it. It wraps
+// sandbox.ErrUnsupported when the backend's Checkpoints says no, and
+// sandbox.ErrUnavailable when id does not run.
+func (s Saves[B]) Checkpoint(ctx context.Context, id, dir string) error {
+	return s.run(ctx, id, dir, false)
+}
+
+// CheckpointRunning saves the running sandbox id into dir and lets it go
+// on. It wraps sandbox.ErrUnsupported when the backend's Checkpoints says
+// no, and sandbox.ErrUnavailable when id does not run.
+func (s Saves[B]) CheckpointRunning(ctx context.Context, id, dir string) error {
+	return s.run(ctx, id, dir, true)
+}
+
+// run hands id's running box to the backend's save under id's lock, so
+// that no boot or stop of id runs meanwhile.
+func (s Saves[B]) run(ctx context.Context, id, dir string, leaveRunning bool) error {
+	if err := s.support(ctx).Err(); err != nil {
+		return fmt.Errorf("%s: %w", s.set.name, err)
+	}
+	defer s.set.Lock(id)()
+	bx, ok := s.set.Live(id)
+	if !ok {
+		return fmt.Errorf("%s: checkpoint %s: %w: sandbox is not running", s.set.name, id, sandbox.ErrUnavailable)
+	}
+	return s.save(ctx, id, bx, dir, leaveRunning)
+}
+
 // CheckpointRecordFile is the file beside a backend's checkpoint that
 // says what it was taken with.
 const CheckpointRecordFile = "threadbox-checkpoint.json"

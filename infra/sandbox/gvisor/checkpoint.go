@@ -50,32 +50,16 @@ func (b *Backend) image(mounts []sandbox.Mount) (sandbox.CheckpointImage, error)
 	return sandbox.CheckpointImage{Backend: b.Name(), Runtime: v, RootFS: b.rootfs, Agent: sum, Targets: sandbox.TargetsOf(mounts)}, nil
 }
 
-// Checkpoint saves the running sandbox id into dir and stops it. The agent
-// connection is kept for a Restore by this process. On an error before
-// runsc saved anything the sandbox serves on; after, it has ended.
-func (b *Backend) Checkpoint(ctx context.Context, id, dir string) error {
-	return b.save(ctx, id, dir, false)
-}
-
-// CheckpointRunning saves the running sandbox id into dir and lets it go
-// on (runsc checkpoint --leave-running): its agent connection resumes and
-// its processes never notice. A later Restore from dir boots the sandbox
-// as it was here, with a client of its own (agent.Client.Release).
-func (b *Backend) CheckpointRunning(ctx context.Context, id, dir string) error {
-	return b.save(ctx, id, dir, true)
-}
-
-// save checkpoints the sandbox id into dir, leaving it running or not,
-// and writes what the checkpoint was taken with beside runsc's image.
-func (b *Backend) save(ctx context.Context, id, dir string, leaveRunning bool) error {
-	if err := b.Checkpoints(ctx).Err(); err != nil {
-		return fmt.Errorf("gvisor: %w", err)
-	}
-	defer b.boxes.Lock(id)()
-	bx := b.boxes.Get(id)
-	if bx == nil {
-		return fmt.Errorf("gvisor: checkpoint %s: %w: sandbox is not running", id, sandbox.ErrUnavailable)
-	}
+// save checkpoints the running sandbox id, box bx, into dir and writes
+// what the checkpoint was taken with beside runsc's image (boxes.Saves
+// calls it with id's lock held). Unless leaveRunning, the sandbox stops,
+// and its agent connection is kept for a Restore by this process; on an
+// error before runsc saved anything the sandbox serves on, after, it has
+// ended. With leaveRunning the sandbox goes on (runsc checkpoint
+// --leave-running): its agent connection resumes and its processes never
+// notice. A later Restore from dir boots the sandbox as it was here, with
+// a client of its own (agent.Client.Release).
+func (b *Backend) save(ctx context.Context, id string, bx *box, dir string, leaveRunning bool) error {
 	img, err := b.image(bx.mounts)
 	if err != nil {
 		return fmt.Errorf("gvisor: checkpoint %s: %w", id, err)

@@ -101,10 +101,11 @@ type Backend struct {
 	bndls  string // the bundles' parent folder
 	views  string // the views' parent folder, this process's in PoolDir
 
-	boxes           *boxes.Set[*box]
-	boxes.Ops[*box] // Exec, Start, Listen, Status, SandboxCPU
-	pool            *boxes.Pool[*box]
-	ooms            cgroupacct.OOMWatcher // the sandboxes' memory kills, as they happen
+	boxes             *boxes.Set[*box]
+	boxes.Ops[*box]   // Exec, Start, Listen, Status, SandboxCPU
+	boxes.Saves[*box] // Checkpoint, CheckpointRunning (checkpoint.go)
+	pool              *boxes.Pool[*box]
+	ooms              cgroupacct.OOMWatcher // the sandboxes' memory kills, as they happen
 
 	availMu sync.Mutex
 	availAt time.Time // last successful check
@@ -171,6 +172,7 @@ func New(cfg Config) (*Backend, error) {
 	set := boxes.New[*box]("gvisor", lg)
 	b := &Backend{cfg: cfg, log: lg, rootfs: rootfs, state: filepath.Join(dir, "state"), bndls: filepath.Join(dir, "bundles"), views: filepath.Join(cfg.PoolDir, strconv.Itoa(os.Getpid())),
 		boxes: set, Ops: boxes.NewOps(set, nil), self: newOwner(), cids: map[string]bool{}, deleting: map[string]bool{}}
+	b.Saves = boxes.NewSaves(set, b.Checkpoints, b.save)
 	b.pool = boxes.NewPoolWith(set, b.views, viewLayout{rootfs: rootfs})
 	return b, nil
 }

@@ -94,31 +94,14 @@ func (b *Backend) image(g Guest, sh []share, l sandbox.Limits) (sandbox.Checkpoi
 	return sandbox.CheckpointImage{Backend: b.Name(), Runtime: runtime, RootFS: b.rootfs, Agent: sum, Targets: sandbox.TargetsOf(mounts)}, nil
 }
 
-// Checkpoint saves the running VM id into dir and ends it. The agent
-// connection is kept for a Restore by this process. On an error before
-// QEMU saved anything the VM serves on.
-func (b *Backend) Checkpoint(ctx context.Context, id, dir string) error {
-	return b.save(ctx, id, dir, false)
-}
-
-// CheckpointRunning saves the running VM id into dir and lets it go on:
-// the VM pauses while its state is written, and its agent connection
+// save checkpoints the running VM id, box bx, into dir and writes what
+// the checkpoint was taken with beside its state (boxes.Saves calls it
+// with id's lock held). The VM pauses while its state is written. Unless
+// leaveRunning, the VM then ends, and its agent connection is kept for a
+// Restore by this process; on an error before QEMU saved anything the VM
+// serves on. With leaveRunning the VM goes on and its agent connection
 // resumes. A later Restore from dir boots the VM as it was here.
-func (b *Backend) CheckpointRunning(ctx context.Context, id, dir string) error {
-	return b.save(ctx, id, dir, true)
-}
-
-// save checkpoints the VM id into dir, leaving it running or not, and
-// writes what the checkpoint was taken with beside its state.
-func (b *Backend) save(ctx context.Context, id, dir string, leaveRunning bool) error {
-	if err := b.Checkpoints(ctx).Err(); err != nil {
-		return fmt.Errorf("%s: %w", b.cfg.Name, err)
-	}
-	defer b.boxes.Lock(id)()
-	bx := b.boxes.Get(id)
-	if bx == nil {
-		return fmt.Errorf("%s: checkpoint %s: %w: sandbox is not running", b.cfg.Name, id, sandbox.ErrUnavailable)
-	}
+func (b *Backend) save(ctx context.Context, id string, bx *box, dir string, leaveRunning bool) error {
 	if bx.fs != guestinit.FSVirtiofs {
 		return fmt.Errorf("%s: checkpoint %s: %w", b.cfg.Name, id, errNotVirtiofs)
 	}

@@ -131,6 +131,8 @@ type Backend struct {
 	boxes           *boxes.Set[*box]
 	boxes.Ops[*box] // Exec, Start, Listen, Stop, Status, SandboxCPU
 
+	boxes.Saves[*box] // Checkpoint, CheckpointRunning (checkpoint.go)
+
 	// Checkpoints (checkpoint.go): the agent binary's digest they record,
 	// the agent clients of checkpointed VMs, and the VMM's version.
 	digest      boxes.AgentDigest
@@ -218,9 +220,11 @@ func New(cfg Config) (*Backend, error) {
 	set := boxes.New[*box](cfg.Name, lg)
 	dir := filepath.Join(cfg.StateDir, hostdirs.SafeID(cfg.Instance))
 	slots := filepath.Join(dir+"-slots", strconv.Itoa(os.Getpid()))
-	return &Backend{cfg: cfg, log: lg, rootfs: rootfs, dir: dir,
+	b := &Backend{cfg: cfg, log: lg, rootfs: rootfs, dir: dir,
 		boxes: set, Ops: boxes.NewOps(set, nil), vms: map[*box]bool{},
-		pool: boxes.NewPoolWith(set, slots, shareLayout{}), slots: slots, tmplFailed: map[string]error{}}, nil
+		pool: boxes.NewPoolWith(set, slots, shareLayout{}), slots: slots, tmplFailed: map[string]error{}}
+	b.Saves = boxes.NewSaves(set, b.Checkpoints, b.save)
+	return b, nil
 }
 
 // Name returns the backend's configuration name.
