@@ -189,6 +189,24 @@ func (h *HeldClients) Put(id string, c *agent.Client) {
 	}
 }
 
+// Record ends a checkpoint of id into dir: it writes what the checkpoint
+// was taken with (WriteCheckpointRecord) and, for a sandbox the
+// checkpoint ended, keeps its client c for the restore (Put), or closes
+// it when the record cannot be written (nothing will restore it). A
+// sandbox left running keeps its client.
+func (h *HeldClients) Record(id, dir string, img sandbox.CheckpointImage, c *agent.Client, ended bool) error {
+	if err := WriteCheckpointRecord(dir, img); err != nil {
+		if ended {
+			c.Close()
+		}
+		return err
+	}
+	if ended {
+		h.Put(id, c)
+	}
+	return nil
+}
+
 // Take returns and forgets the client kept for id, or nil.
 func (h *HeldClients) Take(id string) *agent.Client {
 	h.mu.Lock()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"net"
+	"path/filepath"
 	"testing"
 
 	"threadbox/domain/sandbox"
@@ -38,6 +39,45 @@ func TestHeldClients(t *testing.T) {
 	h.Put("s", closed)
 	if got := h.Take("s"); got != nil {
 		t.Fatalf("a closed client was kept: %p", got)
+	}
+}
+
+// TestHeldClientsRecord: a checkpoint's end writes its record; the
+// client of a sandbox the checkpoint ended is kept for the restore, or
+// closed when the record cannot be written; a sandbox left running keeps
+// its client, which is not held.
+func TestHeldClientsRecord(t *testing.T) {
+	client := func() *agent.Client {
+		a, b := net.Pipe()
+		t.Cleanup(func() { _ = b.Close() })
+		return NewAgent(a)
+	}
+	img := sandbox.CheckpointImage{Backend: "test", Runtime: "r1", RootFS: "/rootfs", Agent: "sum"}
+	var h HeldClients
+	dir := t.TempDir()
+	ended := client()
+	if err := h.Record("s", dir, img, ended, true); err != nil {
+		t.Fatal(err)
+	}
+	if rec, err := ReadCheckpointRecord(dir); err != nil || rec.Image.Runtime != "r1" {
+		t.Fatalf("record %+v %v", rec, err)
+	}
+	if got := h.Take("s"); got != ended || ended.Err() != nil {
+		t.Fatalf("the ended sandbox's client was not kept open: %p %v", got, ended.Err())
+	}
+	running := client()
+	if err := h.Record("r", t.TempDir(), img, running, false); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.Take("r"); got != nil || running.Err() != nil {
+		t.Fatalf("a running sandbox's client was held (%p) or closed (%v)", got, running.Err())
+	}
+	lost := client()
+	if err := h.Record("l", filepath.Join(dir, "no", "such"), img, lost, true); err == nil {
+		t.Fatal("a record that cannot be written was taken")
+	}
+	if got := h.Take("l"); got != nil || lost.Err() == nil {
+		t.Fatalf("without a record the client was kept (%p) or left open", got)
 	}
 }
 

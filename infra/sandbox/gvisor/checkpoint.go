@@ -101,14 +101,8 @@ func (b *Backend) save(ctx context.Context, id string, bx *box, dir string, leav
 		}
 		b.boxes.Take(id)
 	}
-	if err := boxes.WriteCheckpointRecord(dir, img); err != nil {
-		if !leaveRunning {
-			bx.Client.Close()
-		}
+	if err := b.held.Record(id, dir, img, bx.Client, !leaveRunning); err != nil {
 		return fmt.Errorf("gvisor: checkpoint %s: %w", id, err)
-	}
-	if !leaveRunning {
-		b.held.Put(id, bx.Client)
 	}
 	// A restore of it will find a container ready to restore into.
 	b.prepareReady(bx.mounts, bx.limits)

@@ -147,14 +147,8 @@ func (b *Backend) save(ctx context.Context, id string, bx *box, dir string, leav
 		<-bx.Done()
 		b.boxes.Take(id)
 	}
-	if err := boxes.WriteCheckpointRecord(dir, img); err != nil {
-		if !leaveRunning {
-			bx.Client.Close()
-		}
+	if err := b.held.Record(id, dir, img, bx.Client, !leaveRunning); err != nil {
 		return fmt.Errorf("%s: checkpoint %s: %w", b.cfg.Name, id, err)
-	}
-	if !leaveRunning {
-		b.held.Put(id, bx.Client)
 	}
 	b.log.Info("sandbox checkpointed", "id", id, "backend", b.cfg.Name, "vm", bx.name, "left_running", leaveRunning, "took", took.String(), "bytes", hostdirs.TreeBytes(dir))
 	return nil
