@@ -63,7 +63,9 @@ func (b *Backend) rootImage(ctx context.Context) (string, error) {
 		return path, nil
 	}
 	start := time.Now()
-	if err := makeRootImage(ctx, b.rootfs, path); err != nil {
+	// The image serves every warm VM after this one: it is made to the
+	// end even when this caller stops waiting.
+	if err := makeRootImage(context.WithoutCancel(ctx), b.rootfs, path); err != nil {
 		b.rootImgErr = err
 		b.log.Warn("no root filesystem image; warm VMs share the root over 9p", "backend", b.cfg.Name, "cause", err.Error())
 		return "", err

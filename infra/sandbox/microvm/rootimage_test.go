@@ -65,8 +65,12 @@ func TestRootImage(t *testing.T) {
 	if err := os.MkdirAll(filepath.Dir(other), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := newB(other).rootImage(ctx); err != nil || got != other {
-		t.Fatalf("configured image: %q %v", got, err)
+	// Made to the end even when its first caller stops waiting: every
+	// warm VM after it needs it.
+	gone, cancel := context.WithCancel(ctx)
+	cancel()
+	if got, err := newB(other).rootImage(gone); err != nil || got != other {
+		t.Fatalf("configured image, its caller gone: %q %v", got, err)
 	}
 
 	// Turned off, and a folder where it cannot be written: no image,

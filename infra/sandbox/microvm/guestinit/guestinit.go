@@ -307,13 +307,14 @@ type Init struct {
 // taken), then sets the clock and reseeds the random generator; it mounts
 // the rest of Plan, moves into the new root and writes ReadyLine.
 func Run(in io.Reader, out io.Writer, c Init) error {
-	return run(in, out, c, removeInitramfs, Op.Do)
+	return run(in, out, os.Stderr, c, removeInitramfs, Op.Do)
 }
 
 // run is Run with the removal of the initramfs's files, all but keep's,
-// as remove (removeInitramfs, or a test's), and each step of the mounts
-// carried out by step (Op.Do, or a test's).
-func run(in io.Reader, out io.Writer, c Init, remove func(keep string) error, step func(Op) error) error {
+// as remove (removeInitramfs, or a test's), each step of the mounts
+// carried out by step (Op.Do, or a test's), and what the init goes on
+// without told on console (the guest's console, or a test's).
+func run(in io.Reader, out, console io.Writer, c Init, remove func(keep string) error, step func(Op) error) error {
 	// Nothing needs the initramfs's files any more (the agent runs from
 	// its staged copy), and a template saved without them spares each
 	// copy restored from it their removal.
@@ -329,8 +330,11 @@ func run(in io.Reader, out io.Writer, c Init, remove func(keep string) error, st
 		}
 		rootOps = nil
 		if c.Hold && c.Warm != nil {
+			// A warm-up that fails costs the copies their first reads,
+			// nothing else: it is told on the console, and the template
+			// holds all the same.
 			if err := c.Warm(NewRoot); err != nil {
-				return fmt.Errorf("warm the root filesystem: %w", err)
+				fmt.Fprintln(console, "threadbox-init: warm the root filesystem:", err)
 			}
 		}
 	}

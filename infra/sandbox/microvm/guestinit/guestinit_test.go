@@ -3,6 +3,7 @@ package guestinit
 import (
 	"bytes"
 	"errors"
+	"io"
 	"strings"
 	"testing"
 )
@@ -148,7 +149,7 @@ func TestRunRemovesInitramfsBeforeHold(t *testing.T) {
 		t.Errorf("%s before the hold, with a shared root", o)
 		return nil
 	}
-	if err := run(strings.NewReader(""), out, Init{FS: FS9p, Root: RootShared, Hold: true}, remove, noMount); err == nil {
+	if err := run(strings.NewReader(""), out, io.Discard, Init{FS: FS9p, Root: RootShared, Hold: true}, remove, noMount); err == nil {
 		t.Fatal("Run went on without the host's word")
 	}
 	if !out.wroteHeld {
@@ -181,7 +182,7 @@ func TestRunMountsAnImageRootBeforeHold(t *testing.T) {
 	})
 	c := Init{Shares: []Share{{Tag: "m0", Target: "/home/agent/workspace", Sub: "d"}}, FS: FS9p, Root: RootImage, Hold: true, Warm: warm}
 	// The host's word never comes: Run ends at the hold.
-	if err := run(strings.NewReader(""), out, c, remove, step); err == nil {
+	if err := run(strings.NewReader(""), out, io.Discard, c, remove, step); err == nil {
 		t.Fatal("Run went on without the host's word")
 	}
 	var want []string
@@ -203,7 +204,7 @@ func TestRunMountsAnImageRootBeforeHold(t *testing.T) {
 		}
 		return step(o)
 	}
-	if err := run(strings.NewReader(""), out, c, remove, stopAtShares); err == nil {
+	if err := run(strings.NewReader(""), out, io.Discard, c, remove, stopAtShares); err == nil {
 		t.Fatal("the init went past the shares")
 	}
 	if len(events) != len(rootPlan(FS9p, RootImage)) {
