@@ -2,7 +2,8 @@
 // its own guest kernel: QEMU's minimal `microvm` machine (virtio over MMIO,
 // no PCI, no firmware), one QEMU process per sandbox driven over QMP. The
 // sandbox image's root filesystem folder (the local and gvisor backends')
-// is shared read-only into every VM over 9p; the container's folders are
+// is shared read-only into a container's VM over virtiofs or 9p, and a
+// warm VM mounts a read-only erofs image of it (rootimage.go); the container's folders are
 // 9p shares of their own (uploads and skills read-only), so the guest
 // reaches no other host path. The VM has no network device. Its init (a
 // static busybox in an initramfs this package writes, init.sh) becomes
