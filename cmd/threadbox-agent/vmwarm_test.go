@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"threadbox/infra/sandbox/sandboxtest"
 )
 
 // A template's agent runs the warm-up command inside the root filesystem
@@ -15,7 +17,7 @@ import (
 // command's shell is an error, not a silent success.
 func TestWarmRootRunsTheWarmUpInTheRoot(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("chroot needs root")
+		sandboxtest.Need(t, "the warm-up's chroot needs root")
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -73,7 +73,7 @@ func NewPool[B Box](set *Set[B], dir string) *Pool[B] {
 // NewPoolWith returns an empty pool of set's sandboxes whose slots are
 // made under dir by layout.
 func NewPoolWith[B Box](set *Set[B], dir string, layout Layout) *Pool[B] {
-	return &Pool[B]{set: set, dir: dir, layout: layout, warmUpWait: warmUpCommand.Timeout + defaultWarmUpGrace, slots: map[string]Slot{}}
+	return &Pool[B]{set: set, dir: dir, layout: layout, warmUpWait: sandbox.WarmUpCommand.Timeout + defaultWarmUpGrace, slots: map[string]Slot{}}
 }
 
 // Slot returns the slot of the warm sandbox named name, held or not.
@@ -157,7 +157,7 @@ func (p *Pool[B]) Remove(sl Slot) {
 
 // Warm boots a warm sandbox named spec.ID with the first of boots, over
 // the empty folders of a new slot (its layout's places) in place of the
-// sources of spec's mounts, and runs warmUpCommand in it. A container
+// sources of spec's mounts, and runs sandbox.WarmUpCommand in it. A container
 // whose limits, environment and folder targets are spec's can claim it. A
 // sandbox whose agent does not report the warm-up's end in time is
 // stopped with stop, the backend's Stop, and the next of boots tried (a
@@ -211,10 +211,6 @@ func (p *Pool[B]) warm(ctx context.Context, spec sandbox.Spec, boot func(context
 	return nil
 }
 
-// warmUpCommand is run once in every warm sandbox before any claim
-// (sandbox.WarmUpCommand).
-var warmUpCommand = sandbox.WarmUpCommand
-
 // lostWarmUpProbe lists every task in a sandbox whose agent lost its
 // warm-up: its path, name, state, the kernel function it waits in and
 // the system call it is in (its number first; "running" for a task on a
@@ -227,12 +223,12 @@ var lostWarmUpProbe = sandbox.Command{Dir: "/", Timeout: 10 * time.Second, Args:
 // reported no end of the warm-up command in time.
 var ErrWarmUpLost = errors.New("the agent reported no end of the warm-up command")
 
-// defaultWarmUpGrace is how long after warmUpCommand's own timeout, which the
+// defaultWarmUpGrace is how long after sandbox.WarmUpCommand's own timeout, which the
 // agent enforces, the host still waits for the command's end to be
 // reported.
 const defaultWarmUpGrace = 20 * time.Second
 
-// warmUp runs warmUpCommand in the warm sandbox name. A command that
+// warmUp runs sandbox.WarmUpCommand in the warm sandbox name. A command that
 // failed is logged only: the sandbox serves as well without it. An agent
 // that reports no end within the command's timeout and defaultWarmUpGrace has
 // lost it (seen in emulated VMs restored from their template) and
@@ -245,7 +241,7 @@ func (p *Pool[B]) warmUp(ctx context.Context, name string) error {
 	}
 	wctx, cancel := context.WithTimeout(ctx, p.warmUpWait)
 	defer cancel()
-	res, err := bx.Agent().Exec(wctx, warmUpCommand)
+	res, err := bx.Agent().Exec(wctx, sandbox.WarmUpCommand)
 	if err != nil && wctx.Err() != nil && ctx.Err() == nil {
 		// What each of the sandbox's tasks waits on, for the log: run from
 		// "/", so that a share that stopped answering does not hold it too.

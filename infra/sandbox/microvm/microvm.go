@@ -578,13 +578,9 @@ func (b *Backend) boot(ctx context.Context, spec sandbox.Spec, kind bootKind, t 
 	}
 	warm := kind == bootWarm || kind == bootTemplate || kind == bootClone
 	sh := shares(spec, warm)
-	// Warm VMs mount the root filesystem's image where there is one
-	// (rootimage.go).
 	root, rootImg := guestinit.RootShared, ""
 	if warm {
-		if img, err := b.rootImage(ctx); err == nil {
-			root, rootImg = guestinit.RootImage, img
-		}
+		root, rootImg = b.warmRoot(ctx)
 	}
 	if b.cfg.TrustDir != "" {
 		sh = append(sh, share{Mount: sandbox.Mount{Source: b.cfg.TrustDir, Target: boxes.TrustPath, ReadOnly: true}, Export: b.cfg.TrustDir})

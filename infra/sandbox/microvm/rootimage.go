@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"strconv"
+	"path/filepath"
 	"strings"
 	"time"
+
+	"threadbox/infra/sandbox/microvm/guestinit"
 )
 
 // Warm VMs mount the sandbox image's root filesystem from a read-only
@@ -75,15 +77,31 @@ func (b *Backend) rootImage(ctx context.Context) (string, error) {
 	return path, nil
 }
 
+// warmRoot returns where warm VMs' root filesystem comes from: its image
+// (guestinit.RootImage and the image's path) where there is one, else the
+// shared folder (guestinit.RootShared). A template and every copy of it
+// ask here, so that they agree.
+func (b *Backend) warmRoot(ctx context.Context) (root, image string) {
+	if img, err := b.rootImage(ctx); err == nil {
+		return guestinit.RootImage, img
+	}
+	return guestinit.RootShared, ""
+}
+
 // makeRootImage writes an erofs image of the folder rootfs to path, by way
 // of a file of its own beside it, renamed into place once whole (another
-// process may be making the same image).
+// backend or process may be making the same image).
 func makeRootImage(ctx context.Context, rootfs, path string) error {
 	mkfs, err := exec.LookPath("mkfs.erofs")
 	if err != nil {
 		return fmt.Errorf("root filesystem image: no mkfs.erofs (erofs-utils): %w", err)
 	}
-	tmp := path + ".tmp-" + strconv.Itoa(os.Getpid())
+	f, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("root filesystem image: %w", err)
+	}
+	tmp := f.Name()
+	_ = f.Close()
 	out, err := exec.CommandContext(ctx, mkfs, "--quiet", tmp, rootfs).CombinedOutput()
 	if err == nil {
 		err = os.Rename(tmp, path)

@@ -81,10 +81,7 @@ func (b *Backend) templateKey(ctx context.Context, spec sandbox.Spec) (string, e
 	for i := range sh {
 		sh[i].Sub = shareSub
 	}
-	root, image := guestinit.RootShared, ""
-	if img, err := b.rootImage(ctx); err == nil {
-		root, image = guestinit.RootImage, img
-	}
+	root, image := b.warmRoot(ctx)
 	config, err := vmConfig(spec, sh, l, guestinit.FS9p, root, true)
 	if err != nil {
 		return "", err
