@@ -161,6 +161,36 @@ func TestClaimedIsolation(t *testing.T) {
 // (the copies share the template's memory only until they write it),
 // and the template's files are gone with the backend. A configuration
 // whose template cannot be made boots its warm VMs instead.
+// TestTemplateKeyBeforeAvailable checks that a template's key is the same
+// whether or not the backend had chosen its accelerator before: the first
+// warm VM of a process that has not booted a VM yet asks for the key
+// before the boot chooses it, and a key without it would have the next
+// warm VM make the template again.
+func TestTemplateKeyBeforeAvailable(t *testing.T) {
+	rootfs, guest, bin := prerequisites(t)
+	b, err := New(Config{RootFS: rootfs, Guest: guest, AgentBin: bin, Accel: testAccel(), StateDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	ctx := context.Background()
+	spec := sandbox.Spec{ID: "warm-key", Mounts: sandbox.FolderTargets()}
+	first, err := b.templateKey(ctx, spec)
+	if err != nil {
+		sandboxtest.Need(t, "microvm backend not available: %v", err)
+	}
+	if err := b.Available(ctx); err != nil {
+		t.Fatal(err)
+	}
+	again, err := b.templateKey(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first != again {
+		t.Errorf("the template key changed once the accelerator was chosen: %s, then %s", first, again)
+	}
+}
+
 func TestWarmFromTemplate(t *testing.T) {
 	b := newTestBackend(t, Config{})
 	ctx := context.Background()

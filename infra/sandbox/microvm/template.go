@@ -69,8 +69,13 @@ func (b *Backend) freshWarmBoot(ctx context.Context, spec sandbox.Spec) (*box, e
 }
 
 // templateKey names the configuration of spec's warm VM, which a
-// template serves.
+// template serves. The accelerator is part of it, so it is chosen first
+// (Available): a key taken before would not match the template the boot
+// makes, which would be made again for the next warm VM.
 func (b *Backend) templateKey(ctx context.Context, spec sandbox.Spec) (string, error) {
+	if err := b.Available(ctx); err != nil {
+		return "", err
+	}
 	g, err := LoadGuest(b.cfg.Guest, b.cfg.Kernel)
 	if err != nil {
 		return "", err
