@@ -141,7 +141,7 @@ func (s *Set[B]) Stop(ctx context.Context, id string) error {
 	case <-ctx.Done():
 		return fmt.Errorf("%s: stop %s: %w", s.name, id, ctx.Err())
 	}
-	s.log.Info("sandbox stopped", "id", id, "backend", s.name)
+	s.log.Info("sandbox stopped", "id", id)
 	return nil
 }
 

@@ -1,7 +1,9 @@
 package boxes
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"slices"
@@ -119,4 +121,54 @@ func TestEnsureFailureAndBookkeeping(t *testing.T) {
 	if all := s.TakeAll(); len(all) != 1 || all[0].n != 2 || len(s.IDs(nil)) != 0 {
 		t.Errorf("TakeAll = %v, left %v", all, s.IDs(nil))
 	}
+}
+
+// TestStopLogNamesTheBackendOnce checks that a stop's line carries the
+// "backend" key the server's logger gives it, once: JSON log readers drop
+// or refuse a line with a key twice.
+func TestStopLogNamesTheBackendOnce(t *testing.T) {
+	var buf bytes.Buffer
+	log := slog.New(slog.NewJSONHandler(&buf, nil)).With("backend", "test")
+	s := New[*fakeBox]("test", log)
+	boot := func(context.Context, sandbox.Spec) (*fakeBox, error) { return newFakeBox(1), nil }
+	ctx := context.Background()
+	if err := s.Ensure(ctx, sandbox.Spec{ID: "a"}, nil, boot); err != nil {
+		t.Fatal(err)
+	}
+	b := s.Get("a")
+	go func() { <-b.killed; close(b.done) }()
+	if err := s.Stop(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	line := bytes.TrimSpace(buf.Bytes())
+	if !bytes.Contains(line, []byte(`"sandbox stopped"`)) {
+		t.Fatalf("no stop line: %s", line)
+	}
+	if n := jsonKeyCount(t, line, "backend"); n != 1 {
+		t.Errorf("the stop line names the backend %d times: %s", n, line)
+	}
+}
+
+// jsonKeyCount counts the top-level keys named key in the JSON object line.
+func jsonKeyCount(t *testing.T, line []byte, key string) int {
+	t.Helper()
+	dec := json.NewDecoder(bytes.NewReader(line))
+	if _, err := dec.Token(); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for dec.More() {
+		k, err := dec.Token()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if k == key {
+			n++
+		}
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return n
 }

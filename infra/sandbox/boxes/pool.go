@@ -313,7 +313,7 @@ func (p *Pool[B]) Claim(ctx context.Context, name string, spec sandbox.Spec, dir
 	p.slots[spec.ID] = sl
 	p.mu.Unlock()
 	p.set.Put(spec.ID, bx)
-	p.set.log.Info("warm sandbox claimed", "id", spec.ID, "slot", name, "backend", p.set.name)
+	p.set.log.Info("warm sandbox claimed", "id", spec.ID, "slot", name)
 	return nil
 }
 

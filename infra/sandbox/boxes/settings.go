@@ -24,7 +24,9 @@ type Settings struct {
 	// answer; default the backend's.
 	BootTimeout time.Duration
 	// Logger receives lifecycle events and the sandboxes' stderr; default
-	// discards.
+	// discards. The caller names the backend in it (the server's wiring
+	// adds a "backend" attribute): the backend's own lines do not repeat
+	// it, which would put the key twice in a JSON line.
 	Logger *slog.Logger
 	// TrustDir is a host folder mounted read-only at TrustPath in every
 	// sandbox (the install's egress CA and a bundle with it), with

@@ -106,7 +106,7 @@ func (b *Backend) save(ctx context.Context, id string, bx *box, dir string, leav
 	}
 	// A restore of it will find a container ready to restore into.
 	b.prepareReady(bx.mounts, bx.limits)
-	b.log.Info("sandbox checkpointed", "id", id, "backend", "gvisor", "container", bx.cid, "left_running", leaveRunning, "took", took.String(), "bytes", hostdirs.TreeBytes(dir))
+	b.log.Info("sandbox checkpointed", "id", id, "container", bx.cid, "left_running", leaveRunning, "took", took.String(), "bytes", hostdirs.TreeBytes(dir))
 	return nil
 }
 

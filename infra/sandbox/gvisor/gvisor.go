@@ -402,7 +402,7 @@ func (b *Backend) startIn(ctx context.Context, spec sandbox.Spec, image, view st
 	if image != "" {
 		what = "sandbox restored"
 	}
-	b.log.Info(what, "id", spec.ID, "backend", "gvisor", "container", cid, "runsc", took.String())
+	b.log.Info(what, "id", spec.ID, "container", cid, "runsc", took.String())
 	return bx, nil
 }
 
@@ -760,7 +760,7 @@ func (b *Backend) Reconcile(ctx context.Context, decide func(id string) sandbox.
 				continue
 			case sandbox.Adopt:
 				if err := b.adopt(ctx, c.ID, id); err == nil {
-					b.log.Info("sandbox adopted", "id", id, "backend", "gvisor", "container", c.ID)
+					b.log.Info("sandbox adopted", "id", id, "container", c.ID)
 					adopted = append(adopted, id)
 					continue
 				} else {

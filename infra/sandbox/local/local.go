@@ -525,7 +525,7 @@ func (b *Backend) bootJail(ctx context.Context, spec sandbox.Spec, warm bool) (*
 		<-j.Done()
 		return nil, fmt.Errorf("%w: %s", err, j.stderr.Tail())
 	}
-	b.log.Info("sandbox booted", "id", spec.ID, "backend", "local", "limits", string(mode))
+	b.log.Info("sandbox booted", "id", spec.ID, "limits", string(mode))
 	return j, nil
 }
 

@@ -150,7 +150,7 @@ func (b *Backend) save(ctx context.Context, id string, bx *box, dir string, leav
 	if err := b.held.Record(id, dir, img, bx.Client, !leaveRunning); err != nil {
 		return fmt.Errorf("%s: checkpoint %s: %w", b.cfg.Name, id, err)
 	}
-	b.log.Info("sandbox checkpointed", "id", id, "backend", b.cfg.Name, "vm", bx.name, "left_running", leaveRunning, "took", took.String(), "bytes", hostdirs.TreeBytes(dir))
+	b.log.Info("sandbox checkpointed", "id", id, "vm", bx.name, "left_running", leaveRunning, "took", took.String(), "bytes", hostdirs.TreeBytes(dir))
 	return nil
 }
 

@@ -689,7 +689,7 @@ func (b *Backend) boot(ctx context.Context, spec sandbox.Spec, kind bootKind, t 
 		}
 		bx.Kill()
 		<-bx.Done()
-		b.log.Info("warm VM template saved", "backend", b.cfg.Name, "vm", name, "accel", accel)
+		b.log.Info("warm VM template saved", "vm", name, "accel", accel)
 		return bx, nil
 	case bootClone:
 		if err := bx.qmp.restore(bctx, t.state(), true); err != nil {
@@ -719,7 +719,7 @@ func (b *Backend) boot(ctx context.Context, spec sandbox.Spec, kind bootKind, t 
 			return fail(err)
 		}
 		bx.Booted = time.Now()
-		b.log.Info("sandbox restored from its checkpoint", "id", spec.ID, "backend", b.cfg.Name, "vm", name, "accel", accel,
+		b.log.Info("sandbox restored from its checkpoint", "id", spec.ID, "vm", name, "accel", accel,
 			"load", loaded.Sub(started).String(), "release", bx.Booted.Sub(loaded).String())
 		return bx, nil
 	}
@@ -733,7 +733,7 @@ func (b *Backend) boot(ctx context.Context, spec sandbox.Spec, kind bootKind, t 
 	}
 	bx.Booted = time.Now()
 	bx.restored = kind == bootClone
-	b.log.Info("sandbox booted", "id", spec.ID, "backend", b.cfg.Name, "vm", name, "accel", accel, "from_template", kind == bootClone, "shares", fs, "root", root)
+	b.log.Info("sandbox booted", "id", spec.ID, "vm", name, "accel", accel, "from_template", kind == bootClone, "shares", fs, "root", root)
 	return bx, nil
 }
 

@@ -69,10 +69,10 @@ func (b *Backend) rootImage(ctx context.Context) (string, error) {
 	// end even when this caller stops waiting.
 	if err := makeRootImage(context.WithoutCancel(ctx), b.rootfs, path); err != nil {
 		b.rootImgErr = err
-		b.log.Warn("no root filesystem image; warm VMs share the root over 9p", "backend", b.cfg.Name, "cause", err.Error())
+		b.log.Warn("no root filesystem image; warm VMs share the root over 9p", "cause", err.Error())
 		return "", err
 	}
-	b.log.Info("root filesystem image made", "backend", b.cfg.Name, "image", path, "took", time.Since(start).Round(time.Millisecond).String())
+	b.log.Info("root filesystem image made", "image", path, "took", time.Since(start).Round(time.Millisecond).String())
 	b.rootImg = path
 	return path, nil
 }
