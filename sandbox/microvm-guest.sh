@@ -128,15 +128,22 @@ else
   cat >"$out.tmp/qemu-system-x86_64" <<WRAP
 #!/bin/sh
 # QEMU of Debian 13, with Debian 13's C library and its own libraries,
-# modules and firmware (sandbox/microvm-guest.sh).
-d="\$(dirname "\$(readlink -f "\$0")")/vmm"
+# modules and firmware (sandbox/microvm-guest.sh). Its folder is found
+# without starting a process (every VM's start runs this), but through a
+# link to this file.
+f=\$0
+[ -L "\$f" ] && f=\$(readlink -f "\$f")
+d=\${f%/*}/vmm
 QEMU_MODULE_DIR="\$d$lib/qemu" exec "\$d$lib/ld-linux-x86-64.so.2" --library-path "\$d$lib" "\$d/usr/bin/qemu-system-x86_64" -L "\$d/usr/share/qemu" "\$@"
 WRAP
   cat >"$out.tmp/virtiofsd" <<WRAP
 #!/bin/sh
 # virtiofsd of Debian 13, with Debian 13's C library and its own
-# libraries (sandbox/microvm-guest.sh).
-d="\$(dirname "\$(readlink -f "\$0")")/vmm"
+# libraries (sandbox/microvm-guest.sh); its folder is found as QEMU's
+# wrapper finds it.
+f=\$0
+[ -L "\$f" ] && f=\$(readlink -f "\$f")
+d=\${f%/*}/vmm
 exec "\$d$lib/ld-linux-x86-64.so.2" --library-path "\$d$lib" "\$d/usr/bin/virtiofsd" "\$@"
 WRAP
   chmod 755 "$out.tmp/qemu-system-x86_64" "$out.tmp/virtiofsd"

@@ -93,6 +93,30 @@ func TestGuestQEMU(t *testing.T) {
 	}
 }
 
+// TestGuestWrappers: the guest artefacts' QEMU and virtiofsd start from
+// their own folder whether they are run by their path, through the
+// folder's link (current) or through a link to the file itself.
+func TestGuestWrappers(t *testing.T) {
+	_, guest, _ := prerequisites(t)
+	links := t.TempDir()
+	for _, name := range []string{DefaultQEMU, "virtiofsd"} {
+		real, err := filepath.EvalSymlinks(filepath.Join(guest, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		link := filepath.Join(links, name)
+		if err := os.Symlink(real, link); err != nil {
+			t.Fatal(err)
+		}
+		for _, path := range []string{real, filepath.Join(guest, name), link} {
+			out, err := exec.Command(path, "--version").CombinedOutput()
+			if err != nil || !strings.Contains(strings.ToLower(string(out)), strings.ToLower(strings.TrimSuffix(name, "-system-x86_64"))) {
+				t.Errorf("%s --version: %v: %s", path, err, out)
+			}
+		}
+	}
+}
+
 // TestVMConfig: the init's config quotes every environment value as one
 // shell word, keeps THREADBOX_AGENT_ variables of the spec out, and
 // refuses a mount target a shell word cannot carry.
