@@ -168,6 +168,7 @@ type fakeBackend struct {
 	unavailable error
 	ensureErr   error
 	execErr     error
+	stopErr     error // what Stop answers
 	mu          sync.Mutex
 	booted      map[string]int
 	stopped     []string
@@ -322,7 +323,7 @@ func (b *fakeBackend) Stop(_ context.Context, id string) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.stopped = append(b.stopped, id)
-	return nil
+	return b.stopErr
 }
 func (b *fakeBackend) Remove(_ context.Context, id string) error {
 	b.mu.Lock()

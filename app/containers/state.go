@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"threadbox/domain/container"
 	"threadbox/domain/fault"
 	"threadbox/domain/sandbox"
 )
@@ -70,26 +71,90 @@ func (s *Service) SaveState(ctx context.Context, containerID, dir string) (bool,
 	return true, nil
 }
 
+// EndSandbox ends the container's sandbox before its files go back to an
+// earlier state, so that none of its processes sees them change or comes
+// back over them: the sandbox that runs now stops (on another server of a
+// scaled-out deployment, it is handed over first) and the checkpoint its
+// stop or hand-over took is dropped. It fails when the holder keeps the
+// sandbox, the stop fails or the checkpoint cannot be dropped; the caller
+// then leaves the files as they are, and the sandbox, if it still runs,
+// goes on over them.
+func (s *Service) EndSandbox(ctx context.Context, containerID string) error {
+	unlock, err := s.lockFor(ctx, containerID)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	return s.endLocked(ctx, containerID)
+}
+
+// endLocked is EndSandbox under the container's lock.
+func (s *Service) endLocked(ctx context.Context, id string) error {
+	if l, _ := s.held(id); l == nil {
+		if _, err := s.acquire(ctx, id); errors.Is(err, errKept) {
+			return errElsewhere(id)
+		} else if err != nil {
+			return fmt.Errorf("containers: end the sandbox: %w", err)
+		}
+		if err := s.stopUnheld(ctx, id); err != nil {
+			s.giveBack(id)
+			return err
+		}
+	}
+	if err := s.stopLocked(ctx, id); err != nil {
+		return err
+	}
+	if s.ckpt.folders == nil {
+		return nil
+	}
+	// A checkpoint taken at the stop, or at a hand-over, is of the
+	// running state given up.
+	if err := s.ckpt.folders.DropCheckpoint(ctx, id); err != nil {
+		return fmt.Errorf("containers: end the sandbox: %w", err)
+	}
+	return nil
+}
+
+// stopUnheld stops the sandbox the container's record says runs although
+// no process holds it (an earlier stop of it failed, or its server went):
+// it may run still, so a stop its backend fails is an error here, where
+// stopLocked, not knowing which backend has it, asks every backend and
+// heeds none. The caller holds the container's lock and lease.
+func (s *Service) stopUnheld(ctx context.Context, id string) error {
+	c, err := s.store.Container(ctx, id)
+	if fault.Is(err, fault.NotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("containers: end the sandbox: %w", err)
+	}
+	if c.State() != container.Running {
+		return nil
+	}
+	for _, b := range s.backends {
+		if b.Name() != c.Backend() {
+			continue
+		}
+		if err := b.Stop(ctx, id); err != nil && !errors.Is(err, sandbox.ErrNotFound) {
+			return fmt.Errorf("containers: stop: %w", err)
+		}
+	}
+	return nil
+}
+
 // RestoreState takes the container's sandbox back to the state saved in
-// dir by SaveState: the sandbox that runs now stops (on another server of
-// a scaled-out deployment, it is handed over first) and the state becomes
-// the container's checkpoint, which its next use restores. A dir without
-// a saved state ("" or empty) stops the sandbox all the same, and its next
-// tool result says the sandbox started fresh, for why (unless why is "").
+// dir by SaveState: the sandbox that runs now ends as EndSandbox ends it
+// and the state becomes the container's checkpoint, which its next use
+// restores. A dir without a saved state ("" or empty) ends the sandbox
+// all the same, and its next tool result says the sandbox started fresh,
+// for why (unless why is "").
 func (s *Service) RestoreState(ctx context.Context, containerID, dir, why string) error {
 	unlock, err := s.lockFor(ctx, containerID)
 	if err != nil {
 		return err
 	}
 	defer unlock()
-	if l, _ := s.held(containerID); l == nil {
-		if _, err := s.acquire(ctx, containerID); errors.Is(err, errKept) {
-			return errElsewhere(containerID)
-		} else if err != nil {
-			return fmt.Errorf("containers: restore state: %w", err)
-		}
-	}
-	if err := s.stopLocked(ctx, containerID); err != nil {
+	if err := s.endLocked(ctx, containerID); err != nil {
 		return err
 	}
 	fresh := func() error {
@@ -100,11 +165,6 @@ func (s *Service) RestoreState(ctx context.Context, containerID, dir, why string
 	}
 	if s.ckpt.folders == nil {
 		return fresh()
-	}
-	// A checkpoint taken at the stop, or at a hand-over, is of the
-	// running state given up.
-	if err := s.ckpt.folders.DropCheckpoint(ctx, containerID); err != nil {
-		return fmt.Errorf("containers: restore state: %w", err)
 	}
 	name, err := os.ReadFile(filepath.Join(dir, stateBackendFile))
 	if dir == "" || errors.Is(err, os.ErrNotExist) {

@@ -2,11 +2,14 @@ package containers
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"threadbox/domain/container"
+	"threadbox/domain/fault"
 	"threadbox/domain/sandbox"
 )
 
@@ -95,5 +98,82 @@ func TestRunningState(t *testing.T) {
 	run(t, s2, c2.ID())
 	if ok, err := s2.SaveState(ctx, c2.ID(), t.TempDir()); ok || err != nil {
 		t.Fatalf("files-only backend saved: %v %v", ok, err)
+	}
+}
+
+// TestEndSandbox: ending a sandbox before its files go back stops it and
+// drops the checkpoint its stop or a hand-over took, so the next use
+// boots fresh; a sandbox whose stop fails, or that another server keeps,
+// is not ended and the answer says so, with no state put back.
+func TestEndSandbox(t *testing.T) {
+	ctx := context.Background()
+	b := newSaving("gvisor")
+	s, ck, _ := checkpointing(t, b)
+	c, _ := s.ForUser(ctx, alice, "box")
+	if _, err := s.Exec(ctx, c.ID(), sandbox.Command{}); err != nil {
+		t.Fatal(err)
+	}
+	state := t.TempDir()
+	if ok, err := s.SaveState(ctx, c.ID(), state); !ok || err != nil {
+		t.Fatalf("save: %v %v", ok, err)
+	}
+
+	b.stopErr = errors.New("the engine timed out")
+	if err := s.EndSandbox(ctx, c.ID()); err == nil || !strings.Contains(err.Error(), "the engine timed out") {
+		t.Fatalf("end with a failing stop: %v, want the stop's error", err)
+	}
+	if err := s.RestoreState(ctx, c.ID(), state, "why"); err == nil {
+		t.Fatal("a state was put back over a sandbox that did not stop")
+	}
+	if _, _, ok, _ := ck.Checkpoint(ctx, c.ID()); ok {
+		t.Fatal("a state became the checkpoint of a sandbox that did not stop")
+	}
+
+	b.stopErr = nil
+	if _, err := s.Exec(ctx, c.ID(), sandbox.Command{}); err != nil {
+		t.Fatal(err)
+	}
+	// What a hand-over leaves: the checkpoint of the state given up.
+	dir, _ := ck.EmptyCheckpoint(ctx, c.ID())
+	if err := os.WriteFile(filepath.Join(dir, "state"), []byte(c.ID()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := ck.SealCheckpoint(ctx, c.ID(), "gvisor"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.EndSandbox(ctx, c.ID()); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, ok, _ := ck.Checkpoint(ctx, c.ID()); ok || s.Running(c.ID()) {
+		t.Fatalf("after the end: checkpoint %v, running %v; want neither", ok, s.Running(c.ID()))
+	}
+	booted := b.booted[c.ID()]
+	if _, err := s.Exec(ctx, c.ID(), sandbox.Command{}); err != nil {
+		t.Fatal(err)
+	}
+	if len(b.restored) != 0 || b.booted[c.ID()] != booted+1 {
+		t.Fatalf("restored %v, booted %d: want a fresh boot", b.restored, b.booted[c.ID()])
+	}
+
+	// Another live server holds the sandbox and does not hand it over.
+	st := &memStore{m: map[string]container.Container{}}
+	leases := newLeases()
+	b1, b2 := newFake("docker"), newFake("docker")
+	p1, _ := process(st, leases, "p1", b1)
+	p2, _ := process(st, leases, "p2", b2)
+	c2, _ := p1.ForUser(ctx, alice, "")
+	if _, err := p1.Exec(ctx, c2.ID(), sandbox.Command{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, end := range []func() error{
+		func() error { return p2.EndSandbox(ctx, c2.ID()) },
+		func() error { return p2.RestoreState(ctx, c2.ID(), state, "why") },
+	} {
+		if err := end(); !fault.Is(err, fault.Unavailable) || !strings.Contains(err.Error(), "held by another threadbox server") {
+			t.Fatalf("a sandbox kept elsewhere: %v, want it unavailable", err)
+		}
+	}
+	if len(b1.stopped)+len(b2.stopped) != 0 || !p1.Running(c2.ID()) {
+		t.Fatalf("stopped %v %v, running on its server %v: want it untouched", b1.stopped, b2.stopped, p1.Running(c2.ID()))
 	}
 }
