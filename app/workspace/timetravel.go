@@ -83,6 +83,11 @@ type RunningState interface {
 	// dir and leaves it running; false when it saved none (no sandbox
 	// runs here, or its backend keeps files only).
 	SaveState(ctx context.Context, containerID, dir string) (bool, error)
+	// EndSandbox ends the container's sandbox that runs now, handed over
+	// first where another server holds it, before its files go back to
+	// an earlier state; an error when it could not, and the files must
+	// then stay as they are.
+	EndSandbox(ctx context.Context, containerID string) error
 	// RestoreState makes the state saved in dir the one the container's
 	// next use restores, ending the sandbox that runs now; without a
 	// saved state the next use boots fresh and its tool result says why.
@@ -234,6 +239,25 @@ func (s *Service) saveState(ctx context.Context, threadID, snapshotID, container
 	return 0
 }
 
+// endSandbox ends the container's sandbox before a rewind puts its files
+// back: its processes belong to the turns the rewind folds, and must not
+// go on over the earlier files. One that cannot be ended (another server
+// keeps it, or its stop fails) refuses the rewind before it changes
+// anything, with an answer that says so.
+func (s *Service) endSandbox(ctx context.Context, containerID string) error {
+	if s.d.Snapshots.State == nil {
+		return nil
+	}
+	if err := s.d.Snapshots.State.EndSandbox(ctx, containerID); err != nil {
+		why := "the thread's sandbox could not be stopped; try again shortly"
+		if fault.Is(err, fault.Unavailable) {
+			why = fault.MessageOf(err)
+		}
+		return fault.Wrap(fault.Unavailable, "nothing was rewound: "+why, err)
+	}
+	return nil
+}
+
 // restoreState gives the container the running state kept with the turn
 // snapshot sn, or, where none is kept, a sandbox booted fresh over the
 // restored files, whose next tool result says why (unless why is "").
@@ -347,6 +371,9 @@ func (s *Service) RewindThread(ctx context.Context, p user.Principal, threadID, 
 	if err := s.restoreFits(ctx, th.OrgID(), th.ID(), sn.ID, c.ID(), nil); err != nil {
 		return Rewound{}, err
 	}
+	if err := s.endSandbox(ctx, c.ID()); err != nil {
+		return Rewound{}, err
+	}
 	// From the restore on, the rewind outlives a client that goes away,
 	// and a failed write after it is retried (finishRestore): files
 	// restored under a history left unfolded would disagree with it.
@@ -355,8 +382,9 @@ func (s *Service) RewindThread(ctx context.Context, p user.Principal, threadID, 
 		return Rewound{}, fmt.Errorf("workspace: rewind: %w", err)
 	}
 	// The files are the turn's now, so the history is folded to match
-	// them whatever becomes of the running state: one not put back is
-	// logged and told in the answer, as a lost checkpoint is told.
+	// them whatever becomes of the running state: one not put back (a
+	// sandbox booted since endSandbox that cannot be ended) is logged and
+	// told in the answer, as a lost checkpoint is told.
 	note := ""
 	if err := s.restoreState(ctx, th.ID(), sn, c.ID(), "the thread went back to a turn whose running state was not kept"); err != nil {
 		s.log.Warn("rewind: running state not put back; the history is folded to match the restored files", "thread", th.ID(), "snapshot", sn.ID, "cause", err.Error())

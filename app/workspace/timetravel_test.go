@@ -385,12 +385,77 @@ func (stateFiles) StateDir(threadID, snapshotID string) string {
 	return "/state/" + threadID + "/" + snapshotID
 }
 
-// failingState fails to put any running state back, as a sandbox that
-// cannot be stopped does.
+// failingState ends the sandbox before the files are restored, but
+// fails to put any running state back after, as a sandbox booted in
+// between that cannot be stopped does.
 type failingState struct{ RunningState }
+
+func (failingState) EndSandbox(context.Context, string) error { return nil }
 
 func (failingState) RestoreState(context.Context, string, string, string) error {
 	return errors.New("the sandbox did not stop")
+}
+
+// stuckState is a running state whose sandbox cannot be ended with the
+// error end (a refused hand-over, a failed stop); it counts the states
+// it was asked to put back.
+type stuckState struct {
+	RunningState
+	end      error
+	restored *int
+}
+
+func (s stuckState) EndSandbox(context.Context, string) error { return s.end }
+
+func (s stuckState) RestoreState(context.Context, string, string, string) error {
+	*s.restored++
+	return s.end
+}
+
+// TestRewindRefusedWhenTheSandboxCannotEnd: a rewind whose sandbox
+// cannot be ended — another server keeps it, or its stop fails — is
+// refused as unavailable before it changes anything: no file restored,
+// no running state put back, no message folded, so the processes of the
+// later turns never run over the earlier files. The answer says nothing
+// was rewound, and why where it may be told.
+func TestRewindRefusedWhenTheSandboxCannotEnd(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name string
+		end  error
+		want string
+	}{
+		{"held by another server", fault.New(fault.Unavailable, "the sandbox of container \"ctr_1\" is held by another threadbox server; try again shortly"), "held by another threadbox server"},
+		{"stop failed", errors.New("containers: stop: the engine timed out"), "could not be stopped"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := newMemStore()
+			p := user.Principal{OrgID: "org_1", UserID: "usr_1", Role: user.Member}
+			restores, states := new(int), new(int)
+			svc := New(st, st, Deps{Containers: oneContainer{}, Snapshots: Snapshots{Records: snapshotsOf{},
+				Files: stateFiles{growingFiles{restores: restores}}, State: stuckState{end: tc.end, restored: states}}})
+			th := projectThread(t, ctx, svc, p)
+			twoTurns(t, ctx, st, th.ID())
+			_, err := svc.RewindThread(ctx, p, th.ID(), "a1")
+			if !fault.Is(err, fault.Unavailable) || !strings.Contains(fault.MessageOf(err), "nothing was rewound") || !strings.Contains(fault.MessageOf(err), tc.want) {
+				t.Fatalf("rewind: %v (told %q), want it unavailable, saying nothing was rewound and %q", err, fault.MessageOf(err), tc.want)
+			}
+			if *restores != 0 || *states != 0 {
+				t.Fatalf("%d file restores, %d running states put back; want none", *restores, *states)
+			}
+			if got := foldedIDs(t, st, th.ID()); got != "" {
+				t.Fatalf("a refused rewind folded %q", got)
+			}
+			// The refusal held the thread no longer than the request.
+			svc.d.Snapshots.State = stuckState{restored: states}
+			if _, err := svc.RewindThread(ctx, p, th.ID(), "a1"); err != nil {
+				t.Fatalf("rewind once the sandbox ends: %v", err)
+			}
+			if *restores != 1 || *states != 1 || foldedIDs(t, st, th.ID()) != "u2 a2" {
+				t.Fatalf("after the sandbox ended: %d restores, %d states, folded %q", *restores, *states, foldedIDs(t, st, th.ID()))
+			}
+		})
+	}
 }
 
 // TestRewindFoldsWhenTheStateFails: a rewind whose running state cannot
