@@ -80,6 +80,18 @@ func (m *memAuth) RevokeUserTokens(_ context.Context, userID string, at time.Tim
 	return revoked, nil
 }
 
+func (m *memAuth) RevokedSandboxTokens(_ context.Context, userID string, at time.Time) ([]user.Token, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var revoked []user.Token
+	for _, t := range m.tokens {
+		if t.OwnerID() == userID && t.Kind() == user.SandboxToken && t.RevokedAt() != nil && at.Before(t.ExpiresAt()) {
+			revoked = append(revoked, t)
+		}
+	}
+	return revoked, nil
+}
+
 func (m *memAuth) TouchToken(context.Context, string, time.Time) error { return nil }
 
 func (m *memAuth) Credentials(ctx context.Context, id string) (user.Token, user.User, org.Org, error) {

@@ -55,6 +55,9 @@ type Store interface {
 	// RevokeUserSessions revokes a user's live sessions and sandbox tokens
 	// but the token except, and returns those it revoked.
 	RevokeUserSessions(ctx context.Context, userID, except string, at time.Time) ([]user.Token, error)
+	// RevokedSandboxTokens returns a user's sandbox tokens that are
+	// revoked and had not expired at at.
+	RevokedSandboxTokens(ctx context.Context, userID string, at time.Time) ([]user.Token, error)
 	// DeleteEndedTokens deletes the token records that expired or were
 	// revoked before before and returns how many it deleted.
 	DeleteEndedTokens(ctx context.Context, before time.Time) (int64, error)
@@ -398,14 +401,15 @@ func (s *Service) Revoke(ctx context.Context, tokenID string) error {
 
 // RevokeUserTokens revokes every live token of a user (a password reset,
 // a disabled account) and ends the requests bound to them on every server,
-// as Revoke does.
+// as Revoke does. A failure may be retried: the retry tells the servers
+// again of the user's sandbox tokens revoked before (announceUser).
 func (s *Service) RevokeUserTokens(ctx context.Context, userID string) error {
 	now := s.now()
 	toks, err := s.store.RevokeUserTokens(ctx, userID, now)
 	if err != nil {
 		return fmt.Errorf("auth: revoke the user's tokens: %w", err)
 	}
-	return s.announceAll(ctx, toks, now)
+	return s.announceUser(ctx, userID, toks, now)
 }
 
 // RevokeUserSessions revokes a user's live sessions and sandbox tokens but
@@ -418,7 +422,32 @@ func (s *Service) RevokeUserSessions(ctx context.Context, userID, except string)
 	if err != nil {
 		return fmt.Errorf("auth: revoke the user's sessions: %w", err)
 	}
-	return s.announceAll(ctx, toks, now)
+	return s.announceUser(ctx, userID, toks, now)
+}
+
+// announceUser passes to announceAll the tokens toks a bulk revocation of
+// the user's tokens has just revoked and, with them, the user's sandbox
+// tokens revoked before that have not expired. The store returns only the
+// tokens it revoked, so when the notice of an earlier attempt failed, the
+// caller's retry finds those tokens revoked already: without the second
+// list the other servers would never hear of them, and their requests
+// bound to them would run on until the tokens expire. Telling a server
+// twice of a token ends nothing more.
+func (s *Service) announceUser(ctx context.Context, userID string, toks []user.Token, now time.Time) error {
+	earlier, err := s.store.RevokedSandboxTokens(ctx, userID, now)
+	if err != nil {
+		err = fmt.Errorf("auth: the user's revoked sandbox tokens: %w", err)
+	}
+	seen := make(map[string]bool, len(toks))
+	for _, t := range toks {
+		seen[t.ID()] = true
+	}
+	for _, t := range earlier {
+		if !seen[t.ID()] {
+			toks = append(toks, t)
+		}
+	}
+	return errors.Join(s.announceAll(ctx, toks, now), err)
 }
 
 // revoke records the token revoked, ends the requests bound to it here

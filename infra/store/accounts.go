@@ -238,6 +238,13 @@ func (s Accounts) RevokeUserSessions(ctx context.Context, userID, except string,
 		[]string{string(user.SessionToken), string(user.SandboxToken)}, except), at)
 }
 
+// RevokedSandboxTokens returns a user's sandbox tokens that are revoked
+// and had not expired at at.
+func (s Accounts) RevokedSandboxTokens(ctx context.Context, userID string, at time.Time) ([]user.Token, error) {
+	return find[tokenRow](s.q(ctx).Where("user_id = ? AND kind = ? AND revoked_at IS NOT NULL AND expires_at > ?",
+		userID, string(user.SandboxToken), at.UTC()).Order("id"), "tokens")
+}
+
 // revokeTokens revokes the tokens q selects in one statement and returns
 // them as revoked (RETURNING, on PostgreSQL and SQLite alike).
 func revokeTokens(q *gorm.DB, at time.Time) ([]user.Token, error) {

@@ -204,6 +204,13 @@ func suite(t *testing.T, s *store.Store) {
 	if len(endedIDs) != 2 || endedIDs[kept.ID()] != user.SessionToken || endedIDs[api.ID()] != user.APIToken {
 		t.Fatalf("revoking all of the user's tokens ended %v, want %s and %s", endedIDs, kept.ID(), api.ID())
 	}
+	// The user's revoked sandbox tokens are listed until they expire.
+	if got, err := s.Accounts().RevokedSandboxTokens(ctx, u.ID(), now.Add(5*time.Minute)); err != nil || len(got) != 1 || got[0].ID() != box.ID() {
+		t.Fatalf("revoked sandbox tokens: %v %v, want %s", got, err, box.ID())
+	}
+	if got, err := s.Accounts().RevokedSandboxTokens(ctx, u.ID(), now.Add(time.Hour)); err != nil || len(got) != 0 {
+		t.Fatalf("revoked sandbox tokens once expired: %v %v", got, err)
+	}
 	if gs, _ := s.Accounts().Token(ctx, kept.ID()); gs.Usable(now) || gs.RevokedAt() == nil || !gs.RevokedAt().Equal(now.Add(5*time.Minute)) {
 		t.Fatalf("session after revoking all: %+v", gs)
 	}
