@@ -311,13 +311,26 @@ type Tokens interface {
 	Revoke(ctx context.Context, tokenID string) error
 }
 
+// Kept keeps, across a restart, the revocations of turns' tokens that were
+// given up (infra/revocations: a folder in DATA_DIR), for the next start
+// to make (TurnEnv.RevokeKept).
+type Kept interface {
+	// Keep records that token id, which expires at expires, is still to
+	// be revoked.
+	Keep(id string, expires time.Time) error
+	// Kept returns the ids of the tokens kept and their expiries.
+	Kept() (map[string]time.Time, error)
+	// Forget removes token id; one not kept is no error.
+	Forget(id string) error
+}
+
 // DefaultTokenTTL bounds a turn's sandbox token even when its revocation
 // at the turn's end is missed.
 const DefaultTokenTTL = 30 * time.Minute
 
 // RevokeRetryFor bounds how long a turn's token revocation is retried
-// after a failure (the store briefly unreachable) before it is given up and
-// the token left to expire.
+// after a failure (the store briefly unreachable) before it is given up:
+// kept for the next start (TurnEnv.Keep), or else the token left to expire.
 const RevokeRetryFor = 2 * time.Minute
 
 // Backoff between revocation attempts: it starts at revokeBackoffMin and
@@ -332,6 +345,9 @@ type TurnEnv struct {
 	tokens Tokens
 	bridge *Bridge
 	ttl    time.Duration
+	// kept holds the revocations given up, for the next start (nil: they
+	// are only logged).
+	kept Kept
 
 	// retryFor, backoffMin and backoffMax pace the retries of a failed
 	// revocation (RevokeRetryFor and the revokeBackoff constants).
@@ -363,13 +379,51 @@ func NewTurnEnv(tokens Tokens, bridge *Bridge, ttl time.Duration) *TurnEnv {
 	}
 }
 
+// Keep makes the revocations given up (the store unreachable for as long
+// as they were retried, or until the server stopped) kept in k for the
+// next start's RevokeKept, instead of only logged. Call it before Begin.
+func (t *TurnEnv) Keep(k Kept) { t.kept = k }
+
+// RevokeKept revokes the tokens kept by an earlier process (Keep) that
+// have not expired, retrying each as at a turn's end, and forgets each
+// once revoked; it forgets the expired ones at once. A server calls it as
+// it starts: the token of a turn that ended while the database was down
+// does not stay usable after the database is back.
+func (t *TurnEnv) RevokeKept() error {
+	if t.kept == nil {
+		return nil
+	}
+	kept, err := t.kept.Kept()
+	if err != nil {
+		return fmt.Errorf("bridge: kept revocations: %w", err)
+	}
+	now := time.Now()
+	for id, expires := range kept {
+		if !now.Before(expires) {
+			t.forget(id)
+			continue
+		}
+		t.revoke(id, expires, true)
+	}
+	return nil
+}
+
+// forget removes token id from the kept revocations.
+func (t *TurnEnv) forget(id string) {
+	if err := t.kept.Forget(id); err != nil {
+		t.bridge.log.Warn("bridge: a revoked token stays among the kept revocations; the next start revokes it again",
+			"token", id, "err", err)
+	}
+}
+
 // Finish is for a server stopping: the revocations being retried are
 // retried at once, then after the shortest pause, and Finish returns once
 // each has succeeded or been given up. A retry left running would end
 // with the process and leave its token usable until it expires. When ctx
 // ends first (the shutdown grace is over), those still failing are given
-// up, each logged, and Finish returns once they have stopped; a
-// revocation that fails after that is not retried.
+// up, each kept for the next start (Keep) or else logged as an error, and
+// Finish returns once they have stopped; a revocation that fails after
+// that is not retried.
 func (t *TurnEnv) Finish(ctx context.Context) {
 	t.hurryOnce.Do(func() { close(t.hurry) })
 	for {
@@ -403,10 +457,15 @@ func (t *TurnEnv) hurried() bool {
 // pause until it succeeds or retryFor has passed, so that a token of a
 // finished turn does not stay usable for the rest of its lifetime because
 // of one store error (Finish hurries it). Every attempt runs on its own
-// context: the turn's request is over by now.
-func (t *TurnEnv) revoke(id string) {
+// context: the turn's request is over by now. The token expires by
+// expires; kept says it is among the kept revocations (Keep), to be
+// forgotten once revoked.
+func (t *TurnEnv) revoke(id string, expires time.Time, kept bool) {
 	err := t.revokeOnce(id)
 	if err == nil {
+		if kept {
+			t.forget(id)
+		}
 		return
 	}
 	t.bridge.log.Debug("bridge: revoking a turn's token failed; retrying", "token", id, "err", err)
@@ -437,7 +496,7 @@ func (t *TurnEnv) revoke(id string) {
 				}
 			}
 			if time.Now().Add(pause).After(deadline) || t.stop.Err() != nil {
-				t.gaveUp(id, attempts-1, err)
+				t.gaveUp(id, expires, attempts-1, err)
 				return
 			}
 			wait := time.NewTimer(pause)
@@ -448,10 +507,13 @@ func (t *TurnEnv) revoke(id string) {
 				rushed = true
 			case <-t.stop.Done():
 				wait.Stop()
-				t.gaveUp(id, attempts-1, err)
+				t.gaveUp(id, expires, attempts-1, err)
 				return
 			}
 			if err = t.revokeOnce(id); err == nil {
+				if kept {
+					t.forget(id)
+				}
 				return
 			}
 			pause = min(2*pause, t.backoffMax)
@@ -459,9 +521,28 @@ func (t *TurnEnv) revoke(id string) {
 	}()
 }
 
-func (t *TurnEnv) gaveUp(id string, attempts int, err error) {
-	t.bridge.log.Warn("bridge: could not revoke a turn's sandbox token; it stays usable until it expires",
-		"token", id, "attempts", attempts, "err", err)
+// gaveUp keeps the revocation of token id, which expires by expires, for
+// the next start (Keep), with a warning; without a place to keep it, or
+// when keeping fails, the token stays usable until it expires, and that
+// is logged as an error.
+func (t *TurnEnv) gaveUp(id string, expires time.Time, attempts int, err error) {
+	if !time.Now().Before(expires) {
+		t.bridge.log.Info("bridge: a turn's sandbox token expired before it could be revoked",
+			"token", id, "attempts", attempts, "err", err)
+		return
+	}
+	if t.kept == nil {
+		t.bridge.log.Error("bridge: could not revoke a turn's sandbox token; it stays usable until it expires",
+			"token", id, "expires", expires, "attempts", attempts, "err", err)
+		return
+	}
+	if kerr := t.kept.Keep(id, expires); kerr != nil {
+		t.bridge.log.Error("bridge: could not revoke a turn's sandbox token nor keep its revocation; it stays usable until it expires",
+			"token", id, "expires", expires, "attempts", attempts, "err", err, "keep_err", kerr)
+		return
+	}
+	t.bridge.log.Warn("bridge: could not revoke a turn's sandbox token; its revocation is kept for the next start",
+		"token", id, "expires", expires, "attempts", attempts, "err", err)
 }
 
 // revokeOnce revokes the token id. A token whose record is gone counts as
@@ -484,10 +565,11 @@ func (t *TurnEnv) revokeOnce(id string) error {
 // while if the first attempt fails (revoke). Call end when the turn is over.
 func (t *TurnEnv) Begin(p user.Principal, containerID, model string) (env func(context.Context) ([]string, error), end func()) {
 	var (
-		mu     sync.Mutex
-		vars   []string
-		id     string
-		closed bool
+		mu      sync.Mutex
+		vars    []string
+		id      string
+		expires time.Time
+		closed  bool
 	)
 	env = func(ctx context.Context) ([]string, error) {
 		mu.Lock()
@@ -502,7 +584,8 @@ func (t *TurnEnv) Begin(p user.Principal, containerID, model string) (env func(c
 		if err != nil {
 			return nil, fmt.Errorf("bridge: turn token: %w", err)
 		}
-		vars, id = t.bridge.Env(tok, model), tid
+		// Read after the token is issued: no earlier than its expiry.
+		vars, id, expires = t.bridge.Env(tok, model), tid, time.Now().Add(t.ttl)
 		return vars, nil
 	}
 	end = func() {
@@ -512,7 +595,7 @@ func (t *TurnEnv) Begin(p user.Principal, containerID, model string) (env func(c
 		if id == "" {
 			return
 		}
-		t.revoke(id)
+		t.revoke(id, expires, false)
 		id = ""
 	}
 	return env, end

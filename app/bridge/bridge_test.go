@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"math"
 	"net"
 	"slices"
@@ -449,15 +450,16 @@ func TestTurnEnvRevokeOfAGoneToken(t *testing.T) {
 }
 
 // TestTurnEnvRevokeGivesUp: a revocation that keeps failing is given up
-// once its retry time has passed, with a warning.
+// once its retry time has passed; with nowhere to keep it (Keep), that is
+// logged as an error naming the token.
 func TestTurnEnvRevokeGivesUp(t *testing.T) {
 	tokens := &flakyTokens{failures: math.MaxInt}
 	logs := endOneTurn(t, tokens)
 	if tokens.attempts < 2 {
 		t.Fatalf("%d revoke attempts: not retried", tokens.attempts)
 	}
-	if !strings.Contains(logs, "level=WARN") || !strings.Contains(logs, "tok_1") {
-		t.Fatalf("no warning logged: %q", logs)
+	if !strings.Contains(logs, "level=ERROR") || !strings.Contains(logs, "tok_1") {
+		t.Fatalf("no error logged: %q", logs)
 	}
 }
 
@@ -484,8 +486,8 @@ func TestTurnEnvFinishRevokesBeforeTheServerStops(t *testing.T) {
 }
 
 // TestTurnEnvFinishGivesUpWhenTheGraceEnds: revocations that still fail
-// when the shutdown grace ends are given up, with a warning, and Finish
-// returns with none left running.
+// when the shutdown grace ends are given up, with nowhere to keep them
+// logged as errors, and Finish returns with none left running.
 func TestTurnEnvFinishGivesUpWhenTheGraceEnds(t *testing.T) {
 	var logs bytes.Buffer
 	tokens := &flakyTokens{failures: math.MaxInt}
@@ -505,7 +507,80 @@ func TestTurnEnvFinishGivesUpWhenTheGraceEnds(t *testing.T) {
 	if left != 0 {
 		t.Fatalf("%d revocations still retried after Finish returned", left)
 	}
-	if !strings.Contains(logs.String(), "level=WARN") || !strings.Contains(logs.String(), "tok_1") {
-		t.Fatalf("no warning logged: %q", logs.String())
+	if !strings.Contains(logs.String(), "level=ERROR") || !strings.Contains(logs.String(), "tok_1") {
+		t.Fatalf("no error logged: %q", logs.String())
+	}
+}
+
+// memKept keeps revocations in memory, as the folder of DATA_DIR does
+// across a restart.
+type memKept struct {
+	mu   sync.Mutex
+	toks map[string]time.Time
+}
+
+func (k *memKept) Keep(id string, expires time.Time) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.toks[id] = expires
+	return nil
+}
+
+func (k *memKept) Kept() (map[string]time.Time, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return maps.Clone(k.toks), nil
+}
+
+func (k *memKept) Forget(id string) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	delete(k.toks, id)
+	return nil
+}
+
+// TestTurnEnvKeepsRevocationsGivenUpForTheNextStart: a revocation that
+// still fails when the shutdown grace ends (the database down all along)
+// is kept with the token's expiry, and the next start revokes the token
+// and forgets it; a kept token that has expired meanwhile is forgotten
+// without a revocation.
+func TestTurnEnvKeepsRevocationsGivenUpForTheNextStart(t *testing.T) {
+	tokens := &flakyTokens{failures: math.MaxInt}
+	kept := &memKept{toks: map[string]time.Time{}}
+	te := NewTurnEnv(tokens, New(nil, Config{}), 0)
+	te.Keep(kept)
+	te.backoffMin = time.Millisecond
+	issued := time.Now()
+	env, end := te.Begin(user.Principal{UserID: "u1"}, "c9", "claude-x")
+	if _, err := env(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	end()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // the grace is over
+	te.Finish(ctx)
+	if exp, ok := kept.toks["tok_1"]; !ok || exp.Before(issued.Add(DefaultTokenTTL)) {
+		t.Fatalf("kept revocations after the shutdown: %v, want tok_1 expiring no earlier than %v", kept.toks, issued.Add(DefaultTokenTTL))
+	}
+
+	// The next start, with the database back.
+	tokens.mu.Lock()
+	tokens.failures = 0
+	tokens.mu.Unlock()
+	kept.toks["tok_old"] = time.Now().Add(-time.Minute)
+	next := NewTurnEnv(tokens, New(nil, Config{}), 0)
+	next.Keep(kept)
+	if err := next.RevokeKept(); err != nil {
+		t.Fatal(err)
+	}
+	next.Finish(context.Background())
+	if tokens.usable("tok_1") {
+		t.Fatal("the token of a turn that ended while the database was down is usable after the next start")
+	}
+	if !tokens.usable("tok_old") {
+		t.Fatal("an expired kept token was revoked")
+	}
+	if len(kept.toks) != 0 {
+		t.Fatalf("kept revocations after the next start: %v", kept.toks)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"threadbox/app/bridge"
 	"threadbox/app/containers"
 	"threadbox/domain/user"
+	"threadbox/infra/revocations"
 )
 
 // sandboxWiring is the way from inside sandboxes back to the product: the
@@ -34,6 +36,9 @@ func newSandboxWiring(cfg Config, a *auth.Service, eg *egressWiring, log *slog.L
 	}
 	w.bridge = bridge.New(w.serveConn, bc)
 	w.env = bridge.NewTurnEnv(authTokens{a}, w.bridge, 0)
+	// A revocation given up (the database down until the process stopped)
+	// is kept in DATA_DIR for the next start to make.
+	w.env.Keep(revocations.New(filepath.Join(cfg.DataDir, "revocations")))
 	return w
 }
 

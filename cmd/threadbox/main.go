@@ -347,6 +347,12 @@ func cmdServe(ctx context.Context, args []string, getenv func(string) string, st
 		return err
 	}
 	checkBackends(ctx, sys.backends, log)
+	// The revocations of sandbox tokens an earlier process gave up (its
+	// database down until it stopped) are made now; those that fail are
+	// retried as at a turn's end.
+	if err := sys.sandbox.env.RevokeKept(); err != nil {
+		log.Error("kept revocations of sandbox tokens not read", "cause", err.Error())
+	}
 	creds, err := contentCredentials(getenv, cfg.DataDir, sys.admin, log)
 	if err != nil {
 		return err
@@ -376,7 +382,7 @@ func cmdServe(ctx context.Context, args []string, getenv func(string) string, st
 	}()
 	go func() {
 		defer bg.Done()
-		watchNotices(bgctx, sys.store.Notices(), sys.auth, sys.containers.HandBack, log)
+		watchNotices(bgctx, sys.store.Notices(), sys.auth, sys.containers.HandBack, sys.sandbox.env.RevokeKept, log)
 	}()
 	go func() {
 		defer bg.Done()
@@ -457,14 +463,22 @@ func cmdServe(ctx context.Context, args []string, getenv func(string) string, st
 // tell each other: another server asking for a sandbox this one holds gets
 // it from handBack once no command runs in it, and a token revoked on any
 // server ends the requests bound to it here (docs/scale-out.md). Each time
-// it listens anew, the requests bound to tokens revoked meanwhile end.
-func watchNotices(ctx context.Context, n store.Notices, a *auth.Service, handBack func(string), log *slog.Logger) {
+// it listens anew, the requests bound to tokens revoked meanwhile end, and
+// revokeKept (nil: none) makes the revocations another server sharing
+// DATA_DIR gave up while the database was down (bridge.TurnEnv.RevokeKept).
+func watchNotices(ctx context.Context, n store.Notices, a *auth.Service, handBack func(string), revokeKept func() error, log *slog.Logger) {
 	n.Watch(ctx, store.Handlers{
 		WantedLease:  handBack,
 		RevokedToken: a.Revoked,
 		Listening: func() {
 			if err := a.EndRevokedBound(ctx); err != nil && ctx.Err() == nil {
 				log.Error("requests bound to revoked tokens not checked", "cause", err.Error())
+			}
+			if revokeKept == nil {
+				return
+			}
+			if err := revokeKept(); err != nil {
+				log.Error("kept revocations of sandbox tokens not read", "cause", err.Error())
 			}
 		},
 	})

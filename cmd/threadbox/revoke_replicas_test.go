@@ -198,7 +198,7 @@ func watchNoticesOf(st *store.Store, s *auth.Service) (stop func()) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		watchNotices(ctx, st.Notices(), s, nil, slog.New(slog.DiscardHandler))
+		watchNotices(ctx, st.Notices(), s, nil, nil, slog.New(slog.DiscardHandler))
 	}()
 	return func() { cancel(); <-done }
 }
