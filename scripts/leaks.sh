@@ -35,8 +35,9 @@ list() {
   # Processes by program name; a process is its pid and start time, so a
   # pid used again is a new process. Sandboxes, VMs, browsers and servers
   # count wherever they run; common programs (node, python3, sleep, socat)
-  # only in the run's own session (LEAKS_SID), so that another user's
-  # shell on the machine is not taken for the run's.
+  # only in the run's own session (LEAKS_SID: scripts/test.sh makes one for
+  # the run), so that another shell on the machine, the one that started
+  # the run among them, is not taken for the run's.
   for p in /proc/[0-9]*; do
     comm=$(cat "$p/comm" 2>/dev/null) || continue
     stat=$(cat "$p/stat" 2>/dev/null) || continue

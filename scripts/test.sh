@@ -7,11 +7,39 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# The run's processes are the ones in its session: scripts/leaks.sh counts
+# common programs (node, sleep, ...) left behind only there. The session
+# of the shell that started this script is not the run's (a terminal's
+# holds an editor and other jobs), so the script runs itself again as the
+# leader of a session of its own, which then holds the run's processes
+# and nothing else, waits for it and exits with its status. A terminal's
+# Ctrl-C now reaches only this process: it is passed on to the run, as the
+# terminal would have.
+if [ "${TEST_SH_OWN_SESSION:-}" != 1 ] || [ "$(ps -o sid= -p $$ | tr -d ' ')" != "$$" ]; then
+  # Not a process group's leader, the background shell is made a
+  # session's leader by setsid itself: its pid is the session's and its
+  # process group's. A background command would ignore SIGINT and SIGQUIT
+  # and read /dev/null: it gets them back, and this script's input.
+  ( trap - INT QUIT; TEST_SH_OWN_SESSION=1 exec setsid --wait bash scripts/test.sh "$@" ) <&0 &
+  run=$!
+  trap 'kill -INT -- "-$run" 2>/dev/null || true' INT
+  trap 'kill -TERM -- "-$run" 2>/dev/null || true' TERM HUP
+  # wait returns early when a trapped signal arrives: wait again until
+  # the run has ended.
+  while :; do
+    status=0
+    wait "$run" || status=$?
+    kill -0 "$run" 2>/dev/null || break
+  done
+  exit "$status"
+fi
+unset TEST_SH_OWN_SESSION
+LEAKS_SID=$$
+export LEAKS_SID
+
 # What the host holds before the run, to tell at the end what the run left
 # behind (scripts/leaks.sh): a leak fails the run.
 leaks_before=$(mktemp)
-LEAKS_SID=$(ps -o sid= -p $$ | tr -d ' ')
-export LEAKS_SID
 if ! bash scripts/leaks.sh list > "$leaks_before"; then
   echo "test: scripts/leaks.sh could not list what the host holds" >&2
   exit 1

@@ -3,7 +3,8 @@
 // on what the repository's files may name) and `make run` (which hands the
 // machine to `threadbox dev`), and the microVM guest's build
 // (sandbox/microvm-guest.sh: offline, and which builds it keeps), with
-// stand-ins for apt. Each test copies the
+// stand-ins for apt, and that `make test` (scripts/test.sh) reports what
+// its run left behind and nothing else. Each test copies the
 // Makefile and the script into a small module of its own in a temporary
-// folder and really runs make there.
+// folder and really runs make (or the script) there.
 package maketest
