@@ -141,6 +141,19 @@ func (c *Containers) CopyFile(ctx context.Context, from, to, sandboxPath string,
 	return c.FS(to).WriteData(ctx, loc.Mount, loc.Rel, in, info.Size, limit)
 }
 
+// WriteExtents stores at sandboxPath atomically the file of size bytes
+// whose extent stream (infra/sparse) r yields, its holes kept
+// (FS.WriteExtents), creating missing parents. More than limit bytes of
+// data (limit < 0: no limit) fail with ErrTooLarge. It returns the file
+// written and the bytes of data it holds.
+func (c *Containers) WriteExtents(ctx context.Context, containerID, sandboxPath string, r io.Reader, size, limit int64) (file.Info, int64, error) {
+	fs, loc, err := c.locate(containerID, sandboxPath)
+	if err != nil {
+		return file.Info{}, 0, err
+	}
+	return fs.WriteExtents(ctx, loc.Mount, loc.Rel, r, size, limit)
+}
+
 // Remove deletes the file at sandboxPath (a symlink itself, never its
 // target).
 func (c *Containers) Remove(ctx context.Context, containerID, sandboxPath string) error {

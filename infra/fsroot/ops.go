@@ -301,6 +301,71 @@ func (f *FS) WriteData(ctx context.Context, m file.Mount, rel string, src *os.Fi
 	return info, data, err
 }
 
+// WriteExtents stores at rel in mount m, as Write does, the file of size
+// bytes whose extent stream (infra/sparse) r yields: each data extent is
+// written where it lies and the file is then given its size, so the holes
+// stay holes and cost the disk nothing. r must end with the stream's final
+// extent. More than limit bytes of data (limit < 0: no limit) fail with
+// ErrTooLarge and leave rel as it was. It returns the file written and the
+// bytes of data it holds.
+func (f *FS) WriteExtents(ctx context.Context, m file.Mount, rel string, r io.Reader, size, limit int64) (file.Info, int64, error) {
+	if size < 0 {
+		return file.Info{}, 0, fmt.Errorf("fsroot: write %s: size %d", rel, size)
+	}
+	var data int64
+	info, err := f.replace(ctx, m, rel, func(out *os.File) error {
+		to := &extentWriter{f: f, out: out, rel: rel, limit: limit}
+		in := &ctxReader{ctx: ctx, r: r}
+		err := sparse.Read(in, size, to)
+		data = to.data
+		if to.err != nil {
+			return to.err
+		}
+		if err != nil {
+			return fmt.Errorf("fsroot: write %s: %w", rel, err)
+		}
+		// Nothing may follow the final extent: reading on to r's end
+		// tells a complete stream from one whose sender failed after it.
+		if n, err := io.Copy(io.Discard, in); err != nil {
+			return fmt.Errorf("fsroot: write %s: %w", rel, err)
+		} else if n > 0 {
+			return fmt.Errorf("fsroot: write %s: %d bytes after the final extent", rel, n)
+		}
+		// The holes up to the size read as zeros.
+		if err := out.Truncate(size); err != nil {
+			return f.diskFullErr("write "+rel, int(out.Fd()), err)
+		}
+		return nil
+	})
+	return info, data, err
+}
+
+// extentWriter writes the data extents of WriteExtents into out, counting
+// them against limit; err keeps the failure it returned, so the caller
+// reports it as fsroot's own error.
+type extentWriter struct {
+	f     *FS
+	out   *os.File
+	rel   string
+	limit int64
+	data  int64
+	err   error
+}
+
+func (w *extentWriter) WriteAt(p []byte, off int64) (int, error) {
+	if w.limit >= 0 && w.data+int64(len(p)) > w.limit {
+		w.err = fmt.Errorf("fsroot: write %s: more than %d bytes of data: %w", w.rel, w.limit, ErrTooLarge)
+		return 0, w.err
+	}
+	n, err := w.out.WriteAt(p, off)
+	w.data += int64(n)
+	if err != nil {
+		w.err = w.f.diskFullErr("write "+w.rel, int(w.out.Fd()), err)
+		return n, w.err
+	}
+	return n, nil
+}
+
 // replace makes rel in mount m what fill writes into a new temporary file
 // beside it, atomically, as Write describes; a fill that fails leaves rel
 // as it was.

@@ -7,16 +7,18 @@
 // fsroot's: confinement to the mounts, symlinks never followed, atomic
 // replace, the write limit and the same error values.
 //
-// The command's stdout carries, in order: for a write (and OpSkills), progress lines
-// "+<bytes>\n" (the bytes of stdin consumed so far, for the host's flow
-// control); then one JSON line, the Reply; then, for an open whose Reply
-// has no error, exactly Reply.Info.Size bytes of the file (OpOpen) or
-// only its data extents, its holes left out, as infra/sparse's extent stream (OpOpenExtents).
-// Stdin carries
-// the bytes of a write as chunks (EncodeChunk) ended by an empty one: a
-// stdin that ends without it (the host's reader failed, the host went) is
-// a cut-short upload, which stores nothing. The exit status is 0 whenever
-// a Reply was written.
+// The command's stdout carries, in order: for a write (OpWrite,
+// OpWriteExtents and OpSkills), progress lines "+<bytes>\n" (the bytes of
+// stdin consumed so far, for the host's flow control); then one JSON line,
+// the Reply; then, for an open whose Reply has no error, exactly
+// Reply.Info.Size bytes of the file (OpOpen) or only its data extents, its
+// holes left out, as infra/sparse's extent stream (OpOpenExtents). Stdin
+// carries the bytes of a write (for OpWriteExtents, the file's extent
+// stream) as chunks (EncodeChunk) ended by an empty one: a stdin that ends
+// without it (the host's reader failed, the host went) is a cut-short
+// upload, which stores nothing. The exit status is 0 whenever a Reply was
+// written, and 2 when the request was refused unread (ParseRequest): what
+// an agent older than an operation answers to it.
 package fileop
 
 import (
@@ -34,12 +36,16 @@ const Command = "file"
 
 // The operations.
 const (
-	OpStat         = "stat"          // Info of a regular file or folder
-	OpOpen         = "open"          // Info, then the file's bytes
-	OpOpenExtents  = "open-extents"  // Info, then the file's data extents
-	OpWalk         = "walk"          // Infos: every regular file under a folder
-	OpList         = "list"          // Infos: the entries directly inside a folder
-	OpWrite        = "write"         // stdin stored at Path, at most Limit bytes
+	OpStat        = "stat"         // Info of a regular file or folder
+	OpOpen        = "open"         // Info, then the file's bytes
+	OpOpenExtents = "open-extents" // Info, then the file's data extents
+	OpWalk        = "walk"         // Infos: every regular file under a folder
+	OpList        = "list"         // Infos: the entries directly inside a folder
+	OpWrite       = "write"        // stdin stored at Path, at most Limit bytes
+	// OpWriteExtents stores at Path the file of Size bytes whose extent
+	// stream (OpOpenExtents's) stdin carries, its holes kept, at most
+	// Limit bytes of data.
+	OpWriteExtents = "write-extents"
 	OpRemove       = "remove"        // the file at Path
 	OpRemovePrefix = "remove-prefix" // Count: files of Mount under Prefix
 	// OpSkills makes the skills folder (Path, which must be
@@ -63,7 +69,8 @@ type Request struct {
 	Path   string `json:"path,omitempty"`   // absolute sandbox path
 	Mount  string `json:"mount,omitempty"`  // OpRemovePrefix: the mount
 	Prefix string `json:"prefix,omitempty"` // OpRemovePrefix: the prefix within it
-	Limit  int64  `json:"limit,omitempty"`  // OpWrite: at most this many bytes (negative: none)
+	Limit  int64  `json:"limit,omitempty"`  // OpWrite: at most this many bytes (negative: none); OpWriteExtents: of data
+	Size   int64  `json:"size,omitempty"`   // OpWriteExtents: the file's size
 }
 
 // Reply is the answer to a Request.
@@ -71,6 +78,7 @@ type Reply struct {
 	Info  *file.Info  `json:"info,omitempty"`
 	Infos []file.Info `json:"infos,omitempty"`
 	Count int         `json:"count,omitempty"`
+	Data  int64       `json:"data,omitempty"` // OpWriteExtents: the bytes of data stored
 	Error *Error      `json:"error,omitempty"`
 }
 
@@ -157,9 +165,12 @@ func ParseRequest(arg string) (Request, error) {
 		return r, fmt.Errorf("fileop: request: %w", err)
 	}
 	switch r.Op {
-	case OpStat, OpOpen, OpOpenExtents, OpWalk, OpList, OpWrite, OpRemove:
+	case OpStat, OpOpen, OpOpenExtents, OpWalk, OpList, OpWrite, OpWriteExtents, OpRemove:
 		if r.Path == "" {
 			return r, fmt.Errorf("fileop: %s without a path", r.Op)
+		}
+		if r.Size < 0 {
+			return r, fmt.Errorf("fileop: %s of size %d", r.Op, r.Size)
 		}
 	case OpSkills:
 		if r.Path != sandbox.SkillsDir {

@@ -229,6 +229,8 @@ func TestParseRequest(t *testing.T) {
 		{`{"op":"stat"}`, false},
 		{`{"op":"chmod","path":"/x"}`, false},
 		{`{"op":"stat","path":"/x","extra":1}`, false},
+		{`{"op":"write-extents","path":"/x","size":1099511627776,"limit":5}`, true},
+		{`{"op":"write-extents","path":"/x","size":-1}`, false},
 		{`not json`, false},
 	} {
 		if _, err := fileop.ParseRequest(tt.arg); (err == nil) != tt.ok {

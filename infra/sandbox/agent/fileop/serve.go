@@ -20,6 +20,7 @@ type Files interface {
 	Walk(ctx context.Context, containerID, sandboxPath string) ([]file.Info, error)
 	List(ctx context.Context, containerID, sandboxPath string) ([]file.Info, error)
 	Write(ctx context.Context, containerID, sandboxPath string, r io.Reader, limit int64) (file.Info, error)
+	WriteExtents(ctx context.Context, containerID, sandboxPath string, r io.Reader, size, limit int64) (file.Info, int64, error)
 	Remove(ctx context.Context, containerID, sandboxPath string) error
 	RemovePrefix(ctx context.Context, containerID string, m file.Mount, prefix string) (int, error)
 }
@@ -53,6 +54,12 @@ func Serve(ctx context.Context, fs Files, skillsDir string, req Request, stdin i
 		var info file.Info
 		in := &progressReader{r: &chunkReader{r: stdin}, w: w}
 		if info, err = fs.Write(ctx, "", req.Path, in, req.Limit); err == nil {
+			rep.Info = &info
+		}
+	case OpWriteExtents:
+		var info file.Info
+		in := &progressReader{r: &chunkReader{r: stdin}, w: w}
+		if info, rep.Data, err = fs.WriteExtents(ctx, "", req.Path, in, req.Size, req.Limit); err == nil {
 			rep.Info = &info
 		}
 	case OpSkills:
