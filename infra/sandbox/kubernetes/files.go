@@ -137,6 +137,13 @@ type call struct {
 // do runs req in the files sidecar of containerID, booting the sandbox
 // when it is stopped; stdin is a write's bytes.
 func (f *Files) do(ctx context.Context, containerID string, req fileop.Request, stdin io.Reader) (call, error) {
+	return f.doWith(ctx, containerID, req, stdin, nil)
+}
+
+// doWith is do that hands an open-extents' stream to consume, when not
+// nil, while the sidecar sends it, instead of keeping it in the call's
+// body (spool): consume reads the stream to its end or fails.
+func (f *Files) doWith(ctx context.Context, containerID string, req fileop.Request, stdin io.Reader, consume func(r io.Reader, size int64) error) (call, error) {
 	var out call
 	started := false
 	use := func(ctx context.Context) error {
@@ -145,7 +152,7 @@ func (f *Files) do(ctx context.Context, containerID string, req fileop.Request, 
 			return err
 		}
 		started = true
-		out, err = f.run(ctx, cl, req, stdin)
+		out, err = f.run(ctx, cl, req, stdin, consume)
 		if err != nil && !errors.Is(err, errReply) {
 			select {
 			case <-cl.Done():
@@ -174,9 +181,14 @@ func (f *Files) do(ctx context.Context, containerID string, req fileop.Request, 
 // failing.
 var errReply = errors.New("malformed file operation reply")
 
+// errRefused marks a request the sidecar's agent refused unread (exit
+// status 2, no reply): an agent image older than the operation.
+var errRefused = errors.New("file operation refused by the agent")
+
 // run performs req over cl: starts the command, feeds stdin with flow
-// control, reads the progress lines, the reply and an open's bytes.
-func (f *Files) run(ctx context.Context, cl *agent.Client, req fileop.Request, stdin io.Reader) (call, error) {
+// control, reads the progress lines, the reply and an open's bytes (into
+// consume when it is not nil, see doWith).
+func (f *Files) run(ctx context.Context, cl *agent.Client, req fileop.Request, stdin io.Reader, consume func(r io.Reader, size int64) error) (call, error) {
 	args, err := req.Args(FilesAgentPath)
 	if err != nil {
 		return call{}, err
@@ -239,7 +251,16 @@ func (f *Files) run(ctx context.Context, cl *agent.Client, req fileop.Request, s
 	for {
 		line, err := br.ReadBytes('\n')
 		if err != nil {
-			if ferr := <-fed; ferr != nil && req.Op == fileop.OpWrite {
+			ferr := <-fed
+			select {
+			case res := <-exited:
+				finished = true
+				if res.ExitCode == 2 {
+					return call{}, fmt.Errorf("kubernetes: file %s: %w (%s)", req.Op, errRefused, bytes.TrimSpace(stderr.Bytes()))
+				}
+			case <-ctx.Done():
+			}
+			if ferr != nil && (req.Op == fileop.OpWrite || req.Op == fileop.OpWriteExtents) {
 				return call{}, ferr
 			}
 			return call{}, fmt.Errorf("kubernetes: file %s: no reply (%s): %w", req.Op, bytes.TrimSpace(stderr.Bytes()), err)
@@ -268,11 +289,17 @@ func (f *Files) run(ctx context.Context, cl *agent.Client, req fileop.Request, s
 		if out.reply.Info == nil || out.reply.Info.Size < 0 {
 			return call{}, fmt.Errorf("kubernetes: file open: %w: no size", errReply)
 		}
-		body, err := f.spool(br, out.reply.Info.Size)
-		if err != nil {
-			return call{}, err
+		if consume != nil {
+			if err := consume(br, out.reply.Info.Size); err != nil {
+				return call{}, err
+			}
+		} else {
+			body, err := f.spool(br, out.reply.Info.Size)
+			if err != nil {
+				return call{}, err
+			}
+			out.body = body
 		}
-		out.body = body
 	}
 	select {
 	case res := <-exited:
@@ -480,10 +507,57 @@ func (f *Files) Write(ctx context.Context, containerID, sandboxPath string, r io
 }
 
 // CopyFile copies the regular file at sandboxPath of container from to the
-// same path of container to, at most limit bytes (negative: no limit), and
-// returns the copy and the bytes it stores. The copy goes through both
-// pods and is whole: the sidecar writes a file's holes as zeros.
+// same path of container to, at most limit bytes of data (negative: no
+// limit), and returns the copy and the bytes of data it stores. The copy
+// goes through both pods by its data alone: the source's extent stream
+// (fileop.OpOpenExtents) is fed as it arrives to the target's
+// fileop.OpWriteExtents, so the copy keeps the file's holes and threadbox
+// keeps none of it on its disk. A target whose agent image is older than
+// that operation gets the file whole (Write), holes written as zeros.
 func (f *Files) CopyFile(ctx context.Context, from, to, sandboxPath string, limit int64) (file.Info, int64, error) {
+	if from == to {
+		return f.copyWhole(ctx, from, to, sandboxPath, limit)
+	}
+	var (
+		info    file.Info
+		data    int64
+		written bool
+		target  error // the target's failure, kept from the source's Use
+	)
+	consume := func(r io.Reader, size int64) error {
+		src := &sourceReader{r: r}
+		c, err := f.do(ctx, to, fileop.Request{Op: fileop.OpWriteExtents, Path: sandboxPath, Size: size, Limit: limit}, src)
+		if serr := src.failed(); serr != nil {
+			return serr // the source's stream failed
+		}
+		if err != nil {
+			target = err
+			return errTarget
+		}
+		if c.reply.Info == nil {
+			target = fmt.Errorf("kubernetes: copy %s: %w", sandboxPath, errReply)
+			return errTarget
+		}
+		info, data, written = *c.reply.Info, c.reply.Data, true
+		return nil
+	}
+	_, err := f.doWith(ctx, from, fileop.Request{Op: fileop.OpOpenExtents, Path: sandboxPath}, nil, consume)
+	switch {
+	case errors.Is(target, errRefused):
+		return f.copyWhole(ctx, from, to, sandboxPath, limit)
+	case target != nil:
+		return file.Info{}, 0, target
+	case err != nil && !written:
+		return file.Info{}, 0, err
+	}
+	// A source whose sidecar failed only after its whole stream reached
+	// the copy still gave the copy all of it.
+	return info, data, nil
+}
+
+// copyWhole copies the file through threadbox whole: read by its data into
+// the spool (Open), written with its holes as zeros (Write).
+func (f *Files) copyWhole(ctx context.Context, from, to, sandboxPath string, limit int64) (file.Info, int64, error) {
 	r, _, err := f.Open(ctx, from, sandboxPath)
 	if err != nil {
 		return file.Info{}, 0, err
@@ -494,6 +568,36 @@ func (f *Files) CopyFile(ctx context.Context, from, to, sandboxPath string, limi
 		return file.Info{}, 0, err
 	}
 	return info, info.Size, nil
+}
+
+// errTarget ends the source's stream of a copy whose target failed.
+var errTarget = errors.New("kubernetes: the copy's target failed")
+
+// sourceReader reads a copy's source stream for the target's write and
+// keeps a failure of it: the target sees only that its input failed, so
+// that its sandbox is not taken for the one at fault.
+type sourceReader struct {
+	r   io.Reader
+	mu  sync.Mutex
+	err error
+}
+
+func (s *sourceReader) Read(p []byte) (int, error) {
+	n, err := s.r.Read(p)
+	if err != nil && !errors.Is(err, io.EOF) {
+		s.mu.Lock()
+		s.err = err
+		s.mu.Unlock()
+		return n, errors.New("kubernetes: the copy's source failed")
+	}
+	return n, err
+}
+
+// failed returns the source stream's failure, if it failed.
+func (s *sourceReader) failed() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err
 }
 
 // SyncFile answers errors.ErrUnsupported: the pods' volumes are synced by

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"io"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -199,5 +200,59 @@ func TestFilesThroughThePod(t *testing.T) {
 	}
 	if got := sh(t, be, id, "ls -A /mnt/user-data/uploads/in | wc -l"); got != "0" {
 		t.Errorf("uploads after remove prefix: %s", got)
+	}
+}
+
+// TestCopyFileKeepsHoles: a fork's copy of a sparse file through the pods
+// (code made it with `truncate -s 1T`) goes by its data: the copy in the
+// other container has the file's size and bytes, takes a few blocks of its
+// volume, and its data counts against the limit. A limit below the data
+// refuses the copy and leaves nothing behind.
+func TestCopyFileKeepsHoles(t *testing.T) {
+	c := newCluster(t)
+	class := k8stest.Provisioner(t, c.cs, c.ns)
+	be := c.backend(t, "copy", func(cfg *k8s.Config) {
+		cfg.HostPathVolumes = false
+		cfg.StorageClass = class
+	})
+	fs := k8s.NewFiles(be, bootLife{be})
+	from, to := "ctr-copy-from", "ctr-copy-to"
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	for _, id := range []string{from, to} {
+		sandboxtest.Cleanup(t, func() { _ = be.Remove(context.Background(), id) })
+		if err := be.Ensure(ctx, sandbox.Spec{ID: id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const p = "/mnt/user-data/outputs/disk.img"
+	const size = int64(1) << 40
+	sh(t, be, from, "f="+p+"; truncate -s 1T $f && printf head | dd of=$f conv=notrunc status=none"+
+		" && printf middle | dd of=$f bs=1 seek=549755813888 conv=notrunc status=none"+
+		" && printf tail | dd of=$f bs=1 seek=1099511627772 conv=notrunc status=none")
+	const low, high = int64(len("headmiddletail")), int64(1 << 20)
+
+	info, n, err := fs.CopyFile(ctx, from, to, p, high)
+	if err != nil {
+		t.Fatalf("copy a sparse file: %v", err)
+	}
+	if info.Size != size || n < low || n > high {
+		t.Errorf("the copy: %+v with %d bytes of data, want %d bytes with %d to %d of data", info, n, size, low, high)
+	}
+	if got, err := strconv.ParseInt(sh(t, be, to, "echo $(( $(stat -c '%b * %B' "+p+") ))"), 10, 64); err != nil || got > high {
+		t.Errorf("the copy takes %d bytes of its volume (%v), its holes filled", got, err)
+	}
+	if got := sh(t, be, to, "f="+p+"; stat -c %s $f; head -c4 $f; echo; dd if=$f bs=1 skip=549755813888 count=6 status=none; echo; tail -c4 $f; echo;"+
+		" dd if=$f bs=65536 skip=4096 count=1 status=none | tr -d '\\0' | wc -c"); got != "1099511627776\nhead\nmiddle\ntail\n0" {
+		t.Errorf("the copy reads %q", got)
+	}
+
+	const q = "/mnt/user-data/outputs/refused.img"
+	sh(t, be, from, "truncate -s 1T "+q+" && printf headmiddletail | dd of="+q+" conv=notrunc status=none")
+	if _, _, err := fs.CopyFile(ctx, from, to, q, low-1); !errors.Is(err, file.ErrTooLarge) {
+		t.Errorf("a copy over the limit of data: %v, want ErrTooLarge", err)
+	}
+	if got := sh(t, be, to, "ls -A /mnt/user-data/outputs"); got != "disk.img" {
+		t.Errorf("the refused copy left %q", got)
 	}
 }
