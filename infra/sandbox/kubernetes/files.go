@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -63,6 +64,11 @@ type Files struct {
 
 	mu     sync.Mutex
 	synced map[string]string // container id → pod uid and digest of the skills sent
+
+	// writeExtentsOp is the operation CopyFile asks of the target;
+	// empty is fileop.OpWriteExtents. Tests name one no agent knows, as
+	// an agent older than write-extents answers it.
+	writeExtentsOp string
 }
 
 // NewFiles returns the file access of b's containers, whose sandboxes life
@@ -526,7 +532,8 @@ func (f *Files) CopyFile(ctx context.Context, from, to, sandboxPath string, limi
 	)
 	consume := func(r io.Reader, size int64) error {
 		src := &sourceReader{r: r}
-		c, err := f.do(ctx, to, fileop.Request{Op: fileop.OpWriteExtents, Path: sandboxPath, Size: size, Limit: limit}, src)
+		op := cmp.Or(f.writeExtentsOp, fileop.OpWriteExtents)
+		c, err := f.do(ctx, to, fileop.Request{Op: op, Path: sandboxPath, Size: size, Limit: limit}, src)
 		if serr := src.failed(); serr != nil {
 			return serr // the source's stream failed
 		}

@@ -256,3 +256,40 @@ func TestCopyFileKeepsHoles(t *testing.T) {
 		t.Errorf("the refused copy left %q", got)
 	}
 }
+
+// TestCopyFileOlderAgent: a target whose agent refuses the extent write
+// (an agent image older than it refuses an operation it does not know)
+// gets the file whole through threadbox, holes written as zeros, with
+// its bytes and size.
+func TestCopyFileOlderAgent(t *testing.T) {
+	c := newCluster(t)
+	class := k8stest.Provisioner(t, c.cs, c.ns)
+	be := c.backend(t, "copyold", func(cfg *k8s.Config) {
+		cfg.HostPathVolumes = false
+		cfg.StorageClass = class
+	})
+	fs := k8s.NewFiles(be, bootLife{be})
+	fs.SetWriteExtentsOp("write-extents-unknown")
+	from, to := "ctr-copyold-from", "ctr-copyold-to"
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	for _, id := range []string{from, to} {
+		sandboxtest.Cleanup(t, func() { _ = be.Remove(context.Background(), id) })
+		if err := be.Ensure(ctx, sandbox.Spec{ID: id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const p = "/mnt/user-data/outputs/small.img"
+	const size = 8 << 20
+	sh(t, be, from, "truncate -s 8M "+p+" && printf tail | dd of="+p+" bs=1 seek=8388604 conv=notrunc status=none")
+	info, n, err := fs.CopyFile(ctx, from, to, p, -1)
+	if err != nil {
+		t.Fatalf("copy to an older agent: %v", err)
+	}
+	if info.Size != size || n != size {
+		t.Errorf("the copy: %+v with %d bytes stored, want %d written whole", info, n, size)
+	}
+	if got := sh(t, be, to, "stat -c %s "+p+"; tail -c4 "+p+"; echo; head -c 8388604 "+p+" | tr -d '\\0' | wc -c"); got != "8388608\ntail\n0" {
+		t.Errorf("the copy reads %q", got)
+	}
+}

@@ -1,0 +1,5 @@
+package kubernetes
+
+// SetWriteExtentsOp makes CopyFile ask the target for op instead of
+// write-extents: one the agent does not know stands for an older agent.
+func (f *Files) SetWriteExtentsOp(op string) { f.writeExtentsOp = op }
