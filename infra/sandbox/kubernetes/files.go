@@ -69,7 +69,14 @@ type Files struct {
 	// empty is fileop.OpWriteExtents. Tests name one no agent knows, as
 	// an agent older than write-extents answers it.
 	writeExtentsOp string
+	// openExtentsOp is the operation Open and CopyFile ask of the source;
+	// empty is fileop.OpOpenExtents. Tests name one no agent knows, as an
+	// agent older than open-extents answers it.
+	openExtentsOp string
 }
+
+// openExtents is the operation that reads a file as its data extents.
+func (f *Files) openExtents() string { return cmp.Or(f.openExtentsOp, fileop.OpOpenExtents) }
 
 // NewFiles returns the file access of b's containers, whose sandboxes life
 // keeps running.
@@ -148,7 +155,8 @@ func (f *Files) do(ctx context.Context, containerID string, req fileop.Request, 
 
 // doWith is do that hands an open-extents' stream to consume, when not
 // nil, while the sidecar sends it, instead of keeping it in the call's
-// body (spool): consume reads the stream to its end or fails.
+// body (spool): consume reads the stream to its end or fails. An open's
+// whole bytes are always kept in the body (spoolWhole).
 func (f *Files) doWith(ctx context.Context, containerID string, req fileop.Request, stdin io.Reader, consume func(r io.Reader, size int64) error) (call, error) {
 	var out call
 	started := false
@@ -291,11 +299,17 @@ func (f *Files) run(ctx context.Context, cl *agent.Client, req fileop.Request, s
 	if ferr := <-fed; ferr != nil && out.reply.Error == nil {
 		return call{}, ferr
 	}
-	if req.Op == fileop.OpOpenExtents && out.reply.Error == nil {
+	if (req.Op == f.openExtents() || req.Op == fileop.OpOpen) && out.reply.Error == nil {
 		if out.reply.Info == nil || out.reply.Info.Size < 0 {
 			return call{}, fmt.Errorf("kubernetes: file open: %w: no size", errReply)
 		}
-		if consume != nil {
+		if req.Op == fileop.OpOpen {
+			body, err := f.spoolWhole(br, out.reply.Info.Size)
+			if err != nil {
+				return call{}, err
+			}
+			out.body = body
+		} else if consume != nil {
 			if err := consume(br, out.reply.Info.Size); err != nil {
 				return call{}, err
 			}
@@ -400,6 +414,37 @@ func (f *Files) spool(r io.Reader, size int64) (io.ReadSeekCloser, error) {
 	return tmp, nil
 }
 
+// spoolWhole reads exactly size bytes of r, a file sent whole (an open
+// of an agent older than open-extents), into memory or an unlinked
+// temporary file, ready to read from the start. Its holes arrive as
+// zeros and are kept as such.
+func (f *Files) spoolWhole(r io.Reader, size int64) (io.ReadSeekCloser, error) {
+	if size <= memoryLimit {
+		b := make([]byte, size)
+		if _, err := io.ReadFull(r, b); err != nil {
+			return nil, fmt.Errorf("kubernetes: read file: %w", err)
+		}
+		return nopCloser{bytes.NewReader(b)}, nil
+	}
+	tmp, err := os.CreateTemp(f.TempDir, "threadbox-k8s-file-*")
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes: read file: %w", err)
+	}
+	_ = os.Remove(tmp.Name())
+	n, err := io.Copy(tmp, io.LimitReader(r, size))
+	if err == nil && n != size {
+		err = io.ErrUnexpectedEOF
+	}
+	if err == nil {
+		_, err = tmp.Seek(0, io.SeekStart)
+	}
+	if err != nil {
+		tmp.Close()
+		return nil, fmt.Errorf("kubernetes: read file: %w", err)
+	}
+	return tmp, nil
+}
+
 type nopCloser struct{ *bytes.Reader }
 
 // byteWriterAt writes into a byte slice of fixed length.
@@ -448,9 +493,14 @@ func (f *Files) Stat(ctx context.Context, containerID, sandboxPath string) (file
 
 // Open opens the regular file at sandboxPath: its data is read from the
 // pod at once and kept (in memory, or in an unlinked file of TempDir,
-// holes and all) until Close.
+// holes and all) until Close. A pod whose agent image is older than
+// open-extents refuses it, and the file is then read whole (open), its
+// holes as zeros.
 func (f *Files) Open(ctx context.Context, containerID, sandboxPath string) (io.ReadSeekCloser, file.Info, error) {
-	c, err := f.do(ctx, containerID, fileop.Request{Op: fileop.OpOpenExtents, Path: sandboxPath}, nil)
+	c, err := f.do(ctx, containerID, fileop.Request{Op: f.openExtents(), Path: sandboxPath}, nil)
+	if errors.Is(err, errRefused) {
+		c, err = f.do(ctx, containerID, fileop.Request{Op: fileop.OpOpen, Path: sandboxPath}, nil)
+	}
 	if err != nil {
 		return nil, file.Info{}, err
 	}
@@ -519,7 +569,9 @@ func (f *Files) Write(ctx context.Context, containerID, sandboxPath string, r io
 // (fileop.OpOpenExtents) is fed as it arrives to the target's
 // fileop.OpWriteExtents, so the copy keeps the file's holes and threadbox
 // keeps none of it on its disk. A target whose agent image is older than
-// that operation gets the file whole (Write), holes written as zeros.
+// that operation gets the file whole (Write), holes written as zeros; so
+// does every target when the source's agent is older than open-extents
+// (the file is then read whole too, see Open).
 func (f *Files) CopyFile(ctx context.Context, from, to, sandboxPath string, limit int64) (file.Info, int64, error) {
 	if from == to {
 		return f.copyWhole(ctx, from, to, sandboxPath, limit)
@@ -548,12 +600,16 @@ func (f *Files) CopyFile(ctx context.Context, from, to, sandboxPath string, limi
 		info, data, written = *c.reply.Info, c.reply.Data, true
 		return nil
 	}
-	_, err := f.doWith(ctx, from, fileop.Request{Op: fileop.OpOpenExtents, Path: sandboxPath}, nil, consume)
+	_, err := f.doWith(ctx, from, fileop.Request{Op: f.openExtents(), Path: sandboxPath}, nil, consume)
 	switch {
 	case errors.Is(target, errRefused):
 		return f.copyWhole(ctx, from, to, sandboxPath, limit)
 	case target != nil:
 		return file.Info{}, 0, target
+	case errors.Is(err, errRefused) && !written:
+		// The source's agent refused open-extents before any of the
+		// file was sent: the target never ran.
+		return f.copyWhole(ctx, from, to, sandboxPath, limit)
 	case err != nil && !written:
 		return file.Info{}, 0, err
 	}

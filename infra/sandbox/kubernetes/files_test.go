@@ -293,3 +293,72 @@ func TestCopyFileOlderAgent(t *testing.T) {
 		t.Errorf("the copy reads %q", got)
 	}
 }
+
+// TestOpenOlderAgent: a pod whose agent refuses the extent read (an agent
+// image older than it refuses an operation it does not know) still gives
+// Open and ReadFile the file's bytes, read whole with its holes as zeros,
+// small ones and ones beyond what is held in memory; a copy from that pod
+// to another gets the same bytes.
+func TestOpenOlderAgent(t *testing.T) {
+	c := newCluster(t)
+	class := k8stest.Provisioner(t, c.cs, c.ns)
+	be := c.backend(t, "openold", func(cfg *k8s.Config) {
+		cfg.HostPathVolumes = false
+		cfg.StorageClass = class
+	})
+	fs := k8s.NewFiles(be, bootLife{be})
+	fs.TempDir = t.TempDir()
+	fs.SetOpenExtentsOp("open-extents-unknown")
+	from, to := "ctr-openold-from", "ctr-openold-to"
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	for _, id := range []string{from, to} {
+		sandboxtest.Cleanup(t, func() { _ = be.Remove(context.Background(), id) })
+		if err := be.Ensure(ctx, sandbox.Spec{ID: id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const small = "/mnt/user-data/outputs/small.txt"
+	const big = "/mnt/user-data/outputs/big.img"
+	const bigSize = 3 << 20
+	sh(t, be, from, "printf 'hello, old agent' > "+small+
+		" && printf head > "+big+" && truncate -s 3M "+big+
+		" && printf tail | dd of="+big+" bs=1 seek=3145724 conv=notrunc status=none")
+	wantBig := make([]byte, bigSize)
+	copy(wantBig, "head")
+	copy(wantBig[bigSize-4:], "tail")
+	for _, tc := range []struct {
+		path string
+		want []byte
+	}{{small, []byte("hello, old agent")}, {big, wantBig}} {
+		rc, info, err := fs.Open(ctx, from, tc.path)
+		if err != nil {
+			t.Fatalf("open %s from an older agent: %v", tc.path, err)
+		}
+		got, err := io.ReadAll(rc)
+		rc.Close()
+		if err != nil {
+			t.Fatalf("read %s: %v", tc.path, err)
+		}
+		if info.Size != int64(len(tc.want)) || !bytes.Equal(got, tc.want) {
+			t.Errorf("open %s: size %d, %d bytes read (equal: %v), want %d", tc.path, info.Size, len(got), bytes.Equal(got, tc.want), len(tc.want))
+		}
+		got, err = fs.ReadFile(ctx, from, tc.path, bigSize)
+		if err != nil {
+			t.Fatalf("read file %s from an older agent: %v", tc.path, err)
+		}
+		if !bytes.Equal(got, tc.want) {
+			t.Errorf("read file %s: %d bytes (equal: false), want %d", tc.path, len(got), len(tc.want))
+		}
+	}
+	info, n, err := fs.CopyFile(ctx, from, to, big, -1)
+	if err != nil {
+		t.Fatalf("copy from an older agent: %v", err)
+	}
+	if info.Size != bigSize || n != bigSize {
+		t.Errorf("the copy: %+v with %d bytes stored, want %d written whole", info, n, bigSize)
+	}
+	if got := sh(t, be, to, "stat -c %s "+big+"; head -c4 "+big+"; echo; tail -c4 "+big); got != "3145728\nhead\ntail" {
+		t.Errorf("the copy reads %q", got)
+	}
+}
