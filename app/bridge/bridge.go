@@ -312,8 +312,8 @@ type Tokens interface {
 }
 
 // Kept keeps, across a restart, the revocations of turns' tokens that were
-// given up (infra/revocations: a folder in DATA_DIR), for the next start
-// to make (TurnEnv.RevokeKept).
+// given up (infra/revocations: a folder in DATA_DIR), for the running
+// server's next sweep or the next start to make (TurnEnv.RevokeKept).
 type Kept interface {
 	// Keep records that token id, which expires at expires, is still to
 	// be revoked.
@@ -330,7 +330,8 @@ const DefaultTokenTTL = 30 * time.Minute
 
 // RevokeRetryFor bounds how long a turn's token revocation is retried
 // after a failure (the store briefly unreachable) before it is given up:
-// kept for the next start (TurnEnv.Keep), or else the token left to expire.
+// kept for a later RevokeKept (TurnEnv.Keep), or else the token left to
+// expire.
 const RevokeRetryFor = 2 * time.Minute
 
 // Backoff between revocation attempts: it starts at revokeBackoffMin and
@@ -345,7 +346,7 @@ type TurnEnv struct {
 	tokens Tokens
 	bridge *Bridge
 	ttl    time.Duration
-	// kept holds the revocations given up, for the next start (nil: they
+	// kept holds the revocations given up, for RevokeKept (nil: they
 	// are only logged).
 	kept Kept
 
@@ -354,7 +355,11 @@ type TurnEnv struct {
 	retryFor, backoffMin, backoffMax time.Duration
 
 	mu       sync.Mutex
-	retrying int           // revocations being retried
+	retrying int // revocations being retried
+	// revoking holds the ids of the tokens whose revocation is under way
+	// (its first attempt or its retries): RevokeKept, called again while
+	// they run, leaves them to it.
+	revoking map[string]bool
 	idle     chan struct{} // closed when retrying drops to 0
 	// hurry is closed when Finish begins: retries pause no longer than
 	// backoffMin. stop ends when Finish's time is up: retries give up.
@@ -376,21 +381,28 @@ func NewTurnEnv(tokens Tokens, bridge *Bridge, ttl time.Duration) *TurnEnv {
 		tokens: tokens, bridge: bridge, ttl: ttl,
 		retryFor: RevokeRetryFor, backoffMin: revokeBackoffMin, backoffMax: revokeBackoffMax,
 		hurry: make(chan struct{}), stop: stop, giveUp: giveUp,
+		revoking: map[string]bool{},
 	}
 }
 
 // Keep makes the revocations given up (the store unreachable for as long
 // as they were retried, or until the server stopped) kept in k for the
-// next start's RevokeKept, instead of only logged. Call it before Begin.
+// next sweep's or the next start's RevokeKept, instead of only logged.
+// Call it before Begin.
 func (t *TurnEnv) Keep(k Kept) { t.kept = k }
 
-// RevokeKept revokes the tokens kept by an earlier process (Keep) that
-// have not expired, retrying each as at a turn's end, and forgets each
-// once revoked; it forgets the expired ones at once. A server calls it as
-// it starts: the token of a turn that ended while the database was down
-// does not stay usable after the database is back.
+// RevokeKept revokes the kept tokens (Keep) that have not expired, kept
+// by an earlier process, by this one or by another sharing the place they
+// are kept, retrying each as at a turn's end, and forgets each once
+// revoked; it forgets the expired ones at once. A token whose revocation
+// is already under way here is left to it, so RevokeKept may be called
+// again while an earlier call's retries run. A server calls it as it
+// starts, when it listens to the database anew and at every sweep: the
+// token of a turn that ended while the database was down does not stay
+// usable long after the database is back. Once Finish has given up, the
+// kept tokens are left for the next start.
 func (t *TurnEnv) RevokeKept() error {
-	if t.kept == nil {
+	if t.kept == nil || t.stop.Err() != nil {
 		return nil
 	}
 	kept, err := t.kept.Kept()
@@ -411,7 +423,7 @@ func (t *TurnEnv) RevokeKept() error {
 // forget removes token id from the kept revocations.
 func (t *TurnEnv) forget(id string) {
 	if err := t.kept.Forget(id); err != nil {
-		t.bridge.log.Warn("bridge: a revoked token stays among the kept revocations; the next start revokes it again",
+		t.bridge.log.Warn("bridge: a revoked token stays among the kept revocations; a later sweep or start revokes it again",
 			"token", id, "err", err)
 	}
 }
@@ -460,12 +472,26 @@ func (t *TurnEnv) hurried() bool {
 // context: the turn's request is over by now. The token expires by
 // expires; kept says it is among the kept revocations (Keep), to be
 // forgotten once revoked.
+// One already under way for id (revoking) is left to finish alone.
 func (t *TurnEnv) revoke(id string, expires time.Time, kept bool) {
+	t.mu.Lock()
+	if t.revoking[id] {
+		t.mu.Unlock()
+		return
+	}
+	t.revoking[id] = true
+	t.mu.Unlock()
+	done := func() {
+		t.mu.Lock()
+		delete(t.revoking, id)
+		t.mu.Unlock()
+	}
 	err := t.revokeOnce(id)
 	if err == nil {
 		if kept {
 			t.forget(id)
 		}
+		done()
 		return
 	}
 	t.bridge.log.Debug("bridge: revoking a turn's token failed; retrying", "token", id, "err", err)
@@ -478,6 +504,7 @@ func (t *TurnEnv) revoke(id string, expires time.Time, kept bool) {
 	go func() {
 		defer func() {
 			t.mu.Lock()
+			delete(t.revoking, id)
 			if t.retrying--; t.retrying == 0 {
 				close(t.idle)
 				t.idle = nil
@@ -522,9 +549,9 @@ func (t *TurnEnv) revoke(id string, expires time.Time, kept bool) {
 }
 
 // gaveUp keeps the revocation of token id, which expires by expires, for
-// the next start (Keep), with a warning; without a place to keep it, or
-// when keeping fails, the token stays usable until it expires, and that
-// is logged as an error.
+// the next sweep or start (Keep), with a warning; without a place to keep
+// it, or when keeping fails, the token stays usable until it expires, and
+// that is logged as an error.
 func (t *TurnEnv) gaveUp(id string, expires time.Time, attempts int, err error) {
 	if !time.Now().Before(expires) {
 		t.bridge.log.Info("bridge: a turn's sandbox token expired before it could be revoked",
@@ -541,7 +568,7 @@ func (t *TurnEnv) gaveUp(id string, expires time.Time, attempts int, err error) 
 			"token", id, "expires", expires, "attempts", attempts, "err", err, "keep_err", kerr)
 		return
 	}
-	t.bridge.log.Warn("bridge: could not revoke a turn's sandbox token; its revocation is kept for the next start",
+	t.bridge.log.Warn("bridge: could not revoke a turn's sandbox token; its revocation is kept for the next sweep or start",
 		"token", id, "expires", expires, "attempts", attempts, "err", err)
 }
 

@@ -584,3 +584,59 @@ func TestTurnEnvKeepsRevocationsGivenUpForTheNextStart(t *testing.T) {
 		t.Fatalf("kept revocations after the next start: %v", kept.toks)
 	}
 }
+
+// TestTurnEnvRevokeKeptWhileRunning: a revocation kept while the server
+// runs (by its own retries that gave up, or by another server sharing the
+// place) is made by the next RevokeKept, and one already being retried is
+// left to its retries: calling RevokeKept again while the store still
+// fails starts no second attempt for the same token.
+func TestTurnEnvRevokeKeptWhileRunning(t *testing.T) {
+	tokens := &flakyTokens{failures: math.MaxInt}
+	kept := &memKept{toks: map[string]time.Time{}}
+	te := NewTurnEnv(tokens, New(nil, Config{}), 0)
+	te.Keep(kept)
+	// The first retry would come long after the test ends.
+	te.retryFor, te.backoffMin = 2*time.Hour, time.Hour
+	if err := te.RevokeKept(); err != nil {
+		t.Fatal(err)
+	}
+	if tokens.attempts != 0 {
+		t.Fatalf("%d revoke attempts with nothing kept", tokens.attempts)
+	}
+
+	if err := kept.Keep("tok_2", time.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if err := te.RevokeKept(); err != nil {
+		t.Fatal(err)
+	}
+	if tokens.attempts != 1 {
+		t.Fatalf("%d revoke attempts after a revocation was kept, want 1", tokens.attempts)
+	}
+	for range 3 {
+		if err := te.RevokeKept(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	te.mu.Lock()
+	retrying := te.retrying
+	te.mu.Unlock()
+	if tokens.attempts != 1 || retrying != 1 {
+		t.Fatalf("%d revoke attempts and %d retries after calling RevokeKept again, want 1 and 1", tokens.attempts, retrying)
+	}
+
+	// The store is back: the retry under way revokes the token at once
+	// as the server stops, and forgets it.
+	tokens.mu.Lock()
+	tokens.failures = 0
+	tokens.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	te.Finish(ctx)
+	if tokens.usable("tok_2") {
+		t.Fatalf("the kept token is usable (%d revoke attempts)", tokens.attempts)
+	}
+	if _, ok := kept.toks["tok_2"]; ok {
+		t.Fatal("the revoked token is still kept")
+	}
+}
