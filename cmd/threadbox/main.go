@@ -359,15 +359,16 @@ func cmdServe(ctx context.Context, args []string, getenv func(string) string, st
 	}
 	// The background work: leases renewed while this process lives (and
 	// given back when it stops, so the next start takes over at once), and
-	// the sweeper, whose first sweep adopts or removes what an earlier
-	// process left.
+	// the sweepers: the sandboxes' (whose first sweep adopts or removes
+	// what an earlier process left), the stores' and the kept revocations
+	// of sandbox tokens.
 	bgctx, stopBackground := context.WithCancel(context.Background())
 	var bg sync.WaitGroup
 	defer func() {
 		stopBackground()
 		bg.Wait()
 	}()
-	bg.Add(7)
+	bg.Add(8)
 	go func() {
 		defer bg.Done()
 		sys.batches.Run(bgctx)
@@ -395,6 +396,10 @@ func cmdServe(ctx context.Context, args []string, getenv func(string) string, st
 	go func() {
 		defer bg.Done()
 		collectBlobs(bgctx, sys, cfg.SweepInterval, log)
+	}()
+	go func() {
+		defer bg.Done()
+		revokeKeptEvery(bgctx, cfg.SweepInterval, sys.sandbox.env.RevokeKept, log)
 	}()
 	srv := web.New(web.Services{
 		Auth:       sys.auth,
@@ -481,6 +486,21 @@ func watchNotices(ctx context.Context, n store.Notices, a *auth.Service, handBac
 				log.Error("kept revocations of sandbox tokens not read", "cause", err.Error())
 			}
 		},
+	})
+}
+
+// revokeKeptEvery makes, every sweep interval until ctx ends, the
+// revocations of sandbox tokens kept in DATA_DIR (revokeKept:
+// bridge.TurnEnv.RevokeKept): those this server gave up while it runs (the
+// database down for longer than their retries) and those another server
+// sharing the folder kept, even when this one never lost its database.
+// It runs beside the other sweeps, so that a kept token's first attempt
+// on a database that is down delays none of them.
+func revokeKeptEvery(ctx context.Context, every time.Duration, revokeKept func() error, log *slog.Logger) {
+	lease.Every(ctx, every, func() {
+		if err := revokeKept(); err != nil && ctx.Err() == nil {
+			log.Error("kept revocations of sandbox tokens not read", "cause", err.Error())
+		}
 	})
 }
 
