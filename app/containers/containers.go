@@ -816,13 +816,26 @@ func (s *Service) Restart(ctx context.Context, containerID string) error {
 	return s.hide(containerID, "restart", s.Stop(ctx, containerID))
 }
 
-// Stop shuts the container's sandbox down; its files stay.
+// Stop shuts the container's sandbox down; its files stay. A sandbox the
+// record says runs although no process holds it (an earlier stop of it
+// failed, or its server went) is stopped on the backend the record names
+// (stopUnheld), and a stop that fails there is the answer: the sandbox may
+// still run, and the record is left saying so.
 func (s *Service) Stop(ctx context.Context, containerID string) error {
 	unlock, err := s.lockFor(ctx, containerID)
 	if err != nil {
 		return err
 	}
 	defer unlock()
+	if l, _ := s.held(containerID); l == nil {
+		if _, err := s.take(ctx, containerID); err != nil {
+			return err
+		}
+		if err := s.stopUnheld(ctx, containerID); err != nil {
+			s.giveBack(containerID)
+			return err
+		}
+	}
 	return s.stopLocked(ctx, containerID)
 }
 

@@ -126,7 +126,7 @@ func (s *Service) stopUnheld(ctx context.Context, id string) error {
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("containers: end the sandbox: %w", err)
+		return fmt.Errorf("containers: stop: %w", err)
 	}
 	if c.State() != container.Running {
 		return nil

@@ -177,3 +177,44 @@ func TestEndSandbox(t *testing.T) {
 		t.Fatalf("stopped %v %v, running on its server %v: want it untouched", b1.stopped, b2.stopped, p1.Running(c2.ID()))
 	}
 }
+
+// TestStopOfAnUnheldSandboxHeedsItsBackend: a sandbox whose stop failed
+// is no longer held but may still run, as its record says; stopping it
+// again (Stop, Restart) stops it on the backend its record names and,
+// when that fails too, answers the failure and leaves the record saying
+// it runs, instead of setting it idle over a sandbox that still runs.
+func TestStopOfAnUnheldSandboxHeedsItsBackend(t *testing.T) {
+	ctx := context.Background()
+	b := newFake("docker")
+	s, st, _ := newService(b)
+	c, _ := s.ForUser(ctx, alice, "box")
+	if _, err := s.Exec(ctx, c.ID(), sandbox.Command{}); err != nil {
+		t.Fatal(err)
+	}
+	b.stopErr = errors.New("the engine timed out")
+	if err := s.Stop(ctx, c.ID()); err == nil {
+		t.Fatal("a held sandbox's failing stop answered no error")
+	}
+	if s.Running(c.ID()) {
+		t.Fatal("the sandbox is still held after its stop")
+	}
+	for name, stop := range map[string]func() error{
+		"stop":    func() error { return s.Stop(ctx, c.ID()) },
+		"restart": func() error { return s.Restart(ctx, c.ID()) },
+	} {
+		if err := stop(); err == nil {
+			t.Fatalf("%s of an unheld sandbox whose stop fails answered no error", name)
+		}
+		if rec, err := st.Container(ctx, c.ID()); err != nil || rec.State() != container.Running {
+			t.Fatalf("record after a failing %s: %v %v, want it running", name, rec.State(), err)
+		}
+	}
+
+	b.stopErr = nil
+	if err := s.Stop(ctx, c.ID()); err != nil {
+		t.Fatal(err)
+	}
+	if rec, err := st.Container(ctx, c.ID()); err != nil || rec.State() == container.Running {
+		t.Fatalf("record after the stop: %v %v, want it stopped", rec.State(), err)
+	}
+}
