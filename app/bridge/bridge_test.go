@@ -485,14 +485,10 @@ func TestTurnEnvFinishRevokesBeforeTheServerStops(t *testing.T) {
 	}
 }
 
-// TestTurnEnvFinishGivesUpWhenTheGraceEnds: revocations that still fail
-// when the shutdown grace ends are given up, with nowhere to keep them
-// logged as errors, and Finish returns with none left running.
-func TestTurnEnvFinishGivesUpWhenTheGraceEnds(t *testing.T) {
-	var logs bytes.Buffer
-	tokens := &flakyTokens{failures: math.MaxInt}
-	te := NewTurnEnv(tokens, New(nil, Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))}), 0)
-	te.backoffMin = time.Millisecond
+// endTurnAtShutdown runs a turn that issues its token (tok_1) and ends,
+// then finishes te as a server whose shutdown grace is already over.
+func endTurnAtShutdown(t *testing.T, te *TurnEnv) {
+	t.Helper()
 	env, end := te.Begin(user.Principal{UserID: "u1"}, "c9", "claude-x")
 	if _, err := env(context.Background()); err != nil {
 		t.Fatal(err)
@@ -501,6 +497,17 @@ func TestTurnEnvFinishGivesUpWhenTheGraceEnds(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel() // the grace is over
 	te.Finish(ctx)
+}
+
+// TestTurnEnvFinishGivesUpWhenTheGraceEnds: revocations that still fail
+// when the shutdown grace ends are given up, with nowhere to keep them
+// logged as errors, and Finish returns with none left running.
+func TestTurnEnvFinishGivesUpWhenTheGraceEnds(t *testing.T) {
+	var logs bytes.Buffer
+	tokens := &flakyTokens{failures: math.MaxInt}
+	te := NewTurnEnv(tokens, New(nil, Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))}), 0)
+	te.backoffMin = time.Millisecond
+	endTurnAtShutdown(t, te)
 	te.mu.Lock()
 	left := te.retrying
 	te.mu.Unlock()
@@ -551,14 +558,7 @@ func TestTurnEnvKeepsRevocationsGivenUpForTheNextStart(t *testing.T) {
 	te.Keep(kept)
 	te.backoffMin = time.Millisecond
 	issued := time.Now()
-	env, end := te.Begin(user.Principal{UserID: "u1"}, "c9", "claude-x")
-	if _, err := env(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	end()
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel() // the grace is over
-	te.Finish(ctx)
+	endTurnAtShutdown(t, te)
 	if exp, ok := kept.toks["tok_1"]; !ok || exp.Before(issued.Add(DefaultTokenTTL)) {
 		t.Fatalf("kept revocations after the shutdown: %v, want tok_1 expiring no earlier than %v", kept.toks, issued.Add(DefaultTokenTTL))
 	}

@@ -827,14 +827,12 @@ func (s *Service) Stop(ctx context.Context, containerID string) error {
 		return err
 	}
 	defer unlock()
-	if l, _ := s.held(containerID); l == nil {
-		if _, err := s.take(ctx, containerID); err != nil {
-			return err
-		}
-		if err := s.stopUnheld(ctx, containerID); err != nil {
-			s.giveBack(containerID)
-			return err
-		}
+	lease := func(ctx context.Context, id string) error {
+		_, err := s.take(ctx, id)
+		return err
+	}
+	if err := s.stopUnheld(ctx, containerID, lease); err != nil {
+		return err
 	}
 	return s.stopLocked(ctx, containerID)
 }

@@ -90,16 +90,17 @@ func (s *Service) EndSandbox(ctx context.Context, containerID string) error {
 
 // endLocked is EndSandbox under the container's lock.
 func (s *Service) endLocked(ctx context.Context, id string) error {
-	if l, _ := s.held(id); l == nil {
+	// Another server holding it hands it over first.
+	lease := func(ctx context.Context, id string) error {
 		if _, err := s.acquire(ctx, id); errors.Is(err, errKept) {
 			return errElsewhere(id)
 		} else if err != nil {
 			return fmt.Errorf("containers: end the sandbox: %w", err)
 		}
-		if err := s.stopUnheld(ctx, id); err != nil {
-			s.giveBack(id)
-			return err
-		}
+		return nil
+	}
+	if err := s.stopUnheld(ctx, id, lease); err != nil {
+		return err
 	}
 	if err := s.stopLocked(ctx, id); err != nil {
 		return err
@@ -115,12 +116,30 @@ func (s *Service) endLocked(ctx context.Context, id string) error {
 	return nil
 }
 
-// stopUnheld stops the sandbox the container's record says runs although
-// no process holds it (an earlier stop of it failed, or its server went):
-// it may run still, so a stop its backend fails is an error here, where
-// stopLocked, not knowing which backend has it, asks every backend and
-// heeds none. The caller holds the container's lock and lease.
-func (s *Service) stopUnheld(ctx context.Context, id string) error {
+// stopUnheld, when this process does not hold the container's sandbox,
+// takes its lease with lease and stops the sandbox the container's record
+// says runs although no process holds it (an earlier stop of it failed,
+// or its server went): it may run still, so a stop its backend fails is
+// an error here, and the lease goes back, where stopLocked, not knowing
+// which backend has it, asks every backend and heeds none. The caller
+// holds the container's lock.
+func (s *Service) stopUnheld(ctx context.Context, id string, lease func(context.Context, string) error) error {
+	if l, _ := s.held(id); l != nil {
+		return nil
+	}
+	if err := lease(ctx, id); err != nil {
+		return err
+	}
+	if err := s.stopRecorded(ctx, id); err != nil {
+		s.giveBack(id)
+		return err
+	}
+	return nil
+}
+
+// stopRecorded stops the container's sandbox on the backend its record
+// names, when the record says it runs.
+func (s *Service) stopRecorded(ctx context.Context, id string) error {
 	c, err := s.store.Container(ctx, id)
 	if fault.Is(err, fault.NotFound) {
 		return nil

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"path/filepath"
 	"testing"
 	"time"
@@ -19,18 +20,12 @@ func TestServerMakesRevocationsKeptWhileItRuns(t *testing.T) {
 	if err := kept.Keep("tok_keptelsewhere1", time.Now().Add(time.Hour)); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		left, err := kept.Kept()
-		if err != nil {
+	var left map[string]time.Time
+	waitFor(t, 10*time.Second, func() bool {
+		var err error
+		if left, err = kept.Kept(); err != nil {
 			t.Fatal(err)
 		}
-		if len(left) == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the running server has not made the kept revocations %v", left)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return len(left) == 0
+	}, func() string { return fmt.Sprintf("the running server has not made the kept revocations %v", left) })
 }

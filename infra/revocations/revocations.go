@@ -53,8 +53,9 @@ func (f Folder) Keep(id string, expires time.Time) error {
 }
 
 // Kept returns the kept tokens' ids and expiries; none when the folder
-// does not exist. A file whose expiry does not read is returned with the
-// zero time, as expired: a token lives half an hour at most.
+// does not exist. A file whose expiry does not read is returned as
+// unexpired (unreadableExpiry from now): revoking a token once more is
+// harmless, leaving a live one unrevoked is not.
 func (f Folder) Kept() (map[string]time.Time, error) {
 	entries, err := os.ReadDir(f.dir)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -73,11 +74,18 @@ func (f Folder) Kept() (map[string]time.Time, error) {
 		} else if err != nil {
 			return nil, fmt.Errorf("revocations: read: %w", err)
 		}
-		exp, _ := time.Parse(time.RFC3339Nano, strings.TrimSpace(string(b)))
+		exp, err := time.Parse(time.RFC3339Nano, strings.TrimSpace(string(b)))
+		if err != nil {
+			exp = time.Now().Add(unreadableExpiry)
+		}
 		kept[e.Name()] = exp
 	}
 	return kept, nil
 }
+
+// unreadableExpiry is how long ahead a kept file whose expiry does not
+// read is taken to expire: longer than any token lives.
+const unreadableExpiry = 24 * time.Hour
 
 // Forget removes token id; one not kept is no error.
 func (f Folder) Forget(id string) error {

@@ -1,6 +1,7 @@
 package revocations
 
 import (
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -8,7 +9,8 @@ import (
 
 // TestKeepReadForget: a kept revocation is read back with its expiry, by
 // another Folder on the same folder (the next start), until forgotten;
-// an id that could name another file is refused.
+// a file whose expiry does not read counts as unexpired; an id that
+// could name another file is refused.
 func TestKeepReadForget(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "revocations")
 	exp := time.Date(2030, 1, 2, 3, 4, 5, 6, time.UTC)
@@ -30,6 +32,13 @@ func TestKeepReadForget(t *testing.T) {
 	}
 	if kept, err := New(dir).Kept(); err != nil || len(kept) != 0 {
 		t.Fatalf("kept after forgetting: %v %v", kept, err)
+	}
+	// A file whose expiry does not read is still to be revoked.
+	if err := os.WriteFile(filepath.Join(dir, "tok_torn1"), []byte("not a time"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if kept, err := New(dir).Kept(); err != nil || !kept["tok_torn1"].After(time.Now()) {
+		t.Fatalf("a kept file whose expiry does not read: %v %v, want it unexpired", kept, err)
 	}
 	for _, bad := range []string{"", "../tok_1", ".keep-1", "tok/1", "_x"} {
 		if err := New(dir).Keep(bad, exp); err == nil {

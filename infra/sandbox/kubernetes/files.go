@@ -156,7 +156,7 @@ func (f *Files) do(ctx context.Context, containerID string, req fileop.Request, 
 // doWith is do that hands an open-extents' stream to consume, when not
 // nil, while the sidecar sends it, instead of keeping it in the call's
 // body (spool): consume reads the stream to its end or fails. An open's
-// whole bytes are always kept in the body (spoolWhole).
+// whole bytes are always kept in the body (spool).
 func (f *Files) doWith(ctx context.Context, containerID string, req fileop.Request, stdin io.Reader, consume func(r io.Reader, size int64) error) (call, error) {
 	var out call
 	started := false
@@ -303,18 +303,13 @@ func (f *Files) run(ctx context.Context, cl *agent.Client, req fileop.Request, s
 		if out.reply.Info == nil || out.reply.Info.Size < 0 {
 			return call{}, fmt.Errorf("kubernetes: file open: %w: no size", errReply)
 		}
-		if req.Op == fileop.OpOpen {
-			body, err := f.spoolWhole(br, out.reply.Info.Size)
-			if err != nil {
-				return call{}, err
-			}
-			out.body = body
-		} else if consume != nil {
+		whole := req.Op == fileop.OpOpen
+		if consume != nil && !whole {
 			if err := consume(br, out.reply.Info.Size); err != nil {
 				return call{}, err
 			}
 		} else {
-			body, err := f.spool(br, out.reply.Info.Size)
+			body, err := f.spool(br, out.reply.Info.Size, whole)
 			if err != nil {
 				return call{}, err
 			}
@@ -382,14 +377,26 @@ func feed(ctx context.Context, p *agent.Process, r io.Reader, acked *atomic.Int6
 	}
 }
 
-// spool reads the data extents of a file of size bytes from r
-// (sparse.Read) into memory or an unlinked temporary file, ready to
-// read from the start. The temporary file gets only the data: a sparse
-// file of the pod takes no more of threadbox's disk than it holds.
-func (f *Files) spool(r io.Reader, size int64) (io.ReadSeekCloser, error) {
+// spool reads a file of size bytes from r into memory or an unlinked
+// temporary file, ready to read from the start: its data extents
+// (sparse.Read), or with whole the bytes of a file sent whole (an open
+// of an agent older than open-extents), its holes as zeros. The
+// temporary file gets only what was sent: a sparse file of the pod sent
+// by its extents takes no more of threadbox's disk than it holds.
+func (f *Files) spool(r io.Reader, size int64, whole bool) (io.ReadSeekCloser, error) {
+	fill := func(w io.WriterAt) error { return sparse.Read(r, size, w) }
+	if whole {
+		fill = func(w io.WriterAt) error {
+			n, err := io.Copy(io.NewOffsetWriter(w, 0), io.LimitReader(r, size))
+			if err == nil && n != size {
+				err = io.ErrUnexpectedEOF
+			}
+			return err
+		}
+	}
 	if size <= memoryLimit {
 		b := make([]byte, size)
-		if err := sparse.Read(r, size, byteWriterAt(b)); err != nil {
+		if err := fill(byteWriterAt(b)); err != nil {
 			return nil, fmt.Errorf("kubernetes: read file: %w", err)
 		}
 		return nopCloser{bytes.NewReader(b)}, nil
@@ -399,41 +406,9 @@ func (f *Files) spool(r io.Reader, size int64) (io.ReadSeekCloser, error) {
 		return nil, fmt.Errorf("kubernetes: read file: %w", err)
 	}
 	_ = os.Remove(tmp.Name())
-	err = sparse.Read(r, size, tmp)
+	err = fill(tmp)
 	if err == nil {
 		err = tmp.Truncate(size)
-	}
-	if err != nil {
-		tmp.Close()
-		return nil, fmt.Errorf("kubernetes: read file: %w", err)
-	}
-	if _, err := tmp.Seek(0, io.SeekStart); err != nil {
-		tmp.Close()
-		return nil, fmt.Errorf("kubernetes: read file: %w", err)
-	}
-	return tmp, nil
-}
-
-// spoolWhole reads exactly size bytes of r, a file sent whole (an open
-// of an agent older than open-extents), into memory or an unlinked
-// temporary file, ready to read from the start. Its holes arrive as
-// zeros and are kept as such.
-func (f *Files) spoolWhole(r io.Reader, size int64) (io.ReadSeekCloser, error) {
-	if size <= memoryLimit {
-		b := make([]byte, size)
-		if _, err := io.ReadFull(r, b); err != nil {
-			return nil, fmt.Errorf("kubernetes: read file: %w", err)
-		}
-		return nopCloser{bytes.NewReader(b)}, nil
-	}
-	tmp, err := os.CreateTemp(f.TempDir, "threadbox-k8s-file-*")
-	if err != nil {
-		return nil, fmt.Errorf("kubernetes: read file: %w", err)
-	}
-	_ = os.Remove(tmp.Name())
-	n, err := io.Copy(tmp, io.LimitReader(r, size))
-	if err == nil && n != size {
-		err = io.ErrUnexpectedEOF
 	}
 	if err == nil {
 		_, err = tmp.Seek(0, io.SeekStart)

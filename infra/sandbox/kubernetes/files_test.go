@@ -203,28 +203,38 @@ func TestFilesThroughThePod(t *testing.T) {
 	}
 }
 
-// TestCopyFileKeepsHoles: a fork's copy of a sparse file through the pods
-// (code made it with `truncate -s 1T`) goes by its data: the copy in the
-// other container has the file's size and bytes, takes a few blocks of its
-// volume, and its data counts against the limit. A limit below the data
-// refuses the copy and leaves nothing behind.
-func TestCopyFileKeepsHoles(t *testing.T) {
+// twoPods starts the sandboxes of two containers, ctr-NAME-from and
+// ctr-NAME-to, on a backend of the test cluster whose volumes are claims
+// (out of threadbox's reach), removed at the end of the test, and returns
+// the backend, its file access and a context that bounds the test.
+func twoPods(t *testing.T, name string) (be *k8s.Backend, fs *k8s.Files, from, to string, ctx context.Context) {
+	t.Helper()
 	c := newCluster(t)
 	class := k8stest.Provisioner(t, c.cs, c.ns)
-	be := c.backend(t, "copy", func(cfg *k8s.Config) {
+	be = c.backend(t, name, func(cfg *k8s.Config) {
 		cfg.HostPathVolumes = false
 		cfg.StorageClass = class
 	})
-	fs := k8s.NewFiles(be, bootLife{be})
-	from, to := "ctr-copy-from", "ctr-copy-to"
+	fs = k8s.NewFiles(be, bootLife{be})
+	from, to = "ctr-"+name+"-from", "ctr-"+name+"-to"
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
+	t.Cleanup(cancel)
 	for _, id := range []string{from, to} {
 		sandboxtest.Cleanup(t, func() { _ = be.Remove(context.Background(), id) })
 		if err := be.Ensure(ctx, sandbox.Spec{ID: id}); err != nil {
 			t.Fatal(err)
 		}
 	}
+	return be, fs, from, to, ctx
+}
+
+// TestCopyFileKeepsHoles: a fork's copy of a sparse file through the pods
+// (code made it with `truncate -s 1T`) goes by its data: the copy in the
+// other container has the file's size and bytes, takes a few blocks of its
+// volume, and its data counts against the limit. A limit below the data
+// refuses the copy and leaves nothing behind.
+func TestCopyFileKeepsHoles(t *testing.T) {
+	be, fs, from, to, ctx := twoPods(t, "copy")
 	const p = "/mnt/user-data/outputs/disk.img"
 	const size = int64(1) << 40
 	sh(t, be, from, "f="+p+"; truncate -s 1T $f && printf head | dd of=$f conv=notrunc status=none"+
@@ -262,23 +272,8 @@ func TestCopyFileKeepsHoles(t *testing.T) {
 // gets the file whole through threadbox, holes written as zeros, with
 // its bytes and size.
 func TestCopyFileOlderAgent(t *testing.T) {
-	c := newCluster(t)
-	class := k8stest.Provisioner(t, c.cs, c.ns)
-	be := c.backend(t, "copyold", func(cfg *k8s.Config) {
-		cfg.HostPathVolumes = false
-		cfg.StorageClass = class
-	})
-	fs := k8s.NewFiles(be, bootLife{be})
+	be, fs, from, to, ctx := twoPods(t, "copyold")
 	fs.SetWriteExtentsOp("write-extents-unknown")
-	from, to := "ctr-copyold-from", "ctr-copyold-to"
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
-	for _, id := range []string{from, to} {
-		sandboxtest.Cleanup(t, func() { _ = be.Remove(context.Background(), id) })
-		if err := be.Ensure(ctx, sandbox.Spec{ID: id}); err != nil {
-			t.Fatal(err)
-		}
-	}
 	const p = "/mnt/user-data/outputs/small.img"
 	const size = 8 << 20
 	sh(t, be, from, "truncate -s 8M "+p+" && printf tail | dd of="+p+" bs=1 seek=8388604 conv=notrunc status=none")
@@ -300,24 +295,9 @@ func TestCopyFileOlderAgent(t *testing.T) {
 // small ones and ones beyond what is held in memory; a copy from that pod
 // to another gets the same bytes.
 func TestOpenOlderAgent(t *testing.T) {
-	c := newCluster(t)
-	class := k8stest.Provisioner(t, c.cs, c.ns)
-	be := c.backend(t, "openold", func(cfg *k8s.Config) {
-		cfg.HostPathVolumes = false
-		cfg.StorageClass = class
-	})
-	fs := k8s.NewFiles(be, bootLife{be})
+	be, fs, from, to, ctx := twoPods(t, "openold")
 	fs.TempDir = t.TempDir()
 	fs.SetOpenExtentsOp("open-extents-unknown")
-	from, to := "ctr-openold-from", "ctr-openold-to"
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
-	for _, id := range []string{from, to} {
-		sandboxtest.Cleanup(t, func() { _ = be.Remove(context.Background(), id) })
-		if err := be.Ensure(ctx, sandbox.Spec{ID: id}); err != nil {
-			t.Fatal(err)
-		}
-	}
 	const small = "/mnt/user-data/outputs/small.txt"
 	const big = "/mnt/user-data/outputs/big.img"
 	const bigSize = 3 << 20

@@ -67,7 +67,7 @@ func TestOpenKeepsHoles(t *testing.T) {
 		t.Fatalf("reply %s: %v", line, err)
 	}
 	f := &Files{TempDir: t.TempDir()}
-	body, err := f.spool(br, rep.Info.Size)
+	body, err := f.spool(br, rep.Info.Size, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,5 +107,27 @@ func TestOpenKeepsHoles(t *testing.T) {
 	zero := make([]byte, 4096)
 	if _, err := mf.ReadAt(zero, size/2); err != nil || !bytes.Equal(zero, make([]byte, 4096)) {
 		t.Errorf("mirror's middle is not zeros: %v", err)
+	}
+}
+
+// TestSpoolWhole: a file sent whole (an older agent's open) is spooled as
+// its bytes, in memory or in a temporary file, and a stream that ends
+// before its size is an error.
+func TestSpoolWhole(t *testing.T) {
+	f := &Files{TempDir: t.TempDir()}
+	for _, size := range []int{10, memoryLimit + 4096} {
+		data := bytes.Repeat([]byte("0123456789abcdef"), size/16+1)[:size]
+		body, err := f.spool(bytes.NewReader(data), int64(size), true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := io.ReadAll(body)
+		body.Close()
+		if err != nil || !bytes.Equal(got, data) {
+			t.Errorf("%d bytes spooled whole read back as %d bytes (%v)", size, len(got), err)
+		}
+		if _, err := f.spool(bytes.NewReader(data[:size-1]), int64(size), true); err == nil {
+			t.Errorf("a whole stream of %d bytes short of one spooled", size)
+		}
 	}
 }
