@@ -355,12 +355,12 @@ type TurnEnv struct {
 	retryFor, backoffMin, backoffMax time.Duration
 
 	mu       sync.Mutex
-	retrying int // revocations being retried
+	retrying int           // revocations being retried
+	idle     chan struct{} // closed when retrying drops to 0
 	// revoking holds the ids of the tokens whose revocation is under way
 	// (its first attempt or its retries): RevokeKept, called again while
 	// they run, leaves them to it.
-	revoking map[string]bool
-	idle     chan struct{} // closed when retrying drops to 0
+	revoking sync.Map
 	// hurry is closed when Finish begins: retries pause no longer than
 	// backoffMin. stop ends when Finish's time is up: retries give up.
 	hurry      chan struct{}
@@ -381,7 +381,6 @@ func NewTurnEnv(tokens Tokens, bridge *Bridge, ttl time.Duration) *TurnEnv {
 		tokens: tokens, bridge: bridge, ttl: ttl,
 		retryFor: RevokeRetryFor, backoffMin: revokeBackoffMin, backoffMax: revokeBackoffMax,
 		hurry: make(chan struct{}), stop: stop, giveUp: giveUp,
-		revoking: map[string]bool{},
 	}
 }
 
@@ -474,24 +473,15 @@ func (t *TurnEnv) hurried() bool {
 // forgotten once revoked.
 // One already under way for id (revoking) is left to finish alone.
 func (t *TurnEnv) revoke(id string, expires time.Time, kept bool) {
-	t.mu.Lock()
-	if t.revoking[id] {
-		t.mu.Unlock()
+	if _, busy := t.revoking.LoadOrStore(id, true); busy {
 		return
-	}
-	t.revoking[id] = true
-	t.mu.Unlock()
-	done := func() {
-		t.mu.Lock()
-		delete(t.revoking, id)
-		t.mu.Unlock()
 	}
 	err := t.revokeOnce(id)
 	if err == nil {
 		if kept {
 			t.forget(id)
 		}
-		done()
+		t.revoking.Delete(id)
 		return
 	}
 	t.bridge.log.Debug("bridge: revoking a turn's token failed; retrying", "token", id, "err", err)
@@ -503,8 +493,8 @@ func (t *TurnEnv) revoke(id string, expires time.Time, kept bool) {
 	t.mu.Unlock()
 	go func() {
 		defer func() {
+			t.revoking.Delete(id)
 			t.mu.Lock()
-			delete(t.revoking, id)
 			if t.retrying--; t.retrying == 0 {
 				close(t.idle)
 				t.idle = nil
