@@ -68,8 +68,12 @@ type Config struct {
 	// SocketDir, when set, is a host folder for the agents' unix sockets:
 	// with the runc runtime each sandbox's agent dials a socket in its own
 	// subfolder (mounted read-only at SocketMount) and the protocol skips the
-	// daemon's attach stream, which then carries only the agent's log. It
-	// must be a path the daemon can bind-mount (like Dirs' folders).
+	// daemon's attach stream, which then carries only the agent's log. The
+	// subfolder also holds the sandbox's /etc/hosts, which lets its
+	// container be created with networking disabled (a network namespace
+	// of its own with only loopback, as with the network "none", at half
+	// the start's cost). It must be a path the daemon can bind-mount (like
+	// Dirs' folders).
 	SocketDir string
 	// Dirs, when set, prepares each container's host folders (and disk
 	// quota) before boot; a Spec without Mounts then gets Dirs' mounts.
@@ -304,8 +308,21 @@ func (b *Backend) bootBox(ctx context.Context, spec sandbox.Spec, warm bool) (*b
 			return nil, err
 		}
 		defer ln.Close()
+		hosts, err := writeHosts(dir)
+		if err != nil {
+			return nil, err
+		}
 		cfg.Env = append(slices.Clone(cfg.Env), "THREADBOX_AGENT_DIAL="+SocketMount+"/"+socketName)
-		hc.Binds = append(hc.Binds, dir+":"+SocketMount+":ro")
+		hc.Binds = append(hc.Binds, dir+":"+SocketMount+":ro", hosts+":/etc/hosts:ro")
+		// No network at all rather than the daemon's network "none": the
+		// container still gets a network namespace of its own with only
+		// its loopback (runc makes it and brings lo up), but the daemon
+		// sets up no network sandbox for it, and runc runs no prestart
+		// hook that starts the daemon's binary again to hand it over,
+		// which was half of every start (docs/benchmarks.md). The daemon
+		// then writes no /etc/hosts either: the folder's own says
+		// localhost.
+		cfg.NetworkDisabled = true
 		// The protocol goes over the socket: the agent's stdin is
 		// /dev/null, and the daemon keeps no stdin pipe for it.
 		cfg.OpenStdin, cfg.AttachStdin = false, false

@@ -691,3 +691,42 @@ func TestAdoptedSandboxKeepsItsSessions(t *testing.T) {
 	}
 	_ = attached.Kill()
 }
+
+// TestNoDaemonNetwork: a sandbox with an agent socket is created with
+// networking disabled, so the daemon builds no network sandbox for it
+// (no network namespace of its own to hand over at start); inside, it still
+// has a network namespace with only its loopback, up, and localhost
+// resolves from the /etc/hosts bound from the socket folder.
+func TestNoDaemonNetwork(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, DefaultRuntime, envOpts{})
+	e.ensure("n", sandbox.Limits{})
+	in, err := e.be.cli.ContainerInspect(ctx, e.be.ContainerName("n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !in.Config.NetworkDisabled || in.HostConfig.NetworkMode != "none" {
+		t.Errorf("NetworkDisabled %v, NetworkMode %q: want true and none", in.Config.NetworkDisabled, in.HostConfig.NetworkMode)
+	}
+	if in.NetworkSettings != nil && in.NetworkSettings.SandboxKey != "" {
+		t.Errorf("the daemon made a network sandbox: %s", in.NetworkSettings.SandboxKey)
+	}
+	script := `import socket
+print(" ".join(n for _, n in socket.if_nameindex()), int(open("/sys/class/net/lo/flags").read(), 16) & 1)
+s = socket.create_server(("localhost", 0))
+c = socket.create_connection(("localhost", s.getsockname()[1]))
+print("localhost", c.getpeername()[0])
+`
+	r := e.run("n", "python3 -c '"+script+"' && { touch /etc/hosts 2>/dev/null || echo hosts read-only; }")
+	want := "lo 1\nlocalhost 127.0.0.1\nhosts read-only\n"
+	if string(r.Stdout) != want {
+		t.Errorf("inside: %q %q, want %q", r.Stdout, r.Stderr, want)
+	}
+	host, err := os.Readlink("/proc/self/ns/net")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := e.run("n", "readlink /proc/self/ns/net"); strings.TrimSpace(string(r.Stdout)) == host {
+		t.Errorf("the sandbox shares the host's network namespace %s", host)
+	}
+}

@@ -83,6 +83,27 @@ func listenAgent(dir string) (*net.UnixListener, error) {
 	return ln, nil
 }
 
+// hostsFile is the sandbox's /etc/hosts, bound read-only from its socket
+// folder: a container without networking gets none from the daemon, and
+// programs in the sandbox reach their own servers by the name localhost.
+const hostsFile = `127.0.0.1	localhost
+::1	localhost ip6-localhost ip6-loopback
+fe00::0	ip6-localnet
+ff00::0	ip6-mcastprefix
+ff02::1	ip6-allnodes
+ff02::2	ip6-allrouters
+`
+
+// writeHosts writes the sandbox's /etc/hosts in its socket folder dir and
+// returns its path.
+func writeHosts(dir string) (string, error) {
+	path := filepath.Join(dir, "hosts")
+	if err := os.WriteFile(path, []byte(hostsFile), 0o644); err != nil {
+		return "", fmt.Errorf("hosts file: %w", err)
+	}
+	return path, nil
+}
+
 // errNoAgent reports that no acceptable agent connected in time.
 var errNoAgent = errors.New("the agent did not connect to its socket")
 
