@@ -193,11 +193,22 @@ func readFrames(r io.Reader) <-chan protocol.Frame {
 // inProcessPipes runs a server in the test process over pipes and returns
 // the host's ends of them, its input and its output.
 func inProcessPipes(t testing.TB) (io.Writer, io.Reader) {
+	return inProcessPipesLean(t, nil)
+}
+
+// inProcessLean is inProcess with a lean agent's config (lean.go).
+func inProcessLean(t *testing.T, lean *leanProcs) (w io.Writer, frames <-chan protocol.Frame) {
+	t.Helper()
+	hostW, hostR := inProcessPipesLean(t, lean)
+	return hostW, readFrames(hostR)
+}
+
+func inProcessPipesLean(t testing.TB, lean *leanProcs) (io.Writer, io.Reader) {
 	t.Helper()
 	root := t.TempDir()
 	cfg := config{
 		workspace: filepath.Join(root, "ws"), outputs: filepath.Join(root, "out"), tmpRoot: filepath.Join(root, "tmp"),
-		oomEvents: filepath.Join(root, "none"), grace: time.Second, drain: time.Second,
+		oomEvents: filepath.Join(root, "none"), grace: time.Second, drain: time.Second, lean: lean,
 	}
 	must(t, os.MkdirAll(cfg.workspace, 0o755))
 	hostR, agentW := io.Pipe()

@@ -70,6 +70,10 @@ type config struct {
 	// A microVM guest's init starts the agent to finish it (guestinit).
 	vmInit bool
 	vm     guestinit.Init
+
+	// lean restores the runtime's Ps of an agent started with one
+	// (lean.go) on its first work; nil for any other agent.
+	lean *leanProcs
 }
 
 // envPrefix starts every environment variable that configures the agent;
@@ -152,6 +156,10 @@ func main() {
 		os.Exit(2)
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: cfg.logLevel}))
+	if !cfg.vmInit {
+		// A microVM guest's init is not lean: it may have no /proc yet.
+		cfg.lean = startLean(os.Environ())
+	}
 	var a *agent
 	if cfg.vmInit {
 		// The guest's init: a failure ends it, and so the VM, whose
@@ -311,18 +319,23 @@ func (a *agent) serve(cfg config, in io.Reader, out io.Writer, log *slog.Logger)
 }
 
 // environ returns the environment passed on to commands: the agent's own
-// without its configuration variables, with a PATH when none is set.
+// without its configuration variables, with a PATH when none is set. In a
+// lean agent (lean.go) GOMAXPROCS is the one the agent was started with.
 func environ(env []string) []string {
 	out := make([]string, 0, len(env)+1)
 	hasPath := false
+	orig, lean := lookupEnv(env, leanEnv)
 	for _, kv := range env {
-		if strings.HasPrefix(kv, envPrefix) {
+		if strings.HasPrefix(kv, envPrefix) || lean && strings.HasPrefix(kv, "GOMAXPROCS=") {
 			continue
 		}
 		if strings.HasPrefix(kv, "PATH=") {
 			hasPath = true
 		}
 		out = append(out, kv)
+	}
+	if lean && orig != leanNone {
+		out = append(out, "GOMAXPROCS="+orig)
 	}
 	if !hasPath {
 		out = append(out, "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")

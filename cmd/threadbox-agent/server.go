@@ -121,6 +121,7 @@ func (s *server) handle(f protocol.Frame) {
 	case protocol.TypePing:
 		s.send(protocol.TypePong, f.ID, f.Payload)
 	case protocol.TypeExec:
+		s.cfg.lean.busy()
 		var req protocol.Exec
 		if err := protocol.Decode(f.Payload, &req); err != nil {
 			s.sendError(f.ID, "exec: %v", err)
@@ -163,6 +164,9 @@ func (s *server) handle(f protocol.Frame) {
 			p.window.acked(a.Bytes)
 		}
 	case protocol.TypeStreamOpen, protocol.TypeStreamData, protocol.TypeStreamClose, protocol.TypeStreamAck:
+		if f.Type == protocol.TypeStreamOpen {
+			s.cfg.lean.busy()
+		}
 		s.handleStream(f)
 	default:
 		s.sendError(f.ID, "unsupported frame type %s", f.Type)
