@@ -126,6 +126,10 @@ func benchDensity(ctx context.Context, o opts, out io.Writer) error {
 	// in them: their control groups' CPU (the agents) and their shims',
 	// over idleWindow, once they settled.
 	ids := instanceContainers(ctx, instance)
+	// Their control groups' CPU so far is their start: runc's init (the
+	// container's first process until it executes the agent) and the
+	// agent's own start, which no daemon or shim is charged for.
+	own := containersCPU(ids)
 	time.Sleep(3 * time.Second)
 	idleCg0, idleShim0 := containersCPU(ids), shimCPU(ids)
 	time.Sleep(idleWindow)
@@ -173,7 +177,11 @@ func benchDensity(ctx context.Context, o opts, out io.Writer) error {
 		k := time.Duration(bare.n)
 		fmt.Fprintf(tw, "baseline: CPU per bare container, the same\t%s / %s / %s\t\n", ms(bare.cpu.dockerd/k), ms(bare.cpu.containerd/k), ms(bare.shimCPU))
 	}
-	fmt.Fprintf(tw, "CPU per open: threadbox / everything else on the host\t%s / %s\t\n", ms(cpu.self/time.Duration(opened)), ms(cpu.other(ownShims)/time.Duration(opened)))
+	fmt.Fprintf(tw, "CPU per open: its container's own processes (runc init, the agent's start)\t%s\t\n", ms(own/time.Duration(n)))
+	if bare != nil {
+		fmt.Fprintf(tw, "baseline: CPU per bare container, its own processes (runc init, sleep)\t%s\t\n", ms(bare.own))
+	}
+	fmt.Fprintf(tw, "CPU per open: threadbox / everything else on the host (other work too)\t%s / %s\t\n", ms(cpu.self/time.Duration(opened)), ms(cpu.other(ownShims+own*time.Duration(opened)/time.Duration(n))/time.Duration(opened)))
 	fmt.Fprintf(tw, "host CPUs busy while opening\t%.0f%% of %d\t\n", 100*cpu.busy.Seconds()/(openTime.Seconds()*float64(runtime.NumCPU())), runtime.NumCPU())
 	fmt.Fprintf(tw, "first command (true) of the last one; median / max of the last %d\t%s; %s / %s\t\n", len(firsts.d), ms(first), ms(firsts.pct(50)), ms(firsts.pct(100)))
 	fmt.Fprintf(tw, "cgroup memory per idle sandbox (usage / rss)\t%s / %s\t\n", per(cg), per(cgRSS))
@@ -293,6 +301,7 @@ type densityBare struct {
 	took                  time.Duration
 	cpu                   cpuTimes      // while opening them
 	shimCPU               time.Duration // per container, its own shim's
+	own                   time.Duration // per container, its control group's
 	cgroup, shim, daemons int64         // per container
 }
 
@@ -320,11 +329,12 @@ func benchBare(ctx context.Context, o opts, instance string, n, parallel int) (*
 	ids := instanceContainers(ctx, instance)
 	cg, _, shim := containersMemory(ids)
 	ownShims := shimCPU(ids)
+	own := containersCPU(ids)
 	k := int64(max(len(ids), 1))
 	if err := docker.RemoveInstance(context.WithoutCancel(ctx), instance); err != nil {
 		return nil, err
 	}
-	return &densityBare{n: opened, took: took, cpu: cpu, shimCPU: ownShims / time.Duration(k), cgroup: cg / k, shim: shim / k, daemons: daemons / k}, nil
+	return &densityBare{n: opened, took: took, cpu: cpu, shimCPU: ownShims / time.Duration(k), own: own / time.Duration(k), cgroup: cg / k, shim: shim / k, daemons: daemons / k}, nil
 }
 
 // containersMemory sums the memory cgroups' usage and rss and the shims'
