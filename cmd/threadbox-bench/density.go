@@ -181,7 +181,7 @@ func benchDensity(ctx context.Context, o opts, out io.Writer) error {
 	if bare != nil {
 		fmt.Fprintf(tw, "baseline: CPU per bare container, its own processes (runc init, sleep)\t%s\t\n", ms(bare.own))
 	}
-	fmt.Fprintf(tw, "CPU per open: threadbox / everything else on the host (other work too)\t%s / %s\t\n", ms(cpu.self/time.Duration(opened)), ms(cpu.other(ownShims+own*time.Duration(opened)/time.Duration(n))/time.Duration(opened)))
+	fmt.Fprintf(tw, "CPU per open: threadbox / everything else on the host (other work too)\t%s / %s\t\n", ms(cpu.self/time.Duration(opened)), ms(cpu.other(ownShims+own)/time.Duration(opened)))
 	fmt.Fprintf(tw, "host CPUs busy while opening\t%.0f%% of %d\t\n", 100*cpu.busy.Seconds()/(openTime.Seconds()*float64(runtime.NumCPU())), runtime.NumCPU())
 	fmt.Fprintf(tw, "first command (true) of the last one; median / max of the last %d\t%s; %s / %s\t\n", len(firsts.d), ms(first), ms(firsts.pct(50)), ms(firsts.pct(100)))
 	fmt.Fprintf(tw, "cgroup memory per idle sandbox (usage / rss)\t%s / %s\t\n", per(cg), per(cgRSS))
